@@ -171,3 +171,14 @@ func (t Topology) StreamConfigs() []jetstream.StreamConfig {
 		}),
 	}
 }
+
+// workQueue reports whether the named (unprefixed) stream is a work queue.
+func (t Topology) workQueue(name string) bool {
+	full := t.Stream(name)
+	for _, c := range t.StreamConfigs() {
+		if c.Name == full {
+			return c.Retention == jetstream.WorkQueuePolicy
+		}
+	}
+	return false
+}

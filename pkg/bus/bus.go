@@ -1,0 +1,217 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/protobuf/proto"
+)
+
+const tracerName = "github.com/switchboard-chat/switchboard/pkg/bus"
+
+// Header names Switchboard sets on bus messages besides Nats-Msg-Id.
+const (
+	HeaderContentType = "Content-Type"
+	HeaderProtoType   = "Sb-Proto-Type"
+	contentTypeProto  = "application/protobuf"
+)
+
+// ErrDecode marks a message whose payload cannot be decoded: a poison
+// message, dead-lettered on first sight.
+var ErrDecode = errors.New("decode bus message")
+
+// Bus publishes and consumes Switchboard's events on one NATS connection.
+type Bus struct {
+	nc   *nats.Conn
+	js   jetstream.JetStream
+	topo Topology
+	log  *slog.Logger
+}
+
+// New wraps an open NATS connection.
+func New(nc *nats.Conn, topo Topology, log *slog.Logger) (*Bus, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096))
+	if err != nil {
+		return nil, fmt.Errorf("open jetstream: %w", err)
+	}
+	return &Bus{nc: nc, js: js, topo: topo, log: log}, nil
+}
+
+// Connect dials NATS with reconnects forever and wraps the connection.
+// The caller closes it with Close.
+func Connect(url, name string, topo Topology, log *slog.Logger) (*Bus, error) {
+	nc, err := nats.Connect(url,
+		nats.Name(name),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(time.Second),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				slog.Warn("nats disconnected", "err", err)
+			}
+		}),
+		nats.ReconnectHandler(func(c *nats.Conn) { slog.Info("nats reconnected", "url", c.ConnectedUrlRedacted()) }),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("connect nats %s: %w", url, err)
+	}
+	b, err := New(nc, topo, log)
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	return b, nil
+}
+
+// Conn is the underlying NATS connection.
+func (b *Bus) Conn() *nats.Conn { return b.nc }
+
+// JetStream is the underlying JetStream context.
+func (b *Bus) JetStream() jetstream.JetStream { return b.js }
+
+// Topology is the naming this bus uses.
+func (b *Bus) Topology() Topology { return b.topo }
+
+// Close drains the connection: pending publishes are flushed and
+// subscriptions finish what they hold.
+func (b *Bus) Close() error {
+	if b.nc.IsClosed() {
+		return nil
+	}
+	if err := b.nc.Drain(); err != nil {
+		b.nc.Close()
+		return fmt.Errorf("drain nats: %w", err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); !b.nc.IsClosed() && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	b.nc.Close()
+	return nil
+}
+
+// EnsureStreams creates every stream of the topology, or updates it to the
+// declared config. It is idempotent and safe to run from every replica.
+func (b *Bus) EnsureStreams(ctx context.Context) error {
+	for _, cfg := range b.topo.StreamConfigs() {
+		if _, err := b.js.CreateOrUpdateStream(ctx, cfg); err != nil {
+			return fmt.Errorf("ensure stream %s: %w", cfg.Name, err)
+		}
+	}
+	return nil
+}
+
+// Ready reports whether the connection is up (for readiness probes).
+func (b *Bus) Ready(context.Context) error {
+	if s := b.nc.Status(); s != nats.CONNECTED {
+		return fmt.Errorf("nats %s", s)
+	}
+	return nil
+}
+
+func newMsg(ctx context.Context, subject string, m proto.Message) (*nats.Msg, error) {
+	data, err := proto.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("encode %T: %w", m, err)
+	}
+	msg := nats.NewMsg(subject)
+	msg.Data = data
+	msg.Header.Set(HeaderContentType, contentTypeProto)
+	msg.Header.Set(HeaderProtoType, string(m.ProtoReflect().Descriptor().FullName()))
+	otel.GetTextMapPropagator().Inject(ctx, headerCarrier(msg.Header))
+	return msg, nil
+}
+
+// Publish stores m on a stream subject with msgID as its Nats-Msg-Id, so a
+// retried publish within the dedupe window is stored once. It waits for
+// the stream's acknowledgement.
+func (b *Bus) Publish(ctx context.Context, subject, msgID string, m proto.Message) (*jetstream.PubAck, error) {
+	if msgID == "" {
+		return nil, fmt.Errorf("publish %s: empty message id", subject)
+	}
+	ctx, span := otel.Tracer(tracerName).Start(ctx, "publish "+subject,
+		trace.WithSpanKind(trace.SpanKindProducer),
+		trace.WithAttributes(attribute.String("messaging.system", "nats"),
+			attribute.String("messaging.destination.name", subject),
+			attribute.String("messaging.message.id", msgID)))
+	defer span.End()
+	msg, err := newMsg(ctx, subject, m)
+	if err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	ack, err := b.js.PublishMsg(ctx, msg, jetstream.WithMsgID(msgID))
+	published.WithLabelValues(subjectLabel(b.topo, subject), resultLabel(err)).Inc()
+	publishSeconds.WithLabelValues(subjectLabel(b.topo, subject)).Observe(time.Since(start).Seconds())
+	if err != nil {
+		span.SetStatus(codes.Error, err.Error())
+		return nil, fmt.Errorf("publish %s: %w", subject, err)
+	}
+	if ack.Duplicate {
+		duplicates.WithLabelValues(subjectLabel(b.topo, subject)).Inc()
+		span.SetAttributes(attribute.Bool("messaging.duplicate", true))
+	}
+	return ack, nil
+}
+
+// PublishCore sends m on a core NATS subject (not stored): control
+// messages to whoever listens now.
+func (b *Bus) PublishCore(ctx context.Context, subject string, m proto.Message) error {
+	msg, err := newMsg(ctx, subject, m)
+	if err != nil {
+		return err
+	}
+	if err := b.nc.PublishMsg(msg); err != nil {
+		return fmt.Errorf("publish %s: %w", subject, err)
+	}
+	return nil
+}
+
+// Request sends req on a core NATS subject and decodes the reply into resp.
+func (b *Bus) Request(ctx context.Context, subject string, req, resp proto.Message) error {
+	ctx, span := otel.Tracer(tracerName).Start(ctx, "request "+subject, trace.WithSpanKind(trace.SpanKindClient))
+	defer span.End()
+	msg, err := newMsg(ctx, subject, req)
+	if err != nil {
+		return err
+	}
+	reply, err := b.nc.RequestMsgWithContext(ctx, msg)
+	if err != nil {
+		span.SetStatus(codes.Error, err.Error())
+		return fmt.Errorf("request %s: %w", subject, err)
+	}
+	if err := proto.Unmarshal(reply.Data, resp); err != nil {
+		return fmt.Errorf("%w: reply on %s: %v", ErrDecode, subject, err)
+	}
+	return nil
+}
+
+// ContextFrom extracts the trace context carried in a message's headers.
+func ContextFrom(ctx context.Context, h nats.Header) context.Context {
+	if h == nil {
+		return ctx
+	}
+	return otel.GetTextMapPropagator().Extract(ctx, headerCarrier(h))
+}
+
+// Reply answers a core NATS request with m, carrying the trace context.
+func Reply(ctx context.Context, req *nats.Msg, m proto.Message) error {
+	msg, err := newMsg(ctx, req.Reply, m)
+	if err != nil {
+		return err
+	}
+	if err := req.RespondMsg(msg); err != nil {
+		return fmt.Errorf("reply on %s: %w", req.Subject, err)
+	}
+	return nil
+}

@@ -1,0 +1,405 @@
+package bus_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/propagation"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/switchboard-chat/switchboard/pkg/bus"
+	"github.com/switchboard-chat/switchboard/pkg/bus/bustest"
+	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
+)
+
+// TestConformance runs the bus suite against every real server we have:
+// the embedded nats-server (current JetStream) and the machine's own.
+func TestConformance(t *testing.T) {
+	targets := map[string]func(testing.TB) string{
+		"embedded": bustest.EmbeddedURL,
+		"system": func(tb testing.TB) string {
+			u := bustest.SystemURL()
+			if !reachable(u) {
+				if os.Getenv("CI") != "" {
+					tb.Fatalf("NATS at %s is not reachable", u)
+				}
+				tb.Skipf("NATS at %s is not reachable", u)
+			}
+			return u
+		},
+	}
+	for name, url := range targets {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			runSuite(t, url(t))
+		})
+	}
+}
+
+func reachable(url string) bool {
+	nc, err := nats.Connect(url, nats.Timeout(time.Second))
+	if err != nil {
+		return false
+	}
+	nc.Close()
+	return true
+}
+
+var tracer struct {
+	once     sync.Once
+	exporter *tracetest.InMemoryExporter
+}
+
+func runSuite(t *testing.T, url string) {
+	tests := []struct {
+		name string
+		run  func(t *testing.T, b *bus.Bus)
+	}{
+		{"streams are created idempotently", testEnsureIdempotent},
+		{"dedupe by message id", testDedupe},
+		{"redelivery after nak", testRedelivery},
+		{"term after max deliveries", testMaxDeliveries},
+		{"permanent error dead-letters at once", testPermanent},
+		{"poison payload dead-lettered", testPoison},
+		{"work queue gives each turn to one consumer", testWorkQueue},
+		{"in-flight handler finishes on shutdown", testGracefulDrain},
+		{"trace context survives a hop", testTraceContext},
+		{"request reply", testRequestReply},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tc.run(t, bustest.New(t, url))
+		})
+	}
+}
+
+func turn(id string) *turnsv1.TurnRequested {
+	return &turnsv1.TurnRequested{TurnId: id, SessionKey: "agent:main:test:dm:" + id, Generation: 1}
+}
+
+func turnsSpec(durable string) bus.ConsumerSpec {
+	return bus.ConsumerSpec{
+		Stream: bus.StreamTurns, Durable: durable, FilterSubjects: []string{bus.SubjectTurnRequested},
+		AckWait: 5 * time.Second, MaxDeliver: 3, Backoff: []time.Duration{50 * time.Millisecond},
+		PollWait: 200 * time.Millisecond, DrainTimeout: 5 * time.Second,
+	}
+}
+
+func start(t *testing.T, c interface{ Run(context.Context) error }) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("consumer run: %v", err)
+				}
+			case <-time.After(15 * time.Second):
+				t.Error("consumer did not stop")
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+func publishTurn(t *testing.T, b *bus.Bus, id string) {
+	t.Helper()
+	if _, err := b.Publish(context.Background(), b.Topology().Subject(bus.SubjectTurnRequested), "turn:"+id, turn(id)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func streamMsgs(t *testing.T, b *bus.Bus, stream string) uint64 {
+	t.Helper()
+	s, err := b.JetStream().Stream(context.Background(), b.Topology().Stream(stream))
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.Msgs
+}
+
+func testEnsureIdempotent(t *testing.T, b *bus.Bus) {
+	for range 2 {
+		if err := b.EnsureStreams(context.Background()); err != nil {
+			t.Fatalf("second EnsureStreams: %v", err)
+		}
+	}
+}
+
+func testDedupe(t *testing.T, b *bus.Bus) {
+	subj := b.Topology().Subject(bus.SubjectTurnRequested)
+	first, err := b.Publish(context.Background(), subj, "turn:same", turn("same"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := b.Publish(context.Background(), subj, "turn:same", turn("same"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.Duplicate || !second.Duplicate {
+		t.Fatalf("duplicate flags = %v, %v; want false, true", first.Duplicate, second.Duplicate)
+	}
+	if n := streamMsgs(t, b, bus.StreamTurns); n != 1 {
+		t.Fatalf("stream holds %d messages, want 1", n)
+	}
+	if _, err := b.Publish(context.Background(), subj, "", turn("x")); err == nil {
+		t.Fatal("publish without message id succeeded")
+	}
+}
+
+func testRedelivery(t *testing.T, b *bus.Bus) {
+	var attempts []int
+	var mu sync.Mutex
+	var acked atomic.Bool
+	c := bus.NewConsumer(b, turnsSpec("test-redeliver"), func(ctx context.Context, m *turnsv1.TurnRequested) error {
+		d, _ := bus.DeliveryFrom(ctx)
+		mu.Lock()
+		attempts = append(attempts, d.Attempt)
+		mu.Unlock()
+		if d.Attempt == 1 {
+			return fmt.Errorf("transient")
+		}
+		acked.Store(true)
+		return nil
+	})
+	start(t, c)
+	publishTurn(t, b, "r1")
+	eventually(t, "second delivery", acked.Load)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(attempts) != 2 || attempts[0] != 1 || attempts[1] != 2 {
+		t.Fatalf("attempts = %v, want [1 2]", attempts)
+	}
+	eventually(t, "work queue emptied by ack", func() bool { return streamMsgs(t, b, bus.StreamTurns) == 0 })
+}
+
+func deadLetters(t *testing.T, b *bus.Bus) []*nats.Msg {
+	t.Helper()
+	s, err := b.JetStream().Stream(context.Background(), b.Topology().Stream(bus.StreamDeadLetter))
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, _ := s.Info(context.Background())
+	var out []*nats.Msg
+	for seq := info.State.FirstSeq; seq > 0 && seq <= info.State.LastSeq; seq++ {
+		raw, err := s.GetMsg(context.Background(), seq)
+		if err != nil {
+			continue
+		}
+		out = append(out, &nats.Msg{Subject: raw.Subject, Data: raw.Data, Header: raw.Header})
+	}
+	return out
+}
+
+func testMaxDeliveries(t *testing.T, b *bus.Bus) {
+	var calls atomic.Int32
+	c := bus.NewConsumer(b, turnsSpec("test-maxdeliver"), func(ctx context.Context, m *turnsv1.TurnRequested) error {
+		calls.Add(1)
+		return fmt.Errorf("always fails")
+	})
+	start(t, c)
+	publishTurn(t, b, "poison")
+	eventually(t, "dead letter", func() bool { return len(deadLetters(t, b)) == 1 })
+	dl := deadLetters(t, b)[0]
+	if got := dl.Header.Get("Sb-Dead-Reason"); got != "max_deliveries" {
+		t.Errorf("reason = %q", got)
+	}
+	if got := dl.Header.Get("Sb-Dead-Attempts"); got != "3" {
+		t.Errorf("attempts header = %q, want 3", got)
+	}
+	if got := dl.Header.Get("Sb-Dead-Msg-Id"); got != "turn:poison" {
+		t.Errorf("msg id header = %q", got)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if n := calls.Load(); n != 3 {
+		t.Fatalf("handler ran %d times, want 3", n)
+	}
+	if n := streamMsgs(t, b, bus.StreamTurns); n != 0 {
+		t.Fatalf("terminated message still in work queue (%d)", n)
+	}
+}
+
+func testPermanent(t *testing.T, b *bus.Bus) {
+	var calls atomic.Int32
+	c := bus.NewConsumer(b, turnsSpec("test-permanent"), func(ctx context.Context, m *turnsv1.TurnRequested) error {
+		calls.Add(1)
+		return bus.Permanent(fmt.Errorf("unknown platform"))
+	})
+	start(t, c)
+	publishTurn(t, b, "perm")
+	eventually(t, "dead letter", func() bool { return len(deadLetters(t, b)) == 1 })
+	if got := deadLetters(t, b)[0].Header.Get("Sb-Dead-Reason"); got != "permanent" {
+		t.Errorf("reason = %q", got)
+	}
+	if n := calls.Load(); n != 1 {
+		t.Fatalf("handler ran %d times, want 1", n)
+	}
+}
+
+func testPoison(t *testing.T, b *bus.Bus) {
+	var calls atomic.Int32
+	c := bus.NewConsumer(b, turnsSpec("test-poison"), func(ctx context.Context, m *turnsv1.TurnRequested) error {
+		calls.Add(1)
+		return nil
+	})
+	start(t, c)
+	msg := nats.NewMsg(b.Topology().Subject(bus.SubjectTurnRequested))
+	msg.Data = []byte{0xff, 0xff, 0xff}
+	msg.Header.Set(nats.MsgIdHdr, "garbage")
+	if _, err := b.JetStream().PublishMsg(context.Background(), msg); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "dead letter", func() bool { return len(deadLetters(t, b)) == 1 })
+	dl := deadLetters(t, b)[0]
+	if got := dl.Header.Get("Sb-Dead-Reason"); got != "decode" {
+		t.Errorf("reason = %q", got)
+	}
+	if string(dl.Data) != string(msg.Data) {
+		t.Errorf("dead letter lost the payload")
+	}
+	if calls.Load() != 0 {
+		t.Fatal("handler saw an undecodable message")
+	}
+}
+
+func testWorkQueue(t *testing.T, b *bus.Bus) {
+	const n = 60
+	var mu sync.Mutex
+	seen := map[string]int{}
+	per := [2]int{}
+	for i := range 2 {
+		spec := turnsSpec("worker-turns")
+		spec.Concurrency = 4
+		c := bus.NewConsumer(b, spec, func(ctx context.Context, m *turnsv1.TurnRequested) error {
+			time.Sleep(2 * time.Millisecond)
+			mu.Lock()
+			seen[m.GetTurnId()]++
+			per[i]++
+			mu.Unlock()
+			return nil
+		})
+		start(t, c)
+	}
+	for i := range n {
+		publishTurn(t, b, fmt.Sprintf("wq%d", i))
+	}
+	eventually(t, "all turns handled", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(seen) == n
+	})
+	time.Sleep(200 * time.Millisecond)
+	mu.Lock()
+	defer mu.Unlock()
+	for id, c := range seen {
+		if c != 1 {
+			t.Errorf("turn %s handled %d times", id, c)
+		}
+	}
+	if per[0] == 0 || per[1] == 0 {
+		t.Errorf("one consumer got nothing: %v", per)
+	}
+}
+
+func testGracefulDrain(t *testing.T, b *bus.Bus) {
+	started := make(chan struct{})
+	var finished atomic.Bool
+	c := bus.NewConsumer(b, turnsSpec("test-drain"), func(ctx context.Context, m *turnsv1.TurnRequested) error {
+		close(started)
+		time.Sleep(300 * time.Millisecond)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		finished.Store(true)
+		return nil
+	})
+	stop := start(t, c)
+	publishTurn(t, b, "long")
+	<-started
+	stop()
+	if !finished.Load() {
+		t.Fatal("in-flight handler did not finish before Run returned")
+	}
+	if n := streamMsgs(t, b, bus.StreamTurns); n != 0 {
+		t.Fatalf("finished message not acked (%d left)", n)
+	}
+}
+
+func testTraceContext(t *testing.T, b *bus.Bus) {
+	tracer.once.Do(func() {
+		tracer.exporter = tracetest.NewInMemoryExporter()
+		otel.SetTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSyncer(tracer.exporter)))
+		otel.SetTextMapPropagator(propagation.TraceContext{})
+	})
+	got := make(chan trace.SpanContext, 1)
+	c := bus.NewConsumer(b, turnsSpec("test-trace"), func(ctx context.Context, m *turnsv1.TurnRequested) error {
+		got <- trace.SpanContextFromContext(ctx)
+		return nil
+	})
+	start(t, c)
+	ctx, span := otel.Tracer("test").Start(context.Background(), "gateway receive")
+	if _, err := b.Publish(ctx, b.Topology().Subject(bus.SubjectTurnRequested), "turn:traced", turn("traced")); err != nil {
+		t.Fatal(err)
+	}
+	span.End()
+	select {
+	case sc := <-got:
+		if sc.TraceID() != span.SpanContext().TraceID() {
+			t.Fatalf("consumer trace id %s, publisher %s", sc.TraceID(), span.SpanContext().TraceID())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("message not consumed")
+	}
+}
+
+func testRequestReply(t *testing.T, b *bus.Bus) {
+	subj := b.Topology().SendSubject("test")
+	sub, err := b.Conn().Subscribe(subj, func(m *nats.Msg) {
+		_ = bus.Reply(context.Background(), m, &turnsv1.TurnCompleted{TurnId: "reply-to-" + subj})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var resp turnsv1.TurnCompleted
+	if err := b.Request(ctx, subj, turn("req"), &resp); err != nil {
+		t.Fatal(err)
+	}
+	if resp.GetTurnId() != "reply-to-"+subj {
+		t.Fatalf("reply = %q", resp.GetTurnId())
+	}
+}
+

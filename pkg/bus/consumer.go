@@ -1,0 +1,403 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/protobuf/proto"
+)
+
+// ErrPermanent marks a handler error that no retry can fix: the message is
+// dead-lettered at once instead of redelivered.
+var ErrPermanent = errors.New("permanent failure")
+
+// Permanent wraps err so the consumer dead-letters the message at once.
+func Permanent(err error) error { return fmt.Errorf("%w: %w", ErrPermanent, err) }
+
+// retryAfterError asks for a specific redelivery delay.
+type retryAfterError struct {
+	err   error
+	delay time.Duration
+}
+
+func (e *retryAfterError) Error() string { return e.err.Error() }
+func (e *retryAfterError) Unwrap() error { return e.err }
+
+// RetryAfter wraps err so the message is redelivered after delay instead of
+// the consumer's backoff.
+func RetryAfter(err error, delay time.Duration) error { return &retryAfterError{err: err, delay: delay} }
+
+// ConsumerSpec declares a durable pull consumer and how this process runs it.
+type ConsumerSpec struct {
+	// Stream is the unprefixed stream name (StreamInbound, …).
+	Stream string
+	// Durable names the consumer: "<service>-<purpose>". Processes that use
+	// the same durable share its messages.
+	Durable string
+	// FilterSubjects are unprefixed subjects; empty means the whole stream.
+	FilterSubjects []string
+	// AckWait is how long a delivered message may go without an ack or an
+	// in-progress signal before the server redelivers it. Default 30s.
+	AckWait time.Duration
+	// MaxDeliver bounds deliveries; the last failed one is dead-lettered.
+	// Default 10.
+	MaxDeliver int
+	// MaxAckPending caps unacknowledged messages across all processes of
+	// the durable. 1 gives strict order. Default 1000.
+	MaxAckPending int
+	// Backoff is the nak delay per attempt (the last entry repeats).
+	// Default: 1s, 2s, 5s, 10s, 30s, 60s with ±20% jitter.
+	Backoff []time.Duration
+	// Concurrency is how many handlers run at once in this process. Default 1.
+	Concurrency int
+	// DrainTimeout is how long in-flight handlers may keep running after
+	// Run's context ends; handlers still running then see their context
+	// canceled and their message is handed back. Default 10s.
+	DrainTimeout time.Duration
+	// PollWait bounds one pull request; it is also the longest Run takes to
+	// notice its context ended while idle. Default 1s.
+	PollWait time.Duration
+}
+
+func (s ConsumerSpec) withDefaults() ConsumerSpec {
+	if s.AckWait <= 0 {
+		s.AckWait = 30 * time.Second
+	}
+	if s.MaxDeliver <= 0 {
+		s.MaxDeliver = 10
+	}
+	if s.MaxAckPending <= 0 {
+		s.MaxAckPending = 1000
+	}
+	if len(s.Backoff) == 0 {
+		s.Backoff = []time.Duration{time.Second, 2 * time.Second, 5 * time.Second, 10 * time.Second, 30 * time.Second, time.Minute}
+	}
+	if s.Concurrency <= 0 {
+		s.Concurrency = 1
+	}
+	if s.DrainTimeout <= 0 {
+		s.DrainTimeout = 10 * time.Second
+	}
+	if s.PollWait <= 0 {
+		s.PollWait = time.Second
+	}
+	return s
+}
+
+// Delivery describes the bus message a handler is processing.
+type Delivery struct {
+	Subject string
+	MsgID   string
+	// Attempt counts deliveries of this message to the durable, from 1.
+	Attempt   int
+	StreamSeq uint64
+	Published time.Time
+	Header    nats.Header
+	msg       jetstream.Msg
+}
+
+// InProgress tells the server the handler is still working, resetting the
+// ack timer. Consumers do this on their own every AckWait/3; long
+// handlers may call it at meaningful points too.
+func (d *Delivery) InProgress() error { return d.msg.InProgress() }
+
+type deliveryKey struct{}
+
+// DeliveryFrom returns the delivery a handler's context belongs to.
+func DeliveryFrom(ctx context.Context) (*Delivery, bool) {
+	d, ok := ctx.Value(deliveryKey{}).(*Delivery)
+	return d, ok
+}
+
+// protoPtr constrains a pointer to a generated protobuf message struct.
+type protoPtr[T any] interface {
+	*T
+	proto.Message
+}
+
+// Handler processes one decoded message. A nil error acks it; ErrPermanent
+// dead-letters it; any other error naks it with backoff until MaxDeliver,
+// after which it is dead-lettered.
+type Handler[T any] func(ctx context.Context, msg *T) error
+
+// Consumer runs a typed handler over a durable pull consumer.
+type Consumer[T any, P protoPtr[T]] struct {
+	bus  *Bus
+	spec ConsumerSpec
+	h    func(context.Context, P) error
+	log  *slog.Logger
+}
+
+// NewConsumer prepares a consumer; Run creates it on the server and pulls.
+func NewConsumer[T any, P protoPtr[T]](b *Bus, spec ConsumerSpec, h func(context.Context, P) error) *Consumer[T, P] {
+	spec = spec.withDefaults()
+	return &Consumer[T, P]{bus: b, spec: spec, h: h, log: b.log.With("consumer", spec.Durable)}
+}
+
+// Ensure creates or updates the durable consumer on the server.
+func (c *Consumer[T, P]) Ensure(ctx context.Context) (jetstream.Consumer, error) {
+	topo := c.bus.topo
+	filters := make([]string, len(c.spec.FilterSubjects))
+	for i, s := range c.spec.FilterSubjects {
+		filters[i] = topo.Subject(s)
+	}
+	cfg := jetstream.ConsumerConfig{
+		Durable:       c.spec.Durable,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       c.spec.AckWait,
+		MaxDeliver:    c.spec.MaxDeliver,
+		MaxAckPending: c.spec.MaxAckPending,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+	}
+	switch len(filters) {
+	case 0:
+	case 1:
+		cfg.FilterSubject = filters[0]
+	default:
+		cfg.FilterSubjects = filters
+	}
+	stream := topo.Stream(c.spec.Stream)
+	cons, err := c.bus.js.CreateOrUpdateConsumer(ctx, stream, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("ensure consumer %s on %s: %w", c.spec.Durable, stream, err)
+	}
+	return cons, nil
+}
+
+// Run pulls and handles messages until ctx ends, then lets in-flight
+// handlers finish within DrainTimeout and returns.
+func (c *Consumer[T, P]) Run(ctx context.Context) error {
+	cons, err := c.Ensure(ctx)
+	if err != nil {
+		return err
+	}
+	// Handlers outlive ctx by up to DrainTimeout so a graceful stop lets
+	// running work finish.
+	hctx, cancelHandlers := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelHandlers()
+	slots := make(chan struct{}, c.spec.Concurrency)
+	var wg sync.WaitGroup
+	defer func() {
+		done := make(chan struct{})
+		go func() { wg.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(c.spec.DrainTimeout):
+			c.log.Warn("handlers still running after drain timeout; handing their messages back")
+			cancelHandlers()
+			<-done
+		}
+	}()
+	for ctx.Err() == nil {
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			return nil
+		}
+		free := 1
+		for free < c.spec.Concurrency {
+			select {
+			case slots <- struct{}{}:
+				free++
+				continue
+			default:
+			}
+			break
+		}
+		batch, err := cons.Fetch(free, jetstream.FetchMaxWait(c.spec.PollWait))
+		if err != nil {
+			for range free {
+				<-slots
+			}
+			if ctx.Err() != nil {
+				return nil
+			}
+			c.log.Warn("fetch failed", "err", err)
+			select {
+			case <-time.After(time.Second):
+			case <-ctx.Done():
+			}
+			continue
+		}
+		got := 0
+		for msg := range batch.Messages() {
+			got++
+			if ctx.Err() != nil {
+				// Shutting down: hand it straight back to another process.
+				_ = msg.Nak()
+				handled.WithLabelValues(c.spec.Durable, "nak").Inc()
+				<-slots
+				continue
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer func() { <-slots }()
+				c.handle(hctx, msg)
+			}()
+		}
+		for range free - got {
+			<-slots
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && ctx.Err() == nil {
+			c.log.Debug("fetch ended", "err", err)
+		}
+	}
+	return nil
+}
+
+func (c *Consumer[T, P]) handle(ctx context.Context, msg jetstream.Msg) {
+	start := time.Now()
+	d := &Delivery{Subject: msg.Subject(), Header: msg.Headers(), msg: msg, Attempt: 1}
+	if meta, err := msg.Metadata(); err == nil {
+		d.Attempt = int(meta.NumDelivered)
+		d.StreamSeq = meta.Sequence.Stream
+		d.Published = meta.Timestamp
+	}
+	d.MsgID = msg.Headers().Get(nats.MsgIdHdr)
+	if d.Attempt > 1 {
+		redeliveries.WithLabelValues(c.spec.Durable).Inc()
+	}
+	ctx = ContextFrom(ctx, msg.Headers())
+	ctx, span := otel.Tracer(tracerName).Start(ctx, "consume "+c.spec.Durable,
+		trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(attribute.String("messaging.system", "nats"),
+			attribute.String("messaging.destination.name", d.Subject),
+			attribute.String("messaging.message.id", d.MsgID),
+			attribute.Int("messaging.nats.delivery", d.Attempt)))
+	defer span.End()
+	ctx = context.WithValue(ctx, deliveryKey{}, d)
+
+	var v T
+	if err := proto.Unmarshal(msg.Data(), P(&v)); err != nil {
+		span.SetStatus(codes.Error, "decode")
+		c.deadLetter(ctx, msg, d, "decode", fmt.Errorf("%w: %v", ErrDecode, err))
+		return
+	}
+
+	stop := c.keepAlive(msg)
+	err := c.h(ctx, P(&v))
+	stop()
+	handleSeconds.WithLabelValues(c.spec.Durable).Observe(time.Since(start).Seconds())
+
+	var ra *retryAfterError
+	switch {
+	case err == nil:
+		if aerr := msg.Ack(); aerr != nil {
+			c.log.Warn("ack failed; message will be redelivered", "msg_id", d.MsgID, "err", aerr)
+		}
+		handled.WithLabelValues(c.spec.Durable, "ack").Inc()
+	case errors.Is(err, ErrPermanent):
+		span.SetStatus(codes.Error, err.Error())
+		c.deadLetter(ctx, msg, d, "permanent", err)
+	case ctx.Err() != nil:
+		// The drain timeout ran out: another process takes it now.
+		_ = msg.Nak()
+		handled.WithLabelValues(c.spec.Durable, "nak").Inc()
+	case d.Attempt >= c.spec.MaxDeliver:
+		span.SetStatus(codes.Error, err.Error())
+		c.deadLetter(ctx, msg, d, "max_deliveries", err)
+	default:
+		delay := c.backoff(d.Attempt)
+		if errors.As(err, &ra) {
+			delay = ra.delay
+		}
+		c.log.Warn("handler failed; redelivering", "msg_id", d.MsgID, "attempt", d.Attempt, "delay", delay, "err", err)
+		_ = msg.NakWithDelay(delay)
+		handled.WithLabelValues(c.spec.Durable, "nak").Inc()
+	}
+}
+
+// keepAlive signals in-progress every AckWait/3 while a handler runs.
+func (c *Consumer[T, P]) keepAlive(msg jetstream.Msg) (stop func()) {
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(c.spec.AckWait / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				if err := msg.InProgress(); err != nil {
+					c.log.Debug("in-progress signal failed", "err", err)
+				}
+			}
+		}
+	}()
+	return func() { close(done) }
+}
+
+func (c *Consumer[T, P]) backoff(attempt int) time.Duration {
+	i := attempt - 1
+	if i >= len(c.spec.Backoff) {
+		i = len(c.spec.Backoff) - 1
+	}
+	if i < 0 {
+		i = 0
+	}
+	d := c.spec.Backoff[i]
+	jitter := time.Duration(float64(d) * (rand.Float64()*0.4 - 0.2))
+	return d + jitter
+}
+
+// deadLetter copies the message to the dead-letter stream with the reason,
+// then terminates it so it is never redelivered. If the copy cannot be
+// stored the message is naked instead: nothing is dropped silently.
+func (c *Consumer[T, P]) deadLetter(ctx context.Context, msg jetstream.Msg, d *Delivery, reason string, cause error) {
+	topo := c.bus.topo
+	dl := nats.NewMsg(topo.Subject(SubjectDeadLetter + "." + c.spec.Stream))
+	dl.Data = msg.Data()
+	for k, v := range msg.Headers() {
+		if k == nats.MsgIdHdr {
+			continue
+		}
+		dl.Header[k] = v
+	}
+	dl.Header.Set("Sb-Dead-Subject", d.Subject)
+	dl.Header.Set("Sb-Dead-Msg-Id", d.MsgID)
+	dl.Header.Set("Sb-Dead-Consumer", c.spec.Durable)
+	dl.Header.Set("Sb-Dead-Reason", reason)
+	dl.Header.Set("Sb-Dead-Error", truncate(cause.Error(), 512))
+	dl.Header.Set("Sb-Dead-Attempts", strconv.Itoa(d.Attempt))
+	id := fmt.Sprintf("dead:%s:%s:%d", c.spec.Stream, c.spec.Durable, d.StreamSeq)
+	if _, err := c.bus.js.PublishMsg(ctx, dl, jetstream.WithMsgID(id)); err != nil {
+		c.log.Error("dead-letter publish failed; message handed back", "msg_id", d.MsgID, "err", err)
+		_ = msg.NakWithDelay(c.backoff(d.Attempt))
+		handled.WithLabelValues(c.spec.Durable, "nak").Inc()
+		return
+	}
+	if err := msg.TermWithReason(reason); err != nil {
+		c.log.Warn("term failed", "msg_id", d.MsgID, "err", err)
+	}
+	if topo.workQueue(c.spec.Stream) {
+		// Servers before 2.10 keep a terminated message in a work-queue
+		// stream; it now lives in the dead-letter stream, so remove it.
+		if s, err := c.bus.js.Stream(ctx, topo.Stream(c.spec.Stream)); err == nil {
+			_ = s.DeleteMsg(ctx, d.StreamSeq)
+		}
+	}
+	handled.WithLabelValues(c.spec.Durable, "term").Inc()
+	terminated.WithLabelValues(c.spec.Durable, reason).Inc()
+	c.log.Error("message dead-lettered", "msg_id", d.MsgID, "subject", d.Subject,
+		"attempts", d.Attempt, "reason", reason, "err", cause)
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
+}

@@ -1,0 +1,66 @@
+package bus
+
+import (
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+)
+
+var (
+	published = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "switchboard_bus_published_total",
+		Help: "Messages published to JetStream, by subject and result.",
+	}, []string{"subject", "result"})
+	publishSeconds = promauto.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "switchboard_bus_publish_seconds",
+		Help:    "Time to a JetStream publish acknowledgement.",
+		Buckets: prometheus.ExponentialBuckets(0.0002, 2, 14),
+	}, []string{"subject"})
+	duplicates = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "switchboard_bus_duplicates_total",
+		Help: "Publishes JetStream recognised as duplicates by Nats-Msg-Id.",
+	}, []string{"subject"})
+	handled = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "switchboard_bus_handled_total",
+		Help: "Messages handled by consumers, by outcome (ack, nak, term).",
+	}, []string{"consumer", "outcome"})
+	handleSeconds = promauto.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "switchboard_bus_handle_seconds",
+		Help:    "Time a consumer's handler took.",
+		Buckets: prometheus.ExponentialBuckets(0.0002, 2, 18),
+	}, []string{"consumer"})
+	redeliveries = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "switchboard_bus_redeliveries_total",
+		Help: "Messages received more than once by a consumer.",
+	}, []string{"consumer"})
+	terminated = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "switchboard_bus_terminated_total",
+		Help: "Messages a consumer gave up on and dead-lettered, by reason.",
+	}, []string{"consumer", "reason"})
+	advisories = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "switchboard_bus_advisories_total",
+		Help: "JetStream advisories seen (max deliveries, terminated).",
+	}, []string{"kind", "stream", "consumer"})
+)
+
+// subjectLabel strips the prefix and the partition so label cardinality
+// stays bounded.
+func subjectLabel(t Topology, subject string) string {
+	if t.Prefix != "" {
+		subject = strings.TrimPrefix(subject, t.Prefix+".")
+	}
+	for _, s := range []string{SubjectInbound, SubjectReplies, SubjectControl, SubjectDeadLetter} {
+		if strings.HasPrefix(subject, s+".") {
+			return s
+		}
+	}
+	return subject
+}
+
+func resultLabel(err error) string {
+	if err != nil {
+		return "error"
+	}
+	return "ok"
+}
