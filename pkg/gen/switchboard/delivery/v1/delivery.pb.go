@@ -31,6 +31,9 @@ const (
 	SendOp_SEND_OP_EDIT        SendOp = 2
 	SendOp_SEND_OP_DELETE      SendOp = 3
 	SendOp_SEND_OP_TYPING      SendOp = 4
+	// A piece of streamed text for platforms that stream natively (the API
+	// gateway's SSE): append text; no platform message is created or edited.
+	SendOp_SEND_OP_STREAM_DELTA SendOp = 5
 )
 
 // Enum value maps for SendOp.
@@ -41,13 +44,15 @@ var (
 		2: "SEND_OP_EDIT",
 		3: "SEND_OP_DELETE",
 		4: "SEND_OP_TYPING",
+		5: "SEND_OP_STREAM_DELTA",
 	}
 	SendOp_value = map[string]int32{
-		"SEND_OP_UNSPECIFIED": 0,
-		"SEND_OP_SEND":        1,
-		"SEND_OP_EDIT":        2,
-		"SEND_OP_DELETE":      3,
-		"SEND_OP_TYPING":      4,
+		"SEND_OP_UNSPECIFIED":  0,
+		"SEND_OP_SEND":         1,
+		"SEND_OP_EDIT":         2,
+		"SEND_OP_DELETE":       3,
+		"SEND_OP_TYPING":       4,
+		"SEND_OP_STREAM_DELTA": 5,
 	}
 )
 
@@ -344,9 +349,12 @@ type SendRequested struct {
 	TurnId     string `protobuf:"bytes,10,opt,name=turn_id,json=turnId,proto3" json:"turn_id,omitempty"`
 	SessionKey string `protobuf:"bytes,11,opt,name=session_key,json=sessionKey,proto3" json:"session_key,omitempty"`
 	// True for the last message of a turn's reply.
-	Final         bool `protobuf:"varint,12,opt,name=final,proto3" json:"final,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Final bool `protobuf:"varint,12,opt,name=final,proto3" json:"final,omitempty"`
+	// Platform message ids of the user messages this answers (the API
+	// gateway matches replies to waiting HTTP requests with them).
+	InputMessageIds []string `protobuf:"bytes,13,rep,name=input_message_ids,json=inputMessageIds,proto3" json:"input_message_ids,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *SendRequested) Reset() {
@@ -461,6 +469,13 @@ func (x *SendRequested) GetFinal() bool {
 		return x.Final
 	}
 	return false
+}
+
+func (x *SendRequested) GetInputMessageIds() []string {
+	if x != nil {
+		return x.InputMessageIds
+	}
+	return nil
 }
 
 // SendReceipt answers a SendRequested.
@@ -832,7 +847,7 @@ const file_switchboard_delivery_v1_delivery_proto_rawDesc = "" +
 	"\aaccount\x18\x02 \x01(\tR\aaccount\x12\x17\n" +
 	"\achat_id\x18\x03 \x01(\tR\x06chatId\x12\x1b\n" +
 	"\tthread_id\x18\x04 \x01(\tR\bthreadId\x12-\n" +
-	"\x13reply_to_message_id\x18\x05 \x01(\tR\x10replyToMessageId\"\xe9\x03\n" +
+	"\x13reply_to_message_id\x18\x05 \x01(\tR\x10replyToMessageId\"\x95\x04\n" +
 	"\rSendRequested\x12'\n" +
 	"\x0fidempotency_key\x18\x01 \x01(\tR\x0eidempotencyKey\x12/\n" +
 	"\x02op\x18\x02 \x01(\x0e2\x1f.switchboard.delivery.v1.SendOpR\x02op\x127\n" +
@@ -850,7 +865,8 @@ const file_switchboard_delivery_v1_delivery_proto_rawDesc = "" +
 	" \x01(\tR\x06turnId\x12\x1f\n" +
 	"\vsession_key\x18\v \x01(\tR\n" +
 	"sessionKey\x12\x14\n" +
-	"\x05final\x18\f \x01(\bR\x05final\"\xcb\x02\n" +
+	"\x05final\x18\f \x01(\bR\x05final\x12*\n" +
+	"\x11input_message_ids\x18\r \x03(\tR\x0finputMessageIds\"\xcb\x02\n" +
 	"\vSendReceipt\x12'\n" +
 	"\x0fidempotency_key\x18\x01 \x01(\tR\x0eidempotencyKey\x12\x0e\n" +
 	"\x02ok\x18\x02 \x01(\bR\x02ok\x12.\n" +
@@ -886,13 +902,14 @@ const file_switchboard_delivery_v1_delivery_proto_rawDesc = "" +
 	"\n" +
 	"updated_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x12\x17\n" +
 	"\aturn_id\x18\n" +
-	" \x01(\tR\x06turnId*m\n" +
+	" \x01(\tR\x06turnId*\x87\x01\n" +
 	"\x06SendOp\x12\x17\n" +
 	"\x13SEND_OP_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fSEND_OP_SEND\x10\x01\x12\x10\n" +
 	"\fSEND_OP_EDIT\x10\x02\x12\x12\n" +
 	"\x0eSEND_OP_DELETE\x10\x03\x12\x12\n" +
-	"\x0eSEND_OP_TYPING\x10\x04*Z\n" +
+	"\x0eSEND_OP_TYPING\x10\x04\x12\x18\n" +
+	"\x14SEND_OP_STREAM_DELTA\x10\x05*Z\n" +
 	"\n" +
 	"TextFormat\x12\x1b\n" +
 	"\x17TEXT_FORMAT_UNSPECIFIED\x10\x00\x12\x18\n" +

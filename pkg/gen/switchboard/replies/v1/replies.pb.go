@@ -93,6 +93,8 @@ type ReplyEvent struct {
 	Seq       int64                  `protobuf:"varint,4,opt,name=seq,proto3" json:"seq,omitempty"`
 	Target    *v1.Target             `protobuf:"bytes,5,opt,name=target,proto3" json:"target,omitempty"`
 	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	// Platform message ids of the user messages the turn answers.
+	InputMessageIds []string `protobuf:"bytes,7,rep,name=input_message_ids,json=inputMessageIds,proto3" json:"input_message_ids,omitempty"`
 	// Types that are valid to be assigned to Body:
 	//
 	//	*ReplyEvent_TextDelta
@@ -175,6 +177,13 @@ func (x *ReplyEvent) GetTarget() *v1.Target {
 func (x *ReplyEvent) GetCreatedAt() *timestamppb.Timestamp {
 	if x != nil {
 		return x.CreatedAt
+	}
+	return nil
+}
+
+func (x *ReplyEvent) GetInputMessageIds() []string {
+	if x != nil {
+		return x.InputMessageIds
 	}
 	return nil
 }
@@ -663,7 +672,7 @@ var File_switchboard_replies_v1_replies_proto protoreflect.FileDescriptor
 
 const file_switchboard_replies_v1_replies_proto_rawDesc = "" +
 	"\n" +
-	"$switchboard/replies/v1/replies.proto\x12\x16switchboard.replies.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a&switchboard/delivery/v1/delivery.proto\x1a\"switchboard/events/v1/events.proto\"\xb0\x05\n" +
+	"$switchboard/replies/v1/replies.proto\x12\x16switchboard.replies.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a&switchboard/delivery/v1/delivery.proto\x1a\"switchboard/events/v1/events.proto\"\xdc\x05\n" +
 	"\n" +
 	"ReplyEvent\x12\x17\n" +
 	"\aturn_id\x18\x01 \x01(\tR\x06turnId\x12\x1f\n" +
@@ -675,7 +684,8 @@ const file_switchboard_replies_v1_replies_proto_rawDesc = "" +
 	"\x03seq\x18\x04 \x01(\x03R\x03seq\x127\n" +
 	"\x06target\x18\x05 \x01(\v2\x1f.switchboard.delivery.v1.TargetR\x06target\x129\n" +
 	"\n" +
-	"created_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12B\n" +
+	"created_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12*\n" +
+	"\x11input_message_ids\x18\a \x03(\tR\x0finputMessageIds\x12B\n" +
 	"\n" +
 	"text_delta\x18\n" +
 	" \x01(\v2!.switchboard.replies.v1.TextDeltaH\x00R\ttextDelta\x12K\n" +

@@ -1,0 +1,241 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/switchboard-chat/switchboard/pkg/bus"
+	"github.com/switchboard-chat/switchboard/pkg/pg"
+	"github.com/switchboard-chat/switchboard/pkg/redisx"
+	"github.com/switchboard-chat/switchboard/pkg/telemetry"
+)
+
+// app holds what one process shares between the services it runs: config,
+// logger, health, and the clients, opened on first use and closed in
+// reverse order.
+type app struct {
+	name   string
+	cfg    *Config
+	log    *slog.Logger
+	health *telemetry.Health
+
+	mu        sync.Mutex
+	closers   []func()
+	endpoints [][2]string
+	bus     *bus.Bus
+	db      *pgxpool.Pool
+	rdb     *redis.Client
+}
+
+func newApp(name string, cfg *Config) *app {
+	return &app{
+		name:   name,
+		cfg:    cfg,
+		log:    telemetry.NewLogger(cfg.Log, os.Stderr).With("process", name),
+		health: telemetry.NewHealth(),
+	}
+}
+
+func (a *app) onClose(f func()) { a.closers = append(a.closers, f) }
+
+// announce records an endpoint a person can use; dev prints them.
+func (a *app) announce(label, url string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.endpoints = append(a.endpoints, [2]string{label, url})
+}
+
+// close releases clients in reverse order of opening.
+func (a *app) close() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for i := len(a.closers) - 1; i >= 0; i-- {
+		a.closers[i]()
+	}
+	a.closers = nil
+}
+
+func (a *app) topology() bus.Topology {
+	return bus.Topology{
+		Prefix:       a.cfg.NATS.Prefix,
+		Replicas:     a.cfg.NATS.Replicas,
+		DedupeWindow: a.cfg.NATS.DedupeWindow,
+		Retention:    a.cfg.NATS.Retention,
+	}
+}
+
+// Bus connects to NATS and makes sure every stream exists.
+func (a *app) Bus(ctx context.Context) (*bus.Bus, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.bus != nil {
+		return a.bus, nil
+	}
+	b, err := bus.Connect(a.cfg.NATS.URL, "switchboard-"+a.name, a.topology(), a.log)
+	if err != nil {
+		return nil, err
+	}
+	if err := b.EnsureStreams(ctx); err != nil {
+		_ = b.Close()
+		return nil, err
+	}
+	a.bus = b
+	a.health.Add("nats", b.Ready)
+	a.onClose(func() {
+		if err := b.Close(); err != nil {
+			a.log.Warn("close nats", "err", err)
+		}
+	})
+	return b, nil
+}
+
+// DB opens the Postgres pool.
+func (a *app) DB(ctx context.Context) (*pgxpool.Pool, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.db != nil {
+		return a.db, nil
+	}
+	db, err := pg.Open(ctx, a.cfg.Postgres.URL)
+	if err != nil {
+		return nil, err
+	}
+	a.db = db
+	a.health.Add("postgres", db.Ping)
+	a.onClose(db.Close)
+	return db, nil
+}
+
+// Redis opens the Redis client.
+func (a *app) Redis(ctx context.Context) (*redis.Client, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.rdb != nil {
+		return a.rdb, nil
+	}
+	rdb, err := redisx.Open(ctx, a.cfg.Redis.URL)
+	if err != nil {
+		return nil, err
+	}
+	a.rdb = rdb
+	a.health.Add("redis", func(ctx context.Context) error { return rdb.Ping(ctx).Err() })
+	a.onClose(func() { _ = rdb.Close() })
+	return rdb, nil
+}
+
+// service is one long-running part a process can run.
+type service struct {
+	name string
+	// start builds the service from the app's config and clients and
+	// returns its Run.
+	start func(ctx context.Context, a *app) (run func(context.Context) error, err error)
+}
+
+// services are registered by the files that wire them; devServices lists,
+// in start order, the ones `switchboard dev` runs.
+var (
+	services    = map[string]service{}
+	devServices []string
+)
+
+func registerService(s service, inDev bool) {
+	services[s.name] = s
+	if inDev {
+		devServices = append(devServices, s.name)
+	}
+}
+
+// runServices starts the named services and the operations server, runs
+// them until ctx ends (SIGTERM), then drains: readiness fails first, the
+// services finish or hand back their work, and clients close.
+func (a *app) runServices(ctx context.Context, opsAddr string, names []string, ready func(ops string)) error {
+	defer a.close()
+	shutdownTracing, err := telemetry.SetupTracing(ctx, telemetry.TraceConfig{Service: "switchboard-" + a.name, Version: version})
+	if err != nil {
+		return err
+	}
+	defer func() { _ = shutdownTracing(context.Background()) }()
+
+	if opsAddr == "" {
+		opsAddr = a.cfg.Ops.Addr
+	}
+	ops := telemetry.NewServer(opsAddr, a.health, a.cfg.Ops.Pprof, a.log)
+	if err := ops.Listen(); err != nil {
+		return err
+	}
+	runs := make([]func(context.Context) error, 0, len(names))
+	for _, n := range names {
+		s, ok := services[n]
+		if !ok {
+			return fmt.Errorf("no service %q in this build", n)
+		}
+		run, err := s.start(ctx, a)
+		if err != nil {
+			return fmt.Errorf("start %s: %w", n, err)
+		}
+		runs = append(runs, run)
+	}
+	if a.bus != nil {
+		b := a.bus
+		runs = append(runs, b.WatchAdvisories)
+	}
+
+	g, gctx := errgroup.WithContext(ctx)
+	opsCtx, stopOps := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopOps()
+	opsDone := make(chan error, 1)
+	go func() { opsDone <- ops.Run(opsCtx) }()
+	for i, run := range runs {
+		g.Go(func() error {
+			if err := run(gctx); err != nil {
+				if i < len(names) {
+					return fmt.Errorf("%s: %w", names[i], err)
+				}
+				return err
+			}
+			return nil
+		})
+	}
+	go func() {
+		<-gctx.Done()
+		a.health.SetDraining()
+	}()
+	if ready != nil {
+		ready(ops.Addr())
+	}
+	a.log.Info("started", "services", names, "ops", ops.Addr(), "version", version)
+	err = g.Wait()
+	a.health.SetDraining()
+	stopOps()
+	<-opsDone
+	if err != nil {
+		return err
+	}
+	a.log.Info("stopped")
+	return nil
+}
+
+// runServiceCommand is the body of `switchboard <service>` commands.
+func runServiceCommand(ctx context.Context, name string, args []string, names ...string) error {
+	var cf commonFlags
+	fs := newFlagSet(name, &cf)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	cfg, warnings, err := loadConfig(cf.configPath)
+	if err != nil {
+		return err
+	}
+	a := newApp(name, cfg)
+	for _, w := range warnings {
+		a.log.Warn(w.String())
+	}
+	return a.runServices(ctx, cf.opsAddr, names, nil)
+}

@@ -1,0 +1,114 @@
+package main
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/switchboard-chat/switchboard/pkg/config"
+	"github.com/switchboard-chat/switchboard/pkg/pg"
+	"github.com/switchboard-chat/switchboard/pkg/redisx"
+	"github.com/switchboard-chat/switchboard/pkg/telemetry"
+)
+
+// Config is the one configuration file every service reads; each service
+// takes its own section. Defaults are in defaultConfig; environment
+// variables override the file (see envAliases and config.EnvPrefix).
+type Config struct {
+	NATS     NATSConfig          `koanf:"nats"`
+	Postgres PostgresConfig      `koanf:"postgres"`
+	Redis    RedisConfig         `koanf:"redis"`
+	Log      telemetry.LogConfig `koanf:"log"`
+	Ops      OpsConfig           `koanf:"ops"`
+	Dev      DevConfig           `koanf:"dev"`
+}
+
+// NATSConfig locates the bus.
+type NATSConfig struct {
+	URL string `koanf:"url"`
+	// Prefix isolates deployments sharing one NATS server.
+	Prefix string `koanf:"prefix"`
+	// Replicas per stream: 1 on one node, 3 in a cluster.
+	Replicas int `koanf:"replicas"`
+	// DedupeWindow is how long JetStream remembers message ids.
+	DedupeWindow time.Duration `koanf:"dedupe_window"`
+	// Retention bounds how long events stay on the bus.
+	Retention time.Duration `koanf:"retention"`
+}
+
+// PostgresConfig locates the database.
+type PostgresConfig struct {
+	URL string `koanf:"url"`
+}
+
+// RedisConfig locates Redis.
+type RedisConfig struct {
+	URL string `koanf:"url"`
+	// Prefix namespaces every key.
+	Prefix string `koanf:"prefix"`
+}
+
+// OpsConfig is the operations endpoint of each process.
+type OpsConfig struct {
+	// Addr serves /metrics, /healthz and /readyz.
+	Addr string `koanf:"addr"`
+	// Pprof exposes /debug/pprof on the same address.
+	Pprof bool `koanf:"pprof"`
+}
+
+// DevConfig applies to `switchboard dev` only.
+type DevConfig struct {
+	// NATSPort of the embedded server (-1 picks a free port).
+	NATSPort int `koanf:"nats_port"`
+	// NATSStoreDir keeps JetStream data between runs; empty uses a
+	// temporary directory.
+	NATSStoreDir string `koanf:"nats_store_dir"`
+}
+
+func defaultConfig() *Config {
+	return &Config{
+		NATS:     NATSConfig{URL: "nats://127.0.0.1:4222", Replicas: 1, DedupeWindow: 10 * time.Minute, Retention: 24 * time.Hour},
+		Postgres: PostgresConfig{URL: pg.DefaultURL},
+		Redis:    RedisConfig{URL: redisx.DefaultURL, Prefix: "sb:"},
+		Log:      telemetry.LogConfig{Level: "info", Format: "json"},
+		Ops:      OpsConfig{Addr: ":9090"},
+		Dev:      DevConfig{NATSPort: 14222, NATSStoreDir: ".switchboard/nats"},
+	}
+}
+
+// envAliases maps conventional environment variables to config keys.
+var envAliases = map[string]string{
+	"NATS_URL":     "nats.url",
+	"DATABASE_URL": "postgres.url",
+	"REDIS_URL":    "redis.url",
+	"LOG_LEVEL":    "log.level",
+}
+
+// Validate checks values that would otherwise fail later and obscurely.
+func (c *Config) Validate() error {
+	if c.NATS.Replicas < 1 || c.NATS.Replicas > 5 {
+		return config.Invalid("nats.replicas", c.NATS.Replicas, "1 to 5")
+	}
+	switch c.Log.Level {
+	case "debug", "info", "warn", "error":
+	default:
+		return config.Invalid("log.level", c.Log.Level, "debug, info, warn or error")
+	}
+	switch c.Log.Format {
+	case "json", "text":
+	default:
+		return config.Invalid("log.format", c.Log.Format, "json or text")
+	}
+	if c.NATS.DedupeWindow < time.Second {
+		return config.Invalid("nats.dedupe_window", c.NATS.DedupeWindow, "at least 1s")
+	}
+	return nil
+}
+
+func loadConfig(path string) (*Config, []config.Warning, error) {
+	cfg := defaultConfig()
+	warnings, err := config.Load(config.Options{Path: path, Aliases: envAliases}, cfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("load config: %w", err)
+	}
+	return cfg, warnings, nil
+}

@@ -1,0 +1,104 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"os"
+	"strings"
+
+	"github.com/switchboard-chat/switchboard/pkg/natsd"
+	"github.com/switchboard-chat/switchboard/pkg/pg"
+)
+
+func init() {
+	register(command{name: "dev", summary: "run every service in one process with an embedded NATS server", run: runDev})
+}
+
+// runDev is the laptop mode: an embedded NATS server, the local Postgres
+// (database created and migrated on first run) and Redis, and every
+// service in this one process.
+func runDev(ctx context.Context, args []string) error {
+	var cf commonFlags
+	fs := newFlagSet("dev", &cf)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	cfg, warnings, err := loadConfig(cf.configPath)
+	if err != nil {
+		return err
+	}
+	if cfg.Dev.NATSStoreDir != "" {
+		if err := os.MkdirAll(cfg.Dev.NATSStoreDir, 0o755); err != nil {
+			return fmt.Errorf("nats store dir: %w", err)
+		}
+	}
+	srv, err := natsd.Start(natsd.Config{Port: cfg.Dev.NATSPort, StoreDir: cfg.Dev.NATSStoreDir})
+	if err != nil {
+		return err
+	}
+	defer srv.Shutdown()
+	cfg.NATS.URL = srv.ClientURL()
+
+	a := newApp("dev", cfg)
+	for _, w := range warnings {
+		a.log.Warn(w.String())
+	}
+	if err := pg.EnsureDatabase(ctx, cfg.Postgres.URL); err != nil {
+		return err
+	}
+	db, err := a.DB(ctx)
+	if err != nil {
+		a.close()
+		return err
+	}
+	if err := pg.Migrate(ctx, db, a.log); err != nil {
+		a.close()
+		return err
+	}
+	if _, err := a.Redis(ctx); err != nil {
+		a.close()
+		return err
+	}
+	if _, err := a.Bus(ctx); err != nil {
+		a.close()
+		return err
+	}
+	return a.runServices(ctx, cf.opsAddr, devServices, func(ops string) {
+		var b strings.Builder
+		fmt.Fprintf(&b, "\nSwitchboard dev is running (services: %s)\n", strings.Join(devServicesOrNone(), ", "))
+		fmt.Fprintf(&b, "  NATS (embedded)  %s\n", cfg.NATS.URL)
+		fmt.Fprintf(&b, "  Postgres         %s\n", redact(cfg.Postgres.URL))
+		fmt.Fprintf(&b, "  Redis            %s\n", redact(cfg.Redis.URL))
+		fmt.Fprintf(&b, "  Readiness        http://%s/readyz\n", hostPort(ops))
+		for _, e := range a.endpoints {
+			fmt.Fprintf(&b, "  %-16s %s\n", e[0], e[1])
+		}
+		b.WriteString("Press Ctrl-C to stop.\n\n")
+		fmt.Print(b.String())
+	})
+}
+
+func devServicesOrNone() []string {
+	if len(devServices) == 0 {
+		return []string{"none yet"}
+	}
+	return devServices
+}
+
+// redact hides the password in a URL.
+func redact(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparsable url)"
+	}
+	return u.Redacted()
+}
+
+// hostPort turns ":9090" into "127.0.0.1:9090" for printing.
+func hostPort(addr string) string {
+	if strings.HasPrefix(addr, ":") || strings.HasPrefix(addr, "[::]:") || strings.HasPrefix(addr, "0.0.0.0:") {
+		return "127.0.0.1:" + addr[strings.LastIndex(addr, ":")+1:]
+	}
+	return addr
+}

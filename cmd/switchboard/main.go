@@ -1,0 +1,26 @@
+// Command switchboard runs any Switchboard service, or all of them in one
+// process for a laptop (`switchboard dev`).
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	err := dispatch(ctx, os.Args[1:])
+	stop()
+	if errors.Is(err, errUsage) {
+		os.Exit(2)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "switchboard:", err)
+		os.Exit(1)
+	}
+}

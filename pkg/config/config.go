@@ -1,0 +1,258 @@
+// Package config loads Switchboard's one YAML file (shared by every
+// service) with environment overrides into a typed struct, warns about
+// unknown or misplaced keys naming the nearest valid path, and stops on
+// invalid values with a clear message.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"reflect"
+	"sort"
+	"strings"
+
+	"github.com/go-viper/mapstructure/v2"
+	"github.com/knadh/koanf/parsers/yaml"
+	"github.com/knadh/koanf/providers/confmap"
+	"github.com/knadh/koanf/providers/file"
+	"github.com/knadh/koanf/v2"
+)
+
+// EnvPrefix marks environment variables that override config keys:
+// SWITCHBOARD_ROUTER__BUSY_MODE=queue sets router.busy_mode ("__" nests).
+const EnvPrefix = "SWITCHBOARD_"
+
+// Warning is a non-fatal finding about the config, such as an unknown key.
+type Warning struct {
+	Key        string
+	Source     string
+	Suggestion string
+}
+
+func (w Warning) String() string {
+	s := fmt.Sprintf("unknown config key %q (from %s)", w.Key, w.Source)
+	if w.Suggestion != "" {
+		s += fmt.Sprintf("; did you mean %q?", w.Suggestion)
+	}
+	return s
+}
+
+// Validator is implemented by config structs that check their values.
+type Validator interface{ Validate() error }
+
+// Options says where config comes from besides the struct's defaults.
+type Options struct {
+	// Path of the YAML file; empty means defaults and environment only.
+	Path string
+	// Environ is the environment as KEY=VALUE strings; nil uses os.Environ.
+	Environ []string
+	// Aliases maps well-known environment variables to config keys, e.g.
+	// NATS_URL → nats.url, TELEGRAM_BOT_TOKEN → gateways.telegram.token.
+	// They apply before SWITCHBOARD_ variables, which win.
+	Aliases map[string]string
+}
+
+// Load fills out (a pointer to a struct with koanf tags, already holding
+// the defaults) from the file and the environment. Unknown keys produce
+// warnings; values of the wrong type and a failed Validate are errors.
+func Load(opts Options, out any) ([]Warning, error) {
+	k := koanf.New(".")
+	known := KnownKeys(out)
+	var warnings []Warning
+
+	if opts.Path != "" {
+		if err := k.Load(file.Provider(opts.Path), yaml.Parser()); err != nil {
+			return nil, fmt.Errorf("read config %s: %w", opts.Path, err)
+		}
+		for _, key := range k.Keys() {
+			if !known.Has(key) {
+				warnings = append(warnings, Warning{Key: key, Source: opts.Path, Suggestion: known.Nearest(key)})
+			}
+		}
+	}
+
+	environ := opts.Environ
+	if environ == nil {
+		environ = os.Environ()
+	}
+	aliased := map[string]any{}
+	prefixed := map[string]any{}
+	for _, kv := range environ {
+		name, value, ok := strings.Cut(kv, "=")
+		if !ok {
+			continue
+		}
+		if key, ok := opts.Aliases[name]; ok && value != "" {
+			aliased[key] = value
+		}
+		if rest, ok := strings.CutPrefix(name, EnvPrefix); ok && rest != "" && rest != "CONFIG" {
+			key := strings.ToLower(strings.ReplaceAll(rest, "__", "."))
+			if !known.Has(key) {
+				warnings = append(warnings, Warning{Key: key, Source: "$" + name, Suggestion: known.Nearest(key)})
+				continue
+			}
+			prefixed[key] = value
+		}
+	}
+	for _, m := range []map[string]any{aliased, prefixed} {
+		if err := k.Load(confmap.Provider(m, "."), nil); err != nil {
+			return nil, fmt.Errorf("apply environment: %w", err)
+		}
+	}
+
+	dec := koanf.UnmarshalConf{
+		Tag: "koanf",
+		DecoderConfig: &mapstructure.DecoderConfig{
+			TagName:          "koanf",
+			Result:           out,
+			WeaklyTypedInput: true,
+			DecodeHook: mapstructure.ComposeDecodeHookFunc(
+				mapstructure.StringToTimeDurationHookFunc(),
+				mapstructure.StringToSliceHookFunc(","),
+				mapstructure.TextUnmarshallerHookFunc(),
+			),
+		},
+	}
+	if err := k.UnmarshalWithConf("", out, dec); err != nil {
+		return warnings, fmt.Errorf("invalid config: %w", err)
+	}
+	if v, ok := out.(Validator); ok {
+		if err := v.Validate(); err != nil {
+			return warnings, fmt.Errorf("invalid config: %w", err)
+		}
+	}
+	sort.Slice(warnings, func(i, j int) bool { return warnings[i].Key < warnings[j].Key })
+	return warnings, nil
+}
+
+// Keys is the set of valid key paths of a config struct.
+type Keys struct {
+	leaves []string
+	// open are paths of maps: any key below them is valid.
+	open []string
+}
+
+// KnownKeys lists the key paths of the struct out points to.
+func KnownKeys(out any) Keys {
+	var ks Keys
+	walk(reflect.TypeOf(out), "", &ks)
+	sort.Strings(ks.leaves)
+	return ks
+}
+
+func walk(t reflect.Type, prefix string, ks *Keys) {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.Struct:
+		if prefix != "" && t.Implements(reflect.TypeFor[interface{ UnmarshalText([]byte) error }]()) {
+			ks.leaves = append(ks.leaves, prefix)
+			return
+		}
+		if prefix != "" && reflect.PointerTo(t).Implements(reflect.TypeFor[interface{ UnmarshalText([]byte) error }]()) {
+			ks.leaves = append(ks.leaves, prefix)
+			return
+		}
+		for i := range t.NumField() {
+			f := t.Field(i)
+			if !f.IsExported() {
+				continue
+			}
+			tag := strings.Split(f.Tag.Get("koanf"), ",")[0]
+			if tag == "-" {
+				continue
+			}
+			if tag == "" {
+				if f.Anonymous {
+					walk(f.Type, prefix, ks)
+				}
+				continue
+			}
+			walk(f.Type, join(prefix, tag), ks)
+		}
+	case reflect.Map:
+		ks.open = append(ks.open, prefix)
+	default:
+		ks.leaves = append(ks.leaves, prefix)
+	}
+}
+
+func join(prefix, name string) string {
+	if prefix == "" {
+		return name
+	}
+	return prefix + "." + name
+}
+
+// Has reports whether key is a valid path.
+func (ks Keys) Has(key string) bool {
+	i := sort.SearchStrings(ks.leaves, key)
+	if i < len(ks.leaves) && ks.leaves[i] == key {
+		return true
+	}
+	for _, o := range ks.open {
+		if key == o || strings.HasPrefix(key, o+".") {
+			return true
+		}
+	}
+	return false
+}
+
+// Nearest returns the valid path closest to key, or "" when none is close.
+// Flattened keys (session_reset_mode) and keys at the wrong level (mode)
+// both find session_reset.mode.
+func (ks Keys) Nearest(key string) string {
+	norm := func(s string) string { return strings.NewReplacer(".", "", "_", "", "-", "").Replace(strings.ToLower(s)) }
+	last := func(s string) string { return s[strings.LastIndex(s, ".")+1:] }
+	best, bestScore := "", 1<<30
+	nk, lk := norm(key), last(key)
+	for _, cand := range append(append([]string{}, ks.leaves...), ks.open...) {
+		score := levenshtein(nk, norm(cand))
+		if lk == last(cand) && score > 1 {
+			// The right name at the wrong place.
+			score = 1
+		}
+		if score < bestScore || (score == bestScore && cand < best) {
+			best, bestScore = cand, score
+		}
+	}
+	limit := len(nk) / 3
+	if limit < 2 {
+		limit = 2
+	}
+	if bestScore > limit {
+		return ""
+	}
+	return best
+}
+
+func levenshtein(a, b string) int {
+	ra, rb := []rune(a), []rune(b)
+	prev := make([]int, len(rb)+1)
+	cur := make([]int, len(rb)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(ra); i++ {
+		cur[0] = i
+		for j := 1; j <= len(rb); j++ {
+			cost := 1
+			if ra[i-1] == rb[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(rb)]
+}
+
+// ErrInvalid is wrapped by validation errors of config structs.
+var ErrInvalid = errors.New("invalid value")
+
+// Invalid builds a validation error naming the key and the accepted values.
+func Invalid(key string, value any, want string) error {
+	return fmt.Errorf("%w for %s: %v (want %s)", ErrInvalid, key, value, want)
+}

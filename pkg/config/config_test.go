@@ -1,0 +1,164 @@
+package config_test
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/switchboard-chat/switchboard/pkg/config"
+)
+
+type resetCfg struct {
+	Mode        string `koanf:"mode"`
+	IdleMinutes int    `koanf:"idle_minutes"`
+}
+
+type testCfg struct {
+	NATS struct {
+		URL string `koanf:"url"`
+	} `koanf:"nats"`
+	SessionReset resetCfg          `koanf:"session_reset"`
+	Timeout      time.Duration     `koanf:"timeout"`
+	Allowed      []string          `koanf:"allowed"`
+	Platforms    map[string]string `koanf:"platforms"`
+}
+
+func (c *testCfg) Validate() error {
+	switch c.SessionReset.Mode {
+	case "none", "idle", "daily", "both":
+		return nil
+	}
+	return config.Invalid("session_reset.mode", c.SessionReset.Mode, "none, idle, daily or both")
+}
+
+func defaults() *testCfg {
+	c := &testCfg{Timeout: time.Second}
+	c.NATS.URL = "nats://default"
+	c.SessionReset.Mode = "none"
+	return c
+}
+
+func writeFile(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "switchboard.yaml")
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestLoad(t *testing.T) {
+	tests := []struct {
+		name      string
+		yaml      string
+		env       []string
+		want      func(*testCfg)
+		warnings  []string // "key→suggestion"
+		errSubstr string
+	}{
+		{name: "defaults only", want: func(*testCfg) {}},
+		{
+			name: "file values",
+			yaml: "nats:\n  url: nats://file\nsession_reset:\n  mode: idle\n  idle_minutes: 30\ntimeout: 3s\nallowed: [a, b]\nplatforms:\n  telegram: x\n",
+			want: func(c *testCfg) {
+				c.NATS.URL = "nats://file"
+				c.SessionReset = resetCfg{Mode: "idle", IdleMinutes: 30}
+				c.Timeout = 3 * time.Second
+				c.Allowed = []string{"a", "b"}
+				c.Platforms = map[string]string{"telegram": "x"}
+			},
+		},
+		{
+			name:     "flattened nested key is reported with its real path",
+			yaml:     "session_reset_mode: idle\n",
+			want:     func(*testCfg) {},
+			warnings: []string{"session_reset_mode→session_reset.mode"},
+		},
+		{
+			name:     "key at the wrong level",
+			yaml:     "idle_minutes: 5\n",
+			want:     func(*testCfg) {},
+			warnings: []string{"idle_minutes→session_reset.idle_minutes"},
+		},
+		{
+			name:     "typo",
+			yaml:     "nats:\n  ulr: x\n",
+			want:     func(*testCfg) {},
+			warnings: []string{"nats.ulr→nats.url"},
+		},
+		{
+			name:     "nothing close",
+			yaml:     "completely_unrelated_setting: 1\n",
+			want:     func(*testCfg) {},
+			warnings: []string{"completely_unrelated_setting→"},
+		},
+		{
+			name: "environment overrides file; aliases apply, prefixed wins",
+			yaml: "nats:\n  url: nats://file\n",
+			env:  []string{"NATS_URL=nats://alias", "SWITCHBOARD_SESSION_RESET__IDLE_MINUTES=7", "SWITCHBOARD_ALLOWED=x,y"},
+			want: func(c *testCfg) {
+				c.NATS.URL = "nats://alias"
+				c.SessionReset.IdleMinutes = 7
+				c.Allowed = []string{"x", "y"}
+			},
+		},
+		{
+			name:     "unknown prefixed environment variable",
+			env:      []string{"SWITCHBOARD_NATS__URLL=x"},
+			want:     func(*testCfg) {},
+			warnings: []string{"nats.urll→nats.url"},
+		},
+		{name: "wrong type stops startup", yaml: "session_reset:\n  idle_minutes: soon\n", errSubstr: "idle_minutes"},
+		{name: "bad duration stops startup", yaml: "timeout: forever\n", errSubstr: "timeout"},
+		{name: "invalid value stops startup", yaml: "session_reset:\n  mode: weekly\n", errSubstr: "session_reset.mode: weekly (want none, idle, daily or both)"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			opts := config.Options{Environ: append([]string{}, tc.env...), Aliases: map[string]string{"NATS_URL": "nats.url"}}
+			if tc.yaml != "" {
+				opts.Path = writeFile(t, tc.yaml)
+			}
+			got := defaults()
+			warns, err := config.Load(opts, got)
+			if tc.errSubstr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.errSubstr) {
+					t.Fatalf("err = %v, want it to mention %q", err, tc.errSubstr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := defaults()
+			tc.want(want)
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("config = %+v\nwant     %+v", got, want)
+			}
+			var gotWarn []string
+			for _, w := range warns {
+				gotWarn = append(gotWarn, w.Key+"→"+w.Suggestion)
+			}
+			if !reflect.DeepEqual(gotWarn, tc.warnings) {
+				t.Errorf("warnings = %q, want %q", gotWarn, tc.warnings)
+			}
+		})
+	}
+}
+
+func TestInvalidWrapsSentinel(t *testing.T) {
+	_, err := config.Load(config.Options{Environ: []string{"SWITCHBOARD_SESSION_RESET__MODE=x"}}, defaults())
+	if !errors.Is(err, config.ErrInvalid) {
+		t.Fatalf("err = %v, want ErrInvalid", err)
+	}
+}
+
+func TestMissingFileIsAnError(t *testing.T) {
+	_, err := config.Load(config.Options{Path: "/nonexistent/switchboard.yaml", Environ: []string{}}, defaults())
+	if err == nil || !strings.Contains(err.Error(), "/nonexistent/switchboard.yaml") {
+		t.Fatalf("err = %v", err)
+	}
+}

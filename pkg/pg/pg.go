@@ -1,0 +1,128 @@
+// Package pg opens Switchboard's Postgres pool and applies the schema
+// migrations embedded in the binary.
+package pg
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pressly/goose/v3"
+	"github.com/pressly/goose/v3/lock"
+)
+
+// DefaultURL is used when no database URL is configured.
+const DefaultURL = "postgres://postgres@127.0.0.1:5432/switchboard?sslmode=disable"
+
+//go:embed migrations/*.sql
+var migrations embed.FS
+
+// Open connects a pool and checks the server answers.
+func Open(ctx context.Context, url string) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("parse postgres url: %w", err)
+	}
+	return OpenConfig(ctx, cfg)
+}
+
+// OpenConfig connects a pool from a parsed config.
+func OpenConfig(ctx context.Context, cfg *pgxpool.Config) (*pgxpool.Pool, error) {
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("open postgres pool: %w", err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("ping postgres %s:%d: %w", cfg.ConnConfig.Host, cfg.ConnConfig.Port, err)
+	}
+	return pool, nil
+}
+
+// Migrations is the embedded migration tree (one directory of .sql files).
+func Migrations() fs.FS {
+	sub, err := fs.Sub(migrations, "migrations")
+	if err != nil {
+		panic(err) // the embed pattern guarantees the directory exists
+	}
+	return sub
+}
+
+// Migrate applies every pending migration. Replicas may run it at once: a
+// Postgres advisory lock serializes them.
+func Migrate(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger) error {
+	db := stdlib.OpenDBFromPool(pool)
+	defer db.Close()
+	locker, err := lock.NewPostgresSessionLocker()
+	if err != nil {
+		return fmt.Errorf("migration locker: %w", err)
+	}
+	p, err := goose.NewProvider(goose.DialectPostgres, db, Migrations(), goose.WithSessionLocker(locker))
+	if err != nil {
+		return fmt.Errorf("migration provider: %w", err)
+	}
+	results, err := p.Up(ctx)
+	for _, r := range results {
+		if log != nil && r.Error == nil {
+			log.Info("migration applied", "version", r.Source.Version, "file", r.Source.Path, "duration", r.Duration)
+		}
+	}
+	if err != nil {
+		var partial *goose.PartialError
+		if errors.As(err, &partial) {
+			return fmt.Errorf("migration %s failed: %w", partial.Failed.Source.Path, partial.Err)
+		}
+		return fmt.Errorf("migrate: %w", err)
+	}
+	return nil
+}
+
+// Version reports the schema version the database is at.
+func Version(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
+	db := stdlib.OpenDBFromPool(pool)
+	defer db.Close()
+	p, err := goose.NewProvider(goose.DialectPostgres, db, Migrations())
+	if err != nil {
+		return 0, fmt.Errorf("migration provider: %w", err)
+	}
+	return p.GetDBVersion(ctx)
+}
+
+// EnsureDatabase creates the database named in url if it does not exist,
+// connecting to the server's "postgres" database to do so. `switchboard
+// dev` uses it so a first run needs no manual setup.
+func EnsureDatabase(ctx context.Context, url string) error {
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		return fmt.Errorf("parse postgres url: %w", err)
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err == nil {
+		return conn.Close(ctx)
+	}
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "3D000" { // invalid_catalog_name
+		return fmt.Errorf("connect postgres: %w", err)
+	}
+	name := cfg.Database
+	cfg.Database = "postgres"
+	conn, err = pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("connect postgres to create %s: %w", name, err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+		if errors.As(err, &pgErr) && pgErr.Code == "42P04" { // duplicate_database: a concurrent creator won
+			return nil
+		}
+		return fmt.Errorf("create database %s: %w", name, err)
+	}
+	return nil
+}

@@ -1,0 +1,67 @@
+package pg_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/switchboard-chat/switchboard/pkg/pg"
+	"github.com/switchboard-chat/switchboard/pkg/pg/pgtest"
+)
+
+func TestMigrationsApplyAndAreIdempotent(t *testing.T) {
+	t.Parallel()
+	pool, url := pgtest.NewWithURL(t)
+	ctx := context.Background()
+	v, err := pg.Version(ctx, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v < 1 {
+		t.Fatalf("schema version %d after migrate", v)
+	}
+	if err := pg.Migrate(ctx, pool, nil); err != nil {
+		t.Fatalf("second migrate: %v", err)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO audit_log (actor, action) VALUES ('test', 'check')`); err != nil {
+		t.Fatalf("audit_log missing: %v", err)
+	}
+	// The URL form reaches the same schema (for subprocesses and CLIs).
+	other, err := pg.Open(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	var n int
+	if err := other.QueryRow(ctx, `SELECT count(*) FROM audit_log`).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("count via url = %d, %v", n, err)
+	}
+}
+
+func TestSchemasAreIsolated(t *testing.T) {
+	t.Parallel()
+	a, b := pgtest.New(t), pgtest.New(t)
+	ctx := context.Background()
+	if _, err := a.Exec(ctx, `INSERT INTO audit_log (actor, action) VALUES ('a', 'x')`); err != nil {
+		t.Fatal(err)
+	}
+	for name, p := range map[string]*pgxpool.Pool{"a": a, "b": b} {
+		var n int
+		if err := p.QueryRow(ctx, `SELECT count(*) FROM audit_log`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		want := map[string]int{"a": 1, "b": 0}[name]
+		if n != want {
+			t.Errorf("schema %s has %d rows, want %d", name, n, want)
+		}
+	}
+}
+
+func TestOpenReportsUnreachableServer(t *testing.T) {
+	t.Parallel()
+	_, err := pg.Open(context.Background(), "postgres://nobody@127.0.0.1:1/none?connect_timeout=1")
+	if err == nil {
+		t.Fatal("open succeeded against a closed port")
+	}
+}

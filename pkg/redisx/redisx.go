@@ -1,0 +1,116 @@
+// Package redisx opens Switchboard's Redis client and provides the
+// primitives built on it: owner-token locks with compare-and-delete release.
+package redisx
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// DefaultURL is used when no Redis URL is configured.
+const DefaultURL = "redis://127.0.0.1:6379/0"
+
+// Open connects to Redis and checks that it answers.
+func Open(ctx context.Context, url string) (*redis.Client, error) {
+	opts, err := redis.ParseURL(url)
+	if err != nil {
+		return nil, fmt.Errorf("parse redis url: %w", err)
+	}
+	rdb := redis.NewClient(opts)
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		_ = rdb.Close()
+		return nil, fmt.Errorf("ping redis %s: %w", opts.Addr, err)
+	}
+	return rdb, nil
+}
+
+// ErrNotOwner is returned when a lock operation's token does not match the
+// current owner (the lock expired and someone else took it, or it is gone).
+var ErrNotOwner = errors.New("lock not held by this owner")
+
+// Scripts run atomically on the server: check the owner, then act.
+var (
+	renewScript = redis.NewScript(`
+if redis.call("GET", KEYS[1]) == ARGV[1] then
+  return redis.call("PEXPIRE", KEYS[1], ARGV[2])
+end
+return 0`)
+	releaseScript = redis.NewScript(`
+if redis.call("GET", KEYS[1]) == ARGV[1] then
+  return redis.call("DEL", KEYS[1])
+end
+return 0`)
+)
+
+// Locker manages owner-token locks under a key prefix.
+type Locker struct {
+	rdb    redis.Cmdable
+	prefix string
+}
+
+// NewLocker returns a Locker whose keys are "<prefix>lock:<name>".
+func NewLocker(rdb redis.Cmdable, prefix string) *Locker {
+	return &Locker{rdb: rdb, prefix: prefix}
+}
+
+// Key is the Redis key of the named lock.
+func (l *Locker) Key(name string) string { return l.prefix + "lock:" + name }
+
+// NewToken returns a random owner token.
+func NewToken() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// Acquire takes the lock with token if nobody holds it. ok is false when
+// another owner holds it.
+func (l *Locker) Acquire(ctx context.Context, name, token string, ttl time.Duration) (ok bool, err error) {
+	ok, err = l.rdb.SetNX(ctx, l.Key(name), token, ttl).Result()
+	if err != nil {
+		return false, fmt.Errorf("acquire lock %s: %w", name, err)
+	}
+	return ok, nil
+}
+
+// Renew extends the lock's TTL if token still owns it; ErrNotOwner if not.
+func (l *Locker) Renew(ctx context.Context, name, token string, ttl time.Duration) error {
+	n, err := renewScript.Run(ctx, l.rdb, []string{l.Key(name)}, token, ttl.Milliseconds()).Int()
+	if err != nil {
+		return fmt.Errorf("renew lock %s: %w", name, err)
+	}
+	if n == 0 {
+		return ErrNotOwner
+	}
+	return nil
+}
+
+// Release deletes the lock if token still owns it; ErrNotOwner if not.
+func (l *Locker) Release(ctx context.Context, name, token string) error {
+	n, err := releaseScript.Run(ctx, l.rdb, []string{l.Key(name)}, token).Int()
+	if err != nil {
+		return fmt.Errorf("release lock %s: %w", name, err)
+	}
+	if n == 0 {
+		return ErrNotOwner
+	}
+	return nil
+}
+
+// Owner returns the token holding the lock, or "" when it is free.
+func (l *Locker) Owner(ctx context.Context, name string) (string, error) {
+	v, err := l.rdb.Get(ctx, l.Key(name)).Result()
+	if errors.Is(err, redis.Nil) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("read lock %s: %w", name, err)
+	}
+	return v, nil
+}

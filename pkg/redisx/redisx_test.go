@@ -1,0 +1,117 @@
+package redisx_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/switchboard-chat/switchboard/pkg/redisx"
+	"github.com/switchboard-chat/switchboard/pkg/redisx/redistest"
+)
+
+func TestLock(t *testing.T) {
+	t.Parallel()
+	rdb, prefix := redistest.New(t)
+	l := redisx.NewLocker(rdb, prefix)
+	ctx := context.Background()
+	a, b := redisx.NewToken(), redisx.NewToken()
+
+	steps := []struct {
+		name string
+		do   func() error
+		want error
+	}{
+		{"a acquires", func() error { return must(l.Acquire(ctx, "s", a, time.Minute)) }, nil},
+		{"b cannot acquire", func() error { return mustNot(l.Acquire(ctx, "s", b, time.Minute)) }, nil},
+		{"b cannot renew", func() error { return l.Renew(ctx, "s", b, time.Minute) }, redisx.ErrNotOwner},
+		{"b cannot release", func() error { return l.Release(ctx, "s", b) }, redisx.ErrNotOwner},
+		{"a renews", func() error { return l.Renew(ctx, "s", a, time.Minute) }, nil},
+		{"a releases", func() error { return l.Release(ctx, "s", a) }, nil},
+		{"a release again", func() error { return l.Release(ctx, "s", a) }, redisx.ErrNotOwner},
+		{"b acquires freed lock", func() error { return must(l.Acquire(ctx, "s", b, time.Minute)) }, nil},
+	}
+	for _, s := range steps {
+		if err := s.do(); !errors.Is(err, s.want) {
+			t.Fatalf("%s: err = %v, want %v", s.name, err, s.want)
+		}
+	}
+	owner, err := l.Owner(ctx, "s")
+	if err != nil || owner != b {
+		t.Fatalf("owner = %q, %v; want b", owner, err)
+	}
+}
+
+func TestExpiredLockCanBeTakenAndOldOwnerIsFenced(t *testing.T) {
+	t.Parallel()
+	rdb, prefix := redistest.New(t)
+	l := redisx.NewLocker(rdb, prefix)
+	ctx := context.Background()
+	old, next := redisx.NewToken(), redisx.NewToken()
+	if err := must(l.Acquire(ctx, "s", old, 50*time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		ok, err := l.Acquire(ctx, "s", next, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := l.Release(ctx, "s", old); !errors.Is(err, redisx.ErrNotOwner) {
+		t.Fatalf("stale owner release: %v", err)
+	}
+	if owner, _ := l.Owner(ctx, "s"); owner != next {
+		t.Fatal("stale owner's release removed the new owner's lock")
+	}
+}
+
+func TestLockIsExclusiveUnderContention(t *testing.T) {
+	t.Parallel()
+	rdb, prefix := redistest.New(t)
+	l := redisx.NewLocker(rdb, prefix)
+	var winners atomic.Int32
+	var wg sync.WaitGroup
+	for range 50 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ok, err := l.Acquire(context.Background(), "hot", redisx.NewToken(), time.Minute)
+			if err != nil {
+				t.Error(err)
+			}
+			if ok {
+				winners.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if n := winners.Load(); n != 1 {
+		t.Fatalf("%d owners, want 1", n)
+	}
+}
+
+func must(ok bool, err error) error {
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return errors.New("not acquired")
+	}
+	return nil
+}
+
+func mustNot(ok bool, err error) error {
+	if err != nil {
+		return err
+	}
+	if ok {
+		return errors.New("acquired a held lock")
+	}
+	return nil
+}

@@ -1,0 +1,105 @@
+package telemetry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+)
+
+// Check reports whether one dependency or component is ready.
+type Check func(ctx context.Context) error
+
+// Health aggregates readiness checks. Liveness is the process answering;
+// readiness is every check passing and the process not draining.
+type Health struct {
+	mu       sync.RWMutex
+	checks   map[string]Check
+	draining atomic.Bool
+}
+
+// NewHealth returns an empty Health (ready until checks are added).
+func NewHealth() *Health { return &Health{checks: map[string]Check{}} }
+
+// Add registers a named readiness check.
+func (h *Health) Add(name string, c Check) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.checks[name] = c
+}
+
+// SetDraining marks the process as shutting down: readiness fails so load
+// balancers and Kubernetes stop sending work while in-flight work finishes.
+func (h *Health) SetDraining() { h.draining.Store(true) }
+
+// ErrDraining is the readiness error while shutting down.
+var ErrDraining = errors.New("draining")
+
+// Ready runs every check (bounded by a short timeout) and returns the
+// failures by name; nil means ready.
+func (h *Health) Ready(ctx context.Context) map[string]error {
+	if h.draining.Load() {
+		return map[string]error{"process": ErrDraining}
+	}
+	h.mu.RLock()
+	names := make([]string, 0, len(h.checks))
+	for n := range h.checks {
+		names = append(names, n)
+	}
+	h.mu.RUnlock()
+	sort.Strings(names)
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	var failed map[string]error
+	for _, n := range names {
+		h.mu.RLock()
+		c := h.checks[n]
+		h.mu.RUnlock()
+		if err := c(ctx); err != nil {
+			if failed == nil {
+				failed = map[string]error{}
+			}
+			failed[n] = err
+		}
+	}
+	return failed
+}
+
+// Err is Ready folded into one error.
+func (h *Health) Err(ctx context.Context) error {
+	failed := h.Ready(ctx)
+	if len(failed) == 0 {
+		return nil
+	}
+	errs := make([]error, 0, len(failed))
+	for n, err := range failed {
+		errs = append(errs, fmt.Errorf("%s: %w", n, err))
+	}
+	return errors.Join(errs...)
+}
+
+// SyncGRPC keeps a gRPC health server's overall status in step with
+// readiness until ctx ends, then marks it NOT_SERVING.
+func (h *Health) SyncGRPC(ctx context.Context, srv *health.Server, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		status := healthpb.HealthCheckResponse_SERVING
+		if h.Err(ctx) != nil {
+			status = healthpb.HealthCheckResponse_NOT_SERVING
+		}
+		srv.SetServingStatus("", status)
+		select {
+		case <-ctx.Done():
+			srv.Shutdown()
+			return
+		case <-t.C:
+		}
+	}
+}

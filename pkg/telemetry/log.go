@@ -1,0 +1,70 @@
+// Package telemetry sets up what every Switchboard process exposes: JSON
+// logs with trace ids, OpenTelemetry traces, Prometheus metrics, and the
+// health endpoints (/healthz, /readyz, gRPC health).
+package telemetry
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+
+	"go.opentelemetry.io/otel/trace"
+)
+
+// LogConfig selects the log level and format.
+type LogConfig struct {
+	// Level: debug, info, warn or error.
+	Level string `koanf:"level"`
+	// Format: json (default) or text.
+	Format string `koanf:"format"`
+}
+
+// ParseLevel maps a level name to a slog level; unknown names are info.
+func ParseLevel(s string) slog.Level {
+	switch strings.ToLower(s) {
+	case "debug":
+		return slog.LevelDebug
+	case "warn", "warning":
+		return slog.LevelWarn
+	case "error":
+		return slog.LevelError
+	default:
+		return slog.LevelInfo
+	}
+}
+
+// NewLogger builds the process logger. Records logged with a context that
+// carries a span get trace_id and span_id attributes.
+func NewLogger(cfg LogConfig, w io.Writer) *slog.Logger {
+	if w == nil {
+		w = os.Stderr
+	}
+	opts := &slog.HandlerOptions{Level: ParseLevel(cfg.Level)}
+	var h slog.Handler
+	if strings.EqualFold(cfg.Format, "text") {
+		h = slog.NewTextHandler(w, opts)
+	} else {
+		h = slog.NewJSONHandler(w, opts)
+	}
+	return slog.New(traceHandler{h})
+}
+
+// traceHandler adds the current trace and span ids to each record.
+type traceHandler struct{ slog.Handler }
+
+func (h traceHandler) Handle(ctx context.Context, r slog.Record) error {
+	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
+		r.AddAttrs(slog.String("trace_id", sc.TraceID().String()), slog.String("span_id", sc.SpanID().String()))
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h traceHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return traceHandler{h.Handler.WithAttrs(attrs)}
+}
+
+func (h traceHandler) WithGroup(name string) slog.Handler {
+	return traceHandler{h.Handler.WithGroup(name)}
+}
