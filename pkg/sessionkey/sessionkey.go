@@ -7,6 +7,18 @@
 //
 // The key is an address, not an identity and not an authorization decision:
 // the session id behind a key changes on reset while the key stays.
+//
+// Where Hermes (gateway/session.py build_session_key) and DESIGN.md differ,
+// this package follows DESIGN.md:
+//   - WhatsApp ids: only a leading "+" is dropped (Hermes drops the first "+"
+//     anywhere and trims whitespace first), and a DM chat id that
+//     canonicalises to nothing is kept raw (Hermes drops it and falls back
+//     to the participant). Hermes also maps phone JIDs and LIDs to one alias
+//     through the bridge's lid-mapping files; a stateless router cannot, so
+//     the adapter must put the stable id in user_id_alt.
+//   - An empty chat type means "dm", as a missing one does in Hermes.
+//   - An empty scope_id yields to guild_id (Hermes reads guild_id only when
+//     the scope_id key is missing).
 package sessionkey
 
 import (
