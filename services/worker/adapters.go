@@ -1,0 +1,121 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/switchboard-chat/switchboard/pkg/bus"
+	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
+	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
+	"github.com/switchboard-chat/switchboard/services/worker/internal/store"
+)
+
+// memoryAdapter renders store results for the memory and session_search
+// tools.
+type memoryAdapter struct{ s *store.Store }
+
+func (m memoryAdapter) AddMemory(ctx context.Context, userKey, content string) (int64, error) {
+	if userKey == "" {
+		return 0, errors.New("no user to remember for")
+	}
+	return m.s.AddMemory(ctx, userKey, content)
+}
+
+func (m memoryAdapter) DeleteMemory(ctx context.Context, userKey string, id int64) (bool, error) {
+	return m.s.DeleteMemory(ctx, userKey, id)
+}
+
+func (m memoryAdapter) MemoryList(ctx context.Context, userKey string) (string, error) {
+	notes, err := m.s.Memories(ctx, userKey, 200)
+	if err != nil {
+		return "", err
+	}
+	if len(notes) == 0 {
+		return "no notes", nil
+	}
+	var b strings.Builder
+	for _, n := range notes {
+		fmt.Fprintf(&b, "%d: %s\n", n.ID, n.Content)
+	}
+	return b.String(), nil
+}
+
+func (m memoryAdapter) SearchText(ctx context.Context, userKey, query string, limit int) (string, error) {
+	if userKey == "" {
+		return "no results", nil
+	}
+	hits, err := m.s.Search(ctx, userKey, query, limit)
+	if err != nil {
+		return "", err
+	}
+	if len(hits) == 0 {
+		return "no results", nil
+	}
+	j, err := json.Marshal(hits)
+	if err != nil {
+		return "", err
+	}
+	return string(j), nil
+}
+
+// noticeSender is send_message without the delivery API: it publishes a
+// Notice reply event to the target chat. The event's id derives from the
+// tool call, so a resumed turn repeating the call is deduplicated.
+type noticeSender struct {
+	bus  *bus.Bus
+	home string
+}
+
+// ParseTarget reads "platform:chat_id[:thread_id]".
+func ParseTarget(s string) (*deliveryv1.Target, error) {
+	parts := strings.SplitN(s, ":", 3)
+	if len(parts) < 2 || parts[0] == "" || parts[1] == "" {
+		return nil, fmt.Errorf("target %q: want platform:chat_id[:thread_id] or home", s)
+	}
+	t := &deliveryv1.Target{Platform: parts[0], ChatId: parts[1]}
+	if len(parts) == 3 {
+		t.ThreadId = parts[2]
+	}
+	return t, nil
+}
+
+func (n *noticeSender) Send(ctx context.Context, target, text, key string) (string, error) {
+	if target == "home" {
+		if n.home == "" {
+			return "", errors.New("no home channel is configured")
+		}
+		target = n.home
+	}
+	t, err := ParseTarget(target)
+	if err != nil {
+		return "", err
+	}
+	sessionKey := "send:" + t.GetPlatform() + ":" + t.GetChatId()
+	ev := &repliesv1.ReplyEvent{TurnId: "send:" + key, SessionKey: sessionKey, Seq: 1, Target: t,
+		CreatedAt: timestamppb.Now(), Body: &repliesv1.ReplyEvent_Notice{Notice: &repliesv1.Notice{Text: text, Kind: "send_message"}}}
+	if _, err := n.bus.Publish(ctx, n.bus.Topology().ReplySubject(sessionKey), "send:"+key, ev); err != nil {
+		return "", fmt.Errorf("send message: %w", err)
+	}
+	return "sent to " + target, nil
+}
+
+// DeliverySender is send_message through the delivery service's gRPC API,
+// which resolves home channels and channel names.
+type DeliverySender struct {
+	Client deliveryv1.DeliveryServiceClient
+}
+
+// Send implements tools.Sender.
+func (d DeliverySender) Send(ctx context.Context, target, text, key string) (string, error) {
+	resp, err := d.Client.Send(ctx, &deliveryv1.SendRequest{Target: target, Text: text, IdempotencyKey: key,
+		Format: deliveryv1.TextFormat_TEXT_FORMAT_MARKDOWN})
+	if err != nil {
+		return "", fmt.Errorf("send message: %w", err)
+	}
+	return fmt.Sprintf("queued as delivery %s (%s)", resp.GetDeliveryId(), resp.GetState().String()), nil
+}

@@ -1,0 +1,86 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/switchboard-chat/switchboard/pkg/llm"
+	"github.com/switchboard-chat/switchboard/services/worker/internal/store"
+)
+
+const summaryPrompt = `You compress chat history. Summarise the conversation below so the assistant can continue it: ` +
+	`keep facts, decisions, names, numbers, open questions and anything the user asked to remember. ` +
+	`Write plain prose, at most 300 words. Do not add anything that is not in the conversation.`
+
+// estimateTokens is a cheap, provider-independent estimate: ~4 bytes a token.
+func estimateTokens(system string, summary string, msgs []store.Message) int {
+	n := len(system) + len(summary)
+	for _, m := range msgs {
+		n += len(m.Content) + 16
+		for _, tc := range m.ToolCalls {
+			n += len(tc.Name) + len(tc.Arguments) + 16
+		}
+	}
+	return n / 4
+}
+
+// compress summarises older messages with the model when the prompt would
+// exceed CompressAt of the context window, keeping the last ProtectLast
+// messages (and this turn) verbatim. The summary is stored under the turn's
+// generation and replaces the summarised messages from then on.
+func (r *turnRun) compress(ctx context.Context, b Backend, model, system string, ls *loopState) error {
+	a := r.s.cfg.Agent
+	limit := int(float64(a.ContextWindow) * a.CompressAt)
+	all := append(append([]store.Message{}, ls.prior...), ls.turn...)
+	if estimateTokens(system, ls.summary, all) <= limit {
+		return nil
+	}
+	cut := len(ls.prior) - a.ProtectLast
+	// Never separate a tool result from its call: keep from a non-tool message.
+	for cut > 0 && cut < len(ls.prior) && ls.prior[cut].Role == llm.RoleTool {
+		cut--
+	}
+	if cut <= 0 {
+		return nil
+	}
+	old := ls.prior[:cut]
+	var text strings.Builder
+	if ls.summary != "" {
+		fmt.Fprintf(&text, "[Earlier summary]\n%s\n\n", ls.summary)
+	}
+	for _, m := range old {
+		switch {
+		case m.Role == llm.RoleTool:
+			fmt.Fprintf(&text, "tool %s result: %s\n", m.ToolName, truncate(m.Content, 2000))
+		case len(m.ToolCalls) > 0:
+			for _, tc := range m.ToolCalls {
+				fmt.Fprintf(&text, "assistant called %s(%s)\n", tc.Name, truncate(tc.Arguments, 500))
+			}
+			if m.Content != "" {
+				fmt.Fprintf(&text, "assistant: %s\n", m.Content)
+			}
+		default:
+			fmt.Fprintf(&text, "%s: %s\n", m.Role, m.Content)
+		}
+	}
+	resp, err := b.Provider.Stream(ctx, llm.Request{Model: model, System: summaryPrompt,
+		Messages: []llm.Message{{Role: llm.RoleUser, Content: text.String()}}}, nil)
+	r.usage.ModelCalls++
+	if err != nil {
+		// Not fatal: the turn still runs; an overflow then ends it clearly.
+		r.log.Warn("context compression failed", "err", err)
+		return nil
+	}
+	summary := strings.TrimSpace(resp.Text)
+	if summary == "" {
+		return nil
+	}
+	if err := r.s.store.SaveSummary(ctx, r.st, old[len(old)-1].ID, summary); err != nil {
+		return err
+	}
+	r.log.Info("context compressed", "messages", len(old), "estimated_tokens", estimateTokens(system, ls.summary, all))
+	ls.summary = summary
+	ls.prior = ls.prior[cut:]
+	return nil
+}

@@ -1,0 +1,258 @@
+// Package tools is the worker's tool registry and its built-in tools.
+package tools
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/switchboard-chat/switchboard/pkg/llm"
+)
+
+// Call is the context a tool runs in.
+type Call struct {
+	ID         string // the model's tool call id (stable across redeliveries)
+	TurnID     string
+	SessionKey string
+	SessionID  string
+	// UserKey is "<platform>:<user id>", the owner of memories and
+	// transcripts.
+	UserKey string
+}
+
+// Tool is one callable tool.
+type Tool struct {
+	Name        string
+	Description string
+	// Parameters is the JSON schema of the arguments object.
+	Parameters json.RawMessage
+	// Dangerous tools run only after the user approves.
+	Dangerous bool
+	Run       func(ctx context.Context, call Call, args json.RawMessage) (string, error)
+}
+
+// ErrUnknown is returned for a tool the registry does not have.
+var ErrUnknown = errors.New("unknown tool")
+
+// Registry holds the enabled tools.
+type Registry struct {
+	tools map[string]Tool
+}
+
+// NewRegistry returns an empty registry.
+func NewRegistry() *Registry { return &Registry{tools: map[string]Tool{}} }
+
+// Register adds t, replacing a tool of the same name.
+func (r *Registry) Register(t Tool) error {
+	if t.Name == "" || t.Run == nil {
+		return errors.New("tool needs a name and a Run function")
+	}
+	if len(t.Parameters) == 0 {
+		t.Parameters = json.RawMessage(`{"type":"object","properties":{}}`)
+	}
+	var schema map[string]any
+	if err := json.Unmarshal(t.Parameters, &schema); err != nil {
+		return fmt.Errorf("tool %s: parameters are not a JSON schema object: %w", t.Name, err)
+	}
+	r.tools[t.Name] = t
+	return nil
+}
+
+// MarkDangerous flags the named tools as needing approval.
+func (r *Registry) MarkDangerous(names ...string) {
+	for _, n := range names {
+		if t, ok := r.tools[n]; ok {
+			t.Dangerous = true
+			r.tools[n] = t
+		}
+	}
+}
+
+// Keep removes every tool not named (nil keeps all).
+func (r *Registry) Keep(names []string) {
+	if names == nil {
+		return
+	}
+	for n := range r.tools {
+		if !slices.Contains(names, n) {
+			delete(r.tools, n)
+		}
+	}
+}
+
+// Get returns the named tool.
+func (r *Registry) Get(name string) (Tool, bool) {
+	t, ok := r.tools[name]
+	return t, ok
+}
+
+// Names lists the tools, sorted.
+func (r *Registry) Names() []string {
+	out := make([]string, 0, len(r.tools))
+	for n := range r.tools {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Specs describes the tools for the model, sorted by name so the request
+// (and the provider's prompt cache) stays stable.
+func (r *Registry) Specs() []llm.ToolSpec {
+	names := r.Names()
+	out := make([]llm.ToolSpec, 0, len(names))
+	for _, n := range names {
+		t := r.tools[n]
+		out = append(out, llm.ToolSpec{Name: t.Name, Description: t.Description, Parameters: t.Parameters})
+	}
+	return out
+}
+
+// Clock is the clock tool.
+func Clock(now func() time.Time) Tool {
+	return Tool{
+		Name:        "clock",
+		Description: "Current date and time, optionally in an IANA time zone.",
+		Parameters:  json.RawMessage(`{"type":"object","properties":{"tz":{"type":"string","description":"IANA time zone, e.g. Europe/Paris; default UTC"}}}`),
+		Run: func(_ context.Context, _ Call, args json.RawMessage) (string, error) {
+			var a struct {
+				TZ string `json:"tz"`
+			}
+			if err := decode(args, &a); err != nil {
+				return "", err
+			}
+			loc := time.UTC
+			if a.TZ != "" {
+				l, err := time.LoadLocation(a.TZ)
+				if err != nil {
+					return "", fmt.Errorf("unknown time zone %q", a.TZ)
+				}
+				loc = l
+			}
+			t := now().In(loc)
+			return t.Format("Monday, 2 January 2006 15:04:05 MST (-07:00)"), nil
+		},
+	}
+}
+
+// MemoryStore keeps durable per-user notes.
+type MemoryStore interface {
+	AddMemory(ctx context.Context, userKey, content string) (int64, error)
+	MemoryList(ctx context.Context, userKey string) (string, error)
+	DeleteMemory(ctx context.Context, userKey string, id int64) (bool, error)
+}
+
+// Memory is the memory tool.
+func Memory(s MemoryStore) Tool {
+	return Tool{
+		Name:        "memory",
+		Description: "Durable notes about the user that persist across conversations. action=add stores content, list shows notes with ids, remove deletes the note with id.",
+		Parameters: json.RawMessage(`{"type":"object","properties":{"action":{"type":"string","enum":["add","list","remove"]},` +
+			`"content":{"type":"string"},"id":{"type":"integer"}},"required":["action"]}`),
+		Run: func(ctx context.Context, call Call, args json.RawMessage) (string, error) {
+			var a struct {
+				Action  string `json:"action"`
+				Content string `json:"content"`
+				ID      int64  `json:"id"`
+			}
+			if err := decode(args, &a); err != nil {
+				return "", err
+			}
+			switch a.Action {
+			case "add":
+				if strings.TrimSpace(a.Content) == "" {
+					return "", errors.New("content is empty")
+				}
+				id, err := s.AddMemory(ctx, call.UserKey, a.Content)
+				if err != nil {
+					return "", err
+				}
+				return fmt.Sprintf("saved note %d", id), nil
+			case "list":
+				return s.MemoryList(ctx, call.UserKey)
+			case "remove":
+				ok, err := s.DeleteMemory(ctx, call.UserKey, a.ID)
+				if err != nil {
+					return "", err
+				}
+				if !ok {
+					return fmt.Sprintf("no note %d", a.ID), nil
+				}
+				return fmt.Sprintf("removed note %d", a.ID), nil
+			}
+			return "", fmt.Errorf("unknown action %q", a.Action)
+		},
+	}
+}
+
+// Searcher searches a user's past transcripts.
+type Searcher interface {
+	SearchText(ctx context.Context, userKey, query string, limit int) (string, error)
+}
+
+// SessionSearch is the session_search tool.
+func SessionSearch(s Searcher) Tool {
+	return Tool{
+		Name:        "session_search",
+		Description: "Full-text search over this user's past conversations. Supports quoted phrases, OR and -exclusions.",
+		Parameters: json.RawMessage(`{"type":"object","properties":{"query":{"type":"string"},` +
+			`"limit":{"type":"integer","minimum":1,"maximum":20}},"required":["query"]}`),
+		Run: func(ctx context.Context, call Call, args json.RawMessage) (string, error) {
+			var a struct {
+				Query string `json:"query"`
+				Limit int    `json:"limit"`
+			}
+			if err := decode(args, &a); err != nil {
+				return "", err
+			}
+			if a.Limit <= 0 || a.Limit > 20 {
+				a.Limit = 5
+			}
+			return s.SearchText(ctx, call.UserKey, a.Query, a.Limit)
+		},
+	}
+}
+
+// Sender sends a proactive message to a target ("platform:chat[:thread]",
+// "home", or a channel name); idempotencyKey makes a repeat harmless.
+type Sender interface {
+	Send(ctx context.Context, target, text, idempotencyKey string) (string, error)
+}
+
+// SendMessage is the send_message tool.
+func SendMessage(s Sender) Tool {
+	return Tool{
+		Name:        "send_message",
+		Description: `Send a message to another chat. target is "platform:chat_id[:thread_id]", "home" for the home channel, or a channel name.`,
+		Parameters: json.RawMessage(`{"type":"object","properties":{"target":{"type":"string"},` +
+			`"text":{"type":"string"}},"required":["target","text"]}`),
+		Run: func(ctx context.Context, call Call, args json.RawMessage) (string, error) {
+			var a struct {
+				Target string `json:"target"`
+				Text   string `json:"text"`
+			}
+			if err := decode(args, &a); err != nil {
+				return "", err
+			}
+			if a.Target == "" || a.Text == "" {
+				return "", errors.New("target and text are required")
+			}
+			return s.Send(ctx, a.Target, a.Text, call.TurnID+":"+call.ID)
+		},
+	}
+}
+
+func decode(args json.RawMessage, v any) error {
+	if len(args) == 0 || string(args) == "null" {
+		return nil
+	}
+	if err := json.Unmarshal(args, v); err != nil {
+		return fmt.Errorf("invalid arguments: %w", err)
+	}
+	return nil
+}

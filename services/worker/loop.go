@@ -1,0 +1,491 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
+	"github.com/switchboard-chat/switchboard/pkg/llm"
+	"github.com/switchboard-chat/switchboard/services/worker/internal/store"
+	"github.com/switchboard-chat/switchboard/services/worker/internal/tools"
+)
+
+// loopState is the turn as far as it is committed.
+type loopState struct {
+	summary string
+	prior   []store.Message // earlier turns
+	turn    []store.Message // this turn's committed steps
+}
+
+func (l *loopState) nextStep() int { return len(l.turn) }
+
+// begin loads what is committed and records the turn's inputs once.
+// A non-nil Final means an earlier attempt already decided the turn.
+func (r *turnRun) begin(ctx context.Context) (*loopState, *store.Final, error) {
+	ts, err := r.s.store.BeginTurn(ctx, r.st)
+	if err != nil {
+		return nil, nil, err
+	}
+	if r.attempt > 1 {
+		if err := r.fillSeqGap(ctx, ts.Final); err != nil {
+			return nil, nil, err
+		}
+	}
+	if ts.Final != nil {
+		r.log.Info("turn already decided by an earlier attempt; republishing its reply")
+		return nil, ts.Final, nil
+	}
+	summary, hist, err := r.s.store.History(ctx, r.req.GetSessionId())
+	if err != nil {
+		return nil, nil, err
+	}
+	ls := &loopState{summary: summary}
+	for _, m := range hist {
+		if m.TurnID == r.req.GetTurnId() {
+			ls.turn = append(ls.turn, m)
+		} else {
+			ls.prior = append(ls.prior, m)
+		}
+	}
+	if len(ls.turn) > 0 {
+		r.log.Info("resuming turn from committed steps", "steps", len(ls.turn))
+		return ls, nil, nil
+	}
+	var inputs []store.Message
+	for _, in := range r.req.GetInputs() {
+		inputs = append(inputs, store.Message{Role: llm.RoleUser, Content: inputText(in)})
+	}
+	if len(inputs) == 0 {
+		inputs = append(inputs, store.Message{Role: llm.RoleUser, Content: ""})
+	}
+	committed, err := r.s.store.Append(ctx, r.st, 0, inputs...)
+	if err != nil {
+		return nil, nil, err
+	}
+	ls.turn = committed
+	return ls, nil, nil
+}
+
+// inputText renders an inbound message for the model.
+func inputText(in *eventsv1.MessageReceived) string {
+	var b strings.Builder
+	if rt := in.GetReplyTo(); rt != nil && rt.GetText() != "" {
+		fmt.Fprintf(&b, "[Replying to: %q]\n", truncate(rt.GetText(), 500))
+	}
+	b.WriteString(in.GetText())
+	for _, a := range in.GetAttachments() {
+		fmt.Fprintf(&b, "\n[Attachment: %s %s %s]", strings.ToLower(strings.TrimPrefix(a.GetKind().String(), "ATTACHMENT_KIND_")),
+			a.GetFileName(), a.GetCaption())
+	}
+	return b.String()
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && n < len(s) && (s[n]&0xC0) == 0x80 {
+		n--
+	}
+	return s[:n] + "…"
+}
+
+// runLoop is the built-in agent loop: model → tools → model … until the
+// model answers, the budget runs out, or the turn is told to stop.
+func (r *turnRun) runLoop(ctx context.Context) (store.Final, error) {
+	ls, decided, err := r.begin(ctx)
+	if err != nil {
+		return store.Final{}, err
+	}
+	if decided != nil {
+		return *decided, nil
+	}
+	backend, model := r.s.backendFor(r.req.GetModelOverride())
+	r.model = model
+	system, err := r.systemPrompt(ctx, backend, model)
+	if err != nil {
+		return store.Final{}, err
+	}
+	if r.attempt == 1 || len(ls.turn) <= len(r.req.GetInputs()) {
+		if err := r.publish(ctx, &repliesv1.ReplyEvent{Body: &repliesv1.ReplyEvent_Typing{Typing: &repliesv1.Typing{Active: true}}}); err != nil {
+			return store.Final{}, err
+		}
+	}
+	if err := r.compress(ctx, backend, model, system, ls); err != nil {
+		return store.Final{}, err
+	}
+	iterations := 0
+	for _, m := range ls.turn {
+		if m.Role == llm.RoleAssistant {
+			iterations++
+		}
+	}
+	for {
+		// Tool calls of the last assistant step that have no result yet
+		// (a resumed turn, or the step just committed).
+		if pending := pendingCalls(ls.turn); len(pending) > 0 {
+			if err := r.runTools(ctx, ls, pending); err != nil {
+				if fin, ok := r.stopFinal(ctx, ls, err); ok {
+					return fin, nil
+				}
+				return store.Final{}, err
+			}
+			continue
+		}
+		if err := r.checkpoint(ctx); err != nil {
+			if fin, ok := r.stopFinal(ctx, ls, err); ok {
+				return fin, nil
+			}
+			return store.Final{}, err
+		}
+		if iterations >= r.s.cfg.Agent.MaxIterations {
+			text := lastAssistantText(ls.turn)
+			note := fmt.Sprintf("(I stopped after %d steps, the limit for one request.)", iterations)
+			if text != "" {
+				text += "\n\n" + note
+			} else {
+				text = note
+			}
+			return r.finish(ctx, ls, nil, store.Final{Status: store.StatusCompleted, Kind: store.FinalText, Text: text})
+		}
+		resp, err := r.callModel(ctx, backend, model, system, ls)
+		iterations++
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, errLockLost) {
+				return store.Final{}, err
+			}
+			r.log.Warn("model call failed; ending the turn", "class", string(llm.ClassOf(err)), "err", err)
+			return r.finish(ctx, ls, nil, store.Final{Status: store.StatusFailed, Kind: store.FinalError,
+				ErrorCode: errorCode(err), Text: llm.UserMessage(err)})
+		}
+		msg := store.Message{Role: llm.RoleAssistant, Content: resp.Text}
+		for _, tc := range resp.ToolCalls {
+			msg.ToolCalls = append(msg.ToolCalls, store.ToolCall{ID: tc.ID, Name: tc.Name, Arguments: tc.Arguments})
+		}
+		if len(msg.ToolCalls) == 0 {
+			// Steering that found no tool call to ride on: give it to the
+			// model now rather than drop it.
+			if steer := r.ctl.takeSteer(); len(steer) > 0 {
+				committed, err := r.s.store.Append(ctx, r.st, ls.nextStep(), msg,
+					store.Message{Role: llm.RoleUser, Content: strings.Join(steer, "\n")})
+				if err != nil {
+					return store.Final{}, err
+				}
+				ls.turn = append(ls.turn, committed...)
+				continue
+			}
+			return r.finish(ctx, ls, &msg, store.Final{Status: store.StatusCompleted, Kind: store.FinalText, Text: resp.Text})
+		}
+		committed, err := r.s.store.Append(ctx, r.st, ls.nextStep(), msg)
+		if err != nil {
+			return store.Final{}, err
+		}
+		ls.turn = append(ls.turn, committed...)
+	}
+}
+
+func errorCode(err error) string {
+	switch c := llm.ClassOf(err); c {
+	case llm.Quota, llm.Auth, llm.ContextOverflow:
+		return string(c)
+	case "":
+		if errors.Is(err, context.DeadlineExceeded) {
+			return "timeout"
+		}
+		return "internal"
+	}
+	return "provider"
+}
+
+// finish commits the turn's end: its last message and the final reply.
+func (r *turnRun) finish(ctx context.Context, ls *loopState, last *store.Message, f store.Final) (store.Final, error) {
+	if r.lockLost.Load() {
+		return store.Final{}, errLockLost
+	}
+	seq, err := r.nextSeq(ctx)
+	if err != nil {
+		return store.Final{}, err
+	}
+	f.Seq = seq
+	f.Model = r.model
+	if f.Kind == store.FinalText && strings.TrimSpace(f.Text) == "" {
+		f.Text = "(no answer)"
+	}
+	return r.s.store.Finish(ctx, r.st, ls.nextStep(), last, f)
+}
+
+// stopFinal ends a turn that was interrupted or stopped with what it has.
+// Tool calls that will not run get a result saying so, which keeps the
+// transcript valid for the next turn.
+func (r *turnRun) stopFinal(ctx context.Context, ls *loopState, reason error) (store.Final, bool) {
+	status := store.StatusInterrupted
+	switch {
+	case errors.Is(reason, errStopped):
+	case errors.Is(reason, errInterrupted):
+	default:
+		return store.Final{}, false
+	}
+	if errors.Is(reason, errStopped) {
+		status = store.StatusStopped
+	}
+	ctx = context.WithoutCancel(ctx)
+	var skipped []store.Message
+	for _, tc := range pendingCalls(ls.turn) {
+		skipped = append(skipped, store.Message{Role: llm.RoleTool, ToolCallID: tc.ID, ToolName: tc.Name,
+			Content: "Not run: the user interrupted the request."})
+	}
+	if len(skipped) > 0 {
+		committed, err := r.s.store.Append(ctx, r.st, ls.nextStep(), skipped...)
+		if err != nil {
+			r.log.Warn("record skipped tool calls", "err", err)
+			return store.Final{}, false
+		}
+		ls.turn = append(ls.turn, committed...)
+	}
+	f := store.Final{Status: status, Kind: store.FinalError, ErrorCode: "interrupted", Text: "Stopped."}
+	if text := lastAssistantText(ls.turn); text != "" {
+		f = store.Final{Status: status, Kind: store.FinalText, Text: text}
+	}
+	fin, err := r.finish(ctx, ls, nil, f)
+	if err != nil {
+		r.log.Warn("record interrupted turn", "err", err)
+		return store.Final{}, false
+	}
+	r.log.Info("turn stopped at a safe point", "reason", reason.Error())
+	return fin, true
+}
+
+func lastAssistantText(msgs []store.Message) string {
+	for i := len(msgs) - 1; i >= 0; i-- {
+		if msgs[i].Role == llm.RoleAssistant && strings.TrimSpace(msgs[i].Content) != "" {
+			return msgs[i].Content
+		}
+	}
+	return ""
+}
+
+// pendingCalls are the tool calls of the last assistant message that have
+// no committed result.
+func pendingCalls(msgs []store.Message) []store.ToolCall {
+	last := -1
+	for i := len(msgs) - 1; i >= 0; i-- {
+		if msgs[i].Role == llm.RoleAssistant {
+			last = i
+			break
+		}
+	}
+	if last < 0 || len(msgs[last].ToolCalls) == 0 {
+		return nil
+	}
+	done := map[string]bool{}
+	for _, m := range msgs[last+1:] {
+		if m.Role == llm.RoleTool {
+			done[m.ToolCallID] = true
+		}
+	}
+	var out []store.ToolCall
+	for _, tc := range msgs[last].ToolCalls {
+		if !done[tc.ID] {
+			out = append(out, tc)
+		}
+	}
+	return out
+}
+
+// runTools runs pending calls one by one, committing each result before
+// reporting it. A committed result is never run again.
+func (r *turnRun) runTools(ctx context.Context, ls *loopState, pending []store.ToolCall) error {
+	for _, tc := range pending {
+		if err := r.checkpoint(ctx); err != nil {
+			return err
+		}
+		result, failed, err := r.runTool(ctx, tc)
+		if err != nil {
+			return err
+		}
+		if steer := r.ctl.takeSteer(); len(steer) > 0 {
+			result += "\n\n[The user adds while you work: " + strings.Join(steer, "\n") + "]"
+		}
+		committed, err := r.s.store.Append(ctx, r.st, ls.nextStep(),
+			store.Message{Role: llm.RoleTool, ToolCallID: tc.ID, ToolName: tc.Name, Content: result})
+		if err != nil {
+			return err
+		}
+		ls.turn = append(ls.turn, committed...)
+		r.usage.ToolCalls++
+		phase := repliesv1.ToolPhase_TOOL_PHASE_FINISHED
+		if failed {
+			phase = repliesv1.ToolPhase_TOOL_PHASE_FAILED
+		}
+		if err := r.toolProgress(ctx, tc.ID, tc.Name, phase, ""); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// runTool runs one call (after approval when the tool is dangerous). Tool
+// failures become results the model sees; err is for turn-level failures.
+func (r *turnRun) runTool(ctx context.Context, tc store.ToolCall) (result string, failed bool, err error) {
+	t, ok := r.s.tools.Get(tc.Name)
+	if !ok {
+		return fmt.Sprintf("error: unknown tool %q", tc.Name), true, nil
+	}
+	if t.Dangerous {
+		approved, err := r.approve(ctx, tc)
+		if err != nil {
+			return "", false, err
+		}
+		if !approved {
+			return "The user denied this tool call. Do not retry it; continue without it.", true, nil
+		}
+	}
+	if err := r.toolProgress(ctx, tc.ID, tc.Name, repliesv1.ToolPhase_TOOL_PHASE_STARTED, preview(tc.Arguments)); err != nil {
+		return "", false, err
+	}
+	tctx, cancel := context.WithTimeout(ctx, r.s.cfg.Agent.ToolTimeout)
+	defer cancel()
+	out, terr := t.Run(tctx, tools.Call{ID: tc.ID, TurnID: r.req.GetTurnId(), SessionKey: r.req.GetSessionKey(),
+		SessionID: r.req.GetSessionId(), UserKey: r.st.UserKey}, json.RawMessage(tc.Arguments))
+	if ctx.Err() != nil {
+		return "", false, ctx.Err()
+	}
+	if terr != nil {
+		r.log.Info("tool failed", "tool", tc.Name, "err", terr)
+		return "error: " + terr.Error(), true, nil
+	}
+	return out, false, nil
+}
+
+func preview(args string) string { return truncate(args, 200) }
+
+// approve asks the user (through the router's /approve and /deny) and
+// waits; no answer within the timeout is a denial.
+func (r *turnRun) approve(ctx context.Context, tc store.ToolCall) (bool, error) {
+	r.ctl.drainApprovals()
+	if err := r.toolProgress(ctx, tc.ID, tc.Name, repliesv1.ToolPhase_TOOL_PHASE_AWAITING_APPROVAL,
+		fmt.Sprintf("%s %s — reply /approve or /deny", tc.Name, preview(tc.Arguments))); err != nil {
+		return false, err
+	}
+	timer := time.NewTimer(r.s.cfg.Agent.ApprovalTimeout)
+	defer timer.Stop()
+	for {
+		select {
+		case ok := <-r.ctl.approvals:
+			r.log.Info("tool approval answered", "tool", tc.Name, "approved", ok)
+			return ok, nil
+		case <-timer.C:
+			r.log.Info("tool approval timed out", "tool", tc.Name)
+			return false, nil
+		case <-r.ctl.wake:
+			if err := r.checkpoint(ctx); err != nil {
+				return false, err
+			}
+		case <-ctx.Done():
+			return false, ctx.Err()
+		}
+	}
+}
+
+// callModel makes one streamed model call, publishing text deltas as they
+// arrive (coalesced to one event per DeltaInterval).
+func (r *turnRun) callModel(ctx context.Context, b Backend, model, system string, ls *loopState) (*llm.Response, error) {
+	req := llm.Request{Model: model, System: system, Messages: r.messages(ls), Tools: r.s.tools.Specs(),
+		MaxTokens: r.s.cfg.Agent.MaxTokens, CacheSystem: true}
+	var buf strings.Builder
+	var last time.Time
+	flush := func() error {
+		if buf.Len() == 0 {
+			return nil
+		}
+		text := buf.String()
+		buf.Reset()
+		last = time.Now()
+		return r.publish(ctx, &repliesv1.ReplyEvent{Body: &repliesv1.ReplyEvent_TextDelta{TextDelta: &repliesv1.TextDelta{Text: text}}})
+	}
+	resp, err := b.Provider.Stream(ctx, req, func(d llm.Delta) error {
+		if d.Text == "" {
+			return nil
+		}
+		buf.WriteString(d.Text)
+		if time.Since(last) >= r.s.cfg.DeltaInterval {
+			return flush()
+		}
+		return nil
+	})
+	r.usage.ModelCalls++
+	if err != nil {
+		return nil, err
+	}
+	if err := flush(); err != nil {
+		return nil, err
+	}
+	r.usage.InputTokens += int64(resp.Usage.InputTokens)
+	r.usage.OutputTokens += int64(resp.Usage.OutputTokens)
+	r.usage.CacheReadTokens += int64(resp.Usage.CacheReadTokens)
+	r.usage.CacheWriteTokens += int64(resp.Usage.CacheWriteTokens)
+	if resp.Model != "" {
+		r.model = resp.Model
+	}
+	return resp, nil
+}
+
+// messages renders the summary, the transcript and this turn for the
+// model. Tool calls left without a result by an abandoned earlier turn get
+// a placeholder result so the providers accept the history.
+func (r *turnRun) messages(ls *loopState) []llm.Message {
+	all := make([]store.Message, 0, len(ls.prior)+len(ls.turn))
+	all = append(all, ls.prior...)
+	all = append(all, ls.turn...)
+	return toLLM(ls.summary, all)
+}
+
+func toLLM(summary string, all []store.Message) []llm.Message {
+	out := make([]llm.Message, 0, len(all)+1)
+	if summary != "" {
+		out = append(out, llm.Message{Role: llm.RoleUser, Content: "[Summary of the earlier conversation]\n" + summary})
+	}
+	var open []store.ToolCall
+	closeOpen := func() {
+		for _, tc := range open {
+			out = append(out, llm.Message{Role: llm.RoleTool, ToolCallID: tc.ID, Name: tc.Name, Content: "(no result: interrupted)"})
+		}
+		open = nil
+	}
+	for _, m := range all {
+		switch m.Role {
+		case llm.RoleTool:
+			found := false
+			for i, tc := range open {
+				if tc.ID == m.ToolCallID {
+					open = append(open[:i], open[i+1:]...)
+					found = true
+					break
+				}
+			}
+			if !found {
+				continue // a result without its call would be refused
+			}
+			out = append(out, llm.Message{Role: llm.RoleTool, ToolCallID: m.ToolCallID, Name: m.ToolName, Content: m.Content})
+		case llm.RoleAssistant:
+			closeOpen()
+			lm := llm.Message{Role: llm.RoleAssistant, Content: m.Content}
+			for _, tc := range m.ToolCalls {
+				lm.ToolCalls = append(lm.ToolCalls, llm.ToolCall{ID: tc.ID, Name: tc.Name, Arguments: tc.Arguments})
+			}
+			open = append(open, m.ToolCalls...)
+			out = append(out, lm)
+		default:
+			closeOpen()
+			out = append(out, llm.Message{Role: m.Role, Content: m.Content})
+		}
+	}
+	// Calls still open at the end are this turn's pending ones: the caller
+	// runs them before the next model call, so they never reach here.
+	return out
+}

@@ -1,0 +1,168 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	agentv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/agent/v1"
+	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
+	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
+	"github.com/switchboard-chat/switchboard/pkg/llm"
+	"github.com/switchboard-chat/switchboard/services/worker/internal/store"
+)
+
+// AgentClient is the part of agentv1.AgentServiceClient the worker uses.
+type AgentClient interface {
+	RunTurn(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[agentv1.RunTurnRequest, agentv1.RunTurnResponse], error)
+}
+
+// DialAgent connects to an external AgentService (plaintext; put it on a
+// private network or behind a mesh).
+func DialAgent(addr string) (AgentClient, func() error, error) {
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, nil, fmt.Errorf("dial agent %s: %w", addr, err)
+	}
+	return agentv1.NewAgentServiceClient(cc), cc.Close, nil
+}
+
+// runRemote forwards the turn to the external agent and relays its events.
+// Control messages are passed on as they arrive. The agent's appended
+// messages are committed when it completes; a redelivered turn starts the
+// agent again from the committed transcript.
+func (r *turnRun) runRemote(ctx context.Context) (store.Final, error) {
+	ls, decided, err := r.begin(ctx)
+	if err != nil {
+		return store.Final{}, err
+	}
+	if decided != nil {
+		return *decided, nil
+	}
+	b := Backend{Kind: "external", BaseURL: r.s.cfg.Agent.Backend}
+	r.model = "external"
+	system, err := r.systemPrompt(ctx, b, r.req.GetModelOverride())
+	if err != nil {
+		return store.Final{}, err
+	}
+	if err := r.publish(ctx, &repliesv1.ReplyEvent{Body: &repliesv1.ReplyEvent_Typing{Typing: &repliesv1.Typing{Active: true}}}); err != nil {
+		return store.Final{}, err
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := r.s.agent.RunTurn(sctx)
+	if err != nil {
+		return r.remoteFailed(ctx, ls, err)
+	}
+	start := &agentv1.StartTurn{Turn: r.req, SystemPrompt: system}
+	for _, m := range toLLM(ls.summary, ls.prior) {
+		tm := &agentv1.TranscriptMessage{Role: m.Role, Content: m.Content, ToolCallId: m.ToolCallID, ToolName: m.Name}
+		if len(m.ToolCalls) > 0 {
+			// One transcript message per call keeps the schema flat.
+			for _, tc := range m.ToolCalls {
+				start.Transcript = append(start.Transcript, &agentv1.TranscriptMessage{Role: m.Role, Content: m.Content,
+					ToolCallId: tc.ID, ToolName: tc.Name, ToolArguments: tc.Arguments})
+				m.Content = ""
+			}
+			continue
+		}
+		start.Transcript = append(start.Transcript, tm)
+	}
+	if err := stream.Send(&agentv1.RunTurnRequest{Request: &agentv1.RunTurnRequest_Start{Start: start}}); err != nil {
+		return r.remoteFailed(ctx, ls, err)
+	}
+	r.ctl.setForward(func(m *turnsv1.TurnControlRequested) {
+		_ = stream.Send(&agentv1.RunTurnRequest{Request: &agentv1.RunTurnRequest_Control{Control: m}})
+	})
+	defer r.ctl.setForward(nil)
+	var lastErr *repliesv1.ReplyError
+	for {
+		resp, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return r.remoteFailed(ctx, ls, errors.New("agent closed the stream without a result"))
+		}
+		if err != nil {
+			return r.remoteFailed(ctx, ls, err)
+		}
+		if r.lockLost.Load() {
+			return store.Final{}, errLockLost
+		}
+		switch ev := resp.GetEvent().(type) {
+		case *agentv1.RunTurnResponse_TextDelta:
+			err = r.publish(ctx, &repliesv1.ReplyEvent{Body: &repliesv1.ReplyEvent_TextDelta{TextDelta: ev.TextDelta}})
+		case *agentv1.RunTurnResponse_ToolProgress:
+			err = r.publish(ctx, &repliesv1.ReplyEvent{Body: &repliesv1.ReplyEvent_ToolProgress{ToolProgress: ev.ToolProgress}})
+		case *agentv1.RunTurnResponse_Media:
+			err = r.publish(ctx, &repliesv1.ReplyEvent{Body: &repliesv1.ReplyEvent_Media{Media: ev.Media}})
+		case *agentv1.RunTurnResponse_Error:
+			lastErr = ev.Error
+		case *agentv1.RunTurnResponse_Completed:
+			_ = stream.CloseSend()
+			return r.remoteCompleted(ctx, ls, ev.Completed, lastErr)
+		}
+		if err != nil {
+			return store.Final{}, err
+		}
+	}
+}
+
+func (r *turnRun) remoteCompleted(ctx context.Context, ls *loopState, res *agentv1.TurnResult, lastErr *repliesv1.ReplyError) (store.Final, error) {
+	if u := res.GetUsage(); u != nil {
+		r.usage.InputTokens += u.GetInputTokens()
+		r.usage.OutputTokens += u.GetOutputTokens()
+		r.usage.CacheReadTokens += u.GetCacheReadTokens()
+		r.usage.CacheWriteTokens += u.GetCacheWriteTokens()
+		r.usage.ModelCalls += u.GetModelCalls()
+		r.usage.ToolCalls += u.GetToolCalls()
+	}
+	var msgs []store.Message
+	for _, m := range res.GetAppended() {
+		sm := store.Message{Role: m.GetRole(), Content: m.GetContent(), ToolCallID: m.GetToolCallId(), ToolName: m.GetToolName()}
+		if m.GetRole() == llm.RoleAssistant && m.GetToolArguments() != "" {
+			sm.ToolCalls = []store.ToolCall{{ID: m.GetToolCallId(), Name: m.GetToolName(), Arguments: m.GetToolArguments()}}
+			sm.ToolCallID, sm.ToolName = "", ""
+		}
+		msgs = append(msgs, sm)
+	}
+	if len(msgs) > 0 {
+		committed, err := r.s.store.Append(ctx, r.st, ls.nextStep(), msgs...)
+		if err != nil {
+			return store.Final{}, err
+		}
+		ls.turn = append(ls.turn, committed...)
+	}
+	f := store.Final{Status: store.StatusCompleted, Kind: store.FinalText, Text: res.GetFinalText()}
+	switch res.GetStatus() {
+	case turnsv1.TurnStatus_TURN_STATUS_INTERRUPTED:
+		f.Status = store.StatusInterrupted
+	case turnsv1.TurnStatus_TURN_STATUS_STOPPED:
+		f.Status = store.StatusStopped
+	case turnsv1.TurnStatus_TURN_STATUS_FAILED:
+		f.Status = store.StatusFailed
+	case turnsv1.TurnStatus_TURN_STATUS_STALE:
+		return store.Final{}, store.ErrStaleGeneration
+	}
+	if f.Text == "" && (f.Status != store.StatusCompleted || lastErr != nil) {
+		f.Kind = store.FinalError
+		f.ErrorCode, f.Text = "agent", "The agent could not complete this request."
+		if lastErr != nil {
+			f.ErrorCode, f.Text = lastErr.GetCode(), lastErr.GetMessage()
+		}
+	}
+	return r.finish(ctx, ls, nil, f)
+}
+
+// remoteFailed ends the turn with an error reply when the agent is
+// unreachable or broke the stream; a shutdown hands the turn back instead.
+func (r *turnRun) remoteFailed(ctx context.Context, ls *loopState, err error) (store.Final, error) {
+	if ctx.Err() != nil {
+		return store.Final{}, ctx.Err()
+	}
+	r.log.Warn("external agent failed", "err", err)
+	return r.finish(ctx, ls, nil, store.Final{Status: store.StatusFailed, Kind: store.FinalError, ErrorCode: "agent",
+		Text: "The agent is unavailable right now. Please try again shortly."})
+}

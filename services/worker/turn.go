@@ -1,0 +1,482 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/switchboard-chat/switchboard/pkg/bus"
+	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
+	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
+	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
+	"github.com/switchboard-chat/switchboard/pkg/redisx"
+	"github.com/switchboard-chat/switchboard/services/worker/internal/store"
+)
+
+// Reasons a turn stops early.
+var (
+	errLockLost    = errors.New("session lock lost")
+	errInterrupted = errors.New("turn interrupted")
+	errStopped     = errors.New("turn stopped")
+)
+
+// seqTTL keeps a turn's reply sequence counter as long as the REPLIES
+// stream keeps events.
+const seqTTL = 24 * time.Hour
+
+// turnRun is one delivery of one turn.
+type turnRun struct {
+	s        *Service
+	req      *turnsv1.TurnRequested
+	attempt  int
+	log      *slog.Logger
+	st       store.Turn
+	ttl      time.Duration
+	target   *deliveryv1.Target // nil: the turn's replies go nowhere
+	inputIDs []string
+	ctl      *control
+	lockLost atomic.Bool
+	usage    turnsv1.Usage
+	model    string
+}
+
+func newTurnRun(s *Service, req *turnsv1.TurnRequested, attempt int) *turnRun {
+	ttl := time.Duration(req.GetLockTtlMs()) * time.Millisecond
+	if ttl <= 0 {
+		ttl = 30 * time.Second
+	}
+	r := &turnRun{
+		s:       s,
+		req:     req,
+		attempt: attempt,
+		ttl:     ttl,
+		log:     s.log.With("turn_id", req.GetTurnId(), "session_key", req.GetSessionKey(), "attempt", attempt),
+		st: store.Turn{
+			TurnID:     req.GetTurnId(),
+			SessionKey: req.GetSessionKey(),
+			SessionID:  req.GetSessionId(),
+			Generation: req.GetGeneration(),
+			UserKey:    userKey(req),
+		},
+		ctl: newControl(),
+	}
+	r.target = replyTarget(req)
+	for _, in := range req.GetInputs() {
+		if id := in.GetMessageId(); id != "" {
+			r.inputIDs = append(r.inputIDs, id)
+		}
+	}
+	return r
+}
+
+// userKey is the owner of memories and transcripts: "<platform>:<user>".
+func userKey(req *turnsv1.TurnRequested) string {
+	src := req.GetOrigin()
+	if len(req.GetInputs()) > 0 && req.GetInputs()[len(req.GetInputs())-1].GetSource() != nil {
+		src = req.GetInputs()[len(req.GetInputs())-1].GetSource()
+	}
+	user := src.GetUserIdAlt()
+	if user == "" {
+		user = src.GetUserId()
+	}
+	if user == "" {
+		return ""
+	}
+	return src.GetPlatform() + ":" + user
+}
+
+// replyTarget is where replies go: the reply route when set (an empty
+// platform there means no reply), else the origin chat.
+func replyTarget(req *turnsv1.TurnRequested) *deliveryv1.Target {
+	var replyTo string
+	if n := len(req.GetInputs()); n > 0 {
+		replyTo = req.GetInputs()[n-1].GetMessageId()
+	}
+	if rr := req.GetReplyRoute(); rr != nil {
+		if rr.GetPlatform() == "" {
+			return nil
+		}
+		return &deliveryv1.Target{Platform: rr.GetPlatform(), Account: rr.GetAccount(), ChatId: rr.GetChatId(), ThreadId: rr.GetThreadId()}
+	}
+	o := req.GetOrigin()
+	if o == nil {
+		return nil
+	}
+	return &deliveryv1.Target{Platform: o.GetPlatform(), Account: o.GetAccount(), ChatId: o.GetChatId(),
+		ThreadId: o.GetThreadId(), ReplyToMessageId: replyTo}
+}
+
+// run is the whole life of one delivery. It returns nil when the turn
+// reached an end (acked), an error to have the bus redeliver it.
+func (r *turnRun) run(ctx context.Context) error {
+	if err := r.claimLock(ctx); err != nil {
+		if errors.Is(err, errLockLost) {
+			// Another turn owns the session now: this one is superseded.
+			r.log.Warn("turn lock owned by another turn; abandoning as stale")
+			return r.complete(ctx, turnsv1.TurnStatus_TURN_STATUS_STALE, "session lock owned by another turn", false)
+		}
+		return err
+	}
+	ctx, stopRenew := r.keepLock(ctx)
+	defer stopRenew()
+	unsub, err := r.subscribeControl()
+	if err != nil {
+		return err
+	}
+	defer unsub()
+
+	started := &turnsv1.TurnStarted{TurnId: r.req.GetTurnId(), SessionKey: r.req.GetSessionKey(),
+		Generation: r.req.GetGeneration(), WorkerId: r.s.cfg.ID, StartedAt: timestamppb.New(r.s.now()),
+		Attempt: int32(r.attempt)}
+	if _, err := r.s.bus.Publish(ctx, r.s.bus.Topology().Subject(bus.SubjectTurnStarted),
+		fmt.Sprintf("turn-started:%s:%d", r.req.GetTurnId(), r.attempt), started); err != nil {
+		return fmt.Errorf("publish turn started: %w", err)
+	}
+	r.log.Info("turn started")
+
+	var fin store.Final
+	if r.s.agent != nil {
+		fin, err = r.runRemote(ctx)
+	} else {
+		fin, err = r.runLoop(ctx)
+	}
+	switch {
+	case errors.Is(err, store.ErrStaleGeneration), errors.Is(err, errLockLost):
+		r.log.Warn("turn superseded; abandoning without a reply", "err", err)
+		return r.complete(ctx, turnsv1.TurnStatus_TURN_STATUS_STALE, "superseded by a newer turn", true)
+	case err != nil && ctx.Err() != nil:
+		// Shutting down past the drain timeout: keep the lock (another
+		// worker resumes under the same token) and hand the turn back.
+		r.log.Info("turn handed back", "err", err)
+		return err
+	case err != nil:
+		if r.attempt < r.s.cfg.MaxDeliver {
+			r.log.Warn("turn failed; will be retried", "err", err)
+			return err
+		}
+		// Last attempt: never fail silently.
+		r.log.Error("turn failed on its last attempt; telling the user", "err", err)
+		fin = store.Final{Status: store.StatusFailed, Kind: store.FinalError, ErrorCode: "interrupted",
+			Text: "Sorry, your request was interrupted and could not be completed. Please send it again."}
+		if seq, serr := r.nextSeq(ctx); serr == nil {
+			fin.Seq = seq
+			if _, ferr := r.s.store.Finish(ctx, r.st, 0, nil, fin); ferr != nil && errors.Is(ferr, store.ErrStaleGeneration) {
+				return r.complete(ctx, turnsv1.TurnStatus_TURN_STATUS_STALE, "superseded by a newer turn", true)
+			}
+			_ = r.publishFinal(ctx, fin)
+		}
+	default:
+		if err := r.publishFinal(ctx, fin); err != nil {
+			return err
+		}
+	}
+	return r.complete(ctx, statusOf(fin.Status), fin.ErrorCode, true)
+}
+
+func statusOf(s string) turnsv1.TurnStatus {
+	switch s {
+	case store.StatusCompleted:
+		return turnsv1.TurnStatus_TURN_STATUS_COMPLETED
+	case store.StatusInterrupted:
+		return turnsv1.TurnStatus_TURN_STATUS_INTERRUPTED
+	case store.StatusStopped:
+		return turnsv1.TurnStatus_TURN_STATUS_STOPPED
+	default:
+		return turnsv1.TurnStatus_TURN_STATUS_FAILED
+	}
+}
+
+// complete releases the lock (when release) and publishes TurnCompleted.
+func (r *turnRun) complete(ctx context.Context, status turnsv1.TurnStatus, reason string, release bool) error {
+	ctx = context.WithoutCancel(ctx)
+	if release {
+		if err := r.s.locker.Release(ctx, r.req.GetSessionKey(), r.req.GetLockToken()); err != nil && !errors.Is(err, redisx.ErrNotOwner) {
+			r.log.Warn("release session lock", "err", err)
+		}
+	}
+	u := proto.Clone(&r.usage).(*turnsv1.Usage)
+	done := &turnsv1.TurnCompleted{TurnId: r.req.GetTurnId(), SessionKey: r.req.GetSessionKey(),
+		SessionId: r.req.GetSessionId(), Generation: r.req.GetGeneration(), Status: status, Error: reason,
+		Usage: u, WorkerId: r.s.cfg.ID, Model: r.model, CompletedAt: timestamppb.New(r.s.now())}
+	if _, err := r.s.bus.Publish(ctx, r.s.bus.Topology().Subject(bus.SubjectTurnCompleted), "turn-done:"+r.req.GetTurnId(), done); err != nil {
+		return fmt.Errorf("publish turn completed: %w", err)
+	}
+	r.log.Info("turn completed", "status", status.String(), "model_calls", u.GetModelCalls(), "tool_calls", u.GetToolCalls())
+	return nil
+}
+
+// claimLock makes sure the turn's token owns the session lock: still held
+// (renewed), or free after a crash and re-acquired with the same token.
+func (r *turnRun) claimLock(ctx context.Context) error {
+	key, token := r.req.GetSessionKey(), r.req.GetLockToken()
+	for range 3 {
+		owner, err := r.s.locker.Owner(ctx, key)
+		if err != nil {
+			return err
+		}
+		switch owner {
+		case token:
+			err := r.s.locker.Renew(ctx, key, token, r.ttl)
+			if errors.Is(err, redisx.ErrNotOwner) {
+				continue
+			}
+			return err
+		case "":
+			ok, err := r.s.locker.Acquire(ctx, key, token, r.ttl)
+			if err != nil {
+				return err
+			}
+			if ok {
+				r.log.Info("session lock re-acquired")
+				return nil
+			}
+		default:
+			return errLockLost
+		}
+	}
+	return errLockLost
+}
+
+// keepLock renews the lock every TTL/3 until stop. When the lock is lost
+// the turn stops at its next safe point.
+func (r *turnRun) keepLock(ctx context.Context) (context.Context, func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(r.ttl / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			err := r.s.locker.Renew(ctx, r.req.GetSessionKey(), r.req.GetLockToken(), r.ttl)
+			if errors.Is(err, redisx.ErrNotOwner) {
+				r.log.Warn("session lock lost; stopping at the next safe point")
+				r.lockLost.Store(true)
+				r.ctl.wakeUp()
+				return
+			}
+			if err != nil && ctx.Err() == nil {
+				r.log.Warn("renew session lock", "err", err)
+			}
+		}
+	}()
+	return ctx, func() { cancel(); <-done }
+}
+
+// checkpoint is a safe point: it reports why the turn must stop, if it must.
+func (r *turnRun) checkpoint(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if r.lockLost.Load() {
+		return errLockLost
+	}
+	return r.ctl.stopReason()
+}
+
+// nextSeq allocates the next reply seq of the turn. The counter lives in
+// Redis so a redelivered turn continues the sequence instead of reusing ids
+// that JetStream would deduplicate away.
+func (r *turnRun) nextSeq(ctx context.Context) (int64, error) {
+	key := r.s.cfg.RedisPrefix + "turnseq:" + r.req.GetTurnId()
+	pipe := r.s.rdb.TxPipeline()
+	incr := pipe.Incr(ctx, key)
+	pipe.Expire(ctx, key, seqTTL)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return 0, fmt.Errorf("allocate reply seq: %w", err)
+	}
+	return incr.Val(), nil
+}
+
+// fillSeqGap runs when a turn is redelivered: a crash between allocating a
+// seq and publishing it leaves a hole at the counter's value; a typing
+// event with that id fills it (or is deduplicated if it was published).
+func (r *turnRun) fillSeqGap(ctx context.Context, final *store.Final) error {
+	if r.target == nil {
+		return nil
+	}
+	n, err := r.s.rdb.Get(ctx, r.s.cfg.RedisPrefix+"turnseq:"+r.req.GetTurnId()).Int64()
+	if err != nil || n == 0 || (final != nil && final.Seq == n) {
+		return nil //nolint:nilerr // no counter: nothing was published
+	}
+	return r.publishAt(ctx, n, &repliesv1.ReplyEvent{Body: &repliesv1.ReplyEvent_Typing{Typing: &repliesv1.Typing{Active: true}}})
+}
+
+// publish sends a reply event with the next seq.
+func (r *turnRun) publish(ctx context.Context, ev *repliesv1.ReplyEvent) error {
+	if r.target == nil {
+		return nil
+	}
+	seq, err := r.nextSeq(ctx)
+	if err != nil {
+		return err
+	}
+	return r.publishAt(ctx, seq, ev)
+}
+
+func (r *turnRun) publishAt(ctx context.Context, seq int64, ev *repliesv1.ReplyEvent) error {
+	if r.target == nil {
+		return nil
+	}
+	ev.TurnId = r.req.GetTurnId()
+	ev.SessionKey = r.req.GetSessionKey()
+	ev.Generation = r.req.GetGeneration()
+	ev.Seq = seq
+	ev.Target = r.target
+	ev.CreatedAt = timestamppb.New(r.s.now())
+	ev.InputMessageIds = r.inputIDs
+	_, err := r.s.bus.Publish(ctx, r.s.bus.Topology().ReplySubject(r.req.GetSessionKey()),
+		fmt.Sprintf("reply:%s:%d", r.req.GetTurnId(), seq), ev)
+	if err != nil {
+		return fmt.Errorf("publish reply event: %w", err)
+	}
+	return nil
+}
+
+// publishFinal (re)publishes the turn's one final event at its stored seq.
+func (r *turnRun) publishFinal(ctx context.Context, f store.Final) error {
+	ev := &repliesv1.ReplyEvent{}
+	switch f.Kind {
+	case store.FinalText:
+		ev.Body = &repliesv1.ReplyEvent_FinalText{FinalText: &repliesv1.FinalText{Text: f.Text, Format: deliveryv1.TextFormat_TEXT_FORMAT_MARKDOWN}}
+	case store.FinalError:
+		ev.Body = &repliesv1.ReplyEvent_Error{Error: &repliesv1.ReplyError{Code: f.ErrorCode, Message: f.Text}}
+	default:
+		return nil
+	}
+	return r.publishAt(context.WithoutCancel(ctx), f.Seq, ev)
+}
+
+func (r *turnRun) toolProgress(ctx context.Context, id, name string, phase repliesv1.ToolPhase, detail string) error {
+	return r.publish(ctx, &repliesv1.ReplyEvent{Body: &repliesv1.ReplyEvent_ToolProgress{ToolProgress: &repliesv1.ToolProgress{
+		ToolCallId: id, ToolName: name, Phase: phase, Detail: detail}}})
+}
+
+// control is what the router asked of the running turn.
+type control struct {
+	mu        sync.Mutex
+	interrupt bool
+	stop      bool
+	steer     []string
+	approvals chan bool
+	wake      chan struct{}
+	forward   func(*turnsv1.TurnControlRequested)
+}
+
+// setForward passes every later control message to fn (external agents).
+func (c *control) setForward(fn func(*turnsv1.TurnControlRequested)) {
+	c.mu.Lock()
+	c.forward = fn
+	c.mu.Unlock()
+}
+
+func newControl() *control {
+	return &control{approvals: make(chan bool, 4), wake: make(chan struct{}, 1)}
+}
+
+func (c *control) wakeUp() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (c *control) apply(m *turnsv1.TurnControlRequested) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.forward != nil {
+		c.forward(m)
+		return
+	}
+	switch m.GetAction() {
+	case turnsv1.ControlAction_CONTROL_ACTION_INTERRUPT:
+		c.interrupt = true
+		c.wakeUp()
+	case turnsv1.ControlAction_CONTROL_ACTION_STOP:
+		c.stop = true
+		c.wakeUp()
+	case turnsv1.ControlAction_CONTROL_ACTION_STEER:
+		if m.GetText() != "" {
+			c.steer = append(c.steer, m.GetText())
+		}
+	case turnsv1.ControlAction_CONTROL_ACTION_APPROVE, turnsv1.ControlAction_CONTROL_ACTION_DENY:
+		select {
+		case c.approvals <- m.GetAction() == turnsv1.ControlAction_CONTROL_ACTION_APPROVE:
+		default:
+		}
+	}
+}
+
+func (c *control) stopReason() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case c.stop:
+		return errStopped
+	case c.interrupt:
+		return errInterrupted
+	}
+	return nil
+}
+
+// takeSteer returns and clears the pending steer text.
+func (c *control) takeSteer() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.steer
+	c.steer = nil
+	return s
+}
+
+// drainApprovals forgets answers that arrived while nothing was asked.
+func (c *control) drainApprovals() {
+	for {
+		select {
+		case <-c.approvals:
+		default:
+			return
+		}
+	}
+}
+
+// subscribeControl listens for the router's control messages for this
+// session while the turn runs.
+func (r *turnRun) subscribeControl() (func(), error) {
+	sub, err := r.s.bus.Conn().Subscribe(r.s.bus.Topology().ControlSubject(r.req.GetSessionKey()), func(msg *nats.Msg) {
+		var m turnsv1.TurnControlRequested
+		if err := proto.Unmarshal(msg.Data, &m); err != nil {
+			r.log.Warn("bad control message", "err", err)
+			return
+		}
+		if m.GetSessionKey() != r.req.GetSessionKey() || (m.GetTurnId() != "" && m.GetTurnId() != r.req.GetTurnId()) {
+			return
+		}
+		r.log.Info("control received", "action", m.GetAction().String(), "event_id", m.GetEventId())
+		r.ctl.apply(&m)
+		if msg.Reply != "" {
+			_ = msg.Respond(nil)
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("subscribe control: %w", err)
+	}
+	// Make sure the subscription is registered before the turn starts, so a
+	// control sent right after TurnStarted is not missed.
+	if err := r.s.bus.Conn().Flush(); err != nil {
+		_ = sub.Unsubscribe()
+		return nil, fmt.Errorf("subscribe control: %w", err)
+	}
+	return func() { _ = sub.Unsubscribe() }, nil
+}

@@ -1,0 +1,302 @@
+// Package worker is the agent worker: it pulls turns from the TURNS work
+// queue, runs each under the session's lock and generation (the built-in
+// agent loop over an LLM provider, or an external AgentService), streams
+// reply events, commits every step of the transcript, and reports the turn
+// done.
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/switchboard-chat/switchboard/pkg/bus"
+	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
+	"github.com/switchboard-chat/switchboard/pkg/llm"
+	"github.com/switchboard-chat/switchboard/pkg/redisx"
+	"github.com/switchboard-chat/switchboard/services/worker/internal/store"
+	"github.com/switchboard-chat/switchboard/services/worker/internal/tools"
+)
+
+// Config is the worker's configuration (YAML sections worker, agent and
+// llm, and privacy.redact_pii).
+type Config struct {
+	// Concurrency is how many turns one process runs at once.
+	Concurrency int `koanf:"concurrency"`
+	// DrainTimeout is how long running turns may continue after SIGTERM
+	// before they are handed back to the bus.
+	DrainTimeout time.Duration `koanf:"drain_timeout"`
+	// AckWait is how long a turn message may go without a heartbeat
+	// before NATS redelivers it (a crashed worker's turn moves on after it).
+	AckWait time.Duration `koanf:"ack_wait"`
+	// MaxDeliver bounds deliveries of one turn; the last attempt tells the
+	// user the turn was interrupted instead of failing silently.
+	MaxDeliver int `koanf:"max_deliver"`
+	// DeltaInterval coalesces streamed text into one reply event at most
+	// this often.
+	DeltaInterval time.Duration `koanf:"delta_interval"`
+	// ID names this worker in events; default hostname-pid.
+	ID string `koanf:"id"`
+
+	Agent AgentConfig `koanf:"-"`
+	// RedisPrefix prefixes Redis keys (redis.prefix).
+	RedisPrefix string `koanf:"-"`
+	// RedactPII hashes user and chat ids in prompts (privacy.redact_pii).
+	RedactPII bool `koanf:"-"`
+}
+
+// AgentConfig is the agent section.
+type AgentConfig struct {
+	// Backend is empty for the built-in loop, or grpc://host:port of an
+	// AgentService.
+	Backend string `koanf:"backend"`
+	// MaxIterations bounds model calls per turn.
+	MaxIterations int `koanf:"max_iterations"`
+	// SystemPrompt is the base of every session's system prompt.
+	SystemPrompt string `koanf:"system_prompt"`
+	// EphemeralPrompt is appended to the system prompt.
+	EphemeralPrompt string `koanf:"ephemeral_prompt"`
+	// Toolsets lists the enabled tools; empty enables every built-in.
+	Toolsets []string `koanf:"toolsets"`
+	// DangerousTools need the user's /approve before they run.
+	DangerousTools []string `koanf:"dangerous_tools"`
+	// ApprovalTimeout turns an unanswered approval into a denial.
+	ApprovalTimeout time.Duration `koanf:"approval_timeout"`
+	// ToolTimeout bounds one tool call.
+	ToolTimeout time.Duration `koanf:"tool_timeout"`
+	// ContextWindow is the model's window in tokens.
+	ContextWindow int `koanf:"context_window"`
+	// CompressAt is the fraction of the window above which older messages
+	// are summarised before the turn runs.
+	CompressAt float64 `koanf:"compress_at"`
+	// ProtectLast messages are never summarised.
+	ProtectLast int `koanf:"protect_last"`
+	// MaxTokens per model answer (0: the provider's default).
+	MaxTokens int `koanf:"max_tokens"`
+	// CacheKeys are extra config values whose change must re-render the
+	// system prompt (part of the prompt signature).
+	CacheKeys map[string]string `koanf:"cache_keys"`
+	// HomeChannel is where send_message's "home" target goes
+	// ("platform:chat_id[:thread_id]").
+	HomeChannel string `koanf:"home_channel"`
+}
+
+// DefaultConfig returns the defaults.
+func DefaultConfig() Config {
+	return Config{
+		Concurrency:   8,
+		DrainTimeout:  25 * time.Second,
+		AckWait:       30 * time.Second,
+		MaxDeliver:    5,
+		DeltaInterval: 250 * time.Millisecond,
+		RedisPrefix:   "sb:",
+		Agent: AgentConfig{
+			MaxIterations:   20,
+			SystemPrompt:    "You are a helpful assistant talking to people through a chat app. Answer concisely.",
+			ApprovalTimeout: 5 * time.Minute,
+			ToolTimeout:     2 * time.Minute,
+			ContextWindow:   128000,
+			CompressAt:      0.85,
+			ProtectLast:     6,
+		},
+	}
+}
+
+// Backend is one configured LLM provider.
+type Backend struct {
+	Provider llm.Provider
+	// Kind is openai, anthropic or fake.
+	Kind    string
+	Model   string
+	BaseURL string
+	// KeyHash is the hex SHA-256 of the API key (never the key itself).
+	KeyHash string
+}
+
+// Deps are the worker's collaborators.
+type Deps struct {
+	Log   *slog.Logger
+	Bus   *bus.Bus
+	DB    *pgxpool.Pool
+	Redis *redis.Client
+	// LLM is the default provider (already wrapped in llm.WithRetry).
+	LLM Backend
+	// Providers by kind, for per-session overrides "kind:model".
+	Providers map[string]Backend
+	// Sender delivers send_message; nil publishes a notice reply event.
+	Sender tools.Sender
+	// Tools are extra tools (tests, plug-ins).
+	Tools []tools.Tool
+	// Agent is the external agent for agent.backend (nil: dial it).
+	Agent AgentClient
+	Now   func() time.Time
+}
+
+// Service is the agent worker.
+type Service struct {
+	cfg    Config
+	log    *slog.Logger
+	bus    *bus.Bus
+	rdb    *redis.Client
+	locker *redisx.Locker
+	store  *store.Store
+	llm    Backend
+	byKind map[string]Backend
+	tools  *tools.Registry
+	agent  AgentClient
+	now    func() time.Time
+	closer func() error
+}
+
+// New builds the worker.
+func New(cfg Config, deps Deps) (*Service, error) {
+	def := DefaultConfig()
+	if cfg.Concurrency <= 0 {
+		cfg.Concurrency = def.Concurrency
+	}
+	if cfg.DrainTimeout <= 0 {
+		cfg.DrainTimeout = def.DrainTimeout
+	}
+	if cfg.AckWait <= 0 {
+		cfg.AckWait = def.AckWait
+	}
+	if cfg.MaxDeliver <= 0 {
+		cfg.MaxDeliver = def.MaxDeliver
+	}
+	if cfg.DeltaInterval <= 0 {
+		cfg.DeltaInterval = def.DeltaInterval
+	}
+	a, d := &cfg.Agent, def.Agent
+	if a.MaxIterations <= 0 {
+		a.MaxIterations = d.MaxIterations
+	}
+	if a.ApprovalTimeout <= 0 {
+		a.ApprovalTimeout = d.ApprovalTimeout
+	}
+	if a.ToolTimeout <= 0 {
+		a.ToolTimeout = d.ToolTimeout
+	}
+	if a.ContextWindow <= 0 {
+		a.ContextWindow = d.ContextWindow
+	}
+	if a.CompressAt <= 0 || a.CompressAt > 1 {
+		a.CompressAt = d.CompressAt
+	}
+	if a.ProtectLast <= 0 {
+		a.ProtectLast = d.ProtectLast
+	}
+	if cfg.ID == "" {
+		host, _ := os.Hostname()
+		cfg.ID = fmt.Sprintf("%s-%d", host, os.Getpid())
+	}
+	if deps.Bus == nil || deps.DB == nil || deps.Redis == nil {
+		return nil, errors.New("worker needs a bus, a database and redis")
+	}
+	if deps.Log == nil {
+		deps.Log = slog.Default()
+	}
+	if deps.Now == nil {
+		deps.Now = time.Now
+	}
+	s := &Service{
+		cfg:    cfg,
+		log:    deps.Log.With("service", "worker", "worker_id", cfg.ID),
+		bus:    deps.Bus,
+		rdb:    deps.Redis,
+		locker: redisx.NewLocker(deps.Redis, cfg.RedisPrefix),
+		store:  store.New(deps.DB),
+		llm:    deps.LLM,
+		byKind: deps.Providers,
+		agent:  deps.Agent,
+		now:    deps.Now,
+	}
+	if cfg.Agent.Backend != "" && s.agent == nil {
+		addr, ok := strings.CutPrefix(cfg.Agent.Backend, "grpc://")
+		if !ok {
+			return nil, fmt.Errorf("agent.backend %q: want grpc://host:port", cfg.Agent.Backend)
+		}
+		c, closer, err := DialAgent(addr)
+		if err != nil {
+			return nil, err
+		}
+		s.agent, s.closer = c, closer
+	}
+	if cfg.Agent.Backend == "" && s.llm.Provider == nil {
+		return nil, errors.New("worker needs an LLM provider or agent.backend")
+	}
+	reg, err := s.registry(deps)
+	if err != nil {
+		return nil, err
+	}
+	s.tools = reg
+	return s, nil
+}
+
+func (s *Service) registry(deps Deps) (*tools.Registry, error) {
+	reg := tools.NewRegistry()
+	sender := deps.Sender
+	if sender == nil {
+		sender = &noticeSender{bus: s.bus, home: s.cfg.Agent.HomeChannel}
+	}
+	builtins := []tools.Tool{
+		tools.Clock(s.now),
+		tools.Memory(memoryAdapter{s.store}),
+		tools.SessionSearch(memoryAdapter{s.store}),
+		tools.SendMessage(sender),
+	}
+	for _, t := range append(builtins, deps.Tools...) {
+		if err := reg.Register(t); err != nil {
+			return nil, err
+		}
+	}
+	if len(s.cfg.Agent.Toolsets) > 0 {
+		reg.Keep(s.cfg.Agent.Toolsets)
+	}
+	reg.MarkDangerous(s.cfg.Agent.DangerousTools...)
+	return reg, nil
+}
+
+// Run consumes turns until ctx ends, then lets running turns finish for
+// DrainTimeout and hands the rest back to the bus.
+func (s *Service) Run(ctx context.Context) error {
+	if s.closer != nil {
+		defer func() { _ = s.closer() }()
+	}
+	kind := s.llm.Kind
+	if s.cfg.Agent.Backend != "" {
+		kind = "external agent " + s.cfg.Agent.Backend
+	}
+	s.log.Info("worker running", "concurrency", s.cfg.Concurrency, "provider", kind, "model", s.llm.Model,
+		"tools", s.tools.Names())
+	c := bus.NewConsumer(s.bus, bus.ConsumerSpec{
+		Stream:         bus.StreamTurns,
+		Durable:        "worker-turns",
+		FilterSubjects: []string{bus.SubjectTurnRequested},
+		AckWait:        s.cfg.AckWait,
+		MaxDeliver:     s.cfg.MaxDeliver,
+		Backoff:        []time.Duration{time.Second, 2 * time.Second, 5 * time.Second},
+		Concurrency:    s.cfg.Concurrency,
+		DrainTimeout:   s.cfg.DrainTimeout,
+	}, s.handle)
+	return c.Run(ctx)
+}
+
+// handle runs one delivery of a turn.
+func (s *Service) handle(ctx context.Context, req *turnsv1.TurnRequested) error {
+	attempt := 1
+	if d, ok := bus.DeliveryFrom(ctx); ok {
+		attempt = d.Attempt
+	}
+	if req.GetTurnId() == "" || req.GetSessionKey() == "" {
+		return bus.Permanent(errors.New("turn without turn_id or session_key"))
+	}
+	r := newTurnRun(s, req, attempt)
+	return r.run(ctx)
+}
