@@ -45,11 +45,11 @@ func (m memoryAdapter) MemoryList(ctx context.Context, userKey string) (string, 
 	return b.String(), nil
 }
 
-func (m memoryAdapter) SearchText(ctx context.Context, userKey, query string, limit int) (string, error) {
+func (m memoryAdapter) SearchText(ctx context.Context, userKey, exceptSession, query string, limit int) (string, error) {
 	if userKey == "" {
 		return "no results", nil
 	}
-	hits, err := m.s.Search(ctx, userKey, query, limit)
+	hits, err := m.s.Search(ctx, userKey, exceptSession, query, limit)
 	if err != nil {
 		return "", err
 	}

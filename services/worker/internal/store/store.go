@@ -334,13 +334,13 @@ type Hit struct {
 }
 
 // Search finds a user's transcript messages matching query (web search
-// syntax), best first.
-func (s *Store) Search(ctx context.Context, userKey, query string, limit int) ([]Hit, error) {
+// syntax) outside the conversation exceptSession, best first.
+func (s *Store) Search(ctx context.Context, userKey, exceptSession, query string, limit int) ([]Hit, error) {
 	rows, err := s.db.Query(ctx, `SELECT session_id, role,
-			ts_headline('simple', content, q, 'MaxWords=30, MinWords=10'), created_at
+			ts_headline('simple', content, q, 'MaxWords=30, MinWords=10, StartSel=**, StopSel=**'), created_at
 		FROM transcript_messages, websearch_to_tsquery('simple', $2) q
-		WHERE user_key = $1 AND role IN ('user', 'assistant') AND search @@ q
-		ORDER BY ts_rank(search, q) DESC, id DESC LIMIT $3`, userKey, query, limit)
+		WHERE user_key = $1 AND session_id <> $4 AND role IN ('user', 'assistant') AND search @@ q
+		ORDER BY ts_rank(search, q) DESC, id DESC LIMIT $3`, userKey, query, limit, exceptSession)
 	if err != nil {
 		return nil, fmt.Errorf("search transcripts: %w", err)
 	}

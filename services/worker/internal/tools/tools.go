@@ -192,7 +192,7 @@ func Memory(s MemoryStore) Tool {
 
 // Searcher searches a user's past transcripts.
 type Searcher interface {
-	SearchText(ctx context.Context, userKey, query string, limit int) (string, error)
+	SearchText(ctx context.Context, userKey, exceptSession, query string, limit int) (string, error)
 }
 
 // SessionSearch is the session_search tool.
@@ -213,7 +213,7 @@ func SessionSearch(s Searcher) Tool {
 			if a.Limit <= 0 || a.Limit > 20 {
 				a.Limit = 5
 			}
-			return s.SearchText(ctx, call.UserKey, a.Query, a.Limit)
+			return s.SearchText(ctx, call.UserKey, call.SessionID, a.Query, a.Limit)
 		},
 	}
 }

@@ -1,0 +1,577 @@
+package worker_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/switchboard-chat/switchboard/pkg/fakellm"
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
+	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
+	"github.com/switchboard-chat/switchboard/services/worker"
+	"github.com/switchboard-chat/switchboard/services/worker/internal/store"
+	"github.com/switchboard-chat/switchboard/services/worker/internal/tools"
+)
+
+func TestTurnStreamsRepliesAndCompletes(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.setGeneration("s1", 1)
+	h.startWorker("w1", nil)
+
+	req := h.requestTurn("s1", "hello there [[tool:clock {\"tz\":\"UTC\"}]]", turnOpts{})
+	done := h.waitCompleted(req.TurnId)
+	if done.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED {
+		t.Fatalf("status %v (%s)", done.GetStatus(), done.GetError())
+	}
+	if done.GetUsage().GetModelCalls() != 2 || done.GetUsage().GetToolCalls() != 1 {
+		t.Errorf("usage %v", done.GetUsage())
+	}
+	evs := h.replies(req.TurnId)
+	final := checkReplies(t, evs)
+	if got := final.GetFinalText().GetText(); !strings.HasPrefix(got, "echo: hello there") || !strings.Contains(got, "UTC") {
+		t.Errorf("final %q", got)
+	}
+	if evs[0].GetTyping() == nil {
+		t.Errorf("first event is not typing: %v", evs[0])
+	}
+	var phases []repliesv1.ToolPhase
+	deltas := 0
+	for _, ev := range evs {
+		if tp := ev.GetToolProgress(); tp != nil {
+			phases = append(phases, tp.GetPhase())
+		}
+		if ev.GetTextDelta() != nil {
+			deltas++
+		}
+		if ev.GetTarget().GetChatId() != "99" || len(ev.GetInputMessageIds()) != 1 || ev.GetGeneration() != 1 {
+			t.Errorf("event addressing: %v", ev)
+		}
+	}
+	if len(phases) != 2 || phases[0] != repliesv1.ToolPhase_TOOL_PHASE_STARTED || phases[1] != repliesv1.ToolPhase_TOOL_PHASE_FINISHED {
+		t.Errorf("tool phases %v", phases)
+	}
+	if deltas == 0 {
+		t.Error("no text deltas streamed")
+	}
+	owner, err := h.locker.Owner(context.Background(), "s1")
+	if err != nil || owner != "" {
+		t.Errorf("lock not released: %q %v", owner, err)
+	}
+	var roles []string
+	rows, err := h.db.Query(context.Background(), `SELECT role FROM transcript_messages WHERE turn_id = $1 ORDER BY step`, req.TurnId)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var r string
+		_ = rows.Scan(&r)
+		roles = append(roles, r)
+	}
+	if strings.Join(roles, ",") != "user,assistant,tool,assistant" {
+		t.Errorf("transcript roles %v", roles)
+	}
+}
+
+func TestTwoWorkersOneSessionTurnsNeverOverlap(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.setGeneration("s1", 1)
+	h.startWorker("w1", nil)
+	h.startWorker("w2", nil)
+
+	var ids []string
+	for i := range 6 {
+		// Like the router: the next turn is published once the lock is free.
+		req := h.requestTurn("s1", "msg "+string(rune('a'+i))+" [[latency:30ms]]", turnOpts{})
+		ids = append(ids, req.TurnId)
+	}
+	for _, id := range ids {
+		if c := h.waitCompleted(id); c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED {
+			t.Fatalf("turn %s: %v", id, c.GetStatus())
+		}
+		checkReplies(t, h.replies(id))
+	}
+	if m := h.maxIn.Load(); m != 1 {
+		t.Errorf("model calls of one session overlapped: %d at once", m)
+	}
+
+	// A turn whose token does not own the lock is not run.
+	ctx := context.Background()
+	ok, err := h.locker.Acquire(ctx, "s1", "someone-else", 10*time.Second)
+	if err != nil || !ok {
+		t.Fatal("take lock", err)
+	}
+	before := len(h.fake.Requests())
+	req := h.requestTurn("s1", "intruder", turnOpts{noLock: true, token: "not-the-owner"})
+	if c := h.waitCompleted(req.TurnId); c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_STALE {
+		t.Errorf("status %v, want STALE", c.GetStatus())
+	}
+	if len(h.fake.Requests()) != before || len(h.replies(req.TurnId)) != 0 {
+		t.Error("a turn without the lock called the model or replied")
+	}
+	if owner, _ := h.locker.Owner(ctx, "s1"); owner != "someone-else" {
+		t.Errorf("lock owner %q changed", owner)
+	}
+}
+
+func TestWorkerKilledMidToolResumesElsewhere(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.setGeneration("s1", 1)
+
+	var stepRuns, blockRuns atomic.Int32
+	entered := make(chan struct{}, 4)
+	stepA := tools.Tool{Name: "step_a", Run: func(context.Context, tools.Call, json.RawMessage) (string, error) {
+		return "a-done-" + string(rune('0'+stepRuns.Add(1))), nil
+	}}
+	blocking := tools.Tool{Name: "block_b", Run: func(ctx context.Context, _ tools.Call, _ json.RawMessage) (string, error) {
+		blockRuns.Add(1)
+		entered <- struct{}{}
+		<-ctx.Done() // the first worker dies here
+		return "", ctx.Err()
+	}}
+	finishing := blocking
+	finishing.Run = func(context.Context, tools.Call, json.RawMessage) (string, error) {
+		blockRuns.Add(1)
+		return "b-done", nil
+	}
+	w1 := h.startWorker("w1", func(c *worker.Config, d *worker.Deps) {
+		c.DrainTimeout = 50 * time.Millisecond // "kill": handlers are cut off at once
+		d.Tools = []tools.Tool{stepA, blocking}
+	})
+	req := h.requestTurn("s1", "[[tool:step_a {}]] [[tool:block_b {}]] go", turnOpts{})
+	select {
+	case <-entered:
+	case <-time.After(30 * time.Second):
+		t.Fatal("block_b never ran")
+	}
+	w1.stop(t)
+	if h.completed(req.TurnId) != nil {
+		t.Fatal("the killed worker completed the turn")
+	}
+	h.startWorker("w2", func(_ *worker.Config, d *worker.Deps) { d.Tools = []tools.Tool{stepA, finishing} })
+	done := h.waitCompleted(req.TurnId)
+	if done.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED || done.GetWorkerId() != "w2" {
+		t.Fatalf("completed %v by %s", done.GetStatus(), done.GetWorkerId())
+	}
+	if n := stepRuns.Load(); n != 1 {
+		t.Errorf("committed tool step_a ran %d times", n)
+	}
+	if n := blockRuns.Load(); n != 2 {
+		t.Errorf("uncommitted tool block_b ran %d times, want 2 (once per worker)", n)
+	}
+	final := checkReplies(t, h.replies(req.TurnId))
+	if got := final.GetFinalText().GetText(); got != "echo: go [a-done-1] [b-done]" {
+		t.Errorf("final %q", got)
+	}
+}
+
+func TestRedeliveredDecidedTurnRepublishesSameFinal(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.setGeneration("s1", 1)
+	h.startWorker("w1", nil)
+	req := h.requestTurn("s1", "once", turnOpts{})
+	h.waitCompleted(req.TurnId)
+	first := h.replies(req.TurnId)
+
+	// The same turn again (a redelivery after the final was committed, say
+	// the worker died before acking): no second answer, no model call.
+	calls := len(h.fake.Requests())
+	ok, _ := h.locker.Acquire(context.Background(), "s1", req.LockToken, 5*time.Second)
+	if !ok {
+		t.Fatal("lock")
+	}
+	if _, err := h.bus.Publish(context.Background(), h.bus.Topology().Subject("turns.turn.requested"), "turn:"+req.TurnId+":again", req); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "lock released", func() bool {
+		o, _ := h.locker.Owner(context.Background(), "s1")
+		return o == ""
+	})
+	if len(h.fake.Requests()) != calls {
+		t.Error("redelivered decided turn called the model")
+	}
+	again := h.replies(req.TurnId)
+	finals := 0
+	for _, ev := range again {
+		if ev.GetFinalText() != nil {
+			finals++
+		}
+	}
+	if finals != 1 || len(again) < len(first) {
+		t.Errorf("finals %d, events %d→%d", finals, len(first), len(again))
+	}
+}
+
+func TestStaleGenerationIsRefused(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.setGeneration("s1", 5)
+	ctx := context.Background()
+
+	st := store.New(h.db)
+	turn := store.Turn{TurnID: "t-old", SessionKey: "s1", SessionID: "sid", Generation: 4}
+	if _, err := st.Append(ctx, turn, 0, store.Message{Role: "user", Content: "x"}); !errors.Is(err, store.ErrStaleGeneration) {
+		t.Fatalf("append under stale generation: %v", err)
+	}
+	turn.Generation = 5
+	if _, err := st.Append(ctx, turn, 0, store.Message{Role: "user", Content: "x"}); err != nil {
+		t.Fatalf("append under current generation: %v", err)
+	}
+	if _, err := st.Append(ctx, store.Turn{TurnID: "t-x", SessionKey: "nope", Generation: 1}, 0, store.Message{Role: "user"}); !errors.Is(err, store.ErrStaleGeneration) {
+		t.Fatalf("append for a missing session: %v", err)
+	}
+
+	// A whole turn under an old generation: STALE, nothing written, no reply.
+	h.startWorker("w1", nil)
+	req := h.requestTurn("s1", "late", turnOpts{generation: 4})
+	if c := h.waitCompleted(req.TurnId); c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_STALE {
+		t.Fatalf("status %v", c.GetStatus())
+	}
+	if evs := h.replies(req.TurnId); len(evs) != 0 {
+		t.Errorf("stale turn published %d reply events", len(evs))
+	}
+	var n int
+	_ = h.db.QueryRow(ctx, `SELECT count(*) FROM transcript_messages WHERE turn_id = $1`, req.TurnId).Scan(&n)
+	if n != 0 {
+		t.Errorf("stale turn wrote %d messages", n)
+	}
+
+	// The generation moves on while the turn runs: the next step is refused.
+	g := newGate()
+	h2 := newHarness(t)
+	h2.setGeneration("s2", 1)
+	h2.startWorker("w2", func(_ *worker.Config, d *worker.Deps) {
+		d.Tools = []tools.Tool{{Name: "wait", Run: func(ctx context.Context, _ tools.Call, _ json.RawMessage) (string, error) {
+			g.entered <- struct{}{}
+			<-g.release
+			return "ok", nil
+		}}}
+	})
+	req = h2.requestTurn("s2", "[[tool:wait {}]] x", turnOpts{})
+	<-g.entered
+	h2.setGeneration("s2", 2) // /new or /stop in the router
+	close(g.release)
+	if c := h2.waitCompleted(req.TurnId); c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_STALE {
+		t.Fatalf("status %v", c.GetStatus())
+	}
+	for _, ev := range h2.replies(req.TurnId) {
+		if ev.GetFinalText() != nil || ev.GetError() != nil {
+			t.Errorf("stale turn published a final: %v", ev)
+		}
+	}
+}
+
+func TestInterruptStopsWithinOneModelCall(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.setGeneration("s1", 1)
+	g := newGate()
+	var clockRuns atomic.Int32
+	h.startWorker("w1", func(_ *worker.Config, d *worker.Deps) {
+		d.Tools = []tools.Tool{
+			{Name: "wait", Run: func(ctx context.Context, _ tools.Call, _ json.RawMessage) (string, error) {
+				g.entered <- struct{}{}
+				<-g.release
+				return "waited", nil
+			}},
+			{Name: "after", Run: func(context.Context, tools.Call, json.RawMessage) (string, error) {
+				clockRuns.Add(1)
+				return "x", nil
+			}},
+		}
+	})
+	req := h.requestTurn("s1", "[[tool:wait {}]] [[tool:after {}]] long job", turnOpts{})
+	<-g.entered
+	h.control("s1", turnsv1.ControlAction_CONTROL_ACTION_INTERRUPT, "")
+	close(g.release)
+	c := h.waitCompleted(req.TurnId)
+	if c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_INTERRUPTED {
+		t.Fatalf("status %v", c.GetStatus())
+	}
+	if c.GetUsage().GetModelCalls() != 1 || clockRuns.Load() != 0 {
+		t.Errorf("after interrupt: %d model calls, later tool ran %d times", c.GetUsage().GetModelCalls(), clockRuns.Load())
+	}
+	final := checkReplies(t, h.replies(req.TurnId))
+	if final.GetError().GetCode() != "interrupted" {
+		t.Errorf("final %v", final)
+	}
+	// The next turn's history is valid: the interrupted call has a result.
+	req = h.requestTurn("s1", "next", turnOpts{})
+	if c := h.waitCompleted(req.TurnId); c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED {
+		t.Fatalf("next turn %v", c.GetStatus())
+	}
+}
+
+func TestSteerIsInjectedAfterTheNextToolCall(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.setGeneration("s1", 1)
+	g := newGate()
+	h.startWorker("w1", func(_ *worker.Config, d *worker.Deps) {
+		d.Tools = []tools.Tool{{Name: "wait", Run: func(ctx context.Context, _ tools.Call, _ json.RawMessage) (string, error) {
+			g.entered <- struct{}{}
+			<-g.release
+			return "waited", nil
+		}}}
+	})
+	req := h.requestTurn("s1", "[[tool:wait {}]] plan a trip", turnOpts{})
+	<-g.entered
+	h.control("s1", turnsv1.ControlAction_CONTROL_ACTION_STEER, "make it by train")
+	close(g.release)
+	c := h.waitCompleted(req.TurnId)
+	if c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED || c.GetUsage().GetModelCalls() != 2 {
+		t.Fatalf("status %v usage %v", c.GetStatus(), c.GetUsage())
+	}
+	reqs := h.fake.Requests()
+	last := reqs[len(reqs)-1]
+	found := false
+	for _, m := range last.Messages {
+		if m.Role == "tool" && strings.Contains(m.Content, "make it by train") {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("steer text not in the next model call: %+v", last.Messages)
+	}
+}
+
+func TestApprovalForDangerousTools(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name   string
+		action turnsv1.ControlAction // UNSPECIFIED: let it time out
+		ran    bool
+	}{
+		{"approve", turnsv1.ControlAction_CONTROL_ACTION_APPROVE, true},
+		{"deny", turnsv1.ControlAction_CONTROL_ACTION_DENY, false},
+		{"timeout", turnsv1.ControlAction_CONTROL_ACTION_UNSPECIFIED, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t)
+			h.setGeneration("s1", 1)
+			var runs atomic.Int32
+			h.startWorker("w1", func(c *worker.Config, d *worker.Deps) {
+				c.Agent.ApprovalTimeout = 500 * time.Millisecond
+				if tc.action != turnsv1.ControlAction_CONTROL_ACTION_UNSPECIFIED {
+					c.Agent.ApprovalTimeout = time.Minute
+				}
+				c.Agent.DangerousTools = []string{"rm"}
+				d.Tools = []tools.Tool{{Name: "rm", Run: func(context.Context, tools.Call, json.RawMessage) (string, error) {
+					runs.Add(1)
+					return "removed", nil
+				}}}
+			})
+			req := h.requestTurn("s1", "[[tool:rm {}]] clean up", turnOpts{})
+			waitFor(t, 30*time.Second, "approval request", func() bool {
+				for _, ev := range h.replies(req.TurnId) {
+					if ev.GetToolProgress().GetPhase() == repliesv1.ToolPhase_TOOL_PHASE_AWAITING_APPROVAL {
+						return true
+					}
+				}
+				return false
+			})
+			if tc.action != turnsv1.ControlAction_CONTROL_ACTION_UNSPECIFIED {
+				h.control("s1", tc.action, "")
+			}
+			h.waitCompleted(req.TurnId)
+			if (runs.Load() == 1) != tc.ran {
+				t.Errorf("tool ran %d times", runs.Load())
+			}
+			final := checkReplies(t, h.replies(req.TurnId)).GetFinalText().GetText()
+			if tc.ran != strings.Contains(final, "removed") {
+				t.Errorf("final %q", final)
+			}
+		})
+	}
+}
+
+func TestPromptByteIdenticalAcrossWorkers(t *testing.T) {
+	t.Parallel()
+	for _, provider := range []string{"openai", "anthropic"} {
+		t.Run(provider, func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t)
+			h.setGeneration("s1", 1)
+			backend := h.openAI()
+			if provider == "anthropic" {
+				backend = h.anthropic()
+			}
+			now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+			for i, id := range []string{"w1", "w2"} {
+				w := h.startWorker(id, func(c *worker.Config, d *worker.Deps) {
+					d.LLM = backend
+					d.Now = func() time.Time { return now.Add(time.Duration(i) * 48 * time.Hour) }
+					c.RedactPII = true
+				})
+				req := h.requestTurn("s1", "turn "+id, turnOpts{})
+				if c := h.waitCompleted(req.TurnId); c.GetWorkerId() != id {
+					t.Fatalf("turn ran on %s", c.GetWorkerId())
+				}
+				w.stop(t)
+			}
+			reqs := h.fake.Requests()
+			if len(reqs) != 2 {
+				t.Fatalf("%d model requests", len(reqs))
+			}
+			if reqs[0].System == "" || reqs[0].System != reqs[1].System {
+				t.Fatalf("system prompts differ:\n%q\n%q", reqs[0].System, reqs[1].System)
+			}
+			if strings.Contains(reqs[0].System, "u-s1") || !strings.Contains(reqs[0].System, worker.RedactID("u-s1")) {
+				t.Errorf("user id not redacted: %q", reqs[0].System)
+			}
+			if provider == "anthropic" && !reqs[1].SystemCached {
+				t.Error("no cache_control on the anthropic system prompt")
+			}
+
+			// A config change (the ephemeral prompt) re-renders it.
+			w := h.startWorker("w3", func(c *worker.Config, d *worker.Deps) {
+				d.LLM = backend
+				c.RedactPII = true
+				c.Agent.EphemeralPrompt = "Be brief."
+			})
+			defer w.stop(t)
+			req := h.requestTurn("s1", "turn w3", turnOpts{})
+			h.waitCompleted(req.TurnId)
+			reqs = h.fake.Requests()
+			if got := reqs[len(reqs)-1].System; got == reqs[0].System || !strings.Contains(got, "Be brief.") {
+				t.Errorf("signature change did not re-render: %q", got)
+			}
+		})
+	}
+}
+
+func TestLLMErrorClassesEndTheTurnWithAClearMessage(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.startWorker("w1", nil)
+	cases := []struct {
+		text string
+		code string
+		want string
+	}{
+		{"[[fail:402]] hi", "quota", "quota"},
+		{"[[fail:quota]] hi", "quota", "quota"},
+		{"[[fail:401]] hi", "auth", "credentials"},
+		{"[[fail:overflow]] hi", "context_overflow", "too long"},
+		{"[[fail:500]] hi", "provider", "having trouble"},
+		{"[[fail:429 retry=0]] hi", "provider", "busy"},
+		{"[[drop:1]] hi", "provider", ""},
+	}
+	for i, tc := range cases {
+		key := "err" + string(rune('a'+i))
+		h.setGeneration(key, 1)
+		req := h.requestTurn(key, tc.text, turnOpts{})
+		c := h.waitCompleted(req.TurnId)
+		if c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_FAILED {
+			t.Errorf("%s: status %v", tc.text, c.GetStatus())
+			continue
+		}
+		final := checkReplies(t, h.replies(req.TurnId))
+		e := final.GetError()
+		if e.GetCode() != tc.code || !strings.Contains(e.GetMessage(), tc.want) {
+			t.Errorf("%s: error reply %q %q", tc.text, e.GetCode(), e.GetMessage())
+		}
+	}
+	// The worker is still healthy afterwards.
+	h.setGeneration("ok", 1)
+	req := h.requestTurn("ok", "fine", turnOpts{})
+	if c := h.waitCompleted(req.TurnId); c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED {
+		t.Errorf("after errors: %v", c.GetStatus())
+	}
+}
+
+func TestRetryableErrorIsRetried(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.setGeneration("s1", 1)
+	h.startWorker("w1", nil)
+	h.fake.FailNext(1, fakellm.Failure{Status: 429, RetryAfter: time.Millisecond})
+	req := h.requestTurn("s1", "patience", turnOpts{})
+	if c := h.waitCompleted(req.TurnId); c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED {
+		t.Fatalf("status %v", c.GetStatus())
+	}
+	if got := checkReplies(t, h.replies(req.TurnId)).GetFinalText().GetText(); got != "echo: patience" {
+		t.Errorf("final %q", got)
+	}
+}
+
+func TestMemoryAndSessionSearchTools(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.setGeneration("s1", 1)
+	h.setGeneration("s2", 1)
+	h.startWorker("w1", nil)
+	alice := &eventsv1.SessionSource{Platform: "telegram", ChatId: "99", ChatType: "dm", UserId: "alice"}
+	req := h.requestTurn("s1", `[[tool:memory {"action":"add","content":"likes green tea"}]] the zanzibar plan`, turnOpts{origin: alice})
+	h.waitCompleted(req.TurnId)
+	// Another session of the same user finds both the note and the transcript.
+	o := turnOpts{sessionID: "other", origin: alice}
+	req = h.requestTurn("s2", `[[tool:memory {"action":"list"}]] [[tool:session_search {"query":"zanzibar"}]] recall`, o)
+	h.waitCompleted(req.TurnId)
+	final := checkReplies(t, h.replies(req.TurnId)).GetFinalText().GetText()
+	if !strings.Contains(final, "likes green tea") {
+		t.Errorf("memory not recalled: %q", final)
+	}
+	if !strings.Contains(final, "zanzibar") || !strings.Contains(final, "sid-s1") {
+		t.Errorf("session_search found nothing: %q", final)
+	}
+}
+
+func TestSendMessagePublishesNotice(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.setGeneration("s1", 1)
+	h.startWorker("w1", nil)
+	req := h.requestTurn("s1", `[[tool:send_message {"target":"slack:C123","text":"deploy done"}]] tell them`, turnOpts{})
+	h.waitCompleted(req.TurnId)
+	var notices []*repliesv1.ReplyEvent
+	for _, ev := range streamMsgs[repliesv1.ReplyEvent](t, h.bus, "REPLIES", "") {
+		if ev.GetNotice() != nil {
+			notices = append(notices, ev)
+		}
+	}
+	if len(notices) != 1 || notices[0].GetTarget().GetPlatform() != "slack" || notices[0].GetNotice().GetText() != "deploy done" {
+		t.Fatalf("notices %v", notices)
+	}
+}
+
+func TestContextCompression(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.setGeneration("s1", 1)
+	h.startWorker("w1", func(c *worker.Config, _ *worker.Deps) {
+		c.Agent.ContextWindow = 200 // tokens: a few turns overflow it
+		c.Agent.ProtectLast = 2
+	})
+	for i := range 4 {
+		req := h.requestTurn("s1", strings.Repeat("word ", 40)+string(rune('a'+i)), turnOpts{})
+		if c := h.waitCompleted(req.TurnId); c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED {
+			t.Fatalf("turn %d: %v", i, c.GetStatus())
+		}
+	}
+	var n int
+	if err := h.db.QueryRow(context.Background(), `SELECT count(*) FROM transcript_summaries WHERE session_id = 'sid-s1'`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n == 0 {
+		t.Fatal("no summary stored")
+	}
+	reqs := h.fake.Requests()
+	last := reqs[len(reqs)-1]
+	if !strings.Contains(last.Messages[0].Content, "[Summary of the earlier conversation]") {
+		t.Errorf("last request does not start with the summary: %+v", last.Messages[0])
+	}
+	if len(last.Messages) > 4 {
+		t.Errorf("last request still has %d messages", len(last.Messages))
+	}
+}
