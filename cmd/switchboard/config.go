@@ -2,12 +2,14 @@ package main
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/switchboard-chat/switchboard/pkg/config"
 	"github.com/switchboard-chat/switchboard/pkg/pg"
 	"github.com/switchboard-chat/switchboard/pkg/redisx"
 	"github.com/switchboard-chat/switchboard/pkg/telemetry"
+	"github.com/switchboard-chat/switchboard/services/worker"
 )
 
 // Config is the one configuration file every service reads; each service
@@ -20,6 +22,30 @@ type Config struct {
 	Log      telemetry.LogConfig `koanf:"log"`
 	Ops      OpsConfig           `koanf:"ops"`
 	Dev      DevConfig           `koanf:"dev"`
+	Worker   worker.Config       `koanf:"worker"`
+	Agent    worker.AgentConfig  `koanf:"agent"`
+	LLM      LLMConfig           `koanf:"llm"`
+	Privacy  PrivacyConfig       `koanf:"privacy"`
+}
+
+// LLMConfig selects the model provider. Empty provider: the environment
+// (ANTHROPIC_API_KEY/ANTHROPIC_BASE_URL, OPENAI_API_KEY/OPENAI_BASE_URL);
+// with none set, `switchboard dev` runs the fake model in-process.
+type LLMConfig struct {
+	// Provider is openai, anthropic or fake.
+	Provider string `koanf:"provider"`
+	Model    string `koanf:"model"`
+	// BaseURL: OpenAI-compatible servers include /v1; Anthropic does not.
+	BaseURL string `koanf:"base_url"`
+	APIKey  string `koanf:"api_key"`
+	// MaxAttempts bounds retries of 429 and 5xx answers.
+	MaxAttempts int `koanf:"max_attempts"`
+}
+
+// PrivacyConfig controls what personal data reaches the model.
+type PrivacyConfig struct {
+	// RedactPII hashes user and chat ids in prompts (SHA-256, 12 hex chars).
+	RedactPII bool `koanf:"redact_pii"`
 }
 
 // NATSConfig locates the bus.
@@ -72,6 +98,9 @@ func defaultConfig() *Config {
 		Log:      telemetry.LogConfig{Level: "info", Format: "json"},
 		Ops:      OpsConfig{Addr: ":9090"},
 		Dev:      DevConfig{NATSPort: 14222, NATSStoreDir: ".switchboard/nats"},
+		Worker:   worker.DefaultConfig(),
+		Agent:    worker.DefaultConfig().Agent,
+		LLM:      LLMConfig{MaxAttempts: 4},
 	}
 }
 
@@ -100,6 +129,20 @@ func (c *Config) Validate() error {
 	}
 	if c.NATS.DedupeWindow < time.Second {
 		return config.Invalid("nats.dedupe_window", c.NATS.DedupeWindow, "at least 1s")
+	}
+	switch c.LLM.Provider {
+	case "", "openai", "anthropic", "fake":
+	default:
+		return config.Invalid("llm.provider", c.LLM.Provider, "openai, anthropic or fake")
+	}
+	if c.Worker.Concurrency < 1 {
+		return config.Invalid("worker.concurrency", c.Worker.Concurrency, "at least 1")
+	}
+	if c.Agent.MaxIterations < 1 {
+		return config.Invalid("agent.max_iterations", c.Agent.MaxIterations, "at least 1")
+	}
+	if c.Agent.Backend != "" && !strings.HasPrefix(c.Agent.Backend, "grpc://") {
+		return config.Invalid("agent.backend", c.Agent.Backend, "empty or grpc://host:port")
 	}
 	return nil
 }

@@ -1,0 +1,31 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+
+	"github.com/switchboard-chat/switchboard/pkg/fakellm"
+	"github.com/switchboard-chat/switchboard/pkg/telemetry"
+)
+
+func init() {
+	register(command{name: "fakellm", summary: "serve the fake LLM (OpenAI and Anthropic wire formats) for tests and benchmarks", run: runFakeLLM})
+}
+
+func runFakeLLM(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("fakellm", flag.ContinueOnError)
+	addr := fs.String("addr", "127.0.0.1:8099", "listen address")
+	latency := fs.Duration("latency", 0, "delay before every answer")
+	chunkDelay := fs.Duration("chunk-delay", 0, "delay between streamed chunks")
+	apiKey := fs.String("api-key", "", "require this API key")
+	if err := fs.Parse(args); err != nil {
+		return errUsage
+	}
+	log := telemetry.NewLogger(telemetry.LogConfig{Level: "info", Format: "text"}, os.Stderr)
+	srv := fakellm.New(fakellm.Config{Addr: *addr, Latency: *latency, ChunkDelay: *chunkDelay, APIKey: *apiKey,
+		MaxRecorded: -1, Log: log})
+	fmt.Fprintf(os.Stderr, "fake LLM on http://%s (OpenAI: /v1/chat/completions, Anthropic: /v1/messages)\n", *addr)
+	return srv.Run(ctx)
+}

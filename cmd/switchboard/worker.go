@@ -1,0 +1,111 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/switchboard-chat/switchboard/pkg/fakellm"
+	"github.com/switchboard-chat/switchboard/pkg/llm"
+	"github.com/switchboard-chat/switchboard/services/worker"
+)
+
+func init() {
+	registerService(service{name: "worker", start: startWorker}, true)
+	register(command{name: "worker", summary: "run the agent worker (turns → LLM and tools → replies)",
+		run: func(ctx context.Context, args []string) error {
+			return runServiceCommand(ctx, "worker", args, "worker")
+		}})
+}
+
+func startWorker(ctx context.Context, a *app) (func(context.Context) error, error) {
+	b, err := a.Bus(ctx)
+	if err != nil {
+		return nil, err
+	}
+	db, err := a.DB(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rdb, err := a.Redis(ctx)
+	if err != nil {
+		return nil, err
+	}
+	cfg := a.cfg.Worker
+	cfg.Agent = a.cfg.Agent
+	cfg.RedisPrefix = a.cfg.Redis.Prefix
+	cfg.RedactPII = a.cfg.Privacy.RedactPII
+	deps := worker.Deps{Log: a.log, Bus: b, DB: db, Redis: rdb}
+	if cfg.Agent.Backend == "" {
+		if deps.LLM, err = a.llmBackend(); err != nil {
+			return nil, err
+		}
+		deps.Providers = map[string]worker.Backend{deps.LLM.Kind: deps.LLM}
+	}
+	w, err := worker.New(cfg, deps)
+	if err != nil {
+		return nil, err
+	}
+	return w.Run, nil
+}
+
+// llmBackend builds the provider from the llm section, else from the
+// standard environment variables; with neither, dev (or llm.provider:
+// fake) runs the fake model in this process.
+func (a *app) llmBackend() (worker.Backend, error) {
+	c := a.cfg.LLM
+	policy := llm.RetryPolicy{MaxAttempts: c.MaxAttempts, Log: a.log}
+	var (
+		p    llm.Provider
+		kind = c.Provider
+	)
+	switch c.Provider {
+	case "openai":
+		p = llm.NewOpenAI(llm.OpenAIConfig{APIKey: c.APIKey, BaseURL: c.BaseURL, Model: c.Model})
+	case "anthropic":
+		p = llm.NewAnthropic(llm.AnthropicConfig{APIKey: c.APIKey, BaseURL: c.BaseURL, Model: c.Model})
+	case "":
+		var err error
+		p, kind, err = llm.FromEnv(os.Getenv, nil)
+		if errors.Is(err, llm.ErrNoProvider) && a.name == "dev" {
+			return a.fakeBackend(policy)
+		}
+		if err != nil {
+			return worker.Backend{}, fmt.Errorf("llm: %w (or set llm.provider in the config)", err)
+		}
+		c.APIKey = os.Getenv(map[string]string{llm.KindAnthropic: "ANTHROPIC_API_KEY", llm.KindOpenAI: "OPENAI_API_KEY"}[kind])
+		c.BaseURL = os.Getenv(map[string]string{llm.KindAnthropic: "ANTHROPIC_BASE_URL", llm.KindOpenAI: "OPENAI_BASE_URL"}[kind])
+		c.Model = os.Getenv(map[string]string{llm.KindAnthropic: "ANTHROPIC_MODEL", llm.KindOpenAI: "OPENAI_MODEL"}[kind])
+	case "fake":
+		return a.fakeBackend(policy)
+	}
+	if c.Model == "" {
+		if kind == llm.KindAnthropic {
+			c.Model = "claude-sonnet-4-5"
+		} else {
+			c.Model = "gpt-4o-mini"
+		}
+	}
+	sum := sha256.Sum256([]byte(c.APIKey))
+	a.log.Info("llm provider configured", "provider", kind, "model", c.Model, "base_url", c.BaseURL)
+	return worker.Backend{Provider: llm.WithRetry(p, policy), Kind: kind, Model: c.Model, BaseURL: c.BaseURL,
+		KeyHash: hex.EncodeToString(sum[:])}, nil
+}
+
+// fakeBackend starts the shipped fake LLM in this process.
+func (a *app) fakeBackend(policy llm.RetryPolicy) (worker.Backend, error) {
+	fake := fakellm.New(fakellm.Config{Log: a.log, MaxRecorded: -1})
+	if err := fake.Start("127.0.0.1:0"); err != nil {
+		return worker.Backend{}, fmt.Errorf("start fake llm: %w", err)
+	}
+	a.onClose(func() { _ = fake.Close() })
+	a.announce("Fake LLM", fake.URL()+"/v1")
+	a.log.Warn("no LLM provider configured (llm.provider, OPENAI_API_KEY, ANTHROPIC_API_KEY): using the built-in fake model, which echoes",
+		"url", fake.URL())
+	base := fake.URL() + "/v1"
+	return worker.Backend{Provider: llm.WithRetry(llm.NewOpenAI(llm.OpenAIConfig{BaseURL: base, Model: "fake-model"}), policy),
+		Kind: "fake", Model: "fake-model", BaseURL: base}, nil
+}
