@@ -155,6 +155,11 @@ func TestWorkerKilledMidToolResumesElsewhere(t *testing.T) {
 	if h.completed(req.TurnId) != nil {
 		t.Fatal("the killed worker completed the turn")
 	}
+	// The lock expired meanwhile (a real crash stops renewals): the next
+	// worker re-acquires it with the turn's token.
+	if err := h.rdb.Del(context.Background(), h.locker.Key("s1")).Err(); err != nil {
+		t.Fatal(err)
+	}
 	h.startWorker("w2", func(_ *worker.Config, d *worker.Deps) { d.Tools = []tools.Tool{stepA, finishing} })
 	done := h.waitCompleted(req.TurnId)
 	if done.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED || done.GetWorkerId() != "w2" {

@@ -1,0 +1,108 @@
+package worker_test
+
+import (
+	"errors"
+	"io"
+	"net"
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc"
+
+	agentv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/agent/v1"
+	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
+	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
+	"github.com/switchboard-chat/switchboard/services/worker"
+)
+
+// echoAgent is an AgentService: it streams two deltas and a tool progress,
+// and answers with the input text and how much history it was given. A
+// message containing "wait" makes it wait for a control message first.
+type echoAgent struct {
+	agentv1.UnimplementedAgentServiceServer
+	starts chan *agentv1.StartTurn
+}
+
+func (a *echoAgent) RunTurn(stream grpc.BidiStreamingServer[agentv1.RunTurnRequest, agentv1.RunTurnResponse]) error {
+	first, err := stream.Recv()
+	if err != nil {
+		return err
+	}
+	start := first.GetStart()
+	if start == nil {
+		return errors.New("first request is not a start")
+	}
+	a.starts <- start
+	text := start.GetTurn().GetInputs()[0].GetText()
+	status := turnsv1.TurnStatus_TURN_STATUS_COMPLETED
+	if strings.Contains(text, "wait") {
+		msg, err := stream.Recv()
+		if err != nil && !errors.Is(err, io.EOF) {
+			return err
+		}
+		if msg.GetControl().GetAction() == turnsv1.ControlAction_CONTROL_ACTION_INTERRUPT {
+			status = turnsv1.TurnStatus_TURN_STATUS_INTERRUPTED
+		}
+	}
+	send := func(r *agentv1.RunTurnResponse) error { return stream.Send(r) }
+	answer := "remote: " + text
+	for _, r := range []*agentv1.RunTurnResponse{
+		{Event: &agentv1.RunTurnResponse_TextDelta{TextDelta: &repliesv1.TextDelta{Text: "remote: "}}},
+		{Event: &agentv1.RunTurnResponse_ToolProgress{ToolProgress: &repliesv1.ToolProgress{ToolCallId: "c1", ToolName: "search", Phase: repliesv1.ToolPhase_TOOL_PHASE_STARTED}}},
+		{Event: &agentv1.RunTurnResponse_TextDelta{TextDelta: &repliesv1.TextDelta{Text: text}}},
+		{Event: &agentv1.RunTurnResponse_Completed{Completed: &agentv1.TurnResult{Status: status, FinalText: answer,
+			Usage:    &turnsv1.Usage{ModelCalls: 1},
+			Appended: []*agentv1.TranscriptMessage{{Role: "assistant", Content: answer}}}}},
+	} {
+		if err := send(r); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func TestExternalAgentBackend(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.setGeneration("s1", 1)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	agent := &echoAgent{starts: make(chan *agentv1.StartTurn, 4)}
+	srv := grpc.NewServer()
+	agentv1.RegisterAgentServiceServer(srv, agent)
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+
+	h.startWorker("w1", func(c *worker.Config, d *worker.Deps) {
+		c.Agent.Backend = "grpc://" + lis.Addr().String()
+		d.LLM = worker.Backend{}
+	})
+	req := h.requestTurn("s1", "first", turnOpts{})
+	if c := h.waitCompleted(req.TurnId); c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED {
+		t.Fatalf("status %v %s", c.GetStatus(), c.GetError())
+	}
+	evs := h.replies(req.TurnId)
+	if got := checkReplies(t, evs).GetFinalText().GetText(); got != "remote: first" {
+		t.Errorf("final %q", got)
+	}
+	if len(evs) != 5 { // typing, delta, tool progress, delta, final
+		t.Errorf("%d events", len(evs))
+	}
+	s1 := <-agent.starts
+	if s1.GetSystemPrompt() == "" || len(s1.GetTranscript()) != 0 {
+		t.Errorf("first start: prompt %q, transcript %v", s1.GetSystemPrompt(), s1.GetTranscript())
+	}
+
+	// The second turn gets the transcript, and control messages reach the agent.
+	req = h.requestTurn("s1", "please wait", turnOpts{})
+	s2 := <-agent.starts
+	if len(s2.GetTranscript()) != 2 || s2.GetSystemPrompt() != s1.GetSystemPrompt() {
+		t.Errorf("second start: transcript %v", s2.GetTranscript())
+	}
+	h.control("s1", turnsv1.ControlAction_CONTROL_ACTION_INTERRUPT, "")
+	if c := h.waitCompleted(req.TurnId); c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_INTERRUPTED {
+		t.Errorf("status %v", c.GetStatus())
+	}
+}

@@ -1,0 +1,125 @@
+package worker
+
+import (
+	"strings"
+	"testing"
+
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+	"github.com/switchboard-chat/switchboard/pkg/llm"
+	"github.com/switchboard-chat/switchboard/services/worker/internal/store"
+)
+
+func TestRedactID(t *testing.T) {
+	cases := map[string]string{
+		"":          "",
+		"123456789": "15e2b0d3c338", // sha256("123456789")[:12]
+	}
+	for in, want := range cases {
+		if got := RedactID(in); got != want {
+			t.Errorf("RedactID(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestSessionContext(t *testing.T) {
+	src := &eventsv1.SessionSource{Platform: "telegram", ChatType: "group", ChatName: "Team", ChatId: "-100", UserId: "42", UserName: "Bob"}
+	cases := []struct {
+		name    string
+		redact  bool
+		want    []string
+		notWant []string
+	}{
+		{"plain", false, []string{"Platform: telegram", `Chat: group "Team"`, "User: Bob (id 42)"}, nil},
+		{"redacted", true, []string{"User: Bob (id " + RedactID("42") + ")"}, []string{"id 42"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got := sessionContext(src, tc.redact)
+			for _, w := range tc.want {
+				if !strings.Contains(got, w) {
+					t.Errorf("missing %q in %q", w, got)
+				}
+			}
+			for _, w := range tc.notWant {
+				if strings.Contains(got, w) {
+					t.Errorf("unexpected %q in %q", w, got)
+				}
+			}
+		})
+	}
+}
+
+func TestToLLMClosesDanglingToolCalls(t *testing.T) {
+	msgs := []store.Message{
+		{Role: "user", Content: "a"},
+		{Role: "assistant", ToolCalls: []store.ToolCall{{ID: "1", Name: "x"}, {ID: "2", Name: "y"}}},
+		{Role: "tool", ToolCallID: "1", Content: "r1"},
+		// turn abandoned here: call 2 never got a result
+		{Role: "user", Content: "b"},
+		{Role: "tool", ToolCallID: "zzz", Content: "orphan"},
+	}
+	out := toLLM("sum", msgs)
+	var roles []string
+	for _, m := range out {
+		roles = append(roles, m.Role)
+	}
+	if got := strings.Join(roles, ","); got != "user,user,assistant,tool,tool,user" {
+		t.Fatalf("roles %s", got)
+	}
+	if out[4].ToolCallID != "2" || out[0].Content != "[Summary of the earlier conversation]\nsum" {
+		t.Errorf("out %+v", out)
+	}
+}
+
+func TestPendingCalls(t *testing.T) {
+	msgs := []store.Message{
+		{Role: llm.RoleAssistant, ToolCalls: []store.ToolCall{{ID: "1"}, {ID: "2"}, {ID: "3"}}},
+		{Role: llm.RoleTool, ToolCallID: "2"},
+	}
+	got := pendingCalls(msgs)
+	if len(got) != 2 || got[0].ID != "1" || got[1].ID != "3" {
+		t.Errorf("pending %v", got)
+	}
+	if pendingCalls(append(msgs, store.Message{Role: llm.RoleAssistant, Content: "done"})) != nil {
+		t.Error("final answer has no pending calls")
+	}
+}
+
+func TestBackendFor(t *testing.T) {
+	s := &Service{llm: Backend{Kind: "openai", Model: "m1"}, byKind: map[string]Backend{"anthropic": {Kind: "anthropic", Model: "c1"}}}
+	cases := []struct{ override, kind, model string }{
+		{"", "openai", "m1"},
+		{"gpt-x", "openai", "gpt-x"},
+		{"anthropic:claude-9", "anthropic", "claude-9"},
+		{"anthropic:", "anthropic", "c1"},
+		{"vendor/model:free", "openai", "vendor/model:free"},
+	}
+	for _, tc := range cases {
+		b, m := s.backendFor(tc.override)
+		if b.Kind != tc.kind || m != tc.model {
+			t.Errorf("%q → %s %s", tc.override, b.Kind, m)
+		}
+	}
+}
+
+func FuzzParseTarget(f *testing.F) {
+	for _, s := range []string{"telegram:99", "slack:C1:170.1", "", ":", "a::b", "discord:1:2:3"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		tg, err := ParseTarget(s)
+		if err != nil {
+			return
+		}
+		if tg.GetPlatform() == "" || tg.GetChatId() == "" {
+			t.Fatalf("%q parsed to an empty platform or chat", s)
+		}
+		back := tg.GetPlatform() + ":" + tg.GetChatId()
+		if tg.GetThreadId() != "" || strings.Count(s, ":") >= 2 {
+			back += ":" + tg.GetThreadId()
+		}
+		if back != s {
+			t.Fatalf("%q round-trips to %q", s, back)
+		}
+	})
+}
