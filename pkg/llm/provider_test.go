@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -12,6 +13,9 @@ import (
 	"github.com/switchboard-chat/switchboard/pkg/fakellm"
 	"github.com/switchboard-chat/switchboard/pkg/llm"
 )
+
+// quiet discards retry logs.
+var quiet = slog.New(slog.DiscardHandler)
 
 // startFake runs a fake on 127.0.0.1:0 for the test.
 func startFake(t *testing.T, cfg fakellm.Config) *fakellm.Server {
@@ -262,7 +266,7 @@ func TestErrors(t *testing.T) {
 					sl := &fakeSleep{}
 					p := llm.WithRetry(b.make(srv), llm.RetryPolicy{
 						MaxAttempts: 3, BaseDelay: 200 * time.Millisecond,
-						Sleep: sl.Sleep, Jitter: func() float64 { return 0 },
+						Sleep: sl.Sleep, Jitter: func() float64 { return 0 }, Log: quiet,
 					})
 					req := userReq("question " + tt.magic)
 					var err error
@@ -323,7 +327,7 @@ func TestDropMidStreamNotRetried(t *testing.T) {
 					text += " [[drop:1]]"
 				}
 				sl := &fakeSleep{}
-				p := llm.WithRetry(b.make(srv), llm.RetryPolicy{Sleep: sl.Sleep})
+				p := llm.WithRetry(b.make(srv), llm.RetryPolicy{Sleep: sl.Sleep, Log: quiet})
 				_, deltas, err := collect(context.Background(), p, userReq(text))
 				if len(deltas) == 0 {
 					t.Fatalf("no delta before the drop (err %v)", err)
@@ -344,7 +348,7 @@ func TestCallbackErrorStops(t *testing.T) {
 	for _, b := range backends {
 		t.Run(b.name, func(t *testing.T) {
 			srv := startFake(t, fakellm.Config{})
-			p := llm.WithRetry(b.make(srv), llm.RetryPolicy{})
+			p := llm.WithRetry(b.make(srv), llm.RetryPolicy{Log: quiet})
 			_, err := p.Stream(context.Background(), userReq("hi"), func(llm.Delta) error { return stop })
 			if !errors.Is(err, stop) || llm.ClassOf(err) != "" {
 				t.Fatalf("err = %v", err)
@@ -369,7 +373,7 @@ func TestCancelledContext(t *testing.T) {
 	srv := startFake(t, fakellm.Config{Latency: time.Hour})
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	_, err := llm.WithRetry(backends[0].make(srv), llm.RetryPolicy{}).Stream(ctx, userReq("hi"), nil)
+	_, err := llm.WithRetry(backends[0].make(srv), llm.RetryPolicy{Log: quiet}).Stream(ctx, userReq("hi"), nil)
 	if !errors.Is(err, context.Canceled) || llm.ClassOf(err) != "" {
 		t.Fatalf("err = %v", err)
 	}
