@@ -48,7 +48,8 @@ type Config struct {
 	// APIKey, when set, is required as "Authorization: Bearer" (OpenAI) or
 	// "x-api-key" (Anthropic); other requests get 401.
 	APIKey string
-	// MaxRecorded bounds the requests kept for Requests, default 10000.
+	// MaxRecorded bounds the requests kept for Requests, default 10000;
+	// when full, the oldest half is forgotten.
 	// Negative disables recording (for benchmarks).
 	MaxRecorded int
 	// Log receives errors; default slog.Default().
@@ -315,8 +316,10 @@ func (s *Server) record(req *Request) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(s.recorded) >= s.cfg.MaxRecorded {
-		copy(s.recorded, s.recorded[1:])
-		s.recorded = s.recorded[:len(s.recorded)-1]
+		// Forget the oldest half at once: amortised O(1) per request.
+		n := copy(s.recorded, s.recorded[len(s.recorded)-s.cfg.MaxRecorded/2:])
+		clear(s.recorded[n:])
+		s.recorded = s.recorded[:n]
 	}
 	s.recorded = append(s.recorded, *req)
 }
