@@ -48,7 +48,8 @@ type Config struct {
 	// APIKey, when set, is required as "Authorization: Bearer" (OpenAI) or
 	// "x-api-key" (Anthropic); other requests get 401.
 	APIKey string
-	// MaxRecorded bounds the requests kept for Requests, default 10000.
+	// MaxRecorded bounds the requests kept for Requests, default 10000;
+	// when full, the oldest half is forgotten.
 	// Negative disables recording (for benchmarks).
 	MaxRecorded int
 	// Log receives errors; default slog.Default().
@@ -315,8 +316,10 @@ func (s *Server) record(req *Request) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(s.recorded) >= s.cfg.MaxRecorded {
-		copy(s.recorded, s.recorded[1:])
-		s.recorded = s.recorded[:len(s.recorded)-1]
+		// Forget the oldest half at once: amortised O(1) per request.
+		n := copy(s.recorded, s.recorded[len(s.recorded)-s.cfg.MaxRecorded/2:])
+		clear(s.recorded[n:])
+		s.recorded = s.recorded[:n]
 	}
 	s.recorded = append(s.recorded, *req)
 }
@@ -356,6 +359,12 @@ func (s *Server) decide(req *Request) plan {
 	}
 	if !decided {
 		p.reply = s.magic(req, &p)
+	} else if f := p.reply.Failure; f != nil && f.Status == 0 && p.reply.Text == "" && len(p.reply.ToolCalls) == 0 {
+		// A drop or slow stream still streams the normal answer.
+		p.reply = s.magic(req, &p)
+		if p.reply.Failure == nil {
+			p.reply.Failure = f
+		}
 	}
 	if f := p.reply.Failure; f != nil {
 		if f.ChunkDelay > 0 {
@@ -397,7 +406,7 @@ func (s *Server) magic(req *Request, p *plan) Reply {
 			}
 		}
 	}
-	if fail != nil {
+	if fail != nil && fail.Status > 0 {
 		return Reply{Failure: fail}
 	}
 	// Tool results after the user message tell how far the tool script got.
@@ -409,10 +418,10 @@ func (s *Server) magic(req *Request, p *plan) Reply {
 	}
 	if len(results) < len(tools) {
 		d := tools[len(results)]
-		return Reply{ToolCalls: []ToolCall{{Name: d.Name, Arguments: d.Args}}}
+		return Reply{ToolCalls: []ToolCall{{Name: d.Name, Arguments: d.Args}}, Failure: fail}
 	}
 	if len(results) == 0 {
-		return Reply{Text: "echo: " + clean}
+		return Reply{Text: "echo: " + clean, Failure: fail}
 	}
 	b := make([]byte, 0, len(clean)+64)
 	b = append(b, "echo: "...)
@@ -422,7 +431,7 @@ func (s *Server) magic(req *Request, p *plan) Reply {
 		b = append(b, r.Content...)
 		b = append(b, ']')
 	}
-	return Reply{Text: string(b)}
+	return Reply{Text: string(b), Failure: fail}
 }
 
 // use counts one use of a times=N directive and reports whether it applies.
