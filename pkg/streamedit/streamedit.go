@@ -296,8 +296,9 @@ func (s *Stream) OnResult(a Action, err error) {
 //
 //   - Nothing shown yet, or a platform that cannot edit: send the answer.
 //   - Updates stopped: remove the cursor from the current message and send
-//     only the part of the answer after what was shown (all of it if the
-//     answer does not start with what was shown).
+//     only the part of the answer after what was shown; if the answer does
+//     not start with what was shown, send all of it and delete the
+//     messages that showed the stream.
 //   - Otherwise, when the answer starts with the text of the finished
 //     messages, the current message is edited to the rest (continued in
 //     new messages if needed); when it does not, the answer is written over
@@ -321,19 +322,24 @@ func (s *Stream) Final(text string) []Action {
 		}
 		return acts
 	}
+	live := s.msg // messages 0..live-1 exist
+	if s.exists {
+		live++
+	}
 	if s.stopped {
+		if !strings.HasPrefix(text, streamed[:s.shown]) {
+			// What was shown is wrong: send the answer, then remove it.
+			acts = sends(live, chunk.SplitLimit(text, s.cfg.Limit), text)
+			for i := range live {
+				acts = append(acts, Action{Kind: Delete, Message: i, Final: true})
+			}
+			return acts
+		}
 		if s.exists && s.shown > s.base {
 			acts = append(acts, Action{Kind: Edit, Message: s.msg, Text: streamed[s.base:s.shown], Final: true})
 		}
-		rest := text
-		if strings.HasPrefix(text, streamed[:s.shown]) {
-			rest = strings.TrimLeft(text[s.shown:], " \t\r\n")
-		}
-		first := s.msg
-		if s.exists {
-			first++
-		}
-		return append(acts, sends(first, chunk.SplitLimit(rest, s.cfg.Limit), rest)...)
+		rest := strings.TrimLeft(text[s.shown:], " \t\r\n")
+		return append(acts, sends(live, chunk.SplitLimit(rest, s.cfg.Limit), rest)...)
 	}
 	if len(text) > s.base && strings.HasPrefix(text, streamed[:s.base]) {
 		parts := chunk.SplitLimit(text[s.base:], s.cfg.Limit)
@@ -345,10 +351,6 @@ func (s *Stream) Final(text string) []Action {
 	}
 	// Rewrite from the first message.
 	parts := chunk.SplitLimit(text, s.cfg.Limit)
-	live := s.msg // messages 0..live-1 exist, and msg if exists
-	if s.exists {
-		live++
-	}
 	for i, p := range parts {
 		kind := Send
 		if i < live {

@@ -171,6 +171,16 @@ func TestOtherErrorStops(t *testing.T) {
 	})
 }
 
+func TestStoppedFinalDiffers(t *testing.T) {
+	cfg := streamedit.Config{Limit: chunk.Limits("slack"), CanEdit: true}
+	x := strings.Repeat("x", 24)
+	run(t, cfg, []step{
+		{at: 0, append: x, want: []want{{streamedit.Send, 0, x + " ▉"}}},
+		{at: 800 * ms, append: x, err: errors.New("message not found"), want: []want{{streamedit.Edit, 0, x + x + " ▉"}}},
+		{at: 6000 * ms, final: fin("Something else."), want: []want{{streamedit.Send, 1, "Something else."}, {streamedit.Delete, 0, ""}}},
+	})
+}
+
 func TestFirstSendFailsThenFinal(t *testing.T) {
 	cfg := streamedit.Config{Limit: chunk.Limits("slack"), CanEdit: true}
 	x := strings.Repeat("x", 24)
