@@ -282,6 +282,10 @@ func TestStreamingByEdit(t *testing.T) {
 	stream(1, &repliesv1.TextDelta{Text: chunk})
 	eventually(t, e.clock, 0, "first message", func() bool { return len(ops()) == 1 })
 	stream(2, &repliesv1.TextDelta{Text: chunk}) // within 0.8 s: buffered
+	e.consumed(t, "s1")
+	if n := len(ops()); n != 1 {
+		t.Fatalf("%d ops before the interval passed", n)
+	}
 	e.clock.Advance(time.Second)
 	stream(3, &repliesv1.TextDelta{Text: chunk}) // interval passed: edit
 	eventually(t, e.clock, 0, "edit", func() bool { return len(ops()) == 2 })

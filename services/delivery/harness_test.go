@@ -299,3 +299,18 @@ func rowState(t *testing.T, db *pgxpool.Pool, key string) string {
 }
 
 var _ = strings.Repeat
+
+// consumed waits until the reply partition of session has no event
+// left unhandled.
+func (e *env) consumed(t *testing.T, session string) {
+	t.Helper()
+	durable := fmt.Sprintf("delivery-replies-%d", bus.Partition(session))
+	eventually(t, e.clock, 0, "events handled", func() bool {
+		c, err := e.bus.JetStream().Consumer(context.Background(), e.bus.Topology().Stream(bus.StreamReplies), durable)
+		if err != nil {
+			return false
+		}
+		info, err := c.Info(context.Background())
+		return err == nil && info.NumPending == 0 && info.NumAckPending == 0
+	})
+}
