@@ -8,6 +8,8 @@ import (
 	"github.com/switchboard-chat/switchboard/pkg/pg"
 	"github.com/switchboard-chat/switchboard/pkg/redisx"
 	"github.com/switchboard-chat/switchboard/pkg/telemetry"
+	"github.com/switchboard-chat/switchboard/services/admin"
+	"github.com/switchboard-chat/switchboard/services/router"
 )
 
 // Config is the one configuration file every service reads; each service
@@ -20,6 +22,8 @@ type Config struct {
 	Log      telemetry.LogConfig `koanf:"log"`
 	Ops      OpsConfig           `koanf:"ops"`
 	Dev      DevConfig           `koanf:"dev"`
+	Router   router.Config       `koanf:"router"`
+	Admin    admin.Config        `koanf:"admin"`
 }
 
 // NATSConfig locates the bus.
@@ -72,6 +76,8 @@ func defaultConfig() *Config {
 		Log:      telemetry.LogConfig{Level: "info", Format: "json"},
 		Ops:      OpsConfig{Addr: ":9090"},
 		Dev:      DevConfig{NATSPort: 14222, NATSStoreDir: ".switchboard/nats"},
+		Router:   router.DefaultConfig(),
+		Admin:    admin.Config{Addr: admin.DefaultAddr},
 	}
 }
 
@@ -100,6 +106,9 @@ func (c *Config) Validate() error {
 	}
 	if c.NATS.DedupeWindow < time.Second {
 		return config.Invalid("nats.dedupe_window", c.NATS.DedupeWindow, "at least 1s")
+	}
+	if err := c.Router.Validate(); err != nil {
+		return fmt.Errorf("%w for router.%v", config.ErrInvalid, err)
 	}
 	return nil
 }
