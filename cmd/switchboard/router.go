@@ -9,7 +9,9 @@ import (
 func init() {
 	registerService(service{name: "router", start: startRouter}, true)
 	register(command{name: "router", summary: "run the router: sessions, authorization, pairing, commands, turn ownership",
-		run: func(ctx context.Context, args []string) error { return runServiceCommand(ctx, "router", args, "router") }})
+		run: func(ctx context.Context, args []string) error {
+			return runServiceCommand(ctx, "router", args, "router")
+		}})
 }
 
 func startRouter(ctx context.Context, a *app) (func(context.Context) error, error) {

@@ -27,28 +27,28 @@ var (
 
 // Session is one session entry (one key; its current conversation).
 type Session struct {
-	Key             string
-	ID              string
-	Platform        string
-	ChatType        string
-	Origin          *eventsv1.SessionSource
-	DisplayName     string
-	Profile         string
-	Title           string
-	CreatedAt       time.Time
-	UpdatedAt       time.Time
-	LastActivityAt  time.Time
-	InputTokens     int64
-	OutputTokens    int64
-	ModelOverride   string
-	BusyMode        string
-	Generation      int64
-	ResetCount      int
-	LastResetReason string
-	Suspended       bool
-	ResumePending   bool
+	Key               string
+	ID                string
+	Platform          string
+	ChatType          string
+	Origin            *eventsv1.SessionSource
+	DisplayName       string
+	Profile           string
+	Title             string
+	CreatedAt         time.Time
+	UpdatedAt         time.Time
+	LastActivityAt    time.Time
+	InputTokens       int64
+	OutputTokens      int64
+	ModelOverride     string
+	BusyMode          string
+	Generation        int64
+	ResetCount        int
+	LastResetReason   string
+	Suspended         bool
+	ResumePending     bool
 	PromptFingerprint string
-	LastTurnID      string
+	LastTurnID        string
 }
 
 // History is one past or current conversation of a key.
