@@ -575,3 +575,39 @@ func TestCommands(t *testing.T) {
 		}
 	}
 }
+
+func TestIdleResetTellsTheUser(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	cfg := testConfig()
+	cfg.SessionReset.Mode, cfg.SessionReset.IdleMinutes = ResetIdle, 60
+	var mu sync.Mutex
+	now := time.Now()
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	s, err := New(cfg, Deps{Bus: e.bus, DB: e.db, Redis: e.rdb, RedisPrefix: e.prefix, Environ: []string{}, Now: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	w := e.startWorker(nil)
+	key := "agent:main:telegram:dm:chat-alice"
+
+	e.publish(dm("alice", "hello"))
+	waitFor(t, "first turn", func() bool { turns, _ := w.snapshot(); return len(turns) == 1 })
+	first, _ := sessionstore.New(e.db).Get(context.Background(), key)
+	mu.Lock()
+	now = now.Add(61 * time.Minute)
+	mu.Unlock()
+	e.publish(dm("alice", "back again"))
+	waitFor(t, "second turn", func() bool { turns, _ := w.snapshot(); return len(turns) == 2 })
+	turns, _ := w.snapshot()
+	if turns[1].SessionId == first.ID {
+		t.Fatal("idle session was not reset")
+	}
+	if n := e.countNotices("alice", "Session reset after 1 hour of inactivity"); n != 1 {
+		t.Fatalf("reset notices %q", e.noticesTo("alice"))
+	}
+}
