@@ -598,6 +598,11 @@ func TestIdleResetTellsTheUser(t *testing.T) {
 	e.publish(dm("alice", "hello"))
 	waitFor(t, "first turn", func() bool { turns, _ := w.snapshot(); return len(turns) == 1 })
 	first, _ := sessionstore.New(e.db).Get(context.Background(), key)
+	locker := redisx.NewLocker(e.rdb, e.prefix)
+	waitFor(t, "first turn done", func() bool {
+		owner, err := locker.Owner(context.Background(), key)
+		return err == nil && owner == ""
+	})
 	mu.Lock()
 	now = now.Add(61 * time.Minute)
 	mu.Unlock()
