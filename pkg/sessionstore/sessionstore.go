@@ -144,6 +144,19 @@ func (s *Store) Get(ctx context.Context, key string) (Session, error) {
 	return sess, nil
 }
 
+// Generation returns the session's current generation (0 when none).
+func (s *Store) Generation(ctx context.Context, key string) (int64, error) {
+	var gen int64
+	err := s.db.QueryRow(ctx, `SELECT generation FROM sessions WHERE session_key = $1`, key).Scan(&gen)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read generation: %w", err)
+	}
+	return gen, nil
+}
+
 // GetOrCreate returns the session of key, creating it from src when there
 // is none. Concurrent callers for a new key get the same single session.
 func (s *Store) GetOrCreate(ctx context.Context, key, profile string, src *eventsv1.SessionSource) (Session, bool, error) {

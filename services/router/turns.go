@@ -122,6 +122,10 @@ func (s *Service) notice(ctx context.Context, m *msgCtx, gen int64, text, kind s
 	key := m.key
 	if key == "" {
 		key = "pairing:" + m.platform + ":" + m.src.GetUserId()
+	} else if cur, err := s.store.Generation(ctx, key); err == nil && cur > gen {
+		// Delivery drops events older than the newest generation it saw
+		// for the session: a notice carries the generation of the moment.
+		gen = cur
 	}
 	ev := &repliesv1.ReplyEvent{
 		TurnId:     "notice:" + m.dedupeID,
