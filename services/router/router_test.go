@@ -616,3 +616,43 @@ func TestIdleResetTellsTheUser(t *testing.T) {
 		t.Fatalf("reset notices %q", e.noticesTo("alice"))
 	}
 }
+
+// TestConcurrentFirstMessagesOverTwoRouters bypasses the partition order
+// on purpose: 50 first messages for one new session handled at the same
+// time by two router instances give one session, one turn at a time, and
+// every message in some turn.
+func TestConcurrentFirstMessagesOverTwoRouters(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	cfg := testConfig()
+	r1 := e.startRouter(cfg, nil, []int{})
+	r2 := e.startRouter(cfg, e.secondBus(), []int{})
+	w := e.startWorker(func(*turnsv1.TurnRequested) { time.Sleep(5 * time.Millisecond) })
+	var wg sync.WaitGroup
+	for i := range 50 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := []*Service{r1, r2}[i%2]
+			if err := r.handleInbound(context.Background(), dm("alice", fmt.Sprintf("m%02d", i))); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	key := "agent:main:telegram:dm:chat-alice"
+	waitFor(t, "all 50 messages in turns", func() bool {
+		turns, _ := w.snapshot()
+		return len(inputsText(turns, key)) == 50
+	})
+	_, overlap := w.snapshot()
+	if len(overlap) > 0 {
+		t.Fatalf("two turns ran at once: %v", overlap)
+	}
+	var sessions, history int
+	_ = e.db.QueryRow(context.Background(), `SELECT count(*) FROM sessions`).Scan(&sessions)
+	_ = e.db.QueryRow(context.Background(), `SELECT count(*) FROM session_history`).Scan(&history)
+	if sessions != 1 || history != 1 {
+		t.Fatalf("%d sessions, %d history rows; want 1 and 1", sessions, history)
+	}
+}
