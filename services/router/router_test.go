@@ -625,6 +625,7 @@ func TestConcurrentFirstMessagesOverTwoRouters(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	cfg := testConfig()
+	cfg.QueueCap = 64 // all 50 may wait at once; the cap is tested elsewhere
 	r1 := e.startRouter(cfg, nil, []int{})
 	r2 := e.startRouter(cfg, e.secondBus(), []int{})
 	w := e.startWorker(func(*turnsv1.TurnRequested) { time.Sleep(5 * time.Millisecond) })
