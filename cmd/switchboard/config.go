@@ -9,6 +9,7 @@ import (
 	"github.com/switchboard-chat/switchboard/pkg/redisx"
 	"github.com/switchboard-chat/switchboard/pkg/telemetry"
 	"github.com/switchboard-chat/switchboard/services/admin"
+	"github.com/switchboard-chat/switchboard/services/delivery"
 	"github.com/switchboard-chat/switchboard/services/router"
 )
 
@@ -22,6 +23,7 @@ type Config struct {
 	Log      telemetry.LogConfig `koanf:"log"`
 	Ops      OpsConfig           `koanf:"ops"`
 	Dev      DevConfig           `koanf:"dev"`
+	Delivery delivery.Config     `koanf:"delivery"`
 	Router   router.Config       `koanf:"router"`
 	Admin    admin.Config        `koanf:"admin"`
 }
@@ -76,6 +78,7 @@ func defaultConfig() *Config {
 		Log:      telemetry.LogConfig{Level: "info", Format: "json"},
 		Ops:      OpsConfig{Addr: ":9090"},
 		Dev:      DevConfig{NATSPort: 14222, NATSStoreDir: ".switchboard/nats"},
+		Delivery: delivery.DefaultConfig(),
 		Router:   router.DefaultConfig(),
 		Admin:    admin.Config{Addr: admin.DefaultAddr},
 	}
@@ -106,6 +109,9 @@ func (c *Config) Validate() error {
 	}
 	if c.NATS.DedupeWindow < time.Second {
 		return config.Invalid("nats.dedupe_window", c.NATS.DedupeWindow, "at least 1s")
+	}
+	if err := c.Delivery.Validate(); err != nil {
+		return err
 	}
 	if err := c.Router.Validate(); err != nil {
 		return fmt.Errorf("%w for router.%v", config.ErrInvalid, err)
