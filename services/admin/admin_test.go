@@ -14,6 +14,7 @@ import (
 
 	adminv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/admin/v1"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+	"github.com/switchboard-chat/switchboard/pkg/outbox"
 	"github.com/switchboard-chat/switchboard/pkg/pairing"
 	"github.com/switchboard-chat/switchboard/pkg/pg/pgtest"
 	"github.com/switchboard-chat/switchboard/pkg/sessionstore"
@@ -149,5 +150,39 @@ func TestAdminAPI(t *testing.T) {
 		if actions[i] != want[i] {
 			t.Fatalf("audit actions %v, want %v", actions, want)
 		}
+	}
+}
+
+func TestDeliveriesDelegateToOutbox(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.New(t)
+	s, err := New(Config{Addr: "127.0.0.1:0"}, Deps{DB: db, Token: "t", Deliveries: &outbox.Admin{Store: outbox.New(db)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	if err := s.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { done <- s.Run(rctx) }()
+	defer func() { cancel(); <-done }()
+	conn, err := grpc.NewClient(s.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	c := adminv1.NewAdminServiceClient(conn)
+	authed := metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer t")
+	if _, err := c.ListDeliveries(authed, &adminv1.ListDeliveriesRequest{}); err != nil {
+		t.Fatalf("list deliveries: %v", err)
+	}
+	if _, err := c.PurgeDeliveries(authed, &adminv1.PurgeDeliveriesRequest{All: true}); err != nil {
+		t.Fatalf("purge deliveries: %v", err)
+	}
+	var n int
+	if err := db.QueryRow(ctx, `SELECT count(*) FROM audit_log WHERE action = 'deliveries.purge'`).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("purge audited %d times (%v)", n, err)
 	}
 }
