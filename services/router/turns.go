@@ -28,6 +28,11 @@ const (
 // The lock, the dequeue and the generation bump happen before the turn is
 // visible to any worker; the transaction commits only after the publish.
 func (s *Service) tryStart(ctx context.Context, key string) (bool, error) {
+	// Take the lock only when something waits: a lock held for nothing
+	// would make a message arriving now look like it met a running turn.
+	if n, err := s.store.QueueLen(ctx, key); err != nil || n == 0 {
+		return false, err
+	}
 	token := redisx.NewToken()
 	ok, err := s.locker.Acquire(ctx, key, token, s.cfg.LockTTL)
 	if err != nil || !ok {
