@@ -657,3 +657,31 @@ func TestConcurrentFirstMessagesOverTwoRouters(t *testing.T) {
 		t.Fatalf("%d sessions, %d history rows; want 1 and 1", sessions, history)
 	}
 }
+
+func TestWarnsOnceWithoutAllowlist(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	var buf strings.Builder
+	var mu sync.Mutex
+	log := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return buf.Write(p)
+	}), nil))
+	cfg := DefaultConfig()
+	if _, err := New(cfg, Deps{Log: log, Bus: e.bus, DB: e.db, Redis: e.rdb, Environ: []string{"PATH=/bin"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(cfg, Deps{Log: log, Bus: e.bus, DB: e.db, Redis: e.rdb, Environ: []string{"SLACK_ALLOWED_USERS=U1"}}); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if n := strings.Count(buf.String(), "no allowlist configured"); n != 1 {
+		t.Fatalf("%d warnings; log:\n%s", n, buf.String())
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
