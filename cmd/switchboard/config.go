@@ -8,7 +8,9 @@ import (
 	"github.com/switchboard-chat/switchboard/pkg/pg"
 	"github.com/switchboard-chat/switchboard/pkg/redisx"
 	"github.com/switchboard-chat/switchboard/pkg/telemetry"
+	"github.com/switchboard-chat/switchboard/services/admin"
 	"github.com/switchboard-chat/switchboard/services/delivery"
+	"github.com/switchboard-chat/switchboard/services/router"
 )
 
 // Config is the one configuration file every service reads; each service
@@ -22,6 +24,8 @@ type Config struct {
 	Ops      OpsConfig           `koanf:"ops"`
 	Dev      DevConfig           `koanf:"dev"`
 	Delivery delivery.Config     `koanf:"delivery"`
+	Router   router.Config       `koanf:"router"`
+	Admin    admin.Config        `koanf:"admin"`
 }
 
 // NATSConfig locates the bus.
@@ -75,6 +79,8 @@ func defaultConfig() *Config {
 		Ops:      OpsConfig{Addr: ":9090"},
 		Dev:      DevConfig{NATSPort: 14222, NATSStoreDir: ".switchboard/nats"},
 		Delivery: delivery.DefaultConfig(),
+		Router:   router.DefaultConfig(),
+		Admin:    admin.Config{Addr: admin.DefaultAddr},
 	}
 }
 
@@ -106,6 +112,9 @@ func (c *Config) Validate() error {
 	}
 	if err := c.Delivery.Validate(); err != nil {
 		return err
+	}
+	if err := c.Router.Validate(); err != nil {
+		return fmt.Errorf("%w for router.%v", config.ErrInvalid, err)
 	}
 	return nil
 }

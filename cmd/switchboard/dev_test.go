@@ -48,6 +48,7 @@ func TestDevStartsReadyAndStopsOnSIGTERM(t *testing.T) {
 		"SWITCHBOARD_REDIS__PREFIX="+redisPrefix,
 		"SWITCHBOARD_DEV__NATS_PORT=-1",
 		"SWITCHBOARD_DEV__NATS_STORE_DIR=",
+		"SWITCHBOARD_ADMIN__ADDR=127.0.0.1:0",
 	)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
