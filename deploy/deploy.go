@@ -228,8 +228,8 @@ type Invocation struct {
 	Where string
 	// Args are the arguments after `switchboard`.
 	Args []string
-	// Command is the healthcheck command of a compose service, if any,
-	// given with the same arguments shape.
+	// Healthcheck is the arguments after the binary in a compose service's
+	// health check, if it runs the binary.
 	Healthcheck []string
 }
 
@@ -272,21 +272,29 @@ func KustomizeInvocations(ctx context.Context, root string) ([]Invocation, error
 		if err != nil {
 			return nil, fmt.Errorf("overlay %s: %w", filepath.Base(dir), err)
 		}
-		for _, o := range objs {
-			spec := PodSpec(o)
-			if spec == nil {
-				continue
-			}
-			for _, c := range append(spec.InitContainers, spec.Containers...) {
-				if !IsSwitchboardImage(c.Image) {
-					continue
-				}
-				where := fmt.Sprintf("overlay %s %s/%s container %s", filepath.Base(dir), o.GVK.Kind, o.Name, c.Name)
-				inv = append(inv, Invocation{Where: where, Args: append(append([]string{}, c.Command...), c.Args...)})
-			}
-		}
+		inv = append(inv, ObjectInvocations(filepath.Base(dir), objs)...)
 	}
 	return inv, nil
+}
+
+// ObjectInvocations lists the args of every Switchboard container (and
+// init container) among objs, the objects of the named overlay.
+func ObjectInvocations(overlay string, objs []Object) []Invocation {
+	var inv []Invocation
+	for _, o := range objs {
+		spec := PodSpec(o)
+		if spec == nil {
+			continue
+		}
+		for _, c := range append(spec.InitContainers, spec.Containers...) {
+			if !IsSwitchboardImage(c.Image) {
+				continue
+			}
+			where := fmt.Sprintf("overlay %s %s/%s container %s", overlay, o.GVK.Kind, o.Name, c.Name)
+			inv = append(inv, Invocation{Where: where, Args: append(append([]string{}, c.Command...), c.Args...)})
+		}
+	}
+	return inv
 }
 
 // PodSpec returns the pod template spec of a workload object, or nil.
