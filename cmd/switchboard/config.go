@@ -8,6 +8,7 @@ import (
 	"github.com/switchboard-chat/switchboard/pkg/pg"
 	"github.com/switchboard-chat/switchboard/pkg/redisx"
 	"github.com/switchboard-chat/switchboard/pkg/telemetry"
+	"github.com/switchboard-chat/switchboard/services/delivery"
 )
 
 // Config is the one configuration file every service reads; each service
@@ -20,6 +21,7 @@ type Config struct {
 	Log      telemetry.LogConfig `koanf:"log"`
 	Ops      OpsConfig           `koanf:"ops"`
 	Dev      DevConfig           `koanf:"dev"`
+	Delivery delivery.Config     `koanf:"delivery"`
 }
 
 // NATSConfig locates the bus.
@@ -72,6 +74,7 @@ func defaultConfig() *Config {
 		Log:      telemetry.LogConfig{Level: "info", Format: "json"},
 		Ops:      OpsConfig{Addr: ":9090"},
 		Dev:      DevConfig{NATSPort: 14222, NATSStoreDir: ".switchboard/nats"},
+		Delivery: delivery.DefaultConfig(),
 	}
 }
 
@@ -100,6 +103,9 @@ func (c *Config) Validate() error {
 	}
 	if c.NATS.DedupeWindow < time.Second {
 		return config.Invalid("nats.dedupe_window", c.NATS.DedupeWindow, "at least 1s")
+	}
+	if err := c.Delivery.Validate(); err != nil {
+		return err
 	}
 	return nil
 }

@@ -15,10 +15,10 @@ import (
 var gatewayPlatforms = []string{"api", "webhook", "telegram", "discord", "slack"}
 
 // pendingCommands are agreed command names whose implementation lands
-// from other branches (router, worker, delivery, admin, gateway, llm). The
+// from other branches (router, worker, admin, gateway, llm). The
 // deployment files may use them before they are registered here; once one
 // is registered, this test fails until it is removed from the list.
-var pendingCommands = []string{"router", "worker", "delivery", "admin", "gateway", "fakellm"}
+var pendingCommands = []string{"router", "worker", "admin", "gateway", "fakellm"}
 
 // pendingSections are config sections the deployment config files set
 // before the service that reads them is in this build.
