@@ -484,9 +484,9 @@ func checkNetworkPolicies(t *testing.T, objs []Object) {
 	if !defaultDeny {
 		t.Error("no default-deny NetworkPolicy")
 	}
-	// Every pod reaches DNS, NATS, Redis and Postgres.
+	// Every pod reaches DNS, NATS, Redis, Postgres and the OTLP collector.
 	for _, d := range typed[*appsv1.Deployment](objs) {
-		for _, port := range []int{53, 4222, 6379, 5432} {
+		for _, port := range []int{53, 4222, 6379, 5432, 4317} {
 			if !egressAllows(nps, d.Spec.Template.Labels, port) {
 				t.Errorf("Deployment %s: no NetworkPolicy allows egress to port %d", d.Name, port)
 			}
