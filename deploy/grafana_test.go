@@ -49,7 +49,6 @@ var undeclaredMetrics = map[string]string{
 var (
 	metricDecl = regexp.MustCompile(`Name:\s*"(switchboard_[a-z0-9_]+)"`)
 	metricUse  = regexp.MustCompile(`\bswitchboard_[a-z0-9_]+`)
-	otherUse   = regexp.MustCompile(`^(up|jetstream_[a-z_]+)$`)
 )
 
 // declaredMetrics scans the module's Go code for metric names.
