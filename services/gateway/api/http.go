@@ -23,6 +23,7 @@ import (
 
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/platform"
+	"github.com/switchboard-chat/switchboard/services/gateway/api/internal/openai"
 )
 
 // Session headers: ours and Hermes's.
@@ -133,13 +134,13 @@ func (s *Service) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "invalid_request_error", "", "", "Could not read the request body.")
 		return
 	}
-	req, err := parseChatRequest(body)
+	req, err := openai.Parse(body)
 	if err != nil {
-		var inv *errInvalid
+		var inv *openai.InvalidError
 		errors.As(err, &inv)
 		param := ""
 		if inv != nil {
-			param = inv.param
+			param = inv.Param
 		}
 		s.rn().Reject(r.Context(), "invalid chat completion request", err)
 		writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid_request", param, err.Error())

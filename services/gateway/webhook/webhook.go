@@ -16,25 +16,34 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
-	"text/template"
 	"time"
 
 	"github.com/switchboard-chat/switchboard/pkg/bus"
 	"github.com/switchboard-chat/switchboard/pkg/config"
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	"github.com/switchboard-chat/switchboard/pkg/platform"
+	"github.com/switchboard-chat/switchboard/services/gateway/webhook/internal/hook"
 )
 
 // PlatformName is the platform of webhook events.
 const PlatformName = "webhook"
 
-// Signature schemes.
+// Signature schemes (see hook).
 const (
-	SigGitHub  = "github"  // X-Hub-Signature-256: sha256=<hex HMAC-SHA256 of the body>
-	SigGitLab  = "gitlab"  // X-Gitlab-Token: the secret itself
-	SigGeneric = "generic" // <header>: [sha256=]<hex HMAC-SHA256 of the body>
-	SigNone    = "none"    // no check; only with insecure: true
+	SigGitHub  = hook.SigGitHub
+	SigGitLab  = hook.SigGitLab
+	SigGeneric = hook.SigGeneric
+	SigNone    = hook.SigNone
 )
+
+// Route configures one webhook endpoint; ReplyTarget is where its reply goes.
+type (
+	Route       = hook.Route
+	ReplyTarget = hook.ReplyTarget
+)
+
+// Sign returns the GitHub-style signature header value of body.
+func Sign(secret string, body []byte) string { return hook.Sign(secret, body) }
 
 // Config is the `gateways.webhook` section.
 type Config struct {
@@ -48,100 +57,27 @@ type Config struct {
 	Routes map[string]Route `koanf:"routes"`
 }
 
-// Route configures one webhook endpoint.
-type Route struct {
-	// Secret for the signature (HMAC key, or GitLab's token).
-	Secret string `koanf:"secret"`
-	// Signature scheme: github (default), gitlab, generic or none.
-	Signature string `koanf:"signature"`
-	// Header carrying a generic signature (default X-Webhook-Signature).
-	Header string `koanf:"header"`
-	// Events to accept ("push", "issues", "issues.opened"); empty: all.
-	Events []string `koanf:"events"`
-	// Prompt is a Go text/template over the JSON payload; functions
-	// route, event, json and truncate are available.
-	Prompt string `koanf:"prompt"`
-	// Reply is where the answer goes; an empty platform means nowhere.
-	Reply ReplyTarget `koanf:"reply"`
-	// DeliverOnly sends the rendered prompt to Reply without the agent.
-	DeliverOnly bool `koanf:"deliver_only"`
-	// Insecure allows signature: none.
-	Insecure bool `koanf:"insecure"`
-}
-
-// ReplyTarget is a chat on another platform.
-type ReplyTarget struct {
-	Platform string `koanf:"platform"`
-	Account  string `koanf:"account"`
-	ChatID   string `koanf:"chat_id"`
-	ThreadID string `koanf:"thread_id"`
-}
-
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
 	return Config{Addr: "127.0.0.1:8644", Account: "default", MaxBodyBytes: 1 << 20}
 }
 
-// defaultPrompt renders an event for the agent when a route has no template.
-const defaultPrompt = `Webhook {{route}} received event {{event}}:
-{{json . | truncate 8000}}`
-
-// compiledRoute is a validated route.
-type compiledRoute struct {
-	name string
-	Route
-	tmpl *template.Template
-}
-
-func (c Config) compile() (map[string]*compiledRoute, error) {
+func (c Config) compile() (map[string]*hook.CompiledRoute, error) {
 	if c.Addr == "" {
 		return nil, config.Invalid("gateways.webhook.addr", c.Addr, "host:port")
 	}
-	out := map[string]*compiledRoute{}
+	out := map[string]*hook.CompiledRoute{}
 	names := make([]string, 0, len(c.Routes))
 	for n := range c.Routes {
 		names = append(names, n)
 	}
 	sort.Strings(names)
 	for _, name := range names {
-		r := c.Routes[name]
-		key := "gateways.webhook.routes." + name
-		if !routeName.MatchString(name) {
-			return nil, config.Invalid(key, name, "a route name of letters, digits, '-' or '_'")
-		}
-		if r.Signature == "" {
-			r.Signature = SigGitHub
-		}
-		switch r.Signature {
-		case SigGitHub, SigGitLab, SigGeneric:
-			if r.Secret == "" {
-				return nil, config.Invalid(key+".secret", "", "a secret for "+r.Signature+" signatures")
-			}
-		case SigNone:
-			if !r.Insecure {
-				return nil, config.Invalid(key+".signature", r.Signature, "a signature scheme, or insecure: true")
-			}
-		default:
-			return nil, config.Invalid(key+".signature", r.Signature, "github, gitlab, generic or none")
-		}
-		if r.Header == "" {
-			r.Header = "X-Webhook-Signature"
-		}
-		if r.DeliverOnly && r.Reply.Platform == "" {
-			return nil, config.Invalid(key+".reply.platform", "", "a reply target for a deliver_only route")
-		}
-		if r.Reply.Platform != "" && r.Reply.ChatID == "" {
-			return nil, config.Invalid(key+".reply.chat_id", "", "the chat to reply to")
-		}
-		prompt := r.Prompt
-		if prompt == "" {
-			prompt = defaultPrompt
-		}
-		tmpl, err := template.New(name).Option("missingkey=zero").Funcs(templateFuncs(name, "")).Parse(prompt)
+		r, err := hook.Compile(name, c.Routes[name], "gateways.webhook.routes.")
 		if err != nil {
-			return nil, config.Invalid(key+".prompt", "(template)", "a valid Go template: "+err.Error())
+			return nil, err
 		}
-		out[name] = &compiledRoute{name: name, Route: r, tmpl: tmpl}
+		out[name] = r
 	}
 	return out, nil
 }
@@ -163,7 +99,7 @@ type Deps struct {
 type Service struct {
 	cfg    Config
 	log    *slog.Logger
-	routes map[string]*compiledRoute
+	routes map[string]*hook.CompiledRoute
 	runner *platform.Runner
 
 	mu       sync.Mutex

@@ -1,11 +1,11 @@
-package api
+package openai
 
 import (
 	"strings"
 	"testing"
 )
 
-func FuzzParseChatRequest(f *testing.F) {
+func FuzzParse(f *testing.F) {
 	for _, s := range []string{
 		`{"model":"m","messages":[{"role":"user","content":"hi"}]}`,
 		`{"messages":[{"role":"system","content":"s"},{"role":"user","content":[{"type":"text","text":"a"},{"type":"image_url","image_url":{"url":"https://x/y.png"}}]}],"stream":true}`,
@@ -16,9 +16,9 @@ func FuzzParseChatRequest(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		req, err := parseChatRequest(body)
+		req, err := Parse(body)
 		if err != nil {
-			if _, ok := err.(*errInvalid); !ok {
+			if _, ok := err.(*InvalidError); !ok {
 				t.Fatalf("error %T is not errInvalid", err)
 			}
 			return

@@ -1,4 +1,4 @@
-package webhook
+package hook
 
 import (
 	"net/http"
@@ -7,9 +7,19 @@ import (
 )
 
 func FuzzPrepare(f *testing.F) {
-	routes, err := testConfig().compile()
-	if err != nil {
-		f.Fatal(err)
+	const secret = "s3cret"
+	routes := map[string]*CompiledRoute{}
+	for name, r := range map[string]Route{
+		"gh":      {Secret: secret, Events: []string{"push", "issues.opened"}, Prompt: `{{event}} on {{.repository.full_name}} by {{.sender.login}}`, Reply: ReplyTarget{Platform: "telegram", ChatID: "-100"}},
+		"gl":      {Secret: secret, Signature: SigGitLab, Prompt: `gitlab {{event}} {{.project.name}}`},
+		"generic": {Secret: secret, Signature: SigGeneric, Header: "X-Signature", Prompt: `alert {{.alert}}`},
+		"notify":  {Secret: secret, Signature: SigGeneric, DeliverOnly: true, Reply: ReplyTarget{Platform: "slack", ChatID: "C1"}},
+	} {
+		c, err := Compile(name, r, "")
+		if err != nil {
+			f.Fatal(err)
+		}
+		routes[name] = c
 	}
 	gh := `{"repository":{"full_name":"o/r"},"sender":{"login":"ann"},"action":"opened"}`
 	f.Add("gh", gh, "issues", "d-1", Sign(secret, []byte(gh)))
@@ -29,7 +39,7 @@ func FuzzPrepare(f *testing.F) {
 		for _, k := range []string{"X-Hub-Signature-256", "X-Gitlab-Token", "X-Signature", "X-Webhook-Signature"} {
 			h.Set(k, sig)
 		}
-		ev, rerr := prepare(r, "default", h, []byte(body))
+		ev, rerr := Prepare(r, "default", h, []byte(body))
 		if rerr != nil {
 			if ev != nil {
 				t.Fatal("event with an error")
@@ -37,7 +47,7 @@ func FuzzPrepare(f *testing.F) {
 			return
 		}
 		// Anything accepted carried a valid signature.
-		if verify(r, h, []byte(body)) != nil {
+		if Verify(r, h, []byte(body)) != nil {
 			t.Fatal("accepted a delivery with a bad signature")
 		}
 		if ev.GetEventId() == "" || ev.GetSource().GetChatId() == "" || !ev.GetInternal() || !ev.GetTransportAuthenticated() {
@@ -54,7 +64,7 @@ func FuzzCheckHMAC(f *testing.F) {
 	f.Add(Sign("k", []byte("body")), "body", true)
 	f.Add("", "", false)
 	f.Fuzz(func(t *testing.T, header, body string, prefix bool) {
-		err := checkHMAC(header, "k", []byte(body), prefix)
+		err := CheckHMAC(header, "k", []byte(body), prefix)
 		if err == nil && !strings.Contains(Sign("k", []byte(body)), strings.TrimPrefix(strings.ToLower(strings.TrimSpace(header)), "sha256=")) {
 			t.Fatalf("accepted %q for %q", header, body)
 		}
