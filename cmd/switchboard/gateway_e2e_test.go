@@ -133,4 +133,3 @@ func standInWorker(t *testing.T, ctx context.Context, b *bus.Bus) {
 	}
 	t.Cleanup(cc.Stop)
 }
-

@@ -218,6 +218,7 @@ func start(t *testing.T, h Harness) *suite {
 			t.Errorf("runner: %v", err)
 		}
 		cancel()
+		DeleteBuckets(b)
 	})
 
 	cons, err := b.JetStream().OrderedConsumer(ctx, b.Topology().Stream(bus.StreamInbound), jetstream.OrderedConsumerConfig{})
@@ -320,6 +321,16 @@ func waitFor(t *testing.T, ctx context.Context, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// DeleteBuckets removes the kit's KV buckets of b's topology (tests on a
+// shared NATS server clean up after themselves).
+func DeleteBuckets(b *bus.Bus) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, name := range []string{platform.BucketReceipts, platform.BucketSeen, platform.BucketLeases} {
+		_ = b.JetStream().DeleteKeyValue(ctx, b.Topology().Stream(name))
 	}
 }
 

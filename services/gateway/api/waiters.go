@@ -83,9 +83,3 @@ func (ws *waiters) deliver(ids []string, p piece) bool {
 	}
 	return len(found) > 0
 }
-
-func (ws *waiters) len() int {
-	ws.mu.Lock()
-	defer ws.mu.Unlock()
-	return len(ws.m)
-}
