@@ -115,3 +115,43 @@ func TestWebChatStreamsAReply(t *testing.T) {
 		t.Fatalf("chats %q, want both in %s", chats, sessionBefore)
 	}
 }
+
+// TestWebChatAsksForTheKey: on a gateway with a key, the page asks for it
+// after the first 401, keeps it, and the resent message gets its reply.
+func TestWebChatAsksForTheKey(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a browser")
+	}
+	t.Parallel()
+	browser := chromiumPath(t)
+	b := newBus(t)
+	s := startService(t, b, nil)
+	startResponder(t, b)
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
+		chromedp.ExecPath(browser), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
+		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true), chromedp.UserDataDir(t.TempDir()))
+	defer cancelAlloc()
+	ctx, cancel := chromedp.NewContext(actx)
+	defer cancel()
+	ctx, cancelT := context.WithTimeout(ctx, 90*time.Second)
+	defer cancelT()
+	step := func(what string, actions ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		if err := chromedp.Do(ctx, actions...); err != nil {
+			t.Fatalf("browser: %s: %v", what, err)
+		}
+	}
+	step("open", chromedp.Navigate("http://"+s.Addr()+"/"), chromedp.WaitVisible("#input"))
+	step("send without a key", chromedp.SendKeys("#input", "secret question"), chromedp.Click("#send"))
+	step("key form", chromedp.WaitVisible("#key"), chromedp.SendKeys("#key", testKey), chromedp.Click("#key-form button"))
+	step("send with the key", chromedp.WaitVisible("#input"), chromedp.SendKeys("#input", "with key"), chromedp.Click("#send"))
+	step("reply", chromedp.WaitVisible(".msg.assistant:not(.pending)"))
+	got, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelector('.msg.assistant').textContent`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != "echo: with key (turn 1)" {
+		t.Fatalf("reply %q", got)
+	}
+}
