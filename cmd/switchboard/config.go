@@ -10,6 +10,8 @@ import (
 	"github.com/switchboard-chat/switchboard/pkg/telemetry"
 	"github.com/switchboard-chat/switchboard/services/admin"
 	"github.com/switchboard-chat/switchboard/services/delivery"
+	"github.com/switchboard-chat/switchboard/services/gateway/api"
+	"github.com/switchboard-chat/switchboard/services/gateway/webhook"
 	"github.com/switchboard-chat/switchboard/services/router"
 )
 
@@ -23,6 +25,7 @@ type Config struct {
 	Log      telemetry.LogConfig `koanf:"log"`
 	Ops      OpsConfig           `koanf:"ops"`
 	Dev      DevConfig           `koanf:"dev"`
+	Gateways GatewaysConfig      `koanf:"gateways"`
 	Delivery delivery.Config     `koanf:"delivery"`
 	Router   router.Config       `koanf:"router"`
 	Admin    admin.Config        `koanf:"admin"`
@@ -78,6 +81,7 @@ func defaultConfig() *Config {
 		Log:      telemetry.LogConfig{Level: "info", Format: "json"},
 		Ops:      OpsConfig{Addr: ":9090"},
 		Dev:      DevConfig{NATSPort: 14222, NATSStoreDir: ".switchboard/nats"},
+		Gateways: GatewaysConfig{API: api.DefaultConfig(), Webhook: webhook.DefaultConfig()},
 		Delivery: delivery.DefaultConfig(),
 		Router:   router.DefaultConfig(),
 		Admin:    admin.Config{Addr: admin.DefaultAddr},
@@ -90,6 +94,8 @@ var envAliases = map[string]string{
 	"DATABASE_URL": "postgres.url",
 	"REDIS_URL":    "redis.url",
 	"LOG_LEVEL":    "log.level",
+	// The API gateway's bearer key, named as in Hermes.
+	"API_SERVER_KEY": "gateways.api.key",
 }
 
 // Validate checks values that would otherwise fail later and obscurely.
