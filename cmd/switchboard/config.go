@@ -8,6 +8,8 @@ import (
 	"github.com/switchboard-chat/switchboard/pkg/pg"
 	"github.com/switchboard-chat/switchboard/pkg/redisx"
 	"github.com/switchboard-chat/switchboard/pkg/telemetry"
+	"github.com/switchboard-chat/switchboard/services/gateway/api"
+	"github.com/switchboard-chat/switchboard/services/gateway/webhook"
 )
 
 // Config is the one configuration file every service reads; each service
@@ -20,6 +22,7 @@ type Config struct {
 	Log      telemetry.LogConfig `koanf:"log"`
 	Ops      OpsConfig           `koanf:"ops"`
 	Dev      DevConfig           `koanf:"dev"`
+	Gateways GatewaysConfig      `koanf:"gateways"`
 }
 
 // NATSConfig locates the bus.
@@ -72,6 +75,7 @@ func defaultConfig() *Config {
 		Log:      telemetry.LogConfig{Level: "info", Format: "json"},
 		Ops:      OpsConfig{Addr: ":9090"},
 		Dev:      DevConfig{NATSPort: 14222, NATSStoreDir: ".switchboard/nats"},
+		Gateways: GatewaysConfig{API: api.DefaultConfig(), Webhook: webhook.DefaultConfig()},
 	}
 }
 
@@ -81,6 +85,8 @@ var envAliases = map[string]string{
 	"DATABASE_URL": "postgres.url",
 	"REDIS_URL":    "redis.url",
 	"LOG_LEVEL":    "log.level",
+	// The API gateway's bearer key, named as in Hermes.
+	"API_SERVER_KEY": "gateways.api.key",
 }
 
 // Validate checks values that would otherwise fail later and obscurely.

@@ -165,7 +165,9 @@ func (m *Memory) Edit(_ context.Context, req *deliveryv1.SendRequested) error {
 	return nil
 }
 
-func (m *Memory) Delete(ctx context.Context, req *deliveryv1.SendRequested) error { return m.Edit(ctx, req) }
+func (m *Memory) Delete(ctx context.Context, req *deliveryv1.SendRequested) error {
+	return m.Edit(ctx, req)
+}
 
 func (m *Memory) Typing(context.Context, *deliveryv1.SendRequested) error {
 	m.mu.Lock()
