@@ -9,6 +9,7 @@ import (
 	"github.com/switchboard-chat/switchboard/pkg/redisx"
 	"github.com/switchboard-chat/switchboard/pkg/telemetry"
 	"github.com/switchboard-chat/switchboard/services/gateway/api"
+	"github.com/switchboard-chat/switchboard/services/gateway/slack"
 	"github.com/switchboard-chat/switchboard/services/gateway/webhook"
 )
 
@@ -75,7 +76,7 @@ func defaultConfig() *Config {
 		Log:      telemetry.LogConfig{Level: "info", Format: "json"},
 		Ops:      OpsConfig{Addr: ":9090"},
 		Dev:      DevConfig{NATSPort: 14222, NATSStoreDir: ".switchboard/nats"},
-		Gateways: GatewaysConfig{API: api.DefaultConfig(), Webhook: webhook.DefaultConfig()},
+		Gateways: GatewaysConfig{API: api.DefaultConfig(), Webhook: webhook.DefaultConfig(), Slack: slack.DefaultConfig()},
 	}
 }
 

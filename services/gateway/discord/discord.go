@@ -47,6 +47,14 @@ type Config struct {
 // Enabled reports whether dev should start the gateway.
 func (c Config) Enabled() bool { return c.BotToken != "" }
 
+// Validate checks the section.
+func (c Config) Validate() error {
+	if c.BotToken == "" {
+		return errors.New("discord: bot_token (DISCORD_BOT_TOKEN) is required")
+	}
+	return nil
+}
+
 // Deps are the shared clients.
 type Deps struct {
 	Log    *slog.Logger
@@ -126,8 +134,8 @@ func (t rewrite) RoundTrip(r *http.Request) (*http.Response, error) {
 
 // NewPlatform builds the session and checks the token.
 func NewPlatform(ctx context.Context, cfg Config, log *slog.Logger) (*Platform, error) {
-	if cfg.BotToken == "" {
-		return nil, errors.New("discord: bot_token (DISCORD_BOT_TOKEN) is required")
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
 	s, err := discordgo.New("Bot " + strings.TrimPrefix(cfg.BotToken, "Bot "))
 	if err != nil {

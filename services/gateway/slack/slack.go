@@ -59,6 +59,9 @@ func DefaultConfig() Config {
 // starts it only then.
 func (c Config) Enabled() bool { return c.BotToken != "" }
 
+// Validate checks the section without changing it.
+func (c Config) Validate() error { return c.validate() }
+
 func (c *Config) validate() error {
 	d := DefaultConfig()
 	if c.BotToken == "" {
