@@ -408,4 +408,3 @@ func sendError(op string, err error) error {
 	}
 	return err
 }
-

@@ -16,14 +16,14 @@ var me = identity{Account: "U0BOT", BotUserID: "U0BOT", BotID: "B0BOT"}
 func TestNormalize(t *testing.T) {
 	f := &slackfake.Fake{TeamID: "T0WORKSPACE", AppID: "A0APP", BotUserID: "U0BOT"}
 	cases := []struct {
-		name     string
-		ev       slackfake.Event
-		id       identity
-		skip     bool
-		key      string // session key with default options
-		text     string
-		mention  bool
-		files    int
+		name    string
+		ev      slackfake.Event
+		id      identity
+		skip    bool
+		key     string // session key with default options
+		text    string
+		mention bool
+		files   int
 	}{
 		{name: "channel message", ev: slackfake.Event{Channel: "C0CHANNEL", ChannelType: "channel", User: "U0USER01", Text: "hi", TS: "1.1"},
 			key: "agent:main:slack:group:T0WORKSPACE:C0CHANNEL:U0USER01", text: "hi"},

@@ -113,7 +113,7 @@ func (c *contractFake) DeliverMalformed(t *testing.T, ctx context.Context) {
 	}
 }
 
-func (c *contractFake) Drop(*testing.T)   { c.f.Drop() }
+func (c *contractFake) Drop(*testing.T)  { c.f.Drop() }
 func (c *contractFake) Connections() int { return c.f.Connections() }
 
 func (c *contractFake) Answer(ev *eventsv1.MessageReceived) *deliveryv1.SendRequested {
