@@ -8,6 +8,7 @@ import (
 	"github.com/switchboard-chat/switchboard/pkg/pg"
 	"github.com/switchboard-chat/switchboard/pkg/redisx"
 	"github.com/switchboard-chat/switchboard/pkg/telemetry"
+	"github.com/switchboard-chat/switchboard/services/delivery"
 	"github.com/switchboard-chat/switchboard/services/gateway/api"
 	"github.com/switchboard-chat/switchboard/services/gateway/slack"
 	"github.com/switchboard-chat/switchboard/services/gateway/webhook"
@@ -24,6 +25,7 @@ type Config struct {
 	Ops      OpsConfig           `koanf:"ops"`
 	Dev      DevConfig           `koanf:"dev"`
 	Gateways GatewaysConfig      `koanf:"gateways"`
+	Delivery delivery.Config     `koanf:"delivery"`
 }
 
 // NATSConfig locates the bus.
@@ -77,6 +79,7 @@ func defaultConfig() *Config {
 		Ops:      OpsConfig{Addr: ":9090"},
 		Dev:      DevConfig{NATSPort: 14222, NATSStoreDir: ".switchboard/nats"},
 		Gateways: GatewaysConfig{API: api.DefaultConfig(), Webhook: webhook.DefaultConfig(), Slack: slack.DefaultConfig()},
+		Delivery: delivery.DefaultConfig(),
 	}
 }
 
@@ -107,6 +110,9 @@ func (c *Config) Validate() error {
 	}
 	if c.NATS.DedupeWindow < time.Second {
 		return config.Invalid("nats.dedupe_window", c.NATS.DedupeWindow, "at least 1s")
+	}
+	if err := c.Delivery.Validate(); err != nil {
+		return err
 	}
 	return nil
 }

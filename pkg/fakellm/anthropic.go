@@ -1,0 +1,281 @@
+package fakellm
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+)
+
+type anRequest struct {
+	Model       string          `json:"model"`
+	MaxTokens   int             `json:"max_tokens"`
+	System      json.RawMessage `json:"system"`
+	Messages    []anMessage     `json:"messages"`
+	Tools       []anTool        `json:"tools"`
+	Stream      bool            `json:"stream"`
+	Temperature *float64        `json:"temperature"`
+}
+
+type anMessage struct {
+	Role    string          `json:"role"`
+	Content json.RawMessage `json:"content"`
+}
+
+type anBlock struct {
+	Type         string          `json:"type"`
+	Text         string          `json:"text"`
+	ID           string          `json:"id"`
+	Name         string          `json:"name"`
+	Input        json.RawMessage `json:"input"`
+	ToolUseID    string          `json:"tool_use_id"`
+	Content      json.RawMessage `json:"content"`
+	CacheControl json.RawMessage `json:"cache_control"`
+}
+
+type anTool struct {
+	Name         string          `json:"name"`
+	Description  string          `json:"description"`
+	InputSchema  json.RawMessage `json:"input_schema"`
+	CacheControl json.RawMessage `json:"cache_control"`
+}
+
+func (s *Server) handleAnthropic(w http.ResponseWriter, r *http.Request) {
+	if !s.checkKey(r) {
+		writeFailure(w, "anthropic", &Failure{Status: http.StatusUnauthorized})
+		return
+	}
+	var in anRequest
+	if err := readJSON(r, &in); err != nil {
+		writeFailure(w, "anthropic", &Failure{Status: http.StatusBadRequest, Message: "invalid JSON body: " + err.Error()})
+		return
+	}
+	req := Request{
+		API:         "anthropic",
+		Model:       in.Model,
+		Stream:      in.Stream,
+		MaxTokens:   in.MaxTokens,
+		Temperature: in.Temperature,
+		Header:      r.Header.Clone(),
+		Messages:    make([]Message, 0, len(in.Messages)),
+	}
+	if len(in.System) > 0 && in.System[0] == '"' {
+		_ = json.Unmarshal(in.System, &req.System)
+	} else if len(in.System) > 0 && in.System[0] == '[' {
+		var blocks []anBlock
+		_ = json.Unmarshal(in.System, &blocks)
+		for i, bl := range blocks {
+			if i > 0 {
+				req.System += "\n"
+			}
+			req.System += bl.Text
+			req.SystemCached = req.SystemCached || len(bl.CacheControl) > 0
+		}
+	}
+	for _, m := range in.Messages {
+		if len(m.Content) > 0 && m.Content[0] == '"' {
+			var text string
+			_ = json.Unmarshal(m.Content, &text)
+			req.Messages = append(req.Messages, Message{Role: m.Role, Content: text})
+			continue
+		}
+		var blocks []anBlock
+		_ = json.Unmarshal(m.Content, &blocks)
+		msg := Message{Role: m.Role}
+		var results []Message
+		for _, bl := range blocks {
+			switch bl.Type {
+			case "text":
+				msg.Content += bl.Text
+			case "tool_use":
+				args := string(bl.Input)
+				if args == "" {
+					args = "{}"
+				}
+				msg.ToolCalls = append(msg.ToolCalls, ToolCall{ID: bl.ID, Name: bl.Name, Arguments: args})
+			case "tool_result":
+				results = append(results, Message{Role: "tool", ToolCallID: bl.ToolUseID, Content: contentText(bl.Content)})
+			}
+		}
+		req.Messages = append(req.Messages, results...)
+		if msg.Content != "" || len(msg.ToolCalls) > 0 || len(results) == 0 {
+			req.Messages = append(req.Messages, msg)
+		}
+	}
+	for _, t := range in.Tools {
+		req.Tools = append(req.Tools, Tool{Name: t.Name, Description: t.Description, Parameters: t.InputSchema, Cached: len(t.CacheControl) > 0})
+	}
+	s.record(&req)
+	p := s.decide(&req)
+	if !wait(r.Context(), p.latency) {
+		return
+	}
+	if f := p.reply.Failure; f != nil && f.Status > 0 {
+		writeFailure(w, "anthropic", f)
+		return
+	}
+	model := req.Model
+	if model == "" {
+		model = s.cfg.Model
+	}
+	for i := range p.reply.ToolCalls {
+		tc := &p.reply.ToolCalls[i]
+		if tc.ID == "" {
+			tc.ID = "toolu_fake_" + strconv.FormatUint(p.id, 10) + "_" + strconv.Itoa(i)
+		}
+		if tc.Arguments == "" {
+			tc.Arguments = "{}"
+		}
+	}
+	w.Header().Set("request-id", "req_fake_"+strconv.FormatUint(p.id, 10))
+	if !req.Stream {
+		if p.reply.Failure != nil && p.reply.Failure.DropAfter > 0 {
+			panic(http.ErrAbortHandler)
+		}
+		anthropicWhole(w, model, &p)
+		return
+	}
+	anthropicStream(w, r, model, &p)
+}
+
+func anStop(p *plan) string {
+	if len(p.reply.ToolCalls) > 0 {
+		return "tool_use"
+	}
+	return "end_turn"
+}
+
+func appendANUsage(b []byte, u Usage, output int) []byte {
+	b = append(b, `"usage":{"input_tokens":`...)
+	b = strconv.AppendInt(b, int64(u.InputTokens), 10)
+	b = append(b, `,"cache_creation_input_tokens":`...)
+	b = strconv.AppendInt(b, int64(u.CacheWriteTokens), 10)
+	b = append(b, `,"cache_read_input_tokens":`...)
+	b = strconv.AppendInt(b, int64(u.CacheReadTokens), 10)
+	b = append(b, `,"output_tokens":`...)
+	b = strconv.AppendInt(b, int64(output), 10)
+	return append(b, '}')
+}
+
+func appendANMessageHead(b []byte, id uint64, model string) []byte {
+	b = append(b, `{"id":"msg_fake_`...)
+	b = strconv.AppendUint(b, id, 10)
+	b = append(b, `","type":"message","role":"assistant","model":`...)
+	return appendString(b, model)
+}
+
+func anthropicWhole(w http.ResponseWriter, model string, p *plan) {
+	buf := getBuf()
+	defer putBuf(buf)
+	b := appendANMessageHead((*buf)[:0], p.id, model)
+	b = append(b, `,"content":[`...)
+	n := 0
+	if p.reply.Text != "" {
+		b = append(b, `{"type":"text","text":`...)
+		b = appendString(b, p.reply.Text)
+		b = append(b, '}')
+		n++
+	}
+	for _, tc := range p.reply.ToolCalls {
+		if n > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"type":"tool_use","id":`...)
+		b = appendString(b, tc.ID)
+		b = append(b, `,"name":`...)
+		b = appendString(b, tc.Name)
+		b = append(b, `,"input":`...)
+		b = append(b, tc.Arguments...)
+		b = append(b, '}')
+		n++
+	}
+	b = append(b, `],"stop_reason":"`...)
+	b = append(b, anStop(p)...)
+	b = append(b, `","stop_sequence":null,`...)
+	b = appendANUsage(b, p.usage, p.usage.OutputTokens)
+	b = append(b, '}')
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(b)
+	*buf = b
+}
+
+func anthropicStream(w http.ResponseWriter, r *http.Request, model string, p *plan) {
+	st := newStream(r.Context(), w, p)
+	buf := getBuf()
+	defer putBuf(buf)
+	b := append((*buf)[:0], "event: message_start\ndata: {\"type\":\"message_start\",\"message\":"...)
+	b = appendANMessageHead(b, p.id, model)
+	b = append(b, `,"content":[],"stop_reason":null,"stop_sequence":null,`...)
+	b = appendANUsage(b, p.usage, 1)
+	b = append(b, "}}\n\n"...)
+	if !st.send(b, false) {
+		return
+	}
+	index := 0
+	ok := true
+	block := func(start string) bool {
+		b = append(b[:0], "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":"...)
+		b = strconv.AppendInt(b, int64(index), 10)
+		b = append(b, `,"content_block":`...)
+		b = append(b, start...)
+		b = append(b, "}\n\n"...)
+		return st.send(b, false)
+	}
+	delta := func(kind, field, piece string) bool {
+		b = append(b[:0], "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":"...)
+		b = strconv.AppendInt(b, int64(index), 10)
+		b = append(b, `,"delta":{"type":"`...)
+		b = append(b, kind...)
+		b = append(b, `","`...)
+		b = append(b, field...)
+		b = append(b, `":`...)
+		b = appendString(b, piece)
+		b = append(b, "}}\n\n"...)
+		ok = st.send(b, true)
+		return ok
+	}
+	stop := func() bool {
+		b = append(b[:0], "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":"...)
+		b = strconv.AppendInt(b, int64(index), 10)
+		b = append(b, "}\n\n"...)
+		index++
+		return st.send(b, false)
+	}
+	if p.reply.Text != "" || len(p.reply.ToolCalls) == 0 {
+		if !block(`{"type":"text","text":""}`) {
+			return
+		}
+		b = append(b[:0], "event: ping\ndata: {\"type\": \"ping\"}\n\n"...)
+		if !st.send(b, false) {
+			return
+		}
+		split(p.reply.Text, p.chunks, func(piece string) bool { return delta("text_delta", "text", piece) })
+		if !ok || !stop() {
+			return
+		}
+	}
+	for _, tc := range p.reply.ToolCalls {
+		start := appendString(append(make([]byte, 0, 64), `{"type":"tool_use","id":`...), tc.ID)
+		start = append(start, `,"name":`...)
+		start = appendString(start, tc.Name)
+		start = append(start, `,"input":{}}`...)
+		if !block(string(start)) {
+			return
+		}
+		split(tc.Arguments, 2, func(piece string) bool { return delta("input_json_delta", "partial_json", piece) })
+		if !ok || !stop() {
+			return
+		}
+	}
+	st.finish()
+	b = append(b[:0], "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\""...)
+	b = append(b, anStop(p)...)
+	b = append(b, `","stop_sequence":null},"usage":{"output_tokens":`...)
+	b = strconv.AppendInt(b, int64(p.usage.OutputTokens), 10)
+	b = append(b, "}}\n\n"...)
+	if !st.send(b, false) {
+		return
+	}
+	b = append(b[:0], "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"...)
+	st.send(b, false)
+	*buf = b
+}

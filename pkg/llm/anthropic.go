@@ -1,0 +1,315 @@
+package llm
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/anthropics/anthropic-sdk-go/v2"
+	"github.com/anthropics/anthropic-sdk-go/v2/option"
+)
+
+// DefaultAnthropicMaxTokens is sent when a Request sets no MaxTokens, which
+// the Messages API requires.
+const DefaultAnthropicMaxTokens = 4096
+
+// AnthropicConfig configures the Anthropic Messages provider.
+type AnthropicConfig struct {
+	APIKey string
+	// BaseURL without /v1, e.g. http://127.0.0.1:8080; empty means
+	// api.anthropic.com.
+	BaseURL    string
+	Model      string // used when a Request names none
+	HTTPClient *http.Client
+	Headers    map[string]string
+}
+
+// Anthropic is a Provider for the Messages API.
+type Anthropic struct {
+	client anthropic.Client
+	cfg    AnthropicConfig
+}
+
+// NewAnthropic builds the provider. The SDK's own retries are off: wrap it
+// in WithRetry.
+func NewAnthropic(cfg AnthropicConfig) *Anthropic {
+	// Environment defaults are off so that only cfg decides key and URL.
+	opts := []option.RequestOption{option.WithoutEnvironmentDefaults(), option.WithMaxRetries(0), option.WithAPIKey(cfg.APIKey)}
+	if cfg.BaseURL != "" {
+		opts = append(opts, option.WithBaseURL(cfg.BaseURL))
+	}
+	if cfg.HTTPClient != nil {
+		opts = append(opts, option.WithHTTPClient(cfg.HTTPClient))
+	}
+	for k, v := range cfg.Headers {
+		opts = append(opts, option.WithHeader(k, v))
+	}
+	return &Anthropic{client: anthropic.NewClient(opts...), cfg: cfg}
+}
+
+// Stream implements Provider.
+func (a *Anthropic) Stream(ctx context.Context, req Request, fn func(Delta) error) (*Response, error) {
+	params, opts, err := a.params(req)
+	if err != nil {
+		return nil, err
+	}
+	if fn == nil {
+		msg, err := a.client.Messages.New(ctx, params, opts...)
+		if err != nil {
+			return nil, anthropicError(ctx, err)
+		}
+		return anthropicResponse(msg), nil
+	}
+	stream := a.client.Messages.NewStreaming(ctx, params, opts...)
+	defer stream.Close()
+	resp := &Response{}
+	var text strings.Builder
+	type block struct {
+		tool int // index into resp.ToolCalls, -1 for text
+		args strings.Builder
+	}
+	var blocks []*block
+	stopped := false
+	for stream.Next() {
+		ev := stream.Current()
+		switch ev.Type {
+		case "message_start":
+			u := ev.Message.Usage
+			resp.Model = ev.Message.Model
+			resp.Usage = Usage{
+				InputTokens:      int(u.InputTokens),
+				OutputTokens:     int(u.OutputTokens),
+				CacheReadTokens:  int(u.CacheReadInputTokens),
+				CacheWriteTokens: int(u.CacheCreationInputTokens),
+			}
+		case "content_block_start":
+			b := &block{tool: -1}
+			if ev.ContentBlock.Type == "tool_use" {
+				b.tool = len(resp.ToolCalls)
+				resp.ToolCalls = append(resp.ToolCalls, ToolCall{ID: ev.ContentBlock.ID, Name: ev.ContentBlock.Name})
+				start := resp.ToolCalls[b.tool]
+				if err := fn(Delta{ToolCall: &start}); err != nil {
+					return nil, err
+				}
+			}
+			for int64(len(blocks)) < ev.Index {
+				blocks = append(blocks, &block{tool: -1})
+			}
+			if int64(len(blocks)) == ev.Index {
+				blocks = append(blocks, b)
+			} else if ev.Index >= 0 {
+				blocks[ev.Index] = b
+			}
+		case "content_block_delta":
+			switch ev.Delta.Type {
+			case "text_delta":
+				text.WriteString(ev.Delta.Text)
+				if err := fn(Delta{Text: ev.Delta.Text}); err != nil {
+					return nil, err
+				}
+			case "input_json_delta":
+				if ev.Index >= 0 && ev.Index < int64(len(blocks)) {
+					blocks[ev.Index].args.WriteString(ev.Delta.PartialJSON)
+				}
+			}
+		case "message_delta":
+			resp.StopReason = string(ev.Delta.StopReason)
+			resp.Usage.OutputTokens = int(ev.Usage.OutputTokens)
+			if ev.Usage.JSON.InputTokens.Valid() {
+				resp.Usage.InputTokens = int(ev.Usage.InputTokens)
+			}
+			if ev.Usage.JSON.CacheReadInputTokens.Valid() {
+				resp.Usage.CacheReadTokens = int(ev.Usage.CacheReadInputTokens)
+			}
+			if ev.Usage.JSON.CacheCreationInputTokens.Valid() {
+				resp.Usage.CacheWriteTokens = int(ev.Usage.CacheCreationInputTokens)
+			}
+		case "message_stop":
+			stopped = true
+		}
+	}
+	if err := stream.Err(); err != nil {
+		return nil, anthropicError(ctx, err)
+	}
+	if !stopped {
+		return nil, &Error{Class: Server, Message: "stream ended before message_stop"}
+	}
+	resp.Text = text.String()
+	for _, b := range blocks {
+		if b.tool >= 0 {
+			args := b.args.String()
+			if args == "" {
+				args = "{}"
+			}
+			resp.ToolCalls[b.tool].Arguments = args
+		}
+	}
+	return resp, nil
+}
+
+func anthropicResponse(msg *anthropic.Message) *Response {
+	resp := &Response{
+		Model:      msg.Model,
+		StopReason: string(msg.StopReason),
+		Usage: Usage{
+			InputTokens:      int(msg.Usage.InputTokens),
+			OutputTokens:     int(msg.Usage.OutputTokens),
+			CacheReadTokens:  int(msg.Usage.CacheReadInputTokens),
+			CacheWriteTokens: int(msg.Usage.CacheCreationInputTokens),
+		},
+	}
+	var text strings.Builder
+	for _, c := range msg.Content {
+		switch c.Type {
+		case "text":
+			text.WriteString(c.Text)
+		case "tool_use":
+			args := string(c.Input)
+			if args == "" {
+				args = "{}"
+			}
+			resp.ToolCalls = append(resp.ToolCalls, ToolCall{ID: c.ID, Name: c.Name, Arguments: args})
+		}
+	}
+	resp.Text = text.String()
+	return resp
+}
+
+func (a *Anthropic) params(req Request) (anthropic.MessageNewParams, []option.RequestOption, error) {
+	model := req.Model
+	if model == "" {
+		model = a.cfg.Model
+	}
+	p := anthropic.MessageNewParams{Model: model, MaxTokens: int64(req.MaxTokens)}
+	if p.MaxTokens <= 0 {
+		p.MaxTokens = DefaultAnthropicMaxTokens
+	}
+	var opts []option.RequestOption
+	if req.Temperature != nil {
+		// This SDK version has no temperature field; the API still takes it.
+		opts = append(opts, option.WithJSONSet("temperature", *req.Temperature))
+	}
+	if req.System != "" {
+		sys := anthropic.TextBlockParam{Text: req.System}
+		if req.CacheSystem {
+			sys.CacheControl = anthropic.NewCacheControlEphemeralParam()
+		}
+		p.System = append(p.System, sys)
+	}
+	// The API wants tool results inside user messages and no two messages in
+	// a row from the same role: consecutive blocks are merged.
+	appendBlocks := func(role string, blocks ...anthropic.ContentBlockParamUnion) {
+		n := len(p.Messages)
+		if n > 0 {
+			last := &p.Messages[n-1]
+			if role == RoleUser && last.OfUser != nil {
+				last.OfUser.Content = append(last.OfUser.Content, blocks...)
+				return
+			}
+			if role == RoleAssistant && last.OfAssistant != nil {
+				last.OfAssistant.Content = append(last.OfAssistant.Content, blocks...)
+				return
+			}
+		}
+		if role == RoleUser {
+			p.Messages = append(p.Messages, anthropic.NewUserMessage(blocks...))
+		} else {
+			p.Messages = append(p.Messages, anthropic.NewAssistantMessage(blocks...))
+		}
+	}
+	for _, m := range req.Messages {
+		switch m.Role {
+		case RoleSystem:
+			// Later system messages extend the system prompt after the cached
+			// block, so the cached prefix stays byte-identical.
+			p.System = append(p.System, anthropic.TextBlockParam{Text: m.Content})
+		case RoleUser:
+			appendBlocks(RoleUser, anthropic.NewTextBlock(m.Content))
+		case RoleTool:
+			appendBlocks(RoleUser, anthropic.NewToolResultBlock(m.ToolCallID, m.Content, false))
+		case RoleAssistant:
+			var blocks []anthropic.ContentBlockParamUnion
+			if m.Content != "" {
+				blocks = append(blocks, anthropic.NewTextBlock(m.Content))
+			}
+			for _, tc := range m.ToolCalls {
+				args := json.RawMessage(tc.Arguments)
+				if len(args) == 0 || !json.Valid(args) {
+					args = json.RawMessage("{}")
+				}
+				blocks = append(blocks, anthropic.NewToolUseBlock(tc.ID, args, tc.Name))
+			}
+			if len(blocks) > 0 {
+				appendBlocks(RoleAssistant, blocks...)
+			}
+		default:
+			return p, nil, fmt.Errorf("anthropic request: unknown role %q", m.Role)
+		}
+	}
+	for i, t := range req.Tools {
+		tp := anthropic.ToolParam{Name: t.Name}
+		if t.Description != "" {
+			tp.Description = anthropic.String(t.Description)
+		}
+		if len(t.Parameters) > 0 {
+			var schema map[string]any
+			if err := json.Unmarshal(t.Parameters, &schema); err != nil {
+				return p, nil, fmt.Errorf("anthropic request: tool %s parameters: %w", t.Name, err)
+			}
+			tp.InputSchema.Properties = schema["properties"]
+			if req, ok := schema["required"].([]any); ok {
+				for _, r := range req {
+					if s, ok := r.(string); ok {
+						tp.InputSchema.Required = append(tp.InputSchema.Required, s)
+					}
+				}
+			}
+			delete(schema, "type")
+			delete(schema, "properties")
+			delete(schema, "required")
+			if len(schema) > 0 {
+				tp.InputSchema.ExtraFields = schema
+			}
+		}
+		if req.CacheSystem && i == len(req.Tools)-1 {
+			tp.CacheControl = anthropic.NewCacheControlEphemeralParam()
+		}
+		p.Tools = append(p.Tools, anthropic.ToolUnionParam{OfTool: &tp})
+	}
+	return p, opts, nil
+}
+
+// anthropicError classifies an error from the Anthropic SDK.
+func anthropicError(ctx context.Context, err error) error {
+	var le *Error
+	if errors.As(err, &le) {
+		return le
+	}
+	var apiErr *anthropic.Error
+	if errors.As(err, &apiErr) {
+		if apiErr.StatusCode < 400 {
+			// An error event inside a 200 stream (e.g. overloaded_error).
+			return classifyStreamError(string(apiErr.Type()), apiErr.Message, err)
+		}
+		var h http.Header
+		if apiErr.Response != nil {
+			h = apiErr.Response.Header
+		}
+		e := Classify(apiErr.StatusCode, h, apiErr.RawJSON()+" "+string(apiErr.Type())+" "+apiErr.Message)
+		if apiErr.Message != "" {
+			e.Message = apiErr.Message
+		}
+		if apiErr.StatusCode == 529 || apiErr.Type() == "overloaded_error" {
+			e.Class = Server
+		}
+		e.Err = err
+		return e
+	}
+	if ctx.Err() == nil && strings.HasPrefix(err.Error(), "received error while streaming") {
+		return classifyStreamError("", err.Error(), err)
+	}
+	return classifyTransport(ctx, err)
+}

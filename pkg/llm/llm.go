@@ -1,0 +1,97 @@
+// Package llm puts LLM providers (OpenAI-compatible chat completions and
+// Anthropic Messages) behind one small streaming interface, classifies their
+// errors, and retries the retryable ones.
+package llm
+
+import (
+	"context"
+	"encoding/json"
+)
+
+// Message roles.
+const (
+	RoleSystem    = "system"
+	RoleUser      = "user"
+	RoleAssistant = "assistant"
+	RoleTool      = "tool"
+)
+
+// Stop reasons, normalised across providers.
+const (
+	StopEndTurn   = "end_turn"
+	StopToolUse   = "tool_use"
+	StopMaxTokens = "max_tokens"
+)
+
+// Message is one turn of the conversation.
+type Message struct {
+	Role       string     // system, user, assistant or tool
+	Content    string     // text; for tool messages, the tool's result
+	ToolCalls  []ToolCall // assistant messages: the calls the model made
+	ToolCallID string     // tool messages: the call answered
+	Name       string     // tool messages: the tool's name (optional)
+}
+
+// ToolCall is a tool invocation requested by the model.
+type ToolCall struct {
+	ID        string
+	Name      string
+	Arguments string // JSON object
+}
+
+// ToolSpec describes a tool the model may call.
+type ToolSpec struct {
+	Name        string
+	Description string
+	Parameters  json.RawMessage // JSON schema of the arguments object
+}
+
+// Request is one model call.
+type Request struct {
+	Model       string // empty: the provider's default
+	System      string
+	Messages    []Message
+	Tools       []ToolSpec
+	MaxTokens   int      // 0: the provider's default
+	Temperature *float64 // nil: the provider's default
+	// CacheSystem asks for prompt caching of the system prompt and tools
+	// (Anthropic cache_control markers; OpenAI caches automatically).
+	CacheSystem bool
+}
+
+// Usage is the token accounting of one call. InputTokens excludes cached
+// tokens, which are counted in CacheReadTokens and CacheWriteTokens.
+type Usage struct {
+	InputTokens      int
+	OutputTokens     int
+	CacheReadTokens  int
+	CacheWriteTokens int
+}
+
+// Response is the model's complete answer.
+type Response struct {
+	Text       string
+	ToolCalls  []ToolCall
+	Usage      Usage
+	StopReason string // StopEndTurn, StopToolUse, StopMaxTokens or the provider's own
+	Model      string
+}
+
+// Delta is an increment of a streamed answer: text, or the start of a tool
+// call (ID and Name set, Arguments still empty).
+type Delta struct {
+	Text     string
+	ToolCall *ToolCall
+}
+
+// Provider calls a model. Stream calls fn for every delta as it arrives and
+// returns the whole answer; an error from fn stops the stream and is
+// returned as is. A nil fn makes a non-streaming call.
+type Provider interface {
+	Stream(ctx context.Context, req Request, fn func(Delta) error) (*Response, error)
+}
+
+// Complete makes a non-streaming call.
+func Complete(ctx context.Context, p Provider, req Request) (*Response, error) {
+	return p.Stream(ctx, req, nil)
+}

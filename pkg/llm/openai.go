@@ -1,0 +1,302 @@
+package llm
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/packages/ssestream"
+	"github.com/openai/openai-go/v3/shared"
+)
+
+// OpenAIConfig configures an OpenAI-compatible chat-completions provider.
+type OpenAIConfig struct {
+	APIKey string
+	// BaseURL including /v1, e.g. https://openrouter.ai/api/v1 or
+	// http://localhost:11434/v1; empty means api.openai.com.
+	BaseURL string
+	// Model is used when a Request names none.
+	Model string
+	// MaxCompletionTokens sends max_completion_tokens instead of max_tokens
+	// (OpenAI reasoning models need it; many local servers only know max_tokens).
+	MaxCompletionTokens bool
+	HTTPClient          *http.Client
+	// Headers are added to every request (e.g. OpenRouter's HTTP-Referer).
+	Headers map[string]string
+}
+
+// OpenAI is a Provider for the chat-completions API.
+type OpenAI struct {
+	client openai.Client
+	cfg    OpenAIConfig
+}
+
+// NewOpenAI builds the provider. The SDK's own retries are off: wrap it in
+// WithRetry.
+func NewOpenAI(cfg OpenAIConfig) *OpenAI {
+	opts := []option.RequestOption{option.WithMaxRetries(0)}
+	if cfg.APIKey != "" {
+		opts = append(opts, option.WithAPIKey(cfg.APIKey))
+	} else {
+		// Local servers need no key, but the SDK insists on one.
+		opts = append(opts, option.WithAPIKey("none"))
+	}
+	if cfg.BaseURL != "" {
+		opts = append(opts, option.WithBaseURL(cfg.BaseURL))
+	}
+	if cfg.HTTPClient != nil {
+		opts = append(opts, option.WithHTTPClient(cfg.HTTPClient))
+	}
+	for k, v := range cfg.Headers {
+		opts = append(opts, option.WithHeader(k, v))
+	}
+	return &OpenAI{client: openai.NewClient(opts...), cfg: cfg}
+}
+
+// Stream implements Provider.
+func (o *OpenAI) Stream(ctx context.Context, req Request, fn func(Delta) error) (*Response, error) {
+	params, err := o.params(req)
+	if err != nil {
+		return nil, err
+	}
+	if fn == nil {
+		cc, err := o.client.Chat.Completions.New(ctx, params)
+		if err != nil {
+			return nil, openAIError(ctx, err)
+		}
+		return openAIResponse(cc), nil
+	}
+	params.StreamOptions.IncludeUsage = openai.Bool(true)
+	stream := o.client.Chat.Completions.NewStreaming(ctx, params)
+	defer stream.Close()
+	resp, err := consumeOpenAI(stream, fn)
+	if err != nil {
+		return nil, openAIError(ctx, err)
+	}
+	return resp, nil
+}
+
+// errCallback carries an error returned by the caller's delta callback,
+// which must come back to the caller unclassified.
+type errCallback struct{ err error }
+
+func (e errCallback) Error() string { return e.err.Error() }
+
+func consumeOpenAI(stream *ssestream.Stream[openai.ChatCompletionChunk], fn func(Delta) error) (*Response, error) {
+	resp := &Response{}
+	var text strings.Builder
+	var args []strings.Builder
+	finished := false
+	for stream.Next() {
+		chunk := stream.Current()
+		if chunk.Model != "" {
+			resp.Model = chunk.Model
+		}
+		if chunk.JSON.Usage.Valid() {
+			u := chunk.Usage
+			cached := int(u.PromptTokensDetails.CachedTokens)
+			resp.Usage = Usage{
+				InputTokens:     int(u.PromptTokens) - cached,
+				OutputTokens:    int(u.CompletionTokens),
+				CacheReadTokens: cached,
+			}
+		}
+		for _, ch := range chunk.Choices {
+			if ch.Index != 0 {
+				continue
+			}
+			if ch.Delta.Content != "" {
+				text.WriteString(ch.Delta.Content)
+				if err := fn(Delta{Text: ch.Delta.Content}); err != nil {
+					return nil, errCallback{err}
+				}
+			}
+			for _, tc := range ch.Delta.ToolCalls {
+				i := int(tc.Index)
+				if i < 0 || i > 128 {
+					return nil, fmt.Errorf("tool call index %d out of range", i)
+				}
+				for len(resp.ToolCalls) <= i {
+					resp.ToolCalls = append(resp.ToolCalls, ToolCall{})
+					args = append(args, strings.Builder{})
+				}
+				call := &resp.ToolCalls[i]
+				if tc.ID != "" && call.ID == "" {
+					call.ID = tc.ID
+				}
+				if tc.Function.Name != "" && call.Name == "" {
+					call.Name = tc.Function.Name
+					start := ToolCall{ID: call.ID, Name: call.Name}
+					if err := fn(Delta{ToolCall: &start}); err != nil {
+						return nil, errCallback{err}
+					}
+				}
+				args[i].WriteString(tc.Function.Arguments)
+			}
+			if ch.FinishReason != "" {
+				finished = true
+				resp.StopReason = openAIStop(ch.FinishReason)
+			}
+		}
+	}
+	if err := stream.Err(); err != nil {
+		return nil, err
+	}
+	if !finished {
+		return nil, &Error{Class: Server, Message: "stream ended before finish_reason"}
+	}
+	resp.Text = text.String()
+	for i := range resp.ToolCalls {
+		resp.ToolCalls[i].Arguments = args[i].String()
+		if resp.ToolCalls[i].Arguments == "" {
+			resp.ToolCalls[i].Arguments = "{}"
+		}
+	}
+	return resp, nil
+}
+
+func openAIResponse(cc *openai.ChatCompletion) *Response {
+	cached := int(cc.Usage.PromptTokensDetails.CachedTokens)
+	resp := &Response{
+		Model: cc.Model,
+		Usage: Usage{
+			InputTokens:     int(cc.Usage.PromptTokens) - cached,
+			OutputTokens:    int(cc.Usage.CompletionTokens),
+			CacheReadTokens: cached,
+		},
+	}
+	if len(cc.Choices) == 0 {
+		return resp
+	}
+	ch := cc.Choices[0]
+	resp.Text = ch.Message.Content
+	resp.StopReason = openAIStop(ch.FinishReason)
+	for _, tc := range ch.Message.ToolCalls {
+		args := tc.Function.Arguments
+		if args == "" {
+			args = "{}"
+		}
+		resp.ToolCalls = append(resp.ToolCalls, ToolCall{ID: tc.ID, Name: tc.Function.Name, Arguments: args})
+	}
+	return resp
+}
+
+func openAIStop(reason string) string {
+	switch reason {
+	case "stop":
+		return StopEndTurn
+	case "tool_calls", "function_call":
+		return StopToolUse
+	case "length":
+		return StopMaxTokens
+	}
+	return reason
+}
+
+func (o *OpenAI) params(req Request) (openai.ChatCompletionNewParams, error) {
+	model := req.Model
+	if model == "" {
+		model = o.cfg.Model
+	}
+	p := openai.ChatCompletionNewParams{Model: shared.ChatModel(model)}
+	if req.MaxTokens > 0 {
+		if o.cfg.MaxCompletionTokens {
+			p.MaxCompletionTokens = openai.Int(int64(req.MaxTokens))
+		} else {
+			p.MaxTokens = openai.Int(int64(req.MaxTokens))
+		}
+	}
+	if req.Temperature != nil {
+		p.Temperature = openai.Float(*req.Temperature)
+	}
+	p.Messages = make([]openai.ChatCompletionMessageParamUnion, 0, len(req.Messages)+1)
+	if req.System != "" {
+		p.Messages = append(p.Messages, openai.SystemMessage(req.System))
+	}
+	for _, m := range req.Messages {
+		switch m.Role {
+		case RoleSystem:
+			p.Messages = append(p.Messages, openai.SystemMessage(m.Content))
+		case RoleUser:
+			p.Messages = append(p.Messages, openai.UserMessage(m.Content))
+		case RoleTool:
+			p.Messages = append(p.Messages, openai.ToolMessage(m.Content, m.ToolCallID))
+		case RoleAssistant:
+			a := openai.ChatCompletionAssistantMessageParam{}
+			if m.Content != "" {
+				a.Content.OfString = openai.String(m.Content)
+			}
+			for _, tc := range m.ToolCalls {
+				a.ToolCalls = append(a.ToolCalls, openai.ChatCompletionMessageToolCallUnionParam{
+					OfFunction: &openai.ChatCompletionMessageFunctionToolCallParam{
+						ID: tc.ID,
+						Function: openai.ChatCompletionMessageFunctionToolCallFunctionParam{
+							Name:      tc.Name,
+							Arguments: tc.Arguments,
+						},
+					},
+				})
+			}
+			p.Messages = append(p.Messages, openai.ChatCompletionMessageParamUnion{OfAssistant: &a})
+		default:
+			return p, fmt.Errorf("openai request: unknown role %q", m.Role)
+		}
+	}
+	for _, t := range req.Tools {
+		def := shared.FunctionDefinitionParam{Name: t.Name}
+		if t.Description != "" {
+			def.Description = openai.String(t.Description)
+		}
+		if len(t.Parameters) > 0 {
+			var schema shared.FunctionParameters
+			if err := json.Unmarshal(t.Parameters, &schema); err != nil {
+				return p, fmt.Errorf("openai request: tool %s parameters: %w", t.Name, err)
+			}
+			def.Parameters = schema
+		}
+		p.Tools = append(p.Tools, openai.ChatCompletionFunctionTool(def))
+	}
+	return p, nil
+}
+
+// openAIError classifies an error from the OpenAI SDK.
+func openAIError(ctx context.Context, err error) error {
+	var cb errCallback
+	if errors.As(err, &cb) {
+		return cb.err
+	}
+	var le *Error
+	if errors.As(err, &le) {
+		return le
+	}
+	var apiErr *openai.Error
+	if errors.As(err, &apiErr) {
+		var h http.Header
+		if apiErr.Response != nil {
+			h = apiErr.Response.Header
+		}
+		e := Classify(apiErr.StatusCode, h, apiErr.RawJSON()+" "+apiErr.Code+" "+apiErr.Type)
+		if apiErr.Message != "" {
+			e.Message = apiErr.Message
+		}
+		// Codes like insufficient_quota live outside the message.
+		if apiErr.Code == "insufficient_quota" || apiErr.Type == "insufficient_quota" {
+			e.Class = Quota
+		}
+		if apiErr.Code == "context_length_exceeded" {
+			e.Class = ContextOverflow
+		}
+		e.Err = err
+		return e
+	}
+	var se *ssestream.StreamError
+	if errors.As(err, &se) {
+		return classifyStreamError("", se.Message, err)
+	}
+	return classifyTransport(ctx, err)
+}

@@ -1,0 +1,399 @@
+package llm_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/switchboard-chat/switchboard/pkg/fakellm"
+	"github.com/switchboard-chat/switchboard/pkg/llm"
+)
+
+// quiet discards retry logs.
+var quiet = slog.New(slog.DiscardHandler)
+
+// startFake runs a fake on 127.0.0.1:0 for the test.
+func startFake(t *testing.T, cfg fakellm.Config) *fakellm.Server {
+	t.Helper()
+	srv := fakellm.New(cfg)
+	if err := srv.Start("127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Close() })
+	return srv
+}
+
+type backend struct {
+	name string
+	make func(srv *fakellm.Server) llm.Provider
+}
+
+var backends = []backend{
+	{"openai", func(srv *fakellm.Server) llm.Provider {
+		return llm.NewOpenAI(llm.OpenAIConfig{APIKey: "test", BaseURL: srv.URL() + "/v1", Model: "gpt-test"})
+	}},
+	{"anthropic", func(srv *fakellm.Server) llm.Provider {
+		return llm.NewAnthropic(llm.AnthropicConfig{APIKey: "test", BaseURL: srv.URL(), Model: "claude-test"})
+	}},
+}
+
+// collect streams req and returns the response and the deltas seen.
+func collect(ctx context.Context, p llm.Provider, req llm.Request) (*llm.Response, []llm.Delta, error) {
+	var deltas []llm.Delta
+	resp, err := p.Stream(ctx, req, func(d llm.Delta) error {
+		deltas = append(deltas, d)
+		return nil
+	})
+	return resp, deltas, err
+}
+
+func userReq(text string) llm.Request {
+	return llm.Request{System: "You are a test.", Messages: []llm.Message{{Role: llm.RoleUser, Content: text}}}
+}
+
+func TestText(t *testing.T) {
+	for _, b := range backends {
+		for _, streaming := range []bool{true, false} {
+			name := b.name + "/whole"
+			if streaming {
+				name = b.name + "/stream"
+			}
+			t.Run(name, func(t *testing.T) {
+				srv := startFake(t, fakellm.Config{})
+				p := b.make(srv)
+				ctx := context.Background()
+				req := userReq("hello there, world")
+				var resp *llm.Response
+				var deltas []llm.Delta
+				var err error
+				if streaming {
+					resp, deltas, err = collect(ctx, p, req)
+				} else {
+					resp, err = llm.Complete(ctx, p, req)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				if want := "echo: hello there, world"; resp.Text != want {
+					t.Fatalf("text = %q, want %q", resp.Text, want)
+				}
+				if streaming {
+					var joined strings.Builder
+					for _, d := range deltas {
+						joined.WriteString(d.Text)
+					}
+					if len(deltas) < 2 || joined.String() != resp.Text {
+						t.Fatalf("deltas %+v do not add up to %q", deltas, resp.Text)
+					}
+				}
+				if resp.StopReason != llm.StopEndTurn {
+					t.Errorf("stop = %q", resp.StopReason)
+				}
+				if resp.Usage.InputTokens == 0 || resp.Usage.OutputTokens == 0 {
+					t.Errorf("usage = %+v", resp.Usage)
+				}
+				if resp.Model == "" {
+					t.Errorf("model empty")
+				}
+				reqs := srv.Requests()
+				if len(reqs) != 1 || reqs[0].System != "You are a test." || reqs[0].Stream != streaming {
+					t.Fatalf("recorded %+v", reqs)
+				}
+				if streaming && b.name == "openai" && !reqs[0].IncludeUsage {
+					t.Errorf("stream_options.include_usage not sent")
+				}
+			})
+		}
+	}
+}
+
+func TestToolCalls(t *testing.T) {
+	tools := []llm.ToolSpec{{
+		Name:        "clock",
+		Description: "Current time",
+		Parameters:  json.RawMessage(`{"type":"object","properties":{"tz":{"type":"string"}},"required":["tz"]}`),
+	}}
+	for _, b := range backends {
+		for _, streaming := range []bool{true, false} {
+			t.Run(b.name+map[bool]string{true: "/stream", false: "/whole"}[streaming], func(t *testing.T) {
+				srv := startFake(t, fakellm.Config{})
+				p := b.make(srv)
+				ctx := context.Background()
+				req := userReq(`what time is it? [[tool:clock {"tz":"UTC"}]]`)
+				req.Tools = tools
+				call := func() (*llm.Response, []llm.Delta) {
+					t.Helper()
+					if streaming {
+						resp, deltas, err := collect(ctx, p, req)
+						if err != nil {
+							t.Fatal(err)
+						}
+						return resp, deltas
+					}
+					resp, err := llm.Complete(ctx, p, req)
+					if err != nil {
+						t.Fatal(err)
+					}
+					return resp, nil
+				}
+				resp, deltas := call()
+				if resp.StopReason != llm.StopToolUse || len(resp.ToolCalls) != 1 {
+					t.Fatalf("resp = %+v", resp)
+				}
+				tc := resp.ToolCalls[0]
+				if tc.Name != "clock" || tc.ID == "" {
+					t.Fatalf("tool call = %+v", tc)
+				}
+				var args map[string]string
+				if err := json.Unmarshal([]byte(tc.Arguments), &args); err != nil || args["tz"] != "UTC" {
+					t.Fatalf("arguments %q: %v", tc.Arguments, err)
+				}
+				if streaming && (len(deltas) == 0 || deltas[0].ToolCall == nil || deltas[0].ToolCall.Name != "clock") {
+					t.Fatalf("no tool-call start delta: %+v", deltas)
+				}
+				req.Messages = append(req.Messages,
+					llm.Message{Role: llm.RoleAssistant, ToolCalls: resp.ToolCalls},
+					llm.Message{Role: llm.RoleTool, ToolCallID: tc.ID, Name: "clock", Content: "12:00"},
+				)
+				resp, _ = call()
+				if want := "echo: what time is it? [12:00]"; resp.Text != want || resp.StopReason != llm.StopEndTurn {
+					t.Fatalf("final = %+v, want text %q", resp, want)
+				}
+				reqs := srv.Requests()
+				last := reqs[len(reqs)-1]
+				if len(last.Tools) != 1 || last.Tools[0].Name != "clock" || !strings.Contains(string(last.Tools[0].Parameters), `"tz"`) {
+					t.Errorf("tools sent = %+v", last.Tools)
+				}
+				var sawCall, sawResult bool
+				for _, m := range last.Messages {
+					sawCall = sawCall || (len(m.ToolCalls) == 1 && m.ToolCalls[0].ID == tc.ID)
+					sawResult = sawResult || (m.Role == "tool" && m.ToolCallID == tc.ID && m.Content == "12:00")
+				}
+				if !sawCall || !sawResult {
+					t.Errorf("history sent = %+v", last.Messages)
+				}
+			})
+		}
+	}
+}
+
+func TestAnthropicCacheMarkers(t *testing.T) {
+	srv := startFake(t, fakellm.Config{})
+	p := backends[1].make(srv)
+	req := userReq("hi")
+	req.System = strings.Repeat("Long stable system prompt. ", 50)
+	req.CacheSystem = true
+	req.Tools = []llm.ToolSpec{{Name: "a"}, {Name: "b"}}
+	first, err := llm.Complete(context.Background(), p, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, _, err := collect(context.Background(), p, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.Usage.CacheWriteTokens == 0 || second.Usage.CacheReadTokens == 0 {
+		t.Errorf("cache usage first=%+v second=%+v", first.Usage, second.Usage)
+	}
+	reqs := srv.Requests()
+	if !reqs[0].SystemCached || reqs[0].Tools[0].Cached || !reqs[0].Tools[1].Cached {
+		t.Errorf("markers: system=%v tools=%+v", reqs[0].SystemCached, reqs[0].Tools)
+	}
+	if reqs[0].System != reqs[1].System || reqs[0].System != req.System {
+		t.Errorf("system prompts differ between calls")
+	}
+}
+
+// fakeSleep records waits instead of sleeping.
+type fakeSleep struct {
+	mu    sync.Mutex
+	waits []time.Duration
+}
+
+func (f *fakeSleep) Sleep(ctx context.Context, d time.Duration) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.waits = append(f.waits, d)
+	return ctx.Err()
+}
+
+func TestErrors(t *testing.T) {
+	tests := []struct {
+		name      string
+		fail      fakellm.Failure
+		failTimes int
+		magic     string // instead of FailNext
+		class     llm.Class
+		ok        bool            // succeeds after retries
+		waits     []time.Duration // sleeps WithRetry made
+		attempts  int             // requests the fake saw
+	}{
+		{name: "429 retry-after honoured", fail: fakellm.Failure{Status: 429, RetryAfter: 3 * time.Second}, failTimes: 1,
+			ok: true, waits: []time.Duration{3 * time.Second}, attempts: 2},
+		{name: "500 retried with backoff", fail: fakellm.Failure{Status: 500}, failTimes: 2,
+			ok: true, waits: []time.Duration{100 * time.Millisecond, 200 * time.Millisecond}, attempts: 3},
+		{name: "500 gives up", fail: fakellm.Failure{Status: 503}, failTimes: 10,
+			class: llm.Server, waits: []time.Duration{100 * time.Millisecond, 200 * time.Millisecond}, attempts: 3},
+		{name: "402 quota not retried", fail: fakellm.Failure{Status: 402}, failTimes: 1, class: llm.Quota, attempts: 1},
+		{name: "429 insufficient_quota", magic: "[[fail:quota]]", class: llm.Quota, attempts: 1},
+		{name: "401 auth", fail: fakellm.Failure{Status: 401}, failTimes: 1, class: llm.Auth, attempts: 1},
+		{name: "context overflow", magic: "[[fail:overflow]]", class: llm.ContextOverflow, attempts: 1},
+		{name: "400 bad request", fail: fakellm.Failure{Status: 400}, failTimes: 1, class: llm.BadRequest, attempts: 1},
+		{name: "magic 429 once", magic: "[[fail:429 retry=1 times=1]]", ok: true, waits: []time.Duration{time.Second}, attempts: 2},
+		{name: "drop before output retried", fail: fakellm.Failure{DropAfter: 1}, failTimes: 1, ok: true,
+			waits: []time.Duration{100 * time.Millisecond}, attempts: 2},
+	}
+	for _, b := range backends {
+		for _, streaming := range []bool{true, false} {
+			for _, tt := range tests {
+				mode := map[bool]string{true: "stream", false: "whole"}[streaming]
+				t.Run(b.name+"/"+mode+"/"+tt.name, func(t *testing.T) {
+					srv := startFake(t, fakellm.Config{})
+					if tt.failTimes > 0 {
+						srv.FailNext(tt.failTimes, tt.fail)
+					}
+					if tt.name == "drop before output retried" && streaming {
+						// A streamed drop after one chunk has emitted output:
+						// covered by TestDropMidStreamNotRetried.
+						srv.Reset()
+						srv.FailNext(1, fakellm.Failure{Status: 502})
+					}
+					sl := &fakeSleep{}
+					p := llm.WithRetry(b.make(srv), llm.RetryPolicy{
+						MaxAttempts: 3, BaseDelay: 200 * time.Millisecond,
+						Sleep: sl.Sleep, Jitter: func() float64 { return 0 }, Log: quiet,
+					})
+					req := userReq("question " + tt.magic)
+					var err error
+					if streaming {
+						_, _, err = collect(context.Background(), p, req)
+					} else {
+						_, err = llm.Complete(context.Background(), p, req)
+					}
+					if tt.ok {
+						if err != nil {
+							t.Fatalf("err = %v", err)
+						}
+					} else {
+						var le *llm.Error
+						if !errors.As(err, &le) || le.Class != tt.class {
+							t.Fatalf("err = %v, want class %s", err, tt.class)
+						}
+						if le.Retryable() != (tt.class == llm.Server || tt.class == llm.RateLimited) {
+							t.Errorf("Retryable() = %v", le.Retryable())
+						}
+						if msg := llm.UserMessage(err); msg == "" || strings.Contains(msg, "x-api-key") {
+							t.Errorf("user message %q", msg)
+						}
+					}
+					if !equalDurations(sl.waits, tt.waits) {
+						t.Errorf("waits = %v, want %v", sl.waits, tt.waits)
+					}
+					if n := len(srv.Requests()); n != tt.attempts {
+						t.Errorf("fake saw %d requests, want %d", n, tt.attempts)
+					}
+				})
+			}
+		}
+	}
+}
+
+func equalDurations(a, b []time.Duration) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func TestDropMidStreamNotRetried(t *testing.T) {
+	for _, b := range backends {
+		for _, how := range []string{"api", "magic"} {
+			t.Run(b.name+"/"+how, func(t *testing.T) {
+				srv := startFake(t, fakellm.Config{})
+				text := "tell me a long story"
+				if how == "api" {
+					srv.FailNext(1, fakellm.Failure{DropAfter: 1})
+				} else {
+					text += " [[drop:1]]"
+				}
+				sl := &fakeSleep{}
+				p := llm.WithRetry(b.make(srv), llm.RetryPolicy{Sleep: sl.Sleep, Log: quiet})
+				_, deltas, err := collect(context.Background(), p, userReq(text))
+				if len(deltas) == 0 {
+					t.Fatalf("no delta before the drop (err %v)", err)
+				}
+				if !errors.Is(err, llm.ErrInterrupted) || llm.ClassOf(err) != llm.Server {
+					t.Fatalf("err = %v, want ErrInterrupted wrapping a Server error", err)
+				}
+				if n := len(srv.Requests()); n != 1 || len(sl.waits) != 0 {
+					t.Fatalf("retried: %d requests, waits %v", n, sl.waits)
+				}
+			})
+		}
+	}
+}
+
+func TestCallbackErrorStops(t *testing.T) {
+	stop := errors.New("stop")
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			srv := startFake(t, fakellm.Config{})
+			p := llm.WithRetry(b.make(srv), llm.RetryPolicy{Log: quiet})
+			_, err := p.Stream(context.Background(), userReq("hi"), func(llm.Delta) error { return stop })
+			if !errors.Is(err, stop) || llm.ClassOf(err) != "" {
+				t.Fatalf("err = %v", err)
+			}
+		})
+	}
+}
+
+func TestAuthKeyChecked(t *testing.T) {
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			srv := startFake(t, fakellm.Config{APIKey: "right"})
+			_, err := llm.Complete(context.Background(), b.make(srv), userReq("hi"))
+			if llm.ClassOf(err) != llm.Auth {
+				t.Fatalf("err = %v, want auth", err)
+			}
+		})
+	}
+}
+
+func TestCancelledContext(t *testing.T) {
+	srv := startFake(t, fakellm.Config{Latency: time.Hour})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := llm.WithRetry(backends[0].make(srv), llm.RetryPolicy{Log: quiet}).Stream(ctx, userReq("hi"), nil)
+	if !errors.Is(err, context.Canceled) || llm.ClassOf(err) != "" {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestFromEnv(t *testing.T) {
+	tests := []struct {
+		env  map[string]string
+		kind string
+	}{
+		{map[string]string{}, llm.KindNone},
+		{map[string]string{"OPENAI_API_KEY": "k"}, llm.KindOpenAI},
+		{map[string]string{"OPENAI_BASE_URL": "http://localhost:11434/v1"}, llm.KindOpenAI},
+		{map[string]string{"ANTHROPIC_API_KEY": "k", "OPENAI_API_KEY": "k"}, llm.KindAnthropic},
+		{map[string]string{"ANTHROPIC_BASE_URL": "http://127.0.0.1:1"}, llm.KindAnthropic},
+	}
+	for _, tt := range tests {
+		p, kind, err := llm.FromEnv(func(k string) string { return tt.env[k] }, nil)
+		if kind != tt.kind || (kind == llm.KindNone) != (p == nil) || (kind == llm.KindNone) != errors.Is(err, llm.ErrNoProvider) {
+			t.Errorf("env %v: kind %q, provider %v, err %v", tt.env, kind, p, err)
+		}
+	}
+}

@@ -1,0 +1,127 @@
+package llm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+)
+
+// RetryPolicy bounds WithRetry. Zero fields take the defaults noted.
+type RetryPolicy struct {
+	MaxAttempts int           // total attempts including the first, default 4
+	BaseDelay   time.Duration // first backoff, default 500ms, doubled per attempt
+	MaxDelay    time.Duration // backoff cap, default 30s
+	// MaxRetryAfter is the longest server-requested wait honoured; a longer
+	// Retry-After returns the error at once. Default 2m.
+	MaxRetryAfter time.Duration
+	// Sleep waits d or until ctx ends; default a timer. Tests inject a fake.
+	Sleep func(ctx context.Context, d time.Duration) error
+	// Jitter returns a number in [0,1); default math/rand/v2.
+	Jitter func() float64
+	Log    *slog.Logger // default slog.Default()
+}
+
+func (p RetryPolicy) withDefaults() RetryPolicy {
+	if p.MaxAttempts <= 0 {
+		p.MaxAttempts = 4
+	}
+	if p.BaseDelay <= 0 {
+		p.BaseDelay = 500 * time.Millisecond
+	}
+	if p.MaxDelay <= 0 {
+		p.MaxDelay = 30 * time.Second
+	}
+	if p.MaxRetryAfter <= 0 {
+		p.MaxRetryAfter = 2 * time.Minute
+	}
+	if p.Sleep == nil {
+		p.Sleep = sleep
+	}
+	if p.Jitter == nil {
+		p.Jitter = rand.Float64
+	}
+	if p.Log == nil {
+		p.Log = slog.Default()
+	}
+	return p
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Backoff returns the wait before retry number attempt (1-based): the
+// server's Retry-After when given, else exponential backoff with jitter in
+// [d/2, d).
+func (p RetryPolicy) Backoff(attempt int, retryAfter time.Duration) time.Duration {
+	p = p.withDefaults()
+	if retryAfter > 0 {
+		return retryAfter
+	}
+	d := p.BaseDelay
+	for i := 1; i < attempt && d < p.MaxDelay; i++ {
+		d *= 2
+	}
+	d = min(d, p.MaxDelay)
+	return d/2 + time.Duration(p.Jitter()*float64(d/2))
+}
+
+type retrying struct {
+	p      Provider
+	policy RetryPolicy
+}
+
+// WithRetry wraps p so that RateLimited and Server errors are retried with
+// backoff, honouring Retry-After, for at most policy.MaxAttempts attempts and
+// while ctx lasts. A call that already delivered a delta is not retried: its
+// error is returned wrapped with ErrInterrupted.
+func WithRetry(p Provider, policy RetryPolicy) Provider {
+	return &retrying{p: p, policy: policy.withDefaults()}
+}
+
+func (r *retrying) Stream(ctx context.Context, req Request, fn func(Delta) error) (*Response, error) {
+	emitted := false
+	var wrapped func(Delta) error
+	if fn != nil {
+		wrapped = func(d Delta) error {
+			emitted = true
+			return fn(d)
+		}
+	}
+	for attempt := 1; ; attempt++ {
+		resp, err := r.p.Stream(ctx, req, wrapped)
+		if err == nil {
+			return resp, nil
+		}
+		var e *Error
+		if !errors.As(err, &e) || !e.Retryable() {
+			return nil, err
+		}
+		if emitted {
+			return nil, fmt.Errorf("%w: %w", ErrInterrupted, err)
+		}
+		if attempt >= r.policy.MaxAttempts {
+			return nil, fmt.Errorf("after %d attempts: %w", attempt, err)
+		}
+		if e.RetryAfter > r.policy.MaxRetryAfter {
+			return nil, fmt.Errorf("retry-after %s exceeds limit: %w", e.RetryAfter, err)
+		}
+		wait := r.policy.Backoff(attempt, e.RetryAfter)
+		r.policy.Log.LogAttrs(ctx, slog.LevelWarn, "llm call failed, retrying",
+			slog.String("class", string(e.Class)), slog.Int("status", e.Status),
+			slog.Int("attempt", attempt), slog.Duration("wait", wait))
+		if err := r.policy.Sleep(ctx, wait); err != nil {
+			return nil, fmt.Errorf("wait to retry llm call: %w", err)
+		}
+	}
+}
