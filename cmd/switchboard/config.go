@@ -11,6 +11,7 @@ import (
 	"github.com/switchboard-chat/switchboard/services/admin"
 	"github.com/switchboard-chat/switchboard/services/delivery"
 	"github.com/switchboard-chat/switchboard/services/gateway/api"
+	"github.com/switchboard-chat/switchboard/services/gateway/slack"
 	"github.com/switchboard-chat/switchboard/services/gateway/webhook"
 	"github.com/switchboard-chat/switchboard/services/router"
 )
@@ -81,7 +82,7 @@ func defaultConfig() *Config {
 		Log:      telemetry.LogConfig{Level: "info", Format: "json"},
 		Ops:      OpsConfig{Addr: ":9090"},
 		Dev:      DevConfig{NATSPort: 14222, NATSStoreDir: ".switchboard/nats"},
-		Gateways: GatewaysConfig{API: api.DefaultConfig(), Webhook: webhook.DefaultConfig()},
+		Gateways: GatewaysConfig{API: api.DefaultConfig(), Webhook: webhook.DefaultConfig(), Slack: slack.DefaultConfig()},
 		Delivery: delivery.DefaultConfig(),
 		Router:   router.DefaultConfig(),
 		Admin:    admin.Config{Addr: admin.DefaultAddr},

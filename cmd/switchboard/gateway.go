@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"github.com/switchboard-chat/switchboard/services/gateway/api"
+	"github.com/switchboard-chat/switchboard/services/gateway/discord"
+	"github.com/switchboard-chat/switchboard/services/gateway/slack"
 	"github.com/switchboard-chat/switchboard/services/gateway/webhook"
 )
 
@@ -15,6 +17,8 @@ import (
 type GatewaysConfig struct {
 	API     api.Config     `koanf:"api"`
 	Webhook webhook.Config `koanf:"webhook"`
+	Discord discord.Config `koanf:"discord"`
+	Slack   slack.Config   `koanf:"slack"`
 }
 
 // gateways maps a platform name to its service (`switchboard gateway <platform>`).
