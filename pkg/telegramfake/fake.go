@@ -356,6 +356,11 @@ func readParams(r *http.Request) (params, error) {
 		}
 	case "multipart/form-data":
 		if err := r.ParseMultipartForm(10 << 20); err != nil {
+			// Clients send an empty multipart body for methods without
+			// parameters (getMe); Telegram accepts that.
+			if strings.Contains(err.Error(), "EOF") {
+				return p, nil
+			}
 			return nil, err
 		}
 		for k, v := range r.MultipartForm.Value {
