@@ -320,9 +320,13 @@ func (c *conn) Connected() {
 	c.r.log.Info("platform connected")
 }
 
-func (c *conn) Reject(_ context.Context, reason string, err error) {
-	inboundTotal.WithLabelValues(c.r.name, "rejected").Inc()
-	c.r.log.Warn("inbound payload rejected", "reason", reason, "err", err)
+func (c *conn) Reject(ctx context.Context, reason string, err error) { c.r.Reject(ctx, reason, err) }
+
+// Reject records an inbound payload that could not be normalized: it is
+// logged with the reason and counted, never published.
+func (r *Runner) Reject(_ context.Context, reason string, err error) {
+	inboundTotal.WithLabelValues(r.name, "rejected").Inc()
+	r.log.Warn("inbound payload rejected", "reason", reason, "err", err)
 }
 
 func (c *conn) Deliver(ctx context.Context, ev *eventsv1.MessageReceived) (Accepted, error) {
