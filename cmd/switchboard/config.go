@@ -8,6 +8,7 @@ import (
 	"github.com/switchboard-chat/switchboard/pkg/pg"
 	"github.com/switchboard-chat/switchboard/pkg/redisx"
 	"github.com/switchboard-chat/switchboard/pkg/telemetry"
+	"github.com/switchboard-chat/switchboard/services/gateway/telegram"
 )
 
 // Config is the one configuration file every service reads; each service
@@ -20,6 +21,12 @@ type Config struct {
 	Log      telemetry.LogConfig `koanf:"log"`
 	Ops      OpsConfig           `koanf:"ops"`
 	Dev      DevConfig           `koanf:"dev"`
+	Gateways GatewaysConfig      `koanf:"gateways"`
+}
+
+// GatewaysConfig has one section per platform gateway.
+type GatewaysConfig struct {
+	Telegram telegram.Config `koanf:"telegram"`
 }
 
 // NATSConfig locates the bus.
@@ -72,6 +79,7 @@ func defaultConfig() *Config {
 		Log:      telemetry.LogConfig{Level: "info", Format: "json"},
 		Ops:      OpsConfig{Addr: ":9090"},
 		Dev:      DevConfig{NATSPort: 14222, NATSStoreDir: ".switchboard/nats"},
+		Gateways: GatewaysConfig{Telegram: telegram.DefaultConfig()},
 	}
 }
 
@@ -81,6 +89,11 @@ var envAliases = map[string]string{
 	"DATABASE_URL": "postgres.url",
 	"REDIS_URL":    "redis.url",
 	"LOG_LEVEL":    "log.level",
+	// Hermes's names for the Telegram gateway.
+	"TELEGRAM_BOT_TOKEN":      "gateways.telegram.bot_token",
+	"TELEGRAM_API_BASE_URL":   "gateways.telegram.api_base_url",
+	"TELEGRAM_WEBHOOK_URL":    "gateways.telegram.webhook_url",
+	"TELEGRAM_WEBHOOK_SECRET": "gateways.telegram.webhook_secret",
 }
 
 // Validate checks values that would otherwise fail later and obscurely.

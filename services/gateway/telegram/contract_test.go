@@ -81,7 +81,9 @@ func (d *fakeDriver) Drop(*testing.T) { d.f.Drop() }
 // Connections counts polling sessions: each Connect starts with deleteWebhook.
 func (d *fakeDriver) Connections() int { return d.f.Calls("deleteWebhook") }
 
-func (d *fakeDriver) Answer(ev *eventsv1.MessageReceived) *deliveryv1.SendRequested { return answer(ev) }
+func (d *fakeDriver) Answer(ev *eventsv1.MessageReceived) *deliveryv1.SendRequested {
+	return answer(ev)
+}
 
 func (d *fakeDriver) Sent(_ *testing.T, _ context.Context, target *deliveryv1.Target) []string {
 	var out []string
