@@ -12,6 +12,7 @@ import (
 	"github.com/switchboard-chat/switchboard/services/delivery"
 	"github.com/switchboard-chat/switchboard/services/gateway/api"
 	"github.com/switchboard-chat/switchboard/services/gateway/slack"
+	"github.com/switchboard-chat/switchboard/services/gateway/telegram"
 	"github.com/switchboard-chat/switchboard/services/gateway/webhook"
 	"github.com/switchboard-chat/switchboard/services/router"
 )
@@ -82,7 +83,7 @@ func defaultConfig() *Config {
 		Log:      telemetry.LogConfig{Level: "info", Format: "json"},
 		Ops:      OpsConfig{Addr: ":9090"},
 		Dev:      DevConfig{NATSPort: 14222, NATSStoreDir: ".switchboard/nats"},
-		Gateways: GatewaysConfig{API: api.DefaultConfig(), Webhook: webhook.DefaultConfig(), Slack: slack.DefaultConfig()},
+		Gateways: GatewaysConfig{API: api.DefaultConfig(), Webhook: webhook.DefaultConfig(), Slack: slack.DefaultConfig(), Telegram: telegram.DefaultConfig()},
 		Delivery: delivery.DefaultConfig(),
 		Router:   router.DefaultConfig(),
 		Admin:    admin.Config{Addr: admin.DefaultAddr},
@@ -97,6 +98,11 @@ var envAliases = map[string]string{
 	"LOG_LEVEL":    "log.level",
 	// The API gateway's bearer key, named as in Hermes.
 	"API_SERVER_KEY": "gateways.api.key",
+	// Hermes's names for the Telegram gateway.
+	"TELEGRAM_BOT_TOKEN":      "gateways.telegram.bot_token",
+	"TELEGRAM_API_BASE_URL":   "gateways.telegram.api_base_url",
+	"TELEGRAM_WEBHOOK_URL":    "gateways.telegram.webhook_url",
+	"TELEGRAM_WEBHOOK_SECRET": "gateways.telegram.webhook_secret",
 }
 
 // Validate checks values that would otherwise fail later and obscurely.

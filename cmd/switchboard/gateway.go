@@ -10,15 +10,17 @@ import (
 	"github.com/switchboard-chat/switchboard/services/gateway/api"
 	"github.com/switchboard-chat/switchboard/services/gateway/discord"
 	"github.com/switchboard-chat/switchboard/services/gateway/slack"
+	"github.com/switchboard-chat/switchboard/services/gateway/telegram"
 	"github.com/switchboard-chat/switchboard/services/gateway/webhook"
 )
 
 // GatewaysConfig holds one section per platform gateway.
 type GatewaysConfig struct {
-	API     api.Config     `koanf:"api"`
-	Webhook webhook.Config `koanf:"webhook"`
-	Discord discord.Config `koanf:"discord"`
-	Slack   slack.Config   `koanf:"slack"`
+	API      api.Config      `koanf:"api"`
+	Webhook  webhook.Config  `koanf:"webhook"`
+	Discord  discord.Config  `koanf:"discord"`
+	Slack    slack.Config    `koanf:"slack"`
+	Telegram telegram.Config `koanf:"telegram"`
 }
 
 // gateways maps a platform name to its service (`switchboard gateway <platform>`).
