@@ -9,7 +9,7 @@ LDFLAGS := -s -w -X main.version=$(VERSION)
 # itself (schema, key prefix, stream prefix), so packages run in parallel.
 TEST_FLAGS ?= -race -count=1 -timeout 15m
 
-.PHONY: help tools proto check-generated lint vet build test test-short dev up down bench clean
+.PHONY: help tools proto check-generated lint vet build test test-short deploy-check dev up down bench clean
 
 help: ## list targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -45,6 +45,10 @@ test: ## unit and integration tests (needs Postgres, Redis, NATS; see .ci/run)
 
 test-short: ## unit tests only
 	$(GO) test -short -count=1 ./...
+
+deploy-check: ## check docker-compose.yaml, .env.example, Dockerfile, deploy/k8s (needs kubectl) and the dashboard
+	$(GO) test -count=1 ./deploy/
+	$(GO) test -count=1 -run 'Deploy|Pending|Healthcheck' ./cmd/switchboard/
 
 dev: build ## run every service in one process (embedded NATS, local Postgres and Redis)
 	./$(BIN) dev

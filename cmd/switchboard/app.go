@@ -29,9 +29,9 @@ type app struct {
 	mu        sync.Mutex
 	closers   []func()
 	endpoints [][2]string
-	bus     *bus.Bus
-	db      *pgxpool.Pool
-	rdb     *redis.Client
+	bus       *bus.Bus
+	db        *pgxpool.Pool
+	rdb       *redis.Client
 }
 
 func newApp(name string, cfg *Config) *app {

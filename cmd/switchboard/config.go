@@ -9,6 +9,13 @@ import (
 	"github.com/switchboard-chat/switchboard/pkg/pg"
 	"github.com/switchboard-chat/switchboard/pkg/redisx"
 	"github.com/switchboard-chat/switchboard/pkg/telemetry"
+	"github.com/switchboard-chat/switchboard/services/admin"
+	"github.com/switchboard-chat/switchboard/services/delivery"
+	"github.com/switchboard-chat/switchboard/services/gateway/api"
+	"github.com/switchboard-chat/switchboard/services/gateway/slack"
+	"github.com/switchboard-chat/switchboard/services/gateway/telegram"
+	"github.com/switchboard-chat/switchboard/services/gateway/webhook"
+	"github.com/switchboard-chat/switchboard/services/router"
 	"github.com/switchboard-chat/switchboard/services/worker"
 )
 
@@ -22,6 +29,10 @@ type Config struct {
 	Log      telemetry.LogConfig `koanf:"log"`
 	Ops      OpsConfig           `koanf:"ops"`
 	Dev      DevConfig           `koanf:"dev"`
+	Gateways GatewaysConfig      `koanf:"gateways"`
+	Delivery delivery.Config     `koanf:"delivery"`
+	Router   router.Config       `koanf:"router"`
+	Admin    admin.Config        `koanf:"admin"`
 	Worker   worker.Config       `koanf:"worker"`
 	Agent    worker.AgentConfig  `koanf:"agent"`
 	LLM      LLMConfig           `koanf:"llm"`
@@ -98,6 +109,10 @@ func defaultConfig() *Config {
 		Log:      telemetry.LogConfig{Level: "info", Format: "json"},
 		Ops:      OpsConfig{Addr: ":9090"},
 		Dev:      DevConfig{NATSPort: 14222, NATSStoreDir: ".switchboard/nats"},
+		Gateways: GatewaysConfig{API: api.DefaultConfig(), Webhook: webhook.DefaultConfig(), Slack: slack.DefaultConfig(), Telegram: telegram.DefaultConfig()},
+		Delivery: delivery.DefaultConfig(),
+		Router:   router.DefaultConfig(),
+		Admin:    admin.Config{Addr: admin.DefaultAddr},
 		Worker:   worker.DefaultConfig(),
 		Agent:    worker.DefaultConfig().Agent,
 		LLM:      LLMConfig{MaxAttempts: 4},
@@ -110,6 +125,13 @@ var envAliases = map[string]string{
 	"DATABASE_URL": "postgres.url",
 	"REDIS_URL":    "redis.url",
 	"LOG_LEVEL":    "log.level",
+	// The API gateway's bearer key, named as in Hermes.
+	"API_SERVER_KEY": "gateways.api.key",
+	// Hermes's names for the Telegram gateway.
+	"TELEGRAM_BOT_TOKEN":      "gateways.telegram.bot_token",
+	"TELEGRAM_API_BASE_URL":   "gateways.telegram.api_base_url",
+	"TELEGRAM_WEBHOOK_URL":    "gateways.telegram.webhook_url",
+	"TELEGRAM_WEBHOOK_SECRET": "gateways.telegram.webhook_secret",
 }
 
 // Validate checks values that would otherwise fail later and obscurely.
@@ -129,6 +151,12 @@ func (c *Config) Validate() error {
 	}
 	if c.NATS.DedupeWindow < time.Second {
 		return config.Invalid("nats.dedupe_window", c.NATS.DedupeWindow, "at least 1s")
+	}
+	if err := c.Delivery.Validate(); err != nil {
+		return err
+	}
+	if err := c.Router.Validate(); err != nil {
+		return fmt.Errorf("%w for router.%v", config.ErrInvalid, err)
 	}
 	switch c.LLM.Provider {
 	case "", "openai", "anthropic", "fake":

@@ -48,6 +48,10 @@ func TestDevStartsReadyAndStopsOnSIGTERM(t *testing.T) {
 		"SWITCHBOARD_REDIS__PREFIX="+redisPrefix,
 		"SWITCHBOARD_DEV__NATS_PORT=-1",
 		"SWITCHBOARD_DEV__NATS_STORE_DIR=",
+		"SWITCHBOARD_ADMIN__ADDR=127.0.0.1:0",
+		"SWITCHBOARD_GATEWAYS__API__ADDR=127.0.0.1:0",
+		"SWITCHBOARD_GATEWAYS__WEBHOOK__ADDR=127.0.0.1:0",
+		"API_SERVER_KEY=",
 	)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -125,5 +129,24 @@ func TestConfigDefaultsAreValid(t *testing.T) {
 	t.Parallel()
 	if err := defaultConfig().Validate(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestGatewayCommand(t *testing.T) {
+	t.Parallel()
+	if err := dispatch(context.Background(), []string{"gateway", "nosuchplatform"}); !errors.Is(err, errUsage) {
+		t.Fatalf("unknown platform: err = %v, want usage error", err)
+	}
+	for _, p := range []string{"api", "webhook"} {
+		if _, ok := services[gateways[p]]; !ok {
+			t.Fatalf("gateway %s has no service", p)
+		}
+	}
+	// Without API_SERVER_KEY the API gateway refuses to start.
+	cfg := defaultConfig()
+	cfg.Gateways.API.Key = ""
+	a := newApp("gateway-api", cfg)
+	if _, err := startAPIGateway(context.Background(), a); err == nil || !strings.Contains(err.Error(), "gateways.api.key") {
+		t.Fatalf("start without a key: %v", err)
 	}
 }

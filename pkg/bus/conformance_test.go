@@ -402,4 +402,3 @@ func testRequestReply(t *testing.T, b *bus.Bus) {
 		t.Fatalf("reply = %q", resp.GetTurnId())
 	}
 }
-

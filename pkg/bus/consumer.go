@@ -37,7 +37,9 @@ func (e *retryAfterError) Unwrap() error { return e.err }
 
 // RetryAfter wraps err so the message is redelivered after delay instead of
 // the consumer's backoff.
-func RetryAfter(err error, delay time.Duration) error { return &retryAfterError{err: err, delay: delay} }
+func RetryAfter(err error, delay time.Duration) error {
+	return &retryAfterError{err: err, delay: delay}
+}
 
 // ConsumerSpec declares a durable pull consumer and how this process runs it.
 type ConsumerSpec struct {

@@ -204,7 +204,9 @@ func (ks Keys) Has(key string) bool {
 // Flattened keys (session_reset_mode) and keys at the wrong level (mode)
 // both find session_reset.mode.
 func (ks Keys) Nearest(key string) string {
-	norm := func(s string) string { return strings.NewReplacer(".", "", "_", "", "-", "").Replace(strings.ToLower(s)) }
+	norm := func(s string) string {
+		return strings.NewReplacer(".", "", "_", "", "-", "").Replace(strings.ToLower(s))
+	}
 	last := func(s string) string { return s[strings.LastIndex(s, ".")+1:] }
 	best, bestScore := "", 1<<30
 	nk, lk := norm(key), last(key)

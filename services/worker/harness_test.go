@@ -77,7 +77,8 @@ func newHarness(t *testing.T) *harness {
 func ensureSessionsTable(t *testing.T, db *pgxpool.Pool) {
 	t.Helper()
 	_, err := db.Exec(context.Background(), `CREATE TABLE IF NOT EXISTS sessions (
-		session_key text PRIMARY KEY, generation bigint NOT NULL DEFAULT 0)`)
+		session_key text PRIMARY KEY, session_id text NOT NULL, platform text NOT NULL,
+		generation bigint NOT NULL DEFAULT 0)`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +86,8 @@ func ensureSessionsTable(t *testing.T, db *pgxpool.Pool) {
 
 func (h *harness) setGeneration(key string, gen int64) {
 	h.t.Helper()
-	_, err := h.db.Exec(context.Background(), `INSERT INTO sessions (session_key, generation) VALUES ($1, $2)
+	_, err := h.db.Exec(context.Background(), `INSERT INTO sessions (session_key, session_id, platform, generation)
+		VALUES ($1, 'sid-' || $1, 'telegram', $2)
 		ON CONFLICT (session_key) DO UPDATE SET generation = EXCLUDED.generation`, key, gen)
 	if err != nil {
 		h.t.Fatal(err)

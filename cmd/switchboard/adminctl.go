@@ -1,0 +1,174 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"text/tabwriter"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	adminv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/admin/v1"
+	"github.com/switchboard-chat/switchboard/services/admin"
+)
+
+func init() {
+	register(command{name: "pairing", summary: "pairing list | approve <platform> <code> | revoke <platform> <user> (admin API)",
+		run: func(ctx context.Context, args []string) error { return runPairing(ctx, args, os.Stdout) }})
+	register(command{name: "sessions", summary: "sessions list [--platform p] (admin API)",
+		run: func(ctx context.Context, args []string) error { return runSessions(ctx, args, os.Stdout) }})
+}
+
+// adminClient holds the flags every admin verb takes.
+type adminClient struct {
+	addr     string
+	platform string
+}
+
+func adminFlags(name string) (*flag.FlagSet, *adminClient) {
+	c := &adminClient{}
+	fs := flag.NewFlagSet("switchboard "+name, flag.ContinueOnError)
+	def := os.Getenv("SWITCHBOARD_ADMIN_ADDR")
+	if def == "" {
+		def = admin.DefaultAddr
+	}
+	fs.StringVar(&c.addr, "admin-addr", def, "admin API address (or $SWITCHBOARD_ADMIN_ADDR); the token comes from $SWITCHBOARD_ADMIN_TOKEN")
+	fs.StringVar(&c.platform, "platform", "", "only this platform (list)")
+	return fs, c
+}
+
+// dial connects to the admin API and returns a context carrying the token
+// and the operator's name for the audit log.
+func (c *adminClient) dial(ctx context.Context) (adminv1.AdminServiceClient, context.Context, func(), error) {
+	conn, err := grpc.NewClient(c.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("dial admin API %s: %w", c.addr, err)
+	}
+	md := metadata.Pairs(admin.ActorHeader, os.Getenv("USER"))
+	if tok := os.Getenv("SWITCHBOARD_ADMIN_TOKEN"); tok != "" {
+		md.Append("authorization", "Bearer "+tok)
+	}
+	ctx, cancel := context.WithTimeout(metadata.NewOutgoingContext(ctx, md), 15*time.Second)
+	return adminv1.NewAdminServiceClient(conn), ctx, func() { cancel(); _ = conn.Close() }, nil
+}
+
+// parseInterleaved parses flags that may come before or after positional
+// arguments.
+func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := parseFlags(fs, args); err != nil {
+			return nil, err
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			return pos, nil
+		}
+		pos = append(pos, args[0])
+		args = args[1:]
+	}
+}
+
+func ts(t *timestamppb.Timestamp) string {
+	if t == nil || !t.IsValid() || t.AsTime().IsZero() {
+		return "-"
+	}
+	return t.AsTime().UTC().Format("2006-01-02 15:04")
+}
+
+func runPairing(ctx context.Context, args []string, out io.Writer) error {
+	fs, c := adminFlags("pairing")
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return err
+	}
+	usage := func() error {
+		fmt.Fprintln(os.Stderr, "usage: switchboard pairing list [--platform p] | approve <platform> <code> | revoke <platform> <user> [--admin-addr host:port]")
+		return errUsage
+	}
+	if len(pos) == 0 {
+		return usage()
+	}
+	cl, cctx, closeFn, err := c.dial(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeFn()
+	switch {
+	case pos[0] == "list" && len(pos) <= 2:
+		if len(pos) == 2 {
+			c.platform = pos[1]
+		}
+		resp, err := cl.ListPairings(cctx, &adminv1.ListPairingsRequest{Platform: c.platform})
+		if err != nil {
+			return fmt.Errorf("list pairings: %w", err)
+		}
+		tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "PLATFORM\tUSER\tNAME\tSTATE\tCREATED\tEXPIRES\tAPPROVED")
+		for _, p := range resp.GetPairings() {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.GetPlatform(), p.GetUserId(), p.GetUserName(), p.GetState(),
+				ts(p.GetCreatedAt()), ts(p.GetExpiresAt()), ts(p.GetApprovedAt()))
+		}
+		return tw.Flush()
+	case pos[0] == "approve" && len(pos) == 3:
+		resp, err := cl.ApprovePairing(cctx, &adminv1.ApprovePairingRequest{Platform: pos[1], Code: pos[2]})
+		if err != nil {
+			return fmt.Errorf("approve pairing: %w", err)
+		}
+		p := resp.GetPairing()
+		fmt.Fprintf(out, "approved %s user %s (%s)\n", p.GetPlatform(), p.GetUserId(), p.GetUserName())
+		return nil
+	case pos[0] == "revoke" && len(pos) == 3:
+		resp, err := cl.RevokePairing(cctx, &adminv1.RevokePairingRequest{Platform: pos[1], UserId: pos[2]})
+		if err != nil {
+			return fmt.Errorf("revoke pairing: %w", err)
+		}
+		if resp.GetRevoked() {
+			fmt.Fprintf(out, "revoked %s user %s\n", pos[1], pos[2])
+		} else {
+			fmt.Fprintf(out, "%s user %s was not approved\n", pos[1], pos[2])
+		}
+		return nil
+	}
+	return usage()
+}
+
+func runSessions(ctx context.Context, args []string, out io.Writer) error {
+	fs, c := adminFlags("sessions")
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 || pos[0] != "list" {
+		fmt.Fprintln(os.Stderr, "usage: switchboard sessions list [--platform p] [--admin-addr host:port]")
+		return errUsage
+	}
+	cl, cctx, closeFn, err := c.dial(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeFn()
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "KEY\tSESSION\tTITLE\tGEN\tTOKENS IN/OUT\tUPDATED")
+	token := ""
+	for {
+		resp, err := cl.ListSessions(cctx, &adminv1.ListSessionsRequest{Platform: c.platform, PageSize: 200, PageToken: token})
+		if err != nil {
+			return fmt.Errorf("list sessions: %w", err)
+		}
+		for _, s := range resp.GetSessions() {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d/%d\t%s\n", s.GetSessionKey(), s.GetSessionId(), s.GetTitle(), s.GetGeneration(),
+				s.GetInputTokens(), s.GetOutputTokens(), ts(s.GetUpdatedAt()))
+		}
+		if token = resp.GetNextPageToken(); token == "" {
+			break
+		}
+	}
+	return tw.Flush()
+}

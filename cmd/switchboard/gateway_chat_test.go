@@ -1,0 +1,41 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestChatGatewaysRegistered(t *testing.T) {
+	t.Parallel()
+	for _, p := range []string{"discord", "slack"} {
+		if _, ok := services[gateways[p]]; !ok {
+			t.Fatalf("gateway %s has no service", p)
+		}
+	}
+	// dev runs a gateway only when its token is set.
+	cfg := defaultConfig()
+	cfg.Gateways.Discord.BotToken, cfg.Gateways.Slack.BotToken = "", ""
+	dev := newApp("dev", cfg)
+	for name, start := range map[string]func(context.Context, *app) (func(context.Context) error, error){
+		"discord": startDiscordGateway, "slack": startSlackGateway,
+	} {
+		run, err := start(context.Background(), dev)
+		if err != nil {
+			t.Fatalf("%s in dev without a token: %v", name, err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+		if err := run(ctx); err != nil {
+			t.Fatalf("%s idle run: %v", name, err)
+		}
+		cancel()
+	}
+	// `switchboard gateway <platform>` without a token is an error.
+	if _, err := startSlackGateway(context.Background(), newApp("gateway-slack", cfg)); err == nil || !strings.Contains(err.Error(), "SLACK_BOT_TOKEN") {
+		t.Fatalf("slack without a token: %v", err)
+	}
+	if _, err := startDiscordGateway(context.Background(), newApp("gateway-discord", cfg)); err == nil || !strings.Contains(err.Error(), "DISCORD_BOT_TOKEN") {
+		t.Fatalf("discord without a token: %v", err)
+	}
+}

@@ -1,0 +1,594 @@
+package deploy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"sigs.k8s.io/yaml"
+)
+
+// overlay is one built and decoded overlay.
+type overlay struct {
+	name string
+	objs []Object
+}
+
+// built runs kustomize once per test binary; the tests share the result.
+var built = sync.OnceValues(func() ([]overlay, error) {
+	r, err := Root()
+	if err != nil {
+		return nil, err
+	}
+	dirs, err := Overlays(r)
+	if err != nil {
+		return nil, err
+	}
+	if len(dirs) < 2 {
+		return nil, fmt.Errorf("overlays %v: want dev and prod", dirs)
+	}
+	var out []overlay
+	for _, dir := range dirs {
+		y, err := Kustomize(context.Background(), dir)
+		if err != nil {
+			return nil, err
+		}
+		objs, err := Decode(y)
+		if err != nil {
+			return nil, fmt.Errorf("overlay %s: %w", filepath.Base(dir), err)
+		}
+		out = append(out, overlay{name: filepath.Base(dir), objs: objs})
+	}
+	return out, nil
+})
+
+func buildOverlays(t *testing.T) []overlay {
+	t.Helper()
+	out, err := built()
+	if errors.Is(err, ErrNoKubectl) {
+		t.Skip("SKIP: kubectl is not installed; the Kubernetes manifests are NOT checked")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func typed[T any](objs []Object) []T {
+	var out []T
+	for _, o := range objs {
+		if v, ok := o.Typed.(T); ok {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+func custom(objs []Object, kind string) []*unstructured.Unstructured {
+	var out []*unstructured.Unstructured
+	for _, o := range objs {
+		if o.Typed == nil && o.GVK.Kind == kind {
+			out = append(out, o.Unstructured)
+		}
+	}
+	return out
+}
+
+func TestKustomizeOverlays(t *testing.T) {
+	t.Parallel()
+	for _, o := range buildOverlays(t) {
+		t.Run(o.name, func(t *testing.T) {
+			t.Parallel()
+			checkDeployments(t, o.objs)
+			checkPDBs(t, o.objs)
+			checkScaling(t, o.name, o.objs)
+			checkServices(t, o.objs)
+			checkServiceMonitors(t, o.objs)
+			checkNetworkPolicies(t, o.objs)
+			checkMigrateJob(t, o.objs)
+			checkSecrets(t, o.objs)
+		})
+	}
+}
+
+func checkDeployments(t *testing.T, objs []Object) {
+	deps := typed[*appsv1.Deployment](objs)
+	if len(deps) < 6 {
+		t.Fatalf("%d Deployments, want one per service", len(deps))
+	}
+	seen := map[string]bool{}
+	for _, d := range deps {
+		spec := d.Spec.Template.Spec
+		if len(spec.Containers) != 1 {
+			t.Errorf("%s: %d containers, want 1", d.Name, len(spec.Containers))
+			continue
+		}
+		c := spec.Containers[0]
+		if !IsSwitchboardImage(c.Image) {
+			continue
+		}
+		if len(c.Args) == 0 {
+			t.Errorf("%s: no args (the image's entrypoint needs a command)", d.Name)
+			continue
+		}
+		seen[strings.Join(c.Args[:min(2, len(c.Args))], " ")] = true
+		sel, err := metav1.LabelSelectorAsSelector(d.Spec.Selector)
+		if err != nil || sel.Empty() || !sel.Matches(labels.Set(d.Spec.Template.Labels)) {
+			t.Errorf("%s: selector %v does not match its pod labels %v", d.Name, d.Spec.Selector, d.Spec.Template.Labels)
+		}
+		checkProbes(t, d.Name, c)
+		checkResources(t, d.Name, c.Resources)
+		checkGrace(t, d.Name, spec, c, objs)
+		if sc := spec.SecurityContext; sc == nil || sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot {
+			t.Errorf("%s: pod must set runAsNonRoot", d.Name)
+		}
+		if sc := c.SecurityContext; sc == nil || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem ||
+			sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+			t.Errorf("%s: container must have a read-only root and no privilege escalation", d.Name)
+		}
+		checkConfigMount(t, d.Name, spec, c, objs)
+	}
+	for _, want := range []string{"router", "worker", "delivery", "admin", "gateway api", "gateway webhook"} {
+		if !seen[want] {
+			t.Errorf("no Deployment runs `switchboard %s`", want)
+		}
+	}
+}
+
+func checkProbes(t *testing.T, name string, c corev1.Container) {
+	opsPort := false
+	for _, p := range c.Ports {
+		if p.Name == "ops" && p.ContainerPort == 9090 {
+			opsPort = true
+		}
+	}
+	if !opsPort {
+		t.Errorf("%s: no container port ops:9090", name)
+	}
+	for kind, pr := range map[string]struct {
+		probe *corev1.Probe
+		path  string
+	}{
+		"readiness": {c.ReadinessProbe, "/readyz"},
+		"liveness":  {c.LivenessProbe, "/healthz"},
+	} {
+		p := pr.probe
+		if p == nil || p.HTTPGet == nil {
+			t.Errorf("%s: no HTTP %s probe", name, kind)
+			continue
+		}
+		port := p.HTTPGet.Port
+		if p.HTTPGet.Path != pr.path || (port.String() != "ops" && port.IntValue() != 9090) {
+			t.Errorf("%s: %s probe GET %s on %s, want %s on the ops port", name, kind, p.HTTPGet.Path, port.String(), pr.path)
+		}
+	}
+}
+
+func checkResources(t *testing.T, name string, r corev1.ResourceRequirements) {
+	for _, res := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+		req, okReq := r.Requests[res]
+		lim, okLim := r.Limits[res]
+		if !okReq || !okLim {
+			t.Errorf("%s: %s request and limit required", name, res)
+			continue
+		}
+		if req.Cmp(lim) > 0 {
+			t.Errorf("%s: %s request %s above limit %s", name, res, req.String(), lim.String())
+		}
+	}
+}
+
+// drainTimeout is what a worker container will use: the config file's
+// worker.drain_timeout, overridden by SWITCHBOARD_WORKER__DRAIN_TIMEOUT.
+func drainTimeout(t *testing.T, c corev1.Container, objs []Object, cfg map[string]any) time.Duration {
+	d := workerDrain
+	if w, ok := cfg["worker"].(map[string]any); ok {
+		if s, ok := w["drain_timeout"].(string); ok {
+			v, err := time.ParseDuration(s)
+			if err != nil {
+				t.Fatalf("worker.drain_timeout %q: %v", s, err)
+			}
+			d = v
+		}
+	}
+	for _, e := range c.Env {
+		if e.Name == "SWITCHBOARD_WORKER__DRAIN_TIMEOUT" {
+			v, err := time.ParseDuration(e.Value)
+			if err != nil {
+				t.Fatalf("SWITCHBOARD_WORKER__DRAIN_TIMEOUT %q: %v", e.Value, err)
+			}
+			d = v
+		}
+	}
+	return d
+}
+
+func checkGrace(t *testing.T, name string, spec corev1.PodSpec, c corev1.Container, objs []Object) {
+	grace := 30 * time.Second
+	if spec.TerminationGracePeriodSeconds != nil {
+		grace = time.Duration(*spec.TerminationGracePeriodSeconds) * time.Second
+	}
+	var preStop time.Duration
+	if l := c.Lifecycle; l != nil && l.PreStop != nil {
+		if l.PreStop.Sleep == nil {
+			t.Errorf("%s: preStop must be a sleep action (the image has no shell)", name)
+		} else {
+			preStop = time.Duration(l.PreStop.Sleep.Seconds) * time.Second
+		}
+	}
+	var drain time.Duration
+	if c.Args[0] == "worker" {
+		drain = drainTimeout(t, c, objs, configFile(t, spec, objs))
+	}
+	if grace < preStop+drain+10*time.Second {
+		t.Errorf("%s: terminationGracePeriodSeconds %v, want at least preStop %v + drain %v + 10s", name, grace, preStop, drain)
+	}
+}
+
+// configFile parses the config.yaml of the ConfigMap mounted in the pod.
+func configFile(t *testing.T, spec corev1.PodSpec, objs []Object) map[string]any {
+	for _, v := range spec.Volumes {
+		if v.ConfigMap == nil {
+			continue
+		}
+		for _, cm := range typed[*corev1.ConfigMap](objs) {
+			if cm.Name != v.ConfigMap.Name {
+				continue
+			}
+			if s, ok := cm.Data["config.yaml"]; ok {
+				var cfg map[string]any
+				if err := yaml.Unmarshal([]byte(s), &cfg); err != nil {
+					t.Fatalf("ConfigMap %s config.yaml: %v", cm.Name, err)
+				}
+				return cfg
+			}
+		}
+	}
+	t.Fatal("no ConfigMap with config.yaml mounted")
+	return nil
+}
+
+func checkConfigMount(t *testing.T, name string, spec corev1.PodSpec, c corev1.Container, objs []Object) {
+	var cfgPath string
+	for _, e := range c.Env {
+		if e.Name == "SWITCHBOARD_CONFIG" {
+			cfgPath = e.Value
+		}
+	}
+	if cfgPath == "" {
+		t.Errorf("%s: SWITCHBOARD_CONFIG not set", name)
+		return
+	}
+	mounted := false
+	for _, m := range c.VolumeMounts {
+		if m.MountPath == filepath.Dir(cfgPath) {
+			mounted = true
+		}
+	}
+	if !mounted {
+		t.Errorf("%s: %s is not on a mounted volume", name, cfgPath)
+	}
+	cfg := configFile(t, spec, objs)
+	for _, key := range []string{"nats", "redis", "ops"} {
+		if _, ok := cfg[key]; !ok {
+			t.Errorf("%s: config.yaml has no %s section", name, key)
+		}
+	}
+	cms := map[string]bool{}
+	for _, cm := range typed[*corev1.ConfigMap](objs) {
+		cms[cm.Name] = true
+	}
+	for _, ef := range c.EnvFrom {
+		if ef.ConfigMapRef != nil && !cms[ef.ConfigMapRef.Name] {
+			t.Errorf("%s: envFrom ConfigMap %s does not exist", name, ef.ConfigMapRef.Name)
+		}
+	}
+}
+
+func checkPDBs(t *testing.T, objs []Object) {
+	pdbs := typed[*policyv1.PodDisruptionBudget](objs)
+	for _, d := range typed[*appsv1.Deployment](objs) {
+		n := 0
+		for _, p := range pdbs {
+			sel, err := metav1.LabelSelectorAsSelector(p.Spec.Selector)
+			if err != nil {
+				t.Fatalf("PDB %s: %v", p.Name, err)
+			}
+			if !sel.Empty() && sel.Matches(labels.Set(d.Spec.Template.Labels)) {
+				n++
+				if p.Spec.MinAvailable != nil {
+					t.Errorf("PDB %s: minAvailable blocks node drains of small Deployments; use maxUnavailable", p.Name)
+				}
+				if p.Spec.MaxUnavailable == nil || p.Spec.MaxUnavailable.IntValue() < 1 {
+					t.Errorf("PDB %s: want maxUnavailable >= 1", p.Name)
+				}
+			}
+		}
+		if n != 1 {
+			t.Errorf("Deployment %s: %d PodDisruptionBudgets select it, want 1", d.Name, n)
+		}
+	}
+}
+
+// checkScaling: the agent workers are scaled by exactly one autoscaler,
+// the HPA (base, dev) or KEDA on the worker-turns backlog (prod).
+func checkScaling(t *testing.T, overlay string, objs []Object) {
+	deployments := map[string]bool{}
+	for _, d := range typed[*appsv1.Deployment](objs) {
+		deployments[d.Name] = true
+	}
+	scaledBy := map[string][]string{}
+	for _, h := range typed[*autoscalingv2.HorizontalPodAutoscaler](objs) {
+		ref := h.Spec.ScaleTargetRef
+		if ref.Kind != "Deployment" || !deployments[ref.Name] {
+			t.Errorf("HPA %s targets %s %s, not a Deployment here", h.Name, ref.Kind, ref.Name)
+		}
+		scaledBy[ref.Name] = append(scaledBy[ref.Name], "HorizontalPodAutoscaler/"+h.Name)
+	}
+	sos := custom(objs, "ScaledObject")
+	for _, so := range sos {
+		name, _, _ := unstructured.NestedString(so.Object, "spec", "scaleTargetRef", "name")
+		kind, found, _ := unstructured.NestedString(so.Object, "spec", "scaleTargetRef", "kind")
+		if (found && kind != "Deployment") || !deployments[name] {
+			t.Errorf("ScaledObject %s targets %q %q, not a Deployment here", so.GetName(), kind, name)
+		}
+		scaledBy[name] = append(scaledBy[name], "ScaledObject/"+so.GetName())
+		checkScaledObject(t, so)
+	}
+	for target, by := range scaledBy {
+		if len(by) > 1 {
+			t.Errorf("%s is scaled by %v: an HPA and a ScaledObject on one Deployment fight", target, by)
+		}
+	}
+	if len(scaledBy["switchboard-agent-worker"]) != 1 {
+		t.Errorf("agent workers: want exactly one autoscaler, have %v", scaledBy["switchboard-agent-worker"])
+	}
+	if overlay == "prod" && len(sos) == 0 {
+		t.Error("prod: no KEDA ScaledObject for the agent workers")
+	}
+}
+
+func checkScaledObject(t *testing.T, so *unstructured.Unstructured) {
+	min, _, _ := unstructured.NestedInt64(so.Object, "spec", "minReplicaCount")
+	max, _, _ := unstructured.NestedInt64(so.Object, "spec", "maxReplicaCount")
+	if min < 1 || max <= min {
+		t.Errorf("ScaledObject %s: minReplicaCount %d, maxReplicaCount %d", so.GetName(), min, max)
+	}
+	triggers, _, _ := unstructured.NestedSlice(so.Object, "spec", "triggers")
+	if len(triggers) == 0 {
+		t.Fatalf("ScaledObject %s: no triggers", so.GetName())
+	}
+	for _, tr := range triggers {
+		m, _ := tr.(map[string]any)
+		if m["type"] != "nats-jetstream" {
+			t.Errorf("ScaledObject %s: trigger type %v, want nats-jetstream", so.GetName(), m["type"])
+			continue
+		}
+		md, _ := m["metadata"].(map[string]any)
+		want := map[string]string{"stream": "TURNS", "consumer": "worker-turns"}
+		for k, v := range want {
+			if md[k] != v {
+				t.Errorf("ScaledObject %s: %s = %v, want %s", so.GetName(), k, md[k], v)
+			}
+		}
+		for _, k := range []string{"natsServerMonitoringEndpoint", "account", "lagThreshold"} {
+			if s, _ := md[k].(string); s == "" {
+				t.Errorf("ScaledObject %s: trigger metadata %s missing (values must be strings)", so.GetName(), k)
+			}
+		}
+	}
+}
+
+func checkServices(t *testing.T, objs []Object) {
+	deps := typed[*appsv1.Deployment](objs)
+	names := map[string]bool{}
+	for _, s := range typed[*corev1.Service](objs) {
+		names[s.Name] = true
+		if s.Spec.Type == corev1.ServiceTypeExternalName {
+			if s.Spec.ExternalName == "" {
+				t.Errorf("Service %s: ExternalName without a name", s.Name)
+			}
+			continue
+		}
+		sel := labels.SelectorFromSet(s.Spec.Selector)
+		var match *appsv1.Deployment
+		for _, d := range deps {
+			if len(s.Spec.Selector) > 0 && sel.Matches(labels.Set(d.Spec.Template.Labels)) {
+				match = d
+			}
+		}
+		if match == nil {
+			t.Errorf("Service %s selects no Deployment's pods", s.Name)
+			continue
+		}
+		ports := map[string]bool{}
+		for _, p := range match.Spec.Template.Spec.Containers[0].Ports {
+			ports[p.Name] = true
+		}
+		for _, p := range s.Spec.Ports {
+			if !ports[p.TargetPort.String()] {
+				t.Errorf("Service %s port %s targets %s, not a named port of %s", s.Name, p.Name, p.TargetPort.String(), match.Name)
+			}
+		}
+	}
+	for _, ext := range []string{"nats", "redis", "postgres"} {
+		if !names[ext] {
+			t.Errorf("no Service %q for the external %s", ext, ext)
+		}
+	}
+}
+
+func checkServiceMonitors(t *testing.T, objs []Object) {
+	sms := custom(objs, "ServiceMonitor")
+	if len(sms) == 0 {
+		t.Fatal("no ServiceMonitor")
+	}
+	scraped := map[string]bool{}
+	for _, sm := range sms {
+		ml, _, _ := unstructured.NestedStringMap(sm.Object, "spec", "selector", "matchLabels")
+		eps, _, _ := unstructured.NestedSlice(sm.Object, "spec", "endpoints")
+		if len(ml) == 0 || len(eps) == 0 {
+			t.Errorf("ServiceMonitor %s: needs selector.matchLabels and endpoints", sm.GetName())
+			continue
+		}
+		var epPorts []string
+		for _, e := range eps {
+			m, _ := e.(map[string]any)
+			p, _ := m["port"].(string)
+			epPorts = append(epPorts, p)
+		}
+		for _, s := range typed[*corev1.Service](objs) {
+			if !labels.SelectorFromSet(ml).Matches(labels.Set(s.Labels)) {
+				continue
+			}
+			for _, p := range s.Spec.Ports {
+				if slices.Contains(epPorts, p.Name) {
+					scraped[s.Name] = true
+				}
+			}
+		}
+	}
+	for _, d := range typed[*appsv1.Deployment](objs) {
+		if !scraped[d.Name] {
+			t.Errorf("Deployment %s: no ServiceMonitor scrapes a Service of it", d.Name)
+		}
+	}
+}
+
+func checkNetworkPolicies(t *testing.T, objs []Object) {
+	nps := typed[*networkingv1.NetworkPolicy](objs)
+	defaultDeny := false
+	for _, np := range nps {
+		if len(np.Spec.Ingress) == 0 && len(np.Spec.Egress) == 0 &&
+			slices.Contains(np.Spec.PolicyTypes, networkingv1.PolicyTypeIngress) &&
+			slices.Contains(np.Spec.PolicyTypes, networkingv1.PolicyTypeEgress) {
+			defaultDeny = true
+		}
+	}
+	if !defaultDeny {
+		t.Error("no default-deny NetworkPolicy")
+	}
+	// Every pod reaches DNS, NATS, Redis, Postgres and the OTLP collector.
+	for _, d := range typed[*appsv1.Deployment](objs) {
+		for _, port := range []int{53, 4222, 6379, 5432, 4317} {
+			if !egressAllows(nps, d.Spec.Template.Labels, port) {
+				t.Errorf("Deployment %s: no NetworkPolicy allows egress to port %d", d.Name, port)
+			}
+		}
+	}
+}
+
+func egressAllows(nps []*networkingv1.NetworkPolicy, podLabels map[string]string, port int) bool {
+	for _, np := range nps {
+		sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
+		if err != nil || !sel.Matches(labels.Set(podLabels)) {
+			continue
+		}
+		for _, rule := range np.Spec.Egress {
+			for _, p := range rule.Ports {
+				if p.Port != nil && p.Port.IntValue() == port {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+func checkMigrateJob(t *testing.T, objs []Object) {
+	for _, j := range typed[*batchv1.Job](objs) {
+		c := j.Spec.Template.Spec.Containers
+		if len(c) == 1 && IsSwitchboardImage(c[0].Image) && len(c[0].Args) > 0 && c[0].Args[0] == "migrate" {
+			if j.Spec.Template.Spec.RestartPolicy == corev1.RestartPolicyAlways {
+				t.Errorf("Job %s: restartPolicy Always is invalid for a Job", j.Name)
+			}
+			checkResources(t, j.Name, c[0].Resources)
+			return
+		}
+	}
+	t.Error("no Job runs `switchboard migrate`")
+}
+
+var secretName = regexp.MustCompile(`TOKEN|_KEY$|PASSWORD|SECRET|DATABASE_URL`)
+
+// checkSecrets: tokens, keys and the database URL come from Secrets,
+// never as literal values in a manifest.
+func checkSecrets(t *testing.T, objs []Object) {
+	for _, o := range objs {
+		spec := PodSpec(o)
+		if spec == nil {
+			continue
+		}
+		for _, c := range append(spec.InitContainers, spec.Containers...) {
+			for _, e := range c.Env {
+				if !secretName.MatchString(e.Name) {
+					continue
+				}
+				if e.Value != "" || e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil {
+					t.Errorf("%s %s: %s must be a secretKeyRef", o.GVK.Kind, o.Name, e.Name)
+				}
+			}
+		}
+	}
+	for _, cm := range typed[*corev1.ConfigMap](objs) {
+		for k := range cm.Data {
+			if secretName.MatchString(k) {
+				t.Errorf("ConfigMap %s holds %s: secrets belong in a Secret", cm.Name, k)
+			}
+		}
+	}
+}
+
+func TestKustomizeInvocations(t *testing.T) {
+	t.Parallel()
+	var inv []Invocation
+	for _, o := range buildOverlays(t) {
+		inv = append(inv, ObjectInvocations(o.name, o.objs)...)
+	}
+	if len(inv) < 14 {
+		t.Fatalf("found %d switchboard containers in the overlays, want every service in each", len(inv))
+	}
+	for _, i := range inv {
+		if len(i.Args) == 0 {
+			t.Errorf("%s: no args", i.Where)
+		}
+	}
+}
+
+func TestDecodeIsStrict(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, doc string
+		wantErr   bool
+	}{
+		{"deployment", "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: x}\nspec: {replicas: 1}\n", false},
+		{"unknown field", "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: x}\nspec: {replica: 1}\n", true},
+		{"unknown kind", "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: x}\n", true},
+		{"scaled object", "apiVersion: keda.sh/v1alpha1\nkind: ScaledObject\nmetadata: {name: x}\nspec: {}\n", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := Decode([]byte(tt.doc))
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("Decode: %v, want error %v", err, tt.wantErr)
+			}
+		})
+	}
+}

@@ -1,0 +1,306 @@
+// Package chunk splits a reply into messages that fit a chat platform's
+// length limit, keeping fenced code blocks intact across the cuts.
+//
+// It does no I/O; the platform table is the only state.
+package chunk
+
+import (
+	"strconv"
+	"strings"
+	"unicode/utf8"
+)
+
+// Measure says how a platform counts a message's length.
+type Measure int
+
+const (
+	// Runes counts Unicode code points (what most platforms call characters).
+	Runes Measure = iota
+	// UTF16 counts UTF-16 code units: a rune above U+FFFF counts twice
+	// (Telegram).
+	UTF16
+	// Bytes counts UTF-8 bytes.
+	Bytes
+)
+
+// Len returns the length of s in this measure. Invalid UTF-8 bytes count
+// as one rune (U+FFFD) each.
+func (m Measure) Len(s string) int {
+	switch m {
+	case Bytes:
+		return len(s)
+	case UTF16:
+		n := 0
+		for _, r := range s {
+			n += runeLen(UTF16, r)
+		}
+		return n
+	default:
+		return utf8.RuneCountInString(s)
+	}
+}
+
+func (m Measure) String() string {
+	switch m {
+	case UTF16:
+		return "utf16"
+	case Bytes:
+		return "bytes"
+	default:
+		return "runes"
+	}
+}
+
+func runeLen(m Measure, r rune) int {
+	switch m {
+	case UTF16:
+		if r >= 0x10000 {
+			return 2
+		}
+		return 1
+	default:
+		return 1
+	}
+}
+
+// Limit is the longest message a platform accepts, in its own measure.
+type Limit struct {
+	Max     int
+	Measure Measure
+}
+
+// Len measures s with the limit's measure.
+func (l Limit) Len(s string) int { return l.Measure.Len(s) }
+
+// Fits reports whether s is within the limit.
+func (l Limit) Fits(s string) bool { return l.Measure.Len(s) <= l.Max }
+
+// DefaultLimit applies to platforms missing from the table.
+var DefaultLimit = Limit{Max: 4000, Measure: Runes}
+
+// MinMax is the smallest Max that Parts honours. A smaller Max is raised to
+// MinMax: below it there is no room for a fence pair, a chunk counter and
+// text, and no real platform is that small.
+const MinMax = 64
+
+var limits = map[string]Limit{
+	"telegram":   {Max: 4096, Measure: UTF16},
+	"discord":    {Max: 2000, Measure: Runes},
+	"slack":      {Max: 39000, Measure: Runes},
+	"matrix":     {Max: 4000, Measure: Runes},
+	"mattermost": {Max: 4000, Measure: Runes},
+	"whatsapp":   {Max: 4096, Measure: Runes},
+	"signal":     {Max: 8000, Measure: Runes},
+	"sms":        {Max: 1600, Measure: Runes},
+	"email":      {Max: 50000, Measure: Runes},
+}
+
+// Limits returns the message limit of a platform, named case-insensitively;
+// unknown platforms get DefaultLimit.
+func Limits(platform string) Limit {
+	if l, ok := limits[strings.ToLower(strings.TrimSpace(platform))]; ok {
+		return l
+	}
+	return DefaultLimit
+}
+
+// Split cuts text into messages for the named platform. See SplitLimit.
+func Split(text, platform string) []string {
+	return SplitLimit(text, Limits(platform))
+}
+
+// SplitLimit cuts text into messages that each fit l. Text that fits is
+// returned unchanged as the only message. Otherwise each message is
+// Part.String() of the parts described at Parts.
+func SplitLimit(text string, l Limit) []string {
+	parts := Parts(text, l)
+	out := make([]string, len(parts))
+	for i, p := range parts {
+		out[i] = p.String()
+	}
+	return out
+}
+
+// Part is one message of a split reply, kept in pieces so that callers and
+// tests can see exactly what was added to the original text.
+//
+// A message is Reopen + Body + Close + Suffix. Joining every Body with the
+// Sep that follows it gives back the original text exactly.
+type Part struct {
+	// Reopen is "```lang\n" when the previous message was cut inside a code
+	// fence, so the fence continues here with the same language tag (the
+	// tag is dropped if it would not leave room for text); else "".
+	Reopen string
+	// Body is a non-empty piece of the original text.
+	Body string
+	// Close is "\n```" when Reopen+Body ends inside a code fence; else "".
+	Close string
+	// Suffix is the counter " (i/N)", or "\n(i/N)" when the message's last
+	// line is a fence line (so the counter does not become its info
+	// string); "" when the reply is a single message.
+	Suffix string
+	// Sep is the original text dropped at the cut after Body: "\n" when cut
+	// at a newline, " " when cut at a space, "" for a hard cut and for the
+	// last part.
+	Sep string
+}
+
+// String is the message text.
+func (p Part) String() string { return p.Reopen + p.Body + p.Close + p.Suffix }
+
+const closeFence = "\n```"
+
+// Parts splits text like SplitLimit and returns the pieces of each message.
+//
+// Each cut is made in the longest prefix that fits the room left after the
+// reopened fence, the close fence and the counter: at its last newline,
+// else its last space (the separator is dropped), else hard at a rune
+// boundary (which is never inside a UTF-8 sequence or a UTF-16 surrogate
+// pair). A separator at the very start of the window is not used, so no
+// Body is empty.
+//
+// Fences are tracked per message, the way a platform renders each message
+// on its own: a line whose first non-blank characters are ``` toggles the
+// fence; when it opens one, the first word after the backticks is the
+// language tag.
+func Parts(text string, l Limit) []Part {
+	if l.Max < MinMax {
+		l.Max = MinMax
+	}
+	if l.Fits(text) {
+		return []Part{{Body: text}}
+	}
+	// The counter's width depends on the number of parts, which depends on
+	// the room the counter leaves. Grow the reserved digits until they hold.
+	for digits := 1; ; digits++ {
+		parts := split(text, l, digits)
+		if len(strconv.Itoa(len(parts))) <= digits {
+			n := len(parts)
+			for i := range parts {
+				p := &parts[i]
+				sep := " "
+				if lastLineIsFence(p.Reopen + p.Body + p.Close) {
+					sep = "\n"
+				}
+				p.Suffix = sep + "(" + strconv.Itoa(i+1) + "/" + strconv.Itoa(n) + ")"
+			}
+			return parts
+		}
+	}
+}
+
+// split cuts text leaving room for a counter of the given digits.
+func split(text string, l Limit, digits int) []Part {
+	suffix := 4 + 2*digits // " (" + i + "/" + n + ")"
+	var parts []Part
+	var fence fenceState
+	rest := text
+	for rest != "" {
+		var p Part
+		if fence.open {
+			p.Reopen = "```" + fence.lang + "\n"
+			// Keep the tag only if at least half the message is left for text.
+			if l.Max-suffix-l.Len(p.Reopen)-len(closeFence) < l.Max/2 {
+				p.Reopen = "```\n"
+			}
+		}
+		room := l.Max - suffix - l.Len(p.Reopen)
+		body, sep, next := cut(rest, l.Measure, room)
+		end := scanFences(fenceState{}, p.Reopen+body)
+		if end.open {
+			// Cut again leaving room for the close fence. The new cut may
+			// end outside the fence; then no close is needed.
+			body, sep, next = cut(rest, l.Measure, room-len(closeFence))
+			end = scanFences(fenceState{}, p.Reopen+body)
+			if end.open {
+				p.Close = closeFence
+			}
+		}
+		p.Body, p.Sep = body, sep
+		parts = append(parts, p)
+		fence = end
+		rest = next
+	}
+	return parts
+}
+
+// cut returns the longest prefix of s that fits room, cut as Parts
+// describes, the separator it dropped and the rest of s.
+func cut(s string, m Measure, room int) (body, sep, rest string) {
+	n, end := 0, 0
+	for end < len(s) {
+		r, size := utf8.DecodeRuneInString(s[end:])
+		w := runeLen(m, r)
+		if m == Bytes {
+			w = size
+		}
+		if n+w > room {
+			break
+		}
+		n += w
+		end += size
+	}
+	if end == len(s) {
+		return s, "", ""
+	}
+	if end == 0 {
+		// room is smaller than one rune; MinMax makes this unreachable,
+		// but never loop forever.
+		_, size := utf8.DecodeRuneInString(s)
+		end = size
+	}
+	window := s[:end]
+	if i := strings.LastIndexByte(window, '\n'); i > 0 {
+		return s[:i], "\n", s[i+1:]
+	}
+	if i := strings.LastIndexByte(window, ' '); i > 0 {
+		return s[:i], " ", s[i+1:]
+	}
+	return window, "", s[end:]
+}
+
+// fenceState is whether text so far is inside a ``` fence, and its tag.
+type fenceState struct {
+	open bool
+	lang string
+}
+
+// scanFences returns the fence state after text, starting from st.
+func scanFences(st fenceState, text string) fenceState {
+	for line := range strings.Lines(text) {
+		info, ok := fenceLine(line)
+		if !ok {
+			continue
+		}
+		if st.open {
+			st = fenceState{}
+			continue
+		}
+		st.open = true
+		st.lang = ""
+		if f := strings.Fields(info); len(f) > 0 {
+			st.lang = f[0]
+		}
+	}
+	return st
+}
+
+// fenceLine reports whether line opens or closes a fence, and returns the
+// text after the backticks.
+func fenceLine(line string) (info string, ok bool) {
+	t := strings.TrimLeft(line, " \t")
+	if !strings.HasPrefix(t, "```") {
+		return "", false
+	}
+	return strings.TrimLeft(t, "`"), true
+}
+
+func lastLineIsFence(s string) bool {
+	i := strings.LastIndexByte(s, '\n')
+	_, ok := fenceLine(s[i+1:])
+	return ok
+}
+
+// Balanced reports whether every fence opened in text is closed again,
+// by the rules Parts uses.
+func Balanced(text string) bool { return !scanFences(fenceState{}, text).open }

@@ -1,0 +1,290 @@
+package chunk_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/switchboard-chat/switchboard/pkg/chunk"
+)
+
+func TestLimits(t *testing.T) {
+	tests := []struct {
+		platform string
+		want     chunk.Limit
+	}{
+		{"telegram", chunk.Limit{Max: 4096, Measure: chunk.UTF16}},
+		{"Telegram ", chunk.Limit{Max: 4096, Measure: chunk.UTF16}},
+		{"discord", chunk.Limit{Max: 2000, Measure: chunk.Runes}},
+		{"slack", chunk.Limit{Max: 39000, Measure: chunk.Runes}},
+		{"matrix", chunk.Limit{Max: 4000, Measure: chunk.Runes}},
+		{"mattermost", chunk.Limit{Max: 4000, Measure: chunk.Runes}},
+		{"whatsapp", chunk.Limit{Max: 4096, Measure: chunk.Runes}},
+		{"signal", chunk.Limit{Max: 8000, Measure: chunk.Runes}},
+		{"sms", chunk.Limit{Max: 1600, Measure: chunk.Runes}},
+		{"email", chunk.Limit{Max: 50000, Measure: chunk.Runes}},
+		{"irc", chunk.DefaultLimit},
+		{"", chunk.DefaultLimit},
+	}
+	for _, tt := range tests {
+		t.Run(tt.platform, func(t *testing.T) {
+			if got := chunk.Limits(tt.platform); got != tt.want {
+				t.Errorf("Limits(%q) = %+v, want %+v", tt.platform, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestMeasure(t *testing.T) {
+	tests := []struct {
+		s                  string
+		runes, utf16, byts int
+	}{
+		{"", 0, 0, 0},
+		{"abc", 3, 3, 3},
+		{"héllo", 5, 5, 6},
+		{"😀", 1, 2, 4},
+		{"a😀b", 3, 4, 6},
+		{"\xff", 1, 1, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.s, func(t *testing.T) {
+			if got := chunk.Runes.Len(tt.s); got != tt.runes {
+				t.Errorf("Runes = %d, want %d", got, tt.runes)
+			}
+			if got := chunk.UTF16.Len(tt.s); got != tt.utf16 {
+				t.Errorf("UTF16 = %d, want %d", got, tt.utf16)
+			}
+			if got := chunk.Bytes.Len(tt.s); got != tt.byts {
+				t.Errorf("Bytes = %d, want %d", got, tt.byts)
+			}
+		})
+	}
+}
+
+func TestSplitLimit(t *testing.T) {
+	l64 := chunk.Limit{Max: 64, Measure: chunk.Runes}
+	line := strings.Repeat("x", 40)
+	tests := []struct {
+		name  string
+		text  string
+		limit chunk.Limit
+		want  []string
+	}{
+		{"empty", "", l64, []string{""}},
+		{"fits unchanged", "hello\n```go\nunclosed", l64, []string{"hello\n```go\nunclosed"}},
+		{"exactly the limit", strings.Repeat("a", 64), l64, []string{strings.Repeat("a", 64)}},
+		{
+			"newline preferred over space",
+			line + " a\n" + line,
+			l64,
+			[]string{line + " a (1/2)", line + " (2/2)"},
+		},
+		{
+			"space when no newline",
+			line + " " + line,
+			l64,
+			[]string{line + " (1/2)", line + " (2/2)"},
+		},
+		{
+			"hard cut",
+			strings.Repeat("a", 100),
+			l64,
+			[]string{strings.Repeat("a", 58) + " (1/2)", strings.Repeat("a", 42) + " (2/2)"},
+		},
+		{
+			"fence closed and reopened with its tag",
+			"```go\n" + "a := 1\n" + "b := 2\n" + "c := 3\n" + "d := 4\n" + "e := 5\n" + "f := 6\n" + "g := 7\n" + "h := 8\n" + "```",
+			l64,
+			[]string{
+				"```go\na := 1\nb := 2\nc := 3\nd := 4\ne := 5\nf := 6\n```\n(1/2)",
+				"```go\ng := 7\nh := 8\n```\n(2/2)",
+			},
+		},
+		{
+			"cut after a closed fence needs no reopen",
+			"```\nabc\n```\n" + line + " " + line,
+			l64,
+			[]string{"```\nabc\n```\n(1/3)", line + " (2/3)", line + " (3/3)"},
+		},
+		{
+			"surrogate pair never split (telegram)",
+			strings.Repeat("😀", 40),
+			chunk.Limit{Max: 64, Measure: chunk.UTF16},
+			[]string{strings.Repeat("😀", 29) + " (1/2)", strings.Repeat("😀", 11) + " (2/2)"},
+		},
+		{
+			"utf-8 never split (bytes)",
+			strings.Repeat("é", 40),
+			chunk.Limit{Max: 64, Measure: chunk.Bytes},
+			[]string{strings.Repeat("é", 29) + " (1/2)", strings.Repeat("é", 11) + " (2/2)"},
+		},
+		{
+			"max below MinMax is raised",
+			strings.Repeat("a", 70),
+			chunk.Limit{Max: 10, Measure: chunk.Runes},
+			[]string{strings.Repeat("a", 58) + " (1/2)", strings.Repeat("a", 12) + " (2/2)"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := chunk.SplitLimit(tt.text, tt.limit)
+			if fmt.Sprintf("%q", got) != fmt.Sprintf("%q", tt.want) {
+				t.Errorf("SplitLimit =\n%q\nwant\n%q", got, tt.want)
+			}
+			checkParts(t, tt.text, tt.limit, chunk.Parts(tt.text, tt.limit))
+		})
+	}
+}
+
+func TestSplitCounterWidth(t *testing.T) {
+	// 15 parts: the counter needs two digits, so every part must leave room
+	// for " (15/15)".
+	l := chunk.Limit{Max: 64, Measure: chunk.Runes}
+	text := strings.Repeat("b", 56*15)
+	got := chunk.SplitLimit(text, l)
+	if len(got) < 10 {
+		t.Fatalf("got %d parts, want at least 10", len(got))
+	}
+	for i, s := range got {
+		if n := l.Len(s); n > l.Max {
+			t.Errorf("part %d has length %d > %d", i, n, l.Max)
+		}
+	}
+	checkParts(t, text, l, chunk.Parts(text, l))
+}
+
+func TestSplitPlatform(t *testing.T) {
+	text := strings.Repeat("word ", 1000) // 5000 runes
+	if got := chunk.Split(text, "discord"); len(got) != 3 {
+		t.Errorf("discord: %d parts, want 3", len(got))
+	}
+	if got := chunk.Split(text, "slack"); len(got) != 1 || got[0] != text {
+		t.Errorf("slack: want the text unchanged")
+	}
+}
+
+// checkParts asserts every property Parts promises.
+func checkParts(t *testing.T, text string, l chunk.Limit, parts []chunk.Part) {
+	t.Helper()
+	if l.Max < chunk.MinMax {
+		l.Max = chunk.MinMax
+	}
+	if len(parts) == 0 {
+		t.Fatal("no parts")
+	}
+	if l.Fits(text) {
+		if len(parts) != 1 || parts[0] != (chunk.Part{Body: text}) {
+			t.Fatalf("text fits but parts = %q", parts)
+		}
+		return
+	}
+	var joined strings.Builder
+	var prev chunk.Part
+	prevLang := ""
+	for i, p := range parts {
+		msg := p.String()
+		if n := l.Len(msg); n > l.Max {
+			t.Errorf("part %d: length %d > %d: %q", i, n, l.Max, msg)
+		}
+		if p.Body == "" {
+			t.Errorf("part %d: empty body", i)
+		}
+		if utf8.ValidString(text) && !utf8.ValidString(msg) {
+			t.Errorf("part %d: invalid UTF-8 from valid input", i)
+		}
+		if open, _ := fenceAfter(msg); open {
+			t.Errorf("part %d: unbalanced fences: %q", i, msg)
+		}
+		// Reopen exactly when the previous part was closed.
+		if (prev.Close != "") != (p.Reopen != "") {
+			t.Errorf("part %d: reopen %q after close %q", i, p.Reopen, prev.Close)
+		}
+		if p.Reopen != "" && p.Reopen != "```"+prevLang+"\n" && p.Reopen != "```\n" {
+			t.Errorf("part %d: reopen %q, want tag %q", i, p.Reopen, prevLang)
+		}
+		open, lang := fenceAfter(p.Reopen + p.Body)
+		if open != (p.Close == "\n```") || (!open && p.Close != "") {
+			t.Errorf("part %d: close %q but open=%v", i, p.Close, open)
+		}
+		prevLang = lang
+		want := fmt.Sprintf("(%d/%d)", i+1, len(parts))
+		if p.Suffix != " "+want && p.Suffix != "\n"+want {
+			t.Errorf("part %d: suffix %q, want %q", i, p.Suffix, want)
+		}
+		switch p.Sep {
+		case "":
+			if i < len(parts)-1 && strings.ContainsAny(p.Body[1:], " \n") {
+				t.Errorf("part %d: hard cut but body has a separator: %q", i, p.Body)
+			}
+		case " ":
+			if strings.Contains(p.Body[1:], "\n") {
+				t.Errorf("part %d: cut at a space but body has a newline: %q", i, p.Body)
+			}
+		case "\n":
+		default:
+			t.Errorf("part %d: separator %q", i, p.Sep)
+		}
+		if i == len(parts)-1 && p.Sep != "" {
+			t.Errorf("last part has separator %q", p.Sep)
+		}
+		joined.WriteString(p.Body + p.Sep)
+		prev = p
+	}
+	if joined.String() != text {
+		t.Errorf("bodies and separators do not rejoin to the text:\n%q\n%q", joined.String(), text)
+	}
+}
+
+// fenceAfter is an independent reading of the fence rule: a line whose
+// first non-blank characters are ``` toggles; an opening line's first word
+// after the backticks is the tag.
+func fenceAfter(s string) (open bool, lang string) {
+	for _, line := range strings.Split(s, "\n") {
+		t := strings.TrimLeft(line, " \t")
+		if !strings.HasPrefix(t, "```") {
+			continue
+		}
+		if open {
+			open, lang = false, ""
+			continue
+		}
+		open = true
+		lang = ""
+		if f := strings.Fields(strings.TrimLeft(t, "`")); len(f) > 0 {
+			lang = f[0]
+		}
+	}
+	return open, lang
+}
+
+func FuzzParts(f *testing.F) {
+	f.Add("hello world", uint16(64), uint8(0))
+	f.Add("```go\nfunc main() {\n\tprintln(\"hi\")\n}\n```\nand then some prose that goes on and on and on", uint16(64), uint8(1))
+	f.Add(strings.Repeat("😀 ", 50), uint16(70), uint8(1))
+	f.Add("a ```py\nx\n``` b\n```\n"+strings.Repeat("y", 200), uint16(80), uint8(2))
+	f.Fuzz(func(t *testing.T, text string, max uint16, measure uint8) {
+		l := chunk.Limit{Max: int(max % 512), Measure: chunk.Measure(measure % 3)}
+		checkParts(t, text, l, chunk.Parts(text, l))
+	})
+}
+
+func BenchmarkSplitTelegram(b *testing.B) {
+	var sb strings.Builder
+	for i := 0; sb.Len() < 64<<10; i++ {
+		if i%10 == 0 {
+			sb.WriteString("```go\n")
+		}
+		fmt.Fprintf(&sb, "line %d with some words and an emoji 😀 in it\n", i)
+		if i%10 == 9 {
+			sb.WriteString("```\n")
+		}
+	}
+	text := sb.String()
+	b.SetBytes(int64(len(text)))
+	b.ReportAllocs()
+	for b.Loop() {
+		chunk.Split(text, "telegram")
+	}
+}

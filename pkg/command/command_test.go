@@ -1,0 +1,159 @@
+package command_test
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"unicode"
+
+	"github.com/switchboard-chat/switchboard/pkg/command"
+)
+
+func TestParse(t *testing.T) {
+	tests := []struct {
+		name     string
+		text     string
+		platform string
+		bot      string
+		want     command.Command
+		ok       bool
+	}{
+		{"plain", "/new", "telegram", "", command.Command{Name: "new", Typed: "new", Known: true}, true},
+		{"uppercase", "/STATUS", "telegram", "", command.Command{Name: "status", Typed: "status", Known: true}, true},
+		{"leading space", "  \t/help", "discord", "", command.Command{Name: "help", Typed: "help", Known: true}, true},
+		{"alias reset", "/reset", "telegram", "", command.Command{Name: "new", Typed: "reset", Known: true}, true},
+		{"alias q with args", "/q  do this next  ", "telegram", "", command.Command{Name: "queue", Typed: "q", Args: "do this next", Known: true}, true},
+		{"args verbatim inside", "/steer  use  two   spaces\nand a line", "telegram", "", command.Command{Name: "steer", Typed: "steer", Args: "use  two   spaces\nand a line", Known: true}, true},
+		{"newline ends the word", "/title\nMy chat", "telegram", "", command.Command{Name: "title", Typed: "title", Args: "My chat", Known: true}, true},
+		{"ios dashes", "/model gpt —provider x – y", "telegram", "", command.Command{Name: "model", Typed: "model", Args: "gpt --provider x - y", Known: true}, true},
+		{"bot suffix ours", "/new@SwitchBot now", "telegram", "switchbot", command.Command{Name: "new", Typed: "new", Args: "now", Known: true}, true},
+		{"bot suffix with @ in config", "/new@switchbot", "telegram", "@SwitchBot", command.Command{Name: "new", Typed: "new", Known: true}, true},
+		{"bot suffix other bot", "/new@otherbot", "telegram", "switchbot", command.Command{}, false},
+		{"bot suffix any when bot unknown", "/new@otherbot", "telegram", "", command.Command{Name: "new", Typed: "new", Known: true}, true},
+		{"empty suffix", "/new@", "telegram", "switchbot", command.Command{Name: "new", Typed: "new", Known: true}, true},
+		{"unknown start", "/start", "telegram", "", command.Command{Name: "start", Typed: "start"}, true},
+		{"unknown with args", "/stauts please", "telegram", "", command.Command{Name: "stauts", Typed: "stauts", Args: "please"}, true},
+		{"slash only", "/", "telegram", "", command.Command{}, false},
+		{"slash space word", "/ foo", "telegram", "", command.Command{}, false},
+		{"path", "/usr/bin/env python", "telegram", "", command.Command{}, false},
+		{"path with trailing slash", "/tmp/", "telegram", "", command.Command{}, false},
+		{"not leading", "please /new", "telegram", "", command.Command{}, false},
+		{"empty", "", "telegram", "", command.Command{}, false},
+		{"spaces", "   ", "telegram", "", command.Command{}, false},
+		{"bang on slack", "!stop", "slack", "", command.Command{Name: "stop", Typed: "stop", Known: true}, true},
+		{"bang on matrix", "!Q later", "Matrix", "", command.Command{Name: "queue", Typed: "q", Args: "later", Known: true}, true},
+		{"bang elsewhere is text", "!stop", "telegram", "", command.Command{}, false},
+		{"bang alone", "!", "slack", "", command.Command{}, false},
+		{"slash still works on slack", "/undo", "slack", "", command.Command{Name: "undo", Typed: "undo", Known: true}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, ok := command.Parse(tt.text, tt.platform, tt.bot)
+			if ok != tt.ok || got != tt.want {
+				t.Errorf("Parse(%q, %q, %q) = %+v, %v; want %+v, %v", tt.text, tt.platform, tt.bot, got, ok, tt.want, tt.ok)
+			}
+		})
+	}
+}
+
+func TestKnownSet(t *testing.T) {
+	want := []string{"new", "reset", "stop", "queue", "q", "steer", "status", "help", "whoami", "model",
+		"approve", "deny", "resume", "sessions", "title", "retry", "undo", "sethome"}
+	for _, n := range want {
+		c, ok := command.Parse("/"+n, "telegram", "")
+		if !ok || !c.Known {
+			t.Errorf("/%s: known=%v ok=%v", n, c.Known, ok)
+		}
+	}
+	if got := len(command.Names()); got != len(want)-2 {
+		t.Errorf("Names() has %d, want %d canonical names", got, len(want)-2)
+	}
+}
+
+func TestSuggest(t *testing.T) {
+	tests := []struct {
+		in   string
+		want []string
+	}{
+		{"stauts", []string{"status"}},
+		{"/stop", []string{"stop"}},
+		{"sto", []string{"stop"}},
+		{"sess", []string{"sessions"}},
+		{"session", []string{"sessions"}},
+		{"approv", []string{"approve"}},
+		{"rest", []string{"new"}},          // reset is one letter away
+		{"res", []string{"new", "resume"}}, // prefix of reset and resume
+		{"modle", []string{"model"}},
+		{"helpme", []string{"help"}},
+		{"xyzzy", nil},
+		{"", nil},
+		{"start", nil}, // Telegram's /start is three edits from anything
+		{"queu", []string{"queue"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			got := command.Suggest(tt.in)
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("Suggest(%q) = %q, want %q", tt.in, got, tt.want)
+			}
+		})
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	f.Add("/new@bot args", "telegram", "bot")
+	f.Add("!q  later ", "slack", "")
+	f.Add("/usr/bin", "telegram", "")
+	f.Add("/ foo", "discord", "")
+	f.Add("\u00a0/Model — x", "matrix", "@Bot")
+	f.Fuzz(func(t *testing.T, text, platform, bot string) {
+		c, ok := command.Parse(text, platform, bot)
+		trimmed := strings.TrimLeftFunc(text, unicode.IsSpace)
+		if !ok {
+			if c != (command.Command{}) {
+				t.Fatalf("not ok but %+v", c)
+			}
+			return
+		}
+		if !strings.HasPrefix(trimmed, "/") && !strings.HasPrefix(trimmed, "!") {
+			t.Fatalf("%q parsed without a prefix", text)
+		}
+		if c.Typed == "" || c.Name == "" {
+			t.Fatalf("empty name from %q", text)
+		}
+		if strings.ContainsAny(c.Typed, "/@") || strings.IndexFunc(c.Typed, unicode.IsSpace) >= 0 {
+			t.Fatalf("bad name %q from %q", c.Typed, text)
+		}
+		if c.Typed != strings.ToLower(c.Typed) {
+			t.Fatalf("name %q not lowercased", c.Typed)
+		}
+		if c.Args != strings.TrimSpace(c.Args) {
+			t.Fatalf("args %q not trimmed", c.Args)
+		}
+		if !strings.ContainsAny(text, "\u2013\u2014") && !strings.Contains(text, c.Args) {
+			t.Fatalf("args %q not from %q", c.Args, text)
+		}
+		if name, known := command.Canonical(c.Typed); name != c.Name || known != c.Known {
+			t.Fatalf("Canonical(%q) = %q,%v; got %q,%v", c.Typed, name, known, c.Name, c.Known)
+		}
+		for _, s := range command.Suggest(c.Typed) {
+			if _, known := command.Canonical(s); !known {
+				t.Fatalf("suggested unknown %q", s)
+			}
+		}
+	})
+}
+
+func BenchmarkParse(b *testing.B) {
+	b.ReportAllocs()
+	for b.Loop() {
+		command.Parse("  /Queue@SwitchBot look at the logs — then fix it", "telegram", "switchbot")
+	}
+}
+
+func BenchmarkSuggest(b *testing.B) {
+	b.ReportAllocs()
+	for b.Loop() {
+		command.Suggest("sesions")
+	}
+}

@@ -1,0 +1,443 @@
+// Package outbox is the Postgres store of outgoing platform messages: one
+// row per message with its delivery state, claimed for sending with
+// FOR UPDATE SKIP LOCKED so that any number of delivery replicas share the
+// work, and kept after failure as a dead letter an operator can list,
+// requeue or purge.
+//
+// A row moves queued → sending → sent, or to failed (permanent error, too
+// many attempts) or expired (older than its TTL). A sending row whose lease
+// ran out (its sender died) is due again and is sent with the same
+// idempotency key, which the gateway answers with its first receipt.
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"google.golang.org/protobuf/proto"
+
+	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
+)
+
+// State is a row's delivery state.
+type State string
+
+const (
+	Queued  State = "queued"
+	Sending State = "sending"
+	Sent    State = "sent"
+	Failed  State = "failed"
+	Expired State = "expired"
+)
+
+// Proto maps a state to the API enum.
+func (s State) Proto() deliveryv1.DeliveryState {
+	switch s {
+	case Queued:
+		return deliveryv1.DeliveryState_DELIVERY_STATE_QUEUED
+	case Sending:
+		return deliveryv1.DeliveryState_DELIVERY_STATE_SENDING
+	case Sent:
+		return deliveryv1.DeliveryState_DELIVERY_STATE_SENT
+	case Failed:
+		return deliveryv1.DeliveryState_DELIVERY_STATE_FAILED
+	case Expired:
+		return deliveryv1.DeliveryState_DELIVERY_STATE_EXPIRED
+	}
+	return deliveryv1.DeliveryState_DELIVERY_STATE_UNSPECIFIED
+}
+
+// StateFromProto maps the API enum to a state ("" for unspecified).
+func StateFromProto(s deliveryv1.DeliveryState) State {
+	switch s {
+	case deliveryv1.DeliveryState_DELIVERY_STATE_QUEUED:
+		return Queued
+	case deliveryv1.DeliveryState_DELIVERY_STATE_SENDING:
+		return Sending
+	case deliveryv1.DeliveryState_DELIVERY_STATE_SENT:
+		return Sent
+	case deliveryv1.DeliveryState_DELIVERY_STATE_FAILED:
+		return Failed
+	case deliveryv1.DeliveryState_DELIVERY_STATE_EXPIRED:
+		return Expired
+	}
+	return ""
+}
+
+// ErrNotFound is returned for an unknown row or channel.
+var ErrNotFound = errors.New("outbox: not found")
+
+// ErrLostClaim is returned when a row this sender claimed was taken over
+// by another sender (its lease ran out) or changed by an operator.
+var ErrLostClaim = errors.New("outbox: claim lost")
+
+// Row is one outgoing message.
+type Row struct {
+	ID                int64
+	Key               string
+	State             State
+	Platform          string
+	Account           string
+	ChatID            string
+	ThreadID          string
+	ChatKey           string
+	SessionKey        string
+	TurnID            string
+	Request           *deliveryv1.SendRequested
+	Attempts          int
+	LastError         string
+	PlatformMessageID string
+	NextAttemptAt     time.Time
+	ExpiresAt         time.Time
+	CreatedAt         time.Time
+	UpdatedAt         time.Time
+}
+
+// Proto is the row as the admin API shows it.
+func (r Row) Proto() *deliveryv1.Delivery {
+	return &deliveryv1.Delivery{
+		Id:                strconv.FormatInt(r.ID, 10),
+		IdempotencyKey:    r.Key,
+		State:             r.State.Proto(),
+		Target:            r.Request.GetTarget(),
+		Attempts:          int32(r.Attempts),
+		LastError:         r.LastError,
+		PlatformMessageId: r.PlatformMessageID,
+		CreatedAt:         timestamp(r.CreatedAt),
+		UpdatedAt:         timestamp(r.UpdatedAt),
+		TurnId:            r.TurnID,
+	}
+}
+
+// ChatKey is the ordering key of a target: rows with the same key are sent
+// one after another in id order.
+func ChatKey(t *deliveryv1.Target) string {
+	return t.GetPlatform() + ":" + t.GetAccount() + ":" + t.GetChatId()
+}
+
+// Store is the outbox in Postgres.
+type Store struct {
+	db *pgxpool.Pool
+}
+
+// New returns a Store on a migrated database.
+func New(db *pgxpool.Pool) *Store { return &Store{db: db} }
+
+const rowColumns = `id, idempotency_key, state, platform, account, chat_id, thread_id, chat_key,
+	session_key, turn_id, payload, attempts, last_error, platform_message_id,
+	next_attempt_at, expires_at, created_at, updated_at`
+
+func scanRow(row pgx.Row) (Row, error) {
+	var r Row
+	var payload []byte
+	var state string
+	err := row.Scan(&r.ID, &r.Key, &state, &r.Platform, &r.Account, &r.ChatID, &r.ThreadID, &r.ChatKey,
+		&r.SessionKey, &r.TurnID, &payload, &r.Attempts, &r.LastError, &r.PlatformMessageID,
+		&r.NextAttemptAt, &r.ExpiresAt, &r.CreatedAt, &r.UpdatedAt)
+	if err != nil {
+		return Row{}, err
+	}
+	r.State = State(state)
+	r.Request = &deliveryv1.SendRequested{}
+	if err := proto.Unmarshal(payload, r.Request); err != nil {
+		return Row{}, fmt.Errorf("decode payload of delivery %d: %w", r.ID, err)
+	}
+	return r, nil
+}
+
+func collect(rows pgx.Rows) ([]Row, error) {
+	defer rows.Close()
+	var out []Row
+	for rows.Next() {
+		r, err := scanRow(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// Enqueue stores requests as queued rows, due at now and expiring after
+// ttl, in the given order (which is their send order within a chat). A
+// request whose idempotency key is already stored is left as it is. It
+// returns the id of every request's row, new or existing.
+func (s *Store) Enqueue(ctx context.Context, now time.Time, ttl time.Duration, reqs ...*deliveryv1.SendRequested) ([]int64, error) {
+	ids := make([]int64, 0, len(reqs))
+	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+		for _, req := range reqs {
+			if req.GetIdempotencyKey() == "" {
+				return errors.New("enqueue: empty idempotency key")
+			}
+			payload, err := proto.Marshal(req)
+			if err != nil {
+				return fmt.Errorf("encode send request: %w", err)
+			}
+			t := req.GetTarget()
+			var id int64
+			err = tx.QueryRow(ctx, `
+INSERT INTO delivery_outbox (idempotency_key, platform, account, chat_id, thread_id, chat_key,
+	session_key, turn_id, payload, next_attempt_at, expires_at, created_at, updated_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $10, $10)
+ON CONFLICT (idempotency_key) DO UPDATE SET idempotency_key = EXCLUDED.idempotency_key
+RETURNING id`,
+				req.GetIdempotencyKey(), t.GetPlatform(), t.GetAccount(), t.GetChatId(), t.GetThreadId(), ChatKey(t),
+				req.GetSessionKey(), req.GetTurnId(), payload, now, now.Add(ttl)).Scan(&id)
+			if err != nil {
+				return fmt.Errorf("insert delivery %s: %w", req.GetIdempotencyKey(), err)
+			}
+			ids = append(ids, id)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return ids, nil
+}
+
+// Claim marks up to limit due rows as sending for owner until now+lease
+// and returns them. A row is due when it is queued, or sending with an
+// expired lease, its next attempt time has come, it has not expired, and
+// no older row of the same chat is still waiting. Rows other senders are
+// claiming at the same moment are skipped, never waited for.
+func (s *Store) Claim(ctx context.Context, now time.Time, lease time.Duration, owner string, limit int) ([]Row, error) {
+	rows, err := s.db.Query(ctx, `
+WITH due AS (
+	SELECT o.id AS due_id FROM delivery_outbox o
+	WHERE o.state IN ('queued', 'sending')
+	  AND (o.state = 'queued' OR o.lease_until < $1)
+	  AND o.next_attempt_at <= $1
+	  AND o.expires_at > $1
+	  AND NOT EXISTS (
+		SELECT 1 FROM delivery_outbox p
+		WHERE p.chat_key = o.chat_key AND p.id < o.id AND p.state IN ('queued', 'sending'))
+	ORDER BY o.next_attempt_at, o.id
+	LIMIT $2
+	FOR UPDATE OF o SKIP LOCKED)
+UPDATE delivery_outbox o
+SET state = 'sending', attempts = o.attempts + 1, lease_until = $3, claimed_by = $4, updated_at = $1
+FROM due WHERE o.id = due.due_id
+RETURNING `+rowColumns, now, limit, now.Add(lease), owner)
+	if err != nil {
+		return nil, fmt.Errorf("claim deliveries: %w", err)
+	}
+	out, err := collect(rows)
+	if err != nil {
+		return nil, fmt.Errorf("claim deliveries: %w", err)
+	}
+	return out, nil
+}
+
+// update changes a row that owner still holds.
+func (s *Store) update(ctx context.Context, op string, id int64, owner, set string, args ...any) error {
+	args = append([]any{id, owner}, args...)
+	tag, err := s.db.Exec(ctx, `UPDATE delivery_outbox SET `+set+`
+WHERE id = $1 AND state = 'sending' AND claimed_by = $2`, args...)
+	if err != nil {
+		return fmt.Errorf("%s delivery %d: %w", op, id, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("%s delivery %d: %w", op, id, ErrLostClaim)
+	}
+	return nil
+}
+
+// MarkSent records a successful send and the platform's message id.
+func (s *Store) MarkSent(ctx context.Context, id int64, owner, platformMessageID string, now time.Time) error {
+	return s.update(ctx, "mark sent", id, owner,
+		`state = 'sent', platform_message_id = $3, sent_at = $4, updated_at = $4, lease_until = NULL, last_error = ''`,
+		platformMessageID, now)
+}
+
+// Retry puts a claimed row back in the queue, due at next, with the error
+// that made it fail. A non-nil req replaces the stored request (the plain
+// text fallback).
+func (s *Store) Retry(ctx context.Context, id int64, owner string, next time.Time, lastErr string, req *deliveryv1.SendRequested, now time.Time) error {
+	if req == nil {
+		return s.update(ctx, "retry", id, owner,
+			`state = 'queued', next_attempt_at = $3, last_error = $4, updated_at = $5, lease_until = NULL`,
+			next, lastErr, now)
+	}
+	payload, err := proto.Marshal(req)
+	if err != nil {
+		return fmt.Errorf("encode send request: %w", err)
+	}
+	return s.update(ctx, "retry", id, owner,
+		`state = 'queued', next_attempt_at = $3, last_error = $4, updated_at = $5, lease_until = NULL, payload = $6`,
+		next, lastErr, now, payload)
+}
+
+// Defer puts a claimed row back without counting the attempt: it was not
+// tried (the shared rate limit said wait).
+func (s *Store) Defer(ctx context.Context, id int64, owner string, next, now time.Time) error {
+	return s.update(ctx, "defer", id, owner,
+		`state = 'queued', next_attempt_at = $3, attempts = greatest(attempts - 1, 0), updated_at = $4, lease_until = NULL`,
+		next, now)
+}
+
+// Fail dead-letters a claimed row.
+func (s *Store) Fail(ctx context.Context, id int64, owner, lastErr string, now time.Time) error {
+	return s.update(ctx, "fail", id, owner,
+		`state = 'failed', last_error = $3, updated_at = $4, lease_until = NULL`, lastErr, now)
+}
+
+// Expire dead-letters every row still waiting after its expiry time and
+// returns them. A sending row is expired only once its lease ran out.
+func (s *Store) Expire(ctx context.Context, now time.Time) ([]Row, error) {
+	rows, err := s.db.Query(ctx, `
+UPDATE delivery_outbox
+SET state = 'expired', updated_at = $1, lease_until = NULL,
+	last_error = CASE WHEN last_error = '' THEN 'expired before it could be sent' ELSE 'expired: ' || last_error END
+WHERE id IN (
+	SELECT id FROM delivery_outbox
+	WHERE state IN ('queued', 'sending') AND expires_at <= $1
+	  AND (state = 'queued' OR lease_until < $1)
+	FOR UPDATE SKIP LOCKED)
+RETURNING `+rowColumns, now)
+	if err != nil {
+		return nil, fmt.Errorf("expire deliveries: %w", err)
+	}
+	out, err := collect(rows)
+	if err != nil {
+		return nil, fmt.Errorf("expire deliveries: %w", err)
+	}
+	return out, nil
+}
+
+// NextDue is when the earliest waiting row becomes due; ok is false when
+// nothing waits.
+func (s *Store) NextDue(ctx context.Context) (t time.Time, ok bool, err error) {
+	var next *time.Time
+	err = s.db.QueryRow(ctx, `
+SELECT min(CASE WHEN state = 'sending' THEN greatest(next_attempt_at, lease_until) ELSE next_attempt_at END)
+FROM delivery_outbox WHERE state IN ('queued', 'sending')`).Scan(&next)
+	if err != nil {
+		return time.Time{}, false, fmt.Errorf("next due delivery: %w", err)
+	}
+	if next == nil {
+		return time.Time{}, false, nil
+	}
+	return *next, true, nil
+}
+
+// Get returns one row.
+func (s *Store) Get(ctx context.Context, id int64) (Row, error) {
+	r, err := scanRow(s.db.QueryRow(ctx, `SELECT `+rowColumns+` FROM delivery_outbox WHERE id = $1`, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Row{}, fmt.Errorf("delivery %d: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return Row{}, fmt.Errorf("get delivery %d: %w", id, err)
+	}
+	return r, nil
+}
+
+// GetByKey returns the row with an idempotency key.
+func (s *Store) GetByKey(ctx context.Context, key string) (Row, error) {
+	r, err := scanRow(s.db.QueryRow(ctx, `SELECT `+rowColumns+` FROM delivery_outbox WHERE idempotency_key = $1`, key))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Row{}, fmt.Errorf("delivery %s: %w", key, ErrNotFound)
+	}
+	if err != nil {
+		return Row{}, fmt.Errorf("get delivery %s: %w", key, err)
+	}
+	return r, nil
+}
+
+// DeadStates are the states of dead letters.
+var DeadStates = []State{Failed, Expired}
+
+// List returns rows in the given states (dead letters when none), newest
+// first, at most limit (default 100).
+func (s *Store) List(ctx context.Context, states []State, limit int) ([]Row, error) {
+	if len(states) == 0 {
+		states = DeadStates
+	}
+	if limit <= 0 || limit > 10000 {
+		limit = 100
+	}
+	names := make([]string, len(states))
+	for i, st := range states {
+		names[i] = string(st)
+	}
+	rows, err := s.db.Query(ctx, `SELECT `+rowColumns+` FROM delivery_outbox
+WHERE state = ANY($1) ORDER BY updated_at DESC, id DESC LIMIT $2`, names, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list deliveries: %w", err)
+	}
+	out, err := collect(rows)
+	if err != nil {
+		return nil, fmt.Errorf("list deliveries: %w", err)
+	}
+	return out, nil
+}
+
+// Requeue puts dead letters (the given ids, or all of them) back in the
+// queue: due now, attempts reset, a fresh TTL. It keeps the idempotency
+// key, so a message the platform did get is not posted again.
+func (s *Store) Requeue(ctx context.Context, ids []int64, all bool, now time.Time, ttl time.Duration) (int, error) {
+	if len(ids) == 0 && !all {
+		return 0, nil
+	}
+	tag, err := s.db.Exec(ctx, `
+UPDATE delivery_outbox
+SET state = 'queued', attempts = 0, next_attempt_at = $1, expires_at = $2, updated_at = $1, claimed_by = ''
+WHERE state IN ('failed', 'expired') AND ($3 OR id = ANY($4))`, now, now.Add(ttl), all, ids)
+	if err != nil {
+		return 0, fmt.Errorf("requeue deliveries: %w", err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// Purge deletes dead letters (the given ids, or all of them).
+func (s *Store) Purge(ctx context.Context, ids []int64, all bool) (int, error) {
+	if len(ids) == 0 && !all {
+		return 0, nil
+	}
+	tag, err := s.db.Exec(ctx, `DELETE FROM delivery_outbox
+WHERE state IN ('failed', 'expired') AND ($1 OR id = ANY($2))`, all, ids)
+	if err != nil {
+		return 0, fmt.Errorf("purge deliveries: %w", err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// SaveStreamMessage remembers a platform message a streamed reply created.
+func (s *Store) SaveStreamMessage(ctx context.Context, turnID string, index int, platformMessageID string) error {
+	_, err := s.db.Exec(ctx, `INSERT INTO delivery_stream_messages (turn_id, message_index, platform_message_id)
+VALUES ($1, $2, $3) ON CONFLICT (turn_id, message_index) DO UPDATE SET platform_message_id = EXCLUDED.platform_message_id`,
+		turnID, index, platformMessageID)
+	if err != nil {
+		return fmt.Errorf("save stream message of turn %s: %w", turnID, err)
+	}
+	return nil
+}
+
+// StreamMessages returns the platform messages a streamed reply created,
+// in order.
+func (s *Store) StreamMessages(ctx context.Context, turnID string) ([]string, error) {
+	rows, err := s.db.Query(ctx, `SELECT platform_message_id FROM delivery_stream_messages
+WHERE turn_id = $1 ORDER BY message_index`, turnID)
+	if err != nil {
+		return nil, fmt.Errorf("stream messages of turn %s: %w", turnID, err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("stream messages of turn %s: %w", turnID, err)
+	}
+	return ids, nil
+}
+
+// PruneStreamMessages forgets stream messages recorded before cutoff.
+func (s *Store) PruneStreamMessages(ctx context.Context, cutoff time.Time) error {
+	if _, err := s.db.Exec(ctx, `DELETE FROM delivery_stream_messages WHERE created_at < $1`, cutoff); err != nil {
+		return fmt.Errorf("prune stream messages: %w", err)
+	}
+	return nil
+}

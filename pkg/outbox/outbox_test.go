@@ -1,0 +1,223 @@
+package outbox_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
+	"github.com/switchboard-chat/switchboard/pkg/outbox"
+	"github.com/switchboard-chat/switchboard/pkg/pg/pgtest"
+)
+
+func req(key, chat string) *deliveryv1.SendRequested {
+	return &deliveryv1.SendRequested{
+		IdempotencyKey: key,
+		Op:             deliveryv1.SendOp_SEND_OP_SEND,
+		Target:         &deliveryv1.Target{Platform: "test", ChatId: chat},
+		Text:           "hello " + key,
+		TurnId:         "turn-1",
+	}
+}
+
+var t0 = time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)
+
+func TestEnqueueIsIdempotent(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := outbox.New(pgtest.New(t))
+	ids1, err := s.Enqueue(ctx, t0, time.Hour, req("a", "1"), req("b", "1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids2, err := s.Enqueue(ctx, t0.Add(time.Minute), time.Hour, req("a", "1"), req("b", "1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(ids1) != fmt.Sprint(ids2) {
+		t.Fatalf("ids %v then %v", ids1, ids2)
+	}
+	r, err := s.Get(ctx, ids1[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.State != outbox.Queued || r.Request.GetText() != "hello a" || r.ChatKey != "test::1" || !r.CreatedAt.Equal(t0) {
+		t.Fatalf("row %+v", r)
+	}
+}
+
+func TestClaimOrderAndLifecycle(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := outbox.New(pgtest.New(t))
+	if _, err := s.Enqueue(ctx, t0, time.Hour, req("a1", "A"), req("a2", "A"), req("b1", "B")); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Claim(ctx, t0, 10*time.Second, "me", 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Head of line per chat: a2 waits for a1.
+	if len(got) != 2 || got[0].Key != "a1" || got[1].Key != "b1" || got[0].Attempts != 1 {
+		t.Fatalf("claimed %v", keys(got))
+	}
+	if again, _ := s.Claim(ctx, t0, 10*time.Second, "other", 10); len(again) != 0 {
+		t.Fatalf("claimed twice: %v", keys(again))
+	}
+	if err := s.MarkSent(ctx, got[0].ID, "me", "pm-1", t0); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.MarkSent(ctx, got[1].ID, "other", "x", t0); !errors.Is(err, outbox.ErrLostClaim) {
+		t.Fatalf("mark by non-owner: %v", err)
+	}
+	// b1 fails and is retried later; a2 is now due.
+	if err := s.Retry(ctx, got[1].ID, "me", t0.Add(5*time.Second), "boom", nil, t0); err != nil {
+		t.Fatal(err)
+	}
+	next, _ := s.Claim(ctx, t0.Add(time.Second), 10*time.Second, "me", 10)
+	if len(next) != 1 || next[0].Key != "a2" {
+		t.Fatalf("claimed %v", keys(next))
+	}
+	if err := s.MarkSent(ctx, next[0].ID, "me", "pm-2", t0); err != nil {
+		t.Fatal(err)
+	}
+	later, _ := s.Claim(ctx, t0.Add(5*time.Second), 10*time.Second, "me", 10)
+	if len(later) != 1 || later[0].Key != "b1" || later[0].Attempts != 2 || later[0].LastError != "boom" {
+		t.Fatalf("claimed %+v", later)
+	}
+	// The sender dies: after the lease, someone else takes it over.
+	if got, _ := s.Claim(ctx, t0.Add(14*time.Second), 10*time.Second, "other", 10); len(got) != 0 {
+		t.Fatalf("lease not honoured: %v", keys(got))
+	}
+	if _, err := s.Enqueue(ctx, t0, time.Hour, req("c1", "C")); err != nil {
+		t.Fatal(err)
+	}
+	took, _ := s.Claim(ctx, t0.Add(16*time.Second), 10*time.Second, "other", 10)
+	if len(took) != 2 {
+		t.Fatalf("takeover claimed %v", keys(took))
+	}
+	for _, r := range took {
+		if err := s.Fail(ctx, r.ID, "other", "chat not found", t0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dead, err := s.List(ctx, nil, 0)
+	if err != nil || len(dead) != 2 {
+		t.Fatalf("dead letters %v %v", keys(dead), err)
+	}
+	n, err := s.Requeue(ctx, []int64{dead[0].ID}, false, t0.Add(time.Hour), time.Hour)
+	if err != nil || n != 1 {
+		t.Fatalf("requeue %d %v", n, err)
+	}
+	n, err = s.Purge(ctx, nil, true)
+	if err != nil || n != 1 {
+		t.Fatalf("purge %d %v", n, err)
+	}
+	r, _ := s.Get(ctx, dead[0].ID)
+	if r.State != outbox.Queued || r.Attempts != 0 {
+		t.Fatalf("requeued row %+v", r)
+	}
+}
+
+func TestExpire(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := outbox.New(pgtest.New(t))
+	if _, err := s.Enqueue(ctx, t0, time.Minute, req("old", "A")); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := s.Expire(ctx, t0.Add(59*time.Second)); len(got) != 0 {
+		t.Fatal("expired early")
+	}
+	if got, _ := s.Claim(ctx, t0.Add(61*time.Second), time.Second, "me", 10); len(got) != 0 {
+		t.Fatal("claimed an expired row")
+	}
+	got, err := s.Expire(ctx, t0.Add(61*time.Second))
+	if err != nil || len(got) != 1 || got[0].State != outbox.Expired {
+		t.Fatalf("expire %+v %v", got, err)
+	}
+}
+
+// Many senders claim concurrently: every row is claimed exactly once.
+func TestConcurrentClaimsSkipLocked(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := outbox.New(pgtest.New(t))
+	var reqs []*deliveryv1.SendRequested
+	for i := range 60 {
+		reqs = append(reqs, req(fmt.Sprint("k", i), fmt.Sprint("chat", i%20)))
+	}
+	if _, err := s.Enqueue(ctx, t0, time.Hour, reqs...); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	seen := map[string]int{}
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			owner := fmt.Sprint("w", w)
+			for range 200 {
+				rows, err := s.Claim(ctx, t0, time.Hour, owner, 3)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				for _, r := range rows {
+					mu.Lock()
+					seen[r.Key]++
+					mu.Unlock()
+					if err := s.MarkSent(ctx, r.ID, owner, "p", t0); err != nil {
+						t.Error(err)
+					}
+				}
+				mu.Lock()
+				done := len(seen) == 60
+				mu.Unlock()
+				if done {
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if len(seen) != 60 {
+		t.Fatalf("claimed %d of 60", len(seen))
+	}
+	for k, n := range seen {
+		if n != 1 {
+			t.Errorf("%s claimed %d times", k, n)
+		}
+	}
+}
+
+func TestChannels(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := outbox.New(pgtest.New(t))
+	if err := s.UpsertChannel(ctx, outbox.Channel{Platform: "slack", Account: "T1", ChatID: "C1", Name: "#general"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.UpsertChannel(ctx, outbox.Channel{Platform: "slack", Account: "T1", ChatID: "C1", Name: "General-Renamed"}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := s.LookupChannel(ctx, "slack", "#general-renamed")
+	if err != nil || c.ChatID != "C1" || c.Account != "T1" {
+		t.Fatalf("lookup %+v %v", c, err)
+	}
+	if _, err := s.LookupChannel(ctx, "slack", "general"); !errors.Is(err, outbox.ErrNotFound) {
+		t.Fatalf("old name: %v", err)
+	}
+}
+
+func keys(rows []outbox.Row) []string {
+	var out []string
+	for _, r := range rows {
+		out = append(out, r.Key)
+	}
+	return out
+}

@@ -1,0 +1,153 @@
+package pairing
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/switchboard-chat/switchboard/pkg/pg/pgtest"
+)
+
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) add(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+func TestNewCode(t *testing.T) {
+	for range 1000 {
+		c := NewCode()
+		if len(c) != CodeLength {
+			t.Fatalf("code %q has length %d", c, len(c))
+		}
+		for _, r := range c {
+			if !strings.ContainsRune(Alphabet, r) {
+				t.Fatalf("code %q has %q outside the alphabet", c, r)
+			}
+		}
+	}
+	if Normalize(" abcd-efgh ") != "ABCDEFGH" {
+		t.Fatal("Normalize")
+	}
+}
+
+func TestRules(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	type step struct {
+		do      string // issue, approve, wrong, advance, approved, revoke
+		user    string
+		d       time.Duration
+		wantErr error
+	}
+	tests := []struct {
+		name  string
+		steps []step
+	}{
+		{"issue then approve", []step{{do: "issue", user: "u1"}, {do: "approve", user: "u1"}, {do: "approved", user: "u1"}}},
+		{"one code per user per 10 minutes", []step{
+			{do: "issue", user: "u1"}, {do: "issue", user: "u1", wantErr: ErrRateLimited},
+			{do: "advance", d: 9 * time.Minute}, {do: "issue", user: "u1", wantErr: ErrRateLimited},
+			{do: "advance", d: 2 * time.Minute}, {do: "issue", user: "u1"},
+		}},
+		{"three pending per platform", []step{
+			{do: "issue", user: "u1"}, {do: "issue", user: "u2"}, {do: "issue", user: "u3"},
+			{do: "issue", user: "u4", wantErr: ErrTooManyCodes},
+			{do: "advance", d: 61 * time.Minute}, {do: "issue", user: "u4"},
+		}},
+		{"codes expire after an hour", []step{
+			{do: "issue", user: "u1"}, {do: "advance", d: 61 * time.Minute}, {do: "approve", user: "u1", wantErr: ErrInvalidCode},
+		}},
+		{"five failures lock the platform for an hour", []step{
+			{do: "issue", user: "u1"},
+			{do: "wrong", wantErr: ErrInvalidCode}, {do: "wrong", wantErr: ErrInvalidCode}, {do: "wrong", wantErr: ErrInvalidCode},
+			{do: "wrong", wantErr: ErrInvalidCode}, {do: "wrong", wantErr: ErrInvalidCode},
+			{do: "approve", user: "u1", wantErr: ErrLockedOut},
+			{do: "issue", user: "u2", wantErr: ErrLockedOut},
+			{do: "advance", d: 30 * time.Minute}, {do: "approve", user: "u1", wantErr: ErrLockedOut},
+			{do: "advance", d: 31 * time.Minute}, {do: "issue", user: "u2"}, {do: "approve", user: "u2"},
+		}},
+		{"revoke", []step{{do: "issue", user: "u1"}, {do: "approve", user: "u1"}, {do: "revoke", user: "u1"}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			db := pgtest.New(t)
+			clk := &clock{t: time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)}
+			s := NewStore(db).WithClock(clk.now)
+			codes := map[string]string{}
+			for i, st := range tt.steps {
+				var err error
+				switch st.do {
+				case "issue":
+					var c string
+					c, err = s.Issue(ctx, "telegram", st.user, "name-"+st.user)
+					if err == nil {
+						codes[st.user] = c
+					}
+				case "approve":
+					var p Pairing
+					p, err = s.Approve(ctx, "telegram", strings.ToLower(codes[st.user]), "op")
+					if err == nil && p.UserID != st.user {
+						t.Fatalf("step %d: approved %q, want %q", i, p.UserID, st.user)
+					}
+				case "wrong":
+					_, err = s.Approve(ctx, "telegram", "ZZZZZZZZ", "op")
+				case "advance":
+					clk.add(st.d)
+				case "approved":
+					ok, aerr := s.IsApproved(ctx, "telegram", st.user)
+					if aerr != nil || !ok {
+						t.Fatalf("step %d: %s not approved (%v)", i, st.user, aerr)
+					}
+					if other, _ := s.IsApproved(ctx, "discord", st.user); other {
+						t.Fatalf("approval leaked to another platform")
+					}
+				case "revoke":
+					ok, rerr := s.Revoke(ctx, "telegram", st.user)
+					if rerr != nil || !ok {
+						t.Fatalf("step %d: revoke: %v %v", i, ok, rerr)
+					}
+					if still, _ := s.IsApproved(ctx, "telegram", st.user); still {
+						t.Fatalf("still approved after revoke")
+					}
+				}
+				if !errors.Is(err, st.wantErr) {
+					t.Fatalf("step %d (%s %s): err %v, want %v", i, st.do, st.user, err, st.wantErr)
+				}
+			}
+		})
+	}
+}
+
+func TestCodesStoredOnlyHashed(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.New(t)
+	s := NewStore(db)
+	code, err := s.Issue(ctx, "telegram", "u1", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var salt, hash []byte
+	if err := db.QueryRow(ctx, `SELECT salt, code_hash FROM pairing_codes`).Scan(&salt, &hash); err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(hash, []byte(code)) || bytes.Contains(salt, []byte(code)) || len(salt) < 16 {
+		t.Fatal("code stored in the clear or without salt")
+	}
+	list, err := s.List(ctx, "")
+	if err != nil || len(list) != 1 || list[0].State != "pending" {
+		t.Fatalf("list %+v %v", list, err)
+	}
+}

@@ -1,0 +1,38 @@
+package platform
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+)
+
+var (
+	inboundTotal = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "switchboard_gateway_inbound_total",
+		Help: "Inbound platform events, by platform and result (published, duplicate, rejected, error).",
+	}, []string{"platform", "result"})
+	sendsTotal = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "switchboard_gateway_sends_total",
+		Help: "Send requests served, by platform, operation and result (ok, duplicate, or the error class).",
+	}, []string{"platform", "op", "result"})
+	sendSeconds = promauto.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "switchboard_gateway_send_seconds",
+		Help:    "Time a platform operation took.",
+		Buckets: prometheus.ExponentialBuckets(0.001, 2, 15),
+	}, []string{"platform", "op"})
+	connectedGauge = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "switchboard_gateway_connected",
+		Help: "1 while the platform connection is up.",
+	}, []string{"platform"})
+	fatalGauge = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "switchboard_gateway_fatal",
+		Help: "1 when the connection failed fatally (bad token, second poller) and the gateway stopped retrying.",
+	}, []string{"platform"})
+	reconnectsTotal = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "switchboard_gateway_reconnects_total",
+		Help: "Connection attempts after a retryable failure.",
+	}, []string{"platform"})
+	leaseGauge = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "switchboard_gateway_lease_active",
+		Help: "1 while this replica holds the single-consumer lease (is the active connection).",
+	}, []string{"platform"})
+)

@@ -1,0 +1,198 @@
+// Package platform is the kit every platform gateway is built on. A
+// platform (Telegram, Discord, the OpenAI-compatible API, webhooks …)
+// implements the small Platform interface: a receive loop that hands
+// normalized events to a Sink, and the send operations. A Runner does the
+// rest: it publishes inbound events with their dedupe ids, serves send
+// requests from delivery with an idempotency cache shared by replicas,
+// reconnects with Hermes's backoff, elects one active replica per bot
+// identity for single-consumer platforms, and reports health and metrics.
+package platform
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+)
+
+// Measure is how a platform counts a message's length.
+type Measure int
+
+const (
+	// MeasureRunes counts Unicode code points (Discord, Slack).
+	MeasureRunes Measure = iota
+	// MeasureUTF16 counts UTF-16 code units (Telegram).
+	MeasureUTF16
+	// MeasureBytes counts UTF-8 bytes.
+	MeasureBytes
+)
+
+func (m Measure) String() string {
+	switch m {
+	case MeasureUTF16:
+		return "utf16"
+	case MeasureBytes:
+		return "bytes"
+	default:
+		return "runes"
+	}
+}
+
+// Capabilities describe what a platform can do; delivery and the router
+// read them to chunk, stream and parse commands.
+type Capabilities struct {
+	// MaxLength of one message, counted with Measure; 0 means no limit.
+	MaxLength int
+	Measure   Measure
+	// CanSend is false for inbound-only platforms (webhooks).
+	CanSend   bool
+	CanEdit   bool
+	CanDelete bool
+	CanThread bool
+	CanTyping bool
+	// StreamsNatively: the platform takes SEND_OP_STREAM_DELTA (api).
+	StreamsNatively bool
+	MediaKinds      []eventsv1.AttachmentKind
+	// CommandPrefix is how commands start ("/" on most platforms).
+	CommandPrefix string
+}
+
+// Platform is what one platform implements. Every method may be called
+// concurrently, except Connect, which the Runner calls again only after
+// the previous call returned.
+type Platform interface {
+	// Name is the lowercase platform name: telegram, api, webhook …
+	Name() string
+	// Account is the bot identity (bot id, app id, route set): part of
+	// every dedupe id and of the active/standby lease.
+	Account() string
+	Capabilities() Capabilities
+	// Connect opens the connection and runs the receive loop until ctx
+	// ends (return nil) or the connection fails (return the error; wrap it
+	// with Fatal when retrying cannot help). It calls conn.Connected once
+	// the platform accepted the connection and hands every event to
+	// conn.Deliver, acknowledging it to the platform only after Deliver
+	// returned nil.
+	Connect(ctx context.Context, conn Conn) error
+	// Send posts a new message and returns the platform's message id.
+	Send(ctx context.Context, req *deliveryv1.SendRequested) (messageID string, err error)
+	// Edit replaces the text of req.MessageId.
+	Edit(ctx context.Context, req *deliveryv1.SendRequested) error
+	// Delete removes req.MessageId.
+	Delete(ctx context.Context, req *deliveryv1.SendRequested) error
+	// Typing shows a typing indicator in the target chat.
+	Typing(ctx context.Context, req *deliveryv1.SendRequested) error
+}
+
+// Streamer is implemented by platforms that stream text natively
+// (SEND_OP_STREAM_DELTA).
+type Streamer interface {
+	StreamDelta(ctx context.Context, req *deliveryv1.SendRequested) error
+}
+
+// SingleConsumer is implemented by platforms that allow one connection per
+// bot identity (Telegram long-poll, the Discord gateway): the Runner
+// connects only while it holds the lease.
+type SingleConsumer interface {
+	SingleConsumer() bool
+}
+
+// Conn is the Runner's side of a connection, given to Connect.
+type Conn interface {
+	// Connected reports that the platform accepted the connection: the
+	// gateway becomes ready and the reconnect backoff resets.
+	Connected()
+	// Deliver validates ev, stamps received_at and publishes it on the
+	// bus. Duplicate is true when the event was seen before (nothing was
+	// published twice). An error wrapping ErrRejected means the event is
+	// invalid and was dropped with a logged reason: acknowledge it to the
+	// platform anyway. Any other error means it was not stored: do not
+	// acknowledge it, so the platform redelivers.
+	Deliver(ctx context.Context, ev *eventsv1.MessageReceived) (Accepted, error)
+	// Reject records a payload that could not be normalized (malformed or
+	// too large) with the reason; it is logged and counted, never
+	// published.
+	Reject(ctx context.Context, reason string, err error)
+}
+
+// Accepted is the outcome of Conn.Deliver.
+type Accepted struct {
+	// Duplicate: the event id was seen before; nothing new was published.
+	Duplicate bool
+	// Seq is the inbound stream sequence of the stored event.
+	Seq uint64
+}
+
+// ErrRejected marks an inbound event the gateway refused to publish.
+var ErrRejected = errors.New("event rejected")
+
+// ErrUnsupported is returned by a platform for an operation it does not
+// have; the receipt is permanent.
+var ErrUnsupported = errors.New("operation not supported by this platform")
+
+// fatalError marks a connection failure retrying cannot fix.
+type fatalError struct{ err error }
+
+func (e fatalError) Error() string { return e.err.Error() }
+func (e fatalError) Unwrap() error { return e.err }
+
+// Fatal marks a connection error as fatal (bad token, a second poller on
+// the same bot): the gateway turns unready with the reason and does not
+// reconnect.
+func Fatal(err error) error {
+	if err == nil {
+		return nil
+	}
+	return fatalError{err}
+}
+
+// IsFatal reports whether err was marked with Fatal.
+func IsFatal(err error) bool {
+	var f fatalError
+	return errors.As(err, &f)
+}
+
+// SendError classifies a failed platform operation for delivery's retry
+// policy. Errors that are not SendErrors count as retryable.
+type SendError struct {
+	Class      deliveryv1.ErrorClass
+	RetryAfter time.Duration
+	Err        error
+}
+
+func (e *SendError) Error() string {
+	return fmt.Sprintf("%s: %v", e.Class, e.Err)
+}
+
+func (e *SendError) Unwrap() error { return e.Err }
+
+// Permanent marks a send error that no retry can fix (chat not found,
+// forbidden, too long).
+func Permanent(err error) error {
+	return &SendError{Class: deliveryv1.ErrorClass_ERROR_CLASS_PERMANENT, Err: err}
+}
+
+// RateLimited marks a 429 or flood wait; delivery retries after d.
+func RateLimited(err error, d time.Duration) error {
+	return &SendError{Class: deliveryv1.ErrorClass_ERROR_CLASS_RATE_LIMITED, RetryAfter: d, Err: err}
+}
+
+// FormatRejected marks a formatting error; delivery retries once as plain text.
+func FormatRejected(err error) error {
+	return &SendError{Class: deliveryv1.ErrorClass_ERROR_CLASS_FORMAT, Err: err}
+}
+
+// classify turns an operation error into receipt fields.
+func classify(err error) (deliveryv1.ErrorClass, time.Duration) {
+	var se *SendError
+	if errors.As(err, &se) {
+		return se.Class, se.RetryAfter
+	}
+	if errors.Is(err, ErrUnsupported) {
+		return deliveryv1.ErrorClass_ERROR_CLASS_PERMANENT, 0
+	}
+	return deliveryv1.ErrorClass_ERROR_CLASS_RETRYABLE, 0
+}

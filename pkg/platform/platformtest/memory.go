@@ -1,0 +1,288 @@
+package platformtest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+	"github.com/switchboard-chat/switchboard/pkg/platform"
+)
+
+// Memory is an in-process platform with a JSON wire format, for testing
+// the kit itself (and as the smallest example of a Platform). Its fake
+// side delivers raw JSON updates over a channel and waits for the
+// gateway's acknowledgement, like a long-poll platform.
+type Memory struct {
+	account string
+	single  bool
+
+	mu          sync.Mutex
+	updates     chan update // current connection's wire; nil when down
+	drop        chan struct{}
+	connections int
+	sent        map[string][]string
+	texts       map[string]string // message id → chat, for edits
+	nextID      int
+	failNext    error
+	typing      int
+	lastByID    map[string]rawUpdate
+	ids         atomic.Int64
+	connectedCh chan struct{}
+}
+
+type update struct {
+	raw []byte
+	ack chan error
+}
+
+type rawUpdate struct {
+	ID    string `json:"update_id"`
+	Chat  string `json:"chat"`
+	User  string `json:"user"`
+	Type  string `json:"chat_type"`
+	Text  string `json:"text"`
+	Photo string `json:"photo,omitempty"`
+	Reply string `json:"reply_to,omitempty"`
+}
+
+// NewMemory returns a memory platform for bot identity account; single
+// makes it a single-consumer platform (leased).
+func NewMemory(account string, single bool) *Memory {
+	return &Memory{account: account, single: single, sent: map[string][]string{}, texts: map[string]string{}, lastByID: map[string]rawUpdate{}, connectedCh: make(chan struct{}, 16)}
+}
+
+func (m *Memory) Name() string         { return "memory" }
+func (m *Memory) Account() string      { return m.account }
+func (m *Memory) SingleConsumer() bool { return m.single }
+func (m *Memory) Capabilities() platform.Capabilities {
+	return platform.Capabilities{MaxLength: 4096, Measure: platform.MeasureRunes, CanSend: true, CanEdit: true, CanDelete: true, CanTyping: true,
+		MediaKinds: []eventsv1.AttachmentKind{eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE}, CommandPrefix: "/"}
+}
+
+// FailNext makes the next Connect fail with err (wrap with platform.Fatal
+// for a fatal failure).
+func (m *Memory) FailNext(err error) {
+	m.mu.Lock()
+	m.failNext = err
+	m.mu.Unlock()
+}
+
+// Connected returns a channel that receives once per accepted connection.
+func (m *Memory) ConnectedC() <-chan struct{} { return m.connectedCh }
+
+func (m *Memory) Connect(ctx context.Context, conn platform.Conn) error {
+	m.mu.Lock()
+	if err := m.failNext; err != nil {
+		m.failNext = nil
+		m.mu.Unlock()
+		return err
+	}
+	ups := make(chan update)
+	drop := make(chan struct{})
+	m.updates, m.drop = ups, drop
+	m.connections++
+	m.mu.Unlock()
+	conn.Connected()
+	select {
+	case m.connectedCh <- struct{}{}:
+	default:
+	}
+	defer func() {
+		m.mu.Lock()
+		if m.updates == ups {
+			m.updates = nil
+		}
+		m.mu.Unlock()
+	}()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-drop:
+			return errors.New("connection reset by platform")
+		case u := <-ups:
+			u.ack <- m.handle(ctx, conn, u.raw)
+		}
+	}
+}
+
+func (m *Memory) handle(ctx context.Context, conn platform.Conn, raw []byte) error {
+	var u rawUpdate
+	if err := json.Unmarshal(raw, &u); err != nil {
+		conn.Reject(ctx, "malformed update", err)
+		return nil
+	}
+	_, err := conn.Deliver(ctx, m.normalize(u))
+	if errors.Is(err, platform.ErrRejected) {
+		return nil // acknowledged: the platform must not resend it
+	}
+	return err
+}
+
+func (m *Memory) normalize(u rawUpdate) *eventsv1.MessageReceived {
+	ev := &eventsv1.MessageReceived{
+		EventId:   u.ID,
+		MessageId: "m" + u.ID,
+		Source:    &eventsv1.SessionSource{Platform: "memory", Account: m.account, ChatId: u.Chat, ChatType: u.Type, UserId: u.User},
+		Text:      u.Text,
+	}
+	if u.Photo != "" {
+		ev.Attachments = []*eventsv1.Attachment{{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, Location: &eventsv1.Attachment_Url{Url: u.Photo}}}
+	}
+	if u.Reply != "" {
+		ev.ReplyTo = &eventsv1.ReplyTo{MessageId: u.Reply}
+	}
+	return ev
+}
+
+func (m *Memory) Send(_ context.Context, req *deliveryv1.SendRequested) (string, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	chat := req.GetTarget().GetChatId()
+	if strings.HasPrefix(chat, "missing") {
+		return "", platform.Permanent(fmt.Errorf("chat %s not found", chat))
+	}
+	m.nextID++
+	id := fmt.Sprintf("sent-%d", m.nextID)
+	m.sent[chat] = append(m.sent[chat], req.GetText())
+	m.texts[id] = chat
+	return id, nil
+}
+
+func (m *Memory) Edit(_ context.Context, req *deliveryv1.SendRequested) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.texts[req.GetMessageId()]; !ok {
+		return platform.Permanent(fmt.Errorf("message %s not found", req.GetMessageId()))
+	}
+	return nil
+}
+
+func (m *Memory) Delete(ctx context.Context, req *deliveryv1.SendRequested) error {
+	return m.Edit(ctx, req)
+}
+
+func (m *Memory) Typing(context.Context, *deliveryv1.SendRequested) error {
+	m.mu.Lock()
+	m.typing++
+	m.mu.Unlock()
+	return nil
+}
+
+// push sends raw over the current connection and waits for the ack.
+func (m *Memory) push(ctx context.Context, raw []byte) error {
+	for {
+		m.mu.Lock()
+		ups := m.updates
+		m.mu.Unlock()
+		if ups != nil {
+			u := update{raw: raw, ack: make(chan error, 1)}
+			select {
+			case ups <- u:
+				return <-u.ack
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-m.connectedCh:
+		}
+	}
+}
+
+// Push delivers one update as the platform would (for kit tests).
+func (m *Memory) Push(ctx context.Context, id, chat, text string) error {
+	raw, _ := json.Marshal(rawUpdate{ID: id, Chat: chat, User: "u1", Type: "dm", Text: text})
+	return m.push(ctx, raw)
+}
+
+// Fake returns the suite's driver for this platform.
+func (m *Memory) Fake() Fake { return memoryFake{m} }
+
+type memoryFake struct{ m *Memory }
+
+func (f memoryFake) Kinds() []string { return []string{"text", "photo", "reply", "group"} }
+
+func (f memoryFake) Deliver(t *testing.T, ctx context.Context, kind string) *eventsv1.MessageReceived {
+	t.Helper()
+	id := fmt.Sprintf("%d", f.m.ids.Add(1))
+	u := rawUpdate{ID: id, Chat: "c" + id, User: "u1", Type: "dm", Text: "hello " + kind}
+	switch kind {
+	case "photo":
+		u.Photo = "https://example.test/p.jpg"
+	case "reply":
+		u.Reply = "m1"
+	case "group":
+		u.Type = "group"
+	}
+	f.m.mu.Lock()
+	f.m.lastByID[id] = u
+	f.m.mu.Unlock()
+	raw, _ := json.Marshal(u)
+	if err := f.m.push(ctx, raw); err != nil {
+		t.Fatalf("deliver %s: %v", kind, err)
+	}
+	return f.m.normalize(u)
+}
+
+func (f memoryFake) Redeliver(t *testing.T, ctx context.Context, eventID string) {
+	t.Helper()
+	f.m.mu.Lock()
+	u := f.m.lastByID[eventID]
+	f.m.mu.Unlock()
+	raw, _ := json.Marshal(u)
+	if err := f.m.push(ctx, raw); err != nil {
+		t.Fatalf("redeliver: %v", err)
+	}
+}
+
+func (f memoryFake) DeliverOversized(t *testing.T, ctx context.Context) {
+	raw, _ := json.Marshal(rawUpdate{ID: "big", Chat: "c", Type: "dm", Text: strings.Repeat("x", 1<<20)})
+	if err := f.m.push(ctx, raw); err != nil {
+		t.Fatalf("deliver oversized: %v", err)
+	}
+}
+
+func (f memoryFake) DeliverMalformed(t *testing.T, ctx context.Context) {
+	if err := f.m.push(ctx, []byte(`{"update_id": 12, "chat": [`)); err != nil {
+		t.Fatalf("deliver malformed: %v", err)
+	}
+}
+
+func (f memoryFake) Drop(*testing.T) {
+	f.m.mu.Lock()
+	defer f.m.mu.Unlock()
+	if f.m.drop != nil {
+		close(f.m.drop)
+		f.m.drop = nil
+		f.m.updates = nil
+	}
+}
+
+func (f memoryFake) Connections() int {
+	f.m.mu.Lock()
+	defer f.m.mu.Unlock()
+	return f.m.connections
+}
+
+func (f memoryFake) Answer(ev *eventsv1.MessageReceived) *deliveryv1.SendRequested {
+	return &deliveryv1.SendRequested{
+		Target:          &deliveryv1.Target{Platform: "memory", Account: ev.GetSource().GetAccount(), ChatId: ev.GetSource().GetChatId(), ReplyToMessageId: ev.GetMessageId()},
+		InputMessageIds: []string{ev.GetMessageId()},
+	}
+}
+
+func (f memoryFake) Sent(_ *testing.T, _ context.Context, target *deliveryv1.Target) []string {
+	f.m.mu.Lock()
+	defer f.m.mu.Unlock()
+	return append([]string(nil), f.m.sent[target.GetChatId()]...)
+}

@@ -1,0 +1,547 @@
+package platform
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/switchboard-chat/switchboard/pkg/bus"
+	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+	"github.com/switchboard-chat/switchboard/pkg/sessionkey"
+)
+
+// KV bucket names (before the topology prefix).
+const (
+	BucketReceipts = "GATEWAY_RECEIPTS"
+	BucketSeen     = "GATEWAY_SEEN"
+	BucketLeases   = "GATEWAY_LEASES"
+)
+
+// Options tune a Runner; zero values take the defaults.
+type Options struct {
+	Log *slog.Logger
+	// Backoff between reconnects; DefaultBackoff (30 → 300 s) if nil.
+	Backoff Backoff
+	// MaxEventBytes bounds an encoded inbound event (default 256 KiB).
+	MaxEventBytes int
+	// ReceiptTTL is how long a send's receipt answers retries (default 24 h).
+	ReceiptTTL time.Duration
+	// SeenTTL is how long an inbound event id is remembered beyond the
+	// bus dedupe window (default 7 days).
+	SeenTTL time.Duration
+	// LeaseTTL of the single-consumer lease (default 10 s; a standby
+	// takes over within LeaseTTL + LeaseTTL/5).
+	LeaseTTL time.Duration
+	// Instance names this replica in the lease (default hostname + random).
+	Instance string
+	// SendConcurrency bounds platform operations in flight (default 32).
+	SendConcurrency int
+	// SendTimeout bounds one platform operation (default 30 s).
+	SendTimeout time.Duration
+}
+
+func (o *Options) defaults() {
+	if o.Log == nil {
+		o.Log = slog.Default()
+	}
+	if o.Backoff == nil {
+		o.Backoff = DefaultBackoff
+	}
+	if o.MaxEventBytes <= 0 {
+		o.MaxEventBytes = 256 << 10
+	}
+	if o.ReceiptTTL <= 0 {
+		o.ReceiptTTL = 24 * time.Hour
+	}
+	if o.SeenTTL <= 0 {
+		o.SeenTTL = 7 * 24 * time.Hour
+	}
+	if o.LeaseTTL <= 0 {
+		o.LeaseTTL = 10 * time.Second
+	}
+	if o.Instance == "" {
+		host, _ := os.Hostname()
+		b := make([]byte, 4)
+		_, _ = rand.Read(b)
+		o.Instance = host + "-" + hex.EncodeToString(b)
+	}
+	if o.SendConcurrency <= 0 {
+		o.SendConcurrency = 32
+	}
+	if o.SendTimeout <= 0 {
+		o.SendTimeout = 30 * time.Second
+	}
+}
+
+// State is where a Runner's connection is.
+type State string
+
+const (
+	StateStarting   State = "starting"
+	StateConnecting State = "connecting"
+	StateConnected  State = "connected"
+	StateStandby    State = "standby"
+	StateFatal      State = "fatal"
+	StateStopped    State = "stopped"
+)
+
+// Runner runs one Platform: connection lifecycle, inbound publishing,
+// send serving, health and metrics.
+type Runner struct {
+	p    Platform
+	name string
+	bus  *bus.Bus
+	opts Options
+	log  *slog.Logger
+
+	receipts jetstream.KeyValue
+	seen     jetstream.KeyValue
+
+	mu      sync.Mutex
+	state   State
+	reason  string
+	started atomic.Bool
+}
+
+// NewRunner wraps p; Run starts it.
+func NewRunner(p Platform, b *bus.Bus, opts Options) (*Runner, error) {
+	if p == nil || b == nil {
+		return nil, errors.New("platform runner: platform and bus are required")
+	}
+	opts.defaults()
+	name := p.Name()
+	if name == "" {
+		return nil, errors.New("platform runner: empty platform name")
+	}
+	return &Runner{
+		p: p, name: name, bus: b, opts: opts,
+		log:   opts.Log.With("platform", name, "account", p.Account()),
+		state: StateStarting,
+	}, nil
+}
+
+// Platform is the wrapped platform.
+func (r *Runner) Platform() Platform { return r.p }
+
+// State returns the connection state and, when fatal or connecting, the
+// last error.
+func (r *Runner) State() (State, string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.state, r.reason
+}
+
+func (r *Runner) setState(s State, reason string) {
+	r.mu.Lock()
+	r.state, r.reason = s, reason
+	r.mu.Unlock()
+	connectedGauge.WithLabelValues(r.name).Set(b2f(s == StateConnected))
+	fatalGauge.WithLabelValues(r.name).Set(b2f(s == StateFatal))
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// Ready is a readiness check: ready while connected, or while standing by
+// for the single-consumer lease (a standby serves sends).
+func (r *Runner) Ready(context.Context) error {
+	s, reason := r.State()
+	switch s {
+	case StateConnected, StateStandby:
+		return nil
+	case StateFatal:
+		return fmt.Errorf("%s gateway stopped: %s", r.name, reason)
+	case StateConnecting:
+		if reason != "" {
+			return fmt.Errorf("%s gateway connecting (last error: %s)", r.name, reason)
+		}
+		return fmt.Errorf("%s gateway connecting", r.name)
+	default:
+		return fmt.Errorf("%s gateway %s", r.name, s)
+	}
+}
+
+func (r *Runner) bucket(name string) string { return r.bus.Topology().Stream(name) }
+
+func (r *Runner) openBuckets(ctx context.Context) error {
+	js := r.bus.JetStream()
+	replicas := max(r.bus.Topology().Replicas, 1)
+	var err error
+	r.receipts, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket: r.bucket(BucketReceipts), Description: "first receipt per send idempotency key",
+		TTL: r.opts.ReceiptTTL, History: 1, Replicas: replicas,
+	})
+	if err != nil {
+		return fmt.Errorf("receipts bucket: %w", err)
+	}
+	r.seen, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket: r.bucket(BucketSeen), Description: "inbound event ids already published",
+		TTL: r.opts.SeenTTL, History: 1, Replicas: replicas,
+	})
+	if err != nil {
+		return fmt.Errorf("seen bucket: %w", err)
+	}
+	return nil
+}
+
+// Run serves sends and keeps the platform connected until ctx ends, then
+// stops the connection, finishes in-flight sends and returns.
+func (r *Runner) Run(ctx context.Context) error {
+	if !r.started.CompareAndSwap(false, true) {
+		return errors.New("platform runner: Run called twice")
+	}
+	if err := r.openBuckets(ctx); err != nil {
+		return err
+	}
+	var inflight sync.WaitGroup
+	sem := make(chan struct{}, r.opts.SendConcurrency)
+	sendCtx, cancelSends := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelSends()
+	sub, err := r.bus.Conn().QueueSubscribe(r.bus.Topology().SendSubject(r.name), "gateway-"+r.name, func(m *nats.Msg) {
+		sem <- struct{}{}
+		inflight.Add(1)
+		go func() {
+			defer func() { <-sem; inflight.Done() }()
+			r.serveSend(bus.ContextFrom(sendCtx, m.Header), m)
+		}()
+	})
+	if err != nil {
+		return fmt.Errorf("subscribe %s sends: %w", r.name, err)
+	}
+
+	if sc, ok := r.p.(SingleConsumer); ok && sc.SingleConsumer() {
+		kv, err := leaseBucket(ctx, r.bus.JetStream(), r.bucket(BucketLeases), r.opts.LeaseTTL, max(r.bus.Topology().Replicas, 1))
+		if err != nil {
+			_ = sub.Unsubscribe()
+			return err
+		}
+		l := &lease{
+			kv: kv, key: leaseKey(r.name, r.p.Account()), holder: r.opts.Instance, ttl: r.opts.LeaseTTL, log: r.log,
+			onHeld: func(held bool) {
+				leaseGauge.WithLabelValues(r.name).Set(b2f(held))
+				if !held {
+					if s, _ := r.State(); s != StateFatal {
+						r.setState(StateStandby, "")
+					}
+				}
+			},
+		}
+		r.setState(StateStandby, "")
+		l.run(ctx, r.connectLoop)
+	} else {
+		r.connectLoop(ctx)
+	}
+
+	// Shutdown: stop taking sends, let in-flight ones finish.
+	if err := sub.Drain(); err != nil {
+		r.log.Warn("drain send subscription", "err", err)
+	}
+	waitDone := make(chan struct{})
+	go func() { inflight.Wait(); close(waitDone) }()
+	select {
+	case <-waitDone:
+	case <-time.After(r.opts.SendTimeout):
+		cancelSends()
+		<-waitDone
+	}
+	r.setState(StateStopped, "")
+	return nil
+}
+
+func leaseKey(platform, account string) string {
+	sum := sha256.Sum256([]byte(account))
+	return platform + "." + hex.EncodeToString(sum[:16])
+}
+
+// connectLoop connects until ctx ends or the platform fails fatally.
+func (r *Runner) connectLoop(ctx context.Context) {
+	attempt := 0
+	for ctx.Err() == nil {
+		r.setState(StateConnecting, r.lastReason())
+		c := &conn{r: r}
+		err := r.p.Connect(ctx, c)
+		connectedGauge.WithLabelValues(r.name).Set(0)
+		if ctx.Err() != nil {
+			return
+		}
+		if IsFatal(err) {
+			r.log.Error("platform connection failed fatally; not retrying", "err", err)
+			r.setState(StateFatal, err.Error())
+			<-ctx.Done()
+			return
+		}
+		if err == nil {
+			err = errors.New("connection closed")
+		}
+		if c.connected.Load() {
+			attempt = 0
+		}
+		wait := r.opts.Backoff(attempt)
+		attempt++
+		reconnectsTotal.WithLabelValues(r.name).Inc()
+		r.log.Warn("platform connection lost; reconnecting", "err", err, "attempt", attempt, "wait", wait)
+		r.setState(StateConnecting, err.Error())
+		sleep(ctx, wait)
+	}
+}
+
+func (r *Runner) lastReason() string {
+	_, reason := r.State()
+	return reason
+}
+
+// conn is the Conn handed to one Connect call.
+type conn struct {
+	r         *Runner
+	connected atomic.Bool
+}
+
+func (c *conn) Connected() {
+	c.connected.Store(true)
+	c.r.setState(StateConnected, "")
+	c.r.log.Info("platform connected")
+}
+
+func (c *conn) Reject(ctx context.Context, reason string, err error) { c.r.Reject(ctx, reason, err) }
+
+// Reject records an inbound payload that could not be normalized: it is
+// logged with the reason and counted, never published.
+func (r *Runner) Reject(_ context.Context, reason string, err error) {
+	inboundTotal.WithLabelValues(r.name, "rejected").Inc()
+	r.log.Warn("inbound payload rejected", "reason", reason, "err", err)
+}
+
+func (c *conn) Deliver(ctx context.Context, ev *eventsv1.MessageReceived) (Accepted, error) {
+	return c.r.Deliver(ctx, ev)
+}
+
+// Deliver validates, dedupes and publishes one inbound event. Platforms
+// call it through their Conn; HTTP platforms whose requests outlive a
+// connection may call it directly.
+func (r *Runner) Deliver(ctx context.Context, ev *eventsv1.MessageReceived) (Accepted, error) {
+	if err := r.validate(ev); err != nil {
+		inboundTotal.WithLabelValues(r.name, "rejected").Inc()
+		r.log.Warn("inbound event rejected", "reason", err.Error(), "event_id", ev.GetEventId())
+		return Accepted{}, fmt.Errorf("%w: %v", ErrRejected, err)
+	}
+	src := ev.GetSource()
+	msgID := src.GetPlatform() + ":" + src.GetAccount() + ":" + ev.GetEventId()
+	seenKey := hashKey(msgID)
+	if e, err := r.seen.Get(ctx, seenKey); err == nil && e != nil {
+		inboundTotal.WithLabelValues(r.name, "duplicate").Inc()
+		r.log.Debug("inbound event already seen", "msg_id", msgID)
+		return Accepted{Duplicate: true}, nil
+	} else if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		r.log.Warn("seen lookup failed; relying on bus dedupe", "err", err)
+	}
+	if ev.GetReceivedAt() == nil {
+		ev.ReceivedAt = timestamppb.Now()
+	}
+	ack, err := r.bus.Publish(ctx, r.bus.Topology().InboundSubject(sessionkey.ChatKey(src)), msgID, ev)
+	if err != nil {
+		inboundTotal.WithLabelValues(r.name, "error").Inc()
+		return Accepted{}, fmt.Errorf("publish inbound event: %w", err)
+	}
+	if _, err := r.seen.Put(ctx, seenKey, []byte(msgID)); err != nil {
+		r.log.Warn("record seen event failed", "err", err)
+	}
+	if ack.Duplicate {
+		inboundTotal.WithLabelValues(r.name, "duplicate").Inc()
+		return Accepted{Duplicate: true, Seq: ack.Sequence}, nil
+	}
+	inboundTotal.WithLabelValues(r.name, "published").Inc()
+	return Accepted{Seq: ack.Sequence}, nil
+}
+
+func (r *Runner) validate(ev *eventsv1.MessageReceived) error {
+	if ev == nil {
+		return errors.New("nil event")
+	}
+	if ev.GetEventId() == "" {
+		return errors.New("empty event id")
+	}
+	if ev.Source == nil {
+		ev.Source = &eventsv1.SessionSource{}
+	}
+	if ev.Source.Platform == "" {
+		ev.Source.Platform = r.name
+	}
+	if ev.Source.Platform != r.name {
+		return fmt.Errorf("platform %q on a %s gateway", ev.Source.Platform, r.name)
+	}
+	if ev.Source.Account == "" {
+		ev.Source.Account = r.p.Account()
+	}
+	if ev.Source.ChatId == "" {
+		return errors.New("empty chat id")
+	}
+	if n := proto.Size(ev); n > r.opts.MaxEventBytes {
+		return fmt.Errorf("event is %d bytes, limit %d", n, r.opts.MaxEventBytes)
+	}
+	return nil
+}
+
+// hashKey makes any string a valid, fixed-length KV key.
+func hashKey(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:20])
+}
+
+func (r *Runner) serveSend(ctx context.Context, m *nats.Msg) {
+	req := &deliveryv1.SendRequested{}
+	var receipt *deliveryv1.SendReceipt
+	if err := proto.Unmarshal(m.Data, req); err != nil {
+		r.log.Warn("malformed send request", "err", err)
+		receipt = &deliveryv1.SendReceipt{ErrorClass: deliveryv1.ErrorClass_ERROR_CLASS_PERMANENT, Error: "malformed send request: " + err.Error()}
+		sendsTotal.WithLabelValues(r.name, "malformed", "permanent").Inc()
+	} else {
+		receipt = r.Execute(ctx, req)
+	}
+	if m.Reply == "" {
+		return
+	}
+	if err := bus.Reply(ctx, m, receipt); err != nil {
+		r.log.Warn("answer send request", "err", err)
+	}
+}
+
+// cached reports whether op's receipts are remembered for retries.
+func cached(op deliveryv1.SendOp) bool {
+	switch op {
+	case deliveryv1.SendOp_SEND_OP_SEND, deliveryv1.SendOp_SEND_OP_EDIT, deliveryv1.SendOp_SEND_OP_DELETE:
+		return true
+	}
+	return false
+}
+
+// Execute performs one send request and returns its receipt. A repeated
+// idempotency key gets the first successful receipt back (Duplicate set)
+// and nothing is sent again.
+func (r *Runner) Execute(ctx context.Context, req *deliveryv1.SendRequested) *deliveryv1.SendReceipt {
+	op := req.GetOp()
+	opName := opLabel(op)
+	key := req.GetIdempotencyKey()
+	var cacheKey string
+	if key != "" && cached(op) {
+		cacheKey = r.name + "." + hashKey(key)
+		if e, err := r.receipts.Get(ctx, cacheKey); err == nil {
+			first := &deliveryv1.SendReceipt{}
+			if err := proto.Unmarshal(e.Value(), first); err == nil {
+				first.Duplicate = true
+				sendsTotal.WithLabelValues(r.name, opName, "duplicate").Inc()
+				return first
+			}
+		} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
+			r.log.Warn("receipt lookup failed", "err", err)
+		}
+	}
+
+	ctx, cancel := context.WithTimeout(ctx, r.opts.SendTimeout)
+	defer cancel()
+	start := time.Now()
+	msgID, err := r.perform(ctx, req)
+	sendSeconds.WithLabelValues(r.name, opName).Observe(time.Since(start).Seconds())
+	receipt := &deliveryv1.SendReceipt{IdempotencyKey: key}
+	if err != nil {
+		class, after := classify(err)
+		receipt.ErrorClass = class
+		receipt.Error = err.Error()
+		receipt.RetryAfterMs = after.Milliseconds()
+		sendsTotal.WithLabelValues(r.name, opName, classLabel(class)).Inc()
+		r.log.Debug("platform operation failed", "op", opName, "class", classLabel(class), "err", err)
+		return receipt
+	}
+	receipt.Ok = true
+	receipt.PlatformMessageId = msgID
+	receipt.SentAt = timestamppb.Now()
+	sendsTotal.WithLabelValues(r.name, opName, "ok").Inc()
+	if cacheKey != "" {
+		data, _ := proto.Marshal(receipt)
+		if _, err := r.receipts.Put(context.WithoutCancel(ctx), cacheKey, data); err != nil {
+			r.log.Warn("store receipt failed", "err", err)
+		}
+	}
+	return receipt
+}
+
+func (r *Runner) perform(ctx context.Context, req *deliveryv1.SendRequested) (string, error) {
+	t := req.GetTarget()
+	switch req.GetOp() {
+	case deliveryv1.SendOp_SEND_OP_SEND:
+		if t.GetChatId() == "" {
+			return "", Permanent(errors.New("send without a target chat"))
+		}
+		return r.p.Send(ctx, req)
+	case deliveryv1.SendOp_SEND_OP_EDIT:
+		if req.GetMessageId() == "" {
+			return "", Permanent(errors.New("edit without a message id"))
+		}
+		return req.GetMessageId(), r.p.Edit(ctx, req)
+	case deliveryv1.SendOp_SEND_OP_DELETE:
+		if req.GetMessageId() == "" {
+			return "", Permanent(errors.New("delete without a message id"))
+		}
+		return req.GetMessageId(), r.p.Delete(ctx, req)
+	case deliveryv1.SendOp_SEND_OP_TYPING:
+		if t.GetChatId() == "" {
+			return "", Permanent(errors.New("typing without a target chat"))
+		}
+		return "", r.p.Typing(ctx, req)
+	case deliveryv1.SendOp_SEND_OP_STREAM_DELTA:
+		s, ok := r.p.(Streamer)
+		if !ok {
+			return "", ErrUnsupported
+		}
+		return "", s.StreamDelta(ctx, req)
+	default:
+		return "", Permanent(fmt.Errorf("unknown send op %d", req.GetOp()))
+	}
+}
+
+func opLabel(op deliveryv1.SendOp) string {
+	switch op {
+	case deliveryv1.SendOp_SEND_OP_SEND:
+		return "send"
+	case deliveryv1.SendOp_SEND_OP_EDIT:
+		return "edit"
+	case deliveryv1.SendOp_SEND_OP_DELETE:
+		return "delete"
+	case deliveryv1.SendOp_SEND_OP_TYPING:
+		return "typing"
+	case deliveryv1.SendOp_SEND_OP_STREAM_DELTA:
+		return "stream_delta"
+	default:
+		return "unknown"
+	}
+}
+
+func classLabel(c deliveryv1.ErrorClass) string {
+	switch c {
+	case deliveryv1.ErrorClass_ERROR_CLASS_RATE_LIMITED:
+		return "rate_limited"
+	case deliveryv1.ErrorClass_ERROR_CLASS_PERMANENT:
+		return "permanent"
+	case deliveryv1.ErrorClass_ERROR_CLASS_FORMAT:
+		return "format"
+	default:
+		return "retryable"
+	}
+}

@@ -1,0 +1,205 @@
+package platform_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/switchboard-chat/switchboard/pkg/bus"
+	"github.com/switchboard-chat/switchboard/pkg/bus/bustest"
+	"github.com/switchboard-chat/switchboard/pkg/platform"
+	"github.com/switchboard-chat/switchboard/pkg/platform/platformtest"
+)
+
+func TestMemoryContract(t *testing.T) {
+	t.Parallel()
+	for _, single := range []bool{false, true} {
+		name := "multi"
+		if single {
+			name = "single-consumer"
+		}
+		t.Run(name, func(t *testing.T) {
+			platformtest.Run(t, platformtest.Harness{New: func(t *testing.T, env platformtest.Env) (platform.Platform, platformtest.Fake) {
+				m := platformtest.NewMemory("bot1", single)
+				return m, m.Fake()
+			}})
+		})
+	}
+}
+
+func TestDefaultBackoff(t *testing.T) {
+	t.Parallel()
+	want := []time.Duration{30, 60, 120, 240, 300, 300, 300}
+	for i, w := range want {
+		w *= time.Second
+		for range 20 {
+			got := platform.DefaultBackoff(i)
+			if got < w*9/10 || got > w*11/10 {
+				t.Fatalf("attempt %d: %v, want %v ± 10%%", i, got, w)
+			}
+		}
+	}
+}
+
+type runHandle struct {
+	r    *platform.Runner
+	stop func()
+}
+
+func startRunner(t *testing.T, p platform.Platform, b *bus.Bus, opts platform.Options) runHandle {
+	t.Helper()
+	r, err := platform.NewRunner(p, b, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("run: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return runHandle{r, stop}
+}
+
+func state(r *platform.Runner) platform.State {
+	s, _ := r.State()
+	return s
+}
+
+func TestFatalFailureStopsRetrying(t *testing.T) {
+	t.Parallel()
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	m := platformtest.NewMemory("bot", false)
+	m.FailNext(platform.Fatal(errors.New("401 unauthorized: bad token")))
+	var attempts sync.WaitGroup
+	h := startRunner(t, m, b, platform.Options{Backoff: func(int) time.Duration { attempts.Add(1); return time.Millisecond }})
+	platformtest.WaitFor(t, "fatal state", func() bool { return state(h.r) == platform.StateFatal })
+	err := h.r.Ready(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "bad token") {
+		t.Fatalf("Ready = %v, want the fatal reason", err)
+	}
+	if n := m.Fake().Connections(); n != 0 {
+		t.Fatalf("connected %d times after a fatal failure", n)
+	}
+}
+
+func TestRetryableFailureReconnectsWithSchedule(t *testing.T) {
+	t.Parallel()
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	m := platformtest.NewMemory("bot", false)
+	m.FailNext(errors.New("connection refused"))
+	var mu sync.Mutex
+	var asked []int
+	h := startRunner(t, m, b, platform.Options{Backoff: func(n int) time.Duration {
+		mu.Lock()
+		asked = append(asked, n)
+		mu.Unlock()
+		return time.Millisecond
+	}})
+	platformtest.WaitFor(t, "connected", func() bool { return state(h.r) == platform.StateConnected })
+	if err := h.r.Ready(context.Background()); err != nil {
+		t.Fatalf("Ready = %v after reconnect", err)
+	}
+	// A connection that came up resets the schedule.
+	m.Fake().Drop(t)
+	platformtest.WaitFor(t, "second connection", func() bool { return m.Fake().Connections() == 2 && state(h.r) == platform.StateConnected })
+	mu.Lock()
+	defer mu.Unlock()
+	if len(asked) != 2 || asked[0] != 0 || asked[1] != 0 {
+		t.Fatalf("backoff attempts %v, want [0 0]", asked)
+	}
+}
+
+// secondBus opens another connection on b's topology, as another replica.
+func secondBus(t *testing.T, b *bus.Bus) (*bus.Bus, *nats.Conn) {
+	t.Helper()
+	nc, err := nats.Connect(bustest.EmbeddedURL(t), nats.NoReconnect())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	b2, err := bus.New(nc, b.Topology(), slog.Default())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b2, nc
+}
+
+func TestLeaseFailover(t *testing.T) {
+	t.Parallel()
+	base := bustest.New(t, bustest.EmbeddedURL(t))
+	ttl := 2 * time.Second
+	busA, ncA := secondBus(t, base)
+	busB, _ := secondBus(t, base)
+	mA := platformtest.NewMemory("bot", true)
+	mB := platformtest.NewMemory("bot", true)
+	opts := platform.Options{Backoff: platform.Schedule(10 * time.Millisecond), LeaseTTL: ttl}
+	optsA, optsB := opts, opts
+	optsA.Instance, optsB.Instance = "replica-a", "replica-b"
+	a := startRunner(t, mA, busA, optsA)
+	platformtest.WaitFor(t, "A active", func() bool { return state(a.r) == platform.StateConnected })
+	bb := startRunner(t, mB, busB, optsB)
+	platformtest.WaitFor(t, "B standby", func() bool { return state(bb.r) == platform.StateStandby })
+	if err := bb.r.Ready(context.Background()); err != nil {
+		t.Fatalf("standby not ready: %v", err)
+	}
+
+	// Deliver through A, then crash A (its NATS connection dies with it).
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := mA.Push(ctx, "1", "chat", "before"); err != nil {
+		t.Fatal(err)
+	}
+	crashed := time.Now()
+	ncA.Close()
+	platformtest.WaitFor(t, "B takes over", func() bool { return state(bb.r) == platform.StateConnected })
+	if took := time.Since(crashed); took > 15*time.Second {
+		t.Fatalf("standby took over after %v, want within 15s", took)
+	}
+	platformtest.WaitFor(t, "A gives up its connection", func() bool { return state(a.r) != platform.StateConnected })
+	// A redelivery of what A already published is not published twice.
+	if err := mB.Push(ctx, "1", "chat", "before"); err != nil {
+		t.Fatal(err)
+	}
+	if err := mB.Push(ctx, "2", "chat", "after"); err != nil {
+		t.Fatal(err)
+	}
+	info, err := base.JetStream().Stream(ctx, base.Topology().Stream(bus.StreamInbound))
+	if err != nil {
+		t.Fatal(err)
+	}
+	si, err := info.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if si.State.Msgs != 2 {
+		t.Fatalf("inbound stream holds %d events, want 2 (no loss, no duplicate)", si.State.Msgs)
+	}
+}
+
+func TestLeaseGracefulHandoff(t *testing.T) {
+	t.Parallel()
+	base := bustest.New(t, bustest.EmbeddedURL(t))
+	busB, _ := secondBus(t, base)
+	opts := platform.Options{Backoff: platform.Schedule(10 * time.Millisecond), LeaseTTL: 30 * time.Second}
+	a := startRunner(t, platformtest.NewMemory("bot", true), base, opts)
+	platformtest.WaitFor(t, "A active", func() bool { return state(a.r) == platform.StateConnected })
+	bb := startRunner(t, platformtest.NewMemory("bot", true), busB, opts)
+	platformtest.WaitFor(t, "B standby", func() bool { return state(bb.r) == platform.StateStandby })
+	a.stop()
+	// The lease TTL is 30 s: only a released lease lets B in this soon.
+	platformtest.WaitFor(t, "B takes over", func() bool { return state(bb.r) == platform.StateConnected })
+}

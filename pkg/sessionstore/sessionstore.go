@@ -1,0 +1,550 @@
+// Package sessionstore keeps sessions and their queues of waiting messages
+// in Postgres: the state the router owns and the admin API reads. Every
+// operation is safe to run from any number of processes at once.
+package sessionstore
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+)
+
+// Errors returned by Store.
+var (
+	ErrNotFound  = errors.New("session not found")
+	ErrQueueFull = errors.New("session queue is full")
+)
+
+// Session is one session entry (one key; its current conversation).
+type Session struct {
+	Key               string
+	ID                string
+	Platform          string
+	ChatType          string
+	Origin            *eventsv1.SessionSource
+	DisplayName       string
+	Profile           string
+	Title             string
+	CreatedAt         time.Time
+	UpdatedAt         time.Time
+	LastActivityAt    time.Time
+	InputTokens       int64
+	OutputTokens      int64
+	ModelOverride     string
+	BusyMode          string
+	Generation        int64
+	ResetCount        int
+	LastResetReason   string
+	Suspended         bool
+	ResumePending     bool
+	PromptFingerprint string
+	LastTurnID        string
+}
+
+// History is one past or current conversation of a key.
+type History struct {
+	SessionID string
+	Title     string
+	StartedAt time.Time
+	EndedAt   time.Time
+	EndReason string
+}
+
+// Queued is one waiting message.
+type Queued struct {
+	ID        int64
+	StreamSeq int64
+	EventID   string
+	OwnTurn   bool
+	Event     *eventsv1.MessageReceived
+}
+
+// Store reads and writes sessions.
+type Store struct {
+	db  *pgxpool.Pool
+	now func() time.Time
+}
+
+// New returns a Store on db.
+func New(db *pgxpool.Pool) *Store { return &Store{db: db, now: time.Now} }
+
+// WithClock returns a copy of s that reads the time from now (tests).
+func (s *Store) WithClock(now func() time.Time) *Store {
+	c := *s
+	c.now = now
+	return &c
+}
+
+// NewSessionID returns an id in the Hermes form YYYYMMDD_HHMMSS_<8 hex>.
+func NewSessionID(now time.Time) string {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return now.UTC().Format("20060102_150405") + "_" + hex.EncodeToString(b)
+}
+
+const sessionCols = `session_key, session_id, platform, chat_type, origin, display_name, profile, title,
+	created_at, updated_at, last_activity_at, input_tokens, output_tokens, model_override, busy_mode,
+	generation, reset_count, last_reset_reason, suspended, resume_pending, system_prompt_fingerprint, last_turn_id`
+
+type rowScanner interface{ Scan(dest ...any) error }
+
+func scanSession(r rowScanner) (Session, error) {
+	var s Session
+	var origin []byte
+	err := r.Scan(&s.Key, &s.ID, &s.Platform, &s.ChatType, &origin, &s.DisplayName, &s.Profile, &s.Title,
+		&s.CreatedAt, &s.UpdatedAt, &s.LastActivityAt, &s.InputTokens, &s.OutputTokens, &s.ModelOverride, &s.BusyMode,
+		&s.Generation, &s.ResetCount, &s.LastResetReason, &s.Suspended, &s.ResumePending, &s.PromptFingerprint, &s.LastTurnID)
+	if err != nil {
+		return Session{}, err
+	}
+	s.Origin = &eventsv1.SessionSource{}
+	if len(origin) > 0 {
+		_ = protojson.UnmarshalOptions{DiscardUnknown: true}.Unmarshal(origin, s.Origin)
+	}
+	return s, nil
+}
+
+func encodeOrigin(src *eventsv1.SessionSource) []byte {
+	b, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(src)
+	if err != nil || len(b) == 0 {
+		return []byte("{}")
+	}
+	return b
+}
+
+func displayName(src *eventsv1.SessionSource) string {
+	if n := src.GetChatName(); n != "" {
+		return n
+	}
+	if n := src.GetUserName(); n != "" {
+		return n
+	}
+	return src.GetChatId()
+}
+
+// Get returns the session of key.
+func (s *Store) Get(ctx context.Context, key string) (Session, error) {
+	sess, err := scanSession(s.db.QueryRow(ctx, `SELECT `+sessionCols+` FROM sessions WHERE session_key = $1`, key))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Session{}, ErrNotFound
+	}
+	if err != nil {
+		return Session{}, fmt.Errorf("read session: %w", err)
+	}
+	return sess, nil
+}
+
+// Generation returns the session's current generation (0 when none).
+func (s *Store) Generation(ctx context.Context, key string) (int64, error) {
+	var gen int64
+	err := s.db.QueryRow(ctx, `SELECT generation FROM sessions WHERE session_key = $1`, key).Scan(&gen)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read generation: %w", err)
+	}
+	return gen, nil
+}
+
+// GetOrCreate returns the session of key, creating it from src when there
+// is none. Concurrent callers for a new key get the same single session.
+func (s *Store) GetOrCreate(ctx context.Context, key, profile string, src *eventsv1.SessionSource) (Session, bool, error) {
+	now := s.now()
+	id := NewSessionID(now)
+	var sess Session
+	created := false
+	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+		var err error
+		sess, err = scanSession(tx.QueryRow(ctx, `
+			INSERT INTO sessions (session_key, session_id, platform, chat_type, origin, display_name, profile,
+				created_at, updated_at, last_activity_at)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8, $8)
+			ON CONFLICT (session_key) DO NOTHING
+			RETURNING `+sessionCols, key, id, src.GetPlatform(), src.GetChatType(), encodeOrigin(src), displayName(src), profile, now))
+		if errors.Is(err, pgx.ErrNoRows) {
+			sess, err = scanSession(tx.QueryRow(ctx, `SELECT `+sessionCols+` FROM sessions WHERE session_key = $1`, key))
+			if err != nil {
+				return fmt.Errorf("read session: %w", err)
+			}
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("create session: %w", err)
+		}
+		created = true
+		if _, err := tx.Exec(ctx, `INSERT INTO session_history (session_key, session_id, started_at) VALUES ($1, $2, $3)`, key, id, now); err != nil {
+			return fmt.Errorf("record session history: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return Session{}, false, err
+	}
+	return sess, created, nil
+}
+
+// Touch records activity on the session and refreshes its origin.
+func (s *Store) Touch(ctx context.Context, key string, src *eventsv1.SessionSource) error {
+	_, err := s.db.Exec(ctx, `UPDATE sessions SET origin = $2, display_name = $3, last_activity_at = $4, updated_at = $4
+		WHERE session_key = $1`, key, encodeOrigin(src), displayName(src), s.now())
+	if err != nil {
+		return fmt.Errorf("touch session: %w", err)
+	}
+	return nil
+}
+
+// Reset starts a new conversation under key: a new session id, the next
+// generation, no waiting messages, zeroed counters. reason is recorded.
+func (s *Store) Reset(ctx context.Context, key, reason string) (Session, error) {
+	now := s.now()
+	var sess Session
+	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+		id := NewSessionID(now)
+		var old string
+		if err := tx.QueryRow(ctx, `SELECT session_id FROM sessions WHERE session_key = $1 FOR UPDATE`, key).Scan(&old); err != nil {
+			if errors.Is(err, pgx.ErrNoRows) {
+				return ErrNotFound
+			}
+			return fmt.Errorf("lock session: %w", err)
+		}
+		if _, err := tx.Exec(ctx, `UPDATE session_history SET ended_at = $3, end_reason = $4
+			WHERE session_key = $1 AND session_id = $2 AND ended_at IS NULL`, key, old, now, reason); err != nil {
+			return fmt.Errorf("end session history: %w", err)
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO session_history (session_key, session_id, started_at) VALUES ($1, $2, $3)`, key, id, now); err != nil {
+			return fmt.Errorf("record session history: %w", err)
+		}
+		if _, err := tx.Exec(ctx, `DELETE FROM session_queue WHERE session_key = $1`, key); err != nil {
+			return fmt.Errorf("clear queue: %w", err)
+		}
+		var err error
+		sess, err = scanSession(tx.QueryRow(ctx, `UPDATE sessions SET session_id = $2, generation = generation + 1,
+			reset_count = reset_count + 1, last_reset_at = $3, last_reset_reason = $4, title = '',
+			input_tokens = 0, output_tokens = 0, cache_read_tokens = 0, cache_write_tokens = 0,
+			system_prompt_fingerprint = '', resume_pending = false, suspended = false,
+			updated_at = $3, last_activity_at = $3
+			WHERE session_key = $1 RETURNING `+sessionCols, key, id, now, reason))
+		if err != nil {
+			return fmt.Errorf("reset session: %w", err)
+		}
+		return nil
+	})
+	return sess, err
+}
+
+// Stop fences the running turn (next generation) and drops the waiting
+// messages; it returns the new generation and how many were dropped.
+func (s *Store) Stop(ctx context.Context, key string) (gen int64, dropped int64, err error) {
+	err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+		if err := tx.QueryRow(ctx, `UPDATE sessions SET generation = generation + 1, updated_at = $2
+			WHERE session_key = $1 RETURNING generation`, key, s.now()).Scan(&gen); err != nil {
+			if errors.Is(err, pgx.ErrNoRows) {
+				return ErrNotFound
+			}
+			return fmt.Errorf("advance generation: %w", err)
+		}
+		tag, err := tx.Exec(ctx, `DELETE FROM session_queue WHERE session_key = $1`, key)
+		if err != nil {
+			return fmt.Errorf("clear queue: %w", err)
+		}
+		dropped = tag.RowsAffected()
+		return nil
+	})
+	return gen, dropped, err
+}
+
+// Enqueue appends a message to the session's FIFO. A message already
+// queued (same event id) is not added twice: inserted is false. When the
+// queue holds max messages it returns ErrQueueFull.
+func (s *Store) Enqueue(ctx context.Context, key string, streamSeq int64, ownTurn bool, ev *eventsv1.MessageReceived, max int) (inserted bool, err error) {
+	data, err := proto.Marshal(ev)
+	if err != nil {
+		return false, fmt.Errorf("encode queued message: %w", err)
+	}
+	err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+		// Serialise enqueues per session so the cap holds.
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('queue:' || $1, 0))`, key); err != nil {
+			return fmt.Errorf("lock queue: %w", err)
+		}
+		var n int
+		if err := tx.QueryRow(ctx, `SELECT count(*) FROM session_queue WHERE session_key = $1`, key).Scan(&n); err != nil {
+			return fmt.Errorf("count queue: %w", err)
+		}
+		if n >= max {
+			var exists bool
+			if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM session_queue WHERE session_key = $1 AND event_id = $2)`,
+				key, ev.GetEventId()).Scan(&exists); err != nil {
+				return fmt.Errorf("check queue: %w", err)
+			}
+			if exists {
+				return nil
+			}
+			return ErrQueueFull
+		}
+		tag, err := tx.Exec(ctx, `INSERT INTO session_queue (session_key, stream_seq, event_id, own_turn, event, enqueued_at)
+			VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (session_key, event_id) DO NOTHING`,
+			key, streamSeq, ev.GetEventId(), ownTurn, data, s.now())
+		if err != nil {
+			return fmt.Errorf("enqueue: %w", err)
+		}
+		inserted = tag.RowsAffected() == 1
+		return nil
+	})
+	return inserted, err
+}
+
+// QueueLen is how many messages wait for the session.
+func (s *Store) QueueLen(ctx context.Context, key string) (int, error) {
+	var n int
+	if err := s.db.QueryRow(ctx, `SELECT count(*) FROM session_queue WHERE session_key = $1`, key).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count queue: %w", err)
+	}
+	return n, nil
+}
+
+// Turn is what StartTurn hands to its publish callback.
+type Turn struct {
+	Session    Session
+	Generation int64
+	Inputs     []Queued
+}
+
+// StartTurn takes the head of the session's queue — one own-turn message,
+// or the run of mergeable messages at the head (at most maxInputs) —
+// removes it, advances the generation and records turnID, all in one
+// transaction that commits only if publish succeeds. It reports false when
+// nothing waits. The caller holds the session lock.
+func (s *Store) StartTurn(ctx context.Context, key, turnID string, maxInputs int, publish func(context.Context, Turn) error) (bool, error) {
+	started := false
+	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+		sess, err := scanSession(tx.QueryRow(ctx, `SELECT `+sessionCols+` FROM sessions WHERE session_key = $1 FOR UPDATE`, key))
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("lock session: %w", err)
+		}
+		rows, err := tx.Query(ctx, `SELECT id, stream_seq, event_id, own_turn, event FROM session_queue
+			WHERE session_key = $1 ORDER BY stream_seq, id LIMIT $2`, key, maxInputs)
+		if err != nil {
+			return fmt.Errorf("read queue: %w", err)
+		}
+		var take []Queued
+		for rows.Next() {
+			var q Queued
+			var data []byte
+			if err := rows.Scan(&q.ID, &q.StreamSeq, &q.EventID, &q.OwnTurn, &data); err != nil {
+				rows.Close()
+				return fmt.Errorf("scan queue: %w", err)
+			}
+			q.Event = &eventsv1.MessageReceived{}
+			if err := proto.Unmarshal(data, q.Event); err != nil {
+				rows.Close()
+				return fmt.Errorf("decode queued message %d: %w", q.ID, err)
+			}
+			if len(take) > 0 && (q.OwnTurn || take[0].OwnTurn) {
+				break
+			}
+			take = append(take, q)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("read queue: %w", err)
+		}
+		if len(take) == 0 {
+			return nil
+		}
+		ids := make([]int64, len(take))
+		for i, q := range take {
+			ids[i] = q.ID
+		}
+		if _, err := tx.Exec(ctx, `DELETE FROM session_queue WHERE id = ANY($1)`, ids); err != nil {
+			return fmt.Errorf("dequeue: %w", err)
+		}
+		now := s.now()
+		if err := tx.QueryRow(ctx, `UPDATE sessions SET generation = generation + 1, last_turn_id = $2, last_turn_at = $3, updated_at = $3
+			WHERE session_key = $1 RETURNING generation`, key, turnID, now).Scan(&sess.Generation); err != nil {
+			return fmt.Errorf("advance generation: %w", err)
+		}
+		sess.LastTurnID = turnID
+		if err := publish(ctx, Turn{Session: sess, Generation: sess.Generation, Inputs: take}); err != nil {
+			return err
+		}
+		started = true
+		return nil
+	})
+	return started, err
+}
+
+// WaitingKeys returns session keys with messages queued before olderThan.
+func (s *Store) WaitingKeys(ctx context.Context, olderThan time.Time, limit int) ([]string, error) {
+	rows, err := s.db.Query(ctx, `SELECT session_key FROM session_queue WHERE enqueued_at < $1
+		GROUP BY session_key ORDER BY min(enqueued_at) LIMIT $2`, olderThan, limit)
+	if err != nil {
+		return nil, fmt.Errorf("find waiting sessions: %w", err)
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
+// AddUsage adds a turn's token counts to the session.
+func (s *Store) AddUsage(ctx context.Context, key string, in, out, cacheRead, cacheWrite int64) error {
+	_, err := s.db.Exec(ctx, `UPDATE sessions SET input_tokens = input_tokens + $2, output_tokens = output_tokens + $3,
+		cache_read_tokens = cache_read_tokens + $4, cache_write_tokens = cache_write_tokens + $5, updated_at = $6
+		WHERE session_key = $1`, key, in, out, cacheRead, cacheWrite, s.now())
+	if err != nil {
+		return fmt.Errorf("add usage: %w", err)
+	}
+	return nil
+}
+
+func (s *Store) set(ctx context.Context, key, col string, v any) error {
+	// col is one of a fixed set chosen by the caller, never user input.
+	tag, err := s.db.Exec(ctx, `UPDATE sessions SET `+col+` = $2, updated_at = $3 WHERE session_key = $1`, key, v, s.now())
+	if err != nil {
+		return fmt.Errorf("update session %s: %w", col, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return ErrNotFound
+	}
+	return nil
+}
+
+// SetModel sets the per-session model override ("" for the default).
+func (s *Store) SetModel(ctx context.Context, key, model string) error {
+	return s.set(ctx, key, "model_override", model)
+}
+
+// SetBusyMode sets the per-chat busy mode override ("" for the default).
+func (s *Store) SetBusyMode(ctx context.Context, key, mode string) error {
+	return s.set(ctx, key, "busy_mode", mode)
+}
+
+// SetTitle names the current conversation.
+func (s *Store) SetTitle(ctx context.Context, key, title string) error {
+	return pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+		var id string
+		if err := tx.QueryRow(ctx, `UPDATE sessions SET title = $2, updated_at = $3 WHERE session_key = $1 RETURNING session_id`,
+			key, title, s.now()).Scan(&id); err != nil {
+			if errors.Is(err, pgx.ErrNoRows) {
+				return ErrNotFound
+			}
+			return fmt.Errorf("set title: %w", err)
+		}
+		if _, err := tx.Exec(ctx, `UPDATE session_history SET title = $3 WHERE session_key = $1 AND session_id = $2`, key, id, title); err != nil {
+			return fmt.Errorf("set history title: %w", err)
+		}
+		return nil
+	})
+}
+
+// History lists the key's conversations, newest first.
+func (s *Store) History(ctx context.Context, key string, limit int) ([]History, error) {
+	rows, err := s.db.Query(ctx, `SELECT session_id, title, started_at, ended_at, end_reason FROM session_history
+		WHERE session_key = $1 ORDER BY started_at DESC, session_id DESC LIMIT $2`, key, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list session history: %w", err)
+	}
+	defer rows.Close()
+	var out []History
+	for rows.Next() {
+		var h History
+		var ended *time.Time
+		if err := rows.Scan(&h.SessionID, &h.Title, &h.StartedAt, &ended, &h.EndReason); err != nil {
+			return nil, fmt.Errorf("scan session history: %w", err)
+		}
+		if ended != nil {
+			h.EndedAt = *ended
+		}
+		out = append(out, h)
+	}
+	return out, rows.Err()
+}
+
+// Resume switches the key back to an earlier conversation, found by title
+// (case-insensitive) or session id. It advances the generation and drops
+// waiting messages, as a reset does.
+func (s *Store) Resume(ctx context.Context, key, name string) (Session, error) {
+	now := s.now()
+	var sess Session
+	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+		var cur string
+		if err := tx.QueryRow(ctx, `SELECT session_id FROM sessions WHERE session_key = $1 FOR UPDATE`, key).Scan(&cur); err != nil {
+			if errors.Is(err, pgx.ErrNoRows) {
+				return ErrNotFound
+			}
+			return fmt.Errorf("lock session: %w", err)
+		}
+		var id, title string
+		err := tx.QueryRow(ctx, `SELECT session_id, title FROM session_history WHERE session_key = $1 AND session_id <> $3
+			AND (lower(title) = lower($2) OR session_id = $2) ORDER BY started_at DESC LIMIT 1`, key, name, cur).Scan(&id, &title)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return ErrNotFound
+		}
+		if err != nil {
+			return fmt.Errorf("find session to resume: %w", err)
+		}
+		if _, err := tx.Exec(ctx, `UPDATE session_history SET ended_at = $3, end_reason = 'switched'
+			WHERE session_key = $1 AND session_id = $2 AND ended_at IS NULL`, key, cur, now); err != nil {
+			return fmt.Errorf("end session history: %w", err)
+		}
+		if _, err := tx.Exec(ctx, `UPDATE session_history SET ended_at = NULL, end_reason = '' WHERE session_key = $1 AND session_id = $2`, key, id); err != nil {
+			return fmt.Errorf("reopen session history: %w", err)
+		}
+		if _, err := tx.Exec(ctx, `DELETE FROM session_queue WHERE session_key = $1`, key); err != nil {
+			return fmt.Errorf("clear queue: %w", err)
+		}
+		sess, err = scanSession(tx.QueryRow(ctx, `UPDATE sessions SET session_id = $2, title = $3, generation = generation + 1,
+			resume_pending = true, system_prompt_fingerprint = '', updated_at = $4, last_activity_at = $4
+			WHERE session_key = $1 RETURNING `+sessionCols, key, id, title, now))
+		if err != nil {
+			return fmt.Errorf("resume session: %w", err)
+		}
+		return nil
+	})
+	return sess, err
+}
+
+// List returns sessions ordered by key, optionally of one platform.
+// after is the key of the last row of the previous page ("" for the first).
+func (s *Store) List(ctx context.Context, platform string, limit int, after string) ([]Session, error) {
+	rows, err := s.db.Query(ctx, `SELECT `+sessionCols+` FROM sessions
+		WHERE ($1 = '' OR platform = $1) AND ($3 = '' OR session_key > $3)
+		ORDER BY session_key LIMIT $2`, platform, limit, after)
+	if err != nil {
+		return nil, fmt.Errorf("list sessions: %w", err)
+	}
+	defer rows.Close()
+	var out []Session
+	for rows.Next() {
+		sess, err := scanSession(rows)
+		if err != nil {
+			return nil, fmt.Errorf("scan session: %w", err)
+		}
+		out = append(out, sess)
+	}
+	return out, rows.Err()
+}
+
+// SetHome makes src's chat the platform's home channel.
+func (s *Store) SetHome(ctx context.Context, src *eventsv1.SessionSource, by string) error {
+	_, err := s.db.Exec(ctx, `INSERT INTO home_channels (platform, account, chat_id, thread_id, chat_name, set_by, set_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7)
+		ON CONFLICT (platform) DO UPDATE SET account = EXCLUDED.account, chat_id = EXCLUDED.chat_id,
+			thread_id = EXCLUDED.thread_id, chat_name = EXCLUDED.chat_name, set_by = EXCLUDED.set_by, set_at = EXCLUDED.set_at`,
+		src.GetPlatform(), src.GetAccount(), src.GetChatId(), src.GetThreadId(), src.GetChatName(), by, s.now())
+	if err != nil {
+		return fmt.Errorf("set home channel: %w", err)
+	}
+	return nil
+}

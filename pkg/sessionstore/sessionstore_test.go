@@ -1,0 +1,116 @@
+package sessionstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+	"github.com/switchboard-chat/switchboard/pkg/pg/pgtest"
+)
+
+// TestStartTurnGrouping checks which waiting messages form one turn:
+// the run of mergeable messages at the head, or one own-turn message.
+func TestStartTurnGrouping(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		queue string // m = mergeable, o = own turn, in order
+		want  []string
+	}{
+		{"m", []string{"0"}},
+		{"mmm", []string{"0,1,2"}},
+		{"oo", []string{"0", "1"}},
+		{"mmomm", []string{"0,1", "2", "3,4"}},
+		{"omo", []string{"0", "1", "2"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.queue, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			s := New(pgtest.New(t))
+			key := "agent:main:telegram:dm:1"
+			if _, _, err := s.GetOrCreate(ctx, key, "", &eventsv1.SessionSource{Platform: "telegram", ChatId: "1"}); err != nil {
+				t.Fatal(err)
+			}
+			// Enqueue in reverse seq order: the stream sequence decides.
+			for i := len(tt.queue) - 1; i >= 0; i-- {
+				ev := &eventsv1.MessageReceived{EventId: fmt.Sprint(i), Text: fmt.Sprint(i)}
+				if _, err := s.Enqueue(ctx, key, int64(100+i), tt.queue[i] == 'o', ev, 32); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var got []string
+			var gens []int64
+			for {
+				started, err := s.StartTurn(ctx, key, "t", 32, func(_ context.Context, turn Turn) error {
+					var texts []string
+					for _, q := range turn.Inputs {
+						texts = append(texts, q.Event.GetText())
+					}
+					got = append(got, strings.Join(texts, ","))
+					gens = append(gens, turn.Generation)
+					return nil
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !started {
+					break
+				}
+			}
+			if strings.Join(got, "|") != strings.Join(tt.want, "|") {
+				t.Fatalf("turns %q, want %q", got, tt.want)
+			}
+			for i := 1; i < len(gens); i++ {
+				if gens[i] != gens[i-1]+1 {
+					t.Fatalf("generations %v not increasing by one per turn", gens)
+				}
+			}
+		})
+	}
+}
+
+func TestStartTurnRollsBackWhenPublishFails(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := New(pgtest.New(t))
+	key := "k"
+	if _, _, err := s.GetOrCreate(ctx, key, "", &eventsv1.SessionSource{Platform: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Enqueue(ctx, key, 1, false, &eventsv1.MessageReceived{EventId: "e"}, 32); err != nil {
+		t.Fatal(err)
+	}
+	boom := errors.New("bus down")
+	if _, err := s.StartTurn(ctx, key, "t", 32, func(context.Context, Turn) error { return boom }); !errors.Is(err, boom) {
+		t.Fatalf("err %v", err)
+	}
+	sess, _ := s.Get(ctx, key)
+	if n, _ := s.QueueLen(ctx, key); n != 1 || sess.Generation != 0 {
+		t.Fatalf("after a failed publish: %d waiting, generation %d; want 1 and 0", n, sess.Generation)
+	}
+}
+
+func TestEnqueueIsIdempotentAndCapped(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := New(pgtest.New(t))
+	ev := func(id string) *eventsv1.MessageReceived { return &eventsv1.MessageReceived{EventId: id} }
+	if ins, err := s.Enqueue(ctx, "k", 1, false, ev("a"), 2); err != nil || !ins {
+		t.Fatal(ins, err)
+	}
+	if ins, err := s.Enqueue(ctx, "k", 1, false, ev("a"), 2); err != nil || ins {
+		t.Fatalf("second enqueue of one event: %v %v", ins, err)
+	}
+	if _, err := s.Enqueue(ctx, "k", 2, false, ev("b"), 2); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Enqueue(ctx, "k", 3, false, ev("c"), 2); !errors.Is(err, ErrQueueFull) {
+		t.Fatalf("over the cap: %v", err)
+	}
+	if ins, err := s.Enqueue(ctx, "k", 2, false, ev("b"), 2); err != nil || ins {
+		t.Fatalf("redelivery at the cap: %v %v", ins, err)
+	}
+}

@@ -1,0 +1,161 @@
+package streamedit_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/switchboard-chat/switchboard/pkg/chunk"
+	"github.com/switchboard-chat/switchboard/pkg/streamedit"
+)
+
+// platform is a fake chat that applies actions and checks they make sense.
+type platform struct {
+	t       *testing.T
+	limit   chunk.Limit
+	live    map[int]string
+	created int // messages ever created: Send must target the next one
+}
+
+func (p *platform) apply(a streamedit.Action) {
+	p.t.Helper()
+	if a.Kind != streamedit.Delete && !p.limit.Fits(a.Text) {
+		p.t.Fatalf("%v %d: %d > %d", a.Kind, a.Message, p.limit.Len(a.Text), p.limit.Max)
+	}
+	_, live := p.live[a.Message]
+	switch a.Kind {
+	case streamedit.Send:
+		if live || a.Message != p.created {
+			p.t.Fatalf("send %d: live=%v created=%d", a.Message, live, p.created)
+		}
+		if a.Text == "" {
+			p.t.Fatalf("send %d: empty", a.Message)
+		}
+		p.live[a.Message] = a.Text
+		p.created++
+	case streamedit.Edit:
+		if !live {
+			p.t.Fatalf("edit %d: not live", a.Message)
+		}
+		if a.Text == "" {
+			p.t.Fatalf("edit %d: empty", a.Message)
+		}
+		p.live[a.Message] = a.Text
+	case streamedit.Delete:
+		if !live {
+			p.t.Fatalf("delete %d: not live", a.Message)
+		}
+		delete(p.live, a.Message)
+	}
+}
+
+func FuzzStream(f *testing.F) {
+	f.Add([]byte{0x40, 0x41, 0x05, 0x90, 0x02, 0x01, 0x41, 0x81, 0x06, 0x44}, false, true)
+	f.Add([]byte{0xfc, 0xfc, 0xfc, 0x11, 0x02, 0x02, 0xfc, 0x45, 0x02, 0x01, 0xfc, 0x45}, true, true)
+	f.Add([]byte{0x00, 0x04, 0x08, 0x0d, 0x10}, false, false)
+	f.Fuzz(func(t *testing.T, ops []byte, differentFinal, canEdit bool) {
+		const alphabet = "lorem ipsum\ndolor ```go\nsit 😀 amet é "
+		limit := chunk.Limit{Max: 64, Measure: chunk.UTF16}
+		now := t0
+		s := streamedit.New(streamedit.Config{Limit: limit, CanEdit: canEdit, Now: func() time.Time { return now }})
+		p := &platform{t: t, limit: limit, live: map[int]string{}}
+		var fail error
+		var streamed strings.Builder
+		var last time.Time
+		pos := 0
+		do := func(acts []streamedit.Action, final bool) {
+			if len(acts) > 0 && !final {
+				if !canEdit {
+					t.Fatal("progress on a platform that cannot edit")
+				}
+				if !last.IsZero() && now.Sub(last) < streamedit.DefaultInterval {
+					t.Fatalf("update %v after the last", now.Sub(last))
+				}
+				last = now
+			}
+			for _, a := range acts {
+				if a.Final != final {
+					t.Fatalf("Final=%v in a %v batch", a.Final, final)
+				}
+				err := fail
+				if final {
+					err = nil
+				}
+				s.OnResult(a, err)
+				if err != nil {
+					return
+				}
+				p.apply(a)
+			}
+		}
+		for i := 0; i < len(ops); i++ {
+			b := ops[i]
+			switch b % 4 {
+			case 0, 3:
+				n := int(b/4) % 48
+				var d strings.Builder
+				for range n {
+					r := []rune(alphabet)
+					d.WriteRune(r[pos%len(r)])
+					pos++
+				}
+				streamed.WriteString(d.String())
+				do(s.Append(d.String()), false)
+			case 1:
+				now = now.Add(time.Duration(b/4) * 50 * time.Millisecond)
+				do(s.Tick(now), false)
+			case 2:
+				switch (b / 4) % 3 {
+				case 0:
+					fail = nil
+				case 1:
+					fail = streamedit.ErrFlood
+				case 2:
+					fail = errors.New("gone")
+				}
+			}
+		}
+		final := streamed.String()
+		if differentFinal {
+			final = "A different answer: " + final[:len(final)/2]
+		}
+		do(s.Final(final), true)
+		if s.Final("again") != nil {
+			t.Fatal("second Final planned actions")
+		}
+		if strings.Contains(final, "▉") {
+			return
+		}
+		for i, m := range p.live {
+			if strings.HasSuffix(m, streamedit.DefaultCursor) {
+				t.Fatalf("message %d keeps the cursor: %q", i, m)
+			}
+		}
+		if final != "" && len(p.live) == 0 {
+			t.Fatal("final answer not delivered")
+		}
+	})
+}
+
+func BenchmarkStream(b *testing.B) {
+	delta := "some streamed words, and then\nmore "
+	b.ReportAllocs()
+	for b.Loop() {
+		now := t0
+		s := streamedit.New(streamedit.Config{Limit: chunk.Limits("telegram"), CanEdit: true, Now: func() time.Time { return now }})
+		var all strings.Builder
+		for i := range 2000 {
+			all.WriteString(delta)
+			for _, a := range s.Append(delta) {
+				s.OnResult(a, nil)
+			}
+			if i%4 == 0 {
+				now = now.Add(200 * time.Millisecond)
+			}
+		}
+		for _, a := range s.Final(all.String()) {
+			s.OnResult(a, nil)
+		}
+	}
+}

@@ -1,0 +1,378 @@
+// Package streamedit schedules the streaming of a reply by editing one
+// platform message in place, as the Hermes gateway does: deltas are
+// buffered, the message is edited at a bounded rate with a cursor at the
+// end, continued in a new message when it outgrows the platform limit,
+// slowed down and finally given up on under flood control, and replaced by
+// the final answer at the end.
+//
+// A Stream does no I/O and keeps no timers. A delivery service drives it:
+//
+//	s := streamedit.New(cfg)
+//	for {
+//		select {
+//		case d := <-deltas:
+//			do(s.Append(d))
+//		case now := <-ticker.C:
+//			do(s.Tick(now))
+//		case text := <-final:
+//			do(s.Final(text))
+//			return
+//		}
+//	}
+//
+// where do performs the actions in order, reports each with OnResult, and
+// stops at the first that fails (the Stream plans again from what
+// succeeded). Calls must not overlap: report the actions of one call
+// before making the next.
+package streamedit
+
+import (
+	"errors"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/switchboard-chat/switchboard/pkg/chunk"
+)
+
+// ErrFlood marks a flood-control or rate-limit failure. Wrap platform
+// errors with it (fmt.Errorf("edit: %w", streamedit.ErrFlood)) so OnResult
+// backs off instead of giving up.
+var ErrFlood = errors.New("streamedit: flood control")
+
+// Kind is what an Action does to a platform message.
+type Kind int
+
+const (
+	// Send posts a new message; the delivery service remembers its
+	// platform id under Action.Message.
+	Send Kind = iota + 1
+	// Edit replaces the text of message Action.Message.
+	Edit
+	// Delete removes message Action.Message: the final answer needed fewer
+	// messages than the stream had used.
+	Delete
+)
+
+func (k Kind) String() string {
+	switch k {
+	case Send:
+		return "send"
+	case Edit:
+		return "edit"
+	case Delete:
+		return "delete"
+	}
+	return "unknown"
+}
+
+// Action is one call for the delivery service to make.
+type Action struct {
+	Kind Kind
+	// Message numbers the messages of this reply from 0, in the order
+	// they were first sent.
+	Message int
+	Text    string
+	// Final is set on the actions returned by Final.
+	Final bool
+
+	base, upto int  // text[base:upto] is what the message shows on success
+	sealed     bool // the message is finished; the next starts at text[next:]
+	next       int
+}
+
+// Config tunes a Stream. Zero fields take the defaults shown.
+type Config struct {
+	// Limit is the platform's message limit (chunk.Limits(platform)).
+	Limit chunk.Limit
+	// CanEdit is false for platforms that cannot edit a sent message:
+	// they get only the final text.
+	CanEdit bool
+	// Interval is the shortest time between two progress updates: 800ms.
+	Interval time.Duration
+	// MaxInterval caps Interval as flood control doubles it: 10s.
+	MaxInterval time.Duration
+	// MinChars is how many new characters (runes) must be buffered before
+	// an update is due: 24.
+	MinChars int
+	// MaxStrikes is how many consecutive flood failures stop progress
+	// updates for the rest of the reply: 3.
+	MaxStrikes int
+	// Cursor ends the text while streaming: " ▉".
+	Cursor string
+	// Now is the clock Append reads: time.Now.
+	Now func() time.Time
+}
+
+// Defaults.
+const (
+	DefaultInterval    = 800 * time.Millisecond
+	DefaultMaxInterval = 10 * time.Second
+	DefaultMinChars    = 24
+	DefaultMaxStrikes  = 3
+	DefaultCursor      = " ▉"
+)
+
+// Stream is the state of one streamed reply. It is not safe for
+// concurrent use.
+type Stream struct {
+	cfg      Config
+	text     []byte // every delta so far
+	msg      int    // the message being streamed into
+	exists   bool   // msg has been sent; messages before msg all were
+	base     int    // text[base:] belongs to msg
+	shown    int    // msg shows text[base:shown] (plus the cursor)
+	lastEdit time.Time
+	interval time.Duration
+	strikes  int
+	stopped  bool // progress updates given up: the rest goes with Final
+	done     bool
+}
+
+// New returns a Stream for one reply.
+func New(cfg Config) *Stream {
+	if cfg.Limit.Max <= 0 {
+		cfg.Limit = chunk.DefaultLimit
+	}
+	if cfg.Interval <= 0 {
+		cfg.Interval = DefaultInterval
+	}
+	if cfg.MaxInterval <= 0 {
+		cfg.MaxInterval = DefaultMaxInterval
+	}
+	if cfg.MinChars <= 0 {
+		cfg.MinChars = DefaultMinChars
+	}
+	if cfg.MaxStrikes <= 0 {
+		cfg.MaxStrikes = DefaultMaxStrikes
+	}
+	if cfg.Cursor == "" {
+		cfg.Cursor = DefaultCursor
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Stream{cfg: cfg, interval: cfg.Interval}
+}
+
+// Interval is the current shortest time between progress updates; it
+// doubles on each flood failure, up to MaxInterval.
+func (s *Stream) Interval() time.Duration { return s.interval }
+
+// Stopped reports whether progress updates were given up.
+func (s *Stream) Stopped() bool { return s.stopped }
+
+// Append buffers a delta and returns the updates due now.
+func (s *Stream) Append(delta string) []Action {
+	if s.done {
+		return nil
+	}
+	s.text = append(s.text, delta...)
+	return s.Tick(s.cfg.Now())
+}
+
+// Tick returns the updates due at now: none unless editing is possible and
+// still on, at least MinChars characters are new since what the message
+// shows, and Interval has passed since the last update (the first message
+// is sent as soon as there is enough text).
+//
+// When the text with the cursor would exceed the limit, the current
+// message is finished without the cursor at a newline or space in its
+// second half (else at the limit) and the rest continues in a new message.
+func (s *Stream) Tick(now time.Time) []Action {
+	if s.done || s.stopped || !s.cfg.CanEdit {
+		return nil
+	}
+	if utf8.RuneCount(s.text[s.shown:]) < s.cfg.MinChars {
+		return nil
+	}
+	if !s.lastEdit.IsZero() && now.Sub(s.lastEdit) < s.interval {
+		return nil
+	}
+	s.lastEdit = now
+	var acts []Action
+	msg, exists, base := s.msg, s.exists, s.base
+	l := s.cfg.Limit
+	for !l.Fits(string(s.text[base:]) + s.cfg.Cursor) {
+		end, next := cutAt(s.text, base, l)
+		a := s.show(msg, exists, base, end, "")
+		a.sealed, a.next = true, next
+		acts = append(acts, a)
+		msg, exists, base = msg+1, false, next
+	}
+	if base < len(s.text) {
+		acts = append(acts, s.show(msg, exists, base, len(s.text), s.cfg.Cursor))
+	}
+	return acts
+}
+
+// show is the action that makes message msg show text[base:upto]+cursor.
+func (s *Stream) show(msg int, exists bool, base, upto int, cursor string) Action {
+	kind := Send
+	if exists {
+		kind = Edit
+	}
+	return Action{Kind: kind, Message: msg, Text: string(s.text[base:upto]) + cursor, base: base, upto: upto}
+}
+
+// cutAt finds where to finish a message that starts at text[base:]: the
+// end of its text and where the next message starts.
+func cutAt(text []byte, base int, l chunk.Limit) (end, next int) {
+	n, e := 0, base
+	for e < len(text) {
+		r, size := utf8.DecodeRune(text[e:])
+		w := 1
+		switch l.Measure {
+		case chunk.Bytes:
+			w = size
+		case chunk.UTF16:
+			if r >= 0x10000 {
+				w = 2
+			}
+		}
+		if n+w > l.Max {
+			break
+		}
+		n += w
+		e += size
+	}
+	if e == base { // a limit below one rune; never loop forever
+		_, size := utf8.DecodeRune(text[base:])
+		e = base + size
+	}
+	window := text[base:e]
+	for _, sep := range []byte{'\n', ' '} {
+		if i := lastIndex(window, sep); i > 0 && i >= len(window)/2 {
+			return base + i, base + i + 1
+		}
+	}
+	return e, e
+}
+
+func lastIndex(b []byte, c byte) int {
+	for i := len(b) - 1; i >= 0; i-- {
+		if b[i] == c {
+			return i
+		}
+	}
+	return -1
+}
+
+// OnResult records the outcome of an action. A successful update moves the
+// stream on. A flood failure (errors.Is(err, ErrFlood)) doubles Interval up
+// to MaxInterval; MaxStrikes of them in a row, or any other failure, stop
+// progress updates, and Final then sends only what the user has not seen.
+// Results of final actions, and of updates reported after Final, change
+// nothing.
+func (s *Stream) OnResult(a Action, err error) {
+	if a.Final || s.done || a.Kind == Delete {
+		return
+	}
+	if err == nil {
+		if a.Kind == Edit {
+			s.strikes = 0
+		}
+		if a.sealed {
+			s.msg, s.exists, s.base, s.shown = a.Message+1, false, a.next, a.next
+			return
+		}
+		s.msg, s.exists, s.base, s.shown = a.Message, true, a.base, a.upto
+		return
+	}
+	if !errors.Is(err, ErrFlood) {
+		s.stopped = true
+		return
+	}
+	s.strikes++
+	s.interval = min(2*s.interval, s.cfg.MaxInterval)
+	if s.strikes >= s.cfg.MaxStrikes {
+		s.stopped = true
+	}
+}
+
+// Final returns the actions that deliver the final answer, which replaces
+// whatever was streamed and has no cursor. Long answers are split with
+// chunk.SplitLimit.
+//
+//   - Nothing shown yet, or a platform that cannot edit: send the answer.
+//   - Updates stopped: remove the cursor from the current message and send
+//     only the part of the answer after what was shown; if the answer does
+//     not start with what was shown, send all of it and delete the
+//     messages that showed the stream.
+//   - Otherwise, when the answer starts with the text of the finished
+//     messages, the current message is edited to the rest (continued in
+//     new messages if needed); when it does not, the answer is written over
+//     the messages from the first, sending more or deleting the surplus.
+//
+// After Final the Stream plans nothing more.
+func (s *Stream) Final(text string) []Action {
+	if s.done {
+		return nil
+	}
+	s.done = true
+	if !s.exists && s.msg == 0 {
+		return sends(0, chunk.SplitLimit(text, s.cfg.Limit), text)
+	}
+	streamed := string(s.text)
+	var acts []Action
+	if text == "" {
+		// Nothing to say: leave what was shown, without the cursor.
+		if s.exists {
+			acts = append(acts, Action{Kind: Edit, Message: s.msg, Text: streamed[s.base:s.shown], Final: true})
+		}
+		return acts
+	}
+	live := s.msg // messages 0..live-1 exist
+	if s.exists {
+		live++
+	}
+	if s.stopped {
+		if !strings.HasPrefix(text, streamed[:s.shown]) {
+			// What was shown is wrong: send the answer, then remove it.
+			acts = sends(live, chunk.SplitLimit(text, s.cfg.Limit), text)
+			for i := range live {
+				acts = append(acts, Action{Kind: Delete, Message: i, Final: true})
+			}
+			return acts
+		}
+		if s.exists && s.shown > s.base {
+			acts = append(acts, Action{Kind: Edit, Message: s.msg, Text: streamed[s.base:s.shown], Final: true})
+		}
+		rest := strings.TrimLeft(text[s.shown:], " \t\r\n")
+		return append(acts, sends(live, chunk.SplitLimit(rest, s.cfg.Limit), rest)...)
+	}
+	if len(text) > s.base && strings.HasPrefix(text, streamed[:s.base]) {
+		parts := chunk.SplitLimit(text[s.base:], s.cfg.Limit)
+		if !s.exists {
+			return sends(s.msg, parts, text)
+		}
+		acts = append(acts, Action{Kind: Edit, Message: s.msg, Text: parts[0], Final: true})
+		return append(acts, sends(s.msg+1, parts[1:], text)...)
+	}
+	// Rewrite from the first message.
+	parts := chunk.SplitLimit(text, s.cfg.Limit)
+	for i, p := range parts {
+		kind := Send
+		if i < live {
+			kind = Edit
+		}
+		acts = append(acts, Action{Kind: kind, Message: i, Text: p, Final: true})
+	}
+	for i := len(parts); i < live; i++ {
+		acts = append(acts, Action{Kind: Delete, Message: i, Final: true})
+	}
+	return acts
+}
+
+// sends posts parts as new messages numbered from first; nothing when the
+// text is empty.
+func sends(first int, parts []string, text string) []Action {
+	if text == "" {
+		return nil
+	}
+	acts := make([]Action, len(parts))
+	for i, p := range parts {
+		acts[i] = Action{Kind: Send, Message: first + i, Text: p, Final: true}
+	}
+	return acts
+}

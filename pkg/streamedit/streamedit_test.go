@@ -1,0 +1,266 @@
+package streamedit_test
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/switchboard-chat/switchboard/pkg/chunk"
+	"github.com/switchboard-chat/switchboard/pkg/streamedit"
+)
+
+// clock is a fake clock the tests move by hand.
+type clock struct{ t time.Time }
+
+func (c *clock) Now() time.Time               { return c.t }
+func (c *clock) at(d time.Duration) time.Time { c.t = t0.Add(d); return c.t }
+
+var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+
+const ms = time.Millisecond
+
+var errFlood = fmt.Errorf("telegram: retry after 3: %w", streamedit.ErrFlood)
+
+// step is one event of a scripted stream and the actions it must give.
+type step struct {
+	at     time.Duration
+	append string // Append(append) when set
+	tick   bool   // Tick(now)
+	final  *string
+	err    error // result reported for every action of this step
+	want   []want
+}
+
+type want struct {
+	kind streamedit.Kind
+	msg  int
+	text string
+}
+
+func (w want) String() string { return fmt.Sprintf("%v %d %q", w.kind, w.msg, w.text) }
+
+func fin(s string) *string { return &s }
+
+func run(t *testing.T, cfg streamedit.Config, steps []step) *streamedit.Stream {
+	t.Helper()
+	c := &clock{t: t0}
+	cfg.Now = c.Now
+	s := streamedit.New(cfg)
+	for i, st := range steps {
+		now := c.at(st.at)
+		var acts []streamedit.Action
+		switch {
+		case st.final != nil:
+			acts = s.Final(*st.final)
+		case st.tick:
+			acts = s.Tick(now)
+		default:
+			acts = s.Append(st.append)
+		}
+		var got []want
+		for _, a := range acts {
+			got = append(got, want{a.Kind, a.Message, a.Text})
+			if st.final != nil && !a.Final {
+				t.Errorf("step %d: final action without Final", i)
+			}
+		}
+		if !slices.Equal(got, st.want) {
+			t.Fatalf("step %d (%v): actions\n%v\nwant\n%v", i, st.at, got, st.want)
+		}
+		for _, a := range acts {
+			s.OnResult(a, st.err)
+			if st.err != nil {
+				break // the driver stops at the first failure
+			}
+		}
+	}
+	return s
+}
+
+func TestSchedule(t *testing.T) {
+	a24 := strings.Repeat("a", 24)
+	b30 := strings.Repeat("b", 30)
+	cfg := streamedit.Config{Limit: chunk.Limits("telegram"), CanEdit: true}
+	run(t, cfg, []step{
+		{at: 0, append: "Hello "},                      // 6 < 24
+		{at: 10 * ms, append: strings.Repeat("a", 17)}, // 23 < 24
+		{at: 20 * ms, append: "!", want: []want{{streamedit.Send, 0, "Hello " + a24[:17] + "! ▉"}}}, // first send at once
+		{at: 100 * ms, append: b30}, // interval not over
+		{at: 819 * ms, tick: true},  // 799ms since the send
+		{at: 820 * ms, tick: true, want: []want{{streamedit.Edit, 0, "Hello " + a24[:17] + "!" + b30 + " ▉"}}},
+		{at: 2000 * ms, tick: true},      // nothing new
+		{at: 2100 * ms, append: "short"}, // 5 new < 24
+		{at: 2200 * ms, append: a24[:19], want: []want{{streamedit.Edit, 0, "Hello " + a24[:17] + "!" + b30 + "short" + a24[:19] + " ▉"}}}, // 24 new, interval over
+		{at: 2200 * ms, tick: true},  // nothing new
+		{at: 2300 * ms, append: a24}, // 24 new but only 100ms
+		{at: 2999 * ms, tick: true},  // 799ms
+		{at: 3000 * ms, tick: true, want: []want{{streamedit.Edit, 0, "Hello " + a24[:17] + "!" + b30 + "short" + a24[:19] + a24 + " ▉"}}},
+		{at: 3100 * ms, final: fin("Hello world."), want: []want{{streamedit.Edit, 0, "Hello world."}}},
+		{at: 4000 * ms, append: b30}, // after Final nothing more
+	})
+}
+
+func TestScheduleEditDueAfterInterval(t *testing.T) {
+	cfg := streamedit.Config{Limit: chunk.Limits("discord"), CanEdit: true}
+	x := strings.Repeat("x", 24)
+	run(t, cfg, []step{
+		{at: 0, append: x, want: []want{{streamedit.Send, 0, x + " ▉"}}},
+		{at: 800 * ms, append: x, want: []want{{streamedit.Edit, 0, x + x + " ▉"}}},
+		{at: 1599 * ms, append: x},
+		{at: 1600 * ms, tick: true, want: []want{{streamedit.Edit, 0, x + x + x + " ▉"}}},
+		{at: 1700 * ms, final: fin(x + x + x + "."), want: []want{{streamedit.Edit, 0, x + x + x + "."}}},
+	})
+}
+
+func TestFloodBackoffAndStop(t *testing.T) {
+	cfg := streamedit.Config{Limit: chunk.Limits("telegram"), CanEdit: true}
+	x := strings.Repeat("x", 24)
+	s := run(t, cfg, []step{
+		{at: 0, append: x, want: []want{{streamedit.Send, 0, x + " ▉"}}},
+		// strike 1: interval 0.8s → 1.6s
+		{at: 800 * ms, append: x, err: errFlood, want: []want{{streamedit.Edit, 0, x + x + " ▉"}}},
+		{at: 2399 * ms, tick: true},
+		// strike 2: retried with the same text; interval → 3.2s
+		{at: 2400 * ms, tick: true, err: errFlood, want: []want{{streamedit.Edit, 0, x + x + " ▉"}}},
+		{at: 5599 * ms, append: x},
+		// strike 3: editing stops
+		{at: 5600 * ms, tick: true, err: errFlood, want: []want{{streamedit.Edit, 0, x + x + x + " ▉"}}},
+		{at: 20000 * ms, append: x},
+		{at: 30000 * ms, tick: true},
+		// the cursor is removed and only the unseen rest is sent
+		{at: 31000 * ms, final: fin(x + x + x + x + " done"), want: []want{
+			{streamedit.Edit, 0, x},
+			{streamedit.Send, 1, x + x + x + " done"},
+		}},
+	})
+	if !s.Stopped() || s.Interval() != 6400*ms {
+		t.Errorf("stopped=%v interval=%v", s.Stopped(), s.Interval())
+	}
+}
+
+func TestFloodStrikesResetOnSuccess(t *testing.T) {
+	cfg := streamedit.Config{Limit: chunk.Limits("telegram"), CanEdit: true}
+	x := strings.Repeat("x", 24)
+	s := run(t, cfg, []step{
+		{at: 0, append: x, want: []want{{streamedit.Send, 0, x + " ▉"}}},
+		{at: 800 * ms, append: x, err: errFlood, want: []want{{streamedit.Edit, 0, x + x + " ▉"}}},
+		{at: 2400 * ms, tick: true, err: errFlood, want: []want{{streamedit.Edit, 0, x + x + " ▉"}}},
+		{at: 5600 * ms, tick: true, want: []want{{streamedit.Edit, 0, x + x + " ▉"}}}, // success: strikes back to 0
+		{at: 8800 * ms, append: x, err: errFlood, want: []want{{streamedit.Edit, 0, x + x + x + " ▉"}}},
+		{at: 15200 * ms, tick: true, err: errFlood, want: []want{{streamedit.Edit, 0, x + x + x + " ▉"}}},
+	})
+	if s.Stopped() {
+		t.Error("stopped after 2 consecutive strikes")
+	}
+	if s.Interval() != 10*time.Second {
+		t.Errorf("interval %v, want the 10s cap", s.Interval())
+	}
+}
+
+func TestOtherErrorStops(t *testing.T) {
+	cfg := streamedit.Config{Limit: chunk.Limits("slack"), CanEdit: true}
+	x := strings.Repeat("x", 24)
+	run(t, cfg, []step{
+		{at: 0, append: x, want: []want{{streamedit.Send, 0, x + " ▉"}}},
+		{at: 800 * ms, append: x, err: errors.New("message not found"), want: []want{{streamedit.Edit, 0, x + x + " ▉"}}},
+		{at: 5000 * ms, append: x},
+		{at: 6000 * ms, final: fin(x + x + x), want: []want{{streamedit.Edit, 0, x}, {streamedit.Send, 1, x + x}}},
+	})
+}
+
+func TestStoppedFinalDiffers(t *testing.T) {
+	cfg := streamedit.Config{Limit: chunk.Limits("slack"), CanEdit: true}
+	x := strings.Repeat("x", 24)
+	run(t, cfg, []step{
+		{at: 0, append: x, want: []want{{streamedit.Send, 0, x + " ▉"}}},
+		{at: 800 * ms, append: x, err: errors.New("message not found"), want: []want{{streamedit.Edit, 0, x + x + " ▉"}}},
+		{at: 6000 * ms, final: fin("Something else."), want: []want{{streamedit.Send, 1, "Something else."}, {streamedit.Delete, 0, ""}}},
+	})
+}
+
+func TestFirstSendFailsThenFinal(t *testing.T) {
+	cfg := streamedit.Config{Limit: chunk.Limits("slack"), CanEdit: true}
+	x := strings.Repeat("x", 24)
+	run(t, cfg, []step{
+		{at: 0, append: x, err: errors.New("boom"), want: []want{{streamedit.Send, 0, x + " ▉"}}},
+		{at: 5000 * ms, append: x},
+		{at: 6000 * ms, final: fin(x + x), want: []want{{streamedit.Send, 0, x + x}}},
+	})
+}
+
+func TestCannotEdit(t *testing.T) {
+	cfg := streamedit.Config{Limit: chunk.Limit{Max: 64, Measure: chunk.Runes}, CanEdit: false}
+	long := strings.Repeat("word ", 20) // 100 runes
+	run(t, cfg, []step{
+		{at: 0, append: long},
+		{at: 5 * time.Second, tick: true},
+		{at: 6 * time.Second, final: fin(strings.TrimSpace(long)), want: []want{
+			{streamedit.Send, 0, strings.Repeat("word ", 10) + "word (1/2)"},
+			{streamedit.Send, 1, strings.Repeat("word ", 8) + "word (2/2)"},
+		}},
+	})
+}
+
+func TestOverflow(t *testing.T) {
+	cfg := streamedit.Config{Limit: chunk.Limit{Max: 64, Measure: chunk.Runes}, CanEdit: true}
+	line := strings.Repeat("l", 39) + "\n" // 40 runes
+	run(t, cfg, []step{
+		{at: 0, append: line, want: []want{{streamedit.Send, 0, line + " ▉"}}},
+		// 80 runes + cursor > 64: message 0 is finished at the newline
+		// without cursor, and the rest goes to message 1.
+		{at: time.Second, append: line, want: []want{
+			{streamedit.Edit, 0, line[:39]},
+			{streamedit.Send, 1, line + " ▉"},
+		}},
+		// 40+30+2 > 64: message 1 is finished at its newline, dropping the
+		// cursor, and the rest goes to message 2.
+		{at: 2 * time.Second, append: strings.Repeat("m", 30), want: []want{
+			{streamedit.Edit, 1, line[:39]},
+			{streamedit.Send, 2, strings.Repeat("m", 30) + " ▉"},
+		}},
+		{at: 3 * time.Second, final: fin(line + line + strings.Repeat("m", 30)), want: []want{
+			{streamedit.Edit, 2, strings.Repeat("m", 30)},
+		}},
+	})
+}
+
+func TestFinalRewrites(t *testing.T) {
+	cfg := streamedit.Config{Limit: chunk.Limit{Max: 64, Measure: chunk.Runes}, CanEdit: true}
+	line := strings.Repeat("l", 39) + "\n"
+	run(t, cfg, []step{
+		{at: 0, append: line, want: []want{{streamedit.Send, 0, line + " ▉"}}},
+		{at: time.Second, append: line, want: []want{
+			{streamedit.Edit, 0, line[:39]},
+			{streamedit.Send, 1, line + " ▉"},
+		}},
+		// The final answer does not start with what message 0 shows: it is
+		// written from message 0 on, and message 1 is deleted.
+		{at: 2 * time.Second, final: fin("Actually, no."), want: []want{
+			{streamedit.Edit, 0, "Actually, no."},
+			{streamedit.Delete, 1, ""},
+		}},
+	})
+}
+
+func TestFinalBeforeAnything(t *testing.T) {
+	cfg := streamedit.Config{Limit: chunk.Limits("discord"), CanEdit: true}
+	run(t, cfg, []step{
+		{at: 0, append: "hi"},
+		{at: time.Second, final: fin("hi there"), want: []want{{streamedit.Send, 0, "hi there"}}},
+	})
+	run(t, cfg, []step{
+		{at: 0, final: fin("")},
+	})
+}
+
+func TestFinalEmptyKeepsShownText(t *testing.T) {
+	cfg := streamedit.Config{Limit: chunk.Limits("discord"), CanEdit: true}
+	x := strings.Repeat("x", 24)
+	run(t, cfg, []step{
+		{at: 0, append: x, want: []want{{streamedit.Send, 0, x + " ▉"}}},
+		{at: time.Second, final: fin(""), want: []want{{streamedit.Edit, 0, x}}},
+	})
+}

@@ -1,0 +1,730 @@
+// Package telegramfake is a fake Telegram Bot API server for tests and
+// local development. It speaks the real wire format (POST
+// /bot<token>/<method> with JSON, form or multipart parameters; {"ok":…}
+// envelopes) so the real client library can be pointed at it, and it keeps
+// Telegram's long-poll semantics: getUpdates returns updates with an id at
+// or above the offset, an offset confirms every update below it, a request
+// waits up to timeout seconds for new updates, and a second getUpdates
+// terminates the waiting one with 409 Conflict.
+//
+// Test controls: Inject updates, read what the bot sent (Messages,
+// Actions), FailNext to answer a method with an error (429 with
+// retry_after, 400, 403, 409), Drop to cut open connections, and Push to
+// deliver an update to a registered webhook.
+package telegramfake
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// APIError is an error answer: error_code, description and, for 429,
+// parameters.retry_after (seconds). Code 0 drops the connection instead.
+type APIError struct {
+	Code        int
+	Description string
+	RetryAfter  int
+	MigrateTo   int64
+}
+
+// Common errors worded as Telegram words them.
+var (
+	ErrConflict       = APIError{Code: 409, Description: "Conflict: terminated by other getUpdates request; make sure that only one bot instance is running"}
+	ErrForbidden      = APIError{Code: 403, Description: "Forbidden: bot was blocked by the user"}
+	ErrChatNotFound   = APIError{Code: 400, Description: "Bad Request: chat not found"}
+	ErrParseEntities  = APIError{Code: 400, Description: "Bad Request: can't parse entities: Character '.' is reserved and must be escaped with the preceding '\\'"}
+	ErrUnauthorized   = APIError{Code: 401, Description: "Unauthorized"}
+	ErrDropConnection = APIError{Code: 0}
+)
+
+// FloodWait is a 429 with retry_after seconds.
+func FloodWait(seconds int) APIError {
+	return APIError{Code: 429, Description: fmt.Sprintf("Too Many Requests: retry after %d", seconds), RetryAfter: seconds}
+}
+
+// Message is one message the bot sent (or edited) as the fake stores it.
+type Message struct {
+	ID       int
+	ChatID   string
+	ThreadID int
+	// Kind is text, photo or document.
+	Kind string
+	// Text is the text or caption as sent; Shown is what a user sees
+	// (MarkdownV2 markers and escapes removed).
+	Text      string
+	Shown     string
+	ParseMode string
+	ReplyTo   int
+	// File is the photo or document: a URL, a file_id, or "upload:<name>".
+	File    string
+	Edits   int
+	Deleted bool
+}
+
+// Action is one sendChatAction call.
+type Action struct {
+	ChatID   string
+	ThreadID int
+	Action   string
+}
+
+type entry struct {
+	id  int64
+	raw json.RawMessage
+}
+
+// Server is the fake Bot API.
+type Server struct {
+	// URL is the base URL to give the client (http://127.0.0.1:port).
+	URL string
+
+	token    string
+	botID    int64
+	username string
+	srv      *http.Server
+	ln       net.Listener
+
+	mu         sync.Mutex
+	changed    chan struct{} // closed and replaced whenever state changes
+	log        []entry
+	nextID     int64
+	confirmed  int64
+	redeliver  []entry
+	poller     chan struct{} // closed to terminate the waiting getUpdates with 409
+	drop       chan struct{} // closed to cut every open request
+	fail       map[string][]APIError
+	messages   []*Message
+	nextMsgID  int
+	actions    []Action
+	calls      map[string]int
+	webhookURL string
+	secret     string
+	conflicts  int
+}
+
+// New starts a fake for one bot. The token's prefix before ':' is the
+// bot's id, as on Telegram.
+func New(token, username string) (*Server, error) {
+	id, err := strconv.ParseInt(strings.SplitN(token, ":", 2)[0], 10, 64)
+	if err != nil {
+		return nil, fmt.Errorf("token %q has no numeric bot id prefix", token)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{
+		URL: "http://" + ln.Addr().String(), token: token, botID: id, username: username, ln: ln,
+		changed: make(chan struct{}), drop: make(chan struct{}), nextID: 100000, nextMsgID: 1,
+		fail: map[string][]APIError{}, calls: map[string]int{},
+	}
+	s.srv = &http.Server{Handler: http.HandlerFunc(s.serve), ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = s.srv.Serve(ln) }()
+	return s, nil
+}
+
+// Close stops the server and cuts open requests.
+func (s *Server) Close() {
+	s.Drop()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_ = s.srv.Shutdown(ctx)
+}
+
+// BotID is the bot's user id.
+func (s *Server) BotID() int64 { return s.botID }
+
+// Username is the bot's username (without @).
+func (s *Server) Username() string { return s.username }
+
+func (s *Server) notifyLocked() {
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+// Inject queues an update. update is a JSON object without update_id, or a
+// map; the assigned update_id is returned.
+func (s *Server) Inject(update any) int64 {
+	raw, err := json.Marshal(update)
+	if err != nil {
+		panic(err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.nextID++
+	id := s.nextID
+	var obj map[string]json.RawMessage
+	if json.Unmarshal(raw, &obj) == nil {
+		obj["update_id"] = json.RawMessage(strconv.FormatInt(id, 10))
+		raw, _ = json.Marshal(obj)
+	} else {
+		raw = []byte(fmt.Sprintf(`{"update_id":%d,"message":%s}`, id, raw))
+	}
+	s.log = append(s.log, entry{id, raw})
+	s.notifyLocked()
+	return id
+}
+
+// InjectRaw queues raw as the body of an update whose update_id the fake
+// assigns: raw is spliced in as `{"update_id":N,<raw>}`, so it may be
+// malformed on purpose (`"message":"not an object"`).
+func (s *Server) InjectRaw(raw string) int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.nextID++
+	id := s.nextID
+	s.log = append(s.log, entry{id, json.RawMessage(fmt.Sprintf(`{"update_id":%d,%s}`, id, raw))})
+	s.notifyLocked()
+	return id
+}
+
+// Redeliver hands the update with this id out once more on the next
+// getUpdates, whatever the offset: Telegram's at-least-once delivery.
+func (s *Server) Redeliver(id int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, e := range s.log {
+		if e.id == id {
+			s.redeliver = append(s.redeliver, e)
+		}
+	}
+	s.notifyLocked()
+}
+
+// Confirmed is the highest offset the bot confirmed: every update below it
+// is acknowledged and never returned again.
+func (s *Server) Confirmed() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.confirmed
+}
+
+// Pending counts updates not yet confirmed.
+func (s *Server) Pending() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, e := range s.log {
+		if e.id >= s.confirmed {
+			n++
+		}
+	}
+	return n
+}
+
+// FailNext makes the next call of method answer with e (queued in order).
+func (s *Server) FailNext(method string, e APIError) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.fail[strings.ToLower(method)] = append(s.fail[strings.ToLower(method)], e)
+	s.notifyLocked()
+}
+
+// Drop cuts every open request (the waiting long poll included) without an
+// answer, as a network failure does.
+func (s *Server) Drop() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	close(s.drop)
+	s.drop = make(chan struct{})
+}
+
+// Calls counts calls of method so far.
+func (s *Server) Calls(method string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.calls[strings.ToLower(method)]
+}
+
+// Conflicts counts getUpdates requests answered with 409.
+func (s *Server) Conflicts() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.conflicts
+}
+
+// Messages returns copies of the messages in chat (all chats if chatID is
+// empty), in the order they were sent.
+func (s *Server) Messages(chatID string) []Message {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []Message
+	for _, m := range s.messages {
+		if chatID == "" || m.ChatID == chatID {
+			out = append(out, *m)
+		}
+	}
+	return out
+}
+
+// Actions returns the chat actions sent so far.
+func (s *Server) Actions() []Action {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Action(nil), s.actions...)
+}
+
+// Webhook returns the registered webhook URL and secret token.
+func (s *Server) Webhook() (string, string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.webhookURL, s.secret
+}
+
+// Push posts the update with this id to the registered webhook, as
+// Telegram does, and returns the HTTP status the bot answered.
+func (s *Server) Push(ctx context.Context, id int64) (int, error) {
+	s.mu.Lock()
+	url, secret := s.webhookURL, s.secret
+	var raw json.RawMessage
+	for _, e := range s.log {
+		if e.id == id {
+			raw = e.raw
+		}
+	}
+	s.mu.Unlock()
+	if url == "" {
+		return 0, errors.New("no webhook set")
+	}
+	if raw == nil {
+		return 0, fmt.Errorf("no update %d", id)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(raw))
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if secret != "" {
+		req.Header.Set("X-Telegram-Bot-Api-Secret-Token", secret)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	_ = resp.Body.Close()
+	return resp.StatusCode, nil
+}
+
+// --- HTTP side ---
+
+type params map[string]string
+
+func (p params) int(k string) int {
+	n, _ := strconv.Atoi(p[k])
+	return n
+}
+
+func readParams(r *http.Request) (params, error) {
+	p := params{}
+	for k, v := range r.URL.Query() {
+		p[k] = v[0]
+	}
+	ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	switch ct {
+	case "application/json":
+		var m map[string]json.RawMessage
+		body, err := io.ReadAll(io.LimitReader(r.Body, 10<<20))
+		if err != nil {
+			return nil, err
+		}
+		if len(bytes.TrimSpace(body)) == 0 {
+			return p, nil
+		}
+		if err := json.Unmarshal(body, &m); err != nil {
+			return nil, err
+		}
+		for k, v := range m {
+			var s string
+			if json.Unmarshal(v, &s) == nil {
+				p[k] = s
+			} else {
+				p[k] = string(v)
+			}
+		}
+	case "multipart/form-data":
+		if err := r.ParseMultipartForm(10 << 20); err != nil {
+			// Clients send an empty multipart body for methods without
+			// parameters (getMe); Telegram accepts that.
+			if strings.Contains(err.Error(), "EOF") {
+				return p, nil
+			}
+			return nil, err
+		}
+		for k, v := range r.MultipartForm.Value {
+			p[k] = v[0]
+		}
+		for k, fs := range r.MultipartForm.File {
+			p[k] = "upload:" + fs[0].Filename
+		}
+	case "application/x-www-form-urlencoded":
+		if err := r.ParseForm(); err != nil {
+			return nil, err
+		}
+		for k, v := range r.PostForm {
+			p[k] = v[0]
+		}
+	}
+	return p, nil
+}
+
+func writeOK(w http.ResponseWriter, result any) {
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(map[string]any{"ok": true, "result": result})
+}
+
+func writeErr(w http.ResponseWriter, e APIError) {
+	if e.Code == 0 {
+		dropConn(w)
+		return
+	}
+	body := map[string]any{"ok": false, "error_code": e.Code, "description": e.Description}
+	ps := map[string]any{}
+	if e.RetryAfter > 0 {
+		ps["retry_after"] = e.RetryAfter
+	}
+	if e.MigrateTo != 0 {
+		ps["migrate_to_chat_id"] = e.MigrateTo
+	}
+	if len(ps) > 0 {
+		body["parameters"] = ps
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(e.Code)
+	_ = json.NewEncoder(w).Encode(body)
+}
+
+// dropConn closes the connection without an answer.
+func dropConn(w http.ResponseWriter) {
+	if hj, ok := w.(http.Hijacker); ok {
+		if c, _, err := hj.Hijack(); err == nil {
+			_ = c.Close()
+			return
+		}
+	}
+	panic(http.ErrAbortHandler)
+}
+
+func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
+	// /bot<token>/<method>
+	path := strings.TrimPrefix(r.URL.Path, "/")
+	if !strings.HasPrefix(path, "bot") {
+		writeErr(w, APIError{Code: 404, Description: "Not Found"})
+		return
+	}
+	token, method, ok := strings.Cut(strings.TrimPrefix(path, "bot"), "/")
+	if !ok || method == "" {
+		writeErr(w, APIError{Code: 404, Description: "Not Found"})
+		return
+	}
+	if token != s.token {
+		writeErr(w, ErrUnauthorized)
+		return
+	}
+	method = strings.ToLower(method)
+	p, err := readParams(r)
+	if err != nil {
+		writeErr(w, APIError{Code: 400, Description: "Bad Request: " + err.Error()})
+		return
+	}
+	s.mu.Lock()
+	s.calls[method]++
+	if q := s.fail[method]; len(q) > 0 {
+		e := q[0]
+		s.fail[method] = q[1:]
+		if method == "getupdates" && e.Code == 409 {
+			s.conflicts++
+		}
+		s.mu.Unlock()
+		writeErr(w, e)
+		return
+	}
+	drop := s.drop
+	s.mu.Unlock()
+
+	switch method {
+	case "getme":
+		writeOK(w, map[string]any{"id": s.botID, "is_bot": true, "first_name": s.username, "username": s.username,
+			"can_join_groups": true, "can_read_all_group_messages": false, "supports_inline_queries": false})
+	case "getupdates":
+		s.getUpdates(w, r, p, drop)
+	case "setwebhook":
+		s.mu.Lock()
+		s.webhookURL, s.secret = p["url"], p["secret_token"]
+		s.mu.Unlock()
+		writeOK(w, true)
+	case "deletewebhook":
+		s.mu.Lock()
+		s.webhookURL, s.secret = "", ""
+		if p["drop_pending_updates"] == "true" {
+			s.confirmed = s.nextID + 1
+		}
+		s.mu.Unlock()
+		writeOK(w, true)
+	case "getwebhookinfo":
+		s.mu.Lock()
+		writeOK(w, map[string]any{"url": s.webhookURL, "has_custom_certificate": false, "pending_update_count": 0})
+		s.mu.Unlock()
+	case "sendmessage", "sendphoto", "senddocument":
+		s.send(w, method, p)
+	case "editmessagetext":
+		s.edit(w, p)
+	case "deletemessage":
+		s.delete(w, p)
+	case "sendchataction":
+		if p["chat_id"] == "" {
+			writeErr(w, APIError{Code: 400, Description: "Bad Request: chat_id is empty"})
+			return
+		}
+		s.mu.Lock()
+		s.actions = append(s.actions, Action{ChatID: p["chat_id"], ThreadID: p.int("message_thread_id"), Action: p["action"]})
+		s.notifyLocked()
+		s.mu.Unlock()
+		writeOK(w, true)
+	default:
+		writeErr(w, APIError{Code: 404, Description: "Not Found: method not found"})
+	}
+}
+
+func (s *Server) getUpdates(w http.ResponseWriter, r *http.Request, p params, drop chan struct{}) {
+	offset, _ := strconv.ParseInt(p["offset"], 10, 64)
+	limit := p.int("limit")
+	if limit <= 0 || limit > 100 {
+		limit = 100
+	}
+	timeout := time.Duration(p.int("timeout")) * time.Second
+
+	s.mu.Lock()
+	if s.webhookURL != "" {
+		s.mu.Unlock()
+		writeErr(w, APIError{Code: 409, Description: "Conflict: can't use getUpdates method while webhook is active; use deleteWebhook to delete the webhook first"})
+		return
+	}
+	// A new request terminates the one still waiting.
+	if s.poller != nil {
+		close(s.poller)
+	}
+	mine := make(chan struct{})
+	s.poller = mine
+	if offset > s.confirmed {
+		s.confirmed = offset
+	}
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		if s.poller == mine {
+			s.poller = nil
+		}
+		s.mu.Unlock()
+	}()
+
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	for {
+		s.mu.Lock()
+		out := append([]entry(nil), s.redeliver...)
+		s.redeliver = nil
+		for _, e := range s.log {
+			if len(out) >= limit {
+				break
+			}
+			if e.id >= s.confirmed {
+				out = append(out, e)
+			}
+		}
+		changed := s.changed
+		if len(out) > 0 || timeout <= 0 {
+			s.mu.Unlock()
+			sort.SliceStable(out, func(i, j int) bool { return out[i].id < out[j].id })
+			raws := make([]json.RawMessage, len(out))
+			for i, e := range out {
+				raws[i] = e.raw
+			}
+			writeOK(w, raws)
+			return
+		}
+		s.mu.Unlock()
+		select {
+		case <-changed:
+		case <-mine:
+			s.mu.Lock()
+			s.conflicts++
+			s.mu.Unlock()
+			writeErr(w, ErrConflict)
+			return
+		case <-drop:
+			dropConn(w)
+			return
+		case <-deadline.C:
+			timeout = 0
+		case <-r.Context().Done():
+			return
+		}
+	}
+}
+
+func (s *Server) send(w http.ResponseWriter, method string, p params) {
+	chat := p["chat_id"]
+	if chat == "" {
+		writeErr(w, APIError{Code: 400, Description: "Bad Request: chat_id is empty"})
+		return
+	}
+	m := &Message{ChatID: chat, ThreadID: p.int("message_thread_id"), ParseMode: p["parse_mode"]}
+	switch method {
+	case "sendmessage":
+		m.Kind, m.Text = "text", p["text"]
+		if strings.TrimSpace(m.Text) == "" {
+			writeErr(w, APIError{Code: 400, Description: "Bad Request: message text is empty"})
+			return
+		}
+	case "sendphoto":
+		m.Kind, m.Text, m.File = "photo", p["caption"], p["photo"]
+	case "senddocument":
+		m.Kind, m.Text, m.File = "document", p["caption"], p["document"]
+	}
+	if m.Kind != "text" && m.File == "" {
+		writeErr(w, APIError{Code: 400, Description: "Bad Request: there is no " + m.Kind + " in the request"})
+		return
+	}
+	shown, err := render(m.Text, m.ParseMode)
+	if err != nil {
+		writeErr(w, APIError{Code: 400, Description: err.Error()})
+		return
+	}
+	if n := utf16Len(shown); (m.Kind == "text" && n > 4096) || (m.Kind != "text" && n > 1024) {
+		writeErr(w, APIError{Code: 400, Description: "Bad Request: message is too long"})
+		return
+	}
+	m.Shown = shown
+	if rp := p["reply_parameters"]; rp != "" {
+		var r struct {
+			MessageID int `json:"message_id"`
+		}
+		_ = json.Unmarshal([]byte(rp), &r)
+		m.ReplyTo = r.MessageID
+	} else if id := p.int("reply_to_message_id"); id != 0 {
+		m.ReplyTo = id
+	}
+	s.mu.Lock()
+	m.ID = s.nextMsgID
+	s.nextMsgID++
+	s.messages = append(s.messages, m)
+	s.notifyLocked()
+	s.mu.Unlock()
+	writeOK(w, s.wireMessage(m))
+}
+
+func (s *Server) find(chat string, id int) *Message {
+	for _, m := range s.messages {
+		if m.ChatID == chat && m.ID == id && !m.Deleted {
+			return m
+		}
+	}
+	return nil
+}
+
+func (s *Server) edit(w http.ResponseWriter, p params) {
+	shown, err := render(p["text"], p["parse_mode"])
+	if err != nil {
+		writeErr(w, APIError{Code: 400, Description: err.Error()})
+		return
+	}
+	if utf16Len(shown) > 4096 {
+		writeErr(w, APIError{Code: 400, Description: "Bad Request: MESSAGE_TOO_LONG"})
+		return
+	}
+	s.mu.Lock()
+	m := s.find(p["chat_id"], p.int("message_id"))
+	if m == nil {
+		s.mu.Unlock()
+		writeErr(w, APIError{Code: 400, Description: "Bad Request: message to edit not found"})
+		return
+	}
+	if m.Text == p["text"] && m.ParseMode == p["parse_mode"] {
+		s.mu.Unlock()
+		writeErr(w, APIError{Code: 400, Description: "Bad Request: message is not modified: specified new message content and reply markup are exactly the same as a current content and reply markup of the message"})
+		return
+	}
+	m.Text, m.Shown, m.ParseMode = p["text"], shown, p["parse_mode"]
+	m.Edits++
+	s.notifyLocked()
+	wire := s.wireMessage(m)
+	s.mu.Unlock()
+	writeOK(w, wire)
+}
+
+func (s *Server) delete(w http.ResponseWriter, p params) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := s.find(p["chat_id"], p.int("message_id"))
+	if m == nil {
+		writeErr(w, APIError{Code: 400, Description: "Bad Request: message to delete not found"})
+		return
+	}
+	m.Deleted = true
+	s.notifyLocked()
+	writeOK(w, true)
+}
+
+func (s *Server) wireMessage(m *Message) map[string]any {
+	chatID, _ := strconv.ParseInt(m.ChatID, 10, 64)
+	chatType := "private"
+	if chatID < 0 {
+		chatType = "supergroup"
+	}
+	out := map[string]any{
+		"message_id": m.ID, "date": time.Now().Unix(),
+		"from": map[string]any{"id": s.botID, "is_bot": true, "first_name": s.username, "username": s.username},
+		"chat": map[string]any{"id": chatID, "type": chatType},
+	}
+	if m.ThreadID != 0 {
+		out["message_thread_id"] = m.ThreadID
+	}
+	switch m.Kind {
+	case "photo":
+		out["photo"] = []map[string]any{{"file_id": "sent-photo", "file_unique_id": "u1", "width": 1, "height": 1}}
+		out["caption"] = m.Shown
+	case "document":
+		out["document"] = map[string]any{"file_id": "sent-doc", "file_unique_id": "u2"}
+		out["caption"] = m.Shown
+	default:
+		out["text"] = m.Shown
+	}
+	return out
+}
+
+func render(text, parseMode string) (string, error) {
+	switch strings.ToLower(parseMode) {
+	case "markdownv2":
+		return ParseMarkdownV2(text)
+	case "":
+		return text, nil
+	default:
+		// HTML and legacy Markdown are not modelled: shown as sent.
+		return text, nil
+	}
+}
+
+func utf16Len(s string) int {
+	n := 0
+	for _, r := range s {
+		if r >= 0x10000 {
+			n += 2
+		} else {
+			n++
+		}
+	}
+	return n
+}

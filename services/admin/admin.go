@@ -1,0 +1,454 @@
+// Package admin serves the operator API (switchboard.admin.v1.AdminService)
+// over gRPC on its own port: sessions and pairing against Postgres, and
+// deliveries through the delivery engine's implementation. Every call
+// carries the bearer token from SWITCHBOARD_ADMIN_TOKEN; every action that
+// changes state is written to the audit log.
+package admin
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	adminv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/admin/v1"
+	"github.com/switchboard-chat/switchboard/pkg/pairing"
+	"github.com/switchboard-chat/switchboard/pkg/sessionstore"
+	"github.com/switchboard-chat/switchboard/pkg/telemetry"
+)
+
+// DefaultAddr is where the admin API listens by default: loopback only.
+const DefaultAddr = "127.0.0.1:7070"
+
+// ActorHeader optionally names the person behind a call, for the audit log.
+const ActorHeader = "x-switchboard-actor"
+
+// Config is the admin section of the config file.
+type Config struct {
+	// Addr is the gRPC listen address.
+	Addr string `koanf:"addr"`
+}
+
+// Deliveries is the delivery engine's part of the API (pkg/outbox
+// implements it). Nil answers Unimplemented.
+type Deliveries interface {
+	ListDeliveries(context.Context, *adminv1.ListDeliveriesRequest) (*adminv1.ListDeliveriesResponse, error)
+	RetryDeliveries(context.Context, *adminv1.RetryDeliveriesRequest) (*adminv1.RetryDeliveriesResponse, error)
+	PurgeDeliveries(context.Context, *adminv1.PurgeDeliveriesRequest) (*adminv1.PurgeDeliveriesResponse, error)
+}
+
+// Deps are what the admin API uses.
+type Deps struct {
+	Log *slog.Logger
+	DB  *pgxpool.Pool
+	// Token is the bearer token every call must carry.
+	Token string
+	// Deliveries implements the delivery RPCs; nil answers Unimplemented.
+	Deliveries Deliveries
+	// Health drives the gRPC health service; nil reports SERVING.
+	Health *telemetry.Health
+}
+
+// Service is the admin gRPC server.
+type Service struct {
+	adminv1.UnimplementedAdminServiceServer
+	cfg        Config
+	log        *slog.Logger
+	db         *pgxpool.Pool
+	tokenSum   [32]byte
+	deliveries Deliveries
+	health     *telemetry.Health
+	sessions   *sessionstore.Store
+	pairing    *pairing.Store
+	srv        *grpc.Server
+	hs         *health.Server
+	lis        net.Listener
+	noToken    bool
+}
+
+// New builds the server. Without a token it refuses to start unless Addr
+// is a loopback address.
+func New(cfg Config, deps Deps) (*Service, error) {
+	if cfg.Addr == "" {
+		cfg.Addr = DefaultAddr
+	}
+	if deps.DB == nil {
+		return nil, errors.New("admin: database required")
+	}
+	if deps.Token == "" && !loopback(cfg.Addr) {
+		return nil, fmt.Errorf("admin: SWITCHBOARD_ADMIN_TOKEN is not set and admin.addr %s is not a loopback address", cfg.Addr)
+	}
+	log := deps.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	s := &Service{
+		cfg: cfg, log: log.With("service", "admin"), db: deps.DB, tokenSum: sha256.Sum256([]byte(deps.Token)),
+		deliveries: deps.Deliveries, health: deps.Health,
+		sessions: sessionstore.New(deps.DB), pairing: pairing.NewStore(deps.DB),
+		hs: health.NewServer(),
+	}
+	if deps.Token == "" {
+		s.log.Warn("admin API has no token; it accepts every call on loopback", "addr", cfg.Addr)
+	}
+	s.srv = grpc.NewServer(grpc.ChainUnaryInterceptor(s.authUnary), grpc.ChainStreamInterceptor(s.authStream))
+	adminv1.RegisterAdminServiceServer(s.srv, s)
+	healthpb.RegisterHealthServer(s.srv, s.hs)
+	s.hs.SetServingStatus(adminv1.AdminService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	s.noToken = deps.Token == ""
+	return s, nil
+}
+
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// Listen binds the address (Run does it if not done); Addr then reports it.
+func (s *Service) Listen() error {
+	if s.lis != nil {
+		return nil
+	}
+	lis, err := net.Listen("tcp", s.cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("admin listen %s: %w", s.cfg.Addr, err)
+	}
+	s.lis = lis
+	return nil
+}
+
+// Addr is the bound address.
+func (s *Service) Addr() string {
+	if s.lis == nil {
+		return s.cfg.Addr
+	}
+	return s.lis.Addr().String()
+}
+
+// Run serves until ctx ends, then stops gracefully.
+func (s *Service) Run(ctx context.Context) error {
+	if err := s.Listen(); err != nil {
+		return err
+	}
+	if s.health != nil {
+		go s.health.SyncGRPC(ctx, s.hs, 2*time.Second)
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- s.srv.Serve(s.lis) }()
+	s.log.Info("admin API listening", "addr", s.Addr())
+	select {
+	case err := <-errc:
+		return fmt.Errorf("admin serve: %w", err)
+	case <-ctx.Done():
+	}
+	s.hs.Shutdown()
+	stopped := make(chan struct{})
+	go func() { s.srv.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(10 * time.Second):
+		s.srv.Stop()
+	}
+	return nil
+}
+
+// --- authentication ---
+
+const healthService = "/grpc.health.v1.Health/"
+
+func (s *Service) authorize(ctx context.Context, method string) error {
+	// Probes (Kubernetes gRPC health checks) carry no token.
+	if strings.HasPrefix(method, healthService) {
+		return nil
+	}
+	if s.noToken {
+		return nil
+	}
+	md, _ := metadata.FromIncomingContext(ctx)
+	var got string
+	for _, v := range md.Get("authorization") {
+		if t, ok := strings.CutPrefix(v, "Bearer "); ok {
+			got = t
+		}
+	}
+	sum := sha256.Sum256([]byte(got))
+	if got == "" || subtle.ConstantTimeCompare(sum[:], s.tokenSum[:]) != 1 {
+		authFailures.Inc()
+		s.log.Warn("admin call refused: bad or missing token", "method", method, "peer", peerAddr(ctx))
+		return status.Error(codes.Unauthenticated, "missing or invalid bearer token")
+	}
+	return nil
+}
+
+func (s *Service) authUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	if err := s.authorize(ctx, info.FullMethod); err != nil {
+		return nil, err
+	}
+	resp, err := h(ctx, req)
+	return resp, toStatus(err)
+}
+
+func (s *Service) authStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	if err := s.authorize(ss.Context(), info.FullMethod); err != nil {
+		return err
+	}
+	return toStatus(h(srv, ss))
+}
+
+// toStatus maps domain errors to gRPC codes in one place.
+func toStatus(err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	switch {
+	case errors.Is(err, sessionstore.ErrNotFound):
+		return status.Error(codes.NotFound, err.Error())
+	case errors.Is(err, pairing.ErrInvalidCode):
+		return status.Error(codes.NotFound, err.Error())
+	case errors.Is(err, pairing.ErrLockedOut):
+		return status.Error(codes.ResourceExhausted, err.Error())
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return status.FromContextError(err).Err()
+	}
+	return status.Error(codes.Internal, "internal error")
+}
+
+func peerAddr(ctx context.Context) string {
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		return p.Addr.String()
+	}
+	return ""
+}
+
+func actor(ctx context.Context) string {
+	md, _ := metadata.FromIncomingContext(ctx)
+	if v := md.Get(ActorHeader); len(v) > 0 && strings.TrimSpace(v[0]) != "" {
+		return "token:" + truncate(strings.TrimSpace(v[0]), 64)
+	}
+	return "token"
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
+}
+
+// audit records a state-changing action. It fails the call if the record
+// cannot be written after the change (the change stays; the error says so).
+func (s *Service) audit(ctx context.Context, action, target string, detail map[string]any) error {
+	if detail == nil {
+		detail = map[string]any{}
+	}
+	detail["peer"] = peerAddr(ctx)
+	b, err := json.Marshal(detail)
+	if err != nil {
+		return fmt.Errorf("encode audit detail: %w", err)
+	}
+	if _, err := s.db.Exec(ctx, `INSERT INTO audit_log (actor, action, target, detail) VALUES ($1, $2, $3, $4)`,
+		actor(ctx), action, target, b); err != nil {
+		return fmt.Errorf("write audit log: %w", err)
+	}
+	s.log.Info("admin action", "action", action, "target", target, "actor", actor(ctx))
+	return nil
+}
+
+// --- sessions ---
+
+func toProto(sess sessionstore.Session) *adminv1.Session {
+	return &adminv1.Session{
+		SessionKey: sess.Key, SessionId: sess.ID, Origin: sess.Origin, DisplayName: sess.DisplayName,
+		ChatType: sess.ChatType, CreatedAt: timestamppb.New(sess.CreatedAt), UpdatedAt: timestamppb.New(sess.UpdatedAt),
+		InputTokens: sess.InputTokens, OutputTokens: sess.OutputTokens, ModelOverride: sess.ModelOverride,
+		Generation: sess.Generation, Suspended: sess.Suspended, Title: sess.Title,
+	}
+}
+
+// ListSessions pages through sessions ordered by key.
+func (s *Service) ListSessions(ctx context.Context, req *adminv1.ListSessionsRequest) (*adminv1.ListSessionsResponse, error) {
+	size := int(req.GetPageSize())
+	if size <= 0 || size > 500 {
+		size = 100
+	}
+	after := ""
+	if req.GetPageToken() != "" {
+		b, err := base64.RawURLEncoding.DecodeString(req.GetPageToken())
+		if err != nil {
+			return nil, status.Error(codes.InvalidArgument, "bad page token")
+		}
+		after = string(b)
+	}
+	list, err := s.sessions.List(ctx, req.GetPlatform(), size+1, after)
+	if err != nil {
+		return nil, err
+	}
+	resp := &adminv1.ListSessionsResponse{}
+	if len(list) > size {
+		list = list[:size]
+		resp.NextPageToken = base64.RawURLEncoding.EncodeToString([]byte(list[size-1].Key))
+	}
+	for _, sess := range list {
+		resp.Sessions = append(resp.Sessions, toProto(sess))
+	}
+	return resp, nil
+}
+
+// GetSession returns one session.
+func (s *Service) GetSession(ctx context.Context, req *adminv1.GetSessionRequest) (*adminv1.GetSessionResponse, error) {
+	if req.GetSessionKey() == "" {
+		return nil, status.Error(codes.InvalidArgument, "session_key is required")
+	}
+	sess, err := s.sessions.Get(ctx, req.GetSessionKey())
+	if err != nil {
+		return nil, err
+	}
+	return &adminv1.GetSessionResponse{Session: toProto(sess)}, nil
+}
+
+// ResetSession starts a new conversation under the key. A running turn is
+// fenced off by the new generation.
+func (s *Service) ResetSession(ctx context.Context, req *adminv1.ResetSessionRequest) (*adminv1.ResetSessionResponse, error) {
+	if req.GetSessionKey() == "" {
+		return nil, status.Error(codes.InvalidArgument, "session_key is required")
+	}
+	sess, err := s.sessions.Reset(ctx, req.GetSessionKey(), "admin")
+	if err != nil {
+		return nil, err
+	}
+	if err := s.audit(ctx, "session.reset", req.GetSessionKey(), map[string]any{"session_id": sess.ID, "generation": sess.Generation}); err != nil {
+		return nil, err
+	}
+	return &adminv1.ResetSessionResponse{Session: toProto(sess)}, nil
+}
+
+// --- pairing ---
+
+func pairingProto(p pairing.Pairing) *adminv1.Pairing {
+	out := &adminv1.Pairing{Platform: p.Platform, UserId: p.UserID, UserName: p.UserName, State: p.State, CreatedAt: timestamppb.New(p.CreatedAt)}
+	if !p.ExpiresAt.IsZero() {
+		out.ExpiresAt = timestamppb.New(p.ExpiresAt)
+	}
+	if !p.ApprovedAt.IsZero() {
+		out.ApprovedAt = timestamppb.New(p.ApprovedAt)
+	}
+	return out
+}
+
+// ListPairings lists pending codes and approved users.
+func (s *Service) ListPairings(ctx context.Context, req *adminv1.ListPairingsRequest) (*adminv1.ListPairingsResponse, error) {
+	list, err := s.pairing.List(ctx, strings.ToLower(req.GetPlatform()))
+	if err != nil {
+		return nil, err
+	}
+	resp := &adminv1.ListPairingsResponse{}
+	for _, p := range list {
+		resp.Pairings = append(resp.Pairings, pairingProto(p))
+	}
+	return resp, nil
+}
+
+// ApprovePairing admits the user whose pending code matches. Failed
+// attempts are audited too (five lock the platform).
+func (s *Service) ApprovePairing(ctx context.Context, req *adminv1.ApprovePairingRequest) (*adminv1.ApprovePairingResponse, error) {
+	platform := strings.ToLower(strings.TrimSpace(req.GetPlatform()))
+	if platform == "" || req.GetCode() == "" {
+		return nil, status.Error(codes.InvalidArgument, "platform and code are required")
+	}
+	p, err := s.pairing.Approve(ctx, platform, req.GetCode(), actor(ctx))
+	if err != nil {
+		if errors.Is(err, pairing.ErrInvalidCode) || errors.Is(err, pairing.ErrLockedOut) {
+			if aerr := s.audit(ctx, "pairing.approve_failed", platform, map[string]any{"reason": err.Error()}); aerr != nil {
+				return nil, aerr
+			}
+		}
+		return nil, err
+	}
+	if err := s.audit(ctx, "pairing.approve", platform+":"+p.UserID, map[string]any{"user_name": p.UserName}); err != nil {
+		return nil, err
+	}
+	return &adminv1.ApprovePairingResponse{Pairing: pairingProto(p)}, nil
+}
+
+// RevokePairing removes an approval.
+func (s *Service) RevokePairing(ctx context.Context, req *adminv1.RevokePairingRequest) (*adminv1.RevokePairingResponse, error) {
+	platform := strings.ToLower(strings.TrimSpace(req.GetPlatform()))
+	if platform == "" || req.GetUserId() == "" {
+		return nil, status.Error(codes.InvalidArgument, "platform and user_id are required")
+	}
+	ok, err := s.pairing.Revoke(ctx, platform, req.GetUserId())
+	if err != nil {
+		return nil, err
+	}
+	if err := s.audit(ctx, "pairing.revoke", platform+":"+req.GetUserId(), map[string]any{"revoked": ok}); err != nil {
+		return nil, err
+	}
+	return &adminv1.RevokePairingResponse{Revoked: ok}, nil
+}
+
+// --- deliveries (delegated) ---
+
+// ListDeliveries delegates to the delivery engine.
+func (s *Service) ListDeliveries(ctx context.Context, req *adminv1.ListDeliveriesRequest) (*adminv1.ListDeliveriesResponse, error) {
+	if s.deliveries == nil {
+		return nil, status.Error(codes.Unimplemented, "deliveries are not available in this process")
+	}
+	return s.deliveries.ListDeliveries(ctx, req)
+}
+
+// RetryDeliveries delegates to the delivery engine and audits.
+func (s *Service) RetryDeliveries(ctx context.Context, req *adminv1.RetryDeliveriesRequest) (*adminv1.RetryDeliveriesResponse, error) {
+	if s.deliveries == nil {
+		return nil, status.Error(codes.Unimplemented, "deliveries are not available in this process")
+	}
+	resp, err := s.deliveries.RetryDeliveries(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.audit(ctx, "deliveries.retry", "", map[string]any{"ids": req.GetIds(), "all": req.GetAll(), "requeued": resp.GetRequeued()}); err != nil {
+		return nil, err
+	}
+	return resp, nil
+}
+
+// PurgeDeliveries delegates to the delivery engine and audits.
+func (s *Service) PurgeDeliveries(ctx context.Context, req *adminv1.PurgeDeliveriesRequest) (*adminv1.PurgeDeliveriesResponse, error) {
+	if s.deliveries == nil {
+		return nil, status.Error(codes.Unimplemented, "deliveries are not available in this process")
+	}
+	resp, err := s.deliveries.PurgeDeliveries(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.audit(ctx, "deliveries.purge", "", map[string]any{"ids": req.GetIds(), "all": req.GetAll(), "purged": resp.GetPurged()}); err != nil {
+		return nil, err
+	}
+	return resp, nil
+}

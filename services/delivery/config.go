@@ -1,0 +1,177 @@
+package delivery
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/switchboard-chat/switchboard/services/delivery/internal/ratelimit"
+)
+
+// Streaming modes of a platform.
+const (
+	// StreamEdit: the platform can edit a sent message; deltas are streamed
+	// by editing one message in place.
+	StreamEdit = "edit"
+	// StreamNative: the gateway streams text itself (the API gateway's
+	// SSE); every delta is sent as SEND_OP_STREAM_DELTA.
+	StreamNative = "native"
+	// StreamNone: only the final text is sent.
+	StreamNone = "none"
+)
+
+// Platform is what delivery knows about one platform.
+type Platform struct {
+	// Streaming is edit, native or none.
+	Streaming string `koanf:"streaming"`
+	// BotRate limits sends per bot identity (platform account), ChatRate
+	// per chat. A zero rate takes the platform's default; count -1 turns
+	// the limit off.
+	BotRate  ratelimit.Rate `koanf:"bot_rate"`
+	ChatRate ratelimit.Rate `koanf:"chat_rate"`
+	// Home is the chat a proactive send to the bare platform goes to:
+	// "chat_id", "chat_id:thread_id" or "#channel-name".
+	Home string `koanf:"home"`
+}
+
+// DefaultPlatforms are the platforms' documented capabilities and limits.
+func DefaultPlatforms() map[string]Platform {
+	perSecond := ratelimit.Rate{Count: 1, Per: time.Second, Burst: 1}
+	return map[string]Platform{
+		"telegram":   {Streaming: StreamEdit, BotRate: ratelimit.Rate{Count: 30, Per: time.Second}, ChatRate: perSecond},
+		"discord":    {Streaming: StreamEdit, ChatRate: ratelimit.Rate{Count: 5, Per: 5 * time.Second}},
+		"slack":      {Streaming: StreamEdit, ChatRate: perSecond},
+		"matrix":     {Streaming: StreamEdit},
+		"mattermost": {Streaming: StreamEdit},
+		"whatsapp":   {Streaming: StreamNone},
+		"signal":     {Streaming: StreamNone},
+		"sms":        {Streaming: StreamNone},
+		"email":      {Streaming: StreamNone},
+		"api":        {Streaming: StreamNative},
+		"webhook":    {Streaming: StreamNone},
+	}
+}
+
+// Config is the `delivery` section of the configuration.
+type Config struct {
+	// TTL: a message not sent within TTL of being queued expires (with a
+	// log line and a metric) instead of arriving late.
+	TTL time.Duration `koanf:"ttl"`
+	// GRPCAddr serves DeliveryService.Send; empty turns it off.
+	GRPCAddr string `koanf:"grpc_addr"`
+	// Token, when set, is the bearer token DeliveryService.Send requires.
+	Token string `koanf:"token"`
+	// SendTimeout bounds one request to a gateway. A timeout means "maybe
+	// delivered": the row is retried with the same idempotency key.
+	SendTimeout time.Duration `koanf:"send_timeout"`
+	// Lease is how long a claimed row belongs to its sender; after it
+	// another replica takes the row over. Must exceed SendTimeout.
+	Lease time.Duration `koanf:"lease"`
+	// PollInterval is how often the outbox is checked for due rows
+	// besides being woken by new rows.
+	PollInterval time.Duration `koanf:"poll_interval"`
+	// Senders is how many sends one replica runs at once.
+	Senders int `koanf:"senders"`
+	// MaxAttempts dead-letters a row after that many failed attempts.
+	MaxAttempts int `koanf:"max_attempts"`
+	// RetryBase and RetryMax bound the exponential backoff.
+	RetryBase time.Duration `koanf:"retry_base"`
+	RetryMax  time.Duration `koanf:"retry_max"`
+	// TypingInterval refreshes the typing indicator while a turn runs, at
+	// most for TypingMax.
+	TypingInterval time.Duration `koanf:"typing_interval"`
+	TypingMax      time.Duration `koanf:"typing_max"`
+	// PartitionLease is the TTL of a replica's ownership of a reply
+	// partition (a crashed owner's partitions move after it).
+	PartitionLease time.Duration `koanf:"partition_lease"`
+	// AckWait of the reply consumers.
+	AckWait time.Duration `koanf:"ack_wait"`
+	// Platforms override DefaultPlatforms field by field.
+	Platforms map[string]Platform `koanf:"platforms"`
+	// ReplicaID names this replica in claims; hostname+random by default.
+	ReplicaID string `koanf:"replica_id"`
+}
+
+// DefaultConfig is the configuration with every default.
+func DefaultConfig() Config {
+	return Config{
+		TTL:            time.Hour,
+		GRPCAddr:       "127.0.0.1:7071",
+		SendTimeout:    10 * time.Second,
+		Lease:          30 * time.Second,
+		PollInterval:   time.Second,
+		Senders:        16,
+		MaxAttempts:    12,
+		RetryBase:      time.Second,
+		RetryMax:       5 * time.Minute,
+		TypingInterval: 4 * time.Second,
+		TypingMax:      5 * time.Minute,
+		PartitionLease: 15 * time.Second,
+		AckWait:        30 * time.Second,
+	}
+}
+
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	set := func(v *time.Duration, def time.Duration) {
+		if *v <= 0 {
+			*v = def
+		}
+	}
+	set(&c.TTL, d.TTL)
+	set(&c.SendTimeout, d.SendTimeout)
+	set(&c.Lease, d.Lease)
+	set(&c.PollInterval, d.PollInterval)
+	set(&c.RetryBase, d.RetryBase)
+	set(&c.RetryMax, d.RetryMax)
+	set(&c.TypingInterval, d.TypingInterval)
+	set(&c.TypingMax, d.TypingMax)
+	set(&c.PartitionLease, d.PartitionLease)
+	set(&c.AckWait, d.AckWait)
+	if c.Senders <= 0 {
+		c.Senders = d.Senders
+	}
+	if c.MaxAttempts <= 0 {
+		c.MaxAttempts = d.MaxAttempts
+	}
+	return c
+}
+
+// Validate reports settings that cannot work.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	if c.Lease <= c.SendTimeout {
+		return fmt.Errorf("delivery.lease (%v) must exceed delivery.send_timeout (%v)", c.Lease, c.SendTimeout)
+	}
+	for name, p := range c.Platforms {
+		switch p.Streaming {
+		case "", StreamEdit, StreamNative, StreamNone:
+		default:
+			return fmt.Errorf("delivery.platforms.%s.streaming: %q is not edit, native or none", name, p.Streaming)
+		}
+	}
+	return nil
+}
+
+// platform merges the configured platform over its defaults.
+func (c Config) platform(name string) Platform {
+	name = strings.ToLower(name)
+	p := DefaultPlatforms()[name]
+	o, ok := c.Platforms[name]
+	if !ok {
+		return p
+	}
+	if o.Streaming != "" {
+		p.Streaming = o.Streaming
+	}
+	if o.BotRate.Count != 0 {
+		p.BotRate = o.BotRate
+	}
+	if o.ChatRate.Count != 0 {
+		p.ChatRate = o.ChatRate
+	}
+	if o.Home != "" {
+		p.Home = o.Home
+	}
+	return p
+}

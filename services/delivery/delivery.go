@@ -1,0 +1,266 @@
+// Package delivery turns reply events into platform messages: it renders
+// them (chunks, streaming by edit, typing), records every message in the
+// Postgres outbox, and sends due rows through the platform gateways with
+// retries classified by error, shared rate limits and an expiry.
+package delivery
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+
+	"github.com/switchboard-chat/switchboard/pkg/bus"
+	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
+	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
+	"github.com/switchboard-chat/switchboard/pkg/outbox"
+	"github.com/switchboard-chat/switchboard/pkg/redisx"
+	"github.com/switchboard-chat/switchboard/services/delivery/internal/ratelimit"
+)
+
+// Deps are the clients the service uses.
+type Deps struct {
+	Log   *slog.Logger
+	Bus   *bus.Bus
+	DB    *pgxpool.Pool
+	Redis *redis.Client
+	// RedisPrefix namespaces Redis keys (redis.prefix).
+	RedisPrefix string
+	// Now is the clock; time.Now when nil. Tests inject a fake one.
+	Now func() time.Time
+}
+
+// Service is one delivery replica.
+type Service struct {
+	cfg     Config
+	log     *slog.Logger
+	bus     *bus.Bus
+	store   *outbox.Store
+	limiter *ratelimit.Limiter
+	locker  *redisx.Locker
+	now     func() time.Time
+	owner   string
+
+	kickCh chan struct{}
+	turns  *turns
+	typing *typing
+
+	mu       sync.Mutex
+	grpcAddr net.Addr
+	ready    chan struct{}
+}
+
+// New builds a replica.
+func New(cfg Config, deps Deps) (*Service, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	if deps.Bus == nil || deps.DB == nil || deps.Redis == nil {
+		return nil, errors.New("delivery: bus, database and redis are required")
+	}
+	if deps.Log == nil {
+		deps.Log = slog.Default()
+	}
+	if deps.Now == nil {
+		deps.Now = time.Now
+	}
+	owner := cfg.ReplicaID
+	if owner == "" {
+		host, _ := os.Hostname()
+		b := make([]byte, 4)
+		_, _ = rand.Read(b)
+		owner = host + "-" + hex.EncodeToString(b)
+	}
+	s := &Service{
+		cfg:     cfg,
+		log:     deps.Log.With("service", "delivery"),
+		bus:     deps.Bus,
+		store:   outbox.New(deps.DB),
+		limiter: ratelimit.New(deps.Redis, deps.RedisPrefix+"delivery:"),
+		locker:  redisx.NewLocker(deps.Redis, deps.RedisPrefix+"delivery:"),
+		now:     deps.Now,
+		owner:   owner,
+		kickCh:  make(chan struct{}, 1),
+		turns:   newTurns(),
+		ready:   make(chan struct{}),
+	}
+	s.typing = newTyping(s)
+	return s, nil
+}
+
+// Store is the outbox this replica uses (for the admin adapter and
+// gateways' channel directory).
+func (s *Service) Store() *outbox.Store { return s.store }
+
+// GRPCAddr is the address DeliveryService listens on, once Run started it.
+func (s *Service) GRPCAddr() net.Addr {
+	<-s.ready
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.grpcAddr
+}
+
+// Run consumes reply events of the partitions this replica owns, sends due
+// outbox rows and serves DeliveryService until ctx ends, then stops: the
+// consumers hand back unfinished events, in-flight sends finish.
+func (s *Service) Run(ctx context.Context) error {
+	var srv *grpc.Server
+	var lis net.Listener
+	if s.cfg.GRPCAddr != "" {
+		var err error
+		lis, err = net.Listen("tcp", s.cfg.GRPCAddr)
+		if err != nil {
+			close(s.ready)
+			return fmt.Errorf("listen %s: %w", s.cfg.GRPCAddr, err)
+		}
+		srv = grpc.NewServer()
+		deliveryv1.RegisterDeliveryServiceServer(srv, &sendServer{s: s})
+		s.mu.Lock()
+		s.grpcAddr = lis.Addr()
+		s.mu.Unlock()
+	}
+	close(s.ready)
+	s.log.Info("delivery started", "replica", s.owner, "grpc", s.cfg.GRPCAddr)
+
+	g, gctx := errgroup.WithContext(ctx)
+	for p := range bus.Partitions {
+		g.Go(func() error { return s.ownPartition(gctx, p) })
+	}
+	g.Go(func() error { return s.sendLoop(gctx) })
+	g.Go(func() error { return s.housekeeping(gctx) })
+	if srv != nil {
+		g.Go(func() error { return srv.Serve(lis) })
+		g.Go(func() error {
+			<-gctx.Done()
+			stopped := make(chan struct{})
+			go func() { srv.GracefulStop(); close(stopped) }()
+			select {
+			case <-stopped:
+			case <-time.After(5 * time.Second):
+				srv.Stop()
+			}
+			return nil
+		})
+	}
+	err := g.Wait()
+	s.typing.stopAll()
+	if err != nil && !errors.Is(err, grpc.ErrServerStopped) && ctx.Err() == nil {
+		return err
+	}
+	s.log.Info("delivery stopped")
+	return nil
+}
+
+// ownPartition runs the consumer of reply partition p while this replica
+// holds the partition's lease in Redis. Streaming state lives in memory,
+// so all events of a session must reach one replica: each partition has
+// one owner at a time, and a dead owner's lease expires.
+func (s *Service) ownPartition(ctx context.Context, p int) error {
+	name := fmt.Sprintf("replies-partition:%d", p)
+	token := redisx.NewToken()
+	retry := s.cfg.PartitionLease / 3
+	for ctx.Err() == nil {
+		ok, err := s.locker.Acquire(ctx, name, token, s.cfg.PartitionLease)
+		if err != nil && ctx.Err() == nil {
+			s.log.Warn("acquire reply partition failed", "partition", p, "err", err)
+		}
+		if !ok {
+			select {
+			case <-ctx.Done():
+			case <-time.After(jitter(retry)):
+			}
+			continue
+		}
+		s.log.Debug("reply partition owned", "partition", p)
+		pctx, cancel := context.WithCancel(ctx)
+		go func() {
+			defer cancel()
+			t := time.NewTicker(retry)
+			defer t.Stop()
+			for {
+				select {
+				case <-pctx.Done():
+					return
+				case <-t.C:
+					if err := s.locker.Renew(pctx, name, token, s.cfg.PartitionLease); err != nil {
+						if pctx.Err() == nil {
+							s.log.Warn("reply partition lost", "partition", p, "err", err)
+						}
+						return
+					}
+				}
+			}
+		}()
+		err = s.consumer(p).Run(pctx)
+		cancel()
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		_ = s.locker.Release(rctx, name, token)
+		rcancel()
+		if err != nil && ctx.Err() == nil {
+			s.log.Warn("reply consumer stopped", "partition", p, "err", err)
+			select {
+			case <-ctx.Done():
+			case <-time.After(jitter(retry)):
+			}
+		}
+	}
+	return nil
+}
+
+func (s *Service) consumer(p int) *bus.Consumer[repliesv1.ReplyEvent, *repliesv1.ReplyEvent] {
+	return bus.NewConsumer(s.bus, bus.ConsumerSpec{
+		Stream:         bus.StreamReplies,
+		Durable:        fmt.Sprintf("delivery-replies-%d", p),
+		FilterSubjects: []string{fmt.Sprintf("%s.%d", bus.SubjectReplies, p)},
+		AckWait:        s.cfg.AckWait,
+		MaxAckPending:  1, // strict order within the partition
+		MaxDeliver:     20,
+		Backoff:        []time.Duration{200 * time.Millisecond, time.Second, 2 * time.Second, 5 * time.Second},
+		Concurrency:    1,
+		DrainTimeout:   5 * time.Second,
+		PollWait:       time.Second,
+	}, s.handle)
+}
+
+// housekeeping forgets finished turns and old stream records.
+func (s *Service) housekeeping(ctx context.Context) error {
+	t := time.NewTicker(time.Minute)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			s.turns.prune(time.Now().Add(-2 * s.cfg.TTL))
+			if err := s.store.PruneStreamMessages(ctx, time.Now().Add(-2*s.cfg.TTL)); err != nil && ctx.Err() == nil {
+				s.log.Warn("prune stream messages failed", "err", err)
+			}
+		}
+	}
+}
+
+// kick wakes the send loop.
+func (s *Service) kick() {
+	select {
+	case s.kickCh <- struct{}{}:
+	default:
+	}
+}
+
+func jitter(d time.Duration) time.Duration {
+	b := make([]byte, 1)
+	_, _ = rand.Read(b)
+	return d/2 + time.Duration(float64(d)*float64(b[0])/255/2)
+}

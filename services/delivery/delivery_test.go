@@ -1,0 +1,373 @@
+package delivery_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	adminv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/admin/v1"
+	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
+	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
+	"github.com/switchboard-chat/switchboard/pkg/outbox"
+	"github.com/switchboard-chat/switchboard/services/delivery"
+)
+
+func TestFinalIsChunkedAndSentInOrder(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.start(t, testConfig(), "a")
+	long := strings.Repeat("word ", 1800) // 9000 runes: three messages
+	e.publish(t, event("t1", 1, "s1", &repliesv1.Typing{Active: true}))
+	e.publish(t, event("t1", 2, "s1", final(long)))
+	e.publish(t, event("", 0, "s1", &repliesv1.Notice{Text: "queued notice"}))
+	eventually(t, e.clock, 0, "three chunks and a notice", func() bool {
+		_, posted := e.gw.snapshot()
+		return len(posted) == 4
+	})
+	calls, posted := e.gw.snapshot()
+	if calls[0].Op != deliveryv1.SendOp_SEND_OP_TYPING {
+		t.Errorf("first op %v, want typing", calls[0].Op)
+	}
+	for i, p := range posted[:3] {
+		r := p.Req
+		if r.GetIdempotencyKey() != fmt.Sprintf("t1:2:%d", i) || r.GetChunkIndex() != int32(i) || r.GetChunkCount() != 3 ||
+			r.GetFinal() != (i == 2) || r.GetInputMessageIds()[0] != "in-t1" || !strings.HasSuffix(r.GetText(), fmt.Sprintf("(%d/3)", i+1)) {
+			t.Errorf("chunk %d: key %s index %d/%d final %v suffix %q", i, r.GetIdempotencyKey(), r.GetChunkIndex(), r.GetChunkCount(), r.GetFinal(), r.GetText()[len(r.GetText())-6:])
+		}
+	}
+	if posted[3].Req.GetText() != "queued notice" {
+		t.Errorf("notice %q", posted[3].Req.GetText())
+	}
+}
+
+// A send that times out after the platform accepted it is retried with
+// the same idempotency key and is not posted twice.
+func TestTimeoutAfterAcceptIsNotPostedTwice(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.gw.setBehaviour(func(_ *deliveryv1.SendRequested, try int) behaviour { return behaviour{hang: try == 1} })
+	e.start(t, testConfig(), "a")
+	e.publish(t, event("t1", 1, "s1", final("hello once")))
+	eventually(t, e.clock, 0, "row sent", func() bool { return rowState(t, e.db, "t1:1:0") == "sent" })
+	calls, posted := e.gw.snapshot()
+	if len(calls) < 2 {
+		t.Fatalf("calls %d, want a retry", len(calls))
+	}
+	for _, c := range calls {
+		if c.Key != "t1:1:0" {
+			t.Errorf("retry used key %s", c.Key)
+		}
+	}
+	if len(posted) != 1 {
+		t.Fatalf("posted %d times", len(posted))
+	}
+}
+
+// A 429 with retry-after 2 s is retried no sooner than 2 s later, by the
+// clock the service runs on.
+func TestRateLimitedHonoursRetryAfter(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.gw.setBehaviour(func(_ *deliveryv1.SendRequested, try int) behaviour {
+		if try == 1 {
+			return behaviour{fail: &deliveryv1.SendReceipt{ErrorClass: deliveryv1.ErrorClass_ERROR_CLASS_RATE_LIMITED, Error: "Too Many Requests", RetryAfterMs: 2000}}
+		}
+		return behaviour{}
+	})
+	e.start(t, testConfig(), "a")
+	e.publish(t, event("t1", 1, "s1", final("after a pause")))
+	eventually(t, e.clock, 0, "first attempt", func() bool { calls, _ := e.gw.snapshot(); return len(calls) == 1 })
+	eventually(t, e.clock, 100*time.Millisecond, "retry", func() bool { calls, _ := e.gw.snapshot(); return len(calls) == 2 })
+	calls, posted := e.gw.snapshot()
+	if gap := calls[1].At.Sub(calls[0].At); gap < 2*time.Second {
+		t.Fatalf("retried after %v, want at least 2s", gap)
+	}
+	if len(posted) != 1 {
+		t.Fatalf("posted %d", len(posted))
+	}
+}
+
+// adminServer is the admin service's delivery part as the router's admin
+// service will serve it: the outbox adapter behind real gRPC.
+type adminServer struct {
+	adminv1.UnimplementedAdminServiceServer
+	a *outbox.Admin
+}
+
+func (s adminServer) ListDeliveries(ctx context.Context, r *adminv1.ListDeliveriesRequest) (*adminv1.ListDeliveriesResponse, error) {
+	return s.a.ListDeliveries(ctx, r)
+}
+
+func (s adminServer) RetryDeliveries(ctx context.Context, r *adminv1.RetryDeliveriesRequest) (*adminv1.RetryDeliveriesResponse, error) {
+	return s.a.RetryDeliveries(ctx, r)
+}
+
+func (s adminServer) PurgeDeliveries(ctx context.Context, r *adminv1.PurgeDeliveriesRequest) (*adminv1.PurgeDeliveriesResponse, error) {
+	return s.a.PurgeDeliveries(ctx, r)
+}
+
+// A permanent error dead-letters the row at once; an operator's retry
+// through the admin API sends it.
+func TestPermanentErrorDeadLettersAndAdminRetrySends(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	broken := true
+	e.gw.setBehaviour(func(_ *deliveryv1.SendRequested, _ int) behaviour {
+		if broken {
+			return behaviour{fail: &deliveryv1.SendReceipt{ErrorClass: deliveryv1.ErrorClass_ERROR_CLASS_PERMANENT, Error: "Forbidden: bot was blocked by the user"}}
+		}
+		return behaviour{}
+	})
+	e.start(t, testConfig(), "a")
+	e.publish(t, event("t1", 1, "s1", final("try me later")))
+	eventually(t, e.clock, 0, "dead letter", func() bool { return rowState(t, e.db, "t1:1:0") == "failed" })
+	if calls, _ := e.gw.snapshot(); len(calls) != 1 {
+		t.Fatalf("permanent error was tried %d times", len(calls))
+	}
+
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	adminv1.RegisterAdminServiceServer(srv, adminServer{a: &outbox.Admin{Store: outbox.New(e.db), Now: e.clock.Now}})
+	go func() { _ = srv.Serve(lis) }()
+	defer srv.Stop()
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	client := adminv1.NewAdminServiceClient(conn)
+	ctx := context.Background()
+	list, err := client.ListDeliveries(ctx, &adminv1.ListDeliveriesRequest{})
+	if err != nil || len(list.GetDeliveries()) != 1 {
+		t.Fatalf("list %v %v", list, err)
+	}
+	d := list.GetDeliveries()[0]
+	if d.GetState() != deliveryv1.DeliveryState_DELIVERY_STATE_FAILED || !strings.Contains(d.GetLastError(), "blocked") {
+		t.Fatalf("dead letter %v", d)
+	}
+	e.gw.mu.Lock()
+	broken = false
+	e.gw.mu.Unlock()
+	resp, err := client.RetryDeliveries(ctx, &adminv1.RetryDeliveriesRequest{Ids: []string{d.GetId()}})
+	if err != nil || resp.GetRequeued() != 1 {
+		t.Fatalf("retry %v %v", resp, err)
+	}
+	eventually(t, e.clock, 0, "sent after retry", func() bool { return rowState(t, e.db, "t1:1:0") == "sent" })
+	if n := e.gw.postedTexts()["try me later"]; n != 1 {
+		t.Fatalf("posted %d times", n)
+	}
+}
+
+// A formatting error is retried once as plain text.
+func TestFormatErrorFallsBackToPlainText(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.gw.setBehaviour(func(r *deliveryv1.SendRequested, _ int) behaviour {
+		if r.GetFormat() != deliveryv1.TextFormat_TEXT_FORMAT_PLAIN {
+			return behaviour{fail: &deliveryv1.SendReceipt{ErrorClass: deliveryv1.ErrorClass_ERROR_CLASS_FORMAT, Error: "can't parse entities"}}
+		}
+		return behaviour{}
+	})
+	e.start(t, testConfig(), "a")
+	e.publish(t, event("t1", 1, "s1", &repliesv1.FinalText{Text: "*bold", Format: deliveryv1.TextFormat_TEXT_FORMAT_MARKDOWN}))
+	eventually(t, e.clock, 0, "sent as plain", func() bool { return rowState(t, e.db, "t1:1:0") == "sent" })
+}
+
+// A message no gateway can take within the TTL expires instead of being
+// sent late.
+func TestExpiresAfterTTL(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	cfg := testConfig()
+	cfg.TTL = time.Minute
+	e.start(t, cfg, "a")
+	ev := event("t1", 1, "s1", final("nobody listens"))
+	ev.Target.Platform = "nowhere"
+	e.publish(t, ev)
+	eventually(t, e.clock, 0, "queued", func() bool { return rowState(t, e.db, "t1:1:0") != "" })
+	eventually(t, e.clock, 5*time.Second, "expired", func() bool { return rowState(t, e.db, "t1:1:0") == "expired" })
+}
+
+// Kill a replica while a send is in flight: another replica takes over
+// its partitions and its claimed rows, and every reply arrives exactly
+// once.
+func TestKilledMidSendEveryReplyExactlyOnce(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	hung := make(chan struct{}, 1)
+	e.gw.setBehaviour(func(_ *deliveryv1.SendRequested, try int) behaviour {
+		if try == 1 {
+			select {
+			case hung <- struct{}{}:
+				return behaviour{hang: true} // the platform got it, the answer never comes
+			default:
+			}
+		}
+		return behaviour{}
+	})
+	cfg := testConfig()
+	cfg.SendTimeout = 5 * time.Second // the kill comes first
+	cfg.Lease = 6 * time.Second
+	a := e.start(t, cfg, "a")
+	const n = 12
+	for i := range n {
+		e.publish(t, event(fmt.Sprint("t", i), 1, fmt.Sprint("s", i), final(fmt.Sprint("answer ", i))))
+	}
+	<-hung
+	a.kill()
+	e.start(t, cfg, "b")
+	// The killed sender's lease must run out (clock time) before b resends.
+	eventually(t, e.clock, 200*time.Millisecond, "every answer", func() bool { return len(e.gw.postedTexts()) == n })
+	for text, c := range e.gw.postedTexts() {
+		if c != 1 {
+			t.Errorf("%q posted %d times", text, c)
+		}
+	}
+}
+
+// Two replicas share the outbox without double sends.
+func TestTwoReplicasShareTheOutbox(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	cfg := testConfig()
+	cfg.Senders = 2
+	e.start(t, cfg, "a")
+	e.start(t, cfg, "b")
+	const n = 40
+	for i := range n {
+		e.publish(t, event(fmt.Sprint("t", i), 1, fmt.Sprint("s", i%7), final(fmt.Sprint("answer ", i))))
+	}
+	eventually(t, e.clock, 0, "every answer", func() bool { return len(e.gw.postedTexts()) == n })
+	for text, c := range e.gw.postedTexts() {
+		if c != 1 {
+			t.Errorf("%q posted %d times", text, c)
+		}
+	}
+	calls, _ := e.gw.snapshot()
+	if len(calls) != n {
+		t.Errorf("%d requests for %d messages", len(calls), n)
+	}
+}
+
+// Streaming by edit, driven by the service's clock: the first message
+// appears with a cursor, edits wait for the interval, the final answer
+// replaces the stream without a cursor, and deltas after it are dropped.
+func TestStreamingByEdit(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.start(t, testConfig(), "a")
+	stream := func(seq int64, body any) {
+		ev := event("t1", seq, "s1", body)
+		ev.Target.Platform = "stream"
+		e.publish(t, ev)
+	}
+	ops := func() []call {
+		_, posted := e.gw.snapshot()
+		return posted
+	}
+	chunk := strings.Repeat("x", 30)
+	stream(1, &repliesv1.TextDelta{Text: chunk})
+	eventually(t, e.clock, 0, "first message", func() bool { return len(ops()) == 1 })
+	stream(2, &repliesv1.TextDelta{Text: chunk}) // within 0.8 s: buffered
+	e.consumed(t, "s1")
+	if n := len(ops()); n != 1 {
+		t.Fatalf("%d ops before the interval passed", n)
+	}
+	e.clock.Advance(time.Second)
+	stream(3, &repliesv1.TextDelta{Text: chunk}) // interval passed: edit
+	eventually(t, e.clock, 0, "edit", func() bool { return len(ops()) == 2 })
+	finalText := strings.Repeat("x", 90) + " done"
+	stream(4, final(finalText))
+	stream(5, &repliesv1.TextDelta{Text: "late"})
+	eventually(t, e.clock, 0, "final edit", func() bool { return len(ops()) == 3 })
+	got := ops()
+	want := []struct {
+		op   deliveryv1.SendOp
+		text string
+	}{
+		{deliveryv1.SendOp_SEND_OP_SEND, chunk + " ▉"},
+		{deliveryv1.SendOp_SEND_OP_EDIT, strings.Repeat("x", 90) + " ▉"},
+		{deliveryv1.SendOp_SEND_OP_EDIT, finalText},
+	}
+	for i, w := range want {
+		if got[i].Op != w.op || got[i].Req.GetText() != w.text {
+			t.Errorf("op %d: %v %q, want %v %q", i, got[i].Op, got[i].Req.GetText(), w.op, w.text)
+		}
+	}
+	if got[2].Req.GetMessageId() != "m1" || !got[2].Req.GetFinal() {
+		t.Errorf("final edit of %q final=%v", got[2].Req.GetMessageId(), got[2].Req.GetFinal())
+	}
+	time.Sleep(200 * time.Millisecond)
+	if n := len(ops()); n != 3 {
+		t.Errorf("%d ops after the final", n)
+	}
+}
+
+// DeliveryService.Send resolves targets and queues proactive messages.
+func TestProactiveSend(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	cfg := testConfig()
+	cfg.GRPCAddr = "127.0.0.1:0"
+	cfg.Token = "s3cret"
+	cfg.Platforms["test"] = delivery.Platform{Home: "home-chat:7"}
+	in := e.start(t, cfg, "a")
+	if err := outbox.New(e.db).UpsertChannel(context.Background(), outbox.Channel{Platform: "test", Account: "acc", ChatID: "C42", Name: "ops"}); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := grpc.NewClient(in.svc.GRPCAddr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	client := deliveryv1.NewDeliveryServiceClient(conn)
+	if _, err := client.Send(context.Background(), &deliveryv1.SendRequest{Target: "test", Text: "x"}); err == nil {
+		t.Fatal("send without token accepted")
+	}
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer s3cret")
+	cases := []struct {
+		target string
+		want   *deliveryv1.Target
+	}{
+		{"test", &deliveryv1.Target{Platform: "test", ChatId: "home-chat", ThreadId: "7"}},
+		{"test:123", &deliveryv1.Target{Platform: "test", ChatId: "123"}},
+		{"test:123:9", &deliveryv1.Target{Platform: "test", ChatId: "123", ThreadId: "9"}},
+		{"test:#OPS", &deliveryv1.Target{Platform: "test", Account: "acc", ChatId: "C42"}},
+	}
+	for i, c := range cases {
+		resp, err := client.Send(ctx, &deliveryv1.SendRequest{Target: c.target, Text: fmt.Sprint("proactive ", i), IdempotencyKey: fmt.Sprint("k", i)})
+		if err != nil {
+			t.Fatalf("%s: %v", c.target, err)
+		}
+		if !proto.Equal(resp.GetResolvedTarget(), c.want) {
+			t.Errorf("%s resolved to %v", c.target, resp.GetResolvedTarget())
+		}
+	}
+	if _, err := client.Send(ctx, &deliveryv1.SendRequest{Target: "test:#nope", Text: "x"}); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("unknown channel: %v", err)
+	}
+	// The same idempotency key again sends nothing new.
+	if _, err := client.Send(ctx, &deliveryv1.SendRequest{Target: "test:123", Text: "proactive 1", IdempotencyKey: "k1"}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, e.clock, 0, "four messages", func() bool { return len(e.gw.postedTexts()) == 4 })
+	time.Sleep(100 * time.Millisecond)
+	for text, n := range e.gw.postedTexts() {
+		if n != 1 {
+			t.Errorf("%q posted %d times", text, n)
+		}
+	}
+}

@@ -1,0 +1,316 @@
+package delivery_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/switchboard-chat/switchboard/pkg/bus"
+	"github.com/switchboard-chat/switchboard/pkg/bus/bustest"
+	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
+	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
+	"github.com/switchboard-chat/switchboard/pkg/pg/pgtest"
+	"github.com/switchboard-chat/switchboard/pkg/redisx/redistest"
+	"github.com/switchboard-chat/switchboard/services/delivery"
+)
+
+// clock is wall time plus an offset the test moves forward.
+type clock struct {
+	mu     sync.Mutex
+	offset time.Duration
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return time.Now().Add(c.offset)
+}
+
+func (c *clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.offset += d
+	c.mu.Unlock()
+}
+
+// call is one request the test gateway received.
+type call struct {
+	Key string
+	Op  deliveryv1.SendOp
+	At  time.Time
+	Req *deliveryv1.SendRequested
+}
+
+// behaviour is what the test gateway does with a request.
+type behaviour struct {
+	// fail answers with this failure; nothing is posted.
+	fail *deliveryv1.SendReceipt
+	// hang posts the message but never answers (a read timeout after the
+	// platform accepted it).
+	hang bool
+}
+
+// gateway is a test platform gateway: a NATS responder on the send
+// subject of platform "test", speaking the real SendRequested →
+// SendReceipt contract, answering a repeated idempotency key with its
+// first receipt as real gateways do, and failing on purpose.
+type gateway struct {
+	clock *clock
+	mu    sync.Mutex
+	calls []call
+	// posted are the platform operations that took effect, in order.
+	posted   []call
+	receipts map[string]*deliveryv1.SendReceipt
+	tries    map[string]int
+	behave   func(req *deliveryv1.SendRequested, try int) behaviour
+}
+
+func newGateway(t *testing.T, b *bus.Bus, c *clock, platforms ...string) *gateway {
+	g := &gateway{clock: c, receipts: map[string]*deliveryv1.SendReceipt{}, tries: map[string]int{}}
+	for _, p := range platforms {
+		sub, err := b.Conn().QueueSubscribe(b.Topology().SendSubject(p), "gateway-"+p, g.serve)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = sub.Unsubscribe() })
+	}
+	return g
+}
+
+func (g *gateway) serve(m *nats.Msg) {
+	var req deliveryv1.SendRequested
+	if err := proto.Unmarshal(m.Data, &req); err != nil {
+		return
+	}
+	g.mu.Lock()
+	c := call{Key: req.GetIdempotencyKey(), Op: req.GetOp(), At: g.clock.Now(), Req: &req}
+	g.calls = append(g.calls, c)
+	if rec, ok := g.receipts[c.Key]; ok {
+		g.mu.Unlock()
+		dup := proto.Clone(rec).(*deliveryv1.SendReceipt)
+		dup.Duplicate = true
+		_ = bus.Reply(context.Background(), m, dup)
+		return
+	}
+	g.tries[c.Key]++
+	var b behaviour
+	if g.behave != nil {
+		b = g.behave(&req, g.tries[c.Key])
+	}
+	if b.fail != nil {
+		g.mu.Unlock()
+		rec := proto.Clone(b.fail).(*deliveryv1.SendReceipt)
+		rec.IdempotencyKey = c.Key
+		_ = bus.Reply(context.Background(), m, rec)
+		return
+	}
+	id := req.GetMessageId()
+	if req.GetOp() == deliveryv1.SendOp_SEND_OP_SEND {
+		id = fmt.Sprintf("m%d", len(g.posted)+1)
+	}
+	rec := &deliveryv1.SendReceipt{IdempotencyKey: c.Key, Ok: true, PlatformMessageId: id, SentAt: timestamppb.Now()}
+	if req.GetOp() != deliveryv1.SendOp_SEND_OP_TYPING && req.GetOp() != deliveryv1.SendOp_SEND_OP_STREAM_DELTA {
+		g.posted = append(g.posted, c)
+		g.receipts[c.Key] = rec
+	}
+	g.mu.Unlock()
+	if b.hang {
+		return
+	}
+	_ = bus.Reply(context.Background(), m, rec)
+}
+
+func (g *gateway) setBehaviour(f func(req *deliveryv1.SendRequested, try int) behaviour) {
+	g.mu.Lock()
+	g.behave = f
+	g.mu.Unlock()
+}
+
+func (g *gateway) snapshot() (calls, posted []call) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return append([]call(nil), g.calls...), append([]call(nil), g.posted...)
+}
+
+// postedTexts counts posted sends by text.
+func (g *gateway) postedTexts() map[string]int {
+	_, posted := g.snapshot()
+	out := map[string]int{}
+	for _, p := range posted {
+		if p.Op == deliveryv1.SendOp_SEND_OP_SEND {
+			out[p.Req.GetText()]++
+		}
+	}
+	return out
+}
+
+type env struct {
+	url   string
+	bus   *bus.Bus
+	db    *pgxpool.Pool
+	rdb   *redis.Client
+	rpref string
+	clock *clock
+	gw    *gateway
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	url := bustest.EmbeddedURL(t)
+	e := &env{url: url, bus: bustest.New(t, url), db: pgtest.New(t), clock: &clock{}}
+	e.rdb, e.rpref = redistest.New(t)
+	e.gw = newGateway(t, e.bus, e.clock, "test", "stream")
+	return e
+}
+
+func testConfig() delivery.Config {
+	cfg := delivery.DefaultConfig()
+	cfg.GRPCAddr = ""
+	cfg.SendTimeout = 300 * time.Millisecond
+	cfg.Lease = time.Second
+	cfg.PollInterval = 30 * time.Millisecond
+	cfg.RetryBase = 50 * time.Millisecond
+	cfg.RetryMax = 200 * time.Millisecond
+	cfg.PartitionLease = time.Second
+	cfg.AckWait = 2 * time.Second
+	cfg.Platforms = map[string]delivery.Platform{"stream": {Streaming: delivery.StreamEdit}}
+	return cfg
+}
+
+// instance is one running delivery replica with its own NATS connection,
+// so the test can kill it hard.
+type instance struct {
+	svc    *delivery.Service
+	nc     *nats.Conn
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func (e *env) start(t *testing.T, cfg delivery.Config, name string) *instance {
+	t.Helper()
+	nc, err := nats.Connect(e.url, nats.Name(name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := bus.New(nc, e.bus.Topology(), slog.Default())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ReplicaID = name
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("replica", name)
+	svc, err := delivery.New(cfg, delivery.Deps{Log: log, Bus: b, DB: e.db, Redis: e.rdb, RedisPrefix: e.rpref, Now: e.clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	in := &instance{svc: svc, nc: nc, cancel: cancel, done: make(chan error, 1)}
+	go func() { in.done <- svc.Run(ctx) }()
+	t.Cleanup(func() { in.stop(t) })
+	return in
+}
+
+// stop ends the replica gracefully (idempotent).
+func (in *instance) stop(t *testing.T) {
+	in.cancel()
+	select {
+	case err, ok := <-in.done:
+		if ok && err != nil {
+			t.Errorf("delivery run: %v", err)
+		}
+		close(in.done)
+	case <-time.After(20 * time.Second):
+		t.Error("delivery did not stop")
+	}
+	in.nc.Close()
+}
+
+// kill ends the replica hard: its NATS connection drops at once, then its
+// context ends; whatever it was sending stays unrecorded.
+func (in *instance) kill() {
+	in.nc.Close()
+	in.cancel()
+}
+
+func event(turn string, seq int64, session string, body any) *repliesv1.ReplyEvent {
+	ev := &repliesv1.ReplyEvent{
+		TurnId: turn, SessionKey: session, Seq: seq, Generation: 1,
+		Target:          &deliveryv1.Target{Platform: "test", ChatId: "chat-" + session},
+		InputMessageIds: []string{"in-" + turn},
+		CreatedAt:       timestamppb.Now(),
+	}
+	switch b := body.(type) {
+	case *repliesv1.FinalText:
+		ev.Body = &repliesv1.ReplyEvent_FinalText{FinalText: b}
+	case *repliesv1.TextDelta:
+		ev.Body = &repliesv1.ReplyEvent_TextDelta{TextDelta: b}
+	case *repliesv1.Typing:
+		ev.Body = &repliesv1.ReplyEvent_Typing{Typing: b}
+	case *repliesv1.ReplyError:
+		ev.Body = &repliesv1.ReplyEvent_Error{Error: b}
+	case *repliesv1.Notice:
+		ev.Body = &repliesv1.ReplyEvent_Notice{Notice: b}
+	}
+	return ev
+}
+
+func (e *env) publish(t *testing.T, ev *repliesv1.ReplyEvent) {
+	t.Helper()
+	id := fmt.Sprintf("reply:%s:%d", ev.GetTurnId(), ev.GetSeq())
+	if _, err := e.bus.Publish(context.Background(), e.bus.Topology().ReplySubject(ev.GetSessionKey()), id, ev); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// eventually waits for cond with a deadline, nudging the clock by step
+// each round (0: leave it).
+func eventually(t *testing.T, c *clock, step time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		if step > 0 {
+			c.Advance(step)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func final(text string) *repliesv1.FinalText { return &repliesv1.FinalText{Text: text} }
+
+func rowState(t *testing.T, db *pgxpool.Pool, key string) string {
+	var st string
+	err := db.QueryRow(context.Background(), `SELECT state FROM delivery_outbox WHERE idempotency_key = $1`, key).Scan(&st)
+	if err != nil {
+		return ""
+	}
+	return st
+}
+
+var _ = strings.Repeat
+
+// consumed waits until the reply partition of session has no event
+// left unhandled.
+func (e *env) consumed(t *testing.T, session string) {
+	t.Helper()
+	durable := fmt.Sprintf("delivery-replies-%d", bus.Partition(session))
+	eventually(t, e.clock, 0, "events handled", func() bool {
+		c, err := e.bus.JetStream().Consumer(context.Background(), e.bus.Topology().Stream(bus.StreamReplies), durable)
+		if err != nil {
+			return false
+		}
+		info, err := c.Info(context.Background())
+		return err == nil && info.NumPending == 0 && info.NumAckPending == 0
+	})
+}

@@ -1,0 +1,25 @@
+package delivery
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+)
+
+var (
+	sends = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "switchboard_delivery_sends_total",
+		Help: "Outbox sends to platform gateways, by platform and result (sent, duplicate, retry, rate_limited, timeout, no_gateway, format, failed).",
+	}, []string{"platform", "result"})
+	expired = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "switchboard_delivery_expired_total",
+		Help: "Outbox rows that expired before they could be sent.",
+	}, []string{"platform"})
+	deadLetters = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "switchboard_delivery_dead_letters_total",
+		Help: "Outbox rows dead-lettered, by platform and reason.",
+	}, []string{"platform", "reason"})
+	progress = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "switchboard_delivery_progress_total",
+		Help: "Best-effort progress operations (stream edits, stream deltas, typing), by platform, op and result.",
+	}, []string{"platform", "op", "result"})
+)

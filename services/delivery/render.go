@@ -1,0 +1,338 @@
+package delivery
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/switchboard-chat/switchboard/pkg/bus"
+	"github.com/switchboard-chat/switchboard/pkg/chunk"
+	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
+	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
+	"github.com/switchboard-chat/switchboard/pkg/streamedit"
+)
+
+// turnState is what this replica remembers of a turn's reply while it is
+// being streamed.
+type turnState struct {
+	stream *streamedit.Stream
+	// ids are the platform message ids of the stream's messages.
+	ids     map[int]string
+	done    bool
+	touched time.Time
+}
+
+type turns struct {
+	mu sync.Mutex
+	m  map[string]*turnState
+}
+
+func newTurns() *turns { return &turns{m: map[string]*turnState{}} }
+
+func (t *turns) get(id string) *turnState {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	st := t.m[id]
+	if st != nil {
+		st.touched = time.Now()
+	}
+	return st
+}
+
+func (t *turns) put(id string, st *turnState) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	st.touched = time.Now()
+	t.m[id] = st
+}
+
+func (t *turns) prune(before time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for id, st := range t.m {
+		if st.touched.Before(before) {
+			delete(t.m, id)
+		}
+	}
+}
+
+// keyBase identifies an event in idempotency keys: "<turn_id>:<seq>", or
+// the bus message id for events outside a turn (router notices).
+func keyBase(ctx context.Context, ev *repliesv1.ReplyEvent) string {
+	if ev.GetTurnId() != "" {
+		return ev.GetTurnId() + ":" + strconv.FormatInt(ev.GetSeq(), 10)
+	}
+	if d, ok := bus.DeliveryFrom(ctx); ok && d.MsgID != "" {
+		return d.MsgID
+	}
+	return fmt.Sprintf("event:%s:%d", ev.GetSessionKey(), ev.GetSeq())
+}
+
+// handle renders one reply event. Messages the user must get go to the
+// outbox (an error nak's the event and it comes back); progress (typing,
+// stream edits, stream deltas) is best effort and never fails the event.
+func (s *Service) handle(ctx context.Context, ev *repliesv1.ReplyEvent) error {
+	if ev.GetTarget().GetPlatform() == "" {
+		return bus.Permanent(errors.New("reply event without a target platform"))
+	}
+	switch b := ev.GetBody().(type) {
+	case *repliesv1.ReplyEvent_Typing:
+		if b.Typing.GetActive() {
+			s.typing.start(ev)
+		} else {
+			s.typing.stop(ev.GetTurnId())
+		}
+		return nil
+	case *repliesv1.ReplyEvent_TextDelta:
+		s.delta(ctx, ev, b.TextDelta.GetText())
+		return nil
+	case *repliesv1.ReplyEvent_ToolProgress:
+		return nil
+	case *repliesv1.ReplyEvent_FinalText:
+		s.typing.stop(ev.GetTurnId())
+		return s.final(ctx, ev, b.FinalText.GetText(), b.FinalText.GetFormat())
+	case *repliesv1.ReplyEvent_Error:
+		s.typing.stop(ev.GetTurnId())
+		text := b.Error.GetMessage()
+		if text == "" && b.Error.GetCode() != "interrupted" {
+			text = "Sorry, something went wrong and I could not answer."
+		}
+		// Take the cursor off whatever was streamed, then explain.
+		if err := s.final(ctx, ev, "", deliveryv1.TextFormat_TEXT_FORMAT_PLAIN); err != nil {
+			return err
+		}
+		if text == "" {
+			return nil
+		}
+		return s.enqueueText(ctx, ev, keyBase(ctx, ev)+":e", "⚠️ "+text, deliveryv1.TextFormat_TEXT_FORMAT_PLAIN, true)
+	case *repliesv1.ReplyEvent_Notice:
+		return s.enqueueText(ctx, ev, keyBase(ctx, ev), b.Notice.GetText(), deliveryv1.TextFormat_TEXT_FORMAT_PLAIN, false)
+	case *repliesv1.ReplyEvent_Media:
+		req := s.request(ev, keyBase(ctx, ev)+":0", deliveryv1.SendOp_SEND_OP_SEND)
+		req.Attachments = append(req.Attachments, b.Media.GetAttachment())
+		return s.enqueue(ctx, req)
+	default:
+		return bus.Permanent(fmt.Errorf("reply event %s:%d has no body", ev.GetTurnId(), ev.GetSeq()))
+	}
+}
+
+// request is a SendRequested for ev with its common fields.
+func (s *Service) request(ev *repliesv1.ReplyEvent, key string, op deliveryv1.SendOp) *deliveryv1.SendRequested {
+	return &deliveryv1.SendRequested{
+		IdempotencyKey:  key,
+		Op:              op,
+		Target:          ev.GetTarget(),
+		TurnId:          ev.GetTurnId(),
+		SessionKey:      ev.GetSessionKey(),
+		InputMessageIds: ev.GetInputMessageIds(),
+	}
+}
+
+func (s *Service) enqueue(ctx context.Context, reqs ...*deliveryv1.SendRequested) error {
+	if len(reqs) == 0 {
+		return nil
+	}
+	if _, err := s.store.Enqueue(ctx, s.now(), s.cfg.TTL, reqs...); err != nil {
+		return fmt.Errorf("enqueue reply: %w", err)
+	}
+	s.kick()
+	return nil
+}
+
+// enqueueText chunks text for the platform into outbox rows.
+func (s *Service) enqueueText(ctx context.Context, ev *repliesv1.ReplyEvent, base, text string, format deliveryv1.TextFormat, final bool) error {
+	if text == "" {
+		return nil
+	}
+	parts := chunk.Split(text, ev.GetTarget().GetPlatform())
+	reqs := make([]*deliveryv1.SendRequested, len(parts))
+	for i, p := range parts {
+		r := s.request(ev, fmt.Sprintf("%s:%d", base, i), deliveryv1.SendOp_SEND_OP_SEND)
+		r.Text, r.Format = p, format
+		r.ChunkIndex, r.ChunkCount = int32(i), int32(len(parts))
+		r.Final = final && i == len(parts)-1
+		reqs[i] = r
+	}
+	return s.enqueue(ctx, reqs...)
+}
+
+// delta streams a piece of the answer: by editing one message on
+// platforms that can edit, as a stream delta on platforms that stream
+// natively, not at all elsewhere (they get the final text).
+func (s *Service) delta(ctx context.Context, ev *repliesv1.ReplyEvent, text string) {
+	platform := ev.GetTarget().GetPlatform()
+	switch s.cfg.platform(platform).Streaming {
+	case StreamNative:
+		req := s.request(ev, keyBase(ctx, ev)+":d", deliveryv1.SendOp_SEND_OP_STREAM_DELTA)
+		req.Text = text
+		s.progress(ctx, req)
+	case StreamEdit:
+		st := s.turns.get(ev.GetTurnId())
+		if st == nil {
+			st = &turnState{ids: map[int]string{}, stream: streamedit.New(streamedit.Config{
+				Limit: chunk.Limits(platform), CanEdit: true, Now: s.now,
+			})}
+			s.turns.put(ev.GetTurnId(), st)
+		}
+		if st.done {
+			return // the final answer was already sent; it wins
+		}
+		s.perform(ctx, ev, st, st.stream.Append(text))
+	}
+}
+
+// perform carries out streaming progress actions in order, reporting each
+// to the stream, and stops at the first that fails or is not due under
+// the shared rate limit.
+func (s *Service) perform(ctx context.Context, ev *repliesv1.ReplyEvent, st *turnState, acts []streamedit.Action) {
+	for i, a := range acts {
+		if wait, err := s.limiter.Take(ctx, s.now(), s.buckets(ev.GetTarget())...); err == nil && wait > 0 {
+			return // not now: the stream plans again on the next delta
+		}
+		op := deliveryv1.SendOp_SEND_OP_EDIT
+		if a.Kind == streamedit.Send {
+			op = deliveryv1.SendOp_SEND_OP_SEND
+		}
+		req := s.request(ev, fmt.Sprintf("%s:s%d", keyBase(ctx, ev), i), op)
+		req.Text = a.Text
+		req.MessageId = st.ids[a.Message]
+		rec, err := s.progress(ctx, req)
+		if err == nil && !rec.GetOk() {
+			err = errors.New(rec.GetError())
+			if rec.GetErrorClass() == deliveryv1.ErrorClass_ERROR_CLASS_RATE_LIMITED {
+				err = fmt.Errorf("%s: %w", rec.GetError(), streamedit.ErrFlood)
+			}
+		}
+		st.stream.OnResult(a, err)
+		if err != nil {
+			return
+		}
+		if a.Kind == streamedit.Send {
+			st.ids[a.Message] = rec.GetPlatformMessageId()
+			if err := s.store.SaveStreamMessage(ctx, ev.GetTurnId(), a.Message, rec.GetPlatformMessageId()); err != nil {
+				s.log.Warn("save stream message failed", "turn_id", ev.GetTurnId(), "err", err)
+			}
+		}
+	}
+}
+
+// progress sends a best-effort operation straight to the gateway, without
+// an outbox row.
+func (s *Service) progress(ctx context.Context, req *deliveryv1.SendRequested) (*deliveryv1.SendReceipt, error) {
+	rctx, cancel := context.WithTimeout(ctx, s.cfg.SendTimeout)
+	defer cancel()
+	var rec deliveryv1.SendReceipt
+	err := s.bus.Request(rctx, s.bus.Topology().SendSubject(req.GetTarget().GetPlatform()), req, &rec)
+	result := "ok"
+	switch {
+	case err != nil:
+		result = "error"
+	case !rec.GetOk():
+		result = "rejected"
+	}
+	progress.WithLabelValues(req.GetTarget().GetPlatform(), req.GetOp().String(), result).Inc()
+	if err != nil {
+		return nil, err
+	}
+	return &rec, nil
+}
+
+// final turns the final answer into outbox rows. When the answer was
+// streamed into messages, the stream's final actions replace them (the
+// final answer always wins over progress edits); when another replica
+// streamed it, the recorded messages are rewritten from the first.
+func (s *Service) final(ctx context.Context, ev *repliesv1.ReplyEvent, text string, format deliveryv1.TextFormat) error {
+	base := keyBase(ctx, ev)
+	st := s.turns.get(ev.GetTurnId())
+	if ev.GetTurnId() != "" && st != nil && !st.done && len(st.ids) > 0 {
+		reqs := s.finalActions(ev, base, st, st.stream.Final(text), format)
+		if err := s.enqueue(ctx, reqs...); err != nil {
+			return err
+		}
+		st.done = true
+		return nil
+	}
+	if st != nil && st.done {
+		// Already replaced (a redelivered final): the rows exist.
+		return nil
+	}
+	if ev.GetTurnId() != "" && s.cfg.platform(ev.GetTarget().GetPlatform()).Streaming == StreamEdit {
+		ids, err := s.store.StreamMessages(ctx, ev.GetTurnId())
+		if err != nil {
+			return err
+		}
+		if len(ids) > 0 {
+			if err := s.enqueue(ctx, s.rewrite(ev, base, ids, text, format)...); err != nil {
+				return err
+			}
+			s.turns.put(ev.GetTurnId(), &turnState{done: true})
+			return nil
+		}
+	}
+	if err := s.enqueueText(ctx, ev, base, text, format, true); err != nil {
+		return err
+	}
+	if ev.GetTurnId() != "" {
+		s.turns.put(ev.GetTurnId(), &turnState{done: true})
+	}
+	return nil
+}
+
+func (s *Service) finalActions(ev *repliesv1.ReplyEvent, base string, st *turnState, acts []streamedit.Action, format deliveryv1.TextFormat) []*deliveryv1.SendRequested {
+	var reqs []*deliveryv1.SendRequested
+	for _, a := range acts {
+		op := map[streamedit.Kind]deliveryv1.SendOp{
+			streamedit.Send:   deliveryv1.SendOp_SEND_OP_SEND,
+			streamedit.Edit:   deliveryv1.SendOp_SEND_OP_EDIT,
+			streamedit.Delete: deliveryv1.SendOp_SEND_OP_DELETE,
+		}[a.Kind]
+		id := st.ids[a.Message]
+		if a.Kind != streamedit.Send && id == "" {
+			continue // a message whose send was never confirmed
+		}
+		r := s.request(ev, fmt.Sprintf("%s:%d", base, len(reqs)), op)
+		r.Text, r.Format, r.MessageId = a.Text, format, id
+		reqs = append(reqs, r)
+	}
+	return number(reqs)
+}
+
+// rewrite writes text over messages another replica streamed: edit each
+// with a part, send the parts left over, delete the surplus messages.
+func (s *Service) rewrite(ev *repliesv1.ReplyEvent, base string, ids []string, text string, format deliveryv1.TextFormat) []*deliveryv1.SendRequested {
+	var parts []string
+	if text != "" {
+		parts = chunk.Split(text, ev.GetTarget().GetPlatform())
+	}
+	var reqs []*deliveryv1.SendRequested
+	for i := 0; i < max(len(parts), len(ids)); i++ {
+		op := deliveryv1.SendOp_SEND_OP_EDIT
+		switch {
+		case i >= len(ids):
+			op = deliveryv1.SendOp_SEND_OP_SEND
+		case i >= len(parts):
+			op = deliveryv1.SendOp_SEND_OP_DELETE
+		}
+		r := s.request(ev, fmt.Sprintf("%s:%d", base, i), op)
+		if i < len(ids) {
+			r.MessageId = ids[i]
+		}
+		if i < len(parts) {
+			r.Text, r.Format = parts[i], format
+		}
+		reqs = append(reqs, r)
+	}
+	return number(reqs)
+}
+
+// number sets chunk positions and marks the last request final.
+func number(reqs []*deliveryv1.SendRequested) []*deliveryv1.SendRequested {
+	for i, r := range reqs {
+		r.ChunkIndex, r.ChunkCount = int32(i), int32(len(reqs))
+		r.Final = i == len(reqs)-1
+	}
+	return reqs
+}

@@ -1,0 +1,204 @@
+package delivery
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"google.golang.org/protobuf/proto"
+
+	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
+	"github.com/switchboard-chat/switchboard/pkg/outbox"
+	"github.com/switchboard-chat/switchboard/services/delivery/internal/ratelimit"
+)
+
+// sendLoop sends due outbox rows until ctx ends: woken by new rows and
+// finished sends, and every PollInterval for retries that came due. It
+// also expires rows older than their TTL. Sends in flight when ctx ends
+// finish (within SendTimeout) before it returns.
+func (s *Service) sendLoop(ctx context.Context) error {
+	slots := make(chan struct{}, s.cfg.Senders)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	// Sends outlive ctx by up to SendTimeout so their outcome is recorded.
+	sctx := context.WithoutCancel(ctx)
+	t := time.NewTicker(s.cfg.PollInterval)
+	defer t.Stop()
+	lastExpire := time.Time{}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-s.kickCh:
+		case <-t.C:
+		}
+		now := s.now()
+		if now.Sub(lastExpire) >= s.cfg.PollInterval {
+			lastExpire = now
+			s.expire(ctx, now)
+		}
+		for ctx.Err() == nil {
+			free := s.cfg.Senders - len(slots)
+			if free <= 0 {
+				break
+			}
+			rows, err := s.store.Claim(ctx, s.now(), s.cfg.Lease, s.owner, free)
+			if err != nil {
+				if ctx.Err() == nil {
+					s.log.Warn("claim deliveries failed", "err", err)
+				}
+				break
+			}
+			for _, r := range rows {
+				slots <- struct{}{}
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					defer func() { <-slots; s.kick() }()
+					s.send(sctx, ctx, r)
+				}()
+			}
+			if len(rows) < free {
+				break
+			}
+		}
+	}
+}
+
+func (s *Service) expire(ctx context.Context, now time.Time) {
+	rows, err := s.store.Expire(ctx, now)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.Warn("expire deliveries failed", "err", err)
+		}
+		return
+	}
+	for _, r := range rows {
+		expired.WithLabelValues(r.Platform).Inc()
+		deadLetters.WithLabelValues(r.Platform, "expired").Inc()
+		s.log.Warn("delivery expired before it could be sent", "delivery_id", r.ID, "key", r.Key,
+			"platform", r.Platform, "chat_id", r.ChatID, "attempts", r.Attempts,
+			"age", now.Sub(r.CreatedAt).Round(time.Second), "last_error", r.LastError)
+	}
+}
+
+// buckets are the shared rate limits a send to t takes from.
+func (s *Service) buckets(t *deliveryv1.Target) []ratelimit.Bucket {
+	p := s.cfg.platform(t.GetPlatform())
+	return []ratelimit.Bucket{
+		{Key: t.GetPlatform() + ":bot:" + t.GetAccount(), Rate: p.BotRate},
+		{Key: t.GetPlatform() + ":chat:" + t.GetAccount() + ":" + t.GetChatId(), Rate: p.ChatRate},
+	}
+}
+
+// send performs one claimed row and records the outcome. life is the
+// service's context: when it ends while the request is in flight (the
+// process is being killed), nothing is recorded and the row's lease runs
+// out, so another replica sends it again with the same idempotency key.
+func (s *Service) send(ctx, life context.Context, r outbox.Row) {
+	log := s.log.With("delivery_id", r.ID, "key", r.Key, "platform", r.Platform, "attempt", r.Attempts)
+	req := r.Request
+	now := s.now()
+	wait, err := s.limiter.Take(ctx, now, s.buckets(req.GetTarget())...)
+	if err != nil {
+		log.Warn("rate limiter unavailable; sending unpaced", "err", err)
+	} else if wait > 0 {
+		s.record(log, "defer", s.store.Defer(ctx, r.ID, s.owner, now.Add(wait), now))
+		return
+	}
+
+	rctx, cancel := context.WithTimeout(ctx, s.cfg.SendTimeout)
+	var rec deliveryv1.SendReceipt
+	err = s.bus.Request(rctx, s.bus.Topology().SendSubject(r.Platform), req, &rec)
+	cancel()
+	if life.Err() != nil && err != nil {
+		return // killed mid-send: leave the row to its lease
+	}
+	now = s.now()
+	switch {
+	case err == nil && rec.GetOk():
+		result := "sent"
+		if rec.GetDuplicate() {
+			result = "duplicate"
+		}
+		sends.WithLabelValues(r.Platform, result).Inc()
+		s.record(log, "mark sent", s.store.MarkSent(ctx, r.ID, s.owner, rec.GetPlatformMessageId(), now))
+	case errors.Is(err, nats.ErrNoResponders):
+		s.retry(ctx, log, r, "no_gateway", fmt.Sprintf("no gateway serves %s", r.Platform), s.backoff(r.Attempts), nil)
+	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout):
+		// Maybe delivered: ask again with the same key; the gateway answers
+		// a key it already sent with its first receipt.
+		s.retry(ctx, log, r, "timeout", "gateway timed out; maybe delivered", s.backoff(r.Attempts), nil)
+	case err != nil:
+		s.retry(ctx, log, r, "retry", err.Error(), s.backoff(r.Attempts), nil)
+	default:
+		s.classify(ctx, log, r, &rec)
+	}
+}
+
+// classify handles a receipt that reports a failure, by its error class.
+func (s *Service) classify(ctx context.Context, l warner, r outbox.Row, rec *deliveryv1.SendReceipt) {
+	switch rec.GetErrorClass() {
+	case deliveryv1.ErrorClass_ERROR_CLASS_RATE_LIMITED:
+		d := time.Duration(rec.GetRetryAfterMs()) * time.Millisecond
+		if d <= 0 {
+			d = s.backoff(r.Attempts)
+		}
+		s.retry(ctx, l, r, "rate_limited", "rate limited: "+rec.GetError(), d, nil)
+	case deliveryv1.ErrorClass_ERROR_CLASS_PERMANENT:
+		s.fail(ctx, l, r, "permanent", rec.GetError())
+	case deliveryv1.ErrorClass_ERROR_CLASS_FORMAT:
+		if r.Request.GetFormat() == deliveryv1.TextFormat_TEXT_FORMAT_PLAIN {
+			s.fail(ctx, l, r, "format", "rejected as plain text too: "+rec.GetError())
+			return
+		}
+		plain := proto.Clone(r.Request).(*deliveryv1.SendRequested)
+		plain.Format = deliveryv1.TextFormat_TEXT_FORMAT_PLAIN
+		s.retry(ctx, l, r, "format", "formatting rejected, retrying as plain text: "+rec.GetError(), 0, plain)
+	default:
+		s.retry(ctx, l, r, "retry", rec.GetError(), s.backoff(r.Attempts), nil)
+	}
+}
+
+type warner interface{ Warn(string, ...any) }
+
+// retry schedules the row again after delay, or dead-letters it once it
+// used up MaxAttempts (rate limiting and format fallbacks included).
+func (s *Service) retry(ctx context.Context, log warner, r outbox.Row, result, msg string, delay time.Duration, req *deliveryv1.SendRequested) {
+	sends.WithLabelValues(r.Platform, result).Inc()
+	if r.Attempts >= s.cfg.MaxAttempts {
+		s.fail(ctx, log, r, "max_attempts", fmt.Sprintf("gave up after %d attempts: %s", r.Attempts, msg))
+		return
+	}
+	now := s.now()
+	log.Warn("send failed; will retry", "result", result, "retry_in", delay, "err", msg)
+	s.record(log, "retry", s.store.Retry(ctx, r.ID, s.owner, now.Add(delay), msg, req, now))
+}
+
+func (s *Service) fail(ctx context.Context, log warner, r outbox.Row, reason, msg string) {
+	sends.WithLabelValues(r.Platform, "failed").Inc()
+	deadLetters.WithLabelValues(r.Platform, reason).Inc()
+	log.Warn("delivery dead-lettered", "reason", reason, "err", msg)
+	s.record(log, "fail", s.store.Fail(ctx, r.ID, s.owner, msg, s.now()))
+}
+
+func (s *Service) record(log warner, op string, err error) {
+	if err != nil {
+		log.Warn("record delivery outcome failed", "op", op, "err", err)
+	}
+}
+
+// backoff is exponential in the attempt with full jitter in its upper
+// half: RetryBase·2^(attempt-1) capped at RetryMax, times 0.5–1.
+func (s *Service) backoff(attempt int) time.Duration {
+	d := s.cfg.RetryBase
+	for i := 1; i < attempt && d < s.cfg.RetryMax; i++ {
+		d *= 2
+	}
+	d = min(d, s.cfg.RetryMax)
+	return d/2 + time.Duration(rand.Int64N(int64(d/2)+1))
+}

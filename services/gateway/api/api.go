@@ -1,0 +1,378 @@
+// Package api is the OpenAI-compatible API gateway (`switchboard gateway
+// api`) and the web chat it serves. A chat completion request is a
+// platform message like any other: it is published as MessageReceived
+// (platform api) and waits for the turn's reply, which delivery sends to
+// gateway.api.send — text deltas as SEND_OP_STREAM_DELTA, the answer as
+// final sends — matched to the waiting request by input_message_ids.
+package api
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/switchboard-chat/switchboard/pkg/bus"
+	"github.com/switchboard-chat/switchboard/pkg/config"
+	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
+	"github.com/switchboard-chat/switchboard/pkg/platform"
+)
+
+// PlatformName is the platform name of API events and sends.
+const PlatformName = "api"
+
+// Config is the `gateways.api` section.
+type Config struct {
+	// Addr to listen on (default 127.0.0.1:8642).
+	Addr string `koanf:"addr"`
+	// Key is the bearer token clients send (env API_SERVER_KEY).
+	Key string `koanf:"key"`
+	// Insecure allows running without a key, only on a loopback address.
+	Insecure bool `koanf:"insecure"`
+	// Account names this API endpoint in session keys (default "default").
+	Account string `koanf:"account"`
+	// Model is the model id /v1/models lists and responses carry.
+	Model string `koanf:"model"`
+	// ReplyTimeout bounds how long a request waits for its turn's answer.
+	ReplyTimeout time.Duration `koanf:"reply_timeout"`
+	// MaxBodyBytes bounds a request body (413 beyond).
+	MaxBodyBytes int64 `koanf:"max_body_bytes"`
+	// RateLimit is requests per second per API key (0 disables), with
+	// bursts of RateBurst.
+	RateLimit float64 `koanf:"rate_limit"`
+	RateBurst int     `koanf:"rate_burst"`
+	// CORSOrigins are the browser origins allowed to call the API; none
+	// by default (the web chat is same-origin).
+	CORSOrigins []string `koanf:"cors_origins"`
+	// WebChat serves the chat page at / (default true).
+	WebChat bool `koanf:"web_chat"`
+}
+
+// DefaultConfig returns the defaults.
+func DefaultConfig() Config {
+	return Config{
+		Addr: "127.0.0.1:8642", Account: "default", Model: "switchboard",
+		ReplyTimeout: 5 * time.Minute, MaxBodyBytes: 4 << 20,
+		RateLimit: 5, RateBurst: 20, WebChat: true,
+	}
+}
+
+// Validate refuses a configuration that would expose the agent without a key.
+func (c Config) Validate() error {
+	if c.Addr == "" {
+		return config.Invalid("gateways.api.addr", c.Addr, "host:port")
+	}
+	if c.Key == "" {
+		if !c.Insecure {
+			return config.Invalid("gateways.api.key", "", "an API key (API_SERVER_KEY), or gateways.api.insecure: true on a loopback address")
+		}
+		if !IsLoopback(c.Addr) {
+			return config.Invalid("gateways.api.addr", c.Addr, "a loopback address when running without an API key")
+		}
+	}
+	if c.ReplyTimeout <= 0 {
+		return config.Invalid("gateways.api.reply_timeout", c.ReplyTimeout, "a positive duration")
+	}
+	return nil
+}
+
+// IsLoopback reports whether addr (host:port) binds only to loopback.
+func IsLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// Deps are the service's clients.
+type Deps struct {
+	Log *slog.Logger
+	Bus *bus.Bus
+	// Runner options (tests inject a fast backoff).
+	RunnerOptions platform.Options
+}
+
+// Service is the API gateway: a Platform run by a platform.Runner.
+type Service struct {
+	cfg      Config
+	log      *slog.Logger
+	bus      *bus.Bus
+	runner   *platform.Runner
+	instance string
+	handler  http.Handler
+	limiter  *keyLimiter
+	waiting  waiters
+
+	mu       sync.Mutex
+	addr     string       // resolved after the first listen
+	ln       net.Listener // current listener
+	baseCtx  context.Context
+	listened chan struct{}
+	connects atomic.Int64
+	// runnerFn lets a test run the platform under its own runner.
+	runnerFn func() *platform.Runner
+}
+
+func (s *Service) rn() *platform.Runner {
+	if s.runnerFn != nil {
+		return s.runnerFn()
+	}
+	return s.runner
+}
+
+// New builds the gateway.
+func New(cfg Config, deps Deps) (*Service, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if deps.Bus == nil {
+		return nil, errors.New("api gateway: bus is required")
+	}
+	if deps.Log == nil {
+		deps.Log = slog.Default()
+	}
+	if cfg.Account == "" {
+		cfg.Account = "default"
+	}
+	if cfg.Model == "" {
+		cfg.Model = "switchboard"
+	}
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = 4 << 20
+	}
+	s := &Service{
+		cfg: cfg, log: deps.Log.With("service", "gateway-api"), bus: deps.Bus,
+		instance: randomHex(4), addr: cfg.Addr, listened: make(chan struct{}),
+		limiter: newKeyLimiter(cfg.RateLimit, cfg.RateBurst),
+	}
+	s.handler = s.routes()
+	opts := deps.RunnerOptions
+	if opts.Log == nil {
+		opts.Log = deps.Log
+	}
+	r, err := platform.NewRunner(s, deps.Bus, opts)
+	if err != nil {
+		return nil, err
+	}
+	s.runner = r
+	return s, nil
+}
+
+// Runner is the platform runner (readiness, state).
+func (s *Service) Runner() *platform.Runner { return s.runner }
+
+// Ready is the readiness check.
+func (s *Service) Ready(ctx context.Context) error { return s.runner.Ready(ctx) }
+
+// Handler is the HTTP handler (for tests that serve it themselves).
+func (s *Service) Handler() http.Handler { return s.handler }
+
+// Addr is the listening address once the first listen succeeded.
+func (s *Service) Addr() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.addr
+}
+
+// Listening is closed once the gateway first listens.
+func (s *Service) Listening() <-chan struct{} { return s.listened }
+
+// Run serves until ctx ends.
+func (s *Service) Run(ctx context.Context) error {
+	base, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	s.mu.Lock()
+	s.baseCtx = base
+	s.mu.Unlock()
+	sub, err := s.bus.Conn().Subscribe(s.replicaSubject(s.instance), s.serveForwarded)
+	if err != nil {
+		return fmt.Errorf("subscribe replica subject: %w", err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	go func() {
+		// Waiting requests end before the runner drains sends.
+		<-ctx.Done()
+		cancel()
+	}()
+	return s.runner.Run(ctx)
+}
+
+// Platform implementation.
+
+func (s *Service) Name() string    { return PlatformName }
+func (s *Service) Account() string { return s.cfg.Account }
+func (s *Service) Capabilities() platform.Capabilities {
+	return platform.Capabilities{MaxLength: 0, Measure: platform.MeasureRunes, CanSend: true, CanTyping: true, StreamsNatively: true, CommandPrefix: "/"}
+}
+
+// Connect listens and serves HTTP until ctx ends or the listener fails.
+func (s *Service) Connect(ctx context.Context, conn platform.Conn) error {
+	addr := s.Addr()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", addr, err)
+	}
+	s.mu.Lock()
+	first := s.ln == nil && s.addr == s.cfg.Addr
+	s.addr, s.ln = ln.Addr().String(), ln
+	base := s.baseCtx
+	s.mu.Unlock()
+	if base == nil {
+		base = ctx
+	}
+	if first {
+		select {
+		case <-s.listened:
+		default:
+			close(s.listened)
+		}
+	}
+	srv := &http.Server{
+		Handler:           s.handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		BaseContext:       func(net.Listener) context.Context { return base },
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+	}
+	s.connects.Add(1)
+	conn.Connected()
+	s.log.Info("api gateway listening", "addr", ln.Addr().String())
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case <-ctx.Done():
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+		<-errc
+		return nil
+	case err := <-errc:
+		// The listener failed; requests in flight keep their connections.
+		return fmt.Errorf("serve http: %w", err)
+	}
+}
+
+// dropListener closes the current listener (tests: the connection drops).
+func (s *Service) dropListener() {
+	s.mu.Lock()
+	ln := s.ln
+	s.mu.Unlock()
+	if ln != nil {
+		_ = ln.Close()
+	}
+}
+
+// Send hands a reply chunk to the waiting request (on this replica or,
+// forwarded, on the replica that holds it).
+func (s *Service) Send(ctx context.Context, req *deliveryv1.SendRequested) (string, error) {
+	if err := s.route(ctx, req, piece{text: req.GetText(), final: req.GetFinal()}); err != nil {
+		return "", err
+	}
+	return "msg_" + randomHex(12), nil
+}
+
+// StreamDelta hands a text delta to the waiting request.
+func (s *Service) StreamDelta(ctx context.Context, req *deliveryv1.SendRequested) error {
+	return s.route(ctx, req, piece{delta: req.GetText()})
+}
+
+func (s *Service) Edit(context.Context, *deliveryv1.SendRequested) error {
+	return platform.ErrUnsupported
+}
+
+func (s *Service) Delete(context.Context, *deliveryv1.SendRequested) error {
+	return platform.ErrUnsupported
+}
+
+// Typing is accepted and shows nothing: the stream itself shows progress.
+func (s *Service) Typing(context.Context, *deliveryv1.SendRequested) error { return nil }
+
+// route delivers p locally, or forwards the request to the replica named
+// in the input message ids. Nobody waiting (the client left, the replica
+// died) is not an error: there is no one to show the reply to.
+func (s *Service) route(ctx context.Context, req *deliveryv1.SendRequested, p piece) error {
+	ids := req.GetInputMessageIds()
+	if s.waiting.deliver(ids, p) {
+		return nil
+	}
+	for _, id := range ids {
+		inst, ok := instanceOf(id)
+		if !ok || inst == s.instance {
+			continue
+		}
+		fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		receipt := &deliveryv1.SendReceipt{}
+		err := s.bus.Request(fctx, s.replicaSubject(inst), req, receipt)
+		cancel()
+		if errors.Is(err, nats.ErrNoResponders) {
+			s.log.Debug("reply for a request on a replica that is gone", "replica", inst)
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("forward reply to replica %s: %w", inst, err)
+		}
+		if !receipt.GetOk() {
+			return &platform.SendError{Class: receipt.GetErrorClass(), Err: errors.New(receipt.GetError())}
+		}
+		return nil
+	}
+	s.log.Debug("reply with no waiting request", "turn_id", req.GetTurnId())
+	return nil
+}
+
+func (s *Service) replicaSubject(instance string) string {
+	return s.bus.Topology().Subject("gateway." + PlatformName + ".replica." + instance)
+}
+
+// serveForwarded handles a reply another replica forwarded here.
+func (s *Service) serveForwarded(m *nats.Msg) {
+	req := &deliveryv1.SendRequested{}
+	receipt := &deliveryv1.SendReceipt{Ok: true}
+	if err := proto.Unmarshal(m.Data, req); err != nil {
+		receipt = &deliveryv1.SendReceipt{ErrorClass: deliveryv1.ErrorClass_ERROR_CLASS_PERMANENT, Error: "malformed forwarded reply"}
+	} else {
+		p := piece{text: req.GetText(), final: req.GetFinal()}
+		if req.GetOp() == deliveryv1.SendOp_SEND_OP_STREAM_DELTA {
+			p = piece{delta: req.GetText()}
+		}
+		s.waiting.deliver(req.GetInputMessageIds(), p)
+	}
+	if err := bus.Reply(context.Background(), m, receipt); err != nil {
+		s.log.Debug("answer forwarded reply", "err", err)
+	}
+}
+
+// newRequestID makes a request id that names this replica:
+// req_<instance>_<random>.
+func (s *Service) newRequestID() string { return "req_" + s.instance + "_" + randomHex(12) }
+
+func instanceOf(id string) (string, bool) {
+	rest, ok := strings.CutPrefix(id, "req_")
+	if !ok {
+		return "", false
+	}
+	inst, _, ok := strings.Cut(rest, "_")
+	return inst, ok && inst != ""
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

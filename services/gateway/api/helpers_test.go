@@ -1,0 +1,137 @@
+package api
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/switchboard-chat/switchboard/pkg/bus"
+	"github.com/switchboard-chat/switchboard/pkg/bus/bustest"
+	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+	"github.com/switchboard-chat/switchboard/pkg/platform"
+)
+
+const testKey = "sk-test-key"
+
+// startService runs an API gateway on a random loopback port.
+func startService(t *testing.T, b *bus.Bus, mutate func(*Config)) *Service {
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.Addr = "127.0.0.1:0"
+	cfg.Key = testKey
+	cfg.RateLimit = 0
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	s, err := New(cfg, Deps{Bus: b, Log: slog.Default(), RunnerOptions: platform.Options{Backoff: platform.Schedule(10 * time.Millisecond)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("run: %v", err)
+		}
+	})
+	select {
+	case <-s.Listening():
+	case <-time.After(20 * time.Second):
+		t.Fatal("gateway did not listen")
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for s.Ready(ctx) != nil {
+		if time.Now().After(deadline) {
+			t.Fatal("gateway not ready")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return s
+}
+
+// responder stands in for router + worker + delivery: it reads the API
+// gateway's inbound events from the bus and answers each over the real
+// send contract with streamed deltas and a final send.
+type responder struct {
+	mu    sync.Mutex
+	chats []string // chat id of each event, in order
+	turns map[string]int
+	// answer makes the reply pieces for an event.
+	answer func(ev *eventsv1.MessageReceived, turn int) []string
+}
+
+func startResponder(t *testing.T, b *bus.Bus) *responder {
+	t.Helper()
+	r := &responder{turns: map[string]int{}}
+	r.answer = func(ev *eventsv1.MessageReceived, turn int) []string {
+		return []string{"echo", ": " + ev.GetText(), fmt.Sprintf(" (turn %d)", turn)}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cons, err := b.JetStream().OrderedConsumer(ctx, b.Topology().Stream(bus.StreamInbound), jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		ev := &eventsv1.MessageReceived{}
+		if err := proto.Unmarshal(m.Data(), ev); err != nil {
+			t.Errorf("responder decode: %v", err)
+			return
+		}
+		go r.reply(ctx, t, b, ev)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Stop(); cancel() })
+	return r
+}
+
+func (r *responder) reply(ctx context.Context, t *testing.T, b *bus.Bus, ev *eventsv1.MessageReceived) {
+	r.mu.Lock()
+	chat := ev.GetSource().GetChatId()
+	r.chats = append(r.chats, chat)
+	r.turns[chat]++
+	turn := r.turns[chat]
+	r.mu.Unlock()
+	pieces := r.answer(ev, turn)
+	target := &deliveryv1.Target{Platform: PlatformName, Account: ev.GetSource().GetAccount(), ChatId: chat}
+	turnID := "turn-" + ev.GetEventId()
+	send := func(req *deliveryv1.SendRequested) {
+		req.Target, req.TurnId, req.InputMessageIds = target, turnID, []string{ev.GetMessageId()}
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		receipt := &deliveryv1.SendReceipt{}
+		if err := b.Request(rctx, b.Topology().SendSubject(PlatformName), req, receipt); err != nil {
+			if ctx.Err() == nil {
+				t.Errorf("responder send: %v", err)
+			}
+			return
+		}
+		if !receipt.GetOk() {
+			t.Errorf("responder receipt %v", receipt)
+		}
+	}
+	send(&deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_TYPING})
+	for i, p := range pieces {
+		send(&deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_STREAM_DELTA, Text: p, IdempotencyKey: fmt.Sprintf("%s:delta:%d", turnID, i)})
+	}
+	send(&deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, Text: strings.Join(pieces, ""), Final: true, IdempotencyKey: turnID + ":1:0"})
+}
+
+func (r *responder) chatIDs() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.chats...)
+}
+
+func newBus(t *testing.T) *bus.Bus { return bustest.New(t, bustest.EmbeddedURL(t)) }

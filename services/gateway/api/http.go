@@ -1,0 +1,369 @@
+package api
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+	"github.com/switchboard-chat/switchboard/pkg/platform"
+	"github.com/switchboard-chat/switchboard/services/gateway/api/internal/openai"
+)
+
+// Session headers: ours and Hermes's.
+const (
+	HeaderSession       = "X-Session-Id"
+	HeaderHermesSession = "X-Hermes-Session-Id"
+)
+
+var sessionIDPattern = regexp.MustCompile(`^[A-Za-z0-9._\-]{1,128}$`)
+
+func (s *Service) routes() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/chat/completions", s.authed(s.chatCompletions))
+	mux.HandleFunc("GET /v1/models", s.authed(s.models))
+	mux.HandleFunc("GET /health", s.health)
+	mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, "invalid_request_error", "unknown_url", "", fmt.Sprintf("Unknown request URL: %s %s", r.Method, r.URL.Path))
+	})
+	if s.cfg.WebChat {
+		mux.Handle("/", webChat())
+	}
+	return s.secure(mux)
+}
+
+// secure adds security headers and CORS for configured origins only.
+func (s *Service) secure(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("X-Frame-Options", "DENY")
+		h.Set("Referrer-Policy", "no-referrer")
+		h.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'; form-action 'self'")
+		h.Set("Cross-Origin-Opener-Policy", "same-origin")
+		if origin := r.Header.Get("Origin"); origin != "" && s.allowedOrigin(origin) {
+			h.Set("Access-Control-Allow-Origin", origin)
+			h.Add("Vary", "Origin")
+			h.Set("Access-Control-Expose-Headers", HeaderSession+", "+HeaderHermesSession)
+			if r.Method == http.MethodOptions {
+				h.Set("Access-Control-Allow-Methods", "GET, POST, OPTIONS")
+				h.Set("Access-Control-Allow-Headers", "Authorization, Content-Type, Idempotency-Key, "+HeaderSession+", "+HeaderHermesSession)
+				h.Set("Access-Control-Max-Age", "600")
+				w.WriteHeader(http.StatusNoContent)
+				return
+			}
+		} else if r.Method == http.MethodOptions {
+			w.WriteHeader(http.StatusForbidden)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (s *Service) allowedOrigin(origin string) bool {
+	return slices.Contains(s.cfg.CORSOrigins, origin)
+}
+
+type ctxKey struct{}
+
+// authed checks the bearer key and the per-key rate limit.
+func (s *Service) authed(next http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		identity := "anonymous"
+		if s.cfg.Key != "" {
+			token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+			if !ok || subtle.ConstantTimeCompare([]byte(strings.TrimSpace(token)), []byte(s.cfg.Key)) != 1 {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="switchboard"`)
+				writeError(w, http.StatusUnauthorized, "invalid_request_error", "invalid_api_key", "", "Incorrect API key provided.")
+				return
+			}
+			sum := sha256.Sum256([]byte(s.cfg.Key))
+			identity = "key-" + hex.EncodeToString(sum[:4])
+		} else if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+			identity = "anonymous-" + host
+		}
+		if ok, after := s.limiter.allow(identity); !ok {
+			w.Header().Set("Retry-After", strconv.Itoa(int(after.Seconds()+0.999)))
+			writeError(w, http.StatusTooManyRequests, "rate_limit_error", "rate_limit_exceeded", "", "Rate limit reached for this API key; retry later.")
+			return
+		}
+		next(w, r.WithContext(context.WithValue(r.Context(), ctxKey{}, identity)))
+	}
+}
+
+func (s *Service) health(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	status, code := "ok", http.StatusOK
+	if err := s.rn().Ready(r.Context()); err != nil {
+		status, code = "unavailable", http.StatusServiceUnavailable
+	}
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(map[string]string{"status": status, "platform": PlatformName})
+}
+
+func (s *Service) models(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(modelList{Object: "list", Data: []model{{ID: s.cfg.Model, Object: "model", Created: 1700000000, OwnedBy: "switchboard"}}})
+}
+
+func (s *Service) chatCompletions(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			s.rn().Reject(r.Context(), "request body too large", err)
+			writeError(w, http.StatusRequestEntityTooLarge, "invalid_request_error", "request_too_large", "", fmt.Sprintf("Request body exceeds %d bytes.", s.cfg.MaxBodyBytes))
+			return
+		}
+		writeError(w, http.StatusBadRequest, "invalid_request_error", "", "", "Could not read the request body.")
+		return
+	}
+	req, err := openai.Parse(body)
+	if err != nil {
+		var inv *openai.InvalidError
+		errors.As(err, &inv)
+		param := ""
+		if inv != nil {
+			param = inv.Param
+		}
+		s.rn().Reject(r.Context(), "invalid chat completion request", err)
+		writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid_request", param, err.Error())
+		return
+	}
+	session := r.Header.Get(HeaderSession)
+	if session == "" {
+		session = r.Header.Get(HeaderHermesSession)
+	}
+	if session != "" && !sessionIDPattern.MatchString(session) {
+		writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid_session_id", HeaderSession, "The session id must be 1-128 characters of letters, digits, '.', '_' or '-'.")
+		return
+	}
+
+	reqID := s.newRequestID()
+	eventID := reqID
+	if k := r.Header.Get("Idempotency-Key"); k != "" {
+		// A retried request with the same key is the same message.
+		sum := sha256.Sum256([]byte(session + "\x00" + k))
+		reqID = "req_" + s.instance + "_" + hex.EncodeToString(sum[:12])
+		eventID = reqID
+	}
+	chatID := session
+	if chatID == "" {
+		chatID = reqID
+	}
+	identity, _ := r.Context().Value(ctxKey{}).(string)
+	ev := &eventsv1.MessageReceived{
+		EventId:   eventID,
+		MessageId: reqID,
+		Source: &eventsv1.SessionSource{
+			Platform: PlatformName, Account: s.cfg.Account, ChatId: chatID, ChatType: "dm",
+			UserId: identity, UserName: req.User,
+		},
+		Text:                   req.Text,
+		Attachments:            req.Attachments,
+		SentAt:                 timestamppb.Now(),
+		TransportAuthenticated: true,
+		ClientSessionId:        session,
+	}
+	if session == "" {
+		ev.Context = req.Context
+	}
+
+	wt := newWaiter()
+	s.waiting.add(reqID, wt)
+	defer s.waiting.remove(reqID, wt)
+	if _, err := s.rn().Deliver(r.Context(), ev); err != nil {
+		if errors.Is(err, platform.ErrRejected) {
+			writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid_request", "messages", "The request was rejected: "+err.Error())
+			return
+		}
+		s.log.Warn("publish api request failed", "err", err)
+		writeError(w, http.StatusServiceUnavailable, "server_error", "bus_unavailable", "", "The gateway could not accept the request; retry later.")
+		return
+	}
+	w.Header().Set(HeaderSession, chatID)
+	if session != "" && r.Header.Get(HeaderHermesSession) != "" {
+		w.Header().Set(HeaderHermesSession, session)
+	}
+	modelName := req.Model
+	if modelName == "" {
+		modelName = s.cfg.Model
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.ReplyTimeout)
+	defer cancel()
+	id := "chatcmpl-" + strings.TrimPrefix(reqID, "req_")
+	if req.Stream {
+		s.stream(ctx, w, wt, id, modelName)
+		return
+	}
+	text, err := collect(ctx, wt)
+	if err != nil {
+		s.writeWaitError(w, r, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(completion{
+		ID: id, Object: "chat.completion", Created: time.Now().Unix(), Model: modelName,
+		Choices: []completionChoice{{Message: completionMessage{Role: "assistant", Content: text}, FinishReason: "stop"}},
+	})
+}
+
+func (s *Service) writeWaitError(w http.ResponseWriter, r *http.Request, err error) {
+	switch {
+	case r.Context().Err() != nil && s.shuttingDown():
+		writeError(w, http.StatusServiceUnavailable, "server_error", "shutting_down", "", "The gateway is shutting down; retry the request.")
+	case errors.Is(err, context.DeadlineExceeded):
+		writeError(w, http.StatusGatewayTimeout, "server_error", "timeout", "", "The agent did not answer in time.")
+	default:
+		writeError(w, http.StatusServiceUnavailable, "server_error", "unavailable", "", "The request ended before the agent answered.")
+	}
+}
+
+func (s *Service) shuttingDown() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.baseCtx != nil && s.baseCtx.Err() != nil
+}
+
+// collect waits for the final send and returns the answer (the text of
+// every send chunk, in order).
+func collect(ctx context.Context, wt *waiter) (string, error) {
+	var b strings.Builder
+	for {
+		for _, p := range wt.take() {
+			if p.delta != "" {
+				continue
+			}
+			b.WriteString(p.text)
+			if p.final {
+				return b.String(), nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-wt.notify:
+		}
+	}
+}
+
+// stream writes OpenAI chunks as reply pieces arrive, then data: [DONE].
+func (s *Service) stream(ctx context.Context, w http.ResponseWriter, wt *waiter, id, modelName string) {
+	flusher, _ := w.(http.Flusher)
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("Connection", "keep-alive")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	created := time.Now().Unix()
+	write := func(delta chunkDelta, finish *string) {
+		data, _ := json.Marshal(chunk{ID: id, Object: "chat.completion.chunk", Created: created, Model: modelName,
+			Choices: []chunkChoice{{Delta: delta, FinishReason: finish}}})
+		fmt.Fprintf(w, "data: %s\n\n", data)
+		if flusher != nil {
+			flusher.Flush()
+		}
+	}
+	write(chunkDelta{Role: "assistant"}, nil)
+	keepalive := time.NewTicker(15 * time.Second)
+	defer keepalive.Stop()
+	var streamed, sent strings.Builder
+	for {
+		for _, p := range wt.take() {
+			if p.delta != "" {
+				streamed.WriteString(p.delta)
+				write(chunkDelta{Content: p.delta}, nil)
+				continue
+			}
+			sent.WriteString(p.text)
+			// Send chunks carry the answer; stream what deltas did not.
+			if rest, ok := strings.CutPrefix(sent.String(), streamed.String()); ok && rest != "" {
+				streamed.WriteString(rest)
+				write(chunkDelta{Content: rest}, nil)
+			}
+			if p.final {
+				stop := "stop"
+				write(chunkDelta{}, &stop)
+				fmt.Fprint(w, "data: [DONE]\n\n")
+				if flusher != nil {
+					flusher.Flush()
+				}
+				return
+			}
+		}
+		select {
+		case <-ctx.Done():
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				data, _ := json.Marshal(apiError{Error: apiErrorBody{Message: "The agent did not answer in time.", Type: "server_error", Code: ptr("timeout")}})
+				fmt.Fprintf(w, "data: %s\n\n", data)
+				fmt.Fprint(w, "data: [DONE]\n\n")
+				if flusher != nil {
+					flusher.Flush()
+				}
+			}
+			return
+		case <-keepalive.C:
+			fmt.Fprint(w, ": keepalive\n\n")
+			if flusher != nil {
+				flusher.Flush()
+			}
+		case <-wt.notify:
+		}
+	}
+}
+
+func ptr(s string) *string { return &s }
+
+// keyLimiter is a token bucket per API key (per replica).
+type keyLimiter struct {
+	rps   rate.Limit
+	burst int
+	mu    sync.Mutex
+	m     map[string]*rate.Limiter
+}
+
+func newKeyLimiter(rps float64, burst int) *keyLimiter {
+	if burst <= 0 {
+		burst = 1
+	}
+	return &keyLimiter{rps: rate.Limit(rps), burst: burst, m: map[string]*rate.Limiter{}}
+}
+
+func (k *keyLimiter) allow(key string) (bool, time.Duration) {
+	if k.rps <= 0 {
+		return true, 0
+	}
+	k.mu.Lock()
+	l, ok := k.m[key]
+	if !ok {
+		if len(k.m) > 10000 {
+			clear(k.m)
+		}
+		l = rate.NewLimiter(k.rps, k.burst)
+		k.m[key] = l
+	}
+	k.mu.Unlock()
+	r := l.Reserve()
+	if d := r.Delay(); d > 0 {
+		r.Cancel()
+		return false, d
+	}
+	return true, 0
+}

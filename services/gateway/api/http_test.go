@@ -1,0 +1,179 @@
+package api
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestConfigValidate(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name     string
+		addr     string
+		key      string
+		insecure bool
+		ok       bool
+	}{
+		{"key on any address", "0.0.0.0:8642", "k", false, true},
+		{"no key, not insecure", "127.0.0.1:8642", "", false, false},
+		{"no key, insecure loopback", "127.0.0.1:8642", "", true, true},
+		{"no key, insecure localhost", "localhost:8642", "", true, true},
+		{"no key, insecure ipv6 loopback", "[::1]:8642", "", true, true},
+		{"no key, insecure all interfaces", ":8642", "", true, false},
+		{"no key, insecure public", "10.0.0.1:8642", "", true, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.Addr, cfg.Key, cfg.Insecure = c.addr, c.key, c.insecure
+			if err := cfg.Validate(); (err == nil) != c.ok {
+				t.Fatalf("Validate() = %v, want ok=%v", err, c.ok)
+			}
+		})
+	}
+}
+
+type httpResult struct {
+	code   int
+	header http.Header
+	body   []byte
+}
+
+func do(t *testing.T, method, url, key, body string, headers map[string]string) httpResult {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	for k, v := range headers {
+		req.Header.Set(k, v)
+	}
+	resp, err := (&http.Client{Timeout: 20 * time.Second}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	return httpResult{resp.StatusCode, resp.Header, data}
+}
+
+func errorCode(t *testing.T, r httpResult) string {
+	t.Helper()
+	var e apiError
+	if err := json.Unmarshal(r.body, &e); err != nil || e.Error.Message == "" || e.Error.Type == "" {
+		t.Fatalf("body %q is not an OpenAI error", r.body)
+	}
+	if e.Error.Code == nil {
+		return ""
+	}
+	return *e.Error.Code
+}
+
+func TestHTTPErrorsAndHeaders(t *testing.T) {
+	t.Parallel()
+	b := newBus(t)
+	s := startService(t, b, func(c *Config) {
+		c.ReplyTimeout = 200 * time.Millisecond
+		c.CORSOrigins = []string{"https://chat.example.test"}
+		c.MaxBodyBytes = 1024
+	})
+	base := "http://" + s.Addr()
+	chat := base + "/v1/chat/completions"
+	good := `{"model":"x","messages":[{"role":"user","content":"hi"}]}`
+
+	cases := []struct {
+		name    string
+		method  string
+		url     string
+		key     string
+		body    string
+		headers map[string]string
+		status  int
+		code    string
+	}{
+		{"no key", "POST", chat, "", good, nil, 401, "invalid_api_key"},
+		{"wrong key", "POST", chat, "nope", good, nil, 401, "invalid_api_key"},
+		{"models without key", "GET", base + "/v1/models", "", "", nil, 401, "invalid_api_key"},
+		{"malformed json", "POST", chat, testKey, `{"messages":`, nil, 400, "invalid_request"},
+		{"no user message", "POST", chat, testKey, `{"messages":[{"role":"system","content":"x"}]}`, nil, 400, "invalid_request"},
+		{"bad session id", "POST", chat, testKey, good, map[string]string{HeaderSession: "a:b"}, 400, "invalid_session_id"},
+		{"too large", "POST", chat, testKey, `{"messages":[{"role":"user","content":"` + strings.Repeat("x", 2048) + `"}]}`, nil, 413, "request_too_large"},
+		{"no answer in time", "POST", chat, testKey, good, nil, 504, "timeout"},
+		{"unknown endpoint", "POST", base + "/v1/embeddings", testKey, good, nil, 404, "unknown_url"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := do(t, c.method, c.url, c.key, c.body, c.headers)
+			if r.code != c.status {
+				t.Fatalf("status %d, want %d (%s)", r.code, c.status, r.body)
+			}
+			if got := errorCode(t, r); got != c.code {
+				t.Fatalf("error code %q, want %q", got, c.code)
+			}
+			if r.header.Get("X-Content-Type-Options") != "nosniff" || r.header.Get("X-Frame-Options") != "DENY" {
+				t.Fatalf("security headers missing: %v", r.header)
+			}
+		})
+	}
+
+	t.Run("cors for a configured origin", func(t *testing.T) {
+		r := do(t, "OPTIONS", chat, "", "", map[string]string{"Origin": "https://chat.example.test", "Access-Control-Request-Method": "POST"})
+		if r.code != 204 || r.header.Get("Access-Control-Allow-Origin") != "https://chat.example.test" {
+			t.Fatalf("preflight %d %v", r.code, r.header)
+		}
+	})
+	t.Run("no cors for other origins", func(t *testing.T) {
+		r := do(t, "OPTIONS", chat, "", "", map[string]string{"Origin": "https://evil.example.test", "Access-Control-Request-Method": "POST"})
+		if r.code == 204 || r.header.Get("Access-Control-Allow-Origin") != "" {
+			t.Fatalf("preflight for an unlisted origin: %d %v", r.code, r.header)
+		}
+		r = do(t, "GET", base+"/health", "", "", map[string]string{"Origin": "https://evil.example.test"})
+		if r.header.Get("Access-Control-Allow-Origin") != "" {
+			t.Fatal("CORS header for an unlisted origin")
+		}
+	})
+	t.Run("health", func(t *testing.T) {
+		r := do(t, "GET", base+"/health", "", "", nil)
+		if r.code != 200 || !strings.Contains(string(r.body), `"ok"`) {
+			t.Fatalf("health %d %s", r.code, r.body)
+		}
+	})
+	t.Run("web chat page", func(t *testing.T) {
+		r := do(t, "GET", base+"/", "", "", nil)
+		if r.code != 200 || !strings.Contains(string(r.body), "app.js") || !strings.Contains(r.header.Get("Content-Security-Policy"), "default-src 'self'") {
+			t.Fatalf("page %d %v", r.code, r.header)
+		}
+	})
+}
+
+func TestRateLimitPerKey(t *testing.T) {
+	t.Parallel()
+	b := newBus(t)
+	s := startService(t, b, func(c *Config) { c.RateLimit, c.RateBurst = 0.001, 2 })
+	url := "http://" + s.Addr() + "/v1/models"
+	for i := range 2 {
+		if r := do(t, "GET", url, testKey, "", nil); r.code != 200 {
+			t.Fatalf("request %d: %d", i, r.code)
+		}
+	}
+	r := do(t, "GET", url, testKey, "", nil)
+	if r.code != 429 || r.header.Get("Retry-After") == "" || errorCode(t, r) != "rate_limit_exceeded" {
+		t.Fatalf("third request: %d %v %s", r.code, r.header, r.body)
+	}
+}
+
+func TestInsecureLoopbackNeedsNoKey(t *testing.T) {
+	t.Parallel()
+	b := newBus(t)
+	s := startService(t, b, func(c *Config) { c.Key, c.Insecure = "", true })
+	if r := do(t, "GET", "http://"+s.Addr()+"/v1/models", "", "", nil); r.code != 200 {
+		t.Fatalf("models without key on insecure loopback: %d", r.code)
+	}
+}

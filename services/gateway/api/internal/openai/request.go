@@ -1,0 +1,163 @@
+// Package openai parses OpenAI chat completion requests (outside input).
+package openai
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+)
+
+// chatRequest is the part of an OpenAI chat completion request the
+// gateway reads; other fields (temperature, tools …) are accepted and
+// ignored: the agent decides.
+type chatRequest struct {
+	Model    string        `json:"model"`
+	Messages []chatMessage `json:"messages"`
+	Stream   bool          `json:"stream"`
+	User     string        `json:"user"`
+}
+
+type chatMessage struct {
+	Role    string          `json:"role"`
+	Content json.RawMessage `json:"content"`
+	Name    string          `json:"name"`
+}
+
+type contentPart struct {
+	Type     string `json:"type"`
+	Text     string `json:"text"`
+	ImageURL *struct {
+		URL string `json:"url"`
+	} `json:"image_url"`
+}
+
+// Chat is a validated request: the newest user message is the
+// input, everything before it is context.
+type Chat struct {
+	Model       string
+	Stream      bool
+	User        string
+	Text        string
+	Attachments []*eventsv1.Attachment
+	Context     []*eventsv1.ContextMessage
+}
+
+// Limits on what one request may carry.
+const (
+	maxMessages = 1000
+	maxRoleLen  = 32
+)
+
+// InvalidError is a request the client must fix (400).
+type InvalidError struct {
+	Msg   string
+	Param string
+}
+
+func (e *InvalidError) Error() string { return e.Msg }
+
+func invalid(param, format string, args ...any) error {
+	return &InvalidError{Msg: fmt.Sprintf(format, args...), Param: param}
+}
+
+// Parse decodes and validates a chat completion request body.
+func Parse(body []byte) (*Chat, error) {
+	var req chatRequest
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if err := dec.Decode(&req); err != nil {
+		return nil, invalid("", "request body is not valid JSON: %v", err)
+	}
+	if dec.More() {
+		return nil, invalid("", "request body has data after the JSON object")
+	}
+	if len(req.Messages) == 0 {
+		return nil, invalid("messages", "messages must be a non-empty array")
+	}
+	if len(req.Messages) > maxMessages {
+		return nil, invalid("messages", "at most %d messages", maxMessages)
+	}
+	last := -1
+	for i, m := range req.Messages {
+		switch m.Role {
+		case "system", "developer", "user", "assistant", "tool", "function":
+		default:
+			if len(m.Role) > maxRoleLen {
+				m.Role = m.Role[:maxRoleLen]
+			}
+			return nil, invalid(fmt.Sprintf("messages[%d].role", i), "unknown role %q", m.Role)
+		}
+		if m.Role == "user" {
+			last = i
+		}
+	}
+	if last < 0 {
+		return nil, invalid("messages", "messages must contain a user message")
+	}
+	out := &Chat{Model: req.Model, Stream: req.Stream, User: req.User}
+	for i, m := range req.Messages {
+		text, images, err := content(m.Content)
+		if err != nil {
+			return nil, invalid(fmt.Sprintf("messages[%d].content", i), "%v", err)
+		}
+		if i == last {
+			out.Text = text
+			for _, u := range images {
+				out.Attachments = append(out.Attachments, &eventsv1.Attachment{
+					Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, Location: &eventsv1.Attachment_Url{Url: u},
+				})
+			}
+			continue
+		}
+		role := m.Role
+		if role == "developer" {
+			role = "system"
+		}
+		if role != "system" && role != "user" && role != "assistant" {
+			continue // tool results of a client's own tool loop
+		}
+		out.Context = append(out.Context, &eventsv1.ContextMessage{Role: role, Content: text})
+	}
+	if strings.TrimSpace(out.Text) == "" && len(out.Attachments) == 0 {
+		return nil, invalid(fmt.Sprintf("messages[%d].content", last), "the last user message is empty")
+	}
+	return out, nil
+}
+
+// content reads a message content: a string, null, or an array of parts.
+func content(raw json.RawMessage) (string, []string, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
+		return "", nil, nil
+	}
+	switch raw[0] {
+	case '"':
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return "", nil, errors.New("content must be a string or an array of parts")
+		}
+		return s, nil, nil
+	case '[':
+		var parts []contentPart
+		if err := json.Unmarshal(raw, &parts); err != nil {
+			return "", nil, errors.New("content parts must be objects with a type")
+		}
+		var texts, images []string
+		for _, p := range parts {
+			switch p.Type {
+			case "text", "input_text":
+				texts = append(texts, p.Text)
+			case "image_url":
+				if p.ImageURL != nil && (strings.HasPrefix(p.ImageURL.URL, "https://") || strings.HasPrefix(p.ImageURL.URL, "http://")) {
+					images = append(images, p.ImageURL.URL)
+				}
+			}
+		}
+		return strings.Join(texts, "\n"), images, nil
+	default:
+		return "", nil, errors.New("content must be a string or an array of parts")
+	}
+}

@@ -1,0 +1,119 @@
+package api
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+)
+
+func sdkClient(s *Service, extra ...option.RequestOption) openai.Client {
+	opts := append([]option.RequestOption{
+		option.WithBaseURL("http://" + s.Addr() + "/v1"),
+		option.WithAPIKey(testKey),
+		option.WithMaxRetries(0),
+	}, extra...)
+	return openai.NewClient(opts...)
+}
+
+func TestOpenAISDKCompletion(t *testing.T) {
+	t.Parallel()
+	b := newBus(t)
+	s := startService(t, b, nil)
+	startResponder(t, b)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	client := sdkClient(s)
+	resp, err := client.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{
+		Model:    "switchboard",
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.SystemMessage("be brief"), openai.UserMessage("hello")},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := resp.Choices[0].Message.Content; got != "echo: hello (turn 1)" {
+		t.Fatalf("content %q", got)
+	}
+	if resp.Choices[0].FinishReason != "stop" {
+		t.Fatalf("finish reason %q", resp.Choices[0].FinishReason)
+	}
+	models, err := client.Models.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(models.Data) != 1 || models.Data[0].ID != "switchboard" {
+		t.Fatalf("models %+v", models.Data)
+	}
+}
+
+func TestOpenAISDKStreaming(t *testing.T) {
+	t.Parallel()
+	b := newBus(t)
+	s := startService(t, b, nil)
+	startResponder(t, b)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	client := sdkClient(s)
+	stream := client.Chat.Completions.NewStreaming(ctx, openai.ChatCompletionNewParams{
+		Model:    "switchboard",
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("stream me")},
+	})
+	var acc openai.ChatCompletionAccumulator
+	var pieces []string
+	for stream.Next() {
+		c := stream.Current()
+		acc.AddChunk(c)
+		if len(c.Choices) > 0 && c.Choices[0].Delta.Content != "" {
+			pieces = append(pieces, c.Choices[0].Delta.Content)
+		}
+	}
+	if err := stream.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"echo", ": stream me", " (turn 1)"}; strings.Join(pieces, "|") != strings.Join(want, "|") {
+		t.Fatalf("streamed pieces %q, want %q", pieces, want)
+	}
+	if got := acc.Choices[0].Message.Content; got != "echo: stream me (turn 1)" {
+		t.Fatalf("accumulated %q", got)
+	}
+}
+
+func TestSessionHeaderKeepsTheChat(t *testing.T) {
+	t.Parallel()
+	b := newBus(t)
+	s := startService(t, b, nil)
+	r := startResponder(t, b)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ask := func(client openai.Client, text string) string {
+		t.Helper()
+		resp, err := client.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{
+			Model: "switchboard", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(text)},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Choices[0].Message.Content
+	}
+	withSession := sdkClient(s, option.WithHeader(HeaderSession, "conv-42"))
+	hermes := sdkClient(s, option.WithHeader(HeaderHermesSession, "conv-42"))
+	if got := ask(withSession, "one"); got != "echo: one (turn 1)" {
+		t.Fatalf("first %q", got)
+	}
+	if got := ask(hermes, "two"); got != "echo: two (turn 2)" {
+		t.Fatalf("second (Hermes header) %q: want the same chat's second turn", got)
+	}
+	stateless := sdkClient(s)
+	ask(stateless, "three")
+	ask(stateless, "four")
+	chats := r.chatIDs()
+	if len(chats) != 4 || chats[0] != "conv-42" || chats[1] != "conv-42" {
+		t.Fatalf("chat ids %q: want the two session requests in chat conv-42", chats)
+	}
+	if chats[2] == chats[3] || chats[2] == "conv-42" {
+		t.Fatalf("stateless requests share a chat: %q", chats)
+	}
+}

@@ -1,0 +1,85 @@
+package api
+
+import "sync"
+
+// piece is one reply operation for a waiting HTTP request.
+type piece struct {
+	delta string // SEND_OP_STREAM_DELTA text
+	text  string // SEND_OP_SEND text (a chunk of the final answer)
+	final bool
+}
+
+// waiter collects the reply pieces of one waiting request.
+type waiter struct {
+	mu     sync.Mutex
+	pieces []piece
+	notify chan struct{}
+}
+
+func newWaiter() *waiter { return &waiter{notify: make(chan struct{}, 1)} }
+
+func (w *waiter) push(p piece) {
+	w.mu.Lock()
+	w.pieces = append(w.pieces, p)
+	w.mu.Unlock()
+	select {
+	case w.notify <- struct{}{}:
+	default:
+	}
+}
+
+// take returns the pieces that arrived since the last take.
+func (w *waiter) take() []piece {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	p := w.pieces
+	w.pieces = nil
+	return p
+}
+
+// waiters maps request (input message) ids to the requests waiting on them.
+type waiters struct {
+	mu sync.Mutex
+	m  map[string][]*waiter
+}
+
+func (ws *waiters) add(id string, w *waiter) {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	if ws.m == nil {
+		ws.m = map[string][]*waiter{}
+	}
+	ws.m[id] = append(ws.m[id], w)
+}
+
+func (ws *waiters) remove(id string, w *waiter) {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	list := ws.m[id]
+	for i, x := range list {
+		if x == w {
+			list = append(list[:i], list[i+1:]...)
+			break
+		}
+	}
+	if len(list) == 0 {
+		delete(ws.m, id)
+	} else {
+		ws.m[id] = list
+	}
+}
+
+// deliver hands p to every request waiting on any of ids and reports
+// whether one was waiting.
+func (ws *waiters) deliver(ids []string, p piece) bool {
+	ws.mu.Lock()
+	var found []*waiter
+	for _, id := range ids {
+		found = append(found, ws.m[id]...)
+	}
+	ws.mu.Unlock()
+	for _, w := range found {
+		w.push(p)
+	}
+	return len(found) > 0
+}

@@ -1,0 +1,157 @@
+package api
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+)
+
+// chromiumPath finds Debian's chromium (or CHROMIUM), or skips.
+func chromiumPath(t *testing.T) string {
+	t.Helper()
+	for _, p := range []string{os.Getenv("CHROMIUM"), "/usr/bin/chromium", "/usr/bin/chromium-browser"} {
+		if p == "" {
+			continue
+		}
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	if p, err := exec.LookPath("chromium"); err == nil {
+		return p
+	}
+	t.Skip("web chat browser test skipped: Chromium not found (apt-get install -y chromium, or set CHROMIUM)")
+	return ""
+}
+
+// TestWebChatStreamsAReply drives the page in headless Chromium: a typed
+// message goes through the bus to a responder that streams the answer
+// back; the page shows it, and after a reload keeps the same session.
+func TestWebChatStreamsAReply(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a browser")
+	}
+	t.Parallel()
+	browser := chromiumPath(t)
+	b := newBus(t)
+	s := startService(t, b, func(c *Config) { c.Key, c.Insecure = "", true })
+	r := startResponder(t, b)
+	r.answer = func(ev *eventsv1.MessageReceived, turn int) []string {
+		return []string{"Hello ", "from ", "the agent", strings.Repeat(".", turn)}
+	}
+
+	opts := append([]chromedp.ExecAllocatorOption{},
+		chromedp.ExecPath(browser),
+		chromedp.Headless,
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck,
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(390, 844), // a phone (headless may clamp the width)
+	)
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	defer cancelAlloc()
+	ctx, cancel := chromedp.NewContext(actx)
+	defer cancel()
+	ctx, cancelT := context.WithTimeout(ctx, 90*time.Second)
+	defer cancelT()
+
+	url := "http://" + s.Addr() + "/"
+	step := func(what string, actions ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		if err := chromedp.Do(ctx, actions...); err != nil {
+			t.Fatalf("browser: %s: %v", what, err)
+		}
+	}
+	eval := func(expr string) string {
+		t.Helper()
+		v, err := chromedp.Run(ctx, chromedp.Evaluate[string](expr))
+		if err != nil {
+			t.Fatalf("browser: evaluate %s: %v", expr, err)
+		}
+		return v
+	}
+	step("open the page", chromedp.Navigate(url), chromedp.WaitVisible("#input"))
+	step("send a message", chromedp.SendKeys("#input", "hi there"), chromedp.Click("#send"))
+	step("wait for the streamed reply", chromedp.WaitVisible(".msg.assistant:not(.pending)"))
+	first := eval(`document.querySelector('.msg.assistant').textContent`)
+	sessionBefore := eval(`localStorage.getItem("sb.session")`)
+	width, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.documentElement.scrollWidth - window.innerWidth`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	step("reload", chromedp.Reload(), chromedp.WaitVisible("#input"))
+	sessionAfter := eval(`localStorage.getItem("sb.session")`)
+	step("send again", chromedp.SendKeys("#input", "again"), chromedp.Click("#send"))
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`document.querySelectorAll('.msg.assistant:not(.pending)').length >= 2`)); err != nil {
+		t.Fatalf("browser: second reply: %v", err)
+	}
+	second := eval(`Array.from(document.querySelectorAll('.msg.assistant')).pop().textContent`)
+	if first != "Hello from the agent." {
+		t.Fatalf("first reply %q", first)
+	}
+	if second != "Hello from the agent.." {
+		t.Fatalf("second reply %q: want the same chat's second turn", second)
+	}
+	if sessionBefore == "" || sessionBefore != sessionAfter {
+		t.Fatalf("session %q before reload, %q after", sessionBefore, sessionAfter)
+	}
+	if width > 0 {
+		t.Fatalf("page overflows a narrow window by %dpx", width)
+	}
+	chats := r.chatIDs()
+	if len(chats) != 2 || chats[0] != sessionBefore || chats[1] != sessionBefore {
+		t.Fatalf("chats %q, want both in %s", chats, sessionBefore)
+	}
+}
+
+// TestWebChatAsksForTheKey: on a gateway with a key, the page asks for it
+// after the first 401, keeps it, and the resent message gets its reply.
+func TestWebChatAsksForTheKey(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a browser")
+	}
+	t.Parallel()
+	browser := chromiumPath(t)
+	b := newBus(t)
+	s := startService(t, b, nil)
+	startResponder(t, b)
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
+		chromedp.ExecPath(browser), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
+		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true), chromedp.UserDataDir(t.TempDir()))
+	defer cancelAlloc()
+	ctx, cancel := chromedp.NewContext(actx)
+	defer cancel()
+	ctx, cancelT := context.WithTimeout(ctx, 90*time.Second)
+	defer cancelT()
+	step := func(what string, actions ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		if err := chromedp.Do(ctx, actions...); err != nil {
+			t.Fatalf("browser: %s: %v", what, err)
+		}
+	}
+	step("open", chromedp.Navigate("http://"+s.Addr()+"/"), chromedp.WaitVisible("#input"))
+	step("send without a key", chromedp.SendKeys("#input", "secret question"), chromedp.Click("#send"))
+	step("key form", chromedp.WaitVisible("#key"), chromedp.SendKeys("#key", testKey), chromedp.Click("#key-form button"))
+	step("send with the key", chromedp.WaitVisible("#input"), chromedp.SendKeys("#input", "with key"), chromedp.Click("#send"))
+	step("reply", chromedp.WaitVisible(".msg.assistant:not(.pending)"))
+	got, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelector('.msg.assistant').textContent`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != "echo: with key (turn 1)" {
+		t.Fatalf("reply %q", got)
+	}
+}

@@ -1,0 +1,410 @@
+// Package discord is the Discord gateway (`switchboard gateway discord`):
+// the gateway websocket for inbound messages (identify, heartbeat, resume
+// with sequence numbers) and REST for sending, built on
+// github.com/bwmarrin/discordgo and the platform kit. One replica per bot
+// holds the connection (the kit's lease); every replica serves sends.
+package discord
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/bwmarrin/discordgo"
+	"github.com/gorilla/websocket"
+
+	"github.com/switchboard-chat/switchboard/pkg/bus"
+	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
+	"github.com/switchboard-chat/switchboard/pkg/platform"
+)
+
+// Config is the gateways.discord section.
+type Config struct {
+	// BotToken (DISCORD_BOT_TOKEN), without the "Bot " prefix.
+	BotToken string `koanf:"bot_token"`
+	// APIBaseURL (DISCORD_API_BASE_URL) replaces https://discord.com for
+	// REST; the gateway URL comes from GET /api/v9/gateway.
+	APIBaseURL string `koanf:"api_base_url"`
+	// AllowedChannels limits guild messages to these channels (and their
+	// threads); empty allows all.
+	AllowedChannels []string `koanf:"allowed_channels"`
+	// AllowedRoles limits guild messages to members with one of these
+	// roles; empty allows all. DMs are not role-gated.
+	AllowedRoles []string `koanf:"allowed_roles"`
+	// AllowBots publishes messages from other bots and webhooks.
+	AllowBots bool `koanf:"allow_bots"`
+	// AutoThread: a guild channel message that mentions the bot is
+	// answered in a new thread opened from it (prospective_thread_id).
+	AutoThread bool `koanf:"auto_thread"`
+}
+
+// Enabled reports whether dev should start the gateway.
+func (c Config) Enabled() bool { return c.BotToken != "" }
+
+// Validate checks the section.
+func (c Config) Validate() error {
+	if c.BotToken == "" {
+		return errors.New("discord: bot_token (DISCORD_BOT_TOKEN) is required")
+	}
+	return nil
+}
+
+// Deps are the shared clients.
+type Deps struct {
+	Log    *slog.Logger
+	Bus    *bus.Bus
+	Runner platform.Options
+}
+
+// Service runs the Discord gateway.
+type Service struct {
+	p      *Platform
+	runner *platform.Runner
+}
+
+// New learns the bot's identity (GET /users/@me) and builds the gateway.
+func New(cfg Config, deps Deps) (*Service, error) {
+	if deps.Bus == nil {
+		return nil, errors.New("discord: bus is required")
+	}
+	log := deps.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	p, err := NewPlatform(ctx, cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	opts := deps.Runner
+	if opts.Log == nil {
+		opts.Log = log
+	}
+	r, err := platform.NewRunner(p, deps.Bus, opts)
+	if err != nil {
+		return nil, err
+	}
+	return &Service{p: p, runner: r}, nil
+}
+
+// Run serves until ctx ends.
+func (s *Service) Run(ctx context.Context) error { return s.runner.Run(ctx) }
+
+// Ready is the readiness check.
+func (s *Service) Ready(ctx context.Context) error { return s.runner.Ready(ctx) }
+
+// Platform is the Discord side of the kit.
+type Platform struct {
+	cfg   Config
+	log   *slog.Logger
+	s     *discordgo.Session
+	rules rules
+
+	chMu     sync.Mutex
+	channels map[string]channelInfo
+
+	connMu sync.Mutex
+	conn   platform.Conn
+	ctx    context.Context
+	lost   chan struct{}
+}
+
+// rewrite sends requests for discord.com to the configured base URL.
+type rewrite struct {
+	base *url.URL
+	next http.RoundTripper
+}
+
+func (t rewrite) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.URL.Host == "discord.com" {
+		r = r.Clone(r.Context())
+		r.URL.Scheme, r.URL.Host = t.base.Scheme, t.base.Host
+		r.URL.Path = strings.TrimSuffix(t.base.Path, "/") + r.URL.Path
+		r.Host = t.base.Host
+	}
+	return t.next.RoundTrip(r)
+}
+
+// NewPlatform builds the session and checks the token.
+func NewPlatform(ctx context.Context, cfg Config, log *slog.Logger) (*Platform, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s, err := discordgo.New("Bot " + strings.TrimPrefix(cfg.BotToken, "Bot "))
+	if err != nil {
+		return nil, fmt.Errorf("discord session: %w", err)
+	}
+	if cfg.APIBaseURL != "" && strings.TrimSuffix(cfg.APIBaseURL, "/") != "https://discord.com" {
+		base, err := url.Parse(cfg.APIBaseURL)
+		if err != nil || base.Host == "" {
+			return nil, fmt.Errorf("discord: api_base_url %q is not a URL", cfg.APIBaseURL)
+		}
+		s.Client = &http.Client{Timeout: 20 * time.Second, Transport: rewrite{base: base, next: http.DefaultTransport}}
+	}
+	s.ShouldReconnectOnError = false // the kit's runner reconnects (and resumes)
+	s.SyncEvents = true              // handlers run in order on the reading goroutine
+	s.StateEnabled = false
+	s.Identify.Compress = false
+	s.Identify.Intents = discordgo.IntentsGuildMessages | discordgo.IntentsDirectMessages | discordgo.IntentsMessageContent
+	s.LogLevel = discordgo.LogError
+
+	me, err := s.User("@me", discordgo.WithContext(ctx))
+	if err != nil {
+		return nil, fmt.Errorf("discord users/@me: %w", err)
+	}
+	p := &Platform{
+		cfg: cfg, log: log.With("platform", "discord"), s: s, channels: map[string]channelInfo{},
+		rules: rules{Account: me.ID, BotID: me.ID, AllowBots: cfg.AllowBots, AutoThread: cfg.AutoThread,
+			AllowedChannels: set(cfg.AllowedChannels), AllowedRoles: set(cfg.AllowedRoles)},
+	}
+	s.AddHandler(p.onEvent)
+	s.AddHandler(func(*discordgo.Session, *discordgo.Disconnect) { p.signalLost() })
+	return p, nil
+}
+
+func set(xs []string) map[string]bool {
+	m := map[string]bool{}
+	for _, x := range xs {
+		if x = strings.TrimSpace(x); x != "" {
+			m[x] = true
+		}
+	}
+	return m
+}
+
+func (p *Platform) Name() string         { return "discord" }
+func (p *Platform) Account() string      { return p.rules.Account }
+func (p *Platform) SingleConsumer() bool { return true }
+
+// Capabilities: 2000 characters per message.
+func (p *Platform) Capabilities() platform.Capabilities {
+	return platform.Capabilities{
+		MaxLength: 2000, Measure: platform.MeasureRunes,
+		CanSend: true, CanEdit: true, CanDelete: true, CanThread: true, CanTyping: true,
+		CommandPrefix: "/",
+	}
+}
+
+// Connect opens the gateway (identify, or resume after a drop) and waits
+// until the connection is lost or ctx ends.
+func (p *Platform) Connect(ctx context.Context, conn platform.Conn) error {
+	lost := make(chan struct{}, 1)
+	p.connMu.Lock()
+	p.conn, p.ctx, p.lost = conn, ctx, lost
+	p.connMu.Unlock()
+	if err := p.s.Open(); err != nil {
+		var ce *websocket.CloseError
+		if errors.As(err, &ce) && (ce.Code == 4004 || ce.Code == 4013 || ce.Code == 4014) {
+			return platform.Fatal(fmt.Errorf("discord gateway: %w", err))
+		}
+		return fmt.Errorf("discord gateway open: %w", err)
+	}
+	conn.Connected()
+	select {
+	case <-ctx.Done():
+		// A normal close ends the session; a standby identifies afresh.
+		_ = p.s.Close()
+		return nil
+	case <-lost:
+		return errors.New("discord gateway connection lost")
+	}
+}
+
+func (p *Platform) signalLost() {
+	p.connMu.Lock()
+	defer p.connMu.Unlock()
+	if p.lost != nil {
+		select {
+		case p.lost <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (p *Platform) current() (platform.Conn, context.Context) {
+	p.connMu.Lock()
+	defer p.connMu.Unlock()
+	return p.conn, p.ctx
+}
+
+// onEvent sees every dispatch with its raw payload, on the reading
+// goroutine, in sequence order.
+func (p *Platform) onEvent(_ *discordgo.Session, e *discordgo.Event) {
+	if e.Type != "MESSAGE_CREATE" {
+		return
+	}
+	conn, ctx := p.current()
+	if conn == nil {
+		return
+	}
+	p.handle(ctx, conn, e.RawData)
+}
+
+// handle normalizes and publishes one MESSAGE_CREATE. Discord does not
+// take acknowledgements, so a publish that fails is retried here (the
+// reading goroutine waits; Discord buffers) until it succeeds or the
+// connection's context ends.
+func (p *Platform) handle(ctx context.Context, conn platform.Conn, raw []byte) {
+	m, err := parseMessage(raw)
+	if err != nil {
+		conn.Reject(ctx, "malformed MESSAGE_CREATE", err)
+		return
+	}
+	for attempt := 0; ctx.Err() == nil; attempt++ {
+		if attempt > 0 {
+			select {
+			case <-ctx.Done():
+			case <-time.After(min(time.Duration(attempt)*200*time.Millisecond, 5*time.Second)):
+			}
+		}
+		var ch channelInfo
+		if m.GuildID != "" {
+			if ch, err = p.channel(ctx, m.ChannelID); err != nil {
+				p.log.Warn("discord channel lookup failed; retrying", "channel", m.ChannelID, "err", err)
+				continue
+			}
+		}
+		ev, why := normalize(m, ch, p.rules)
+		if ev == nil {
+			p.log.Debug("discord message skipped", "why", string(why), "message_id", m.ID)
+			return
+		}
+		if _, err = conn.Deliver(ctx, ev); err == nil || errors.Is(err, platform.ErrRejected) {
+			return
+		}
+		p.log.Warn("discord message not published; retrying", "message_id", m.ID, "err", err)
+	}
+}
+
+// channel says whether a guild channel is a thread (and its parent),
+// asking REST once per channel.
+func (p *Platform) channel(ctx context.Context, id string) (channelInfo, error) {
+	p.chMu.Lock()
+	ci, ok := p.channels[id]
+	p.chMu.Unlock()
+	if ok {
+		return ci, nil
+	}
+	c, err := p.s.Channel(id, discordgo.WithContext(ctx))
+	if err != nil {
+		return channelInfo{}, err
+	}
+	ci = channelInfo{Thread: c.IsThread(), Parent: c.ParentID}
+	p.chMu.Lock()
+	if len(p.channels) > 100000 {
+		clear(p.channels)
+	}
+	p.channels[id] = ci
+	p.chMu.Unlock()
+	return ci, nil
+}
+
+// opts are the request options of every send: ctx, and 429s returned to
+// delivery instead of slept on.
+func opts(ctx context.Context) []discordgo.RequestOption {
+	return []discordgo.RequestOption{discordgo.WithContext(ctx), discordgo.WithRetryOnRatelimit(false), discordgo.WithRestRetries(0)}
+}
+
+// where is the channel a target's messages live in: the thread when
+// there is one (Discord threads are channels).
+func where(t *deliveryv1.Target) string {
+	if t.GetThreadId() != "" {
+		return t.GetThreadId()
+	}
+	return t.GetChatId()
+}
+
+// Send posts a message. The first chunk replies to the user's message.
+// A thread id that does not exist yet (a prospective auto-thread) is
+// opened from the message with that id, then posted into.
+func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (string, error) {
+	t := req.GetTarget()
+	if n := len([]rune(req.GetText())); n == 0 || n > 2000 {
+		return "", platform.Permanent(fmt.Errorf("discord message of %d characters (1 to 2000)", n))
+	}
+	ms := &discordgo.MessageSend{Content: req.GetText(),
+		AllowedMentions: &discordgo.MessageAllowedMentions{Parse: []discordgo.AllowedMentionType{discordgo.AllowedMentionTypeUsers}, RepliedUser: true}}
+	ch := where(t)
+	if r := t.GetReplyToMessageId(); r != "" && req.GetChunkIndex() == 0 && ch == t.GetChatId() {
+		no := false
+		ms.Reference = &discordgo.MessageReference{MessageID: r, ChannelID: ch, FailIfNotExists: &no}
+	}
+	m, err := p.s.ChannelMessageSendComplex(ch, ms, opts(ctx)...)
+	if err != nil && ch != t.GetChatId() && isCode(err, discordgo.ErrCodeUnknownChannel) {
+		if _, terr := p.s.MessageThreadStartComplex(t.GetChatId(), ch, &discordgo.ThreadStart{Name: threadName(req), AutoArchiveDuration: 1440}, opts(ctx)...); terr != nil {
+			return "", sendError("start thread", terr)
+		}
+		m, err = p.s.ChannelMessageSendComplex(ch, ms, opts(ctx)...)
+	}
+	if err != nil {
+		return "", sendError("create message", err)
+	}
+	return m.ID, nil
+}
+
+func threadName(req *deliveryv1.SendRequested) string {
+	name := strings.Join(strings.Fields(req.GetText()), " ")
+	if r := []rune(name); len(r) > 80 {
+		name = string(r[:80])
+	}
+	if name == "" {
+		name = "Reply"
+	}
+	return name
+}
+
+// Edit replaces a message's text (streaming).
+func (p *Platform) Edit(ctx context.Context, req *deliveryv1.SendRequested) error {
+	if n := len([]rune(req.GetText())); n == 0 || n > 2000 {
+		return platform.Permanent(fmt.Errorf("discord edit of %d characters (1 to 2000)", n))
+	}
+	if _, err := p.s.ChannelMessageEdit(where(req.GetTarget()), req.GetMessageId(), req.GetText(), opts(ctx)...); err != nil {
+		return sendError("edit message", err)
+	}
+	return nil
+}
+
+// Delete removes a message.
+func (p *Platform) Delete(ctx context.Context, req *deliveryv1.SendRequested) error {
+	if err := p.s.ChannelMessageDelete(where(req.GetTarget()), req.GetMessageId(), opts(ctx)...); err != nil {
+		return sendError("delete message", err)
+	}
+	return nil
+}
+
+// Typing triggers the typing indicator (it lasts about 10 s).
+func (p *Platform) Typing(ctx context.Context, req *deliveryv1.SendRequested) error {
+	if err := p.s.ChannelTyping(where(req.GetTarget()), opts(ctx)...); err != nil {
+		return sendError("trigger typing", err)
+	}
+	return nil
+}
+
+func isCode(err error, code int) bool {
+	var re *discordgo.RESTError
+	return errors.As(err, &re) && re.Message != nil && re.Message.Code == code
+}
+
+// sendError classifies a REST error: 429 → rate limited with the
+// bucket's retry_after, other 4xx → permanent, the rest retryable.
+func sendError(op string, err error) error {
+	var rl *discordgo.RateLimitError
+	if errors.As(err, &rl) && rl.RateLimit != nil && rl.TooManyRequests != nil {
+		return platform.RateLimited(fmt.Errorf("discord %s: rate limited (bucket %q): %w", op, rl.Bucket, err), rl.RetryAfter)
+	}
+	err = fmt.Errorf("discord %s: %w", op, err)
+	var re *discordgo.RESTError
+	if errors.As(err, &re) && re.Response != nil {
+		if c := re.Response.StatusCode; c >= 400 && c < 500 && c != http.StatusTooManyRequests && c != http.StatusRequestTimeout {
+			return platform.Permanent(err)
+		}
+	}
+	return err
+}

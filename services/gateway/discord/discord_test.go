@@ -1,0 +1,317 @@
+package discord
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/switchboard-chat/switchboard/pkg/bus"
+	"github.com/switchboard-chat/switchboard/pkg/bus/bustest"
+	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+	"github.com/switchboard-chat/switchboard/pkg/platform"
+	"github.com/switchboard-chat/switchboard/pkg/platform/platformtest"
+	"github.com/switchboard-chat/switchboard/services/gateway/discord/discordfake"
+)
+
+const (
+	guild   = "300000000000000001"
+	channel = "900000000000000001"
+	thread  = "900000000000000002"
+	dmChan  = "900000000000000003"
+	user    = "400000000000000042"
+)
+
+var sentAt = timestamppb.New(time.Date(2026, 1, 2, 3, 4, 5, 678000000, time.UTC))
+
+func newFake(t testing.TB) *discordfake.Fake {
+	f := discordfake.New(t)
+	f.AddChannel(channel, discordfake.TypeGuildText, guild, "")
+	f.AddChannel(thread, discordfake.TypePublicThread, guild, channel)
+	f.AddChannel(dmChan, discordfake.TypeDM, "", "")
+	return f
+}
+
+func TestContract(t *testing.T) {
+	platformtest.Run(t, platformtest.Harness{New: func(t *testing.T, env platformtest.Env) (platform.Platform, platformtest.Fake) {
+		f := newFake(t)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		p, err := NewPlatform(ctx, Config{BotToken: f.Token, APIBaseURL: f.URL(), AutoThread: true}, env.Log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p, &contractFake{f: f}
+	}})
+}
+
+type contractFake struct {
+	f *discordfake.Fake
+	n atomic.Int64
+}
+
+func (c *contractFake) Kinds() []string {
+	return []string{"guild", "dm", "thread", "mention", "attachment", "reply"}
+}
+
+func (c *contractFake) Deliver(t *testing.T, ctx context.Context, kind string) *eventsv1.MessageReceived {
+	t.Helper()
+	id := c.f.NewID()
+	m := discordfake.MessageCreate{ID: id, ChannelID: channel, GuildID: guild, AuthorID: user, Content: "hello " + kind}
+	want := &eventsv1.MessageReceived{EventId: id, MessageId: id, Text: m.Content, SentAt: sentAt,
+		Source: &eventsv1.SessionSource{Platform: "discord", Account: c.f.BotID, ChatId: channel, ChatType: "group", UserId: user, UserName: "user" + user, ScopeId: guild}}
+	switch kind {
+	case "dm":
+		m.ChannelID, m.GuildID = dmChan, ""
+		want.Source.ChatId, want.Source.ChatType, want.Source.ScopeId, want.Mentioned = dmChan, "dm", "", true
+	case "thread":
+		m.ChannelID = thread
+		want.Source.ChatId, want.Source.ChatType, want.Source.ThreadId, want.Source.ParentChatId = thread, "thread", thread, channel
+	case "mention":
+		m.Content, m.Mentions = "<@"+c.f.BotID+"> what is up", []string{c.f.BotID}
+		want.Text, want.Mentioned, want.Source.ProspectiveThreadId = "what is up", true, id
+	case "attachment":
+		m.Attachments = []discordfake.Attachment{{ID: "500", Filename: "cat.png", ContentType: "image/png", URL: "https://cdn.discord.test/cat.png", Size: 99}}
+		want.Attachments = []*eventsv1.Attachment{{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, Location: &eventsv1.Attachment_Url{Url: "https://cdn.discord.test/cat.png"},
+			MimeType: "image/png", SizeBytes: 99, FileName: "cat.png", PlatformFileId: "500"}}
+	case "reply":
+		m.Type, m.ReplyTo = 19, "700000000000000001"
+		want.ReplyTo = &eventsv1.ReplyTo{MessageId: "700000000000000001"}
+	}
+	if err := c.f.Dispatch(ctx, "MESSAGE_CREATE", m.Payload()); err != nil {
+		t.Fatalf("dispatch %s: %v", kind, err)
+	}
+	return want
+}
+
+// Redeliver is Discord's redelivery: the connection drops and the resume
+// replays the event again.
+func (c *contractFake) Redeliver(t *testing.T, ctx context.Context, eventID string) {
+	c.f.ReplayOverlap(1)
+	c.f.Drop()
+}
+
+func (c *contractFake) DeliverOversized(t *testing.T, ctx context.Context) {
+	m := discordfake.MessageCreate{ID: c.f.NewID(), ChannelID: channel, GuildID: guild, AuthorID: user, Content: strings.Repeat("x", 300<<10)}
+	if err := c.f.Dispatch(ctx, "MESSAGE_CREATE", m.Payload()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (c *contractFake) DeliverMalformed(t *testing.T, ctx context.Context) {
+	if err := c.f.Dispatch(ctx, "MESSAGE_CREATE", map[string]any{"id": 12, "channel_id": channel, "content": []int{1}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (c *contractFake) Drop(*testing.T) { c.f.Drop() }
+
+func (c *contractFake) Connections() int {
+	n, _, _ := c.f.Stats()
+	return n
+}
+
+func (c *contractFake) Answer(ev *eventsv1.MessageReceived) *deliveryv1.SendRequested {
+	s := ev.GetSource()
+	return &deliveryv1.SendRequested{
+		Target:          &deliveryv1.Target{Platform: "discord", Account: s.GetAccount(), ChatId: s.GetChatId(), ThreadId: s.GetThreadId(), ReplyToMessageId: ev.GetMessageId()},
+		InputMessageIds: []string{ev.GetMessageId()},
+	}
+}
+
+func (c *contractFake) Sent(_ *testing.T, _ context.Context, target *deliveryv1.Target) []string {
+	var out []string
+	for _, m := range c.f.Messages(where(target)) {
+		if !m.Deleted {
+			out = append(out, m.Content)
+		}
+	}
+	return out
+}
+
+// run starts a gateway on f and returns the bus and a reader of inbound
+// events (nil after wait when nothing arrives).
+func run(t *testing.T, f *discordfake.Fake, cfg Config) (*bus.Bus, func(wait time.Duration) *eventsv1.MessageReceived) {
+	t.Helper()
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	cfg.BotToken, cfg.APIBaseURL = f.Token, f.URL()
+	s, err := New(cfg, Deps{Log: slog.New(slog.DiscardHandler), Bus: b,
+		Runner: platform.Options{Backoff: platform.Schedule(10 * time.Millisecond), LeaseTTL: time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("run: %v", err)
+		}
+	})
+	platformtest.WaitFor(t, "the gateway to connect", func() bool {
+		st, _ := s.runner.State()
+		return st == platform.StateConnected
+	})
+	cons, err := b.JetStream().OrderedConsumer(context.Background(), b.Topology().Stream(bus.StreamInbound), jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	it, err := cons.Messages()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(it.Stop)
+	msgs := make(chan jetstream.Msg, 64)
+	go func() {
+		for {
+			m, err := it.Next()
+			if err != nil {
+				return
+			}
+			msgs <- m
+		}
+	}()
+	return b, func(wait time.Duration) *eventsv1.MessageReceived {
+		select {
+		case m := <-msgs:
+			ev := &eventsv1.MessageReceived{}
+			if err := proto.Unmarshal(m.Data(), ev); err != nil {
+				t.Fatal(err)
+			}
+			return ev
+		case <-time.After(wait):
+			return nil
+		}
+	}
+}
+
+// A resume replays what was missed while disconnected, plus (as Discord
+// may) an event that was already published: each reaches the bus once.
+func TestResumeReplayPublishesOnce(t *testing.T) {
+	t.Parallel()
+	f := newFake(t)
+	_, next := run(t, f, Config{})
+	ctx := context.Background()
+	msg := func(text string) discordfake.MessageCreate {
+		return discordfake.MessageCreate{ID: f.NewID(), ChannelID: channel, GuildID: guild, AuthorID: user, Content: text}
+	}
+	a := msg("a")
+	if err := f.Dispatch(ctx, "MESSAGE_CREATE", a.Payload()); err != nil {
+		t.Fatal(err)
+	}
+	if ev := next(20 * time.Second); ev.GetEventId() != a.ID {
+		t.Fatalf("got %v, want %s", ev, a.ID)
+	}
+	f.ReplayOverlap(1)
+	f.Drop()
+	b, c := msg("b"), msg("c")
+	for _, m := range []discordfake.MessageCreate{b, c} {
+		if err := f.Dispatch(ctx, "MESSAGE_CREATE", m.Payload()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, want := range []string{b.ID, c.ID} {
+		if ev := next(20 * time.Second); ev.GetEventId() != want {
+			t.Fatalf("after the resume got %v, want %s", ev, want)
+		}
+	}
+	sentinel := msg("sentinel")
+	if err := f.Dispatch(ctx, "MESSAGE_CREATE", sentinel.Payload()); err != nil {
+		t.Fatal(err)
+	}
+	if ev := next(20 * time.Second); ev.GetEventId() != sentinel.ID {
+		t.Fatalf("got %v, want the sentinel %s (a replayed event was published twice)", ev, sentinel.ID)
+	}
+	if _, identifies, resumes := f.Stats(); identifies != 1 || resumes != 1 {
+		t.Fatalf("identifies %d resumes %d, want 1 and 1", identifies, resumes)
+	}
+	if err := f.RequestHeartbeat(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestFilters(t *testing.T) {
+	t.Parallel()
+	f := newFake(t)
+	_, next := run(t, f, Config{AllowedChannels: []string{channel}, AllowedRoles: []string{"R1"}})
+	ctx := context.Background()
+	other := "900000000000000009"
+	f.AddChannel(other, discordfake.TypeGuildText, guild, "")
+	for _, m := range []discordfake.MessageCreate{
+		{ID: f.NewID(), ChannelID: other, GuildID: guild, AuthorID: user, Content: "wrong channel", Roles: []string{"R1"}},
+		{ID: f.NewID(), ChannelID: channel, GuildID: guild, AuthorID: user, Content: "no role"},
+		{ID: f.NewID(), ChannelID: channel, GuildID: guild, AuthorID: "77", AuthorBot: true, Content: "a bot", Roles: []string{"R1"}},
+		{ID: f.NewID(), ChannelID: channel, GuildID: guild, AuthorID: f.BotID, Content: "myself", Roles: []string{"R1"}},
+	} {
+		if err := f.Dispatch(ctx, "MESSAGE_CREATE", m.Payload()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ok := discordfake.MessageCreate{ID: f.NewID(), ChannelID: thread, GuildID: guild, AuthorID: user, Content: "in an allowed channel's thread", Roles: []string{"R1"}}
+	if err := f.Dispatch(ctx, "MESSAGE_CREATE", ok.Payload()); err != nil {
+		t.Fatal(err)
+	}
+	if ev := next(20 * time.Second); ev.GetEventId() != ok.ID {
+		t.Fatalf("got %v, want only %s", ev, ok.ID)
+	}
+}
+
+func TestSends(t *testing.T) {
+	t.Parallel()
+	f := newFake(t)
+	b, _ := run(t, f, Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	send := func(req *deliveryv1.SendRequested) *deliveryv1.SendReceipt {
+		t.Helper()
+		r := &deliveryv1.SendReceipt{}
+		if err := b.Request(ctx, b.Topology().SendSubject("discord"), req, r); err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	f.RateLimitNext(250 * time.Millisecond)
+	req := &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "k1", Text: "hi",
+		Target: &deliveryv1.Target{Platform: "discord", ChatId: channel, ReplyToMessageId: "700000000000000001"}}
+	if r := send(req); r.GetOk() || r.GetErrorClass() != deliveryv1.ErrorClass_ERROR_CLASS_RATE_LIMITED || r.GetRetryAfterMs() != 250 {
+		t.Fatalf("receipt %v, want RATE_LIMITED after 250 ms", r)
+	}
+	if r := send(req); !r.GetOk() {
+		t.Fatalf("retry receipt %v, want ok", r)
+	}
+	if ms := f.Messages(channel); len(ms) != 1 || ms[0].ReplyTo != "700000000000000001" {
+		t.Fatalf("posted %+v, want one reply to the user's message", ms)
+	}
+	long := proto.Clone(req).(*deliveryv1.SendRequested)
+	long.IdempotencyKey, long.Text = "k2", strings.Repeat("é", 2001)
+	if r := send(long); r.GetErrorClass() != deliveryv1.ErrorClass_ERROR_CLASS_PERMANENT {
+		t.Fatalf("2001 characters: receipt %v, want PERMANENT", r)
+	}
+	// A prospective auto-thread: the thread is opened from the message.
+	prospective := &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "k3", Text: "in the new thread",
+		Target: &deliveryv1.Target{Platform: "discord", ChatId: channel, ThreadId: "700000000000000005"}}
+	if r := send(prospective); !r.GetOk() {
+		t.Fatalf("send into a prospective thread: %v", r)
+	}
+	if ms := f.Messages("700000000000000005"); len(ms) != 1 {
+		t.Fatalf("thread has %+v, want the reply", ms)
+	}
+	typing := &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_TYPING, Target: &deliveryv1.Target{Platform: "discord", ChatId: thread}}
+	if r := send(typing); !r.GetOk() || f.Typing(thread) != 1 {
+		t.Fatalf("typing receipt %v, count %d", r, f.Typing(thread))
+	}
+	missing := &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "k4", Text: "x", Target: &deliveryv1.Target{Platform: "discord", ChatId: "1"}}
+	if r := send(missing); r.GetErrorClass() != deliveryv1.ErrorClass_ERROR_CLASS_PERMANENT {
+		t.Fatalf("unknown channel: receipt %v, want PERMANENT", r)
+	}
+	_ = fmt.Sprint()
+}

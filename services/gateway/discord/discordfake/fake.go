@@ -1,0 +1,561 @@
+// Package discordfake is a local Discord for tests: the REST calls the
+// gateway makes (gateway URL, current user, channels, create/edit/delete
+// message, typing, thread start, 429s with rate-limit bucket headers and
+// retry_after) and a gateway websocket (HELLO, IDENTIFY, READY with
+// session_id and resume_gateway_url, HEARTBEAT/ACK, dispatches with
+// sequence numbers, RESUME replaying missed events, drops on demand).
+package discordfake
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+)
+
+// Channel types as Discord numbers them.
+const (
+	TypeGuildText    = 0
+	TypeDM           = 1
+	TypePublicThread = 11
+)
+
+// Fake is one Discord with one bot.
+type Fake struct {
+	Token   string
+	BotID   string // the bot user id, equal to the application id
+	BotName string
+
+	srv *httptest.Server
+	ids atomic.Int64
+
+	mu         sync.Mutex
+	channels   map[string]map[string]any
+	messages   map[string][]*Message // channel → messages the bot posted
+	typing     map[string]int
+	rateLimit  float64 // the next create message answers 429 with this retry_after (s)
+	conns      int
+	identifies int
+	resumes    int
+	cur        *gwConn
+	connected  chan struct{}
+	sessionID  string
+	log        []frame // dispatches of the current session, by sequence
+	overlap    int     // on resume, replay this many events the client already saw
+}
+
+// Message is one message the bot posted.
+type Message struct {
+	ID, ChannelID, Content, ReplyTo string
+	Edits                           int
+	Deleted                         bool
+}
+
+type frame struct {
+	seq  int
+	data []byte
+}
+
+// New starts a fake Discord; it stops when the test ends.
+func New(t testing.TB) *Fake {
+	f := &Fake{
+		Token: "fake-bot-token", BotID: "100000000000000001", BotName: "switchboard",
+		channels: map[string]map[string]any{}, messages: map[string][]*Message{}, typing: map[string]int{},
+		connected: make(chan struct{}),
+	}
+	f.ids.Store(800000000000000000)
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /api/v9/gateway", f.gateway)
+	mux.HandleFunc("GET /api/v9/gateway/bot", f.gateway)
+	mux.HandleFunc("GET /api/v9/users/@me", f.me)
+	mux.HandleFunc("GET /api/v9/channels/{id}", f.channel)
+	mux.HandleFunc("POST /api/v9/channels/{id}/messages", f.createMessage)
+	mux.HandleFunc("PATCH /api/v9/channels/{id}/messages/{mid}", f.editMessage)
+	mux.HandleFunc("DELETE /api/v9/channels/{id}/messages/{mid}", f.deleteMessage)
+	mux.HandleFunc("POST /api/v9/channels/{id}/typing", f.trigger)
+	mux.HandleFunc("POST /api/v9/channels/{id}/messages/{mid}/threads", f.startThread)
+	mux.HandleFunc("/ws/", f.ws)
+	f.srv = httptest.NewServer(mux)
+	t.Cleanup(func() {
+		f.Drop()
+		f.srv.Close()
+	})
+	return f
+}
+
+// URL is the base URL that replaces https://discord.com.
+func (f *Fake) URL() string { return f.srv.URL }
+
+// NewID returns a fresh snowflake-shaped id.
+func (f *Fake) NewID() string { return strconv.FormatInt(f.ids.Add(1), 10) }
+
+// AddChannel registers a channel (type: TypeGuildText, TypeDM,
+// TypePublicThread …); parent is the thread's channel.
+func (f *Fake) AddChannel(id string, typ int, guild, parent string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c := map[string]any{"id": id, "type": typ}
+	if guild != "" {
+		c["guild_id"] = guild
+	}
+	if parent != "" {
+		c["parent_id"] = parent
+	}
+	f.channels[id] = c
+}
+
+// RateLimitNext makes the next create message answer 429 with retry_after.
+func (f *Fake) RateLimitNext(retryAfter time.Duration) {
+	f.mu.Lock()
+	f.rateLimit = retryAfter.Seconds()
+	f.mu.Unlock()
+}
+
+// ReplayOverlap makes the next RESUME also replay the last n events the
+// client already received, as Discord may.
+func (f *Fake) ReplayOverlap(n int) {
+	f.mu.Lock()
+	f.overlap = n
+	f.mu.Unlock()
+}
+
+// Messages returns what the bot posted in a channel.
+func (f *Fake) Messages(channel string) []Message {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []Message
+	for _, m := range f.messages[channel] {
+		out = append(out, *m)
+	}
+	return out
+}
+
+// Typing counts typing triggers in a channel.
+func (f *Fake) Typing(channel string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.typing[channel]
+}
+
+// Stats counts gateway connections, identifies and resumes.
+func (f *Fake) Stats() (conns, identifies, resumes int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.conns, f.identifies, f.resumes
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func (f *Fake) authorized(w http.ResponseWriter, r *http.Request) bool {
+	if r.Header.Get("Authorization") != "Bot "+f.Token {
+		writeJSON(w, 401, map[string]any{"message": "401: Unauthorized", "code": 0})
+		return false
+	}
+	return true
+}
+
+func (f *Fake) gateway(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, 200, map[string]any{"url": f.wsURL(), "shards": 1,
+		"session_start_limit": map[string]any{"total": 1000, "remaining": 999, "reset_after": 0, "max_concurrency": 1}})
+}
+
+func (f *Fake) wsURL() string { return "ws" + strings.TrimPrefix(f.srv.URL, "http") + "/ws/" }
+
+func (f *Fake) user() map[string]any {
+	return map[string]any{"id": f.BotID, "username": f.BotName, "discriminator": "0", "bot": true}
+}
+
+func (f *Fake) me(w http.ResponseWriter, r *http.Request) {
+	if f.authorized(w, r) {
+		writeJSON(w, 200, f.user())
+	}
+}
+
+func unknownChannel(w http.ResponseWriter) {
+	writeJSON(w, 404, map[string]any{"message": "Unknown Channel", "code": 10003})
+}
+
+func (f *Fake) channel(w http.ResponseWriter, r *http.Request) {
+	if !f.authorized(w, r) {
+		return
+	}
+	f.mu.Lock()
+	c, ok := f.channels[r.PathValue("id")]
+	f.mu.Unlock()
+	if !ok {
+		unknownChannel(w)
+		return
+	}
+	writeJSON(w, 200, c)
+}
+
+func (f *Fake) createMessage(w http.ResponseWriter, r *http.Request) {
+	if !f.authorized(w, r) {
+		return
+	}
+	var body struct {
+		Content string `json:"content"`
+		Ref     *struct {
+			MessageID string `json:"message_id"`
+		} `json:"message_reference"`
+	}
+	if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
+		writeJSON(w, 400, map[string]any{"message": "Invalid Form Body", "code": 50035})
+		return
+	}
+	ch := r.PathValue("id")
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	bucket := "bucket-" + ch
+	w.Header().Set("X-RateLimit-Bucket", bucket)
+	w.Header().Set("X-RateLimit-Limit", "5")
+	if ra := f.rateLimit; ra > 0 {
+		f.rateLimit = 0
+		w.Header().Set("X-RateLimit-Remaining", "0")
+		w.Header().Set("X-RateLimit-Reset-After", strconv.FormatFloat(ra, 'f', 3, 64))
+		w.Header().Set("X-RateLimit-Scope", "user")
+		w.Header().Set("Retry-After", strconv.Itoa(int(ra+0.999)))
+		writeJSON(w, 429, map[string]any{"message": "You are being rate limited.", "retry_after": ra, "global": false})
+		return
+	}
+	w.Header().Set("X-RateLimit-Remaining", "4")
+	w.Header().Set("X-RateLimit-Reset-After", "0.001")
+	if _, ok := f.channels[ch]; !ok {
+		unknownChannel(w)
+		return
+	}
+	if n := len([]rune(body.Content)); n == 0 || n > 2000 {
+		writeJSON(w, 400, map[string]any{"message": "Invalid Form Body", "code": 50035})
+		return
+	}
+	m := &Message{ID: f.NewID(), ChannelID: ch, Content: body.Content}
+	if body.Ref != nil {
+		m.ReplyTo = body.Ref.MessageID
+	}
+	f.messages[ch] = append(f.messages[ch], m)
+	writeJSON(w, 200, map[string]any{"id": m.ID, "channel_id": ch, "content": m.Content, "type": 0,
+		"author": f.user(), "timestamp": time.Now().UTC().Format(time.RFC3339)})
+}
+
+func (f *Fake) find(ch, id string) *Message {
+	for _, m := range f.messages[ch] {
+		if m.ID == id && !m.Deleted {
+			return m
+		}
+	}
+	return nil
+}
+
+func (f *Fake) editMessage(w http.ResponseWriter, r *http.Request) {
+	if !f.authorized(w, r) {
+		return
+	}
+	var body struct {
+		Content string `json:"content"`
+	}
+	_ = json.NewDecoder(r.Body).Decode(&body)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	m := f.find(r.PathValue("id"), r.PathValue("mid"))
+	if m == nil {
+		writeJSON(w, 404, map[string]any{"message": "Unknown Message", "code": 10008})
+		return
+	}
+	m.Content = body.Content
+	m.Edits++
+	writeJSON(w, 200, map[string]any{"id": m.ID, "channel_id": m.ChannelID, "content": m.Content, "type": 0, "author": f.user()})
+}
+
+func (f *Fake) deleteMessage(w http.ResponseWriter, r *http.Request) {
+	if !f.authorized(w, r) {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	m := f.find(r.PathValue("id"), r.PathValue("mid"))
+	if m == nil {
+		writeJSON(w, 404, map[string]any{"message": "Unknown Message", "code": 10008})
+		return
+	}
+	m.Deleted = true
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (f *Fake) trigger(w http.ResponseWriter, r *http.Request) {
+	if !f.authorized(w, r) {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.channels[r.PathValue("id")]; !ok {
+		unknownChannel(w)
+		return
+	}
+	f.typing[r.PathValue("id")]++
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// startThread opens a thread from a message; its id is the message id.
+func (f *Fake) startThread(w http.ResponseWriter, r *http.Request) {
+	if !f.authorized(w, r) {
+		return
+	}
+	ch, mid := r.PathValue("id"), r.PathValue("mid")
+	f.mu.Lock()
+	parent, ok := f.channels[ch]
+	f.mu.Unlock()
+	if !ok {
+		unknownChannel(w)
+		return
+	}
+	guild, _ := parent["guild_id"].(string)
+	f.AddChannel(mid, TypePublicThread, guild, ch)
+	f.mu.Lock()
+	c := f.channels[mid]
+	f.mu.Unlock()
+	writeJSON(w, 201, c)
+}
+
+// gwConn is one gateway websocket.
+type gwConn struct {
+	c    *websocket.Conn
+	wmu  sync.Mutex
+	done chan struct{}
+	live bool // identified or resumed: dispatches flow
+}
+
+func (g *gwConn) send(ctx context.Context, v any) error {
+	data, _ := json.Marshal(v)
+	g.wmu.Lock()
+	defer g.wmu.Unlock()
+	return g.c.Write(ctx, websocket.MessageText, data)
+}
+
+func (f *Fake) ws(w http.ResponseWriter, r *http.Request) {
+	c, err := websocket.Accept(w, r, nil)
+	if err != nil {
+		return
+	}
+	c.SetReadLimit(1 << 20)
+	ctx := r.Context()
+	g := &gwConn{c: c, done: make(chan struct{})}
+	defer close(g.done)
+	f.mu.Lock()
+	f.conns++
+	f.mu.Unlock()
+	if g.send(ctx, map[string]any{"op": 10, "d": map[string]any{"heartbeat_interval": 41250}}) != nil {
+		return
+	}
+	for {
+		_, data, err := c.Read(ctx)
+		if err != nil {
+			f.mu.Lock()
+			if f.cur == g {
+				f.cur = nil
+			}
+			f.mu.Unlock()
+			return
+		}
+		var in struct {
+			Op int             `json:"op"`
+			D  json.RawMessage `json:"d"`
+		}
+		if json.Unmarshal(data, &in) != nil {
+			_ = c.Close(4002, "Error while decoding payload.")
+			return
+		}
+		switch in.Op {
+		case 1: // heartbeat
+			_ = g.send(ctx, map[string]any{"op": 11})
+		case 2: // identify
+			var id struct {
+				Token string `json:"token"`
+			}
+			_ = json.Unmarshal(in.D, &id)
+			if id.Token != f.Token && id.Token != "Bot "+f.Token {
+				_ = c.Close(4004, "Authentication failed.")
+				return
+			}
+			f.mu.Lock()
+			f.identifies++
+			f.sessionID = fmt.Sprintf("session-%d", f.identifies)
+			f.log = nil
+			ready := map[string]any{"v": 10, "user": f.user(), "session_id": f.sessionID, "resume_gateway_url": f.wsURL(),
+				"guilds": []any{}, "application": map[string]any{"id": f.BotID, "flags": 0}}
+			err := f.dispatchLocked(ctx, g, "READY", ready)
+			f.attach(g)
+			f.mu.Unlock()
+			if err != nil {
+				return
+			}
+		case 6: // resume
+			var rs struct {
+				Token     string `json:"token"`
+				SessionID string `json:"session_id"`
+				Seq       int    `json:"seq"`
+			}
+			_ = json.Unmarshal(in.D, &rs)
+			f.mu.Lock()
+			if rs.SessionID != f.sessionID || rs.SessionID == "" {
+				f.mu.Unlock()
+				_ = g.send(ctx, map[string]any{"op": 9, "d": false})
+				continue
+			}
+			f.resumes++
+			from := rs.Seq - f.overlap
+			f.overlap = 0
+			for _, fr := range f.log {
+				if fr.seq > from {
+					g.wmu.Lock()
+					_ = g.c.Write(ctx, websocket.MessageText, fr.data)
+					g.wmu.Unlock()
+				}
+			}
+			err := f.dispatchLocked(ctx, g, "RESUMED", map[string]any{})
+			f.attach(g)
+			f.mu.Unlock()
+			if err != nil {
+				return
+			}
+		}
+	}
+}
+
+// attach makes g the live connection; f.mu held.
+func (f *Fake) attach(g *gwConn) {
+	g.live = true
+	f.cur = g
+	close(f.connected)
+	f.connected = make(chan struct{})
+}
+
+// dispatchLocked records and sends one dispatch; f.mu held.
+func (f *Fake) dispatchLocked(ctx context.Context, g *gwConn, typ string, d any) error {
+	seq := len(f.log) + 1
+	data, _ := json.Marshal(map[string]any{"op": 0, "t": typ, "s": seq, "d": d})
+	f.log = append(f.log, frame{seq: seq, data: data})
+	if g == nil {
+		return nil
+	}
+	g.wmu.Lock()
+	defer g.wmu.Unlock()
+	return g.c.Write(ctx, websocket.MessageText, data)
+}
+
+// Dispatch sends an event (t = MESSAGE_CREATE …) with the next sequence
+// number. With no live connection it is only recorded, and a RESUME
+// replays it.
+func (f *Fake) Dispatch(ctx context.Context, typ string, d any) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	g := f.cur
+	if g != nil && !g.live {
+		g = nil
+	}
+	if err := f.dispatchLocked(ctx, g, typ, d); err != nil {
+		f.cur = nil
+		return nil // recorded; replayed on resume
+	}
+	return nil
+}
+
+// WaitConnected blocks until a connection identified or resumed.
+func (f *Fake) WaitConnected(ctx context.Context) error {
+	for {
+		f.mu.Lock()
+		cur, wait := f.cur, f.connected
+		f.mu.Unlock()
+		if cur != nil {
+			return nil
+		}
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// RequestHeartbeat asks the client for an immediate heartbeat (op 1).
+func (f *Fake) RequestHeartbeat(ctx context.Context) error {
+	f.mu.Lock()
+	g := f.cur
+	f.mu.Unlock()
+	if g == nil {
+		return fmt.Errorf("not connected")
+	}
+	return g.send(ctx, map[string]any{"op": 1, "d": nil})
+}
+
+// Drop breaks the current gateway connection without a close frame, as a
+// network failure does; the session stays resumable.
+func (f *Fake) Drop() {
+	f.mu.Lock()
+	g := f.cur
+	f.cur = nil
+	f.mu.Unlock()
+	if g != nil {
+		_ = g.c.CloseNow()
+	}
+}
+
+// MessageCreate builds a MESSAGE_CREATE payload.
+type MessageCreate struct {
+	ID, ChannelID, GuildID, AuthorID, Content string
+	AuthorBot                                 bool
+	Mentions                                  []string
+	Roles                                     []string
+	ReplyTo                                   string
+	Attachments                               []Attachment
+	Type                                      int
+}
+
+// Attachment is a file on a message.
+type Attachment struct {
+	ID, Filename, ContentType, URL string
+	Size                           int
+}
+
+// Payload is the d of the dispatch.
+func (m MessageCreate) Payload() map[string]any {
+	d := map[string]any{
+		"id": m.ID, "channel_id": m.ChannelID, "content": m.Content, "type": m.Type, "tts": false,
+		"timestamp": "2026-01-02T03:04:05.678000+00:00", "mention_everyone": false, "pinned": false,
+		"author": map[string]any{"id": m.AuthorID, "username": "user" + m.AuthorID, "discriminator": "0", "bot": m.AuthorBot},
+	}
+	mentions := []map[string]any{}
+	for _, id := range m.Mentions {
+		mentions = append(mentions, map[string]any{"id": id, "username": "u" + id})
+	}
+	d["mentions"] = mentions
+	if m.GuildID != "" {
+		d["guild_id"] = m.GuildID
+		roles := m.Roles
+		if roles == nil {
+			roles = []string{}
+		}
+		d["member"] = map[string]any{"roles": roles}
+	}
+	atts := []map[string]any{}
+	for _, a := range m.Attachments {
+		atts = append(atts, map[string]any{"id": a.ID, "filename": a.Filename, "content_type": a.ContentType, "url": a.URL, "proxy_url": a.URL, "size": a.Size})
+	}
+	d["attachments"] = atts
+	if m.ReplyTo != "" {
+		d["message_reference"] = map[string]any{"message_id": m.ReplyTo, "channel_id": m.ChannelID, "guild_id": m.GuildID}
+	}
+	return d
+}

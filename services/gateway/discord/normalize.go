@@ -1,0 +1,169 @@
+package discord
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+
+	"github.com/bwmarrin/discordgo"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+)
+
+// errMalformed marks a MESSAGE_CREATE that is not a message.
+var errMalformed = errors.New("malformed discord message")
+
+// parseMessage reads the d of a MESSAGE_CREATE dispatch.
+func parseMessage(raw []byte) (*discordgo.Message, error) {
+	var m discordgo.Message
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil, fmt.Errorf("%w: %v", errMalformed, err)
+	}
+	if m.ID == "" || m.ChannelID == "" || m.Author == nil || m.Author.ID == "" {
+		return nil, fmt.Errorf("%w: missing id, channel or author", errMalformed)
+	}
+	return &m, nil
+}
+
+// channelInfo is what normalization needs to know about a channel.
+type channelInfo struct {
+	Thread bool
+	Parent string
+}
+
+// rules are the gateway's filters and identity.
+type rules struct {
+	Account         string
+	BotID           string
+	AllowBots       bool
+	AllowedChannels map[string]bool // empty: every channel
+	AllowedRoles    map[string]bool // empty: every member
+	AutoThread      bool
+}
+
+// skip explains why a message is not published.
+type skip string
+
+// normalize turns a message into the inbound event. ch describes the
+// message's channel (a thread or not) for guild messages.
+func normalize(m *discordgo.Message, ch channelInfo, r rules) (*eventsv1.MessageReceived, skip) {
+	if m.Author.ID == r.BotID {
+		return nil, "own message"
+	}
+	if (m.Author.Bot || m.WebhookID != "") && !r.AllowBots {
+		return nil, "bot message"
+	}
+	switch m.Type {
+	case discordgo.MessageTypeDefault, discordgo.MessageTypeReply:
+	default:
+		return nil, skip(fmt.Sprintf("message type %d", m.Type))
+	}
+	src := &eventsv1.SessionSource{
+		Platform: "discord", Account: r.Account, ChatId: m.ChannelID,
+		UserId: m.Author.ID, UserName: m.Author.Username, ScopeId: m.GuildID, IsBot: m.Author.Bot,
+	}
+	dm := m.GuildID == ""
+	switch {
+	case dm:
+		src.ChatType = "dm"
+	case ch.Thread:
+		src.ChatType, src.ThreadId, src.ParentChatId = "thread", m.ChannelID, ch.Parent
+	default:
+		src.ChatType = "group"
+	}
+	if !dm && len(r.AllowedChannels) > 0 && !r.AllowedChannels[m.ChannelID] && !(ch.Thread && r.AllowedChannels[ch.Parent]) {
+		return nil, "channel not allowed"
+	}
+	if !dm && len(r.AllowedRoles) > 0 && !hasRole(m.Member, r.AllowedRoles) {
+		return nil, "no allowed role"
+	}
+	text, mentioned := stripMention(m.Content, r.BotID)
+	for _, u := range m.Mentions {
+		if u != nil && u.ID == r.BotID {
+			mentioned = true
+		}
+	}
+	ev := &eventsv1.MessageReceived{EventId: m.ID, MessageId: m.ID, Source: src, Text: text}
+	if ref := m.MessageReference; ref != nil && ref.MessageID != "" {
+		ev.ReplyTo = &eventsv1.ReplyTo{MessageId: ref.MessageID}
+		if rm := m.ReferencedMessage; rm != nil {
+			ev.ReplyTo.Text = rm.Content
+			if rm.Author != nil {
+				ev.ReplyTo.UserId = rm.Author.ID
+				ev.ReplyTo.FromBot = rm.Author.ID == r.BotID
+				mentioned = mentioned || ev.ReplyTo.FromBot
+			}
+		}
+	}
+	ev.Mentioned = mentioned || dm
+	if r.AutoThread && src.ChatType == "group" && mentioned {
+		// The reply opens a thread from this message; Discord gives the
+		// thread the message's id.
+		src.ProspectiveThreadId = m.ID
+	}
+	if !m.Timestamp.IsZero() {
+		ev.SentAt = timestamppb.New(m.Timestamp)
+	}
+	for _, a := range m.Attachments {
+		if a == nil {
+			continue
+		}
+		ev.Attachments = append(ev.Attachments, &eventsv1.Attachment{
+			Kind: kindOf(a.ContentType), Location: &eventsv1.Attachment_Url{Url: a.URL},
+			MimeType: a.ContentType, SizeBytes: int64(a.Size), FileName: a.Filename, PlatformFileId: a.ID,
+		})
+	}
+	if ev.Text == "" && len(ev.Attachments) == 0 {
+		return nil, "empty message"
+	}
+	return ev, ""
+}
+
+func hasRole(m *discordgo.Member, allowed map[string]bool) bool {
+	if m == nil {
+		return false
+	}
+	for _, r := range m.Roles {
+		if allowed[r] {
+			return true
+		}
+	}
+	return false
+}
+
+var mentionRE = regexp.MustCompile(`<@!?([0-9]+)>`)
+
+// stripMention removes mentions of the bot ("<@id>", "<@!id>") and says
+// whether there was one.
+func stripMention(text, bot string) (string, bool) {
+	found := false
+	out := mentionRE.ReplaceAllStringFunc(text, func(s string) string {
+		if mentionRE.FindStringSubmatch(s)[1] == bot {
+			found = true
+			return ""
+		}
+		return s
+	})
+	if !found {
+		return text, false
+	}
+	return strings.TrimSpace(strings.Join(strings.Fields(out), " ")), true
+}
+
+func kindOf(mime string) eventsv1.AttachmentKind {
+	switch {
+	case strings.HasPrefix(mime, "image/"):
+		return eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE
+	case strings.HasPrefix(mime, "audio/ogg"):
+		return eventsv1.AttachmentKind_ATTACHMENT_KIND_VOICE
+	case strings.HasPrefix(mime, "audio/"):
+		return eventsv1.AttachmentKind_ATTACHMENT_KIND_AUDIO
+	case strings.HasPrefix(mime, "video/"):
+		return eventsv1.AttachmentKind_ATTACHMENT_KIND_VIDEO
+	default:
+		return eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT
+	}
+}

@@ -1,0 +1,115 @@
+package discord
+
+import (
+	"encoding/json"
+	"errors"
+	"testing"
+
+	"github.com/switchboard-chat/switchboard/pkg/sessionkey"
+	"github.com/switchboard-chat/switchboard/services/gateway/discord/discordfake"
+)
+
+const bot = "100000000000000001"
+
+func TestNormalize(t *testing.T) {
+	base := rules{Account: bot, BotID: bot}
+	auto := base
+	auto.AutoThread = true
+	cases := []struct {
+		name    string
+		m       discordfake.MessageCreate
+		ch      channelInfo
+		r       rules
+		skip    bool
+		key     string
+		text    string
+		mention bool
+	}{
+		{name: "guild channel, guild not in key", m: discordfake.MessageCreate{ID: "1", ChannelID: "C1", GuildID: "G1", AuthorID: "U1", Content: "hi"}, r: base,
+			key: "agent:main:discord:group:C1:U1", text: "hi"},
+		{name: "dm", m: discordfake.MessageCreate{ID: "1", ChannelID: "D1", AuthorID: "U1", Content: "hi"}, r: base,
+			key: "agent:main:discord:dm:D1", text: "hi", mention: true},
+		{name: "thread keys by the thread", m: discordfake.MessageCreate{ID: "1", ChannelID: "T7", GuildID: "G1", AuthorID: "U1", Content: "hi"}, ch: channelInfo{Thread: true, Parent: "C1"}, r: base,
+			key: "agent:main:discord:thread:T7:T7", text: "hi"},
+		{name: "mention opens an auto-thread", m: discordfake.MessageCreate{ID: "700000000000000007", ChannelID: "900000000000000001", GuildID: "G1", AuthorID: "42", Content: "<@!" + bot + "> help", Mentions: []string{bot}}, r: auto,
+			key: "agent:main:discord:thread:900000000000000001:700000000000000007", text: "help", mention: true},
+		{name: "mention without auto-thread", m: discordfake.MessageCreate{ID: "7", ChannelID: "C1", GuildID: "G1", AuthorID: "42", Content: "<@" + bot + "> /new", Mentions: []string{bot}}, r: base,
+			key: "agent:main:discord:group:C1:42", text: "/new", mention: true},
+		{name: "no auto-thread inside a thread", m: discordfake.MessageCreate{ID: "7", ChannelID: "T1", GuildID: "G1", AuthorID: "42", Content: "<@" + bot + "> hi", Mentions: []string{bot}}, ch: channelInfo{Thread: true, Parent: "C1"}, r: auto,
+			key: "agent:main:discord:thread:T1:T1", text: "hi", mention: true},
+		{name: "attachment only", m: discordfake.MessageCreate{ID: "1", ChannelID: "D1", AuthorID: "U1", Attachments: []discordfake.Attachment{{ID: "a", Filename: "v.ogg", ContentType: "audio/ogg", URL: "https://x/v.ogg"}}}, r: base,
+			key: "agent:main:discord:dm:D1", mention: true},
+		{name: "own message", m: discordfake.MessageCreate{ID: "1", ChannelID: "C1", GuildID: "G1", AuthorID: bot, Content: "x"}, r: base, skip: true},
+		{name: "bot ignored", m: discordfake.MessageCreate{ID: "1", ChannelID: "C1", GuildID: "G1", AuthorID: "9", AuthorBot: true, Content: "x"}, r: base, skip: true},
+		{name: "bot allowed", m: discordfake.MessageCreate{ID: "1", ChannelID: "C1", GuildID: "G1", AuthorID: "9", AuthorBot: true, Content: "x"}, r: rules{Account: bot, BotID: bot, AllowBots: true},
+			key: "agent:main:discord:group:C1:9", text: "x"},
+		{name: "system message", m: discordfake.MessageCreate{ID: "1", ChannelID: "C1", GuildID: "G1", AuthorID: "9", Content: "x", Type: 7}, r: base, skip: true},
+		{name: "empty", m: discordfake.MessageCreate{ID: "1", ChannelID: "C1", GuildID: "G1", AuthorID: "9"}, r: base, skip: true},
+		{name: "channel not allowed", m: discordfake.MessageCreate{ID: "1", ChannelID: "C2", GuildID: "G1", AuthorID: "9", Content: "x"}, r: rules{Account: bot, BotID: bot, AllowedChannels: map[string]bool{"C1": true}}, skip: true},
+		{name: "role required", m: discordfake.MessageCreate{ID: "1", ChannelID: "C1", GuildID: "G1", AuthorID: "9", Content: "x", Roles: []string{"R2"}}, r: rules{Account: bot, BotID: bot, AllowedRoles: map[string]bool{"R1": true}}, skip: true},
+		{name: "dm not role gated", m: discordfake.MessageCreate{ID: "1", ChannelID: "D1", AuthorID: "9", Content: "x"}, r: rules{Account: bot, BotID: bot, AllowedRoles: map[string]bool{"R1": true}, AllowedChannels: map[string]bool{"C1": true}},
+			key: "agent:main:discord:dm:D1", text: "x", mention: true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			raw, _ := json.Marshal(c.m.Payload())
+			m, err := parseMessage(raw)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ev, why := normalize(m, c.ch, c.r)
+			if c.skip {
+				if ev != nil || why == "" {
+					t.Fatalf("got %v, want skipped", ev)
+				}
+				return
+			}
+			if ev == nil {
+				t.Fatalf("skipped: %s", why)
+			}
+			if got := sessionkey.Build(ev.GetSource(), sessionkey.DefaultOptions()); got != c.key {
+				t.Errorf("key %s, want %s", got, c.key)
+			}
+			if ev.GetText() != c.text || ev.GetMentioned() != c.mention || ev.GetEventId() != c.m.ID {
+				t.Errorf("text %q mentioned %v id %s", ev.GetText(), ev.GetMentioned(), ev.GetEventId())
+			}
+			if c.m.GuildID != "" && ev.GetSource().GetScopeId() != c.m.GuildID {
+				t.Errorf("scope id %q, want the guild", ev.GetSource().GetScopeId())
+			}
+		})
+	}
+}
+
+func FuzzMessageCreate(f *testing.F) {
+	for _, m := range []discordfake.MessageCreate{
+		{ID: "1", ChannelID: "C1", GuildID: "G1", AuthorID: "U1", Content: "<@" + bot + "> hi", Mentions: []string{bot}, ReplyTo: "5", Type: 19},
+		{ID: "2", ChannelID: "D1", AuthorID: "U1", Attachments: []discordfake.Attachment{{ID: "a", ContentType: "image/png"}}},
+	} {
+		raw, _ := json.Marshal(m.Payload())
+		f.Add(raw, false)
+	}
+	f.Add([]byte(`{"id":"1","channel_id":"2","author":{"id":"3"},"referenced_message":{"author":{"id":"`+bot+`"}},"message_reference":{"message_id":"9"}}`), true)
+	f.Fuzz(func(t *testing.T, raw []byte, thread bool) {
+		m, err := parseMessage(raw)
+		if err != nil {
+			if !errors.Is(err, errMalformed) {
+				t.Fatalf("error not marked malformed: %v", err)
+			}
+			return
+		}
+		ev, why := normalize(m, channelInfo{Thread: thread, Parent: "P"}, rules{Account: bot, BotID: bot, AutoThread: true})
+		if ev == nil {
+			if why == "" {
+				t.Fatal("skipped without a reason")
+			}
+			return
+		}
+		if ev.GetEventId() == "" || ev.GetSource().GetChatId() == "" || ev.GetSource().GetUserId() == "" {
+			t.Fatalf("event without ids: %v", ev)
+		}
+		if ev.GetSource().GetChatType() == "dm" && ev.GetSource().GetScopeId() != "" {
+			t.Fatal("dm with a guild")
+		}
+		_ = sessionkey.Build(ev.GetSource(), sessionkey.DefaultOptions())
+	})
+}

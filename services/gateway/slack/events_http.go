@@ -1,0 +1,120 @@
+package slack
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"time"
+
+	slackapi "github.com/slack-go/slack"
+
+	"github.com/switchboard-chat/switchboard/pkg/platform"
+)
+
+// serveEvents serves the Events API until ctx ends.
+func (p *Platform) serveEvents(ctx context.Context, conn platform.Conn) error {
+	ln, err := net.Listen("tcp", p.cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("slack events listener: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle(p.cfg.Path, p.EventsHandler(conn))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	p.eventsAddr.Store(ln.Addr().String())
+	p.log.Info("slack events api listening", "addr", ln.Addr().String(), "path", p.cfg.Path)
+	conn.Connected()
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("slack events server: %w", err)
+	case <-ctx.Done():
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+		return nil
+	}
+}
+
+// EventsAddr is the address the Events API server listens on, once it does.
+func (p *Platform) EventsAddr() string {
+	a, _ := p.eventsAddr.Load().(string)
+	return a
+}
+
+// EventsHandler answers Slack's Events API requests: it verifies the
+// signature and the 5-minute timestamp window, answers url_verification,
+// publishes message events to the bus, and only then answers 200, so an
+// event Slack saw acknowledged is stored. A retry (X-Slack-Retry-Num) of
+// an event already published is answered 200 without publishing again.
+// When publishing fails the answer is 500 and Slack retries.
+func (p *Platform) EventsHandler(conn deliverer) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			w.Header().Set("Allow", http.MethodPost)
+			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+			return
+		}
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, p.cfg.MaxBodyBytes))
+		if err != nil {
+			var tooBig *http.MaxBytesError
+			if errors.As(err, &tooBig) {
+				conn.Reject(r.Context(), "slack request body too large", err)
+				http.Error(w, "request too large", http.StatusRequestEntityTooLarge)
+				return
+			}
+			http.Error(w, "read body", http.StatusBadRequest)
+			return
+		}
+		if err := verify(r.Header, body, p.cfg.SigningSecret); err != nil {
+			p.log.Warn("slack request refused", "reason", "bad signature", "err", err)
+			http.Error(w, "invalid signature", http.StatusUnauthorized)
+			return
+		}
+		var cb callback
+		if err := json.Unmarshal(body, &cb); err == nil && cb.Type == "url_verification" {
+			w.Header().Set("Content-Type", "text/plain")
+			_, _ = io.WriteString(w, cb.Challenge)
+			return
+		}
+		if n := r.Header.Get("X-Slack-Retry-Num"); n != "" {
+			p.log.Debug("slack event retry", "retry_num", n, "reason", r.Header.Get("X-Slack-Retry-Reason"))
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), p.cfg.AckTimeout)
+		defer cancel()
+		if err := p.handle(ctx, conn, body); err != nil {
+			p.log.Warn("slack event not published; asking slack to retry", "err", err)
+			http.Error(w, "not stored", http.StatusInternalServerError)
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+	})
+}
+
+// verify checks X-Slack-Signature and X-Slack-Request-Timestamp (at most
+// five minutes off) with the signing secret.
+func verify(h http.Header, body []byte, secret string) error {
+	sv, err := slackapi.NewSecretsVerifier(h, secret)
+	if err != nil {
+		return err
+	}
+	if _, err := sv.Write(body); err != nil {
+		return err
+	}
+	return sv.Ensure()
+}
+
+// envelopeID reads the envelope id of a raw Socket Mode frame.
+func envelopeID(raw []byte) string {
+	var env struct {
+		EnvelopeID string `json:"envelope_id"`
+	}
+	if json.Unmarshal(raw, &env) != nil {
+		return ""
+	}
+	return env.EnvelopeID
+}

@@ -1,0 +1,211 @@
+package slack
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+)
+
+// callback is the outer Events API payload (event_callback,
+// url_verification), the same in Socket Mode and over HTTP.
+type callback struct {
+	Type      string          `json:"type"`
+	Challenge string          `json:"challenge"`
+	TeamID    string          `json:"team_id"`
+	EventID   string          `json:"event_id"`
+	Event     json.RawMessage `json:"event"`
+}
+
+// message is a message or app_mention event.
+type message struct {
+	Type        string      `json:"type"`
+	Subtype     string      `json:"subtype"`
+	Channel     string      `json:"channel"`
+	ChannelType string      `json:"channel_type"`
+	User        string      `json:"user"`
+	BotID       string      `json:"bot_id"`
+	Text        string      `json:"text"`
+	TS          string      `json:"ts"`
+	ThreadTS    string      `json:"thread_ts"`
+	Team        string      `json:"team"`
+	Files       []slackFile `json:"files"`
+	Hidden      bool        `json:"hidden"`
+}
+
+type slackFile struct {
+	ID         string `json:"id"`
+	Name       string `json:"name"`
+	Mimetype   string `json:"mimetype"`
+	URLPrivate string `json:"url_private"`
+	Size       int64  `json:"size"`
+}
+
+// identity is who the bot is, for mention detection and ignoring itself.
+type identity struct {
+	Account   string // bot user id
+	BotUserID string
+	BotID     string
+	AllowBots bool
+}
+
+// errMalformed marks a payload that is not a Slack event.
+var errMalformed = errors.New("malformed slack payload")
+
+// skip explains why a well-formed event is not a user message; it is
+// acknowledged to Slack and not published.
+type skip string
+
+// normalize turns an event_callback payload into the inbound event, or
+// says why it is skipped. The event id is "<channel>:<ts>", the message's
+// own identity: the message and app_mention events Slack sends for one
+// message, and every retry of either, share it, so only one is published.
+func normalize(raw []byte, id identity) (*eventsv1.MessageReceived, skip, error) {
+	var cb callback
+	if err := json.Unmarshal(raw, &cb); err != nil {
+		return nil, "", fmt.Errorf("%w: %v", errMalformed, err)
+	}
+	if cb.Type != "event_callback" {
+		return nil, skip("payload type " + cb.Type), nil
+	}
+	if len(cb.Event) == 0 {
+		return nil, "", fmt.Errorf("%w: event_callback without event", errMalformed)
+	}
+	var m message
+	if err := json.Unmarshal(cb.Event, &m); err != nil {
+		return nil, "", fmt.Errorf("%w: event: %v", errMalformed, err)
+	}
+	switch m.Type {
+	case "message", "app_mention":
+	default:
+		return nil, skip("event type " + m.Type), nil
+	}
+	switch m.Subtype {
+	case "", "file_share", "thread_broadcast":
+	case "bot_message":
+		if !id.AllowBots {
+			return nil, "bot message", nil
+		}
+	default:
+		return nil, skip("message subtype " + m.Subtype), nil
+	}
+	if m.Hidden {
+		return nil, "hidden message", nil
+	}
+	if m.Channel == "" || m.TS == "" {
+		return nil, "", fmt.Errorf("%w: message without channel or ts", errMalformed)
+	}
+	if (m.User != "" && m.User == id.BotUserID) || (m.BotID != "" && m.BotID == id.BotID) {
+		return nil, "own message", nil
+	}
+	if m.BotID != "" && !id.AllowBots {
+		return nil, "bot message", nil
+	}
+	if m.User == "" && m.BotID == "" {
+		return nil, "", fmt.Errorf("%w: message without user", errMalformed)
+	}
+	team := cb.TeamID
+	if team == "" {
+		team = m.Team
+	}
+	chatType := "group"
+	if m.ChannelType == "im" || (m.ChannelType == "" && strings.HasPrefix(m.Channel, "D")) {
+		chatType = "dm"
+	}
+	user := m.User
+	if user == "" {
+		user = m.BotID
+	}
+	text, mentioned := stripMention(m.Text, id.BotUserID)
+	if m.Type == "app_mention" || chatType == "dm" {
+		mentioned = true
+	}
+	ev := &eventsv1.MessageReceived{
+		EventId:   m.Channel + ":" + m.TS,
+		MessageId: m.TS,
+		Source: &eventsv1.SessionSource{
+			Platform: "slack", Account: id.Account, ChatId: m.Channel, ChatType: chatType,
+			UserId: user, ThreadId: m.ThreadTS, ScopeId: team, IsBot: m.BotID != "",
+		},
+		Text:      text,
+		Mentioned: mentioned,
+		SentAt:    tsTime(m.TS),
+	}
+	if m.ThreadTS == m.TS {
+		// The parent of a thread is not in the thread.
+		ev.Source.ThreadId = ""
+	}
+	for _, f := range m.Files {
+		ev.Attachments = append(ev.Attachments, &eventsv1.Attachment{
+			Kind: kindOf(f.Mimetype), Location: &eventsv1.Attachment_Url{Url: f.URLPrivate},
+			MimeType: f.Mimetype, SizeBytes: f.Size, FileName: f.Name, PlatformFileId: f.ID,
+		})
+	}
+	if ev.Text == "" && len(ev.Attachments) == 0 {
+		return nil, "empty message", nil
+	}
+	return ev, "", nil
+}
+
+var mentionRE = regexp.MustCompile(`<@([A-Z0-9]+)(\|[^>]*)?>`)
+
+// stripMention removes mentions of the bot and reports whether there was
+// one; "<@U0BOT> !new" becomes "!new" so commands work after a mention.
+func stripMention(text, bot string) (string, bool) {
+	if bot == "" {
+		return text, false
+	}
+	found := false
+	out := mentionRE.ReplaceAllStringFunc(text, func(s string) string {
+		if mentionRE.FindStringSubmatch(s)[1] == bot {
+			found = true
+			return ""
+		}
+		return s
+	})
+	if !found {
+		return text, false
+	}
+	return strings.TrimSpace(strings.Join(strings.Fields(out), " ")), true
+}
+
+// tsTime reads a Slack ts ("1700000000.000100") as a time; nil if it is
+// not one.
+func tsTime(ts string) *timestamppb.Timestamp {
+	sec, frac, _ := strings.Cut(ts, ".")
+	s, err := strconv.ParseInt(sec, 10, 64)
+	if err != nil || s <= 0 || s > 1<<40 {
+		return nil
+	}
+	var us int64
+	if frac != "" {
+		if len(frac) > 6 {
+			frac = frac[:6]
+		}
+		frac += strings.Repeat("0", 6-len(frac))
+		if us, err = strconv.ParseInt(frac, 10, 64); err != nil || us < 0 {
+			return nil
+		}
+	}
+	return timestamppb.New(time.Unix(s, us*1000))
+}
+
+func kindOf(mime string) eventsv1.AttachmentKind {
+	switch {
+	case strings.HasPrefix(mime, "image/"):
+		return eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE
+	case strings.HasPrefix(mime, "audio/"):
+		return eventsv1.AttachmentKind_ATTACHMENT_KIND_AUDIO
+	case strings.HasPrefix(mime, "video/"):
+		return eventsv1.AttachmentKind_ATTACHMENT_KIND_VIDEO
+	default:
+		return eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT
+	}
+}

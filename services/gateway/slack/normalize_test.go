@@ -1,0 +1,143 @@
+package slack
+
+import (
+	"errors"
+	"net/http"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/switchboard-chat/switchboard/pkg/sessionkey"
+	"github.com/switchboard-chat/switchboard/services/gateway/slack/slackfake"
+)
+
+var me = identity{Account: "U0BOT", BotUserID: "U0BOT", BotID: "B0BOT"}
+
+func TestNormalize(t *testing.T) {
+	f := &slackfake.Fake{TeamID: "T0WORKSPACE", AppID: "A0APP", BotUserID: "U0BOT"}
+	cases := []struct {
+		name    string
+		ev      slackfake.Event
+		id      identity
+		skip    bool
+		key     string // session key with default options
+		text    string
+		mention bool
+		files   int
+	}{
+		{name: "channel message", ev: slackfake.Event{Channel: "C0CHANNEL", ChannelType: "channel", User: "U0USER01", Text: "hi", TS: "1.1"},
+			key: "agent:main:slack:group:T0WORKSPACE:C0CHANNEL:U0USER01", text: "hi"},
+		{name: "dm", ev: slackfake.Event{Channel: "D0DM", ChannelType: "im", User: "U0USER01", Text: "hi", TS: "1.1"},
+			key: "agent:main:slack:dm:T0WORKSPACE:D0DM", text: "hi", mention: true},
+		{name: "dm in a thread", ev: slackfake.Event{Channel: "D0DM", ChannelType: "im", User: "U0USER01", Text: "hi", TS: "2.1", ThreadTS: "1.1"},
+			key: "agent:main:slack:dm:T0WORKSPACE:D0DM:1.1", text: "hi", mention: true},
+		{name: "channel thread is shared", ev: slackfake.Event{Channel: "C0CHANNEL", ChannelType: "channel", User: "U0USER01", Text: "hi", TS: "2.1", ThreadTS: "1.1"},
+			key: "agent:main:slack:group:T0WORKSPACE:C0CHANNEL:1.1", text: "hi"},
+		{name: "thread parent is not in a thread", ev: slackfake.Event{Channel: "C0CHANNEL", ChannelType: "channel", User: "U0USER01", Text: "hi", TS: "1.1", ThreadTS: "1.1"},
+			key: "agent:main:slack:group:T0WORKSPACE:C0CHANNEL:U0USER01", text: "hi"},
+		{name: "app mention stripped", ev: slackfake.Event{Type: "app_mention", Channel: "C0CHANNEL", User: "U0USER01", Text: "<@U0BOT>  !new  please", TS: "1.1"},
+			key: "agent:main:slack:group:T0WORKSPACE:C0CHANNEL:U0USER01", text: "!new please", mention: true},
+		{name: "other mentions kept", ev: slackfake.Event{Channel: "C0CHANNEL", ChannelType: "channel", User: "U0USER01", Text: "ask <@U0OTHER|bob>", TS: "1.1"},
+			key: "agent:main:slack:group:T0WORKSPACE:C0CHANNEL:U0USER01", text: "ask <@U0OTHER|bob>"},
+		{name: "command passes through", ev: slackfake.Event{Channel: "D0DM", ChannelType: "im", User: "U0USER01", Text: "!model gpt", TS: "1.1"},
+			key: "agent:main:slack:dm:T0WORKSPACE:D0DM", text: "!model gpt", mention: true},
+		{name: "file share", ev: slackfake.Event{Subtype: "file_share", Channel: "D0DM", ChannelType: "im", User: "U0USER01", TS: "1.1",
+			Files: []slackfake.File{{ID: "F1", Name: "a.pdf", Mimetype: "application/pdf", URL: "https://x/a.pdf"}}},
+			key: "agent:main:slack:dm:T0WORKSPACE:D0DM", mention: true, files: 1},
+		{name: "own message", ev: slackfake.Event{Channel: "C1", ChannelType: "channel", User: "U0BOT", Text: "x", TS: "1.1"}, skip: true},
+		{name: "own bot id", ev: slackfake.Event{Subtype: "bot_message", Channel: "C1", ChannelType: "channel", BotID: "B0BOT", Text: "x", TS: "1.1"}, id: identity{Account: "U0BOT", BotUserID: "U0BOT", BotID: "B0BOT", AllowBots: true}, skip: true},
+		{name: "other bot ignored", ev: slackfake.Event{Subtype: "bot_message", Channel: "C1", ChannelType: "channel", BotID: "B9", Text: "x", TS: "1.1"}, skip: true},
+		{name: "other bot allowed", ev: slackfake.Event{Subtype: "bot_message", Channel: "C1", ChannelType: "channel", BotID: "B9", Text: "x", TS: "1.1"},
+			id: identity{Account: "U0BOT", BotUserID: "U0BOT", BotID: "B0BOT", AllowBots: true}, key: "agent:main:slack:group:T0WORKSPACE:C1:B9", text: "x"},
+		{name: "edit skipped", ev: slackfake.Event{Subtype: "message_changed", Channel: "C1", ChannelType: "channel", TS: "1.1"}, skip: true},
+		{name: "empty skipped", ev: slackfake.Event{Channel: "C1", ChannelType: "channel", User: "U1", TS: "1.1"}, skip: true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			id := c.id
+			if id.Account == "" {
+				id = me
+			}
+			ev, why, err := normalize(f.Callback("Ev1", c.ev), id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.skip {
+				if ev != nil || why == "" {
+					t.Fatalf("got %v (%q), want skipped", ev, why)
+				}
+				return
+			}
+			if ev == nil {
+				t.Fatalf("skipped: %s", why)
+			}
+			if got := sessionkey.Build(ev.GetSource(), sessionkey.DefaultOptions()); got != c.key {
+				t.Errorf("key %s, want %s", got, c.key)
+			}
+			if ev.GetText() != c.text || ev.GetMentioned() != c.mention || len(ev.GetAttachments()) != c.files {
+				t.Errorf("text %q mentioned %v files %d", ev.GetText(), ev.GetMentioned(), len(ev.GetAttachments()))
+			}
+			if ev.GetEventId() != c.ev.Channel+":"+c.ev.TS || ev.GetMessageId() != c.ev.TS {
+				t.Errorf("event id %s message id %s", ev.GetEventId(), ev.GetMessageId())
+			}
+		})
+	}
+}
+
+func TestNormalizeMalformed(t *testing.T) {
+	for _, raw := range []string{`{`, `{"type":"event_callback"}`, `{"type":"event_callback","event":3}`,
+		`{"type":"event_callback","event":{"type":"message","user":"U1","text":"x"}}`} {
+		if _, _, err := normalize([]byte(raw), me); !errors.Is(err, errMalformed) {
+			t.Errorf("%s: err %v, want malformed", raw, err)
+		}
+	}
+}
+
+func FuzzNormalize(f *testing.F) {
+	fk := &slackfake.Fake{TeamID: "T1", AppID: "A1", BotUserID: "U0BOT"}
+	f.Add(fk.Callback("Ev1", slackfake.Event{Channel: "C1", ChannelType: "channel", User: "U1", Text: "<@U0BOT> hi", TS: "1700000000.000100", ThreadTS: "1.2"}))
+	f.Add(fk.Callback("Ev2", slackfake.Event{Subtype: "file_share", Channel: "D1", ChannelType: "im", User: "U1", TS: "1.1", Files: []slackfake.File{{ID: "F", Mimetype: "audio/ogg"}}}))
+	f.Add([]byte(`{"type":"url_verification","challenge":"x"}`))
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		ev, why, err := normalize(raw, me)
+		if err != nil && !errors.Is(err, errMalformed) {
+			t.Fatalf("error not marked malformed: %v", err)
+		}
+		if ev == nil {
+			return
+		}
+		if why != "" || err != nil {
+			t.Fatal("event with a skip reason or error")
+		}
+		if ev.GetEventId() == "" || ev.GetSource().GetChatId() == "" || ev.GetSource().GetUserId() == "" {
+			t.Fatalf("event without ids: %v", ev)
+		}
+		_ = sessionkey.Build(ev.GetSource(), sessionkey.DefaultOptions())
+	})
+}
+
+// FuzzVerify: only a body signed with the secret at a fresh timestamp passes.
+func FuzzVerify(f *testing.F) {
+	f.Add([]byte(`{"type":"event_callback"}`), "v0=00", int64(0), true)
+	f.Add([]byte(``), "", int64(-400), false)
+	f.Fuzz(func(t *testing.T, body []byte, sig string, skew int64, sign bool) {
+		ts := time.Now().Unix() + skew%1000
+		if sign {
+			sig = slackfake.Sign("secret", ts, body)
+		}
+		h := http.Header{}
+		h.Set("X-Slack-Request-Timestamp", strconv.FormatInt(ts, 10))
+		h.Set("X-Slack-Signature", sig)
+		err := verify(h, body, "secret")
+		fresh := skew%1000 > -290 && skew%1000 < 290
+		if sign && fresh && err != nil {
+			t.Fatalf("good signature refused: %v", err)
+		}
+		if !sign && sig != slackfake.Sign("secret", ts, body) && err == nil {
+			t.Fatal("bad signature accepted")
+		}
+		if sign && skew%1000 < -310 && err == nil {
+			t.Fatal("stale timestamp accepted")
+		}
+	})
+}

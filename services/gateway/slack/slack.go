@@ -1,0 +1,358 @@
+// Package slack is the Slack gateway (`switchboard gateway slack`): Socket
+// Mode when an app token is set, else the Events API over HTTP with
+// signing-secret verification; chat.postMessage and chat.update for
+// replies. Built on github.com/slack-go/slack and the platform kit.
+package slack
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	slackapi "github.com/slack-go/slack"
+	"github.com/slack-go/slack/socketmode"
+
+	"github.com/switchboard-chat/switchboard/pkg/bus"
+	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+	"github.com/switchboard-chat/switchboard/pkg/platform"
+)
+
+// Config is the gateways.slack section.
+type Config struct {
+	// BotToken (xoxb-…, SLACK_BOT_TOKEN) calls the Web API.
+	BotToken string `koanf:"bot_token"`
+	// AppToken (xapp-…, SLACK_APP_TOKEN) turns on Socket Mode.
+	AppToken string `koanf:"app_token"`
+	// SigningSecret (SLACK_SIGNING_SECRET) verifies Events API requests
+	// when Socket Mode is off.
+	SigningSecret string `koanf:"signing_secret"`
+	// APIBaseURL (SLACK_API_BASE_URL) is the Web API base, ending in /api/.
+	APIBaseURL string `koanf:"api_base_url"`
+	// Addr serves the Events API (HTTP mode only).
+	Addr string `koanf:"addr"`
+	// Path of the Events API endpoint.
+	Path string `koanf:"path"`
+	// AllowBots publishes messages from other bots too.
+	AllowBots bool `koanf:"allow_bots"`
+	// MaxBodyBytes bounds one Events API request.
+	MaxBodyBytes int64 `koanf:"max_body_bytes"`
+	// AckTimeout bounds publishing an HTTP event before answering Slack,
+	// which gives up after 3 s.
+	AckTimeout time.Duration `koanf:"ack_timeout"`
+}
+
+// DefaultConfig has the defaults.
+func DefaultConfig() Config {
+	return Config{
+		APIBaseURL: slackapi.APIURL, Addr: "127.0.0.1:8644", Path: "/slack/events",
+		MaxBodyBytes: 4 << 20, AckTimeout: 2500 * time.Millisecond,
+	}
+}
+
+// Enabled reports whether the gateway has what it needs to start; dev
+// starts it only then.
+func (c Config) Enabled() bool { return c.BotToken != "" }
+
+// Validate checks the section without changing it.
+func (c Config) Validate() error { return c.validate() }
+
+func (c *Config) validate() error {
+	d := DefaultConfig()
+	if c.BotToken == "" {
+		return errors.New("slack: bot_token (SLACK_BOT_TOKEN) is required")
+	}
+	if c.AppToken == "" && c.SigningSecret == "" {
+		return errors.New("slack: set app_token (SLACK_APP_TOKEN) for Socket Mode or signing_secret (SLACK_SIGNING_SECRET) for the Events API")
+	}
+	if c.APIBaseURL == "" {
+		c.APIBaseURL = d.APIBaseURL
+	}
+	if !strings.HasSuffix(c.APIBaseURL, "/") {
+		c.APIBaseURL += "/"
+	}
+	if c.Addr == "" {
+		c.Addr = d.Addr
+	}
+	if c.Path == "" {
+		c.Path = d.Path
+	}
+	if c.MaxBodyBytes <= 0 {
+		c.MaxBodyBytes = d.MaxBodyBytes
+	}
+	if c.AckTimeout <= 0 {
+		c.AckTimeout = d.AckTimeout
+	}
+	return nil
+}
+
+// Deps are the shared clients.
+type Deps struct {
+	Log *slog.Logger
+	Bus *bus.Bus
+	// Runner tunes the platform runner (tests shorten backoffs).
+	Runner platform.Options
+	// HTTPClient for the Web API; nil uses a default client.
+	HTTPClient *http.Client
+}
+
+// Service runs the Slack gateway.
+type Service struct {
+	p      *Platform
+	runner *platform.Runner
+}
+
+// New checks the token with auth.test and builds the gateway.
+func New(cfg Config, deps Deps) (*Service, error) {
+	if deps.Bus == nil {
+		return nil, errors.New("slack: bus is required")
+	}
+	log := deps.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	p, err := NewPlatform(ctx, cfg, log, deps.HTTPClient)
+	if err != nil {
+		return nil, err
+	}
+	opts := deps.Runner
+	if opts.Log == nil {
+		opts.Log = log
+	}
+	r, err := platform.NewRunner(p, deps.Bus, opts)
+	if err != nil {
+		return nil, err
+	}
+	p.runner = r
+	return &Service{p: p, runner: r}, nil
+}
+
+// Run serves until ctx ends.
+func (s *Service) Run(ctx context.Context) error { return s.runner.Run(ctx) }
+
+// Ready is the readiness check.
+func (s *Service) Ready(ctx context.Context) error { return s.runner.Ready(ctx) }
+
+// Platform is the Slack side of the kit.
+type Platform struct {
+	cfg    Config
+	log    *slog.Logger
+	api    *slackapi.Client
+	id     identity
+	runner *platform.Runner
+
+	eventsAddr atomic.Value // string
+}
+
+// NewPlatform validates cfg and learns the bot's identity (auth.test).
+func NewPlatform(ctx context.Context, cfg Config, log *slog.Logger, hc *http.Client) (*Platform, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	opts := []slackapi.Option{slackapi.OptionAPIURL(cfg.APIBaseURL)}
+	if hc != nil {
+		opts = append(opts, slackapi.OptionHTTPClient(hc))
+	}
+	if cfg.AppToken != "" {
+		opts = append(opts, slackapi.OptionAppLevelToken(cfg.AppToken))
+	}
+	api := slackapi.New(cfg.BotToken, opts...)
+	auth, err := api.AuthTestContext(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("slack auth.test: %w", err)
+	}
+	return &Platform{
+		cfg: cfg, log: log.With("platform", "slack"), api: api,
+		id: identity{Account: auth.UserID, BotUserID: auth.UserID, BotID: auth.BotID, AllowBots: cfg.AllowBots},
+	}, nil
+}
+
+func (p *Platform) Name() string    { return "slack" }
+func (p *Platform) Account() string { return p.id.Account }
+
+// Capabilities: Slack takes 40,000 characters; like Hermes we stay below
+// with 39,000. Commands start with "!" (Slack keeps "/" for its own
+// slash commands).
+func (p *Platform) Capabilities() platform.Capabilities {
+	return platform.Capabilities{
+		MaxLength: 39000, Measure: platform.MeasureRunes,
+		CanSend: true, CanEdit: true, CanDelete: true, CanThread: true,
+		CommandPrefix: "!",
+	}
+}
+
+// Connect runs Socket Mode, or the Events API server when there is no
+// app token.
+func (p *Platform) Connect(ctx context.Context, conn platform.Conn) error {
+	if p.cfg.AppToken != "" {
+		return p.socketMode(ctx, conn)
+	}
+	return p.serveEvents(ctx, conn)
+}
+
+func (p *Platform) socketMode(ctx context.Context, conn platform.Conn) error {
+	sm := socketmode.New(p.api, socketmode.OptionReadLimit(p.cfg.MaxBodyBytes))
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- sm.RunContext(ctx) }()
+	for {
+		select {
+		case err := <-done:
+			if ctx.Err() != nil {
+				return nil
+			}
+			return classifyConnect(err)
+		case evt := <-sm.Events:
+			p.socketEvent(ctx, sm, conn, evt)
+		}
+	}
+}
+
+func (p *Platform) socketEvent(ctx context.Context, sm *socketmode.Client, conn platform.Conn, evt socketmode.Event) {
+	switch evt.Type {
+	case socketmode.EventTypeConnected:
+		conn.Connected()
+	case socketmode.EventTypeEventsAPI:
+		if evt.Request == nil {
+			return
+		}
+		if err := p.handle(ctx, conn, evt.Request.Payload); err != nil {
+			// Not stored: no ack, Slack delivers it again.
+			p.log.Warn("slack event not published; leaving it unacknowledged", "err", err)
+			return
+		}
+		if err := sm.AckCtx(ctx, evt.Request.EnvelopeID, nil); err != nil {
+			p.log.Warn("ack slack envelope", "err", err)
+		}
+	case socketmode.EventTypeErrorBadMessage:
+		bad, _ := evt.Data.(*socketmode.ErrorBadMessage)
+		var cause error = errMalformed
+		if bad != nil {
+			cause = bad.Cause
+			if envID := envelopeID(bad.Message); envID != "" {
+				_ = sm.AckCtx(ctx, envID, nil)
+			}
+		}
+		conn.Reject(ctx, "malformed socket mode envelope", cause)
+	case socketmode.EventTypeSlashCommand, socketmode.EventTypeInteractive:
+		if evt.Request != nil {
+			_ = sm.AckCtx(ctx, evt.Request.EnvelopeID, nil)
+		}
+	}
+}
+
+// handle normalizes and publishes one event_callback payload. nil means
+// acknowledge it (published, duplicate, skipped or rejected); an error
+// means it was not stored.
+func (p *Platform) handle(ctx context.Context, conn deliverer, raw []byte) error {
+	ev, why, err := normalize(raw, p.id)
+	if err != nil {
+		conn.Reject(ctx, "malformed slack event", err)
+		return nil
+	}
+	if ev == nil {
+		p.log.Debug("slack event skipped", "why", string(why))
+		return nil
+	}
+	if _, err := conn.Deliver(ctx, ev); err != nil && !errors.Is(err, platform.ErrRejected) {
+		return err
+	}
+	return nil
+}
+
+// deliverer is the part of platform.Conn handle needs (the HTTP handler
+// delivers through the Runner).
+type deliverer interface {
+	Deliver(ctx context.Context, ev *eventsv1.MessageReceived) (platform.Accepted, error)
+	Reject(ctx context.Context, reason string, err error)
+}
+
+func classifyConnect(err error) error {
+	if err == nil {
+		return errors.New("socket mode stopped")
+	}
+	switch err.Error() {
+	case "invalid_auth", "account_inactive", "not_authed", "token_revoked", "not_allowed_token_type":
+		return platform.Fatal(fmt.Errorf("slack socket mode: %w", err))
+	}
+	var sc slackapi.StatusCodeError
+	if errors.As(err, &sc) && (sc.Code == http.StatusNotFound || sc.Code == http.StatusUnauthorized || sc.Code == http.StatusForbidden) {
+		return platform.Fatal(fmt.Errorf("slack socket mode: %w", err))
+	}
+	return fmt.Errorf("slack socket mode: %w", err)
+}
+
+// Send posts a message; a target thread id becomes thread_ts.
+func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (string, error) {
+	t := req.GetTarget()
+	if req.GetText() == "" {
+		return "", platform.Permanent(errors.New("slack message without text"))
+	}
+	opts := []slackapi.MsgOption{slackapi.MsgOptionText(req.GetText(), false)}
+	if t.GetThreadId() != "" {
+		opts = append(opts, slackapi.MsgOptionTS(t.GetThreadId()))
+	}
+	_, ts, err := p.api.PostMessageContext(ctx, t.GetChatId(), opts...)
+	if err != nil {
+		return "", sendError("chat.postMessage", err)
+	}
+	return ts, nil
+}
+
+// Edit replaces a message's text (chat.update), for streaming.
+func (p *Platform) Edit(ctx context.Context, req *deliveryv1.SendRequested) error {
+	_, _, _, err := p.api.UpdateMessageContext(ctx, req.GetTarget().GetChatId(), req.GetMessageId(), slackapi.MsgOptionText(req.GetText(), false))
+	if err != nil {
+		return sendError("chat.update", err)
+	}
+	return nil
+}
+
+// Delete removes a message (chat.delete).
+func (p *Platform) Delete(ctx context.Context, req *deliveryv1.SendRequested) error {
+	_, _, err := p.api.DeleteMessageContext(ctx, req.GetTarget().GetChatId(), req.GetMessageId())
+	if err != nil {
+		return sendError("chat.delete", err)
+	}
+	return nil
+}
+
+// Typing: Slack has no typing indicator for bots in the Web API.
+func (p *Platform) Typing(context.Context, *deliveryv1.SendRequested) error {
+	return platform.ErrUnsupported
+}
+
+// retryableCodes are Slack error codes worth retrying; every other error
+// code is permanent.
+var retryableCodes = map[string]bool{"internal_error": true, "fatal_error": true, "service_unavailable": true, "request_timeout": true}
+
+func sendError(method string, err error) error {
+	err = fmt.Errorf("slack %s: %w", method, err)
+	var rl *slackapi.RateLimitedError
+	if errors.As(err, &rl) {
+		return platform.RateLimited(err, rl.RetryAfter)
+	}
+	var se slackapi.SlackErrorResponse
+	if errors.As(err, &se) {
+		if se.Err == "ratelimited" {
+			return platform.RateLimited(err, time.Second)
+		}
+		if retryableCodes[se.Err] {
+			return err
+		}
+		return platform.Permanent(err)
+	}
+	var sc slackapi.StatusCodeError
+	if errors.As(err, &sc) && sc.Code >= 400 && sc.Code < 500 {
+		return platform.Permanent(err)
+	}
+	return err
+}

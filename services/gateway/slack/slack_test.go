@@ -1,0 +1,289 @@
+package slack
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/switchboard-chat/switchboard/pkg/bus"
+	"github.com/switchboard-chat/switchboard/pkg/bus/bustest"
+	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+	"github.com/switchboard-chat/switchboard/pkg/platform"
+	"github.com/switchboard-chat/switchboard/pkg/platform/platformtest"
+	"github.com/switchboard-chat/switchboard/services/gateway/slack/slackfake"
+)
+
+func TestContract(t *testing.T) {
+	platformtest.Run(t, platformtest.Harness{New: func(t *testing.T, env platformtest.Env) (platform.Platform, platformtest.Fake) {
+		fake := slackfake.New(t)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		p, err := NewPlatform(ctx, Config{BotToken: fake.BotToken, AppToken: fake.AppToken, APIBaseURL: fake.APIURL()}, env.Log, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p, &contractFake{f: fake, sent: map[string][]byte{}}
+	}})
+}
+
+// contractFake drives the Slack fake in Socket Mode for the kit's suite.
+type contractFake struct {
+	f    *slackfake.Fake
+	n    atomic.Int64
+	mu   sync.Mutex
+	sent map[string][]byte // normalized event id → payload
+}
+
+func (c *contractFake) Kinds() []string {
+	return []string{"channel", "dm", "thread", "mention", "command", "file", "mpim"}
+}
+
+func (c *contractFake) Deliver(t *testing.T, ctx context.Context, kind string) *eventsv1.MessageReceived {
+	t.Helper()
+	n := c.n.Add(1)
+	ts := fmt.Sprintf("1700000%03d.000%03d", n, n)
+	ev := slackfake.Event{Channel: fmt.Sprintf("C%04d", n), ChannelType: "channel", User: "U0USER01", Text: "hello " + kind, TS: ts}
+	want := &eventsv1.MessageReceived{
+		EventId: ev.Channel + ":" + ts, MessageId: ts, Text: ev.Text, SentAt: tsTime(ts),
+		Source: &eventsv1.SessionSource{Platform: "slack", Account: c.f.BotUserID, ChatId: ev.Channel, ChatType: "group", UserId: "U0USER01", ScopeId: c.f.TeamID},
+	}
+	switch kind {
+	case "dm":
+		ev.Channel, ev.ChannelType = fmt.Sprintf("D%04d", n), "im"
+		want.EventId, want.Source.ChatId, want.Source.ChatType, want.Mentioned = ev.Channel+":"+ts, ev.Channel, "dm", true
+	case "mpim":
+		ev.ChannelType = "mpim"
+	case "thread":
+		ev.ThreadTS = "1690000000.000001"
+		want.Source.ThreadId = ev.ThreadTS
+	case "mention":
+		ev.Type = "app_mention"
+		ev.Text = "<@" + c.f.BotUserID + "> what is up"
+		want.Text, want.Mentioned = "what is up", true
+	case "command":
+		ev.Text = "<@" + c.f.BotUserID + "> !new"
+		want.Text, want.Mentioned = "!new", true
+	case "file":
+		ev.Subtype = "file_share"
+		ev.Files = []slackfake.File{{ID: "F01", Name: "cat.png", Mimetype: "image/png", URL: "https://files.slack.test/F01/cat.png", Size: 1234}}
+		want.Attachments = []*eventsv1.Attachment{{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, Location: &eventsv1.Attachment_Url{Url: "https://files.slack.test/F01/cat.png"},
+			MimeType: "image/png", SizeBytes: 1234, FileName: "cat.png", PlatformFileId: "F01"}}
+	}
+	payload := c.f.Callback(fmt.Sprintf("Ev%06d", n), ev)
+	c.mu.Lock()
+	c.sent[want.EventId] = payload
+	c.mu.Unlock()
+	if err := c.f.Push(ctx, payload, 0); err != nil {
+		t.Fatalf("push %s: %v", kind, err)
+	}
+	return want
+}
+
+func (c *contractFake) Redeliver(t *testing.T, ctx context.Context, eventID string) {
+	c.mu.Lock()
+	payload := c.sent[eventID]
+	c.mu.Unlock()
+	if err := c.f.Push(ctx, payload, 1); err != nil {
+		t.Fatalf("redeliver: %v", err)
+	}
+}
+
+func (c *contractFake) DeliverOversized(t *testing.T, ctx context.Context) {
+	ev := slackfake.Event{Channel: "CBIG", ChannelType: "channel", User: "U0USER01", Text: strings.Repeat("x", 300<<10), TS: "1700000000.999999"}
+	if err := c.f.Push(ctx, c.f.Callback("EvBIG", ev), 0); err != nil {
+		t.Fatalf("push oversized: %v", err)
+	}
+}
+
+func (c *contractFake) DeliverMalformed(t *testing.T, ctx context.Context) {
+	err := c.f.PushRaw(ctx, func(id string) []byte {
+		return []byte(`{"envelope_id":"` + id + `","type":"events_api","payload":{"type":"event_callback","event":"not an object"}}`)
+	})
+	if err != nil {
+		t.Fatalf("push malformed: %v", err)
+	}
+}
+
+func (c *contractFake) Drop(*testing.T)  { c.f.Drop() }
+func (c *contractFake) Connections() int { return c.f.Connections() }
+
+func (c *contractFake) Answer(ev *eventsv1.MessageReceived) *deliveryv1.SendRequested {
+	s := ev.GetSource()
+	return &deliveryv1.SendRequested{
+		Target:          &deliveryv1.Target{Platform: "slack", Account: s.GetAccount(), ChatId: s.GetChatId(), ThreadId: s.GetThreadId(), ReplyToMessageId: ev.GetMessageId()},
+		InputMessageIds: []string{ev.GetMessageId()},
+	}
+}
+
+func (c *contractFake) Sent(_ *testing.T, _ context.Context, target *deliveryv1.Target) []string {
+	var out []string
+	for _, m := range c.f.Messages(target.GetChatId()) {
+		if !m.Deleted {
+			out = append(out, m.Text)
+		}
+	}
+	return out
+}
+
+// gateway runs a Slack gateway against fake with cfg and returns the bus
+// and a reader of the inbound stream.
+func gateway(t *testing.T, fake *slackfake.Fake, cfg Config) (*Service, *bus.Bus, func() *eventsv1.MessageReceived, func() bool) {
+	t.Helper()
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	cfg.BotToken, cfg.APIBaseURL = fake.BotToken, fake.APIURL()
+	s, err := New(cfg, Deps{Log: slog.New(slog.DiscardHandler), Bus: b, Runner: platform.Options{Backoff: platform.Schedule(10 * time.Millisecond)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("run: %v", err)
+		}
+	})
+	platformtest.WaitFor(t, "the gateway to connect", func() bool { return s.Ready(context.Background()) == nil })
+	cons, err := b.JetStream().OrderedConsumer(context.Background(), b.Topology().Stream(bus.StreamInbound), jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	it, err := cons.Messages()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(it.Stop)
+	msgs := make(chan jetstream.Msg, 64)
+	go func() {
+		for {
+			m, err := it.Next()
+			if err != nil {
+				return
+			}
+			msgs <- m
+		}
+	}()
+	next := func() *eventsv1.MessageReceived {
+		t.Helper()
+		select {
+		case m := <-msgs:
+			ev := &eventsv1.MessageReceived{}
+			if err := proto.Unmarshal(m.Data(), ev); err != nil {
+				t.Fatal(err)
+			}
+			return ev
+		case <-time.After(20 * time.Second):
+			t.Fatal("no inbound event within 20s")
+			return nil
+		}
+	}
+	empty := func() bool { return len(msgs) == 0 }
+	return s, b, next, empty
+}
+
+func TestEventsAPIOverHTTP(t *testing.T) {
+	t.Parallel()
+	fake := slackfake.New(t)
+	const secret = "signing-secret"
+	s, _, next, _ := gateway(t, fake, Config{SigningSecret: secret, Addr: "127.0.0.1:0"})
+	platformtest.WaitFor(t, "the events listener", func() bool { return s.p.EventsAddr() != "" })
+	url := "http://" + s.p.EventsAddr() + "/slack/events"
+	ctx := context.Background()
+	post := func(body []byte, retry int, at time.Time) int {
+		t.Helper()
+		code, _, err := slackfake.PostEvent(ctx, url, secret, body, retry, at)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return code
+	}
+
+	first := fake.Callback("Ev1", slackfake.Event{Channel: "C1", ChannelType: "channel", User: "U1", Text: "hi", TS: "1700000001.000100"})
+	if code := post(first, 0, time.Now()); code != 200 {
+		t.Fatalf("event answered %d, want 200", code)
+	}
+	if ev := next(); ev.GetEventId() != "C1:1700000001.000100" || ev.GetSource().GetScopeId() != fake.TeamID {
+		t.Fatalf("published %v", ev)
+	}
+	// Slack retries (it did not see our 200 in time): answered, not published again.
+	for retry := 1; retry <= 3; retry++ {
+		if code := post(first, retry, time.Now()); code != 200 {
+			t.Fatalf("retry %d answered %d, want 200", retry, code)
+		}
+	}
+	// The app_mention Slack sends for the same message is the same message.
+	mention := fake.Callback("Ev2", slackfake.Event{Type: "app_mention", Channel: "C1", User: "U1", Text: "hi", TS: "1700000001.000100"})
+	if code := post(mention, 0, time.Now()); code != 200 {
+		t.Fatalf("mention answered %d", code)
+	}
+
+	// Refused: wrong signature, stale or future timestamps.
+	sentinelBody := fake.Callback("Ev3", slackfake.Event{Channel: "C1", ChannelType: "channel", User: "U1", Text: "after", TS: "1700000002.000100"})
+	for name, at := range map[string]time.Time{"stale": time.Now().Add(-6 * time.Minute), "future": time.Now().Add(6 * time.Minute)} {
+		if code := post(sentinelBody, 0, at); code != 401 {
+			t.Fatalf("%s timestamp answered %d, want 401", name, code)
+		}
+	}
+	if code, _, _ := slackfake.PostEvent(ctx, url, "wrong-secret", sentinelBody, 0, time.Now()); code != 401 {
+		t.Fatalf("bad signature answered %d, want 401", code)
+	}
+	code, body, err := slackfake.PostEvent(ctx, url, secret, []byte(`{"type":"url_verification","challenge":"abc123","token":"x"}`), 0, time.Now())
+	if err != nil || code != 200 || string(body) != "abc123" {
+		t.Fatalf("url_verification: %d %q %v", code, body, err)
+	}
+
+	if code := post(sentinelBody, 0, time.Now().Add(-4*time.Minute)); code != 200 {
+		t.Fatalf("sentinel answered %d", code)
+	}
+	if ev := next(); ev.GetEventId() != "C1:1700000002.000100" {
+		t.Fatalf("after retries and refusals the next event is %s, want the sentinel", ev.GetEventId())
+	}
+}
+
+func TestRateLimitedReceipt(t *testing.T) {
+	t.Parallel()
+	fake := slackfake.New(t)
+	_, b, _, _ := gateway(t, fake, Config{AppToken: fake.AppToken})
+	fake.RateLimitNext(7 * time.Second)
+	req := &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "k1", Text: "hi",
+		Target: &deliveryv1.Target{Platform: "slack", ChatId: "C1", ThreadId: "1700000000.000001"}}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	r := &deliveryv1.SendReceipt{}
+	if err := b.Request(ctx, b.Topology().SendSubject("slack"), req, r); err != nil {
+		t.Fatal(err)
+	}
+	if r.GetOk() || r.GetErrorClass() != deliveryv1.ErrorClass_ERROR_CLASS_RATE_LIMITED || r.GetRetryAfterMs() != 7000 {
+		t.Fatalf("receipt %v, want RATE_LIMITED after 7000 ms", r)
+	}
+	r = &deliveryv1.SendReceipt{}
+	if err := b.Request(ctx, b.Topology().SendSubject("slack"), req, r); err != nil {
+		t.Fatal(err)
+	}
+	if !r.GetOk() {
+		t.Fatalf("retry receipt %v, want ok", r)
+	}
+	msgs := fake.Messages("C1")
+	if len(msgs) != 1 || msgs[0].ThreadTS != "1700000000.000001" {
+		t.Fatalf("posted %+v, want one reply in the thread", msgs)
+	}
+	missing := proto.Clone(req).(*deliveryv1.SendRequested)
+	missing.IdempotencyKey, missing.Target.ChatId = "k2", "Cmissing"
+	r = &deliveryv1.SendReceipt{}
+	if err := b.Request(ctx, b.Topology().SendSubject("slack"), missing, r); err != nil {
+		t.Fatal(err)
+	}
+	if r.GetErrorClass() != deliveryv1.ErrorClass_ERROR_CLASS_PERMANENT {
+		t.Fatalf("channel_not_found receipt %v, want PERMANENT", r)
+	}
+}

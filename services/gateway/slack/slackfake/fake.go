@@ -1,0 +1,455 @@
+// Package slackfake is a local Slack for tests: the Web API methods the
+// gateway uses (auth.test, apps.connections.open, chat.postMessage,
+// chat.update, chat.delete), a Socket Mode websocket that sends
+// events_api envelopes and waits for envelope acks, and the sending side
+// of the HTTP Events API (signed requests, retries with X-Slack-Retry-Num).
+package slackfake
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+)
+
+// Fake is one Slack workspace with one app installed.
+type Fake struct {
+	TeamID    string
+	BotUserID string
+	BotID     string
+	AppID     string
+	BotToken  string
+	AppToken  string
+
+	srv *httptest.Server
+
+	mu          sync.Mutex
+	conns       int
+	cur         *socket
+	connected   chan struct{} // closed and replaced on each new connection
+	messages    map[string][]*Message
+	nextTS      int64
+	rateLimit   time.Duration // the next chat.postMessage answers 429 with this Retry-After
+	envelopeSeq atomic.Int64
+}
+
+// Message is one message the bot posted.
+type Message struct {
+	Channel  string
+	TS       string
+	ThreadTS string
+	Text     string
+	Edits    int
+	Deleted  bool
+}
+
+// New starts a fake workspace; it stops when the test ends.
+func New(t testing.TB) *Fake {
+	f := &Fake{
+		TeamID: "T0WORKSPACE", BotUserID: "U0BOT", BotID: "B0BOT", AppID: "A0APP",
+		BotToken: "xoxb-test-token", AppToken: "xapp-test-token",
+		connected: make(chan struct{}),
+		messages:  map[string][]*Message{},
+		nextTS:    1700000000,
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/api/auth.test", f.authTest)
+	mux.HandleFunc("/api/apps.connections.open", f.connectionsOpen)
+	mux.HandleFunc("/api/chat.postMessage", f.postMessage)
+	mux.HandleFunc("/api/chat.update", f.update)
+	mux.HandleFunc("/api/chat.delete", f.delete)
+	mux.HandleFunc("/link", f.link)
+	f.srv = httptest.NewServer(mux)
+	t.Cleanup(func() {
+		f.Drop()
+		f.srv.Close()
+	})
+	return f
+}
+
+// APIURL is the Web API base for slack.OptionAPIURL (ends in /api/).
+func (f *Fake) APIURL() string { return f.srv.URL + "/api/" }
+
+// Connections counts accepted Socket Mode connections.
+func (f *Fake) Connections() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.conns
+}
+
+// RateLimitNext makes the next chat.postMessage answer 429 with Retry-After.
+func (f *Fake) RateLimitNext(d time.Duration) {
+	f.mu.Lock()
+	f.rateLimit = d
+	f.mu.Unlock()
+}
+
+// Messages returns what the bot posted in channel, oldest first.
+func (f *Fake) Messages(channel string) []Message {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make([]Message, 0, len(f.messages[channel]))
+	for _, m := range f.messages[channel] {
+		out = append(out, *m)
+	}
+	return out
+}
+
+func token(r *http.Request) string {
+	if h := r.Header.Get("Authorization"); strings.HasPrefix(h, "Bearer ") {
+		return strings.TrimPrefix(h, "Bearer ")
+	}
+	return r.FormValue("token")
+}
+
+func reply(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func fail(w http.ResponseWriter, code string) {
+	reply(w, map[string]any{"ok": false, "error": code})
+}
+
+// form parses a Web API call sent as a form or as JSON.
+func form(r *http.Request) map[string]string {
+	out := map[string]string{}
+	if strings.HasPrefix(r.Header.Get("Content-Type"), "application/json") {
+		var m map[string]any
+		_ = json.NewDecoder(r.Body).Decode(&m)
+		for k, v := range m {
+			if s, ok := v.(string); ok {
+				out[k] = s
+			}
+		}
+		return out
+	}
+	_ = r.ParseForm()
+	for k := range r.Form {
+		out[k] = r.Form.Get(k)
+	}
+	return out
+}
+
+func (f *Fake) authTest(w http.ResponseWriter, r *http.Request) {
+	if token(r) != f.BotToken {
+		fail(w, "invalid_auth")
+		return
+	}
+	reply(w, map[string]any{"ok": true, "url": "https://fake.slack.test/", "team": "Fake", "user": "bot",
+		"team_id": f.TeamID, "user_id": f.BotUserID, "bot_id": f.BotID})
+}
+
+func (f *Fake) connectionsOpen(w http.ResponseWriter, r *http.Request) {
+	if token(r) != f.AppToken {
+		fail(w, "invalid_auth")
+		return
+	}
+	u := "ws" + strings.TrimPrefix(f.srv.URL, "http") + "/link?ticket=" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	reply(w, map[string]any{"ok": true, "url": u})
+}
+
+func (f *Fake) postMessage(w http.ResponseWriter, r *http.Request) {
+	if token(r) != f.BotToken {
+		fail(w, "invalid_auth")
+		return
+	}
+	p := form(r)
+	f.mu.Lock()
+	if d := f.rateLimit; d > 0 {
+		f.rateLimit = 0
+		f.mu.Unlock()
+		w.Header().Set("Retry-After", strconv.Itoa(int(d.Seconds())))
+		w.WriteHeader(http.StatusTooManyRequests)
+		return
+	}
+	defer f.mu.Unlock()
+	ch := p["channel"]
+	switch {
+	case ch == "" || strings.HasPrefix(ch, "Cmissing"):
+		fail(w, "channel_not_found")
+		return
+	case p["text"] == "":
+		fail(w, "no_text")
+		return
+	}
+	f.nextTS++
+	ts := fmt.Sprintf("%d.%06d", f.nextTS, f.nextTS%1000000)
+	f.messages[ch] = append(f.messages[ch], &Message{Channel: ch, TS: ts, ThreadTS: p["thread_ts"], Text: p["text"]})
+	reply(w, map[string]any{"ok": true, "channel": ch, "ts": ts, "message": map[string]any{"type": "message", "text": p["text"], "ts": ts, "bot_id": f.BotID}})
+}
+
+func (f *Fake) find(ch, ts string) *Message {
+	for _, m := range f.messages[ch] {
+		if m.TS == ts && !m.Deleted {
+			return m
+		}
+	}
+	return nil
+}
+
+func (f *Fake) update(w http.ResponseWriter, r *http.Request) {
+	if token(r) != f.BotToken {
+		fail(w, "invalid_auth")
+		return
+	}
+	p := form(r)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	m := f.find(p["channel"], p["ts"])
+	if m == nil {
+		fail(w, "message_not_found")
+		return
+	}
+	m.Text = p["text"]
+	m.Edits++
+	reply(w, map[string]any{"ok": true, "channel": m.Channel, "ts": m.TS, "text": m.Text})
+}
+
+func (f *Fake) delete(w http.ResponseWriter, r *http.Request) {
+	if token(r) != f.BotToken {
+		fail(w, "invalid_auth")
+		return
+	}
+	p := form(r)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	m := f.find(p["channel"], p["ts"])
+	if m == nil {
+		fail(w, "message_not_found")
+		return
+	}
+	m.Deleted = true
+	reply(w, map[string]any{"ok": true, "channel": m.Channel, "ts": m.TS})
+}
+
+// socket is one Socket Mode connection.
+type socket struct {
+	c    *websocket.Conn
+	mu   sync.Mutex
+	acks map[string]chan struct{}
+	done chan struct{}
+}
+
+func (f *Fake) link(w http.ResponseWriter, r *http.Request) {
+	c, err := websocket.Accept(w, r, &websocket.AcceptOptions{OriginPatterns: []string{"api.slack.com"}})
+	if err != nil {
+		return
+	}
+	c.SetReadLimit(1 << 20)
+	s := &socket{c: c, acks: map[string]chan struct{}{}, done: make(chan struct{})}
+	ctx := r.Context()
+	hello := map[string]any{"type": "hello", "num_connections": 1,
+		"debug_info":      map[string]any{"host": "fake", "approximate_connection_time": 3600},
+		"connection_info": map[string]any{"app_id": f.AppID}}
+	data, _ := json.Marshal(hello)
+	if err := c.Write(ctx, websocket.MessageText, data); err != nil {
+		return
+	}
+	f.mu.Lock()
+	if f.cur != nil {
+		_ = f.cur.c.Close(websocket.StatusGoingAway, "replaced")
+	}
+	f.cur = s
+	f.conns++
+	close(f.connected)
+	f.connected = make(chan struct{})
+	f.mu.Unlock()
+	defer func() {
+		close(s.done)
+		f.mu.Lock()
+		if f.cur == s {
+			f.cur = nil
+		}
+		f.mu.Unlock()
+	}()
+	for {
+		_, data, err := c.Read(ctx)
+		if err != nil {
+			return
+		}
+		var ack struct {
+			EnvelopeID string `json:"envelope_id"`
+		}
+		if json.Unmarshal(data, &ack) != nil || ack.EnvelopeID == "" {
+			continue
+		}
+		s.mu.Lock()
+		if ch, ok := s.acks[ack.EnvelopeID]; ok {
+			close(ch)
+			delete(s.acks, ack.EnvelopeID)
+		}
+		s.mu.Unlock()
+	}
+}
+
+// Drop closes the current Socket Mode connection from Slack's side.
+func (f *Fake) Drop() {
+	f.mu.Lock()
+	s := f.cur
+	f.cur = nil
+	f.mu.Unlock()
+	if s != nil {
+		_ = s.c.CloseNow()
+	}
+}
+
+// ErrNotAcked means the connection closed before the envelope was acked.
+var ErrNotAcked = errors.New("envelope not acknowledged")
+
+// Push sends one events_api envelope carrying payload (an event_callback)
+// over the current Socket Mode connection, waiting for one if there is
+// none, and returns once the app acked it.
+func (f *Fake) Push(ctx context.Context, payload []byte, retryAttempt int) error {
+	return f.PushRaw(ctx, func(envelopeID string) []byte {
+		env := map[string]any{
+			"envelope_id": envelopeID, "type": "events_api", "accepts_response_payload": false,
+			"retry_attempt": retryAttempt, "retry_reason": "", "payload": json.RawMessage(payload),
+		}
+		if retryAttempt > 0 {
+			env["retry_reason"] = "timeout"
+		}
+		data, _ := json.Marshal(env)
+		return data
+	})
+}
+
+// PushRaw sends the frame build returns (given a fresh envelope id) and
+// waits for the ack of that envelope id.
+func (f *Fake) PushRaw(ctx context.Context, build func(envelopeID string) []byte) error {
+	for {
+		f.mu.Lock()
+		s, wait := f.cur, f.connected
+		f.mu.Unlock()
+		if s == nil {
+			select {
+			case <-wait:
+				continue
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		id := fmt.Sprintf("env-%d", f.envelopeSeq.Add(1))
+		ch := make(chan struct{})
+		s.mu.Lock()
+		s.acks[id] = ch
+		s.mu.Unlock()
+		if err := s.c.Write(ctx, websocket.MessageText, build(id)); err != nil {
+			return fmt.Errorf("write envelope: %w", err)
+		}
+		select {
+		case <-ch:
+			return nil
+		case <-s.done:
+			return ErrNotAcked
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// Sign returns the X-Slack-Signature of body at timestamp ts.
+func Sign(secret string, ts int64, body []byte) string {
+	mac := hmac.New(sha256.New, []byte(secret))
+	fmt.Fprintf(mac, "v0:%d:", ts)
+	mac.Write(body)
+	return "v0=" + hex.EncodeToString(mac.Sum(nil))
+}
+
+// PostEvent delivers an Events API request to url the way Slack does:
+// signed with secret at time at, with X-Slack-Retry-Num when retry > 0.
+// It returns the status code and body of the answer.
+func PostEvent(ctx context.Context, url, secret string, body []byte, retry int, at time.Time) (int, []byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return 0, nil, err
+	}
+	ts := at.Unix()
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Slack-Request-Timestamp", strconv.FormatInt(ts, 10))
+	req.Header.Set("X-Slack-Signature", Sign(secret, ts, body))
+	if retry > 0 {
+		req.Header.Set("X-Slack-Retry-Num", strconv.Itoa(retry))
+		req.Header.Set("X-Slack-Retry-Reason", "http_timeout")
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, data, nil
+}
+
+// Event is a Slack message event, the inner part of an event_callback.
+type Event struct {
+	Type        string // message (default) or app_mention
+	Subtype     string
+	Channel     string
+	ChannelType string // im, mpim, channel, group
+	User        string
+	BotID       string
+	Text        string
+	TS          string
+	ThreadTS    string
+	Files       []File
+}
+
+// File is a file shared with a message.
+type File struct {
+	ID, Name, Mimetype, URL string
+	Size                    int64
+}
+
+// Callback wraps ev in an event_callback with eventID, as Slack sends it.
+func (f *Fake) Callback(eventID string, ev Event) []byte {
+	typ := ev.Type
+	if typ == "" {
+		typ = "message"
+	}
+	inner := map[string]any{"type": typ, "channel": ev.Channel, "text": ev.Text, "ts": ev.TS, "event_ts": ev.TS, "team": f.TeamID}
+	if typ == "message" {
+		inner["channel_type"] = ev.ChannelType
+	}
+	if ev.User != "" {
+		inner["user"] = ev.User
+	}
+	if ev.BotID != "" {
+		inner["bot_id"] = ev.BotID
+	}
+	if ev.Subtype != "" {
+		inner["subtype"] = ev.Subtype
+	}
+	if ev.ThreadTS != "" {
+		inner["thread_ts"] = ev.ThreadTS
+	}
+	if len(ev.Files) > 0 {
+		files := make([]map[string]any, 0, len(ev.Files))
+		for _, fl := range ev.Files {
+			files = append(files, map[string]any{"id": fl.ID, "name": fl.Name, "mimetype": fl.Mimetype, "url_private": fl.URL, "size": fl.Size})
+		}
+		inner["files"] = files
+	}
+	out := map[string]any{
+		"token": "verification-token", "team_id": f.TeamID, "api_app_id": f.AppID, "type": "event_callback",
+		"event_id": eventID, "event_time": time.Now().Unix(), "event": inner,
+		"authorizations": []map[string]any{{"team_id": f.TeamID, "user_id": f.BotUserID, "is_bot": true}},
+	}
+	data, _ := json.Marshal(out)
+	return data
+}

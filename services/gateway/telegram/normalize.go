@@ -1,0 +1,269 @@
+package telegram
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"unicode/utf16"
+
+	"github.com/go-telegram/bot/models"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+)
+
+// generalTopic is the thread id of a forum's General topic; Telegram
+// rejects it as message_thread_id on sends.
+const generalTopic = "1"
+
+// identity is what normalization needs to know about the bot.
+type identity struct {
+	id       int64
+	username string // without @, may be empty until getMe answered
+}
+
+// gating decides which group messages reach the agent.
+type gating struct {
+	requireMention bool
+	freeChats      map[string]bool
+}
+
+// outcome of normalizing one update.
+type outcome struct {
+	ev *eventsv1.MessageReceived
+	// skip explains why the update produces no event (unsupported kind,
+	// not addressed to the bot); the update is still acknowledged.
+	skip string
+}
+
+// errMalformed marks an update that cannot be decoded.
+var errMalformed = errors.New("malformed update")
+
+// updateID reads only the update_id of a raw update, so even an update
+// that fails to decode can be acknowledged past.
+func updateID(raw []byte) (int64, bool) {
+	var head struct {
+		ID *int64 `json:"update_id"`
+	}
+	if err := json.Unmarshal(raw, &head); err != nil || head.ID == nil {
+		return 0, false
+	}
+	return *head.ID, true
+}
+
+// parseUpdate decodes and normalizes one raw update.
+func parseUpdate(raw []byte, me identity, g gating) (out outcome, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%w: %v", errMalformed, r)
+		}
+	}()
+	var u models.Update
+	if err := json.Unmarshal(raw, &u); err != nil {
+		return outcome{}, fmt.Errorf("%w: %v", errMalformed, err)
+	}
+	return normalize(&u, me, g)
+}
+
+func normalize(u *models.Update, me identity, g gating) (outcome, error) {
+	msg, channel := u.Message, false
+	if msg == nil && u.ChannelPost != nil {
+		msg, channel = u.ChannelPost, true
+	}
+	switch {
+	case msg == nil && (u.EditedMessage != nil || u.EditedChannelPost != nil):
+		return outcome{skip: "edited message"}, nil
+	case msg == nil:
+		return outcome{skip: "unsupported update kind"}, nil
+	}
+	if msg.Chat.ID == 0 {
+		return outcome{}, fmt.Errorf("%w: message without a chat", errMalformed)
+	}
+	chatID := strconv.FormatInt(msg.Chat.ID, 10)
+	src := &eventsv1.SessionSource{
+		Platform: "telegram",
+		Account:  strconv.FormatInt(me.id, 10),
+		ChatId:   chatID,
+		ChatName: chatName(msg.Chat),
+		ChatType: chatType(msg.Chat, channel),
+	}
+	if msg.From != nil {
+		src.UserId = strconv.FormatInt(msg.From.ID, 10)
+		src.UserName = fullName(msg.From.FirstName, msg.From.LastName)
+		src.IsBot = msg.From.IsBot
+	} else if src.ChatType == "dm" || src.ChatType == "channel" {
+		src.UserId = chatID
+		src.UserName = src.ChatName
+	}
+	// Hermes keeps message_thread_id only for real topics: in groups when
+	// the message is a topic message or the chat is a forum (a forum
+	// message without a topic is in General), in DMs for topic messages.
+	if msg.MessageThreadID != 0 {
+		tid := strconv.Itoa(msg.MessageThreadID)
+		switch {
+		case src.ChatType == "group" && (msg.IsTopicMessage || msg.Chat.IsForum):
+			src.ThreadId = tid
+		case src.ChatType == "dm" && msg.IsTopicMessage:
+			src.ThreadId = tid
+		}
+	}
+	if src.ChatType == "group" && src.ThreadId == "" && msg.Chat.IsForum {
+		src.ThreadId = generalTopic
+	}
+
+	text, entities := msg.Text, msg.Entities
+	if text == "" && msg.Caption != "" {
+		text, entities = msg.Caption, msg.CaptionEntities
+	}
+	ev := &eventsv1.MessageReceived{
+		EventId:     strconv.FormatInt(u.ID, 10),
+		MessageId:   strconv.Itoa(msg.ID),
+		Source:      src,
+		Attachments: attachments(msg),
+	}
+	if msg.Date > 0 {
+		ev.SentAt = timestamppb.New(timeUnix(int64(msg.Date)))
+	}
+	if r := msg.ReplyToMessage; r != nil {
+		ev.ReplyTo = &eventsv1.ReplyTo{MessageId: strconv.Itoa(r.ID), Text: r.Text}
+		if ev.ReplyTo.Text == "" {
+			ev.ReplyTo.Text = r.Caption
+		}
+		if msg.Quote != nil && msg.Quote.Text != "" {
+			ev.ReplyTo.Text = msg.Quote.Text
+		}
+		if r.From != nil {
+			ev.ReplyTo.UserId = strconv.FormatInt(r.From.ID, 10)
+			ev.ReplyTo.FromBot = r.From.ID == me.id
+		}
+	}
+
+	command, mentioned, forOther := addressing(text, entities, me)
+	if forOther {
+		return outcome{skip: "command for another bot"}, nil
+	}
+	if command != "" {
+		text = command
+	}
+	ev.Text = text
+	replyToMe := ev.GetReplyTo().GetFromBot()
+	isCommand := strings.HasPrefix(text, "/")
+	if src.ChatType == "group" {
+		ev.Mentioned = mentioned || replyToMe
+		if g.requireMention && !g.freeChats[chatID] && !ev.Mentioned && !isCommand {
+			return outcome{skip: "group message does not mention the bot"}, nil
+		}
+	}
+	if ev.Text == "" && len(ev.Attachments) == 0 {
+		return outcome{skip: "message without text or supported media"}, nil
+	}
+	return outcome{ev: ev}, nil
+}
+
+// addressing reads the entities: a leading bot_command "/cmd@name" is
+// rewritten to "/cmd" when name is this bot (forOther when it is another
+// bot); mentioned reports an @mention or text_mention of this bot.
+func addressing(text string, entities []models.MessageEntity, me identity) (command string, mentioned, forOther bool) {
+	units := utf16.Encode([]rune(text))
+	slice := func(e models.MessageEntity) (string, bool) {
+		if e.Offset < 0 || e.Length <= 0 || e.Offset+e.Length > len(units) {
+			return "", false
+		}
+		return string(utf16.Decode(units[e.Offset : e.Offset+e.Length])), true
+	}
+	for _, e := range entities {
+		switch e.Type {
+		case models.MessageEntityTypeMention:
+			s, ok := slice(e)
+			if ok && me.username != "" && strings.EqualFold(strings.TrimPrefix(s, "@"), me.username) {
+				mentioned = true
+			}
+		case models.MessageEntityTypeTextMention:
+			if e.User != nil && e.User.ID == me.id {
+				mentioned = true
+			}
+		case models.MessageEntityTypeBotCommand:
+			if e.Offset != 0 {
+				continue
+			}
+			s, ok := slice(e)
+			if !ok {
+				continue
+			}
+			name, target, has := strings.Cut(s, "@")
+			if !has {
+				continue
+			}
+			if me.username != "" && !strings.EqualFold(target, me.username) {
+				return "", false, true
+			}
+			mentioned = true
+			rest := string(utf16.Decode(units[e.Offset+e.Length:]))
+			command = name + rest
+		}
+	}
+	return command, mentioned, false
+}
+
+func attachments(msg *models.Message) []*eventsv1.Attachment {
+	var out []*eventsv1.Attachment
+	if n := len(msg.Photo); n > 0 {
+		best := msg.Photo[0]
+		for _, p := range msg.Photo[1:] {
+			if p.Width*p.Height > best.Width*best.Height || (p.Width*p.Height == best.Width*best.Height && p.FileSize > best.FileSize) {
+				best = p
+			}
+		}
+		out = append(out, &eventsv1.Attachment{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, PlatformFileId: best.FileID,
+			MimeType: "image/jpeg", SizeBytes: int64(best.FileSize), Caption: msg.Caption})
+	}
+	if d := msg.Document; d != nil {
+		out = append(out, &eventsv1.Attachment{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT, PlatformFileId: d.FileID,
+			MimeType: d.MimeType, SizeBytes: d.FileSize, FileName: d.FileName, Caption: msg.Caption})
+	}
+	if v := msg.Voice; v != nil {
+		mt := v.MimeType
+		if mt == "" {
+			mt = "audio/ogg"
+		}
+		out = append(out, &eventsv1.Attachment{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_VOICE, PlatformFileId: v.FileID,
+			MimeType: mt, SizeBytes: v.FileSize})
+	}
+	if a := msg.Audio; a != nil {
+		out = append(out, &eventsv1.Attachment{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_AUDIO, PlatformFileId: a.FileID,
+			MimeType: a.MimeType, SizeBytes: a.FileSize, FileName: a.FileName, Caption: msg.Caption})
+	}
+	if v := msg.Video; v != nil {
+		out = append(out, &eventsv1.Attachment{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_VIDEO, PlatformFileId: v.FileID,
+			MimeType: v.MimeType, SizeBytes: v.FileSize, FileName: v.FileName, Caption: msg.Caption})
+	}
+	return out
+}
+
+func chatType(c models.Chat, channelPost bool) string {
+	switch {
+	case channelPost || c.Type == models.ChatTypeChannel:
+		return "channel"
+	case c.Type == models.ChatTypeGroup || c.Type == models.ChatTypeSupergroup:
+		return "group"
+	case c.Type == models.ChatTypePrivate:
+		return "dm"
+	case c.ID < 0:
+		return "group"
+	default:
+		return "dm"
+	}
+}
+
+func chatName(c models.Chat) string {
+	if c.Title != "" {
+		return c.Title
+	}
+	return fullName(c.FirstName, c.LastName)
+}
+
+func fullName(first, last string) string {
+	return strings.TrimSpace(first + " " + last)
+}

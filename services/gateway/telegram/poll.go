@@ -1,0 +1,166 @@
+package telegram
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/go-telegram/bot"
+
+	"github.com/switchboard-chat/switchboard/pkg/platform"
+)
+
+// allowedUpdates are the update kinds the gateway asks for.
+var allowedUpdates = []string{"message", "channel_post"}
+
+// apiError is a Bot API error answer.
+type apiError struct {
+	Code        int
+	Description string
+	RetryAfter  time.Duration
+}
+
+func (e *apiError) Error() string { return fmt.Sprintf("telegram %d: %s", e.Code, e.Description) }
+
+type getUpdatesRequest struct {
+	Offset         int64    `json:"offset,omitempty"`
+	Limit          int      `json:"limit,omitempty"`
+	Timeout        int      `json:"timeout"`
+	AllowedUpdates []string `json:"allowed_updates,omitempty"`
+}
+
+// getUpdates is one raw call; the library has no exported getUpdates.
+func (p *Platform) getUpdates(ctx context.Context, req getUpdatesRequest) ([]json.RawMessage, error) {
+	body, _ := json.Marshal(req)
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, p.baseURL+"/bot"+p.cfg.BotToken+"/getUpdates", bytes.NewReader(body))
+	if err != nil {
+		return nil, p.redact(err)
+	}
+	hreq.Header.Set("Content-Type", "application/json")
+	resp, err := p.http.Do(hreq)
+	if err != nil {
+		return nil, p.redact(err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return nil, fmt.Errorf("read getUpdates answer: %w", p.redact(err))
+	}
+	var env struct {
+		OK          bool              `json:"ok"`
+		Result      []json.RawMessage `json:"result"`
+		ErrorCode   int               `json:"error_code"`
+		Description string            `json:"description"`
+		Parameters  struct {
+			RetryAfter int `json:"retry_after"`
+		} `json:"parameters"`
+	}
+	if err := json.Unmarshal(data, &env); err != nil {
+		return nil, fmt.Errorf("decode getUpdates answer (HTTP %d): %w", resp.StatusCode, err)
+	}
+	if !env.OK {
+		code := env.ErrorCode
+		if code == 0 {
+			code = resp.StatusCode
+		}
+		return nil, &apiError{Code: code, Description: env.Description, RetryAfter: time.Duration(env.Parameters.RetryAfter) * time.Second}
+	}
+	return env.Result, nil
+}
+
+// redact removes the token from transport errors (url.Error carries the URL).
+func (p *Platform) redact(err error) error {
+	if err == nil || !strings.Contains(err.Error(), p.cfg.BotToken) {
+		return err
+	}
+	return errors.New(strings.ReplaceAll(err.Error(), p.cfg.BotToken, "<token>"))
+}
+
+// poll is the long-poll loop. The offset sent with each request confirms
+// every update below it, so it only advances past updates that are on
+// the bus (or deliberately dropped). It starts without an offset:
+// Telegram keeps the confirmed position, so a restarted or newly elected
+// poller continues where the last confirmation left off.
+func (p *Platform) poll(ctx context.Context, conn platform.Conn) error {
+	// A webhook left behind makes getUpdates fail; polling mode owns the bot.
+	if _, err := p.api.DeleteWebhook(ctx, &bot.DeleteWebhookParams{}); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		if errors.Is(err, bot.ErrorUnauthorized) || errors.Is(err, bot.ErrorNotFound) {
+			return platform.Fatal(fmt.Errorf("telegram rejected the bot token (deleteWebhook): %w", err))
+		}
+		return fmt.Errorf("deleteWebhook: %w", err)
+	}
+	var offset int64
+	connected := false
+	timeout := int(p.cfg.PollTimeout / time.Second)
+	for ctx.Err() == nil {
+		updates, err := p.getUpdates(ctx, getUpdatesRequest{Offset: offset, Limit: 100, Timeout: timeout, AllowedUpdates: allowedUpdates})
+		if ctx.Err() != nil {
+			break
+		}
+		if err != nil {
+			var ae *apiError
+			if errors.As(err, &ae) {
+				switch {
+				case ae.Code == http.StatusConflict:
+					return platform.Fatal(fmt.Errorf("another poller or a webhook is using this bot token (%s); stopping", ae.Description))
+				case ae.Code == http.StatusUnauthorized || ae.Code == http.StatusNotFound:
+					return platform.Fatal(fmt.Errorf("telegram rejected the bot token: %s", ae.Description))
+				case ae.Code == http.StatusTooManyRequests && ae.RetryAfter > 0:
+					p.log.Warn("getUpdates flood wait", "retry_after", ae.RetryAfter)
+					if !sleepCtx(ctx, ae.RetryAfter) {
+						return nil
+					}
+					continue
+				}
+			}
+			return fmt.Errorf("getUpdates: %w", err)
+		}
+		if !connected {
+			connected = true
+			conn.Connected()
+		}
+		for _, raw := range updates {
+			id, ok := updateID(raw)
+			if !ok {
+				conn.Reject(ctx, "update without update_id", fmt.Errorf("%.200s", raw))
+				continue
+			}
+			if id < offset {
+				// A redelivery of an update already confirmed in this
+				// session: publishing it again is harmless (deduped).
+				_ = p.handle(ctx, conn, raw)
+				continue
+			}
+			if err := p.handle(ctx, conn, raw); err != nil {
+				// Not on the bus: do not confirm it or anything after it.
+				// The next Connect starts from Telegram's confirmed offset.
+				return err
+			}
+			offset = id + 1
+		}
+	}
+	// No final confirming call on the way out: any getUpdates would
+	// terminate a successor's poll with 409. The successor gets the last
+	// unconfirmed batch again and the bus dedupe absorbs it.
+	return nil
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

@@ -1,0 +1,243 @@
+package telegram
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"unicode/utf16"
+
+	"github.com/go-telegram/bot"
+	"github.com/go-telegram/bot/models"
+
+	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+	"github.com/switchboard-chat/switchboard/pkg/platform"
+	"github.com/switchboard-chat/switchboard/services/gateway/telegram/internal/mdv2"
+)
+
+// Telegram's limits, in UTF-16 code units.
+const (
+	maxText    = 4096
+	maxCaption = 1024
+)
+
+func utf16Len(s string) int { return len(utf16.Encode([]rune(s))) }
+
+// chatID keeps numeric ids numeric and passes @channelusername through.
+func chatID(s string) any {
+	if n, err := strconv.ParseInt(s, 10, 64); err == nil {
+		return n
+	}
+	return s
+}
+
+func threadID(t *deliveryv1.Target) int {
+	if t.GetThreadId() == "" || t.GetThreadId() == generalTopic {
+		return 0
+	}
+	n, _ := strconv.Atoi(t.GetThreadId())
+	return n
+}
+
+// replyTo threads the answer to the user's message: the first chunk only
+// (reply_to_mode first, Hermes's default), every chunk (all) or never.
+func (p *Platform) replyTo(req *deliveryv1.SendRequested) *models.ReplyParameters {
+	id, err := strconv.Atoi(req.GetTarget().GetReplyToMessageId())
+	if err != nil || id == 0 {
+		return nil
+	}
+	switch p.cfg.ReplyToMode {
+	case "off":
+		return nil
+	case "all":
+	default:
+		if req.GetChunkIndex() > 0 {
+			return nil
+		}
+	}
+	return &models.ReplyParameters{MessageID: id, AllowSendingWithoutReply: true}
+}
+
+// formatted returns the text and parse mode to try first.
+func formatted(req *deliveryv1.SendRequested) (string, models.ParseMode) {
+	if req.GetFormat() == deliveryv1.TextFormat_TEXT_FORMAT_PLAIN {
+		return req.GetText(), ""
+	}
+	return mdv2.Convert(req.GetText()), models.ParseModeMarkdown
+}
+
+// withPlainFallback runs send with MarkdownV2 and, when Telegram rejects
+// the entities, once more with the original text and no parse mode. The
+// gateway does the fallback itself (rather than answering ERROR_CLASS_FORMAT
+// and waiting for delivery's retry) so a chunk costs one request/reply.
+func (p *Platform) withPlainFallback(req *deliveryv1.SendRequested, send func(text string, mode models.ParseMode) error) error {
+	text, mode := formatted(req)
+	err := send(text, mode)
+	if err != nil && mode != "" && isEntityError(err) {
+		p.log.Debug("telegram rejected MarkdownV2; resending as plain text", "err", err)
+		err = send(req.GetText(), "")
+	}
+	return err
+}
+
+func isEntityError(err error) bool {
+	return errors.Is(err, bot.ErrorBadRequest) && strings.Contains(err.Error(), "can't parse entities")
+}
+
+func checkLength(text string, limit int) error {
+	if n := utf16Len(text); n > limit {
+		return platform.Permanent(fmt.Errorf("text is %d UTF-16 units, telegram allows %d", n, limit))
+	}
+	return nil
+}
+
+// Send posts a text message, or the attachments with the text as caption.
+func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (string, error) {
+	t := req.GetTarget()
+	if len(req.GetAttachments()) > 0 {
+		return p.sendMedia(ctx, req)
+	}
+	if strings.TrimSpace(req.GetText()) == "" {
+		return "", platform.Permanent(errors.New("empty message"))
+	}
+	if err := checkLength(req.GetText(), maxText); err != nil {
+		return "", err
+	}
+	var msg *models.Message
+	err := p.withPlainFallback(req, func(text string, mode models.ParseMode) error {
+		var err error
+		msg, err = p.api.SendMessage(ctx, &bot.SendMessageParams{
+			ChatID: chatID(t.GetChatId()), MessageThreadID: threadID(t), Text: text, ParseMode: mode,
+			ReplyParameters: p.replyTo(req),
+		})
+		return err
+	})
+	if err != nil {
+		return "", classify(err)
+	}
+	return strconv.Itoa(msg.ID), nil
+}
+
+// sendMedia sends each attachment (photo or document); the text rides as
+// the first one's caption when it fits, else it goes first on its own.
+func (p *Platform) sendMedia(ctx context.Context, req *deliveryv1.SendRequested) (string, error) {
+	t := req.GetTarget()
+	caption := req.GetText()
+	first := ""
+	if caption != "" && utf16Len(caption) > maxCaption {
+		text := &deliveryv1.SendRequested{Target: t, Text: caption, Format: req.GetFormat(), ChunkIndex: req.GetChunkIndex()}
+		id, err := p.Send(ctx, text)
+		if err != nil {
+			return "", err
+		}
+		first, caption = id, ""
+	}
+	for i, a := range req.GetAttachments() {
+		file := a.GetUrl()
+		if file == "" {
+			file = a.GetPlatformFileId()
+		}
+		if file == "" {
+			return first, platform.Permanent(fmt.Errorf("attachment %d has no url or telegram file id", i))
+		}
+		sub := &deliveryv1.SendRequested{Target: t, Text: caption, Format: req.GetFormat(), ChunkIndex: req.GetChunkIndex()}
+		if first != "" || i > 0 {
+			sub.ChunkIndex = 1 // reply-thread only the first message
+		}
+		if sub.Text == "" {
+			sub.Text = a.GetCaption()
+		}
+		var msg *models.Message
+		err := p.withPlainFallback(sub, func(text string, mode models.ParseMode) error {
+			var err error
+			in := &models.InputFileString{Data: file}
+			if a.GetKind() == eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE {
+				msg, err = p.api.SendPhoto(ctx, &bot.SendPhotoParams{ChatID: chatID(t.GetChatId()), MessageThreadID: threadID(t),
+					Photo: in, Caption: text, ParseMode: mode, ReplyParameters: p.replyTo(sub)})
+			} else {
+				msg, err = p.api.SendDocument(ctx, &bot.SendDocumentParams{ChatID: chatID(t.GetChatId()), MessageThreadID: threadID(t),
+					Document: in, Caption: text, ParseMode: mode, ReplyParameters: p.replyTo(sub)})
+			}
+			return err
+		})
+		if err != nil {
+			return first, classify(err)
+		}
+		if first == "" {
+			first = strconv.Itoa(msg.ID)
+		}
+		caption = ""
+	}
+	return first, nil
+}
+
+// Edit replaces a message's text (streaming). "message is not modified"
+// counts as success.
+func (p *Platform) Edit(ctx context.Context, req *deliveryv1.SendRequested) error {
+	id, err := strconv.Atoi(req.GetMessageId())
+	if err != nil {
+		return platform.Permanent(fmt.Errorf("message id %q is not a telegram message id", req.GetMessageId()))
+	}
+	if strings.TrimSpace(req.GetText()) == "" {
+		return platform.Permanent(errors.New("empty message"))
+	}
+	if err := checkLength(req.GetText(), maxText); err != nil {
+		return err
+	}
+	err = p.withPlainFallback(req, func(text string, mode models.ParseMode) error {
+		_, err := p.api.EditMessageText(ctx, &bot.EditMessageTextParams{ChatID: chatID(req.GetTarget().GetChatId()), MessageID: id, Text: text, ParseMode: mode})
+		return err
+	})
+	if err != nil && errors.Is(err, bot.ErrorBadRequest) && strings.Contains(err.Error(), "message is not modified") {
+		return nil
+	}
+	return classify(err)
+}
+
+// Delete removes a message; one already gone counts as deleted.
+func (p *Platform) Delete(ctx context.Context, req *deliveryv1.SendRequested) error {
+	id, err := strconv.Atoi(req.GetMessageId())
+	if err != nil {
+		return platform.Permanent(fmt.Errorf("message id %q is not a telegram message id", req.GetMessageId()))
+	}
+	_, err = p.api.DeleteMessage(ctx, &bot.DeleteMessageParams{ChatID: chatID(req.GetTarget().GetChatId()), MessageID: id})
+	if err != nil && errors.Is(err, bot.ErrorBadRequest) && strings.Contains(err.Error(), "message to delete not found") {
+		return nil
+	}
+	return classify(err)
+}
+
+// Typing sends the typing chat action (it shows for about 5 s).
+func (p *Platform) Typing(ctx context.Context, req *deliveryv1.SendRequested) error {
+	t := req.GetTarget()
+	_, err := p.api.SendChatAction(ctx, &bot.SendChatActionParams{ChatID: chatID(t.GetChatId()), MessageThreadID: threadID(t), Action: models.ChatActionTyping})
+	return classify(err)
+}
+
+// classify maps library errors to delivery's error classes: flood wait →
+// RATE_LIMITED with retry_after; 400/403/401/404 → PERMANENT (chat not
+// found, blocked, migrated, bad request); everything else (network, 5xx)
+// stays retryable.
+func classify(err error) error {
+	if err == nil {
+		return nil
+	}
+	var tmr *bot.TooManyRequestsError
+	if errors.As(err, &tmr) {
+		return platform.RateLimited(err, secondsDur(tmr.RetryAfter))
+	}
+	var mig *bot.MigrateError
+	if errors.As(err, &mig) {
+		return platform.Permanent(fmt.Errorf("group migrated to supergroup %d: %w", mig.MigrateToChatID, err))
+	}
+	switch {
+	case isEntityError(err):
+		return platform.FormatRejected(err)
+	case errors.Is(err, bot.ErrorForbidden), errors.Is(err, bot.ErrorBadRequest),
+		errors.Is(err, bot.ErrorUnauthorized), errors.Is(err, bot.ErrorNotFound):
+		return platform.Permanent(err)
+	}
+	return err
+}

@@ -1,0 +1,276 @@
+// Package telegram is the Telegram gateway (`switchboard gateway
+// telegram`): Bot API long polling or a webhook in, sendMessage /
+// editMessageText / sendChatAction / sendPhoto / sendDocument /
+// deleteMessage out, run by the platform kit's Runner.
+//
+// Sending goes through github.com/go-telegram/bot. Receiving does not use
+// the library's poller: it advances its offset before an update is
+// handled (and buffers updates in a channel), so an update could be
+// confirmed to Telegram before it reached the bus, and it retries a 409
+// forever. This package drives getUpdates itself: updates are published
+// in order, each waiting for its JetStream ack, and only then is the next
+// offset sent, which is what confirms them to Telegram. A crash between
+// publish and confirmation redelivers the update, and the bus dedupe id
+// telegram:<bot id>:<update_id> absorbs it. For the same reason the
+// webhook handler is our own: it answers 200 only after the ack.
+package telegram
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-telegram/bot"
+
+	"github.com/switchboard-chat/switchboard/pkg/bus"
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+	"github.com/switchboard-chat/switchboard/pkg/platform"
+)
+
+// DefaultAPIBaseURL is Telegram's Bot API.
+const DefaultAPIBaseURL = "https://api.telegram.org"
+
+// Config is the `gateways.telegram` section.
+type Config struct {
+	// BotToken (TELEGRAM_BOT_TOKEN) is "<bot id>:<secret>".
+	BotToken string `koanf:"bot_token"`
+	// APIBaseURL (TELEGRAM_API_BASE_URL) points at a self-hosted Bot API
+	// server, a proxy, or a fake.
+	APIBaseURL string `koanf:"api_base_url"`
+	// WebhookURL (TELEGRAM_WEBHOOK_URL) switches from long polling to a
+	// webhook: the public URL Telegram posts to.
+	WebhookURL string `koanf:"webhook_url"`
+	// WebhookSecret (TELEGRAM_WEBHOOK_SECRET) is checked against the
+	// X-Telegram-Bot-Api-Secret-Token header of each webhook call.
+	WebhookSecret string `koanf:"webhook_secret"`
+	// WebhookListen is the local address the webhook server binds.
+	WebhookListen string `koanf:"webhook_listen"`
+	// RequireMention: in groups, answer only @mentions, replies to the bot
+	// and commands (Hermes's telegram.require_mention).
+	RequireMention bool `koanf:"require_mention"`
+	// FreeResponseChats are group chat ids exempt from RequireMention.
+	FreeResponseChats []string `koanf:"free_response_chats"`
+	// ReplyToMode: first (reply-thread only the first chunk), all, off.
+	ReplyToMode string `koanf:"reply_to_mode"`
+	// BotUsername (without @) for mention and /cmd@bot matching; asked
+	// from getMe when empty.
+	BotUsername string `koanf:"bot_username"`
+	// PollTimeout is the getUpdates long-poll timeout.
+	PollTimeout time.Duration `koanf:"poll_timeout"`
+	// LeaseTTL of the active/standby poller lease.
+	LeaseTTL time.Duration `koanf:"lease_ttl"`
+}
+
+// DefaultConfig has Hermes's defaults.
+func DefaultConfig() Config {
+	return Config{
+		APIBaseURL: DefaultAPIBaseURL, WebhookListen: ":8443", RequireMention: true,
+		ReplyToMode: "first", PollTimeout: 30 * time.Second, LeaseTTL: 10 * time.Second,
+	}
+}
+
+// Validate checks the configuration.
+func (c Config) Validate() error {
+	if c.BotToken == "" {
+		return errors.New("gateways.telegram.bot_token (TELEGRAM_BOT_TOKEN) is required")
+	}
+	if _, err := botID(c.BotToken); err != nil {
+		return err
+	}
+	switch c.ReplyToMode {
+	case "", "first", "all", "off":
+	default:
+		return fmt.Errorf("gateways.telegram.reply_to_mode %q: want first, all or off", c.ReplyToMode)
+	}
+	return nil
+}
+
+func botID(token string) (int64, error) {
+	prefix, _, ok := strings.Cut(token, ":")
+	id, err := strconv.ParseInt(prefix, 10, 64)
+	if !ok || err != nil || id <= 0 {
+		return 0, errors.New("telegram bot token must look like <bot id>:<secret>")
+	}
+	return id, nil
+}
+
+// Deps are the shared clients.
+type Deps struct {
+	Log *slog.Logger
+	Bus *bus.Bus
+	// HTTPClient for the Bot API (default: a client with sane timeouts).
+	HTTPClient *http.Client
+	// Instance names this replica in the lease (default hostname+random).
+	Instance string
+	// Backoff overrides the reconnect schedule (tests).
+	Backoff platform.Backoff
+}
+
+// Service is the Telegram gateway.
+type Service struct {
+	p      *Platform
+	runner *platform.Runner
+}
+
+// New builds the gateway.
+func New(cfg Config, deps Deps) (*Service, error) {
+	if deps.Bus == nil {
+		return nil, errors.New("telegram gateway: bus is required")
+	}
+	p, err := NewPlatform(cfg, deps.Log, deps.HTTPClient)
+	if err != nil {
+		return nil, err
+	}
+	r, err := platform.NewRunner(p, deps.Bus, platform.Options{
+		Log: deps.Log, LeaseTTL: cfg.LeaseTTL, Instance: deps.Instance, Backoff: deps.Backoff,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &Service{p: p, runner: r}, nil
+}
+
+// Ready is the readiness check: unready with the reason after a fatal
+// error (409 conflict, bad token).
+func (s *Service) Ready(ctx context.Context) error { return s.runner.Ready(ctx) }
+
+// Runner exposes the kit runner (state, tests).
+func (s *Service) Runner() *platform.Runner { return s.runner }
+
+// Run serves until ctx ends.
+func (s *Service) Run(ctx context.Context) error { return s.runner.Run(ctx) }
+
+// Platform is the Telegram implementation of platform.Platform.
+type Platform struct {
+	cfg     Config
+	log     *slog.Logger
+	api     *bot.Bot
+	http    *http.Client
+	baseURL string
+	me      identity
+	gate    gating
+
+	mu       sync.Mutex
+	username string
+}
+
+// NewPlatform builds the platform without a bus (the Runner adds it).
+func NewPlatform(cfg Config, log *slog.Logger, hc *http.Client) (*Platform, error) {
+	def := DefaultConfig()
+	if cfg.APIBaseURL == "" {
+		cfg.APIBaseURL = def.APIBaseURL
+	}
+	if cfg.PollTimeout <= 0 {
+		cfg.PollTimeout = def.PollTimeout
+	}
+	if cfg.WebhookListen == "" {
+		cfg.WebhookListen = def.WebhookListen
+	}
+	if cfg.ReplyToMode == "" {
+		cfg.ReplyToMode = def.ReplyToMode
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	id, _ := botID(cfg.BotToken)
+	if hc == nil {
+		hc = &http.Client{Timeout: cfg.PollTimeout + 30*time.Second}
+	}
+	base := strings.TrimRight(cfg.APIBaseURL, "/")
+	api, err := bot.New(cfg.BotToken, bot.WithServerURL(base), bot.WithSkipGetMe(), bot.WithHTTPClient(cfg.PollTimeout, hc),
+		bot.WithErrorsHandler(func(err error) { log.Debug("telegram library error", "err", err) }))
+	if err != nil {
+		return nil, fmt.Errorf("telegram client: %w", err)
+	}
+	free := map[string]bool{}
+	for _, c := range cfg.FreeResponseChats {
+		free[c] = true
+	}
+	return &Platform{
+		cfg: cfg, log: log.With("platform", "telegram"), api: api, http: hc, baseURL: base,
+		me: identity{id: id, username: strings.TrimPrefix(cfg.BotUsername, "@")}, username: strings.TrimPrefix(cfg.BotUsername, "@"),
+		gate: gating{requireMention: cfg.RequireMention, freeChats: free},
+	}, nil
+}
+
+func (p *Platform) Name() string    { return "telegram" }
+func (p *Platform) Account() string { return strconv.FormatInt(p.me.id, 10) }
+
+// SingleConsumer: long polling allows one poller per token; webhook mode
+// lets every replica serve the endpoint.
+func (p *Platform) SingleConsumer() bool { return p.cfg.WebhookURL == "" }
+
+func (p *Platform) Capabilities() platform.Capabilities {
+	return platform.Capabilities{
+		MaxLength: maxText, Measure: platform.MeasureUTF16, CanSend: true, CanEdit: true, CanDelete: true,
+		CanThread: true, CanTyping: true, CommandPrefix: "/",
+		MediaKinds: []eventsv1.AttachmentKind{eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT},
+	}
+}
+
+func (p *Platform) identity() identity {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return identity{id: p.me.id, username: p.username}
+}
+
+// learnUsername asks getMe once for the bot's username. A rejected token
+// is fatal.
+func (p *Platform) learnUsername(ctx context.Context) error {
+	if p.identity().username != "" {
+		return nil
+	}
+	u, err := p.api.GetMe(ctx)
+	if err != nil {
+		if errors.Is(err, bot.ErrorUnauthorized) || errors.Is(err, bot.ErrorNotFound) {
+			return platform.Fatal(fmt.Errorf("telegram rejected the bot token (getMe): %w", err))
+		}
+		return fmt.Errorf("getMe: %w", err)
+	}
+	p.mu.Lock()
+	p.username = u.Username
+	p.mu.Unlock()
+	return nil
+}
+
+// Connect runs long polling or the webhook server.
+func (p *Platform) Connect(ctx context.Context, conn platform.Conn) error {
+	if err := p.learnUsername(ctx); err != nil {
+		return err
+	}
+	if p.cfg.WebhookURL != "" {
+		return p.serveWebhook(ctx, conn)
+	}
+	return p.poll(ctx, conn)
+}
+
+// handle normalizes and publishes one raw update. It returns an error
+// only when the update was not stored and must not be confirmed.
+func (p *Platform) handle(ctx context.Context, conn platform.Conn, raw []byte) error {
+	out, err := parseUpdate(raw, p.identity(), p.gate)
+	if err != nil {
+		conn.Reject(ctx, "malformed update", err)
+		return nil
+	}
+	if out.ev == nil {
+		updatesSkipped.WithLabelValues(out.skip).Inc()
+		p.log.Debug("update skipped", "reason", out.skip)
+		return nil
+	}
+	if _, err := conn.Deliver(ctx, out.ev); err != nil {
+		if errors.Is(err, platform.ErrRejected) {
+			return nil
+		}
+		return fmt.Errorf("publish update %s: %w", out.ev.GetEventId(), err)
+	}
+	return nil
+}

@@ -1,0 +1,129 @@
+package telegram
+
+import (
+	"strconv"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+)
+
+const (
+	testToken    = "4242:test-secret"
+	testBotID    = int64(4242)
+	testUsername = "sbtestbot"
+	msgDate      = 1767225600
+)
+
+type obj = map[string]any
+
+var (
+	alice    = obj{"id": 99, "is_bot": false, "first_name": "Alice", "last_name": "Liddell", "username": "alice"}
+	botUser  = obj{"id": testBotID, "is_bot": true, "first_name": "SB", "username": testUsername}
+	dmChat   = obj{"id": 99, "type": "private", "first_name": "Alice", "last_name": "Liddell"}
+	group    = obj{"id": -1002285219667, "type": "supergroup", "title": "Team"}
+	forum    = obj{"id": -1002285219668, "type": "supergroup", "title": "Forum", "is_forum": true}
+	channel  = obj{"id": -1001111111111, "type": "channel", "title": "News"}
+	basicGrp = obj{"id": -555, "type": "group", "title": "Basic"}
+)
+
+// kindCase is one message kind: the update's body (without update_id) and
+// the event the gateway must publish for it (event_id filled in later).
+type kindCase struct {
+	name   string
+	update obj
+	want   *eventsv1.MessageReceived // nil: skipped (acknowledged, not published)
+}
+
+func msg(m obj) obj {
+	m["date"] = msgDate
+	if _, ok := m["message_id"]; !ok {
+		m["message_id"] = 7
+	}
+	return m
+}
+
+func src(chat, chatName, chatType, user, userName, thread string) *eventsv1.SessionSource {
+	return &eventsv1.SessionSource{Platform: "telegram", Account: strconv.FormatInt(testBotID, 10), ChatId: chat, ChatName: chatName,
+		ChatType: chatType, UserId: user, UserName: userName, ThreadId: thread}
+}
+
+func ev(s *eventsv1.SessionSource, text string, mod func(*eventsv1.MessageReceived)) *eventsv1.MessageReceived {
+	e := &eventsv1.MessageReceived{MessageId: "7", Source: s, Text: text, SentAt: timestamppb.New(timeUnix(msgDate))}
+	if mod != nil {
+		mod(e)
+	}
+	return e
+}
+
+func kindCases() []kindCase {
+	dm := src("99", "Alice Liddell", "dm", "99", "Alice Liddell", "")
+	grp := src("-1002285219667", "Team", "group", "99", "Alice Liddell", "")
+	mention := func(e *eventsv1.MessageReceived) { e.Mentioned = true }
+	return []kindCase{
+		{"text_dm", obj{"message": msg(obj{"from": alice, "chat": dmChat, "text": "hello there"})}, ev(dm, "hello there", nil)},
+		{"group_mention", obj{"message": msg(obj{"from": alice, "chat": group, "text": "@" + testUsername + " status?",
+			"entities": []obj{{"type": "mention", "offset": 0, "length": len(testUsername) + 1}}})},
+			ev(grp, "@"+testUsername+" status?", mention)},
+		{"group_reply_to_bot", obj{"message": msg(obj{"from": alice, "chat": group, "text": "and then?",
+			"reply_to_message": obj{"message_id": 5, "date": msgDate, "chat": group, "from": botUser, "text": "first answer"}})},
+			ev(grp, "and then?", func(e *eventsv1.MessageReceived) {
+				e.Mentioned = true
+				e.ReplyTo = &eventsv1.ReplyTo{MessageId: "5", Text: "first answer", UserId: "4242", FromBot: true}
+			})},
+		{"command_at_bot", obj{"message": msg(obj{"from": alice, "chat": group, "text": "/new@" + testUsername + " fresh",
+			"entities": []obj{{"type": "bot_command", "offset": 0, "length": len(testUsername) + 5}}})},
+			ev(grp, "/new fresh", mention)},
+		{"command_plain_group", obj{"message": msg(obj{"from": alice, "chat": group, "text": "/stop",
+			"entities": []obj{{"type": "bot_command", "offset": 0, "length": 5}}})},
+			ev(grp, "/stop", nil)},
+		{"forum_topic", obj{"message": msg(obj{"from": alice, "chat": forum, "text": "@" + testUsername + " in topic",
+			"message_thread_id": 17585, "is_topic_message": true,
+			"entities": []obj{{"type": "mention", "offset": 0, "length": len(testUsername) + 1}}})},
+			ev(src("-1002285219668", "Forum", "group", "99", "Alice Liddell", "17585"), "@"+testUsername+" in topic", mention)},
+		{"forum_general", obj{"message": msg(obj{"from": alice, "chat": forum, "text": "/help",
+			"entities": []obj{{"type": "bot_command", "offset": 0, "length": 5}}})},
+			ev(src("-1002285219668", "Forum", "group", "99", "Alice Liddell", "1"), "/help", nil)},
+		{"basic_group_text_mention", obj{"message": msg(obj{"from": alice, "chat": basicGrp, "text": "hey SB",
+			"entities": []obj{{"type": "text_mention", "offset": 4, "length": 2, "user": botUser}}})},
+			ev(src("-555", "Basic", "group", "99", "Alice Liddell", ""), "hey SB", mention)},
+		{"channel_post", obj{"channel_post": msg(obj{"chat": channel, "sender_chat": channel, "text": "breaking"})},
+			ev(src("-1001111111111", "News", "channel", "-1001111111111", "News", ""), "breaking", nil)},
+		{"photo_caption", obj{"message": msg(obj{"from": alice, "chat": dmChat, "caption": "look",
+			"photo": []obj{{"file_id": "small", "file_unique_id": "s", "width": 90, "height": 90, "file_size": 100},
+				{"file_id": "large", "file_unique_id": "l", "width": 1280, "height": 960, "file_size": 90000},
+				{"file_id": "mid", "file_unique_id": "m", "width": 320, "height": 240, "file_size": 5000}}})},
+			ev(dm, "look", func(e *eventsv1.MessageReceived) {
+				e.Attachments = []*eventsv1.Attachment{{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, PlatformFileId: "large", MimeType: "image/jpeg", SizeBytes: 90000, Caption: "look"}}
+			})},
+		{"document", obj{"message": msg(obj{"from": alice, "chat": dmChat,
+			"document": obj{"file_id": "doc1", "file_unique_id": "d", "file_name": "report.pdf", "mime_type": "application/pdf", "file_size": 1234}})},
+			ev(dm, "", func(e *eventsv1.MessageReceived) {
+				e.Attachments = []*eventsv1.Attachment{{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT, PlatformFileId: "doc1", MimeType: "application/pdf", SizeBytes: 1234, FileName: "report.pdf"}}
+			})},
+		{"voice", obj{"message": msg(obj{"from": alice, "chat": dmChat,
+			"voice": obj{"file_id": "v1", "file_unique_id": "v", "duration": 3, "mime_type": "audio/ogg", "file_size": 4000}})},
+			ev(dm, "", func(e *eventsv1.MessageReceived) {
+				e.Attachments = []*eventsv1.Attachment{{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_VOICE, PlatformFileId: "v1", MimeType: "audio/ogg", SizeBytes: 4000}}
+			})},
+		{"reply_in_dm", obj{"message": msg(obj{"from": alice, "chat": dmChat, "text": "this one",
+			"reply_to_message": obj{"message_id": 3, "date": msgDate, "chat": dmChat, "from": alice, "text": "older"}})},
+			ev(dm, "this one", func(e *eventsv1.MessageReceived) {
+				e.ReplyTo = &eventsv1.ReplyTo{MessageId: "3", Text: "older", UserId: "99"}
+			})},
+		// Skipped kinds: acknowledged to Telegram, never published.
+		{"group_unmentioned", obj{"message": msg(obj{"from": alice, "chat": group, "text": "chatter"})}, nil},
+		{"command_for_other_bot", obj{"message": msg(obj{"from": alice, "chat": group, "text": "/start@otherbot",
+			"entities": []obj{{"type": "bot_command", "offset": 0, "length": 15}}})}, nil},
+		{"edited_message", obj{"edited_message": msg(obj{"from": alice, "chat": dmChat, "text": "fixed", "edit_date": msgDate})}, nil},
+		{"sticker_only", obj{"message": msg(obj{"from": alice, "chat": dmChat, "sticker": obj{"file_id": "st", "file_unique_id": "st", "type": "regular", "width": 1, "height": 1, "is_animated": false, "is_video": false}})}, nil},
+	}
+}
+
+// answer is the send request that replies to ev.
+func answer(ev *eventsv1.MessageReceived) *deliveryv1.SendRequested {
+	s := ev.GetSource()
+	return &deliveryv1.SendRequested{Target: &deliveryv1.Target{Platform: "telegram", Account: s.GetAccount(), ChatId: s.GetChatId(),
+		ThreadId: s.GetThreadId(), ReplyToMessageId: ev.GetMessageId()}}
+}

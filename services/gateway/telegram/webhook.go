@@ -1,0 +1,97 @@
+package telegram
+
+import (
+	"context"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/go-telegram/bot"
+
+	"github.com/switchboard-chat/switchboard/pkg/platform"
+)
+
+// maxWebhookBody bounds one webhook update.
+const maxWebhookBody = 1 << 20
+
+// serveWebhook registers the webhook with Telegram and serves it until
+// ctx ends. Each replica serves the same URL path; Telegram retries an
+// update until one answers 200, which happens only after the bus ack.
+func (p *Platform) serveWebhook(ctx context.Context, conn platform.Conn) error {
+	u, err := url.Parse(p.cfg.WebhookURL)
+	if err != nil {
+		return platform.Fatal(fmt.Errorf("gateways.telegram.webhook_url: %w", err))
+	}
+	path := u.Path
+	if path == "" {
+		path = "/"
+	}
+	mux := http.NewServeMux()
+	mux.Handle("POST "+path, p.WebhookHandler(conn))
+	ln, err := net.Listen("tcp", p.cfg.WebhookListen)
+	if err != nil {
+		return fmt.Errorf("listen for the webhook on %s: %w", p.cfg.WebhookListen, err)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+
+	if _, err := p.api.SetWebhook(ctx, &bot.SetWebhookParams{URL: p.cfg.WebhookURL, SecretToken: p.cfg.WebhookSecret, AllowedUpdates: allowedUpdates}); err != nil {
+		if errors.Is(err, bot.ErrorUnauthorized) || errors.Is(err, bot.ErrorNotFound) {
+			return platform.Fatal(fmt.Errorf("telegram rejected the bot token (setWebhook): %w", err))
+		}
+		if errors.Is(err, bot.ErrorBadRequest) {
+			return platform.Fatal(fmt.Errorf("telegram refused the webhook: %w", err))
+		}
+		return fmt.Errorf("setWebhook: %w", err)
+	}
+	p.log.Info("telegram webhook registered", "listen", ln.Addr().String(), "path", path)
+	conn.Connected()
+	select {
+	case <-ctx.Done():
+		return nil
+	case err := <-errc:
+		return fmt.Errorf("webhook server: %w", err)
+	}
+}
+
+// WebhookHandler checks the secret token header, publishes the update and
+// answers 200 once it is on the bus (or deliberately dropped); 500 makes
+// Telegram retry.
+func (p *Platform) WebhookHandler(conn platform.Conn) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s := p.cfg.WebhookSecret; s != "" &&
+			subtle.ConstantTimeCompare([]byte(r.Header.Get("X-Telegram-Bot-Api-Secret-Token")), []byte(s)) != 1 {
+			p.log.Warn("webhook call with a wrong secret token", "remote", r.RemoteAddr)
+			http.Error(w, "forbidden", http.StatusUnauthorized)
+			return
+		}
+		body, err := io.ReadAll(io.LimitReader(r.Body, maxWebhookBody+1))
+		if err != nil {
+			http.Error(w, "read body", http.StatusBadRequest)
+			return
+		}
+		if len(body) > maxWebhookBody {
+			// Answer 200: Telegram would retry a refusal forever.
+			conn.Reject(r.Context(), "webhook update too large", fmt.Errorf("%d bytes", len(body)))
+			w.WriteHeader(http.StatusOK)
+			return
+		}
+		if err := p.handle(r.Context(), conn, body); err != nil {
+			p.log.Warn("webhook update not stored; telegram will retry", "err", err)
+			http.Error(w, "try again", http.StatusInternalServerError)
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+	})
+}

@@ -1,0 +1,338 @@
+// Package hook verifies, filters and renders webhook deliveries (outside
+// input): pure functions, fuzzed on their own.
+package hook
+
+import (
+	"bytes"
+	"crypto/hmac"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"regexp"
+	"slices"
+	"strings"
+	"text/template"
+	"unicode/utf8"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/switchboard-chat/switchboard/pkg/config"
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+)
+
+var (
+	routeName  = regexp.MustCompile(`^[A-Za-z0-9_\-]{1,64}$`)
+	deliveryID = regexp.MustCompile(`^[A-Za-z0-9._:\-]{1,128}$`)
+)
+
+// maxPromptBytes bounds a rendered prompt.
+const maxPromptBytes = 32 << 10
+
+// Signature schemes.
+const (
+	SigGitHub  = "github"  // X-Hub-Signature-256: sha256=<hex HMAC-SHA256 of the body>
+	SigGitLab  = "gitlab"  // X-Gitlab-Token: the secret itself
+	SigGeneric = "generic" // <header>: [sha256=]<hex HMAC-SHA256 of the body>
+	SigNone    = "none"    // no check; only with insecure: true
+)
+
+// Route configures one webhook endpoint.
+type Route struct {
+	// Secret for the signature (HMAC key, or GitLab's token).
+	Secret string `koanf:"secret"`
+	// Signature scheme: github (default), gitlab, generic or none.
+	Signature string `koanf:"signature"`
+	// Header carrying a generic signature (default X-Webhook-Signature).
+	Header string `koanf:"header"`
+	// Events to accept ("push", "issues", "issues.opened"); empty: all.
+	Events []string `koanf:"events"`
+	// Prompt is a Go text/template over the JSON payload; functions
+	// route, event, json and truncate are available.
+	Prompt string `koanf:"prompt"`
+	// Reply is where the answer goes; an empty platform means nowhere.
+	Reply ReplyTarget `koanf:"reply"`
+	// DeliverOnly sends the rendered prompt to Reply without the agent.
+	DeliverOnly bool `koanf:"deliver_only"`
+	// Insecure allows signature: none.
+	Insecure bool `koanf:"insecure"`
+}
+
+// ReplyTarget is a chat on another platform.
+type ReplyTarget struct {
+	Platform string `koanf:"platform"`
+	Account  string `koanf:"account"`
+	ChatID   string `koanf:"chat_id"`
+	ThreadID string `koanf:"thread_id"`
+}
+
+// defaultPrompt renders an event for the agent when a route has no template.
+const defaultPrompt = `Webhook {{route}} received event {{event}}:
+{{json . | truncate 8000}}`
+
+// CompiledRoute is a validated route with its parsed template.
+type CompiledRoute struct {
+	Name string
+	Route
+	tmpl *template.Template
+}
+
+// Compile validates a route and parses its template. keyPrefix names the
+// route in configuration errors.
+func Compile(name string, r Route, keyPrefix string) (*CompiledRoute, error) {
+	key := keyPrefix + name
+	if !routeName.MatchString(name) {
+		return nil, config.Invalid(key, name, "a route name of letters, digits, '-' or '_'")
+	}
+	if r.Signature == "" {
+		r.Signature = SigGitHub
+	}
+	switch r.Signature {
+	case SigGitHub, SigGitLab, SigGeneric:
+		if r.Secret == "" {
+			return nil, config.Invalid(key+".secret", "", "a secret for "+r.Signature+" signatures")
+		}
+	case SigNone:
+		if !r.Insecure {
+			return nil, config.Invalid(key+".signature", r.Signature, "a signature scheme, or insecure: true")
+		}
+	default:
+		return nil, config.Invalid(key+".signature", r.Signature, "github, gitlab, generic or none")
+	}
+	if r.Header == "" {
+		r.Header = "X-Webhook-Signature"
+	}
+	if r.DeliverOnly && r.Reply.Platform == "" {
+		return nil, config.Invalid(key+".reply.platform", "", "a reply target for a deliver_only route")
+	}
+	if r.Reply.Platform != "" && r.Reply.ChatID == "" {
+		return nil, config.Invalid(key+".reply.chat_id", "", "the chat to reply to")
+	}
+	prompt := r.Prompt
+	if prompt == "" {
+		prompt = defaultPrompt
+	}
+	tmpl, err := template.New(name).Option("missingkey=zero").Funcs(templateFuncs(name, "")).Parse(prompt)
+	if err != nil {
+		return nil, config.Invalid(key+".prompt", "(template)", "a valid Go template: "+err.Error())
+	}
+	return &CompiledRoute{Name: name, Route: r, tmpl: tmpl}, nil
+}
+
+// RequestError is a refused delivery with its HTTP status; Code 200
+// means valid but filtered out.
+type RequestError struct {
+	Code   int
+	Status string
+	Err    error
+}
+
+func (e *RequestError) Error() string { return e.Err.Error() }
+
+func refuse(code int, status string, format string, args ...any) *RequestError {
+	return &RequestError{Code: code, Status: status, Err: fmt.Errorf(format, args...)}
+}
+
+// Prepare verifies, filters and renders one delivery. A requestError with
+// code 200 means the delivery is valid but filtered out.
+func Prepare(route *CompiledRoute, account string, h http.Header, body []byte) (*eventsv1.MessageReceived, *RequestError) {
+	if err := Verify(route, h, body); err != nil {
+		return nil, &RequestError{Code: http.StatusUnauthorized, Status: "bad_signature", Err: err}
+	}
+	var payload any
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	if err := dec.Decode(&payload); err != nil {
+		return nil, refuse(http.StatusBadRequest, "malformed_payload", "payload is not JSON: %v", err)
+	}
+	if dec.More() {
+		return nil, refuse(http.StatusBadRequest, "malformed_payload", "data after the JSON payload")
+	}
+	event := eventType(route, h, payload)
+	if !matches(route.Events, event) {
+		return nil, refuse(http.StatusOK, "ignored", "event %q is filtered out", event)
+	}
+	id := h.Get("X-GitHub-Delivery")
+	for _, k := range []string{"X-Gitlab-Event-UUID", "X-Webhook-Id", "X-Request-Id", "Idempotency-Key"} {
+		if id == "" {
+			id = h.Get(k)
+		}
+	}
+	if id != "" && !deliveryID.MatchString(id) {
+		return nil, refuse(http.StatusBadRequest, "bad_delivery_id", "delivery id is not a plain token")
+	}
+	if id == "" {
+		sum := sha256.Sum256(body)
+		id = "sha256-" + hex.EncodeToString(sum[:16])
+	}
+	text, err := render(route, event, payload)
+	if err != nil {
+		return nil, refuse(http.StatusUnprocessableEntity, "template_failed", "render prompt: %v", err)
+	}
+	ev := &eventsv1.MessageReceived{
+		EventId:   route.Name + "/" + id,
+		MessageId: id,
+		Source: &eventsv1.SessionSource{
+			Platform: "webhook", Account: account, ChatId: route.Name, ChatName: route.Name, ChatType: "dm",
+			UserId: "webhook:" + route.Name, UserName: route.Name,
+		},
+		Text:                   text,
+		SentAt:                 timestamppb.Now(),
+		Internal:               true,
+		TransportAuthenticated: true,
+		ReplyRoute: &eventsv1.ReplyRoute{
+			Platform: route.Reply.Platform, Account: route.Reply.Account, ChatId: route.Reply.ChatID,
+			ThreadId: route.Reply.ThreadID, DeliverOnly: route.DeliverOnly,
+		},
+	}
+	return ev, nil
+}
+
+// Verify checks the route's signature scheme in constant time.
+func Verify(route *CompiledRoute, h http.Header, body []byte) error {
+	switch route.Signature {
+	case SigNone:
+		return nil
+	case SigGitLab:
+		got := h.Get("X-Gitlab-Token")
+		if got == "" || subtle.ConstantTimeCompare([]byte(got), []byte(route.Secret)) != 1 {
+			return errors.New("X-Gitlab-Token does not match")
+		}
+		return nil
+	case SigGitHub:
+		return CheckHMAC(h.Get("X-Hub-Signature-256"), route.Secret, body, true)
+	case SigGeneric:
+		return CheckHMAC(h.Get(route.Header), route.Secret, body, false)
+	default:
+		return fmt.Errorf("unknown signature scheme %q", route.Signature)
+	}
+}
+
+func CheckHMAC(header, secret string, body []byte, prefixRequired bool) error {
+	if header == "" {
+		return errors.New("signature header missing")
+	}
+	sig, hasPrefix := strings.CutPrefix(strings.TrimSpace(header), "sha256=")
+	if prefixRequired && !hasPrefix {
+		return errors.New("signature is not sha256=<hex>")
+	}
+	got, err := hex.DecodeString(sig)
+	if err != nil || len(got) != sha256.Size {
+		return errors.New("signature is not a hex SHA-256 HMAC")
+	}
+	mac := hmac.New(sha256.New, []byte(secret))
+	mac.Write(body)
+	if !hmac.Equal(got, mac.Sum(nil)) {
+		return errors.New("signature does not match")
+	}
+	return nil
+}
+
+// Sign returns the GitHub-style signature header value of body.
+func Sign(secret string, body []byte) string {
+	mac := hmac.New(sha256.New, []byte(secret))
+	mac.Write(body)
+	return "sha256=" + hex.EncodeToString(mac.Sum(nil))
+}
+
+// eventType names the delivery's event: the platform's event header,
+// with the payload's action appended as "<event>.<action>" when present.
+func eventType(route *CompiledRoute, h http.Header, payload any) string {
+	obj, _ := payload.(map[string]any)
+	str := func(k string) string { s, _ := obj[k].(string); return s }
+	var event string
+	switch route.Signature {
+	case SigGitHub:
+		event = h.Get("X-GitHub-Event")
+	case SigGitLab:
+		event = str("object_kind")
+		if event == "" {
+			event = h.Get("X-Gitlab-Event")
+		}
+	}
+	if event == "" {
+		event = h.Get("X-Webhook-Event")
+	}
+	if event == "" {
+		event = str("event")
+	}
+	if event == "" {
+		event = str("type")
+	}
+	if a := str("action"); a != "" && event != "" {
+		event += "." + a
+	}
+	if len(event) > 128 || !utf8.ValidString(event) {
+		event = "invalid"
+	}
+	return event
+}
+
+// matches: no filter accepts everything; "issues" accepts every
+// "issues.<action>"; "issues.opened" only that action.
+func matches(filter []string, event string) bool {
+	if len(filter) == 0 {
+		return true
+	}
+	base, _, _ := strings.Cut(event, ".")
+	return slices.Contains(filter, event) || slices.Contains(filter, base)
+}
+
+func templateFuncs(route, event string) template.FuncMap {
+	return template.FuncMap{
+		"route": func() string { return route },
+		"event": func() string { return event },
+		"json": func(v any) string {
+			b, err := json.MarshalIndent(v, "", "  ")
+			if err != nil {
+				return ""
+			}
+			return string(b)
+		},
+		"truncate": func(n int, s string) string {
+			if n < 0 || len(s) <= n {
+				return s
+			}
+			cut := n
+			for cut > 0 && !utf8.RuneStart(s[cut]) {
+				cut--
+			}
+			return s[:cut] + "…"
+		},
+	}
+}
+
+// limitedWriter stops a template from rendering more than its limit.
+type limitedWriter struct {
+	b bytes.Buffer
+	n int
+}
+
+var errTooLong = errors.New("rendered prompt too long")
+
+func (l *limitedWriter) Write(p []byte) (int, error) {
+	if l.b.Len()+len(p) > l.n {
+		return 0, errTooLong
+	}
+	return l.b.Write(p)
+}
+
+func render(route *CompiledRoute, event string, payload any) (string, error) {
+	t, err := route.tmpl.Clone()
+	if err != nil {
+		return "", err
+	}
+	t.Funcs(templateFuncs(route.Name, event))
+	w := &limitedWriter{n: maxPromptBytes}
+	if err := t.Execute(w, payload); err != nil {
+		return "", err
+	}
+	out := strings.ToValidUTF8(w.b.String(), "\uFFFD")
+	if strings.TrimSpace(out) == "" {
+		return "", errors.New("rendered prompt is empty")
+	}
+	return out, nil
+}

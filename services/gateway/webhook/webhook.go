@@ -1,0 +1,233 @@
+// Package webhook is the webhook gateway (`switchboard gateway webhook`):
+// POST /webhooks/<route> with a per-route secret, signature check, event
+// filter and prompt template. An accepted delivery becomes an internal,
+// transport-authenticated MessageReceived whose reply goes where the route
+// says (another platform's chat, or nowhere); deliver_only routes send the
+// rendered text without running the agent.
+package webhook
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/switchboard-chat/switchboard/pkg/bus"
+	"github.com/switchboard-chat/switchboard/pkg/config"
+	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
+	"github.com/switchboard-chat/switchboard/pkg/platform"
+	"github.com/switchboard-chat/switchboard/services/gateway/webhook/internal/hook"
+)
+
+// PlatformName is the platform of webhook events.
+const PlatformName = "webhook"
+
+// Signature schemes (see hook).
+const (
+	SigGitHub  = hook.SigGitHub
+	SigGitLab  = hook.SigGitLab
+	SigGeneric = hook.SigGeneric
+	SigNone    = hook.SigNone
+)
+
+// Route configures one webhook endpoint; ReplyTarget is where its reply goes.
+type (
+	Route       = hook.Route
+	ReplyTarget = hook.ReplyTarget
+)
+
+// Sign returns the GitHub-style signature header value of body.
+func Sign(secret string, body []byte) string { return hook.Sign(secret, body) }
+
+// Config is the `gateways.webhook` section.
+type Config struct {
+	// Addr to listen on (default 127.0.0.1:8643).
+	Addr string `koanf:"addr"`
+	// Account names this webhook endpoint in session keys.
+	Account string `koanf:"account"`
+	// MaxBodyBytes bounds a delivery (413 beyond; default 1 MiB).
+	MaxBodyBytes int64 `koanf:"max_body_bytes"`
+	// Routes by name: POST /webhooks/<name>.
+	Routes map[string]Route `koanf:"routes"`
+}
+
+// DefaultConfig returns the defaults.
+func DefaultConfig() Config {
+	return Config{Addr: "127.0.0.1:8643", Account: "default", MaxBodyBytes: 1 << 20}
+}
+
+func (c Config) compile() (map[string]*hook.CompiledRoute, error) {
+	if c.Addr == "" {
+		return nil, config.Invalid("gateways.webhook.addr", c.Addr, "host:port")
+	}
+	out := map[string]*hook.CompiledRoute{}
+	names := make([]string, 0, len(c.Routes))
+	for n := range c.Routes {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		r, err := hook.Compile(name, c.Routes[name], "gateways.webhook.routes.")
+		if err != nil {
+			return nil, err
+		}
+		out[name] = r
+	}
+	return out, nil
+}
+
+// Validate checks the configuration.
+func (c Config) Validate() error {
+	_, err := c.compile()
+	return err
+}
+
+// Deps are the service's clients.
+type Deps struct {
+	Log           *slog.Logger
+	Bus           *bus.Bus
+	RunnerOptions platform.Options
+}
+
+// Service is the webhook gateway.
+type Service struct {
+	cfg    Config
+	log    *slog.Logger
+	routes map[string]*hook.CompiledRoute
+	runner *platform.Runner
+
+	mu       sync.Mutex
+	addr     string
+	ln       net.Listener
+	listened chan struct{}
+	connects atomic.Int64
+	runnerFn func() *platform.Runner
+}
+
+// New builds the gateway.
+func New(cfg Config, deps Deps) (*Service, error) {
+	routes, err := cfg.compile()
+	if err != nil {
+		return nil, err
+	}
+	if deps.Bus == nil {
+		return nil, errors.New("webhook gateway: bus is required")
+	}
+	if deps.Log == nil {
+		deps.Log = slog.Default()
+	}
+	if cfg.Account == "" {
+		cfg.Account = "default"
+	}
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = 1 << 20
+	}
+	s := &Service{cfg: cfg, log: deps.Log.With("service", "gateway-webhook"), routes: routes, addr: cfg.Addr, listened: make(chan struct{})}
+	opts := deps.RunnerOptions
+	if opts.Log == nil {
+		opts.Log = deps.Log
+	}
+	s.runner, err = platform.NewRunner(s, deps.Bus, opts)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Service) rn() *platform.Runner {
+	if s.runnerFn != nil {
+		return s.runnerFn()
+	}
+	return s.runner
+}
+
+// Run serves until ctx ends.
+func (s *Service) Run(ctx context.Context) error { return s.runner.Run(ctx) }
+
+// Ready is the readiness check.
+func (s *Service) Ready(ctx context.Context) error { return s.runner.Ready(ctx) }
+
+// Addr is the listening address after the first listen.
+func (s *Service) Addr() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.addr
+}
+
+// Listening is closed once the gateway first listens.
+func (s *Service) Listening() <-chan struct{} { return s.listened }
+
+func (s *Service) Name() string    { return PlatformName }
+func (s *Service) Account() string { return s.cfg.Account }
+
+// Capabilities: webhooks are inbound only.
+func (s *Service) Capabilities() platform.Capabilities {
+	return platform.Capabilities{}
+}
+
+func (s *Service) Send(context.Context, *deliveryv1.SendRequested) (string, error) {
+	return "", platform.ErrUnsupported
+}
+func (s *Service) Edit(context.Context, *deliveryv1.SendRequested) error {
+	return platform.ErrUnsupported
+}
+func (s *Service) Delete(context.Context, *deliveryv1.SendRequested) error {
+	return platform.ErrUnsupported
+}
+func (s *Service) Typing(context.Context, *deliveryv1.SendRequested) error {
+	return platform.ErrUnsupported
+}
+
+// Connect listens and serves until ctx ends or the listener fails.
+func (s *Service) Connect(ctx context.Context, conn platform.Conn) error {
+	addr := s.Addr()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", addr, err)
+	}
+	s.mu.Lock()
+	s.addr, s.ln = ln.Addr().String(), ln
+	s.mu.Unlock()
+	select {
+	case <-s.listened:
+	default:
+		close(s.listened)
+	}
+	srv := &http.Server{
+		Handler:           s.Handler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		BaseContext:       func(net.Listener) context.Context { return ctx },
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+	}
+	s.connects.Add(1)
+	conn.Connected()
+	s.log.Info("webhook gateway listening", "addr", ln.Addr().String(), "routes", len(s.routes))
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case <-ctx.Done():
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+		<-errc
+		return nil
+	case err := <-errc:
+		return fmt.Errorf("serve http: %w", err)
+	}
+}
+
+func (s *Service) dropListener() {
+	s.mu.Lock()
+	ln := s.ln
+	s.mu.Unlock()
+	if ln != nil {
+		_ = ln.Close()
+	}
+}

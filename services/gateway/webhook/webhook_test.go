@@ -1,0 +1,276 @@
+package webhook
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/switchboard-chat/switchboard/pkg/bus"
+	"github.com/switchboard-chat/switchboard/pkg/bus/bustest"
+	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+	"github.com/switchboard-chat/switchboard/pkg/platform"
+	"github.com/switchboard-chat/switchboard/pkg/platform/platformtest"
+)
+
+const secret = "s3cret"
+
+func testConfig() Config {
+	cfg := DefaultConfig()
+	cfg.Addr = "127.0.0.1:0"
+	cfg.MaxBodyBytes = 16 << 10
+	cfg.Routes = map[string]Route{
+		"gh": {Secret: secret, Events: []string{"push", "issues.opened"},
+			Prompt: `{{event}} on {{.repository.full_name}} by {{.sender.login}}`,
+			Reply:  ReplyTarget{Platform: "telegram", Account: "bot1", ChatID: "-100"}},
+		"gl":      {Secret: secret, Signature: SigGitLab, Prompt: `gitlab {{event}} {{.project.name}}`},
+		"generic": {Secret: secret, Signature: SigGeneric, Header: "X-Signature", Prompt: `alert {{.alert}}`},
+		"notify": {Secret: secret, Signature: SigGeneric, DeliverOnly: true, Prompt: `deploy {{.version}} done`,
+			Reply: ReplyTarget{Platform: "slack", ChatID: "C1", ThreadID: "t1"}},
+	}
+	return cfg
+}
+
+// delivery is one HTTP post the fake makes.
+type delivery struct {
+	route   string
+	body    []byte
+	headers map[string]string
+}
+
+func post(t *testing.T, addr string, d delivery) int {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/webhooks/"+d.route, bytes.NewReader(d.body))
+	req.Header.Set("Content-Type", "application/json")
+	for k, v := range d.headers {
+		req.Header.Set(k, v)
+	}
+	resp, err := (&http.Client{Timeout: 20 * time.Second}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode
+}
+
+type webhookFake struct {
+	s  *Service
+	n  atomic.Int64
+	mu sync.Mutex
+	by map[string]delivery
+}
+
+func (f *webhookFake) Kinds() []string {
+	return []string{"github_push", "github_issue", "gitlab", "generic", "deliver_only"}
+}
+
+func (f *webhookFake) make(kind string) (delivery, *eventsv1.MessageReceived) {
+	n := f.n.Add(1)
+	id := fmt.Sprintf("d-%d", n)
+	var d delivery
+	want := &eventsv1.MessageReceived{Internal: true, TransportAuthenticated: true, ReplyRoute: &eventsv1.ReplyRoute{}}
+	switch kind {
+	case "github_push", "github_issue":
+		p := map[string]any{"repository": map[string]any{"full_name": "o/r"}, "sender": map[string]any{"login": "ann"}}
+		event, text := "push", "push on o/r by ann"
+		if kind == "github_issue" {
+			p["action"] = "opened"
+			event, text = "issues", "issues.opened on o/r by ann"
+		}
+		body, _ := json.Marshal(p)
+		d = delivery{"gh", body, map[string]string{"X-GitHub-Event": event, "X-GitHub-Delivery": id, "X-Hub-Signature-256": Sign(secret, body)}}
+		want.Text = text
+		want.ReplyRoute = &eventsv1.ReplyRoute{Platform: "telegram", Account: "bot1", ChatId: "-100"}
+	case "gitlab":
+		body, _ := json.Marshal(map[string]any{"object_kind": "push", "project": map[string]any{"name": "proj"}})
+		d = delivery{"gl", body, map[string]string{"X-Gitlab-Token": secret, "X-Gitlab-Event-UUID": id, "X-Gitlab-Event": "Push Hook"}}
+		want.Text = "gitlab push proj"
+	case "generic":
+		body, _ := json.Marshal(map[string]any{"alert": "disk full", "n": n})
+		mac := strings.TrimPrefix(Sign(secret, body), "sha256=")
+		d = delivery{"generic", body, map[string]string{"X-Signature": mac, "X-Webhook-Id": id}}
+		want.Text = "alert disk full"
+	case "deliver_only":
+		body, _ := json.Marshal(map[string]any{"version": "1.2.3"})
+		d = delivery{"notify", body, map[string]string{"X-Webhook-Signature": Sign(secret, body), "X-Webhook-Id": id}}
+		want.Text = "deploy 1.2.3 done"
+		want.ReplyRoute = &eventsv1.ReplyRoute{Platform: "slack", ChatId: "C1", ThreadId: "t1", DeliverOnly: true}
+	}
+	want.EventId, want.MessageId = d.route+"/"+id, id
+	want.Source = &eventsv1.SessionSource{Platform: PlatformName, Account: "default", ChatId: d.route, ChatName: d.route, ChatType: "dm", UserId: "webhook:" + d.route, UserName: d.route}
+	return d, want
+}
+
+func (f *webhookFake) Deliver(t *testing.T, _ context.Context, kind string) *eventsv1.MessageReceived {
+	t.Helper()
+	d, want := f.make(kind)
+	if code := post(t, f.s.Addr(), d); code != http.StatusAccepted {
+		t.Fatalf("%s: status %d, want 202", kind, code)
+	}
+	f.mu.Lock()
+	f.by[want.EventId] = d
+	f.mu.Unlock()
+	return want
+}
+
+func (f *webhookFake) Redeliver(t *testing.T, _ context.Context, eventID string) {
+	f.mu.Lock()
+	d := f.by[eventID]
+	f.mu.Unlock()
+	if code := post(t, f.s.Addr(), d); code != http.StatusOK {
+		t.Fatalf("redelivery: status %d, want 200", code)
+	}
+}
+
+func (f *webhookFake) DeliverOversized(t *testing.T, _ context.Context) {
+	body := []byte(`{"alert":"` + strings.Repeat("x", 32<<10) + `"}`)
+	d := delivery{"generic", body, map[string]string{"X-Signature": strings.TrimPrefix(Sign(secret, body), "sha256=")}}
+	if code := post(t, f.s.Addr(), d); code != http.StatusRequestEntityTooLarge {
+		t.Fatalf("oversized: status %d, want 413", code)
+	}
+}
+
+func (f *webhookFake) DeliverMalformed(t *testing.T, _ context.Context) {
+	body := []byte(`{"alert": "unterminated`)
+	d := delivery{"generic", body, map[string]string{"X-Signature": strings.TrimPrefix(Sign(secret, body), "sha256=")}}
+	if code := post(t, f.s.Addr(), d); code != http.StatusBadRequest {
+		t.Fatalf("malformed: status %d, want 400", code)
+	}
+}
+
+func (f *webhookFake) Drop(*testing.T)  { f.s.dropListener() }
+func (f *webhookFake) Connections() int { return int(f.s.connects.Load()) }
+
+func (f *webhookFake) Answer(ev *eventsv1.MessageReceived) *deliveryv1.SendRequested {
+	return &deliveryv1.SendRequested{Target: &deliveryv1.Target{Platform: PlatformName, ChatId: ev.GetSource().GetChatId()}}
+}
+
+func (f *webhookFake) Sent(*testing.T, context.Context, *deliveryv1.Target) []string { return nil }
+
+func TestContract(t *testing.T) {
+	t.Parallel()
+	platformtest.Run(t, platformtest.Harness{New: func(t *testing.T, env platformtest.Env) (platform.Platform, platformtest.Fake) {
+		s, err := New(testConfig(), Deps{Bus: env.Bus, Log: env.Log})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.runnerFn = env.Runner
+		return s, &webhookFake{s: s, by: map[string]delivery{}}
+	}})
+}
+
+// inbound reads the events published on b's inbound stream.
+func inbound(t *testing.T, b *bus.Bus) func() *eventsv1.MessageReceived {
+	t.Helper()
+	ctx := context.Background()
+	cons, err := b.JetStream().OrderedConsumer(ctx, b.Topology().Stream(bus.StreamInbound), jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	it, err := cons.Messages()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(it.Stop)
+	return func() *eventsv1.MessageReceived {
+		m, err := it.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ev := &eventsv1.MessageReceived{}
+		if err := proto.Unmarshal(m.Data(), ev); err != nil {
+			t.Fatal(err)
+		}
+		return ev
+	}
+}
+
+func TestDeliveries(t *testing.T) {
+	t.Parallel()
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	s, err := New(testConfig(), Deps{Bus: b, Log: slog.Default(), RunnerOptions: platform.Options{Backoff: platform.Schedule(10 * time.Millisecond)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	<-s.Listening()
+	platformtest.WaitFor(t, "ready", func() bool { return s.Ready(ctx) == nil })
+	next := inbound(t, b)
+	f := &webhookFake{s: s, by: map[string]delivery{}}
+
+	body := []byte(`{"repository":{"full_name":"o/r"},"sender":{"login":"x"}}`)
+	cases := []struct {
+		name string
+		d    delivery
+		code int
+	}{
+		{"bad github signature", delivery{"gh", body, map[string]string{"X-GitHub-Event": "push", "X-Hub-Signature-256": Sign("wrong", body)}}, 401},
+		{"missing github signature", delivery{"gh", body, map[string]string{"X-GitHub-Event": "push"}}, 401},
+		{"github signature without prefix", delivery{"gh", body, map[string]string{"X-GitHub-Event": "push", "X-Hub-Signature-256": strings.TrimPrefix(Sign(secret, body), "sha256=")}}, 401},
+		{"wrong gitlab token", delivery{"gl", body, map[string]string{"X-Gitlab-Token": "nope"}}, 401},
+		{"filtered event", delivery{"gh", body, map[string]string{"X-GitHub-Event": "star", "X-Hub-Signature-256": Sign(secret, body)}}, 200},
+		{"filtered action", delivery{"gh", []byte(`{"action":"closed"}`), map[string]string{"X-GitHub-Event": "issues", "X-Hub-Signature-256": Sign(secret, []byte(`{"action":"closed"}`))}}, 200},
+		{"unknown route", delivery{"nope", body, nil}, 404},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if code := post(t, s.Addr(), c.d); code != c.code {
+				t.Fatalf("status %d, want %d", code, c.code)
+			}
+		})
+	}
+	// None of the above was published: the next event is this sentinel.
+	want := f.Deliver(t, ctx, "github_push")
+	if got := next(); got.GetEventId() != want.GetEventId() {
+		t.Fatalf("published %s before the sentinel", got.GetEventId())
+	}
+	// A duplicate delivery id answers 200 and publishes nothing.
+	f.Redeliver(t, ctx, want.GetEventId())
+	want2 := f.Deliver(t, ctx, "deliver_only")
+	if got := next(); got.GetEventId() != want2.GetEventId() || !got.GetReplyRoute().GetDeliverOnly() {
+		t.Fatalf("after a duplicate got %v", got)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name  string
+		route Route
+		ok    bool
+	}{
+		{"github with secret", Route{Secret: "s"}, true},
+		{"github without secret", Route{}, false},
+		{"none without insecure", Route{Signature: SigNone}, false},
+		{"none with insecure", Route{Signature: SigNone, Insecure: true}, true},
+		{"unknown scheme", Route{Secret: "s", Signature: "md5"}, false},
+		{"deliver only without target", Route{Secret: "s", DeliverOnly: true}, false},
+		{"reply without chat", Route{Secret: "s", Reply: ReplyTarget{Platform: "telegram"}}, false},
+		{"bad template", Route{Secret: "s", Prompt: "{{.x"}, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.Routes = map[string]Route{"r": c.route}
+			if err := cfg.Validate(); (err == nil) != c.ok {
+				t.Fatalf("Validate() = %v, want ok=%v", err, c.ok)
+			}
+		})
+	}
+}

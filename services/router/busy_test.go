@@ -1,0 +1,153 @@
+package router
+
+import (
+	"strings"
+	"sync"
+	"testing"
+
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
+)
+
+// gate holds turns whose first input has a given text until opened.
+type gate struct {
+	once sync.Once
+	ch   chan struct{}
+	text string
+}
+
+func newGate(t *testing.T, text string) *gate {
+	g := &gate{ch: make(chan struct{}), text: text}
+	t.Cleanup(g.open)
+	return g
+}
+
+func (g *gate) open() { g.once.Do(func() { close(g.ch) }) }
+
+func (g *gate) hold(t *turnsv1.TurnRequested) {
+	if len(t.Inputs) > 0 && t.Inputs[0].Text == g.text {
+		<-g.ch
+	}
+}
+
+func (e *env) controls(action turnsv1.ControlAction) []*turnsv1.TurnControlRequested {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var out []*turnsv1.TurnControlRequested
+	for _, c := range e.control {
+		if c.Action == action {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func (e *env) countNotices(user, substr string) int {
+	n := 0
+	for _, text := range e.noticesTo(user) {
+		if strings.Contains(text, substr) {
+			n++
+		}
+	}
+	return n
+}
+
+func TestAPIRequestsNeverMerge(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.startRouter(testConfig(), nil, nil)
+	g := newGate(t, "first")
+	w := e.startWorker(g.hold)
+	api := func(text string) *eventsv1.MessageReceived {
+		ev := dm("x", text)
+		ev.Source.Platform, ev.Source.ChatId, ev.Source.UserId = "api", "conv-1", ""
+		ev.TransportAuthenticated = true
+		return ev
+	}
+	e.publish(api("first"))
+	waitFor(t, "first turn", func() bool { turns, _ := w.snapshot(); return len(turns) == 1 })
+	e.publish(api("second"))
+	e.publish(api("third"))
+	waitFor(t, "inbound drained", e.inboundDrained)
+	g.open()
+	waitFor(t, "three turns", func() bool { turns, _ := w.snapshot(); return len(turns) == 3 })
+	turns, _ := w.snapshot()
+	for i, want := range []string{"first", "second", "third"} {
+		if len(turns[i].Inputs) != 1 || turns[i].Inputs[0].Text != want {
+			t.Fatalf("turn %d inputs %v, want just %q", i, turns[i].Inputs, want)
+		}
+	}
+	if n := len(e.controls(controlInterrupt)); n != 0 {
+		t.Fatalf("%d interrupts for api requests", n)
+	}
+}
+
+func TestInterruptPhotoMergeAndOneBusyAck(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.startRouter(testConfig(), nil, nil)
+	g := newGate(t, "long")
+	w := e.startWorker(g.hold)
+	e.publish(dm("alice", "long"))
+	waitFor(t, "first turn", func() bool { turns, _ := w.snapshot(); return len(turns) == 1 })
+	e.publish(dm("alice", "actually, this"))
+	photo := dm("alice", "")
+	photo.Attachments = []*eventsv1.Attachment{{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, Location: &eventsv1.Attachment_Url{Url: "http://x/1.jpg"}}}
+	e.publish(photo)
+	waitFor(t, "inbound drained", e.inboundDrained)
+	if n := len(e.controls(controlInterrupt)); n != 1 {
+		t.Fatalf("%d interrupts, want 1 (photos do not interrupt)", n)
+	}
+	if n := e.countNotices("alice", "Interrupting"); n != 1 {
+		t.Fatalf("%d busy acknowledgements, want 1", n)
+	}
+	g.open() // the worker stops, as it would on the interrupt
+	waitFor(t, "second turn", func() bool { turns, _ := w.snapshot(); return len(turns) == 2 })
+	turns, _ := w.snapshot()
+	if in := turns[1].Inputs; len(in) != 2 || in[0].Text != "actually, this" || len(in[1].Attachments) != 1 {
+		t.Fatalf("second turn inputs %v; want the text and the photo together", in)
+	}
+}
+
+func TestQueueCapAndSteer(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	cfg := testConfig()
+	cfg.QueueCap = 2
+	cfg.BusyMode = BusyQueue
+	cfg.ChatBusyModes = map[string]string{"telegram:chat-bob": BusySteer}
+	e.startRouter(cfg, nil, nil)
+	g := newGate(t, "long")
+	w := e.startWorker(g.hold)
+
+	e.publish(dm("alice", "long"))
+	e.publish(dm("bob", "long"))
+	waitFor(t, "two turns", func() bool { turns, _ := w.snapshot(); return len(turns) == 2 })
+	for _, text := range []string{"q1", "q2", "q3"} {
+		e.publish(dm("alice", text))
+	}
+	e.publish(dm("bob", "go left"))
+	waitFor(t, "inbound drained", e.inboundDrained)
+	if n := e.countNotices("alice", "Too many messages are waiting (2)"); n != 1 {
+		t.Fatalf("queue-full replies: %d; notices %q", n, e.noticesTo("alice"))
+	}
+	if n := e.countNotices("alice", "yours is queued"); n != 1 {
+		t.Fatalf("queued acknowledgements: %d, want 1; notices %q", n, e.noticesTo("alice"))
+	}
+	steers := e.controls(controlSteer)
+	if len(steers) != 1 || steers[0].Text != "go left" || steers[0].SessionKey != "agent:main:telegram:dm:chat-bob" {
+		t.Fatalf("steer controls %v", steers)
+	}
+	if n := e.countNotices("bob", "Added your message"); n != 1 {
+		t.Fatalf("steer acknowledgements: %d", n)
+	}
+	g.open()
+	waitFor(t, "queued turn", func() bool { turns, _ := w.snapshot(); return len(turns) == 3 })
+	turns, _ := w.snapshot()
+	if got := inputsText(turns, "agent:main:telegram:dm:chat-alice"); strings.Join(got, ",") != "long,q1,q2" {
+		t.Fatalf("alice inputs %v", got)
+	}
+	if got := inputsText(turns, "agent:main:telegram:dm:chat-bob"); len(got) != 1 {
+		t.Fatalf("bob's steer was queued as a turn too: %v", got)
+	}
+}

@@ -1,0 +1,284 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"unicode"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/switchboard-chat/switchboard/pkg/command"
+	"github.com/switchboard-chat/switchboard/pkg/sessionstore"
+)
+
+// helpText lists the commands, in the order Hermes shows them.
+var helpText = strings.Join([]string{
+	"Commands:",
+	"/new (/reset) — start a new conversation",
+	"/stop — stop the current task",
+	"/queue <text> (/q) — run <text> after the current task",
+	"/steer <text> — add <text> to the current task",
+	"/status — session status",
+	"/model [name] — show or set the model for this session",
+	"/approve, /deny — answer a pending tool approval",
+	"/title [text] — show or name this conversation",
+	"/sessions — list this chat's conversations",
+	"/resume <title> — go back to a named conversation",
+	"/retry — run your last message again",
+	"/undo [n] — remove the last n exchanges",
+	"/sethome — send scheduled messages to this chat",
+	"/whoami — who the gateway thinks you are",
+	"/help — this list",
+}, "\n")
+
+// openCommands stay available to non-admins where an admin list exists.
+var openCommands = []string{"help", "whoami"}
+
+func (s *Service) isAdmin(m *msgCtx) (admin, restricted bool) {
+	list := s.cfg.Admins[m.platform]
+	if len(list) == 0 {
+		return true, false
+	}
+	return slices.Contains(list, m.src.GetUserId()) || (m.src.GetUserIdAlt() != "" && slices.Contains(list, m.src.GetUserIdAlt())), true
+}
+
+// command handles a slash command.
+func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) error {
+	reply := func(gen int64, text string) error { return s.notice(ctx, m, gen, text, "command") }
+	if !cmd.Known {
+		commandsHandled.WithLabelValues("unknown").Inc()
+		text := fmt.Sprintf("Unknown command /%s.", cmd.Typed)
+		if sug := command.Suggest(cmd.Typed); len(sug) > 0 {
+			for i := range sug {
+				sug[i] = "/" + sug[i]
+			}
+			text += " Did you mean " + strings.Join(sug, ", ") + "?"
+		}
+		return reply(0, text+" Send /help for the list.")
+	}
+	commandsHandled.WithLabelValues(cmd.Name).Inc()
+	if admin, _ := s.isAdmin(m); !admin && !slices.Contains(openCommands, cmd.Name) {
+		s.log.Info("command refused: not an admin", "command", cmd.Name, "platform", m.platform, "user_id", m.src.GetUserId())
+		return reply(0, fmt.Sprintf("/%s is reserved for admins here. /help and /whoami are available.", cmd.Name))
+	}
+	switch cmd.Name {
+	case "help":
+		return reply(0, helpText)
+	case "whoami":
+		admin, restricted := s.isAdmin(m)
+		role := "user"
+		if admin && restricted {
+			role = "admin"
+		}
+		return reply(0, fmt.Sprintf("Platform: %s\nUser id: %s\nName: %s\nChat: %s (%s)\nAuthorized by: %s\nRole: %s\nSession key: %s",
+			m.platform, m.src.GetUserId(), m.src.GetUserName(), m.src.GetChatId(), orDM(m.src.GetChatType()), m.decision.Reason, role, m.key))
+	}
+
+	sess, err := s.session(ctx, m)
+	if err != nil {
+		return err
+	}
+	owner, err := s.locker.Owner(ctx, m.key)
+	if err != nil {
+		return err
+	}
+	busy := owner != ""
+
+	switch cmd.Name {
+	case "new":
+		if _, err := s.forceUnlock(ctx, m); err != nil {
+			return err
+		}
+		sess, err := s.store.Reset(ctx, m.key, "new")
+		if err != nil {
+			return err
+		}
+		resets.WithLabelValues("new").Inc()
+		return reply(sess.Generation, "✨ New session started.")
+	case "stop":
+		gen, dropped, err := s.store.Stop(ctx, m.key)
+		if err != nil {
+			return err
+		}
+		stopped, err := s.forceUnlock(ctx, m)
+		if err != nil {
+			return err
+		}
+		switch {
+		case stopped && dropped > 0:
+			return reply(gen, fmt.Sprintf("⏹ Stopped. %s dropped.", plural(int(dropped), "waiting message")))
+		case stopped:
+			return reply(gen, "⏹ Stopped.")
+		case dropped > 0:
+			return reply(gen, fmt.Sprintf("Nothing was running. %s dropped.", plural(int(dropped), "waiting message")))
+		}
+		return reply(gen, "Nothing is running.")
+	case "queue":
+		if cmd.Args == "" {
+			return reply(sess.Generation, "Usage: /queue <message>")
+		}
+		return s.route(ctx, m.withText(cmd.Args), sess, routeOpts{ownTurn: true, mode: BusyQueue})
+	case "steer":
+		if cmd.Args == "" {
+			return reply(sess.Generation, "Usage: /steer <message>")
+		}
+		return s.route(ctx, m.withText(cmd.Args), sess, routeOpts{mode: BusySteer})
+	case "status":
+		n, err := s.store.QueueLen(ctx, m.key)
+		if err != nil {
+			return err
+		}
+		state := "idle"
+		if busy {
+			state = "working"
+		}
+		model := sess.ModelOverride
+		if model == "" {
+			model = "default"
+		}
+		title := sess.Title
+		if title == "" {
+			title = "(untitled)"
+		}
+		return reply(sess.Generation, fmt.Sprintf("Session: %s\nTitle: %s\nKey: %s\nState: %s, %s waiting\nModel: %s\nTokens: %d in, %d out\nStarted: %s",
+			sess.ID, title, m.key, state, plural(n, "message"), model, sess.InputTokens, sess.OutputTokens, sess.CreatedAt.UTC().Format("2006-01-02 15:04 MST")))
+	case "model":
+		if cmd.Args == "" {
+			model := sess.ModelOverride
+			if model == "" {
+				model = "the default model"
+			}
+			return reply(sess.Generation, "This session uses "+model+". /model <name> changes it; /model default goes back.")
+		}
+		if busy {
+			return reply(sess.Generation, "⏳ The model can't change while a task runs. Try again when it's done, or /stop it.")
+		}
+		name := cmd.Args
+		if !validModelName(name) {
+			return reply(sess.Generation, "That doesn't look like a model name.")
+		}
+		if name == "default" || name == "reset" {
+			name = ""
+		}
+		if err := s.store.SetModel(ctx, m.key, name); err != nil {
+			return err
+		}
+		if name == "" {
+			return reply(sess.Generation, "This session uses the default model again.")
+		}
+		return reply(sess.Generation, "This session now uses "+name+".")
+	case "approve", "deny":
+		if !busy {
+			return reply(sess.Generation, "Nothing is waiting for approval.")
+		}
+		action := controlApprove
+		if cmd.Name == "deny" {
+			action = controlDeny
+		}
+		return s.control(ctx, m, action, cmd.Args)
+	case "title":
+		if cmd.Args == "" {
+			if sess.Title == "" {
+				return reply(sess.Generation, "This conversation has no title. /title <text> names it.")
+			}
+			return reply(sess.Generation, "Title: "+sess.Title)
+		}
+		title := truncateRunes(cmd.Args, 100)
+		if err := s.store.SetTitle(ctx, m.key, title); err != nil {
+			return err
+		}
+		return reply(sess.Generation, "Title set: "+title)
+	case "sessions":
+		return s.listSessions(ctx, m, sess)
+	case "resume":
+		if cmd.Args == "" {
+			return s.listSessions(ctx, m, sess)
+		}
+		if _, err := s.forceUnlock(ctx, m); err != nil {
+			return err
+		}
+		resumed, err := s.store.Resume(ctx, m.key, cmd.Args)
+		if errors.Is(err, sessionstore.ErrNotFound) {
+			return reply(sess.Generation, "No earlier conversation is called that. /sessions lists them.")
+		}
+		if err != nil {
+			return err
+		}
+		name := resumed.Title
+		if name == "" {
+			name = resumed.ID
+		}
+		return reply(resumed.Generation, "↩️ Resumed "+name+".")
+	case "retry", "undo":
+		if cmd.Name == "undo" && cmd.Args != "" {
+			if n, err := strconv.Atoi(cmd.Args); err != nil || n < 1 || n > 50 {
+				return reply(sess.Generation, "Usage: /undo [n], n from 1 to 50")
+			}
+		}
+		// Transcript edits belong to the worker: the command runs as a
+		// turn of its own, in order, with the command text as its input.
+		return s.route(ctx, m, sess, routeOpts{ownTurn: true, mode: BusyQueue})
+	case "sethome":
+		if err := s.store.SetHome(ctx, m.src, m.platform+":"+m.src.GetUserId()); err != nil {
+			return err
+		}
+		return reply(sess.Generation, "🏠 This chat is now the home channel for "+m.platform+".")
+	}
+	return reply(sess.Generation, "/"+cmd.Name+" is not available.")
+}
+
+func (s *Service) listSessions(ctx context.Context, m *msgCtx, sess sessionstore.Session) error {
+	hist, err := s.store.History(ctx, m.key, 10)
+	if err != nil {
+		return err
+	}
+	var b strings.Builder
+	b.WriteString("Conversations in this chat:")
+	for _, h := range hist {
+		name := h.Title
+		if name == "" {
+			name = h.SessionID
+		}
+		mark := ""
+		if h.SessionID == sess.ID {
+			mark = " (current)"
+		}
+		fmt.Fprintf(&b, "\n• %s — %s%s", name, h.StartedAt.UTC().Format("2006-01-02 15:04"), mark)
+	}
+	b.WriteString("\n/resume <title> switches back.")
+	return s.notice(ctx, m, sess.Generation, b.String(), "command")
+}
+
+// withText is m with the event's text replaced (the body of /queue, /steer).
+func (m *msgCtx) withText(text string) *msgCtx {
+	c := *m
+	c.ev = proto.CloneOf(m.ev)
+	c.ev.Text = text
+	return &c
+}
+
+func orDM(t string) string {
+	if t == "" {
+		return "dm"
+	}
+	return t
+}
+
+func validModelName(s string) bool {
+	if len(s) > 128 {
+		return false
+	}
+	return strings.IndexFunc(s, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) < 0
+}
+
+func truncateRunes(s string, n int) string {
+	r := []rune(s)
+	if len(r) <= n {
+		return s
+	}
+	return string(r[:n])
+}

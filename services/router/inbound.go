@@ -1,0 +1,279 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/switchboard-chat/switchboard/pkg/bus"
+	"github.com/switchboard-chat/switchboard/pkg/command"
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+	"github.com/switchboard-chat/switchboard/pkg/pairing"
+	"github.com/switchboard-chat/switchboard/pkg/sessionkey"
+	"github.com/switchboard-chat/switchboard/pkg/sessionstore"
+	"github.com/switchboard-chat/switchboard/services/router/internal/auth"
+)
+
+// msgCtx is one inbound message being handled.
+type msgCtx struct {
+	ev       *eventsv1.MessageReceived
+	src      *eventsv1.SessionSource
+	platform string
+	seq      int64
+	dedupeID string // <platform>:<account>:<event_id>
+	key      string
+	decision auth.Decision
+	notices  int
+}
+
+// quietPlatforms get no notices about resets and busy sessions: their
+// callers are programs waiting for one answer per request.
+func quietPlatform(p string) bool { return p == "api" || p == "webhook" }
+
+func isDM(src *eventsv1.SessionSource) bool {
+	t := src.GetChatType()
+	return t == "" || t == "dm"
+}
+
+func (s *Service) dedupeKey(id string) string { return s.prefix + "inbound:" + id }
+
+// handleInbound is the INBOUND consumer's handler.
+func (s *Service) handleInbound(ctx context.Context, ev *eventsv1.MessageReceived) error {
+	src := sourceOf(ev)
+	if src.GetPlatform() == "" || ev.GetEventId() == "" {
+		inbound.WithLabelValues("invalid").Inc()
+		return bus.Permanent(errors.New("inbound event without platform or event id"))
+	}
+	m := &msgCtx{ev: ev, src: src, platform: strings.ToLower(src.GetPlatform()),
+		dedupeID: src.GetPlatform() + ":" + src.GetAccount() + ":" + ev.GetEventId()}
+	if d, ok := bus.DeliveryFrom(ctx); ok {
+		m.seq = int64(d.StreamSeq)
+	}
+	seen, err := s.rdb.Exists(ctx, s.dedupeKey(m.dedupeID)).Result()
+	if err != nil {
+		return fmt.Errorf("read inbound dedupe record: %w", err)
+	}
+	if seen > 0 {
+		inbound.WithLabelValues("duplicate").Inc()
+		s.log.Debug("duplicate inbound event ignored", "event", m.dedupeID)
+		return nil
+	}
+	if err := s.handle(ctx, m); err != nil {
+		return err
+	}
+	return s.markHandled(ctx, m)
+}
+
+// markHandled records the event id so a replay later starts nothing.
+func (s *Service) markHandled(ctx context.Context, m *msgCtx) error {
+	if err := s.rdb.Set(ctx, s.dedupeKey(m.dedupeID), "1", s.cfg.DedupeTTL).Err(); err != nil {
+		return fmt.Errorf("write inbound dedupe record: %w", err)
+	}
+	return nil
+}
+
+func (s *Service) handle(ctx context.Context, m *msgCtx) error {
+	dec, err := s.rules.Decide(ctx, m.ev, s.pairing.IsApproved)
+	if err != nil {
+		return fmt.Errorf("authorize: %w", err)
+	}
+	m.decision = dec
+	verdict := "deny"
+	if dec.Allowed {
+		verdict = "allow"
+	}
+	authDecisions.WithLabelValues(m.platform, verdict, string(dec.Reason)).Inc()
+	s.log.Info("authorization decision", "decision", verdict, "reason", dec.Reason, "platform", m.platform,
+		"user_id", m.src.GetUserId(), "chat_type", m.src.GetChatType(), "event", m.dedupeID)
+	if !dec.Allowed {
+		inbound.WithLabelValues("denied").Inc()
+		return s.unauthorized(ctx, m)
+	}
+
+	m.key = sessionkey.Build(m.src, s.keyOpts)
+	if cmd, ok := command.Parse(m.ev.GetText(), m.platform, s.cfg.BotNames[m.platform]); ok {
+		inbound.WithLabelValues("command").Inc()
+		return s.command(ctx, m, cmd)
+	}
+	sess, err := s.session(ctx, m)
+	if err != nil {
+		return err
+	}
+	return s.route(ctx, m, sess, routeOpts{})
+}
+
+// unauthorized answers a denied sender: a pairing code in a DM, silence in
+// a group (a documented drop).
+func (s *Service) unauthorized(ctx context.Context, m *msgCtx) error {
+	if !isDM(m.src) || m.src.GetUserId() == "" || m.src.GetIsBot() || quietPlatform(m.platform) || m.ev.GetInternal() {
+		return nil
+	}
+	code, err := s.pairing.Issue(ctx, m.platform, m.src.GetUserId(), m.src.GetUserName())
+	var text string
+	switch {
+	case err == nil:
+		pairingCodes.WithLabelValues("issued").Inc()
+		text = fmt.Sprintf("Hi! I don't know you yet. Your pairing code is %s\n\nAsk the bot owner to run:\nswitchboard pairing approve %s %s\n\nThe code is valid for one hour.", code, m.platform, code)
+	case errors.Is(err, pairing.ErrRateLimited), errors.Is(err, pairing.ErrTooManyCodes), errors.Is(err, pairing.ErrLockedOut):
+		reason := map[bool]string{true: "rate_limited"}[errors.Is(err, pairing.ErrRateLimited)]
+		if reason == "" {
+			reason = "refused"
+		}
+		pairingCodes.WithLabelValues(reason).Inc()
+		// Say it once per rate window, not on every message.
+		ok, rerr := s.rdb.SetNX(ctx, s.prefix+"pairnotice:"+m.platform+":"+m.src.GetUserId(), "1", pairing.UserRateWindow).Result()
+		if rerr != nil || !ok {
+			return nil
+		}
+		if errors.Is(err, pairing.ErrRateLimited) {
+			text = "A pairing code was sent to you recently. Ask the bot owner to approve it, or try again later."
+		} else {
+			text = "Too many pairing requests right now. Please try again later."
+		}
+	default:
+		return fmt.Errorf("issue pairing code: %w", err)
+	}
+	return s.notice(ctx, m, 0, text, "pairing")
+}
+
+// session resolves the message's session, applying the reset policy.
+func (s *Service) session(ctx context.Context, m *msgCtx) (sessionstore.Session, error) {
+	sess, created, err := s.store.GetOrCreate(ctx, m.key, s.cfg.Profile, m.src)
+	if err != nil {
+		return sess, err
+	}
+	if created {
+		return sess, nil
+	}
+	pol := s.cfg.SessionReset.policy(m.platform, m.src.GetChatType())
+	if reason, due := pol.due(sess.LastActivityAt, s.now()); due {
+		// A running turn is activity: never reset under it.
+		if owner, err := s.locker.Owner(ctx, m.key); err == nil && owner == "" {
+			sess, err = s.store.Reset(ctx, m.key, reason)
+			if err != nil {
+				return sess, fmt.Errorf("reset session: %w", err)
+			}
+			resets.WithLabelValues(reason).Inc()
+			s.log.Info("session reset by policy", "session_key", m.key, "reason", reason)
+			if !quietPlatform(m.platform) {
+				if err := s.notice(ctx, m, sess.Generation, resetNotice(reason, pol), "reset"); err != nil {
+					return sess, err
+				}
+			}
+		}
+	}
+	if err := s.store.Touch(ctx, m.key, m.src); err != nil {
+		return sess, err
+	}
+	return sess, nil
+}
+
+// busyMode is the mode for the message's chat.
+func (s *Service) busyMode(m *msgCtx, sess sessionstore.Session) string {
+	if mode, ok := s.cfg.ChatBusyModes[m.platform+":"+m.src.GetChatId()]; ok {
+		return mode
+	}
+	if sess.BusyMode != "" {
+		return sess.BusyMode
+	}
+	if mode, ok := s.cfg.PlatformBusyModes[m.platform]; ok {
+		return mode
+	}
+	return s.cfg.BusyMode
+}
+
+type routeOpts struct {
+	// ownTurn: never merge with other waiting messages (/queue, /retry).
+	ownTurn bool
+	// mode forces a busy mode (/queue → queue, /steer → steer).
+	mode string
+}
+
+func onlyMedia(ev *eventsv1.MessageReceived) bool {
+	return strings.TrimSpace(ev.GetText()) == "" && len(ev.GetAttachments()) > 0
+}
+
+// route queues the message in its session's FIFO and starts a turn when the
+// session is free; while it is busy the busy mode decides what else
+// happens.
+func (s *Service) route(ctx context.Context, m *msgCtx, sess sessionstore.Session, o routeOpts) error {
+	owner, err := s.locker.Owner(ctx, m.key)
+	if err != nil {
+		return err
+	}
+	busy := owner != ""
+	mode := o.mode
+	if mode == "" {
+		mode = s.busyMode(m, sess)
+	}
+	// The API gateway matches one reply per HTTP request: never merge.
+	ownTurn := o.ownTurn || m.platform == "api"
+
+	if busy && mode == BusySteer && !ownTurn && !onlyMedia(m.ev) {
+		if err := s.control(ctx, m, controlSteer, m.ev.GetText()); err != nil {
+			return err
+		}
+		// The turn may have ended before the text arrived: if the lock
+		// changed hands, queue the text instead.
+		if still, err := s.locker.Owner(ctx, m.key); err == nil && still == owner {
+			inbound.WithLabelValues("steered").Inc()
+			busyActions.WithLabelValues("steered").Inc()
+			return s.busyAck(ctx, m, sess, "steered")
+		}
+	}
+
+	inserted, err := s.store.Enqueue(ctx, m.key, m.seq, ownTurn, m.ev, s.cfg.QueueCap)
+	if errors.Is(err, sessionstore.ErrQueueFull) {
+		inbound.WithLabelValues("dropped").Inc()
+		s.log.Warn("session queue full; message dropped", "session_key", m.key, "event", m.dedupeID, "cap", s.cfg.QueueCap)
+		return s.notice(ctx, m, sess.Generation, fmt.Sprintf("⚠️ Too many messages are waiting (%d). This one was not queued; please wait for the current reply.", s.cfg.QueueCap), "queue_full")
+	}
+	if err != nil {
+		return err
+	}
+	inbound.WithLabelValues("queued").Inc()
+	// From here a redelivery must not queue the message again.
+	if err := s.markHandled(ctx, m); err != nil {
+		return err
+	}
+	if busy && inserted {
+		action := "queued"
+		if mode == BusyInterrupt && !ownTurn && !onlyMedia(m.ev) {
+			if err := s.control(ctx, m, controlInterrupt, ""); err != nil {
+				return err
+			}
+			action = "interrupted"
+		}
+		busyActions.WithLabelValues(action).Inc()
+		if err := s.busyAck(ctx, m, sess, action); err != nil {
+			return err
+		}
+	}
+	if _, err := s.tryStart(ctx, m.key); err != nil {
+		return fmt.Errorf("start turn: %w", err)
+	}
+	return nil
+}
+
+// busyAck tells the user, at most once per session per BusyAckInterval,
+// what happened to a message that arrived while the agent was busy.
+func (s *Service) busyAck(ctx context.Context, m *msgCtx, sess sessionstore.Session, action string) error {
+	if quietPlatform(m.platform) {
+		return nil
+	}
+	ok, err := s.rdb.SetNX(ctx, s.prefix+"busyack:"+m.key, action, s.cfg.BusyAckInterval).Result()
+	if err != nil || !ok {
+		return nil
+	}
+	var text string
+	switch action {
+	case "interrupted":
+		text = "⚡ Interrupting the current task; your message comes next."
+	case "steered":
+		text = "↪️ Added your message to the task in progress."
+	default:
+		text = "⏳ Still working on the previous message; yours is queued and comes next."
+	}
+	return s.notice(ctx, m, sess.Generation, text, "busy")
+}

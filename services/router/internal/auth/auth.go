@@ -1,0 +1,251 @@
+// Package auth decides whether a sender may talk to the agent, with the
+// Hermes gateway's precedence and default deny.
+package auth
+
+import (
+	"context"
+	"slices"
+	"strings"
+
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+)
+
+// Config is the allowlist configuration; environment variables add to it.
+type Config struct {
+	// AllowedUsers per platform (lowercase name); "*" allows everyone.
+	AllowedUsers map[string][]string `koanf:"allowed_users"`
+	// AllowAll per platform.
+	AllowAll map[string]bool `koanf:"allow_all"`
+	// GatewayAllowedUsers apply to every platform.
+	GatewayAllowedUsers []string `koanf:"gateway_allowed_users"`
+	// GatewayAllowAll admits everyone when no allowlist is configured.
+	GatewayAllowAll bool `koanf:"gateway_allow_all"`
+	// GroupAllowedChats per platform: every member of these group chats
+	// is allowed (Hermes: TELEGRAM_GROUP_ALLOWED_CHATS).
+	GroupAllowedChats map[string][]string `koanf:"group_allowed_chats"`
+	// AllowedBots per platform: bot senders that may talk to the agent.
+	AllowedBots map[string][]string `koanf:"allowed_bots"`
+}
+
+// Reason says why a decision was made; it is logged and counted.
+type Reason string
+
+// The reasons, in precedence order.
+const (
+	ReasonTransport      Reason = "transport_authenticated"
+	ReasonGroupChat      Reason = "group_chat_allowlist"
+	ReasonAllowedBot     Reason = "allowed_bot"
+	ReasonNoUserID       Reason = "no_user_id"
+	ReasonPlatformAll    Reason = "platform_allow_all"
+	ReasonPaired         Reason = "paired"
+	ReasonAllowlist      Reason = "allowlist"
+	ReasonWildcard       Reason = "allowlist_wildcard"
+	ReasonGatewayAll     Reason = "gateway_allow_all"
+	ReasonNotAllowlisted Reason = "not_allowlisted"
+	ReasonNoAllowlist    Reason = "no_allowlist"
+	ReasonBot            Reason = "bot_not_allowed"
+)
+
+// Decision is the outcome for one message.
+type Decision struct {
+	Allowed bool
+	Reason  Reason
+}
+
+// Paired reports whether an operator approved the user by pairing.
+type Paired func(ctx context.Context, platform, userID string) (bool, error)
+
+// Rules is the effective configuration: config merged with environment.
+type Rules struct {
+	allowed     map[string][]string
+	allowAll    map[string]bool
+	global      []string
+	globalAll   bool
+	groupChats  map[string][]string
+	allowedBots map[string][]string
+}
+
+// New merges cfg with the Hermes environment variables found in environ
+// ("KEY=value" strings): <PLATFORM>_ALLOWED_USERS, <PLATFORM>_ALLOW_ALL_USERS,
+// GATEWAY_ALLOWED_USERS, GATEWAY_ALLOW_ALL_USERS,
+// <PLATFORM>_GROUP_ALLOWED_CHATS and <PLATFORM>_ALLOWED_BOTS.
+func New(cfg Config, environ []string) *Rules {
+	r := &Rules{
+		allowed:     map[string][]string{},
+		allowAll:    map[string]bool{},
+		global:      clean(cfg.GatewayAllowedUsers),
+		globalAll:   cfg.GatewayAllowAll,
+		groupChats:  map[string][]string{},
+		allowedBots: map[string][]string{},
+	}
+	for p, ids := range cfg.AllowedUsers {
+		r.allowed[strings.ToLower(p)] = append(r.allowed[strings.ToLower(p)], clean(ids)...)
+	}
+	for p, v := range cfg.AllowAll {
+		r.allowAll[strings.ToLower(p)] = r.allowAll[strings.ToLower(p)] || v
+	}
+	for p, ids := range cfg.GroupAllowedChats {
+		r.groupChats[strings.ToLower(p)] = append(r.groupChats[strings.ToLower(p)], clean(ids)...)
+	}
+	for p, ids := range cfg.AllowedBots {
+		r.allowedBots[strings.ToLower(p)] = append(r.allowedBots[strings.ToLower(p)], clean(ids)...)
+	}
+	for _, kv := range environ {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || strings.TrimSpace(v) == "" {
+			continue
+		}
+		switch {
+		case k == "GATEWAY_ALLOWED_USERS":
+			r.global = append(r.global, split(v)...)
+		case k == "GATEWAY_ALLOW_ALL_USERS":
+			r.globalAll = r.globalAll || truthy(v)
+		case strings.HasSuffix(k, "_ALLOW_ALL_USERS"):
+			p := platformOf(k, "_ALLOW_ALL_USERS")
+			r.allowAll[p] = r.allowAll[p] || truthy(v)
+		case strings.HasSuffix(k, "_GROUP_ALLOWED_CHATS"):
+			p := platformOf(k, "_GROUP_ALLOWED_CHATS")
+			r.groupChats[p] = append(r.groupChats[p], split(v)...)
+		case strings.HasSuffix(k, "_ALLOWED_BOTS"):
+			p := platformOf(k, "_ALLOWED_BOTS")
+			r.allowedBots[p] = append(r.allowedBots[p], split(v)...)
+		case strings.HasSuffix(k, "_ALLOWED_USERS"):
+			p := platformOf(k, "_ALLOWED_USERS")
+			r.allowed[p] = append(r.allowed[p], split(v)...)
+		}
+	}
+	return r
+}
+
+func platformOf(envKey, suffix string) string {
+	return strings.ToLower(strings.TrimSuffix(envKey, suffix))
+}
+
+func truthy(v string) bool {
+	switch strings.ToLower(strings.TrimSpace(v)) {
+	case "true", "1", "yes", "on":
+		return true
+	}
+	return false
+}
+
+func split(v string) []string { return clean(strings.Split(v, ",")) }
+
+func clean(ids []string) []string {
+	out := make([]string, 0, len(ids))
+	for _, id := range ids {
+		if id = strings.TrimSpace(id); id != "" {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// NoAllowlist reports whether nothing admits anyone by configuration: no
+// allowlist and no allow-all anywhere (pairing is then the only way in).
+func (r *Rules) NoAllowlist() bool {
+	if r.globalAll || len(r.global) > 0 {
+		return false
+	}
+	for _, ids := range r.allowed {
+		if len(ids) > 0 {
+			return false
+		}
+	}
+	for _, v := range r.allowAll {
+		if v {
+			return false
+		}
+	}
+	for _, ids := range r.groupChats {
+		if len(ids) > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+func isGroup(chatType string) bool {
+	switch chatType {
+	case "", "dm":
+		return false
+	}
+	return true
+}
+
+// Decide applies the precedence: trusted transport → chat-scoped group
+// allowlist → allowed bots → no user id (deny) → platform allow-all →
+// approved pairing → allowlists (with "*" and e-mail local parts) → global
+// allow-all when no allowlist exists → deny.
+func (r *Rules) Decide(ctx context.Context, ev *eventsv1.MessageReceived, paired Paired) (Decision, error) {
+	if ev.GetTransportAuthenticated() || ev.GetInternal() {
+		return Decision{true, ReasonTransport}, nil
+	}
+	src := ev.GetSource()
+	platform := strings.ToLower(src.GetPlatform())
+	if isGroup(src.GetChatType()) && src.GetChatId() != "" && slices.Contains(r.groupChats[platform], src.GetChatId()) {
+		return Decision{true, ReasonGroupChat}, nil
+	}
+	userID := src.GetUserId()
+	if src.GetIsBot() {
+		if userID != "" && (slices.Contains(r.allowedBots[platform], userID) || slices.Contains(r.allowedBots[platform], "*")) {
+			return Decision{true, ReasonAllowedBot}, nil
+		}
+		return Decision{false, ReasonBot}, nil
+	}
+	if userID == "" {
+		return Decision{false, ReasonNoUserID}, nil
+	}
+	if r.allowAll[platform] {
+		return Decision{true, ReasonPlatformAll}, nil
+	}
+	if paired != nil {
+		ok, err := paired(ctx, platform, userID)
+		if err != nil {
+			return Decision{}, err
+		}
+		if ok {
+			return Decision{true, ReasonPaired}, nil
+		}
+	}
+	list := append(slices.Clone(r.allowed[platform]), r.global...)
+	if len(list) == 0 {
+		if r.globalAll {
+			return Decision{true, ReasonGatewayAll}, nil
+		}
+		return Decision{false, ReasonNoAllowlist}, nil
+	}
+	if slices.Contains(list, "*") {
+		return Decision{true, ReasonWildcard}, nil
+	}
+	for _, id := range candidates(platform, src) {
+		if slices.Contains(list, id) {
+			return Decision{true, ReasonAllowlist}, nil
+		}
+	}
+	return Decision{false, ReasonNotAllowlisted}, nil
+}
+
+// candidates are the ids a sender may be listed under: the user id, the
+// alternative id, an e-mail's local part, a WhatsApp number without "+".
+func candidates(platform string, src *eventsv1.SessionSource) []string {
+	ids := []string{src.GetUserId()}
+	if alt := src.GetUserIdAlt(); alt != "" {
+		ids = append(ids, alt)
+	}
+	for _, id := range slices.Clone(ids) {
+		if local, _, ok := strings.Cut(id, "@"); ok && local != "" {
+			ids = append(ids, local)
+		}
+		if platform == "whatsapp" {
+			c := strings.TrimPrefix(id, "+")
+			if i := strings.IndexAny(c, ":@"); i >= 0 {
+				c = c[:i]
+			}
+			if c != "" {
+				ids = append(ids, c)
+			}
+		}
+	}
+	return ids
+}

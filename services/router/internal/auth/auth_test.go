@@ -1,0 +1,89 @@
+package auth
+
+import (
+	"context"
+	"testing"
+
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+)
+
+func msg(platform, chatType, chatID, userID string) *eventsv1.MessageReceived {
+	return &eventsv1.MessageReceived{Source: &eventsv1.SessionSource{Platform: platform, ChatType: chatType, ChatId: chatID, UserId: userID}}
+}
+
+func TestDecide(t *testing.T) {
+	pairedAlice := func(_ context.Context, platform, user string) (bool, error) {
+		return platform == "telegram" && user == "alice", nil
+	}
+	trusted := msg("api", "dm", "c", "")
+	trusted.TransportAuthenticated = true
+	bot := msg("discord", "group", "g", "b1")
+	bot.Source.IsBot = true
+	alt := msg("signal", "dm", "c", "+1555")
+	alt.Source.UserIdAlt = "uuid-1"
+
+	tests := []struct {
+		name   string
+		cfg    Config
+		env    []string
+		ev     *eventsv1.MessageReceived
+		paired Paired
+		want   Decision
+	}{
+		{"transport trusted without user", Config{}, nil, trusted, nil, Decision{true, ReasonTransport}},
+		{"nothing configured denies", Config{}, nil, msg("telegram", "dm", "1", "bob"), nil, Decision{false, ReasonNoAllowlist}},
+		{"group chat allowlist from env", Config{}, []string{"TELEGRAM_GROUP_ALLOWED_CHATS=-100,-200"}, msg("telegram", "group", "-200", "eve"), nil, Decision{true, ReasonGroupChat}},
+		{"group chat allowlist ignores dm", Config{}, []string{"TELEGRAM_GROUP_ALLOWED_CHATS=-100"}, msg("telegram", "dm", "-100", "eve"), nil, Decision{false, ReasonNoAllowlist}},
+		{"group chat allowlist beats missing user", Config{GroupAllowedChats: map[string][]string{"telegram": {"-1"}}}, nil, msg("telegram", "group", "-1", ""), nil, Decision{true, ReasonGroupChat}},
+		{"allowed bot", Config{AllowedBots: map[string][]string{"discord": {"b1"}}}, nil, bot, nil, Decision{true, ReasonAllowedBot}},
+		{"other bot denied even with allow-all", Config{AllowAll: map[string]bool{"discord": true}}, nil, bot, nil, Decision{false, ReasonBot}},
+		{"no user id denied before allow-all", Config{}, []string{"TELEGRAM_ALLOW_ALL_USERS=true"}, msg("telegram", "dm", "1", ""), nil, Decision{false, ReasonNoUserID}},
+		{"platform allow-all env", Config{}, []string{"TELEGRAM_ALLOW_ALL_USERS=yes"}, msg("telegram", "dm", "1", "bob"), nil, Decision{true, ReasonPlatformAll}},
+		{"platform allow-all false", Config{}, []string{"TELEGRAM_ALLOW_ALL_USERS=false"}, msg("telegram", "dm", "1", "bob"), nil, Decision{false, ReasonNoAllowlist}},
+		{"platform allow-all is per platform", Config{}, []string{"DISCORD_ALLOW_ALL_USERS=1"}, msg("telegram", "dm", "1", "bob"), nil, Decision{false, ReasonNoAllowlist}},
+		{"paired", Config{}, nil, msg("telegram", "dm", "1", "alice"), pairedAlice, Decision{true, ReasonPaired}},
+		{"paired before allowlist miss", Config{AllowedUsers: map[string][]string{"telegram": {"carol"}}}, nil, msg("telegram", "dm", "1", "alice"), pairedAlice, Decision{true, ReasonPaired}},
+		{"platform allowlist env", Config{}, []string{"TELEGRAM_ALLOWED_USERS= 12, 99 "}, msg("telegram", "dm", "1", "99"), nil, Decision{true, ReasonAllowlist}},
+		{"platform allowlist miss", Config{}, []string{"TELEGRAM_ALLOWED_USERS=12"}, msg("telegram", "dm", "1", "99"), nil, Decision{false, ReasonNotAllowlisted}},
+		{"global allowlist", Config{}, []string{"GATEWAY_ALLOWED_USERS=99"}, msg("slack", "dm", "1", "99"), nil, Decision{true, ReasonAllowlist}},
+		{"config allowlist", Config{AllowedUsers: map[string][]string{"Slack": {"U1"}}}, nil, msg("slack", "dm", "1", "U1"), nil, Decision{true, ReasonAllowlist}},
+		{"wildcard", Config{}, []string{"DISCORD_ALLOWED_USERS=*"}, msg("discord", "dm", "1", "x"), nil, Decision{true, ReasonWildcard}},
+		{"email local part", Config{}, []string{"EMAIL_ALLOWED_USERS=jane"}, msg("email", "dm", "1", "jane@example.com"), nil, Decision{true, ReasonAllowlist}},
+		{"email full address", Config{}, []string{"EMAIL_ALLOWED_USERS=jane@example.com"}, msg("email", "dm", "1", "jane@example.com"), nil, Decision{true, ReasonAllowlist}},
+		{"alt user id", Config{}, []string{"SIGNAL_ALLOWED_USERS=uuid-1"}, alt, nil, Decision{true, ReasonAllowlist}},
+		{"whatsapp canonical number", Config{}, []string{"WHATSAPP_ALLOWED_USERS=15551234567"}, msg("whatsapp", "dm", "1", "+15551234567:12@s.whatsapp.net"), nil, Decision{true, ReasonAllowlist}},
+		{"global allow-all without allowlists", Config{}, []string{"GATEWAY_ALLOW_ALL_USERS=true"}, msg("telegram", "dm", "1", "bob"), nil, Decision{true, ReasonGatewayAll}},
+		{"allowlist wins over global allow-all (Hermes)", Config{GatewayAllowAll: true}, []string{"TELEGRAM_ALLOWED_USERS=12"}, msg("telegram", "dm", "1", "bob"), nil, Decision{false, ReasonNotAllowlisted}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := New(tt.cfg, tt.env).Decide(context.Background(), tt.ev, tt.paired)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tt.want {
+				t.Fatalf("got %+v, want %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestNoAllowlist(t *testing.T) {
+	tests := []struct {
+		cfg  Config
+		env  []string
+		want bool
+	}{
+		{Config{}, nil, true},
+		{Config{}, []string{"PATH=/bin", "TELEGRAM_ALLOWED_USERS="}, true},
+		{Config{}, []string{"TELEGRAM_ALLOWED_USERS=1"}, false},
+		{Config{}, []string{"GATEWAY_ALLOW_ALL_USERS=true"}, false},
+		{Config{AllowAll: map[string]bool{"slack": true}}, nil, false},
+		{Config{GatewayAllowedUsers: []string{"x"}}, nil, false},
+	}
+	for i, tt := range tests {
+		if got := New(tt.cfg, tt.env).NoAllowlist(); got != tt.want {
+			t.Errorf("%d: NoAllowlist = %v, want %v", i, got, tt.want)
+		}
+	}
+}

@@ -1,0 +1,37 @@
+package auth
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+)
+
+// FuzzRules checks that any environment and any sender give a decision
+// without panicking, and that a denial never happens for a listed user.
+func FuzzRules(f *testing.F) {
+	f.Add("TELEGRAM_ALLOWED_USERS=1,2\nGATEWAY_ALLOW_ALL_USERS=true", "telegram", "dm", "c", "1", false)
+	f.Add("EMAIL_ALLOWED_USERS=a@b", "email", "group", "c", "a@b", false)
+	f.Add("=\n_ALLOWED_USERS=x\nX_GROUP_ALLOWED_CHATS=,,", "", "", "", "", true)
+	f.Fuzz(func(t *testing.T, env, platform, chatType, chatID, userID string, bot bool) {
+		r := New(Config{}, strings.Split(env, "\n"))
+		ev := &eventsv1.MessageReceived{Source: &eventsv1.SessionSource{Platform: platform, ChatType: chatType, ChatId: chatID, UserId: userID, IsBot: bot}}
+		d, err := r.Decide(context.Background(), ev, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Reason == "" {
+			t.Fatal("decision without reason")
+		}
+		// Listing the user makes them allowed (unless a bot or id-less).
+		id := strings.TrimSpace(userID)
+		if id == "" || bot || id != userID || strings.ContainsAny(id, ",\n") {
+			return
+		}
+		r2 := New(Config{GatewayAllowedUsers: []string{id}}, nil)
+		if d2, _ := r2.Decide(context.Background(), ev, nil); !d2.Allowed {
+			t.Fatalf("listed user %q denied: %v", id, d2.Reason)
+		}
+	})
+}

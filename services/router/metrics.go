@@ -1,0 +1,45 @@
+package router
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+)
+
+var (
+	authDecisions = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "switchboard_router_auth_decisions_total",
+		Help: "Authorization decisions, by platform, outcome and reason.",
+	}, []string{"platform", "decision", "reason"})
+	inbound = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "switchboard_router_inbound_total",
+		Help: "Inbound messages by outcome (queued, command, denied, duplicate, dropped, steered).",
+	}, []string{"outcome"})
+	turnsStarted = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "switchboard_router_turns_started_total",
+		Help: "Turns published.",
+	})
+	sweptTurns = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "switchboard_router_swept_turns_total",
+		Help: "Turns started by the sweeper (expired lock or missed completion).",
+	})
+	busyActions = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "switchboard_router_busy_total",
+		Help: "Messages that arrived while their session was busy, by action.",
+	}, []string{"action"})
+	completed = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "switchboard_router_turns_completed_total",
+		Help: "Turn completions seen, by status.",
+	}, []string{"status"})
+	pairingCodes = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "switchboard_router_pairing_codes_total",
+		Help: "Pairing code requests, by result.",
+	}, []string{"result"})
+	commandsHandled = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "switchboard_router_commands_total",
+		Help: "Commands handled, by name.",
+	}, []string{"command"})
+	resets = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "switchboard_router_session_resets_total",
+		Help: "Session resets, by reason.",
+	}, []string{"reason"})
+)

@@ -1,0 +1,156 @@
+package router
+
+import (
+	"fmt"
+	"time"
+)
+
+// Reset modes.
+const (
+	ResetNone  = "none"
+	ResetIdle  = "idle"
+	ResetDaily = "daily"
+	ResetBoth  = "both"
+)
+
+// ResetPolicy says when a session starts over by itself. Zero fields of an
+// override inherit from the level above.
+type ResetPolicy struct {
+	Mode        string `koanf:"mode"`
+	IdleMinutes int    `koanf:"idle_minutes"`
+	AtHour      int    `koanf:"at_hour"`
+	Timezone    string `koanf:"timezone"`
+}
+
+// ResetConfig is the default policy with per-platform and per-chat-type
+// overrides (platform wins over chat type).
+type ResetConfig struct {
+	Mode        string                 `koanf:"mode"`
+	IdleMinutes int                    `koanf:"idle_minutes"`
+	AtHour      int                    `koanf:"at_hour"`
+	Timezone    string                 `koanf:"timezone"`
+	Platforms   map[string]ResetPolicy `koanf:"platforms"`
+	ChatTypes   map[string]ResetPolicy `koanf:"chat_types"`
+}
+
+func (c ResetConfig) validate() error {
+	pols := map[string]ResetPolicy{"session_reset": {c.Mode, c.IdleMinutes, c.AtHour, c.Timezone}}
+	for k, p := range c.Platforms {
+		pols["session_reset.platforms."+k] = p
+	}
+	for k, p := range c.ChatTypes {
+		pols["session_reset.chat_types."+k] = p
+	}
+	for key, p := range pols {
+		switch p.Mode {
+		case "", ResetNone, ResetIdle, ResetDaily, ResetBoth:
+		default:
+			return fmt.Errorf("%s.mode: %q is not none, idle, daily or both", key, p.Mode)
+		}
+		if p.AtHour < 0 || p.AtHour > 23 {
+			return fmt.Errorf("%s.at_hour: %d is not 0 to 23", key, p.AtHour)
+		}
+		if p.IdleMinutes < 0 {
+			return fmt.Errorf("%s.idle_minutes: %d is negative", key, p.IdleMinutes)
+		}
+		if p.Timezone != "" {
+			if _, err := time.LoadLocation(p.Timezone); err != nil {
+				return fmt.Errorf("%s.timezone: %w", key, err)
+			}
+		}
+	}
+	return nil
+}
+
+// policy resolves the effective policy for a platform and chat type.
+func (c ResetConfig) policy(platform, chatType string) ResetPolicy {
+	p := ResetPolicy{c.Mode, c.IdleMinutes, c.AtHour, c.Timezone}
+	over := func(o ResetPolicy) {
+		if o.Mode != "" {
+			p.Mode = o.Mode
+		}
+		if o.IdleMinutes != 0 {
+			p.IdleMinutes = o.IdleMinutes
+		}
+		if o.AtHour != 0 {
+			p.AtHour = o.AtHour
+		}
+		if o.Timezone != "" {
+			p.Timezone = o.Timezone
+		}
+	}
+	if chatType == "" {
+		chatType = "dm"
+	}
+	if o, ok := c.ChatTypes[chatType]; ok {
+		over(o)
+	}
+	if o, ok := c.Platforms[platform]; ok {
+		over(o)
+	}
+	if p.Mode == "" {
+		p.Mode = ResetNone
+	}
+	return p
+}
+
+// due reports whether a session last active at last must reset at now,
+// and why ("idle" or "daily").
+func (p ResetPolicy) due(last, now time.Time) (string, bool) {
+	if (p.Mode == ResetIdle || p.Mode == ResetBoth) && p.IdleMinutes > 0 &&
+		now.Sub(last) >= time.Duration(p.IdleMinutes)*time.Minute {
+		return "idle", true
+	}
+	if p.Mode == ResetDaily || p.Mode == ResetBoth {
+		loc := time.UTC
+		if p.Timezone != "" {
+			if l, err := time.LoadLocation(p.Timezone); err == nil {
+				loc = l
+			}
+		}
+		n := now.In(loc)
+		boundary := time.Date(n.Year(), n.Month(), n.Day(), p.AtHour, 0, 0, 0, loc)
+		if n.Before(boundary) {
+			boundary = boundary.AddDate(0, 0, -1)
+		}
+		if last.Before(boundary) {
+			return "daily", true
+		}
+	}
+	return "", false
+}
+
+// resetNotice tells the user why their session started over.
+func resetNotice(reason string, p ResetPolicy) string {
+	switch reason {
+	case "idle":
+		return fmt.Sprintf("◐ Session reset after %s of inactivity. Starting fresh.", humanMinutes(p.IdleMinutes))
+	case "daily":
+		return fmt.Sprintf("◐ Daily session reset (%02d:00 %s). Starting fresh.", p.AtHour, tzName(p.Timezone))
+	}
+	return "◐ Session reset. Starting fresh."
+}
+
+func tzName(tz string) string {
+	if tz == "" {
+		return "UTC"
+	}
+	return tz
+}
+
+func humanMinutes(m int) string {
+	switch {
+	case m%1440 == 0:
+		return plural(m/1440, "day")
+	case m%60 == 0:
+		return plural(m/60, "hour")
+	}
+	return plural(m, "minute")
+}
+
+func plural(n int, unit string) string {
+	if n == 1 {
+		return "1 " + unit
+	}
+	return fmt.Sprintf("%d %ss", n, unit)
+}

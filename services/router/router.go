@@ -1,0 +1,305 @@
+// Package router is the gateway's brain: it turns each inbound message into
+// a handled command, a refusal, or a turn that exactly one worker runs.
+//
+// Any number of replicas run at once. Order within a chat holds because
+// each inbound partition has one durable with MaxAckPending 1; one turn per
+// session holds because a turn starts only under the session's Redis lock;
+// waiting messages live in Postgres so they survive restarts.
+package router
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/switchboard-chat/switchboard/pkg/bus"
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
+	"github.com/switchboard-chat/switchboard/pkg/pairing"
+	"github.com/switchboard-chat/switchboard/pkg/redisx"
+	"github.com/switchboard-chat/switchboard/pkg/sessionkey"
+	"github.com/switchboard-chat/switchboard/pkg/sessionstore"
+	"github.com/switchboard-chat/switchboard/services/router/internal/auth"
+)
+
+// Busy modes: what a message does while its session runs a turn.
+const (
+	BusyInterrupt = "interrupt"
+	BusyQueue     = "queue"
+	BusySteer     = "steer"
+)
+
+// Config is the router section of the config file.
+type Config struct {
+	// Profile namespaces session keys ("" → agent:main).
+	Profile string `koanf:"profile"`
+	// GroupSessionsPerUser gives each group member their own session.
+	GroupSessionsPerUser bool `koanf:"group_sessions_per_user"`
+	// ThreadSessionsPerUser gives each thread member their own session.
+	ThreadSessionsPerUser bool `koanf:"thread_sessions_per_user"`
+	// BotNames per platform: "/cmd@other_bot" is ignored.
+	BotNames map[string]string `koanf:"bot_names"`
+	// LockTTL of the session lock; the worker renews at a third of it.
+	LockTTL time.Duration `koanf:"lock_ttl"`
+	// BusyMode is interrupt, queue or steer.
+	BusyMode string `koanf:"busy_mode"`
+	// PlatformBusyModes override BusyMode per platform.
+	PlatformBusyModes map[string]string `koanf:"platform_busy_modes"`
+	// ChatBusyModes override per chat, keyed "<platform>:<chat_id>".
+	ChatBusyModes map[string]string `koanf:"chat_busy_modes"`
+	// QueueCap bounds each session's waiting messages.
+	QueueCap int `koanf:"queue_cap"`
+	// BusyAckInterval: at most one busy acknowledgement per session per it.
+	BusyAckInterval time.Duration `koanf:"busy_ack_interval"`
+	// DedupeTTL is how long a handled inbound event id is remembered
+	// (longer than the bus dedupe window).
+	DedupeTTL time.Duration `koanf:"dedupe_ttl"`
+	// SweepInterval is how often waiting sessions with a free lock are
+	// started (a crashed worker's lock expired).
+	SweepInterval time.Duration `koanf:"sweep_interval"`
+	// Admins per platform: when a platform has a list, only those users
+	// run commands other than /help and /whoami.
+	Admins map[string][]string `koanf:"admins"`
+	// Auth is the allowlist configuration; environment variables add to it.
+	Auth auth.Config `koanf:"auth"`
+	// SessionReset is the reset policy.
+	SessionReset ResetConfig `koanf:"session_reset"`
+	// DrainTimeout bounds finishing the message in hand on shutdown.
+	DrainTimeout time.Duration `koanf:"drain_timeout"`
+}
+
+// DefaultConfig returns the defaults.
+func DefaultConfig() Config {
+	return Config{
+		GroupSessionsPerUser: true,
+		LockTTL:              30 * time.Second,
+		BusyMode:             BusyInterrupt,
+		QueueCap:             32,
+		BusyAckInterval:      30 * time.Second,
+		DedupeTTL:            24 * time.Hour,
+		SweepInterval:        5 * time.Second,
+		SessionReset:         ResetConfig{Mode: ResetNone, IdleMinutes: 1440, AtHour: 4, Timezone: "UTC"},
+		DrainTimeout:         10 * time.Second,
+	}
+}
+
+// Validate reports the first invalid value, naming its key under router.
+func (c Config) Validate() error {
+	check := func(key, mode string) error {
+		switch mode {
+		case BusyInterrupt, BusyQueue, BusySteer:
+			return nil
+		}
+		return fmt.Errorf("%s: %q is not interrupt, queue or steer", key, mode)
+	}
+	if err := check("busy_mode", c.BusyMode); err != nil {
+		return err
+	}
+	for p, m := range c.PlatformBusyModes {
+		if err := check("platform_busy_modes."+p, m); err != nil {
+			return err
+		}
+	}
+	for p, m := range c.ChatBusyModes {
+		if err := check("chat_busy_modes."+p, m); err != nil {
+			return err
+		}
+	}
+	if c.LockTTL < time.Second {
+		return fmt.Errorf("lock_ttl: %s is shorter than 1s", c.LockTTL)
+	}
+	if c.QueueCap < 1 {
+		return fmt.Errorf("queue_cap: %d is below 1", c.QueueCap)
+	}
+	return c.SessionReset.validate()
+}
+
+// Deps are the clients the router uses.
+type Deps struct {
+	Log   *slog.Logger
+	Bus   *bus.Bus
+	DB    *pgxpool.Pool
+	Redis *redis.Client
+	// RedisPrefix is redis.prefix ("sb:").
+	RedisPrefix string
+	// Environ supplies the allowlist environment variables; nil reads
+	// the process environment.
+	Environ []string
+	// Now is the clock; nil is time.Now.
+	Now func() time.Time
+	// Partitions limits which inbound partitions this process consumes
+	// (nil: all). Every partition must be consumed by some replica.
+	Partitions []int
+}
+
+// Service is a running router.
+type Service struct {
+	cfg      Config
+	log      *slog.Logger
+	bus      *bus.Bus
+	topo     bus.Topology
+	rdb      *redis.Client
+	prefix   string
+	locker   *redisx.Locker
+	store    *sessionstore.Store
+	pairing  *pairing.Store
+	rules    *auth.Rules
+	keyOpts  sessionkey.Options
+	now      func() time.Time
+	parts    []int
+	maxInput int
+}
+
+// New builds a router.
+func New(cfg Config, deps Deps) (*Service, error) {
+	if deps.Bus == nil || deps.DB == nil || deps.Redis == nil {
+		return nil, errors.New("router: bus, database and redis are required")
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("router config: %w", err)
+	}
+	log := deps.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	now := deps.Now
+	if now == nil {
+		now = time.Now
+	}
+	env := deps.Environ
+	if env == nil {
+		env = os.Environ()
+	}
+	parts := deps.Partitions
+	if parts == nil {
+		for p := range bus.Partitions {
+			parts = append(parts, p)
+		}
+	}
+	s := &Service{
+		cfg:      cfg,
+		log:      log.With("service", "router"),
+		bus:      deps.Bus,
+		topo:     deps.Bus.Topology(),
+		rdb:      deps.Redis,
+		prefix:   deps.RedisPrefix,
+		locker:   redisx.NewLocker(deps.Redis, deps.RedisPrefix),
+		store:    sessionstore.New(deps.DB).WithClock(now),
+		pairing:  pairing.NewStore(deps.DB).WithClock(now),
+		rules:    auth.New(cfg.Auth, env),
+		keyOpts:  sessionkey.Options{Profile: cfg.Profile, GroupSessionsPerUser: cfg.GroupSessionsPerUser, ThreadSessionsPerUser: cfg.ThreadSessionsPerUser},
+		now:      now,
+		parts:    parts,
+		maxInput: cfg.QueueCap,
+	}
+	if s.rules.NoAllowlist() {
+		s.log.Warn("no allowlist configured: every user is denied unless approved by pairing; set <PLATFORM>_ALLOWED_USERS, GATEWAY_ALLOWED_USERS or an allow-all flag")
+	}
+	return s, nil
+}
+
+// Run consumes inbound partitions and turn completions and sweeps for
+// stranded queues until ctx ends. On shutdown it stops pulling and lets the
+// message in hand finish.
+func (s *Service) Run(ctx context.Context) error {
+	g, gctx := errgroup.WithContext(ctx)
+	for _, p := range s.parts {
+		c := bus.NewConsumer(s.bus, bus.ConsumerSpec{
+			Stream:         bus.StreamInbound,
+			Durable:        fmt.Sprintf("router-inbound-%d", p),
+			FilterSubjects: []string{fmt.Sprintf("%s.%d", bus.SubjectInbound, p)},
+			MaxAckPending:  1,
+			DrainTimeout:   s.cfg.DrainTimeout,
+		}, s.handleInbound)
+		g.Go(func() error { return c.Run(gctx) })
+	}
+	done := bus.NewConsumer(s.bus, bus.ConsumerSpec{
+		Stream:         bus.StreamTurnEvents,
+		Durable:        "router-turn-completed",
+		FilterSubjects: []string{bus.SubjectTurnCompleted},
+		Concurrency:    4,
+		DrainTimeout:   s.cfg.DrainTimeout,
+	}, s.handleTurnCompleted)
+	g.Go(func() error { return done.Run(gctx) })
+	g.Go(func() error { return s.sweep(gctx) })
+	if err := g.Wait(); err != nil && ctx.Err() == nil {
+		return err
+	}
+	return nil
+}
+
+// sweep starts sessions whose messages wait while nobody holds the lock:
+// the worker crashed and its lock expired, or a completion was missed.
+func (s *Service) sweep(ctx context.Context) error {
+	t := time.NewTicker(s.cfg.SweepInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		keys, err := s.store.WaitingKeys(ctx, s.now().Add(-s.cfg.SweepInterval/2), 100)
+		if err != nil {
+			if ctx.Err() == nil {
+				s.log.Warn("sweep failed", "err", err)
+			}
+			continue
+		}
+		for _, key := range keys {
+			if owner, err := s.locker.Owner(ctx, key); err != nil || owner != "" {
+				continue
+			}
+			started, err := s.tryStart(ctx, key)
+			if err != nil {
+				s.log.Warn("sweep could not start turn", "session_key", key, "err", err)
+				continue
+			}
+			if started {
+				sweptTurns.Inc()
+				s.log.Info("swept waiting session", "session_key", key)
+			}
+		}
+	}
+}
+
+// handleTurnCompleted books usage and starts the next waiting message.
+func (s *Service) handleTurnCompleted(ctx context.Context, ev *turnsv1.TurnCompleted) error {
+	key := ev.GetSessionKey()
+	if key == "" {
+		return bus.Permanent(errors.New("turn completed without session key"))
+	}
+	completed.WithLabelValues(strings.ToLower(strings.TrimPrefix(ev.GetStatus().String(), "TURN_STATUS_"))).Inc()
+	if u := ev.GetUsage(); u != nil {
+		// Once per turn: the dedupe record guards redeliveries.
+		ok, err := s.rdb.SetNX(ctx, s.prefix+"turndone:"+ev.GetTurnId(), "1", s.cfg.DedupeTTL).Result()
+		if err != nil {
+			return fmt.Errorf("record turn completion: %w", err)
+		}
+		if ok {
+			if err := s.store.AddUsage(ctx, key, u.GetInputTokens(), u.GetOutputTokens(), u.GetCacheReadTokens(), u.GetCacheWriteTokens()); err != nil && !errors.Is(err, sessionstore.ErrNotFound) {
+				return err
+			}
+		}
+	}
+	if _, err := s.tryStart(ctx, key); err != nil {
+		return fmt.Errorf("start next turn: %w", err)
+	}
+	return nil
+}
+
+// sourceOf returns ev's source, never nil.
+func sourceOf(ev *eventsv1.MessageReceived) *eventsv1.SessionSource {
+	if ev.GetSource() == nil {
+		return &eventsv1.SessionSource{}
+	}
+	return ev.GetSource()
+}

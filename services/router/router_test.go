@@ -1,0 +1,693 @@
+package router
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/switchboard-chat/switchboard/pkg/bus"
+	"github.com/switchboard-chat/switchboard/pkg/bus/bustest"
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
+	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
+	"github.com/switchboard-chat/switchboard/pkg/pairing"
+	"github.com/switchboard-chat/switchboard/pkg/pg/pgtest"
+	"github.com/switchboard-chat/switchboard/pkg/redisx"
+	"github.com/switchboard-chat/switchboard/pkg/redisx/redistest"
+	"github.com/switchboard-chat/switchboard/pkg/sessionkey"
+	"github.com/switchboard-chat/switchboard/pkg/sessionstore"
+)
+
+// env is one test's cluster: real NATS, Postgres and Redis, isolated.
+type env struct {
+	t      *testing.T
+	url    string
+	bus    *bus.Bus
+	db     *pgxpool.Pool
+	rdb    *redis.Client
+	prefix string
+
+	mu      sync.Mutex
+	notices []*repliesv1.ReplyEvent
+	control []*turnsv1.TurnControlRequested
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	url := bustest.EmbeddedURL(t)
+	e := &env{t: t, url: url, bus: bustest.New(t, url), db: pgtest.New(t)}
+	e.rdb, e.prefix = redistest.New(t)
+	topo := e.bus.Topology()
+	sub, err := e.bus.Conn().Subscribe(topo.Subject(bus.SubjectReplies+".>"), func(m *nats.Msg) {
+		var ev repliesv1.ReplyEvent
+		if proto.Unmarshal(m.Data, &ev) == nil {
+			e.mu.Lock()
+			e.notices = append(e.notices, &ev)
+			e.mu.Unlock()
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	csub, err := e.bus.Conn().Subscribe(topo.Subject(bus.SubjectControl+".>"), func(m *nats.Msg) {
+		var c turnsv1.TurnControlRequested
+		if proto.Unmarshal(m.Data, &c) == nil {
+			e.mu.Lock()
+			e.control = append(e.control, &c)
+			e.mu.Unlock()
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe(); _ = csub.Unsubscribe() })
+	return e
+}
+
+// secondBus is another connection on the same topology: another process.
+func (e *env) secondBus() *bus.Bus {
+	nc, err := nats.Connect(e.url)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(nc.Close)
+	b, err := bus.New(nc, e.bus.Topology(), slog.Default())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return b
+}
+
+func testConfig() Config {
+	cfg := DefaultConfig()
+	cfg.SweepInterval = 200 * time.Millisecond
+	cfg.DrainTimeout = 2 * time.Second
+	cfg.Auth.GatewayAllowedUsers = []string{"alice", "bob"}
+	return cfg
+}
+
+// startRouter runs a router until the test ends.
+func (e *env) startRouter(cfg Config, b *bus.Bus, parts []int) *Service {
+	e.t.Helper()
+	if b == nil {
+		b = e.bus
+	}
+	s, err := New(cfg, Deps{Bus: b, DB: e.db, Redis: e.rdb, RedisPrefix: e.prefix, Environ: []string{}, Partitions: parts})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	e.t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			e.t.Errorf("router run: %v", err)
+		}
+	})
+	return s
+}
+
+// worker simulates agent workers with the real bus contract: it consumes
+// TURNS, holds each turn until hold returns, releases the lock and
+// publishes TurnCompleted.
+type worker struct {
+	mu      sync.Mutex
+	turns   []*turnsv1.TurnRequested
+	active  map[string]int
+	overlap []string
+	hold    func(*turnsv1.TurnRequested)
+}
+
+func (e *env) startWorker(hold func(*turnsv1.TurnRequested)) *worker {
+	w := &worker{active: map[string]int{}, hold: hold}
+	locker := redisx.NewLocker(e.rdb, e.prefix)
+	c := bus.NewConsumer(e.bus, bus.ConsumerSpec{Stream: bus.StreamTurns, Durable: "worker-turns", Concurrency: 8, DrainTimeout: time.Second},
+		func(ctx context.Context, t *turnsv1.TurnRequested) error {
+			w.mu.Lock()
+			w.turns = append(w.turns, t)
+			w.active[t.SessionKey]++
+			if w.active[t.SessionKey] > 1 {
+				w.overlap = append(w.overlap, t.SessionKey)
+			}
+			w.mu.Unlock()
+			if w.hold != nil {
+				w.hold(t)
+			}
+			w.mu.Lock()
+			w.active[t.SessionKey]--
+			w.mu.Unlock()
+			_ = locker.Release(ctx, t.SessionKey, t.LockToken)
+			done := &turnsv1.TurnCompleted{TurnId: t.TurnId, SessionKey: t.SessionKey, SessionId: t.SessionId, Generation: t.Generation,
+				Status: turnsv1.TurnStatus_TURN_STATUS_COMPLETED, Usage: &turnsv1.Usage{InputTokens: 10, OutputTokens: 5}}
+			_, err := e.bus.Publish(ctx, e.bus.Topology().Subject(bus.SubjectTurnCompleted), "turn-done:"+t.TurnId, done)
+			return err
+		})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = c.Run(ctx); close(done) }()
+	e.t.Cleanup(func() { cancel(); <-done })
+	return w
+}
+
+func (w *worker) snapshot() ([]*turnsv1.TurnRequested, []string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]*turnsv1.TurnRequested(nil), w.turns...), append([]string(nil), w.overlap...)
+}
+
+var eventSeq int64
+var eventMu sync.Mutex
+
+func nextEventID() string {
+	eventMu.Lock()
+	defer eventMu.Unlock()
+	eventSeq++
+	return fmt.Sprintf("ev%d", eventSeq)
+}
+
+func dm(user, text string) *eventsv1.MessageReceived {
+	id := nextEventID()
+	return &eventsv1.MessageReceived{EventId: id, MessageId: "m" + id, Text: text,
+		Source: &eventsv1.SessionSource{Platform: "telegram", Account: "bot1", ChatId: "chat-" + user, ChatType: "dm", UserId: user, UserName: user}}
+}
+
+func (e *env) publish(ev *eventsv1.MessageReceived) {
+	e.publishID(ev, ev.Source.Platform+":"+ev.Source.Account+":"+ev.EventId)
+}
+
+func (e *env) publishID(ev *eventsv1.MessageReceived, msgID string) {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := e.bus.Publish(ctx, e.bus.Topology().InboundSubject(sessionkey.ChatKey(ev.Source)), msgID, ev); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// inboundDrained reports whether every inbound durable has acked all.
+func (e *env) inboundDrained() bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st, err := e.bus.JetStream().Stream(ctx, e.bus.Topology().Stream(bus.StreamInbound))
+	if err != nil {
+		return false
+	}
+	for p := range bus.Partitions {
+		c, err := st.Consumer(ctx, fmt.Sprintf("router-inbound-%d", p))
+		if err != nil {
+			return false
+		}
+		info, err := c.Info(ctx)
+		if err != nil || info.NumPending > 0 || info.NumAckPending > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+func (e *env) noticesTo(user string) []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var out []string
+	for _, n := range e.notices {
+		if n.GetTarget().GetChatId() == "chat-"+user && n.GetNotice() != nil {
+			out = append(out, n.GetNotice().GetText())
+		}
+	}
+	return out
+}
+
+func inputsText(turns []*turnsv1.TurnRequested, key string) []string {
+	var out []string
+	for _, t := range turns {
+		if t.SessionKey != key {
+			continue
+		}
+		for _, in := range t.Inputs {
+			out = append(out, in.Text)
+		}
+	}
+	return out
+}
+
+func TestTwoRoutersKeepOrderAndOneTurnPerSession(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	cfg := testConfig()
+	cfg.BusyMode = BusyQueue
+	users := []string{"alice", "bob"}
+	for _, u := range users {
+		cfg.Auth.GatewayAllowedUsers = append(cfg.Auth.GatewayAllowedUsers, u)
+	}
+	e.startRouter(cfg, nil, nil)
+	e.startRouter(cfg, e.secondBus(), nil)
+	w := e.startWorker(func(*turnsv1.TurnRequested) { time.Sleep(15 * time.Millisecond) })
+
+	const n = 50
+	for i := range n {
+		for _, u := range users {
+			e.publish(dm(u, fmt.Sprintf("%s-%02d", u, i)))
+		}
+	}
+	for _, u := range users {
+		key := "agent:main:telegram:dm:chat-" + u
+		waitFor(t, "all inputs of "+u, func() bool {
+			turns, _ := w.snapshot()
+			return len(inputsText(turns, key)) >= n
+		})
+		turns, overlap := w.snapshot()
+		if len(overlap) > 0 {
+			t.Fatalf("two turns ran at once for %v", overlap)
+		}
+		got := inputsText(turns, key)
+		if len(got) != n {
+			t.Fatalf("%s: %d inputs, want %d", u, len(got), n)
+		}
+		for i, text := range got {
+			if want := fmt.Sprintf("%s-%02d", u, i); text != want {
+				t.Fatalf("%s: input %d is %q, want %q (order broken)", u, i, text, want)
+			}
+		}
+		var sessions int
+		if err := e.db.QueryRow(context.Background(), `SELECT count(*) FROM sessions WHERE session_key = $1`, key).Scan(&sessions); err != nil {
+			t.Fatal(err)
+		}
+		if sessions != 1 {
+			t.Fatalf("%d sessions for %s", sessions, key)
+		}
+	}
+}
+
+func TestGetOrCreateIsRaceFree(t *testing.T) {
+	t.Parallel()
+	pool1, url := pgtest.NewWithURL(t)
+	pool2, err := pgxpool.New(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool2.Close()
+	stores := []*sessionstore.Store{sessionstore.New(pool1), sessionstore.New(pool2)}
+	src := &eventsv1.SessionSource{Platform: "telegram", ChatId: "1", ChatType: "dm", UserId: "u"}
+	var wg sync.WaitGroup
+	ids := make(chan string, 50)
+	created := make(chan bool, 50)
+	for i := range 50 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s, c, err := stores[i%2].GetOrCreate(context.Background(), "agent:main:telegram:dm:1", "", src)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			ids <- s.ID
+			created <- c
+		}()
+	}
+	wg.Wait()
+	close(ids)
+	close(created)
+	seen := map[string]bool{}
+	for id := range ids {
+		seen[id] = true
+	}
+	nCreated := 0
+	for c := range created {
+		if c {
+			nCreated++
+		}
+	}
+	if len(seen) != 1 || nCreated != 1 {
+		t.Fatalf("50 concurrent get-or-create: %d session ids, %d creations; want 1 and 1", len(seen), nCreated)
+	}
+}
+
+var codeRE = regexp.MustCompile(`pairing code is ([A-Z2-9]{8})`)
+
+func TestPairingApprovalSeenByBothReplicas(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	cfg := testConfig()
+	// Each replica owns half the partitions, so both must see the approval.
+	var a, b []int
+	for p := range bus.Partitions {
+		if p < bus.Partitions/2 {
+			a = append(a, p)
+		} else {
+			b = append(b, p)
+		}
+	}
+	e.startRouter(cfg, nil, a)
+	e.startRouter(cfg, e.secondBus(), b)
+	w := e.startWorker(nil)
+
+	// A stranger DMs: gets a code, no turn.
+	first := dm("mallory", "hello")
+	e.publish(first)
+	var code string
+	waitFor(t, "pairing code notice", func() bool {
+		for _, n := range e.noticesTo("mallory") {
+			if m := codeRE.FindStringSubmatch(n); m != nil {
+				code = m[1]
+				return true
+			}
+		}
+		return false
+	})
+	// In a group, silence.
+	grp := dm("mallory", "hi all")
+	grp.Source.ChatType, grp.Source.ChatId = "group", "g1"
+	e.publish(grp)
+	waitFor(t, "inbound drained", e.inboundDrained)
+	if turns, _ := w.snapshot(); len(turns) != 0 {
+		t.Fatalf("unauthorized sender started %d turns", len(turns))
+	}
+	if _, err := pairing.NewStore(e.db).Approve(context.Background(), "telegram", strings.ToLower(code), "test"); err != nil {
+		t.Fatal(err)
+	}
+	// Messages from chats in both halves of the partitions now run.
+	var chats []string
+	seenA, seenB := false, false
+	for i := 0; !(seenA && seenB); i++ {
+		chat := fmt.Sprintf("c%d", i)
+		p := bus.Partition(sessionkey.ChatKey(&eventsv1.SessionSource{Platform: "telegram", Account: "bot1", ChatId: chat}))
+		if p < bus.Partitions/2 && !seenA {
+			seenA = true
+			chats = append(chats, chat)
+		} else if p >= bus.Partitions/2 && !seenB {
+			seenB = true
+			chats = append(chats, chat)
+		}
+	}
+	for _, chat := range chats {
+		ev := dm("mallory", "now I may")
+		ev.Source.ChatId = chat
+		e.publish(ev)
+	}
+	waitFor(t, "turns on both replicas", func() bool {
+		turns, _ := w.snapshot()
+		return len(turns) == 2
+	})
+}
+
+func TestStopAndNew(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.startRouter(testConfig(), nil, nil)
+	release := make(chan struct{})
+	w := e.startWorker(func(t *turnsv1.TurnRequested) {
+		if t.Inputs[0].Text == "long task" {
+			<-release
+		}
+	})
+	defer close(release)
+	key := "agent:main:telegram:dm:chat-alice"
+	locker := redisx.NewLocker(e.rdb, e.prefix)
+	store := sessionstore.New(e.db)
+
+	e.publish(dm("alice", "long task"))
+	waitFor(t, "turn running", func() bool { turns, _ := w.snapshot(); return len(turns) == 1 })
+	before, err := store.Get(context.Background(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Busy, interrupt mode: queued plus an interrupt to the worker.
+	e.publish(dm("alice", "follow-up"))
+	waitFor(t, "interrupt sent", func() bool {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		for _, c := range e.control {
+			if c.Action == turnsv1.ControlAction_CONTROL_ACTION_INTERRUPT && c.SessionKey == key {
+				return true
+			}
+		}
+		return false
+	})
+	waitFor(t, "busy acknowledgement", func() bool {
+		for _, n := range e.noticesTo("alice") {
+			if strings.Contains(n, "Interrupting") {
+				return true
+			}
+		}
+		return false
+	})
+
+	e.publish(dm("alice", "/stop"))
+	waitFor(t, "stop notice", func() bool {
+		for _, n := range e.noticesTo("alice") {
+			if strings.HasPrefix(n, "⏹ Stopped") {
+				return true
+			}
+		}
+		return false
+	})
+	owner, err := locker.Owner(context.Background(), key)
+	if err != nil || owner != "" {
+		t.Fatalf("lock after /stop: %q, %v", owner, err)
+	}
+	after, _ := store.Get(context.Background(), key)
+	if after.Generation <= before.Generation || after.ID != before.ID {
+		t.Fatalf("/stop: generation %d→%d, id %s→%s; want a newer generation and the same session", before.Generation, after.Generation, before.ID, after.ID)
+	}
+	if n, _ := store.QueueLen(context.Background(), key); n != 0 {
+		t.Fatalf("/stop left %d waiting", n)
+	}
+
+	e.publish(dm("alice", "/new"))
+	waitFor(t, "new notice", func() bool {
+		for _, n := range e.noticesTo("alice") {
+			if strings.Contains(n, "New session") {
+				return true
+			}
+		}
+		return false
+	})
+	renewed, _ := store.Get(context.Background(), key)
+	if renewed.ID == after.ID || renewed.Generation <= after.Generation {
+		t.Fatalf("/new: id %s→%s, generation %d→%d", after.ID, renewed.ID, after.Generation, renewed.Generation)
+	}
+	// The session is free: the next message runs at once.
+	e.publish(dm("alice", "fresh start"))
+	waitFor(t, "turn after /new", func() bool {
+		turns, _ := w.snapshot()
+		return len(inputsText(turns, key)) == 2
+	})
+	turns, _ := w.snapshot()
+	if got := inputsText(turns, key); got[1] != "fresh start" {
+		t.Fatalf("inputs %q", got)
+	}
+	if turns[1].SessionId != renewed.ID || turns[1].Generation <= renewed.Generation {
+		t.Fatalf("turn after /new: session %s gen %d; session %s gen %d", turns[1].SessionId, turns[1].Generation, renewed.ID, renewed.Generation)
+	}
+}
+
+func TestExpiredLockLetsWaitingMessageRun(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.startRouter(testConfig(), nil, nil)
+	key := "agent:main:telegram:dm:chat-bob"
+	// A worker took the lock and crashed: nobody renews or releases it.
+	locker := redisx.NewLocker(e.rdb, e.prefix)
+	if ok, err := locker.Acquire(context.Background(), key, "crashed", 1500*time.Millisecond); err != nil || !ok {
+		t.Fatal("take lock", ok, err)
+	}
+	e.publish(dm("bob", "anyone there?"))
+	waitFor(t, "inbound drained", e.inboundDrained)
+	w := e.startWorker(nil)
+	waitFor(t, "waiting message runs after the lock expired", func() bool {
+		turns, _ := w.snapshot()
+		return len(inputsText(turns, key)) == 1
+	})
+}
+
+func TestDuplicateInboundStartsNothing(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.startRouter(testConfig(), nil, nil)
+	w := e.startWorker(nil)
+	ev := dm("alice", "once")
+	e.publish(ev)
+	waitFor(t, "first turn", func() bool { turns, _ := w.snapshot(); return len(turns) == 1 })
+	// The same platform event replayed after the bus dedupe window: a new
+	// Nats-Msg-Id, same event id.
+	e.publishID(ev, "replayed-later")
+	e.publish(dm("alice", "after"))
+	waitFor(t, "second message handled", func() bool { turns, _ := w.snapshot(); return len(turns) == 2 })
+	waitFor(t, "inbound drained", e.inboundDrained)
+	turns, _ := w.snapshot()
+	if got := inputsText(turns, "agent:main:telegram:dm:chat-alice"); len(got) != 2 || got[1] != "after" {
+		t.Fatalf("inputs %q; the replay must start nothing", got)
+	}
+}
+
+func TestCommands(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	cfg := testConfig()
+	cfg.Admins = map[string][]string{"telegram": {"alice"}}
+	e.startRouter(cfg, nil, nil)
+	tests := []struct {
+		user, text, want string
+	}{
+		{"alice", "/help", "/new (/reset)"},
+		{"alice", "/stpo", "Did you mean /stop"},
+		{"alice", "/whoami", "Role: admin"},
+		{"bob", "/whoami", "Authorized by: allowlist"},
+		{"bob", "/model gpt-x", "reserved for admins"},
+		{"alice", "/model gpt-x", "now uses gpt-x"},
+		{"alice", "/status", "Model: gpt-x"},
+		{"alice", "/title Trip plans", "Title set: Trip plans"},
+		{"alice", "/sessions", "Trip plans"},
+		{"alice", "/reset", "New session started"},
+		{"alice", "/title", "no title"},
+		{"alice", "/resume trip PLANS", "Resumed Trip plans"},
+		{"alice", "/status", "Title: Trip plans"},
+		{"alice", "/resume nothing-like-it", "No earlier conversation"},
+		{"alice", "/undo x", "Usage: /undo"},
+		{"alice", "/approve", "Nothing is waiting"},
+		{"alice", "/sethome", "home channel"},
+		{"alice", "/queue", "Usage: /queue"},
+	}
+	for _, tt := range tests {
+		before := len(e.noticesTo(tt.user))
+		e.publish(dm(tt.user, tt.text))
+		waitFor(t, "reply to "+tt.text, func() bool { return len(e.noticesTo(tt.user)) > before })
+		got := e.noticesTo(tt.user)[before]
+		if !strings.Contains(got, tt.want) {
+			t.Errorf("%s %s: got %q, want it to contain %q", tt.user, tt.text, got, tt.want)
+		}
+	}
+}
+
+func TestIdleResetTellsTheUser(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	cfg := testConfig()
+	cfg.SessionReset.Mode, cfg.SessionReset.IdleMinutes = ResetIdle, 60
+	var mu sync.Mutex
+	now := time.Now()
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	s, err := New(cfg, Deps{Bus: e.bus, DB: e.db, Redis: e.rdb, RedisPrefix: e.prefix, Environ: []string{}, Now: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	w := e.startWorker(nil)
+	key := "agent:main:telegram:dm:chat-alice"
+
+	e.publish(dm("alice", "hello"))
+	waitFor(t, "first turn", func() bool { turns, _ := w.snapshot(); return len(turns) == 1 })
+	first, _ := sessionstore.New(e.db).Get(context.Background(), key)
+	locker := redisx.NewLocker(e.rdb, e.prefix)
+	waitFor(t, "first turn done", func() bool {
+		owner, err := locker.Owner(context.Background(), key)
+		return err == nil && owner == ""
+	})
+	mu.Lock()
+	now = now.Add(61 * time.Minute)
+	mu.Unlock()
+	e.publish(dm("alice", "back again"))
+	waitFor(t, "second turn", func() bool { turns, _ := w.snapshot(); return len(turns) == 2 })
+	turns, _ := w.snapshot()
+	if turns[1].SessionId == first.ID {
+		t.Fatal("idle session was not reset")
+	}
+	if n := e.countNotices("alice", "Session reset after 1 hour of inactivity"); n != 1 {
+		t.Fatalf("reset notices %q", e.noticesTo("alice"))
+	}
+}
+
+// TestConcurrentFirstMessagesOverTwoRouters bypasses the partition order
+// on purpose: 50 first messages for one new session handled at the same
+// time by two router instances give one session, one turn at a time, and
+// every message in some turn.
+func TestConcurrentFirstMessagesOverTwoRouters(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	cfg := testConfig()
+	cfg.QueueCap = 64 // all 50 may wait at once; the cap is tested elsewhere
+	r1 := e.startRouter(cfg, nil, []int{})
+	r2 := e.startRouter(cfg, e.secondBus(), []int{})
+	w := e.startWorker(func(*turnsv1.TurnRequested) { time.Sleep(5 * time.Millisecond) })
+	var wg sync.WaitGroup
+	for i := range 50 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := []*Service{r1, r2}[i%2]
+			if err := r.handleInbound(context.Background(), dm("alice", fmt.Sprintf("m%02d", i))); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	key := "agent:main:telegram:dm:chat-alice"
+	waitFor(t, "all 50 messages in turns", func() bool {
+		turns, _ := w.snapshot()
+		return len(inputsText(turns, key)) == 50
+	})
+	_, overlap := w.snapshot()
+	if len(overlap) > 0 {
+		t.Fatalf("two turns ran at once: %v", overlap)
+	}
+	var sessions, history int
+	_ = e.db.QueryRow(context.Background(), `SELECT count(*) FROM sessions`).Scan(&sessions)
+	_ = e.db.QueryRow(context.Background(), `SELECT count(*) FROM session_history`).Scan(&history)
+	if sessions != 1 || history != 1 {
+		t.Fatalf("%d sessions, %d history rows; want 1 and 1", sessions, history)
+	}
+}
+
+func TestWarnsOnceWithoutAllowlist(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	var buf strings.Builder
+	var mu sync.Mutex
+	log := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return buf.Write(p)
+	}), nil))
+	cfg := DefaultConfig()
+	if _, err := New(cfg, Deps{Log: log, Bus: e.bus, DB: e.db, Redis: e.rdb, Environ: []string{"PATH=/bin"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(cfg, Deps{Log: log, Bus: e.bus, DB: e.db, Redis: e.rdb, Environ: []string{"SLACK_ALLOWED_USERS=U1"}}); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if n := strings.Count(buf.String(), "no allowlist configured"); n != 1 {
+		t.Fatalf("%d warnings; log:\n%s", n, buf.String())
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }

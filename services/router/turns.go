@@ -1,0 +1,152 @@
+package router
+
+import (
+	"context"
+	"fmt"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/switchboard-chat/switchboard/pkg/bus"
+	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
+	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
+	"github.com/switchboard-chat/switchboard/pkg/redisx"
+	"github.com/switchboard-chat/switchboard/pkg/sessionstore"
+)
+
+const (
+	controlInterrupt = turnsv1.ControlAction_CONTROL_ACTION_INTERRUPT
+	controlSteer     = turnsv1.ControlAction_CONTROL_ACTION_STEER
+	controlStop      = turnsv1.ControlAction_CONTROL_ACTION_STOP
+	controlApprove   = turnsv1.ControlAction_CONTROL_ACTION_APPROVE
+	controlDeny      = turnsv1.ControlAction_CONTROL_ACTION_DENY
+)
+
+// tryStart claims the session lock and, if messages wait, publishes the
+// next turn under it. It reports false when the session is busy or idle.
+// The lock, the dequeue and the generation bump happen before the turn is
+// visible to any worker; the transaction commits only after the publish.
+func (s *Service) tryStart(ctx context.Context, key string) (bool, error) {
+	// Take the lock only when something waits: a lock held for nothing
+	// would make a message arriving now look like it met a running turn.
+	if n, err := s.store.QueueLen(ctx, key); err != nil || n == 0 {
+		return false, err
+	}
+	token := redisx.NewToken()
+	ok, err := s.locker.Acquire(ctx, key, token, s.cfg.LockTTL)
+	if err != nil || !ok {
+		return false, err
+	}
+	turnID := redisx.NewToken()
+	started, err := s.store.StartTurn(ctx, key, turnID, s.maxInput, func(ctx context.Context, t sessionstore.Turn) error {
+		req := &turnsv1.TurnRequested{
+			TurnId:        turnID,
+			SessionKey:    key,
+			SessionId:     t.Session.ID,
+			Generation:    t.Generation,
+			LockToken:     token,
+			LockTtlMs:     s.cfg.LockTTL.Milliseconds(),
+			Origin:        t.Session.Origin,
+			ModelOverride: t.Session.ModelOverride,
+			Profile:       t.Session.Profile,
+			RequestedAt:   timestamppb.New(s.now()),
+		}
+		for _, q := range t.Inputs {
+			req.Inputs = append(req.Inputs, q.Event)
+			if req.ReplyRoute == nil && q.Event.GetReplyRoute() != nil {
+				req.ReplyRoute = q.Event.GetReplyRoute()
+			}
+		}
+		if len(t.Inputs) > 0 {
+			// The newest message's source is where the answer goes.
+			req.Origin = t.Inputs[len(t.Inputs)-1].Event.GetSource()
+		}
+		if _, err := s.bus.Publish(ctx, s.topo.Subject(bus.SubjectTurnRequested), "turn:"+turnID, req); err != nil {
+			return fmt.Errorf("publish turn: %w", err)
+		}
+		return nil
+	})
+	if err != nil || !started {
+		if rerr := s.locker.Release(context.WithoutCancel(ctx), key, token); rerr != nil {
+			s.log.Debug("release unused session lock", "session_key", key, "err", rerr)
+		}
+		return false, err
+	}
+	turnsStarted.Inc()
+	s.log.Info("turn requested", "session_key", key, "turn_id", turnID)
+	return true, nil
+}
+
+// control sends a control message to whichever worker runs the session.
+func (s *Service) control(ctx context.Context, m *msgCtx, action turnsv1.ControlAction, text string) error {
+	msg := &turnsv1.TurnControlRequested{SessionKey: m.key, Action: action, Text: text, EventId: m.dedupeID}
+	if err := s.bus.PublishCore(ctx, s.topo.ControlSubject(m.key), msg); err != nil {
+		return fmt.Errorf("send control: %w", err)
+	}
+	return nil
+}
+
+// forceUnlock stops the running turn and frees the session at once; the
+// stopped worker's later writes are fenced by the generation.
+func (s *Service) forceUnlock(ctx context.Context, m *msgCtx) (bool, error) {
+	owner, err := s.locker.Owner(ctx, m.key)
+	if err != nil {
+		return false, err
+	}
+	if owner == "" {
+		return false, nil
+	}
+	if err := s.control(ctx, m, controlStop, ""); err != nil {
+		return true, err
+	}
+	// Compare-and-delete with the token we read: a newer owner is kept.
+	if err := s.locker.Release(ctx, m.key, owner); err != nil {
+		s.log.Debug("force unlock", "session_key", m.key, "err", err)
+	}
+	return true, nil
+}
+
+// target is where a notice about m goes: back to the chat it came from.
+func target(ev *eventsv1.MessageReceived) *deliveryv1.Target {
+	src := sourceOf(ev)
+	return &deliveryv1.Target{
+		Platform:         src.GetPlatform(),
+		Account:          src.GetAccount(),
+		ChatId:           src.GetChatId(),
+		ThreadId:         src.GetThreadId(),
+		ReplyToMessageId: ev.GetMessageId(),
+	}
+}
+
+// notice publishes a system message to the user on the session's reply
+// subject. Its id is notice:<platform>:<account>:<event_id>:<n>, so a
+// redelivered inbound event sends it once.
+func (s *Service) notice(ctx context.Context, m *msgCtx, gen int64, text, kind string) error {
+	m.notices++
+	key := m.key
+	if key == "" {
+		key = "pairing:" + m.platform + ":" + m.src.GetUserId()
+	} else if cur, err := s.store.Generation(ctx, key); err == nil && cur > gen {
+		// Delivery drops events older than the newest generation it saw
+		// for the session: a notice carries the generation of the moment.
+		gen = cur
+	}
+	ev := &repliesv1.ReplyEvent{
+		TurnId:     "notice:" + m.dedupeID,
+		SessionKey: key,
+		Generation: gen,
+		Seq:        int64(m.notices),
+		Target:     target(m.ev),
+		CreatedAt:  timestamppb.New(s.now()),
+		Body:       &repliesv1.ReplyEvent_Notice{Notice: &repliesv1.Notice{Text: text, Kind: kind}},
+	}
+	if id := m.ev.GetMessageId(); id != "" {
+		ev.InputMessageIds = []string{id}
+	}
+	id := fmt.Sprintf("notice:%s:%d", m.dedupeID, m.notices)
+	if _, err := s.bus.Publish(ctx, s.topo.ReplySubject(key), id, ev); err != nil {
+		return fmt.Errorf("publish notice: %w", err)
+	}
+	return nil
+}
