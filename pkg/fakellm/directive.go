@@ -18,6 +18,7 @@ const (
 	KindDrop                    // [[drop:N]]
 	KindSlow                    // [[slow:DURATION]]
 	KindLatency                 // [[latency:DURATION]]
+	KindRecall                  // [[recall:user]] answers with the earlier user messages
 )
 
 // maxDelay caps delays that outside text can ask for.
@@ -164,6 +165,11 @@ func parseDirective(body string) (Directive, bool) {
 		}
 		d.Delay = dur
 		opts = rest
+	case "recall":
+		if arg != "user" {
+			return Directive{}, false
+		}
+		d.Kind = KindRecall
 	default:
 		return Directive{}, false
 	}

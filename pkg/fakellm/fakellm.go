@@ -28,6 +28,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -388,6 +389,7 @@ func (s *Server) magic(req *Request, p *plan) Reply {
 	dirs, clean := ParseDirectives(text)
 	var tools []Directive
 	var fail *Failure
+	recall := false
 	for _, d := range dirs {
 		if d.Times > 0 && !s.use(d, text) {
 			continue
@@ -404,7 +406,21 @@ func (s *Server) magic(req *Request, p *plan) Reply {
 				f := d.Failure
 				fail = &f
 			}
+		case KindRecall:
+			recall = true
 		}
+	}
+	if recall {
+		// Shows which earlier user messages the conversation carried, so
+		// end-to-end tests can check history reached the model.
+		var prior []string
+		for _, m := range req.Messages[:i] {
+			if m.Role == "user" {
+				_, c := ParseDirectives(m.Content)
+				prior = append(prior, c)
+			}
+		}
+		return Reply{Text: "recall: " + strings.Join(prior, " | "), Failure: fail}
 	}
 	if fail != nil && fail.Status > 0 {
 		return Reply{Failure: fail}

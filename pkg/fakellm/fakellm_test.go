@@ -176,6 +176,8 @@ func TestParseDirectives(t *testing.T) {
 		{"[[drop:3]] [[latency:1s]]", []Kind{KindDrop, KindLatency}, ""},
 		{"[[fail:999]] [[nope:1]] [[tool:bad name]] [[", nil, "[[fail:999]] [[nope:1]] [[tool:bad name]] [["},
 		{"[[slow:1h]]", nil, "[[slow:1h]]"},
+		{"what did I say? [[recall:user]]", []Kind{KindRecall}, "what did I say?"},
+		{"[[recall:all]]", nil, "[[recall:all]]"},
 	}
 	for _, tt := range tests {
 		dirs, clean := ParseDirectives(tt.in)

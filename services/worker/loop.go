@@ -58,6 +58,14 @@ func (r *turnRun) begin(ctx context.Context) (*loopState, *store.Final, error) {
 	}
 	var inputs []store.Message
 	for _, in := range r.req.GetInputs() {
+		// A stateless client (the OpenAI API without a session header)
+		// sends the conversation so far with each request.
+		for _, c := range in.GetContext() {
+			switch c.GetRole() {
+			case llm.RoleUser, llm.RoleAssistant:
+				inputs = append(inputs, store.Message{Role: c.GetRole(), Content: c.GetContent()})
+			}
+		}
 		inputs = append(inputs, store.Message{Role: llm.RoleUser, Content: inputText(in)})
 	}
 	if len(inputs) == 0 {

@@ -1,0 +1,180 @@
+package main
+
+import (
+	"bufio"
+	"errors"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/switchboard-chat/switchboard/pkg/pg/pgtest"
+	"github.com/switchboard-chat/switchboard/pkg/redisx/redistest"
+)
+
+var built struct {
+	once sync.Once
+	dir  string
+	bin  string
+	err  error
+}
+
+// TestMain removes the binary the tests built.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if built.dir != "" {
+		_ = os.RemoveAll(built.dir)
+	}
+	os.Exit(code)
+}
+
+// binary compiles switchboard once per test run.
+func binary(t *testing.T) string {
+	t.Helper()
+	built.once.Do(func() {
+		built.dir, built.err = os.MkdirTemp("", "switchboard-bin-*")
+		if built.err != nil {
+			return
+		}
+		built.bin = filepath.Join(built.dir, "switchboard")
+		cmd := exec.Command("go", "build", "-o", built.bin, ".")
+		cmd.Stderr = os.Stderr
+		built.err = cmd.Run()
+	})
+	if built.err != nil {
+		t.Fatalf("build switchboard: %v", built.err)
+	}
+	return built.bin
+}
+
+// freeAddr returns a loopback address with a port that was free a moment ago.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// devProcess is a running `switchboard dev` with its own Postgres schema,
+// Redis prefix, embedded NATS and ports, so tests can run side by side.
+type devProcess struct {
+	cmd       *exec.Cmd
+	stderr    *syncBuffer
+	endpoints map[string]string // label → address as dev printed them
+	apiAddr   string
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// startDev starts the binary and waits until /readyz answers 200.
+func startDev(t *testing.T, env ...string) *devProcess {
+	t.Helper()
+	bin := binary(t)
+	_, dbURL := pgtest.NewWithURL(t)
+	_, redisPrefix := redistest.New(t)
+	d := &devProcess{stderr: &syncBuffer{}, endpoints: map[string]string{}, apiAddr: freeAddr(t)}
+	d.cmd = exec.Command(bin, "dev", "--ops-addr", "127.0.0.1:0")
+	d.cmd.Env = append(append(os.Environ(),
+		"DATABASE_URL="+dbURL,
+		"SWITCHBOARD_REDIS__PREFIX="+redisPrefix,
+		"SWITCHBOARD_DEV__NATS_PORT=-1",
+		"SWITCHBOARD_DEV__NATS_STORE_DIR=",
+		"SWITCHBOARD_ADMIN__ADDR=127.0.0.1:0",
+		"SWITCHBOARD_DELIVERY__GRPC_ADDR=127.0.0.1:0",
+		"SWITCHBOARD_GATEWAYS__API__ADDR="+d.apiAddr,
+		"SWITCHBOARD_GATEWAYS__WEBHOOK__ADDR=127.0.0.1:0",
+		"API_SERVER_KEY=",
+		"OPENAI_API_KEY=", "OPENAI_BASE_URL=", "ANTHROPIC_API_KEY=", "ANTHROPIC_BASE_URL=",
+	), env...)
+	stdout, err := d.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.cmd.Stderr = d.stderr
+	if err := d.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.cmd.Process.Kill() })
+
+	banner := make(chan map[string]string, 1)
+	go func() {
+		line := regexp.MustCompile(`^  (\S.*?)\s{2,}(\S+)$`)
+		got := map[string]string{}
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if m := line.FindStringSubmatch(sc.Text()); m != nil {
+				got[m[1]] = m[2]
+			}
+			if strings.HasPrefix(sc.Text(), "Press Ctrl-C") {
+				banner <- got
+			}
+		}
+	}()
+	select {
+	case d.endpoints = <-banner:
+	case <-time.After(90 * time.Second):
+		t.Fatalf("dev printed no banner; stderr:\n%s", d.stderr.String())
+	}
+	ready := d.endpoints["Readiness"]
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get(ready)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return d
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz at %q never answered 200 (last: %v); stderr:\n%s", ready, err, d.stderr.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// stop sends SIGTERM and expects exit 0 within 10 seconds.
+func (d *devProcess) stop(t *testing.T) {
+	t.Helper()
+	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- d.cmd.Wait() }()
+	select {
+	case err := <-done:
+		var exit *exec.ExitError
+		if errors.As(err, &exit) {
+			t.Fatalf("exit code %d after SIGTERM; stderr:\n%s", exit.ExitCode(), d.stderr.String())
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("still running 10s after SIGTERM; stderr:\n%s", d.stderr.String())
+	}
+}
