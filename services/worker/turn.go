@@ -152,12 +152,13 @@ func (r *turnRun) run(ctx context.Context) error {
 	case errors.Is(err, store.ErrStaleGeneration), errors.Is(err, errLockLost):
 		r.log.Warn("turn superseded; abandoning without a reply", "err", err)
 		return r.complete(ctx, turnsv1.TurnStatus_TURN_STATUS_STALE, "superseded by a newer turn", true)
-	case err != nil && ctx.Err() != nil:
+	case err != nil && ctx.Err() != nil && r.attempt < r.s.cfg.MaxDeliver:
 		// Shutting down past the drain timeout: keep the lock (another
 		// worker resumes under the same token) and hand the turn back.
 		r.log.Info("turn handed back", "err", err)
 		return err
 	case err != nil:
+		ctx = context.WithoutCancel(ctx)
 		if r.attempt < r.s.cfg.MaxDeliver {
 			r.log.Warn("turn failed; will be retried", "err", err)
 			return err
