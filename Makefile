@@ -63,7 +63,7 @@ bench: ## Go benchmarks of the hot paths
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 
 chaos: ## fault injection: every service as its own process, faults under load, invariants table (docs/reliability.md)
-	SWITCHBOARD_CHAOS=1 CHAOS_TABLE=$${CHAOS_TABLE:-.switchboard/chaos-table.md} CHAOS_LOG_DIR=$${CHAOS_LOG_DIR:-.switchboard/chaos-logs} \
+	CHAOS_RUN=1 CHAOS_TABLE=$${CHAOS_TABLE:-.switchboard/chaos-table.md} CHAOS_LOG_DIR=$${CHAOS_LOG_DIR:-.switchboard/chaos-logs} \
 		$(GO) test -tags chaos -count=1 -timeout 30m -run '^TestChaos$$' -v ./cmd/switchboard/
 
 clean: ## remove build outputs

@@ -435,8 +435,8 @@ func (s *chaosSys) inspect(ctx context.Context) pgFindings {
 // ---- the test ----
 
 func TestChaos(t *testing.T) {
-	if os.Getenv("SWITCHBOARD_CHAOS") == "" {
-		t.Skip("set SWITCHBOARD_CHAOS=1 (make chaos)")
+	if os.Getenv("CHAOS_RUN") == "" {
+		t.Skip("set CHAOS_RUN=1 (make chaos)")
 	}
 	bin := binary(t)
 	logDir := os.Getenv("CHAOS_LOG_DIR")
@@ -480,9 +480,9 @@ func TestChaos(t *testing.T) {
 		"SWITCHBOARD_LLM__PROVIDER=openai", "SWITCHBOARD_LLM__BASE_URL=http://"+llmAddr+"/v1", "SWITCHBOARD_LLM__API_KEY=chaos", "SWITCHBOARD_LLM__MODEL=fake",
 		"SWITCHBOARD_ROUTER__LOCK_TTL="+chaosLockTTL.String(), "SWITCHBOARD_ROUTER__SWEEP_INTERVAL=1s",
 		"SWITCHBOARD_WORKER__ACK_WAIT="+chaosAckWait.String(),
-		"SWITCHBOARD_DELIVERY__LEASE="+chaosLease.String(), "SWITCHBOARD_DELIVERY__PARTITION_LEASE="+chaosLease.String(),
+		"SWITCHBOARD_DELIVERY__LEASE="+chaosLease.String(), "SWITCHBOARD_DELIVERY__SEND_TIMEOUT=3s", "SWITCHBOARD_DELIVERY__PARTITION_LEASE="+chaosLease.String(),
 		"SWITCHBOARD_DELIVERY__ACK_WAIT="+chaosAckWait.String(), "SWITCHBOARD_DELIVERY__GRPC_ADDR=127.0.0.1:0",
-		"SWITCHBOARD_GATEWAYS__API__ADDR="+apiAddr, "API_SERVER_KEY=",
+		"SWITCHBOARD_GATEWAYS__API__ADDR="+apiAddr, "API_SERVER_KEY=", "SWITCHBOARD_GATEWAYS__API__INSECURE=true",
 		"OPENAI_API_KEY=", "OPENAI_BASE_URL=", "ANTHROPIC_API_KEY=", "ANTHROPIC_BASE_URL=",
 		"SWITCHBOARD_LOG__FORMAT=text",
 	)
@@ -581,6 +581,7 @@ func chaosTable(phases []*phase, msgs []chaosMsg, f pgFindings) (string, bool) {
 	failed := false
 	fmt.Fprintf(&b, "| fault | messages sent | replies | lost | duplicated | out of order | client errors (retried) | recovery s (bound %.0f s) |\n|---|---|---|---|---|---|---|---|\n", recoveryBound().Seconds())
 	var details []string
+	errKinds := map[string]int{}
 	for _, p := range phases {
 		var sent, replies, lost, dup, ooo, errs int
 		for _, m := range msgs {
@@ -589,6 +590,12 @@ func chaosTable(phases []*phase, msgs []chaosMsg, f pgFindings) (string, bool) {
 			}
 			sent++
 			errs += len(m.errs)
+			for _, e := range m.errs {
+				if len(e) > 90 {
+					e = e[:90]
+				}
+				errKinds[p.fault+": client error "+e]++
+			}
 			want := "echo: " + m.text
 			switch {
 			case !m.accepted:
@@ -635,6 +642,9 @@ func chaosTable(phases []*phase, msgs []chaosMsg, f pgFindings) (string, bool) {
 		failed = true
 	}
 	fmt.Fprintf(&b, "\nTwo turns at once in one session: %d overlapping completed turns, %d interleaved transcript turns.\n", len(f.overlaps), len(f.interleaved))
+	for k, n := range errKinds {
+		details = append(details, fmt.Sprintf("%s (×%d)", k, n))
+	}
 	sort.Strings(details)
 	for _, d := range append(append(details, f.overlaps...), f.interleaved...) {
 		fmt.Fprintf(&b, "- %s\n", d)
