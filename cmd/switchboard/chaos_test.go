@@ -482,7 +482,7 @@ func TestChaos(t *testing.T) {
 		"SWITCHBOARD_WORKER__ACK_WAIT="+chaosAckWait.String(),
 		"SWITCHBOARD_DELIVERY__LEASE="+chaosLease.String(), "SWITCHBOARD_DELIVERY__SEND_TIMEOUT=3s", "SWITCHBOARD_DELIVERY__PARTITION_LEASE="+chaosLease.String(),
 		"SWITCHBOARD_DELIVERY__ACK_WAIT="+chaosAckWait.String(), "SWITCHBOARD_DELIVERY__GRPC_ADDR=127.0.0.1:0",
-		"SWITCHBOARD_GATEWAYS__API__ADDR="+apiAddr, "API_SERVER_KEY=", "SWITCHBOARD_GATEWAYS__API__INSECURE=true",
+		"SWITCHBOARD_GATEWAYS__API__ADDR="+apiAddr, "API_SERVER_KEY=", "SWITCHBOARD_GATEWAYS__API__INSECURE=true", "SWITCHBOARD_GATEWAYS__API__RATE_LIMIT=10000", "SWITCHBOARD_GATEWAYS__API__RATE_BURST=10000",
 		"OPENAI_API_KEY=", "OPENAI_BASE_URL=", "ANTHROPIC_API_KEY=", "ANTHROPIC_BASE_URL=",
 		"SWITCHBOARD_LOG__FORMAT=text",
 	)
@@ -585,7 +585,14 @@ func chaosTable(phases []*phase, msgs []chaosMsg, f pgFindings) (string, bool) {
 	for _, p := range phases {
 		var sent, replies, lost, dup, ooo, errs int
 		for _, m := range msgs {
-			if m.firstAt.Before(p.start) || !m.firstAt.Before(p.end) {
+			// A message counts in the phase in which it was answered (or,
+			// never answered, first sent): the one in flight during a fault
+			// belongs to that fault.
+			at := m.firstAt
+			if m.accepted {
+				at = m.doneAt
+			}
+			if at.Before(p.start) || !at.Before(p.end) {
 				continue
 			}
 			sent++
