@@ -379,7 +379,9 @@ func (s *chaosSys) inspect(ctx context.Context) pgFindings {
 		case "user":
 			f.userCount[m[0]]++
 			n, _ := strconv.Atoi(m[2])
-			if n <= lastN[m[1]] {
+			// A repeat of the same number is a duplicate (counted
+			// above); only going back is out of order.
+			if n < lastN[m[1]] {
 				f.outOfOrder[m[0]] = true
 			}
 			lastN[m[1]] = n
