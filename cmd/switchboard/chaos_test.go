@@ -306,8 +306,8 @@ func (s *chaosSys) replay() string {
 	chat := "replay-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	ev := &eventsv1.MessageReceived{
 		EventId: "evt-" + chat, MessageId: "evt-" + chat,
-		Source:  &eventsv1.SessionSource{Platform: "api", Account: "default", ChatId: chat, ChatType: "dm", UserId: "chaos"},
-		Text:    chat + " m0001", SentAt: timestamppb.Now(), TransportAuthenticated: true, ClientSessionId: chat,
+		Source: &eventsv1.SessionSource{Platform: "api", Account: "default", ChatId: chat, ChatType: "dm", UserId: "chaos"},
+		Text:   chat + " m0001", SentAt: timestamppb.Now(), TransportAuthenticated: true, ClientSessionId: chat,
 	}
 	subject := s.topo.InboundSubject(sessionkey.ChatKey(ev.Source))
 	msgID := "api:default:" + ev.EventId
@@ -516,7 +516,11 @@ func TestChaos(t *testing.T) {
 		{"none (baseline)", func(*phase) {}},
 		{"kill -9 worker mid-turn", func(p *phase) { s.inFlightTurn(); p.injected = time.Now(); s.killRestart("worker-1", syscall.SIGKILL) }},
 		{"kill -9 router", func(p *phase) { p.injected = time.Now(); s.killRestart("router-1", syscall.SIGKILL) }},
-		{"kill -9 delivery mid-send", func(p *phase) { s.inFlightTurn(); p.injected = time.Now(); s.killRestart("delivery-1", syscall.SIGKILL) }},
+		{"kill -9 delivery mid-send", func(p *phase) {
+			s.inFlightTurn()
+			p.injected = time.Now()
+			s.killRestart("delivery-1", syscall.SIGKILL)
+		}},
 		{"kill -9 API gateway", func(p *phase) {
 			s.inFlightTurn()
 			p.injected = time.Now()
