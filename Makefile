@@ -9,7 +9,7 @@ LDFLAGS := -s -w -X main.version=$(VERSION)
 # itself (schema, key prefix, stream prefix), so packages run in parallel.
 TEST_FLAGS ?= -race -count=1 -timeout 15m
 
-.PHONY: help tools proto check-generated lint vet build test test-short deploy-check dev up down bench clean
+.PHONY: help tools proto check-generated lint vet build test test-short deploy-check dev up down bench chaos clean
 
 help: ## list targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -61,6 +61,10 @@ down: ## docker compose down
 
 bench: ## Go benchmarks of the hot paths
 	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+chaos: ## fault injection: every service as its own process, faults under load, invariants table (docs/reliability.md)
+	CHAOS_RUN=1 CHAOS_TABLE=$${CHAOS_TABLE:-.switchboard/chaos-table.md} CHAOS_LOG_DIR=$${CHAOS_LOG_DIR:-.switchboard/chaos-logs} \
+		$(GO) test -tags chaos -count=1 -timeout 30m -run '^TestChaos$$' -v ./cmd/switchboard/
 
 clean: ## remove build outputs
 	rm -rf bin .switchboard

@@ -74,6 +74,11 @@ type Config struct {
 	SessionReset ResetConfig `koanf:"session_reset"`
 	// DrainTimeout bounds finishing the message in hand on shutdown.
 	DrainTimeout time.Duration `koanf:"drain_timeout"`
+	// AckWait is how long a delivered inbound or turn-completed message may
+	// go unacknowledged before redelivery (handlers extend it while they
+	// run). After a NATS crash that lost recent acks, an inbound partition
+	// (MaxAckPending 1) waits this long before it moves again.
+	AckWait time.Duration `koanf:"ack_wait"`
 }
 
 // DefaultConfig returns the defaults.
@@ -88,6 +93,7 @@ func DefaultConfig() Config {
 		SweepInterval:        5 * time.Second,
 		SessionReset:         ResetConfig{Mode: ResetNone, IdleMinutes: 1440, AtHour: 4, Timezone: "UTC"},
 		DrainTimeout:         10 * time.Second,
+		AckWait:              30 * time.Second,
 	}
 }
 
@@ -217,6 +223,7 @@ func (s *Service) Run(ctx context.Context) error {
 			Durable:        fmt.Sprintf("router-inbound-%d", p),
 			FilterSubjects: []string{fmt.Sprintf("%s.%d", bus.SubjectInbound, p)},
 			MaxAckPending:  1,
+			AckWait:        s.cfg.AckWait,
 			DrainTimeout:   s.cfg.DrainTimeout,
 		}, s.handleInbound)
 		g.Go(func() error { return c.Run(gctx) })
@@ -226,6 +233,7 @@ func (s *Service) Run(ctx context.Context) error {
 		Durable:        "router-turn-completed",
 		FilterSubjects: []string{bus.SubjectTurnCompleted},
 		Concurrency:    4,
+		AckWait:        s.cfg.AckWait,
 		DrainTimeout:   s.cfg.DrainTimeout,
 	}, s.handleTurnCompleted)
 	g.Go(func() error { return done.Run(gctx) })

@@ -1,0 +1,666 @@
+//go:build chaos
+
+// The chaos harness (`make chaos`): every service as its own process, a
+// steady load of conversations through the API gateway, one fault at a
+// time, then the invariants of DESIGN.md checked from the client's answers
+// and from Postgres. It is behind the `chaos` build tag so `make test`
+// never runs it.
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/switchboard-chat/switchboard/pkg/bus"
+	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+	"github.com/switchboard-chat/switchboard/pkg/pg/pgtest"
+	"github.com/switchboard-chat/switchboard/pkg/sessionkey"
+)
+
+// Timings of the harness deployment. The documented recovery bound is
+// lock TTL + redelivery delay (the worker's AckWait); both are shortened
+// here so a run takes minutes, not tens of minutes.
+const (
+	chaosLockTTL   = 6 * time.Second
+	chaosAckWait   = 6 * time.Second
+	chaosLease     = 6 * time.Second
+	chaosDedupe    = 5 * time.Second
+	chaosSessions  = 6
+	chaosLLMDelay  = 300 * time.Millisecond
+	chaosSettle    = 4 * time.Second
+	chaosMaxRecovr = 90 * time.Second
+)
+
+func recoveryBound() time.Duration { return chaosLockTTL + chaosAckWait }
+
+// ---- processes ----
+
+type chaosProc struct {
+	name string
+	bin  string
+	args []string
+	env  []string
+	log  string
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+func (p *chaosProc) start(t *testing.T) {
+	t.Helper()
+	f, err := os.OpenFile(p.log, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(f, "\n==== start %s %s\n", p.name, time.Now().Format(time.RFC3339Nano))
+	cmd := exec.Command(p.bin, p.args...)
+	cmd.Env = p.env
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", p.name, err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); f.Close(); close(done) }()
+	p.mu.Lock()
+	p.cmd, p.done = cmd, done
+	p.mu.Unlock()
+}
+
+func (p *chaosProc) signal(sig syscall.Signal) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd != nil && p.cmd.Process != nil {
+		_ = p.cmd.Process.Signal(sig)
+	}
+}
+
+// kill sends sig and waits for the process to exit.
+func (p *chaosProc) kill(sig syscall.Signal) {
+	p.signal(sig)
+	p.mu.Lock()
+	done := p.done
+	p.mu.Unlock()
+	if done == nil {
+		return
+	}
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		p.signal(syscall.SIGKILL)
+		<-done
+	}
+}
+
+func waitTCP(t *testing.T, addr string, d time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		c, err := net.DialTimeout("tcp", addr, 500*time.Millisecond)
+		if err == nil {
+			c.Close()
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never accepted connections: %v", addr, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func freePort(t *testing.T) string {
+	a := freeAddr(t)
+	_, port, _ := net.SplitHostPort(a)
+	return port
+}
+
+// ---- load ----
+
+type chaosMsg struct {
+	session  string
+	n        int
+	text     string
+	firstAt  time.Time
+	doneAt   time.Time
+	answer   string
+	accepted bool
+	attempts int
+	errs     []string
+}
+
+type chaosLoad struct {
+	base string
+	mu   sync.Mutex
+	msgs []*chaosMsg
+}
+
+func (l *chaosLoad) snapshot() []chaosMsg {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make([]chaosMsg, len(l.msgs))
+	for i, m := range l.msgs {
+		out[i] = *m
+	}
+	return out
+}
+
+// ask sends one numbered message and retries it with the same
+// Idempotency-Key until it is answered or the harness gives up.
+func (l *chaosLoad) ask(ctx context.Context, session string, n int) {
+	m := &chaosMsg{session: session, n: n, text: fmt.Sprintf("%s m%04d", session, n), firstAt: time.Now()}
+	l.mu.Lock()
+	l.msgs = append(l.msgs, m)
+	l.mu.Unlock()
+	body, _ := json.Marshal(map[string]any{"model": "switchboard", "messages": []map[string]string{{"role": "user", "content": m.text}}})
+	giveUp := time.Now().Add(chaosMaxRecovr)
+	for time.Now().Before(giveUp) {
+		rctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+		req, _ := http.NewRequestWithContext(rctx, http.MethodPost, l.base+"/v1/chat/completions", bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-Session-Id", session)
+		req.Header.Set("Idempotency-Key", fmt.Sprintf("m%04d", n))
+		resp, err := http.DefaultClient.Do(req)
+		l.mu.Lock()
+		m.attempts++
+		l.mu.Unlock()
+		if err == nil {
+			raw, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				var out struct {
+					Choices []struct {
+						Message struct {
+							Content string `json:"content"`
+						} `json:"message"`
+					} `json:"choices"`
+				}
+				_ = json.Unmarshal(raw, &out)
+				ans := ""
+				if len(out.Choices) > 0 {
+					ans = out.Choices[0].Message.Content
+				}
+				l.mu.Lock()
+				m.accepted, m.answer, m.doneAt = true, ans, time.Now()
+				l.mu.Unlock()
+				cancel()
+				return
+			}
+			err = fmt.Errorf("status %d: %.120s", resp.StatusCode, raw)
+		}
+		cancel()
+		l.mu.Lock()
+		m.errs = append(m.errs, err.Error())
+		l.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			if time.Now().After(giveUp) {
+				return
+			}
+		case <-time.After(300 * time.Millisecond):
+		}
+	}
+}
+
+func (l *chaosLoad) run(ctx context.Context, session string, wg *sync.WaitGroup) {
+	defer wg.Done()
+	for n := 1; ctx.Err() == nil; n++ {
+		l.ask(ctx, session, n)
+	}
+}
+
+// ---- faults ----
+
+type phase struct {
+	fault    string
+	start    time.Time
+	injected time.Time
+	end      time.Time
+	recovery time.Duration
+	note     string
+}
+
+type chaosSys struct {
+	t       *testing.T
+	procs   map[string]*chaosProc
+	db      *pgxpool.Pool
+	topo    bus.Topology
+	natsURL string
+	load    *chaosLoad
+}
+
+// recovered waits until every session has an answered message that was
+// first sent after `since`, and returns how long that took.
+func (s *chaosSys) recovered(since time.Time) time.Duration {
+	deadline := since.Add(chaosMaxRecovr + 30*time.Second)
+	for time.Now().Before(deadline) {
+		last := map[string]time.Time{}
+		for _, m := range s.load.snapshot() {
+			if m.accepted && m.firstAt.After(since) && (last[m.session].IsZero() || m.doneAt.Before(last[m.session])) {
+				last[m.session] = m.doneAt
+			}
+		}
+		if len(last) == chaosSessions {
+			var worst time.Time
+			for _, at := range last {
+				if at.After(worst) {
+					worst = at
+				}
+			}
+			return worst.Sub(since)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	return -1
+}
+
+// inFlightTurn waits (briefly) until some turn is running, so a kill lands
+// mid-turn.
+func (s *chaosSys) inFlightTurn() {
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		var n int
+		_ = s.db.QueryRow(context.Background(), `SELECT count(*) FROM worker_turns WHERE status = 'running'`).Scan(&n)
+		if n > 0 {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (s *chaosSys) killRestart(name string, sig syscall.Signal) {
+	s.procs[name].kill(sig)
+	s.procs[name].start(s.t)
+}
+
+// replay publishes one MessageReceived, waits until its turn completed and
+// past the JetStream dedupe window, then publishes it again with the same
+// Nats-Msg-Id: the router's Redis dedupe record must ignore it.
+func (s *chaosSys) replay() string {
+	b, err := bus.Connect(s.natsURL, "chaos-replay", s.topo, slog.Default())
+	if err != nil {
+		return "connect: " + err.Error()
+	}
+	defer b.Close()
+	chat := "replay-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	ev := &eventsv1.MessageReceived{
+		EventId: "evt-" + chat, MessageId: "evt-" + chat,
+		Source: &eventsv1.SessionSource{Platform: "api", Account: "default", ChatId: chat, ChatType: "dm", UserId: "chaos"},
+		Text:   chat + " m0001", SentAt: timestamppb.Now(), TransportAuthenticated: true, ClientSessionId: chat,
+	}
+	subject := s.topo.InboundSubject(sessionkey.ChatKey(ev.Source))
+	msgID := "api:default:" + ev.EventId
+	ctx := context.Background()
+	if _, err := b.Publish(ctx, subject, msgID, ev); err != nil {
+		return "publish: " + err.Error()
+	}
+	count := func() (turns, users int) {
+		_ = s.db.QueryRow(ctx, `SELECT count(*) FROM worker_turns WHERE session_key LIKE '%' || $1`, chat).Scan(&turns)
+		_ = s.db.QueryRow(ctx, `SELECT count(*) FROM transcript_messages WHERE role = 'user' AND content = $1`, ev.Text).Scan(&users)
+		return
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for t, _ := count(); t == 0 && time.Now().Before(deadline); t, _ = count() {
+		time.Sleep(200 * time.Millisecond)
+	}
+	time.Sleep(chaosDedupe + time.Second) // past the bus window: only Redis remembers
+	ack, err := b.Publish(ctx, subject, msgID, ev)
+	if err != nil {
+		return "republish: " + err.Error()
+	}
+	time.Sleep(chaosLockTTL) // time for a (wrong) second turn to run
+	turns, users := count()
+	return fmt.Sprintf("replay: bus duplicate=%v, turns=%d, user rows=%d", ack.Duplicate, turns, users)
+}
+
+// ---- invariants from Postgres ----
+
+var chaosText = regexp.MustCompile(`(chaos-s\d+) m(\d{4})`)
+
+type pgFindings struct {
+	userCount      map[string]int // text → user rows
+	assistantCount map[string]int // "echo: text" → assistant rows
+	outboxSent     map[string]int // text → sent outbox rows
+	outOfOrder     map[string]bool
+	overlaps       []string
+	interleaved    []string
+}
+
+func (s *chaosSys) inspect(ctx context.Context) pgFindings {
+	f := pgFindings{userCount: map[string]int{}, assistantCount: map[string]int{}, outboxSent: map[string]int{}, outOfOrder: map[string]bool{}}
+	rows, err := s.db.Query(ctx, `SELECT session_key, turn_id, role, content FROM transcript_messages ORDER BY id`)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	lastN := map[string]int{}
+	lastTurn := map[string]string{}
+	seenTurns := map[string]map[string]bool{}
+	for rows.Next() {
+		var key, turn, role, content string
+		if err := rows.Scan(&key, &turn, &role, &content); err != nil {
+			s.t.Fatal(err)
+		}
+		if seenTurns[key] == nil {
+			seenTurns[key] = map[string]bool{}
+		}
+		if turn != lastTurn[key] {
+			if seenTurns[key][turn] {
+				f.interleaved = append(f.interleaved, key+" "+turn)
+			}
+			seenTurns[key][turn] = true
+			lastTurn[key] = turn
+		}
+		m := chaosText.FindStringSubmatch(content)
+		if m == nil {
+			continue
+		}
+		switch role {
+		case "user":
+			f.userCount[m[0]]++
+			n, _ := strconv.Atoi(m[2])
+			// A repeat of the same number is a duplicate (counted
+			// above); only going back is out of order.
+			if n < lastN[m[1]] {
+				f.outOfOrder[m[0]] = true
+			}
+			lastN[m[1]] = n
+		case "assistant":
+			if strings.HasPrefix(content, "echo: ") {
+				f.assistantCount[m[0]]++
+			}
+		}
+	}
+	rows.Close()
+
+	rows, err = s.db.Query(ctx, `SELECT payload FROM delivery_outbox WHERE state = 'sent'`)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	for rows.Next() {
+		var payload []byte
+		if err := rows.Scan(&payload); err != nil {
+			s.t.Fatal(err)
+		}
+		var sr deliveryv1.SendRequested
+		if proto.Unmarshal(payload, &sr) == nil {
+			if m := chaosText.FindStringSubmatch(sr.Text); m != nil && strings.HasPrefix(sr.Text, "echo: ") {
+				f.outboxSent[m[0]]++
+			}
+		}
+	}
+	rows.Close()
+
+	// One turn per session: completed turns of one session never overlap.
+	rows, err = s.db.Query(ctx, `SELECT session_key, turn_id, started_at, updated_at FROM worker_turns
+		WHERE status = 'completed' ORDER BY session_key, started_at`)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	var prevKey, prevTurn string
+	var prevEnd time.Time
+	for rows.Next() {
+		var key, turn string
+		var st, en time.Time
+		if err := rows.Scan(&key, &turn, &st, &en); err != nil {
+			s.t.Fatal(err)
+		}
+		if key == prevKey && st.Before(prevEnd) {
+			f.overlaps = append(f.overlaps, fmt.Sprintf("%s: %s started %s before %s ended", key, turn, st.Format("15:04:05.000"), prevTurn))
+		}
+		prevKey, prevTurn, prevEnd = key, turn, en
+	}
+	rows.Close()
+	return f
+}
+
+// ---- the test ----
+
+func TestChaos(t *testing.T) {
+	if os.Getenv("CHAOS_RUN") == "" {
+		t.Skip("set CHAOS_RUN=1 (make chaos)")
+	}
+	bin := binary(t)
+	logDir := os.Getenv("CHAOS_LOG_DIR")
+	if logDir == "" {
+		logDir = t.TempDir()
+	}
+	_ = os.MkdirAll(logDir, 0o755)
+	t.Logf("process logs in %s", logDir)
+	work := t.TempDir()
+
+	// Private NATS (JetStream on disk) and Redis, so restarting them
+	// disturbs nobody else on the machine.
+	natsBin := filepath.Join(work, "nats-server")
+	if out, err := exec.Command("go", "build", "-o", natsBin, "github.com/nats-io/nats-server/v2").CombinedOutput(); err != nil {
+		t.Fatalf("build nats-server: %v\n%s", err, out)
+	}
+	natsPort, redisPort := freePort(t), freePort(t)
+	procs := map[string]*chaosProc{}
+	add := func(p *chaosProc) *chaosProc {
+		p.log = filepath.Join(logDir, p.name+".log")
+		procs[p.name] = p
+		t.Cleanup(func() { p.signal(syscall.SIGCONT); p.kill(syscall.SIGKILL) })
+		return p
+	}
+	add(&chaosProc{name: "nats", bin: natsBin, args: []string{"-a", "127.0.0.1", "-p", natsPort, "-js", "-sd", filepath.Join(work, "js")}}).start(t)
+	add(&chaosProc{name: "redis", bin: "redis-server", args: []string{"--port", redisPort, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", work}}).start(t)
+	waitTCP(t, "127.0.0.1:"+natsPort, 20*time.Second)
+	waitTCP(t, "127.0.0.1:"+redisPort, 20*time.Second)
+
+	db, dbURL := pgtest.NewWithURL(t)
+	llmAddr, apiAddr := freeAddr(t), freeAddr(t)
+	add(&chaosProc{name: "fakellm", bin: bin, args: []string{"fakellm", "--addr", llmAddr, "--latency", chaosLLMDelay.String()}}).start(t)
+	waitTCP(t, llmAddr, 30*time.Second)
+
+	prefix := "chaos" + strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
+	natsURL := "nats://127.0.0.1:" + natsPort
+	env := append(os.Environ(),
+		"NATS_URL="+natsURL, "SWITCHBOARD_NATS__PREFIX="+prefix, "SWITCHBOARD_NATS__DEDUPE_WINDOW="+chaosDedupe.String(),
+		"DATABASE_URL="+dbURL,
+		"REDIS_URL=redis://127.0.0.1:"+redisPort+"/0", "SWITCHBOARD_REDIS__PREFIX="+prefix+":",
+		"SWITCHBOARD_LLM__PROVIDER=openai", "SWITCHBOARD_LLM__BASE_URL=http://"+llmAddr+"/v1", "SWITCHBOARD_LLM__API_KEY=chaos", "SWITCHBOARD_LLM__MODEL=fake",
+		"SWITCHBOARD_ROUTER__LOCK_TTL="+chaosLockTTL.String(), "SWITCHBOARD_ROUTER__SWEEP_INTERVAL=1s", "SWITCHBOARD_ROUTER__ACK_WAIT="+chaosAckWait.String(),
+		"SWITCHBOARD_WORKER__ACK_WAIT="+chaosAckWait.String(),
+		"SWITCHBOARD_DELIVERY__LEASE="+chaosLease.String(), "SWITCHBOARD_DELIVERY__SEND_TIMEOUT=3s", "SWITCHBOARD_DELIVERY__PARTITION_LEASE="+chaosLease.String(),
+		"SWITCHBOARD_DELIVERY__ACK_WAIT="+chaosAckWait.String(), "SWITCHBOARD_DELIVERY__GRPC_ADDR=127.0.0.1:0",
+		"SWITCHBOARD_GATEWAYS__API__ADDR="+apiAddr, "API_SERVER_KEY=", "SWITCHBOARD_GATEWAYS__API__INSECURE=true", "SWITCHBOARD_GATEWAYS__API__RATE_LIMIT=10000", "SWITCHBOARD_GATEWAYS__API__RATE_BURST=10000",
+		"OPENAI_API_KEY=", "OPENAI_BASE_URL=", "ANTHROPIC_API_KEY=", "ANTHROPIC_BASE_URL=",
+		"SWITCHBOARD_LOG__FORMAT=text",
+	)
+	svc := func(name string, args ...string) {
+		add(&chaosProc{name: name, bin: bin, args: append(args, "--ops-addr", "127.0.0.1:0"), env: env}).start(t)
+	}
+	svc("router-1", "router")
+	svc("router-2", "router")
+	svc("worker-1", "worker")
+	svc("worker-2", "worker")
+	svc("delivery-1", "delivery")
+	svc("gateway-api", "gateway", "api")
+	waitTCP(t, apiAddr, 60*time.Second)
+
+	s := &chaosSys{t: t, procs: procs, db: db, natsURL: natsURL, load: &chaosLoad{base: "http://" + apiAddr},
+		topo: bus.Topology{Prefix: prefix, Replicas: 1, DedupeWindow: chaosDedupe, Retention: 24 * time.Hour}}
+
+	loadCtx, stopLoad := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for i := 1; i <= chaosSessions; i++ {
+		wg.Add(1)
+		go s.load.run(loadCtx, fmt.Sprintf("chaos-s%d", i), &wg)
+	}
+
+	faults := []struct {
+		name string
+		do   func(*phase)
+	}{
+		{"none (baseline)", func(*phase) {}},
+		{"kill -9 worker mid-turn", func(p *phase) { s.inFlightTurn(); p.injected = time.Now(); s.killRestart("worker-1", syscall.SIGKILL) }},
+		{"kill -9 router", func(p *phase) { p.injected = time.Now(); s.killRestart("router-1", syscall.SIGKILL) }},
+		{"kill -9 delivery mid-send", func(p *phase) {
+			s.inFlightTurn()
+			p.injected = time.Now()
+			s.killRestart("delivery-1", syscall.SIGKILL)
+		}},
+		{"kill -9 API gateway", func(p *phase) {
+			s.inFlightTurn()
+			p.injected = time.Now()
+			s.killRestart("gateway-api", syscall.SIGKILL)
+			waitTCP(t, apiAddr, 30*time.Second)
+		}},
+		{"replay inbound event", func(p *phase) { p.injected = time.Now(); p.note = s.replay() }},
+		{"SIGSTOP worker past lock TTL", func(p *phase) {
+			s.inFlightTurn()
+			p.injected = time.Now()
+			s.procs["worker-2"].signal(syscall.SIGSTOP)
+			time.Sleep(chaosLockTTL + chaosAckWait + 2*time.Second)
+			s.procs["worker-2"].signal(syscall.SIGCONT)
+		}},
+		{"restart Redis (locks lost)", func(p *phase) { s.inFlightTurn(); p.injected = time.Now(); s.killRestart("redis", syscall.SIGKILL) }},
+		{"restart NATS (kill -9, JetStream on disk)", func(p *phase) {
+			s.inFlightTurn()
+			p.injected = time.Now()
+			s.killRestart("nats", syscall.SIGKILL)
+		}},
+	}
+	if only := os.Getenv("CHAOS_FAULTS"); only != "" {
+		var keep = faults[:1]
+		for _, f := range faults[1:] {
+			if strings.Contains(only, strings.Fields(f.name)[0]+" "+strings.Fields(f.name)[1]) || strings.Contains(strings.ToLower(f.name), strings.ToLower(only)) {
+				keep = append(keep, f)
+			}
+		}
+		faults = keep
+	}
+
+	time.Sleep(chaosSettle)
+	var phases []*phase
+	for _, f := range faults {
+		p := &phase{fault: f.name, start: time.Now()}
+		f.do(p)
+		if p.injected.IsZero() {
+			p.injected = p.start
+		}
+		p.recovery = s.recovered(p.injected)
+		t.Logf("%s: recovered in %s %s", f.name, p.recovery.Round(100*time.Millisecond), p.note)
+		time.Sleep(chaosSettle)
+		p.end = time.Now()
+		phases = append(phases, p)
+	}
+	stopLoad()
+	wg.Wait()
+	time.Sleep(2 * time.Second) // let the last deliveries settle into the outbox
+
+	f := s.inspect(context.Background())
+	msgs := s.load.snapshot()
+	table, failed := chaosTable(phases, msgs, f)
+	fmt.Println(table)
+	if out := os.Getenv("CHAOS_TABLE"); out != "" {
+		_ = os.WriteFile(out, []byte(table), 0o644)
+	}
+	if failed {
+		t.Errorf("invariants violated (logs in %s)", logDir)
+	}
+}
+
+func chaosTable(phases []*phase, msgs []chaosMsg, f pgFindings) (string, bool) {
+	var b strings.Builder
+	failed := false
+	fmt.Fprintf(&b, "| fault | messages sent | replies | lost | duplicated | out of order | client errors (retried) | recovery s (bound %.0f s) |\n|---|---|---|---|---|---|---|---|\n", recoveryBound().Seconds())
+	var details []string
+	errKinds := map[string]int{}
+	for _, p := range phases {
+		var sent, replies, lost, dup, ooo, errs int
+		for _, m := range msgs {
+			// A message counts in the phase in which it was answered (or,
+			// never answered, first sent): the one in flight during a fault
+			// belongs to that fault.
+			at := m.firstAt
+			if m.accepted {
+				at = m.doneAt
+			}
+			if at.Before(p.start) || !at.Before(p.end) {
+				continue
+			}
+			sent++
+			errs += len(m.errs)
+			for _, e := range m.errs {
+				if len(e) > 90 {
+					e = e[:90]
+				}
+				errKinds[p.fault+": client error "+e]++
+			}
+			want := "echo: " + m.text
+			switch {
+			case !m.accepted:
+				// Never accepted: the client got only errors. Lost only if
+				// the system nonetheless ran it and answered nobody.
+				if f.userCount[m.text] > 0 {
+					lost++
+					details = append(details, fmt.Sprintf("%s: %q ran but the client never got an answer", p.fault, m.text))
+				}
+			case m.answer != want:
+				ooo++
+				details = append(details, fmt.Sprintf("%s: %q answered %q", p.fault, m.text, m.answer))
+			default:
+				replies++
+			}
+			if m.accepted && f.userCount[m.text] == 0 {
+				lost++
+				details = append(details, fmt.Sprintf("%s: %q answered but not in the transcript", p.fault, m.text))
+			}
+			if f.userCount[m.text] > 1 || f.assistantCount[m.text] > 1 || f.outboxSent[m.text] > 1 {
+				dup++
+				details = append(details, fmt.Sprintf("%s: %q transcript user=%d assistant=%d, outbox sent=%d",
+					p.fault, m.text, f.userCount[m.text], f.assistantCount[m.text], f.outboxSent[m.text]))
+			}
+			if f.outOfOrder[m.text] {
+				ooo++
+				details = append(details, fmt.Sprintf("%s: %q out of order in the transcript", p.fault, m.text))
+			}
+		}
+		rec := "never"
+		if p.recovery >= 0 {
+			rec = fmt.Sprintf("%.1f", p.recovery.Seconds())
+		}
+		if lost+dup+ooo > 0 || p.recovery < 0 || p.recovery > recoveryBound()+5*time.Second {
+			failed = true
+		}
+		name := p.fault
+		if p.note != "" {
+			name += " (" + p.note + ")"
+		}
+		fmt.Fprintf(&b, "| %s | %d | %d | %d | %d | %d | %d | %s |\n", name, sent, replies, lost, dup, ooo, errs, rec)
+	}
+	if len(f.overlaps) > 0 || len(f.interleaved) > 0 {
+		failed = true
+	}
+	fmt.Fprintf(&b, "\nTwo turns at once in one session: %d overlapping completed turns, %d interleaved transcript turns.\n", len(f.overlaps), len(f.interleaved))
+	for k, n := range errKinds {
+		details = append(details, fmt.Sprintf("%s (×%d)", k, n))
+	}
+	sort.Strings(details)
+	for _, d := range append(append(details, f.overlaps...), f.interleaved...) {
+		fmt.Fprintf(&b, "- %s\n", d)
+	}
+	return b.String(), failed
+}
