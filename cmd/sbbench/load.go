@@ -154,13 +154,13 @@ func (s *system) measure(ctx context.Context, n int, stream bool) RunResult {
 	} else {
 		close(profDone)
 	}
-	before := s.snapshot()
+	before, hopsBefore := s.snapshot(), s.scrapeHops()
 	recording.Store(true)
 	t0 := time.Now()
 	sleepCtx(ctx, s.o.duration)
 	recording.Store(false)
 	el := time.Since(t0)
-	after := s.snapshot()
+	after, hopsAfter := s.snapshot(), s.scrapeHops()
 	stopping.Store(true)
 	wg.Wait()
 	<-profDone
@@ -172,6 +172,7 @@ func (s *system) measure(ctx context.Context, n int, stream bool) RunResult {
 		rr.LastError = v
 	}
 	rr.TurnsPerSec = float64(rr.Turns) / el.Seconds()
+	rr.Hops = hopDelta(hopsBefore, hopsAfter, rr.Turns)
 	rr.E2E = percentiles(flatten(lat))
 	if stream {
 		p := percentiles(flatten(ttft))

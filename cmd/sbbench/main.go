@@ -144,16 +144,18 @@ type ShapeResult struct {
 
 // RunResult is one level and streaming mode of one shape.
 type RunResult struct {
-	Sessions       int                `json:"sessions"`
-	Stream         bool               `json:"stream"`
-	Seconds        float64            `json:"seconds"`
-	Turns          int64              `json:"turns"`
-	Errors         int64              `json:"errors"`
-	LastError      string             `json:"last_error,omitempty"`
-	TurnsPerSec    float64            `json:"turns_per_s"`
-	E2E            Percentiles        `json:"e2e_ms"`
-	FirstToken     *Percentiles       `json:"first_token_ms,omitempty"`
-	Hops           map[string]float64 `json:"hops_p50_ms,omitempty"`
+	Sessions    int          `json:"sessions"`
+	Stream      bool         `json:"stream"`
+	Seconds     float64      `json:"seconds"`
+	Turns       int64        `json:"turns"`
+	Errors      int64        `json:"errors"`
+	LastError   string       `json:"last_error,omitempty"`
+	TurnsPerSec float64      `json:"turns_per_s"`
+	E2E         Percentiles  `json:"e2e_ms"`
+	FirstToken  *Percentiles `json:"first_token_ms,omitempty"`
+	// Hops: mean handler time per bus consumer (and JetStream publish
+	// round trips) from each process's /metrics; not a per-turn trace.
+	Hops           map[string]Hop     `json:"hops,omitempty"`
 	CPUmsPerTurn   float64            `json:"cpu_ms_per_turn_switchboard"`
 	InfraCPUms     float64            `json:"cpu_ms_per_turn_infra"`
 	MachineCPUms   float64            `json:"cpu_ms_per_turn_machine"`

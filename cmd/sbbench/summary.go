@@ -81,7 +81,9 @@ func writeSummary(w io.Writer, r *Result) {
 		for k := range ref.Levels {
 			keys = append(keys, k)
 		}
-		sort.Slice(keys, func(i, j int) bool { return len(keys[i]) < len(keys[j]) || len(keys[i]) == len(keys[j]) && keys[i] < keys[j] })
+		sort.Slice(keys, func(i, j int) bool {
+			return len(keys[i]) < len(keys[j]) || len(keys[i]) == len(keys[j]) && keys[i] < keys[j]
+		})
 		for _, k := range keys {
 			l := ref.Levels[k]
 			fmt.Fprintf(w, "%-10s %5s %6s %9.0f %8.2f %8.2f %8.2f %8s %9.2f %9s %7s\n", "reference", k, "-", l.TurnsPerSec, l.E2E.P50, l.E2E.P90, l.E2E.P99, "-", l.CPUmsPerTurn, "(incl.)", "-")
@@ -107,6 +109,25 @@ func writeSummary(w io.Writer, r *Result) {
 		}
 	}
 	fmt.Fprintln(w, "\ncpu ms/t: CPU of the switchboard processes per turn; infra ms: postgres+redis+nats-server per turn (machine-wide, shared)")
+	fmt.Fprintln(w, "\nHops (mean handler ms per message × messages per turn, from /metrics), streaming off")
+	for _, s := range r.Shapes {
+		for _, run := range s.Runs {
+			if run.Stream || len(run.Hops) == 0 {
+				continue
+			}
+			keys := make([]string, 0, len(run.Hops))
+			for k := range run.Hops {
+				keys = append(keys, k)
+			}
+			sort.Strings(keys)
+			var parts []string
+			for _, k := range keys {
+				h := run.Hops[k]
+				parts = append(parts, fmt.Sprintf("%s %.2f×%.1f", k, h.MsPerMessage, h.MessagesPerTurn))
+			}
+			fmt.Fprintf(w, "  %-10s %3d: %s\n", s.Shape, run.Sessions, strings.Join(parts, ", "))
+		}
+	}
 	fmt.Fprintln(w, "\nRSS (MB): idle VmRSS after start → VmHWM peak after the last run")
 	for _, s := range r.Shapes {
 		var parts []string
