@@ -117,6 +117,17 @@ func withDatabase(raw, db string) (string, error) {
 }
 
 func execSQL(ctx context.Context, serverURL, sql string) error {
+	// pool_* parameters are for the services' pools, not one connection.
+	if u, err := url.Parse(serverURL); err == nil {
+		q := u.Query()
+		for k := range q {
+			if strings.HasPrefix(k, "pool_") {
+				q.Del(k)
+			}
+		}
+		u.RawQuery = q.Encode()
+		serverURL = u.String()
+	}
 	c, err := pgx.Connect(ctx, serverURL)
 	if err != nil {
 		return fmt.Errorf("connect postgres: %w", err)
