@@ -16,7 +16,7 @@ func init() {
 
 func runFakeLLM(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("fakellm", flag.ContinueOnError)
-	addr := fs.String("addr", "127.0.0.1:8099", "listen address")
+	addr := fs.String("addr", ":8700", "listen address")
 	latency := fs.Duration("latency", 0, "delay before every answer")
 	chunkDelay := fs.Duration("chunk-delay", 0, "delay between streamed chunks")
 	apiKey := fs.String("api-key", "", "require this API key")
@@ -26,6 +26,6 @@ func runFakeLLM(ctx context.Context, args []string) error {
 	log := telemetry.NewLogger(telemetry.LogConfig{Level: "info", Format: "text"}, os.Stderr)
 	srv := fakellm.New(fakellm.Config{Addr: *addr, Latency: *latency, ChunkDelay: *chunkDelay, APIKey: *apiKey,
 		MaxRecorded: -1, Log: log})
-	fmt.Fprintf(os.Stderr, "fake LLM on http://%s (OpenAI: /v1/chat/completions, Anthropic: /v1/messages)\n", *addr)
+	fmt.Fprintf(os.Stderr, "fake LLM on %s (OpenAI: /v1/chat/completions, Anthropic: /v1/messages)\n", *addr)
 	return srv.Run(ctx)
 }

@@ -259,9 +259,7 @@ func TestTwoRoutersKeepOrderAndOneTurnPerSession(t *testing.T) {
 	cfg := testConfig()
 	cfg.BusyMode = BusyQueue
 	users := []string{"alice", "bob"}
-	for _, u := range users {
-		cfg.Auth.GatewayAllowedUsers = append(cfg.Auth.GatewayAllowedUsers, u)
-	}
+	cfg.Auth.GatewayAllowedUsers = append(cfg.Auth.GatewayAllowedUsers, users...)
 	e.startRouter(cfg, nil, nil)
 	e.startRouter(cfg, e.secondBus(), nil)
 	w := e.startWorker(func(*turnsv1.TurnRequested) { time.Sleep(15 * time.Millisecond) })

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"sort"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -333,10 +332,8 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 
 // gate is a tool that blocks until released (or its context ends).
 type gate struct {
-	mu      sync.Mutex
 	entered chan struct{}
 	release chan struct{}
-	runs    atomic.Int32
 }
 
 func newGate() *gate { return &gate{entered: make(chan struct{}, 16), release: make(chan struct{})} }

@@ -121,6 +121,7 @@ func (r *turnRun) run(ctx context.Context) error {
 		if errors.Is(err, errLockLost) {
 			// Another turn owns the session now: this one is superseded.
 			r.log.Warn("turn lock owned by another turn; abandoning as stale")
+			r.answerSuperseded(ctx)
 			return r.complete(ctx, turnsv1.TurnStatus_TURN_STATUS_STALE, "session lock owned by another turn", false)
 		}
 		return err
@@ -150,14 +151,16 @@ func (r *turnRun) run(ctx context.Context) error {
 	}
 	switch {
 	case errors.Is(err, store.ErrStaleGeneration), errors.Is(err, errLockLost):
-		r.log.Warn("turn superseded; abandoning without a reply", "err", err)
+		r.log.Warn("turn superseded; abandoning", "err", err)
+		r.answerSuperseded(ctx)
 		return r.complete(ctx, turnsv1.TurnStatus_TURN_STATUS_STALE, "superseded by a newer turn", true)
-	case err != nil && ctx.Err() != nil:
+	case err != nil && ctx.Err() != nil && r.attempt < r.s.cfg.MaxDeliver:
 		// Shutting down past the drain timeout: keep the lock (another
 		// worker resumes under the same token) and hand the turn back.
 		r.log.Info("turn handed back", "err", err)
 		return err
 	case err != nil:
+		ctx = context.WithoutCancel(ctx)
 		if r.attempt < r.s.cfg.MaxDeliver {
 			r.log.Warn("turn failed; will be retried", "err", err)
 			return err
@@ -179,6 +182,35 @@ func (r *turnRun) run(ctx context.Context) error {
 		}
 	}
 	return r.complete(ctx, statusOf(fin.Status), fin.ErrorCode, true)
+}
+
+// answerSuperseded makes sure a superseded turn that an earlier, crashed
+// attempt was running still answers its user exactly once: with the final
+// reply that attempt committed (republished under the same id, so a copy
+// that already went out is deduplicated), or with a notice that the
+// request was interrupted. A first attempt superseded before it answered
+// was stopped on purpose (/stop, /new, a reset) and stays silent.
+func (r *turnRun) answerSuperseded(ctx context.Context) {
+	if r.attempt <= 1 || r.target == nil {
+		return
+	}
+	ctx = context.WithoutCancel(ctx)
+	f, err := r.s.store.Decided(ctx, r.req.GetTurnId())
+	if err != nil {
+		r.log.Warn("read superseded turn", "err", err)
+		return
+	}
+	if f != nil {
+		if err := r.publishFinal(ctx, *f); err != nil {
+			r.log.Warn("republish superseded turn's reply", "err", err)
+		}
+		return
+	}
+	err = r.publish(ctx, &repliesv1.ReplyEvent{Body: &repliesv1.ReplyEvent_Error{Error: &repliesv1.ReplyError{
+		Code: "interrupted", Message: "Sorry, your earlier message was interrupted before it was answered. Please send it again."}}})
+	if err != nil {
+		r.log.Warn("tell the user a superseded turn was interrupted", "err", err)
+	}
 }
 
 func statusOf(s string) turnsv1.TurnStatus {

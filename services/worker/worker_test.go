@@ -580,3 +580,58 @@ func TestContextCompression(t *testing.T) {
 		t.Errorf("last request still has %d messages", len(last.Messages))
 	}
 }
+
+// A worker dies mid-turn, its lock expires and the router starts the
+// session's next message under a new lock and generation before the dead
+// turn is redelivered. The redelivered turn cannot run any more (fencing),
+// but its user must not be left without an answer: they are told it was
+// interrupted, exactly once.
+func TestSupersededTurnAfterCrashTellsTheUser(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.setGeneration("s1", 1)
+	entered := make(chan struct{}, 2)
+	blocking := tools.Tool{Name: "block", Run: func(ctx context.Context, _ tools.Call, _ json.RawMessage) (string, error) {
+		entered <- struct{}{}
+		<-ctx.Done()
+		return "", ctx.Err()
+	}}
+	w1 := h.startWorker("w1", func(c *worker.Config, d *worker.Deps) {
+		c.DrainTimeout = 50 * time.Millisecond
+		d.Tools = []tools.Tool{blocking}
+	})
+	req := h.requestTurn("s1", "[[tool:block {}]] first", turnOpts{})
+	select {
+	case <-entered:
+	case <-time.After(30 * time.Second):
+		t.Fatal("tool never ran")
+	}
+	w1.stop(t)
+	// The lock expired and the router started the next message.
+	ctx := context.Background()
+	if err := h.rdb.Del(ctx, h.locker.Key("s1")).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := h.locker.Acquire(ctx, "s1", "next-turn-token", time.Minute); err != nil || !ok {
+		t.Fatalf("take lock for the next turn: %v %v", ok, err)
+	}
+	h.setGeneration("s1", 2)
+
+	h.startWorker("w2", nil)
+	done := h.waitCompleted(req.TurnId)
+	if done.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_STALE {
+		t.Fatalf("status %v, want STALE", done.GetStatus())
+	}
+	var errs []*repliesv1.ReplyEvent
+	for _, ev := range h.replies(req.TurnId) {
+		if ev.GetError() != nil || ev.GetFinalText() != nil {
+			errs = append(errs, ev)
+		}
+	}
+	if len(errs) != 1 || errs[0].GetError().GetCode() != "interrupted" {
+		t.Fatalf("final events %v, want one interrupted error", errs)
+	}
+	if owner, _ := h.locker.Owner(ctx, "s1"); owner != "next-turn-token" {
+		t.Fatalf("the superseded turn touched the next turn's lock (owner %q)", owner)
+	}
+}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -55,7 +54,6 @@ func TestContract(t *testing.T) {
 
 type contractFake struct {
 	f *discordfake.Fake
-	n atomic.Int64
 }
 
 func (c *contractFake) Kinds() []string {

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
@@ -33,9 +32,7 @@ func testConfig(f *telegramfake.Server) Config {
 
 // fakeDriver is the contract suite's view of the fake Bot API.
 type fakeDriver struct {
-	f     *telegramfake.Server
-	mu    sync.Mutex
-	cases map[string]kindCase
+	f *telegramfake.Server
 }
 
 func (d *fakeDriver) Kinds() []string {

@@ -138,6 +138,24 @@ func (s *Store) BeginTurn(ctx context.Context, t Turn) (TurnState, error) {
 	return st, err
 }
 
+// Decided returns the turn's final reply if an attempt committed one, read
+// without fencing (a superseded turn may still have answered).
+func (s *Store) Decided(ctx context.Context, turnID string) (*Final, error) {
+	var f Final
+	err := s.db.QueryRow(ctx, `SELECT status, final_kind, final_text, error_code, final_seq, model
+		FROM worker_turns WHERE turn_id = $1`, turnID).Scan(&f.Status, &f.Kind, &f.Text, &f.ErrorCode, &f.Seq, &f.Model)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read turn %s: %w", turnID, err)
+	}
+	if f.Kind == "" {
+		return nil, nil
+	}
+	return &f, nil
+}
+
 // Append commits msgs as steps first, first+1, … of the turn, under the
 // turn's generation. Steps already committed (a duplicate attempt) are an
 // error: the caller resumes from the transcript instead.
