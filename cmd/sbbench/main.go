@@ -65,8 +65,15 @@ func main() {
 	flag.StringVar(&o.pprofShape, "pprof-shape", "", "take a 10s CPU profile of this shape's first process during the -pprof-level run")
 	flag.IntVar(&o.pprofLevel, "pprof-level", 64, "sessions of the profiled run")
 	flag.StringVar(&o.pprofOut, "pprof-out", "bench-results/cpu.pprof", "CPU profile file")
-	flag.BoolVar(&o.keep, "keep", false, "keep the Postgres databases afterwards")
+	flag.BoolVar(&o.keep, "keep", false, "keep the Postgres databases and NATS streams afterwards")
+	clean := flag.Bool("clean", false, "delete every SBBENCH* stream on -nats (left by -keep or a killed run) and exit")
 	flag.Parse()
+	if *clean {
+		if err := deleteStreams(o.natsURL, "SBBENCH"); err != nil {
+			log.Fatal(err)
+		}
+		return
+	}
 	var err error
 	if o.shapes, err = parseList(shapes, func(s string) (string, error) {
 		switch s {

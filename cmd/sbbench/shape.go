@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // proc is one running switchboard process.
@@ -33,6 +35,7 @@ type proc struct {
 // system is one deployment shape with its own database and prefixes.
 type system struct {
 	o       options
+	suffix  string
 	shape   string
 	dir     string
 	dbName  string
@@ -145,7 +148,7 @@ func startSystem(ctx context.Context, o options, shape string) (*system, error) 
 	if err != nil {
 		return nil, err
 	}
-	s := &system{o: o, shape: shape, dir: dir, dbName: "sbbench_" + suffix}
+	s := &system{o: o, shape: shape, dir: dir, dbName: "sbbench_" + suffix, suffix: suffix}
 	if s.dbURL, err = withDatabase(o.pgURL, s.dbName); err != nil {
 		return s, err
 	}
@@ -298,6 +301,11 @@ func (s *system) stop() {
 			<-p.done
 		}
 	}
+	if s.shape != "dev" && !s.o.keep {
+		if err := deleteStreams(s.o.natsURL, "SBBENCH"+strings.ToUpper(s.suffix)+"_"); err != nil {
+			log.Printf("delete streams: %v", err)
+		}
+	}
 	if s.dbName != "" && !s.o.keep {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
@@ -320,4 +328,36 @@ func tail(path string) string {
 	}
 	b, _ := io.ReadAll(f)
 	return string(b)
+}
+
+// deleteStreams removes the streams a run created on the shared NATS
+// server (the embedded one of dev goes away with its process).
+func deleteStreams(natsURL, prefix string) error {
+	nc, err := nats.Connect(natsURL, nats.Name("sbbench"))
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	names := js.StreamNames(ctx)
+	var del []string
+	for n := range names.Name() {
+		if strings.HasPrefix(n, prefix) {
+			del = append(del, n)
+		}
+	}
+	if err := names.Err(); err != nil {
+		return err
+	}
+	for _, n := range del {
+		if err := js.DeleteStream(ctx, n); err != nil {
+			return fmt.Errorf("delete stream %s: %w", n, err)
+		}
+	}
+	return nil
 }
