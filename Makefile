@@ -59,12 +59,18 @@ up: ## docker compose up (full stack, one container per service)
 down: ## docker compose down
 	docker compose down
 
-bench: ## Go benchmarks of the hot paths
-	$(GO) test -run '^$$' -bench . -benchmem ./...
+# The load run: 3 shapes x 1/16/64 sessions x streaming off/on plus the
+# reference pipeline. The full-length run of issue 9 (30 s windows, ~15 min):
+#   make bench BENCH_FLAGS='-duration 30s -warmup 5s'
+BENCH_FLAGS ?= -duration 8s -warmup 2s
+bench: build ## Go benchmarks of the hot paths, then the load benchmark (bench-results/; see docs/performance.md)
+	@mkdir -p bench-results
+	set -o pipefail; $(GO) test -run '^$$' -bench . -benchmem ./... | tee bench-results/go-bench.txt
+	$(GO) run ./cmd/sbbench -bin $(BIN) $(BENCH_FLAGS)
 
 chaos: ## fault injection: every service as its own process, faults under load, invariants table (docs/reliability.md)
 	CHAOS_RUN=1 CHAOS_TABLE=$${CHAOS_TABLE:-.switchboard/chaos-table.md} CHAOS_LOG_DIR=$${CHAOS_LOG_DIR:-.switchboard/chaos-logs} \
 		$(GO) test -tags chaos -count=1 -timeout 30m -run '^TestChaos$$' -v ./cmd/switchboard/
 
 clean: ## remove build outputs
-	rm -rf bin .switchboard
+	rm -rf bin .switchboard bench-results

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -103,7 +104,14 @@ func (a *app) DB(ctx context.Context) (*pgxpool.Pool, error) {
 	if a.db != nil {
 		return a.db, nil
 	}
-	db, err := pg.Open(ctx, a.cfg.Postgres.URL)
+	pcfg, err := pgxpool.ParseConfig(a.cfg.Postgres.URL)
+	if err != nil {
+		return nil, fmt.Errorf("parse postgres url: %w", err)
+	}
+	if a.cfg.Postgres.MaxConns > 0 && !strings.Contains(a.cfg.Postgres.URL, "pool_max_conns=") {
+		pcfg.MaxConns = a.cfg.Postgres.MaxConns
+	}
+	db, err := pg.OpenConfig(ctx, pcfg)
 	if err != nil {
 		return nil, err
 	}

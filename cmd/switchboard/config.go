@@ -75,6 +75,11 @@ type NATSConfig struct {
 // PostgresConfig locates the database.
 type PostgresConfig struct {
 	URL string `koanf:"url"`
+	// MaxConns bounds this process's connection pool; 0 keeps pgx's
+	// default of max(4, CPUs), which starved `dev` at 64 sessions (see
+	// docs/performance.md). Processes × MaxConns must fit the server's
+	// max_connections.
+	MaxConns int32 `koanf:"max_conns"`
 }
 
 // RedisConfig locates Redis.
@@ -104,7 +109,7 @@ type DevConfig struct {
 func defaultConfig() *Config {
 	return &Config{
 		NATS:     NATSConfig{URL: "nats://127.0.0.1:4222", Replicas: 1, DedupeWindow: 10 * time.Minute, Retention: 24 * time.Hour},
-		Postgres: PostgresConfig{URL: pg.DefaultURL},
+		Postgres: PostgresConfig{URL: pg.DefaultURL, MaxConns: 16},
 		Redis:    RedisConfig{URL: redisx.DefaultURL, Prefix: "sb:"},
 		Log:      telemetry.LogConfig{Level: "info", Format: "json"},
 		Ops:      OpsConfig{Addr: ":9090"},
@@ -148,6 +153,9 @@ func (c *Config) Validate() error {
 	case "json", "text":
 	default:
 		return config.Invalid("log.format", c.Log.Format, "json or text")
+	}
+	if c.Postgres.MaxConns < 0 {
+		return config.Invalid("postgres.max_conns", c.Postgres.MaxConns, "0 (pgx default) or more")
 	}
 	if c.NATS.DedupeWindow < time.Second {
 		return config.Invalid("nats.dedupe_window", c.NATS.DedupeWindow, "at least 1s")

@@ -1,0 +1,75 @@
+package main
+
+import (
+	"bufio"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Hop is the time the handlers of one bus consumer spent, from the
+// switchboard_bus_handle_seconds histogram of every process.
+type Hop struct {
+	MsPerMessage    float64 `json:"ms_per_message"`
+	MessagesPerTurn float64 `json:"messages_per_turn"`
+}
+
+// hopTotals maps consumer (partition suffix removed) to summed handler
+// seconds and messages, plus "publish" for JetStream publish round trips.
+type hopTotals map[string][2]float64
+
+var (
+	metricLine = regexp.MustCompile(`^(switchboard_bus_(?:handle|publish)_seconds)_(sum|count)\{(\w+)="([^"]*)"\} (\S+)$`)
+	partition  = regexp.MustCompile(`[-_.]?\d+$`)
+)
+
+func (s *system) scrapeHops() hopTotals {
+	t := hopTotals{}
+	c := &http.Client{Timeout: 5 * time.Second}
+	for _, p := range s.procs {
+		resp, err := c.Get("http://" + p.opsAddr + "/metrics")
+		if err != nil {
+			continue
+		}
+		sc := bufio.NewScanner(resp.Body)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			m := metricLine.FindStringSubmatch(sc.Text())
+			if m == nil {
+				continue
+			}
+			v, err := strconv.ParseFloat(m[5], 64)
+			if err != nil {
+				continue
+			}
+			key := "publish"
+			if strings.HasSuffix(m[1], "handle_seconds") {
+				key = partition.ReplaceAllString(m[4], "")
+			}
+			cur := t[key]
+			if m[2] == "sum" {
+				cur[0] += v
+			} else {
+				cur[1] += v
+			}
+			t[key] = cur
+		}
+		resp.Body.Close()
+	}
+	return t
+}
+
+func hopDelta(before, after hopTotals, turns int64) map[string]Hop {
+	out := map[string]Hop{}
+	for k, a := range after {
+		b := before[k]
+		n := a[1] - b[1]
+		if n <= 0 || turns == 0 {
+			continue
+		}
+		out[k] = Hop{MsPerMessage: round2((a[0] - b[0]) / n * 1000), MessagesPerTurn: round2(n / float64(turns))}
+	}
+	return out
+}
