@@ -81,7 +81,7 @@ func (s *Service) handle(ctx context.Context, ev *repliesv1.ReplyEvent) error {
 	switch b := ev.GetBody().(type) {
 	case *repliesv1.ReplyEvent_Typing:
 		if b.Typing.GetActive() {
-			s.typing.start(ev)
+			s.typing.start(ctx, ev)
 		} else {
 			s.typing.stop(ev.GetTurnId())
 		}
