@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/switchboard-chat/switchboard/pkg/pg/pgtest"
@@ -54,7 +53,7 @@ func startInProcessDev(t *testing.T) *inProcessDev {
 	ready := make(chan string, 1)
 	done := make(chan error, 1)
 	go func() {
-		done <- runDevWith(ctx, cfg, devOptions{exporter: d.spans, logOut: d.logs, ready: func(_ *app, ops string) { ready <- ops }})
+		done <- runDevWith(ctx, cfg, devOptions{exporter: keepSpans{d.spans}, logOut: d.logs, ready: func(_ *app, ops string) { ready <- ops }})
 	}()
 	stopped := false
 	d.stop = func() {
@@ -91,6 +90,12 @@ func startInProcessDev(t *testing.T) *inProcessDev {
 	})
 	return d
 }
+
+// keepSpans keeps the recorded spans when the tracer provider shuts
+// down, so the test can read them after the services stopped.
+type keepSpans struct{ *tracetest.InMemoryExporter }
+
+func (keepSpans) Shutdown(context.Context) error { return nil }
 
 func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
 	t.Helper()
@@ -157,12 +162,93 @@ func TestOneTracePerMessage(t *testing.T) {
 	if err != nil {
 		t.Fatalf("chat: %v\nlog:\n%s", err, d.logs.String())
 	}
-	t.Logf("answer: %q", got)
-	time.Sleep(2 * time.Second)
-	for _, s := range d.spans.GetSpans() {
-		t.Logf("%s %s parent=%s kind=%s name=%q", s.SpanContext.TraceID(), s.SpanContext.SpanID(), s.Parent.SpanID(), s.SpanKind, s.Name)
+	if !strings.HasPrefix(got, "echo: what time is it?") || !strings.Contains(got, "UTC") {
+		t.Fatalf("answer %q is not the echo with the clock tool's result", got)
 	}
-	_ = sdktrace.ReadOnlySpan(nil)
-	_ = regexp.MustCompile
-	_ = strings.Contains
+
+	// Each hop, as its span name: gateway request, router, worker, model
+	// and tool, delivery, the send to the gateway and the platform send.
+	hops := []*regexp.Regexp{
+		regexp.MustCompile(`^gateway\.api POST /v1/chat/completions$`),
+		regexp.MustCompile(`^publish .*inbound\.message\.received`),
+		regexp.MustCompile(`^consume router-inbound`),
+		regexp.MustCompile(`^publish .*turns\.turn\.requested$`),
+		regexp.MustCompile(`^consume worker-turns$`),
+		regexp.MustCompile(`^llm fake$`),
+		regexp.MustCompile(`^tool clock$`),
+		regexp.MustCompile(`^publish .*replies\.event`),
+		regexp.MustCompile(`^consume delivery-replies`),
+		regexp.MustCompile(`^delivery send api$`),
+		regexp.MustCompile(`^request .*gateway\.api\.send$`),
+		regexp.MustCompile(`^platform send api$`),
+	}
+	var spans tracetest.SpanStubs
+	waitFor(t, 20*time.Second, "a span for every hop, the final send included", func() bool {
+		spans = d.spans.GetSpans()
+		for _, h := range hops {
+			if !hasSpan(spans, h) {
+				return false
+			}
+		}
+		return true
+	})
+	// Let the last sends (typing, stream edits) finish before checking
+	// that everything is connected.
+	d.stop()
+	spans = d.spans.GetSpans()
+
+	traces := map[string]bool{}
+	ids := map[string]bool{}
+	for _, s := range spans {
+		traces[s.SpanContext.TraceID().String()] = true
+		ids[s.SpanContext.SpanID().String()] = true
+	}
+	var roots []string
+	for _, s := range spans {
+		if !s.Parent.IsValid() {
+			roots = append(roots, s.Name)
+		} else if !ids[s.Parent.SpanID().String()] {
+			t.Errorf("span %q has parent %s, which is not in the trace", s.Name, s.Parent.SpanID())
+		}
+	}
+	if len(traces) != 1 || len(roots) != 1 || roots[0] != "gateway.api POST /v1/chat/completions" {
+		for _, s := range spans {
+			t.Logf("%s %s parent=%s %q", s.SpanContext.TraceID(), s.SpanContext.SpanID(), s.Parent.SpanID(), s.Name)
+		}
+		t.Fatalf("want one trace rooted at the gateway request; got %d traces, roots %q", len(traces), roots)
+	}
+	var traceID string
+	for id := range traces {
+		traceID = id
+	}
+
+	// Logs: the turn's records carry the trace id; the message text never
+	// reaches the log at info level.
+	logs := d.logs.String()
+	if strings.Contains(logs, "what time is it") {
+		t.Errorf("the message body was logged:\n%s", logs)
+	}
+	for _, msg := range []string{"turn requested", "turn started", "turn completed"} {
+		found := false
+		for _, line := range strings.Split(logs, "\n") {
+			if strings.Contains(line, `"msg":"`+msg+`"`) {
+				found = true
+				if !strings.Contains(line, `"trace_id":"`+traceID+`"`) {
+					t.Errorf("log record %q lacks trace id %s: %s", msg, traceID, line)
+				}
+			}
+		}
+		if !found {
+			t.Errorf("no %q log record:\n%s", msg, logs)
+		}
+	}
+}
+
+func hasSpan(spans tracetest.SpanStubs, re *regexp.Regexp) bool {
+	for _, s := range spans {
+		if re.MatchString(s.Name) {
+			return true
+		}
+	}
+	return false
 }

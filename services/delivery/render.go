@@ -213,7 +213,7 @@ func (s *Service) perform(ctx context.Context, ev *repliesv1.ReplyEvent, st *tur
 		if a.Kind == streamedit.Send {
 			st.ids[a.Message] = rec.GetPlatformMessageId()
 			if err := s.store.SaveStreamMessage(ctx, ev.GetTurnId(), a.Message, rec.GetPlatformMessageId()); err != nil {
-				s.log.Warn("save stream message failed", "turn_id", ev.GetTurnId(), "err", err)
+				s.log.WarnContext(ctx, "save stream message failed", "turn_id", ev.GetTurnId(), "err", err)
 			}
 		}
 	}
