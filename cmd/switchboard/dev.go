@@ -45,6 +45,8 @@ type devOptions struct {
 	ready    func(a *app, ops string)
 	// logOut replaces stderr for the process log.
 	logOut io.Writer
+	// services overrides devServices (a test runs the workers apart).
+	services []string
 }
 
 // runDevWith runs every dev service in this process with cfg.
@@ -89,7 +91,11 @@ func runDevWith(ctx context.Context, cfg *Config, o devOptions) error {
 		a.close()
 		return err
 	}
-	return a.runServices(ctx, o.opsAddr, devServices, func(ops string) {
+	names := devServices
+	if o.services != nil {
+		names = o.services
+	}
+	return a.runServices(ctx, o.opsAddr, names, func(ops string) {
 		if o.ready != nil {
 			o.ready(a, ops)
 		}

@@ -30,7 +30,7 @@ type inProcessDev struct {
 	stop    func()
 }
 
-func startInProcessDev(t *testing.T) *inProcessDev {
+func startInProcessDev(t *testing.T, services ...string) *inProcessDev {
 	t.Helper()
 	_, dbURL := pgtest.NewWithURL(t)
 	_, redisPrefix := redistest.New(t)
@@ -53,7 +53,8 @@ func startInProcessDev(t *testing.T) *inProcessDev {
 	ready := make(chan string, 1)
 	done := make(chan error, 1)
 	go func() {
-		done <- runDevWith(ctx, cfg, devOptions{exporter: keepSpans{d.spans}, logOut: d.logs, ready: func(_ *app, ops string) { ready <- ops }})
+		done <- runDevWith(ctx, cfg, devOptions{exporter: keepSpans{d.spans}, logOut: d.logs, services: services,
+			ready: func(a *app, ops string) { ready <- ops }})
 	}()
 	stopped := false
 	d.stop = func() {
