@@ -66,6 +66,7 @@ func TestWorkerSIGTERMUnderLoadLosesNoTurn(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
 	defer cancel()
 	const sessions = 6
+	loadAt := time.Now()
 	stopLoad := make(chan struct{})
 	type result struct {
 		session string
@@ -100,9 +101,13 @@ func TestWorkerSIGTERMUnderLoadLosesNoTurn(t *testing.T) {
 
 	// SIGTERM the victim while it is running turns: after it has started
 	// a few and has one in flight (each takes at least 300ms).
-	waitFor(t, 30*time.Second, "the victim worker to start turns", func() bool {
-		return strings.Count(victim.stderr.String(), `"msg":"turn started"`) >= 3
+	waitFor(t, 30*time.Second, "the victim worker to be running a turn", func() bool {
+		log := victim.stderr.String()
+		started := strings.Count(log, `"msg":"turn started"`)
+		return started >= 3 && started > strings.Count(log, `"msg":"turn completed"`)
 	})
+	termAt := time.Now()
+	t.Logf("load running %s; SIGTERM to the victim", time.Since(loadAt).Round(time.Millisecond))
 	if err := victim.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -112,14 +117,16 @@ func TestWorkerSIGTERMUnderLoadLosesNoTurn(t *testing.T) {
 		if errors.As(err, &exit) || err != nil {
 			t.Errorf("worker after SIGTERM: %v; stderr:\n%s", err, victim.stderr.String())
 		}
+		t.Logf("victim exited %s after SIGTERM", time.Since(termAt).Round(time.Millisecond))
 	case <-time.After(25 * time.Second):
 		t.Fatalf("worker still running 25s after SIGTERM; stderr:\n%s", victim.stderr.String())
 	}
 	// Keep the load on the survivor a little longer, then stop sending
 	// and let every open request finish.
-	time.Sleep(time.Second)
+	time.Sleep(2 * time.Second)
 	close(stopLoad)
 	wg.Wait()
+	t.Logf("load stopped, every request answered, %s after SIGTERM", time.Since(termAt).Round(time.Millisecond))
 
 	total := 0
 	for _, r := range results {
