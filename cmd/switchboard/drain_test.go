@@ -92,6 +92,7 @@ func TestWorkerSIGTERMUnderLoadLosesNoTurn(t *testing.T) {
 				r.sent = append(r.sent, text)
 				if err != nil {
 					r.errs = append(r.errs, fmt.Errorf("%s: %w", text, err))
+					return
 				} else if got != "echo: "+text {
 					r.errs = append(r.errs, fmt.Errorf("%s: answered %q", text, got))
 				}

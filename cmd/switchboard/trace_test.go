@@ -43,6 +43,8 @@ func startInProcessDev(t *testing.T, services ...string) *inProcessDev {
 	cfg.Delivery.GRPCAddr = "127.0.0.1:0"
 	cfg.Gateways.API.Addr = freeAddr(t)
 	cfg.Gateways.API.Key = ""
+	// Load tests send from one anonymous key.
+	cfg.Gateways.API.RateLimit, cfg.Gateways.API.RateBurst = 1000, 1000
 	cfg.Gateways.Webhook.Addr = "127.0.0.1:0"
 	cfg.LLM = LLMConfig{Provider: "fake", MaxAttempts: 1}
 	if err := cfg.Validate(); err != nil {
