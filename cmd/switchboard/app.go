@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/switchboard-chat/switchboard/pkg/bus"
@@ -26,6 +27,9 @@ type app struct {
 	cfg    *Config
 	log    *slog.Logger
 	health *telemetry.Health
+	// traceExporter, when set, receives every span (tests use an
+	// in-memory one); otherwise OTEL_EXPORTER_OTLP_ENDPOINT decides.
+	traceExporter sdktrace.SpanExporter
 
 	mu        sync.Mutex
 	closers   []func()
@@ -165,7 +169,7 @@ func registerService(s service, inDev bool) {
 // services finish or hand back their work, and clients close.
 func (a *app) runServices(ctx context.Context, opsAddr string, names []string, ready func(ops string)) error {
 	defer a.close()
-	shutdownTracing, err := telemetry.SetupTracing(ctx, telemetry.TraceConfig{Service: "switchboard-" + a.name, Version: version})
+	shutdownTracing, err := telemetry.SetupTracing(ctx, telemetry.TraceConfig{Service: "switchboard-" + a.name, Version: version, Exporter: a.traceExporter})
 	if err != nil {
 		return err
 	}

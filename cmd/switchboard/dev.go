@@ -3,12 +3,17 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/url"
 	"os"
 	"strings"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
+	"github.com/switchboard-chat/switchboard/pkg/config"
 	"github.com/switchboard-chat/switchboard/pkg/natsd"
 	"github.com/switchboard-chat/switchboard/pkg/pg"
+	"github.com/switchboard-chat/switchboard/pkg/telemetry"
 )
 
 func init() {
@@ -28,6 +33,24 @@ func runDev(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	return runDevWith(ctx, cfg, devOptions{opsAddr: cf.opsAddr, warnings: warnings, ready: printBanner})
+}
+
+// devOptions let a test run the dev process in-process: its own tracing
+// exporter and a ready callback instead of the printed banner.
+type devOptions struct {
+	opsAddr  string
+	warnings []config.Warning
+	exporter sdktrace.SpanExporter
+	ready    func(a *app, ops string)
+	// logOut replaces stderr for the process log.
+	logOut io.Writer
+	// services overrides devServices (a test runs the workers apart).
+	services []string
+}
+
+// runDevWith runs every dev service in this process with cfg.
+func runDevWith(ctx context.Context, cfg *Config, o devOptions) error {
 	if cfg.Dev.NATSStoreDir != "" {
 		if err := os.MkdirAll(cfg.Dev.NATSStoreDir, 0o755); err != nil {
 			return fmt.Errorf("nats store dir: %w", err)
@@ -41,7 +64,11 @@ func runDev(ctx context.Context, args []string) error {
 	cfg.NATS.URL = srv.ClientURL()
 
 	a := newApp("dev", cfg)
-	for _, w := range warnings {
+	a.traceExporter = o.exporter
+	if o.logOut != nil {
+		a.log = telemetry.NewLogger(cfg.Log, o.logOut).With("process", a.name)
+	}
+	for _, w := range o.warnings {
 		a.log.Warn(w.String())
 	}
 	if err := pg.EnsureDatabase(ctx, cfg.Postgres.URL); err != nil {
@@ -64,19 +91,31 @@ func runDev(ctx context.Context, args []string) error {
 		a.close()
 		return err
 	}
-	return a.runServices(ctx, cf.opsAddr, devServices, func(ops string) {
-		var b strings.Builder
-		fmt.Fprintf(&b, "\nSwitchboard dev is running (services: %s)\n", strings.Join(devServicesOrNone(), ", "))
-		fmt.Fprintf(&b, "  NATS (embedded)  %s\n", cfg.NATS.URL)
-		fmt.Fprintf(&b, "  Postgres         %s\n", redact(cfg.Postgres.URL))
-		fmt.Fprintf(&b, "  Redis            %s\n", redact(cfg.Redis.URL))
-		fmt.Fprintf(&b, "  Readiness        http://%s/readyz\n", hostPort(ops))
-		for _, e := range a.endpoints {
-			fmt.Fprintf(&b, "  %-16s %s\n", e[0], e[1])
+	names := devServices
+	if o.services != nil {
+		names = o.services
+	}
+	return a.runServices(ctx, o.opsAddr, names, func(ops string) {
+		if o.ready != nil {
+			o.ready(a, ops)
 		}
-		b.WriteString("Press Ctrl-C to stop.\n\n")
-		fmt.Print(b.String())
 	})
+}
+
+// printBanner tells a person where everything is.
+func printBanner(a *app, ops string) {
+	cfg := a.cfg
+	var b strings.Builder
+	fmt.Fprintf(&b, "\nSwitchboard dev is running (services: %s)\n", strings.Join(devServicesOrNone(), ", "))
+	fmt.Fprintf(&b, "  NATS (embedded)  %s\n", cfg.NATS.URL)
+	fmt.Fprintf(&b, "  Postgres         %s\n", redact(cfg.Postgres.URL))
+	fmt.Fprintf(&b, "  Redis            %s\n", redact(cfg.Redis.URL))
+	fmt.Fprintf(&b, "  Readiness        http://%s/readyz\n", hostPort(ops))
+	for _, e := range a.endpoints {
+		fmt.Fprintf(&b, "  %-16s %s\n", e[0], e[1])
+	}
+	b.WriteString("Press Ctrl-C to stop.\n\n")
+	fmt.Print(b.String())
 }
 
 func devServicesOrNone() []string {

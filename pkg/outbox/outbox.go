@@ -19,6 +19,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/propagation"
 	"google.golang.org/protobuf/proto"
 
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
@@ -96,6 +97,25 @@ type Row struct {
 	ExpiresAt         time.Time
 	CreatedAt         time.Time
 	UpdatedAt         time.Time
+	// TraceParent is the W3C trace context the row was enqueued under;
+	// Context restores it for the send.
+	TraceParent string
+}
+
+// Context returns ctx carrying the trace context the row was enqueued
+// under, so the send joins the message's trace.
+func (r Row) Context(ctx context.Context) context.Context {
+	if r.TraceParent == "" {
+		return ctx
+	}
+	return propagation.TraceContext{}.Extract(ctx, propagation.MapCarrier{"traceparent": r.TraceParent})
+}
+
+// traceParent is the W3C traceparent of ctx's span, or "".
+func traceParent(ctx context.Context) string {
+	c := propagation.MapCarrier{}
+	propagation.TraceContext{}.Inject(ctx, c)
+	return c["traceparent"]
 }
 
 // Proto is the row as the admin API shows it.
@@ -130,7 +150,7 @@ func New(db *pgxpool.Pool) *Store { return &Store{db: db} }
 
 const rowColumns = `id, idempotency_key, state, platform, account, chat_id, thread_id, chat_key,
 	session_key, turn_id, payload, attempts, last_error, platform_message_id,
-	next_attempt_at, expires_at, created_at, updated_at`
+	next_attempt_at, expires_at, created_at, updated_at, traceparent`
 
 func scanRow(row pgx.Row) (Row, error) {
 	var r Row
@@ -138,7 +158,7 @@ func scanRow(row pgx.Row) (Row, error) {
 	var state string
 	err := row.Scan(&r.ID, &r.Key, &state, &r.Platform, &r.Account, &r.ChatID, &r.ThreadID, &r.ChatKey,
 		&r.SessionKey, &r.TurnID, &payload, &r.Attempts, &r.LastError, &r.PlatformMessageID,
-		&r.NextAttemptAt, &r.ExpiresAt, &r.CreatedAt, &r.UpdatedAt)
+		&r.NextAttemptAt, &r.ExpiresAt, &r.CreatedAt, &r.UpdatedAt, &r.TraceParent)
 	if err != nil {
 		return Row{}, err
 	}
@@ -169,6 +189,7 @@ func collect(rows pgx.Rows) ([]Row, error) {
 // returns the id of every request's row, new or existing.
 func (s *Store) Enqueue(ctx context.Context, now time.Time, ttl time.Duration, reqs ...*deliveryv1.SendRequested) ([]int64, error) {
 	ids := make([]int64, 0, len(reqs))
+	tp := traceParent(ctx)
 	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
 		for _, req := range reqs {
 			if req.GetIdempotencyKey() == "" {
@@ -182,12 +203,12 @@ func (s *Store) Enqueue(ctx context.Context, now time.Time, ttl time.Duration, r
 			var id int64
 			err = tx.QueryRow(ctx, `
 INSERT INTO delivery_outbox (idempotency_key, platform, account, chat_id, thread_id, chat_key,
-	session_key, turn_id, payload, next_attempt_at, expires_at, created_at, updated_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $10, $10)
+	session_key, turn_id, payload, next_attempt_at, expires_at, created_at, updated_at, traceparent)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $10, $10, $12)
 ON CONFLICT (idempotency_key) DO UPDATE SET idempotency_key = EXCLUDED.idempotency_key
 RETURNING id`,
 				req.GetIdempotencyKey(), t.GetPlatform(), t.GetAccount(), t.GetChatId(), t.GetThreadId(), ChatKey(t),
-				req.GetSessionKey(), req.GetTurnId(), payload, now, now.Add(ttl)).Scan(&id)
+				req.GetSessionKey(), req.GetTurnId(), payload, now, now.Add(ttl), tp).Scan(&id)
 			if err != nil {
 				return fmt.Errorf("insert delivery %s: %w", req.GetIdempotencyKey(), err)
 			}

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	"github.com/switchboard-chat/switchboard/pkg/outbox"
 	"github.com/switchboard-chat/switchboard/pkg/pg/pgtest"
@@ -220,4 +222,38 @@ func keys(rows []outbox.Row) []string {
 		out = append(out, r.Key)
 	}
 	return out
+}
+
+// A row keeps the trace context it was enqueued under, so the send, which
+// runs later from the row, joins the message's trace.
+func TestRowCarriesTraceContext(t *testing.T) {
+	t.Parallel()
+	s := outbox.New(pgtest.New(t))
+	tid, _ := trace.TraceIDFromHex("0102030405060708090a0b0c0d0e0f10")
+	sid, _ := trace.SpanIDFromHex("0102030405060708")
+	traced := trace.ContextWithSpanContext(context.Background(),
+		trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid, TraceFlags: trace.FlagsSampled}))
+	if _, err := s.Enqueue(traced, t0, time.Hour, req("traced", "A")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Enqueue(context.Background(), t0, time.Hour, req("untraced", "B")); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := s.Claim(context.Background(), t0, 10*time.Second, "me", 10)
+	if err != nil || len(rows) != 2 {
+		t.Fatalf("claim = %d rows, %v", len(rows), err)
+	}
+	for _, r := range rows {
+		sc := trace.SpanContextFromContext(r.Context(context.Background()))
+		switch r.Key {
+		case "traced":
+			if sc.TraceID() != tid || sc.SpanID() != sid || !sc.IsRemote() {
+				t.Errorf("traced row restores %v (traceparent %q)", sc, r.TraceParent)
+			}
+		case "untraced":
+			if sc.IsValid() || r.TraceParent != "" {
+				t.Errorf("untraced row restores %v (traceparent %q)", sc, r.TraceParent)
+			}
+		}
+	}
 }

@@ -15,6 +15,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -406,6 +408,10 @@ func hashKey(s string) string {
 }
 
 func (r *Runner) serveSend(ctx context.Context, m *nats.Msg) {
+	// The platform send: a server span in the trace of the delivery.
+	ctx, span := otel.Tracer("github.com/switchboard-chat/switchboard/pkg/platform").Start(ctx, "platform send "+r.name,
+		trace.WithSpanKind(trace.SpanKindServer))
+	defer span.End()
 	req := &deliveryv1.SendRequested{}
 	var receipt *deliveryv1.SendReceipt
 	if err := proto.Unmarshal(m.Data, req); err != nil {

@@ -48,23 +48,43 @@ func NewLogger(cfg LogConfig, w io.Writer) *slog.Logger {
 	} else {
 		h = slog.NewJSONHandler(w, opts)
 	}
-	return slog.New(traceHandler{h})
+	return slog.New(traceHandler{Handler: h})
+}
+
+// WithTrace returns log with the trace and span ids of ctx bound, for a
+// logger that lives as long as one traced piece of work and is called
+// without a context. Records logged through it with a context keep these
+// ids rather than adding a second pair.
+func WithTrace(ctx context.Context, log *slog.Logger) *slog.Logger {
+	sc := trace.SpanContextFromContext(ctx)
+	if !sc.IsValid() {
+		return log
+	}
+	attrs := []slog.Attr{slog.String("trace_id", sc.TraceID().String()), slog.String("span_id", sc.SpanID().String())}
+	if th, ok := log.Handler().(traceHandler); ok {
+		return slog.New(traceHandler{Handler: th.Handler.WithAttrs(attrs), bound: true})
+	}
+	return slog.New(log.Handler().WithAttrs(attrs))
 }
 
 // traceHandler adds the current trace and span ids to each record.
-type traceHandler struct{ slog.Handler }
+type traceHandler struct {
+	slog.Handler
+	// bound: the ids are already attributes (WithTrace).
+	bound bool
+}
 
 func (h traceHandler) Handle(ctx context.Context, r slog.Record) error {
-	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
+	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() && !h.bound {
 		r.AddAttrs(slog.String("trace_id", sc.TraceID().String()), slog.String("span_id", sc.SpanID().String()))
 	}
 	return h.Handler.Handle(ctx, r)
 }
 
 func (h traceHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
-	return traceHandler{h.Handler.WithAttrs(attrs)}
+	return traceHandler{h.Handler.WithAttrs(attrs), h.bound}
 }
 
 func (h traceHandler) WithGroup(name string) slog.Handler {
-	return traceHandler{h.Handler.WithGroup(name)}
+	return traceHandler{h.Handler.WithGroup(name), h.bound}
 }

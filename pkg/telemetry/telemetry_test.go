@@ -81,3 +81,28 @@ func TestLoggerAddsTraceIDs(t *testing.T) {
 		t.Fatal("debug record logged at info level")
 	}
 }
+
+func TestWithTraceBindsIDsOnce(t *testing.T) {
+	t.Parallel()
+	var buf bytes.Buffer
+	log := telemetry.NewLogger(telemetry.LogConfig{Level: "info"}, &buf)
+	tid, _ := trace.TraceIDFromHex("0102030405060708090a0b0c0d0e0f10")
+	sid, _ := trace.SpanIDFromHex("0102030405060708")
+	ctx := trace.ContextWithSpanContext(context.Background(), trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid}))
+	if telemetry.WithTrace(context.Background(), log) != log {
+		t.Fatal("WithTrace without a span should return the logger as it is")
+	}
+	bound := telemetry.WithTrace(ctx, log).With("turn", "t1")
+	bound.Info("without ctx")
+	bound.InfoContext(ctx, "with ctx")
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("got %d records:\n%s", len(lines), buf.String())
+	}
+	for _, line := range lines {
+		if strings.Count(line, `"trace_id"`) != 1 || !strings.Contains(line, `"trace_id":"`+tid.String()+`"`) ||
+			!strings.Contains(line, `"turn":"t1"`) {
+			t.Fatalf("record %s: want the trace id once and the bound attributes", line)
+		}
+	}
+}

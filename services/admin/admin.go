@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
@@ -108,7 +109,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	if deps.Token == "" {
 		s.log.Warn("admin API has no token; it accepts every call on loopback", "addr", cfg.Addr)
 	}
-	s.srv = grpc.NewServer(grpc.ChainUnaryInterceptor(s.authUnary), grpc.ChainStreamInterceptor(s.authStream))
+	s.srv = grpc.NewServer(grpc.StatsHandler(otelgrpc.NewServerHandler()), grpc.ChainUnaryInterceptor(s.authUnary), grpc.ChainStreamInterceptor(s.authStream))
 	adminv1.RegisterAdminServiceServer(s.srv, s)
 	healthpb.RegisterHealthServer(s.srv, s.hs)
 	s.hs.SetServingStatus(adminv1.AdminService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 
@@ -125,7 +126,7 @@ func (s *Service) Run(ctx context.Context) error {
 			close(s.ready)
 			return fmt.Errorf("listen %s: %w", s.cfg.GRPCAddr, err)
 		}
-		srv = grpc.NewServer()
+		srv = grpc.NewServer(grpc.StatsHandler(otelgrpc.NewServerHandler()))
 		deliveryv1.RegisterDeliveryServiceServer(srv, &sendServer{s: s})
 		s.mu.Lock()
 		s.grpcAddr = lis.Addr()

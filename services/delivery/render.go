@@ -81,7 +81,7 @@ func (s *Service) handle(ctx context.Context, ev *repliesv1.ReplyEvent) error {
 	switch b := ev.GetBody().(type) {
 	case *repliesv1.ReplyEvent_Typing:
 		if b.Typing.GetActive() {
-			s.typing.start(ev)
+			s.typing.start(ctx, ev)
 		} else {
 			s.typing.stop(ev.GetTurnId())
 		}
@@ -213,7 +213,7 @@ func (s *Service) perform(ctx context.Context, ev *repliesv1.ReplyEvent, st *tur
 		if a.Kind == streamedit.Send {
 			st.ids[a.Message] = rec.GetPlatformMessageId()
 			if err := s.store.SaveStreamMessage(ctx, ev.GetTurnId(), a.Message, rec.GetPlatformMessageId()); err != nil {
-				s.log.Warn("save stream message failed", "turn_id", ev.GetTurnId(), "err", err)
+				s.log.WarnContext(ctx, "save stream message failed", "turn_id", ev.GetTurnId(), "err", err)
 			}
 		}
 	}

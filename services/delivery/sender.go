@@ -9,12 +9,18 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/proto"
 
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	"github.com/switchboard-chat/switchboard/pkg/outbox"
+	"github.com/switchboard-chat/switchboard/pkg/telemetry"
 	"github.com/switchboard-chat/switchboard/services/delivery/internal/ratelimit"
 )
+
+const tracerName = "github.com/switchboard-chat/switchboard/services/delivery"
 
 // sendLoop sends due outbox rows until ctx ends: woken by new rows and
 // finished sends, and every PollInterval for retries that came due. It
@@ -100,7 +106,11 @@ func (s *Service) buckets(t *deliveryv1.Target) []ratelimit.Bucket {
 // process is being killed), nothing is recorded and the row's lease runs
 // out, so another replica sends it again with the same idempotency key.
 func (s *Service) send(ctx, life context.Context, r outbox.Row) {
-	log := s.log.With("delivery_id", r.ID, "key", r.Key, "platform", r.Platform, "attempt", r.Attempts)
+	// The row carries the trace of the reply it was made from.
+	ctx, span := otel.Tracer(tracerName).Start(r.Context(ctx), "delivery send "+r.Platform,
+		trace.WithAttributes(attribute.Int64("delivery.id", r.ID), attribute.Int("delivery.attempt", r.Attempts)))
+	defer span.End()
+	log := telemetry.WithTrace(ctx, s.log).With("delivery_id", r.ID, "key", r.Key, "platform", r.Platform, "attempt", r.Attempts)
 	req := r.Request
 	now := s.now()
 	wait, err := s.limiter.Take(ctx, now, s.buckets(req.GetTarget())...)

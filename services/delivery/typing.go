@@ -22,14 +22,16 @@ type typing struct {
 
 func newTyping(s *Service) *typing { return &typing{s: s, m: map[string]context.CancelFunc{}} }
 
-func (t *typing) start(ev *repliesv1.ReplyEvent) {
+// start begins the indicator; its sends stay in the trace of ctx (the
+// reply that started the turn) but outlive ctx.
+func (t *typing) start(ctx context.Context, ev *repliesv1.ReplyEvent) {
 	turn := ev.GetTurnId()
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if _, ok := t.m[turn]; ok || turn == "" {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), t.s.cfg.TypingMax)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.s.cfg.TypingMax)
 	t.m[turn] = cancel
 	t.wg.Add(1)
 	go func() {

@@ -62,7 +62,7 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 	}
 	commandsHandled.WithLabelValues(cmd.Name).Inc()
 	if admin, _ := s.isAdmin(m); !admin && !slices.Contains(openCommands, cmd.Name) {
-		s.log.Info("command refused: not an admin", "command", cmd.Name, "platform", m.platform, "user_id", m.src.GetUserId())
+		s.log.InfoContext(ctx, "command refused: not an admin", "command", cmd.Name, "platform", m.platform, "user_id", m.src.GetUserId())
 		return reply(0, fmt.Sprintf("/%s is reserved for admins here. /help and /whoami are available.", cmd.Name))
 	}
 	switch cmd.Name {

@@ -84,7 +84,7 @@ func (s *Service) handle(ctx context.Context, m *msgCtx) error {
 		verdict = "allow"
 	}
 	authDecisions.WithLabelValues(m.platform, verdict, string(dec.Reason)).Inc()
-	s.log.Info("authorization decision", "decision", verdict, "reason", dec.Reason, "platform", m.platform,
+	s.log.InfoContext(ctx, "authorization decision", "decision", verdict, "reason", dec.Reason, "platform", m.platform,
 		"user_id", m.src.GetUserId(), "chat_type", m.src.GetChatType(), "event", m.dedupeID)
 	if !dec.Allowed {
 		inbound.WithLabelValues("denied").Inc()
@@ -155,7 +155,7 @@ func (s *Service) session(ctx context.Context, m *msgCtx) (sessionstore.Session,
 				return sess, fmt.Errorf("reset session: %w", err)
 			}
 			resets.WithLabelValues(reason).Inc()
-			s.log.Info("session reset by policy", "session_key", m.key, "reason", reason)
+			s.log.InfoContext(ctx, "session reset by policy", "session_key", m.key, "reason", reason)
 			if !quietPlatform(m.platform) {
 				if err := s.notice(ctx, m, sess.Generation, resetNotice(reason, pol), "reset"); err != nil {
 					return sess, err
@@ -226,7 +226,7 @@ func (s *Service) route(ctx context.Context, m *msgCtx, sess sessionstore.Sessio
 	inserted, err := s.store.Enqueue(ctx, m.key, m.seq, ownTurn, m.ev, s.cfg.QueueCap)
 	if errors.Is(err, sessionstore.ErrQueueFull) {
 		inbound.WithLabelValues("dropped").Inc()
-		s.log.Warn("session queue full; message dropped", "session_key", m.key, "event", m.dedupeID, "cap", s.cfg.QueueCap)
+		s.log.WarnContext(ctx, "session queue full; message dropped", "session_key", m.key, "event", m.dedupeID, "cap", s.cfg.QueueCap)
 		return s.notice(ctx, m, sess.Generation, fmt.Sprintf("⚠️ Too many messages are waiting (%d). This one was not queued; please wait for the current reply.", s.cfg.QueueCap), "queue_full")
 	}
 	if err != nil {

@@ -74,7 +74,7 @@ func (s *Service) tryStart(ctx context.Context, key string) (bool, error) {
 		return false, err
 	}
 	turnsStarted.Inc()
-	s.log.Info("turn requested", "session_key", key, "turn_id", turnID)
+	s.log.InfoContext(ctx, "turn requested", "session_key", key, "turn_id", turnID)
 	return true, nil
 }
 

@@ -10,6 +10,11 @@ import (
 
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/switchboard-chat/switchboard/pkg/llm"
 	"github.com/switchboard-chat/switchboard/services/worker/internal/store"
 	"github.com/switchboard-chat/switchboard/services/worker/internal/tools"
@@ -356,7 +361,9 @@ func (r *turnRun) runTool(ctx context.Context, tc store.ToolCall) (result string
 	if err := r.toolProgress(ctx, tc.ID, tc.Name, repliesv1.ToolPhase_TOOL_PHASE_STARTED, preview(tc.Arguments)); err != nil {
 		return "", false, err
 	}
-	tctx, cancel := context.WithTimeout(ctx, r.s.cfg.Agent.ToolTimeout)
+	tctx, span := otel.Tracer(tracerName).Start(ctx, "tool "+tc.Name, trace.WithAttributes(attribute.String("tool.name", tc.Name)))
+	defer span.End()
+	tctx, cancel := context.WithTimeout(tctx, r.s.cfg.Agent.ToolTimeout)
 	defer cancel()
 	out, terr := t.Run(tctx, tools.Call{ID: tc.ID, TurnID: r.req.GetTurnId(), SessionKey: r.req.GetSessionKey(),
 		SessionID: r.req.GetSessionId(), UserKey: r.st.UserKey}, json.RawMessage(tc.Arguments))
@@ -364,6 +371,7 @@ func (r *turnRun) runTool(ctx context.Context, tc store.ToolCall) (result string
 		return "", false, ctx.Err()
 	}
 	if terr != nil {
+		span.SetStatus(codes.Error, "tool failed")
 		r.log.Info("tool failed", "tool", tc.Name, "err", terr)
 		return "error: " + terr.Error(), true, nil
 	}
@@ -400,6 +408,8 @@ func (r *turnRun) approve(ctx context.Context, tc store.ToolCall) (bool, error) 
 	}
 }
 
+const tracerName = "github.com/switchboard-chat/switchboard/services/worker"
+
 // callModel makes one streamed model call, publishing text deltas as they
 // arrive (coalesced to one event per DeltaInterval).
 func (r *turnRun) callModel(ctx context.Context, b Backend, model, system string, ls *loopState) (*llm.Response, error) {
@@ -416,6 +426,9 @@ func (r *turnRun) callModel(ctx context.Context, b Backend, model, system string
 		last = time.Now()
 		return r.publish(ctx, &repliesv1.ReplyEvent{Body: &repliesv1.ReplyEvent_TextDelta{TextDelta: &repliesv1.TextDelta{Text: text}}})
 	}
+	ctx, span := otel.Tracer(tracerName).Start(ctx, "llm "+b.Kind, trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(attribute.String("gen_ai.system", b.Kind), attribute.String("gen_ai.request.model", model)))
+	defer span.End()
 	resp, err := b.Provider.Stream(ctx, req, func(d llm.Delta) error {
 		if d.Text == "" {
 			return nil
@@ -428,8 +441,11 @@ func (r *turnRun) callModel(ctx context.Context, b Backend, model, system string
 	})
 	r.usage.ModelCalls++
 	if err != nil {
+		span.SetStatus(codes.Error, string(llm.ClassOf(err)))
 		return nil, err
 	}
+	span.SetAttributes(attribute.Int("gen_ai.usage.input_tokens", resp.Usage.InputTokens),
+		attribute.Int("gen_ai.usage.output_tokens", resp.Usage.OutputTokens))
 	if err := flush(); err != nil {
 		return nil, err
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -24,7 +25,8 @@ type AgentClient interface {
 // DialAgent connects to an external AgentService (plaintext; put it on a
 // private network or behind a mesh).
 func DialAgent(addr string) (AgentClient, func() error, error) {
-	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithStatsHandler(otelgrpc.NewClientHandler()))
 	if err != nil {
 		return nil, nil, fmt.Errorf("dial agent %s: %w", addr, err)
 	}

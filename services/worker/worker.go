@@ -21,6 +21,7 @@ import (
 	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
 	"github.com/switchboard-chat/switchboard/pkg/llm"
 	"github.com/switchboard-chat/switchboard/pkg/redisx"
+	"github.com/switchboard-chat/switchboard/pkg/telemetry"
 	"github.com/switchboard-chat/switchboard/services/worker/internal/store"
 	"github.com/switchboard-chat/switchboard/services/worker/internal/tools"
 )
@@ -298,5 +299,6 @@ func (s *Service) handle(ctx context.Context, req *turnsv1.TurnRequested) error 
 		return bus.Permanent(errors.New("turn without turn_id or session_key"))
 	}
 	r := newTurnRun(s, req, attempt)
+	r.log = telemetry.WithTrace(ctx, r.log)
 	return r.run(ctx)
 }

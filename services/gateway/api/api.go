@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/switchboard-chat/switchboard/pkg/bus"
@@ -161,7 +162,10 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		instance: randomHex(4), addr: cfg.Addr, listened: make(chan struct{}),
 		limiter: newKeyLimiter(cfg.RateLimit, cfg.RateBurst),
 	}
-	s.handler = s.routes()
+	// Every request is a server span: the root of the message's trace,
+	// carried on by the inbound publish.
+	s.handler = otelhttp.NewHandler(s.routes(), "gateway.api",
+		otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string { return "gateway.api " + r.Method + " " + r.URL.Path }))
 	opts := deps.RunnerOptions
 	if opts.Log == nil {
 		opts.Log = deps.Log

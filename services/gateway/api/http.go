@@ -193,7 +193,7 @@ func (s *Service) chatCompletions(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid_request", "messages", "The request was rejected: "+err.Error())
 			return
 		}
-		s.log.Warn("publish api request failed", "err", err)
+		s.log.WarnContext(r.Context(), "publish api request failed", "err", err)
 		writeError(w, http.StatusServiceUnavailable, "server_error", "bus_unavailable", "", "The gateway could not accept the request; retry later.")
 		return
 	}

@@ -68,7 +68,7 @@ func (s *Service) serveWebhook(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, platform.ErrRejected):
 		respond(w, http.StatusBadRequest, "rejected", "")
 	case err != nil:
-		s.log.Warn("publish webhook event failed", "route", name, "err", err)
+		s.log.WarnContext(r.Context(), "publish webhook event failed", "route", name, "err", err)
 		respond(w, http.StatusServiceUnavailable, "unavailable", "")
 	case acc.Duplicate:
 		respond(w, http.StatusOK, "duplicate", "")

@@ -18,6 +18,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+
 	"github.com/switchboard-chat/switchboard/pkg/bus"
 	"github.com/switchboard-chat/switchboard/pkg/config"
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
@@ -200,7 +202,7 @@ func (s *Service) Connect(ctx context.Context, conn platform.Conn) error {
 		close(s.listened)
 	}
 	srv := &http.Server{
-		Handler:           s.Handler(),
+		Handler:           otelhttp.NewHandler(s.Handler(), "gateway.webhook"),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		BaseContext:       func(net.Listener) context.Context { return ctx },
