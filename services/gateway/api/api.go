@@ -257,19 +257,7 @@ func (s *Service) Connect(ctx context.Context, conn platform.Conn) error {
 	s.connects.Add(1)
 	conn.Connected()
 	s.log.Info("api gateway listening", "addr", ln.Addr().String())
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
-	select {
-	case <-ctx.Done():
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(sctx)
-		<-errc
-		return nil
-	case err := <-errc:
-		// The listener failed; requests in flight keep their connections.
-		return fmt.Errorf("serve http: %w", err)
-	}
+	return platform.ServeHTTP(ctx, srv, ln, 10*time.Second)
 }
 
 // dropListener closes the current listener (tests: the connection drops).

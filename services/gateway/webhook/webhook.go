@@ -211,18 +211,7 @@ func (s *Service) Connect(ctx context.Context, conn platform.Conn) error {
 	s.connects.Add(1)
 	conn.Connected()
 	s.log.Info("webhook gateway listening", "addr", ln.Addr().String(), "routes", len(s.routes))
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
-	select {
-	case <-ctx.Done():
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(sctx)
-		<-errc
-		return nil
-	case err := <-errc:
-		return fmt.Errorf("serve http: %w", err)
-	}
+	return platform.ServeHTTP(ctx, srv, ln, 10*time.Second)
 }
 
 func (s *Service) dropListener() {
