@@ -27,17 +27,10 @@ func (p *Platform) serveEvents(ctx context.Context, conn platform.Conn) error {
 	p.eventsAddr.Store(ln.Addr().String())
 	p.log.Info("slack events api listening", "addr", ln.Addr().String(), "path", p.cfg.Path)
 	conn.Connected()
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
-	select {
-	case err := <-errc:
+	if err := platform.ServeHTTP(ctx, srv, ln, 5*time.Second); err != nil {
 		return fmt.Errorf("slack events server: %w", err)
-	case <-ctx.Done():
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(sctx)
-		return nil
 	}
+	return nil
 }
 
 // EventsAddr is the address the Events API server listens on, once it does.
