@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -104,11 +105,31 @@ func (b *Bus) Close() error {
 // declared config. It is idempotent and safe to run from every replica.
 func (b *Bus) EnsureStreams(ctx context.Context) error {
 	for _, cfg := range b.topo.StreamConfigs() {
-		if _, err := b.js.CreateOrUpdateStream(ctx, cfg); err != nil {
+		// Every process ensures the streams at start; an update is sent
+		// only when the declared config differs from the server's, so a
+		// rolling start of many replicas does not rewrite every stream.
+		st, err := b.js.Stream(ctx, cfg.Name)
+		switch {
+		case errors.Is(err, jetstream.ErrStreamNotFound):
+			_, err = b.js.CreateStream(ctx, cfg)
+			if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+				_, err = b.js.UpdateStream(ctx, cfg) // another process created it first
+			}
+		case err == nil && !sameStreamConfig(st.CachedInfo().Config, cfg):
+			_, err = b.js.UpdateStream(ctx, cfg)
+		}
+		if err != nil {
 			return fmt.Errorf("ensure stream %s: %w", cfg.Name, err)
 		}
 	}
 	return nil
+}
+
+// sameStreamConfig compares the fields the topology declares.
+func sameStreamConfig(have, want jetstream.StreamConfig) bool {
+	return slices.Equal(have.Subjects, want.Subjects) && have.Retention == want.Retention &&
+		have.MaxAge == want.MaxAge && have.Duplicates == want.Duplicates && have.Replicas == want.Replicas &&
+		have.Storage == want.Storage && have.Discard == want.Discard && have.Description == want.Description
 }
 
 // Ready reports whether the connection is up (for readiness probes).

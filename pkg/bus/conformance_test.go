@@ -150,10 +150,40 @@ func streamMsgs(t *testing.T, b *bus.Bus, stream string) uint64 {
 }
 
 func testEnsureIdempotent(t *testing.T, b *bus.Bus) {
+	ctx := context.Background()
+	name := b.Topology().Stream(bus.StreamInbound)
+	before, err := b.JetStream().Stream(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for range 2 {
-		if err := b.EnsureStreams(context.Background()); err != nil {
+		if err := b.EnsureStreams(ctx); err != nil {
 			t.Fatalf("second EnsureStreams: %v", err)
 		}
+	}
+	after, err := b.JetStream().Stream(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !after.CachedInfo().Created.Equal(before.CachedInfo().Created) {
+		t.Fatal("EnsureStreams recreated an existing stream")
+	}
+	// A changed declaration is applied to the existing stream.
+	topo := b.Topology()
+	topo.Retention = 2 * time.Hour
+	changed, err := bus.New(b.Conn(), topo, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := changed.EnsureStreams(ctx); err != nil {
+		t.Fatalf("EnsureStreams with a new retention: %v", err)
+	}
+	st, err := b.JetStream().Stream(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := st.CachedInfo().Config.MaxAge; got != 2*time.Hour {
+		t.Fatalf("retention after update = %v, want 2h", got)
 	}
 }
 
