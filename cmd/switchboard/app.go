@@ -142,6 +142,23 @@ func (a *app) Redis(ctx context.Context) (*redis.Client, error) {
 	return rdb, nil
 }
 
+// clients opens the bus, Postgres and Redis, for services that use all three.
+func (a *app) clients(ctx context.Context) (*bus.Bus, *pgxpool.Pool, *redis.Client, error) {
+	b, err := a.Bus(ctx)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	db, err := a.DB(ctx)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	rdb, err := a.Redis(ctx)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return b, db, rdb, nil
+}
+
 // service is one long-running part a process can run.
 type service struct {
 	name string

@@ -28,15 +28,7 @@ func init() {
 }
 
 func startDelivery(ctx context.Context, a *app) (func(context.Context) error, error) {
-	b, err := a.Bus(ctx)
-	if err != nil {
-		return nil, err
-	}
-	db, err := a.DB(ctx)
-	if err != nil {
-		return nil, err
-	}
-	rdb, err := a.Redis(ctx)
+	b, db, rdb, err := a.clients(ctx)
 	if err != nil {
 		return nil, err
 	}
