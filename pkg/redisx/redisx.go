@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -39,6 +40,25 @@ var (
 	renewScript = redis.NewScript(`
 if redis.call("GET", KEYS[1]) == ARGV[1] then
   return redis.call("PEXPIRE", KEYS[1], ARGV[2])
+end
+return 0`)
+	// claimScript: KEYS[1] lock; ARGV[1] grant token, ARGV[2] holder,
+	// ARGV[3] ttl ms. 0 claimed, 1 busy (another holder of the grant), 2
+	// lost (another grant).
+	claimScript = redis.NewScript(`
+local v = redis.call("GET", KEYS[1])
+if (not v) or v == ARGV[1] or v == ARGV[2] then
+  redis.call("SET", KEYS[1], ARGV[2], "PX", ARGV[3])
+  return 0
+end
+if string.sub(v, 1, string.len(ARGV[1]) + 1) == ARGV[1] .. "/" then
+  return 1
+end
+return 2`)
+	swapScript = redis.NewScript(`
+if redis.call("GET", KEYS[1]) == ARGV[1] then
+  redis.call("SET", KEYS[1], ARGV[2], "PX", ARGV[3])
+  return 1
 end
 return 0`)
 	releaseScript = redis.NewScript(`
@@ -96,6 +116,55 @@ func (l *Locker) Release(ctx context.Context, name, token string) error {
 	n, err := releaseScript.Run(ctx, l.rdb, []string{l.Key(name)}, token).Int()
 	if err != nil {
 		return fmt.Errorf("release lock %s: %w", name, err)
+	}
+	if n == 0 {
+		return ErrNotOwner
+	}
+	return nil
+}
+
+// Claim outcomes.
+type Claim int
+
+const (
+	// Claimed: the lock now holds the holder's value.
+	Claimed Claim = iota
+	// ClaimBusy: another holder of the same grant holds it (an earlier
+	// attempt that may still be running); try again after its TTL.
+	ClaimBusy
+	// ClaimLost: a different grant owns the lock.
+	ClaimLost
+)
+
+// Holder is the lock value of one holder of a grant: "<token>/<id>".
+func Holder(token, id string) string { return token + "/" + id }
+
+// GrantOf is the grant token of a lock value (the value itself when it was
+// never claimed).
+func GrantOf(value string) string {
+	token, _, _ := strings.Cut(value, "/")
+	return token
+}
+
+// Claim hands a lock granted under token to one holder (Holder(token,
+// id)), in one round trip: it takes the lock when it holds the bare grant,
+// the holder itself, or nothing (expired). Two holders of one grant — two
+// attempts at the same turn — therefore never hold the lock at once.
+func (l *Locker) Claim(ctx context.Context, name, token, holder string, ttl time.Duration) (Claim, error) {
+	n, err := claimScript.Run(ctx, l.rdb, []string{l.Key(name)}, token, holder, ttl.Milliseconds()).Int()
+	if err != nil {
+		return ClaimLost, fmt.Errorf("claim lock %s: %w", name, err)
+	}
+	return Claim(n), nil
+}
+
+// Swap replaces the lock's value from with to (and resets its TTL) if from
+// still holds it; ErrNotOwner if not. A holder handing its work back swaps
+// its value for the bare grant so the next holder claims it at once.
+func (l *Locker) Swap(ctx context.Context, name, from, to string, ttl time.Duration) error {
+	n, err := swapScript.Run(ctx, l.rdb, []string{l.Key(name)}, from, to, ttl.Milliseconds()).Int()
+	if err != nil {
+		return fmt.Errorf("swap lock %s: %w", name, err)
 	}
 	if n == 0 {
 		return ErrNotOwner

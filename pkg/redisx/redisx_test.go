@@ -115,3 +115,46 @@ func mustNot(ok bool, err error) error {
 	}
 	return nil
 }
+
+func TestClaimGivesAGrantToOneHolderAtATime(t *testing.T) {
+	t.Parallel()
+	rdb, prefix := redistest.New(t)
+	l := redisx.NewLocker(rdb, prefix)
+	ctx := context.Background()
+	grant, other := redisx.NewToken(), redisx.NewToken()
+	first, second := redisx.Holder(grant, "w1.1"), redisx.Holder(grant, "w2.2")
+	claim := func(token, holder string, ttl time.Duration) func() (redisx.Claim, error) {
+		return func() (redisx.Claim, error) { return l.Claim(ctx, "s", token, holder, ttl) }
+	}
+	steps := []struct {
+		name string
+		do   func() (redisx.Claim, error)
+		want redisx.Claim
+	}{
+		{"nobody holds it: an attempt claims", claim(grant, first, time.Minute), redisx.Claimed},
+		{"the same attempt claims again (renews)", claim(grant, first, time.Minute), redisx.Claimed},
+		{"a second attempt of the grant is busy", claim(grant, second, time.Minute), redisx.ClaimBusy},
+		{"another grant has lost", claim(other, redisx.Holder(other, "w3.1"), time.Minute), redisx.ClaimLost},
+		{"handed back to the bare grant", func() (redisx.Claim, error) {
+			return redisx.Claimed, l.Swap(ctx, "s", first, grant, time.Minute)
+		}, redisx.Claimed},
+		{"the second attempt claims the handed-back grant", claim(grant, second, 50*time.Millisecond), redisx.Claimed},
+		{"the first attempt is now busy", claim(grant, first, time.Minute), redisx.ClaimBusy},
+		{"after the TTL the first attempt claims again", func() (redisx.Claim, error) {
+			time.Sleep(120 * time.Millisecond)
+			return l.Claim(ctx, "s", grant, first, time.Minute)
+		}, redisx.Claimed},
+	}
+	for _, s := range steps {
+		got, err := s.do()
+		if err != nil || got != s.want {
+			t.Fatalf("%s: got %v, %v; want %v", s.name, got, err, s.want)
+		}
+	}
+	if err := l.Swap(ctx, "s", second, grant, time.Minute); !errors.Is(err, redisx.ErrNotOwner) {
+		t.Fatalf("a holder that lost the lock swapped it: %v", err)
+	}
+	if owner, _ := l.Owner(ctx, "s"); owner != first || redisx.GrantOf(owner) != grant {
+		t.Fatalf("owner %q, want %q of grant %q", owner, first, grant)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"github.com/switchboard-chat/switchboard/pkg/command"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/pairing"
+	"github.com/switchboard-chat/switchboard/pkg/redisx"
 	"github.com/switchboard-chat/switchboard/pkg/sessionkey"
 	"github.com/switchboard-chat/switchboard/pkg/sessionstore"
 	"github.com/switchboard-chat/switchboard/services/router/internal/auth"
@@ -216,7 +217,7 @@ func (s *Service) route(ctx context.Context, m *msgCtx, sess sessionstore.Sessio
 		}
 		// The turn may have ended before the text arrived: if the lock
 		// changed hands, queue the text instead.
-		if still, err := s.locker.Owner(ctx, m.key); err == nil && still == owner {
+		if still, err := s.locker.Owner(ctx, m.key); err == nil && redisx.GrantOf(still) == redisx.GrantOf(owner) {
 			inbound.WithLabelValues("steered").Inc()
 			busyActions.WithLabelValues("steered").Inc()
 			return s.busyAck(ctx, m, sess, "steered")

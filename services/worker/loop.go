@@ -45,12 +45,9 @@ func (r *turnRun) begin(ctx context.Context) (*loopState, *store.Final, error) {
 		r.log.Info("turn already decided by an earlier attempt; republishing its reply")
 		return nil, ts.Final, nil
 	}
-	summary, hist, err := r.s.store.History(ctx, r.req.GetSessionId())
-	if err != nil {
-		return nil, nil, err
-	}
-	ls := &loopState{summary: summary}
-	for _, m := range hist {
+	r.prompt = ts.Prompt
+	ls := &loopState{summary: ts.Summary}
+	for _, m := range ts.History {
 		if m.TurnID == r.req.GetTurnId() {
 			ls.turn = append(ls.turn, m)
 		} else {
@@ -76,7 +73,10 @@ func (r *turnRun) begin(ctx context.Context) (*loopState, *store.Final, error) {
 	if len(inputs) == 0 {
 		inputs = append(inputs, store.Message{Role: llm.RoleUser, Content: ""})
 	}
-	committed, err := r.s.store.Append(ctx, r.st, 0, inputs...)
+	// Deferred: lost only if Postgres crashes, and then the redelivered
+	// turn records them again from its request; the turn's durable end
+	// (Finish) flushes them.
+	committed, err := r.s.store.Append(ctx, r.st, store.Deferred, 0, inputs...)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -184,7 +184,7 @@ func (r *turnRun) runLoop(ctx context.Context) (store.Final, error) {
 			// Steering that found no tool call to ride on: give it to the
 			// model now rather than drop it.
 			if steer := r.ctl.takeSteer(); len(steer) > 0 {
-				committed, err := r.s.store.Append(ctx, r.st, ls.nextStep(), msg,
+				committed, err := r.s.store.Append(ctx, r.st, store.Durable, ls.nextStep(), msg,
 					store.Message{Role: llm.RoleUser, Content: strings.Join(steer, "\n")})
 				if err != nil {
 					return store.Final{}, err
@@ -194,7 +194,7 @@ func (r *turnRun) runLoop(ctx context.Context) (store.Final, error) {
 			}
 			return r.finish(ctx, ls, &msg, store.Final{Status: store.StatusCompleted, Kind: store.FinalText, Text: resp.Text})
 		}
-		committed, err := r.s.store.Append(ctx, r.st, ls.nextStep(), msg)
+		committed, err := r.s.store.Append(ctx, r.st, store.Durable, ls.nextStep(), msg)
 		if err != nil {
 			return store.Final{}, err
 		}
@@ -253,7 +253,7 @@ func (r *turnRun) stopFinal(ctx context.Context, ls *loopState, reason error) (s
 			Content: "Not run: the user interrupted the request."})
 	}
 	if len(skipped) > 0 {
-		committed, err := r.s.store.Append(ctx, r.st, ls.nextStep(), skipped...)
+		committed, err := r.s.store.Append(ctx, r.st, store.Durable, ls.nextStep(), skipped...)
 		if err != nil {
 			r.log.Warn("record skipped tool calls", "err", err)
 			return store.Final{}, false
@@ -324,7 +324,7 @@ func (r *turnRun) runTools(ctx context.Context, ls *loopState, pending []store.T
 		if steer := r.ctl.takeSteer(); len(steer) > 0 {
 			result += "\n\n[The user adds while you work: " + strings.Join(steer, "\n") + "]"
 		}
-		committed, err := r.s.store.Append(ctx, r.st, ls.nextStep(),
+		committed, err := r.s.store.Append(ctx, r.st, store.Durable, ls.nextStep(),
 			store.Message{Role: llm.RoleTool, ToolCallID: tc.ID, ToolName: tc.Name, Content: result})
 		if err != nil {
 			return err

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+	"github.com/switchboard-chat/switchboard/services/worker/internal/store"
 )
 
 // backendFor picks the provider and model for a session: the override set
@@ -75,17 +76,15 @@ func (r *turnRun) signature(b Backend, model string) string {
 // therefore sends the same bytes for the whole conversation.
 func (r *turnRun) systemPrompt(ctx context.Context, b Backend, model string) (string, error) {
 	sig := r.signature(b, model)
-	stored, prompt, ok, err := r.s.store.Prompt(ctx, r.req.GetSessionId())
-	if err != nil {
-		return "", err
+	ok := r.prompt != nil
+	if ok && r.prompt.Signature == sig {
+		return r.prompt.Text, nil
 	}
-	if ok && stored == sig {
-		return prompt, nil
-	}
-	prompt = r.renderPrompt()
+	prompt := r.renderPrompt()
 	if err := r.s.store.SavePrompt(ctx, r.st, sig, prompt); err != nil {
 		return "", err
 	}
+	r.prompt = &store.Prompt{Signature: sig, Text: prompt}
 	r.log.Info("system prompt rendered", "signature", sig[:12], "replaced", ok)
 	return prompt, nil
 }

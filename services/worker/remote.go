@@ -131,7 +131,7 @@ func (r *turnRun) remoteCompleted(ctx context.Context, ls *loopState, res *agent
 		msgs = append(msgs, sm)
 	}
 	if len(msgs) > 0 {
-		committed, err := r.s.store.Append(ctx, r.st, ls.nextStep(), msgs...)
+		committed, err := r.s.store.Append(ctx, r.st, store.Durable, ls.nextStep(), msgs...)
 		if err != nil {
 			return store.Final{}, err
 		}

@@ -24,6 +24,7 @@ import (
 // Reasons a turn stops early.
 var (
 	errLockLost    = errors.New("session lock lost")
+	errLockBusy    = errors.New("session lock held by another attempt at this turn")
 	errInterrupted = errors.New("turn interrupted")
 	errStopped     = errors.New("turn stopped")
 )
@@ -43,9 +44,16 @@ type turnRun struct {
 	target   *deliveryv1.Target // nil: the turn's replies go nowhere
 	inputIDs []string
 	ctl      *control
+	// holder is this attempt's value of the session lock: the router's
+	// grant token and the attempt, so two deliveries of one turn never
+	// hold the lock at once.
+	holder   string
 	lockLost atomic.Bool
 	usage    turnsv1.Usage
 	model    string
+	// prompt is the conversation's stored system prompt, as begin loaded
+	// it (nil: none stored).
+	prompt *store.Prompt
 }
 
 func newTurnRun(s *Service, req *turnsv1.TurnRequested, attempt int) *turnRun {
@@ -66,7 +74,8 @@ func newTurnRun(s *Service, req *turnsv1.TurnRequested, attempt int) *turnRun {
 			Generation: req.GetGeneration(),
 			UserKey:    userKey(req),
 		},
-		ctl: newControl(),
+		ctl:    newControl(),
+		holder: redisx.Holder(req.GetLockToken(), fmt.Sprintf("%s.%d", s.cfg.ID, attempt)),
 	}
 	r.target = replyTarget(req)
 	for _, in := range req.GetInputs() {
@@ -124,6 +133,11 @@ func (r *turnRun) run(ctx context.Context) error {
 			r.answerSuperseded(ctx)
 			return r.complete(ctx, turnsv1.TurnStatus_TURN_STATUS_STALE, "session lock owned by another turn", false)
 		}
+		if errors.Is(err, errLockBusy) {
+			// An earlier delivery still renews the lock: it runs this turn.
+			r.log.Warn("turn still held by an earlier attempt; redelivering later")
+			return bus.RetryAfter(err, r.ttl)
+		}
 		return err
 	}
 	ctx, stopRenew := r.keepLock(ctx)
@@ -155,9 +169,15 @@ func (r *turnRun) run(ctx context.Context) error {
 		r.answerSuperseded(ctx)
 		return r.complete(ctx, turnsv1.TurnStatus_TURN_STATUS_STALE, "superseded by a newer turn", true)
 	case err != nil && ctx.Err() != nil && r.attempt < r.s.cfg.MaxDeliver:
-		// Shutting down past the drain timeout: keep the lock (another
-		// worker resumes under the same token) and hand the turn back.
+		// Shutting down past the drain timeout: hand the lock back to the
+		// bare grant, so the next attempt claims it at once, and the turn
+		// back to the bus.
 		r.log.Info("turn handed back", "err", err)
+		hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		if herr := r.s.locker.Swap(hctx, r.req.GetSessionKey(), r.holder, r.req.GetLockToken(), r.ttl); herr != nil {
+			r.log.Warn("hand the session lock back", "err", herr)
+		}
+		cancel()
 		return err
 	case err != nil:
 		ctx = context.WithoutCancel(ctx)
@@ -230,7 +250,7 @@ func statusOf(s string) turnsv1.TurnStatus {
 func (r *turnRun) complete(ctx context.Context, status turnsv1.TurnStatus, reason string, release bool) error {
 	ctx = context.WithoutCancel(ctx)
 	if release {
-		if err := r.s.locker.Release(ctx, r.req.GetSessionKey(), r.req.GetLockToken()); err != nil && !errors.Is(err, redisx.ErrNotOwner) {
+		if err := r.s.locker.Release(ctx, r.req.GetSessionKey(), r.holder); err != nil && !errors.Is(err, redisx.ErrNotOwner) {
 			r.log.Warn("release session lock", "err", err)
 		}
 	}
@@ -245,36 +265,33 @@ func (r *turnRun) complete(ctx context.Context, status turnsv1.TurnStatus, reaso
 	return nil
 }
 
-// claimLock makes sure the turn's token owns the session lock: still held
-// (renewed), or free after a crash and re-acquired with the same token.
+// claimLock makes this attempt the holder of the session lock the router
+// granted the turn, in one round trip per try: the bare grant, our own
+// value (renewed) or a free lock (expired after a crash) are taken. While
+// another attempt at the same turn holds it, it waits up to two TTLs for
+// that attempt to finish or its lock to expire (the consumer keeps the
+// message in progress meanwhile), then reports errLockBusy.
 func (r *turnRun) claimLock(ctx context.Context) error {
 	key, token := r.req.GetSessionKey(), r.req.GetLockToken()
-	for range 3 {
-		owner, err := r.s.locker.Owner(ctx, key)
-		if err != nil {
+	deadline := time.Now().Add(2 * r.ttl)
+	for {
+		c, err := r.s.locker.Claim(ctx, key, token, r.holder, r.ttl)
+		switch {
+		case err != nil:
 			return err
-		}
-		switch owner {
-		case token:
-			err := r.s.locker.Renew(ctx, key, token, r.ttl)
-			if errors.Is(err, redisx.ErrNotOwner) {
-				continue
-			}
-			return err
-		case "":
-			ok, err := r.s.locker.Acquire(ctx, key, token, r.ttl)
-			if err != nil {
-				return err
-			}
-			if ok {
-				r.log.Info("session lock re-acquired")
-				return nil
-			}
-		default:
+		case c == redisx.Claimed:
+			return nil
+		case c == redisx.ClaimLost:
 			return errLockLost
+		case time.Now().After(deadline):
+			return errLockBusy
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(r.ttl / 10):
 		}
 	}
-	return errLockLost
 }
 
 // keepLock renews the lock every TTL/3 until stop. When the lock is lost
@@ -292,7 +309,7 @@ func (r *turnRun) keepLock(ctx context.Context) (context.Context, func()) {
 				return
 			case <-t.C:
 			}
-			err := r.s.locker.Renew(ctx, r.req.GetSessionKey(), r.req.GetLockToken(), r.ttl)
+			err := r.s.locker.Renew(ctx, r.req.GetSessionKey(), r.holder, r.ttl)
 			if errors.Is(err, redisx.ErrNotOwner) {
 				r.log.Warn("session lock lost; stopping at the next safe point")
 				r.lockLost.Store(true)
@@ -407,11 +424,27 @@ type control struct {
 	forward   func(*turnsv1.TurnControlRequested)
 }
 
-// setForward passes every later control message to fn (external agents).
+// setForward passes every later control message to fn (external agents),
+// after replaying what arrived before it was set (a stop, an interrupt,
+// steering), so a control sent while the agent was being started is not
+// lost.
 func (c *control) setForward(fn func(*turnsv1.TurnControlRequested)) {
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	c.forward = fn
-	c.mu.Unlock()
+	if fn == nil {
+		return
+	}
+	switch {
+	case c.stop:
+		fn(&turnsv1.TurnControlRequested{Action: turnsv1.ControlAction_CONTROL_ACTION_STOP})
+	case c.interrupt:
+		fn(&turnsv1.TurnControlRequested{Action: turnsv1.ControlAction_CONTROL_ACTION_INTERRUPT})
+	}
+	for _, text := range c.steer {
+		fn(&turnsv1.TurnControlRequested{Action: turnsv1.ControlAction_CONTROL_ACTION_STEER, Text: text})
+	}
+	c.steer = nil
 }
 
 func newControl() *control {

@@ -13,6 +13,7 @@ import (
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
 	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
+	"github.com/switchboard-chat/switchboard/pkg/redisx"
 	"github.com/switchboard-chat/switchboard/services/worker"
 	"github.com/switchboard-chat/switchboard/services/worker/internal/store"
 	"github.com/switchboard-chat/switchboard/services/worker/internal/tools"
@@ -223,14 +224,14 @@ func TestStaleGenerationIsRefused(t *testing.T) {
 
 	st := store.New(h.db)
 	turn := store.Turn{TurnID: "t-old", SessionKey: "s1", SessionID: "sid", Generation: 4}
-	if _, err := st.Append(ctx, turn, 0, store.Message{Role: "user", Content: "x"}); !errors.Is(err, store.ErrStaleGeneration) {
+	if _, err := st.Append(ctx, turn, store.Deferred, 0, store.Message{Role: "user", Content: "x"}); !errors.Is(err, store.ErrStaleGeneration) {
 		t.Fatalf("append under stale generation: %v", err)
 	}
 	turn.Generation = 5
-	if _, err := st.Append(ctx, turn, 0, store.Message{Role: "user", Content: "x"}); err != nil {
+	if _, err := st.Append(ctx, turn, store.Deferred, 0, store.Message{Role: "user", Content: "x"}); err != nil {
 		t.Fatalf("append under current generation: %v", err)
 	}
-	if _, err := st.Append(ctx, store.Turn{TurnID: "t-x", SessionKey: "nope", Generation: 1}, 0, store.Message{Role: "user"}); !errors.Is(err, store.ErrStaleGeneration) {
+	if _, err := st.Append(ctx, store.Turn{TurnID: "t-x", SessionKey: "nope", Generation: 1}, store.Deferred, 0, store.Message{Role: "user"}); !errors.Is(err, store.ErrStaleGeneration) {
 		t.Fatalf("append for a missing session: %v", err)
 	}
 
@@ -633,5 +634,44 @@ func TestSupersededTurnAfterCrashTellsTheUser(t *testing.T) {
 	}
 	if owner, _ := h.locker.Owner(ctx, "s1"); owner != "next-turn-token" {
 		t.Fatalf("the superseded turn touched the next turn's lock (owner %q)", owner)
+	}
+}
+
+// A turn delivered again while an earlier attempt still holds the session
+// lock (its acks were lost, say, in a NATS restart) waits for that attempt
+// instead of running beside it.
+func TestSecondAttemptWaitsForTheHolderOfTheTurn(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.setGeneration("s1", 1)
+	ctx := context.Background()
+	token := redisx.NewToken()
+	earlier := redisx.Holder(token, "crashed-or-slow.1")
+	if ok, err := h.locker.Acquire(ctx, "s1", earlier, 5*time.Second); err != nil || !ok {
+		t.Fatal("take lock", err)
+	}
+	h.startWorker("w1", nil)
+	before := len(h.fake.Requests())
+	req := h.requestTurn("s1", "hello", turnOpts{noLock: true, token: token})
+	// The earlier attempt keeps renewing: the new delivery must not start.
+	for range 4 {
+		time.Sleep(300 * time.Millisecond)
+		if err := h.locker.Renew(ctx, "s1", earlier, 5*time.Second); err != nil {
+			t.Fatalf("the new attempt took the lock from a live holder: %v", err)
+		}
+		if len(h.fake.Requests()) != before || h.completed(req.TurnId) != nil {
+			t.Fatal("the turn ran while an earlier attempt held it")
+		}
+	}
+	// The earlier attempt hands the lock back: the new one runs the turn.
+	if err := h.locker.Swap(ctx, "s1", earlier, token, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if c := h.waitCompleted(req.TurnId); c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED {
+		t.Fatalf("status %v", c.GetStatus())
+	}
+	checkReplies(t, h.replies(req.TurnId))
+	if owner, _ := h.locker.Owner(ctx, "s1"); owner != "" {
+		t.Errorf("lock still held by %q", owner)
 	}
 }

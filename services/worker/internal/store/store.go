@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -76,6 +77,19 @@ type Final struct {
 type TurnState struct {
 	// Final is set when an earlier attempt already decided the turn.
 	Final *Final
+	// Summary and History are the conversation so far (History holds the
+	// messages after the latest summary, oldest first, including steps an
+	// earlier attempt of this turn committed).
+	Summary string
+	History []Message
+	// Prompt is the conversation's stored system prompt, nil when none.
+	Prompt *Prompt
+}
+
+// Prompt is a stored system prompt and the signature it was rendered for.
+type Prompt struct {
+	Signature string
+	Text      string
 }
 
 // Store is the worker's Postgres store.
@@ -84,54 +98,136 @@ type Store struct{ db *pgxpool.Pool }
 // New wraps a pool whose schema has the worker migrations.
 func New(db *pgxpool.Pool) *Store { return &Store{db: db} }
 
-// checkGeneration locks the session row against a concurrent generation
-// bump for the rest of tx and fails with ErrStaleGeneration on mismatch.
-func checkGeneration(ctx context.Context, tx pgx.Tx, t Turn) error {
-	var gen int64
-	err := tx.QueryRow(ctx, `SELECT generation FROM sessions WHERE session_key = $1 FOR SHARE`, t.SessionKey).Scan(&gen)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return fmt.Errorf("session %q not found: %w", t.SessionKey, ErrStaleGeneration)
+// Durability of a write. A Deferred commit returns without waiting for
+// the WAL flush; it can be lost only if Postgres itself crashes, and it is
+// made durable by the next Durable commit (the WAL is flushed in order).
+// Writes a redelivered turn redoes from its request (the turn row, its
+// input messages, the stored prompt, summaries) are Deferred; the turn's
+// decided end is Durable, so everything before it is durable once it is.
+type Durability bool
+
+const (
+	Deferred Durability = false
+	Durable  Durability = true
+)
+
+const (
+	asyncCommitSQL = `SELECT set_config('synchronous_commit', 'off', true)`
+	fenceSQL       = `SELECT switchboard_fence($1, $2)`
+	// fenceCode is the SQLSTATE switchboard_fence raises (migration 00202).
+	fenceCode = "SB409"
+)
+
+// write sends the fence and the statements queue adds as one pipelined
+// batch: one round trip and one implicit transaction, which commits only
+// if the fence holds and every statement succeeds. read consumes the
+// results of the queued statements, in order.
+func (s *Store) write(ctx context.Context, t Turn, d Durability, queue func(*pgx.Batch), read func(pgx.BatchResults) error) error {
+	b := &pgx.Batch{}
+	if d == Deferred {
+		b.Queue(asyncCommitSQL)
 	}
-	if err != nil {
-		return fmt.Errorf("read session generation: %w", err)
+	b.Queue(fenceSQL, t.SessionKey, t.Generation)
+	preamble := b.Len()
+	queue(b)
+	br := s.db.SendBatch(ctx, b)
+	err := func() error {
+		for range preamble {
+			if _, err := br.Exec(); err != nil {
+				return err
+			}
+		}
+		if read != nil {
+			return read(br)
+		}
+		return nil
+	}()
+	if cerr := br.Close(); err == nil {
+		err = cerr
 	}
-	if gen != t.Generation {
-		return fmt.Errorf("session at generation %d, turn at %d: %w", gen, t.Generation, ErrStaleGeneration)
-	}
-	return nil
+	return fenceError(err)
 }
 
-// fenced runs fn in a transaction that first checks the turn's generation.
-func (s *Store) fenced(ctx context.Context, t Turn, fn func(pgx.Tx) error) error {
-	return pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
-		if err := checkGeneration(ctx, tx, t); err != nil {
-			return err
-		}
-		return fn(tx)
-	})
+// fenceError turns switchboard_fence's error into ErrStaleGeneration.
+func fenceError(err error) error {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == fenceCode {
+		return fmt.Errorf("%s: %w", pe.Message, ErrStaleGeneration)
+	}
+	return err
 }
 
 // CheckGeneration reports ErrStaleGeneration when the turn is no longer
 // current, without writing.
 func (s *Store) CheckGeneration(ctx context.Context, t Turn) error {
-	return s.fenced(ctx, t, func(pgx.Tx) error { return nil })
+	return s.write(ctx, t, Deferred, func(*pgx.Batch) {}, nil)
 }
 
-// BeginTurn records the turn (once) and returns what earlier attempts left.
+const finalCols = `status, final_kind, final_text, error_code, final_seq, model`
+
+func scanFinal(r pgx.Row) (Final, error) {
+	var f Final
+	err := r.Scan(&f.Status, &f.Kind, &f.Text, &f.ErrorCode, &f.Seq, &f.Model)
+	return f, err
+}
+
+const messageCols = `id, turn_id, step, role, content, tool_calls, tool_call_id, tool_name, created_at`
+
+func scanMessage(r pgx.Row) (Message, error) {
+	var m Message
+	var calls []byte
+	if err := r.Scan(&m.ID, &m.TurnID, &m.Step, &m.Role, &m.Content, &calls, &m.ToolCallID, &m.ToolName, &m.CreatedAt); err != nil {
+		return m, fmt.Errorf("scan transcript: %w", err)
+	}
+	if len(calls) > 0 {
+		if err := json.Unmarshal(calls, &m.ToolCalls); err != nil {
+			return m, fmt.Errorf("decode tool calls of message %d: %w", m.ID, err)
+		}
+	}
+	return m, nil
+}
+
+// BeginTurn records the turn (once, Deferred) and returns, in the same
+// round trip, what earlier attempts left, the conversation so far and the
+// stored system prompt.
 func (s *Store) BeginTurn(ctx context.Context, t Turn) (TurnState, error) {
 	var st TurnState
-	err := s.fenced(ctx, t, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `INSERT INTO worker_turns (turn_id, session_key, session_id, generation)
-			VALUES ($1, $2, $3, $4) ON CONFLICT (turn_id) DO NOTHING`, t.TurnID, t.SessionKey, t.SessionID, t.Generation); err != nil {
+	err := s.write(ctx, t, Deferred, func(b *pgx.Batch) {
+		b.Queue(`INSERT INTO worker_turns (turn_id, session_key, session_id, generation)
+			VALUES ($1, $2, $3, $4) ON CONFLICT (turn_id) DO NOTHING`, t.TurnID, t.SessionKey, t.SessionID, t.Generation)
+		b.Queue(`SELECT `+finalCols+` FROM worker_turns WHERE turn_id = $1`, t.TurnID)
+		b.Queue(`SELECT summary FROM transcript_summaries WHERE session_id = $1 ORDER BY upto_id DESC LIMIT 1`, t.SessionID)
+		b.Queue(`SELECT `+messageCols+` FROM transcript_messages WHERE session_id = $1
+			AND id > COALESCE((SELECT max(upto_id) FROM transcript_summaries WHERE session_id = $1), 0) ORDER BY id`, t.SessionID)
+		b.Queue(`SELECT signature, prompt FROM session_prompts WHERE session_id = $1`, t.SessionID)
+	}, func(br pgx.BatchResults) error {
+		if _, err := br.Exec(); err != nil {
 			return fmt.Errorf("insert turn: %w", err)
 		}
-		var f Final
-		if err := tx.QueryRow(ctx, `SELECT status, final_kind, final_text, error_code, final_seq, model
-			FROM worker_turns WHERE turn_id = $1`, t.TurnID).Scan(&f.Status, &f.Kind, &f.Text, &f.ErrorCode, &f.Seq, &f.Model); err != nil {
+		f, err := scanFinal(br.QueryRow())
+		if err != nil {
 			return fmt.Errorf("read turn: %w", err)
 		}
 		if f.Kind != "" {
 			st.Final = &f
+		}
+		if err := br.QueryRow().Scan(&st.Summary); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("read summary: %w", err)
+		}
+		rows, err := br.Query()
+		if err != nil {
+			return fmt.Errorf("read transcript: %w", err)
+		}
+		st.History, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Message, error) { return scanMessage(r) })
+		if err != nil {
+			return fmt.Errorf("read transcript: %w", err)
+		}
+		var p Prompt
+		switch err := br.QueryRow().Scan(&p.Signature, &p.Text); {
+		case err == nil:
+			st.Prompt = &p
+		case !errors.Is(err, pgx.ErrNoRows):
+			return fmt.Errorf("read system prompt: %w", err)
 		}
 		return nil
 	})
@@ -141,9 +237,7 @@ func (s *Store) BeginTurn(ctx context.Context, t Turn) (TurnState, error) {
 // Decided returns the turn's final reply if an attempt committed one, read
 // without fencing (a superseded turn may still have answered).
 func (s *Store) Decided(ctx context.Context, turnID string) (*Final, error) {
-	var f Final
-	err := s.db.QueryRow(ctx, `SELECT status, final_kind, final_text, error_code, final_seq, model
-		FROM worker_turns WHERE turn_id = $1`, turnID).Scan(&f.Status, &f.Kind, &f.Text, &f.ErrorCode, &f.Seq, &f.Model)
+	f, err := scanFinal(s.db.QueryRow(ctx, `SELECT `+finalCols+` FROM worker_turns WHERE turn_id = $1`, turnID))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
 	}
@@ -159,16 +253,20 @@ func (s *Store) Decided(ctx context.Context, turnID string) (*Final, error) {
 // Append commits msgs as steps first, first+1, … of the turn, under the
 // turn's generation. Steps already committed (a duplicate attempt) are an
 // error: the caller resumes from the transcript instead.
-func (s *Store) Append(ctx context.Context, t Turn, first int, msgs ...Message) ([]Message, error) {
+func (s *Store) Append(ctx context.Context, t Turn, d Durability, first int, msgs ...Message) ([]Message, error) {
 	out := make([]Message, len(msgs))
-	err := s.fenced(ctx, t, func(tx pgx.Tx) error {
+	err := s.write(ctx, t, d, func(b *pgx.Batch) {
 		for i, m := range msgs {
 			m.Step = first + i
 			m.TurnID = t.TurnID
-			if err := insertMessage(ctx, tx, t, &m); err != nil {
-				return err
-			}
 			out[i] = m
+			queueInsert(b, t, &out[i])
+		}
+	}, func(br pgx.BatchResults) error {
+		for i := range out {
+			if err := br.QueryRow().Scan(&out[i].ID, &out[i].CreatedAt); err != nil {
+				return fmt.Errorf("insert transcript step %d: %w", out[i].Step, err)
+			}
 		}
 		return nil
 	})
@@ -178,127 +276,114 @@ func (s *Store) Append(ctx context.Context, t Turn, first int, msgs ...Message) 
 	return out, nil
 }
 
-func insertMessage(ctx context.Context, tx pgx.Tx, t Turn, m *Message) error {
-	var calls []byte
-	if len(m.ToolCalls) > 0 {
-		var err error
-		if calls, err = json.Marshal(m.ToolCalls); err != nil {
-			return fmt.Errorf("encode tool calls: %w", err)
-		}
-	}
-	err := tx.QueryRow(ctx, `INSERT INTO transcript_messages
+const insertMessageSQL = `INSERT INTO transcript_messages
 		(session_key, session_id, user_key, turn_id, generation, step, role, content, tool_calls, tool_call_id, tool_name)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING id, created_at`,
-		t.SessionKey, t.SessionID, t.UserKey, t.TurnID, t.Generation, m.Step, m.Role, m.Content,
-		calls, m.ToolCallID, m.ToolName).Scan(&m.ID, &m.CreatedAt)
-	if err != nil {
-		return fmt.Errorf("insert transcript step %d: %w", m.Step, err)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING id, created_at`
+
+func toolCallsJSON(m *Message) []byte {
+	if len(m.ToolCalls) == 0 {
+		return nil
 	}
-	return nil
+	b, _ := json.Marshal(m.ToolCalls) // strings only: cannot fail
+	return b
 }
 
-// Finish commits the turn's decided end (and its last message, when there
-// is one) under the turn's generation. A turn finishes once: a second call
-// keeps the first final and returns it.
+func queueInsert(b *pgx.Batch, t Turn, m *Message) {
+	b.Queue(insertMessageSQL, t.SessionKey, t.SessionID, t.UserKey, t.TurnID, t.Generation, m.Step, m.Role, m.Content,
+		toolCallsJSON(m), m.ToolCallID, m.ToolName)
+}
+
+// Finish durably commits the turn's decided end (and its last message,
+// when there is one) under the turn's generation, in one round trip. A
+// turn finishes once: a second call keeps the first final and returns it.
 func (s *Store) Finish(ctx context.Context, t Turn, step int, last *Message, f Final) (Final, error) {
-	err := s.fenced(ctx, t, func(tx pgx.Tx) error {
-		var kind string
-		if err := tx.QueryRow(ctx, `SELECT final_kind FROM worker_turns WHERE turn_id = $1 FOR UPDATE`, t.TurnID).Scan(&kind); err != nil {
-			return fmt.Errorf("read turn: %w", err)
-		}
-		if kind != "" {
-			return tx.QueryRow(ctx, `SELECT status, final_kind, final_text, error_code, final_seq, model
-				FROM worker_turns WHERE turn_id = $1`, t.TurnID).Scan(&f.Status, &f.Kind, &f.Text, &f.ErrorCode, &f.Seq, &f.Model)
-		}
-		if last != nil {
-			m := *last
-			m.Step = step
-			m.TurnID = t.TurnID
-			if err := insertMessage(ctx, tx, t, &m); err != nil {
-				return err
-			}
-		}
-		_, err := tx.Exec(ctx, `UPDATE worker_turns SET status = $2, final_kind = $3, final_text = $4,
-			error_code = $5, final_seq = $6, model = $7, updated_at = now() WHERE turn_id = $1`,
-			t.TurnID, f.Status, f.Kind, f.Text, f.ErrorCode, f.Seq, f.Model)
-		if err != nil {
+	var m Message
+	if last != nil {
+		m = *last
+		m.Step = step
+		m.TurnID = t.TurnID
+	}
+	decided := false
+	err := s.write(ctx, t, Durable, func(b *pgx.Batch) {
+		b.Queue(`WITH t AS (
+				INSERT INTO worker_turns (turn_id, session_key, session_id, generation, status, final_kind, final_text, error_code, final_seq, model)
+				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+				ON CONFLICT (turn_id) DO UPDATE SET status = EXCLUDED.status, final_kind = EXCLUDED.final_kind,
+					final_text = EXCLUDED.final_text, error_code = EXCLUDED.error_code, final_seq = EXCLUDED.final_seq,
+					model = EXCLUDED.model, updated_at = now()
+				WHERE worker_turns.final_kind = ''
+				RETURNING 1),
+			m AS (
+				INSERT INTO transcript_messages
+					(session_key, session_id, user_key, turn_id, generation, step, role, content, tool_calls, tool_call_id, tool_name)
+				SELECT $2, $3, $12, $1, $4, $13, $14, $15, $16, $17, $18 WHERE $11 AND EXISTS (SELECT 1 FROM t)
+				RETURNING 1)
+			SELECT EXISTS (SELECT 1 FROM t), (SELECT count(*) FROM m)`,
+			t.TurnID, t.SessionKey, t.SessionID, t.Generation, f.Status, f.Kind, f.Text, f.ErrorCode, f.Seq, f.Model,
+			last != nil, t.UserKey, m.Step, m.Role, m.Content, toolCallsJSON(&m), m.ToolCallID, m.ToolName)
+	}, func(br pgx.BatchResults) error {
+		var n int
+		if err := br.QueryRow().Scan(&decided, &n); err != nil {
 			return fmt.Errorf("finish turn: %w", err)
 		}
 		return nil
 	})
-	return f, err
+	if err != nil || decided {
+		return f, err
+	}
+	// An earlier attempt decided the turn: its final stands.
+	prev, err := s.Decided(ctx, t.TurnID)
+	if err != nil {
+		return f, err
+	}
+	if prev == nil {
+		return f, fmt.Errorf("turn %s was neither decided now nor before", t.TurnID)
+	}
+	return *prev, nil
 }
 
 // History returns the conversation's latest summary (empty when none) and
 // the messages after it, oldest first.
 func (s *Store) History(ctx context.Context, sessionID string) (summary string, msgs []Message, err error) {
-	var upto int64
-	err = s.db.QueryRow(ctx, `SELECT summary, upto_id FROM transcript_summaries WHERE session_id = $1
-		ORDER BY upto_id DESC LIMIT 1`, sessionID).Scan(&summary, &upto)
+	err = s.db.QueryRow(ctx, `SELECT summary FROM transcript_summaries WHERE session_id = $1
+		ORDER BY upto_id DESC LIMIT 1`, sessionID).Scan(&summary)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return "", nil, fmt.Errorf("read summary: %w", err)
 	}
-	rows, err := s.db.Query(ctx, `SELECT id, turn_id, step, role, content, tool_calls, tool_call_id, tool_name, created_at
-		FROM transcript_messages WHERE session_id = $1 AND id > $2 ORDER BY id`, sessionID, upto)
+	rows, err := s.db.Query(ctx, `SELECT `+messageCols+` FROM transcript_messages WHERE session_id = $1
+		AND id > COALESCE((SELECT max(upto_id) FROM transcript_summaries WHERE session_id = $1), 0) ORDER BY id`, sessionID)
 	if err != nil {
 		return "", nil, fmt.Errorf("read transcript: %w", err)
 	}
-	defer rows.Close()
-	for rows.Next() {
-		var m Message
-		var calls []byte
-		if err := rows.Scan(&m.ID, &m.TurnID, &m.Step, &m.Role, &m.Content, &calls, &m.ToolCallID, &m.ToolName, &m.CreatedAt); err != nil {
-			return "", nil, fmt.Errorf("scan transcript: %w", err)
-		}
-		if len(calls) > 0 {
-			if err := json.Unmarshal(calls, &m.ToolCalls); err != nil {
-				return "", nil, fmt.Errorf("decode tool calls of message %d: %w", m.ID, err)
-			}
-		}
-		msgs = append(msgs, m)
-	}
-	if err := rows.Err(); err != nil {
+	msgs, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Message, error) { return scanMessage(r) })
+	if err != nil {
 		return "", nil, fmt.Errorf("read transcript: %w", err)
 	}
 	return summary, msgs, nil
 }
 
-// SaveSummary stores a summary replacing the messages up to uptoID.
-func (s *Store) SaveSummary(ctx context.Context, t Turn, uptoID int64, summary string) error {
-	return s.fenced(ctx, t, func(tx pgx.Tx) error {
-		_, err := tx.Exec(ctx, `INSERT INTO transcript_summaries (session_id, session_key, upto_id, summary, turn_id, generation)
-			VALUES ($1, $2, $3, $4, $5, $6)`, t.SessionID, t.SessionKey, uptoID, summary, t.TurnID, t.Generation)
-		if err != nil {
-			return fmt.Errorf("insert summary: %w", err)
-		}
-		return nil
-	})
+func execOne(br pgx.BatchResults, what string) error {
+	if _, err := br.Exec(); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return nil
 }
 
-// Prompt returns the stored system prompt of a conversation and its
-// signature; ok is false when none is stored.
-func (s *Store) Prompt(ctx context.Context, sessionID string) (signature, prompt string, ok bool, err error) {
-	err = s.db.QueryRow(ctx, `SELECT signature, prompt FROM session_prompts WHERE session_id = $1`, sessionID).Scan(&signature, &prompt)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return "", "", false, nil
-	}
-	if err != nil {
-		return "", "", false, fmt.Errorf("read system prompt: %w", err)
-	}
-	return signature, prompt, true, nil
+// SaveSummary stores a summary replacing the messages up to uptoID.
+func (s *Store) SaveSummary(ctx context.Context, t Turn, uptoID int64, summary string) error {
+	return s.write(ctx, t, Deferred, func(b *pgx.Batch) {
+		b.Queue(`INSERT INTO transcript_summaries (session_id, session_key, upto_id, summary, turn_id, generation)
+			VALUES ($1, $2, $3, $4, $5, $6)`, t.SessionID, t.SessionKey, uptoID, summary, t.TurnID, t.Generation)
+	}, func(br pgx.BatchResults) error { return execOne(br, "insert summary") })
 }
 
 // SavePrompt stores the rendered system prompt under the turn's generation.
 func (s *Store) SavePrompt(ctx context.Context, t Turn, signature, prompt string) error {
-	return s.fenced(ctx, t, func(tx pgx.Tx) error {
-		_, err := tx.Exec(ctx, `INSERT INTO session_prompts (session_id, session_key, signature, prompt) VALUES ($1, $2, $3, $4)
+	return s.write(ctx, t, Deferred, func(b *pgx.Batch) {
+		b.Queue(`INSERT INTO session_prompts (session_id, session_key, signature, prompt) VALUES ($1, $2, $3, $4)
 			ON CONFLICT (session_id) DO UPDATE SET signature = EXCLUDED.signature, prompt = EXCLUDED.prompt, updated_at = now()`,
 			t.SessionID, t.SessionKey, signature, prompt)
-		if err != nil {
-			return fmt.Errorf("save system prompt: %w", err)
-		}
-		return nil
-	})
+	}, func(br pgx.BatchResults) error { return execOne(br, "save system prompt") })
 }
 
 // Memory is one durable note.

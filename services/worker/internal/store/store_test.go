@@ -26,10 +26,10 @@ func TestFinishIsOnceAndFenced(t *testing.T) {
 	if err != nil || st.Final != nil {
 		t.Fatalf("begin: %v %v", st, err)
 	}
-	if _, err := s.Append(ctx, turn, 0, store.Message{Role: "user", Content: "hello zanzibar"}); err != nil {
+	if _, err := s.Append(ctx, turn, store.Durable, 0, store.Message{Role: "user", Content: "hello zanzibar"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Append(ctx, turn, 0, store.Message{Role: "user", Content: "again"}); err == nil {
+	if _, err := s.Append(ctx, turn, store.Durable, 0, store.Message{Role: "user", Content: "again"}); err == nil {
 		t.Error("a committed step was written twice")
 	}
 	first := store.Final{Status: store.StatusCompleted, Kind: store.FinalText, Text: "one", Seq: 4}
@@ -45,8 +45,22 @@ func TestFinishIsOnceAndFenced(t *testing.T) {
 	if err != nil || st.Final == nil || st.Final.Seq != 4 {
 		t.Fatalf("redelivered begin: %+v %v", st, err)
 	}
-	_, msgs, err := s.History(ctx, "sid")
-	if err != nil || len(msgs) != 2 {
+	if len(st.History) != 2 || st.History[0].Content != "hello zanzibar" || st.History[1].Content != "one" || st.Prompt != nil {
+		t.Fatalf("begin did not load the conversation: %+v", st)
+	}
+	if err := s.SavePrompt(ctx, turn, "sig", "prompt text"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SaveSummary(ctx, turn, st.History[0].ID, "they said hello"); err != nil {
+		t.Fatal(err)
+	}
+	st, err = s.BeginTurn(ctx, store.Turn{TurnID: "t2", SessionKey: "k", SessionID: "sid", Generation: 3})
+	if err != nil || st.Final != nil || st.Summary != "they said hello" || len(st.History) != 1 ||
+		st.Prompt == nil || st.Prompt.Text != "prompt text" {
+		t.Fatalf("next turn's begin: %+v %v", st, err)
+	}
+	summary, msgs, err := s.History(ctx, "sid")
+	if err != nil || len(msgs) != 1 || summary != "they said hello" {
 		t.Fatalf("history %v %v", msgs, err)
 	}
 	hits, err := s.Search(ctx, "x:u", "other", "zanzibar", 5)
@@ -58,5 +72,25 @@ func TestFinishIsOnceAndFenced(t *testing.T) {
 	}
 	if err := s.SavePrompt(ctx, turn, "sig", "p"); !errors.Is(err, store.ErrStaleGeneration) {
 		t.Errorf("stale prompt save: %v", err)
+	}
+	for name, write := range map[string]func() error{
+		"begin": func() error { _, err := s.BeginTurn(ctx, turn); return err },
+		"append": func() error {
+			_, err := s.Append(ctx, turn, store.Deferred, 5, store.Message{Role: "user"})
+			return err
+		},
+		"finish": func() error {
+			_, err := s.Finish(ctx, store.Turn{TurnID: "t3", SessionKey: "k", SessionID: "sid", Generation: 3}, 0, nil, first)
+			return err
+		},
+		"gone": func() error { return s.CheckGeneration(ctx, store.Turn{SessionKey: "nope", Generation: 1}) },
+	} {
+		if err := write(); !errors.Is(err, store.ErrStaleGeneration) {
+			t.Errorf("%s under a stale generation: %v", name, err)
+		}
+	}
+	var n int
+	if err := db.QueryRow(ctx, `SELECT count(*) FROM worker_turns WHERE turn_id = 't3'`).Scan(&n); err != nil || n != 0 {
+		t.Errorf("a fenced finish left a turn row: %d %v", n, err)
 	}
 }
