@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/propagation"
 	"google.golang.org/protobuf/proto"
@@ -140,6 +141,13 @@ func ChatKey(t *deliveryv1.Target) string {
 	return t.GetPlatform() + ":" + t.GetAccount() + ":" + t.GetChatId()
 }
 
+// asyncCommitSQL makes a batch's implicit transaction commit without
+// waiting for the WAL flush. Claims and send outcomes use it: if Postgres
+// crashes and loses one, the row is claimed and sent again with the same
+// idempotency key, which the platform gateway answers with its first
+// receipt. Enqueue stays durable: the reply event is acked after it.
+const asyncCommitSQL = `SELECT set_config('synchronous_commit', 'off', true)`
+
 // Store is the outbox in Postgres.
 type Store struct {
 	db *pgxpool.Pool
@@ -188,36 +196,38 @@ func collect(rows pgx.Rows) ([]Row, error) {
 // request whose idempotency key is already stored is left as it is. It
 // returns the id of every request's row, new or existing.
 func (s *Store) Enqueue(ctx context.Context, now time.Time, ttl time.Duration, reqs ...*deliveryv1.SendRequested) ([]int64, error) {
-	ids := make([]int64, 0, len(reqs))
 	tp := traceParent(ctx)
-	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
-		for _, req := range reqs {
-			if req.GetIdempotencyKey() == "" {
-				return errors.New("enqueue: empty idempotency key")
-			}
-			payload, err := proto.Marshal(req)
-			if err != nil {
-				return fmt.Errorf("encode send request: %w", err)
-			}
-			t := req.GetTarget()
-			var id int64
-			err = tx.QueryRow(ctx, `
+	// One pipelined batch: one round trip, one implicit transaction, one
+	// durable commit for all the rows.
+	b := &pgx.Batch{}
+	for _, req := range reqs {
+		if req.GetIdempotencyKey() == "" {
+			return nil, errors.New("enqueue: empty idempotency key")
+		}
+		payload, err := proto.Marshal(req)
+		if err != nil {
+			return nil, fmt.Errorf("encode send request: %w", err)
+		}
+		t := req.GetTarget()
+		b.Queue(`
 INSERT INTO delivery_outbox (idempotency_key, platform, account, chat_id, thread_id, chat_key,
 	session_key, turn_id, payload, next_attempt_at, expires_at, created_at, updated_at, traceparent)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $10, $10, $12)
 ON CONFLICT (idempotency_key) DO UPDATE SET idempotency_key = EXCLUDED.idempotency_key
 RETURNING id`,
-				req.GetIdempotencyKey(), t.GetPlatform(), t.GetAccount(), t.GetChatId(), t.GetThreadId(), ChatKey(t),
-				req.GetSessionKey(), req.GetTurnId(), payload, now, now.Add(ttl), tp).Scan(&id)
-			if err != nil {
-				return fmt.Errorf("insert delivery %s: %w", req.GetIdempotencyKey(), err)
-			}
-			ids = append(ids, id)
+			req.GetIdempotencyKey(), t.GetPlatform(), t.GetAccount(), t.GetChatId(), t.GetThreadId(), ChatKey(t),
+			req.GetSessionKey(), req.GetTurnId(), payload, now, now.Add(ttl), tp)
+	}
+	br := s.db.SendBatch(ctx, b)
+	defer br.Close()
+	ids := make([]int64, len(reqs))
+	for i, req := range reqs {
+		if err := br.QueryRow().Scan(&ids[i]); err != nil {
+			return nil, fmt.Errorf("insert delivery %s: %w", req.GetIdempotencyKey(), err)
 		}
-		return nil
-	})
-	if err != nil {
-		return nil, err
+	}
+	if err := br.Close(); err != nil {
+		return nil, fmt.Errorf("enqueue deliveries: %w", err)
 	}
 	return ids, nil
 }
@@ -228,7 +238,9 @@ RETURNING id`,
 // no older row of the same chat is still waiting. Rows other senders are
 // claiming at the same moment are skipped, never waited for.
 func (s *Store) Claim(ctx context.Context, now time.Time, lease time.Duration, owner string, limit int) ([]Row, error) {
-	rows, err := s.db.Query(ctx, `
+	b := &pgx.Batch{}
+	b.Queue(asyncCommitSQL)
+	b.Queue(`
 WITH due AS (
 	SELECT o.id AS due_id FROM delivery_outbox o
 	WHERE o.state IN ('queued', 'sending')
@@ -245,6 +257,12 @@ UPDATE delivery_outbox o
 SET state = 'sending', attempts = o.attempts + 1, lease_until = $3, claimed_by = $4, updated_at = $1
 FROM due WHERE o.id = due.due_id
 RETURNING `+rowColumns, now, limit, now.Add(lease), owner)
+	br := s.db.SendBatch(ctx, b)
+	defer br.Close()
+	if _, err := br.Exec(); err != nil {
+		return nil, fmt.Errorf("claim deliveries: %w", err)
+	}
+	rows, err := br.Query()
 	if err != nil {
 		return nil, fmt.Errorf("claim deliveries: %w", err)
 	}
@@ -252,14 +270,25 @@ RETURNING `+rowColumns, now, limit, now.Add(lease), owner)
 	if err != nil {
 		return nil, fmt.Errorf("claim deliveries: %w", err)
 	}
-	return out, nil
+	return out, br.Close()
 }
 
 // update changes a row that owner still holds.
 func (s *Store) update(ctx context.Context, op string, id int64, owner, set string, args ...any) error {
 	args = append([]any{id, owner}, args...)
-	tag, err := s.db.Exec(ctx, `UPDATE delivery_outbox SET `+set+`
+	b := &pgx.Batch{}
+	b.Queue(asyncCommitSQL)
+	b.Queue(`UPDATE delivery_outbox SET `+set+`
 WHERE id = $1 AND state = 'sending' AND claimed_by = $2`, args...)
+	br := s.db.SendBatch(ctx, b)
+	_, err := br.Exec()
+	var tag pgconn.CommandTag
+	if err == nil {
+		tag, err = br.Exec()
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
 	if err != nil {
 		return fmt.Errorf("%s delivery %d: %w", op, id, err)
 	}

@@ -98,12 +98,14 @@ const sessionCols = `session_key, session_id, platform, chat_type, origin, displ
 
 type rowScanner interface{ Scan(dest ...any) error }
 
-func scanSession(r rowScanner) (Session, error) {
+// scanSession scans sessionCols, then extra columns into extra.
+func scanSession(r rowScanner, extra ...any) (Session, error) {
 	var s Session
 	var origin []byte
-	err := r.Scan(&s.Key, &s.ID, &s.Platform, &s.ChatType, &origin, &s.DisplayName, &s.Profile, &s.Title,
+	err := r.Scan(append([]any{&s.Key, &s.ID, &s.Platform, &s.ChatType, &origin, &s.DisplayName, &s.Profile, &s.Title,
 		&s.CreatedAt, &s.UpdatedAt, &s.LastActivityAt, &s.InputTokens, &s.OutputTokens, &s.ModelOverride, &s.BusyMode,
-		&s.Generation, &s.ResetCount, &s.LastResetReason, &s.Suspended, &s.ResumePending, &s.PromptFingerprint, &s.LastTurnID)
+		&s.Generation, &s.ResetCount, &s.LastResetReason, &s.Suspended, &s.ResumePending, &s.PromptFingerprint, &s.LastTurnID},
+		extra...)...)
 	if err != nil {
 		return Session{}, err
 	}
@@ -194,6 +196,51 @@ func (s *Store) GetOrCreate(ctx context.Context, key, profile string, src *event
 	return sess, created, nil
 }
 
+// asyncCommitSQL makes the batch's implicit transaction commit without
+// waiting for the WAL flush: lost only if Postgres itself crashes, and
+// made durable by any later synchronous commit (the WAL is flushed in
+// order). Used for writes that are redone or harmless when lost.
+const asyncCommitSQL = `SELECT set_config('synchronous_commit', 'off', true)`
+
+// Arrive records a message's arrival on the session of key in one round
+// trip: it creates the session from src when there is none (with its
+// history row) and otherwise refreshes its origin and last activity.
+// prev is the last activity before this message (zero when created),
+// for the reset policy. The commit does not wait for the WAL flush: the
+// message is made durable by Enqueue.
+func (s *Store) Arrive(ctx context.Context, key, profile string, src *eventsv1.SessionSource) (sess Session, created bool, prev time.Time, err error) {
+	now := s.now()
+	b := &pgx.Batch{}
+	b.Queue(asyncCommitSQL)
+	b.Queue(`WITH s AS (
+			INSERT INTO sessions (session_key, session_id, platform, chat_type, origin, display_name, profile,
+				created_at, updated_at, last_activity_at)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8, $8)
+			ON CONFLICT (session_key) DO UPDATE SET origin = EXCLUDED.origin, display_name = EXCLUDED.display_name,
+				last_activity_at = EXCLUDED.last_activity_at, updated_at = EXCLUDED.updated_at
+			RETURNING `+sessionCols+`, (xmax = 0) AS created,
+				(SELECT p.last_activity_at FROM sessions p WHERE p.session_key = $1) AS prev),
+		h AS (
+			INSERT INTO session_history (session_key, session_id, started_at)
+			SELECT session_key, session_id, created_at FROM s WHERE created)
+		SELECT `+sessionCols+`, created, prev FROM s`,
+		key, NewSessionID(now), src.GetPlatform(), src.GetChatType(), encodeOrigin(src), displayName(src), profile, now)
+	br := s.db.SendBatch(ctx, b)
+	defer br.Close()
+	if _, err := br.Exec(); err != nil {
+		return Session{}, false, prev, fmt.Errorf("record arrival: %w", err)
+	}
+	var prevAt *time.Time
+	sess, err = scanSession(br.QueryRow(), &created, &prevAt)
+	if err != nil {
+		return Session{}, false, prev, fmt.Errorf("record arrival: %w", err)
+	}
+	if prevAt != nil {
+		prev = *prevAt
+	}
+	return sess, created, prev, br.Close()
+}
+
 // Touch records activity on the session and refreshes its origin.
 func (s *Store) Touch(ctx context.Context, key string, src *eventsv1.SessionSource) error {
 	_, err := s.db.Exec(ctx, `UPDATE sessions SET origin = $2, display_name = $3, last_activity_at = $4, updated_at = $4
@@ -264,44 +311,42 @@ func (s *Store) Stop(ctx context.Context, key string) (gen int64, dropped int64,
 	return gen, dropped, err
 }
 
-// Enqueue appends a message to the session's FIFO. A message already
-// queued (same event id) is not added twice: inserted is false. When the
-// queue holds max messages it returns ErrQueueFull.
+// Enqueue appends a message to the session's FIFO and commits durably
+// (after this the message cannot be lost), in one round trip. A message
+// already queued (same event id) is not added twice: inserted is false.
+// When the queue holds max messages it returns ErrQueueFull.
 func (s *Store) Enqueue(ctx context.Context, key string, streamSeq int64, ownTurn bool, ev *eventsv1.MessageReceived, max int) (inserted bool, err error) {
 	data, err := proto.Marshal(ev)
 	if err != nil {
 		return false, fmt.Errorf("encode queued message: %w", err)
 	}
-	err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
-		// Serialise enqueues per session so the cap holds.
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('queue:' || $1, 0))`, key); err != nil {
-			return fmt.Errorf("lock queue: %w", err)
-		}
-		var n int
-		if err := tx.QueryRow(ctx, `SELECT count(*) FROM session_queue WHERE session_key = $1`, key).Scan(&n); err != nil {
-			return fmt.Errorf("count queue: %w", err)
-		}
-		if n >= max {
-			var exists bool
-			if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM session_queue WHERE session_key = $1 AND event_id = $2)`,
-				key, ev.GetEventId()).Scan(&exists); err != nil {
-				return fmt.Errorf("check queue: %w", err)
-			}
-			if exists {
-				return nil
-			}
-			return ErrQueueFull
-		}
-		tag, err := tx.Exec(ctx, `INSERT INTO session_queue (session_key, stream_seq, event_id, own_turn, event, enqueued_at)
-			VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (session_key, event_id) DO NOTHING`,
-			key, streamSeq, ev.GetEventId(), ownTurn, data, s.now())
-		if err != nil {
-			return fmt.Errorf("enqueue: %w", err)
-		}
-		inserted = tag.RowsAffected() == 1
-		return nil
-	})
-	return inserted, err
+	b := &pgx.Batch{}
+	// Serialise enqueues per session (until the batch commits) so the cap holds.
+	b.Queue(`SELECT pg_advisory_xact_lock(hashtextextended('queue:' || $1, 0))`, key)
+	b.Queue(`WITH n AS (SELECT count(*) AS c FROM session_queue WHERE session_key = $1),
+		ins AS (
+			INSERT INTO session_queue (session_key, stream_seq, event_id, own_turn, event, enqueued_at)
+			SELECT $1, $2, $3, $4, $5, $6 WHERE (SELECT c FROM n) < $7
+			ON CONFLICT (session_key, event_id) DO NOTHING RETURNING 1)
+		SELECT EXISTS (SELECT 1 FROM ins),
+			EXISTS (SELECT 1 FROM session_queue WHERE session_key = $1 AND event_id = $3)`,
+		key, streamSeq, ev.GetEventId(), ownTurn, data, s.now(), max)
+	br := s.db.SendBatch(ctx, b)
+	defer br.Close()
+	if _, err := br.Exec(); err != nil {
+		return false, fmt.Errorf("lock queue: %w", err)
+	}
+	var queued bool
+	if err := br.QueryRow().Scan(&inserted, &queued); err != nil {
+		return false, fmt.Errorf("enqueue: %w", err)
+	}
+	if err := br.Close(); err != nil {
+		return false, fmt.Errorf("enqueue: %w", err)
+	}
+	if !inserted && !queued {
+		return false, ErrQueueFull
+	}
+	return inserted, nil
 }
 
 // QueueLen is how many messages wait for the session.
@@ -325,66 +370,98 @@ type Turn struct {
 // removes it, advances the generation and records turnID, all in one
 // transaction that commits only if publish succeeds. It reports false when
 // nothing waits. The caller holds the session lock.
-func (s *Store) StartTurn(ctx context.Context, key, turnID string, maxInputs int, publish func(context.Context, Turn) error) (bool, error) {
-	started := false
-	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
-		sess, err := scanSession(tx.QueryRow(ctx, `SELECT `+sessionCols+` FROM sessions WHERE session_key = $1 FOR UPDATE`, key))
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil
+//
+// Three round trips: BEGIN with the reads, the writes, COMMIT. The commit
+// does not wait for the WAL flush: if Postgres crashes before the worker's
+// durable Finish flushes it, the messages are back in the queue and the
+// session at the old generation, so the published turn fails its fence
+// and the sweep starts them again.
+func (s *Store) StartTurn(ctx context.Context, key, turnID string, maxInputs int, publish func(context.Context, Turn) error) (started bool, err error) {
+	conn, err := s.db.Acquire(ctx)
+	if err != nil {
+		return false, fmt.Errorf("start turn: %w", err)
+	}
+	defer conn.Release()
+	committed := false
+	defer func() {
+		if !committed {
+			// Release closes a connection left inside a transaction.
+			_, _ = conn.Exec(context.WithoutCancel(ctx), "ROLLBACK")
 		}
-		if err != nil {
-			return fmt.Errorf("lock session: %w", err)
+	}()
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue(asyncCommitSQL)
+	b.Queue(`SELECT `+sessionCols+` FROM sessions WHERE session_key = $1 FOR UPDATE`, key)
+	b.Queue(`SELECT id, stream_seq, event_id, own_turn, event FROM session_queue
+		WHERE session_key = $1 ORDER BY stream_seq, id LIMIT $2`, key, maxInputs)
+	sess, take, err := readHead(conn.SendBatch(ctx, b), key)
+	if err != nil || len(take) == 0 {
+		return false, err
+	}
+	ids := make([]int64, len(take))
+	for i, q := range take {
+		ids[i] = q.ID
+	}
+	now := s.now()
+	if err := conn.QueryRow(ctx, `WITH d AS (DELETE FROM session_queue WHERE id = ANY($4))
+		UPDATE sessions SET generation = generation + 1, last_turn_id = $2, last_turn_at = $3, updated_at = $3
+		WHERE session_key = $1 RETURNING generation`, key, turnID, now, ids).Scan(&sess.Generation); err != nil {
+		return false, fmt.Errorf("dequeue: %w", err)
+	}
+	sess.LastTurnID = turnID
+	if err := publish(ctx, Turn{Session: sess, Generation: sess.Generation, Inputs: take}); err != nil {
+		return false, err
+	}
+	if _, err := conn.Exec(ctx, "COMMIT"); err != nil {
+		return false, fmt.Errorf("commit turn start: %w", err)
+	}
+	committed = true
+	return true, nil
+}
+
+// readHead reads StartTurn's first batch: the locked session and the
+// messages to take.
+func readHead(br pgx.BatchResults, key string) (Session, []Queued, error) {
+	defer br.Close()
+	for _, what := range []string{"begin", "set commit mode"} {
+		if _, err := br.Exec(); err != nil {
+			return Session{}, nil, fmt.Errorf("start turn: %s: %w", what, err)
 		}
-		rows, err := tx.Query(ctx, `SELECT id, stream_seq, event_id, own_turn, event FROM session_queue
-			WHERE session_key = $1 ORDER BY stream_seq, id LIMIT $2`, key, maxInputs)
-		if err != nil {
-			return fmt.Errorf("read queue: %w", err)
+	}
+	sess, err := scanSession(br.QueryRow())
+	if errors.Is(err, pgx.ErrNoRows) {
+		return sess, nil, nil
+	}
+	if err != nil {
+		return sess, nil, fmt.Errorf("lock session %s: %w", key, err)
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return sess, nil, fmt.Errorf("read queue: %w", err)
+	}
+	defer rows.Close()
+	var take []Queued
+	for rows.Next() {
+		var q Queued
+		var data []byte
+		if err := rows.Scan(&q.ID, &q.StreamSeq, &q.EventID, &q.OwnTurn, &data); err != nil {
+			return sess, nil, fmt.Errorf("scan queue: %w", err)
 		}
-		var take []Queued
-		for rows.Next() {
-			var q Queued
-			var data []byte
-			if err := rows.Scan(&q.ID, &q.StreamSeq, &q.EventID, &q.OwnTurn, &data); err != nil {
-				rows.Close()
-				return fmt.Errorf("scan queue: %w", err)
-			}
-			q.Event = &eventsv1.MessageReceived{}
-			if err := proto.Unmarshal(data, q.Event); err != nil {
-				rows.Close()
-				return fmt.Errorf("decode queued message %d: %w", q.ID, err)
-			}
-			if len(take) > 0 && (q.OwnTurn || take[0].OwnTurn) {
-				break
-			}
-			take = append(take, q)
+		q.Event = &eventsv1.MessageReceived{}
+		if err := proto.Unmarshal(data, q.Event); err != nil {
+			return sess, nil, fmt.Errorf("decode queued message %d: %w", q.ID, err)
 		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return fmt.Errorf("read queue: %w", err)
+		if len(take) > 0 && (q.OwnTurn || take[0].OwnTurn) {
+			break
 		}
-		if len(take) == 0 {
-			return nil
-		}
-		ids := make([]int64, len(take))
-		for i, q := range take {
-			ids[i] = q.ID
-		}
-		if _, err := tx.Exec(ctx, `DELETE FROM session_queue WHERE id = ANY($1)`, ids); err != nil {
-			return fmt.Errorf("dequeue: %w", err)
-		}
-		now := s.now()
-		if err := tx.QueryRow(ctx, `UPDATE sessions SET generation = generation + 1, last_turn_id = $2, last_turn_at = $3, updated_at = $3
-			WHERE session_key = $1 RETURNING generation`, key, turnID, now).Scan(&sess.Generation); err != nil {
-			return fmt.Errorf("advance generation: %w", err)
-		}
-		sess.LastTurnID = turnID
-		if err := publish(ctx, Turn{Session: sess, Generation: sess.Generation, Inputs: take}); err != nil {
-			return err
-		}
-		started = true
-		return nil
-	})
-	return started, err
+		take = append(take, q)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return sess, nil, fmt.Errorf("read queue: %w", err)
+	}
+	return sess, take, br.Close()
 }
 
 // WaitingKeys returns session keys with messages queued before olderThan.
@@ -397,12 +474,15 @@ func (s *Store) WaitingKeys(ctx context.Context, olderThan time.Time, limit int)
 	return pgx.CollectRows(rows, pgx.RowTo[string])
 }
 
-// AddUsage adds a turn's token counts to the session.
+// AddUsage adds a turn's token counts to the session. The commit does not
+// wait for the WAL flush: a Postgres crash may lose the last turns' counts.
 func (s *Store) AddUsage(ctx context.Context, key string, in, out, cacheRead, cacheWrite int64) error {
-	_, err := s.db.Exec(ctx, `UPDATE sessions SET input_tokens = input_tokens + $2, output_tokens = output_tokens + $3,
+	b := &pgx.Batch{}
+	b.Queue(asyncCommitSQL)
+	b.Queue(`UPDATE sessions SET input_tokens = input_tokens + $2, output_tokens = output_tokens + $3,
 		cache_read_tokens = cache_read_tokens + $4, cache_write_tokens = cache_write_tokens + $5, updated_at = $6
 		WHERE session_key = $1`, key, in, out, cacheRead, cacheWrite, s.now())
-	if err != nil {
+	if err := s.db.SendBatch(ctx, b).Close(); err != nil {
 		return fmt.Errorf("add usage: %w", err)
 	}
 	return nil

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/pg/pgtest"
@@ -112,5 +113,48 @@ func TestEnqueueIsIdempotentAndCapped(t *testing.T) {
 	}
 	if ins, err := s.Enqueue(ctx, "k", 2, false, ev("b"), 2); err != nil || ins {
 		t.Fatalf("redelivery at the cap: %v %v", ins, err)
+	}
+}
+
+func TestArriveCreatesOnceAndReportsThePreviousActivity(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.New(t)
+	clock := time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC)
+	s := New(db).WithClock(func() time.Time { return clock })
+	src := &eventsv1.SessionSource{Platform: "telegram", ChatId: "1", ChatType: "dm", UserName: "Alice"}
+
+	steps := []struct {
+		name        string
+		at          time.Time
+		userName    string
+		wantCreated bool
+		wantPrev    time.Time
+	}{
+		{"first message creates", clock, "Alice", true, time.Time{}},
+		{"next message touches", clock.Add(time.Hour), "Alice B.", false, clock},
+		{"and reports the last one", clock.Add(3 * time.Hour), "Alice B.", false, clock.Add(time.Hour)},
+	}
+	var id string
+	for _, st := range steps {
+		clock = st.at
+		src.UserName = st.userName
+		sess, created, prev, err := s.Arrive(ctx, "k", "main", src)
+		if err != nil {
+			t.Fatalf("%s: %v", st.name, err)
+		}
+		if created != st.wantCreated || !prev.Equal(st.wantPrev) {
+			t.Fatalf("%s: created %v prev %v; want %v %v", st.name, created, prev, st.wantCreated, st.wantPrev)
+		}
+		if id == "" {
+			id = sess.ID
+		}
+		if sess.ID != id || !sess.LastActivityAt.Equal(st.at) || sess.DisplayName != st.userName || sess.Profile != "main" {
+			t.Fatalf("%s: session %+v", st.name, sess)
+		}
+	}
+	hist, err := s.History(ctx, "k", 10)
+	if err != nil || len(hist) != 1 || hist[0].SessionID != id {
+		t.Fatalf("history %+v %v; want one conversation %s", hist, err, id)
 	}
 }

@@ -138,17 +138,15 @@ func (s *Service) unauthorized(ctx context.Context, m *msgCtx) error {
 	return s.notice(ctx, m, 0, text, "pairing")
 }
 
-// session resolves the message's session, applying the reset policy.
+// session resolves the message's session, recording its arrival, and
+// applies the reset policy.
 func (s *Service) session(ctx context.Context, m *msgCtx) (sessionstore.Session, error) {
-	sess, created, err := s.store.GetOrCreate(ctx, m.key, s.cfg.Profile, m.src)
-	if err != nil {
+	sess, created, prev, err := s.store.Arrive(ctx, m.key, s.cfg.Profile, m.src)
+	if err != nil || created {
 		return sess, err
 	}
-	if created {
-		return sess, nil
-	}
 	pol := s.cfg.SessionReset.policy(m.platform, m.src.GetChatType())
-	if reason, due := pol.due(sess.LastActivityAt, s.now()); due {
+	if reason, due := pol.due(prev, s.now()); due {
 		// A running turn is activity: never reset under it.
 		if owner, err := s.locker.Owner(ctx, m.key); err == nil && owner == "" {
 			sess, err = s.store.Reset(ctx, m.key, reason)
@@ -163,9 +161,6 @@ func (s *Service) session(ctx context.Context, m *msgCtx) (sessionstore.Session,
 				}
 			}
 		}
-	}
-	if err := s.store.Touch(ctx, m.key, m.src); err != nil {
-		return sess, err
 	}
 	return sess, nil
 }
@@ -251,7 +246,9 @@ func (s *Service) route(ctx context.Context, m *msgCtx, sess sessionstore.Sessio
 			return err
 		}
 	}
-	if _, err := s.tryStart(ctx, m.key); err != nil {
+	// Even when busy: the turn may have ended since the lock was read,
+	// before this message was queued.
+	if _, err := s.startQueued(ctx, m.key); err != nil {
 		return fmt.Errorf("start turn: %w", err)
 	}
 	return nil

@@ -33,6 +33,12 @@ func (s *Service) tryStart(ctx context.Context, key string) (bool, error) {
 	if n, err := s.store.QueueLen(ctx, key); err != nil || n == 0 {
 		return false, err
 	}
+	return s.startQueued(ctx, key)
+}
+
+// startQueued is tryStart for a session known to have waiting messages
+// (one was just queued).
+func (s *Service) startQueued(ctx context.Context, key string) (bool, error) {
 	token := redisx.NewToken()
 	ok, err := s.locker.Acquire(ctx, key, token, s.cfg.LockTTL)
 	if err != nil || !ok {
