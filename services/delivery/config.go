@@ -29,6 +29,9 @@ type Platform struct {
 	// the limit off.
 	BotRate  ratelimit.Rate `koanf:"bot_rate"`
 	ChatRate ratelimit.Rate `koanf:"chat_rate"`
+	// NoTyping: the platform shows no typing indicator (the API streams,
+	// webhooks have no chat), so none is sent.
+	NoTyping bool `koanf:"no_typing"`
 	// Home is the chat a proactive send to the bare platform goes to:
 	// "chat_id", "chat_id:thread_id" or "#channel-name".
 	Home string `koanf:"home"`
@@ -47,8 +50,8 @@ func DefaultPlatforms() map[string]Platform {
 		"signal":     {Streaming: StreamNone},
 		"sms":        {Streaming: StreamNone},
 		"email":      {Streaming: StreamNone},
-		"api":        {Streaming: StreamNative},
-		"webhook":    {Streaming: StreamNone},
+		"api":        {Streaming: StreamNative, NoTyping: true},
+		"webhook":    {Streaming: StreamNone, NoTyping: true},
 	}
 }
 

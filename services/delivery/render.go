@@ -80,6 +80,9 @@ func (s *Service) handle(ctx context.Context, ev *repliesv1.ReplyEvent) error {
 	}
 	switch b := ev.GetBody().(type) {
 	case *repliesv1.ReplyEvent_Typing:
+		if s.cfg.platform(ev.GetTarget().GetPlatform()).NoTyping {
+			return nil
+		}
 		if b.Typing.GetActive() {
 			s.typing.start(ctx, ev)
 		} else {

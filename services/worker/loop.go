@@ -446,8 +446,12 @@ func (r *turnRun) callModel(ctx context.Context, b Backend, model, system string
 	}
 	span.SetAttributes(attribute.Int("gen_ai.usage.input_tokens", resp.Usage.InputTokens),
 		attribute.Int("gen_ai.usage.output_tokens", resp.Usage.OutputTokens))
-	if err := flush(); err != nil {
-		return nil, err
+	// Text still buffered goes out as a delta only when more steps follow;
+	// an answer's final event carries the whole text and supersedes it.
+	if len(resp.ToolCalls) > 0 {
+		if err := flush(); err != nil {
+			return nil, err
+		}
 	}
 	r.usage.InputTokens += int64(resp.Usage.InputTokens)
 	r.usage.OutputTokens += int64(resp.Usage.OutputTokens)

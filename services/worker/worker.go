@@ -92,7 +92,7 @@ type AgentConfig struct {
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
 	return Config{
-		Concurrency:   8,
+		Concurrency:   64,
 		DrainTimeout:  25 * time.Second,
 		AckWait:       30 * time.Second,
 		MaxDeliver:    5,
