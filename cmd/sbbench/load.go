@@ -116,8 +116,13 @@ func (s *system) measure(ctx context.Context, n int, stream bool) RunResult {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			session := fmt.Sprintf("%s-%d", tag, i)
+			conv, sent := 0, 0
 			for !stopping.Load() && ctx.Err() == nil {
+				if s.o.conversation > 0 && sent == s.o.conversation {
+					conv, sent = conv+1, 0
+				}
+				session := fmt.Sprintf("%s-%d-%d", tag, i, conv)
+				sent++
 				e2e, first, err := c.turn(ctx, s.apiAddr, session, stream)
 				if !recording.Load() {
 					if err != nil {

@@ -45,6 +45,9 @@ type options struct {
 	pprofLevel int
 	pprofOut   string
 	keep       bool
+	// conversation is how many turns a simulated user sends in one
+	// conversation before starting a new one (0: one for the whole run).
+	conversation int
 }
 
 func main() {
@@ -65,6 +68,7 @@ func main() {
 	flag.StringVar(&o.pprofShape, "pprof-shape", "", "take a 10s CPU profile of this shape's first process during the -pprof-level run")
 	flag.IntVar(&o.pprofLevel, "pprof-level", 64, "sessions of the profiled run")
 	flag.StringVar(&o.pprofOut, "pprof-out", "bench-results/cpu.pprof", "CPU profile file")
+	flag.IntVar(&o.conversation, "conversation", 20, "turns per conversation: each session then starts a new one (a new X-Session-Id), so the history a turn loads stays conversation-sized; 0 keeps one conversation for the whole run")
 	flag.BoolVar(&o.keep, "keep", false, "keep the Postgres databases and NATS streams afterwards")
 	clean := flag.Bool("clean", false, "delete every SBBENCH* stream on -nats (left by -keep or a killed run) and exit")
 	flag.Parse()

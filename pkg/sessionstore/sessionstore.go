@@ -474,18 +474,37 @@ func (s *Store) WaitingKeys(ctx context.Context, olderThan time.Time, limit int)
 	return pgx.CollectRows(rows, pgx.RowTo[string])
 }
 
-// AddUsage adds a turn's token counts to the session. The commit does not
-// wait for the WAL flush: a Postgres crash may lose the last turns' counts.
-func (s *Store) AddUsage(ctx context.Context, key string, in, out, cacheRead, cacheWrite int64) error {
+// Usage is one turn's token counts.
+type Usage struct {
+	Input, Output, CacheRead, CacheWrite int64
+}
+
+// TurnDone records a finished turn's usage (when u is not nil) and returns
+// how many messages wait for the session, in one round trip. The usage
+// commit does not wait for the WAL flush: a Postgres crash may lose the
+// last turns' counts.
+func (s *Store) TurnDone(ctx context.Context, key string, u *Usage) (waiting int, err error) {
 	b := &pgx.Batch{}
-	b.Queue(asyncCommitSQL)
-	b.Queue(`UPDATE sessions SET input_tokens = input_tokens + $2, output_tokens = output_tokens + $3,
-		cache_read_tokens = cache_read_tokens + $4, cache_write_tokens = cache_write_tokens + $5, updated_at = $6
-		WHERE session_key = $1`, key, in, out, cacheRead, cacheWrite, s.now())
-	if err := s.db.SendBatch(ctx, b).Close(); err != nil {
-		return fmt.Errorf("add usage: %w", err)
+	if u != nil {
+		b.Queue(asyncCommitSQL)
+		b.Queue(`UPDATE sessions SET input_tokens = input_tokens + $2, output_tokens = output_tokens + $3,
+			cache_read_tokens = cache_read_tokens + $4, cache_write_tokens = cache_write_tokens + $5, updated_at = $6
+			WHERE session_key = $1`, key, u.Input, u.Output, u.CacheRead, u.CacheWrite, s.now())
 	}
-	return nil
+	b.Queue(`SELECT count(*) FROM session_queue WHERE session_key = $1`, key)
+	br := s.db.SendBatch(ctx, b)
+	defer br.Close()
+	if u != nil {
+		for range 2 {
+			if _, err := br.Exec(); err != nil {
+				return 0, fmt.Errorf("add usage: %w", err)
+			}
+		}
+	}
+	if err := br.QueryRow().Scan(&waiting); err != nil {
+		return 0, fmt.Errorf("count queue: %w", err)
+	}
+	return waiting, br.Close()
 }
 
 func (s *Store) set(ctx context.Context, key, col string, v any) error {

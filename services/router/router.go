@@ -286,6 +286,7 @@ func (s *Service) handleTurnCompleted(ctx context.Context, ev *turnsv1.TurnCompl
 		return bus.Permanent(errors.New("turn completed without session key"))
 	}
 	completed.WithLabelValues(strings.ToLower(strings.TrimPrefix(ev.GetStatus().String(), "TURN_STATUS_"))).Inc()
+	var usage *sessionstore.Usage
 	if u := ev.GetUsage(); u != nil {
 		// Once per turn: the dedupe record guards redeliveries.
 		ok, err := s.rdb.SetNX(ctx, s.prefix+"turndone:"+ev.GetTurnId(), "1", s.cfg.DedupeTTL).Result()
@@ -293,12 +294,18 @@ func (s *Service) handleTurnCompleted(ctx context.Context, ev *turnsv1.TurnCompl
 			return fmt.Errorf("record turn completion: %w", err)
 		}
 		if ok {
-			if err := s.store.AddUsage(ctx, key, u.GetInputTokens(), u.GetOutputTokens(), u.GetCacheReadTokens(), u.GetCacheWriteTokens()); err != nil && !errors.Is(err, sessionstore.ErrNotFound) {
-				return err
-			}
+			usage = &sessionstore.Usage{Input: u.GetInputTokens(), Output: u.GetOutputTokens(),
+				CacheRead: u.GetCacheReadTokens(), CacheWrite: u.GetCacheWriteTokens()}
 		}
 	}
-	if _, err := s.tryStart(ctx, key); err != nil {
+	waiting, err := s.store.TurnDone(ctx, key, usage)
+	if err != nil {
+		return err
+	}
+	if waiting == 0 {
+		return nil
+	}
+	if _, err := s.startQueued(ctx, key); err != nil {
 		return fmt.Errorf("start next turn: %w", err)
 	}
 	return nil

@@ -24,7 +24,11 @@ import (
 type loopState struct {
 	summary string
 	prior   []store.Message // earlier turns
-	turn    []store.Message // this turn's committed steps
+	turn    []store.Message // this turn's steps
+	// unsaved is how many of turn's first steps (the inputs) are not
+	// written yet: they go out with the turn's first write, so a simple
+	// turn writes once.
+	unsaved int
 }
 
 func (l *loopState) nextStep() int { return len(l.turn) }
@@ -73,15 +77,34 @@ func (r *turnRun) begin(ctx context.Context) (*loopState, *store.Final, error) {
 	if len(inputs) == 0 {
 		inputs = append(inputs, store.Message{Role: llm.RoleUser, Content: ""})
 	}
-	// Deferred: lost only if Postgres crashes, and then the redelivered
-	// turn records them again from its request; the turn's durable end
-	// (Finish) flushes them.
-	committed, err := r.s.store.Append(ctx, r.st, store.Deferred, 0, inputs...)
-	if err != nil {
-		return nil, nil, err
+	// Written with the turn's first write: until then a crash loses
+	// nothing the request does not carry.
+	for i := range inputs {
+		inputs[i].Step = i
+		inputs[i].TurnID = r.req.GetTurnId()
 	}
-	ls.turn = committed
+	ls.turn, ls.unsaved = inputs, len(inputs)
 	return ls, nil, nil
+}
+
+// commit writes msgs as the turn's next steps, preceded by the inputs not
+// written yet, and appends them to the turn.
+func (r *turnRun) commit(ctx context.Context, ls *loopState, msgs ...store.Message) error {
+	n := ls.unsaved
+	all := append(append([]store.Message(nil), ls.unsavedInputs()...), msgs...)
+	committed, err := r.s.store.Append(ctx, r.st, store.Durable, ls.nextStep()-n, all...)
+	if err != nil {
+		return err
+	}
+	copy(ls.turn[len(ls.turn)-n:], committed[:n])
+	ls.turn = append(ls.turn, committed[n:]...)
+	ls.unsaved = 0
+	return nil
+}
+
+// unsavedInputs are the inputs the turn's first write must carry.
+func (ls *loopState) unsavedInputs() []store.Message {
+	return ls.turn[len(ls.turn)-ls.unsaved:]
 }
 
 // inputText renders an inbound message for the model.
@@ -184,21 +207,16 @@ func (r *turnRun) runLoop(ctx context.Context) (store.Final, error) {
 			// Steering that found no tool call to ride on: give it to the
 			// model now rather than drop it.
 			if steer := r.ctl.takeSteer(); len(steer) > 0 {
-				committed, err := r.s.store.Append(ctx, r.st, store.Durable, ls.nextStep(), msg,
-					store.Message{Role: llm.RoleUser, Content: strings.Join(steer, "\n")})
-				if err != nil {
+				if err := r.commit(ctx, ls, msg, store.Message{Role: llm.RoleUser, Content: strings.Join(steer, "\n")}); err != nil {
 					return store.Final{}, err
 				}
-				ls.turn = append(ls.turn, committed...)
 				continue
 			}
 			return r.finish(ctx, ls, &msg, store.Final{Status: store.StatusCompleted, Kind: store.FinalText, Text: resp.Text})
 		}
-		committed, err := r.s.store.Append(ctx, r.st, store.Durable, ls.nextStep(), msg)
-		if err != nil {
+		if err := r.commit(ctx, ls, msg); err != nil {
 			return store.Final{}, err
 		}
-		ls.turn = append(ls.turn, committed...)
 	}
 }
 
@@ -229,7 +247,11 @@ func (r *turnRun) finish(ctx context.Context, ls *loopState, last *store.Message
 	if f.Kind == store.FinalText && strings.TrimSpace(f.Text) == "" {
 		f.Text = "(no answer)"
 	}
-	return r.s.store.Finish(ctx, r.st, ls.nextStep(), last, f)
+	f, err = r.s.store.Finish(ctx, r.st, ls.unsavedInputs(), ls.nextStep(), last, f)
+	if err == nil {
+		ls.unsaved = 0
+	}
+	return f, err
 }
 
 // stopFinal ends a turn that was interrupted or stopped with what it has.
@@ -253,12 +275,10 @@ func (r *turnRun) stopFinal(ctx context.Context, ls *loopState, reason error) (s
 			Content: "Not run: the user interrupted the request."})
 	}
 	if len(skipped) > 0 {
-		committed, err := r.s.store.Append(ctx, r.st, store.Durable, ls.nextStep(), skipped...)
-		if err != nil {
+		if err := r.commit(ctx, ls, skipped...); err != nil {
 			r.log.Warn("record skipped tool calls", "err", err)
 			return store.Final{}, false
 		}
-		ls.turn = append(ls.turn, committed...)
 	}
 	f := store.Final{Status: status, Kind: store.FinalError, ErrorCode: "interrupted", Text: "Stopped."}
 	if text := lastAssistantText(ls.turn); text != "" {
@@ -324,12 +344,9 @@ func (r *turnRun) runTools(ctx context.Context, ls *loopState, pending []store.T
 		if steer := r.ctl.takeSteer(); len(steer) > 0 {
 			result += "\n\n[The user adds while you work: " + strings.Join(steer, "\n") + "]"
 		}
-		committed, err := r.s.store.Append(ctx, r.st, store.Durable, ls.nextStep(),
-			store.Message{Role: llm.RoleTool, ToolCallID: tc.ID, ToolName: tc.Name, Content: result})
-		if err != nil {
+		if err := r.commit(ctx, ls, store.Message{Role: llm.RoleTool, ToolCallID: tc.ID, ToolName: tc.Name, Content: result}); err != nil {
 			return err
 		}
-		ls.turn = append(ls.turn, committed...)
 		r.usage.ToolCalls++
 		phase := repliesv1.ToolPhase_TOOL_PHASE_FINISHED
 		if failed {

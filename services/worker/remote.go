@@ -131,11 +131,9 @@ func (r *turnRun) remoteCompleted(ctx context.Context, ls *loopState, res *agent
 		msgs = append(msgs, sm)
 	}
 	if len(msgs) > 0 {
-		committed, err := r.s.store.Append(ctx, r.st, store.Durable, ls.nextStep(), msgs...)
-		if err != nil {
+		if err := r.commit(ctx, ls, msgs...); err != nil {
 			return store.Final{}, err
 		}
-		ls.turn = append(ls.turn, committed...)
 	}
 	f := store.Final{Status: store.StatusCompleted, Kind: store.FinalText, Text: res.GetFinalText()}
 	switch res.GetStatus() {

@@ -9,7 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats.go"
+	"github.com/redis/go-redis/v9"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -191,7 +191,7 @@ func (r *turnRun) run(ctx context.Context) error {
 			Text: "Sorry, your request was interrupted and could not be completed. Please send it again."}
 		if seq, serr := r.nextSeq(ctx); serr == nil {
 			fin.Seq = seq
-			if _, ferr := r.s.store.Finish(ctx, r.st, 0, nil, fin); ferr != nil && errors.Is(ferr, store.ErrStaleGeneration) {
+			if _, ferr := r.s.store.Finish(ctx, r.st, nil, 0, nil, fin); ferr != nil && errors.Is(ferr, store.ErrStaleGeneration) {
 				return r.complete(ctx, turnsv1.TurnStatus_TURN_STATUS_STALE, "superseded by a newer turn", true)
 			}
 			_ = r.publishFinal(ctx, fin)
@@ -340,14 +340,19 @@ func (r *turnRun) checkpoint(ctx context.Context) error {
 // that JetStream would deduplicate away.
 func (r *turnRun) nextSeq(ctx context.Context) (int64, error) {
 	key := r.s.cfg.RedisPrefix + "turnseq:" + r.req.GetTurnId()
-	pipe := r.s.rdb.TxPipeline()
-	incr := pipe.Incr(ctx, key)
-	pipe.Expire(ctx, key, seqTTL)
-	if _, err := pipe.Exec(ctx); err != nil {
+	n, err := nextSeqScript.Run(ctx, r.s.rdb, []string{key}, seqTTL.Milliseconds()).Int64()
+	if err != nil {
 		return 0, fmt.Errorf("allocate reply seq: %w", err)
 	}
-	return incr.Val(), nil
+	return n, nil
 }
+
+// nextSeqScript increments a turn's seq counter, setting its expiry when
+// it is created: one round trip.
+var nextSeqScript = redis.NewScript(`
+local n = redis.call("INCR", KEYS[1])
+if n == 1 then redis.call("PEXPIRE", KEYS[1], ARGV[1]) end
+return n`)
 
 // fillSeqGap runs when a turn is redelivered: a crash between allocating a
 // seq and publishing it leaves a hole at the counter's value; a typing
@@ -516,32 +521,9 @@ func (c *control) drainApprovals() {
 	}
 }
 
-// subscribeControl listens for the router's control messages for this
-// session while the turn runs.
+// subscribeControl registers the turn for the router's control messages
+// of its session, which the process-wide subscription (controls) routes.
 func (r *turnRun) subscribeControl() (func(), error) {
-	sub, err := r.s.bus.Conn().Subscribe(r.s.bus.Topology().ControlSubject(r.req.GetSessionKey()), func(msg *nats.Msg) {
-		var m turnsv1.TurnControlRequested
-		if err := proto.Unmarshal(msg.Data, &m); err != nil {
-			r.log.Warn("bad control message", "err", err)
-			return
-		}
-		if m.GetSessionKey() != r.req.GetSessionKey() || (m.GetTurnId() != "" && m.GetTurnId() != r.req.GetTurnId()) {
-			return
-		}
-		r.log.Info("control received", "action", m.GetAction().String(), "event_id", m.GetEventId())
-		r.ctl.apply(&m)
-		if msg.Reply != "" {
-			_ = msg.Respond(nil)
-		}
-	})
-	if err != nil {
-		return nil, fmt.Errorf("subscribe control: %w", err)
-	}
-	// Make sure the subscription is registered before the turn starts, so a
-	// control sent right after TurnStarted is not missed.
-	if err := r.s.bus.Conn().Flush(); err != nil {
-		_ = sub.Unsubscribe()
-		return nil, fmt.Errorf("subscribe control: %w", err)
-	}
-	return func() { _ = sub.Unsubscribe() }, nil
+	r.s.controls.add(r)
+	return func() { r.s.controls.remove(r) }, nil
 }

@@ -154,6 +154,8 @@ type Service struct {
 	agent  AgentClient
 	now    func() time.Time
 	closer func() error
+	// controls routes control messages to the running turns.
+	controls *controls
 }
 
 // New builds the worker.
@@ -218,6 +220,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		agent:  deps.Agent,
 		now:    deps.Now,
 	}
+	s.controls = newControls(s.log)
 	if cfg.Agent.Backend != "" && s.agent == nil {
 		addr, ok := strings.CutPrefix(cfg.Agent.Backend, "grpc://")
 		if !ok {
@@ -276,6 +279,16 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	s.log.Info("worker running", "concurrency", s.cfg.Concurrency, "provider", kind, "model", s.llm.Model,
 		"tools", s.tools.Names())
+	// One subscription for every session's control messages (they are
+	// rare), registered before the first turn starts so none is missed.
+	sub, err := s.bus.Conn().Subscribe(s.bus.Topology().Subject(bus.SubjectControl+".*"), s.controls.deliver)
+	if err != nil {
+		return fmt.Errorf("subscribe to control messages: %w", err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := s.bus.Conn().Flush(); err != nil {
+		return fmt.Errorf("subscribe to control messages: %w", err)
+	}
 	c := bus.NewConsumer(s.bus, bus.ConsumerSpec{
 		Stream:         bus.StreamTurns,
 		Durable:        "worker-turns",

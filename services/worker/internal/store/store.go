@@ -293,10 +293,12 @@ func queueInsert(b *pgx.Batch, t Turn, m *Message) {
 		toolCallsJSON(m), m.ToolCallID, m.ToolName)
 }
 
-// Finish durably commits the turn's decided end (and its last message,
-// when there is one) under the turn's generation, in one round trip. A
-// turn finishes once: a second call keeps the first final and returns it.
-func (s *Store) Finish(ctx context.Context, t Turn, step int, last *Message, f Final) (Final, error) {
+// Finish durably commits the turn's decided end — after the steps in
+// before (with their Step set; the turn's inputs when nothing was written
+// yet) and with its last message, when there is one — under the turn's
+// generation, in one round trip. A turn finishes once: a second call keeps
+// the first final and returns it.
+func (s *Store) Finish(ctx context.Context, t Turn, before []Message, step int, last *Message, f Final) (Final, error) {
 	var m Message
 	if last != nil {
 		m = *last
@@ -305,6 +307,10 @@ func (s *Store) Finish(ctx context.Context, t Turn, step int, last *Message, f F
 	}
 	decided := false
 	err := s.write(ctx, t, Durable, func(b *pgx.Batch) {
+		for i := range before {
+			before[i].TurnID = t.TurnID
+			queueInsert(b, t, &before[i])
+		}
 		b.Queue(`WITH t AS (
 				INSERT INTO worker_turns (turn_id, session_key, session_id, generation, status, final_kind, final_text, error_code, final_seq, model)
 				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
@@ -322,6 +328,11 @@ func (s *Store) Finish(ctx context.Context, t Turn, step int, last *Message, f F
 			t.TurnID, t.SessionKey, t.SessionID, t.Generation, f.Status, f.Kind, f.Text, f.ErrorCode, f.Seq, f.Model,
 			last != nil, t.UserKey, m.Step, m.Role, m.Content, toolCallsJSON(&m), m.ToolCallID, m.ToolName)
 	}, func(br pgx.BatchResults) error {
+		for i := range before {
+			if err := br.QueryRow().Scan(&before[i].ID, &before[i].CreatedAt); err != nil {
+				return fmt.Errorf("insert transcript step %d: %w", before[i].Step, err)
+			}
+		}
 		var n int
 		if err := br.QueryRow().Scan(&decided, &n); err != nil {
 			return fmt.Errorf("finish turn: %w", err)

@@ -33,11 +33,11 @@ func TestFinishIsOnceAndFenced(t *testing.T) {
 		t.Error("a committed step was written twice")
 	}
 	first := store.Final{Status: store.StatusCompleted, Kind: store.FinalText, Text: "one", Seq: 4}
-	got, err := s.Finish(ctx, turn, 1, &store.Message{Role: "assistant", Content: "one"}, first)
+	got, err := s.Finish(ctx, turn, nil, 1, &store.Message{Role: "assistant", Content: "one"}, first)
 	if err != nil || got != first {
 		t.Fatalf("finish: %v %v", got, err)
 	}
-	got, err = s.Finish(ctx, turn, 2, &store.Message{Role: "assistant", Content: "two"}, store.Final{Kind: store.FinalText, Text: "two", Seq: 9})
+	got, err = s.Finish(ctx, turn, nil, 2, &store.Message{Role: "assistant", Content: "two"}, store.Final{Kind: store.FinalText, Text: "two", Seq: 9})
 	if err != nil || got.Text != "one" || got.Seq != 4 {
 		t.Fatalf("second finish replaced the first: %v %v", got, err)
 	}
@@ -58,6 +58,16 @@ func TestFinishIsOnceAndFenced(t *testing.T) {
 	if err != nil || st.Final != nil || st.Summary != "they said hello" || len(st.History) != 1 ||
 		st.Prompt == nil || st.Prompt.Text != "prompt text" {
 		t.Fatalf("next turn's begin: %+v %v", st, err)
+	}
+	// A simple turn writes once: its input goes with its end.
+	t4 := store.Turn{TurnID: "t4", SessionKey: "k", SessionID: "sid4", Generation: 3}
+	in := []store.Message{{Step: 0, Role: "user", Content: "question"}}
+	if _, err := s.Finish(ctx, t4, in, 1, &store.Message{Role: "assistant", Content: "answer"},
+		store.Final{Status: store.StatusCompleted, Kind: store.FinalText, Text: "answer", Seq: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if _, four, err := s.History(ctx, "sid4"); err != nil || len(four) != 2 || four[0].Content != "question" || four[1].Step != 1 || in[0].ID == 0 {
+		t.Fatalf("one-write turn: %+v %v (input id %d)", four, err, in[0].ID)
 	}
 	summary, msgs, err := s.History(ctx, "sid")
 	if err != nil || len(msgs) != 1 || summary != "they said hello" {
@@ -80,7 +90,7 @@ func TestFinishIsOnceAndFenced(t *testing.T) {
 			return err
 		},
 		"finish": func() error {
-			_, err := s.Finish(ctx, store.Turn{TurnID: "t3", SessionKey: "k", SessionID: "sid", Generation: 3}, 0, nil, first)
+			_, err := s.Finish(ctx, store.Turn{TurnID: "t3", SessionKey: "k", SessionID: "sid", Generation: 3}, nil, 0, nil, first)
 			return err
 		},
 		"gone": func() error { return s.CheckGeneration(ctx, store.Turn{SessionKey: "nope", Generation: 1}) },
