@@ -232,6 +232,75 @@ RETURNING id`,
 	return ids, nil
 }
 
+// Clear reports whether a request keyed key to chatKey may be sent at
+// once, bypassing the queue: no row of the chat is queued or sending
+// (which would have to go first) and no row has the key (a redelivered
+// event whose row exists follows that row's course). A read: no commit.
+func (s *Store) Clear(ctx context.Context, chatKey, key string) (bool, error) {
+	var clear bool
+	err := s.db.QueryRow(ctx, `SELECT NOT EXISTS (SELECT 1 FROM delivery_outbox WHERE chat_key = $1 AND state IN ('queued', 'sending'))
+		AND NOT EXISTS (SELECT 1 FROM delivery_outbox WHERE idempotency_key = $2)`, chatKey, key).Scan(&clear)
+	if err != nil {
+		return false, fmt.Errorf("check chat %s: %w", chatKey, err)
+	}
+	return clear, nil
+}
+
+// EnqueueClaimed stores a request that was tried at once and failed as a
+// row already claimed by owner (attempt 1, leased until now+lease), so
+// the caller records the attempt's outcome on it like any claimed row.
+// Durable. ok is false when a row with the key exists already.
+func (s *Store) EnqueueClaimed(ctx context.Context, now time.Time, ttl, lease time.Duration, owner string, req *deliveryv1.SendRequested) (r Row, ok bool, err error) {
+	payload, err := proto.Marshal(req)
+	if err != nil {
+		return Row{}, false, fmt.Errorf("encode send request: %w", err)
+	}
+	t := req.GetTarget()
+	r, err = scanRow(s.db.QueryRow(ctx, `
+INSERT INTO delivery_outbox (idempotency_key, state, platform, account, chat_id, thread_id, chat_key,
+	session_key, turn_id, payload, attempts, next_attempt_at, expires_at, lease_until, claimed_by,
+	created_at, updated_at, traceparent)
+VALUES ($1, 'sending', $2, $3, $4, $5, $6, $7, $8, $9, 1, $10, $11, $12, $13, $10, $10, $14)
+ON CONFLICT (idempotency_key) DO NOTHING
+RETURNING `+rowColumns,
+		req.GetIdempotencyKey(), t.GetPlatform(), t.GetAccount(), t.GetChatId(), t.GetThreadId(), ChatKey(t),
+		req.GetSessionKey(), req.GetTurnId(), payload, now, now.Add(ttl), now.Add(lease), owner, traceParent(ctx)))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Row{}, false, nil
+	}
+	if err != nil {
+		return Row{}, false, fmt.Errorf("insert delivery %s: %w", req.GetIdempotencyKey(), err)
+	}
+	return r, true, nil
+}
+
+// RecordSent stores a request that was sent at once as a sent row, for the
+// record (admin listing, the gateways' channel directory). The commit does
+// not wait for the WAL flush: if Postgres loses it, the reply event, not
+// yet acked, is handled again and the gateway answers the repeated key
+// with its first receipt. A row already stored under the key is kept.
+func (s *Store) RecordSent(ctx context.Context, now time.Time, ttl time.Duration, req *deliveryv1.SendRequested, owner, platformMessageID string) error {
+	payload, err := proto.Marshal(req)
+	if err != nil {
+		return fmt.Errorf("encode send request: %w", err)
+	}
+	t := req.GetTarget()
+	b := &pgx.Batch{}
+	b.Queue(asyncCommitSQL)
+	b.Queue(`
+INSERT INTO delivery_outbox (idempotency_key, state, platform, account, chat_id, thread_id, chat_key,
+	session_key, turn_id, payload, attempts, platform_message_id, next_attempt_at, expires_at, claimed_by,
+	created_at, updated_at, sent_at, traceparent)
+VALUES ($1, 'sent', $2, $3, $4, $5, $6, $7, $8, $9, 1, $10, $11, $12, $13, $11, $11, $11, $14)
+ON CONFLICT (idempotency_key) DO NOTHING`,
+		req.GetIdempotencyKey(), t.GetPlatform(), t.GetAccount(), t.GetChatId(), t.GetThreadId(), ChatKey(t),
+		req.GetSessionKey(), req.GetTurnId(), payload, platformMessageID, now, now.Add(ttl), owner, traceParent(ctx))
+	if err := s.db.SendBatch(ctx, b).Close(); err != nil {
+		return fmt.Errorf("record sent delivery %s: %w", req.GetIdempotencyKey(), err)
+	}
+	return nil
+}
+
 // Claim marks up to limit due rows as sending for owner until now+lease
 // and returns them. A row is due when it is queued, or sending with an
 // expired lease, its next attempt time has come, it has not expired, and

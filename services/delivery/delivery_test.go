@@ -371,3 +371,51 @@ func TestProactiveSend(t *testing.T) {
 		}
 	}
 }
+
+// A lone reply to an idle chat is sent straight from the reply consumer
+// and recorded as sent; a redelivery of the same event posts nothing more;
+// a reply to a chat with an older message still waiting goes behind it.
+func TestLoneReplyIsSentThroughOnceAndInOrder(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.start(t, testConfig(), "a")
+	e.publish(t, event("t1", 1, "s1", final("straight through")))
+	eventually(t, e.clock, 0, "row recorded sent", func() bool { return rowState(t, e.db, "t1:1:0") == "sent" })
+	var attempts int
+	if err := e.db.QueryRow(context.Background(), `SELECT attempts FROM delivery_outbox WHERE idempotency_key = 't1:1:0'`).Scan(&attempts); err != nil || attempts != 1 {
+		t.Fatalf("attempts %d %v, want 1", attempts, err)
+	}
+	// The same event again (a redelivery after a crash before the ack).
+	ev := event("t1", 1, "s1", final("straight through"))
+	if _, err := e.bus.Publish(context.Background(), e.bus.Topology().ReplySubject("s1"), "reply:t1:1:again", ev); err != nil {
+		t.Fatal(err)
+	}
+	e.consumed(t, "s1")
+	if _, posted := e.gw.snapshot(); len(posted) != 1 {
+		t.Fatalf("posted %d times, want once", len(posted))
+	}
+
+	// An older message of the chat waits (rate limited): the next reply
+	// must not overtake it.
+	e.gw.setBehaviour(func(req *deliveryv1.SendRequested, try int) behaviour {
+		if req.GetIdempotencyKey() == "t2:1:0" && try == 1 {
+			return behaviour{fail: &deliveryv1.SendReceipt{ErrorClass: deliveryv1.ErrorClass_ERROR_CLASS_RATE_LIMITED, RetryAfterMs: 1000}}
+		}
+		return behaviour{}
+	})
+	e.publish(t, event("t2", 1, "s1", final("first")))
+	eventually(t, e.clock, 0, "first queued for retry", func() bool { return rowState(t, e.db, "t2:1:0") == "sending" || rowState(t, e.db, "t2:1:0") == "queued" })
+	e.publish(t, event("t3", 1, "s1", final("second")))
+	e.consumed(t, "s1")
+	eventually(t, e.clock, 100*time.Millisecond, "both sent", func() bool {
+		return rowState(t, e.db, "t2:1:0") == "sent" && rowState(t, e.db, "t3:1:0") == "sent"
+	})
+	_, posted := e.gw.snapshot()
+	var order []string
+	for _, p := range posted {
+		order = append(order, p.Req.GetText())
+	}
+	if strings.Join(order, "|") != "straight through|first|second" {
+		t.Fatalf("posted %q", order)
+	}
+}

@@ -138,6 +138,11 @@ func (s *Service) enqueue(ctx context.Context, reqs ...*deliveryv1.SendRequested
 	if len(reqs) == 0 {
 		return nil
 	}
+	if len(reqs) == 1 {
+		if done, err := s.sendThrough(ctx, reqs[0]); done || err != nil {
+			return err
+		}
+	}
 	if _, err := s.store.Enqueue(ctx, s.now(), s.cfg.TTL, reqs...); err != nil {
 		return fmt.Errorf("enqueue reply: %w", err)
 	}

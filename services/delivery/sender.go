@@ -22,6 +22,9 @@ import (
 
 const tracerName = "github.com/switchboard-chat/switchboard/services/delivery"
 
+// directSendTimeout bounds a send made straight from the reply consumer.
+const directSendTimeout = 2 * time.Second
+
 // sendLoop sends due outbox rows until ctx ends: woken by new rows and
 // finished sends, and every PollInterval for retries that came due. It
 // also expires rows older than their TTL. Sends in flight when ctx ends
@@ -128,7 +131,13 @@ func (s *Service) send(ctx, life context.Context, r outbox.Row) {
 	if life.Err() != nil && err != nil {
 		return // killed mid-send: leave the row to its lease
 	}
-	now = s.now()
+	s.outcome(ctx, log, r, &rec, err)
+}
+
+// outcome records the result of sending claimed row r: the receipt, or
+// the error of the request to the gateway.
+func (s *Service) outcome(ctx context.Context, log warner, r outbox.Row, rec *deliveryv1.SendReceipt, err error) {
+	now := s.now()
 	switch {
 	case err == nil && rec.GetOk():
 		result := "sent"
@@ -146,8 +155,65 @@ func (s *Service) send(ctx, life context.Context, r outbox.Row) {
 	case err != nil:
 		s.retry(ctx, log, r, "retry", err.Error(), s.backoff(r.Attempts), nil)
 	default:
-		s.classify(ctx, log, r, &rec)
+		s.classify(ctx, log, r, rec)
 	}
+}
+
+// sendThrough sends a lone request at once, from the reply consumer,
+// when nothing of its chat waits in the outbox and the rate limits allow
+// it now; it reports whether it took care of the request. A send that
+// went through is recorded as a sent row (without waiting for the WAL
+// flush); a failed one becomes a claimed outbox row with its outcome
+// recorded, exactly as if the outbox had tried it. When it does not take
+// the request (a busy chat, a rate limit, a record that failed), the
+// outbox sends it under the same idempotency key, so a send that went
+// through is not repeated: the gateway answers the key with its first
+// receipt. This saves the outbox's durable commit, claim and wake-up on
+// the common path.
+func (s *Service) sendThrough(ctx context.Context, req *deliveryv1.SendRequested) (bool, error) {
+	t := req.GetTarget()
+	if clear, err := s.store.Clear(ctx, outbox.ChatKey(t), req.GetIdempotencyKey()); err != nil || !clear {
+		return false, nil //nolint:nilerr // the outbox path reports database errors
+	}
+	now := s.now()
+	if wait, err := s.limiter.Take(ctx, now, s.buckets(t)...); err != nil || wait > 0 {
+		return false, nil //nolint:nilerr // the outbox path paces and retries
+	}
+	ctx, span := otel.Tracer(tracerName).Start(ctx, "delivery send "+t.GetPlatform(),
+		trace.WithAttributes(attribute.String("delivery.key", req.GetIdempotencyKey()), attribute.Bool("delivery.direct", true)))
+	defer span.End()
+	// A short wait: the reply partition waits with it. A timeout is a
+	// "maybe delivered" the outbox retries under the same key.
+	rctx, cancel := context.WithTimeout(ctx, min(s.cfg.SendTimeout, directSendTimeout))
+	var rec deliveryv1.SendReceipt
+	err := s.bus.Request(rctx, s.bus.Topology().SendSubject(t.GetPlatform()), req, &rec)
+	cancel()
+	if err == nil && rec.GetOk() {
+		result := "sent"
+		if rec.GetDuplicate() {
+			result = "duplicate"
+		}
+		sends.WithLabelValues(t.GetPlatform(), result).Inc()
+		if rerr := s.store.RecordSent(ctx, s.now(), s.cfg.TTL, req, s.owner, rec.GetPlatformMessageId()); rerr != nil {
+			s.log.Warn("record a sent delivery failed; queueing it", "key", req.GetIdempotencyKey(), "err", rerr)
+			return false, nil
+		}
+		return true, nil
+	}
+	if ctx.Err() != nil {
+		return false, ctx.Err() // shutting down: the reply event comes back
+	}
+	row, ok, qerr := s.store.EnqueueClaimed(ctx, s.now(), s.cfg.TTL, s.cfg.Lease, s.owner, req)
+	if qerr != nil {
+		return true, fmt.Errorf("enqueue reply: %w", qerr)
+	}
+	if !ok {
+		return false, nil // a row with the key exists: it goes its own way
+	}
+	log := telemetry.WithTrace(ctx, s.log).With("delivery_id", row.ID, "key", row.Key, "platform", row.Platform, "attempt", row.Attempts)
+	s.outcome(ctx, log, row, &rec, err)
+	s.kick()
+	return true, nil
 }
 
 // classify handles a receipt that reports a failure, by its error class.
