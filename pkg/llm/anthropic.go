@@ -41,9 +41,11 @@ func NewAnthropic(cfg AnthropicConfig) *Anthropic {
 	if cfg.BaseURL != "" {
 		opts = append(opts, option.WithBaseURL(cfg.BaseURL))
 	}
-	if cfg.HTTPClient != nil {
-		opts = append(opts, option.WithHTTPClient(cfg.HTTPClient))
+	hc := cfg.HTTPClient
+	if hc == nil {
+		hc = pooledClient
 	}
+	opts = append(opts, option.WithHTTPClient(hc))
 	for k, v := range cfg.Headers {
 		opts = append(opts, option.WithHeader(k, v))
 	}

@@ -6,6 +6,7 @@ package llm
 import (
 	"context"
 	"encoding/json"
+	"net/http"
 )
 
 // Message roles.
@@ -95,3 +96,16 @@ type Provider interface {
 func Complete(ctx context.Context, p Provider, req Request) (*Response, error) {
 	return p.Stream(ctx, req, nil)
 }
+
+// pooledClient is the providers' HTTP client when none is configured: the
+// SDKs' default keeps two idle connections per host, so a worker running
+// dozens of turns at once would dial a new connection for most model
+// calls. This one keeps up to maxIdlePerHost warm.
+var pooledClient = func() *http.Client {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConns = maxIdlePerHost
+	t.MaxIdleConnsPerHost = maxIdlePerHost
+	return &http.Client{Transport: t}
+}()
+
+const maxIdlePerHost = 256

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/switchboard-chat/switchboard/pkg/bus"
 	"github.com/switchboard-chat/switchboard/pkg/command"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
@@ -26,6 +28,7 @@ type msgCtx struct {
 	key      string
 	decision auth.Decision
 	notices  int
+	marked   bool // the dedupe record is written
 }
 
 // quietPlatforms get no notices about resets and busy sessions: their
@@ -63,6 +66,9 @@ func (s *Service) handleInbound(ctx context.Context, ev *eventsv1.MessageReceive
 	if err := s.handle(ctx, m); err != nil {
 		return err
 	}
+	if m.marked {
+		return nil
+	}
 	return s.markHandled(ctx, m)
 }
 
@@ -71,7 +77,24 @@ func (s *Service) markHandled(ctx context.Context, m *msgCtx) error {
 	if err := s.rdb.Set(ctx, s.dedupeKey(m.dedupeID), "1", s.cfg.DedupeTTL).Err(); err != nil {
 		return fmt.Errorf("write inbound dedupe record: %w", err)
 	}
+	m.marked = true
 	return nil
+}
+
+// markHandledAndLock is markHandled and an attempt to take the session's
+// lock with token, in one round trip.
+func (s *Service) markHandledAndLock(ctx context.Context, m *msgCtx, token string) (locked bool, err error) {
+	pipe := s.rdb.Pipeline()
+	mark := pipe.Set(ctx, s.dedupeKey(m.dedupeID), "1", s.cfg.DedupeTTL)
+	lock := pipe.SetNX(ctx, s.locker.Key(m.key), token, s.cfg.LockTTL)
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return false, fmt.Errorf("write inbound dedupe record and take the session lock: %w", err)
+	}
+	if err := mark.Err(); err != nil {
+		return false, fmt.Errorf("write inbound dedupe record: %w", err)
+	}
+	m.marked = true
+	return lock.Val(), lock.Err()
 }
 
 func (s *Service) handle(ctx context.Context, m *msgCtx) error {
@@ -230,6 +253,20 @@ func (s *Service) route(ctx context.Context, m *msgCtx, sess sessionstore.Sessio
 	}
 	inbound.WithLabelValues("queued").Inc()
 	// From here a redelivery must not queue the message again.
+	if !busy {
+		// The common case: record the message and take the lock at once.
+		token := redisx.NewToken()
+		locked, err := s.markHandledAndLock(ctx, m, token)
+		if err != nil || !locked {
+			// Not locked: another start took the session meanwhile and its
+			// turn's completion starts this message.
+			return err
+		}
+		if _, err := s.startLocked(ctx, m.key, token); err != nil {
+			return fmt.Errorf("start turn: %w", err)
+		}
+		return nil
+	}
 	if err := s.markHandled(ctx, m); err != nil {
 		return err
 	}

@@ -44,6 +44,12 @@ func (s *Service) startQueued(ctx context.Context, key string) (bool, error) {
 	if err != nil || !ok {
 		return false, err
 	}
+	return s.startLocked(ctx, key, token)
+}
+
+// startLocked starts the next turn of a session whose lock token holds,
+// or releases the lock when nothing could be started.
+func (s *Service) startLocked(ctx context.Context, key, token string) (bool, error) {
 	turnID := redisx.NewToken()
 	started, err := s.store.StartTurn(ctx, key, turnID, s.maxInput, func(ctx context.Context, t sessionstore.Turn) error {
 		req := &turnsv1.TurnRequested{
