@@ -12,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -374,6 +375,20 @@ func (r *Runner) Deliver(ctx context.Context, ev *eventsv1.MessageReceived) (Acc
 }
 
 func (r *Runner) validate(ev *eventsv1.MessageReceived) error {
+	return CheckEvent(ev, r.name, r.p.Account(), r.opts.MaxEventBytes)
+}
+
+// MaxEventIDBytes bounds an inbound event id, which becomes part of the
+// bus message id (a NATS header value) and of dedupe keys.
+const MaxEventIDBytes = 512
+
+// CheckEvent is the inbound validation Deliver applies, without I/O: it
+// fills an empty platform and account, and refuses an event that is not
+// for this platform, has no event or chat id, has an event id that cannot
+// be a header value (over MaxEventIDBytes, invalid UTF-8, control
+// characters), cannot be encoded (a string that is not valid UTF-8) or
+// is over maxBytes encoded. An accepted event can always be published.
+func CheckEvent(ev *eventsv1.MessageReceived, name, account string, maxBytes int) error {
 	if ev == nil {
 		return errors.New("nil event")
 	}
@@ -384,21 +399,44 @@ func (r *Runner) validate(ev *eventsv1.MessageReceived) error {
 		ev.Source = &eventsv1.SessionSource{}
 	}
 	if ev.Source.Platform == "" {
-		ev.Source.Platform = r.name
+		ev.Source.Platform = name
 	}
-	if ev.Source.Platform != r.name {
-		return fmt.Errorf("platform %q on a %s gateway", ev.Source.Platform, r.name)
+	if ev.Source.Platform != name {
+		return fmt.Errorf("platform %q on a %s gateway", ev.Source.Platform, name)
 	}
 	if ev.Source.Account == "" {
-		ev.Source.Account = r.p.Account()
+		ev.Source.Account = account
 	}
 	if ev.Source.ChatId == "" {
 		return errors.New("empty chat id")
 	}
-	if n := proto.Size(ev); n > r.opts.MaxEventBytes {
-		return fmt.Errorf("event is %d bytes, limit %d", n, r.opts.MaxEventBytes)
+	msgID := ev.Source.Platform + ":" + ev.Source.Account + ":" + ev.EventId
+	if len(ev.EventId) > MaxEventIDBytes || !headerSafe(msgID) {
+		return errors.New("event id is not a printable token")
+	}
+	// Marshal, not Size: it also refuses strings that are not UTF-8,
+	// which the publish would fail on forever.
+	b, err := proto.Marshal(ev)
+	if err != nil {
+		return fmt.Errorf("event cannot be encoded: %w", err)
+	}
+	if len(b) > maxBytes {
+		return fmt.Errorf("event is %d bytes, limit %d", len(b), maxBytes)
 	}
 	return nil
+}
+
+// headerSafe reports whether s is valid UTF-8 without control characters.
+func headerSafe(s string) bool {
+	if !utf8.ValidString(s) {
+		return false
+	}
+	for _, c := range s {
+		if c < 0x20 || c == 0x7f || (c >= 0x80 && c < 0xa0) {
+			return false
+		}
+	}
+	return true
 }
 
 // hashKey makes any string a valid, fixed-length KV key.
