@@ -87,8 +87,7 @@ func (s *Service) authed(next http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		identity := "anonymous"
 		if s.cfg.Key != "" {
-			token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-			if !ok || subtle.ConstantTimeCompare([]byte(strings.TrimSpace(token)), []byte(s.cfg.Key)) != 1 {
+			if !keyMatches(r.Header.Get("Authorization"), s.cfg.Key) {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="switchboard"`)
 				writeError(w, http.StatusUnauthorized, "invalid_request_error", "invalid_api_key", "", "Incorrect API key provided.")
 				return
@@ -105,6 +104,31 @@ func (s *Service) authed(next http.HandlerFunc) http.HandlerFunc {
 		}
 		next(w, r.WithContext(context.WithValue(r.Context(), ctxKey{}, identity)))
 	}
+}
+
+// keyMatches reports whether an Authorization header carries key as a
+// bearer token (constant time).
+func keyMatches(authorization, key string) bool {
+	token, ok := strings.CutPrefix(authorization, "Bearer ")
+	return ok && key != "" && subtle.ConstantTimeCompare([]byte(strings.TrimSpace(token)), []byte(key)) == 1
+}
+
+// sessionHeader returns the session id a request names (X-Session-Id, else
+// X-Hermes-Session-Id; "" for none); false when it is not a plain token.
+func sessionHeader(h http.Header) (string, bool) {
+	session := h.Get(HeaderSession)
+	if session == "" {
+		session = h.Get(HeaderHermesSession)
+	}
+	return session, session == "" || sessionIDPattern.MatchString(session)
+}
+
+// idempotentRequestID is the request id of a request with an
+// Idempotency-Key: the same for every retry with that key in the session,
+// and naming this replica like any request id.
+func idempotentRequestID(instance, session, key string) string {
+	sum := sha256.Sum256([]byte(session + "\x00" + key))
+	return "req_" + instance + "_" + hex.EncodeToString(sum[:12])
 }
 
 func (s *Service) health(w http.ResponseWriter, r *http.Request) {
@@ -146,23 +170,18 @@ func (s *Service) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid_request", param, err.Error())
 		return
 	}
-	session := r.Header.Get(HeaderSession)
-	if session == "" {
-		session = r.Header.Get(HeaderHermesSession)
-	}
-	if session != "" && !sessionIDPattern.MatchString(session) {
+	session, ok := sessionHeader(r.Header)
+	if !ok {
 		writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid_session_id", HeaderSession, "The session id must be 1-128 characters of letters, digits, '.', '_' or '-'.")
 		return
 	}
 
 	reqID := s.newRequestID()
-	eventID := reqID
 	if k := r.Header.Get("Idempotency-Key"); k != "" {
 		// A retried request with the same key is the same message.
-		sum := sha256.Sum256([]byte(session + "\x00" + k))
-		reqID = "req_" + s.instance + "_" + hex.EncodeToString(sum[:12])
-		eventID = reqID
+		reqID = idempotentRequestID(s.instance, session, k)
 	}
+	eventID := reqID
 	chatID := session
 	if chatID == "" {
 		chatID = reqID

@@ -3,6 +3,11 @@ package openai
 import (
 	"strings"
 	"testing"
+	"unicode/utf8"
+
+	"google.golang.org/protobuf/proto"
+
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 )
 
 func FuzzParse(f *testing.F) {
@@ -11,7 +16,8 @@ func FuzzParse(f *testing.F) {
 		`{"messages":[{"role":"system","content":"s"},{"role":"user","content":[{"type":"text","text":"a"},{"type":"image_url","image_url":{"url":"https://x/y.png"}}]}],"stream":true}`,
 		`{"messages":[{"role":"user","content":null}]}`,
 		`{"messages":[{"role":"tool","content":"r"},{"role":"user","content":"q"},{"role":"assistant","content":"prefill"}]}`,
-		`{"messages":[]}`, `[]`, `null`, `{"messages":[{"role":"user","content":12}]}`, `{} {}`,
+		`{"messages":[]}`, `[]`,
+		"{\"messages\":[{\"role\":\"user\",\"content\":\"bad \xff\xfe utf-8\"}],\"user\":\"\xc3\"}", `null`, `{"messages":[{"role":"user","content":12}]}`, `{} {}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -30,6 +36,24 @@ func FuzzParse(f *testing.F) {
 			if c.Role != "system" && c.Role != "user" && c.Role != "assistant" {
 				t.Fatalf("context role %q", c.Role)
 			}
+		}
+		if len(req.Context) >= maxMessages {
+			t.Fatalf("%d context messages", len(req.Context))
+		}
+		for _, a := range req.Attachments {
+			if u := a.GetUrl(); !strings.HasPrefix(u, "https://") && !strings.HasPrefix(u, "http://") {
+				t.Fatalf("attachment url %q", u)
+			}
+		}
+		// Whatever is accepted can go on the bus: every string is UTF-8
+		// (invalid bytes in the JSON became U+FFFD).
+		ev := &eventsv1.MessageReceived{Text: req.Text, Attachments: req.Attachments, Context: req.Context,
+			Source: &eventsv1.SessionSource{UserName: req.User}}
+		if _, err := proto.Marshal(ev); err != nil {
+			t.Fatalf("accepted request does not encode: %v", err)
+		}
+		if !utf8.ValidString(req.Model) {
+			t.Fatalf("model %q is not UTF-8", req.Model)
 		}
 	})
 }

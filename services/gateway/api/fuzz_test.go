@@ -1,0 +1,64 @@
+package api
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+	"unicode/utf8"
+)
+
+// FuzzRequestHeaders checks the headers the API gateway reads from a
+// request: the bearer key is accepted only when it is the key; a session
+// id is accepted only as a plain token (it is echoed in a response header
+// and becomes a chat id); an Idempotency-Key always maps to the same
+// request id within a session and to a different one in another session,
+// and that id names this replica.
+func FuzzRequestHeaders(f *testing.F) {
+	f.Add("Bearer sk-1", "sk-1", "chat-1", "", "key-1")
+	f.Add("Bearer  sk-1 ", "sk-1", "", "hermes.2", "")
+	f.Add("bearer sk-1", "sk-1", "bad id", "", "k")
+	f.Add("Bearer ", "", "", "", "\xff\r\n")
+	f.Add("Basic c2stMQ==", "sk-1", strings.Repeat("a", 129), "ok", "")
+	f.Fuzz(func(t *testing.T, authorization, key, session, hermes, idem string) {
+		if keyMatches(authorization, key) {
+			token, _ := strings.CutPrefix(authorization, "Bearer ")
+			if key == "" || strings.TrimSpace(token) != key {
+				t.Fatalf("Authorization %q accepted for key %q", authorization, key)
+			}
+		}
+		if key != "" && key == strings.TrimSpace(key) && !keyMatches("Bearer "+key, key) {
+			t.Fatalf("the key %q itself refused", key)
+		}
+
+		h := http.Header{}
+		h.Set(HeaderSession, session)
+		h.Set(HeaderHermesSession, hermes)
+		got, ok := sessionHeader(h)
+		want := session
+		if want == "" {
+			want = hermes
+		}
+		if got != want {
+			t.Fatalf("session %q, want %q", got, want)
+		}
+		if ok && got != "" {
+			if len(got) > 128 || !utf8.ValidString(got) || strings.ContainsAny(got, " \t\r\n:/") {
+				t.Fatalf("session id %q accepted", got)
+			}
+		}
+
+		id := idempotentRequestID("r1", got, idem)
+		if id != idempotentRequestID("r1", got, idem) {
+			t.Fatal("request id not deterministic")
+		}
+		if idempotentRequestID("r1", got+"x", idem) == id {
+			t.Fatal("the same key in another session is the same request")
+		}
+		if inst, ok := instanceOf(id); !ok || inst != "r1" {
+			t.Fatalf("request id %q does not name the replica", id)
+		}
+		if !sessionIDPattern.MatchString(id) {
+			t.Fatalf("request id %q cannot be a session id (it is echoed as one)", id)
+		}
+	})
+}
