@@ -60,6 +60,11 @@ func parseUpdate(raw []byte, me identity, g gating) (out outcome, err error) {
 			err = fmt.Errorf("%w: %v", errMalformed, r)
 		}
 	}()
+	// Without an update_id every such update would share event id 0,
+	// and all but the first would be dropped as duplicates.
+	if _, ok := updateID(raw); !ok {
+		return outcome{}, fmt.Errorf("%w: no update_id", errMalformed)
+	}
 	var u models.Update
 	if err := json.Unmarshal(raw, &u); err != nil {
 		return outcome{}, fmt.Errorf("%w: %v", errMalformed, err)

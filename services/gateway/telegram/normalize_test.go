@@ -2,6 +2,7 @@ package telegram
 
 import (
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -11,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+	"github.com/switchboard-chat/switchboard/pkg/platform"
 )
 
 func TestNormalizeKinds(t *testing.T) {
@@ -59,7 +61,9 @@ func TestMentionGatingOff(t *testing.T) {
 func TestMalformedUpdates(t *testing.T) {
 	t.Parallel()
 	me := identity{id: testBotID, username: testUsername}
-	for _, raw := range []string{`{"update_id":1,"message":"nope"}`, `{"update_id":1,"message":{"message_id":1}}`, `[1,2]`, `{`} {
+	for _, raw := range []string{`{"update_id":1,"message":"nope"}`, `{"update_id":1,"message":{"message_id":1}}`, `[1,2]`, `{`,
+		`{"message":{"message_id":1,"date":1,"chat":{"id":5,"type":"private"},"from":{"id":5,"first_name":"A"},"text":"no update_id"}}`,
+		`{"update_id":null,"message":{"message_id":1,"date":1,"chat":{"id":5,"type":"private"},"text":"null update_id"}}`} {
 		if _, err := parseUpdate([]byte(raw), me, gating{}); err == nil {
 			t.Errorf("%s: parsed without error", raw)
 		}
@@ -81,8 +85,72 @@ func FuzzParseUpdate(f *testing.F) {
 		if out.ev == nil && out.skip == "" {
 			t.Fatal("neither an event nor a skip reason")
 		}
-		if out.ev != nil && (out.ev.GetSource().GetChatId() == "" || out.ev.GetEventId() == "") {
+		if out.ev == nil {
+			return
+		}
+		if out.ev.GetSource().GetChatId() == "" || out.ev.GetEventId() == "" {
 			t.Fatalf("event without chat or id: %v", out.ev)
+		}
+		// The poller confirms updates by update_id: an update that gives
+		// an event has one, and it is the event id.
+		if id, ok := updateID(raw); !ok || strconv.FormatInt(id, 10) != out.ev.GetEventId() {
+			t.Fatalf("event %q from an update whose update_id reads %d, %v", out.ev.GetEventId(), id, ok)
+		}
+		// Everything normalized passes the kit's inbound check (it can be
+		// published; a failing publish would stall the poller).
+		if err := platform.CheckEvent(out.ev, "telegram", "", 1<<20); err != nil {
+			t.Fatalf("normalized event refused: %v", err)
+		}
+	})
+}
+
+// FuzzUpdatesAnswer: any getUpdates answer decodes to updates or an API
+// error whose flood wait is bounded, never a panic.
+func FuzzUpdatesAnswer(f *testing.F) {
+	f.Add(200, []byte(`{"ok":true,"result":[{"update_id":1,"message":{"message_id":1}}]}`))
+	f.Add(429, []byte(`{"ok":false,"error_code":429,"description":"Too Many Requests: retry after 5","parameters":{"retry_after":5}}`))
+	f.Add(409, []byte(`{"ok":false,"description":"Conflict"}`))
+	f.Add(429, []byte(`{"ok":false,"error_code":429,"parameters":{"retry_after":9223372036}}`))
+	f.Add(502, []byte(`<html>bad gateway</html>`))
+	f.Add(200, []byte(`{"ok":true,"result":null}`))
+	f.Fuzz(func(t *testing.T, status int, data []byte) {
+		updates, err := decodeUpdates(status, data)
+		if err == nil {
+			for _, u := range updates {
+				if !json.Valid(u) {
+					t.Fatalf("update %q is not JSON", u)
+				}
+			}
+			return
+		}
+		if updates != nil {
+			t.Fatal("updates with an error")
+		}
+		var ae *apiError
+		if errors.As(err, &ae) {
+			if ae.RetryAfter < 0 || ae.RetryAfter > maxRetryAfter {
+				t.Fatalf("flood wait %v", ae.RetryAfter)
+			}
+			if ae.Code == 0 && status != 0 {
+				t.Fatalf("API error without a code (HTTP %d)", status)
+			}
+		}
+	})
+}
+
+// FuzzWebhookSecret: a webhook call passes only with the exact secret.
+func FuzzWebhookSecret(f *testing.F) {
+	f.Add("s3cret", "s3cret")
+	f.Add("s3cret", "S3CRET")
+	f.Add("", "s3cret")
+	f.Add("s3cret ", "s3cret")
+	f.Fuzz(func(t *testing.T, header, secret string) {
+		ok := secretOK(header, secret)
+		if secret == "" && !ok {
+			t.Fatal("no secret configured, call refused")
+		}
+		if secret != "" && ok != (header == secret) {
+			t.Fatalf("header %q with secret %q: passed %v", header, secret, ok)
 		}
 	})
 }

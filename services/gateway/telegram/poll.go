@@ -52,24 +52,38 @@ func (p *Platform) getUpdates(ctx context.Context, req getUpdatesRequest) ([]jso
 	if err != nil {
 		return nil, fmt.Errorf("read getUpdates answer: %w", p.redact(err))
 	}
+	return decodeUpdates(resp.StatusCode, data)
+}
+
+// maxRetryAfter caps the flood wait a getUpdates answer can ask for.
+const maxRetryAfter = time.Hour
+
+// decodeUpdates reads a getUpdates answer: the raw updates, or an
+// *apiError with the code (the HTTP status when the body has none) and a
+// retry_after within [0, maxRetryAfter].
+func decodeUpdates(status int, data []byte) ([]json.RawMessage, error) {
 	var env struct {
 		OK          bool              `json:"ok"`
 		Result      []json.RawMessage `json:"result"`
 		ErrorCode   int               `json:"error_code"`
 		Description string            `json:"description"`
 		Parameters  struct {
-			RetryAfter int `json:"retry_after"`
+			RetryAfter int64 `json:"retry_after"`
 		} `json:"parameters"`
 	}
 	if err := json.Unmarshal(data, &env); err != nil {
-		return nil, fmt.Errorf("decode getUpdates answer (HTTP %d): %w", resp.StatusCode, err)
+		return nil, fmt.Errorf("decode getUpdates answer (HTTP %d): %w", status, err)
 	}
 	if !env.OK {
 		code := env.ErrorCode
 		if code == 0 {
-			code = resp.StatusCode
+			code = status
 		}
-		return nil, &apiError{Code: code, Description: env.Description, RetryAfter: time.Duration(env.Parameters.RetryAfter) * time.Second}
+		wait := time.Duration(0)
+		if s := env.Parameters.RetryAfter; s > 0 {
+			wait = time.Duration(min(s, int64(maxRetryAfter/time.Second))) * time.Second
+		}
+		return nil, &apiError{Code: code, Description: env.Description, RetryAfter: wait}
 	}
 	return env.Result, nil
 }
