@@ -1,12 +1,16 @@
 package slack
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"strconv"
 	"testing"
 	"time"
+	"unicode/utf8"
 
+	"github.com/switchboard-chat/switchboard/pkg/platform"
 	"github.com/switchboard-chat/switchboard/pkg/sessionkey"
 	"github.com/switchboard-chat/switchboard/services/gateway/slack/slackfake"
 )
@@ -113,14 +117,20 @@ func FuzzNormalize(f *testing.F) {
 			t.Fatalf("event without ids: %v", ev)
 		}
 		_ = sessionkey.Build(ev.GetSource(), sessionkey.DefaultOptions())
+		if err := platform.CheckEvent(ev, "slack", "", 1<<20); err != nil {
+			t.Fatalf("normalized event refused: %v", err)
+		}
 	})
 }
 
-// FuzzVerify: only a body signed with the secret at a fresh timestamp passes.
+// FuzzVerify: only a body signed with the secret at a fresh timestamp
+// passes, and a signature covers exactly the body it was made for.
 func FuzzVerify(f *testing.F) {
-	f.Add([]byte(`{"type":"event_callback"}`), "v0=00", int64(0), true)
-	f.Add([]byte(``), "", int64(-400), false)
-	f.Fuzz(func(t *testing.T, body []byte, sig string, skew int64, sign bool) {
+	f.Add([]byte(`{"type":"event_callback"}`), []byte(`{"type":"event_callback"}`), "v0=00", int64(0), true)
+	f.Add([]byte(`{"type":"event_callback"}`), []byte(`{"type":"event_callback"} `), "", int64(1), true)
+	f.Add([]byte(``), []byte(``), "", int64(-400), false)
+	f.Add([]byte(`x`), []byte(`x`), "v0=", int64(310), true)
+	f.Fuzz(func(t *testing.T, body, other []byte, sig string, skew int64, sign bool) {
 		ts := time.Now().Unix() + skew%1000
 		if sign {
 			sig = slackfake.Sign("secret", ts, body)
@@ -138,6 +148,30 @@ func FuzzVerify(f *testing.F) {
 		}
 		if sign && skew%1000 < -310 && err == nil {
 			t.Fatal("stale timestamp accepted")
+		}
+		if err == nil && verify(h, body, "other secret") == nil {
+			t.Fatal("signature accepted with another secret")
+		}
+		if verify(h, other, "secret") == nil && err == nil && !bytes.Equal(other, body) {
+			t.Fatalf("signature for %q accepted for %q", body, other)
+		}
+	})
+}
+
+// FuzzEnvelopeID: the envelope id of a Socket Mode frame Slack sent
+// malformed is read without panicking, and only from a JSON object.
+func FuzzEnvelopeID(f *testing.F) {
+	f.Add([]byte(`{"envelope_id":"e1","type":"events_api","payload":{`))
+	f.Add([]byte(`{"envelope_id":"e1","type":"events_api"}`))
+	f.Add([]byte(`{"envelope_id":1}`))
+	f.Add([]byte(`[]`))
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		id := envelopeID(raw)
+		if id != "" && !json.Valid(raw) {
+			t.Fatalf("envelope id %q from invalid JSON", id)
+		}
+		if id != "" && !utf8.ValidString(id) {
+			t.Fatalf("envelope id %q is not UTF-8", id)
 		}
 	})
 }
