@@ -25,7 +25,24 @@ func parseMessage(raw []byte) (*discordgo.Message, error) {
 	if m.ID == "" || m.ChannelID == "" || m.Author == nil || m.Author.ID == "" {
 		return nil, fmt.Errorf("%w: missing id, channel or author", errMalformed)
 	}
+	if !snowflake(m.ID) {
+		return nil, fmt.Errorf("%w: message id is not a snowflake", errMalformed)
+	}
 	return &m, nil
+}
+
+// snowflake reports whether id looks like a Discord id: 1 to 20 digits.
+// The message id becomes the bus message id.
+func snowflake(id string) bool {
+	if id == "" || len(id) > 20 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		if id[i] < '0' || id[i] > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 // channelInfo is what normalization needs to know about a channel.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/switchboard-chat/switchboard/pkg/platform"
 	"github.com/switchboard-chat/switchboard/pkg/sessionkey"
 	"github.com/switchboard-chat/switchboard/services/gateway/discord/discordfake"
 )
@@ -88,6 +89,8 @@ func FuzzMessageCreate(f *testing.F) {
 		raw, _ := json.Marshal(m.Payload())
 		f.Add(raw, false)
 	}
+	f.Add([]byte(`{"id":"1\r\nX: y","channel_id":"2","author":{"id":"3"},"content":"hi"}`), false)
+	f.Add([]byte(`{"id":"1","channel_id":"2","guild_id":"4","author":{"id":"3"},"content":"<@!`+bot+`> \u00e9 \ud800","timestamp":"2024-01-01T00:00:00Z"}`), false)
 	f.Add([]byte(`{"id":"1","channel_id":"2","author":{"id":"3"},"referenced_message":{"author":{"id":"`+bot+`"}},"message_reference":{"message_id":"9"}}`), true)
 	f.Fuzz(func(t *testing.T, raw []byte, thread bool) {
 		m, err := parseMessage(raw)
@@ -111,5 +114,11 @@ func FuzzMessageCreate(f *testing.F) {
 			t.Fatal("dm with a guild")
 		}
 		_ = sessionkey.Build(ev.GetSource(), sessionkey.DefaultOptions())
+		if !snowflake(ev.GetEventId()) {
+			t.Fatalf("event id %q is not a snowflake", ev.GetEventId())
+		}
+		if err := platform.CheckEvent(ev, "discord", "", 1<<20); err != nil {
+			t.Fatalf("normalized event refused: %v", err)
+		}
 	})
 }
