@@ -1,9 +1,15 @@
 package hook
 
 import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"net/http"
 	"strings"
 	"testing"
+	"unicode/utf8"
+
+	"github.com/switchboard-chat/switchboard/pkg/platform"
 )
 
 func FuzzPrepare(f *testing.F) {
@@ -28,6 +34,11 @@ func FuzzPrepare(f *testing.F) {
 	f.Add("generic", `{"alert":"x"}`, "", "", strings.TrimPrefix(Sign(secret, []byte(`{"alert":"x"}`)), "sha256="))
 	f.Add("notify", `{"version":"1"}`, "", "id:1", Sign(secret, []byte(`{"version":"1"}`)))
 	f.Add("generic", `[1,2`, "", "", "zz")
+	bad := "{\"alert\":\"bad \xff\xfe bytes\"}"
+	f.Add("generic", bad, "", "", Sign(secret, []byte(bad)))
+	f.Add("gh", gh, "issues\xff", "d\r\n1", Sign(secret, []byte(gh)))
+	big := `{"repository":{"full_name":"` + strings.Repeat("é", 20000) + `"},"sender":{"login":"x"}}`
+	f.Add("gh", big, "push", "", Sign(secret, []byte(big)))
 	f.Fuzz(func(t *testing.T, route, body, event, id, sig string) {
 		r, ok := routes[route]
 		if !ok {
@@ -53,20 +64,42 @@ func FuzzPrepare(f *testing.F) {
 		if ev.GetEventId() == "" || ev.GetSource().GetChatId() == "" || !ev.GetInternal() || !ev.GetTransportAuthenticated() {
 			t.Fatalf("incomplete event %v", ev)
 		}
-		if len(ev.GetText()) > maxPromptBytes*2 {
-			t.Fatalf("prompt of %d bytes", len(ev.GetText()))
+		if len(ev.GetText()) > maxPromptBytes || !utf8.ValidString(ev.GetText()) {
+			t.Fatalf("prompt of %d bytes (valid UTF-8: %v)", len(ev.GetText()), utf8.ValidString(ev.GetText()))
+		}
+		if !deliveryID.MatchString(ev.GetMessageId()) && !strings.HasPrefix(ev.GetMessageId(), "sha256-") {
+			t.Fatalf("delivery id %q", ev.GetMessageId())
+		}
+		if err := platform.CheckEvent(ev, "webhook", "default", 1<<20); err != nil {
+			t.Fatalf("prepared event refused by the inbound check: %v", err)
 		}
 	})
 }
 
+// FuzzCheckHMAC: a signature is accepted only when it is the HMAC of the
+// exact body with the secret, so it never also accepts another body.
 func FuzzCheckHMAC(f *testing.F) {
-	f.Add("sha256=abcd", "body", true)
-	f.Add(Sign("k", []byte("body")), "body", true)
-	f.Add("", "", false)
-	f.Fuzz(func(t *testing.T, header, body string, prefix bool) {
-		err := CheckHMAC(header, "k", []byte(body), prefix)
-		if err == nil && !strings.Contains(Sign("k", []byte(body)), strings.TrimPrefix(strings.ToLower(strings.TrimSpace(header)), "sha256=")) {
-			t.Fatalf("accepted %q for %q", header, body)
+	f.Add("sha256=abcd", "k", "body", "body", true)
+	f.Add(Sign("k", []byte("body")), "k", "body", "body ", true)
+	f.Add(strings.ToUpper(strings.TrimPrefix(Sign("k", []byte("b")), "sha256=")), "k", "b", "b", false)
+	f.Add(" "+Sign("", nil)+" ", "", "", "x", true)
+	f.Add("", "", "", "", false)
+	f.Fuzz(func(t *testing.T, header, secret, body, other string, prefix bool) {
+		if CheckHMAC(header, secret, []byte(body), prefix) != nil {
+			return
+		}
+		sig, has := strings.CutPrefix(strings.TrimSpace(header), "sha256=")
+		if prefix && !has {
+			t.Fatalf("accepted %q without the sha256= prefix", header)
+		}
+		got, err := hex.DecodeString(sig)
+		mac := hmac.New(sha256.New, []byte(secret))
+		mac.Write([]byte(body))
+		if err != nil || !hmac.Equal(got, mac.Sum(nil)) {
+			t.Fatalf("accepted %q, which is not the HMAC of %q", header, body)
+		}
+		if other != body && CheckHMAC(header, secret, []byte(other), prefix) == nil {
+			t.Fatalf("the signature of %q also accepted %q", body, other)
 		}
 	})
 }
