@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"regexp"
 	"strconv"
 	"strings"
 
@@ -30,31 +31,50 @@ type sendServer struct {
 var ErrBadTarget = errors.New("bad target")
 
 // resolveTarget parses "platform", "platform:chat_id",
-// "platform:chat_id:thread_id" and "platform:#name". A bare platform means
-// its configured home channel. Matrix room ids contain a colon
-// ("!room:server"), so on Matrix the whole rest is the room unless a last
-// part starting with "$" names a thread.
+// "platform:chat_id:thread_id" and "platform:#name" (see parseTarget) and
+// looks a #name up in the channel directory.
 func (s *Service) resolveTarget(ctx context.Context, raw string) (*deliveryv1.Target, error) {
+	t, channel, err := parseTarget(raw, func(platform string) string { return s.cfg.platform(platform).Home })
+	if err != nil || channel == "" {
+		return t, err
+	}
+	c, err := s.store.LookupChannel(ctx, t.GetPlatform(), channel)
+	if errors.Is(err, outbox.ErrNotFound) {
+		return nil, fmt.Errorf("%w: no %s channel named %s", ErrBadTarget, t.GetPlatform(), channel)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &deliveryv1.Target{Platform: t.GetPlatform(), Account: c.Account, ChatId: c.ChatID, ThreadId: c.ThreadID}, nil
+}
+
+// platformName is what a platform name may be: it becomes a NATS subject
+// token (gateway.<platform>.send).
+var platformName = regexp.MustCompile(`^[a-z0-9_-]{1,32}$`)
+
+// parseTarget reads a target without I/O. A bare platform means its home
+// channel (home returns it, "" for none). A "#name" chat is returned as
+// channel, with only the platform in the target, for the caller to look
+// up. Matrix room ids contain a colon ("!room:server"), so on Matrix the
+// whole rest is the room unless a last part starting with "$" names a
+// thread. Errors wrap ErrBadTarget.
+func parseTarget(raw string, home func(platform string) string) (*deliveryv1.Target, string, error) {
 	platform, rest, _ := strings.Cut(strings.TrimSpace(raw), ":")
 	platform = strings.ToLower(platform)
 	if platform == "" {
-		return nil, fmt.Errorf("%w: %q has no platform", ErrBadTarget, raw)
+		return nil, "", fmt.Errorf("%w: %q has no platform", ErrBadTarget, raw)
+	}
+	if !platformName.MatchString(platform) {
+		return nil, "", fmt.Errorf("%w: %q is not a platform name", ErrBadTarget, platform)
 	}
 	if rest == "" {
-		rest = s.cfg.platform(platform).Home
+		rest = home(platform)
 		if rest == "" {
-			return nil, fmt.Errorf("%w: no home channel configured for %s (delivery.platforms.%s.home)", ErrBadTarget, platform, platform)
+			return nil, "", fmt.Errorf("%w: no home channel configured for %s (delivery.platforms.%s.home)", ErrBadTarget, platform, platform)
 		}
 	}
 	if strings.HasPrefix(rest, "#") {
-		c, err := s.store.LookupChannel(ctx, platform, rest)
-		if errors.Is(err, outbox.ErrNotFound) {
-			return nil, fmt.Errorf("%w: no %s channel named %s", ErrBadTarget, platform, rest)
-		}
-		if err != nil {
-			return nil, err
-		}
-		return &deliveryv1.Target{Platform: platform, Account: c.Account, ChatId: c.ChatID, ThreadId: c.ThreadID}, nil
+		return &deliveryv1.Target{Platform: platform}, rest, nil
 	}
 	chat, thread := rest, ""
 	if platform == "matrix" {
@@ -65,9 +85,9 @@ func (s *Service) resolveTarget(ctx context.Context, raw string) (*deliveryv1.Ta
 		chat, thread = c, th
 	}
 	if chat == "" {
-		return nil, fmt.Errorf("%w: %q has no chat id", ErrBadTarget, raw)
+		return nil, "", fmt.Errorf("%w: %q has no chat id", ErrBadTarget, raw)
 	}
-	return &deliveryv1.Target{Platform: platform, ChatId: chat, ThreadId: thread}, nil
+	return &deliveryv1.Target{Platform: platform, ChatId: chat, ThreadId: thread}, "", nil
 }
 
 func (g *sendServer) authorize(ctx context.Context) error {
