@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
 	"strings"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -71,11 +72,16 @@ type noticeSender struct {
 	home string
 }
 
-// ParseTarget reads "platform:chat_id[:thread_id]".
+// platformName is what a platform may be called: it becomes a NATS
+// subject token (gateway.<platform>.send).
+var platformName = regexp.MustCompile(`^[a-z0-9_-]{1,32}$`)
+
+// ParseTarget reads "platform:chat_id[:thread_id]"; the platform is a
+// lowercase name.
 func ParseTarget(s string) (*deliveryv1.Target, error) {
 	parts := strings.SplitN(s, ":", 3)
-	if len(parts) < 2 || parts[0] == "" || parts[1] == "" {
-		return nil, fmt.Errorf("target %q: want platform:chat_id[:thread_id] or home", s)
+	if len(parts) < 2 || !platformName.MatchString(parts[0]) || parts[1] == "" {
+		return nil, fmt.Errorf("target %q: want platform:chat_id[:thread_id] (platform in lowercase) or home", s)
 	}
 	t := &deliveryv1.Target{Platform: parts[0], ChatId: parts[1]}
 	if len(parts) == 3 {

@@ -103,7 +103,7 @@ func TestBackendFor(t *testing.T) {
 }
 
 func FuzzParseTarget(f *testing.F) {
-	for _, s := range []string{"telegram:99", "slack:C1:170.1", "", ":", "a::b", "discord:1:2:3"} {
+	for _, s := range []string{"telegram:99", "slack:C1:170.1", "", ":", "a::b", "discord:1:2:3", "Telegram:99", "a b:1", "gateway.x:1"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
@@ -111,8 +111,8 @@ func FuzzParseTarget(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if tg.GetPlatform() == "" || tg.GetChatId() == "" {
-			t.Fatalf("%q parsed to an empty platform or chat", s)
+		if !platformName.MatchString(tg.GetPlatform()) || tg.GetChatId() == "" {
+			t.Fatalf("%q parsed to platform %q, chat %q", s, tg.GetPlatform(), tg.GetChatId())
 		}
 		back := tg.GetPlatform() + ":" + tg.GetChatId()
 		if tg.GetThreadId() != "" || strings.Count(s, ":") >= 2 {
