@@ -103,3 +103,43 @@ func TestBackoff(t *testing.T) {
 		t.Errorf("Retry-After not honoured: %v", got)
 	}
 }
+
+// FuzzClassify: any provider failure (status, Retry-After, body) gets one
+// of the classes, a bounded wait, and a user message that is one of the
+// fixed texts — nothing of the provider's body reaches a chat user.
+func FuzzClassify(f *testing.F) {
+	f.Add(429, "2", `{"error":{"message":"Rate limit reached"}}`)
+	f.Add(402, "", `{"error":{"message":"Insufficient credits","code":"payment_required"}}`)
+	f.Add(400, "", `{"error":{"message":"prompt is too long: secret-sk-abc"}}`)
+	f.Add(503, "Wed, 21 Oct 2015 07:28:00 GMT", "<html>\xff</html>")
+	f.Add(0, "-1", `{"message":"\u00e9`)
+	classes := map[Class]bool{RateLimited: true, Server: true, Quota: true, Auth: true, ContextOverflow: true, BadRequest: true}
+	fixed := map[string]bool{}
+	for c := range classes {
+		fixed[UserMessage(&Error{Class: c})] = true
+	}
+	f.Fuzz(func(t *testing.T, status int, retryAfter, body string) {
+		h := http.Header{}
+		h.Set("Retry-After", retryAfter)
+		e := Classify(status, h, body)
+		if !classes[e.Class] {
+			t.Fatalf("class %q", e.Class)
+		}
+		if e.RetryAfter < 0 || e.RetryAfter > maxRetryAfter {
+			t.Fatalf("retry after %v", e.RetryAfter)
+		}
+		if status == http.StatusPaymentRequired && e.Class != Quota {
+			t.Fatalf("402 classified %s", e.Class)
+		}
+		if status == http.StatusTooManyRequests && e.Class != RateLimited && e.Class != Quota {
+			t.Fatalf("429 classified %s", e.Class)
+		}
+		if msg := UserMessage(e); !fixed[msg] {
+			t.Fatalf("user message %q is not one of the fixed texts", msg)
+		}
+		if len(e.Message) > len(body) {
+			t.Fatalf("message of %d bytes from a body of %d", len(e.Message), len(body))
+		}
+		_ = e.Error()
+	})
+}
