@@ -162,3 +162,44 @@ func TestMissingFileIsAnError(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+// FuzzLoadEnv: any environment loads without panicking; a list variable
+// is split on commas as written; an unknown SWITCHBOARD_ key is a
+// warning naming it, never a silent setting.
+func FuzzLoadEnv(f *testing.F) {
+	f.Add("SWITCHBOARD_ALLOWED=a, b,,c\nSWITCHBOARD_TIMEOUT=2s")
+	f.Add("SWITCHBOARD_SESSION_RESET__MODE=idle\nSWITCHBOARD_SESSION_RESET__IDLE_MINUTES=x")
+	f.Add("SWITCHBOARD_PLATFORMS__TELEGRAM=on\nSWITCHBOARD_=1\nSWITCHBOARD_NAST__URL=x\n=\nNOEQUALS")
+	f.Add("SWITCHBOARD_TIMEOUT=-1h\nSWITCHBOARD_SESSION_RESET__MODE=\xff")
+	f.Fuzz(func(t *testing.T, env string) {
+		lines := strings.Split(env, "\n")
+		cfg := defaults()
+		warnings, err := config.Load(config.Options{Environ: lines}, cfg)
+		for _, w := range warnings {
+			if w.Key == "" || w.Source == "" {
+				t.Fatalf("warning without key or source: %+v", w)
+			}
+		}
+		if err != nil {
+			return
+		}
+		var allowed []string
+		n := 0
+		for _, l := range lines {
+			if v, ok := strings.CutPrefix(l, "SWITCHBOARD_ALLOWED="); ok {
+				allowed, n = strings.Split(v, ","), n+1
+				if v == "" {
+					allowed = []string{}
+				}
+			}
+		}
+		if n > 0 && !reflect.DeepEqual(cfg.Allowed, allowed) {
+			t.Fatalf("allowed = %q, want %q", cfg.Allowed, allowed)
+		}
+		switch cfg.SessionReset.Mode {
+		case "none", "idle", "daily", "both":
+		default:
+			t.Fatalf("invalid mode %q loaded without an error", cfg.SessionReset.Mode)
+		}
+	})
+}

@@ -35,3 +35,38 @@ func FuzzRules(f *testing.F) {
 		}
 	})
 }
+
+// FuzzAllowedUsersEnv reads TELEGRAM_ALLOWED_USERS the way an operator
+// writes it (commas, spaces, empty items): a DM sender is allowed exactly
+// when one of their ids is an item of the list, or the list has "*".
+func FuzzAllowedUsersEnv(f *testing.F) {
+	f.Add("1, 2 ,,3", "2", "")
+	f.Add("*", "x", "")
+	f.Add(" , ", "1", "")
+	f.Add("alice", "alice@example.com", "")
+	f.Add("42", "", "42")
+	f.Fuzz(func(t *testing.T, list, userID, userIDAlt string) {
+		r := New(Config{}, []string{"TELEGRAM_ALLOWED_USERS=" + list})
+		ev := &eventsv1.MessageReceived{Source: &eventsv1.SessionSource{Platform: "telegram", ChatType: "dm", ChatId: "c", UserId: userID, UserIdAlt: userIDAlt}}
+		d, err := r.Decide(context.Background(), ev, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		items := map[string]bool{}
+		for _, it := range strings.Split(list, ",") {
+			if it = strings.TrimSpace(it); it != "" {
+				items[it] = true
+			}
+		}
+		listed := items["*"]
+		for _, id := range candidates("telegram", ev.GetSource()) {
+			listed = listed || items[id]
+		}
+		if userID == "" {
+			listed = false
+		}
+		if d.Allowed != listed {
+			t.Fatalf("list %q, user %q/%q: allowed %v (%s), listed %v", list, userID, userIDAlt, d.Allowed, d.Reason, listed)
+		}
+	})
+}
