@@ -45,8 +45,34 @@ func TestFinalIsChunkedAndSentInOrder(t *testing.T) {
 			t.Errorf("chunk %d: key %s index %d/%d final %v suffix %q", i, r.GetIdempotencyKey(), r.GetChunkIndex(), r.GetChunkCount(), r.GetFinal(), r.GetText()[len(r.GetText())-6:])
 		}
 	}
-	if posted[3].Req.GetText() != "queued notice" {
-		t.Errorf("notice %q", posted[3].Req.GetText())
+	if posted[3].Req.GetText() != "queued notice" || !posted[3].Req.GetFinal() {
+		t.Errorf("notice %q, final %v", posted[3].Req.GetText(), posted[3].Req.GetFinal())
+	}
+}
+
+// A notice that answers its message (a command's reply, a refusal) is the
+// final send of that answer: the API gateway completes the request with
+// it. Busy acknowledgements and reset notices precede an answer.
+func TestNoticeFinality(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.start(t, testConfig(), "a")
+	kinds := map[string]bool{"command": true, "queue_full": true, "pairing": true, "busy": false, "reset": false}
+	seq := int64(0)
+	for kind := range kinds {
+		seq++
+		e.publish(t, event("", seq, "s-"+kind, &repliesv1.Notice{Text: "notice " + kind, Kind: kind}))
+	}
+	eventually(t, e.clock, 0, "every notice", func() bool {
+		_, posted := e.gw.snapshot()
+		return len(posted) == len(kinds)
+	})
+	_, posted := e.gw.snapshot()
+	for _, p := range posted {
+		kind := strings.TrimPrefix(p.Req.GetText(), "notice ")
+		if p.Req.GetFinal() != kinds[kind] {
+			t.Errorf("%s notice: final %v, want %v", kind, p.Req.GetFinal(), kinds[kind])
+		}
 	}
 }
 

@@ -112,7 +112,7 @@ func (s *Service) handle(ctx context.Context, ev *repliesv1.ReplyEvent) error {
 		}
 		return s.enqueueText(ctx, ev, keyBase(ctx, ev)+":e", "⚠️ "+text, deliveryv1.TextFormat_TEXT_FORMAT_PLAIN, true)
 	case *repliesv1.ReplyEvent_Notice:
-		return s.enqueueText(ctx, ev, keyBase(ctx, ev), b.Notice.GetText(), deliveryv1.TextFormat_TEXT_FORMAT_PLAIN, false)
+		return s.enqueueText(ctx, ev, keyBase(ctx, ev), b.Notice.GetText(), deliveryv1.TextFormat_TEXT_FORMAT_PLAIN, answers(b.Notice))
 	case *repliesv1.ReplyEvent_Media:
 		req := s.request(ev, keyBase(ctx, ev)+":0", deliveryv1.SendOp_SEND_OP_SEND)
 		req.Attachments = append(req.Attachments, b.Media.GetAttachment())
@@ -120,6 +120,18 @@ func (s *Service) handle(ctx context.Context, ev *repliesv1.ReplyEvent) error {
 	default:
 		return bus.Permanent(fmt.Errorf("reply event %s:%d has no body", ev.GetTurnId(), ev.GetSeq()))
 	}
+}
+
+// answers reports whether a notice is the whole answer to the message it
+// replies to (a command's reply, a refusal), so its last chunk is final
+// and the API gateway completes the waiting request with it. A busy
+// acknowledgement or a reset notice comes before a turn's answer.
+func answers(n *repliesv1.Notice) bool {
+	switch n.GetKind() {
+	case "busy", "reset":
+		return false
+	}
+	return true
 }
 
 // request is a SendRequested for ev with its common fields.
