@@ -281,6 +281,12 @@ func (r *turnRun) stopFinal(ctx context.Context, ls *loopState, reason error) (s
 		}
 	}
 	f := store.Final{Status: status, Kind: store.FinalError, ErrorCode: "interrupted", Text: "Stopped."}
+	if status == store.StatusInterrupted {
+		// A newer message interrupted the turn: the router acknowledged it
+		// (at most once per busy_ack_interval) and the next turn answers.
+		// A "Stopped." per interrupted turn would defeat that throttle.
+		f.Text = ""
+	}
 	if text := lastAssistantText(ls.turn); text != "" {
 		f = store.Final{Status: status, Kind: store.FinalText, Text: text}
 	}
