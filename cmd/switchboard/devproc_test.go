@@ -15,7 +15,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/switchboard-chat/switchboard/pkg/pg/pgtest"
+	"github.com/switchboard-chat/switchboard/pkg/redisx"
 	"github.com/switchboard-chat/switchboard/pkg/redisx/redistest"
 )
 
@@ -72,6 +75,8 @@ type devProcess struct {
 	stderr    *syncBuffer
 	endpoints map[string]string // label → address as dev printed them
 	apiAddr   string
+	db        *pgxpool.Pool  // the process's Postgres schema, for checks
+	locker    *redisx.Locker // session locks under the process's Redis prefix
 }
 
 type syncBuffer struct {
@@ -95,9 +100,10 @@ func (s *syncBuffer) String() string {
 func startDev(t *testing.T, env ...string) *devProcess {
 	t.Helper()
 	bin := binary(t)
-	_, dbURL := pgtest.NewWithURL(t)
-	_, redisPrefix := redistest.New(t)
-	d := &devProcess{stderr: &syncBuffer{}, endpoints: map[string]string{}, apiAddr: freeAddr(t)}
+	db, dbURL := pgtest.NewWithURL(t)
+	rdb, redisPrefix := redistest.New(t)
+	d := &devProcess{stderr: &syncBuffer{}, endpoints: map[string]string{}, apiAddr: freeAddr(t), db: db,
+		locker: redisx.NewLocker(rdb, redisPrefix)}
 	d.cmd = exec.Command(bin, "dev", "--ops-addr", "127.0.0.1:0")
 	d.cmd.Env = append(append(os.Environ(),
 		"DATABASE_URL="+dbURL,
