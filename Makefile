@@ -69,7 +69,7 @@ bench: build ## Go benchmarks of the hot paths, then the load benchmark (bench-r
 	$(GO) run ./cmd/sbbench -bin $(BIN) $(BENCH_FLAGS)
 
 chaos: ## fault injection: every service as its own process, faults under load, invariants table (docs/reliability.md)
-	CHAOS_RUN=1 CHAOS_TABLE=$${CHAOS_TABLE:-.switchboard/chaos-table.md} CHAOS_LOG_DIR=$${CHAOS_LOG_DIR:-.switchboard/chaos-logs} \
+	CHAOS_RUN=1 CHAOS_TABLE=$${CHAOS_TABLE:-$(CURDIR)/.switchboard/chaos-table.md} CHAOS_LOG_DIR=$${CHAOS_LOG_DIR:-$(CURDIR)/.switchboard/chaos-logs} \
 		$(GO) test -tags chaos -count=1 -timeout 30m -run '^TestChaos$$' -v ./cmd/switchboard/
 
 clean: ## remove build outputs
