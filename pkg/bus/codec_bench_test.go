@@ -33,7 +33,7 @@ func benchReply() *repliesv1.ReplyEvent {
 		TurnId: "turn-0123456789abcdef", SessionKey: "agent:main:api:dm:sess-0123456789", Generation: 3, Seq: 7,
 		Target:    &deliveryv1.Target{Platform: "api", Account: "default", ChatId: "sess-0123456789"},
 		CreatedAt: timestamppb.New(time.Unix(1_700_000_000, 0)), InputMessageIds: []string{"chatcmpl-6f1c2d3e4a5b"},
-		Body:      &repliesv1.ReplyEvent_FinalText{FinalText: &repliesv1.FinalText{Text: "echo: " + strings.Repeat("u", 400)}},
+		Body: &repliesv1.ReplyEvent_FinalText{FinalText: &repliesv1.FinalText{Text: "echo: " + strings.Repeat("u", 400)}},
 	}
 }
 

@@ -430,7 +430,9 @@ func TestLoneReplyIsSentThroughOnceAndInOrder(t *testing.T) {
 		return behaviour{}
 	})
 	e.publish(t, event("t2", 1, "s1", final("first")))
-	eventually(t, e.clock, 0, "first queued for retry", func() bool { return rowState(t, e.db, "t2:1:0") == "sending" || rowState(t, e.db, "t2:1:0") == "queued" })
+	eventually(t, e.clock, 0, "first queued for retry", func() bool {
+		return rowState(t, e.db, "t2:1:0") == "sending" || rowState(t, e.db, "t2:1:0") == "queued"
+	})
 	e.publish(t, event("t3", 1, "s1", final("second")))
 	e.consumed(t, "s1")
 	eventually(t, e.clock, 100*time.Millisecond, "both sent", func() bool {
