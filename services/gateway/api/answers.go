@@ -270,10 +270,13 @@ type follower struct {
 	wt *waiter
 
 	mu      sync.Mutex
-	emitted int      // record pieces passed on
-	done    bool     // the final piece was passed on
-	live    int      // 0: not known yet, 1: pass deltas, -1: drop them
-	held    []string // deltas that came while live was not known
+	emitted int  // record pieces passed on
+	done    bool // the final piece was passed on
+	live    int  // 0: not known yet, 1: pass deltas, -1: drop them
+	// What came while live was not known: passed on by decide, deltas
+	// first (they precede the sends of a turn), then the record pieces.
+	heldDeltas []string
+	heldPieces []piece
 }
 
 func newFollower(wt *waiter) *follower { return &follower{wt: wt} }
@@ -285,13 +288,22 @@ func (f *follower) apply(rec answer) {
 		return
 	}
 	for i := f.emitted; i < len(rec.Pieces); i++ {
-		f.wt.push(piece{text: rec.Pieces[i].Text, final: rec.Final && i == len(rec.Pieces)-1})
+		f.piece(piece{text: rec.Pieces[i].Text, final: rec.Final && i == len(rec.Pieces)-1})
 	}
 	if rec.Final && f.emitted >= len(rec.Pieces) {
-		f.wt.push(piece{final: true})
+		f.piece(piece{final: true})
 	}
 	f.emitted = max(f.emitted, len(rec.Pieces))
 	f.done = rec.Final
+}
+
+// piece passes on (or holds) a record piece; f.mu is held.
+func (f *follower) piece(p piece) {
+	if f.live == 0 {
+		f.heldPieces = append(f.heldPieces, p)
+		return
+	}
+	f.wt.push(p)
 }
 
 func (f *follower) delta(text string) {
@@ -300,28 +312,28 @@ func (f *follower) delta(text string) {
 	switch {
 	case f.done || f.live < 0:
 	case f.live == 0:
-		f.held = append(f.held, text)
+		f.heldDeltas = append(f.heldDeltas, text)
 	default:
 		f.wt.push(piece{delta: text})
 	}
 }
 
-// decide says whether this attempt streams deltas.
+// decide says whether this attempt streams deltas, and passes on what
+// was held.
 func (f *follower) decide(live bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.live = -1
-	if !live {
-		f.held = nil
-		return
-	}
-	f.live = 1
-	if !f.done {
-		for _, d := range f.held {
+	if live {
+		f.live = 1
+		for _, d := range f.heldDeltas {
 			f.wt.push(piece{delta: d})
 		}
 	}
-	f.held = nil
+	for _, p := range f.heldPieces {
+		f.wt.push(p)
+	}
+	f.heldDeltas, f.heldPieces = nil, nil
 }
 
 func (f *follower) finished() bool {

@@ -268,12 +268,13 @@ func TestFollower(t *testing.T) {
 		want []piece
 	}{
 		{"pieces once, in order", func(f *follower) {
+			f.decide(false)
 			f.apply(answer{Pieces: two.Pieces[:1]})
 			f.apply(two)
 			f.apply(two)
 			f.apply(final)
 		}, []piece{{text: "one "}, {text: "two"}, {final: true}}},
-		{"a complete record at once", func(f *follower) { f.apply(final) },
+		{"a complete record at once", func(f *follower) { f.apply(final); f.decide(false) },
 			[]piece{{text: "one "}, {text: "two", final: true}}},
 		{"nothing after the final", func(f *follower) {
 			f.apply(final)
@@ -287,6 +288,16 @@ func TestFollower(t *testing.T) {
 			f.delta("d2")
 			f.apply(final)
 		}, []piece{{delta: "d1"}, {delta: "d2"}, {text: "one "}, {text: "two", final: true}}},
+		{"the answer before the decision keeps the stream", func(f *follower) {
+			f.delta("d1")
+			f.apply(final)
+			f.delta("late")
+			f.decide(true)
+		}, []piece{{delta: "d1"}, {text: "one "}, {text: "two", final: true}}},
+		{"nothing passed on before the decision", func(f *follower) {
+			f.delta("d1")
+			f.apply(final)
+		}, nil},
 		{"a retry drops deltas", func(f *follower) {
 			f.delta("d1")
 			f.decide(false)
