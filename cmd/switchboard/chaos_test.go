@@ -251,15 +251,15 @@ type phase struct {
 }
 
 type chaosSys struct {
-	t       *testing.T
-	procs   map[string]*chaosProc
-	db      *pgxpool.Pool
-	pg      *chaosPG // nil: the machine's cluster, not restartable
+	t     *testing.T
+	procs map[string]*chaosProc
+	db    *pgxpool.Pool
+	pg    *chaosPG // nil: the machine's cluster, not restartable
 	// routerOps is router-1's ops address (/readyz).
 	routerOps string
-	topo    bus.Topology
-	natsURL string
-	load    *chaosLoad
+	topo      bus.Topology
+	natsURL   string
+	load      *chaosLoad
 }
 
 // recovered waits until every session has an answered message that was
