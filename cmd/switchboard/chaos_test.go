@@ -53,6 +53,15 @@ const (
 	chaosMaxRecovr = 90 * time.Second
 )
 
+// chaosPGDown is how long Postgres stays down in its fault: 3 s, or
+// CHAOS_PG_DOWN.
+func chaosPGDown() time.Duration {
+	if d, err := time.ParseDuration(os.Getenv("CHAOS_PG_DOWN")); err == nil && d > 0 {
+		return d
+	}
+	return 3 * time.Second
+}
+
 func recoveryBound() time.Duration { return chaosLockTTL + chaosAckWait }
 
 // ---- processes ----
@@ -242,12 +251,15 @@ type phase struct {
 }
 
 type chaosSys struct {
-	t       *testing.T
-	procs   map[string]*chaosProc
-	db      *pgxpool.Pool
-	topo    bus.Topology
-	natsURL string
-	load    *chaosLoad
+	t     *testing.T
+	procs map[string]*chaosProc
+	db    *pgxpool.Pool
+	pg    *chaosPG // nil: the machine's cluster, not restartable
+	// routerOps is router-1's ops address (/readyz).
+	routerOps string
+	topo      bus.Topology
+	natsURL   string
+	load      *chaosLoad
 }
 
 // recovered waits until every session has an answered message that was
@@ -287,6 +299,23 @@ func (s *chaosSys) inFlightTurn() {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// readiness waits up to d for router-1's /readyz to answer status and
+// reports whether (and, as a duration, when) it did; -1 when it did not.
+func (s *chaosSys) readiness(status int, d time.Duration) time.Duration {
+	start := time.Now()
+	for time.Since(start) < d {
+		resp, err := http.Get("http://" + s.routerOps + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == status {
+				return time.Since(start)
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return -1
 }
 
 func (s *chaosSys) killRestart(name string, sig syscall.Signal) {
@@ -468,7 +497,17 @@ func TestChaos(t *testing.T) {
 	waitTCP(t, "127.0.0.1:"+natsPort, 20*time.Second)
 	waitTCP(t, "127.0.0.1:"+redisPort, 20*time.Second)
 
-	db, dbURL := pgtest.NewWithURL(t)
+	// Postgres: a private cluster the Postgres fault can crash, or the
+	// machine's (a fresh schema) when no server binaries are installed.
+	var db *pgxpool.Pool
+	var dbURL string
+	pgc := startChaosPG(t, logDir)
+	if pgc != nil {
+		db, dbURL = pgc.database(t, "chaos")
+	} else {
+		t.Log("no PostgreSQL server binaries (CHAOS_PG_BIN): using the machine's cluster; the Postgres fault is skipped")
+		db, dbURL = pgtest.NewWithURL(t)
+	}
 	llmAddr, apiAddr := freeAddr(t), freeAddr(t)
 	add(&chaosProc{name: "fakellm", bin: bin, args: []string{"fakellm", "--addr", llmAddr, "--latency", chaosLLMDelay.String()}}).start(t)
 	waitTCP(t, llmAddr, 30*time.Second)
@@ -488,10 +527,13 @@ func TestChaos(t *testing.T) {
 		"OPENAI_API_KEY=", "OPENAI_BASE_URL=", "ANTHROPIC_API_KEY=", "ANTHROPIC_BASE_URL=",
 		"SWITCHBOARD_LOG__FORMAT=text",
 	)
-	svc := func(name string, args ...string) {
-		add(&chaosProc{name: name, bin: bin, args: append(args, "--ops-addr", "127.0.0.1:0"), env: env}).start(t)
+	svcAt := func(name, ops string, args ...string) {
+		add(&chaosProc{name: name, bin: bin, args: append(args, "--ops-addr", ops), env: env}).start(t)
 	}
-	svc("router-1", "router")
+	svc := func(name string, args ...string) { svcAt(name, "127.0.0.1:0", args...) }
+	// router-1's readiness is watched during the Postgres fault.
+	routerOps := freeAddr(t)
+	svcAt("router-1", routerOps, "router")
 	svc("router-2", "router")
 	svc("worker-1", "worker")
 	svc("worker-2", "worker")
@@ -499,7 +541,7 @@ func TestChaos(t *testing.T) {
 	svc("gateway-api", "gateway", "api")
 	waitTCP(t, apiAddr, 60*time.Second)
 
-	s := &chaosSys{t: t, procs: procs, db: db, natsURL: natsURL, load: &chaosLoad{base: "http://" + apiAddr},
+	s := &chaosSys{t: t, procs: procs, db: db, pg: pgc, routerOps: routerOps, natsURL: natsURL, load: &chaosLoad{base: "http://" + apiAddr},
 		topo: bus.Topology{Prefix: prefix, Replicas: 1, DedupeWindow: chaosDedupe, Retention: 24 * time.Hour}}
 
 	loadCtx, stopLoad := context.WithCancel(context.Background())
@@ -536,6 +578,32 @@ func TestChaos(t *testing.T) {
 			s.procs["worker-2"].signal(syscall.SIGCONT)
 		}},
 		{"restart Redis (locks lost)", func(p *phase) { s.inFlightTurn(); p.injected = time.Now(); s.killRestart("redis", syscall.SIGKILL) }},
+		{fmt.Sprintf("restart Postgres (crash, down %s)", chaosPGDown()), func(p *phase) {
+			if s.pg == nil {
+				p.note = "skipped: no private cluster"
+				return
+			}
+			s.inFlightTurn()
+			down := time.Now()
+			if err := s.pg.stop("immediate"); err != nil {
+				t.Error(err)
+			}
+			// A process that uses Postgres reports not ready while it is down.
+			notReady := s.readiness(http.StatusServiceUnavailable, chaosPGDown()) >= 0
+			time.Sleep(time.Until(down.Add(chaosPGDown())))
+			if err := s.pg.start(); err != nil {
+				t.Fatal(err)
+			}
+			readyAgain := s.readiness(http.StatusOK, 30*time.Second)
+			p.note = fmt.Sprintf("router /readyz 503 while down: %v, 200 again %.1f s after the restart", notReady, readyAgain.Seconds())
+			if !notReady || readyAgain < 0 {
+				t.Errorf("router readiness did not follow Postgres: not ready while down %v, ready again after %v", notReady, readyAgain)
+			}
+			// Recovery counts from the restart: the outage is the fault's
+			// length, not the services'. Each session waits on its message
+			// in flight, so its next one is sent only once that is answered.
+			p.injected = time.Now()
+		}},
 		{"restart NATS (kill -9, JetStream on disk)", func(p *phase) {
 			s.inFlightTurn()
 			p.injected = time.Now()

@@ -2,6 +2,7 @@ package bus_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"sync"
@@ -69,6 +70,8 @@ func runSuite(t *testing.T, url string) {
 		{"redelivery after nak", testRedelivery},
 		{"term after max deliveries", testMaxDeliveries},
 		{"permanent error dead-letters at once", testPermanent},
+		{"dependency outage retried in place", testUnavailableInPlace},
+		{"dependency outage past its bound counts", testUnavailableBound},
 		{"poison payload dead-lettered", testPoison},
 		{"work queue gives each turn to one consumer", testWorkQueue},
 		{"in-flight handler finishes on shutdown", testGracefulDrain},
@@ -277,6 +280,64 @@ func testMaxDeliveries(t *testing.T, b *bus.Bus) {
 	}
 	if n := streamMsgs(t, b, bus.StreamTurns); n != 0 {
 		t.Fatalf("terminated message still in work queue (%d)", n)
+	}
+}
+
+var errDown = errors.New("database unreachable")
+
+// testUnavailableInPlace: while the handler reports a dependency down,
+// the message is retried in place on its first delivery — more times
+// than MaxDeliver — and acked once the dependency is back.
+func testUnavailableInPlace(t *testing.T, b *bus.Bus) {
+	var mu sync.Mutex
+	var attempts []int
+	var acked atomic.Bool
+	spec := turnsSpec("test-unavailable")
+	spec.Unavailable = func(err error) bool { return errors.Is(err, errDown) }
+	c := bus.NewConsumer(b, spec, func(ctx context.Context, m *turnsv1.TurnRequested) error {
+		d, _ := bus.DeliveryFrom(ctx)
+		mu.Lock()
+		defer mu.Unlock()
+		attempts = append(attempts, d.Attempt)
+		if len(attempts) <= spec.MaxDeliver {
+			return fmt.Errorf("claim: %w", errDown)
+		}
+		acked.Store(true)
+		return nil
+	})
+	start(t, c)
+	publishTurn(t, b, "outage")
+	eventually(t, "the handler to succeed after the outage", acked.Load)
+	eventually(t, "work queue emptied by ack", func() bool { return streamMsgs(t, b, bus.StreamTurns) == 0 })
+	mu.Lock()
+	defer mu.Unlock()
+	if fmt.Sprint(attempts) != "[1 1 1 1]" {
+		t.Fatalf("delivery attempts seen %v, want [1 1 1 1] (in place, none used up)", attempts)
+	}
+	if n := len(deadLetters(t, b)); n != 0 {
+		t.Fatalf("%d dead letters, want none", n)
+	}
+}
+
+// testUnavailableBound: past UnavailableFor the error counts like any
+// other, up to the dead letter.
+func testUnavailableBound(t *testing.T, b *bus.Bus) {
+	var calls atomic.Int32
+	spec := turnsSpec("test-unavailable-bound")
+	spec.Unavailable = func(err error) bool { return errors.Is(err, errDown) }
+	spec.UnavailableFor = time.Nanosecond
+	c := bus.NewConsumer(b, spec, func(ctx context.Context, m *turnsv1.TurnRequested) error {
+		calls.Add(1)
+		return errDown
+	})
+	start(t, c)
+	publishTurn(t, b, "long-outage")
+	eventually(t, "dead letter", func() bool { return len(deadLetters(t, b)) == 1 })
+	if got := deadLetters(t, b)[0].Header.Get("Sb-Dead-Reason"); got != "max_deliveries" {
+		t.Errorf("reason = %q", got)
+	}
+	if n := calls.Load(); n != int32(spec.MaxDeliver) {
+		t.Fatalf("handler ran %d times, want %d", n, spec.MaxDeliver)
 	}
 }
 

@@ -71,7 +71,21 @@ type ConsumerSpec struct {
 	// PollWait bounds one pull request; it is also the longest Run takes to
 	// notice its context ended while idle. Default 1s.
 	PollWait time.Duration
+	// Unavailable, when set, tells a handler error that means a dependency
+	// is down (Postgres unreachable, restarting) from any other. Such a
+	// message is not handed back: the consumer keeps it in progress and
+	// runs the handler again, pausing 0.5 s doubling to 5 s, without using
+	// up a delivery attempt — an outage does not turn work into dead
+	// letters or failed turns — for up to UnavailableFor; after that the
+	// error counts like any other.
+	Unavailable func(error) bool
+	// UnavailableFor bounds the in-place retries of one delivery.
+	// Default 15 min.
+	UnavailableFor time.Duration
 }
+
+// maxUnavailablePause is the longest pause between in-place retries.
+const maxUnavailablePause = 5 * time.Second
 
 func (s ConsumerSpec) withDefaults() ConsumerSpec {
 	if s.AckWait <= 0 {
@@ -94,6 +108,9 @@ func (s ConsumerSpec) withDefaults() ConsumerSpec {
 	}
 	if s.PollWait <= 0 {
 		s.PollWait = time.Second
+	}
+	if s.UnavailableFor <= 0 {
+		s.UnavailableFor = 15 * time.Minute
 	}
 	return s
 }
@@ -247,7 +264,7 @@ func (c *Consumer[T, P]) Run(ctx context.Context) error {
 			go func() {
 				defer wg.Done()
 				defer func() { <-slots }()
-				c.handle(hctx, msg)
+				c.handle(ctx, hctx, msg)
 			}()
 		}
 		for range free - got {
@@ -260,7 +277,9 @@ func (c *Consumer[T, P]) Run(ctx context.Context) error {
 	return nil
 }
 
-func (c *Consumer[T, P]) handle(ctx context.Context, msg jetstream.Msg) {
+// handle runs the handler on one message under ctx (the handlers'
+// context); stopping is Run's, which ends when the consumer stops.
+func (c *Consumer[T, P]) handle(stopping, ctx context.Context, msg jetstream.Msg) {
 	start := time.Now()
 	d := &Delivery{Subject: msg.Subject(), Header: msg.Headers(), msg: msg, Attempt: 1}
 	if meta, err := msg.Metadata(); err == nil {
@@ -291,6 +310,7 @@ func (c *Consumer[T, P]) handle(ctx context.Context, msg jetstream.Msg) {
 
 	stop := c.keepAlive(msg)
 	err := c.h(ctx, P(&v))
+	err = c.whileUnavailable(stopping, ctx, d, msg, err)
 	stop()
 	handleSeconds.WithLabelValues(c.spec.Durable).Observe(time.Since(start).Seconds())
 
@@ -304,8 +324,9 @@ func (c *Consumer[T, P]) handle(ctx context.Context, msg jetstream.Msg) {
 	case errors.Is(err, ErrPermanent):
 		span.SetStatus(codes.Error, err.Error())
 		c.deadLetter(ctx, msg, d, "permanent", err)
-	case ctx.Err() != nil:
-		// The drain timeout ran out: another process takes it now.
+	case ctx.Err() != nil, stopping.Err() != nil && c.spec.Unavailable != nil && c.spec.Unavailable(err):
+		// The drain timeout ran out, or the consumer stops while a
+		// dependency is down: another process takes it now.
 		_ = msg.Nak()
 		handled.WithLabelValues(c.spec.Durable, "nak").Inc()
 	case d.Attempt >= c.spec.MaxDeliver:
@@ -320,6 +341,45 @@ func (c *Consumer[T, P]) handle(ctx context.Context, msg jetstream.Msg) {
 		_ = msg.NakWithDelay(delay)
 		handled.WithLabelValues(c.spec.Durable, "nak").Inc()
 	}
+}
+
+// whileUnavailable runs the handler again, in place, while its error says
+// a dependency is down: the message stays in progress (keepAlive runs)
+// and no delivery attempt is used up. It returns the last error once the
+// handler succeeded or failed otherwise, UnavailableFor passed, or the
+// consumer is stopping.
+func (c *Consumer[T, P]) whileUnavailable(stopping, ctx context.Context, d *Delivery, msg jetstream.Msg, err error) error {
+	if c.spec.Unavailable == nil {
+		return err
+	}
+	deadline := time.Now().Add(c.spec.UnavailableFor)
+	pause := 500 * time.Millisecond
+	for n := 1; err != nil && !errors.Is(err, ErrPermanent) && c.spec.Unavailable(err); n++ {
+		if time.Now().After(deadline) {
+			c.log.Warn("dependency still unavailable; handing the message back", "msg_id", d.MsgID, "err", err)
+			return err
+		}
+		if n == 1 {
+			c.log.Warn("dependency unavailable; retrying the message in place", "msg_id", d.MsgID, "err", err)
+		} else {
+			c.log.Debug("dependency still unavailable", "msg_id", d.MsgID, "retry", n, "err", err)
+		}
+		unavailableRetries.WithLabelValues(c.spec.Durable).Inc()
+		select {
+		case <-time.After(pause):
+		case <-stopping.Done():
+			return err
+		case <-ctx.Done():
+			return err
+		}
+		pause = min(2*pause, maxUnavailablePause)
+		var v T
+		if derr := proto.Unmarshal(msg.Data(), P(&v)); derr != nil {
+			return err // decoded once already; cannot happen
+		}
+		err = c.h(ctx, P(&v))
+	}
+	return err
 }
 
 // keepAlive signals in-progress every AckWait/3 while a handler runs.

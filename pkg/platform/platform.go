@@ -124,6 +124,10 @@ type Accepted struct {
 	Duplicate bool
 	// Seq is the inbound stream sequence of the stored event.
 	Seq uint64
+	// FirstSeen is when the event id was first published, for a
+	// duplicate found in the gateway's seen bucket; zero when unknown
+	// (a first publish, or a duplicate only the bus dedupe window caught).
+	FirstSeen time.Time
 }
 
 // ErrRejected marks an inbound event the gateway refused to publish.

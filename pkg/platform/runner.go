@@ -351,7 +351,7 @@ func (r *Runner) Deliver(ctx context.Context, ev *eventsv1.MessageReceived) (Acc
 	if e, err := r.seen.Get(ctx, seenKey); err == nil && e != nil {
 		inboundTotal.WithLabelValues(r.name, "duplicate").Inc()
 		r.log.Debug("inbound event already seen", "msg_id", msgID)
-		return Accepted{Duplicate: true}, nil
+		return Accepted{Duplicate: true, FirstSeen: e.Created()}, nil
 	} else if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 		r.log.Warn("seen lookup failed; relying on bus dedupe", "err", err)
 	}

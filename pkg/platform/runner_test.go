@@ -13,6 +13,7 @@ import (
 
 	"github.com/switchboard-chat/switchboard/pkg/bus"
 	"github.com/switchboard-chat/switchboard/pkg/bus/bustest"
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/platform"
 	"github.com/switchboard-chat/switchboard/pkg/platform/platformtest"
 )
@@ -202,4 +203,31 @@ func TestLeaseGracefulHandoff(t *testing.T) {
 	a.stop()
 	// The lease TTL is 30 s: only a released lease lets B in this soon.
 	platformtest.WaitFor(t, "B takes over", func() bool { return state(bb.r) == platform.StateConnected })
+}
+
+// TestDeliverReportsWhenADuplicateWasFirstSeen: a repeated event id is a
+// duplicate that says when the first copy was published.
+func TestDeliverReportsWhenADuplicateWasFirstSeen(t *testing.T) {
+	t.Parallel()
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	h := startRunner(t, platformtest.NewMemory("bot", false), b, platform.Options{Backoff: platform.Schedule(10 * time.Millisecond)})
+	platformtest.WaitFor(t, "connected", func() bool { return state(h.r) == platform.StateConnected })
+	ctx := context.Background()
+	ev := func() *eventsv1.MessageReceived {
+		return &eventsv1.MessageReceived{EventId: "e-1", Source: &eventsv1.SessionSource{ChatId: "chat"}, Text: "hi"}
+	}
+	before := time.Now()
+	first, err := h.r.Deliver(ctx, ev())
+	if err != nil || first.Duplicate || !first.FirstSeen.IsZero() {
+		t.Fatalf("first delivery: %+v %v", first, err)
+	}
+	after := time.Now()
+	again, err := h.r.Deliver(ctx, ev())
+	if err != nil || !again.Duplicate {
+		t.Fatalf("second delivery: %+v %v, want a duplicate", again, err)
+	}
+	// The server's clock stamps the record; allow a second of skew.
+	if again.FirstSeen.Before(before.Add(-time.Second)) || again.FirstSeen.After(after.Add(time.Second)) {
+		t.Fatalf("first seen %v, want between %v and %v", again.FirstSeen, before, after)
+	}
 }

@@ -26,6 +26,7 @@ import (
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
 	"github.com/switchboard-chat/switchboard/pkg/outbox"
+	"github.com/switchboard-chat/switchboard/pkg/pg"
 	"github.com/switchboard-chat/switchboard/pkg/redisx"
 	"github.com/switchboard-chat/switchboard/services/delivery/internal/ratelimit"
 )
@@ -232,6 +233,7 @@ func (s *Service) consumer(p int) *bus.Consumer[repliesv1.ReplyEvent, *repliesv1
 		Concurrency:    1,
 		DrainTimeout:   5 * time.Second,
 		PollWait:       time.Second,
+		Unavailable:    pg.IsUnavailable,
 	}, s.handle)
 }
 

@@ -24,6 +24,7 @@ import (
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
 	"github.com/switchboard-chat/switchboard/pkg/pairing"
+	"github.com/switchboard-chat/switchboard/pkg/pg"
 	"github.com/switchboard-chat/switchboard/pkg/redisx"
 	"github.com/switchboard-chat/switchboard/pkg/sessionkey"
 	"github.com/switchboard-chat/switchboard/pkg/sessionstore"
@@ -225,6 +226,7 @@ func (s *Service) Run(ctx context.Context) error {
 			MaxAckPending:  1,
 			AckWait:        s.cfg.AckWait,
 			DrainTimeout:   s.cfg.DrainTimeout,
+			Unavailable:    pg.IsUnavailable,
 		}, s.handleInbound)
 		g.Go(func() error { return c.Run(gctx) })
 	}
@@ -235,6 +237,7 @@ func (s *Service) Run(ctx context.Context) error {
 		Concurrency:    4,
 		AckWait:        s.cfg.AckWait,
 		DrainTimeout:   s.cfg.DrainTimeout,
+		Unavailable:    pg.IsUnavailable,
 	}, s.handleTurnCompleted)
 	g.Go(func() error { return done.Run(gctx) })
 	g.Go(func() error { return s.sweep(gctx) })

@@ -17,6 +17,7 @@ import (
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
 	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
+	"github.com/switchboard-chat/switchboard/pkg/pg"
 	"github.com/switchboard-chat/switchboard/pkg/redisx"
 	"github.com/switchboard-chat/switchboard/services/worker/internal/store"
 )
@@ -178,6 +179,11 @@ func (r *turnRun) run(ctx context.Context) error {
 			r.log.Warn("hand the session lock back", "err", herr)
 		}
 		cancel()
+		return err
+	case err != nil && pg.IsUnavailable(err):
+		// Postgres is down: the consumer runs the turn again in place
+		// (resuming from the last committed step) once it is back.
+		r.log.Warn("turn paused: database unavailable", "err", err)
 		return err
 	case err != nil:
 		ctx = context.WithoutCancel(ctx)

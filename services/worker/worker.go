@@ -20,6 +20,7 @@ import (
 	"github.com/switchboard-chat/switchboard/pkg/bus"
 	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
 	"github.com/switchboard-chat/switchboard/pkg/llm"
+	"github.com/switchboard-chat/switchboard/pkg/pg"
 	"github.com/switchboard-chat/switchboard/pkg/redisx"
 	"github.com/switchboard-chat/switchboard/pkg/telemetry"
 	"github.com/switchboard-chat/switchboard/services/worker/internal/store"
@@ -298,6 +299,8 @@ func (s *Service) Run(ctx context.Context) error {
 		Backoff:        []time.Duration{time.Second, 2 * time.Second, 5 * time.Second},
 		Concurrency:    s.cfg.Concurrency,
 		DrainTimeout:   s.cfg.DrainTimeout,
+		// Postgres down: the turn waits in place, its attempts intact.
+		Unavailable: pg.IsUnavailable,
 	}, s.handle)
 	return c.Run(ctx)
 }

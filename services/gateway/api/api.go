@@ -47,6 +47,9 @@ type Config struct {
 	Model string `koanf:"model"`
 	// ReplyTimeout bounds how long a request waits for its turn's answer.
 	ReplyTimeout time.Duration `koanf:"reply_timeout"`
+	// IdempotencyTTL is how long the answer to a request with an
+	// Idempotency-Key is kept for its retries (default 24 h).
+	IdempotencyTTL time.Duration `koanf:"idempotency_ttl"`
 	// MaxBodyBytes bounds a request body (413 beyond).
 	MaxBodyBytes int64 `koanf:"max_body_bytes"`
 	// RateLimit is requests per second per API key (0 disables), with
@@ -64,7 +67,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		Addr: "127.0.0.1:8642", Account: "default", Model: "switchboard",
-		ReplyTimeout: 5 * time.Minute, MaxBodyBytes: 4 << 20,
+		ReplyTimeout: 5 * time.Minute, IdempotencyTTL: 24 * time.Hour, MaxBodyBytes: 4 << 20,
 		RateLimit: 5, RateBurst: 20, WebChat: true,
 	}
 }
@@ -84,6 +87,9 @@ func (c Config) Validate() error {
 	}
 	if c.ReplyTimeout <= 0 {
 		return config.Invalid("gateways.api.reply_timeout", c.ReplyTimeout, "a positive duration")
+	}
+	if c.IdempotencyTTL < 0 {
+		return config.Invalid("gateways.api.idempotency_ttl", c.IdempotencyTTL, "a positive duration")
 	}
 	return nil
 }
@@ -119,6 +125,10 @@ type Service struct {
 	handler  http.Handler
 	limiter  *keyLimiter
 	waiting  waiters
+	answers  *answers
+	// following lists the accepted requests with an Idempotency-Key,
+	// which follow their stored answer rather than wait in waiting.
+	following waiters
 
 	mu       sync.Mutex
 	addr     string       // resolved after the first listen
@@ -157,11 +167,15 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = 4 << 20
 	}
+	if cfg.IdempotencyTTL == 0 {
+		cfg.IdempotencyTTL = 24 * time.Hour
+	}
 	s := &Service{
 		cfg: cfg, log: deps.Log.With("service", "gateway-api"), bus: deps.Bus,
 		instance: randomHex(4), addr: cfg.Addr, listened: make(chan struct{}),
 		limiter: newKeyLimiter(cfg.RateLimit, cfg.RateBurst),
 	}
+	s.answers = &answers{bus: deps.Bus, log: s.log, ttl: cfg.IdempotencyTTL}
 	// Every request is a server span: the root of the message's trace,
 	// carried on by the inbound publish.
 	s.handler = otelhttp.NewHandler(s.routes(), "gateway.api",
@@ -201,6 +215,9 @@ func (s *Service) Listening() <-chan struct{} { return s.listened }
 func (s *Service) Run(ctx context.Context) error {
 	base, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
+	if _, err := s.answers.bucket(ctx); err != nil {
+		return err
+	}
 	s.mu.Lock()
 	s.baseCtx = base
 	s.mu.Unlock()
@@ -271,9 +288,17 @@ func (s *Service) dropListener() {
 }
 
 // Send hands a reply chunk to the waiting request (on this replica or,
-// forwarded, on the replica that holds it).
+// forwarded, on the replica that holds it). For a request with an
+// Idempotency-Key the chunk is added to its stored answer first, which
+// the request's attempts, on any replica, follow.
 func (s *Service) Send(ctx context.Context, req *deliveryv1.SendRequested) (string, error) {
-	if err := s.route(ctx, req, piece{text: req.GetText(), final: req.GetFinal()}); err != nil {
+	keyed, plain := splitIDs(req.GetInputMessageIds())
+	for _, id := range keyed {
+		if err := s.answers.add(ctx, id, answerPiece{Key: req.GetIdempotencyKey(), Text: req.GetText()}, req.GetFinal()); err != nil {
+			return "", err
+		}
+	}
+	if err := s.route(ctx, plain, req, piece{text: req.GetText(), final: req.GetFinal()}); err != nil {
 		return "", err
 	}
 	return "msg_" + randomHex(12), nil
@@ -281,7 +306,24 @@ func (s *Service) Send(ctx context.Context, req *deliveryv1.SendRequested) (stri
 
 // StreamDelta hands a text delta to the waiting request.
 func (s *Service) StreamDelta(ctx context.Context, req *deliveryv1.SendRequested) error {
-	return s.route(ctx, req, piece{delta: req.GetText()})
+	keyed, plain := splitIDs(req.GetInputMessageIds())
+	for _, id := range keyed {
+		s.answers.delta(id, req.GetText())
+	}
+	return s.route(ctx, plain, req, piece{delta: req.GetText()})
+}
+
+// splitIDs separates the ids of requests with an Idempotency-Key from
+// the others.
+func splitIDs(ids []string) (keyed, plain []string) {
+	for _, id := range ids {
+		if isKeyed(id) {
+			keyed = append(keyed, id)
+		} else {
+			plain = append(plain, id)
+		}
+	}
+	return keyed, plain
 }
 
 func (s *Service) Edit(context.Context, *deliveryv1.SendRequested) error {
@@ -298,8 +340,10 @@ func (s *Service) Typing(context.Context, *deliveryv1.SendRequested) error { ret
 // route delivers p locally, or forwards the request to the replica named
 // in the input message ids. Nobody waiting (the client left, the replica
 // died) is not an error: there is no one to show the reply to.
-func (s *Service) route(ctx context.Context, req *deliveryv1.SendRequested, p piece) error {
-	ids := req.GetInputMessageIds()
+func (s *Service) route(ctx context.Context, ids []string, req *deliveryv1.SendRequested, p piece) error {
+	if len(ids) == 0 {
+		return nil
+	}
 	if s.waiting.deliver(ids, p) {
 		return nil
 	}

@@ -86,13 +86,12 @@ func (f *apiFake) Deliver(t *testing.T, ctx context.Context, kind string) *event
 		want.Context = []*eventsv1.ContextMessage{{Role: "system", Content: "be brief"}, {Role: "user", Content: "earlier"}, {Role: "assistant", Content: "earlier answer"}}
 	}
 	body, _ := json.Marshal(map[string]any{"model": "switchboard", "messages": msgs})
-	sum := sha256.Sum256([]byte(session + "\x00" + key))
-	id := "req_" + f.s.instance + "_" + hex.EncodeToString(sum[:12])
+	keySum := sha256.Sum256([]byte(testKey))
+	id := keyedID("key-"+hex.EncodeToString(keySum[:4]), session, key)
 	chat := session
 	if chat == "" {
 		chat = id
 	}
-	keySum := sha256.Sum256([]byte(testKey))
 	want.EventId, want.MessageId, want.ClientSessionId = id, id, session
 	want.Source = &eventsv1.SessionSource{Platform: PlatformName, Account: "default", ChatId: chat, ChatType: "dm", UserId: "key-" + hex.EncodeToString(keySum[:4])}
 	r := fakeReq{body: body, session: session, key: key}
@@ -141,9 +140,9 @@ func (f *apiFake) Redeliver(t *testing.T, ctx context.Context, eventID string) {
 }
 
 func (f *apiFake) waitingOn(id string) int {
-	f.s.waiting.mu.Lock()
-	defer f.s.waiting.mu.Unlock()
-	return len(f.s.waiting.m[id])
+	f.s.following.mu.Lock()
+	defer f.s.following.mu.Unlock()
+	return len(f.s.following.m[id])
 }
 
 func (f *apiFake) status(t *testing.T, body []byte) int {

@@ -47,15 +47,12 @@ func FuzzRequestHeaders(f *testing.F) {
 			}
 		}
 
-		id := idempotentRequestID("r1", got, idem)
-		if id != idempotentRequestID("r1", got, idem) {
+		id := keyedID("who", got, idem)
+		if id != keyedID("who", got, idem) {
 			t.Fatal("request id not deterministic")
 		}
-		if idempotentRequestID("r1", got+"x", idem) == id {
-			t.Fatal("the same key in another session is the same request")
-		}
-		if inst, ok := instanceOf(id); !ok || inst != "r1" {
-			t.Fatalf("request id %q does not name the replica", id)
+		if keyedID("who", got+"x", idem) == id || keyedID("other", got, idem) == id {
+			t.Fatal("the same key in another session or for another client is the same request")
 		}
 		if !sessionIDPattern.MatchString(id) {
 			t.Fatalf("request id %q cannot be a session id (it is echoed as one)", id)

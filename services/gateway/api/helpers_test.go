@@ -24,6 +24,14 @@ const testKey = "sk-test-key"
 // startService runs an API gateway on a random loopback port.
 func startService(t *testing.T, b *bus.Bus, mutate func(*Config)) *Service {
 	t.Helper()
+	s, _ := runService(t, b, mutate)
+	return s
+}
+
+// runService runs an API gateway on a random loopback port; stop ends it
+// (it ends at cleanup otherwise).
+func runService(t *testing.T, b *bus.Bus, mutate func(*Config)) (*Service, func()) {
+	t.Helper()
 	cfg := DefaultConfig()
 	cfg.Addr = "127.0.0.1:0"
 	cfg.Key = testKey
@@ -38,12 +46,16 @@ func startService(t *testing.T, b *bus.Bus, mutate func(*Config)) *Service {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("run: %v", err)
-		}
-	})
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("run: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
 	select {
 	case <-s.Listening():
 	case <-time.After(20 * time.Second):
@@ -56,7 +68,7 @@ func startService(t *testing.T, b *bus.Bus, mutate func(*Config)) *Service {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	return s
+	return s, stop
 }
 
 // responder stands in for router + worker + delivery: it reads the API
@@ -68,6 +80,8 @@ type responder struct {
 	turns map[string]int
 	// answer makes the reply pieces for an event.
 	answer func(ev *eventsv1.MessageReceived, turn int) []string
+	// gate, when set, holds every answer until it is closed.
+	gate chan struct{}
 }
 
 func startResponder(t *testing.T, b *bus.Bus) *responder {
@@ -102,8 +116,16 @@ func (r *responder) reply(ctx context.Context, t *testing.T, b *bus.Bus, ev *eve
 	r.chats = append(r.chats, chat)
 	r.turns[chat]++
 	turn := r.turns[chat]
+	gate := r.gate
 	r.mu.Unlock()
 	pieces := r.answer(ev, turn)
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return
+		}
+	}
 	target := &deliveryv1.Target{Platform: PlatformName, Account: ev.GetSource().GetAccount(), ChatId: chat}
 	turnID := "turn-" + ev.GetEventId()
 	send := func(req *deliveryv1.SendRequested) {
@@ -126,6 +148,17 @@ func (r *responder) reply(ctx context.Context, t *testing.T, b *bus.Bus, ev *eve
 		send(&deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_STREAM_DELTA, Text: p, IdempotencyKey: fmt.Sprintf("%s:delta:%d", turnID, i)})
 	}
 	send(&deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, Text: strings.Join(pieces, ""), Final: true, IdempotencyKey: turnID + ":1:0"})
+}
+
+// hold makes the responder wait for the returned release before it
+// answers.
+func (r *responder) hold() (release func()) {
+	gate := make(chan struct{})
+	r.mu.Lock()
+	r.gate = gate
+	r.mu.Unlock()
+	var once sync.Once
+	return func() { once.Do(func() { close(gate) }) }
 }
 
 func (r *responder) chatIDs() []string {

@@ -32,6 +32,12 @@ const (
 	HeaderHermesSession = "X-Hermes-Session-Id"
 )
 
+// HeaderIdempotencyKey makes retries of a request one message.
+const HeaderIdempotencyKey = "Idempotency-Key"
+
+// maxIdempotencyKey bounds the Idempotency-Key header.
+const maxIdempotencyKey = 255
+
 var sessionIDPattern = regexp.MustCompile(`^[A-Za-z0-9._\-]{1,128}$`)
 
 func (s *Service) routes() http.Handler {
@@ -123,14 +129,6 @@ func sessionHeader(h http.Header) (string, bool) {
 	return session, session == "" || sessionIDPattern.MatchString(session)
 }
 
-// idempotentRequestID is the request id of a request with an
-// Idempotency-Key: the same for every retry with that key in the session,
-// and naming this replica like any request id.
-func idempotentRequestID(instance, session, key string) string {
-	sum := sha256.Sum256([]byte(session + "\x00" + key))
-	return "req_" + instance + "_" + hex.EncodeToString(sum[:12])
-}
-
 func (s *Service) health(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	status, code := "ok", http.StatusOK
@@ -176,19 +174,24 @@ func (s *Service) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	reqID := s.newRequestID()
-	if k := r.Header.Get("Idempotency-Key"); k != "" {
-		// A retried request with the same key is the same message.
-		reqID = idempotentRequestID(s.instance, session, k)
+	idemKey := r.Header.Get(HeaderIdempotencyKey)
+	if len(idemKey) > maxIdempotencyKey {
+		writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid_idempotency_key", HeaderIdempotencyKey,
+			fmt.Sprintf("The Idempotency-Key must be at most %d bytes.", maxIdempotencyKey))
+		return
 	}
-	eventID := reqID
+	identity, _ := r.Context().Value(ctxKey{}).(string)
+	reqID := s.newRequestID()
+	if idemKey != "" {
+		// Every attempt with this key is the same message, on any replica.
+		reqID = keyedID(identity, session, idemKey)
+	}
 	chatID := session
 	if chatID == "" {
 		chatID = reqID
 	}
-	identity, _ := r.Context().Value(ctxKey{}).(string)
 	ev := &eventsv1.MessageReceived{
-		EventId:   eventID,
+		EventId:   reqID,
 		MessageId: reqID,
 		Source: &eventsv1.SessionSource{
 			Platform: PlatformName, Account: s.cfg.Account, ChatId: chatID, ChatType: "dm",
@@ -205,16 +208,21 @@ func (s *Service) chatCompletions(w http.ResponseWriter, r *http.Request) {
 	}
 
 	wt := newWaiter()
-	s.waiting.add(reqID, wt)
-	defer s.waiting.remove(reqID, wt)
-	if _, err := s.rn().Deliver(r.Context(), ev); err != nil {
-		if errors.Is(err, platform.ErrRejected) {
-			writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid_request", "messages", "The request was rejected: "+err.Error())
+	if idemKey == "" {
+		s.waiting.add(reqID, wt)
+		defer s.waiting.remove(reqID, wt)
+		if _, err := s.rn().Deliver(r.Context(), ev); err != nil {
+			s.writeDeliverError(w, r, err)
 			return
 		}
-		s.log.WarnContext(r.Context(), "publish api request failed", "err", err)
-		writeError(w, http.StatusServiceUnavailable, "server_error", "bus_unavailable", "", "The gateway could not accept the request; retry later.")
-		return
+	} else {
+		stop, ok := s.acceptKeyed(w, r, ev, wt, fingerprint(req.Text, req.Attachments, req.Context))
+		defer stop()
+		if !ok {
+			return
+		}
+		s.following.add(reqID, wt)
+		defer s.following.remove(reqID, wt)
 	}
 	w.Header().Set(HeaderSession, chatID)
 	if session != "" && r.Header.Get(HeaderHermesSession) != "" {
@@ -226,7 +234,7 @@ func (s *Service) chatCompletions(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.ReplyTimeout)
 	defer cancel()
-	id := "chatcmpl-" + strings.TrimPrefix(reqID, "req_")
+	id := "chatcmpl-" + strings.TrimPrefix(strings.TrimPrefix(reqID, "req_"), keyedPrefix)
 	if req.Stream {
 		s.stream(ctx, w, wt, id, modelName)
 		return
@@ -241,6 +249,89 @@ func (s *Service) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		ID: id, Object: "chat.completion", Created: time.Now().Unix(), Model: modelName,
 		Choices: []completionChoice{{Message: completionMessage{Role: "assistant", Content: text}, FinishReason: "stop"}},
 	})
+}
+
+func (s *Service) writeDeliverError(w http.ResponseWriter, r *http.Request, err error) {
+	if errors.Is(err, platform.ErrRejected) {
+		writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid_request", "messages", "The request was rejected: "+err.Error())
+		return
+	}
+	s.log.WarnContext(r.Context(), "publish api request failed", "err", err)
+	writeError(w, http.StatusServiceUnavailable, "server_error", "bus_unavailable", "", "The gateway could not accept the request; retry later.")
+}
+
+// acceptKeyed accepts a request with an Idempotency-Key. It follows the
+// request's stored answer (live updates, and a slow poll in case one is
+// missed), records the request unless an earlier attempt did, and
+// publishes the message unless the answer is complete already — a copy
+// an earlier attempt published is dropped by the gateway's seen bucket,
+// the bus dedupe window and the router. It writes the error response and
+// returns false when the request cannot be accepted; stop ends following.
+func (s *Service) acceptKeyed(w http.ResponseWriter, r *http.Request, ev *eventsv1.MessageReceived, wt *waiter, request string) (stop func(), ok bool) {
+	ctx := r.Context()
+	id := ev.GetMessageId()
+	f := newFollower(wt)
+	unsubscribe, err := s.answers.follow(id, f)
+	if err != nil {
+		s.log.WarnContext(ctx, "follow api answer failed", "err", err)
+		writeError(w, http.StatusServiceUnavailable, "server_error", "bus_unavailable", "", "The gateway could not accept the request; retry later.")
+		return func() {}, false
+	}
+	pollCtx, stopPoll := context.WithCancel(ctx)
+	stop = func() { stopPoll(); unsubscribe() }
+	rec, created, err := s.answers.begin(ctx, id, request)
+	if err != nil {
+		s.log.WarnContext(ctx, "record api request failed", "err", err)
+		writeError(w, http.StatusServiceUnavailable, "server_error", "bus_unavailable", "", "The gateway could not accept the request; retry later.")
+		return stop, false
+	}
+	if rec.Request != "" && rec.Request != request {
+		writeError(w, http.StatusUnprocessableEntity, "invalid_request_error", "idempotency_key_reused", HeaderIdempotencyKey,
+			"This Idempotency-Key was used for a different request.")
+		return stop, false
+	}
+	f.apply(rec)
+	if rec.Final {
+		f.decide(false)
+		return stop, true
+	}
+	acc, err := s.rn().Deliver(ctx, ev)
+	if err != nil {
+		s.writeDeliverError(w, r, err)
+		return stop, false
+	}
+	if created && acc.Duplicate && !acc.FirstSeen.IsZero() && time.Since(acc.FirstSeen) > s.cfg.IdempotencyTTL {
+		// Handled long ago; its answer is no longer kept.
+		if err := s.answers.forget(ctx, id); err != nil {
+			s.log.WarnContext(ctx, "forget api request failed", "err", err)
+		}
+		writeError(w, http.StatusConflict, "invalid_request_error", "idempotency_key_expired", HeaderIdempotencyKey,
+			"This Idempotency-Key was used more than the idempotency TTL ago and its answer is no longer kept; use a new key.")
+		return stop, false
+	}
+	// Only the attempt that published the message streams its deltas.
+	f.decide(!acc.Duplicate)
+	go s.pollAnswer(pollCtx, id, f)
+	return stop, true
+}
+
+// answerPoll is how often a keyed request reads its stored answer, in
+// case a live update did not reach it.
+const answerPoll = 3 * time.Second
+
+func (s *Service) pollAnswer(ctx context.Context, id string, f *follower) {
+	t := time.NewTicker(answerPoll)
+	defer t.Stop()
+	for !f.finished() {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if rec, ok, err := s.answers.get(ctx, id); err == nil && ok {
+			f.apply(rec)
+		}
+	}
 }
 
 func (s *Service) writeWaitError(w http.ResponseWriter, r *http.Request, err error) {
