@@ -185,6 +185,38 @@ func (b *Bus) Publish(ctx context.Context, subject, msgID string, m proto.Messag
 	return ack, nil
 }
 
+// PublishAsync stores m like Publish but does not wait for the stream's
+// acknowledgement: for progress events (typing, text deltas, lifecycle
+// notes) whose loss costs nothing but a missing indicator. Later
+// publishes on this bus keep their order after it (one connection, in
+// order). A failure is counted and logged when the acknowledgement does
+// not come; only a failure to send at all is returned.
+func (b *Bus) PublishAsync(ctx context.Context, subject, msgID string, m proto.Message) error {
+	if msgID == "" {
+		return fmt.Errorf("publish %s: empty message id", subject)
+	}
+	msg, err := newMsg(ctx, subject, m)
+	if err != nil {
+		return err
+	}
+	label := subjectLabel(b.topo, subject)
+	f, err := b.js.PublishMsgAsync(msg, jetstream.WithMsgID(msgID))
+	if err != nil {
+		published.WithLabelValues(label, resultLabel(err)).Inc()
+		return fmt.Errorf("publish %s: %w", subject, err)
+	}
+	go func() {
+		select {
+		case <-f.Ok():
+			published.WithLabelValues(label, resultLabel(nil)).Inc()
+		case err := <-f.Err():
+			published.WithLabelValues(label, resultLabel(err)).Inc()
+			b.log.Warn("asynchronous publish failed", "subject", subject, "msg_id", msgID, "err", err)
+		}
+	}()
+	return nil
+}
+
 // PublishCore sends m on a core NATS subject (not stored): control
 // messages to whoever listens now.
 func (b *Bus) PublishCore(ctx context.Context, subject string, m proto.Message) error {

@@ -67,6 +67,7 @@ func runSuite(t *testing.T, url string) {
 	}{
 		{"streams are created idempotently", testEnsureIdempotent},
 		{"dedupe by message id", testDedupe},
+		{"asynchronous publishes keep their order", testPublishAsyncOrder},
 		{"redelivery after nak", testRedelivery},
 		{"term after max deliveries", testMaxDeliveries},
 		{"permanent error dead-letters at once", testPermanent},
@@ -207,6 +208,51 @@ func testDedupe(t *testing.T, b *bus.Bus) {
 		t.Fatalf("stream holds %d messages, want 1", n)
 	}
 	if _, err := b.Publish(context.Background(), subj, "", turn("x")); err == nil {
+		t.Fatal("publish without message id succeeded")
+	}
+}
+
+func testPublishAsyncOrder(t *testing.T, b *bus.Bus) {
+	ctx := context.Background()
+	subj := b.Topology().Subject(bus.SubjectTurnRequested)
+	for i := range 20 {
+		id := fmt.Sprintf("async-%d", i)
+		if err := b.PublishAsync(ctx, subj, "turn:"+id, turn(id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A repeated id is dropped like any duplicate.
+	if err := b.PublishAsync(ctx, subj, "turn:async-3", turn("async-3")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Publish(ctx, subj, "turn:sync", turn("sync")); err != nil {
+		t.Fatal(err)
+	}
+	s, err := b.JetStream().Stream(ctx, b.Topology().Stream(bus.StreamTurns))
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != 21 {
+		t.Fatalf("stream holds %d messages, want 21", info.State.Msgs)
+	}
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq; seq++ {
+		m, err := s.GetMsg(ctx, seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := "turn:sync"
+		if n := int(seq - info.State.FirstSeq); n < 20 {
+			want = fmt.Sprintf("turn:async-%d", n)
+		}
+		if got := m.Header.Get(nats.MsgIdHdr); got != want {
+			t.Fatalf("message %d is %s, want %s", seq, got, want)
+		}
+	}
+	if err := b.PublishAsync(ctx, subj, "", turn("x")); err == nil {
 		t.Fatal("publish without message id succeeded")
 	}
 }

@@ -93,6 +93,15 @@ type Streamer interface {
 	StreamDelta(ctx context.Context, req *deliveryv1.SendRequested) error
 }
 
+// IdempotentSender is implemented by platforms whose Send, Edit and
+// Delete are harmless to repeat with one idempotency key (the API gateway
+// hands a reply to a waiting request, which takes it once): the Runner
+// keeps no receipts for them, saving a KV read before and a write after
+// every send.
+type IdempotentSender interface {
+	IdempotentSends() bool
+}
+
 // SingleConsumer is implemented by platforms that allow one connection per
 // bot identity (Telegram long-poll, the Discord gateway): the Runner
 // connects only while it holds the lease.

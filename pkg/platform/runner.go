@@ -467,6 +467,12 @@ func (r *Runner) serveSend(ctx context.Context, m *nats.Msg) {
 	}
 }
 
+// idempotentSends reports whether the platform needs no receipts.
+func (r *Runner) idempotentSends() bool {
+	is, ok := r.p.(IdempotentSender)
+	return ok && is.IdempotentSends()
+}
+
 // cached reports whether op's receipts are remembered for retries.
 func cached(op deliveryv1.SendOp) bool {
 	switch op {
@@ -484,7 +490,7 @@ func (r *Runner) Execute(ctx context.Context, req *deliveryv1.SendRequested) *de
 	opName := opLabel(op)
 	key := req.GetIdempotencyKey()
 	var cacheKey string
-	if key != "" && cached(op) {
+	if key != "" && cached(op) && !r.idempotentSends() {
 		cacheKey = r.name + "." + hashKey(key)
 		if e, err := r.receipts.Get(ctx, cacheKey); err == nil {
 			first := &deliveryv1.SendReceipt{}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/switchboard-chat/switchboard/pkg/bus"
 	"github.com/switchboard-chat/switchboard/pkg/bus/bustest"
+	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/platform"
 	"github.com/switchboard-chat/switchboard/pkg/platform/platformtest"
@@ -229,5 +230,58 @@ func TestDeliverReportsWhenADuplicateWasFirstSeen(t *testing.T) {
 	// The server's clock stamps the record; allow a second of skew.
 	if again.FirstSeen.Before(before.Add(-time.Second)) || again.FirstSeen.After(after.Add(time.Second)) {
 		t.Fatalf("first seen %v, want between %v and %v", again.FirstSeen, before, after)
+	}
+}
+
+// idempotentMemory is a platform that declares its sends safe to repeat.
+type idempotentMemory struct{ *platformtest.Memory }
+
+func (idempotentMemory) IdempotentSends() bool { return true }
+
+// TestReceiptsAnswerRepeatedKeysUnlessThePlatformIsIdempotent: a repeated
+// send key gets the first receipt back and sends nothing, except on a
+// platform whose sends are harmless to repeat, where no receipt is kept.
+func TestReceiptsAnswerRepeatedKeysUnlessThePlatformIsIdempotent(t *testing.T) {
+	t.Parallel()
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	for _, tt := range []struct {
+		name      string
+		p         func() (platform.Platform, *platformtest.Memory)
+		wantSends int
+		wantDup   bool
+	}{
+		{"receipts", func() (platform.Platform, *platformtest.Memory) {
+			m := platformtest.NewMemory("bot-r", false)
+			return m, m
+		}, 1, true},
+		{"idempotent platform", func() (platform.Platform, *platformtest.Memory) {
+			m := platformtest.NewMemory("bot-i", false)
+			return idempotentMemory{m}, m
+		}, 2, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			p, m := tt.p()
+			r, err := platform.NewRunner(p, b, platform.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- r.Run(ctx) }()
+			defer func() { cancel(); <-done }()
+			req := &deliveryv1.SendRequested{IdempotencyKey: "t1:1:0", Op: deliveryv1.SendOp_SEND_OP_SEND,
+				Target: &deliveryv1.Target{Platform: "memory", ChatId: "chat"}, Text: "once"}
+			platformtest.WaitFor(t, "the runner to start", func() bool { return state(r) == platform.StateConnected })
+			if first := r.Execute(ctx, req); !first.GetOk() || first.GetDuplicate() {
+				t.Fatalf("first receipt %+v", first)
+			}
+			second := r.Execute(ctx, req)
+			if !second.GetOk() || second.GetDuplicate() != tt.wantDup {
+				t.Fatalf("second receipt %+v, want duplicate=%v", second, tt.wantDup)
+			}
+			if got := len(m.Fake().Sent(t, ctx, req.GetTarget())); got != tt.wantSends {
+				t.Fatalf("sent %d times, want %d", got, tt.wantSends)
+			}
+		})
 	}
 }

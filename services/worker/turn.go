@@ -152,7 +152,7 @@ func (r *turnRun) run(ctx context.Context) error {
 	started := &turnsv1.TurnStarted{TurnId: r.req.GetTurnId(), SessionKey: r.req.GetSessionKey(),
 		Generation: r.req.GetGeneration(), WorkerId: r.s.cfg.ID, StartedAt: timestamppb.New(r.s.now()),
 		Attempt: int32(r.attempt)}
-	if _, err := r.s.bus.Publish(ctx, r.s.bus.Topology().Subject(bus.SubjectTurnStarted),
+	if err := r.s.bus.PublishAsync(ctx, r.s.bus.Topology().Subject(bus.SubjectTurnStarted),
 		fmt.Sprintf("turn-started:%s:%d", r.req.GetTurnId(), r.attempt), started); err != nil {
 		return fmt.Errorf("publish turn started: %w", err)
 	}
@@ -397,8 +397,16 @@ func (r *turnRun) publishAt(ctx context.Context, seq int64, ev *repliesv1.ReplyE
 	ev.Target = r.target
 	ev.CreatedAt = timestamppb.New(r.s.now())
 	ev.InputMessageIds = r.inputIDs
-	_, err := r.s.bus.Publish(ctx, r.s.bus.Topology().ReplySubject(r.req.GetSessionKey()),
-		fmt.Sprintf("reply:%s:%d", r.req.GetTurnId(), seq), ev)
+	subject, id := r.s.bus.Topology().ReplySubject(r.req.GetSessionKey()), fmt.Sprintf("reply:%s:%d", r.req.GetTurnId(), seq)
+	var err error
+	switch ev.GetBody().(type) {
+	case *repliesv1.ReplyEvent_Typing, *repliesv1.ReplyEvent_TextDelta, *repliesv1.ReplyEvent_ToolProgress:
+		// Progress: no need to wait for the stream; the final event,
+		// published after it on the same connection, stays behind it.
+		err = r.s.bus.PublishAsync(ctx, subject, id, ev)
+	default:
+		_, err = r.s.bus.Publish(ctx, subject, id, ev)
+	}
 	if err != nil {
 		return fmt.Errorf("publish reply event: %w", err)
 	}

@@ -287,6 +287,12 @@ func (s *Service) dropListener() {
 	}
 }
 
+// IdempotentSends: a reply chunk sent twice is taken once — by the
+// waiting request (gone after its final) or, for a keyed request, by its
+// stored answer, which adds each send key once — so the runner keeps no
+// receipts for this platform.
+func (s *Service) IdempotentSends() bool { return true }
+
 // Send hands a reply chunk to the waiting request (on this replica or,
 // forwarded, on the replica that holds it). For a request with an
 // Idempotency-Key the chunk is added to its stored answer first, which
