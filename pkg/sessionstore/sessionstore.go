@@ -159,43 +159,6 @@ func (s *Store) Generation(ctx context.Context, key string) (int64, error) {
 	return gen, nil
 }
 
-// GetOrCreate returns the session of key, creating it from src when there
-// is none. Concurrent callers for a new key get the same single session.
-func (s *Store) GetOrCreate(ctx context.Context, key, profile string, src *eventsv1.SessionSource) (Session, bool, error) {
-	now := s.now()
-	id := NewSessionID(now)
-	var sess Session
-	created := false
-	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
-		var err error
-		sess, err = scanSession(tx.QueryRow(ctx, `
-			INSERT INTO sessions (session_key, session_id, platform, chat_type, origin, display_name, profile,
-				created_at, updated_at, last_activity_at)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8, $8)
-			ON CONFLICT (session_key) DO NOTHING
-			RETURNING `+sessionCols, key, id, src.GetPlatform(), src.GetChatType(), encodeOrigin(src), displayName(src), profile, now))
-		if errors.Is(err, pgx.ErrNoRows) {
-			sess, err = scanSession(tx.QueryRow(ctx, `SELECT `+sessionCols+` FROM sessions WHERE session_key = $1`, key))
-			if err != nil {
-				return fmt.Errorf("read session: %w", err)
-			}
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("create session: %w", err)
-		}
-		created = true
-		if _, err := tx.Exec(ctx, `INSERT INTO session_history (session_key, session_id, started_at) VALUES ($1, $2, $3)`, key, id, now); err != nil {
-			return fmt.Errorf("record session history: %w", err)
-		}
-		return nil
-	})
-	if err != nil {
-		return Session{}, false, err
-	}
-	return sess, created, nil
-}
-
 // asyncCommitSQL makes the batch's implicit transaction commit without
 // waiting for the WAL flush: lost only if Postgres itself crashes, and
 // made durable by any later synchronous commit (the WAL is flushed in
@@ -239,16 +202,6 @@ func (s *Store) Arrive(ctx context.Context, key, profile string, src *eventsv1.S
 		prev = *prevAt
 	}
 	return sess, created, prev, br.Close()
-}
-
-// Touch records activity on the session and refreshes its origin.
-func (s *Store) Touch(ctx context.Context, key string, src *eventsv1.SessionSource) error {
-	_, err := s.db.Exec(ctx, `UPDATE sessions SET origin = $2, display_name = $3, last_activity_at = $4, updated_at = $4
-		WHERE session_key = $1`, key, encodeOrigin(src), displayName(src), s.now())
-	if err != nil {
-		return fmt.Errorf("touch session: %w", err)
-	}
-	return nil
 }
 
 // Reset starts a new conversation under key: a new session id, the next

@@ -32,7 +32,7 @@ func TestStartTurnGrouping(t *testing.T) {
 			ctx := context.Background()
 			s := New(pgtest.New(t))
 			key := "agent:main:telegram:dm:1"
-			if _, _, err := s.GetOrCreate(ctx, key, "", &eventsv1.SessionSource{Platform: "telegram", ChatId: "1"}); err != nil {
+			if _, _, _, err := s.Arrive(ctx, key, "", &eventsv1.SessionSource{Platform: "telegram", ChatId: "1"}); err != nil {
 				t.Fatal(err)
 			}
 			// Enqueue in reverse seq order: the stream sequence decides.
@@ -78,7 +78,7 @@ func TestStartTurnRollsBackWhenPublishFails(t *testing.T) {
 	ctx := context.Background()
 	s := New(pgtest.New(t))
 	key := "k"
-	if _, _, err := s.GetOrCreate(ctx, key, "", &eventsv1.SessionSource{Platform: "x"}); err != nil {
+	if _, _, _, err := s.Arrive(ctx, key, "", &eventsv1.SessionSource{Platform: "x"}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Enqueue(ctx, key, 1, false, &eventsv1.MessageReceived{EventId: "e"}, 32); err != nil {
