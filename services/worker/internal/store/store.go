@@ -26,16 +26,6 @@ type Turn struct {
 	SessionID  string
 	Generation int64
 	UserKey    string
-	// StartedAt is when this attempt began (the turn row's started_at;
-	// now when zero).
-	StartedAt time.Time
-}
-
-func startedAt(t Turn) *time.Time {
-	if t.StartedAt.IsZero() {
-		return nil
-	}
-	return &t.StartedAt
 }
 
 // ToolCall is an assistant's tool invocation as stored.
@@ -197,23 +187,29 @@ func scanMessage(r pgx.Row) (Message, error) {
 	return m, nil
 }
 
-// BeginTurn checks the turn's generation and returns, in one round trip
-// that writes nothing, what earlier attempts decided, the conversation so
-// far and the stored system prompt. The turn's row is written by Finish.
+// BeginTurn records the turn (once, Deferred) and returns, in the same
+// round trip, what earlier attempts left, the conversation so far and the
+// stored system prompt.
 func (s *Store) BeginTurn(ctx context.Context, t Turn) (TurnState, error) {
 	var st TurnState
-	err := s.write(ctx, t, Durable, func(b *pgx.Batch) {
+	err := s.write(ctx, t, Deferred, func(b *pgx.Batch) {
+		b.Queue(`INSERT INTO worker_turns (turn_id, session_key, session_id, generation)
+			VALUES ($1, $2, $3, $4) ON CONFLICT (turn_id) DO NOTHING`, t.TurnID, t.SessionKey, t.SessionID, t.Generation)
 		b.Queue(`SELECT `+finalCols+` FROM worker_turns WHERE turn_id = $1`, t.TurnID)
 		b.Queue(`SELECT summary FROM transcript_summaries WHERE session_id = $1 ORDER BY upto_id DESC LIMIT 1`, t.SessionID)
 		b.Queue(`SELECT `+messageCols+` FROM transcript_messages WHERE session_id = $1
 			AND id > COALESCE((SELECT max(upto_id) FROM transcript_summaries WHERE session_id = $1), 0) ORDER BY id`, t.SessionID)
 		b.Queue(`SELECT signature, prompt FROM session_prompts WHERE session_id = $1`, t.SessionID)
 	}, func(br pgx.BatchResults) error {
-		switch f, err := scanFinal(br.QueryRow()); {
-		case err == nil && f.Kind != "":
-			st.Final = &f
-		case err != nil && !errors.Is(err, pgx.ErrNoRows):
+		if _, err := br.Exec(); err != nil {
+			return fmt.Errorf("insert turn: %w", err)
+		}
+		f, err := scanFinal(br.QueryRow())
+		if err != nil {
 			return fmt.Errorf("read turn: %w", err)
+		}
+		if f.Kind != "" {
+			st.Final = &f
 		}
 		if err := br.QueryRow().Scan(&st.Summary); err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("read summary: %w", err)
@@ -316,8 +312,8 @@ func (s *Store) Finish(ctx context.Context, t Turn, before []Message, step int, 
 			queueInsert(b, t, &before[i])
 		}
 		b.Queue(`WITH t AS (
-				INSERT INTO worker_turns (turn_id, session_key, session_id, generation, status, final_kind, final_text, error_code, final_seq, model, started_at)
-				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, COALESCE($19, now()))
+				INSERT INTO worker_turns (turn_id, session_key, session_id, generation, status, final_kind, final_text, error_code, final_seq, model)
+				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
 				ON CONFLICT (turn_id) DO UPDATE SET status = EXCLUDED.status, final_kind = EXCLUDED.final_kind,
 					final_text = EXCLUDED.final_text, error_code = EXCLUDED.error_code, final_seq = EXCLUDED.final_seq,
 					model = EXCLUDED.model, updated_at = now()
@@ -330,7 +326,7 @@ func (s *Store) Finish(ctx context.Context, t Turn, before []Message, step int, 
 				RETURNING 1)
 			SELECT EXISTS (SELECT 1 FROM t), (SELECT count(*) FROM m)`,
 			t.TurnID, t.SessionKey, t.SessionID, t.Generation, f.Status, f.Kind, f.Text, f.ErrorCode, f.Seq, f.Model,
-			last != nil, t.UserKey, m.Step, m.Role, m.Content, toolCallsJSON(&m), m.ToolCallID, m.ToolName, startedAt(t))
+			last != nil, t.UserKey, m.Step, m.Role, m.Content, toolCallsJSON(&m), m.ToolCallID, m.ToolName)
 	}, func(br pgx.BatchResults) error {
 		for i := range before {
 			if err := br.QueryRow().Scan(&before[i].ID, &before[i].CreatedAt); err != nil {
