@@ -219,6 +219,8 @@ func TestExpiresAfterTTL(t *testing.T) {
 	e := newEnv(t)
 	cfg := testConfig()
 	cfg.TTL = time.Minute
+	// The clock runs fast here: attempts must not run out before the TTL.
+	cfg.MaxAttempts = 1000
 	e.start(t, cfg, "a")
 	ev := event("t1", 1, "s1", final("nobody listens"))
 	ev.Target.Platform = "nowhere"

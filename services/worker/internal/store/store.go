@@ -101,9 +101,9 @@ func New(db *pgxpool.Pool) *Store { return &Store{db: db} }
 // Durability of a write. A Deferred commit returns without waiting for
 // the WAL flush; it can be lost only if Postgres itself crashes, and it is
 // made durable by the next Durable commit (the WAL is flushed in order).
-// Writes a redelivered turn redoes from its request (the turn row, its
-// input messages, the stored prompt, summaries) are Deferred; the turn's
-// decided end is Durable, so everything before it is durable once it is.
+// Writes a redelivered turn simply redoes (the turn's row, the stored
+// prompt, summaries) are Deferred; transcript steps and the turn's decided
+// end are Durable, so everything before them is durable once they are.
 type Durability bool
 
 const (
