@@ -24,6 +24,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
+	"github.com/switchboard-chat/switchboard/pkg/pg"
 )
 
 // State is a row's delivery state.
@@ -141,14 +142,11 @@ func ChatKey(t *deliveryv1.Target) string {
 	return t.GetPlatform() + ":" + t.GetAccount() + ":" + t.GetChatId()
 }
 
-// asyncCommitSQL makes a batch's implicit transaction commit without
-// waiting for the WAL flush. Claims and send outcomes use it: if Postgres
-// crashes and loses one, the row is claimed and sent again with the same
-// idempotency key, which the platform gateway answers with its first
-// receipt. Enqueue stays durable: the reply event is acked after it.
-const asyncCommitSQL = `SELECT set_config('synchronous_commit', 'off', true)`
-
-// Store is the outbox in Postgres.
+// Store is the outbox in Postgres. Rows are queued with a durable commit
+// (the reply event is acked after it); claims and send outcomes commit
+// without waiting for the WAL flush (pg.AsyncCommit): if Postgres crashes
+// and loses one, the row is claimed and sent again under the same
+// idempotency key, which the gateway answers with its first receipt.
 type Store struct {
 	db *pgxpool.Pool
 }
@@ -191,32 +189,68 @@ func collect(rows pgx.Rows) ([]Row, error) {
 	return out, rows.Err()
 }
 
+// newRow is how a request's row starts out: queued (the zero value), or
+// already tried by owner — sending under a lease, or sent.
+type newRow struct {
+	state             State
+	attempts          int
+	owner             string
+	lease             time.Duration // sending: the claim's lease
+	platformMessageID string        // sent
+}
+
+// insertRow is the INSERT of one request's row (arguments from rowArgs);
+// the caller adds the conflict and RETURNING clauses.
+const insertRow = `
+INSERT INTO delivery_outbox (idempotency_key, state, platform, account, chat_id, thread_id, chat_key,
+	session_key, turn_id, payload, attempts, platform_message_id, next_attempt_at, expires_at, lease_until,
+	claimed_by, created_at, updated_at, sent_at, traceparent)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $13, $13, $17, $18)`
+
+// rowArgs are insertRow's arguments for req, due at now and expiring
+// after ttl.
+func rowArgs(ctx context.Context, now time.Time, ttl time.Duration, req *deliveryv1.SendRequested, nr newRow) ([]any, error) {
+	if req.GetIdempotencyKey() == "" {
+		return nil, errors.New("enqueue: empty idempotency key")
+	}
+	payload, err := proto.Marshal(req)
+	if err != nil {
+		return nil, fmt.Errorf("encode send request: %w", err)
+	}
+	state := nr.state
+	if state == "" {
+		state = Queued
+	}
+	var lease, sent *time.Time
+	if state == Sending {
+		l := now.Add(nr.lease)
+		lease = &l
+	}
+	if state == Sent {
+		sent = &now
+	}
+	t := req.GetTarget()
+	return []any{req.GetIdempotencyKey(), string(state), t.GetPlatform(), t.GetAccount(), t.GetChatId(), t.GetThreadId(), ChatKey(t),
+		req.GetSessionKey(), req.GetTurnId(), payload, nr.attempts, nr.platformMessageID, now, now.Add(ttl), lease,
+		nr.owner, sent, traceParent(ctx)}, nil
+}
+
 // Enqueue stores requests as queued rows, due at now and expiring after
 // ttl, in the given order (which is their send order within a chat). A
 // request whose idempotency key is already stored is left as it is. It
 // returns the id of every request's row, new or existing.
 func (s *Store) Enqueue(ctx context.Context, now time.Time, ttl time.Duration, reqs ...*deliveryv1.SendRequested) ([]int64, error) {
-	tp := traceParent(ctx)
 	// One pipelined batch: one round trip, one implicit transaction, one
 	// durable commit for all the rows.
 	b := &pgx.Batch{}
 	for _, req := range reqs {
-		if req.GetIdempotencyKey() == "" {
-			return nil, errors.New("enqueue: empty idempotency key")
-		}
-		payload, err := proto.Marshal(req)
+		args, err := rowArgs(ctx, now, ttl, req, newRow{})
 		if err != nil {
-			return nil, fmt.Errorf("encode send request: %w", err)
+			return nil, err
 		}
-		t := req.GetTarget()
-		b.Queue(`
-INSERT INTO delivery_outbox (idempotency_key, platform, account, chat_id, thread_id, chat_key,
-	session_key, turn_id, payload, next_attempt_at, expires_at, created_at, updated_at, traceparent)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $10, $10, $12)
+		b.Queue(insertRow+`
 ON CONFLICT (idempotency_key) DO UPDATE SET idempotency_key = EXCLUDED.idempotency_key
-RETURNING id`,
-			req.GetIdempotencyKey(), t.GetPlatform(), t.GetAccount(), t.GetChatId(), t.GetThreadId(), ChatKey(t),
-			req.GetSessionKey(), req.GetTurnId(), payload, now, now.Add(ttl), tp)
+RETURNING id`, args...)
 	}
 	br := s.db.SendBatch(ctx, b)
 	defer br.Close()
@@ -251,20 +285,13 @@ func (s *Store) Clear(ctx context.Context, chatKey, key string) (bool, error) {
 // the caller records the attempt's outcome on it like any claimed row.
 // Durable. ok is false when a row with the key exists already.
 func (s *Store) EnqueueClaimed(ctx context.Context, now time.Time, ttl, lease time.Duration, owner string, req *deliveryv1.SendRequested) (r Row, ok bool, err error) {
-	payload, err := proto.Marshal(req)
+	args, err := rowArgs(ctx, now, ttl, req, newRow{state: Sending, attempts: 1, owner: owner, lease: lease})
 	if err != nil {
-		return Row{}, false, fmt.Errorf("encode send request: %w", err)
+		return Row{}, false, err
 	}
-	t := req.GetTarget()
-	r, err = scanRow(s.db.QueryRow(ctx, `
-INSERT INTO delivery_outbox (idempotency_key, state, platform, account, chat_id, thread_id, chat_key,
-	session_key, turn_id, payload, attempts, next_attempt_at, expires_at, lease_until, claimed_by,
-	created_at, updated_at, traceparent)
-VALUES ($1, 'sending', $2, $3, $4, $5, $6, $7, $8, $9, 1, $10, $11, $12, $13, $10, $10, $14)
+	r, err = scanRow(s.db.QueryRow(ctx, insertRow+`
 ON CONFLICT (idempotency_key) DO NOTHING
-RETURNING `+rowColumns,
-		req.GetIdempotencyKey(), t.GetPlatform(), t.GetAccount(), t.GetChatId(), t.GetThreadId(), ChatKey(t),
-		req.GetSessionKey(), req.GetTurnId(), payload, now, now.Add(ttl), now.Add(lease), owner, traceParent(ctx)))
+RETURNING `+rowColumns, args...))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Row{}, false, nil
 	}
@@ -276,25 +303,19 @@ RETURNING `+rowColumns,
 
 // RecordSent stores a request that was sent at once as a sent row, for the
 // record (admin listing, the gateways' channel directory). The commit does
-// not wait for the WAL flush: if Postgres loses it, the reply event, not
-// yet acked, is handled again and the gateway answers the repeated key
-// with its first receipt. A row already stored under the key is kept.
+// not wait for the WAL flush (pg.AsyncCommit): if Postgres loses it, the
+// reply event, not yet acked, is handled again and the gateway answers
+// the repeated key with its first receipt. A row already stored under the
+// key is kept.
 func (s *Store) RecordSent(ctx context.Context, now time.Time, ttl time.Duration, req *deliveryv1.SendRequested, owner, platformMessageID string) error {
-	payload, err := proto.Marshal(req)
+	args, err := rowArgs(ctx, now, ttl, req, newRow{state: Sent, attempts: 1, owner: owner, platformMessageID: platformMessageID})
 	if err != nil {
-		return fmt.Errorf("encode send request: %w", err)
+		return err
 	}
-	t := req.GetTarget()
 	b := &pgx.Batch{}
-	b.Queue(asyncCommitSQL)
-	b.Queue(`
-INSERT INTO delivery_outbox (idempotency_key, state, platform, account, chat_id, thread_id, chat_key,
-	session_key, turn_id, payload, attempts, platform_message_id, next_attempt_at, expires_at, claimed_by,
-	created_at, updated_at, sent_at, traceparent)
-VALUES ($1, 'sent', $2, $3, $4, $5, $6, $7, $8, $9, 1, $10, $11, $12, $13, $11, $11, $11, $14)
-ON CONFLICT (idempotency_key) DO NOTHING`,
-		req.GetIdempotencyKey(), t.GetPlatform(), t.GetAccount(), t.GetChatId(), t.GetThreadId(), ChatKey(t),
-		req.GetSessionKey(), req.GetTurnId(), payload, platformMessageID, now, now.Add(ttl), owner, traceParent(ctx))
+	b.Queue(pg.AsyncCommit)
+	b.Queue(insertRow+`
+ON CONFLICT (idempotency_key) DO NOTHING`, args...)
 	if err := s.db.SendBatch(ctx, b).Close(); err != nil {
 		return fmt.Errorf("record sent delivery %s: %w", req.GetIdempotencyKey(), err)
 	}
@@ -308,7 +329,7 @@ ON CONFLICT (idempotency_key) DO NOTHING`,
 // claiming at the same moment are skipped, never waited for.
 func (s *Store) Claim(ctx context.Context, now time.Time, lease time.Duration, owner string, limit int) ([]Row, error) {
 	b := &pgx.Batch{}
-	b.Queue(asyncCommitSQL)
+	b.Queue(pg.AsyncCommit)
 	b.Queue(`
 WITH due AS (
 	SELECT o.id AS due_id FROM delivery_outbox o
@@ -346,7 +367,7 @@ RETURNING `+rowColumns, now, limit, now.Add(lease), owner)
 func (s *Store) update(ctx context.Context, op string, id int64, owner, set string, args ...any) error {
 	args = append([]any{id, owner}, args...)
 	b := &pgx.Batch{}
-	b.Queue(asyncCommitSQL)
+	b.Queue(pg.AsyncCommit)
 	b.Queue(`UPDATE delivery_outbox SET `+set+`
 WHERE id = $1 AND state = 'sending' AND claimed_by = $2`, args...)
 	br := s.db.SendBatch(ctx, b)

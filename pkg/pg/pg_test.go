@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/switchboard-chat/switchboard/pkg/pg"
@@ -63,5 +64,37 @@ func TestOpenReportsUnreachableServer(t *testing.T) {
 	_, err := pg.Open(context.Background(), "postgres://nobody@127.0.0.1:1/none?connect_timeout=1")
 	if err == nil {
 		t.Fatal("open succeeded against a closed port")
+	}
+}
+
+// AsyncCommit applies to its batch's transaction only.
+func TestAsyncCommitIsLocalToItsTransaction(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.New(t)
+	ctx := context.Background()
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	b := &pgx.Batch{}
+	b.Queue(pg.AsyncCommit)
+	b.Queue(`SHOW synchronous_commit`)
+	br := conn.SendBatch(ctx, b)
+	if _, err := br.Exec(); err != nil {
+		t.Fatal(err)
+	}
+	var inside, after string
+	if err := br.QueryRow().Scan(&inside); err != nil {
+		t.Fatal(err)
+	}
+	if err := br.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.QueryRow(ctx, `SHOW synchronous_commit`).Scan(&after); err != nil {
+		t.Fatal(err)
+	}
+	if inside != "off" || after == "off" {
+		t.Fatalf("synchronous_commit %q in the batch, %q after it; want off, then the session's setting", inside, after)
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+	"github.com/switchboard-chat/switchboard/pkg/pg"
 )
 
 // Errors returned by Store.
@@ -159,12 +160,6 @@ func (s *Store) Generation(ctx context.Context, key string) (int64, error) {
 	return gen, nil
 }
 
-// asyncCommitSQL makes the batch's implicit transaction commit without
-// waiting for the WAL flush: lost only if Postgres itself crashes, and
-// made durable by any later synchronous commit (the WAL is flushed in
-// order). Used for writes that are redone or harmless when lost.
-const asyncCommitSQL = `SELECT set_config('synchronous_commit', 'off', true)`
-
 // Arrive records a message's arrival on the session of key in one round
 // trip: it creates the session from src when there is none (with its
 // history row) and otherwise refreshes its origin and last activity.
@@ -174,7 +169,7 @@ const asyncCommitSQL = `SELECT set_config('synchronous_commit', 'off', true)`
 func (s *Store) Arrive(ctx context.Context, key, profile string, src *eventsv1.SessionSource) (sess Session, created bool, prev time.Time, err error) {
 	now := s.now()
 	b := &pgx.Batch{}
-	b.Queue(asyncCommitSQL)
+	b.Queue(pg.AsyncCommit)
 	b.Queue(`WITH s AS (
 			INSERT INTO sessions (session_key, session_id, platform, chat_type, origin, display_name, profile,
 				created_at, updated_at, last_activity_at)
@@ -344,7 +339,7 @@ func (s *Store) StartTurn(ctx context.Context, key, turnID string, maxInputs int
 	}()
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
-	b.Queue(asyncCommitSQL)
+	b.Queue(pg.AsyncCommit)
 	b.Queue(`SELECT `+sessionCols+` FROM sessions WHERE session_key = $1 FOR UPDATE`, key)
 	b.Queue(`SELECT id, stream_seq, event_id, own_turn, event FROM session_queue
 		WHERE session_key = $1 ORDER BY stream_seq, id LIMIT $2`, key, maxInputs)
@@ -439,7 +434,7 @@ type Usage struct {
 func (s *Store) TurnDone(ctx context.Context, key string, u *Usage) (waiting int, err error) {
 	b := &pgx.Batch{}
 	if u != nil {
-		b.Queue(asyncCommitSQL)
+		b.Queue(pg.AsyncCommit)
 		b.Queue(`UPDATE sessions SET input_tokens = input_tokens + $2, output_tokens = output_tokens + $3,
 			cache_read_tokens = cache_read_tokens + $4, cache_write_tokens = cache_write_tokens + $5, updated_at = $6
 			WHERE session_key = $1`, key, u.Input, u.Output, u.CacheRead, u.CacheWrite, s.now())

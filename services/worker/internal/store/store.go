@@ -13,6 +13,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/switchboard-chat/switchboard/pkg/pg"
 )
 
 // ErrStaleGeneration means the session moved on to a newer generation (or
@@ -112,8 +114,7 @@ const (
 )
 
 const (
-	asyncCommitSQL = `SELECT set_config('synchronous_commit', 'off', true)`
-	fenceSQL       = `SELECT switchboard_fence($1, $2)`
+	fenceSQL = `SELECT switchboard_fence($1, $2)`
 	// fenceCode is the SQLSTATE switchboard_fence raises (migration 00202).
 	fenceCode = "SB409"
 )
@@ -125,7 +126,7 @@ const (
 func (s *Store) write(ctx context.Context, t Turn, d Durability, queue func(*pgx.Batch), read func(pgx.BatchResults) error) error {
 	b := &pgx.Batch{}
 	if d == Deferred {
-		b.Queue(asyncCommitSQL)
+		b.Queue(pg.AsyncCommit)
 	}
 	b.Queue(fenceSQL, t.SessionKey, t.Generation)
 	preamble := b.Len()
