@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 
+	"github.com/switchboard-chat/switchboard/pkg/bus"
 	"github.com/switchboard-chat/switchboard/services/gateway/discord"
 	"github.com/switchboard-chat/switchboard/services/gateway/slack"
 )
@@ -28,47 +29,50 @@ func idle(ctx context.Context) error {
 	return nil
 }
 
-func startDiscordGateway(ctx context.Context, a *app) (func(context.Context) error, error) {
-	cfg := a.cfg.Gateways.Discord
-	if a.name == "dev" && !cfg.Enabled() {
-		a.log.Info("discord gateway off: DISCORD_BOT_TOKEN not set")
+// chatService is a chat platform gateway's service.
+type chatService interface {
+	Run(context.Context) error
+	Ready(context.Context) error
+}
+
+// startChatGateway does what starting any chat gateway takes: off in dev
+// while its token (tokenEnv) is not set, its config checked, the bus
+// opened, build run on it and its readiness reported.
+func startChatGateway(ctx context.Context, a *app, name, tokenEnv string, enabled bool, validate func() error,
+	build func(*bus.Bus) (chatService, error)) (func(context.Context) error, error) {
+	if a.name == "dev" && !enabled {
+		a.log.Info(name+" gateway off: "+tokenEnv+" not set", "gateway", name)
 		return idle, nil
 	}
-	if err := cfg.Validate(); err != nil {
+	if err := validate(); err != nil {
 		return nil, err
 	}
 	b, err := a.Bus(ctx)
 	if err != nil {
 		return nil, err
 	}
-	s, err := discord.New(cfg, discord.Deps{Log: a.log, Bus: b})
+	s, err := build(b)
 	if err != nil {
 		return nil, err
 	}
-	a.health.Add("gateway-discord", s.Ready)
+	a.health.Add("gateway-"+name, s.Ready)
 	return s.Run, nil
+}
+
+func startDiscordGateway(ctx context.Context, a *app) (func(context.Context) error, error) {
+	cfg := a.cfg.Gateways.Discord
+	return startChatGateway(ctx, a, "discord", "DISCORD_BOT_TOKEN", cfg.Enabled(), cfg.Validate, func(b *bus.Bus) (chatService, error) {
+		return discord.New(cfg, discord.Deps{Log: a.log, Bus: b})
+	})
 }
 
 func startSlackGateway(ctx context.Context, a *app) (func(context.Context) error, error) {
 	cfg := a.cfg.Gateways.Slack
-	if a.name == "dev" && !cfg.Enabled() {
-		a.log.Info("slack gateway off: SLACK_BOT_TOKEN not set")
-		return idle, nil
-	}
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
-	b, err := a.Bus(ctx)
-	if err != nil {
-		return nil, err
-	}
-	s, err := slack.New(cfg, slack.Deps{Log: a.log, Bus: b})
-	if err != nil {
-		return nil, err
-	}
-	a.health.Add("gateway-slack", s.Ready)
-	if cfg.AppToken == "" {
+	run, err := startChatGateway(ctx, a, "slack", "SLACK_BOT_TOKEN", cfg.Enabled(), cfg.Validate, func(b *bus.Bus) (chatService, error) {
+		return slack.New(cfg, slack.Deps{Log: a.log, Bus: b})
+	})
+	if err == nil && cfg.Enabled() && cfg.AppToken == "" {
 		a.announce("Slack events", "http://"+hostPort(cfg.Addr)+cfg.Path)
 	}
-	return s.Run, nil
+	return run, err
 }
