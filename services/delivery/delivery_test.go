@@ -112,7 +112,9 @@ func TestRateLimitedHonoursRetryAfter(t *testing.T) {
 	})
 	e.start(t, testConfig(), "a")
 	e.publish(t, event("t1", 1, "s1", final("after a pause")))
-	eventually(t, e.clock, 0, "first attempt", func() bool { calls, _ := e.gw.snapshot(); return len(calls) == 1 })
+	// The clock stands still until the first attempt's outcome is recorded:
+	// run ahead earlier, it would let the claimed row's lease lapse first.
+	eventually(t, e.clock, 0, "first attempt recorded", func() bool { return rowState(t, e.db, "t1:1:0") == "queued" })
 	eventually(t, e.clock, 100*time.Millisecond, "retry", func() bool { calls, _ := e.gw.snapshot(); return len(calls) == 2 })
 	calls, posted := e.gw.snapshot()
 	if gap := calls[1].At.Sub(calls[0].At); gap < 2*time.Second {
@@ -433,7 +435,7 @@ func TestLoneReplyIsSentThroughOnceAndInOrder(t *testing.T) {
 	})
 	e.publish(t, event("t2", 1, "s1", final("first")))
 	eventually(t, e.clock, 0, "first queued for retry", func() bool {
-		return rowState(t, e.db, "t2:1:0") == "sending" || rowState(t, e.db, "t2:1:0") == "queued"
+		return rowState(t, e.db, "t2:1:0") == "queued"
 	})
 	e.publish(t, event("t3", 1, "s1", final("second")))
 	e.consumed(t, "s1")
