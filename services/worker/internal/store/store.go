@@ -115,7 +115,7 @@ const (
 
 const (
 	fenceSQL = `SELECT switchboard_fence($1, $2)`
-	// fenceCode is the SQLSTATE switchboard_fence raises (migration 00202).
+	// fenceCode is the SQLSTATE switchboard_fence raises (migrations 00202, 00203).
 	fenceCode = "SB409"
 )
 

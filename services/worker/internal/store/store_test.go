@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/switchboard-chat/switchboard/pkg/pg/pgtest"
 	"github.com/switchboard-chat/switchboard/services/worker/internal/store"
@@ -102,5 +103,93 @@ func TestFinishIsOnceAndFenced(t *testing.T) {
 	var n int
 	if err := db.QueryRow(ctx, `SELECT count(*) FROM worker_turns WHERE turn_id = 't3'`).Scan(&n); err != nil || n != 0 {
 		t.Errorf("a fenced finish left a turn row: %d %v", n, err)
+	}
+}
+
+// The fence and a generation bump exclude each other until commit: a bump
+// waits for a fenced write in flight, and a fenced write waits for a bump
+// in flight and then judges by the bumped generation.
+func TestFenceAndGenerationBumpWaitForEachOther(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	if _, err := db.Exec(ctx, `INSERT INTO sessions (session_key, session_id, platform, generation) VALUES ('race', 'sid', 'x', 0)`); err != nil {
+		t.Fatal(err)
+	}
+	s := store.New(db)
+	// waiting blocks until a session-generation advisory lock request of
+	// the test's database is queued behind a holder.
+	waiting := func() {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			var n int
+			if err := db.QueryRow(ctx, `SELECT count(*) FROM pg_locks l JOIN pg_database d ON d.oid = l.database
+				WHERE l.locktype = 'advisory' AND l.classid = 21314 AND NOT l.granted AND d.datname = current_database()`).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			if n > 0 {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("nobody waits for the session's generation lock")
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+
+	fenced, err := db.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fenced.Exec(ctx, `SELECT switchboard_fence('race', 0)`); err != nil {
+		t.Fatal(err)
+	}
+	bumped := make(chan error, 1)
+	go func() {
+		_, err := db.Exec(ctx, `UPDATE sessions SET generation = 1 WHERE session_key = 'race'`)
+		bumped <- err
+	}()
+	waiting()
+	select {
+	case err := <-bumped:
+		t.Fatalf("the bump did not wait for the fenced write: %v", err)
+	default:
+	}
+	if err := fenced.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-bumped; err != nil {
+		t.Fatal(err)
+	}
+
+	bump, err := db.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bump.Exec(ctx, `UPDATE sessions SET generation = 2 WHERE session_key = 'race'`); err != nil {
+		t.Fatal(err)
+	}
+	checks := make(chan error, 2)
+	for _, gen := range []int64{1, 2} {
+		go func() { checks <- s.CheckGeneration(ctx, store.Turn{SessionKey: "race", Generation: gen}) }()
+	}
+	waiting()
+	if err := bump.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var stale, current int
+	for range 2 {
+		switch err := <-checks; {
+		case errors.Is(err, store.ErrStaleGeneration):
+			stale++
+		case err == nil:
+			current++
+		default:
+			t.Fatal(err)
+		}
+	}
+	if stale != 1 || current != 1 {
+		t.Fatalf("after the bump: %d stale, %d current; want the old generation refused and the new one allowed", stale, current)
 	}
 }
