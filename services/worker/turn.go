@@ -44,6 +44,10 @@ type turnRun struct {
 	ttl      time.Duration
 	target   *deliveryv1.Target // nil: the turn's replies go nowhere
 	inputIDs []string
+	// answerOnly: every input's sender waits for the whole answer and
+	// shows no progress, so typing, text deltas and tool progress are
+	// not published (each would cost a seq, a publish and a delivery).
+	answerOnly bool
 	ctl      *control
 	// holder is this attempt's value of the session lock: the router's
 	// grant token and the attempt, so two deliveries of one turn never
@@ -79,10 +83,12 @@ func newTurnRun(s *Service, req *turnsv1.TurnRequested, attempt int) *turnRun {
 		holder: redisx.Holder(req.GetLockToken(), fmt.Sprintf("%s.%d", s.cfg.ID, attempt)),
 	}
 	r.target = replyTarget(req)
+	r.answerOnly = len(req.GetInputs()) > 0
 	for _, in := range req.GetInputs() {
 		if id := in.GetMessageId(); id != "" {
 			r.inputIDs = append(r.inputIDs, id)
 		}
+		r.answerOnly = r.answerOnly && in.GetAnswerOnly()
 	}
 	return r
 }
@@ -376,7 +382,7 @@ func (r *turnRun) fillSeqGap(ctx context.Context, final *store.Final) error {
 
 // publish sends a reply event with the next seq.
 func (r *turnRun) publish(ctx context.Context, ev *repliesv1.ReplyEvent) error {
-	if r.target == nil {
+	if r.target == nil || r.answerOnly && isProgress(ev) {
 		return nil
 	}
 	seq, err := r.nextSeq(ctx)
@@ -399,18 +405,27 @@ func (r *turnRun) publishAt(ctx context.Context, seq int64, ev *repliesv1.ReplyE
 	ev.InputMessageIds = r.inputIDs
 	subject, id := r.s.bus.Topology().ReplySubject(r.req.GetSessionKey()), fmt.Sprintf("reply:%s:%d", r.req.GetTurnId(), seq)
 	var err error
-	switch ev.GetBody().(type) {
-	case *repliesv1.ReplyEvent_Typing, *repliesv1.ReplyEvent_TextDelta, *repliesv1.ReplyEvent_ToolProgress:
+	if isProgress(ev) {
 		// Progress: no need to wait for the stream; the final event,
 		// published after it on the same connection, stays behind it.
 		err = r.s.bus.PublishAsync(ctx, subject, id, ev)
-	default:
+	} else {
 		_, err = r.s.bus.Publish(ctx, subject, id, ev)
 	}
 	if err != nil {
 		return fmt.Errorf("publish reply event: %w", err)
 	}
 	return nil
+}
+
+// isProgress reports whether ev only shows progress (typing, streamed
+// text, tool steps): nothing the user must get.
+func isProgress(ev *repliesv1.ReplyEvent) bool {
+	switch ev.GetBody().(type) {
+	case *repliesv1.ReplyEvent_Typing, *repliesv1.ReplyEvent_TextDelta, *repliesv1.ReplyEvent_ToolProgress:
+		return true
+	}
+	return false
 }
 
 // publishFinal (re)publishes the turn's one final event at its stored seq.

@@ -79,6 +79,34 @@ func TestTurnStreamsRepliesAndCompletes(t *testing.T) {
 	}
 }
 
+// A turn whose sender waits for the whole answer (a non-streaming API
+// request) publishes its answer alone: no typing, no streamed text, no
+// tool steps, and the answer at seq 1.
+func TestAnswerOnlyTurnPublishesNoProgress(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.setGeneration("s1", 1)
+	h.startWorker("w1", nil)
+	for _, tc := range []struct {
+		name, text string
+		calls      int32
+	}{
+		{"plain", "hello there", 1},
+		{"with a tool", "what time is it [[tool:clock {\"tz\":\"UTC\"}]]", 2},
+	} {
+		req := h.requestTurn("s1", tc.text, turnOpts{answerOnly: true})
+		done := h.waitCompleted(req.TurnId)
+		if done.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED || done.GetUsage().GetModelCalls() != tc.calls {
+			t.Fatalf("%s: status %v, usage %v (%s)", tc.name, done.GetStatus(), done.GetUsage(), done.GetError())
+		}
+		evs := h.replies(req.TurnId)
+		final := checkReplies(t, evs)
+		if len(evs) != 1 || !strings.HasPrefix(final.GetFinalText().GetText(), "echo: ") {
+			t.Errorf("%s: published %d events, want the answer alone: %v", tc.name, len(evs), evs)
+		}
+	}
+}
+
 func TestTwoWorkersOneSessionTurnsNeverOverlap(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)

@@ -78,6 +78,8 @@ type responder struct {
 	mu    sync.Mutex
 	chats []string // chat id of each event, in order
 	turns map[string]int
+	// events are the inbound events answered, in arrival order.
+	events []*eventsv1.MessageReceived
 	// answer makes the reply pieces for an event.
 	answer func(ev *eventsv1.MessageReceived, turn int) []string
 	// gate, when set, holds every answer until it is closed.
@@ -114,6 +116,7 @@ func (r *responder) reply(ctx context.Context, t *testing.T, b *bus.Bus, ev *eve
 	r.mu.Lock()
 	chat := ev.GetSource().GetChatId()
 	r.chats = append(r.chats, chat)
+	r.events = append(r.events, ev)
 	r.turns[chat]++
 	turn := r.turns[chat]
 	gate := r.gate
@@ -159,6 +162,12 @@ func (r *responder) hold() (release func()) {
 	r.mu.Unlock()
 	var once sync.Once
 	return func() { once.Do(func() { close(gate) }) }
+}
+
+func (r *responder) received() []*eventsv1.MessageReceived {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]*eventsv1.MessageReceived(nil), r.events...)
 }
 
 func (r *responder) chatIDs() []string {

@@ -202,6 +202,9 @@ func (s *Service) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		SentAt:                 timestamppb.Now(),
 		TransportAuthenticated: true,
 		ClientSessionId:        session,
+		// A plain request waits for the whole answer: no typing, no
+		// streamed text. A keyed one may be followed by a streaming retry.
+		AnswerOnly: !req.Stream && idemKey == "",
 	}
 	if session == "" {
 		ev.Context = req.Context

@@ -23,7 +23,7 @@ func TestOpenAISDKCompletion(t *testing.T) {
 	t.Parallel()
 	b := newBus(t)
 	s := startService(t, b, nil)
-	startResponder(t, b)
+	r := startResponder(t, b)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	client := sdkClient(s)
@@ -40,6 +40,10 @@ func TestOpenAISDKCompletion(t *testing.T) {
 	if resp.Choices[0].FinishReason != "stop" {
 		t.Fatalf("finish reason %q", resp.Choices[0].FinishReason)
 	}
+	// A plain request waits for the whole answer: the turn needs no progress.
+	if evs := r.received(); len(evs) != 1 || !evs[0].GetAnswerOnly() {
+		t.Fatalf("a plain request's event is not answer-only: %v", evs)
+	}
 	models, err := client.Models.List(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -53,7 +57,7 @@ func TestOpenAISDKStreaming(t *testing.T) {
 	t.Parallel()
 	b := newBus(t)
 	s := startService(t, b, nil)
-	startResponder(t, b)
+	r := startResponder(t, b)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	client := sdkClient(s)
@@ -78,6 +82,9 @@ func TestOpenAISDKStreaming(t *testing.T) {
 	}
 	if got := acc.Choices[0].Message.Content; got != "echo: stream me (turn 1)" {
 		t.Fatalf("accumulated %q", got)
+	}
+	if evs := r.received(); len(evs) != 1 || evs[0].GetAnswerOnly() {
+		t.Fatalf("a streaming request's event asks for the answer only: %v", evs)
 	}
 }
 

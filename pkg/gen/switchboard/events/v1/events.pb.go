@@ -542,7 +542,11 @@ type MessageReceived struct {
 	ClientSessionId string `protobuf:"bytes,13,opt,name=client_session_id,json=clientSessionId,proto3" json:"client_session_id,omitempty"`
 	// Where the reply goes when not back to the source chat (webhook routes).
 	// Absent: reply to the source. Present with empty platform: no reply.
-	ReplyRoute    *ReplyRoute `protobuf:"bytes,14,opt,name=reply_route,json=replyRoute,proto3" json:"reply_route,omitempty"`
+	ReplyRoute *ReplyRoute `protobuf:"bytes,14,opt,name=reply_route,json=replyRoute,proto3" json:"reply_route,omitempty"`
+	// The sender waits for the whole answer and shows no progress (a
+	// non-streaming API request): the worker publishes no typing and no
+	// streamed text for a turn whose every input says so, only its answer.
+	AnswerOnly    bool `protobuf:"varint,15,opt,name=answer_only,json=answerOnly,proto3" json:"answer_only,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -675,6 +679,13 @@ func (x *MessageReceived) GetReplyRoute() *ReplyRoute {
 	return nil
 }
 
+func (x *MessageReceived) GetAnswerOnly() bool {
+	if x != nil {
+		return x.AnswerOnly
+	}
+	return false
+}
+
 // ReplyRoute redirects a turn's reply away from the chat it came from.
 type ReplyRoute struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
@@ -797,7 +808,7 @@ const file_switchboard_events_v1_events_proto_rawDesc = "" +
 	"\bfrom_bot\x18\x04 \x01(\bR\afromBot\">\n" +
 	"\x0eContextMessage\x12\x12\n" +
 	"\x04role\x18\x01 \x01(\tR\x04role\x12\x18\n" +
-	"\acontent\x18\x02 \x01(\tR\acontent\"\xb3\x05\n" +
+	"\acontent\x18\x02 \x01(\tR\acontent\"\xd4\x05\n" +
 	"\x0fMessageReceived\x12\x19\n" +
 	"\bevent_id\x18\x01 \x01(\tR\aeventId\x12\x1d\n" +
 	"\n" +
@@ -816,7 +827,9 @@ const file_switchboard_events_v1_events_proto_rawDesc = "" +
 	"\acontext\x18\f \x03(\v2%.switchboard.events.v1.ContextMessageR\acontext\x12*\n" +
 	"\x11client_session_id\x18\r \x01(\tR\x0fclientSessionId\x12B\n" +
 	"\vreply_route\x18\x0e \x01(\v2!.switchboard.events.v1.ReplyRouteR\n" +
-	"replyRoute\"\x9b\x01\n" +
+	"replyRoute\x12\x1f\n" +
+	"\vanswer_only\x18\x0f \x01(\bR\n" +
+	"answerOnly\"\x9b\x01\n" +
 	"\n" +
 	"ReplyRoute\x12\x1a\n" +
 	"\bplatform\x18\x01 \x01(\tR\bplatform\x12\x18\n" +
