@@ -193,6 +193,13 @@ func (s *system) measure(ctx context.Context, n int, stream bool) RunResult {
 		}
 		rr.CPUmsPerTurn = round2(own / t)
 		rr.InfraCPUms = round2((after.infraCPU - before.infraCPU) / t)
+		rr.InfraByMs = map[string]float64{}
+		for name, ms := range after.infraBy {
+			// A process that exited in the window is missing from after:
+			// the split is then approximate, the total is not affected more.
+			rr.InfraByMs[name] = round2((ms - before.infraBy[name]) / t)
+		}
+		rr.LoadCPUms = round2((after.selfCPU - before.selfCPU) / t)
 		rr.MachineCPUms = round2((after.machineCPU - before.machineCPU) / t)
 	}
 	for _, p := range s.procs {

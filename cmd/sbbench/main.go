@@ -170,6 +170,10 @@ type RunResult struct {
 	CPUmsPerTurn   float64            `json:"cpu_ms_per_turn_switchboard"`
 	InfraCPUms     float64            `json:"cpu_ms_per_turn_infra"`
 	MachineCPUms   float64            `json:"cpu_ms_per_turn_machine"`
+	// InfraByMs splits InfraCPUms by server; LoadCPUms is the load
+	// generator's own CPU (HTTP clients), which shares the machine.
+	InfraByMs map[string]float64 `json:"cpu_ms_per_turn_infra_by_server,omitempty"`
+	LoadCPUms float64            `json:"cpu_ms_per_turn_load_generator"`
 	PeakRSSMB      map[string]float64 `json:"peak_rss_mb"`
 	CPUByProcessMs map[string]float64 `json:"cpu_ms_per_turn_by_process"`
 }

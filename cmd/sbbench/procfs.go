@@ -19,11 +19,13 @@ const clockTick = 100
 type snapshot struct {
 	procCPU    map[string]float64
 	infraCPU   float64
+	infraBy    map[string]float64 // by command name
+	selfCPU    float64            // this load generator
 	machineCPU float64
 }
 
 func (s *system) snapshot() snapshot {
-	sn := snapshot{procCPU: map[string]float64{}}
+	sn := snapshot{procCPU: map[string]float64{}, infraBy: map[string]float64{}}
 	for _, p := range s.procs {
 		sn.procCPU[p.name] = procCPUms(p.cmd.Process.Pid)
 	}
@@ -34,11 +36,14 @@ func (s *system) snapshot() snapshot {
 			continue
 		}
 		comm, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "comm"))
-		switch strings.TrimSpace(string(comm)) {
+		switch name := strings.TrimSpace(string(comm)); name {
 		case "postgres", "redis-server", "nats-server":
-			sn.infraCPU += procCPUms(pid)
+			ms := procCPUms(pid)
+			sn.infraCPU += ms
+			sn.infraBy[name] += ms
 		}
 	}
+	sn.selfCPU = procCPUms(os.Getpid())
 	sn.machineCPU = machineBusyMs()
 	return sn
 }

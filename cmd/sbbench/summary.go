@@ -128,6 +128,22 @@ func writeSummary(w io.Writer, r *Result) {
 			fmt.Fprintf(w, "  %-10s %3d: %s\n", s.Shape, run.Sessions, strings.Join(parts, ", "))
 		}
 	}
+	fmt.Fprintln(w, "\nCPU ms per turn by part, streaming off (the machine's total includes everything else running)")
+	for _, s := range r.Shapes {
+		for _, run := range s.Runs {
+			if run.Stream || run.Turns == 0 {
+				continue
+			}
+			parts := []string{fmt.Sprintf("switchboard %.2f", run.CPUmsPerTurn)}
+			for _, name := range []string{"postgres", "redis-server", "nats-server"} {
+				if ms, ok := run.InfraByMs[name]; ok && ms > 0 {
+					parts = append(parts, fmt.Sprintf("%s %.2f", name, ms))
+				}
+			}
+			parts = append(parts, fmt.Sprintf("load generator %.2f", run.LoadCPUms), fmt.Sprintf("machine %.2f", run.MachineCPUms))
+			fmt.Fprintf(w, "  %-10s %3d: %s\n", s.Shape, run.Sessions, strings.Join(parts, ", "))
+		}
+	}
 	fmt.Fprintln(w, "\nRSS (MB): idle VmRSS after start → VmHWM peak after the last run")
 	for _, s := range r.Shapes {
 		var parts []string
