@@ -29,6 +29,9 @@ type msgCtx struct {
 	decision auth.Decision
 	notices  int
 	marked   bool // the dedupe record is written
+	// holder is the session lock's value, read in the same round trip as
+	// the dedupe record ("" when free); nil once used or never read.
+	holder *string
 }
 
 // quietPlatforms get no notices about resets and busy sessions: their
@@ -54,9 +57,21 @@ func (s *Service) handleInbound(ctx context.Context, ev *eventsv1.MessageReceive
 	if d, ok := bus.DeliveryFrom(ctx); ok {
 		m.seq = int64(d.StreamSeq)
 	}
-	seen, err := s.rdb.Exists(ctx, s.dedupeKey(m.dedupeID)).Result()
+	// One round trip: the dedupe record, and the lock of the session the
+	// message will most likely go to (a denied or command message does not
+	// use it).
+	pipe := s.rdb.Pipeline()
+	exists := pipe.Exists(ctx, s.dedupeKey(m.dedupeID))
+	lock := pipe.Get(ctx, s.locker.Key(sessionkey.Build(src, s.keyOpts)))
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("read inbound dedupe record and session lock: %w", err)
+	}
+	seen, err := exists.Result()
 	if err != nil {
 		return fmt.Errorf("read inbound dedupe record: %w", err)
+	}
+	if v, err := lock.Result(); err == nil || errors.Is(err, redis.Nil) {
+		m.holder = &v
 	}
 	if seen > 0 {
 		inbound.WithLabelValues("duplicate").Inc()
@@ -118,6 +133,7 @@ func (s *Service) handle(ctx context.Context, m *msgCtx) error {
 	m.key = sessionkey.Build(m.src, s.keyOpts)
 	if cmd, ok := command.Parse(m.ev.GetText(), m.platform, s.cfg.BotNames[m.platform]); ok {
 		inbound.WithLabelValues("command").Inc()
+		m.holder = nil // commands change the lock themselves: they read it fresh
 		return s.command(ctx, m, cmd)
 	}
 	sess, err := s.session(ctx, m)
@@ -171,7 +187,7 @@ func (s *Service) session(ctx context.Context, m *msgCtx) (sessionstore.Session,
 	pol := s.cfg.SessionReset.policy(m.platform, m.src.GetChatType())
 	if reason, due := pol.due(prev, s.now()); due {
 		// A running turn is activity: never reset under it.
-		if owner, err := s.locker.Owner(ctx, m.key); err == nil && owner == "" {
+		if owner, err := s.lockHolder(ctx, m); err == nil && owner == "" {
 			sess, err = s.store.Reset(ctx, m.key, reason)
 			if err != nil {
 				return sess, fmt.Errorf("reset session: %w", err)
@@ -217,7 +233,7 @@ func onlyMedia(ev *eventsv1.MessageReceived) bool {
 // session is free; while it is busy the busy mode decides what else
 // happens.
 func (s *Service) route(ctx context.Context, m *msgCtx, sess sessionstore.Session, o routeOpts) error {
-	owner, err := s.locker.Owner(ctx, m.key)
+	owner, err := s.lockHolder(ctx, m)
 	if err != nil {
 		return err
 	}
@@ -289,6 +305,17 @@ func (s *Service) route(ctx context.Context, m *msgCtx, sess sessionstore.Sessio
 		return fmt.Errorf("start turn: %w", err)
 	}
 	return nil
+}
+
+// lockHolder is the value of m's session lock: the one read with the
+// dedupe record for its first use (what changed since is handled as any
+// change after a read), a fresh read after that.
+func (s *Service) lockHolder(ctx context.Context, m *msgCtx) (string, error) {
+	if h := m.holder; h != nil {
+		m.holder = nil
+		return *h, nil
+	}
+	return s.locker.Owner(ctx, m.key)
 }
 
 // busyAck tells the user, at most once per session per BusyAckInterval,

@@ -234,10 +234,12 @@ func (s *Service) Run(ctx context.Context) error {
 		Stream:         bus.StreamTurnEvents,
 		Durable:        "router-turn-completed",
 		FilterSubjects: []string{bus.SubjectTurnCompleted},
-		Concurrency:    4,
-		AckWait:        s.cfg.AckWait,
-		DrainTimeout:   s.cfg.DrainTimeout,
-		Unavailable:    pg.IsUnavailable,
+		// As many as the inbound partitions: bookkeeping must keep up with
+		// the turns, or a backlog of usage updates grows under load.
+		Concurrency:  bus.Partitions,
+		AckWait:      s.cfg.AckWait,
+		DrainTimeout: s.cfg.DrainTimeout,
+		Unavailable:  pg.IsUnavailable,
 	}, s.handleTurnCompleted)
 	g.Go(func() error { return done.Run(gctx) })
 	g.Go(func() error { return s.sweep(gctx) })
