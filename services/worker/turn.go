@@ -48,7 +48,7 @@ type turnRun struct {
 	// shows no progress, so typing, text deltas and tool progress are
 	// not published (each would cost a seq, a publish and a delivery).
 	answerOnly bool
-	ctl      *control
+	ctl        *control
 	// holder is this attempt's value of the session lock: the router's
 	// grant token and the attempt, so two deliveries of one turn never
 	// hold the lock at once.
