@@ -167,9 +167,24 @@ func (s *Store) Generation(ctx context.Context, key string) (int64, error) {
 // for the reset policy. The commit does not wait for the WAL flush: the
 // message is made durable by Enqueue.
 func (s *Store) Arrive(ctx context.Context, key, profile string, src *eventsv1.SessionSource) (sess Session, created bool, prev time.Time, err error) {
-	now := s.now()
 	b := &pgx.Batch{}
 	b.Queue(pg.AsyncCommit)
+	s.queueArrive(b, key, profile, src)
+	br := s.db.SendBatch(ctx, b)
+	defer br.Close()
+	if _, err := br.Exec(); err != nil {
+		return Session{}, false, prev, fmt.Errorf("record arrival: %w", err)
+	}
+	sess, created, prev, err = readArrival(br)
+	if err != nil {
+		return Session{}, false, prev, err
+	}
+	return sess, created, prev, br.Close()
+}
+
+// queueArrive adds Arrive's statement to b.
+func (s *Store) queueArrive(b *pgx.Batch, key, profile string, src *eventsv1.SessionSource) {
+	now := s.now()
 	b.Queue(`WITH s AS (
 			INSERT INTO sessions (session_key, session_id, platform, chat_type, origin, display_name, profile,
 				created_at, updated_at, last_activity_at)
@@ -183,11 +198,10 @@ func (s *Store) Arrive(ctx context.Context, key, profile string, src *eventsv1.S
 			SELECT session_key, session_id, created_at FROM s WHERE created)
 		SELECT `+sessionCols+`, created, prev FROM s`,
 		key, NewSessionID(now), src.GetPlatform(), src.GetChatType(), encodeOrigin(src), displayName(src), profile, now)
-	br := s.db.SendBatch(ctx, b)
-	defer br.Close()
-	if _, err := br.Exec(); err != nil {
-		return Session{}, false, prev, fmt.Errorf("record arrival: %w", err)
-	}
+}
+
+// readArrival reads the result of queueArrive's statement.
+func readArrival(br pgx.BatchResults) (sess Session, created bool, prev time.Time, err error) {
 	var prevAt *time.Time
 	sess, err = scanSession(br.QueryRow(), &created, &prevAt)
 	if err != nil {
@@ -196,12 +210,48 @@ func (s *Store) Arrive(ctx context.Context, key, profile string, src *eventsv1.S
 	if prevAt != nil {
 		prev = *prevAt
 	}
-	return sess, created, prev, br.Close()
+	return sess, created, prev, nil
+}
+
+// Arrival is what ArriveAndEnqueue reports of the session: as Arrive.
+type Arrival struct {
+	Session Session
+	Created bool
+	Prev    time.Time
+}
+
+// ArriveAndEnqueue is Arrive and then Enqueue in one round trip and one
+// durable commit, for a message to a session nobody holds (the common
+// case: the router has no busy-session decision to make before queueing).
+func (s *Store) ArriveAndEnqueue(ctx context.Context, key, profile string, src *eventsv1.SessionSource, streamSeq int64, ownTurn bool, ev *eventsv1.MessageReceived, max int) (a Arrival, inserted bool, err error) {
+	data, err := proto.Marshal(ev)
+	if err != nil {
+		return a, false, fmt.Errorf("encode queued message: %w", err)
+	}
+	b := &pgx.Batch{}
+	s.queueArrive(b, key, profile, src)
+	s.queueEnqueue(b, key, streamSeq, ownTurn, ev.GetEventId(), data, max)
+	br := s.db.SendBatch(ctx, b)
+	defer br.Close()
+	if a.Session, a.Created, a.Prev, err = readArrival(br); err != nil {
+		return a, false, err
+	}
+	if inserted, err = readEnqueue(br); err != nil {
+		return a, false, err
+	}
+	return a, inserted, br.Close()
 }
 
 // Reset starts a new conversation under key: a new session id, the next
 // generation, no waiting messages, zeroed counters. reason is recorded.
 func (s *Store) Reset(ctx context.Context, key, reason string) (Session, error) {
+	return s.ResetKeeping(ctx, key, reason, "")
+}
+
+// ResetKeeping is Reset that keeps the waiting message with event id keep
+// (the message that found the session due for a reset, queued already);
+// it then belongs to the new conversation.
+func (s *Store) ResetKeeping(ctx context.Context, key, reason, keep string) (Session, error) {
 	now := s.now()
 	var sess Session
 	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
@@ -220,7 +270,7 @@ func (s *Store) Reset(ctx context.Context, key, reason string) (Session, error) 
 		if _, err := tx.Exec(ctx, `INSERT INTO session_history (session_key, session_id, started_at) VALUES ($1, $2, $3)`, key, id, now); err != nil {
 			return fmt.Errorf("record session history: %w", err)
 		}
-		if _, err := tx.Exec(ctx, `DELETE FROM session_queue WHERE session_key = $1`, key); err != nil {
+		if _, err := tx.Exec(ctx, `DELETE FROM session_queue WHERE session_key = $1 AND event_id <> $2`, key, keep); err != nil {
 			return fmt.Errorf("clear queue: %w", err)
 		}
 		var err error
@@ -269,6 +319,17 @@ func (s *Store) Enqueue(ctx context.Context, key string, streamSeq int64, ownTur
 		return false, fmt.Errorf("encode queued message: %w", err)
 	}
 	b := &pgx.Batch{}
+	s.queueEnqueue(b, key, streamSeq, ownTurn, ev.GetEventId(), data, max)
+	br := s.db.SendBatch(ctx, b)
+	defer br.Close()
+	if inserted, err = readEnqueue(br); err != nil {
+		return false, err
+	}
+	return inserted, br.Close()
+}
+
+// queueEnqueue adds Enqueue's statements to b.
+func (s *Store) queueEnqueue(b *pgx.Batch, key string, streamSeq int64, ownTurn bool, eventID string, data []byte, max int) {
 	// Serialise enqueues per session (until the batch commits) so the cap holds.
 	b.Queue(`SELECT pg_advisory_xact_lock(hashtextextended('queue:' || $1, 0))`, key)
 	b.Queue(`WITH n AS (SELECT count(*) AS c FROM session_queue WHERE session_key = $1),
@@ -278,17 +339,17 @@ func (s *Store) Enqueue(ctx context.Context, key string, streamSeq int64, ownTur
 			ON CONFLICT (session_key, event_id) DO NOTHING RETURNING 1)
 		SELECT EXISTS (SELECT 1 FROM ins),
 			EXISTS (SELECT 1 FROM session_queue WHERE session_key = $1 AND event_id = $3)`,
-		key, streamSeq, ev.GetEventId(), ownTurn, data, s.now(), max)
-	br := s.db.SendBatch(ctx, b)
-	defer br.Close()
+		key, streamSeq, eventID, ownTurn, data, s.now(), max)
+}
+
+// readEnqueue reads the results of queueEnqueue's statements; a message
+// neither inserted nor already queued found the queue full.
+func readEnqueue(br pgx.BatchResults) (inserted bool, err error) {
 	if _, err := br.Exec(); err != nil {
 		return false, fmt.Errorf("lock queue: %w", err)
 	}
 	var queued bool
 	if err := br.QueryRow().Scan(&inserted, &queued); err != nil {
-		return false, fmt.Errorf("enqueue: %w", err)
-	}
-	if err := br.Close(); err != nil {
 		return false, fmt.Errorf("enqueue: %w", err)
 	}
 	if !inserted && !queued {

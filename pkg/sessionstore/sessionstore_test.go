@@ -158,3 +158,51 @@ func TestArriveCreatesOnceAndReportsThePreviousActivity(t *testing.T) {
 		t.Fatalf("history %+v %v; want one conversation %s", hist, err, id)
 	}
 }
+
+// ArriveAndEnqueue is Arrive and Enqueue in one transaction, with both
+// answers; a reset keeping the message leaves it queued for the new
+// conversation.
+func TestArriveAndEnqueue(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clock := time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC)
+	s := New(pgtest.New(t)).WithClock(func() time.Time { return clock })
+	src := &eventsv1.SessionSource{Platform: "telegram", ChatId: "1", ChatType: "dm", UserName: "Alice"}
+	ev := func(id string) *eventsv1.MessageReceived { return &eventsv1.MessageReceived{EventId: id, Source: src} }
+
+	steps := []struct {
+		name         string
+		event        string
+		wantCreated  bool
+		wantInserted bool
+		wantErr      error
+	}{
+		{"first message creates and queues", "a", true, true, nil},
+		{"a redelivery queues nothing", "a", false, false, nil},
+		{"the next one queues", "b", false, true, nil},
+		{"over the cap", "c", false, false, ErrQueueFull},
+	}
+	var first Arrival
+	for i, st := range steps {
+		clock = clock.Add(time.Minute)
+		a, ins, err := s.ArriveAndEnqueue(ctx, "k", "main", src, int64(i+1), false, ev(st.event), 2)
+		if !errors.Is(err, st.wantErr) || ins != st.wantInserted || a.Created != st.wantCreated {
+			t.Fatalf("%s: created %v inserted %v err %v", st.name, a.Created, ins, err)
+		}
+		if i == 0 {
+			first = a
+			continue
+		}
+		// Every arrival is recorded, even one the full queue refused.
+		if a.Session.ID != first.Session.ID || !a.Session.LastActivityAt.Equal(clock) || !a.Prev.Equal(clock.Add(-time.Minute)) {
+			t.Fatalf("%s: arrival %+v", st.name, a)
+		}
+	}
+	sess, err := s.ResetKeeping(ctx, "k", "idle", "b")
+	if err != nil || sess.ID == first.Session.ID {
+		t.Fatalf("reset: %+v %v", sess, err)
+	}
+	if n, err := s.QueueLen(ctx, "k"); err != nil || n != 1 {
+		t.Fatalf("after a reset keeping b: %d waiting (%v), want b alone", n, err)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -136,11 +137,42 @@ func (s *Service) handle(ctx context.Context, m *msgCtx) error {
 		m.holder = nil // commands change the lock themselves: they read it fresh
 		return s.command(ctx, m, cmd)
 	}
+	if m.holder != nil && *m.holder == "" {
+		return s.routeToFree(ctx, m)
+	}
 	sess, err := s.session(ctx, m)
 	if err != nil {
 		return err
 	}
 	return s.route(ctx, m, sess, routeOpts{})
+}
+
+// routeToFree routes a message to a session whose lock was free when the
+// dedupe record was read — the common case. With no busy session to
+// decide about, the arrival and the enqueue are one durable transaction;
+// then the reset policy, the lock and the turn, as route does.
+func (s *Service) routeToFree(ctx context.Context, m *msgCtx) error {
+	m.holder = nil
+	// The API gateway matches one reply per HTTP request: never merge.
+	ownTurn := m.platform == "api"
+	// A redelivered message that is queued already is started all the same.
+	arr, _, err := s.store.ArriveAndEnqueue(ctx, m.key, s.cfg.Profile, m.src, m.seq, ownTurn, m.ev, s.cfg.QueueCap)
+	if errors.Is(err, sessionstore.ErrQueueFull) {
+		return s.queueFull(ctx, m, arr.Session.Generation)
+	}
+	if err != nil {
+		return err
+	}
+	sess := arr.Session
+	if !arr.Created {
+		// The message is queued already: a reset keeps it for the new
+		// conversation.
+		if sess, err = s.resetIfDue(ctx, m, sess, arr.Prev, m.ev.GetEventId()); err != nil {
+			return err
+		}
+	}
+	inbound.WithLabelValues("queued").Inc()
+	return s.lockAndStart(ctx, m)
 }
 
 // unauthorized answers a denied sender: a pairing code in a DM, silence in
@@ -184,21 +216,31 @@ func (s *Service) session(ctx context.Context, m *msgCtx) (sessionstore.Session,
 	if err != nil || created {
 		return sess, err
 	}
+	return s.resetIfDue(ctx, m, sess, prev, "")
+}
+
+// resetIfDue resets the session when its reset policy says so (prev is
+// its last activity before m) and no turn runs, keeping the waiting
+// message with event id keep (empty: none), and tells the user.
+func (s *Service) resetIfDue(ctx context.Context, m *msgCtx, sess sessionstore.Session, prev time.Time, keep string) (sessionstore.Session, error) {
 	pol := s.cfg.SessionReset.policy(m.platform, m.src.GetChatType())
-	if reason, due := pol.due(prev, s.now()); due {
-		// A running turn is activity: never reset under it.
-		if owner, err := s.lockHolder(ctx, m); err == nil && owner == "" {
-			sess, err = s.store.Reset(ctx, m.key, reason)
-			if err != nil {
-				return sess, fmt.Errorf("reset session: %w", err)
-			}
-			resets.WithLabelValues(reason).Inc()
-			s.log.InfoContext(ctx, "session reset by policy", "session_key", m.key, "reason", reason)
-			if !quietPlatform(m.platform) {
-				if err := s.notice(ctx, m, sess.Generation, resetNotice(reason, pol), "reset"); err != nil {
-					return sess, err
-				}
-			}
+	reason, due := pol.due(prev, s.now())
+	if !due {
+		return sess, nil
+	}
+	// A running turn is activity: never reset under it.
+	if owner, err := s.lockHolder(ctx, m); err != nil || owner != "" {
+		return sess, nil //nolint:nilerr // unknown: do not reset
+	}
+	sess, err := s.store.ResetKeeping(ctx, m.key, reason, keep)
+	if err != nil {
+		return sess, fmt.Errorf("reset session: %w", err)
+	}
+	resets.WithLabelValues(reason).Inc()
+	s.log.InfoContext(ctx, "session reset by policy", "session_key", m.key, "reason", reason)
+	if !quietPlatform(m.platform) {
+		if err := s.notice(ctx, m, sess.Generation, resetNotice(reason, pol), "reset"); err != nil {
+			return sess, err
 		}
 	}
 	return sess, nil
@@ -260,9 +302,7 @@ func (s *Service) route(ctx context.Context, m *msgCtx, sess sessionstore.Sessio
 
 	inserted, err := s.store.Enqueue(ctx, m.key, m.seq, ownTurn, m.ev, s.cfg.QueueCap)
 	if errors.Is(err, sessionstore.ErrQueueFull) {
-		inbound.WithLabelValues("dropped").Inc()
-		s.log.WarnContext(ctx, "session queue full; message dropped", "session_key", m.key, "event", m.dedupeID, "cap", s.cfg.QueueCap)
-		return s.notice(ctx, m, sess.Generation, fmt.Sprintf("⚠️ Too many messages are waiting (%d). This one was not queued; please wait for the current reply.", s.cfg.QueueCap), "queue_full")
+		return s.queueFull(ctx, m, sess.Generation)
 	}
 	if err != nil {
 		return err
@@ -270,18 +310,7 @@ func (s *Service) route(ctx context.Context, m *msgCtx, sess sessionstore.Sessio
 	inbound.WithLabelValues("queued").Inc()
 	// From here a redelivery must not queue the message again.
 	if !busy {
-		// The common case: record the message and take the lock at once.
-		token := redisx.NewToken()
-		locked, err := s.markHandledAndLock(ctx, m, token)
-		if err != nil || !locked {
-			// Not locked: another start took the session meanwhile and its
-			// turn's completion starts this message.
-			return err
-		}
-		if _, err := s.startLocked(ctx, m.key, token); err != nil {
-			return fmt.Errorf("start turn: %w", err)
-		}
-		return nil
+		return s.lockAndStart(ctx, m)
 	}
 	if err := s.markHandled(ctx, m); err != nil {
 		return err
@@ -302,6 +331,30 @@ func (s *Service) route(ctx context.Context, m *msgCtx, sess sessionstore.Sessio
 	// Even when busy: the turn may have ended since the lock was read,
 	// before this message was queued.
 	if _, err := s.startQueued(ctx, m.key); err != nil {
+		return fmt.Errorf("start turn: %w", err)
+	}
+	return nil
+}
+
+// queueFull drops a message its session's full queue has no room for,
+// and says so.
+func (s *Service) queueFull(ctx context.Context, m *msgCtx, gen int64) error {
+	inbound.WithLabelValues("dropped").Inc()
+	s.log.WarnContext(ctx, "session queue full; message dropped", "session_key", m.key, "event", m.dedupeID, "cap", s.cfg.QueueCap)
+	return s.notice(ctx, m, gen, fmt.Sprintf("⚠️ Too many messages are waiting (%d). This one was not queued; please wait for the current reply.", s.cfg.QueueCap), "queue_full")
+}
+
+// lockAndStart runs after a message to a free session is queued: record
+// the message as handled and take the lock at once, then start the turn.
+func (s *Service) lockAndStart(ctx context.Context, m *msgCtx) error {
+	token := redisx.NewToken()
+	locked, err := s.markHandledAndLock(ctx, m, token)
+	if err != nil || !locked {
+		// Not locked: another start took the session meanwhile and its
+		// turn's completion starts this message.
+		return err
+	}
+	if _, err := s.startLocked(ctx, m.key, token); err != nil {
 		return fmt.Errorf("start turn: %w", err)
 	}
 	return nil
