@@ -153,10 +153,8 @@ func (s *Service) handle(ctx context.Context, m *msgCtx) error {
 // then the reset policy, the lock and the turn, as route does.
 func (s *Service) routeToFree(ctx context.Context, m *msgCtx) error {
 	m.holder = nil
-	// The API gateway matches one reply per HTTP request: never merge.
-	ownTurn := m.platform == "api"
 	// A redelivered message that is queued already is started all the same.
-	arr, _, err := s.store.ArriveAndEnqueue(ctx, m.key, s.cfg.Profile, m.src, m.seq, ownTurn, m.ev, s.cfg.QueueCap)
+	arr, _, err := s.store.ArriveAndEnqueue(ctx, m.key, s.cfg.Profile, m.src, m.seq, ownsTurn(m), m.ev, s.cfg.QueueCap)
 	if errors.Is(err, sessionstore.ErrQueueFull) {
 		return s.queueFull(ctx, m, arr.Session.Generation)
 	}
@@ -284,8 +282,7 @@ func (s *Service) route(ctx context.Context, m *msgCtx, sess sessionstore.Sessio
 	if mode == "" {
 		mode = s.busyMode(m, sess)
 	}
-	// The API gateway matches one reply per HTTP request: never merge.
-	ownTurn := o.ownTurn || m.platform == "api"
+	ownTurn := o.ownTurn || ownsTurn(m)
 
 	if busy && mode == BusySteer && !ownTurn && !onlyMedia(m.ev) {
 		if err := s.control(ctx, m, controlSteer, m.ev.GetText()); err != nil {
@@ -359,6 +356,10 @@ func (s *Service) lockAndStart(ctx context.Context, m *msgCtx) error {
 	}
 	return nil
 }
+
+// ownsTurn: the API gateway matches one reply per HTTP request, so its
+// messages are never merged into one turn.
+func ownsTurn(m *msgCtx) bool { return m.platform == "api" }
 
 // lockHolder is the value of m's session lock: the one read with the
 // dedupe record for its first use (what changed since is handled as any
