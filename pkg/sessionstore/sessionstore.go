@@ -380,11 +380,11 @@ type Turn struct {
 // transaction that commits only if publish succeeds. It reports false when
 // nothing waits. The caller holds the session lock.
 //
-// Three round trips: BEGIN with the reads, the writes, COMMIT. The commit
-// does not wait for the WAL flush: if Postgres crashes before the worker's
-// durable Finish flushes it, the messages are back in the queue and the
-// session at the old generation, so the published turn fails its fence
-// and the sweep starts them again.
+// Two round trips: BEGIN with the session's lock and the dequeue, then
+// COMMIT. The commit does not wait for the WAL flush: if Postgres crashes
+// before the worker's durable Finish flushes it, the messages are back in
+// the queue and the session at the old generation, so the published turn
+// fails its fence and the sweep starts them again.
 func (s *Store) StartTurn(ctx context.Context, key, turnID string, maxInputs int, publish func(context.Context, Turn) error) (started bool, err error) {
 	conn, err := s.db.Acquire(ctx)
 	if err != nil {
@@ -401,25 +401,16 @@ func (s *Store) StartTurn(ctx context.Context, key, turnID string, maxInputs int
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
 	b.Queue(pg.AsyncCommit)
+	// The session row's lock serialises turn starts of the session (the
+	// queue's rows need no lock of their own: enqueues only add).
 	b.Queue(`SELECT `+sessionCols+` FROM sessions WHERE session_key = $1 FOR UPDATE`, key)
-	b.Queue(`SELECT id, stream_seq, event_id, own_turn, event FROM session_queue
-		WHERE session_key = $1 ORDER BY stream_seq, id LIMIT $2`, key, maxInputs)
-	sess, take, err := readHead(conn.SendBatch(ctx, b), key)
-	if err != nil || len(take) == 0 {
+	b.Queue(dequeueSQL, key, maxInputs, turnID, s.now())
+	turn, err := readHead(conn.SendBatch(ctx, b), key)
+	if err != nil || len(turn.Inputs) == 0 {
 		return false, err
 	}
-	ids := make([]int64, len(take))
-	for i, q := range take {
-		ids[i] = q.ID
-	}
-	now := s.now()
-	if err := conn.QueryRow(ctx, `WITH d AS (DELETE FROM session_queue WHERE id = ANY($4))
-		UPDATE sessions SET generation = generation + 1, last_turn_id = $2, last_turn_at = $3, updated_at = $3
-		WHERE session_key = $1 RETURNING generation`, key, turnID, now, ids).Scan(&sess.Generation); err != nil {
-		return false, fmt.Errorf("dequeue: %w", err)
-	}
-	sess.LastTurnID = turnID
-	if err := publish(ctx, Turn{Session: sess, Generation: sess.Generation, Inputs: take}); err != nil {
+	turn.Session.LastTurnID = turnID
+	if err := publish(ctx, turn); err != nil {
 		return false, err
 	}
 	if _, err := conn.Exec(ctx, "COMMIT"); err != nil {
@@ -429,48 +420,70 @@ func (s *Store) StartTurn(ctx context.Context, key, turnID string, maxInputs int
 	return true, nil
 }
 
-// readHead reads StartTurn's first batch: the locked session and the
-// messages to take.
-func readHead(br pgx.BatchResults, key string) (Session, []Queued, error) {
+// dequeueSQL removes the head of a session's queue that makes one turn
+// and advances the session's generation, returning the removed messages
+// with the new generation (no rows: nothing waits, or no session). The
+// head is the first message when it is an own-turn one, else the run of
+// mergeable messages before the first own-turn one; at most $2.
+const dequeueSQL = `
+WITH head AS (
+	SELECT id, row_number() OVER (ORDER BY stream_seq, id) AS rn, own_turn
+	FROM session_queue WHERE session_key = $1
+	ORDER BY stream_seq, id LIMIT $2),
+first_own AS (SELECT min(rn) AS rn FROM head WHERE own_turn),
+take AS (
+	SELECT head.id FROM head, first_own
+	WHERE EXISTS (SELECT 1 FROM sessions WHERE session_key = $1)
+	  AND CASE WHEN first_own.rn = 1 THEN head.rn = 1 ELSE head.rn < coalesce(first_own.rn, $2 + 1) END),
+d AS (
+	DELETE FROM session_queue q USING take WHERE q.id = take.id
+	RETURNING q.id, q.stream_seq, q.event_id, q.own_turn, q.event),
+u AS (
+	UPDATE sessions SET generation = generation + 1, last_turn_id = $3, last_turn_at = $4, updated_at = $4
+	WHERE session_key = $1 AND EXISTS (SELECT 1 FROM take)
+	RETURNING generation)
+SELECT d.id, d.stream_seq, d.event_id, d.own_turn, d.event, u.generation FROM d, u
+ORDER BY d.stream_seq, d.id`
+
+// readHead reads StartTurn's batch: the locked session and the messages
+// the dequeue took, as the turn to publish.
+func readHead(br pgx.BatchResults, key string) (Turn, error) {
 	defer br.Close()
 	for _, what := range []string{"begin", "set commit mode"} {
 		if _, err := br.Exec(); err != nil {
-			return Session{}, nil, fmt.Errorf("start turn: %s: %w", what, err)
+			return Turn{}, fmt.Errorf("start turn: %s: %w", what, err)
 		}
 	}
 	sess, err := scanSession(br.QueryRow())
 	if errors.Is(err, pgx.ErrNoRows) {
-		return sess, nil, nil
+		return Turn{}, nil
 	}
 	if err != nil {
-		return sess, nil, fmt.Errorf("lock session %s: %w", key, err)
+		return Turn{}, fmt.Errorf("lock session %s: %w", key, err)
 	}
 	rows, err := br.Query()
 	if err != nil {
-		return sess, nil, fmt.Errorf("read queue: %w", err)
+		return Turn{}, fmt.Errorf("dequeue: %w", err)
 	}
 	defer rows.Close()
 	var take []Queued
 	for rows.Next() {
 		var q Queued
 		var data []byte
-		if err := rows.Scan(&q.ID, &q.StreamSeq, &q.EventID, &q.OwnTurn, &data); err != nil {
-			return sess, nil, fmt.Errorf("scan queue: %w", err)
+		if err := rows.Scan(&q.ID, &q.StreamSeq, &q.EventID, &q.OwnTurn, &data, &sess.Generation); err != nil {
+			return Turn{}, fmt.Errorf("scan queue: %w", err)
 		}
 		q.Event = &eventsv1.MessageReceived{}
 		if err := proto.Unmarshal(data, q.Event); err != nil {
-			return sess, nil, fmt.Errorf("decode queued message %d: %w", q.ID, err)
-		}
-		if len(take) > 0 && (q.OwnTurn || take[0].OwnTurn) {
-			break
+			return Turn{}, fmt.Errorf("decode queued message %d: %w", q.ID, err)
 		}
 		take = append(take, q)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return sess, nil, fmt.Errorf("read queue: %w", err)
+		return Turn{}, fmt.Errorf("dequeue: %w", err)
 	}
-	return sess, take, br.Close()
+	return Turn{Session: sess, Generation: sess.Generation, Inputs: take}, br.Close()
 }
 
 // WaitingKeys returns session keys with messages queued before olderThan.

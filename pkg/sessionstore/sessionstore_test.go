@@ -18,16 +18,23 @@ func TestStartTurnGrouping(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		queue string // m = mergeable, o = own turn, in order
+		max   int    // inputs per turn; 0: 32
 		want  []string
 	}{
-		{"m", []string{"0"}},
-		{"mmm", []string{"0,1,2"}},
-		{"oo", []string{"0", "1"}},
-		{"mmomm", []string{"0,1", "2", "3,4"}},
-		{"omo", []string{"0", "1", "2"}},
+		{"m", 0, []string{"0"}},
+		{"mmm", 0, []string{"0,1,2"}},
+		{"oo", 0, []string{"0", "1"}},
+		{"mmomm", 0, []string{"0,1", "2", "3,4"}},
+		{"omo", 0, []string{"0", "1", "2"}},
+		{"mmmmm", 2, []string{"0,1", "2,3", "4"}},
+		{"mmmo", 2, []string{"0,1", "2", "3"}},
+		{"mmo", 1, []string{"0", "1", "2"}},
 	}
 	for _, tt := range tests {
-		t.Run(tt.queue, func(t *testing.T) {
+		if tt.max == 0 {
+			tt.max = 32
+		}
+		t.Run(fmt.Sprintf("%s/%d", tt.queue, tt.max), func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			s := New(pgtest.New(t))
@@ -45,7 +52,7 @@ func TestStartTurnGrouping(t *testing.T) {
 			var got []string
 			var gens []int64
 			for {
-				started, err := s.StartTurn(ctx, key, "t", 32, func(_ context.Context, turn Turn) error {
+				started, err := s.StartTurn(ctx, key, "t", tt.max, func(_ context.Context, turn Turn) error {
 					var texts []string
 					for _, q := range turn.Inputs {
 						texts = append(texts, q.Event.GetText())
@@ -204,5 +211,25 @@ func TestArriveAndEnqueue(t *testing.T) {
 	}
 	if n, err := s.QueueLen(ctx, "k"); err != nil || n != 1 {
 		t.Fatalf("after a reset keeping b: %d waiting (%v), want b alone", n, err)
+	}
+}
+
+// Messages queued under a key with no session row start nothing and stay.
+func TestStartTurnWithoutSessionTakesNothing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := New(pgtest.New(t))
+	if _, err := s.Enqueue(ctx, "orphan", 1, false, &eventsv1.MessageReceived{EventId: "a"}, 8); err != nil {
+		t.Fatal(err)
+	}
+	started, err := s.StartTurn(ctx, "orphan", "t", 8, func(context.Context, Turn) error {
+		t.Error("published a turn without a session")
+		return nil
+	})
+	if err != nil || started {
+		t.Fatalf("started %v err %v", started, err)
+	}
+	if n, err := s.QueueLen(ctx, "orphan"); err != nil || n != 1 {
+		t.Fatalf("queue %d %v, want the message kept", n, err)
 	}
 }
