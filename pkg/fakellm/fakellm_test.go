@@ -240,6 +240,32 @@ func FuzzAppendString(f *testing.F) {
 	})
 }
 
+// A content field decodes to what contentText makes of its raw JSON (as
+// the decoder hands it over), whichever path the decoding takes.
+func FuzzContentDecoding(f *testing.F) {
+	for _, s := range []string{`"plain"`, `"line\nbreak \"quoted\" \u00e9"`, "\"bad \xff utf8\"", `[{"type":"text","text":"a"},{"type":"text","text":"b"}]`, `null`, `""`, `[]`, `{"x":1}`} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, raw string) {
+		doc := []byte(`{"content":` + raw + `}`)
+		var m struct {
+			Content content `json:"content"`
+		}
+		var r struct {
+			Content json.RawMessage `json:"content"`
+		}
+		if err := json.Unmarshal(doc, &m); err != nil {
+			return // not a JSON value: the request is refused before
+		}
+		if err := json.Unmarshal(doc, &r); err != nil {
+			t.Fatal(err)
+		}
+		if want := contentText(r.Content); string(m.Content) != want {
+			t.Fatalf("content %s decoded to %q, want %q", raw, m.Content, want)
+		}
+	})
+}
+
 func BenchmarkOpenAIStream(b *testing.B) {
 	s := New(Config{MaxRecorded: -1})
 	body := `{"model":"m","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"system","content":"You are helpful."},{"role":"user","content":"hello there, how are you today?"}]}`

@@ -22,7 +22,7 @@ type oaRequest struct {
 
 type oaMessage struct {
 	Role      string          `json:"role"`
-	Content   json.RawMessage `json:"content"`
+	Content   content         `json:"content"`
 	ToolCalls []struct {
 		ID       string `json:"id"`
 		Function struct {
@@ -64,7 +64,7 @@ func (s *Server) handleOpenAI(w http.ResponseWriter, r *http.Request) {
 		req.IncludeUsage = in.StreamOptions.IncludeUsage
 	}
 	for _, m := range in.Messages {
-		text := contentText(m.Content)
+		text := string(m.Content)
 		if m.Role == "system" || m.Role == "developer" {
 			if req.System != "" {
 				req.System += "\n"

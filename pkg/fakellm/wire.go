@@ -92,6 +92,22 @@ func appendString(b []byte, s string) []byte {
 	return append(b, '"')
 }
 
+// content is a string-or-array content field, flattened to its text as
+// it is decoded. Most contents are strings without escapes: those are
+// taken as they are, instead of being parsed a second time.
+type content string
+
+func (c *content) UnmarshalJSON(b []byte) error {
+	if len(b) >= 2 && b[0] == '"' && bytes.IndexByte(b[1:len(b)-1], '\\') < 0 && utf8.Valid(b) {
+		// Already validated by the decoder: a quoted string without escapes
+		// (and valid UTF-8, which the decoder would have replaced).
+		*c = content(b[1 : len(b)-1])
+		return nil
+	}
+	*c = content(contentText(b))
+	return nil
+}
+
 // contentText flattens a string-or-array content field to its text.
 func contentText(raw json.RawMessage) string {
 	if len(raw) == 0 || raw[0] == 'n' {

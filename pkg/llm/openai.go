@@ -2,7 +2,6 @@ package llm
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -34,6 +33,7 @@ type OpenAIConfig struct {
 type OpenAI struct {
 	client openai.Client
 	cfg    OpenAIConfig
+	tools  toolCache
 }
 
 // NewOpenAI builds the provider. The SDK's own retries are off: wrap it in
@@ -66,15 +66,23 @@ func (o *OpenAI) Stream(ctx context.Context, req Request, fn func(Delta) error) 
 	if err != nil {
 		return nil, err
 	}
+	var opts []option.RequestOption
+	if len(req.Tools) > 0 {
+		tools, err := o.tools.json(req.Tools)
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, option.WithJSONSet("tools", tools))
+	}
 	if fn == nil {
-		cc, err := o.client.Chat.Completions.New(ctx, params)
+		cc, err := o.client.Chat.Completions.New(ctx, params, opts...)
 		if err != nil {
 			return nil, openAIError(ctx, err)
 		}
 		return openAIResponse(cc), nil
 	}
 	params.StreamOptions.IncludeUsage = openai.Bool(true)
-	stream := o.client.Chat.Completions.NewStreaming(ctx, params)
+	stream := o.client.Chat.Completions.NewStreaming(ctx, params, opts...)
 	defer stream.Close()
 	resp, err := consumeOpenAI(stream, fn)
 	if err != nil {
@@ -248,20 +256,6 @@ func (o *OpenAI) params(req Request) (openai.ChatCompletionNewParams, error) {
 		default:
 			return p, fmt.Errorf("openai request: unknown role %q", m.Role)
 		}
-	}
-	for _, t := range req.Tools {
-		def := shared.FunctionDefinitionParam{Name: t.Name}
-		if t.Description != "" {
-			def.Description = openai.String(t.Description)
-		}
-		if len(t.Parameters) > 0 {
-			var schema shared.FunctionParameters
-			if err := json.Unmarshal(t.Parameters, &schema); err != nil {
-				return p, fmt.Errorf("openai request: tool %s parameters: %w", t.Name, err)
-			}
-			def.Parameters = schema
-		}
-		p.Tools = append(p.Tools, openai.ChatCompletionFunctionTool(def))
 	}
 	return p, nil
 }
