@@ -21,8 +21,8 @@ type oaRequest struct {
 }
 
 type oaMessage struct {
-	Role      string          `json:"role"`
-	Content   content         `json:"content"`
+	Role      string  `json:"role"`
+	Content   content `json:"content"`
 	ToolCalls []struct {
 		ID       string `json:"id"`
 		Function struct {
