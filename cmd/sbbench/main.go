@@ -166,14 +166,14 @@ type RunResult struct {
 	FirstToken  *Percentiles `json:"first_token_ms,omitempty"`
 	// Hops: mean handler time per bus consumer (and JetStream publish
 	// round trips) from each process's /metrics; not a per-turn trace.
-	Hops           map[string]Hop     `json:"hops,omitempty"`
-	CPUmsPerTurn   float64            `json:"cpu_ms_per_turn_switchboard"`
-	InfraCPUms     float64            `json:"cpu_ms_per_turn_infra"`
-	MachineCPUms   float64            `json:"cpu_ms_per_turn_machine"`
+	Hops         map[string]Hop `json:"hops,omitempty"`
+	CPUmsPerTurn float64        `json:"cpu_ms_per_turn_switchboard"`
+	InfraCPUms   float64        `json:"cpu_ms_per_turn_infra"`
+	MachineCPUms float64        `json:"cpu_ms_per_turn_machine"`
 	// InfraByMs splits InfraCPUms by server; LoadCPUms is the load
 	// generator's own CPU (HTTP clients), which shares the machine.
-	InfraByMs map[string]float64 `json:"cpu_ms_per_turn_infra_by_server,omitempty"`
-	LoadCPUms float64            `json:"cpu_ms_per_turn_load_generator"`
+	InfraByMs      map[string]float64 `json:"cpu_ms_per_turn_infra_by_server,omitempty"`
+	LoadCPUms      float64            `json:"cpu_ms_per_turn_load_generator"`
 	PeakRSSMB      map[string]float64 `json:"peak_rss_mb"`
 	CPUByProcessMs map[string]float64 `json:"cpu_ms_per_turn_by_process"`
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -102,8 +103,30 @@ func startDev(t *testing.T, env ...string) *devProcess {
 	bin := binary(t)
 	db, dbURL := pgtest.NewWithURL(t)
 	rdb, redisPrefix := redistest.New(t)
-	d := &devProcess{stderr: &syncBuffer{}, endpoints: map[string]string{}, apiAddr: freeAddr(t), db: db,
-		locker: redisx.NewLocker(rdb, redisPrefix)}
+	// The API gateway's port is chosen here, free a moment ago: another
+	// test may take it before dev binds it. Then dev retries the bind on
+	// its reconnect schedule (tens of seconds), so start again instead.
+	for attempt := 1; ; attempt++ {
+		d := &devProcess{stderr: &syncBuffer{}, endpoints: map[string]string{}, apiAddr: freeAddr(t), db: db,
+			locker: redisx.NewLocker(rdb, redisPrefix)}
+		err := d.start(t, bin, dbURL, redisPrefix, env)
+		if err == nil {
+			return d
+		}
+		_ = d.cmd.Process.Kill()
+		_ = d.cmd.Wait()
+		if !errors.Is(err, errPortTaken) || attempt == 3 {
+			t.Fatalf("%v; stderr:\n%s", err, d.stderr.String())
+		}
+		t.Logf("start %d: %v; starting again", attempt, err)
+	}
+}
+
+var errPortTaken = errors.New("the API gateway's port was taken")
+
+// start runs the process and waits for its banner and readiness.
+func (d *devProcess) start(t *testing.T, bin, dbURL, redisPrefix string, env []string) error {
+	t.Helper()
 	d.cmd = exec.Command(bin, "dev", "--ops-addr", "127.0.0.1:0")
 	d.cmd.Env = append(append(os.Environ(),
 		"DATABASE_URL="+dbURL,
@@ -125,7 +148,8 @@ func startDev(t *testing.T, env ...string) *devProcess {
 	if err := d.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = d.cmd.Process.Kill() })
+	proc := d.cmd.Process
+	t.Cleanup(func() { _ = proc.Kill() })
 
 	banner := make(chan map[string]string, 1)
 	go func() {
@@ -144,7 +168,7 @@ func startDev(t *testing.T, env ...string) *devProcess {
 	select {
 	case d.endpoints = <-banner:
 	case <-time.After(90 * time.Second):
-		t.Fatalf("dev printed no banner; stderr:\n%s", d.stderr.String())
+		return errors.New("dev printed no banner")
 	}
 	ready := d.endpoints["Readiness"]
 	deadline := time.Now().Add(30 * time.Second)
@@ -153,11 +177,14 @@ func startDev(t *testing.T, env ...string) *devProcess {
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return d
+				return nil
 			}
 		}
+		if strings.Contains(d.stderr.String(), "listen "+d.apiAddr) {
+			return errPortTaken
+		}
 		if time.Now().After(deadline) {
-			t.Fatalf("/readyz at %q never answered 200 (last: %v); stderr:\n%s", ready, err, d.stderr.String())
+			return fmt.Errorf("/readyz at %q never answered 200 (last: %v)", ready, err)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

@@ -96,22 +96,24 @@ type Server struct {
 	srv      *http.Server
 	ln       net.Listener
 
-	mu         sync.Mutex
-	changed    chan struct{} // closed and replaced whenever state changes
-	log        []entry
-	nextID     int64
-	confirmed  int64
-	redeliver  []entry
-	poller     chan struct{} // closed to terminate the waiting getUpdates with 409
-	drop       chan struct{} // closed to cut every open request
-	fail       map[string][]APIError
-	messages   []*Message
-	nextMsgID  int
-	actions    []Action
-	calls      map[string]int
-	webhookURL string
-	secret     string
-	conflicts  int
+	mu        sync.Mutex
+	changed   chan struct{} // closed and replaced whenever state changes
+	log       []entry
+	nextID    int64
+	confirmed int64
+	redeliver []entry
+	poller    chan struct{} // closed to terminate the waiting getUpdates with 409
+	drop      chan struct{} // closed to cut every open request
+	// dropNextPoll cuts the next getUpdates (a Drop found none open).
+	dropNextPoll bool
+	fail         map[string][]APIError
+	messages     []*Message
+	nextMsgID    int
+	actions      []Action
+	calls        map[string]int
+	webhookURL   string
+	secret       string
+	conflicts    int
 }
 
 // New starts a fake for one bot. The token's prefix before ':' is the
@@ -233,12 +235,17 @@ func (s *Server) FailNext(method string, e APIError) {
 }
 
 // Drop cuts every open request (the waiting long poll included) without an
-// answer, as a network failure does.
+// answer, as a network failure does. When no long poll is open at that
+// moment (the client is between two), the next getUpdates is cut instead:
+// the failure is not lost to timing.
 func (s *Server) Drop() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	close(s.drop)
 	s.drop = make(chan struct{})
+	if s.poller == nil {
+		s.dropNextPoll = true
+	}
 }
 
 // Calls counts calls of method so far.
@@ -452,6 +459,12 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	drop := s.drop
+	if method == "getupdates" && s.dropNextPoll {
+		s.dropNextPoll = false
+		s.mu.Unlock()
+		dropConn(w)
+		return
+	}
 	s.mu.Unlock()
 
 	switch method {
