@@ -31,6 +31,7 @@ type AnthropicConfig struct {
 type Anthropic struct {
 	client anthropic.Client
 	cfg    AnthropicConfig
+	tools  toolCache
 }
 
 // NewAnthropic builds the provider. The SDK's own retries are off: wrap it
@@ -251,35 +252,18 @@ func (a *Anthropic) params(req Request) (anthropic.MessageNewParams, []option.Re
 			return p, nil, fmt.Errorf("anthropic request: unknown role %q", m.Role)
 		}
 	}
-	for i, t := range req.Tools {
-		tp := anthropic.ToolParam{Name: t.Name}
-		if t.Description != "" {
-			tp.Description = anthropic.String(t.Description)
+	if len(req.Tools) > 0 {
+		form := "anthropic"
+		if req.CacheSystem {
+			form = "anthropic+cache"
 		}
-		if len(t.Parameters) > 0 {
-			var schema map[string]any
-			if err := json.Unmarshal(t.Parameters, &schema); err != nil {
-				return p, nil, fmt.Errorf("anthropic request: tool %s parameters: %w", t.Name, err)
-			}
-			tp.InputSchema.Properties = schema["properties"]
-			if req, ok := schema["required"].([]any); ok {
-				for _, r := range req {
-					if s, ok := r.(string); ok {
-						tp.InputSchema.Required = append(tp.InputSchema.Required, s)
-					}
-				}
-			}
-			delete(schema, "type")
-			delete(schema, "properties")
-			delete(schema, "required")
-			if len(schema) > 0 {
-				tp.InputSchema.ExtraFields = schema
-			}
+		tools, err := a.tools.get(req.Tools, form, func(ts []ToolSpec) (json.RawMessage, error) {
+			return anthropicTools(ts, req.CacheSystem)
+		})
+		if err != nil {
+			return p, nil, err
 		}
-		if req.CacheSystem && i == len(req.Tools)-1 {
-			tp.CacheControl = anthropic.NewCacheControlEphemeralParam()
-		}
-		p.Tools = append(p.Tools, anthropic.ToolUnionParam{OfTool: &tp})
+		opts = append(opts, option.WithJSONSet("tools", tools))
 	}
 	return p, opts, nil
 }

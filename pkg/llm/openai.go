@@ -68,7 +68,7 @@ func (o *OpenAI) Stream(ctx context.Context, req Request, fn func(Delta) error) 
 	}
 	var opts []option.RequestOption
 	if len(req.Tools) > 0 {
-		tools, err := o.tools.json(req.Tools)
+		tools, err := o.tools.get(req.Tools, "openai", openAITools)
 		if err != nil {
 			return nil, err
 		}

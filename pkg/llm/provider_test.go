@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -395,5 +396,47 @@ func TestFromEnv(t *testing.T) {
 		if kind != tt.kind || (kind == llm.KindNone) != (p == nil) || (kind == llm.KindNone) != errors.Is(err, llm.ErrNoProvider) {
 			t.Errorf("env %v: kind %q, provider %v, err %v", tt.env, kind, p, err)
 		}
+	}
+}
+
+// Tool schemas reach the model as given (an empty one as an empty object
+// schema), the same on a second call (from the provider's cache), and a
+// schema that is not a JSON object is refused before anything is sent.
+func TestToolSchemas(t *testing.T) {
+	schema := `{"type":"object","properties":{"tz":{"type":"string"}},"required":["tz"]}`
+	for _, be := range backends {
+		t.Run(be.name, func(t *testing.T) {
+			srv := startFake(t, fakellm.Config{})
+			p := be.make(srv)
+			req := userReq("hi")
+			req.Tools = []llm.ToolSpec{{Name: "clock", Description: "time", Parameters: json.RawMessage(schema)}, {Name: "bare"}}
+			for range 2 {
+				if _, _, err := collect(context.Background(), p, req); err != nil {
+					t.Fatal(err)
+				}
+			}
+			reqs := srv.Requests()
+			if len(reqs) != 2 {
+				t.Fatalf("%d requests", len(reqs))
+			}
+			for i, r := range reqs {
+				if len(r.Tools) != 2 || r.Tools[0].Name != "clock" || r.Tools[0].Description != "time" || r.Tools[1].Name != "bare" {
+					t.Fatalf("call %d: tools %+v", i, r.Tools)
+				}
+				var got, want any
+				_ = json.Unmarshal(r.Tools[0].Parameters, &got)
+				_ = json.Unmarshal([]byte(schema), &want)
+				if !reflect.DeepEqual(got, want) {
+					t.Fatalf("call %d: schema %s, want %s", i, r.Tools[0].Parameters, schema)
+				}
+			}
+			req.Tools = []llm.ToolSpec{{Name: "broken", Parameters: json.RawMessage(`[1]`)}}
+			if _, _, err := collect(context.Background(), p, req); err == nil || !strings.Contains(err.Error(), "broken") {
+				t.Fatalf("a non-object schema: %v", err)
+			}
+			if n := len(srv.Requests()); n != 2 {
+				t.Fatalf("the refused call reached the model (%d requests)", n)
+			}
+		})
 	}
 }
