@@ -174,6 +174,14 @@ func scanFinal(r pgx.Row) (Final, error) {
 
 const messageCols = `id, turn_id, step, role, content, tool_calls, tool_call_id, tool_name, created_at`
 
+// summarySQL reads a conversation's latest summary; historySQL its
+// messages after that summary, oldest first.
+const (
+	summarySQL = `SELECT summary FROM transcript_summaries WHERE session_id = $1 ORDER BY upto_id DESC LIMIT 1`
+	historySQL = `SELECT ` + messageCols + ` FROM transcript_messages WHERE session_id = $1
+		AND id > COALESCE((SELECT max(upto_id) FROM transcript_summaries WHERE session_id = $1), 0) ORDER BY id`
+)
+
 func scanMessage(r pgx.Row) (Message, error) {
 	var m Message
 	var calls []byte
@@ -197,9 +205,8 @@ func (s *Store) BeginTurn(ctx context.Context, t Turn) (TurnState, error) {
 		b.Queue(`INSERT INTO worker_turns (turn_id, session_key, session_id, generation)
 			VALUES ($1, $2, $3, $4) ON CONFLICT (turn_id) DO NOTHING`, t.TurnID, t.SessionKey, t.SessionID, t.Generation)
 		b.Queue(`SELECT `+finalCols+` FROM worker_turns WHERE turn_id = $1`, t.TurnID)
-		b.Queue(`SELECT summary FROM transcript_summaries WHERE session_id = $1 ORDER BY upto_id DESC LIMIT 1`, t.SessionID)
-		b.Queue(`SELECT `+messageCols+` FROM transcript_messages WHERE session_id = $1
-			AND id > COALESCE((SELECT max(upto_id) FROM transcript_summaries WHERE session_id = $1), 0) ORDER BY id`, t.SessionID)
+		b.Queue(summarySQL, t.SessionID)
+		b.Queue(historySQL, t.SessionID)
 		b.Queue(`SELECT signature, prompt FROM session_prompts WHERE session_id = $1`, t.SessionID)
 	}, func(br pgx.BatchResults) error {
 		if _, err := br.Exec(); err != nil {
@@ -357,13 +364,11 @@ func (s *Store) Finish(ctx context.Context, t Turn, before []Message, step int, 
 // History returns the conversation's latest summary (empty when none) and
 // the messages after it, oldest first.
 func (s *Store) History(ctx context.Context, sessionID string) (summary string, msgs []Message, err error) {
-	err = s.db.QueryRow(ctx, `SELECT summary FROM transcript_summaries WHERE session_id = $1
-		ORDER BY upto_id DESC LIMIT 1`, sessionID).Scan(&summary)
+	err = s.db.QueryRow(ctx, summarySQL, sessionID).Scan(&summary)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return "", nil, fmt.Errorf("read summary: %w", err)
 	}
-	rows, err := s.db.Query(ctx, `SELECT `+messageCols+` FROM transcript_messages WHERE session_id = $1
-		AND id > COALESCE((SELECT max(upto_id) FROM transcript_summaries WHERE session_id = $1), 0) ORDER BY id`, sessionID)
+	rows, err := s.db.Query(ctx, historySQL, sessionID)
 	if err != nil {
 		return "", nil, fmt.Errorf("read transcript: %w", err)
 	}
