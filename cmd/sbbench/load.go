@@ -195,8 +195,9 @@ func (s *system) measure(ctx context.Context, n int, stream bool) RunResult {
 		rr.InfraCPUms = round2((after.infraCPU - before.infraCPU) / t)
 		rr.InfraByMs = map[string]float64{}
 		for name, ms := range after.infraBy {
-			// A process that exited in the window is missing from after:
-			// the split is then approximate, the total is not affected more.
+			// A process that exited during the window (a closed Postgres
+			// connection) is missing from after: its CPU is missing from
+			// the split, as from the total.
 			rr.InfraByMs[name] = round2((ms - before.infraBy[name]) / t)
 		}
 		rr.LoadCPUms = round2((after.selfCPU - before.selfCPU) / t)

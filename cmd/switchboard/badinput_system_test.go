@@ -604,22 +604,8 @@ func (c *apiClient) do(req *http.Request) apiResult {
 	}
 	defer resp.Body.Close()
 	raw, _ := io.ReadAll(resp.Body)
-	var out struct {
-		Choices []struct {
-			Message struct {
-				Content string `json:"content"`
-			} `json:"message"`
-		} `json:"choices"`
-		Error struct {
-			Code string `json:"code"`
-		} `json:"error"`
-	}
-	_ = json.Unmarshal(raw, &out)
-	r := apiResult{status: resp.StatusCode, header: resp.Header, code: out.Error.Code, raw: string(raw)}
-	if len(out.Choices) > 0 {
-		r.content = out.Choices[0].Message.Content
-	}
-	return r
+	content, code, _ := decodeCompletion(raw)
+	return apiResult{status: resp.StatusCode, header: resp.Header, code: code, content: content, raw: string(raw)}
 }
 
 func wantAPIError(t *testing.T, r apiResult, status int, code string) {

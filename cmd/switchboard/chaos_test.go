@@ -198,18 +198,7 @@ func (l *chaosLoad) ask(ctx context.Context, session string, n int) {
 			raw, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				var out struct {
-					Choices []struct {
-						Message struct {
-							Content string `json:"content"`
-						} `json:"message"`
-					} `json:"choices"`
-				}
-				_ = json.Unmarshal(raw, &out)
-				ans := ""
-				if len(out.Choices) > 0 {
-					ans = out.Choices[0].Message.Content
-				}
+				ans, _, _ := decodeCompletion(raw)
 				l.mu.Lock()
 				m.accepted, m.answer, m.doneAt = true, ans, time.Now()
 				l.mu.Unlock()

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -67,6 +68,28 @@ func freeAddr(t *testing.T) string {
 	}
 	defer ln.Close()
 	return ln.Addr().String()
+}
+
+// decodeCompletion reads a /v1/chat/completions answer: the content of
+// its first choice, ok when it has one, and the code of an error answer.
+func decodeCompletion(raw []byte) (content, code string, ok bool) {
+	var out struct {
+		Choices []struct {
+			Message struct {
+				Content string `json:"content"`
+			} `json:"message"`
+		} `json:"choices"`
+		Error struct {
+			Code string `json:"code"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(raw, &out); err != nil {
+		return "", "", false
+	}
+	if len(out.Choices) == 0 {
+		return "", out.Error.Code, false
+	}
+	return out.Choices[0].Message.Content, out.Error.Code, true
 }
 
 // devProcess is a running `switchboard dev` with its own Postgres schema,

@@ -81,17 +81,11 @@ func keyedChat(addr, session, key, text string) keyedResult {
 	if resp.StatusCode != http.StatusOK {
 		return keyedResult{code: resp.StatusCode, err: fmt.Errorf("status %d: %s", resp.StatusCode, raw)}
 	}
-	var out struct {
-		Choices []struct {
-			Message struct {
-				Content string `json:"content"`
-			} `json:"message"`
-		} `json:"choices"`
-	}
-	if err := json.Unmarshal(raw, &out); err != nil || len(out.Choices) == 0 {
+	answer, _, ok := decodeCompletion(raw)
+	if !ok {
 		return keyedResult{code: resp.StatusCode, err: fmt.Errorf("not a completion: %s", raw)}
 	}
-	return keyedResult{code: resp.StatusCode, answer: out.Choices[0].Message.Content}
+	return keyedResult{code: resp.StatusCode, answer: answer}
 }
 
 // TestAPIRetryOnAnotherGatewayRunsOneTurn runs router, worker and

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -132,20 +131,11 @@ func chat(ctx context.Context, addr, session, text string) (string, error) {
 	if resp.StatusCode != http.StatusOK {
 		return "", fmt.Errorf("status %d: %s", resp.StatusCode, raw)
 	}
-	var out struct {
-		Choices []struct {
-			Message struct {
-				Content string `json:"content"`
-			} `json:"message"`
-		} `json:"choices"`
+	answer, _, ok := decodeCompletion(raw)
+	if !ok {
+		return "", fmt.Errorf("not a completion: %s", raw)
 	}
-	if err := json.Unmarshal(raw, &out); err != nil {
-		return "", err
-	}
-	if len(out.Choices) == 0 {
-		return "", errors.New("no choices")
-	}
-	return out.Choices[0].Message.Content, nil
+	return answer, nil
 }
 
 // TestOneTracePerMessage runs every service in this process with an
