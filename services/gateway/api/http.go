@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"regexp"
@@ -104,12 +105,19 @@ func (s *Service) authed(next http.HandlerFunc) http.HandlerFunc {
 			identity = "anonymous-" + host
 		}
 		if ok, after := s.limiter.allow(identity); !ok {
-			w.Header().Set("Retry-After", strconv.Itoa(int(after.Seconds()+0.999)))
+			w.Header().Set("Retry-After", strconv.Itoa(retryAfter(after)))
 			writeError(w, http.StatusTooManyRequests, "rate_limit_error", "rate_limit_exceeded", "", "Rate limit reached for this API key; retry later.")
 			return
 		}
 		next(w, r.WithContext(context.WithValue(r.Context(), ctxKey{}, identity)))
 	}
+}
+
+// retryAfter is a wait in whole seconds for the Retry-After header,
+// rounded up and at least 1: a wait of a few nanoseconds is still "try
+// again in a second", never "0".
+func retryAfter(d time.Duration) int {
+	return max(1, int(math.Ceil(d.Seconds())))
 }
 
 // keyMatches reports whether an Authorization header carries key as a

@@ -169,6 +169,23 @@ func TestRateLimitPerKey(t *testing.T) {
 	}
 }
 
+func TestRetryAfterIsWholeSecondsRoundedUp(t *testing.T) {
+	for _, c := range []struct {
+		d    time.Duration
+		want int
+	}{
+		{time.Nanosecond, 1},
+		{999 * time.Millisecond, 1},
+		{time.Second, 1},
+		{time.Second + time.Nanosecond, 2},
+		{90 * time.Second, 90},
+	} {
+		if got := retryAfter(c.d); got != c.want {
+			t.Errorf("retryAfter(%v) = %d, want %d", c.d, got, c.want)
+		}
+	}
+}
+
 func TestInsecureLoopbackNeedsNoKey(t *testing.T) {
 	t.Parallel()
 	b := newBus(t)
