@@ -282,7 +282,10 @@ func (s *chaosSys) inFlightTurn() {
 	deadline := time.Now().Add(5 * time.Second)
 	for time.Now().Before(deadline) {
 		var n int
-		_ = s.db.QueryRow(context.Background(), `SELECT count(*) FROM worker_turns WHERE status = 'running'`).Scan(&n)
+		// A turn was started (the session's generation bumped for it) and
+		// is not decided yet (no row for that generation).
+		_ = s.db.QueryRow(context.Background(), `SELECT count(*) FROM sessions s WHERE s.generation > 0
+			AND NOT EXISTS (SELECT 1 FROM worker_turns w WHERE w.session_key = s.session_key AND w.generation = s.generation)`).Scan(&n)
 		if n > 0 {
 			return
 		}

@@ -124,8 +124,11 @@ func TestAPIRetryOnAnotherGatewayRunsOneTurn(t *testing.T) {
 
 	first := make(chan keyedResult, 1)
 	go func() { first <- keyedChat(a.svc.Addr(), session, key, text) }()
-	waitFor(t, 30*time.Second, "the turn to run", func() bool {
-		return count(`SELECT count(*) FROM worker_turns WHERE session_key = $1 AND status = 'running'`) == 1
+	// Started: the router took the message from the queue and bumped the
+	// generation for its turn, which then runs for 4 s.
+	waitFor(t, 30*time.Second, "the turn to start", func() bool {
+		return count(`SELECT count(*) FROM sessions s WHERE session_key = $1 AND generation > 0
+			AND NOT EXISTS (SELECT 1 FROM session_queue q WHERE q.session_key = s.session_key)`) == 1
 	})
 	a.stop()
 	if r := <-first; r.err == nil {

@@ -64,7 +64,11 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("migration locker: %w", err)
 	}
-	p, err := goose.NewProvider(goose.DialectPostgres, db, Migrations(), goose.WithSessionLocker(locker))
+	// Out of order: migrations are numbered by owner (001xx router, 002xx
+	// worker, 003xx delivery), so a release can add one below a number a
+	// database already has; each only depends on lower numbers.
+	p, err := goose.NewProvider(goose.DialectPostgres, db, Migrations(), goose.WithSessionLocker(locker),
+		goose.WithAllowOutofOrder(true))
 	if err != nil {
 		return fmt.Errorf("migration provider: %w", err)
 	}

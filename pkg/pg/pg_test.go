@@ -6,6 +6,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pressly/goose/v3"
 
 	"github.com/switchboard-chat/switchboard/pkg/pg"
 	"github.com/switchboard-chat/switchboard/pkg/pg/pgtest"
@@ -37,6 +39,42 @@ func TestMigrationsApplyAndAreIdempotent(t *testing.T) {
 	var n int
 	if err := other.QueryRow(ctx, `SELECT count(*) FROM audit_log`).Scan(&n); err != nil || n != 1 {
 		t.Fatalf("count via url = %d, %v", n, err)
+	}
+}
+
+// A release may add a migration numbered below one a database already
+// has (numbers are per owning service): upgrading applies it.
+func TestMigrateAppliesAMigrationNumberedBelowTheNewest(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.New(t)
+	ctx := context.Background()
+	db := stdlib.OpenDBFromPool(pool)
+	defer db.Close()
+	p, err := goose.NewProvider(goose.DialectPostgres, db, pg.Migrations())
+	if err != nil {
+		t.Fatal(err)
+	}
+	newest, err := pg.Version(ctx, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const older = 102 // router's range, below the worker's and delivery's
+	if older >= newest {
+		t.Fatalf("newest migration %d is not above %d", newest, older)
+	}
+	// The database as an earlier release left it: everything but 00102.
+	if _, err := p.ApplyVersion(ctx, older, false); err != nil {
+		t.Fatalf("undo %d: %v", older, err)
+	}
+	if err := pg.Migrate(ctx, pool, nil); err != nil {
+		t.Fatalf("upgrade: %v", err)
+	}
+	var ok bool
+	if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM goose_db_version WHERE version_id = $1 AND is_applied)`, older).Scan(&ok); err != nil || !ok {
+		t.Fatalf("migration %d not applied on upgrade (%v)", older, err)
+	}
+	if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_indexes WHERE schemaname = current_schema() AND indexname = 'sessions_platform_key_idx')`).Scan(&ok); err != nil || !ok {
+		t.Fatalf("its index is missing (%v)", err)
 	}
 }
 

@@ -78,6 +78,7 @@ func newTurnRun(s *Service, req *turnsv1.TurnRequested, attempt int) *turnRun {
 			SessionID:  req.GetSessionId(),
 			Generation: req.GetGeneration(),
 			UserKey:    userKey(req),
+			StartedAt:  s.now(),
 		},
 		ctl:    newControl(),
 		holder: redisx.Holder(req.GetLockToken(), fmt.Sprintf("%s.%d", s.cfg.ID, attempt)),

@@ -28,6 +28,9 @@ type Turn struct {
 	SessionID  string
 	Generation int64
 	UserKey    string
+	// StartedAt is when the attempt that decides the turn began: the
+	// turn's row, written once the turn is decided, keeps it.
+	StartedAt time.Time
 }
 
 // ToolCall is an assistant's tool invocation as stored.
@@ -50,9 +53,9 @@ type Message struct {
 	CreatedAt  time.Time
 }
 
-// Turn statuses as stored.
+// Turn statuses as stored. A turn's row is written when the turn is
+// decided, so it never reads "running" (the column's old default).
 const (
-	StatusRunning     = "running"
 	StatusCompleted   = "completed"
 	StatusInterrupted = "interrupted"
 	StatusStopped     = "stopped"
@@ -196,28 +199,26 @@ func scanMessage(r pgx.Row) (Message, error) {
 	return m, nil
 }
 
-// BeginTurn records the turn (once, Deferred) and returns, in the same
-// round trip, what earlier attempts left, the conversation so far and the
-// stored system prompt.
+// BeginTurn returns, in one round trip, what earlier attempts of the turn
+// left (its decided final, if any), the conversation so far and the
+// stored system prompt. It only reads, so it is not fenced: a turn that
+// is no longer current learns it at its first write, and its lock claim
+// (the session lock names the turn) stops most such turns before this.
+// The turn's row is written once, when the turn is decided (Finish).
 func (s *Store) BeginTurn(ctx context.Context, t Turn) (TurnState, error) {
 	var st TurnState
-	err := s.write(ctx, t, Deferred, func(b *pgx.Batch) {
-		b.Queue(`INSERT INTO worker_turns (turn_id, session_key, session_id, generation)
-			VALUES ($1, $2, $3, $4) ON CONFLICT (turn_id) DO NOTHING`, t.TurnID, t.SessionKey, t.SessionID, t.Generation)
-		b.Queue(`SELECT `+finalCols+` FROM worker_turns WHERE turn_id = $1`, t.TurnID)
-		b.Queue(summarySQL, t.SessionID)
-		b.Queue(historySQL, t.SessionID)
-		b.Queue(`SELECT signature, prompt FROM session_prompts WHERE session_id = $1`, t.SessionID)
-	}, func(br pgx.BatchResults) error {
-		if _, err := br.Exec(); err != nil {
-			return fmt.Errorf("insert turn: %w", err)
-		}
-		f, err := scanFinal(br.QueryRow())
-		if err != nil {
-			return fmt.Errorf("read turn: %w", err)
-		}
-		if f.Kind != "" {
+	b := &pgx.Batch{}
+	b.Queue(`SELECT `+finalCols+` FROM worker_turns WHERE turn_id = $1`, t.TurnID)
+	b.Queue(summarySQL, t.SessionID)
+	b.Queue(historySQL, t.SessionID)
+	b.Queue(`SELECT signature, prompt FROM session_prompts WHERE session_id = $1`, t.SessionID)
+	br := s.db.SendBatch(ctx, b)
+	err := func() error {
+		switch f, err := scanFinal(br.QueryRow()); {
+		case err == nil && f.Kind != "":
 			st.Final = &f
+		case err != nil && !errors.Is(err, pgx.ErrNoRows):
+			return fmt.Errorf("read turn: %w", err)
 		}
 		if err := br.QueryRow().Scan(&st.Summary); err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("read summary: %w", err)
@@ -238,7 +239,10 @@ func (s *Store) BeginTurn(ctx context.Context, t Turn) (TurnState, error) {
 			return fmt.Errorf("read system prompt: %w", err)
 		}
 		return nil
-	})
+	}()
+	if cerr := br.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("begin turn %s: %w", t.TurnID, cerr)
+	}
 	return st, err
 }
 
@@ -296,6 +300,14 @@ func toolCallsJSON(m *Message) []byte {
 	return b
 }
 
+// startedAt is t's start for the database: NULL (now) when unset.
+func startedAt(t Turn) *time.Time {
+	if t.StartedAt.IsZero() {
+		return nil
+	}
+	return &t.StartedAt
+}
+
 func queueInsert(b *pgx.Batch, t Turn, m *Message) {
 	b.Queue(insertMessageSQL, t.SessionKey, t.SessionID, t.UserKey, t.TurnID, t.Generation, m.Step, m.Role, m.Content,
 		toolCallsJSON(m), m.ToolCallID, m.ToolName)
@@ -320,8 +332,8 @@ func (s *Store) Finish(ctx context.Context, t Turn, before []Message, step int, 
 			queueInsert(b, t, &before[i])
 		}
 		b.Queue(`WITH t AS (
-				INSERT INTO worker_turns (turn_id, session_key, session_id, generation, status, final_kind, final_text, error_code, final_seq, model)
-				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+				INSERT INTO worker_turns (turn_id, session_key, session_id, generation, status, final_kind, final_text, error_code, final_seq, model, started_at)
+				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, COALESCE($19, now()))
 				ON CONFLICT (turn_id) DO UPDATE SET status = EXCLUDED.status, final_kind = EXCLUDED.final_kind,
 					final_text = EXCLUDED.final_text, error_code = EXCLUDED.error_code, final_seq = EXCLUDED.final_seq,
 					model = EXCLUDED.model, updated_at = now()
@@ -334,7 +346,7 @@ func (s *Store) Finish(ctx context.Context, t Turn, before []Message, step int, 
 				RETURNING 1)
 			SELECT EXISTS (SELECT 1 FROM t), (SELECT count(*) FROM m)`,
 			t.TurnID, t.SessionKey, t.SessionID, t.Generation, f.Status, f.Kind, f.Text, f.ErrorCode, f.Seq, f.Model,
-			last != nil, t.UserKey, m.Step, m.Role, m.Content, toolCallsJSON(&m), m.ToolCallID, m.ToolName)
+			last != nil, t.UserKey, m.Step, m.Role, m.Content, toolCallsJSON(&m), m.ToolCallID, m.ToolName, startedAt(t))
 	}, func(br pgx.BatchResults) error {
 		for i := range before {
 			if err := br.QueryRow().Scan(&before[i].ID, &before[i].CreatedAt); err != nil {
@@ -459,8 +471,9 @@ func (s *Store) Search(ctx context.Context, userKey, exceptSession, query string
 	rows, err := s.db.Query(ctx, `SELECT session_id, role,
 			ts_headline('simple', content, q, 'MaxWords=30, MinWords=10, StartSel=**, StopSel=**'), created_at
 		FROM transcript_messages, websearch_to_tsquery('simple', $2) q
-		WHERE user_key = $1 AND session_id <> $4 AND role IN ('user', 'assistant') AND search @@ q
-		ORDER BY ts_rank(search, q) DESC, id DESC LIMIT $3`, userKey, query, limit, exceptSession)
+		WHERE user_key = $1 AND session_id <> $4 AND role IN ('user', 'assistant')
+			AND to_tsvector('simple', content) @@ q -- transcript_messages_content_search_idx (migration 00204)
+		ORDER BY ts_rank(to_tsvector('simple', content), q) DESC, id DESC LIMIT $3`, userKey, query, limit, exceptSession)
 	if err != nil {
 		return nil, fmt.Errorf("search transcripts: %w", err)
 	}

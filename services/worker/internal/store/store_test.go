@@ -27,6 +27,10 @@ func TestFinishIsOnceAndFenced(t *testing.T) {
 	if err != nil || st.Final != nil {
 		t.Fatalf("begin: %v %v", st, err)
 	}
+	var rows int
+	if err := db.QueryRow(ctx, `SELECT count(*) FROM worker_turns`).Scan(&rows); err != nil || rows != 0 {
+		t.Fatalf("a turn that only began has a row: %d %v", rows, err)
+	}
 	if _, err := s.Append(ctx, turn, store.Durable, 0, store.Message{Role: "user", Content: "hello zanzibar"}); err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +65,8 @@ func TestFinishIsOnceAndFenced(t *testing.T) {
 		t.Fatalf("next turn's begin: %+v %v", st, err)
 	}
 	// A simple turn writes once: its input goes with its end.
-	t4 := store.Turn{TurnID: "t4", SessionKey: "k", SessionID: "sid4", Generation: 3}
+	began := time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
+	t4 := store.Turn{TurnID: "t4", SessionKey: "k", SessionID: "sid4", Generation: 3, StartedAt: began}
 	in := []store.Message{{Step: 0, Role: "user", Content: "question"}}
 	if _, err := s.Finish(ctx, t4, in, 1, &store.Message{Role: "assistant", Content: "answer"},
 		store.Final{Status: store.StatusCompleted, Kind: store.FinalText, Text: "answer", Seq: 2}); err != nil {
@@ -69,6 +74,10 @@ func TestFinishIsOnceAndFenced(t *testing.T) {
 	}
 	if _, four, err := s.History(ctx, "sid4"); err != nil || len(four) != 2 || four[0].Content != "question" || four[1].Step != 1 || in[0].ID == 0 {
 		t.Fatalf("one-write turn: %+v %v (input id %d)", four, err, in[0].ID)
+	}
+	var started time.Time
+	if err := db.QueryRow(ctx, `SELECT started_at FROM worker_turns WHERE turn_id = 't4'`).Scan(&started); err != nil || !started.Equal(began) {
+		t.Errorf("turn row started at %v (%v), want %v", started, err, began)
 	}
 	summary, msgs, err := s.History(ctx, "sid")
 	if err != nil || len(msgs) != 1 || summary != "they said hello" {
@@ -85,7 +94,6 @@ func TestFinishIsOnceAndFenced(t *testing.T) {
 		t.Errorf("stale prompt save: %v", err)
 	}
 	for name, write := range map[string]func() error{
-		"begin": func() error { _, err := s.BeginTurn(ctx, turn); return err },
 		"append": func() error {
 			_, err := s.Append(ctx, turn, store.Deferred, 5, store.Message{Role: "user"})
 			return err
@@ -99,6 +107,10 @@ func TestFinishIsOnceAndFenced(t *testing.T) {
 		if err := write(); !errors.Is(err, store.ErrStaleGeneration) {
 			t.Errorf("%s under a stale generation: %v", name, err)
 		}
+	}
+	// Beginning only reads: a stale turn learns it at its first write.
+	if st, err := s.BeginTurn(ctx, turn); err != nil || st.Final == nil {
+		t.Errorf("begin under a stale generation: %+v %v", st, err)
 	}
 	var n int
 	if err := db.QueryRow(ctx, `SELECT count(*) FROM worker_turns WHERE turn_id = 't3'`).Scan(&n); err != nil || n != 0 {
