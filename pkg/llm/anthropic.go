@@ -60,11 +60,17 @@ func (a *Anthropic) Stream(ctx context.Context, req Request, fn func(Delta) erro
 		return nil, err
 	}
 	if fn == nil {
-		msg, err := a.client.Messages.New(ctx, params, opts...)
-		if err != nil {
-			return nil, anthropicError(ctx, err)
+		// The SDK refuses a whole-answer call that may take over 10
+		// minutes (a large max_tokens): that one streams, unseen.
+		if _, err := anthropic.CalculateNonStreamingTimeout(int(params.MaxTokens), params.Model, opts); err != nil {
+			fn = func(Delta) error { return nil }
+		} else {
+			msg, err := a.client.Messages.New(ctx, params, opts...)
+			if err != nil {
+				return nil, anthropicError(ctx, err)
+			}
+			return anthropicResponse(msg), nil
 		}
-		return anthropicResponse(msg), nil
 	}
 	stream := a.client.Messages.NewStreaming(ctx, params, opts...)
 	defer stream.Close()

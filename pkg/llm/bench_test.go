@@ -31,22 +31,32 @@ func benchRequest() llm.Request {
 // encoding, HTTP, the fake's decoding and the stream's parsing — the
 // model call's share of a benchmark turn.
 func BenchmarkModelCall(b *testing.B) {
-	for _, be := range backends {
-		b.Run(be.name, func(b *testing.B) {
-			srv := fakellm.New(fakellm.Config{MaxRecorded: -1})
-			if err := srv.Start("127.0.0.1:0"); err != nil {
-				b.Fatal(err)
-			}
-			b.Cleanup(func() { _ = srv.Close() })
-			p := be.make(srv)
-			req := benchRequest()
-			ctx := context.Background()
-			b.ReportAllocs()
-			for b.Loop() {
-				if _, err := p.Stream(ctx, req, func(llm.Delta) error { return nil }); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
+	for _, mode := range []struct {
+		name    string
+		onDelta func(llm.Delta) error
+	}{
+		{"stream", func(llm.Delta) error { return nil }},
+		{"whole", nil}, // what an answer-only turn makes
+	} {
+		for _, be := range backends {
+			b.Run(be.name+"/"+mode.name, func(b *testing.B) { benchModelCall(b, be.make, mode.onDelta) })
+		}
+	}
+}
+
+func benchModelCall(b *testing.B, newProvider func(*fakellm.Server) llm.Provider, onDelta func(llm.Delta) error) {
+	srv := fakellm.New(fakellm.Config{MaxRecorded: -1})
+	if err := srv.Start("127.0.0.1:0"); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = srv.Close() })
+	p := newProvider(srv)
+	req := benchRequest()
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := p.Stream(ctx, req, onDelta); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

@@ -402,6 +402,27 @@ func TestFromEnv(t *testing.T) {
 // Tool schemas reach the model as given (an empty one as an empty object
 // schema), the same on a second call (from the provider's cache), and a
 // schema that is not a JSON object is refused before anything is sent.
+// A whole-answer call streams when the answer may be long: the Anthropic
+// SDK refuses to wait more than 10 minutes for one response.
+func TestWholeAnswerStreamsWhenTheAnswerMayBeLong(t *testing.T) {
+	for _, c := range []struct {
+		maxTokens  int
+		wantStream bool
+	}{{4096, false}, {64000, true}} {
+		srv := startFake(t, fakellm.Config{})
+		p := llm.NewAnthropic(llm.AnthropicConfig{APIKey: "test", BaseURL: srv.URL(), Model: "claude-test"})
+		req := userReq("hello")
+		req.MaxTokens = c.maxTokens
+		resp, err := llm.Complete(context.Background(), p, req)
+		if err != nil || resp.Text != "echo: hello" {
+			t.Fatalf("max_tokens %d: %+v %v", c.maxTokens, resp, err)
+		}
+		if reqs := srv.Requests(); len(reqs) != 1 || reqs[0].Stream != c.wantStream {
+			t.Fatalf("max_tokens %d: recorded %+v, want stream %v", c.maxTokens, reqs, c.wantStream)
+		}
+	}
+}
+
 func TestToolSchemas(t *testing.T) {
 	schema := `{"type":"object","properties":{"tz":{"type":"string"}},"required":["tz"]}`
 	for _, be := range backends {

@@ -452,7 +452,7 @@ func (r *turnRun) callModel(ctx context.Context, b Backend, model, system string
 	ctx, span := otel.Tracer(tracerName).Start(ctx, "llm "+b.Kind, trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(attribute.String("gen_ai.system", b.Kind), attribute.String("gen_ai.request.model", model)))
 	defer span.End()
-	resp, err := b.Provider.Stream(ctx, req, func(d llm.Delta) error {
+	onDelta := func(d llm.Delta) error {
 		if d.Text == "" {
 			return nil
 		}
@@ -461,7 +461,11 @@ func (r *turnRun) callModel(ctx context.Context, b Backend, model, system string
 			return flush()
 		}
 		return nil
-	})
+	}
+	if r.answerOnly {
+		onDelta = nil // nobody reads the deltas: one response, not a stream
+	}
+	resp, err := b.Provider.Stream(ctx, req, onDelta)
 	r.usage.ModelCalls++
 	if err != nil {
 		span.SetStatus(codes.Error, string(llm.ClassOf(err)))

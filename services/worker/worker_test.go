@@ -105,6 +105,21 @@ func TestAnswerOnlyTurnPublishesNoProgress(t *testing.T) {
 			t.Errorf("%s: published %d events, want the answer alone: %v", tc.name, len(evs), evs)
 		}
 	}
+	// Nobody reads the deltas: the model answers whole, not as a stream.
+	reqs := h.fake.Requests()
+	for i, r := range reqs {
+		if r.Stream {
+			t.Errorf("model call %d of an answer-only turn streamed", i)
+		}
+	}
+	// A turn whose sender reads progress streams.
+	req := h.requestTurn("s1", "hello again", turnOpts{})
+	if done := h.waitCompleted(req.TurnId); done.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED {
+		t.Fatalf("streamed turn: %v", done.GetStatus())
+	}
+	if all := h.fake.Requests(); len(all) != len(reqs)+1 || !all[len(all)-1].Stream {
+		t.Errorf("the model call of a turn with progress did not stream: %d calls", len(all)-len(reqs))
+	}
 }
 
 func TestTwoWorkersOneSessionTurnsNeverOverlap(t *testing.T) {
