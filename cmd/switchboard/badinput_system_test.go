@@ -305,15 +305,17 @@ func TestBadInputGetsItsDocumentedAnswer(t *testing.T) {
 		}},
 		{"provider 429", func(t *testing.T) {
 			r := flooder.chat(ctx, "p429", chatBody("[[fail:429 retry=0.2]] are you busy"), nil)
-			if want := "⚠️ The AI service is busy right now. Please try again in a minute."; r.status != http.StatusOK || r.content != want {
-				t.Fatalf("provider 429: %d %q %s", r.status, r.content, r.raw)
+			wantAPIError(t, r, http.StatusTooManyRequests, "rate_limit_exceeded")
+			if want := "The AI service is busy right now. Please try again in a minute."; !strings.Contains(r.raw, want) || r.header.Get("X-Should-Retry") != "" {
+				t.Fatalf("provider 429: %s %v", r.raw, r.header)
 			}
 			stillAnswers(t, flooder, "p429")
 		}},
 		{"provider 402", func(t *testing.T) {
 			r := flooder.chat(ctx, "p402", chatBody("[[fail:402]] out of credit"), nil)
-			if want := "⚠️ The AI service's usage quota or credit is exhausted. The operator needs to top it up."; r.status != http.StatusOK || r.content != want {
-				t.Fatalf("provider 402: %d %q %s", r.status, r.content, r.raw)
+			wantAPIError(t, r, http.StatusTooManyRequests, "insufficient_quota")
+			if want := "The AI service's usage quota or credit is exhausted. The operator needs to top it up."; !strings.Contains(r.raw, want) || r.header.Get("X-Should-Retry") != "false" {
+				t.Fatalf("provider 402: %s %v", r.raw, r.header)
 			}
 			stillAnswers(t, flooder, "p402")
 		}},

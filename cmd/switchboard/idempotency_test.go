@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -158,5 +159,19 @@ func TestAPIRetryOnAnotherGatewayRunsOneTurn(t *testing.T) {
 	}
 	if n := turns(); n != 1 {
 		t.Fatalf("%d turns after the second retry, want 1", n)
+	}
+
+	// A failed turn's error is the stored answer too: a retry with the key
+	// gets the same error, and no second turn runs.
+	failSession := randomID()
+	for i := range 2 {
+		r := keyedChat(b.svc.Addr(), failSession, "retry-fail", "[[fail:402]] pay")
+		if r.code != http.StatusTooManyRequests || r.err == nil || !strings.Contains(r.err.Error(), "insufficient_quota") {
+			t.Fatalf("failed turn, attempt %d: %d %v", i+1, r.code, r.err)
+		}
+	}
+	var failedTurns int
+	if err := db.QueryRow(ctx, `SELECT count(*) FROM worker_turns WHERE session_key = $1`, "agent:main:api:dm:"+failSession).Scan(&failedTurns); err != nil || failedTurns != 1 {
+		t.Fatalf("%d turns for the failing request (%v), want 1", failedTurns, err)
 	}
 }

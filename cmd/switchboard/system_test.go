@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -81,6 +83,33 @@ func TestWholeSystemAnswersTheOpenAIClient(t *testing.T) {
 		openai.UserMessage("first"), openai.AssistantMessage("echo: first"), openai.UserMessage("[[recall:user]]"))
 	if !strings.HasPrefix(got, "recall: first") {
 		t.Fatalf("stateless recall = %q", got)
+	}
+	// A turn the model provider failed is an HTTP error the SDK raises,
+	// not a completion whose text explains the failure.
+	for _, c := range []struct {
+		text   string
+		status int
+		code   string
+	}{
+		{"[[fail:402]] pay", http.StatusTooManyRequests, "insufficient_quota"},
+		{"[[fail:overflow]] long", http.StatusBadRequest, "context_length_exceeded"},
+		{"[[fail:401]] key", http.StatusBadGateway, "upstream_auth_error"},
+	} {
+		c0 := newClient(randomID())
+		_, err := c0.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{
+			Model: "switchboard", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(c.text)}})
+		var apiErr *openai.Error
+		if !errors.As(err, &apiErr) || apiErr.StatusCode != c.status || apiErr.Code != c.code {
+			t.Errorf("%s: %v, want HTTP %d %s", c.text, err, c.status, c.code)
+		}
+	}
+	failer := newClient(randomID())
+	failing := failer.Chat.Completions.NewStreaming(ctx, openai.ChatCompletionNewParams{
+		Model: "switchboard", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("[[fail:402]] pay")}})
+	for failing.Next() {
+	}
+	if err := failing.Err(); err == nil || !strings.Contains(err.Error(), "insufficient_quota") {
+		t.Errorf("streamed failure: %v", err)
 	}
 }
 

@@ -110,7 +110,15 @@ func (s *Service) handle(ctx context.Context, ev *repliesv1.ReplyEvent) error {
 		if text == "" {
 			return nil
 		}
-		return s.enqueueText(ctx, ev, keyBase(ctx, ev)+":e", "⚠️ "+text, deliveryv1.TextFormat_TEXT_FORMAT_PLAIN, true)
+		code := b.Error.GetCode()
+		if code == "" {
+			code = "internal"
+		}
+		reqs := s.textRequests(ev, keyBase(ctx, ev)+":e", "⚠️ "+text, deliveryv1.TextFormat_TEXT_FORMAT_PLAIN, true)
+		for _, r := range reqs {
+			r.ErrorCode = code
+		}
+		return s.enqueue(ctx, reqs...)
 	case *repliesv1.ReplyEvent_Notice:
 		return s.enqueueText(ctx, ev, keyBase(ctx, ev), b.Notice.GetText(), deliveryv1.TextFormat_TEXT_FORMAT_PLAIN, answers(b.Notice))
 	case *repliesv1.ReplyEvent_Media:
@@ -167,6 +175,11 @@ func (s *Service) enqueueText(ctx context.Context, ev *repliesv1.ReplyEvent, bas
 	if text == "" {
 		return nil
 	}
+	return s.enqueue(ctx, s.textRequests(ev, base, text, format, final)...)
+}
+
+// textRequests splits text into the platform's chunks, one send each.
+func (s *Service) textRequests(ev *repliesv1.ReplyEvent, base, text string, format deliveryv1.TextFormat, final bool) []*deliveryv1.SendRequested {
 	parts := chunk.Split(text, ev.GetTarget().GetPlatform())
 	reqs := make([]*deliveryv1.SendRequested, len(parts))
 	for i, p := range parts {
@@ -176,7 +189,7 @@ func (s *Service) enqueueText(ctx context.Context, ev *repliesv1.ReplyEvent, bas
 		r.Final = final && i == len(parts)-1
 		reqs[i] = r
 	}
-	return s.enqueue(ctx, reqs...)
+	return reqs
 }
 
 // delta streams a piece of the answer: by editing one message on

@@ -222,7 +222,7 @@ func (r *turnRun) runLoop(ctx context.Context) (store.Final, error) {
 
 func errorCode(err error) string {
 	switch c := llm.ClassOf(err); c {
-	case llm.Quota, llm.Auth, llm.ContextOverflow:
+	case llm.Quota, llm.Auth, llm.ContextOverflow, llm.RateLimited:
 		return string(c)
 	case "":
 		if errors.Is(err, context.DeadlineExceeded) {

@@ -513,7 +513,7 @@ func TestLLMErrorClassesEndTheTurnWithAClearMessage(t *testing.T) {
 		{"[[fail:401]] hi", "auth", "credentials"},
 		{"[[fail:overflow]] hi", "context_overflow", "too long"},
 		{"[[fail:500]] hi", "provider", "having trouble"},
-		{"[[fail:429 retry=0]] hi", "provider", "busy"},
+		{"[[fail:429 retry=0]] hi", "rate_limited", "busy"},
 		{"[[drop:1]] hi", "provider", ""},
 	}
 	for i, tc := range cases {

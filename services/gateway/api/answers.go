@@ -68,6 +68,8 @@ type answerPiece struct {
 	// recorded once.
 	Key  string `json:"key,omitempty"`
 	Text string `json:"text"`
+	// ErrorCode: the text explains a failed turn (SendRequested.error_code).
+	ErrorCode string `json:"error_code,omitempty"`
 }
 
 func (a answer) has(key string) bool {
@@ -288,7 +290,8 @@ func (f *follower) apply(rec answer) {
 		return
 	}
 	for i := f.emitted; i < len(rec.Pieces); i++ {
-		f.piece(piece{text: rec.Pieces[i].Text, final: rec.Final && i == len(rec.Pieces)-1})
+		p := rec.Pieces[i]
+		f.piece(piece{text: p.Text, final: rec.Final && i == len(rec.Pieces)-1, errorCode: p.ErrorCode})
 	}
 	if rec.Final && f.emitted >= len(rec.Pieces) {
 		f.piece(piece{final: true})

@@ -300,14 +300,21 @@ func (s *Service) IdempotentSends() bool { return true }
 func (s *Service) Send(ctx context.Context, req *deliveryv1.SendRequested) (string, error) {
 	keyed, plain := splitIDs(req.GetInputMessageIds())
 	for _, id := range keyed {
-		if err := s.answers.add(ctx, id, answerPiece{Key: req.GetIdempotencyKey(), Text: req.GetText()}, req.GetFinal()); err != nil {
+		p := answerPiece{Key: req.GetIdempotencyKey(), Text: req.GetText(), ErrorCode: req.GetErrorCode()}
+		if err := s.answers.add(ctx, id, p, req.GetFinal()); err != nil {
 			return "", err
 		}
 	}
-	if err := s.route(ctx, plain, req, piece{text: req.GetText(), final: req.GetFinal()}); err != nil {
+	if err := s.route(ctx, plain, req, sendPiece(req)); err != nil {
 		return "", err
 	}
 	return "msg_" + randomHex(12), nil
+}
+
+// sendPiece is the waiting request's piece of a send: a chunk of the
+// answer, or of the explanation of a failed turn.
+func sendPiece(req *deliveryv1.SendRequested) piece {
+	return piece{text: req.GetText(), final: req.GetFinal(), errorCode: req.GetErrorCode()}
 }
 
 // StreamDelta hands a text delta to the waiting request.
@@ -389,7 +396,7 @@ func (s *Service) serveForwarded(m *nats.Msg) {
 	if err := proto.Unmarshal(m.Data, req); err != nil {
 		receipt = &deliveryv1.SendReceipt{ErrorClass: deliveryv1.ErrorClass_ERROR_CLASS_PERMANENT, Error: "malformed forwarded reply"}
 	} else {
-		p := piece{text: req.GetText(), final: req.GetFinal()}
+		p := sendPiece(req)
 		if req.GetOp() == deliveryv1.SendOp_SEND_OP_STREAM_DELTA {
 			p = piece{delta: req.GetText()}
 		}

@@ -250,9 +250,13 @@ func (s *Service) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		s.stream(ctx, w, wt, id, modelName)
 		return
 	}
-	text, err := collect(ctx, wt)
+	text, failed, err := collect(ctx, wt)
 	if err != nil {
 		s.writeWaitError(w, r, err)
+		return
+	}
+	if failed != "" {
+		writeTurnError(w, failed, text)
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -363,22 +367,28 @@ func (s *Service) shuttingDown() bool {
 }
 
 // collect waits for the final send and returns the answer (the text of
-// every send chunk, in order).
-func collect(ctx context.Context, wt *waiter) (string, error) {
+// every send chunk, in order) and, when the turn failed and the text
+// explains why, its error code.
+func collect(ctx context.Context, wt *waiter) (text, errorCode string, err error) {
 	var b strings.Builder
 	for {
 		for _, p := range wt.take() {
 			if p.delta != "" {
 				continue
 			}
+			if p.errorCode != "" && errorCode == "" {
+				// Only the explanation answers a failed turn.
+				b.Reset()
+				errorCode = p.errorCode
+			}
 			b.WriteString(p.text)
 			if p.final {
-				return b.String(), nil
+				return b.String(), errorCode, nil
 			}
 		}
 		select {
 		case <-ctx.Done():
-			return "", ctx.Err()
+			return "", "", ctx.Err()
 		case <-wt.notify:
 		}
 	}
@@ -405,9 +415,26 @@ func (s *Service) stream(ctx context.Context, w http.ResponseWriter, wt *waiter,
 	write(chunkDelta{Role: "assistant"}, nil)
 	keepalive := time.NewTicker(15 * time.Second)
 	defer keepalive.Stop()
-	var streamed, sent strings.Builder
+	var streamed, sent, failure strings.Builder
+	failed := ""
 	for {
 		for _, p := range wt.take() {
+			if p.errorCode != "" {
+				// A failed turn: the stream ends with OpenAI's error event,
+				// which the SDKs raise as an error.
+				failed = p.errorCode
+				failure.WriteString(p.text)
+				if p.final {
+					f := failureOf(failed)
+					data, _ := json.Marshal(apiError{Error: apiErrorBody{Message: failureMessage(failure.String()), Type: f.typ, Code: &f.code}})
+					fmt.Fprintf(w, "data: %s\n\n", data)
+					if flusher != nil {
+						flusher.Flush()
+					}
+					return
+				}
+				continue
+			}
 			if p.delta != "" {
 				streamed.WriteString(p.delta)
 				write(chunkDelta{Content: p.delta}, nil)

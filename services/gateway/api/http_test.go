@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -166,6 +167,44 @@ func TestRateLimitPerKey(t *testing.T) {
 	r := do(t, "GET", url, testKey, "", nil)
 	if r.code != 429 || r.header.Get("Retry-After") == "" || errorCode(t, r) != "rate_limit_exceeded" {
 		t.Fatalf("third request: %d %v %s", r.code, r.header, r.body)
+	}
+}
+
+// A failed turn is answered with OpenAI's error for its cause; the
+// OpenAI SDKs are told not to retry what a retry cannot fix.
+func TestTurnFailureAnswers(t *testing.T) {
+	for _, c := range []struct {
+		code, wantCode string
+		status         int
+		retry          bool
+	}{
+		{"rate_limited", "rate_limit_exceeded", http.StatusTooManyRequests, true},
+		{"quota", "insufficient_quota", http.StatusTooManyRequests, false},
+		{"context_overflow", "context_length_exceeded", http.StatusBadRequest, false},
+		{"auth", "upstream_auth_error", http.StatusBadGateway, false},
+		{"provider", "upstream_error", http.StatusBadGateway, true},
+		{"timeout", "timeout", http.StatusGatewayTimeout, true},
+		{"interrupted", "interrupted", http.StatusServiceUnavailable, true},
+		{"internal", "internal_error", http.StatusInternalServerError, true},
+		{"something new", "internal_error", http.StatusInternalServerError, true},
+	} {
+		w := httptest.NewRecorder()
+		writeTurnError(w, c.code, "⚠️ The model is out of credit.")
+		var body struct {
+			Error struct {
+				Message, Type string
+				Code          *string
+			}
+		}
+		if err := json.Unmarshal(w.Body.Bytes(), &body); err != nil {
+			t.Fatalf("%s: %v %s", c.code, err, w.Body)
+		}
+		if w.Code != c.status || body.Error.Code == nil || *body.Error.Code != c.wantCode || body.Error.Message != "The model is out of credit." {
+			t.Errorf("%s: %d %s", c.code, w.Code, w.Body)
+		}
+		if noRetry := w.Header().Get("X-Should-Retry") == "false"; noRetry == c.retry {
+			t.Errorf("%s: X-Should-Retry %q", c.code, w.Header().Get("X-Should-Retry"))
+		}
 	}
 }
 

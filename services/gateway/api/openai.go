@@ -3,6 +3,7 @@ package api
 import (
 	"encoding/json"
 	"net/http"
+	"strings"
 )
 
 // apiError is OpenAI's error body.
@@ -28,6 +29,56 @@ func writeError(w http.ResponseWriter, status int, typ, code, param, msg string)
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(body)
+}
+
+// turnFailure is how the API answers a turn that failed with a worker
+// error code (ReplyError.code), in OpenAI's terms.
+type turnFailure struct {
+	status int
+	typ    string
+	code   string
+	// noRetry: retrying the same request cannot help (x-should-retry:
+	// false, which the OpenAI SDKs honour before retrying a 429 or 5xx).
+	noRetry bool
+}
+
+func failureOf(code string) turnFailure {
+	switch code {
+	case "rate_limited":
+		return turnFailure{http.StatusTooManyRequests, "rate_limit_error", "rate_limit_exceeded", false}
+	case "quota":
+		return turnFailure{http.StatusTooManyRequests, "insufficient_quota", "insufficient_quota", true}
+	case "context_overflow":
+		return turnFailure{http.StatusBadRequest, "invalid_request_error", "context_length_exceeded", true}
+	case "auth":
+		return turnFailure{http.StatusBadGateway, "server_error", "upstream_auth_error", true}
+	case "provider":
+		return turnFailure{http.StatusBadGateway, "server_error", "upstream_error", false}
+	case "timeout":
+		return turnFailure{http.StatusGatewayTimeout, "server_error", "timeout", false}
+	case "interrupted":
+		return turnFailure{http.StatusServiceUnavailable, "server_error", "interrupted", false}
+	default:
+		return turnFailure{http.StatusInternalServerError, "server_error", "internal_error", false}
+	}
+}
+
+// failureMessage is the user-facing explanation without the warning sign
+// chat platforms show it with.
+func failureMessage(text string) string {
+	if m := strings.TrimSpace(strings.TrimPrefix(text, "⚠️")); m != "" {
+		return m
+	}
+	return "The agent could not answer."
+}
+
+// writeTurnError answers a request whose turn failed.
+func writeTurnError(w http.ResponseWriter, code, text string) {
+	f := failureOf(code)
+	if f.noRetry {
+		w.Header().Set("X-Should-Retry", "false")
+	}
+	writeError(w, f.status, f.typ, f.code, "", failureMessage(text))
 }
 
 // Response shapes.

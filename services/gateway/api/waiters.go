@@ -7,6 +7,9 @@ type piece struct {
 	delta string // SEND_OP_STREAM_DELTA text
 	text  string // SEND_OP_SEND text (a chunk of the final answer)
 	final bool
+	// errorCode is set on the text explaining a failed turn
+	// (SendRequested.error_code): the request is answered with an error.
+	errorCode string
 }
 
 // waiter collects the reply pieces of one waiting request.

@@ -353,8 +353,14 @@ type SendRequested struct {
 	// Platform message ids of the user messages this answers (the API
 	// gateway matches replies to waiting HTTP requests with them).
 	InputMessageIds []string `protobuf:"bytes,13,rep,name=input_message_ids,json=inputMessageIds,proto3" json:"input_message_ids,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Set when the text explains why a turn failed: the turn's error code
+	// (ReplyError.code: rate_limited, quota, auth, context_overflow,
+	// timeout, provider, internal, interrupted). Chat platforms show the
+	// text; the API gateway answers the request with the matching HTTP
+	// error instead of a completion.
+	ErrorCode     string `protobuf:"bytes,14,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SendRequested) Reset() {
@@ -476,6 +482,13 @@ func (x *SendRequested) GetInputMessageIds() []string {
 		return x.InputMessageIds
 	}
 	return nil
+}
+
+func (x *SendRequested) GetErrorCode() string {
+	if x != nil {
+		return x.ErrorCode
+	}
+	return ""
 }
 
 // SendReceipt answers a SendRequested.
@@ -847,7 +860,7 @@ const file_switchboard_delivery_v1_delivery_proto_rawDesc = "" +
 	"\aaccount\x18\x02 \x01(\tR\aaccount\x12\x17\n" +
 	"\achat_id\x18\x03 \x01(\tR\x06chatId\x12\x1b\n" +
 	"\tthread_id\x18\x04 \x01(\tR\bthreadId\x12-\n" +
-	"\x13reply_to_message_id\x18\x05 \x01(\tR\x10replyToMessageId\"\x95\x04\n" +
+	"\x13reply_to_message_id\x18\x05 \x01(\tR\x10replyToMessageId\"\xb4\x04\n" +
 	"\rSendRequested\x12'\n" +
 	"\x0fidempotency_key\x18\x01 \x01(\tR\x0eidempotencyKey\x12/\n" +
 	"\x02op\x18\x02 \x01(\x0e2\x1f.switchboard.delivery.v1.SendOpR\x02op\x127\n" +
@@ -866,7 +879,9 @@ const file_switchboard_delivery_v1_delivery_proto_rawDesc = "" +
 	"\vsession_key\x18\v \x01(\tR\n" +
 	"sessionKey\x12\x14\n" +
 	"\x05final\x18\f \x01(\bR\x05final\x12*\n" +
-	"\x11input_message_ids\x18\r \x03(\tR\x0finputMessageIds\"\xcb\x02\n" +
+	"\x11input_message_ids\x18\r \x03(\tR\x0finputMessageIds\x12\x1d\n" +
+	"\n" +
+	"error_code\x18\x0e \x01(\tR\terrorCode\"\xcb\x02\n" +
 	"\vSendReceipt\x12'\n" +
 	"\x0fidempotency_key\x18\x01 \x01(\tR\x0eidempotencyKey\x12\x0e\n" +
 	"\x02ok\x18\x02 \x01(\bR\x02ok\x12.\n" +

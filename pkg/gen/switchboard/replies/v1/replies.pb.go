@@ -518,7 +518,8 @@ func (x *Media) GetAttachment() *v11.Attachment {
 // ReplyError tells the user a turn could not produce an answer.
 type ReplyError struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// quota, auth, context_overflow, provider, interrupted, internal …
+	// rate_limited, quota, auth, context_overflow, timeout, provider,
+	// interrupted, internal.
 	Code string `protobuf:"bytes,1,opt,name=code,proto3" json:"code,omitempty"`
 	// Safe to show to the user.
 	Message       string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
