@@ -32,6 +32,11 @@ type Platform struct {
 	// NoTyping: the platform shows no typing indicator (the API streams,
 	// webhooks have no chat), so none is sent.
 	NoTyping bool `koanf:"no_typing"`
+	// PerRequest: each reply answers its own waiting request (the API), so
+	// there is no chat order to keep, and a send repeated under its key is
+	// taken once: a lone reply goes straight to the gateway without first
+	// checking the chat's outbox.
+	PerRequest bool `koanf:"per_request"`
 	// Home is the chat a proactive send to the bare platform goes to:
 	// "chat_id", "chat_id:thread_id" or "#channel-name".
 	Home string `koanf:"home"`
@@ -50,7 +55,7 @@ func DefaultPlatforms() map[string]Platform {
 		"signal":     {Streaming: StreamNone},
 		"sms":        {Streaming: StreamNone},
 		"email":      {Streaming: StreamNone},
-		"api":        {Streaming: StreamNative, NoTyping: true},
+		"api":        {Streaming: StreamNative, NoTyping: true, PerRequest: true},
 		"webhook":    {Streaming: StreamNone, NoTyping: true},
 	}
 }
@@ -156,10 +161,14 @@ func (c Config) Validate() error {
 	return nil
 }
 
+// defaultPlatforms is DefaultPlatforms, built once: platform runs for
+// every reply event.
+var defaultPlatforms = DefaultPlatforms()
+
 // platform merges the configured platform over its defaults.
 func (c Config) platform(name string) Platform {
 	name = strings.ToLower(name)
-	p := DefaultPlatforms()[name]
+	p := defaultPlatforms[name]
 	o, ok := c.Platforms[name]
 	if !ok {
 		return p
@@ -176,5 +185,7 @@ func (c Config) platform(name string) Platform {
 	if o.Home != "" {
 		p.Home = o.Home
 	}
+	p.NoTyping = p.NoTyping || o.NoTyping
+	p.PerRequest = p.PerRequest || o.PerRequest
 	return p
 }

@@ -455,3 +455,30 @@ func TestLoneReplyIsSentThroughOnceAndInOrder(t *testing.T) {
 		t.Fatalf("posted %q", order)
 	}
 }
+
+// On a per-request platform (the API) a reply answers its own request:
+// it goes straight through even while an older reply to the same chat
+// waits in the outbox.
+func TestPerRequestReplyDoesNotWaitForItsChat(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	cfg := testConfig()
+	cfg.Platforms["test"] = delivery.Platform{PerRequest: true}
+	e.start(t, cfg, "a")
+	e.gw.setBehaviour(func(req *deliveryv1.SendRequested, try int) behaviour {
+		if req.GetIdempotencyKey() == "t1:1:0" && try == 1 {
+			return behaviour{fail: &deliveryv1.SendReceipt{ErrorClass: deliveryv1.ErrorClass_ERROR_CLASS_RATE_LIMITED, RetryAfterMs: 60_000}}
+		}
+		return behaviour{}
+	})
+	e.publish(t, event("t1", 1, "s1", final("first")))
+	eventually(t, e.clock, 0, "first queued for retry", func() bool { return rowState(t, e.db, "t1:1:0") == "queued" })
+	e.publish(t, event("t2", 1, "s1", final("second")))
+	eventually(t, e.clock, 0, "second sent", func() bool { return rowState(t, e.db, "t2:1:0") == "sent" })
+	if st := rowState(t, e.db, "t1:1:0"); st != "queued" {
+		t.Fatalf("first is %s, want still queued", st)
+	}
+	if _, posted := e.gw.snapshot(); len(posted) != 1 || posted[0].Req.GetText() != "second" {
+		t.Fatalf("posted %v", posted)
+	}
+}

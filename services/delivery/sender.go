@@ -160,8 +160,9 @@ func (s *Service) outcome(ctx context.Context, log warner, r outbox.Row, rec *de
 }
 
 // sendThrough sends a lone request at once, from the reply consumer,
-// when nothing of its chat waits in the outbox and the rate limits allow
-// it now; it reports whether it took care of the request. A send that
+// when nothing of its chat waits in the outbox (not checked for a
+// per-request platform, whose replies have no chat order and are taken
+// once) and the rate limits allow it now; it reports whether it took care of the request. A send that
 // went through is recorded as a sent row (without waiting for the WAL
 // flush); a failed one becomes a claimed outbox row with its outcome
 // recorded, exactly as if the outbox had tried it. When it does not take
@@ -172,8 +173,10 @@ func (s *Service) outcome(ctx context.Context, log warner, r outbox.Row, rec *de
 // the common path.
 func (s *Service) sendThrough(ctx context.Context, req *deliveryv1.SendRequested) (bool, error) {
 	t := req.GetTarget()
-	if clear, err := s.store.Clear(ctx, outbox.ChatKey(t), req.GetIdempotencyKey()); err != nil || !clear {
-		return false, nil //nolint:nilerr // the outbox path reports database errors
+	if !s.cfg.platform(t.GetPlatform()).PerRequest {
+		if clear, err := s.store.Clear(ctx, outbox.ChatKey(t), req.GetIdempotencyKey()); err != nil || !clear {
+			return false, nil //nolint:nilerr // the outbox path reports database errors
+		}
 	}
 	now := s.now()
 	if wait, err := s.limiter.Take(ctx, now, s.buckets(t)...); err != nil || wait > 0 {
