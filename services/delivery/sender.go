@@ -162,9 +162,9 @@ func (s *Service) outcome(ctx context.Context, log warner, r outbox.Row, rec *de
 // sendThrough sends a lone request at once, from the reply consumer,
 // when nothing of its chat waits in the outbox (not checked for a
 // per-request platform, whose replies have no chat order and are taken
-// once) and the rate limits allow it now; it reports whether it took care of the request. A send that
-// went through is recorded as a sent row (without waiting for the WAL
-// flush); a failed one becomes a claimed outbox row with its outcome
+// once) and the rate limits allow it now; it reports whether it took
+// care of the request. A send that went through is recorded as a sent
+// row (without waiting for the WAL flush); a failed one becomes a claimed outbox row with its outcome
 // recorded, exactly as if the outbox had tried it. When it does not take
 // the request (a busy chat, a rate limit, a record that failed), the
 // outbox sends it under the same idempotency key, so a send that went
