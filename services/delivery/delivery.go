@@ -14,6 +14,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -53,6 +54,7 @@ type Service struct {
 	locker  *redisx.Locker
 	now     func() time.Time
 	owner   string
+	share   *share
 
 	kickCh chan struct{}
 	turns  *turns
@@ -94,6 +96,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		locker:  redisx.NewLocker(deps.Redis, deps.RedisPrefix+"delivery:"),
 		now:     deps.Now,
 		owner:   owner,
+		share:   newShare(deps.Redis, deps.RedisPrefix+"delivery:replicas", owner, cfg.PartitionLease),
 		kickCh:  make(chan struct{}, 1),
 		turns:   newTurns(),
 		ready:   make(chan struct{}),
@@ -136,7 +139,11 @@ func (s *Service) Run(ctx context.Context) error {
 	close(s.ready)
 	s.log.Info("delivery started", "replica", s.owner, "grpc", s.cfg.GRPCAddr)
 
+	if err := s.share.announce(ctx); err != nil {
+		s.log.Warn("announce delivery replica failed", "err", err)
+	}
 	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return s.announceLoop(gctx) })
 	for p := range bus.Partitions {
 		g.Go(func() error { return s.ownPartition(gctx, p) })
 	}
@@ -165,15 +172,49 @@ func (s *Service) Run(ctx context.Context) error {
 	return nil
 }
 
+// announceLoop keeps this replica counted among the live ones until ctx
+// ends, then takes it out at once.
+func (s *Service) announceLoop(ctx context.Context) error {
+	t := time.NewTicker(s.cfg.PartitionLease / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+			defer cancel()
+			if err := s.share.leave(lctx); err != nil {
+				s.log.Debug("leave delivery replicas", "err", err)
+			}
+			return nil
+		case <-t.C:
+			if err := s.share.announce(ctx); err != nil && ctx.Err() == nil {
+				s.log.Warn("announce delivery replica failed", "err", err)
+			}
+		}
+	}
+}
+
+// Partitions is how many reply partitions this replica owns now.
+func (s *Service) Partitions() int { return int(s.share.owned.Load()) }
+
 // ownPartition runs the consumer of reply partition p while this replica
 // holds the partition's lease in Redis. Streaming state lives in memory,
 // so all events of a session must reach one replica: each partition has
-// one owner at a time, and a dead owner's lease expires.
+// one owner at a time, and a dead owner's lease expires. A replica owns
+// at most its fair share of the partitions (share) and hands back what is
+// above it when replicas join.
 func (s *Service) ownPartition(ctx context.Context, p int) error {
 	name := fmt.Sprintf("replies-partition:%d", p)
 	token := redisx.NewToken()
 	retry := s.cfg.PartitionLease / 3
 	for ctx.Err() == nil {
+		if !s.share.mayTake() {
+			select {
+			case <-ctx.Done():
+			case <-time.After(jitter(retry)):
+			}
+			continue
+		}
 		ok, err := s.locker.Acquire(ctx, name, token, s.cfg.PartitionLease)
 		if err != nil && ctx.Err() == nil {
 			s.log.Warn("acquire reply partition failed", "partition", p, "err", err)
@@ -185,8 +226,10 @@ func (s *Service) ownPartition(ctx context.Context, p int) error {
 			}
 			continue
 		}
+		s.share.took()
 		s.log.Debug("reply partition owned", "partition", p)
 		pctx, cancel := context.WithCancel(ctx)
+		var yielded atomic.Bool
 		go func() {
 			defer cancel()
 			t := time.NewTicker(retry)
@@ -196,6 +239,11 @@ func (s *Service) ownPartition(ctx context.Context, p int) error {
 				case <-pctx.Done():
 					return
 				case <-t.C:
+					if s.share.yield() {
+						yielded.Store(true)
+						s.log.Info("reply partition handed back to balance the replicas", "partition", p)
+						return
+					}
 					if err := s.locker.Renew(pctx, name, token, s.cfg.PartitionLease); err != nil {
 						if pctx.Err() == nil {
 							s.log.Warn("reply partition lost", "partition", p, "err", err)
@@ -210,6 +258,9 @@ func (s *Service) ownPartition(ctx context.Context, p int) error {
 		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 		_ = s.locker.Release(rctx, name, token)
 		rcancel()
+		if !yielded.Load() {
+			s.share.left()
+		}
 		if err != nil && ctx.Err() == nil {
 			s.log.Warn("reply consumer stopped", "partition", p, "err", err)
 			select {

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/switchboard-chat/switchboard/pkg/bus"
 	adminv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/admin/v1"
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
@@ -481,4 +482,31 @@ func TestPerRequestReplyDoesNotWaitForItsChat(t *testing.T) {
 	if _, posted := e.gw.snapshot(); len(posted) != 1 || posted[0].Req.GetText() != "second" {
 		t.Fatalf("posted %v", posted)
 	}
+}
+
+// Replicas share the reply partitions: a second replica takes half of
+// them from the first, replies still go out once each, and when the
+// second stops the first owns them all again.
+func TestReplicasBalanceThePartitions(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	cfg := testConfig()
+	a := e.start(t, cfg, "a")
+	eventually(t, e.clock, 0, "a owning every partition", func() bool { return a.svc.Partitions() == bus.Partitions })
+	b := e.start(t, cfg, "b")
+	eventually(t, e.clock, 0, "half each", func() bool {
+		return a.svc.Partitions() == bus.Partitions/2 && b.svc.Partitions() == bus.Partitions/2
+	})
+	const n = 30
+	for i := range n {
+		e.publish(t, event(fmt.Sprint("t", i), 1, fmt.Sprint("s", i), final(fmt.Sprint("answer ", i))))
+	}
+	eventually(t, e.clock, 0, "every answer", func() bool { return len(e.gw.postedTexts()) == n })
+	for text, c := range e.gw.postedTexts() {
+		if c != 1 {
+			t.Errorf("%q posted %d times", text, c)
+		}
+	}
+	b.stop(t)
+	eventually(t, e.clock, 0, "a owning every partition again", func() bool { return a.svc.Partitions() == bus.Partitions })
 }

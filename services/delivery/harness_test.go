@@ -224,7 +224,10 @@ func (in *instance) stop(t *testing.T) {
 	in.cancel()
 	select {
 	case err, ok := <-in.done:
-		if ok && err != nil {
+		if !ok {
+			return // stopped already
+		}
+		if err != nil {
 			t.Errorf("delivery run: %v", err)
 		}
 		close(in.done)

@@ -18,6 +18,10 @@ var (
 		Name: "switchboard_delivery_dead_letters_total",
 		Help: "Outbox rows dead-lettered, by platform and reason.",
 	}, []string{"platform", "reason"})
+	partitionsOwned = promauto.NewGauge(prometheus.GaugeOpts{
+		Name: "switchboard_delivery_partitions_owned",
+		Help: "Reply partitions this delivery replica owns (its fair share of the live replicas).",
+	})
 	progress = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "switchboard_delivery_progress_total",
 		Help: "Best-effort progress operations (stream edits, stream deltas, typing), by platform, op and result.",
