@@ -96,10 +96,13 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		locker:  redisx.NewLocker(deps.Redis, deps.RedisPrefix+"delivery:"),
 		now:     deps.Now,
 		owner:   owner,
-		share:   newShare(deps.Redis, deps.RedisPrefix+"delivery:replicas", owner, cfg.PartitionLease),
-		kickCh:  make(chan struct{}, 1),
-		turns:   newTurns(),
-		ready:   make(chan struct{}),
+		// Announcements run out in half a partition lease: a dead replica
+		// stops counting before its partitions' leases expire, so the others'
+		// share has grown by the time they can take them.
+		share:  newShare(deps.Redis, deps.RedisPrefix+"delivery:replicas", owner, cfg.PartitionLease/2),
+		kickCh: make(chan struct{}, 1),
+		turns:  newTurns(),
+		ready:  make(chan struct{}),
 	}
 	s.typing = newTyping(s)
 	return s, nil
@@ -175,7 +178,7 @@ func (s *Service) Run(ctx context.Context) error {
 // announceLoop keeps this replica counted among the live ones until ctx
 // ends, then takes it out at once.
 func (s *Service) announceLoop(ctx context.Context) error {
-	t := time.NewTicker(s.cfg.PartitionLease / 3)
+	t := time.NewTicker(s.cfg.PartitionLease / 6)
 	defer t.Stop()
 	for {
 		select {
