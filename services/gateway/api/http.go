@@ -416,17 +416,14 @@ func (s *Service) stream(ctx context.Context, w http.ResponseWriter, wt *waiter,
 	keepalive := time.NewTicker(15 * time.Second)
 	defer keepalive.Stop()
 	var streamed, sent, failure strings.Builder
-	failed := ""
 	for {
 		for _, p := range wt.take() {
 			if p.errorCode != "" {
 				// A failed turn: the stream ends with OpenAI's error event,
 				// which the SDKs raise as an error.
-				failed = p.errorCode
 				failure.WriteString(p.text)
 				if p.final {
-					f := failureOf(failed)
-					data, _ := json.Marshal(apiError{Error: apiErrorBody{Message: failureMessage(failure.String()), Type: f.typ, Code: &f.code}})
+					data, _ := json.Marshal(turnErrorBody(p.errorCode, failure.String()))
 					fmt.Fprintf(w, "data: %s\n\n", data)
 					if flusher != nil {
 						flusher.Flush()

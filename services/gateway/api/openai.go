@@ -19,6 +19,13 @@ type apiErrorBody struct {
 }
 
 func writeError(w http.ResponseWriter, status int, typ, code, param, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(errorBody(typ, code, param, msg))
+}
+
+// errorBody is OpenAI's error object; an empty code or param is null.
+func errorBody(typ, code, param, msg string) apiError {
 	body := apiError{Error: apiErrorBody{Message: msg, Type: typ}}
 	if code != "" {
 		body.Error.Code = &code
@@ -26,9 +33,7 @@ func writeError(w http.ResponseWriter, status int, typ, code, param, msg string)
 	if param != "" {
 		body.Error.Param = &param
 	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(body)
+	return body
 }
 
 // turnFailure is how the API answers a turn that failed with a worker
@@ -70,6 +75,13 @@ func failureMessage(text string) string {
 		return m
 	}
 	return "The agent could not answer."
+}
+
+// turnErrorBody is the error object of a turn that failed with code,
+// explained by text.
+func turnErrorBody(code, text string) apiError {
+	f := failureOf(code)
+	return errorBody(f.typ, f.code, "", failureMessage(text))
 }
 
 // writeTurnError answers a request whose turn failed.
