@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
 	"github.com/redis/go-redis/v9"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"golang.org/x/sync/errgroup"
@@ -30,6 +31,9 @@ type app struct {
 	// traceExporter, when set, receives every span (tests use an
 	// in-memory one); otherwise OTEL_EXPORTER_OTLP_ENDPOINT decides.
 	traceExporter sdktrace.SpanExporter
+	// natsOptions are added to the NATS connection's (dev connects to
+	// its embedded server in-process).
+	natsOptions []nats.Option
 
 	mu        sync.Mutex
 	closers   []func()
@@ -83,7 +87,7 @@ func (a *app) Bus(ctx context.Context) (*bus.Bus, error) {
 	if a.bus != nil {
 		return a.bus, nil
 	}
-	b, err := bus.Connect(a.cfg.NATS.URL, "switchboard-"+a.name, a.topology(), a.log)
+	b, err := bus.Connect(a.cfg.NATS.URL, "switchboard-"+a.name, a.topology(), a.log, a.natsOptions...)
 	if err != nil {
 		return nil, err
 	}

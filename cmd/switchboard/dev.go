@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/nats-io/nats.go"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/switchboard-chat/switchboard/pkg/config"
@@ -65,6 +66,10 @@ func runDevWith(ctx context.Context, cfg *Config, o devOptions) error {
 
 	a := newApp("dev", cfg)
 	a.traceExporter = o.exporter
+	// The services talk to the embedded server over an in-process pipe,
+	// not loopback TCP: no socket syscalls per publish, ack and delivery.
+	// The port stays open for everything outside this process.
+	a.natsOptions = []nats.Option{nats.InProcessServer(srv)}
 	if o.logOut != nil {
 		a.log = telemetry.NewLogger(cfg.Log, o.logOut).With("process", a.name)
 	}

@@ -51,9 +51,10 @@ func New(nc *nats.Conn, topo Topology, log *slog.Logger) (*Bus, error) {
 }
 
 // Connect dials NATS with reconnects forever and wraps the connection.
-// The caller closes it with Close.
-func Connect(url, name string, topo Topology, log *slog.Logger) (*Bus, error) {
-	nc, err := nats.Connect(url,
+// extra options come last (a process embedding the server passes
+// nats.InProcessServer). The caller closes it with Close.
+func Connect(url, name string, topo Topology, log *slog.Logger, extra ...nats.Option) (*Bus, error) {
+	opts := append([]nats.Option{
 		nats.Name(name),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(time.Second),
@@ -63,7 +64,8 @@ func Connect(url, name string, topo Topology, log *slog.Logger) (*Bus, error) {
 			}
 		}),
 		nats.ReconnectHandler(func(c *nats.Conn) { slog.Info("nats reconnected", "url", c.ConnectedUrlRedacted()) }),
-	)
+	}, extra...)
+	nc, err := nats.Connect(url, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("connect nats %s: %w", url, err)
 	}

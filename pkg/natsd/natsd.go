@@ -4,6 +4,7 @@ package natsd
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"time"
 
@@ -70,6 +71,10 @@ func Start(cfg Config) (*Server, error) {
 
 // ClientURL is the URL clients dial.
 func (s *Server) ClientURL() string { return s.srv.ClientURL() }
+
+// InProcessConn opens a client connection that does not leave the process
+// (nats.InProcessServer takes the Server for it).
+func (s *Server) InProcessConn() (net.Conn, error) { return s.srv.InProcessConn() }
 
 // Shutdown stops the server and removes a temporary store.
 func (s *Server) Shutdown() {
