@@ -24,6 +24,9 @@ import (
 var (
 	ErrNotFound  = errors.New("session not found")
 	ErrQueueFull = errors.New("session queue is full")
+	// ErrStarted: the message was started as a turn already (StartFree
+	// committed it); a redelivery of it must not be queued again.
+	ErrStarted = errors.New("message started as a turn already")
 )
 
 // Session is one session entry (one key; its current conversation).
@@ -333,26 +336,31 @@ func (s *Store) queueEnqueue(b *pgx.Batch, key string, streamSeq int64, ownTurn 
 	// Serialise enqueues per session (until the batch commits) so the cap holds.
 	b.Queue(`SELECT pg_advisory_xact_lock(hashtextextended('queue:' || $1, 0))`, key)
 	b.Queue(`WITH n AS (SELECT count(*) AS c FROM session_queue WHERE session_key = $1),
+		started AS (SELECT EXISTS (SELECT 1 FROM sessions WHERE session_key = $1 AND last_started_event_id = $3) AS yes),
 		ins AS (
 			INSERT INTO session_queue (session_key, stream_seq, event_id, own_turn, event, enqueued_at)
-			SELECT $1, $2, $3, $4, $5, $6 WHERE (SELECT c FROM n) < $7
+			SELECT $1, $2, $3, $4, $5, $6 WHERE (SELECT c FROM n) < $7 AND NOT (SELECT yes FROM started)
 			ON CONFLICT (session_key, event_id) DO NOTHING RETURNING 1)
 		SELECT EXISTS (SELECT 1 FROM ins),
-			EXISTS (SELECT 1 FROM session_queue WHERE session_key = $1 AND event_id = $3)`,
+			EXISTS (SELECT 1 FROM session_queue WHERE session_key = $1 AND event_id = $3),
+			(SELECT yes FROM started)`,
 		key, streamSeq, eventID, ownTurn, data, s.now(), max)
 }
 
 // readEnqueue reads the results of queueEnqueue's statements; a message
-// neither inserted nor already queued found the queue full.
+// neither inserted nor already queued nor started found the queue full.
 func readEnqueue(br pgx.BatchResults) (inserted bool, err error) {
 	if _, err := br.Exec(); err != nil {
 		return false, fmt.Errorf("lock queue: %w", err)
 	}
-	var queued bool
-	if err := br.QueryRow().Scan(&inserted, &queued); err != nil {
+	var queued, started bool
+	if err := br.QueryRow().Scan(&inserted, &queued, &started); err != nil {
 		return false, fmt.Errorf("enqueue: %w", err)
 	}
-	if !inserted && !queued {
+	switch {
+	case started:
+		return false, ErrStarted
+	case !inserted && !queued:
 		return false, ErrQueueFull
 	}
 	return inserted, nil
@@ -365,6 +373,87 @@ func (s *Store) QueueLen(ctx context.Context, key string) (int, error) {
 		return 0, fmt.Errorf("count queue: %w", err)
 	}
 	return n, nil
+}
+
+// StartFree starts msg as a turn of its own without queueing it, for a
+// session whose lock the caller holds and whose queue is empty (the common
+// case: a message to an idle session). In one transaction it records the
+// arrival (as Arrive), advances the generation, records turnID and msg's
+// event id as the last started, then calls publish and commits durably
+// after it. A redelivery of msg after the commit finds its event id there
+// (Enqueue and StartFree report ErrStarted).
+//
+// Nothing is written and started is false when messages wait in the queue
+// (the caller queues msg behind them), when msg is the last message
+// started already (a redelivery: queueing it reports ErrStarted), or when
+// proceed, given the arrival, says no (a reset is due): the caller then
+// takes the queueing path. Two round trips: the statements with BEGIN,
+// then COMMIT, which a publishing caller's critical path need not wait for:
+// a worker's first fenced write waits for it (the generation's lock).
+func (s *Store) StartFree(ctx context.Context, key, profile string, src *eventsv1.SessionSource, msg *eventsv1.MessageReceived, turnID string,
+	proceed func(Arrival) bool, publish func(context.Context, Turn) error) (a Arrival, started bool, err error) {
+	conn, err := s.db.Acquire(ctx)
+	if err != nil {
+		return a, false, fmt.Errorf("start turn: %w", err)
+	}
+	defer conn.Release()
+	committed := false
+	defer func() {
+		if !committed {
+			// Release closes a connection left inside a transaction.
+			_, _ = conn.Exec(context.WithoutCancel(ctx), "ROLLBACK")
+		}
+	}()
+	now := s.now()
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	s.queueArrive(b, key, profile, src)
+	// Enqueues of the session wait for this transaction (the queue's lock),
+	// so the queue stays empty until the turn is started.
+	b.Queue(`SELECT pg_advisory_xact_lock(hashtextextended('queue:' || $1, 0))`, key)
+	b.Queue(`UPDATE sessions SET generation = generation + 1, last_turn_id = $2, last_turn_at = $3, updated_at = $3,
+			last_started_event_id = $4
+		WHERE session_key = $1 AND last_started_event_id IS DISTINCT FROM $4
+		  AND NOT EXISTS (SELECT 1 FROM session_queue WHERE session_key = $1)
+		RETURNING generation`,
+		key, turnID, now, msg.GetEventId())
+	br := conn.SendBatch(ctx, b)
+	gen, err := readFreeStart(br, &a)
+	if err != nil || gen == 0 || !proceed(a) {
+		return a, false, err
+	}
+	a.Session.Generation, a.Session.LastTurnID = gen, turnID
+	turn := Turn{Session: a.Session, Generation: gen, Inputs: []Queued{{EventID: msg.GetEventId(), Event: msg}}}
+	if err := publish(ctx, turn); err != nil {
+		return a, false, err
+	}
+	if _, err := conn.Exec(ctx, "COMMIT"); err != nil {
+		return a, false, fmt.Errorf("commit turn start: %w", err)
+	}
+	committed = true
+	return a, true, nil
+}
+
+// readFreeStart reads StartFree's batch into a; gen is 0 when nothing
+// could be started.
+func readFreeStart(br pgx.BatchResults, a *Arrival) (gen int64, err error) {
+	defer br.Close()
+	if _, err := br.Exec(); err != nil {
+		return 0, fmt.Errorf("start turn: begin: %w", err)
+	}
+	if a.Session, a.Created, a.Prev, err = readArrival(br); err != nil {
+		return 0, err
+	}
+	if _, err := br.Exec(); err != nil {
+		return 0, fmt.Errorf("lock queue: %w", err)
+	}
+	switch err := br.QueryRow().Scan(&gen); {
+	case errors.Is(err, pgx.ErrNoRows):
+		gen = 0
+	case err != nil:
+		return 0, fmt.Errorf("start turn: %w", err)
+	}
+	return gen, br.Close()
 }
 
 // Turn is what StartTurn hands to its publish callback.

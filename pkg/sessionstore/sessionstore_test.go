@@ -233,3 +233,127 @@ func TestStartTurnWithoutSessionTakesNothing(t *testing.T) {
 		t.Fatalf("queue %d %v, want the message kept", n, err)
 	}
 }
+
+// StartFree starts a message to an idle session as its own turn without
+// queueing it, and only when that keeps the session's order and the
+// caller's decision; a redelivery of a started message is refused.
+func TestStartFree(t *testing.T) {
+	t.Parallel()
+	src := &eventsv1.SessionSource{Platform: "telegram", ChatId: "1"}
+	type step struct {
+		event   string
+		queued  bool // the message waits in the queue before the start
+		proceed bool
+		failPub bool
+		started bool
+		gen     int64 // the session's generation afterwards
+		enqueue error // Enqueue of the same message afterwards
+	}
+	tests := []struct {
+		name  string
+		steps []step
+	}{
+		{"new session", []step{{event: "a", proceed: true, started: true, gen: 1, enqueue: ErrStarted}}},
+		{"next message", []step{
+			{event: "a", proceed: true, started: true, gen: 1},
+			{event: "b", proceed: true, started: true, gen: 2, enqueue: ErrStarted}}},
+		{"redelivery of the started message", []step{
+			{event: "a", proceed: true, started: true, gen: 1},
+			{event: "a", proceed: true, started: false, gen: 1, enqueue: ErrStarted}}},
+		{"messages wait", []step{
+			{event: "a", queued: true, proceed: true, started: false, gen: 0}}},
+		{"caller says no", []step{
+			{event: "a", proceed: true, started: true, gen: 1},
+			{event: "b", proceed: false, started: false, gen: 1}}},
+		{"publish fails", []step{
+			{event: "a", proceed: true, started: true, gen: 1},
+			{event: "b", proceed: true, failPub: true, started: false, gen: 1}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			s := New(pgtest.New(t))
+			key := "agent:main:telegram:dm:1"
+			for i, st := range tt.steps {
+				ev := &eventsv1.MessageReceived{EventId: st.event, Text: "text " + st.event}
+				if st.queued {
+					if _, _, err := s.ArriveAndEnqueue(ctx, key, "", src, 1, false, &eventsv1.MessageReceived{EventId: "earlier"}, 32); err != nil {
+						t.Fatal(err)
+					}
+				}
+				var published []Turn
+				proceed := func(Arrival) bool { return st.proceed }
+				errPub := errors.New("bus down")
+				_, started, err := s.StartFree(ctx, key, "", src, ev, fmt.Sprint("turn-", i), proceed, func(_ context.Context, turn Turn) error {
+					published = append(published, turn)
+					if st.failPub {
+						return errPub
+					}
+					return nil
+				})
+				if st.failPub {
+					if !errors.Is(err, errPub) {
+						t.Fatalf("step %d: err %v, want the publish error", i, err)
+					}
+				} else if err != nil {
+					t.Fatalf("step %d: %v", i, err)
+				}
+				if started != st.started {
+					t.Fatalf("step %d: started %v, want %v", i, started, st.started)
+				}
+				if st.started {
+					if len(published) != 1 || published[0].Generation != st.gen || len(published[0].Inputs) != 1 ||
+						published[0].Inputs[0].Event.GetText() != "text "+st.event || published[0].Session.ID == "" {
+						t.Fatalf("step %d: published %+v", i, published)
+					}
+				} else if st.proceed && !st.failPub && len(published) != 0 {
+					t.Fatalf("step %d: published %+v for a message not started", i, published)
+				}
+				gen, err := s.Generation(ctx, key)
+				if err != nil && !errors.Is(err, ErrNotFound) {
+					t.Fatal(err)
+				}
+				if gen != st.gen {
+					t.Fatalf("step %d: generation %d, want %d", i, gen, st.gen)
+				}
+				if st.enqueue != nil {
+					if _, err := s.Enqueue(ctx, key, 2, false, ev, 32); !errors.Is(err, st.enqueue) {
+						t.Fatalf("step %d: enqueue again: %v, want %v", i, err, st.enqueue)
+					}
+				}
+			}
+		})
+	}
+}
+
+// A worker's fenced write waits for the start's commit: the generation's
+// lock is held from the start's first round trip.
+func TestStartFreeHoldsTheGenerationUntilCommit(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.New(t)
+	s := New(db)
+	key := "agent:main:telegram:dm:1"
+	src := &eventsv1.SessionSource{Platform: "telegram", ChatId: "1"}
+	fenced := make(chan error, 1)
+	_, started, err := s.StartFree(ctx, key, "", src, &eventsv1.MessageReceived{EventId: "a"}, "turn", func(Arrival) bool { return true },
+		func(ctx context.Context, turn Turn) error {
+			go func() {
+				_, err := db.Exec(ctx, `SELECT switchboard_fence($1, $2)`, key, turn.Generation)
+				fenced <- err
+			}()
+			select {
+			case err := <-fenced:
+				return fmt.Errorf("the fence passed before the commit: %v", err)
+			case <-time.After(300 * time.Millisecond):
+				return nil
+			}
+		})
+	if err != nil || !started {
+		t.Fatal(started, err)
+	}
+	if err := <-fenced; err != nil {
+		t.Fatalf("fence after the commit: %v", err)
+	}
+}

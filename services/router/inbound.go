@@ -153,10 +153,16 @@ func (s *Service) handle(ctx context.Context, m *msgCtx) error {
 // then the reset policy, the lock and the turn, as route does.
 func (s *Service) routeToFree(ctx context.Context, m *msgCtx) error {
 	m.holder = nil
+	if started, err := s.startFree(ctx, m); started || err != nil {
+		return err
+	}
 	// A redelivered message that is queued already is started all the same.
 	arr, _, err := s.store.ArriveAndEnqueue(ctx, m.key, s.cfg.Profile, m.src, m.seq, ownsTurn(m), m.ev, s.cfg.QueueCap)
 	if errors.Is(err, sessionstore.ErrQueueFull) {
 		return s.queueFull(ctx, m, arr.Session.Generation)
+	}
+	if errors.Is(err, sessionstore.ErrStarted) {
+		return s.startedAlready(m)
 	}
 	if err != nil {
 		return err
@@ -171,6 +177,51 @@ func (s *Service) routeToFree(ctx context.Context, m *msgCtx) error {
 	}
 	inbound.WithLabelValues("queued").Inc()
 	return s.lockAndStart(ctx, m)
+}
+
+// startFree is the idle session's fast path: take the lock, then record
+// the arrival and start the message as its own turn in one transaction
+// that commits after the turn is published (sessionstore.StartFree), and
+// only then record the message as handled. The message is never queued,
+// and the turn reaches a worker before the commit's WAL flush is waited
+// for. It reports false, holding nothing, when the session must take the
+// queueing path: the lock was taken meanwhile, messages wait, a reset is
+// due, or the message was started already.
+func (s *Service) startFree(ctx context.Context, m *msgCtx) (bool, error) {
+	token := redisx.NewToken()
+	locked, err := s.locker.Acquire(ctx, m.key, token, s.cfg.LockTTL)
+	if err != nil || !locked {
+		return false, err
+	}
+	pol := s.cfg.SessionReset.policy(m.platform, m.src.GetChatType())
+	proceed := func(a sessionstore.Arrival) bool {
+		_, due := pol.due(a.Prev, s.now())
+		return a.Created || !due
+	}
+	turnID := redisx.NewToken()
+	_, started, err := s.store.StartFree(ctx, m.key, s.cfg.Profile, m.src, m.ev, turnID, proceed,
+		func(ctx context.Context, t sessionstore.Turn) error { return s.publishTurn(ctx, m.key, token, turnID, t) })
+	if err != nil || !started {
+		s.releaseUnused(ctx, m.key, token)
+		if err != nil {
+			return false, fmt.Errorf("start turn: %w", err)
+		}
+		return false, nil
+	}
+	inbound.WithLabelValues("started").Inc()
+	s.turnRequested(ctx, m.key, turnID)
+	// A crash before this record leaves a redelivery that the store
+	// recognises as started (ErrStarted).
+	return true, s.markHandled(ctx, m)
+}
+
+// startedAlready ends the handling of a message the store reports started
+// already: a redelivery after a crash between its turn's start and the
+// record that it was handled.
+func (s *Service) startedAlready(m *msgCtx) error {
+	inbound.WithLabelValues("duplicate").Inc()
+	s.log.Debug("redelivered inbound event started already", "event", m.dedupeID)
+	return nil
 }
 
 // unauthorized answers a denied sender: a pairing code in a DM, silence in
@@ -300,6 +351,9 @@ func (s *Service) route(ctx context.Context, m *msgCtx, sess sessionstore.Sessio
 	inserted, err := s.store.Enqueue(ctx, m.key, m.seq, ownTurn, m.ev, s.cfg.QueueCap)
 	if errors.Is(err, sessionstore.ErrQueueFull) {
 		return s.queueFull(ctx, m, sess.Generation)
+	}
+	if errors.Is(err, sessionstore.ErrStarted) {
+		return s.startedAlready(m)
 	}
 	if err != nil {
 		return err

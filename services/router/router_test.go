@@ -541,6 +541,55 @@ func TestDuplicateInboundStartsNothing(t *testing.T) {
 	}
 }
 
+// A router that crashed after starting a message's turn, before it
+// recorded the message as handled, sees the message again: it must not be
+// queued or started a second time, whether the turn still runs or is done.
+func TestRedeliveryOfAStartedMessageStartsNothing(t *testing.T) {
+	t.Parallel()
+	for _, busy := range []bool{false, true} {
+		t.Run(fmt.Sprintf("turn running %v", busy), func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			e.startRouter(testConfig(), nil, nil)
+			w := e.startWorker(nil)
+			key := "agent:main:telegram:dm:chat-alice"
+			ev := dm("alice", "once")
+			e.publish(ev)
+			waitFor(t, "first turn", func() bool { turns, _ := w.snapshot(); return len(turns) == 1 })
+			waitFor(t, "inbound drained", e.inboundDrained)
+			// The crash: no record of the message in Redis.
+			keys, err := e.rdb.Keys(context.Background(), e.prefix+"inbound:*").Result()
+			if err != nil || len(keys) != 1 {
+				t.Fatalf("dedupe records %v, %v", keys, err)
+			}
+			if err := e.rdb.Del(context.Background(), keys...).Err(); err != nil {
+				t.Fatal(err)
+			}
+			locker := redisx.NewLocker(e.rdb, e.prefix)
+			if busy {
+				waitFor(t, "lock released", func() bool { o, _ := locker.Owner(context.Background(), key); return o == "" })
+				if ok, err := locker.Acquire(context.Background(), key, "running", time.Minute); err != nil || !ok {
+					t.Fatal("take lock", ok, err)
+				}
+			}
+			e.publishID(ev, "redelivered")
+			waitFor(t, "inbound drained", e.inboundDrained)
+			if busy {
+				if err := locker.Release(context.Background(), key, "running"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			e.publish(dm("alice", "after"))
+			waitFor(t, "next message handled", func() bool { turns, _ := w.snapshot(); return len(turns) == 2 })
+			waitFor(t, "inbound drained", e.inboundDrained)
+			turns, _ := w.snapshot()
+			if got := inputsText(turns, key); len(got) != 2 || got[0] != "once" || got[1] != "after" {
+				t.Fatalf("inputs %q; the redelivery must start nothing", got)
+			}
+		})
+	}
+}
+
 func TestCommands(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)

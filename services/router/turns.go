@@ -52,42 +52,57 @@ func (s *Service) startQueued(ctx context.Context, key string) (bool, error) {
 func (s *Service) startLocked(ctx context.Context, key, token string) (bool, error) {
 	turnID := redisx.NewToken()
 	started, err := s.store.StartTurn(ctx, key, turnID, s.maxInput, func(ctx context.Context, t sessionstore.Turn) error {
-		req := &turnsv1.TurnRequested{
-			TurnId:        turnID,
-			SessionKey:    key,
-			SessionId:     t.Session.ID,
-			Generation:    t.Generation,
-			LockToken:     token,
-			LockTtlMs:     s.cfg.LockTTL.Milliseconds(),
-			Origin:        t.Session.Origin,
-			ModelOverride: t.Session.ModelOverride,
-			Profile:       t.Session.Profile,
-			RequestedAt:   timestamppb.New(s.now()),
-		}
-		for _, q := range t.Inputs {
-			req.Inputs = append(req.Inputs, q.Event)
-			if req.ReplyRoute == nil && q.Event.GetReplyRoute() != nil {
-				req.ReplyRoute = q.Event.GetReplyRoute()
-			}
-		}
-		if len(t.Inputs) > 0 {
-			// The newest message's source is where the answer goes.
-			req.Origin = t.Inputs[len(t.Inputs)-1].Event.GetSource()
-		}
-		if _, err := s.bus.Publish(ctx, s.topo.Subject(bus.SubjectTurnRequested), "turn:"+turnID, req); err != nil {
-			return fmt.Errorf("publish turn: %w", err)
-		}
-		return nil
+		return s.publishTurn(ctx, key, token, turnID, t)
 	})
 	if err != nil || !started {
-		if rerr := s.locker.Release(context.WithoutCancel(ctx), key, token); rerr != nil {
-			s.log.Debug("release unused session lock", "session_key", key, "err", rerr)
-		}
+		s.releaseUnused(ctx, key, token)
 		return false, err
 	}
+	s.turnRequested(ctx, key, turnID)
+	return true, nil
+}
+
+// publishTurn publishes the turn t of the session key to the workers,
+// under the lock token.
+func (s *Service) publishTurn(ctx context.Context, key, token, turnID string, t sessionstore.Turn) error {
+	req := &turnsv1.TurnRequested{
+		TurnId:        turnID,
+		SessionKey:    key,
+		SessionId:     t.Session.ID,
+		Generation:    t.Generation,
+		LockToken:     token,
+		LockTtlMs:     s.cfg.LockTTL.Milliseconds(),
+		Origin:        t.Session.Origin,
+		ModelOverride: t.Session.ModelOverride,
+		Profile:       t.Session.Profile,
+		RequestedAt:   timestamppb.New(s.now()),
+	}
+	for _, q := range t.Inputs {
+		req.Inputs = append(req.Inputs, q.Event)
+		if req.ReplyRoute == nil && q.Event.GetReplyRoute() != nil {
+			req.ReplyRoute = q.Event.GetReplyRoute()
+		}
+	}
+	if len(t.Inputs) > 0 {
+		// The newest message's source is where the answer goes.
+		req.Origin = t.Inputs[len(t.Inputs)-1].Event.GetSource()
+	}
+	if _, err := s.bus.Publish(ctx, s.topo.Subject(bus.SubjectTurnRequested), "turn:"+turnID, req); err != nil {
+		return fmt.Errorf("publish turn: %w", err)
+	}
+	return nil
+}
+
+// releaseUnused releases a session lock taken for a turn that did not start.
+func (s *Service) releaseUnused(ctx context.Context, key, token string) {
+	if err := s.locker.Release(context.WithoutCancel(ctx), key, token); err != nil {
+		s.log.Debug("release unused session lock", "session_key", key, "err", err)
+	}
+}
+
+func (s *Service) turnRequested(ctx context.Context, key, turnID string) {
 	turnsStarted.Inc()
 	s.log.InfoContext(ctx, "turn requested", "session_key", key, "turn_id", turnID)
-	return true, nil
 }
 
 // control sends a control message to whichever worker runs the session.
