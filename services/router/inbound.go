@@ -200,7 +200,9 @@ func (s *Service) startFree(ctx context.Context, m *msgCtx) (bool, error) {
 	}
 	turnID := redisx.NewToken()
 	_, started, err := s.store.StartFree(ctx, m.key, s.cfg.Profile, m.src, m.ev, turnID, proceed,
-		func(ctx context.Context, t sessionstore.Turn) error { return s.publishTurn(ctx, m.key, token, turnID, t) })
+		func(ctx context.Context, t sessionstore.Turn) error {
+			return s.publishTurn(ctx, m.key, token, turnID, t)
+		})
 	if err != nil || !started {
 		s.releaseUnused(ctx, m.key, token)
 		if err != nil {
