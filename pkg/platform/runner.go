@@ -340,6 +340,18 @@ func (c *conn) Deliver(ctx context.Context, ev *eventsv1.MessageReceived) (Accep
 // call it through their Conn; HTTP platforms whose requests outlive a
 // connection may call it directly.
 func (r *Runner) Deliver(ctx context.Context, ev *eventsv1.MessageReceived) (Accepted, error) {
+	return r.deliver(ctx, ev, true)
+}
+
+// DeliverFresh is Deliver for an event whose id was made for it just now
+// and so cannot have been seen (the API gateway's request ids): it skips
+// the seen lookup and record, two bus round trips. The bus dedupe window
+// still applies to the id.
+func (r *Runner) DeliverFresh(ctx context.Context, ev *eventsv1.MessageReceived) (Accepted, error) {
+	return r.deliver(ctx, ev, false)
+}
+
+func (r *Runner) deliver(ctx context.Context, ev *eventsv1.MessageReceived, seen bool) (Accepted, error) {
 	if err := r.validate(ev); err != nil {
 		inboundTotal.WithLabelValues(r.name, "rejected").Inc()
 		r.log.Warn("inbound event rejected", "reason", err.Error(), "event_id", ev.GetEventId())
@@ -348,12 +360,14 @@ func (r *Runner) Deliver(ctx context.Context, ev *eventsv1.MessageReceived) (Acc
 	src := ev.GetSource()
 	msgID := src.GetPlatform() + ":" + src.GetAccount() + ":" + ev.GetEventId()
 	seenKey := hashKey(msgID)
-	if e, err := r.seen.Get(ctx, seenKey); err == nil && e != nil {
-		inboundTotal.WithLabelValues(r.name, "duplicate").Inc()
-		r.log.Debug("inbound event already seen", "msg_id", msgID)
-		return Accepted{Duplicate: true, FirstSeen: e.Created()}, nil
-	} else if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
-		r.log.Warn("seen lookup failed; relying on bus dedupe", "err", err)
+	if seen {
+		if e, err := r.seen.Get(ctx, seenKey); err == nil && e != nil {
+			inboundTotal.WithLabelValues(r.name, "duplicate").Inc()
+			r.log.Debug("inbound event already seen", "msg_id", msgID)
+			return Accepted{Duplicate: true, FirstSeen: e.Created()}, nil
+		} else if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+			r.log.Warn("seen lookup failed; relying on bus dedupe", "err", err)
+		}
 	}
 	if ev.GetReceivedAt() == nil {
 		ev.ReceivedAt = timestamppb.Now()
@@ -363,8 +377,10 @@ func (r *Runner) Deliver(ctx context.Context, ev *eventsv1.MessageReceived) (Acc
 		inboundTotal.WithLabelValues(r.name, "error").Inc()
 		return Accepted{}, fmt.Errorf("publish inbound event: %w", err)
 	}
-	if _, err := r.seen.Put(ctx, seenKey, []byte(msgID)); err != nil {
-		r.log.Warn("record seen event failed", "err", err)
+	if seen {
+		if _, err := r.seen.Put(ctx, seenKey, []byte(msgID)); err != nil {
+			r.log.Warn("record seen event failed", "err", err)
+		}
 	}
 	if ack.Duplicate {
 		inboundTotal.WithLabelValues(r.name, "duplicate").Inc()

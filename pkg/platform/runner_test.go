@@ -233,6 +233,29 @@ func TestDeliverReportsWhenADuplicateWasFirstSeen(t *testing.T) {
 	}
 }
 
+// TestDeliverFreshKeepsNoSeenRecord: a fresh event id is published without
+// a seen record, so only the bus dedupe window knows it.
+func TestDeliverFreshKeepsNoSeenRecord(t *testing.T) {
+	t.Parallel()
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	h := startRunner(t, platformtest.NewMemory("bot", false), b, platform.Options{Backoff: platform.Schedule(10 * time.Millisecond)})
+	platformtest.WaitFor(t, "connected", func() bool { return state(h.r) == platform.StateConnected })
+	ctx := context.Background()
+	ev := func() *eventsv1.MessageReceived {
+		return &eventsv1.MessageReceived{EventId: "fresh-1", Source: &eventsv1.SessionSource{ChatId: "chat"}, Text: "hi"}
+	}
+	first, err := h.r.DeliverFresh(ctx, ev())
+	if err != nil || first.Duplicate || first.Seq == 0 {
+		t.Fatalf("fresh delivery: %+v %v", first, err)
+	}
+	// Within the bus window the id is a duplicate, told by the bus, not
+	// by a seen record (which would say when it was first seen).
+	again, err := h.r.Deliver(ctx, ev())
+	if err != nil || !again.Duplicate || !again.FirstSeen.IsZero() || again.Seq != first.Seq {
+		t.Fatalf("repeated delivery: %+v %v, want the bus's duplicate of seq %d", again, err, first.Seq)
+	}
+}
+
 // idempotentMemory is a platform that declares its sends safe to repeat.
 type idempotentMemory struct{ *platformtest.Memory }
 

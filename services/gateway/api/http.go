@@ -222,7 +222,8 @@ func (s *Service) chatCompletions(w http.ResponseWriter, r *http.Request) {
 	if idemKey == "" {
 		s.waiting.add(reqID, wt)
 		defer s.waiting.remove(reqID, wt)
-		if _, err := s.rn().Deliver(r.Context(), ev); err != nil {
+		// A fresh request id: nothing to look up in the seen record.
+		if _, err := s.rn().DeliverFresh(r.Context(), ev); err != nil {
 			s.writeDeliverError(w, r, err)
 			return
 		}
