@@ -77,6 +77,7 @@ func (a *app) topology() bus.Topology {
 		Replicas:     a.cfg.NATS.Replicas,
 		DedupeWindow: a.cfg.NATS.DedupeWindow,
 		Retention:    a.cfg.NATS.Retention,
+		Partitions:   a.cfg.NATS.Partitions,
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/switchboard-chat/switchboard/pkg/bus"
 	"github.com/switchboard-chat/switchboard/pkg/config"
 	"github.com/switchboard-chat/switchboard/pkg/pg"
 	"github.com/switchboard-chat/switchboard/pkg/redisx"
@@ -70,6 +71,9 @@ type NATSConfig struct {
 	DedupeWindow time.Duration `koanf:"dedupe_window"`
 	// Retention bounds how long events stay on the bus.
 	Retention time.Duration `koanf:"retention"`
+	// Partitions of the inbound and reply subjects, fixed when the
+	// streams are created (existing streams keep theirs).
+	Partitions int `koanf:"partitions"`
 }
 
 // PostgresConfig locates the database.
@@ -108,7 +112,8 @@ type DevConfig struct {
 
 func defaultConfig() *Config {
 	return &Config{
-		NATS:     NATSConfig{URL: "nats://127.0.0.1:4222", Replicas: 1, DedupeWindow: 10 * time.Minute, Retention: 24 * time.Hour},
+		NATS: NATSConfig{URL: "nats://127.0.0.1:4222", Replicas: 1, DedupeWindow: 10 * time.Minute, Retention: 24 * time.Hour,
+			Partitions: bus.DefaultPartitions},
 		Postgres: PostgresConfig{URL: pg.DefaultURL, MaxConns: 16},
 		Redis:    RedisConfig{URL: redisx.DefaultURL, Prefix: "sb:"},
 		Log:      telemetry.LogConfig{Level: "info", Format: "json"},
@@ -143,6 +148,9 @@ var envAliases = map[string]string{
 func (c *Config) Validate() error {
 	if c.NATS.Replicas < 1 || c.NATS.Replicas > 5 {
 		return config.Invalid("nats.replicas", c.NATS.Replicas, "1 to 5")
+	}
+	if c.NATS.Partitions < 1 || c.NATS.Partitions > bus.MaxPartitions {
+		return config.Invalid("nats.partitions", c.NATS.Partitions, fmt.Sprintf("1 to %d", bus.MaxPartitions))
 	}
 	switch c.Log.Level {
 	case "debug", "info", "warn", "error":

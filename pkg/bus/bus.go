@@ -105,7 +105,50 @@ func (b *Bus) Close() error {
 
 // EnsureStreams creates every stream of the topology, or updates it to the
 // declared config. It is idempotent and safe to run from every replica.
+// The partition count of existing streams wins over the configured one
+// (it is fixed when the streams are created): the bus's topology takes it.
 func (b *Bus) EnsureStreams(ctx context.Context) error {
+	var err error
+	for range 3 {
+		if err = b.readPartitions(ctx); err != nil {
+			return err
+		}
+		err = b.ensureStreams(ctx)
+		if !errors.Is(err, errCreatedMeanwhile) {
+			return err
+		}
+		// Another process created a stream first, perhaps with another
+		// partition count: read it back and declare again.
+	}
+	return err
+}
+
+var errCreatedMeanwhile = errors.New("stream created by another process meanwhile")
+
+// readPartitions sets the topology's partition count to the inbound
+// stream's, when it exists.
+func (b *Bus) readPartitions(ctx context.Context) error {
+	st, err := b.js.Stream(ctx, b.topo.Stream(StreamInbound))
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read stream %s: %w", b.topo.Stream(StreamInbound), err)
+	}
+	n, legacy, ok := b.topo.partitionsOf(SubjectInbound, st.CachedInfo().Config.Subjects)
+	if !ok {
+		return fmt.Errorf("stream %s has subjects %v, not Switchboard's inbound partitions", b.topo.Stream(StreamInbound), st.CachedInfo().Config.Subjects)
+	}
+	if n != b.topo.PartitionCount() {
+		b.log.Warn("the streams' partition count differs from the configured one; using the streams' (it is fixed when they are created)",
+			"streams", n, "configured", b.topo.PartitionCount())
+		b.topo.Partitions = n
+	}
+	b.topo.legacy = legacy
+	return nil
+}
+
+func (b *Bus) ensureStreams(ctx context.Context) error {
 	for _, cfg := range b.topo.StreamConfigs() {
 		// Every process ensures the streams at start; an update is sent
 		// only when the declared config differs from the server's, so a
@@ -115,7 +158,7 @@ func (b *Bus) EnsureStreams(ctx context.Context) error {
 		case errors.Is(err, jetstream.ErrStreamNotFound):
 			_, err = b.js.CreateStream(ctx, cfg)
 			if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-				_, err = b.js.UpdateStream(ctx, cfg) // another process created it first
+				return errCreatedMeanwhile
 			}
 		case err == nil && !sameStreamConfig(st.CachedInfo().Config, cfg):
 			_, err = b.js.UpdateStream(ctx, cfg)

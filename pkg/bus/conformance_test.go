@@ -66,6 +66,8 @@ func runSuite(t *testing.T, url string) {
 		run  func(t *testing.T, b *bus.Bus)
 	}{
 		{"streams are created idempotently", testEnsureIdempotent},
+		{"the streams' partition count wins over the configured one", testPartitionsReadBack},
+		{"streams made before the count was configurable keep 16", testLegacyPartitions},
 		{"dedupe by message id", testDedupe},
 		{"asynchronous publishes keep their order", testPublishAsyncOrder},
 		{"redelivery after nak", testRedelivery},
@@ -537,5 +539,80 @@ func testRequestReply(t *testing.T, b *bus.Bus) {
 	}
 	if resp.GetTurnId() != "reply-to-"+subj {
 		t.Fatalf("reply = %q", resp.GetTurnId())
+	}
+}
+
+// A process configured with another partition count than the streams were
+// created with uses the streams' count and leaves them as they are.
+func testPartitionsReadBack(t *testing.T, b *bus.Bus) {
+	ctx := context.Background()
+	created := b.Topology().PartitionCount()
+	topo := b.Topology()
+	topo.Partitions = created / 2
+	other, err := bus.New(b.Conn(), topo, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := other.EnsureStreams(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := other.Topology().PartitionCount(); got != created {
+		t.Fatalf("partition count %d, want the streams' %d", got, created)
+	}
+	st, err := b.JetStream().Stream(ctx, topo.Stream(bus.StreamInbound))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := len(st.CachedInfo().Config.Subjects); got != created {
+		t.Fatalf("inbound stream has %d subjects, want %d", got, created)
+	}
+	// A partition the streams do not have cannot be published to.
+	beyond := topo.Subject(fmt.Sprintf("%s.%d", bus.SubjectInbound, created))
+	if _, err := b.Publish(ctx, beyond, "beyond", turn("x")); err == nil {
+		t.Fatalf("publish to %s succeeded", beyond)
+	}
+}
+
+// Streams whose subjects end in a wildcard (made before the partition
+// count was configurable) have 16 partitions and keep their subjects.
+func testLegacyPartitions(t *testing.T, b *bus.Bus) {
+	ctx := context.Background()
+	topo := b.Topology()
+	topo.Prefix += "legacy"
+	legacy := map[string]string{bus.StreamInbound: bus.SubjectInbound, bus.StreamReplies: bus.SubjectReplies}
+	for stream, subject := range legacy {
+		for _, cfg := range topo.StreamConfigs() {
+			if cfg.Name != topo.Stream(stream) {
+				continue
+			}
+			cfg.Subjects = []string{topo.Subject(subject + ".>")}
+			if _, err := b.JetStream().CreateStream(ctx, cfg); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	t.Cleanup(func() {
+		for _, cfg := range topo.StreamConfigs() {
+			_ = b.JetStream().DeleteStream(context.Background(), cfg.Name)
+		}
+	})
+	old, err := bus.New(b.Conn(), topo, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := old.EnsureStreams(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := old.Topology().PartitionCount(); got != 16 {
+		t.Fatalf("partition count %d, want 16", got)
+	}
+	for stream := range legacy {
+		st, err := b.JetStream().Stream(ctx, topo.Stream(stream))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := st.CachedInfo().Config.Subjects; len(got) != 1 || got[0] != topo.Subject(legacy[stream]+".>") {
+			t.Fatalf("%s has subjects %v after ensuring, want its wildcard", stream, got)
+		}
 	}
 }

@@ -7,6 +7,7 @@ package bus
 import (
 	"fmt"
 	"hash/fnv"
+	"strconv"
 	"strings"
 	"time"
 
@@ -35,10 +36,21 @@ const (
 	subjectGateway       = "gateway"
 )
 
-// Partitions is how many partitions the inbound and reply subjects have.
-// Messages of one chat always land in the same partition, so a consumer that
-// handles one message per partition at a time keeps platform order.
-const Partitions = 16
+// DefaultPartitions is how many partitions the inbound and reply subjects
+// of new streams have when the topology names no count. Messages of one
+// chat always land in the same partition, so a consumer that handles one
+// message per partition at a time keeps platform order; the count bounds
+// how many inbound messages (and reply events) are handled at once across
+// all replicas. Each partition is a durable consumer whose state the
+// server writes up to ten times a second, so more partitions cost CPU.
+const DefaultPartitions = 8
+
+// legacyPartitions is the count of streams created before it was
+// configurable (their subjects end in a wildcard).
+const legacyPartitions = 16
+
+// MaxPartitions bounds the configured count.
+const MaxPartitions = 256
 
 // Topology names streams and subjects. A non-empty Prefix isolates one
 // deployment (or one test) from others on the same NATS server.
@@ -52,6 +64,22 @@ type Topology struct {
 	Retention time.Duration
 	// Storage is file by default; tests may use memory.
 	Storage jetstream.StorageType
+	// Partitions of the inbound and reply subjects (0: DefaultPartitions).
+	// It is fixed when the streams are created: Bus.EnsureStreams reads
+	// the count of existing streams back, and that count wins.
+	Partitions int
+	// legacy: the streams were created before the count was configurable
+	// and keep their wildcard subjects (so processes of both kinds declare
+	// the same subjects during a rolling upgrade).
+	legacy bool
+}
+
+// PartitionCount is how many partitions the inbound and reply subjects have.
+func (t Topology) PartitionCount() int {
+	if t.Partitions > 0 {
+		return t.Partitions
+	}
+	return DefaultPartitions
 }
 
 // Subject prefixes s with the topology prefix.
@@ -71,16 +99,16 @@ func (t Topology) Stream(name string) string {
 }
 
 // Partition maps a key (a chat or a session key) to a partition.
-func Partition(key string) int {
+func (t Topology) Partition(key string) int {
 	h := fnv.New32a()
 	h.Write([]byte(key))
-	return int(h.Sum32() % Partitions)
+	return int(h.Sum32() % uint32(t.PartitionCount()))
 }
 
 // InboundSubject is the subject a gateway publishes a chat's messages on.
 // chatKey identifies the chat: "<platform>:<account>:<chat_id>".
 func (t Topology) InboundSubject(chatKey string) string {
-	return t.Subject(fmt.Sprintf("%s.%d", SubjectInbound, Partition(chatKey)))
+	return t.InboundPartitionSubject(t.Partition(chatKey))
 }
 
 // InboundPartitionSubject is the subject of one inbound partition.
@@ -90,7 +118,7 @@ func (t Topology) InboundPartitionSubject(p int) string {
 
 // ReplySubject is the subject a session's reply events are published on.
 func (t Topology) ReplySubject(sessionKey string) string {
-	return t.ReplyPartitionSubject(Partition(sessionKey))
+	return t.ReplyPartitionSubject(t.Partition(sessionKey))
 }
 
 // ReplyPartitionSubject is the subject of one reply partition.
@@ -138,7 +166,7 @@ func (t Topology) StreamConfigs() []jetstream.StreamConfig {
 		common(jetstream.StreamConfig{
 			Name:        t.Stream(StreamInbound),
 			Description: "normalized inbound events from platform gateways",
-			Subjects:    []string{t.Subject(SubjectInbound + ".>")},
+			Subjects:    t.partitionSubjects(SubjectInbound),
 			Retention:   jetstream.LimitsPolicy,
 			MaxAge:      retention,
 		}),
@@ -158,7 +186,7 @@ func (t Topology) StreamConfigs() []jetstream.StreamConfig {
 		common(jetstream.StreamConfig{
 			Name:        t.Stream(StreamReplies),
 			Description: "reply events from agent workers",
-			Subjects:    []string{t.Subject(SubjectReplies + ".>")},
+			Subjects:    t.partitionSubjects(SubjectReplies),
 			Retention:   jetstream.LimitsPolicy,
 			MaxAge:      retention,
 		}),
@@ -170,6 +198,41 @@ func (t Topology) StreamConfigs() []jetstream.StreamConfig {
 			MaxAge:      30 * 24 * time.Hour,
 		}),
 	}
+}
+
+// partitionSubjects lists the subjects of base's partitions, each by name:
+// a publish to a partition the stream does not have fails instead of
+// being stored where no consumer reads, and the stream's subjects say its
+// partition count.
+func (t Topology) partitionSubjects(base string) []string {
+	if t.legacy {
+		return []string{t.Subject(base + ".>")}
+	}
+	n := t.PartitionCount()
+	subjects := make([]string, n)
+	for p := range n {
+		subjects[p] = t.Subject(fmt.Sprintf("%s.%d", base, p))
+	}
+	return subjects
+}
+
+// partitionsOf reads the partition count of a stream of base's
+// partitions from its subjects: one subject per partition, or the
+// wildcard of a stream created before the count was configurable
+// (legacy). ok is false for subjects of another shape.
+func (t Topology) partitionsOf(base string, subjects []string) (n int, legacy, ok bool) {
+	if len(subjects) == 1 && subjects[0] == t.Subject(base+".>") {
+		return legacyPartitions, true, true
+	}
+	seen := make([]bool, len(subjects))
+	for _, s := range subjects {
+		p, err := strconv.Atoi(strings.TrimPrefix(s, t.Subject(base)+"."))
+		if err != nil || !strings.HasPrefix(s, t.Subject(base)+".") || p < 0 || p >= len(subjects) || seen[p] {
+			return 0, false, false
+		}
+		seen[p] = true
+	}
+	return len(subjects), false, len(subjects) > 0
 }
 
 // workQueue reports whether the named (unprefixed) stream is a work queue.

@@ -99,7 +99,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		// Announcements run out in half a partition lease: a dead replica
 		// stops counting before its partitions' leases expire, so the others'
 		// share has grown by the time they can take them.
-		share:  newShare(deps.Redis, deps.RedisPrefix+"delivery:replicas", owner, cfg.PartitionLease/2),
+		share:  newShare(deps.Redis, deps.RedisPrefix+"delivery:replicas", owner, cfg.PartitionLease/2, deps.Bus.Topology().PartitionCount()),
 		kickCh: make(chan struct{}, 1),
 		turns:  newTurns(),
 		ready:  make(chan struct{}),
@@ -147,7 +147,7 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return s.announceLoop(gctx) })
-	for p := range bus.Partitions {
+	for p := range s.bus.Topology().PartitionCount() {
 		g.Go(func() error { return s.ownPartition(gctx, p) })
 	}
 	g.Go(func() error { return s.sendLoop(gctx) })

@@ -15,7 +15,6 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/switchboard-chat/switchboard/pkg/bus"
 	adminv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/admin/v1"
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
@@ -492,10 +491,11 @@ func TestReplicasBalanceThePartitions(t *testing.T) {
 	e := newEnv(t)
 	cfg := testConfig()
 	a := e.start(t, cfg, "a")
-	eventually(t, e.clock, 0, "a owning every partition", func() bool { return a.svc.Partitions() == bus.Partitions })
+	parts := e.bus.Topology().PartitionCount()
+	eventually(t, e.clock, 0, "a owning every partition", func() bool { return a.svc.Partitions() == parts })
 	b := e.start(t, cfg, "b")
 	eventually(t, e.clock, 0, "half each", func() bool {
-		return a.svc.Partitions() == bus.Partitions/2 && b.svc.Partitions() == bus.Partitions/2
+		return a.svc.Partitions() == parts/2 && b.svc.Partitions() == parts/2
 	})
 	const n = 30
 	for i := range n {
@@ -508,5 +508,5 @@ func TestReplicasBalanceThePartitions(t *testing.T) {
 		}
 	}
 	b.stop(t)
-	eventually(t, e.clock, 0, "a owning every partition again", func() bool { return a.svc.Partitions() == bus.Partitions })
+	eventually(t, e.clock, 0, "a owning every partition again", func() bool { return a.svc.Partitions() == parts })
 }

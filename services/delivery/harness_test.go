@@ -307,7 +307,7 @@ var _ = strings.Repeat
 // left unhandled.
 func (e *env) consumed(t *testing.T, session string) {
 	t.Helper()
-	durable := fmt.Sprintf("delivery-replies-%d", bus.Partition(session))
+	durable := fmt.Sprintf("delivery-replies-%d", e.bus.Topology().Partition(session))
 	eventually(t, e.clock, 0, "events handled", func() bool {
 		c, err := e.bus.JetStream().Consumer(context.Background(), e.bus.Topology().Stream(bus.StreamReplies), durable)
 		if err != nil {

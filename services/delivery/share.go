@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/switchboard-chat/switchboard/pkg/bus"
 )
 
 // share balances the reply partitions across the live delivery replicas.
@@ -19,16 +17,17 @@ import (
 // a replica that leaves (or dies, once its announcement runs out) leaves
 // its partitions to the others when their leases expire.
 type share struct {
-	rdb   *redis.Client
-	key   string
-	owner string
-	ttl   time.Duration
-	live  atomic.Int64 // replicas announced, this one included
-	owned atomic.Int64 // partitions this replica owns
+	rdb        *redis.Client
+	key        string
+	owner      string
+	ttl        time.Duration
+	partitions int64
+	live       atomic.Int64 // replicas announced, this one included
+	owned      atomic.Int64 // partitions this replica owns
 }
 
-func newShare(rdb *redis.Client, key, owner string, ttl time.Duration) *share {
-	sh := &share{rdb: rdb, key: key, owner: owner, ttl: ttl}
+func newShare(rdb *redis.Client, key, owner string, ttl time.Duration, partitions int) *share {
+	sh := &share{rdb: rdb, key: key, owner: owner, ttl: ttl, partitions: int64(partitions)}
 	sh.live.Store(1)
 	return sh
 }
@@ -57,7 +56,7 @@ func (sh *share) leave(ctx context.Context) error {
 // fair is how many partitions this replica may own.
 func (sh *share) fair() int64 {
 	n := sh.live.Load()
-	return (bus.Partitions + n - 1) / n
+	return (sh.partitions + n - 1) / n
 }
 
 // mayTake reports whether this replica may try for one more partition.

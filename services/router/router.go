@@ -187,7 +187,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	}
 	parts := deps.Partitions
 	if parts == nil {
-		for p := range bus.Partitions {
+		for p := range deps.Bus.Topology().PartitionCount() {
 			parts = append(parts, p)
 		}
 	}
@@ -234,9 +234,9 @@ func (s *Service) Run(ctx context.Context) error {
 		Stream:         bus.StreamTurnEvents,
 		Durable:        "router-turn-completed",
 		FilterSubjects: []string{bus.SubjectTurnCompleted},
-		// As many as the inbound partitions: bookkeeping must keep up with
-		// the turns, or a backlog of usage updates grows under load.
-		Concurrency:  bus.Partitions,
+		// At least as many as the inbound partitions: bookkeeping must keep
+		// up with the turns, or a backlog of usage updates grows under load.
+		Concurrency:  max(16, s.topo.PartitionCount()),
 		AckWait:      s.cfg.AckWait,
 		DrainTimeout: s.cfg.DrainTimeout,
 		Unavailable:  pg.IsUnavailable,

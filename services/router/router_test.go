@@ -215,7 +215,7 @@ func (e *env) inboundDrained() bool {
 	if err != nil {
 		return false
 	}
-	for p := range bus.Partitions {
+	for p := range e.bus.Topology().PartitionCount() {
 		c, err := st.Consumer(ctx, fmt.Sprintf("router-inbound-%d", p))
 		if err != nil {
 			return false
@@ -351,8 +351,9 @@ func TestPairingApprovalSeenByBothReplicas(t *testing.T) {
 	cfg := testConfig()
 	// Each replica owns half the partitions, so both must see the approval.
 	var a, b []int
-	for p := range bus.Partitions {
-		if p < bus.Partitions/2 {
+	n := e.bus.Topology().PartitionCount()
+	for p := range n {
+		if p < n/2 {
 			a = append(a, p)
 		} else {
 			b = append(b, p)
@@ -391,11 +392,11 @@ func TestPairingApprovalSeenByBothReplicas(t *testing.T) {
 	seenA, seenB := false, false
 	for i := 0; !(seenA && seenB); i++ {
 		chat := fmt.Sprintf("c%d", i)
-		p := bus.Partition(sessionkey.ChatKey(&eventsv1.SessionSource{Platform: "telegram", Account: "bot1", ChatId: chat}))
-		if p < bus.Partitions/2 && !seenA {
+		p := e.bus.Topology().Partition(sessionkey.ChatKey(&eventsv1.SessionSource{Platform: "telegram", Account: "bot1", ChatId: chat}))
+		if p < n/2 && !seenA {
 			seenA = true
 			chats = append(chats, chat)
-		} else if p >= bus.Partitions/2 && !seenB {
+		} else if p >= n/2 && !seenB {
 			seenB = true
 			chats = append(chats, chat)
 		}
