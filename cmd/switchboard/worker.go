@@ -98,6 +98,8 @@ func (a *app) fakeBackend(policy llm.RetryPolicy) (worker.Backend, error) {
 	a.log.Warn("no LLM provider configured (llm.provider, OPENAI_API_KEY, ANTHROPIC_API_KEY): using the built-in fake model, which echoes",
 		"url", fake.URL())
 	base := fake.URL() + "/v1"
-	return worker.Backend{Provider: llm.WithRetry(llm.NewOpenAI(llm.OpenAIConfig{BaseURL: base, Model: "fake-model"}), policy),
+	// The worker reaches its own fake in-process: HTTP without a socket.
+	provider := llm.NewOpenAI(llm.OpenAIConfig{BaseURL: base, Model: "fake-model", HTTPClient: fake.HTTPClient()})
+	return worker.Backend{Provider: llm.WithRetry(provider, policy),
 		Kind: "fake", Model: "fake-model", BaseURL: base}, nil
 }

@@ -164,8 +164,9 @@ type Server struct {
 	times    map[uint64]int      // directive+text hash → uses
 	systems  map[uint64]struct{} // system prompts seen, for cache accounting
 
-	hs  *http.Server
-	url string
+	hs   *http.Server
+	url  string
+	pipe *pipeListener // in-process connections (HTTPClient)
 }
 
 type pendingFailure struct {
@@ -197,6 +198,7 @@ func New(cfg Config) *Server {
 		seed:    maphash.MakeSeed(),
 		times:   make(map[uint64]int),
 		systems: make(map[uint64]struct{}),
+		pipe:    newPipeListener(),
 	}
 	s.mux.HandleFunc("POST /v1/chat/completions", s.handleOpenAI)
 	s.mux.HandleFunc("POST /chat/completions", s.handleOpenAI)
@@ -224,11 +226,13 @@ func (s *Server) Start(addr string) error {
 	s.hs = hs
 	s.url = "http://" + ln.Addr().String()
 	s.mu.Unlock()
-	go func() {
-		if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			s.log.Error("fakellm serve", "err", err)
-		}
-	}()
+	for _, l := range []net.Listener{ln, s.pipe} {
+		go func() {
+			if err := hs.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				s.log.Error("fakellm serve", "err", err)
+			}
+		}()
+	}
 	return nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -283,5 +284,59 @@ func BenchmarkAnthropicStream(b *testing.B) {
 	for b.Loop() {
 		rec := httptest.NewRecorder()
 		s.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/messages", strings.NewReader(body)))
+	}
+}
+
+// HTTPClient reaches the started server in-process, streaming and not,
+// concurrently on several connections; after Close it reaches nothing.
+func TestHTTPClientReachesTheServerInProcess(t *testing.T) {
+	t.Parallel()
+	s := New(Config{})
+	if err := s.Start("127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	hc := s.HTTPClient()
+	call := func(body string) (int, string, error) {
+		// The host is never dialed: any name reaches this server.
+		resp, err := hc.Post("http://fake.invalid/v1/chat/completions", "application/json", strings.NewReader(body))
+		if err != nil {
+			return 0, "", err
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b), err
+	}
+	errs := make(chan error, 8)
+	for i := range 8 {
+		go func() {
+			stream, want := "false", `"content":"echo: hi"`
+			if i%2 == 0 {
+				stream, want = "true", "data: [DONE]"
+			}
+			code, body, err := call(`{"model":"m","stream":` + stream + `,"messages":[{"role":"user","content":"hi"}]}`)
+			switch {
+			case err != nil:
+				errs <- err
+			case code != http.StatusOK || !strings.Contains(body, want):
+				errs <- fmt.Errorf("status %d body %s, want %s", code, body, want)
+			default:
+				errs <- nil
+			}
+		}()
+	}
+	for range 8 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := len(s.Requests()); got != 8 {
+		t.Fatalf("server recorded %d requests, want 8", got)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	hc.CloseIdleConnections()
+	if _, _, err := call(`{"messages":[{"role":"user","content":"hi"}]}`); err == nil {
+		t.Fatal("a call after Close succeeded")
 	}
 }

@@ -60,3 +60,24 @@ func benchModelCall(b *testing.B, newProvider func(*fakellm.Server) llm.Provider
 		}
 	}
 }
+
+// BenchmarkModelCallInProcess is BenchmarkModelCall's whole answer from
+// OpenAI over the fake's in-process connections (fakellm.HTTPClient), as
+// a worker running the shipped fake makes it, against loopback TCP.
+func BenchmarkModelCallInProcess(b *testing.B) {
+	for _, pipe := range []bool{false, true} {
+		name := "tcp"
+		if pipe {
+			name = "pipe"
+		}
+		b.Run(name, func(b *testing.B) {
+			benchModelCall(b, func(srv *fakellm.Server) llm.Provider {
+				cfg := llm.OpenAIConfig{APIKey: "test", BaseURL: srv.URL() + "/v1", Model: "gpt-test"}
+				if pipe {
+					cfg.HTTPClient = srv.HTTPClient()
+				}
+				return llm.NewOpenAI(cfg)
+			}, nil)
+		})
+	}
+}
