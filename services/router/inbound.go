@@ -33,6 +33,10 @@ type msgCtx struct {
 	// holder is the session lock's value, read in the same round trip as
 	// the dedupe record ("" when free); nil once used or never read.
 	holder *string
+	// token is the session lock this message took in that round trip
+	// when it was free, for the idle session's fast path (startFree);
+	// every other path gives it back first (giveBack).
+	token string
 }
 
 // quietPlatforms get no notices about resets and busy sessions: their
@@ -59,22 +63,34 @@ func (s *Service) handleInbound(ctx context.Context, ev *eventsv1.MessageReceive
 		m.seq = int64(d.StreamSeq)
 	}
 	// One round trip: the dedupe record, and the lock of the session the
-	// message will most likely go to (a denied or command message does not
-	// use it).
+	// message will most likely go to, taken when it is free (SET NX GET:
+	// the holder otherwise). A message that does not start a turn at once
+	// (a duplicate, a denied sender, a command, a busy session) gives the
+	// lock back before anything else reads it.
+	key := sessionkey.Build(src, s.keyOpts)
+	token := redisx.NewToken()
 	pipe := s.rdb.Pipeline()
 	exists := pipe.Exists(ctx, s.dedupeKey(m.dedupeID))
-	lock := pipe.Get(ctx, s.locker.Key(sessionkey.Build(src, s.keyOpts)))
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return fmt.Errorf("read inbound dedupe record and session lock: %w", err)
+	lock := pipe.SetArgs(ctx, s.locker.Key(key), token, redis.SetArgs{Mode: "NX", Get: true, TTL: s.cfg.LockTTL})
+	_, _ = pipe.Exec(ctx) // each command's error is read below
+	switch v, err := lock.Result(); {
+	case errors.Is(err, redis.Nil):
+		free := ""
+		m.holder, m.token, m.key = &free, token, key
+	case err == nil:
+		m.holder = &v
+	default:
+		// Redis before 7.0 refuses NX with GET: every message then takes
+		// the queueing path, which reads the lock itself.
+		s.log.Debug("take session lock with the dedupe read", "err", err)
 	}
+	defer s.giveBack(context.WithoutCancel(ctx), m, true)
 	seen, err := exists.Result()
 	if err != nil {
 		return fmt.Errorf("read inbound dedupe record: %w", err)
 	}
-	if v, err := lock.Result(); err == nil || errors.Is(err, redis.Nil) {
-		m.holder = &v
-	}
 	if seen > 0 {
+		s.giveBack(ctx, m, true)
 		inbound.WithLabelValues("duplicate").Inc()
 		s.log.Debug("duplicate inbound event ignored", "event", m.dedupeID)
 		return nil
@@ -86,6 +102,26 @@ func (s *Service) handleInbound(ctx context.Context, ev *eventsv1.MessageReceive
 		return nil
 	}
 	return s.markHandled(ctx, m)
+}
+
+// giveBack releases the session lock m took with its first round trip and
+// did not use. With restart it then starts the session's waiting messages,
+// whose start (after a turn's completion) that lock may have turned away
+// meanwhile; the queueing path and commands, which start them themselves,
+// pass false (at worst the sweep starts them).
+func (s *Service) giveBack(ctx context.Context, m *msgCtx, restart bool) {
+	if m.token == "" {
+		return
+	}
+	token := m.token
+	m.token = ""
+	s.releaseUnused(ctx, m.key, token)
+	if !restart {
+		return
+	}
+	if _, err := s.tryStart(ctx, m.key); err != nil {
+		s.log.Warn("start waiting messages after giving a session lock back", "session_key", m.key, "err", err)
+	}
 }
 
 // markHandled records the event id so a replay later starts nothing.
@@ -127,17 +163,19 @@ func (s *Service) handle(ctx context.Context, m *msgCtx) error {
 	s.log.InfoContext(ctx, "authorization decision", "decision", verdict, "reason", dec.Reason, "platform", m.platform,
 		"user_id", m.src.GetUserId(), "chat_type", m.src.GetChatType(), "event", m.dedupeID)
 	if !dec.Allowed {
+		s.giveBack(ctx, m, true)
 		inbound.WithLabelValues("denied").Inc()
 		return s.unauthorized(ctx, m)
 	}
 
 	m.key = sessionkey.Build(m.src, s.keyOpts)
 	if cmd, ok := command.Parse(m.ev.GetText(), m.platform, s.cfg.BotNames[m.platform]); ok {
+		s.giveBack(ctx, m, false)
 		inbound.WithLabelValues("command").Inc()
 		m.holder = nil // commands change the lock themselves: they read it fresh
 		return s.command(ctx, m, cmd)
 	}
-	if m.holder != nil && *m.holder == "" {
+	if m.token != "" {
 		return s.routeToFree(ctx, m)
 	}
 	sess, err := s.session(ctx, m)
@@ -153,9 +191,12 @@ func (s *Service) handle(ctx context.Context, m *msgCtx) error {
 // then the reset policy, the lock and the turn, as route does.
 func (s *Service) routeToFree(ctx context.Context, m *msgCtx) error {
 	m.holder = nil
-	if started, err := s.startFree(ctx, m); started || err != nil {
+	started, err := s.startFree(ctx, m)
+	if started || err != nil {
 		return err
 	}
+	// The queueing path takes the lock again if it is still free.
+	s.giveBack(ctx, m, false)
 	// A redelivered message that is queued already is started all the same.
 	arr, _, err := s.store.ArriveAndEnqueue(ctx, m.key, s.cfg.Profile, m.src, m.seq, ownsTurn(m), m.ev, s.cfg.QueueCap)
 	if errors.Is(err, sessionstore.ErrQueueFull) {
@@ -179,20 +220,16 @@ func (s *Service) routeToFree(ctx context.Context, m *msgCtx) error {
 	return s.lockAndStart(ctx, m)
 }
 
-// startFree is the idle session's fast path: take the lock, then record
-// the arrival and start the message as its own turn in one transaction
-// that commits after the turn is published (sessionstore.StartFree), and
-// only then record the message as handled. The message is never queued,
-// and the turn reaches a worker before the commit's WAL flush is waited
-// for. It reports false, holding nothing, when the session must take the
-// queueing path: the lock was taken meanwhile, messages wait, a reset is
-// due, or the message was started already.
+// startFree is the idle session's fast path: under the lock m took with
+// its first round trip, record the arrival and start the message as its
+// own turn in one transaction that commits after the turn is published
+// (sessionstore.StartFree), and only then record the message as handled.
+// The message is never queued, and the turn reaches a worker before the
+// commit's WAL flush is waited for. It reports false, still holding the
+// lock, when the session must take the queueing path: messages wait, a
+// reset is due, or the message was started already.
 func (s *Service) startFree(ctx context.Context, m *msgCtx) (bool, error) {
-	token := redisx.NewToken()
-	locked, err := s.locker.Acquire(ctx, m.key, token, s.cfg.LockTTL)
-	if err != nil || !locked {
-		return false, err
-	}
+	token := m.token
 	pol := s.cfg.SessionReset.policy(m.platform, m.src.GetChatType())
 	proceed := func(a sessionstore.Arrival) bool {
 		_, due := pol.due(a.Prev, s.now())
@@ -203,13 +240,13 @@ func (s *Service) startFree(ctx context.Context, m *msgCtx) (bool, error) {
 		func(ctx context.Context, t sessionstore.Turn) error {
 			return s.publishTurn(ctx, m.key, token, turnID, t)
 		})
-	if err != nil || !started {
-		s.releaseUnused(ctx, m.key, token)
-		if err != nil {
-			return false, fmt.Errorf("start turn: %w", err)
-		}
+	if err != nil {
+		return false, fmt.Errorf("start turn: %w", err)
+	}
+	if !started {
 		return false, nil
 	}
+	m.token = "" // the turn holds it now
 	inbound.WithLabelValues("started").Inc()
 	s.turnRequested(ctx, m.key, turnID)
 	// A crash before this record leaves a redelivery that the store

@@ -591,6 +591,49 @@ func TestRedeliveryOfAStartedMessageStartsNothing(t *testing.T) {
 	}
 }
 
+// The router takes a free session's lock with its first read of a
+// message; a message that then starts no turn gives it back, so the
+// session is not left looking busy.
+func TestMessagesThatStartNoTurnLeaveTheLockFree(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.startRouter(testConfig(), nil, nil)
+	w := e.startWorker(nil)
+	locker := redisx.NewLocker(e.rdb, e.prefix)
+	free := func(user string) func() bool {
+		return func() bool {
+			o, err := locker.Owner(context.Background(), "agent:main:telegram:dm:chat-"+user)
+			return err == nil && o == ""
+		}
+	}
+	first := dm("alice", "hello")
+	e.publish(first)
+	waitFor(t, "first turn", func() bool { turns, _ := w.snapshot(); return len(turns) == 1 })
+	waitFor(t, "lock free after the turn", free("alice"))
+	for _, tt := range []struct {
+		name string
+		ev   *eventsv1.MessageReceived
+		id   string
+	}{
+		{"denied sender", dm("mallory", "let me in"), ""},
+		{"command", dm("alice", "/help"), ""},
+		{"replayed event", first, "replayed"},
+	} {
+		if tt.id != "" {
+			e.publishID(tt.ev, tt.id)
+		} else {
+			e.publish(tt.ev)
+		}
+		waitFor(t, tt.name+" handled", e.inboundDrained)
+		if !free(tt.ev.Source.UserId)() {
+			t.Fatalf("%s left the session lock held", tt.name)
+		}
+	}
+	if turns, _ := w.snapshot(); len(turns) != 1 {
+		t.Fatalf("%d turns, want 1", len(turns))
+	}
+}
+
 func TestCommands(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
