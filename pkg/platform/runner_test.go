@@ -206,17 +206,27 @@ func TestLeaseGracefulHandoff(t *testing.T) {
 	platformtest.WaitFor(t, "B takes over", func() bool { return state(bb.r) == platform.StateConnected })
 }
 
+// connectedRunner is a runner of an in-memory platform on its own bus,
+// connected.
+func connectedRunner(t *testing.T) runHandle {
+	t.Helper()
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	h := startRunner(t, platformtest.NewMemory("bot", false), b, platform.Options{Backoff: platform.Schedule(10 * time.Millisecond)})
+	platformtest.WaitFor(t, "connected", func() bool { return state(h.r) == platform.StateConnected })
+	return h
+}
+
+func chatEvent(id string) *eventsv1.MessageReceived {
+	return &eventsv1.MessageReceived{EventId: id, Source: &eventsv1.SessionSource{ChatId: "chat"}, Text: "hi"}
+}
+
 // TestDeliverReportsWhenADuplicateWasFirstSeen: a repeated event id is a
 // duplicate that says when the first copy was published.
 func TestDeliverReportsWhenADuplicateWasFirstSeen(t *testing.T) {
 	t.Parallel()
-	b := bustest.New(t, bustest.EmbeddedURL(t))
-	h := startRunner(t, platformtest.NewMemory("bot", false), b, platform.Options{Backoff: platform.Schedule(10 * time.Millisecond)})
-	platformtest.WaitFor(t, "connected", func() bool { return state(h.r) == platform.StateConnected })
+	h := connectedRunner(t)
 	ctx := context.Background()
-	ev := func() *eventsv1.MessageReceived {
-		return &eventsv1.MessageReceived{EventId: "e-1", Source: &eventsv1.SessionSource{ChatId: "chat"}, Text: "hi"}
-	}
+	ev := func() *eventsv1.MessageReceived { return chatEvent("e-1") }
 	before := time.Now()
 	first, err := h.r.Deliver(ctx, ev())
 	if err != nil || first.Duplicate || !first.FirstSeen.IsZero() {
@@ -237,13 +247,9 @@ func TestDeliverReportsWhenADuplicateWasFirstSeen(t *testing.T) {
 // a seen record, so only the bus dedupe window knows it.
 func TestDeliverFreshKeepsNoSeenRecord(t *testing.T) {
 	t.Parallel()
-	b := bustest.New(t, bustest.EmbeddedURL(t))
-	h := startRunner(t, platformtest.NewMemory("bot", false), b, platform.Options{Backoff: platform.Schedule(10 * time.Millisecond)})
-	platformtest.WaitFor(t, "connected", func() bool { return state(h.r) == platform.StateConnected })
+	h := connectedRunner(t)
 	ctx := context.Background()
-	ev := func() *eventsv1.MessageReceived {
-		return &eventsv1.MessageReceived{EventId: "fresh-1", Source: &eventsv1.SessionSource{ChatId: "chat"}, Text: "hi"}
-	}
+	ev := func() *eventsv1.MessageReceived { return chatEvent("fresh-1") }
 	first, err := h.r.DeliverFresh(ctx, ev())
 	if err != nil || first.Duplicate || first.Seq == 0 {
 		t.Fatalf("fresh delivery: %+v %v", first, err)
