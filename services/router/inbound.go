@@ -185,10 +185,12 @@ func (s *Service) handle(ctx context.Context, m *msgCtx) error {
 	return s.route(ctx, m, sess, routeOpts{})
 }
 
-// routeToFree routes a message to a session whose lock was free when the
-// dedupe record was read — the common case. With no busy session to
-// decide about, the arrival and the enqueue are one durable transaction;
-// then the reset policy, the lock and the turn, as route does.
+// routeToFree routes a message to a session whose lock it took with the
+// dedupe read — the common case. It starts the message at once
+// (startFree); when the session cannot skip the queue, it gives the lock
+// back and, with no busy session to decide about, records the arrival and
+// the enqueue in one durable transaction, then applies the reset policy
+// and takes the lock for the turn, as route does.
 func (s *Service) routeToFree(ctx context.Context, m *msgCtx) error {
 	m.holder = nil
 	started, err := s.startFree(ctx, m)
