@@ -1,7 +1,9 @@
 package llm
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -62,11 +64,14 @@ func NewOpenAI(cfg OpenAIConfig) *OpenAI {
 
 // Stream implements Provider.
 func (o *OpenAI) Stream(ctx context.Context, req Request, fn func(Delta) error) (*Response, error) {
-	params, err := o.params(req)
+	params := o.params(req)
+	messages, err := openAIMessages(req)
 	if err != nil {
 		return nil, err
 	}
-	var opts []option.RequestOption
+	// The messages go in as encoded here: the SDK's parameter types would
+	// encode a conversation's every message by reflection on each call.
+	opts := []option.RequestOption{option.WithJSONSet("messages", messages)}
 	if len(req.Tools) > 0 {
 		tools, err := o.tools.get(req.Tools, "openai", openAITools)
 		if err != nil {
@@ -208,7 +213,7 @@ func openAIStop(reason string) string {
 	return reason
 }
 
-func (o *OpenAI) params(req Request) (openai.ChatCompletionNewParams, error) {
+func (o *OpenAI) params(req Request) openai.ChatCompletionNewParams {
 	model := req.Model
 	if model == "" {
 		model = o.cfg.Model
@@ -224,40 +229,62 @@ func (o *OpenAI) params(req Request) (openai.ChatCompletionNewParams, error) {
 	if req.Temperature != nil {
 		p.Temperature = openai.Float(*req.Temperature)
 	}
-	p.Messages = make([]openai.ChatCompletionMessageParamUnion, 0, len(req.Messages)+1)
+	return p
+}
+
+// oaMessage is one chat-completions message as the API takes it.
+type oaMessage struct {
+	Role       string       `json:"role"`
+	Content    *string      `json:"content,omitempty"`
+	ToolCalls  []oaToolCall `json:"tool_calls,omitempty"`
+	ToolCallID string       `json:"tool_call_id,omitempty"`
+}
+
+type oaToolCall struct {
+	ID       string         `json:"id"`
+	Type     string         `json:"type"`
+	Function oaFunctionCall `json:"function"`
+}
+
+type oaFunctionCall struct {
+	Name      string `json:"name"`
+	Arguments string `json:"arguments"`
+}
+
+// openAIMessages encodes req's system prompt and messages as the
+// chat-completions "messages" array.
+func openAIMessages(req Request) (json.RawMessage, error) {
+	msgs := make([]oaMessage, 0, len(req.Messages)+1)
 	if req.System != "" {
-		p.Messages = append(p.Messages, openai.SystemMessage(req.System))
+		msgs = append(msgs, oaMessage{Role: "system", Content: &req.System})
 	}
-	for _, m := range req.Messages {
+	for i := range req.Messages {
+		m := &req.Messages[i]
 		switch m.Role {
-		case RoleSystem:
-			p.Messages = append(p.Messages, openai.SystemMessage(m.Content))
-		case RoleUser:
-			p.Messages = append(p.Messages, openai.UserMessage(m.Content))
+		case RoleSystem, RoleUser:
+			msgs = append(msgs, oaMessage{Role: m.Role, Content: &m.Content})
 		case RoleTool:
-			p.Messages = append(p.Messages, openai.ToolMessage(m.Content, m.ToolCallID))
+			msgs = append(msgs, oaMessage{Role: "tool", Content: &m.Content, ToolCallID: m.ToolCallID})
 		case RoleAssistant:
-			a := openai.ChatCompletionAssistantMessageParam{}
+			a := oaMessage{Role: "assistant"}
 			if m.Content != "" {
-				a.Content.OfString = openai.String(m.Content)
+				a.Content = &m.Content
 			}
 			for _, tc := range m.ToolCalls {
-				a.ToolCalls = append(a.ToolCalls, openai.ChatCompletionMessageToolCallUnionParam{
-					OfFunction: &openai.ChatCompletionMessageFunctionToolCallParam{
-						ID: tc.ID,
-						Function: openai.ChatCompletionMessageFunctionToolCallFunctionParam{
-							Name:      tc.Name,
-							Arguments: tc.Arguments,
-						},
-					},
-				})
+				a.ToolCalls = append(a.ToolCalls, oaToolCall{ID: tc.ID, Type: "function", Function: oaFunctionCall{Name: tc.Name, Arguments: tc.Arguments}})
 			}
-			p.Messages = append(p.Messages, openai.ChatCompletionMessageParamUnion{OfAssistant: &a})
+			msgs = append(msgs, a)
 		default:
-			return p, fmt.Errorf("openai request: unknown role %q", m.Role)
+			return nil, fmt.Errorf("openai request: unknown role %q", m.Role)
 		}
 	}
-	return p, nil
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(msgs); err != nil {
+		return nil, fmt.Errorf("encode openai messages: %w", err)
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }
 
 // openAIError classifies an error from the OpenAI SDK.
