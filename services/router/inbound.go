@@ -35,8 +35,10 @@ type msgCtx struct {
 	holder *string
 	// token is the session lock this message took in that round trip
 	// when it was free, for the idle session's fast path (startFree);
-	// every other path gives it back first (giveBack).
-	token string
+	// every other path gives it back first (giveBack). lockKey is the
+	// session key it was taken under (m.key is only set once the sender
+	// is authorized: a denied one's notice goes under the pairing key).
+	token, lockKey string
 }
 
 // quietPlatforms get no notices about resets and busy sessions: their
@@ -76,7 +78,7 @@ func (s *Service) handleInbound(ctx context.Context, ev *eventsv1.MessageReceive
 	switch v, err := lock.Result(); {
 	case errors.Is(err, redis.Nil):
 		free := ""
-		m.holder, m.token, m.key = &free, token, key
+		m.holder, m.token, m.lockKey = &free, token, key
 	case err == nil:
 		m.holder = &v
 	default:
@@ -115,12 +117,12 @@ func (s *Service) giveBack(ctx context.Context, m *msgCtx, restart bool) {
 	}
 	token := m.token
 	m.token = ""
-	s.releaseUnused(ctx, m.key, token)
+	s.releaseUnused(ctx, m.lockKey, token)
 	if !restart {
 		return
 	}
-	if _, err := s.tryStart(ctx, m.key); err != nil {
-		s.log.Warn("start waiting messages after giving a session lock back", "session_key", m.key, "err", err)
+	if _, err := s.tryStart(ctx, m.lockKey); err != nil {
+		s.log.Warn("start waiting messages after giving a session lock back", "session_key", m.lockKey, "err", err)
 	}
 }
 
