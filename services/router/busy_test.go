@@ -9,25 +9,38 @@ import (
 	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
 )
 
-// gate holds turns whose first input has a given text until opened.
+// gate holds turns whose first input has a given text until opened, or
+// until the test ends (so a failed test's cleanup, which stops the worker
+// the gate holds, does not wait for it).
 type gate struct {
 	once sync.Once
 	ch   chan struct{}
 	text string
+	done <-chan struct{}
 }
 
 func newGate(t *testing.T, text string) *gate {
-	g := &gate{ch: make(chan struct{}), text: text}
-	t.Cleanup(g.open)
-	return g
+	return &gate{ch: make(chan struct{}), text: text, done: t.Context().Done()}
 }
 
 func (g *gate) open() { g.once.Do(func() { close(g.ch) }) }
 
 func (g *gate) hold(t *turnsv1.TurnRequested) {
 	if len(t.Inputs) > 0 && t.Inputs[0].Text == g.text {
-		<-g.ch
+		select {
+		case <-g.ch:
+		case <-g.done:
+		}
 	}
+}
+
+// settled waits until count reaches want (what the router published
+// arrives at the test's subscriptions shortly after the inbound stream
+// drains) and returns the count then, which may be higher.
+func settled(t *testing.T, what string, want int, count func() int) int {
+	t.Helper()
+	waitFor(t, what, func() bool { return count() >= want })
+	return count()
 }
 
 func (e *env) controls(action turnsv1.ControlAction) []*turnsv1.TurnControlRequested {
@@ -95,10 +108,12 @@ func TestInterruptPhotoMergeAndOneBusyAck(t *testing.T) {
 	photo.Attachments = []*eventsv1.Attachment{{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, Location: &eventsv1.Attachment_Url{Url: "http://x/1.jpg"}}}
 	e.publish(photo)
 	waitFor(t, "inbound drained", e.inboundDrained)
-	if n := len(e.controls(controlInterrupt)); n != 1 {
+	// Controls and notices reach the test's subscriptions after the
+	// inbound acks that drained the stream: wait for them, then count.
+	if n := settled(t, "interrupts", 1, func() int { return len(e.controls(controlInterrupt)) }); n != 1 {
 		t.Fatalf("%d interrupts, want 1 (photos do not interrupt)", n)
 	}
-	if n := e.countNotices("alice", "Interrupting"); n != 1 {
+	if n := settled(t, "busy acknowledgements", 1, func() int { return e.countNotices("alice", "Interrupting") }); n != 1 {
 		t.Fatalf("%d busy acknowledgements, want 1", n)
 	}
 	g.open() // the worker stops, as it would on the interrupt
@@ -128,17 +143,18 @@ func TestQueueCapAndSteer(t *testing.T) {
 	}
 	e.publish(dm("bob", "go left"))
 	waitFor(t, "inbound drained", e.inboundDrained)
-	if n := e.countNotices("alice", "Too many messages are waiting (2)"); n != 1 {
+	if n := settled(t, "queue-full replies", 1, func() int { return e.countNotices("alice", "Too many messages are waiting (2)") }); n != 1 {
 		t.Fatalf("queue-full replies: %d; notices %q", n, e.noticesTo("alice"))
 	}
-	if n := e.countNotices("alice", "yours is queued"); n != 1 {
+	if n := settled(t, "queued acknowledgements", 1, func() int { return e.countNotices("alice", "yours is queued") }); n != 1 {
 		t.Fatalf("queued acknowledgements: %d, want 1; notices %q", n, e.noticesTo("alice"))
 	}
+	settled(t, "steer controls", 1, func() int { return len(e.controls(controlSteer)) })
 	steers := e.controls(controlSteer)
 	if len(steers) != 1 || steers[0].Text != "go left" || steers[0].SessionKey != "agent:main:telegram:dm:chat-bob" {
 		t.Fatalf("steer controls %v", steers)
 	}
-	if n := e.countNotices("bob", "Added your message"); n != 1 {
+	if n := settled(t, "steer acknowledgements", 1, func() int { return e.countNotices("bob", "Added your message") }); n != 1 {
 		t.Fatalf("steer acknowledgements: %d", n)
 	}
 	g.open()

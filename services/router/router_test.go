@@ -632,6 +632,20 @@ func TestMessagesThatStartNoTurnLeaveTheLockFree(t *testing.T) {
 	if turns, _ := w.snapshot(); len(turns) != 1 {
 		t.Fatalf("%d turns, want 1", len(turns))
 	}
+	// The denied sender's pairing code goes out as before: under the
+	// pairing key, not a session's.
+	settled(t, "pairing notice", 1, func() int { return len(e.noticesTo("mallory")) })
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var pairing []string
+	for _, n := range e.notices {
+		if n.GetTarget().GetChatId() == "chat-mallory" {
+			pairing = append(pairing, n.GetSessionKey())
+		}
+	}
+	if len(pairing) != 1 || pairing[0] != "pairing:telegram:mallory" {
+		t.Fatalf("notices to the denied sender under %q, want one under the pairing key", pairing)
+	}
 }
 
 func TestCommands(t *testing.T) {
@@ -709,7 +723,7 @@ func TestIdleResetTellsTheUser(t *testing.T) {
 	if turns[1].SessionId == first.ID {
 		t.Fatal("idle session was not reset")
 	}
-	if n := e.countNotices("alice", "Session reset after 1 hour of inactivity"); n != 1 {
+	if n := settled(t, "reset notices", 1, func() int { return e.countNotices("alice", "Session reset after 1 hour of inactivity") }); n != 1 {
 		t.Fatalf("reset notices %q", e.noticesTo("alice"))
 	}
 }
