@@ -47,25 +47,22 @@ type turnFailure struct {
 	noRetry bool
 }
 
+// turnFailures maps the worker's error codes; any other is internal_error.
+var turnFailures = map[string]turnFailure{
+	"rate_limited":     {http.StatusTooManyRequests, "rate_limit_error", "rate_limit_exceeded", false},
+	"quota":            {http.StatusTooManyRequests, "insufficient_quota", "insufficient_quota", true},
+	"context_overflow": {http.StatusBadRequest, "invalid_request_error", "context_length_exceeded", true},
+	"auth":             {http.StatusBadGateway, "server_error", "upstream_auth_error", true},
+	"provider":         {http.StatusBadGateway, "server_error", "upstream_error", false},
+	"timeout":          {http.StatusGatewayTimeout, "server_error", "timeout", false},
+	"interrupted":      {http.StatusServiceUnavailable, "server_error", "interrupted", false},
+}
+
 func failureOf(code string) turnFailure {
-	switch code {
-	case "rate_limited":
-		return turnFailure{http.StatusTooManyRequests, "rate_limit_error", "rate_limit_exceeded", false}
-	case "quota":
-		return turnFailure{http.StatusTooManyRequests, "insufficient_quota", "insufficient_quota", true}
-	case "context_overflow":
-		return turnFailure{http.StatusBadRequest, "invalid_request_error", "context_length_exceeded", true}
-	case "auth":
-		return turnFailure{http.StatusBadGateway, "server_error", "upstream_auth_error", true}
-	case "provider":
-		return turnFailure{http.StatusBadGateway, "server_error", "upstream_error", false}
-	case "timeout":
-		return turnFailure{http.StatusGatewayTimeout, "server_error", "timeout", false}
-	case "interrupted":
-		return turnFailure{http.StatusServiceUnavailable, "server_error", "interrupted", false}
-	default:
-		return turnFailure{http.StatusInternalServerError, "server_error", "internal_error", false}
+	if f, ok := turnFailures[code]; ok {
+		return f
 	}
+	return turnFailure{http.StatusInternalServerError, "server_error", "internal_error", false}
 }
 
 // failureMessage is the user-facing explanation without the warning sign
