@@ -137,7 +137,17 @@ func TestWorkerSIGTERMUnderLoadLosesNoTurn(t *testing.T) {
 		}
 	}
 	if t.Failed() {
-		t.Fatalf("victim stderr:\n%s\nsurvivor stderr:\n%s", victim.stderr.String(), survivor.stderr.String())
+		var failed []string
+		for _, r := range results {
+			if len(r.errs) > 0 {
+				failed = append(failed, r.session)
+			}
+		}
+		// The whole logs run to megabytes: keep what concerns the failed
+		// sessions and every warning.
+		t.Fatalf("log lines about %v and warnings:\nvictim:\n%s\nsurvivor:\n%s\nrouter, delivery, api:\n%s", failed,
+			relevantLines(victim.stderr.String(), failed), relevantLines(survivor.stderr.String(), failed),
+			relevantLines(d.logs.String(), failed))
 	}
 	t.Logf("%d requests over %d sessions, victim started %d turns", total, sessions,
 		strings.Count(victim.stderr.String(), `"msg":"turn started"`))
@@ -169,4 +179,20 @@ func TestWorkerSIGTERMUnderLoadLosesNoTurn(t *testing.T) {
 				r.session, len(r.sent), len(users), len(assistants), users, assistants)
 		}
 	}
+}
+
+// relevantLines keeps the log lines that name one of keys or are a
+// warning or an error.
+func relevantLines(log string, keys []string) string {
+	var b strings.Builder
+	for line := range strings.Lines(log) {
+		keep := strings.Contains(line, "WARN") || strings.Contains(line, "ERROR")
+		for _, k := range keys {
+			keep = keep || strings.Contains(line, k)
+		}
+		if keep {
+			b.WriteString(line)
+		}
+	}
+	return b.String()
 }

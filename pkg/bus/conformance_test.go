@@ -78,6 +78,7 @@ func runSuite(t *testing.T, url string) {
 		{"poison payload dead-lettered", testPoison},
 		{"work queue gives each turn to one consumer", testWorkQueue},
 		{"in-flight handler finishes on shutdown", testGracefulDrain},
+		{"a stopping consumer hands messages to the others", testHandBackOnStop},
 		{"trace context survives a hop", testTraceContext},
 		{"request reply", testRequestReply},
 	}
@@ -493,6 +494,64 @@ func testGracefulDrain(t *testing.T, b *bus.Bus) {
 	// The ack is sent before Run returns; the server removes the message
 	// from the work queue when it processes it.
 	eventually(t, "finished message acked", func() bool { return streamMsgs(t, b, bus.StreamTurns) == 0 })
+}
+
+// testHandBackOnStop stops a consumer while its pull request is open and
+// publishes turns into it: each is handed back once, not bounced back to
+// the same request until the server gives up on it, and a consumer
+// started afterwards on the same durable handles every one.
+func testHandBackOnStop(t *testing.T, b *bus.Bus) {
+	spec := turnsSpec("test-handback")
+	spec.Concurrency, spec.PollWait = 4, time.Second
+	release := make(chan struct{})
+	first := make(chan struct{})
+	stopping := bus.NewConsumer(b, spec, func(ctx context.Context, m *turnsv1.TurnRequested) error {
+		if m.GetTurnId() != "first" {
+			t.Errorf("the stopping consumer handled %s", m.GetTurnId())
+			return nil
+		}
+		close(first)
+		<-release
+		return nil
+	})
+	stop := start(t, stopping)
+	publishTurn(t, b, "first")
+	<-first
+	// The consumer pulls for its three free slots now; stopping leaves
+	// that pull open until it expires.
+	time.Sleep(50 * time.Millisecond)
+	stopped := make(chan struct{})
+	go func() { stop(); close(stopped) }()
+	time.Sleep(50 * time.Millisecond)
+	ids := []string{"h1", "h2", "h3"}
+	for _, id := range ids {
+		publishTurn(t, b, id)
+	}
+	close(release)
+	<-stopped
+
+	var mu sync.Mutex
+	got := map[string][]int{}
+	start(t, bus.NewConsumer(b, spec, func(ctx context.Context, m *turnsv1.TurnRequested) error {
+		d, _ := bus.DeliveryFrom(ctx)
+		mu.Lock()
+		got[m.GetTurnId()] = append(got[m.GetTurnId()], d.Attempt)
+		mu.Unlock()
+		return nil
+	}))
+	eventually(t, "every handed back turn handled", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(got) == len(ids)
+	})
+	time.Sleep(200 * time.Millisecond)
+	mu.Lock()
+	defer mu.Unlock()
+	for _, id := range ids {
+		if a := got[id]; len(a) != 1 || a[0] > 2 {
+			t.Errorf("turn %s: deliveries to the handler %v, want one, at attempt 1 or 2", id, a)
+		}
+	}
 }
 
 func testTraceContext(t *testing.T, b *bus.Bus) {

@@ -53,8 +53,11 @@ type ConsumerSpec struct {
 	// AckWait is how long a delivered message may go without an ack or an
 	// in-progress signal before the server redelivers it. Default 30s.
 	AckWait time.Duration
-	// MaxDeliver bounds deliveries; the last failed one is dead-lettered.
-	// Default 10.
+	// MaxDeliver bounds the deliveries a handler fails: the failure of
+	// delivery MaxDeliver (or a later one) dead-letters the message.
+	// Default 10. The server's own bound is higher (see serverMaxDeliver):
+	// deliveries handed back by a stopping process, which run no handler,
+	// must not make the server drop a message on its own.
 	MaxDeliver int
 	// MaxAckPending caps unacknowledged messages across all processes of
 	// the durable. 1 gives strict order. Default 1000.
@@ -176,7 +179,7 @@ func (c *Consumer[T, P]) Ensure(ctx context.Context) (jetstream.Consumer, error)
 		Durable:       c.spec.Durable,
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       c.spec.AckWait,
-		MaxDeliver:    c.spec.MaxDeliver,
+		MaxDeliver:    serverMaxDeliver(c.spec.MaxDeliver),
 		MaxAckPending: c.spec.MaxAckPending,
 		DeliverPolicy: jetstream.DeliverAllPolicy,
 	}
@@ -254,9 +257,8 @@ func (c *Consumer[T, P]) Run(ctx context.Context) error {
 		for msg := range batch.Messages() {
 			got++
 			if ctx.Err() != nil {
-				// Shutting down: hand it straight back to another process.
-				_ = msg.Nak()
-				handled.WithLabelValues(c.spec.Durable, "nak").Inc()
+				// Shutting down: hand it back to another process.
+				c.handBack(msg)
 				<-slots
 				continue
 			}
@@ -326,9 +328,8 @@ func (c *Consumer[T, P]) handle(stopping, ctx context.Context, msg jetstream.Msg
 		c.deadLetter(ctx, msg, d, "permanent", err)
 	case ctx.Err() != nil, stopping.Err() != nil && c.spec.Unavailable != nil && c.spec.Unavailable(err):
 		// The drain timeout ran out, or the consumer stops while a
-		// dependency is down: another process takes it now.
-		_ = msg.Nak()
-		handled.WithLabelValues(c.spec.Durable, "nak").Inc()
+		// dependency is down: another process takes it.
+		c.handBack(msg)
 	case d.Attempt >= c.spec.MaxDeliver:
 		span.SetStatus(codes.Error, err.Error())
 		c.deadLetter(ctx, msg, d, "max_deliveries", err)
@@ -342,6 +343,27 @@ func (c *Consumer[T, P]) handle(stopping, ctx context.Context, msg jetstream.Msg
 		handled.WithLabelValues(c.spec.Durable, "nak").Inc()
 	}
 }
+
+// handBackSlack is how many deliveries beyond MaxDeliver the server
+// allows: hand-backs by stopping processes and deliveries lost with a
+// crashed one, neither of which ran the handler to its end. Only a
+// message that keeps killing the processes handling it reaches it.
+const handBackSlack = 10
+
+func serverMaxDeliver(maxDeliver int) int { return maxDeliver + handBackSlack }
+
+// handBack returns a message this stopping process will not handle. Its
+// redelivery waits until the pull request that brought it has expired:
+// handed back at once, it would come straight back to that request,
+// again and again, until the server gave up on it.
+func (c *Consumer[T, P]) handBack(msg jetstream.Msg) {
+	_ = msg.NakWithDelay(c.spec.PollWait + handBackMargin)
+	handled.WithLabelValues(c.spec.Durable, "nak").Inc()
+}
+
+// handBackMargin covers the time between a pull request's sending and
+// its expiry starting on the server.
+const handBackMargin = 500 * time.Millisecond
 
 // whileUnavailable runs the handler again, in place, while its error says
 // a dependency is down: the message stays in progress (keepAlive runs)
