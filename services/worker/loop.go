@@ -238,7 +238,7 @@ func (r *turnRun) finish(ctx context.Context, ls *loopState, last *store.Message
 	if r.lockLost.Load() {
 		return store.Final{}, errLockLost
 	}
-	seq, err := r.nextSeq(ctx)
+	seq, err := r.finalSeq(ctx)
 	if err != nil {
 		return store.Final{}, err
 	}

@@ -54,8 +54,10 @@ type turnRun struct {
 	// hold the lock at once.
 	holder   string
 	lockLost atomic.Bool
-	usage    turnsv1.Usage
-	model    string
+	// seqUsed: this attempt allocated a reply seq from the counter.
+	seqUsed atomic.Bool
+	usage   turnsv1.Usage
+	model   string
 	// prompt is the conversation's stored system prompt, as begin loaded
 	// it (nil: none stored).
 	prompt *store.Prompt
@@ -204,8 +206,12 @@ func (r *turnRun) run(ctx context.Context) error {
 			Text: "Sorry, your request was interrupted and could not be completed. Please send it again."}
 		if seq, serr := r.nextSeq(ctx); serr == nil {
 			fin.Seq = seq
-			if _, ferr := r.s.store.Finish(ctx, r.st, nil, 0, nil, fin); ferr != nil && errors.Is(ferr, store.ErrStaleGeneration) {
+			kept, ferr := r.s.store.Finish(ctx, r.st, nil, 0, nil, fin)
+			switch {
+			case errors.Is(ferr, store.ErrStaleGeneration):
 				return r.complete(ctx, turnsv1.TurnStatus_TURN_STATUS_STALE, "superseded by a newer turn", true)
+			case ferr == nil:
+				fin = kept // an earlier attempt's final, when one was decided
 			}
 			_ = r.publishFinal(ctx, fin)
 		}
@@ -352,12 +358,29 @@ func (r *turnRun) checkpoint(ctx context.Context) error {
 // Redis so a redelivered turn continues the sequence instead of reusing ids
 // that JetStream would deduplicate away.
 func (r *turnRun) nextSeq(ctx context.Context) (int64, error) {
+	r.seqUsed.Store(true)
 	key := r.s.cfg.RedisPrefix + "turnseq:" + r.req.GetTurnId()
 	n, err := nextSeqScript.Run(ctx, r.s.rdb, []string{key}, seqTTL.Milliseconds()).Int64()
 	if err != nil {
 		return 0, fmt.Errorf("allocate reply seq: %w", err)
 	}
 	return n, nil
+}
+
+// finalSeq is the seq of the turn's final event. A turn run here (not by
+// a remote agent) whose inputs all wait for the whole answer publishes no
+// event before its final — its progress is not sent, and every attempt's
+// final is committed with its seq before it is published and republished
+// as it is — so when this attempt allocated none, the final is the
+// turn's first event: seq 1, without the counter's round trip. The
+// counter stays unset, so a later attempt that does allocate (the last
+// attempt's apology) starts at 1 too, and Finish keeps whichever final
+// was committed first.
+func (r *turnRun) finalSeq(ctx context.Context) (int64, error) {
+	if r.answerOnly && r.s.agent == nil && !r.seqUsed.Load() {
+		return 1, nil
+	}
+	return r.nextSeq(ctx)
 }
 
 // nextSeqScript increments a turn's seq counter, setting its expiry when

@@ -104,6 +104,10 @@ func TestAnswerOnlyTurnPublishesNoProgress(t *testing.T) {
 		if len(evs) != 1 || !strings.HasPrefix(final.GetFinalText().GetText(), "echo: ") {
 			t.Errorf("%s: published %d events, want the answer alone: %v", tc.name, len(evs), evs)
 		}
+		// Its seq is known without the counter.
+		if n, err := h.rdb.Exists(context.Background(), h.prefix+"turnseq:"+req.TurnId).Result(); err != nil || n != 0 {
+			t.Errorf("%s: seq counter exists (%d, %v)", tc.name, n, err)
+		}
 	}
 	// Nobody reads the deltas: the model answers whole, not as a stream.
 	reqs := h.fake.Requests()
