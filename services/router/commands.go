@@ -214,13 +214,16 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 		}
 		return reply(resumed.Generation, "↩️ Resumed "+name+".")
 	case "retry", "undo":
+		m.ev.TranscriptCommand = cmd.Name
 		if cmd.Name == "undo" && cmd.Args != "" {
-			if n, err := strconv.Atoi(cmd.Args); err != nil || n < 1 || n > 50 {
+			n, err := strconv.Atoi(cmd.Args)
+			if err != nil || n < 1 || n > 50 {
 				return reply(sess.Generation, "Usage: /undo [n], n from 1 to 50")
 			}
+			m.ev.TranscriptCommand = "undo " + strconv.Itoa(n)
 		}
 		// Transcript edits belong to the worker: the command runs as a
-		// turn of its own, in order, with the command text as its input.
+		// turn of its own, in order, with the command as its input.
 		return s.route(ctx, m, sess, routeOpts{ownTurn: true, mode: BusyQueue})
 	case "sethome":
 		if err := s.store.SetHome(ctx, m.src, m.platform+":"+m.src.GetUserId()); err != nil {

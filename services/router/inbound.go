@@ -59,6 +59,8 @@ func (s *Service) handleInbound(ctx context.Context, ev *eventsv1.MessageReceive
 		inbound.WithLabelValues("invalid").Inc()
 		return bus.Permanent(errors.New("inbound event without platform or event id"))
 	}
+	// Only the router marks transcript commands.
+	ev.TranscriptCommand = ""
 	m := &msgCtx{ev: ev, src: src, platform: strings.ToLower(src.GetPlatform()),
 		dedupeID: src.GetPlatform() + ":" + src.GetAccount() + ":" + ev.GetEventId()}
 	if d, ok := bus.DeliveryFrom(ctx); ok {

@@ -687,6 +687,33 @@ func TestCommands(t *testing.T) {
 	}
 }
 
+// /retry and /undo run as turns of their own whose input the router
+// marks, in canonical form, for the worker to perform; a mark that
+// arrives from outside is cleared.
+func TestTranscriptCommandsAreMarkedTurns(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.startRouter(testConfig(), nil, nil)
+	w := e.startWorker(nil)
+	forged := dm("alice", "just text")
+	forged.TranscriptCommand = "undo 50"
+	for _, ev := range []*eventsv1.MessageReceived{dm("alice", "/retry"), dm("alice", "/UNDO 3"), dm("alice", "/undo"), forged} {
+		e.publish(ev)
+	}
+	waitFor(t, "four turns", func() bool { turns, _ := w.snapshot(); return len(turns) == 4 })
+	turns, _ := w.snapshot()
+	want := map[string]string{"/retry": "retry", "/UNDO 3": "undo 3", "/undo": "undo", "just text": ""}
+	for _, tr := range turns {
+		in := tr.GetInputs()
+		if len(in) != 1 {
+			t.Fatalf("turn with %d inputs", len(in))
+		}
+		if got, w := in[0].GetTranscriptCommand(), want[in[0].GetText()]; got != w {
+			t.Errorf("%q: marked %q, want %q", in[0].GetText(), got, w)
+		}
+	}
+}
+
 func TestIdleResetTellsTheUser(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)

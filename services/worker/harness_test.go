@@ -175,7 +175,8 @@ type turnOpts struct {
 	override   string
 	sessionID  string
 	origin     *eventsv1.SessionSource
-	answerOnly bool // the input's sender shows no progress
+	answerOnly bool   // the input's sender shows no progress
+	command    string // the transcript command the router marked ("undo 2")
 }
 
 // requestTurn does what the router does: wait for and take the session
@@ -212,7 +213,7 @@ func (h *harness) requestTurn(key, text string, o turnOpts) *turnsv1.TurnRequest
 		TurnId: fmt.Sprintf("turn-%s-%d", key, n), SessionKey: key, SessionId: o.sessionID, Generation: o.generation,
 		LockToken: o.token, LockTtlMs: 5000, Origin: o.origin, ModelOverride: o.override,
 		Inputs: []*eventsv1.MessageReceived{{EventId: fmt.Sprintf("ev%d", n), MessageId: fmt.Sprintf("m%d", n), Text: text,
-			Source: o.origin, AnswerOnly: o.answerOnly}},
+			Source: o.origin, AnswerOnly: o.answerOnly, TranscriptCommand: o.command}},
 	}
 	if _, err := h.bus.Publish(ctx, h.bus.Topology().Subject(bus.SubjectTurnRequested), "turn:"+req.TurnId, req); err != nil {
 		h.t.Fatal(err)

@@ -29,6 +29,9 @@ type loopState struct {
 	// written yet: they go out with the turn's first write, so a simple
 	// turn writes once.
 	unsaved int
+	// reply, when set, is the turn's whole answer, without the model
+	// (an /undo, or a /retry with nothing to retry).
+	reply string
 }
 
 func (l *loopState) nextStep() int { return len(l.turn) }
@@ -60,6 +63,10 @@ func (r *turnRun) begin(ctx context.Context) (*loopState, *store.Final, error) {
 	}
 	if len(ls.turn) > 0 {
 		r.log.Info("resuming turn from committed steps", "steps", len(ls.turn))
+		return ls, nil, nil
+	}
+	if cmd, ok := transcriptCommandOf(r.req); ok {
+		r.beginTranscriptCommand(ls, cmd)
 		return ls, nil, nil
 	}
 	var inputs []store.Message
@@ -141,6 +148,9 @@ func (r *turnRun) runLoop(ctx context.Context) (store.Final, error) {
 	if decided != nil {
 		return *decided, nil
 	}
+	if ls.reply != "" {
+		return r.finishWith(ctx, ls, ls.reply)
+	}
 	backend, model := r.s.backendFor(r.req.GetModelOverride())
 	r.model = model
 	system, err := r.systemPrompt(ctx, backend, model)
@@ -187,7 +197,7 @@ func (r *turnRun) runLoop(ctx context.Context) (store.Final, error) {
 			} else {
 				text = note
 			}
-			return r.finish(ctx, ls, nil, store.Final{Status: store.StatusCompleted, Kind: store.FinalText, Text: text})
+			return r.finishWith(ctx, ls, text)
 		}
 		resp, err := r.callModel(ctx, backend, model, system, ls)
 		iterations++
@@ -252,6 +262,11 @@ func (r *turnRun) finish(ctx context.Context, ls *loopState, last *store.Message
 		ls.unsaved = 0
 	}
 	return f, err
+}
+
+// finishWith ends the turn with text as its answer.
+func (r *turnRun) finishWith(ctx context.Context, ls *loopState, text string) (store.Final, error) {
+	return r.finish(ctx, ls, nil, store.Final{Status: store.StatusCompleted, Kind: store.FinalText, Text: text})
 }
 
 // stopFinal ends a turn that was interrupted or stopped with what it has.

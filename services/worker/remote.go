@@ -45,6 +45,9 @@ func (r *turnRun) runRemote(ctx context.Context) (store.Final, error) {
 	if decided != nil {
 		return *decided, nil
 	}
+	if ls.reply != "" {
+		return r.finishWith(ctx, ls, ls.reply)
+	}
 	b := Backend{Kind: "external", BaseURL: r.s.cfg.Agent.Backend}
 	r.model = "external"
 	system, err := r.systemPrompt(ctx, b, r.req.GetModelOverride())

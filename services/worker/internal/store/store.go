@@ -31,6 +31,12 @@ type Turn struct {
 	// StartedAt is when the attempt that decides the turn began: the
 	// turn's row, written once the turn is decided, keeps it.
 	StartedAt time.Time
+	// Cut, when set, is the id of the first message of the conversation
+	// that the turn removes, with every later one of other turns (/undo,
+	// /retry). The turn's first write removes them in its transaction:
+	// once, since a later write (of a step, or of the final) finds the
+	// turn's own rows and removes nothing.
+	Cut int64
 }
 
 // ToolCall is an assistant's tool invocation as stored.
@@ -152,6 +158,30 @@ func (s *Store) write(ctx context.Context, t Turn, d Durability, queue func(*pgx
 	return fenceError(err)
 }
 
+// queueCut queues the removal of t.Cut and what follows it, unless the
+// turn wrote anything already. Only the writes of a turn's steps and
+// final carry it (they write its inputs), before their inserts.
+func queueCut(b *pgx.Batch, t Turn) int {
+	if t.Cut <= 0 {
+		return 0
+	}
+	b.Queue(`DELETE FROM transcript_messages
+		WHERE session_id = $1 AND id >= $2 AND turn_id <> $3
+		  AND NOT EXISTS (SELECT 1 FROM transcript_messages WHERE turn_id = $3)
+		  AND NOT EXISTS (SELECT 1 FROM worker_turns WHERE turn_id = $3)`, t.SessionID, t.Cut, t.TurnID)
+	return 1
+}
+
+// readCut reads what queueCut queued (n statements).
+func readCut(br pgx.BatchResults, n int) error {
+	for range n {
+		if _, err := br.Exec(); err != nil {
+			return fmt.Errorf("remove messages: %w", err)
+		}
+	}
+	return nil
+}
+
 // fenceError turns switchboard_fence's error into ErrStaleGeneration.
 func fenceError(err error) error {
 	var pe *pgconn.PgError
@@ -267,7 +297,9 @@ func (s *Store) Decided(ctx context.Context, turnID string) (*Final, error) {
 // error: the caller resumes from the transcript instead.
 func (s *Store) Append(ctx context.Context, t Turn, d Durability, first int, msgs ...Message) ([]Message, error) {
 	out := make([]Message, len(msgs))
+	cut := 0
 	err := s.write(ctx, t, d, func(b *pgx.Batch) {
+		cut = queueCut(b, t)
 		for i, m := range msgs {
 			m.Step = first + i
 			m.TurnID = t.TurnID
@@ -275,6 +307,9 @@ func (s *Store) Append(ctx context.Context, t Turn, d Durability, first int, msg
 			queueInsert(b, t, &out[i])
 		}
 	}, func(br pgx.BatchResults) error {
+		if err := readCut(br, cut); err != nil {
+			return err
+		}
 		for i := range out {
 			if err := br.QueryRow().Scan(&out[i].ID, &out[i].CreatedAt); err != nil {
 				return fmt.Errorf("insert transcript step %d: %w", out[i].Step, err)
@@ -326,7 +361,9 @@ func (s *Store) Finish(ctx context.Context, t Turn, before []Message, step int, 
 		m.TurnID = t.TurnID
 	}
 	decided := false
+	cut := 0
 	err := s.write(ctx, t, Durable, func(b *pgx.Batch) {
+		cut = queueCut(b, t)
 		for i := range before {
 			before[i].TurnID = t.TurnID
 			queueInsert(b, t, &before[i])
@@ -348,6 +385,9 @@ func (s *Store) Finish(ctx context.Context, t Turn, before []Message, step int, 
 			t.TurnID, t.SessionKey, t.SessionID, t.Generation, f.Status, f.Kind, f.Text, f.ErrorCode, f.Seq, f.Model,
 			last != nil, t.UserKey, m.Step, m.Role, m.Content, toolCallsJSON(&m), m.ToolCallID, m.ToolName, startedAt(t))
 	}, func(br pgx.BatchResults) error {
+		if err := readCut(br, cut); err != nil {
+			return err
+		}
 		for i := range before {
 			if err := br.QueryRow().Scan(&before[i].ID, &before[i].CreatedAt); err != nil {
 				return fmt.Errorf("insert transcript step %d: %w", before[i].Step, err)

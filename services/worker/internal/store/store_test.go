@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -203,5 +204,81 @@ func TestFenceAndGenerationBumpWaitForEachOther(t *testing.T) {
 	}
 	if stale != 1 || current != 1 {
 		t.Fatalf("after the bump: %d stale, %d current; want the old generation refused and the new one allowed", stale, current)
+	}
+}
+
+// A turn's cut removes the conversation's messages from an id on with its
+// first write, and never again: a redelivered attempt's writes, which
+// find the turn's own rows or its final, remove nothing more.
+func TestCutRemovesOnceWithTheFirstWrite(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	if _, err := db.Exec(ctx, `INSERT INTO sessions (session_key, session_id, platform, generation) VALUES ('k', 'sid', 'x', 1)`); err != nil {
+		t.Fatal(err)
+	}
+	s := store.New(db)
+	var ids []int64
+	for i, text := range []string{"a", "b", "c", "d"} {
+		role := "user"
+		if i%2 == 1 {
+			role = "assistant"
+		}
+		msgs, err := s.Append(ctx, store.Turn{TurnID: "old" + text, SessionKey: "k", SessionID: "sid", Generation: 1},
+			store.Durable, 0, store.Message{Role: role, Content: text})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, msgs[0].ID)
+	}
+	contents := func() string {
+		t.Helper()
+		_, msgs, err := s.History(ctx, "sid")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var b strings.Builder
+		for _, m := range msgs {
+			b.WriteString(m.Content)
+		}
+		return b.String()
+	}
+
+	// /retry of "c": the first write removes c and d and writes c again.
+	retry := store.Turn{TurnID: "retry", SessionKey: "k", SessionID: "sid", Generation: 1, Cut: ids[2]}
+	if _, err := s.Append(ctx, retry, store.Deferred, 0, store.Message{Role: "user", Content: "C"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := contents(); got != "abC" {
+		t.Fatalf("after the first write: %q, want abC", got)
+	}
+	// Its later writes, in this attempt or the next, cut nothing.
+	retry.Cut = ids[0]
+	if _, err := s.Finish(ctx, retry, nil, 1, &store.Message{Role: "assistant", Content: "D"},
+		store.Final{Status: store.StatusCompleted, Kind: store.FinalText, Text: "D", Seq: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if got := contents(); got != "abCD" {
+		t.Fatalf("after the final: %q, want abCD", got)
+	}
+
+	// /undo writes no message: its final's write removes, once.
+	undo := store.Turn{TurnID: "undo", SessionKey: "k", SessionID: "sid", Generation: 1, Cut: ids[0]}
+	final := store.Final{Status: store.StatusCompleted, Kind: store.FinalText, Text: "undone", Seq: 1}
+	if _, err := s.Finish(ctx, undo, nil, 0, nil, final); err != nil {
+		t.Fatal(err)
+	}
+	if got := contents(); got != "" {
+		t.Fatalf("after /undo: %q, want nothing", got)
+	}
+	if _, err := s.Append(ctx, store.Turn{TurnID: "new", SessionKey: "k", SessionID: "sid", Generation: 1},
+		store.Durable, 0, store.Message{Role: "user", Content: "e"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Finish(ctx, undo, nil, 0, nil, final); err != nil {
+		t.Fatal(err)
+	}
+	if got := contents(); got != "e" {
+		t.Fatalf("a redelivered /undo removed again: %q, want e", got)
 	}
 }

@@ -546,9 +546,14 @@ type MessageReceived struct {
 	// The sender waits for the whole answer and shows no progress (a
 	// non-streaming API request): the worker publishes no typing and no
 	// streamed text for a turn whose every input says so, only its answer.
-	AnswerOnly    bool `protobuf:"varint,15,opt,name=answer_only,json=answerOnly,proto3" json:"answer_only,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	AnswerOnly bool `protobuf:"varint,15,opt,name=answer_only,json=answerOnly,proto3" json:"answer_only,omitempty"`
+	// Set by the router, never by a gateway (the router clears it on
+	// arrival): the message is a transcript command that the worker
+	// performs in the turn instead of sending it to the model, in
+	// canonical form: "retry", or "undo" or "undo <n>".
+	TranscriptCommand string `protobuf:"bytes,16,opt,name=transcript_command,json=transcriptCommand,proto3" json:"transcript_command,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *MessageReceived) Reset() {
@@ -686,6 +691,13 @@ func (x *MessageReceived) GetAnswerOnly() bool {
 	return false
 }
 
+func (x *MessageReceived) GetTranscriptCommand() string {
+	if x != nil {
+		return x.TranscriptCommand
+	}
+	return ""
+}
+
 // ReplyRoute redirects a turn's reply away from the chat it came from.
 type ReplyRoute struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
@@ -808,7 +820,7 @@ const file_switchboard_events_v1_events_proto_rawDesc = "" +
 	"\bfrom_bot\x18\x04 \x01(\bR\afromBot\">\n" +
 	"\x0eContextMessage\x12\x12\n" +
 	"\x04role\x18\x01 \x01(\tR\x04role\x12\x18\n" +
-	"\acontent\x18\x02 \x01(\tR\acontent\"\xd4\x05\n" +
+	"\acontent\x18\x02 \x01(\tR\acontent\"\x83\x06\n" +
 	"\x0fMessageReceived\x12\x19\n" +
 	"\bevent_id\x18\x01 \x01(\tR\aeventId\x12\x1d\n" +
 	"\n" +
@@ -829,7 +841,8 @@ const file_switchboard_events_v1_events_proto_rawDesc = "" +
 	"\vreply_route\x18\x0e \x01(\v2!.switchboard.events.v1.ReplyRouteR\n" +
 	"replyRoute\x12\x1f\n" +
 	"\vanswer_only\x18\x0f \x01(\bR\n" +
-	"answerOnly\"\x9b\x01\n" +
+	"answerOnly\x12-\n" +
+	"\x12transcript_command\x18\x10 \x01(\tR\x11transcriptCommand\"\x9b\x01\n" +
 	"\n" +
 	"ReplyRoute\x12\x1a\n" +
 	"\bplatform\x18\x01 \x01(\tR\bplatform\x12\x18\n" +
