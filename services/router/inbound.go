@@ -111,8 +111,7 @@ func (s *Service) handleInbound(ctx context.Context, ev *eventsv1.MessageReceive
 // giveBack releases the session lock m took with its first round trip and
 // did not use. With restart it then starts the session's waiting messages,
 // whose start (after a turn's completion) that lock may have turned away
-// meanwhile; the queueing path and commands, which start them themselves,
-// pass false (at worst the sweep starts them).
+// meanwhile; the queueing path, which starts them itself, passes false.
 func (s *Service) giveBack(ctx context.Context, m *msgCtx, restart bool) {
 	if m.token == "" {
 		return
@@ -174,7 +173,10 @@ func (s *Service) handle(ctx context.Context, m *msgCtx) error {
 
 	m.key = sessionkey.Build(m.src, s.keyOpts)
 	if cmd, ok := command.Parse(m.ev.GetText(), m.platform, s.cfg.BotNames[m.platform]); ok {
-		s.giveBack(ctx, m, false)
+		// The lock taken for nothing may have turned away the start of
+		// the messages queued behind a turn that just completed: start
+		// them, ahead of the command, as their order says.
+		s.giveBack(ctx, m, true)
 		inbound.WithLabelValues("command").Inc()
 		m.holder = nil // commands change the lock themselves: they read it fresh
 		return s.command(ctx, m, cmd)

@@ -648,6 +648,30 @@ func TestMessagesThatStartNoTurnLeaveTheLockFree(t *testing.T) {
 	}
 }
 
+// A command takes the session lock with its first read like any message;
+// giving it back starts what waits in the queue then (a turn's completion
+// may have found the lock taken by the command and started nothing), at
+// once rather than at the next sweep.
+func TestCommandStartsWhatItsLockTurnedAway(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	cfg := testConfig()
+	cfg.SweepInterval = time.Hour
+	e.startRouter(cfg, nil, nil)
+	w := e.startWorker(nil)
+	// What the race leaves: a queued message, the lock free, no turn.
+	waiting := dm("alice", "waiting")
+	key := "agent:main:telegram:dm:chat-alice"
+	if _, _, err := sessionstore.New(e.db).ArriveAndEnqueue(context.Background(), key, cfg.Profile, waiting.Source, 1, false, waiting, 10); err != nil {
+		t.Fatal(err)
+	}
+	e.publish(dm("alice", "/status"))
+	waitFor(t, "the waiting message's turn", func() bool { turns, _ := w.snapshot(); return len(turns) == 1 })
+	if turns, _ := w.snapshot(); turns[0].GetInputs()[0].GetText() != "waiting" {
+		t.Fatalf("started %v", turns[0].GetInputs())
+	}
+}
+
 func TestCommands(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
