@@ -11,11 +11,13 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/switchboard-chat/switchboard/pkg/bus"
 	"github.com/switchboard-chat/switchboard/pkg/bus/bustest"
@@ -79,6 +81,7 @@ func runSuite(t *testing.T, url string) {
 		{"work queue gives each turn to one consumer", testWorkQueue},
 		{"in-flight handler finishes on shutdown", testGracefulDrain},
 		{"a stopping consumer hands messages to the others", testHandBackOnStop},
+		{"a message the server gives up on is dead-lettered", testServerMaxDeliveries},
 		{"trace context survives a hop", testTraceContext},
 		{"request reply", testRequestReply},
 	}
@@ -552,6 +555,54 @@ func testHandBackOnStop(t *testing.T, b *bus.Bus) {
 			t.Errorf("turn %s: deliveries to the handler %v, want one, at attempt 1 or 2", id, a)
 		}
 	}
+}
+
+// testServerMaxDeliveries: when the server stops delivering a message on
+// its own (every delivery ended without a verdict), the advisory watcher
+// copies it to the dead-letter stream and takes it off the work queue.
+func testServerMaxDeliveries(t *testing.T, b *bus.Bus) {
+	ctx, cancel := context.WithCancel(context.Background())
+	watched := make(chan error, 1)
+	go func() { watched <- b.WatchAdvisories(ctx) }()
+	t.Cleanup(func() { cancel(); <-watched })
+	// A consumer that allows one delivery, driven by hand: the delivery
+	// is handed back without a handler, as a dying process would.
+	cons, err := b.JetStream().CreateOrUpdateConsumer(ctx, b.Topology().Stream(bus.StreamTurns), jetstream.ConsumerConfig{
+		Durable: "test-giveup", AckPolicy: jetstream.AckExplicitPolicy, MaxDeliver: 1,
+		FilterSubject: b.Topology().Subject(bus.SubjectTurnRequested)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond) // the watcher subscribes
+	publishTurn(t, b, "given-up")
+	batch, err := cons.Fetch(1, jetstream.FetchMaxWait(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for m := range batch.Messages() {
+		if err := m.Nak(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The next pull finds it over its limit: the server gives up.
+	if batch, err := cons.Fetch(1, jetstream.FetchMaxWait(300*time.Millisecond)); err == nil {
+		for range batch.Messages() {
+			t.Error("delivered past its limit")
+		}
+	}
+	eventually(t, "the dead letter", func() bool { return len(deadLetters(t, b)) == 1 })
+	dl := deadLetters(t, b)[0]
+	if got := dl.Header.Get("Sb-Dead-Reason"); got != "server_max_deliveries" {
+		t.Errorf("reason %q", got)
+	}
+	if got := dl.Header.Get("Sb-Dead-Msg-Id"); got != "turn:given-up" {
+		t.Errorf("msg id %q", got)
+	}
+	var v turnsv1.TurnRequested
+	if err := proto.Unmarshal(dl.Data, &v); err != nil || v.GetTurnId() != "given-up" {
+		t.Errorf("dead letter holds %v (%v)", &v, err)
+	}
+	eventually(t, "the work queue emptied", func() bool { return streamMsgs(t, b, bus.StreamTurns) == 0 })
 }
 
 func testTraceContext(t *testing.T, b *bus.Bus) {

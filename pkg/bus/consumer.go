@@ -442,21 +442,8 @@ func (c *Consumer[T, P]) backoff(attempt int) time.Duration {
 // stored the message is naked instead: nothing is dropped silently.
 func (c *Consumer[T, P]) deadLetter(ctx context.Context, msg jetstream.Msg, d *Delivery, reason string, cause error) {
 	topo := c.bus.topo
-	dl := nats.NewMsg(topo.Subject(SubjectDeadLetter + "." + c.spec.Stream))
-	dl.Data = msg.Data()
-	for k, v := range msg.Headers() {
-		if k == nats.MsgIdHdr {
-			continue
-		}
-		dl.Header[k] = v
-	}
-	dl.Header.Set("Sb-Dead-Subject", d.Subject)
-	dl.Header.Set("Sb-Dead-Msg-Id", d.MsgID)
-	dl.Header.Set("Sb-Dead-Consumer", c.spec.Durable)
-	dl.Header.Set("Sb-Dead-Reason", reason)
-	dl.Header.Set("Sb-Dead-Error", truncate(cause.Error(), 512))
-	dl.Header.Set("Sb-Dead-Attempts", strconv.Itoa(d.Attempt))
-	id := fmt.Sprintf("dead:%s:%s:%d", c.spec.Stream, c.spec.Durable, d.StreamSeq)
+	dl, id := deadLetterMsg(topo, c.spec.Stream, c.spec.Durable, d.StreamSeq, d.Subject, msg.Headers(), msg.Data(),
+		reason, cause, d.Attempt)
 	if _, err := c.bus.js.PublishMsg(ctx, dl, jetstream.WithMsgID(id)); err != nil {
 		c.log.Error("dead-letter publish failed; message handed back", "msg_id", d.MsgID, "err", err)
 		_ = msg.NakWithDelay(c.backoff(d.Attempt))
@@ -477,6 +464,28 @@ func (c *Consumer[T, P]) deadLetter(ctx context.Context, msg jetstream.Msg, d *D
 	terminated.WithLabelValues(c.spec.Durable, reason).Inc()
 	c.log.Error("message dead-lettered", "msg_id", d.MsgID, "subject", d.Subject,
 		"attempts", d.Attempt, "reason", reason, "err", cause)
+}
+
+// deadLetterMsg is the copy of a message given up on that goes to the
+// dead-letter stream, with its dedupe id: one per stream, consumer and
+// stream sequence, so copies made twice (a retry, two processes) are one.
+func deadLetterMsg(topo Topology, stream, durable string, seq uint64, subject string, h nats.Header, data []byte,
+	reason string, cause error, attempts int) (*nats.Msg, string) {
+	dl := nats.NewMsg(topo.Subject(SubjectDeadLetter + "." + stream))
+	dl.Data = data
+	for k, v := range h {
+		if k == nats.MsgIdHdr {
+			continue
+		}
+		dl.Header[k] = v
+	}
+	dl.Header.Set("Sb-Dead-Subject", subject)
+	dl.Header.Set("Sb-Dead-Msg-Id", h.Get(nats.MsgIdHdr))
+	dl.Header.Set("Sb-Dead-Consumer", durable)
+	dl.Header.Set("Sb-Dead-Reason", reason)
+	dl.Header.Set("Sb-Dead-Error", truncate(cause.Error(), 512))
+	dl.Header.Set("Sb-Dead-Attempts", strconv.Itoa(attempts))
+	return dl, fmt.Sprintf("dead:%s:%s:%d", stream, durable, seq)
 }
 
 func truncate(s string, n int) string {

@@ -235,6 +235,18 @@ func (t Topology) partitionsOf(base string, subjects []string) (n int, legacy, o
 	return len(subjects), false, len(subjects) > 0
 }
 
+// declares reports whether the named (unprefixed) stream is one of the
+// topology's.
+func (t Topology) declares(name string) bool {
+	full := t.Stream(name)
+	for _, c := range t.StreamConfigs() {
+		if c.Name == full {
+			return true
+		}
+	}
+	return false
+}
+
 // workQueue reports whether the named (unprefixed) stream is a work queue.
 func (t Topology) workQueue(name string) bool {
 	full := t.Stream(name)
