@@ -216,11 +216,10 @@ func (s *Service) routeToFree(ctx context.Context, m *msgCtx) error {
 	if err != nil {
 		return err
 	}
-	sess := arr.Session
 	if !arr.Created {
 		// The message is queued already: a reset keeps it for the new
 		// conversation.
-		if sess, err = s.resetIfDue(ctx, m, sess, arr.Prev, m.ev.GetEventId()); err != nil {
+		if _, err := s.resetIfDue(ctx, m, arr.Session, arr.Prev, m.ev.GetEventId()); err != nil {
 			return err
 		}
 	}
