@@ -28,6 +28,12 @@ func TestFinalIsChunkedAndSentInOrder(t *testing.T) {
 	e.start(t, testConfig(), "a")
 	long := strings.Repeat("word ", 1800) // 9000 runes: three messages
 	e.publish(t, event("t1", 1, "s1", &repliesv1.Typing{Active: true}))
+	// Typing goes out from its own goroutine, and a final that comes
+	// first cancels it: wait for it so the order below is the test's.
+	eventually(t, e.clock, 0, "typing", func() bool {
+		calls, _ := e.gw.snapshot()
+		return len(calls) > 0
+	})
 	e.publish(t, event("t1", 2, "s1", final(long)))
 	e.publish(t, event("", 0, "s1", &repliesv1.Notice{Text: "queued notice"}))
 	eventually(t, e.clock, 0, "three chunks and a notice", func() bool {
