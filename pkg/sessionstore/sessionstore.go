@@ -150,6 +150,44 @@ func (s *Store) Get(ctx context.Context, key string) (Session, error) {
 	return sess, nil
 }
 
+// AddTurnUsage adds to each session's token counts what its current
+// conversation's turns stored with their finals (worker_turns, migration
+// 00206): the session row holds only what turns that ended without a
+// final used. One query for all of them.
+func (s *Store) AddTurnUsage(ctx context.Context, sessions []Session) error {
+	if len(sessions) == 0 {
+		return nil
+	}
+	keys, ids := make([]string, len(sessions)), make([]string, len(sessions))
+	at := make(map[[2]string]int, len(sessions))
+	for i, sess := range sessions {
+		keys[i], ids[i] = sess.Key, sess.ID
+		at[[2]string{sess.Key, sess.ID}] = i
+	}
+	rows, err := s.db.Query(ctx, `SELECT t.session_key, t.session_id, sum(t.input_tokens)::bigint, sum(t.output_tokens)::bigint
+		FROM worker_turns t JOIN unnest($1::text[], $2::text[]) AS s(key, id) ON t.session_key = s.key AND t.session_id = s.id
+		GROUP BY t.session_key, t.session_id`, keys, ids)
+	if err != nil {
+		return fmt.Errorf("read turn usage: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var key, id string
+		var in, out int64
+		if err := rows.Scan(&key, &id, &in, &out); err != nil {
+			return fmt.Errorf("read turn usage: %w", err)
+		}
+		if i, ok := at[[2]string{key, id}]; ok {
+			sessions[i].InputTokens += in
+			sessions[i].OutputTokens += out
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read turn usage: %w", err)
+	}
+	return nil
+}
+
 // Generation returns the session's current generation (0 when none).
 func (s *Store) Generation(ctx context.Context, key string) (int64, error) {
 	var gen int64

@@ -316,6 +316,9 @@ func (s *Service) ListSessions(ctx context.Context, req *adminv1.ListSessionsReq
 		list = list[:size]
 		resp.NextPageToken = base64.RawURLEncoding.EncodeToString([]byte(list[size-1].Key))
 	}
+	if err := s.sessions.AddTurnUsage(ctx, list); err != nil {
+		return nil, err
+	}
 	for _, sess := range list {
 		resp.Sessions = append(resp.Sessions, toProto(sess))
 	}
@@ -331,7 +334,11 @@ func (s *Service) GetSession(ctx context.Context, req *adminv1.GetSessionRequest
 	if err != nil {
 		return nil, err
 	}
-	return &adminv1.GetSessionResponse{Session: toProto(sess)}, nil
+	counted := []sessionstore.Session{sess}
+	if err := s.sessions.AddTurnUsage(ctx, counted); err != nil {
+		return nil, err
+	}
+	return &adminv1.GetSessionResponse{Session: toProto(counted[0])}, nil
 }
 
 // ResetSession starts a new conversation under the key. A running turn is

@@ -144,6 +144,11 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 		if title == "" {
 			title = "(untitled)"
 		}
+		counted := []sessionstore.Session{sess}
+		if err := s.store.AddTurnUsage(ctx, counted); err != nil {
+			return err
+		}
+		sess = counted[0]
 		return reply(sess.Generation, fmt.Sprintf("Session: %s\nTitle: %s\nKey: %s\nState: %s, %s waiting\nModel: %s\nTokens: %d in, %d out\nStarted: %s",
 			sess.ID, title, m.key, state, plural(n, "message"), model, sess.InputTokens, sess.OutputTokens, sess.CreatedAt.UTC().Format("2006-01-02 15:04 MST")))
 	case "model":

@@ -292,8 +292,10 @@ func (s *Service) handleTurnCompleted(ctx context.Context, ev *turnsv1.TurnCompl
 	}
 	completed.WithLabelValues(strings.ToLower(strings.TrimPrefix(ev.GetStatus().String(), "TURN_STATUS_"))).Inc()
 	var usage *sessionstore.Usage
-	if u := ev.GetUsage(); u != nil {
-		// Once per turn: the dedupe record guards redeliveries.
+	if u := ev.GetUsage(); u != nil && !ev.GetUsageRecorded() {
+		// A turn that ended without a final (the worker stores a final's
+		// usage with it). Once per turn: the dedupe record guards
+		// redeliveries.
 		ok, err := s.rdb.SetNX(ctx, s.prefix+"turndone:"+ev.GetTurnId(), "1", s.cfg.DedupeTTL).Result()
 		if err != nil {
 			return fmt.Errorf("record turn completion: %w", err)

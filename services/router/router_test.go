@@ -672,6 +672,56 @@ func TestCommandStartsWhatItsLockTurnedAway(t *testing.T) {
 	}
 }
 
+// A turn's usage is counted once: the router adds to the session's row
+// what a turn that ended without a final used, and not what a worker
+// stored with the turn's final; /status shows both.
+func TestUsageIsCountedOnce(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	svc := e.startRouter(testConfig(), nil, nil)
+	w := e.startWorker(nil)
+	e.publish(dm("alice", "hello"))
+	waitFor(t, "the turn", func() bool { turns, _ := w.snapshot(); return len(turns) == 1 })
+	key := "agent:main:telegram:dm:chat-alice"
+	ctx := context.Background()
+	tokens := func() (in, out int64) {
+		t.Helper()
+		if err := e.db.QueryRow(ctx, `SELECT input_tokens, output_tokens FROM sessions WHERE session_key = $1`, key).Scan(&in, &out); err != nil {
+			t.Fatal(err)
+		}
+		return in, out
+	}
+	// The test worker's completion (10 in, 5 out, not recorded) is added.
+	waitFor(t, "the first turn's usage", func() bool { in, _ := tokens(); return in == 10 })
+	turns, _ := w.snapshot()
+	sid := turns[0].GetSessionId()
+	for _, tc := range []struct {
+		recorded bool
+		in, out  int64
+	}{{true, 10, 5}, {false, 11, 6}} {
+		ev := &turnsv1.TurnCompleted{TurnId: fmt.Sprintf("direct-%v", tc.recorded), SessionKey: key, SessionId: sid,
+			Status: turnsv1.TurnStatus_TURN_STATUS_COMPLETED, Usage: &turnsv1.Usage{InputTokens: 1, OutputTokens: 1},
+			UsageRecorded: tc.recorded}
+		if err := svc.handleTurnCompleted(ctx, ev); err != nil {
+			t.Fatal(err)
+		}
+		if in, out := tokens(); in != tc.in || out != tc.out {
+			t.Errorf("recorded %v: session counts %d/%d, want %d/%d", tc.recorded, in, out, tc.in, tc.out)
+		}
+	}
+	// What a worker stored with its finals counts for the conversation.
+	if _, err := e.db.Exec(ctx, `INSERT INTO worker_turns (turn_id, session_key, session_id, generation, final_kind, input_tokens, output_tokens)
+		VALUES ('stored', $1, $2, 1, 'final_text', 1000, 500), ('elsewhere', $1, 'another-conversation', 1, 'final_text', 7, 7)`, key, sid); err != nil {
+		t.Fatal(err)
+	}
+	before := len(e.noticesTo("alice"))
+	e.publish(dm("alice", "/status"))
+	waitFor(t, "the status", func() bool { return len(e.noticesTo("alice")) > before })
+	if got := e.noticesTo("alice")[before]; !strings.Contains(got, "Tokens: 1011 in, 506 out") {
+		t.Errorf("status %q, want 1011 in and 506 out", got)
+	}
+}
+
 func TestCommands(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)

@@ -50,6 +50,7 @@ func (r *turnRun) begin(ctx context.Context) (*loopState, *store.Final, error) {
 	}
 	if ts.Final != nil {
 		r.log.Info("turn already decided by an earlier attempt; republishing its reply")
+		r.usageRecorded = true // with that attempt's final
 		return nil, ts.Final, nil
 	}
 	r.prompt = ts.Prompt
@@ -257,9 +258,10 @@ func (r *turnRun) finish(ctx context.Context, ls *loopState, last *store.Message
 	if f.Kind == store.FinalText && strings.TrimSpace(f.Text) == "" {
 		f.Text = "(no answer)"
 	}
-	f, err = r.s.store.Finish(ctx, r.st, ls.unsavedInputs(), ls.nextStep(), last, f)
+	f, err = r.s.store.Finish(ctx, r.withUsage(), ls.unsavedInputs(), ls.nextStep(), last, f)
 	if err == nil {
 		ls.unsaved = 0
+		r.usageRecorded = true
 	}
 	return f, err
 }

@@ -57,7 +57,10 @@ type turnRun struct {
 	// seqUsed: this attempt allocated a reply seq from the counter.
 	seqUsed atomic.Bool
 	usage   turnsv1.Usage
-	model   string
+	// usageRecorded: the turn's final is stored, with the usage of the
+	// attempt that decided it (TurnCompleted.usage_recorded).
+	usageRecorded bool
+	model         string
 	// prompt is the conversation's stored system prompt, as begin loaded
 	// it (nil: none stored).
 	prompt *store.Prompt
@@ -206,12 +209,13 @@ func (r *turnRun) run(ctx context.Context) error {
 			Text: "Sorry, your request was interrupted and could not be completed. Please send it again."}
 		if seq, serr := r.nextSeq(ctx); serr == nil {
 			fin.Seq = seq
-			kept, ferr := r.s.store.Finish(ctx, r.st, nil, 0, nil, fin)
+			kept, ferr := r.s.store.Finish(ctx, r.withUsage(), nil, 0, nil, fin)
 			switch {
 			case errors.Is(ferr, store.ErrStaleGeneration):
 				return r.complete(ctx, turnsv1.TurnStatus_TURN_STATUS_STALE, "superseded by a newer turn", true)
 			case ferr == nil:
 				fin = kept // an earlier attempt's final, when one was decided
+				r.usageRecorded = true
 			}
 			_ = r.publishFinal(ctx, fin)
 		}
@@ -276,7 +280,8 @@ func (r *turnRun) complete(ctx context.Context, status turnsv1.TurnStatus, reaso
 	u := proto.Clone(&r.usage).(*turnsv1.Usage)
 	done := &turnsv1.TurnCompleted{TurnId: r.req.GetTurnId(), SessionKey: r.req.GetSessionKey(),
 		SessionId: r.req.GetSessionId(), Generation: r.req.GetGeneration(), Status: status, Error: reason,
-		Usage: u, WorkerId: r.s.cfg.ID, Model: r.model, CompletedAt: timestamppb.New(r.s.now())}
+		Usage: u, WorkerId: r.s.cfg.ID, Model: r.model, CompletedAt: timestamppb.New(r.s.now()),
+		UsageRecorded: r.usageRecorded}
 	if _, err := r.s.bus.Publish(ctx, r.s.bus.Topology().Subject(bus.SubjectTurnCompleted), "turn-done:"+r.req.GetTurnId(), done); err != nil {
 		return fmt.Errorf("publish turn completed: %w", err)
 	}
@@ -365,6 +370,15 @@ func (r *turnRun) nextSeq(ctx context.Context) (int64, error) {
 		return 0, fmt.Errorf("allocate reply seq: %w", err)
 	}
 	return n, nil
+}
+
+// withUsage is the turn for its final's write: with what this attempt
+// used.
+func (r *turnRun) withUsage() store.Turn {
+	t := r.st
+	t.Usage = store.Usage{Input: r.usage.GetInputTokens(), Output: r.usage.GetOutputTokens(),
+		CacheRead: r.usage.GetCacheReadTokens(), CacheWrite: r.usage.GetCacheWriteTokens()}
+	return t
 }
 
 // finalSeq is the seq of the turn's final event. A turn run here (not by

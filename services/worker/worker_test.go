@@ -104,6 +104,13 @@ func TestAnswerOnlyTurnPublishesNoProgress(t *testing.T) {
 		if len(evs) != 1 || !strings.HasPrefix(final.GetFinalText().GetText(), "echo: ") {
 			t.Errorf("%s: published %d events, want the answer alone: %v", tc.name, len(evs), evs)
 		}
+		// Its usage is stored with its final, and the router told so.
+		var in, out int64
+		if err := h.db.QueryRow(context.Background(), `SELECT input_tokens, output_tokens FROM worker_turns WHERE turn_id = $1`,
+			req.TurnId).Scan(&in, &out); err != nil || !done.GetUsageRecorded() || in == 0 ||
+			in != done.GetUsage().GetInputTokens() || out != done.GetUsage().GetOutputTokens() {
+			t.Errorf("%s: stored usage %d/%d (%v), reported %v recorded %v", tc.name, in, out, err, done.GetUsage(), done.GetUsageRecorded())
+		}
 		// Its seq is known without the counter.
 		if n, err := h.rdb.Exists(context.Background(), h.prefix+"turnseq:"+req.TurnId).Result(); err != nil || n != 0 {
 			t.Errorf("%s: seq counter exists (%d, %v)", tc.name, n, err)

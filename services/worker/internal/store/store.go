@@ -37,6 +37,14 @@ type Turn struct {
 	// once, since a later write (of a step, or of the final) finds the
 	// turn's own rows and removes nothing.
 	Cut int64
+	// Usage is what the attempt's model calls used; the final's write
+	// stores it with the turn (the usage of the attempt that decides it).
+	Usage Usage
+}
+
+// Usage is a turn's token counts.
+type Usage struct {
+	Input, Output, CacheRead, CacheWrite int64
 }
 
 // ToolCall is an assistant's tool invocation as stored.
@@ -369,11 +377,14 @@ func (s *Store) Finish(ctx context.Context, t Turn, before []Message, step int, 
 			queueInsert(b, t, &before[i])
 		}
 		b.Queue(`WITH t AS (
-				INSERT INTO worker_turns (turn_id, session_key, session_id, generation, status, final_kind, final_text, error_code, final_seq, model, started_at)
-				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, COALESCE($19, now()))
+				INSERT INTO worker_turns (turn_id, session_key, session_id, generation, status, final_kind, final_text, error_code, final_seq, model, started_at,
+					input_tokens, output_tokens, cache_read_tokens, cache_write_tokens)
+				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, COALESCE($19, now()), $20, $21, $22, $23)
 				ON CONFLICT (turn_id) DO UPDATE SET status = EXCLUDED.status, final_kind = EXCLUDED.final_kind,
 					final_text = EXCLUDED.final_text, error_code = EXCLUDED.error_code, final_seq = EXCLUDED.final_seq,
-					model = EXCLUDED.model, updated_at = now()
+					model = EXCLUDED.model, updated_at = now(), input_tokens = EXCLUDED.input_tokens,
+					output_tokens = EXCLUDED.output_tokens, cache_read_tokens = EXCLUDED.cache_read_tokens,
+					cache_write_tokens = EXCLUDED.cache_write_tokens
 				WHERE worker_turns.final_kind = ''
 				RETURNING 1),
 			m AS (
@@ -383,7 +394,8 @@ func (s *Store) Finish(ctx context.Context, t Turn, before []Message, step int, 
 				RETURNING 1)
 			SELECT EXISTS (SELECT 1 FROM t), (SELECT count(*) FROM m)`,
 			t.TurnID, t.SessionKey, t.SessionID, t.Generation, f.Status, f.Kind, f.Text, f.ErrorCode, f.Seq, f.Model,
-			last != nil, t.UserKey, m.Step, m.Role, m.Content, toolCallsJSON(&m), m.ToolCallID, m.ToolName, startedAt(t))
+			last != nil, t.UserKey, m.Step, m.Role, m.Content, toolCallsJSON(&m), m.ToolCallID, m.ToolName, startedAt(t),
+			t.Usage.Input, t.Usage.Output, t.Usage.CacheRead, t.Usage.CacheWrite)
 	}, func(br pgx.BatchResults) error {
 		if err := readCut(br, cut); err != nil {
 			return err

@@ -39,13 +39,22 @@ func TestFinishIsOnceAndFenced(t *testing.T) {
 		t.Error("a committed step was written twice")
 	}
 	first := store.Final{Status: store.StatusCompleted, Kind: store.FinalText, Text: "one", Seq: 4}
-	got, err := s.Finish(ctx, turn, nil, 1, &store.Message{Role: "assistant", Content: "one"}, first)
+	used := turn
+	used.Usage = store.Usage{Input: 120, Output: 30, CacheRead: 7, CacheWrite: 2}
+	got, err := s.Finish(ctx, used, nil, 1, &store.Message{Role: "assistant", Content: "one"}, first)
 	if err != nil || got != first {
 		t.Fatalf("finish: %v %v", got, err)
 	}
-	got, err = s.Finish(ctx, turn, nil, 2, &store.Message{Role: "assistant", Content: "two"}, store.Final{Kind: store.FinalText, Text: "two", Seq: 9})
+	used.Usage = store.Usage{Input: 999, Output: 999}
+	got, err = s.Finish(ctx, used, nil, 2, &store.Message{Role: "assistant", Content: "two"}, store.Final{Kind: store.FinalText, Text: "two", Seq: 9})
 	if err != nil || got.Text != "one" || got.Seq != 4 {
 		t.Fatalf("second finish replaced the first: %v %v", got, err)
+	}
+	// The usage stored is the deciding attempt's.
+	var u store.Usage
+	if err := db.QueryRow(ctx, `SELECT input_tokens, output_tokens, cache_read_tokens, cache_write_tokens FROM worker_turns WHERE turn_id = 't1'`).
+		Scan(&u.Input, &u.Output, &u.CacheRead, &u.CacheWrite); err != nil || u != (store.Usage{Input: 120, Output: 30, CacheRead: 7, CacheWrite: 2}) {
+		t.Errorf("stored usage %+v (%v)", u, err)
 	}
 	st, err = s.BeginTurn(ctx, turn)
 	if err != nil || st.Final == nil || st.Final.Seq != 4 {

@@ -568,11 +568,16 @@ type TurnCompleted struct {
 	Generation int64                  `protobuf:"varint,4,opt,name=generation,proto3" json:"generation,omitempty"`
 	Status     TurnStatus             `protobuf:"varint,5,opt,name=status,proto3,enum=switchboard.turns.v1.TurnStatus" json:"status,omitempty"`
 	// Human-readable reason for a non-completed status (never a secret).
-	Error         string                 `protobuf:"bytes,6,opt,name=error,proto3" json:"error,omitempty"`
-	Usage         *Usage                 `protobuf:"bytes,7,opt,name=usage,proto3" json:"usage,omitempty"`
-	WorkerId      string                 `protobuf:"bytes,8,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
-	Model         string                 `protobuf:"bytes,9,opt,name=model,proto3" json:"model,omitempty"`
-	CompletedAt   *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=completed_at,json=completedAt,proto3" json:"completed_at,omitempty"`
+	Error       string                 `protobuf:"bytes,6,opt,name=error,proto3" json:"error,omitempty"`
+	Usage       *Usage                 `protobuf:"bytes,7,opt,name=usage,proto3" json:"usage,omitempty"`
+	WorkerId    string                 `protobuf:"bytes,8,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	Model       string                 `protobuf:"bytes,9,opt,name=model,proto3" json:"model,omitempty"`
+	CompletedAt *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=completed_at,json=completedAt,proto3" json:"completed_at,omitempty"`
+	// The turn's usage is stored with its final (worker_turns, by the
+	// attempt that decided it): the router does not add it to the session's
+	// counts. False for a turn that ended without a final, and from
+	// workers before this field; the router adds those.
+	UsageRecorded bool `protobuf:"varint,11,opt,name=usage_recorded,json=usageRecorded,proto3" json:"usage_recorded,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -677,6 +682,13 @@ func (x *TurnCompleted) GetCompletedAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *TurnCompleted) GetUsageRecorded() bool {
+	if x != nil {
+		return x.UsageRecorded
+	}
+	return false
+}
+
 var File_switchboard_turns_v1_turns_proto protoreflect.FileDescriptor
 
 const file_switchboard_turns_v1_turns_proto_rawDesc = "" +
@@ -729,7 +741,7 @@ const file_switchboard_turns_v1_turns_proto_rawDesc = "" +
 	"\vmodel_calls\x18\x05 \x01(\x05R\n" +
 	"modelCalls\x12\x1d\n" +
 	"\n" +
-	"tool_calls\x18\x06 \x01(\x05R\ttoolCalls\"\xfd\x02\n" +
+	"tool_calls\x18\x06 \x01(\x05R\ttoolCalls\"\xa4\x03\n" +
 	"\rTurnCompleted\x12\x17\n" +
 	"\aturn_id\x18\x01 \x01(\tR\x06turnId\x12\x1f\n" +
 	"\vsession_key\x18\x02 \x01(\tR\n" +
@@ -745,7 +757,8 @@ const file_switchboard_turns_v1_turns_proto_rawDesc = "" +
 	"\tworker_id\x18\b \x01(\tR\bworkerId\x12\x14\n" +
 	"\x05model\x18\t \x01(\tR\x05model\x12=\n" +
 	"\fcompleted_at\x18\n" +
-	" \x01(\v2\x1a.google.protobuf.TimestampR\vcompletedAt*\xb5\x01\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\vcompletedAt\x12%\n" +
+	"\x0eusage_recorded\x18\v \x01(\bR\rusageRecorded*\xb5\x01\n" +
 	"\rControlAction\x12\x1e\n" +
 	"\x1aCONTROL_ACTION_UNSPECIFIED\x10\x00\x12\x1c\n" +
 	"\x18CONTROL_ACTION_INTERRUPT\x10\x01\x12\x18\n" +
