@@ -108,17 +108,23 @@ type DevConfig struct {
 	// NATSStoreDir keeps JetStream data between runs; empty uses a
 	// temporary directory.
 	NATSStoreDir string `koanf:"nats_store_dir"`
+	// MemoryLimitMiB is the Go runtime's soft memory limit for the dev
+	// process (0: none; the GOMEMLIMIT environment variable wins). Under
+	// sustained load the process's heap — the embedded server's message
+	// caches and dedupe ids among it — would otherwise grow to twice what
+	// is live before each collection.
+	MemoryLimitMiB int `koanf:"memory_limit_mib"`
 }
 
 func defaultConfig() *Config {
 	return &Config{
-		NATS: NATSConfig{URL: "nats://127.0.0.1:4222", Replicas: 1, DedupeWindow: 10 * time.Minute, Retention: 24 * time.Hour,
+		NATS: NATSConfig{URL: "nats://127.0.0.1:4222", Replicas: 1, DedupeWindow: 2 * time.Minute, Retention: 24 * time.Hour,
 			Partitions: bus.DefaultPartitions},
 		Postgres: PostgresConfig{URL: pg.DefaultURL, MaxConns: 16},
 		Redis:    RedisConfig{URL: redisx.DefaultURL, Prefix: "sb:"},
 		Log:      telemetry.LogConfig{Level: "info", Format: "json"},
 		Ops:      OpsConfig{Addr: ":9090"},
-		Dev:      DevConfig{NATSPort: 14222, NATSStoreDir: ".switchboard/nats"},
+		Dev:      DevConfig{NATSPort: 14222, NATSStoreDir: ".switchboard/nats", MemoryLimitMiB: 160},
 		Gateways: GatewaysConfig{API: api.DefaultConfig(), Webhook: webhook.DefaultConfig(), Slack: slack.DefaultConfig(), Telegram: telegram.DefaultConfig()},
 		Delivery: delivery.DefaultConfig(),
 		Router:   router.DefaultConfig(),
@@ -164,6 +170,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Postgres.MaxConns < 0 {
 		return config.Invalid("postgres.max_conns", c.Postgres.MaxConns, "0 (pgx default) or more")
+	}
+	if c.Dev.MemoryLimitMiB < 0 {
+		return config.Invalid("dev.memory_limit_mib", c.Dev.MemoryLimitMiB, "0 (none) or more")
 	}
 	if c.NATS.DedupeWindow < time.Second {
 		return config.Invalid("nats.dedupe_window", c.NATS.DedupeWindow, "at least 1s")

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/url"
 	"os"
+	"runtime/debug"
 	"strings"
 
 	"github.com/nats-io/nats.go"
@@ -33,6 +34,9 @@ func runDev(ctx context.Context, args []string) error {
 	cfg, warnings, err := loadConfig(cf.configPath)
 	if err != nil {
 		return err
+	}
+	if cfg.Dev.MemoryLimitMiB > 0 && os.Getenv("GOMEMLIMIT") == "" {
+		debug.SetMemoryLimit(int64(cfg.Dev.MemoryLimitMiB) << 20)
 	}
 	return runDevWith(ctx, cfg, devOptions{opsAddr: cf.opsAddr, warnings: warnings, ready: printBanner})
 }

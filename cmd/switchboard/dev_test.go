@@ -36,6 +36,24 @@ func TestConfigDefaultsAreValid(t *testing.T) {
 	}
 }
 
+func TestConfigRefusesWhatItCannotRun(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		key    string
+		change func(*Config)
+	}{
+		{"nats.dedupe_window", func(c *Config) { c.NATS.DedupeWindow = 0 }},
+		{"dev.memory_limit_mib", func(c *Config) { c.Dev.MemoryLimitMiB = -1 }},
+		{"postgres.max_conns", func(c *Config) { c.Postgres.MaxConns = -1 }},
+	} {
+		c := defaultConfig()
+		tc.change(c)
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), tc.key) {
+			t.Errorf("%s: %v, want an error naming it", tc.key, err)
+		}
+	}
+}
+
 func TestGatewayCommand(t *testing.T) {
 	t.Parallel()
 	if err := dispatch(context.Background(), []string{"gateway", "nosuchplatform"}); !errors.Is(err, errUsage) {

@@ -292,6 +292,11 @@ func (s *Service) consumer(p int) *bus.Consumer[repliesv1.ReplyEvent, *repliesv1
 }
 
 // housekeeping forgets finished turns and old stream records.
+// doneKeep is how long a turn whose final was sent stays known: longer
+// than its events' redelivery (the worker's attempts, the consumer's
+// backoff), far shorter than a streamed message's editable life.
+const doneKeep = 15 * time.Minute
+
 func (s *Service) housekeeping(ctx context.Context) error {
 	t := time.NewTicker(time.Minute)
 	defer t.Stop()
@@ -300,7 +305,8 @@ func (s *Service) housekeeping(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
-			s.turns.prune(time.Now().Add(-2 * s.cfg.TTL))
+			now := time.Now()
+			s.turns.prune(now.Add(-2*s.cfg.TTL), now.Add(-doneKeep))
 			if err := s.store.PruneStreamMessages(ctx, time.Now().Add(-2*s.cfg.TTL)); err != nil && ctx.Err() == nil {
 				s.log.Warn("prune stream messages failed", "err", err)
 			}

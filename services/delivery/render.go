@@ -49,14 +49,24 @@ func (t *turns) put(id string, st *turnState) {
 	t.m[id] = st
 }
 
-func (t *turns) prune(before time.Time) {
+// prune forgets turns last touched before streaming, and turns whose
+// final was sent last touched before done: a sent final's marker only
+// has to outlive the redelivery of that turn's events.
+func (t *turns) prune(streaming, done time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for id, st := range t.m {
-		if st.touched.Before(before) {
+		if st.touched.Before(streaming) || st.done && st.touched.Before(done) {
 			delete(t.m, id)
 		}
 	}
+}
+
+// len is how many turns are tracked.
+func (t *turns) len() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.m)
 }
 
 // keyBase identifies an event in idempotency keys: "<turn_id>:<seq>", or
@@ -308,7 +318,11 @@ func (s *Service) final(ctx context.Context, ev *repliesv1.ReplyEvent, text stri
 	if err := s.enqueueText(ctx, ev, base, text, format, true); err != nil {
 		return err
 	}
-	if ev.GetTurnId() != "" {
+	if ev.GetTurnId() != "" && s.cfg.platform(ev.GetTarget().GetPlatform()).Streaming == StreamEdit {
+		// Streamed deltas that come late must not start a message after
+		// the answer. Elsewhere nothing streams into a message, and a
+		// redelivered final is one by its idempotency keys: no marker,
+		// which at hundreds of turns a second was most of this map.
 		s.turns.put(ev.GetTurnId(), &turnState{done: true})
 	}
 	return nil
