@@ -35,8 +35,9 @@ func runDev(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	if cfg.Dev.MemoryLimitMiB > 0 && os.Getenv("GOMEMLIMIT") == "" {
-		debug.SetMemoryLimit(int64(cfg.Dev.MemoryLimitMiB) << 20)
+	// GOMEMLIMIT wins, and so does a lower limit from the container.
+	if lim := int64(cfg.Dev.MemoryLimitMiB) << 20; lim > 0 && os.Getenv("GOMEMLIMIT") == "" && lim < debug.SetMemoryLimit(-1) {
+		debug.SetMemoryLimit(lim)
 	}
 	return runDevWith(ctx, cfg, devOptions{opsAddr: cf.opsAddr, warnings: warnings, ready: printBanner})
 }

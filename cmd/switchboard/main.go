@@ -14,6 +14,7 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	memoryLimit(nil)
 	err := dispatch(ctx, os.Args[1:])
 	stop()
 	if errors.Is(err, errUsage) {
