@@ -67,7 +67,8 @@ func (b *Bus) WatchAdvisories(ctx context.Context) error {
 // the server gave up delivering to consumer.
 func (b *Bus) rescue(ctx context.Context, full, consumer string, seq, deliveries uint64) {
 	name := strings.TrimPrefix(full, b.topo.Stream(""))
-	if name == StreamDeadLetter || b.topo.Stream(name) != full || !b.topo.declares(name) {
+	declared, ok := b.topo.streamConfig(name)
+	if !ok || declared.Name != full || name == StreamDeadLetter {
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -94,7 +95,7 @@ func (b *Bus) rescue(ctx context.Context, full, consumer string, seq, deliveries
 	terminated.WithLabelValues(consumer, "server_max_deliveries").Inc()
 	b.log.Error("message dead-lettered: the server stopped delivering it", "stream", full, "consumer", consumer,
 		"stream_seq", seq, "subject", raw.Subject, "msg_id", raw.Header.Get(nats.MsgIdHdr))
-	if b.topo.workQueue(name) {
+	if declared.Retention == jetstream.WorkQueuePolicy {
 		// The work queue would keep it for ever: nobody will ack it.
 		if err := s.DeleteMsg(ctx, seq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
 			b.log.Warn("remove a dead-lettered message from its work queue", "stream", full, "stream_seq", seq, "err", err)

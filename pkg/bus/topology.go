@@ -241,25 +241,19 @@ func (t Topology) partitionsOf(base string, subjects []string) (n int, legacy, o
 	return len(subjects), false, len(subjects) > 0
 }
 
-// declares reports whether the named (unprefixed) stream is one of the
-// topology's.
-func (t Topology) declares(name string) bool {
+// streamConfig is the declared config of the named (unprefixed) stream.
+func (t Topology) streamConfig(name string) (jetstream.StreamConfig, bool) {
 	full := t.Stream(name)
 	for _, c := range t.StreamConfigs() {
 		if c.Name == full {
-			return true
+			return c, true
 		}
 	}
-	return false
+	return jetstream.StreamConfig{}, false
 }
 
 // workQueue reports whether the named (unprefixed) stream is a work queue.
 func (t Topology) workQueue(name string) bool {
-	full := t.Stream(name)
-	for _, c := range t.StreamConfigs() {
-		if c.Name == full {
-			return c.Retention == jetstream.WorkQueuePolicy
-		}
-	}
-	return false
+	c, ok := t.streamConfig(name)
+	return ok && c.Retention == jetstream.WorkQueuePolicy
 }

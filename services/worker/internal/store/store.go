@@ -168,24 +168,26 @@ func (s *Store) write(ctx context.Context, t Turn, d Durability, queue func(*pgx
 
 // queueCut queues the removal of t.Cut and what follows it, unless the
 // turn wrote anything already. Only the writes of a turn's steps and
-// final carry it (they write its inputs), before their inserts.
-func queueCut(b *pgx.Batch, t Turn) int {
+// final carry it (they write its inputs), before their inserts. It
+// reports whether it queued anything.
+func queueCut(b *pgx.Batch, t Turn) bool {
 	if t.Cut <= 0 {
-		return 0
+		return false
 	}
 	b.Queue(`DELETE FROM transcript_messages
 		WHERE session_id = $1 AND id >= $2 AND turn_id <> $3
 		  AND NOT EXISTS (SELECT 1 FROM transcript_messages WHERE turn_id = $3)
 		  AND NOT EXISTS (SELECT 1 FROM worker_turns WHERE turn_id = $3)`, t.SessionID, t.Cut, t.TurnID)
-	return 1
+	return true
 }
 
-// readCut reads what queueCut queued (n statements).
-func readCut(br pgx.BatchResults, n int) error {
-	for range n {
-		if _, err := br.Exec(); err != nil {
-			return fmt.Errorf("remove messages: %w", err)
-		}
+// readCut reads what queueCut queued, when it did.
+func readCut(br pgx.BatchResults, cut bool) error {
+	if !cut {
+		return nil
+	}
+	if _, err := br.Exec(); err != nil {
+		return fmt.Errorf("remove messages: %w", err)
 	}
 	return nil
 }
@@ -305,7 +307,7 @@ func (s *Store) Decided(ctx context.Context, turnID string) (*Final, error) {
 // error: the caller resumes from the transcript instead.
 func (s *Store) Append(ctx context.Context, t Turn, d Durability, first int, msgs ...Message) ([]Message, error) {
 	out := make([]Message, len(msgs))
-	cut := 0
+	cut := false
 	err := s.write(ctx, t, d, func(b *pgx.Batch) {
 		cut = queueCut(b, t)
 		for i, m := range msgs {
@@ -369,7 +371,7 @@ func (s *Store) Finish(ctx context.Context, t Turn, before []Message, step int, 
 		m.TurnID = t.TurnID
 	}
 	decided := false
-	cut := 0
+	cut := false
 	err := s.write(ctx, t, Durable, func(b *pgx.Batch) {
 		cut = queueCut(b, t)
 		for i := range before {
