@@ -6,13 +6,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/packages/ssestream"
-	"github.com/openai/openai-go/v3/shared"
 )
 
 // OpenAIConfig configures an OpenAI-compatible chat-completions provider.
@@ -64,30 +65,29 @@ func NewOpenAI(cfg OpenAIConfig) *OpenAI {
 
 // Stream implements Provider.
 func (o *OpenAI) Stream(ctx context.Context, req Request, fn func(Delta) error) (*Response, error) {
-	params := o.params(req)
-	messages, err := openAIMessages(req)
+	var tools json.RawMessage
+	if len(req.Tools) > 0 {
+		var err error
+		if tools, err = o.tools.get(req.Tools, "openai", openAITools); err != nil {
+			return nil, err
+		}
+	}
+	body, err := o.body(req, tools, fn != nil)
 	if err != nil {
 		return nil, err
 	}
-	// The messages go in as encoded here: the SDK's parameter types would
-	// encode a conversation's every message by reflection on each call.
-	opts := []option.RequestOption{option.WithJSONSet("messages", messages)}
-	if len(req.Tools) > 0 {
-		tools, err := o.tools.get(req.Tools, "openai", openAITools)
-		if err != nil {
-			return nil, err
-		}
-		opts = append(opts, option.WithJSONSet("tools", tools))
-	}
+	// The request goes out as encoded here: the SDK's parameter types
+	// would encode a conversation's every message by reflection on each
+	// call, and its JSON setters re-validate what is set.
+	opt := option.WithRequestBody("application/json", body)
 	if fn == nil {
-		cc, err := o.client.Chat.Completions.New(ctx, params, opts...)
+		cc, err := o.client.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{}, opt)
 		if err != nil {
 			return nil, openAIError(ctx, err)
 		}
 		return openAIResponse(cc), nil
 	}
-	params.StreamOptions.IncludeUsage = openai.Bool(true)
-	stream := o.client.Chat.Completions.NewStreaming(ctx, params, opts...)
+	stream := o.client.Chat.Completions.NewStreaming(ctx, openai.ChatCompletionNewParams{}, opt)
 	defer stream.Close()
 	resp, err := consumeOpenAI(stream, fn)
 	if err != nil {
@@ -213,23 +213,55 @@ func openAIStop(reason string) string {
 	return reason
 }
 
-func (o *OpenAI) params(req Request) openai.ChatCompletionNewParams {
+// body encodes req as a chat-completions request body, with tools encoded
+// already (nil: none); a streamed one asks for the usage at its end. It
+// is written out field by field: the parts are JSON already, and
+// json.Marshal would compact and validate them again.
+func (o *OpenAI) body(req Request, tools json.RawMessage, stream bool) ([]byte, error) {
+	messages, err := openAIMessages(req)
+	if err != nil {
+		return nil, err
+	}
 	model := req.Model
 	if model == "" {
 		model = o.cfg.Model
 	}
-	p := openai.ChatCompletionNewParams{Model: shared.ChatModel(model)}
+	name, err := json.Marshal(model)
+	if err != nil {
+		return nil, fmt.Errorf("encode openai request: model: %w", err)
+	}
+	b := make([]byte, 0, len(messages)+len(tools)+len(name)+128)
+	b = append(b, '{')
+	if stream {
+		// First: the SDK sets it again on a streaming request, and
+		// finds it at once.
+		b = append(b, `"stream":true,`...)
+	}
+	b = append(b, `"model":`...)
+	b = append(b, name...)
+	b = append(b, `,"messages":`...)
+	b = append(b, messages...)
+	if len(tools) > 0 {
+		b = append(b, `,"tools":`...)
+		b = append(b, tools...)
+	}
 	if req.MaxTokens > 0 {
+		field := `,"max_tokens":`
 		if o.cfg.MaxCompletionTokens {
-			p.MaxCompletionTokens = openai.Int(int64(req.MaxTokens))
-		} else {
-			p.MaxTokens = openai.Int(int64(req.MaxTokens))
+			field = `,"max_completion_tokens":`
 		}
+		b = strconv.AppendInt(append(b, field...), int64(req.MaxTokens), 10)
 	}
-	if req.Temperature != nil {
-		p.Temperature = openai.Float(*req.Temperature)
+	if t := req.Temperature; t != nil {
+		if math.IsNaN(*t) || math.IsInf(*t, 0) {
+			return nil, fmt.Errorf("encode openai request: temperature %v", *t)
+		}
+		b = strconv.AppendFloat(append(b, `,"temperature":`...), *t, 'g', -1, 64)
 	}
-	return p
+	if stream {
+		b = append(b, `,"stream_options":{"include_usage":true}`...)
+	}
+	return append(b, '}'), nil
 }
 
 // oaMessage is one chat-completions message as the API takes it.

@@ -2,6 +2,7 @@ package llm
 
 import (
 	"encoding/json"
+	"math"
 	"reflect"
 	"testing"
 
@@ -82,5 +83,103 @@ func TestOpenAIMessagesEncodeAsTheSDKDoes(t *testing.T) {
 	}
 	if _, err := openAIMessages(Request{Messages: []Message{{Role: "robot"}}}); err == nil {
 		t.Fatal("an unknown role was encoded")
+	}
+}
+
+// sdkParams is the request body the SDK's own parameter types make of req
+// (the oracle of OpenAI.body); tools, encoded by openAITools, are set as
+// they are.
+func sdkParams(t *testing.T, cfg OpenAIConfig, req Request, stream bool) map[string]any {
+	t.Helper()
+	model := req.Model
+	if model == "" {
+		model = cfg.Model
+	}
+	p := openai.ChatCompletionNewParams{Model: model, Messages: sdkMessages(req)}
+	if req.MaxTokens > 0 {
+		if cfg.MaxCompletionTokens {
+			p.MaxCompletionTokens = openai.Int(int64(req.MaxTokens))
+		} else {
+			p.MaxTokens = openai.Int(int64(req.MaxTokens))
+		}
+	}
+	if req.Temperature != nil {
+		p.Temperature = openai.Float(*req.Temperature)
+	}
+	if stream {
+		p.StreamOptions.IncludeUsage = openai.Bool(true)
+	}
+	raw, err := json.Marshal(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out map[string]any
+	if err := json.Unmarshal(raw, &out); err != nil {
+		t.Fatal(err)
+	}
+	if stream {
+		out["stream"] = true
+	}
+	if len(req.Tools) > 0 {
+		tools, err := openAITools(req.Tools)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var v any
+		if err := json.Unmarshal(tools, &v); err != nil {
+			t.Fatal(err)
+		}
+		out["tools"] = v
+	}
+	return out
+}
+
+func TestOpenAIBodyEncodesAsTheSDKDoes(t *testing.T) {
+	t.Parallel()
+	temp, zero := 0.7, 0.0
+	user := []Message{{Role: RoleUser, Content: "hi \"there\" <&>"}}
+	tool := ToolSpec{Name: "clock", Description: "the time", Parameters: json.RawMessage(`{"type":"object","properties":{"tz":{"type":"string"}}}`)}
+	tests := []struct {
+		name   string
+		cfg    OpenAIConfig
+		req    Request
+		stream bool
+	}{
+		{"model from the config", OpenAIConfig{Model: "m-1"}, Request{Messages: user}, false},
+		{"model of the request", OpenAIConfig{Model: "m-1"}, Request{Model: "other \"quoted\" model", System: "be brief", Messages: user}, false},
+		{"streamed", OpenAIConfig{Model: "m"}, Request{Messages: user}, true},
+		{"max tokens", OpenAIConfig{Model: "m"}, Request{Messages: user, MaxTokens: 512}, false},
+		{"max completion tokens", OpenAIConfig{Model: "m", MaxCompletionTokens: true}, Request{Messages: user, MaxTokens: 64}, true},
+		{"temperature", OpenAIConfig{Model: "m"}, Request{Messages: user, Temperature: &temp}, false},
+		{"temperature zero is sent", OpenAIConfig{Model: "m"}, Request{Messages: user, Temperature: &zero}, false},
+		{"tools", OpenAIConfig{Model: "m"}, Request{Messages: user, Tools: []ToolSpec{tool}}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			o := NewOpenAI(tt.cfg)
+			var tools json.RawMessage
+			if len(tt.req.Tools) > 0 {
+				var err error
+				if tools, err = openAITools(tt.req.Tools); err != nil {
+					t.Fatal(err)
+				}
+			}
+			got, err := o.body(tt.req, tools, tt.stream)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var g map[string]any
+			if err := json.Unmarshal(got, &g); err != nil {
+				t.Fatalf("%s: %v", got, err)
+			}
+			if want := sdkParams(t, tt.cfg, tt.req, tt.stream); !reflect.DeepEqual(g, want) {
+				t.Fatalf("body\n got %s\nwant %v", got, want)
+			}
+		})
+	}
+	nan := math.NaN()
+	if _, err := NewOpenAI(OpenAIConfig{Model: "m"}).body(Request{Messages: user, Temperature: &nan}, nil, false); err == nil {
+		t.Fatal("a NaN temperature was encoded")
 	}
 }
