@@ -36,19 +36,19 @@ type OpenAIConfig struct {
 type OpenAI struct {
 	client openai.Client
 	cfg    OpenAIConfig
+	auth   option.RequestOption // the bearer credentials of each request
 	tools  toolCache
 }
 
 // NewOpenAI builds the provider. The SDK's own retries are off: wrap it in
 // WithRetry.
 func NewOpenAI(cfg OpenAIConfig) *OpenAI {
-	opts := []option.RequestOption{option.WithMaxRetries(0)}
+	// Local servers need no key, but the SDK insists on one.
+	auth := "Bearer none"
 	if cfg.APIKey != "" {
-		opts = append(opts, option.WithAPIKey(cfg.APIKey))
-	} else {
-		// Local servers need no key, but the SDK insists on one.
-		opts = append(opts, option.WithAPIKey("none"))
+		auth = "Bearer " + cfg.APIKey
 	}
+	opts := []option.RequestOption{option.WithMaxRetries(0)}
 	if cfg.BaseURL != "" {
 		opts = append(opts, option.WithBaseURL(cfg.BaseURL))
 	}
@@ -58,9 +58,13 @@ func NewOpenAI(cfg OpenAIConfig) *OpenAI {
 	}
 	opts = append(opts, option.WithHTTPClient(hc))
 	for k, v := range cfg.Headers {
+		if http.CanonicalHeaderKey(k) == "Authorization" {
+			auth = v // a gateway's own scheme wins
+			continue
+		}
 		opts = append(opts, option.WithHeader(k, v))
 	}
-	return &OpenAI{client: openai.NewClient(opts...), cfg: cfg}
+	return &OpenAI{client: openai.NewClient(opts...), cfg: cfg, auth: option.WithHeader("Authorization", auth)}
 }
 
 // Stream implements Provider.
@@ -76,18 +80,20 @@ func (o *OpenAI) Stream(ctx context.Context, req Request, fn func(Delta) error) 
 	if err != nil {
 		return nil, err
 	}
-	// The request goes out as encoded here: the SDK's parameter types
-	// would encode a conversation's every message by reflection on each
-	// call, and its JSON setters re-validate what is set.
-	opt := option.WithRequestBody("application/json", body)
+	// The request goes out as encoded here, through the client's generic
+	// Post: the typed methods would marshal an (empty) parameter struct by
+	// reflection and re-validate what is set on it. Post leaves the
+	// credentials to the caller (o.auth).
 	if fn == nil {
-		cc, err := o.client.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{}, opt)
-		if err != nil {
+		var cc oaResponse
+		if err := o.client.Post(ctx, "chat/completions", body, &cc, o.auth); err != nil {
 			return nil, openAIError(ctx, err)
 		}
-		return openAIResponse(cc), nil
+		return cc.response(), nil
 	}
-	stream := o.client.Chat.Completions.NewStreaming(ctx, openai.ChatCompletionNewParams{}, opt)
+	var raw *http.Response
+	err = o.client.Post(ctx, "chat/completions", body, &raw, o.auth)
+	stream := ssestream.NewStream[openai.ChatCompletionChunk](ssestream.NewDecoder(raw), err)
 	defer stream.Close()
 	resp, err := consumeOpenAI(stream, fn)
 	if err != nil {
@@ -175,13 +181,35 @@ func consumeOpenAI(stream *ssestream.Stream[openai.ChatCompletionChunk], fn func
 	return resp, nil
 }
 
-func openAIResponse(cc *openai.ChatCompletion) *Response {
-	cached := int(cc.Usage.PromptTokensDetails.CachedTokens)
+// oaResponse is a whole chat-completions answer, as far as it is read.
+type oaResponse struct {
+	Model   string `json:"model"`
+	Choices []struct {
+		Message struct {
+			Content   string `json:"content"`
+			ToolCalls []struct {
+				ID       string         `json:"id"`
+				Function oaFunctionCall `json:"function"`
+			} `json:"tool_calls"`
+		} `json:"message"`
+		FinishReason string `json:"finish_reason"`
+	} `json:"choices"`
+	Usage struct {
+		PromptTokens        int `json:"prompt_tokens"`
+		CompletionTokens    int `json:"completion_tokens"`
+		PromptTokensDetails struct {
+			CachedTokens int `json:"cached_tokens"`
+		} `json:"prompt_tokens_details"`
+	} `json:"usage"`
+}
+
+func (cc *oaResponse) response() *Response {
+	cached := cc.Usage.PromptTokensDetails.CachedTokens
 	resp := &Response{
 		Model: cc.Model,
 		Usage: Usage{
-			InputTokens:     int(cc.Usage.PromptTokens) - cached,
-			OutputTokens:    int(cc.Usage.CompletionTokens),
+			InputTokens:     cc.Usage.PromptTokens - cached,
+			OutputTokens:    cc.Usage.CompletionTokens,
 			CacheReadTokens: cached,
 		},
 	}

@@ -370,6 +370,40 @@ func TestAuthKeyChecked(t *testing.T) {
 	}
 }
 
+func TestOpenAICredentials(t *testing.T) {
+	srv := startFake(t, fakellm.Config{APIKey: "right"})
+	tests := []struct {
+		name string
+		cfg  llm.OpenAIConfig
+		ok   bool
+	}{
+		{"the key", llm.OpenAIConfig{APIKey: "right"}, true},
+		{"a wrong key", llm.OpenAIConfig{APIKey: "wrong"}, false},
+		{"no key", llm.OpenAIConfig{}, false},
+		{"an Authorization header wins", llm.OpenAIConfig{APIKey: "wrong", Headers: map[string]string{"authorization": "Bearer right"}}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.cfg.BaseURL, tt.cfg.Model = srv.URL()+"/v1", "gpt-test"
+			p := llm.NewOpenAI(tt.cfg)
+			for _, stream := range []bool{false, true} {
+				var err error
+				if stream {
+					_, _, err = collect(context.Background(), p, userReq("hi"))
+				} else {
+					_, err = llm.Complete(context.Background(), p, userReq("hi"))
+				}
+				if tt.ok && err != nil {
+					t.Fatalf("stream=%v: %v", stream, err)
+				}
+				if !tt.ok && llm.ClassOf(err) != llm.Auth {
+					t.Fatalf("stream=%v: err = %v, want auth", stream, err)
+				}
+			}
+		})
+	}
+}
+
 func TestCancelledContext(t *testing.T) {
 	srv := startFake(t, fakellm.Config{Latency: time.Hour})
 	ctx, cancel := context.WithCancel(context.Background())
