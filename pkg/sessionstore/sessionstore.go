@@ -225,7 +225,21 @@ func (s *Store) Arrive(ctx context.Context, key, profile string, src *eventsv1.S
 
 // queueArrive adds Arrive's statement to b.
 func (s *Store) queueArrive(b *pgx.Batch, key, profile string, src *eventsv1.SessionSource) {
+	s.queueArriveLocking(b, key, profile, src, true)
+}
+
+// queueArriveLocking is queueArrive; with lockQueue the statement also
+// takes the transaction-level lock of the session's queue (as Enqueue
+// does), so the transaction's next statement sees every enqueue that
+// committed before it.
+func (s *Store) queueArriveLocking(b *pgx.Batch, key, profile string, src *eventsv1.SessionSource, lockQueue bool) {
 	now := s.now()
+	lock, from := "", "s"
+	if lockQueue {
+		lock = `,
+		l AS (SELECT pg_advisory_xact_lock(hashtextextended('queue:' || $1, 0)))`
+		from = "s, l"
+	}
 	b.Queue(`WITH s AS (
 			INSERT INTO sessions (session_key, session_id, platform, chat_type, origin, display_name, profile,
 				created_at, updated_at, last_activity_at)
@@ -236,8 +250,8 @@ func (s *Store) queueArrive(b *pgx.Batch, key, profile string, src *eventsv1.Ses
 				(SELECT p.last_activity_at FROM sessions p WHERE p.session_key = $1) AS prev),
 		h AS (
 			INSERT INTO session_history (session_key, session_id, started_at)
-			SELECT session_key, session_id, created_at FROM s WHERE created)
-		SELECT `+sessionCols+`, created, prev FROM s`,
+			SELECT session_key, session_id, created_at FROM s WHERE created)`+lock+`
+		SELECT `+sessionCols+`, created, prev FROM `+from,
 		key, NewSessionID(now), src.GetPlatform(), src.GetChatType(), encodeOrigin(src), displayName(src), profile, now)
 }
 
@@ -445,10 +459,11 @@ func (s *Store) StartFree(ctx context.Context, key, profile string, src *eventsv
 	now := s.now()
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
-	s.queueArrive(b, key, profile, src)
-	// Enqueues of the session wait for this transaction (the queue's lock),
-	// so the queue stays empty until the turn is started.
-	b.Queue(`SELECT pg_advisory_xact_lock(hashtextextended('queue:' || $1, 0))`, key)
+	// Enqueues of the session wait for this transaction (the queue's lock,
+	// taken with the arrival), so the queue stays empty until the turn is
+	// started; the update below, a statement of its own, sees every
+	// enqueue that committed before.
+	s.queueArriveLocking(b, key, profile, src, true)
 	b.Queue(`UPDATE sessions SET generation = generation + 1, last_turn_id = $2, last_turn_at = $3, updated_at = $3,
 			last_started_event_id = $4
 		WHERE session_key = $1 AND last_started_event_id IS DISTINCT FROM $4
@@ -481,9 +496,6 @@ func readFreeStart(br pgx.BatchResults, a *Arrival) (gen int64, err error) {
 	}
 	if a.Session, a.Created, a.Prev, err = readArrival(br); err != nil {
 		return 0, err
-	}
-	if _, err := br.Exec(); err != nil {
-		return 0, fmt.Errorf("lock queue: %w", err)
 	}
 	switch err := br.QueryRow().Scan(&gen); {
 	case errors.Is(err, pgx.ErrNoRows):

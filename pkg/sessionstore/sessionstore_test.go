@@ -357,3 +357,37 @@ func TestStartFreeHoldsTheGenerationUntilCommit(t *testing.T) {
 		t.Fatalf("fence after the commit: %v", err)
 	}
 }
+
+// An enqueue of the session waits for the start's commit: the queue's
+// lock is taken with the arrival, so the start's check that nothing waits
+// cannot miss a message queued meanwhile.
+func TestStartFreeHoldsTheQueueUntilCommit(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := New(pgtest.New(t))
+	key := "agent:main:telegram:dm:1"
+	src := &eventsv1.SessionSource{Platform: "telegram", ChatId: "1"}
+	queued := make(chan error, 1)
+	_, started, err := s.StartFree(ctx, key, "", src, &eventsv1.MessageReceived{EventId: "a"}, "turn", func(Arrival) bool { return true },
+		func(ctx context.Context, turn Turn) error {
+			go func() {
+				_, err := s.Enqueue(ctx, key, 2, false, &eventsv1.MessageReceived{EventId: "b"}, 32)
+				queued <- err
+			}()
+			select {
+			case err := <-queued:
+				return fmt.Errorf("a message was queued before the commit: %v", err)
+			case <-time.After(300 * time.Millisecond):
+				return nil
+			}
+		})
+	if err != nil || !started {
+		t.Fatal(started, err)
+	}
+	if err := <-queued; err != nil {
+		t.Fatalf("enqueue after the commit: %v", err)
+	}
+	if n, err := s.QueueLen(ctx, key); err != nil || n != 1 {
+		t.Fatalf("queue %d %v, want the later message waiting", n, err)
+	}
+}
