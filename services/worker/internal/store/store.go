@@ -225,6 +225,18 @@ const (
 		AND id > COALESCE((SELECT max(upto_id) FROM transcript_summaries WHERE session_id = $1), 0) ORDER BY id`
 )
 
+// beginSQL reads, in one row, what a (re)started turn $1 of the
+// conversation $2 finds besides its messages: whether an attempt decided
+// it (and its final), the latest summary, and the stored system prompt.
+const beginSQL = `SELECT f.turn_id IS NOT NULL,
+		coalesce(f.status, ''), coalesce(f.final_kind, ''), coalesce(f.final_text, ''), coalesce(f.error_code, ''),
+		coalesce(f.final_seq, 0), coalesce(f.model, ''),
+		coalesce(s.summary, ''), p.session_id IS NOT NULL, coalesce(p.signature, ''), coalesce(p.prompt, '')
+	FROM (SELECT) AS one
+	LEFT JOIN worker_turns f ON f.turn_id = $1
+	LEFT JOIN LATERAL (SELECT summary FROM transcript_summaries WHERE session_id = $2 ORDER BY upto_id DESC LIMIT 1) s ON true
+	LEFT JOIN session_prompts p ON p.session_id = $2`
+
 func scanMessage(r pgx.Row) (Message, error) {
 	var m Message
 	var calls []byte
@@ -248,20 +260,22 @@ func scanMessage(r pgx.Row) (Message, error) {
 func (s *Store) BeginTurn(ctx context.Context, t Turn) (TurnState, error) {
 	var st TurnState
 	b := &pgx.Batch{}
-	b.Queue(`SELECT `+finalCols+` FROM worker_turns WHERE turn_id = $1`, t.TurnID)
-	b.Queue(summarySQL, t.SessionID)
+	b.Queue(beginSQL, t.TurnID, t.SessionID)
 	b.Queue(historySQL, t.SessionID)
-	b.Queue(`SELECT signature, prompt FROM session_prompts WHERE session_id = $1`, t.SessionID)
 	br := s.db.SendBatch(ctx, b)
 	err := func() error {
-		switch f, err := scanFinal(br.QueryRow()); {
-		case err == nil && f.Kind != "":
-			st.Final = &f
-		case err != nil && !errors.Is(err, pgx.ErrNoRows):
+		var f Final
+		var decided, prompted bool
+		var p Prompt
+		if err := br.QueryRow().Scan(&decided, &f.Status, &f.Kind, &f.Text, &f.ErrorCode, &f.Seq, &f.Model,
+			&st.Summary, &prompted, &p.Signature, &p.Text); err != nil {
 			return fmt.Errorf("read turn: %w", err)
 		}
-		if err := br.QueryRow().Scan(&st.Summary); err != nil && !errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("read summary: %w", err)
+		if decided && f.Kind != "" {
+			st.Final = &f
+		}
+		if prompted {
+			st.Prompt = &p
 		}
 		rows, err := br.Query()
 		if err != nil {
@@ -270,13 +284,6 @@ func (s *Store) BeginTurn(ctx context.Context, t Turn) (TurnState, error) {
 		st.History, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Message, error) { return scanMessage(r) })
 		if err != nil {
 			return fmt.Errorf("read transcript: %w", err)
-		}
-		var p Prompt
-		switch err := br.QueryRow().Scan(&p.Signature, &p.Text); {
-		case err == nil:
-			st.Prompt = &p
-		case !errors.Is(err, pgx.ErrNoRows):
-			return fmt.Errorf("read system prompt: %w", err)
 		}
 		return nil
 	}()
