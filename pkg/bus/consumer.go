@@ -210,8 +210,21 @@ func (c *Consumer[T, P]) Run(ctx context.Context) error {
 	hctx, cancelHandlers := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelHandlers()
 	slots := make(chan struct{}, c.spec.Concurrency)
+	// Handlers run on Concurrency long-lived goroutines, each holding a
+	// slot per message: a goroutine per message would grow a fresh stack
+	// to a handler's depth every time.
+	work := make(chan jetstream.Msg)
 	var wg sync.WaitGroup
+	for range c.spec.Concurrency {
+		wg.Go(func() {
+			for msg := range work {
+				c.handle(ctx, hctx, msg)
+				<-slots
+			}
+		})
+	}
 	defer func() {
+		close(work)
 		done := make(chan struct{})
 		go func() { wg.Wait(); close(done) }()
 		select {
@@ -262,12 +275,7 @@ func (c *Consumer[T, P]) Run(ctx context.Context) error {
 				<-slots
 				continue
 			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer func() { <-slots }()
-				c.handle(ctx, hctx, msg)
-			}()
+			work <- msg
 		}
 		for range free - got {
 			<-slots
