@@ -14,12 +14,14 @@ const summaryPrompt = `You compress chat history. Summarise the conversation bel
 	`Write plain prose, at most 300 words. Do not add anything that is not in the conversation.`
 
 // estimateTokens is a cheap, provider-independent estimate: ~4 bytes a token.
-func estimateTokens(system string, summary string, msgs []store.Message) int {
+func estimateTokens(system string, summary string, parts ...[]store.Message) int {
 	n := len(system) + len(summary)
-	for _, m := range msgs {
-		n += len(m.Content) + 16
-		for _, tc := range m.ToolCalls {
-			n += len(tc.Name) + len(tc.Arguments) + 16
+	for _, msgs := range parts {
+		for _, m := range msgs {
+			n += len(m.Content) + 16
+			for _, tc := range m.ToolCalls {
+				n += len(tc.Name) + len(tc.Arguments) + 16
+			}
 		}
 	}
 	return n / 4
@@ -32,8 +34,7 @@ func estimateTokens(system string, summary string, msgs []store.Message) int {
 func (r *turnRun) compress(ctx context.Context, b Backend, model, system string, ls *loopState) error {
 	a := r.s.cfg.Agent
 	limit := int(float64(a.ContextWindow) * a.CompressAt)
-	all := append(append([]store.Message{}, ls.prior...), ls.turn...)
-	if estimateTokens(system, ls.summary, all) <= limit {
+	if estimateTokens(system, ls.summary, ls.prior, ls.turn) <= limit {
 		return nil
 	}
 	cut := len(ls.prior) - a.ProtectLast
@@ -79,7 +80,7 @@ func (r *turnRun) compress(ctx context.Context, b Backend, model, system string,
 	if err := r.s.store.SaveSummary(ctx, r.st, old[len(old)-1].ID, summary); err != nil {
 		return err
 	}
-	r.log.Info("context compressed", "messages", len(old), "estimated_tokens", estimateTokens(system, ls.summary, all))
+	r.log.Info("context compressed", "messages", len(old), "estimated_tokens", estimateTokens(system, ls.summary, ls.prior, ls.turn))
 	ls.summary = summary
 	ls.prior = ls.prior[cut:]
 	return nil

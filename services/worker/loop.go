@@ -511,14 +511,17 @@ func (r *turnRun) callModel(ctx context.Context, b Backend, model, system string
 // model. Tool calls left without a result by an abandoned earlier turn get
 // a placeholder result so the providers accept the history.
 func (r *turnRun) messages(ls *loopState) []llm.Message {
-	all := make([]store.Message, 0, len(ls.prior)+len(ls.turn))
-	all = append(all, ls.prior...)
-	all = append(all, ls.turn...)
-	return toLLM(ls.summary, all)
+	return toLLM(ls.summary, ls.prior, ls.turn)
 }
 
-func toLLM(summary string, all []store.Message) []llm.Message {
-	out := make([]llm.Message, 0, len(all)+1)
+// toLLM is the conversation as the model takes it: the summary, then the
+// messages of parts in order.
+func toLLM(summary string, parts ...[]store.Message) []llm.Message {
+	n := 1
+	for _, p := range parts {
+		n += len(p)
+	}
+	out := make([]llm.Message, 0, n)
 	if summary != "" {
 		out = append(out, llm.Message{Role: llm.RoleUser, Content: "[Summary of the earlier conversation]\n" + summary})
 	}
@@ -529,32 +532,35 @@ func toLLM(summary string, all []store.Message) []llm.Message {
 		}
 		open = nil
 	}
-	for _, m := range all {
-		switch m.Role {
-		case llm.RoleTool:
-			found := false
-			for i, tc := range open {
-				if tc.ID == m.ToolCallID {
-					open = append(open[:i], open[i+1:]...)
-					found = true
-					break
+	for _, part := range parts {
+		for i := range part {
+			m := &part[i]
+			switch m.Role {
+			case llm.RoleTool:
+				found := false
+				for j, tc := range open {
+					if tc.ID == m.ToolCallID {
+						open = append(open[:j], open[j+1:]...)
+						found = true
+						break
+					}
 				}
+				if !found {
+					continue // a result without its call would be refused
+				}
+				out = append(out, llm.Message{Role: llm.RoleTool, ToolCallID: m.ToolCallID, Name: m.ToolName, Content: m.Content})
+			case llm.RoleAssistant:
+				closeOpen()
+				lm := llm.Message{Role: llm.RoleAssistant, Content: m.Content}
+				for _, tc := range m.ToolCalls {
+					lm.ToolCalls = append(lm.ToolCalls, llm.ToolCall{ID: tc.ID, Name: tc.Name, Arguments: tc.Arguments})
+				}
+				open = append(open, m.ToolCalls...)
+				out = append(out, lm)
+			default:
+				closeOpen()
+				out = append(out, llm.Message{Role: m.Role, Content: m.Content})
 			}
-			if !found {
-				continue // a result without its call would be refused
-			}
-			out = append(out, llm.Message{Role: llm.RoleTool, ToolCallID: m.ToolCallID, Name: m.ToolName, Content: m.Content})
-		case llm.RoleAssistant:
-			closeOpen()
-			lm := llm.Message{Role: llm.RoleAssistant, Content: m.Content}
-			for _, tc := range m.ToolCalls {
-				lm.ToolCalls = append(lm.ToolCalls, llm.ToolCall{ID: tc.ID, Name: tc.Name, Arguments: tc.Arguments})
-			}
-			open = append(open, m.ToolCalls...)
-			out = append(out, lm)
-		default:
-			closeOpen()
-			out = append(out, llm.Message{Role: m.Role, Content: m.Content})
 		}
 	}
 	// Calls still open at the end are this turn's pending ones: the caller
