@@ -362,7 +362,7 @@ var chaosText = regexp.MustCompile(`(chaos-s\d+) m(\d{4})`)
 type pgFindings struct {
 	userCount      map[string]int // text → user rows
 	assistantCount map[string]int // "echo: text" → assistant rows
-	outboxSent     map[string]int // text → sent outbox rows
+	outboxSent     map[string]int // text → sent outbox rows (none for the API: its request takes the reply)
 	outOfOrder     map[string]bool
 	overlaps       []string
 	interleaved    []string

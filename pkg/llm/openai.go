@@ -261,8 +261,6 @@ func (o *OpenAI) body(req Request, tools json.RawMessage, stream bool) ([]byte, 
 	b := make([]byte, 0, len(messages)+len(tools)+len(name)+128)
 	b = append(b, '{')
 	if stream {
-		// First: the SDK sets it again on a streaming request, and
-		// finds it at once.
 		b = append(b, `"stream":true,`...)
 	}
 	b = append(b, `"model":`...)

@@ -225,7 +225,7 @@ func (s *Store) Arrive(ctx context.Context, key, profile string, src *eventsv1.S
 
 // queueArrive adds Arrive's statement to b.
 func (s *Store) queueArrive(b *pgx.Batch, key, profile string, src *eventsv1.SessionSource) {
-	s.queueArriveLocking(b, key, profile, src, true)
+	s.queueArriveLocking(b, key, profile, src, false)
 }
 
 // queueArriveLocking is queueArrive; with lockQueue the statement also

@@ -35,7 +35,8 @@ type Platform struct {
 	// PerRequest: each reply answers its own waiting request (the API), so
 	// there is no chat order to keep, and a send repeated under its key is
 	// taken once: a lone reply goes straight to the gateway without first
-	// checking the chat's outbox.
+	// checking the chat's outbox, and one that went through leaves no sent
+	// row (a redelivered reply event sends it again, harmlessly).
 	PerRequest bool `koanf:"per_request"`
 	// Home is the chat a proactive send to the bare platform goes to:
 	// "chat_id", "chat_id:thread_id" or "#channel-name".

@@ -464,7 +464,7 @@ func TestLoneReplyIsSentThroughOnceAndInOrder(t *testing.T) {
 
 // On a per-request platform (the API) a reply answers its own request:
 // it goes straight through even while an older reply to the same chat
-// waits in the outbox.
+// waits in the outbox, and leaves no sent row (its request took it).
 func TestPerRequestReplyDoesNotWaitForItsChat(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -480,12 +480,15 @@ func TestPerRequestReplyDoesNotWaitForItsChat(t *testing.T) {
 	e.publish(t, event("t1", 1, "s1", final("first")))
 	eventually(t, e.clock, 0, "first queued for retry", func() bool { return rowState(t, e.db, "t1:1:0") == "queued" })
 	e.publish(t, event("t2", 1, "s1", final("second")))
-	eventually(t, e.clock, 0, "second sent", func() bool { return rowState(t, e.db, "t2:1:0") == "sent" })
-	if st := rowState(t, e.db, "t1:1:0"); st != "queued" {
-		t.Fatalf("first is %s, want still queued", st)
-	}
+	e.consumed(t, "s1")
 	if _, posted := e.gw.snapshot(); len(posted) != 1 || posted[0].Req.GetText() != "second" {
 		t.Fatalf("posted %v", posted)
+	}
+	if st := rowState(t, e.db, "t2:1:0"); st != "" {
+		t.Fatalf("second left a %s row, want none", st)
+	}
+	if st := rowState(t, e.db, "t1:1:0"); st != "queued" {
+		t.Fatalf("first is %s, want still queued", st)
 	}
 }
 

@@ -164,7 +164,9 @@ func (s *Service) outcome(ctx context.Context, log warner, r outbox.Row, rec *de
 // per-request platform, whose replies have no chat order and are taken
 // once) and the rate limits allow it now; it reports whether it took
 // care of the request. A send that went through is recorded as a sent
-// row (without waiting for the WAL flush); a failed one becomes a claimed outbox row with its outcome
+// row (without waiting for the WAL flush), except on a per-request
+// platform, whose waiting request has the reply and would take a repeat
+// of it once; a failed one becomes a claimed outbox row with its outcome
 // recorded, exactly as if the outbox had tried it. When it does not take
 // the request (a busy chat, a rate limit, a record that failed), the
 // outbox sends it under the same idempotency key, so a send that went
@@ -173,7 +175,8 @@ func (s *Service) outcome(ctx context.Context, log warner, r outbox.Row, rec *de
 // the common path.
 func (s *Service) sendThrough(ctx context.Context, req *deliveryv1.SendRequested) (bool, error) {
 	t := req.GetTarget()
-	if !s.cfg.platform(t.GetPlatform()).PerRequest {
+	perRequest := s.cfg.platform(t.GetPlatform()).PerRequest
+	if !perRequest {
 		if clear, err := s.store.Clear(ctx, outbox.ChatKey(t), req.GetIdempotencyKey()); err != nil || !clear {
 			return false, nil //nolint:nilerr // the outbox path reports database errors
 		}
@@ -197,6 +200,11 @@ func (s *Service) sendThrough(ctx context.Context, req *deliveryv1.SendRequested
 			result = "duplicate"
 		}
 		sends.WithLabelValues(t.GetPlatform(), result).Inc()
+		if perRequest {
+			// Nothing to record: the waiting request took the reply,
+			// and takes a repeat of its key once.
+			return true, nil
+		}
 		if rerr := s.store.RecordSent(ctx, s.now(), s.cfg.TTL, req, s.owner, rec.GetPlatformMessageId()); rerr != nil {
 			s.log.Warn("record a sent delivery failed; queueing it", "key", req.GetIdempotencyKey(), "err", rerr)
 			return false, nil
