@@ -60,7 +60,10 @@ func Migrations() fs.FS {
 func Migrate(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger) error {
 	db := stdlib.OpenDBFromPool(pool)
 	defer db.Close()
-	locker, err := lock.NewPostgresSessionLocker()
+	// The lock is tried every second (goose's default: every 5 s) for up
+	// to 5 minutes: a replica, or a test migrating its own schema, starts
+	// soon after the migration ahead of it ends.
+	locker, err := lock.NewPostgresSessionLocker(lock.WithLockTimeout(1, 300))
 	if err != nil {
 		return fmt.Errorf("migration locker: %w", err)
 	}

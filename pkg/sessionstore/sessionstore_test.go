@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/pg/pgtest"
 )
@@ -327,67 +329,63 @@ func TestStartFree(t *testing.T) {
 	}
 }
 
-// A worker's fenced write waits for the start's commit: the generation's
-// lock is held from the start's first round trip.
-func TestStartFreeHoldsTheGenerationUntilCommit(t *testing.T) {
+// What a free start holds until its commit, from its first round trip:
+// the generation's lock (a worker's fenced write waits), and the queue's
+// lock, taken with the arrival (an enqueue waits, so the start's check
+// that nothing waits cannot miss a message queued meanwhile).
+func TestStartFreeHoldsUntilCommit(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	db := pgtest.New(t)
-	s := New(db)
-	key := "agent:main:telegram:dm:1"
-	src := &eventsv1.SessionSource{Platform: "telegram", ChatId: "1"}
-	fenced := make(chan error, 1)
-	_, started, err := s.StartFree(ctx, key, "", src, &eventsv1.MessageReceived{EventId: "a"}, "turn", func(Arrival) bool { return true },
-		func(ctx context.Context, turn Turn) error {
-			go func() {
-				_, err := db.Exec(ctx, `SELECT switchboard_fence($1, $2)`, key, turn.Generation)
-				fenced <- err
-			}()
-			select {
-			case err := <-fenced:
-				return fmt.Errorf("the fence passed before the commit: %v", err)
-			case <-time.After(300 * time.Millisecond):
-				return nil
+	// Advisory locks are the database's, not a schema's: each case has a
+	// key of its own, or the parallel cases would wait for each other.
+	tests := []struct {
+		name  string
+		key   string
+		wait  func(ctx context.Context, db *pgxpool.Pool, s *Store, key string, turn Turn) error
+		after func(ctx context.Context, s *Store, key string) error
+	}{
+		{"a fenced write", "agent:main:telegram:dm:holds-fence", func(ctx context.Context, db *pgxpool.Pool, _ *Store, key string, turn Turn) error {
+			_, err := db.Exec(ctx, `SELECT switchboard_fence($1, $2)`, key, turn.Generation)
+			return err
+		}, nil},
+		{"an enqueue", "agent:main:telegram:dm:holds-queue", func(ctx context.Context, _ *pgxpool.Pool, s *Store, key string, _ Turn) error {
+			_, err := s.Enqueue(ctx, key, 2, false, &eventsv1.MessageReceived{EventId: "b"}, 32)
+			return err
+		}, func(ctx context.Context, s *Store, key string) error {
+			if n, err := s.QueueLen(ctx, key); err != nil || n != 1 {
+				return fmt.Errorf("queue %d %v, want the later message waiting", n, err)
+			}
+			return nil
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			db := pgtest.New(t)
+			s := New(db)
+			src := &eventsv1.SessionSource{Platform: "telegram", ChatId: "1"}
+			done := make(chan error, 1)
+			_, started, err := s.StartFree(ctx, tt.key, "", src, &eventsv1.MessageReceived{EventId: "a"}, "turn", func(Arrival) bool { return true },
+				func(ctx context.Context, turn Turn) error {
+					go func() { done <- tt.wait(ctx, db, s, tt.key, turn) }()
+					select {
+					case err := <-done:
+						return fmt.Errorf("%s went through before the commit: %v", tt.name, err)
+					case <-time.After(300 * time.Millisecond):
+						return nil
+					}
+				})
+			if err != nil || !started {
+				t.Fatal(started, err)
+			}
+			if err := <-done; err != nil {
+				t.Fatalf("%s after the commit: %v", tt.name, err)
+			}
+			if tt.after != nil {
+				if err := tt.after(ctx, s, tt.key); err != nil {
+					t.Fatal(err)
+				}
 			}
 		})
-	if err != nil || !started {
-		t.Fatal(started, err)
-	}
-	if err := <-fenced; err != nil {
-		t.Fatalf("fence after the commit: %v", err)
-	}
-}
-
-// An enqueue of the session waits for the start's commit: the queue's
-// lock is taken with the arrival, so the start's check that nothing waits
-// cannot miss a message queued meanwhile.
-func TestStartFreeHoldsTheQueueUntilCommit(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	s := New(pgtest.New(t))
-	key := "agent:main:telegram:dm:1"
-	src := &eventsv1.SessionSource{Platform: "telegram", ChatId: "1"}
-	queued := make(chan error, 1)
-	_, started, err := s.StartFree(ctx, key, "", src, &eventsv1.MessageReceived{EventId: "a"}, "turn", func(Arrival) bool { return true },
-		func(ctx context.Context, turn Turn) error {
-			go func() {
-				_, err := s.Enqueue(ctx, key, 2, false, &eventsv1.MessageReceived{EventId: "b"}, 32)
-				queued <- err
-			}()
-			select {
-			case err := <-queued:
-				return fmt.Errorf("a message was queued before the commit: %v", err)
-			case <-time.After(300 * time.Millisecond):
-				return nil
-			}
-		})
-	if err != nil || !started {
-		t.Fatal(started, err)
-	}
-	if err := <-queued; err != nil {
-		t.Fatalf("enqueue after the commit: %v", err)
-	}
-	if n, err := s.QueueLen(ctx, key); err != nil || n != 1 {
-		t.Fatalf("queue %d %v, want the later message waiting", n, err)
 	}
 }
