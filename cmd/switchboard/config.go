@@ -110,10 +110,9 @@ type DevConfig struct {
 	NATSStoreDir string `koanf:"nats_store_dir"`
 	// MemoryLimitMiB is the Go runtime's soft memory limit for the dev
 	// process (0: none; GOMEMLIMIT wins, and so does a lower limit from
-	// the container). Under
-	// sustained load the process's heap — the embedded server's message
-	// caches and dedupe ids among it — would otherwise grow to twice what
-	// is live before each collection.
+	// the container). Under sustained load the process's heap — the
+	// embedded server's message caches and dedupe ids among it — would
+	// otherwise grow to twice what is live before each collection.
 	MemoryLimitMiB int `koanf:"memory_limit_mib"`
 }
 

@@ -291,12 +291,12 @@ func (s *Service) consumer(p int) *bus.Consumer[repliesv1.ReplyEvent, *repliesv1
 	}, s.handle)
 }
 
-// housekeeping forgets finished turns and old stream records.
 // doneKeep is how long a turn whose final was sent stays known: longer
 // than its events' redelivery (the worker's attempts, the consumer's
 // backoff), far shorter than a streamed message's editable life.
 const doneKeep = 15 * time.Minute
 
+// housekeeping forgets finished turns and old stream records.
 func (s *Service) housekeeping(ctx context.Context) error {
 	t := time.NewTicker(time.Minute)
 	defer t.Stop()
@@ -307,7 +307,7 @@ func (s *Service) housekeeping(ctx context.Context) error {
 		case <-t.C:
 			now := time.Now()
 			s.turns.prune(now.Add(-2*s.cfg.TTL), now.Add(-doneKeep))
-			if err := s.store.PruneStreamMessages(ctx, time.Now().Add(-2*s.cfg.TTL)); err != nil && ctx.Err() == nil {
+			if err := s.store.PruneStreamMessages(ctx, now.Add(-2*s.cfg.TTL)); err != nil && ctx.Err() == nil {
 				s.log.Warn("prune stream messages failed", "err", err)
 			}
 		}

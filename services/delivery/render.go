@@ -321,8 +321,9 @@ func (s *Service) final(ctx context.Context, ev *repliesv1.ReplyEvent, text stri
 	if ev.GetTurnId() != "" && s.cfg.platform(ev.GetTarget().GetPlatform()).Streaming == StreamEdit {
 		// Streamed deltas that come late must not start a message after
 		// the answer. Elsewhere nothing streams into a message, and a
-		// redelivered final is one by its idempotency keys: no marker,
-		// which at hundreds of turns a second was most of this map.
+		// redelivered final is sent once (its idempotency keys, or a
+		// per-request gateway taking a repeat once): no marker, which at
+		// hundreds of turns a second was most of this map.
 		s.turns.put(ev.GetTurnId(), &turnState{done: true})
 	}
 	return nil
