@@ -66,7 +66,29 @@ if redis.call("GET", KEYS[1]) == ARGV[1] then
   return redis.call("DEL", KEYS[1])
 end
 return 0`)
+	// acquireOrMarkScript: KEYS[1] lock, KEYS[2] its waiting mark; ARGV[1]
+	// token, ARGV[2] ttl ms, ARGV[3] mark ttl ms. 1 acquired, 0 marked.
+	acquireOrMarkScript = redis.NewScript(`
+if redis.call("SET", KEYS[1], ARGV[1], "NX", "PX", ARGV[2]) then
+  return 1
+end
+redis.call("SET", KEYS[2], "1", "PX", ARGV[3])
+return 0`)
+	// releaseWaitingScript: KEYS[1] lock, KEYS[2] its waiting mark; ARGV[1]
+	// token. 0 not the owner, 1 released, 2 released and a mark was set.
+	releaseWaitingScript = redis.NewScript(`
+if redis.call("GET", KEYS[1]) ~= ARGV[1] then
+  return 0
+end
+redis.call("DEL", KEYS[1])
+return 1 + redis.call("DEL", KEYS[2])`)
 )
+
+// WaitingTTL bounds how long a waiting mark outlives the lock holder it
+// was left for. A mark that expires first (a turn renewed past it) costs
+// only time: the router's sweep starts sessions whose messages wait
+// behind a free lock.
+const WaitingTTL = 24 * time.Hour
 
 // Locker manages owner-token locks under a key prefix.
 type Locker struct {
@@ -81,6 +103,10 @@ func NewLocker(rdb redis.Cmdable, prefix string) *Locker {
 
 // Key is the Redis key of the named lock.
 func (l *Locker) Key(name string) string { return l.prefix + "lock:" + name }
+
+// waitingKey marks the named lock: something waits for its holder to let
+// go (see AcquireOrMark).
+func (l *Locker) waitingKey(name string) string { return l.prefix + "waiting:" + name }
 
 // NewToken returns a random owner token.
 func NewToken() string {
@@ -121,6 +147,50 @@ func (l *Locker) Release(ctx context.Context, name, token string) error {
 		return ErrNotOwner
 	}
 	return nil
+}
+
+// AcquireOrMark is Acquire that, when another owner holds the lock,
+// marks it in the same atomic step: whoever lets go of it next with
+// ReleaseWaiting learns that something waits for the lock (a queued
+// message) and must look. Either the lock is taken here or its holder is
+// told; there is no moment in between.
+func (l *Locker) AcquireOrMark(ctx context.Context, name, token string, ttl time.Duration) (ok bool, err error) {
+	n, err := acquireOrMarkScript.Run(ctx, l.rdb, []string{l.Key(name), l.waitingKey(name)},
+		token, ttl.Milliseconds(), WaitingTTL.Milliseconds()).Int()
+	if err != nil {
+		return false, fmt.Errorf("acquire lock %s: %w", name, err)
+	}
+	return n == 1, nil
+}
+
+// AcquireOrMarkIn queues AcquireOrMark on a pipeline; its value is 1 when
+// the lock was taken. It sends the script's text, as a pipeline cannot
+// fall back from EVALSHA after a Redis restart emptied the script cache.
+func (l *Locker) AcquireOrMarkIn(ctx context.Context, pipe redis.Pipeliner, name, token string, ttl time.Duration) *redis.Cmd {
+	return acquireOrMarkScript.Eval(ctx, pipe, []string{l.Key(name), l.waitingKey(name)}, token, ttl.Milliseconds(), WaitingTTL.Milliseconds())
+}
+
+// MarkWaiting marks the named lock as AcquireOrMark does when it finds
+// the lock held: its holder, on letting go, learns that something waits.
+func (l *Locker) MarkWaiting(ctx context.Context, name string) error {
+	if err := l.rdb.Set(ctx, l.waitingKey(name), "1", WaitingTTL).Err(); err != nil {
+		return fmt.Errorf("mark lock %s: %w", name, err)
+	}
+	return nil
+}
+
+// ReleaseWaiting is Release that also reports, and clears, the lock's
+// waiting mark: waiting is true when something was marked as waiting for
+// the lock while it was held (AcquireOrMark, MarkWaiting).
+func (l *Locker) ReleaseWaiting(ctx context.Context, name, token string) (waiting bool, err error) {
+	n, err := releaseWaitingScript.Run(ctx, l.rdb, []string{l.Key(name), l.waitingKey(name)}, token).Int()
+	if err != nil {
+		return false, fmt.Errorf("release lock %s: %w", name, err)
+	}
+	if n == 0 {
+		return false, ErrNotOwner
+	}
+	return n == 2, nil
 }
 
 // Claim outcomes.

@@ -158,3 +158,59 @@ func TestClaimGivesAGrantToOneHolderAtATime(t *testing.T) {
 		t.Fatalf("owner %q, want %q of grant %q", owner, first, grant)
 	}
 }
+
+// The waiting mark: a start that finds the lock held leaves a mark its
+// holder learns of on letting go, exactly once; a lock that was free is
+// taken instead, leaving no mark.
+func TestWaitingMarkReachesTheHolderThatLetsGo(t *testing.T) {
+	t.Parallel()
+	rdb, prefix := redistest.New(t)
+	l := redisx.NewLocker(rdb, prefix)
+	ctx := context.Background()
+	a, b := redisx.NewToken(), redisx.NewToken()
+	acquire := func(token string) func() (bool, error) {
+		return func() (bool, error) { return l.AcquireOrMark(ctx, "s", token, time.Minute) }
+	}
+	acquireInPipeline := func(token string) func() (bool, error) {
+		return func() (bool, error) {
+			pipe := rdb.Pipeline()
+			cmd := l.AcquireOrMarkIn(ctx, pipe, "s", token, time.Minute)
+			if _, err := pipe.Exec(ctx); err != nil {
+				return false, err
+			}
+			n, err := cmd.Int()
+			return n == 1, err
+		}
+	}
+	release := func(token string) func() (bool, error) {
+		return func() (bool, error) { return l.ReleaseWaiting(ctx, "s", token) }
+	}
+	steps := []struct {
+		name    string
+		do      func() (bool, error)
+		want    bool
+		wantErr error
+	}{
+		{"a takes the free lock", acquire(a), true, nil},
+		{"a lets go: nothing waited", release(a), false, nil},
+		{"a takes it again", acquire(a), true, nil},
+		{"b finds it held: marks it", acquire(b), false, nil},
+		{"b cannot release a's lock", release(b), false, redisx.ErrNotOwner},
+		{"a lets go: something waits", release(a), true, nil},
+		{"b takes it in a pipeline", acquireInPipeline(b), true, nil},
+		{"the mark went to a alone", release(b), false, nil},
+		{"a takes it once more", acquire(a), true, nil},
+		{"b marks it in a pipeline", acquireInPipeline(b), false, nil},
+		{"a released with plain Release keeps the mark", func() (bool, error) { return true, l.Release(ctx, "s", a) }, true, nil},
+		{"b takes the free lock", acquire(b), true, nil},
+		{"marked by hand", func() (bool, error) { return true, l.MarkWaiting(ctx, "s") }, true, nil},
+		{"b lets go: the marks wait for it", release(b), true, nil},
+		{"released twice", release(b), false, redisx.ErrNotOwner},
+	}
+	for _, s := range steps {
+		got, err := s.do()
+		if !errors.Is(err, s.wantErr) || (err == nil && got != s.want) {
+			t.Fatalf("%s: got %v, %v; want %v, %v", s.name, got, err, s.want, s.wantErr)
+		}
+	}
+}

@@ -511,6 +511,8 @@ type Turn struct {
 	Session    Session
 	Generation int64
 	Inputs     []Queued
+	// More: messages stay queued behind the turn (StartTurn).
+	More bool
 }
 
 // StartTurn takes the head of the session's queue — one own-turn message,
@@ -581,7 +583,9 @@ u AS (
 	UPDATE sessions SET generation = generation + 1, last_turn_id = $3, last_turn_at = $4, updated_at = $4
 	WHERE session_key = $1 AND EXISTS (SELECT 1 FROM take)
 	RETURNING generation)
-SELECT d.id, d.stream_seq, d.event_id, d.own_turn, d.event, u.generation FROM d, u
+SELECT d.id, d.stream_seq, d.event_id, d.own_turn, d.event, u.generation,
+	EXISTS (SELECT 1 FROM session_queue q WHERE q.session_key = $1 AND q.id NOT IN (SELECT id FROM take)) AS more
+FROM d, u
 ORDER BY d.stream_seq, d.id`
 
 // readHead reads StartTurn's batch: the locked session and the messages
@@ -606,10 +610,11 @@ func readHead(br pgx.BatchResults, key string) (Turn, error) {
 	}
 	defer rows.Close()
 	var take []Queued
+	var more bool
 	for rows.Next() {
 		var q Queued
 		var data []byte
-		if err := rows.Scan(&q.ID, &q.StreamSeq, &q.EventID, &q.OwnTurn, &data, &sess.Generation); err != nil {
+		if err := rows.Scan(&q.ID, &q.StreamSeq, &q.EventID, &q.OwnTurn, &data, &sess.Generation, &more); err != nil {
 			return Turn{}, fmt.Errorf("scan queue: %w", err)
 		}
 		q.Event = &eventsv1.MessageReceived{}
@@ -622,7 +627,7 @@ func readHead(br pgx.BatchResults, key string) (Turn, error) {
 	if err := rows.Err(); err != nil {
 		return Turn{}, fmt.Errorf("dequeue: %w", err)
 	}
-	return Turn{Session: sess, Generation: sess.Generation, Inputs: take}, br.Close()
+	return Turn{Session: sess, Generation: sess.Generation, Inputs: take, More: more}, br.Close()
 }
 
 // WaitingKeys returns session keys with messages queued before olderThan.

@@ -53,6 +53,7 @@ func TestStartTurnGrouping(t *testing.T) {
 			}
 			var got []string
 			var gens []int64
+			var more []bool
 			for {
 				started, err := s.StartTurn(ctx, key, "t", tt.max, func(_ context.Context, turn Turn) error {
 					var texts []string
@@ -61,6 +62,7 @@ func TestStartTurnGrouping(t *testing.T) {
 					}
 					got = append(got, strings.Join(texts, ","))
 					gens = append(gens, turn.Generation)
+					more = append(more, turn.More)
 					return nil
 				})
 				if err != nil {
@@ -76,6 +78,12 @@ func TestStartTurnGrouping(t *testing.T) {
 			for i := 1; i < len(gens); i++ {
 				if gens[i] != gens[i-1]+1 {
 					t.Fatalf("generations %v not increasing by one per turn", gens)
+				}
+			}
+			// Every turn but the last leaves messages queued behind it.
+			for i, m := range more {
+				if m != (i < len(more)-1) {
+					t.Fatalf("turn %d of %d: More = %v", i+1, len(more), m)
 				}
 			}
 		})

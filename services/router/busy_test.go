@@ -4,6 +4,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
@@ -68,7 +69,11 @@ func (e *env) countNotices(user, substr string) int {
 func TestAPIRequestsNeverMerge(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	e.startRouter(testConfig(), nil, nil)
+	cfg := testConfig()
+	// No sweep: each completion must start the next request, the last
+	// two of which were queued behind the first turn at once.
+	cfg.SweepInterval = time.Hour
+	e.startRouter(cfg, nil, nil)
 	g := newGate(t, "first")
 	w := e.startWorker(g.hold)
 	api := func(text string) *eventsv1.MessageReceived {

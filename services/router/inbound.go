@@ -137,19 +137,24 @@ func (s *Service) markHandled(ctx context.Context, m *msgCtx) error {
 }
 
 // markHandledAndLock is markHandled and an attempt to take the session's
-// lock with token, in one round trip.
+// lock with token (marking it for its holder when it is held, as
+// startQueued does), in one round trip.
 func (s *Service) markHandledAndLock(ctx context.Context, m *msgCtx, token string) (locked bool, err error) {
 	pipe := s.rdb.Pipeline()
 	mark := pipe.Set(ctx, s.dedupeKey(m.dedupeID), "1", s.cfg.DedupeTTL)
-	lock := pipe.SetNX(ctx, s.locker.Key(m.key), token, s.cfg.LockTTL)
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+	lock := s.locker.AcquireOrMarkIn(ctx, pipe, m.key, token, s.cfg.LockTTL)
+	if _, err := pipe.Exec(ctx); err != nil {
 		return false, fmt.Errorf("write inbound dedupe record and take the session lock: %w", err)
 	}
 	if err := mark.Err(); err != nil {
 		return false, fmt.Errorf("write inbound dedupe record: %w", err)
 	}
 	m.marked = true
-	return lock.Val(), lock.Err()
+	n, err := lock.Int()
+	if err != nil {
+		return false, fmt.Errorf("take the session lock: %w", err)
+	}
+	return n == 1, nil
 }
 
 func (s *Service) handle(ctx context.Context, m *msgCtx) error {
@@ -447,8 +452,8 @@ func (s *Service) lockAndStart(ctx context.Context, m *msgCtx) error {
 	token := redisx.NewToken()
 	locked, err := s.markHandledAndLock(ctx, m, token)
 	if err != nil || !locked {
-		// Not locked: another start took the session meanwhile and its
-		// turn's completion starts this message.
+		// Not locked: another start took the session meanwhile; the lock
+		// is marked, so its turn's completion starts this message.
 		return err
 	}
 	if _, err := s.startLocked(ctx, m.key, token); err != nil {

@@ -285,6 +285,8 @@ func (s *Service) sweep(ctx context.Context) error {
 }
 
 // handleTurnCompleted books usage and starts the next waiting message.
+// A message queued while the turn held the lock marked it; a completion
+// whose worker found no mark reads no queue.
 func (s *Service) handleTurnCompleted(ctx context.Context, ev *turnsv1.TurnCompleted) error {
 	key := ev.GetSessionKey()
 	if key == "" {
@@ -304,6 +306,11 @@ func (s *Service) handleTurnCompleted(ctx context.Context, ev *turnsv1.TurnCompl
 			usage = &sessionstore.Usage{Input: u.GetInputTokens(), Output: u.GetOutputTokens(),
 				CacheRead: u.GetCacheReadTokens(), CacheWrite: u.GetCacheWriteTokens()}
 		}
+	}
+	if usage == nil && ev.GetNothingWaiting() {
+		// The worker let go of the lock and no start had marked it
+		// (redisx.Locker.AcquireOrMark): the queue was empty.
+		return nil
 	}
 	waiting, err := s.store.TurnDone(ctx, key, usage)
 	if err != nil {

@@ -37,10 +37,12 @@ func (s *Service) tryStart(ctx context.Context, key string) (bool, error) {
 }
 
 // startQueued is tryStart for a session known to have waiting messages
-// (one was just queued).
+// (one was just queued). When the lock is held it marks it in the same
+// step, so its holder's turn completion starts them (see TurnCompleted's
+// nothing_waiting).
 func (s *Service) startQueued(ctx context.Context, key string) (bool, error) {
 	token := redisx.NewToken()
-	ok, err := s.locker.Acquire(ctx, key, token, s.cfg.LockTTL)
+	ok, err := s.locker.AcquireOrMark(ctx, key, token, s.cfg.LockTTL)
 	if err != nil || !ok {
 		return false, err
 	}
@@ -52,6 +54,13 @@ func (s *Service) startQueued(ctx context.Context, key string) (bool, error) {
 func (s *Service) startLocked(ctx context.Context, key, token string) (bool, error) {
 	turnID := redisx.NewToken()
 	started, err := s.store.StartTurn(ctx, key, turnID, s.maxInput, func(ctx context.Context, t sessionstore.Turn) error {
+		if t.More {
+			// Messages stay queued behind this turn: its completion
+			// must start them.
+			if err := s.locker.MarkWaiting(ctx, key); err != nil {
+				return err
+			}
+		}
 		return s.publishTurn(ctx, key, token, turnID, t)
 	})
 	if err != nil || !started {

@@ -269,19 +269,26 @@ func statusOf(s string) turnsv1.TurnStatus {
 	}
 }
 
-// complete releases the lock (when release) and publishes TurnCompleted.
+// complete releases the lock (when release) and publishes TurnCompleted,
+// which tells the router whether messages were marked as waiting behind
+// the turn. Only a first attempt that released the lock itself knows: an
+// earlier attempt may have taken the mark and crashed before its
+// completion was published.
 func (r *turnRun) complete(ctx context.Context, status turnsv1.TurnStatus, reason string, release bool) error {
 	ctx = context.WithoutCancel(ctx)
+	nothingWaiting := false
 	if release {
-		if err := r.s.locker.Release(ctx, r.req.GetSessionKey(), r.holder); err != nil && !errors.Is(err, redisx.ErrNotOwner) {
+		waiting, err := r.s.locker.ReleaseWaiting(ctx, r.req.GetSessionKey(), r.holder)
+		if err != nil && !errors.Is(err, redisx.ErrNotOwner) {
 			r.log.Warn("release session lock", "err", err)
 		}
+		nothingWaiting = err == nil && !waiting && r.attempt == 1
 	}
 	u := proto.Clone(&r.usage).(*turnsv1.Usage)
 	done := &turnsv1.TurnCompleted{TurnId: r.req.GetTurnId(), SessionKey: r.req.GetSessionKey(),
 		SessionId: r.req.GetSessionId(), Generation: r.req.GetGeneration(), Status: status, Error: reason,
 		Usage: u, WorkerId: r.s.cfg.ID, Model: r.model, CompletedAt: timestamppb.New(r.s.now()),
-		UsageRecorded: r.usageRecorded}
+		UsageRecorded: r.usageRecorded, NothingWaiting: nothingWaiting}
 	if _, err := r.s.bus.Publish(ctx, r.s.bus.Topology().Subject(bus.SubjectTurnCompleted), "turn-done:"+r.req.GetTurnId(), done); err != nil {
 		return fmt.Errorf("publish turn completed: %w", err)
 	}

@@ -79,6 +79,31 @@ func TestTurnStreamsRepliesAndCompletes(t *testing.T) {
 	}
 }
 
+// A completion tells the router whether it must look at the session's
+// queue: only when a start found the lock held and marked it.
+func TestCompletionSaysWhetherMessagesWait(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.setGeneration("s1", 1)
+	h.startWorker("w1", nil)
+	for _, tc := range []struct {
+		name   string
+		marked bool
+	}{{"nothing queued", false}, {"a message queued behind the turn", true}, {"the mark was taken", false}} {
+		if tc.marked {
+			// As a router's AcquireOrMark does when it finds the lock held.
+			if err := h.locker.MarkWaiting(context.Background(), "s1"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		req := h.requestTurn("s1", "hello", turnOpts{})
+		done := h.waitCompleted(req.TurnId)
+		if done.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED || done.GetNothingWaiting() == tc.marked {
+			t.Errorf("%s: status %v, nothing waiting %v", tc.name, done.GetStatus(), done.GetNothingWaiting())
+		}
+	}
+}
+
 // A turn whose sender waits for the whole answer (a non-streaming API
 // request) publishes its answer alone: no typing, no streamed text, no
 // tool steps, and the answer at seq 1.

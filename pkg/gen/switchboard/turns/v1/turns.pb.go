@@ -578,8 +578,14 @@ type TurnCompleted struct {
 	// counts. False for a turn that ended without a final, and from
 	// workers before this field; the router adds those.
 	UsageRecorded bool `protobuf:"varint,11,opt,name=usage_recorded,json=usageRecorded,proto3" json:"usage_recorded,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// The worker let go of the session lock and no message had been marked
+	// as waiting behind the turn (redisx.Locker.ReleaseWaiting): the router
+	// need not read the session's queue. False when that is not known (the
+	// lock was lost or kept, a later attempt at the turn) and from workers
+	// before this field.
+	NothingWaiting bool `protobuf:"varint,12,opt,name=nothing_waiting,json=nothingWaiting,proto3" json:"nothing_waiting,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *TurnCompleted) Reset() {
@@ -689,6 +695,13 @@ func (x *TurnCompleted) GetUsageRecorded() bool {
 	return false
 }
 
+func (x *TurnCompleted) GetNothingWaiting() bool {
+	if x != nil {
+		return x.NothingWaiting
+	}
+	return false
+}
+
 var File_switchboard_turns_v1_turns_proto protoreflect.FileDescriptor
 
 const file_switchboard_turns_v1_turns_proto_rawDesc = "" +
@@ -741,7 +754,7 @@ const file_switchboard_turns_v1_turns_proto_rawDesc = "" +
 	"\vmodel_calls\x18\x05 \x01(\x05R\n" +
 	"modelCalls\x12\x1d\n" +
 	"\n" +
-	"tool_calls\x18\x06 \x01(\x05R\ttoolCalls\"\xa4\x03\n" +
+	"tool_calls\x18\x06 \x01(\x05R\ttoolCalls\"\xcd\x03\n" +
 	"\rTurnCompleted\x12\x17\n" +
 	"\aturn_id\x18\x01 \x01(\tR\x06turnId\x12\x1f\n" +
 	"\vsession_key\x18\x02 \x01(\tR\n" +
@@ -758,7 +771,8 @@ const file_switchboard_turns_v1_turns_proto_rawDesc = "" +
 	"\x05model\x18\t \x01(\tR\x05model\x12=\n" +
 	"\fcompleted_at\x18\n" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\vcompletedAt\x12%\n" +
-	"\x0eusage_recorded\x18\v \x01(\bR\rusageRecorded*\xb5\x01\n" +
+	"\x0eusage_recorded\x18\v \x01(\bR\rusageRecorded\x12'\n" +
+	"\x0fnothing_waiting\x18\f \x01(\bR\x0enothingWaiting*\xb5\x01\n" +
 	"\rControlAction\x12\x1e\n" +
 	"\x1aCONTROL_ACTION_UNSPECIFIED\x10\x00\x12\x1c\n" +
 	"\x18CONTROL_ACTION_INTERRUPT\x10\x01\x12\x18\n" +
