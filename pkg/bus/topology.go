@@ -30,10 +30,14 @@ const (
 	SubjectTurnRequested = "turns.turn.requested"
 	SubjectTurnStarted   = "turns.turn.started"
 	SubjectTurnCompleted = "turns.turn.completed"
-	SubjectControl       = "turns.control"
-	SubjectReplies       = "replies.event"
-	SubjectDeadLetter    = "deadletter"
-	subjectGateway       = "gateway"
+	// SubjectTurnCompletedIdle carries the completions that leave the
+	// router nothing to do: no message waits behind the turn and its usage
+	// is stored with its final. The router does not consume it.
+	SubjectTurnCompletedIdle = "turns.turn.completed.idle"
+	SubjectControl           = "turns.control"
+	SubjectReplies           = "replies.event"
+	SubjectDeadLetter        = "deadletter"
+	subjectGateway           = "gateway"
 )
 
 // DefaultPartitions is how many partitions the inbound and reply subjects
@@ -185,7 +189,7 @@ func (t Topology) StreamConfigs() []jetstream.StreamConfig {
 		common(jetstream.StreamConfig{
 			Name:        t.Stream(StreamTurnEvents),
 			Description: "turn lifecycle events",
-			Subjects:    []string{t.Subject(SubjectTurnStarted), t.Subject(SubjectTurnCompleted)},
+			Subjects:    []string{t.Subject(SubjectTurnStarted), t.Subject(SubjectTurnCompleted), t.Subject(SubjectTurnCompletedIdle)},
 			Retention:   jetstream.LimitsPolicy,
 			MaxAge:      retention,
 		}),

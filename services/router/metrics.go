@@ -26,10 +26,6 @@ var (
 		Name: "switchboard_router_busy_total",
 		Help: "Messages that arrived while their session was busy, by action.",
 	}, []string{"action"})
-	completed = promauto.NewCounterVec(prometheus.CounterOpts{
-		Name: "switchboard_router_turns_completed_total",
-		Help: "Turn completions seen, by status.",
-	}, []string{"status"})
 	pairingCodes = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "switchboard_router_pairing_codes_total",
 		Help: "Pairing code requests, by result.",

@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -292,7 +291,6 @@ func (s *Service) handleTurnCompleted(ctx context.Context, ev *turnsv1.TurnCompl
 	if key == "" {
 		return bus.Permanent(errors.New("turn completed without session key"))
 	}
-	completed.WithLabelValues(strings.ToLower(strings.TrimPrefix(ev.GetStatus().String(), "TURN_STATUS_"))).Inc()
 	var usage *sessionstore.Usage
 	if u := ev.GetUsage(); u != nil && !ev.GetUsageRecorded() {
 		// A turn that ended without a final (the worker stores a final's

@@ -267,7 +267,10 @@ func (h *harness) replies(turnID string) []*repliesv1.ReplyEvent {
 }
 
 func (h *harness) completed(turnID string) *turnsv1.TurnCompleted {
-	for _, ev := range streamMsgs[turnsv1.TurnCompleted](h.t, h.bus, bus.StreamTurnEvents, h.bus.Topology().Subject(bus.SubjectTurnCompleted)) {
+	topo := h.bus.Topology()
+	evs := streamMsgs[turnsv1.TurnCompleted](h.t, h.bus, bus.StreamTurnEvents, topo.Subject(bus.SubjectTurnCompleted))
+	evs = append(evs, streamMsgs[turnsv1.TurnCompleted](h.t, h.bus, bus.StreamTurnEvents, topo.Subject(bus.SubjectTurnCompletedIdle))...)
+	for _, ev := range evs {
 		if ev.GetTurnId() == turnID {
 			return ev
 		}

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -273,7 +275,8 @@ func statusOf(s string) turnsv1.TurnStatus {
 // which tells the router whether messages were marked as waiting behind
 // the turn. Only a first attempt that released the lock itself knows: an
 // earlier attempt may have taken the mark and crashed before its
-// completion was published.
+// completion was published. A completion that leaves the router nothing
+// to do goes to a subject the router does not read.
 func (r *turnRun) complete(ctx context.Context, status turnsv1.TurnStatus, reason string, release bool) error {
 	ctx = context.WithoutCancel(ctx)
 	nothingWaiting := false
@@ -289,9 +292,22 @@ func (r *turnRun) complete(ctx context.Context, status turnsv1.TurnStatus, reaso
 		SessionId: r.req.GetSessionId(), Generation: r.req.GetGeneration(), Status: status, Error: reason,
 		Usage: u, WorkerId: r.s.cfg.ID, Model: r.model, CompletedAt: timestamppb.New(r.s.now()),
 		UsageRecorded: r.usageRecorded, NothingWaiting: nothingWaiting}
-	if _, err := r.s.bus.Publish(ctx, r.s.bus.Topology().Subject(bus.SubjectTurnCompleted), "turn-done:"+r.req.GetTurnId(), done); err != nil {
+	// The router reads only the completions it has something to do for.
+	subject := bus.SubjectTurnCompleted
+	if nothingWaiting && r.usageRecorded {
+		subject = bus.SubjectTurnCompletedIdle
+	}
+	topo := r.s.bus.Topology()
+	_, err := r.s.bus.Publish(ctx, topo.Subject(subject), "turn-done:"+r.req.GetTurnId(), done)
+	if errors.Is(err, jetstream.ErrNoStreamResponse) && subject == bus.SubjectTurnCompletedIdle {
+		// The stream was declared by a process from before the idle
+		// subject (a rolling upgrade): the router's subject takes it.
+		_, err = r.s.bus.Publish(ctx, topo.Subject(bus.SubjectTurnCompleted), "turn-done:"+r.req.GetTurnId(), done)
+	}
+	if err != nil {
 		return fmt.Errorf("publish turn completed: %w", err)
 	}
+	turnsCompleted.WithLabelValues(strings.ToLower(strings.TrimPrefix(status.String(), "TURN_STATUS_"))).Inc()
 	r.log.Info("turn completed", "status", status.String(), "model_calls", u.GetModelCalls(), "tool_calls", u.GetToolCalls())
 	return nil
 }

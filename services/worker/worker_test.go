@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/switchboard-chat/switchboard/pkg/bus"
 	"github.com/switchboard-chat/switchboard/pkg/fakellm"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
@@ -100,6 +101,14 @@ func TestCompletionSaysWhetherMessagesWait(t *testing.T) {
 		done := h.waitCompleted(req.TurnId)
 		if done.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED || done.GetNothingWaiting() == tc.marked {
 			t.Errorf("%s: status %v, nothing waiting %v", tc.name, done.GetStatus(), done.GetNothingWaiting())
+		}
+		// Only a completion the router must act on goes to its subject.
+		routed := false
+		for _, ev := range streamMsgs[turnsv1.TurnCompleted](t, h.bus, bus.StreamTurnEvents, h.bus.Topology().Subject(bus.SubjectTurnCompleted)) {
+			routed = routed || ev.GetTurnId() == req.TurnId
+		}
+		if routed != tc.marked {
+			t.Errorf("%s: on the router's subject %v, want %v", tc.name, routed, tc.marked)
 		}
 	}
 }
