@@ -39,6 +39,9 @@ func runDev(ctx context.Context, args []string) error {
 	if lim := int64(cfg.Dev.MemoryLimitMiB) << 20; lim > 0 && os.Getenv("GOMEMLIMIT") == "" && lim < debug.SetMemoryLimit(-1) {
 		debug.SetMemoryLimit(lim)
 	}
+	if p := cfg.Dev.GCPercent; p > 0 && os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(p)
+	}
 	return runDevWith(ctx, cfg, devOptions{opsAddr: cf.opsAddr, warnings: warnings, ready: printBanner})
 }
 

@@ -44,6 +44,7 @@ func TestConfigRefusesWhatItCannotRun(t *testing.T) {
 	}{
 		{"nats.dedupe_window", func(c *Config) { c.NATS.DedupeWindow = 0 }},
 		{"dev.memory_limit_mib", func(c *Config) { c.Dev.MemoryLimitMiB = -1 }},
+		{"dev.gc_percent", func(c *Config) { c.Dev.GCPercent = -1 }},
 		{"postgres.max_conns", func(c *Config) { c.Postgres.MaxConns = -1 }},
 	} {
 		c := defaultConfig()
