@@ -4,8 +4,10 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
+	"github.com/switchboard-chat/switchboard/services/worker"
 )
 
 // /undo and /retry edit the conversation in a turn of their own: /undo
@@ -16,7 +18,10 @@ func TestUndoAndRetryEditTheConversation(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
 	h.setGeneration("s1", 1)
-	h.startWorker("w1", nil)
+	// A fixed clock: the retried exchange calls the clock tool again, and
+	// its answer must not depend on the second it runs in.
+	at := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	h.startWorker("w1", func(_ *worker.Config, d *worker.Deps) { d.Now = func() time.Time { return at } })
 	ctx := context.Background()
 	// turn runs one turn and returns its answer.
 	turn := func(text string, o turnOpts) string {
