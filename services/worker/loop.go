@@ -39,7 +39,13 @@ func (l *loopState) nextStep() int { return len(l.turn) }
 // begin loads what is committed and records the turn's inputs once.
 // A non-nil Final means an earlier attempt already decided the turn.
 func (r *turnRun) begin(ctx context.Context) (*loopState, *store.Final, error) {
-	ts, err := r.s.store.BeginTurn(ctx, r.st)
+	var began beganTurn
+	if r.ahead != nil {
+		began, r.ahead = <-r.ahead, nil
+	} else {
+		began.ts, began.err = r.s.store.BeginTurn(ctx, r.st)
+	}
+	ts, err := began.ts, began.err
 	if err != nil {
 		return nil, nil, err
 	}

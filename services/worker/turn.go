@@ -66,6 +66,29 @@ type turnRun struct {
 	// prompt is the conversation's stored system prompt, as begin loaded
 	// it (nil: none stored).
 	prompt *store.Prompt
+	// ahead delivers the turn's first read, started while the lock is
+	// claimed (readAhead); nil when begin must read itself.
+	ahead chan beganTurn
+}
+
+// beganTurn is the result of the turn's first read.
+type beganTurn struct {
+	ts  store.TurnState
+	err error
+}
+
+// readAhead starts the turn's first read (store.BeginTurn) so that it
+// overlaps the lock claim: the two round trips go out together. The read
+// takes no lock and writes nothing; a claim that had to wait for another
+// attempt drops it (that attempt may write meanwhile), and a turn whose
+// claim fails never uses it.
+func (r *turnRun) readAhead(ctx context.Context) {
+	ch := make(chan beganTurn, 1)
+	go func() {
+		ts, err := r.s.store.BeginTurn(ctx, r.st)
+		ch <- beganTurn{ts, err}
+	}()
+	r.ahead = ch
 }
 
 func newTurnRun(s *Service, req *turnsv1.TurnRequested, attempt int) *turnRun {
@@ -141,6 +164,9 @@ func replyTarget(req *turnsv1.TurnRequested) *deliveryv1.Target {
 // run is the whole life of one delivery. It returns nil when the turn
 // reached an end (acked), an error to have the bus redeliver it.
 func (r *turnRun) run(ctx context.Context) error {
+	if r.s.agent == nil {
+		r.readAhead(ctx)
+	}
 	if err := r.claimLock(ctx); err != nil {
 		if errors.Is(err, errLockLost) {
 			// Another turn owns the session now: this one is superseded.
@@ -333,6 +359,7 @@ func (r *turnRun) claimLock(ctx context.Context) error {
 		case time.Now().After(deadline):
 			return errLockBusy
 		}
+		r.ahead = nil // read again once the other attempt is gone
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
