@@ -84,11 +84,11 @@ redis.call("DEL", KEYS[1])
 return 1 + redis.call("DEL", KEYS[2])`)
 )
 
-// WaitingTTL bounds how long a waiting mark outlives the lock holder it
+// waitingTTL bounds how long a waiting mark outlives the lock holder it
 // was left for. A mark that expires first (a turn renewed past it) costs
 // only time: the router's sweep starts sessions whose messages wait
 // behind a free lock.
-const WaitingTTL = 24 * time.Hour
+const waitingTTL = 24 * time.Hour
 
 // Locker manages owner-token locks under a key prefix.
 type Locker struct {
@@ -156,7 +156,7 @@ func (l *Locker) Release(ctx context.Context, name, token string) error {
 // told; there is no moment in between.
 func (l *Locker) AcquireOrMark(ctx context.Context, name, token string, ttl time.Duration) (ok bool, err error) {
 	n, err := acquireOrMarkScript.Run(ctx, l.rdb, []string{l.Key(name), l.waitingKey(name)},
-		token, ttl.Milliseconds(), WaitingTTL.Milliseconds()).Int()
+		token, ttl.Milliseconds(), waitingTTL.Milliseconds()).Int()
 	if err != nil {
 		return false, fmt.Errorf("acquire lock %s: %w", name, err)
 	}
@@ -167,13 +167,13 @@ func (l *Locker) AcquireOrMark(ctx context.Context, name, token string, ttl time
 // the lock was taken. It sends the script's text, as a pipeline cannot
 // fall back from EVALSHA after a Redis restart emptied the script cache.
 func (l *Locker) AcquireOrMarkIn(ctx context.Context, pipe redis.Pipeliner, name, token string, ttl time.Duration) *redis.Cmd {
-	return acquireOrMarkScript.Eval(ctx, pipe, []string{l.Key(name), l.waitingKey(name)}, token, ttl.Milliseconds(), WaitingTTL.Milliseconds())
+	return acquireOrMarkScript.Eval(ctx, pipe, []string{l.Key(name), l.waitingKey(name)}, token, ttl.Milliseconds(), waitingTTL.Milliseconds())
 }
 
 // MarkWaiting marks the named lock as AcquireOrMark does when it finds
 // the lock held: its holder, on letting go, learns that something waits.
 func (l *Locker) MarkWaiting(ctx context.Context, name string) error {
-	if err := l.rdb.Set(ctx, l.waitingKey(name), "1", WaitingTTL).Err(); err != nil {
+	if err := l.rdb.Set(ctx, l.waitingKey(name), "1", waitingTTL).Err(); err != nil {
 		return fmt.Errorf("mark lock %s: %w", name, err)
 	}
 	return nil
