@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -225,6 +226,7 @@ func (s *system) start(i int, args []string) (*proc, error) {
 
 func (s *system) waitReady(ctx context.Context, p *proc) error {
 	deadline := time.Now().Add(90 * time.Second)
+	hc := &http.Client{Timeout: 5 * time.Second}
 	for {
 		select {
 		case err := <-p.done:
@@ -232,15 +234,21 @@ func (s *system) waitReady(ctx context.Context, p *proc) error {
 			return fmt.Errorf("%s exited: %v\n%s", p.name, err, tail(p.logPath))
 		default:
 		}
-		resp, err := http.Get("http://" + p.opsAddr + "/readyz")
+		// The last answer is kept for the error: /readyz names what fails.
+		resp, err := hc.Get("http://" + p.opsAddr + "/readyz")
+		last := ""
 		if err == nil {
+			b, _ := io.ReadAll(io.LimitReader(resp.Body, 2048))
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
 				return nil
 			}
+			last = fmt.Sprintf("%d %s", resp.StatusCode, bytes.TrimSpace(b))
+		} else {
+			last = err.Error()
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("%s never ready: %v\n%s", p.name, err, tail(p.logPath))
+			return fmt.Errorf("%s never ready: %s\n%s", p.name, last, tail(p.logPath))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
