@@ -159,6 +159,7 @@ func (s *system) measure(ctx context.Context, n int, stream bool) RunResult {
 	} else {
 		close(profDone)
 	}
+	workBefore := s.readWork(ctx)
 	before, hopsBefore := s.snapshot(), s.scrapeHops()
 	recording.Store(true)
 	t0 := time.Now()
@@ -166,6 +167,7 @@ func (s *system) measure(ctx context.Context, n int, stream bool) RunResult {
 	recording.Store(false)
 	el := time.Since(t0)
 	after, hopsAfter := s.snapshot(), s.scrapeHops()
+	workAfter := s.readWork(ctx)
 	stopping.Store(true)
 	wg.Wait()
 	<-profDone
@@ -178,6 +180,7 @@ func (s *system) measure(ctx context.Context, n int, stream bool) RunResult {
 	}
 	rr.TurnsPerSec = float64(rr.Turns) / el.Seconds()
 	rr.Hops = hopDelta(hopsBefore, hopsAfter, rr.Turns)
+	rr.WorkPerTurn = workAfter.perTurn(workBefore, rr.Turns)
 	rr.E2E = percentiles(flatten(lat))
 	if stream {
 		p := percentiles(flatten(ttft))

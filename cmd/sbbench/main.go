@@ -172,8 +172,12 @@ type RunResult struct {
 	MachineCPUms float64        `json:"cpu_ms_per_turn_machine"`
 	// InfraByMs splits InfraCPUms by server; LoadCPUms is the load
 	// generator's own CPU (HTTP clients), which shares the machine.
-	InfraByMs      map[string]float64 `json:"cpu_ms_per_turn_infra_by_server,omitempty"`
-	LoadCPUms      float64            `json:"cpu_ms_per_turn_load_generator"`
+	InfraByMs map[string]float64 `json:"cpu_ms_per_turn_infra_by_server,omitempty"`
+	LoadCPUms float64            `json:"cpu_ms_per_turn_load_generator"`
+	// WorkPerTurn: what Postgres and Redis counted per turn (workKeys).
+	// Postgres connections flush their counts about once a second, so
+	// the edges of a short window blur them by up to a second's work.
+	WorkPerTurn    map[string]float64 `json:"work_per_turn,omitempty"`
 	PeakRSSMB      map[string]float64 `json:"peak_rss_mb"`
 	CPUByProcessMs map[string]float64 `json:"cpu_ms_per_turn_by_process"`
 }

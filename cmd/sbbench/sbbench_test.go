@@ -71,3 +71,34 @@ func TestParseList(t *testing.T) {
 		t.Fatalf("got %v, %v", got, err)
 	}
 }
+
+func TestCommandCalls(t *testing.T) {
+	for _, tc := range []struct {
+		name, info string
+		want       int64
+	}{
+		{"none", "# Commandstats\r\n", 0},
+		{"two commands", "# Commandstats\r\ncmdstat_get:calls=12,usec=40,usec_per_call=3.33,rejected_calls=0,failed_calls=0\r\n" +
+			"cmdstat_evalsha:calls=5,usec=90,usec_per_call=18.00,rejected_calls=1,failed_calls=0\r\n", 17},
+		{"other sections and garbage are skipped", "# Server\r\nredis_version:7.0.15\r\ncmdstat_set:calls=x\r\ncmdstat_del:calls=3\r\n", 3},
+	} {
+		if got := commandCalls(tc.info); got != tc.want {
+			t.Errorf("%s: %d calls, want %d", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestWorkPerTurn(t *testing.T) {
+	before := work{"pg_transactions": 100, "redis_commands": 1000}
+	after := work{"pg_transactions": 160, "redis_commands": 1200, "pg_rows_inserted": 50}
+	got := after.perTurn(before, 20)
+	if len(got) != 2 || got["pg_transactions"] != 3 || got["redis_commands"] != 10 {
+		t.Fatalf("per turn %v, want 3 transactions and 10 commands (a counter read only after is left out)", got)
+	}
+	if after.perTurn(before, 0) != nil {
+		t.Fatal("per turn of no turns")
+	}
+	if s := formatWork(got); s != "pg transactions 3.00, redis commands 10.00" {
+		t.Fatalf("formatted %q", s)
+	}
+}

@@ -144,6 +144,15 @@ func writeSummary(w io.Writer, r *Result) {
 			fmt.Fprintf(w, "  %-10s %3d: %s\n", s.Shape, run.Sessions, strings.Join(parts, ", "))
 		}
 	}
+	fmt.Fprintln(w, "\nWork per turn, streaming off (Postgres's database counters, flushed about once a second; Redis commands of every client)")
+	for _, s := range r.Shapes {
+		for _, run := range s.Runs {
+			if run.Stream || len(run.WorkPerTurn) == 0 {
+				continue
+			}
+			fmt.Fprintf(w, "  %-10s %3d: %s\n", s.Shape, run.Sessions, formatWork(run.WorkPerTurn))
+		}
+	}
 	fmt.Fprintln(w, "\nRSS (MB): idle VmRSS after start → VmHWM peak after the last run")
 	for _, s := range r.Shapes {
 		var parts []string
