@@ -120,9 +120,10 @@ func withDatabase(raw, db string) (string, error) {
 	return u.String(), nil
 }
 
-func execSQL(ctx context.Context, serverURL, sql string) error {
+// connectPG opens one connection to the server or database at dbURL.
+func connectPG(ctx context.Context, dbURL string) (*pgx.Conn, error) {
 	// pool_* parameters are for the services' pools, not one connection.
-	if u, err := url.Parse(serverURL); err == nil {
+	if u, err := url.Parse(dbURL); err == nil {
 		q := u.Query()
 		for k := range q {
 			if strings.HasPrefix(k, "pool_") {
@@ -130,11 +131,19 @@ func execSQL(ctx context.Context, serverURL, sql string) error {
 			}
 		}
 		u.RawQuery = q.Encode()
-		serverURL = u.String()
+		dbURL = u.String()
 	}
-	c, err := pgx.Connect(ctx, serverURL)
+	c, err := pgx.Connect(ctx, dbURL)
 	if err != nil {
-		return fmt.Errorf("connect postgres: %w", err)
+		return nil, fmt.Errorf("connect postgres: %w", err)
+	}
+	return c, nil
+}
+
+func execSQL(ctx context.Context, serverURL, sql string) error {
+	c, err := connectPG(ctx, serverURL)
+	if err != nil {
+		return err
 	}
 	defer c.Close(context.Background())
 	if _, err := c.Exec(ctx, sql); err != nil {

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -27,7 +26,7 @@ func (s *system) readWork(ctx context.Context) work {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	w := work{}
-	if c, err := pgx.Connect(ctx, s.dbURL); err == nil {
+	if c, err := connectPG(ctx, s.dbURL); err == nil {
 		var xacts, ins, upd, del int64
 		err := c.QueryRow(ctx, `SELECT xact_commit + xact_rollback, tup_inserted, tup_updated, tup_deleted
 			FROM pg_stat_database WHERE datname = current_database()`).Scan(&xacts, &ins, &upd, &del)

@@ -39,13 +39,7 @@ func (l *loopState) nextStep() int { return len(l.turn) }
 // begin loads what is committed and records the turn's inputs once.
 // A non-nil Final means an earlier attempt already decided the turn.
 func (r *turnRun) begin(ctx context.Context) (*loopState, *store.Final, error) {
-	var began beganTurn
-	if r.ahead != nil {
-		began, r.ahead = <-r.ahead, nil
-	} else {
-		began.ts, began.err = r.s.store.BeginTurn(ctx, r.st)
-	}
-	ts, err := began.ts, began.err
+	ts, err := r.read(ctx)
 	if err != nil {
 		return nil, nil, err
 	}

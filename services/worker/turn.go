@@ -91,6 +91,16 @@ func (r *turnRun) readAhead(ctx context.Context) {
 	r.ahead = ch
 }
 
+// read is the turn's first read: the one readAhead started, or a new one.
+func (r *turnRun) read(ctx context.Context) (store.TurnState, error) {
+	if ch := r.ahead; ch != nil {
+		r.ahead = nil
+		b := <-ch
+		return b.ts, b.err
+	}
+	return r.s.store.BeginTurn(ctx, r.st)
+}
+
 func newTurnRun(s *Service, req *turnsv1.TurnRequested, attempt int) *turnRun {
 	ttl := time.Duration(req.GetLockTtlMs()) * time.Millisecond
 	if ttl <= 0 {
