@@ -41,35 +41,36 @@ type chatMessage struct {
 }
 
 // turn sends one message as session and waits for the whole answer. It
-// returns the end-to-end latency and, when streaming, the time to the
-// first content chunk.
-func (c *client) turn(ctx context.Context, addr, session string, stream bool) (e2e, first time.Duration, err error) {
+// returns the end-to-end latency, when streaming the time to the first
+// content chunk, and otherwise the hops the gateway reported.
+func (c *client) turn(ctx context.Context, addr, session string, stream bool) (e2e, first time.Duration, hops turnTiming, err error) {
 	body, _ := json.Marshal(chatRequest{Model: "switchboard", Stream: stream, Messages: []chatMessage{{Role: "user", Content: userText}}})
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+"/v1/chat/completions", bytes.NewReader(body))
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, hops, err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("X-Session-Id", session)
 	t0 := time.Now()
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, hops, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return 0, 0, fmt.Errorf("status %d: %s", resp.StatusCode, bytes.TrimSpace(b))
+		return 0, 0, hops, fmt.Errorf("status %d: %s", resp.StatusCode, bytes.TrimSpace(b))
 	}
 	if !stream {
 		b, err := io.ReadAll(resp.Body)
 		if err != nil {
-			return 0, 0, err
+			return 0, 0, hops, err
 		}
+		e2e = time.Since(t0)
 		if !bytes.Contains(b, []byte("echo: ")) {
-			return 0, 0, fmt.Errorf("unexpected answer: %.200s", b)
+			return 0, 0, hops, fmt.Errorf("unexpected answer: %.200s", b)
 		}
-		return time.Since(t0), 0, nil
+		return e2e, 0, parseServerTiming(resp.Header.Get("Server-Timing")), nil
 	}
 	r := bufio.NewReaderSize(resp.Body, 16<<10)
 	done := false
@@ -90,13 +91,13 @@ func (c *client) turn(ctx context.Context, addr, session string, stream bool) (e
 			break
 		}
 		if err != nil {
-			return 0, 0, err
+			return 0, 0, hops, err
 		}
 	}
 	if !done || first == 0 {
-		return 0, 0, fmt.Errorf("stream ended without content or [DONE]")
+		return 0, 0, hops, fmt.Errorf("stream ended without content or [DONE]")
 	}
-	return time.Since(t0), first, nil
+	return time.Since(t0), first, hops, nil
 }
 
 // measure runs n sessions for warm-up plus the window and reports what
@@ -110,6 +111,7 @@ func (s *system) measure(ctx context.Context, n int, stream bool) RunResult {
 	var lastErr atomic.Value
 	lat := make([][]time.Duration, n)
 	ttft := make([][]time.Duration, n)
+	timings := make([][]turnTiming, n)
 	tag := fmt.Sprintf("sbbench-%s-%d-%v-%s", s.shape, n, stream, randomSuffix())
 	var wg sync.WaitGroup
 	for i := range n {
@@ -123,7 +125,7 @@ func (s *system) measure(ctx context.Context, n int, stream bool) RunResult {
 				}
 				session := fmt.Sprintf("%s-%d-%d", tag, i, conv)
 				sent++
-				e2e, first, err := c.turn(ctx, s.apiAddr, session, stream)
+				e2e, first, hops, err := c.turn(ctx, s.apiAddr, session, stream)
 				if !recording.Load() {
 					if err != nil {
 						time.Sleep(10 * time.Millisecond)
@@ -140,6 +142,8 @@ func (s *system) measure(ctx context.Context, n int, stream bool) RunResult {
 				lat[i] = append(lat[i], e2e)
 				if stream {
 					ttft[i] = append(ttft[i], first)
+				} else {
+					timings[i] = append(timings[i], hops)
 				}
 			}
 		}()
@@ -182,6 +186,13 @@ func (s *system) measure(ctx context.Context, n int, stream bool) RunResult {
 	rr.Hops = hopDelta(hopsBefore, hopsAfter, rr.Turns)
 	rr.WorkPerTurn = workAfter.perTurn(workBefore, rr.Turns)
 	rr.E2E = percentiles(flatten(lat))
+	if !stream {
+		var all []turnTiming
+		for _, t := range timings {
+			all = append(all, t...)
+		}
+		rr.Timeline = timelineMedians(all, flatten(lat))
+	}
 	if stream {
 		p := percentiles(flatten(ttft))
 		rr.FirstToken = &p

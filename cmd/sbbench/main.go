@@ -166,10 +166,14 @@ type RunResult struct {
 	FirstToken  *Percentiles `json:"first_token_ms,omitempty"`
 	// Hops: mean handler time per bus consumer (and JetStream publish
 	// round trips) from each process's /metrics; not a per-turn trace.
-	Hops         map[string]Hop `json:"hops,omitempty"`
-	CPUmsPerTurn float64        `json:"cpu_ms_per_turn_switchboard"`
-	InfraCPUms   float64        `json:"cpu_ms_per_turn_infra"`
-	MachineCPUms float64        `json:"cpu_ms_per_turn_machine"`
+	Hops map[string]Hop `json:"hops,omitempty"`
+	// Timeline: the median ms of each hop of a turn (streaming off), from
+	// the API gateway's Server-Timing header (timelineHops), and of the
+	// client's part (end-to-end minus the gateway's total).
+	Timeline     map[string]float64 `json:"hop_ms_p50,omitempty"`
+	CPUmsPerTurn float64            `json:"cpu_ms_per_turn_switchboard"`
+	InfraCPUms   float64            `json:"cpu_ms_per_turn_infra"`
+	MachineCPUms float64            `json:"cpu_ms_per_turn_machine"`
 	// InfraByMs splits InfraCPUms by server; LoadCPUms is the load
 	// generator's own CPU (HTTP clients), which shares the machine.
 	InfraByMs map[string]float64 `json:"cpu_ms_per_turn_infra_by_server,omitempty"`

@@ -268,7 +268,7 @@ func (s *system) waitAnswer(ctx context.Context) error {
 	c := newClient(1)
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		_, _, err := c.turn(ctx, s.apiAddr, "sbbench-probe-"+randomSuffix(), false)
+		_, _, _, err := c.turn(ctx, s.apiAddr, "sbbench-probe-"+randomSuffix(), false)
 		if err == nil {
 			return nil
 		}

@@ -109,7 +109,23 @@ func writeSummary(w io.Writer, r *Result) {
 		}
 	}
 	fmt.Fprintln(w, "\ncpu ms/t: CPU of the switchboard processes per turn; infra ms: postgres+redis+nats-server per turn (machine-wide, shared)")
-	fmt.Fprintln(w, "\nHops (mean handler ms per message × messages per turn, from /metrics), streaming off")
+	fmt.Fprintln(w, "\nA turn's hops (median ms, from the API gateway's Server-Timing header), streaming off")
+	fmt.Fprintf(w, "  %-14s %8s %8s %8s %8s %8s %8s %8s\n", "", "gateway", "router", "worker", "delivery", "return", "total", hopClient)
+	for _, s := range r.Shapes {
+		for _, run := range s.Runs {
+			if run.Stream || len(run.Timeline) == 0 {
+				continue
+			}
+			fmt.Fprintf(w, "  %-10s %3d:", s.Shape, run.Sessions)
+			for _, k := range append(timelineHops[:len(timelineHops):len(timelineHops)], hopClient) {
+				fmt.Fprintf(w, " %8.2f", run.Timeline[k])
+			}
+			fmt.Fprintln(w)
+		}
+	}
+	fmt.Fprintln(w, "  (gateway: request read to message published; router: to the turn published; worker: to the reply"+
+		" published; delivery: to the reply sent to the gateway; return: to the reply collected; client: end-to-end minus total)")
+	fmt.Fprintln(w, "\nHandlers (mean handler ms per message × messages per turn, from /metrics), streaming off")
 	for _, s := range r.Shapes {
 		for _, run := range s.Runs {
 			if run.Stream || len(run.Hops) == 0 {

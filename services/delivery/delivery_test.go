@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	adminv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/admin/v1"
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
@@ -518,4 +519,49 @@ func TestReplicasBalanceThePartitions(t *testing.T) {
 	}
 	b.stop(t)
 	eventually(t, e.clock, 0, "a owning every partition again", func() bool { return a.svc.Partitions() == parts })
+}
+
+// The messages of a turn's final reply carry its hop times to the
+// gateway (for the API's Server-Timing header): when the router published
+// the turn, when the worker published the reply, and when delivery sent
+// the message, through the outbox or straight through. Progress and
+// notices carry none.
+func TestFinalRepliesCarryHopTimes(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.start(t, testConfig(), "a")
+	requested := timestamppb.New(e.clock.Now().Add(-3 * time.Millisecond))
+	stamped := func(ev *repliesv1.ReplyEvent) *repliesv1.ReplyEvent {
+		ev.TurnRequestedAt = requested
+		return ev
+	}
+	lone := stamped(event("t1", 2, "s1", final("short answer")))
+	long := stamped(event("t2", 2, "s2", final(strings.Repeat("word ", 1800))))
+	failed := stamped(event("t3", 2, "s3", &repliesv1.ReplyError{Code: "provider", Message: "the model failed"}))
+	e.publish(t, stamped(event("t4", 1, "s4", &repliesv1.Typing{Active: true})))
+	e.publish(t, stamped(event("t5", 1, "s5", &repliesv1.Notice{Text: "a notice"})))
+	for _, ev := range []*repliesv1.ReplyEvent{lone, long, failed} {
+		e.publish(t, ev)
+	}
+	eventually(t, e.clock, 0, "every message posted", func() bool {
+		_, posted := e.gw.snapshot()
+		return len(posted) == 6 // 1 + 3 chunks + 1 + the notice
+	})
+	created := map[string]*timestamppb.Timestamp{"t1": lone.GetCreatedAt(), "t2": long.GetCreatedAt(), "t3": failed.GetCreatedAt()}
+	calls, _ := e.gw.snapshot()
+	for _, c := range calls {
+		h := c.Req.GetHopTimes()
+		want, final := created[c.Req.GetTurnId()]
+		switch {
+		case !final || c.Op == deliveryv1.SendOp_SEND_OP_TYPING:
+			if h != nil {
+				t.Errorf("%s %v carries hop times %v", c.Key, c.Op, h)
+			}
+		case h == nil:
+			t.Errorf("%s has no hop times", c.Key)
+		case !proto.Equal(h.GetTurnRequestedAt(), requested) || !proto.Equal(h.GetReplyCreatedAt(), want) ||
+			h.GetDispatchedAt().AsTime().Before(want.AsTime()) || h.GetDispatchedAt().AsTime().After(c.At):
+			t.Errorf("%s hop times %v, want requested %v, created %v, dispatched by %v", c.Key, h, requested, want, c.At)
+		}
+	}
 }

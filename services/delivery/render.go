@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/protobuf/types/known/timestamppb"
+
 	"github.com/switchboard-chat/switchboard/pkg/bus"
 	"github.com/switchboard-chat/switchboard/pkg/chunk"
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
@@ -154,13 +156,34 @@ func answers(n *repliesv1.Notice) bool {
 
 // request is a SendRequested for ev with its common fields.
 func (s *Service) request(ev *repliesv1.ReplyEvent, key string, op deliveryv1.SendOp) *deliveryv1.SendRequested {
-	return &deliveryv1.SendRequested{
+	r := &deliveryv1.SendRequested{
 		IdempotencyKey:  key,
 		Op:              op,
 		Target:          ev.GetTarget(),
 		TurnId:          ev.GetTurnId(),
 		SessionKey:      ev.GetSessionKey(),
 		InputMessageIds: ev.GetInputMessageIds(),
+	}
+	if isFinal(ev) && ev.GetTurnRequestedAt() != nil {
+		r.HopTimes = &deliveryv1.HopTimes{TurnRequestedAt: ev.GetTurnRequestedAt(), ReplyCreatedAt: ev.GetCreatedAt()}
+	}
+	return r
+}
+
+// isFinal reports whether ev is the turn's final reply.
+func isFinal(ev *repliesv1.ReplyEvent) bool {
+	switch ev.GetBody().(type) {
+	case *repliesv1.ReplyEvent_FinalText, *repliesv1.ReplyEvent_Error:
+		return true
+	}
+	return false
+}
+
+// dispatched stamps the moment req leaves for the gateway on its hop
+// times, when it has them.
+func dispatched(req *deliveryv1.SendRequested, now time.Time) {
+	if h := req.GetHopTimes(); h != nil {
+		h.DispatchedAt = timestamppb.New(now)
 	}
 }
 

@@ -125,6 +125,7 @@ func (s *Service) send(ctx, life context.Context, r outbox.Row) {
 	}
 
 	rctx, cancel := context.WithTimeout(ctx, s.cfg.SendTimeout)
+	dispatched(req, s.now())
 	var rec deliveryv1.SendReceipt
 	err = s.bus.Request(rctx, s.bus.Topology().SendSubject(r.Platform), req, &rec)
 	cancel()
@@ -191,6 +192,7 @@ func (s *Service) sendThrough(ctx context.Context, req *deliveryv1.SendRequested
 	// A short wait: the reply partition waits with it. A timeout is a
 	// "maybe delivered" the outbox retries under the same key.
 	rctx, cancel := context.WithTimeout(ctx, min(s.cfg.SendTimeout, directSendTimeout))
+	dispatched(req, s.now())
 	var rec deliveryv1.SendReceipt
 	err := s.bus.Request(rctx, s.bus.Topology().SendSubject(t.GetPlatform()), req, &rec)
 	cancel()

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/switchboard-chat/switchboard/pkg/bus"
 	"github.com/switchboard-chat/switchboard/pkg/bus/bustest"
@@ -211,7 +212,7 @@ func (h *harness) requestTurn(key, text string, o turnOpts) *turnsv1.TurnRequest
 	n := h.seq.Add(1)
 	req := &turnsv1.TurnRequested{
 		TurnId: fmt.Sprintf("turn-%s-%d", key, n), SessionKey: key, SessionId: o.sessionID, Generation: o.generation,
-		LockToken: o.token, LockTtlMs: 5000, Origin: o.origin, ModelOverride: o.override,
+		LockToken: o.token, LockTtlMs: 5000, Origin: o.origin, ModelOverride: o.override, RequestedAt: timestamppb.Now(),
 		Inputs: []*eventsv1.MessageReceived{{EventId: fmt.Sprintf("ev%d", n), MessageId: fmt.Sprintf("m%d", n), Text: text,
 			Source: o.origin, AnswerOnly: o.answerOnly, TranscriptCommand: o.command}},
 	}

@@ -500,6 +500,7 @@ func (r *turnRun) publishAt(ctx context.Context, seq int64, ev *repliesv1.ReplyE
 	ev.Seq = seq
 	ev.Target = r.target
 	ev.CreatedAt = timestamppb.New(r.s.now())
+	ev.TurnRequestedAt = r.req.GetRequestedAt()
 	ev.InputMessageIds = r.inputIDs
 	subject, id := r.s.bus.Topology().ReplySubject(r.req.GetSessionKey()), fmt.Sprintf("reply:%s:%d", r.req.GetTurnId(), seq)
 	var err error

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/switchboard-chat/switchboard/pkg/bus"
 	"github.com/switchboard-chat/switchboard/pkg/fakellm"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
@@ -53,6 +55,10 @@ func TestTurnStreamsRepliesAndCompletes(t *testing.T) {
 		}
 		if ev.GetTarget().GetChatId() != "99" || len(ev.GetInputMessageIds()) != 1 || ev.GetGeneration() != 1 {
 			t.Errorf("event addressing: %v", ev)
+		}
+		// For the latency by hop (the API's Server-Timing header).
+		if !proto.Equal(ev.GetTurnRequestedAt(), req.GetRequestedAt()) || ev.GetCreatedAt().AsTime().Before(req.GetRequestedAt().AsTime()) {
+			t.Errorf("event times: requested %v, created %v; the turn was requested %v", ev.GetTurnRequestedAt(), ev.GetCreatedAt(), req.GetRequestedAt())
 		}
 	}
 	if len(phases) != 2 || phases[0] != repliesv1.ToolPhase_TOOL_PHASE_STARTED || phases[1] != repliesv1.ToolPhase_TOOL_PHASE_FINISHED {

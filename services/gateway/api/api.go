@@ -314,7 +314,11 @@ func (s *Service) Send(ctx context.Context, req *deliveryv1.SendRequested) (stri
 // sendPiece is the waiting request's piece of a send: a chunk of the
 // answer, or of the explanation of a failed turn.
 func sendPiece(req *deliveryv1.SendRequested) piece {
-	return piece{text: req.GetText(), final: req.GetFinal(), errorCode: req.GetErrorCode()}
+	p := piece{text: req.GetText(), final: req.GetFinal(), errorCode: req.GetErrorCode()}
+	if p.final {
+		p.hops = req.GetHopTimes()
+	}
+	return p
 }
 
 // StreamDelta hands a text delta to the waiting request.

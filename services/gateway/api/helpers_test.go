@@ -84,6 +84,8 @@ type responder struct {
 	answer func(ev *eventsv1.MessageReceived, turn int) []string
 	// gate, when set, holds every answer until it is closed.
 	gate chan struct{}
+	// hops, when set, stamps the final send's hop times.
+	hops func() *deliveryv1.HopTimes
 }
 
 func startResponder(t *testing.T, b *bus.Bus) *responder {
@@ -150,7 +152,11 @@ func (r *responder) reply(ctx context.Context, t *testing.T, b *bus.Bus, ev *eve
 	for i, p := range pieces {
 		send(&deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_STREAM_DELTA, Text: p, IdempotencyKey: fmt.Sprintf("%s:delta:%d", turnID, i)})
 	}
-	send(&deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, Text: strings.Join(pieces, ""), Final: true, IdempotencyKey: turnID + ":1:0"})
+	final := &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, Text: strings.Join(pieces, ""), Final: true, IdempotencyKey: turnID + ":1:0"}
+	if r.hops != nil {
+		final.HopTimes = r.hops()
+	}
+	send(final)
 }
 
 // hold makes the responder wait for the returned release before it

@@ -153,6 +153,7 @@ func (s *Service) models(w http.ResponseWriter, _ *http.Request) {
 }
 
 func (s *Service) chatCompletions(w http.ResponseWriter, r *http.Request) {
+	received := time.Now()
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
 	if err != nil {
 		var tooBig *http.MaxBytesError
@@ -219,6 +220,7 @@ func (s *Service) chatCompletions(w http.ResponseWriter, r *http.Request) {
 	}
 
 	wt := newWaiter()
+	var published time.Time // of a fresh request: a keyed one may have been published before
 	if idemKey == "" {
 		s.waiting.add(reqID, wt)
 		defer s.waiting.remove(reqID, wt)
@@ -227,6 +229,7 @@ func (s *Service) chatCompletions(w http.ResponseWriter, r *http.Request) {
 			s.writeDeliverError(w, r, err)
 			return
 		}
+		published = time.Now()
 	} else {
 		stop, ok := s.acceptKeyed(w, r, ev, wt, fingerprint(req.Text, req.Attachments, req.Context))
 		defer stop()
@@ -251,13 +254,17 @@ func (s *Service) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		s.stream(ctx, w, wt, id, modelName)
 		return
 	}
-	text, failed, err := collect(ctx, wt)
+	ans, err := collect(ctx, wt)
 	if err != nil {
 		s.writeWaitError(w, r, err)
 		return
 	}
-	if failed != "" {
-		writeTurnError(w, failed, text)
+	if !published.IsZero() {
+		w.Header().Set(HeaderServerTiming, serverTiming(received, published, time.Now(), ans.hops))
+	}
+	text := ans.text
+	if ans.errorCode != "" {
+		writeTurnError(w, ans.errorCode, text)
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -370,26 +377,28 @@ func (s *Service) shuttingDown() bool {
 // collect waits for the final send and returns the answer (the text of
 // every send chunk, in order) and, when the turn failed and the text
 // explains why, its error code.
-func collect(ctx context.Context, wt *waiter) (text, errorCode string, err error) {
+func collect(ctx context.Context, wt *waiter) (reply, error) {
 	var b strings.Builder
+	var ans reply
 	for {
 		for _, p := range wt.take() {
 			if p.delta != "" {
 				continue
 			}
-			if p.errorCode != "" && errorCode == "" {
+			if p.errorCode != "" && ans.errorCode == "" {
 				// Only the explanation answers a failed turn.
 				b.Reset()
-				errorCode = p.errorCode
+				ans.errorCode = p.errorCode
 			}
 			b.WriteString(p.text)
 			if p.final {
-				return b.String(), errorCode, nil
+				ans.text, ans.hops = b.String(), p.hops
+				return ans, nil
 			}
 		}
 		select {
 		case <-ctx.Done():
-			return "", "", ctx.Err()
+			return reply{}, ctx.Err()
 		case <-wt.notify:
 		}
 	}

@@ -1,6 +1,10 @@
 package api
 
-import "sync"
+import (
+	"sync"
+
+	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
+)
 
 // piece is one reply operation for a waiting HTTP request.
 type piece struct {
@@ -10,6 +14,17 @@ type piece struct {
 	// errorCode is set on the text explaining a failed turn
 	// (SendRequested.error_code): the request is answered with an error.
 	errorCode string
+	// hops are the hand-on times of the turn's final reply (on the final
+	// piece), for the Server-Timing header.
+	hops *deliveryv1.HopTimes
+}
+
+// reply is a waiting request's whole reply.
+type reply struct {
+	text string
+	// errorCode is set when the text explains a failed turn.
+	errorCode string
+	hops      *deliveryv1.HopTimes
 }
 
 // waiter collects the reply pieces of one waiting request.

@@ -358,7 +358,10 @@ type SendRequested struct {
 	// timeout, provider, internal, interrupted). Chat platforms show the
 	// text; the API gateway answers the request with the matching HTTP
 	// error instead of a completion.
-	ErrorCode     string `protobuf:"bytes,14,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
+	ErrorCode string `protobuf:"bytes,14,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
+	// When each hop of the reply's turn handed it on, for latency
+	// breakdowns: set on the messages of a turn's final reply.
+	HopTimes      *HopTimes `protobuf:"bytes,15,opt,name=hop_times,json=hopTimes,proto3" json:"hop_times,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -491,6 +494,79 @@ func (x *SendRequested) GetErrorCode() string {
 	return ""
 }
 
+func (x *SendRequested) GetHopTimes() *HopTimes {
+	if x != nil {
+		return x.HopTimes
+	}
+	return nil
+}
+
+// HopTimes are the wall-clock times, each read by the process of that
+// hop, at which a turn's message and reply were handed on. Times of
+// different hosts are as far apart as their clocks.
+type HopTimes struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The router published the turn (TurnRequested.requested_at).
+	TurnRequestedAt *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=turn_requested_at,json=turnRequestedAt,proto3" json:"turn_requested_at,omitempty"`
+	// The worker published the reply event (ReplyEvent.created_at).
+	ReplyCreatedAt *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=reply_created_at,json=replyCreatedAt,proto3" json:"reply_created_at,omitempty"`
+	// Delivery sent this message to the gateway.
+	DispatchedAt  *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=dispatched_at,json=dispatchedAt,proto3" json:"dispatched_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HopTimes) Reset() {
+	*x = HopTimes{}
+	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HopTimes) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HopTimes) ProtoMessage() {}
+
+func (x *HopTimes) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HopTimes.ProtoReflect.Descriptor instead.
+func (*HopTimes) Descriptor() ([]byte, []int) {
+	return file_switchboard_delivery_v1_delivery_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *HopTimes) GetTurnRequestedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.TurnRequestedAt
+	}
+	return nil
+}
+
+func (x *HopTimes) GetReplyCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ReplyCreatedAt
+	}
+	return nil
+}
+
+func (x *HopTimes) GetDispatchedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.DispatchedAt
+	}
+	return nil
+}
+
 // SendReceipt answers a SendRequested.
 type SendReceipt struct {
 	state             protoimpl.MessageState `protogen:"open.v1"`
@@ -509,7 +585,7 @@ type SendReceipt struct {
 
 func (x *SendReceipt) Reset() {
 	*x = SendReceipt{}
-	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[2]
+	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -521,7 +597,7 @@ func (x *SendReceipt) String() string {
 func (*SendReceipt) ProtoMessage() {}
 
 func (x *SendReceipt) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[2]
+	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -534,7 +610,7 @@ func (x *SendReceipt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendReceipt.ProtoReflect.Descriptor instead.
 func (*SendReceipt) Descriptor() ([]byte, []int) {
-	return file_switchboard_delivery_v1_delivery_proto_rawDescGZIP(), []int{2}
+	return file_switchboard_delivery_v1_delivery_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *SendReceipt) GetIdempotencyKey() string {
@@ -610,7 +686,7 @@ type SendRequest struct {
 
 func (x *SendRequest) Reset() {
 	*x = SendRequest{}
-	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[3]
+	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -622,7 +698,7 @@ func (x *SendRequest) String() string {
 func (*SendRequest) ProtoMessage() {}
 
 func (x *SendRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[3]
+	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -635,7 +711,7 @@ func (x *SendRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendRequest.ProtoReflect.Descriptor instead.
 func (*SendRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_delivery_v1_delivery_proto_rawDescGZIP(), []int{3}
+	return file_switchboard_delivery_v1_delivery_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *SendRequest) GetTarget() string {
@@ -684,7 +760,7 @@ type SendResponse struct {
 
 func (x *SendResponse) Reset() {
 	*x = SendResponse{}
-	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[4]
+	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -696,7 +772,7 @@ func (x *SendResponse) String() string {
 func (*SendResponse) ProtoMessage() {}
 
 func (x *SendResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[4]
+	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -709,7 +785,7 @@ func (x *SendResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendResponse.ProtoReflect.Descriptor instead.
 func (*SendResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_delivery_v1_delivery_proto_rawDescGZIP(), []int{4}
+	return file_switchboard_delivery_v1_delivery_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *SendResponse) GetDeliveryId() string {
@@ -752,7 +828,7 @@ type Delivery struct {
 
 func (x *Delivery) Reset() {
 	*x = Delivery{}
-	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[5]
+	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -764,7 +840,7 @@ func (x *Delivery) String() string {
 func (*Delivery) ProtoMessage() {}
 
 func (x *Delivery) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[5]
+	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -777,7 +853,7 @@ func (x *Delivery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Delivery.ProtoReflect.Descriptor instead.
 func (*Delivery) Descriptor() ([]byte, []int) {
-	return file_switchboard_delivery_v1_delivery_proto_rawDescGZIP(), []int{5}
+	return file_switchboard_delivery_v1_delivery_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Delivery) GetId() string {
@@ -860,7 +936,7 @@ const file_switchboard_delivery_v1_delivery_proto_rawDesc = "" +
 	"\aaccount\x18\x02 \x01(\tR\aaccount\x12\x17\n" +
 	"\achat_id\x18\x03 \x01(\tR\x06chatId\x12\x1b\n" +
 	"\tthread_id\x18\x04 \x01(\tR\bthreadId\x12-\n" +
-	"\x13reply_to_message_id\x18\x05 \x01(\tR\x10replyToMessageId\"\xb4\x04\n" +
+	"\x13reply_to_message_id\x18\x05 \x01(\tR\x10replyToMessageId\"\xf4\x04\n" +
 	"\rSendRequested\x12'\n" +
 	"\x0fidempotency_key\x18\x01 \x01(\tR\x0eidempotencyKey\x12/\n" +
 	"\x02op\x18\x02 \x01(\x0e2\x1f.switchboard.delivery.v1.SendOpR\x02op\x127\n" +
@@ -881,7 +957,12 @@ const file_switchboard_delivery_v1_delivery_proto_rawDesc = "" +
 	"\x05final\x18\f \x01(\bR\x05final\x12*\n" +
 	"\x11input_message_ids\x18\r \x03(\tR\x0finputMessageIds\x12\x1d\n" +
 	"\n" +
-	"error_code\x18\x0e \x01(\tR\terrorCode\"\xcb\x02\n" +
+	"error_code\x18\x0e \x01(\tR\terrorCode\x12>\n" +
+	"\thop_times\x18\x0f \x01(\v2!.switchboard.delivery.v1.HopTimesR\bhopTimes\"\xd9\x01\n" +
+	"\bHopTimes\x12F\n" +
+	"\x11turn_requested_at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x0fturnRequestedAt\x12D\n" +
+	"\x10reply_created_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x0ereplyCreatedAt\x12?\n" +
+	"\rdispatched_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\fdispatchedAt\"\xcb\x02\n" +
 	"\vSendReceipt\x12'\n" +
 	"\x0fidempotency_key\x18\x01 \x01(\tR\x0eidempotencyKey\x12\x0e\n" +
 	"\x02ok\x18\x02 \x01(\bR\x02ok\x12.\n" +
@@ -961,7 +1042,7 @@ func file_switchboard_delivery_v1_delivery_proto_rawDescGZIP() []byte {
 }
 
 var file_switchboard_delivery_v1_delivery_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_switchboard_delivery_v1_delivery_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
+var file_switchboard_delivery_v1_delivery_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
 var file_switchboard_delivery_v1_delivery_proto_goTypes = []any{
 	(SendOp)(0),                   // 0: switchboard.delivery.v1.SendOp
 	(TextFormat)(0),               // 1: switchboard.delivery.v1.TextFormat
@@ -969,35 +1050,40 @@ var file_switchboard_delivery_v1_delivery_proto_goTypes = []any{
 	(DeliveryState)(0),            // 3: switchboard.delivery.v1.DeliveryState
 	(*Target)(nil),                // 4: switchboard.delivery.v1.Target
 	(*SendRequested)(nil),         // 5: switchboard.delivery.v1.SendRequested
-	(*SendReceipt)(nil),           // 6: switchboard.delivery.v1.SendReceipt
-	(*SendRequest)(nil),           // 7: switchboard.delivery.v1.SendRequest
-	(*SendResponse)(nil),          // 8: switchboard.delivery.v1.SendResponse
-	(*Delivery)(nil),              // 9: switchboard.delivery.v1.Delivery
-	(*v1.Attachment)(nil),         // 10: switchboard.events.v1.Attachment
-	(*timestamppb.Timestamp)(nil), // 11: google.protobuf.Timestamp
+	(*HopTimes)(nil),              // 6: switchboard.delivery.v1.HopTimes
+	(*SendReceipt)(nil),           // 7: switchboard.delivery.v1.SendReceipt
+	(*SendRequest)(nil),           // 8: switchboard.delivery.v1.SendRequest
+	(*SendResponse)(nil),          // 9: switchboard.delivery.v1.SendResponse
+	(*Delivery)(nil),              // 10: switchboard.delivery.v1.Delivery
+	(*v1.Attachment)(nil),         // 11: switchboard.events.v1.Attachment
+	(*timestamppb.Timestamp)(nil), // 12: google.protobuf.Timestamp
 }
 var file_switchboard_delivery_v1_delivery_proto_depIdxs = []int32{
 	0,  // 0: switchboard.delivery.v1.SendRequested.op:type_name -> switchboard.delivery.v1.SendOp
 	4,  // 1: switchboard.delivery.v1.SendRequested.target:type_name -> switchboard.delivery.v1.Target
 	1,  // 2: switchboard.delivery.v1.SendRequested.format:type_name -> switchboard.delivery.v1.TextFormat
-	10, // 3: switchboard.delivery.v1.SendRequested.attachments:type_name -> switchboard.events.v1.Attachment
-	2,  // 4: switchboard.delivery.v1.SendReceipt.error_class:type_name -> switchboard.delivery.v1.ErrorClass
-	11, // 5: switchboard.delivery.v1.SendReceipt.sent_at:type_name -> google.protobuf.Timestamp
-	10, // 6: switchboard.delivery.v1.SendRequest.attachments:type_name -> switchboard.events.v1.Attachment
-	1,  // 7: switchboard.delivery.v1.SendRequest.format:type_name -> switchboard.delivery.v1.TextFormat
-	3,  // 8: switchboard.delivery.v1.SendResponse.state:type_name -> switchboard.delivery.v1.DeliveryState
-	4,  // 9: switchboard.delivery.v1.SendResponse.resolved_target:type_name -> switchboard.delivery.v1.Target
-	3,  // 10: switchboard.delivery.v1.Delivery.state:type_name -> switchboard.delivery.v1.DeliveryState
-	4,  // 11: switchboard.delivery.v1.Delivery.target:type_name -> switchboard.delivery.v1.Target
-	11, // 12: switchboard.delivery.v1.Delivery.created_at:type_name -> google.protobuf.Timestamp
-	11, // 13: switchboard.delivery.v1.Delivery.updated_at:type_name -> google.protobuf.Timestamp
-	7,  // 14: switchboard.delivery.v1.DeliveryService.Send:input_type -> switchboard.delivery.v1.SendRequest
-	8,  // 15: switchboard.delivery.v1.DeliveryService.Send:output_type -> switchboard.delivery.v1.SendResponse
-	15, // [15:16] is the sub-list for method output_type
-	14, // [14:15] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	11, // 3: switchboard.delivery.v1.SendRequested.attachments:type_name -> switchboard.events.v1.Attachment
+	6,  // 4: switchboard.delivery.v1.SendRequested.hop_times:type_name -> switchboard.delivery.v1.HopTimes
+	12, // 5: switchboard.delivery.v1.HopTimes.turn_requested_at:type_name -> google.protobuf.Timestamp
+	12, // 6: switchboard.delivery.v1.HopTimes.reply_created_at:type_name -> google.protobuf.Timestamp
+	12, // 7: switchboard.delivery.v1.HopTimes.dispatched_at:type_name -> google.protobuf.Timestamp
+	2,  // 8: switchboard.delivery.v1.SendReceipt.error_class:type_name -> switchboard.delivery.v1.ErrorClass
+	12, // 9: switchboard.delivery.v1.SendReceipt.sent_at:type_name -> google.protobuf.Timestamp
+	11, // 10: switchboard.delivery.v1.SendRequest.attachments:type_name -> switchboard.events.v1.Attachment
+	1,  // 11: switchboard.delivery.v1.SendRequest.format:type_name -> switchboard.delivery.v1.TextFormat
+	3,  // 12: switchboard.delivery.v1.SendResponse.state:type_name -> switchboard.delivery.v1.DeliveryState
+	4,  // 13: switchboard.delivery.v1.SendResponse.resolved_target:type_name -> switchboard.delivery.v1.Target
+	3,  // 14: switchboard.delivery.v1.Delivery.state:type_name -> switchboard.delivery.v1.DeliveryState
+	4,  // 15: switchboard.delivery.v1.Delivery.target:type_name -> switchboard.delivery.v1.Target
+	12, // 16: switchboard.delivery.v1.Delivery.created_at:type_name -> google.protobuf.Timestamp
+	12, // 17: switchboard.delivery.v1.Delivery.updated_at:type_name -> google.protobuf.Timestamp
+	8,  // 18: switchboard.delivery.v1.DeliveryService.Send:input_type -> switchboard.delivery.v1.SendRequest
+	9,  // 19: switchboard.delivery.v1.DeliveryService.Send:output_type -> switchboard.delivery.v1.SendResponse
+	19, // [19:20] is the sub-list for method output_type
+	18, // [18:19] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_switchboard_delivery_v1_delivery_proto_init() }
@@ -1011,7 +1097,7 @@ func file_switchboard_delivery_v1_delivery_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_switchboard_delivery_v1_delivery_proto_rawDesc), len(file_switchboard_delivery_v1_delivery_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   6,
+			NumMessages:   7,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

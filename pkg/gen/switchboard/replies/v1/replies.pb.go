@@ -95,6 +95,10 @@ type ReplyEvent struct {
 	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
 	// Platform message ids of the user messages the turn answers.
 	InputMessageIds []string `protobuf:"bytes,7,rep,name=input_message_ids,json=inputMessageIds,proto3" json:"input_message_ids,omitempty"`
+	// When the router published the turn (TurnRequested.requested_at):
+	// with created_at it gives the turn's time in the worker, for latency
+	// breakdowns (the API gateway's Server-Timing header).
+	TurnRequestedAt *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=turn_requested_at,json=turnRequestedAt,proto3" json:"turn_requested_at,omitempty"`
 	// Types that are valid to be assigned to Body:
 	//
 	//	*ReplyEvent_TextDelta
@@ -184,6 +188,13 @@ func (x *ReplyEvent) GetCreatedAt() *timestamppb.Timestamp {
 func (x *ReplyEvent) GetInputMessageIds() []string {
 	if x != nil {
 		return x.InputMessageIds
+	}
+	return nil
+}
+
+func (x *ReplyEvent) GetTurnRequestedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.TurnRequestedAt
 	}
 	return nil
 }
@@ -673,7 +684,7 @@ var File_switchboard_replies_v1_replies_proto protoreflect.FileDescriptor
 
 const file_switchboard_replies_v1_replies_proto_rawDesc = "" +
 	"\n" +
-	"$switchboard/replies/v1/replies.proto\x12\x16switchboard.replies.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a&switchboard/delivery/v1/delivery.proto\x1a\"switchboard/events/v1/events.proto\"\xdc\x05\n" +
+	"$switchboard/replies/v1/replies.proto\x12\x16switchboard.replies.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a&switchboard/delivery/v1/delivery.proto\x1a\"switchboard/events/v1/events.proto\"\xa4\x06\n" +
 	"\n" +
 	"ReplyEvent\x12\x17\n" +
 	"\aturn_id\x18\x01 \x01(\tR\x06turnId\x12\x1f\n" +
@@ -686,7 +697,8 @@ const file_switchboard_replies_v1_replies_proto_rawDesc = "" +
 	"\x06target\x18\x05 \x01(\v2\x1f.switchboard.delivery.v1.TargetR\x06target\x129\n" +
 	"\n" +
 	"created_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12*\n" +
-	"\x11input_message_ids\x18\a \x03(\tR\x0finputMessageIds\x12B\n" +
+	"\x11input_message_ids\x18\a \x03(\tR\x0finputMessageIds\x12F\n" +
+	"\x11turn_requested_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\x0fturnRequestedAt\x12B\n" +
 	"\n" +
 	"text_delta\x18\n" +
 	" \x01(\v2!.switchboard.replies.v1.TextDeltaH\x00R\ttextDelta\x12K\n" +
@@ -762,21 +774,22 @@ var file_switchboard_replies_v1_replies_proto_goTypes = []any{
 var file_switchboard_replies_v1_replies_proto_depIdxs = []int32{
 	9,  // 0: switchboard.replies.v1.ReplyEvent.target:type_name -> switchboard.delivery.v1.Target
 	10, // 1: switchboard.replies.v1.ReplyEvent.created_at:type_name -> google.protobuf.Timestamp
-	2,  // 2: switchboard.replies.v1.ReplyEvent.text_delta:type_name -> switchboard.replies.v1.TextDelta
-	3,  // 3: switchboard.replies.v1.ReplyEvent.tool_progress:type_name -> switchboard.replies.v1.ToolProgress
-	4,  // 4: switchboard.replies.v1.ReplyEvent.final_text:type_name -> switchboard.replies.v1.FinalText
-	5,  // 5: switchboard.replies.v1.ReplyEvent.media:type_name -> switchboard.replies.v1.Media
-	6,  // 6: switchboard.replies.v1.ReplyEvent.error:type_name -> switchboard.replies.v1.ReplyError
-	7,  // 7: switchboard.replies.v1.ReplyEvent.typing:type_name -> switchboard.replies.v1.Typing
-	8,  // 8: switchboard.replies.v1.ReplyEvent.notice:type_name -> switchboard.replies.v1.Notice
-	0,  // 9: switchboard.replies.v1.ToolProgress.phase:type_name -> switchboard.replies.v1.ToolPhase
-	11, // 10: switchboard.replies.v1.FinalText.format:type_name -> switchboard.delivery.v1.TextFormat
-	12, // 11: switchboard.replies.v1.Media.attachment:type_name -> switchboard.events.v1.Attachment
-	12, // [12:12] is the sub-list for method output_type
-	12, // [12:12] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	10, // 2: switchboard.replies.v1.ReplyEvent.turn_requested_at:type_name -> google.protobuf.Timestamp
+	2,  // 3: switchboard.replies.v1.ReplyEvent.text_delta:type_name -> switchboard.replies.v1.TextDelta
+	3,  // 4: switchboard.replies.v1.ReplyEvent.tool_progress:type_name -> switchboard.replies.v1.ToolProgress
+	4,  // 5: switchboard.replies.v1.ReplyEvent.final_text:type_name -> switchboard.replies.v1.FinalText
+	5,  // 6: switchboard.replies.v1.ReplyEvent.media:type_name -> switchboard.replies.v1.Media
+	6,  // 7: switchboard.replies.v1.ReplyEvent.error:type_name -> switchboard.replies.v1.ReplyError
+	7,  // 8: switchboard.replies.v1.ReplyEvent.typing:type_name -> switchboard.replies.v1.Typing
+	8,  // 9: switchboard.replies.v1.ReplyEvent.notice:type_name -> switchboard.replies.v1.Notice
+	0,  // 10: switchboard.replies.v1.ToolProgress.phase:type_name -> switchboard.replies.v1.ToolPhase
+	11, // 11: switchboard.replies.v1.FinalText.format:type_name -> switchboard.delivery.v1.TextFormat
+	12, // 12: switchboard.replies.v1.Media.attachment:type_name -> switchboard.events.v1.Attachment
+	13, // [13:13] is the sub-list for method output_type
+	13, // [13:13] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_switchboard_replies_v1_replies_proto_init() }
