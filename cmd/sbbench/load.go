@@ -186,16 +186,15 @@ func (s *system) measure(ctx context.Context, n int, stream bool) RunResult {
 	rr.Hops = hopDelta(hopsBefore, hopsAfter, rr.Turns)
 	rr.WorkPerTurn = workAfter.perTurn(workBefore, rr.Turns)
 	rr.E2E = percentiles(flatten(lat))
-	if !stream {
+	if stream {
+		p := percentiles(flatten(ttft))
+		rr.FirstToken = &p
+	} else {
 		var all []turnTiming
 		for _, t := range timings {
 			all = append(all, t...)
 		}
 		rr.Timeline = timelineMedians(all, flatten(lat))
-	}
-	if stream {
-		p := percentiles(flatten(ttft))
-		rr.FirstToken = &p
 	}
 	if rr.Turns > 0 {
 		t := float64(rr.Turns)
