@@ -444,18 +444,35 @@ func (s *Store) QueueLen(ctx context.Context, key string) (int, error) {
 // a worker's first fenced write waits for it (the generation's lock).
 func (s *Store) StartFree(ctx context.Context, key, profile string, src *eventsv1.SessionSource, msg *eventsv1.MessageReceived, turnID string,
 	proceed func(Arrival) bool, publish func(context.Context, Turn) error) (a Arrival, started bool, err error) {
-	conn, err := s.db.Acquire(ctx)
-	if err != nil {
-		return a, false, fmt.Errorf("start turn: %w", err)
+	return s.BeginFree(ctx, key, profile, src, msg, turnID).Start(ctx, proceed, publish)
+}
+
+// FreeStart is StartFree's first round trip, begun before the caller
+// knows whether it wants the start (BeginFree): its transaction holds the
+// session's row and queue locks until Start or Drop ends it.
+type FreeStart struct {
+	conn *pgxpool.Conn
+	msg  *eventsv1.MessageReceived
+	turn string
+	a    Arrival
+	gen  int64
+	err  error
+}
+
+// BeginFree sends StartFree's statements — BEGIN, the arrival with the
+// queue's lock, the generation's advance — and reads their results,
+// leaving the transaction open. Start goes on with it; Drop, which a
+// caller that does not start the message must call, rolls it back. So a
+// caller can send it while it waits for an answer from elsewhere (the
+// router's dedupe read and lock). Until then the session's row and queue
+// are locked, and fenced writes of the session wait.
+func (s *Store) BeginFree(ctx context.Context, key, profile string, src *eventsv1.SessionSource, msg *eventsv1.MessageReceived, turnID string) *FreeStart {
+	f := &FreeStart{msg: msg, turn: turnID}
+	f.conn, f.err = s.db.Acquire(ctx)
+	if f.err != nil {
+		f.err = fmt.Errorf("start turn: %w", f.err)
+		return f
 	}
-	defer conn.Release()
-	committed := false
-	defer func() {
-		if !committed {
-			// Release closes a connection left inside a transaction.
-			_, _ = conn.Exec(context.WithoutCancel(ctx), "ROLLBACK")
-		}
-	}()
 	now := s.now()
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
@@ -470,21 +487,45 @@ func (s *Store) StartFree(ctx context.Context, key, profile string, src *eventsv
 		  AND NOT EXISTS (SELECT 1 FROM session_queue WHERE session_key = $1)
 		RETURNING generation`,
 		key, turnID, now, msg.GetEventId())
-	br := conn.SendBatch(ctx, b)
-	gen, err := readFreeStart(br, &a)
-	if err != nil || gen == 0 || !proceed(a) {
-		return a, false, err
+	f.gen, f.err = readFreeStart(f.conn.SendBatch(ctx, b), &f.a)
+	return f
+}
+
+// Start finishes what BeginFree began: unless nothing could be started
+// or proceed, given the arrival, says no, it publishes the turn and
+// commits after it. Either way the transaction is over when it returns.
+func (f *FreeStart) Start(ctx context.Context, proceed func(Arrival) bool, publish func(context.Context, Turn) error) (a Arrival, started bool, err error) {
+	defer f.Drop(ctx)
+	if f.err != nil || f.gen == 0 || !proceed(f.a) {
+		return f.a, false, f.err
 	}
-	a.Session.Generation, a.Session.LastTurnID = gen, turnID
-	turn := Turn{Session: a.Session, Generation: gen, Inputs: []Queued{{EventID: msg.GetEventId(), Event: msg}}}
+	a = f.a
+	a.Session.Generation, a.Session.LastTurnID = f.gen, f.turn
+	turn := Turn{Session: a.Session, Generation: f.gen, Inputs: []Queued{{EventID: f.msg.GetEventId(), Event: f.msg}}}
 	if err := publish(ctx, turn); err != nil {
 		return a, false, err
 	}
-	if _, err := conn.Exec(ctx, "COMMIT"); err != nil {
+	if _, err := f.conn.Exec(ctx, "COMMIT"); err != nil {
 		return a, false, fmt.Errorf("commit turn start: %w", err)
 	}
-	committed = true
+	f.release()
 	return a, true, nil
+}
+
+// Drop rolls back a start that was not committed and gives its
+// connection back; it does nothing after Start committed or once done.
+func (f *FreeStart) Drop(ctx context.Context) {
+	if f == nil || f.conn == nil {
+		return
+	}
+	// Release closes a connection left inside a transaction.
+	_, _ = f.conn.Exec(context.WithoutCancel(ctx), "ROLLBACK")
+	f.release()
+}
+
+func (f *FreeStart) release() {
+	f.conn.Release()
+	f.conn = nil
 }
 
 // readFreeStart reads StartFree's batch into a; gen is 0 when nothing

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
@@ -393,6 +394,68 @@ func TestStartFreeHoldsUntilCommit(t *testing.T) {
 				if err := tt.after(ctx, s, tt.key); err != nil {
 					t.Fatal(err)
 				}
+			}
+		})
+	}
+}
+
+// A free start begun and then dropped (the router's early start for a
+// message that turns out busy or a duplicate) leaves nothing behind, and
+// holds the session's queue only until it is dropped.
+func TestBeginFreeDropped(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.New(t)
+	s := New(db)
+	src := &eventsv1.SessionSource{Platform: "telegram", ChatId: "1"}
+	state := func(key string) string {
+		var gen int64
+		var last *string
+		err := db.QueryRow(ctx, `SELECT generation, last_started_event_id FROM sessions WHERE session_key = $1`, key).Scan(&gen, &last)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return "none"
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if last == nil {
+			return fmt.Sprintf("gen %d", gen)
+		}
+		return fmt.Sprintf("gen %d, last %s", gen, *last)
+	}
+	for _, tt := range []struct {
+		name, key string
+		existing  bool
+		want      string
+	}{
+		{"a new session", "agent:main:telegram:dm:begin-new", false, "none"},
+		{"an idle session", "agent:main:telegram:dm:begin-idle", true, "gen 1, last a"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.existing {
+				if _, started, err := s.StartFree(ctx, tt.key, "", src, &eventsv1.MessageReceived{EventId: "a"}, "turn-a",
+					func(Arrival) bool { return true }, func(context.Context, Turn) error { return nil }); err != nil || !started {
+					t.Fatal(started, err)
+				}
+			}
+			f := s.BeginFree(ctx, tt.key, "", src, &eventsv1.MessageReceived{EventId: "b"}, "turn-b")
+			enqueued := make(chan error, 1)
+			go func() {
+				_, err := s.Enqueue(ctx, tt.key, 3, false, &eventsv1.MessageReceived{EventId: "c"}, 32)
+				enqueued <- err
+			}()
+			select {
+			case err := <-enqueued:
+				t.Fatalf("an enqueue went through while the start was open: %v", err)
+			case <-time.After(200 * time.Millisecond):
+			}
+			f.Drop(ctx)
+			f.Drop(ctx) // twice is nothing
+			if err := <-enqueued; err != nil {
+				t.Fatal(err)
+			}
+			if got := state(tt.key); got != tt.want {
+				t.Errorf("after the drop: %s, want %s", got, tt.want)
 			}
 		})
 	}

@@ -39,6 +39,13 @@ type msgCtx struct {
 	// session key it was taken under (m.key is only set once the sender
 	// is authorized: a denied one's notice goes under the pairing key).
 	token, lockKey string
+	// early is the free start's first Postgres round trip, sent with
+	// that Redis round trip when the message looked like it would start
+	// a turn (beginEarly); turnID is the turn it would start. Only
+	// startFree uses it: every other path drops it (dropEarly) before it
+	// touches the session in Postgres.
+	early  chan *sessionstore.FreeStart
+	turnID string
 }
 
 // quietPlatforms get no notices about resets and busy sessions: their
@@ -71,8 +78,18 @@ func (s *Service) handleInbound(ctx context.Context, ev *eventsv1.MessageReceive
 	// the holder otherwise). A message that does not start a turn at once
 	// (a duplicate, a denied sender, a command, a busy session) gives the
 	// lock back before anything else reads it.
+	// Decided first: between the early start and its use the handler
+	// must not need another Postgres connection (a pairing lookup), or
+	// handlers holding early starts could take the whole pool.
+	dec, err := s.rules.Decide(ctx, ev, s.pairing.IsApproved)
+	if err != nil {
+		return fmt.Errorf("authorize: %w", err)
+	}
+	m.decision = dec
 	key := sessionkey.Build(src, s.keyOpts)
 	token := redisx.NewToken()
+	s.beginEarly(ctx, m, key)
+	defer s.dropEarly(context.WithoutCancel(ctx), m)
 	pipe := s.rdb.Pipeline()
 	exists := pipe.Exists(ctx, s.dedupeKey(m.dedupeID))
 	lock := pipe.SetArgs(ctx, s.locker.Key(key), token, redis.SetArgs{Mode: "NX", Get: true, TTL: s.cfg.LockTTL})
@@ -113,6 +130,7 @@ func (s *Service) handleInbound(ctx context.Context, ev *eventsv1.MessageReceive
 // whose start (after a turn's completion) that lock may have turned away
 // meanwhile; the queueing path, which starts them itself, passes false.
 func (s *Service) giveBack(ctx context.Context, m *msgCtx, restart bool) {
+	s.dropEarly(ctx, m)
 	if m.token == "" {
 		return
 	}
@@ -158,11 +176,7 @@ func (s *Service) markHandledAndLock(ctx context.Context, m *msgCtx, token strin
 }
 
 func (s *Service) handle(ctx context.Context, m *msgCtx) error {
-	dec, err := s.rules.Decide(ctx, m.ev, s.pairing.IsApproved)
-	if err != nil {
-		return fmt.Errorf("authorize: %w", err)
-	}
-	m.decision = dec
+	dec := m.decision
 	verdict := "deny"
 	if dec.Allowed {
 		verdict = "allow"
@@ -189,6 +203,7 @@ func (s *Service) handle(ctx context.Context, m *msgCtx) error {
 	if m.token != "" {
 		return s.routeToFree(ctx, m)
 	}
+	s.dropEarly(ctx, m) // the session is busy: the queueing path locks it
 	sess, err := s.session(ctx, m)
 	if err != nil {
 		return err
@@ -247,11 +262,15 @@ func (s *Service) startFree(ctx context.Context, m *msgCtx) (bool, error) {
 		_, due := pol.due(a.Prev, s.now())
 		return a.Created || !due
 	}
-	turnID := redisx.NewToken()
-	_, started, err := s.store.StartFree(ctx, m.key, s.cfg.Profile, m.src, m.ev, turnID, proceed,
-		func(ctx context.Context, t sessionstore.Turn) error {
-			return s.publishTurn(ctx, m.key, token, turnID, t)
-		})
+	start := s.takeEarly(m)
+	if start == nil {
+		m.turnID = redisx.NewToken()
+		start = s.store.BeginFree(ctx, m.key, s.cfg.Profile, m.src, m.ev, m.turnID)
+	}
+	turnID := m.turnID
+	_, started, err := start.Start(ctx, proceed, func(ctx context.Context, t sessionstore.Turn) error {
+		return s.publishTurn(ctx, m.key, token, turnID, t)
+	})
 	if err != nil {
 		return false, fmt.Errorf("start turn: %w", err)
 	}
@@ -264,6 +283,43 @@ func (s *Service) startFree(ctx context.Context, m *msgCtx) (bool, error) {
 	// A crash before this record leaves a redelivery that the store
 	// recognises as started (ErrStarted).
 	return true, s.markHandled(ctx, m)
+}
+
+// beginEarly sends the free start's first Postgres round trip
+// (sessionstore.BeginFree) for key, in parallel with the Redis round trip
+// that tells whether the session is free and the message new, when the
+// message will start a turn if it is: its sender is allowed and it is not
+// a command. It saves that Redis round trip on the path of a message to
+// an idle session. A message that does not start at once costs a
+// rolled-back transaction, and holds the session's row and queue (and its
+// fenced writes) for about one Redis round trip.
+func (s *Service) beginEarly(ctx context.Context, m *msgCtx, key string) {
+	if !m.decision.Allowed {
+		return
+	}
+	if _, cmd := command.Parse(m.ev.GetText(), m.platform, s.cfg.BotNames[m.platform]); cmd {
+		return
+	}
+	m.turnID = redisx.NewToken()
+	m.early = make(chan *sessionstore.FreeStart, 1)
+	src, turnID := m.src, m.turnID
+	go func() { m.early <- s.store.BeginFree(ctx, key, s.cfg.Profile, src, m.ev, turnID) }()
+}
+
+// takeEarly waits for the early start, if one was sent, and hands it over.
+func (s *Service) takeEarly(m *msgCtx) *sessionstore.FreeStart {
+	if m.early == nil {
+		return nil
+	}
+	f := <-m.early
+	m.early = nil
+	return f
+}
+
+// dropEarly rolls back the early start, if one was sent: before anything
+// else locks the session in Postgres.
+func (s *Service) dropEarly(ctx context.Context, m *msgCtx) {
+	s.takeEarly(m).Drop(ctx)
 }
 
 // startedAlready ends the handling of a message the store reports started
