@@ -73,23 +73,24 @@ func (s *Service) handleInbound(ctx context.Context, ev *eventsv1.MessageReceive
 	if d, ok := bus.DeliveryFrom(ctx); ok {
 		m.seq = int64(d.StreamSeq)
 	}
-	// One round trip: the dedupe record, and the lock of the session the
-	// message will most likely go to, taken when it is free (SET NX GET:
-	// the holder otherwise). A message that does not start a turn at once
-	// (a duplicate, a denied sender, a command, a busy session) gives the
-	// lock back before anything else reads it.
-	// Decided first: between the early start and its use the handler
-	// must not need another Postgres connection (a pairing lookup), or
-	// handlers holding early starts could take the whole pool.
+	// The sender is authorized first: between the early start (below) and
+	// its use the handler must not need another Postgres connection (a
+	// pairing lookup), or handlers holding early starts could take the
+	// whole pool.
 	dec, err := s.rules.Decide(ctx, ev, s.pairing.IsApproved)
 	if err != nil {
 		return fmt.Errorf("authorize: %w", err)
 	}
 	m.decision = dec
 	key := sessionkey.Build(src, s.keyOpts)
-	token := redisx.NewToken()
 	s.beginEarly(ctx, m, key)
 	defer s.dropEarly(context.WithoutCancel(ctx), m)
+	// One round trip: the dedupe record, and the lock of the session the
+	// message will most likely go to, taken when it is free (SET NX GET:
+	// the holder otherwise). A message that does not start a turn at once
+	// (a duplicate, a denied sender, a command, a busy session) gives the
+	// lock back before anything else reads it.
+	token := redisx.NewToken()
 	pipe := s.rdb.Pipeline()
 	exists := pipe.Exists(ctx, s.dedupeKey(m.dedupeID))
 	lock := pipe.SetArgs(ctx, s.locker.Key(key), token, redis.SetArgs{Mode: "NX", Get: true, TTL: s.cfg.LockTTL})
@@ -301,9 +302,10 @@ func (s *Service) beginEarly(ctx context.Context, m *msgCtx, key string) {
 		return
 	}
 	m.turnID = redisx.NewToken()
-	m.early = make(chan *sessionstore.FreeStart, 1)
-	src, turnID := m.src, m.turnID
-	go func() { m.early <- s.store.BeginFree(ctx, key, s.cfg.Profile, src, m.ev, turnID) }()
+	early := make(chan *sessionstore.FreeStart, 1)
+	m.early = early
+	src, ev, turnID := m.src, m.ev, m.turnID
+	go func() { early <- s.store.BeginFree(ctx, key, s.cfg.Profile, src, ev, turnID) }()
 }
 
 // takeEarly waits for the early start, if one was sent, and hands it over.
