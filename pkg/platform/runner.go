@@ -39,6 +39,10 @@ type Options struct {
 	Log *slog.Logger
 	// Backoff between reconnects; DefaultBackoff (30 → 300 s) if nil.
 	Backoff Backoff
+	// StableAfter is how long a connection must stay up for the reconnect
+	// schedule to start over when it drops (default 1 min): one that
+	// drops sooner, again and again, walks the schedule to its end.
+	StableAfter time.Duration
 	// MaxEventBytes bounds an encoded inbound event (default 256 KiB).
 	MaxEventBytes int
 	// ReceiptTTL is how long a send's receipt answers retries (default 24 h).
@@ -63,6 +67,9 @@ func (o *Options) defaults() {
 	}
 	if o.Backoff == nil {
 		o.Backoff = DefaultBackoff
+	}
+	if o.StableAfter <= 0 {
+		o.StableAfter = time.Minute
 	}
 	if o.MaxEventBytes <= 0 {
 		o.MaxEventBytes = 256 << 10
@@ -294,7 +301,7 @@ func (r *Runner) connectLoop(ctx context.Context) {
 		if err == nil {
 			err = errors.New("connection closed")
 		}
-		if c.connected.Load() {
+		if up := c.connectedAt.Load(); up != 0 && time.Since(time.Unix(0, up)) >= r.opts.StableAfter {
 			attempt = 0
 		}
 		wait := r.opts.Backoff(attempt)
@@ -313,12 +320,14 @@ func (r *Runner) lastReason() string {
 
 // conn is the Conn handed to one Connect call.
 type conn struct {
-	r         *Runner
-	connected atomic.Bool
+	r *Runner
+	// connectedAt is when the platform said the connection is up (unix
+	// nanoseconds; 0: not yet).
+	connectedAt atomic.Int64
 }
 
 func (c *conn) Connected() {
-	c.connected.Store(true)
+	c.connectedAt.CompareAndSwap(0, time.Now().UnixNano())
 	c.r.setState(StateConnected, "")
 	c.r.log.Info("platform connected")
 }

@@ -3,6 +3,7 @@ package platform_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -100,28 +101,43 @@ func TestFatalFailureStopsRetrying(t *testing.T) {
 
 func TestRetryableFailureReconnectsWithSchedule(t *testing.T) {
 	t.Parallel()
-	b := bustest.New(t, bustest.EmbeddedURL(t))
-	m := platformtest.NewMemory("bot", false)
-	m.FailNext(errors.New("connection refused"))
-	var mu sync.Mutex
-	var asked []int
-	h := startRunner(t, m, b, platform.Options{Backoff: func(n int) time.Duration {
-		mu.Lock()
-		asked = append(asked, n)
-		mu.Unlock()
-		return time.Millisecond
-	}})
-	platformtest.WaitFor(t, "connected", func() bool { return state(h.r) == platform.StateConnected })
-	if err := h.r.Ready(context.Background()); err != nil {
-		t.Fatalf("Ready = %v after reconnect", err)
-	}
-	// A connection that came up resets the schedule.
-	m.Fake().Drop(t)
-	platformtest.WaitFor(t, "second connection", func() bool { return m.Fake().Connections() == 2 && state(h.r) == platform.StateConnected })
-	mu.Lock()
-	defer mu.Unlock()
-	if len(asked) != 2 || asked[0] != 0 || asked[1] != 0 {
-		t.Fatalf("backoff attempts %v, want [0 0]", asked)
+	for _, tt := range []struct {
+		name        string
+		stableAfter time.Duration
+		want        []int
+	}{
+		// A connection that stayed up long enough starts the schedule over.
+		{"stable", time.Millisecond, []int{0, 0}},
+		// One that drops at once walks on, as a platform that accepts the
+		// connection and closes it again would make it.
+		{"flapping", time.Hour, []int{0, 1}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			b := bustest.New(t, bustest.EmbeddedURL(t))
+			m := platformtest.NewMemory("bot", false)
+			m.FailNext(errors.New("connection refused"))
+			var mu sync.Mutex
+			var asked []int
+			h := startRunner(t, m, b, platform.Options{StableAfter: tt.stableAfter, Backoff: func(n int) time.Duration {
+				mu.Lock()
+				asked = append(asked, n)
+				mu.Unlock()
+				return time.Millisecond
+			}})
+			platformtest.WaitFor(t, "connected", func() bool { return state(h.r) == platform.StateConnected })
+			if err := h.r.Ready(context.Background()); err != nil {
+				t.Fatalf("Ready = %v after reconnect", err)
+			}
+			time.Sleep(5 * time.Millisecond)
+			m.Fake().Drop(t)
+			platformtest.WaitFor(t, "second connection", func() bool { return m.Fake().Connections() == 2 && state(h.r) == platform.StateConnected })
+			mu.Lock()
+			defer mu.Unlock()
+			if fmt.Sprint(asked) != fmt.Sprint(tt.want) {
+				t.Fatalf("backoff attempts %v, want %v", asked, tt.want)
+			}
+		})
 	}
 }
 
