@@ -42,7 +42,8 @@ type chatMessage struct {
 
 // turn sends one message as session and waits for the whole answer. It
 // returns the end-to-end latency, when streaming the time to the first
-// content chunk, and otherwise the hops the gateway reported.
+// content chunk, and the hops the gateway reported (its Server-Timing
+// header, or trailer when streaming).
 func (c *client) turn(ctx context.Context, addr, session string, stream bool) (e2e, first time.Duration, hops turnTiming, err error) {
 	body, _ := json.Marshal(chatRequest{Model: "switchboard", Stream: stream, Messages: []chatMessage{{Role: "user", Content: userText}}})
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+"/v1/chat/completions", bytes.NewReader(body))
@@ -97,7 +98,8 @@ func (c *client) turn(ctx context.Context, addr, session string, stream bool) (e
 	if !done || first == 0 {
 		return 0, 0, hops, fmt.Errorf("stream ended without content or [DONE]")
 	}
-	return time.Since(t0), first, hops, nil
+	e2e = time.Since(t0)
+	return e2e, first, parseServerTiming(resp.Trailer.Get("Server-Timing")), nil
 }
 
 // measure runs n sessions for warm-up plus the window and reports what
@@ -140,10 +142,9 @@ func (s *system) measure(ctx context.Context, n int, stream bool) RunResult {
 				}
 				turns.Add(1)
 				lat[i] = append(lat[i], e2e)
+				timings[i] = append(timings[i], hops)
 				if stream {
 					ttft[i] = append(ttft[i], first)
-				} else {
-					timings[i] = append(timings[i], hops)
 				}
 			}
 		}()
@@ -186,15 +187,14 @@ func (s *system) measure(ctx context.Context, n int, stream bool) RunResult {
 	rr.Hops = hopDelta(hopsBefore, hopsAfter, rr.Turns)
 	rr.WorkPerTurn = workAfter.perTurn(workBefore, rr.Turns)
 	rr.E2E = percentiles(flatten(lat))
+	var all []turnTiming
+	for _, t := range timings {
+		all = append(all, t...)
+	}
+	rr.Timeline = timelineMedians(all, flatten(lat))
 	if stream {
 		p := percentiles(flatten(ttft))
 		rr.FirstToken = &p
-	} else {
-		var all []turnTiming
-		for _, t := range timings {
-			all = append(all, t...)
-		}
-		rr.Timeline = timelineMedians(all, flatten(lat))
 	}
 	if rr.Turns > 0 {
 		t := float64(rr.Turns)

@@ -167,9 +167,10 @@ type RunResult struct {
 	// Hops: mean handler time per bus consumer (and JetStream publish
 	// round trips) from each process's /metrics; not a per-turn trace.
 	Hops map[string]Hop `json:"hops,omitempty"`
-	// Timeline: the median ms of each hop of a turn (streaming off), from
-	// the API gateway's Server-Timing header (timelineHops), and of the
-	// client's part (end-to-end minus the gateway's total).
+	// Timeline: the median ms of each hop of a turn, from the API
+	// gateway's Server-Timing header or, streaming, trailer
+	// (timelineHops), and of the client's part (end-to-end minus the
+	// gateway's total).
 	Timeline     map[string]float64 `json:"hop_ms_p50,omitempty"`
 	CPUmsPerTurn float64            `json:"cpu_ms_per_turn_switchboard"`
 	InfraCPUms   float64            `json:"cpu_ms_per_turn_infra"`

@@ -109,14 +109,18 @@ func writeSummary(w io.Writer, r *Result) {
 		}
 	}
 	fmt.Fprintln(w, "\ncpu ms/t: CPU of the switchboard processes per turn; infra ms: postgres+redis+nats-server per turn (machine-wide, shared)")
-	fmt.Fprintln(w, "\nA turn's hops (median ms, from the API gateway's Server-Timing header), streaming off")
-	fmt.Fprintf(w, "  %-14s %8s %8s %8s %8s %8s %8s %8s\n", "", "gateway", "router", "worker", "delivery", "return", "total", hopClient)
+	fmt.Fprintln(w, "\nA turn's hops (median ms, from the API gateway's Server-Timing header or, streaming, trailer)")
+	fmt.Fprintf(w, "  %-18s %8s %8s %8s %8s %8s %8s %8s\n", "", "gateway", "router", "worker", "delivery", "return", "total", hopClient)
 	for _, s := range r.Shapes {
 		for _, run := range s.Runs {
-			if run.Stream || len(run.Timeline) == 0 {
+			if len(run.Timeline) == 0 {
 				continue
 			}
-			fmt.Fprintf(w, "  %-10s %3d:", s.Shape, run.Sessions)
+			st := "off"
+			if run.Stream {
+				st = "on"
+			}
+			fmt.Fprintf(w, "  %-10s %3d %3s:", s.Shape, run.Sessions, st)
 			for _, k := range append(timelineHops[:len(timelineHops):len(timelineHops)], hopClient) {
 				fmt.Fprintf(w, " %8.2f", run.Timeline[k])
 			}

@@ -22,6 +22,7 @@ import (
 	"golang.org/x/time/rate"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/platform"
 	"github.com/switchboard-chat/switchboard/services/gateway/api/internal/openai"
@@ -251,7 +252,11 @@ func (s *Service) chatCompletions(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	id := "chatcmpl-" + strings.TrimPrefix(strings.TrimPrefix(reqID, "req_"), keyedPrefix)
 	if req.Stream {
-		s.stream(ctx, w, wt, id, modelName)
+		var timing func(*deliveryv1.HopTimes) string
+		if !published.IsZero() {
+			timing = func(h *deliveryv1.HopTimes) string { return serverTiming(received, published, time.Now(), h) }
+		}
+		s.stream(ctx, w, wt, id, modelName, timing)
 		return
 	}
 	ans, err := collect(ctx, wt)
@@ -405,13 +410,24 @@ func collect(ctx context.Context, wt *waiter) (reply, error) {
 }
 
 // stream writes OpenAI chunks as reply pieces arrive, then data: [DONE].
-func (s *Service) stream(ctx context.Context, w http.ResponseWriter, wt *waiter, id, modelName string) {
+// With timing, the response ends with a Server-Timing trailer rendered
+// from the final piece's hop times.
+func (s *Service) stream(ctx context.Context, w http.ResponseWriter, wt *waiter, id, modelName string, timing func(*deliveryv1.HopTimes) string) {
 	flusher, _ := w.(http.Flusher)
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
 	h.Set("Connection", "keep-alive")
 	h.Set("X-Accel-Buffering", "no")
+	var final *piece
+	if timing != nil {
+		h.Set("Trailer", HeaderServerTiming)
+		defer func() {
+			if final != nil {
+				h.Set(HeaderServerTiming, timing(final.hops))
+			}
+		}()
+	}
 	w.WriteHeader(http.StatusOK)
 	created := time.Now().Unix()
 	write := func(delta chunkDelta, finish *string) {
@@ -433,6 +449,7 @@ func (s *Service) stream(ctx context.Context, w http.ResponseWriter, wt *waiter,
 				// which the SDKs raise as an error.
 				failure.WriteString(p.text)
 				if p.final {
+					final = &p
 					data, _ := json.Marshal(turnErrorBody(p.errorCode, failure.String()))
 					fmt.Fprintf(w, "data: %s\n\n", data)
 					if flusher != nil {
@@ -454,6 +471,7 @@ func (s *Service) stream(ctx context.Context, w http.ResponseWriter, wt *waiter,
 				write(chunkDelta{Content: rest}, nil)
 			}
 			if p.final {
+				final = &p
 				stop := "stop"
 				write(chunkDelta{}, &stop)
 				fmt.Fprint(w, "data: [DONE]\n\n")

@@ -1,8 +1,12 @@
 package api
 
 import (
+	"fmt"
+	"io"
+	"net/http"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -39,10 +43,10 @@ func TestServerTimingHeader(t *testing.T) {
 	}
 }
 
-// A plain completion reports the time of each hop the reply's events
-// were stamped with; a streamed one has no header (it is sent before the
-// reply).
-func TestPlainCompletionReportsServerTiming(t *testing.T) {
+// A completion reports the time of each hop the reply's events were
+// stamped with: a plain one in its Server-Timing header, a streamed one
+// in a Server-Timing trailer (its header goes out before the reply).
+func TestCompletionsReportServerTiming(t *testing.T) {
 	t.Parallel()
 	b := newBus(t)
 	s := startService(t, b, nil)
@@ -54,25 +58,41 @@ func TestPlainCompletionReportsServerTiming(t *testing.T) {
 			DispatchedAt:   timestamppb.New(requested.Add(5 * time.Millisecond))}
 	}
 	chat := "http://" + s.Addr() + "/v1/chat/completions"
-	res := do(t, "POST", chat, testKey, `{"model":"x","messages":[{"role":"user","content":"hi"}]}`, nil)
-	if res.code != 200 {
-		t.Fatalf("status %d: %s", res.code, res.body)
-	}
-	got := map[string]float64{}
-	for _, m := range regexp.MustCompile(`(\w+);dur=([0-9.]+)`).FindAllStringSubmatch(res.header.Get(HeaderServerTiming), -1) {
-		v, _ := strconv.ParseFloat(m[2], 64)
-		got[m[1]] = v
-	}
-	if len(got) != 6 || got["worker"] != 3 || got["delivery"] != 2 {
-		t.Fatalf("Server-Timing %q", res.header.Get(HeaderServerTiming))
-	}
-	// The stamps were read after the gateway published the message and
-	// before it collected the reply.
-	if got["total"] < got["gateway"]+got["router"]-0.002 {
-		t.Fatalf("the total is shorter than the hops before the worker: %v", got)
-	}
-	streamed := do(t, "POST", chat, testKey, `{"model":"x","stream":true,"messages":[{"role":"user","content":"hi"}]}`, nil)
-	if streamed.code != 200 || streamed.header.Get(HeaderServerTiming) != "" {
-		t.Fatalf("streamed: %d, Server-Timing %q", streamed.code, streamed.header.Get(HeaderServerTiming))
+	for _, stream := range []bool{false, true} {
+		body := fmt.Sprintf(`{"model":"x","stream":%v,"messages":[{"role":"user","content":"hi"}]}`, stream)
+		req, err := http.NewRequest("POST", chat, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+testKey)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("stream %v: %d %v %s", stream, resp.StatusCode, err, data)
+		}
+		header := resp.Header.Get(HeaderServerTiming)
+		if stream {
+			if header != "" {
+				t.Fatalf("a streamed response has a Server-Timing header %q", header)
+			}
+			header = resp.Trailer.Get(HeaderServerTiming)
+		}
+		got := map[string]float64{}
+		for _, m := range regexp.MustCompile(`(\w+);dur=([0-9.]+)`).FindAllStringSubmatch(header, -1) {
+			v, _ := strconv.ParseFloat(m[2], 64)
+			got[m[1]] = v
+		}
+		if len(got) != 6 || got["worker"] != 3 || got["delivery"] != 2 {
+			t.Fatalf("stream %v: Server-Timing %q", stream, header)
+		}
+		// The stamps were read after the gateway published the message and
+		// before it collected the reply.
+		if got["total"] < got["gateway"]+got["router"]-0.002 {
+			t.Fatalf("stream %v: the total is shorter than the hops before the worker: %v", stream, got)
+		}
 	}
 }
