@@ -10,8 +10,9 @@ import (
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 )
 
-// HeaderServerTiming carries a plain completion's latency by hop (W3C
-// Server Timing, durations in milliseconds).
+// HeaderServerTiming carries a completion's latency by hop (W3C Server
+// Timing, durations in milliseconds): a header, or a trailer when the
+// completion is streamed.
 const HeaderServerTiming = "Server-Timing"
 
 // serverTiming renders the hops of one answered request: the gateway's
