@@ -899,3 +899,40 @@ func TestWarnsOnceWithoutAllowlist(t *testing.T) {
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// A handler holding an early start (the free start's first Postgres round
+// trip, sent with its Redis one) finishes it without a second connection:
+// with more inbound partitions than the pool has connections, and senders
+// whose authorization reads the pairing table, every message still
+// starts.
+func TestEarlyStartsNeverWaitForTheirOwnPool(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	_, url := pgtest.NewWithURL(t)
+	pcfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pcfg.MaxConns = 2
+	small, err := pgxpool.NewWithConfig(context.Background(), pcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(small.Close)
+	e.db = small
+	cfg := testConfig()
+	users := make([]string, 16)
+	for i := range users {
+		users[i] = fmt.Sprintf("user%02d", i)
+	}
+	cfg.Auth.GatewayAllowedUsers = users
+	w := e.startWorker(nil)
+	e.startRouter(cfg, nil, nil)
+	for _, u := range users {
+		e.publish(dm(u, "hello"))
+	}
+	waitFor(t, "every message started", func() bool {
+		turns, _ := w.snapshot()
+		return len(turns) == len(users)
+	})
+}
