@@ -24,7 +24,7 @@ import (
 var (
 	ErrNotFound  = errors.New("session not found")
 	ErrQueueFull = errors.New("session queue is full")
-	// ErrStarted: the message was started as a turn already (StartFree
+	// ErrStarted: the message was started as a turn already (a free start
 	// committed it); a redelivery of it must not be queued again.
 	ErrStarted = errors.New("message started as a turn already")
 )
@@ -427,29 +427,8 @@ func (s *Store) QueueLen(ctx context.Context, key string) (int, error) {
 	return n, nil
 }
 
-// StartFree starts msg as a turn of its own without queueing it, for a
-// session whose lock the caller holds and whose queue is empty (the common
-// case: a message to an idle session). In one transaction it records the
-// arrival (as Arrive), advances the generation, records turnID and msg's
-// event id as the last started, then calls publish and commits durably
-// after it. A redelivery of msg after the commit finds its event id there
-// (Enqueue and StartFree report ErrStarted).
-//
-// Nothing is written and started is false when messages wait in the queue
-// (the caller queues msg behind them), when msg is the last message
-// started already (a redelivery: queueing it reports ErrStarted), or when
-// proceed, given the arrival, says no (a reset is due): the caller then
-// takes the queueing path. Two round trips: the statements with BEGIN,
-// then COMMIT, which a publishing caller's critical path need not wait for:
-// a worker's first fenced write waits for it (the generation's lock).
-func (s *Store) StartFree(ctx context.Context, key, profile string, src *eventsv1.SessionSource, msg *eventsv1.MessageReceived, turnID string,
-	proceed func(Arrival) bool, publish func(context.Context, Turn) error) (a Arrival, started bool, err error) {
-	return s.BeginFree(ctx, key, profile, src, msg, turnID).Start(ctx, proceed, publish)
-}
-
-// FreeStart is StartFree's first round trip, begun before the caller
-// knows whether it wants the start (BeginFree): its transaction holds the
-// session's row and queue locks until Start or Drop ends it.
+// FreeStart is a free start (BeginFree) whose transaction is open: it
+// holds the session's row and queue locks until Start or Drop ends it.
 type FreeStart struct {
 	conn *pgxpool.Conn
 	msg  *eventsv1.MessageReceived
@@ -459,13 +438,23 @@ type FreeStart struct {
 	err  error
 }
 
-// BeginFree sends StartFree's statements — BEGIN, the arrival with the
-// queue's lock, the generation's advance — and reads their results,
-// leaving the transaction open. Start goes on with it; Drop, which a
-// caller that does not start the message must call, rolls it back. So a
-// caller can send it while it waits for an answer from elsewhere (the
-// router's dedupe read and lock). Until then the session's row and queue
-// are locked, and fenced writes of the session wait.
+// BeginFree begins starting msg as a turn of its own without queueing it,
+// for a session whose queue is empty (the common case: a message to an
+// idle session). In one transaction it records the arrival (as Arrive),
+// advances the generation and records turnID and msg's event id as the
+// last started; Start then publishes the turn and commits durably after
+// it. A redelivery of msg after the commit finds its event id there
+// (Enqueue reports ErrStarted). Two round trips: the statements with
+// BEGIN, then COMMIT, which a publishing caller's critical path need not
+// wait for: a worker's first fenced write waits for it (the generation's
+// lock).
+//
+// BeginFree sends the statements and reads their results, leaving the
+// transaction open, so a caller can send them while it waits for an
+// answer from elsewhere (the router's dedupe read and lock, which decides
+// whether the session is free); one that does not start the message must
+// Drop it. Until then the session's row and queue are locked, and fenced
+// writes of the session wait.
 func (s *Store) BeginFree(ctx context.Context, key, profile string, src *eventsv1.SessionSource, msg *eventsv1.MessageReceived, turnID string) *FreeStart {
 	f := &FreeStart{msg: msg, turn: turnID}
 	f.conn, f.err = s.db.Acquire(ctx)
@@ -491,9 +480,13 @@ func (s *Store) BeginFree(ctx context.Context, key, profile string, src *eventsv
 	return f
 }
 
-// Start finishes what BeginFree began: unless nothing could be started
-// or proceed, given the arrival, says no, it publishes the turn and
-// commits after it. Either way the transaction is over when it returns.
+// Start finishes what BeginFree began: it publishes the turn and commits
+// after it. Nothing is written and started is false when messages wait in
+// the queue (the caller queues msg behind them), when msg is the last
+// message started already (a redelivery: queueing it reports ErrStarted),
+// or when proceed, given the arrival, says no (a reset is due): the
+// caller then takes the queueing path. Either way the transaction is over
+// when it returns.
 func (f *FreeStart) Start(ctx context.Context, proceed func(Arrival) bool, publish func(context.Context, Turn) error) (a Arrival, started bool, err error) {
 	defer f.Drop(ctx)
 	if f.err != nil || f.gen == 0 || !proceed(f.a) {
@@ -528,7 +521,7 @@ func (f *FreeStart) release() {
 	f.conn = nil
 }
 
-// readFreeStart reads StartFree's batch into a; gen is 0 when nothing
+// readFreeStart reads BeginFree's batch into a; gen is 0 when nothing
 // could be started.
 func readFreeStart(br pgx.BatchResults, a *Arrival) (gen int64, err error) {
 	defer br.Close()

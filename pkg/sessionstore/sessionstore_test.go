@@ -245,9 +245,10 @@ func TestStartTurnWithoutSessionTakesNothing(t *testing.T) {
 	}
 }
 
-// StartFree starts a message to an idle session as its own turn without
-// queueing it, and only when that keeps the session's order and the
-// caller's decision; a redelivery of a started message is refused.
+// A free start (BeginFree, then Start) starts a message to an idle
+// session as its own turn without queueing it, and only when that keeps
+// the session's order and the caller's decision; a redelivery of a
+// started message is refused.
 func TestStartFree(t *testing.T) {
 	t.Parallel()
 	src := &eventsv1.SessionSource{Platform: "telegram", ChatId: "1"}
@@ -296,7 +297,7 @@ func TestStartFree(t *testing.T) {
 				var published []Turn
 				proceed := func(Arrival) bool { return st.proceed }
 				errPub := errors.New("bus down")
-				_, started, err := s.StartFree(ctx, key, "", src, ev, fmt.Sprint("turn-", i), proceed, func(_ context.Context, turn Turn) error {
+				_, started, err := s.BeginFree(ctx, key, "", src, ev, fmt.Sprint("turn-", i)).Start(ctx, proceed, func(_ context.Context, turn Turn) error {
 					published = append(published, turn)
 					if st.failPub {
 						return errPub
@@ -374,7 +375,7 @@ func TestStartFreeHoldsUntilCommit(t *testing.T) {
 			s := New(db)
 			src := &eventsv1.SessionSource{Platform: "telegram", ChatId: "1"}
 			done := make(chan error, 1)
-			_, started, err := s.StartFree(ctx, tt.key, "", src, &eventsv1.MessageReceived{EventId: "a"}, "turn", func(Arrival) bool { return true },
+			_, started, err := s.BeginFree(ctx, tt.key, "", src, &eventsv1.MessageReceived{EventId: "a"}, "turn").Start(ctx, func(Arrival) bool { return true },
 				func(ctx context.Context, turn Turn) error {
 					go func() { done <- tt.wait(ctx, db, s, tt.key, turn) }()
 					select {
@@ -433,7 +434,7 @@ func TestBeginFreeDropped(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			if tt.existing {
-				if _, started, err := s.StartFree(ctx, tt.key, "", src, &eventsv1.MessageReceived{EventId: "a"}, "turn-a",
+				if _, started, err := s.BeginFree(ctx, tt.key, "", src, &eventsv1.MessageReceived{EventId: "a"}, "turn-a").Start(ctx,
 					func(Arrival) bool { return true }, func(context.Context, Turn) error { return nil }); err != nil || !started {
 					t.Fatal(started, err)
 				}

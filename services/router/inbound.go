@@ -46,6 +46,10 @@ type msgCtx struct {
 	// touches the session in Postgres.
 	early  chan *sessionstore.FreeStart
 	turnID string
+	// cmd is the message's command, parsed once its sender is allowed
+	// (isCmd: it is one).
+	cmd   command.Command
+	isCmd bool
 }
 
 // quietPlatforms get no notices about resets and busy sessions: their
@@ -82,6 +86,9 @@ func (s *Service) handleInbound(ctx context.Context, ev *eventsv1.MessageReceive
 		return fmt.Errorf("authorize: %w", err)
 	}
 	m.decision = dec
+	if dec.Allowed {
+		m.cmd, m.isCmd = command.Parse(ev.GetText(), m.platform, s.cfg.BotNames[m.platform])
+	}
 	key := sessionkey.Build(src, s.keyOpts)
 	s.beginEarly(ctx, m, key)
 	defer s.dropEarly(context.WithoutCancel(ctx), m)
@@ -192,14 +199,14 @@ func (s *Service) handle(ctx context.Context, m *msgCtx) error {
 	}
 
 	m.key = sessionkey.Build(m.src, s.keyOpts)
-	if cmd, ok := command.Parse(m.ev.GetText(), m.platform, s.cfg.BotNames[m.platform]); ok {
+	if m.isCmd {
 		// The lock taken for nothing may have turned away the start of
 		// the messages queued behind a turn that just completed: start
 		// them, ahead of the command, as their order says.
 		s.giveBack(ctx, m, true)
 		inbound.WithLabelValues("command").Inc()
 		m.holder = nil // commands change the lock themselves: they read it fresh
-		return s.command(ctx, m, cmd)
+		return s.command(ctx, m, m.cmd)
 	}
 	if m.token != "" {
 		return s.routeToFree(ctx, m)
@@ -251,7 +258,7 @@ func (s *Service) routeToFree(ctx context.Context, m *msgCtx) error {
 // startFree is the idle session's fast path: under the lock m took with
 // its first round trip, record the arrival and start the message as its
 // own turn in one transaction that commits after the turn is published
-// (sessionstore.StartFree), and only then record the message as handled.
+// (sessionstore.BeginFree, FreeStart.Start), and only then record the message as handled.
 // The message is never queued, and the turn reaches a worker before the
 // commit's WAL flush is waited for. It reports false, still holding the
 // lock, when the session must take the queueing path: messages wait, a
@@ -295,10 +302,7 @@ func (s *Service) startFree(ctx context.Context, m *msgCtx) (bool, error) {
 // rolled-back transaction, and holds the session's row and queue (and its
 // fenced writes) for about one Redis round trip.
 func (s *Service) beginEarly(ctx context.Context, m *msgCtx, key string) {
-	if !m.decision.Allowed {
-		return
-	}
-	if _, cmd := command.Parse(m.ev.GetText(), m.platform, s.cfg.BotNames[m.platform]); cmd {
+	if !m.decision.Allowed || m.isCmd {
 		return
 	}
 	m.turnID = redisx.NewToken()
