@@ -125,7 +125,7 @@ type DevConfig struct {
 
 func defaultConfig() *Config {
 	return &Config{
-		NATS: NATSConfig{URL: "nats://127.0.0.1:4222", Replicas: 1, DedupeWindow: 2 * time.Minute, Retention: 24 * time.Hour,
+		NATS: NATSConfig{URL: "nats://127.0.0.1:4222", Replicas: 1, DedupeWindow: 30 * time.Second, Retention: 24 * time.Hour,
 			Partitions: bus.DefaultPartitions},
 		Postgres: PostgresConfig{URL: pg.DefaultURL, MaxConns: 16},
 		Redis:    RedisConfig{URL: redisx.DefaultURL, Prefix: "sb:"},

@@ -63,10 +63,11 @@ type Topology struct {
 	// Replicas for every stream: 1 on a single node, 3 in a cluster.
 	Replicas int
 	// DedupeWindow is how long JetStream remembers Nats-Msg-Id values.
-	// Default 2 min. The server holds an entry per id published within
-	// it (about 150 B): at hundreds of turns a second, five ids a turn,
-	// a 10-minute window was hundreds of megabytes. It catches a
-	// publisher's quick retries; later copies are stopped by the
+	// Default 30 s. The server holds an entry per id published within
+	// it (about 150 B), and up to three times that many until it
+	// compacts its list of them: at hundreds of turns a second, five ids
+	// a turn, a 2-minute window grew to a hundred megabytes. It catches
+	// a publisher's quick retries; later copies are stopped by the
 	// services' own records (the router's inbound dedupe, delivery's
 	// idempotency keys, the usage records, the turns' generations).
 	DedupeWindow time.Duration
@@ -158,7 +159,7 @@ func (t Topology) StreamConfigs() []jetstream.StreamConfig {
 	}
 	dedupe := t.DedupeWindow
 	if dedupe <= 0 {
-		dedupe = 2 * time.Minute
+		dedupe = 30 * time.Second
 	}
 	retention := t.Retention
 	if retention <= 0 {
