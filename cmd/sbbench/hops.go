@@ -25,8 +25,15 @@ var (
 	partition  = regexp.MustCompile(`[-_.]?\d+$`)
 )
 
-func (s *system) scrapeHops() hopTotals {
-	t := hopTotals{}
+// scrape is what one read of every process's /metrics gave.
+type scrape struct {
+	hops hopTotals
+	// gc maps process name to its Go runtime's counters.
+	gc map[string]gcTotals
+}
+
+func (s *system) scrapeMetrics() scrape {
+	out := scrape{hops: hopTotals{}, gc: map[string]gcTotals{}}
 	c := &http.Client{Timeout: 5 * time.Second}
 	for _, p := range s.procs {
 		resp, err := c.Get("http://" + p.opsAddr + "/metrics")
@@ -35,30 +42,39 @@ func (s *system) scrapeHops() hopTotals {
 		}
 		sc := bufio.NewScanner(resp.Body)
 		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		var g gcTotals
 		for sc.Scan() {
-			m := metricLine.FindStringSubmatch(sc.Text())
-			if m == nil {
-				continue
-			}
-			v, err := strconv.ParseFloat(m[5], 64)
-			if err != nil {
-				continue
-			}
-			key := "publish"
-			if strings.HasSuffix(m[1], "handle_seconds") {
-				key = partition.ReplaceAllString(m[4], "")
-			}
-			cur := t[key]
-			if m[2] == "sum" {
-				cur[0] += v
-			} else {
-				cur[1] += v
-			}
-			t[key] = cur
+			g.add(sc.Text())
+			out.hops.add(sc.Text())
 		}
 		resp.Body.Close()
+		out.gc[p.name] = g
 	}
-	return t
+	return out
+}
+
+// add counts one exposition line of the bus's handle and publish
+// histograms.
+func (t hopTotals) add(line string) {
+	m := metricLine.FindStringSubmatch(line)
+	if m == nil {
+		return
+	}
+	v, err := strconv.ParseFloat(m[5], 64)
+	if err != nil {
+		return
+	}
+	key := "publish"
+	if strings.HasSuffix(m[1], "handle_seconds") {
+		key = partition.ReplaceAllString(m[4], "")
+	}
+	cur := t[key]
+	if m[2] == "sum" {
+		cur[0] += v
+	} else {
+		cur[1] += v
+	}
+	t[key] = cur
 }
 
 func hopDelta(before, after hopTotals, turns int64) map[string]Hop {

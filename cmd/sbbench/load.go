@@ -165,13 +165,13 @@ func (s *system) measure(ctx context.Context, n int, stream bool) RunResult {
 		close(profDone)
 	}
 	workBefore := s.readWork(ctx)
-	before, hopsBefore := s.snapshot(), s.scrapeHops()
+	before, metricsBefore := s.snapshot(), s.scrapeMetrics()
 	recording.Store(true)
 	t0 := time.Now()
 	sleepCtx(ctx, s.o.duration)
 	recording.Store(false)
 	el := time.Since(t0)
-	after, hopsAfter := s.snapshot(), s.scrapeHops()
+	after, metricsAfter := s.snapshot(), s.scrapeMetrics()
 	workAfter := s.readWork(ctx)
 	stopping.Store(true)
 	wg.Wait()
@@ -184,7 +184,8 @@ func (s *system) measure(ctx context.Context, n int, stream bool) RunResult {
 		rr.LastError = v
 	}
 	rr.TurnsPerSec = float64(rr.Turns) / el.Seconds()
-	rr.Hops = hopDelta(hopsBefore, hopsAfter, rr.Turns)
+	rr.Hops = hopDelta(metricsBefore.hops, metricsAfter.hops, rr.Turns)
+	rr.GC = gcDelta(metricsBefore.gc, metricsAfter.gc)
 	rr.WorkPerTurn = workAfter.perTurn(workBefore, rr.Turns)
 	rr.E2E = percentiles(flatten(lat))
 	var all []turnTiming

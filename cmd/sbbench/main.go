@@ -167,6 +167,8 @@ type RunResult struct {
 	// Hops: mean handler time per bus consumer (and JetStream publish
 	// round trips) from each process's /metrics; not a per-turn trace.
 	Hops map[string]Hop `json:"hops,omitempty"`
+	// GC: each process's Go collector over the window, from /metrics.
+	GC map[string]GC `json:"gc,omitempty"`
 	// Timeline: the median ms of each hop of a turn, from the API
 	// gateway's Server-Timing header or, streaming, trailer
 	// (timelineHops), and of the client's part (end-to-end minus the

@@ -164,6 +164,15 @@ func writeSummary(w io.Writer, r *Result) {
 			fmt.Fprintf(w, "  %-10s %3d: %s\n", s.Shape, run.Sessions, strings.Join(parts, ", "))
 		}
 	}
+	fmt.Fprintln(w, "\nGo collector, streaming off (its share of each process's CPU in the window; the live heap after its last collection)")
+	for _, s := range r.Shapes {
+		for _, run := range s.Runs {
+			if run.Stream || len(run.GC) == 0 {
+				continue
+			}
+			fmt.Fprintf(w, "  %-10s %3d: %s\n", s.Shape, run.Sessions, formatGC(run.GC))
+		}
+	}
 	fmt.Fprintln(w, "\nWork per turn, streaming off (Postgres's database counters, flushed about once a second; Redis commands of every client)")
 	for _, s := range r.Shapes {
 		for _, run := range s.Runs {

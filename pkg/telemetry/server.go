@@ -26,6 +26,7 @@ type Server struct {
 
 // NewServer prepares the operations server. Call Listen, then Run.
 func NewServer(addr string, h *Health, pprofOn bool, log *slog.Logger) *Server {
+	registerRuntimeMetrics()
 	s := &Server{addr: addr, health: h, log: log, mux: http.NewServeMux()}
 	s.mux.Handle("GET /metrics", promhttp.Handler())
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {

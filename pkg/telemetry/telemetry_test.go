@@ -51,6 +51,10 @@ func TestReadyz(t *testing.T) {
 		{"still live", func() {}, "/healthz", 200, "ok"},
 		{"draining", func() { depErr = nil; h.SetDraining() }, "/readyz", 503, `"process":"draining"`},
 		{"metrics", func() {}, "/metrics", 200, "go_goroutines"},
+		{"collector's share", func() {}, "/metrics", 200, "go_cpu_classes_gc_total_cpu_seconds_total"},
+		{"process CPU", func() {}, "/metrics", 200, "go_cpu_classes_total_cpu_seconds_total"},
+		{"idle CPU", func() {}, "/metrics", 200, "go_cpu_classes_idle_cpu_seconds_total"},
+		{"live heap", func() {}, "/metrics", 200, "go_gc_heap_live_bytes"},
 	}
 	for _, s := range steps {
 		s.set()
