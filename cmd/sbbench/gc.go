@@ -24,7 +24,7 @@ type gcTotals struct {
 	// cpu is GOMAXPROCS × wall time; idle the part of it no goroutine
 	// or runtime task used.
 	gcCPU, cpu, idle, liveBytes float64
-	seen                  bool
+	seen                        bool
 }
 
 // add reads one exposition line; lines of other metrics are ignored.
