@@ -130,58 +130,37 @@ func writeSummary(w io.Writer, r *Result) {
 	fmt.Fprintln(w, "  (gateway: request read to message published; router: to the turn published; worker: to the reply"+
 		" published; delivery: to the reply sent to the gateway; return: to the reply collected; client: end-to-end minus total)")
 	fmt.Fprintln(w, "\nHandlers (mean handler ms per message × messages per turn, from /metrics), streaming off")
-	for _, s := range r.Shapes {
-		for _, run := range s.Runs {
-			if run.Stream || len(run.Hops) == 0 {
-				continue
-			}
-			keys := make([]string, 0, len(run.Hops))
-			for k := range run.Hops {
-				keys = append(keys, k)
-			}
-			sort.Strings(keys)
-			var parts []string
-			for _, k := range keys {
-				h := run.Hops[k]
-				parts = append(parts, fmt.Sprintf("%s %.2f×%.1f", k, h.MsPerMessage, h.MessagesPerTurn))
-			}
-			fmt.Fprintf(w, "  %-10s %3d: %s\n", s.Shape, run.Sessions, strings.Join(parts, ", "))
+	writePlainRuns(w, r, func(run *RunResult) string {
+		keys := make([]string, 0, len(run.Hops))
+		for k := range run.Hops {
+			keys = append(keys, k)
 		}
-	}
+		sort.Strings(keys)
+		parts := make([]string, len(keys))
+		for i, k := range keys {
+			h := run.Hops[k]
+			parts[i] = fmt.Sprintf("%s %.2f×%.1f", k, h.MsPerMessage, h.MessagesPerTurn)
+		}
+		return strings.Join(parts, ", ")
+	})
 	fmt.Fprintln(w, "\nCPU ms per turn by part, streaming off (the machine's total includes everything else running)")
-	for _, s := range r.Shapes {
-		for _, run := range s.Runs {
-			if run.Stream || run.Turns == 0 {
-				continue
-			}
-			parts := []string{fmt.Sprintf("switchboard %.2f", run.CPUmsPerTurn)}
-			for _, name := range []string{"postgres", "redis-server", "nats-server"} {
-				if ms, ok := run.InfraByMs[name]; ok && ms > 0 {
-					parts = append(parts, fmt.Sprintf("%s %.2f", name, ms))
-				}
-			}
-			parts = append(parts, fmt.Sprintf("load generator %.2f", run.LoadCPUms), fmt.Sprintf("machine %.2f", run.MachineCPUms))
-			fmt.Fprintf(w, "  %-10s %3d: %s\n", s.Shape, run.Sessions, strings.Join(parts, ", "))
+	writePlainRuns(w, r, func(run *RunResult) string {
+		if run.Turns == 0 {
+			return ""
 		}
-	}
+		parts := []string{fmt.Sprintf("switchboard %.2f", run.CPUmsPerTurn)}
+		for _, name := range []string{"postgres", "redis-server", "nats-server"} {
+			if ms, ok := run.InfraByMs[name]; ok && ms > 0 {
+				parts = append(parts, fmt.Sprintf("%s %.2f", name, ms))
+			}
+		}
+		parts = append(parts, fmt.Sprintf("load generator %.2f", run.LoadCPUms), fmt.Sprintf("machine %.2f", run.MachineCPUms))
+		return strings.Join(parts, ", ")
+	})
 	fmt.Fprintln(w, "\nGo collector, streaming off (its share of each process's CPU in the window; the live heap after its last collection)")
-	for _, s := range r.Shapes {
-		for _, run := range s.Runs {
-			if run.Stream || len(run.GC) == 0 {
-				continue
-			}
-			fmt.Fprintf(w, "  %-10s %3d: %s\n", s.Shape, run.Sessions, formatGC(run.GC))
-		}
-	}
+	writePlainRuns(w, r, func(run *RunResult) string { return formatGC(run.GC) })
 	fmt.Fprintln(w, "\nWork per turn, streaming off (Postgres's database counters, flushed about once a second; Redis commands of every client)")
-	for _, s := range r.Shapes {
-		for _, run := range s.Runs {
-			if run.Stream || len(run.WorkPerTurn) == 0 {
-				continue
-			}
-			fmt.Fprintf(w, "  %-10s %3d: %s\n", s.Shape, run.Sessions, formatWork(run.WorkPerTurn))
-		}
-	}
+	writePlainRuns(w, r, func(run *RunResult) string { return formatWork(run.WorkPerTurn) })
 	fmt.Fprintln(w, "\nRSS (MB): idle VmRSS after start → VmHWM peak after the last run")
 	for _, s := range r.Shapes {
 		var parts []string
@@ -202,6 +181,22 @@ func writeSummary(w io.Writer, r *Result) {
 				verdict = "ok"
 			}
 			fmt.Fprintf(w, "  %-44s %8.2f  (%s %g)  %s\n", t.Name, t.Value, t.Unit, t.Limit, verdict)
+		}
+	}
+}
+
+// writePlainRuns prints a line of every run without streaming, of every
+// shape: what line returns for it, unless that is empty.
+func writePlainRuns(w io.Writer, r *Result, line func(*RunResult) string) {
+	for _, s := range r.Shapes {
+		for i := range s.Runs {
+			run := &s.Runs[i]
+			if run.Stream {
+				continue
+			}
+			if text := line(run); text != "" {
+				fmt.Fprintf(w, "  %-10s %3d: %s\n", s.Shape, run.Sessions, text)
+			}
 		}
 	}
 }
