@@ -124,7 +124,7 @@ func (s *Service) handleInbound(ctx context.Context, ev *eventsv1.MessageReceive
 		s.log.Debug("duplicate inbound event ignored", "event", m.dedupeID)
 		return nil
 	}
-	if err := s.handle(ctx, m); err != nil {
+	if err := s.handle(ctx, m, key); err != nil {
 		return err
 	}
 	if m.marked {
@@ -183,7 +183,9 @@ func (s *Service) markHandledAndLock(ctx context.Context, m *msgCtx, token strin
 	return n == 1, nil
 }
 
-func (s *Service) handle(ctx context.Context, m *msgCtx) error {
+// handle routes a new message by its sender's authorization (m.decision);
+// key is its session key.
+func (s *Service) handle(ctx context.Context, m *msgCtx, key string) error {
 	dec := m.decision
 	verdict := "deny"
 	if dec.Allowed {
@@ -198,7 +200,7 @@ func (s *Service) handle(ctx context.Context, m *msgCtx) error {
 		return s.unauthorized(ctx, m)
 	}
 
-	m.key = sessionkey.Build(m.src, s.keyOpts)
+	m.key = key
 	if m.isCmd {
 		// The lock taken for nothing may have turned away the start of
 		// the messages queued behind a turn that just completed: start
