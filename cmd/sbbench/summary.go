@@ -110,7 +110,14 @@ func writeSummary(w io.Writer, r *Result) {
 	}
 	fmt.Fprintln(w, "\ncpu ms/t: CPU of the switchboard processes per turn; infra ms: postgres+redis+nats-server per turn (machine-wide, shared)")
 	fmt.Fprintln(w, "\nA turn's hops (median ms, from the API gateway's Server-Timing header or, streaming, trailer)")
-	fmt.Fprintf(w, "  %-18s %8s %8s %8s %8s %8s %8s %8s\n", "", "gateway", "router", "worker", "delivery", "return", "total", hopClient)
+	// timelineHops is an array: the slice's capacity is its length, so
+	// append copies.
+	hopCols := append(timelineHops[:], hopClient)
+	fmt.Fprintf(w, "  %-18s", "")
+	for _, k := range hopCols {
+		fmt.Fprintf(w, " %8s", k)
+	}
+	fmt.Fprintln(w)
 	for _, s := range r.Shapes {
 		for _, run := range s.Runs {
 			if len(run.Timeline) == 0 {
@@ -121,7 +128,7 @@ func writeSummary(w io.Writer, r *Result) {
 				st = "on"
 			}
 			fmt.Fprintf(w, "  %-10s %3d %3s:", s.Shape, run.Sessions, st)
-			for _, k := range append(timelineHops[:len(timelineHops):len(timelineHops)], hopClient) {
+			for _, k := range hopCols {
 				fmt.Fprintf(w, " %8.2f", run.Timeline[k])
 			}
 			fmt.Fprintln(w)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -11,7 +12,10 @@ import (
 // timelineHops are the hops of a turn the API gateway reports in its
 // Server-Timing header, in the order a turn passes them, then the total
 // inside the gateway.
-var timelineHops = []string{"gateway", "router", "worker", "delivery", "return", "total"}
+var timelineHops = [...]string{"gateway", "router", "worker", "delivery", "return", "total"}
+
+// hopTotal is the index of "total" in timelineHops.
+const hopTotal = len(timelineHops) - 1
 
 // hopClient is the part of the end-to-end latency outside the gateway's
 // total: both HTTP stacks and the load generator.
@@ -20,7 +24,7 @@ const hopClient = "client"
 // turnTiming is one turn's hop durations in milliseconds, by the index
 // of timelineHops; ok is false when the header had none of them.
 type turnTiming struct {
-	ms [6]float64
+	ms [len(timelineHops)]float64
 	ok bool
 }
 
@@ -32,7 +36,7 @@ func parseServerTiming(h string) turnTiming {
 	for metric := range strings.SplitSeq(h, ",") {
 		params := strings.Split(metric, ";")
 		name := strings.TrimSpace(params[0])
-		i := indexOf(timelineHops, name)
+		i := slices.Index(timelineHops[:], name)
 		if i < 0 {
 			continue
 		}
@@ -49,15 +53,6 @@ func parseServerTiming(h string) turnTiming {
 	return t
 }
 
-func indexOf(list []string, s string) int {
-	for i, x := range list {
-		if x == s {
-			return i
-		}
-	}
-	return -1
-}
-
 // timelineMedians is the median of each hop over the turns that reported
 // timings, and of the client's part (end-to-end minus the gateway's
 // total); nil when none did.
@@ -70,8 +65,7 @@ func timelineMedians(timings []turnTiming, e2e []time.Duration) map[string]float
 		for j := range timelineHops {
 			cols[j] = append(cols[j], t.ms[j])
 		}
-		total := t.ms[indexOf(timelineHops, "total")]
-		cols[len(timelineHops)] = append(cols[len(timelineHops)], max(float64(e2e[i])/float64(time.Millisecond)-total, 0))
+		cols[len(timelineHops)] = append(cols[len(timelineHops)], max(float64(e2e[i])/float64(time.Millisecond)-t.ms[hopTotal], 0))
 	}
 	if len(cols[0]) == 0 {
 		return nil
