@@ -5,6 +5,7 @@
 package chunk
 
 import (
+	"math"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -78,12 +79,21 @@ func (l Limit) Fits(s string) bool { return l.Measure.Len(s) <= l.Max }
 // DefaultLimit applies to platforms missing from the table.
 var DefaultLimit = Limit{Max: 4000, Measure: Runes}
 
+// Unlimited is the limit of a platform that takes a reply of any length
+// in one message: every text fits, so Parts returns it whole, without a
+// counter.
+var Unlimited = Limit{Max: math.MaxInt, Measure: Runes}
+
 // MinMax is the smallest Max that Parts honours. A smaller Max is raised to
 // MinMax: below it there is no room for a fence pair, a chunk counter and
 // text, and no real platform is that small.
 const MinMax = 64
 
 var limits = map[string]Limit{
+	// The OpenAI-compatible API (and the web chat on it) answers a request
+	// with one response body or one stream: the client gets the whole
+	// text as it was written.
+	"api":        Unlimited,
 	"telegram":   {Max: 4096, Measure: UTF16},
 	"discord":    {Max: 2000, Measure: Runes},
 	"slack":      {Max: 39000, Measure: Runes},

@@ -24,6 +24,7 @@ func TestLimits(t *testing.T) {
 		{"signal", chunk.Limit{Max: 8000, Measure: chunk.Runes}},
 		{"sms", chunk.Limit{Max: 1600, Measure: chunk.Runes}},
 		{"email", chunk.Limit{Max: 50000, Measure: chunk.Runes}},
+		{"api", chunk.Unlimited},
 		{"irc", chunk.DefaultLimit},
 		{"", chunk.DefaultLimit},
 	}
@@ -160,8 +161,14 @@ func TestSplitPlatform(t *testing.T) {
 	if got := chunk.Split(text, "discord"); len(got) != 3 {
 		t.Errorf("discord: %d parts, want 3", len(got))
 	}
-	if got := chunk.Split(text, "slack"); len(got) != 1 || got[0] != text {
-		t.Errorf("slack: want the text unchanged")
+	for _, platform := range []string{"slack", "api"} {
+		if got := chunk.Split(text, platform); len(got) != 1 || got[0] != text {
+			t.Errorf("%s: want the text unchanged, got %d parts", platform, len(got))
+		}
+	}
+	long := strings.Repeat("```go\nx := 1\n```\n", 10000) // 170,000 runes
+	if got := chunk.Split(long, "api"); len(got) != 1 || got[0] != long {
+		t.Errorf("api: want a long answer unchanged, got %d parts", len(got))
 	}
 }
 

@@ -57,6 +57,31 @@ func TestFinalIsChunkedAndSentInOrder(t *testing.T) {
 	}
 }
 
+// The API answers a request with one body: a long answer goes out whole,
+// without a cut or a counter, however long it is.
+func TestAPIAnswerIsNotChunked(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.start(t, testConfig(), "a")
+	long := strings.Repeat("```go\nx := 1\n```\nword word\n", 600) // 16,800 runes
+	ev := event("t1", 1, "s1", final(long))
+	ev.Target.Platform = "api"
+	e.publish(t, ev)
+	e.consumed(t, "s1")
+	eventually(t, e.clock, 0, "the final send", func() bool {
+		_, posted := e.gw.snapshot()
+		return len(posted) > 0 && posted[len(posted)-1].Req.GetFinal()
+	})
+	_, posted := e.gw.snapshot()
+	if len(posted) != 1 {
+		t.Fatalf("%d sends, want the answer in one", len(posted))
+	}
+	if r := posted[0].Req; r.GetText() != long || r.GetChunkCount() != 1 {
+		t.Errorf("sent %d runes as chunk %d/%d, want the %d-rune answer whole",
+			len([]rune(r.GetText())), r.GetChunkIndex()+1, r.GetChunkCount(), len([]rune(long)))
+	}
+}
+
 // A notice that answers its message (a command's reply, a refusal) is the
 // final send of that answer: the API gateway completes the request with
 // it. Busy acknowledgements and reset notices precede an answer.

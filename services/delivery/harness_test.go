@@ -169,7 +169,7 @@ func newEnv(t *testing.T) *env {
 	url := bustest.EmbeddedURL(t)
 	e := &env{url: url, bus: bustest.New(t, url), db: pgtest.New(t), clock: &clock{}}
 	e.rdb, e.rpref = redistest.New(t)
-	e.gw = newGateway(t, e.bus, e.clock, "test", "stream")
+	e.gw = newGateway(t, e.bus, e.clock, "test", "stream", "api")
 	return e
 }
 
