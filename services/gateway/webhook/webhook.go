@@ -205,8 +205,11 @@ func (s *Service) Connect(ctx context.Context, conn platform.Conn) error {
 		Handler:           otelhttp.NewHandler(s.Handler(), "gateway.webhook"),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
-		BaseContext:       func(net.Listener) context.Context { return ctx },
-		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+		// A request in flight when the gateway stops finishes within
+		// ServeHTTP's grace: its sender (GitHub, GitLab) does not retry
+		// on its own, so ending it with a 503 would lose the event.
+		BaseContext: func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+		ErrorLog:    slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 	}
 	s.connects.Add(1)
 	conn.Connected()

@@ -1,12 +1,14 @@
 package webhook
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -272,5 +274,53 @@ func TestConfigValidate(t *testing.T) {
 				t.Fatalf("Validate() = %v, want ok=%v", err, c.ok)
 			}
 		})
+	}
+}
+
+// A delivery in flight when the gateway stops still gets its answer and
+// its event: GitHub and GitLab do not retry on their own, so a 503 here
+// would lose it. The body arrives only after the stop began.
+func TestStopFinishesDeliveriesInFlight(t *testing.T) {
+	t.Parallel()
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	s, err := New(testConfig(), Deps{Bus: b, Log: slog.Default(), RunnerOptions: platform.Options{Backoff: platform.Schedule(10 * time.Millisecond)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	<-s.Listening()
+	platformtest.WaitFor(t, "ready", func() bool { return s.Ready(ctx) == nil })
+	next := inbound(t, b)
+
+	body := []byte(`{"repository":{"full_name":"o/r"},"sender":{"login":"x"}}`)
+	conn, err := net.Dial("tcp", s.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	head := fmt.Sprintf("POST /webhooks/gh HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-GitHub-Event: push\r\n"+
+		"X-GitHub-Delivery: in-flight-1\r\nX-Hub-Signature-256: %s\r\nContent-Length: %d\r\n\r\n", Sign(secret, body), len(body))
+	if _, err := conn.Write([]byte(head)); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond) // the server is reading the body
+	cancel()
+	time.Sleep(100 * time.Millisecond) // the shutdown has begun
+	if _, err := conn.Write(body); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("status %d, want 202", resp.StatusCode)
+	}
+	if got := next(); !strings.Contains(got.GetText(), "push on o/r") {
+		t.Fatalf("published %q", got.GetText())
 	}
 }
