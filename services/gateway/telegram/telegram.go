@@ -47,7 +47,10 @@ type Config struct {
 	// webhook: the public URL Telegram posts to.
 	WebhookURL string `koanf:"webhook_url"`
 	// WebhookSecret (TELEGRAM_WEBHOOK_SECRET) is checked against the
-	// X-Telegram-Bot-Api-Secret-Token header of each webhook call.
+	// X-Telegram-Bot-Api-Secret-Token header of each webhook call. It is
+	// required with WebhookURL: without it anyone who can reach the URL
+	// could post updates in any user's name. Telegram allows 1 to 256
+	// characters A-Z, a-z, 0-9, _ and -.
 	WebhookSecret string `koanf:"webhook_secret"`
 	// WebhookListen is the local address the webhook server binds.
 	WebhookListen string `koanf:"webhook_listen"`
@@ -83,10 +86,31 @@ func (c Config) Validate() error {
 	if _, err := botID(c.BotToken); err != nil {
 		return err
 	}
+	if c.WebhookURL != "" {
+		if err := checkWebhookSecret(c.WebhookSecret); err != nil {
+			return err
+		}
+	}
 	switch c.ReplyToMode {
 	case "", "first", "all", "off":
 	default:
 		return fmt.Errorf("gateways.telegram.reply_to_mode %q: want first, all or off", c.ReplyToMode)
+	}
+	return nil
+}
+
+// checkWebhookSecret applies Telegram's rules for a webhook's secret_token.
+func checkWebhookSecret(secret string) error {
+	if secret == "" {
+		return errors.New("gateways.telegram.webhook_secret (TELEGRAM_WEBHOOK_SECRET) is required with webhook_url: without it anyone who reaches the webhook can post updates as any user")
+	}
+	if len(secret) > 256 {
+		return errors.New("gateways.telegram.webhook_secret: at most 256 characters")
+	}
+	for _, r := range secret {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-') {
+			return errors.New("gateways.telegram.webhook_secret: only A-Z, a-z, 0-9, _ and - are allowed")
+		}
 	}
 	return nil
 }
