@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/switchboard-chat/switchboard/pkg/bus"
 	adminv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/admin/v1"
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
@@ -379,6 +380,49 @@ func TestStreamingByEdit(t *testing.T) {
 	time.Sleep(200 * time.Millisecond)
 	if n := len(ops()); n != 3 {
 		t.Errorf("%d ops after the final", n)
+	}
+}
+
+// A streamed answer's final that could not be queued the first time (its
+// outbox write failed) is queued by the retry: the stream plans its final
+// edits once, so the retry must reuse them rather than plan nothing.
+func TestStreamedFinalSurvivesAFailedEnqueue(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	cfg := testConfig()
+	cfg.SendTimeout, cfg.Lease = 5*time.Second, 10*time.Second
+	e.start(t, cfg, "a")
+	stream := func(seq int64, body any) {
+		ev := event("t1", seq, "s1", body)
+		ev.Target.Platform = "stream"
+		e.publish(t, ev)
+	}
+	ops := func() []call {
+		_, posted := e.gw.snapshot()
+		return posted
+	}
+	stream(1, &repliesv1.TextDelta{Text: strings.Repeat("x", 30)})
+	eventually(t, e.clock, 0, "first message", func() bool { return len(ops()) == 1 })
+	ctx := context.Background()
+	if _, err := e.db.Exec(ctx, `ALTER TABLE delivery_outbox RENAME TO delivery_outbox_away`); err != nil {
+		t.Fatal(err)
+	}
+	stream(2, final("the whole answer"))
+	durable := fmt.Sprintf("delivery-replies-%d", e.bus.Topology().Partition("s1"))
+	eventually(t, e.clock, 0, "a failed attempt and its retry", func() bool {
+		c, err := e.bus.JetStream().Consumer(ctx, e.bus.Topology().Stream(bus.StreamReplies), durable)
+		if err != nil {
+			return false
+		}
+		info, err := c.Info(ctx)
+		return err == nil && (info.NumRedelivered > 0 || info.NumAckPending == 0)
+	})
+	if _, err := e.db.Exec(ctx, `ALTER TABLE delivery_outbox_away RENAME TO delivery_outbox`); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, e.clock, 0, "the final edit", func() bool { return len(ops()) == 2 })
+	if got := ops()[1]; got.Op != deliveryv1.SendOp_SEND_OP_EDIT || got.Req.GetText() != "the whole answer" || !got.Req.GetFinal() {
+		t.Errorf("final: %v %q final=%v", got.Op, got.Req.GetText(), got.Req.GetFinal())
 	}
 }
 

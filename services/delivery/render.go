@@ -22,7 +22,11 @@ import (
 type turnState struct {
 	stream *streamedit.Stream
 	// ids are the platform message ids of the stream's messages.
-	ids     map[int]string
+	ids map[int]string
+	// final holds the final's outbox rows once planned: the stream plans
+	// its final edits only once, so a retry after a failed enqueue must
+	// queue these again (same keys) instead of asking it anew.
+	final   []*deliveryv1.SendRequested
 	done    bool
 	touched time.Time
 }
@@ -314,11 +318,13 @@ func (s *Service) final(ctx context.Context, ev *repliesv1.ReplyEvent, text stri
 	base := keyBase(ctx, ev)
 	st := s.turns.get(ev.GetTurnId())
 	if ev.GetTurnId() != "" && st != nil && !st.done && len(st.ids) > 0 {
-		reqs := s.finalActions(ev, base, st, st.stream.Final(text), format)
-		if err := s.enqueue(ctx, reqs...); err != nil {
+		if st.final == nil {
+			st.final = s.finalActions(ev, base, st, st.stream.Final(text), format)
+		}
+		if err := s.enqueue(ctx, st.final...); err != nil {
 			return err
 		}
-		st.done = true
+		st.done, st.final = true, nil
 		return nil
 	}
 	if st != nil && st.done {
