@@ -52,6 +52,9 @@ type LLMConfig struct {
 	APIKey  string `koanf:"api_key"`
 	// MaxAttempts bounds retries of 429 and 5xx answers.
 	MaxAttempts int `koanf:"max_attempts"`
+	// CallTimeout bounds one model call; a stalled provider then ends the
+	// turn with "took too long" instead of holding the session.
+	CallTimeout time.Duration `koanf:"call_timeout"`
 }
 
 // PrivacyConfig controls what personal data reaches the model.
@@ -138,7 +141,7 @@ func defaultConfig() *Config {
 		Admin:    admin.Config{Addr: admin.DefaultAddr},
 		Worker:   worker.DefaultConfig(),
 		Agent:    worker.DefaultConfig().Agent,
-		LLM:      LLMConfig{MaxAttempts: 4},
+		LLM:      LLMConfig{MaxAttempts: 4, CallTimeout: 10 * time.Minute},
 	}
 }
 

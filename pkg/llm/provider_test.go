@@ -495,3 +495,33 @@ func TestToolSchemas(t *testing.T) {
 		})
 	}
 }
+
+// A provider that stalls, before its answer or in the middle of a stream,
+// ends the call after CallTimeout with a timeout the user is told about,
+// and the call is not retried.
+func TestCallTimeout(t *testing.T) {
+	for _, b := range backends {
+		for _, stall := range []string{"before the answer", "mid-stream"} {
+			t.Run(b.name+"/"+stall, func(t *testing.T) {
+				t.Parallel()
+				srv := startFake(t, fakellm.Config{})
+				text := "hello [[latency:1m]]"
+				if stall == "mid-stream" {
+					text = "hello [[slow:1m]]"
+				}
+				sl := &fakeSleep{}
+				p := llm.WithRetry(b.make(srv), llm.RetryPolicy{CallTimeout: 200 * time.Millisecond, Sleep: sl.Sleep, Log: quiet})
+				_, _, err := collect(context.Background(), p, userReq(text))
+				if !errors.Is(err, context.DeadlineExceeded) {
+					t.Fatalf("err = %v, want a deadline", err)
+				}
+				if got := llm.UserMessage(err); !strings.Contains(got, "took too long") {
+					t.Errorf("user message %q", got)
+				}
+				if n := len(srv.Requests()); n != 1 || len(sl.waits) != 0 {
+					t.Errorf("retried: %d requests, waits %v", n, sl.waits)
+				}
+			})
+		}
+	}
+}

@@ -17,6 +17,11 @@ type RetryPolicy struct {
 	// MaxRetryAfter is the longest server-requested wait honoured; a longer
 	// Retry-After returns the error at once. Default 2m.
 	MaxRetryAfter time.Duration
+	// CallTimeout bounds one attempt, streamed or not, default 10m (the
+	// official SDKs' default). A provider that stalls, even one that
+	// keeps its connection open, then ends the call with an error that
+	// wraps context.DeadlineExceeded; it is not retried.
+	CallTimeout time.Duration
 	// Sleep waits d or until ctx ends; default a timer. Tests inject a fake.
 	Sleep func(ctx context.Context, d time.Duration) error
 	// Jitter returns a number in [0,1); default math/rand/v2.
@@ -36,6 +41,9 @@ func (p RetryPolicy) withDefaults() RetryPolicy {
 	}
 	if p.MaxRetryAfter <= 0 {
 		p.MaxRetryAfter = 2 * time.Minute
+	}
+	if p.CallTimeout <= 0 {
+		p.CallTimeout = 10 * time.Minute
 	}
 	if p.Sleep == nil {
 		p.Sleep = sleep
@@ -83,8 +91,9 @@ type retrying struct {
 
 // WithRetry wraps p so that RateLimited and Server errors are retried with
 // backoff, honouring Retry-After, for at most policy.MaxAttempts attempts and
-// while ctx lasts. A call that already delivered a delta is not retried: its
-// error is returned wrapped with ErrInterrupted.
+// while ctx lasts; each attempt is bounded by policy.CallTimeout. A call
+// that already delivered a delta is not retried: its error is returned
+// wrapped with ErrInterrupted.
 func WithRetry(p Provider, policy RetryPolicy) Provider {
 	return &retrying{p: p, policy: policy.withDefaults()}
 }
@@ -99,7 +108,7 @@ func (r *retrying) Stream(ctx context.Context, req Request, fn func(Delta) error
 		}
 	}
 	for attempt := 1; ; attempt++ {
-		resp, err := r.p.Stream(ctx, req, wrapped)
+		resp, err := r.attempt(ctx, req, wrapped)
 		if err == nil {
 			return resp, nil
 		}
@@ -124,4 +133,18 @@ func (r *retrying) Stream(ctx context.Context, req Request, fn func(Delta) error
 			return nil, fmt.Errorf("wait to retry llm call: %w", err)
 		}
 	}
+}
+
+// errCallTimeout is the cause of an attempt's context that ran out.
+var errCallTimeout = errors.New("llm call timed out")
+
+// attempt is one call, bounded by the policy's CallTimeout.
+func (r *retrying) attempt(ctx context.Context, req Request, fn func(Delta) error) (*Response, error) {
+	actx, cancel := context.WithTimeoutCause(ctx, r.policy.CallTimeout, errCallTimeout)
+	defer cancel()
+	resp, err := r.p.Stream(actx, req, fn)
+	if err != nil && ctx.Err() == nil && context.Cause(actx) == errCallTimeout {
+		return nil, fmt.Errorf("no answer within %s: %w", r.policy.CallTimeout, context.DeadlineExceeded)
+	}
+	return resp, err
 }

@@ -94,15 +94,19 @@ func (h *harness) setGeneration(key string, gen int64) {
 	}
 }
 
+// callTimeout bounds the harness's model calls: far above a fake's answer,
+// short enough for a test of a stalled provider.
+const callTimeout = 3 * time.Second
+
 func (h *harness) openAI() worker.Backend {
 	p := llm.WithRetry(llm.NewOpenAI(llm.OpenAIConfig{BaseURL: h.fakeURL + "/v1", Model: "fake-model"}),
-		llm.RetryPolicy{MaxAttempts: 2, Sleep: func(context.Context, time.Duration) error { return nil }})
+		llm.RetryPolicy{MaxAttempts: 2, CallTimeout: callTimeout, Sleep: func(context.Context, time.Duration) error { return nil }})
 	return worker.Backend{Provider: p, Kind: "openai", Model: "fake-model", BaseURL: h.fakeURL + "/v1", KeyHash: "none"}
 }
 
 func (h *harness) anthropic() worker.Backend {
 	p := llm.WithRetry(llm.NewAnthropic(llm.AnthropicConfig{BaseURL: h.fakeURL, Model: "fake-claude", APIKey: "k"}),
-		llm.RetryPolicy{MaxAttempts: 2, Sleep: func(context.Context, time.Duration) error { return nil }})
+		llm.RetryPolicy{MaxAttempts: 2, CallTimeout: callTimeout, Sleep: func(context.Context, time.Duration) error { return nil }})
 	return worker.Backend{Provider: p, Kind: "anthropic", Model: "fake-claude", BaseURL: h.fakeURL, KeyHash: "k"}
 }
 

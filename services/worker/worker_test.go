@@ -566,6 +566,8 @@ func TestLLMErrorClassesEndTheTurnWithAClearMessage(t *testing.T) {
 		{"[[fail:500]] hi", "provider", "having trouble"},
 		{"[[fail:429 retry=0]] hi", "rate_limited", "busy"},
 		{"[[drop:1]] hi", "provider", ""},
+		{"[[latency:1m]] hi", "timeout", "took too long"},
+		{"[[slow:1m]] hi", "timeout", "took too long"},
 	}
 	for i, tc := range cases {
 		key := "err" + string(rune('a'+i))
