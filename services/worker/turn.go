@@ -378,8 +378,11 @@ func (r *turnRun) claimLock(ctx context.Context) error {
 	}
 }
 
-// keepLock renews the lock every TTL/3 until stop. When the lock is lost
-// the turn stops at its next safe point.
+// keepLock renews the lock every TTL/3 until stop. A lock that vanished
+// (Redis restarted without its data, or failed over) is claimed again:
+// nobody else holds it, and the fence still refuses this turn's writes if
+// the session moved on meanwhile. When another grant or another attempt
+// holds it, the lock is lost and the turn stops at its next safe point.
 func (r *turnRun) keepLock(ctx context.Context) (context.Context, func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
@@ -395,6 +398,9 @@ func (r *turnRun) keepLock(ctx context.Context) (context.Context, func()) {
 			}
 			err := r.s.locker.Renew(ctx, r.req.GetSessionKey(), r.holder, r.ttl)
 			if errors.Is(err, redisx.ErrNotOwner) {
+				err = r.reclaim(ctx)
+			}
+			if errors.Is(err, redisx.ErrNotOwner) {
 				r.log.Warn("session lock lost; stopping at the next safe point")
 				r.lockLost.Store(true)
 				r.ctl.wakeUp()
@@ -406,6 +412,20 @@ func (r *turnRun) keepLock(ctx context.Context) (context.Context, func()) {
 		}
 	}()
 	return ctx, func() { cancel(); <-done }
+}
+
+// reclaim claims the lock again after a renewal found it gone; it
+// reports ErrNotOwner when another grant or attempt holds it.
+func (r *turnRun) reclaim(ctx context.Context) error {
+	c, err := r.s.locker.Claim(ctx, r.req.GetSessionKey(), r.req.GetLockToken(), r.holder, r.ttl)
+	switch {
+	case err != nil:
+		return err
+	case c != redisx.Claimed:
+		return redisx.ErrNotOwner
+	}
+	r.log.Warn("session lock had vanished; claimed it again")
+	return nil
 }
 
 // checkpoint is a safe point: it reports why the turn must stop, if it must.

@@ -771,3 +771,50 @@ func TestSecondAttemptWaitsForTheHolderOfTheTurn(t *testing.T) {
 		t.Errorf("lock still held by %q", owner)
 	}
 }
+
+// Redis lost the session lock mid-turn (a restart without persistence):
+// nobody else holds it, so the worker takes it again at its next renewal
+// and answers, instead of abandoning a message nobody else will answer.
+func TestVanishedLockIsTakenAgain(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.setGeneration("s1", 1)
+	entered, release := make(chan struct{}, 1), make(chan struct{})
+	blocking := tools.Tool{Name: "block", Run: func(ctx context.Context, _ tools.Call, _ json.RawMessage) (string, error) {
+		entered <- struct{}{}
+		select {
+		case <-release:
+			return "unblocked", nil
+		case <-ctx.Done():
+			return "", ctx.Err()
+		}
+	}}
+	h.startWorker("w1", func(_ *worker.Config, d *worker.Deps) { d.Tools = []tools.Tool{blocking} })
+	req := h.requestTurn("s1", "[[tool:block {}]] go", turnOpts{})
+	select {
+	case <-entered:
+	case <-time.After(30 * time.Second):
+		t.Fatal("tool never ran")
+	}
+	ctx := context.Background()
+	if err := h.rdb.Del(ctx, h.locker.Key("s1")).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// The next renewal (every TTL/3, 5 s / 3 here) finds the lock gone.
+	deadline := time.Now().Add(10 * time.Second)
+	for owner, _ := h.locker.Owner(ctx, "s1"); owner == "" && time.Now().Before(deadline); owner, _ = h.locker.Owner(ctx, "s1") {
+		time.Sleep(50 * time.Millisecond)
+	}
+	close(release)
+	done := h.waitCompleted(req.TurnId)
+	if done.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED {
+		t.Fatalf("status %v, want COMPLETED", done.GetStatus())
+	}
+	final := checkReplies(t, h.replies(req.TurnId))
+	if got := final.GetFinalText().GetText(); got != "echo: go [unblocked]" {
+		t.Errorf("final %q", got)
+	}
+	if owner, _ := h.locker.Owner(ctx, "s1"); owner != "" {
+		t.Errorf("lock left held by %q after the turn", owner)
+	}
+}
