@@ -177,16 +177,16 @@ func (r *turnRun) runLoop(ctx context.Context) (store.Final, error) {
 		// (a resumed turn, or the step just committed).
 		if pending := pendingCalls(ls.turn); len(pending) > 0 {
 			if err := r.runTools(ctx, ls, pending); err != nil {
-				if fin, ok := r.stopFinal(ctx, ls, err); ok {
-					return fin, nil
+				if fin, stopped, serr := r.stopFinal(ctx, ls, err); stopped {
+					return fin, serr
 				}
 				return store.Final{}, err
 			}
 			continue
 		}
 		if err := r.checkpoint(ctx); err != nil {
-			if fin, ok := r.stopFinal(ctx, ls, err); ok {
-				return fin, nil
+			if fin, stopped, serr := r.stopFinal(ctx, ls, err); stopped {
+				return fin, serr
 			}
 			return store.Final{}, err
 		}
@@ -271,16 +271,19 @@ func (r *turnRun) finishWith(ctx context.Context, ls *loopState, text string) (s
 	return r.finish(ctx, ls, nil, store.Final{Status: store.StatusCompleted, Kind: store.FinalText, Text: text})
 }
 
-// stopFinal ends a turn that was interrupted or stopped with what it has.
-// Tool calls that will not run get a result saying so, which keeps the
-// transcript valid for the next turn.
-func (r *turnRun) stopFinal(ctx context.Context, ls *loopState, reason error) (store.Final, bool) {
+// stopFinal ends a turn that was interrupted or stopped with what it has;
+// stopped is false when reason is neither. Tool calls that will not run
+// get a result saying so, which keeps the transcript valid for the next
+// turn. When recording the end fails, err says why: a stale generation
+// (the /stop or /new that stopped the turn moved the session on, so the
+// turn is superseded), or an outage the caller handles as any other.
+func (r *turnRun) stopFinal(ctx context.Context, ls *loopState, reason error) (fin store.Final, stopped bool, err error) {
 	status := store.StatusInterrupted
 	switch {
 	case errors.Is(reason, errStopped):
 	case errors.Is(reason, errInterrupted):
 	default:
-		return store.Final{}, false
+		return store.Final{}, false, nil
 	}
 	if errors.Is(reason, errStopped) {
 		status = store.StatusStopped
@@ -293,8 +296,7 @@ func (r *turnRun) stopFinal(ctx context.Context, ls *loopState, reason error) (s
 	}
 	if len(skipped) > 0 {
 		if err := r.commit(ctx, ls, skipped...); err != nil {
-			r.log.Warn("record skipped tool calls", "err", err)
-			return store.Final{}, false
+			return store.Final{}, true, fmt.Errorf("record the tool calls a stop skipped: %w", err)
 		}
 	}
 	f := store.Final{Status: status, Kind: store.FinalError, ErrorCode: "interrupted", Text: "Stopped."}
@@ -307,13 +309,12 @@ func (r *turnRun) stopFinal(ctx context.Context, ls *loopState, reason error) (s
 	if text := lastAssistantText(ls.turn); text != "" {
 		f = store.Final{Status: status, Kind: store.FinalText, Text: text}
 	}
-	fin, err := r.finish(ctx, ls, nil, f)
+	fin, err = r.finish(ctx, ls, nil, f)
 	if err != nil {
-		r.log.Warn("record interrupted turn", "err", err)
-		return store.Final{}, false
+		return store.Final{}, true, fmt.Errorf("record the stopped turn: %w", err)
 	}
 	r.log.Info("turn stopped at a safe point", "reason", reason.Error())
-	return fin, true
+	return fin, true, nil
 }
 
 func lastAssistantText(msgs []store.Message) string {

@@ -818,3 +818,51 @@ func TestVanishedLockIsTakenAgain(t *testing.T) {
 		t.Errorf("lock left held by %q after the turn", owner)
 	}
 }
+
+// /stop while a dangerous tool waits for approval: the router moved the
+// session on (a new generation) and dropped the lock before its STOP
+// arrived. The turn ends superseded, once: it is not retried, so the user
+// is not asked to approve again and the tool never runs.
+func TestStopDuringApprovalEndsTheTurnOnce(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.setGeneration("s1", 1)
+	var runs atomic.Int32
+	h.startWorker("w1", func(c *worker.Config, d *worker.Deps) {
+		c.Agent.ApprovalTimeout = time.Minute
+		c.Agent.DangerousTools = []string{"rm"}
+		d.Tools = []tools.Tool{{Name: "rm", Run: func(context.Context, tools.Call, json.RawMessage) (string, error) {
+			runs.Add(1)
+			return "removed", nil
+		}}}
+	})
+	req := h.requestTurn("s1", "[[tool:rm {}]] clean up", turnOpts{})
+	approvals := func() int {
+		n := 0
+		for _, ev := range h.replies(req.TurnId) {
+			if ev.GetToolProgress().GetPhase() == repliesv1.ToolPhase_TOOL_PHASE_AWAITING_APPROVAL {
+				n++
+			}
+		}
+		return n
+	}
+	waitFor(t, 30*time.Second, "approval request", func() bool { return approvals() > 0 })
+	// What the router's /stop does: a new generation, the lock dropped,
+	// then STOP to the running turn.
+	h.setGeneration("s1", 2)
+	if err := h.rdb.Del(context.Background(), h.locker.Key("s1")).Err(); err != nil {
+		t.Fatal(err)
+	}
+	h.control("s1", turnsv1.ControlAction_CONTROL_ACTION_STOP, "")
+	done := h.waitCompleted(req.TurnId)
+	if done.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_STALE {
+		t.Errorf("status %v, want STALE", done.GetStatus())
+	}
+	time.Sleep(2 * time.Second) // a retried delivery would ask again by now
+	if n := approvals(); n != 1 {
+		t.Errorf("asked for approval %d times, want once", n)
+	}
+	if n := runs.Load(); n != 0 {
+		t.Errorf("the tool ran %d times after /stop", n)
+	}
+}
