@@ -599,7 +599,11 @@ func (s *Store) StartTurn(ctx context.Context, key, turnID string, maxInputs int
 // and advances the session's generation, returning the removed messages
 // with the new generation (no rows: nothing waits, or no session). The
 // head is the first message when it is an own-turn one, else the run of
-// mergeable messages before the first own-turn one; at most $2.
+// mergeable messages before the first own-turn one; at most $2. The
+// newest message taken becomes the last started: a redelivery of it (the
+// router died after queueing it, before recording it as handled, and its
+// partition delivers nothing newer until it is acked) is then recognised
+// as started, by Enqueue and by BeginFree.
 const dequeueSQL = `
 WITH head AS (
 	SELECT id, row_number() OVER (ORDER BY stream_seq, id) AS rn, own_turn
@@ -614,7 +618,8 @@ d AS (
 	DELETE FROM session_queue q USING take WHERE q.id = take.id
 	RETURNING q.id, q.stream_seq, q.event_id, q.own_turn, q.event),
 u AS (
-	UPDATE sessions SET generation = generation + 1, last_turn_id = $3, last_turn_at = $4, updated_at = $4
+	UPDATE sessions SET generation = generation + 1, last_turn_id = $3, last_turn_at = $4, updated_at = $4,
+		last_started_event_id = (SELECT event_id FROM d ORDER BY stream_seq DESC, id DESC LIMIT 1)
 	WHERE session_key = $1 AND EXISTS (SELECT 1 FROM take)
 	RETURNING generation)
 SELECT d.id, d.stream_seq, d.event_id, d.own_turn, d.event, u.generation,

@@ -112,6 +112,43 @@ func TestStartTurnRollsBackWhenPublishFails(t *testing.T) {
 	}
 }
 
+// A queued message started by a turn and then redelivered (the router
+// died after queueing it, before it recorded the message as handled) is
+// recognised as started: queueing it again or starting it free would
+// answer it twice. The redelivery is the newest message the session has
+// (its partition waits for it), so the last started event id catches it.
+func TestDequeuedMessageIsStarted(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := New(pgtest.New(t))
+	key := "k"
+	src := &eventsv1.SessionSource{Platform: "x"}
+	if _, _, _, err := s.Arrive(ctx, key, "", src); err != nil {
+		t.Fatal(err)
+	}
+	ev := func(id string) *eventsv1.MessageReceived { return &eventsv1.MessageReceived{EventId: id} }
+	for i, id := range []string{"a", "b"} {
+		if _, err := s.Enqueue(ctx, key, int64(i+1), false, ev(id), 32); err != nil {
+			t.Fatal(err)
+		}
+	}
+	started, err := s.StartTurn(ctx, key, "t1", 32, func(context.Context, Turn) error { return nil })
+	if err != nil || !started {
+		t.Fatalf("start: %v %v", started, err)
+	}
+	if _, err := s.Enqueue(ctx, key, 2, false, ev("b"), 32); !errors.Is(err, ErrStarted) {
+		t.Fatalf("queueing the redelivered message: %v, want ErrStarted", err)
+	}
+	_, started, err = s.BeginFree(ctx, key, "", src, ev("b"), "t2").Start(ctx, func(Arrival) bool { return true },
+		func(context.Context, Turn) error { return nil })
+	if err != nil || started {
+		t.Fatalf("free start of the redelivered message: started %v, err %v", started, err)
+	}
+	if n, _ := s.QueueLen(ctx, key); n != 0 {
+		t.Fatalf("%d queued after the redelivery", n)
+	}
+}
+
 func TestEnqueueIsIdempotentAndCapped(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
