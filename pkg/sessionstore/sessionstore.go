@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -560,7 +561,7 @@ type Turn struct {
 // before the worker's durable Finish flushes it, the messages are back in
 // the queue and the session at the old generation, so the published turn
 // fails its fence and the sweep starts them again.
-func (s *Store) StartTurn(ctx context.Context, key, turnID string, maxInputs int, publish func(context.Context, Turn) error) (started bool, err error) {
+func (s *Store) StartTurn(ctx context.Context, key, turnID string, maxInputs, maxBytes int, publish func(context.Context, Turn) error) (started bool, err error) {
 	conn, err := s.db.Acquire(ctx)
 	if err != nil {
 		return false, fmt.Errorf("start turn: %w", err)
@@ -579,7 +580,10 @@ func (s *Store) StartTurn(ctx context.Context, key, turnID string, maxInputs int
 	// The session row's lock serialises turn starts of the session (the
 	// queue's rows need no lock of their own: enqueues only add).
 	b.Queue(`SELECT `+sessionCols+` FROM sessions WHERE session_key = $1 FOR UPDATE`, key)
-	b.Queue(dequeueSQL, key, maxInputs, turnID, s.now())
+	if maxBytes <= 0 {
+		maxBytes = math.MaxInt32
+	}
+	b.Queue(dequeueSQL, key, maxInputs, turnID, s.now(), maxBytes)
 	turn, err := readHead(conn.SendBatch(ctx, b), key)
 	if err != nil || len(turn.Inputs) == 0 {
 		return false, err
@@ -599,21 +603,26 @@ func (s *Store) StartTurn(ctx context.Context, key, turnID string, maxInputs int
 // and advances the session's generation, returning the removed messages
 // with the new generation (no rows: nothing waits, or no session). The
 // head is the first message when it is an own-turn one, else the run of
-// mergeable messages before the first own-turn one; at most $2. The
+// mergeable messages before the first own-turn one; at most $2 messages
+// and, beyond the first, $5 bytes of encoded events (the turn must fit a
+// bus message: a head too big to publish would be picked, and fail, for
+// ever). The
 // newest message taken becomes the last started: a redelivery of it (the
 // router died after queueing it, before recording it as handled, and its
 // partition delivers nothing newer until it is acked) is then recognised
 // as started, by Enqueue and by BeginFree.
 const dequeueSQL = `
 WITH head AS (
-	SELECT id, row_number() OVER (ORDER BY stream_seq, id) AS rn, own_turn
+	SELECT id, row_number() OVER (ORDER BY stream_seq, id) AS rn, own_turn,
+		sum(octet_length(event)) OVER (ORDER BY stream_seq, id) AS bytes
 	FROM session_queue WHERE session_key = $1
 	ORDER BY stream_seq, id LIMIT $2),
 first_own AS (SELECT min(rn) AS rn FROM head WHERE own_turn),
 take AS (
 	SELECT head.id FROM head, first_own
 	WHERE EXISTS (SELECT 1 FROM sessions WHERE session_key = $1)
-	  AND CASE WHEN first_own.rn = 1 THEN head.rn = 1 ELSE head.rn < coalesce(first_own.rn, $2 + 1) END),
+	  AND CASE WHEN first_own.rn = 1 THEN head.rn = 1 ELSE head.rn < coalesce(first_own.rn, $2 + 1) END
+	  AND (head.rn = 1 OR head.bytes <= $5)),
 d AS (
 	DELETE FROM session_queue q USING take WHERE q.id = take.id
 	RETURNING q.id, q.stream_seq, q.event_id, q.own_turn, q.event),

@@ -22,22 +22,26 @@ func TestStartTurnGrouping(t *testing.T) {
 	tests := []struct {
 		queue string // m = mergeable, o = own turn, in order
 		max   int    // inputs per turn; 0: 32
+		bytes int    // encoded bytes per turn beyond the first input (each about 105); 0: no bound
 		want  []string
 	}{
-		{"m", 0, []string{"0"}},
-		{"mmm", 0, []string{"0,1,2"}},
-		{"oo", 0, []string{"0", "1"}},
-		{"mmomm", 0, []string{"0,1", "2", "3,4"}},
-		{"omo", 0, []string{"0", "1", "2"}},
-		{"mmmmm", 2, []string{"0,1", "2,3", "4"}},
-		{"mmmo", 2, []string{"0,1", "2", "3"}},
-		{"mmo", 1, []string{"0", "1", "2"}},
+		{"m", 0, 0, []string{"0"}},
+		{"mmm", 0, 0, []string{"0,1,2"}},
+		{"oo", 0, 0, []string{"0", "1"}},
+		{"mmomm", 0, 0, []string{"0,1", "2", "3,4"}},
+		{"omo", 0, 0, []string{"0", "1", "2"}},
+		{"mmmmm", 2, 0, []string{"0,1", "2,3", "4"}},
+		{"mmmo", 2, 0, []string{"0,1", "2", "3"}},
+		{"mmo", 1, 0, []string{"0", "1", "2"}},
+		{"mmmmm", 0, 250, []string{"0,1", "2,3", "4"}},
+		{"mmomm", 0, 400, []string{"0,1", "2", "3,4"}},
+		{"mmm", 0, 50, []string{"0", "1", "2"}}, // the first input always goes
 	}
 	for _, tt := range tests {
 		if tt.max == 0 {
 			tt.max = 32
 		}
-		t.Run(fmt.Sprintf("%s/%d", tt.queue, tt.max), func(t *testing.T) {
+		t.Run(fmt.Sprintf("%s/%d/%d", tt.queue, tt.max, tt.bytes), func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			s := New(pgtest.New(t))
@@ -47,7 +51,7 @@ func TestStartTurnGrouping(t *testing.T) {
 			}
 			// Enqueue in reverse seq order: the stream sequence decides.
 			for i := len(tt.queue) - 1; i >= 0; i-- {
-				ev := &eventsv1.MessageReceived{EventId: fmt.Sprint(i), Text: fmt.Sprint(i)}
+				ev := &eventsv1.MessageReceived{EventId: fmt.Sprint(i), Text: strings.Repeat("x", 100)}
 				if _, err := s.Enqueue(ctx, key, int64(100+i), tt.queue[i] == 'o', ev, 32); err != nil {
 					t.Fatal(err)
 				}
@@ -56,10 +60,10 @@ func TestStartTurnGrouping(t *testing.T) {
 			var gens []int64
 			var more []bool
 			for {
-				started, err := s.StartTurn(ctx, key, "t", tt.max, func(_ context.Context, turn Turn) error {
+				started, err := s.StartTurn(ctx, key, "t", tt.max, tt.bytes, func(_ context.Context, turn Turn) error {
 					var texts []string
 					for _, q := range turn.Inputs {
-						texts = append(texts, q.Event.GetText())
+						texts = append(texts, q.Event.GetEventId())
 					}
 					got = append(got, strings.Join(texts, ","))
 					gens = append(gens, turn.Generation)
@@ -103,7 +107,7 @@ func TestStartTurnRollsBackWhenPublishFails(t *testing.T) {
 		t.Fatal(err)
 	}
 	boom := errors.New("bus down")
-	if _, err := s.StartTurn(ctx, key, "t", 32, func(context.Context, Turn) error { return boom }); !errors.Is(err, boom) {
+	if _, err := s.StartTurn(ctx, key, "t", 32, 0, func(context.Context, Turn) error { return boom }); !errors.Is(err, boom) {
 		t.Fatalf("err %v", err)
 	}
 	sess, _ := s.Get(ctx, key)
@@ -132,7 +136,7 @@ func TestDequeuedMessageIsStarted(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	started, err := s.StartTurn(ctx, key, "t1", 32, func(context.Context, Turn) error { return nil })
+	started, err := s.StartTurn(ctx, key, "t1", 32, 0, func(context.Context, Turn) error { return nil })
 	if err != nil || !started {
 		t.Fatalf("start: %v %v", started, err)
 	}
@@ -270,7 +274,7 @@ func TestStartTurnWithoutSessionTakesNothing(t *testing.T) {
 	if _, err := s.Enqueue(ctx, "orphan", 1, false, &eventsv1.MessageReceived{EventId: "a"}, 8); err != nil {
 		t.Fatal(err)
 	}
-	started, err := s.StartTurn(ctx, "orphan", "t", 8, func(context.Context, Turn) error {
+	started, err := s.StartTurn(ctx, "orphan", "t", 8, 0, func(context.Context, Turn) error {
 		t.Error("published a turn without a session")
 		return nil
 	})

@@ -162,6 +162,9 @@ type Service struct {
 	now      func() time.Time
 	parts    []int
 	maxInput int
+	// maxInputBytes bounds the encoded inputs merged into one turn, so
+	// the turn fits a bus message (half the server's maximum payload).
+	maxInputBytes int
 }
 
 // New builds a router.
@@ -205,6 +208,10 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		now:      now,
 		parts:    parts,
 		maxInput: cfg.QueueCap,
+	}
+	s.maxInputBytes = 512 << 10 // NATS's default maximum payload is 1 MiB
+	if n := deps.Bus.Conn().MaxPayload(); n > 0 {
+		s.maxInputBytes = int(n / 2)
 	}
 	if s.rules.NoAllowlist() {
 		s.log.Warn("no allowlist configured: every user is denied unless approved by pairing; set <PLATFORM>_ALLOWED_USERS, GATEWAY_ALLOWED_USERS or an allow-all flag")

@@ -53,7 +53,7 @@ func (s *Service) startQueued(ctx context.Context, key string) (bool, error) {
 // or releases the lock when nothing could be started.
 func (s *Service) startLocked(ctx context.Context, key, token string) (bool, error) {
 	turnID := redisx.NewToken()
-	started, err := s.store.StartTurn(ctx, key, turnID, s.maxInput, func(ctx context.Context, t sessionstore.Turn) error {
+	started, err := s.store.StartTurn(ctx, key, turnID, s.maxInput, s.maxInputBytes, func(ctx context.Context, t sessionstore.Turn) error {
 		if t.More {
 			// Messages stay queued behind this turn: its completion
 			// must start them.
