@@ -465,8 +465,13 @@ func (r *turnRun) callModel(ctx context.Context, b Backend, model, system string
 		text := buf.String()
 		buf.Reset()
 		last = time.Now()
+		r.textStreamed = true
 		return r.publish(ctx, &repliesv1.ReplyEvent{Body: &repliesv1.ReplyEvent_TextDelta{TextDelta: &repliesv1.TextDelta{Text: text}}})
 	}
+	// An earlier step streamed text: the answer's text then does not
+	// start with everything the client was streamed, so the final cannot
+	// complete the stream and the tail must go out as a delta too.
+	streamedBefore := r.textStreamed
 	ctx, span := otel.Tracer(tracerName).Start(ctx, "llm "+b.Kind, trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(attribute.String("gen_ai.system", b.Kind), attribute.String("gen_ai.request.model", model)))
 	defer span.End()
@@ -491,9 +496,10 @@ func (r *turnRun) callModel(ctx context.Context, b Backend, model, system string
 	}
 	span.SetAttributes(attribute.Int("gen_ai.usage.input_tokens", resp.Usage.InputTokens),
 		attribute.Int("gen_ai.usage.output_tokens", resp.Usage.OutputTokens))
-	// Text still buffered goes out as a delta only when more steps follow;
-	// an answer's final event carries the whole text and supersedes it.
-	if len(resp.ToolCalls) > 0 {
+	// Text still buffered goes out as a delta when more steps follow or
+	// earlier steps streamed text; otherwise the answer's final event
+	// carries the whole text, which starts with what was streamed.
+	if len(resp.ToolCalls) > 0 || streamedBefore {
 		if err := flush(); err != nil {
 			return nil, err
 		}

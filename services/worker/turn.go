@@ -58,6 +58,8 @@ type turnRun struct {
 	lockLost atomic.Bool
 	// seqUsed: this attempt allocated a reply seq from the counter.
 	seqUsed atomic.Bool
+	// textStreamed: this attempt published a text delta.
+	textStreamed bool
 	usage   turnsv1.Usage
 	// usageRecorded: the turn's final is stored, with the usage of the
 	// attempt that decided it (TurnCompleted.usage_recorded).

@@ -866,3 +866,38 @@ func TestStopDuringApprovalEndsTheTurnOnce(t *testing.T) {
 		t.Errorf("the tool ran %d times after /stop", n)
 	}
 }
+
+// A streamed turn that ran a tool: the client was streamed the first
+// step's text, so the answer's own text cannot be found after it by
+// prefix, and the answer's tail still buffered when the model finished is
+// streamed before the final (a turn of one step leaves the tail to the
+// final, whose text starts with everything streamed).
+func TestStreamedToolTurnStreamsTheWholeAnswer(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.setGeneration("s1", 1)
+	h.fake.Enqueue(
+		fakellm.Reply{Text: "Let me check. ", ToolCalls: []fakellm.ToolCall{{ID: "c1", Name: "clock", Arguments: `{}`}}},
+		fakellm.Reply{Text: "The answer is 42."},
+	)
+	h.startWorker("w1", func(c *worker.Config, d *worker.Deps) {
+		c.DeltaInterval = time.Hour // nothing goes out before a step ends
+		d.Tools = []tools.Tool{{Name: "clock", Run: func(context.Context, tools.Call, json.RawMessage) (string, error) {
+			return "12:00", nil
+		}}}
+	})
+	req := h.requestTurn("s1", "what is the answer?", turnOpts{})
+	h.waitCompleted(req.TurnId)
+	var streamed strings.Builder
+	evs := h.replies(req.TurnId)
+	for _, ev := range evs {
+		streamed.WriteString(ev.GetTextDelta().GetText())
+	}
+	final := checkReplies(t, evs).GetFinalText().GetText()
+	if final != "The answer is 42." {
+		t.Fatalf("final %q", final)
+	}
+	if got := streamed.String(); got != "Let me check. The answer is 42." {
+		t.Errorf("streamed %q, want both steps' text", got)
+	}
+}
