@@ -484,9 +484,9 @@ func (s *Service) stream(ctx context.Context, w http.ResponseWriter, wt *waiter,
 		select {
 		case <-ctx.Done():
 			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				// OpenAI's in-stream error event ends the stream: no [DONE].
 				data, _ := json.Marshal(apiError{Error: apiErrorBody{Message: "The agent did not answer in time.", Type: "server_error", Code: ptr("timeout")}})
 				fmt.Fprintf(w, "data: %s\n\n", data)
-				fmt.Fprint(w, "data: [DONE]\n\n")
 				if flusher != nil {
 					flusher.Flush()
 				}

@@ -124,6 +124,14 @@ func TestHTTPErrorsAndHeaders(t *testing.T) {
 		})
 	}
 
+	t.Run("streamed answer not in time", func(t *testing.T) {
+		// OpenAI's in-stream error event ends the stream, without [DONE].
+		r := do(t, "POST", chat, testKey, `{"model":"x","stream":true,"messages":[{"role":"user","content":"hi"}]}`, nil)
+		body := string(r.body)
+		if r.code != 200 || !strings.Contains(body, `"code":"timeout"`) || strings.Contains(body, "[DONE]") {
+			t.Fatalf("status %d, stream %q", r.code, body)
+		}
+	})
 	t.Run("cors for a configured origin", func(t *testing.T) {
 		r := do(t, "OPTIONS", chat, "", "", map[string]string{"Origin": "https://chat.example.test", "Access-Control-Request-Method": "POST"})
 		if r.code != 204 || r.header.Get("Access-Control-Allow-Origin") != "https://chat.example.test" {
