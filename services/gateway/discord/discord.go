@@ -267,6 +267,12 @@ func (p *Platform) handle(ctx context.Context, conn platform.Conn, raw []byte) {
 		var ch channelInfo
 		if m.GuildID != "" {
 			if ch, err = p.channel(ctx, m.ChannelID); err != nil {
+				if refused(err) {
+					// Deleted, or out of the bot's reach: asking again
+					// would stall every later message on this connection.
+					conn.Reject(ctx, "channel lookup refused", err)
+					return
+				}
 				p.log.Warn("discord channel lookup failed; retrying", "channel", m.ChannelID, "err", err)
 				continue
 			}
@@ -281,6 +287,18 @@ func (p *Platform) handle(ctx context.Context, conn platform.Conn, raw []byte) {
 		}
 		p.log.Warn("discord message not published; retrying", "message_id", m.ID, "err", err)
 	}
+}
+
+// refused reports whether Discord answered a request with a client error
+// that asking again will not change (404 Unknown Channel, 403 Missing
+// Access); 429 and server errors are worth another try.
+func refused(err error) bool {
+	var re *discordgo.RESTError
+	if !errors.As(err, &re) || re.Response == nil {
+		return false
+	}
+	code := re.Response.StatusCode
+	return code >= 400 && code < 500 && code != http.StatusTooManyRequests && code != http.StatusRequestTimeout
 }
 
 // channel says whether a guild channel is a thread (and its parent),

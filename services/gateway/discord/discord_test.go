@@ -313,3 +313,23 @@ func TestSends(t *testing.T) {
 	}
 	_ = fmt.Sprint()
 }
+
+// A message in a channel the bot cannot look up (deleted, or access lost:
+// Discord answers 404 or 403) is rejected; the messages after it are
+// still read and published.
+func TestUnknownChannelIsRejected(t *testing.T) {
+	t.Parallel()
+	f := newFake(t)
+	_, next := run(t, f, Config{})
+	ctx := context.Background()
+	gone := discordfake.MessageCreate{ID: f.NewID(), ChannelID: "900000000000000404", GuildID: guild, AuthorID: user, Content: "in a deleted thread"}
+	after := discordfake.MessageCreate{ID: f.NewID(), ChannelID: channel, GuildID: guild, AuthorID: user, Content: "next"}
+	for _, m := range []discordfake.MessageCreate{gone, after} {
+		if err := f.Dispatch(ctx, "MESSAGE_CREATE", m.Payload()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ev := next(20 * time.Second); ev.GetEventId() != after.ID {
+		t.Fatalf("got %v, want %s", ev, after.ID)
+	}
+}
