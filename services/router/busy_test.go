@@ -172,3 +172,34 @@ func TestQueueCapAndSteer(t *testing.T) {
 		t.Fatalf("bob's steer was queued as a turn too: %v", got)
 	}
 }
+
+// Steering no running turn takes (its worker has not claimed it yet, or
+// its answer is decided) is queued as the next turn, not acknowledged as
+// added and lost.
+func TestSteerNobodyTakesIsQueued(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	cfg := testConfig()
+	cfg.BusyMode = BusySteer
+	e.startRouter(cfg, nil, nil)
+	g := newGate(t, "long")
+	w := e.startWorker(g.hold)
+	e.refuseSteer.Store(true)
+
+	e.publish(dm("bob", "long"))
+	waitFor(t, "the first turn", func() bool { turns, _ := w.snapshot(); return len(turns) == 1 })
+	e.publish(dm("bob", "go left"))
+	waitFor(t, "inbound drained", e.inboundDrained)
+	if n := len(e.controls(controlSteer)); n != 1 {
+		t.Fatalf("%d steer requests, want 1", n)
+	}
+	if n := e.countNotices("bob", "Added your message"); n != 0 {
+		t.Fatalf("told the text was added (%d) though no turn took it", n)
+	}
+	g.open()
+	waitFor(t, "the queued turn", func() bool { turns, _ := w.snapshot(); return len(turns) == 2 })
+	turns, _ := w.snapshot()
+	if got := inputsText(turns, "agent:main:telegram:dm:chat-bob"); strings.Join(got, ",") != "long,go left" {
+		t.Fatalf("bob's inputs %v, want the steering queued as the next turn", got)
+	}
+}

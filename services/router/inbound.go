@@ -451,12 +451,13 @@ func (s *Service) route(ctx context.Context, m *msgCtx, sess sessionstore.Sessio
 	ownTurn := o.ownTurn || ownsTurn(m)
 
 	if busy && mode == BusySteer && !ownTurn && !onlyMedia(m.ev) {
-		if err := s.control(ctx, m, controlSteer, m.ev.GetText()); err != nil {
+		took, err := s.steer(ctx, m, m.ev.GetText())
+		if err != nil {
 			return err
 		}
-		// The turn may have ended before the text arrived: if the lock
-		// changed hands, queue the text instead.
-		if still, err := s.locker.Owner(ctx, m.key); err == nil && redisx.GrantOf(still) == redisx.GrantOf(owner) {
+		// Text no running turn took (none claimed yet, or its answer is
+		// decided) is queued instead.
+		if took {
 			inbound.WithLabelValues("steered").Inc()
 			busyActions.WithLabelValues("steered").Inc()
 			return s.busyAck(ctx, m, sess, "steered")

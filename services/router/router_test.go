@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -40,6 +41,9 @@ type env struct {
 	mu      sync.Mutex
 	notices []*repliesv1.ReplyEvent
 	control []*turnsv1.TurnControlRequested
+	// refuseSteer: no running turn takes steering (control requests go
+	// unanswered); by default a worker's turn takes it.
+	refuseSteer atomic.Bool
 }
 
 func newEnv(t *testing.T) *env {
@@ -65,6 +69,9 @@ func newEnv(t *testing.T) *env {
 			e.mu.Lock()
 			e.control = append(e.control, &c)
 			e.mu.Unlock()
+		}
+		if m.Reply != "" && !e.refuseSteer.Load() {
+			_ = m.Respond(nil)
 		}
 	})
 	if err != nil {

@@ -2,8 +2,13 @@ package router
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"time"
 
+	"github.com/nats-io/nats.go"
+
+	"google.golang.org/protobuf/types/known/emptypb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/switchboard-chat/switchboard/pkg/bus"
@@ -121,6 +126,30 @@ func (s *Service) control(ctx context.Context, m *msgCtx, action turnsv1.Control
 		return fmt.Errorf("send control: %w", err)
 	}
 	return nil
+}
+
+// steerTimeout bounds the wait for a running turn to take steering text.
+const steerTimeout = 2 * time.Second
+
+// steer hands text to the session's running turn and reports whether a
+// turn took it. A worker answers only for a turn that will still read the
+// text (it refuses once its answer is decided), so text nobody answered
+// for within steerTimeout must be queued by the caller.
+func (s *Service) steer(ctx context.Context, m *msgCtx, text string) (bool, error) {
+	req := &turnsv1.TurnControlRequested{SessionKey: m.key, Action: controlSteer, Text: text, EventId: m.dedupeID}
+	rctx, cancel := context.WithTimeout(ctx, steerTimeout)
+	defer cancel()
+	err := s.bus.Request(rctx, s.topo.ControlSubject(m.key), req, &emptypb.Empty{})
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, nats.ErrNoResponders), errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
+		if ctx.Err() != nil {
+			return false, ctx.Err()
+		}
+		return false, nil
+	}
+	return false, fmt.Errorf("send steering: %w", err)
 }
 
 // forceUnlock stops the running turn and frees the session at once; the

@@ -67,8 +67,9 @@ func (c *controls) deliver(msg *nats.Msg) {
 			continue
 		}
 		r.log.Info("control received", "action", m.GetAction().String(), "event_id", m.GetEventId())
-		r.ctl.apply(&m)
-		took = true
+		if r.ctl.apply(&m) {
+			took = true
+		}
 	}
 	if took && msg.Reply != "" {
 		_ = msg.Respond(nil)

@@ -216,8 +216,9 @@ func (r *turnRun) runLoop(ctx context.Context) (store.Final, error) {
 		}
 		if len(msg.ToolCalls) == 0 {
 			// Steering that found no tool call to ride on: give it to the
-			// model now rather than drop it.
-			if steer := r.ctl.takeSteer(); len(steer) > 0 {
+			// model now rather than drop it. Without any, the answer is
+			// decided: later steering is refused (and queued).
+			if steer := r.ctl.takeSteerOrClose(); len(steer) > 0 {
 				if err := r.commit(ctx, ls, msg, store.Message{Role: llm.RoleUser, Content: strings.Join(steer, "\n")}); err != nil {
 					return store.Final{}, err
 				}

@@ -216,6 +216,7 @@ func (r *turnRun) run(ctx context.Context) error {
 	} else {
 		fin, err = r.runLoop(ctx)
 	}
+	r.ctl.closeSteer() // whatever ended the turn, it reads no more
 	switch {
 	case errors.Is(err, store.ErrStaleGeneration), errors.Is(err, errLockLost):
 		r.log.Warn("turn superseded; abandoning", "err", err)
@@ -574,7 +575,10 @@ type control struct {
 	interrupt bool
 	stop      bool
 	steer     []string
-	approvals chan bool
+	// steerClosed: the turn reads no more steering (its answer is
+	// decided), so steering is refused and the router queues it.
+	steerClosed bool
+	approvals   chan bool
 	wake      chan struct{}
 	forward   func(*turnsv1.TurnControlRequested)
 }
@@ -613,12 +617,17 @@ func (c *control) wakeUp() {
 	}
 }
 
-func (c *control) apply(m *turnsv1.TurnControlRequested) {
+// apply takes a control message; it reports false for steering the turn
+// will not read.
+func (c *control) apply(m *turnsv1.TurnControlRequested) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if m.GetAction() == turnsv1.ControlAction_CONTROL_ACTION_STEER && c.steerClosed {
+		return false
+	}
 	if c.forward != nil {
 		c.forward(m)
-		return
+		return true
 	}
 	switch m.GetAction() {
 	case turnsv1.ControlAction_CONTROL_ACTION_INTERRUPT:
@@ -637,6 +646,7 @@ func (c *control) apply(m *turnsv1.TurnControlRequested) {
 		default:
 		}
 	}
+	return true
 }
 
 func (c *control) stopReason() error {
@@ -658,6 +668,25 @@ func (c *control) takeSteer() []string {
 	s := c.steer
 	c.steer = nil
 	return s
+}
+
+// takeSteerOrClose is takeSteer at the point where the answer is decided
+// unless steering waits: with none pending, it refuses all later
+// steering, so none is acknowledged and then dropped.
+func (c *control) takeSteerOrClose() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.steer
+	c.steer = nil
+	c.steerClosed = len(s) == 0
+	return s
+}
+
+// closeSteer refuses all later steering (the turn is ending).
+func (c *control) closeSteer() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.steerClosed = true
 }
 
 // drainApprovals forgets answers that arrived while nothing was asked.

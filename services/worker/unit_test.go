@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
 	"github.com/switchboard-chat/switchboard/pkg/llm"
 	"github.com/switchboard-chat/switchboard/services/worker/internal/store"
 )
@@ -122,4 +123,39 @@ func FuzzParseTarget(f *testing.F) {
 			t.Fatalf("%q round-trips to %q", s, back)
 		}
 	})
+}
+
+// Steering is taken while the turn can still read it: pending text keeps
+// the turn going, and once the answer is decided (none pending) or the
+// turn ends, more is refused, so the router queues it instead of telling
+// the user it was added.
+func TestSteeringClosesWhenTheAnswerIsDecided(t *testing.T) {
+	steer := func(text string) *turnsv1.TurnControlRequested {
+		return &turnsv1.TurnControlRequested{Action: turnsv1.ControlAction_CONTROL_ACTION_STEER, Text: text}
+	}
+	c := newControl()
+	if !c.apply(steer("a")) {
+		t.Fatal("steering refused while the turn runs")
+	}
+	if got := c.takeSteerOrClose(); strings.Join(got, ",") != "a" {
+		t.Fatalf("pending steering %q", got)
+	}
+	if !c.apply(steer("b")) {
+		t.Fatal("steering refused after pending text kept the turn going")
+	}
+	_ = c.takeSteer()
+	if got := c.takeSteerOrClose(); len(got) != 0 {
+		t.Fatalf("pending steering %q, want none", got)
+	}
+	if c.apply(steer("c")) {
+		t.Fatal("steering taken after the answer was decided")
+	}
+	if !c.apply(&turnsv1.TurnControlRequested{Action: turnsv1.ControlAction_CONTROL_ACTION_STOP}) {
+		t.Fatal("a stop refused")
+	}
+	c2 := newControl()
+	c2.closeSteer()
+	if c2.apply(steer("d")) {
+		t.Fatal("steering taken by an ended turn")
+	}
 }
