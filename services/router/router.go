@@ -299,11 +299,12 @@ func (s *Service) handleTurnCompleted(ctx context.Context, ev *turnsv1.TurnCompl
 		return bus.Permanent(errors.New("turn completed without session key"))
 	}
 	var usage *sessionstore.Usage
+	doneKey := s.prefix + "turndone:" + ev.GetTurnId()
 	if u := ev.GetUsage(); u != nil && !ev.GetUsageRecorded() {
 		// A turn that ended without a final (the worker stores a final's
 		// usage with it). Once per turn: the dedupe record guards
 		// redeliveries.
-		ok, err := s.rdb.SetNX(ctx, s.prefix+"turndone:"+ev.GetTurnId(), "1", s.cfg.DedupeTTL).Result()
+		ok, err := s.rdb.SetNX(ctx, doneKey, "1", s.cfg.DedupeTTL).Result()
 		if err != nil {
 			return fmt.Errorf("record turn completion: %w", err)
 		}
@@ -319,6 +320,12 @@ func (s *Service) handleTurnCompleted(ctx context.Context, ev *turnsv1.TurnCompl
 	}
 	waiting, err := s.store.TurnDone(ctx, key, usage)
 	if err != nil {
+		if usage != nil {
+			// Not booked: the redelivery must book it.
+			if derr := s.rdb.Del(context.WithoutCancel(ctx), doneKey).Err(); derr != nil {
+				s.log.Warn("forget turn completion record; its usage is lost", "turn_id", ev.GetTurnId(), "err", derr)
+			}
+		}
 		return err
 	}
 	if waiting == 0 {

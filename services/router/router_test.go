@@ -718,6 +718,26 @@ func TestUsageIsCountedOnce(t *testing.T) {
 			t.Errorf("recorded %v: session counts %d/%d, want %d/%d", tc.recorded, in, out, tc.in, tc.out)
 		}
 	}
+	// A completion whose booking failed (Postgres refused it) is booked by
+	// its redelivery: the once-per-turn record does not outlive the failure.
+	retry := &turnsv1.TurnCompleted{TurnId: "direct-retry", SessionKey: key, SessionId: sid,
+		Status: turnsv1.TurnStatus_TURN_STATUS_FAILED, Usage: &turnsv1.Usage{InputTokens: 2, OutputTokens: 2}}
+	if _, err := e.db.Exec(ctx, `ALTER TABLE sessions RENAME TO sessions_away`); err != nil {
+		t.Fatal(err)
+	}
+	err := svc.handleTurnCompleted(ctx, retry)
+	if _, rerr := e.db.Exec(ctx, `ALTER TABLE sessions_away RENAME TO sessions`); rerr != nil {
+		t.Fatal(rerr)
+	}
+	if err == nil {
+		t.Fatal("booking without the sessions table succeeded")
+	}
+	if err := svc.handleTurnCompleted(ctx, retry); err != nil {
+		t.Fatal(err)
+	}
+	if in, out := tokens(); in != 3 || out != 3 {
+		t.Errorf("after a failed booking and its redelivery: %d/%d, want 3/3", in, out)
+	}
 	// What a worker stored with its finals counts for the conversation.
 	if _, err := e.db.Exec(ctx, `INSERT INTO worker_turns (turn_id, session_key, session_id, generation, final_kind, input_tokens, output_tokens)
 		VALUES ('stored', $1, $2, 1, 'final_text', 1000, 500), ('elsewhere', $1, 'another-conversation', 1, 'final_text', 7, 7)`, key, sid); err != nil {
@@ -726,8 +746,8 @@ func TestUsageIsCountedOnce(t *testing.T) {
 	before := len(e.noticesTo("alice"))
 	e.publish(dm("alice", "/status"))
 	waitFor(t, "the status", func() bool { return len(e.noticesTo("alice")) > before })
-	if got := e.noticesTo("alice")[before]; !strings.Contains(got, "Tokens: 1001 in, 501 out") {
-		t.Errorf("status %q, want 1001 in and 501 out", got)
+	if got := e.noticesTo("alice")[before]; !strings.Contains(got, "Tokens: 1003 in, 503 out") {
+		t.Errorf("status %q, want 1003 in and 503 out", got)
 	}
 }
 
