@@ -247,6 +247,13 @@ func errorCode(err error) string {
 
 // finish commits the turn's end: its last message and the final reply.
 func (r *turnRun) finish(ctx context.Context, ls *loopState, last *store.Message, f store.Final) (store.Final, error) {
+	return r.finishAfter(ctx, ls, nil, last, f)
+}
+
+// finishAfter is finish with steps appended before the last message in
+// the same transaction (an external agent's messages): a turn whose end
+// failed to commit runs again without its steps already written.
+func (r *turnRun) finishAfter(ctx context.Context, ls *loopState, steps []store.Message, last *store.Message, f store.Final) (store.Final, error) {
 	if r.lockLost.Load() {
 		return store.Final{}, errLockLost
 	}
@@ -259,7 +266,16 @@ func (r *turnRun) finish(ctx context.Context, ls *loopState, last *store.Message
 	if f.Kind == store.FinalText && strings.TrimSpace(f.Text) == "" {
 		f.Text = "(no answer)"
 	}
-	f, err = r.s.store.Finish(ctx, r.withUsage(), ls.unsavedInputs(), ls.nextStep(), last, f)
+	before := ls.unsavedInputs()
+	next := ls.nextStep()
+	if len(steps) > 0 {
+		before = append(append([]store.Message(nil), before...), steps...)
+		for i := range steps {
+			before[len(before)-len(steps)+i].Step = next + i
+		}
+		next += len(steps)
+	}
+	f, err = r.s.store.Finish(ctx, r.withUsage(), before, next, last, f)
 	if err == nil {
 		ls.unsaved = 0
 		r.usageRecorded = true

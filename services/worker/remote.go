@@ -133,11 +133,6 @@ func (r *turnRun) remoteCompleted(ctx context.Context, ls *loopState, res *agent
 		}
 		msgs = append(msgs, sm)
 	}
-	if len(msgs) > 0 {
-		if err := r.commit(ctx, ls, msgs...); err != nil {
-			return store.Final{}, err
-		}
-	}
 	f := store.Final{Status: store.StatusCompleted, Kind: store.FinalText, Text: res.GetFinalText()}
 	switch res.GetStatus() {
 	case turnsv1.TurnStatus_TURN_STATUS_INTERRUPTED:
@@ -156,7 +151,9 @@ func (r *turnRun) remoteCompleted(ctx context.Context, ls *loopState, res *agent
 			f.ErrorCode, f.Text = lastErr.GetCode(), lastErr.GetMessage()
 		}
 	}
-	return r.finish(ctx, ls, nil, f)
+	// The agent's messages commit with the final: a turn run again after
+	// a failed end (the agent runs it whole again) writes them once.
+	return r.finishAfter(ctx, ls, msgs, nil, f)
 }
 
 // remoteFailed ends the turn with an error reply when the agent is

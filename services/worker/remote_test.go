@@ -1,11 +1,13 @@
 package worker_test
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 
@@ -104,5 +106,53 @@ func TestExternalAgentBackend(t *testing.T) {
 	h.control("s1", turnsv1.ControlAction_CONTROL_ACTION_INTERRUPT, "")
 	if c := h.waitCompleted(req.TurnId); c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_INTERRUPTED {
 		t.Errorf("status %v", c.GetStatus())
+	}
+}
+
+// An external agent's turn whose end failed to commit runs again, and the
+// agent's messages land in the transcript once: they commit with the final.
+func TestExternalAgentMessagesCommitOnce(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.setGeneration("s1", 1)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	agent := &echoAgent{starts: make(chan *agentv1.StartTurn, 4)}
+	srv := grpc.NewServer()
+	agentv1.RegisterAgentServiceServer(srv, agent)
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	h.startWorker("w1", func(c *worker.Config, d *worker.Deps) {
+		c.Agent.Backend = "grpc://" + lis.Addr().String()
+		d.LLM = worker.Backend{}
+	})
+	ctx := context.Background()
+	req := h.requestTurn("s1", "please wait", turnOpts{})
+	<-agent.starts
+	// The turn's end cannot be written: the first attempt fails after the
+	// agent answered, and the turn runs again.
+	if _, err := h.db.Exec(ctx, `ALTER TABLE worker_turns RENAME TO worker_turns_away`); err != nil {
+		t.Fatal(err)
+	}
+	h.control("s1", turnsv1.ControlAction_CONTROL_ACTION_INTERRUPT, "")
+	time.Sleep(500 * time.Millisecond)
+	if _, err := h.db.Exec(ctx, `ALTER TABLE worker_turns_away RENAME TO worker_turns`); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-agent.starts:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the turn did not run again")
+	}
+	h.control("s1", turnsv1.ControlAction_CONTROL_ACTION_INTERRUPT, "")
+	h.waitCompleted(req.TurnId)
+	var n int
+	if err := h.db.QueryRow(ctx, `SELECT count(*) FROM transcript_messages WHERE turn_id = $1 AND role = 'assistant'`, req.TurnId).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 1 {
+		t.Errorf("%d assistant messages in the transcript, want 1", n)
 	}
 }
