@@ -73,6 +73,7 @@ func (r *turnRun) compress(ctx context.Context, b Backend, model, system string,
 		r.log.Warn("context compression failed", "err", err)
 		return nil
 	}
+	r.addUsage(resp.Usage) // the summary's tokens are the turn's cost too
 	summary := strings.TrimSpace(resp.Text)
 	if summary == "" {
 		return nil

@@ -521,14 +521,19 @@ func (r *turnRun) callModel(ctx context.Context, b Backend, model, system string
 			return nil, err
 		}
 	}
-	r.usage.InputTokens += int64(resp.Usage.InputTokens)
-	r.usage.OutputTokens += int64(resp.Usage.OutputTokens)
-	r.usage.CacheReadTokens += int64(resp.Usage.CacheReadTokens)
-	r.usage.CacheWriteTokens += int64(resp.Usage.CacheWriteTokens)
+	r.addUsage(resp.Usage)
 	if resp.Model != "" {
 		r.model = resp.Model
 	}
 	return resp, nil
+}
+
+// addUsage counts a model call's tokens for the turn.
+func (r *turnRun) addUsage(u llm.Usage) {
+	r.usage.InputTokens += int64(u.InputTokens)
+	r.usage.OutputTokens += int64(u.OutputTokens)
+	r.usage.CacheReadTokens += int64(u.CacheReadTokens)
+	r.usage.CacheWriteTokens += int64(u.CacheWriteTokens)
 }
 
 // messages renders the summary, the transcript and this turn for the

@@ -655,11 +655,28 @@ func TestContextCompression(t *testing.T) {
 		c.Agent.ContextWindow = 200 // tokens: a few turns overflow it
 		c.Agent.ProtectLast = 2
 	})
+	// Every call costs 30 tokens in and 7 out, the summary's included.
+	h.fake.SetScript(func(req *fakellm.Request) (fakellm.Reply, bool) {
+		text := "echo: " + req.Messages[len(req.Messages)-1].Content
+		return fakellm.Reply{Text: text[:min(len(text), 60)], Usage: &fakellm.Usage{InputTokens: 30, OutputTokens: 7}}, true
+	})
+	compressed := 0
 	for i := range 4 {
 		req := h.requestTurn("s1", strings.Repeat("word ", 40)+string(rune('a'+i)), turnOpts{})
-		if c := h.waitCompleted(req.TurnId); c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED {
+		c := h.waitCompleted(req.TurnId)
+		if c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED {
 			t.Fatalf("turn %d: %v", i, c.GetStatus())
 		}
+		u := c.GetUsage()
+		if calls := u.GetModelCalls(); u.GetInputTokens() != 30*int64(calls) || u.GetOutputTokens() != 7*int64(calls) {
+			t.Errorf("turn %d: %d model calls counted %d/%d tokens", i, calls, u.GetInputTokens(), u.GetOutputTokens())
+		}
+		if u.GetModelCalls() > 1 {
+			compressed++
+		}
+	}
+	if compressed == 0 {
+		t.Error("no turn made a summary call")
 	}
 	var n int
 	if err := h.db.QueryRow(context.Background(), `SELECT count(*) FROM transcript_summaries WHERE session_id = 'sid-s1'`).Scan(&n); err != nil {
