@@ -21,6 +21,7 @@ import (
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
 	"github.com/switchboard-chat/switchboard/pkg/outbox"
+	"github.com/switchboard-chat/switchboard/pkg/redisx"
 	"github.com/switchboard-chat/switchboard/services/delivery"
 )
 
@@ -423,6 +424,43 @@ func TestStreamedFinalSurvivesAFailedEnqueue(t *testing.T) {
 	eventually(t, e.clock, 0, "the final edit", func() bool { return len(ops()) == 2 })
 	if got := ops()[1]; got.Op != deliveryv1.SendOp_SEND_OP_EDIT || got.Req.GetText() != "the whole answer" || !got.Req.GetFinal() {
 		t.Errorf("final: %v %q final=%v", got.Op, got.Req.GetText(), got.Req.GetFinal())
+	}
+}
+
+// A replica that loses a reply partition stops the typing indicators of
+// the turns it showed there: the replica that takes the partition over
+// starts and stops its own, and the old ones must not run on for minutes.
+func TestTypingStopsWithThePartition(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	cfg := testConfig()
+	cfg.TypingInterval = 50 * time.Millisecond
+	e.start(t, cfg, "a")
+	e.publish(t, event("t1", 1, "s1", &repliesv1.Typing{Active: true}))
+	typings := func() int {
+		calls, _ := e.gw.snapshot()
+		n := 0
+		for _, c := range calls {
+			if c.Op == deliveryv1.SendOp_SEND_OP_TYPING {
+				n++
+			}
+		}
+		return n
+	}
+	eventually(t, e.clock, 0, "typing", func() bool { return typings() > 1 })
+	// Another holder takes the partition's lease: the renewal fails and
+	// the replica lets go of the partition.
+	name := fmt.Sprintf("replies-partition:%d", e.bus.Topology().Partition("s1"))
+	if err := e.rdb.Set(context.Background(), redisx.NewLocker(e.rdb, e.rpref+"delivery:").Key(name), "another-replica", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// Renewals run every third of the lease; the consumer ends within a
+	// poll (1 s) after.
+	time.Sleep(cfg.PartitionLease + 2*time.Second)
+	before := typings()
+	time.Sleep(10 * cfg.TypingInterval)
+	if after := typings(); after != before {
+		t.Errorf("typing went on after the partition was lost: %d sends, then %d", before, after)
 	}
 }
 

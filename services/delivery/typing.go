@@ -31,7 +31,10 @@ func (t *typing) start(ctx context.Context, ev *repliesv1.ReplyEvent) {
 	if _, ok := t.m[turn]; ok || turn == "" {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.s.cfg.TypingMax)
+	// ctx is the reply consumer's: it ends when this replica lets go of
+	// the partition, and the indicator stops with it (the next owner
+	// shows its own). It outlives the event's handler.
+	ctx, cancel := context.WithTimeout(ctx, t.s.cfg.TypingMax)
 	t.m[turn] = cancel
 	t.wg.Add(1)
 	go func() {
