@@ -427,6 +427,55 @@ func TestStreamedFinalSurvivesAFailedEnqueue(t *testing.T) {
 	}
 }
 
+// A stream's partition moves to another replica mid-answer (a rolling
+// restart): the new owner streams nothing more into a message of its own,
+// and the final answer is written over the message the first one
+// streamed, so the chat shows one answer, not a stale half and a whole.
+func TestStreamMovesToAnotherReplica(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	cfg := testConfig()
+	cfg.SendTimeout, cfg.Lease = 5*time.Second, 10*time.Second
+	stream := func(seq int64, body any) {
+		ev := event("t1", seq, "s1", body)
+		ev.Target.Platform = "stream"
+		e.publish(t, ev)
+	}
+	posted := func() []call {
+		_, p := e.gw.snapshot()
+		return p
+	}
+	a := e.start(t, cfg, "a")
+	first := strings.Repeat("first part ", 4)
+	stream(1, &repliesv1.TextDelta{Text: first})
+	eventually(t, e.clock, 0, "the stream's message", func() bool { return len(posted()) == 1 })
+	e.consumed(t, "s1")
+	a.stop(t)
+	e.start(t, cfg, "b")
+	e.clock.Advance(time.Second)
+	second := strings.Repeat("second part ", 4)
+	stream(2, &repliesv1.TextDelta{Text: second})
+	stream(3, final(first+second+"done"))
+	eventually(t, e.clock, 0, "the final", func() bool {
+		p := posted()
+		return len(p) > 0 && p[len(p)-1].Req.GetFinal()
+	})
+	sends := 0
+	for _, c := range posted() {
+		if c.Op == deliveryv1.SendOp_SEND_OP_SEND {
+			sends++
+		}
+	}
+	p := posted()
+	last := p[len(p)-1]
+	if sends != 1 || last.Op != deliveryv1.SendOp_SEND_OP_EDIT || last.Req.GetMessageId() != "m1" {
+		t.Errorf("%d messages sent (want 1); final %v of %q", sends, last.Op, last.Req.GetMessageId())
+	}
+	if last.Req.GetText() != first+second+"done" {
+		t.Errorf("final text %q", last.Req.GetText())
+	}
+}
+
 // A replica that loses a reply partition stops the typing indicators of
 // the turns it showed there: the replica that takes the partition over
 // starts and stops its own, and the old ones must not run on for minutes.

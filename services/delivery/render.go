@@ -26,7 +26,11 @@ type turnState struct {
 	// final holds the final's outbox rows once planned: the stream plans
 	// its final edits only once, so a retry after a failed enqueue must
 	// queue these again (same keys) instead of asking it anew.
-	final   []*deliveryv1.SendRequested
+	final []*deliveryv1.SendRequested
+	// foreign: another replica streamed the turn before this one owned
+	// its partition; nothing more is streamed here, and the final writes
+	// over the messages it recorded.
+	foreign bool
 	done    bool
 	touched time.Time
 }
@@ -242,13 +246,18 @@ func (s *Service) delta(ctx context.Context, ev *repliesv1.ReplyEvent, text stri
 	case StreamEdit:
 		st := s.turns.get(ev.GetTurnId())
 		if st == nil {
-			st = &turnState{ids: map[int]string{}, stream: streamedit.New(streamedit.Config{
+			ids, err := s.store.StreamMessages(ctx, ev.GetTurnId())
+			if err != nil {
+				s.log.WarnContext(ctx, "read stream messages failed", "turn_id", ev.GetTurnId(), "err", err)
+				return // best effort: the next delta looks again
+			}
+			st = &turnState{ids: map[int]string{}, foreign: len(ids) > 0, stream: streamedit.New(streamedit.Config{
 				Limit: chunk.Limits(platform), CanEdit: true, Now: s.now,
 			})}
 			s.turns.put(ev.GetTurnId(), st)
 		}
-		if st.done {
-			return // the final answer was already sent; it wins
+		if st.done || st.foreign {
+			return // the final answer was already sent (it wins), or goes over another replica's stream
 		}
 		s.perform(ctx, ev, st, st.stream.Append(text))
 	}
