@@ -476,6 +476,36 @@ func TestStreamMovesToAnotherReplica(t *testing.T) {
 	}
 }
 
+// A streamed answer does not start its message ahead of an earlier
+// answer still waiting in the outbox (paced or retried): the chat keeps
+// the answers in order.
+func TestStreamWaitsForEarlierAnswers(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	cfg := testConfig()
+	cfg.SendTimeout, cfg.Lease = 5*time.Second, 10*time.Second
+	e.start(t, cfg, "a")
+	e.gw.setBehaviour(func(req *deliveryv1.SendRequested, try int) behaviour {
+		if req.GetIdempotencyKey() == "t1:1:0" && try == 1 {
+			return behaviour{fail: &deliveryv1.SendReceipt{ErrorClass: deliveryv1.ErrorClass_ERROR_CLASS_RATE_LIMITED, RetryAfterMs: 60_000}}
+		}
+		return behaviour{}
+	})
+	first := event("t1", 1, "s1", final("the first answer"))
+	first.Target.Platform = "stream"
+	e.publish(t, first)
+	eventually(t, e.clock, 0, "the first answer queued for retry", func() bool { return rowState(t, e.db, "t1:1:0") == "queued" })
+	delta := event("t2", 1, "s1", &repliesv1.TextDelta{Text: strings.Repeat("the second answer ", 3)})
+	delta.Target.Platform = "stream"
+	e.publish(t, delta)
+	e.consumed(t, "s1")
+	for _, c := range func() []call { _, p := e.gw.snapshot(); return p }() {
+		if c.Req.GetTurnId() == "t2" {
+			t.Fatalf("the second answer's stream posted %v %q before the first answer went out", c.Op, c.Req.GetText())
+		}
+	}
+}
+
 // A replica that loses a reply partition stops the typing indicators of
 // the turns it showed there: the replica that takes the partition over
 // starts and stops its own, and the old ones must not run on for minutes.

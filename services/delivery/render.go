@@ -14,6 +14,7 @@ import (
 	"github.com/switchboard-chat/switchboard/pkg/chunk"
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
+	"github.com/switchboard-chat/switchboard/pkg/outbox"
 	"github.com/switchboard-chat/switchboard/pkg/streamedit"
 )
 
@@ -276,6 +277,14 @@ func (s *Service) perform(ctx context.Context, ev *repliesv1.ReplyEvent, st *tur
 			op = deliveryv1.SendOp_SEND_OP_SEND
 		}
 		req := s.request(ev, fmt.Sprintf("%s:s%d", keyBase(ctx, ev), i), op)
+		if op == deliveryv1.SendOp_SEND_OP_SEND {
+			// A new message keeps the chat's order: not before the
+			// queued or sending rows of earlier answers (paced or
+			// retried chunks). The stream plans again on the next delta.
+			if clear, err := s.store.Clear(ctx, outbox.ChatKey(ev.GetTarget()), req.GetIdempotencyKey()); err != nil || !clear {
+				return
+			}
+		}
 		req.Text = a.Text
 		req.MessageId = st.ids[a.Message]
 		rec, err := s.progress(ctx, req)
