@@ -606,11 +606,10 @@ func (s *Store) StartTurn(ctx context.Context, key, turnID string, maxInputs, ma
 // mergeable messages before the first own-turn one; at most $2 messages
 // and, beyond the first, $5 bytes of encoded events (the turn must fit a
 // bus message: a head too big to publish would be picked, and fail, for
-// ever). The
-// newest message taken becomes the last started: a redelivery of it (the
-// router died after queueing it, before recording it as handled, and its
-// partition delivers nothing newer until it is acked) is then recognised
-// as started, by Enqueue and by BeginFree.
+// ever). The newest message taken becomes the last started: a redelivery
+// of it (the router died after queueing it, before recording it as
+// handled, and its partition delivers nothing newer until it is acked) is
+// then recognised as started, by Enqueue and by BeginFree.
 const dequeueSQL = `
 WITH head AS (
 	SELECT id, row_number() OVER (ORDER BY stream_seq, id) AS rn, own_turn,
