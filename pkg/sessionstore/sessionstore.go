@@ -207,11 +207,20 @@ func (s *Store) Generation(ctx context.Context, key string) (int64, error) {
 // history row) and otherwise refreshes its origin and last activity.
 // prev is the last activity before this message (zero when created),
 // for the reset policy. The commit does not wait for the WAL flush: the
-// message is made durable by Enqueue.
+// message is made durable by Enqueue. Arrive records an arrival without
+// an event id; ArriveFor names the message.
 func (s *Store) Arrive(ctx context.Context, key, profile string, src *eventsv1.SessionSource) (sess Session, created bool, prev time.Time, err error) {
+	return s.ArriveFor(ctx, key, profile, src, "")
+}
+
+// ArriveFor is Arrive for the message with event id eventID: recorded
+// again for the same message (its handler runs again), prev stays the
+// activity before the message's first recording, or the reset that came
+// after it.
+func (s *Store) ArriveFor(ctx context.Context, key, profile string, src *eventsv1.SessionSource, eventID string) (sess Session, created bool, prev time.Time, err error) {
 	b := &pgx.Batch{}
 	b.Queue(pg.AsyncCommit)
-	s.queueArrive(b, key, profile, src)
+	s.queueArrive(b, key, profile, src, eventID)
 	br := s.db.SendBatch(ctx, b)
 	defer br.Close()
 	if _, err := br.Exec(); err != nil {
@@ -224,16 +233,16 @@ func (s *Store) Arrive(ctx context.Context, key, profile string, src *eventsv1.S
 	return sess, created, prev, br.Close()
 }
 
-// queueArrive adds Arrive's statement to b.
-func (s *Store) queueArrive(b *pgx.Batch, key, profile string, src *eventsv1.SessionSource) {
-	s.queueArriveLocking(b, key, profile, src, false)
+// queueArrive adds ArriveFor's statement to b.
+func (s *Store) queueArrive(b *pgx.Batch, key, profile string, src *eventsv1.SessionSource, eventID string) {
+	s.queueArriveLocking(b, key, profile, src, eventID, false)
 }
 
 // queueArriveLocking is queueArrive; with lockQueue the statement also
 // takes the transaction-level lock of the session's queue (as Enqueue
 // does), so the transaction's next statement sees every enqueue that
 // committed before it.
-func (s *Store) queueArriveLocking(b *pgx.Batch, key, profile string, src *eventsv1.SessionSource, lockQueue bool) {
+func (s *Store) queueArriveLocking(b *pgx.Batch, key, profile string, src *eventsv1.SessionSource, eventID string, lockQueue bool) {
 	now := s.now()
 	lock, from := "", "s"
 	if lockQueue {
@@ -243,17 +252,19 @@ func (s *Store) queueArriveLocking(b *pgx.Batch, key, profile string, src *event
 	}
 	b.Queue(`WITH s AS (
 			INSERT INTO sessions (session_key, session_id, platform, chat_type, origin, display_name, profile,
-				created_at, updated_at, last_activity_at)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8, $8)
+				created_at, updated_at, last_activity_at, arrival_event_id)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8, $8, NULLIF($9, ''))
 			ON CONFLICT (session_key) DO UPDATE SET origin = EXCLUDED.origin, display_name = EXCLUDED.display_name,
-				last_activity_at = EXCLUDED.last_activity_at, updated_at = EXCLUDED.updated_at
-			RETURNING `+sessionCols+`, (xmax = 0) AS created,
-				(SELECT p.last_activity_at FROM sessions p WHERE p.session_key = $1) AS prev),
+				last_activity_at = EXCLUDED.last_activity_at, updated_at = EXCLUDED.updated_at,
+				arrival_prev_at = CASE WHEN sessions.arrival_event_id = EXCLUDED.arrival_event_id
+					THEN sessions.arrival_prev_at ELSE sessions.last_activity_at END,
+				arrival_event_id = EXCLUDED.arrival_event_id
+			RETURNING `+sessionCols+`, (xmax = 0) AS created, arrival_prev_at AS prev),
 		h AS (
 			INSERT INTO session_history (session_key, session_id, started_at)
 			SELECT session_key, session_id, created_at FROM s WHERE created)`+lock+`
 		SELECT `+sessionCols+`, created, prev FROM `+from,
-		key, NewSessionID(now), src.GetPlatform(), src.GetChatType(), encodeOrigin(src), displayName(src), profile, now)
+		key, NewSessionID(now), src.GetPlatform(), src.GetChatType(), encodeOrigin(src), displayName(src), profile, now, eventID)
 }
 
 // readArrival reads the result of queueArrive's statement.
@@ -285,7 +296,7 @@ func (s *Store) ArriveAndEnqueue(ctx context.Context, key, profile string, src *
 		return a, false, fmt.Errorf("encode queued message: %w", err)
 	}
 	b := &pgx.Batch{}
-	s.queueArrive(b, key, profile, src)
+	s.queueArrive(b, key, profile, src, ev.GetEventId())
 	s.queueEnqueue(b, key, streamSeq, ownTurn, ev.GetEventId(), data, max)
 	br := s.db.SendBatch(ctx, b)
 	defer br.Close()
@@ -334,7 +345,7 @@ func (s *Store) ResetKeeping(ctx context.Context, key, reason, keep string) (Ses
 			reset_count = reset_count + 1, last_reset_at = $3, last_reset_reason = $4, title = '',
 			input_tokens = 0, output_tokens = 0, cache_read_tokens = 0, cache_write_tokens = 0,
 			system_prompt_fingerprint = '', resume_pending = false, suspended = false,
-			updated_at = $3, last_activity_at = $3
+			updated_at = $3, last_activity_at = $3, arrival_prev_at = $3
 			WHERE session_key = $1 RETURNING `+sessionCols, key, id, now, reason))
 		if err != nil {
 			return fmt.Errorf("reset session: %w", err)
@@ -470,7 +481,7 @@ func (s *Store) BeginFree(ctx context.Context, key, profile string, src *eventsv
 	// taken with the arrival), so the queue stays empty until the turn is
 	// started; the update below, a statement of its own, sees every
 	// enqueue that committed before.
-	s.queueArriveLocking(b, key, profile, src, true)
+	s.queueArriveLocking(b, key, profile, src, msg.GetEventId(), true)
 	b.Queue(`UPDATE sessions SET generation = generation + 1, last_turn_id = $2, last_turn_at = $3, updated_at = $3,
 			last_started_event_id = $4
 		WHERE session_key = $1 AND last_started_event_id IS DISTINCT FROM $4

@@ -218,6 +218,53 @@ func TestArriveCreatesOnceAndReportsThePreviousActivity(t *testing.T) {
 	}
 }
 
+// A message recorded again (its handler failed after the arrival and runs
+// again) sees the activity before its first recording, so the reset
+// policy decides the same; after a reset it sees the reset, so it does
+// not reset twice.
+func TestArrivalAgainKeepsThePreviousActivity(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clock := time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC)
+	s := New(pgtest.New(t)).WithClock(func() time.Time { return clock })
+	src := &eventsv1.SessionSource{Platform: "telegram", ChatId: "1", ChatType: "dm"}
+	arrive := func(event string) time.Time {
+		t.Helper()
+		_, _, prev, err := s.ArriveFor(ctx, "k", "", src, event)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return prev
+	}
+	start := clock
+	arrive("x")
+	clock = clock.Add(2 * time.Hour)
+	if prev := arrive("m"); !prev.Equal(start) {
+		t.Fatalf("first arrival of m: previous activity %v, want %v", prev, start)
+	}
+	clock = clock.Add(time.Second)
+	if prev := arrive("m"); !prev.Equal(start) {
+		t.Fatalf("m again: previous activity %v, want %v (before its first arrival)", prev, start)
+	}
+	clock = clock.Add(time.Second)
+	if _, err := s.ResetKeeping(ctx, "k", "idle", "m"); err != nil {
+		t.Fatal(err)
+	}
+	reset := clock
+	clock = clock.Add(time.Second)
+	if prev := arrive("m"); !prev.Equal(reset) {
+		t.Fatalf("m again after its reset: previous activity %v, want the reset %v", prev, reset)
+	}
+	last := clock
+	clock = clock.Add(time.Minute)
+	if prev := arrive("n"); !prev.Equal(last) {
+		t.Fatalf("the next message: previous activity %v, want %v", prev, last)
+	}
+	if prev := arrive(""); !prev.Equal(clock) {
+		t.Fatalf("an arrival without an event id: previous activity %v, want %v", prev, clock)
+	}
+}
+
 // ArriveAndEnqueue is Arrive and Enqueue in one transaction, with both
 // answers; a reset keeping the message leaves it queued for the new
 // conversation.
@@ -252,9 +299,15 @@ func TestArriveAndEnqueue(t *testing.T) {
 			first = a
 			continue
 		}
-		// Every arrival is recorded, even one the full queue refused.
-		if a.Session.ID != first.Session.ID || !a.Session.LastActivityAt.Equal(clock) || !a.Prev.Equal(clock.Add(-time.Minute)) {
-			t.Fatalf("%s: arrival %+v", st.name, a)
+		// Every arrival is recorded, even one the full queue refused; a
+		// redelivered message's previous activity is the one before its
+		// first arrival (none: it created the session).
+		wantPrev := clock.Add(-time.Minute)
+		if st.event == "a" {
+			wantPrev = time.Time{}
+		}
+		if a.Session.ID != first.Session.ID || !a.Session.LastActivityAt.Equal(clock) || !a.Prev.Equal(wantPrev) {
+			t.Fatalf("%s: arrival %+v, want previous activity %v", st.name, a, wantPrev)
 		}
 	}
 	sess, err := s.ResetKeeping(ctx, "k", "idle", "b")
