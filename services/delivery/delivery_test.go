@@ -337,15 +337,8 @@ func TestStreamingByEdit(t *testing.T) {
 	// machine would be planned again and change the count this test checks.
 	cfg.SendTimeout, cfg.Lease = 5*time.Second, 10*time.Second
 	e.start(t, cfg, "a")
-	stream := func(seq int64, body any) {
-		ev := event("t1", seq, "s1", body)
-		ev.Target.Platform = "stream"
-		e.publish(t, ev)
-	}
-	ops := func() []call {
-		_, posted := e.gw.snapshot()
-		return posted
-	}
+	stream := func(seq int64, body any) { e.publishStream(t, "t1", seq, "s1", body) }
+	ops := e.gw.sends
 	chunk := strings.Repeat("x", 30)
 	stream(1, &repliesv1.TextDelta{Text: chunk})
 	eventually(t, e.clock, 0, "first message", func() bool { return len(ops()) == 1 })
@@ -393,15 +386,8 @@ func TestStreamedFinalSurvivesAFailedEnqueue(t *testing.T) {
 	cfg := testConfig()
 	cfg.SendTimeout, cfg.Lease = 5*time.Second, 10*time.Second
 	e.start(t, cfg, "a")
-	stream := func(seq int64, body any) {
-		ev := event("t1", seq, "s1", body)
-		ev.Target.Platform = "stream"
-		e.publish(t, ev)
-	}
-	ops := func() []call {
-		_, posted := e.gw.snapshot()
-		return posted
-	}
+	stream := func(seq int64, body any) { e.publishStream(t, "t1", seq, "s1", body) }
+	ops := e.gw.sends
 	stream(1, &repliesv1.TextDelta{Text: strings.Repeat("x", 30)})
 	eventually(t, e.clock, 0, "first message", func() bool { return len(ops()) == 1 })
 	ctx := context.Background()
@@ -436,15 +422,8 @@ func TestStreamMovesToAnotherReplica(t *testing.T) {
 	e := newEnv(t)
 	cfg := testConfig()
 	cfg.SendTimeout, cfg.Lease = 5*time.Second, 10*time.Second
-	stream := func(seq int64, body any) {
-		ev := event("t1", seq, "s1", body)
-		ev.Target.Platform = "stream"
-		e.publish(t, ev)
-	}
-	posted := func() []call {
-		_, p := e.gw.snapshot()
-		return p
-	}
+	stream := func(seq int64, body any) { e.publishStream(t, "t1", seq, "s1", body) }
+	posted := e.gw.sends
 	a := e.start(t, cfg, "a")
 	first := strings.Repeat("first part ", 4)
 	stream(1, &repliesv1.TextDelta{Text: first})

@@ -143,6 +143,12 @@ func (g *gateway) snapshot() (calls, posted []call) {
 }
 
 // postedTexts counts posted sends by text.
+// sends returns the sends, edits and deletes the gateway took.
+func (g *gateway) sends() []call {
+	_, p := g.snapshot()
+	return p
+}
+
 func (g *gateway) postedTexts() map[string]int {
 	_, posted := g.snapshot()
 	out := map[string]int{}
@@ -264,6 +270,15 @@ func event(turn string, seq int64, session string, body any) *repliesv1.ReplyEve
 		ev.Body = &repliesv1.ReplyEvent_Notice{Notice: b}
 	}
 	return ev
+}
+
+// publishStream publishes a reply event to the "stream" platform, which
+// streams by editing.
+func (e *env) publishStream(t *testing.T, turn string, seq int64, session string, body any) {
+	t.Helper()
+	ev := event(turn, seq, session, body)
+	ev.Target.Platform = "stream"
+	e.publish(t, ev)
 }
 
 func (e *env) publish(t *testing.T, ev *repliesv1.ReplyEvent) {

@@ -63,10 +63,9 @@ func (a *echoAgent) RunTurn(stream grpc.BidiStreamingServer[agentv1.RunTurnReque
 	return nil
 }
 
-func TestExternalAgentBackend(t *testing.T) {
-	t.Parallel()
-	h := newHarness(t)
-	h.setGeneration("s1", 1)
+// startAgent serves an echoAgent and starts a worker whose backend it is.
+func startAgent(t *testing.T, h *harness) *echoAgent {
+	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -76,11 +75,18 @@ func TestExternalAgentBackend(t *testing.T) {
 	agentv1.RegisterAgentServiceServer(srv, agent)
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
-
 	h.startWorker("w1", func(c *worker.Config, d *worker.Deps) {
 		c.Agent.Backend = "grpc://" + lis.Addr().String()
 		d.LLM = worker.Backend{}
 	})
+	return agent
+}
+
+func TestExternalAgentBackend(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.setGeneration("s1", 1)
+	agent := startAgent(t, h)
 	req := h.requestTurn("s1", "first", turnOpts{})
 	if c := h.waitCompleted(req.TurnId); c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED {
 		t.Fatalf("status %v %s", c.GetStatus(), c.GetError())
@@ -115,19 +121,7 @@ func TestExternalAgentMessagesCommitOnce(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
 	h.setGeneration("s1", 1)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	agent := &echoAgent{starts: make(chan *agentv1.StartTurn, 4)}
-	srv := grpc.NewServer()
-	agentv1.RegisterAgentServiceServer(srv, agent)
-	go func() { _ = srv.Serve(lis) }()
-	t.Cleanup(srv.Stop)
-	h.startWorker("w1", func(c *worker.Config, d *worker.Deps) {
-		c.Agent.Backend = "grpc://" + lis.Addr().String()
-		d.LLM = worker.Backend{}
-	})
+	agent := startAgent(t, h)
 	ctx := context.Background()
 	req := h.requestTurn("s1", "please wait", turnOpts{})
 	<-agent.starts

@@ -200,8 +200,10 @@ func inbound(t *testing.T, b *bus.Bus) func() *eventsv1.MessageReceived {
 	}
 }
 
-func TestDeliveries(t *testing.T) {
-	t.Parallel()
+// startGateway runs the gateway on testConfig until the test ends or
+// cancel is called, and waits until it is ready.
+func startGateway(t *testing.T) (*bus.Bus, *Service, context.Context, context.CancelFunc) {
+	t.Helper()
 	b := bustest.New(t, bustest.EmbeddedURL(t))
 	s, err := New(testConfig(), Deps{Bus: b, Log: slog.Default(), RunnerOptions: platform.Options{Backoff: platform.Schedule(10 * time.Millisecond)}})
 	if err != nil {
@@ -213,6 +215,12 @@ func TestDeliveries(t *testing.T) {
 	t.Cleanup(func() { cancel(); <-done })
 	<-s.Listening()
 	platformtest.WaitFor(t, "ready", func() bool { return s.Ready(ctx) == nil })
+	return b, s, ctx, cancel
+}
+
+func TestDeliveries(t *testing.T) {
+	t.Parallel()
+	b, s, ctx, _ := startGateway(t)
 	next := inbound(t, b)
 	f := &webhookFake{s: s, by: map[string]delivery{}}
 
@@ -282,17 +290,7 @@ func TestConfigValidate(t *testing.T) {
 // would lose it. The body arrives only after the stop began.
 func TestStopFinishesDeliveriesInFlight(t *testing.T) {
 	t.Parallel()
-	b := bustest.New(t, bustest.EmbeddedURL(t))
-	s, err := New(testConfig(), Deps{Bus: b, Log: slog.Default(), RunnerOptions: platform.Options{Backoff: platform.Schedule(10 * time.Millisecond)}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-	<-s.Listening()
-	platformtest.WaitFor(t, "ready", func() bool { return s.Ready(ctx) == nil })
+	b, s, _, cancel := startGateway(t)
 	next := inbound(t, b)
 
 	body := []byte(`{"repository":{"full_name":"o/r"},"sender":{"login":"x"}}`)
