@@ -332,10 +332,7 @@ func TestTwoReplicasShareTheOutbox(t *testing.T) {
 func TestStreamingByEdit(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	cfg := testConfig()
-	// Progress edits are best effort: one that timed out under a loaded
-	// machine would be planned again and change the count this test checks.
-	cfg.SendTimeout, cfg.Lease = 5*time.Second, 10*time.Second
+	cfg := streamConfig()
 	e.start(t, cfg, "a")
 	stream := func(seq int64, body any) { e.publishStream(t, "t1", seq, "s1", body) }
 	ops := e.gw.sends
@@ -383,8 +380,7 @@ func TestStreamingByEdit(t *testing.T) {
 func TestStreamedFinalSurvivesAFailedEnqueue(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	cfg := testConfig()
-	cfg.SendTimeout, cfg.Lease = 5*time.Second, 10*time.Second
+	cfg := streamConfig()
 	e.start(t, cfg, "a")
 	stream := func(seq int64, body any) { e.publishStream(t, "t1", seq, "s1", body) }
 	ops := e.gw.sends
@@ -420,8 +416,7 @@ func TestStreamedFinalSurvivesAFailedEnqueue(t *testing.T) {
 func TestStreamMovesToAnotherReplica(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	cfg := testConfig()
-	cfg.SendTimeout, cfg.Lease = 5*time.Second, 10*time.Second
+	cfg := streamConfig()
 	stream := func(seq int64, body any) { e.publishStream(t, "t1", seq, "s1", body) }
 	posted := e.gw.sends
 	a := e.start(t, cfg, "a")
@@ -461,8 +456,7 @@ func TestStreamMovesToAnotherReplica(t *testing.T) {
 func TestStreamWaitsForEarlierAnswers(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	cfg := testConfig()
-	cfg.SendTimeout, cfg.Lease = 5*time.Second, 10*time.Second
+	cfg := streamConfig()
 	e.start(t, cfg, "a")
 	e.gw.setBehaviour(func(req *deliveryv1.SendRequested, try int) behaviour {
 		if req.GetIdempotencyKey() == "t1:1:0" && try == 1 {

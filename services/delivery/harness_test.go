@@ -193,6 +193,15 @@ func testConfig() delivery.Config {
 	return cfg
 }
 
+// streamConfig is testConfig for tests that count stream edits: progress
+// edits are best effort, and one that timed out under a loaded machine
+// would be planned again and change the count.
+func streamConfig() delivery.Config {
+	cfg := testConfig()
+	cfg.SendTimeout, cfg.Lease = 5*time.Second, 10*time.Second
+	return cfg
+}
+
 // instance is one running delivery replica with its own NATS connection,
 // so the test can kill it hard.
 type instance struct {
