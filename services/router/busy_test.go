@@ -1,6 +1,7 @@
 package router
 
 import (
+	"context"
 	"strings"
 	"sync"
 	"testing"
@@ -8,6 +9,8 @@ import (
 
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
+	"github.com/switchboard-chat/switchboard/pkg/redisx"
+	"github.com/switchboard-chat/switchboard/pkg/sessionstore"
 )
 
 // gate holds turns whose first input has a given text until opened, or
@@ -201,5 +204,34 @@ func TestSteerNobodyTakesIsQueued(t *testing.T) {
 	turns, _ := w.snapshot()
 	if got := inputsText(turns, "agent:main:telegram:dm:chat-bob"); strings.Join(got, ",") != "long,go left" {
 		t.Fatalf("bob's inputs %v, want the steering queued as the next turn", got)
+	}
+}
+
+// Steering for a turn no worker has claimed yet (the lock holds the
+// router's bare grant) is queued at once: no turn could read it.
+func TestSteerBeforeTheTurnIsClaimedIsQueued(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	cfg := testConfig()
+	cfg.BusyMode = BusySteer
+	e.startRouter(cfg, nil, nil)
+	// No worker: the first turn waits in the queue, unclaimed.
+	e.publish(dm("bob", "long"))
+	key := "agent:main:telegram:dm:chat-bob"
+	store := sessionstore.New(e.db)
+	waitFor(t, "the first turn's lock", func() bool {
+		owner, _ := redisx.NewLocker(e.rdb, e.prefix).Owner(context.Background(), key)
+		return owner != ""
+	})
+	e.publish(dm("bob", "go left"))
+	waitFor(t, "inbound drained", e.inboundDrained)
+	if n := len(e.controls(controlSteer)); n != 0 {
+		t.Fatalf("%d steer requests for an unclaimed turn", n)
+	}
+	if n, _ := store.QueueLen(context.Background(), key); n != 1 {
+		t.Fatalf("%d queued, want the steering queued", n)
+	}
+	if n := e.countNotices("bob", "Added your message"); n != 0 {
+		t.Fatalf("told the text was added (%d)", n)
 	}
 }

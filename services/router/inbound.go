@@ -450,13 +450,14 @@ func (s *Service) route(ctx context.Context, m *msgCtx, sess sessionstore.Sessio
 	}
 	ownTurn := o.ownTurn || ownsTurn(m)
 
-	if busy && mode == BusySteer && !ownTurn && !onlyMedia(m.ev) {
+	// Steering reaches a turn a worker has claimed (the lock holds its
+	// own value, not the router's bare grant); text no running turn took
+	// (none claimed yet, or its answer is decided) is queued instead.
+	if busy && mode == BusySteer && !ownTurn && !onlyMedia(m.ev) && redisx.GrantOf(owner) != owner {
 		took, err := s.steer(ctx, m, m.ev.GetText())
 		if err != nil {
 			return err
 		}
-		// Text no running turn took (none claimed yet, or its answer is
-		// decided) is queued instead.
 		if took {
 			inbound.WithLabelValues("steered").Inc()
 			busyActions.WithLabelValues("steered").Inc()

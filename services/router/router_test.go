@@ -148,13 +148,19 @@ func (e *env) startWorker(hold func(*turnsv1.TurnRequested)) *worker {
 				w.overlap = append(w.overlap, t.SessionKey)
 			}
 			w.mu.Unlock()
+			// As a worker does: the turn's attempt holds the lock under
+			// its own value.
+			holder := redisx.Holder(t.LockToken, "test-worker.1")
+			if _, err := locker.Claim(ctx, t.SessionKey, t.LockToken, holder, time.Duration(t.LockTtlMs)*time.Millisecond); err != nil {
+				return err
+			}
 			if w.hold != nil {
 				w.hold(t)
 			}
 			w.mu.Lock()
 			w.active[t.SessionKey]--
 			w.mu.Unlock()
-			waiting, err := locker.ReleaseWaiting(ctx, t.SessionKey, t.LockToken)
+			waiting, err := locker.ReleaseWaiting(ctx, t.SessionKey, holder)
 			done := &turnsv1.TurnCompleted{TurnId: t.TurnId, SessionKey: t.SessionKey, SessionId: t.SessionId, Generation: t.Generation,
 				Status: turnsv1.TurnStatus_TURN_STATUS_COMPLETED, Usage: &turnsv1.Usage{InputTokens: 10, OutputTokens: 5},
 				UsageRecorded: true, NothingWaiting: err == nil && !waiting}
