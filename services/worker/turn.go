@@ -382,10 +382,10 @@ func (r *turnRun) claimLock(ctx context.Context) error {
 }
 
 // keepLock renews the lock every TTL/3 until stop. A lock that vanished
-// (Redis restarted without its data, or failed over) is claimed again:
-// nobody else holds it, and the fence still refuses this turn's writes if
-// the session moved on meanwhile. When another grant or another attempt
-// holds it, the lock is lost and the turn stops at its next safe point.
+// (Redis restarted without its data, or failed over) is claimed again
+// while the session is still at the turn's generation. When the session
+// moved on, or another grant or another attempt holds the lock, the lock
+// is lost and the turn stops at its next safe point.
 func (r *turnRun) keepLock(ctx context.Context) (context.Context, func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
@@ -418,8 +418,16 @@ func (r *turnRun) keepLock(ctx context.Context) (context.Context, func()) {
 }
 
 // reclaim claims the lock again after a renewal found it gone; it
-// reports ErrNotOwner when another grant or attempt holds it.
+// reports ErrNotOwner when the session moved on (/stop and /new advance
+// the generation before they drop the lock) or another grant or attempt
+// holds it.
 func (r *turnRun) reclaim(ctx context.Context) error {
+	if err := r.s.store.CheckGeneration(ctx, r.st); err != nil {
+		if errors.Is(err, store.ErrStaleGeneration) {
+			return redisx.ErrNotOwner
+		}
+		return err
+	}
 	c, err := r.s.locker.Claim(ctx, r.req.GetSessionKey(), r.req.GetLockToken(), r.holder, r.ttl)
 	switch {
 	case err != nil:

@@ -836,6 +836,45 @@ func TestVanishedLockIsTakenAgain(t *testing.T) {
 	}
 }
 
+// A lock dropped by /stop or /new (the session already at a newer
+// generation) is not claimed again: the turn stops at its next safe point
+// and leaves the lock free for the session's next turn.
+func TestDroppedLockOfAMovedSessionIsNotTakenAgain(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.setGeneration("s1", 1)
+	entered, release := make(chan struct{}, 1), make(chan struct{})
+	blocking := tools.Tool{Name: "block", Run: func(ctx context.Context, _ tools.Call, _ json.RawMessage) (string, error) {
+		entered <- struct{}{}
+		select {
+		case <-release:
+			return "unblocked", nil
+		case <-ctx.Done():
+			return "", ctx.Err()
+		}
+	}}
+	h.startWorker("w1", func(_ *worker.Config, d *worker.Deps) { d.Tools = []tools.Tool{blocking} })
+	req := h.requestTurn("s1", "[[tool:block {}]] go", turnOpts{})
+	select {
+	case <-entered:
+	case <-time.After(30 * time.Second):
+		t.Fatal("tool never ran")
+	}
+	ctx := context.Background()
+	h.setGeneration("s1", 2)
+	if err := h.rdb.Del(ctx, h.locker.Key("s1")).Err(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2500 * time.Millisecond) // past a renewal (every 5 s / 3)
+	if owner, _ := h.locker.Owner(ctx, "s1"); owner != "" {
+		t.Fatalf("the lock of a session that moved on was taken again by %q", owner)
+	}
+	close(release)
+	if c := h.waitCompleted(req.TurnId); c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_STALE {
+		t.Fatalf("status %v, want STALE", c.GetStatus())
+	}
+}
+
 // /stop while a dangerous tool waits for approval: the router moved the
 // session on (a new generation) and dropped the lock before its STOP
 // arrived. The turn ends superseded, once: it is not retried, so the user
