@@ -202,22 +202,16 @@ func (s *Store) Generation(ctx context.Context, key string) (int64, error) {
 	return gen, nil
 }
 
-// Arrive records a message's arrival on the session of key in one round
-// trip: it creates the session from src when there is none (with its
-// history row) and otherwise refreshes its origin and last activity.
-// prev is the last activity before this message (zero when created),
-// for the reset policy. The commit does not wait for the WAL flush: the
-// message is made durable by Enqueue. Arrive records an arrival without
-// an event id; ArriveFor names the message.
-func (s *Store) Arrive(ctx context.Context, key, profile string, src *eventsv1.SessionSource) (sess Session, created bool, prev time.Time, err error) {
-	return s.ArriveFor(ctx, key, profile, src, "")
-}
-
-// ArriveFor is Arrive for the message with event id eventID: recorded
-// again for the same message (its handler runs again), prev stays the
-// activity before the message's first recording, or the reset that came
-// after it.
-func (s *Store) ArriveFor(ctx context.Context, key, profile string, src *eventsv1.SessionSource, eventID string) (sess Session, created bool, prev time.Time, err error) {
+// Arrive records the arrival of the message with event id eventID on the
+// session of key in one round trip: it creates the session from src when
+// there is none (with its history row) and otherwise refreshes its origin
+// and last activity. prev is the last activity before this message (zero
+// when created), for the reset policy; recorded again for the same
+// message (its handler runs again), prev stays the activity before the
+// message's first recording, or the reset that came after it. An empty
+// eventID names no message. The commit does not wait for the WAL flush:
+// the message is made durable by Enqueue.
+func (s *Store) Arrive(ctx context.Context, key, profile string, src *eventsv1.SessionSource, eventID string) (sess Session, created bool, prev time.Time, err error) {
 	b := &pgx.Batch{}
 	b.Queue(pg.AsyncCommit)
 	s.queueArrive(b, key, profile, src, eventID)
@@ -233,7 +227,7 @@ func (s *Store) ArriveFor(ctx context.Context, key, profile string, src *eventsv
 	return sess, created, prev, br.Close()
 }
 
-// queueArrive adds ArriveFor's statement to b.
+// queueArrive adds Arrive's statement to b.
 func (s *Store) queueArrive(b *pgx.Batch, key, profile string, src *eventsv1.SessionSource, eventID string) {
 	s.queueArriveLocking(b, key, profile, src, eventID, false)
 }

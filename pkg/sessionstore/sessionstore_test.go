@@ -46,7 +46,7 @@ func TestStartTurnGrouping(t *testing.T) {
 			ctx := context.Background()
 			s := New(pgtest.New(t))
 			key := "agent:main:telegram:dm:1"
-			if _, _, _, err := s.Arrive(ctx, key, "", &eventsv1.SessionSource{Platform: "telegram", ChatId: "1"}); err != nil {
+			if _, _, _, err := s.Arrive(ctx, key, "", &eventsv1.SessionSource{Platform: "telegram", ChatId: "1"}, ""); err != nil {
 				t.Fatal(err)
 			}
 			// Enqueue in reverse seq order: the stream sequence decides.
@@ -100,7 +100,7 @@ func TestStartTurnRollsBackWhenPublishFails(t *testing.T) {
 	ctx := context.Background()
 	s := New(pgtest.New(t))
 	key := "k"
-	if _, _, _, err := s.Arrive(ctx, key, "", &eventsv1.SessionSource{Platform: "x"}); err != nil {
+	if _, _, _, err := s.Arrive(ctx, key, "", &eventsv1.SessionSource{Platform: "x"}, ""); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Enqueue(ctx, key, 1, false, &eventsv1.MessageReceived{EventId: "e"}, 32); err != nil {
@@ -127,7 +127,7 @@ func TestDequeuedMessageIsStarted(t *testing.T) {
 	s := New(pgtest.New(t))
 	key := "k"
 	src := &eventsv1.SessionSource{Platform: "x"}
-	if _, _, _, err := s.Arrive(ctx, key, "", src); err != nil {
+	if _, _, _, err := s.Arrive(ctx, key, "", src, ""); err != nil {
 		t.Fatal(err)
 	}
 	ev := func(id string) *eventsv1.MessageReceived { return &eventsv1.MessageReceived{EventId: id} }
@@ -198,7 +198,7 @@ func TestArriveCreatesOnceAndReportsThePreviousActivity(t *testing.T) {
 	for _, st := range steps {
 		clock = st.at
 		src.UserName = st.userName
-		sess, created, prev, err := s.Arrive(ctx, "k", "main", src)
+		sess, created, prev, err := s.Arrive(ctx, "k", "main", src, "")
 		if err != nil {
 			t.Fatalf("%s: %v", st.name, err)
 		}
@@ -230,7 +230,7 @@ func TestArrivalAgainKeepsThePreviousActivity(t *testing.T) {
 	src := &eventsv1.SessionSource{Platform: "telegram", ChatId: "1", ChatType: "dm"}
 	arrive := func(event string) time.Time {
 		t.Helper()
-		_, _, prev, err := s.ArriveFor(ctx, "k", "", src, event)
+		_, _, prev, err := s.Arrive(ctx, "k", "", src, event)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -101,7 +101,7 @@ func TestAdminAPI(t *testing.T) {
 	// Sessions.
 	store := sessionstore.New(db)
 	for _, k := range []string{"agent:main:telegram:dm:1", "agent:main:telegram:dm:2", "agent:main:slack:dm:3"} {
-		if _, _, _, err := store.Arrive(ctx, k, "", &eventsv1.SessionSource{Platform: k[11:16], ChatId: k[len(k)-1:]}); err != nil {
+		if _, _, _, err := store.Arrive(ctx, k, "", &eventsv1.SessionSource{Platform: k[11:16], ChatId: k[len(k)-1:]}, ""); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -376,7 +376,7 @@ func (s *Service) unauthorized(ctx context.Context, m *msgCtx) error {
 // session resolves the message's session, recording its arrival, and
 // applies the reset policy.
 func (s *Service) session(ctx context.Context, m *msgCtx) (sessionstore.Session, error) {
-	sess, created, prev, err := s.store.ArriveFor(ctx, m.key, s.cfg.Profile, m.src, m.ev.GetEventId())
+	sess, created, prev, err := s.store.Arrive(ctx, m.key, s.cfg.Profile, m.src, m.ev.GetEventId())
 	if err != nil || created {
 		return sess, err
 	}

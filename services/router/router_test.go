@@ -331,7 +331,7 @@ func TestGetOrCreateIsRaceFree(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			s, c, _, err := stores[i%2].Arrive(context.Background(), "agent:main:telegram:dm:1", "", src)
+			s, c, _, err := stores[i%2].Arrive(context.Background(), "agent:main:telegram:dm:1", "", src, "")
 			if err != nil {
 				t.Error(err)
 				return
