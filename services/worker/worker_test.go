@@ -789,12 +789,11 @@ func TestSecondAttemptWaitsForTheHolderOfTheTurn(t *testing.T) {
 	}
 }
 
-// Redis lost the session lock mid-turn (a restart without persistence):
-// nobody else holds it, so the worker takes it again at its next renewal
-// and answers, instead of abandoning a message nobody else will answer.
-func TestVanishedLockIsTakenAgain(t *testing.T) {
-	t.Parallel()
-	h := newHarness(t)
+// startBlockedTurn runs a turn of session s1 (generation 1) on worker w1
+// and returns once the turn is inside its tool, which answers
+// "unblocked" when release is closed.
+func startBlockedTurn(t *testing.T, h *harness) (*turnsv1.TurnRequested, chan struct{}) {
+	t.Helper()
 	h.setGeneration("s1", 1)
 	entered, release := make(chan struct{}, 1), make(chan struct{})
 	blocking := tools.Tool{Name: "block", Run: func(ctx context.Context, _ tools.Call, _ json.RawMessage) (string, error) {
@@ -813,6 +812,16 @@ func TestVanishedLockIsTakenAgain(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("tool never ran")
 	}
+	return req, release
+}
+
+// Redis lost the session lock mid-turn (a restart without persistence):
+// nobody else holds it, so the worker takes it again at its next renewal
+// and answers, instead of abandoning a message nobody else will answer.
+func TestVanishedLockIsTakenAgain(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	req, release := startBlockedTurn(t, h)
 	ctx := context.Background()
 	if err := h.rdb.Del(ctx, h.locker.Key("s1")).Err(); err != nil {
 		t.Fatal(err)
@@ -842,24 +851,7 @@ func TestVanishedLockIsTakenAgain(t *testing.T) {
 func TestDroppedLockOfAMovedSessionIsNotTakenAgain(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
-	h.setGeneration("s1", 1)
-	entered, release := make(chan struct{}, 1), make(chan struct{})
-	blocking := tools.Tool{Name: "block", Run: func(ctx context.Context, _ tools.Call, _ json.RawMessage) (string, error) {
-		entered <- struct{}{}
-		select {
-		case <-release:
-			return "unblocked", nil
-		case <-ctx.Done():
-			return "", ctx.Err()
-		}
-	}}
-	h.startWorker("w1", func(_ *worker.Config, d *worker.Deps) { d.Tools = []tools.Tool{blocking} })
-	req := h.requestTurn("s1", "[[tool:block {}]] go", turnOpts{})
-	select {
-	case <-entered:
-	case <-time.After(30 * time.Second):
-		t.Fatal("tool never ran")
-	}
+	req, release := startBlockedTurn(t, h)
 	ctx := context.Background()
 	h.setGeneration("s1", 2)
 	if err := h.rdb.Del(ctx, h.locker.Key("s1")).Err(); err != nil {
