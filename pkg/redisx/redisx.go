@@ -242,6 +242,26 @@ func (l *Locker) Swap(ctx context.Context, name, from, to string, ttl time.Durat
 	return nil
 }
 
+// Holding returns the lock's value and how long it has left, in one round
+// trip; value is "" when the lock is free (ttl is then 0).
+func (l *Locker) Holding(ctx context.Context, name string) (value string, ttl time.Duration, err error) {
+	pipe := l.rdb.Pipeline()
+	get := pipe.Get(ctx, l.Key(name))
+	left := pipe.PTTL(ctx, l.Key(name))
+	_, _ = pipe.Exec(ctx) // each command's error is read below
+	value, err = get.Result()
+	if errors.Is(err, redis.Nil) {
+		return "", 0, nil
+	}
+	if err != nil {
+		return "", 0, fmt.Errorf("read lock %s: %w", name, err)
+	}
+	if ttl, err = left.Result(); err != nil {
+		return "", 0, fmt.Errorf("read lock %s: %w", name, err)
+	}
+	return value, ttl, nil
+}
+
 // Owner returns the token holding the lock, or "" when it is free.
 func (l *Locker) Owner(ctx context.Context, name string) (string, error) {
 	v, err := l.rdb.Get(ctx, l.Key(name)).Result()

@@ -214,3 +214,20 @@ func TestWaitingMarkReachesTheHolderThatLetsGo(t *testing.T) {
 		}
 	}
 }
+
+func TestHoldingTellsValueAndTimeLeft(t *testing.T) {
+	t.Parallel()
+	rdb, prefix := redistest.New(t)
+	l := redisx.NewLocker(rdb, prefix)
+	ctx := context.Background()
+	if v, left, err := l.Holding(ctx, "s"); err != nil || v != "" || left != 0 {
+		t.Fatalf("free lock: %q %s %v", v, left, err)
+	}
+	if err := must(l.Acquire(ctx, "s", "grant", time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	v, left, err := l.Holding(ctx, "s")
+	if err != nil || v != "grant" || left <= 59*time.Minute || left > time.Hour {
+		t.Fatalf("held lock: %q %s %v, want grant with about an hour left", v, left, err)
+	}
+}

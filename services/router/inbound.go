@@ -97,10 +97,13 @@ func (s *Service) handleInbound(ctx context.Context, ev *eventsv1.MessageReceive
 	// the holder otherwise). A message that does not start a turn at once
 	// (a duplicate, a denied sender, a command, a busy session) gives the
 	// lock back before anything else reads it.
-	token := redisx.NewToken()
+	token := m.turnID // a turn's id is the grant it starts under (see orphaned)
+	if token == "" {
+		token = redisx.NewToken()
+	}
 	pipe := s.rdb.Pipeline()
 	exists := pipe.Exists(ctx, s.dedupeKey(m.dedupeID))
-	lock := pipe.SetArgs(ctx, s.locker.Key(key), token, redis.SetArgs{Mode: "NX", Get: true, TTL: s.cfg.LockTTL})
+	lock := pipe.SetArgs(ctx, s.locker.Key(key), token, redis.SetArgs{Mode: "NX", Get: true, TTL: s.cfg.GrantTTL})
 	_, _ = pipe.Exec(ctx) // each command's error is read below
 	switch v, err := lock.Result(); {
 	case errors.Is(err, redis.Nil):
@@ -168,7 +171,7 @@ func (s *Service) markHandled(ctx context.Context, m *msgCtx) error {
 func (s *Service) markHandledAndLock(ctx context.Context, m *msgCtx, token string) (locked bool, err error) {
 	pipe := s.rdb.Pipeline()
 	mark := pipe.Set(ctx, s.dedupeKey(m.dedupeID), "1", s.cfg.DedupeTTL)
-	lock := s.locker.AcquireOrMarkIn(ctx, pipe, m.key, token, s.cfg.LockTTL)
+	lock := s.locker.AcquireOrMarkIn(ctx, pipe, m.key, token, s.cfg.GrantTTL)
 	if _, err := pipe.Exec(ctx); err != nil {
 		return false, fmt.Errorf("write inbound dedupe record and take the session lock: %w", err)
 	}
@@ -274,7 +277,7 @@ func (s *Service) startFree(ctx context.Context, m *msgCtx) (bool, error) {
 	}
 	start := s.takeEarly(m)
 	if start == nil {
-		m.turnID = redisx.NewToken()
+		m.turnID = token
 		start = s.store.BeginFree(ctx, m.key, s.cfg.Profile, m.src, m.ev, m.turnID)
 	}
 	turnID := m.turnID

@@ -49,6 +49,12 @@ type Config struct {
 	BotNames map[string]string `koanf:"bot_names"`
 	// LockTTL of the session lock; the worker renews at a third of it.
 	LockTTL time.Duration `koanf:"lock_ttl"`
+	// GrantTTL bounds how long a started turn keeps its session while it
+	// waits for a worker (all of them busy or down): the router's grant
+	// of the lock lives this long until a worker claims it under LockTTL.
+	// A grant whose start never committed (its router died) is taken
+	// over by the sweep once it is LockTTL old.
+	GrantTTL time.Duration `koanf:"grant_ttl"`
 	// BusyMode is interrupt, queue or steer.
 	BusyMode string `koanf:"busy_mode"`
 	// PlatformBusyModes override BusyMode per platform.
@@ -86,6 +92,7 @@ func DefaultConfig() Config {
 	return Config{
 		GroupSessionsPerUser: true,
 		LockTTL:              30 * time.Second,
+		GrantTTL:             time.Hour,
 		BusyMode:             BusyInterrupt,
 		QueueCap:             32,
 		BusyAckInterval:      30 * time.Second,
@@ -121,6 +128,9 @@ func (c Config) Validate() error {
 	}
 	if c.LockTTL < time.Second {
 		return fmt.Errorf("lock_ttl: %s is shorter than 1s", c.LockTTL)
+	}
+	if c.GrantTTL < 2*c.LockTTL {
+		return fmt.Errorf("grant_ttl: %s is shorter than twice lock_ttl (%s)", c.GrantTTL, c.LockTTL)
 	}
 	if c.QueueCap < 1 {
 		return fmt.Errorf("queue_cap: %d is below 1", c.QueueCap)
@@ -255,8 +265,9 @@ func (s *Service) Run(ctx context.Context) error {
 	return nil
 }
 
-// sweep starts sessions whose messages wait while nobody holds the lock:
-// the worker crashed and its lock expired, or a completion was missed.
+// sweep starts sessions whose messages wait while nobody holds the lock
+// (the worker crashed and its lock expired, or a completion was missed)
+// or while an orphaned grant holds it.
 func (s *Service) sweep(ctx context.Context) error {
 	t := time.NewTicker(s.cfg.SweepInterval)
 	defer t.Stop()
@@ -274,10 +285,7 @@ func (s *Service) sweep(ctx context.Context) error {
 			continue
 		}
 		for _, key := range keys {
-			if owner, err := s.locker.Owner(ctx, key); err != nil || owner != "" {
-				continue
-			}
-			started, err := s.tryStart(ctx, key)
+			started, err := s.sweepOne(ctx, key)
 			if err != nil {
 				s.log.Warn("sweep could not start turn", "session_key", key, "err", err)
 				continue
@@ -288,6 +296,53 @@ func (s *Service) sweep(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+// sweepOne starts the waiting messages of the session key when its lock
+// is free, or held by an orphaned grant, which it takes over.
+func (s *Service) sweepOne(ctx context.Context, key string) (bool, error) {
+	owner, left, err := s.locker.Holding(ctx, key)
+	if err != nil || owner == "" {
+		if err != nil {
+			return false, err
+		}
+		return s.tryStart(ctx, key)
+	}
+	orphan, err := s.orphaned(ctx, key, owner, left)
+	if err != nil || !orphan {
+		return false, err
+	}
+	token := redisx.NewToken()
+	if err := s.locker.Swap(ctx, key, owner, token, s.cfg.GrantTTL); err != nil {
+		if errors.Is(err, redisx.ErrNotOwner) {
+			return false, nil // it moved on meanwhile
+		}
+		return false, err
+	}
+	s.log.Warn("took over an orphaned session lock", "session_key", key, "grant", owner)
+	return s.startLocked(ctx, key, token)
+}
+
+// orphaned reports whether owner, holding the session lock of key with
+// left to live, is a router's grant whose turn start never committed (the
+// router died between taking the lock and committing). A grant lives
+// GrantTTL, so that a started turn keeps its session however long it
+// waits for a worker; it names the turn it started (the session's last
+// turn id), and a start takes less than LockTTL, so an older grant that
+// names another turn started nothing. A worker's claim (token/holder)
+// lives LockTTL and is never an orphan.
+func (s *Service) orphaned(ctx context.Context, key, owner string, left time.Duration) (bool, error) {
+	if redisx.GrantOf(owner) != owner || left < 0 || s.cfg.GrantTTL-left < s.cfg.LockTTL {
+		return false, nil
+	}
+	sess, err := s.store.Get(ctx, key)
+	if errors.Is(err, sessionstore.ErrNotFound) {
+		return true, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return sess.LastTurnID != owner, nil
 }
 
 // handleTurnCompleted books usage and starts the next waiting message.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -133,7 +134,10 @@ type worker struct {
 	turns   []*turnsv1.TurnRequested
 	active  map[string]int
 	overlap []string
-	hold    func(*turnsv1.TurnRequested)
+	// lost: turns whose claim found the session taken by another turn
+	// (a real worker ends them stale, without an answer).
+	lost []string
+	hold func(*turnsv1.TurnRequested)
 }
 
 func (e *env) startWorker(hold func(*turnsv1.TurnRequested)) *worker {
@@ -141,19 +145,25 @@ func (e *env) startWorker(hold func(*turnsv1.TurnRequested)) *worker {
 	locker := redisx.NewLocker(e.rdb, e.prefix)
 	c := bus.NewConsumer(e.bus, bus.ConsumerSpec{Stream: bus.StreamTurns, Durable: "worker-turns", Concurrency: 8, DrainTimeout: time.Second},
 		func(ctx context.Context, t *turnsv1.TurnRequested) error {
+			// As a worker does: the turn's attempt holds the lock under
+			// its own value.
+			holder := redisx.Holder(t.LockToken, "test-worker.1")
+			claim, err := locker.Claim(ctx, t.SessionKey, t.LockToken, holder, time.Duration(t.LockTtlMs)*time.Millisecond)
+			if err != nil {
+				return err
+			}
 			w.mu.Lock()
 			w.turns = append(w.turns, t)
+			if claim == redisx.ClaimLost {
+				w.lost = append(w.lost, t.TurnId)
+				w.mu.Unlock()
+				return nil
+			}
 			w.active[t.SessionKey]++
 			if w.active[t.SessionKey] > 1 {
 				w.overlap = append(w.overlap, t.SessionKey)
 			}
 			w.mu.Unlock()
-			// As a worker does: the turn's attempt holds the lock under
-			// its own value.
-			holder := redisx.Holder(t.LockToken, "test-worker.1")
-			if _, err := locker.Claim(ctx, t.SessionKey, t.LockToken, holder, time.Duration(t.LockTtlMs)*time.Millisecond); err != nil {
-				return err
-			}
 			if w.hold != nil {
 				w.hold(t)
 			}
@@ -178,6 +188,12 @@ func (w *worker) snapshot() ([]*turnsv1.TurnRequested, []string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return append([]*turnsv1.TurnRequested(nil), w.turns...), append([]string(nil), w.overlap...)
+}
+
+func (w *worker) lostTurns() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]string(nil), w.lost...)
 }
 
 var eventSeq int64
@@ -532,6 +548,66 @@ func TestExpiredLockLetsWaitingMessageRun(t *testing.T) {
 	waitFor(t, "inbound drained", e.inboundDrained)
 	w := e.startWorker(nil)
 	waitFor(t, "waiting message runs after the lock expired", func() bool {
+		turns, _ := w.snapshot()
+		return len(inputsText(turns, key)) == 1
+	})
+}
+
+// A turn that waits for a worker longer than the lock's TTL keeps its
+// session: a message that arrives meanwhile is queued behind it instead of
+// starting a turn of its own that would leave the first unanswered.
+func TestTurnWaitingForAWorkerKeepsItsSession(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	cfg := testConfig()
+	cfg.LockTTL = time.Second
+	e.startRouter(cfg, nil, nil)
+	key := "agent:main:telegram:dm:chat-bob"
+	// No worker runs (all of them down, or busy): the turn waits.
+	e.publish(dm("bob", "first"))
+	waitFor(t, "inbound drained", e.inboundDrained)
+	time.Sleep(cfg.LockTTL + cfg.LockTTL/2)
+	e.publish(dm("bob", "second"))
+	waitFor(t, "inbound drained", e.inboundDrained)
+
+	w := e.startWorker(nil)
+	waitFor(t, "both messages run", func() bool {
+		turns, _ := w.snapshot()
+		return len(inputsText(turns, key)) == 2
+	})
+	turns, overlap := w.snapshot()
+	if lost := w.lostTurns(); len(lost) > 0 {
+		t.Fatalf("turns superseded while they waited for a worker: %v", lost)
+	}
+	if got := inputsText(turns, key); !slices.Equal(got, []string{"first", "second"}) {
+		t.Fatalf("inputs %q, want first then second", got)
+	}
+	if len(overlap) > 0 {
+		t.Fatalf("two turns at once: %v", overlap)
+	}
+	if turns[0].Generation >= turns[1].Generation {
+		t.Fatalf("generations %d then %d", turns[0].Generation, turns[1].Generation)
+	}
+}
+
+// A router that died between taking a session's lock and committing the
+// turn start left a grant that lives GrantTTL: the sweep takes it over once
+// it is LockTTL old, as the session's last turn is not the grant's.
+func TestOrphanedGrantIsTakenOver(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	cfg := testConfig()
+	cfg.LockTTL = time.Second
+	e.startRouter(cfg, nil, nil)
+	key := "agent:main:telegram:dm:chat-bob"
+	orphan := redisx.NewToken()
+	if err := e.rdb.Set(context.Background(), redisx.NewLocker(e.rdb, e.prefix).Key(key), orphan, cfg.GrantTTL).Err(); err != nil {
+		t.Fatal(err)
+	}
+	e.publish(dm("bob", "anyone there?"))
+	waitFor(t, "inbound drained", e.inboundDrained)
+	w := e.startWorker(nil)
+	waitFor(t, "waiting message runs after the orphaned grant is taken over", func() bool {
 		turns, _ := w.snapshot()
 		return len(inputsText(turns, key)) == 1
 	})

@@ -46,7 +46,7 @@ func (s *Service) tryStart(ctx context.Context, key string) (bool, error) {
 // nothing_waiting).
 func (s *Service) startQueued(ctx context.Context, key string) (bool, error) {
 	token := redisx.NewToken()
-	ok, err := s.locker.AcquireOrMark(ctx, key, token, s.cfg.LockTTL)
+	ok, err := s.locker.AcquireOrMark(ctx, key, token, s.cfg.GrantTTL)
 	if err != nil || !ok {
 		return false, err
 	}
@@ -54,9 +54,10 @@ func (s *Service) startQueued(ctx context.Context, key string) (bool, error) {
 }
 
 // startLocked starts the next turn of a session whose lock token holds,
-// or releases the lock when nothing could be started.
+// or releases the lock when nothing could be started. The turn's id is
+// token: a grant names the turn it started (see orphaned).
 func (s *Service) startLocked(ctx context.Context, key, token string) (bool, error) {
-	turnID := redisx.NewToken()
+	turnID := token
 	started, err := s.store.StartTurn(ctx, key, turnID, s.maxInput, s.maxInputBytes, func(ctx context.Context, t sessionstore.Turn) error {
 		if t.More {
 			// Messages stay queued behind this turn: its completion
@@ -85,6 +86,7 @@ func (s *Service) publishTurn(ctx context.Context, key, token, turnID string, t 
 		Generation:    t.Generation,
 		LockToken:     token,
 		LockTtlMs:     s.cfg.LockTTL.Milliseconds(),
+		GrantTtlMs:    s.cfg.GrantTTL.Milliseconds(),
 		Origin:        t.Session.Origin,
 		ModelOverride: t.Session.ModelOverride,
 		Profile:       t.Session.Profile,

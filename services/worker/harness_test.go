@@ -216,7 +216,7 @@ func (h *harness) requestTurn(key, text string, o turnOpts) *turnsv1.TurnRequest
 	n := h.seq.Add(1)
 	req := &turnsv1.TurnRequested{
 		TurnId: fmt.Sprintf("turn-%s-%d", key, n), SessionKey: key, SessionId: o.sessionID, Generation: o.generation,
-		LockToken: o.token, LockTtlMs: 5000, Origin: o.origin, ModelOverride: o.override, RequestedAt: timestamppb.Now(),
+		LockToken: o.token, LockTtlMs: 5000, GrantTtlMs: 60000, Origin: o.origin, ModelOverride: o.override, RequestedAt: timestamppb.Now(),
 		Inputs: []*eventsv1.MessageReceived{{EventId: fmt.Sprintf("ev%d", n), MessageId: fmt.Sprintf("m%d", n), Text: text,
 			Source: o.origin, AnswerOnly: o.answerOnly, TranscriptCommand: o.command}},
 	}

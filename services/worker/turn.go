@@ -225,10 +225,15 @@ func (r *turnRun) run(ctx context.Context) error {
 	case err != nil && ctx.Err() != nil && r.attempt < r.s.cfg.MaxDeliver:
 		// Shutting down past the drain timeout: hand the lock back to the
 		// bare grant, so the next attempt claims it at once, and the turn
-		// back to the bus.
+		// back to the bus. The grant keeps the session while the turn
+		// waits for a worker again.
 		r.log.Info("turn handed back", "err", err)
+		grant := time.Duration(r.req.GetGrantTtlMs()) * time.Millisecond
+		if grant < r.ttl {
+			grant = r.ttl
+		}
 		hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-		if herr := r.s.locker.Swap(hctx, r.req.GetSessionKey(), r.holder, r.req.GetLockToken(), r.ttl); herr != nil {
+		if herr := r.s.locker.Swap(hctx, r.req.GetSessionKey(), r.holder, r.req.GetLockToken(), grant); herr != nil {
 			r.log.Warn("hand the session lock back", "err", herr)
 		}
 		cancel()

@@ -250,6 +250,12 @@ func TestWorkerKilledMidToolResumesElsewhere(t *testing.T) {
 	if h.completed(req.TurnId) != nil {
 		t.Fatal("the killed worker completed the turn")
 	}
+	// Cut off, it handed the lock back to the router's grant, which keeps
+	// the session as long as a grant does while the turn waits again.
+	owner, left, err := h.locker.Holding(context.Background(), "s1")
+	if err != nil || owner != req.LockToken || left <= 5*time.Second {
+		t.Fatalf("lock after the hand-back: %q for %s (%v), want the grant for up to a minute", owner, left, err)
+	}
 	// The lock expired meanwhile (a real crash stops renewals): the next
 	// worker re-acquires it with the turn's token.
 	if err := h.rdb.Del(context.Background(), h.locker.Key("s1")).Err(); err != nil {

@@ -180,7 +180,11 @@ type TurnRequested struct {
 	// Reply routing override copied from the input (webhooks).
 	ReplyRoute *v1.ReplyRoute `protobuf:"bytes,12,opt,name=reply_route,json=replyRoute,proto3" json:"reply_route,omitempty"`
 	// The lock's time to live; the worker renews at a third of it.
-	LockTtlMs     int64 `protobuf:"varint,13,opt,name=lock_ttl_ms,json=lockTtlMs,proto3" json:"lock_ttl_ms,omitempty"`
+	LockTtlMs int64 `protobuf:"varint,13,opt,name=lock_ttl_ms,json=lockTtlMs,proto3" json:"lock_ttl_ms,omitempty"`
+	// How long the router's bare grant (lock_token) keeps the session while
+	// the turn waits for a worker; a worker handing the turn back restores
+	// the grant for this long. 0: lock_ttl_ms.
+	GrantTtlMs    int64 `protobuf:"varint,14,opt,name=grant_ttl_ms,json=grantTtlMs,proto3" json:"grant_ttl_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -302,6 +306,13 @@ func (x *TurnRequested) GetReplyRoute() *v1.ReplyRoute {
 func (x *TurnRequested) GetLockTtlMs() int64 {
 	if x != nil {
 		return x.LockTtlMs
+	}
+	return 0
+}
+
+func (x *TurnRequested) GetGrantTtlMs() int64 {
+	if x != nil {
+		return x.GrantTtlMs
 	}
 	return 0
 }
@@ -706,7 +717,7 @@ var File_switchboard_turns_v1_turns_proto protoreflect.FileDescriptor
 
 const file_switchboard_turns_v1_turns_proto_rawDesc = "" +
 	"\n" +
-	" switchboard/turns/v1/turns.proto\x12\x14switchboard.turns.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\"switchboard/events/v1/events.proto\"\xb4\x04\n" +
+	" switchboard/turns/v1/turns.proto\x12\x14switchboard.turns.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\"switchboard/events/v1/events.proto\"\xd6\x04\n" +
 	"\rTurnRequested\x12\x17\n" +
 	"\aturn_id\x18\x01 \x01(\tR\x06turnId\x12\x1f\n" +
 	"\vsession_key\x18\x02 \x01(\tR\n" +
@@ -727,7 +738,9 @@ const file_switchboard_turns_v1_turns_proto_rawDesc = "" +
 	"\frequested_at\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\vrequestedAt\x12B\n" +
 	"\vreply_route\x18\f \x01(\v2!.switchboard.events.v1.ReplyRouteR\n" +
 	"replyRoute\x12\x1e\n" +
-	"\vlock_ttl_ms\x18\r \x01(\x03R\tlockTtlMs\"\xbc\x01\n" +
+	"\vlock_ttl_ms\x18\r \x01(\x03R\tlockTtlMs\x12 \n" +
+	"\fgrant_ttl_ms\x18\x0e \x01(\x03R\n" +
+	"grantTtlMs\"\xbc\x01\n" +
 	"\x14TurnControlRequested\x12\x1f\n" +
 	"\vsession_key\x18\x01 \x01(\tR\n" +
 	"sessionKey\x12\x17\n" +
