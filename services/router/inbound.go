@@ -489,10 +489,15 @@ func (s *Service) route(ctx context.Context, m *msgCtx, sess sessionstore.Sessio
 	if busy && inserted {
 		action := "queued"
 		if mode == BusyInterrupt && !ownTurn && !onlyMedia(m.ev) {
+			// Sent even to a turn no worker has claimed yet (one may be
+			// claiming it now), but only a claimed turn is running: one
+			// still waiting for a worker runs first, then this message.
 			if err := s.control(ctx, m, controlInterrupt, ""); err != nil {
 				return err
 			}
-			action = "interrupted"
+			if redisx.GrantOf(owner) != owner {
+				action = "interrupted"
+			}
 		}
 		busyActions.WithLabelValues(action).Inc()
 		if err := s.busyAck(ctx, m, sess, action); err != nil {

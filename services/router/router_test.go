@@ -588,6 +588,11 @@ func TestTurnWaitingForAWorkerKeepsItsSession(t *testing.T) {
 	if turns[0].Generation >= turns[1].Generation {
 		t.Fatalf("generations %d then %d", turns[0].Generation, turns[1].Generation)
 	}
+	// Nothing was running to interrupt (the default busy mode): the user
+	// is told the message is queued.
+	if got := e.noticesTo("bob"); len(got) != 1 || !strings.Contains(got[0], "queued") {
+		t.Fatalf("notices %q, want one saying the message is queued", got)
+	}
 }
 
 // A router that died between taking a session's lock and committing the
