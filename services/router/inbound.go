@@ -41,7 +41,8 @@ type msgCtx struct {
 	token, lockKey string
 	// early is the free start's first Postgres round trip, sent with
 	// that Redis round trip when the message looked like it would start
-	// a turn (beginEarly); turnID is the turn it would start. Only
+	// a turn (beginEarly); turnID is the turn it would start, and the
+	// token of the lock the first round trip takes for it. Only
 	// startFree uses it: every other path drops it (dropEarly) before it
 	// touches the session in Postgres.
 	early  chan *sessionstore.FreeStart
@@ -275,12 +276,13 @@ func (s *Service) startFree(ctx context.Context, m *msgCtx) (bool, error) {
 		_, due := pol.due(a.Prev, s.now())
 		return a.Created || !due
 	}
+	// The turn's id is its grant token: the early start was sent with it
+	// (handleInbound takes the lock with m.turnID).
 	start := s.takeEarly(m)
 	if start == nil {
-		m.turnID = token
-		start = s.store.BeginFree(ctx, m.key, s.cfg.Profile, m.src, m.ev, m.turnID)
+		start = s.store.BeginFree(ctx, m.key, s.cfg.Profile, m.src, m.ev, token)
 	}
-	turnID := m.turnID
+	turnID := token
 	_, started, err := start.Start(ctx, proceed, func(ctx context.Context, t sessionstore.Turn) error {
 		return s.publishTurn(ctx, m.key, token, turnID, t)
 	})
