@@ -531,6 +531,9 @@ func (r *Runner) Execute(ctx context.Context, req *deliveryv1.SendRequested) *de
 
 	ctx, cancel := context.WithTimeout(ctx, r.opts.SendTimeout)
 	defer cancel()
+	if cacheKey != "" && op == deliveryv1.SendOp_SEND_OP_SEND {
+		ctx = withParts(ctx, r, cacheKey)
+	}
 	start := time.Now()
 	msgID, err := r.perform(ctx, req)
 	sendSeconds.WithLabelValues(r.name, opName).Observe(time.Since(start).Seconds())

@@ -374,6 +374,25 @@ func TestSending(t *testing.T) {
 			t.Fatalf("receipt %v messages %+v", r, ms)
 		}
 	})
+	t.Run("a retry after a later attachment failed sends only what is missing", func(t *testing.T) {
+		req := &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "media-retry", Target: target("9", "", ""),
+			Text: "report", Attachments: []*eventsv1.Attachment{
+				{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, Location: &eventsv1.Attachment_Url{Url: "https://example.com/a.png"}},
+				{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT, Location: &eventsv1.Attachment_Url{Url: "https://example.com/r.pdf"}},
+			}}
+		f.FailNext("sendDocument", telegramfake.FloodWait(1))
+		if r := sendReq(t, b, req); r.GetOk() || r.GetErrorClass() != deliveryv1.ErrorClass_ERROR_CLASS_RATE_LIMITED {
+			t.Fatalf("first attempt: receipt %v", r)
+		}
+		r := sendReq(t, b, req) // delivery's retry, same idempotency key
+		ms := f.Messages("9")
+		if !r.GetOk() || len(ms) != 2 || ms[0].Kind != "photo" || ms[1].Kind != "document" {
+			t.Fatalf("receipt %v messages %+v, want the photo once and then the document", r, ms)
+		}
+		if r.GetPlatformMessageId() != strconv.Itoa(ms[0].ID) {
+			t.Fatalf("receipt names message %s, want the first part %d", r.GetPlatformMessageId(), ms[0].ID)
+		}
+	})
 }
 
 func TestWebhook(t *testing.T) {

@@ -122,19 +122,33 @@ func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (str
 
 // sendMedia sends each attachment (photo or document); the text rides as
 // the first one's caption when it fits, else it goes first on its own.
+// Each message is a part of the send (the text 0, attachment i i+1): a
+// retry after a later part failed skips the parts already sent
+// (platform.SentPart).
 func (p *Platform) sendMedia(ctx context.Context, req *deliveryv1.SendRequested) (string, error) {
 	t := req.GetTarget()
 	caption := req.GetText()
 	first := ""
 	if caption != "" && utf16Len(caption) > maxCaption {
-		text := &deliveryv1.SendRequested{Target: t, Text: caption, Format: req.GetFormat(), ChunkIndex: req.GetChunkIndex()}
-		id, err := p.Send(ctx, text)
-		if err != nil {
-			return "", err
+		id, sent := platform.SentPart(ctx, 0)
+		if !sent {
+			text := &deliveryv1.SendRequested{Target: t, Text: caption, Format: req.GetFormat(), ChunkIndex: req.GetChunkIndex()}
+			var err error
+			if id, err = p.Send(ctx, text); err != nil {
+				return "", err
+			}
+			platform.RecordPart(ctx, 0, id)
 		}
 		first, caption = id, ""
 	}
 	for i, a := range req.GetAttachments() {
+		if id, sent := platform.SentPart(ctx, i+1); sent {
+			if first == "" {
+				first = id
+			}
+			caption = ""
+			continue
+		}
 		file := a.GetUrl()
 		if file == "" {
 			file = a.GetPlatformFileId()
@@ -165,8 +179,10 @@ func (p *Platform) sendMedia(ctx context.Context, req *deliveryv1.SendRequested)
 		if err != nil {
 			return first, classify(err)
 		}
+		id := strconv.Itoa(msg.ID)
+		platform.RecordPart(ctx, i+1, id)
 		if first == "" {
-			first = strconv.Itoa(msg.ID)
+			first = id
 		}
 		caption = ""
 	}
