@@ -60,7 +60,7 @@ type turnRun struct {
 	seqUsed atomic.Bool
 	// textStreamed: this attempt published a text delta.
 	textStreamed bool
-	usage   turnsv1.Usage
+	usage        turnsv1.Usage
 	// usageRecorded: the turn's final is stored, with the usage of the
 	// attempt that decided it (TurnCompleted.usage_recorded).
 	usageRecorded bool
@@ -592,8 +592,8 @@ type control struct {
 	// decided), so steering is refused and the router queues it.
 	steerClosed bool
 	approvals   chan bool
-	wake      chan struct{}
-	forward   func(*turnsv1.TurnControlRequested)
+	wake        chan struct{}
+	forward     func(*turnsv1.TurnControlRequested)
 }
 
 // setForward passes every later control message to fn (external agents),
