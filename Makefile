@@ -32,7 +32,8 @@ check-generated: proto ## fail if generated code differs from what is committed
 vet: ## go vet
 	$(GO) vet ./...
 
-lint: tools vet ## buf lint, go vet, staticcheck
+lint: tools vet ## gofmt, buf lint, go vet, staticcheck
+	@unformatted="$$(gofmt -l $$(git ls-files '*.go'))"; test -z "$$unformatted" || (echo "not gofmt-ed:" $$unformatted && exit 1)
 	$(TOOLS)/buf lint
 	$(TOOLS)/staticcheck ./...
 
