@@ -3,12 +3,15 @@ package main
 import (
 	"context"
 	"errors"
+	"net"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/switchboard-chat/switchboard/deploy"
+	"github.com/switchboard-chat/switchboard/services/gateway/api"
 )
 
 // gatewayPlatforms are the platforms `switchboard gateway <platform>` runs.
@@ -110,5 +113,44 @@ func TestDeployConfigFilesLoad(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestDeployedListenersAreReachable: the HTTP gateways and the admin API
+// listen where their Services and published ports send traffic, not on
+// the container's loopback (their defaults, right for `switchboard dev`).
+func TestDeployedListenersAreReachable(t *testing.T) {
+	t.Parallel()
+	root, err := deploy.Root()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rel := range []string{"deploy/k8s/base/config.yaml", "deploy/k8s/overlays/dev/config.yaml"} {
+		cfg, _, err := loadConfig(filepath.Join(root, rel))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for key, addr := range map[string]string{"gateways.api.addr": cfg.Gateways.API.Addr,
+			"gateways.webhook.addr": cfg.Gateways.Webhook.Addr, "admin.addr": cfg.Admin.Addr} {
+			if api.IsLoopback(addr) {
+				t.Errorf("%s: %s is %s: its Service reaches nothing", rel, key, addr)
+			}
+		}
+	}
+	c, err := deploy.LoadCompose(context.Background(), root, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for service, env := range map[string]string{"api": "SWITCHBOARD_GATEWAYS__API__ADDR", "webhook": "SWITCHBOARD_GATEWAYS__WEBHOOK__ADDR"} {
+		s := c.Project.Services[service]
+		v := s.Environment[env]
+		if v == nil || api.IsLoopback(*v) {
+			t.Errorf("compose %s: %s = %v: its published port reaches nothing", service, env, v)
+			continue
+		}
+		_, port, _ := net.SplitHostPort(*v)
+		if len(s.Ports) != 1 || strconv.Itoa(int(s.Ports[0].Target)) != port {
+			t.Errorf("compose %s: publishes %+v, want the listener's port %s", service, s.Ports, port)
+		}
 	}
 }
