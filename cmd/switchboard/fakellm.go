@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/switchboard-chat/switchboard/pkg/fakellm"
 	"github.com/switchboard-chat/switchboard/pkg/telemetry"
 )
@@ -20,6 +22,7 @@ func runFakeLLM(ctx context.Context, args []string) error {
 	latency := fs.Duration("latency", 0, "delay before every answer")
 	chunkDelay := fs.Duration("chunk-delay", 0, "delay between streamed chunks")
 	apiKey := fs.String("api-key", "", "require this API key")
+	opsAddr := fs.String("ops-addr", "", "operations server (/metrics, /healthz, /readyz) address; empty: none")
 	if err := fs.Parse(args); err != nil {
 		return errUsage
 	}
@@ -27,5 +30,16 @@ func runFakeLLM(ctx context.Context, args []string) error {
 	srv := fakellm.New(fakellm.Config{Addr: *addr, Latency: *latency, ChunkDelay: *chunkDelay, APIKey: *apiKey,
 		MaxRecorded: -1, Log: log})
 	fmt.Fprintf(os.Stderr, "fake LLM on %s (OpenAI: /v1/chat/completions, Anthropic: /v1/messages)\n", *addr)
-	return srv.Run(ctx)
+	if *opsAddr == "" {
+		return srv.Run(ctx)
+	}
+	// As every other command in a cluster: probes and metrics on the ops port.
+	ops := telemetry.NewServer(*opsAddr, telemetry.NewHealth(), false, log)
+	if err := ops.Listen(); err != nil {
+		return err
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return ops.Run(gctx) })
+	g.Go(func() error { return srv.Run(gctx) })
+	return g.Wait()
 }
