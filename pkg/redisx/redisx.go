@@ -8,6 +8,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"strings"
 	"time"
 
@@ -107,6 +109,32 @@ func (l *Locker) Key(name string) string { return l.prefix + "lock:" + name }
 // waitingKey marks the named lock: something waits for its holder to let
 // go (see AcquireOrMark).
 func (l *Locker) waitingKey(name string) string { return l.prefix + "waiting:" + name }
+
+// IsUnavailable reports whether err means Redis could not be reached or
+// cannot serve commands for now — down, restarting, loading its data,
+// failing over, or out of pooled connections — rather than refused the
+// command. The same command may succeed once it is back; consumers keep
+// such a message in place instead of spending a delivery attempt on it.
+// A canceled or expired context is not unavailability.
+func IsUnavailable(err error) bool {
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	if errors.Is(err, redis.ErrPoolTimeout) || errors.Is(err, redis.ErrClosed) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return true
+	}
+	var rerr redis.Error
+	if errors.As(err, &rerr) {
+		for _, p := range []string{"LOADING ", "READONLY ", "MASTERDOWN ", "TRYAGAIN ", "CLUSTERDOWN "} {
+			if strings.HasPrefix(rerr.Error(), p) {
+				return true
+			}
+		}
+		return false
+	}
+	var netErr net.Error
+	return errors.As(err, &netErr)
+}
 
 // NewToken returns a random owner token.
 func NewToken() string {

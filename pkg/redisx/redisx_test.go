@@ -3,10 +3,13 @@ package redisx_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/switchboard-chat/switchboard/pkg/redisx"
 	"github.com/switchboard-chat/switchboard/pkg/redisx/redistest"
@@ -229,5 +232,35 @@ func TestHoldingTellsValueAndTimeLeft(t *testing.T) {
 	v, left, err := l.Holding(ctx, "s")
 	if err != nil || v != "grant" || left <= 59*time.Minute || left > time.Hour {
 		t.Fatalf("held lock: %q %s %v, want grant with about an hour left", v, left, err)
+	}
+}
+
+func TestIsUnavailable(t *testing.T) {
+	t.Parallel()
+	refused := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
+	defer refused.Close()
+	_, dialErr := refused.Get(context.Background(), "k").Result()
+	rdb, _ := redistest.New(t)
+	_, wrongType := rdb.Eval(context.Background(), `return redis.error_reply("WRONGTYPE Operation against a key holding the wrong kind of value")`, nil).Result()
+	_, loading := rdb.Eval(context.Background(), `return redis.error_reply("LOADING Redis is loading the dataset in memory")`, nil).Result()
+	tests := []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"nil", nil, false},
+		{"connection refused", dialErr, true},
+		{"wrapped", fmt.Errorf("claim lock s: %w", dialErr), true},
+		{"loading after a restart", loading, true},
+		{"pool timeout", redis.ErrPoolTimeout, true},
+		{"refused command", wrongType, false},
+		{"no such key", redis.Nil, false},
+		{"canceled", context.Canceled, false},
+		{"deadline", fmt.Errorf("x: %w", context.DeadlineExceeded), false},
+	}
+	for _, tt := range tests {
+		if got := redisx.IsUnavailable(tt.err); got != tt.want {
+			t.Errorf("%s (%v): IsUnavailable = %v, want %v", tt.name, tt.err, got, tt.want)
+		}
 	}
 }

@@ -330,9 +330,11 @@ func (s *Service) sweepOne(ctx context.Context, key string) (bool, error) {
 // waits for a worker; it names the turn it started (the session's last
 // turn id), and a start takes less than LockTTL, so an older grant that
 // names another turn started nothing. A worker's claim (token/holder)
-// lives LockTTL and is never an orphan.
+// lives LockTTL and is never an orphan; nor is a bare value with less than
+// LockTTL left, which was not taken with GrantTTL (a router from before
+// grants named their turns, during a rolling upgrade) or expires soon.
 func (s *Service) orphaned(ctx context.Context, key, owner string, left time.Duration) (bool, error) {
-	if redisx.GrantOf(owner) != owner || left < 0 || s.cfg.GrantTTL-left < s.cfg.LockTTL {
+	if redisx.GrantOf(owner) != owner || left <= s.cfg.LockTTL || s.cfg.GrantTTL-left < s.cfg.LockTTL {
 		return false, nil
 	}
 	sess, err := s.store.Get(ctx, key)

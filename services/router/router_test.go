@@ -618,6 +618,41 @@ func TestOrphanedGrantIsTakenOver(t *testing.T) {
 	})
 }
 
+func TestOrphaned(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	cfg := testConfig()
+	s := e.startRouter(cfg, nil, nil)
+	e.startWorker(nil)
+	key := "agent:main:telegram:dm:chat-alice"
+	e.publish(dm("alice", "hello"))
+	var last string
+	waitFor(t, "the session's turn", func() bool {
+		sess, err := s.store.Get(context.Background(), key)
+		last = sess.LastTurnID
+		return err == nil && last != ""
+	})
+	aged := cfg.GrantTTL - 2*cfg.LockTTL // taken with the grant TTL, older than the lock TTL
+	tests := []struct {
+		name, key, owner string
+		left             time.Duration
+		want             bool
+	}{
+		{"a worker's claim", key, redisx.Holder("g", "w.1"), aged, false},
+		{"a grant being started", key, "g", cfg.GrantTTL - cfg.LockTTL/2, false},
+		{"an old grant of another turn", key, "g", aged, true},
+		{"an old grant of the session's last turn", key, last, aged, false},
+		{"a grant not taken with the grant TTL", key, "g", cfg.LockTTL, false},
+		{"an old grant of a session that does not exist", "agent:main:telegram:dm:nobody", "g", aged, true},
+	}
+	for _, tt := range tests {
+		got, err := s.orphaned(context.Background(), tt.key, tt.owner, tt.left)
+		if err != nil || got != tt.want {
+			t.Errorf("%s: orphaned = %v (%v), want %v", tt.name, got, err, tt.want)
+		}
+	}
+}
+
 func TestDuplicateInboundStartsNothing(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)

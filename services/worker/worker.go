@@ -299,8 +299,10 @@ func (s *Service) Run(ctx context.Context) error {
 		Backoff:        []time.Duration{time.Second, 2 * time.Second, 5 * time.Second},
 		Concurrency:    s.cfg.Concurrency,
 		DrainTimeout:   s.cfg.DrainTimeout,
-		// Postgres down: the turn waits in place, its attempts intact.
-		Unavailable: pg.IsUnavailable,
+		// Postgres or Redis down: the turn waits in place, its attempts
+		// intact (a turn that ran out of attempts before a worker claimed
+		// it would keep its session's grant for router.grant_ttl).
+		Unavailable: func(err error) bool { return pg.IsUnavailable(err) || redisx.IsUnavailable(err) },
 	}, s.handle)
 	return c.Run(ctx)
 }
