@@ -29,12 +29,16 @@ type Command struct {
 var names = []string{
 	"new", "stop", "queue", "steer", "status", "help", "whoami", "model",
 	"approve", "deny", "resume", "sessions", "title", "retry", "undo", "sethome",
+	// Telegram clients send /start when a user opens the bot; Hermes
+	// acknowledges it with nothing.
+	"start",
 }
 
 // aliases map a typed name to its canonical name.
 var aliases = map[string]string{
-	"reset": "new",
-	"q":     "queue",
+	"reset":    "new",
+	"q":        "queue",
+	"set-home": "sethome",
 }
 
 // Names returns the canonical command names.
@@ -64,8 +68,9 @@ var bangPlatforms = map[string]bool{"slack": true, "matrix": true}
 //   - an empty word ("/", "/ foo") is not a command;
 //   - a word containing "/" is a path ("/usr/bin"), not a command.
 //
-// Unknown words ("/start") are still commands, with Known false, so the
-// caller can answer with Suggest.
+// Unknown words ("/strat") are still commands, with Known false, so the
+// caller can answer with Suggest. With "!" only known commands are: as in
+// Hermes, "!nice work" is a message.
 func Parse(text, platform, botName string) (Command, bool) {
 	t := strings.TrimLeftFunc(text, unicode.IsSpace)
 	if t == "" {
@@ -94,6 +99,9 @@ func Parse(text, platform, botName string) (Command, bool) {
 		return Command{}, false
 	}
 	name, known := Canonical(word)
+	if !known && t[0] == '!' {
+		return Command{}, false
+	}
 	return Command{Name: name, Typed: word, Args: fixDashes(strings.TrimSpace(rest)), Known: known}, true
 }
 
@@ -145,7 +153,9 @@ func Suggest(name string) []string {
 		cands = append(cands, cand{canonical, d})
 	}
 	for _, n := range names {
-		consider(n, n)
+		if n != "start" { // answered with nothing: never suggested
+			consider(n, n)
+		}
 	}
 	for a, c := range aliases {
 		consider(a, c)

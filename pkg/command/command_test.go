@@ -31,7 +31,9 @@ func TestParse(t *testing.T) {
 		{"bot suffix other bot", "/new@otherbot", "telegram", "switchbot", command.Command{}, false},
 		{"bot suffix any when bot unknown", "/new@otherbot", "telegram", "", command.Command{Name: "new", Typed: "new", Known: true}, true},
 		{"empty suffix", "/new@", "telegram", "switchbot", command.Command{Name: "new", Typed: "new", Known: true}, true},
-		{"unknown start", "/start", "telegram", "", command.Command{Name: "start", Typed: "start"}, true},
+		{"telegram's start", "/start", "telegram", "", command.Command{Name: "start", Typed: "start", Known: true}, true},
+		{"unknown", "/strat", "telegram", "", command.Command{Name: "strat", Typed: "strat"}, true},
+		{"hermes alias", "/set-home", "telegram", "", command.Command{Name: "sethome", Typed: "set-home", Known: true}, true},
 		{"unknown with args", "/stauts please", "telegram", "", command.Command{Name: "stauts", Typed: "stauts", Args: "please"}, true},
 		{"slash only", "/", "telegram", "", command.Command{}, false},
 		{"slash space word", "/ foo", "telegram", "", command.Command{}, false},
@@ -44,6 +46,8 @@ func TestParse(t *testing.T) {
 		{"bang on matrix", "!Q later", "Matrix", "", command.Command{Name: "queue", Typed: "q", Args: "later", Known: true}, true},
 		{"bang elsewhere is text", "!stop", "telegram", "", command.Command{}, false},
 		{"bang alone", "!", "slack", "", command.Command{}, false},
+		{"bang before a word that is no command is text", "!nice work", "slack", "", command.Command{}, false},
+		{"bang before a typo is text", "!stpo", "slack", "", command.Command{}, false},
 		{"slash still works on slack", "/undo", "slack", "", command.Command{Name: "undo", Typed: "undo", Known: true}, true},
 	}
 	for _, tt := range tests {
@@ -58,15 +62,15 @@ func TestParse(t *testing.T) {
 
 func TestKnownSet(t *testing.T) {
 	want := []string{"new", "reset", "stop", "queue", "q", "steer", "status", "help", "whoami", "model",
-		"approve", "deny", "resume", "sessions", "title", "retry", "undo", "sethome"}
+		"approve", "deny", "resume", "sessions", "title", "retry", "undo", "sethome", "set-home", "start"}
 	for _, n := range want {
 		c, ok := command.Parse("/"+n, "telegram", "")
 		if !ok || !c.Known {
 			t.Errorf("/%s: known=%v ok=%v", n, c.Known, ok)
 		}
 	}
-	if got := len(command.Names()); got != len(want)-2 {
-		t.Errorf("Names() has %d, want %d canonical names", got, len(want)-2)
+	if got := len(command.Names()); got != len(want)-3 {
+		t.Errorf("Names() has %d, want %d canonical names", got, len(want)-3)
 	}
 }
 
@@ -87,7 +91,7 @@ func TestSuggest(t *testing.T) {
 		{"helpme", []string{"help"}},
 		{"xyzzy", nil},
 		{"", nil},
-		{"start", nil}, // Telegram's /start is three edits from anything
+		{"strat", nil},
 		{"queu", []string{"queue"}},
 	}
 	for _, tt := range tests {

@@ -61,6 +61,11 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 		return reply(0, text+" Send /help for the list.")
 	}
 	commandsHandled.WithLabelValues(cmd.Name).Inc()
+	if cmd.Name == "start" {
+		// A client's "open the bot" ping (Telegram): as Hermes, no answer,
+		// and nothing running is interrupted.
+		return nil
+	}
 	if admin, _ := s.isAdmin(m); !admin && !slices.Contains(openCommands, cmd.Name) {
 		s.log.InfoContext(ctx, "command refused: not an admin", "command", cmd.Name, "platform", m.platform, "user_id", m.src.GetUserId())
 		return reply(0, fmt.Sprintf("/%s is reserved for admins here. /help and /whoami are available.", cmd.Name))

@@ -912,6 +912,41 @@ func TestCommands(t *testing.T) {
 	}
 }
 
+// Telegram's /start (a user opening the bot) is answered with nothing and
+// starts nothing, as in Hermes; "!" before a word that is no command is an
+// ordinary message on Slack.
+func TestStartPingAndBangText(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.startRouter(testConfig(), nil, nil)
+	w := e.startWorker(nil)
+	e.publish(dm("bob", "/start"))
+	e.publish(dm("bob", "/help"))
+	waitFor(t, "reply to /help", func() bool { return len(e.noticesTo("bob")) > 0 })
+	waitFor(t, "inbound drained", e.inboundDrained)
+	if got := e.noticesTo("bob"); len(got) != 1 || !strings.Contains(got[0], "/new (/reset)") {
+		t.Fatalf("notices %q, want only the help", got)
+	}
+	slackMsg := &eventsv1.MessageReceived{EventId: nextEventID(), Text: "!nice work",
+		Source: &eventsv1.SessionSource{Platform: "slack", Account: "T1", ChatId: "D1", ChatType: "dm", UserId: "bob", UserName: "bob"}}
+	e.publish(slackMsg)
+	waitFor(t, "the slack message runs as a turn", func() bool {
+		turns, _ := w.snapshot()
+		for _, tr := range turns {
+			for _, in := range tr.Inputs {
+				if in.Text == "!nice work" {
+					return true
+				}
+			}
+		}
+		return false
+	})
+	turns, _ := w.snapshot()
+	if len(turns) != 1 {
+		t.Fatalf("%d turns, want only the slack message's", len(turns))
+	}
+}
+
 // /retry and /undo run as turns of their own whose input the router
 // marks, in canonical form, for the worker to perform; a mark that
 // arrives from outside is cleared.
