@@ -1,6 +1,7 @@
 package platform
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -515,18 +516,22 @@ func (r *Runner) Execute(ctx context.Context, req *deliveryv1.SendRequested) *de
 	opName := opLabel(op)
 	key := req.GetIdempotencyKey()
 	var cacheKey string
+	var reserved uint64
 	if key != "" && cached(op) && !r.idempotentSends() {
 		cacheKey = r.name + "." + hashKey(key)
-		if e, err := r.receipts.Get(ctx, cacheKey); err == nil {
-			first := &deliveryv1.SendReceipt{}
-			if err := proto.Unmarshal(e.Value(), first); err == nil {
-				first.Duplicate = true
-				sendsTotal.WithLabelValues(r.name, opName, "duplicate").Inc()
-				return first
-			}
-		} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
-			r.log.Warn("receipt lookup failed", "err", err)
+		first, rev, wait := r.reserve(ctx, cacheKey)
+		switch {
+		case first != nil:
+			sendsTotal.WithLabelValues(r.name, opName, "duplicate").Inc()
+			return first
+		case wait > 0:
+			// An earlier request with this key is still at the platform
+			// (its sender gave up waiting): sending now would post it twice.
+			sendsTotal.WithLabelValues(r.name, opName, "in_progress").Inc()
+			return &deliveryv1.SendReceipt{IdempotencyKey: key, ErrorClass: deliveryv1.ErrorClass_ERROR_CLASS_RETRYABLE,
+				Error: "an earlier request with this key is still being sent", RetryAfterMs: wait.Milliseconds()}
 		}
+		reserved = rev
 	}
 
 	ctx, cancel := context.WithTimeout(ctx, r.opts.SendTimeout)
@@ -545,6 +550,12 @@ func (r *Runner) Execute(ctx context.Context, req *deliveryv1.SendRequested) *de
 		receipt.RetryAfterMs = after.Milliseconds()
 		sendsTotal.WithLabelValues(r.name, opName, classLabel(class)).Inc()
 		r.log.Debug("platform operation failed", "op", opName, "class", classLabel(class), "err", err)
+		if reserved != 0 {
+			// Free the key for the retry at once.
+			if err := r.receipts.Delete(context.WithoutCancel(ctx), cacheKey, jetstream.LastRevision(reserved)); err != nil {
+				r.log.Debug("release send reservation", "err", err)
+			}
+		}
 		return receipt
 	}
 	receipt.Ok = true
@@ -558,6 +569,50 @@ func (r *Runner) Execute(ctx context.Context, req *deliveryv1.SendRequested) *de
 		}
 	}
 	return receipt
+}
+
+// inProgress is the receipts bucket's value for a key whose send is under
+// way: not a protobuf SendReceipt (field number 0 is invalid).
+var inProgress = []byte{0, 'i', 'n', '-', 'p', 'r', 'o', 'g', 'r', 'e', 's', 's'}
+
+// reserve looks the send's key up in the receipts bucket and claims it
+// for this request. It returns the first receipt of a key sent already,
+// or how long to wait when another request is sending it now; else the
+// revision of this request's reservation (0 when the bucket could not be
+// used: the send goes ahead without one). A reservation older than the
+// send timeout is one whose request died mid-send: it is taken over.
+func (r *Runner) reserve(ctx context.Context, key string) (first *deliveryv1.SendReceipt, rev uint64, wait time.Duration) {
+	for range 2 {
+		e, err := r.receipts.Get(ctx, key)
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+			rev, err = r.receipts.Create(ctx, key, inProgress)
+			if errors.Is(err, jetstream.ErrKeyExists) {
+				continue // another request reserved it just now: look again
+			}
+		case err != nil:
+		case bytes.Equal(e.Value(), inProgress):
+			if age := time.Since(e.Created()); age < r.opts.SendTimeout+time.Second {
+				return nil, 0, r.opts.SendTimeout + time.Second - age
+			}
+			rev, err = r.receipts.Update(ctx, key, inProgress, e.Revision())
+			if err != nil {
+				continue
+			}
+		default:
+			first = &deliveryv1.SendReceipt{}
+			if err = proto.Unmarshal(e.Value(), first); err == nil {
+				first.Duplicate = true
+				return first, 0, 0
+			}
+		}
+		if err != nil {
+			r.log.Warn("send reservation failed; sending without one", "err", err)
+			return nil, 0, 0
+		}
+		return nil, rev, 0
+	}
+	return nil, 0, time.Second
 }
 
 func (r *Runner) perform(ctx context.Context, req *deliveryv1.SendRequested) (string, error) {

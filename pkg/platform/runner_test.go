@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -328,5 +329,76 @@ func TestReceiptsAnswerRepeatedKeysUnlessThePlatformIsIdempotent(t *testing.T) {
 				t.Fatalf("sent %d times, want %d", got, tt.wantSends)
 			}
 		})
+	}
+}
+
+// slowMemory's sends wait for release: a platform slower than the
+// sender's patience.
+type slowMemory struct {
+	*platformtest.Memory
+	release chan struct{}
+	entered chan struct{}
+	fail    *atomic.Bool // the next send fails
+}
+
+func (s slowMemory) Send(ctx context.Context, req *deliveryv1.SendRequested) (string, error) {
+	select {
+	case s.entered <- struct{}{}:
+	default:
+	}
+	<-s.release
+	if s.fail.CompareAndSwap(true, false) {
+		return "", errors.New("platform hiccup")
+	}
+	return s.Memory.Send(ctx, req)
+}
+
+// TestSendInProgressIsNotSentTwice: a request repeated while the first
+// with its key is still at the platform (the sender timed out and
+// retried) sends nothing and is told to come back; afterwards it gets the
+// first receipt. A send that failed frees its key at once.
+func TestSendInProgressIsNotSentTwice(t *testing.T) {
+	t.Parallel()
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	m := platformtest.NewMemory("bot-slow", false)
+	slow := slowMemory{Memory: m, release: make(chan struct{}), entered: make(chan struct{}, 1), fail: &atomic.Bool{}}
+	r, err := platform.NewRunner(slow, b, platform.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	platformtest.WaitFor(t, "the runner to start", func() bool { return state(r) == platform.StateConnected })
+	req := &deliveryv1.SendRequested{IdempotencyKey: "t2:1:0", Op: deliveryv1.SendOp_SEND_OP_SEND,
+		Target: &deliveryv1.Target{Platform: "memory", ChatId: "chat"}, Text: "once"}
+
+	firstDone := make(chan *deliveryv1.SendReceipt, 1)
+	go func() { firstDone <- r.Execute(ctx, req) }()
+	<-slow.entered
+	again := r.Execute(ctx, req)
+	if again.GetOk() || again.GetErrorClass() != deliveryv1.ErrorClass_ERROR_CLASS_RETRYABLE || again.GetRetryAfterMs() <= 0 {
+		t.Fatalf("repeat while the first is at the platform: receipt %+v, want RETRYABLE with a retry delay", again)
+	}
+	close(slow.release)
+	if first := <-firstDone; !first.GetOk() {
+		t.Fatalf("first receipt %+v", first)
+	}
+	if later := r.Execute(ctx, req); !later.GetOk() || !later.GetDuplicate() {
+		t.Fatalf("repeat after the first: receipt %+v, want its duplicate", later)
+	}
+	if got := len(m.Fake().Sent(t, ctx, req.GetTarget())); got != 1 {
+		t.Fatalf("sent %d times, want once", got)
+	}
+
+	failing := &deliveryv1.SendRequested{IdempotencyKey: "t2:2:0", Op: deliveryv1.SendOp_SEND_OP_SEND,
+		Target: &deliveryv1.Target{Platform: "memory", ChatId: "chat2"}, Text: "retried"}
+	slow.fail.Store(true)
+	if rec := r.Execute(ctx, failing); rec.GetOk() {
+		t.Fatalf("failing send: receipt %+v", rec)
+	}
+	if rec := r.Execute(ctx, failing); !rec.GetOk() || rec.GetDuplicate() {
+		t.Fatalf("retry after a failure: receipt %+v, want it sent", rec)
 	}
 }

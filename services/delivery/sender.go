@@ -249,7 +249,13 @@ func (s *Service) classify(ctx context.Context, l warner, r outbox.Row, rec *del
 		plain.Format = deliveryv1.TextFormat_TEXT_FORMAT_PLAIN
 		s.retry(ctx, l, r, "format", "formatting rejected, retrying as plain text: "+rec.GetError(), 0, plain)
 	default:
-		s.retry(ctx, l, r, "retry", rec.GetError(), s.backoff(r.Attempts), nil)
+		// A gateway may say when to look again (an earlier request with
+		// the key is still at the platform).
+		d := time.Duration(rec.GetRetryAfterMs()) * time.Millisecond
+		if d <= 0 {
+			d = s.backoff(r.Attempts)
+		}
+		s.retry(ctx, l, r, "retry", rec.GetError(), d, nil)
 	}
 }
 
