@@ -46,11 +46,14 @@ end
 return 0`)
 	// claimScript: KEYS[1] lock; ARGV[1] grant token, ARGV[2] holder,
 	// ARGV[3] ttl ms. 0 claimed, 1 busy (another holder of the grant), 2
-	// lost (another grant).
+	// lost (another grant), 3 claimed a free lock.
 	claimScript = redis.NewScript(`
 local v = redis.call("GET", KEYS[1])
 if (not v) or v == ARGV[1] or v == ARGV[2] then
   redis.call("SET", KEYS[1], ARGV[2], "PX", ARGV[3])
+  if not v then
+    return 3
+  end
   return 0
 end
 if string.sub(v, 1, string.len(ARGV[1]) + 1) == ARGV[1] .. "/" then
@@ -232,6 +235,11 @@ const (
 	ClaimBusy
 	// ClaimLost: a different grant owns the lock.
 	ClaimLost
+	// ClaimedFree: the lock was free and now holds the holder's value. The
+	// grant is gone — released by whoever moved the session on (/stop,
+	// /new), expired, or lost with Redis's data — so the holder must check
+	// that its work is still current before it does any.
+	ClaimedFree
 )
 
 // Holder is the lock value of one holder of a grant: "<token>/<id>".

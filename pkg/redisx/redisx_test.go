@@ -134,7 +134,7 @@ func TestClaimGivesAGrantToOneHolderAtATime(t *testing.T) {
 		do   func() (redisx.Claim, error)
 		want redisx.Claim
 	}{
-		{"nobody holds it: an attempt claims", claim(grant, first, time.Minute), redisx.Claimed},
+		{"nobody holds it: an attempt claims a free lock", claim(grant, first, time.Minute), redisx.ClaimedFree},
 		{"the same attempt claims again (renews)", claim(grant, first, time.Minute), redisx.Claimed},
 		{"a second attempt of the grant is busy", claim(grant, second, time.Minute), redisx.ClaimBusy},
 		{"another grant has lost", claim(other, redisx.Holder(other, "w3.1"), time.Minute), redisx.ClaimLost},
@@ -146,7 +146,7 @@ func TestClaimGivesAGrantToOneHolderAtATime(t *testing.T) {
 		{"after the TTL the first attempt claims again", func() (redisx.Claim, error) {
 			time.Sleep(120 * time.Millisecond)
 			return l.Claim(ctx, "s", grant, first, time.Minute)
-		}, redisx.Claimed},
+		}, redisx.ClaimedFree},
 	}
 	for _, s := range steps {
 		got, err := s.do()

@@ -372,6 +372,8 @@ func (r *turnRun) claimLock(ctx context.Context) error {
 			return err
 		case c == redisx.Claimed:
 			return nil
+		case c == redisx.ClaimedFree:
+			return r.claimedFree(ctx)
 		case c == redisx.ClaimLost:
 			return errLockLost
 		case time.Now().After(deadline):
@@ -384,6 +386,25 @@ func (r *turnRun) claimLock(ctx context.Context) error {
 		case <-time.After(r.ttl / 10):
 		}
 	}
+}
+
+// claimedFree checks a claim that found the session lock free: its grant
+// is gone. When the session moved on (/stop or /new released the grant of
+// a turn that was waiting for a worker) the turn must not run: it gives
+// the lock back and is lost (stale). When the grant expired or Redis lost
+// it, the session is still at the turn's generation and the turn runs.
+func (r *turnRun) claimedFree(ctx context.Context) error {
+	err := r.s.store.CheckGeneration(ctx, r.st)
+	if err == nil {
+		return nil
+	}
+	if rerr := r.s.locker.Release(context.WithoutCancel(ctx), r.req.GetSessionKey(), r.holder); rerr != nil {
+		r.log.Warn("give back a session lock claimed for a stale turn", "err", rerr)
+	}
+	if errors.Is(err, store.ErrStaleGeneration) {
+		return errLockLost
+	}
+	return err
 }
 
 // keepLock renews the lock every TTL/3 until stop. A lock that vanished
@@ -437,7 +458,7 @@ func (r *turnRun) reclaim(ctx context.Context) error {
 	switch {
 	case err != nil:
 		return err
-	case c != redisx.Claimed:
+	case c != redisx.Claimed && c != redisx.ClaimedFree:
 		return redisx.ErrNotOwner
 	}
 	r.log.Warn("session lock had vanished; claimed it again")

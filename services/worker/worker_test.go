@@ -955,3 +955,40 @@ func TestStreamedToolTurnStreamsTheWholeAnswer(t *testing.T) {
 		t.Errorf("streamed %q, want both steps' text", got)
 	}
 }
+
+// A turn stopped (/stop, /new) while it waited for a worker finds the
+// session lock free when a worker takes it: it must not run, nor keep the
+// lock. A turn whose grant merely vanished (Redis lost it) runs.
+func TestTurnStoppedWhileWaitingDoesNotRun(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.setGeneration("s1", 1)
+	h.setGeneration("s2", 1)
+	h.startWorker("w1", nil)
+	// An earlier turn stored the session's prompt: a stale turn has
+	// nothing to write before its model call.
+	h.waitCompleted(h.requestTurn("s1", "hello", turnOpts{}).TurnId)
+	h.setGeneration("s1", 2) // /stop advanced the session and released the grant
+	stopped := h.requestTurn("s1", "never mind", turnOpts{noLock: true, generation: 1})
+	vanished := h.requestTurn("s2", "still wanted", turnOpts{noLock: true, generation: 1})
+
+	if c := h.waitCompleted(stopped.TurnId); c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_STALE {
+		t.Fatalf("stopped turn: status %v, want STALE", c.GetStatus())
+	}
+	if c := h.waitCompleted(vanished.TurnId); c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED {
+		t.Fatalf("turn whose grant vanished: status %v, want COMPLETED", c.GetStatus())
+	}
+	for _, r := range h.fake.Requests() {
+		for _, m := range r.Messages {
+			if strings.Contains(m.Content, "never mind") {
+				t.Fatal("the stopped turn called the model")
+			}
+		}
+	}
+	if n := len(h.replies(stopped.TurnId)); n != 0 {
+		t.Fatalf("the stopped turn published %d replies", n)
+	}
+	if owner, _ := h.locker.Owner(context.Background(), "s1"); owner != "" {
+		t.Fatalf("the stopped turn kept the session lock (%q)", owner)
+	}
+}
