@@ -32,6 +32,9 @@ type loopState struct {
 	// reply, when set, is the turn's whole answer, without the model
 	// (an /undo, or a /retry with nothing to retry).
 	reply string
+	// partial is what a model call that was cut short (a stop, an
+	// interrupt) had streamed to the user.
+	partial string
 }
 
 func (l *loopState) nextStep() int { return len(l.turn) }
@@ -206,6 +209,9 @@ func (r *turnRun) runLoop(ctx context.Context) (store.Final, error) {
 			if ctx.Err() != nil || errors.Is(err, errLockLost) {
 				return store.Final{}, err
 			}
+			if fin, stopped, serr := r.stopFinal(ctx, ls, err); stopped {
+				return fin, serr
+			}
 			r.log.Warn("model call failed; ending the turn", "class", string(llm.ClassOf(err)), "err", err)
 			return r.finish(ctx, ls, nil, store.Final{Status: store.StatusFailed, Kind: store.FinalError,
 				ErrorCode: errorCode(err), Text: llm.UserMessage(err)})
@@ -323,10 +329,16 @@ func (r *turnRun) stopFinal(ctx context.Context, ls *loopState, reason error) (f
 		// A "Stopped." per interrupted turn would defeat that throttle.
 		f.Text = ""
 	}
-	if text := lastAssistantText(ls.turn); text != "" {
+	var said *store.Message
+	if ls.partial != "" {
+		// A model call cut short: its streamed part is what the user saw,
+		// and what the transcript keeps.
+		said = &store.Message{Role: llm.RoleAssistant, Content: ls.partial}
+		f = store.Final{Status: status, Kind: store.FinalText, Text: ls.partial}
+	} else if text := lastAssistantText(ls.turn); text != "" {
 		f = store.Final{Status: status, Kind: store.FinalText, Text: text}
 	}
-	fin, err = r.finish(ctx, ls, nil, f)
+	fin, err = r.finish(ctx, ls, said, f)
 	if err != nil {
 		return store.Final{}, true, fmt.Errorf("record the stopped turn: %w", err)
 	}
@@ -473,7 +485,7 @@ const tracerName = "github.com/switchboard-chat/switchboard/services/worker"
 func (r *turnRun) callModel(ctx context.Context, b Backend, model, system string, ls *loopState) (*llm.Response, error) {
 	req := llm.Request{Model: model, System: system, Messages: r.messages(ls), Tools: r.s.tools.Specs(),
 		MaxTokens: r.s.cfg.Agent.MaxTokens, CacheSystem: true}
-	var buf strings.Builder
+	var buf, streamed strings.Builder
 	var last time.Time
 	flush := func() error {
 		if buf.Len() == 0 {
@@ -481,6 +493,7 @@ func (r *turnRun) callModel(ctx context.Context, b Backend, model, system string
 		}
 		text := buf.String()
 		buf.Reset()
+		streamed.WriteString(text)
 		last = time.Now()
 		r.textStreamed = true
 		return r.publish(ctx, &repliesv1.ReplyEvent{Body: &repliesv1.ReplyEvent_TextDelta{TextDelta: &repliesv1.TextDelta{Text: text}}})
@@ -505,9 +518,23 @@ func (r *turnRun) callModel(ctx context.Context, b Backend, model, system string
 	if r.answerOnly {
 		onDelta = nil // nobody reads the deltas: one response, not a stream
 	}
-	resp, err := b.Provider.Stream(ctx, req, onDelta)
+	callCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	if err := r.ctl.duringCall(cancel); err != nil {
+		return nil, err
+	}
+	resp, err := b.Provider.Stream(callCtx, req, onDelta)
+	_ = r.ctl.duringCall(nil)
 	r.usage.ModelCalls++
 	if err != nil {
+		if cause := context.Cause(callCtx); ctx.Err() == nil && callCtx.Err() != nil &&
+			(errors.Is(cause, errStopped) || errors.Is(cause, errInterrupted) || errors.Is(cause, errLockLost)) {
+			// Ended by the user (/stop, a newer message) or by the lock's
+			// loss: what it streamed so far is all the answer there is.
+			ls.partial = streamed.String()
+			span.SetStatus(codes.Error, cause.Error())
+			return nil, cause
+		}
 		span.SetStatus(codes.Error, string(llm.ClassOf(err)))
 		return nil, err
 	}

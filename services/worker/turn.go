@@ -433,6 +433,7 @@ func (r *turnRun) keepLock(ctx context.Context) (context.Context, func()) {
 				r.log.Warn("session lock lost; stopping at the next safe point")
 				r.lockLost.Store(true)
 				r.ctl.wakeUp()
+				r.ctl.abortCall(errLockLost)
 				return
 			}
 			if err != nil && ctx.Err() == nil {
@@ -615,6 +616,37 @@ type control struct {
 	approvals   chan bool
 	wake        chan struct{}
 	forward     func(*turnsv1.TurnControlRequested)
+	// cancelCall ends the model call in progress, if any: a stop, an
+	// interrupt or the lock's loss does not wait for a call that may
+	// stream for minutes.
+	cancelCall context.CancelCauseFunc
+}
+
+// duringCall registers cancel as the way to end the model call now in
+// progress (nil: none). It returns the reason to stop when one already
+// came, and the call must not start.
+func (c *control) duringCall(cancel context.CancelCauseFunc) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.cancelCall = cancel
+	switch {
+	case cancel == nil:
+		return nil
+	case c.stop:
+		return errStopped
+	case c.interrupt:
+		return errInterrupted
+	}
+	return nil
+}
+
+// abortCall ends the model call in progress, if any, with reason.
+func (c *control) abortCall(reason error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cancelCall != nil {
+		c.cancelCall(reason)
+	}
 }
 
 // setForward passes every later control message to fn (external agents),
@@ -667,9 +699,15 @@ func (c *control) apply(m *turnsv1.TurnControlRequested) bool {
 	case turnsv1.ControlAction_CONTROL_ACTION_INTERRUPT:
 		c.interrupt = true
 		c.wakeUp()
+		if c.cancelCall != nil {
+			c.cancelCall(errInterrupted)
+		}
 	case turnsv1.ControlAction_CONTROL_ACTION_STOP:
 		c.stop = true
 		c.wakeUp()
+		if c.cancelCall != nil {
+			c.cancelCall(errStopped)
+		}
 	case turnsv1.ControlAction_CONTROL_ACTION_STEER:
 		if m.GetText() != "" {
 			c.steer = append(c.steer, m.GetText())

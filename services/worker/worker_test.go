@@ -992,3 +992,41 @@ func TestTurnStoppedWhileWaitingDoesNotRun(t *testing.T) {
 		t.Fatalf("the stopped turn kept the session lock (%q)", owner)
 	}
 }
+
+// A stop or an interrupt ends a model call in progress: a slow stream does
+// not go on into the chat while the next turn runs. What it streamed is
+// the turn's answer and stays in the transcript.
+func TestInterruptEndsAStreamingModelCall(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.setGeneration("s1", 1)
+	h.startWorker("w1", nil)
+	req := h.requestTurn("s1", "[[slow:1s]] tell me a long story about the sea and the ships on it", turnOpts{})
+	waitFor(t, 30*time.Second, "the answer starts streaming", func() bool {
+		for _, ev := range h.replies(req.TurnId) {
+			if ev.GetTextDelta() != nil {
+				return true
+			}
+		}
+		return false
+	})
+	h.control("s1", turnsv1.ControlAction_CONTROL_ACTION_INTERRUPT, "")
+	c := h.waitCompleted(req.TurnId)
+	if c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_INTERRUPTED {
+		t.Fatalf("status %v, want INTERRUPTED", c.GetStatus())
+	}
+	var streamed string
+	var final *repliesv1.ReplyEvent
+	for _, ev := range h.replies(req.TurnId) {
+		streamed += ev.GetTextDelta().GetText()
+		if ev.GetFinalText() != nil || ev.GetError() != nil {
+			final = ev
+		}
+	}
+	if final == nil || final.GetFinalText().GetText() != streamed || streamed == "" {
+		t.Fatalf("final %v, want the streamed part %q", final, streamed)
+	}
+	if full := "echo: tell me a long story about the sea and the ships on it"; !strings.HasPrefix(full, streamed) || streamed == full {
+		t.Fatalf("streamed %q: want a cut-short part of the answer", streamed)
+	}
+}
