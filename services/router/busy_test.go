@@ -235,3 +235,28 @@ func TestSteerBeforeTheTurnIsClaimedIsQueued(t *testing.T) {
 		t.Fatalf("told the text was added (%d)", n)
 	}
 }
+
+// /resume while a task runs is refused, as in Hermes: it would end the
+// task without a word. The running turn keeps its lock and finishes.
+func TestResumeMidTurnIsRefused(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.startRouter(testConfig(), nil, nil)
+	g := newGate(t, "long job")
+	w := e.startWorker(g.hold)
+	e.publish(dm("bob", "long job"))
+	waitFor(t, "the turn runs", func() bool { turns, _ := w.snapshot(); return len(turns) == 1 })
+	e.publish(dm("bob", "/resume Trip plans"))
+	waitFor(t, "reply to /resume", func() bool { return e.countNotices("bob", "/resume") > 0 })
+	if n := e.countNotices("bob", "can't run mid-turn"); n != 1 {
+		t.Fatalf("notices %q, want the mid-turn refusal", e.noticesTo("bob"))
+	}
+	if n := len(e.controls(controlStop)); n != 0 {
+		t.Fatalf("%d stops sent", n)
+	}
+	owner, err := redisx.NewLocker(e.rdb, e.prefix).Owner(context.Background(), "agent:main:telegram:dm:chat-bob")
+	if err != nil || owner == "" {
+		t.Fatalf("the running turn lost its lock (%q, %v)", owner, err)
+	}
+	g.open()
+}

@@ -208,8 +208,10 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 		if cmd.Args == "" {
 			return s.listSessions(ctx, m, sess)
 		}
-		if _, err := s.forceUnlock(ctx, m); err != nil {
-			return err
+		if busy {
+			// As Hermes: switching conversations under a running task
+			// would end it without a word.
+			return reply(sess.Generation, "⏳ Agent is running — /resume can't run mid-turn. Wait for the current response or /stop first.")
 		}
 		resumed, err := s.store.Resume(ctx, m.key, cmd.Args)
 		if errors.Is(err, sessionstore.ErrNotFound) {
