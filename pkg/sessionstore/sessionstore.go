@@ -682,14 +682,28 @@ func readHead(br pgx.BatchResults, key string) (Turn, error) {
 	return Turn{Session: sess, Generation: sess.Generation, Inputs: take, More: more}, br.Close()
 }
 
-// WaitingKeys returns session keys with messages queued before olderThan.
-func (s *Store) WaitingKeys(ctx context.Context, olderThan time.Time, limit int) ([]string, error) {
-	rows, err := s.db.Query(ctx, `SELECT session_key FROM session_queue WHERE enqueued_at < $1
-		GROUP BY session_key ORDER BY min(enqueued_at) LIMIT $2`, olderThan, limit)
+// Waiting is a session with messages queued, by its oldest message.
+type Waiting struct {
+	Key    string
+	Oldest time.Time
+}
+
+// WaitingKeys returns up to limit sessions with messages queued before
+// olderThan, oldest first, after the one given (zero: from the start).
+// Paging with the last one returned visits every waiting session, however
+// many wait behind running turns ahead of it.
+func (s *Store) WaitingKeys(ctx context.Context, olderThan time.Time, after Waiting, limit int) ([]Waiting, error) {
+	rows, err := s.db.Query(ctx, `SELECT session_key, min(enqueued_at) AS oldest FROM session_queue WHERE enqueued_at < $1
+		GROUP BY session_key HAVING (min(enqueued_at), session_key) > ($2, $3)
+		ORDER BY oldest, session_key LIMIT $4`, olderThan, after.Oldest, after.Key, limit)
 	if err != nil {
 		return nil, fmt.Errorf("find waiting sessions: %w", err)
 	}
-	return pgx.CollectRows(rows, pgx.RowTo[string])
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Waiting, error) {
+		var w Waiting
+		err := r.Scan(&w.Key, &w.Oldest)
+		return w, err
+	})
 }
 
 // Usage is one turn's token counts.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -553,5 +555,50 @@ func TestBeginFreeDropped(t *testing.T) {
 				t.Errorf("after the drop: %s, want %s", got, tt.want)
 			}
 		})
+	}
+}
+
+// WaitingKeys pages through every waiting session, oldest first.
+func TestWaitingKeysPages(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	now := time.Date(2026, 12, 2, 3, 0, 0, 0, time.UTC)
+	clock := now
+	s := New(pgtest.New(t)).WithClock(func() time.Time { return clock })
+	var want []string
+	for i := range 5 {
+		key := fmt.Sprintf("agent:main:telegram:dm:%d", i)
+		src := &eventsv1.SessionSource{Platform: "telegram", ChatId: strconv.Itoa(i)}
+		clock = now.Add(time.Duration(i%3) * time.Second) // oldest-first order with ties
+		if _, _, err := s.ArriveAndEnqueue(ctx, key, "", src, int64(i+1), false, &eventsv1.MessageReceived{EventId: "e" + strconv.Itoa(i)}, 32); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, key)
+	}
+	slices.SortFunc(want, func(a, b string) int {
+		ia, _ := strconv.Atoi(a[len(a)-1:])
+		ib, _ := strconv.Atoi(b[len(b)-1:])
+		if d := ia%3 - ib%3; d != 0 {
+			return d
+		}
+		return strings.Compare(a, b)
+	})
+	var got []string
+	var after Waiting
+	for range 10 {
+		page, err := s.WaitingKeys(ctx, now.Add(time.Minute), after, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range page {
+			got = append(got, w.Key)
+		}
+		if len(page) < 2 {
+			break
+		}
+		after = page[len(page)-1]
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("visited %q, want %q", got, want)
 	}
 }

@@ -277,24 +277,41 @@ func (s *Service) sweep(ctx context.Context) error {
 			return nil
 		case <-t.C:
 		}
-		keys, err := s.store.WaitingKeys(ctx, s.now().Add(-s.cfg.SweepInterval/2), 100)
+		s.sweepAll(ctx, s.now().Add(-s.cfg.SweepInterval/2))
+	}
+}
+
+// sweepPage is how many waiting sessions the sweep reads at a time.
+const sweepPage = 100
+
+// sweepAll visits every session with messages queued before olderThan,
+// a page at a time: most wait behind running turns, and the ones that
+// need the sweep may be anywhere in the list.
+func (s *Service) sweepAll(ctx context.Context, olderThan time.Time) {
+	var after sessionstore.Waiting
+	for ctx.Err() == nil {
+		page, err := s.store.WaitingKeys(ctx, olderThan, after, sweepPage)
 		if err != nil {
 			if ctx.Err() == nil {
 				s.log.Warn("sweep failed", "err", err)
 			}
-			continue
+			return
 		}
-		for _, key := range keys {
-			started, err := s.sweepOne(ctx, key)
+		for _, w := range page {
+			started, err := s.sweepOne(ctx, w.Key)
 			if err != nil {
-				s.log.Warn("sweep could not start turn", "session_key", key, "err", err)
+				s.log.Warn("sweep could not start turn", "session_key", w.Key, "err", err)
 				continue
 			}
 			if started {
 				sweptTurns.Inc()
-				s.log.Info("swept waiting session", "session_key", key)
+				s.log.Info("swept waiting session", "session_key", w.Key)
 			}
 		}
+		if len(page) < sweepPage {
+			return
+		}
+		after = page[len(page)-1]
 	}
 }
 
