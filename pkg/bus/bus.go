@@ -161,13 +161,22 @@ func (b *Bus) ensureStreams(ctx context.Context) error {
 				return errCreatedMeanwhile
 			}
 		case err == nil && !sameStreamConfig(st.CachedInfo().Config, cfg):
-			_, err = b.js.UpdateStream(ctx, cfg)
+			_, err = b.js.UpdateStream(ctx, declared(st.CachedInfo().Config, cfg))
 		}
 		if err != nil {
 			return fmt.Errorf("ensure stream %s: %w", cfg.Name, err)
 		}
 	}
 	return nil
+}
+
+// declared is the server's config of a stream with the fields the
+// topology declares set as it declares them: what an operator set beside
+// them (max_bytes, max_msgs, compression, placement, …) is kept.
+func declared(have, want jetstream.StreamConfig) jetstream.StreamConfig {
+	have.Subjects, have.Retention, have.MaxAge, have.Duplicates = want.Subjects, want.Retention, want.MaxAge, want.Duplicates
+	have.Replicas, have.Storage, have.Discard, have.Description = want.Replicas, want.Storage, want.Discard, want.Description
+	return have
 }
 
 // sameStreamConfig compares the fields the topology declares.

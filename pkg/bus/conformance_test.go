@@ -178,7 +178,13 @@ func testEnsureIdempotent(t *testing.T, b *bus.Bus) {
 	if !after.CachedInfo().Created.Equal(before.CachedInfo().Created) {
 		t.Fatal("EnsureStreams recreated an existing stream")
 	}
-	// A changed declaration is applied to the existing stream.
+	// A changed declaration is applied to the existing stream, and what an
+	// operator set beside it is kept.
+	cfg := after.CachedInfo().Config
+	cfg.MaxBytes = 64 << 20
+	if _, err := b.JetStream().UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
 	topo := b.Topology()
 	topo.Retention = 2 * time.Hour
 	changed, err := bus.New(b.Conn(), topo, nil)
@@ -194,6 +200,9 @@ func testEnsureIdempotent(t *testing.T, b *bus.Bus) {
 	}
 	if got := st.CachedInfo().Config.MaxAge; got != 2*time.Hour {
 		t.Fatalf("retention after update = %v, want 2h", got)
+	}
+	if got := st.CachedInfo().Config.MaxBytes; got != 64<<20 {
+		t.Fatalf("the operator's max_bytes after the update = %d, want it kept", got)
 	}
 }
 
