@@ -220,6 +220,13 @@ func (a *app) runServices(ctx context.Context, opsAddr string, names []string, r
 		b := a.bus
 		runs = append(runs, b.WatchAdvisories)
 	}
+	if a.db != nil {
+		// Services started against a schema their migration has not
+		// reached yet would fail every message they touch.
+		if err := pg.CheckSchema(ctx, a.db); err != nil {
+			return err
+		}
+	}
 
 	g, gctx := errgroup.WithContext(ctx)
 	opsCtx, stopOps := context.WithCancel(context.WithoutCancel(ctx))

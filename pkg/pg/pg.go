@@ -102,6 +102,30 @@ func Version(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
 	return p.GetDBVersion(ctx)
 }
 
+// ErrSchemaBehind: the database lacks migrations this build has.
+var ErrSchemaBehind = errors.New("the database schema is behind this build: run `switchboard migrate` first")
+
+// CheckSchema reports ErrSchemaBehind when migrations this build embeds
+// are not applied to the database (a rollout that started before its
+// migration finished): a service must not serve against it.
+func CheckSchema(ctx context.Context, pool *pgxpool.Pool) error {
+	db := stdlib.OpenDBFromPool(pool)
+	defer db.Close()
+	p, err := goose.NewProvider(goose.DialectPostgres, db, Migrations(), goose.WithAllowOutofOrder(true))
+	if err != nil {
+		return fmt.Errorf("migration provider: %w", err)
+	}
+	pending, err := p.HasPending(ctx)
+	if err != nil {
+		return fmt.Errorf("check the schema version: %w", err)
+	}
+	if pending {
+		current, target, _ := p.GetVersions(ctx)
+		return fmt.Errorf("%w (database at %d, this build has up to %d)", ErrSchemaBehind, current, target)
+	}
+	return nil
+}
+
 // EnsureDatabase creates the database named in url if it does not exist,
 // connecting to the server's "postgres" database to do so. `switchboard
 // dev` uses it so a first run needs no manual setup.

@@ -2,6 +2,7 @@ package pg_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -62,9 +63,16 @@ func TestMigrateAppliesAMigrationNumberedBelowTheNewest(t *testing.T) {
 	if older >= newest {
 		t.Fatalf("newest migration %d is not above %d", newest, older)
 	}
+	if err := pg.CheckSchema(ctx, pool); err != nil {
+		t.Fatalf("a migrated schema: %v", err)
+	}
 	// The database as an earlier release left it: everything but 00102.
 	if _, err := p.ApplyVersion(ctx, older, false); err != nil {
 		t.Fatalf("undo %d: %v", older, err)
+	}
+	// Services of this build refuse to serve it until it is migrated.
+	if err := pg.CheckSchema(ctx, pool); !errors.Is(err, pg.ErrSchemaBehind) {
+		t.Fatalf("a schema missing %d: CheckSchema = %v, want ErrSchemaBehind", older, err)
 	}
 	if err := pg.Migrate(ctx, pool, nil); err != nil {
 		t.Fatalf("upgrade: %v", err)

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strconv"
 	"strings"
 	"time"
 
@@ -137,6 +138,27 @@ func IsUnavailable(err error) bool {
 	}
 	var netErr net.Error
 	return errors.As(err, &netErr)
+}
+
+// NewGrant returns a random owner token that records when it was made
+// ("g<unix ms, hex>.<random>"), so that whoever finds it holding a lock
+// can tell its age whatever TTL it was set with (GrantTime).
+func NewGrant(now time.Time) string {
+	return "g" + strconv.FormatInt(now.UnixMilli(), 16) + "." + NewToken()
+}
+
+// GrantTime is when a NewGrant token was made; ok is false for any other
+// value (a worker's holder value, a token of an older release).
+func GrantTime(token string) (at time.Time, ok bool) {
+	stamp, rest, found := strings.Cut(token, ".")
+	if !found || len(stamp) < 2 || stamp[0] != 'g' || len(rest) != 32 || strings.Contains(rest, "/") {
+		return time.Time{}, false
+	}
+	ms, err := strconv.ParseInt(stamp[1:], 16, 64)
+	if err != nil || ms <= 0 {
+		return time.Time{}, false
+	}
+	return time.UnixMilli(ms), true
 }
 
 // NewToken returns a random owner token.
@@ -276,26 +298,6 @@ func (l *Locker) Swap(ctx context.Context, name, from, to string, ttl time.Durat
 		return ErrNotOwner
 	}
 	return nil
-}
-
-// Holding returns the lock's value and how long it has left, in one round
-// trip; value is "" when the lock is free (ttl is then 0).
-func (l *Locker) Holding(ctx context.Context, name string) (value string, ttl time.Duration, err error) {
-	pipe := l.rdb.Pipeline()
-	get := pipe.Get(ctx, l.Key(name))
-	left := pipe.PTTL(ctx, l.Key(name))
-	_, _ = pipe.Exec(ctx) // each command's error is read below
-	value, err = get.Result()
-	if errors.Is(err, redis.Nil) {
-		return "", 0, nil
-	}
-	if err != nil {
-		return "", 0, fmt.Errorf("read lock %s: %w", name, err)
-	}
-	if ttl, err = left.Result(); err != nil {
-		return "", 0, fmt.Errorf("read lock %s: %w", name, err)
-	}
-	return value, ttl, nil
 }
 
 // Owner returns the token holding the lock, or "" when it is free.

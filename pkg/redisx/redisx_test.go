@@ -218,20 +218,28 @@ func TestWaitingMarkReachesTheHolderThatLetsGo(t *testing.T) {
 	}
 }
 
-func TestHoldingTellsValueAndTimeLeft(t *testing.T) {
+func TestGrantTime(t *testing.T) {
 	t.Parallel()
-	rdb, prefix := redistest.New(t)
-	l := redisx.NewLocker(rdb, prefix)
-	ctx := context.Background()
-	if v, left, err := l.Holding(ctx, "s"); err != nil || v != "" || left != 0 {
-		t.Fatalf("free lock: %q %s %v", v, left, err)
+	now := time.UnixMilli(1796180000123)
+	grant := redisx.NewGrant(now)
+	tests := []struct {
+		token string
+		want  time.Time
+		ok    bool
+	}{
+		{grant, now, true},
+		{redisx.Holder(grant, "w1.1"), time.Time{}, false},
+		{redisx.NewToken(), time.Time{}, false},
+		{"held-by-test", time.Time{}, false},
+		{"gzz." + redisx.NewToken(), time.Time{}, false},
+		{"g1a.short", time.Time{}, false},
+		{"", time.Time{}, false},
 	}
-	if err := must(l.Acquire(ctx, "s", "grant", time.Hour)); err != nil {
-		t.Fatal(err)
-	}
-	v, left, err := l.Holding(ctx, "s")
-	if err != nil || v != "grant" || left <= 59*time.Minute || left > time.Hour {
-		t.Fatalf("held lock: %q %s %v, want grant with about an hour left", v, left, err)
+	for _, tt := range tests {
+		at, ok := redisx.GrantTime(tt.token)
+		if ok != tt.ok || !at.Equal(tt.want) {
+			t.Errorf("GrantTime(%q) = %v, %v; want %v, %v", tt.token, at, ok, tt.want, tt.ok)
+		}
 	}
 }
 

@@ -100,7 +100,7 @@ func (s *Service) handleInbound(ctx context.Context, ev *eventsv1.MessageReceive
 	// lock back before anything else reads it.
 	token := m.turnID // a turn's id is the grant it starts under (see orphaned)
 	if token == "" {
-		token = redisx.NewToken()
+		token = redisx.NewGrant(s.now())
 	}
 	pipe := s.rdb.Pipeline()
 	exists := pipe.Exists(ctx, s.dedupeKey(m.dedupeID))
@@ -312,7 +312,7 @@ func (s *Service) beginEarly(ctx context.Context, m *msgCtx, key string) {
 	if !m.decision.Allowed || m.isCmd {
 		return
 	}
-	m.turnID = redisx.NewToken()
+	m.turnID = redisx.NewGrant(s.now())
 	early := make(chan *sessionstore.FreeStart, 1)
 	m.early = early
 	src, ev, turnID := m.src, m.ev, m.turnID
@@ -525,7 +525,7 @@ func (s *Service) queueFull(ctx context.Context, m *msgCtx, gen int64) error {
 // lockAndStart runs after a message to a free session is queued: record
 // the message as handled and take the lock at once, then start the turn.
 func (s *Service) lockAndStart(ctx context.Context, m *msgCtx) error {
-	token := redisx.NewToken()
+	token := redisx.NewGrant(s.now())
 	locked, err := s.markHandledAndLock(ctx, m, token)
 	if err != nil || !locked {
 		// Not locked: another start took the session meanwhile; the lock

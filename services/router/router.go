@@ -318,18 +318,18 @@ func (s *Service) sweepAll(ctx context.Context, olderThan time.Time) {
 // sweepOne starts the waiting messages of the session key when its lock
 // is free, or held by an orphaned grant, which it takes over.
 func (s *Service) sweepOne(ctx context.Context, key string) (bool, error) {
-	owner, left, err := s.locker.Holding(ctx, key)
+	owner, err := s.locker.Owner(ctx, key)
 	if err != nil || owner == "" {
 		if err != nil {
 			return false, err
 		}
 		return s.tryStart(ctx, key)
 	}
-	orphan, err := s.orphaned(ctx, key, owner, left)
+	orphan, err := s.orphaned(ctx, key, owner)
 	if err != nil || !orphan {
 		return false, err
 	}
-	token := redisx.NewToken()
+	token := redisx.NewGrant(s.now())
 	if err := s.locker.Swap(ctx, key, owner, token, s.cfg.GrantTTL); err != nil {
 		if errors.Is(err, redisx.ErrNotOwner) {
 			return false, nil // it moved on meanwhile
@@ -340,18 +340,19 @@ func (s *Service) sweepOne(ctx context.Context, key string) (bool, error) {
 	return s.startLocked(ctx, key, token)
 }
 
-// orphaned reports whether owner, holding the session lock of key with
-// left to live, is a router's grant whose turn start never committed (the
-// router died between taking the lock and committing). A grant lives
-// GrantTTL, so that a started turn keeps its session however long it
-// waits for a worker; it names the turn it started (the session's last
-// turn id), and a start takes less than LockTTL, so an older grant that
-// names another turn started nothing. A worker's claim (token/holder)
-// lives LockTTL and is never an orphan; nor is a bare value with less than
-// LockTTL left, which was not taken with GrantTTL (a router from before
-// grants named their turns, during a rolling upgrade) or expires soon.
-func (s *Service) orphaned(ctx context.Context, key, owner string, left time.Duration) (bool, error) {
-	if redisx.GrantOf(owner) != owner || left <= s.cfg.LockTTL || s.cfg.GrantTTL-left < s.cfg.LockTTL {
+// orphaned reports whether owner, holding the session lock of key, is a
+// router's grant whose turn start never committed (the router died
+// between taking the lock and committing). A grant lives GrantTTL, so that
+// a started turn keeps its session however long it waits for a worker; it
+// names the turn it started (the session's last turn id) and the time it
+// was made (redisx.GrantTime), and a start takes less than LockTTL, so an
+// older grant that names another turn started nothing. A worker's claim
+// (token/holder), and any value that is not such a grant (a router's from
+// before grants named their turns, during a rolling upgrade), is never an
+// orphan: it expires by its TTL.
+func (s *Service) orphaned(ctx context.Context, key, owner string) (bool, error) {
+	at, ok := redisx.GrantTime(owner)
+	if !ok || s.now().Sub(at) < s.cfg.LockTTL {
 		return false, nil
 	}
 	sess, err := s.store.Get(ctx, key)

@@ -605,7 +605,7 @@ func TestOrphanedGrantIsTakenOver(t *testing.T) {
 	cfg.LockTTL = time.Second
 	e.startRouter(cfg, nil, nil)
 	key := "agent:main:telegram:dm:chat-bob"
-	orphan := redisx.NewToken()
+	orphan := redisx.NewGrant(time.Now())
 	if err := e.rdb.Set(context.Background(), redisx.NewLocker(e.rdb, e.prefix).Key(key), orphan, cfg.GrantTTL).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -632,24 +632,26 @@ func TestOrphaned(t *testing.T) {
 		last = sess.LastTurnID
 		return err == nil && last != ""
 	})
-	aged := cfg.GrantTTL - 2*cfg.LockTTL // taken with the grant TTL, older than the lock TTL
+	old := redisx.NewGrant(time.Now().Add(-2 * cfg.LockTTL))
 	tests := []struct {
 		name, key, owner string
-		left             time.Duration
 		want             bool
 	}{
-		{"a worker's claim", key, redisx.Holder("g", "w.1"), aged, false},
-		{"a grant being started", key, "g", cfg.GrantTTL - cfg.LockTTL/2, false},
-		{"an old grant of another turn", key, "g", aged, true},
-		{"an old grant of the session's last turn", key, last, aged, false},
-		{"a grant not taken with the grant TTL", key, "g", cfg.LockTTL, false},
-		{"an old grant of a session that does not exist", "agent:main:telegram:dm:nobody", "g", aged, true},
+		{"a worker's claim", key, redisx.Holder(old, "w.1"), false},
+		{"a grant being started", key, redisx.NewGrant(time.Now()), false},
+		{"an old grant of another turn", key, old, true},
+		{"an old grant of the session's last turn", key, last, false},
+		{"a value that is no grant of this release", key, redisx.NewToken(), false},
+		{"an old grant of a session that does not exist", "agent:main:telegram:dm:nobody", old, true},
 	}
 	for _, tt := range tests {
-		got, err := s.orphaned(context.Background(), tt.key, tt.owner, tt.left)
+		got, err := s.orphaned(context.Background(), tt.key, tt.owner)
 		if err != nil || got != tt.want {
 			t.Errorf("%s: orphaned = %v (%v), want %v", tt.name, got, err, tt.want)
 		}
+	}
+	if _, ok := redisx.GrantTime(last); !ok {
+		t.Errorf("the session's last turn id %q is not its grant", last)
 	}
 }
 

@@ -45,7 +45,7 @@ func (s *Service) tryStart(ctx context.Context, key string) (bool, error) {
 // step, so its holder's turn completion starts them (see TurnCompleted's
 // nothing_waiting).
 func (s *Service) startQueued(ctx context.Context, key string) (bool, error) {
-	token := redisx.NewToken()
+	token := redisx.NewGrant(s.now())
 	ok, err := s.locker.AcquireOrMark(ctx, key, token, s.cfg.GrantTTL)
 	if err != nil || !ok {
 		return false, err
