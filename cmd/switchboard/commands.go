@@ -58,7 +58,7 @@ func usage(w io.Writer) {
 		fmt.Fprintf(w, "  %-12s %s\n", n, commands[n].summary)
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Every command takes --config FILE (or $SWITCHBOARD_CONFIG); see docs/configuration.md.")
+	fmt.Fprintln(w, "Every command takes --config FILE (or $SWITCHBOARD_CONFIG); see the README's configuration table.")
 }
 
 func dispatch(ctx context.Context, args []string) error {

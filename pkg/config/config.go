@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"reflect"
+	"regexp"
 	"sort"
 	"strings"
 
@@ -22,6 +23,22 @@ import (
 // EnvPrefix marks environment variables that override config keys:
 // SWITCHBOARD_ROUTER__BUSY_MODE=queue sets router.busy_mode ("__" nests).
 const EnvPrefix = "SWITCHBOARD_"
+
+// notSettings are SWITCHBOARD_ variables that are no config keys: the
+// config file's path, secrets and addresses read on their own, the image.
+var notSettings = map[string]bool{"CONFIG": true, "ADMIN_TOKEN": true, "ADMIN_ADDR": true, "IMAGE": true}
+
+// serviceLink matches the variables Kubernetes injects for each Service
+// of the namespace (SWITCHBOARD_ROUTER_SERVICE_HOST,
+// SWITCHBOARD_ADMIN_PORT_7070_TCP_ADDR, …): a pod sees dozens of them.
+var serviceLink = regexp.MustCompile(`^[A-Z0-9_]+_(SERVICE_HOST|SERVICE_PORT(_[A-Z0-9_]+)?|PORT(_[0-9]+_(TCP|UDP|SCTP)(_(PROTO|PORT|ADDR))?)?)$`)
+
+// notConfig reports whether the SWITCHBOARD_ variable named
+// SWITCHBOARD_<rest> is something other than a config key, which is not
+// worth a warning. Keys of sections always contain "__".
+func notConfig(rest string) bool {
+	return notSettings[rest] || !strings.Contains(rest, "__") && serviceLink.MatchString(rest)
+}
 
 // Warning is a non-fatal finding about the config, such as an unknown key.
 type Warning struct {
@@ -86,7 +103,7 @@ func Load(opts Options, out any) ([]Warning, error) {
 		if key, ok := opts.Aliases[name]; ok && value != "" {
 			aliased[key] = value
 		}
-		if rest, ok := strings.CutPrefix(name, EnvPrefix); ok && rest != "" && rest != "CONFIG" {
+		if rest, ok := strings.CutPrefix(name, EnvPrefix); ok && rest != "" && !notConfig(rest) {
 			key := strings.ToLower(strings.ReplaceAll(rest, "__", "."))
 			if !known.Has(key) {
 				warnings = append(warnings, Warning{Key: key, Source: "$" + name, Suggestion: known.Nearest(key)})
