@@ -515,8 +515,15 @@ func (r *turnRun) callModel(ctx context.Context, b Backend, model, system string
 		}
 		return nil
 	}
-	if r.answerOnly {
+	switch {
+	case r.answerOnly:
 		onDelta = nil // nobody reads the deltas: one response, not a stream
+	case r.attempt > 1:
+		// An earlier attempt may have streamed part of another answer:
+		// deltas now would be spliced onto it. The final carries the
+		// whole answer (edits rewrite the message; an API stream ends
+		// with an error when the final does not continue it).
+		onDelta = nil
 	}
 	callCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)

@@ -1031,3 +1031,39 @@ func TestInterruptEndsAStreamingModelCall(t *testing.T) {
 		t.Fatalf("streamed %q: want a cut-short part of the answer", streamed)
 	}
 }
+
+// A turn run again after its worker died mid-stream streams nothing: its
+// deltas would be spliced onto the first attempt's part of another
+// answer. Its final carries the whole answer.
+func TestRedeliveredTurnStreamsNoDeltas(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.setGeneration("s1", 1)
+	w1 := h.startWorker("w1", func(c *worker.Config, _ *worker.Deps) { c.DrainTimeout = 50 * time.Millisecond })
+	req := h.requestTurn("s1", "[[slow:300ms]] tell me a long story about the sea and the ships on it", turnOpts{})
+	deltas := func() int {
+		n := 0
+		for _, ev := range h.replies(req.TurnId) {
+			if ev.GetTextDelta() != nil {
+				n++
+			}
+		}
+		return n
+	}
+	waitFor(t, 30*time.Second, "the first attempt streams", func() bool { return deltas() > 0 })
+	w1.stop(t)
+	before := deltas()
+	if err := h.rdb.Del(context.Background(), h.locker.Key("s1")).Err(); err != nil {
+		t.Fatal(err)
+	}
+	h.startWorker("w2", nil)
+	if c := h.waitCompleted(req.TurnId); c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED {
+		t.Fatalf("status %v", c.GetStatus())
+	}
+	if after := deltas(); after != before {
+		t.Fatalf("the second attempt streamed %d deltas", after-before)
+	}
+	if final := checkReplies(t, h.replies(req.TurnId)); final.GetFinalText().GetText() != "echo: tell me a long story about the sea and the ships on it" {
+		t.Fatalf("final %v", final)
+	}
+}

@@ -86,6 +86,9 @@ type responder struct {
 	gate chan struct{}
 	// hops, when set, stamps the final send's hop times.
 	hops func() *deliveryv1.HopTimes
+	// final, when set, makes the final's text from the pieces streamed
+	// (default: all of them).
+	final func(pieces []string) string
 }
 
 func startResponder(t *testing.T, b *bus.Bus) *responder {
@@ -152,7 +155,13 @@ func (r *responder) reply(ctx context.Context, t *testing.T, b *bus.Bus, ev *eve
 	for i, p := range pieces {
 		send(&deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_STREAM_DELTA, Text: p, IdempotencyKey: fmt.Sprintf("%s:delta:%d", turnID, i)})
 	}
-	final := &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, Text: strings.Join(pieces, ""), Final: true, IdempotencyKey: turnID + ":1:0"}
+	text := strings.Join(pieces, "")
+	r.mu.Lock()
+	if r.final != nil {
+		text = r.final(pieces)
+	}
+	r.mu.Unlock()
+	final := &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, Text: text, Final: true, IdempotencyKey: turnID + ":1:0"}
 	if r.hops != nil {
 		final.HopTimes = r.hops()
 	}

@@ -466,9 +466,24 @@ func (s *Service) stream(ctx context.Context, w http.ResponseWriter, wt *waiter,
 			}
 			sent.WriteString(p.text)
 			// Send chunks carry the answer; stream what deltas did not.
-			if rest, ok := strings.CutPrefix(sent.String(), streamed.String()); ok && rest != "" {
+			rest, continues := strings.CutPrefix(sent.String(), streamed.String())
+			if continues && rest != "" {
 				streamed.WriteString(rest)
 				write(chunkDelta{Content: rest}, nil)
+			}
+			if p.final && !continues {
+				// The answer is not what was streamed (the turn ran again
+				// after its worker died mid-stream): the client holds a
+				// part of another answer, which no chunk can take back. The
+				// stream ends with an error; a retry with the same
+				// Idempotency-Key gets the whole answer.
+				final = &p
+				data, _ := json.Marshal(turnErrorBody("interrupted", "The answer was interrupted while it streamed; send the request again (with the same Idempotency-Key to get the answer without running it again)."))
+				fmt.Fprintf(w, "data: %s\n\n", data)
+				if flusher != nil {
+					flusher.Flush()
+				}
+				return
 			}
 			if p.final {
 				final = &p

@@ -124,3 +124,36 @@ func TestSessionHeaderKeepsTheChat(t *testing.T) {
 		t.Fatalf("stateless requests share a chat: %q", chats)
 	}
 }
+
+// A final that does not continue what was streamed (the turn ran again
+// after its worker died mid-stream) ends the stream with an error: the
+// client holds part of another answer.
+func TestStreamEndsWithAnErrorWhenTheAnswerChanged(t *testing.T) {
+	t.Parallel()
+	b := newBus(t)
+	s := startService(t, b, nil)
+	r := startResponder(t, b)
+	r.mu.Lock()
+	r.final = func([]string) string { return "a different answer, from the turn's second attempt" }
+	r.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	client := sdkClient(s)
+	stream := client.Chat.Completions.NewStreaming(ctx, openai.ChatCompletionNewParams{
+		Model:    "switchboard",
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("stream me")},
+	})
+	var got string
+	for stream.Next() {
+		if c := stream.Current(); len(c.Choices) > 0 {
+			got += c.Choices[0].Delta.Content
+		}
+	}
+	err := stream.Err()
+	if err == nil || !strings.Contains(err.Error(), "interrupted") {
+		t.Fatalf("stream ended with %v after %q, want the interrupted error", err, got)
+	}
+	if strings.Contains(got, "different") {
+		t.Fatalf("streamed %q: the changed answer was spliced on", got)
+	}
+}
