@@ -70,6 +70,9 @@ func TestBadInputGetsItsDocumentedAnswer(t *testing.T) {
 		"TELEGRAM_BOT_TOKEN="+tgToken, "TELEGRAM_API_BASE_URL="+tg.URL,
 		"SWITCHBOARD_GATEWAYS__TELEGRAM__POLL_TIMEOUT=1s",
 		"TELEGRAM_ALLOWED_USERS="+goodUser+","+badUser, "GATEWAY_ALLOW_ALL_USERS=",
+		// With an allowlist strangers get silence by default (as Hermes):
+		// the pairing answers are checked here.
+		"SWITCHBOARD_ROUTER__AUTH__UNAUTHORIZED_DM_BEHAVIOR=pair",
 		"SWITCHBOARD_GATEWAYS__WEBHOOK__ADDR="+webhookAddr,
 		"SWITCHBOARD_DELIVERY__GRPC_ADDR="+deliveryAddr,
 		// Bounds the busy acknowledgements of the flood to one.

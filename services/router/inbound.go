@@ -344,10 +344,17 @@ func (s *Service) startedAlready(m *msgCtx) error {
 	return nil
 }
 
-// unauthorized answers a denied sender: a pairing code in a DM, silence in
-// a group (a documented drop).
+// unauthorized answers a denied sender: a pairing code in a DM unless
+// the platform's unauthorized DM behaviour is to ignore, silence in a
+// group (a documented drop).
 func (s *Service) unauthorized(ctx context.Context, m *msgCtx) error {
 	if !isDM(m.src) || m.src.GetUserId() == "" || m.src.GetIsBot() || quietPlatform(m.platform) || m.ev.GetInternal() {
+		return nil
+	}
+	if s.rules.UnauthorizedDM(m.platform) == auth.DMIgnore {
+		// An allowlist restricts the platform (or the operator said so):
+		// as Hermes, a stranger gets no answer, not even a pairing code.
+		pairingCodes.WithLabelValues("ignored").Inc()
 		return nil
 	}
 	code, err := s.pairing.Issue(ctx, m.platform, m.src.GetUserId(), m.src.GetUserName())

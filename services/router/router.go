@@ -135,6 +135,9 @@ func (c Config) Validate() error {
 	if c.QueueCap < 1 {
 		return fmt.Errorf("queue_cap: %d is below 1", c.QueueCap)
 	}
+	if err := c.Auth.Validate(); err != nil {
+		return err
+	}
 	return c.SessionReset.validate()
 }
 

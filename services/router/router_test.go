@@ -28,6 +28,7 @@ import (
 	"github.com/switchboard-chat/switchboard/pkg/redisx/redistest"
 	"github.com/switchboard-chat/switchboard/pkg/sessionkey"
 	"github.com/switchboard-chat/switchboard/pkg/sessionstore"
+	"github.com/switchboard-chat/switchboard/services/router/internal/auth"
 )
 
 // env is one test's cluster: real NATS, Postgres and Redis, isolated.
@@ -380,6 +381,8 @@ func TestPairingApprovalSeenByBothReplicas(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	cfg := testConfig()
+	// An allowlist exists: strangers get codes only when asked for.
+	cfg.Auth.UnauthorizedDMBehavior = auth.DMPair
 	// Each replica owns half the partitions, so both must see the approval.
 	var a, b []int
 	n := e.bus.Topology().PartitionCount()
@@ -730,7 +733,9 @@ func TestRedeliveryOfAStartedMessageStartsNothing(t *testing.T) {
 func TestMessagesThatStartNoTurnLeaveTheLockFree(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	e.startRouter(testConfig(), nil, nil)
+	cfg := testConfig()
+	cfg.Auth.UnauthorizedDMBehavior = auth.DMPair
+	e.startRouter(cfg, nil, nil)
 	w := e.startWorker(nil)
 	locker := redisx.NewLocker(e.rdb, e.prefix)
 	free := func(user string) func() bool {
@@ -1121,4 +1126,34 @@ func TestEarlyStartsNeverWaitForTheirOwnPool(t *testing.T) {
 		turns, _ := w.snapshot()
 		return len(turns) == len(users)
 	})
+}
+
+// As Hermes: a stranger's DM gets no answer, not even a pairing code, when
+// an allowlist restricts the platform; without one it gets a code, and
+// the operator's setting wins either way.
+func TestUnauthorizedDMBehaviour(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	cfg := testConfig() // GatewayAllowedUsers: alice, bob
+	cfg.Auth.PlatformUnauthorizedDMBehavior = map[string]string{"discord": auth.DMPair}
+	e.startRouter(cfg, nil, nil)
+	e.publish(dm("mallory", "let me in"))
+	onDiscord := dm("mallory", "let me in")
+	onDiscord.Source.Platform, onDiscord.Source.ChatId = "discord", "chat-mallory-d"
+	e.publish(onDiscord)
+	waitFor(t, "inbound drained", e.inboundDrained)
+	settled(t, "the discord code", 1, func() int {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		n := 0
+		for _, ev := range e.notices {
+			if ev.GetTarget().GetChatId() == "chat-mallory-d" && codeRE.MatchString(ev.GetNotice().GetText()) {
+				n++
+			}
+		}
+		return n
+	})
+	if got := e.noticesTo("mallory"); len(got) != 0 {
+		t.Fatalf("telegram, restricted by the allowlist, answered the stranger: %q", got)
+	}
 }

@@ -4,6 +4,7 @@ package auth
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 
@@ -25,6 +26,38 @@ type Config struct {
 	GroupAllowedChats map[string][]string `koanf:"group_allowed_chats"`
 	// AllowedBots per platform: bot senders that may talk to the agent.
 	AllowedBots map[string][]string `koanf:"allowed_bots"`
+	// UnauthorizedDMBehavior is what a DM from a sender who is not allowed
+	// gets: "pair" (a pairing code) or "ignore" (silence). Empty, as in
+	// Hermes: silence when an allowlist applies to the platform (the owner
+	// restricted access on purpose), a pairing code otherwise.
+	UnauthorizedDMBehavior string `koanf:"unauthorized_dm_behavior"`
+	// PlatformUnauthorizedDMBehavior overrides it per platform.
+	PlatformUnauthorizedDMBehavior map[string]string `koanf:"platform_unauthorized_dm_behavior"`
+}
+
+// The unauthorized DM behaviours.
+const (
+	DMPair   = "pair"
+	DMIgnore = "ignore"
+)
+
+// Validate checks the behaviours.
+func (c Config) Validate() error {
+	check := func(key, v string) error {
+		if v != "" && v != DMPair && v != DMIgnore {
+			return fmt.Errorf("%s: %q is not pair or ignore", key, v)
+		}
+		return nil
+	}
+	if err := check("auth.unauthorized_dm_behavior", c.UnauthorizedDMBehavior); err != nil {
+		return err
+	}
+	for p, v := range c.PlatformUnauthorizedDMBehavior {
+		if err := check("auth.platform_unauthorized_dm_behavior."+p, v); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Reason says why a decision was made; it is logged and counted.
@@ -63,6 +96,29 @@ type Rules struct {
 	globalAll   bool
 	groupChats  map[string][]string
 	allowedBots map[string][]string
+	dmBehavior  string
+	platformDM  map[string]string
+}
+
+// UnauthorizedDM is what a DM on platform from a sender who is not
+// allowed gets (DMPair or DMIgnore), resolved as Hermes does: the
+// platform's setting, then silence on email, then the global setting,
+// then silence when an allowlist applies to the platform, else a code.
+func (r *Rules) UnauthorizedDM(platform string) string {
+	platform = strings.ToLower(platform)
+	if b := r.platformDM[platform]; b != "" {
+		return b
+	}
+	if platform == "email" {
+		return DMIgnore // an inbox holds mail from anyone: never answer it unasked
+	}
+	if r.dmBehavior != "" {
+		return r.dmBehavior
+	}
+	if len(r.allowed[platform]) > 0 || len(r.groupChats[platform]) > 0 || len(r.global) > 0 {
+		return DMIgnore
+	}
+	return DMPair
 }
 
 // New merges cfg with the Hermes environment variables found in environ
@@ -77,6 +133,11 @@ func New(cfg Config, environ []string) *Rules {
 		globalAll:   cfg.GatewayAllowAll,
 		groupChats:  map[string][]string{},
 		allowedBots: map[string][]string{},
+		dmBehavior:  cfg.UnauthorizedDMBehavior,
+		platformDM:  map[string]string{},
+	}
+	for p, b := range cfg.PlatformUnauthorizedDMBehavior {
+		r.platformDM[strings.ToLower(p)] = b
 	}
 	for p, ids := range cfg.AllowedUsers {
 		r.allowed[strings.ToLower(p)] = append(r.allowed[strings.ToLower(p)], clean(ids)...)

@@ -87,3 +87,32 @@ func TestNoAllowlist(t *testing.T) {
 		}
 	}
 }
+
+func TestUnauthorizedDM(t *testing.T) {
+	tests := []struct {
+		name     string
+		cfg      Config
+		env      []string
+		platform string
+		want     string
+	}{
+		{"open gateway: a pairing code", Config{}, nil, "telegram", DMPair},
+		{"the platform's allowlist: silence", Config{}, []string{"TELEGRAM_ALLOWED_USERS=1"}, "telegram", DMIgnore},
+		{"another platform's allowlist does not count", Config{}, []string{"DISCORD_ALLOWED_USERS=1"}, "telegram", DMPair},
+		{"a group chat allowlist counts", Config{}, []string{"TELEGRAM_GROUP_ALLOWED_CHATS=-100"}, "telegram", DMIgnore},
+		{"the gateway allowlist counts everywhere", Config{GatewayAllowedUsers: []string{"a"}}, nil, "slack", DMIgnore},
+		{"the global setting wins over the allowlist", Config{UnauthorizedDMBehavior: DMPair}, []string{"TELEGRAM_ALLOWED_USERS=1"}, "telegram", DMPair},
+		{"the platform's setting wins over the global one", Config{UnauthorizedDMBehavior: DMPair,
+			PlatformUnauthorizedDMBehavior: map[string]string{"Telegram": DMIgnore}}, nil, "telegram", DMIgnore},
+		{"email is never answered unasked", Config{UnauthorizedDMBehavior: DMPair}, nil, "email", DMIgnore},
+		{"unless its own setting says so", Config{PlatformUnauthorizedDMBehavior: map[string]string{"email": DMPair}}, nil, "email", DMPair},
+	}
+	for _, tt := range tests {
+		if got := New(tt.cfg, tt.env).UnauthorizedDM(tt.platform); got != tt.want {
+			t.Errorf("%s: UnauthorizedDM(%s) = %s, want %s", tt.name, tt.platform, got, tt.want)
+		}
+	}
+	if err := (Config{UnauthorizedDMBehavior: "reply"}).Validate(); err == nil {
+		t.Error("an unknown behaviour validates")
+	}
+}
