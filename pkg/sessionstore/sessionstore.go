@@ -304,7 +304,9 @@ func (s *Store) ArriveAndEnqueue(ctx context.Context, key, profile string, src *
 }
 
 // Reset starts a new conversation under key: a new session id, the next
-// generation, no waiting messages, zeroed counters. reason is recorded.
+// generation, no waiting messages, zeroed counters, no /model override
+// (as Hermes, an override belongs to its conversation). reason is
+// recorded.
 func (s *Store) Reset(ctx context.Context, key, reason string) (Session, error) {
 	return s.ResetKeeping(ctx, key, reason, "")
 }
@@ -336,7 +338,7 @@ func (s *Store) ResetKeeping(ctx context.Context, key, reason, keep string) (Ses
 		}
 		var err error
 		sess, err = scanSession(tx.QueryRow(ctx, `UPDATE sessions SET session_id = $2, generation = generation + 1,
-			reset_count = reset_count + 1, last_reset_at = $3, last_reset_reason = $4, title = '',
+			reset_count = reset_count + 1, last_reset_at = $3, last_reset_reason = $4, title = '', model_override = '',
 			input_tokens = 0, output_tokens = 0, cache_read_tokens = 0, cache_write_tokens = 0,
 			system_prompt_fingerprint = '', resume_pending = false, suspended = false,
 			updated_at = $3, last_activity_at = $3, arrival_prev_at = $3
@@ -836,7 +838,7 @@ func (s *Store) Resume(ctx context.Context, key, name string) (Session, error) {
 			return fmt.Errorf("clear queue: %w", err)
 		}
 		sess, err = scanSession(tx.QueryRow(ctx, `UPDATE sessions SET session_id = $2, title = $3, generation = generation + 1,
-			resume_pending = true, system_prompt_fingerprint = '', updated_at = $4, last_activity_at = $4
+			model_override = '', resume_pending = true, system_prompt_fingerprint = '', updated_at = $4, last_activity_at = $4
 			WHERE session_key = $1 RETURNING `+sessionCols, key, id, title, now))
 		if err != nil {
 			return fmt.Errorf("resume session: %w", err)

@@ -18,7 +18,7 @@ import (
 // helpText lists the commands, in the order Hermes shows them.
 var helpText = strings.Join([]string{
 	"Commands:",
-	"/new (/reset) — start a new conversation",
+	"/new [title] (/reset) — start a new conversation",
 	"/stop — stop the current task",
 	"/queue <text> (/q) — run <text> after the current task",
 	"/steer <text> — add <text> to the current task",
@@ -27,7 +27,7 @@ var helpText = strings.Join([]string{
 	"/approve, /deny — answer a pending tool approval",
 	"/title [text] — show or name this conversation",
 	"/sessions — list this chat's conversations",
-	"/resume <title> — go back to a named conversation",
+	"/resume <title or number> — go back to an earlier conversation",
 	"/retry — run your last message again",
 	"/undo [n] — remove the last n exchanges",
 	"/sethome — send scheduled messages to this chat",
@@ -103,7 +103,15 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 			return err
 		}
 		resets.WithLabelValues("new").Inc()
-		return reply(sess.Generation, "✨ New session started.")
+		if cmd.Args == "" {
+			return reply(sess.Generation, "✨ New session started.")
+		}
+		// As Hermes: /new <title> names the new conversation.
+		title := truncateRunes(cmd.Args, 100)
+		if err := s.store.SetTitle(ctx, m.key, title); err != nil {
+			return err
+		}
+		return reply(sess.Generation, "✨ New session started: "+title)
 	case "stop":
 		gen, dropped, err := s.store.Stop(ctx, m.key)
 		if err != nil {
@@ -213,18 +221,33 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 			// would end it without a word.
 			return reply(sess.Generation, "⏳ Agent is running — /resume can't run mid-turn. Wait for the current response or /stop first.")
 		}
-		resumed, err := s.store.Resume(ctx, m.key, cmd.Args)
+		name := cmd.Args
+		if n, err := strconv.Atoi(name); err == nil && n >= 1 {
+			// A number counts in the /sessions list.
+			hist, err := s.store.History(ctx, m.key, sessionsListed)
+			if err != nil {
+				return err
+			}
+			if n > len(hist) {
+				return reply(sess.Generation, fmt.Sprintf("There is no conversation %d. /sessions lists them.", n))
+			}
+			if hist[n-1].SessionID == sess.ID {
+				return reply(sess.Generation, "📌 Already on that conversation.")
+			}
+			name = hist[n-1].SessionID
+		}
+		resumed, err := s.store.Resume(ctx, m.key, name)
 		if errors.Is(err, sessionstore.ErrNotFound) {
 			return reply(sess.Generation, "No earlier conversation is called that. /sessions lists them.")
 		}
 		if err != nil {
 			return err
 		}
-		name := resumed.Title
-		if name == "" {
-			name = resumed.ID
+		shown := resumed.Title
+		if shown == "" {
+			shown = resumed.ID
 		}
-		return reply(resumed.Generation, "↩️ Resumed "+name+".")
+		return reply(resumed.Generation, "↩️ Resumed "+shown+".")
 	case "retry", "undo":
 		m.ev.TranscriptCommand = cmd.Name
 		if cmd.Name == "undo" && cmd.Args != "" {
@@ -247,13 +270,13 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 }
 
 func (s *Service) listSessions(ctx context.Context, m *msgCtx, sess sessionstore.Session) error {
-	hist, err := s.store.History(ctx, m.key, 10)
+	hist, err := s.store.History(ctx, m.key, sessionsListed)
 	if err != nil {
 		return err
 	}
 	var b strings.Builder
 	b.WriteString("Conversations in this chat:")
-	for _, h := range hist {
+	for i, h := range hist {
 		name := h.Title
 		if name == "" {
 			name = h.SessionID
@@ -262,11 +285,14 @@ func (s *Service) listSessions(ctx context.Context, m *msgCtx, sess sessionstore
 		if h.SessionID == sess.ID {
 			mark = " (current)"
 		}
-		fmt.Fprintf(&b, "\n• %s — %s%s", name, h.StartedAt.UTC().Format("2006-01-02 15:04"), mark)
+		fmt.Fprintf(&b, "\n%d. %s — %s%s", i+1, name, h.StartedAt.UTC().Format("2006-01-02 15:04"), mark)
 	}
-	b.WriteString("\n/resume <title> switches back.")
+	b.WriteString("\n/resume <title or number> switches back.")
 	return s.notice(ctx, m, sess.Generation, b.String(), "command")
 }
+
+// sessionsListed is how many conversations /sessions lists.
+const sessionsListed = 10
 
 // withText is m with the event's text replaced (the body of /queue, /steer).
 func (m *msgCtx) withText(text string) *msgCtx {

@@ -889,7 +889,7 @@ func TestCommands(t *testing.T) {
 	tests := []struct {
 		user, text, want string
 	}{
-		{"alice", "/help", "/new (/reset)"},
+		{"alice", "/help", "/new [title] (/reset)"},
 		{"alice", "/stpo", "Did you mean /stop"},
 		{"alice", "/whoami", "Role: admin"},
 		{"bob", "/whoami", "Authorized by: allowlist"},
@@ -899,9 +899,15 @@ func TestCommands(t *testing.T) {
 		{"alice", "/title Trip plans", "Title set: Trip plans"},
 		{"alice", "/sessions", "Trip plans"},
 		{"alice", "/reset", "New session started"},
+		{"alice", "/status", "Model: default"}, // a /model override belongs to its conversation
 		{"alice", "/title", "no title"},
 		{"alice", "/resume trip PLANS", "Resumed Trip plans"},
 		{"alice", "/status", "Title: Trip plans"},
+		{"alice", "/new Beach day", "New session started: Beach day"},
+		{"alice", "/sessions", "1. Beach day"},
+		{"alice", "/resume 1", "Already on that conversation"},
+		{"alice", "/resume 9", "There is no conversation 9"},
+		{"alice", "/resume 3", "Resumed Trip plans"},
 		{"alice", "/resume nothing-like-it", "No earlier conversation"},
 		{"alice", "/undo x", "Usage: /undo"},
 		{"alice", "/approve", "Nothing is waiting"},
@@ -931,7 +937,7 @@ func TestStartPingAndBangText(t *testing.T) {
 	e.publish(dm("bob", "/help"))
 	waitFor(t, "reply to /help", func() bool { return len(e.noticesTo("bob")) > 0 })
 	waitFor(t, "inbound drained", e.inboundDrained)
-	if got := e.noticesTo("bob"); len(got) != 1 || !strings.Contains(got[0], "/new (/reset)") {
+	if got := e.noticesTo("bob"); len(got) != 1 || !strings.Contains(got[0], "/new [title] (/reset)") {
 		t.Fatalf("notices %q, want only the help", got)
 	}
 	slackMsg := &eventsv1.MessageReceived{EventId: nextEventID(), Text: "!nice work",
