@@ -226,11 +226,11 @@ func (s *Service) Run(ctx context.Context) error {
 		return fmt.Errorf("subscribe replica subject: %w", err)
 	}
 	defer func() { _ = sub.Unsubscribe() }()
-	go func() {
-		// Waiting requests end before the runner drains sends.
-		<-ctx.Done()
-		cancel()
-	}()
+	// At SIGTERM the HTTP server stops taking requests and gives those
+	// waiting for an answer its shutdown grace (platform.ServeHTTP); the
+	// runner still serves sends meanwhile, as it drains them only after
+	// the connection ends. Whatever still waits then ends with 503 (the
+	// deferred cancel).
 	return s.runner.Run(ctx)
 }
 

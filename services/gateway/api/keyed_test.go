@@ -316,3 +316,28 @@ func TestFollower(t *testing.T) {
 		})
 	}
 }
+
+// A request waiting for its answer when the gateway is told to stop
+// (SIGTERM, a rollout) still gets the answer within the shutdown grace:
+// the message is on the bus and its turn runs anyway.
+func TestShutdownFinishesWaitingRequests(t *testing.T) {
+	t.Parallel()
+	b := newBus(t)
+	s, stop := runService(t, b, nil)
+	r := startResponder(t, b)
+	release := r.hold()
+	got := make(chan httpResult, 1)
+	go func() {
+		got <- post(s, `{"model":"switchboard","messages":[{"role":"user","content":"finish me"}]}`, nil)
+	}()
+	platformtest.WaitFor(t, "the request's message", func() bool { return len(r.received()) == 1 })
+	stopped := make(chan struct{})
+	go func() { stop(); close(stopped) }()
+	time.Sleep(200 * time.Millisecond) // the stop is under way
+	release()
+	res := <-got
+	if _, text := answerOf(t, res); text != "echo: finish me (turn 1)" {
+		t.Fatalf("answer %q", text)
+	}
+	<-stopped
+}
