@@ -33,6 +33,9 @@ func startAPIReplica(t *testing.T, d *inProcessDev, name string) *apiReplica {
 	}
 	cfg := api.DefaultConfig()
 	cfg.Addr, cfg.Key, cfg.Insecure, cfg.RateLimit = "127.0.0.1:0", "", true, 0
+	// A stopped replica gives up on its waiting requests at once: the
+	// tests retry them on another replica.
+	cfg.ShutdownGrace = 0
 	svc, err := api.New(cfg, api.Deps{Log: slog.Default().With("replica", name), Bus: b})
 	if err != nil {
 		t.Fatal(err)

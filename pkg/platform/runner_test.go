@@ -280,6 +280,22 @@ func TestDeliverFreshKeepsNoSeenRecord(t *testing.T) {
 }
 
 // idempotentMemory is a platform that declares its sends safe to repeat.
+// runRunner runs a runner of p until the test ends, once it is connected;
+// ctx lives as long.
+func runRunner(t *testing.T, p platform.Platform, b *bus.Bus) (*platform.Runner, context.Context) {
+	t.Helper()
+	r, err := platform.NewRunner(p, b, platform.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	platformtest.WaitFor(t, "the runner to start", func() bool { return state(r) == platform.StateConnected })
+	return r, ctx
+}
+
 type idempotentMemory struct{ *platformtest.Memory }
 
 func (idempotentMemory) IdempotentSends() bool { return true }
@@ -307,17 +323,9 @@ func TestReceiptsAnswerRepeatedKeysUnlessThePlatformIsIdempotent(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			p, m := tt.p()
-			r, err := platform.NewRunner(p, b, platform.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan error, 1)
-			go func() { done <- r.Run(ctx) }()
-			defer func() { cancel(); <-done }()
+			r, ctx := runRunner(t, p, b)
 			req := &deliveryv1.SendRequested{IdempotencyKey: "t1:1:0", Op: deliveryv1.SendOp_SEND_OP_SEND,
 				Target: &deliveryv1.Target{Platform: "memory", ChatId: "chat"}, Text: "once"}
-			platformtest.WaitFor(t, "the runner to start", func() bool { return state(r) == platform.StateConnected })
 			if first := r.Execute(ctx, req); !first.GetOk() || first.GetDuplicate() {
 				t.Fatalf("first receipt %+v", first)
 			}
@@ -362,15 +370,7 @@ func TestSendInProgressIsNotSentTwice(t *testing.T) {
 	b := bustest.New(t, bustest.EmbeddedURL(t))
 	m := platformtest.NewMemory("bot-slow", false)
 	slow := slowMemory{Memory: m, release: make(chan struct{}), entered: make(chan struct{}, 1), fail: &atomic.Bool{}}
-	r, err := platform.NewRunner(slow, b, platform.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
-	defer func() { cancel(); <-done }()
-	platformtest.WaitFor(t, "the runner to start", func() bool { return state(r) == platform.StateConnected })
+	r, ctx := runRunner(t, slow, b)
 	req := &deliveryv1.SendRequested{IdempotencyKey: "t2:1:0", Op: deliveryv1.SendOp_SEND_OP_SEND,
 		Target: &deliveryv1.Target{Platform: "memory", ChatId: "chat"}, Text: "once"}
 

@@ -352,7 +352,8 @@ func (s *Service) sweepOne(ctx context.Context, key string) (bool, error) {
 // older grant that names another turn started nothing. A worker's claim
 // (token/holder), and any value that is not such a grant (a router's from
 // before grants named their turns, during a rolling upgrade), is never an
-// orphan: it expires by its TTL.
+// orphan: it expires by its TTL. Routers' clocks must agree to well within
+// LockTTL.
 func (s *Service) orphaned(ctx context.Context, key, owner string) (bool, error) {
 	at, ok := redisx.GrantTime(owner)
 	if !ok || s.now().Sub(at) < s.cfg.LockTTL {

@@ -47,6 +47,9 @@ type Config struct {
 	Model string `koanf:"model"`
 	// ReplyTimeout bounds how long a request waits for its turn's answer.
 	ReplyTimeout time.Duration `koanf:"reply_timeout"`
+	// ShutdownGrace is how long, at SIGTERM, requests waiting for their
+	// answer may still get it (keep it below the pod's termination grace).
+	ShutdownGrace time.Duration `koanf:"shutdown_grace"`
 	// IdempotencyTTL is how long the answer to a request with an
 	// Idempotency-Key is kept for its retries (default 24 h).
 	IdempotencyTTL time.Duration `koanf:"idempotency_ttl"`
@@ -67,7 +70,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		Addr: "127.0.0.1:8642", Account: "default", Model: "switchboard",
-		ReplyTimeout: 5 * time.Minute, IdempotencyTTL: 24 * time.Hour, MaxBodyBytes: 4 << 20,
+		ReplyTimeout: 5 * time.Minute, ShutdownGrace: 10 * time.Second, IdempotencyTTL: 24 * time.Hour, MaxBodyBytes: 4 << 20,
 		RateLimit: 5, RateBurst: 20, WebChat: true,
 	}
 }
@@ -87,6 +90,9 @@ func (c Config) Validate() error {
 	}
 	if c.ReplyTimeout <= 0 {
 		return config.Invalid("gateways.api.reply_timeout", c.ReplyTimeout, "a positive duration")
+	}
+	if c.ShutdownGrace < 0 {
+		return config.Invalid("gateways.api.shutdown_grace", c.ShutdownGrace, "a duration of 0 or more")
 	}
 	if c.IdempotencyTTL < 0 {
 		return config.Invalid("gateways.api.idempotency_ttl", c.IdempotencyTTL, "a positive duration")
@@ -274,7 +280,7 @@ func (s *Service) Connect(ctx context.Context, conn platform.Conn) error {
 	s.connects.Add(1)
 	conn.Connected()
 	s.log.Info("api gateway listening", "addr", ln.Addr().String())
-	return platform.ServeHTTP(ctx, srv, ln, 10*time.Second)
+	return platform.ServeHTTP(ctx, srv, ln, s.cfg.ShutdownGrace)
 }
 
 // dropListener closes the current listener (tests: the connection drops).

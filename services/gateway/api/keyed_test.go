@@ -110,7 +110,8 @@ func testKeyedID(session, key string) string {
 func TestKeyedRetryOnAnotherReplica(t *testing.T) {
 	t.Parallel()
 	b := newBus(t)
-	first, stopFirst := runService(t, b, nil)
+	// The first replica gives up on its waiting request as it stops.
+	first, stopFirst := runService(t, b, func(c *Config) { c.ShutdownGrace = 0 })
 	second := startService(t, b, nil)
 	r := startResponder(t, b)
 	release := r.hold()
