@@ -221,6 +221,7 @@ func (r *turnRun) run(ctx context.Context) error {
 	case errors.Is(err, store.ErrStaleGeneration), errors.Is(err, errLockLost):
 		r.log.Warn("turn superseded; abandoning", "err", err)
 		r.answerSuperseded(ctx)
+		r.endStream(ctx)
 		return r.complete(ctx, turnsv1.TurnStatus_TURN_STATUS_STALE, "superseded by a newer turn", true)
 	case err != nil && ctx.Err() != nil && r.attempt < r.s.cfg.MaxDeliver:
 		// Shutting down past the drain timeout: hand the lock back to the
@@ -299,6 +300,21 @@ func (r *turnRun) answerSuperseded(ctx context.Context) {
 		Code: "interrupted", Message: "Sorry, your earlier message was interrupted before it was answered. Please send it again."}}})
 	if err != nil {
 		r.log.Warn("tell the user a superseded turn was interrupted", "err", err)
+	}
+}
+
+// endStream takes the cursor off what a first attempt streamed before it
+// was stopped (/stop, /new: the stopped turn's final is refused by the
+// fence): an interrupted error without text ends the stream message and
+// says nothing (the router answered the command). Later attempts stream
+// nothing, and answerSuperseded gives them their final.
+func (r *turnRun) endStream(ctx context.Context) {
+	if r.attempt > 1 || !r.textStreamed || r.target == nil {
+		return
+	}
+	err := r.publish(context.WithoutCancel(ctx), &repliesv1.ReplyEvent{Body: &repliesv1.ReplyEvent_Error{Error: &repliesv1.ReplyError{Code: "interrupted"}}})
+	if err != nil {
+		r.log.Warn("end the stopped turn's stream", "err", err)
 	}
 }
 

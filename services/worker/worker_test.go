@@ -1067,3 +1067,32 @@ func TestRedeliveredTurnStreamsNoDeltas(t *testing.T) {
 		t.Fatalf("final %v", final)
 	}
 }
+
+// /stop while the answer streams: the turn is fenced off, and its stream
+// message loses its cursor (an interrupted error without text), or it
+// would show one for good on platforms that stream by editing.
+func TestStopMidStreamEndsTheStream(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.setGeneration("s1", 1)
+	h.startWorker("w1", nil)
+	req := h.requestTurn("s1", "[[slow:1s]] tell me a long story about the sea and the ships on it", turnOpts{})
+	waitFor(t, 30*time.Second, "the answer starts streaming", func() bool {
+		for _, ev := range h.replies(req.TurnId) {
+			if ev.GetTextDelta() != nil {
+				return true
+			}
+		}
+		return false
+	})
+	h.setGeneration("s1", 2) // the router's /stop: the next generation, then the control
+	h.control("s1", turnsv1.ControlAction_CONTROL_ACTION_STOP, "")
+	if c := h.waitCompleted(req.TurnId); c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_STALE {
+		t.Fatalf("status %v, want STALE", c.GetStatus())
+	}
+	evs := h.replies(req.TurnId)
+	last := evs[len(evs)-1]
+	if last.GetError().GetCode() != "interrupted" || last.GetError().GetMessage() != "" {
+		t.Fatalf("last reply %v, want an interrupted error without text", last)
+	}
+}
