@@ -994,6 +994,29 @@ func TestTurnStoppedWhileWaitingDoesNotRun(t *testing.T) {
 	}
 }
 
+// story is a question whose answer the fake model streams word by word.
+const story = "tell me a long story about the sea and the ships on it"
+
+// streamingTurn requests a turn on s1 whose answer streams a word every
+// slow, and waits until its first text delta is out.
+func (h *harness) streamingTurn(t *testing.T, slow string) *turnsv1.TurnRequested {
+	t.Helper()
+	req := h.requestTurn("s1", "[[slow:"+slow+"]] "+story, turnOpts{})
+	waitFor(t, 30*time.Second, "the answer starts streaming", func() bool { return h.deltas(req.TurnId) > 0 })
+	return req
+}
+
+// deltas counts the text deltas the turn published.
+func (h *harness) deltas(turnID string) int {
+	n := 0
+	for _, ev := range h.replies(turnID) {
+		if ev.GetTextDelta() != nil {
+			n++
+		}
+	}
+	return n
+}
+
 // A stop or an interrupt ends a model call in progress: a slow stream does
 // not go on into the chat while the next turn runs. What it streamed is
 // the turn's answer and stays in the transcript.
@@ -1002,15 +1025,7 @@ func TestInterruptEndsAStreamingModelCall(t *testing.T) {
 	h := newHarness(t)
 	h.setGeneration("s1", 1)
 	h.startWorker("w1", nil)
-	req := h.requestTurn("s1", "[[slow:1s]] tell me a long story about the sea and the ships on it", turnOpts{})
-	waitFor(t, 30*time.Second, "the answer starts streaming", func() bool {
-		for _, ev := range h.replies(req.TurnId) {
-			if ev.GetTextDelta() != nil {
-				return true
-			}
-		}
-		return false
-	})
+	req := h.streamingTurn(t, "1s")
 	h.control("s1", turnsv1.ControlAction_CONTROL_ACTION_INTERRUPT, "")
 	c := h.waitCompleted(req.TurnId)
 	if c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_INTERRUPTED {
@@ -1027,7 +1042,7 @@ func TestInterruptEndsAStreamingModelCall(t *testing.T) {
 	if final == nil || final.GetFinalText().GetText() != streamed || streamed == "" {
 		t.Fatalf("final %v, want the streamed part %q", final, streamed)
 	}
-	if full := "echo: tell me a long story about the sea and the ships on it"; !strings.HasPrefix(full, streamed) || streamed == full {
+	if full := "echo: " + story; !strings.HasPrefix(full, streamed) || streamed == full {
 		t.Fatalf("streamed %q: want a cut-short part of the answer", streamed)
 	}
 }
@@ -1040,19 +1055,9 @@ func TestRedeliveredTurnStreamsNoDeltas(t *testing.T) {
 	h := newHarness(t)
 	h.setGeneration("s1", 1)
 	w1 := h.startWorker("w1", func(c *worker.Config, _ *worker.Deps) { c.DrainTimeout = 50 * time.Millisecond })
-	req := h.requestTurn("s1", "[[slow:300ms]] tell me a long story about the sea and the ships on it", turnOpts{})
-	deltas := func() int {
-		n := 0
-		for _, ev := range h.replies(req.TurnId) {
-			if ev.GetTextDelta() != nil {
-				n++
-			}
-		}
-		return n
-	}
-	waitFor(t, 30*time.Second, "the first attempt streams", func() bool { return deltas() > 0 })
+	req := h.streamingTurn(t, "300ms")
 	w1.stop(t)
-	before := deltas()
+	before := h.deltas(req.TurnId)
 	if err := h.rdb.Del(context.Background(), h.locker.Key("s1")).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -1060,10 +1065,10 @@ func TestRedeliveredTurnStreamsNoDeltas(t *testing.T) {
 	if c := h.waitCompleted(req.TurnId); c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED {
 		t.Fatalf("status %v", c.GetStatus())
 	}
-	if after := deltas(); after != before {
+	if after := h.deltas(req.TurnId); after != before {
 		t.Fatalf("the second attempt streamed %d deltas", after-before)
 	}
-	if final := checkReplies(t, h.replies(req.TurnId)); final.GetFinalText().GetText() != "echo: tell me a long story about the sea and the ships on it" {
+	if final := checkReplies(t, h.replies(req.TurnId)); final.GetFinalText().GetText() != "echo: "+story {
 		t.Fatalf("final %v", final)
 	}
 }
@@ -1076,15 +1081,7 @@ func TestStopMidStreamEndsTheStream(t *testing.T) {
 	h := newHarness(t)
 	h.setGeneration("s1", 1)
 	h.startWorker("w1", nil)
-	req := h.requestTurn("s1", "[[slow:1s]] tell me a long story about the sea and the ships on it", turnOpts{})
-	waitFor(t, 30*time.Second, "the answer starts streaming", func() bool {
-		for _, ev := range h.replies(req.TurnId) {
-			if ev.GetTextDelta() != nil {
-				return true
-			}
-		}
-		return false
-	})
+	req := h.streamingTurn(t, "1s")
 	h.setGeneration("s1", 2) // the router's /stop: the next generation, then the control
 	h.control("s1", turnsv1.ControlAction_CONTROL_ACTION_STOP, "")
 	if c := h.waitCompleted(req.TurnId); c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_STALE {
