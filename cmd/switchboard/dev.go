@@ -96,6 +96,7 @@ func runDevWith(ctx context.Context, cfg *Config, o devOptions) error {
 		a.close()
 		return err
 	}
+	a.migrated = true
 	if _, err := a.Redis(ctx); err != nil {
 		a.close()
 		return err

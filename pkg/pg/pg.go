@@ -4,6 +4,7 @@ package pg
 
 import (
 	"context"
+	"database/sql"
 	"embed"
 	"errors"
 	"fmt"
@@ -55,6 +56,18 @@ func Migrations() fs.FS {
 	return sub
 }
 
+// provider is goose over the embedded migrations. Out of order:
+// migrations are numbered by owner (001xx router, 002xx worker, 003xx
+// delivery), so a release can add one below a number a database already
+// has; each only depends on lower numbers.
+func provider(db *sql.DB, opts ...goose.ProviderOption) (*goose.Provider, error) {
+	p, err := goose.NewProvider(goose.DialectPostgres, db, Migrations(), append(opts, goose.WithAllowOutofOrder(true))...)
+	if err != nil {
+		return nil, fmt.Errorf("migration provider: %w", err)
+	}
+	return p, nil
+}
+
 // Migrate applies every pending migration. Replicas may run it at once: a
 // Postgres advisory lock serializes them.
 func Migrate(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger) error {
@@ -67,13 +80,9 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("migration locker: %w", err)
 	}
-	// Out of order: migrations are numbered by owner (001xx router, 002xx
-	// worker, 003xx delivery), so a release can add one below a number a
-	// database already has; each only depends on lower numbers.
-	p, err := goose.NewProvider(goose.DialectPostgres, db, Migrations(), goose.WithSessionLocker(locker),
-		goose.WithAllowOutofOrder(true))
+	p, err := provider(db, goose.WithSessionLocker(locker))
 	if err != nil {
-		return fmt.Errorf("migration provider: %w", err)
+		return err
 	}
 	results, err := p.Up(ctx)
 	for _, r := range results {
@@ -95,9 +104,9 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger) error {
 func Version(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
 	db := stdlib.OpenDBFromPool(pool)
 	defer db.Close()
-	p, err := goose.NewProvider(goose.DialectPostgres, db, Migrations())
+	p, err := provider(db)
 	if err != nil {
-		return 0, fmt.Errorf("migration provider: %w", err)
+		return 0, err
 	}
 	return p.GetDBVersion(ctx)
 }
@@ -111,9 +120,9 @@ var ErrSchemaBehind = errors.New("the database schema is behind this build: run 
 func CheckSchema(ctx context.Context, pool *pgxpool.Pool) error {
 	db := stdlib.OpenDBFromPool(pool)
 	defer db.Close()
-	p, err := goose.NewProvider(goose.DialectPostgres, db, Migrations(), goose.WithAllowOutofOrder(true))
+	p, err := provider(db)
 	if err != nil {
-		return fmt.Errorf("migration provider: %w", err)
+		return err
 	}
 	pending, err := p.HasPending(ctx)
 	if err != nil {

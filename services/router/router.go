@@ -322,10 +322,10 @@ func (s *Service) sweepAll(ctx context.Context, olderThan time.Time) {
 // is free, or held by an orphaned grant, which it takes over.
 func (s *Service) sweepOne(ctx context.Context, key string) (bool, error) {
 	owner, err := s.locker.Owner(ctx, key)
-	if err != nil || owner == "" {
-		if err != nil {
-			return false, err
-		}
+	if err != nil {
+		return false, err
+	}
+	if owner == "" {
 		return s.tryStart(ctx, key)
 	}
 	orphan, err := s.orphaned(ctx, key, owner)
