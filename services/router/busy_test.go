@@ -121,6 +121,10 @@ func TestInterruptPhotoMergeAndOneBusyAck(t *testing.T) {
 	if n := settled(t, "interrupts", 1, func() int { return len(e.controls(controlInterrupt)) }); n != 1 {
 		t.Fatalf("%d interrupts, want 1 (photos do not interrupt)", n)
 	}
+	// The interrupt names the turn it is for: a later turn ignores it.
+	if running, _ := w.snapshot(); e.controls(controlInterrupt)[0].GetTurnId() != running[0].GetTurnId() {
+		t.Fatalf("interrupt for turn %q, want the running turn %q", e.controls(controlInterrupt)[0].GetTurnId(), running[0].GetTurnId())
+	}
 	if n := settled(t, "busy acknowledgements", 1, func() int { return e.countNotices("alice", "Interrupting") }); n != 1 {
 		t.Fatalf("%d busy acknowledgements, want 1", n)
 	}

@@ -197,7 +197,7 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 		if cmd.Name == "deny" {
 			action = controlDeny
 		}
-		return s.control(ctx, m, action, cmd.Args)
+		return s.control(ctx, m, action, cmd.Args, "")
 	case "title":
 		if cmd.Args == "" {
 			if sess.Title == "" {

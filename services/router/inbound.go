@@ -501,7 +501,10 @@ func (s *Service) route(ctx context.Context, m *msgCtx, sess sessionstore.Sessio
 			// Sent even to a turn no worker has claimed yet (one may be
 			// claiming it now), but only a claimed turn is running: one
 			// still waiting for a worker runs first, then this message.
-			if err := s.control(ctx, m, controlInterrupt, ""); err != nil {
+			// It names the turn it interrupts: by the time it arrives
+			// that turn may have ended, and the next one, which may carry
+			// this very message, must not be cut short.
+			if err := s.control(ctx, m, controlInterrupt, "", heldBy(owner)); err != nil {
 				return err
 			}
 			if redisx.GrantOf(owner) != owner {

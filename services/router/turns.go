@@ -120,13 +120,24 @@ func (s *Service) turnRequested(ctx context.Context, key, turnID string) {
 	s.log.InfoContext(ctx, "turn requested", "session_key", key, "turn_id", turnID)
 }
 
-// control sends a control message to whichever worker runs the session.
-func (s *Service) control(ctx context.Context, m *msgCtx, action turnsv1.ControlAction, text string) error {
-	msg := &turnsv1.TurnControlRequested{SessionKey: m.key, Action: action, Text: text, EventId: m.dedupeID}
+// control sends a control message to the worker running the session's
+// turn turnID, or whichever turn runs for it when turnID is empty.
+func (s *Service) control(ctx context.Context, m *msgCtx, action turnsv1.ControlAction, text, turnID string) error {
+	msg := &turnsv1.TurnControlRequested{SessionKey: m.key, TurnId: turnID, Action: action, Text: text, EventId: m.dedupeID}
 	if err := s.bus.PublishCore(ctx, s.topo.ControlSubject(m.key), msg); err != nil {
 		return fmt.Errorf("send control: %w", err)
 	}
 	return nil
+}
+
+// heldBy is the id of the turn whose grant the lock value owner holds ("",
+// when it is no grant of this release): a grant token is its turn's id.
+func heldBy(owner string) string {
+	grant := redisx.GrantOf(owner)
+	if _, ok := redisx.GrantTime(grant); !ok {
+		return ""
+	}
+	return grant
 }
 
 // steerTimeout bounds the wait for a running turn to take steering text.
@@ -163,7 +174,7 @@ func (s *Service) forceUnlock(ctx context.Context, m *msgCtx) (bool, error) {
 	if owner == "" {
 		return false, nil
 	}
-	if err := s.control(ctx, m, controlStop, ""); err != nil {
+	if err := s.control(ctx, m, controlStop, "", ""); err != nil {
 		return true, err
 	}
 	// Compare-and-delete with the token we read: a newer owner is kept.

@@ -1047,6 +1047,30 @@ func TestInterruptEndsAStreamingModelCall(t *testing.T) {
 	}
 }
 
+// An interrupt that names another turn (one that ended before the control
+// arrived) leaves the running turn alone: it answers in full.
+func TestInterruptForAnotherTurnIsIgnored(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.setGeneration("s1", 1)
+	h.startWorker("w1", nil)
+	req := h.streamingTurn(t, "200ms")
+	data, err := proto.Marshal(&turnsv1.TurnControlRequested{SessionKey: "s1", TurnId: "an-earlier-turn",
+		Action: turnsv1.ControlAction_CONTROL_ACTION_INTERRUPT})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.bus.Conn().Publish(h.bus.Topology().ControlSubject("s1"), data); err != nil {
+		t.Fatal(err)
+	}
+	if c := h.waitCompleted(req.TurnId); c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED {
+		t.Fatalf("status %v, want COMPLETED", c.GetStatus())
+	}
+	if final := checkReplies(t, h.replies(req.TurnId)); final.GetFinalText().GetText() != "echo: "+story {
+		t.Fatalf("final %v, want the whole answer", final)
+	}
+}
+
 // A turn run again after its worker died mid-stream streams nothing: its
 // deltas would be spliced onto the first attempt's part of another
 // answer. Its final carries the whole answer.
