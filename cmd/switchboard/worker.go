@@ -83,7 +83,7 @@ func (a *app) llmBackend() (worker.Backend, error) {
 	}
 	sum := sha256.Sum256([]byte(c.APIKey))
 	a.log.Info("llm provider configured", "provider", kind, "model", c.Model, "base_url", c.BaseURL)
-	return worker.Backend{Provider: llm.WithRetry(p, policy), Kind: kind, Model: c.Model, BaseURL: c.BaseURL,
+	return worker.Backend{Provider: llm.WithRetry(llm.Instrument(p, kind), policy), Kind: kind, Model: c.Model, BaseURL: c.BaseURL,
 		KeyHash: hex.EncodeToString(sum[:])}, nil
 }
 
@@ -100,6 +100,6 @@ func (a *app) fakeBackend(policy llm.RetryPolicy) (worker.Backend, error) {
 	base := fake.URL() + "/v1"
 	// The worker reaches its own fake in-process: HTTP without a socket.
 	provider := llm.NewOpenAI(llm.OpenAIConfig{BaseURL: base, Model: "fake-model", HTTPClient: fake.HTTPClient()})
-	return worker.Backend{Provider: llm.WithRetry(provider, policy),
+	return worker.Backend{Provider: llm.WithRetry(llm.Instrument(provider, "fake"), policy),
 		Kind: "fake", Model: "fake-model", BaseURL: base}, nil
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/switchboard-chat/switchboard/pkg/bus"
 	"github.com/switchboard-chat/switchboard/pkg/bus/bustest"
 	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
+	"github.com/switchboard-chat/switchboard/pkg/telemetry/telemetrytest"
 )
 
 // TestConformance runs the bus suite against every real server we have:
@@ -80,6 +81,7 @@ func runSuite(t *testing.T, url string) {
 		{"poison payload dead-lettered", testPoison},
 		{"work queue gives each turn to one consumer", testWorkQueue},
 		{"in-flight handler finishes on shutdown", testGracefulDrain},
+		{"a running consumer reports its backlog", testBacklogGauges},
 		{"a stopping consumer hands messages to the others", testHandBackOnStop},
 		{"a message the server gives up on is dead-lettered", testServerMaxDeliveries},
 		{"trace context survives a hop", testTraceContext},
@@ -506,6 +508,35 @@ func testGracefulDrain(t *testing.T, b *bus.Bus) {
 	// The ack is sent before Run returns; the server removes the message
 	// from the work queue when it processes it.
 	eventually(t, "finished message acked", func() bool { return streamMsgs(t, b, bus.StreamTurns) == 0 })
+}
+
+// testBacklogGauges: a consumer's backlog (not yet delivered, delivered
+// and not acked) is on /metrics while it runs, and gone once it stops.
+func testBacklogGauges(t *testing.T, b *bus.Bus) {
+	spec := turnsSpec(fmt.Sprintf("test-backlog-%d", time.Now().UnixNano()))
+	spec.BacklogInterval = 50 * time.Millisecond
+	release := make(chan struct{})
+	c := bus.NewConsumer(b, spec, func(ctx context.Context, m *turnsv1.TurnRequested) error {
+		<-release
+		return nil
+	})
+	for i := range 4 {
+		publishTurn(t, b, fmt.Sprint("backlog-", i))
+	}
+	stop := start(t, c)
+	labels := map[string]string{"consumer": spec.Durable}
+	backlog := func() string {
+		return fmt.Sprintf("pending %v, ack pending %v",
+			telemetrytest.Value(t, "switchboard_bus_consumer_pending", labels),
+			telemetrytest.Value(t, "switchboard_bus_consumer_ack_pending", labels))
+	}
+	eventually(t, "one message in the handler, three waiting", func() bool { return backlog() == "pending 3, ack pending 1" })
+	close(release)
+	eventually(t, "an empty backlog", func() bool { return backlog() == "pending 0, ack pending 0" })
+	stop()
+	if _, ok := telemetrytest.Lookup(t, "switchboard_bus_consumer_pending", labels); ok {
+		t.Error("a stopped consumer still reports its backlog")
+	}
 }
 
 // testHandBackOnStop stops a consumer while its pull request is open and

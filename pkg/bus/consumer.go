@@ -85,6 +85,10 @@ type ConsumerSpec struct {
 	// UnavailableFor bounds the in-place retries of one delivery.
 	// Default 15 min.
 	UnavailableFor time.Duration
+	// BacklogInterval is how often the consumer's backlog gauges
+	// (switchboard_bus_consumer_pending, _ack_pending) are read from the
+	// server while it runs. Default 15s.
+	BacklogInterval time.Duration
 }
 
 // maxUnavailablePause is the longest pause between in-place retries.
@@ -114,6 +118,9 @@ func (s ConsumerSpec) withDefaults() ConsumerSpec {
 	}
 	if s.UnavailableFor <= 0 {
 		s.UnavailableFor = 15 * time.Minute
+	}
+	if s.BacklogInterval <= 0 {
+		s.BacklogInterval = 15 * time.Second
 	}
 	return s
 }
@@ -205,6 +212,8 @@ func (c *Consumer[T, P]) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	stopGauges := c.watchBacklog(ctx, cons)
+	defer stopGauges()
 	// Handlers outlive ctx by up to DrainTimeout so a graceful stop lets
 	// running work finish.
 	hctx, cancelHandlers := context.WithCancel(context.WithoutCancel(ctx))
@@ -285,6 +294,42 @@ func (c *Consumer[T, P]) Run(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// watchBacklog keeps the consumer's backlog gauges current until stop,
+// which removes them: a consumer this process no longer runs (a partition
+// that moved to another replica) reports nothing here.
+func (c *Consumer[T, P]) watchBacklog(ctx context.Context, cons jetstream.Consumer) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	name := c.spec.Durable
+	go func() {
+		defer close(done)
+		t := time.NewTicker(c.spec.BacklogInterval)
+		defer t.Stop()
+		for {
+			ictx, icancel := context.WithTimeout(ctx, 5*time.Second)
+			info, err := cons.Info(ictx)
+			icancel()
+			if err == nil {
+				consumerPending.WithLabelValues(name).Set(float64(info.NumPending))
+				consumerAckPending.WithLabelValues(name).Set(float64(info.NumAckPending))
+			} else if ctx.Err() == nil {
+				c.log.Debug("read consumer backlog", "err", err)
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+		consumerPending.DeleteLabelValues(name)
+		consumerAckPending.DeleteLabelValues(name)
+	}
 }
 
 // handle runs the handler on one message under ctx (the handlers'

@@ -42,6 +42,14 @@ var (
 		Name: "switchboard_bus_unavailable_retries_total",
 		Help: "In-place handler retries while a dependency was unavailable (no delivery attempt used).",
 	}, []string{"consumer"})
+	consumerPending = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "switchboard_bus_consumer_pending",
+		Help: "Messages of a durable consumer's stream not yet delivered to it (JetStream num_pending), read by every process that runs the consumer (every 15 s by default).",
+	}, []string{"consumer"})
+	consumerAckPending = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "switchboard_bus_consumer_ack_pending",
+		Help: "Messages delivered to a durable consumer and not yet acknowledged (JetStream num_ack_pending), read by every process that runs the consumer (every 15 s by default).",
+	}, []string{"consumer"})
 	advisories = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "switchboard_bus_advisories_total",
 		Help: "JetStream advisories seen (max deliveries, terminated).",

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"reflect"
 	"strings"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/switchboard-chat/switchboard/pkg/fakellm"
 	"github.com/switchboard-chat/switchboard/pkg/llm"
+	"github.com/switchboard-chat/switchboard/pkg/telemetry/telemetrytest"
 )
 
 // quiet discards retry logs.
@@ -524,4 +526,61 @@ func TestCallTimeout(t *testing.T) {
 			})
 		}
 	}
+}
+
+func TestInstrumentCountsEveryAttempt(t *testing.T) {
+	for _, b := range backends {
+		for _, streaming := range []bool{true, false} {
+			mode := map[bool]string{true: "stream", false: "whole"}[streaming]
+			t.Run(b.name+"/"+mode, func(t *testing.T) {
+				srv := startFake(t, fakellm.Config{})
+				srv.FailNext(1, fakellm.Failure{Status: 429, RetryAfter: time.Second})
+				provider := "test-" + b.name + "-" + mode // series of this test alone
+				p := llm.WithRetry(llm.Instrument(b.make(srv), provider), llm.RetryPolicy{
+					MaxAttempts: 3, Sleep: (&fakeSleep{}).Sleep, Log: quiet})
+				req := userReq("how are you")
+				req.Model = "m1"
+				var err error
+				if streaming {
+					_, _, err = collect(context.Background(), p, req)
+				} else {
+					_, err = llm.Complete(context.Background(), p, req)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				telemetrytest.Want(t, "switchboard_llm_requests_total", map[string]string{"provider": provider, "model": "m1", "result": "rate_limited"}, 1)
+				telemetrytest.Want(t, "switchboard_llm_requests_total", map[string]string{"provider": provider, "model": "m1", "result": "ok"}, 1)
+				telemetrytest.Want(t, "switchboard_llm_request_seconds", map[string]string{"provider": provider, "model": "m1"}, 2)
+				ttft := 0
+				if streaming {
+					ttft = 1
+				}
+				telemetrytest.Want(t, "switchboard_llm_time_to_first_token_seconds", map[string]string{"provider": provider, "model": "m1"}, float64(ttft))
+				for _, kind := range []string{"input", "output"} {
+					if v := telemetrytest.Value(t, "switchboard_llm_tokens_total", map[string]string{"provider": provider, "model": "m1", "kind": kind}); v <= 0 {
+						t.Errorf("%s tokens = %v, want > 0", kind, v)
+					}
+				}
+			})
+		}
+	}
+}
+
+func TestInstrumentBoundsModelNames(t *testing.T) {
+	srv := startFake(t, fakellm.Config{})
+	p := llm.Instrument(backends[0].make(srv), "test-bounded")
+	for i := range 40 {
+		req := userReq("hi")
+		req.Model = fmt.Sprintf("model-%d", i)
+		if _, err := llm.Complete(context.Background(), p, req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	telemetrytest.Want(t, "switchboard_llm_requests_total", map[string]string{"provider": "test-bounded", "model": "model-0", "result": "ok"}, 1)
+	telemetrytest.Want(t, "switchboard_llm_requests_total", map[string]string{"provider": "test-bounded", "model": "other", "result": "ok"}, 40-32)
+	if _, err := llm.Complete(context.Background(), p, userReq("hi")); err != nil {
+		t.Fatal(err)
+	}
+	telemetrytest.Want(t, "switchboard_llm_requests_total", map[string]string{"provider": "test-bounded", "model": "default", "result": "ok"}, 1)
 }

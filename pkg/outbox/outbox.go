@@ -548,6 +548,48 @@ WHERE state IN ('failed', 'expired') AND ($1 OR id = ANY($2))`, all, ids)
 	return int(tag.RowsAffected()), nil
 }
 
+// Counts returns how many rows wait to be sent (queued, sending) and how
+// many are dead letters (failed, expired), by state. Sent rows are not
+// counted. Each count reads its partial index.
+func (s *Store) Counts(ctx context.Context) (map[State]int64, error) {
+	rows, err := s.db.Query(ctx, `
+SELECT state, count(*) FROM delivery_outbox WHERE state IN ('queued', 'sending') GROUP BY state
+UNION ALL
+SELECT state, count(*) FROM delivery_outbox WHERE state IN ('failed', 'expired') GROUP BY state`)
+	if err != nil {
+		return nil, fmt.Errorf("count deliveries: %w", err)
+	}
+	out := map[State]int64{Queued: 0, Sending: 0, Failed: 0, Expired: 0}
+	var (
+		st State
+		n  int64
+	)
+	_, err = pgx.ForEachRow(rows, []any{&st, &n}, func() error {
+		out[st] = n
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("count deliveries: %w", err)
+	}
+	return out, nil
+}
+
+// Prune deletes up to limit sent rows last updated before sentBefore and
+// up to limit dead letters last updated before deadBefore (a zero time
+// deletes none of that kind), and reports how many it deleted.
+func (s *Store) Prune(ctx context.Context, sentBefore, deadBefore time.Time, limit int) (int, error) {
+	tag, err := s.db.Exec(ctx, `
+DELETE FROM delivery_outbox WHERE id IN (
+	(SELECT id FROM delivery_outbox WHERE state = 'sent' AND updated_at < $1 LIMIT $3)
+	UNION ALL
+	(SELECT id FROM delivery_outbox WHERE state IN ('failed', 'expired') AND updated_at < $2 LIMIT $3))`,
+		sentBefore, deadBefore, limit)
+	if err != nil {
+		return 0, fmt.Errorf("prune deliveries: %w", err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
 // SaveStreamMessage remembers a platform message a streamed reply created.
 func (s *Store) SaveStreamMessage(ctx context.Context, turnID string, index int, platformMessageID string) error {
 	_, err := s.db.Exec(ctx, `INSERT INTO delivery_stream_messages (turn_id, message_index, platform_message_id)

@@ -257,3 +257,78 @@ func TestRowCarriesTraceContext(t *testing.T) {
 		}
 	}
 }
+
+func TestCountsAndPrune(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := outbox.New(pgtest.New(t))
+	counts := func() string {
+		t.Helper()
+		c, err := s.Counts(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fmt.Sprintf("queued %d, sending %d, failed %d, expired %d, states %d",
+			c[outbox.Queued], c[outbox.Sending], c[outbox.Failed], c[outbox.Expired], len(c))
+	}
+	if got, want := counts(), "queued 0, sending 0, failed 0, expired 0, states 4"; got != want {
+		t.Fatalf("empty outbox: %s, want %s", got, want)
+	}
+	day := 24 * time.Hour
+	// Sent long ago and just now; failed long ago and just now; one
+	// sending, one queued behind it, one expired.
+	for i, at := range []time.Time{t0, t0.Add(10 * day)} {
+		if err := s.RecordSent(ctx, at, time.Hour, req(fmt.Sprint("sent", i), "S"), "me", "pm"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Enqueue(ctx, at, time.Hour, req(fmt.Sprint("fail", i), fmt.Sprint("F", i))); err != nil {
+			t.Fatal(err)
+		}
+		rows, err := s.Claim(ctx, at, time.Minute, "me", 10)
+		if err != nil || len(rows) != 1 {
+			t.Fatalf("claim %v %v", keys(rows), err)
+		}
+		if err := s.Fail(ctx, rows[0].ID, "me", "chat not found", at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.Enqueue(ctx, t0.Add(10*day), time.Hour, req("a1", "A"), req("a2", "A"), req("late", "L")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Expire(ctx, t0.Add(10*day+2*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Enqueue(ctx, t0.Add(10*day+2*time.Hour), time.Hour, req("b1", "B"), req("b2", "B")); err != nil {
+		t.Fatal(err)
+	}
+	if rows, err := s.Claim(ctx, t0.Add(10*day+2*time.Hour), time.Minute, "me", 10); err != nil || len(rows) != 1 {
+		t.Fatalf("claim %v %v", keys(rows), err)
+	}
+	if got, want := counts(), "queued 1, sending 1, failed 2, expired 3, states 4"; got != want {
+		t.Fatalf("counts: %s, want %s", got, want)
+	}
+
+	now := t0.Add(10*day + 3*time.Hour)
+	// Sent rows older than 7 days and dead letters older than 30: only
+	// the first sent row.
+	n, err := s.Prune(ctx, now.Add(-7*day), now.Add(-30*day), 100)
+	if err != nil || n != 1 {
+		t.Fatalf("prune: %d %v", n, err)
+	}
+	if _, err := s.GetByKey(ctx, "sent0"); !errors.Is(err, outbox.ErrNotFound) {
+		t.Fatalf("old sent row still there: %v", err)
+	}
+	// Dead letters older than 5 days, one row of each kind at a time.
+	n, err = s.Prune(ctx, time.Time{}, now.Add(-5*day), 1)
+	if err != nil || n != 1 {
+		t.Fatalf("prune dead letters: %d %v", n, err)
+	}
+	if got, want := counts(), "queued 1, sending 1, failed 1, expired 3, states 4"; got != want {
+		t.Fatalf("after pruning: %s, want %s", got, want)
+	}
+	for _, key := range []string{"sent1", "fail1", "a1", "b1", "b2"} {
+		if _, err := s.GetByKey(ctx, key); err != nil {
+			t.Errorf("%s pruned: %v", key, err)
+		}
+	}
+}

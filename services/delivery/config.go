@@ -95,6 +95,11 @@ type Config struct {
 	PartitionLease time.Duration `koanf:"partition_lease"`
 	// AckWait of the reply consumers.
 	AckWait time.Duration `koanf:"ack_wait"`
+	// SentRetention is how long a sent row is kept (for the admin
+	// listing) before housekeeping deletes it; DeadRetention the same for
+	// dead letters (failed, expired) nobody requeued or purged.
+	SentRetention time.Duration `koanf:"sent_retention"`
+	DeadRetention time.Duration `koanf:"dead_retention"`
 	// Platforms override DefaultPlatforms field by field.
 	Platforms map[string]Platform `koanf:"platforms"`
 	// ReplicaID names this replica in claims; hostname+random by default.
@@ -117,6 +122,8 @@ func DefaultConfig() Config {
 		TypingMax:      5 * time.Minute,
 		PartitionLease: 15 * time.Second,
 		AckWait:        30 * time.Second,
+		SentRetention:  7 * 24 * time.Hour,
+		DeadRetention:  30 * 24 * time.Hour,
 	}
 }
 
@@ -137,6 +144,8 @@ func (c Config) withDefaults() Config {
 	set(&c.TypingMax, d.TypingMax)
 	set(&c.PartitionLease, d.PartitionLease)
 	set(&c.AckWait, d.AckWait)
+	set(&c.SentRetention, d.SentRetention)
+	set(&c.DeadRetention, d.DeadRetention)
 	if c.Senders <= 0 {
 		c.Senders = d.Senders
 	}

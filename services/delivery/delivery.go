@@ -296,21 +296,76 @@ func (s *Service) consumer(p int) *bus.Consumer[repliesv1.ReplyEvent, *repliesv1
 // backoff), far shorter than a streamed message's editable life.
 const doneKeep = 15 * time.Minute
 
-// housekeeping forgets finished turns and old stream records.
+// housekeeping forgets finished turns and old stream records, deletes
+// outbox rows past their retention, and keeps the outbox gauge current.
 func (s *Service) housekeeping(ctx context.Context) error {
-	t := time.NewTicker(time.Minute)
-	defer t.Stop()
+	prune := time.NewTicker(pruneInterval)
+	defer prune.Stop()
+	count := time.NewTicker(outboxCountInterval)
+	defer count.Stop()
+	s.countOutbox(ctx)
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-t.C:
+		case <-count.C:
+			s.countOutbox(ctx)
+		case <-prune.C:
 			now := time.Now()
 			s.turns.prune(now.Add(-2*s.cfg.TTL), now.Add(-doneKeep))
 			if err := s.store.PruneStreamMessages(ctx, now.Add(-2*s.cfg.TTL)); err != nil && ctx.Err() == nil {
 				s.log.Warn("prune stream messages failed", "err", err)
 			}
+			s.pruneOutbox(ctx, s.now())
 		}
+	}
+}
+
+// How often housekeeping reads the outbox gauge and prunes (variables
+// for tests).
+var (
+	outboxCountInterval = 15 * time.Second
+	pruneInterval       = time.Minute
+)
+
+// countOutbox sets switchboard_delivery_outbox_rows. Every replica reads
+// the same table: the gauge is the outbox's, not the replica's.
+func (s *Service) countOutbox(ctx context.Context) {
+	counts, err := s.store.Counts(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.Warn("count outbox rows failed", "err", err)
+		}
+		return
+	}
+	for st, n := range counts {
+		outboxRows.WithLabelValues(string(st)).Set(float64(n))
+	}
+}
+
+// pruneBatch bounds one delete, so that pruning a large backlog (the first
+// run after an upgrade) never holds many row locks at once.
+const pruneBatch = 1000
+
+// pruneOutbox deletes sent rows older than SentRetention and dead letters
+// older than DeadRetention, a batch at a time.
+func (s *Service) pruneOutbox(ctx context.Context, now time.Time) {
+	total := 0
+	for ctx.Err() == nil {
+		n, err := s.store.Prune(ctx, now.Add(-s.cfg.SentRetention), now.Add(-s.cfg.DeadRetention), pruneBatch)
+		if err != nil {
+			if ctx.Err() == nil {
+				s.log.Warn("prune outbox failed", "err", err)
+			}
+			break
+		}
+		total += n
+		if n < pruneBatch {
+			break
+		}
+	}
+	if total > 0 {
+		s.log.Info("pruned outbox rows past their retention", "rows", total)
 	}
 }
 

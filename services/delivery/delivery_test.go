@@ -22,6 +22,7 @@ import (
 	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
 	"github.com/switchboard-chat/switchboard/pkg/outbox"
 	"github.com/switchboard-chat/switchboard/pkg/redisx"
+	"github.com/switchboard-chat/switchboard/pkg/telemetry/telemetrytest"
 	"github.com/switchboard-chat/switchboard/services/delivery"
 )
 
@@ -722,5 +723,39 @@ func TestFinalRepliesCarryHopTimes(t *testing.T) {
 			h.GetDispatchedAt().AsTime().Before(want.AsTime()) || h.GetDispatchedAt().AsTime().After(c.At):
 			t.Errorf("%s hop times %v, want requested %v, created %v, dispatched by %v", c.Key, h, requested, want, c.At)
 		}
+	}
+}
+
+// Housekeeping keeps the outbox gauge current and deletes sent rows past
+// their retention. Not parallel: it sets the package's intervals and reads
+// a process-wide gauge.
+func TestHousekeepingCountsAndPrunesTheOutbox(t *testing.T) {
+	restore := delivery.SetHousekeeping(50*time.Millisecond, 50*time.Millisecond)
+	defer restore()
+	e := newEnv(t)
+	cfg := testConfig()
+	cfg.SentRetention = time.Hour
+	cfg.TTL = 10 * time.Hour
+	cfg.MaxAttempts = 1000
+	e.start(t, cfg, "a")
+	stuck := event("t1", 1, "s1", final("nobody listens"))
+	stuck.Target.Platform = "nowhere"
+	e.publish(t, stuck)
+	e.publish(t, event("t2", 1, "s2", final("hello")))
+	queued := map[string]string{"state": "queued"}
+	eventually(t, e.clock, 0, "the stuck row counted", func() bool {
+		return telemetrytest.Value(t, "switchboard_delivery_outbox_rows", queued) == 1
+	})
+	eventually(t, e.clock, 0, "the sent row recorded", func() bool { return rowState(t, e.db, "t2:1:0") == "sent" })
+	e.clock.Advance(2 * time.Hour)
+	eventually(t, e.clock, 0, "the sent row pruned", func() bool {
+		var n int
+		if err := e.db.QueryRow(context.Background(), `SELECT count(*) FROM delivery_outbox WHERE idempotency_key = 't2:1:0'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n == 0
+	})
+	if st := rowState(t, e.db, "t1:1:0"); st != "queued" && st != "sending" {
+		t.Errorf("the waiting row is %q", st)
 	}
 }

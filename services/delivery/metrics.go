@@ -22,6 +22,10 @@ var (
 		Name: "switchboard_delivery_partitions_owned",
 		Help: "Reply partitions this delivery replica owns (its fair share of the live replicas).",
 	})
+	outboxRows = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "switchboard_delivery_outbox_rows",
+		Help: "Outbox rows waiting to be sent (queued, sending) and dead letters (failed, expired), by state; the same table for every replica.",
+	}, []string{"state"})
 	progress = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "switchboard_delivery_progress_total",
 		Help: "Best-effort progress operations (stream edits, stream deltas, typing), by platform, op and result.",

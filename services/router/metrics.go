@@ -22,6 +22,10 @@ var (
 		Name: "switchboard_router_swept_turns_total",
 		Help: "Turns started by the sweeper (expired lock or missed completion).",
 	})
+	lockTakeovers = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "switchboard_router_lock_takeovers_total",
+		Help: "Sessions the sweep took from a holder that left them: expired (messages waited on a free lock: its worker died or stalled past the lock TTL, or a completion was lost), orphaned_grant (a router died between granting the lock and starting the turn).",
+	}, []string{"kind"})
 	busyActions = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "switchboard_router_busy_total",
 		Help: "Messages that arrived while their session was busy, by action.",

@@ -326,7 +326,11 @@ func (s *Service) sweepOne(ctx context.Context, key string) (bool, error) {
 		return false, err
 	}
 	if owner == "" {
-		return s.tryStart(ctx, key)
+		started, err := s.tryStart(ctx, key)
+		if started {
+			lockTakeovers.WithLabelValues("expired").Inc()
+		}
+		return started, err
 	}
 	orphan, err := s.orphaned(ctx, key, owner)
 	if err != nil || !orphan {
@@ -339,6 +343,7 @@ func (s *Service) sweepOne(ctx context.Context, key string) (bool, error) {
 		}
 		return false, err
 	}
+	lockTakeovers.WithLabelValues("orphaned_grant").Inc()
 	s.log.Warn("took over an orphaned session lock", "session_key", key, "grant", owner)
 	return s.startLocked(ctx, key, token)
 }

@@ -417,6 +417,7 @@ func (r *turnRun) runTools(ctx context.Context, ls *loopState, pending []store.T
 func (r *turnRun) runTool(ctx context.Context, tc store.ToolCall) (result string, failed bool, err error) {
 	t, ok := r.s.tools.Get(tc.Name)
 	if !ok {
+		toolCalls.WithLabelValues("unknown", "unknown").Inc()
 		return fmt.Sprintf("error: unknown tool %q", tc.Name), true, nil
 	}
 	if t.Dangerous {
@@ -425,6 +426,7 @@ func (r *turnRun) runTool(ctx context.Context, tc store.ToolCall) (result string
 			return "", false, err
 		}
 		if !approved {
+			toolCalls.WithLabelValues(tc.Name, "denied").Inc()
 			return "The user denied this tool call. Do not retry it; continue without it.", true, nil
 		}
 	}
@@ -441,10 +443,16 @@ func (r *turnRun) runTool(ctx context.Context, tc store.ToolCall) (result string
 		return "", false, ctx.Err()
 	}
 	if terr != nil {
+		result := "failed"
+		if tctx.Err() != nil {
+			result = "timeout"
+		}
+		toolCalls.WithLabelValues(tc.Name, result).Inc()
 		span.SetStatus(codes.Error, "tool failed")
 		r.log.Info("tool failed", "tool", tc.Name, "err", terr)
 		return "error: " + terr.Error(), true, nil
 	}
+	toolCalls.WithLabelValues(tc.Name, "ok").Inc()
 	return out, false, nil
 }
 
@@ -453,7 +461,8 @@ func preview(args string) string { return truncate(args, 200) }
 // approve asks the user (through the router's /approve and /deny) and
 // waits; no answer within the timeout is a denial.
 func (r *turnRun) approve(ctx context.Context, tc store.ToolCall) (bool, error) {
-	r.ctl.drainApprovals()
+	r.ctl.await(true)
+	defer r.ctl.await(false)
 	if err := r.toolProgress(ctx, tc.ID, tc.Name, repliesv1.ToolPhase_TOOL_PHASE_AWAITING_APPROVAL,
 		fmt.Sprintf("%s %s — reply /approve or /deny", tc.Name, preview(tc.Arguments))); err != nil {
 		return false, err

@@ -9,3 +9,23 @@ var turnsCompleted = promauto.NewCounterVec(prometheus.CounterOpts{
 	Name: "switchboard_worker_turns_total",
 	Help: "Turns that reached an end (their completion was published), by status: completed, failed, interrupted, stopped, stale.",
 }, []string{"status"})
+
+var (
+	turnSeconds = promauto.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "switchboard_worker_turn_seconds",
+		Help:    "Time from a turn's delivery to this worker to its completion, by status (one observation per attempt that reached an end).",
+		Buckets: []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600},
+	}, []string{"status"})
+	turnsInflight = promauto.NewGauge(prometheus.GaugeOpts{
+		Name: "switchboard_worker_turns_inflight",
+		Help: "Turns this worker is handling now (claiming the lock, running, completing).",
+	})
+	lockLost = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "switchboard_worker_lock_lost_total",
+		Help: "Running turns that lost their session lock and stopped, by reason: moved_on (/stop, /new or a reset advanced the session), taken (another grant or attempt holds the lock: this worker stalled past the lock TTL).",
+	}, []string{"reason"})
+	toolCalls = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "switchboard_worker_tool_calls_total",
+		Help: "Tool calls run for the model, by tool and result: ok, failed, timeout, denied (by the user or the approval timeout), unknown (the model named no such tool; tool=\"unknown\").",
+	}, []string{"tool", "result"})
+)

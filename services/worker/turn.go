@@ -26,7 +26,10 @@ import (
 
 // Reasons a turn stops early.
 var (
-	errLockLost    = errors.New("session lock lost")
+	errLockLost = errors.New("session lock lost")
+	// errMovedOn: the lock is gone because the session moved on (/stop,
+	// /new, a reset): a lock loss that nothing went wrong for.
+	errMovedOn     = fmt.Errorf("session moved on: %w", redisx.ErrNotOwner)
 	errLockBusy    = errors.New("session lock held by another attempt at this turn")
 	errInterrupted = errors.New("turn interrupted")
 	errStopped     = errors.New("turn stopped")
@@ -65,6 +68,9 @@ type turnRun struct {
 	// attempt that decided it (TurnCompleted.usage_recorded).
 	usageRecorded bool
 	model         string
+	// began is when this attempt was delivered (the wall clock, for
+	// turnSeconds).
+	began time.Time
 	// prompt is the conversation's stored system prompt, as begin loaded
 	// it (nil: none stored).
 	prompt *store.Prompt
@@ -123,6 +129,7 @@ func newTurnRun(s *Service, req *turnsv1.TurnRequested, attempt int) *turnRun {
 			StartedAt:  s.now(),
 		},
 		ctl:    newControl(),
+		began:  time.Now(),
 		holder: redisx.Holder(req.GetLockToken(), fmt.Sprintf("%s.%d", s.cfg.ID, attempt)),
 	}
 	r.target = replyTarget(req)
@@ -367,7 +374,9 @@ func (r *turnRun) complete(ctx context.Context, status turnsv1.TurnStatus, reaso
 	if err != nil {
 		return fmt.Errorf("publish turn completed: %w", err)
 	}
-	turnsCompleted.WithLabelValues(strings.ToLower(strings.TrimPrefix(status.String(), "TURN_STATUS_"))).Inc()
+	label := strings.ToLower(strings.TrimPrefix(status.String(), "TURN_STATUS_"))
+	turnsCompleted.WithLabelValues(label).Inc()
+	turnSeconds.WithLabelValues(label).Observe(time.Since(r.began).Seconds())
 	r.log.Info("turn completed", "status", status.String(), "model_calls", u.GetModelCalls(), "tool_calls", u.GetToolCalls())
 	return nil
 }
@@ -446,7 +455,12 @@ func (r *turnRun) keepLock(ctx context.Context) (context.Context, func()) {
 				err = r.reclaim(ctx)
 			}
 			if errors.Is(err, redisx.ErrNotOwner) {
-				r.log.Warn("session lock lost; stopping at the next safe point")
+				reason := "taken"
+				if errors.Is(err, errMovedOn) {
+					reason = "moved_on"
+				}
+				lockLost.WithLabelValues(reason).Inc()
+				r.log.Warn("session lock lost; stopping at the next safe point", "reason", reason)
 				r.lockLost.Store(true)
 				r.ctl.wakeUp()
 				r.ctl.abortCall(errLockLost)
@@ -467,7 +481,7 @@ func (r *turnRun) keepLock(ctx context.Context) (context.Context, func()) {
 func (r *turnRun) reclaim(ctx context.Context) error {
 	if err := r.s.store.CheckGeneration(ctx, r.st); err != nil {
 		if errors.Is(err, store.ErrStaleGeneration) {
-			return redisx.ErrNotOwner
+			return errMovedOn
 		}
 		return err
 	}
@@ -630,7 +644,11 @@ type control struct {
 	// decided), so steering is refused and the router queues it.
 	steerClosed bool
 	approvals   chan bool
-	wake        chan struct{}
+	// awaiting: a tool call waits for the user's /approve or /deny; an
+	// answer at any other time is refused (the router says nothing is
+	// pending).
+	awaiting bool
+	wake     chan struct{}
 	forward     func(*turnsv1.TurnControlRequested)
 	// cancelCall ends the model call in progress, if any: a stop, an
 	// interrupt or the lock's loss does not wait for a call that may
@@ -729,12 +747,32 @@ func (c *control) apply(m *turnsv1.TurnControlRequested) bool {
 			c.steer = append(c.steer, m.GetText())
 		}
 	case turnsv1.ControlAction_CONTROL_ACTION_APPROVE, turnsv1.ControlAction_CONTROL_ACTION_DENY:
+		if !c.awaiting {
+			return false
+		}
 		select {
 		case c.approvals <- m.GetAction() == turnsv1.ControlAction_CONTROL_ACTION_APPROVE:
+			c.awaiting = false // one answer per request
 		default:
+			return false
 		}
 	}
 	return true
+}
+
+// await marks whether a tool call waits for the user's answer; a new wait
+// starts with no answer given before it.
+func (c *control) await(waiting bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.awaiting = waiting
+	for waiting {
+		select {
+		case <-c.approvals:
+		default:
+			return
+		}
+	}
 }
 
 func (c *control) stopReason() error {
@@ -775,17 +813,6 @@ func (c *control) closeSteer() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.steerClosed = true
-}
-
-// drainApprovals forgets answers that arrived while nothing was asked.
-func (c *control) drainApprovals() {
-	for {
-		select {
-		case <-c.approvals:
-		default:
-			return
-		}
-	}
 }
 
 // subscribeControl registers the turn for the router's control messages

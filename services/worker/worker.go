@@ -316,6 +316,8 @@ func (s *Service) handle(ctx context.Context, req *turnsv1.TurnRequested) error 
 	if req.GetTurnId() == "" || req.GetSessionKey() == "" {
 		return bus.Permanent(errors.New("turn without turn_id or session_key"))
 	}
+	turnsInflight.Inc()
+	defer turnsInflight.Dec()
 	r := newTurnRun(s, req, attempt)
 	r.log = telemetry.WithTrace(ctx, r.log)
 	return r.run(ctx)
