@@ -191,7 +191,7 @@ func TestSteerNobodyTakesIsQueued(t *testing.T) {
 	e.startRouter(cfg, nil, nil)
 	g := newGate(t, "long")
 	w := e.startWorker(g.hold)
-	e.refuseSteer.Store(true)
+	e.refuseControl.Store(true)
 
 	e.publish(dm("bob", "long"))
 	waitFor(t, "the first turn", func() bool { turns, _ := w.snapshot(); return len(turns) == 1 })
@@ -264,3 +264,82 @@ func TestResumeMidTurnIsRefused(t *testing.T) {
 	}
 	g.open()
 }
+
+// While a task runs, commands answer as Hermes's do: /queue and /steer
+// always say what became of their text, /approve and /deny whether an
+// approval was waiting, and the commands that would read or change the
+// conversation under the task are refused.
+func TestCommandsMidTurnAnswerAsHermes(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.startRouter(testConfig(), nil, nil)
+	g := newGate(t, "long job")
+	w := e.startWorker(g.hold)
+	e.publish(dm("bob", "long job"))
+	waitFor(t, "the turn runs", func() bool { turns, _ := w.snapshot(); return len(turns) == 1 })
+	refusal := func(name string) string {
+		return "⏳ Agent is running — `/" + name + "` can't run mid-turn. Wait for the current response or `/stop` first."
+	}
+	tests := []struct {
+		text, want string
+		refuse     bool // no running turn takes controls
+	}{
+		{"/whoami", refusal("whoami"), false},
+		{"/sessions", refusal("sessions"), false},
+		{"/resume", refusal("resume"), false},
+		{"/title Trip", refusal("title"), false},
+		{"/retry", refusal("retry"), false},
+		{"/undo", refusal("undo"), false},
+		{"/set-home", refusal("sethome"), false},
+		{"/model", "Agent is running — wait or /stop first, then switch models.", false},
+		{"/model gpt-x", "Agent is running — wait or /stop first, then switch models.", false},
+		{"/queue first thing", "Queued for the next turn.", false},
+		{"/q second thing", "Queued for the next turn. (2 queued)", false},
+		{"/steer", "Usage: /steer <prompt>", false},
+		{"/steer go left", "⏩ Steer queued — arrives after the next tool call: 'go left'", false},
+		{"/steer " + strings.Repeat("x", 70), "⏩ Steer queued — arrives after the next tool call: '" + strings.Repeat("x", 60) + "...'", false},
+		{"/steer go right", "No active agent — /steer queued for the next turn.", true},
+		{"/approve", "✅ Command approved. The agent is resuming...", false},
+		{"/deny", "❌ Command denied.", false},
+		{"/approve", "No pending command to approve.", true},
+		{"/deny", "No pending command to deny.", true},
+		{"/status", "State: working", false},
+	}
+	for _, tt := range tests {
+		e.refuseControl.Store(tt.refuse)
+		before := len(e.noticesTo("bob"))
+		e.publish(dm("bob", tt.text))
+		waitFor(t, "reply to "+tt.text, func() bool { return len(e.noticesTo("bob")) > before })
+		if got := e.noticesTo("bob")[before]; !strings.Contains(got, tt.want) {
+			t.Errorf("%s: got %q, want %q", tt.text, got, tt.want)
+		}
+	}
+	if n := len(e.controls(controlStop)); n != 0 {
+		t.Fatalf("%d stops sent", n)
+	}
+	g.open()
+	waitFor(t, "the queued turns", func() bool { turns, _ := w.snapshot(); return len(turns) >= 3 })
+	turns, _ := w.snapshot()
+	got := inputsText(turns, "agent:main:telegram:dm:chat-bob")
+	if len(got) < 3 || got[1] != "first thing" || got[2] != "second thing" {
+		t.Fatalf("inputs %q, want the queued texts next, in order", got)
+	}
+}
+
+// A /steer for a turn no worker has claimed yet is queued, and says so.
+func TestSteerCommandBeforeTheTurnIsClaimed(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.startRouter(testConfig(), nil, nil)
+	e.publish(dm("bob", "long")) // no worker: the turn waits, unclaimed
+	waitFor(t, "the first turn's lock", func() bool {
+		owner, _ := redisx.NewLocker(e.rdb, e.prefix).Owner(context.Background(), "agent:main:telegram:dm:chat-bob")
+		return owner != ""
+	})
+	e.publish(dm("bob", "/steer go left"))
+	waitFor(t, "reply to /steer", func() bool { return len(e.noticesTo("bob")) > 0 })
+	if got := e.noticesTo("bob")[0]; got != "Agent still starting — /steer queued for the next turn." {
+		t.Fatalf("reply %q", got)
+	}
+}
+

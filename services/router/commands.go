@@ -35,6 +35,13 @@ var helpText = strings.Join([]string{
 	"/help — this list",
 }, "\n")
 
+// refusedMidTurn are the commands that, as in Hermes, wait for the running
+// task: they would change or read the conversation under it (/resume
+// would even end it without a word). /help, /status, /stop, /new,
+// /queue, /steer, /approve and /deny work mid-turn, and /model is
+// refused with its own text.
+var refusedMidTurn = []string{"whoami", "sessions", "resume", "title", "retry", "undo", "sethome"}
+
 // openCommands stay available to non-admins where an admin list exists.
 var openCommands = []string{"help", "whoami"}
 
@@ -70,10 +77,18 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 		s.log.InfoContext(ctx, "command refused: not an admin", "command", cmd.Name, "platform", m.platform, "user_id", m.src.GetUserId())
 		return reply(0, fmt.Sprintf("/%s is reserved for admins here. /help and /whoami are available.", cmd.Name))
 	}
-	switch cmd.Name {
-	case "help":
+	if cmd.Name == "help" {
 		return reply(0, helpText)
-	case "whoami":
+	}
+	owner, err := s.locker.Owner(ctx, m.key)
+	if err != nil {
+		return err
+	}
+	busy := owner != ""
+	if busy && slices.Contains(refusedMidTurn, cmd.Name) {
+		return reply(0, fmt.Sprintf("⏳ Agent is running — `/%s` can't run mid-turn. Wait for the current response or `/stop` first.", cmd.Name))
+	}
+	if cmd.Name == "whoami" {
 		admin, restricted := s.isAdmin(m)
 		role := "user"
 		if admin && restricted {
@@ -87,11 +102,6 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 	if err != nil {
 		return err
 	}
-	owner, err := s.locker.Owner(ctx, m.key)
-	if err != nil {
-		return err
-	}
-	busy := owner != ""
 
 	switch cmd.Name {
 	case "new":
@@ -131,15 +141,18 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 		}
 		return reply(gen, "Nothing is running.")
 	case "queue":
-		if cmd.Args == "" {
-			return reply(sess.Generation, "Usage: /queue <message>")
+		if cmd.Args == "" && len(m.ev.GetAttachments()) == 0 {
+			return reply(sess.Generation, "Usage: /queue <prompt>")
 		}
-		return s.route(ctx, m.withText(cmd.Args), sess, routeOpts{ownTurn: true, mode: BusyQueue})
+		return s.route(ctx, m.withText(cmd.Args), sess, routeOpts{ownTurn: true, mode: BusyQueue, command: "queue"})
 	case "steer":
 		if cmd.Args == "" {
-			return reply(sess.Generation, "Usage: /steer <message>")
+			if !busy {
+				return reply(sess.Generation, "Usage: /steer <prompt>  (no agent is running; sending as a normal message)")
+			}
+			return reply(sess.Generation, "Usage: /steer <prompt>")
 		}
-		return s.route(ctx, m.withText(cmd.Args), sess, routeOpts{mode: BusySteer})
+		return s.route(ctx, m.withText(cmd.Args), sess, routeOpts{mode: BusySteer, command: "steer"})
 	case "status":
 		n, err := s.store.QueueLen(ctx, m.key)
 		if err != nil {
@@ -165,15 +178,16 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 		return reply(sess.Generation, fmt.Sprintf("Session: %s\nTitle: %s\nKey: %s\nState: %s, %s waiting\nModel: %s\nTokens: %d in, %d out\nStarted: %s",
 			sess.ID, title, m.key, state, plural(n, "message"), model, sess.InputTokens, sess.OutputTokens, sess.CreatedAt.UTC().Format("2006-01-02 15:04 MST")))
 	case "model":
+		if busy {
+			// As Hermes, even a question about the model waits.
+			return reply(sess.Generation, "Agent is running — wait or /stop first, then switch models.")
+		}
 		if cmd.Args == "" {
 			model := sess.ModelOverride
 			if model == "" {
 				model = "the default model"
 			}
 			return reply(sess.Generation, "This session uses "+model+". /model <name> changes it; /model default goes back.")
-		}
-		if busy {
-			return reply(sess.Generation, "⏳ The model can't change while a task runs. Try again when it's done, or /stop it.")
 		}
 		name := cmd.Args
 		if !validModelName(name) {
@@ -190,14 +204,21 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 		}
 		return reply(sess.Generation, "This session now uses "+name+".")
 	case "approve", "deny":
-		if !busy {
-			return reply(sess.Generation, "Nothing is waiting for approval.")
-		}
-		action := controlApprove
+		action, done := controlApprove, "✅ Command approved. The agent is resuming..."
 		if cmd.Name == "deny" {
-			action = controlDeny
+			action, done = controlDeny, "❌ Command denied."
 		}
-		return s.control(ctx, m, action, cmd.Args, "")
+		took := false
+		if busy {
+			// Only a turn waiting for an approval takes the answer.
+			if took, err = s.request(ctx, m, action, cmd.Args); err != nil {
+				return err
+			}
+		}
+		if !took {
+			return reply(sess.Generation, "No pending command to "+cmd.Name+".")
+		}
+		return reply(sess.Generation, done)
 	case "title":
 		if cmd.Args == "" {
 			if sess.Title == "" {
@@ -215,11 +236,6 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 	case "resume":
 		if cmd.Args == "" {
 			return s.listSessions(ctx, m, sess)
-		}
-		if busy {
-			// As Hermes: switching conversations under a running task
-			// would end it without a word.
-			return reply(sess.Generation, "⏳ Agent is running — /resume can't run mid-turn. Wait for the current response or /stop first.")
 		}
 		name := cmd.Args
 		if n, err := strconv.Atoi(name); err == nil && n >= 1 {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/redis/go-redis/v9"
 
@@ -441,6 +442,10 @@ type routeOpts struct {
 	ownTurn bool
 	// mode forces a busy mode (/queue → queue, /steer → steer).
 	mode string
+	// command is the command that routes the message (queue, steer):
+	// while busy it is always answered, in its own words, instead of the
+	// rate-limited busy acknowledgement.
+	command string
 }
 
 func onlyMedia(ev *eventsv1.MessageReceived) bool {
@@ -466,14 +471,14 @@ func (s *Service) route(ctx context.Context, m *msgCtx, sess sessionstore.Sessio
 	// own value, not the router's bare grant); text no running turn took
 	// (none claimed yet, or its answer is decided) is queued instead.
 	if busy && mode == BusySteer && !ownTurn && !onlyMedia(m.ev) && redisx.GrantOf(owner) != owner {
-		took, err := s.steer(ctx, m, m.ev.GetText())
+		took, err := s.request(ctx, m, controlSteer, m.ev.GetText())
 		if err != nil {
 			return err
 		}
 		if took {
 			inbound.WithLabelValues("steered").Inc()
 			busyActions.WithLabelValues("steered").Inc()
-			return s.busyAck(ctx, m, sess, "steered")
+			return s.ack(ctx, m, sess, o, owner, "steered")
 		}
 	}
 
@@ -512,7 +517,7 @@ func (s *Service) route(ctx context.Context, m *msgCtx, sess sessionstore.Sessio
 			}
 		}
 		busyActions.WithLabelValues(action).Inc()
-		if err := s.busyAck(ctx, m, sess, action); err != nil {
+		if err := s.ack(ctx, m, sess, o, owner, action); err != nil {
 			return err
 		}
 	}
@@ -561,6 +566,42 @@ func (s *Service) lockHolder(ctx context.Context, m *msgCtx) (string, error) {
 		return *h, nil
 	}
 	return s.locker.Owner(ctx, m.key)
+}
+
+// ack tells the user what happened to a message that arrived while the
+// session's lock was held by owner: a /queue or /steer command is always
+// answered, as in Hermes; any other message gets busyAck.
+func (s *Service) ack(ctx context.Context, m *msgCtx, sess sessionstore.Session, o routeOpts, owner, action string) error {
+	var text string
+	switch {
+	case o.command == "queue":
+		n, err := s.store.QueueLen(ctx, m.key)
+		if err != nil {
+			return err
+		}
+		text = "Queued for the next turn."
+		if n > 1 {
+			text = fmt.Sprintf("Queued for the next turn. (%d queued)", n)
+		}
+	case o.command == "steer" && action == "steered":
+		text = fmt.Sprintf("⏩ Steer queued — arrives after the next tool call: '%s'", preview(m.ev.GetText(), 60))
+	case o.command == "steer" && redisx.GrantOf(owner) == owner:
+		// The lock holds the router's bare grant: no worker runs the turn yet.
+		text = "Agent still starting — /steer queued for the next turn."
+	case o.command == "steer":
+		text = "No active agent — /steer queued for the next turn."
+	default:
+		return s.busyAck(ctx, m, sess, action)
+	}
+	return s.notice(ctx, m, sess.Generation, text, "command")
+}
+
+// preview is text cut to n runes, with "..." when cut.
+func preview(text string, n int) string {
+	if utf8.RuneCountInString(text) <= n {
+		return text
+	}
+	return string([]rune(text)[:n]) + "..."
 }
 
 // busyAck tells the user, at most once per session per BusyAckInterval,

@@ -3,6 +3,7 @@ package router
 import (
 	"context"
 	"fmt"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"log/slog"
 	"regexp"
 	"slices"
@@ -43,9 +44,10 @@ type env struct {
 	mu      sync.Mutex
 	notices []*repliesv1.ReplyEvent
 	control []*turnsv1.TurnControlRequested
-	// refuseSteer: no running turn takes steering (control requests go
-	// unanswered); by default a worker's turn takes it.
-	refuseSteer atomic.Bool
+	// refuseControl: no running turn takes steering or an approval's
+	// answer (control requests go unanswered); by default a worker's
+	// turn takes them.
+	refuseControl atomic.Bool
 }
 
 func newEnv(t *testing.T) *env {
@@ -72,7 +74,7 @@ func newEnv(t *testing.T) *env {
 			e.control = append(e.control, &c)
 			e.mu.Unlock()
 		}
-		if m.Reply != "" && !e.refuseSteer.Load() {
+		if m.Reply != "" && !e.refuseControl.Load() {
 			_ = m.Respond(nil)
 		}
 	})
@@ -612,6 +614,7 @@ func TestOrphanedGrantIsTakenOver(t *testing.T) {
 	if err := e.rdb.Set(context.Background(), redisx.NewLocker(e.rdb, e.prefix).Key(key), orphan, cfg.GrantTTL).Err(); err != nil {
 		t.Fatal(err)
 	}
+	before := testutil.ToFloat64(lockTakeovers.WithLabelValues("orphaned_grant"))
 	e.publish(dm("bob", "anyone there?"))
 	waitFor(t, "inbound drained", e.inboundDrained)
 	w := e.startWorker(nil)
@@ -619,6 +622,34 @@ func TestOrphanedGrantIsTakenOver(t *testing.T) {
 		turns, _ := w.snapshot()
 		return len(inputsText(turns, key)) == 1
 	})
+	if got := testutil.ToFloat64(lockTakeovers.WithLabelValues("orphaned_grant")); got < before+1 {
+		t.Errorf("orphaned grant takeovers %v, want at least %v", got, before+1)
+	}
+}
+
+// A worker that died holding its session's lock: the message that waited
+// behind it runs once the lock expires, started by the sweep, and is
+// counted as a takeover.
+func TestExpiredLockIsTakenOverBySweep(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	cfg := testConfig()
+	e.startRouter(cfg, nil, nil)
+	w := e.startWorker(nil)
+	key := "agent:main:telegram:dm:chat-alice"
+	dead := redisx.Holder(redisx.NewGrant(time.Now()), "dead-worker.1")
+	if err := e.rdb.Set(context.Background(), redisx.NewLocker(e.rdb, e.prefix).Key(key), dead, time.Second).Err(); err != nil {
+		t.Fatal(err)
+	}
+	before := testutil.ToFloat64(lockTakeovers.WithLabelValues("expired"))
+	e.publish(dm("alice", "still there?"))
+	waitFor(t, "waiting message runs after the dead worker's lock expired", func() bool {
+		turns, _ := w.snapshot()
+		return len(inputsText(turns, key)) == 1
+	})
+	if got := testutil.ToFloat64(lockTakeovers.WithLabelValues("expired")); got < before+1 {
+		t.Errorf("expired lock takeovers %v, want at least %v", got, before+1)
+	}
 }
 
 func TestOrphaned(t *testing.T) {
@@ -910,9 +941,11 @@ func TestCommands(t *testing.T) {
 		{"alice", "/resume 3", "Resumed Trip plans"},
 		{"alice", "/resume nothing-like-it", "No earlier conversation"},
 		{"alice", "/undo x", "Usage: /undo"},
-		{"alice", "/approve", "Nothing is waiting"},
+		{"alice", "/approve", "No pending command to approve."},
+		{"alice", "/deny", "No pending command to deny."},
+		{"alice", "/steer", "Usage: /steer <prompt>  (no agent is running; sending as a normal message)"},
 		{"alice", "/sethome", "home channel"},
-		{"alice", "/queue", "Usage: /queue"},
+		{"alice", "/queue", "Usage: /queue <prompt>"},
 	}
 	for _, tt := range tests {
 		before := len(e.noticesTo(tt.user))

@@ -140,16 +140,19 @@ func heldBy(owner string) string {
 	return grant
 }
 
-// steerTimeout bounds the wait for a running turn to take steering text.
-const steerTimeout = 2 * time.Second
+// requestTimeout bounds the wait for a running turn to take a control
+// request.
+const requestTimeout = 2 * time.Second
 
-// steer hands text to the session's running turn and reports whether a
-// turn took it. A worker answers only for a turn that will still read the
-// text (it refuses once its answer is decided), so text nobody answered
-// for within steerTimeout must be queued by the caller.
-func (s *Service) steer(ctx context.Context, m *msgCtx, text string) (bool, error) {
-	req := &turnsv1.TurnControlRequested{SessionKey: m.key, Action: controlSteer, Text: text, EventId: m.dedupeID}
-	rctx, cancel := context.WithTimeout(ctx, steerTimeout)
+// request hands a control (steering text, an approval's answer) to the
+// session's running turn and reports whether a turn took it. A worker
+// answers only for a turn that will use it: steering while the turn will
+// still read it (not once its answer is decided), an answer while the
+// turn waits for one. Steering nobody took within requestTimeout must be
+// queued by the caller.
+func (s *Service) request(ctx context.Context, m *msgCtx, action turnsv1.ControlAction, text string) (bool, error) {
+	req := &turnsv1.TurnControlRequested{SessionKey: m.key, Action: action, Text: text, EventId: m.dedupeID}
+	rctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
 	err := s.bus.Request(rctx, s.topo.ControlSubject(m.key), req, &emptypb.Empty{})
 	switch {
@@ -161,7 +164,7 @@ func (s *Service) steer(ctx context.Context, m *msgCtx, text string) (bool, erro
 		}
 		return false, nil
 	}
-	return false, fmt.Errorf("send steering: %w", err)
+	return false, fmt.Errorf("send control %s: %w", action, err)
 }
 
 // forceUnlock stops the running turn and frees the session at once; the

@@ -159,3 +159,36 @@ func TestSteeringClosesWhenTheAnswerIsDecided(t *testing.T) {
 		t.Fatal("steering taken by an ended turn")
 	}
 }
+
+// An answer to an approval is taken only while a tool call waits for one,
+// once: the router tells the user nothing is pending otherwise.
+func TestApprovalAnswerTakenOnlyWhileAwaited(t *testing.T) {
+	answer := func(c *control, action turnsv1.ControlAction) bool {
+		return c.apply(&turnsv1.TurnControlRequested{Action: action})
+	}
+	approve, deny := turnsv1.ControlAction_CONTROL_ACTION_APPROVE, turnsv1.ControlAction_CONTROL_ACTION_DENY
+	c := newControl()
+	if answer(c, approve) {
+		t.Fatal("an approval taken while nothing waits for one")
+	}
+	c.await(true)
+	if !answer(c, deny) {
+		t.Fatal("a denial refused while a tool call waits")
+	}
+	if answer(c, approve) {
+		t.Fatal("a second answer taken for one wait")
+	}
+	if got := <-c.approvals; got {
+		t.Fatal("the denial arrived as an approval")
+	}
+	c.await(false)
+	if answer(c, approve) {
+		t.Fatal("an approval taken after the wait ended")
+	}
+	c.await(true)
+	select {
+	case got := <-c.approvals:
+		t.Fatalf("a new wait starts with an old answer (%v)", got)
+	default:
+	}
+}
