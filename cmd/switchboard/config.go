@@ -133,7 +133,7 @@ func defaultConfig() *Config {
 		Postgres: PostgresConfig{URL: pg.DefaultURL, MaxConns: 16},
 		Redis:    RedisConfig{URL: redisx.DefaultURL, Prefix: "sb:"},
 		Log:      telemetry.LogConfig{Level: "info", Format: "json"},
-		Ops:      OpsConfig{Addr: ":9090"},
+		Ops:      OpsConfig{Addr: "127.0.0.1:9090"},
 		Dev:      DevConfig{NATSPort: 14222, NATSStoreDir: ".switchboard/nats", MemoryLimitMiB: 160, GCPercent: 400},
 		Gateways: GatewaysConfig{API: api.DefaultConfig(), Webhook: webhook.DefaultConfig(), Slack: slack.DefaultConfig(), Telegram: telegram.DefaultConfig()},
 		Delivery: delivery.DefaultConfig(),

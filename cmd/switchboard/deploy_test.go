@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"github.com/switchboard-chat/switchboard/pkg/loopback"
 	"net"
 	"path/filepath"
 	"slices"
@@ -11,7 +12,6 @@ import (
 	"testing"
 
 	"github.com/switchboard-chat/switchboard/deploy"
-	"github.com/switchboard-chat/switchboard/services/gateway/api"
 )
 
 // gatewayPlatforms are the platforms `switchboard gateway <platform>` runs.
@@ -132,7 +132,7 @@ func TestDeployedListenersAreReachable(t *testing.T) {
 		}
 		for key, addr := range map[string]string{"gateways.api.addr": cfg.Gateways.API.Addr,
 			"gateways.webhook.addr": cfg.Gateways.Webhook.Addr, "admin.addr": cfg.Admin.Addr} {
-			if api.IsLoopback(addr) {
+			if loopback.Addr(addr) {
 				t.Errorf("%s: %s is %s: its Service reaches nothing", rel, key, addr)
 			}
 		}
@@ -144,7 +144,7 @@ func TestDeployedListenersAreReachable(t *testing.T) {
 	for service, env := range map[string]string{"api": "SWITCHBOARD_GATEWAYS__API__ADDR", "webhook": "SWITCHBOARD_GATEWAYS__WEBHOOK__ADDR"} {
 		s := c.Project.Services[service]
 		v := s.Environment[env]
-		if v == nil || api.IsLoopback(*v) {
+		if v == nil || loopback.Addr(*v) {
 			t.Errorf("compose %s: %s = %v: its published port reaches nothing", service, env, v)
 			continue
 		}

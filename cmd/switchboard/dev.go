@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/switchboard-chat/switchboard/pkg/bus"
 	"io"
 	"net/url"
 	"os"
@@ -121,7 +122,7 @@ func printBanner(a *app, ops string) {
 	cfg := a.cfg
 	var b strings.Builder
 	fmt.Fprintf(&b, "\nSwitchboard dev is running (services: %s)\n", strings.Join(devServicesOrNone(), ", "))
-	fmt.Fprintf(&b, "  NATS (embedded)  %s\n", cfg.NATS.URL)
+	fmt.Fprintf(&b, "  NATS (embedded)  %s\n", bus.RedactURL(cfg.NATS.URL))
 	fmt.Fprintf(&b, "  Postgres         %s\n", redact(cfg.Postgres.URL))
 	fmt.Fprintf(&b, "  Redis            %s\n", redact(cfg.Redis.URL))
 	fmt.Fprintf(&b, "  Readiness        http://%s/readyz\n", hostPort(ops))

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	neturl "net/url"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -67,7 +69,7 @@ func Connect(url, name string, topo Topology, log *slog.Logger, extra ...nats.Op
 	}, extra...)
 	nc, err := nats.Connect(url, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("connect nats %s: %w", url, err)
+		return nil, fmt.Errorf("connect nats %s: %w", RedactURL(url), err)
 	}
 	b, err := New(nc, topo, log)
 	if err != nil {
@@ -321,4 +323,22 @@ func Reply(ctx context.Context, req *nats.Msg, m proto.Message) error {
 		return fmt.Errorf("reply on %s: %w", req.Subject, err)
 	}
 	return nil
+}
+
+// RedactURL hides the credentials of a NATS server URL, or of each URL of
+// a comma-separated list: a password, or a user name alone (a token).
+func RedactURL(urls string) string {
+	parts := strings.Split(urls, ",")
+	for i, p := range parts {
+		u, err := neturl.Parse(strings.TrimSpace(p))
+		switch {
+		case err != nil:
+			parts[i] = "(unparsable url)"
+		case u.User == nil:
+		default:
+			u.User = neturl.User("redacted")
+			parts[i] = u.String()
+		}
+	}
+	return strings.Join(parts, ",")
 }

@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/switchboard-chat/switchboard/pkg/loopback"
 	"log/slog"
 	"net"
 	"strings"
@@ -93,7 +94,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	if deps.DB == nil {
 		return nil, errors.New("admin: database required")
 	}
-	if deps.Token == "" && !loopback(cfg.Addr) {
+	if deps.Token == "" && !loopback.Addr(cfg.Addr) {
 		return nil, fmt.Errorf("admin: SWITCHBOARD_ADMIN_TOKEN is not set and admin.addr %s is not a loopback address", cfg.Addr)
 	}
 	log := deps.Log
@@ -115,18 +116,6 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	s.hs.SetServingStatus(adminv1.AdminService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	s.noToken = deps.Token == ""
 	return s, nil
-}
-
-func loopback(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false
-	}
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }
 
 // Listen binds the address (Run does it if not done); Addr then reports it.

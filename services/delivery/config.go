@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/switchboard-chat/switchboard/pkg/loopback"
 	"github.com/switchboard-chat/switchboard/services/delivery/internal/ratelimit"
 )
 
@@ -160,6 +161,11 @@ func (c Config) Validate() error {
 	c = c.withDefaults()
 	if c.Lease <= c.SendTimeout {
 		return fmt.Errorf("delivery.lease (%v) must exceed delivery.send_timeout (%v)", c.Lease, c.SendTimeout)
+	}
+	if c.GRPCAddr != "" && c.Token == "" && !loopback.Addr(c.GRPCAddr) {
+		// DeliveryService.Send posts as the bot to any chat: without a
+		// token it must not be reachable from the network.
+		return fmt.Errorf("delivery.grpc_addr %s is not a loopback address: set delivery.token, or listen on loopback", c.GRPCAddr)
 	}
 	for name, p := range c.Platforms {
 		switch p.Streaming {

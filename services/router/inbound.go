@@ -88,7 +88,10 @@ func (s *Service) handleInbound(ctx context.Context, ev *eventsv1.MessageReceive
 		return fmt.Errorf("authorize: %w", err)
 	}
 	m.decision = dec
-	if dec.Allowed {
+	if dec.Allowed && !ev.GetInternal() {
+		// Events Switchboard makes itself (webhooks, cron) carry outside
+		// text, such as an issue's title: a leading "/" is not a command
+		// of a chat user (an "/approve" would answer a tool's approval).
 		m.cmd, m.isCmd = command.Parse(ev.GetText(), m.platform, s.cfg.BotNames[m.platform])
 	}
 	key := sessionkey.Build(src, s.keyOpts)

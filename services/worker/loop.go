@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	"strings"
 	"time"
 
@@ -420,7 +421,9 @@ func (r *turnRun) runTool(ctx context.Context, tc store.ToolCall) (result string
 		toolCalls.WithLabelValues("unknown", "unknown").Inc()
 		return fmt.Sprintf("error: unknown tool %q", tc.Name), true, nil
 	}
-	if t.Dangerous {
+	call := tools.Call{ID: tc.ID, TurnID: r.req.GetTurnId(), SessionKey: r.req.GetSessionKey(),
+		SessionID: r.req.GetSessionId(), UserKey: r.st.UserKey, Origin: origin(r.target)}
+	if t.NeedsApproval(call, json.RawMessage(tc.Arguments)) {
 		approved, err := r.approve(ctx, tc)
 		if err != nil {
 			return "", false, err
@@ -437,8 +440,7 @@ func (r *turnRun) runTool(ctx context.Context, tc store.ToolCall) (result string
 	defer span.End()
 	tctx, cancel := context.WithTimeout(tctx, r.s.cfg.Agent.ToolTimeout)
 	defer cancel()
-	out, terr := t.Run(tctx, tools.Call{ID: tc.ID, TurnID: r.req.GetTurnId(), SessionKey: r.req.GetSessionKey(),
-		SessionID: r.req.GetSessionId(), UserKey: r.st.UserKey}, json.RawMessage(tc.Arguments))
+	out, terr := t.Run(tctx, call, json.RawMessage(tc.Arguments))
 	if ctx.Err() != nil {
 		return "", false, ctx.Err()
 	}
@@ -457,6 +459,19 @@ func (r *turnRun) runTool(ctx context.Context, tc store.ToolCall) (result string
 }
 
 func preview(args string) string { return truncate(args, 200) }
+
+// origin is t as a send target ("platform:chat_id[:thread_id]"; "" for
+// none).
+func origin(t *deliveryv1.Target) string {
+	if t == nil || t.GetPlatform() == "" || t.GetChatId() == "" {
+		return ""
+	}
+	o := t.GetPlatform() + ":" + t.GetChatId()
+	if t.GetThreadId() != "" {
+		o += ":" + t.GetThreadId()
+	}
+	return o
+}
 
 // approve asks the user (through the router's /approve and /deny) and
 // waits; no answer within the timeout is a denial.

@@ -143,11 +143,19 @@ func newTurnRun(s *Service, req *turnsv1.TurnRequested, attempt int) *turnRun {
 	return r
 }
 
-// userKey is the owner of memories and transcripts: "<platform>:<user>".
+// userKey is the owner of memories and transcripts: "<platform>:<user>"
+// in a direct chat. In a group, channel or thread it is the session
+// ("session:<key>"): there the turn runs for whoever spoke last, merged
+// turns mix several people's messages, and a shared thread lets anyone
+// put text before the next turn, so the user's own memories and past
+// conversations must not be within the tools' reach.
 func userKey(req *turnsv1.TurnRequested) string {
 	src := req.GetOrigin()
 	if len(req.GetInputs()) > 0 && req.GetInputs()[len(req.GetInputs())-1].GetSource() != nil {
 		src = req.GetInputs()[len(req.GetInputs())-1].GetSource()
+	}
+	if t := src.GetChatType(); t != "" && t != "dm" {
+		return "session:" + req.GetSessionKey()
 	}
 	user := src.GetUserIdAlt()
 	if user == "" {
@@ -649,7 +657,7 @@ type control struct {
 	// pending).
 	awaiting bool
 	wake     chan struct{}
-	forward     func(*turnsv1.TurnControlRequested)
+	forward  func(*turnsv1.TurnControlRequested)
 	// cancelCall ends the model call in progress, if any: a stop, an
 	// interrupt or the lock's loss does not wait for a call that may
 	// stream for minutes.

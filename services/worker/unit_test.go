@@ -192,3 +192,25 @@ func TestApprovalAnswerTakenOnlyWhileAwaited(t *testing.T) {
 	default:
 	}
 }
+
+func TestUserKeyIsTheSessionOutsideDirectChats(t *testing.T) {
+	const key = "agent:main:telegram:group:-100:u2"
+	tests := []struct {
+		name string
+		src  *eventsv1.SessionSource
+		want string
+	}{
+		{"direct chat", &eventsv1.SessionSource{Platform: "telegram", ChatType: "dm", ChatId: "9", UserId: "u1"}, "telegram:u1"},
+		{"no chat type", &eventsv1.SessionSource{Platform: "api", UserId: "key-1"}, "api:key-1"},
+		{"stable id first", &eventsv1.SessionSource{Platform: "signal", ChatType: "dm", UserId: "+1555", UserIdAlt: "uuid-1"}, "signal:uuid-1"},
+		{"group", &eventsv1.SessionSource{Platform: "telegram", ChatType: "group", ChatId: "-100", UserId: "u2"}, "session:" + key},
+		{"thread", &eventsv1.SessionSource{Platform: "slack", ChatType: "thread", ChatId: "C1", ThreadId: "1.2", UserId: "u3"}, "session:" + key},
+		{"no user", &eventsv1.SessionSource{Platform: "telegram", ChatType: "dm"}, ""},
+	}
+	for _, tt := range tests {
+		req := &turnsv1.TurnRequested{SessionKey: key, Inputs: []*eventsv1.MessageReceived{{Source: tt.src}}}
+		if got := userKey(req); got != tt.want {
+			t.Errorf("%s: userKey = %q, want %q", tt.name, got, tt.want)
+		}
+	}
+}

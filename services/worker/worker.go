@@ -88,6 +88,11 @@ type AgentConfig struct {
 	// HomeChannel is where send_message's "home" target goes
 	// ("platform:chat_id[:thread_id]").
 	HomeChannel string `koanf:"home_channel"`
+	// SendMessageTargets are the targets send_message reaches without the
+	// user's approval besides the turn's own chat and the home channels:
+	// "platform:chat_id[:thread_id]", "platform:#channel", or
+	// "platform:*" for every chat (not channel name) of a platform.
+	SendMessageTargets []string `koanf:"send_message_targets"`
 }
 
 // DefaultConfig returns the defaults.
@@ -254,7 +259,7 @@ func (s *Service) registry(deps Deps) (*tools.Registry, error) {
 		tools.Clock(s.now),
 		tools.Memory(memoryAdapter{s.store}),
 		tools.SessionSearch(memoryAdapter{s.store}),
-		tools.SendMessage(sender),
+		tools.SendMessage(sender, s.cfg.Agent.SendMessageTargets),
 	}
 	for _, t := range append(builtins, deps.Tools...) {
 		if err := reg.Register(t); err != nil {

@@ -636,21 +636,62 @@ func TestMemoryAndSessionSearchTools(t *testing.T) {
 	}
 }
 
+// send_message posts to the turn's own chat and to the targets the
+// operator allowed at once; any other target waits for the user's
+// approval, so a prompt injection cannot post wherever it likes.
 func TestSendMessagePublishesNotice(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t)
-	h.setGeneration("s1", 1)
-	h.startWorker("w1", nil)
-	req := h.requestTurn("s1", `[[tool:send_message {"target":"slack:C123","text":"deploy done"}]] tell them`, turnOpts{})
-	h.waitCompleted(req.TurnId)
-	var notices []*repliesv1.ReplyEvent
-	for _, ev := range streamMsgs[repliesv1.ReplyEvent](t, h.bus, "REPLIES", "") {
-		if ev.GetNotice() != nil {
-			notices = append(notices, ev)
-		}
+	tests := []struct {
+		name, target string
+		approval     turnsv1.ControlAction // UNSPECIFIED: none asked
+		sent         bool
+	}{
+		{"allowed target", "slack:C123", turnsv1.ControlAction_CONTROL_ACTION_UNSPECIFIED, true},
+		{"the turn's own chat", "telegram:99", turnsv1.ControlAction_CONTROL_ACTION_UNSPECIFIED, true},
+		{"another chat, approved", "slack:C999", turnsv1.ControlAction_CONTROL_ACTION_APPROVE, true},
+		{"another chat, denied", "slack:C999", turnsv1.ControlAction_CONTROL_ACTION_DENY, false},
 	}
-	if len(notices) != 1 || notices[0].GetTarget().GetPlatform() != "slack" || notices[0].GetNotice().GetText() != "deploy done" {
-		t.Fatalf("notices %v", notices)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t)
+			h.setGeneration("s1", 1)
+			h.startWorker("w1", func(c *worker.Config, _ *worker.Deps) {
+				c.Agent.SendMessageTargets = []string{"slack:C123"}
+				c.Agent.ApprovalTimeout = time.Minute
+			})
+			req := h.requestTurn("s1", `[[tool:send_message {"target":"`+tt.target+`","text":"deploy done"}]] tell them`, turnOpts{})
+			if tt.approval != turnsv1.ControlAction_CONTROL_ACTION_UNSPECIFIED {
+				waitFor(t, 30*time.Second, "approval request", func() bool {
+					for _, ev := range h.replies(req.TurnId) {
+						if ev.GetToolProgress().GetPhase() == repliesv1.ToolPhase_TOOL_PHASE_AWAITING_APPROVAL {
+							return true
+						}
+					}
+					return false
+				})
+				h.control("s1", tt.approval, "")
+			}
+			h.waitCompleted(req.TurnId)
+			var notices []*repliesv1.ReplyEvent
+			for _, ev := range streamMsgs[repliesv1.ReplyEvent](t, h.bus, "REPLIES", "") {
+				if ev.GetNotice().GetKind() == "send_message" {
+					notices = append(notices, ev)
+				}
+			}
+			switch {
+			case !tt.sent && len(notices) != 0:
+				t.Fatalf("sent %v without approval", notices)
+			case tt.sent && (len(notices) != 1 || notices[0].GetNotice().GetText() != "deploy done"):
+				t.Fatalf("notices %v", notices)
+			case tt.sent && tt.approval == turnsv1.ControlAction_CONTROL_ACTION_UNSPECIFIED:
+				for _, ev := range h.replies(req.TurnId) {
+					if ev.GetToolProgress().GetPhase() == repliesv1.ToolPhase_TOOL_PHASE_AWAITING_APPROVAL {
+						t.Fatal("asked for approval to send to an allowed target")
+					}
+				}
+			}
+		})
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/switchboard-chat/switchboard/pkg/loopback"
 	"log/slog"
 	"net"
 	"net/http"
@@ -84,7 +85,7 @@ func (c Config) Validate() error {
 		if !c.Insecure {
 			return config.Invalid("gateways.api.key", "", "an API key (API_SERVER_KEY), or gateways.api.insecure: true on a loopback address")
 		}
-		if !IsLoopback(c.Addr) {
+		if !loopback.Addr(c.Addr) {
 			return config.Invalid("gateways.api.addr", c.Addr, "a loopback address when running without an API key")
 		}
 	}
@@ -98,19 +99,6 @@ func (c Config) Validate() error {
 		return config.Invalid("gateways.api.idempotency_ttl", c.IdempotencyTTL, "a positive duration")
 	}
 	return nil
-}
-
-// IsLoopback reports whether addr (host:port) binds only to loopback.
-func IsLoopback(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false
-	}
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }
 
 // Deps are the service's clients.

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/switchboard-chat/switchboard/pkg/loopback"
 	"io"
 	"math"
 	"net"
@@ -65,7 +66,24 @@ func (s *Service) secure(next http.Handler) http.Handler {
 		h.Set("Referrer-Policy", "no-referrer")
 		h.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'; form-action 'self'")
 		h.Set("Cross-Origin-Opener-Policy", "same-origin")
-		if origin := r.Header.Get("Origin"); origin != "" && s.allowedOrigin(origin) {
+		if s.cfg.Key == "" && !loopback.Host(r.Host) {
+			// A keyless gateway listens on loopback only; a request naming
+			// another host reached it through a rebound DNS name, from a
+			// web page that must not read the answers.
+			writeError(w, http.StatusForbidden, "invalid_request_error", "host_not_allowed", "",
+				"This gateway has no API key and answers only requests addressed to localhost.")
+			return
+		}
+		origin := r.Header.Get("Origin")
+		if origin != "" && !s.allowedOrigin(origin) && !sameOrigin(origin, r.Host) && unsafeMethod(r.Method) {
+			// A browser on another site: CORS keeps it from reading the
+			// answer, but the request would still run a turn (a "simple"
+			// POST needs no preflight).
+			writeError(w, http.StatusForbidden, "invalid_request_error", "origin_not_allowed", "",
+				"Requests from this origin are not allowed; add it to gateways.api.cors_origins.")
+			return
+		}
+		if origin != "" && s.allowedOrigin(origin) {
 			h.Set("Access-Control-Allow-Origin", origin)
 			h.Add("Vary", "Origin")
 			h.Set("Access-Control-Expose-Headers", HeaderSession+", "+HeaderHermesSession)
@@ -86,6 +104,17 @@ func (s *Service) secure(next http.Handler) http.Handler {
 
 func (s *Service) allowedOrigin(origin string) bool {
 	return slices.Contains(s.cfg.CORSOrigins, origin)
+}
+
+// sameOrigin reports whether origin is this server's own, as the request
+// addressed it (the web chat's own requests).
+func sameOrigin(origin, host string) bool {
+	return origin == "http://"+host || origin == "https://"+host
+}
+
+// unsafeMethod: a method that may change state.
+func unsafeMethod(m string) bool {
+	return m != http.MethodGet && m != http.MethodHead && m != http.MethodOptions
 }
 
 type ctxKey struct{}

@@ -3,6 +3,7 @@ package api
 import (
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -54,6 +55,10 @@ func do(t *testing.T, method, url, key, body string, headers map[string]string) 
 		req.Header.Set("Authorization", "Bearer "+key)
 	}
 	for k, v := range headers {
+		if k == "Host" {
+			req.Host = v // the client sends req.Host, not the header
+			continue
+		}
 		req.Header.Set(k, v)
 	}
 	resp, err := (&http.Client{Timeout: 20 * time.Second}).Do(req)
@@ -239,5 +244,53 @@ func TestInsecureLoopbackNeedsNoKey(t *testing.T) {
 	s := startService(t, b, func(c *Config) { c.Key, c.Insecure = "", true })
 	if r := do(t, "GET", "http://"+s.Addr()+"/v1/models", "", "", nil); r.code != 200 {
 		t.Fatalf("models without key on insecure loopback: %d", r.code)
+	}
+}
+
+// A web page must not run turns through a local gateway: the keyless
+// gateway answers only requests addressed to localhost (DNS rebinding),
+// and no gateway takes a state-changing request from a foreign origin
+// (a "simple" cross-site POST, which needs no preflight).
+func TestBrowsersOfOtherSitesAreRefused(t *testing.T) {
+	t.Parallel()
+	b := newBus(t)
+	keyless := startService(t, b, func(c *Config) { c.Key, c.Insecure = "", true })
+	keyed := startService(t, b, func(c *Config) { c.CORSOrigins = []string{"https://chat.example.test"} })
+	body := `{"model":"x","messages":[{"role":"user","content":"hi"}]}`
+	_, port, _ := net.SplitHostPort(keyless.Addr())
+	tests := []struct {
+		name    string
+		s       *Service
+		method  string
+		key     string
+		headers map[string]string
+		status  int
+		code    string
+	}{
+		{"rebound host", keyless, "POST", "", map[string]string{"Host": "evil.example.test:" + port}, 403, "host_not_allowed"},
+		{"rebound host reading models", keyless, "GET", "", map[string]string{"Host": "evil.example.test"}, 403, "host_not_allowed"},
+		{"cross-site post, keyless", keyless, "POST", "", map[string]string{"Origin": "https://evil.example.test", "Content-Type": "text/plain"}, 403, "origin_not_allowed"},
+		{"cross-site post, keyed", keyed, "POST", testKey, map[string]string{"Origin": "https://evil.example.test"}, 403, "origin_not_allowed"},
+		{"localhost by name", keyless, "GET", "", map[string]string{"Host": "localhost:" + port}, 200, ""},
+		{"the web chat's own origin", keyless, "GET", "", map[string]string{"Origin": "http://" + keyless.Addr()}, 200, ""},
+		{"a configured origin", keyed, "GET", testKey, map[string]string{"Origin": "https://chat.example.test"}, 200, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			url := "http://" + tt.s.Addr() + "/v1/chat/completions"
+			b := body
+			if tt.method == "GET" {
+				url, b = "http://"+tt.s.Addr()+"/v1/models", ""
+			}
+			r := do(t, tt.method, url, tt.key, b, tt.headers)
+			if r.code != tt.status {
+				t.Fatalf("status %d, want %d (%s)", r.code, tt.status, r.body)
+			}
+			if tt.code != "" {
+				if got := errorCode(t, r); got != tt.code {
+					t.Fatalf("error code %q, want %q", got, tt.code)
+				}
+			}
+		})
 	}
 }

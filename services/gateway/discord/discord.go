@@ -339,11 +339,37 @@ func where(t *deliveryv1.Target) string {
 	return t.GetChatId()
 }
 
+// checkIDs refuses a request whose chat, thread or (withMessage) message
+// id is not a snowflake. discordgo pastes these ids into REST paths
+// unescaped, so an id such as "1/../../users/@me" would call another
+// endpoint with the bot's token. The failure is permanent: no retry can
+// make the id valid, and no request is made.
+func checkIDs(req *deliveryv1.SendRequested, withMessage bool) error {
+	type id struct{ kind, value string }
+	t := req.GetTarget()
+	ids := []id{{"chat", t.GetChatId()}}
+	if t.GetThreadId() != "" {
+		ids = append(ids, id{"thread", t.GetThreadId()})
+	}
+	if withMessage {
+		ids = append(ids, id{"message", req.GetMessageId()})
+	}
+	for _, x := range ids {
+		if !snowflake(x.value) {
+			return platform.Permanent(fmt.Errorf("discord %s id %q is not a snowflake", x.kind, x.value))
+		}
+	}
+	return nil
+}
+
 // Send posts a message. The first chunk replies to the user's message.
 // A thread id that does not exist yet (a prospective auto-thread) is
 // opened from the message with that id, then posted into.
 func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (string, error) {
 	t := req.GetTarget()
+	if err := checkIDs(req, false); err != nil {
+		return "", err
+	}
 	if n := len([]rune(req.GetText())); n == 0 || n > 2000 {
 		return "", platform.Permanent(fmt.Errorf("discord message of %d characters (1 to 2000)", n))
 	}
@@ -380,6 +406,9 @@ func threadName(req *deliveryv1.SendRequested) string {
 
 // Edit replaces a message's text (streaming).
 func (p *Platform) Edit(ctx context.Context, req *deliveryv1.SendRequested) error {
+	if err := checkIDs(req, true); err != nil {
+		return err
+	}
 	if n := len([]rune(req.GetText())); n == 0 || n > 2000 {
 		return platform.Permanent(fmt.Errorf("discord edit of %d characters (1 to 2000)", n))
 	}
@@ -391,6 +420,9 @@ func (p *Platform) Edit(ctx context.Context, req *deliveryv1.SendRequested) erro
 
 // Delete removes a message.
 func (p *Platform) Delete(ctx context.Context, req *deliveryv1.SendRequested) error {
+	if err := checkIDs(req, true); err != nil {
+		return err
+	}
 	if err := p.s.ChannelMessageDelete(where(req.GetTarget()), req.GetMessageId(), opts(ctx)...); err != nil {
 		return sendError("delete message", err)
 	}
@@ -399,6 +431,9 @@ func (p *Platform) Delete(ctx context.Context, req *deliveryv1.SendRequested) er
 
 // Typing triggers the typing indicator (it lasts about 10 s).
 func (p *Platform) Typing(ctx context.Context, req *deliveryv1.SendRequested) error {
+	if err := checkIDs(req, false); err != nil {
+		return err
+	}
 	if err := p.s.ChannelTyping(where(req.GetTarget()), opts(ctx)...); err != nil {
 		return sendError("trigger typing", err)
 	}

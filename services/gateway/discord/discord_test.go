@@ -333,3 +333,61 @@ func TestUnknownChannelIsRejected(t *testing.T) {
 		t.Fatalf("got %v, want %s", ev, after.ID)
 	}
 }
+
+// discordgo pastes channel and message ids into REST paths unescaped, so a
+// target id such as "1/../../users/@me" would make the bot call another
+// endpoint with its token. An id that is not a snowflake fails the send
+// permanently (delivery does not retry it) before any request is made.
+func TestNonSnowflakeIDsFailWithoutARequest(t *testing.T) {
+	t.Parallel()
+	f := newFake(t)
+	b, _ := run(t, f, Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	target := func(chat, thread string) *deliveryv1.Target {
+		return &deliveryv1.Target{Platform: "discord", ChatId: chat, ThreadId: thread}
+	}
+	const (
+		send   = deliveryv1.SendOp_SEND_OP_SEND
+		edit   = deliveryv1.SendOp_SEND_OP_EDIT
+		del    = deliveryv1.SendOp_SEND_OP_DELETE
+		typing = deliveryv1.SendOp_SEND_OP_TYPING
+	)
+	for i, tc := range []struct {
+		name      string
+		op        deliveryv1.SendOp
+		target    *deliveryv1.Target
+		messageID string
+	}{
+		{name: "send, chat id climbing out of channels", op: send, target: target("1/../../users/@me", "")},
+		{name: "send, chat id ending the path with a query", op: send, target: target("123/threads?", "")},
+		{name: "send, thread id climbing out of channels", op: send, target: target(channel, "1/../../users/@me")},
+		{name: "send, prospective thread under a bad chat id", op: send, target: target("1/../../guilds/1", "700000000000000005")},
+		{name: "send, percent-encoded slash", op: send, target: target("1%2F..%2Fusers", "")},
+		{name: "send, trailing newline", op: send, target: target(channel+"\n", "")},
+		{name: "send, 21 digits", op: send, target: target("123456789012345678901", "")},
+		{name: "send, non-ASCII digits", op: send, target: target("１２３", "")},
+		{name: "edit, message id climbing out of the channel", op: edit, target: target(channel, ""), messageID: "1/../../../users/@me"},
+		{name: "edit, bad chat id", op: edit, target: target("1/../../users/@me", ""), messageID: "700000000000000001"},
+		{name: "delete, message id with a query", op: del, target: target(channel, ""), messageID: "1?reason=x"},
+		{name: "delete, bad thread id", op: del, target: target(channel, "../../gateway"), messageID: "700000000000000001"},
+		{name: "typing, bad chat id", op: typing, target: target("#", "")},
+		{name: "typing, bad thread id", op: typing, target: target(channel, "1/../../users/@me")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req := &deliveryv1.SendRequested{Op: tc.op, IdempotencyKey: fmt.Sprintf("bad-id-%d", i), Text: "x",
+				Target: tc.target, MessageId: tc.messageID}
+			before := len(f.Requests())
+			r := &deliveryv1.SendReceipt{}
+			if err := b.Request(ctx, b.Topology().SendSubject("discord"), req, r); err != nil {
+				t.Fatal(err)
+			}
+			if r.GetOk() || r.GetErrorClass() != deliveryv1.ErrorClass_ERROR_CLASS_PERMANENT {
+				t.Errorf("receipt %v, want PERMANENT", r)
+			}
+			if got := f.Requests()[before:]; len(got) != 0 {
+				t.Errorf("requests reached Discord: %q", got)
+			}
+		})
+	}
+}

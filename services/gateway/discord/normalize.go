@@ -31,8 +31,9 @@ func parseMessage(raw []byte) (*discordgo.Message, error) {
 	return &m, nil
 }
 
-// snowflake reports whether id looks like a Discord id: 1 to 20 digits.
-// The message id becomes the bus message id.
+// snowflake reports whether id looks like a Discord id: 1 to 20 ASCII
+// digits. The message id becomes the bus message id; sends check their
+// ids with it before the ids become REST paths (checkIDs).
 func snowflake(id string) bool {
 	if id == "" || len(id) > 20 {
 		return false

@@ -23,7 +23,7 @@ func (p *Platform) serveEvents(ctx context.Context, conn platform.Conn) error {
 	}
 	mux := http.NewServeMux()
 	mux.Handle(p.cfg.Path, p.EventsHandler(conn))
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	srv := eventsServer(mux, p.cfg.AckTimeout)
 	p.eventsAddr.Store(ln.Addr().String())
 	p.log.Info("slack events api listening", "addr", ln.Addr().String(), "path", p.cfg.Path)
 	conn.Connected()
@@ -31,6 +31,28 @@ func (p *Platform) serveEvents(ctx context.Context, conn platform.Conn) error {
 		return fmt.Errorf("slack events server: %w", err)
 	}
 	return nil
+}
+
+// eventsReadTimeout bounds reading one request, body included, as the
+// webhook gateway does.
+const eventsReadTimeout = 30 * time.Second
+
+// eventsServer is the Events API server. Anyone can connect and send up
+// to MaxBodyBytes before the signature is checked, so every phase of a
+// connection is bounded: a body trickled in slowly, or a connection left
+// open, would otherwise hold a goroutine and its buffer for as long as
+// the client likes. The answers are short, so the write deadline (which
+// net/http starts once the headers are read) only has to cover the rest
+// of the body and the handler's publish (ackTimeout). Idle keep-alive
+// connections close after 30 s.
+func eventsServer(h http.Handler, ackTimeout time.Duration) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       eventsReadTimeout,
+		WriteTimeout:      eventsReadTimeout + ackTimeout + 5*time.Second,
+		IdleTimeout:       30 * time.Second,
+	}
 }
 
 // EventsAddr is the address the Events API server listens on, once it does.

@@ -290,13 +290,22 @@ func classifyConnect(err error) error {
 	return fmt.Errorf("slack socket mode: %w", err)
 }
 
+// escapedText is the text option of every send and edit (streamed text
+// arrives as edits). The text is the model's, so it is escaped as Slack
+// asks of text it is sent (& < > as &amp; &lt; &gt;, see
+// https://api.slack.com/reference/surfaces/formatting#escaping): left
+// as is, <!channel>, <!here> or <@U…> in it would ping people and
+// <https://…|label> would disguise a link. The gateway adds no markup of
+// its own, and Slack still renders *bold*, `code` and bare URLs.
+func escapedText(text string) slackapi.MsgOption { return slackapi.MsgOptionText(text, true) }
+
 // Send posts a message; a target thread id becomes thread_ts.
 func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (string, error) {
 	t := req.GetTarget()
 	if req.GetText() == "" {
 		return "", platform.Permanent(errors.New("slack message without text"))
 	}
-	opts := []slackapi.MsgOption{slackapi.MsgOptionText(req.GetText(), false)}
+	opts := []slackapi.MsgOption{escapedText(req.GetText())}
 	if t.GetThreadId() != "" {
 		opts = append(opts, slackapi.MsgOptionTS(t.GetThreadId()))
 	}
@@ -309,7 +318,7 @@ func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (str
 
 // Edit replaces a message's text (chat.update), for streaming.
 func (p *Platform) Edit(ctx context.Context, req *deliveryv1.SendRequested) error {
-	_, _, _, err := p.api.UpdateMessageContext(ctx, req.GetTarget().GetChatId(), req.GetMessageId(), slackapi.MsgOptionText(req.GetText(), false))
+	_, _, _, err := p.api.UpdateMessageContext(ctx, req.GetTarget().GetChatId(), req.GetMessageId(), escapedText(req.GetText()))
 	if err != nil {
 		return sendError("chat.update", err)
 	}

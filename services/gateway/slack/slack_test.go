@@ -287,3 +287,47 @@ func TestRateLimitedReceipt(t *testing.T) {
 		t.Fatalf("channel_not_found receipt %v, want PERMANENT", r)
 	}
 }
+
+// Model text reaches Slack escaped (& < > as &amp; &lt; &gt;, Slack's
+// rule for text you send), so <!channel>, <@U…> and <url|label> in it are
+// shown as typed instead of pinging everyone or disguising a link. Edits,
+// which carry streamed text, are escaped the same way.
+func TestTextIsEscaped(t *testing.T) {
+	t.Parallel()
+	fake := slackfake.New(t)
+	_, b, _, _ := gateway(t, fake, Config{AppToken: fake.AppToken})
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	var ts string // the message the send posted; the edits rewrite it
+	for i, tc := range []struct {
+		name string
+		op   deliveryv1.SendOp
+		text string
+		want string
+	}{
+		{"send", deliveryv1.SendOp_SEND_OP_SEND, "hi <!channel> & <https://evil.example|innocent>",
+			"hi &lt;!channel&gt; &amp; &lt;https://evil.example|innocent&gt;"},
+		{"edit", deliveryv1.SendOp_SEND_OP_EDIT, "<!here> <@U123> <!subteam^S1>", "&lt;!here&gt; &lt;@U123&gt; &lt;!subteam^S1&gt;"},
+		{"edit with entities already written", deliveryv1.SendOp_SEND_OP_EDIT, "&lt;!channel&gt; a > b", "&amp;lt;!channel&amp;gt; a &gt; b"},
+		{"edit with markdown", deliveryv1.SendOp_SEND_OP_EDIT, "*bold* `code` https://example.com", "*bold* `code` https://example.com"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req := &deliveryv1.SendRequested{Op: tc.op, IdempotencyKey: fmt.Sprintf("esc-%d", i), Text: tc.text, MessageId: ts,
+				Target: &deliveryv1.Target{Platform: "slack", ChatId: "CESC"}}
+			r := &deliveryv1.SendReceipt{}
+			if err := b.Request(ctx, b.Topology().SendSubject("slack"), req, r); err != nil {
+				t.Fatal(err)
+			}
+			if !r.GetOk() {
+				t.Fatalf("receipt %v, want ok", r)
+			}
+			if tc.op == deliveryv1.SendOp_SEND_OP_SEND {
+				ts = r.GetPlatformMessageId()
+			}
+			msgs := fake.Messages("CESC")
+			if len(msgs) != 1 || msgs[0].Text != tc.want {
+				t.Fatalf("slack has %+v, want one message with text %q", msgs, tc.want)
+			}
+		})
+	}
+}

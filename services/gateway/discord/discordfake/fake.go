@@ -51,6 +51,7 @@ type Fake struct {
 	sessionID  string
 	log        []frame // dispatches of the current session, by sequence
 	overlap    int     // on resume, replay this many events the client already saw
+	requests   []string
 }
 
 // Message is one message the bot posted.
@@ -84,7 +85,16 @@ func New(t testing.TB) *Fake {
 	mux.HandleFunc("POST /api/v9/channels/{id}/typing", f.trigger)
 	mux.HandleFunc("POST /api/v9/channels/{id}/messages/{mid}/threads", f.startThread)
 	mux.HandleFunc("/ws/", f.ws)
-	f.srv = httptest.NewServer(mux)
+	f.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// Recorded before routing, so a request for a path the fake does
+		// not serve is seen too.
+		if !strings.HasPrefix(r.URL.Path, "/ws/") {
+			f.mu.Lock()
+			f.requests = append(f.requests, r.Method+" "+r.URL.RequestURI())
+			f.mu.Unlock()
+		}
+		mux.ServeHTTP(w, r)
+	}))
 	t.Cleanup(func() {
 		f.Drop()
 		f.srv.Close()
@@ -137,6 +147,14 @@ func (f *Fake) Messages(channel string) []Message {
 		out = append(out, *m)
 	}
 	return out
+}
+
+// Requests returns every REST request received so far ("METHOD
+// /request/uri"), in order; gateway websocket connections are not listed.
+func (f *Fake) Requests() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.requests...)
 }
 
 // Typing counts typing triggers in a channel.

@@ -23,6 +23,9 @@ type Call struct {
 	// UserKey is "<platform>:<user id>", the owner of memories and
 	// transcripts.
 	UserKey string
+	// Origin is the chat the turn answers, as a send target
+	// ("platform:chat_id[:thread_id]"; "" when its replies go nowhere).
+	Origin string
 }
 
 // Tool is one callable tool.
@@ -33,7 +36,17 @@ type Tool struct {
 	Parameters json.RawMessage
 	// Dangerous tools run only after the user approves.
 	Dangerous bool
-	Run       func(ctx context.Context, call Call, args json.RawMessage) (string, error)
+	// Confirm, when set, reports whether one call of a tool that is not
+	// dangerous needs the user's approval all the same (send_message to a
+	// chat nobody allowed).
+	Confirm func(call Call, args json.RawMessage) bool
+	Run     func(ctx context.Context, call Call, args json.RawMessage) (string, error)
+}
+
+// NeedsApproval reports whether this call of t runs only after the user
+// approves it.
+func (t Tool) NeedsApproval(call Call, args json.RawMessage) bool {
+	return t.Dangerous || (t.Confirm != nil && t.Confirm(call, args))
 }
 
 // ErrUnknown is returned for a tool the registry does not have.
@@ -224,13 +237,27 @@ type Sender interface {
 	Send(ctx context.Context, target, text, idempotencyKey string) (string, error)
 }
 
-// SendMessage is the send_message tool.
-func SendMessage(s Sender) Tool {
+// SendMessage is the send_message tool. Without approval it reaches only
+// the chat the turn answers, the home channels ("home", or a bare
+// platform name) and the targets allowed lists ("platform:chat_id", or
+// "platform:*" for every chat of a platform): text a prompt injection
+// slipped into the conversation must not post in the bot's name to any
+// chat it likes. Any other target waits for the user's /approve.
+func SendMessage(s Sender, allowed []string) Tool {
 	return Tool{
 		Name:        "send_message",
 		Description: `Send a message to another chat. target is "platform:chat_id[:thread_id]", "home" for the home channel, or a channel name.`,
 		Parameters: json.RawMessage(`{"type":"object","properties":{"target":{"type":"string"},` +
 			`"text":{"type":"string"}},"required":["target","text"]}`),
+		Confirm: func(call Call, args json.RawMessage) bool {
+			var a struct {
+				Target string `json:"target"`
+			}
+			if decode(args, &a) != nil {
+				return false // Run refuses it
+			}
+			return !sendAllowed(a.Target, call.Origin, allowed)
+		},
 		Run: func(ctx context.Context, call Call, args json.RawMessage) (string, error) {
 			var a struct {
 				Target string `json:"target"`
@@ -245,6 +272,26 @@ func SendMessage(s Sender) Tool {
 			return s.Send(ctx, a.Target, a.Text, call.TurnID+":"+call.ID)
 		},
 	}
+}
+
+// sendAllowed reports whether send_message may reach target without the
+// user's approval.
+func sendAllowed(target, origin string, allowed []string) bool {
+	if target == "home" || (target != "" && !strings.Contains(target, ":")) || (origin != "" && target == origin) {
+		return true
+	}
+	for _, a := range allowed {
+		if p, ok := strings.CutSuffix(a, ":*"); ok {
+			if rest, ok := strings.CutPrefix(target, p+":"); ok && rest != "" && !strings.HasPrefix(rest, "#") {
+				return true
+			}
+			continue
+		}
+		if a == target {
+			return true
+		}
+	}
+	return false
 }
 
 func decode(args json.RawMessage, v any) error {

@@ -56,3 +56,35 @@ func TestClock(t *testing.T) {
 		}
 	}
 }
+
+func TestSendMessageNeedsApprovalOutsideItsTargets(t *testing.T) {
+	tool := SendMessage(nil, []string{"slack:C123", "discord:*", "slack:#ops"})
+	call := Call{Origin: "telegram:99"}
+	tests := []struct {
+		target string
+		ask    bool
+	}{
+		{"telegram:99", false},     // the turn's own chat
+		{"home", false},            // the configured home channel
+		{"telegram", false},        // the platform's home channel
+		{"slack:C123", false},      // listed
+		{"slack:#ops", false},      // listed by name
+		{"discord:555", false},     // every chat of the platform
+		{"discord:555:777", false}, // and its threads
+		{"telegram:100", true},     // another chat
+		{"telegram:99:5", true},    // another thread of the chat
+		{"slack:C999", true},       // not listed
+		{"discord:#general", true}, // a channel name is not a chat id
+		{"discord:", true},         // no chat
+		{"", true},                 // no target: Run refuses it
+	}
+	for _, tt := range tests {
+		args, _ := json.Marshal(map[string]string{"target": tt.target, "text": "hi"})
+		if got := tool.NeedsApproval(call, args); got != tt.ask {
+			t.Errorf("target %q: needs approval %v, want %v", tt.target, got, tt.ask)
+		}
+	}
+	if !tool.NeedsApproval(Call{}, json.RawMessage(`{"target":"telegram:99","text":"hi"}`)) {
+		t.Error("a turn that answers no chat sent to a chat without approval")
+	}
+}
