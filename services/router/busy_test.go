@@ -158,7 +158,9 @@ func TestQueueCapAndSteer(t *testing.T) {
 	if n := settled(t, "queue-full replies", 1, func() int { return e.countNotices("alice", "Too many messages are waiting (2)") }); n != 1 {
 		t.Fatalf("queue-full replies: %d; notices %q", n, e.noticesTo("alice"))
 	}
-	if n := settled(t, "queued acknowledgements", 1, func() int { return e.countNotices("alice", "yours is queued") }); n != 1 {
+	if n := settled(t, "queued acknowledgements", 1, func() int {
+		return e.countNotices("alice", "⏳ Queued for the next turn. I'll respond once the current task finishes.")
+	}); n != 1 {
 		t.Fatalf("queued acknowledgements: %d, want 1; notices %q", n, e.noticesTo("alice"))
 	}
 	settled(t, "steer controls", 1, func() int { return len(e.controls(controlSteer)) })
@@ -166,7 +168,7 @@ func TestQueueCapAndSteer(t *testing.T) {
 	if len(steers) != 1 || steers[0].Text != "go left" || steers[0].SessionKey != "agent:main:telegram:dm:chat-bob" {
 		t.Fatalf("steer controls %v", steers)
 	}
-	if n := settled(t, "steer acknowledgements", 1, func() int { return e.countNotices("bob", "Added your message") }); n != 1 {
+	if n := settled(t, "steer acknowledgements", 1, func() int { return e.countNotices("bob", "⏩ Steered into current run") }); n != 1 {
 		t.Fatalf("steer acknowledgements: %d", n)
 	}
 	g.open()
@@ -200,7 +202,7 @@ func TestSteerNobodyTakesIsQueued(t *testing.T) {
 	if n := len(e.controls(controlSteer)); n != 1 {
 		t.Fatalf("%d steer requests, want 1", n)
 	}
-	if n := e.countNotices("bob", "Added your message"); n != 0 {
+	if n := e.countNotices("bob", "⏩ Steered into current run"); n != 0 {
 		t.Fatalf("told the text was added (%d) though no turn took it", n)
 	}
 	g.open()
@@ -235,7 +237,7 @@ func TestSteerBeforeTheTurnIsClaimedIsQueued(t *testing.T) {
 	if n, _ := store.QueueLen(context.Background(), key); n != 1 {
 		t.Fatalf("%d queued, want the steering queued", n)
 	}
-	if n := e.countNotices("bob", "Added your message"); n != 0 {
+	if n := e.countNotices("bob", "⏩ Steered into current run"); n != 0 {
 		t.Fatalf("told the text was added (%d)", n)
 	}
 }
@@ -340,6 +342,32 @@ func TestSteerCommandBeforeTheTurnIsClaimed(t *testing.T) {
 	waitFor(t, "reply to /steer", func() bool { return len(e.noticesTo("bob")) > 0 })
 	if got := e.noticesTo("bob")[0]; got != "Agent still starting — /steer queued for the next turn." {
 		t.Fatalf("reply %q", got)
+	}
+	e.publish(dm("bob", "/stop"))
+	waitFor(t, "reply to /stop", func() bool { return len(e.noticesTo("bob")) > 1 })
+	if got, want := e.noticesTo("bob")[1], "⚡ Stopped. The agent hadn't started yet — you can continue this session. 1 waiting message dropped."; got != want {
+		t.Fatalf("reply %q, want %q", got, want)
+	}
+}
+
+// The busy acknowledgement says, as Hermes's does, how long the running
+// task has taken once it is a minute or more.
+func TestBusyAckSaysHowLongTheTaskRuns(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	cfg := testConfig()
+	cfg.BusyMode = BusyQueue
+	cfg.SweepInterval = time.Hour // the old grant stays the running turn's
+	e.startRouter(cfg, nil, nil)
+	key := "agent:main:telegram:dm:chat-bob"
+	grant := redisx.NewGrant(time.Now().Add(-3*time.Minute - time.Second))
+	if err := e.rdb.Set(context.Background(), redisx.NewLocker(e.rdb, e.prefix).Key(key), grant, time.Hour).Err(); err != nil {
+		t.Fatal(err)
+	}
+	e.publish(dm("bob", "are you there?"))
+	waitFor(t, "the busy acknowledgement", func() bool { return len(e.noticesTo("bob")) > 0 })
+	if got, want := e.noticesTo("bob")[0], "⏳ Queued for the next turn (3 min elapsed). I'll respond once the current task finishes."; got != want {
+		t.Fatalf("ack %q, want %q", got, want)
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/switchboard-chat/switchboard/pkg/command"
+	"github.com/switchboard-chat/switchboard/pkg/redisx"
 	"github.com/switchboard-chat/switchboard/pkg/sessionstore"
 )
 
@@ -127,19 +128,22 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 		if err != nil {
 			return err
 		}
-		stopped, err := s.forceUnlock(ctx, m)
+		owner, err := s.forceUnlock(ctx, m)
 		if err != nil {
 			return err
 		}
+		// Hermes's words, and what became of the waiting messages.
+		text := "No active task to stop."
 		switch {
-		case stopped && dropped > 0:
-			return reply(gen, fmt.Sprintf("⏹ Stopped. %s dropped.", plural(int(dropped), "waiting message")))
-		case stopped:
-			return reply(gen, "⏹ Stopped.")
-		case dropped > 0:
-			return reply(gen, fmt.Sprintf("Nothing was running. %s dropped.", plural(int(dropped), "waiting message")))
+		case owner != "" && redisx.GrantOf(owner) == owner:
+			text = "⚡ Stopped. The agent hadn't started yet — you can continue this session."
+		case owner != "":
+			text = "⚡ Stopped. You can continue this session."
 		}
-		return reply(gen, "Nothing is running.")
+		if dropped > 0 {
+			text += fmt.Sprintf(" %s dropped.", plural(int(dropped), "waiting message"))
+		}
+		return reply(gen, text)
 	case "queue":
 		if cmd.Args == "" && len(m.ev.GetAttachments()) == 0 {
 			return reply(sess.Generation, "Usage: /queue <prompt>")

@@ -594,7 +594,7 @@ func (s *Service) ack(ctx context.Context, m *msgCtx, sess sessionstore.Session,
 	case o.command == "steer":
 		text = "No active agent — /steer queued for the next turn."
 	default:
-		return s.busyAck(ctx, m, sess, action)
+		return s.busyAck(ctx, m, sess, owner, action)
 	}
 	return s.notice(ctx, m, sess.Generation, text, "command")
 }
@@ -609,7 +609,7 @@ func preview(text string, n int) string {
 
 // busyAck tells the user, at most once per session per BusyAckInterval,
 // what happened to a message that arrived while the agent was busy.
-func (s *Service) busyAck(ctx context.Context, m *msgCtx, sess sessionstore.Session, action string) error {
+func (s *Service) busyAck(ctx context.Context, m *msgCtx, sess sessionstore.Session, owner, action string) error {
 	if quietPlatform(m.platform) {
 		return nil
 	}
@@ -617,14 +617,22 @@ func (s *Service) busyAck(ctx context.Context, m *msgCtx, sess sessionstore.Sess
 	if err != nil || !ok {
 		return nil
 	}
+	// Hermes's words; of its details (time, iteration, tool) the router
+	// knows the time: the grant of the running turn says when it began.
+	detail := ""
+	if began, ok := redisx.GrantTime(redisx.GrantOf(owner)); ok {
+		if mins := int(s.now().Sub(began) / time.Minute); mins > 0 {
+			detail = fmt.Sprintf(" (%d min elapsed)", mins)
+		}
+	}
 	var text string
 	switch action {
 	case "interrupted":
-		text = "⚡ Interrupting the current task; your message comes next."
+		text = "⚡ Interrupting current task" + detail + ". I'll respond to your message shortly."
 	case "steered":
-		text = "↪️ Added your message to the task in progress."
+		text = "⏩ Steered into current run" + detail + ". Your message arrives after the next tool call."
 	default:
-		text = "⏳ Still working on the previous message; yours is queued and comes next."
+		text = "⏳ Queued for the next turn" + detail + ". I'll respond once the current task finishes."
 	}
 	return s.notice(ctx, m, sess.Generation, text, "busy")
 }

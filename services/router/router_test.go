@@ -493,7 +493,7 @@ func TestStopAndNew(t *testing.T) {
 	e.publish(dm("alice", "/stop"))
 	waitFor(t, "stop notice", func() bool {
 		for _, n := range e.noticesTo("alice") {
-			if strings.HasPrefix(n, "⏹ Stopped") {
+			if strings.HasPrefix(n, "⚡ Stopped. You can continue this session.") {
 				return true
 			}
 		}
@@ -595,7 +595,7 @@ func TestTurnWaitingForAWorkerKeepsItsSession(t *testing.T) {
 	}
 	// Nothing was running to interrupt (the default busy mode): the user
 	// is told the message is queued.
-	if got := e.noticesTo("bob"); len(got) != 1 || !strings.Contains(got[0], "queued") {
+	if got := e.noticesTo("bob"); len(got) != 1 || !strings.HasPrefix(got[0], "⏳ Queued for the next turn") {
 		t.Fatalf("notices %q, want one saying the message is queued", got)
 	}
 }
@@ -941,6 +941,7 @@ func TestCommands(t *testing.T) {
 		{"alice", "/resume 3", "Resumed Trip plans"},
 		{"alice", "/resume nothing-like-it", "No earlier conversation"},
 		{"alice", "/undo x", "Usage: /undo"},
+		{"alice", "/stop", "No active task to stop."},
 		{"alice", "/approve", "No pending command to approve."},
 		{"alice", "/deny", "No pending command to deny."},
 		{"alice", "/steer", "Usage: /steer <prompt>  (no agent is running; sending as a normal message)"},

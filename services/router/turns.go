@@ -169,22 +169,19 @@ func (s *Service) request(ctx context.Context, m *msgCtx, action turnsv1.Control
 
 // forceUnlock stops the running turn and frees the session at once; the
 // stopped worker's later writes are fenced by the generation.
-func (s *Service) forceUnlock(ctx context.Context, m *msgCtx) (bool, error) {
-	owner, err := s.locker.Owner(ctx, m.key)
-	if err != nil {
-		return false, err
-	}
-	if owner == "" {
-		return false, nil
+func (s *Service) forceUnlock(ctx context.Context, m *msgCtx) (owner string, err error) {
+	owner, err = s.locker.Owner(ctx, m.key)
+	if err != nil || owner == "" {
+		return "", err
 	}
 	if err := s.control(ctx, m, controlStop, "", ""); err != nil {
-		return true, err
+		return owner, err
 	}
 	// Compare-and-delete with the token we read: a newer owner is kept.
 	if err := s.locker.Release(ctx, m.key, owner); err != nil {
 		s.log.Debug("force unlock", "session_key", m.key, "err", err)
 	}
-	return true, nil
+	return owner, nil
 }
 
 // target is where a notice about m goes: back to the chat it came from.
