@@ -242,31 +242,6 @@ func TestSteerBeforeTheTurnIsClaimedIsQueued(t *testing.T) {
 	}
 }
 
-// /resume while a task runs is refused, as in Hermes: it would end the
-// task without a word. The running turn keeps its lock and finishes.
-func TestResumeMidTurnIsRefused(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t)
-	e.startRouter(testConfig(), nil, nil)
-	g := newGate(t, "long job")
-	w := e.startWorker(g.hold)
-	e.publish(dm("bob", "long job"))
-	waitFor(t, "the turn runs", func() bool { turns, _ := w.snapshot(); return len(turns) == 1 })
-	e.publish(dm("bob", "/resume Trip plans"))
-	waitFor(t, "reply to /resume", func() bool { return e.countNotices("bob", "/resume") > 0 })
-	if n := e.countNotices("bob", "can't run mid-turn"); n != 1 {
-		t.Fatalf("notices %q, want the mid-turn refusal", e.noticesTo("bob"))
-	}
-	if n := len(e.controls(controlStop)); n != 0 {
-		t.Fatalf("%d stops sent", n)
-	}
-	owner, err := redisx.NewLocker(e.rdb, e.prefix).Owner(context.Background(), "agent:main:telegram:dm:chat-bob")
-	if err != nil || owner == "" {
-		t.Fatalf("the running turn lost its lock (%q, %v)", owner, err)
-	}
-	g.open()
-}
-
 // While a task runs, commands answer as Hermes's do: /queue and /steer
 // always say what became of their text, /approve and /deny whether an
 // approval was waiting, and the commands that would read or change the
@@ -309,15 +284,17 @@ func TestCommandsMidTurnAnswerAsHermes(t *testing.T) {
 	}
 	for _, tt := range tests {
 		e.refuseControl.Store(tt.refuse)
-		before := len(e.noticesTo("bob"))
-		e.publish(dm("bob", tt.text))
-		waitFor(t, "reply to "+tt.text, func() bool { return len(e.noticesTo("bob")) > before })
-		if got := e.noticesTo("bob")[before]; !strings.Contains(got, tt.want) {
+		if got := e.ask("bob", tt.text); !strings.Contains(got, tt.want) {
 			t.Errorf("%s: got %q, want %q", tt.text, got, tt.want)
 		}
 	}
 	if n := len(e.controls(controlStop)); n != 0 {
 		t.Fatalf("%d stops sent", n)
+	}
+	// /resume would have ended the task without a word: it kept its lock.
+	owner, err := redisx.NewLocker(e.rdb, e.prefix).Owner(context.Background(), "agent:main:telegram:dm:chat-bob")
+	if err != nil || owner == "" {
+		t.Fatalf("the running turn lost its lock (%q, %v)", owner, err)
 	}
 	g.open()
 	waitFor(t, "the queued turns", func() bool { turns, _ := w.snapshot(); return len(turns) >= 3 })
@@ -338,14 +315,10 @@ func TestSteerCommandBeforeTheTurnIsClaimed(t *testing.T) {
 		owner, _ := redisx.NewLocker(e.rdb, e.prefix).Owner(context.Background(), "agent:main:telegram:dm:chat-bob")
 		return owner != ""
 	})
-	e.publish(dm("bob", "/steer go left"))
-	waitFor(t, "reply to /steer", func() bool { return len(e.noticesTo("bob")) > 0 })
-	if got := e.noticesTo("bob")[0]; got != "Agent still starting — /steer queued for the next turn." {
+	if got := e.ask("bob", "/steer go left"); got != "Agent still starting — /steer queued for the next turn." {
 		t.Fatalf("reply %q", got)
 	}
-	e.publish(dm("bob", "/stop"))
-	waitFor(t, "reply to /stop", func() bool { return len(e.noticesTo("bob")) > 1 })
-	if got, want := e.noticesTo("bob")[1], "⚡ Stopped. The agent hadn't started yet — you can continue this session. 1 waiting message dropped."; got != want {
+	if got, want := e.ask("bob", "/stop"), "⚡ Stopped. The agent hadn't started yet — you can continue this session. 1 waiting message dropped."; got != want {
 		t.Fatalf("reply %q, want %q", got, want)
 	}
 }
@@ -364,9 +337,7 @@ func TestBusyAckSaysHowLongTheTaskRuns(t *testing.T) {
 	if err := e.rdb.Set(context.Background(), redisx.NewLocker(e.rdb, e.prefix).Key(key), grant, time.Hour).Err(); err != nil {
 		t.Fatal(err)
 	}
-	e.publish(dm("bob", "are you there?"))
-	waitFor(t, "the busy acknowledgement", func() bool { return len(e.noticesTo("bob")) > 0 })
-	if got, want := e.noticesTo("bob")[0], "⏳ Queued for the next turn (3 min elapsed). I'll respond once the current task finishes."; got != want {
+	if got, want := e.ask("bob", "are you there?"), "⏳ Queued for the next turn (3 min elapsed). I'll respond once the current task finishes."; got != want {
 		t.Fatalf("ack %q, want %q", got, want)
 	}
 }

@@ -261,6 +261,15 @@ func (e *env) inboundDrained() bool {
 	return true
 }
 
+// ask sends text as user's DM and returns the next notice to user.
+func (e *env) ask(user, text string) string {
+	e.t.Helper()
+	before := len(e.noticesTo(user))
+	e.publish(dm(user, text))
+	waitFor(e.t, "reply to "+text, func() bool { return len(e.noticesTo(user)) > before })
+	return e.noticesTo(user)[before]
+}
+
 func (e *env) noticesTo(user string) []string {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -600,55 +609,44 @@ func TestTurnWaitingForAWorkerKeepsItsSession(t *testing.T) {
 	}
 }
 
-// A router that died between taking a session's lock and committing the
-// turn start left a grant that lives GrantTTL: the sweep takes it over once
-// it is LockTTL old, as the session's last turn is not the grant's.
-func TestOrphanedGrantIsTakenOver(t *testing.T) {
+// The sweep takes a session from a holder that left it, and counts it:
+// the grant of a router that died between taking the lock and starting
+// the turn (a grant lives GrantTTL, so that a started turn keeps its
+// session however long it waits for a worker; the sweep takes it over
+// once it is older than LockTTL and names no started turn), and the lock
+// of a worker that died, once it expires.
+func TestSweepTakesOverAbandonedLocks(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	cfg := testConfig()
-	cfg.LockTTL = time.Second
-	e.startRouter(cfg, nil, nil)
-	key := "agent:main:telegram:dm:chat-bob"
-	orphan := redisx.NewGrant(time.Now())
-	if err := e.rdb.Set(context.Background(), redisx.NewLocker(e.rdb, e.prefix).Key(key), orphan, cfg.GrantTTL).Err(); err != nil {
-		t.Fatal(err)
+	tests := []struct {
+		kind  string
+		value func() string
+		ttl   time.Duration
+	}{
+		{"orphaned_grant", func() string { return redisx.NewGrant(time.Now()) }, time.Hour},
+		{"expired", func() string { return redisx.Holder(redisx.NewGrant(time.Now()), "dead-worker.1") }, time.Second},
 	}
-	before := testutil.ToFloat64(lockTakeovers.WithLabelValues("orphaned_grant"))
-	e.publish(dm("bob", "anyone there?"))
-	waitFor(t, "inbound drained", e.inboundDrained)
-	w := e.startWorker(nil)
-	waitFor(t, "waiting message runs after the orphaned grant is taken over", func() bool {
-		turns, _ := w.snapshot()
-		return len(inputsText(turns, key)) == 1
-	})
-	if got := testutil.ToFloat64(lockTakeovers.WithLabelValues("orphaned_grant")); got < before+1 {
-		t.Errorf("orphaned grant takeovers %v, want at least %v", got, before+1)
-	}
-}
-
-// A worker that died holding its session's lock: the message that waited
-// behind it runs once the lock expires, started by the sweep, and is
-// counted as a takeover.
-func TestExpiredLockIsTakenOverBySweep(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t)
-	cfg := testConfig()
-	e.startRouter(cfg, nil, nil)
-	w := e.startWorker(nil)
-	key := "agent:main:telegram:dm:chat-alice"
-	dead := redisx.Holder(redisx.NewGrant(time.Now()), "dead-worker.1")
-	if err := e.rdb.Set(context.Background(), redisx.NewLocker(e.rdb, e.prefix).Key(key), dead, time.Second).Err(); err != nil {
-		t.Fatal(err)
-	}
-	before := testutil.ToFloat64(lockTakeovers.WithLabelValues("expired"))
-	e.publish(dm("alice", "still there?"))
-	waitFor(t, "waiting message runs after the dead worker's lock expired", func() bool {
-		turns, _ := w.snapshot()
-		return len(inputsText(turns, key)) == 1
-	})
-	if got := testutil.ToFloat64(lockTakeovers.WithLabelValues("expired")); got < before+1 {
-		t.Errorf("expired lock takeovers %v, want at least %v", got, before+1)
+	for _, tt := range tests {
+		t.Run(tt.kind, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			cfg := testConfig()
+			cfg.LockTTL = time.Second
+			e.startRouter(cfg, nil, nil)
+			w := e.startWorker(nil)
+			key := "agent:main:telegram:dm:chat-bob"
+			if err := e.rdb.Set(context.Background(), redisx.NewLocker(e.rdb, e.prefix).Key(key), tt.value(), tt.ttl).Err(); err != nil {
+				t.Fatal(err)
+			}
+			before := testutil.ToFloat64(lockTakeovers.WithLabelValues(tt.kind))
+			e.publish(dm("bob", "anyone there?"))
+			waitFor(t, "the waiting message runs", func() bool {
+				turns, _ := w.snapshot()
+				return len(inputsText(turns, key)) == 1
+			})
+			if got := testutil.ToFloat64(lockTakeovers.WithLabelValues(tt.kind)); got < before+1 {
+				t.Errorf("%s takeovers %v, want at least %v", tt.kind, got, before+1)
+			}
+		})
 	}
 }
 
@@ -949,11 +947,7 @@ func TestCommands(t *testing.T) {
 		{"alice", "/queue", "Usage: /queue <prompt>"},
 	}
 	for _, tt := range tests {
-		before := len(e.noticesTo(tt.user))
-		e.publish(dm(tt.user, tt.text))
-		waitFor(t, "reply to "+tt.text, func() bool { return len(e.noticesTo(tt.user)) > before })
-		got := e.noticesTo(tt.user)[before]
-		if !strings.Contains(got, tt.want) {
+		if got := e.ask(tt.user, tt.text); !strings.Contains(got, tt.want) {
 			t.Errorf("%s %s: got %q, want it to contain %q", tt.user, tt.text, got, tt.want)
 		}
 	}
