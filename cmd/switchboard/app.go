@@ -38,9 +38,11 @@ type app struct {
 	mu        sync.Mutex
 	closers   []func()
 	endpoints [][2]string
-	bus       *bus.Bus
-	db        *pgxpool.Pool
-	rdb       *redis.Client
+	// off are the services dev skips, with why (a platform's token unset).
+	off map[string]string
+	bus *bus.Bus
+	db  *pgxpool.Pool
+	rdb *redis.Client
 	// migrated: this process applied the migrations itself (dev).
 	migrated bool
 }
@@ -61,6 +63,16 @@ func (a *app) announce(label, url string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.endpoints = append(a.endpoints, [2]string{label, url})
+}
+
+// switchedOff records a service this process does not run, and why.
+func (a *app) switchedOff(service, why string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.off == nil {
+		a.off = map[string]string{}
+	}
+	a.off[service] = why
 }
 
 // close releases clients in reverse order of opening.

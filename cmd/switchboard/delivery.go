@@ -37,7 +37,7 @@ func startDelivery(ctx context.Context, a *app) (func(context.Context) error, er
 		return nil, err
 	}
 	if a.cfg.Delivery.GRPCAddr != "" {
-		a.announce("delivery gRPC (DeliveryService.Send)", a.cfg.Delivery.GRPCAddr)
+		a.announce("Delivery (gRPC)", a.cfg.Delivery.GRPCAddr)
 	}
 	return svc.Run, nil
 }

@@ -121,7 +121,20 @@ func runDevWith(ctx context.Context, cfg *Config, o devOptions) error {
 func printBanner(a *app, ops string) {
 	cfg := a.cfg
 	var b strings.Builder
-	fmt.Fprintf(&b, "\nSwitchboard dev is running (services: %s)\n", strings.Join(devServicesOrNone(), ", "))
+	a.mu.Lock()
+	var running, off []string
+	for _, s := range devServicesOrNone() {
+		if why, ok := a.off[s]; ok {
+			off = append(off, s+" ("+why+")")
+			continue
+		}
+		running = append(running, s)
+	}
+	a.mu.Unlock()
+	fmt.Fprintf(&b, "\nSwitchboard dev is running (services: %s)\n", strings.Join(running, ", "))
+	if len(off) > 0 {
+		fmt.Fprintf(&b, "  Off              %s\n", strings.Join(off, ", "))
+	}
 	fmt.Fprintf(&b, "  NATS (embedded)  %s\n", bus.RedactURL(cfg.NATS.URL))
 	fmt.Fprintf(&b, "  Postgres         %s\n", redact(cfg.Postgres.URL))
 	fmt.Fprintf(&b, "  Redis            %s\n", redact(cfg.Redis.URL))

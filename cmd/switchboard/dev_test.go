@@ -16,6 +16,14 @@ func TestDevStartsReadyAndStopsOnSIGTERM(t *testing.T) {
 	}
 	t.Parallel()
 	d := startDev(t)
+	// The banner says what runs, and which gateways are off and why.
+	banner := strings.Join(d.banner, "\n")
+	for _, want := range []string{"(services: admin, delivery, gateway-api, gateway-webhook, router, worker)",
+		"gateway-telegram (TELEGRAM_BOT_TOKEN not set)", "gateway-discord (DISCORD_BOT_TOKEN not set)"} {
+		if !strings.Contains(banner, want) {
+			t.Errorf("banner lacks %q:\n%s", want, banner)
+		}
+	}
 	d.stop(t)
 	if !strings.Contains(d.stderr.String(), `"msg":"stopped"`) {
 		t.Errorf("no clean stop logged; stderr:\n%s", d.stderr.String())

@@ -98,6 +98,7 @@ type devProcess struct {
 	cmd       *exec.Cmd
 	stderr    *syncBuffer
 	endpoints map[string]string // label → address as dev printed them
+	banner    []string          // the banner's lines
 	apiAddr   string
 	db        *pgxpool.Pool  // the process's Postgres schema, for checks
 	locker    *redisx.Locker // session locks under the process's Redis prefix
@@ -160,7 +161,7 @@ func (d *devProcess) start(t *testing.T, bin, dbURL, redisPrefix string, env []s
 		"SWITCHBOARD_DELIVERY__GRPC_ADDR=127.0.0.1:0",
 		"SWITCHBOARD_GATEWAYS__API__ADDR="+d.apiAddr,
 		"SWITCHBOARD_GATEWAYS__WEBHOOK__ADDR=127.0.0.1:0",
-		"API_SERVER_KEY=",
+		"API_SERVER_KEY=", "TELEGRAM_BOT_TOKEN=", "DISCORD_BOT_TOKEN=", "SLACK_BOT_TOKEN=",
 		"OPENAI_API_KEY=", "OPENAI_BASE_URL=", "ANTHROPIC_API_KEY=", "ANTHROPIC_BASE_URL=",
 	), env...)
 	stdout, err := d.cmd.StdoutPipe()
@@ -174,14 +175,19 @@ func (d *devProcess) start(t *testing.T, bin, dbURL, redisPrefix string, env []s
 	proc := d.cmd.Process
 	t.Cleanup(func() { _ = proc.Kill() })
 
-	banner := make(chan map[string]string, 1)
+	type printed struct {
+		endpoints map[string]string
+		lines     []string
+	}
+	banner := make(chan printed, 1)
 	go func() {
 		line := regexp.MustCompile(`^  (\S.*?)\s{2,}(\S+)$`)
-		got := map[string]string{}
+		got := printed{endpoints: map[string]string{}}
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
+			got.lines = append(got.lines, sc.Text())
 			if m := line.FindStringSubmatch(sc.Text()); m != nil {
-				got[m[1]] = m[2]
+				got.endpoints[m[1]] = m[2]
 			}
 			if strings.HasPrefix(sc.Text(), "Press Ctrl-C") {
 				banner <- got
@@ -189,7 +195,8 @@ func (d *devProcess) start(t *testing.T, bin, dbURL, redisPrefix string, env []s
 		}
 	}()
 	select {
-	case d.endpoints = <-banner:
+	case p := <-banner:
+		d.endpoints, d.banner = p.endpoints, p.lines
 	case <-time.After(90 * time.Second):
 		return errors.New("dev printed no banner")
 	}

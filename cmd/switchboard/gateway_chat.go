@@ -42,6 +42,7 @@ func startChatGateway(ctx context.Context, a *app, name, tokenEnv string, enable
 	build func(*bus.Bus) (chatService, error)) (func(context.Context) error, error) {
 	if a.name == "dev" && !enabled {
 		a.log.Info(name+" gateway off: "+tokenEnv+" not set", "gateway", name)
+		a.switchedOff("gateway-"+name, tokenEnv+" not set")
 		return idle, nil
 	}
 	if err := validate(); err != nil {

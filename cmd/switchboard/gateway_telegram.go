@@ -15,6 +15,8 @@ func init() {
 func startTelegram(ctx context.Context, a *app) (func(context.Context) error, error) {
 	cfg := a.cfg.Gateways.Telegram
 	if a.name == "dev" && cfg.BotToken == "" {
+		a.log.Info("telegram gateway off: TELEGRAM_BOT_TOKEN not set", "gateway", "telegram")
+		a.switchedOff("gateway-telegram", "TELEGRAM_BOT_TOKEN not set")
 		return idle, nil
 	}
 	b, err := a.Bus(ctx)
