@@ -22,6 +22,11 @@ const (
 	UTF16
 	// Bytes counts UTF-8 bytes.
 	Bytes
+	// EscapedRunes counts code points after &, < and > are escaped as
+	// &amp;, &lt; and &gt; (5, 4 and 4): Slack limits the text it is
+	// sent, which the gateway escapes, so code full of < and > must not
+	// be cut to a length it then outgrows.
+	EscapedRunes
 )
 
 // Len returns the length of s in this measure. Invalid UTF-8 bytes count
@@ -30,10 +35,10 @@ func (m Measure) Len(s string) int {
 	switch m {
 	case Bytes:
 		return len(s)
-	case UTF16:
+	case UTF16, EscapedRunes:
 		n := 0
 		for _, r := range s {
-			n += runeLen(UTF16, r)
+			n += runeLen(m, r)
 		}
 		return n
 	default:
@@ -47,6 +52,8 @@ func (m Measure) String() string {
 		return "utf16"
 	case Bytes:
 		return "bytes"
+	case EscapedRunes:
+		return "escaped-runes"
 	default:
 		return "runes"
 	}
@@ -57,6 +64,14 @@ func runeLen(m Measure, r rune) int {
 	case UTF16:
 		if r >= 0x10000 {
 			return 2
+		}
+		return 1
+	case EscapedRunes:
+		switch r {
+		case '&':
+			return len("&amp;")
+		case '<', '>':
+			return len("&lt;")
 		}
 		return 1
 	default:
@@ -96,7 +111,7 @@ var limits = map[string]Limit{
 	"api":        Unlimited,
 	"telegram":   {Max: 4096, Measure: UTF16},
 	"discord":    {Max: 2000, Measure: Runes},
-	"slack":      {Max: 39000, Measure: Runes},
+	"slack":      {Max: 39000, Measure: EscapedRunes},
 	"matrix":     {Max: 4000, Measure: Runes},
 	"mattermost": {Max: 4000, Measure: Runes},
 	"whatsapp":   {Max: 4096, Measure: Runes},

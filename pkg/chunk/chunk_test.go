@@ -17,7 +17,7 @@ func TestLimits(t *testing.T) {
 		{"telegram", chunk.Limit{Max: 4096, Measure: chunk.UTF16}},
 		{"Telegram ", chunk.Limit{Max: 4096, Measure: chunk.UTF16}},
 		{"discord", chunk.Limit{Max: 2000, Measure: chunk.Runes}},
-		{"slack", chunk.Limit{Max: 39000, Measure: chunk.Runes}},
+		{"slack", chunk.Limit{Max: 39000, Measure: chunk.EscapedRunes}},
 		{"matrix", chunk.Limit{Max: 4000, Measure: chunk.Runes}},
 		{"mattermost", chunk.Limit{Max: 4000, Measure: chunk.Runes}},
 		{"whatsapp", chunk.Limit{Max: 4096, Measure: chunk.Runes}},
@@ -39,15 +39,16 @@ func TestLimits(t *testing.T) {
 
 func TestMeasure(t *testing.T) {
 	tests := []struct {
-		s                  string
-		runes, utf16, byts int
+		s                           string
+		runes, utf16, byts, escaped int
 	}{
-		{"", 0, 0, 0},
-		{"abc", 3, 3, 3},
-		{"héllo", 5, 5, 6},
-		{"😀", 1, 2, 4},
-		{"a😀b", 3, 4, 6},
-		{"\xff", 1, 1, 1},
+		{"", 0, 0, 0, 0},
+		{"abc", 3, 3, 3, 3},
+		{"héllo", 5, 5, 6, 5},
+		{"😀", 1, 2, 4, 1},
+		{"a😀b", 3, 4, 6, 3},
+		{"\xff", 1, 1, 1, 1},
+		{"a<b>&c", 6, 6, 6, 16},
 	}
 	for _, tt := range tests {
 		t.Run(tt.s, func(t *testing.T) {
@@ -59,6 +60,9 @@ func TestMeasure(t *testing.T) {
 			}
 			if got := chunk.Bytes.Len(tt.s); got != tt.byts {
 				t.Errorf("Bytes = %d, want %d", got, tt.byts)
+			}
+			if got := chunk.EscapedRunes.Len(tt.s); got != tt.escaped {
+				t.Errorf("EscapedRunes = %d, want %d", got, tt.escaped)
 			}
 		})
 	}
@@ -164,6 +168,19 @@ func TestSplitPlatform(t *testing.T) {
 	for _, platform := range []string{"slack", "api"} {
 		if got := chunk.Split(text, platform); len(got) != 1 || got[0] != text {
 			t.Errorf("%s: want the text unchanged, got %d parts", platform, len(got))
+		}
+	}
+	// Slack counts the text after the gateway escapes it: 35,000 runes of
+	// code with 7,000 "<" is 56,000 characters there.
+	code := strings.Repeat("a<b; ", 7000)
+	parts := chunk.Split(code, "slack")
+	if len(parts) < 2 {
+		t.Errorf("slack: %d parts for text that outgrows the limit once escaped", len(parts))
+	}
+	for i, p := range parts {
+		escaped := strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;").Replace(p)
+		if n := len([]rune(escaped)); n > 39000 {
+			t.Errorf("slack part %d: %d characters once escaped", i, n)
 		}
 	}
 	long := strings.Repeat("```go\nx := 1\n```\n", 10000) // 170,000 runes
@@ -272,7 +289,7 @@ func FuzzParts(f *testing.F) {
 	f.Add(strings.Repeat("😀 ", 50), uint16(70), uint8(1))
 	f.Add("a ```py\nx\n``` b\n```\n"+strings.Repeat("y", 200), uint16(80), uint8(2))
 	f.Fuzz(func(t *testing.T, text string, max uint16, measure uint8) {
-		l := chunk.Limit{Max: int(max % 512), Measure: chunk.Measure(measure % 3)}
+		l := chunk.Limit{Max: int(max % 512), Measure: chunk.Measure(measure % 4)}
 		checkParts(t, text, l, chunk.Parts(text, l))
 	})
 }
