@@ -278,6 +278,10 @@ func TestCommandsMidTurnAnswerAsHermes(t *testing.T) {
 		{"/steer go right", "No active agent — /steer queued for the next turn.", true},
 		{"/approve", "✅ Command approved. The agent is resuming...", false},
 		{"/deny", "❌ Command denied.", false},
+		{"/approve session", "✅ Command approved (pattern approved for this session). The agent is resuming...", false},
+		{"yes", "✅ Command approved. The agent is resuming...", false},
+		{"Always!", "✅ Command approved (pattern approved permanently). The agent is resuming...", false},
+		{"👎", "❌ Command denied.", false},
 		{"/approve", "No pending command to approve.", true},
 		{"/deny", "No pending command to deny.", true},
 		{"/status", "State: working", false},
@@ -364,3 +368,31 @@ func TestInternalEventTextIsNoCommand(t *testing.T) {
 		t.Fatalf("%d approvals sent", n)
 	}
 }
+
+// A plain "ok" while no approval waits is a message like any other: it is
+// queued for the next turn (queue mode here), not swallowed.
+func TestApprovalWordNobodyWaitsForIsAMessage(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	cfg := testConfig()
+	cfg.BusyMode = BusyQueue
+	e.startRouter(cfg, nil, nil)
+	g := newGate(t, "long job")
+	w := e.startWorker(g.hold)
+	e.refuseControl.Store(true)
+	e.publish(dm("bob", "long job"))
+	waitFor(t, "the turn runs", func() bool { turns, _ := w.snapshot(); return len(turns) == 1 })
+	if got := e.ask("bob", "ok"); !strings.HasPrefix(got, "⏳ Queued for the next turn") {
+		t.Fatalf("reply %q, want the busy acknowledgement", got)
+	}
+	if n := len(e.controls(controlApprove)); n != 1 {
+		t.Fatalf("%d approval requests, want the one no turn took", n)
+	}
+	g.open()
+	waitFor(t, "the next turn", func() bool { turns, _ := w.snapshot(); return len(turns) == 2 })
+	turns, _ := w.snapshot()
+	if got := inputsText(turns, "agent:main:telegram:dm:chat-bob"); strings.Join(got, ",") != "long job,ok" {
+		t.Fatalf("inputs %q", got)
+	}
+}
+

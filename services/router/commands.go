@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/switchboard-chat/switchboard/pkg/command"
+	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
 	"github.com/switchboard-chat/switchboard/pkg/redisx"
 	"github.com/switchboard-chat/switchboard/pkg/sessionstore"
 )
@@ -208,9 +209,9 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 		}
 		return reply(sess.Generation, "This session now uses "+name+".")
 	case "approve", "deny":
-		action, done := controlApprove, "✅ Command approved. The agent is resuming..."
+		action := controlApprove
 		if cmd.Name == "deny" {
-			action, done = controlDeny, "❌ Command denied."
+			action = controlDeny
 		}
 		took := false
 		if busy {
@@ -222,7 +223,7 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 		if !took {
 			return reply(sess.Generation, "No pending command to "+cmd.Name+".")
 		}
-		return reply(sess.Generation, done)
+		return reply(sess.Generation, approvalReply(action, cmd.Args))
 	case "title":
 		if cmd.Args == "" {
 			if sess.Title == "" {
@@ -342,4 +343,39 @@ func truncateRunes(s string, n int) string {
 		return s
 	}
 	return string(r[:n])
+}
+
+// approvalReply is Hermes's confirmation of an answer to an approval;
+// args is /approve's argument: "session" or "always" make it stand.
+func approvalReply(action turnsv1.ControlAction, args string) string {
+	if action != controlApprove {
+		return "❌ Command denied."
+	}
+	scope := ""
+	for _, w := range strings.Fields(strings.ToLower(args)) {
+		switch w {
+		case "session", "ses":
+			scope = " (pattern approved for this session)"
+		case "always", "permanent", "permanently":
+			scope = " (pattern approved permanently)"
+		}
+	}
+	return "✅ Command approved" + scope + ". The agent is resuming..."
+}
+
+// approvalWord reads a plain message as Hermes does while a tool call may
+// wait for an approval: yes/ok/👍 approve, no/cancel/👎 deny, "always" and
+// "session" approve for good. ok is false for any other text.
+func approvalWord(text string) (action turnsv1.ControlAction, args string, ok bool) {
+	switch strings.ToLower(strings.TrimSpace(strings.TrimRight(text, ".!"))) {
+	case "yes", "y", "ok", "okay", "confirm", "approve", "👍":
+		return controlApprove, "", true
+	case "no", "n", "deny", "reject", "cancel", "👎":
+		return controlDeny, "", true
+	case "always", "approve always", "always approve":
+		return controlApprove, "always", true
+	case "session", "approve session", "session approve":
+		return controlApprove, "session", true
+	}
+	return 0, "", false
 }

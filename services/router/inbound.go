@@ -470,6 +470,22 @@ func (s *Service) route(ctx context.Context, m *msgCtx, sess sessionstore.Sessio
 	}
 	ownTurn := o.ownTurn || ownsTurn(m)
 
+	// "yes" or "no" to a running turn's question answers it, as in Hermes,
+	// instead of interrupting the turn that asked; only a turn waiting for
+	// an approval takes it, and any other time it is a message.
+	if busy && o.command == "" && !quietPlatform(m.platform) && redisx.GrantOf(owner) != owner {
+		if action, args, ok := approvalWord(m.ev.GetText()); ok {
+			took, err := s.request(ctx, m, action, args)
+			if err != nil {
+				return err
+			}
+			if took {
+				inbound.WithLabelValues("approval").Inc()
+				return s.notice(ctx, m, sess.Generation, approvalReply(action, args), "command")
+			}
+		}
+	}
+
 	// Steering reaches a turn a worker has claimed (the lock holds its
 	// own value, not the router's bare grant); text no running turn took
 	// (none claimed yet, or its answer is decided) is queued instead.

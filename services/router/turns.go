@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"google.golang.org/protobuf/types/known/emptypb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/switchboard-chat/switchboard/pkg/bus"
@@ -154,10 +154,13 @@ func (s *Service) request(ctx context.Context, m *msgCtx, action turnsv1.Control
 	req := &turnsv1.TurnControlRequested{SessionKey: m.key, Action: action, Text: text, EventId: m.dedupeID}
 	rctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
-	err := s.bus.Request(rctx, s.topo.ControlSubject(m.key), req, &emptypb.Empty{})
+	// The worker running the turn answers empty when the turn took it and
+	// "declined" when it did not; no answer in time is a "no" too.
+	var declined wrapperspb.BoolValue
+	err := s.bus.Request(rctx, s.topo.ControlSubject(m.key), req, &declined)
 	switch {
 	case err == nil:
-		return true, nil
+		return !declined.GetValue(), nil
 	case errors.Is(err, nats.ErrNoResponders), errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
 		if ctx.Err() != nil {
 			return false, ctx.Err()

@@ -6,6 +6,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
 )
@@ -51,7 +52,10 @@ func (c *controls) remove(r *turnRun) {
 
 // deliver is the subscription's handler: it applies a control message to
 // the session's running turns here (the one it names, when it names one)
-// and answers a request only when a turn here took it.
+// and answers a request when it runs such a turn: empty when the turn took
+// it, "declined" (a true BoolValue) when it did not, so that the router
+// need not wait out its timeout. A process running no such turn stays
+// silent: another may run it.
 func (c *controls) deliver(msg *nats.Msg) {
 	var m turnsv1.TurnControlRequested
 	if err := proto.Unmarshal(msg.Data, &m); err != nil {
@@ -61,17 +65,23 @@ func (c *controls) deliver(msg *nats.Msg) {
 	c.mu.Lock()
 	runs := append([]*turnRun(nil), c.m[m.GetSessionKey()]...)
 	c.mu.Unlock()
-	took := false
+	took, mine := false, false
 	for _, r := range runs {
 		if m.GetTurnId() != "" && m.GetTurnId() != r.req.GetTurnId() {
 			continue
 		}
+		mine = true
 		r.log.Info("control received", "action", m.GetAction().String(), "event_id", m.GetEventId())
 		if r.ctl.apply(&m) {
 			took = true
 		}
 	}
-	if took && msg.Reply != "" {
+	switch {
+	case msg.Reply == "" || !mine:
+	case took:
 		_ = msg.Respond(nil)
+	default:
+		declined, _ := proto.Marshal(wrapperspb.Bool(true))
+		_ = msg.Respond(declined)
 	}
 }

@@ -423,8 +423,8 @@ func (r *turnRun) runTool(ctx context.Context, tc store.ToolCall) (result string
 	}
 	call := tools.Call{ID: tc.ID, TurnID: r.req.GetTurnId(), SessionKey: r.req.GetSessionKey(),
 		SessionID: r.req.GetSessionId(), UserKey: r.st.UserKey, Origin: origin(r.target)}
-	if t.NeedsApproval(call, json.RawMessage(tc.Arguments)) {
-		approved, err := r.approve(ctx, tc)
+	if args := json.RawMessage(tc.Arguments); t.NeedsApproval(call, args) {
+		approved, err := r.approveOnce(ctx, tc, t.ApprovalPattern(args))
 		if err != nil {
 			return "", false, err
 		}
@@ -473,31 +473,57 @@ func origin(t *deliveryv1.Target) string {
 	return o
 }
 
+// approveOnce reports whether the call may run: approved before for good
+// (pattern, in this conversation or for this user), or now by the user,
+// whose "/approve session" or "/approve always" makes the approval stand.
+func (r *turnRun) approveOnce(ctx context.Context, tc store.ToolCall, pattern string) (bool, error) {
+	sessionID, userKey := r.req.GetSessionId(), r.st.UserKey
+	standing, err := r.s.store.Approved(ctx, sessionID, userKey, pattern)
+	if err != nil {
+		return false, err
+	}
+	if standing {
+		r.log.Info("tool call approved before", "tool", tc.Name, "pattern", pattern)
+		return true, nil
+	}
+	a, err := r.approve(ctx, tc)
+	if err != nil || !a.approved {
+		return false, err
+	}
+	subject := map[string]string{store.ApproveSession: sessionID, store.ApproveUser: userKey}[a.scope]
+	if a.scope != "" && subject != "" {
+		if err := r.s.store.GrantApproval(ctx, a.scope, subject, pattern); err != nil {
+			return false, err
+		}
+	}
+	return true, nil
+}
+
 // approve asks the user (through the router's /approve and /deny) and
 // waits; no answer within the timeout is a denial.
-func (r *turnRun) approve(ctx context.Context, tc store.ToolCall) (bool, error) {
+func (r *turnRun) approve(ctx context.Context, tc store.ToolCall) (answer, error) {
 	r.ctl.await(true)
 	defer r.ctl.await(false)
 	if err := r.toolProgress(ctx, tc.ID, tc.Name, repliesv1.ToolPhase_TOOL_PHASE_AWAITING_APPROVAL,
 		fmt.Sprintf("%s %s — reply /approve or /deny", tc.Name, preview(tc.Arguments))); err != nil {
-		return false, err
+		return answer{}, err
 	}
 	timer := time.NewTimer(r.s.cfg.Agent.ApprovalTimeout)
 	defer timer.Stop()
 	for {
 		select {
-		case ok := <-r.ctl.approvals:
-			r.log.Info("tool approval answered", "tool", tc.Name, "approved", ok)
-			return ok, nil
+		case a := <-r.ctl.approvals:
+			r.log.Info("tool approval answered", "tool", tc.Name, "approved", a.approved, "scope", a.scope)
+			return a, nil
 		case <-timer.C:
 			r.log.Info("tool approval timed out", "tool", tc.Name)
-			return false, nil
+			return answer{}, nil
 		case <-r.ctl.wake:
 			if err := r.checkpoint(ctx); err != nil {
-				return false, err
+				return answer{}, err
 			}
 		case <-ctx.Done():
-			return false, ctx.Err()
+			return answer{}, ctx.Err()
 		}
 	}
 }

@@ -651,7 +651,7 @@ type control struct {
 	// steerClosed: the turn reads no more steering (its answer is
 	// decided), so steering is refused and the router queues it.
 	steerClosed bool
-	approvals   chan bool
+	approvals   chan answer
 	// awaiting: a tool call waits for the user's /approve or /deny; an
 	// answer at any other time is refused (the router says nothing is
 	// pending).
@@ -715,7 +715,7 @@ func (c *control) setForward(fn func(*turnsv1.TurnControlRequested)) {
 }
 
 func newControl() *control {
-	return &control{approvals: make(chan bool, 4), wake: make(chan struct{}, 1)}
+	return &control{approvals: make(chan answer, 4), wake: make(chan struct{}, 1)}
 }
 
 func (c *control) wakeUp() {
@@ -759,13 +759,39 @@ func (c *control) apply(m *turnsv1.TurnControlRequested) bool {
 			return false
 		}
 		select {
-		case c.approvals <- m.GetAction() == turnsv1.ControlAction_CONTROL_ACTION_APPROVE:
+		case c.approvals <- answerOf(m):
 			c.awaiting = false // one answer per request
 		default:
 			return false
 		}
 	}
 	return true
+}
+
+// answer is the user's answer to an approval: approved or denied, and
+// for how long an approval stands (store.ApproveSession, ApproveUser;
+// "" for this call alone).
+type answer struct {
+	approved bool
+	scope    string
+}
+
+// answerOf reads an approval control: its text is /approve's argument, as
+// Hermes takes it ("session", "always"; anything else approves this call).
+func answerOf(m *turnsv1.TurnControlRequested) answer {
+	a := answer{approved: m.GetAction() == turnsv1.ControlAction_CONTROL_ACTION_APPROVE}
+	if !a.approved {
+		return a
+	}
+	for _, w := range strings.Fields(strings.ToLower(m.GetText())) {
+		switch w {
+		case "session", "ses":
+			a.scope = store.ApproveSession
+		case "always", "permanent", "permanently":
+			a.scope = store.ApproveUser
+		}
+	}
+	return a
 }
 
 // await marks whether a tool call waits for the user's answer; a new wait

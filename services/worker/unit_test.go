@@ -163,32 +163,32 @@ func TestSteeringClosesWhenTheAnswerIsDecided(t *testing.T) {
 // An answer to an approval is taken only while a tool call waits for one,
 // once: the router tells the user nothing is pending otherwise.
 func TestApprovalAnswerTakenOnlyWhileAwaited(t *testing.T) {
-	answer := func(c *control, action turnsv1.ControlAction) bool {
+	give := func(c *control, action turnsv1.ControlAction) bool {
 		return c.apply(&turnsv1.TurnControlRequested{Action: action})
 	}
 	approve, deny := turnsv1.ControlAction_CONTROL_ACTION_APPROVE, turnsv1.ControlAction_CONTROL_ACTION_DENY
 	c := newControl()
-	if answer(c, approve) {
+	if give(c, approve) {
 		t.Fatal("an approval taken while nothing waits for one")
 	}
 	c.await(true)
-	if !answer(c, deny) {
+	if !give(c, deny) {
 		t.Fatal("a denial refused while a tool call waits")
 	}
-	if answer(c, approve) {
+	if give(c, approve) {
 		t.Fatal("a second answer taken for one wait")
 	}
-	if got := <-c.approvals; got {
+	if got := <-c.approvals; got.approved {
 		t.Fatal("the denial arrived as an approval")
 	}
 	c.await(false)
-	if answer(c, approve) {
+	if give(c, approve) {
 		t.Fatal("an approval taken after the wait ended")
 	}
 	c.await(true)
 	select {
 	case got := <-c.approvals:
-		t.Fatalf("a new wait starts with an old answer (%v)", got)
+		t.Fatalf("a new wait starts with an old answer (%+v)", got)
 	default:
 	}
 }
@@ -211,6 +211,27 @@ func TestUserKeyIsTheSessionOutsideDirectChats(t *testing.T) {
 		req := &turnsv1.TurnRequested{SessionKey: key, Inputs: []*eventsv1.MessageReceived{{Source: tt.src}}}
 		if got := userKey(req); got != tt.want {
 			t.Errorf("%s: userKey = %q, want %q", tt.name, got, tt.want)
+		}
+	}
+}
+
+func TestApprovalScopes(t *testing.T) {
+	tests := []struct {
+		action turnsv1.ControlAction
+		text   string
+		want   answer
+	}{
+		{turnsv1.ControlAction_CONTROL_ACTION_APPROVE, "", answer{approved: true}},
+		{turnsv1.ControlAction_CONTROL_ACTION_APPROVE, "session", answer{approved: true, scope: store.ApproveSession}},
+		{turnsv1.ControlAction_CONTROL_ACTION_APPROVE, "SES", answer{approved: true, scope: store.ApproveSession}},
+		{turnsv1.ControlAction_CONTROL_ACTION_APPROVE, "always", answer{approved: true, scope: store.ApproveUser}},
+		{turnsv1.ControlAction_CONTROL_ACTION_APPROVE, "all permanently", answer{approved: true, scope: store.ApproveUser}},
+		{turnsv1.ControlAction_CONTROL_ACTION_APPROVE, "please", answer{approved: true}},
+		{turnsv1.ControlAction_CONTROL_ACTION_DENY, "always", answer{}},
+	}
+	for _, tt := range tests {
+		if got := answerOf(&turnsv1.TurnControlRequested{Action: tt.action, Text: tt.text}); got != tt.want {
+			t.Errorf("%v %q: %+v, want %+v", tt.action, tt.text, got, tt.want)
 		}
 	}
 }

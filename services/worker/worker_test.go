@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/switchboard-chat/switchboard/pkg/bus"
 	"github.com/switchboard-chat/switchboard/pkg/fakellm"
@@ -497,6 +498,65 @@ func TestApprovalForDangerousTools(t *testing.T) {
 			final := checkReplies(t, h.replies(req.TurnId)).GetFinalText().GetText()
 			if tc.ran != strings.Contains(final, "removed") {
 				t.Errorf("final %q", final)
+			}
+		})
+	}
+}
+
+// "/approve session" lets the tool run again without asking for the rest
+// of the conversation, "/approve always" in every conversation of the
+// user; a plain /approve covers one call.
+func TestStandingApprovals(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		scope          string // /approve's argument
+		askSameSession bool   // asked again in the same conversation
+		askNewSession  bool   // asked again in the user's next conversation
+	}{
+		{"", true, true},
+		{"session", false, true},
+		{"always", false, false},
+	}
+	for _, tt := range tests {
+		t.Run("approve "+tt.scope, func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t)
+			h.setGeneration("s1", 1)
+			var runs atomic.Int32
+			h.startWorker("w1", func(c *worker.Config, d *worker.Deps) {
+				c.Agent.ApprovalTimeout = 300 * time.Millisecond // unanswered: denied
+				c.Agent.DangerousTools = []string{"rm"}
+				d.Tools = []tools.Tool{{Name: "rm", Run: func(context.Context, tools.Call, json.RawMessage) (string, error) {
+					runs.Add(1)
+					return "removed", nil
+				}}}
+			})
+			asked := func(req *turnsv1.TurnRequested) bool {
+				for _, ev := range h.replies(req.TurnId) {
+					if ev.GetToolProgress().GetPhase() == repliesv1.ToolPhase_TOOL_PHASE_AWAITING_APPROVAL {
+						return true
+					}
+				}
+				return false
+			}
+			first := h.requestTurn("s1", "[[tool:rm {}]] clean up", turnOpts{})
+			waitFor(t, 30*time.Second, "approval request", func() bool { return asked(first) })
+			h.control("s1", turnsv1.ControlAction_CONTROL_ACTION_APPROVE, tt.scope)
+			h.waitCompleted(first.TurnId)
+			for _, next := range []struct {
+				name      string
+				sessionID string
+				ask       bool
+			}{{"same conversation", "", tt.askSameSession}, {"next conversation", "sid-next", tt.askNewSession}} {
+				before := runs.Load()
+				req := h.requestTurn("s1", "[[tool:rm {}]] again", turnOpts{sessionID: next.sessionID})
+				h.waitCompleted(req.TurnId)
+				if got := asked(req); got != next.ask {
+					t.Errorf("%s: asked %v, want %v", next.name, got, next.ask)
+				}
+				if ran := runs.Load() > before; ran == next.ask {
+					t.Errorf("%s: the tool ran %v (unanswered approvals are denials)", next.name, ran)
+				}
 			}
 		})
 	}
@@ -1156,5 +1216,40 @@ func TestStopMidStreamEndsTheStream(t *testing.T) {
 	last := evs[len(evs)-1]
 	if last.GetError().GetCode() != "interrupted" || last.GetError().GetMessage() != "" {
 		t.Fatalf("last reply %v, want an interrupted error without text", last)
+	}
+}
+
+// The worker running a session's turn answers every control request at
+// once: empty when the turn took it, "declined" when it did not (an
+// approval nobody asked for), so the router never waits out its timeout.
+func TestControlRequestsAreAnsweredAtOnce(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	_, release := startBlockedTurn(t, h)
+	defer close(release)
+	ask := func(action turnsv1.ControlAction, text string) (declined bool) {
+		t.Helper()
+		data, err := proto.Marshal(&turnsv1.TurnControlRequested{SessionKey: "s1", Action: action, Text: text})
+		if err != nil {
+			t.Fatal(err)
+		}
+		reply, err := h.bus.Conn().Request(h.bus.Topology().ControlSubject("s1"), data, 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var v wrapperspb.BoolValue
+		if err := proto.Unmarshal(reply.Data, &v); err != nil {
+			t.Fatal(err)
+		}
+		return v.GetValue()
+	}
+	if !ask(turnsv1.ControlAction_CONTROL_ACTION_APPROVE, "") {
+		t.Error("an approval no tool call waits for was not declined")
+	}
+	if ask(turnsv1.ControlAction_CONTROL_ACTION_STEER, "go left") {
+		t.Error("steering of a running turn was declined")
+	}
+	if _, err := h.bus.Conn().Request(h.bus.Topology().ControlSubject("nobody"), []byte{}, 300*time.Millisecond); err == nil {
+		t.Error("a request for a session no turn here runs was answered")
 	}
 }

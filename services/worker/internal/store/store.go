@@ -483,6 +483,34 @@ type Memory struct {
 	CreatedAt time.Time `json:"created_at"`
 }
 
+// Scopes of a standing approval.
+const (
+	ApproveSession = "session" // the rest of the conversation (subject: its session id)
+	ApproveUser    = "user"    // the user from now on (subject: the user key)
+)
+
+// GrantApproval records a standing approval of pattern in scope for
+// subject; granting it again changes nothing.
+func (s *Store) GrantApproval(ctx context.Context, scope, subject, pattern string) error {
+	if _, err := s.db.Exec(ctx, `INSERT INTO agent_tool_approvals (scope, subject, pattern) VALUES ($1, $2, $3)
+ON CONFLICT DO NOTHING`, scope, subject, pattern); err != nil {
+		return fmt.Errorf("grant approval: %w", err)
+	}
+	return nil
+}
+
+// Approved reports whether pattern stands approved for the conversation
+// sessionID or for the user userKey.
+func (s *Store) Approved(ctx context.Context, sessionID, userKey, pattern string) (bool, error) {
+	var ok bool
+	err := s.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM agent_tool_approvals WHERE pattern = $3
+AND ((scope = 'session' AND subject = $1) OR (scope = 'user' AND subject = $2)))`, sessionID, userKey, pattern).Scan(&ok)
+	if err != nil {
+		return false, fmt.Errorf("read approvals: %w", err)
+	}
+	return ok, nil
+}
+
 // AddMemory stores a note for a user.
 func (s *Store) AddMemory(ctx context.Context, userKey, content string) (int64, error) {
 	var id int64

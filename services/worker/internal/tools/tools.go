@@ -40,7 +40,18 @@ type Tool struct {
 	// dangerous needs the user's approval all the same (send_message to a
 	// chat nobody allowed).
 	Confirm func(call Call, args json.RawMessage) bool
+	// Pattern, when set, is what a standing approval of one call covers
+	// ("/approve session", "/approve always"); the tool's name otherwise.
+	Pattern func(args json.RawMessage) string
 	Run     func(ctx context.Context, call Call, args json.RawMessage) (string, error)
+}
+
+// ApprovalPattern is what a standing approval of this call covers.
+func (t Tool) ApprovalPattern(args json.RawMessage) string {
+	if t.Pattern != nil {
+		return t.Pattern(args)
+	}
+	return t.Name
 }
 
 // NeedsApproval reports whether this call of t runs only after the user
@@ -257,6 +268,14 @@ func SendMessage(s Sender, allowed []string) Tool {
 				return false // Run refuses it
 			}
 			return !sendAllowed(a.Target, call.Origin, allowed)
+		},
+		// Approved for good, a send covers its target, not every chat.
+		Pattern: func(args json.RawMessage) string {
+			var a struct {
+				Target string `json:"target"`
+			}
+			_ = decode(args, &a)
+			return "send_message " + a.Target
 		},
 		Run: func(ctx context.Context, call Call, args json.RawMessage) (string, error) {
 			var a struct {
