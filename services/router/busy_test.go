@@ -395,4 +395,3 @@ func TestApprovalWordNobodyWaitsForIsAMessage(t *testing.T) {
 		t.Fatalf("inputs %q", got)
 	}
 }
-
