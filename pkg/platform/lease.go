@@ -15,7 +15,11 @@ import (
 // rewrites it every TTL/3 with a compare-and-set on its revision; a
 // standby retries Create every TTL/5 (at most 1 s) and wins once the key expired or was
 // deleted. A holder that cannot renew for a whole TTL, or finds the key
-// taken, stops its connection before anyone else can have started one.
+// taken, stops its connection before anyone else can have started one. A
+// holder that finds the key gone (the bucket is in memory: a NATS restart
+// empties it) creates it again and keeps its connection: a reconnection
+// to the platform would lose what it sends meanwhile (Discord replays
+// nothing to a new session).
 type lease struct {
 	kv     jetstream.KeyValue
 	key    string
@@ -90,8 +94,18 @@ func (l *lease) hold(ctx context.Context, rev uint64, active func(context.Contex
 			case err == nil:
 				rev, lastRenew = next, time.Now()
 			case errors.Is(err, jetstream.ErrKeyExists) || isWrongSequence(err):
-				l.log.Warn("lease lost: another replica holds it", "key", l.key)
-				return
+				next, held, rerr := l.reclaim(ctx)
+				switch {
+				case held:
+					l.log.Warn("lease key had vanished; created it again", "key", l.key)
+					rev, lastRenew = next, time.Now()
+				case rerr == nil:
+					l.log.Warn("lease lost: another replica holds it", "key", l.key)
+					return
+				case time.Since(lastRenew) > l.ttl-every:
+					l.log.Warn("lease expired: cannot renew", "key", l.key, "err", rerr)
+					return
+				}
 			case time.Since(lastRenew) > l.ttl-every:
 				l.log.Warn("lease expired: cannot renew", "key", l.key, "err", err)
 				return
@@ -100,6 +114,29 @@ func (l *lease) hold(ctx context.Context, rev uint64, active func(context.Contex
 			}
 		}
 	}
+}
+
+// reclaim looks at the key whose revision a renewal found changed: gone,
+// it is created again (held); holding this holder's value, its revision
+// is adopted (held); holding another's, the lease is lost (not held, nil
+// error). An error says nothing is known yet.
+func (l *lease) reclaim(ctx context.Context) (rev uint64, held bool, err error) {
+	rctx, cancel := context.WithTimeout(ctx, max(l.ttl/3, 20*time.Millisecond))
+	defer cancel()
+	e, err := l.kv.Get(rctx, l.key)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		rev, err := l.kv.Create(rctx, l.key, []byte(l.holder))
+		if errors.Is(err, jetstream.ErrKeyExists) {
+			return 0, false, nil // another replica was quicker
+		}
+		return rev, err == nil, err
+	case err != nil:
+		return 0, false, err
+	case string(e.Value()) == l.holder:
+		return e.Revision(), true, nil
+	}
+	return 0, false, nil
 }
 
 func isWrongSequence(err error) bool {

@@ -209,6 +209,44 @@ func TestLeaseFailover(t *testing.T) {
 	}
 }
 
+// A NATS restart empties the lease bucket (it is in memory): the holder
+// creates its key again and keeps its connection, and a standby that
+// finds the key gone first takes over cleanly instead (the holder lets
+// go, as the key is another's).
+func TestLeaseKeyThatVanishedIsTakenAgain(t *testing.T) {
+	t.Parallel()
+	base := bustest.New(t, bustest.EmbeddedURL(t))
+	ttl := 900 * time.Millisecond
+	m := platformtest.NewMemory("bot", true)
+	a := startRunner(t, m, base, platform.Options{Backoff: platform.Schedule(10 * time.Millisecond), LeaseTTL: ttl, Instance: "replica-a"})
+	platformtest.WaitFor(t, "A active", func() bool { return state(a.r) == platform.StateConnected })
+	ctx := context.Background()
+	kv, err := base.JetStream().KeyValue(ctx, base.Topology().Stream(platform.BucketLeases))
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err := kv.Keys(ctx)
+	if err != nil || len(keys) != 1 {
+		t.Fatalf("lease keys %v (%v)", keys, err)
+	}
+	if err := kv.Purge(ctx, keys[0]); err != nil {
+		t.Fatal(err)
+	}
+	platformtest.WaitFor(t, "the key held again", func() bool {
+		e, err := kv.Get(ctx, keys[0])
+		return err == nil && string(e.Value()) == "replica-a"
+	})
+	time.Sleep(2 * ttl) // renewals go on
+	if state(a.r) != platform.StateConnected || m.Fake().Connections() != 1 {
+		t.Fatalf("state %v after %d connections, want the first connection kept", state(a.r), m.Fake().Connections())
+	}
+	// Another replica's value: the lease is lost, the connection ends.
+	if _, err := kv.Put(ctx, keys[0], []byte("replica-b")); err != nil {
+		t.Fatal(err)
+	}
+	platformtest.WaitFor(t, "A lets go", func() bool { return state(a.r) != platform.StateConnected })
+}
+
 func TestLeaseGracefulHandoff(t *testing.T) {
 	t.Parallel()
 	base := bustest.New(t, bustest.EmbeddedURL(t))
