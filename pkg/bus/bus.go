@@ -288,21 +288,31 @@ func (b *Bus) PublishCore(ctx context.Context, subject string, m proto.Message) 
 
 // Request sends req on a core NATS subject and decodes the reply into resp.
 func (b *Bus) Request(ctx context.Context, subject string, req, resp proto.Message) error {
+	_, err := b.RequestHeaders(ctx, subject, nil, req, resp)
+	return err
+}
+
+// RequestHeaders is Request with headers added to the request, returning
+// the reply's headers.
+func (b *Bus) RequestHeaders(ctx context.Context, subject string, hdr nats.Header, req, resp proto.Message) (nats.Header, error) {
 	ctx, span := otel.Tracer(tracerName).Start(ctx, "request "+subject, trace.WithSpanKind(trace.SpanKindClient))
 	defer span.End()
 	msg, err := newMsg(ctx, subject, req)
 	if err != nil {
-		return err
+		return nil, err
+	}
+	for k, v := range hdr {
+		msg.Header[k] = v
 	}
 	reply, err := b.nc.RequestMsgWithContext(ctx, msg)
 	if err != nil {
 		span.SetStatus(codes.Error, err.Error())
-		return fmt.Errorf("request %s: %w", subject, err)
+		return nil, fmt.Errorf("request %s: %w", subject, err)
 	}
 	if err := proto.Unmarshal(reply.Data, resp); err != nil {
-		return fmt.Errorf("%w: reply on %s: %v", ErrDecode, subject, err)
+		return nil, fmt.Errorf("%w: reply on %s: %v", ErrDecode, subject, err)
 	}
-	return nil
+	return reply.Header, nil
 }
 
 // ContextFrom extracts the trace context carried in a message's headers.

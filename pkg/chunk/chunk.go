@@ -59,6 +59,15 @@ func (m Measure) String() string {
 	}
 }
 
+// Width is how much the rune r, size bytes long in UTF-8, counts in this
+// measure.
+func (m Measure) Width(r rune, size int) int {
+	if m == Bytes {
+		return size
+	}
+	return runeLen(m, r)
+}
+
 func runeLen(m Measure, r rune) int {
 	switch m {
 	case UTF16:
@@ -255,10 +264,7 @@ func cut(s string, m Measure, room int) (body, sep, rest string) {
 	n, end := 0, 0
 	for end < len(s) {
 		r, size := utf8.DecodeRuneInString(s[end:])
-		w := runeLen(m, r)
-		if m == Bytes {
-			w = size
-		}
+		w := m.Width(r, size)
 		if n+w > room {
 			break
 		}

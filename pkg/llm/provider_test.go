@@ -536,6 +536,29 @@ func TestInstrumentCountsEveryAttempt(t *testing.T) {
 				srv := startFake(t, fakellm.Config{})
 				srv.FailNext(1, fakellm.Failure{Status: 429, RetryAfter: time.Second})
 				provider := "test-" + b.name + "-" + mode // series of this test alone
+				labels := func(extra ...string) map[string]string {
+					l := map[string]string{"provider": provider, "model": "m1"}
+					for i := 0; i+1 < len(extra); i += 2 {
+						l[extra[i]] = extra[i+1]
+					}
+					return l
+				}
+				series := []struct {
+					name   string
+					labels map[string]string
+					want   float64 // growth; -1: some
+				}{
+					{"switchboard_llm_requests_total", labels("result", "rate_limited"), 1},
+					{"switchboard_llm_requests_total", labels("result", "ok"), 1},
+					{"switchboard_llm_request_seconds", labels(), 2},
+					{"switchboard_llm_time_to_first_token_seconds", labels(), map[bool]float64{true: 1, false: 0}[streaming]},
+					{"switchboard_llm_tokens_total", labels("kind", "input"), -1},
+					{"switchboard_llm_tokens_total", labels("kind", "output"), -1},
+				}
+				before := make([]float64, len(series))
+				for i, s := range series {
+					before[i] = telemetrytest.Value(t, s.name, s.labels)
+				}
 				p := llm.WithRetry(llm.Instrument(b.make(srv), provider), llm.RetryPolicy{
 					MaxAttempts: 3, Sleep: (&fakeSleep{}).Sleep, Log: quiet})
 				req := userReq("how are you")
@@ -549,17 +572,10 @@ func TestInstrumentCountsEveryAttempt(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				telemetrytest.Want(t, "switchboard_llm_requests_total", map[string]string{"provider": provider, "model": "m1", "result": "rate_limited"}, 1)
-				telemetrytest.Want(t, "switchboard_llm_requests_total", map[string]string{"provider": provider, "model": "m1", "result": "ok"}, 1)
-				telemetrytest.Want(t, "switchboard_llm_request_seconds", map[string]string{"provider": provider, "model": "m1"}, 2)
-				ttft := 0
-				if streaming {
-					ttft = 1
-				}
-				telemetrytest.Want(t, "switchboard_llm_time_to_first_token_seconds", map[string]string{"provider": provider, "model": "m1"}, float64(ttft))
-				for _, kind := range []string{"input", "output"} {
-					if v := telemetrytest.Value(t, "switchboard_llm_tokens_total", map[string]string{"provider": provider, "model": "m1", "kind": kind}); v <= 0 {
-						t.Errorf("%s tokens = %v, want > 0", kind, v)
+				for i, s := range series {
+					grew := telemetrytest.Value(t, s.name, s.labels) - before[i]
+					if (s.want < 0 && grew <= 0) || (s.want >= 0 && grew != s.want) {
+						t.Errorf("%s%v grew by %v, want %v", s.name, s.labels, grew, s.want)
 					}
 				}
 			})
@@ -569,7 +585,8 @@ func TestInstrumentCountsEveryAttempt(t *testing.T) {
 
 func TestInstrumentBoundsModelNames(t *testing.T) {
 	srv := startFake(t, fakellm.Config{})
-	p := llm.Instrument(backends[0].make(srv), "test-bounded")
+	provider := fmt.Sprintf("test-bounded-%d", time.Now().UnixNano()) // a fresh instrument's series
+	p := llm.Instrument(backends[0].make(srv), provider)
 	for i := range 40 {
 		req := userReq("hi")
 		req.Model = fmt.Sprintf("model-%d", i)
@@ -577,10 +594,10 @@ func TestInstrumentBoundsModelNames(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	telemetrytest.Want(t, "switchboard_llm_requests_total", map[string]string{"provider": "test-bounded", "model": "model-0", "result": "ok"}, 1)
-	telemetrytest.Want(t, "switchboard_llm_requests_total", map[string]string{"provider": "test-bounded", "model": "other", "result": "ok"}, 40-32)
+	telemetrytest.Want(t, "switchboard_llm_requests_total", map[string]string{"provider": provider, "model": "model-0", "result": "ok"}, 1)
+	telemetrytest.Want(t, "switchboard_llm_requests_total", map[string]string{"provider": provider, "model": "other", "result": "ok"}, 40-32)
 	if _, err := llm.Complete(context.Background(), p, userReq("hi")); err != nil {
 		t.Fatal(err)
 	}
-	telemetrytest.Want(t, "switchboard_llm_requests_total", map[string]string{"provider": "test-bounded", "model": "default", "result": "ok"}, 1)
+	telemetrytest.Want(t, "switchboard_llm_requests_total", map[string]string{"provider": provider, "model": "default", "result": "ok"}, 1)
 }

@@ -578,11 +578,14 @@ SELECT state, count(*) FROM delivery_outbox WHERE state IN ('failed', 'expired')
 // up to limit dead letters last updated before deadBefore (a zero time
 // deletes none of that kind), and reports how many it deleted.
 func (s *Store) Prune(ctx context.Context, sentBefore, deadBefore time.Time, limit int) (int, error) {
+	// The conditions stand on the DELETE too: a row an admin requeued
+	// after the subqueries read it is checked again, and kept.
 	tag, err := s.db.Exec(ctx, `
 DELETE FROM delivery_outbox WHERE id IN (
 	(SELECT id FROM delivery_outbox WHERE state = 'sent' AND updated_at < $1 LIMIT $3)
 	UNION ALL
-	(SELECT id FROM delivery_outbox WHERE state IN ('failed', 'expired') AND updated_at < $2 LIMIT $3))`,
+	(SELECT id FROM delivery_outbox WHERE state IN ('failed', 'expired') AND updated_at < $2 LIMIT $3))
+AND ((state = 'sent' AND updated_at < $1) OR (state IN ('failed', 'expired') AND updated_at < $2))`,
 		sentBefore, deadBefore, limit)
 	if err != nil {
 		return 0, fmt.Errorf("prune deliveries: %w", err)

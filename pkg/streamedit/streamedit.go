@@ -221,15 +221,7 @@ func cutAt(text []byte, base int, l chunk.Limit) (end, next int) {
 	n, e := 0, base
 	for e < len(text) {
 		r, size := utf8.DecodeRune(text[e:])
-		w := 1
-		switch l.Measure {
-		case chunk.Bytes:
-			w = size
-		case chunk.UTF16:
-			if r >= 0x10000 {
-				w = 2
-			}
-		}
+		w := l.Measure.Width(r, size)
 		if n+w > l.Max {
 			break
 		}

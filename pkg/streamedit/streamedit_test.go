@@ -264,3 +264,27 @@ func TestFinalEmptyKeepsShownText(t *testing.T) {
 		{at: time.Second, final: fin(""), want: []want{{streamedit.Edit, 0, x}}},
 	})
 }
+
+// Slack's limit counts the text once the gateway escaped it: every
+// message of a stream full of "<" fits it so measured.
+func TestOverflowMeasuresEscapedText(t *testing.T) {
+	l := chunk.Limit{Max: 64, Measure: chunk.EscapedRunes}
+	c := &clock{t: t0}
+	s := streamedit.New(streamedit.Config{Limit: l, CanEdit: true, Now: c.Now})
+	var acts []streamedit.Action
+	for i := range 10 {
+		c.at(time.Duration(i) * time.Second)
+		acts = append(acts, s.Append(strings.Repeat("a<b ", 4))...)
+	}
+	acts = append(acts, s.Final(strings.Repeat("a<b ", 40))...)
+	messages := map[int]bool{}
+	for _, a := range acts {
+		messages[a.Message] = true
+		if n := l.Len(a.Text); n > l.Max {
+			t.Errorf("message %d: %d characters once escaped, limit %d: %q", a.Message, n, l.Max, a.Text)
+		}
+	}
+	if len(messages) < 3 {
+		t.Errorf("%d messages for 400 characters once escaped", len(messages))
+	}
+}

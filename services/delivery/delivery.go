@@ -347,11 +347,19 @@ func (s *Service) countOutbox(ctx context.Context) {
 // run after an upgrade) never holds many row locks at once.
 const pruneBatch = 1000
 
+// pruneBatches bounds the batches of one housekeeping tick: a backlog
+// (the first run after an upgrade) drains over several minutes instead of
+// holding up the outbox gauge.
+const pruneBatches = 20
+
 // pruneOutbox deletes sent rows older than SentRetention and dead letters
 // older than DeadRetention, a batch at a time.
 func (s *Service) pruneOutbox(ctx context.Context, now time.Time) {
 	total := 0
-	for ctx.Err() == nil {
+	for range pruneBatches {
+		if ctx.Err() != nil {
+			break
+		}
 		n, err := s.store.Prune(ctx, now.Add(-s.cfg.SentRetention), now.Add(-s.cfg.DeadRetention), pruneBatch)
 		if err != nil {
 			if ctx.Err() == nil {

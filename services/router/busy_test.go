@@ -275,7 +275,7 @@ func TestCommandsMidTurnAnswerAsHermes(t *testing.T) {
 		{"/steer", "Usage: /steer <prompt>", false},
 		{"/steer go left", "⏩ Steer queued — arrives after the next tool call: 'go left'", false},
 		{"/steer " + strings.Repeat("x", 70), "⏩ Steer queued — arrives after the next tool call: '" + strings.Repeat("x", 60) + "...'", false},
-		{"/steer go right", "No active agent — /steer queued for the next turn.", true},
+		{"/steer go right", "⏳ The current task is finishing — /steer queued for the next turn.", true},
 		{"/approve", "✅ Command approved. The agent is resuming...", false},
 		{"/deny", "❌ Command denied.", false},
 		{"/approve session", "✅ Command approved (pattern approved for this session). The agent is resuming...", false},
@@ -394,4 +394,26 @@ func TestApprovalWordNobodyWaitsForIsAMessage(t *testing.T) {
 	if got := inputsText(turns, "agent:main:telegram:dm:chat-bob"); strings.Join(got, ",") != "long job,ok" {
 		t.Fatalf("inputs %q", got)
 	}
+}
+
+// Where /approve is reserved for admins, so is a plain "yes": another
+// user's "yes" is a message, not an answer.
+func TestApprovalWordOfANonAdminIsAMessage(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	cfg := testConfig()
+	cfg.BusyMode = BusyQueue
+	cfg.Admins = map[string][]string{"telegram": {"alice"}}
+	e.startRouter(cfg, nil, nil)
+	g := newGate(t, "long job")
+	w := e.startWorker(g.hold)
+	e.publish(dm("bob", "long job"))
+	waitFor(t, "the turn runs", func() bool { turns, _ := w.snapshot(); return len(turns) == 1 })
+	if got := e.ask("bob", "yes"); !strings.HasPrefix(got, "⏳ Queued for the next turn") {
+		t.Fatalf("reply %q, want the busy acknowledgement", got)
+	}
+	if n := len(e.controls(controlApprove)); n != 0 {
+		t.Fatalf("%d approval requests for a non-admin's yes", n)
+	}
+	g.open()
 }

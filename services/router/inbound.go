@@ -474,7 +474,8 @@ func (s *Service) route(ctx context.Context, m *msgCtx, sess sessionstore.Sessio
 	// instead of interrupting the turn that asked; only a turn waiting for
 	// an approval takes it, and any other time it is a message.
 	if busy && o.command == "" && !quietPlatform(m.platform) && redisx.GrantOf(owner) != owner {
-		if action, args, ok := approvalWord(m.ev.GetText()); ok {
+		// Where /approve is reserved for admins, so is a plain "yes".
+		if action, args, ok := approvalWord(m.ev.GetText()); ok && s.mayApprove(m) {
 			took, err := s.request(ctx, m, action, args)
 			if err != nil {
 				return err
@@ -587,6 +588,13 @@ func (s *Service) lockHolder(ctx context.Context, m *msgCtx) (string, error) {
 	return s.locker.Owner(ctx, m.key)
 }
 
+// mayApprove: m's sender may answer approvals (/approve is not reserved
+// for admins on its platform, or the sender is one).
+func (s *Service) mayApprove(m *msgCtx) bool {
+	admin, _ := s.isAdmin(m)
+	return admin
+}
+
 // ack tells the user what happened to a message that arrived while the
 // session's lock was held by owner: a /queue or /steer command is always
 // answered, as in Hermes; any other message gets busyAck.
@@ -608,7 +616,8 @@ func (s *Service) ack(ctx context.Context, m *msgCtx, sess sessionstore.Session,
 		// The lock holds the router's bare grant: no worker runs the turn yet.
 		text = "Agent still starting — /steer queued for the next turn."
 	case o.command == "steer":
-		text = "No active agent — /steer queued for the next turn."
+		// A turn runs, but its answer is decided: it reads no more.
+		text = "⏳ The current task is finishing — /steer queued for the next turn."
 	default:
 		return s.busyAck(ctx, m, sess, owner, action)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 	"log/slog"
 	"regexp"
 	"slices"
@@ -74,8 +75,15 @@ func newEnv(t *testing.T) *env {
 			e.control = append(e.control, &c)
 			e.mu.Unlock()
 		}
-		if m.Reply != "" && !e.refuseControl.Load() {
-			_ = m.Respond(nil)
+		if m.Reply != "" {
+			// As a worker running the session's turn answers a router of
+			// this release: at once, declined when the turn does not take it.
+			reply := nats.NewMsg(m.Reply)
+			reply.Header.Set(HeaderControl, controlVersion)
+			if e.refuseControl.Load() {
+				reply.Data, _ = proto.Marshal(wrapperspb.Bool(true))
+			}
+			_ = m.RespondMsg(reply)
 		}
 	})
 	if err != nil {

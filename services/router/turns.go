@@ -140,6 +140,17 @@ func heldBy(owner string) string {
 	return grant
 }
 
+// HeaderControl carries the version of control requests and replies
+// (controlVersion: replies say "declined"). Workers read it from
+// requests to know the router understands a decline, and put it on their
+// replies.
+const (
+	HeaderControl  = "Switchboard-Control"
+	controlVersion = "2"
+)
+
+var controlV2 = nats.Header{HeaderControl: []string{controlVersion}}
+
 // requestTimeout bounds the wait for a running turn to take a control
 // request.
 const requestTimeout = 2 * time.Second
@@ -154,13 +165,18 @@ func (s *Service) request(ctx context.Context, m *msgCtx, action turnsv1.Control
 	req := &turnsv1.TurnControlRequested{SessionKey: m.key, Action: action, Text: text, EventId: m.dedupeID}
 	rctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
-	// The worker running the turn answers empty when the turn took it and
-	// "declined" when it did not; no answer in time is a "no" too.
+	// A worker that speaks control replies of version 2 (it says so in its
+	// answer) answers at once: empty when its turn took the request,
+	// "declined" when not. An older worker answers only when its turn took
+	// it, and took every approval's answer, waited for or not: from one,
+	// only steering counts as taken. No answer in time is a "no".
 	var declined wrapperspb.BoolValue
-	err := s.bus.Request(rctx, s.topo.ControlSubject(m.key), req, &declined)
+	hdr, err := s.bus.RequestHeaders(rctx, s.topo.ControlSubject(m.key), controlV2, req, &declined)
 	switch {
-	case err == nil:
+	case err == nil && hdr.Get(HeaderControl) == controlVersion:
 		return !declined.GetValue(), nil
+	case err == nil:
+		return action == controlSteer, nil
 	case errors.Is(err, nats.ErrNoResponders), errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
 		if ctx.Err() != nil {
 			return false, ctx.Err()

@@ -11,6 +11,13 @@ import (
 	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
 )
 
+// The version of control requests and replies (the router's
+// HeaderControl): version 2 replies say when a turn declined a request.
+const (
+	headerControl  = "Switchboard-Control"
+	controlVersion = "2"
+)
+
 // controls routes the router's control messages (interrupt, steer, stop,
 // approvals) to the turns this process runs, by session key. The process
 // holds one subscription for all sessions instead of one per turn: control
@@ -76,12 +83,20 @@ func (c *controls) deliver(msg *nats.Msg) {
 			took = true
 		}
 	}
+	// A router of an older release reads any answer as "taken": it gets
+	// one only when the turn took the request. A newer one says so in the
+	// request's Switchboard-Control header, and gets a decline too.
+	v2 := msg.Header.Get(headerControl) == controlVersion
 	switch {
-	case msg.Reply == "" || !mine:
-	case took:
+	case msg.Reply == "" || !mine || (!took && !v2):
+	case !v2:
 		_ = msg.Respond(nil)
 	default:
-		declined, _ := proto.Marshal(wrapperspb.Bool(true))
-		_ = msg.Respond(declined)
+		reply := nats.NewMsg(msg.Reply)
+		reply.Header.Set(headerControl, controlVersion)
+		if !took {
+			reply.Data, _ = proto.Marshal(wrapperspb.Bool(true))
+		}
+		_ = msg.RespondMsg(reply)
 	}
 }

@@ -733,7 +733,14 @@ func (c *control) apply(m *turnsv1.TurnControlRequested) bool {
 	if m.GetAction() == turnsv1.ControlAction_CONTROL_ACTION_STEER && c.steerClosed {
 		return false
 	}
+	isAnswer := m.GetAction() == turnsv1.ControlAction_CONTROL_ACTION_APPROVE || m.GetAction() == turnsv1.ControlAction_CONTROL_ACTION_DENY
 	if c.forward != nil {
+		if isAnswer {
+			if !c.awaiting {
+				return false
+			}
+			c.awaiting = false // one answer per request
+		}
 		c.forward(m)
 		return true
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/nats-io/nats.go"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -524,7 +525,7 @@ func TestStandingApprovals(t *testing.T) {
 			h.setGeneration("s1", 1)
 			var runs atomic.Int32
 			h.startWorker("w1", func(c *worker.Config, d *worker.Deps) {
-				c.Agent.ApprovalTimeout = 300 * time.Millisecond // unanswered: denied
+				c.Agent.ApprovalTimeout = 5 * time.Second // unanswered (not asked for by the test): denied
 				c.Agent.DangerousTools = []string{"rm"}
 				d.Tools = []tools.Tool{{Name: "rm", Run: func(context.Context, tools.Call, json.RawMessage) (string, error) {
 					runs.Add(1)
@@ -550,12 +551,16 @@ func TestStandingApprovals(t *testing.T) {
 			}{{"same conversation", "", tt.askSameSession}, {"next conversation", "sid-next", tt.askNewSession}} {
 				before := runs.Load()
 				req := h.requestTurn("s1", "[[tool:rm {}]] again", turnOpts{sessionID: next.sessionID})
+				if next.ask {
+					waitFor(t, 30*time.Second, next.name+": approval request", func() bool { return asked(req) })
+					h.control("s1", turnsv1.ControlAction_CONTROL_ACTION_DENY, "")
+				}
 				h.waitCompleted(req.TurnId)
 				if got := asked(req); got != next.ask {
 					t.Errorf("%s: asked %v, want %v", next.name, got, next.ask)
 				}
 				if ran := runs.Load() > before; ran == next.ask {
-					t.Errorf("%s: the tool ran %v (unanswered approvals are denials)", next.name, ran)
+					t.Errorf("%s: the tool ran %v (a denied call does not run)", next.name, ran)
 				}
 			}
 		})
@@ -1227,27 +1232,46 @@ func TestControlRequestsAreAnsweredAtOnce(t *testing.T) {
 	h := newHarness(t)
 	_, release := startBlockedTurn(t, h)
 	defer close(release)
-	ask := func(action turnsv1.ControlAction, text string) (declined bool) {
+	ask := func(action turnsv1.ControlAction, v2 bool) (answered, declined bool) {
 		t.Helper()
-		data, err := proto.Marshal(&turnsv1.TurnControlRequested{SessionKey: "s1", Action: action, Text: text})
+		data, err := proto.Marshal(&turnsv1.TurnControlRequested{SessionKey: "s1", Action: action, Text: "x"})
 		if err != nil {
 			t.Fatal(err)
 		}
-		reply, err := h.bus.Conn().Request(h.bus.Topology().ControlSubject("s1"), data, 10*time.Second)
+		req := nats.NewMsg(h.bus.Topology().ControlSubject("s1"))
+		req.Data = data
+		if v2 {
+			req.Header.Set("Switchboard-Control", "2")
+		}
+		reply, err := h.bus.Conn().RequestMsg(req, 2*time.Second)
+		if errors.Is(err, nats.ErrTimeout) {
+			return false, false
+		}
 		if err != nil {
 			t.Fatal(err)
+		}
+		if got := reply.Header.Get("Switchboard-Control"); (got == "2") != v2 {
+			t.Errorf("reply's control version %q to a request of version 2: %v", got, v2)
 		}
 		var v wrapperspb.BoolValue
 		if err := proto.Unmarshal(reply.Data, &v); err != nil {
 			t.Fatal(err)
 		}
-		return v.GetValue()
+		return true, v.GetValue()
 	}
-	if !ask(turnsv1.ControlAction_CONTROL_ACTION_APPROVE, "") {
-		t.Error("an approval no tool call waits for was not declined")
+	approve, steer := turnsv1.ControlAction_CONTROL_ACTION_APPROVE, turnsv1.ControlAction_CONTROL_ACTION_STEER
+	if answered, declined := ask(approve, true); !answered || !declined {
+		t.Error("an approval no tool call waits for was not declined at once")
 	}
-	if ask(turnsv1.ControlAction_CONTROL_ACTION_STEER, "go left") {
-		t.Error("steering of a running turn was declined")
+	if answered, declined := ask(steer, true); !answered || declined {
+		t.Error("steering of a running turn was not taken")
+	}
+	// A router of an older release reads any answer as "taken".
+	if answered, _ := ask(approve, false); answered {
+		t.Error("a decline was sent to a router that reads it as taken")
+	}
+	if answered, declined := ask(steer, false); !answered || declined {
+		t.Error("steering from an older router was not answered as taken")
 	}
 	if _, err := h.bus.Conn().Request(h.bus.Topology().ControlSubject("nobody"), []byte{}, 300*time.Millisecond); err == nil {
 		t.Error("a request for a session no turn here runs was answered")
