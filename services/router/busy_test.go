@@ -27,6 +27,20 @@ func newGate(t *testing.T, text string) *gate {
 	return &gate{ch: make(chan struct{}), text: text, done: t.Context().Done()}
 }
 
+// busySession starts a router with cfg and a worker whose turns on text
+// wait at a gate, and has user start one: the session is busy until the
+// gate opens.
+func busySession(t *testing.T, cfg Config, user, text string) (*env, *gate, *worker) {
+	t.Helper()
+	e := newEnv(t)
+	e.startRouter(cfg, nil, nil)
+	g := newGate(t, text)
+	w := e.startWorker(g.hold)
+	e.publish(dm(user, text))
+	waitFor(t, "the turn runs", func() bool { turns, _ := w.snapshot(); return len(turns) == 1 })
+	return e, g, w
+}
+
 func (g *gate) open() { g.once.Do(func() { close(g.ch) }) }
 
 func (g *gate) hold(t *turnsv1.TurnRequested) {
@@ -105,12 +119,7 @@ func TestAPIRequestsNeverMerge(t *testing.T) {
 
 func TestInterruptPhotoMergeAndOneBusyAck(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	e.startRouter(testConfig(), nil, nil)
-	g := newGate(t, "long")
-	w := e.startWorker(g.hold)
-	e.publish(dm("alice", "long"))
-	waitFor(t, "first turn", func() bool { turns, _ := w.snapshot(); return len(turns) == 1 })
+	e, g, w := busySession(t, testConfig(), "alice", "long")
 	e.publish(dm("alice", "actually, this"))
 	photo := dm("alice", "")
 	photo.Attachments = []*eventsv1.Attachment{{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, Location: &eventsv1.Attachment_Url{Url: "http://x/1.jpg"}}}
@@ -187,16 +196,10 @@ func TestQueueCapAndSteer(t *testing.T) {
 // added and lost.
 func TestSteerNobodyTakesIsQueued(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
 	cfg := testConfig()
 	cfg.BusyMode = BusySteer
-	e.startRouter(cfg, nil, nil)
-	g := newGate(t, "long")
-	w := e.startWorker(g.hold)
+	e, g, w := busySession(t, cfg, "bob", "long")
 	e.refuseControl.Store(true)
-
-	e.publish(dm("bob", "long"))
-	waitFor(t, "the first turn", func() bool { turns, _ := w.snapshot(); return len(turns) == 1 })
 	e.publish(dm("bob", "go left"))
 	waitFor(t, "inbound drained", e.inboundDrained)
 	if n := len(e.controls(controlSteer)); n != 1 {
@@ -248,12 +251,7 @@ func TestSteerBeforeTheTurnIsClaimedIsQueued(t *testing.T) {
 // conversation under the task are refused.
 func TestCommandsMidTurnAnswerAsHermes(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	e.startRouter(testConfig(), nil, nil)
-	g := newGate(t, "long job")
-	w := e.startWorker(g.hold)
-	e.publish(dm("bob", "long job"))
-	waitFor(t, "the turn runs", func() bool { turns, _ := w.snapshot(); return len(turns) == 1 })
+	e, g, w := busySession(t, testConfig(), "bob", "long job")
 	refusal := func(name string) string {
 		return "⏳ Agent is running — `/" + name + "` can't run mid-turn. Wait for the current response or `/stop` first."
 	}
@@ -373,15 +371,10 @@ func TestInternalEventTextIsNoCommand(t *testing.T) {
 // queued for the next turn (queue mode here), not swallowed.
 func TestApprovalWordNobodyWaitsForIsAMessage(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
 	cfg := testConfig()
 	cfg.BusyMode = BusyQueue
-	e.startRouter(cfg, nil, nil)
-	g := newGate(t, "long job")
-	w := e.startWorker(g.hold)
+	e, g, w := busySession(t, cfg, "bob", "long job")
 	e.refuseControl.Store(true)
-	e.publish(dm("bob", "long job"))
-	waitFor(t, "the turn runs", func() bool { turns, _ := w.snapshot(); return len(turns) == 1 })
 	if got := e.ask("bob", "ok"); !strings.HasPrefix(got, "⏳ Queued for the next turn") {
 		t.Fatalf("reply %q, want the busy acknowledgement", got)
 	}
@@ -400,15 +393,10 @@ func TestApprovalWordNobodyWaitsForIsAMessage(t *testing.T) {
 // user's "yes" is a message, not an answer.
 func TestApprovalWordOfANonAdminIsAMessage(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
 	cfg := testConfig()
 	cfg.BusyMode = BusyQueue
 	cfg.Admins = map[string][]string{"telegram": {"alice"}}
-	e.startRouter(cfg, nil, nil)
-	g := newGate(t, "long job")
-	w := e.startWorker(g.hold)
-	e.publish(dm("bob", "long job"))
-	waitFor(t, "the turn runs", func() bool { turns, _ := w.snapshot(); return len(turns) == 1 })
+	e, g, _ := busySession(t, cfg, "bob", "long job")
 	if got := e.ask("bob", "yes"); !strings.HasPrefix(got, "⏳ Queued for the next turn") {
 		t.Fatalf("reply %q, want the busy acknowledgement", got)
 	}
