@@ -26,6 +26,14 @@ const (
 	HeaderContentType = "Content-Type"
 	HeaderProtoType   = "Sb-Proto-Type"
 	contentTypeProto  = "application/protobuf"
+	// HeaderControl carries the version of a control request (router to
+	// worker) and of its reply. At ControlVersion a worker running the
+	// session's turn replies at once, with a true BoolValue when its turn
+	// declined the request; without it a worker replies only when its turn
+	// took the request (a router of an older release reads any reply as
+	// taken).
+	HeaderControl  = "Sb-Control"
+	ControlVersion = "2"
 )
 
 // ErrDecode marks a message whose payload cannot be decoded: a poison

@@ -79,7 +79,7 @@ func newEnv(t *testing.T) *env {
 			// As a worker running the session's turn answers a router of
 			// this release: at once, declined when the turn does not take it.
 			reply := nats.NewMsg(m.Reply)
-			reply.Header.Set(HeaderControl, controlVersion)
+			reply.Header.Set(bus.HeaderControl, bus.ControlVersion)
 			if e.refuseControl.Load() {
 				reply.Data, _ = proto.Marshal(wrapperspb.Bool(true))
 			}

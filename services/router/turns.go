@@ -140,16 +140,8 @@ func heldBy(owner string) string {
 	return grant
 }
 
-// HeaderControl carries the version of control requests and replies
-// (controlVersion: replies say "declined"). Workers read it from
-// requests to know the router understands a decline, and put it on their
-// replies.
-const (
-	HeaderControl  = "Switchboard-Control"
-	controlVersion = "2"
-)
-
-var controlV2 = nats.Header{HeaderControl: []string{controlVersion}}
+// controlV2 asks a worker for replies of bus.ControlVersion.
+var controlV2 = nats.Header{bus.HeaderControl: []string{bus.ControlVersion}}
 
 // requestTimeout bounds the wait for a running turn to take a control
 // request.
@@ -173,7 +165,7 @@ func (s *Service) request(ctx context.Context, m *msgCtx, action turnsv1.Control
 	var declined wrapperspb.BoolValue
 	hdr, err := s.bus.RequestHeaders(rctx, s.topo.ControlSubject(m.key), controlV2, req, &declined)
 	switch {
-	case err == nil && hdr.Get(HeaderControl) == controlVersion:
+	case err == nil && hdr.Get(bus.HeaderControl) == bus.ControlVersion:
 		return !declined.GetValue(), nil
 	case err == nil:
 		return action == controlSteer, nil

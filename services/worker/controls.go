@@ -8,14 +8,8 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/switchboard-chat/switchboard/pkg/bus"
 	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
-)
-
-// The version of control requests and replies (the router's
-// HeaderControl): version 2 replies say when a turn declined a request.
-const (
-	headerControl  = "Switchboard-Control"
-	controlVersion = "2"
 )
 
 // controls routes the router's control messages (interrupt, steer, stop,
@@ -85,15 +79,15 @@ func (c *controls) deliver(msg *nats.Msg) {
 	}
 	// A router of an older release reads any answer as "taken": it gets
 	// one only when the turn took the request. A newer one says so in the
-	// request's Switchboard-Control header, and gets a decline too.
-	v2 := msg.Header.Get(headerControl) == controlVersion
+	// request's Sb-Control header (bus.HeaderControl), and gets a decline too.
+	v2 := msg.Header.Get(bus.HeaderControl) == bus.ControlVersion
 	switch {
 	case msg.Reply == "" || !mine || (!took && !v2):
 	case !v2:
 		_ = msg.Respond(nil)
 	default:
 		reply := nats.NewMsg(msg.Reply)
-		reply.Header.Set(headerControl, controlVersion)
+		reply.Header.Set(bus.HeaderControl, bus.ControlVersion)
 		if !took {
 			reply.Data, _ = proto.Marshal(wrapperspb.Bool(true))
 		}

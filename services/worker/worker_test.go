@@ -1241,7 +1241,7 @@ func TestControlRequestsAreAnsweredAtOnce(t *testing.T) {
 		req := nats.NewMsg(h.bus.Topology().ControlSubject("s1"))
 		req.Data = data
 		if v2 {
-			req.Header.Set("Switchboard-Control", "2")
+			req.Header.Set(bus.HeaderControl, bus.ControlVersion)
 		}
 		reply, err := h.bus.Conn().RequestMsg(req, 2*time.Second)
 		if errors.Is(err, nats.ErrTimeout) {
@@ -1250,7 +1250,7 @@ func TestControlRequestsAreAnsweredAtOnce(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := reply.Header.Get("Switchboard-Control"); (got == "2") != v2 {
+		if got := reply.Header.Get(bus.HeaderControl); (got == bus.ControlVersion) != v2 {
 			t.Errorf("reply's control version %q to a request of version 2: %v", got, v2)
 		}
 		var v wrapperspb.BoolValue
