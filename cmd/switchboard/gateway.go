@@ -65,7 +65,7 @@ func runGateway(ctx context.Context, args []string) error {
 
 func startAPIGateway(ctx context.Context, a *app) (func(context.Context) error, error) {
 	cfg := a.cfg.Gateways.API
-	if a.name == "dev" && cfg.Key == "" && loopback.Addr(cfg.Addr) && !cfg.Insecure {
+	if a.name == "dev" && cfg.Keyless() && loopback.Addr(cfg.Addr) && !cfg.Insecure {
 		// The laptop mode: the web chat works without a key on loopback.
 		a.log.Warn("api gateway without API_SERVER_KEY: serving on loopback without authentication", "addr", cfg.Addr)
 		cfg.Insecure = true

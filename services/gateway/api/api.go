@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -40,6 +41,10 @@ type Config struct {
 	Addr string `koanf:"addr"`
 	// Key is the bearer token clients send (env API_SERVER_KEY).
 	Key string `koanf:"key"`
+	// Keys are named bearer tokens, one per client or team: each name is
+	// a user of its own (memories, past conversations, rate limit) with
+	// sessions of its own, where every holder of Key is one user.
+	Keys map[string]string `koanf:"keys"`
 	// Insecure allows running without a key, only on a loopback address.
 	Insecure bool `koanf:"insecure"`
 	// Account names this API endpoint in session keys (default "default").
@@ -76,12 +81,36 @@ func DefaultConfig() Config {
 	}
 }
 
+// Keyless reports whether the API takes requests without a key.
+func (c Config) Keyless() bool { return c.Key == "" && len(c.Keys) == 0 }
+
+// keyName is what a named key may be called: it names a user and a
+// namespace of sessions.
+var keyName = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,31}$`)
+
+// minNamedKey is the shortest named key accepted: a guessable key would
+// give its holder another client's conversations.
+const minNamedKey = 24
+
 // Validate refuses a configuration that would expose the agent without a key.
 func (c Config) Validate() error {
 	if c.Addr == "" {
 		return config.Invalid("gateways.api.addr", c.Addr, "host:port")
 	}
-	if c.Key == "" {
+	seen := map[string]string{c.Key: "key"}
+	for name, key := range c.Keys {
+		field := "gateways.api.keys." + name
+		switch {
+		case !keyName.MatchString(name):
+			return config.Invalid(field, "", "a name of lowercase letters, digits, - and _ (at most 32)")
+		case len(key) < minNamedKey:
+			return config.Invalid(field, "", fmt.Sprintf("a key of at least %d characters", minNamedKey))
+		case seen[key] != "":
+			return config.Invalid(field, "", "a key no other name (or gateways.api.key) has")
+		}
+		seen[key] = name
+	}
+	if c.Keyless() {
 		if !c.Insecure {
 			return config.Invalid("gateways.api.key", "", "an API key (API_SERVER_KEY), or gateways.api.insecure: true on a loopback address")
 		}

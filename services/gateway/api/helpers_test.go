@@ -185,6 +185,16 @@ func (r *responder) received() []*eventsv1.MessageReceived {
 	return append([]*eventsv1.MessageReceived(nil), r.events...)
 }
 
+func (r *responder) userIDs() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]string, len(r.events))
+	for i, ev := range r.events {
+		out[i] = ev.GetSource().GetUserId()
+	}
+	return out
+}
+
 func (r *responder) chatIDs() []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -66,7 +66,7 @@ func (s *Service) secure(next http.Handler) http.Handler {
 		h.Set("Referrer-Policy", "no-referrer")
 		h.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'; form-action 'self'")
 		h.Set("Cross-Origin-Opener-Policy", "same-origin")
-		if s.cfg.Key == "" && !loopback.Host(r.Host) {
+		if s.cfg.Keyless() && !loopback.Host(r.Host) {
 			// A keyless gateway listens on loopback only; a request naming
 			// another host reached it through a rebound DNS name, from a
 			// web page that must not read the answers.
@@ -123,14 +123,13 @@ type ctxKey struct{}
 func (s *Service) authed(next http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		identity := "anonymous"
-		if s.cfg.Key != "" {
-			if !keyMatches(r.Header.Get("Authorization"), s.cfg.Key) {
+		if !s.cfg.Keyless() {
+			var ok bool
+			if identity, ok = s.identify(r.Header.Get("Authorization")); !ok {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="switchboard"`)
 				writeError(w, http.StatusUnauthorized, "invalid_request_error", "invalid_api_key", "", "Incorrect API key provided.")
 				return
 			}
-			sum := sha256.Sum256([]byte(s.cfg.Key))
-			identity = "key-" + hex.EncodeToString(sum[:4])
 		} else if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
 			identity = "anonymous-" + host
 		}
@@ -148,6 +147,28 @@ func (s *Service) authed(next http.HandlerFunc) http.HandlerFunc {
 // again in a second", never "0".
 func retryAfter(d time.Duration) int {
 	return max(1, int(math.Ceil(d.Seconds())))
+}
+
+// namedPrefix starts the identity of a named key ("key:<name>"); the
+// single key's identity is "key-<hash>".
+const namedPrefix = "key:"
+
+// identify returns the identity of the key an Authorization header
+// carries: "key-<8 hex of its hash>" for gateways.api.key, "key:<name>"
+// for a named key. Every key is compared, in constant time, whichever
+// matches.
+func (s *Service) identify(authorization string) (string, bool) {
+	identity := ""
+	if keyMatches(authorization, s.cfg.Key) {
+		sum := sha256.Sum256([]byte(s.cfg.Key))
+		identity = "key-" + hex.EncodeToString(sum[:4])
+	}
+	for name, key := range s.cfg.Keys {
+		if keyMatches(authorization, key) {
+			identity = namedPrefix + name
+		}
+	}
+	return identity, identity != ""
 }
 
 // keyMatches reports whether an Authorization header carries key as a
@@ -229,6 +250,12 @@ func (s *Service) chatCompletions(w http.ResponseWriter, r *http.Request) {
 	if chatID == "" {
 		chatID = reqID
 	}
+	replySession := chatID
+	if name, ok := strings.CutPrefix(identity, namedPrefix); ok {
+		// A named key's sessions are its own: another key naming the same
+		// X-Session-Id gets another conversation.
+		chatID = name + "." + chatID
+	}
 	ev := &eventsv1.MessageReceived{
 		EventId:   reqID,
 		MessageId: reqID,
@@ -269,7 +296,7 @@ func (s *Service) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		s.following.add(reqID, wt)
 		defer s.following.remove(reqID, wt)
 	}
-	w.Header().Set(HeaderSession, chatID)
+	w.Header().Set(HeaderSession, replySession)
 	if session != "" && r.Header.Get(HeaderHermesSession) != "" {
 		w.Header().Set(HeaderHermesSession, session)
 	}

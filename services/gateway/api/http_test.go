@@ -2,6 +2,7 @@ package api
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -34,6 +35,35 @@ func TestConfigValidate(t *testing.T) {
 			cfg.Addr, cfg.Key, cfg.Insecure = c.addr, c.key, c.insecure
 			if err := cfg.Validate(); (err == nil) != c.ok {
 				t.Fatalf("Validate() = %v, want ok=%v", err, c.ok)
+			}
+		})
+	}
+	const long = "0123456789abcdef01234567"
+	for _, c := range []struct {
+		name string
+		key  string
+		keys map[string]string
+		err  string // "" when valid
+	}{
+		{"named keys alone", "", map[string]string{"team-a": long, "team_b": long + "x"}, ""},
+		{"named keys beside the key", "k", map[string]string{"ci": long}, ""},
+		{"a short key", "", map[string]string{"ci": "short"}, "gateways.api.keys.ci"},
+		{"a name that is no name", "", map[string]string{"Team A": long}, "gateways.api.keys.Team A"},
+		{"one key under two names", "", map[string]string{"a": long, "b": long}, "gateways.api.keys."},
+		{"a named key that is the key", long, map[string]string{"a": long}, "gateways.api.keys.a"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.Addr, cfg.Key, cfg.Keys = "0.0.0.0:8642", c.key, c.keys
+			err := cfg.Validate()
+			switch {
+			case c.err == "" && err != nil:
+				t.Fatalf("refused: %v", err)
+			case c.err != "" && (err == nil || !strings.Contains(err.Error(), c.err)):
+				t.Fatalf("error %v, want one naming %s", err, c.err)
+			}
+			if strings.Contains(fmt.Sprint(err), long) {
+				t.Fatalf("the error shows a key: %v", err)
 			}
 		})
 	}

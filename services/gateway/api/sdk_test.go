@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -122,6 +123,55 @@ func TestSessionHeaderKeepsTheChat(t *testing.T) {
 	}
 	if chats[2] == chats[3] || chats[2] == "conv-42" {
 		t.Fatalf("stateless requests share a chat: %q", chats)
+	}
+}
+
+// Each named key is a user of its own with sessions of its own: two
+// clients naming the same X-Session-Id get two conversations, and each
+// gets its session id back as it sent it. The single key still works.
+func TestNamedKeysAreUsersOfTheirOwn(t *testing.T) {
+	t.Parallel()
+	const alice, bob = "alice-key-0123456789abcdef", "bob-key-0123456789abcdefgh"
+	b := newBus(t)
+	s := startService(t, b, func(c *Config) { c.Keys = map[string]string{"alice": alice, "bob": bob} })
+	r := startResponder(t, b)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ask := func(key, text string) string {
+		t.Helper()
+		var hdr *http.Response
+		client := sdkClient(s, option.WithAPIKey(key), option.WithHeader(HeaderSession, "shared"))
+		resp, err := client.Chat.Completions.New(ctx,
+			openai.ChatCompletionNewParams{Model: "switchboard", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(text)}},
+			option.WithResponseInto(&hdr))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := hdr.Header.Get(HeaderSession); got != "shared" {
+			t.Errorf("%s header %q, want the session id sent", HeaderSession, got)
+		}
+		return resp.Choices[0].Message.Content
+	}
+	for _, tt := range []struct{ key, text, want string }{
+		{alice, "one", "echo: one (turn 1)"},
+		{alice, "two", "echo: two (turn 2)"},
+		{bob, "three", "echo: three (turn 1)"}, // the same session id, another conversation
+		{testKey, "four", "echo: four (turn 1)"},
+	} {
+		if got := ask(tt.key, tt.text); got != tt.want {
+			t.Errorf("%q: %q, want %q", tt.text, got, tt.want)
+		}
+	}
+	if got, want := strings.Join(r.chatIDs(), ","), "alice.shared,alice.shared,bob.shared,shared"; got != want {
+		t.Errorf("chat ids %s, want %s", got, want)
+	}
+	users := r.userIDs()
+	if len(users) != 4 || users[0] != "key:alice" || users[2] != "key:bob" || !strings.HasPrefix(users[3], "key-") {
+		t.Errorf("user ids %q", users)
+	}
+	stranger := sdkClient(s, option.WithAPIKey("not-a-key"))
+	if _, err := stranger.Models.List(ctx); err == nil {
+		t.Error("an unknown key was let in")
 	}
 }
 
