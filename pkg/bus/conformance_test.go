@@ -577,6 +577,10 @@ func testHandBackOnStop(t *testing.T, b *bus.Bus) {
 	got := map[string][]int{}
 	start(t, bus.NewConsumer(b, spec, func(ctx context.Context, m *turnsv1.TurnRequested) error {
 		d, _ := bus.DeliveryFrom(ctx)
+		if d.Spent() != 1 {
+			// A hand-back uses up no attempt: MaxDeliver bounds failures.
+			t.Errorf("turn %s: attempt %d, %d handed back: %d spent, want 1", m.GetTurnId(), d.Attempt, d.HandedBack, d.Spent())
+		}
 		mu.Lock()
 		got[m.GetTurnId()] = append(got[m.GetTurnId()], d.Attempt)
 		mu.Unlock()

@@ -130,12 +130,21 @@ type Delivery struct {
 	Subject string
 	MsgID   string
 	// Attempt counts deliveries of this message to the durable, from 1.
-	Attempt   int
-	StreamSeq uint64
-	Published time.Time
-	Header    nats.Header
-	msg       jetstream.Msg
+	Attempt int
+	// HandedBack counts the deliveries a stopping process handed back
+	// (their handler did not run, or was cut short by the drain timeout).
+	HandedBack int
+	StreamSeq  uint64
+	Published  time.Time
+	Header     nats.Header
+	msg        jetstream.Msg
 }
+
+// Spent counts the deliveries that used up an attempt: Attempt less the
+// hand-backs of stopping processes. A rollout that hands a long turn
+// back again and again must not make its last attempt look like a
+// failing one.
+func (d *Delivery) Spent() int { return max(d.Attempt-d.HandedBack, 1) }
 
 // InProgress tells the server the handler is still working, resetting the
 // ack timer. Consumers do this on their own every AckWait/3; long
@@ -167,7 +176,14 @@ type Consumer[T any, P protoPtr[T]] struct {
 	spec ConsumerSpec
 	h    func(context.Context, P) error
 	log  *slog.Logger
+	// handBacks counts hand-backs per message (nil: not counted).
+	handBacks jetstream.KeyValue
 }
+
+// BucketHandBacks is the KV bucket (before the topology prefix) that
+// counts the hand-backs of each message, key "<durable>.<stream seq>",
+// for a day.
+const BucketHandBacks = "BUS_HANDBACKS"
 
 // NewConsumer prepares a consumer; Run creates it on the server and pulls.
 func NewConsumer[T any, P protoPtr[T]](b *Bus, spec ConsumerSpec, h func(context.Context, P) error) *Consumer[T, P] {
@@ -214,6 +230,14 @@ func (c *Consumer[T, P]) Run(ctx context.Context) error {
 	}
 	stopGauges := c.watchBacklog(ctx, cons)
 	defer stopGauges()
+	c.handBacks, err = c.bus.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket: c.bus.topo.Stream(BucketHandBacks), Description: "hand-backs of stopping processes, per message",
+		TTL: 24 * time.Hour, History: 1, Storage: jetstream.FileStorage, Replicas: max(c.bus.topo.Replicas, 1),
+	})
+	if err != nil {
+		c.log.Warn("hand-back counts unavailable: a hand-back uses up a delivery attempt", "err", err)
+		c.handBacks = nil
+	}
 	// Handlers outlive ctx by up to DrainTimeout so a graceful stop lets
 	// running work finish.
 	hctx, cancelHandlers := context.WithCancel(context.WithoutCancel(ctx))
@@ -341,6 +365,9 @@ func (c *Consumer[T, P]) handle(stopping, ctx context.Context, msg jetstream.Msg
 		d.Attempt = int(meta.NumDelivered)
 		d.StreamSeq = meta.Sequence.Stream
 		d.Published = meta.Timestamp
+		if d.Attempt > 1 {
+			d.HandedBack = c.handedBack(ctx, d.StreamSeq)
+		}
 	}
 	d.MsgID = msg.Headers().Get(nats.MsgIdHdr)
 	if d.Attempt > 1 {
@@ -383,7 +410,7 @@ func (c *Consumer[T, P]) handle(stopping, ctx context.Context, msg jetstream.Msg
 		// The drain timeout ran out, or the consumer stops while a
 		// dependency is down: another process takes it.
 		c.handBack(msg)
-	case d.Attempt >= c.spec.MaxDeliver:
+	case d.Spent() >= c.spec.MaxDeliver:
 		span.SetStatus(codes.Error, err.Error())
 		c.deadLetter(ctx, msg, d, "max_deliveries", err)
 	default:
@@ -410,8 +437,54 @@ func serverMaxDeliver(maxDeliver int) int { return maxDeliver + handBackSlack }
 // handed back at once, it would come straight back to that request,
 // again and again, until the server gave up on it.
 func (c *Consumer[T, P]) handBack(msg jetstream.Msg) {
+	if meta, err := msg.Metadata(); err == nil {
+		c.countHandBack(meta.Sequence.Stream)
+	}
 	_ = msg.NakWithDelay(c.spec.PollWait + handBackMargin)
 	handled.WithLabelValues(c.spec.Durable, "nak").Inc()
+}
+
+func (c *Consumer[T, P]) handBackKey(seq uint64) string {
+	return c.spec.Durable + "." + strconv.FormatUint(seq, 10)
+}
+
+// handedBack is how many times the message at stream sequence seq was
+// handed back (0 when not counted).
+func (c *Consumer[T, P]) handedBack(ctx context.Context, seq uint64) int {
+	if c.handBacks == nil {
+		return 0
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	e, err := c.handBacks.Get(ctx, c.handBackKey(seq))
+	if err != nil {
+		return 0
+	}
+	n, _ := strconv.Atoi(string(e.Value()))
+	return n
+}
+
+// countHandBack records one more hand-back of the message at seq, before
+// it goes back: a count that fails to be written leaves the attempt used
+// up, as before there were counts.
+func (c *Consumer[T, P]) countHandBack(seq uint64) {
+	if c.handBacks == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	key := c.handBackKey(seq)
+	e, err := c.handBacks.Get(ctx, key)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		_, err = c.handBacks.Create(ctx, key, []byte("1"))
+	case err == nil:
+		n, _ := strconv.Atoi(string(e.Value()))
+		_, err = c.handBacks.Update(ctx, key, []byte(strconv.Itoa(n+1)), e.Revision())
+	}
+	if err != nil {
+		c.log.Debug("count a hand-back", "key", key, "err", err)
+	}
 }
 
 // handBackMargin covers the time between a pull request's sending and

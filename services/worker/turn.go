@@ -41,9 +41,12 @@ const seqTTL = 24 * time.Hour
 
 // turnRun is one delivery of one turn.
 type turnRun struct {
-	s        *Service
-	req      *turnsv1.TurnRequested
-	attempt  int
+	s       *Service
+	req     *turnsv1.TurnRequested
+	attempt int // the delivery's number: 1 is the first, later ones may follow a streamed part
+	// spent counts the deliveries that used up an attempt (hand-backs of
+	// stopping workers do not): the budget MaxDeliver bounds.
+	spent    int
 	log      *slog.Logger
 	st       store.Turn
 	ttl      time.Duration
@@ -109,7 +112,7 @@ func (r *turnRun) read(ctx context.Context) (store.TurnState, error) {
 	return r.s.store.BeginTurn(ctx, r.st)
 }
 
-func newTurnRun(s *Service, req *turnsv1.TurnRequested, attempt int) *turnRun {
+func newTurnRun(s *Service, req *turnsv1.TurnRequested, attempt, spent int) *turnRun {
 	ttl := time.Duration(req.GetLockTtlMs()) * time.Millisecond
 	if ttl <= 0 {
 		ttl = 30 * time.Second
@@ -118,6 +121,7 @@ func newTurnRun(s *Service, req *turnsv1.TurnRequested, attempt int) *turnRun {
 		s:       s,
 		req:     req,
 		attempt: attempt,
+		spent:   spent,
 		ttl:     ttl,
 		log:     s.log.With("turn_id", req.GetTurnId(), "session_key", req.GetSessionKey(), "attempt", attempt),
 		st: store.Turn{
@@ -238,7 +242,7 @@ func (r *turnRun) run(ctx context.Context) error {
 		r.answerSuperseded(ctx)
 		r.endStream(ctx)
 		return r.complete(ctx, turnsv1.TurnStatus_TURN_STATUS_STALE, "superseded by a newer turn", true)
-	case err != nil && ctx.Err() != nil && r.attempt < r.s.cfg.MaxDeliver:
+	case err != nil && ctx.Err() != nil && r.spent < r.s.cfg.MaxDeliver:
 		// Shutting down past the drain timeout: hand the lock back to the
 		// bare grant, so the next attempt claims it at once, and the turn
 		// back to the bus. The grant keeps the session while the turn
@@ -261,7 +265,7 @@ func (r *turnRun) run(ctx context.Context) error {
 		return err
 	case err != nil:
 		ctx = context.WithoutCancel(ctx)
-		if r.attempt < r.s.cfg.MaxDeliver {
+		if r.spent < r.s.cfg.MaxDeliver {
 			r.log.Warn("turn failed; will be retried", "err", err)
 			return err
 		}

@@ -314,16 +314,16 @@ func (s *Service) Run(ctx context.Context) error {
 
 // handle runs one delivery of a turn.
 func (s *Service) handle(ctx context.Context, req *turnsv1.TurnRequested) error {
-	attempt := 1
+	attempt, spent := 1, 1
 	if d, ok := bus.DeliveryFrom(ctx); ok {
-		attempt = d.Attempt
+		attempt, spent = d.Attempt, d.Spent()
 	}
 	if req.GetTurnId() == "" || req.GetSessionKey() == "" {
 		return bus.Permanent(errors.New("turn without turn_id or session_key"))
 	}
 	turnsInflight.Inc()
 	defer turnsInflight.Dec()
-	r := newTurnRun(s, req, attempt)
+	r := newTurnRun(s, req, attempt, spent)
 	r.log = telemetry.WithTrace(ctx, r.log)
 	return r.run(ctx)
 }
