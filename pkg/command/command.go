@@ -203,3 +203,26 @@ func distance(a, b string) int {
 	}
 	return prev[len(rb)]
 }
+
+// How long an approval given with /approve stands (its argument, as
+// Hermes reads it).
+const (
+	ApproveOnce    = ""        // this call alone
+	ApproveSession = "session" // the rest of the conversation: "session", "ses"
+	ApproveAlways  = "always"  // from now on: "always", "permanent", "permanently"
+)
+
+// ApprovalScope reads /approve's argument; any other word approves the
+// call alone.
+func ApprovalScope(args string) string {
+	scope := ApproveOnce
+	for _, w := range strings.Fields(strings.ToLower(args)) {
+		switch w {
+		case "session", "ses":
+			scope = ApproveSession
+		case "always", "permanent", "permanently":
+			scope = ApproveAlways
+		}
+	}
+	return scope
+}

@@ -161,3 +161,20 @@ func BenchmarkSuggest(b *testing.B) {
 		command.Suggest("sesions")
 	}
 }
+
+func TestApprovalScope(t *testing.T) {
+	tests := map[string]string{
+		"":                command.ApproveOnce,
+		"please":          command.ApproveOnce,
+		"session":         command.ApproveSession,
+		"SES":             command.ApproveSession,
+		"always":          command.ApproveAlways,
+		"all permanently": command.ApproveAlways,
+		"permanent":       command.ApproveAlways,
+	}
+	for args, want := range tests {
+		if got := command.ApprovalScope(args); got != want {
+			t.Errorf("ApprovalScope(%q) = %q, want %q", args, got, want)
+		}
+	}
+}

@@ -351,15 +351,10 @@ func approvalReply(action turnsv1.ControlAction, args string) string {
 	if action != controlApprove {
 		return "❌ Command denied."
 	}
-	scope := ""
-	for _, w := range strings.Fields(strings.ToLower(args)) {
-		switch w {
-		case "session", "ses":
-			scope = " (pattern approved for this session)"
-		case "always", "permanent", "permanently":
-			scope = " (pattern approved permanently)"
-		}
-	}
+	scope := map[string]string{
+		command.ApproveSession: " (pattern approved for this session)",
+		command.ApproveAlways:  " (pattern approved permanently)",
+	}[command.ApprovalScope(args)]
 	return "✅ Command approved" + scope + ". The agent is resuming..."
 }
 

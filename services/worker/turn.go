@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/switchboard-chat/switchboard/pkg/bus"
+	"github.com/switchboard-chat/switchboard/pkg/command"
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
 	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
@@ -787,22 +788,17 @@ type answer struct {
 	scope    string
 }
 
-// answerOf reads an approval control: its text is /approve's argument, as
-// Hermes takes it ("session", "always"; anything else approves this call).
+// answerOf reads an approval control: its text is /approve's argument
+// (command.ApprovalScope).
 func answerOf(m *turnsv1.TurnControlRequested) answer {
-	a := answer{approved: m.GetAction() == turnsv1.ControlAction_CONTROL_ACTION_APPROVE}
-	if !a.approved {
-		return a
+	if m.GetAction() != turnsv1.ControlAction_CONTROL_ACTION_APPROVE {
+		return answer{}
 	}
-	for _, w := range strings.Fields(strings.ToLower(m.GetText())) {
-		switch w {
-		case "session", "ses":
-			a.scope = store.ApproveSession
-		case "always", "permanent", "permanently":
-			a.scope = store.ApproveUser
-		}
-	}
-	return a
+	scope := map[string]string{
+		command.ApproveSession: store.ApproveSession,
+		command.ApproveAlways:  store.ApproveUser,
+	}[command.ApprovalScope(m.GetText())]
+	return answer{approved: true, scope: scope}
 }
 
 // await marks whether a tool call waits for the user's answer; a new wait
