@@ -7,37 +7,80 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
 // lease elects one active replica per bot identity through a NATS KV
 // bucket whose max age is the lease TTL: the holder creates the key and
 // rewrites it every TTL/3 with a compare-and-set on its revision; a
-// standby retries Create every TTL/5 (at most 1 s) and wins once the key expired or was
-// deleted. A holder that cannot renew for a whole TTL, or finds the key
-// taken, stops its connection before anyone else can have started one. A
-// holder that finds the key gone (the bucket is in memory: a NATS restart
-// empties it) creates it again and keeps its connection: a reconnection
-// to the platform would lose what it sends meanwhile (Discord replays
-// nothing to a new session).
+// standby retries Create every TTL/5 (at most 1 s) and wins once the key
+// expired or was deleted.
+//
+// A holder that finds the key taken stops its connection. One that cannot
+// renew keeps it while NATS is out of reach (a restart, a partition): a
+// reconnection to the platform would lose what the platform sends
+// meanwhile (Discord replays nothing to a new session), and what the
+// holder receives waits for NATS in its gateway. Only a holder whose
+// NATS connection is closed for good stops once a TTL has passed without
+// renewal, as a crashed one would. A holder that finds the key gone (the
+// bucket is in memory: a NATS restart empties it, and a single server
+// forgets the bucket itself, which the lease then creates again) creates
+// the key again; a
+// standby that lost NATS, or whose connection reconnected, waits a TTL
+// before it creates the key, so the holder that kept its connection
+// through the outage takes its key back first (it tries every TTL/3).
+// When only the holder lost NATS, a standby takes over after the TTL and
+// both are connected until the holder reaches NATS again and lets go:
+// what both receive is published once (the seen bucket and the bus's
+// dedupe id).
 type lease struct {
 	kv     jetstream.KeyValue
+	open   func(context.Context) (jetstream.KeyValue, error) // creates the bucket, or opens it
 	key    string
 	holder string
 	ttl    time.Duration
 	log    *slog.Logger
 	onHeld func(bool)
+	// conn reports whether the NATS connection is closed for good and how
+	// many times it has reconnected.
+	conn connState
 }
+
+// connState is what the lease reads of its NATS connection.
+type connState interface {
+	IsClosed() bool
+	Reconnects() uint64
+}
+
+// natsConn is a NATS connection's state as the lease reads it.
+type natsConn struct{ nc *nats.Conn }
+
+func (c natsConn) IsClosed() bool     { return c.nc.IsClosed() }
+func (c natsConn) Reconnects() uint64 { return c.nc.Stats().Reconnects }
 
 // run calls active with a context that lives while the lease is held,
 // and waits as standby otherwise, until ctx ends.
 func (l *lease) run(ctx context.Context, active func(context.Context)) {
 	poll := min(max(l.ttl/5, 50*time.Millisecond), time.Second)
+	reconnects, lostNATS := l.conn.Reconnects(), false
 	for ctx.Err() == nil {
+		if n := l.conn.Reconnects(); n != reconnects || lostNATS {
+			// NATS was out of reach: a holder that kept its connection
+			// through the outage gets a TTL to take its key back.
+			reconnects, lostNATS = n, false
+			l.log.Info("lease: NATS was out of reach; waiting a TTL before taking over", "key", l.key, "ttl", l.ttl)
+			sleep(ctx, l.ttl)
+			continue
+		}
 		rev, err := l.kv.Create(ctx, l.key, []byte(l.holder))
 		if err != nil {
 			if !errors.Is(err, jetstream.ErrKeyExists) && ctx.Err() == nil {
 				l.log.Warn("lease create failed", "key", l.key, "err", err)
+				lostNATS = true
+				if bucketGone(err) {
+					_ = l.reopen(ctx)
+				}
 			}
 			sleep(ctx, poll)
 			continue
@@ -90,10 +133,16 @@ func (l *lease) hold(ctx context.Context, rev uint64, active func(context.Contex
 			rctx, cancel := context.WithTimeout(ctx, every)
 			next, err := l.kv.Update(rctx, l.key, []byte(l.holder), rev)
 			cancel()
+			keyChanged := errors.Is(err, jetstream.ErrKeyExists) || isWrongSequence(err)
+			if bucketGone(err) {
+				if err = l.reopen(ctx); err == nil {
+					keyChanged = true // the key went with the bucket
+				}
+			}
 			switch {
-			case err == nil:
+			case err == nil && !keyChanged:
 				rev, lastRenew = next, time.Now()
-			case errors.Is(err, jetstream.ErrKeyExists) || isWrongSequence(err):
+			case keyChanged:
 				next, held, rerr := l.reclaim(ctx)
 				switch {
 				case held:
@@ -102,18 +151,52 @@ func (l *lease) hold(ctx context.Context, rev uint64, active func(context.Contex
 				case rerr == nil:
 					l.log.Warn("lease lost: another replica holds it", "key", l.key)
 					return
-				case time.Since(lastRenew) > l.ttl-every:
-					l.log.Warn("lease expired: cannot renew", "key", l.key, "err", rerr)
+				case l.expired(lastRenew, every, rerr):
 					return
 				}
-			case time.Since(lastRenew) > l.ttl-every:
-				l.log.Warn("lease expired: cannot renew", "key", l.key, "err", err)
+			case l.expired(lastRenew, every, err):
 				return
-			default:
-				l.log.Warn("lease renew failed, retrying", "key", l.key, "err", err)
 			}
 		}
 	}
+}
+
+// bucketGone reports whether err says the lease bucket's stream does not
+// exist: a single NATS server restarted forgets a bucket kept in memory.
+func bucketGone(err error) bool {
+	return errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, jetstream.ErrStreamNotFound) ||
+		errors.Is(err, jetstream.ErrBucketNotFound)
+}
+
+// reopen creates the lease bucket again.
+func (l *lease) reopen(ctx context.Context) error {
+	rctx, cancel := context.WithTimeout(ctx, max(l.ttl/3, 20*time.Millisecond))
+	defer cancel()
+	kv, err := l.open(rctx)
+	if err != nil {
+		l.log.Warn("lease bucket gone; creating it again failed", "key", l.key, "err", err)
+		return err
+	}
+	l.log.Warn("lease bucket was gone (NATS restarted); created it again", "key", l.key)
+	l.kv = kv
+	return nil
+}
+
+// expired reports, after a failed renewal, whether the holder must let
+// go: only when its NATS connection is closed for good and a TTL has
+// passed since the last renewal. While NATS is merely out of reach the
+// holder keeps its connection (see lease).
+func (l *lease) expired(lastRenew time.Time, every time.Duration, err error) bool {
+	if l.conn.IsClosed() && time.Since(lastRenew) > l.ttl-every {
+		l.log.Warn("lease expired: the NATS connection is closed", "key", l.key, "err", err)
+		return true
+	}
+	if since := time.Since(lastRenew); since > l.ttl-every {
+		l.log.Warn("lease not renewed: NATS out of reach; keeping the connection", "key", l.key, "since", since.Round(time.Second), "err", err)
+	} else {
+		l.log.Warn("lease renew failed, retrying", "key", l.key, "err", err)
+	}
+	return false
 }
 
 // reclaim looks at the key whose revision a renewal found changed: gone,

@@ -239,13 +239,17 @@ func (r *Runner) Run(ctx context.Context) error {
 	}
 
 	if sc, ok := r.p.(SingleConsumer); ok && sc.SingleConsumer() {
-		kv, err := leaseBucket(ctx, r.bus.JetStream(), r.bucket(BucketLeases), r.opts.LeaseTTL, max(r.bus.Topology().Replicas, 1))
+		open := func(ctx context.Context) (jetstream.KeyValue, error) {
+			return leaseBucket(ctx, r.bus.JetStream(), r.bucket(BucketLeases), r.opts.LeaseTTL, max(r.bus.Topology().Replicas, 1))
+		}
+		kv, err := open(ctx)
 		if err != nil {
 			_ = sub.Unsubscribe()
 			return err
 		}
 		l := &lease{
-			kv: kv, key: leaseKey(r.name, r.p.Account()), holder: r.opts.Instance, ttl: r.opts.LeaseTTL, log: r.log,
+			kv: kv, open: open, key: leaseKey(r.name, r.p.Account()), holder: r.opts.Instance, ttl: r.opts.LeaseTTL, log: r.log,
+			conn: natsConn{r.bus.Conn()},
 			onHeld: func(held bool) {
 				leaseGauge.WithLabelValues(r.name).Set(b2f(held))
 				if !held {

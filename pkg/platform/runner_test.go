@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -12,9 +13,11 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/switchboard-chat/switchboard/pkg/bus"
 	"github.com/switchboard-chat/switchboard/pkg/bus/bustest"
+	"github.com/switchboard-chat/switchboard/pkg/natsd"
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/platform"
@@ -438,5 +441,96 @@ func TestSendInProgressIsNotSentTwice(t *testing.T) {
 	}
 	if rec := r.Execute(ctx, failing); !rec.GetOk() || rec.GetDuplicate() {
 		t.Fatalf("retry after a failure: receipt %+v, want it sent", rec)
+	}
+}
+
+// A NATS restart that outlasts the lease TTL leaves the holder connected
+// to its platform (a reconnection loses what the platform sends
+// meanwhile) and the standby waiting: the holder takes its key back
+// first. A message the platform sends during the outage is published
+// once NATS is back.
+func TestLeaseHolderKeepsItsConnectionThroughANATSOutage(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	srv, err := natsd.Start(natsd.Config{Port: -1, StoreDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := srv.ClientURL()
+	port, err := strconv.Atoi(url[strings.LastIndex(url, ":")+1:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Shutdown() })
+	topo := bus.Topology{Prefix: bustest.Prefix(), Storage: jetstream.FileStorage, DedupeWindow: time.Minute}
+	connect := func(name string) *bus.Bus {
+		nc, err := nats.Connect(url, nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		b, err := bus.New(nc, topo, slog.Default())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	busA, busB := connect("replica-a"), connect("replica-b")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := busA.EnsureStreams(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ttl := 900 * time.Millisecond
+	opts := platform.Options{Backoff: platform.Schedule(10 * time.Millisecond), LeaseTTL: ttl, SeenTTL: time.Minute}
+	optsA, optsB := opts, opts
+	optsA.Instance, optsB.Instance = "replica-a", "replica-b"
+	mA, mB := platformtest.NewMemory("bot", true), platformtest.NewMemory("bot", true)
+	a := startRunner(t, mA, busA, optsA)
+	platformtest.WaitFor(t, "A active", func() bool { return state(a.r) == platform.StateConnected })
+	b := startRunner(t, mB, busB, optsB)
+	platformtest.WaitFor(t, "B standby", func() bool { return state(b.r) == platform.StateStandby })
+
+	srv.Shutdown()
+	pushed := make(chan error, 1)
+	go func() { pushed <- mA.Push(ctx, "1", "chat", "sent while NATS is down") }()
+	time.Sleep(3 * ttl)
+	if srv, err = natsd.Start(natsd.Config{Port: port, StoreDir: dir}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-pushed; err != nil {
+		t.Fatalf("the message sent during the outage: %v", err)
+	}
+	// A single server forgets the lease bucket (it is in memory): the
+	// holder creates it again and its key in it.
+	platformtest.WaitFor(t, "A holds its key again", func() bool {
+		kv, err := busB.JetStream().KeyValue(ctx, topo.Stream(platform.BucketLeases))
+		if err != nil {
+			return false
+		}
+		keys, err := kv.Keys(ctx)
+		if err != nil || len(keys) != 1 {
+			return false
+		}
+		e, err := kv.Get(ctx, keys[0])
+		return err == nil && string(e.Value()) == "replica-a"
+	})
+	time.Sleep(3 * ttl) // the standby's wait, and renewals after it
+	if state(a.r) != platform.StateConnected || mA.Fake().Connections() != 1 {
+		t.Fatalf("A: state %v after %d connections, want its first connection kept", state(a.r), mA.Fake().Connections())
+	}
+	if state(b.r) != platform.StateStandby || mB.Fake().Connections() != 0 {
+		t.Fatalf("B: state %v after %d connections, want standby", state(b.r), mB.Fake().Connections())
+	}
+	st, err := busA.JetStream().Stream(ctx, topo.Stream(bus.StreamInbound))
+	if err != nil {
+		t.Fatal(err)
+	}
+	si, err := st.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if si.State.Msgs != 1 {
+		t.Fatalf("inbound stream holds %d events, want the one sent during the outage", si.State.Msgs)
 	}
 }
