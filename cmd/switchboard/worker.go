@@ -30,7 +30,7 @@ func startWorker(ctx context.Context, a *app) (func(context.Context) error, erro
 	cfg.Agent = a.cfg.Agent
 	cfg.RedisPrefix = a.cfg.Redis.Prefix
 	cfg.RedactPII = a.cfg.Privacy.RedactPII
-	deps := worker.Deps{Log: a.log, Bus: b, DB: db, Redis: rdb}
+	deps := worker.Deps{Log: a.log, Bus: b, DB: db, Redis: rdb, Homes: a.cfg.Delivery.HomeOf}
 	if cfg.Agent.Backend == "" {
 		if deps.LLM, err = a.llmBackend(); err != nil {
 			return nil, err

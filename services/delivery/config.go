@@ -182,6 +182,10 @@ func (c Config) Validate() error {
 var defaultPlatforms = DefaultPlatforms()
 
 // platform merges the configured platform over its defaults.
+// HomeOf is the home channel configured for a platform
+// (delivery.platforms.<p>.home), "" for none.
+func (c Config) HomeOf(platform string) string { return c.platform(platform).Home }
+
 func (c Config) platform(name string) Platform {
 	name = strings.ToLower(name)
 	p := defaultPlatforms[name]

@@ -6,8 +6,6 @@ import (
 	"crypto/subtle"
 	"encoding/hex"
 	"errors"
-	"fmt"
-	"regexp"
 	"strconv"
 	"strings"
 
@@ -28,66 +26,13 @@ type sendServer struct {
 }
 
 // ErrBadTarget marks a target string that cannot be resolved.
-var ErrBadTarget = errors.New("bad target")
+var ErrBadTarget = outbox.ErrBadTarget
 
-// resolveTarget parses "platform", "platform:chat_id",
-// "platform:chat_id:thread_id" and "platform:#name" (see parseTarget) and
-// looks a #name up in the channel directory.
+// resolveTarget resolves a proactive send's target (outbox.ParseTarget):
+// a bare platform to the home channel /sethome chose, else to
+// delivery.platforms.<p>.home.
 func (s *Service) resolveTarget(ctx context.Context, raw string) (*deliveryv1.Target, error) {
-	t, channel, err := parseTarget(raw, func(platform string) string { return s.cfg.platform(platform).Home })
-	if err != nil || channel == "" {
-		return t, err
-	}
-	c, err := s.store.LookupChannel(ctx, t.GetPlatform(), channel)
-	if errors.Is(err, outbox.ErrNotFound) {
-		return nil, fmt.Errorf("%w: no %s channel named %s", ErrBadTarget, t.GetPlatform(), channel)
-	}
-	if err != nil {
-		return nil, err
-	}
-	return &deliveryv1.Target{Platform: t.GetPlatform(), Account: c.Account, ChatId: c.ChatID, ThreadId: c.ThreadID}, nil
-}
-
-// platformName is what a platform name may be: it becomes a NATS subject
-// token (gateway.<platform>.send).
-var platformName = regexp.MustCompile(`^[a-z0-9_-]{1,32}$`)
-
-// parseTarget reads a target without I/O. A bare platform means its home
-// channel (home returns it, "" for none). A "#name" chat is returned as
-// channel, with only the platform in the target, for the caller to look
-// up. Matrix room ids contain a colon ("!room:server"), so on Matrix the
-// whole rest is the room unless a last part starting with "$" names a
-// thread. Errors wrap ErrBadTarget.
-func parseTarget(raw string, home func(platform string) string) (*deliveryv1.Target, string, error) {
-	platform, rest, _ := strings.Cut(strings.TrimSpace(raw), ":")
-	platform = strings.ToLower(platform)
-	if platform == "" {
-		return nil, "", fmt.Errorf("%w: %q has no platform", ErrBadTarget, raw)
-	}
-	if !platformName.MatchString(platform) {
-		return nil, "", fmt.Errorf("%w: %q is not a platform name", ErrBadTarget, platform)
-	}
-	if rest == "" {
-		rest = home(platform)
-		if rest == "" {
-			return nil, "", fmt.Errorf("%w: no home channel configured for %s (delivery.platforms.%s.home)", ErrBadTarget, platform, platform)
-		}
-	}
-	if strings.HasPrefix(rest, "#") {
-		return &deliveryv1.Target{Platform: platform}, rest, nil
-	}
-	chat, thread := rest, ""
-	if platform == "matrix" {
-		if i := strings.LastIndex(rest, ":$"); i > 0 {
-			chat, thread = rest[:i], rest[i+1:]
-		}
-	} else if c, th, ok := strings.Cut(rest, ":"); ok {
-		chat, thread = c, th
-	}
-	if chat == "" {
-		return nil, "", fmt.Errorf("%w: %q has no chat id", ErrBadTarget, raw)
-	}
-	return &deliveryv1.Target{Platform: platform, ChatId: chat, ThreadId: thread}, "", nil
+	return s.store.ResolveTarget(ctx, raw, s.cfg.HomeOf)
 }
 
 func (g *sendServer) authorize(ctx context.Context) error {

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"regexp"
 	"strings"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -68,36 +67,24 @@ func (m memoryAdapter) SearchText(ctx context.Context, userKey, exceptSession, q
 // Notice reply event to the target chat. The event's id derives from the
 // tool call, so a resumed turn repeating the call is deduplicated.
 type noticeSender struct {
-	bus  *bus.Bus
+	bus *bus.Bus
+	// home is agent.home_channel, the target "home" stands for.
 	home string
-}
-
-// platformName is what a platform may be called: it becomes a NATS
-// subject token (gateway.<platform>.send).
-var platformName = regexp.MustCompile(`^[a-z0-9_-]{1,32}$`)
-
-// ParseTarget reads "platform:chat_id[:thread_id]"; the platform is a
-// lowercase name.
-func ParseTarget(s string) (*deliveryv1.Target, error) {
-	parts := strings.SplitN(s, ":", 3)
-	if len(parts) < 2 || !platformName.MatchString(parts[0]) || parts[1] == "" {
-		return nil, fmt.Errorf("target %q: want platform:chat_id[:thread_id] (platform in lowercase) or home", s)
-	}
-	t := &deliveryv1.Target{Platform: parts[0], ChatId: parts[1]}
-	if len(parts) == 3 {
-		t.ThreadId = parts[2]
-	}
-	return t, nil
+	// resolve reads a target string as delivery's API does: a bare
+	// platform is its home channel (/sethome's, else the configured one),
+	// "platform:#name" a chat of the channel directory.
+	resolve func(ctx context.Context, raw string) (*deliveryv1.Target, error)
 }
 
 func (n *noticeSender) Send(ctx context.Context, target, text, key string) (string, error) {
+	raw := target
 	if target == "home" {
 		if n.home == "" {
-			return "", errors.New("no home channel is configured")
+			return "", errors.New(`no home channel is configured (agent.home_channel); name a platform ("telegram") to reach the chat /sethome chose there`)
 		}
-		target = n.home
+		raw = n.home
 	}
-	t, err := ParseTarget(target)
+	t, err := n.resolve(ctx, raw)
 	if err != nil {
 		return "", err
 	}

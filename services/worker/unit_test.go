@@ -103,28 +103,6 @@ func TestBackendFor(t *testing.T) {
 	}
 }
 
-func FuzzParseTarget(f *testing.F) {
-	for _, s := range []string{"telegram:99", "slack:C1:170.1", "", ":", "a::b", "discord:1:2:3", "Telegram:99", "a b:1", "gateway.x:1"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		tg, err := ParseTarget(s)
-		if err != nil {
-			return
-		}
-		if !platformName.MatchString(tg.GetPlatform()) || tg.GetChatId() == "" {
-			t.Fatalf("%q parsed to platform %q, chat %q", s, tg.GetPlatform(), tg.GetChatId())
-		}
-		back := tg.GetPlatform() + ":" + tg.GetChatId()
-		if tg.GetThreadId() != "" || strings.Count(s, ":") >= 2 {
-			back += ":" + tg.GetThreadId()
-		}
-		if back != s {
-			t.Fatalf("%q round-trips to %q", s, back)
-		}
-	})
-}
-
 // Steering is taken while the turn can still read it: pending text keeps
 // the turn going, and once the answer is decided (none pending) or the
 // turn ends, more is refused, so the router queues it instead of telling

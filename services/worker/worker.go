@@ -18,8 +18,10 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/switchboard-chat/switchboard/pkg/bus"
+	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
 	"github.com/switchboard-chat/switchboard/pkg/llm"
+	"github.com/switchboard-chat/switchboard/pkg/outbox"
 	"github.com/switchboard-chat/switchboard/pkg/pg"
 	"github.com/switchboard-chat/switchboard/pkg/redisx"
 	"github.com/switchboard-chat/switchboard/pkg/telemetry"
@@ -139,6 +141,10 @@ type Deps struct {
 	Providers map[string]Backend
 	// Sender delivers send_message; nil publishes a notice reply event.
 	Sender tools.Sender
+	// Homes is the home channel configured for a platform
+	// (delivery.platforms.<p>.home), where send_message's bare platform
+	// goes when no /sethome chose one; nil: none.
+	Homes func(platform string) string
 	// Tools are extra tools (tests, plug-ins).
 	Tools []tools.Tool
 	// Agent is the external agent for agent.backend (nil: dial it).
@@ -253,7 +259,14 @@ func (s *Service) registry(deps Deps) (*tools.Registry, error) {
 	reg := tools.NewRegistry()
 	sender := deps.Sender
 	if sender == nil {
-		sender = &noticeSender{bus: s.bus, home: s.cfg.Agent.HomeChannel}
+		homes, directory := deps.Homes, outbox.New(deps.DB)
+		if homes == nil {
+			homes = func(string) string { return "" }
+		}
+		sender = &noticeSender{bus: s.bus, home: s.cfg.Agent.HomeChannel,
+			resolve: func(ctx context.Context, raw string) (*deliveryv1.Target, error) {
+				return directory.ResolveTarget(ctx, raw, homes)
+			}}
 	}
 	builtins := []tools.Tool{
 		tools.Clock(s.now),

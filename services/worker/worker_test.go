@@ -15,10 +15,12 @@ import (
 
 	"github.com/switchboard-chat/switchboard/pkg/bus"
 	"github.com/switchboard-chat/switchboard/pkg/fakellm"
+	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
 	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
 	"github.com/switchboard-chat/switchboard/pkg/redisx"
+	"github.com/switchboard-chat/switchboard/pkg/sessionstore"
 	"github.com/switchboard-chat/switchboard/services/worker"
 	"github.com/switchboard-chat/switchboard/services/worker/internal/store"
 	"github.com/switchboard-chat/switchboard/services/worker/internal/tools"
@@ -710,20 +712,33 @@ func TestSendMessagePublishesNotice(t *testing.T) {
 		name, target string
 		approval     turnsv1.ControlAction // UNSPECIFIED: none asked
 		sent         bool
+		to           *deliveryv1.Target // nil: the target as given
 	}{
-		{"allowed target", "slack:C123", turnsv1.ControlAction_CONTROL_ACTION_UNSPECIFIED, true},
-		{"the turn's own chat", "telegram:99", turnsv1.ControlAction_CONTROL_ACTION_UNSPECIFIED, true},
-		{"another chat, approved", "slack:C999", turnsv1.ControlAction_CONTROL_ACTION_APPROVE, true},
-		{"another chat, denied", "slack:C999", turnsv1.ControlAction_CONTROL_ACTION_DENY, false},
+		{"allowed target", "slack:C123", turnsv1.ControlAction_CONTROL_ACTION_UNSPECIFIED, true, nil},
+		{"the turn's own chat", "telegram:99", turnsv1.ControlAction_CONTROL_ACTION_UNSPECIFIED, true, nil},
+		{"another chat, approved", "slack:C999", turnsv1.ControlAction_CONTROL_ACTION_APPROVE, true, nil},
+		{"another chat, denied", "slack:C999", turnsv1.ControlAction_CONTROL_ACTION_DENY, false, nil},
+		{"the home /sethome chose", "telegram", turnsv1.ControlAction_CONTROL_ACTION_UNSPECIFIED, true,
+			&deliveryv1.Target{Platform: "telegram", Account: "bot", ChatId: "-100", ThreadId: "7"}},
+		{"the configured home", "discord", turnsv1.ControlAction_CONTROL_ACTION_UNSPECIFIED, true,
+			&deliveryv1.Target{Platform: "discord", ChatId: "55"}},
+		{"agent.home_channel", "home", turnsv1.ControlAction_CONTROL_ACTION_UNSPECIFIED, true,
+			&deliveryv1.Target{Platform: "slack", ChatId: "C7"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			h := newHarness(t)
 			h.setGeneration("s1", 1)
-			h.startWorker("w1", func(c *worker.Config, _ *worker.Deps) {
+			home := &eventsv1.SessionSource{Platform: "telegram", Account: "bot", ChatId: "-100", ThreadId: "7"}
+			if err := sessionstore.New(h.db).SetHome(context.Background(), home, "alice"); err != nil {
+				t.Fatal(err)
+			}
+			h.startWorker("w1", func(c *worker.Config, d *worker.Deps) {
 				c.Agent.SendMessageTargets = []string{"slack:C123"}
 				c.Agent.ApprovalTimeout = time.Minute
+				c.Agent.HomeChannel = "slack:C7"
+				d.Homes = func(platform string) string { return map[string]string{"telegram": "1", "discord": "55"}[platform] }
 			})
 			req := h.requestTurn("s1", `[[tool:send_message {"target":"`+tt.target+`","text":"deploy done"}]] tell them`, turnOpts{})
 			if tt.approval != turnsv1.ControlAction_CONTROL_ACTION_UNSPECIFIED {
@@ -749,6 +764,8 @@ func TestSendMessagePublishesNotice(t *testing.T) {
 				t.Fatalf("sent %v without approval", notices)
 			case tt.sent && (len(notices) != 1 || notices[0].GetNotice().GetText() != "deploy done"):
 				t.Fatalf("notices %v", notices)
+			case tt.to != nil && !proto.Equal(notices[0].GetTarget(), tt.to):
+				t.Fatalf("sent to %v, want %v", notices[0].GetTarget(), tt.to)
 			case tt.sent && tt.approval == turnsv1.ControlAction_CONTROL_ACTION_UNSPECIFIED:
 				for _, ev := range h.replies(req.TurnId) {
 					if ev.GetToolProgress().GetPhase() == repliesv1.ToolPhase_TOOL_PHASE_AWAITING_APPROVAL {

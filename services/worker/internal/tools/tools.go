@@ -243,7 +243,8 @@ func SessionSearch(s Searcher) Tool {
 }
 
 // Sender sends a proactive message to a target ("platform:chat[:thread]",
-// "home", or a channel name); idempotencyKey makes a repeat harmless.
+// "platform:#name", a bare platform for its home channel, or "home");
+// idempotencyKey makes a repeat harmless.
 type Sender interface {
 	Send(ctx context.Context, target, text, idempotencyKey string) (string, error)
 }
@@ -257,7 +258,7 @@ type Sender interface {
 func SendMessage(s Sender, allowed []string) Tool {
 	return Tool{
 		Name:        "send_message",
-		Description: `Send a message to another chat. target is "platform:chat_id[:thread_id]", "home" for the home channel, or a channel name.`,
+		Description: `Send a message to another chat. target is "platform:chat_id[:thread_id]", "platform:#channel-name", a platform name such as "telegram" for that platform's home channel, or "home".`,
 		Parameters: json.RawMessage(`{"type":"object","properties":{"target":{"type":"string"},` +
 			`"text":{"type":"string"}},"required":["target","text"]}`),
 		Confirm: func(call Call, args json.RawMessage) bool {

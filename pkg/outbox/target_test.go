@@ -1,6 +1,7 @@
-package delivery
+package outbox_test
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -8,6 +9,10 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+	"github.com/switchboard-chat/switchboard/pkg/outbox"
+	"github.com/switchboard-chat/switchboard/pkg/pg/pgtest"
+	"github.com/switchboard-chat/switchboard/pkg/sessionstore"
 )
 
 func homeOf(platform string) string {
@@ -39,10 +44,10 @@ func TestParseTarget(t *testing.T) {
 		{raw: ">:1", bad: true},
 	} {
 		t.Run(c.raw, func(t *testing.T) {
-			got, channel, err := parseTarget(c.raw, homeOf)
+			got, channel, err := outbox.ParseTarget(c.raw, homeOf)
 			if c.bad {
-				if !errors.Is(err, ErrBadTarget) {
-					t.Fatalf("err = %v, want ErrBadTarget", err)
+				if !errors.Is(err, outbox.ErrBadTarget) {
+					t.Fatalf("err = %v, want outbox.ErrBadTarget", err)
 				}
 				return
 			}
@@ -57,7 +62,7 @@ func TestParseTarget(t *testing.T) {
 }
 
 // FuzzParseTarget checks the proactive-send target parser: errors are
-// ErrBadTarget; an accepted target names a platform that can be a
+// outbox.ErrBadTarget; an accepted target names a platform that can be a
 // subject token and a chat (or a #channel to look up); an explicit
 // platform:chat[:thread] parses back to itself.
 func FuzzParseTarget(f *testing.F) {
@@ -65,14 +70,14 @@ func FuzzParseTarget(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, raw string) {
-		got, channel, err := parseTarget(raw, homeOf)
+		got, channel, err := outbox.ParseTarget(raw, homeOf)
 		if err != nil {
-			if !errors.Is(err, ErrBadTarget) {
-				t.Fatalf("error %v is not ErrBadTarget", err)
+			if !errors.Is(err, outbox.ErrBadTarget) {
+				t.Fatalf("error %v is not outbox.ErrBadTarget", err)
 			}
 			return
 		}
-		if !platformName.MatchString(got.GetPlatform()) {
+		if !outbox.ValidPlatform(got.GetPlatform()) {
 			t.Fatalf("platform %q", got.GetPlatform())
 		}
 		if channel != "" {
@@ -91,9 +96,54 @@ func FuzzParseTarget(f *testing.F) {
 		if got.GetThreadId() != "" {
 			back += ":" + got.GetThreadId()
 		}
-		again, ch, err := parseTarget(back, homeOf)
+		again, ch, err := outbox.ParseTarget(back, homeOf)
 		if err != nil || ch != "" || !proto.Equal(again, got) {
 			t.Fatalf("%q → %v → %q → %v %q %v", raw, got, back, again, ch, err)
 		}
 	})
+}
+
+// A bare platform goes to the chat /sethome chose there, else to the
+// configured home; a #name through the channel directory.
+func TestResolveTarget(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.New(t)
+	s := outbox.New(db)
+	home := &eventsv1.SessionSource{Platform: "telegram", Account: "bot1", ChatId: "-100", ThreadId: "7", ChatName: "ops"}
+	if err := sessionstore.New(db).SetHome(ctx, home, "alice"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.UpsertChannel(ctx, outbox.Channel{Platform: "discord", ChatID: "42", Name: "#ops"}); err != nil {
+		t.Fatal(err)
+	}
+	configured := func(platform string) string {
+		return map[string]string{"telegram": "-1", "slack": "C9"}[platform]
+	}
+	for _, c := range []struct {
+		raw  string
+		want *deliveryv1.Target
+		bad  bool
+	}{
+		{raw: "telegram", want: &deliveryv1.Target{Platform: "telegram", Account: "bot1", ChatId: "-100", ThreadId: "7"}},
+		{raw: " Telegram ", want: &deliveryv1.Target{Platform: "telegram", Account: "bot1", ChatId: "-100", ThreadId: "7"}},
+		{raw: "slack", want: &deliveryv1.Target{Platform: "slack", ChatId: "C9"}},
+		{raw: "telegram:55", want: &deliveryv1.Target{Platform: "telegram", ChatId: "55"}},
+		{raw: "discord:#ops", want: &deliveryv1.Target{Platform: "discord", ChatId: "42"}},
+		{raw: "discord", bad: true},
+		{raw: "discord:#nope", bad: true},
+	} {
+		t.Run(c.raw, func(t *testing.T) {
+			got, err := s.ResolveTarget(ctx, c.raw, configured)
+			if c.bad {
+				if !errors.Is(err, outbox.ErrBadTarget) {
+					t.Fatalf("err = %v, want ErrBadTarget", err)
+				}
+				return
+			}
+			if err != nil || !proto.Equal(got, c.want) {
+				t.Fatalf("got %v %v, want %v", got, err, c.want)
+			}
+		})
+	}
 }
