@@ -13,6 +13,7 @@ import (
 	"github.com/switchboard-chat/switchboard/services/admin"
 	"github.com/switchboard-chat/switchboard/services/delivery"
 	"github.com/switchboard-chat/switchboard/services/gateway/api"
+	"github.com/switchboard-chat/switchboard/services/gateway/discord"
 	"github.com/switchboard-chat/switchboard/services/gateway/slack"
 	"github.com/switchboard-chat/switchboard/services/gateway/telegram"
 	"github.com/switchboard-chat/switchboard/services/gateway/webhook"
@@ -135,7 +136,7 @@ func defaultConfig() *Config {
 		Log:      telemetry.LogConfig{Level: "info", Format: "json"},
 		Ops:      OpsConfig{Addr: "127.0.0.1:9090"},
 		Dev:      DevConfig{NATSPort: 14222, NATSStoreDir: ".switchboard/nats", MemoryLimitMiB: 160, GCPercent: 400},
-		Gateways: GatewaysConfig{API: api.DefaultConfig(), Webhook: webhook.DefaultConfig(), Slack: slack.DefaultConfig(), Telegram: telegram.DefaultConfig()},
+		Gateways: GatewaysConfig{API: api.DefaultConfig(), Webhook: webhook.DefaultConfig(), Discord: discord.DefaultConfig(), Slack: slack.DefaultConfig(), Telegram: telegram.DefaultConfig()},
 		Delivery: delivery.DefaultConfig(),
 		Router:   router.DefaultConfig(),
 		Admin:    admin.Config{Addr: admin.DefaultAddr},
@@ -158,6 +159,9 @@ var envAliases = map[string]string{
 	"TELEGRAM_API_BASE_URL":   "gateways.telegram.api_base_url",
 	"TELEGRAM_WEBHOOK_URL":    "gateways.telegram.webhook_url",
 	"TELEGRAM_WEBHOOK_SECRET": "gateways.telegram.webhook_secret",
+	// and for its group gating.
+	"TELEGRAM_REQUIRE_MENTION":     "gateways.telegram.require_mention",
+	"TELEGRAM_FREE_RESPONSE_CHATS": "gateways.telegram.free_response_chats",
 }
 
 // Validate checks values that would otherwise fail later and obscurely.

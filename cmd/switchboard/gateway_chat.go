@@ -12,10 +12,18 @@ func init() {
 	for env, key := range map[string]string{
 		"DISCORD_BOT_TOKEN":    "gateways.discord.bot_token",
 		"DISCORD_API_BASE_URL": "gateways.discord.api_base_url",
-		"SLACK_BOT_TOKEN":      "gateways.slack.bot_token",
-		"SLACK_APP_TOKEN":      "gateways.slack.app_token",
-		"SLACK_SIGNING_SECRET": "gateways.slack.signing_secret",
-		"SLACK_API_BASE_URL":   "gateways.slack.api_base_url",
+		// Hermes's names for the channel gating.
+		"DISCORD_REQUIRE_MENTION":        "gateways.discord.require_mention",
+		"DISCORD_FREE_RESPONSE_CHANNELS": "gateways.discord.free_response_channels",
+		"DISCORD_AUTO_THREAD":            "gateways.discord.auto_thread",
+		"DISCORD_IGNORE_NO_MENTION":      "gateways.discord.ignore_no_mention",
+		"DISCORD_ALLOWED_CHANNELS":       "gateways.discord.allowed_channels",
+		"SLACK_REQUIRE_MENTION":          "gateways.slack.require_mention",
+		"SLACK_FREE_RESPONSE_CHANNELS":   "gateways.slack.free_response_channels",
+		"SLACK_BOT_TOKEN":                "gateways.slack.bot_token",
+		"SLACK_APP_TOKEN":                "gateways.slack.app_token",
+		"SLACK_SIGNING_SECRET":           "gateways.slack.signing_secret",
+		"SLACK_API_BASE_URL":             "gateways.slack.api_base_url",
 	} {
 		envAliases[env] = key
 	}

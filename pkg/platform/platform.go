@@ -125,6 +125,11 @@ type Conn interface {
 	// too large) with the reason; it is logged and counted, never
 	// published.
 	Reject(ctx context.Context, reason string, err error)
+	// Seen reports whether an event of this gateway with this event id
+	// was published (and is still remembered, Options.SeenTTL): the
+	// gateways ask it of a thread's first message to know whether the
+	// bot was addressed there, and so takes part in the thread.
+	Seen(ctx context.Context, eventID string) (bool, error)
 }
 
 // Accepted is the outcome of Conn.Deliver.

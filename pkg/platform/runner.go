@@ -346,6 +346,20 @@ func (r *Runner) Reject(_ context.Context, reason string, err error) {
 	r.log.Warn("inbound payload rejected", "reason", reason, "err", err)
 }
 
+func (c *conn) Seen(ctx context.Context, eventID string) (bool, error) { return c.r.Seen(ctx, eventID) }
+
+// Seen is Conn.Seen.
+func (r *Runner) Seen(ctx context.Context, eventID string) (bool, error) {
+	_, err := r.seen.Get(ctx, hashKey(r.name+":"+r.p.Account()+":"+eventID))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("seen lookup: %w", err)
+	}
+	return true, nil
+}
+
 func (c *conn) Deliver(ctx context.Context, ev *eventsv1.MessageReceived) (Accepted, error) {
 	return c.r.Deliver(ctx, ev)
 }

@@ -39,9 +39,29 @@ type Config struct {
 	AllowedRoles []string `koanf:"allowed_roles"`
 	// AllowBots publishes messages from other bots and webhooks.
 	AllowBots bool `koanf:"allow_bots"`
-	// AutoThread: a guild channel message that mentions the bot is
-	// answered in a new thread opened from it (prospective_thread_id).
+	// AutoThread (DISCORD_AUTO_THREAD, default true, as in Hermes): a
+	// guild channel message that mentions the bot is answered in a new
+	// thread opened from it (prospective_thread_id), which the bot then
+	// follows without mentions.
 	AutoThread bool `koanf:"auto_thread"`
+	// RequireMention (DISCORD_REQUIRE_MENTION, default true, as in
+	// Hermes): in guild channels the bot answers only messages that
+	// mention it or reply to it, and everything in threads it takes part
+	// in (it opened them, or their first message addressed it).
+	RequireMention bool `koanf:"require_mention"`
+	// FreeResponseChannels (DISCORD_FREE_RESPONSE_CHANNELS) are channels
+	// (and their threads) answered without a mention; "*" is every one.
+	FreeResponseChannels []string `koanf:"free_response_channels"`
+	// IgnoreNoMention (DISCORD_IGNORE_NO_MENTION, default true, as in
+	// Hermes): outside free-response channels, a message that mentions
+	// other people or bots but not this bot is addressed to them and is
+	// skipped, even where no mention is required.
+	IgnoreNoMention bool `koanf:"ignore_no_mention"`
+}
+
+// DefaultConfig is Hermes's defaults.
+func DefaultConfig() Config {
+	return Config{AutoThread: true, RequireMention: true, IgnoreNoMention: true}
 }
 
 // Enabled reports whether dev should start the gateway.
@@ -162,7 +182,8 @@ func NewPlatform(ctx context.Context, cfg Config, log *slog.Logger) (*Platform, 
 	p := &Platform{
 		cfg: cfg, log: log.With("platform", "discord"), s: s, channels: map[string]channelInfo{},
 		rules: rules{Account: me.ID, BotID: me.ID, AllowBots: cfg.AllowBots, AutoThread: cfg.AutoThread,
-			AllowedChannels: set(cfg.AllowedChannels), AllowedRoles: set(cfg.AllowedRoles)},
+			AllowedChannels: set(cfg.AllowedChannels), AllowedRoles: set(cfg.AllowedRoles),
+			RequireMention: cfg.RequireMention, FreeChannels: set(cfg.FreeResponseChannels), IgnoreNoMention: cfg.IgnoreNoMention},
 	}
 	s.AddHandler(p.onEvent)
 	s.AddHandler(func(*discordgo.Session, *discordgo.Disconnect) { p.signalLost() })
@@ -278,7 +299,19 @@ func (p *Platform) handle(ctx context.Context, conn platform.Conn, raw []byte) {
 			}
 		}
 		ev, why := normalize(m, ch, p.rules)
-		if ev == nil {
+		if why == skipUnaddressed && ev.GetSource().GetThreadId() != "" {
+			// A thread opened from a message has the message's id: the
+			// bot takes part when that message was addressed to it.
+			var known bool
+			if known, err = conn.Seen(ctx, ev.GetSource().GetThreadId()); err != nil {
+				p.log.Warn("discord thread lookup failed; retrying", "thread", ev.GetSource().GetThreadId(), "err", err)
+				continue
+			}
+			if known {
+				why = ""
+			}
+		}
+		if why != "" {
 			p.log.Debug("discord message skipped", "why", string(why), "message_id", m.ID)
 			return
 		}
@@ -314,7 +347,7 @@ func (p *Platform) channel(ctx context.Context, id string) (channelInfo, error) 
 	if err != nil {
 		return channelInfo{}, err
 	}
-	ci = channelInfo{Thread: c.IsThread(), Parent: c.ParentID}
+	ci = channelInfo{Thread: c.IsThread(), Parent: c.ParentID, Owner: c.OwnerID}
 	p.chMu.Lock()
 	if len(p.channels) > 100000 {
 		clear(p.channels)

@@ -263,6 +263,38 @@ func TestFilters(t *testing.T) {
 	}
 }
 
+// With Hermes's defaults a guild message is answered when it mentions
+// the bot, and so is everything in the thread that grew from it; other
+// channel and thread messages are not published.
+func TestMentionGating(t *testing.T) {
+	t.Parallel()
+	f := newFake(t)
+	cfg := DefaultConfig()
+	_, next := run(t, f, cfg)
+	ctx := context.Background()
+	dispatch := func(m discordfake.MessageCreate) {
+		t.Helper()
+		if err := f.Dispatch(ctx, "MESSAGE_CREATE", m.Payload()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dispatch(discordfake.MessageCreate{ID: f.NewID(), ChannelID: channel, GuildID: guild, AuthorID: user, Content: "chatter"})
+	mention := discordfake.MessageCreate{ID: f.NewID(), ChannelID: channel, GuildID: guild, AuthorID: user, Content: "<@" + f.BotID + "> help", Mentions: []string{f.BotID}}
+	dispatch(mention)
+	if ev := next(20 * time.Second); ev.GetEventId() != mention.ID || ev.GetSource().GetProspectiveThreadId() != mention.ID {
+		t.Fatalf("got %v, want the mention, answered in a thread of its own", ev)
+	}
+	// The user opens the thread from their message before the bot does:
+	// the thread has the message's id, and the bot follows it.
+	f.AddChannel(mention.ID, discordfake.TypePublicThread, guild, channel)
+	dispatch(discordfake.MessageCreate{ID: f.NewID(), ChannelID: thread, GuildID: guild, AuthorID: user, Content: "another thread"})
+	follow := discordfake.MessageCreate{ID: f.NewID(), ChannelID: mention.ID, GuildID: guild, AuthorID: user, Content: "and then?"}
+	dispatch(follow)
+	if ev := next(20 * time.Second); ev.GetEventId() != follow.ID {
+		t.Fatalf("got %v, want only the follow-up in the bot's thread", ev)
+	}
+}
+
 func TestSends(t *testing.T) {
 	t.Parallel()
 	f := newFake(t)

@@ -50,6 +50,7 @@ func snowflake(id string) bool {
 type channelInfo struct {
 	Thread bool
 	Parent string
+	Owner  string // a thread's creator
 }
 
 // rules are the gateway's filters and identity.
@@ -60,10 +61,25 @@ type rules struct {
 	AllowedChannels map[string]bool // empty: every channel
 	AllowedRoles    map[string]bool // empty: every member
 	AutoThread      bool
+	RequireMention  bool
+	FreeChannels    map[string]bool // "*": every channel
+	IgnoreNoMention bool
+}
+
+// free reports whether a channel (or the thread's parent) is answered
+// without a mention.
+func (r rules) free(channel string, ch channelInfo) bool {
+	return r.FreeChannels["*"] || r.FreeChannels[channel] || (ch.Thread && r.FreeChannels[ch.Parent])
 }
 
 // skip explains why a message is not published.
 type skip string
+
+// skipUnaddressed is a guild message that neither mentions the bot nor
+// replies to it where a mention is required; normalize returns its event
+// too, for the caller to admit when the message's thread turns out to be
+// one the bot takes part in.
+const skipUnaddressed skip = "not addressed to the bot"
 
 // normalize turns a message into the inbound event. ch describes the
 // message's channel (a thread or not) for guild messages.
@@ -117,7 +133,11 @@ func normalize(m *discordgo.Message, ch channelInfo, r rules) (*eventsv1.Message
 		}
 	}
 	ev.Mentioned = mentioned || dm
-	if r.AutoThread && src.ChatType == "group" && mentioned {
+	free := !dm && r.free(m.ChannelID, ch)
+	if !dm && !mentioned && !free && r.IgnoreNoMention && mentionsOthers(m, r.BotID) {
+		return nil, "addressed to others"
+	}
+	if r.AutoThread && src.ChatType == "group" && mentioned && m.Type != discordgo.MessageTypeReply {
 		// The reply opens a thread from this message; Discord gives the
 		// thread the message's id.
 		src.ProspectiveThreadId = m.ID
@@ -137,7 +157,24 @@ func normalize(m *discordgo.Message, ch channelInfo, r rules) (*eventsv1.Message
 	if ev.Text == "" && len(ev.Attachments) == 0 {
 		return nil, "empty message"
 	}
+	if !dm && r.RequireMention && !mentioned && !free && !(ch.Thread && ch.Owner == r.BotID) {
+		return ev, skipUnaddressed
+	}
 	return ev, ""
+}
+
+// mentionsOthers reports whether a message mentions users (or roles, or
+// everyone) other than the bot.
+func mentionsOthers(m *discordgo.Message, bot string) bool {
+	if m.MentionEveryone || len(m.MentionRoles) > 0 {
+		return true
+	}
+	for _, u := range m.Mentions {
+		if u != nil && u.ID != bot {
+			return true
+		}
+	}
+	return false
 }
 
 func hasRole(m *discordgo.Member, allowed map[string]bool) bool {

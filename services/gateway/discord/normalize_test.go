@@ -16,16 +16,36 @@ func TestNormalize(t *testing.T) {
 	base := rules{Account: bot, BotID: bot}
 	auto := base
 	auto.AutoThread = true
+	// Hermes's defaults: a mention required, others' mentions skipped.
+	gated := rules{Account: bot, BotID: bot, AutoThread: true, RequireMention: true, IgnoreNoMention: true, FreeChannels: map[string]bool{"F1": true}}
 	cases := []struct {
-		name    string
-		m       discordfake.MessageCreate
-		ch      channelInfo
-		r       rules
-		skip    bool
-		key     string
-		text    string
-		mention bool
+		name        string
+		m           discordfake.MessageCreate
+		ch          channelInfo
+		r           rules
+		skip        bool
+		unaddressed bool // returned for the caller to admit in a thread the bot takes part in
+		key         string
+		text        string
+		mention     bool
 	}{
+		{name: "gated: a channel message without a mention", m: discordfake.MessageCreate{ID: "1", ChannelID: "C1", GuildID: "G1", AuthorID: "U1", Content: "hi"}, r: gated, unaddressed: true},
+		{name: "gated: a mention opens a thread", m: discordfake.MessageCreate{ID: "7", ChannelID: "C1", GuildID: "G1", AuthorID: "U1", Content: "<@" + bot + "> hi", Mentions: []string{bot}}, r: gated,
+			key: "agent:main:discord:thread:C1:7", text: "hi", mention: true},
+		{name: "gated: a reply that pings the bot stays in the channel", m: discordfake.MessageCreate{ID: "7", ChannelID: "C1", GuildID: "G1", AuthorID: "U1", Content: "and?", Mentions: []string{bot}, ReplyTo: "5", Type: 19}, r: gated,
+			key: "agent:main:discord:group:C1:U1", text: "and?", mention: true},
+		{name: "gated: a free-response channel", m: discordfake.MessageCreate{ID: "1", ChannelID: "F1", GuildID: "G1", AuthorID: "U1", Content: "hi"}, r: gated,
+			key: "agent:main:discord:group:F1:U1", text: "hi"},
+		{name: "gated: a thread of a free-response channel", m: discordfake.MessageCreate{ID: "1", ChannelID: "T1", GuildID: "G1", AuthorID: "U1", Content: "hi"}, ch: channelInfo{Thread: true, Parent: "F1"}, r: gated,
+			key: "agent:main:discord:thread:T1:T1", text: "hi"},
+		{name: "gated: a thread the bot opened", m: discordfake.MessageCreate{ID: "1", ChannelID: "T1", GuildID: "G1", AuthorID: "U1", Content: "hi"}, ch: channelInfo{Thread: true, Parent: "C1", Owner: bot}, r: gated,
+			key: "agent:main:discord:thread:T1:T1", text: "hi"},
+		{name: "gated: another's thread", m: discordfake.MessageCreate{ID: "1", ChannelID: "T1", GuildID: "G1", AuthorID: "U1", Content: "hi"}, ch: channelInfo{Thread: true, Parent: "C1", Owner: "U1"}, r: gated, unaddressed: true},
+		{name: "gated: addressed to someone else", m: discordfake.MessageCreate{ID: "1", ChannelID: "C1", GuildID: "G1", AuthorID: "U1", Content: "<@55> hi", Mentions: []string{"55"}}, r: rules{Account: bot, BotID: bot, IgnoreNoMention: true}, skip: true},
+		{name: "gated: addressed to someone else in a free channel", m: discordfake.MessageCreate{ID: "1", ChannelID: "F1", GuildID: "G1", AuthorID: "U1", Content: "<@55> hi", Mentions: []string{"55"}}, r: gated,
+			key: "agent:main:discord:group:F1:U1", text: "<@55> hi"},
+		{name: "gated: a dm", m: discordfake.MessageCreate{ID: "1", ChannelID: "D1", AuthorID: "U1", Content: "hi"}, r: gated,
+			key: "agent:main:discord:dm:D1", text: "hi", mention: true},
 		{name: "guild channel, guild not in key", m: discordfake.MessageCreate{ID: "1", ChannelID: "C1", GuildID: "G1", AuthorID: "U1", Content: "hi"}, r: base,
 			key: "agent:main:discord:group:C1:U1", text: "hi"},
 		{name: "dm", m: discordfake.MessageCreate{ID: "1", ChannelID: "D1", AuthorID: "U1", Content: "hi"}, r: base,
@@ -59,13 +79,19 @@ func TestNormalize(t *testing.T) {
 				t.Fatal(err)
 			}
 			ev, why := normalize(m, c.ch, c.r)
+			if c.unaddressed {
+				if ev == nil || why != skipUnaddressed {
+					t.Fatalf("got %v %q, want the event unaddressed", ev, why)
+				}
+				return
+			}
 			if c.skip {
 				if ev != nil || why == "" {
 					t.Fatalf("got %v, want skipped", ev)
 				}
 				return
 			}
-			if ev == nil {
+			if ev == nil || why != "" {
 				t.Fatalf("skipped: %s", why)
 			}
 			if got := sessionkey.Build(ev.GetSource(), sessionkey.DefaultOptions()); got != c.key {
@@ -100,7 +126,7 @@ func FuzzMessageCreate(f *testing.F) {
 			}
 			return
 		}
-		ev, why := normalize(m, channelInfo{Thread: thread, Parent: "P"}, rules{Account: bot, BotID: bot, AutoThread: true})
+		ev, why := normalize(m, channelInfo{Thread: thread, Parent: "P"}, rules{Account: bot, BotID: bot, AutoThread: true, RequireMention: true, IgnoreNoMention: true})
 		if ev == nil {
 			if why == "" {
 				t.Fatal("skipped without a reason")

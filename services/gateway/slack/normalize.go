@@ -50,11 +50,19 @@ type slackFile struct {
 
 // identity is who the bot is, for mention detection and ignoring itself.
 type identity struct {
-	Account   string // bot user id
-	BotUserID string
-	BotID     string
-	AllowBots bool
+	Account        string // bot user id
+	BotUserID      string
+	BotID          string
+	AllowBots      bool
+	RequireMention bool
+	FreeChannels   map[string]bool
 }
+
+// skipUnaddressed is a channel message that does not mention the bot
+// where a mention is required; normalize returns its event too, for the
+// caller to admit when it replies in the thread of a message the bot
+// answered.
+const skipUnaddressed skip = "not addressed to the bot"
 
 // errMalformed marks a payload that is not a Slack event.
 var errMalformed = errors.New("malformed slack payload")
@@ -150,6 +158,9 @@ func normalize(raw []byte, id identity) (*eventsv1.MessageReceived, skip, error)
 	}
 	if ev.Text == "" && len(ev.Attachments) == 0 {
 		return nil, "empty message", nil
+	}
+	if chatType == "group" && id.RequireMention && !mentioned && !id.FreeChannels[m.Channel] {
+		return ev, skipUnaddressed, nil
 	}
 	return ev, "", nil
 }

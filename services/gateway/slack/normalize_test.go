@@ -17,6 +17,33 @@ import (
 
 var me = identity{Account: "U0BOT", BotUserID: "U0BOT", BotID: "B0BOT"}
 
+// TestMentionGate: with a mention required (Hermes's default), a channel
+// message without one is returned unaddressed, for the caller to admit
+// when its thread is one the bot answered.
+func TestMentionGate(t *testing.T) {
+	f := &slackfake.Fake{TeamID: "T0WORKSPACE", AppID: "A0APP", BotUserID: "U0BOT"}
+	gated := identity{Account: "U0BOT", BotUserID: "U0BOT", BotID: "B0BOT", RequireMention: true, FreeChannels: map[string]bool{"C0FREE": true}}
+	for _, c := range []struct {
+		name string
+		ev   slackfake.Event
+		why  skip
+	}{
+		{"channel message", slackfake.Event{Channel: "C0CHANNEL", ChannelType: "channel", User: "U1", Text: "hi", TS: "1.1"}, skipUnaddressed},
+		{"thread reply", slackfake.Event{Channel: "C0CHANNEL", ChannelType: "channel", User: "U1", Text: "hi", TS: "2.1", ThreadTS: "1.1"}, skipUnaddressed},
+		{"mention", slackfake.Event{Channel: "C0CHANNEL", ChannelType: "channel", User: "U1", Text: "<@U0BOT> hi", TS: "1.1"}, ""},
+		{"app_mention", slackfake.Event{Type: "app_mention", Channel: "C0CHANNEL", User: "U1", Text: "<@U0BOT> hi", TS: "1.1"}, ""},
+		{"free-response channel", slackfake.Event{Channel: "C0FREE", ChannelType: "channel", User: "U1", Text: "hi", TS: "1.1"}, ""},
+		{"dm", slackfake.Event{Channel: "D0DM", ChannelType: "im", User: "U1", Text: "hi", TS: "1.1"}, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ev, why, err := normalize(f.Callback("Ev1", c.ev), gated)
+			if err != nil || ev == nil || why != c.why {
+				t.Fatalf("got %v %q %v, want the event and %q", ev, why, err, c.why)
+			}
+		})
+	}
+}
+
 func TestNormalize(t *testing.T) {
 	f := &slackfake.Fake{TeamID: "T0WORKSPACE", AppID: "A0APP", BotUserID: "U0BOT"}
 	cases := []struct {

@@ -40,6 +40,13 @@ type Config struct {
 	Path string `koanf:"path"`
 	// AllowBots publishes messages from other bots too.
 	AllowBots bool `koanf:"allow_bots"`
+	// RequireMention (SLACK_REQUIRE_MENTION, default true, as in Hermes):
+	// in channels the bot answers only messages that mention it, and
+	// replies in the threads of messages it answered.
+	RequireMention bool `koanf:"require_mention"`
+	// FreeResponseChannels (SLACK_FREE_RESPONSE_CHANNELS) are channels
+	// answered without a mention.
+	FreeResponseChannels []string `koanf:"free_response_channels"`
 	// MaxBodyBytes bounds one Events API request.
 	MaxBodyBytes int64 `koanf:"max_body_bytes"`
 	// AckTimeout bounds publishing an HTTP event before answering Slack,
@@ -51,7 +58,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		APIBaseURL: slackapi.APIURL, Addr: "127.0.0.1:8644", Path: "/slack/events",
-		MaxBodyBytes: 4 << 20, AckTimeout: 2500 * time.Millisecond,
+		MaxBodyBytes: 4 << 20, AckTimeout: 2500 * time.Millisecond, RequireMention: true,
 	}
 }
 
@@ -170,7 +177,8 @@ func NewPlatform(ctx context.Context, cfg Config, log *slog.Logger, hc *http.Cli
 	}
 	return &Platform{
 		cfg: cfg, log: log.With("platform", "slack"), api: api,
-		id: identity{Account: auth.UserID, BotUserID: auth.UserID, BotID: auth.BotID, AllowBots: cfg.AllowBots},
+		id: identity{Account: auth.UserID, BotUserID: auth.UserID, BotID: auth.BotID, AllowBots: cfg.AllowBots,
+			RequireMention: cfg.RequireMention, FreeChannels: freeChannels(cfg.FreeResponseChannels)},
 	}, nil
 }
 
@@ -258,7 +266,17 @@ func (p *Platform) handle(ctx context.Context, conn deliverer, raw []byte) error
 		conn.Reject(ctx, "malformed slack event", err)
 		return nil
 	}
-	if ev == nil {
+	if root := ev.GetSource().GetThreadId(); why == skipUnaddressed && root != "" {
+		// A reply in the thread of a message the bot answered.
+		known, err := conn.Seen(ctx, ev.GetSource().GetChatId()+":"+root)
+		if err != nil {
+			return err // not acknowledged: Slack sends it again
+		}
+		if known {
+			why = ""
+		}
+	}
+	if why != "" {
 		p.log.Debug("slack event skipped", "why", string(why))
 		return nil
 	}
@@ -273,6 +291,17 @@ func (p *Platform) handle(ctx context.Context, conn deliverer, raw []byte) error
 type deliverer interface {
 	Deliver(ctx context.Context, ev *eventsv1.MessageReceived) (platform.Accepted, error)
 	Reject(ctx context.Context, reason string, err error)
+	Seen(ctx context.Context, eventID string) (bool, error)
+}
+
+func freeChannels(ids []string) map[string]bool {
+	m := map[string]bool{}
+	for _, id := range ids {
+		if id = strings.TrimSpace(id); id != "" {
+			m[id] = true
+		}
+	}
+	return m
 }
 
 func classifyConnect(err error) error {

@@ -191,6 +191,34 @@ func gateway(t *testing.T, fake *slackfake.Fake, cfg Config) (*Service, *bus.Bus
 	return s, b, next, empty
 }
 
+// With Hermes's defaults a channel message is published when it
+// mentions the bot, and so are replies in its thread; other channel
+// messages are not.
+func TestMentionGating(t *testing.T) {
+	t.Parallel()
+	fake := slackfake.New(t)
+	cfg := DefaultConfig()
+	cfg.AppToken = fake.AppToken
+	_, _, next, _ := gateway(t, fake, cfg)
+	ctx := context.Background()
+	push := func(e slackfake.Event) {
+		t.Helper()
+		if err := fake.Push(ctx, fake.Callback("Ev"+e.TS, e), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	push(slackfake.Event{Channel: "C0CHANNEL", ChannelType: "channel", User: "U0USER01", Text: "chatter", TS: "1.1"})
+	push(slackfake.Event{Channel: "C0CHANNEL", ChannelType: "channel", User: "U0USER01", Text: "<@" + fake.BotUserID + "> help", TS: "2.1"})
+	if ev := next(); ev.GetMessageId() != "2.1" {
+		t.Fatalf("got %v, want the mention", ev)
+	}
+	push(slackfake.Event{Channel: "C0CHANNEL", ChannelType: "channel", User: "U0USER01", Text: "in chatter's thread", TS: "3.1", ThreadTS: "1.1"})
+	push(slackfake.Event{Channel: "C0CHANNEL", ChannelType: "channel", User: "U0USER01", Text: "and then?", TS: "4.1", ThreadTS: "2.1"})
+	if ev := next(); ev.GetMessageId() != "4.1" || ev.GetSource().GetThreadId() != "2.1" {
+		t.Fatalf("got %v, want only the reply in the mention's thread", ev)
+	}
+}
+
 func TestEventsAPIOverHTTP(t *testing.T) {
 	t.Parallel()
 	fake := slackfake.New(t)

@@ -54,10 +54,14 @@ type Config struct {
 	WebhookSecret string `koanf:"webhook_secret"`
 	// WebhookListen is the local address the webhook server binds.
 	WebhookListen string `koanf:"webhook_listen"`
-	// RequireMention: in groups, answer only @mentions, replies to the bot
-	// and commands (Hermes's telegram.require_mention).
+	// RequireMention (TELEGRAM_REQUIRE_MENTION, default false as in
+	// Hermes): in groups, answer only @mentions, replies to the bot and
+	// commands. Off, every group message the bot receives is answered
+	// (with BotFather's privacy mode on, Telegram sends bots only those
+	// anyway).
 	RequireMention bool `koanf:"require_mention"`
-	// FreeResponseChats are group chat ids exempt from RequireMention.
+	// FreeResponseChats (TELEGRAM_FREE_RESPONSE_CHATS) are group chat ids
+	// exempt from RequireMention.
 	FreeResponseChats []string `koanf:"free_response_chats"`
 	// ReplyToMode: first (reply-thread only the first chunk), all, off.
 	ReplyToMode string `koanf:"reply_to_mode"`
@@ -73,7 +77,7 @@ type Config struct {
 // DefaultConfig has Hermes's defaults.
 func DefaultConfig() Config {
 	return Config{
-		APIBaseURL: DefaultAPIBaseURL, WebhookListen: ":8443", RequireMention: true,
+		APIBaseURL: DefaultAPIBaseURL, WebhookListen: ":8443",
 		ReplyToMode: "first", PollTimeout: 30 * time.Second, LeaseTTL: 10 * time.Second,
 	}
 }

@@ -343,6 +343,7 @@ func (f *Fake) startThread(w http.ResponseWriter, r *http.Request) {
 	f.AddChannel(mid, TypePublicThread, guild, ch)
 	f.mu.Lock()
 	c := f.channels[mid]
+	c["owner_id"] = f.BotID // the thread's creator
 	f.mu.Unlock()
 	writeJSON(w, 201, c)
 }
