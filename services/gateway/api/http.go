@@ -296,10 +296,10 @@ func (s *Service) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		s.following.add(reqID, wt)
 		defer s.following.remove(reqID, wt)
 	}
+	// Both names, as Hermes always answers with its own: a client that
+	// sends either back continues this conversation.
 	w.Header().Set(HeaderSession, replySession)
-	if session != "" && r.Header.Get(HeaderHermesSession) != "" {
-		w.Header().Set(HeaderHermesSession, session)
-	}
+	w.Header().Set(HeaderHermesSession, replySession)
 	modelName := req.Model
 	if modelName == "" {
 		modelName = s.cfg.Model

@@ -124,6 +124,21 @@ func TestSessionHeaderKeepsTheChat(t *testing.T) {
 	if chats[2] == chats[3] || chats[2] == "conv-42" {
 		t.Fatalf("stateless requests share a chat: %q", chats)
 	}
+	// A stateless request is answered with its session under both names,
+	// as Hermes answers; sending it back continues that conversation.
+	var first *http.Response
+	if _, err := stateless.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{
+		Model: "switchboard", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("five")},
+	}, option.WithResponseInto(&first)); err != nil {
+		t.Fatal(err)
+	}
+	id := first.Header.Get(HeaderHermesSession)
+	if id == "" || id != first.Header.Get(HeaderSession) {
+		t.Fatalf("session headers %q and %q: want the same id under both", id, first.Header.Get(HeaderSession))
+	}
+	if got := ask(sdkClient(s, option.WithHeader(HeaderHermesSession, id)), "six"); got != "echo: six (turn 2)" {
+		t.Fatalf("with the returned session id: %q, want the conversation's second turn", got)
+	}
 }
 
 // Each named key is a user of its own with sessions of its own: two
