@@ -103,6 +103,7 @@ func TestKustomizeOverlays(t *testing.T) {
 			checkNetworkPolicies(t, o.objs)
 			checkMigrateJob(t, o.objs)
 			checkSecrets(t, o.objs)
+			checkStoreCredentials(t, o.objs)
 		})
 	}
 }
@@ -550,6 +551,46 @@ func checkSecrets(t *testing.T, objs []Object) {
 		for k := range cm.Data {
 			if secretName.MatchString(k) {
 				t.Errorf("ConfigMap %s holds %s: secrets belong in a Secret", cm.Name, k)
+			}
+		}
+	}
+}
+
+// checkStoreCredentials: a container gets the credentials of only the
+// stores its command opens. Gateways use only NATS; router, worker and
+// delivery also use Postgres and Redis, admin only Postgres. REDIS_URL is
+// optional (redis.url in config.yaml serves a Redis without a password).
+func checkStoreCredentials(t *testing.T, objs []Object) {
+	uses := map[string][]string{
+		"router": {"DATABASE_URL", "REDIS_URL"}, "worker": {"DATABASE_URL", "REDIS_URL"},
+		"delivery": {"DATABASE_URL", "REDIS_URL"}, "admin": {"DATABASE_URL"}, "migrate": {"DATABASE_URL"},
+	}
+	for _, o := range objs {
+		spec := PodSpec(o)
+		if spec == nil {
+			continue
+		}
+		for _, c := range spec.Containers {
+			if !IsSwitchboardImage(c.Image) || len(c.Args) == 0 {
+				continue
+			}
+			refs := map[string]*corev1.SecretKeySelector{}
+			for _, e := range c.Env {
+				if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
+					refs[e.Name] = e.ValueFrom.SecretKeyRef
+				}
+			}
+			want := uses[c.Args[0]]
+			for _, name := range []string{"DATABASE_URL", "REDIS_URL"} {
+				ref, has := refs[name]
+				switch {
+				case has && !slices.Contains(want, name):
+					t.Errorf("%s %s (`switchboard %s`) gets %s, a store it never opens", o.GVK.Kind, o.Name, c.Args[0], name)
+				case !has && slices.Contains(want, name):
+					t.Errorf("%s %s (`switchboard %s`) does not get %s from switchboard-secrets", o.GVK.Kind, o.Name, c.Args[0], name)
+				case has && name == "REDIS_URL" && (ref.Optional == nil || !*ref.Optional):
+					t.Errorf("%s %s: REDIS_URL must be optional: true (redis.url serves without it)", o.GVK.Kind, o.Name)
+				}
 			}
 		}
 	}
