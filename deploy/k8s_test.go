@@ -520,6 +520,18 @@ func checkMigrateJob(t *testing.T, objs []Object) {
 				t.Errorf("Job %s: restartPolicy Always is invalid for a Job", j.Name)
 			}
 			checkResources(t, j.Name, c[0].Resources)
+			// A Job's template is immutable: a generated (content-hashed)
+			// ConfigMap in it would make every config change fail to apply.
+			for _, v := range j.Spec.Template.Spec.Volumes {
+				if v.ConfigMap != nil {
+					t.Errorf("Job %s mounts ConfigMap %s: a config change would alter its immutable template", j.Name, v.ConfigMap.Name)
+				}
+			}
+			for _, ef := range c[0].EnvFrom {
+				if ef.ConfigMapRef != nil {
+					t.Errorf("Job %s takes env from ConfigMap %s: a change would alter its immutable template", j.Name, ef.ConfigMapRef.Name)
+				}
+			}
 			return
 		}
 	}
