@@ -20,6 +20,7 @@ import (
 	"github.com/switchboard-chat/switchboard/pkg/bus"
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+	"github.com/switchboard-chat/switchboard/pkg/markup"
 	"github.com/switchboard-chat/switchboard/pkg/platform"
 )
 
@@ -319,14 +320,20 @@ func classifyConnect(err error) error {
 	return fmt.Errorf("slack socket mode: %w", err)
 }
 
-// escapedText is the text option of every send and edit (streamed text
-// arrives as edits). The text is the model's, so it is escaped as Slack
-// asks of text it is sent (& < > as &amp; &lt; &gt;, see
+// text is the text option of every send and edit (streamed text arrives
+// as edits). The model writes Markdown; Slack reads mrkdwn, so it is
+// converted (**bold** → *bold*, [text](url) → <url|text>, headings to
+// bold) and everything else in it is escaped as Slack asks
+// (& < > as &amp; &lt; &gt;, see
 // https://api.slack.com/reference/surfaces/formatting#escaping): left
 // as is, <!channel>, <!here> or <@U…> in it would ping people and
-// <https://…|label> would disguise a link. The gateway adds no markup of
-// its own, and Slack still renders *bold*, `code` and bare URLs.
-func escapedText(text string) slackapi.MsgOption { return slackapi.MsgOptionText(text, true) }
+// <https://…|label> would disguise a link. Plain text is only escaped.
+func text(req *deliveryv1.SendRequested) slackapi.MsgOption {
+	if req.GetFormat() == deliveryv1.TextFormat_TEXT_FORMAT_PLAIN {
+		return slackapi.MsgOptionText(markup.Slack.Escape(req.GetText()), false)
+	}
+	return slackapi.MsgOptionText(markup.Slack.Convert(req.GetText()), false)
+}
 
 // Send posts a message; a target thread id becomes thread_ts.
 func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (string, error) {
@@ -334,7 +341,7 @@ func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (str
 	if req.GetText() == "" {
 		return "", platform.Permanent(errors.New("slack message without text"))
 	}
-	opts := []slackapi.MsgOption{escapedText(req.GetText())}
+	opts := []slackapi.MsgOption{text(req)}
 	if t.GetThreadId() != "" {
 		opts = append(opts, slackapi.MsgOptionTS(t.GetThreadId()))
 	}
@@ -347,7 +354,7 @@ func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (str
 
 // Edit replaces a message's text (chat.update), for streaming.
 func (p *Platform) Edit(ctx context.Context, req *deliveryv1.SendRequested) error {
-	_, _, _, err := p.api.UpdateMessageContext(ctx, req.GetTarget().GetChatId(), req.GetMessageId(), escapedText(req.GetText()))
+	_, _, _, err := p.api.UpdateMessageContext(ctx, req.GetTarget().GetChatId(), req.GetMessageId(), text(req))
 	if err != nil {
 		return sendError("chat.update", err)
 	}

@@ -318,8 +318,9 @@ func TestRateLimitedReceipt(t *testing.T) {
 
 // Model text reaches Slack escaped (& < > as &amp; &lt; &gt;, Slack's
 // rule for text you send), so <!channel>, <@U…> and <url|label> in it are
-// shown as typed instead of pinging everyone or disguising a link. Edits,
-// which carry streamed text, are escaped the same way.
+// shown as typed instead of pinging everyone or disguising a link, and its
+// Markdown becomes mrkdwn. Edits, which carry streamed text, are converted
+// the same way.
 func TestTextIsEscaped(t *testing.T) {
 	t.Parallel()
 	fake := slackfake.New(t)
@@ -337,7 +338,8 @@ func TestTextIsEscaped(t *testing.T) {
 			"hi &lt;!channel&gt; &amp; &lt;https://evil.example|innocent&gt;"},
 		{"edit", deliveryv1.SendOp_SEND_OP_EDIT, "<!here> <@U123> <!subteam^S1>", "&lt;!here&gt; &lt;@U123&gt; &lt;!subteam^S1&gt;"},
 		{"edit with entities already written", deliveryv1.SendOp_SEND_OP_EDIT, "&lt;!channel&gt; a > b", "&amp;lt;!channel&amp;gt; a &gt; b"},
-		{"edit with markdown", deliveryv1.SendOp_SEND_OP_EDIT, "*bold* `code` https://example.com", "*bold* `code` https://example.com"},
+		{"edit with markdown", deliveryv1.SendOp_SEND_OP_EDIT, "**bold** *it* `code` https://example.com", "*bold* _it_ `code` https://example.com"},
+		{"edit with a markdown link", deliveryv1.SendOp_SEND_OP_EDIT, "see [the docs](https://x.io/?a=1&b=2)", "see <https://x.io/?a=1&amp;b=2|the docs>"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			req := &deliveryv1.SendRequested{Op: tc.op, IdempotencyKey: fmt.Sprintf("esc-%d", i), Text: tc.text, MessageId: ts,

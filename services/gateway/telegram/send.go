@@ -13,8 +13,8 @@ import (
 
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+	"github.com/switchboard-chat/switchboard/pkg/markup"
 	"github.com/switchboard-chat/switchboard/pkg/platform"
-	"github.com/switchboard-chat/switchboard/services/gateway/telegram/internal/mdv2"
 )
 
 // Telegram's limits, in UTF-16 code units.
@@ -65,7 +65,7 @@ func formatted(req *deliveryv1.SendRequested) (string, models.ParseMode) {
 	if req.GetFormat() == deliveryv1.TextFormat_TEXT_FORMAT_PLAIN {
 		return req.GetText(), ""
 	}
-	return mdv2.Convert(req.GetText()), models.ParseModeMarkdown
+	return markup.Telegram.Convert(req.GetText()), models.ParseModeMarkdown
 }
 
 // withPlainFallback runs send with MarkdownV2 and, when Telegram rejects

@@ -1,0 +1,232 @@
+// Package markup converts the Markdown an agent writes (CommonMark-ish:
+// **bold**, *italic*, `code`, fenced blocks, [links](url), # headings,
+// > quotes, ~~strike~~) into a chat platform's markup: Telegram's
+// MarkdownV2 or Slack's mrkdwn, escaping everything else the platform
+// would read as markup. A marker without a partner on the same line is
+// text. A platform may still reject an odd input; the Telegram gateway
+// then resends the original text without parse mode.
+package markup
+
+import (
+	"strings"
+)
+
+// Dialect is a platform's markup. Its bold, italic and strike markers
+// are *, _ and ~ on both platforms supported.
+type Dialect struct {
+	// escape writes one byte of text so the platform shows it as is.
+	escape func(b *strings.Builder, c byte)
+	// literal writes a character the Markdown escaped with a backslash.
+	literal func(b *strings.Builder, c byte)
+	// code escapes the body of a code span or block.
+	code func(s string) string
+	// link writes a link; text is converted already.
+	link func(text, url string) string
+	// fence writes a fenced code block.
+	fence func(lang, body string) string
+}
+
+// markdownPunct are the characters Markdown lets a backslash escape
+// (and, on Telegram, the ones MarkdownV2 reserves).
+const markdownPunct = "_*[]()~`>#+-=|{}.!\\"
+
+// Telegram is Telegram's MarkdownV2: every reserved character of text is
+// escaped with a backslash.
+var Telegram = Dialect{
+	escape: func(b *strings.Builder, c byte) {
+		if strings.IndexByte(markdownPunct, c) >= 0 {
+			b.WriteByte('\\')
+		}
+		b.WriteByte(c)
+	},
+	literal: func(b *strings.Builder, c byte) { b.WriteByte('\\'); b.WriteByte(c) },
+	code:    telegramCode,
+	link: func(text, url string) string {
+		url = strings.ReplaceAll(url, "\\", "\\\\")
+		return "[" + text + "](" + strings.ReplaceAll(url, ")", "\\)") + ")"
+	},
+	fence: func(lang, body string) string { return "```" + lang + "\n" + telegramCode(body) + "\n```" },
+}
+
+func telegramCode(s string) string {
+	s = strings.ReplaceAll(s, "\\", "\\\\")
+	return strings.ReplaceAll(s, "`", "\\`")
+}
+
+// slackEntities escapes what Slack reads as markup in any text, code
+// included (https://api.slack.com/reference/surfaces/formatting#escaping):
+// left as is, <!channel> or <@U…> would ping people and <url|label> would
+// disguise a link.
+var slackEntities = strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;")
+
+// Slack is Slack's mrkdwn: &, < and > become entities; a link is
+// <url|text>. Slack has no escape for *, _ or ~, so a marker the
+// Markdown escaped stays as it is.
+var Slack = Dialect{
+	escape:  slackEscape,
+	literal: slackEscape,
+	code:    slackEntities.Replace,
+	link: func(text, url string) string {
+		return "<" + strings.ReplaceAll(slackEntities.Replace(url), "|", "%7C") + "|" + text + ">"
+	},
+	fence: func(_, body string) string { return "```\n" + slackEntities.Replace(body) + "\n```" },
+}
+
+func slackEscape(b *strings.Builder, c byte) {
+	switch c {
+	case '&':
+		b.WriteString("&amp;")
+	case '<':
+		b.WriteString("&lt;")
+	case '>':
+		b.WriteString("&gt;")
+	default:
+		b.WriteByte(c)
+	}
+}
+
+// Escape returns text that d shows exactly as s.
+func (d Dialect) Escape(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		d.escape(&b, s[i])
+	}
+	return b.String()
+}
+
+// Convert turns Markdown into d's markup.
+func (d Dialect) Convert(md string) string {
+	lines := strings.Split(md, "\n")
+	var out []string
+	for i := 0; i < len(lines); i++ {
+		line := lines[i]
+		trimmed := strings.TrimLeft(line, " ")
+		if strings.HasPrefix(trimmed, "```") {
+			lang := strings.TrimSpace(strings.TrimPrefix(trimmed, "```"))
+			if strings.ContainsAny(lang, "` \t") {
+				lang = ""
+			}
+			var body []string
+			j := i + 1
+			for ; j < len(lines); j++ {
+				if strings.HasPrefix(strings.TrimLeft(lines[j], " "), "```") {
+					break
+				}
+				body = append(body, lines[j])
+			}
+			// An unclosed fence runs to the end, as in CommonMark.
+			out = append(out, d.fence(lang, strings.Join(body, "\n")))
+			i = j
+			continue
+		}
+		out = append(out, d.line(line))
+	}
+	return strings.Join(out, "\n")
+}
+
+func (d Dialect) line(line string) string {
+	trimmed := strings.TrimLeft(line, " ")
+	if h := strings.TrimLeft(trimmed, "#"); len(h) < len(trimmed) && len(trimmed)-len(h) <= 6 && strings.HasPrefix(h, " ") {
+		inner := strings.TrimSpace(h)
+		if inner == "" {
+			return ""
+		}
+		return "*" + d.inline(inner, "*") + "*"
+	}
+	if strings.HasPrefix(trimmed, ">") {
+		return ">" + d.inline(strings.TrimPrefix(strings.TrimPrefix(trimmed, ">"), " "), "")
+	}
+	return d.inline(line, "")
+}
+
+// spans are the Markdown markers in the order they are tried, and the
+// markup's marker for each.
+var spans = []struct{ md, to string }{
+	{"**", "*"}, {"__", "*"}, {"~~", "~"}, {"*", "_"}, {"_", "_"},
+}
+
+// inline converts one line; inside is the markers already open around
+// it, which must not be opened again.
+func (d Dialect) inline(s, inside string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		c := s[i]
+		switch {
+		case c == '\\' && i+1 < len(s) && strings.IndexByte(markdownPunct, s[i+1]) >= 0:
+			d.literal(&b, s[i+1])
+			i += 2
+			continue
+		case c == '`':
+			if end := strings.IndexByte(s[i+1:], '`'); end > 0 {
+				b.WriteString("`" + d.code(s[i+1:i+1+end]) + "`")
+				i += end + 2
+				continue
+			}
+		case c == '[':
+			if text, url, n, ok := link(s[i:]); ok {
+				b.WriteString(d.link(d.inline(text, inside+"["), url))
+				i += n
+				continue
+			}
+		default:
+			if done := d.span(&b, s, &i, inside); done {
+				continue
+			}
+		}
+		d.escape(&b, c)
+		i++
+	}
+	return b.String()
+}
+
+func (d Dialect) span(b *strings.Builder, s string, i *int, inside string) bool {
+	for _, sp := range spans {
+		if !strings.HasPrefix(s[*i:], sp.md) || strings.Contains(inside, sp.to) {
+			continue
+		}
+		start := *i + len(sp.md)
+		if start >= len(s) || s[start] == ' ' {
+			return false
+		}
+		// Single-underscore italics only at word boundaries (snake_case stays).
+		if sp.md == "_" && *i > 0 && isWord(s[*i-1]) {
+			return false
+		}
+		end := strings.Index(s[start:], sp.md)
+		if end <= 0 || s[start+end-1] == ' ' {
+			continue
+		}
+		closeAt := start + end
+		if sp.md == "_" && closeAt+1 < len(s) && isWord(s[closeAt+1]) {
+			continue
+		}
+		if sp.md == "*" && strings.HasPrefix(s[closeAt:], "**") {
+			continue
+		}
+		b.WriteString(sp.to + d.inline(s[start:closeAt], inside+sp.to) + sp.to)
+		*i = closeAt + len(sp.md)
+		return true
+	}
+	return false
+}
+
+func isWord(c byte) bool {
+	return c == '_' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= 0x80
+}
+
+// link parses [text](url) at the start of s.
+func link(s string) (text, url string, n int, ok bool) {
+	close := strings.Index(s, "](")
+	if close < 1 || strings.ContainsAny(s[1:close], "[]") {
+		return "", "", 0, false
+	}
+	end := strings.IndexByte(s[close+2:], ')')
+	if end < 1 {
+		return "", "", 0, false
+	}
+	url = s[close+2 : close+2+end]
+	if strings.ContainsAny(url, " \n") {
+		return "", "", 0, false
+	}
+	return s[1:close], url, close + 3 + end, true
+}

@@ -1,0 +1,106 @@
+package markup
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/switchboard-chat/switchboard/pkg/telegramfake"
+)
+
+func TestTelegram(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ in, want, shown string }{
+		{"plain. text!", `plain\. text\!`, "plain. text!"},
+		{"**bold** and *it*", "*bold* and _it_", "bold and it"},
+		{"snake_case_name", `snake\_case\_name`, "snake_case_name"},
+		{"`a_b*c`", "`a_b*c`", "a_b*c"},
+		{"# Title", "*Title*", "Title"},
+		{"> quoted.", `>quoted\.`, "quoted."},
+		{"[docs](https://x.io/a_b)", "[docs](https://x.io/a_b)", "docs"},
+		{"~~gone~~", "~gone~", "gone"},
+		{"```go\nfmt.Println(`x`)\n```", "```go\nfmt.Println(\\`x\\`)\n```", "fmt.Println(`x`)\n"},
+		{"2 * 3 = 6", `2 \* 3 \= 6`, "2 * 3 = 6"},
+	} {
+		got := Telegram.Convert(c.in)
+		if got != c.want {
+			t.Errorf("Convert(%q) = %q, want %q", c.in, got, c.want)
+			continue
+		}
+		shown, err := telegramfake.ParseMarkdownV2(got)
+		if err != nil || shown != c.shown {
+			t.Errorf("telegram shows %q (%v) for %q, want %q", shown, err, got, c.shown)
+		}
+	}
+}
+
+func TestSlack(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ in, want string }{
+		{"**bold** and *it*", "*bold* and _it_"},
+		{"__bold__ ~~gone~~", "*bold* ~gone~"},
+		{"# Title", "*Title*"},
+		{"## A & B", "*A &amp; B*"},
+		{"> quoted <here>", ">quoted &lt;here&gt;"},
+		{"[docs](https://x.io/?a=1&b=2)", "<https://x.io/?a=1&amp;b=2|docs>"},
+		{"[a|b](https://x.io/a|b)", "<https://x.io/a%7Cb|a|b>"},
+		{"<!channel> ping <@U123>", "&lt;!channel&gt; ping &lt;@U123&gt;"},
+		{"snake_case_name 2 * 3", "snake_case_name 2 * 3"},
+		{"`a<b && c`", "`a&lt;b &amp;&amp; c`"},
+		{"```go\nif a < b {}\n```", "```\nif a &lt; b {}\n```"},
+		{`\*not italic\*`, "*not italic*"},
+	} {
+		if got := Slack.Convert(c.in); got != c.want {
+			t.Errorf("Convert(%q) = %q, want %q", c.in, got, c.want)
+		}
+	}
+}
+
+// FuzzEscape: escaped text always parses and shows the input unchanged.
+func FuzzEscape(f *testing.F) {
+	for _, s := range []string{"a.b", "x_y*z", "[a](b)", "\\", "`"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		shown, err := telegramfake.ParseMarkdownV2(Telegram.Escape(s))
+		if err != nil || shown != s {
+			t.Fatalf("Escape(%q): shown %q, err %v", s, shown, err)
+		}
+	})
+}
+
+// FuzzSlack: whatever the model writes, the mrkdwn holds no raw < or >
+// but those of the links it wrote (so nothing pings or disguises a link),
+// and no & that does not start an entity.
+func FuzzSlack(f *testing.F) {
+	for _, s := range []string{"**a** <!here>", "[t](u&v)", "```\n<@U1>\n```", "`<`", "> >", "[x](<y>)", "a\\<b"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		out := Slack.Convert(s)
+		links := strings.Count(s, "](")
+		if n := strings.Count(out, "<"); n > links || strings.Count(out, ">") > links+strings.Count(out, "\n>")+boolInt(strings.HasPrefix(out, ">")) {
+			t.Fatalf("Convert(%q) = %q: %d raw '<' for %d links", s, out, n, links)
+		}
+		for i := strings.IndexByte(out, '&'); i >= 0; i = next(out, i) {
+			rest := out[i:]
+			if !strings.HasPrefix(rest, "&amp;") && !strings.HasPrefix(rest, "&lt;") && !strings.HasPrefix(rest, "&gt;") {
+				t.Fatalf("Convert(%q) = %q: a bare &", s, out)
+			}
+		}
+	})
+}
+
+func next(s string, i int) int {
+	j := strings.IndexByte(s[i+1:], '&')
+	if j < 0 {
+		return -1
+	}
+	return i + 1 + j
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
