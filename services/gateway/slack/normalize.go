@@ -9,8 +9,10 @@ import (
 	"strings"
 	"time"
 
+	slackapi "github.com/slack-go/slack"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/switchboard-chat/switchboard/pkg/command"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 )
 
@@ -220,3 +222,38 @@ func kindOf(mime string) eventsv1.AttachmentKind {
 		return eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT
 	}
 }
+
+// slash turns a slash command (Socket Mode) into the inbound event, as
+// Hermes reads /hermes: "/hermes new" is the command !new, "/hermes" alone
+// is !help, and "/hermes <anything else>" is a message to the bot. The
+// trigger id, one per invocation, is the event id. The answer goes to the
+// channel the command was typed in.
+func slash(cmd slackapi.SlashCommand, id identity) (*eventsv1.MessageReceived, skip) {
+	if cmd.ChannelID == "" || cmd.UserID == "" || cmd.TriggerID == "" {
+		return nil, "slash command without channel, user or trigger id"
+	}
+	text := strings.TrimSpace(cmd.Text)
+	name, _, _ := strings.Cut(text, " ")
+	switch _, known := command.Canonical(strings.ToLower(name)); {
+	case text == "":
+		text = "!help"
+	case known:
+		text = "!" + text
+	}
+	chatType := "group"
+	if strings.HasPrefix(cmd.ChannelID, "D") {
+		chatType = "dm"
+	}
+	return &eventsv1.MessageReceived{
+		EventId:   "slash:" + cmd.TriggerID,
+		MessageId: "slash:" + cmd.TriggerID,
+		Source: &eventsv1.SessionSource{
+			Platform: "slack", Account: id.Account, ChatId: cmd.ChannelID, ChatType: chatType,
+			UserId: cmd.UserID, UserName: cmd.UserName, ScopeId: cmd.TeamID, ChatName: cmd.ChannelName,
+		},
+		Text:      text,
+		Mentioned: true,
+		SentAt:    timestamppb.Now(),
+	}, ""
+}
+

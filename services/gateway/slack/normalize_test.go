@@ -10,6 +10,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	slackapi "github.com/slack-go/slack"
+
 	"github.com/switchboard-chat/switchboard/pkg/platform"
 	"github.com/switchboard-chat/switchboard/pkg/sessionkey"
 	"github.com/switchboard-chat/switchboard/services/gateway/slack/slackfake"
@@ -201,4 +203,44 @@ func FuzzEnvelopeID(f *testing.F) {
 			t.Fatalf("envelope id %q is not UTF-8", id)
 		}
 	})
+}
+
+func TestSlash(t *testing.T) {
+	t.Parallel()
+	base := slackapi.SlashCommand{Command: "/hermes", TeamID: "T0WORKSPACE", ChannelID: "C1", UserID: "U1", TriggerID: "tr1"}
+	for _, c := range []struct {
+		name, text, want, key string
+		channel               string
+	}{
+		{name: "a command", text: "sethome", want: "!sethome", key: "agent:main:slack:group:T0WORKSPACE:C1:U1"},
+		{name: "a command with arguments", text: "Model gpt-5", want: "!Model gpt-5"},
+		{name: "nothing", text: "  ", want: "!help"},
+		{name: "a message", text: "what is the time?", want: "what is the time?"},
+		{name: "in a dm", text: "new", want: "!new", channel: "D0DM", key: "agent:main:slack:dm:T0WORKSPACE:D0DM"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cmd := base
+			cmd.Text = c.text
+			if c.channel != "" {
+				cmd.ChannelID = c.channel
+			}
+			ev, why := slash(cmd, me)
+			if ev == nil {
+				t.Fatalf("skipped: %s", why)
+			}
+			if ev.GetText() != c.want || ev.GetEventId() != "slash:tr1" || !ev.GetMentioned() {
+				t.Fatalf("text %q id %q mentioned %v, want %q", ev.GetText(), ev.GetEventId(), ev.GetMentioned(), c.want)
+			}
+			if c.key != "" {
+				if got := sessionkey.Build(ev.GetSource(), sessionkey.DefaultOptions()); got != c.key {
+					t.Fatalf("key %s, want %s", got, c.key)
+				}
+			}
+		})
+	}
+	noTrigger := base
+	noTrigger.TriggerID = ""
+	if ev, _ := slash(noTrigger, me); ev != nil {
+		t.Fatalf("published %v without a trigger id", ev)
+	}
 }

@@ -251,11 +251,40 @@ func (p *Platform) socketEvent(ctx context.Context, sm *socketmode.Client, conn 
 			}
 		}
 		conn.Reject(ctx, "malformed socket mode envelope", cause)
-	case socketmode.EventTypeSlashCommand, socketmode.EventTypeInteractive:
+	case socketmode.EventTypeSlashCommand:
+		if evt.Request == nil {
+			return
+		}
+		if err := p.handleSlash(ctx, conn, evt.Data); err != nil {
+			// Not stored: no ack, and Slack tells the user it failed.
+			p.log.Warn("slack slash command not published; leaving it unacknowledged", "err", err)
+			return
+		}
+		_ = sm.AckCtx(ctx, evt.Request.EnvelopeID, nil)
+	case socketmode.EventTypeInteractive:
 		if evt.Request != nil {
 			_ = sm.AckCtx(ctx, evt.Request.EnvelopeID, nil)
 		}
 	}
+}
+
+// handleSlash publishes a slash command (see slash); nil means
+// acknowledge it.
+func (p *Platform) handleSlash(ctx context.Context, conn platform.Conn, data any) error {
+	cmd, ok := data.(slackapi.SlashCommand)
+	if !ok {
+		conn.Reject(ctx, "malformed slash command", fmt.Errorf("%w: slash command payload %T", errMalformed, data))
+		return nil
+	}
+	ev, why := slash(cmd, p.id)
+	if ev == nil {
+		conn.Reject(ctx, "malformed slash command", fmt.Errorf("%w: %s", errMalformed, why))
+		return nil
+	}
+	if _, err := conn.Deliver(ctx, ev); err != nil && !errors.Is(err, platform.ErrRejected) {
+		return err
+	}
+	return nil
 }
 
 // handle normalizes and publishes one event_callback payload. nil means

@@ -2,6 +2,7 @@ package slack
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -216,6 +217,34 @@ func TestMentionGating(t *testing.T) {
 	push(slackfake.Event{Channel: "C0CHANNEL", ChannelType: "channel", User: "U0USER01", Text: "and then?", TS: "4.1", ThreadTS: "2.1"})
 	if ev := next(); ev.GetMessageId() != "4.1" || ev.GetSource().GetThreadId() != "2.1" {
 		t.Fatalf("got %v, want only the reply in the mention's thread", ev)
+	}
+}
+
+// "/hermes <command>" over Socket Mode reaches the router as the command,
+// once however often Slack sends the envelope.
+func TestSlashCommand(t *testing.T) {
+	t.Parallel()
+	fake := slackfake.New(t)
+	_, _, next, empty := gateway(t, fake, Config{AppToken: fake.AppToken})
+	ctx := context.Background()
+	envelope := func(id string) []byte {
+		data, _ := json.Marshal(map[string]any{"envelope_id": id, "type": "slash_commands", "accepts_response_payload": true,
+			"payload": map[string]any{"command": "/hermes", "text": "new", "team_id": "T0WORKSPACE", "channel_id": "D0DM",
+				"user_id": "U0USER01", "trigger_id": "1337.42"}})
+		return data
+	}
+	for range 2 {
+		if err := fake.PushRaw(ctx, envelope); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ev := next()
+	if ev.GetText() != "!new" || ev.GetSource().GetChatId() != "D0DM" || ev.GetSource().GetUserId() != "U0USER01" {
+		t.Fatalf("got %v, want !new from U0USER01 in D0DM", ev)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if !empty() {
+		t.Fatalf("the repeated envelope was published again: %v", next())
 	}
 }
 
