@@ -54,8 +54,17 @@ deploy-check: ## check docker-compose.yaml, .env.example, Dockerfile, deploy/k8s
 dev: build ## run every service in one process (embedded NATS, local Postgres and Redis)
 	./$(BIN) dev
 
-up: ## docker compose up (full stack, one container per service)
-	docker compose up --build
+# Without OPENAI_BASE_URL or ANTHROPIC_API_KEY (in .env or the environment)
+# the compose workers call the fake LLM, which only the demo profile runs:
+# `up` adds --profile demo then, so a fresh `cp .env.example .env` answers.
+up: ## docker compose up (full stack, one container per service; the fake LLM unless .env names a provider)
+	@if [ -n "$$OPENAI_BASE_URL$$ANTHROPIC_API_KEY" ] || \
+		grep -qsE '^[[:space:]]*(export[[:space:]]+)?(OPENAI_BASE_URL|ANTHROPIC_API_KEY)=["'"'"']?[^"'"'"'[:space:]#]' .env; then \
+		echo "docker compose up --build"; docker compose up --build; \
+	else \
+		echo "no OPENAI_BASE_URL or ANTHROPIC_API_KEY in .env: the workers use the fake LLM (--profile demo)"; \
+		echo "docker compose --profile demo up --build"; docker compose --profile demo up --build; \
+	fi
 
 down: ## docker compose down
 	docker compose down
