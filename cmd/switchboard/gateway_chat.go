@@ -18,6 +18,8 @@ func init() {
 		"DISCORD_AUTO_THREAD":            "gateways.discord.auto_thread",
 		"DISCORD_IGNORE_NO_MENTION":      "gateways.discord.ignore_no_mention",
 		"DISCORD_ALLOWED_CHANNELS":       "gateways.discord.allowed_channels",
+		"DISCORD_IGNORED_CHANNELS":       "gateways.discord.ignored_channels",
+		"DISCORD_ALLOWED_ROLES":          "gateways.discord.allowed_roles",
 		"SLACK_REQUIRE_MENTION":          "gateways.slack.require_mention",
 		"SLACK_FREE_RESPONSE_CHANNELS":   "gateways.slack.free_response_channels",
 		"SLACK_BOT_TOKEN":                "gateways.slack.bot_token",

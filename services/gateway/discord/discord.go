@@ -34,8 +34,14 @@ type Config struct {
 	// AllowedChannels limits guild messages to these channels (and their
 	// threads); empty allows all.
 	AllowedChannels []string `koanf:"allowed_channels"`
-	// AllowedRoles limits guild messages to members with one of these
-	// roles; empty allows all. DMs are not role-gated.
+	// IgnoredChannels (DISCORD_IGNORED_CHANNELS) are guild channels (and
+	// their threads) the bot never answers in; "*" is every one.
+	IgnoredChannels []string `koanf:"ignored_channels"`
+	// AllowedRoles (DISCORD_ALLOWED_ROLES): as in Hermes, a guild member
+	// with one of these roles is authorized whatever the user allowlists
+	// say (the event is marked transport_authenticated, which the router's
+	// allowlists defer to); others are authorized as usual (their user id
+	// in DISCORD_ALLOWED_USERS, or paired).
 	AllowedRoles []string `koanf:"allowed_roles"`
 	// AllowBots publishes messages from other bots and webhooks.
 	AllowBots bool `koanf:"allow_bots"`
@@ -182,7 +188,7 @@ func NewPlatform(ctx context.Context, cfg Config, log *slog.Logger) (*Platform, 
 	p := &Platform{
 		cfg: cfg, log: log.With("platform", "discord"), s: s, channels: map[string]channelInfo{},
 		rules: rules{Account: me.ID, BotID: me.ID, AllowBots: cfg.AllowBots, AutoThread: cfg.AutoThread,
-			AllowedChannels: set(cfg.AllowedChannels), AllowedRoles: set(cfg.AllowedRoles),
+			AllowedChannels: set(cfg.AllowedChannels), IgnoredChannels: set(cfg.IgnoredChannels), AllowedRoles: set(cfg.AllowedRoles),
 			RequireMention: cfg.RequireMention, FreeChannels: set(cfg.FreeResponseChannels), IgnoreNoMention: cfg.IgnoreNoMention},
 	}
 	s.AddHandler(p.onEvent)

@@ -240,13 +240,14 @@ func TestResumeReplayPublishesOnce(t *testing.T) {
 func TestFilters(t *testing.T) {
 	t.Parallel()
 	f := newFake(t)
-	_, next := run(t, f, Config{AllowedChannels: []string{channel}, AllowedRoles: []string{"R1"}})
+	_, next := run(t, f, Config{AllowedChannels: []string{channel, "900000000000000010"}, IgnoredChannels: []string{"900000000000000010"}, AllowedRoles: []string{"R1"}})
 	ctx := context.Background()
-	other := "900000000000000009"
+	other, ignored := "900000000000000009", "900000000000000010"
 	f.AddChannel(other, discordfake.TypeGuildText, guild, "")
+	f.AddChannel(ignored, discordfake.TypeGuildText, guild, "")
 	for _, m := range []discordfake.MessageCreate{
 		{ID: f.NewID(), ChannelID: other, GuildID: guild, AuthorID: user, Content: "wrong channel", Roles: []string{"R1"}},
-		{ID: f.NewID(), ChannelID: channel, GuildID: guild, AuthorID: user, Content: "no role"},
+		{ID: f.NewID(), ChannelID: ignored, GuildID: guild, AuthorID: user, Content: "ignored channel", Roles: []string{"R1"}},
 		{ID: f.NewID(), ChannelID: channel, GuildID: guild, AuthorID: "77", AuthorBot: true, Content: "a bot", Roles: []string{"R1"}},
 		{ID: f.NewID(), ChannelID: channel, GuildID: guild, AuthorID: f.BotID, Content: "myself", Roles: []string{"R1"}},
 	} {
@@ -258,8 +259,8 @@ func TestFilters(t *testing.T) {
 	if err := f.Dispatch(ctx, "MESSAGE_CREATE", ok.Payload()); err != nil {
 		t.Fatal(err)
 	}
-	if ev := next(20 * time.Second); ev.GetEventId() != ok.ID {
-		t.Fatalf("got %v, want only %s", ev, ok.ID)
+	if ev := next(20 * time.Second); ev.GetEventId() != ok.ID || !ev.GetTransportAuthenticated() {
+		t.Fatalf("got %v, want only %s, authorized by its role", ev, ok.ID)
 	}
 }
 

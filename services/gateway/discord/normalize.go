@@ -59,7 +59,8 @@ type rules struct {
 	BotID           string
 	AllowBots       bool
 	AllowedChannels map[string]bool // empty: every channel
-	AllowedRoles    map[string]bool // empty: every member
+	IgnoredChannels map[string]bool // "*": every channel
+	AllowedRoles    map[string]bool // members authorized by role
 	AutoThread      bool
 	RequireMention  bool
 	FreeChannels    map[string]bool // "*": every channel
@@ -111,8 +112,8 @@ func normalize(m *discordgo.Message, ch channelInfo, r rules) (*eventsv1.Message
 	if !dm && len(r.AllowedChannels) > 0 && !r.AllowedChannels[m.ChannelID] && !(ch.Thread && r.AllowedChannels[ch.Parent]) {
 		return nil, "channel not allowed"
 	}
-	if !dm && len(r.AllowedRoles) > 0 && !hasRole(m.Member, r.AllowedRoles) {
-		return nil, "no allowed role"
+	if !dm && (r.IgnoredChannels["*"] || r.IgnoredChannels[m.ChannelID] || (ch.Thread && r.IgnoredChannels[ch.Parent])) {
+		return nil, "channel ignored"
 	}
 	text, mentioned := stripMention(m.Content, r.BotID)
 	for _, u := range m.Mentions {
@@ -120,7 +121,10 @@ func normalize(m *discordgo.Message, ch channelInfo, r rules) (*eventsv1.Message
 			mentioned = true
 		}
 	}
-	ev := &eventsv1.MessageReceived{EventId: m.ID, MessageId: m.ID, Source: src, Text: text}
+	ev := &eventsv1.MessageReceived{EventId: m.ID, MessageId: m.ID, Source: src, Text: text,
+		// A role that authorizes its members stands in for the user
+		// allowlists, as in Hermes.
+		TransportAuthenticated: !dm && !m.Author.Bot && hasRole(m.Member, r.AllowedRoles)}
 	if ref := m.MessageReference; ref != nil && ref.MessageID != "" {
 		ev.ReplyTo = &eventsv1.ReplyTo{MessageId: ref.MessageID}
 		if rm := m.ReferencedMessage; rm != nil {

@@ -28,6 +28,7 @@ func TestNormalize(t *testing.T) {
 		key         string
 		text        string
 		mention     bool
+		authed      bool // transport_authenticated: a role authorized the sender
 	}{
 		{name: "gated: a channel message without a mention", m: discordfake.MessageCreate{ID: "1", ChannelID: "C1", GuildID: "G1", AuthorID: "U1", Content: "hi"}, r: gated, unaddressed: true},
 		{name: "gated: a mention opens a thread", m: discordfake.MessageCreate{ID: "7", ChannelID: "C1", GuildID: "G1", AuthorID: "U1", Content: "<@" + bot + "> hi", Mentions: []string{bot}}, r: gated,
@@ -67,7 +68,12 @@ func TestNormalize(t *testing.T) {
 		{name: "system message", m: discordfake.MessageCreate{ID: "1", ChannelID: "C1", GuildID: "G1", AuthorID: "9", Content: "x", Type: 7}, r: base, skip: true},
 		{name: "empty", m: discordfake.MessageCreate{ID: "1", ChannelID: "C1", GuildID: "G1", AuthorID: "9"}, r: base, skip: true},
 		{name: "channel not allowed", m: discordfake.MessageCreate{ID: "1", ChannelID: "C2", GuildID: "G1", AuthorID: "9", Content: "x"}, r: rules{Account: bot, BotID: bot, AllowedChannels: map[string]bool{"C1": true}}, skip: true},
-		{name: "role required", m: discordfake.MessageCreate{ID: "1", ChannelID: "C1", GuildID: "G1", AuthorID: "9", Content: "x", Roles: []string{"R2"}}, r: rules{Account: bot, BotID: bot, AllowedRoles: map[string]bool{"R1": true}}, skip: true},
+		{name: "without an authorizing role, the allowlists decide", m: discordfake.MessageCreate{ID: "1", ChannelID: "C1", GuildID: "G1", AuthorID: "9", Content: "x", Roles: []string{"R2"}}, r: rules{Account: bot, BotID: bot, AllowedRoles: map[string]bool{"R1": true}},
+			key: "agent:main:discord:group:C1:9", text: "x"},
+		{name: "an authorizing role", m: discordfake.MessageCreate{ID: "1", ChannelID: "C1", GuildID: "G1", AuthorID: "9", Content: "x", Roles: []string{"R1"}}, r: rules{Account: bot, BotID: bot, AllowedRoles: map[string]bool{"R1": true}},
+			key: "agent:main:discord:group:C1:9", text: "x", authed: true},
+		{name: "ignored channel", m: discordfake.MessageCreate{ID: "1", ChannelID: "C1", GuildID: "G1", AuthorID: "9", Content: "x"}, r: rules{Account: bot, BotID: bot, IgnoredChannels: map[string]bool{"C1": true}}, skip: true},
+		{name: "ignored channel's thread", m: discordfake.MessageCreate{ID: "1", ChannelID: "T1", GuildID: "G1", AuthorID: "9", Content: "x"}, ch: channelInfo{Thread: true, Parent: "C1"}, r: rules{Account: bot, BotID: bot, IgnoredChannels: map[string]bool{"C1": true}}, skip: true},
 		{name: "dm not role gated", m: discordfake.MessageCreate{ID: "1", ChannelID: "D1", AuthorID: "9", Content: "x"}, r: rules{Account: bot, BotID: bot, AllowedRoles: map[string]bool{"R1": true}, AllowedChannels: map[string]bool{"C1": true}},
 			key: "agent:main:discord:dm:D1", text: "x", mention: true},
 	}
@@ -96,6 +102,9 @@ func TestNormalize(t *testing.T) {
 			}
 			if got := sessionkey.Build(ev.GetSource(), sessionkey.DefaultOptions()); got != c.key {
 				t.Errorf("key %s, want %s", got, c.key)
+			}
+			if ev.GetTransportAuthenticated() != c.authed {
+				t.Errorf("transport_authenticated %v, want %v", ev.GetTransportAuthenticated(), c.authed)
 			}
 			if ev.GetText() != c.text || ev.GetMentioned() != c.mention || ev.GetEventId() != c.m.ID {
 				t.Errorf("text %q mentioned %v id %s", ev.GetText(), ev.GetMentioned(), ev.GetEventId())
