@@ -181,11 +181,11 @@ func (c Config) Validate() error {
 // every reply event.
 var defaultPlatforms = DefaultPlatforms()
 
-// platform merges the configured platform over its defaults.
 // HomeOf is the home channel configured for a platform
 // (delivery.platforms.<p>.home), "" for none.
 func (c Config) HomeOf(platform string) string { return c.platform(platform).Home }
 
+// platform merges the configured platform over its defaults.
 func (c Config) platform(name string) Platform {
 	name = strings.ToLower(name)
 	p := defaultPlatforms[name]
