@@ -26,10 +26,10 @@ import (
 // renewal, as a crashed one would. A holder that finds the key gone (the
 // bucket is in memory: a NATS restart empties it, and a single server
 // forgets the bucket itself, which the lease then creates again) creates
-// the key again; a
-// standby that lost NATS, or whose connection reconnected, waits a TTL
-// before it creates the key, so the holder that kept its connection
-// through the outage takes its key back first (it tries every TTL/3).
+// the key again; a standby that lost NATS, or whose connection
+// reconnected, waits a TTL before it creates the key, so the holder that
+// kept its connection through the outage takes its key back first (it
+// tries every TTL/3).
 // When only the holder lost NATS, a standby takes over after the TTL and
 // both are connected until the holder reaches NATS again and lets go:
 // what both receive is published once (the seen bucket and the bus's
