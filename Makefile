@@ -67,7 +67,7 @@ up: ## docker compose up (full stack, one container per service; the fake LLM un
 	fi
 
 down: ## docker compose down
-	docker compose down
+	docker compose --profile "*" down
 
 # The load run: 3 shapes x 1/16/64 sessions x streaming off/on plus the
 # reference pipeline, 30 s windows after a 5 s warm-up as issue 9 asks

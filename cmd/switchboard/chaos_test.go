@@ -1,9 +1,10 @@
 //go:build chaos
 
 // The chaos harness (`make chaos`): every service as its own process, a
-// steady load of conversations through the API gateway, one fault at a
-// time, then the invariants of DESIGN.md checked from the client's answers
-// and from Postgres. It is behind the `chaos` build tag so `make test`
+// steady load of conversations through the API gateway and through two
+// Telegram gateways (active and standby, against the fake Bot API), one
+// fault at a time, then the invariants of DESIGN.md checked from the
+// client's answers, the bot's messages and Postgres. It is behind the `chaos` build tag so `make test`
 // never runs it.
 package main
 
@@ -37,6 +38,7 @@ import (
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/pg/pgtest"
 	"github.com/switchboard-chat/switchboard/pkg/sessionkey"
+	"github.com/switchboard-chat/switchboard/pkg/telegramfake"
 )
 
 // Timings of the harness deployment. The documented recovery bound is
@@ -47,7 +49,8 @@ const (
 	chaosAckWait   = 6 * time.Second
 	chaosLease     = 6 * time.Second
 	chaosDedupe    = 5 * time.Second
-	chaosSessions  = 6
+	chaosSessions  = 6 // through the API gateway
+	chaosTGChats   = 2 // through Telegram
 	chaosLLMDelay  = 300 * time.Millisecond
 	chaosSettle    = 4 * time.Second
 	chaosMaxRecovr = 90 * time.Second
@@ -157,6 +160,9 @@ type chaosMsg struct {
 	accepted bool
 	attempts int
 	errs     []string
+	// replies counts the bot's Telegram messages that reply to this one
+	// (the API answers each request once by construction).
+	replies int
 }
 
 type chaosLoad struct {
@@ -228,6 +234,63 @@ func (l *chaosLoad) run(ctx context.Context, session string, wg *sync.WaitGroup)
 	}
 }
 
+// tgChat is a Telegram user's private chat with the bot (the chat id is
+// the user id).
+type tgChat struct {
+	session string
+	id      int64
+}
+
+// tell sends one numbered message as a Telegram user and waits for the
+// bot's answer, a message replying to it. Telegram delivers an update
+// until the gateway confirms it, so there is nothing to retry.
+func (l *chaosLoad) tell(ctx context.Context, tg *telegramfake.Server, c tgChat, n int) {
+	m := &chaosMsg{session: c.session, n: n, text: fmt.Sprintf("%s m%04d", c.session, n), firstAt: time.Now(), attempts: 1}
+	l.mu.Lock()
+	l.msgs = append(l.msgs, m)
+	l.mu.Unlock()
+	tg.Inject(map[string]any{"message": map[string]any{
+		"message_id": n, "date": time.Now().Unix(), "text": m.text,
+		"chat": map[string]any{"id": c.id, "type": "private"},
+		"from": map[string]any{"id": c.id, "is_bot": false, "first_name": c.session},
+	}})
+	giveUp := time.Now().Add(chaosMaxRecovr)
+	for time.Now().Before(giveUp) {
+		for _, r := range tg.Messages(strconv.FormatInt(c.id, 10)) {
+			if r.ReplyTo == n {
+				l.mu.Lock()
+				m.accepted, m.answer, m.doneAt = true, r.Shown, time.Now()
+				l.mu.Unlock()
+				return
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (l *chaosLoad) runTelegram(ctx context.Context, tg *telegramfake.Server, c tgChat, wg *sync.WaitGroup) {
+	defer wg.Done()
+	for n := 1; ctx.Err() == nil; n++ {
+		l.tell(ctx, tg, c, n)
+	}
+}
+
+// countReplies records, for each Telegram message, how many of the bot's
+// messages reply to it: more than one is a duplicate.
+func (l *chaosLoad) countReplies(tg *telegramfake.Server, chats []tgChat) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, c := range chats {
+		for _, r := range tg.Messages(strconv.FormatInt(c.id, 10)) {
+			for _, m := range l.msgs {
+				if m.session == c.session && m.n == r.ReplyTo && !r.Deleted {
+					m.replies++
+				}
+			}
+		}
+	}
+}
+
 // ---- faults ----
 
 type phase struct {
@@ -249,6 +312,8 @@ type chaosSys struct {
 	topo      bus.Topology
 	natsURL   string
 	load      *chaosLoad
+	// tgOps are the Telegram gateways' ops addresses by process name.
+	tgOps map[string]string
 }
 
 // recovered waits until every session has an answered message that was
@@ -262,7 +327,7 @@ func (s *chaosSys) recovered(since time.Time) time.Duration {
 				last[m.session] = m.doneAt
 			}
 		}
-		if len(last) == chaosSessions {
+		if len(last) == chaosSessions+chaosTGChats {
 			var worst time.Time
 			for _, at := range last {
 				if at.After(worst) {
@@ -308,6 +373,23 @@ func (s *chaosSys) readiness(status int, d time.Duration) time.Duration {
 		time.Sleep(100 * time.Millisecond)
 	}
 	return -1
+}
+
+// leaseHolder is the Telegram gateway process holding the lease, from
+// its ops /metrics; "" when none does.
+func (s *chaosSys) leaseHolder() string {
+	for name, ops := range s.tgOps {
+		resp, err := http.Get("http://" + ops + "/metrics")
+		if err != nil {
+			continue
+		}
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if strings.Contains(string(raw), `switchboard_gateway_lease_active{platform="telegram"} 1`) {
+			return name
+		}
+	}
+	return ""
 }
 
 func (s *chaosSys) killRestart(name string, sig syscall.Signal) {
@@ -357,7 +439,7 @@ func (s *chaosSys) replay() string {
 
 // ---- invariants from Postgres ----
 
-var chaosText = regexp.MustCompile(`(chaos-s\d+) m(\d{4})`)
+var chaosText = regexp.MustCompile(`(chaos-[st]\d+) m(\d{4})`)
 
 type pgFindings struct {
 	userCount      map[string]int // text → user rows
@@ -500,6 +582,18 @@ func TestChaos(t *testing.T) {
 		t.Log("no PostgreSQL server binaries (CHAOS_PG_BIN): using the machine's cluster; the Postgres fault is skipped")
 		db, dbURL = pgtest.NewWithURL(t)
 	}
+	// The fake Bot API, in this process: the Telegram gateways poll it.
+	tg, err := telegramfake.New("4242:chaos", "chaosbot")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(tg.Close)
+	var tgChats []tgChat
+	var tgUsers []string
+	for i := 1; i <= chaosTGChats; i++ {
+		tgChats = append(tgChats, tgChat{session: fmt.Sprintf("chaos-t%d", i), id: int64(9000 + i)})
+		tgUsers = append(tgUsers, strconv.Itoa(9000+i))
+	}
 	llmAddr, apiAddr := freeAddr(t), freeAddr(t)
 	add(&chaosProc{name: "fakellm", bin: bin, args: []string{"fakellm", "--addr", llmAddr, "--latency", chaosLLMDelay.String()}}).start(t)
 	waitTCP(t, llmAddr, 30*time.Second)
@@ -516,6 +610,11 @@ func TestChaos(t *testing.T) {
 		"SWITCHBOARD_DELIVERY__LEASE="+chaosLease.String(), "SWITCHBOARD_DELIVERY__SEND_TIMEOUT=3s", "SWITCHBOARD_DELIVERY__PARTITION_LEASE="+chaosLease.String(),
 		"SWITCHBOARD_DELIVERY__ACK_WAIT="+chaosAckWait.String(), "SWITCHBOARD_DELIVERY__GRPC_ADDR=127.0.0.1:0",
 		"SWITCHBOARD_GATEWAYS__API__ADDR="+apiAddr, "API_SERVER_KEY=", "SWITCHBOARD_GATEWAYS__API__INSECURE=true", "SWITCHBOARD_GATEWAYS__API__RATE_LIMIT=10000", "SWITCHBOARD_GATEWAYS__API__RATE_BURST=10000",
+		"TELEGRAM_BOT_TOKEN=4242:chaos", "TELEGRAM_API_BASE_URL="+tg.URL, "TELEGRAM_ALLOWED_USERS="+strings.Join(tgUsers, ","),
+		"SWITCHBOARD_GATEWAYS__TELEGRAM__LEASE_TTL="+chaosLease.String(), "SWITCHBOARD_GATEWAYS__TELEGRAM__POLL_TIMEOUT=2s",
+		// One message per answer, replying to the user's: the harness
+		// reads answers off the fake without following edits.
+		"SWITCHBOARD_DELIVERY__PLATFORMS__TELEGRAM__STREAMING=none",
 		"OPENAI_API_KEY=", "OPENAI_BASE_URL=", "ANTHROPIC_API_KEY=", "ANTHROPIC_BASE_URL=",
 		"SWITCHBOARD_LOG__FORMAT=text",
 	)
@@ -531,16 +630,24 @@ func TestChaos(t *testing.T) {
 	svc("worker-2", "worker")
 	svc("delivery-1", "delivery")
 	svc("gateway-api", "gateway", "api")
+	// Two Telegram gateways: one holds the lease and polls, one stands by.
+	tgOps := map[string]string{"gateway-telegram-1": freeAddr(t), "gateway-telegram-2": freeAddr(t)}
+	svcAt("gateway-telegram-1", tgOps["gateway-telegram-1"], "gateway", "telegram")
+	svcAt("gateway-telegram-2", tgOps["gateway-telegram-2"], "gateway", "telegram")
 	waitTCP(t, apiAddr, 60*time.Second)
 
 	s := &chaosSys{t: t, procs: procs, db: db, pg: pgc, routerOps: routerOps, natsURL: natsURL, load: &chaosLoad{base: "http://" + apiAddr},
-		topo: bus.Topology{Prefix: prefix, Replicas: 1, DedupeWindow: chaosDedupe, Retention: 24 * time.Hour}}
+		topo: bus.Topology{Prefix: prefix, Replicas: 1, DedupeWindow: chaosDedupe, Retention: 24 * time.Hour}, tgOps: tgOps}
 
 	loadCtx, stopLoad := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	for i := 1; i <= chaosSessions; i++ {
 		wg.Add(1)
 		go s.load.run(loadCtx, fmt.Sprintf("chaos-s%d", i), &wg)
+	}
+	for _, c := range tgChats {
+		wg.Add(1)
+		go s.load.runTelegram(loadCtx, tg, c, &wg)
 	}
 
 	faults := []struct {
@@ -560,6 +667,16 @@ func TestChaos(t *testing.T) {
 			p.injected = time.Now()
 			s.killRestart("gateway-api", syscall.SIGKILL)
 			waitTCP(t, apiAddr, 30*time.Second)
+		}},
+		{"kill -9 Telegram gateway (lease holder)", func(p *phase) {
+			holder := s.leaseHolder()
+			if holder == "" {
+				t.Error("no Telegram gateway holds the lease")
+				return
+			}
+			p.note = holder
+			p.injected = time.Now()
+			s.killRestart(holder, syscall.SIGKILL)
 		}},
 		{"replay inbound event", func(p *phase) { p.injected = time.Now(); p.note = s.replay() }},
 		{"SIGSTOP worker past lock TTL", func(p *phase) {
@@ -629,6 +746,7 @@ func TestChaos(t *testing.T) {
 	stopLoad()
 	wg.Wait()
 	time.Sleep(2 * time.Second) // let the last deliveries settle into the outbox
+	s.load.countReplies(tg, tgChats)
 
 	f := s.inspect(context.Background())
 	msgs := s.load.snapshot()
@@ -671,6 +789,10 @@ func chaosTable(phases []*phase, msgs []chaosMsg, f pgFindings) (string, bool) {
 			}
 			want := "echo: " + m.text
 			switch {
+			case !m.accepted && strings.HasPrefix(m.session, "chaos-t"):
+				// Telegram had it: the system owed it an answer.
+				lost++
+				details = append(details, fmt.Sprintf("%s: %q sent on Telegram, never answered", p.fault, m.text))
 			case !m.accepted:
 				// Never accepted: the client got only errors. Lost only if
 				// the system nonetheless ran it and answered nobody.
@@ -688,10 +810,10 @@ func chaosTable(phases []*phase, msgs []chaosMsg, f pgFindings) (string, bool) {
 				lost++
 				details = append(details, fmt.Sprintf("%s: %q answered but not in the transcript", p.fault, m.text))
 			}
-			if f.userCount[m.text] > 1 || f.assistantCount[m.text] > 1 || f.outboxSent[m.text] > 1 {
+			if f.userCount[m.text] > 1 || f.assistantCount[m.text] > 1 || f.outboxSent[m.text] > 1 || m.replies > 1 {
 				dup++
-				details = append(details, fmt.Sprintf("%s: %q transcript user=%d assistant=%d, outbox sent=%d",
-					p.fault, m.text, f.userCount[m.text], f.assistantCount[m.text], f.outboxSent[m.text]))
+				details = append(details, fmt.Sprintf("%s: %q transcript user=%d assistant=%d, outbox sent=%d, telegram replies=%d",
+					p.fault, m.text, f.userCount[m.text], f.assistantCount[m.text], f.outboxSent[m.text], m.replies))
 			}
 			if f.outOfOrder[m.text] {
 				ooo++
