@@ -19,7 +19,7 @@ func startRouter(ctx context.Context, a *app) (func(context.Context) error, erro
 	if err != nil {
 		return nil, err
 	}
-	s, err := router.New(a.cfg.Router, router.Deps{Log: a.log, Bus: b, DB: db, Redis: rdb, RedisPrefix: a.cfg.Redis.Prefix})
+	s, err := router.New(a.cfg.Router, router.Deps{Log: a.log, Bus: b, DB: db, Redis: rdb, RedisPrefix: a.cfg.Redis.Prefix, Homes: a.cfg.Delivery.HomeOf})
 	if err != nil {
 		return nil, err
 	}

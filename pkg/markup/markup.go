@@ -66,10 +66,28 @@ var Slack = Dialect{
 	escape:  slackEscape,
 	literal: slackEscape,
 	code:    slackEntities.Replace,
-	link: func(text, url string) string {
-		return "<" + strings.ReplaceAll(slackEntities.Replace(url), "|", "%7C") + "|" + text + ">"
-	},
-	fence: func(_, body string) string { return "```\n" + slackEntities.Replace(body) + "\n```" },
+	link:    slackLink,
+	fence:   func(_, body string) string { return "```\n" + slackEntities.Replace(body) + "\n```" },
+}
+
+// slackLink writes <url|text> for a web or mail address only: in Slack's
+// angle brackets "!channel", "@U…" or "#C…" would ping everyone, a user
+// or link a channel. Any other target, and a label that names another
+// address than the link's (a disguise), is shown as "text (url)".
+func slackLink(text, url string) string {
+	lower := strings.ToLower(url)
+	web := strings.HasPrefix(lower, "https://") || strings.HasPrefix(lower, "http://") || strings.HasPrefix(lower, "mailto:")
+	target := strings.ReplaceAll(slackEntities.Replace(url), "|", "%7C")
+	switch {
+	case !web:
+		return text + " (" + slackEntities.Replace(url) + ")"
+	case strings.Contains(text, "://") || strings.HasPrefix(strings.ToLower(text), "www."):
+		if text == slackEntities.Replace(url) {
+			return "<" + target + ">"
+		}
+		return text + " (<" + target + ">)"
+	}
+	return "<" + target + "|" + text + ">"
 }
 
 func slackEscape(b *strings.Builder, c byte) {

@@ -77,11 +77,13 @@ func (s *Store) Home(ctx context.Context, platform string) (*deliveryv1.Target, 
 }
 
 // ResolveTarget resolves a target string (see ParseTarget) to a chat: a
-// bare platform to the home channel set by /sethome, else to the one
-// configured (configHome, "" for none); a "#name" through the channel
-// directory. Errors that the target itself causes wrap ErrBadTarget.
+// bare platform to its configured home channel (configHome, "" for none)
+// or, when the operator configured none, to the one /sethome chose; a
+// "#name" through the channel directory. A configured home is not for
+// users to move: proactive messages go there without the user's approval.
+// Errors that the target itself causes wrap ErrBadTarget.
 func (s *Store) ResolveTarget(ctx context.Context, raw string, configHome func(platform string) string) (*deliveryv1.Target, error) {
-	if p := strings.ToLower(strings.TrimSpace(raw)); platformName.MatchString(p) {
+	if p := strings.ToLower(strings.TrimSpace(raw)); platformName.MatchString(p) && configHome(p) == "" {
 		t, err := s.Home(ctx, p)
 		if err == nil {
 			return t, nil

@@ -103,8 +103,8 @@ func FuzzParseTarget(f *testing.F) {
 	})
 }
 
-// A bare platform goes to the chat /sethome chose there, else to the
-// configured home; a #name through the channel directory.
+// A bare platform goes to its configured home, else to the chat /sethome
+// chose there; a #name through the channel directory.
 func TestResolveTarget(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -117,8 +117,12 @@ func TestResolveTarget(t *testing.T) {
 	if err := s.UpsertChannel(ctx, outbox.Channel{Platform: "discord", ChatID: "42", Name: "#ops"}); err != nil {
 		t.Fatal(err)
 	}
+	// A user's /sethome does not move a home the operator configured.
+	if err := sessionstore.New(db).SetHome(ctx, &eventsv1.SessionSource{Platform: "slack", ChatId: "CUSER"}, "mallory"); err != nil {
+		t.Fatal(err)
+	}
 	configured := func(platform string) string {
-		return map[string]string{"telegram": "-1", "slack": "C9"}[platform]
+		return map[string]string{"slack": "C9"}[platform]
 	}
 	for _, c := range []struct {
 		raw  string

@@ -17,23 +17,24 @@ import (
 // standby retries Create every TTL/5 (at most 1 s) and wins once the key
 // expired or was deleted.
 //
-// A holder that finds the key taken stops its connection. One that cannot
-// renew keeps it while NATS is out of reach (a restart, a partition): a
-// reconnection to the platform would lose what the platform sends
-// meanwhile (Discord replays nothing to a new session), and what the
-// holder receives waits for NATS in its gateway. Only a holder whose
-// NATS connection is closed for good stops once a TTL has passed without
-// renewal, as a crashed one would. A holder that finds the key gone (the
-// bucket is in memory: a NATS restart empties it, and a single server
-// forgets the bucket itself, which the lease then creates again) creates
-// the key again; a standby that lost NATS, or whose connection
-// reconnected, waits a TTL before it creates the key, so the holder that
-// kept its connection through the outage takes its key back first (it
-// tries every TTL/3).
-// When only the holder lost NATS, a standby takes over after the TTL and
-// both are connected until the holder reaches NATS again and lets go:
-// what both receive is published once (the seen bucket and the bus's
-// dedupe id).
+// A holder that finds the key taken stops its connection, and so does
+// one that cannot renew for a TTL, before anyone else can have started
+// one (a platform that keeps undelivered events, Telegram, loses nothing
+// by it). The holder of an ephemeral platform's connection (Discord, which
+// replays nothing to a new session) keeps it instead for as long as NATS
+// is out of reach (a restart, a partition), letting go only when its
+// NATS connection is closed for good: what it receives waits in its
+// gateway until NATS is back; if only the holder was cut off, a standby
+// takes over after the TTL and both are connected until the holder
+// reaches NATS again and lets go, and what both receive is published once
+// (the seen bucket and the bus's dedupe id).
+//
+// A holder that finds the key gone (the bucket is in memory: a NATS
+// restart empties it, and a single server forgets the bucket itself,
+// which the lease then creates again) creates the key again; a standby
+// that lost NATS, or whose connection reconnected, waits a TTL before it
+// creates the key, so a holder that kept its connection through the
+// outage takes its key back first (it tries every TTL/3).
 type lease struct {
 	kv     jetstream.KeyValue
 	open   func(context.Context) (jetstream.KeyValue, error) // creates the bucket, or opens it
@@ -45,6 +46,8 @@ type lease struct {
 	// conn reports whether the NATS connection is closed for good and how
 	// many times it has reconnected.
 	conn connState
+	// ephemeral: keep the connection while NATS is out of reach.
+	ephemeral bool
 }
 
 // connState is what the lease reads of its NATS connection.
@@ -177,18 +180,17 @@ func (l *lease) reopen(ctx context.Context) error {
 		l.log.Warn("lease bucket gone; creating it again failed", "key", l.key, "err", err)
 		return err
 	}
-	l.log.Warn("lease bucket was gone (NATS restarted); created it again", "key", l.key)
+	l.log.Warn("lease bucket opened again (created if NATS had lost it)", "key", l.key)
 	l.kv = kv
 	return nil
 }
 
 // expired reports, after a failed renewal, whether the holder must let
-// go: only when its NATS connection is closed for good and a TTL has
-// passed since the last renewal. While NATS is merely out of reach the
-// holder keeps its connection (see lease).
+// go: once a TTL has passed since the last renewal, and for an ephemeral
+// platform only when its NATS connection is closed for good (see lease).
 func (l *lease) expired(lastRenew time.Time, every time.Duration, err error) bool {
-	if l.conn.IsClosed() && time.Since(lastRenew) > l.ttl-every {
-		l.log.Warn("lease expired: the NATS connection is closed", "key", l.key, "err", err)
+	if time.Since(lastRenew) > l.ttl-every && (!l.ephemeral || l.conn.IsClosed()) {
+		l.log.Warn("lease expired: cannot renew", "key", l.key, "err", err)
 		return true
 	}
 	if since := time.Since(lastRenew); since > l.ttl-every {

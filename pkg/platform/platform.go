@@ -109,6 +109,17 @@ type SingleConsumer interface {
 	SingleConsumer() bool
 }
 
+// Ephemeral is implemented by single-consumer platforms whose events reach
+// only the connection open when they happen: Discord's gateway replays
+// nothing to a new session. Such a lease holder keeps its connection
+// while NATS is out of reach, rather than letting go after the lease TTL;
+// a platform that keeps undelivered events for the next connection
+// (Telegram's getUpdates) loses nothing by letting go, and must, so that
+// two replicas never poll at once.
+type Ephemeral interface {
+	Ephemeral() bool
+}
+
 // Conn is the Runner's side of a connection, given to Connect.
 type Conn interface {
 	// Connected reports that the platform accepted the connection: the

@@ -239,17 +239,26 @@ func (r *Runner) Run(ctx context.Context) error {
 	}
 
 	if sc, ok := r.p.(SingleConsumer); ok && sc.SingleConsumer() {
-		open := func(ctx context.Context) (jetstream.KeyValue, error) {
+		create := func(ctx context.Context) (jetstream.KeyValue, error) {
 			return leaseBucket(ctx, r.bus.JetStream(), r.bucket(BucketLeases), r.opts.LeaseTTL, max(r.bus.Topology().Replicas, 1))
 		}
-		kv, err := open(ctx)
+		kv, err := create(ctx)
 		if err != nil {
 			_ = sub.Unsubscribe()
 			return err
 		}
+		eph, _ := r.p.(Ephemeral)
 		l := &lease{
-			kv: kv, open: open, key: leaseKey(r.name, r.p.Account()), holder: r.opts.Instance, ttl: r.opts.LeaseTTL, log: r.log,
-			conn: natsConn{r.bus.Conn()},
+			kv: kv, key: leaseKey(r.name, r.p.Account()), holder: r.opts.Instance, ttl: r.opts.LeaseTTL, log: r.log,
+			conn: natsConn{r.bus.Conn()}, ephemeral: eph != nil && eph.Ephemeral(),
+			// The bucket as it is, or, when the server forgot it, again.
+			open: func(ctx context.Context) (jetstream.KeyValue, error) {
+				kv, err := r.bus.JetStream().KeyValue(ctx, r.bucket(BucketLeases))
+				if errors.Is(err, jetstream.ErrBucketNotFound) {
+					return create(ctx)
+				}
+				return kv, err
+			},
 			onHeld: func(held bool) {
 				leaseGauge.WithLabelValues(r.name).Set(b2f(held))
 				if !held {

@@ -444,13 +444,11 @@ func TestSendInProgressIsNotSentTwice(t *testing.T) {
 	}
 }
 
-// A NATS restart that outlasts the lease TTL leaves the holder connected
-// to its platform (a reconnection loses what the platform sends
-// meanwhile) and the standby waiting: the holder takes its key back
-// first. A message the platform sends during the outage is published
-// once NATS is back.
-func TestLeaseHolderKeepsItsConnectionThroughANATSOutage(t *testing.T) {
-	t.Parallel()
+// restartableNATS is an embedded server of the test's own whose outage
+// the test chooses: restart stops it for down and starts it again on the
+// same port and store. Its clients reconnect for ever.
+func restartableNATS(t *testing.T) (connect func(name string) *bus.Bus, restart func(down time.Duration, meanwhile func())) {
+	t.Helper()
 	dir := t.TempDir()
 	srv, err := natsd.Start(natsd.Config{Port: -1, StoreDir: dir})
 	if err != nil {
@@ -463,7 +461,7 @@ func TestLeaseHolderKeepsItsConnectionThroughANATSOutage(t *testing.T) {
 	}
 	t.Cleanup(func() { srv.Shutdown() })
 	topo := bus.Topology{Prefix: bustest.Prefix(), Storage: jetstream.FileStorage, DedupeWindow: time.Minute}
-	connect := func(name string) *bus.Bus {
+	connect = func(name string) *bus.Bus {
 		nc, err := nats.Connect(url, nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
 		if err != nil {
 			t.Fatal(err)
@@ -473,14 +471,106 @@ func TestLeaseHolderKeepsItsConnectionThroughANATSOutage(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := b.EnsureStreams(ctx); err != nil {
+			t.Fatal(err)
+		}
 		return b
 	}
+	restart = func(down time.Duration, meanwhile func()) {
+		srv.Shutdown()
+		meanwhile()
+		time.Sleep(down)
+		if srv, err = natsd.Start(natsd.Config{Port: port, StoreDir: dir}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return connect, restart
+}
+
+// leaseHolder reads who holds the lease of b's only lease key.
+func leaseHolder(ctx context.Context, b *bus.Bus) string {
+	kv, err := b.JetStream().KeyValue(ctx, b.Topology().Stream(platform.BucketLeases))
+	if err != nil {
+		return ""
+	}
+	keys, err := kv.Keys(ctx)
+	if err != nil || len(keys) != 1 {
+		return ""
+	}
+	e, err := kv.Get(ctx, keys[0])
+	if err != nil {
+		return ""
+	}
+	return string(e.Value())
+}
+
+func inboundEvents(t *testing.T, ctx context.Context, b *bus.Bus) uint64 {
+	t.Helper()
+	st, err := b.JetStream().Stream(ctx, b.Topology().Stream(bus.StreamInbound))
+	if err != nil {
+		t.Fatal(err)
+	}
+	si, err := st.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return si.State.Msgs
+}
+
+// An ephemeral platform's holder (Discord replays nothing to a new
+// session) stays connected through a NATS restart that outlasts the
+// lease TTL, and the standby waits: the holder takes its key back first,
+// in the bucket it creates again (a single server forgets a bucket kept in
+// memory). A message the platform sends during the outage is published
+// once NATS is back.
+func TestEphemeralLeaseHolderKeepsItsConnectionThroughANATSOutage(t *testing.T) {
+	t.Parallel()
+	connect, restart := restartableNATS(t)
 	busA, busB := connect("replica-a"), connect("replica-b")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	if err := busA.EnsureStreams(ctx); err != nil {
-		t.Fatal(err)
+	ttl := 900 * time.Millisecond
+	opts := platform.Options{Backoff: platform.Schedule(10 * time.Millisecond), LeaseTTL: ttl, SeenTTL: time.Minute}
+	optsA, optsB := opts, opts
+	optsA.Instance, optsB.Instance = "replica-a", "replica-b"
+	mA, mB := platformtest.NewMemory("bot", true), platformtest.NewMemory("bot", true)
+	mA.SetEphemeral(true)
+	mB.SetEphemeral(true)
+	a := startRunner(t, mA, busA, optsA)
+	platformtest.WaitFor(t, "A active", func() bool { return state(a.r) == platform.StateConnected })
+	b := startRunner(t, mB, busB, optsB)
+	platformtest.WaitFor(t, "B standby", func() bool { return state(b.r) == platform.StateStandby })
+
+	pushed := make(chan error, 1)
+	restart(3*ttl, func() { go func() { pushed <- mA.Push(ctx, "1", "chat", "sent while NATS is down") }() })
+	if err := <-pushed; err != nil {
+		t.Fatalf("the message sent during the outage: %v", err)
 	}
+	platformtest.WaitFor(t, "A holds its key again", func() bool { return leaseHolder(ctx, busB) == "replica-a" })
+	time.Sleep(3 * ttl) // the standby's wait, and renewals after it
+	if state(a.r) != platform.StateConnected || mA.Fake().Connections() != 1 {
+		t.Fatalf("A: state %v after %d connections, want its first connection kept", state(a.r), mA.Fake().Connections())
+	}
+	if state(b.r) != platform.StateStandby || mB.Fake().Connections() != 0 {
+		t.Fatalf("B: state %v after %d connections, want standby", state(b.r), mB.Fake().Connections())
+	}
+	if n := inboundEvents(t, ctx, busA); n != 1 {
+		t.Fatalf("inbound stream holds %d events, want the one sent during the outage", n)
+	}
+}
+
+// A platform that keeps what it could not deliver (Telegram) lets go of
+// its connection after the lease TTL without NATS, so two replicas never
+// poll at once; once NATS is back, in the bucket the lease creates again,
+// one of them takes the lease and connects: the bot is not left deaf.
+func TestLeaseIsTakenAgainAfterANATSRestart(t *testing.T) {
+	t.Parallel()
+	connect, restart := restartableNATS(t)
+	busA, busB := connect("replica-a"), connect("replica-b")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
 	ttl := 900 * time.Millisecond
 	opts := platform.Options{Backoff: platform.Schedule(10 * time.Millisecond), LeaseTTL: ttl, SeenTTL: time.Minute}
 	optsA, optsB := opts, opts
@@ -491,46 +581,23 @@ func TestLeaseHolderKeepsItsConnectionThroughANATSOutage(t *testing.T) {
 	b := startRunner(t, mB, busB, optsB)
 	platformtest.WaitFor(t, "B standby", func() bool { return state(b.r) == platform.StateStandby })
 
-	srv.Shutdown()
-	pushed := make(chan error, 1)
-	go func() { pushed <- mA.Push(ctx, "1", "chat", "sent while NATS is down") }()
-	time.Sleep(3 * ttl)
-	if srv, err = natsd.Start(natsd.Config{Port: port, StoreDir: dir}); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-pushed; err != nil {
-		t.Fatalf("the message sent during the outage: %v", err)
-	}
-	// A single server forgets the lease bucket (it is in memory): the
-	// holder creates it again and its key in it.
-	platformtest.WaitFor(t, "A holds its key again", func() bool {
-		kv, err := busB.JetStream().KeyValue(ctx, topo.Stream(platform.BucketLeases))
-		if err != nil {
-			return false
-		}
-		keys, err := kv.Keys(ctx)
-		if err != nil || len(keys) != 1 {
-			return false
-		}
-		e, err := kv.Get(ctx, keys[0])
-		return err == nil && string(e.Value()) == "replica-a"
+	restart(3*ttl, func() {
+		platformtest.WaitFor(t, "A lets go without NATS", func() bool { return state(a.r) != platform.StateConnected })
 	})
-	time.Sleep(3 * ttl) // the standby's wait, and renewals after it
-	if state(a.r) != platform.StateConnected || mA.Fake().Connections() != 1 {
-		t.Fatalf("A: state %v after %d connections, want its first connection kept", state(a.r), mA.Fake().Connections())
+	platformtest.WaitFor(t, "a replica connected again", func() bool {
+		return state(a.r) == platform.StateConnected || state(b.r) == platform.StateConnected
+	})
+	holder, m := "replica-a", mA
+	if state(b.r) == platform.StateConnected {
+		holder, m = "replica-b", mB
 	}
-	if state(b.r) != platform.StateStandby || mB.Fake().Connections() != 0 {
-		t.Fatalf("B: state %v after %d connections, want standby", state(b.r), mB.Fake().Connections())
+	if got := leaseHolder(ctx, busA); got != holder {
+		t.Fatalf("lease held by %q, want the connected %s", got, holder)
 	}
-	st, err := busA.JetStream().Stream(ctx, topo.Stream(bus.StreamInbound))
-	if err != nil {
+	if err := m.Push(ctx, "2", "chat", "after the restart"); err != nil {
 		t.Fatal(err)
 	}
-	si, err := st.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if si.State.Msgs != 1 {
-		t.Fatalf("inbound stream holds %d events, want the one sent during the outage", si.State.Msgs)
+	if n := inboundEvents(t, ctx, busA); n != 1 {
+		t.Fatalf("inbound stream holds %d events, want the one sent after the restart", n)
 	}
 }

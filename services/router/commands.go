@@ -282,6 +282,9 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 		// turn of its own, in order, with the command as its input.
 		return s.route(ctx, m, sess, routeOpts{ownTurn: true, mode: BusyQueue})
 	case "sethome":
+		if s.homes(m.platform) != "" {
+			return reply(sess.Generation, "🏠 The home channel for "+m.platform+" is set by the operator (delivery.platforms."+m.platform+".home); /sethome does not change it.")
+		}
 		if err := s.store.SetHome(ctx, m.src, m.platform+":"+m.src.GetUserId()); err != nil {
 			return err
 		}

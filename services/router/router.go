@@ -157,23 +157,28 @@ type Deps struct {
 	// Partitions limits which inbound partitions this process consumes
 	// (nil: all). Every partition must be consumed by some replica.
 	Partitions []int
+	// Homes is the home channel the operator configured for a platform
+	// (delivery.platforms.<p>.home), which /sethome cannot move; nil: none.
+	Homes func(platform string) string
 }
 
 // Service is a running router.
 type Service struct {
-	cfg      Config
-	log      *slog.Logger
-	bus      *bus.Bus
-	topo     bus.Topology
-	rdb      *redis.Client
-	prefix   string
-	locker   *redisx.Locker
-	store    *sessionstore.Store
-	pairing  *pairing.Store
-	rules    *auth.Rules
-	keyOpts  sessionkey.Options
-	now      func() time.Time
-	parts    []int
+	cfg     Config
+	log     *slog.Logger
+	bus     *bus.Bus
+	topo    bus.Topology
+	rdb     *redis.Client
+	prefix  string
+	locker  *redisx.Locker
+	store   *sessionstore.Store
+	pairing *pairing.Store
+	rules   *auth.Rules
+	keyOpts sessionkey.Options
+	now     func() time.Time
+	parts   []int
+	// homes are the configured home channels (Deps.Homes).
+	homes    func(platform string) string
 	maxInput int
 	// maxInputBytes bounds the encoded inputs merged into one turn, so
 	// the turn fits a bus message (half the server's maximum payload).
@@ -200,6 +205,10 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	if env == nil {
 		env = os.Environ()
 	}
+	homes := deps.Homes
+	if homes == nil {
+		homes = func(string) string { return "" }
+	}
 	parts := deps.Partitions
 	if parts == nil {
 		for p := range deps.Bus.Topology().PartitionCount() {
@@ -220,6 +229,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		keyOpts:  sessionkey.Options{Profile: cfg.Profile, GroupSessionsPerUser: cfg.GroupSessionsPerUser, ThreadSessionsPerUser: cfg.ThreadSessionsPerUser},
 		now:      now,
 		parts:    parts,
+		homes:    homes,
 		maxInput: cfg.QueueCap,
 	}
 	s.maxInputBytes = 512 << 10 // NATS's default maximum payload is 1 MiB

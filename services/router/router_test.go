@@ -41,6 +41,8 @@ type env struct {
 	db     *pgxpool.Pool
 	rdb    *redis.Client
 	prefix string
+	// homes are the configured home channels the router is started with.
+	homes func(platform string) string
 
 	mu      sync.Mutex
 	notices []*repliesv1.ReplyEvent
@@ -121,7 +123,7 @@ func (e *env) startRouter(cfg Config, b *bus.Bus, parts []int) *Service {
 	if b == nil {
 		b = e.bus
 	}
-	s, err := New(cfg, Deps{Bus: b, DB: e.db, Redis: e.rdb, RedisPrefix: e.prefix, Environ: []string{}, Partitions: parts})
+	s, err := New(cfg, Deps{Bus: b, DB: e.db, Redis: e.rdb, RedisPrefix: e.prefix, Environ: []string{}, Partitions: parts, Homes: e.homes})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -958,6 +960,33 @@ func TestCommands(t *testing.T) {
 		if got := e.ask(tt.user, tt.text); !strings.Contains(got, tt.want) {
 			t.Errorf("%s %s: got %q, want it to contain %q", tt.user, tt.text, got, tt.want)
 		}
+	}
+}
+
+// /sethome records the chat unless the operator configured the
+// platform's home, which a user cannot move.
+func TestSetHome(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.homes = func(platform string) string { return map[string]string{"discord": "42"}[platform] }
+	e.startRouter(testConfig(), nil, nil)
+	if got := e.ask("alice", "/sethome"); !strings.Contains(got, "now the home channel for telegram") {
+		t.Fatalf("/sethome on telegram: %q", got)
+	}
+	var chat string
+	if err := e.db.QueryRow(context.Background(), `SELECT chat_id FROM home_channels WHERE platform = 'telegram'`).Scan(&chat); err != nil || chat != "chat-alice" {
+		t.Fatalf("telegram's home %q (%v), want chat-alice", chat, err)
+	}
+	ev := dm("bob", "/sethome")
+	ev.Source.Platform = "discord"
+	e.publish(ev)
+	waitFor(t, "the answer on discord", func() bool { return len(e.noticesTo("bob")) > 0 })
+	if got := e.noticesTo("bob")[0]; !strings.Contains(got, "set by the operator") {
+		t.Fatalf("/sethome on discord: %q, want it refused", got)
+	}
+	var n int
+	if err := e.db.QueryRow(context.Background(), `SELECT count(*) FROM home_channels WHERE platform = 'discord'`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("discord home rows %d (%v), want none", n, err)
 	}
 }
 

@@ -738,7 +738,7 @@ func TestSendMessagePublishesNotice(t *testing.T) {
 				c.Agent.SendMessageTargets = []string{"slack:C123"}
 				c.Agent.ApprovalTimeout = time.Minute
 				c.Agent.HomeChannel = "slack:C7"
-				d.Homes = func(platform string) string { return map[string]string{"telegram": "1", "discord": "55"}[platform] }
+				d.Homes = func(platform string) string { return map[string]string{"discord": "55"}[platform] }
 			})
 			req := h.requestTurn("s1", `[[tool:send_message {"target":"`+tt.target+`","text":"deploy done"}]] tell them`, turnOpts{})
 			if tt.approval != turnsv1.ControlAction_CONTROL_ACTION_UNSPECIFIED {

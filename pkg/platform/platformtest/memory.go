@@ -20,8 +20,9 @@ import (
 // side delivers raw JSON updates over a channel and waits for the
 // gateway's acknowledgement, like a long-poll platform.
 type Memory struct {
-	account string
-	single  bool
+	account   string
+	single    bool
+	ephemeral bool
 
 	mu          sync.Mutex
 	updates     chan update // current connection's wire; nil when down
@@ -61,6 +62,21 @@ func NewMemory(account string, single bool) *Memory {
 func (m *Memory) Name() string         { return "memory" }
 func (m *Memory) Account() string      { return m.account }
 func (m *Memory) SingleConsumer() bool { return m.single }
+
+// Ephemeral reports what SetEphemeral set: whether the platform keeps
+// nothing for a next connection (platform.Ephemeral).
+func (m *Memory) Ephemeral() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.ephemeral
+}
+
+// SetEphemeral makes the platform ephemeral (before the runner starts).
+func (m *Memory) SetEphemeral(on bool) {
+	m.mu.Lock()
+	m.ephemeral = on
+	m.mu.Unlock()
+}
 func (m *Memory) Capabilities() platform.Capabilities {
 	return platform.Capabilities{MaxLength: 4096, Measure: platform.MeasureRunes, CanSend: true, CanEdit: true, CanDelete: true, CanTyping: true,
 		MediaKinds: []eventsv1.AttachmentKind{eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE}, CommandPrefix: "/"}

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -191,9 +192,24 @@ func NewPlatform(ctx context.Context, cfg Config, log *slog.Logger) (*Platform, 
 			AllowedChannels: set(cfg.AllowedChannels), IgnoredChannels: set(cfg.IgnoredChannels), AllowedRoles: set(cfg.AllowedRoles),
 			RequireMention: cfg.RequireMention, FreeChannels: set(cfg.FreeResponseChannels), IgnoreNoMention: cfg.IgnoreNoMention},
 	}
+	if len(cfg.AllowedRoles) > 0 && allowAll() {
+		log.Warn("discord: allowed_roles authorizes its members but filters no one, and an allow-all setting (DISCORD_ALLOW_ALL_USERS or GATEWAY_ALLOW_ALL_USERS) admits everyone anyway")
+	}
 	s.AddHandler(p.onEvent)
 	s.AddHandler(func(*discordgo.Session, *discordgo.Disconnect) { p.signalLost() })
 	return p, nil
+}
+
+// allowAll reports whether the environment lets every Discord user in,
+// as the router reads it.
+func allowAll() bool {
+	for _, k := range []string{"DISCORD_ALLOW_ALL_USERS", "GATEWAY_ALLOW_ALL_USERS"} {
+		switch strings.ToLower(strings.TrimSpace(os.Getenv(k))) {
+		case "true", "1", "yes", "on":
+			return true
+		}
+	}
+	return false
 }
 
 func set(xs []string) map[string]bool {
@@ -209,6 +225,10 @@ func set(xs []string) map[string]bool {
 func (p *Platform) Name() string         { return "discord" }
 func (p *Platform) Account() string      { return p.rules.Account }
 func (p *Platform) SingleConsumer() bool { return true }
+
+// Ephemeral: the gateway replays nothing to a new session, so the lease
+// holder keeps its connection through a NATS outage.
+func (p *Platform) Ephemeral() bool { return true }
 
 // Capabilities: 2000 characters per message.
 func (p *Platform) Capabilities() platform.Capabilities {

@@ -256,4 +256,3 @@ func slash(cmd slackapi.SlashCommand, id identity) (*eventsv1.MessageReceived, s
 		SentAt:    timestamppb.Now(),
 	}, ""
 }
-

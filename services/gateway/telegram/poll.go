@@ -154,10 +154,10 @@ func (p *Platform) poll(ctx context.Context, conn platform.Conn) error {
 				_ = p.handle(ctx, conn, raw)
 				continue
 			}
-			if err := p.handle(ctx, conn, raw); err != nil {
-				// Not on the bus: do not confirm it or anything after it.
-				// The next Connect starts from Telegram's confirmed offset.
-				return err
+			if !p.handleRetrying(ctx, conn, raw) {
+				// Not on the bus: nothing after it is confirmed either.
+				// The next holder starts from Telegram's confirmed offset.
+				return nil
 			}
 			offset = id + 1
 		}
@@ -176,5 +176,27 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 		return false
 	case <-t.C:
 		return true
+	}
+}
+
+// handleRetrying publishes one update, trying again (200 ms more each
+// time, at most 5 s apart) while the bus cannot take it, rather than
+// reconnecting: a reconnect waits out the connection backoff (30 s and
+// more), and the bot would stay deaf that long after NATS is back. It
+// reports false when ctx ended first; the update stays unconfirmed at
+// Telegram.
+func (p *Platform) handleRetrying(ctx context.Context, conn platform.Conn, raw []byte) bool {
+	for attempt := 1; ; attempt++ {
+		err := p.handle(ctx, conn, raw)
+		if err == nil {
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		p.log.Warn("telegram update not published; retrying", "attempt", attempt, "err", err)
+		if !sleepCtx(ctx, min(time.Duration(attempt)*200*time.Millisecond, 5*time.Second)) {
+			return false
+		}
 	}
 }

@@ -57,8 +57,8 @@ type Config struct {
 	// RequireMention (TELEGRAM_REQUIRE_MENTION, default false as in
 	// Hermes): in groups, answer only @mentions, replies to the bot and
 	// commands. Off, every group message the bot receives is answered
-	// (with BotFather's privacy mode on, Telegram sends bots only those
-	// anyway).
+	// (with BotFather's privacy mode on, Telegram sends a bot that is not
+	// a group admin only those anyway; an admin bot receives everything).
 	RequireMention bool `koanf:"require_mention"`
 	// FreeResponseChats (TELEGRAM_FREE_RESPONSE_CHATS) are group chat ids
 	// exempt from RequireMention.
