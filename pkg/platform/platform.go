@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
@@ -225,3 +226,16 @@ func classify(err error) (deliveryv1.ErrorClass, time.Duration) {
 	}
 	return deliveryv1.ErrorClass_ERROR_CLASS_RETRYABLE, 0
 }
+
+// IDSet is a set of the ids a config lists (channels, chats, roles),
+// blanks and surrounding spaces dropped.
+func IDSet(ids []string) map[string]bool {
+	m := map[string]bool{}
+	for _, id := range ids {
+		if id = strings.TrimSpace(id); id != "" {
+			m[id] = true
+		}
+	}
+	return m
+}
+

@@ -199,16 +199,8 @@ func TestLeaseFailover(t *testing.T) {
 	if err := mB.Push(ctx, "2", "chat", "after"); err != nil {
 		t.Fatal(err)
 	}
-	info, err := base.JetStream().Stream(ctx, base.Topology().Stream(bus.StreamInbound))
-	if err != nil {
-		t.Fatal(err)
-	}
-	si, err := info.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if si.State.Msgs != 2 {
-		t.Fatalf("inbound stream holds %d events, want 2 (no loss, no duplicate)", si.State.Msgs)
+	if n := inboundEvents(t, ctx, base); n != 2 {
+		t.Fatalf("inbound stream holds %d events, want 2 (no loss, no duplicate)", n)
 	}
 }
 
@@ -444,10 +436,19 @@ func TestSendInProgressIsNotSentTwice(t *testing.T) {
 	}
 }
 
-// restartableNATS is an embedded server of the test's own whose outage
-// the test chooses: restart stops it for down and starts it again on the
-// same port and store. Its clients reconnect for ever.
-func restartableNATS(t *testing.T) (connect func(name string) *bus.Bus, restart func(down time.Duration, meanwhile func())) {
+// leasePair is replica A (active) and B (standby) of one memory bot on
+// an embedded server of the test's own, whose outage the test chooses:
+// restart stops it for down, runs meanwhile, and starts it again on the
+// same port and store. The replicas' connections reconnect for ever.
+type leasePair struct {
+	ttl        time.Duration
+	busA, busB *bus.Bus
+	mA, mB     *platformtest.Memory
+	a, b       runHandle
+	restart    func(down time.Duration, meanwhile func())
+}
+
+func startLeasePair(t *testing.T, ephemeral bool) *leasePair {
 	t.Helper()
 	dir := t.TempDir()
 	srv, err := natsd.Start(natsd.Config{Port: -1, StoreDir: dir})
@@ -461,24 +462,11 @@ func restartableNATS(t *testing.T) (connect func(name string) *bus.Bus, restart 
 	}
 	t.Cleanup(func() { srv.Shutdown() })
 	topo := bus.Topology{Prefix: bustest.Prefix(), Storage: jetstream.FileStorage, DedupeWindow: time.Minute}
-	connect = func(name string) *bus.Bus {
-		nc, err := nats.Connect(url, nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(nc.Close)
-		b, err := bus.New(nc, topo, slog.Default())
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := b.EnsureStreams(ctx); err != nil {
-			t.Fatal(err)
-		}
-		return b
-	}
-	restart = func(down time.Duration, meanwhile func()) {
+	reconnect := []nats.Option{nats.MaxReconnects(-1), nats.ReconnectWait(50 * time.Millisecond)}
+	p := &leasePair{ttl: 900 * time.Millisecond,
+		busA: bustest.NewWith(t, url, topo, reconnect...), busB: bustest.NewWith(t, url, topo, reconnect...),
+		mA: platformtest.NewMemory("bot", true), mB: platformtest.NewMemory("bot", true)}
+	p.restart = func(down time.Duration, meanwhile func()) {
 		srv.Shutdown()
 		meanwhile()
 		time.Sleep(down)
@@ -486,7 +474,16 @@ func restartableNATS(t *testing.T) (connect func(name string) *bus.Bus, restart 
 			t.Fatal(err)
 		}
 	}
-	return connect, restart
+	p.mA.SetEphemeral(ephemeral)
+	p.mB.SetEphemeral(ephemeral)
+	opts := platform.Options{Backoff: platform.Schedule(10 * time.Millisecond), LeaseTTL: p.ttl, SeenTTL: time.Minute}
+	optsA, optsB := opts, opts
+	optsA.Instance, optsB.Instance = "replica-a", "replica-b"
+	p.a = startRunner(t, p.mA, p.busA, optsA)
+	platformtest.WaitFor(t, "A active", func() bool { return state(p.a.r) == platform.StateConnected })
+	p.b = startRunner(t, p.mB, p.busB, optsB)
+	platformtest.WaitFor(t, "B standby", func() bool { return state(p.b.r) == platform.StateStandby })
+	return p
 }
 
 // leaseHolder reads who holds the lease of b's only lease key.
@@ -527,36 +524,23 @@ func inboundEvents(t *testing.T, ctx context.Context, b *bus.Bus) uint64 {
 // once NATS is back.
 func TestEphemeralLeaseHolderKeepsItsConnectionThroughANATSOutage(t *testing.T) {
 	t.Parallel()
-	connect, restart := restartableNATS(t)
-	busA, busB := connect("replica-a"), connect("replica-b")
+	p := startLeasePair(t, true)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	ttl := 900 * time.Millisecond
-	opts := platform.Options{Backoff: platform.Schedule(10 * time.Millisecond), LeaseTTL: ttl, SeenTTL: time.Minute}
-	optsA, optsB := opts, opts
-	optsA.Instance, optsB.Instance = "replica-a", "replica-b"
-	mA, mB := platformtest.NewMemory("bot", true), platformtest.NewMemory("bot", true)
-	mA.SetEphemeral(true)
-	mB.SetEphemeral(true)
-	a := startRunner(t, mA, busA, optsA)
-	platformtest.WaitFor(t, "A active", func() bool { return state(a.r) == platform.StateConnected })
-	b := startRunner(t, mB, busB, optsB)
-	platformtest.WaitFor(t, "B standby", func() bool { return state(b.r) == platform.StateStandby })
-
 	pushed := make(chan error, 1)
-	restart(3*ttl, func() { go func() { pushed <- mA.Push(ctx, "1", "chat", "sent while NATS is down") }() })
+	p.restart(3*p.ttl, func() { go func() { pushed <- p.mA.Push(ctx, "1", "chat", "sent while NATS is down") }() })
 	if err := <-pushed; err != nil {
 		t.Fatalf("the message sent during the outage: %v", err)
 	}
-	platformtest.WaitFor(t, "A holds its key again", func() bool { return leaseHolder(ctx, busB) == "replica-a" })
-	time.Sleep(3 * ttl) // the standby's wait, and renewals after it
-	if state(a.r) != platform.StateConnected || mA.Fake().Connections() != 1 {
-		t.Fatalf("A: state %v after %d connections, want its first connection kept", state(a.r), mA.Fake().Connections())
+	platformtest.WaitFor(t, "A holds its key again", func() bool { return leaseHolder(ctx, p.busB) == "replica-a" })
+	time.Sleep(3 * p.ttl) // the standby's wait, and renewals after it
+	if state(p.a.r) != platform.StateConnected || p.mA.Fake().Connections() != 1 {
+		t.Fatalf("A: state %v after %d connections, want its first connection kept", state(p.a.r), p.mA.Fake().Connections())
 	}
-	if state(b.r) != platform.StateStandby || mB.Fake().Connections() != 0 {
-		t.Fatalf("B: state %v after %d connections, want standby", state(b.r), mB.Fake().Connections())
+	if state(p.b.r) != platform.StateStandby || p.mB.Fake().Connections() != 0 {
+		t.Fatalf("B: state %v after %d connections, want standby", state(p.b.r), p.mB.Fake().Connections())
 	}
-	if n := inboundEvents(t, ctx, busA); n != 1 {
+	if n := inboundEvents(t, ctx, p.busA); n != 1 {
 		t.Fatalf("inbound stream holds %d events, want the one sent during the outage", n)
 	}
 }
@@ -567,37 +551,26 @@ func TestEphemeralLeaseHolderKeepsItsConnectionThroughANATSOutage(t *testing.T) 
 // one of them takes the lease and connects: the bot is not left deaf.
 func TestLeaseIsTakenAgainAfterANATSRestart(t *testing.T) {
 	t.Parallel()
-	connect, restart := restartableNATS(t)
-	busA, busB := connect("replica-a"), connect("replica-b")
+	p := startLeasePair(t, false)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	ttl := 900 * time.Millisecond
-	opts := platform.Options{Backoff: platform.Schedule(10 * time.Millisecond), LeaseTTL: ttl, SeenTTL: time.Minute}
-	optsA, optsB := opts, opts
-	optsA.Instance, optsB.Instance = "replica-a", "replica-b"
-	mA, mB := platformtest.NewMemory("bot", true), platformtest.NewMemory("bot", true)
-	a := startRunner(t, mA, busA, optsA)
-	platformtest.WaitFor(t, "A active", func() bool { return state(a.r) == platform.StateConnected })
-	b := startRunner(t, mB, busB, optsB)
-	platformtest.WaitFor(t, "B standby", func() bool { return state(b.r) == platform.StateStandby })
-
-	restart(3*ttl, func() {
-		platformtest.WaitFor(t, "A lets go without NATS", func() bool { return state(a.r) != platform.StateConnected })
+	p.restart(3*p.ttl, func() {
+		platformtest.WaitFor(t, "A lets go without NATS", func() bool { return state(p.a.r) != platform.StateConnected })
 	})
 	platformtest.WaitFor(t, "a replica connected again", func() bool {
-		return state(a.r) == platform.StateConnected || state(b.r) == platform.StateConnected
+		return state(p.a.r) == platform.StateConnected || state(p.b.r) == platform.StateConnected
 	})
-	holder, m := "replica-a", mA
-	if state(b.r) == platform.StateConnected {
-		holder, m = "replica-b", mB
+	holder, m := "replica-a", p.mA
+	if state(p.b.r) == platform.StateConnected {
+		holder, m = "replica-b", p.mB
 	}
-	if got := leaseHolder(ctx, busA); got != holder {
+	if got := leaseHolder(ctx, p.busA); got != holder {
 		t.Fatalf("lease held by %q, want the connected %s", got, holder)
 	}
 	if err := m.Push(ctx, "2", "chat", "after the restart"); err != nil {
 		t.Fatal(err)
 	}
-	if n := inboundEvents(t, ctx, busA); n != 1 {
+	if n := inboundEvents(t, ctx, p.busA); n != 1 {
 		t.Fatalf("inbound stream holds %d events, want the one sent after the restart", n)
 	}
 }

@@ -56,11 +56,18 @@ func Prefix() string {
 // streams already created, and cleanup that deletes them.
 func New(t testing.TB, url string) *bus.Bus {
 	t.Helper()
-	nc, err := nats.Connect(url, nats.Name(t.Name()))
+	return NewWith(t, url, bus.Topology{Prefix: Prefix(), Storage: jetstream.MemoryStorage, DedupeWindow: 2 * time.Minute})
+}
+
+// NewWith connects to url with the connection options given and returns
+// a Bus of topo with its streams already created, and cleanup that
+// deletes them and closes the connection.
+func NewWith(t testing.TB, url string, topo bus.Topology, opts ...nats.Option) *bus.Bus {
+	t.Helper()
+	nc, err := nats.Connect(url, append([]nats.Option{nats.Name(t.Name())}, opts...)...)
 	if err != nil {
 		t.Fatalf("connect nats %s: %v", url, err)
 	}
-	topo := bus.Topology{Prefix: Prefix(), Storage: jetstream.MemoryStorage, DedupeWindow: 2 * time.Minute}
 	b, err := bus.New(nc, topo, slog.Default())
 	if err != nil {
 		t.Fatal(err)

@@ -189,8 +189,8 @@ func NewPlatform(ctx context.Context, cfg Config, log *slog.Logger) (*Platform, 
 	p := &Platform{
 		cfg: cfg, log: log.With("platform", "discord"), s: s, channels: map[string]channelInfo{},
 		rules: rules{Account: me.ID, BotID: me.ID, AllowBots: cfg.AllowBots, AutoThread: cfg.AutoThread,
-			AllowedChannels: set(cfg.AllowedChannels), IgnoredChannels: set(cfg.IgnoredChannels), AllowedRoles: set(cfg.AllowedRoles),
-			RequireMention: cfg.RequireMention, FreeChannels: set(cfg.FreeResponseChannels), IgnoreNoMention: cfg.IgnoreNoMention},
+			AllowedChannels: platform.IDSet(cfg.AllowedChannels), IgnoredChannels: platform.IDSet(cfg.IgnoredChannels), AllowedRoles: platform.IDSet(cfg.AllowedRoles),
+			RequireMention: cfg.RequireMention, FreeChannels: platform.IDSet(cfg.FreeResponseChannels), IgnoreNoMention: cfg.IgnoreNoMention},
 	}
 	if len(cfg.AllowedRoles) > 0 && allowAll() {
 		log.Warn("discord: allowed_roles authorizes its members but filters no one, and an allow-all setting (DISCORD_ALLOW_ALL_USERS or GATEWAY_ALLOW_ALL_USERS) admits everyone anyway")
@@ -212,15 +212,6 @@ func allowAll() bool {
 	return false
 }
 
-func set(xs []string) map[string]bool {
-	m := map[string]bool{}
-	for _, x := range xs {
-		if x = strings.TrimSpace(x); x != "" {
-			m[x] = true
-		}
-	}
-	return m
-}
 
 func (p *Platform) Name() string         { return "discord" }
 func (p *Platform) Account() string      { return p.rules.Account }

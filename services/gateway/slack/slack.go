@@ -179,7 +179,7 @@ func NewPlatform(ctx context.Context, cfg Config, log *slog.Logger, hc *http.Cli
 	return &Platform{
 		cfg: cfg, log: log.With("platform", "slack"), api: api,
 		id: identity{Account: auth.UserID, BotUserID: auth.UserID, BotID: auth.BotID, AllowBots: cfg.AllowBots,
-			RequireMention: cfg.RequireMention, FreeChannels: freeChannels(cfg.FreeResponseChannels)},
+			RequireMention: cfg.RequireMention, FreeChannels: platform.IDSet(cfg.FreeResponseChannels)},
 	}, nil
 }
 
@@ -324,15 +324,6 @@ type deliverer interface {
 	Seen(ctx context.Context, eventID string) (bool, error)
 }
 
-func freeChannels(ids []string) map[string]bool {
-	m := map[string]bool{}
-	for _, id := range ids {
-		if id = strings.TrimSpace(id); id != "" {
-			m[id] = true
-		}
-	}
-	return m
-}
 
 func classifyConnect(err error) error {
 	if err == nil {

@@ -219,14 +219,10 @@ func NewPlatform(cfg Config, log *slog.Logger, hc *http.Client) (*Platform, erro
 	if err != nil {
 		return nil, fmt.Errorf("telegram client: %w", err)
 	}
-	free := map[string]bool{}
-	for _, c := range cfg.FreeResponseChats {
-		free[c] = true
-	}
 	return &Platform{
 		cfg: cfg, log: log.With("platform", "telegram"), api: api, http: hc, baseURL: base,
 		me: identity{id: id, username: strings.TrimPrefix(cfg.BotUsername, "@")}, username: strings.TrimPrefix(cfg.BotUsername, "@"),
-		gate: gating{requireMention: cfg.RequireMention, freeChats: free},
+		gate: gating{requireMention: cfg.RequireMention, freeChats: platform.IDSet(cfg.FreeResponseChats)},
 	}, nil
 }
 
