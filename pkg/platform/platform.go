@@ -238,4 +238,3 @@ func IDSet(ids []string) map[string]bool {
 	}
 	return m
 }
-

@@ -212,7 +212,6 @@ func allowAll() bool {
 	return false
 }
 
-
 func (p *Platform) Name() string         { return "discord" }
 func (p *Platform) Account() string      { return p.rules.Account }
 func (p *Platform) SingleConsumer() bool { return true }

@@ -324,7 +324,6 @@ type deliverer interface {
 	Seen(ctx context.Context, eventID string) (bool, error)
 }
 
-
 func classifyConnect(err error) error {
 	if err == nil {
 		return errors.New("socket mode stopped")
