@@ -71,8 +71,8 @@ type noticeSender struct {
 	// home is agent.home_channel, the target "home" stands for.
 	home string
 	// resolve reads a target string as delivery's API does: a bare
-	// platform is its home channel (/sethome's, else the configured one),
-	// "platform:#name" a chat of the channel directory.
+	// platform is its home channel (the configured one, else the chat
+	// /sethome chose), "platform:#name" a chat of the channel directory.
 	resolve func(ctx context.Context, raw string) (*deliveryv1.Target, error)
 }
 
@@ -80,7 +80,7 @@ func (n *noticeSender) Send(ctx context.Context, target, text, key string) (stri
 	raw := target
 	if target == "home" {
 		if n.home == "" {
-			return "", errors.New(`no home channel is configured (agent.home_channel); name a platform ("telegram") to reach the chat /sethome chose there`)
+			return "", errors.New(`no home channel is configured (agent.home_channel); name a platform ("telegram") for its home channel`)
 		}
 		raw = n.home
 	}

@@ -143,7 +143,8 @@ type Deps struct {
 	Sender tools.Sender
 	// Homes is the home channel configured for a platform
 	// (delivery.platforms.<p>.home), where send_message's bare platform
-	// goes when no /sethome chose one; nil: none.
+	// goes (a user's /sethome applies only where none is configured);
+	// nil: none.
 	Homes func(platform string) string
 	// Tools are extra tools (tests, plug-ins).
 	Tools []tools.Tool
