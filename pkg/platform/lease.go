@@ -171,13 +171,13 @@ func bucketGone(err error) bool {
 		errors.Is(err, jetstream.ErrBucketNotFound)
 }
 
-// reopen creates the lease bucket again.
+// reopen opens the lease bucket again, creating it when NATS lost it.
 func (l *lease) reopen(ctx context.Context) error {
 	rctx, cancel := context.WithTimeout(ctx, max(l.ttl/3, 20*time.Millisecond))
 	defer cancel()
 	kv, err := l.open(rctx)
 	if err != nil {
-		l.log.Warn("lease bucket gone; creating it again failed", "key", l.key, "err", err)
+		l.log.Warn("lease bucket not found; opening or creating it again failed", "key", l.key, "err", err)
 		return err
 	}
 	l.log.Warn("lease bucket opened again (created if NATS had lost it)", "key", l.key)
