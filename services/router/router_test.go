@@ -630,10 +630,13 @@ func TestSweepTakesOverAbandonedLocks(t *testing.T) {
 	tests := []struct {
 		kind  string
 		value func() string
-		ttl   time.Duration
+		// expires: the lock goes once the message waits behind it, as a
+		// dead worker's lock runs out (a TTL set up front could run out
+		// before the message arrives on a slow machine).
+		expires bool
 	}{
-		{"orphaned_grant", func() string { return redisx.NewGrant(time.Now()) }, time.Hour},
-		{"expired", func() string { return redisx.Holder(redisx.NewGrant(time.Now()), "dead-worker.1") }, time.Second},
+		{"orphaned_grant", func() string { return redisx.NewGrant(time.Now()) }, false},
+		{"expired", func() string { return redisx.Holder(redisx.NewGrant(time.Now()), "dead-worker.1") }, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.kind, func(t *testing.T) {
@@ -644,11 +647,22 @@ func TestSweepTakesOverAbandonedLocks(t *testing.T) {
 			e.startRouter(cfg, nil, nil)
 			w := e.startWorker(nil)
 			key := "agent:main:telegram:dm:chat-bob"
-			if err := e.rdb.Set(context.Background(), redisx.NewLocker(e.rdb, e.prefix).Key(key), tt.value(), tt.ttl).Err(); err != nil {
+			lock := redisx.NewLocker(e.rdb, e.prefix).Key(key)
+			if err := e.rdb.Set(context.Background(), lock, tt.value(), time.Hour).Err(); err != nil {
 				t.Fatal(err)
 			}
 			before := testutil.ToFloat64(lockTakeovers.WithLabelValues(tt.kind))
 			e.publish(dm("bob", "anyone there?"))
+			if tt.expires {
+				waitFor(t, "the message waits behind the lock", func() bool {
+					var n int
+					_ = e.db.QueryRow(context.Background(), `SELECT count(*) FROM session_queue WHERE session_key = $1`, key).Scan(&n)
+					return n == 1
+				})
+				if err := e.rdb.Del(context.Background(), lock).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
 			waitFor(t, "the waiting message runs", func() bool {
 				turns, _ := w.snapshot()
 				return len(inputsText(turns, key)) == 1
