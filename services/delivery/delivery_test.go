@@ -684,8 +684,9 @@ func TestReplicasBalanceThePartitions(t *testing.T) {
 // The messages of a turn's final reply carry its hop times to the
 // gateway (for the API's Server-Timing header): when the router published
 // the turn, when the worker published the reply, and when delivery sent
-// the message, through the outbox or straight through. Progress and
-// notices carry none.
+// the message, through the outbox or straight through; and the answer's
+// messages carry the turn's model tokens (for the API's usage). Progress
+// and notices carry none.
 func TestFinalRepliesCarryHopTimes(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -695,8 +696,10 @@ func TestFinalRepliesCarryHopTimes(t *testing.T) {
 		ev.TurnRequestedAt = requested
 		return ev
 	}
-	lone := stamped(event("t1", 2, "s1", final("short answer")))
-	long := stamped(event("t2", 2, "s2", final(strings.Repeat("word ", 1800))))
+	used := &deliveryv1.TokenUsage{PromptTokens: 30, CompletionTokens: 7}
+	withUsage := func(f *repliesv1.FinalText) *repliesv1.FinalText { f.Usage = used; return f }
+	lone := stamped(event("t1", 2, "s1", withUsage(final("short answer"))))
+	long := stamped(event("t2", 2, "s2", withUsage(final(strings.Repeat("word ", 1800)))))
 	failed := stamped(event("t3", 2, "s3", &repliesv1.ReplyError{Code: "provider", Message: "the model failed"}))
 	e.publish(t, stamped(event("t4", 1, "s4", &repliesv1.Typing{Active: true})))
 	e.publish(t, stamped(event("t5", 1, "s5", &repliesv1.Notice{Text: "a notice"})))
@@ -712,6 +715,10 @@ func TestFinalRepliesCarryHopTimes(t *testing.T) {
 	for _, c := range calls {
 		h := c.Req.GetHopTimes()
 		want, final := created[c.Req.GetTurnId()]
+		// The turn's tokens go with every message of its final answer.
+		if answer := final && c.Req.GetTurnId() != "t3" && c.Op != deliveryv1.SendOp_SEND_OP_TYPING; answer != proto.Equal(c.Req.GetUsage(), used) {
+			t.Errorf("%s %v carries usage %v", c.Key, c.Op, c.Req.GetUsage())
+		}
 		switch {
 		case !final || c.Op == deliveryv1.SendOp_SEND_OP_TYPING:
 			if h != nil {

@@ -176,6 +176,7 @@ func (s *Service) request(ev *repliesv1.ReplyEvent, key string, op deliveryv1.Se
 	if isFinal(ev) && ev.GetTurnRequestedAt() != nil {
 		r.HopTimes = &deliveryv1.HopTimes{TurnRequestedAt: ev.GetTurnRequestedAt(), ReplyCreatedAt: ev.GetCreatedAt()}
 	}
+	r.Usage = ev.GetFinalText().GetUsage()
 	return r
 }
 

@@ -633,7 +633,8 @@ func (r *turnRun) publishFinal(ctx context.Context, f store.Final) error {
 	ev := &repliesv1.ReplyEvent{}
 	switch f.Kind {
 	case store.FinalText:
-		ev.Body = &repliesv1.ReplyEvent_FinalText{FinalText: &repliesv1.FinalText{Text: f.Text, Format: deliveryv1.TextFormat_TEXT_FORMAT_MARKDOWN}}
+		ev.Body = &repliesv1.ReplyEvent_FinalText{FinalText: &repliesv1.FinalText{Text: f.Text, Format: deliveryv1.TextFormat_TEXT_FORMAT_MARKDOWN,
+			Usage: &deliveryv1.TokenUsage{PromptTokens: f.Usage.Input + f.Usage.CacheRead + f.Usage.CacheWrite, CompletionTokens: f.Usage.Output}}}
 	case store.FinalError:
 		ev.Body = &repliesv1.ReplyEvent_Error{Error: &repliesv1.ReplyError{Code: f.ErrorCode, Message: f.Text}}
 	default:

@@ -155,6 +155,12 @@ func TestAnswerOnlyTurnPublishesNoProgress(t *testing.T) {
 			in != done.GetUsage().GetInputTokens() || out != done.GetUsage().GetOutputTokens() {
 			t.Errorf("%s: stored usage %d/%d (%v), reported %v recorded %v", tc.name, in, out, err, done.GetUsage(), done.GetUsageRecorded())
 		}
+		// And it goes out with the final, for the API's usage.
+		u := done.GetUsage()
+		if got := final.GetFinalText().GetUsage(); got.GetPromptTokens() != u.GetInputTokens()+u.GetCacheReadTokens()+u.GetCacheWriteTokens() ||
+			got.GetCompletionTokens() != out {
+			t.Errorf("%s: the final's usage %v, want the turn's %v", tc.name, got, u)
+		}
 		// Its seq is known without the counter.
 		if n, err := h.rdb.Exists(context.Background(), h.prefix+"turnseq:"+req.TurnId).Result(); err != nil || n != 0 {
 			t.Errorf("%s: seq counter exists (%d, %v)", tc.name, n, err)

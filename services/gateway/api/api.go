@@ -339,7 +339,7 @@ func (s *Service) Send(ctx context.Context, req *deliveryv1.SendRequested) (stri
 func sendPiece(req *deliveryv1.SendRequested) piece {
 	p := piece{text: req.GetText(), final: req.GetFinal(), errorCode: req.GetErrorCode()}
 	if p.final {
-		p.hops = req.GetHopTimes()
+		p.hops, p.usage = req.GetHopTimes(), req.GetUsage()
 	}
 	return p
 }

@@ -161,7 +161,9 @@ func (r *responder) reply(ctx context.Context, t *testing.T, b *bus.Bus, ev *eve
 		text = r.final(pieces)
 	}
 	r.mu.Unlock()
-	final := &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, Text: text, Final: true, IdempotencyKey: turnID + ":1:0"}
+	// The tokens the fake model "used": the input's and the answer's length.
+	final := &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, Text: text, Final: true, IdempotencyKey: turnID + ":1:0",
+		Usage: &deliveryv1.TokenUsage{PromptTokens: int64(len(ev.GetText())), CompletionTokens: int64(len(text))}}
 	if r.hops != nil {
 		final.HopTimes = r.hops()
 	}

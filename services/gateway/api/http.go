@@ -329,9 +329,12 @@ func (s *Service) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
+	u := ans.usage
 	_ = json.NewEncoder(w).Encode(completion{
 		ID: id, Object: "chat.completion", Created: time.Now().Unix(), Model: modelName,
 		Choices: []completionChoice{{Message: completionMessage{Role: "assistant", Content: text}, FinishReason: "stop"}},
+		Usage: usage{PromptTokens: int(u.GetPromptTokens()), CompletionTokens: int(u.GetCompletionTokens()),
+			TotalTokens: int(u.GetPromptTokens() + u.GetCompletionTokens())},
 	})
 }
 
@@ -453,7 +456,7 @@ func collect(ctx context.Context, wt *waiter) (reply, error) {
 			}
 			b.WriteString(p.text)
 			if p.final {
-				ans.text, ans.hops = b.String(), p.hops
+				ans.text, ans.hops, ans.usage = b.String(), p.hops, p.usage
 				return ans, nil
 			}
 		}

@@ -41,6 +41,10 @@ func TestOpenAISDKCompletion(t *testing.T) {
 	if resp.Choices[0].FinishReason != "stop" {
 		t.Fatalf("finish reason %q", resp.Choices[0].FinishReason)
 	}
+	// The turn's tokens, as the worker reported them with its final.
+	if u := resp.Usage; u.PromptTokens != int64(len("hello")) || u.CompletionTokens != int64(len("echo: hello (turn 1)")) || u.TotalTokens != u.PromptTokens+u.CompletionTokens {
+		t.Fatalf("usage %+v", u)
+	}
 	// A plain request waits for the whole answer: the turn needs no progress.
 	if evs := r.received(); len(evs) != 1 || !evs[0].GetAnswerOnly() {
 		t.Fatalf("a plain request's event is not answer-only: %v", evs)

@@ -17,6 +17,8 @@ type piece struct {
 	// hops are the hand-on times of the turn's final reply (on the final
 	// piece), for the Server-Timing header.
 	hops *deliveryv1.HopTimes
+	// usage is the turn's model tokens (on the final piece).
+	usage *deliveryv1.TokenUsage
 }
 
 // reply is a waiting request's whole reply.
@@ -25,6 +27,7 @@ type reply struct {
 	// errorCode is set when the text explains a failed turn.
 	errorCode string
 	hops      *deliveryv1.HopTimes
+	usage     *deliveryv1.TokenUsage
 }
 
 // waiter collects the reply pieces of one waiting request.

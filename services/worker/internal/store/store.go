@@ -90,6 +90,8 @@ type Final struct {
 	ErrorCode string
 	Seq       int64
 	Model     string
+	// Usage is what the attempt that decided the turn used.
+	Usage Usage
 }
 
 // TurnState is what a (re)started turn finds.
@@ -207,11 +209,13 @@ func (s *Store) CheckGeneration(ctx context.Context, t Turn) error {
 	return s.write(ctx, t, Deferred, func(*pgx.Batch) {}, nil)
 }
 
-const finalCols = `status, final_kind, final_text, error_code, final_seq, model`
+const finalCols = `status, final_kind, final_text, error_code, final_seq, model,
+	input_tokens, output_tokens, cache_read_tokens, cache_write_tokens`
 
 func scanFinal(r pgx.Row) (Final, error) {
 	var f Final
-	err := r.Scan(&f.Status, &f.Kind, &f.Text, &f.ErrorCode, &f.Seq, &f.Model)
+	err := r.Scan(&f.Status, &f.Kind, &f.Text, &f.ErrorCode, &f.Seq, &f.Model,
+		&f.Usage.Input, &f.Usage.Output, &f.Usage.CacheRead, &f.Usage.CacheWrite)
 	return f, err
 }
 
@@ -231,6 +235,7 @@ const (
 const beginSQL = `SELECT f.turn_id IS NOT NULL,
 		coalesce(f.status, ''), coalesce(f.final_kind, ''), coalesce(f.final_text, ''), coalesce(f.error_code, ''),
 		coalesce(f.final_seq, 0), coalesce(f.model, ''),
+		coalesce(f.input_tokens, 0), coalesce(f.output_tokens, 0), coalesce(f.cache_read_tokens, 0), coalesce(f.cache_write_tokens, 0),
 		coalesce(s.summary, ''), p.session_id IS NOT NULL, coalesce(p.signature, ''), coalesce(p.prompt, '')
 	FROM (SELECT) AS one
 	LEFT JOIN worker_turns f ON f.turn_id = $1
@@ -268,6 +273,7 @@ func (s *Store) BeginTurn(ctx context.Context, t Turn) (TurnState, error) {
 		var decided, prompted bool
 		var p Prompt
 		if err := br.QueryRow().Scan(&decided, &f.Status, &f.Kind, &f.Text, &f.ErrorCode, &f.Seq, &f.Model,
+			&f.Usage.Input, &f.Usage.Output, &f.Usage.CacheRead, &f.Usage.CacheWrite,
 			&st.Summary, &prompted, &p.Signature, &p.Text); err != nil {
 			return fmt.Errorf("read turn: %w", err)
 		}
@@ -371,6 +377,7 @@ func queueInsert(b *pgx.Batch, t Turn, m *Message) {
 // generation, in one round trip. A turn finishes once: a second call keeps
 // the first final and returns it.
 func (s *Store) Finish(ctx context.Context, t Turn, before []Message, step int, last *Message, f Final) (Final, error) {
+	f.Usage = t.Usage
 	var m Message
 	if last != nil {
 		m = *last

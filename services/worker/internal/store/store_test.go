@@ -42,13 +42,15 @@ func TestFinishIsOnceAndFenced(t *testing.T) {
 	used := turn
 	used.Usage = store.Usage{Input: 120, Output: 30, CacheRead: 7, CacheWrite: 2}
 	got, err := s.Finish(ctx, used, nil, 1, &store.Message{Role: "assistant", Content: "one"}, first)
-	if err != nil || got != first {
+	decided := first
+	decided.Usage = used.Usage // the final goes out with what its attempt used
+	if err != nil || got != decided {
 		t.Fatalf("finish: %v %v", got, err)
 	}
 	used.Usage = store.Usage{Input: 999, Output: 999}
 	got, err = s.Finish(ctx, used, nil, 2, &store.Message{Role: "assistant", Content: "two"}, store.Final{Kind: store.FinalText, Text: "two", Seq: 9})
-	if err != nil || got.Text != "one" || got.Seq != 4 {
-		t.Fatalf("second finish replaced the first: %v %v", got, err)
+	if err != nil || got != decided {
+		t.Fatalf("second finish replaced the first (or its usage): %v %v", got, err)
 	}
 	// The usage stored is the deciding attempt's.
 	var u store.Usage
@@ -57,7 +59,7 @@ func TestFinishIsOnceAndFenced(t *testing.T) {
 		t.Errorf("stored usage %+v (%v)", u, err)
 	}
 	st, err = s.BeginTurn(ctx, turn)
-	if err != nil || st.Final == nil || st.Final.Seq != 4 {
+	if err != nil || st.Final == nil || st.Final.Seq != 4 || st.Final.Usage != decided.Usage {
 		t.Fatalf("redelivered begin: %+v %v", st, err)
 	}
 	if len(st.History) != 2 || st.History[0].Content != "hello zanzibar" || st.History[1].Content != "one" || st.Prompt != nil {

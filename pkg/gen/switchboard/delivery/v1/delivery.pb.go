@@ -361,7 +361,10 @@ type SendRequested struct {
 	ErrorCode string `protobuf:"bytes,14,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
 	// When each hop of the reply's turn handed it on, for latency
 	// breakdowns: set on the messages of a turn's final reply.
-	HopTimes      *HopTimes `protobuf:"bytes,15,opt,name=hop_times,json=hopTimes,proto3" json:"hop_times,omitempty"`
+	HopTimes *HopTimes `protobuf:"bytes,15,opt,name=hop_times,json=hopTimes,proto3" json:"hop_times,omitempty"`
+	// The model tokens the turn used: set on the messages of a turn's final
+	// reply (the OpenAI-compatible API reports them).
+	Usage         *TokenUsage `protobuf:"bytes,16,opt,name=usage,proto3" json:"usage,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -501,6 +504,67 @@ func (x *SendRequested) GetHopTimes() *HopTimes {
 	return nil
 }
 
+func (x *SendRequested) GetUsage() *TokenUsage {
+	if x != nil {
+		return x.Usage
+	}
+	return nil
+}
+
+// TokenUsage counts a turn's model tokens as OpenAI reports them: prompt
+// tokens include those read from or written to a prompt cache.
+type TokenUsage struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	PromptTokens     int64                  `protobuf:"varint,1,opt,name=prompt_tokens,json=promptTokens,proto3" json:"prompt_tokens,omitempty"`
+	CompletionTokens int64                  `protobuf:"varint,2,opt,name=completion_tokens,json=completionTokens,proto3" json:"completion_tokens,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *TokenUsage) Reset() {
+	*x = TokenUsage{}
+	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TokenUsage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TokenUsage) ProtoMessage() {}
+
+func (x *TokenUsage) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TokenUsage.ProtoReflect.Descriptor instead.
+func (*TokenUsage) Descriptor() ([]byte, []int) {
+	return file_switchboard_delivery_v1_delivery_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *TokenUsage) GetPromptTokens() int64 {
+	if x != nil {
+		return x.PromptTokens
+	}
+	return 0
+}
+
+func (x *TokenUsage) GetCompletionTokens() int64 {
+	if x != nil {
+		return x.CompletionTokens
+	}
+	return 0
+}
+
 // HopTimes are the wall-clock times, each read by the process of that
 // hop, at which a turn's message and reply were handed on. Times of
 // different hosts are as far apart as their clocks.
@@ -518,7 +582,7 @@ type HopTimes struct {
 
 func (x *HopTimes) Reset() {
 	*x = HopTimes{}
-	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[2]
+	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -530,7 +594,7 @@ func (x *HopTimes) String() string {
 func (*HopTimes) ProtoMessage() {}
 
 func (x *HopTimes) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[2]
+	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -543,7 +607,7 @@ func (x *HopTimes) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HopTimes.ProtoReflect.Descriptor instead.
 func (*HopTimes) Descriptor() ([]byte, []int) {
-	return file_switchboard_delivery_v1_delivery_proto_rawDescGZIP(), []int{2}
+	return file_switchboard_delivery_v1_delivery_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *HopTimes) GetTurnRequestedAt() *timestamppb.Timestamp {
@@ -585,7 +649,7 @@ type SendReceipt struct {
 
 func (x *SendReceipt) Reset() {
 	*x = SendReceipt{}
-	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[3]
+	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -597,7 +661,7 @@ func (x *SendReceipt) String() string {
 func (*SendReceipt) ProtoMessage() {}
 
 func (x *SendReceipt) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[3]
+	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -610,7 +674,7 @@ func (x *SendReceipt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendReceipt.ProtoReflect.Descriptor instead.
 func (*SendReceipt) Descriptor() ([]byte, []int) {
-	return file_switchboard_delivery_v1_delivery_proto_rawDescGZIP(), []int{3}
+	return file_switchboard_delivery_v1_delivery_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *SendReceipt) GetIdempotencyKey() string {
@@ -686,7 +750,7 @@ type SendRequest struct {
 
 func (x *SendRequest) Reset() {
 	*x = SendRequest{}
-	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[4]
+	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -698,7 +762,7 @@ func (x *SendRequest) String() string {
 func (*SendRequest) ProtoMessage() {}
 
 func (x *SendRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[4]
+	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -711,7 +775,7 @@ func (x *SendRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendRequest.ProtoReflect.Descriptor instead.
 func (*SendRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_delivery_v1_delivery_proto_rawDescGZIP(), []int{4}
+	return file_switchboard_delivery_v1_delivery_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *SendRequest) GetTarget() string {
@@ -760,7 +824,7 @@ type SendResponse struct {
 
 func (x *SendResponse) Reset() {
 	*x = SendResponse{}
-	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[5]
+	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -772,7 +836,7 @@ func (x *SendResponse) String() string {
 func (*SendResponse) ProtoMessage() {}
 
 func (x *SendResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[5]
+	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -785,7 +849,7 @@ func (x *SendResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendResponse.ProtoReflect.Descriptor instead.
 func (*SendResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_delivery_v1_delivery_proto_rawDescGZIP(), []int{5}
+	return file_switchboard_delivery_v1_delivery_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *SendResponse) GetDeliveryId() string {
@@ -828,7 +892,7 @@ type Delivery struct {
 
 func (x *Delivery) Reset() {
 	*x = Delivery{}
-	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[6]
+	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -840,7 +904,7 @@ func (x *Delivery) String() string {
 func (*Delivery) ProtoMessage() {}
 
 func (x *Delivery) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[6]
+	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -853,7 +917,7 @@ func (x *Delivery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Delivery.ProtoReflect.Descriptor instead.
 func (*Delivery) Descriptor() ([]byte, []int) {
-	return file_switchboard_delivery_v1_delivery_proto_rawDescGZIP(), []int{6}
+	return file_switchboard_delivery_v1_delivery_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Delivery) GetId() string {
@@ -936,7 +1000,7 @@ const file_switchboard_delivery_v1_delivery_proto_rawDesc = "" +
 	"\aaccount\x18\x02 \x01(\tR\aaccount\x12\x17\n" +
 	"\achat_id\x18\x03 \x01(\tR\x06chatId\x12\x1b\n" +
 	"\tthread_id\x18\x04 \x01(\tR\bthreadId\x12-\n" +
-	"\x13reply_to_message_id\x18\x05 \x01(\tR\x10replyToMessageId\"\xf4\x04\n" +
+	"\x13reply_to_message_id\x18\x05 \x01(\tR\x10replyToMessageId\"\xaf\x05\n" +
 	"\rSendRequested\x12'\n" +
 	"\x0fidempotency_key\x18\x01 \x01(\tR\x0eidempotencyKey\x12/\n" +
 	"\x02op\x18\x02 \x01(\x0e2\x1f.switchboard.delivery.v1.SendOpR\x02op\x127\n" +
@@ -958,7 +1022,12 @@ const file_switchboard_delivery_v1_delivery_proto_rawDesc = "" +
 	"\x11input_message_ids\x18\r \x03(\tR\x0finputMessageIds\x12\x1d\n" +
 	"\n" +
 	"error_code\x18\x0e \x01(\tR\terrorCode\x12>\n" +
-	"\thop_times\x18\x0f \x01(\v2!.switchboard.delivery.v1.HopTimesR\bhopTimes\"\xd9\x01\n" +
+	"\thop_times\x18\x0f \x01(\v2!.switchboard.delivery.v1.HopTimesR\bhopTimes\x129\n" +
+	"\x05usage\x18\x10 \x01(\v2#.switchboard.delivery.v1.TokenUsageR\x05usage\"^\n" +
+	"\n" +
+	"TokenUsage\x12#\n" +
+	"\rprompt_tokens\x18\x01 \x01(\x03R\fpromptTokens\x12+\n" +
+	"\x11completion_tokens\x18\x02 \x01(\x03R\x10completionTokens\"\xd9\x01\n" +
 	"\bHopTimes\x12F\n" +
 	"\x11turn_requested_at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x0fturnRequestedAt\x12D\n" +
 	"\x10reply_created_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x0ereplyCreatedAt\x12?\n" +
@@ -1042,7 +1111,7 @@ func file_switchboard_delivery_v1_delivery_proto_rawDescGZIP() []byte {
 }
 
 var file_switchboard_delivery_v1_delivery_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_switchboard_delivery_v1_delivery_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_switchboard_delivery_v1_delivery_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_switchboard_delivery_v1_delivery_proto_goTypes = []any{
 	(SendOp)(0),                   // 0: switchboard.delivery.v1.SendOp
 	(TextFormat)(0),               // 1: switchboard.delivery.v1.TextFormat
@@ -1050,40 +1119,42 @@ var file_switchboard_delivery_v1_delivery_proto_goTypes = []any{
 	(DeliveryState)(0),            // 3: switchboard.delivery.v1.DeliveryState
 	(*Target)(nil),                // 4: switchboard.delivery.v1.Target
 	(*SendRequested)(nil),         // 5: switchboard.delivery.v1.SendRequested
-	(*HopTimes)(nil),              // 6: switchboard.delivery.v1.HopTimes
-	(*SendReceipt)(nil),           // 7: switchboard.delivery.v1.SendReceipt
-	(*SendRequest)(nil),           // 8: switchboard.delivery.v1.SendRequest
-	(*SendResponse)(nil),          // 9: switchboard.delivery.v1.SendResponse
-	(*Delivery)(nil),              // 10: switchboard.delivery.v1.Delivery
-	(*v1.Attachment)(nil),         // 11: switchboard.events.v1.Attachment
-	(*timestamppb.Timestamp)(nil), // 12: google.protobuf.Timestamp
+	(*TokenUsage)(nil),            // 6: switchboard.delivery.v1.TokenUsage
+	(*HopTimes)(nil),              // 7: switchboard.delivery.v1.HopTimes
+	(*SendReceipt)(nil),           // 8: switchboard.delivery.v1.SendReceipt
+	(*SendRequest)(nil),           // 9: switchboard.delivery.v1.SendRequest
+	(*SendResponse)(nil),          // 10: switchboard.delivery.v1.SendResponse
+	(*Delivery)(nil),              // 11: switchboard.delivery.v1.Delivery
+	(*v1.Attachment)(nil),         // 12: switchboard.events.v1.Attachment
+	(*timestamppb.Timestamp)(nil), // 13: google.protobuf.Timestamp
 }
 var file_switchboard_delivery_v1_delivery_proto_depIdxs = []int32{
 	0,  // 0: switchboard.delivery.v1.SendRequested.op:type_name -> switchboard.delivery.v1.SendOp
 	4,  // 1: switchboard.delivery.v1.SendRequested.target:type_name -> switchboard.delivery.v1.Target
 	1,  // 2: switchboard.delivery.v1.SendRequested.format:type_name -> switchboard.delivery.v1.TextFormat
-	11, // 3: switchboard.delivery.v1.SendRequested.attachments:type_name -> switchboard.events.v1.Attachment
-	6,  // 4: switchboard.delivery.v1.SendRequested.hop_times:type_name -> switchboard.delivery.v1.HopTimes
-	12, // 5: switchboard.delivery.v1.HopTimes.turn_requested_at:type_name -> google.protobuf.Timestamp
-	12, // 6: switchboard.delivery.v1.HopTimes.reply_created_at:type_name -> google.protobuf.Timestamp
-	12, // 7: switchboard.delivery.v1.HopTimes.dispatched_at:type_name -> google.protobuf.Timestamp
-	2,  // 8: switchboard.delivery.v1.SendReceipt.error_class:type_name -> switchboard.delivery.v1.ErrorClass
-	12, // 9: switchboard.delivery.v1.SendReceipt.sent_at:type_name -> google.protobuf.Timestamp
-	11, // 10: switchboard.delivery.v1.SendRequest.attachments:type_name -> switchboard.events.v1.Attachment
-	1,  // 11: switchboard.delivery.v1.SendRequest.format:type_name -> switchboard.delivery.v1.TextFormat
-	3,  // 12: switchboard.delivery.v1.SendResponse.state:type_name -> switchboard.delivery.v1.DeliveryState
-	4,  // 13: switchboard.delivery.v1.SendResponse.resolved_target:type_name -> switchboard.delivery.v1.Target
-	3,  // 14: switchboard.delivery.v1.Delivery.state:type_name -> switchboard.delivery.v1.DeliveryState
-	4,  // 15: switchboard.delivery.v1.Delivery.target:type_name -> switchboard.delivery.v1.Target
-	12, // 16: switchboard.delivery.v1.Delivery.created_at:type_name -> google.protobuf.Timestamp
-	12, // 17: switchboard.delivery.v1.Delivery.updated_at:type_name -> google.protobuf.Timestamp
-	8,  // 18: switchboard.delivery.v1.DeliveryService.Send:input_type -> switchboard.delivery.v1.SendRequest
-	9,  // 19: switchboard.delivery.v1.DeliveryService.Send:output_type -> switchboard.delivery.v1.SendResponse
-	19, // [19:20] is the sub-list for method output_type
-	18, // [18:19] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	12, // 3: switchboard.delivery.v1.SendRequested.attachments:type_name -> switchboard.events.v1.Attachment
+	7,  // 4: switchboard.delivery.v1.SendRequested.hop_times:type_name -> switchboard.delivery.v1.HopTimes
+	6,  // 5: switchboard.delivery.v1.SendRequested.usage:type_name -> switchboard.delivery.v1.TokenUsage
+	13, // 6: switchboard.delivery.v1.HopTimes.turn_requested_at:type_name -> google.protobuf.Timestamp
+	13, // 7: switchboard.delivery.v1.HopTimes.reply_created_at:type_name -> google.protobuf.Timestamp
+	13, // 8: switchboard.delivery.v1.HopTimes.dispatched_at:type_name -> google.protobuf.Timestamp
+	2,  // 9: switchboard.delivery.v1.SendReceipt.error_class:type_name -> switchboard.delivery.v1.ErrorClass
+	13, // 10: switchboard.delivery.v1.SendReceipt.sent_at:type_name -> google.protobuf.Timestamp
+	12, // 11: switchboard.delivery.v1.SendRequest.attachments:type_name -> switchboard.events.v1.Attachment
+	1,  // 12: switchboard.delivery.v1.SendRequest.format:type_name -> switchboard.delivery.v1.TextFormat
+	3,  // 13: switchboard.delivery.v1.SendResponse.state:type_name -> switchboard.delivery.v1.DeliveryState
+	4,  // 14: switchboard.delivery.v1.SendResponse.resolved_target:type_name -> switchboard.delivery.v1.Target
+	3,  // 15: switchboard.delivery.v1.Delivery.state:type_name -> switchboard.delivery.v1.DeliveryState
+	4,  // 16: switchboard.delivery.v1.Delivery.target:type_name -> switchboard.delivery.v1.Target
+	13, // 17: switchboard.delivery.v1.Delivery.created_at:type_name -> google.protobuf.Timestamp
+	13, // 18: switchboard.delivery.v1.Delivery.updated_at:type_name -> google.protobuf.Timestamp
+	9,  // 19: switchboard.delivery.v1.DeliveryService.Send:input_type -> switchboard.delivery.v1.SendRequest
+	10, // 20: switchboard.delivery.v1.DeliveryService.Send:output_type -> switchboard.delivery.v1.SendResponse
+	20, // [20:21] is the sub-list for method output_type
+	19, // [19:20] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_switchboard_delivery_v1_delivery_proto_init() }
@@ -1097,7 +1168,7 @@ func file_switchboard_delivery_v1_delivery_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_switchboard_delivery_v1_delivery_proto_rawDesc), len(file_switchboard_delivery_v1_delivery_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   7,
+			NumMessages:   8,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -431,9 +431,12 @@ func (x *ToolProgress) GetDetail() string {
 
 // FinalText is the complete answer of the turn. It supersedes every delta.
 type FinalText struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Text          string                 `protobuf:"bytes,1,opt,name=text,proto3" json:"text,omitempty"`
-	Format        v1.TextFormat          `protobuf:"varint,2,opt,name=format,proto3,enum=switchboard.delivery.v1.TextFormat" json:"format,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Text   string                 `protobuf:"bytes,1,opt,name=text,proto3" json:"text,omitempty"`
+	Format v1.TextFormat          `protobuf:"varint,2,opt,name=format,proto3,enum=switchboard.delivery.v1.TextFormat" json:"format,omitempty"`
+	// The model tokens of the attempt that decided the answer; unset when a
+	// later attempt republishes a final decided before.
+	Usage         *v1.TokenUsage `protobuf:"bytes,3,opt,name=usage,proto3" json:"usage,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -480,6 +483,13 @@ func (x *FinalText) GetFormat() v1.TextFormat {
 		return x.Format
 	}
 	return v1.TextFormat(0)
+}
+
+func (x *FinalText) GetUsage() *v1.TokenUsage {
+	if x != nil {
+		return x.Usage
+	}
+	return nil
 }
 
 type Media struct {
@@ -717,10 +727,11 @@ const file_switchboard_replies_v1_replies_proto_rawDesc = "" +
 	"toolCallId\x12\x1b\n" +
 	"\ttool_name\x18\x02 \x01(\tR\btoolName\x127\n" +
 	"\x05phase\x18\x03 \x01(\x0e2!.switchboard.replies.v1.ToolPhaseR\x05phase\x12\x16\n" +
-	"\x06detail\x18\x04 \x01(\tR\x06detail\"\\\n" +
+	"\x06detail\x18\x04 \x01(\tR\x06detail\"\x97\x01\n" +
 	"\tFinalText\x12\x12\n" +
 	"\x04text\x18\x01 \x01(\tR\x04text\x12;\n" +
-	"\x06format\x18\x02 \x01(\x0e2#.switchboard.delivery.v1.TextFormatR\x06format\"J\n" +
+	"\x06format\x18\x02 \x01(\x0e2#.switchboard.delivery.v1.TextFormatR\x06format\x129\n" +
+	"\x05usage\x18\x03 \x01(\v2#.switchboard.delivery.v1.TokenUsageR\x05usage\"J\n" +
 	"\x05Media\x12A\n" +
 	"\n" +
 	"attachment\x18\x01 \x01(\v2!.switchboard.events.v1.AttachmentR\n" +
@@ -769,7 +780,8 @@ var file_switchboard_replies_v1_replies_proto_goTypes = []any{
 	(*v1.Target)(nil),             // 9: switchboard.delivery.v1.Target
 	(*timestamppb.Timestamp)(nil), // 10: google.protobuf.Timestamp
 	(v1.TextFormat)(0),            // 11: switchboard.delivery.v1.TextFormat
-	(*v11.Attachment)(nil),        // 12: switchboard.events.v1.Attachment
+	(*v1.TokenUsage)(nil),         // 12: switchboard.delivery.v1.TokenUsage
+	(*v11.Attachment)(nil),        // 13: switchboard.events.v1.Attachment
 }
 var file_switchboard_replies_v1_replies_proto_depIdxs = []int32{
 	9,  // 0: switchboard.replies.v1.ReplyEvent.target:type_name -> switchboard.delivery.v1.Target
@@ -784,12 +796,13 @@ var file_switchboard_replies_v1_replies_proto_depIdxs = []int32{
 	8,  // 9: switchboard.replies.v1.ReplyEvent.notice:type_name -> switchboard.replies.v1.Notice
 	0,  // 10: switchboard.replies.v1.ToolProgress.phase:type_name -> switchboard.replies.v1.ToolPhase
 	11, // 11: switchboard.replies.v1.FinalText.format:type_name -> switchboard.delivery.v1.TextFormat
-	12, // 12: switchboard.replies.v1.Media.attachment:type_name -> switchboard.events.v1.Attachment
-	13, // [13:13] is the sub-list for method output_type
-	13, // [13:13] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	12, // 12: switchboard.replies.v1.FinalText.usage:type_name -> switchboard.delivery.v1.TokenUsage
+	13, // 13: switchboard.replies.v1.Media.attachment:type_name -> switchboard.events.v1.Attachment
+	14, // [14:14] is the sub-list for method output_type
+	14, // [14:14] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_switchboard_replies_v1_replies_proto_init() }
