@@ -312,7 +312,7 @@ func (s *Service) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		if !published.IsZero() {
 			timing = func(h *deliveryv1.HopTimes) string { return serverTiming(received, published, time.Now(), h) }
 		}
-		s.stream(ctx, w, wt, id, modelName, timing)
+		s.stream(ctx, w, wt, id, modelName, req.IncludeUsage, timing)
 		return
 	}
 	ans, err := collect(ctx, wt)
@@ -329,12 +329,10 @@ func (s *Service) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
-	u := ans.usage
 	_ = json.NewEncoder(w).Encode(completion{
 		ID: id, Object: "chat.completion", Created: time.Now().Unix(), Model: modelName,
 		Choices: []completionChoice{{Message: completionMessage{Role: "assistant", Content: text}, FinishReason: "stop"}},
-		Usage: usage{PromptTokens: int(u.GetPromptTokens()), CompletionTokens: int(u.GetCompletionTokens()),
-			TotalTokens: int(u.GetPromptTokens() + u.GetCompletionTokens())},
+		Usage:   usageOf(ans.usage),
 	})
 }
 
@@ -471,7 +469,7 @@ func collect(ctx context.Context, wt *waiter) (reply, error) {
 // stream writes OpenAI chunks as reply pieces arrive, then data: [DONE].
 // With timing, the response ends with a Server-Timing trailer rendered
 // from the final piece's hop times.
-func (s *Service) stream(ctx context.Context, w http.ResponseWriter, wt *waiter, id, modelName string, timing func(*deliveryv1.HopTimes) string) {
+func (s *Service) stream(ctx context.Context, w http.ResponseWriter, wt *waiter, id, modelName string, withUsage bool, timing func(*deliveryv1.HopTimes) string) {
 	flusher, _ := w.(http.Flusher)
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
@@ -548,6 +546,12 @@ func (s *Service) stream(ctx context.Context, w http.ResponseWriter, wt *waiter,
 				final = &p
 				stop := "stop"
 				write(chunkDelta{}, &stop)
+				if withUsage {
+					u := usageOf(p.usage)
+					data, _ := json.Marshal(chunk{ID: id, Object: "chat.completion.chunk", Created: created, Model: modelName,
+						Choices: []chunkChoice{}, Usage: &u})
+					fmt.Fprintf(w, "data: %s\n\n", data)
+				}
 				fmt.Fprint(w, "data: [DONE]\n\n")
 				if flusher != nil {
 					flusher.Flush()

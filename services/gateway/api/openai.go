@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"net/http"
 	"strings"
+
+	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 )
 
 // apiError is OpenAI's error body.
@@ -123,6 +125,15 @@ type chunk struct {
 	Created int64         `json:"created"`
 	Model   string        `json:"model"`
 	Choices []chunkChoice `json:"choices"`
+	// Usage is set on the last chunk of a stream that asked for it
+	// (stream_options.include_usage), whose choices are empty.
+	Usage *usage `json:"usage,omitempty"`
+}
+
+// usageOf is a turn's token usage as OpenAI reports it.
+func usageOf(u *deliveryv1.TokenUsage) usage {
+	return usage{PromptTokens: int(u.GetPromptTokens()), CompletionTokens: int(u.GetCompletionTokens()),
+		TotalTokens: int(u.GetPromptTokens() + u.GetCompletionTokens())}
 }
 
 type chunkChoice struct {

@@ -67,20 +67,27 @@ func TestOpenAISDKStreaming(t *testing.T) {
 	defer cancel()
 	client := sdkClient(s)
 	stream := client.Chat.Completions.NewStreaming(ctx, openai.ChatCompletionNewParams{
-		Model:    "switchboard",
-		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("stream me")},
+		Model:         "switchboard",
+		Messages:      []openai.ChatCompletionMessageParamUnion{openai.UserMessage("stream me")},
+		StreamOptions: openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)},
 	})
 	var acc openai.ChatCompletionAccumulator
 	var pieces []string
+	var last openai.ChatCompletionChunk
 	for stream.Next() {
 		c := stream.Current()
 		acc.AddChunk(c)
+		last = c
 		if len(c.Choices) > 0 && c.Choices[0].Delta.Content != "" {
 			pieces = append(pieces, c.Choices[0].Delta.Content)
 		}
 	}
 	if err := stream.Err(); err != nil {
 		t.Fatal(err)
+	}
+	// Asked for, the usage comes in a last chunk without choices.
+	if u := last.Usage; len(last.Choices) != 0 || u.PromptTokens != int64(len("stream me")) || u.CompletionTokens != int64(len("echo: stream me (turn 1)")) {
+		t.Fatalf("last chunk %+v, want the usage alone", last)
 	}
 	if want := []string{"echo", ": stream me", " (turn 1)"}; strings.Join(pieces, "|") != strings.Join(want, "|") {
 		t.Fatalf("streamed pieces %q, want %q", pieces, want)

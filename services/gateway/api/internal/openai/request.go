@@ -19,6 +19,11 @@ type chatRequest struct {
 	Messages []chatMessage `json:"messages"`
 	Stream   bool          `json:"stream"`
 	User     string        `json:"user"`
+	// StreamOptions.IncludeUsage asks a stream for a last chunk with the
+	// usage.
+	StreamOptions *struct {
+		IncludeUsage bool `json:"include_usage"`
+	} `json:"stream_options"`
 }
 
 type chatMessage struct {
@@ -38,12 +43,14 @@ type contentPart struct {
 // Chat is a validated request: the newest user message is the
 // input, everything before it is context.
 type Chat struct {
-	Model       string
-	Stream      bool
-	User        string
-	Text        string
-	Attachments []*eventsv1.Attachment
-	Context     []*eventsv1.ContextMessage
+	Model  string
+	Stream bool
+	// IncludeUsage: the stream ends with a chunk holding the usage.
+	IncludeUsage bool
+	User         string
+	Text         string
+	Attachments  []*eventsv1.Attachment
+	Context      []*eventsv1.ContextMessage
 }
 
 // Limits on what one request may carry.
@@ -97,7 +104,8 @@ func Parse(body []byte) (*Chat, error) {
 	if last < 0 {
 		return nil, invalid("messages", "messages must contain a user message")
 	}
-	out := &Chat{Model: req.Model, Stream: req.Stream, User: req.User}
+	out := &Chat{Model: req.Model, Stream: req.Stream, User: req.User,
+		IncludeUsage: req.Stream && req.StreamOptions != nil && req.StreamOptions.IncludeUsage}
 	for i, m := range req.Messages {
 		text, images, err := content(m.Content)
 		if err != nil {
