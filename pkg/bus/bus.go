@@ -8,6 +8,7 @@ import (
 	neturl "net/url"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -46,6 +47,31 @@ type Bus struct {
 	js   jetstream.JetStream
 	topo Topology
 	log  *slog.Logger
+
+	// handBacks is the BUS_HANDBACKS bucket, opened once for every
+	// consumer of the process (handBackCounts).
+	hbMu      sync.Mutex
+	handBacks jetstream.KeyValue
+}
+
+// handBackCounts creates or opens the bucket that counts hand-backs
+// (BucketHandBacks), once per Bus; a failure is tried again by the next
+// consumer to start.
+func (b *Bus) handBackCounts(ctx context.Context) (jetstream.KeyValue, error) {
+	b.hbMu.Lock()
+	defer b.hbMu.Unlock()
+	if b.handBacks != nil {
+		return b.handBacks, nil
+	}
+	kv, err := b.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket: b.topo.Stream(BucketHandBacks), Description: "hand-backs of stopping processes, per message",
+		TTL: 24 * time.Hour, History: 1, Storage: jetstream.FileStorage, Replicas: max(b.topo.Replicas, 1),
+	})
+	if err != nil {
+		return nil, err
+	}
+	b.handBacks = kv
+	return kv, nil
 }
 
 // New wraps an open NATS connection.

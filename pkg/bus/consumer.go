@@ -230,11 +230,7 @@ func (c *Consumer[T, P]) Run(ctx context.Context) error {
 	}
 	stopGauges := c.watchBacklog(ctx, cons)
 	defer stopGauges()
-	c.handBacks, err = c.bus.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket: c.bus.topo.Stream(BucketHandBacks), Description: "hand-backs of stopping processes, per message",
-		TTL: 24 * time.Hour, History: 1, Storage: jetstream.FileStorage, Replicas: max(c.bus.topo.Replicas, 1),
-	})
-	if err != nil {
+	if c.handBacks, err = c.bus.handBackCounts(ctx); err != nil {
 		c.log.Warn("hand-back counts unavailable: a hand-back uses up a delivery attempt", "err", err)
 		c.handBacks = nil
 	}
