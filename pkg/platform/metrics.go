@@ -10,6 +10,10 @@ var (
 		Name: "switchboard_gateway_inbound_total",
 		Help: "Inbound platform events, by platform and result (published, duplicate, rejected, error).",
 	}, []string{"platform", "result"})
+	attachmentsTotal = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "switchboard_gateway_attachments_total",
+		Help: "Attachments the agent reads, by platform and result (kept in the store, left as a URL, too_large, failed).",
+	}, []string{"platform", "result"})
 	sendsTotal = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "switchboard_gateway_sends_total",
 		Help: "Send requests served, by platform, operation and result (ok, duplicate, or the error class).",

@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"time"
 
@@ -120,6 +121,22 @@ type SingleConsumer interface {
 type Ephemeral interface {
 	Ephemeral() bool
 }
+
+// Fetcher is implemented by platforms whose attachments only the gateway
+// can download, with the platform's credentials (Telegram's file API,
+// Slack's private URLs) or from where the platform put them (Discord's
+// CDN): before it publishes a message, the Runner keeps the bytes of the
+// attachments the agent reads (attachment.Wanted) in the attachment store
+// and points the event at them.
+type Fetcher interface {
+	// Fetch opens a's bytes and returns the media type the platform
+	// reports ("" when it reports none). ErrNotFetched leaves a as it is.
+	Fetch(ctx context.Context, a *eventsv1.Attachment) (io.ReadCloser, string, error)
+}
+
+// ErrNotFetched is returned by a Fetcher for an attachment it leaves as
+// it is (a URL the model provider may fetch itself).
+var ErrNotFetched = errors.New("attachment not fetched")
 
 // Conn is the Runner's side of a connection, given to Connect.
 type Conn interface {

@@ -22,6 +22,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/switchboard-chat/switchboard/pkg/attachment"
 	"github.com/switchboard-chat/switchboard/pkg/bus"
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
@@ -60,6 +61,10 @@ type Options struct {
 	SendConcurrency int
 	// SendTimeout bounds one platform operation (default 30 s).
 	SendTimeout time.Duration
+	// Attachments: when enabled, the bytes of the attachments the agent
+	// reads are kept in the attachment store before an event is published
+	// (data: URLs, and what a Fetcher platform downloads).
+	Attachments attachment.Config
 }
 
 func (o *Options) defaults() {
@@ -119,8 +124,9 @@ type Runner struct {
 	opts Options
 	log  *slog.Logger
 
-	receipts jetstream.KeyValue
-	seen     jetstream.KeyValue
+	receipts    jetstream.KeyValue
+	seen        jetstream.KeyValue
+	attachments *attachment.Store // nil: attachments are not kept
 
 	mu      sync.Mutex
 	state   State
@@ -138,11 +144,15 @@ func NewRunner(p Platform, b *bus.Bus, opts Options) (*Runner, error) {
 	if name == "" {
 		return nil, errors.New("platform runner: empty platform name")
 	}
-	return &Runner{
+	r := &Runner{
 		p: p, name: name, bus: b, opts: opts,
 		log:   opts.Log.With("platform", name, "account", p.Account()),
 		state: StateStarting,
-	}, nil
+	}
+	if opts.Attachments.Enabled {
+		r.attachments = attachment.New(b.JetStream(), b.Topology(), opts.Attachments)
+	}
+	return r, nil
 }
 
 // Platform is the wrapped platform.
@@ -389,6 +399,8 @@ func (r *Runner) DeliverFresh(ctx context.Context, ev *eventsv1.MessageReceived)
 }
 
 func (r *Runner) deliver(ctx context.Context, ev *eventsv1.MessageReceived, seen bool) (Accepted, error) {
+	// Before the size check: a data: URL's bytes leave the event here.
+	r.keepAttachments(ctx, ev)
 	if err := r.validate(ev); err != nil {
 		inboundTotal.WithLabelValues(r.name, "rejected").Inc()
 		r.log.Warn("inbound event rejected", "reason", err.Error(), "event_id", ev.GetEventId())

@@ -267,8 +267,11 @@ type Attachment struct {
 	FileName  string                `protobuf:"bytes,7,opt,name=file_name,json=fileName,proto3" json:"file_name,omitempty"`
 	// Platform-specific id (Telegram file_id, Slack file id).
 	PlatformFileId string `protobuf:"bytes,8,opt,name=platform_file_id,json=platformFileId,proto3" json:"platform_file_id,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Why the gateway kept no bytes of an attachment the agent reads (too
+	// large, the download failed); empty when it kept them or never tried.
+	Unavailable   string `protobuf:"bytes,9,opt,name=unavailable,proto3" json:"unavailable,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Attachment) Reset() {
@@ -364,6 +367,13 @@ func (x *Attachment) GetFileName() string {
 func (x *Attachment) GetPlatformFileId() string {
 	if x != nil {
 		return x.PlatformFileId
+	}
+	return ""
+}
+
+func (x *Attachment) GetUnavailable() string {
+	if x != nil {
+		return x.Unavailable
 	}
 	return ""
 }
@@ -798,7 +808,7 @@ const file_switchboard_events_v1_events_proto_rawDesc = "" +
 	"\x15prospective_thread_id\x18\r \x01(\tR\x13prospectiveThreadId\x12\x1d\n" +
 	"\n" +
 	"chat_topic\x18\x0e \x01(\tR\tchatTopic\x12\x15\n" +
-	"\x06is_bot\x18\x0f \x01(\bR\x05isBot\"\xa3\x02\n" +
+	"\x06is_bot\x18\x0f \x01(\bR\x05isBot\"\xc5\x02\n" +
 	"\n" +
 	"Attachment\x129\n" +
 	"\x04kind\x18\x01 \x01(\x0e2%.switchboard.events.v1.AttachmentKindR\x04kind\x12\x12\n" +
@@ -809,7 +819,8 @@ const file_switchboard_events_v1_events_proto_rawDesc = "" +
 	"size_bytes\x18\x05 \x01(\x03R\tsizeBytes\x12\x18\n" +
 	"\acaption\x18\x06 \x01(\tR\acaption\x12\x1b\n" +
 	"\tfile_name\x18\a \x01(\tR\bfileName\x12(\n" +
-	"\x10platform_file_id\x18\b \x01(\tR\x0eplatformFileIdB\n" +
+	"\x10platform_file_id\x18\b \x01(\tR\x0eplatformFileId\x12 \n" +
+	"\vunavailable\x18\t \x01(\tR\vunavailableB\n" +
 	"\n" +
 	"\blocation\"p\n" +
 	"\aReplyTo\x12\x1d\n" +

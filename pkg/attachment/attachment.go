@@ -1,0 +1,224 @@
+// Package attachment keeps the bytes of users' attachments in a JetStream
+// object store, so that bus events carry only a reference to them: a
+// platform gateway, which holds the platform's credentials, downloads a
+// photo once as it publishes the message, and the agent worker reads it
+// back for the model.
+package attachment
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/switchboard-chat/switchboard/pkg/bus"
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+)
+
+// Bucket is the object store's name (before the topology prefix).
+const Bucket = "ATTACHMENTS"
+
+// Config bounds what the gateways keep.
+type Config struct {
+	// Enabled: gateways download the attachments the agent reads (images)
+	// and the worker shows them to the model. Off, the model sees only a
+	// line naming each attachment.
+	Enabled bool `koanf:"enabled"`
+	// MaxBytes bounds one attachment (default 20 MiB, Telegram's download
+	// limit for bots); a larger one is named to the model as too large.
+	MaxBytes int64 `koanf:"max_bytes"`
+	// TTL is how long the bytes are kept (default 24 h): long enough for a
+	// turn queued behind others, or retried after a crash, to read them.
+	TTL time.Duration `koanf:"ttl"`
+	// StoreBytes bounds the whole store (default 2 GiB); when it is full a
+	// new attachment is named to the model as unavailable until old ones
+	// expire.
+	StoreBytes int64 `koanf:"store_bytes"`
+}
+
+// DefaultConfig is on, 20 MiB per file, kept a day, 2 GiB in all.
+func DefaultConfig() Config {
+	return Config{Enabled: true, MaxBytes: 20 << 20, TTL: 24 * time.Hour, StoreBytes: 2 << 30}
+}
+
+// Validate checks the bounds.
+func (c Config) Validate() error {
+	switch {
+	case c.MaxBytes < 0, c.StoreBytes < 0, c.TTL < 0:
+		return errors.New("attachments: max_bytes, store_bytes and ttl must not be negative")
+	case c.StoreBytes > 0 && c.MaxBytes > c.StoreBytes:
+		return fmt.Errorf("attachments: max_bytes (%d) is larger than store_bytes (%d)", c.MaxBytes, c.StoreBytes)
+	}
+	return nil
+}
+
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	if c.MaxBytes == 0 {
+		c.MaxBytes = d.MaxBytes
+	}
+	if c.TTL == 0 {
+		c.TTL = d.TTL
+	}
+	if c.StoreBytes == 0 {
+		c.StoreBytes = d.StoreBytes
+	}
+	return c
+}
+
+// Wanted reports whether the agent reads a's bytes, so a gateway should
+// keep them: images, which go to the model.
+func Wanted(a *eventsv1.Attachment) bool {
+	switch a.GetKind() {
+	case eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE:
+		return true
+	case eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT:
+		return IsImageType(a.GetMimeType())
+	}
+	return false
+}
+
+// IsImageType reports whether mime names an image format the model
+// providers take (PNG, JPEG, GIF, WebP).
+func IsImageType(mime string) bool {
+	mime, _, _ = strings.Cut(strings.ToLower(strings.TrimSpace(mime)), ";")
+	switch mime {
+	case "image/png", "image/jpeg", "image/jpg", "image/gif", "image/webp":
+		return true
+	}
+	return false
+}
+
+// ErrTooLarge is returned for an attachment over Config.MaxBytes.
+var ErrTooLarge = errors.New("attachment too large")
+
+// ErrNotFound is returned for a reference the store does not hold (it
+// expired, or was never kept).
+var ErrNotFound = errors.New("attachment not found")
+
+// Store reads and writes the object store. Gateways create the bucket
+// (Keep); workers only open it (Get), so that one process's settings
+// decide its bounds.
+type Store struct {
+	js   jetstream.JetStream
+	topo bus.Topology
+	cfg  Config
+
+	mu  sync.Mutex
+	obs jetstream.ObjectStore
+}
+
+// New returns a Store over js; nothing is opened until first use.
+func New(js jetstream.JetStream, topo bus.Topology, cfg Config) *Store {
+	return &Store{js: js, topo: topo, cfg: cfg.withDefaults()}
+}
+
+// Config is the store's configuration with its defaults.
+func (s *Store) Config() Config { return s.cfg }
+
+// bucket opens the object store, creating or updating it when create is
+// set. It is kept once opened.
+func (s *Store) bucket(ctx context.Context, create bool) (jetstream.ObjectStore, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.obs != nil {
+		return s.obs, nil
+	}
+	var (
+		obs jetstream.ObjectStore
+		err error
+	)
+	if create {
+		obs, err = s.js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
+			Bucket: s.topo.Stream(Bucket), Description: "users' attachments, read by the agent",
+			TTL: s.cfg.TTL, MaxBytes: s.cfg.StoreBytes, Storage: s.topo.Storage, Replicas: max(s.topo.Replicas, 1),
+		})
+	} else {
+		obs, err = s.js.ObjectStore(ctx, s.topo.Stream(Bucket))
+		if errors.Is(err, jetstream.ErrBucketNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
+			return nil, ErrNotFound
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("attachment store: %w", err)
+	}
+	s.obs = obs
+	return obs, nil
+}
+
+// Keep stores the bytes r yields under name, reading at most MaxBytes,
+// and returns how many it stored. An object already stored under name is
+// kept as it is (a redelivered event need not download again).
+func (s *Store) Keep(ctx context.Context, name, mime string, r io.Reader) (int64, error) {
+	obs, err := s.bucket(ctx, true)
+	if err != nil {
+		return 0, err
+	}
+	if info, err := obs.GetInfo(ctx, name); err == nil {
+		return int64(info.Size), nil
+	}
+	lr := &limitReader{r: r, left: s.cfg.MaxBytes}
+	info, err := obs.Put(ctx, jetstream.ObjectMeta{Name: name, Description: mime}, lr)
+	if lr.over {
+		return 0, ErrTooLarge
+	}
+	if err != nil {
+		return 0, fmt.Errorf("store attachment: %w", err)
+	}
+	return int64(info.Size), nil
+}
+
+// Get returns the bytes stored under name and the media type they were
+// stored with, refusing ones over limit bytes (0: MaxBytes).
+func (s *Store) Get(ctx context.Context, name string, limit int64) ([]byte, string, error) {
+	if limit <= 0 {
+		limit = s.cfg.MaxBytes
+	}
+	obs, err := s.bucket(ctx, false)
+	if err != nil {
+		return nil, "", err
+	}
+	info, err := obs.GetInfo(ctx, name)
+	if errors.Is(err, jetstream.ErrObjectNotFound) {
+		return nil, "", ErrNotFound
+	}
+	if err != nil {
+		return nil, "", fmt.Errorf("attachment %s: %w", name, err)
+	}
+	if int64(info.Size) > limit {
+		return nil, "", fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, info.Size, limit)
+	}
+	b, err := obs.GetBytes(ctx, name)
+	if errors.Is(err, jetstream.ErrObjectNotFound) {
+		return nil, "", ErrNotFound
+	}
+	if err != nil {
+		return nil, "", fmt.Errorf("read attachment %s: %w", name, err)
+	}
+	return b, info.Description, nil
+}
+
+// limitReader fails once more than left bytes were read.
+type limitReader struct {
+	r    io.Reader
+	left int64
+	over bool
+}
+
+func (l *limitReader) Read(p []byte) (int, error) {
+	if int64(len(p)) > l.left+1 {
+		p = p[:l.left+1]
+	}
+	n, err := l.r.Read(p)
+	l.left -= int64(n)
+	if l.left < 0 {
+		l.over = true
+		return 0, ErrTooLarge
+	}
+	return n, err
+}
