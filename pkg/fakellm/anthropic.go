@@ -1,6 +1,7 @@
 package fakellm
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"net/http"
 	"strconv"
@@ -30,6 +31,12 @@ type anBlock struct {
 	ToolUseID    string          `json:"tool_use_id"`
 	Content      json.RawMessage `json:"content"`
 	CacheControl json.RawMessage `json:"cache_control"`
+	Source       *struct {
+		Type      string `json:"type"`
+		MediaType string `json:"media_type"`
+		Data      string `json:"data"`
+		URL       string `json:"url"`
+	} `json:"source"`
 }
 
 type anTool struct {
@@ -86,6 +93,13 @@ func (s *Server) handleAnthropic(w http.ResponseWriter, r *http.Request) {
 			switch bl.Type {
 			case "text":
 				msg.Content += bl.Text
+			case "image":
+				if src := bl.Source; src != nil && src.Type == "url" {
+					msg.Images = append(msg.Images, Image{URL: src.URL})
+				} else if src != nil {
+					data, _ := base64.StdEncoding.DecodeString(src.Data)
+					msg.Images = append(msg.Images, Image{MediaType: src.MediaType, Data: data})
+				}
 			case "tool_use":
 				args := string(bl.Input)
 				if args == "" {
@@ -97,7 +111,7 @@ func (s *Server) handleAnthropic(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		req.Messages = append(req.Messages, results...)
-		if msg.Content != "" || len(msg.ToolCalls) > 0 || len(results) == 0 {
+		if msg.Content != "" || len(msg.ToolCalls) > 0 || len(msg.Images) > 0 || len(results) == 0 {
 			req.Messages = append(req.Messages, msg)
 		}
 	}

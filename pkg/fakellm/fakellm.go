@@ -22,6 +22,8 @@ package fakellm
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"hash/maphash"
@@ -55,6 +57,9 @@ type Config struct {
 	MaxRecorded int
 	// Log receives errors; default slog.Default().
 	Log *slog.Logger
+	// TextOnly refuses requests with images as a model without vision
+	// does (400, invalid_request_error).
+	TextOnly bool
 }
 
 // Message is one decoded conversation message, the same for both wire
@@ -64,6 +69,36 @@ type Message struct {
 	Content    string
 	ToolCalls  []ToolCall
 	ToolCallID string
+	Images     []Image // pictures of a user message
+}
+
+// Image is a picture the fake received: decoded bytes, or a URL.
+type Image struct {
+	MediaType string
+	Data      []byte
+	URL       string // for a picture the model would fetch
+}
+
+// imageFromURL decodes an OpenAI image_url: a base64 data: URL, or a URL.
+func imageFromURL(u string) Image {
+	rest, ok := strings.CutPrefix(u, "data:")
+	if !ok {
+		return Image{URL: u}
+	}
+	meta, payload, _ := strings.Cut(rest, ",")
+	mt, _, _ := strings.Cut(meta, ";")
+	data, _ := base64.StdEncoding.DecodeString(payload)
+	return Image{MediaType: mt, Data: data}
+}
+
+// String describes the picture as the fake's echo shows it: its type,
+// size and the start of its SHA-256, or its URL.
+func (img Image) String() string {
+	if img.URL != "" {
+		return img.URL
+	}
+	sum := sha256.Sum256(img.Data)
+	return fmt.Sprintf("%s %d B sha256:%x", img.MediaType, len(img.Data), sum[:4])
 }
 
 // ToolCall is a tool invocation by the model.
@@ -359,6 +394,10 @@ func (s *Server) decide(req *Request) plan {
 		decided = true
 	}
 	s.mu.Unlock()
+	if !decided && s.cfg.TextOnly && hasImages(req) {
+		p.reply = Reply{Failure: &Failure{Status: http.StatusBadRequest, Message: textOnlyMessage}}
+		decided = true
+	}
 	if !decided && script != nil {
 		p.reply, decided = script(req)
 	}
@@ -381,6 +420,29 @@ func (s *Server) decide(req *Request) plan {
 	}
 	p.usage = s.usage(req, &p.reply)
 	return p
+}
+
+// textOnlyMessage is what a TextOnly fake answers a request with images.
+const textOnlyMessage = "Invalid content type. image_url is only supported by certain models."
+
+func hasImages(req *Request) bool {
+	for i := range req.Messages {
+		if len(req.Messages[i].Images) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// appendImages appends a note of each picture, so tests see what reached
+// the model.
+func appendImages(b []byte, images []Image) []byte {
+	for _, img := range images {
+		b = append(b, " [image "...)
+		b = append(b, img.String()...)
+		b = append(b, ']')
+	}
+	return b
 }
 
 // magic applies directives in the last user message, else echoes it.
@@ -440,12 +502,14 @@ func (s *Server) magic(req *Request, p *plan) Reply {
 		d := tools[len(results)]
 		return Reply{ToolCalls: []ToolCall{{Name: d.Name, Arguments: d.Args}}, Failure: fail}
 	}
-	if len(results) == 0 {
+	images := req.Messages[i].Images
+	if len(results) == 0 && len(images) == 0 {
 		return Reply{Text: "echo: " + clean, Failure: fail}
 	}
 	b := make([]byte, 0, len(clean)+64)
 	b = append(b, "echo: "...)
 	b = append(b, clean...)
+	b = appendImages(b, images)
 	for _, r := range results {
 		b = append(b, " ["...)
 		b = append(b, r.Content...)

@@ -64,7 +64,7 @@ func (s *Server) handleOpenAI(w http.ResponseWriter, r *http.Request) {
 		req.IncludeUsage = in.StreamOptions.IncludeUsage
 	}
 	for _, m := range in.Messages {
-		text := string(m.Content)
+		text := m.Content.text
 		if m.Role == "system" || m.Role == "developer" {
 			if req.System != "" {
 				req.System += "\n"
@@ -72,7 +72,7 @@ func (s *Server) handleOpenAI(w http.ResponseWriter, r *http.Request) {
 			req.System += text
 			continue
 		}
-		msg := Message{Role: m.Role, Content: text, ToolCallID: m.ToolCallID}
+		msg := Message{Role: m.Role, Content: text, ToolCallID: m.ToolCallID, Images: m.Content.images}
 		for _, tc := range m.ToolCalls {
 			msg.ToolCalls = append(msg.ToolCalls, ToolCall{ID: tc.ID, Name: tc.Function.Name, Arguments: tc.Function.Arguments})
 		}

@@ -100,45 +100,66 @@ func appendString(b []byte, s string) []byte {
 // content is a string-or-array content field, flattened to its text as
 // it is decoded. Most contents are strings without escapes: those are
 // taken as they are, instead of being parsed a second time.
-type content string
+// content is a message's content field: its text, and the images of a
+// content array.
+type content struct {
+	text   string
+	images []Image
+}
 
 func (c *content) UnmarshalJSON(b []byte) error {
 	if len(b) >= 2 && b[0] == '"' && bytes.IndexByte(b[1:len(b)-1], '\\') < 0 && utf8.Valid(b) {
 		// Already validated by the decoder: a quoted string without escapes
 		// (and valid UTF-8, which the decoder would have replaced).
-		*c = content(b[1 : len(b)-1])
+		c.text, c.images = string(b[1:len(b)-1]), nil
 		return nil
 	}
-	*c = content(contentText(b))
+	c.text, c.images = contentParts(b)
 	return nil
 }
 
 // contentText flattens a string-or-array content field to its text.
 func contentText(raw json.RawMessage) string {
+	text, _ := contentParts(raw)
+	return text
+}
+
+// contentParts splits a string-or-array content field into its text and
+// its images (OpenAI image_url parts).
+func contentParts(raw json.RawMessage) (string, []Image) {
 	if len(raw) == 0 || raw[0] == 'n' {
-		return ""
+		return "", nil
 	}
 	if raw[0] == '"' {
 		var s string
 		_ = json.Unmarshal(raw, &s)
-		return s
+		return s, nil
 	}
 	var parts []struct {
-		Type    string          `json:"type"`
-		Text    string          `json:"text"`
-		Content json.RawMessage `json:"content"`
+		Type     string          `json:"type"`
+		Text     string          `json:"text"`
+		Content  json.RawMessage `json:"content"`
+		ImageURL *struct {
+			URL string `json:"url"`
+		} `json:"image_url"`
 	}
 	if json.Unmarshal(raw, &parts) != nil {
-		return ""
+		return "", nil
+	}
+	var images []Image
+	for _, p := range parts {
+		if p.Type == "image_url" && p.ImageURL != nil {
+			images = append(images, imageFromURL(p.ImageURL.URL))
+		}
 	}
 	if len(parts) == 1 {
-		return parts[0].Text
+		return parts[0].Text, images
 	}
 	var out []byte
 	for _, p := range parts {
 		out = append(out, p.Text...)
 	}
-	return string(out)
+	return string(out), images
 }
 
 // stream writes SSE events, flushing each and pacing them.

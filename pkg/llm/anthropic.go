@@ -2,6 +2,7 @@ package llm
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -236,7 +237,18 @@ func (a *Anthropic) params(req Request) (anthropic.MessageNewParams, []option.Re
 			// block, so the cached prefix stays byte-identical.
 			p.System = append(p.System, anthropic.TextBlockParam{Text: m.Content})
 		case RoleUser:
-			appendBlocks(RoleUser, anthropic.NewTextBlock(m.Content))
+			blocks := make([]anthropic.ContentBlockParamUnion, 0, len(m.Images)+1)
+			if m.Content != "" || len(m.Images) == 0 {
+				blocks = append(blocks, anthropic.NewTextBlock(m.Content))
+			}
+			for _, img := range m.Images {
+				if len(img.Data) == 0 {
+					blocks = append(blocks, anthropic.NewImageBlock(anthropic.URLImageSourceParam{URL: img.URL}))
+					continue
+				}
+				blocks = append(blocks, anthropic.NewImageBlockBase64(img.MIME, base64.StdEncoding.EncodeToString(img.Data)))
+			}
+			appendBlocks(RoleUser, blocks...)
 		case RoleTool:
 			appendBlocks(RoleUser, anthropic.NewToolResultBlock(m.ToolCallID, m.Content, false))
 		case RoleAssistant:

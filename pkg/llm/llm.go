@@ -5,6 +5,7 @@ package llm
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"net/http"
 )
@@ -31,6 +32,26 @@ type Message struct {
 	ToolCalls  []ToolCall // assistant messages: the calls the model made
 	ToolCallID string     // tool messages: the call answered
 	Name       string     // tool messages: the tool's name (optional)
+	Images     []Image    // user messages: pictures shown with the text
+}
+
+// Image is a picture in a user message: its bytes, or a URL the provider
+// fetches itself.
+type Image struct {
+	MIME string // image/png, image/jpeg, image/gif or image/webp
+	Data []byte
+	URL  string // used when Data is empty
+}
+
+// dataURL is img as the URL the OpenAI API takes.
+func (img Image) dataURL() string {
+	if len(img.Data) == 0 {
+		return img.URL
+	}
+	const prefix = ";base64,"
+	b := make([]byte, 0, len("data:")+len(img.MIME)+len(prefix)+base64.StdEncoding.EncodedLen(len(img.Data)))
+	b = append(append(append(b, "data:"...), img.MIME...), prefix...)
+	return string(base64.StdEncoding.AppendEncode(b, img.Data))
 }
 
 // ToolCall is a tool invocation requested by the model.

@@ -292,10 +292,22 @@ func (o *OpenAI) body(req Request, tools json.RawMessage, stream bool) ([]byte, 
 
 // oaMessage is one chat-completions message as the API takes it.
 type oaMessage struct {
-	Role       string       `json:"role"`
-	Content    *string      `json:"content,omitempty"`
+	Role string `json:"role"`
+	// Content is a *string, or []oaPart for a user message with images.
+	Content    any          `json:"content,omitempty"`
 	ToolCalls  []oaToolCall `json:"tool_calls,omitempty"`
 	ToolCallID string       `json:"tool_call_id,omitempty"`
+}
+
+// oaPart is one part of a user message's content array.
+type oaPart struct {
+	Type     string      `json:"type"`
+	Text     *string     `json:"text,omitempty"`
+	ImageURL *oaImageURL `json:"image_url,omitempty"`
+}
+
+type oaImageURL struct {
+	URL string `json:"url"`
 }
 
 type oaToolCall struct {
@@ -319,8 +331,21 @@ func openAIMessages(req Request) (json.RawMessage, error) {
 	for i := range req.Messages {
 		m := &req.Messages[i]
 		switch m.Role {
-		case RoleSystem, RoleUser:
+		case RoleSystem:
 			msgs = append(msgs, oaMessage{Role: m.Role, Content: &m.Content})
+		case RoleUser:
+			if len(m.Images) == 0 {
+				msgs = append(msgs, oaMessage{Role: m.Role, Content: &m.Content})
+				continue
+			}
+			parts := make([]oaPart, 0, len(m.Images)+1)
+			if m.Content != "" {
+				parts = append(parts, oaPart{Type: "text", Text: &m.Content})
+			}
+			for _, img := range m.Images {
+				parts = append(parts, oaPart{Type: "image_url", ImageURL: &oaImageURL{URL: img.dataURL()}})
+			}
+			msgs = append(msgs, oaMessage{Role: m.Role, Content: parts})
 		case RoleTool:
 			msgs = append(msgs, oaMessage{Role: "tool", Content: &m.Content, ToolCallID: m.ToolCallID})
 		case RoleAssistant:

@@ -1,6 +1,7 @@
 package llm
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"math"
 	"reflect"
@@ -21,7 +22,22 @@ func sdkMessages(req Request) []openai.ChatCompletionMessageParamUnion {
 		case RoleSystem:
 			out = append(out, openai.SystemMessage(m.Content))
 		case RoleUser:
-			out = append(out, openai.UserMessage(m.Content))
+			if len(m.Images) == 0 {
+				out = append(out, openai.UserMessage(m.Content))
+				continue
+			}
+			var parts []openai.ChatCompletionContentPartUnionParam
+			if m.Content != "" {
+				parts = append(parts, openai.TextContentPart(m.Content))
+			}
+			for _, img := range m.Images {
+				u := img.URL
+				if len(img.Data) > 0 {
+					u = "data:" + img.MIME + ";base64," + base64.StdEncoding.EncodeToString(img.Data)
+				}
+				parts = append(parts, openai.ImageContentPart(openai.ChatCompletionContentPartImageImageURLParam{URL: u}))
+			}
+			out = append(out, openai.UserMessage(parts))
 		case RoleTool:
 			out = append(out, openai.ToolMessage(m.Content, m.ToolCallID))
 		case RoleAssistant:
@@ -57,6 +73,9 @@ func TestOpenAIMessagesEncodeAsTheSDKDoes(t *testing.T) {
 			{Role: RoleTool, ToolCallID: "c2", Content: ""},
 			{Role: RoleAssistant, Content: "It is noon."},
 		}}},
+		{"user text and images", Request{Messages: []Message{{Role: RoleUser, Content: "what is this?", Images: []Image{
+			{MIME: "image/png", Data: []byte("\x89PNG\r\n\x1a\n\x00\xff")}, {URL: "https://example.com/cat.jpg"}}}}}},
+		{"an image without text", Request{Messages: []Message{{Role: RoleUser, Images: []Image{{MIME: "image/webp", Data: []byte("RIFF")}}}}}},
 		{"assistant text and calls", Request{Messages: []Message{{Role: RoleAssistant, Content: "checking", ToolCalls: []ToolCall{{ID: "c", Name: "n", Arguments: "{}"}}}}}},
 	}
 	for _, tt := range tests {

@@ -601,3 +601,39 @@ func TestInstrumentBoundsModelNames(t *testing.T) {
 	}
 	telemetrytest.Want(t, "switchboard_llm_requests_total", map[string]string{"provider": provider, "model": "default", "result": "ok"}, 1)
 }
+
+// A user message's pictures reach the model in each provider's format: the
+// fake echoes each one's type, size and digest, or its URL; a model
+// without vision refuses them as a bad request.
+func TestImages(t *testing.T) {
+	png := []byte("\x89PNG\r\n\x1a\n fake pixels")
+	req := llm.Request{Messages: []llm.Message{{Role: llm.RoleUser, Content: "what is this?", Images: []llm.Image{
+		{MIME: "image/png", Data: png}, {URL: "https://example.com/cat.jpg"},
+	}}}}
+	want := "echo: what is this? [image " + (fakellm.Image{MediaType: "image/png", Data: png}).String() + "] [image https://example.com/cat.jpg]"
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			srv := startFake(t, fakellm.Config{})
+			resp, err := llm.Complete(context.Background(), b.make(srv), req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.Text != want {
+				t.Fatalf("answer %q, want %q", resp.Text, want)
+			}
+			got := srv.Requests()[0].Messages[0].Images
+			if len(got) != 2 || string(got[0].Data) != string(png) || got[0].MediaType != "image/png" {
+				t.Fatalf("the fake received %+v", got)
+			}
+
+			textOnly := startFake(t, fakellm.Config{TextOnly: true})
+			_, err = llm.Complete(context.Background(), b.make(textOnly), req)
+			if c := llm.ClassOf(err); c != llm.BadRequest {
+				t.Fatalf("a text-only model answered %v (class %q), want a bad request", err, c)
+			}
+			if _, err := llm.Complete(context.Background(), b.make(textOnly), userReq("no pictures")); err != nil {
+				t.Fatalf("a text-only model refused text: %v", err)
+			}
+		})
+	}
+}

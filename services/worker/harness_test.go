@@ -174,14 +174,15 @@ func (h *harness) startWorker(id string, mod func(*worker.Config, *worker.Deps))
 
 // turnOpts customises a turn request.
 type turnOpts struct {
-	generation int64 // 0: the session's current one
-	token      string
-	noLock     bool
-	override   string
-	sessionID  string
-	origin     *eventsv1.SessionSource
-	answerOnly bool   // the input's sender shows no progress
-	command    string // the transcript command the router marked ("undo 2")
+	generation  int64 // 0: the session's current one
+	token       string
+	noLock      bool
+	override    string
+	sessionID   string
+	origin      *eventsv1.SessionSource
+	answerOnly  bool   // the input's sender shows no progress
+	command     string // the transcript command the router marked ("undo 2")
+	attachments []*eventsv1.Attachment
 }
 
 // requestTurn does what the router does: wait for and take the session
@@ -218,7 +219,7 @@ func (h *harness) requestTurn(key, text string, o turnOpts) *turnsv1.TurnRequest
 		TurnId: fmt.Sprintf("turn-%s-%d", key, n), SessionKey: key, SessionId: o.sessionID, Generation: o.generation,
 		LockToken: o.token, LockTtlMs: 5000, GrantTtlMs: 60000, Origin: o.origin, ModelOverride: o.override, RequestedAt: timestamppb.Now(),
 		Inputs: []*eventsv1.MessageReceived{{EventId: fmt.Sprintf("ev%d", n), MessageId: fmt.Sprintf("m%d", n), Text: text,
-			Source: o.origin, AnswerOnly: o.answerOnly, TranscriptCommand: o.command}},
+			Source: o.origin, AnswerOnly: o.answerOnly, TranscriptCommand: o.command, Attachments: o.attachments}},
 	}
 	if _, err := h.bus.Publish(ctx, h.bus.Topology().Subject(bus.SubjectTurnRequested), "turn:"+req.TurnId, req); err != nil {
 		h.t.Fatal(err)

@@ -127,8 +127,20 @@ func inputText(in *eventsv1.MessageReceived) string {
 	}
 	b.WriteString(in.GetText())
 	for _, a := range in.GetAttachments() {
-		fmt.Fprintf(&b, "\n[Attachment: %s %s %s]", strings.ToLower(strings.TrimPrefix(a.GetKind().String(), "ATTACHMENT_KIND_")),
-			a.GetFileName(), a.GetCaption())
+		b.WriteString("\n[Attachment: ")
+		b.WriteString(strings.ToLower(strings.TrimPrefix(a.GetKind().String(), "ATTACHMENT_KIND_")))
+		for _, s := range []string{a.GetFileName(), a.GetCaption()} {
+			if s != "" {
+				b.WriteByte(' ')
+				b.WriteString(s)
+			}
+		}
+		if a.GetUnavailable() != "" {
+			b.WriteString(" (not shown: ")
+			b.WriteString(a.GetUnavailable())
+			b.WriteByte(')')
+		}
+		b.WriteByte(']')
 	}
 	return b.String()
 }
@@ -156,6 +168,7 @@ func (r *turnRun) runLoop(ctx context.Context) (store.Final, error) {
 	if ls.reply != "" {
 		return r.finishWith(ctx, ls, ls.reply)
 	}
+	r.attachImages(ctx, ls)
 	backend, model := r.s.backendFor(r.req.GetModelOverride())
 	r.model = model
 	system, err := r.systemPrompt(ctx, backend, model)
@@ -205,6 +218,12 @@ func (r *turnRun) runLoop(ctx context.Context) (store.Final, error) {
 			return r.finishWith(ctx, ls, text)
 		}
 		resp, err := r.callModel(ctx, backend, model, system, ls)
+		if err != nil && llm.ClassOf(err) == llm.BadRequest && ls.dropImages() {
+			// A model without vision refuses pictures: it answers from
+			// the text, which names them.
+			r.log.Warn("the model refused the turn's images; asking again without them", "err", err)
+			resp, err = r.callModel(ctx, backend, model, system, ls)
+		}
 		iterations++
 		if err != nil {
 			if ctx.Err() != nil || errors.Is(err, errLockLost) {
@@ -672,7 +691,7 @@ func toLLM(summary string, parts ...[]store.Message) []llm.Message {
 				out = append(out, lm)
 			default:
 				closeOpen()
-				out = append(out, llm.Message{Role: m.Role, Content: m.Content})
+				out = append(out, llm.Message{Role: m.Role, Content: m.Content, Images: m.Images})
 			}
 		}
 	}

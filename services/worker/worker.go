@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/switchboard-chat/switchboard/pkg/attachment"
 	"github.com/switchboard-chat/switchboard/pkg/bus"
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
@@ -95,7 +96,21 @@ type AgentConfig struct {
 	// "platform:chat_id[:thread_id]", "platform:#channel", or
 	// "platform:*" for every chat (not channel name) of a platform.
 	SendMessageTargets []string `koanf:"send_message_targets"`
+	// Images is how the model sees the pictures users send: "native"
+	// (the default: with the message, for models with vision; a model
+	// that refuses them answers from the text, which names them) or
+	// "off" (only named).
+	Images string `koanf:"images"`
+	// MaxImageBytes bounds one picture shown to the model (default 5 MiB,
+	// Anthropic's limit); a larger one is only named.
+	MaxImageBytes int64 `koanf:"max_image_bytes"`
 }
+
+// Image modes (AgentConfig.Images).
+const (
+	ImagesNative = "native"
+	ImagesOff    = "off"
+)
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
@@ -114,6 +129,8 @@ func DefaultConfig() Config {
 			ContextWindow:   128000,
 			CompressAt:      0.85,
 			ProtectLast:     6,
+			Images:          ImagesNative,
+			MaxImageBytes:   5 << 20,
 		},
 	}
 }
@@ -165,6 +182,8 @@ type Service struct {
 	byKind map[string]Backend
 	tools  *tools.Registry
 	agent  AgentClient
+	// images reads the pictures the gateways kept.
+	images imageSource
 	now    func() time.Time
 	closer func() error
 	// controls routes control messages to the running turns.
@@ -208,6 +227,16 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	if a.ProtectLast <= 0 {
 		a.ProtectLast = d.ProtectLast
 	}
+	switch a.Images {
+	case "":
+		a.Images = d.Images
+	case ImagesNative, ImagesOff:
+	default:
+		return nil, fmt.Errorf("agent.images %q: want %q or %q", a.Images, ImagesNative, ImagesOff)
+	}
+	if a.MaxImageBytes <= 0 {
+		a.MaxImageBytes = d.MaxImageBytes
+	}
 	if cfg.ID == "" {
 		host, _ := os.Hostname()
 		cfg.ID = fmt.Sprintf("%s-%d", host, os.Getpid())
@@ -232,6 +261,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		byKind: deps.Providers,
 		agent:  deps.Agent,
 		now:    deps.Now,
+		images: attachment.New(deps.Bus.JetStream(), deps.Bus.Topology(), attachment.Config{}),
 	}
 	s.controls = newControls(s.log)
 	if cfg.Agent.Backend != "" && s.agent == nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/switchboard-chat/switchboard/pkg/llm"
 	"github.com/switchboard-chat/switchboard/pkg/pg"
 )
 
@@ -65,6 +66,10 @@ type Message struct {
 	ToolCallID string
 	ToolName   string
 	CreatedAt  time.Time
+	// Images are the pictures of a turn's input, read from the attachment
+	// store for each attempt and shown to the model with it; they are not
+	// stored (the stored content names them).
+	Images []llm.Image
 }
 
 // Turn statuses as stored. A turn's row is written when the turn is
