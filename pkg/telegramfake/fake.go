@@ -10,7 +10,10 @@
 // Test controls: Inject updates, read what the bot sent (Messages,
 // Actions), FailNext to answer a method with an error (429 with
 // retry_after, 400, 403, 409), Drop to cut open connections, and Push to
-// deliver an update to a registered webhook.
+// deliver an update to a registered webhook. Files users send are
+// registered with AddFile (or InjectPhoto and InjectDocument, which also
+// queue the message) and served as Telegram serves them: getFile gives a
+// file_path, GET /file/bot<token>/<file_path> the bytes.
 package telegramfake
 
 import (
@@ -114,6 +117,17 @@ type Server struct {
 	webhookURL   string
 	secret       string
 	conflicts    int
+	files        map[string]file   // by file_id
+	paths        map[string]string // file_path → file_id
+	nextFile     int
+	failDownload []APIError
+	downloads    int
+}
+
+// file is one file a user sent, as getFile describes it.
+type file struct {
+	path string
+	data []byte
 }
 
 // New starts a fake for one bot. The token's prefix before ':' is the
@@ -130,7 +144,7 @@ func New(token, username string) (*Server, error) {
 	s := &Server{
 		URL: "http://" + ln.Addr().String(), token: token, botID: id, username: username, ln: ln,
 		changed: make(chan struct{}), drop: make(chan struct{}), nextID: 100000, nextMsgID: 1,
-		fail: map[string][]APIError{}, calls: map[string]int{},
+		fail: map[string][]APIError{}, calls: map[string]int{}, files: map[string]file{}, paths: map[string]string{},
 	}
 	s.srv = &http.Server{Handler: http.HandlerFunc(s.serve), ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = s.srv.Serve(ln) }()
@@ -190,6 +204,90 @@ func (s *Server) InjectRaw(raw string) int64 {
 	s.log = append(s.log, entry{id, json.RawMessage(fmt.Sprintf(`{"update_id":%d,%s}`, id, raw))})
 	s.notifyLocked()
 	return id
+}
+
+// MaxDownload is the largest file the Bot API lets a bot download; getFile
+// answers "file is too big" for larger ones.
+const MaxDownload = 20 << 20
+
+// AddFile registers data as the file with this file_id (replacing one
+// registered before) and returns its file_path.
+func (s *Server) AddFile(fileID string, data []byte) (filePath string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if old, ok := s.files[fileID]; ok {
+		delete(s.paths, old.path)
+	}
+	filePath = fmt.Sprintf("files/file_%d", s.nextFile)
+	s.nextFile++
+	s.files[fileID] = file{path: filePath, data: bytes.Clone(data)}
+	s.paths[filePath] = fileID
+	return filePath
+}
+
+// InjectPhoto queues a user's photo message. message holds the other
+// fields of the update's message (from, chat, caption …; message_id and
+// date default to 1 and now); its photo sizes are a 90×90 thumbnail and
+// fileID at 1280×960, the largest. file_size is the registered file's
+// length; a fileID AddFile did not register has none, and getFile
+// answers "invalid file_id" for it. It returns the update_id.
+func (s *Server) InjectPhoto(message map[string]any, fileID string) int64 {
+	big := map[string]any{"file_id": fileID, "file_unique_id": "u-" + fileID, "width": 1280, "height": 960}
+	if n := s.fileSize(fileID); n > 0 {
+		big["file_size"] = n
+	}
+	thumb := map[string]any{"file_id": fileID + "-thumb", "file_unique_id": "u-" + fileID + "-thumb", "width": 90, "height": 90, "file_size": 1000}
+	m := userMessage(message)
+	m["photo"] = []map[string]any{thumb, big}
+	return s.Inject(map[string]any{"message": m})
+}
+
+// InjectDocument queues a user's message with fileID as a document (a
+// file sent without compression), as InjectPhoto does.
+func (s *Server) InjectDocument(message map[string]any, fileID, fileName, mimeType string) int64 {
+	doc := map[string]any{"file_id": fileID, "file_unique_id": "u-" + fileID, "file_name": fileName, "mime_type": mimeType}
+	if n := s.fileSize(fileID); n > 0 {
+		doc["file_size"] = n
+	}
+	m := userMessage(message)
+	m["document"] = doc
+	return s.Inject(map[string]any{"message": m})
+}
+
+func (s *Server) fileSize(fileID string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.files[fileID].data)
+}
+
+// userMessage copies message, filling in message_id and date.
+func userMessage(message map[string]any) map[string]any {
+	m := make(map[string]any, len(message)+2)
+	for k, v := range message {
+		m[k] = v
+	}
+	if _, ok := m["message_id"]; !ok {
+		m["message_id"] = 1
+	}
+	if _, ok := m["date"]; !ok {
+		m["date"] = time.Now().Unix()
+	}
+	return m
+}
+
+// FailNextDownload makes the next file download answer with e (queued in
+// order).
+func (s *Server) FailNextDownload(e APIError) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.failDownload = append(s.failDownload, e)
+}
+
+// Downloads counts file download requests so far.
+func (s *Server) Downloads() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.downloads
 }
 
 // Redeliver hands the update with this id out once more on the next
@@ -427,6 +525,10 @@ func dropConn(w http.ResponseWriter) {
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	// /bot<token>/<method>
 	path := strings.TrimPrefix(r.URL.Path, "/")
+	if rest, ok := strings.CutPrefix(path, "file/bot"); ok {
+		s.download(w, r, rest)
+		return
+	}
 	if !strings.HasPrefix(path, "bot") {
 		writeErr(w, APIError{Code: 404, Description: "Not Found"})
 		return
@@ -490,6 +592,8 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		s.mu.Lock()
 		writeOK(w, map[string]any{"url": s.webhookURL, "has_custom_certificate": false, "pending_update_count": 0})
 		s.mu.Unlock()
+	case "getfile":
+		s.getFile(w, p)
 	case "sendmessage", "sendphoto", "senddocument":
 		s.send(w, method, p)
 	case "editmessagetext":
@@ -584,6 +688,56 @@ func (s *Server) getUpdates(w http.ResponseWriter, r *http.Request, p params, dr
 			timeout = 0
 		case <-r.Context().Done():
 			return
+		}
+	}
+}
+
+func (s *Server) getFile(w http.ResponseWriter, p params) {
+	if p["file_id"] == "" {
+		writeErr(w, APIError{Code: 400, Description: "Bad Request: file_id is empty"})
+		return
+	}
+	s.mu.Lock()
+	f, ok := s.files[p["file_id"]]
+	s.mu.Unlock()
+	switch {
+	case !ok:
+		writeErr(w, APIError{Code: 400, Description: "Bad Request: invalid file_id"})
+	case len(f.data) > MaxDownload:
+		writeErr(w, APIError{Code: 400, Description: "Bad Request: file is too big"})
+	default:
+		writeOK(w, map[string]any{"file_id": p["file_id"], "file_unique_id": "u-" + p["file_id"], "file_size": len(f.data), "file_path": f.path})
+	}
+}
+
+// download serves GET /file/bot<token>/<file_path>; rest is what follows
+// "/file/bot". Telegram answers a wrong token with 401 and an unknown
+// path with 404, and serves every file as application/octet-stream.
+func (s *Server) download(w http.ResponseWriter, r *http.Request, rest string) {
+	token, filePath, _ := strings.Cut(rest, "/")
+	s.mu.Lock()
+	s.downloads++
+	var fail *APIError
+	if len(s.failDownload) > 0 {
+		fail = &s.failDownload[0]
+		s.failDownload = s.failDownload[1:]
+	}
+	f, ok := s.files[s.paths[filePath]]
+	s.mu.Unlock()
+	switch {
+	case r.Method != http.MethodGet && r.Method != http.MethodHead:
+		writeErr(w, APIError{Code: 405, Description: "Method Not Allowed"})
+	case token != s.token:
+		writeErr(w, ErrUnauthorized)
+	case fail != nil:
+		writeErr(w, *fail)
+	case !ok || filePath == "":
+		writeErr(w, APIError{Code: 404, Description: "Not Found"})
+	default:
+		w.Header().Set("Content-Type", "application/octet-stream")
+		w.Header().Set("Content-Length", strconv.Itoa(len(f.data)))
+		if r.Method == http.MethodGet {
+			_, _ = w.Write(f.data)
 		}
 	}
 }

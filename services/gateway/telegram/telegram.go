@@ -1,7 +1,8 @@
 // Package telegram is the Telegram gateway (`switchboard gateway
 // telegram`): Bot API long polling or a webhook in, sendMessage /
 // editMessageText / sendChatAction / sendPhoto / sendDocument /
-// deleteMessage out, run by the platform kit's Runner.
+// deleteMessage out, run by the platform kit's Runner. The photos users
+// send are downloaded with getFile (Platform.Fetch) for the agent.
 //
 // Sending goes through github.com/go-telegram/bot. Receiving does not use
 // the library's poller: it advances its offset before an update is
@@ -28,6 +29,7 @@ import (
 
 	"github.com/go-telegram/bot"
 
+	"github.com/switchboard-chat/switchboard/pkg/attachment"
 	"github.com/switchboard-chat/switchboard/pkg/bus"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/platform"
@@ -138,6 +140,11 @@ type Deps struct {
 	Instance string
 	// Backoff overrides the reconnect schedule (tests).
 	Backoff platform.Backoff
+	// Attachments is the top-level `attachments` section: when enabled,
+	// the photos (and image documents) users send are downloaded through
+	// the Bot API into the attachment store before the message is
+	// published, for the agent to show the model.
+	Attachments attachment.Config
 }
 
 // Service is the Telegram gateway.
@@ -157,6 +164,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	}
 	r, err := platform.NewRunner(p, deps.Bus, platform.Options{
 		Log: deps.Log, LeaseTTL: cfg.LeaseTTL, Instance: deps.Instance, Backoff: deps.Backoff,
+		Attachments: deps.Attachments,
 	})
 	if err != nil {
 		return nil, err

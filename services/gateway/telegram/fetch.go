@@ -1,0 +1,89 @@
+package telegram
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/go-telegram/bot"
+
+	"github.com/switchboard-chat/switchboard/pkg/attachment"
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+	"github.com/switchboard-chat/switchboard/pkg/platform"
+)
+
+var _ platform.Fetcher = (*Platform)(nil)
+
+// ErrDownload is a file download Telegram answered with a status other
+// than 200.
+var ErrDownload = errors.New("telegram file download failed")
+
+// Fetch downloads a user's attachment through the Bot API: getFile turns
+// its file_id into a file_path, valid for an hour, and the bytes are at
+// <api base>/file/bot<token>/<file_path>. That URL holds the bot token,
+// so it never appears in a log or an error. Telegram hands bots files of
+// up to 20 MB; getFile refuses larger ones ("file is too big").
+func (p *Platform) Fetch(ctx context.Context, a *eventsv1.Attachment) (io.ReadCloser, string, error) {
+	if a.GetPlatformFileId() == "" {
+		return nil, "", platform.ErrNotFetched
+	}
+	f, err := p.api.GetFile(ctx, &bot.GetFileParams{FileID: a.GetPlatformFileId()})
+	if err != nil {
+		if errors.Is(err, bot.ErrorBadRequest) && strings.Contains(err.Error(), "file is too big") {
+			// Over the Bot API's 20 MB: the user is told it is too large.
+			return nil, "", fmt.Errorf("getFile: %w: %w", attachment.ErrTooLarge, err)
+		}
+		return nil, "", fmt.Errorf("getFile: %w", p.redact(err))
+	}
+	if f.FilePath == "" {
+		return nil, "", errors.New("getFile: telegram answered without a file_path")
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.api.FileDownloadLink(f), nil)
+	if err != nil {
+		return nil, "", fmt.Errorf("download file: %w", p.redactURL(err))
+	}
+	resp, err := p.http.Do(req)
+	if err != nil {
+		return nil, "", fmt.Errorf("download file: %w", p.redactURL(err))
+	}
+	if resp.StatusCode != http.StatusOK {
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
+		_ = resp.Body.Close()
+		return nil, "", fmt.Errorf("%w: HTTP %d", ErrDownload, resp.StatusCode)
+	}
+	return resp.Body, fetchedType(a, resp.Header.Get("Content-Type")), nil
+}
+
+// fetchedType is the media type of a downloaded attachment: Telegram
+// recompresses every photo to JPEG, documents keep the type the sender's
+// client declared, and the file server's own Content-Type, which is
+// mostly application/octet-stream, is the last resort.
+func fetchedType(a *eventsv1.Attachment, contentType string) string {
+	if a.GetKind() == eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE {
+		return "image/jpeg"
+	}
+	if a.GetMimeType() != "" {
+		return a.GetMimeType()
+	}
+	mt, _, err := mime.ParseMediaType(contentType)
+	if err != nil || mt == "application/octet-stream" {
+		return ""
+	}
+	return mt
+}
+
+// redactURL removes the bot token from the URL a *url.Error carries (the
+// HTTP client's errors name the request URL), keeping the error's chain
+// for errors.Is (context.DeadlineExceeded).
+func (p *Platform) redactURL(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) && strings.Contains(ue.URL, p.cfg.BotToken) {
+		ue.URL = strings.ReplaceAll(ue.URL, p.cfg.BotToken, "<token>")
+	}
+	return p.redact(err)
+}
