@@ -132,6 +132,7 @@ type Platform struct {
 	cfg   Config
 	log   *slog.Logger
 	s     *discordgo.Session
+	cdn   *http.Client // downloads attachments (Fetch)
 	rules rules
 
 	chMu     sync.Mutex
@@ -187,7 +188,7 @@ func NewPlatform(ctx context.Context, cfg Config, log *slog.Logger) (*Platform, 
 		return nil, fmt.Errorf("discord users/@me: %w", err)
 	}
 	p := &Platform{
-		cfg: cfg, log: log.With("platform", "discord"), s: s, channels: map[string]channelInfo{},
+		cfg: cfg, log: log.With("platform", "discord"), s: s, cdn: cdnClient(s.Client), channels: map[string]channelInfo{},
 		rules: rules{Account: me.ID, BotID: me.ID, AllowBots: cfg.AllowBots, AutoThread: cfg.AutoThread,
 			AllowedChannels: platform.IDSet(cfg.AllowedChannels), IgnoredChannels: platform.IDSet(cfg.IgnoredChannels), AllowedRoles: platform.IDSet(cfg.AllowedRoles),
 			RequireMention: cfg.RequireMention, FreeChannels: platform.IDSet(cfg.FreeResponseChannels), IgnoreNoMention: cfg.IgnoreNoMention},

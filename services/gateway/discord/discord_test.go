@@ -139,10 +139,17 @@ func (c *contractFake) Sent(_ *testing.T, _ context.Context, target *deliveryv1.
 // events (nil after wait when nothing arrives).
 func run(t *testing.T, f *discordfake.Fake, cfg Config) (*bus.Bus, func(wait time.Duration) *eventsv1.MessageReceived) {
 	t.Helper()
+	return runWith(t, f, cfg, platform.Options{})
+}
+
+// runWith is run with runner options (its backoff and lease TTL are set
+// short for tests).
+func runWith(t *testing.T, f *discordfake.Fake, cfg Config, opts platform.Options) (*bus.Bus, func(wait time.Duration) *eventsv1.MessageReceived) {
+	t.Helper()
 	b := bustest.New(t, bustest.EmbeddedURL(t))
 	cfg.BotToken, cfg.APIBaseURL = f.Token, f.URL()
-	s, err := New(cfg, Deps{Log: slog.New(slog.DiscardHandler), Bus: b,
-		Runner: platform.Options{Backoff: platform.Schedule(10 * time.Millisecond), LeaseTTL: time.Second}})
+	opts.Backoff, opts.LeaseTTL = platform.Schedule(10*time.Millisecond), time.Second
+	s, err := New(cfg, Deps{Log: slog.New(slog.DiscardHandler), Bus: b, Runner: opts})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -105,7 +105,8 @@ type Deps struct {
 	Bus *bus.Bus
 	// Runner tunes the platform runner (tests shorten backoffs).
 	Runner platform.Options
-	// HTTPClient for the Web API; nil uses a default client.
+	// HTTPClient for the Web API and file downloads; nil uses a default
+	// client.
 	HTTPClient *http.Client
 }
 
@@ -153,6 +154,7 @@ type Platform struct {
 	cfg    Config
 	log    *slog.Logger
 	api    *slackapi.Client
+	hc     *http.Client // downloads files (Fetch)
 	id     identity
 	runner *platform.Runner
 
@@ -164,10 +166,10 @@ func NewPlatform(ctx context.Context, cfg Config, log *slog.Logger, hc *http.Cli
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	opts := []slackapi.Option{slackapi.OptionAPIURL(cfg.APIBaseURL)}
-	if hc != nil {
-		opts = append(opts, slackapi.OptionHTTPClient(hc))
+	if hc == nil {
+		hc = &http.Client{} // slack-go's default; the Runner bounds each download
 	}
+	opts := []slackapi.Option{slackapi.OptionAPIURL(cfg.APIBaseURL), slackapi.OptionHTTPClient(hc)}
 	if cfg.AppToken != "" {
 		opts = append(opts, slackapi.OptionAppLevelToken(cfg.AppToken))
 	}
@@ -177,7 +179,7 @@ func NewPlatform(ctx context.Context, cfg Config, log *slog.Logger, hc *http.Cli
 		return nil, fmt.Errorf("slack auth.test: %w", err)
 	}
 	return &Platform{
-		cfg: cfg, log: log.With("platform", "slack"), api: api,
+		cfg: cfg, log: log.With("platform", "slack"), api: api, hc: hc,
 		id: identity{Account: auth.UserID, BotUserID: auth.UserID, BotID: auth.BotID, AllowBots: cfg.AllowBots,
 			RequireMention: cfg.RequireMention, FreeChannels: platform.IDSet(cfg.FreeResponseChannels)},
 	}, nil

@@ -139,9 +139,17 @@ func (c *contractFake) Sent(_ *testing.T, _ context.Context, target *deliveryv1.
 // and a reader of the inbound stream.
 func gateway(t *testing.T, fake *slackfake.Fake, cfg Config) (*Service, *bus.Bus, func() *eventsv1.MessageReceived, func() bool) {
 	t.Helper()
+	return gatewayWith(t, fake, cfg, platform.Options{})
+}
+
+// gatewayWith is gateway with runner options (its backoff is set short
+// for tests).
+func gatewayWith(t *testing.T, fake *slackfake.Fake, cfg Config, opts platform.Options) (*Service, *bus.Bus, func() *eventsv1.MessageReceived, func() bool) {
+	t.Helper()
 	b := bustest.New(t, bustest.EmbeddedURL(t))
 	cfg.BotToken, cfg.APIBaseURL = fake.BotToken, fake.APIURL()
-	s, err := New(cfg, Deps{Log: slog.New(slog.DiscardHandler), Bus: b, Runner: platform.Options{Backoff: platform.Schedule(10 * time.Millisecond)}})
+	opts.Backoff = platform.Schedule(10 * time.Millisecond)
+	s, err := New(cfg, Deps{Log: slog.New(slog.DiscardHandler), Bus: b, Runner: opts})
 	if err != nil {
 		t.Fatal(err)
 	}

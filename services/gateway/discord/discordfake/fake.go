@@ -3,15 +3,20 @@
 // message, typing, thread start, 429s with rate-limit bucket headers and
 // retry_after) and a gateway websocket (HELLO, IDENTIFY, READY with
 // session_id and resume_gateway_url, HEARTBEAT/ACK, dispatches with
-// sequence numbers, RESUME replaying missed events, drops on demand).
+// sequence numbers, RESUME replaying missed events, drops on demand), and
+// a CDN serving message attachments at signed URLs.
 package discordfake
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -52,6 +57,15 @@ type Fake struct {
 	log        []frame // dispatches of the current session, by sequence
 	overlap    int     // on resume, replay this many events the client already saw
 	requests   []string
+	files      map[string]cdnFile // CDN path → attachment
+	downloads  int
+	withToken  int // CDN requests that carried an Authorization header
+}
+
+// cdnFile is an attachment the CDN serves.
+type cdnFile struct {
+	contentType string
+	data        []byte
 }
 
 // Message is one message the bot posted.
@@ -71,7 +85,7 @@ func New(t testing.TB) *Fake {
 	f := &Fake{
 		Token: "fake-bot-token", BotID: "100000000000000001", BotName: "switchboard",
 		channels: map[string]map[string]any{}, messages: map[string][]*Message{}, typing: map[string]int{},
-		connected: make(chan struct{}),
+		files: map[string]cdnFile{}, connected: make(chan struct{}),
 	}
 	f.ids.Store(800000000000000000)
 	mux := http.NewServeMux()
@@ -84,6 +98,7 @@ func New(t testing.TB) *Fake {
 	mux.HandleFunc("DELETE /api/v9/channels/{id}/messages/{mid}", f.deleteMessage)
 	mux.HandleFunc("POST /api/v9/channels/{id}/typing", f.trigger)
 	mux.HandleFunc("POST /api/v9/channels/{id}/messages/{mid}/threads", f.startThread)
+	mux.HandleFunc("GET /attachments/{channel}/{id}/{name}", f.cdn)
 	mux.HandleFunc("/ws/", f.ws)
 	f.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// Recorded before routing, so a request for a path the fake does
@@ -149,7 +164,7 @@ func (f *Fake) Messages(channel string) []Message {
 	return out
 }
 
-// Requests returns every REST request received so far ("METHOD
+// Requests returns every REST and CDN request received so far ("METHOD
 // /request/uri"), in order; gateway websocket connections are not listed.
 func (f *Fake) Requests() []string {
 	f.mu.Lock()
@@ -169,6 +184,56 @@ func (f *Fake) Stats() (conns, identifies, resumes int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.conns, f.identifies, f.resumes
+}
+
+// AddAttachment puts data on the CDN as the attachment of a message in
+// channel and returns it for MessageCreate.Attachments. Its URL is signed
+// as Discord's are (?ex=…&is=…&hm=…), so fetching it takes no token; a URL
+// with a wrong signature, or of a file the CDN does not hold, answers 404
+// as Discord's CDN does.
+func (f *Fake) AddAttachment(channel, filename, contentType string, data []byte) Attachment {
+	id := f.NewID()
+	path := "/attachments/" + channel + "/" + id + "/" + url.PathEscape(filename)
+	f.mu.Lock()
+	f.files[path] = cdnFile{contentType: contentType, data: append([]byte(nil), data...)}
+	f.mu.Unlock()
+	ex, is := strconv.FormatInt(time.Now().Add(24*time.Hour).Unix(), 16), strconv.FormatInt(time.Now().Unix(), 16)
+	return Attachment{ID: id, Filename: filename, ContentType: contentType, Size: len(data),
+		URL: f.srv.URL + path + "?ex=" + ex + "&is=" + is + "&hm=" + sign(path, ex, is) + "&"}
+}
+
+// sign is the hm of a CDN URL.
+func sign(path, ex, is string) string {
+	sum := sha256.Sum256([]byte("discordfake-cdn:" + path + ":" + ex + ":" + is))
+	return hex.EncodeToString(sum[:])
+}
+
+// Downloads counts CDN requests, and those of them that carried an
+// Authorization header (Discord's CDN URLs are signed; a client sends none).
+func (f *Fake) Downloads() (n, withToken int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.downloads, f.withToken
+}
+
+func (f *Fake) cdn(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	f.mu.Lock()
+	f.downloads++
+	if r.Header.Get("Authorization") != "" {
+		f.withToken++
+	}
+	file, ok := f.files[r.URL.EscapedPath()]
+	f.mu.Unlock()
+	if !ok || q.Get("hm") != sign(r.URL.EscapedPath(), q.Get("ex"), q.Get("is")) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.WriteHeader(http.StatusNotFound)
+		_, _ = io.WriteString(w, "This content is no longer available.")
+		return
+	}
+	w.Header().Set("Content-Type", file.contentType)
+	w.Header().Set("Content-Length", strconv.Itoa(len(file.data)))
+	_, _ = w.Write(file.data)
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
@@ -542,7 +607,7 @@ type MessageCreate struct {
 	Type                                      int
 }
 
-// Attachment is a file on a message.
+// Attachment is a file on a message (AddAttachment puts one on the CDN).
 type Attachment struct {
 	ID, Filename, ContentType, URL string
 	Size                           int

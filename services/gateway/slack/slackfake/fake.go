@@ -1,8 +1,10 @@
 // Package slackfake is a local Slack for tests: the Web API methods the
 // gateway uses (auth.test, apps.connections.open, chat.postMessage,
 // chat.update, chat.delete), a Socket Mode websocket that sends
-// events_api envelopes and waits for envelope acks, and the sending side
-// of the HTTP Events API (signed requests, retries with X-Slack-Retry-Num).
+// events_api envelopes and waits for envelope acks, the sending side of
+// the HTTP Events API (signed requests, retries with X-Slack-Retry-Num),
+// and files.slack.com: shared files served to the bot token, the sign-in
+// page to anyone else.
 package slackfake
 
 import (
@@ -17,6 +19,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -46,6 +49,16 @@ type Fake struct {
 	nextTS      int64
 	rateLimit   time.Duration // the next chat.postMessage answers 429 with this Retry-After
 	envelopeSeq atomic.Int64
+	fileSeq     atomic.Int64
+	files       map[string]hostedFile // file id → file
+	downloads   int
+	noFilesRead bool // the bot token lacks files:read
+}
+
+// hostedFile is a file shared in the workspace.
+type hostedFile struct {
+	name, mimetype string
+	data           []byte
 }
 
 // Message is one message the bot posted.
@@ -65,6 +78,7 @@ func New(t testing.TB) *Fake {
 		BotToken: "xoxb-test-token", AppToken: "xapp-test-token",
 		connected: make(chan struct{}),
 		messages:  map[string][]*Message{},
+		files:     map[string]hostedFile{},
 		nextTS:    1700000000,
 	}
 	mux := http.NewServeMux()
@@ -74,6 +88,9 @@ func New(t testing.TB) *Fake {
 	mux.HandleFunc("/api/chat.update", f.update)
 	mux.HandleFunc("/api/chat.delete", f.delete)
 	mux.HandleFunc("/link", f.link)
+	mux.HandleFunc("GET /files-pri/{file}/{name}", f.file)
+	mux.HandleFunc("GET /files-pri/{file}/download/{name}", f.file)
+	mux.HandleFunc("GET /{$}", f.signIn)
 	f.srv = httptest.NewServer(mux)
 	t.Cleanup(func() {
 		f.Drop()
@@ -108,6 +125,67 @@ func (f *Fake) Messages(channel string) []Message {
 		out = append(out, *m)
 	}
 	return out
+}
+
+// AddFile shares data as a file in the workspace and returns it for
+// Event.Files, with url_private and url_private_download on the fake as
+// files.slack.com has them. They serve the file to the bot token (while it
+// has files:read, SetFilesRead); any other request is redirected, as
+// Slack does, to the workspace's sign-in page, an HTML page answered 200.
+func (f *Fake) AddFile(name, mimetype string, data []byte) File {
+	id := fmt.Sprintf("F%08d", f.fileSeq.Add(1))
+	f.mu.Lock()
+	f.files[id] = hostedFile{name: name, mimetype: mimetype, data: append([]byte(nil), data...)}
+	f.mu.Unlock()
+	base := f.srv.URL + "/files-pri/" + f.TeamID + "-" + id + "/"
+	return File{ID: id, Name: name, Mimetype: mimetype, Size: int64(len(data)),
+		URL: base + url.PathEscape(name), DownloadURL: base + "download/" + url.PathEscape(name)}
+}
+
+// SetFilesRead grants or takes away the bot token's files:read scope
+// (granted at first): without it, file URLs answer the sign-in page.
+func (f *Fake) SetFilesRead(ok bool) {
+	f.mu.Lock()
+	f.noFilesRead = !ok
+	f.mu.Unlock()
+}
+
+// Downloads counts requests for files, authorized or not.
+func (f *Fake) Downloads() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.downloads
+}
+
+func (f *Fake) file(w http.ResponseWriter, r *http.Request) {
+	id := strings.TrimPrefix(r.PathValue("file"), f.TeamID+"-")
+	f.mu.Lock()
+	f.downloads++
+	file, ok := f.files[id]
+	denied := f.noFilesRead || r.Header.Get("Authorization") != "Bearer "+f.BotToken
+	f.mu.Unlock()
+	switch {
+	case denied:
+		http.Redirect(w, r, "/?redir="+url.QueryEscape(r.URL.Path), http.StatusFound)
+	case !ok || r.PathValue("name") != file.name:
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.WriteHeader(http.StatusNotFound)
+		_, _ = io.WriteString(w, "File not found")
+	default:
+		w.Header().Set("Content-Type", file.mimetype)
+		w.Header().Set("Content-Length", strconv.Itoa(len(file.data)))
+		if strings.Contains(r.URL.Path, "/download/") {
+			w.Header().Set("Content-Disposition", "attachment; filename=\""+file.name+"\"")
+		}
+		_, _ = w.Write(file.data)
+	}
+}
+
+// signIn is the workspace's sign-in page.
+func (f *Fake) signIn(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	_, _ = io.WriteString(w, `<!DOCTYPE html><html lang="en-US"><head><title>Sign in | Slack</title></head>`+
+		`<body><form action="/" method="post"><input type="email" name="email"><button>Sign in with email</button></form></body></html>`)
 }
 
 func token(r *http.Request) string {
@@ -410,10 +488,12 @@ type Event struct {
 	Files       []File
 }
 
-// File is a file shared with a message.
+// File is a file shared with a message (AddFile hosts one).
 type File struct {
-	ID, Name, Mimetype, URL string
-	Size                    int64
+	ID, Name, Mimetype string
+	URL                string // url_private
+	DownloadURL        string // url_private_download
+	Size               int64
 }
 
 // Callback wraps ev in an event_callback with eventID, as Slack sends it.
@@ -441,7 +521,12 @@ func (f *Fake) Callback(eventID string, ev Event) []byte {
 	if len(ev.Files) > 0 {
 		files := make([]map[string]any, 0, len(ev.Files))
 		for _, fl := range ev.Files {
-			files = append(files, map[string]any{"id": fl.ID, "name": fl.Name, "mimetype": fl.Mimetype, "url_private": fl.URL, "size": fl.Size})
+			file := map[string]any{"id": fl.ID, "name": fl.Name, "title": fl.Name, "mimetype": fl.Mimetype, "url_private": fl.URL,
+				"size": fl.Size, "mode": "hosted", "is_external": false}
+			if fl.DownloadURL != "" {
+				file["url_private_download"] = fl.DownloadURL
+			}
+			files = append(files, file)
 		}
 		inner["files"] = files
 	}
