@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/switchboard-chat/switchboard/pkg/attachment"
 	"github.com/switchboard-chat/switchboard/pkg/bus"
 	"github.com/switchboard-chat/switchboard/pkg/config"
 	"github.com/switchboard-chat/switchboard/pkg/pg"
@@ -39,6 +40,9 @@ type Config struct {
 	Agent    worker.AgentConfig  `koanf:"agent"`
 	LLM      LLMConfig           `koanf:"llm"`
 	Privacy  PrivacyConfig       `koanf:"privacy"`
+	// Attachments bounds the users' attachments the gateways keep for
+	// the agent (pictures).
+	Attachments attachment.Config `koanf:"attachments"`
 }
 
 // LLMConfig selects the model provider. Empty provider: the environment
@@ -131,18 +135,19 @@ func defaultConfig() *Config {
 	return &Config{
 		NATS: NATSConfig{URL: "nats://127.0.0.1:4222", Replicas: 1, DedupeWindow: 30 * time.Second, Retention: 24 * time.Hour,
 			Partitions: bus.DefaultPartitions},
-		Postgres: PostgresConfig{URL: pg.DefaultURL, MaxConns: 16},
-		Redis:    RedisConfig{URL: redisx.DefaultURL, Prefix: "sb:"},
-		Log:      telemetry.LogConfig{Level: "info", Format: "json"},
-		Ops:      OpsConfig{Addr: "127.0.0.1:9090"},
-		Dev:      DevConfig{NATSPort: 14222, NATSStoreDir: ".switchboard/nats", MemoryLimitMiB: 160, GCPercent: 400},
-		Gateways: GatewaysConfig{API: api.DefaultConfig(), Webhook: webhook.DefaultConfig(), Discord: discord.DefaultConfig(), Slack: slack.DefaultConfig(), Telegram: telegram.DefaultConfig()},
-		Delivery: delivery.DefaultConfig(),
-		Router:   router.DefaultConfig(),
-		Admin:    admin.Config{Addr: admin.DefaultAddr},
-		Worker:   worker.DefaultConfig(),
-		Agent:    worker.DefaultConfig().Agent,
-		LLM:      LLMConfig{MaxAttempts: 4, CallTimeout: 10 * time.Minute},
+		Postgres:    PostgresConfig{URL: pg.DefaultURL, MaxConns: 16},
+		Redis:       RedisConfig{URL: redisx.DefaultURL, Prefix: "sb:"},
+		Log:         telemetry.LogConfig{Level: "info", Format: "json"},
+		Ops:         OpsConfig{Addr: "127.0.0.1:9090"},
+		Dev:         DevConfig{NATSPort: 14222, NATSStoreDir: ".switchboard/nats", MemoryLimitMiB: 160, GCPercent: 400},
+		Gateways:    GatewaysConfig{API: api.DefaultConfig(), Webhook: webhook.DefaultConfig(), Discord: discord.DefaultConfig(), Slack: slack.DefaultConfig(), Telegram: telegram.DefaultConfig()},
+		Delivery:    delivery.DefaultConfig(),
+		Router:      router.DefaultConfig(),
+		Admin:       admin.Config{Addr: admin.DefaultAddr},
+		Worker:      worker.DefaultConfig(),
+		Agent:       worker.DefaultConfig().Agent,
+		LLM:         LLMConfig{MaxAttempts: 4, CallTimeout: 10 * time.Minute},
+		Attachments: attachment.DefaultConfig(),
 	}
 }
 
@@ -193,6 +198,9 @@ func (c *Config) Validate() error {
 	}
 	if c.NATS.DedupeWindow < time.Second {
 		return config.Invalid("nats.dedupe_window", c.NATS.DedupeWindow, "at least 1s")
+	}
+	if err := c.Attachments.Validate(); err != nil {
+		return err
 	}
 	if err := c.Delivery.Validate(); err != nil {
 		return err

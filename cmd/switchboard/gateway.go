@@ -3,11 +3,12 @@ package main
 import (
 	"context"
 	"fmt"
-	"github.com/switchboard-chat/switchboard/pkg/loopback"
 	"os"
 	"sort"
 	"strings"
 
+	"github.com/switchboard-chat/switchboard/pkg/loopback"
+	"github.com/switchboard-chat/switchboard/pkg/platform"
 	"github.com/switchboard-chat/switchboard/services/gateway/api"
 	"github.com/switchboard-chat/switchboard/services/gateway/discord"
 	"github.com/switchboard-chat/switchboard/services/gateway/slack"
@@ -77,7 +78,7 @@ func startAPIGateway(ctx context.Context, a *app) (func(context.Context) error, 
 	if err != nil {
 		return nil, err
 	}
-	s, err := api.New(cfg, api.Deps{Log: a.log, Bus: b})
+	s, err := api.New(cfg, api.Deps{Log: a.log, Bus: b, RunnerOptions: platform.Options{Attachments: a.cfg.Attachments}})
 	if err != nil {
 		return nil, err
 	}

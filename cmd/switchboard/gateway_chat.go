@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/switchboard-chat/switchboard/pkg/bus"
+	"github.com/switchboard-chat/switchboard/pkg/platform"
 	"github.com/switchboard-chat/switchboard/services/gateway/discord"
 	"github.com/switchboard-chat/switchboard/services/gateway/slack"
 )
@@ -73,14 +74,14 @@ func startChatGateway(ctx context.Context, a *app, name, tokenEnv string, enable
 func startDiscordGateway(ctx context.Context, a *app) (func(context.Context) error, error) {
 	cfg := a.cfg.Gateways.Discord
 	return startChatGateway(ctx, a, "discord", "DISCORD_BOT_TOKEN", cfg.Enabled(), cfg.Validate, func(b *bus.Bus) (chatService, error) {
-		return discord.New(cfg, discord.Deps{Log: a.log, Bus: b})
+		return discord.New(cfg, discord.Deps{Log: a.log, Bus: b, Runner: platform.Options{Attachments: a.cfg.Attachments}})
 	})
 }
 
 func startSlackGateway(ctx context.Context, a *app) (func(context.Context) error, error) {
 	cfg := a.cfg.Gateways.Slack
 	run, err := startChatGateway(ctx, a, "slack", "SLACK_BOT_TOKEN", cfg.Enabled(), cfg.Validate, func(b *bus.Bus) (chatService, error) {
-		return slack.New(cfg, slack.Deps{Log: a.log, Bus: b})
+		return slack.New(cfg, slack.Deps{Log: a.log, Bus: b, Runner: platform.Options{Attachments: a.cfg.Attachments}})
 	})
 	if err == nil && cfg.Enabled() && cfg.AppToken == "" {
 		a.announce("Slack events", "http://"+hostPort(cfg.Addr)+cfg.Path)

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/rand"
+	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"net/http"
@@ -12,6 +13,8 @@ import (
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+
+	"github.com/switchboard-chat/switchboard/pkg/fakellm"
 )
 
 // TestWholeSystemAnswersTheOpenAIClient runs `switchboard dev` — every
@@ -83,6 +86,16 @@ func TestWholeSystemAnswersTheOpenAIClient(t *testing.T) {
 		openai.UserMessage("first"), openai.AssistantMessage("echo: first"), openai.UserMessage("[[recall:user]]"))
 	if !strings.HasPrefix(got, "recall: first") {
 		t.Fatalf("stateless recall = %q", got)
+	}
+	// A picture sent inline, as a data: URL larger than an inbound event
+	// may be, is kept by the gateway and shown to the model with the text.
+	pic := append([]byte("\x89PNG\r\n\x1a\n"), make([]byte, 600<<10)...)
+	got = ask(newClient(randomID()), openai.UserMessage([]openai.ChatCompletionContentPartUnionParam{
+		openai.TextContentPart("what is this?"),
+		openai.ImageContentPart(openai.ChatCompletionContentPartImageImageURLParam{URL: "data:image/png;base64," + base64.StdEncoding.EncodeToString(pic)}),
+	}))
+	if want := "echo: what is this?\n[Attachment: image] [image " + (fakellm.Image{MediaType: "image/png", Data: pic}).String() + "]"; got != want {
+		t.Fatalf("picture answer = %q, want %q", got, want)
 	}
 	// A turn the model provider failed is an HTTP error the SDK raises,
 	// not a completion whose text explains the failure.

@@ -152,15 +152,11 @@ func (s *Store) bucket(ctx context.Context, create bool) (jetstream.ObjectStore,
 }
 
 // Keep stores the bytes r yields under name, reading at most MaxBytes,
-// and returns how many it stored. An object already stored under name is
-// kept as it is (a redelivered event need not download again).
+// and returns how many it stored.
 func (s *Store) Keep(ctx context.Context, name, mime string, r io.Reader) (int64, error) {
 	obs, err := s.bucket(ctx, true)
 	if err != nil {
 		return 0, err
-	}
-	if info, err := obs.GetInfo(ctx, name); err == nil {
-		return int64(info.Size), nil
 	}
 	lr := &limitReader{r: r, left: s.cfg.MaxBytes}
 	info, err := obs.Put(ctx, jetstream.ObjectMeta{Name: name, Description: mime}, lr)
@@ -171,6 +167,20 @@ func (s *Store) Keep(ctx context.Context, name, mime string, r io.Reader) (int64
 		return 0, fmt.Errorf("store attachment: %w", err)
 	}
 	return int64(info.Size), nil
+}
+
+// Stat reports the size of the object stored under name, if there is one
+// (a redelivered event's attachment need not be downloaded again).
+func (s *Store) Stat(ctx context.Context, name string) (int64, bool) {
+	obs, err := s.bucket(ctx, true)
+	if err != nil {
+		return 0, false
+	}
+	info, err := obs.GetInfo(ctx, name)
+	if err != nil {
+		return 0, false
+	}
+	return int64(info.Size), true
 }
 
 // Get returns the bytes stored under name and the media type they were

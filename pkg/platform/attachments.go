@@ -19,6 +19,11 @@ import (
 // fetchTimeout bounds the download and storing of one attachment.
 const fetchTimeout = time.Minute
 
+// publishReserve is what the attachments leave of a caller's deadline
+// for the publish (Slack's Events API wants its answer within 3 s): a
+// download that would use it up is abandoned, not the message.
+const publishReserve = time.Second
+
 // keepAttachments stores the bytes of ev's attachments that the agent
 // reads (attachment.Wanted) and points them at the store: data: URLs are
 // decoded, other attachments fetched through the platform (Fetcher). One
@@ -30,6 +35,12 @@ func (r *Runner) keepAttachments(ctx context.Context, ev *eventsv1.MessageReceiv
 		return
 	}
 	fetcher, _ := r.p.(Fetcher)
+	budget := ctx
+	if dl, ok := ctx.Deadline(); ok {
+		var cancel context.CancelFunc
+		budget, cancel = context.WithDeadline(ctx, dl.Add(-publishReserve))
+		defer cancel()
+	}
 	base := hashKey(r.name + ":" + r.p.Account() + ":" + ev.GetEventId())
 	limit := r.attachments.Config().MaxBytes
 	for i, a := range ev.GetAttachments() {
@@ -43,7 +54,7 @@ func (r *Runner) keepAttachments(ctx context.Context, ev *eventsv1.MessageReceiv
 			continue
 		}
 		name := base + "." + strconv.Itoa(i)
-		err := r.keepOne(ctx, fetcher, name, a)
+		err := r.keepOne(budget, fetcher, name, a)
 		switch {
 		case err == nil:
 			attachmentsTotal.WithLabelValues(r.name, "kept").Inc()
@@ -55,6 +66,9 @@ func (r *Runner) keepAttachments(ctx context.Context, ev *eventsv1.MessageReceiv
 		default:
 			r.log.Warn("attachment not kept", "event_id", ev.GetEventId(), "index", i, "err", err)
 			a.Unavailable = "it could not be downloaded"
+			if ctx.Err() == nil && budget.Err() != nil {
+				a.Unavailable = "it could not be downloaded in time"
+			}
 			if ctx.Err() == nil {
 				attachmentsTotal.WithLabelValues(r.name, "failed").Inc()
 			}
@@ -66,6 +80,12 @@ func (r *Runner) keepAttachments(ctx context.Context, ev *eventsv1.MessageReceiv
 func (r *Runner) keepOne(ctx context.Context, fetcher Fetcher, name string, a *eventsv1.Attachment) error {
 	ctx, cancel := context.WithTimeout(ctx, fetchTimeout)
 	defer cancel()
+	if n, ok := r.attachments.Stat(ctx, name); ok {
+		// Kept for an earlier delivery of the event.
+		a.Location = &eventsv1.Attachment_BytesRef{BytesRef: name}
+		a.SizeBytes = n
+		return nil
+	}
 	var (
 		body io.Reader
 		mime string

@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -82,6 +83,19 @@ func NewWith(t testing.TB, url string, topo bus.Topology, opts ...nats.Option) *
 		defer cancel()
 		for _, cfg := range topo.StreamConfigs() {
 			_ = b.JetStream().DeleteStream(ctx, cfg.Name)
+		}
+		// and the buckets (KV_<prefix>…, OBJ_<prefix>…) the test made.
+		if topo.Prefix != "" {
+			names := b.JetStream().StreamNames(ctx)
+			var mine []string
+			for name := range names.Name() {
+				if strings.Contains(name, topo.Prefix) {
+					mine = append(mine, name)
+				}
+			}
+			for _, name := range mine {
+				_ = b.JetStream().DeleteStream(ctx, name)
+			}
 		}
 		nc.Close()
 	})

@@ -159,7 +159,10 @@ func content(raw json.RawMessage) (string, []string, error) {
 			case "text", "input_text":
 				texts = append(texts, p.Text)
 			case "image_url":
-				if p.ImageURL != nil && (strings.HasPrefix(p.ImageURL.URL, "https://") || strings.HasPrefix(p.ImageURL.URL, "http://")) {
+				// Web addresses, which the model provider fetches, and
+				// pictures sent inline (data: URLs), which the gateway keeps
+				// in the attachment store.
+				if u := p.ImageURL; u != nil && (strings.HasPrefix(u.URL, "https://") || strings.HasPrefix(u.URL, "http://") || strings.HasPrefix(u.URL, "data:image/")) {
 					images = append(images, p.ImageURL.URL)
 				}
 			}

@@ -1,0 +1,100 @@
+package attachment_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/switchboard-chat/switchboard/pkg/attachment"
+	"github.com/switchboard-chat/switchboard/pkg/bus/bustest"
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+)
+
+func TestStore(t *testing.T) {
+	t.Parallel()
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// A worker's reader opens the store a gateway creates: before that,
+	// every reference is unknown.
+	reader := attachment.New(b.JetStream(), b.Topology(), attachment.Config{})
+	if _, _, err := reader.Get(ctx, "a", 0); !errors.Is(err, attachment.ErrNotFound) {
+		t.Fatalf("get before the store exists: %v", err)
+	}
+	keeper := attachment.New(b.JetStream(), b.Topology(), attachment.Config{MaxBytes: 300 << 10})
+	pic := bytes.Repeat([]byte("px"), 100<<10) // 200 KiB: two chunks
+	n, err := keeper.Keep(ctx, "a", "image/png", bytes.NewReader(pic))
+	if err != nil || n != int64(len(pic)) {
+		t.Fatalf("keep: %d %v", n, err)
+	}
+	if size, ok := keeper.Stat(ctx, "a"); !ok || size != int64(len(pic)) {
+		t.Fatalf("stat: %d %v", size, ok)
+	}
+	if _, ok := keeper.Stat(ctx, "b"); ok {
+		t.Fatal("stat of a name never kept")
+	}
+	data, mime, err := reader.Get(ctx, "a", 0)
+	if err != nil || !bytes.Equal(data, pic) || mime != "image/png" {
+		t.Fatalf("get: %d bytes, %q, %v", len(data), mime, err)
+	}
+	if _, _, err := reader.Get(ctx, "a", 1000); !errors.Is(err, attachment.ErrTooLarge) {
+		t.Fatalf("get over the reader's limit: %v", err)
+	}
+	if _, _, err := reader.Get(ctx, "missing", 0); !errors.Is(err, attachment.ErrNotFound) {
+		t.Fatalf("get of a missing name: %v", err)
+	}
+	// Over MaxBytes: refused, and nothing is left under the name.
+	if _, err := keeper.Keep(ctx, "big", "image/png", bytes.NewReader(make([]byte, 300<<10+1))); !errors.Is(err, attachment.ErrTooLarge) {
+		t.Fatalf("keep over the limit: %v", err)
+	}
+	if _, ok := keeper.Stat(ctx, "big"); ok {
+		t.Fatal("a refused attachment was kept")
+	}
+	// Exactly MaxBytes fits.
+	if _, err := keeper.Keep(ctx, "edge", "image/png", bytes.NewReader(make([]byte, 300<<10))); err != nil {
+		t.Fatalf("keep at the limit: %v", err)
+	}
+}
+
+func TestWanted(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		kind eventsv1.AttachmentKind
+		mime string
+		want bool
+	}{
+		{eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, "", true},
+		{eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, "image/heic", true}, // kept; the worker decides what the model takes
+		{eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT, "image/PNG", true},
+		{eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT, "image/jpeg; charset=binary", true},
+		{eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT, "application/pdf", false},
+		{eventsv1.AttachmentKind_ATTACHMENT_KIND_VOICE, "audio/ogg", false},
+		{eventsv1.AttachmentKind_ATTACHMENT_KIND_STICKER, "image/webp", false},
+	}
+	for _, tt := range tests {
+		if got := attachment.Wanted(&eventsv1.Attachment{Kind: tt.kind, MimeType: tt.mime}); got != tt.want {
+			t.Errorf("%v %q: wanted %v", tt.kind, tt.mime, got)
+		}
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		cfg  attachment.Config
+		ok   bool
+	}{
+		{"defaults", attachment.DefaultConfig(), true},
+		{"zero", attachment.Config{}, true},
+		{"negative", attachment.Config{MaxBytes: -1}, false},
+		{"file larger than the store", attachment.Config{MaxBytes: 10, StoreBytes: 5}, false},
+	}
+	for _, tt := range tests {
+		if err := tt.cfg.Validate(); (err == nil) != tt.ok {
+			t.Errorf("%s: %v", tt.name, err)
+		}
+	}
+}
