@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/switchboard-chat/switchboard/pkg/bus"
+	"github.com/switchboard-chat/switchboard/pkg/fakellm"
 	"github.com/switchboard-chat/switchboard/pkg/pg"
 	"github.com/switchboard-chat/switchboard/pkg/redisx"
 	"github.com/switchboard-chat/switchboard/pkg/telemetry"
@@ -45,6 +46,8 @@ type app struct {
 	rdb *redis.Client
 	// migrated: this process applied the migrations itself (dev).
 	migrated bool
+	// fake is the fake model this process runs, if any.
+	fake *fakellm.Server
 }
 
 func newApp(name string, cfg *Config) *app {

@@ -41,8 +41,25 @@ type Config struct {
 	LLM      LLMConfig           `koanf:"llm"`
 	Privacy  PrivacyConfig       `koanf:"privacy"`
 	// Attachments bounds the users' attachments the gateways keep for
-	// the agent (pictures).
+	// the agent (pictures, voice messages, text documents).
 	Attachments attachment.Config `koanf:"attachments"`
+	// STT transcribes voice messages for the agent.
+	STT STTConfig `koanf:"stt"`
+}
+
+// STTConfig selects speech-to-text for voice messages and audio files.
+type STTConfig struct {
+	// Provider is openai (any OpenAI-compatible /audio/transcriptions
+	// endpoint: OpenAI, Groq, a local Whisper server) or off. Empty: the
+	// model provider's own endpoint when it is OpenAI-compatible (the
+	// fake model included), else OpenAI's when OPENAI_API_KEY is set,
+	// else off (voice messages are named to the model, not heard).
+	Provider string `koanf:"provider"`
+	// Model, default whisper-1.
+	Model string `koanf:"model"`
+	// BaseURL including /v1; empty: as Provider says.
+	BaseURL string `koanf:"base_url"`
+	APIKey  string `koanf:"api_key"`
 }
 
 // LLMConfig selects the model provider. Empty provider: the environment
@@ -201,6 +218,11 @@ func (c *Config) Validate() error {
 	}
 	if err := c.Attachments.Validate(); err != nil {
 		return err
+	}
+	switch c.STT.Provider {
+	case "", "openai", "off":
+	default:
+		return config.Invalid("stt.provider", c.STT.Provider, "openai or off")
 	}
 	if err := c.Delivery.Validate(); err != nil {
 		return err

@@ -1,12 +1,14 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/switchboard-chat/switchboard/pkg/fakellm"
 	"github.com/switchboard-chat/switchboard/pkg/llm"
@@ -36,6 +38,9 @@ func startWorker(ctx context.Context, a *app) (func(context.Context) error, erro
 			return nil, err
 		}
 		deps.Providers = map[string]worker.Backend{deps.LLM.Kind: deps.LLM}
+	}
+	if deps.Transcriber, err = a.transcriber(deps.LLM.Kind); err != nil {
+		return nil, err
 	}
 	w, err := worker.New(cfg, deps)
 	if err != nil {
@@ -94,6 +99,7 @@ func (a *app) fakeBackend(policy llm.RetryPolicy) (worker.Backend, error) {
 		return worker.Backend{}, fmt.Errorf("start fake llm: %w", err)
 	}
 	a.onClose(func() { _ = fake.Close() })
+	a.fake = fake
 	a.announce("Fake LLM", fake.URL()+"/v1")
 	a.log.Warn("no LLM provider configured (llm.provider, OPENAI_API_KEY, ANTHROPIC_API_KEY): using the built-in fake model, which echoes",
 		"url", fake.URL())
@@ -102,4 +108,58 @@ func (a *app) fakeBackend(policy llm.RetryPolicy) (worker.Backend, error) {
 	provider := llm.NewOpenAI(llm.OpenAIConfig{BaseURL: base, Model: "fake-model", HTTPClient: fake.HTTPClient()})
 	return worker.Backend{Provider: llm.WithRetry(llm.Instrument(provider, "fake"), policy),
 		Kind: "fake", Model: "fake-model", BaseURL: base}, nil
+}
+
+// transcriber builds speech-to-text from the stt section (STTConfig);
+// nil means voice messages are only named to the model.
+func (a *app) transcriber(llmKind string) (worker.Transcriber, error) {
+	c := a.cfg.STT
+	if c.Provider == "off" {
+		return nil, nil
+	}
+	cfg := llm.OpenAIConfig{APIKey: c.APIKey, BaseURL: c.BaseURL}
+	from := "stt"
+	if c.Provider == "" && c.APIKey == "" && c.BaseURL == "" {
+		switch {
+		case llmKind == "fake" && a.fake != nil:
+			cfg = llm.OpenAIConfig{BaseURL: a.fake.URL() + "/v1", HTTPClient: a.fake.HTTPClient()}
+			from = "the fake model"
+		case llmKind == llm.KindOpenAI && a.cfg.LLM.Provider == llm.KindOpenAI:
+			cfg = llm.OpenAIConfig{APIKey: a.cfg.LLM.APIKey, BaseURL: a.cfg.LLM.BaseURL}
+			from = "llm"
+		case llmKind == llm.KindOpenAI:
+			cfg = llm.OpenAIConfig{APIKey: os.Getenv("OPENAI_API_KEY"), BaseURL: os.Getenv("OPENAI_BASE_URL")}
+			from = "OPENAI_API_KEY"
+		case os.Getenv("OPENAI_API_KEY") != "":
+			cfg = llm.OpenAIConfig{APIKey: os.Getenv("OPENAI_API_KEY")}
+			from = "OPENAI_API_KEY"
+		default:
+			a.log.Info("voice messages are named to the model, not transcribed: no speech-to-text provider (stt.provider, stt.api_key)")
+			return nil, nil
+		}
+	} else if cfg.APIKey == "" && cfg.BaseURL == "" {
+		cfg.APIKey = os.Getenv("OPENAI_API_KEY")
+	}
+	model := c.Model
+	if model == "" {
+		model = llm.DefaultTranscriptionModel
+	}
+	a.log.Info("speech-to-text configured", "from", from, "model", model, "base_url", cfg.BaseURL)
+	return transcriber{p: llm.NewOpenAI(cfg), model: model, timeout: a.cfg.LLM.CallTimeout}, nil
+}
+
+// transcriber adapts llm.OpenAI's transcription to worker.Transcriber.
+type transcriber struct {
+	p       *llm.OpenAI
+	model   string
+	timeout time.Duration
+}
+
+func (t transcriber) Transcribe(ctx context.Context, audio []byte, filename, mime string) (string, error) {
+	if t.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, t.timeout)
+		defer cancel()
+	}
+	return t.p.Transcribe(ctx, t.model, bytes.NewReader(audio), filename, mime)
 }

@@ -1,8 +1,8 @@
 // Package attachment keeps the bytes of users' attachments in a JetStream
 // object store, so that bus events carry only a reference to them: a
 // platform gateway, which holds the platform's credentials, downloads a
-// photo once as it publishes the message, and the agent worker reads it
-// back for the model.
+// photo, a voice message or a text file once as it publishes the message,
+// and the agent worker reads it back for the model.
 package attachment
 
 import (
@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path"
 	"strings"
 	"sync"
 	"time"
@@ -35,16 +36,21 @@ type Config struct {
 	// TTL is how long the bytes are kept (default 24 h): long enough for a
 	// turn queued behind others, or retried after a crash, to read them.
 	TTL time.Duration `koanf:"ttl"`
-	// StoreBytes bounds the whole store (default 2 GiB); when it is full a
+	// StoreBytes bounds the whole store (default 1 GiB); when it is full a
 	// new attachment is named to the model as unavailable until old ones
-	// expire.
+	// expire. JetStream reserves it on every NATS server that holds a
+	// replica of the store.
 	StoreBytes int64 `koanf:"store_bytes"`
 }
 
-// DefaultConfig is on, 20 MiB per file, kept a day, 2 GiB in all.
+// DefaultConfig is on, 20 MiB per file, kept a day, 1 GiB in all.
 func DefaultConfig() Config {
-	return Config{Enabled: true, MaxBytes: 20 << 20, TTL: 24 * time.Hour, StoreBytes: 2 << 30}
+	return Config{Enabled: true, MaxBytes: 20 << 20, TTL: 24 * time.Hour, StoreBytes: 1 << 30}
 }
+
+// memoryStoreBytes bounds a store kept in memory (tests' topologies):
+// JetStream reserves the whole bound in RAM.
+const memoryStoreBytes = 64 << 20
 
 // Validate checks the bounds.
 func (c Config) Validate() error {
@@ -72,15 +78,51 @@ func (c Config) withDefaults() Config {
 }
 
 // Wanted reports whether the agent reads a's bytes, so a gateway should
-// keep them: images, which go to the model.
+// keep them: pictures (shown to the model), voice messages and audio
+// (transcribed) and text documents (read into the message).
 func Wanted(a *eventsv1.Attachment) bool {
 	switch a.GetKind() {
-	case eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE:
+	case eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, eventsv1.AttachmentKind_ATTACHMENT_KIND_VOICE,
+		eventsv1.AttachmentKind_ATTACHMENT_KIND_AUDIO:
 		return true
 	case eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT:
-		return IsImageType(a.GetMimeType())
+		return IsImageType(a.GetMimeType()) || IsTextDocument(a)
 	}
 	return false
+}
+
+// textTypes are the media types besides text/* whose content is text.
+var textTypes = map[string]bool{
+	"application/json": true, "application/xml": true, "application/yaml": true, "application/x-yaml": true,
+	"application/toml": true, "application/javascript": true, "application/x-sh": true, "application/sql": true,
+	"application/csv": true, "application/x-ndjson": true, "application/ld+json": true,
+}
+
+// textExts are file extensions of text, for platforms that send a
+// generic media type (application/octet-stream) or none.
+var textExts = map[string]bool{
+	".txt": true, ".md": true, ".markdown": true, ".csv": true, ".tsv": true, ".json": true, ".jsonl": true,
+	".yaml": true, ".yml": true, ".toml": true, ".xml": true, ".html": true, ".htm": true, ".log": true,
+	".ini": true, ".cfg": true, ".conf": true, ".env": true, ".sql": true, ".sh": true, ".py": true, ".go": true,
+	".js": true, ".ts": true, ".tsx": true, ".jsx": true, ".java": true, ".kt": true, ".c": true, ".h": true,
+	".cpp": true, ".hpp": true, ".cs": true, ".rb": true, ".rs": true, ".php": true, ".swift": true, ".css": true,
+	".tex": true, ".rst": true, ".srt": true, ".vtt": true,
+}
+
+// IsTextDocument reports whether a is a document whose content is text,
+// by its media type or, failing a specific one, its file name.
+func IsTextDocument(a *eventsv1.Attachment) bool {
+	if a.GetKind() != eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT {
+		return false
+	}
+	mime, _, _ := strings.Cut(strings.ToLower(strings.TrimSpace(a.GetMimeType())), ";")
+	if strings.HasPrefix(mime, "text/") || textTypes[mime] || strings.HasSuffix(mime, "+json") || strings.HasSuffix(mime, "+xml") {
+		return true
+	}
+	if mime != "" && mime != "application/octet-stream" {
+		return false
+	}
+	return textExts[strings.ToLower(path.Ext(a.GetFileName()))]
 }
 
 // IsImageType reports whether mime names an image format the model
@@ -134,9 +176,13 @@ func (s *Store) bucket(ctx context.Context, create bool) (jetstream.ObjectStore,
 		err error
 	)
 	if create {
+		limit := s.cfg.StoreBytes
+		if s.topo.Storage == jetstream.MemoryStorage {
+			limit = min(limit, memoryStoreBytes)
+		}
 		obs, err = s.js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
 			Bucket: s.topo.Stream(Bucket), Description: "users' attachments, read by the agent",
-			TTL: s.cfg.TTL, MaxBytes: s.cfg.StoreBytes, Storage: s.topo.Storage, Replicas: max(s.topo.Replicas, 1),
+			TTL: s.cfg.TTL, MaxBytes: limit, Storage: s.topo.Storage, Replicas: max(s.topo.Replicas, 1),
 		})
 	} else {
 		obs, err = s.js.ObjectStore(ctx, s.topo.Stream(Bucket))

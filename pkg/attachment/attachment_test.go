@@ -63,19 +63,29 @@ func TestWanted(t *testing.T) {
 	tests := []struct {
 		kind eventsv1.AttachmentKind
 		mime string
+		name string
 		want bool
 	}{
-		{eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, "", true},
-		{eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, "image/heic", true}, // kept; the worker decides what the model takes
-		{eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT, "image/PNG", true},
-		{eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT, "image/jpeg; charset=binary", true},
-		{eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT, "application/pdf", false},
-		{eventsv1.AttachmentKind_ATTACHMENT_KIND_VOICE, "audio/ogg", false},
-		{eventsv1.AttachmentKind_ATTACHMENT_KIND_STICKER, "image/webp", false},
+		{eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, "", "", true},
+		{eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, "image/heic", "", true}, // kept; the worker decides what the model takes
+		{eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT, "image/PNG", "", true},
+		{eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT, "image/jpeg; charset=binary", "", true},
+		{eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT, "application/pdf", "report.pdf", false},
+		{eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT, "text/markdown", "", true},
+		{eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT, "application/json; charset=utf-8", "", true},
+		{eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT, "application/vnd.api+json", "", true},
+		{eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT, "application/octet-stream", "notes.MD", true},
+		{eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT, "", "main.go", true},
+		{eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT, "", "archive.zip", false},
+		{eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT, "application/zip", "notes.txt", false}, // the type wins
+		{eventsv1.AttachmentKind_ATTACHMENT_KIND_VOICE, "audio/ogg", "", true},
+		{eventsv1.AttachmentKind_ATTACHMENT_KIND_AUDIO, "audio/mpeg", "song.mp3", true},
+		{eventsv1.AttachmentKind_ATTACHMENT_KIND_VIDEO, "video/mp4", "clip.mp4", false},
+		{eventsv1.AttachmentKind_ATTACHMENT_KIND_STICKER, "image/webp", "", false},
 	}
 	for _, tt := range tests {
-		if got := attachment.Wanted(&eventsv1.Attachment{Kind: tt.kind, MimeType: tt.mime}); got != tt.want {
-			t.Errorf("%v %q: wanted %v", tt.kind, tt.mime, got)
+		if got := attachment.Wanted(&eventsv1.Attachment{Kind: tt.kind, MimeType: tt.mime, FileName: tt.name}); got != tt.want {
+			t.Errorf("%v %q %q: wanted %v", tt.kind, tt.mime, tt.name, got)
 		}
 	}
 }

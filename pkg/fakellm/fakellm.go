@@ -191,13 +191,14 @@ type Server struct {
 	seq  atomic.Uint64
 	seed maphash.Seed
 
-	mu       sync.Mutex
-	recorded []Request
-	fails    []pendingFailure
-	queue    []Reply
-	script   ScriptFunc
-	times    map[uint64]int      // directive+text hash → uses
-	systems  map[uint64]struct{} // system prompts seen, for cache accounting
+	mu             sync.Mutex
+	recorded       []Request
+	fails          []pendingFailure
+	queue          []Reply
+	script         ScriptFunc
+	times          map[uint64]int      // directive+text hash → uses
+	systems        map[uint64]struct{} // system prompts seen, for cache accounting
+	transcriptions []Transcription
 
 	hs   *http.Server
 	url  string
@@ -237,6 +238,8 @@ func New(cfg Config) *Server {
 	}
 	s.mux.HandleFunc("POST /v1/chat/completions", s.handleOpenAI)
 	s.mux.HandleFunc("POST /chat/completions", s.handleOpenAI)
+	s.mux.HandleFunc("POST /v1/audio/transcriptions", s.handleTranscription)
+	s.mux.HandleFunc("POST /audio/transcriptions", s.handleTranscription)
 	s.mux.HandleFunc("GET /v1/models", s.handleModels)
 	s.mux.HandleFunc("GET /models", s.handleModels)
 	s.mux.HandleFunc("POST /v1/messages", s.handleAnthropic)
@@ -325,6 +328,7 @@ func (s *Server) Reset() {
 	s.queue = nil
 	clear(s.times)
 	clear(s.systems)
+	s.transcriptions = nil
 }
 
 // FailNext makes the next n requests fail with f.

@@ -637,3 +637,22 @@ func TestImages(t *testing.T) {
 		})
 	}
 }
+
+// Speech reaches the OpenAI-compatible transcription endpoint as a named
+// file; the server's refusal is classified as a bad request.
+func TestTranscribe(t *testing.T) {
+	srv := startFake(t, fakellm.Config{})
+	p := llm.NewOpenAI(llm.OpenAIConfig{APIKey: "test", BaseURL: srv.URL() + "/v1"})
+	ctx := context.Background()
+	text, err := p.Transcribe(ctx, "", strings.NewReader("turn the lights off"), "voice.ogg", "audio/ogg")
+	if err != nil || text != "turn the lights off" {
+		t.Fatalf("transcript %q, %v", text, err)
+	}
+	got := srv.Transcriptions()
+	if len(got) != 1 || got[0].Model != llm.DefaultTranscriptionModel || got[0].FileName != "voice.ogg" {
+		t.Fatalf("the server received %+v", got)
+	}
+	if _, err := p.Transcribe(ctx, "whisper-large", strings.NewReader("x"), "fail.ogg", "audio/ogg"); llm.ClassOf(err) != llm.BadRequest {
+		t.Fatalf("refused audio: %v", err)
+	}
+}

@@ -9,8 +9,8 @@ import (
 	"github.com/switchboard-chat/switchboard/pkg/llm"
 )
 
-// imageSource reads the pictures the gateways kept (attachment.Store).
-type imageSource interface {
+// mediaSource reads the attachments the gateways kept (attachment.Store).
+type mediaSource interface {
 	Get(ctx context.Context, ref string, limit int64) ([]byte, string, error)
 }
 
@@ -19,7 +19,7 @@ type imageSource interface {
 // names them). A picture that cannot be read is only named: the turn goes
 // on without it.
 func (r *turnRun) attachImages(ctx context.Context, ls *loopState) {
-	if r.s.images == nil || r.s.cfg.Agent.Images == ImagesOff {
+	if r.s.media == nil || r.s.cfg.Agent.Images == ImagesOff {
 		return
 	}
 	if _, ok := transcriptCommandOf(r.req); ok {
@@ -54,7 +54,7 @@ func (r *turnRun) loadImages(ctx context.Context, in *eventsv1.MessageReceived) 
 			continue
 		}
 		if ref := a.GetBytesRef(); ref != "" {
-			data, mime, err := r.s.images.Get(ctx, ref, r.s.cfg.Agent.MaxImageBytes)
+			data, mime, err := r.s.media.Get(ctx, ref, r.s.cfg.Agent.MaxImageBytes)
 			if err != nil {
 				r.log.Warn("picture not shown to the model", "ref", ref, "err", err)
 				continue

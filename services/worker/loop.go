@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -84,7 +83,7 @@ func (r *turnRun) begin(ctx context.Context) (*loopState, *store.Final, error) {
 				inputs = append(inputs, store.Message{Role: c.GetRole(), Content: c.GetContent()})
 			}
 		}
-		inputs = append(inputs, store.Message{Role: llm.RoleUser, Content: inputText(in)})
+		inputs = append(inputs, store.Message{Role: llm.RoleUser, Content: r.inputText(ctx, in)})
 	}
 	if len(inputs) == 0 {
 		inputs = append(inputs, store.Message{Role: llm.RoleUser, Content: ""})
@@ -117,32 +116,6 @@ func (r *turnRun) commit(ctx context.Context, ls *loopState, msgs ...store.Messa
 // unsavedInputs are the inputs the turn's first write must carry.
 func (ls *loopState) unsavedInputs() []store.Message {
 	return ls.turn[len(ls.turn)-ls.unsaved:]
-}
-
-// inputText renders an inbound message for the model.
-func inputText(in *eventsv1.MessageReceived) string {
-	var b strings.Builder
-	if rt := in.GetReplyTo(); rt != nil && rt.GetText() != "" {
-		fmt.Fprintf(&b, "[Replying to: %q]\n", truncate(rt.GetText(), 500))
-	}
-	b.WriteString(in.GetText())
-	for _, a := range in.GetAttachments() {
-		b.WriteString("\n[Attachment: ")
-		b.WriteString(strings.ToLower(strings.TrimPrefix(a.GetKind().String(), "ATTACHMENT_KIND_")))
-		for _, s := range []string{a.GetFileName(), a.GetCaption()} {
-			if s != "" {
-				b.WriteByte(' ')
-				b.WriteString(s)
-			}
-		}
-		if a.GetUnavailable() != "" {
-			b.WriteString(" (not shown: ")
-			b.WriteString(a.GetUnavailable())
-			b.WriteByte(')')
-		}
-		b.WriteByte(']')
-	}
-	return b.String()
 }
 
 func truncate(s string, n int) string {

@@ -104,6 +104,9 @@ type AgentConfig struct {
 	// MaxImageBytes bounds one picture shown to the model (default 5 MiB,
 	// Anthropic's limit); a larger one is only named.
 	MaxImageBytes int64 `koanf:"max_image_bytes"`
+	// MaxDocumentBytes of a text document are read into the user's
+	// message (default 64 KiB); the rest is cut, with a note saying so.
+	MaxDocumentBytes int64 `koanf:"max_document_bytes"`
 }
 
 // Image modes (AgentConfig.Images).
@@ -122,15 +125,16 @@ func DefaultConfig() Config {
 		DeltaInterval: 250 * time.Millisecond,
 		RedisPrefix:   "sb:",
 		Agent: AgentConfig{
-			MaxIterations:   20,
-			SystemPrompt:    "You are a helpful assistant talking to people through a chat app. Answer concisely.",
-			ApprovalTimeout: 5 * time.Minute,
-			ToolTimeout:     2 * time.Minute,
-			ContextWindow:   128000,
-			CompressAt:      0.85,
-			ProtectLast:     6,
-			Images:          ImagesNative,
-			MaxImageBytes:   5 << 20,
+			MaxIterations:    20,
+			SystemPrompt:     "You are a helpful assistant talking to people through a chat app. Answer concisely.",
+			ApprovalTimeout:  5 * time.Minute,
+			ToolTimeout:      2 * time.Minute,
+			ContextWindow:    128000,
+			CompressAt:       0.85,
+			ProtectLast:      6,
+			Images:           ImagesNative,
+			MaxImageBytes:    5 << 20,
+			MaxDocumentBytes: 64 << 10,
 		},
 	}
 }
@@ -165,6 +169,9 @@ type Deps struct {
 	Homes func(platform string) string
 	// Tools are extra tools (tests, plug-ins).
 	Tools []tools.Tool
+	// Transcriber turns voice messages into text (nil: they are only
+	// named to the model).
+	Transcriber Transcriber
 	// Agent is the external agent for agent.backend (nil: dial it).
 	Agent AgentClient
 	Now   func() time.Time
@@ -182,8 +189,10 @@ type Service struct {
 	byKind map[string]Backend
 	tools  *tools.Registry
 	agent  AgentClient
-	// images reads the pictures the gateways kept.
-	images imageSource
+	// media reads the attachments the gateways kept.
+	media mediaSource
+	// stt transcribes voice messages; nil: none configured.
+	stt    Transcriber
 	now    func() time.Time
 	closer func() error
 	// controls routes control messages to the running turns.
@@ -237,6 +246,9 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	if a.MaxImageBytes <= 0 {
 		a.MaxImageBytes = d.MaxImageBytes
 	}
+	if a.MaxDocumentBytes <= 0 {
+		a.MaxDocumentBytes = d.MaxDocumentBytes
+	}
 	if cfg.ID == "" {
 		host, _ := os.Hostname()
 		cfg.ID = fmt.Sprintf("%s-%d", host, os.Getpid())
@@ -261,7 +273,8 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		byKind: deps.Providers,
 		agent:  deps.Agent,
 		now:    deps.Now,
-		images: attachment.New(deps.Bus.JetStream(), deps.Bus.Topology(), attachment.Config{}),
+		media:  attachment.New(deps.Bus.JetStream(), deps.Bus.Topology(), attachment.Config{}),
+		stt:    deps.Transcriber,
 	}
 	s.controls = newControls(s.log)
 	if cfg.Agent.Backend != "" && s.agent == nil {

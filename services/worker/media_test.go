@@ -1,0 +1,180 @@
+package worker_test
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/switchboard-chat/switchboard/pkg/attachment"
+	"github.com/switchboard-chat/switchboard/pkg/fakellm"
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
+	"github.com/switchboard-chat/switchboard/pkg/llm"
+	"github.com/switchboard-chat/switchboard/services/worker"
+)
+
+// The pictures a gateway kept reach the model with the user's message, in
+// every model call of the turn; a picture that is unavailable, too large
+// for the model, or refused by a model without vision is only named, and
+// the turn is answered all the same.
+func TestPicturesReachTheModel(t *testing.T) {
+	t.Parallel()
+	png := append([]byte("\x89PNG\r\n\x1a\n"), bytes.Repeat([]byte{7}, 300)...)
+	seen := "[image " + fakellm.Image{MediaType: "image/png", Data: png}.String() + "]"
+	image := func(ref string) *eventsv1.Attachment {
+		return &eventsv1.Attachment{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, MimeType: "image/png",
+			Location: &eventsv1.Attachment_BytesRef{BytesRef: ref}, FileName: "cat.png"}
+	}
+	cases := []struct {
+		name     string
+		textOnly bool
+		mod      func(*worker.Config, *worker.Deps)
+		text     string
+		attach   *eventsv1.Attachment
+		want     string // the final answer
+		calls    int    // model requests that carried the picture
+	}{
+		{name: "native", text: "what is this?", attach: image("pic"),
+			want: "echo: what is this?\n[Attachment: image cat.png] " + seen, calls: 1},
+		{name: "in every call of a tool turn", text: `look [[tool:clock {"tz":"UTC"}]]`, attach: image("pic"),
+			want: "echo: look [Attachment: image cat.png] " + seen, calls: 2},
+		{name: "a model without vision", textOnly: true, text: "what is this?", attach: image("pic"),
+			want: "echo: what is this?\n[Attachment: image cat.png]", calls: 1}, // the refused one
+		{name: "images off", mod: func(c *worker.Config, _ *worker.Deps) { c.Agent.Images = worker.ImagesOff },
+			text: "what is this?", attach: image("pic"), want: "echo: what is this?\n[Attachment: image cat.png]"},
+		{name: "over the model's limit", mod: func(c *worker.Config, _ *worker.Deps) { c.Agent.MaxImageBytes = 100 },
+			text: "what is this?", attach: image("pic"), want: "echo: what is this?\n[Attachment: image cat.png]"},
+		{name: "expired", text: "what is this?", attach: image("gone"), want: "echo: what is this?\n[Attachment: image cat.png]"},
+		{name: "not kept by the gateway", text: "what is this?",
+			attach: &eventsv1.Attachment{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, PlatformFileId: "f1",
+				Unavailable: "it is too large (30.0 MB, the limit is 20.0 MB)"},
+			want: "echo: what is this?\n[Attachment: image (unavailable: it is too large (30.0 MB, the limit is 20.0 MB))]"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t)
+			if tc.textOnly {
+				h.fake = fakellm.New(fakellm.Config{TextOnly: true})
+			}
+			store := attachment.New(h.bus.JetStream(), h.bus.Topology(), attachment.Config{})
+			if _, err := store.Keep(context.Background(), "pic", "image/png", bytes.NewReader(png)); err != nil {
+				t.Fatal(err)
+			}
+			h.setGeneration("s1", 1)
+			h.startWorker("w1", tc.mod)
+			req := h.requestTurn("s1", tc.text, turnOpts{attachments: []*eventsv1.Attachment{tc.attach}})
+			if c := h.waitCompleted(req.TurnId); c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED {
+				t.Fatalf("status %v (%s)", c.GetStatus(), c.GetError())
+			}
+			got := checkReplies(t, h.replies(req.TurnId)).GetFinalText().GetText()
+			if !strings.HasPrefix(got, tc.want) {
+				t.Fatalf("answer %q, want it to start with %q", got, tc.want)
+			}
+			calls := 0
+			for _, r := range h.fake.Requests() {
+				for _, m := range r.Messages {
+					if len(m.Images) > 0 {
+						calls++
+						if !bytes.Equal(m.Images[0].Data, png) {
+							t.Errorf("the model saw other bytes: %d", len(m.Images[0].Data))
+						}
+					}
+				}
+			}
+			if calls != tc.calls {
+				t.Errorf("%d model requests carried the picture, want %d", calls, tc.calls)
+			}
+		})
+	}
+}
+
+// sttFunc is a Transcriber over the harness's fake model server.
+type sttFunc func(ctx context.Context, audio []byte, filename, mime string) (string, error)
+
+func (f sttFunc) Transcribe(ctx context.Context, audio []byte, filename, mime string) (string, error) {
+	return f(ctx, audio, filename, mime)
+}
+
+// Voice messages are transcribed and text documents read into the user's
+// message as the turn begins; what the model read is stored in the
+// transcript, so later turns see it too. What cannot be read is named,
+// with why.
+func TestVoiceAndDocumentsAreReadIntoTheMessage(t *testing.T) {
+	t.Parallel()
+	kept := func(kind eventsv1.AttachmentKind, ref, mime, name string) *eventsv1.Attachment {
+		return &eventsv1.Attachment{Kind: kind, MimeType: mime, FileName: name, Location: &eventsv1.Attachment_BytesRef{BytesRef: ref}}
+	}
+	voice := eventsv1.AttachmentKind_ATTACHMENT_KIND_VOICE
+	doc := eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT
+	files := map[string]string{
+		"speech": "turn the lights off",
+		"notes":  "\xef\xbb\xbf# Plan\n- buy milk ✓",
+		"long":   strings.Repeat("é", 20), // 40 bytes
+		"binary": "PK\x03\x04\x00\x00",
+	}
+	cases := []struct {
+		name   string
+		noSTT  bool
+		mod    func(*worker.Config, *worker.Deps)
+		text   string
+		attach *eventsv1.Attachment
+		want   string // the user message as stored and as the model read it
+	}{
+		{name: "voice message", attach: kept(voice, "speech", "audio/ogg", ""),
+			want: `[The user sent a voice message~ Here's what they said: "turn the lights off"]`},
+		{name: "audio file with a caption", text: "what is this song?", attach: kept(eventsv1.AttachmentKind_ATTACHMENT_KIND_AUDIO, "speech", "audio/mpeg", "song.mp3"),
+			want: "what is this song?\n[The user sent an audio file \"song.mp3\"~ Here's what it says: \"turn the lights off\"]"},
+		{name: "no speech-to-text", noSTT: true, attach: kept(voice, "speech", "audio/ogg", ""),
+			want: "[Attachment: voice (unavailable: it could not be transcribed)]"},
+		{name: "refused by the server", attach: kept(voice, "speech", "audio/ogg", "fail.ogg"),
+			want: "[Attachment: voice fail.ogg (unavailable: it could not be transcribed)]"},
+		{name: "text document", text: "summarise", attach: kept(doc, "notes", "text/markdown", "notes.md"),
+			want: "summarise\n[The user sent a document: \"notes.md\". Its content is included below.]\n# Plan\n- buy milk ✓\n[End of \"notes.md\"]"},
+		{name: "long document", mod: func(c *worker.Config, _ *worker.Deps) { c.Agent.MaxDocumentBytes = 11 },
+			attach: kept(doc, "long", "text/plain", "e.txt"),
+			want:   "[The user sent a document: \"e.txt\". The first 11 bytes of it are included below; the rest was cut.]\nééééé\n[End of \"e.txt\"]"},
+		{name: "binary named as text", attach: kept(doc, "binary", "application/octet-stream", "data.txt"),
+			want: "[Attachment: document data.txt]"},
+		{name: "expired", attach: kept(doc, "gone", "text/plain", "a.txt"), want: "[Attachment: document a.txt]"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t)
+			store := attachment.New(h.bus.JetStream(), h.bus.Topology(), attachment.Config{})
+			for name, data := range files {
+				if _, err := store.Keep(context.Background(), name, "", strings.NewReader(data)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			stt := llm.NewOpenAI(llm.OpenAIConfig{BaseURL: h.fakeURL + "/v1"})
+			h.setGeneration("s1", 1)
+			h.startWorker("w1", func(c *worker.Config, d *worker.Deps) {
+				if !tc.noSTT {
+					d.Transcriber = sttFunc(func(ctx context.Context, audio []byte, filename, mime string) (string, error) {
+						return stt.Transcribe(ctx, "", bytes.NewReader(audio), filename, mime)
+					})
+				}
+				if tc.mod != nil {
+					tc.mod(c, d)
+				}
+			})
+			req := h.requestTurn("s1", tc.text, turnOpts{attachments: []*eventsv1.Attachment{tc.attach}})
+			if c := h.waitCompleted(req.TurnId); c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED {
+				t.Fatalf("status %v (%s)", c.GetStatus(), c.GetError())
+			}
+			if got := h.fake.Requests()[0].LastUserText(); got != tc.want {
+				t.Fatalf("the model read\n%q\nwant\n%q", got, tc.want)
+			}
+			var stored string
+			if err := h.db.QueryRow(context.Background(), `SELECT content FROM transcript_messages WHERE turn_id = $1 AND role = 'user'`, req.TurnId).Scan(&stored); err != nil {
+				t.Fatal(err)
+			}
+			if stored != tc.want {
+				t.Fatalf("stored %q", stored)
+			}
+		})
+	}
+}
