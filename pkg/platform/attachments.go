@@ -31,7 +31,7 @@ const publishReserve = time.Second
 // Unavailable, so the agent can tell the user; the message itself is
 // never held back by its attachments.
 func (r *Runner) keepAttachments(ctx context.Context, ev *eventsv1.MessageReceived) {
-	if r.attachments == nil || ev.GetEventId() == "" {
+	if r.attachments == nil || ev.GetEventId() == "" || len(ev.GetAttachments()) == 0 {
 		return
 	}
 	fetcher, _ := r.p.(Fetcher)
