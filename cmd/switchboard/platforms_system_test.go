@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/switchboard-chat/switchboard/pkg/fakellm"
 	"github.com/switchboard-chat/switchboard/pkg/telegramfake"
 	"github.com/switchboard-chat/switchboard/services/gateway/discord/discordfake"
 	"github.com/switchboard-chat/switchboard/services/gateway/slack/slackfake"
@@ -80,6 +81,43 @@ func TestChatPlatformsEndToEnd(t *testing.T) {
 		waitFor("second telegram answer", func() bool { return len(shown()) >= 2 })
 		if got := shown(); len(got) != 2 || got[1] != "echo: second" {
 			t.Fatalf("answers after a replay = %q, want exactly one more", got)
+		}
+		// A photo, a voice message and a text file: the gateway downloads
+		// each through the Bot API's file endpoint, the model sees the
+		// picture, hears the voice (the fake's transcription) and reads the
+		// file.
+		ann := map[string]any{"chat": map[string]any{"id": 99, "type": "private", "first_name": "Ann"},
+			"from": map[string]any{"id": 99, "is_bot": false, "first_name": "Ann"}}
+		with := func(extra map[string]any) map[string]any {
+			m := map[string]any{}
+			for k, v := range ann {
+				m[k] = v
+			}
+			for k, v := range extra {
+				m[k] = v
+			}
+			return m
+		}
+		pic := []byte("\xff\xd8\xff\xe0 not really a jpeg")
+		tg.AddFile("photo-1", pic)
+		tg.InjectPhoto(with(map[string]any{"caption": "what is this?"}), "photo-1")
+		waitFor("photo answer", func() bool { return len(shown()) >= 3 })
+		if got, want := shown()[2], "echo: what is this?\n[Attachment: image] [image "+(fakellm.Image{MediaType: "image/jpeg", Data: pic}).String()+"]"; got != want {
+			t.Fatalf("photo answer = %q, want %q", got, want)
+		}
+		tg.AddFile("voice-1", []byte("remind me to call mum"))
+		tg.Inject(map[string]any{"message": with(map[string]any{"message_id": 40, "date": time.Now().Unix(),
+			"voice": map[string]any{"file_id": "voice-1", "file_unique_id": "uv1", "duration": 2, "mime_type": "audio/ogg", "file_size": 21}})})
+		waitFor("voice answer", func() bool { return len(shown()) >= 4 })
+		if got := shown()[3]; got != `echo: [The user sent a voice message~ Here's what they said: "remind me to call mum"]` {
+			t.Fatalf("voice answer = %q", got)
+		}
+		tg.AddFile("doc-1", []byte("milk, eggs"))
+		tg.InjectDocument(with(nil), "doc-1", "list.txt", "text/plain")
+		waitFor("document answer", func() bool { return len(shown()) >= 5 })
+		if got := shown()[4]; !strings.Contains(got, `[The user sent a document: "list.txt". Its content is included below.] milk, eggs`) &&
+			!strings.Contains(got, "[The user sent a document: \"list.txt\". Its content is included below.]\nmilk, eggs") {
+			t.Fatalf("document answer = %q", got)
 		}
 	})
 

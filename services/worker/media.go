@@ -34,13 +34,14 @@ func (r *turnRun) inputText(ctx context.Context, in *eventsv1.MessageReceived) s
 		if b.Len() > 0 {
 			b.WriteByte('\n')
 		}
-		b.WriteString(r.attachmentText(ctx, a))
+		b.WriteString(r.attachmentText(ctx, a, in.GetText()))
 	}
 	return b.String()
 }
 
-// attachmentText is one attachment as the model reads it.
-func (r *turnRun) attachmentText(ctx context.Context, a *eventsv1.Attachment) string {
+// attachmentText is one attachment as the model reads it; text is the
+// message's, which a platform may also give as the attachment's caption.
+func (r *turnRun) attachmentText(ctx context.Context, a *eventsv1.Attachment, text string) string {
 	kind := a.GetKind()
 	if a.GetBytesRef() != "" && a.GetUnavailable() == "" {
 		switch {
@@ -53,23 +54,24 @@ func (r *turnRun) attachmentText(ctx context.Context, a *eventsv1.Attachment) st
 				return fmt.Sprintf("[The user sent an audio file%s~ Here's what it says: %q]", quotedName(a), text)
 			}
 			r.log.Warn("speech not transcribed", "ref", a.GetBytesRef(), "err", err)
-			return attachmentLine(a, "it could not be transcribed")
+			return attachmentLine(a, text, "it could not be transcribed")
 		case attachment.IsTextDocument(a):
 			if text, ok := r.documentText(ctx, a); ok {
 				return text
 			}
 		}
 	}
-	return attachmentLine(a, a.GetUnavailable())
+	return attachmentLine(a, text, a.GetUnavailable())
 }
 
-// attachmentLine names an attachment, with why the model cannot read it.
-func attachmentLine(a *eventsv1.Attachment, unavailable string) string {
+// attachmentLine names an attachment (and its caption, unless that is the
+// message's text), with why the model cannot read it.
+func attachmentLine(a *eventsv1.Attachment, text, unavailable string) string {
 	var b strings.Builder
 	b.WriteString("[Attachment: ")
 	b.WriteString(strings.ToLower(strings.TrimPrefix(a.GetKind().String(), "ATTACHMENT_KIND_")))
 	for _, s := range []string{a.GetFileName(), a.GetCaption()} {
-		if s != "" {
+		if s != "" && s != text {
 			b.WriteByte(' ')
 			b.WriteString(s)
 		}
