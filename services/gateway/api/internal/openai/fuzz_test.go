@@ -18,6 +18,9 @@ func FuzzParse(f *testing.F) {
 		`{"messages":[{"role":"tool","content":"r"},{"role":"user","content":"q"},{"role":"assistant","content":"prefill"}]}`,
 		`{"messages":[]}`, `[]`,
 		"{\"messages\":[{\"role\":\"user\",\"content\":\"bad \xff\xfe utf-8\"}],\"user\":\"\xc3\"}", `null`, `{"messages":[{"role":"user","content":12}]}`, `{} {}`,
+		`{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:image/png;base64,iVBORw0KGgo="}}]}]}`,
+		`{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:text/html;base64,PGI+"}}]}]}`,
+		`{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:image/gif;base64,@@"}}]}]}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -41,7 +44,7 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("%d context messages", len(req.Context))
 		}
 		for _, a := range req.Attachments {
-			if u := a.GetUrl(); !strings.HasPrefix(u, "https://") && !strings.HasPrefix(u, "http://") {
+			if u := a.GetUrl(); !strings.HasPrefix(u, "https://") && !strings.HasPrefix(u, "http://") && checkDataURL(u) != nil {
 				t.Fatalf("attachment url %q", u)
 			}
 		}
@@ -56,4 +59,47 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("model %q is not UTF-8", req.Model)
 		}
 	})
+}
+
+func TestImageParts(t *testing.T) {
+	t.Parallel()
+	body := func(url string) []byte {
+		return []byte(`{"messages":[{"role":"user","content":[{"type":"text","text":"look"},{"type":"image_url","image_url":{"url":"` + url + `"}}]}]}`)
+	}
+	tests := []struct {
+		name   string
+		url    string
+		images int
+		err    string
+	}{
+		{"web address", "https://example.com/cat.png", 1, ""},
+		{"inline png", "data:image/png;base64,iVBORw0KGgo=", 1, ""},
+		{"inline unpadded", "data:image/webp;base64,UklGRg", 1, ""},
+		{"another scheme is ignored", "ftp://example.com/cat.png", 0, ""},
+		{"not a picture", "data:text/html;base64,PGI+", 0, "PNG, JPEG, GIF or WebP"},
+		{"not base64", "data:image/png,rawbytes", 0, "must be base64"},
+		{"broken base64", "data:image/png;base64,@@@@", 0, "base64 is invalid"},
+		{"empty", "data:image/png;base64,", 0, "base64 is invalid"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req, err := Parse(body(tt.url))
+			if tt.err != "" {
+				if _, ok := err.(*InvalidError); !ok || !strings.Contains(err.Error(), tt.err) {
+					t.Fatalf("error %v, want an invalid request saying %q", err, tt.err)
+				}
+				return
+			}
+			if err != nil || len(req.Attachments) != tt.images {
+				t.Fatalf("%d attachments, %v; want %d", attachmentsOf(req), err, tt.images)
+			}
+		})
+	}
+}
+
+func attachmentsOf(c *Chat) int {
+	if c == nil {
+		return 0
+	}
+	return len(c.Attachments)
 }

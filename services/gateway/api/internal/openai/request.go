@@ -3,10 +3,13 @@ package openai
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
+	"unicode/utf8"
 
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 )
@@ -162,7 +165,12 @@ func content(raw json.RawMessage) (string, []string, error) {
 				// Web addresses, which the model provider fetches, and
 				// pictures sent inline (data: URLs), which the gateway keeps
 				// in the attachment store.
-				if u := p.ImageURL; u != nil && (strings.HasPrefix(u.URL, "https://") || strings.HasPrefix(u.URL, "http://") || strings.HasPrefix(u.URL, "data:image/")) {
+				if u := p.ImageURL; u != nil && strings.HasPrefix(u.URL, "data:") {
+					if err := checkDataURL(u.URL); err != nil {
+						return "", nil, err
+					}
+					images = append(images, u.URL)
+				} else if u != nil && (strings.HasPrefix(u.URL, "https://") || strings.HasPrefix(u.URL, "http://")) {
 					images = append(images, p.ImageURL.URL)
 				}
 			}
@@ -171,4 +179,38 @@ func content(raw json.RawMessage) (string, []string, error) {
 	default:
 		return "", nil, errors.New("content must be a string or an array of parts")
 	}
+}
+
+// checkDataURL accepts what OpenAI's API does inline: a PNG, JPEG, GIF or
+// WebP picture in base64.
+func checkDataURL(u string) error {
+	meta, payload, ok := strings.Cut(strings.TrimPrefix(u, "data:"), ",")
+	mime, enc, _ := strings.Cut(meta, ";")
+	switch mime {
+	case "image/png", "image/jpeg", "image/jpg", "image/gif", "image/webp":
+	default:
+		return fmt.Errorf("image_url: a data URL must hold a PNG, JPEG, GIF or WebP picture, not %q", clip(mime, 40))
+	}
+	if !ok || enc != "base64" {
+		return errors.New("image_url: a data URL must be base64 (data:image/png;base64,...)")
+	}
+	e := base64.StdEncoding
+	if len(payload)%4 != 0 {
+		e = base64.RawStdEncoding
+	}
+	if _, err := io.Copy(io.Discard, base64.NewDecoder(e, strings.NewReader(payload))); err != nil || payload == "" {
+		return errors.New("image_url: the data URL's base64 is invalid")
+	}
+	return nil
+}
+
+// clip cuts s to at most n bytes on a rune boundary, for error messages.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
 }
