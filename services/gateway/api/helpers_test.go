@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/switchboard-chat/switchboard/pkg/attachment"
 	"github.com/switchboard-chat/switchboard/pkg/bus"
 	"github.com/switchboard-chat/switchboard/pkg/bus/bustest"
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
@@ -39,7 +40,8 @@ func runService(t *testing.T, b *bus.Bus, mutate func(*Config)) (*Service, func(
 	if mutate != nil {
 		mutate(&cfg)
 	}
-	s, err := New(cfg, Deps{Bus: b, Log: slog.Default(), RunnerOptions: platform.Options{Backoff: platform.Schedule(10 * time.Millisecond)}})
+	s, err := New(cfg, Deps{Bus: b, Log: slog.Default(), RunnerOptions: platform.Options{
+		Backoff: platform.Schedule(10 * time.Millisecond), Attachments: attachment.Config{Enabled: true}}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,15 +1,19 @@
 package api
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/switchboard-chat/switchboard/pkg/attachment"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 )
 
@@ -153,5 +157,70 @@ func TestWebChatAsksForTheKey(t *testing.T) {
 	}
 	if got != "echo: with key (turn 1)" {
 		t.Fatalf("reply %q", got)
+	}
+}
+
+// TestWebChatSendsAPicture: a picture chosen with the paperclip goes with
+// the typed text as an inline image part, which the gateway keeps in the
+// attachment store; the page shows the picture's name in the user's
+// bubble and the chip is gone after sending.
+func TestWebChatSendsAPicture(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a browser")
+	}
+	t.Parallel()
+	browser := chromiumPath(t)
+	b := newBus(t)
+	s := startService(t, b, func(c *Config) { c.Key, c.Insecure = "", true })
+	r := startResponder(t, b)
+	store := attachment.New(b.JetStream(), b.Topology(), attachment.Config{})
+	pic := append([]byte("\x89PNG\r\n\x1a\n"), bytes.Repeat([]byte{1, 2, 3}, 20000)...)
+	r.answer = func(ev *eventsv1.MessageReceived, turn int) []string {
+		var out []string
+		for _, a := range ev.GetAttachments() {
+			data, mime, err := store.Get(context.Background(), a.GetBytesRef(), 0)
+			out = append(out, fmt.Sprintf("%s: %s %d bytes, same=%v, err=%v", ev.GetText(), mime, len(data), bytes.Equal(data, pic), err))
+		}
+		return out
+	}
+	file := filepath.Join(t.TempDir(), "cat.png")
+	if err := os.WriteFile(file, pic, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
+		chromedp.ExecPath(browser), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
+		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true), chromedp.UserDataDir(t.TempDir()))
+	defer cancelAlloc()
+	ctx, cancel := chromedp.NewContext(actx)
+	defer cancel()
+	ctx, cancelT := context.WithTimeout(ctx, 90*time.Second)
+	defer cancelT()
+	step := func(what string, actions ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		if err := chromedp.Do(ctx, actions...); err != nil {
+			t.Fatalf("browser: %s: %v", what, err)
+		}
+	}
+	eval := func(expr string) string {
+		t.Helper()
+		v, err := chromedp.Run(ctx, chromedp.Evaluate[string](expr))
+		if err != nil {
+			t.Fatalf("browser: evaluate %s: %v", expr, err)
+		}
+		return v
+	}
+	step("open", chromedp.Navigate("http://"+s.Addr()+"/"), chromedp.WaitVisible("#input"))
+	step("attach", chromedp.SetUploadFiles("#file", []string{file}), chromedp.WaitVisible("#chip"))
+	step("send", chromedp.SendKeys("#input", "what is this?"), chromedp.Click("#send"))
+	step("reply", chromedp.WaitVisible(".msg.assistant:not(.pending)"))
+	if got, want := eval(`document.querySelector('.msg.assistant').textContent`), fmt.Sprintf("what is this?: image/png %d bytes, same=true, err=<nil>", len(pic)); got != want {
+		t.Fatalf("reply %q, want %q", got, want)
+	}
+	if got := eval(`document.querySelector('.msg.user').textContent`); got != "what is this?\n🖼 cat.png" {
+		t.Fatalf("user bubble %q", got)
+	}
+	if hidden := eval(`String(document.getElementById('chip').hidden)`); hidden != "true" {
+		t.Fatal("the picture is still attached after sending")
 	}
 }

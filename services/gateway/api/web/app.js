@@ -8,6 +8,12 @@
   var send = document.getElementById("send");
   var keyForm = document.getElementById("key-form");
   var keyInput = document.getElementById("key");
+  var fileInput = document.getElementById("file");
+  var chip = document.getElementById("chip");
+  // A picture travels inline in the request (a data: URL); the gateway's
+  // body limit (4 MiB by default) bounds it at about 3 MB.
+  var MAX_PICTURE = 3000000;
+  var picture = null; // { url, name } while one is attached
 
   function newSessionId() {
     var a = new Uint8Array(12);
@@ -51,19 +57,47 @@
     if (e.key === "Enter" && !e.shiftKey) { e.preventDefault(); form.requestSubmit(); }
   });
 
+  function setPicture(p) {
+    picture = p;
+    chip.hidden = !p;
+    chip.textContent = p ? "🖼 " + p.name + " ✕" : "";
+  }
+  chip.addEventListener("click", function () { setPicture(null); input.focus(); });
+  fileInput.addEventListener("change", function () {
+    var f = fileInput.files[0];
+    fileInput.value = "";
+    if (!f) return;
+    if (f.size > MAX_PICTURE) {
+      bubble("error", "That picture is " + (f.size / 1e6).toFixed(1) + " MB; pictures can be up to " + (MAX_PICTURE / 1e6) + " MB here.");
+      return;
+    }
+    var reader = new FileReader();
+    reader.onload = function () { setPicture({ url: reader.result, name: f.name }); input.focus(); };
+    reader.onerror = function () { bubble("error", "That picture could not be read."); };
+    reader.readAsDataURL(f);
+  });
+
   form.addEventListener("submit", function (e) {
     e.preventDefault();
     var text = input.value.trim();
-    if (!text) return;
+    if (!text && !picture) return;
+    var pic = picture;
     input.value = "";
-    chat(text);
+    setPicture(null);
+    chat(text, pic);
   });
 
-  async function chat(text) {
+  async function chat(text, pic) {
     var h = history();
-    bubble("user", text);
-    h.push({ role: "user", content: text });
+    var shown = pic ? (text ? text + "\n" : "") + "🖼 " + pic.name : text;
+    bubble("user", shown);
+    h.push({ role: "user", content: shown });
     saveHistory(h);
+    var content = text;
+    if (pic) {
+      content = [{ type: "image_url", image_url: { url: pic.url } }];
+      if (text) content.unshift({ type: "text", text: text });
+    }
     var out = bubble("assistant pending", "");
     send.disabled = true;
     var headers = { "Content-Type": "application/json", "X-Session-Id": session() };
@@ -72,7 +106,7 @@
     try {
       var res = await fetch("/v1/chat/completions", {
         method: "POST", headers: headers,
-        body: JSON.stringify({ model: "switchboard", stream: true, messages: [{ role: "user", content: text }] })
+        body: JSON.stringify({ model: "switchboard", stream: true, messages: [{ role: "user", content: content }] })
       });
       if (res.status === 401) {
         out.remove();
