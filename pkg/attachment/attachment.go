@@ -259,6 +259,33 @@ func (s *Store) Get(ctx context.Context, name string, limit int64) ([]byte, stri
 	return b, info.Description, nil
 }
 
+// Head returns at most n bytes from the start of what is stored under
+// name, the whole object's size and its media type: a long document is
+// read only as far as it is used.
+func (s *Store) Head(ctx context.Context, name string, n int64) ([]byte, int64, string, error) {
+	obs, err := s.bucket(ctx, false)
+	if err != nil {
+		return nil, 0, "", err
+	}
+	res, err := obs.Get(ctx, name)
+	if errors.Is(err, jetstream.ErrObjectNotFound) {
+		return nil, 0, "", ErrNotFound
+	}
+	if err != nil {
+		return nil, 0, "", fmt.Errorf("attachment %s: %w", name, err)
+	}
+	defer func() { _ = res.Close() }()
+	info, err := res.Info()
+	if err != nil {
+		return nil, 0, "", fmt.Errorf("attachment %s: %w", name, err)
+	}
+	b, err := io.ReadAll(io.LimitReader(res, n))
+	if err != nil {
+		return nil, 0, "", fmt.Errorf("read attachment %s: %w", name, err)
+	}
+	return b, int64(info.Size), info.Description, nil
+}
+
 // limitReader fails once more than left bytes were read.
 type limitReader struct {
 	r    io.Reader

@@ -39,6 +39,13 @@ func TestStore(t *testing.T) {
 	if err != nil || !bytes.Equal(data, pic) || mime != "image/png" {
 		t.Fatalf("get: %d bytes, %q, %v", len(data), mime, err)
 	}
+	head, size, mime, err := reader.Head(ctx, "a", 10)
+	if err != nil || !bytes.Equal(head, pic[:10]) || size != int64(len(pic)) || mime != "image/png" {
+		t.Fatalf("head: %q %d %q %v", head, size, mime, err)
+	}
+	if _, _, _, err := reader.Head(ctx, "missing", 10); !errors.Is(err, attachment.ErrNotFound) {
+		t.Fatalf("head of a missing name: %v", err)
+	}
 	if _, _, err := reader.Get(ctx, "a", 1000); !errors.Is(err, attachment.ErrTooLarge) {
 		t.Fatalf("get over the reader's limit: %v", err)
 	}

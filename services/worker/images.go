@@ -12,6 +12,7 @@ import (
 // mediaSource reads the attachments the gateways kept (attachment.Store).
 type mediaSource interface {
 	Get(ctx context.Context, ref string, limit int64) ([]byte, string, error)
+	Head(ctx context.Context, ref string, n int64) ([]byte, int64, string, error)
 }
 
 // attachImages gives the turn's input messages their pictures, read again

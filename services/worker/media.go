@@ -139,16 +139,19 @@ func audioExt(mime string) string {
 // documentText is a text document's content for the model, cut at
 // MaxDocumentBytes; ok is false when it cannot be read as text.
 func (r *turnRun) documentText(ctx context.Context, a *eventsv1.Attachment) (string, bool) {
-	data, _, err := r.s.media.Get(ctx, a.GetBytesRef(), 0)
+	const bom = "\xef\xbb\xbf"
+	limit := r.s.cfg.Agent.MaxDocumentBytes
+	data, size, _, err := r.s.media.Head(ctx, a.GetBytesRef(), limit+int64(len(bom)))
 	if err != nil {
 		r.log.Warn("document not read", "ref", a.GetBytesRef(), "err", err)
 		return "", false
 	}
-	data = bytes.TrimPrefix(data, []byte("\xef\xbb\xbf")) // a byte order mark
-	limit := int(r.s.cfg.Agent.MaxDocumentBytes)
-	cut := len(data) > limit
+	if bytes.HasPrefix(data, []byte(bom)) {
+		data, size = data[len(bom):], size-int64(len(bom))
+	}
+	cut := size > limit
 	if cut {
-		data = trimPartialRune(data[:limit])
+		data = trimPartialRune(data[:min(int64(len(data)), limit)])
 	}
 	if !utf8.Valid(data) || bytes.IndexByte(data, 0) >= 0 {
 		return "", false // binary after all
@@ -159,7 +162,7 @@ func (r *turnRun) documentText(ctx context.Context, a *eventsv1.Attachment) (str
 	}
 	note := "Its content is included below."
 	if cut {
-		note = fmt.Sprintf("The first %s of it are included below; the rest was cut.", humanSize(int64(limit)))
+		note = fmt.Sprintf("The first %s of its %s are included below; the rest was cut.", humanSize(limit), humanSize(size))
 	}
 	return fmt.Sprintf("[The user sent a document: %q. %s]\n%s\n[End of %q]", name, note, data, name), true
 }

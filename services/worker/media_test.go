@@ -134,7 +134,7 @@ func TestVoiceAndDocumentsAreReadIntoTheMessage(t *testing.T) {
 			want: "summarise\n[The user sent a document: \"notes.md\". Its content is included below.]\n# Plan\n- buy milk ✓\n[End of \"notes.md\"]"},
 		{name: "long document", mod: func(c *worker.Config, _ *worker.Deps) { c.Agent.MaxDocumentBytes = 11 },
 			attach: kept(doc, "long", "text/plain", "e.txt"),
-			want:   "[The user sent a document: \"e.txt\". The first 11 bytes of it are included below; the rest was cut.]\nééééé\n[End of \"e.txt\"]"},
+			want:   "[The user sent a document: \"e.txt\". The first 11 bytes of its 40 bytes are included below; the rest was cut.]\nééééé\n[End of \"e.txt\"]"},
 		{name: "binary named as text", attach: kept(doc, "binary", "application/octet-stream", "data.txt"),
 			want: "[Attachment: document data.txt]"},
 		{name: "expired", attach: kept(doc, "gone", "text/plain", "a.txt"), want: "[Attachment: document a.txt]"},
