@@ -52,8 +52,8 @@ type STTConfig struct {
 	// Provider is openai (any OpenAI-compatible /audio/transcriptions
 	// endpoint: OpenAI, Groq, a local Whisper server) or off. Empty: the
 	// model provider's own endpoint when it is OpenAI-compatible (the
-	// fake model included), else OpenAI's when OPENAI_API_KEY is set,
-	// else off (voice messages are named to the model, not heard).
+	// fake model included), else off (voice messages are named to the
+	// model, not heard): voice goes to no other provider unless told.
 	Provider string `koanf:"provider"`
 	// Model, default whisper-1.
 	Model string `koanf:"model"`

@@ -130,9 +130,6 @@ func (a *app) transcriber(llmKind string) (worker.Transcriber, error) {
 		case llmKind == llm.KindOpenAI:
 			cfg = llm.OpenAIConfig{APIKey: os.Getenv("OPENAI_API_KEY"), BaseURL: os.Getenv("OPENAI_BASE_URL")}
 			from = "OPENAI_API_KEY"
-		case os.Getenv("OPENAI_API_KEY") != "":
-			cfg = llm.OpenAIConfig{APIKey: os.Getenv("OPENAI_API_KEY")}
-			from = "OPENAI_API_KEY"
 		default:
 			a.log.Info("voice messages are named to the model, not transcribed: no speech-to-text provider (stt.provider, stt.api_key)")
 			return nil, nil

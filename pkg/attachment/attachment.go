@@ -7,10 +7,13 @@ package attachment
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"path"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -82,8 +85,10 @@ func (c Config) withDefaults() Config {
 // (transcribed) and text documents (read into the message).
 func Wanted(a *eventsv1.Attachment) bool {
 	switch a.GetKind() {
-	case eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, eventsv1.AttachmentKind_ATTACHMENT_KIND_VOICE,
-		eventsv1.AttachmentKind_ATTACHMENT_KIND_AUDIO:
+	case eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE:
+		// HEIC, SVG, TIFF …: no provider takes them.
+		return a.GetMimeType() == "" || IsImageType(a.GetMimeType())
+	case eventsv1.AttachmentKind_ATTACHMENT_KIND_VOICE, eventsv1.AttachmentKind_ATTACHMENT_KIND_AUDIO:
 		return true
 	case eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT:
 		return IsImageType(a.GetMimeType()) || IsTextDocument(a)
@@ -134,6 +139,14 @@ func IsImageType(mime string) bool {
 		return true
 	}
 	return false
+}
+
+// Name is what the attachment at index i of an inbound event is kept
+// under: the same for every delivery of the event and every attempt of its
+// turn, so a second fetch finds it kept.
+func Name(platform, account, eventID string, i int) string {
+	sum := sha256.Sum256([]byte(platform + ":" + account + ":" + eventID))
+	return hex.EncodeToString(sum[:20]) + "." + strconv.Itoa(i)
 }
 
 // ErrTooLarge is returned for an attachment over Config.MaxBytes.

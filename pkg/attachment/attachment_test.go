@@ -74,7 +74,8 @@ func TestWanted(t *testing.T) {
 		want bool
 	}{
 		{eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, "", "", true},
-		{eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, "image/heic", "", true}, // kept; the worker decides what the model takes
+		{eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, "image/heic", "", false}, // no provider takes it
+		{eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, "image/webp", "", true},
 		{eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT, "image/PNG", "", true},
 		{eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT, "image/jpeg; charset=binary", "", true},
 		{eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT, "application/pdf", "report.pdf", false},

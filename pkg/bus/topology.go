@@ -145,6 +145,12 @@ func (t Topology) ControlSubject(sessionKey string) string {
 	return t.Subject(fmt.Sprintf("%s.%016x", SubjectControl, h.Sum64()))
 }
 
+// FetchSubject is the request/reply subject on which a platform gateway
+// downloads attachments for the workers (AttachmentFetchRequested).
+func (t Topology) FetchSubject(platform string) string {
+	return t.Subject(subjectGateway + "." + platform + ".fetch")
+}
+
 // SendSubject is the request/reply subject a platform gateway serves.
 func (t Topology) SendSubject(platform string) string {
 	return t.Subject(subjectGateway + "." + platform + ".send")

@@ -6,116 +6,146 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"io"
 	"net/url"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/protobuf/proto"
+
 	"github.com/switchboard-chat/switchboard/pkg/attachment"
+	"github.com/switchboard-chat/switchboard/pkg/bus"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 )
 
-// fetchTimeout bounds the download and storing of one attachment.
-const fetchTimeout = time.Minute
+// FetchTimeout bounds the download and storing of one attachment a worker
+// asked for.
+const FetchTimeout = time.Minute
 
-// publishReserve is what the attachments leave of a caller's deadline
-// for the publish (Slack's Events API wants its answer within 3 s): a
-// download that would use it up is abandoned, not the message.
-const publishReserve = time.Second
+// fetchConcurrency bounds the downloads one gateway replica runs at once.
+const fetchConcurrency = 8
 
-// keepAttachments stores the bytes of ev's attachments that the agent
-// reads (attachment.Wanted) and points them at the store: data: URLs are
-// decoded, other attachments fetched through the platform (Fetcher). One
-// that cannot be kept is published all the same, with the reason in
-// Unavailable, so the agent can tell the user; the message itself is
-// never held back by its attachments.
-func (r *Runner) keepAttachments(ctx context.Context, ev *eventsv1.MessageReceived) {
-	if r.attachments == nil || ev.GetEventId() == "" || len(ev.GetAttachments()) == 0 {
-		return
-	}
-	fetcher, _ := r.p.(Fetcher)
-	budget := ctx
-	if dl, ok := ctx.Deadline(); ok {
-		var cancel context.CancelFunc
-		budget, cancel = context.WithDeadline(ctx, dl.Add(-publishReserve))
-		defer cancel()
-	}
-	base := hashKey(r.name + ":" + r.p.Account() + ":" + ev.GetEventId())
-	limit := r.attachments.Config().MaxBytes
+// Reasons an attachment is unavailable, as the model reads them.
+const (
+	unavailableFailed   = "it could not be downloaded"
+	unavailableNotKept  = "it could not be kept"
+	unavailableNoInline = "pictures sent inline are not accepted here"
+)
+
+// prepareAttachments readies ev's attachments for the bus without any
+// download: an attachment declared larger than the store takes is marked
+// so, and a data: URL (the API's inline pictures) is decoded into the
+// store, or dropped with the reason when it cannot be kept, so an event
+// never carries the bytes. Everything else is fetched when a turn needs it
+// (serveFetch): a message that is refused, a duplicate or never answered
+// downloads nothing, and the platform's connection is never held up by a
+// download.
+func (r *Runner) prepareAttachments(ctx context.Context, ev *eventsv1.MessageReceived) {
 	for i, a := range ev.GetAttachments() {
-		if !attachment.Wanted(a) || a.GetBytesRef() != "" {
-			continue
-		}
-		a.Unavailable = "" // an earlier attempt's reason (a redelivered event)
-		if a.GetSizeBytes() > limit {
-			a.Unavailable = tooLarge(a.GetSizeBytes(), limit)
+		if r.attachments != nil && attachment.Wanted(a) && a.GetSizeBytes() > r.attachments.Config().MaxBytes {
+			a.Unavailable = tooLarge(a.GetSizeBytes(), r.attachments.Config().MaxBytes)
 			attachmentsTotal.WithLabelValues(r.name, "too_large").Inc()
 			continue
 		}
-		name := base + "." + strconv.Itoa(i)
-		err := r.keepOne(budget, fetcher, name, a)
-		switch {
-		case err == nil:
-			attachmentsTotal.WithLabelValues(r.name, "kept").Inc()
-		case errors.Is(err, ErrNotFetched):
-			attachmentsTotal.WithLabelValues(r.name, "left").Inc()
-		case errors.Is(err, attachment.ErrTooLarge):
-			a.Unavailable = tooLarge(0, limit)
-			attachmentsTotal.WithLabelValues(r.name, "too_large").Inc()
-		default:
-			r.log.Warn("attachment not kept", "event_id", ev.GetEventId(), "index", i, "err", err)
-			a.Unavailable = "it could not be downloaded"
-			if ctx.Err() == nil && budget.Err() != nil {
-				a.Unavailable = "it could not be downloaded in time"
+		if !strings.HasPrefix(a.GetUrl(), "data:") {
+			continue
+		}
+		if r.attachments == nil || ev.GetEventId() == "" {
+			a.Location, a.Unavailable = nil, unavailableNoInline
+			continue
+		}
+		data, mime, _, err := dataURL(a.GetUrl())
+		if err == nil {
+			if a.GetMimeType() == "" {
+				a.MimeType = mime
 			}
-			if ctx.Err() == nil {
-				attachmentsTotal.WithLabelValues(r.name, "failed").Inc()
+			name := attachment.Name(r.name, r.p.Account(), ev.GetEventId(), i)
+			var n int64
+			if n, err = r.attachments.Keep(ctx, name, a.GetMimeType(), bytes.NewReader(data)); err == nil {
+				a.Location, a.SizeBytes = &eventsv1.Attachment_BytesRef{BytesRef: name}, n
+				attachmentsTotal.WithLabelValues(r.name, "kept").Inc()
+				continue
 			}
 		}
+		r.log.Warn("inline attachment not kept", "event_id", ev.GetEventId(), "index", i, "err", err)
+		a.Location, a.Unavailable = nil, unavailableNotKept
+		if errors.Is(err, attachment.ErrTooLarge) {
+			a.Unavailable = tooLarge(0, r.attachments.Config().MaxBytes)
+		}
+		attachmentsTotal.WithLabelValues(r.name, "failed").Inc()
 	}
 }
 
-// keepOne downloads a (or decodes its data: URL) into the store under name.
-func (r *Runner) keepOne(ctx context.Context, fetcher Fetcher, name string, a *eventsv1.Attachment) error {
-	ctx, cancel := context.WithTimeout(ctx, fetchTimeout)
-	defer cancel()
-	if n, ok := r.attachments.Stat(ctx, name); ok {
-		// Kept for an earlier delivery of the event.
-		a.Location = &eventsv1.Attachment_BytesRef{BytesRef: name}
-		a.SizeBytes = n
-		return nil
-	}
-	var (
-		body io.Reader
-		mime string
-	)
-	if data, dataMIME, ok, err := dataURL(a.GetUrl()); ok {
-		if err != nil {
-			return err
-		}
-		body, mime = bytes.NewReader(data), dataMIME
+// serveFetch answers a worker's AttachmentFetchRequested.
+func (r *Runner) serveFetch(ctx context.Context, m *nats.Msg) {
+	ctx, span := otel.Tracer("github.com/switchboard-chat/switchboard/pkg/platform").Start(ctx, "platform fetch "+r.name,
+		trace.WithSpanKind(trace.SpanKindServer))
+	defer span.End()
+	req := &eventsv1.AttachmentFetchRequested{}
+	var reply *eventsv1.AttachmentFetched
+	if err := proto.Unmarshal(m.Data, req); err != nil {
+		r.log.Warn("malformed fetch request", "err", err)
+		reply = &eventsv1.AttachmentFetched{Unavailable: unavailableFailed}
 	} else {
-		if fetcher == nil {
-			return ErrNotFetched
+		reply = r.FetchAttachment(ctx, req)
+	}
+	if m.Reply == "" {
+		return
+	}
+	if err := bus.Reply(ctx, m, reply); err != nil {
+		r.log.Warn("fetch reply failed", "err", err)
+	}
+}
+
+// FetchAttachment downloads req's attachment through the platform into
+// the attachment store, unless it is kept already.
+func (r *Runner) FetchAttachment(ctx context.Context, req *eventsv1.AttachmentFetchRequested) *eventsv1.AttachmentFetched {
+	a, name := req.GetAttachment(), req.GetName()
+	fetcher, _ := r.p.(Fetcher)
+	switch {
+	case r.attachments == nil || fetcher == nil || a == nil:
+		return &eventsv1.AttachmentFetched{Unavailable: unavailableFailed}
+	case name == "" || len(name) > 200 || !headerSafe(name):
+		r.log.Warn("fetch request with a bad name", "name", name)
+		return &eventsv1.AttachmentFetched{Unavailable: unavailableFailed}
+	case req.GetAccount() != "" && req.GetAccount() != r.p.Account():
+		return &eventsv1.AttachmentFetched{Unavailable: unavailableFailed} // another bot's file
+	}
+	limit := r.attachments.Config().MaxBytes
+	if a.GetSizeBytes() > limit {
+		return &eventsv1.AttachmentFetched{Unavailable: tooLarge(a.GetSizeBytes(), limit)}
+	}
+	ctx, cancel := context.WithTimeout(ctx, FetchTimeout)
+	defer cancel()
+	mime := a.GetMimeType()
+	if n, ok := r.attachments.Stat(ctx, name); ok {
+		attachmentsTotal.WithLabelValues(r.name, "found").Inc()
+		return &eventsv1.AttachmentFetched{BytesRef: name, SizeBytes: n, MimeType: mime}
+	}
+	rc, fetchedMIME, err := fetcher.Fetch(ctx, a)
+	var n int64
+	if err == nil {
+		if mime == "" || mime == "application/octet-stream" {
+			mime = fetchedMIME
 		}
-		rc, fetchedMIME, err := fetcher.Fetch(ctx, a)
-		if err != nil {
-			return err
-		}
-		defer func() { _ = rc.Close() }()
-		body, mime = rc, fetchedMIME
+		n, err = r.attachments.Keep(ctx, name, mime, rc)
+		_ = rc.Close()
 	}
-	if a.GetMimeType() == "" || a.GetMimeType() == "application/octet-stream" {
-		a.MimeType = mime
+	switch {
+	case err == nil:
+		attachmentsTotal.WithLabelValues(r.name, "kept").Inc()
+		return &eventsv1.AttachmentFetched{BytesRef: name, SizeBytes: n, MimeType: mime}
+	case errors.Is(err, attachment.ErrTooLarge):
+		attachmentsTotal.WithLabelValues(r.name, "too_large").Inc()
+		return &eventsv1.AttachmentFetched{Unavailable: tooLarge(0, limit)}
+	default:
+		r.log.Warn("attachment not kept", "name", name, "err", err)
+		attachmentsTotal.WithLabelValues(r.name, "failed").Inc()
+		return &eventsv1.AttachmentFetched{Unavailable: unavailableFailed}
 	}
-	n, err := r.attachments.Keep(ctx, name, a.GetMimeType(), body)
-	if err != nil {
-		return err
-	}
-	a.Location = &eventsv1.Attachment_BytesRef{BytesRef: name}
-	a.SizeBytes = n
-	return nil
 }
 
 // dataURL decodes a base64 data: URL. ok is false for any other URL.

@@ -247,6 +247,23 @@ func (r *Runner) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("subscribe %s sends: %w", r.name, err)
 	}
+	subs := []*nats.Subscription{sub}
+	if _, ok := r.p.(Fetcher); ok && r.attachments != nil {
+		fetchSem := make(chan struct{}, fetchConcurrency)
+		fsub, err := r.bus.Conn().QueueSubscribe(r.bus.Topology().FetchSubject(r.name), "gateway-"+r.name, func(m *nats.Msg) {
+			fetchSem <- struct{}{}
+			inflight.Add(1)
+			go func() {
+				defer func() { <-fetchSem; inflight.Done() }()
+				r.serveFetch(bus.ContextFrom(sendCtx, m.Header), m)
+			}()
+		})
+		if err != nil {
+			_ = sub.Unsubscribe()
+			return fmt.Errorf("subscribe %s fetches: %w", r.name, err)
+		}
+		subs = append(subs, fsub)
+	}
 
 	if sc, ok := r.p.(SingleConsumer); ok && sc.SingleConsumer() {
 		create := func(ctx context.Context) (jetstream.KeyValue, error) {
@@ -254,7 +271,9 @@ func (r *Runner) Run(ctx context.Context) error {
 		}
 		kv, err := create(ctx)
 		if err != nil {
-			_ = sub.Unsubscribe()
+			for _, s := range subs {
+				_ = s.Unsubscribe()
+			}
 			return err
 		}
 		eph, _ := r.p.(Ephemeral)
@@ -284,9 +303,11 @@ func (r *Runner) Run(ctx context.Context) error {
 		r.connectLoop(ctx)
 	}
 
-	// Shutdown: stop taking sends, let in-flight ones finish.
-	if err := sub.Drain(); err != nil {
-		r.log.Warn("drain send subscription", "err", err)
+	// Shutdown: stop taking sends and fetches, let in-flight ones finish.
+	for _, s := range subs {
+		if err := s.Drain(); err != nil {
+			r.log.Warn("drain subscription", "subject", s.Subject, "err", err)
+		}
 	}
 	waitDone := make(chan struct{})
 	go func() { inflight.Wait(); close(waitDone) }()
@@ -400,7 +421,9 @@ func (r *Runner) DeliverFresh(ctx context.Context, ev *eventsv1.MessageReceived)
 
 func (r *Runner) deliver(ctx context.Context, ev *eventsv1.MessageReceived, seen bool) (Accepted, error) {
 	// Before the size check: a data: URL's bytes leave the event here.
-	r.keepAttachments(ctx, ev)
+	if len(ev.GetAttachments()) > 0 {
+		r.prepareAttachments(ctx, ev)
+	}
 	if err := r.validate(ev); err != nil {
 		inboundTotal.WithLabelValues(r.name, "rejected").Inc()
 		r.log.Warn("inbound event rejected", "reason", err.Error(), "event_id", ev.GetEventId())

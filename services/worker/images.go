@@ -9,6 +9,11 @@ import (
 	"github.com/switchboard-chat/switchboard/pkg/llm"
 )
 
+// maxPictures bounds the pictures of one message shown to the model (each
+// up to agent.max_image_bytes, sent again with every model call of the
+// turn).
+const maxPictures = 8
+
 // mediaSource reads the attachments the gateways kept (attachment.Store).
 type mediaSource interface {
 	Get(ctx context.Context, ref string, limit int64) ([]byte, string, error)
@@ -35,6 +40,8 @@ func (r *turnRun) attachImages(ctx context.Context, ls *loopState) {
 				step++
 			}
 		}
+		// A resumed turn's first attempt may have fetched them elsewhere.
+		r.fetchAttachments(ctx, in, isPicture)
 		if images := r.loadImages(ctx, in); len(images) > 0 {
 			for i := range ls.turn {
 				if m := &ls.turn[i]; m.Step == step && m.Role == llm.RoleUser {
@@ -51,8 +58,12 @@ func (r *turnRun) attachImages(ctx context.Context, ls *loopState) {
 func (r *turnRun) loadImages(ctx context.Context, in *eventsv1.MessageReceived) []llm.Image {
 	var out []llm.Image
 	for _, a := range in.GetAttachments() {
-		if !attachment.Wanted(a) || a.GetUnavailable() != "" {
+		if !attachment.Wanted(a) || !isPicture(a) || a.GetUnavailable() != "" {
 			continue
+		}
+		if len(out) == maxPictures {
+			r.log.Warn("more pictures than the model is shown; the rest are only named", "max", maxPictures)
+			break
 		}
 		if ref := a.GetBytesRef(); ref != "" {
 			data, mime, err := r.s.media.Get(ctx, ref, r.s.cfg.Agent.MaxImageBytes)

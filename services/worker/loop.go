@@ -83,6 +83,7 @@ func (r *turnRun) begin(ctx context.Context) (*loopState, *store.Final, error) {
 				inputs = append(inputs, store.Message{Role: c.GetRole(), Content: c.GetContent()})
 			}
 		}
+		r.fetchAttachments(ctx, in, r.readAtBegin)
 		inputs = append(inputs, store.Message{Role: llm.RoleUser, Content: r.inputText(ctx, in)})
 	}
 	if len(inputs) == 0 {

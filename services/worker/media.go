@@ -2,15 +2,81 @@ package worker
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
+	"math"
 	"path"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/switchboard-chat/switchboard/pkg/attachment"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 )
+
+// fetchWait bounds a gateway's download for the worker: the gateway's
+// own bound (platform.FetchTimeout) and a margin.
+const fetchWait = 70 * time.Second
+
+// fetchAttachments has the gateway of in's platform download the
+// attachments the agent reads (those want accepts) into the attachment
+// store, once a turn runs the message: the gateway holds the platform's
+// credentials, and nothing is downloaded for messages never answered. An
+// attachment kept already (a data: URL, an earlier attempt) costs the
+// gateway one lookup; one that cannot be had is marked with why.
+func (r *turnRun) fetchAttachments(ctx context.Context, in *eventsv1.MessageReceived, want func(*eventsv1.Attachment) bool) {
+	src := in.GetSource()
+	if src.GetPlatform() == "api" {
+		return // inline pictures are kept as they arrive; addresses go to the model
+	}
+	for i, a := range in.GetAttachments() {
+		if !attachment.Wanted(a) || !want(a) || a.GetBytesRef() != "" || a.GetUnavailable() != "" ||
+			(a.GetPlatformFileId() == "" && a.GetUrl() == "") {
+			continue
+		}
+		req := &eventsv1.AttachmentFetchRequested{Attachment: a, Account: src.GetAccount(),
+			Name: attachment.Name(src.GetPlatform(), src.GetAccount(), in.GetEventId(), i)}
+		resp := &eventsv1.AttachmentFetched{}
+		fctx, cancel := context.WithTimeout(ctx, fetchWait)
+		err := r.s.bus.Request(fctx, r.s.bus.Topology().FetchSubject(src.GetPlatform()), req, resp)
+		cancel()
+		switch {
+		case err != nil:
+			r.log.Warn("attachment not fetched", "platform", src.GetPlatform(), "index", i, "err", err)
+			a.Unavailable = "it could not be downloaded"
+		case resp.GetBytesRef() == "":
+			a.Unavailable = cmp.Or(resp.GetUnavailable(), "it could not be downloaded")
+		default:
+			a.Location, a.SizeBytes = &eventsv1.Attachment_BytesRef{BytesRef: resp.GetBytesRef()}, resp.GetSizeBytes()
+			a.MimeType = cmp.Or(resp.GetMimeType(), a.GetMimeType())
+		}
+	}
+}
+
+// isPicture: an attachment shown to the model as a picture.
+func isPicture(a *eventsv1.Attachment) bool {
+	return a.GetKind() == eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE ||
+		a.GetKind() == eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT && attachment.IsImageType(a.GetMimeType())
+}
+
+// isSpeech: an attachment transcribed for the model.
+func isSpeech(a *eventsv1.Attachment) bool {
+	return a.GetKind() == eventsv1.AttachmentKind_ATTACHMENT_KIND_VOICE || a.GetKind() == eventsv1.AttachmentKind_ATTACHMENT_KIND_AUDIO
+}
+
+// readAtBegin reports whether the turn's beginning reads a (into the
+// stored message): speech when it can be transcribed, text documents, and
+// pictures unless they are off.
+func (r *turnRun) readAtBegin(a *eventsv1.Attachment) bool {
+	switch {
+	case isSpeech(a):
+		return r.s.stt != nil
+	case isPicture(a):
+		return r.s.cfg.Agent.Images != ImagesOff
+	}
+	return attachment.IsTextDocument(a)
+}
 
 // Transcriber turns speech into text (an OpenAI-compatible
 // /audio/transcriptions endpoint).
@@ -42,16 +108,18 @@ func (r *turnRun) inputText(ctx context.Context, in *eventsv1.MessageReceived) s
 // attachmentText is one attachment as the model reads it; text is the
 // message's, which a platform may also give as the attachment's caption.
 func (r *turnRun) attachmentText(ctx context.Context, a *eventsv1.Attachment, text string) string {
-	kind := a.GetKind()
+	if isSpeech(a) && r.s.stt == nil && a.GetUnavailable() == "" {
+		return attachmentLine(a, text, "no speech-to-text is configured")
+	}
 	if a.GetBytesRef() != "" && a.GetUnavailable() == "" {
 		switch {
-		case kind == eventsv1.AttachmentKind_ATTACHMENT_KIND_VOICE || kind == eventsv1.AttachmentKind_ATTACHMENT_KIND_AUDIO:
-			text, err := r.transcribe(ctx, a)
+		case isSpeech(a):
+			heard, err := r.transcribe(ctx, a)
 			if err == nil {
-				if kind == eventsv1.AttachmentKind_ATTACHMENT_KIND_VOICE {
-					return fmt.Sprintf("[The user sent a voice message~ Here's what they said: %q]", text)
+				if a.GetKind() == eventsv1.AttachmentKind_ATTACHMENT_KIND_VOICE {
+					return fmt.Sprintf("[The user sent a voice message~ Here's what they said: %q]", heard)
 				}
-				return fmt.Sprintf("[The user sent an audio file%s~ Here's what it says: %q]", quotedName(a), text)
+				return fmt.Sprintf("[The user sent an audio file%s~ Here's what it says: %q]", quotedName(a), heard)
 			}
 			r.log.Warn("speech not transcribed", "ref", a.GetBytesRef(), "err", err)
 			return attachmentLine(a, text, "it could not be transcribed")
@@ -100,7 +168,7 @@ func (r *turnRun) transcribe(ctx context.Context, a *eventsv1.Attachment) (strin
 	if r.s.stt == nil {
 		return "", errNoTranscriber
 	}
-	audio, mime, err := r.s.media.Get(ctx, a.GetBytesRef(), 0)
+	audio, mime, err := r.s.media.Get(ctx, a.GetBytesRef(), math.MaxInt64) // whatever the gateway kept
 	if err != nil {
 		return "", err
 	}

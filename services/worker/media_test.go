@@ -3,14 +3,20 @@ package worker_test
 import (
 	"bytes"
 	"context"
+	"errors"
+	"io"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/switchboard-chat/switchboard/pkg/attachment"
 	"github.com/switchboard-chat/switchboard/pkg/fakellm"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
 	"github.com/switchboard-chat/switchboard/pkg/llm"
+	"github.com/switchboard-chat/switchboard/pkg/platform"
+	"github.com/switchboard-chat/switchboard/pkg/platform/platformtest"
 	"github.com/switchboard-chat/switchboard/services/worker"
 )
 
@@ -127,7 +133,7 @@ func TestVoiceAndDocumentsAreReadIntoTheMessage(t *testing.T) {
 		{name: "audio file with a caption", text: "what is this song?", attach: kept(eventsv1.AttachmentKind_ATTACHMENT_KIND_AUDIO, "speech", "audio/mpeg", "song.mp3"),
 			want: "what is this song?\n[The user sent an audio file \"song.mp3\"~ Here's what it says: \"turn the lights off\"]"},
 		{name: "no speech-to-text", noSTT: true, attach: kept(voice, "speech", "audio/ogg", ""),
-			want: "[Attachment: voice (unavailable: it could not be transcribed)]"},
+			want: "[Attachment: voice (unavailable: no speech-to-text is configured)]"},
 		{name: "refused by the server", attach: kept(voice, "speech", "audio/ogg", "fail.ogg"),
 			want: "[Attachment: voice fail.ogg (unavailable: it could not be transcribed)]"},
 		{name: "text document", text: "summarise", attach: kept(doc, "notes", "text/markdown", "notes.md"),
@@ -176,5 +182,88 @@ func TestVoiceAndDocumentsAreReadIntoTheMessage(t *testing.T) {
 				t.Fatalf("stored %q", stored)
 			}
 		})
+	}
+}
+
+// fetchingPlatform is a memory platform whose attachments are files it
+// holds, by platform file id.
+type fetchingPlatform struct {
+	*platformtest.Memory
+	files   map[string]string
+	fetches atomic.Int32
+}
+
+func (p *fetchingPlatform) Fetch(_ context.Context, a *eventsv1.Attachment) (io.ReadCloser, string, error) {
+	p.fetches.Add(1)
+	data, ok := p.files[a.GetPlatformFileId()]
+	if !ok {
+		return nil, "", errors.New("file not found (HTTP 404)")
+	}
+	return io.NopCloser(strings.NewReader(data)), "", nil
+}
+
+// A chat platform's attachments are downloaded by its gateway when the
+// turn runs, at the worker's request (nothing is downloaded for messages
+// never answered), and the model sees, hears and reads them; one that
+// cannot be downloaded is named with why. A second attempt finds them
+// kept.
+func TestAttachmentsAreFetchedWhenTheTurnRuns(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	pic := "\x89PNG\r\n\x1a\n pixels"
+	p := &fetchingPlatform{Memory: platformtest.NewMemory("bot1", false), files: map[string]string{
+		"p1": pic, "v1": "see you at noon", "d1": "a,b\n1,2",
+	}}
+	runner, err := platform.NewRunner(p, h.bus, platform.Options{Attachments: attachment.Config{Enabled: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- runner.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	waitFor(t, 10*time.Second, "the gateway to serve", func() bool { return runner.Ready(ctx) == nil })
+
+	stt := llm.NewOpenAI(llm.OpenAIConfig{BaseURL: h.fakeURL + "/v1"})
+	h.setGeneration("s1", 1)
+	h.startWorker("w1", func(_ *worker.Config, d *worker.Deps) {
+		d.Transcriber = sttFunc(func(ctx context.Context, audio []byte, filename, mime string) (string, error) {
+			return stt.Transcribe(ctx, "", bytes.NewReader(audio), filename, mime)
+		})
+	})
+	file := func(kind eventsv1.AttachmentKind, id, mime, name string) *eventsv1.Attachment {
+		return &eventsv1.Attachment{Kind: kind, PlatformFileId: id, MimeType: mime, FileName: name}
+	}
+	origin := &eventsv1.SessionSource{Platform: "memory", Account: "bot1", ChatId: "99", ChatType: "dm", UserId: "u1"}
+	req := h.requestTurn("s1", "look", turnOpts{origin: origin, attachments: []*eventsv1.Attachment{
+		file(eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, "p1", "image/png", ""),
+		file(eventsv1.AttachmentKind_ATTACHMENT_KIND_VOICE, "v1", "audio/ogg", ""),
+		file(eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT, "d1", "text/csv", "t.csv"),
+		file(eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT, "gone", "text/plain", "lost.txt"),
+		file(eventsv1.AttachmentKind_ATTACHMENT_KIND_VIDEO, "vid", "video/mp4", "clip.mp4"), // not read: never fetched
+	}})
+	if c := h.waitCompleted(req.TurnId); c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED {
+		t.Fatalf("status %v (%s)", c.GetStatus(), c.GetError())
+	}
+	want := "look\n[Attachment: image]\n" +
+		`[The user sent a voice message~ Here's what they said: "see you at noon"]` + "\n" +
+		"[The user sent a document: \"t.csv\". Its content is included below.]\na,b\n1,2\n[End of \"t.csv\"]\n" +
+		"[Attachment: document lost.txt (unavailable: it could not be downloaded)]\n" +
+		"[Attachment: video clip.mp4]"
+	model := h.fake.Requests()[0]
+	if got := model.LastUserText(); got != want {
+		t.Fatalf("the model read\n%q\nwant\n%q", got, want)
+	}
+	if imgs := model.Messages[len(model.Messages)-1].Images; len(imgs) != 1 || string(imgs[0].Data) != pic {
+		t.Fatalf("the model saw %+v", imgs)
+	}
+	if n := p.fetches.Load(); n != 4 {
+		t.Fatalf("%d downloads, want 4 (no video)", n)
+	}
+	// Another attempt's request finds what was kept, without downloading.
+	got := runner.FetchAttachment(ctx, &eventsv1.AttachmentFetchRequested{Attachment: file(eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, "p1", "image/png", ""),
+		Name: attachment.Name("memory", "bot1", req.GetInputs()[0].GetEventId(), 0)})
+	if got.GetBytesRef() == "" || p.fetches.Load() != 4 {
+		t.Fatalf("second fetch %v after %d downloads", got, p.fetches.Load())
 	}
 }

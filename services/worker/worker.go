@@ -101,8 +101,9 @@ type AgentConfig struct {
 	// that refuses them answers from the text, which names them) or
 	// "off" (only named).
 	Images string `koanf:"images"`
-	// MaxImageBytes bounds one picture shown to the model (default 5 MiB,
-	// Anthropic's limit); a larger one is only named.
+	// MaxImageBytes bounds one picture shown to the model (default
+	// 3.75 MiB: Anthropic takes 5 MB of base64); a larger one is only
+	// named.
 	MaxImageBytes int64 `koanf:"max_image_bytes"`
 	// MaxDocumentBytes of a text document are read into the user's
 	// message (default 64 KiB); the rest is cut, with a note saying so.
@@ -133,7 +134,7 @@ func DefaultConfig() Config {
 			CompressAt:       0.85,
 			ProtectLast:      6,
 			Images:           ImagesNative,
-			MaxImageBytes:    5 << 20,
+			MaxImageBytes:    15 << 18, // 3.75 MiB
 			MaxDocumentBytes: 64 << 10,
 		},
 	}

@@ -267,8 +267,8 @@ type Attachment struct {
 	FileName  string                `protobuf:"bytes,7,opt,name=file_name,json=fileName,proto3" json:"file_name,omitempty"`
 	// Platform-specific id (Telegram file_id, Slack file id).
 	PlatformFileId string `protobuf:"bytes,8,opt,name=platform_file_id,json=platformFileId,proto3" json:"platform_file_id,omitempty"`
-	// Why the gateway kept no bytes of an attachment the agent reads (too
-	// large, the download failed); empty when it kept them or never tried.
+	// Why the agent cannot have an attachment's bytes (too large, the
+	// download failed); empty when they are kept or not fetched yet.
 	Unavailable   string `protobuf:"bytes,9,opt,name=unavailable,proto3" json:"unavailable,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -394,6 +394,144 @@ func (*Attachment_Url) isAttachment_Location() {}
 
 func (*Attachment_BytesRef) isAttachment_Location() {}
 
+// AttachmentFetchRequested asks a platform's gateway to download one
+// attachment into the attachment store. Workers send it, once a turn
+// runs the message, on the core NATS request subject
+// gateway.<platform>.fetch (served by every replica of the gateway, which
+// holds the platform's credentials); nothing is downloaded for a message
+// that is refused, a duplicate or never answered.
+type AttachmentFetchRequested struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Attachment *Attachment            `protobuf:"bytes,1,opt,name=attachment,proto3" json:"attachment,omitempty"`
+	// The name to keep it under: the same for every attempt of the turn, so
+	// a second request finds it kept.
+	Name          string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Account       string `protobuf:"bytes,3,opt,name=account,proto3" json:"account,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AttachmentFetchRequested) Reset() {
+	*x = AttachmentFetchRequested{}
+	mi := &file_switchboard_events_v1_events_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AttachmentFetchRequested) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AttachmentFetchRequested) ProtoMessage() {}
+
+func (x *AttachmentFetchRequested) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_events_v1_events_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AttachmentFetchRequested.ProtoReflect.Descriptor instead.
+func (*AttachmentFetchRequested) Descriptor() ([]byte, []int) {
+	return file_switchboard_events_v1_events_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *AttachmentFetchRequested) GetAttachment() *Attachment {
+	if x != nil {
+		return x.Attachment
+	}
+	return nil
+}
+
+func (x *AttachmentFetchRequested) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *AttachmentFetchRequested) GetAccount() string {
+	if x != nil {
+		return x.Account
+	}
+	return ""
+}
+
+// AttachmentFetched answers AttachmentFetchRequested.
+type AttachmentFetched struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Where the bytes are kept; empty when unavailable says why not.
+	BytesRef      string `protobuf:"bytes,1,opt,name=bytes_ref,json=bytesRef,proto3" json:"bytes_ref,omitempty"`
+	SizeBytes     int64  `protobuf:"varint,2,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	MimeType      string `protobuf:"bytes,3,opt,name=mime_type,json=mimeType,proto3" json:"mime_type,omitempty"`
+	Unavailable   string `protobuf:"bytes,4,opt,name=unavailable,proto3" json:"unavailable,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AttachmentFetched) Reset() {
+	*x = AttachmentFetched{}
+	mi := &file_switchboard_events_v1_events_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AttachmentFetched) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AttachmentFetched) ProtoMessage() {}
+
+func (x *AttachmentFetched) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_events_v1_events_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AttachmentFetched.ProtoReflect.Descriptor instead.
+func (*AttachmentFetched) Descriptor() ([]byte, []int) {
+	return file_switchboard_events_v1_events_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *AttachmentFetched) GetBytesRef() string {
+	if x != nil {
+		return x.BytesRef
+	}
+	return ""
+}
+
+func (x *AttachmentFetched) GetSizeBytes() int64 {
+	if x != nil {
+		return x.SizeBytes
+	}
+	return 0
+}
+
+func (x *AttachmentFetched) GetMimeType() string {
+	if x != nil {
+		return x.MimeType
+	}
+	return ""
+}
+
+func (x *AttachmentFetched) GetUnavailable() string {
+	if x != nil {
+		return x.Unavailable
+	}
+	return ""
+}
+
 // ReplyTo is the message the user replied to, when the platform says so.
 type ReplyTo struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -407,7 +545,7 @@ type ReplyTo struct {
 
 func (x *ReplyTo) Reset() {
 	*x = ReplyTo{}
-	mi := &file_switchboard_events_v1_events_proto_msgTypes[2]
+	mi := &file_switchboard_events_v1_events_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -419,7 +557,7 @@ func (x *ReplyTo) String() string {
 func (*ReplyTo) ProtoMessage() {}
 
 func (x *ReplyTo) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_events_v1_events_proto_msgTypes[2]
+	mi := &file_switchboard_events_v1_events_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -432,7 +570,7 @@ func (x *ReplyTo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplyTo.ProtoReflect.Descriptor instead.
 func (*ReplyTo) Descriptor() ([]byte, []int) {
-	return file_switchboard_events_v1_events_proto_rawDescGZIP(), []int{2}
+	return file_switchboard_events_v1_events_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ReplyTo) GetMessageId() string {
@@ -476,7 +614,7 @@ type ContextMessage struct {
 
 func (x *ContextMessage) Reset() {
 	*x = ContextMessage{}
-	mi := &file_switchboard_events_v1_events_proto_msgTypes[3]
+	mi := &file_switchboard_events_v1_events_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -488,7 +626,7 @@ func (x *ContextMessage) String() string {
 func (*ContextMessage) ProtoMessage() {}
 
 func (x *ContextMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_events_v1_events_proto_msgTypes[3]
+	mi := &file_switchboard_events_v1_events_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -501,7 +639,7 @@ func (x *ContextMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContextMessage.ProtoReflect.Descriptor instead.
 func (*ContextMessage) Descriptor() ([]byte, []int) {
-	return file_switchboard_events_v1_events_proto_rawDescGZIP(), []int{3}
+	return file_switchboard_events_v1_events_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ContextMessage) GetRole() string {
@@ -568,7 +706,7 @@ type MessageReceived struct {
 
 func (x *MessageReceived) Reset() {
 	*x = MessageReceived{}
-	mi := &file_switchboard_events_v1_events_proto_msgTypes[4]
+	mi := &file_switchboard_events_v1_events_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -580,7 +718,7 @@ func (x *MessageReceived) String() string {
 func (*MessageReceived) ProtoMessage() {}
 
 func (x *MessageReceived) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_events_v1_events_proto_msgTypes[4]
+	mi := &file_switchboard_events_v1_events_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -593,7 +731,7 @@ func (x *MessageReceived) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MessageReceived.ProtoReflect.Descriptor instead.
 func (*MessageReceived) Descriptor() ([]byte, []int) {
-	return file_switchboard_events_v1_events_proto_rawDescGZIP(), []int{4}
+	return file_switchboard_events_v1_events_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *MessageReceived) GetEventId() string {
@@ -723,7 +861,7 @@ type ReplyRoute struct {
 
 func (x *ReplyRoute) Reset() {
 	*x = ReplyRoute{}
-	mi := &file_switchboard_events_v1_events_proto_msgTypes[5]
+	mi := &file_switchboard_events_v1_events_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -735,7 +873,7 @@ func (x *ReplyRoute) String() string {
 func (*ReplyRoute) ProtoMessage() {}
 
 func (x *ReplyRoute) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_events_v1_events_proto_msgTypes[5]
+	mi := &file_switchboard_events_v1_events_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -748,7 +886,7 @@ func (x *ReplyRoute) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplyRoute.ProtoReflect.Descriptor instead.
 func (*ReplyRoute) Descriptor() ([]byte, []int) {
-	return file_switchboard_events_v1_events_proto_rawDescGZIP(), []int{5}
+	return file_switchboard_events_v1_events_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ReplyRoute) GetPlatform() string {
@@ -822,7 +960,19 @@ const file_switchboard_events_v1_events_proto_rawDesc = "" +
 	"\x10platform_file_id\x18\b \x01(\tR\x0eplatformFileId\x12 \n" +
 	"\vunavailable\x18\t \x01(\tR\vunavailableB\n" +
 	"\n" +
-	"\blocation\"p\n" +
+	"\blocation\"\x8b\x01\n" +
+	"\x18AttachmentFetchRequested\x12A\n" +
+	"\n" +
+	"attachment\x18\x01 \x01(\v2!.switchboard.events.v1.AttachmentR\n" +
+	"attachment\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x18\n" +
+	"\aaccount\x18\x03 \x01(\tR\aaccount\"\x8e\x01\n" +
+	"\x11AttachmentFetched\x12\x1b\n" +
+	"\tbytes_ref\x18\x01 \x01(\tR\bbytesRef\x12\x1d\n" +
+	"\n" +
+	"size_bytes\x18\x02 \x01(\x03R\tsizeBytes\x12\x1b\n" +
+	"\tmime_type\x18\x03 \x01(\tR\bmimeType\x12 \n" +
+	"\vunavailable\x18\x04 \x01(\tR\vunavailable\"p\n" +
 	"\aReplyTo\x12\x1d\n" +
 	"\n" +
 	"message_id\x18\x01 \x01(\tR\tmessageId\x12\x12\n" +
@@ -884,31 +1034,34 @@ func file_switchboard_events_v1_events_proto_rawDescGZIP() []byte {
 }
 
 var file_switchboard_events_v1_events_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_switchboard_events_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
+var file_switchboard_events_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_switchboard_events_v1_events_proto_goTypes = []any{
-	(AttachmentKind)(0),           // 0: switchboard.events.v1.AttachmentKind
-	(*SessionSource)(nil),         // 1: switchboard.events.v1.SessionSource
-	(*Attachment)(nil),            // 2: switchboard.events.v1.Attachment
-	(*ReplyTo)(nil),               // 3: switchboard.events.v1.ReplyTo
-	(*ContextMessage)(nil),        // 4: switchboard.events.v1.ContextMessage
-	(*MessageReceived)(nil),       // 5: switchboard.events.v1.MessageReceived
-	(*ReplyRoute)(nil),            // 6: switchboard.events.v1.ReplyRoute
-	(*timestamppb.Timestamp)(nil), // 7: google.protobuf.Timestamp
+	(AttachmentKind)(0),              // 0: switchboard.events.v1.AttachmentKind
+	(*SessionSource)(nil),            // 1: switchboard.events.v1.SessionSource
+	(*Attachment)(nil),               // 2: switchboard.events.v1.Attachment
+	(*AttachmentFetchRequested)(nil), // 3: switchboard.events.v1.AttachmentFetchRequested
+	(*AttachmentFetched)(nil),        // 4: switchboard.events.v1.AttachmentFetched
+	(*ReplyTo)(nil),                  // 5: switchboard.events.v1.ReplyTo
+	(*ContextMessage)(nil),           // 6: switchboard.events.v1.ContextMessage
+	(*MessageReceived)(nil),          // 7: switchboard.events.v1.MessageReceived
+	(*ReplyRoute)(nil),               // 8: switchboard.events.v1.ReplyRoute
+	(*timestamppb.Timestamp)(nil),    // 9: google.protobuf.Timestamp
 }
 var file_switchboard_events_v1_events_proto_depIdxs = []int32{
 	0, // 0: switchboard.events.v1.Attachment.kind:type_name -> switchboard.events.v1.AttachmentKind
-	1, // 1: switchboard.events.v1.MessageReceived.source:type_name -> switchboard.events.v1.SessionSource
-	2, // 2: switchboard.events.v1.MessageReceived.attachments:type_name -> switchboard.events.v1.Attachment
-	3, // 3: switchboard.events.v1.MessageReceived.reply_to:type_name -> switchboard.events.v1.ReplyTo
-	7, // 4: switchboard.events.v1.MessageReceived.sent_at:type_name -> google.protobuf.Timestamp
-	7, // 5: switchboard.events.v1.MessageReceived.received_at:type_name -> google.protobuf.Timestamp
-	4, // 6: switchboard.events.v1.MessageReceived.context:type_name -> switchboard.events.v1.ContextMessage
-	6, // 7: switchboard.events.v1.MessageReceived.reply_route:type_name -> switchboard.events.v1.ReplyRoute
-	8, // [8:8] is the sub-list for method output_type
-	8, // [8:8] is the sub-list for method input_type
-	8, // [8:8] is the sub-list for extension type_name
-	8, // [8:8] is the sub-list for extension extendee
-	0, // [0:8] is the sub-list for field type_name
+	2, // 1: switchboard.events.v1.AttachmentFetchRequested.attachment:type_name -> switchboard.events.v1.Attachment
+	1, // 2: switchboard.events.v1.MessageReceived.source:type_name -> switchboard.events.v1.SessionSource
+	2, // 3: switchboard.events.v1.MessageReceived.attachments:type_name -> switchboard.events.v1.Attachment
+	5, // 4: switchboard.events.v1.MessageReceived.reply_to:type_name -> switchboard.events.v1.ReplyTo
+	9, // 5: switchboard.events.v1.MessageReceived.sent_at:type_name -> google.protobuf.Timestamp
+	9, // 6: switchboard.events.v1.MessageReceived.received_at:type_name -> google.protobuf.Timestamp
+	6, // 7: switchboard.events.v1.MessageReceived.context:type_name -> switchboard.events.v1.ContextMessage
+	8, // 8: switchboard.events.v1.MessageReceived.reply_route:type_name -> switchboard.events.v1.ReplyRoute
+	9, // [9:9] is the sub-list for method output_type
+	9, // [9:9] is the sub-list for method input_type
+	9, // [9:9] is the sub-list for extension type_name
+	9, // [9:9] is the sub-list for extension extendee
+	0, // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_switchboard_events_v1_events_proto_init() }
@@ -926,7 +1079,7 @@ func file_switchboard_events_v1_events_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_switchboard_events_v1_events_proto_rawDesc), len(file_switchboard_events_v1_events_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   6,
+			NumMessages:   8,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

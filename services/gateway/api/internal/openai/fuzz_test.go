@@ -81,6 +81,11 @@ func TestImageParts(t *testing.T) {
 		{"broken base64", "data:image/png;base64,@@@@", 0, "base64 is invalid"},
 		{"empty", "data:image/png;base64,", 0, "base64 is invalid"},
 	}
+	many := `{"messages":[{"role":"user","content":[` + strings.Repeat(`{"type":"image_url","image_url":{"url":"https://x/a.png"}},`, maxImages) +
+		`{"type":"image_url","image_url":{"url":"https://x/b.png"}}]}]}`
+	if _, err := Parse([]byte(many)); err == nil || !strings.Contains(err.Error(), "at most") {
+		t.Fatalf("%d images: %v", maxImages+1, err)
+	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			req, err := Parse(body(tt.url))

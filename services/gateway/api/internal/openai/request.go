@@ -175,11 +175,18 @@ func content(raw json.RawMessage) (string, []string, error) {
 				}
 			}
 		}
+		if len(images) > maxImages {
+			return "", nil, fmt.Errorf("at most %d images per message", maxImages)
+		}
 		return strings.Join(texts, "\n"), images, nil
 	default:
 		return "", nil, errors.New("content must be a string or an array of parts")
 	}
 }
+
+// maxImages bounds the image parts of one message (the agent shows the
+// model at most 8 of a message's pictures).
+const maxImages = 16
 
 // checkDataURL accepts what OpenAI's API does inline: a PNG, JPEG, GIF or
 // WebP picture in base64.
