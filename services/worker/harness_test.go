@@ -183,6 +183,7 @@ type turnOpts struct {
 	answerOnly  bool   // the input's sender shows no progress
 	command     string // the transcript command the router marked ("undo 2")
 	attachments []*eventsv1.Attachment
+	context     []*eventsv1.ContextMessage // a stateless client's conversation so far
 }
 
 // requestTurn does what the router does: wait for and take the session
@@ -219,7 +220,7 @@ func (h *harness) requestTurn(key, text string, o turnOpts) *turnsv1.TurnRequest
 		TurnId: fmt.Sprintf("turn-%s-%d", key, n), SessionKey: key, SessionId: o.sessionID, Generation: o.generation,
 		LockToken: o.token, LockTtlMs: 5000, GrantTtlMs: 60000, Origin: o.origin, ModelOverride: o.override, RequestedAt: timestamppb.Now(),
 		Inputs: []*eventsv1.MessageReceived{{EventId: fmt.Sprintf("ev%d", n), MessageId: fmt.Sprintf("m%d", n), Text: text,
-			Source: o.origin, AnswerOnly: o.answerOnly, TranscriptCommand: o.command, Attachments: o.attachments}},
+			Source: o.origin, AnswerOnly: o.answerOnly, TranscriptCommand: o.command, Attachments: o.attachments, Context: o.context}},
 	}
 	if _, err := h.bus.Publish(ctx, h.bus.Topology().Subject(bus.SubjectTurnRequested), "turn:"+req.TurnId, req); err != nil {
 		h.t.Fatal(err)

@@ -35,6 +35,7 @@ func TestPicturesReachTheModel(t *testing.T) {
 	cases := []struct {
 		name     string
 		textOnly bool
+		context  []*eventsv1.ContextMessage
 		mod      func(*worker.Config, *worker.Deps)
 		text     string
 		attach   *eventsv1.Attachment
@@ -45,6 +46,9 @@ func TestPicturesReachTheModel(t *testing.T) {
 			want: "echo: what is this?\n[Attachment: image cat.png] " + seen, calls: 1},
 		{name: "in every call of a tool turn", text: `look [[tool:clock {"tz":"UTC"}]]`, attach: image("pic"),
 			want: "echo: look [Attachment: image cat.png] " + seen, calls: 2},
+		{name: "after a stateless client's conversation", text: "and this?", attach: image("pic"),
+			context: []*eventsv1.ContextMessage{{Role: "system", Content: "be brief"}, {Role: "user", Content: "hi"}, {Role: "assistant", Content: "hello"}},
+			want: "echo: and this?\n[Attachment: image cat.png] " + seen, calls: 1},
 		{name: "a model without vision", textOnly: true, text: "what is this?", attach: image("pic"),
 			want: "echo: what is this?\n[Attachment: image cat.png]", calls: 1}, // the refused one
 		{name: "images off", mod: func(c *worker.Config, _ *worker.Deps) { c.Agent.Images = worker.ImagesOff },
@@ -70,7 +74,7 @@ func TestPicturesReachTheModel(t *testing.T) {
 			}
 			h.setGeneration("s1", 1)
 			h.startWorker("w1", tc.mod)
-			req := h.requestTurn("s1", tc.text, turnOpts{attachments: []*eventsv1.Attachment{tc.attach}})
+			req := h.requestTurn("s1", tc.text, turnOpts{attachments: []*eventsv1.Attachment{tc.attach}, context: tc.context})
 			if c := h.waitCompleted(req.TurnId); c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED {
 				t.Fatalf("status %v (%s)", c.GetStatus(), c.GetError())
 			}
@@ -80,9 +84,12 @@ func TestPicturesReachTheModel(t *testing.T) {
 			}
 			calls := 0
 			for _, r := range h.fake.Requests() {
-				for _, m := range r.Messages {
+				for i, m := range r.Messages {
 					if len(m.Images) > 0 {
 						calls++
+						if m.Role != "user" || !strings.HasPrefix(m.Content, tc.text) || i != lastUser(r) {
+							t.Errorf("the picture went with message %d %q, not the user's last", i, m.Content)
+						}
 						if !bytes.Equal(m.Images[0].Data, png) {
 							t.Errorf("the model saw other bytes: %d", len(m.Images[0].Data))
 						}
@@ -266,4 +273,14 @@ func TestAttachmentsAreFetchedWhenTheTurnRuns(t *testing.T) {
 	if got.GetBytesRef() == "" || p.fetches.Load() != 4 {
 		t.Fatalf("second fetch %v after %d downloads", got, p.fetches.Load())
 	}
+}
+
+// lastUser is the index of a model request's last user message.
+func lastUser(r fakellm.Request) int {
+	for i := len(r.Messages) - 1; i >= 0; i-- {
+		if r.Messages[i].Role == "user" {
+			return i
+		}
+	}
+	return -1
 }
