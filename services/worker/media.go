@@ -30,6 +30,10 @@ func (r *turnRun) fetchAttachments(ctx context.Context, in *eventsv1.MessageRece
 	if src.GetPlatform() == "api" {
 		return // inline pictures are kept as they arrive; addresses go to the model
 	}
+	// One bound for the message's attachments together: a gateway that
+	// hangs costs the turn fetchWait once, not once per attachment.
+	fctx, cancel := context.WithTimeout(ctx, fetchWait)
+	defer cancel()
 	for i, a := range in.GetAttachments() {
 		if !attachment.Wanted(a) || !want(a) || a.GetBytesRef() != "" || a.GetUnavailable() != "" ||
 			(a.GetPlatformFileId() == "" && a.GetUrl() == "") {
@@ -38,9 +42,7 @@ func (r *turnRun) fetchAttachments(ctx context.Context, in *eventsv1.MessageRece
 		req := &eventsv1.AttachmentFetchRequested{Attachment: a, Account: src.GetAccount(),
 			Name: attachment.Name(src.GetPlatform(), src.GetAccount(), in.GetEventId(), i)}
 		resp := &eventsv1.AttachmentFetched{}
-		fctx, cancel := context.WithTimeout(ctx, fetchWait)
 		err := r.s.bus.Request(fctx, r.s.bus.Topology().FetchSubject(src.GetPlatform()), req, resp)
-		cancel()
 		switch {
 		case err != nil:
 			r.log.Warn("attachment not fetched", "platform", src.GetPlatform(), "index", i, "err", err)

@@ -8,6 +8,7 @@ import (
 	"mime"
 	"net/http"
 	"net/url"
+	"path"
 	"strings"
 
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
@@ -19,15 +20,17 @@ var _ platform.Fetcher = (*Platform)(nil)
 // errTokenRefused is a file URL the bot token must not be sent to.
 var errTokenRefused = errors.New("not an https Slack URL nor the API URL: the bot token is not sent there")
 
-// errSignIn is Slack's answer to a request it does not authorize: its
-// sign-in page, an HTML page with status 200.
+// errSignIn is Slack's answer to a request it does not authorize: a
+// redirect to the workspace's sign-in page, an HTML page with status 200.
 var errSignIn = errors.New("slack answered its sign-in page: the bot token cannot read the file (files:read scope?)")
 
 // Fetch downloads a file shared in a message (platform.Fetcher): its
-// url_private, which Slack serves to the bot token (files:read). The token
-// goes only to Slack (tokenMayGo). Slack answers a token it does not
-// accept with its sign-in page and status 200, so an HTML answer is an
-// error; the Runner fetches only images, never an HTML file.
+// url_private, which Slack serves to the bot token (files:read). The
+// Runner calls it when a turn asks for the file (a worker's
+// AttachmentFetchRequested, served by any replica), not as the message is
+// published. The token goes only to Slack (tokenMayGo). Slack answers a
+// token it does not accept with its sign-in page and status 200, which
+// Fetch takes for the failure it is (signInPage) rather than the file.
 func (p *Platform) Fetch(ctx context.Context, a *eventsv1.Attachment) (io.ReadCloser, string, error) {
 	id := a.GetPlatformFileId()
 	u, err := url.Parse(a.GetUrl())
@@ -54,11 +57,45 @@ func (p *Platform) Fetch(ctx context.Context, a *eventsv1.Attachment) (io.ReadCl
 	if resp.StatusCode != http.StatusOK {
 		return fail(fmt.Errorf("download: %s", resp.Status))
 	}
-	ct := resp.Header.Get("Content-Type")
-	if mt, _, _ := mime.ParseMediaType(ct); mt == "text/html" {
+	if signInPage(a, u, resp) {
 		return fail(errSignIn)
 	}
-	return resp.Body, ct, nil
+	return resp.Body, resp.Header.Get("Content-Type"), nil
+}
+
+// signInPage reports whether resp, Slack's answer for the file a at u, is
+// its sign-in page rather than the file. Slack redirects a request it does
+// not authorize to the workspace's sign-in page (/?redir=<the file's
+// path>), which it answers with status 200. So an HTML answer is the
+// sign-in page for a file that is not HTML itself; for an HTML file (text
+// documents are read, .html included) it is only when the client was
+// redirected away from the file's URL.
+func signInPage(a *eventsv1.Attachment, u *url.URL, resp *http.Response) bool {
+	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt != "text/html" {
+		return false
+	}
+	if !declaredHTML(a) {
+		return true
+	}
+	got := u
+	if resp.Request != nil && resp.Request.URL != nil {
+		got = resp.Request.URL // the last request, after any redirect
+	}
+	return !strings.EqualFold(got.Host, u.Host) || got.Path != u.Path || got.Query().Has("redir")
+}
+
+// declaredHTML reports whether Slack declared a to be an HTML file: by its
+// media type or, when Slack gives a generic one, its file name.
+func declaredHTML(a *eventsv1.Attachment) bool {
+	mt, _, _ := mime.ParseMediaType(a.GetMimeType())
+	switch mt {
+	case "text/html":
+		return true
+	case "", "application/octet-stream":
+		ext := strings.ToLower(path.Ext(a.GetFileName()))
+		return ext == ".html" || ext == ".htm"
+	}
+	return false
 }
 
 // tokenMayGo reports whether the bot token may be sent to u: an https URL
