@@ -125,17 +125,17 @@ type Ephemeral interface {
 // Fetcher is implemented by platforms whose attachments only the gateway
 // can download, with the platform's credentials (Telegram's file API,
 // Slack's private URLs) or from where the platform put them (Discord's
-// CDN): before it publishes a message, the Runner keeps the bytes of the
-// attachments the agent reads (attachment.Wanted) in the attachment store
-// and points the event at them.
+// CDN). When a turn runs a message, the worker asks the gateway for the
+// attachments the agent reads (gateway.<platform>.fetch); the Runner
+// downloads them through Fetch into the attachment store.
 type Fetcher interface {
 	// Fetch opens a's bytes and returns the media type the platform
-	// reports ("" when it reports none). ErrNotFetched leaves a as it is.
+	// reports ("" when it reports none).
 	Fetch(ctx context.Context, a *eventsv1.Attachment) (io.ReadCloser, string, error)
 }
 
-// ErrNotFetched is returned by a Fetcher for an attachment it leaves as
-// it is (a URL the model provider may fetch itself).
+// ErrNotFetched is returned by a Fetcher for an attachment it has no way
+// to download (no file id or address).
 var ErrNotFetched = errors.New("attachment not fetched")
 
 // Conn is the Runner's side of a connection, given to Connect.

@@ -61,9 +61,9 @@ type Options struct {
 	SendConcurrency int
 	// SendTimeout bounds one platform operation (default 30 s).
 	SendTimeout time.Duration
-	// Attachments: when enabled, the bytes of the attachments the agent
-	// reads are kept in the attachment store before an event is published
-	// (data: URLs, and what a Fetcher platform downloads).
+	// Attachments: when enabled, a data: URL is kept in the attachment
+	// store before its event is published, and a Fetcher platform's
+	// gateway downloads the attachments the workers ask for.
 	Attachments attachment.Config
 }
 
