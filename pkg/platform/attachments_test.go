@@ -2,9 +2,20 @@ package platform
 
 import (
 	"bytes"
+	"context"
 	"encoding/base64"
+	"errors"
+	"io"
+	"strconv"
 	"strings"
 	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/switchboard-chat/switchboard/pkg/attachment"
+	"github.com/switchboard-chat/switchboard/pkg/bus/bustest"
+	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 )
 
 func TestDataURL(t *testing.T) {
@@ -72,4 +83,98 @@ func FuzzDataURL(f *testing.F) {
 			}
 		}
 	})
+}
+
+// Publishing downloads nothing: a data: URL is kept (or dropped with the
+// reason when it cannot be), an attachment declared too large is marked,
+// everything else is published as the platform described it.
+func TestPublishedAttachments(t *testing.T) {
+	t.Parallel()
+	pic := base64.StdEncoding.EncodeToString([]byte("\x89PNG\r\n\x1a\n pixels"))
+	image := eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE
+	inline := func(u string) *eventsv1.Attachment {
+		return &eventsv1.Attachment{Kind: image, Location: &eventsv1.Attachment_Url{Url: u}}
+	}
+	tests := []struct {
+		name        string
+		enabled     bool
+		in          *eventsv1.Attachment
+		kept        bool
+		unavailable string
+	}{
+		{"inline picture", true, inline("data:image/png;base64," + pic), true, ""},
+		{"inline picture, attachments off", false, inline("data:image/png;base64," + pic), false, "pictures sent inline are not accepted here"},
+		{"broken inline picture", true, inline("data:image/png;base64,@@"), false, "it could not be kept"},
+		{"inline picture over the limit", true, inline("data:image/png;base64," + base64.StdEncoding.EncodeToString(make([]byte, 2000))), false, "it is too large (the limit is 1000 bytes)"},
+		{"declared too large", true, &eventsv1.Attachment{Kind: image, PlatformFileId: "f", SizeBytes: 5000}, false, "it is too large (4.9 KB, the limit is 1000 bytes)"},
+		{"a file id is left for the turn", true, &eventsv1.Attachment{Kind: image, PlatformFileId: "f", SizeBytes: 10}, false, ""},
+		{"a web address is left for the model", true, inline("https://example.com/a.png"), false, ""},
+	}
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r, err := NewRunner(&filePlatform{}, b,
+				Options{Attachments: attachment.Config{Enabled: tt.enabled, MaxBytes: 1000}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			a := proto.Clone(tt.in).(*eventsv1.Attachment)
+			ev := &eventsv1.MessageReceived{EventId: "e" + strconv.Itoa(i), Attachments: []*eventsv1.Attachment{a}}
+			r.prepareAttachments(context.Background(), ev)
+			if (a.GetBytesRef() != "") != tt.kept || a.GetUnavailable() != tt.unavailable {
+				t.Fatalf("got %v, want kept=%v unavailable=%q", a, tt.kept, tt.unavailable)
+			}
+			if strings.HasPrefix(a.GetUrl(), "data:") {
+				t.Fatal("an event would carry the bytes")
+			}
+			if !tt.kept && a.GetBytesRef() == "" && a.GetUnavailable() == "" && !proto.Equal(a, tt.in) {
+				t.Fatalf("changed %v to %v", tt.in, a)
+			}
+		})
+	}
+}
+
+// A fetch request that is not for this gateway's files is refused
+// without a download.
+func TestFetchRefusals(t *testing.T) {
+	t.Parallel()
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	r, err := NewRunner(&filePlatform{}, b, Options{Attachments: attachment.Config{Enabled: true, MaxBytes: 1000}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	img := &eventsv1.Attachment{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, PlatformFileId: "f"}
+	tests := []struct {
+		name string
+		req  *eventsv1.AttachmentFetchRequested
+		want string
+	}{
+		{"no name", &eventsv1.AttachmentFetchRequested{Attachment: img}, "it could not be downloaded"},
+		{"a name that is no token", &eventsv1.AttachmentFetchRequested{Attachment: img, Name: "a\nb"}, "it could not be downloaded"},
+		{"another bot's file", &eventsv1.AttachmentFetchRequested{Attachment: img, Name: "n", Account: "other"}, "it could not be downloaded"},
+		{"declared too large", &eventsv1.AttachmentFetchRequested{Attachment: &eventsv1.Attachment{PlatformFileId: "f", SizeBytes: 2000}, Name: "n"}, "it is too large (2.0 KB, the limit is 1000 bytes)"},
+		{"the download fails", &eventsv1.AttachmentFetchRequested{Attachment: img, Name: "n"}, "it could not be downloaded"},
+	}
+	for _, tt := range tests {
+		if got := r.FetchAttachment(context.Background(), tt.req); got.GetBytesRef() != "" || got.GetUnavailable() != tt.want {
+			t.Errorf("%s: %v, want unavailable %q", tt.name, got, tt.want)
+		}
+	}
+}
+
+// filePlatform is a platform that only downloads, and fails to.
+type filePlatform struct{}
+
+func (*filePlatform) Name() string                        { return "files" }
+func (*filePlatform) Account() string                     { return "bot" }
+func (*filePlatform) Capabilities() Capabilities          { return Capabilities{} }
+func (*filePlatform) Connect(context.Context, Conn) error { return nil }
+func (*filePlatform) Send(context.Context, *deliveryv1.SendRequested) (string, error) {
+	return "", ErrUnsupported
+}
+func (*filePlatform) Edit(context.Context, *deliveryv1.SendRequested) error   { return ErrUnsupported }
+func (*filePlatform) Delete(context.Context, *deliveryv1.SendRequested) error { return ErrUnsupported }
+func (*filePlatform) Typing(context.Context, *deliveryv1.SendRequested) error { return ErrUnsupported }
+func (*filePlatform) Fetch(context.Context, *eventsv1.Attachment) (io.ReadCloser, string, error) {
+	return nil, "", errors.New("HTTP 404")
 }
