@@ -2,7 +2,9 @@
 // the gateway websocket for inbound messages (identify, heartbeat, resume
 // with sequence numbers) and REST for sending, built on
 // github.com/bwmarrin/discordgo and the platform kit. One replica per bot
-// holds the connection (the kit's lease); every replica serves sends.
+// holds the connection (the kit's lease); every replica serves sends, and
+// the workers' attachment fetches: an attachment is published as its CDN
+// URL and downloaded (Platform.Fetch) only when a turn reads it.
 package discord
 
 import (

@@ -31,9 +31,13 @@ func cdnClient(c *http.Client) *http.Client {
 
 // Fetch downloads an attachment from Discord's CDN (platform.Fetcher): the
 // URL of the MESSAGE_CREATE, which came over the authenticated gateway
-// connection. Discord signs its CDN URLs (ex, is, hm), so the request
-// carries no token; anything but an http(s) URL is refused. Errors name the
-// attachment, not its URL: the signature in it lets anyone read the file.
+// connection. The Runner calls it when a turn asks for the attachment (a
+// worker's AttachmentFetchRequested, served by any replica), not as the
+// message is published. Discord signs its CDN URLs (ex, is, hm), so the
+// request carries no token; the signature expires (ex, about a day), after
+// which the CDN answers 404 and the attachment could not be downloaded.
+// Anything but an http(s) URL is refused. Errors name the attachment, not
+// its URL: the signature in it lets anyone read the file.
 func (p *Platform) Fetch(ctx context.Context, a *eventsv1.Attachment) (io.ReadCloser, string, error) {
 	u, err := url.Parse(a.GetUrl())
 	if err != nil {

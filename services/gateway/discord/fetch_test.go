@@ -13,7 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/switchboard-chat/switchboard/pkg/attachment"
+	"github.com/switchboard-chat/switchboard/pkg/bus"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/platform"
 	"github.com/switchboard-chat/switchboard/services/gateway/discord/discordfake"
@@ -36,10 +39,29 @@ func pngOf(t *testing.T, w, h int) []byte {
 	return buf.Bytes()
 }
 
-// An image a user sends is downloaded from the CDN, without the bot token,
-// into the attachment store, and the published event points at it. One
-// that cannot be kept (gone from the CDN, too large) is published all the
-// same, saying why; one too large by its declared size is not downloaded.
+// fetchFor asks the gateway for the attachment at index i of ev as a
+// worker running ev's turn does: a request on gateway.discord.fetch, which
+// any replica answers.
+func fetchFor(t *testing.T, ctx context.Context, b *bus.Bus, ev *eventsv1.MessageReceived, i int) *eventsv1.AttachmentFetched {
+	t.Helper()
+	account := ev.GetSource().GetAccount()
+	req := &eventsv1.AttachmentFetchRequested{Attachment: ev.GetAttachments()[i], Account: account,
+		Name: attachment.Name("discord", account, ev.GetEventId(), i)}
+	resp := &eventsv1.AttachmentFetched{}
+	if err := b.Request(ctx, b.Topology().FetchSubject("discord"), req, resp); err != nil {
+		t.Fatalf("fetch request: %v", err)
+	}
+	return resp
+}
+
+// An attachment a user sends is published as Discord sent it (its signed
+// CDN URL), with nothing downloaded. When a turn reads it, the worker asks
+// the gateway, which downloads it once from the CDN, without the bot
+// token, into the attachment store and answers where it is; asked again
+// (a second attempt of the turn), it downloads nothing more. One that
+// cannot be kept (gone from the CDN, larger than declared) is answered
+// with the reason. One too large by its declared size is marked so as it
+// is published, and files the agent does not read are never downloaded.
 func TestAttachmentsAreKept(t *testing.T) {
 	t.Parallel()
 	f := newFake(t)
@@ -51,13 +73,17 @@ func TestAttachmentsAreKept(t *testing.T) {
 		_ = b.JetStream().DeleteObjectStore(ctx, b.Topology().Stream(attachment.Bucket))
 	})
 	store := attachment.New(b.JetStream(), b.Topology(), cfg)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	// send posts a DM with a and returns the attachment as published, and
-	// how many CDN requests it made.
-	send := func(t *testing.T, a discordfake.Attachment) (*eventsv1.Attachment, int) {
+	downloads := func() int {
+		n, _ := f.Downloads()
+		return n
+	}
+	// publish posts a DM with a and returns the event as published, and
+	// how many CDN requests publishing it made.
+	publish := func(t *testing.T, a discordfake.Attachment) (*eventsv1.MessageReceived, int) {
 		t.Helper()
-		before, _ := f.Downloads()
+		before := downloads()
 		m := discordfake.MessageCreate{ID: f.NewID(), ChannelID: dmChan, AuthorID: user, Content: "look", Attachments: []discordfake.Attachment{a}}
 		if err := f.Dispatch(ctx, "MESSAGE_CREATE", m.Payload()); err != nil {
 			t.Fatal(err)
@@ -66,60 +92,119 @@ func TestAttachmentsAreKept(t *testing.T) {
 		if ev.GetEventId() != m.ID || len(ev.GetAttachments()) != 1 {
 			t.Fatalf("got %v, want %s with its attachment", ev, m.ID)
 		}
-		after, _ := f.Downloads()
-		return ev.GetAttachments()[0], after - before
+		return ev, downloads() - before
 	}
 	big := pngOf(t, 256, 256)
 	if len(big) <= 64<<10 {
 		t.Fatalf("the big image has %d bytes, want more than 64 KiB", len(big))
 	}
+	img := pngOf(t, 32, 32)
+	notes := []byte("# Notes\n\n- ship it\n")
 
-	t.Run("image", func(t *testing.T) {
-		data := pngOf(t, 32, 32)
-		got, downloads := send(t, f.AddAttachment(dmChan, "cat.png", "image/png", data))
-		if got.GetBytesRef() == "" || got.GetUnavailable() != "" || got.GetSizeBytes() != int64(len(data)) || got.GetMimeType() != "image/png" {
-			t.Fatalf("attachment %v, want a reference to %d bytes of image/png", got, len(data))
-		}
-		kept, mime, err := store.Get(ctx, got.GetBytesRef(), 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !bytes.Equal(kept, data) || mime != "image/png" {
-			t.Fatalf("store has %d bytes of %q, want the %d served bytes of image/png", len(kept), mime, len(data))
-		}
-		if _, withToken := f.Downloads(); downloads != 1 || withToken != 0 {
-			t.Fatalf("%d CDN requests, %d with a token; want 1, with none", downloads, withToken)
-		}
-	})
-	t.Run("gone from the CDN", func(t *testing.T) {
-		a := f.AddAttachment(dmChan, "cat.png", "image/png", pngOf(t, 8, 8))
-		a.URL = strings.Replace(a.URL, "hm=", "hm=0", 1) // a signature that no longer holds: 404
-		got, downloads := send(t, a)
-		if got.GetUrl() != a.URL || got.GetUnavailable() == "" || downloads != 1 {
-			t.Fatalf("attachment %v after %d downloads, want its URL, marked unavailable, after 1", got, downloads)
-		}
-	})
-	t.Run("declared too large", func(t *testing.T) {
-		got, downloads := send(t, f.AddAttachment(dmChan, "big.png", "image/png", big))
-		if got.GetBytesRef() != "" || !strings.Contains(got.GetUnavailable(), "too large") || downloads != 0 {
-			t.Fatalf("attachment %v after %d downloads, want it marked too large without a download", got, downloads)
-		}
-	})
-	t.Run("larger than declared", func(t *testing.T) {
-		a := f.AddAttachment(dmChan, "big.png", "image/png", big)
-		a.Size = 1000
-		got, downloads := send(t, a)
-		if got.GetBytesRef() != "" || !strings.Contains(got.GetUnavailable(), "too large") || downloads != 1 {
-			t.Fatalf("attachment %v after %d downloads, want it marked too large after 1", got, downloads)
-		}
-	})
-	t.Run("not an image", func(t *testing.T) {
-		a := f.AddAttachment(dmChan, "notes.pdf", "application/pdf", []byte("%PDF-1.7"))
-		got, downloads := send(t, a)
-		if got.GetUrl() != a.URL || got.GetUnavailable() != "" || downloads != 0 {
-			t.Fatalf("attachment %v after %d downloads, want its URL, untouched", got, downloads)
-		}
-	})
+	tests := []struct {
+		name       string
+		attachment func() discordfake.Attachment
+		// notRead: the agent does not read it (attachment.Wanted is
+		// false), so no turn asks for it.
+		notRead bool
+		// published is what the published attachment's unavailable must
+		// contain ("": empty).
+		published string
+		// want are the bytes kept (nil: none), of wantMIME.
+		want     []byte
+		wantMIME string
+		// unavailable is what the fetch's answer must contain ("": kept).
+		unavailable string
+		// downloads is how many CDN requests the fetch makes.
+		downloads int
+	}{
+		{name: "image", attachment: func() discordfake.Attachment { return f.AddAttachment(dmChan, "cat.png", "image/png", img) },
+			want: img, wantMIME: "image/png", downloads: 1},
+		{name: "text document", want: notes, wantMIME: "text/markdown", downloads: 1,
+			attachment: func() discordfake.Attachment { return f.AddAttachment(dmChan, "notes.md", "text/markdown", notes) }},
+		{name: "gone from the CDN", unavailable: "could not be downloaded", downloads: 1, attachment: func() discordfake.Attachment {
+			a := f.AddAttachment(dmChan, "cat.png", "image/png", pngOf(t, 8, 8))
+			a.URL = strings.Replace(a.URL, "hm=", "hm=0", 1) // a signature that no longer holds: 404
+			return a
+		}},
+		// The worker does not ask for it; a gateway asked all the same
+		// refuses it without a download.
+		{name: "declared too large", published: "too large", unavailable: "too large",
+			attachment: func() discordfake.Attachment { return f.AddAttachment(dmChan, "big.png", "image/png", big) }},
+		{name: "larger than declared", unavailable: "too large", downloads: 1, attachment: func() discordfake.Attachment {
+			a := f.AddAttachment(dmChan, "big.png", "image/png", big)
+			a.Size = 1000
+			return a
+		}},
+		{name: "pdf", notRead: true,
+			attachment: func() discordfake.Attachment {
+				return f.AddAttachment(dmChan, "notes.pdf", "application/pdf", []byte("%PDF-1.7"))
+			}},
+		{name: "video", notRead: true, attachment: func() discordfake.Attachment {
+			return f.AddAttachment(dmChan, "clip.mp4", "video/mp4", []byte("\x00\x00\x00\x18ftypmp42"))
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			sent := tt.attachment()
+			ev, n := publish(t, sent)
+			a := ev.GetAttachments()[0]
+			if n != 0 {
+				t.Errorf("publishing made %d CDN requests, want none", n)
+			}
+			if a.GetUrl() != sent.URL || a.GetBytesRef() != "" {
+				t.Errorf("published attachment %v, want its CDN URL %s", a, sent.URL)
+			}
+			switch {
+			case tt.published == "" && a.GetUnavailable() != "":
+				t.Errorf("published unavailable %q, want none", a.GetUnavailable())
+			case tt.published != "" && !strings.Contains(a.GetUnavailable(), tt.published):
+				t.Errorf("published unavailable %q, want it to contain %q", a.GetUnavailable(), tt.published)
+			}
+			if tt.notRead {
+				if attachment.Wanted(a) {
+					t.Fatalf("attachment %v is read by the agent, want it left alone", a)
+				}
+				return
+			}
+			if tt.published == "" && !attachment.Wanted(a) {
+				t.Fatalf("attachment %v is not read by the agent: no turn would ask for it", a)
+			}
+
+			before := downloads()
+			got := fetchFor(t, ctx, b, ev, 0)
+			if d := downloads() - before; d != tt.downloads {
+				t.Errorf("the fetch made %d CDN requests, want %d", d, tt.downloads)
+			}
+			if _, withToken := f.Downloads(); withToken != 0 {
+				t.Errorf("%d CDN requests carried a token, want none", withToken)
+			}
+			if tt.unavailable != "" {
+				if got.GetBytesRef() != "" || !strings.Contains(got.GetUnavailable(), tt.unavailable) {
+					t.Fatalf("fetched %v, want it unavailable: %q", got, tt.unavailable)
+				}
+				return
+			}
+			name := attachment.Name("discord", ev.GetSource().GetAccount(), ev.GetEventId(), 0)
+			if got.GetBytesRef() != name || got.GetUnavailable() != "" || got.GetSizeBytes() != int64(len(tt.want)) || got.GetMimeType() != tt.wantMIME {
+				t.Fatalf("fetched %v, want %s: %d bytes of %s", got, name, len(tt.want), tt.wantMIME)
+			}
+			kept, mime, err := store.Get(ctx, got.GetBytesRef(), 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(kept, tt.want) || mime != tt.wantMIME {
+				t.Fatalf("store has %d bytes of %q, want the %d served bytes of %s", len(kept), mime, len(tt.want), tt.wantMIME)
+			}
+
+			// A second attempt of the turn finds it kept.
+			before = downloads()
+			again := fetchFor(t, ctx, b, ev, 0)
+			if d := downloads() - before; d != 0 || !proto.Equal(again, got) {
+				t.Fatalf("asked again: %v after %d CDN requests, want %v after none", again, d, got)
+			}
+		})
+	}
 }
 
 // Fetch gets only http(s) URLs, and its errors do not carry the signed

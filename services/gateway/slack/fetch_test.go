@@ -19,7 +19,10 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/switchboard-chat/switchboard/pkg/attachment"
+	"github.com/switchboard-chat/switchboard/pkg/bus"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/platform"
 	"github.com/switchboard-chat/switchboard/services/gateway/slack/slackfake"
@@ -42,11 +45,29 @@ func pngOf(t *testing.T, w, h int) []byte {
 	return buf.Bytes()
 }
 
-// An image a user shares is downloaded with the bot token into the
-// attachment store, and the published event points at it. One that cannot
-// be kept (deleted, refused with Slack's sign-in page, too large) is
-// published all the same, saying why; one too large by its declared size
-// is not downloaded.
+// fetchFor asks the gateway for the attachment at index i of ev as a
+// worker running ev's turn does: a request on gateway.slack.fetch, which
+// any replica answers.
+func fetchFor(t *testing.T, ctx context.Context, b *bus.Bus, ev *eventsv1.MessageReceived, i int) *eventsv1.AttachmentFetched {
+	t.Helper()
+	account := ev.GetSource().GetAccount()
+	req := &eventsv1.AttachmentFetchRequested{Attachment: ev.GetAttachments()[i], Account: account,
+		Name: attachment.Name("slack", account, ev.GetEventId(), i)}
+	resp := &eventsv1.AttachmentFetched{}
+	if err := b.Request(ctx, b.Topology().FetchSubject("slack"), req, resp); err != nil {
+		t.Fatalf("fetch request: %v", err)
+	}
+	return resp
+}
+
+// A file a user shares is published as Slack sent it (its url_private),
+// with nothing downloaded. When a turn reads it, the worker asks the
+// gateway, which downloads it once with the bot token into the attachment
+// store and answers where it is; asked again (a second attempt of the
+// turn), it downloads nothing more. One that cannot be kept (deleted,
+// refused with Slack's sign-in page, larger than declared) is answered
+// with the reason. One too large by its declared size is marked so as it
+// is published, and files the agent does not read are never downloaded.
 func TestFilesAreKept(t *testing.T) {
 	t.Parallel()
 	fake := slackfake.New(t)
@@ -58,12 +79,12 @@ func TestFilesAreKept(t *testing.T) {
 		_ = b.JetStream().DeleteObjectStore(ctx, b.Topology().Stream(attachment.Bucket))
 	})
 	store := attachment.New(b.JetStream(), b.Topology(), cfg)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	var n atomic.Int64
-	// send shares f in a DM and returns it as published, and how many file
-	// requests it made.
-	send := func(t *testing.T, f slackfake.File) (*eventsv1.Attachment, int) {
+	// publish shares f in a DM and returns the event as published, and
+	// how many file requests publishing it made.
+	publish := func(t *testing.T, f slackfake.File) (*eventsv1.MessageReceived, int) {
 		t.Helper()
 		before := fake.Downloads()
 		ts := fmt.Sprintf("1700000%03d.000100", n.Add(1))
@@ -75,65 +96,129 @@ func TestFilesAreKept(t *testing.T) {
 		if got.GetMessageId() != ts || len(got.GetAttachments()) != 1 {
 			t.Fatalf("got %v, want %s with its file", got, ts)
 		}
-		return got.GetAttachments()[0], fake.Downloads() - before
+		return got, fake.Downloads() - before
 	}
 	big := pngOf(t, 256, 256)
 	if len(big) <= 64<<10 {
 		t.Fatalf("the big image has %d bytes, want more than 64 KiB", len(big))
 	}
-
-	t.Run("image", func(t *testing.T) {
-		data := pngOf(t, 32, 32)
-		got, downloads := send(t, fake.AddFile("cat.png", "image/png", data))
-		if got.GetBytesRef() == "" || got.GetUnavailable() != "" || got.GetSizeBytes() != int64(len(data)) || got.GetMimeType() != "image/png" || downloads != 1 {
-			t.Fatalf("file %v after %d downloads, want a reference to %d bytes of image/png after 1", got, downloads, len(data))
-		}
-		kept, mime, err := store.Get(ctx, got.GetBytesRef(), 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !bytes.Equal(kept, data) || mime != "image/png" {
-			t.Fatalf("store has %d bytes of %q, want the %d served bytes of image/png", len(kept), mime, len(data))
-		}
-	})
-	t.Run("deleted", func(t *testing.T) {
-		f := fake.AddFile("cat.png", "image/png", pngOf(t, 8, 8))
-		f.URL = strings.Replace(f.URL, f.ID, "F99999999", 1) // 404
-		got, downloads := send(t, f)
-		if got.GetUrl() != f.URL || got.GetUnavailable() == "" || downloads != 1 {
-			t.Fatalf("file %v after %d downloads, want its URL, marked unavailable, after 1", got, downloads)
-		}
-	})
-	t.Run("sign-in page", func(t *testing.T) {
+	img := pngOf(t, 32, 32)
+	page := []byte(`<!DOCTYPE html><html><head><title>Release notes</title></head><body><h1>v2.1</h1><p>Faster.</p></body></html>`)
+	withoutFilesRead := func() func() {
 		fake.SetFilesRead(false)
-		defer fake.SetFilesRead(true)
-		f := fake.AddFile("cat.png", "image/png", pngOf(t, 8, 8))
-		got, downloads := send(t, f)
-		if got.GetUrl() != f.URL || got.GetUnavailable() == "" || downloads != 1 {
-			t.Fatalf("file %v after %d downloads, want its URL, marked unavailable, after 1", got, downloads)
-		}
-	})
-	t.Run("declared too large", func(t *testing.T) {
-		got, downloads := send(t, fake.AddFile("big.png", "image/png", big))
-		if got.GetBytesRef() != "" || !strings.Contains(got.GetUnavailable(), "too large") || downloads != 0 {
-			t.Fatalf("file %v after %d downloads, want it marked too large without a download", got, downloads)
-		}
-	})
-	t.Run("larger than declared", func(t *testing.T) {
-		f := fake.AddFile("big.png", "image/png", big)
-		f.Size = 1000
-		got, downloads := send(t, f)
-		if got.GetBytesRef() != "" || !strings.Contains(got.GetUnavailable(), "too large") || downloads != 1 {
-			t.Fatalf("file %v after %d downloads, want it marked too large after 1", got, downloads)
-		}
-	})
-	t.Run("not an image", func(t *testing.T) {
-		f := fake.AddFile("notes.pdf", "application/pdf", []byte("%PDF-1.7"))
-		got, downloads := send(t, f)
-		if got.GetUrl() != f.URL || got.GetUnavailable() != "" || downloads != 0 {
-			t.Fatalf("file %v after %d downloads, want its URL, untouched", got, downloads)
-		}
-	})
+		return func() { fake.SetFilesRead(true) }
+	}
+
+	tests := []struct {
+		name string
+		file func() slackfake.File
+		// notRead: the agent does not read the file (attachment.Wanted is
+		// false), so no turn asks for it.
+		notRead bool
+		// published is what the published file's unavailable must contain
+		// ("": empty).
+		published string
+		// during runs around the fetch request and returns its undoing.
+		during func() func()
+		// want are the bytes kept (nil: none), of wantMIME.
+		want     []byte
+		wantMIME string
+		// unavailable is what the fetch's answer must contain ("": kept).
+		unavailable string
+		// downloads is how many file requests the fetch makes.
+		downloads int
+	}{
+		{name: "image", file: func() slackfake.File { return fake.AddFile("cat.png", "image/png", img) },
+			want: img, wantMIME: "image/png", downloads: 1},
+		{name: "html file", file: func() slackfake.File { return fake.AddFile("notes.html", "text/html", page) },
+			want: page, wantMIME: "text/html", downloads: 1},
+		{name: "deleted", unavailable: "could not be downloaded", downloads: 1, file: func() slackfake.File {
+			f := fake.AddFile("cat.png", "image/png", pngOf(t, 8, 8))
+			f.URL = strings.Replace(f.URL, f.ID, "F99999999", 1) // 404
+			return f
+		}},
+		{name: "sign-in page", during: withoutFilesRead, unavailable: "could not be downloaded", downloads: 1,
+			file: func() slackfake.File { return fake.AddFile("cat.png", "image/png", pngOf(t, 8, 8)) }},
+		{name: "sign-in page for an html file", during: withoutFilesRead, unavailable: "could not be downloaded", downloads: 1,
+			file: func() slackfake.File { return fake.AddFile("notes.html", "text/html", page) }},
+		// The worker does not ask for it; a gateway asked all the same
+		// refuses it without a download.
+		{name: "declared too large", published: "too large", unavailable: "too large",
+			file: func() slackfake.File { return fake.AddFile("big.png", "image/png", big) }},
+		{name: "larger than declared", unavailable: "too large", downloads: 1, file: func() slackfake.File {
+			f := fake.AddFile("big.png", "image/png", big)
+			f.Size = 1000
+			return f
+		}},
+		{name: "pdf", notRead: true,
+			file: func() slackfake.File { return fake.AddFile("notes.pdf", "application/pdf", []byte("%PDF-1.7")) }},
+		{name: "video", notRead: true,
+			file: func() slackfake.File {
+				return fake.AddFile("clip.mp4", "video/mp4", []byte("\x00\x00\x00\x18ftypmp42"))
+			}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := tt.file()
+			ev, downloads := publish(t, f)
+			a := ev.GetAttachments()[0]
+			if downloads != 0 {
+				t.Errorf("publishing made %d file requests, want none", downloads)
+			}
+			if a.GetUrl() != f.URL || a.GetBytesRef() != "" {
+				t.Errorf("published file %v, want its url_private %s", a, f.URL)
+			}
+			switch {
+			case tt.published == "" && a.GetUnavailable() != "":
+				t.Errorf("published unavailable %q, want none", a.GetUnavailable())
+			case tt.published != "" && !strings.Contains(a.GetUnavailable(), tt.published):
+				t.Errorf("published unavailable %q, want it to contain %q", a.GetUnavailable(), tt.published)
+			}
+			if tt.notRead {
+				if attachment.Wanted(a) {
+					t.Fatalf("file %v is read by the agent, want it left alone", a)
+				}
+				return
+			}
+			if tt.published == "" && !attachment.Wanted(a) {
+				t.Fatalf("file %v is not read by the agent: no turn would ask for it", a)
+			}
+
+			before := fake.Downloads()
+			if tt.during != nil {
+				undo := tt.during()
+				defer undo()
+			}
+			got := fetchFor(t, ctx, b, ev, 0)
+			if d := fake.Downloads() - before; d != tt.downloads {
+				t.Errorf("the fetch made %d file requests, want %d", d, tt.downloads)
+			}
+			if tt.unavailable != "" {
+				if got.GetBytesRef() != "" || !strings.Contains(got.GetUnavailable(), tt.unavailable) {
+					t.Fatalf("fetched %v, want it unavailable: %q", got, tt.unavailable)
+				}
+				return
+			}
+			name := attachment.Name("slack", ev.GetSource().GetAccount(), ev.GetEventId(), 0)
+			if got.GetBytesRef() != name || got.GetUnavailable() != "" || got.GetSizeBytes() != int64(len(tt.want)) || got.GetMimeType() != tt.wantMIME {
+				t.Fatalf("fetched %v, want %s: %d bytes of %s", got, name, len(tt.want), tt.wantMIME)
+			}
+			kept, mime, err := store.Get(ctx, got.GetBytesRef(), 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(kept, tt.want) || mime != tt.wantMIME {
+				t.Fatalf("store has %d bytes of %q, want the %d served bytes of %s", len(kept), mime, len(tt.want), tt.wantMIME)
+			}
+
+			// A second attempt of the turn finds it kept.
+			before = fake.Downloads()
+			again := fetchFor(t, ctx, b, ev, 0)
+			if d := fake.Downloads() - before; d != 0 || !proto.Equal(again, got) {
+				t.Fatalf("asked again: %v after %d file requests, want %v after none", again, d, got)
+			}
+		})
+	}
 }
 
 // Fetch sends the bot token to Slack only, and takes Slack's sign-in page
@@ -148,17 +233,20 @@ func TestFetch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fetch := func(u string) ([]byte, string, error) {
-		rc, mime, err := p.Fetch(ctx, &eventsv1.Attachment{Location: &eventsv1.Attachment_Url{Url: u}, PlatformFileId: "F1"})
+	fetchFile := func(a *eventsv1.Attachment) ([]byte, string, error) {
+		rc, mime, err := p.Fetch(ctx, a)
 		if err != nil {
 			if strings.Contains(err.Error(), fake.BotToken) || strings.Contains(err.Error(), p.cfg.BotToken) {
-				t.Errorf("fetch %s: the error shows the token: %v", u, err)
+				t.Errorf("fetch %s: the error shows the token: %v", a.GetUrl(), err)
 			}
 			return nil, "", err
 		}
 		defer func() { _ = rc.Close() }()
 		data, err := io.ReadAll(rc)
 		return data, mime, err
+	}
+	fetch := func(u string) ([]byte, string, error) {
+		return fetchFile(&eventsv1.Attachment{Location: &eventsv1.Attachment_Url{Url: u}, PlatformFileId: "F1"})
 	}
 
 	data := pngOf(t, 4, 4)
@@ -187,9 +275,36 @@ func TestFetch(t *testing.T) {
 		t.Fatalf("%d requests reached a host that is not Slack", hits.Load())
 	}
 
+	// An HTML file is HTML too: it is the sign-in page only when Slack
+	// redirected the request away from the file, declared by its media
+	// type or, when that is generic, its name.
+	page := []byte(`<!DOCTYPE html><html><head><title>Notes</title></head><body>v2</body></html>`)
+	h := fake.AddFile("notes.html", "text/html", page)
+	htmlFiles := []*eventsv1.Attachment{
+		{Location: &eventsv1.Attachment_Url{Url: h.URL}, PlatformFileId: h.ID, MimeType: "text/html", FileName: "notes.html"},
+		{Location: &eventsv1.Attachment_Url{Url: h.URL}, PlatformFileId: h.ID, MimeType: "text/html; charset=utf-8"},
+		{Location: &eventsv1.Attachment_Url{Url: h.URL}, PlatformFileId: h.ID, MimeType: "application/octet-stream", FileName: "notes.HTML"},
+		{Location: &eventsv1.Attachment_Url{Url: h.DownloadURL}, PlatformFileId: h.ID, FileName: "notes.htm"},
+	}
+	for _, a := range htmlFiles {
+		if got, mime, err := fetchFile(a); err != nil || !bytes.Equal(got, page) || mime != "text/html" {
+			t.Fatalf("fetch %v: %d bytes of %q (%v), want the %d bytes of text/html", a, len(got), mime, err, len(page))
+		}
+	}
+	// Served as HTML, a file declared as something else is the sign-in
+	// page all the same.
+	if _, _, err := fetchFile(&eventsv1.Attachment{Location: &eventsv1.Attachment_Url{Url: h.URL}, MimeType: "image/png", FileName: "notes.png"}); !errors.Is(err, errSignIn) {
+		t.Fatalf("fetch of an HTML answer for a picture: %v, want errSignIn", err)
+	}
+
 	p.cfg.BotToken = "xoxb-wrong-token"
 	if _, _, err := fetch(f.URL); !errors.Is(err, errSignIn) {
 		t.Fatalf("fetch with a wrong token: %v, want errSignIn", err)
+	}
+	for _, a := range htmlFiles {
+		if _, _, err := fetchFile(a); !errors.Is(err, errSignIn) {
+			t.Fatalf("fetch of %v with a wrong token: %v, want errSignIn", a, err)
+		}
 	}
 }
 

@@ -23,8 +23,10 @@ var _ platform.Fetcher = (*Platform)(nil)
 // than 200.
 var ErrDownload = errors.New("telegram file download failed")
 
-// Fetch downloads a user's attachment through the Bot API: getFile turns
-// its file_id into a file_path, valid for an hour, and the bytes are at
+// Fetch downloads a user's attachment through the Bot API when a turn
+// asks for it (the Runner serves the workers' fetch requests on every
+// replica, not as it publishes the message): getFile turns its file_id
+// into a file_path, valid for an hour, and the bytes are at
 // <api base>/file/bot<token>/<file_path>. That URL holds the bot token,
 // so it never appears in a log or an error. Telegram hands bots files of
 // up to 20 MB; getFile refuses larger ones ("file is too big").

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/switchboard-chat/switchboard/pkg/attachment"
 	"github.com/switchboard-chat/switchboard/pkg/bus"
 	"github.com/switchboard-chat/switchboard/pkg/bus/bustest"
@@ -113,9 +115,29 @@ func TestFetch(t *testing.T) {
 	}
 }
 
+// fetchFor asks the gateway for the attachment at index i of ev as a
+// worker running ev's turn does: a request on gateway.telegram.fetch,
+// which any replica answers.
+func fetchFor(t *testing.T, ctx context.Context, b *bus.Bus, ev *eventsv1.MessageReceived, i int) *eventsv1.AttachmentFetched {
+	t.Helper()
+	account := ev.GetSource().GetAccount()
+	req := &eventsv1.AttachmentFetchRequested{Attachment: ev.GetAttachments()[i], Account: account,
+		Name: attachment.Name("telegram", account, ev.GetEventId(), i)}
+	resp := &eventsv1.AttachmentFetched{}
+	if err := b.Request(ctx, b.Topology().FetchSubject("telegram"), req, resp); err != nil {
+		t.Fatalf("fetch request: %v", err)
+	}
+	return resp
+}
+
 // TestPhotosKept runs the gateway with attachments on: the photos users
-// send reach the bus pointing at their bytes in the attachment store, and
-// one that cannot be kept is published all the same, with the reason.
+// send reach the bus as Telegram sent them (their file_id), with nothing
+// downloaded. When a turn reads one, the worker asks the gateway, which
+// downloads it once through the Bot API into the attachment store and
+// answers where it is; asked again (a second attempt of the turn), it
+// downloads nothing more. One that cannot be kept is answered with the
+// reason; one too large by its declared file_size is marked so as it is
+// published, and files the agent does not read are never downloaded.
 func TestPhotosKept(t *testing.T) {
 	t.Parallel()
 	f := newFake(t)
@@ -151,86 +173,138 @@ func TestPhotosKept(t *testing.T) {
 	}
 
 	photo, png, big := testBytes(3000), testBytes(700), testBytes(limit+1)
+	notes := []byte("# Notes\n\n- ship it\n")
 	tests := []struct {
 		name string
-		// send queues the update and returns its id.
-		send func() int64
+		// send queues the update and returns its id and the file_id it
+		// carries.
+		send func() (int64, string)
+		// notRead: the agent does not read the file (attachment.Wanted is
+		// false), so no turn asks for it.
+		notRead bool
+		// published is what the published Attachment.unavailable must
+		// contain ("": empty).
+		published string
+		// beforeFetch runs just before the fetch request.
+		beforeFetch func()
 		// want are the bytes the store must hold (nil: none kept).
 		want     []byte
 		wantMIME string
-		// unavailable is what Attachment.unavailable must contain ("": empty).
+		// unavailable is what the fetch's answer must contain ("": kept).
 		unavailable string
-		// downloads is how many file downloads the update may cause.
+		// downloads is how many file downloads the fetch causes.
 		downloads int
 	}{
-		{name: "photo", want: photo, wantMIME: "image/jpeg", downloads: 1, send: func() int64 {
+		{name: "photo", want: photo, wantMIME: "image/jpeg", downloads: 1, send: func() (int64, string) {
 			f.AddFile("photo-ok", photo)
-			return f.InjectPhoto(with(obj{"caption": "what is this?"}), "photo-ok")
+			return f.InjectPhoto(with(obj{"caption": "what is this?"}), "photo-ok"), "photo-ok"
 		}},
-		{name: "image sent as a file", want: png, wantMIME: "image/png", downloads: 1, send: func() int64 {
+		{name: "image sent as a file", want: png, wantMIME: "image/png", downloads: 1, send: func() (int64, string) {
 			f.AddFile("png-ok", png)
-			return f.InjectDocument(from, "png-ok", "chart.png", "image/png")
+			return f.InjectDocument(from, "png-ok", "chart.png", "image/png"), "png-ok"
 		}},
-		{name: "pdf is not downloaded", send: func() int64 {
+		{name: "text document", want: notes, wantMIME: "text/markdown", downloads: 1, send: func() (int64, string) {
+			f.AddFile("md-ok", notes)
+			return f.InjectDocument(from, "md-ok", "notes.md", "text/markdown"), "md-ok"
+		}},
+		{name: "pdf is not downloaded", notRead: true, send: func() (int64, string) {
 			f.AddFile("pdf", testBytes(100))
-			return f.InjectDocument(from, "pdf", "report.pdf", "application/pdf")
+			return f.InjectDocument(from, "pdf", "report.pdf", "application/pdf"), "pdf"
 		}},
-		{name: "unknown file id", unavailable: "could not be downloaded", send: func() int64 {
-			return f.InjectPhoto(from, "never-added")
+		{name: "video is not downloaded", notRead: true, send: func() (int64, string) {
+			f.AddFile("video", testBytes(200))
+			return f.Inject(obj{"message": msg(with(obj{"video": obj{"file_id": "video", "file_unique_id": "v",
+				"width": 640, "height": 360, "duration": 3, "mime_type": "video/mp4", "file_size": 200}}))}), "video"
 		}},
-		{name: "download fails", unavailable: "could not be downloaded", downloads: 1, send: func() int64 {
+		{name: "unknown file id", unavailable: "could not be downloaded", send: func() (int64, string) {
+			return f.InjectPhoto(from, "never-added"), "never-added"
+		}},
+		{name: "download fails", unavailable: "could not be downloaded", downloads: 1, send: func() (int64, string) {
 			f.AddFile("photo-500", photo)
+			return f.InjectPhoto(from, "photo-500"), "photo-500"
+		}, beforeFetch: func() {
 			f.FailNextDownload(telegramfake.APIError{Code: 500, Description: "Internal Server Error"})
-			return f.InjectPhoto(from, "photo-500")
 		}},
-		{name: "over max_bytes by its file_size", unavailable: "too large (4.0 KB", send: func() int64 {
+		// The worker does not ask for it; a gateway asked all the same
+		// refuses it without a download.
+		{name: "over max_bytes by its file_size", published: "too large (4.0 KB", unavailable: "too large (4.0 KB", send: func() (int64, string) {
 			f.AddFile("photo-big", big)
-			return f.InjectPhoto(from, "photo-big")
+			return f.InjectPhoto(from, "photo-big"), "photo-big"
 		}},
-		{name: "over max_bytes without a file_size", unavailable: "too large (the limit is 4.0 KB)", downloads: 1, send: func() int64 {
+		{name: "over max_bytes without a file_size", unavailable: "too large (the limit is 4.0 KB)", downloads: 1, send: func() (int64, string) {
 			f.AddFile("photo-big-quiet", big)
-			return f.Inject(obj{"message": msg(with(obj{"photo": []obj{{"file_id": "photo-big-quiet", "file_unique_id": "q", "width": 800, "height": 600}}}))})
+			return f.Inject(obj{"message": msg(with(obj{"photo": []obj{{"file_id": "photo-big-quiet", "file_unique_id": "q", "width": 800, "height": 600}}}))}), "photo-big-quiet"
 		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			before := f.Downloads()
-			id := strconv.FormatInt(tt.send(), 10)
-			var got *eventsv1.MessageReceived
+			update, fileID := tt.send()
+			id := strconv.FormatInt(update, 10)
+			var ev *eventsv1.MessageReceived
 			waitFor(t, "the update on the bus", 20*time.Second, func() bool {
-				got = eventByID(t, b, id)
-				return got != nil
+				ev = eventByID(t, b, id)
+				return ev != nil
 			})
-			if n := len(got.GetAttachments()); n != 1 {
-				t.Fatalf("event has %d attachments, want 1: %v", n, got)
+			if n := len(ev.GetAttachments()); n != 1 {
+				t.Fatalf("event has %d attachments, want 1: %v", n, ev)
 			}
-			a := got.GetAttachments()[0]
-			if d := f.Downloads() - before; d != tt.downloads {
-				t.Errorf("%d downloads, want %d", d, tt.downloads)
+			a := ev.GetAttachments()[0]
+			if d := f.Downloads() - before; d != 0 {
+				t.Errorf("publishing made %d downloads, want none", d)
+			}
+			if a.GetPlatformFileId() != fileID || a.GetBytesRef() != "" {
+				t.Errorf("published attachment %v, want its file_id %s", a, fileID)
 			}
 			switch {
-			case tt.unavailable == "" && a.GetUnavailable() != "":
-				t.Errorf("unavailable %q, want it kept", a.GetUnavailable())
-			case tt.unavailable != "" && !strings.Contains(a.GetUnavailable(), tt.unavailable):
-				t.Errorf("unavailable %q, want it to contain %q", a.GetUnavailable(), tt.unavailable)
+			case tt.published == "" && a.GetUnavailable() != "":
+				t.Errorf("published unavailable %q, want none", a.GetUnavailable())
+			case tt.published != "" && !strings.Contains(a.GetUnavailable(), tt.published):
+				t.Errorf("published unavailable %q, want it to contain %q", a.GetUnavailable(), tt.published)
 			}
-			if tt.want == nil {
-				if a.GetBytesRef() != "" {
-					t.Fatalf("bytes_ref %q, want none", a.GetBytesRef())
+			if tt.notRead {
+				if attachment.Wanted(a) {
+					t.Fatalf("attachment %v is read by the agent, want it left alone", a)
 				}
 				return
 			}
-			if a.GetBytesRef() == "" || a.GetSizeBytes() != int64(len(tt.want)) || a.GetMimeType() != tt.wantMIME {
-				t.Fatalf("attachment %v, want a bytes_ref to %d bytes of %s", a, len(tt.want), tt.wantMIME)
+			if tt.published == "" && !attachment.Wanted(a) {
+				t.Fatalf("attachment %v is not read by the agent: no turn would ask for it", a)
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
-			data, mime, err := store.Get(ctx, a.GetBytesRef(), 0)
+			if tt.beforeFetch != nil {
+				tt.beforeFetch()
+			}
+			before = f.Downloads()
+			got := fetchFor(t, ctx, b, ev, 0)
+			if d := f.Downloads() - before; d != tt.downloads {
+				t.Errorf("the fetch made %d downloads, want %d", d, tt.downloads)
+			}
+			if tt.unavailable != "" {
+				if got.GetBytesRef() != "" || !strings.Contains(got.GetUnavailable(), tt.unavailable) {
+					t.Fatalf("fetched %v, want it unavailable: %q", got, tt.unavailable)
+				}
+				return
+			}
+			name := attachment.Name("telegram", ev.GetSource().GetAccount(), ev.GetEventId(), 0)
+			if got.GetBytesRef() != name || got.GetUnavailable() != "" || got.GetSizeBytes() != int64(len(tt.want)) || got.GetMimeType() != tt.wantMIME {
+				t.Fatalf("fetched %v, want %s: %d bytes of %s", got, name, len(tt.want), tt.wantMIME)
+			}
+			data, mime, err := store.Get(ctx, got.GetBytesRef(), 0)
 			if err != nil {
 				t.Fatalf("store: %v", err)
 			}
 			if !bytes.Equal(data, tt.want) || mime != tt.wantMIME {
 				t.Fatalf("store holds %d bytes of %q, want %d of %q (same bytes: %v)", len(data), mime, len(tt.want), tt.wantMIME, bytes.Equal(data, tt.want))
+			}
+
+			// A second attempt of the turn finds it kept.
+			before = f.Downloads()
+			again := fetchFor(t, ctx, b, ev, 0)
+			if d := f.Downloads() - before; d != 0 || !proto.Equal(again, got) {
+				t.Fatalf("asked again: %v after %d downloads, want %v after none", again, d, got)
 			}
 		})
 	}

@@ -1,8 +1,10 @@
 // Package telegram is the Telegram gateway (`switchboard gateway
 // telegram`): Bot API long polling or a webhook in, sendMessage /
 // editMessageText / sendChatAction / sendPhoto / sendDocument /
-// deleteMessage out, run by the platform kit's Runner. The photos users
-// send are downloaded with getFile (Platform.Fetch) for the agent.
+// deleteMessage out, run by the platform kit's Runner. The files users
+// send are published as their file_id; the ones the agent reads (photos,
+// voice, audio, text documents) are downloaded with getFile
+// (Platform.Fetch) only when a turn asks for them, by any replica.
 //
 // Sending goes through github.com/go-telegram/bot. Receiving does not use
 // the library's poller: it advances its offset before an update is
@@ -141,9 +143,11 @@ type Deps struct {
 	// Backoff overrides the reconnect schedule (tests).
 	Backoff platform.Backoff
 	// Attachments is the top-level `attachments` section: when enabled,
-	// the photos (and image documents) users send are downloaded through
-	// the Bot API into the attachment store before the message is
-	// published, for the agent to show the model.
+	// the gateway serves the workers' fetch requests (gateway.telegram.fetch,
+	// on every replica): when a turn reads an attachment (a photo, a voice
+	// message, a text document), it is downloaded through the Bot API
+	// into the attachment store. Nothing is downloaded as a message is
+	// published; one declared larger than max_bytes is marked so.
 	Attachments attachment.Config
 }
 
