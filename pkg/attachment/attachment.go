@@ -1,8 +1,8 @@
 // Package attachment keeps the bytes of users' attachments in a JetStream
-// object store, so that bus events carry only a reference to them: a
-// platform gateway, which holds the platform's credentials, downloads a
-// photo, a voice message or a text file once as it publishes the message,
-// and the agent worker reads it back for the model.
+// object store, so that bus events carry only a reference to them: when a
+// turn runs a message, the platform's gateway, which holds the platform's
+// credentials, downloads a photo, a voice message or a text file once, at
+// the worker's request, and the worker reads it back for the model.
 package attachment
 
 import (
