@@ -48,7 +48,7 @@ func TestPicturesReachTheModel(t *testing.T) {
 			want: "echo: look [Attachment: image cat.png] " + seen, calls: 2},
 		{name: "after a stateless client's conversation", text: "and this?", attach: image("pic"),
 			context: []*eventsv1.ContextMessage{{Role: "system", Content: "be brief"}, {Role: "user", Content: "hi"}, {Role: "assistant", Content: "hello"}},
-			want: "echo: and this?\n[Attachment: image cat.png] " + seen, calls: 1},
+			want:    "echo: and this?\n[Attachment: image cat.png] " + seen, calls: 1},
 		{name: "a model without vision", textOnly: true, text: "what is this?", attach: image("pic"),
 			want: "echo: what is this?\n[Attachment: image cat.png]", calls: 1}, // the refused one
 		{name: "images off", mod: func(c *worker.Config, _ *worker.Deps) { c.Agent.Images = worker.ImagesOff },

@@ -4,11 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"image"
-	"image/color"
-	"image/png"
 	"log/slog"
-	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
@@ -16,43 +12,11 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/switchboard-chat/switchboard/pkg/attachment"
-	"github.com/switchboard-chat/switchboard/pkg/bus"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/platform"
+	"github.com/switchboard-chat/switchboard/pkg/platform/platformtest"
 	"github.com/switchboard-chat/switchboard/services/gateway/discord/discordfake"
 )
-
-// pngOf encodes a w×h image of noise (which PNG cannot shrink).
-func pngOf(t *testing.T, w, h int) []byte {
-	t.Helper()
-	rnd := rand.New(rand.NewPCG(uint64(w), uint64(h)))
-	img := image.NewRGBA(image.Rect(0, 0, w, h))
-	for x := range w {
-		for y := range h {
-			img.Set(x, y, color.RGBA{R: uint8(rnd.Uint32()), G: uint8(rnd.Uint32()), B: uint8(rnd.Uint32()), A: 255})
-		}
-	}
-	var buf bytes.Buffer
-	if err := png.Encode(&buf, img); err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
-}
-
-// fetchFor asks the gateway for the attachment at index i of ev as a
-// worker running ev's turn does: a request on gateway.discord.fetch, which
-// any replica answers.
-func fetchFor(t *testing.T, ctx context.Context, b *bus.Bus, ev *eventsv1.MessageReceived, i int) *eventsv1.AttachmentFetched {
-	t.Helper()
-	account := ev.GetSource().GetAccount()
-	req := &eventsv1.AttachmentFetchRequested{Attachment: ev.GetAttachments()[i], Account: account,
-		Name: attachment.Name("discord", account, ev.GetEventId(), i)}
-	resp := &eventsv1.AttachmentFetched{}
-	if err := b.Request(ctx, b.Topology().FetchSubject("discord"), req, resp); err != nil {
-		t.Fatalf("fetch request: %v", err)
-	}
-	return resp
-}
 
 // An attachment a user sends is published as Discord sent it (its signed
 // CDN URL), with nothing downloaded. When a turn reads it, the worker asks
@@ -94,11 +58,11 @@ func TestAttachmentsAreKept(t *testing.T) {
 		}
 		return ev, downloads() - before
 	}
-	big := pngOf(t, 256, 256)
+	big := platformtest.NoisePNG(t, 256, 256)
 	if len(big) <= 64<<10 {
 		t.Fatalf("the big image has %d bytes, want more than 64 KiB", len(big))
 	}
-	img := pngOf(t, 32, 32)
+	img := platformtest.NoisePNG(t, 32, 32)
 	notes := []byte("# Notes\n\n- ship it\n")
 
 	tests := []struct {
@@ -123,7 +87,7 @@ func TestAttachmentsAreKept(t *testing.T) {
 		{name: "text document", want: notes, wantMIME: "text/markdown", downloads: 1,
 			attachment: func() discordfake.Attachment { return f.AddAttachment(dmChan, "notes.md", "text/markdown", notes) }},
 		{name: "gone from the CDN", unavailable: "could not be downloaded", downloads: 1, attachment: func() discordfake.Attachment {
-			a := f.AddAttachment(dmChan, "cat.png", "image/png", pngOf(t, 8, 8))
+			a := f.AddAttachment(dmChan, "cat.png", "image/png", platformtest.NoisePNG(t, 8, 8))
 			a.URL = strings.Replace(a.URL, "hm=", "hm=0", 1) // a signature that no longer holds: 404
 			return a
 		}},
@@ -172,7 +136,7 @@ func TestAttachmentsAreKept(t *testing.T) {
 			}
 
 			before := downloads()
-			got := fetchFor(t, ctx, b, ev, 0)
+			got := platformtest.Fetch(t, ctx, b, "discord", ev, 0)
 			if d := downloads() - before; d != tt.downloads {
 				t.Errorf("the fetch made %d CDN requests, want %d", d, tt.downloads)
 			}
@@ -199,7 +163,7 @@ func TestAttachmentsAreKept(t *testing.T) {
 
 			// A second attempt of the turn finds it kept.
 			before = downloads()
-			again := fetchFor(t, ctx, b, ev, 0)
+			again := platformtest.Fetch(t, ctx, b, "discord", ev, 0)
 			if d := downloads() - before; d != 0 || !proto.Equal(again, got) {
 				t.Fatalf("asked again: %v after %d CDN requests, want %v after none", again, d, got)
 			}
@@ -226,7 +190,7 @@ func TestFetch(t *testing.T) {
 		}
 	}
 
-	data := pngOf(t, 4, 4)
+	data := platformtest.NoisePNG(t, 4, 4)
 	a := f.AddAttachment(dmChan, "cat.png", "image/png", data)
 	rc, mime, err := p.Fetch(ctx, &eventsv1.Attachment{Location: &eventsv1.Attachment_Url{Url: a.URL}, PlatformFileId: a.ID})
 	if err != nil {

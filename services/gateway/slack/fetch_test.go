@@ -5,12 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"image"
-	"image/color"
-	"image/png"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -22,43 +18,11 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/switchboard-chat/switchboard/pkg/attachment"
-	"github.com/switchboard-chat/switchboard/pkg/bus"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/platform"
+	"github.com/switchboard-chat/switchboard/pkg/platform/platformtest"
 	"github.com/switchboard-chat/switchboard/services/gateway/slack/slackfake"
 )
-
-// pngOf encodes a w×h image of noise (which PNG cannot shrink).
-func pngOf(t *testing.T, w, h int) []byte {
-	t.Helper()
-	rnd := rand.New(rand.NewPCG(uint64(w), uint64(h)))
-	img := image.NewRGBA(image.Rect(0, 0, w, h))
-	for x := range w {
-		for y := range h {
-			img.Set(x, y, color.RGBA{R: uint8(rnd.Uint32()), G: uint8(rnd.Uint32()), B: uint8(rnd.Uint32()), A: 255})
-		}
-	}
-	var buf bytes.Buffer
-	if err := png.Encode(&buf, img); err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
-}
-
-// fetchFor asks the gateway for the attachment at index i of ev as a
-// worker running ev's turn does: a request on gateway.slack.fetch, which
-// any replica answers.
-func fetchFor(t *testing.T, ctx context.Context, b *bus.Bus, ev *eventsv1.MessageReceived, i int) *eventsv1.AttachmentFetched {
-	t.Helper()
-	account := ev.GetSource().GetAccount()
-	req := &eventsv1.AttachmentFetchRequested{Attachment: ev.GetAttachments()[i], Account: account,
-		Name: attachment.Name("slack", account, ev.GetEventId(), i)}
-	resp := &eventsv1.AttachmentFetched{}
-	if err := b.Request(ctx, b.Topology().FetchSubject("slack"), req, resp); err != nil {
-		t.Fatalf("fetch request: %v", err)
-	}
-	return resp
-}
 
 // A file a user shares is published as Slack sent it (its url_private),
 // with nothing downloaded. When a turn reads it, the worker asks the
@@ -98,11 +62,11 @@ func TestFilesAreKept(t *testing.T) {
 		}
 		return got, fake.Downloads() - before
 	}
-	big := pngOf(t, 256, 256)
+	big := platformtest.NoisePNG(t, 256, 256)
 	if len(big) <= 64<<10 {
 		t.Fatalf("the big image has %d bytes, want more than 64 KiB", len(big))
 	}
-	img := pngOf(t, 32, 32)
+	img := platformtest.NoisePNG(t, 32, 32)
 	page := []byte(`<!DOCTYPE html><html><head><title>Release notes</title></head><body><h1>v2.1</h1><p>Faster.</p></body></html>`)
 	withoutFilesRead := func() func() {
 		fake.SetFilesRead(false)
@@ -133,12 +97,12 @@ func TestFilesAreKept(t *testing.T) {
 		{name: "html file", file: func() slackfake.File { return fake.AddFile("notes.html", "text/html", page) },
 			want: page, wantMIME: "text/html", downloads: 1},
 		{name: "deleted", unavailable: "could not be downloaded", downloads: 1, file: func() slackfake.File {
-			f := fake.AddFile("cat.png", "image/png", pngOf(t, 8, 8))
+			f := fake.AddFile("cat.png", "image/png", platformtest.NoisePNG(t, 8, 8))
 			f.URL = strings.Replace(f.URL, f.ID, "F99999999", 1) // 404
 			return f
 		}},
 		{name: "sign-in page", during: withoutFilesRead, unavailable: "could not be downloaded", downloads: 1,
-			file: func() slackfake.File { return fake.AddFile("cat.png", "image/png", pngOf(t, 8, 8)) }},
+			file: func() slackfake.File { return fake.AddFile("cat.png", "image/png", platformtest.NoisePNG(t, 8, 8)) }},
 		{name: "sign-in page for an html file", during: withoutFilesRead, unavailable: "could not be downloaded", downloads: 1,
 			file: func() slackfake.File { return fake.AddFile("notes.html", "text/html", page) }},
 		// The worker does not ask for it; a gateway asked all the same
@@ -189,7 +153,7 @@ func TestFilesAreKept(t *testing.T) {
 				undo := tt.during()
 				defer undo()
 			}
-			got := fetchFor(t, ctx, b, ev, 0)
+			got := platformtest.Fetch(t, ctx, b, "slack", ev, 0)
 			if d := fake.Downloads() - before; d != tt.downloads {
 				t.Errorf("the fetch made %d file requests, want %d", d, tt.downloads)
 			}
@@ -213,7 +177,7 @@ func TestFilesAreKept(t *testing.T) {
 
 			// A second attempt of the turn finds it kept.
 			before = fake.Downloads()
-			again := fetchFor(t, ctx, b, ev, 0)
+			again := platformtest.Fetch(t, ctx, b, "slack", ev, 0)
 			if d := fake.Downloads() - before; d != 0 || !proto.Equal(again, got) {
 				t.Fatalf("asked again: %v after %d file requests, want %v after none", again, d, got)
 			}
@@ -249,7 +213,7 @@ func TestFetch(t *testing.T) {
 		return fetchFile(&eventsv1.Attachment{Location: &eventsv1.Attachment_Url{Url: u}, PlatformFileId: "F1"})
 	}
 
-	data := pngOf(t, 4, 4)
+	data := platformtest.NoisePNG(t, 4, 4)
 	f := fake.AddFile("cat.png", "image/png", data)
 	for _, u := range []string{f.URL, f.DownloadURL} {
 		got, mime, err := fetch(u)

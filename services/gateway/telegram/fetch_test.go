@@ -17,6 +17,7 @@ import (
 	"github.com/switchboard-chat/switchboard/pkg/bus/bustest"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/platform"
+	"github.com/switchboard-chat/switchboard/pkg/platform/platformtest"
 	"github.com/switchboard-chat/switchboard/pkg/telegramfake"
 )
 
@@ -113,21 +114,6 @@ func TestFetch(t *testing.T) {
 			}
 		})
 	}
-}
-
-// fetchFor asks the gateway for the attachment at index i of ev as a
-// worker running ev's turn does: a request on gateway.telegram.fetch,
-// which any replica answers.
-func fetchFor(t *testing.T, ctx context.Context, b *bus.Bus, ev *eventsv1.MessageReceived, i int) *eventsv1.AttachmentFetched {
-	t.Helper()
-	account := ev.GetSource().GetAccount()
-	req := &eventsv1.AttachmentFetchRequested{Attachment: ev.GetAttachments()[i], Account: account,
-		Name: attachment.Name("telegram", account, ev.GetEventId(), i)}
-	resp := &eventsv1.AttachmentFetched{}
-	if err := b.Request(ctx, b.Topology().FetchSubject("telegram"), req, resp); err != nil {
-		t.Fatalf("fetch request: %v", err)
-	}
-	return resp
 }
 
 // TestPhotosKept runs the gateway with attachments on: the photos users
@@ -278,7 +264,7 @@ func TestPhotosKept(t *testing.T) {
 				tt.beforeFetch()
 			}
 			before = f.Downloads()
-			got := fetchFor(t, ctx, b, ev, 0)
+			got := platformtest.Fetch(t, ctx, b, "telegram", ev, 0)
 			if d := f.Downloads() - before; d != tt.downloads {
 				t.Errorf("the fetch made %d downloads, want %d", d, tt.downloads)
 			}
@@ -302,7 +288,7 @@ func TestPhotosKept(t *testing.T) {
 
 			// A second attempt of the turn finds it kept.
 			before = f.Downloads()
-			again := fetchFor(t, ctx, b, ev, 0)
+			again := platformtest.Fetch(t, ctx, b, "telegram", ev, 0)
 			if d := f.Downloads() - before; d != 0 || !proto.Equal(again, got) {
 				t.Fatalf("asked again: %v after %d downloads, want %v after none", again, d, got)
 			}
