@@ -228,18 +228,19 @@ func (s *Store) Keep(ctx context.Context, name, mime string, r io.Reader) (int64
 	return int64(info.Size), nil
 }
 
-// Stat reports the size of the object stored under name, if there is one
-// (a redelivered event's attachment need not be downloaded again).
-func (s *Store) Stat(ctx context.Context, name string) (int64, bool) {
+// Stat reports the size and media type of the object stored under name,
+// if there is one (an attachment asked for again need not be downloaded
+// again).
+func (s *Store) Stat(ctx context.Context, name string) (int64, string, bool) {
 	obs, err := s.bucket(ctx, true)
 	if err != nil {
-		return 0, false
+		return 0, "", false
 	}
 	info, err := obs.GetInfo(ctx, name)
 	if err != nil {
-		return 0, false
+		return 0, "", false
 	}
-	return int64(info.Size), true
+	return int64(info.Size), info.Description, true
 }
 
 // Get returns the bytes stored under name and the media type they were

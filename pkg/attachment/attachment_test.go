@@ -29,10 +29,10 @@ func TestStore(t *testing.T) {
 	if err != nil || n != int64(len(pic)) {
 		t.Fatalf("keep: %d %v", n, err)
 	}
-	if size, ok := keeper.Stat(ctx, "a"); !ok || size != int64(len(pic)) {
-		t.Fatalf("stat: %d %v", size, ok)
+	if size, mime, ok := keeper.Stat(ctx, "a"); !ok || size != int64(len(pic)) || mime != "image/png" {
+		t.Fatalf("stat: %d %q %v", size, mime, ok)
 	}
-	if _, ok := keeper.Stat(ctx, "b"); ok {
+	if _, _, ok := keeper.Stat(ctx, "b"); ok {
 		t.Fatal("stat of a name never kept")
 	}
 	data, mime, err := reader.Get(ctx, "a", 0)
@@ -56,7 +56,7 @@ func TestStore(t *testing.T) {
 	if _, err := keeper.Keep(ctx, "big", "image/png", bytes.NewReader(make([]byte, 300<<10+1))); !errors.Is(err, attachment.ErrTooLarge) {
 		t.Fatalf("keep over the limit: %v", err)
 	}
-	if _, ok := keeper.Stat(ctx, "big"); ok {
+	if _, _, ok := keeper.Stat(ctx, "big"); ok {
 		t.Fatal("a refused attachment was kept")
 	}
 	// Exactly MaxBytes fits.

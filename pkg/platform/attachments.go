@@ -2,6 +2,7 @@ package platform
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/base64"
 	"errors"
@@ -92,12 +93,31 @@ func (r *Runner) serveFetch(ctx context.Context, m *nats.Msg) {
 	} else {
 		reply = r.FetchAttachment(ctx, req)
 	}
+	r.replyFetch(ctx, m, reply)
+}
+
+func (r *Runner) replyFetch(ctx context.Context, m *nats.Msg, reply *eventsv1.AttachmentFetched) {
 	if m.Reply == "" {
 		return
 	}
 	if err := bus.Reply(ctx, m, reply); err != nil {
 		r.log.Warn("fetch reply failed", "err", err)
 	}
+}
+
+// validName reports whether name is one attachment.Name makes.
+func validName(name string) bool {
+	hash, index, ok := strings.Cut(name, ".")
+	if !ok || len(hash) != 40 || index == "" || len(index) > 4 {
+		return false
+	}
+	for _, c := range hash {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	_, err := strconv.Atoi(index)
+	return err == nil
 }
 
 // FetchAttachment downloads req's attachment through the platform into
@@ -108,10 +128,10 @@ func (r *Runner) FetchAttachment(ctx context.Context, req *eventsv1.AttachmentFe
 	switch {
 	case r.attachments == nil || fetcher == nil || a == nil:
 		return &eventsv1.AttachmentFetched{Unavailable: unavailableFailed}
-	case name == "" || len(name) > 200 || !headerSafe(name):
-		r.log.Warn("fetch request with a bad name", "name", name)
+	case !validName(name):
+		r.log.Warn("fetch request with a bad name", "name_bytes", len(name))
 		return &eventsv1.AttachmentFetched{Unavailable: unavailableFailed}
-	case req.GetAccount() != "" && req.GetAccount() != r.p.Account():
+	case req.GetAccount() != r.p.Account():
 		return &eventsv1.AttachmentFetched{Unavailable: unavailableFailed} // another bot's file
 	}
 	limit := r.attachments.Config().MaxBytes
@@ -121,9 +141,11 @@ func (r *Runner) FetchAttachment(ctx context.Context, req *eventsv1.AttachmentFe
 	ctx, cancel := context.WithTimeout(ctx, FetchTimeout)
 	defer cancel()
 	mime := a.GetMimeType()
-	if n, ok := r.attachments.Stat(ctx, name); ok {
+	if n, kept, ok := r.attachments.Stat(ctx, name); ok {
+		// What the first download learnt of it, so every attempt of the
+		// turn reads it alike.
 		attachmentsTotal.WithLabelValues(r.name, "found").Inc()
-		return &eventsv1.AttachmentFetched{BytesRef: name, SizeBytes: n, MimeType: mime}
+		return &eventsv1.AttachmentFetched{BytesRef: name, SizeBytes: n, MimeType: cmp.Or(kept, mime)}
 	}
 	rc, fetchedMIME, err := fetcher.Fetch(ctx, a)
 	var n int64
@@ -141,6 +163,10 @@ func (r *Runner) FetchAttachment(ctx context.Context, req *eventsv1.AttachmentFe
 	case errors.Is(err, attachment.ErrTooLarge):
 		attachmentsTotal.WithLabelValues(r.name, "too_large").Inc()
 		return &eventsv1.AttachmentFetched{Unavailable: tooLarge(0, limit)}
+	case ctx.Err() != nil && errors.Is(context.Cause(ctx), context.Canceled):
+		// The gateway is stopping: another replica, or this one once
+		// back, downloads it when the worker asks again.
+		return &eventsv1.AttachmentFetched{Retry: true}
 	default:
 		r.log.Warn("attachment not kept", "name", name, "err", err)
 		attachmentsTotal.WithLabelValues(r.name, "failed").Inc()

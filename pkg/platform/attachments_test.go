@@ -144,16 +144,18 @@ func TestFetchRefusals(t *testing.T) {
 		t.Fatal(err)
 	}
 	img := &eventsv1.Attachment{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, PlatformFileId: "f"}
+	name := attachment.Name("files", "bot", "e1", 0)
 	tests := []struct {
 		name string
 		req  *eventsv1.AttachmentFetchRequested
 		want string
 	}{
-		{"no name", &eventsv1.AttachmentFetchRequested{Attachment: img}, "it could not be downloaded"},
-		{"a name that is no token", &eventsv1.AttachmentFetchRequested{Attachment: img, Name: "a\nb"}, "it could not be downloaded"},
-		{"another bot's file", &eventsv1.AttachmentFetchRequested{Attachment: img, Name: "n", Account: "other"}, "it could not be downloaded"},
-		{"declared too large", &eventsv1.AttachmentFetchRequested{Attachment: &eventsv1.Attachment{PlatformFileId: "f", SizeBytes: 2000}, Name: "n"}, "it is too large (2.0 KB, the limit is 1000 bytes)"},
-		{"the download fails", &eventsv1.AttachmentFetchRequested{Attachment: img, Name: "n"}, "it could not be downloaded"},
+		{"no name", &eventsv1.AttachmentFetchRequested{Attachment: img, Account: "bot"}, "it could not be downloaded"},
+		{"a name attachment.Name does not make", &eventsv1.AttachmentFetchRequested{Attachment: img, Name: "../../etc/passwd", Account: "bot"}, "it could not be downloaded"},
+		{"another bot's file", &eventsv1.AttachmentFetchRequested{Attachment: img, Name: name, Account: "other"}, "it could not be downloaded"},
+		{"no account", &eventsv1.AttachmentFetchRequested{Attachment: img, Name: name}, "it could not be downloaded"},
+		{"declared too large", &eventsv1.AttachmentFetchRequested{Attachment: &eventsv1.Attachment{PlatformFileId: "f", SizeBytes: 2000}, Name: name, Account: "bot"}, "it is too large (2.0 KB, the limit is 1000 bytes)"},
+		{"the download fails", &eventsv1.AttachmentFetchRequested{Attachment: img, Name: name, Account: "bot"}, "it could not be downloaded"},
 	}
 	for _, tt := range tests {
 		if got := r.FetchAttachment(context.Background(), tt.req); got.GetBytesRef() != "" || got.GetUnavailable() != tt.want {

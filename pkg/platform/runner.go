@@ -251,7 +251,14 @@ func (r *Runner) Run(ctx context.Context) error {
 	if _, ok := r.p.(Fetcher); ok && r.attachments != nil {
 		fetchSem := make(chan struct{}, fetchConcurrency)
 		fsub, err := r.bus.Conn().QueueSubscribe(r.bus.Topology().FetchSubject(r.name), "gateway-"+r.name, func(m *nats.Msg) {
-			fetchSem <- struct{}{}
+			select {
+			case fetchSem <- struct{}{}:
+			default:
+				// All downloads busy: the worker asks again later rather
+				// than wait behind them while other replicas are idle.
+				r.replyFetch(sendCtx, m, &eventsv1.AttachmentFetched{Retry: true})
+				return
+			}
 			inflight.Add(1)
 			go func() {
 				defer func() { <-fetchSem; inflight.Done() }()

@@ -23,13 +23,14 @@ type mediaSource interface {
 // attachImages gives the turn's input messages their pictures, read again
 // for every attempt (they are not stored with the transcript, whose text
 // names them). A picture that cannot be read is only named: the turn goes
-// on without it.
-func (r *turnRun) attachImages(ctx context.Context, ls *loopState) {
+// on without it. It returns errFetchLater when a gateway could not be
+// asked (fetchAttachments).
+func (r *turnRun) attachImages(ctx context.Context, ls *loopState) error {
 	if r.s.media == nil || r.s.cfg.Agent.Images == ImagesOff {
-		return
+		return nil
 	}
 	if _, ok := transcriptCommandOf(r.req); ok {
-		return
+		return nil
 	}
 	// The steps begin gave the inputs: each input's context messages,
 	// then its own.
@@ -41,7 +42,9 @@ func (r *turnRun) attachImages(ctx context.Context, ls *loopState) {
 			}
 		}
 		// A resumed turn's first attempt may have fetched them elsewhere.
-		r.fetchAttachments(ctx, in, isPicture)
+		if err := r.fetchAttachments(ctx, in, isPicture); err != nil {
+			return err
+		}
 		if images := r.loadImages(ctx, in); len(images) > 0 {
 			for i := range ls.turn {
 				if m := &ls.turn[i]; m.Step == step && m.Role == llm.RoleUser {
@@ -51,6 +54,7 @@ func (r *turnRun) attachImages(ctx context.Context, ls *loopState) {
 		}
 		step++
 	}
+	return nil
 }
 
 // loadImages reads in's pictures: the bytes a gateway kept, or a URL an

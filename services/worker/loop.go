@@ -74,17 +74,25 @@ func (r *turnRun) begin(ctx context.Context) (*loopState, *store.Final, error) {
 		return ls, nil, nil
 	}
 	var inputs []store.Message
-	for _, in := range r.req.GetInputs() {
-		// A stateless client (the OpenAI API without a session header)
-		// sends the conversation so far with each request.
-		for _, c := range in.GetContext() {
-			switch c.GetRole() {
-			case llm.RoleUser, llm.RoleAssistant:
-				inputs = append(inputs, store.Message{Role: c.GetRole(), Content: c.GetContent()})
+	err = r.cancellable(ctx, func(ctx context.Context) error {
+		for _, in := range r.req.GetInputs() {
+			// A stateless client (the OpenAI API without a session header)
+			// sends the conversation so far with each request.
+			for _, c := range in.GetContext() {
+				switch c.GetRole() {
+				case llm.RoleUser, llm.RoleAssistant:
+					inputs = append(inputs, store.Message{Role: c.GetRole(), Content: c.GetContent()})
+				}
 			}
+			if err := r.fetchAttachments(ctx, in, r.readAtBegin); err != nil {
+				return err
+			}
+			inputs = append(inputs, store.Message{Role: llm.RoleUser, Content: r.inputText(ctx, in)})
 		}
-		r.fetchAttachments(ctx, in, r.readAtBegin)
-		inputs = append(inputs, store.Message{Role: llm.RoleUser, Content: r.inputText(ctx, in)})
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
 	}
 	if len(inputs) == 0 {
 		inputs = append(inputs, store.Message{Role: llm.RoleUser, Content: ""})
@@ -142,7 +150,17 @@ func (r *turnRun) runLoop(ctx context.Context) (store.Final, error) {
 	if ls.reply != "" {
 		return r.finishWith(ctx, ls, ls.reply)
 	}
-	r.attachImages(ctx, ls)
+	if err := r.cancellable(ctx, func(ctx context.Context) error { return r.attachImages(ctx, ls) }); err != nil {
+		return store.Final{}, err
+	}
+	// Reading attachments may have taken a while: a /stop or a newer
+	// message meanwhile ends the turn before it shows any progress.
+	if err := r.checkpoint(ctx); err != nil {
+		if fin, stopped, serr := r.stopFinal(ctx, ls, err); stopped {
+			return fin, serr
+		}
+		return store.Final{}, err
+	}
 	backend, model := r.s.backendFor(r.req.GetModelOverride())
 	r.model = model
 	system, err := r.systemPrompt(ctx, backend, model)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"path"
@@ -19,16 +20,31 @@ import (
 // own bound (platform.FetchTimeout) and a margin.
 const fetchWait = 70 * time.Second
 
+// errFetchLater: no gateway replica could download an attachment now
+// (none answering, all busy, stopping, no answer in time). The turn is
+// tried again later, with nothing written; its last attempt goes on
+// without the attachment, naming it as not downloaded.
+var errFetchLater = errors.New("attachment cannot be downloaded now")
+
+// stoppedByUser reports whether ctx was ended by a /stop, a newer message
+// or the lock's loss (cancellable), not by the process stopping.
+func stoppedByUser(ctx context.Context) bool {
+	cause := context.Cause(ctx)
+	return errors.Is(cause, errStopped) || errors.Is(cause, errInterrupted) || errors.Is(cause, errLockLost)
+}
+
 // fetchAttachments has the gateway of in's platform download the
 // attachments the agent reads (those want accepts) into the attachment
 // store, once a turn runs the message: the gateway holds the platform's
 // credentials, and nothing is downloaded for messages never answered. An
 // attachment kept already (a data: URL, an earlier attempt) costs the
-// gateway one lookup; one that cannot be had is marked with why.
-func (r *turnRun) fetchAttachments(ctx context.Context, in *eventsv1.MessageReceived, want func(*eventsv1.Attachment) bool) {
+// gateway one lookup; one the gateway cannot have (too large, gone) is
+// marked with why. It returns errFetchLater (wrapped) when the gateway
+// could not be asked, unless this is the turn's last attempt.
+func (r *turnRun) fetchAttachments(ctx context.Context, in *eventsv1.MessageReceived, want func(*eventsv1.Attachment) bool) error {
 	src := in.GetSource()
 	if src.GetPlatform() == "api" {
-		return // inline pictures are kept as they arrive; addresses go to the model
+		return nil // inline pictures are kept as they arrive; addresses go to the model
 	}
 	// One bound for the message's attachments together: a gateway that
 	// hangs costs the turn fetchWait once, not once per attachment.
@@ -44,8 +60,14 @@ func (r *turnRun) fetchAttachments(ctx context.Context, in *eventsv1.MessageRece
 		resp := &eventsv1.AttachmentFetched{}
 		err := r.s.bus.Request(fctx, r.s.bus.Topology().FetchSubject(src.GetPlatform()), req, resp)
 		switch {
-		case err != nil:
-			r.log.Warn("attachment not fetched", "platform", src.GetPlatform(), "index", i, "err", err)
+		case stoppedByUser(ctx):
+			a.Unavailable = "it was not read: the request was stopped first"
+		case ctx.Err() != nil:
+			return ctx.Err() // the worker is stopping: the turn is handed back
+		case (err != nil || resp.GetRetry()) && r.spent < r.s.cfg.MaxDeliver:
+			return fmt.Errorf("%w (%s gateway): %v", errFetchLater, src.GetPlatform(), cmp.Or(err, errors.New("busy or stopping")))
+		case err != nil || resp.GetRetry():
+			r.log.Warn("attachment not fetched on the turn's last attempt", "platform", src.GetPlatform(), "index", i, "err", err)
 			a.Unavailable = "it could not be downloaded"
 		case resp.GetBytesRef() == "":
 			a.Unavailable = cmp.Or(resp.GetUnavailable(), "it could not be downloaded")
@@ -54,6 +76,20 @@ func (r *turnRun) fetchAttachments(ctx context.Context, in *eventsv1.MessageRece
 			a.MimeType = cmp.Or(resp.GetMimeType(), a.GetMimeType())
 		}
 	}
+	return nil
+}
+
+// cancellable runs fn under a context that a /stop, a newer message or
+// the lock's loss end at once, as they end a model call; fn then sees
+// stoppedByUser, and the turn's next checkpoint stops it.
+func (r *turnRun) cancellable(ctx context.Context, fn func(context.Context) error) error {
+	cctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	if err := r.ctl.duringCall(cancel); err != nil {
+		cancel(err) // already stopped: fn reads nothing
+	}
+	defer func() { _ = r.ctl.duringCall(nil) }()
+	return fn(cctx)
 }
 
 // isPicture: an attachment shown to the model as a picture.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/switchboard-chat/switchboard/pkg/attachment"
+	"github.com/switchboard-chat/switchboard/pkg/bus"
 	"github.com/switchboard-chat/switchboard/pkg/fakellm"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
@@ -198,10 +199,31 @@ type fetchingPlatform struct {
 	*platformtest.Memory
 	files   map[string]string
 	fetches atomic.Int32
+	entered chan struct{} // set: every download hangs, after saying so here
 }
 
-func (p *fetchingPlatform) Fetch(_ context.Context, a *eventsv1.Attachment) (io.ReadCloser, string, error) {
+// startGateway runs p's gateway with attachments on, for the test.
+func startGateway(t *testing.T, h *harness, p platform.Platform) *platform.Runner {
+	t.Helper()
+	runner, err := platform.NewRunner(p, h.bus, platform.Options{Attachments: attachment.Config{Enabled: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- runner.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	waitFor(t, 10*time.Second, "the gateway to serve", func() bool { return runner.Ready(ctx) == nil })
+	return runner
+}
+
+func (p *fetchingPlatform) Fetch(ctx context.Context, a *eventsv1.Attachment) (io.ReadCloser, string, error) {
 	p.fetches.Add(1)
+	if p.entered != nil {
+		p.entered <- struct{}{}
+		<-ctx.Done() // a download that never ends
+		return nil, "", ctx.Err()
+	}
 	data, ok := p.files[a.GetPlatformFileId()]
 	if !ok {
 		return nil, "", errors.New("file not found (HTTP 404)")
@@ -221,15 +243,8 @@ func TestAttachmentsAreFetchedWhenTheTurnRuns(t *testing.T) {
 	p := &fetchingPlatform{Memory: platformtest.NewMemory("bot1", false), files: map[string]string{
 		"p1": pic, "v1": "see you at noon", "d1": "a,b\n1,2",
 	}}
-	runner, err := platform.NewRunner(p, h.bus, platform.Options{Attachments: attachment.Config{Enabled: true}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- runner.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-	waitFor(t, 10*time.Second, "the gateway to serve", func() bool { return runner.Ready(ctx) == nil })
+	runner := startGateway(t, h, p)
+	ctx := context.Background()
 
 	stt := llm.NewOpenAI(llm.OpenAIConfig{BaseURL: h.fakeURL + "/v1"})
 	h.setGeneration("s1", 1)
@@ -269,7 +284,7 @@ func TestAttachmentsAreFetchedWhenTheTurnRuns(t *testing.T) {
 	}
 	// Another attempt's request finds what was kept, without downloading.
 	got := runner.FetchAttachment(ctx, &eventsv1.AttachmentFetchRequested{Attachment: file(eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, "p1", "image/png", ""),
-		Name: attachment.Name("memory", "bot1", req.GetInputs()[0].GetEventId(), 0)})
+		Name: attachment.Name("memory", "bot1", req.GetInputs()[0].GetEventId(), 0), Account: "bot1"})
 	if got.GetBytesRef() == "" || p.fetches.Load() != 4 {
 		t.Fatalf("second fetch %v after %d downloads", got, p.fetches.Load())
 	}
@@ -283,4 +298,58 @@ func lastUser(r fakellm.Request) int {
 		}
 	}
 	return -1
+}
+
+// A gateway that cannot be asked (none running, all busy, stopping) makes
+// the turn try again later with nothing written; its last attempt goes on
+// without the attachment and says so.
+func TestUnreachableGatewayTriesTheTurnAgain(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.setGeneration("s1", 1)
+	h.startWorker("w1", func(c *worker.Config, _ *worker.Deps) { c.MaxDeliver = 2 })
+	origin := &eventsv1.SessionSource{Platform: "nogateway", Account: "bot1", ChatId: "99", ChatType: "dm", UserId: "u1"}
+	req := h.requestTurn("s1", "read this", turnOpts{origin: origin, attachments: []*eventsv1.Attachment{
+		{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT, PlatformFileId: "d1", MimeType: "text/plain", FileName: "a.txt"}}})
+	if c := h.waitCompleted(req.TurnId); c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED {
+		t.Fatalf("status %v (%s)", c.GetStatus(), c.GetError())
+	}
+	if got, want := h.fake.Requests()[0].LastUserText(), "read this\n[Attachment: document a.txt (unavailable: it could not be downloaded)]"; got != want {
+		t.Fatalf("the model read %q, want %q", got, want)
+	}
+	started := streamMsgs[turnsv1.TurnStarted](t, h.bus, bus.StreamTurnEvents, h.bus.Topology().Subject(bus.SubjectTurnStarted))
+	attempts := 0
+	for _, s := range started {
+		if s.GetTurnId() == req.TurnId {
+			attempts++
+		}
+	}
+	if attempts != 2 || len(h.fake.Requests()) != 1 {
+		t.Fatalf("%d attempts and %d model calls, want the first attempt to give up before the model and the second to answer", attempts, len(h.fake.Requests()))
+	}
+}
+
+// A newer message (or /stop) ends a turn whose attachment is still
+// downloading at once, not when the download ends.
+func TestInterruptEndsADownload(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	p := &fetchingPlatform{Memory: platformtest.NewMemory("bot1", false), entered: make(chan struct{}, 1)}
+	startGateway(t, h, p)
+	h.setGeneration("s1", 1)
+	h.startWorker("w1", nil)
+	origin := &eventsv1.SessionSource{Platform: "memory", Account: "bot1", ChatId: "99", ChatType: "dm", UserId: "u1"}
+	req := h.requestTurn("s1", "look", turnOpts{origin: origin, attachments: []*eventsv1.Attachment{
+		{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, PlatformFileId: "p1", MimeType: "image/png"}}})
+	<-p.entered
+	began := time.Now()
+	h.control("s1", turnsv1.ControlAction_CONTROL_ACTION_INTERRUPT, "")
+	c := h.waitCompleted(req.TurnId)
+	if c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_INTERRUPTED || len(h.fake.Requests()) != 0 {
+		t.Fatalf("status %v after %d model calls, want interrupted before any", c.GetStatus(), len(h.fake.Requests()))
+	}
+	// The download hangs for ever (fetchWait, 70 s): the turn did not wait for it.
+	if waited := time.Since(began); waited > 30*time.Second {
+		t.Fatalf("the interrupt took %v", waited)
+	}
 }

@@ -466,10 +466,13 @@ func (x *AttachmentFetchRequested) GetAccount() string {
 type AttachmentFetched struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Where the bytes are kept; empty when unavailable says why not.
-	BytesRef      string `protobuf:"bytes,1,opt,name=bytes_ref,json=bytesRef,proto3" json:"bytes_ref,omitempty"`
-	SizeBytes     int64  `protobuf:"varint,2,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
-	MimeType      string `protobuf:"bytes,3,opt,name=mime_type,json=mimeType,proto3" json:"mime_type,omitempty"`
-	Unavailable   string `protobuf:"bytes,4,opt,name=unavailable,proto3" json:"unavailable,omitempty"`
+	BytesRef    string `protobuf:"bytes,1,opt,name=bytes_ref,json=bytesRef,proto3" json:"bytes_ref,omitempty"`
+	SizeBytes   int64  `protobuf:"varint,2,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	MimeType    string `protobuf:"bytes,3,opt,name=mime_type,json=mimeType,proto3" json:"mime_type,omitempty"`
+	Unavailable string `protobuf:"bytes,4,opt,name=unavailable,proto3" json:"unavailable,omitempty"`
+	// The gateway could not try now (all its downloads busy, or it is
+	// stopping): ask again later.
+	Retry         bool `protobuf:"varint,5,opt,name=retry,proto3" json:"retry,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -530,6 +533,13 @@ func (x *AttachmentFetched) GetUnavailable() string {
 		return x.Unavailable
 	}
 	return ""
+}
+
+func (x *AttachmentFetched) GetRetry() bool {
+	if x != nil {
+		return x.Retry
+	}
+	return false
 }
 
 // ReplyTo is the message the user replied to, when the platform says so.
@@ -966,13 +976,14 @@ const file_switchboard_events_v1_events_proto_rawDesc = "" +
 	"attachment\x18\x01 \x01(\v2!.switchboard.events.v1.AttachmentR\n" +
 	"attachment\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x18\n" +
-	"\aaccount\x18\x03 \x01(\tR\aaccount\"\x8e\x01\n" +
+	"\aaccount\x18\x03 \x01(\tR\aaccount\"\xa4\x01\n" +
 	"\x11AttachmentFetched\x12\x1b\n" +
 	"\tbytes_ref\x18\x01 \x01(\tR\bbytesRef\x12\x1d\n" +
 	"\n" +
 	"size_bytes\x18\x02 \x01(\x03R\tsizeBytes\x12\x1b\n" +
 	"\tmime_type\x18\x03 \x01(\tR\bmimeType\x12 \n" +
-	"\vunavailable\x18\x04 \x01(\tR\vunavailable\"p\n" +
+	"\vunavailable\x18\x04 \x01(\tR\vunavailable\x12\x14\n" +
+	"\x05retry\x18\x05 \x01(\bR\x05retry\"p\n" +
 	"\aReplyTo\x12\x1d\n" +
 	"\n" +
 	"message_id\x18\x01 \x01(\tR\tmessageId\x12\x12\n" +
