@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strings"
 
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/platform"
@@ -16,6 +17,23 @@ var _ platform.Fetcher = (*Platform)(nil)
 
 // errNotHTTP is an attachment URL that Fetch refuses: not http(s).
 var errNotHTTP = errors.New("discord attachment url is not http(s)")
+
+// errNotCDN is an attachment URL on a host that is not Discord's: a fetch
+// request on the bus cannot make the gateway read an internal address.
+var errNotCDN = errors.New("discord attachment url is not on Discord's CDN")
+
+// cdnHost reports whether u is on Discord's CDN (cdn.discordapp.com,
+// media.discordapp.net) or on the configured api_base_url's host (a proxy,
+// or the fake in tests).
+func (p *Platform) cdnHost(u *url.URL) bool {
+	host := strings.ToLower(strings.TrimSuffix(u.Hostname(), "."))
+	if u.Scheme == "https" && (host == "discordapp.com" || host == "discordapp.net" ||
+		strings.HasSuffix(host, ".discordapp.com") || strings.HasSuffix(host, ".discordapp.net")) {
+		return true
+	}
+	base, err := url.Parse(p.cfg.APIBaseURL)
+	return p.cfg.APIBaseURL != "" && err == nil && strings.EqualFold(base.Host, u.Host)
+}
 
 // cdnClient is the session's HTTP client (its transport, and in tests the
 // fake's rewrite) without its 20 s bound on a whole request, which suits
@@ -45,6 +63,9 @@ func (p *Platform) Fetch(ctx context.Context, a *eventsv1.Attachment) (io.ReadCl
 	}
 	if (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
 		return nil, "", fmt.Errorf("discord attachment %s (scheme %q): %w", a.GetPlatformFileId(), u.Scheme, errNotHTTP)
+	}
+	if !p.cdnHost(u) {
+		return nil, "", fmt.Errorf("discord attachment %s on %s: %w", a.GetPlatformFileId(), u.Host, errNotCDN)
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -187,6 +188,23 @@ func TestFetch(t *testing.T) {
 		_, _, err := p.Fetch(ctx, &eventsv1.Attachment{Location: &eventsv1.Attachment_Url{Url: u}})
 		if !errors.Is(err, errNotHTTP) {
 			t.Errorf("fetch %q: %v, want errNotHTTP", u, err)
+		}
+	}
+	// Only Discord's CDN (over https) and the configured API host: a fetch
+	// request cannot point the gateway at an internal address.
+	for _, u := range []string{"http://169.254.169.254/latest/meta-data/", "https://internal.example/cat.png",
+		"https://cdn.discordapp.com.evil.example/a.png", "http://cdn.discordapp.com/attachments/1/2/cat.png"} {
+		_, _, err := p.Fetch(ctx, &eventsv1.Attachment{Location: &eventsv1.Attachment_Url{Url: u}})
+		if !errors.Is(err, errNotCDN) {
+			t.Errorf("fetch %q: %v, want errNotCDN", u, err)
+		}
+	}
+	noBase := &Platform{cfg: Config{}}
+	for u, want := range map[string]bool{"https://cdn.discordapp.com/attachments/1/2/a.png": true,
+		"https://media.discordapp.net/attachments/1/2/a.png": true, "https://evildiscordapp.com/a.png": false} {
+		parsed, _ := url.Parse(u)
+		if got := noBase.cdnHost(parsed); got != want {
+			t.Errorf("cdnHost(%q) = %v, want %v", u, got, want)
 		}
 	}
 
