@@ -162,8 +162,8 @@ func (r *turnRun) attachmentText(ctx context.Context, a *eventsv1.Attachment, te
 			r.log.Warn("speech not transcribed", "ref", a.GetBytesRef(), "err", err)
 			return attachmentLine(a, text, "it could not be transcribed")
 		case attachment.IsTextDocument(a):
-			if text, ok := r.documentText(ctx, a); ok {
-				return text
+			if doc, ok := r.documentText(ctx, a); ok {
+				return doc
 			}
 		}
 	}
@@ -199,7 +199,7 @@ func quotedName(a *eventsv1.Attachment) string {
 }
 
 // errNoTranscriber: no speech-to-text provider is configured.
-var errNoTranscriber = fmt.Errorf("no speech-to-text provider configured")
+var errNoTranscriber = errors.New("no speech-to-text provider configured")
 
 // transcribe reads a voice message or audio file and turns it into text.
 func (r *turnRun) transcribe(ctx context.Context, a *eventsv1.Attachment) (string, error) {
