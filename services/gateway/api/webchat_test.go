@@ -131,21 +131,7 @@ func TestWebChatAsksForTheKey(t *testing.T) {
 	b := newBus(t)
 	s := startService(t, b, nil)
 	startResponder(t, b)
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
-		chromedp.ExecPath(browser), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
-		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true), chromedp.UserDataDir(t.TempDir()))
-	defer cancelAlloc()
-	ctx, cancel := chromedp.NewContext(actx)
-	defer cancel()
-	ctx, cancelT := context.WithTimeout(ctx, 90*time.Second)
-	defer cancelT()
-	step := func(what string, actions ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		if err := chromedp.Do(ctx, actions...); err != nil {
-			t.Fatalf("browser: %s: %v", what, err)
-		}
-	}
+	ctx, step := headless(t, browser)
 	step("open", chromedp.Navigate("http://"+s.Addr()+"/"), chromedp.WaitVisible("#input"))
 	step("send without a key", chromedp.SendKeys("#input", "secret question"), chromedp.Click("#send"))
 	step("key form", chromedp.WaitVisible("#key"), chromedp.SendKeys("#key", testKey), chromedp.Click("#key-form button"))
@@ -187,21 +173,7 @@ func TestWebChatSendsAPicture(t *testing.T) {
 	if err := os.WriteFile(file, pic, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
-		chromedp.ExecPath(browser), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
-		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true), chromedp.UserDataDir(t.TempDir()))
-	defer cancelAlloc()
-	ctx, cancel := chromedp.NewContext(actx)
-	defer cancel()
-	ctx, cancelT := context.WithTimeout(ctx, 90*time.Second)
-	defer cancelT()
-	step := func(what string, actions ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		if err := chromedp.Do(ctx, actions...); err != nil {
-			t.Fatalf("browser: %s: %v", what, err)
-		}
-	}
+	ctx, step := headless(t, browser)
 	eval := func(expr string) string {
 		t.Helper()
 		v, err := chromedp.Run(ctx, chromedp.Evaluate[string](expr))
@@ -223,4 +195,24 @@ func TestWebChatSendsAPicture(t *testing.T) {
 	if hidden := eval(`String(document.getElementById('chip').hidden)`); hidden != "true" {
 		t.Fatal("the picture is still attached after sending")
 	}
+}
+
+// headless starts a headless Chromium for the test: its context (90 s)
+// and step, which runs actions and fails the test naming what failed.
+func headless(t *testing.T, browser string) (context.Context, func(what string, actions ...chromedp.Action[chromedp.Void])) {
+	t.Helper()
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
+		chromedp.ExecPath(browser), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
+		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true), chromedp.UserDataDir(t.TempDir()))
+	ctx, cancel := chromedp.NewContext(actx)
+	ctx, cancelT := context.WithTimeout(ctx, 90*time.Second)
+	t.Cleanup(func() { cancelT(); cancel(); cancelAlloc() })
+	step := func(what string, actions ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		if err := chromedp.Do(ctx, actions...); err != nil {
+			t.Fatalf("browser: %s: %v", what, err)
+		}
+	}
+	return ctx, step
 }
