@@ -8,10 +8,12 @@ package attachment
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"path"
 	"strconv"
 	"strings"
@@ -318,4 +320,41 @@ func (l *limitReader) Read(p []byte) (int, error) {
 		return 0, ErrTooLarge
 	}
 	return n, err
+}
+
+// Size writes n bytes for people: "900 bytes", "4.9 KB", "31.0 MB".
+func Size(n int64) string {
+	switch {
+	case n >= 1<<20:
+		return strconv.FormatFloat(float64(n)/(1<<20), 'f', 1, 64) + " MB"
+	case n >= 1<<10:
+		return strconv.FormatFloat(float64(n)/(1<<10), 'f', 1, 64) + " KB"
+	}
+	return strconv.FormatInt(n, 10) + " bytes"
+}
+
+// ParseDataURL decodes a data: URL (RFC 2397): base64, padded or not, or
+// percent-encoded text. ok is false for any other URL.
+func ParseDataURL(s string) (data []byte, mime string, ok bool, err error) {
+	rest, found := strings.CutPrefix(s, "data:")
+	if !found {
+		return nil, "", false, nil
+	}
+	meta, payload, found := strings.Cut(rest, ",")
+	if !found {
+		return nil, "", true, errors.New("data URL without a comma")
+	}
+	mime, params, _ := strings.Cut(meta, ";")
+	if !strings.Contains(";"+params+";", ";base64;") {
+		text, err := url.PathUnescape(payload)
+		return []byte(text), mime, true, err
+	}
+	b, err := base64.StdEncoding.DecodeString(payload)
+	if err != nil {
+		b, err = base64.RawStdEncoding.DecodeString(payload)
+	}
+	if err != nil {
+		return nil, "", true, fmt.Errorf("data URL: %w", err)
+	}
+	return b, mime, true, nil
 }

@@ -4,10 +4,8 @@ import (
 	"bytes"
 	"cmp"
 	"context"
-	"encoding/base64"
 	"errors"
 	"fmt"
-	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -58,7 +56,7 @@ func (r *Runner) prepareAttachments(ctx context.Context, ev *eventsv1.MessageRec
 			a.Location, a.Unavailable = nil, unavailableNoInline
 			continue
 		}
-		data, mime, _, err := dataURL(a.GetUrl())
+		data, mime, _, err := attachment.ParseDataURL(a.GetUrl())
 		if err == nil {
 			if a.GetMimeType() == "" {
 				a.MimeType = mime
@@ -174,45 +172,9 @@ func (r *Runner) FetchAttachment(ctx context.Context, req *eventsv1.AttachmentFe
 	}
 }
 
-// dataURL decodes a base64 data: URL. ok is false for any other URL.
-func dataURL(s string) (data []byte, mime string, ok bool, err error) {
-	rest, found := strings.CutPrefix(s, "data:")
-	if !found {
-		return nil, "", false, nil
-	}
-	meta, payload, found := strings.Cut(rest, ",")
-	if !found {
-		return nil, "", true, errors.New("data URL without a comma")
-	}
-	mime, params, _ := strings.Cut(meta, ";")
-	if !strings.Contains(";"+params+";", ";base64;") {
-		text, err := url.PathUnescape(payload)
-		return []byte(text), mime, true, err
-	}
-	b, err := base64.StdEncoding.DecodeString(payload)
-	if err != nil {
-		b, err = base64.RawStdEncoding.DecodeString(payload)
-	}
-	if err != nil {
-		return nil, "", true, fmt.Errorf("data URL: %w", err)
-	}
-	return b, mime, true, nil
-}
-
 func tooLarge(size, limit int64) string {
 	if size > 0 {
-		return fmt.Sprintf("it is too large (%s, the limit is %s)", humanBytes(size), humanBytes(limit))
+		return fmt.Sprintf("it is too large (%s, the limit is %s)", attachment.Size(size), attachment.Size(limit))
 	}
-	return fmt.Sprintf("it is too large (the limit is %s)", humanBytes(limit))
-}
-
-// humanBytes writes n as KB or MB, one decimal.
-func humanBytes(n int64) string {
-	switch {
-	case n >= 1<<20:
-		return strconv.FormatFloat(float64(n)/(1<<20), 'f', 1, 64) + " MB"
-	case n >= 1<<10:
-		return strconv.FormatFloat(float64(n)/(1<<10), 'f', 1, 64) + " KB"
-	}
-	return strconv.FormatInt(n, 10) + " bytes"
+	return fmt.Sprintf("it is too large (the limit is %s)", attachment.Size(limit))
 }

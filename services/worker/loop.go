@@ -74,7 +74,7 @@ func (r *turnRun) begin(ctx context.Context) (*loopState, *store.Final, error) {
 		return ls, nil, nil
 	}
 	var inputs []store.Message
-	err = r.cancellable(ctx, func(ctx context.Context) error {
+	read := func(ctx context.Context) error {
 		for _, in := range r.req.GetInputs() {
 			// A stateless client (the OpenAI API without a session header)
 			// sends the conversation so far with each request.
@@ -90,7 +90,12 @@ func (r *turnRun) begin(ctx context.Context) (*loopState, *store.Final, error) {
 			inputs = append(inputs, store.Message{Role: llm.RoleUser, Content: r.inputText(ctx, in)})
 		}
 		return nil
-	})
+	}
+	if r.hasAttachments() {
+		err = r.cancellable(ctx, read)
+	} else {
+		err = read(ctx)
+	}
 	if err != nil {
 		return nil, nil, err
 	}
@@ -150,16 +155,18 @@ func (r *turnRun) runLoop(ctx context.Context) (store.Final, error) {
 	if ls.reply != "" {
 		return r.finishWith(ctx, ls, ls.reply)
 	}
-	if err := r.cancellable(ctx, func(ctx context.Context) error { return r.attachImages(ctx, ls) }); err != nil {
-		return store.Final{}, err
-	}
-	// Reading attachments may have taken a while: a /stop or a newer
-	// message meanwhile ends the turn before it shows any progress.
-	if err := r.checkpoint(ctx); err != nil {
-		if fin, stopped, serr := r.stopFinal(ctx, ls, err); stopped {
-			return fin, serr
+	if r.hasAttachments() {
+		if err := r.cancellable(ctx, func(ctx context.Context) error { return r.attachImages(ctx, ls) }); err != nil {
+			return store.Final{}, err
 		}
-		return store.Final{}, err
+		// Reading attachments may have taken a while: a /stop or a newer
+		// message meanwhile ends the turn before it shows any progress.
+		if err := r.checkpoint(ctx); err != nil {
+			if fin, stopped, serr := r.stopFinal(ctx, ls, err); stopped {
+				return fin, serr
+			}
+			return store.Final{}, err
+		}
 	}
 	backend, model := r.s.backendFor(r.req.GetModelOverride())
 	r.model = model

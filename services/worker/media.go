@@ -79,6 +79,17 @@ func (r *turnRun) fetchAttachments(ctx context.Context, in *eventsv1.MessageRece
 	return nil
 }
 
+// hasAttachments reports whether any input of the turn has one: turns
+// without skip the attachment steps (and their context and timer).
+func (r *turnRun) hasAttachments() bool {
+	for _, in := range r.req.GetInputs() {
+		if len(in.GetAttachments()) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // cancellable runs fn under a context that a /stop, a newer message or
 // the lock's loss end at once, as they end a model call; fn then sees
 // stoppedByUser, and the turn's next checkpoint stops it.
@@ -268,7 +279,7 @@ func (r *turnRun) documentText(ctx context.Context, a *eventsv1.Attachment) (str
 	}
 	note := "Its content is included below."
 	if cut {
-		note = fmt.Sprintf("The first %s of its %s are included below; the rest was cut.", humanSize(limit), humanSize(size))
+		note = fmt.Sprintf("The first %s of its %s are included below; the rest was cut.", attachment.Size(limit), attachment.Size(size))
 	}
 	return fmt.Sprintf("[The user sent a document: %q. %s]\n%s\n[End of %q]", name, note, data, name), true
 }
@@ -284,14 +295,4 @@ func trimPartialRune(b []byte) []byte {
 		}
 	}
 	return b
-}
-
-func humanSize(n int64) string {
-	switch {
-	case n >= 1<<20:
-		return fmt.Sprintf("%.1f MB", float64(n)/(1<<20))
-	case n >= 1<<10:
-		return fmt.Sprintf("%d KB", n>>10)
-	}
-	return fmt.Sprintf("%d bytes", n)
 }

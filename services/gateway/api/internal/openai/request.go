@@ -3,14 +3,13 @@ package openai
 
 import (
 	"bytes"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"strings"
 	"unicode/utf8"
 
+	"github.com/switchboard-chat/switchboard/pkg/attachment"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 )
 
@@ -191,21 +190,15 @@ const maxImages = 16
 // checkDataURL accepts what OpenAI's API does inline: a PNG, JPEG, GIF or
 // WebP picture in base64.
 func checkDataURL(u string) error {
-	meta, payload, ok := strings.Cut(strings.TrimPrefix(u, "data:"), ",")
+	meta, _, _ := strings.Cut(strings.TrimPrefix(u, "data:"), ",")
 	mime, enc, _ := strings.Cut(meta, ";")
-	switch mime {
-	case "image/png", "image/jpeg", "image/jpg", "image/gif", "image/webp":
-	default:
+	if !attachment.IsImageType(mime) {
 		return fmt.Errorf("image_url: a data URL must hold a PNG, JPEG, GIF or WebP picture, not %q", clip(mime, 40))
 	}
-	if !ok || enc != "base64" {
+	if enc != "base64" {
 		return errors.New("image_url: a data URL must be base64 (data:image/png;base64,...)")
 	}
-	e := base64.StdEncoding
-	if len(payload)%4 != 0 {
-		e = base64.RawStdEncoding
-	}
-	if _, err := io.Copy(io.Discard, base64.NewDecoder(e, strings.NewReader(payload))); err != nil || payload == "" {
+	if data, _, _, err := attachment.ParseDataURL(u); err != nil || len(data) == 0 {
 		return errors.New("image_url: the data URL's base64 is invalid")
 	}
 	return nil
