@@ -52,6 +52,9 @@ type msgCtx struct {
 	// (isCmd: it is one).
 	cmd   command.Command
 	isCmd bool
+	// split: the message looks like one part of a longer text its client
+	// split (splitPart); a free session holds it for the rest.
+	split bool
 }
 
 // quietPlatforms get no notices about resets and busy sessions: their
@@ -94,6 +97,7 @@ func (s *Service) handleInbound(ctx context.Context, ev *eventsv1.MessageReceive
 		// of a chat user (an "/approve" would answer a tool's approval).
 		m.cmd, m.isCmd = command.Parse(ev.GetText(), m.platform, s.cfg.BotNames[m.platform])
 	}
+	m.split = s.splitPart(m)
 	key := sessionkey.Build(src, s.keyOpts)
 	s.beginEarly(ctx, m, key)
 	defer s.dropEarly(context.WithoutCancel(ctx), m)
@@ -234,12 +238,15 @@ func (s *Service) handle(ctx context.Context, m *msgCtx, key string) error {
 // (startFree); when the session cannot skip the queue, it gives the lock
 // back and, with no busy session to decide about, records the arrival and
 // the enqueue in one durable transaction, then applies the reset policy
-// and takes the lock for the turn, as route does.
+// and takes the lock for the turn, as route does. A split part is queued
+// the same way and held there for the rest of its text (holdForRest).
 func (s *Service) routeToFree(ctx context.Context, m *msgCtx) error {
 	m.holder = nil
-	started, err := s.startFree(ctx, m)
-	if started || err != nil {
-		return err
+	if !m.split {
+		started, err := s.startFree(ctx, m)
+		if started || err != nil {
+			return err
+		}
 	}
 	// The queueing path takes the lock again if it is still free.
 	s.giveBack(ctx, m, false)
@@ -260,6 +267,9 @@ func (s *Service) routeToFree(ctx context.Context, m *msgCtx) error {
 		if _, err := s.resetIfDue(ctx, m, arr.Session, arr.Prev, m.ev.GetEventId()); err != nil {
 			return err
 		}
+	}
+	if m.split {
+		return s.holdForRest(ctx, m)
 	}
 	inbound.WithLabelValues("queued").Inc()
 	return s.lockAndStart(ctx, m)
@@ -313,7 +323,7 @@ func (s *Service) startFree(ctx context.Context, m *msgCtx) (bool, error) {
 // rolled-back transaction, and holds the session's row and queue (and its
 // fenced writes) for about one Redis round trip.
 func (s *Service) beginEarly(ctx context.Context, m *msgCtx, key string) {
-	if !m.decision.Allowed || m.isCmd {
+	if !m.decision.Allowed || m.isCmd || m.split {
 		return
 	}
 	m.turnID = redisx.NewGrant(s.now())

@@ -63,6 +63,16 @@ type Config struct {
 	ChatBusyModes map[string]string `koanf:"chat_busy_modes"`
 	// QueueCap bounds each session's waiting messages.
 	QueueCap int `koanf:"queue_cap"`
+	// SplitMessages per platform: the length in characters from which a
+	// message is taken as one part of a longer text its client split
+	// (Telegram's splits at 4,096; the defaults are Hermes's thresholds
+	// for Telegram and Discord, whose limit is 2,000); 0 turns it off.
+	// Such a part waits SplitWait for the rest before a turn starts
+	// (split.go).
+	SplitMessages map[string]int `koanf:"split_messages"`
+	// SplitWait is how long a split part waits for the rest; 0 turns
+	// the wait off everywhere.
+	SplitWait time.Duration `koanf:"split_wait"`
 	// BusyAckInterval: at most one busy acknowledgement per session per it.
 	BusyAckInterval time.Duration `koanf:"busy_ack_interval"`
 	// DedupeTTL is how long a handled inbound event id is remembered
@@ -95,6 +105,8 @@ func DefaultConfig() Config {
 		GrantTTL:             time.Hour,
 		BusyMode:             BusyInterrupt,
 		QueueCap:             32,
+		SplitMessages:        map[string]int{"telegram": 3900, "discord": 1900},
+		SplitWait:            2 * time.Second,
 		BusyAckInterval:      30 * time.Second,
 		DedupeTTL:            24 * time.Hour,
 		SweepInterval:        5 * time.Second,
@@ -134,6 +146,14 @@ func (c Config) Validate() error {
 	}
 	if c.QueueCap < 1 {
 		return fmt.Errorf("queue_cap: %d is below 1", c.QueueCap)
+	}
+	for p, n := range c.SplitMessages {
+		if n < 0 {
+			return fmt.Errorf("split_messages.%s: %d is negative", p, n)
+		}
+	}
+	if c.SplitWait < 0 || c.SplitWait > time.Minute {
+		return fmt.Errorf("split_wait: %s is not between 0 and 1m", c.SplitWait)
 	}
 	if err := c.Auth.Validate(); err != nil {
 		return err
@@ -183,6 +203,8 @@ type Service struct {
 	// maxInputBytes bounds the encoded inputs merged into one turn, so
 	// the turn fits a bus message (half the server's maximum payload).
 	maxInputBytes int
+	// holds are the sessions whose split parts wait (split.go).
+	holds *holds
 }
 
 // New builds a router.
@@ -231,6 +253,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		parts:    parts,
 		homes:    homes,
 		maxInput: cfg.QueueCap,
+		holds:    newHolds(),
 	}
 	s.maxInputBytes = 512 << 10 // NATS's default maximum payload is 1 MiB
 	if n := deps.Bus.Conn().MaxPayload(); n > 0 {
@@ -272,6 +295,7 @@ func (s *Service) Run(ctx context.Context) error {
 	}, s.handleTurnCompleted)
 	g.Go(func() error { return done.Run(gctx) })
 	g.Go(func() error { return s.sweep(gctx) })
+	g.Go(func() error { return s.startHeld(gctx) })
 	if err := g.Wait(); err != nil && ctx.Err() == nil {
 		return err
 	}
@@ -290,7 +314,8 @@ func (s *Service) sweep(ctx context.Context) error {
 			return nil
 		case <-t.C:
 		}
-		s.sweepAll(ctx, s.now().Add(-s.cfg.SweepInterval/2))
+		// A split part held for the rest of its text is not the sweep's.
+		s.sweepAll(ctx, s.now().Add(-max(s.cfg.SweepInterval/2, s.cfg.SplitWait+time.Second)))
 	}
 }
 
