@@ -63,20 +63,8 @@ func (r *turnRun) runRemote(ctx context.Context) (store.Final, error) {
 	if err != nil {
 		return r.remoteFailed(ctx, ls, err)
 	}
-	start := &agentv1.StartTurn{Turn: r.req, SystemPrompt: system}
-	for _, m := range toLLM(ls.summary, ls.prior) {
-		tm := &agentv1.TranscriptMessage{Role: m.Role, Content: m.Content, ToolCallId: m.ToolCallID, ToolName: m.Name}
-		if len(m.ToolCalls) > 0 {
-			// One transcript message per call keeps the schema flat.
-			for _, tc := range m.ToolCalls {
-				start.Transcript = append(start.Transcript, &agentv1.TranscriptMessage{Role: m.Role, Content: m.Content,
-					ToolCallId: tc.ID, ToolName: tc.Name, ToolArguments: tc.Arguments})
-				m.Content = ""
-			}
-			continue
-		}
-		start.Transcript = append(start.Transcript, tm)
-	}
+	start := &agentv1.StartTurn{Turn: r.req, SystemPrompt: system,
+		Transcript: transcriptOf(toLLM(ls.summary, ls.prior)), Input: transcriptOf(toLLM("", ls.turn))}
 	if err := stream.Send(&agentv1.RunTurnRequest{Request: &agentv1.RunTurnRequest_Start{Start: start}}); err != nil {
 		return r.remoteFailed(ctx, ls, err)
 	}
@@ -116,6 +104,24 @@ func (r *turnRun) runRemote(ctx context.Context) (store.Final, error) {
 			return store.Final{}, err
 		}
 	}
+}
+
+// transcriptOf is msgs as an external agent receives them: one transcript
+// message per tool call keeps the schema flat.
+func transcriptOf(msgs []llm.Message) []*agentv1.TranscriptMessage {
+	var out []*agentv1.TranscriptMessage
+	for _, m := range msgs {
+		if len(m.ToolCalls) == 0 {
+			out = append(out, &agentv1.TranscriptMessage{Role: m.Role, Content: m.Content, ToolCallId: m.ToolCallID, ToolName: m.Name})
+			continue
+		}
+		for _, tc := range m.ToolCalls {
+			out = append(out, &agentv1.TranscriptMessage{Role: m.Role, Content: m.Content,
+				ToolCallId: tc.ID, ToolName: tc.Name, ToolArguments: tc.Arguments})
+			m.Content = ""
+		}
+	}
+	return out
 }
 
 func (r *turnRun) remoteCompleted(ctx context.Context, ls *loopState, res *agentv1.TurnResult, lastErr *repliesv1.ReplyError) (store.Final, error) {

@@ -1,6 +1,7 @@
 package worker_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -11,9 +12,12 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/switchboard-chat/switchboard/pkg/attachment"
 	agentv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/agent/v1"
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
 	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
+	"github.com/switchboard-chat/switchboard/pkg/llm"
 	"github.com/switchboard-chat/switchboard/services/worker"
 )
 
@@ -63,8 +67,9 @@ func (a *echoAgent) RunTurn(stream grpc.BidiStreamingServer[agentv1.RunTurnReque
 	return nil
 }
 
-// startAgent serves an echoAgent and starts a worker whose backend it is.
-func startAgent(t *testing.T, h *harness) *echoAgent {
+// startAgent serves an echoAgent and starts a worker whose backend it is,
+// configured further by mods.
+func startAgent(t *testing.T, h *harness, mods ...func(*worker.Config, *worker.Deps)) *echoAgent {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -78,6 +83,9 @@ func startAgent(t *testing.T, h *harness) *echoAgent {
 	h.startWorker("w1", func(c *worker.Config, d *worker.Deps) {
 		c.Agent.Backend = "grpc://" + lis.Addr().String()
 		d.LLM = worker.Backend{}
+		for _, mod := range mods {
+			mod(c, d)
+		}
 	})
 	return agent
 }
@@ -102,6 +110,9 @@ func TestExternalAgentBackend(t *testing.T) {
 	if s1.GetSystemPrompt() == "" || len(s1.GetTranscript()) != 0 {
 		t.Errorf("first start: prompt %q, transcript %v", s1.GetSystemPrompt(), s1.GetTranscript())
 	}
+	if in := s1.GetInput(); len(in) != 1 || in[0].GetRole() != "user" || in[0].GetContent() != "first" {
+		t.Errorf("first start: input %v", in)
+	}
 
 	// The second turn gets the transcript, and control messages reach the agent.
 	req = h.requestTurn("s1", "please wait", turnOpts{})
@@ -112,6 +123,49 @@ func TestExternalAgentBackend(t *testing.T) {
 	h.control("s1", turnsv1.ControlAction_CONTROL_ACTION_INTERRUPT, "")
 	if c := h.waitCompleted(req.TurnId); c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_INTERRUPTED {
 		t.Errorf("status %v", c.GetStatus())
+	}
+}
+
+// The external agent gets the turn's messages as the model would: a
+// document's text and a voice message's transcript, read by the worker.
+func TestExternalAgentGetsWhatTheWorkerRead(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	store := attachment.New(h.bus.JetStream(), h.bus.Topology(), attachment.Config{})
+	for name, data := range map[string]string{"notes": "# Plan\n- buy milk", "speech": "lights off"} {
+		if _, err := store.Keep(context.Background(), name, "", strings.NewReader(data)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.setGeneration("s1", 1)
+	stt := llm.NewOpenAI(llm.OpenAIConfig{BaseURL: h.fakeURL + "/v1"})
+	agent := startAgent(t, h, func(c *worker.Config, d *worker.Deps) {
+		d.Transcriber = sttFunc(func(ctx context.Context, audio []byte, filename, mime string) (string, error) {
+			return stt.Transcribe(ctx, "", bytes.NewReader(audio), filename, mime)
+		})
+	})
+	req := h.requestTurn("s1", "summarise", turnOpts{attachments: []*eventsv1.Attachment{
+		{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT, MimeType: "text/markdown", FileName: "notes.md", Location: &eventsv1.Attachment_BytesRef{BytesRef: "notes"}},
+		{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_VOICE, MimeType: "audio/ogg", Location: &eventsv1.Attachment_BytesRef{BytesRef: "speech"}},
+	}})
+	if c := h.waitCompleted(req.TurnId); c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED {
+		t.Fatalf("status %v %s", c.GetStatus(), c.GetError())
+	}
+	in := (<-agent.starts).GetInput()
+	if len(in) != 1 {
+		t.Fatalf("input %v, want one message", in)
+	}
+	for _, want := range []string{"summarise", "# Plan\n- buy milk", `Here's what they said: "lights off"`} {
+		if !strings.Contains(in[0].GetContent(), want) {
+			t.Errorf("the agent got %q, without %q", in[0].GetContent(), want)
+		}
+	}
+	var stored string
+	if err := h.db.QueryRow(context.Background(), `SELECT content FROM transcript_messages WHERE turn_id = $1 AND role = 'user'`, req.TurnId).Scan(&stored); err != nil {
+		t.Fatal(err)
+	}
+	if stored != in[0].GetContent() {
+		t.Errorf("stored %q, the agent got %q", stored, in[0].GetContent())
 	}
 }
 

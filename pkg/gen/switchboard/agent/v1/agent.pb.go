@@ -107,7 +107,14 @@ type StartTurn struct {
 	// The stored system prompt, byte-identical across turns of the session.
 	SystemPrompt string `protobuf:"bytes,2,opt,name=system_prompt,json=systemPrompt,proto3" json:"system_prompt,omitempty"`
 	// Prior messages of the session, oldest first.
-	Transcript    []*TranscriptMessage `protobuf:"bytes,3,rep,name=transcript,proto3" json:"transcript,omitempty"`
+	Transcript []*TranscriptMessage `protobuf:"bytes,3,rep,name=transcript,proto3" json:"transcript,omitempty"`
+	// This turn's own messages as the built-in loop gives them to the
+	// model: each input's context (a stateless API client's conversation
+	// so far), then its text with what the worker read from its
+	// attachments (voice transcripts, text documents, the names of the
+	// rest). They are stored as the turn's first messages; the agent's
+	// `appended` follow them. turn.inputs holds the raw events.
+	Input         []*TranscriptMessage `protobuf:"bytes,4,rep,name=input,proto3" json:"input,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -159,6 +166,13 @@ func (x *StartTurn) GetSystemPrompt() string {
 func (x *StartTurn) GetTranscript() []*TranscriptMessage {
 	if x != nil {
 		return x.Transcript
+	}
+	return nil
+}
+
+func (x *StartTurn) GetInput() []*TranscriptMessage {
+	if x != nil {
+		return x.Input
 	}
 	return nil
 }
@@ -463,13 +477,14 @@ const file_switchboard_agent_v1_agent_proto_rawDesc = "" +
 	"\ftool_call_id\x18\x03 \x01(\tR\n" +
 	"toolCallId\x12\x1b\n" +
 	"\ttool_name\x18\x04 \x01(\tR\btoolName\x12%\n" +
-	"\x0etool_arguments\x18\x05 \x01(\tR\rtoolArguments\"\xb2\x01\n" +
+	"\x0etool_arguments\x18\x05 \x01(\tR\rtoolArguments\"\xf1\x01\n" +
 	"\tStartTurn\x127\n" +
 	"\x04turn\x18\x01 \x01(\v2#.switchboard.turns.v1.TurnRequestedR\x04turn\x12#\n" +
 	"\rsystem_prompt\x18\x02 \x01(\tR\fsystemPrompt\x12G\n" +
 	"\n" +
 	"transcript\x18\x03 \x03(\v2'.switchboard.agent.v1.TranscriptMessageR\n" +
-	"transcript\"\x9c\x01\n" +
+	"transcript\x12=\n" +
+	"\x05input\x18\x04 \x03(\v2'.switchboard.agent.v1.TranscriptMessageR\x05input\"\x9c\x01\n" +
 	"\x0eRunTurnRequest\x127\n" +
 	"\x05start\x18\x01 \x01(\v2\x1f.switchboard.agent.v1.StartTurnH\x00R\x05start\x12F\n" +
 	"\acontrol\x18\x02 \x01(\v2*.switchboard.turns.v1.TurnControlRequestedH\x00R\acontrolB\t\n" +
@@ -526,23 +541,24 @@ var file_switchboard_agent_v1_agent_proto_goTypes = []any{
 var file_switchboard_agent_v1_agent_proto_depIdxs = []int32{
 	5,  // 0: switchboard.agent.v1.StartTurn.turn:type_name -> switchboard.turns.v1.TurnRequested
 	0,  // 1: switchboard.agent.v1.StartTurn.transcript:type_name -> switchboard.agent.v1.TranscriptMessage
-	1,  // 2: switchboard.agent.v1.RunTurnRequest.start:type_name -> switchboard.agent.v1.StartTurn
-	6,  // 3: switchboard.agent.v1.RunTurnRequest.control:type_name -> switchboard.turns.v1.TurnControlRequested
-	7,  // 4: switchboard.agent.v1.TurnResult.status:type_name -> switchboard.turns.v1.TurnStatus
-	8,  // 5: switchboard.agent.v1.TurnResult.usage:type_name -> switchboard.turns.v1.Usage
-	0,  // 6: switchboard.agent.v1.TurnResult.appended:type_name -> switchboard.agent.v1.TranscriptMessage
-	9,  // 7: switchboard.agent.v1.RunTurnResponse.text_delta:type_name -> switchboard.replies.v1.TextDelta
-	10, // 8: switchboard.agent.v1.RunTurnResponse.tool_progress:type_name -> switchboard.replies.v1.ToolProgress
-	11, // 9: switchboard.agent.v1.RunTurnResponse.media:type_name -> switchboard.replies.v1.Media
-	12, // 10: switchboard.agent.v1.RunTurnResponse.error:type_name -> switchboard.replies.v1.ReplyError
-	3,  // 11: switchboard.agent.v1.RunTurnResponse.completed:type_name -> switchboard.agent.v1.TurnResult
-	2,  // 12: switchboard.agent.v1.AgentService.RunTurn:input_type -> switchboard.agent.v1.RunTurnRequest
-	4,  // 13: switchboard.agent.v1.AgentService.RunTurn:output_type -> switchboard.agent.v1.RunTurnResponse
-	13, // [13:14] is the sub-list for method output_type
-	12, // [12:13] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	0,  // 2: switchboard.agent.v1.StartTurn.input:type_name -> switchboard.agent.v1.TranscriptMessage
+	1,  // 3: switchboard.agent.v1.RunTurnRequest.start:type_name -> switchboard.agent.v1.StartTurn
+	6,  // 4: switchboard.agent.v1.RunTurnRequest.control:type_name -> switchboard.turns.v1.TurnControlRequested
+	7,  // 5: switchboard.agent.v1.TurnResult.status:type_name -> switchboard.turns.v1.TurnStatus
+	8,  // 6: switchboard.agent.v1.TurnResult.usage:type_name -> switchboard.turns.v1.Usage
+	0,  // 7: switchboard.agent.v1.TurnResult.appended:type_name -> switchboard.agent.v1.TranscriptMessage
+	9,  // 8: switchboard.agent.v1.RunTurnResponse.text_delta:type_name -> switchboard.replies.v1.TextDelta
+	10, // 9: switchboard.agent.v1.RunTurnResponse.tool_progress:type_name -> switchboard.replies.v1.ToolProgress
+	11, // 10: switchboard.agent.v1.RunTurnResponse.media:type_name -> switchboard.replies.v1.Media
+	12, // 11: switchboard.agent.v1.RunTurnResponse.error:type_name -> switchboard.replies.v1.ReplyError
+	3,  // 12: switchboard.agent.v1.RunTurnResponse.completed:type_name -> switchboard.agent.v1.TurnResult
+	2,  // 13: switchboard.agent.v1.AgentService.RunTurn:input_type -> switchboard.agent.v1.RunTurnRequest
+	4,  // 14: switchboard.agent.v1.AgentService.RunTurn:output_type -> switchboard.agent.v1.RunTurnResponse
+	14, // [14:15] is the sub-list for method output_type
+	13, // [13:14] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_switchboard_agent_v1_agent_proto_init() }
