@@ -63,12 +63,12 @@ type Config struct {
 	ChatBusyModes map[string]string `koanf:"chat_busy_modes"`
 	// QueueCap bounds each session's waiting messages.
 	QueueCap int `koanf:"queue_cap"`
-	// SplitMessages per platform: the length in characters from which a
-	// message is taken as one part of a longer text its client split
-	// (Telegram's splits at 4,096; the defaults are Hermes's thresholds
-	// for Telegram and Discord, whose limit is 2,000); 0 turns it off.
-	// Such a part waits SplitWait for the rest before a turn starts
-	// (split.go).
+	// SplitMessages per platform: the length in characters (UTF-16 code
+	// units, as the clients count them) from which a message is taken as
+	// one part of a longer text its client split (Telegram's splits at
+	// 4,096; the defaults are Hermes's thresholds for Telegram and
+	// Discord, whose limit is 2,000); 0 turns it off. Such a part waits
+	// SplitWait for the rest before a turn starts (split.go).
 	SplitMessages map[string]int `koanf:"split_messages"`
 	// SplitWait is how long a split part waits for the rest; 0 turns
 	// the wait off everywhere.

@@ -4,7 +4,7 @@ import (
 	"context"
 	"sync"
 	"time"
-	"unicode/utf8"
+	"unicode/utf16"
 )
 
 // Chat clients split a text longer than their platform allows into
@@ -23,7 +23,8 @@ import (
 // the session.
 
 // splitPart reports whether m looks like one part of a longer text its
-// client split.
+// client split: it is at least router.split_messages long for its
+// platform.
 func (s *Service) splitPart(m *msgCtx) bool {
 	limit := s.cfg.SplitMessages[m.platform]
 	text := m.ev.GetText()
@@ -33,7 +34,17 @@ func (s *Service) splitPart(m *msgCtx) bool {
 	if !m.decision.Allowed || m.isCmd || m.ev.GetInternal() || ownsTurn(m) {
 		return false
 	}
-	return utf8.RuneCountInString(text) >= limit
+	return utf16Len(text) >= limit
+}
+
+// utf16Len is the length of text as Telegram's and Discord's clients count
+// it: in UTF-16 code units (never more than its bytes).
+func utf16Len(text string) int {
+	n := 0
+	for _, r := range text {
+		n += utf16.RuneLen(r)
+	}
+	return n
 }
 
 // holdForRest ends the handling of a split part queued in its free

@@ -22,6 +22,8 @@ func TestSplitTextIsOneTurn(t *testing.T) {
 		{"three parts", "telegram", 3900, []string{part("a"), part("b"), "end"}, [][]string{{part("a"), part("b"), "end"}}},
 		{"a long message alone starts after the wait", "telegram", 3900, []string{part("a")}, [][]string{{part("a")}}},
 		{"short messages are not held", "telegram", 3900, []string{"one", "two"}, [][]string{{"one"}, {"two"}}},
+		// 1,975 emoji: 3,950 UTF-16 code units, as the client counts them.
+		{"emoji count twice", "telegram", 3900, []string{strings.Repeat("😀", 1975), "end"}, [][]string{{strings.Repeat("😀", 1975), "end"}}},
 		{"a platform without splitting", "slack", 0, []string{part("a"), "end"}, [][]string{{part("a")}, {"end"}}},
 		{"turned off", "telegram", 0, []string{part("a"), "end"}, [][]string{{part("a")}, {"end"}}},
 	}
