@@ -89,31 +89,52 @@ type answerUpdate struct {
 type answers struct {
 	bus *bus.Bus
 	log *slog.Logger
-	ttl time.Duration
+	kv  *kvBucket
+}
+
+func newAnswers(b *bus.Bus, log *slog.Logger, ttl time.Duration) *answers {
+	return &answers{bus: b, log: log, kv: &kvBucket{bus: b, cfg: jetstream.KeyValueConfig{
+		Bucket: BucketAnswers, Description: "answers to API requests with an Idempotency-Key", TTL: ttl, History: 1,
+	}}}
+}
+
+// bucket opens the KV bucket on first use.
+func (a *answers) bucket(ctx context.Context) (jetstream.KeyValue, error) { return a.kv.open(ctx) }
+
+func (a *answers) key(id string) string { return kvKey(id) }
+
+// kvBucket is a KV bucket of the gateway, opened (created or updated to
+// its configuration) on first use.
+type kvBucket struct {
+	bus *bus.Bus
+	// cfg names the bucket before the topology prefix; the replicas are
+	// the topology's.
+	cfg jetstream.KeyValueConfig
 
 	mu sync.Mutex
 	kv jetstream.KeyValue
 }
 
-// bucket opens the KV bucket on first use.
-func (a *answers) bucket(ctx context.Context) (jetstream.KeyValue, error) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.kv != nil {
-		return a.kv, nil
+func (b *kvBucket) open(ctx context.Context) (jetstream.KeyValue, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.kv != nil {
+		return b.kv, nil
 	}
-	kv, err := a.bus.JetStream().CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket: a.bus.Topology().Stream(BucketAnswers), Description: "answers to API requests with an Idempotency-Key",
-		TTL: a.ttl, History: 1, Replicas: max(a.bus.Topology().Replicas, 1),
-	})
+	cfg := b.cfg
+	cfg.Bucket = b.bus.Topology().Stream(cfg.Bucket)
+	cfg.Replicas = max(b.bus.Topology().Replicas, 1)
+	kv, err := b.bus.JetStream().CreateOrUpdateKeyValue(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("answers bucket: %w", err)
+		return nil, fmt.Errorf("open bucket %s: %w", b.cfg.Bucket, err)
 	}
-	a.kv = kv
+	b.kv = kv
 	return kv, nil
 }
 
-func (a *answers) key(id string) string {
+// kvKey is the KV key of an id: its hash, as ids may hold characters a
+// key may not.
+func kvKey(id string) string {
 	sum := sha256.Sum256([]byte(id))
 	return hex.EncodeToString(sum[:20])
 }

@@ -1,9 +1,10 @@
 // Package api is the OpenAI-compatible API gateway (`switchboard gateway
-// api`) and the web chat it serves. A chat completion request is a
-// platform message like any other: it is published as MessageReceived
-// (platform api) and waits for the turn's reply, which delivery sends to
-// gateway.api.send — text deltas as SEND_OP_STREAM_DELTA, the answer as
-// final sends — matched to the waiting request by input_message_ids.
+// api`) and the web chat it serves. A chat completion or Responses API
+// request is a platform message like any other: it is published as
+// MessageReceived (platform api) and waits for the turn's reply, which
+// delivery sends to gateway.api.send — text deltas as
+// SEND_OP_STREAM_DELTA, the answer as final sends — matched to the
+// waiting request by input_message_ids.
 package api
 
 import (
@@ -12,7 +13,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/switchboard-chat/switchboard/pkg/loopback"
 	"log/slog"
 	"net"
 	"net/http"
@@ -29,6 +29,7 @@ import (
 	"github.com/switchboard-chat/switchboard/pkg/bus"
 	"github.com/switchboard-chat/switchboard/pkg/config"
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
+	"github.com/switchboard-chat/switchboard/pkg/loopback"
 	"github.com/switchboard-chat/switchboard/pkg/platform"
 )
 
@@ -59,6 +60,10 @@ type Config struct {
 	// IdempotencyTTL is how long the answer to a request with an
 	// Idempotency-Key is kept for its retries (default 24 h).
 	IdempotencyTTL time.Duration `koanf:"idempotency_ttl"`
+	// ResponseTTL is how long a Responses API response is kept after its
+	// last write, for GET /v1/responses/{id} and previous_response_id
+	// (default 30 days, as OpenAI keeps them).
+	ResponseTTL time.Duration `koanf:"response_ttl"`
 	// MaxBodyBytes bounds a request body (413 beyond).
 	MaxBodyBytes int64 `koanf:"max_body_bytes"`
 	// RateLimit is requests per second per API key (0 disables), with
@@ -76,7 +81,8 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		Addr: "127.0.0.1:8642", Account: "default", Model: "switchboard",
-		ReplyTimeout: 5 * time.Minute, ShutdownGrace: 10 * time.Second, IdempotencyTTL: 24 * time.Hour, MaxBodyBytes: 4 << 20,
+		ReplyTimeout: 5 * time.Minute, ShutdownGrace: 10 * time.Second, IdempotencyTTL: 24 * time.Hour,
+		ResponseTTL: defaultResponseTTL, MaxBodyBytes: 4 << 20,
 		RateLimit: 5, RateBurst: 20, WebChat: true,
 	}
 }
@@ -127,6 +133,9 @@ func (c Config) Validate() error {
 	if c.IdempotencyTTL < 0 {
 		return config.Invalid("gateways.api.idempotency_ttl", c.IdempotencyTTL, "a positive duration")
 	}
+	if c.ResponseTTL < 0 {
+		return config.Invalid("gateways.api.response_ttl", c.ResponseTTL, "a positive duration")
+	}
 	return nil
 }
 
@@ -149,6 +158,8 @@ type Service struct {
 	limiter  *keyLimiter
 	waiting  waiters
 	answers  *answers
+	// responses keeps the Responses API's responses.
+	responses *responseStore
 	// following lists the accepted requests with an Idempotency-Key,
 	// which follow their stored answer rather than wait in waiting.
 	following waiters
@@ -193,12 +204,16 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	if cfg.IdempotencyTTL == 0 {
 		cfg.IdempotencyTTL = 24 * time.Hour
 	}
+	if cfg.ResponseTTL == 0 {
+		cfg.ResponseTTL = defaultResponseTTL
+	}
 	s := &Service{
 		cfg: cfg, log: deps.Log.With("service", "gateway-api"), bus: deps.Bus,
 		instance: randomHex(4), addr: cfg.Addr, listened: make(chan struct{}),
 		limiter: newKeyLimiter(cfg.RateLimit, cfg.RateBurst),
 	}
-	s.answers = &answers{bus: deps.Bus, log: s.log, ttl: cfg.IdempotencyTTL}
+	s.answers = newAnswers(deps.Bus, s.log, cfg.IdempotencyTTL)
+	s.responses = newResponseStore(deps.Bus, cfg.ResponseTTL)
 	// Every request is a server span: the root of the message's trace,
 	// carried on by the inbound publish.
 	s.handler = otelhttp.NewHandler(s.routes(), "gateway.api",
@@ -239,6 +254,9 @@ func (s *Service) Run(ctx context.Context) error {
 	base, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
 	if _, err := s.answers.bucket(ctx); err != nil {
+		return err
+	}
+	if _, err := s.responses.kv.open(ctx); err != nil {
 		return err
 	}
 	s.mu.Lock()

@@ -12,7 +12,8 @@ import (
 // id is accepted only as a plain token (it is echoed in a response header
 // and becomes a chat id); an Idempotency-Key always maps to the same
 // request id within a session and to a different one in another session,
-// and that id names this replica.
+// and that id names this replica; a Responses API response id made of it
+// is one the gateway looks up.
 func FuzzRequestHeaders(f *testing.F) {
 	f.Add("Bearer sk-1", "sk-1", "chat-1", "", "key-1")
 	f.Add("Bearer  sk-1 ", "sk-1", "", "hermes.2", "")
@@ -56,6 +57,10 @@ func FuzzRequestHeaders(f *testing.F) {
 		}
 		if !sessionIDPattern.MatchString(id) {
 			t.Fatalf("request id %q cannot be a session id (it is echoed as one)", id)
+		}
+		// The response id made of a request id can be looked up again.
+		if resp := "resp_" + (&turn{id: id}).suffix(); !responseIDPattern.MatchString(resp) {
+			t.Fatalf("response id %q is refused as one", resp)
 		}
 	})
 }

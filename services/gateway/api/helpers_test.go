@@ -91,7 +91,13 @@ type responder struct {
 	// final, when set, makes the final's text from the pieces streamed
 	// (default: all of them).
 	final func(pieces []string) string
+	// failure, when set, fails every turn with this error code
+	// (ReplyError.code): its final send explains it.
+	failure string
 }
+
+// failureText is how the responder's failed turns explain themselves.
+const failureText = "⚠️ The AI service is busy right now. Please try again in a minute."
 
 func startResponder(t *testing.T, b *bus.Bus) *responder {
 	t.Helper()
@@ -162,10 +168,14 @@ func (r *responder) reply(ctx context.Context, t *testing.T, b *bus.Bus, ev *eve
 	if r.final != nil {
 		text = r.final(pieces)
 	}
+	failure := r.failure
 	r.mu.Unlock()
 	// The tokens the fake model "used": the input's and the answer's length.
 	final := &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, Text: text, Final: true, IdempotencyKey: turnID + ":1:0",
 		Usage: &deliveryv1.TokenUsage{PromptTokens: int64(len(ev.GetText())), CompletionTokens: int64(len(text))}}
+	if failure != "" {
+		final.Text, final.ErrorCode, final.Usage = failureText, failure, nil
+	}
 	if r.hops != nil {
 		final.HopTimes = r.hops()
 	}

@@ -8,8 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/switchboard-chat/switchboard/pkg/loopback"
-	"io"
 	"math"
 	"net"
 	"net/http"
@@ -21,11 +19,8 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
-	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
-	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
-	"github.com/switchboard-chat/switchboard/pkg/platform"
+	"github.com/switchboard-chat/switchboard/pkg/loopback"
 	"github.com/switchboard-chat/switchboard/services/gateway/api/internal/openai"
 )
 
@@ -46,6 +41,9 @@ var sessionIDPattern = regexp.MustCompile(`^[A-Za-z0-9._\-]{1,128}$`)
 func (s *Service) routes() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/chat/completions", s.authed(s.chatCompletions))
+	mux.HandleFunc("POST /v1/responses", s.authed(s.createResponse))
+	mux.HandleFunc("GET /v1/responses/{id}", s.authed(s.getResponse))
+	mux.HandleFunc("DELETE /v1/responses/{id}", s.authed(s.deleteResponse))
 	mux.HandleFunc("GET /v1/models", s.authed(s.models))
 	mux.HandleFunc("GET /health", s.health)
 	mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
@@ -88,7 +86,7 @@ func (s *Service) secure(next http.Handler) http.Handler {
 			h.Add("Vary", "Origin")
 			h.Set("Access-Control-Expose-Headers", HeaderSession+", "+HeaderHermesSession)
 			if r.Method == http.MethodOptions {
-				h.Set("Access-Control-Allow-Methods", "GET, POST, OPTIONS")
+				h.Set("Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS")
 				h.Set("Access-Control-Allow-Headers", "Authorization, Content-Type, Idempotency-Key, "+HeaderSession+", "+HeaderHermesSession)
 				h.Set("Access-Control-Max-Age", "600")
 				w.WriteHeader(http.StatusNoContent)
@@ -205,378 +203,96 @@ func (s *Service) models(w http.ResponseWriter, _ *http.Request) {
 
 func (s *Service) chatCompletions(w http.ResponseWriter, r *http.Request) {
 	received := time.Now()
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
-	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			s.rn().Reject(r.Context(), "request body too large", err)
-			writeError(w, http.StatusRequestEntityTooLarge, "invalid_request_error", "request_too_large", "", fmt.Sprintf("Request body exceeds %d bytes.", s.cfg.MaxBodyBytes))
-			return
-		}
-		writeError(w, http.StatusBadRequest, "invalid_request_error", "", "", "Could not read the request body.")
+	body, ok := s.readBody(w, r)
+	if !ok {
 		return
 	}
 	req, err := openai.Parse(body)
 	if err != nil {
-		var inv *openai.InvalidError
-		errors.As(err, &inv)
-		param := ""
-		if inv != nil {
-			param = inv.Param
-		}
-		s.rn().Reject(r.Context(), "invalid chat completion request", err)
-		writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid_request", param, err.Error())
+		s.rejectInvalid(w, r, "invalid chat completion request", err)
 		return
 	}
-	session, ok := sessionHeader(r.Header)
+	session, ok := sessionOf(w, r)
 	if !ok {
-		writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid_session_id", HeaderSession, "The session id must be 1-128 characters of letters, digits, '.', '_' or '-'.")
 		return
 	}
-
-	idemKey := r.Header.Get(HeaderIdempotencyKey)
-	if len(idemKey) > maxIdempotencyKey {
-		writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid_idempotency_key", HeaderIdempotencyKey,
-			fmt.Sprintf("The Idempotency-Key must be at most %d bytes.", maxIdempotencyKey))
+	in := req.Input
+	if session != "" {
+		// The server keeps the conversation: what the client sends along
+		// is in it already.
+		in.Context = nil
+	}
+	t, ok := s.prepare(w, r, message{input: in, session: session, user: req.User, stream: req.Stream, param: "messages", received: received})
+	if !ok {
 		return
 	}
-	identity, _ := r.Context().Value(ctxKey{}).(string)
-	reqID := s.newRequestID()
-	if idemKey != "" {
-		// Every attempt with this key is the same message, on any replica.
-		reqID = keyedID(identity, session, idemKey)
+	defer t.close()
+	if !s.publish(w, r, t, fingerprint(req.Text, req.Attachments, req.Context)) {
+		return
 	}
-	chatID := session
-	if chatID == "" {
-		chatID = reqID
-	}
-	replySession := chatID
-	if name, ok := strings.CutPrefix(identity, namedPrefix); ok {
-		// A named key's sessions are its own: another key naming the same
-		// X-Session-Id gets another conversation.
-		chatID = name + "." + chatID
-	}
-	ev := &eventsv1.MessageReceived{
-		EventId:   reqID,
-		MessageId: reqID,
-		Source: &eventsv1.SessionSource{
-			Platform: PlatformName, Account: s.cfg.Account, ChatId: chatID, ChatType: "dm",
-			UserId: identity, UserName: req.User,
-		},
-		Text:                   req.Text,
-		Attachments:            req.Attachments,
-		SentAt:                 timestamppb.Now(),
-		TransportAuthenticated: true,
-		ClientSessionId:        session,
-		// A plain request waits for the whole answer: no typing, no
-		// streamed text. A keyed one may be followed by a streaming retry.
-		AnswerOnly: !req.Stream && idemKey == "",
-	}
-	if session == "" {
-		ev.Context = req.Context
-	}
-
-	wt := newWaiter()
-	var published time.Time // of a fresh request: a keyed one may have been published before
-	if idemKey == "" {
-		s.waiting.add(reqID, wt)
-		defer s.waiting.remove(reqID, wt)
-		// A fresh request id: nothing to look up in the seen record.
-		if _, err := s.rn().DeliverFresh(r.Context(), ev); err != nil {
-			s.writeDeliverError(w, r, err)
-			return
-		}
-		published = time.Now()
-	} else {
-		stop, ok := s.acceptKeyed(w, r, ev, wt, fingerprint(req.Text, req.Attachments, req.Context))
-		defer stop()
-		if !ok {
-			return
-		}
-		s.following.add(reqID, wt)
-		defer s.following.remove(reqID, wt)
-	}
-	// Both names, as Hermes always answers with its own: a client that
-	// sends either back continues this conversation.
-	w.Header().Set(HeaderSession, replySession)
-	w.Header().Set(HeaderHermesSession, replySession)
 	modelName := req.Model
 	if modelName == "" {
 		modelName = s.cfg.Model
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.ReplyTimeout)
+	ctx, cancel := s.replyContext(r)
 	defer cancel()
-	id := "chatcmpl-" + strings.TrimPrefix(strings.TrimPrefix(reqID, "req_"), keyedPrefix)
+	id := "chatcmpl-" + t.suffix()
 	if req.Stream {
-		var timing func(*deliveryv1.HopTimes) string
-		if !published.IsZero() {
-			timing = func(h *deliveryv1.HopTimes) string { return serverTiming(received, published, time.Now(), h) }
-		}
-		s.stream(ctx, w, wt, id, modelName, req.IncludeUsage, timing)
+		s.stream(ctx, w, t, id, modelName, req.IncludeUsage)
 		return
 	}
-	ans, err := collect(ctx, wt)
+	ans, err := collect(ctx, t.wt)
 	if err != nil {
 		s.writeWaitError(w, r, err)
 		return
 	}
-	if !published.IsZero() {
-		w.Header().Set(HeaderServerTiming, serverTiming(received, published, time.Now(), ans.hops))
+	if t.timed() {
+		w.Header().Set(HeaderServerTiming, t.serverTiming(ans.hops))
 	}
-	text := ans.text
 	if ans.errorCode != "" {
-		writeTurnError(w, ans.errorCode, text)
+		writeTurnError(w, ans.errorCode, ans.text)
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(completion{
 		ID: id, Object: "chat.completion", Created: time.Now().Unix(), Model: modelName,
-		Choices: []completionChoice{{Message: completionMessage{Role: "assistant", Content: text}, FinishReason: "stop"}},
+		Choices: []completionChoice{{Message: completionMessage{Role: "assistant", Content: ans.text}, FinishReason: "stop"}},
 		Usage:   usageOf(ans.usage),
 	})
 }
 
-func (s *Service) writeDeliverError(w http.ResponseWriter, r *http.Request, err error) {
-	if errors.Is(err, platform.ErrRejected) {
-		writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid_request", "messages", "The request was rejected: "+err.Error())
-		return
-	}
-	s.log.WarnContext(r.Context(), "publish api request failed", "err", err)
-	writeError(w, http.StatusServiceUnavailable, "server_error", "bus_unavailable", "", "The gateway could not accept the request; retry later.")
-}
-
-// acceptKeyed accepts a request with an Idempotency-Key. It follows the
-// request's stored answer (live updates, and a slow poll in case one is
-// missed), records the request unless an earlier attempt did, and
-// publishes the message unless the answer is complete already — a copy
-// an earlier attempt published is dropped by the gateway's seen bucket,
-// the bus dedupe window and the router. It writes the error response and
-// returns false when the request cannot be accepted; stop ends following.
-func (s *Service) acceptKeyed(w http.ResponseWriter, r *http.Request, ev *eventsv1.MessageReceived, wt *waiter, request string) (stop func(), ok bool) {
-	ctx := r.Context()
-	id := ev.GetMessageId()
-	f := newFollower(wt)
-	unsubscribe, err := s.answers.follow(id, f)
-	if err != nil {
-		s.log.WarnContext(ctx, "follow api answer failed", "err", err)
-		writeError(w, http.StatusServiceUnavailable, "server_error", "bus_unavailable", "", "The gateway could not accept the request; retry later.")
-		return func() {}, false
-	}
-	pollCtx, stopPoll := context.WithCancel(ctx)
-	stop = func() { stopPoll(); unsubscribe() }
-	rec, created, err := s.answers.begin(ctx, id, request)
-	if err != nil {
-		s.log.WarnContext(ctx, "record api request failed", "err", err)
-		writeError(w, http.StatusServiceUnavailable, "server_error", "bus_unavailable", "", "The gateway could not accept the request; retry later.")
-		return stop, false
-	}
-	if rec.Request != "" && rec.Request != request {
-		writeError(w, http.StatusUnprocessableEntity, "invalid_request_error", "idempotency_key_reused", HeaderIdempotencyKey,
-			"This Idempotency-Key was used for a different request.")
-		return stop, false
-	}
-	f.apply(rec)
-	if rec.Final {
-		f.decide(false)
-		return stop, true
-	}
-	acc, err := s.rn().Deliver(ctx, ev)
-	if err != nil {
-		s.writeDeliverError(w, r, err)
-		return stop, false
-	}
-	if created && acc.Duplicate && !acc.FirstSeen.IsZero() && time.Since(acc.FirstSeen) > s.cfg.IdempotencyTTL {
-		// Handled long ago; its answer is no longer kept.
-		if err := s.answers.forget(ctx, id); err != nil {
-			s.log.WarnContext(ctx, "forget api request failed", "err", err)
-		}
-		writeError(w, http.StatusConflict, "invalid_request_error", "idempotency_key_expired", HeaderIdempotencyKey,
-			"This Idempotency-Key was used more than the idempotency TTL ago and its answer is no longer kept; use a new key.")
-		return stop, false
-	}
-	// Only the attempt that published the message streams its deltas.
-	f.decide(!acc.Duplicate)
-	go s.pollAnswer(pollCtx, id, f)
-	return stop, true
-}
-
-// answerPoll is how often a keyed request reads its stored answer, in
-// case a live update did not reach it.
-const answerPoll = 3 * time.Second
-
-func (s *Service) pollAnswer(ctx context.Context, id string, f *follower) {
-	t := time.NewTicker(answerPoll)
-	defer t.Stop()
-	for !f.finished() {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		if rec, ok, err := s.answers.get(ctx, id); err == nil && ok {
-			f.apply(rec)
-		}
-	}
-}
-
-func (s *Service) writeWaitError(w http.ResponseWriter, r *http.Request, err error) {
-	switch {
-	case r.Context().Err() != nil && s.shuttingDown():
-		writeError(w, http.StatusServiceUnavailable, "server_error", "shutting_down", "", "The gateway is shutting down; retry the request.")
-	case errors.Is(err, context.DeadlineExceeded):
-		writeError(w, http.StatusGatewayTimeout, "server_error", "timeout", "", "The agent did not answer in time.")
-	default:
-		writeError(w, http.StatusServiceUnavailable, "server_error", "unavailable", "", "The request ended before the agent answered.")
-	}
-}
-
-func (s *Service) shuttingDown() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.baseCtx != nil && s.baseCtx.Err() != nil
-}
-
-// collect waits for the final send and returns the answer (the text of
-// every send chunk, in order) and, when the turn failed and the text
-// explains why, its error code.
-func collect(ctx context.Context, wt *waiter) (reply, error) {
-	var b strings.Builder
-	var ans reply
-	for {
-		for _, p := range wt.take() {
-			if p.delta != "" {
-				continue
-			}
-			if p.errorCode != "" && ans.errorCode == "" {
-				// Only the explanation answers a failed turn.
-				b.Reset()
-				ans.errorCode = p.errorCode
-			}
-			b.WriteString(p.text)
-			if p.final {
-				ans.text, ans.hops, ans.usage = b.String(), p.hops, p.usage
-				return ans, nil
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return reply{}, ctx.Err()
-		case <-wt.notify:
-		}
-	}
-}
-
-// stream writes OpenAI chunks as reply pieces arrive, then data: [DONE].
-// With timing, the response ends with a Server-Timing trailer rendered
-// from the final piece's hop times.
-func (s *Service) stream(ctx context.Context, w http.ResponseWriter, wt *waiter, id, modelName string, withUsage bool, timing func(*deliveryv1.HopTimes) string) {
-	flusher, _ := w.(http.Flusher)
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-cache")
-	h.Set("Connection", "keep-alive")
-	h.Set("X-Accel-Buffering", "no")
-	var final *piece
-	if timing != nil {
-		h.Set("Trailer", HeaderServerTiming)
-		defer func() {
-			if final != nil {
-				h.Set(HeaderServerTiming, timing(final.hops))
-			}
-		}()
-	}
-	w.WriteHeader(http.StatusOK)
+// stream writes OpenAI chunks as the reply arrives, then data: [DONE];
+// a failed turn ends it with OpenAI's in-stream error event instead. A
+// request that published its message ends with a Server-Timing trailer.
+func (s *Service) stream(ctx context.Context, w http.ResponseWriter, t *turn, id, modelName string, withUsage bool) {
+	out := startSSE(w, t.timed())
 	created := time.Now().Unix()
 	write := func(delta chunkDelta, finish *string) {
-		data, _ := json.Marshal(chunk{ID: id, Object: "chat.completion.chunk", Created: created, Model: modelName,
+		out.send("", chunk{ID: id, Object: "chat.completion.chunk", Created: created, Model: modelName,
 			Choices: []chunkChoice{{Delta: delta, FinishReason: finish}}})
-		fmt.Fprintf(w, "data: %s\n\n", data)
-		if flusher != nil {
-			flusher.Flush()
-		}
 	}
 	write(chunkDelta{Role: "assistant"}, nil)
-	keepalive := time.NewTicker(15 * time.Second)
-	defer keepalive.Stop()
-	var streamed, sent, failure strings.Builder
-	for {
-		for _, p := range wt.take() {
-			if p.errorCode != "" {
-				// A failed turn: the stream ends with OpenAI's error event,
-				// which the SDKs raise as an error.
-				failure.WriteString(p.text)
-				if p.final {
-					final = &p
-					data, _ := json.Marshal(turnErrorBody(p.errorCode, failure.String()))
-					fmt.Fprintf(w, "data: %s\n\n", data)
-					if flusher != nil {
-						flusher.Flush()
-					}
-					return
-				}
-				continue
-			}
-			if p.delta != "" {
-				streamed.WriteString(p.delta)
-				write(chunkDelta{Content: p.delta}, nil)
-				continue
-			}
-			sent.WriteString(p.text)
-			// Send chunks carry the answer; stream what deltas did not.
-			rest, continues := strings.CutPrefix(sent.String(), streamed.String())
-			if continues && rest != "" {
-				streamed.WriteString(rest)
-				write(chunkDelta{Content: rest}, nil)
-			}
-			if p.final && !continues {
-				// The answer is not what was streamed (the turn ran again
-				// after its worker died mid-stream): the client holds a
-				// part of another answer, which no chunk can take back. The
-				// stream ends with an error; a retry with the same
-				// Idempotency-Key gets the whole answer.
-				final = &p
-				data, _ := json.Marshal(turnErrorBody("interrupted", "The answer was interrupted while it streamed; send the request again (with the same Idempotency-Key to get the answer without running it again)."))
-				fmt.Fprintf(w, "data: %s\n\n", data)
-				if flusher != nil {
-					flusher.Flush()
-				}
-				return
-			}
-			if p.final {
-				final = &p
-				stop := "stop"
-				write(chunkDelta{}, &stop)
-				if withUsage {
-					u := usageOf(p.usage)
-					data, _ := json.Marshal(chunk{ID: id, Object: "chat.completion.chunk", Created: created, Model: modelName,
-						Choices: []chunkChoice{}, Usage: &u})
-					fmt.Fprintf(w, "data: %s\n\n", data)
-				}
-				fmt.Fprint(w, "data: [DONE]\n\n")
-				if flusher != nil {
-					flusher.Flush()
-				}
-				return
-			}
+	end := relay(ctx, t.wt, func(text string) { write(chunkDelta{Content: text}, nil) }, out.keepalive)
+	switch {
+	case end.err != nil:
+		if errors.Is(end.err, context.DeadlineExceeded) {
+			// OpenAI's in-stream error event ends the stream: no [DONE].
+			out.send("", apiError{Error: apiErrorBody{Message: "The agent did not answer in time.", Type: "server_error", Code: ptr("timeout")}})
 		}
-		select {
-		case <-ctx.Done():
-			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-				// OpenAI's in-stream error event ends the stream: no [DONE].
-				data, _ := json.Marshal(apiError{Error: apiErrorBody{Message: "The agent did not answer in time.", Type: "server_error", Code: ptr("timeout")}})
-				fmt.Fprintf(w, "data: %s\n\n", data)
-				if flusher != nil {
-					flusher.Flush()
-				}
-			}
-			return
-		case <-keepalive.C:
-			fmt.Fprint(w, ": keepalive\n\n")
-			if flusher != nil {
-				flusher.Flush()
-			}
-		case <-wt.notify:
+	case end.errorCode != "":
+		// The SDKs raise it as an error.
+		out.send("", turnErrorBody(end.errorCode, end.errorText))
+	default:
+		stop := "stop"
+		write(chunkDelta{}, &stop)
+		if withUsage {
+			u := usageOf(end.final.usage)
+			out.send("", chunk{ID: id, Object: "chat.completion.chunk", Created: created, Model: modelName, Choices: []chunkChoice{}, Usage: &u})
 		}
+		out.write("data: [DONE]\n\n")
+	}
+	if end.final != nil && t.timed() {
+		w.Header().Set(HeaderServerTiming, t.serverTiming(end.final.hops))
 	}
 }
 

@@ -61,6 +61,74 @@ func FuzzParse(f *testing.F) {
 	})
 }
 
+// FuzzParseResponses checks the Responses API request parser: whatever it
+// takes has an input, a context of known roles and pictures the gateway
+// can use, and can go on the bus; whatever it refuses is a client error.
+func FuzzParseResponses(f *testing.F) {
+	for _, s := range []string{
+		`{"model":"m","input":"hi"}`,
+		`{"input":"hi","instructions":"be brief","stream":true,"store":false}`,
+		`{"input":[{"role":"developer","content":"d"},{"role":"user","content":"a"},{"role":"assistant","content":[{"type":"output_text","text":"b"}]},{"type":"message","role":"user","content":[{"type":"input_text","text":"c"},{"type":"input_image","image_url":"https://x/y.png"}]}]}`,
+		`{"input":[{"role":"user","content":[{"type":"input_image","image_url":"data:image/png;base64,iVBORw0KGgo="}]}]}`,
+		`{"input":[{"role":"user","content":[{"type":"input_image","image_url":"data:text/html;base64,PGI+"}]}]}`,
+		`{"input":[{"role":"user","content":[{"type":"input_image","file_id":"file-1"}]}]}`,
+		`{"input":[{"role":"user","content":[{"type":"input_file","file_id":"file-1"}]}]}`,
+		`{"input":[{"type":"function_call_output","call_id":"c","output":"4"}]}`,
+		`{"input":["bare"],"conversation":{"id":"conv-1"},"metadata":{"k":"v"}}`,
+		`{"input":"a","conversation":"c","previous_response_id":"resp_1"}`,
+		`{"input":"a","tools":[{"type":"function","name":"f"}],"tool_choice":"required"}`,
+		`{"input":"a","background":true,"text":{"format":{"type":"json_schema"}},"prompt":{"id":"p"}}`,
+		"{\"input\":\"bad \xff utf-8\",\"user\":\"\xc3\",\"instructions\":\"\xfe\"}",
+		`{"input":[]}`, `{"input":""}`, `{"input":12}`, `null`, `{} {}`, `{"input":[{"role":"system","content":"s"}]}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		req, err := ParseResponses(body)
+		if err != nil {
+			if _, ok := err.(*InvalidError); !ok {
+				t.Fatalf("error %T is not an InvalidError", err)
+			}
+			return
+		}
+		if strings.TrimSpace(req.Text) == "" && len(req.Attachments) == 0 {
+			t.Fatal("accepted a request without input")
+		}
+		if req.Conversation != "" && req.PreviousResponseID != "" {
+			t.Fatal("accepted a conversation and a previous response")
+		}
+		for i, c := range req.Context {
+			if c.Role != "system" && c.Role != "user" && c.Role != "assistant" {
+				t.Fatalf("context role %q", c.Role)
+			}
+			if i == 0 && req.Instructions != "" && (c.Role != "system" || c.Content != req.Instructions) {
+				t.Fatalf("context %v does not start with the instructions", c)
+			}
+		}
+		if len(req.Context) > maxMessages {
+			t.Fatalf("%d context messages", len(req.Context))
+		}
+		if len(req.Attachments) > maxImages {
+			t.Fatalf("%d pictures", len(req.Attachments))
+		}
+		for _, a := range req.Attachments {
+			if u := a.GetUrl(); !strings.HasPrefix(u, "https://") && !strings.HasPrefix(u, "http://") && checkDataURL(u) != nil {
+				t.Fatalf("attachment url %q", u)
+			}
+		}
+		ev := &eventsv1.MessageReceived{Text: req.Text, Attachments: req.Attachments, Context: req.Context,
+			Source: &eventsv1.SessionSource{UserName: req.User}}
+		if _, err := proto.Marshal(ev); err != nil {
+			t.Fatalf("accepted request does not encode: %v", err)
+		}
+		for _, s := range []string{req.Model, req.Conversation, req.PreviousResponseID} {
+			if !utf8.ValidString(s) {
+				t.Fatalf("%q is not UTF-8", s)
+			}
+		}
+	})
+}
+
 func TestImageParts(t *testing.T) {
 	t.Parallel()
 	body := func(url string) []byte {

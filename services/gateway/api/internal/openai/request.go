@@ -1,4 +1,5 @@
-// Package openai parses OpenAI chat completion requests (outside input).
+// Package openai parses OpenAI chat completion and Responses API requests
+// (outside input).
 package openai
 
 import (
@@ -42,17 +43,23 @@ type contentPart struct {
 	} `json:"image_url"`
 }
 
-// Chat is a validated request: the newest user message is the
-// input, everything before it is context.
+// Input is what a request asks the agent: the newest user message (its
+// text and pictures) and the messages around it, oldest first.
+type Input struct {
+	Text        string
+	Attachments []*eventsv1.Attachment
+	Context     []*eventsv1.ContextMessage
+}
+
+// Chat is a validated chat completion request: the newest user message
+// is the input, everything before it is context.
 type Chat struct {
+	Input
 	Model  string
 	Stream bool
 	// IncludeUsage: the stream ends with a chunk holding the usage.
 	IncludeUsage bool
 	User         string
-	Text         string
-	Attachments  []*eventsv1.Attachment
-	Context      []*eventsv1.ContextMessage
 }
 
 // Limits on what one request may carry.
@@ -65,6 +72,8 @@ const (
 type InvalidError struct {
 	Msg   string
 	Param string
+	// Code is OpenAI's error code; empty: invalid_request.
+	Code string
 }
 
 func (e *InvalidError) Error() string { return e.Msg }
@@ -73,15 +82,21 @@ func invalid(param, format string, args ...any) error {
 	return &InvalidError{Msg: fmt.Sprintf(format, args...), Param: param}
 }
 
+// CodeUnsupported is the code of a request asking for something the
+// gateway does not do (a parameter, an input item or a content type):
+// refused rather than quietly ignored, as ignoring it would change what
+// the client gets.
+const CodeUnsupported = "unsupported_parameter"
+
+func unsupported(param, format string, args ...any) error {
+	return &InvalidError{Msg: fmt.Sprintf(format, args...), Param: param, Code: CodeUnsupported}
+}
+
 // Parse decodes and validates a chat completion request body.
 func Parse(body []byte) (*Chat, error) {
 	var req chatRequest
-	dec := json.NewDecoder(bytes.NewReader(body))
-	if err := dec.Decode(&req); err != nil {
-		return nil, invalid("", "request body is not valid JSON: %v", err)
-	}
-	if dec.More() {
-		return nil, invalid("", "request body has data after the JSON object")
+	if err := decode(body, &req); err != nil {
+		return nil, err
 	}
 	if len(req.Messages) == 0 {
 		return nil, invalid("messages", "messages must be a non-empty array")
@@ -114,27 +129,29 @@ func Parse(body []byte) (*Chat, error) {
 			return nil, invalid(fmt.Sprintf("messages[%d].content", i), "%v", err)
 		}
 		if i == last {
-			out.Text = text
-			for _, u := range images {
-				out.Attachments = append(out.Attachments, &eventsv1.Attachment{
-					Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, Location: &eventsv1.Attachment_Url{Url: u},
-				})
-			}
+			out.Text, out.Attachments = text, imageAttachments(images)
 			continue
 		}
-		role := m.Role
-		if role == "developer" {
-			role = "system"
+		if role := contextRole(m.Role); role != "" {
+			out.Context = append(out.Context, &eventsv1.ContextMessage{Role: role, Content: text})
 		}
-		if role != "system" && role != "user" && role != "assistant" {
-			continue // tool results of a client's own tool loop
-		}
-		out.Context = append(out.Context, &eventsv1.ContextMessage{Role: role, Content: text})
 	}
 	if strings.TrimSpace(out.Text) == "" && len(out.Attachments) == 0 {
 		return nil, invalid(fmt.Sprintf("messages[%d].content", last), "the last user message is empty")
 	}
 	return out, nil
+}
+
+// decode reads body, one JSON object, into v.
+func decode(body []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if err := dec.Decode(v); err != nil {
+		return invalid("", "request body is not valid JSON: %v", err)
+	}
+	if dec.More() {
+		return invalid("", "request body has data after the JSON object")
+	}
+	return nil
 }
 
 // content reads a message content: a string, null, or an array of parts.
@@ -161,15 +178,14 @@ func content(raw json.RawMessage) (string, []string, error) {
 			case "text", "input_text":
 				texts = append(texts, p.Text)
 			case "image_url":
-				// Web addresses, which the model provider fetches, and
-				// pictures sent inline (data: URLs), which the gateway keeps
-				// in the attachment store.
-				if u := p.ImageURL; u != nil && strings.HasPrefix(u.URL, "data:") {
-					if err := checkDataURL(u.URL); err != nil {
-						return "", nil, err
-					}
-					images = append(images, u.URL)
-				} else if u != nil && (strings.HasPrefix(u.URL, "https://") || strings.HasPrefix(u.URL, "http://")) {
+				if p.ImageURL == nil {
+					continue
+				}
+				keep, err := image(p.ImageURL.URL)
+				if err != nil {
+					return "", nil, err
+				}
+				if keep {
 					images = append(images, p.ImageURL.URL)
 				}
 			}
@@ -183,6 +199,46 @@ func content(raw json.RawMessage) (string, []string, error) {
 	}
 }
 
+// contextRole is the role a message other than the input has in the
+// context ("" for none: the tool results of a client's own tool loop).
+func contextRole(role string) string {
+	switch role {
+	case "system", "user", "assistant":
+		return role
+	case "developer":
+		return "system"
+	}
+	return ""
+}
+
+// image checks a picture's URL: web addresses, which the model provider
+// fetches, and pictures sent inline (data: URLs), which the gateway keeps
+// in the attachment store, are kept; a data: URL that is no picture is an
+// error; any other scheme is ignored.
+func image(u string) (keep bool, err error) {
+	switch {
+	case strings.HasPrefix(u, "data:"):
+		if err := checkDataURL(u); err != nil {
+			return false, err
+		}
+		return true, nil
+	case strings.HasPrefix(u, "https://"), strings.HasPrefix(u, "http://"):
+		return true, nil
+	}
+	return false, nil
+}
+
+// imageAttachments are the input's pictures, by URL.
+func imageAttachments(urls []string) []*eventsv1.Attachment {
+	var out []*eventsv1.Attachment
+	for _, u := range urls {
+		out = append(out, &eventsv1.Attachment{
+			Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, Location: &eventsv1.Attachment_Url{Url: u},
+		})
+	}
+	return out
+}
+
 // maxImages bounds the image parts of one message (the agent shows the
 // model at most 8 of a message's pictures).
 const maxImages = 16
@@ -193,7 +249,7 @@ func checkDataURL(u string) error {
 	meta, _, _ := strings.Cut(strings.TrimPrefix(u, "data:"), ",")
 	mime, enc, _ := strings.Cut(meta, ";")
 	if !attachment.IsImageType(mime) {
-		return fmt.Errorf("image_url: a data URL must hold a PNG, JPEG, GIF or WebP picture, not %q", clip(mime, 40))
+		return fmt.Errorf("image_url: a data URL must hold a PNG, JPEG, GIF or WebP picture, not %q", Clip(mime, 40))
 	}
 	if enc != "base64" {
 		return errors.New("image_url: a data URL must be base64 (data:image/png;base64,...)")
@@ -204,8 +260,8 @@ func checkDataURL(u string) error {
 	return nil
 }
 
-// clip cuts s to at most n bytes on a rune boundary, for error messages.
-func clip(s string, n int) string {
+// Clip cuts s to at most n bytes on a rune boundary, for error messages.
+func Clip(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}

@@ -1,0 +1,336 @@
+package openai
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+)
+
+// responsesRequest is the part of a Responses API request (POST
+// /v1/responses) the gateway reads. Parameters that tune the model
+// (temperature, top_p, reasoning, max_output_tokens, truncation …) or
+// describe the caller (user, safety_identifier …) are accepted and left
+// to the agent; those that would change what the client gets, and that
+// the gateway cannot honour, are refused (supported).
+type responsesRequest struct {
+	Model              string            `json:"model"`
+	Input              json.RawMessage   `json:"input"`
+	Instructions       *string           `json:"instructions"`
+	Stream             bool              `json:"stream"`
+	Store              *bool             `json:"store"`
+	PreviousResponseID string            `json:"previous_response_id"`
+	Conversation       json.RawMessage   `json:"conversation"`
+	User               string            `json:"user"`
+	Metadata           map[string]string `json:"metadata"`
+	Background         bool              `json:"background"`
+	Tools              []json.RawMessage `json:"tools"`
+	ToolChoice         json.RawMessage   `json:"tool_choice"`
+	Prompt             json.RawMessage   `json:"prompt"`
+	Text               *struct {
+		Format *struct {
+			Type string `json:"type"`
+		} `json:"format"`
+	} `json:"text"`
+}
+
+// inputItem is one item of a Responses request's input array: a message
+// (type "message", or no type with a role, as the SDKs' easy input
+// message), or another item type the gateway does not take.
+type inputItem struct {
+	Type    string          `json:"type"`
+	Role    string          `json:"role"`
+	Content json.RawMessage `json:"content"`
+}
+
+// inputPart is one part of a Responses message's content.
+type inputPart struct {
+	Type string `json:"type"`
+	Text string `json:"text"`
+	// ImageURL is a string in the Responses API, an object {"url": …} in
+	// Chat Completions' image_url parts; both are taken.
+	ImageURL json.RawMessage `json:"image_url"`
+	FileID   string          `json:"file_id"`
+}
+
+// Responses is a validated Responses API request: the newest user
+// message of the input is the input, the instructions and every other
+// message of the input are its context.
+type Responses struct {
+	Input
+	Model  string
+	Stream bool
+	User   string
+	// Instructions is the system message the client sent (also the first
+	// context message); empty for none.
+	Instructions string
+	// Store keeps the response for GET /v1/responses/{id} and for
+	// previous_response_id (the default).
+	Store bool
+	// PreviousResponseID names the response whose conversation this one
+	// continues.
+	PreviousResponseID string
+	// Conversation names a conversation of the client's choosing.
+	Conversation string
+	Metadata     map[string]string
+}
+
+// CodeUnsupportedContent is the code of an input item or content part of
+// a kind the gateway does not take (files, tool results).
+const CodeUnsupportedContent = "unsupported_content_type"
+
+// Limits of a Responses request's metadata, as OpenAI's.
+const (
+	maxMetadata      = 16
+	maxMetadataKey   = 64
+	maxMetadataValue = 512
+)
+
+// ParseResponses decodes and validates a Responses API request body.
+func ParseResponses(body []byte) (*Responses, error) {
+	var req responsesRequest
+	if err := decode(body, &req); err != nil {
+		return nil, err
+	}
+	if err := req.supported(); err != nil {
+		return nil, err
+	}
+	conversation, err := conversationOf(req.Conversation)
+	if err != nil {
+		return nil, err
+	}
+	if conversation != "" && req.PreviousResponseID != "" {
+		return nil, invalid("conversation", "conversation and previous_response_id cannot both be set")
+	}
+	if err := checkMetadata(req.Metadata); err != nil {
+		return nil, err
+	}
+	msgs, err := inputMessages(req.Input)
+	if err != nil {
+		return nil, err
+	}
+	last := -1
+	for i, m := range msgs {
+		if m.role == "user" {
+			last = i
+		}
+	}
+	if last < 0 {
+		return nil, invalid("input", "input must contain a user message")
+	}
+	out := &Responses{Model: req.Model, Stream: req.Stream, User: req.User, Store: req.Store == nil || *req.Store,
+		PreviousResponseID: req.PreviousResponseID, Conversation: conversation, Metadata: req.Metadata}
+	if req.Instructions != nil && *req.Instructions != "" {
+		// As a chat completion's system message.
+		out.Instructions = *req.Instructions
+		out.Context = append(out.Context, &eventsv1.ContextMessage{Role: "system", Content: out.Instructions})
+	}
+	for i, m := range msgs {
+		text, images, err := responseContent(m.content, m.param+".content")
+		if err != nil {
+			return nil, err
+		}
+		if i == last {
+			out.Text, out.Attachments = text, imageAttachments(images)
+			continue
+		}
+		out.Context = append(out.Context, &eventsv1.ContextMessage{Role: contextRole(m.role), Content: text})
+	}
+	if strings.TrimSpace(out.Text) == "" && len(out.Attachments) == 0 {
+		return nil, invalid(msgs[last].param, "the last user message is empty")
+	}
+	return out, nil
+}
+
+// supported refuses the parameters the gateway cannot honour.
+func (r *responsesRequest) supported() error {
+	if r.Background {
+		return unsupported("background", "background responses are not supported: send the request without background (with stream: true the answer shows as it is written)")
+	}
+	if len(r.Tools) > 0 {
+		return unsupported("tools", "tools are not supported: the agent runs its own tools on the server and does not hand tool calls back to the client")
+	}
+	if choice := bytes.TrimSpace(r.ToolChoice); len(choice) > 0 && !bytes.Equal(choice, []byte("null")) &&
+		!bytes.Equal(choice, []byte(`"auto"`)) && !bytes.Equal(choice, []byte(`"none"`)) {
+		return unsupported("tool_choice", "tool_choice can only be auto or none: the gateway takes no tools")
+	}
+	if p := bytes.TrimSpace(r.Prompt); len(p) > 0 && !bytes.Equal(p, []byte("null")) {
+		return unsupported("prompt", "prompt templates are not supported: send the prompt as input")
+	}
+	if r.Text != nil && r.Text.Format != nil && r.Text.Format.Type != "" && r.Text.Format.Type != "text" {
+		return unsupported("text.format", "only text output is supported, not %q: the agent's answer is not held to a format", Clip(r.Text.Format.Type, 40))
+	}
+	return nil
+}
+
+// conversationOf reads the conversation parameter: a name, or an object
+// with its id.
+func conversationOf(raw json.RawMessage) (string, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
+		return "", nil
+	}
+	var name string
+	if err := json.Unmarshal(raw, &name); err == nil {
+		return name, nil
+	}
+	var ref struct {
+		ID string `json:"id"`
+	}
+	if err := json.Unmarshal(raw, &ref); err != nil || raw[0] != '{' {
+		return "", invalid("conversation", "conversation must be a name or an object with an id")
+	}
+	return ref.ID, nil
+}
+
+func checkMetadata(m map[string]string) error {
+	if len(m) > maxMetadata {
+		return invalid("metadata", "at most %d metadata pairs", maxMetadata)
+	}
+	for k, v := range m {
+		if len(k) > maxMetadataKey || len(v) > maxMetadataValue {
+			return invalid("metadata", "metadata keys are at most %d characters and values at most %d", maxMetadataKey, maxMetadataValue)
+		}
+	}
+	return nil
+}
+
+// message is one message of a Responses request's input.
+type message struct {
+	role    string
+	content json.RawMessage
+	param   string // where it is in the request, for errors
+}
+
+// inputMessages reads the input: a string (one user message) or an
+// array of input items.
+func inputMessages(raw json.RawMessage) ([]message, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
+		return nil, invalid("input", "input is required: a string or an array of input items")
+	}
+	switch raw[0] {
+	case '"':
+		return []message{{role: "user", content: raw, param: "input"}}, nil
+	case '[':
+	default:
+		return nil, invalid("input", "input must be a string or an array of input items")
+	}
+	var items []json.RawMessage
+	if err := json.Unmarshal(raw, &items); err != nil {
+		return nil, invalid("input", "input must be a string or an array of input items")
+	}
+	if len(items) == 0 {
+		return nil, invalid("input", "input must not be empty")
+	}
+	if len(items) > maxMessages {
+		return nil, invalid("input", "at most %d input items", maxMessages)
+	}
+	msgs := make([]message, 0, len(items))
+	for i, item := range items {
+		param := fmt.Sprintf("input[%d]", i)
+		item = bytes.TrimSpace(item)
+		if len(item) > 0 && item[0] == '"' {
+			// A bare string is a user message (Hermes takes it too).
+			msgs = append(msgs, message{role: "user", content: item, param: param})
+			continue
+		}
+		var it inputItem
+		if len(item) == 0 || item[0] != '{' || json.Unmarshal(item, &it) != nil {
+			return nil, invalid(param, "an input item must be an object")
+		}
+		if it.Type != "" && it.Type != "message" {
+			return nil, &InvalidError{Param: param + ".type", Code: CodeUnsupportedContent,
+				Msg: fmt.Sprintf("input items of type %q are not supported: the gateway takes messages (the agent runs its own tools)", Clip(it.Type, 40))}
+		}
+		switch it.Role {
+		case "user", "system", "developer", "assistant":
+		default:
+			return nil, invalid(param+".role", "unknown role %q", Clip(it.Role, maxRoleLen))
+		}
+		msgs = append(msgs, message{role: it.Role, content: it.Content, param: param})
+	}
+	return msgs, nil
+}
+
+// responseContent reads a Responses message's content: a string, or an
+// array of text and image parts.
+func responseContent(raw json.RawMessage, param string) (string, []string, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
+		return "", nil, nil
+	}
+	switch raw[0] {
+	case '"':
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return "", nil, invalid(param, "content must be a string or an array of parts")
+		}
+		return s, nil, nil
+	case '[':
+	default:
+		return "", nil, invalid(param, "content must be a string or an array of parts")
+	}
+	var parts []inputPart
+	if err := json.Unmarshal(raw, &parts); err != nil {
+		return "", nil, invalid(param, "content parts must be objects with a type")
+	}
+	var texts, images []string
+	for i, p := range parts {
+		switch p.Type {
+		case "input_text", "output_text", "text":
+			texts = append(texts, p.Text)
+		case "refusal":
+			// An earlier answer's refusal: nothing to carry.
+		case "input_image", "image_url":
+			u, err := imageURLOf(p.ImageURL)
+			if err == nil && u == "" {
+				if p.FileID != "" {
+					return "", nil, &InvalidError{Param: fmt.Sprintf("%s[%d].file_id", param, i), Code: CodeUnsupportedContent,
+						Msg: "uploaded files are not supported: send the picture as image_url (a web address or a data: URL)"}
+				}
+				err = errors.New("an input_image needs an image_url")
+			}
+			if err != nil {
+				return "", nil, invalid(param, "%v", err)
+			}
+			keep, err := image(u)
+			if err != nil {
+				return "", nil, invalid(param, "%v", err)
+			}
+			if keep {
+				images = append(images, u)
+			}
+		default:
+			return "", nil, &InvalidError{Param: fmt.Sprintf("%s[%d].type", param, i), Code: CodeUnsupportedContent,
+				Msg: fmt.Sprintf("content parts of type %q are not supported: only text and images (input_text, input_image)", Clip(p.Type, 40))}
+		}
+	}
+	if len(images) > maxImages {
+		return "", nil, invalid(param, "at most %d images per message", maxImages)
+	}
+	return strings.Join(texts, "\n"), images, nil
+}
+
+// imageURLOf reads an image part's image_url: a string, or an object
+// with the url.
+func imageURLOf(raw json.RawMessage) (string, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
+		return "", nil
+	}
+	var u string
+	if err := json.Unmarshal(raw, &u); err == nil {
+		return u, nil
+	}
+	var obj struct {
+		URL string `json:"url"`
+	}
+	if err := json.Unmarshal(raw, &obj); err != nil || raw[0] != '{' {
+		return "", errors.New("image_url must be a URL")
+	}
+	return obj.URL, nil
+}

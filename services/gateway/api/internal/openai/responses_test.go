@@ -1,0 +1,98 @@
+package openai
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestParseResponses(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		body string
+		// want is the input as "text|context (role:content, …)|pictures".
+		want string
+		// err is what the refusal says, with its param and code.
+		err, param, code string
+	}{
+		{name: "a string", body: `{"input":"hi"}`, want: "hi||0"},
+		{name: "instructions first", body: `{"input":"hi","instructions":"be brief"}`, want: "hi|system:be brief|0"},
+		{name: "items", body: `{"instructions":"i","input":[{"role":"developer","content":"d"},{"role":"user","content":"a"},` +
+			`{"type":"message","role":"assistant","content":[{"type":"output_text","text":"b"},{"type":"refusal","refusal":"no"}]},` +
+			`{"role":"user","content":[{"type":"input_text","text":"c"},{"type":"input_text","text":"d"}]}]}`,
+			want: "c\nd|system:i,system:d,user:a,assistant:b|0"},
+		{name: "after the last user message", body: `{"input":[{"role":"user","content":"q"},{"role":"assistant","content":"prefill"}]}`, want: "q|assistant:prefill|0"},
+		{name: "a bare string item", body: `{"input":["a","b"]}`, want: "b|user:a|0"},
+		{name: "pictures", body: `{"input":[{"role":"user","content":[{"type":"input_image","image_url":"https://x/a.png"},` +
+			`{"type":"input_image","image_url":{"url":"data:image/png;base64,iVBORw0KGgo="}},{"type":"input_image","image_url":"ftp://x/b.png"}]}]}`, want: "|" + "|2"},
+		{name: "no input", body: `{}`, err: "input is required", param: "input"},
+		{name: "null input", body: `{"input":null}`, err: "input is required", param: "input"},
+		{name: "empty string", body: `{"input":""}`, err: "empty", param: "input"},
+		{name: "empty list", body: `{"input":[]}`, err: "must not be empty", param: "input"},
+		{name: "an object", body: `{"input":{"role":"user"}}`, err: "string or an array", param: "input"},
+		{name: "an item of another type", body: `{"input":[12]}`, err: "must be an object", param: "input[0]"},
+		{name: "no user message", body: `{"input":[{"role":"assistant","content":"a"}]}`, err: "user message", param: "input"},
+		{name: "an empty last user message", body: `{"input":[{"role":"user","content":"a"},{"role":"user","content":[]}]}`, err: "empty", param: "input[1]"},
+		{name: "unknown role", body: `{"input":[{"role":"tool","content":"a"}]}`, err: "unknown role", param: "input[0].role"},
+		{name: "a tool result", body: `{"input":[{"type":"function_call_output","call_id":"c","output":"o"}]}`, err: "function_call_output", param: "input[0].type", code: CodeUnsupportedContent},
+		{name: "a reasoning item", body: `{"input":[{"role":"user","content":"a"},{"type":"reasoning","summary":[]}]}`, err: "reasoning", param: "input[1].type", code: CodeUnsupportedContent},
+		{name: "a file", body: `{"input":[{"role":"user","content":[{"type":"input_file","file_data":"x"}]}]}`, err: "input_file", param: "input[0].content[0].type", code: CodeUnsupportedContent},
+		{name: "audio", body: `{"input":[{"role":"user","content":[{"type":"input_audio"}]}]}`, err: "input_audio", param: "input[0].content[0].type", code: CodeUnsupportedContent},
+		{name: "an uploaded picture", body: `{"input":[{"role":"user","content":[{"type":"input_image","file_id":"f"}]}]}`, err: "uploaded files", param: "input[0].content[0].file_id", code: CodeUnsupportedContent},
+		{name: "a picture without url", body: `{"input":[{"role":"user","content":[{"type":"input_image"}]}]}`, err: "needs an image_url", param: "input[0].content"},
+		{name: "not a picture", body: `{"input":[{"role":"user","content":[{"type":"input_image","image_url":"data:text/plain;base64,aGk="}]}]}`, err: "PNG, JPEG", param: "input[0].content"},
+		{name: "content of another type", body: `{"input":[{"role":"user","content":7}]}`, err: "string or an array of parts", param: "input[0].content"},
+		{name: "tools", body: `{"input":"a","tools":[{"type":"web_search"}]}`, err: "tools are not supported", param: "tools", code: CodeUnsupported},
+		{name: "no tools", body: `{"input":"a","tools":[],"tool_choice":"none"}`, want: "a||0"},
+		{name: "a tool choice", body: `{"input":"a","tool_choice":{"type":"function","name":"f"}}`, err: "tool_choice", param: "tool_choice", code: CodeUnsupported},
+		{name: "background", body: `{"input":"a","background":true}`, err: "background", param: "background", code: CodeUnsupported},
+		{name: "json output", body: `{"input":"a","text":{"format":{"type":"json_object"}}}`, err: "json_object", param: "text.format", code: CodeUnsupported},
+		{name: "a prompt template", body: `{"input":"a","prompt":{"id":"p"}}`, err: "prompt templates", param: "prompt", code: CodeUnsupported},
+		{name: "both conversations", body: `{"input":"a","conversation":{"id":"c"},"previous_response_id":"resp_1"}`, err: "cannot both", param: "conversation"},
+		{name: "a conversation of another type", body: `{"input":"a","conversation":[1]}`, err: "conversation must be", param: "conversation"},
+		{name: "too much metadata", body: `{"input":"a","metadata":{"` + strings.Repeat("k", 65) + `":"v"}}`, err: "metadata", param: "metadata"},
+		{name: "too many images", body: `{"input":[{"role":"user","content":[` + strings.Repeat(`{"type":"input_image","image_url":"https://x/a.png"},`, maxImages) +
+			`{"type":"input_image","image_url":"https://x/b.png"}]}]}`, err: "at most", param: "input[0].content"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req, err := ParseResponses([]byte(tt.body))
+			if tt.err != "" {
+				inv, ok := err.(*InvalidError)
+				if !ok || !strings.Contains(inv.Msg, tt.err) || inv.Param != tt.param || inv.Code != tt.code {
+					t.Fatalf("error %#v, want one saying %q (param %q, code %q)", err, tt.err, tt.param, tt.code)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ctx []string
+			for _, c := range req.Context {
+				ctx = append(ctx, c.Role+":"+c.Content)
+			}
+			got := req.Text + "|" + strings.Join(ctx, ",") + "|" + string(rune('0'+len(req.Attachments)))
+			if got != tt.want {
+				t.Fatalf("input %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestParseResponsesParameters(t *testing.T) {
+	t.Parallel()
+	req, err := ParseResponses([]byte(`{"model":"m","input":"a","stream":true,"user":"u","conversation":{"id":"c-1"},"metadata":{"k":"v"},"temperature":0.5}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if req.Model != "m" || !req.Stream || req.User != "u" || req.Conversation != "c-1" || req.Metadata["k"] != "v" || !req.Store {
+		t.Fatalf("%+v", req)
+	}
+	req, err = ParseResponses([]byte(`{"input":"a","store":false,"previous_response_id":"resp_1","conversation":null}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if req.Store || req.PreviousResponseID != "resp_1" || req.Conversation != "" {
+		t.Fatalf("%+v", req)
+	}
+}
