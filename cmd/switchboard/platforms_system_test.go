@@ -119,6 +119,22 @@ func TestChatPlatformsEndToEnd(t *testing.T) {
 			!strings.Contains(got, "[The user sent a document: \"list.txt\". Its content is included below.]\nmilk, eggs") {
 			t.Fatalf("document answer = %q", got)
 		}
+		// An album: Telegram sends one message per picture; the agent
+		// answers once, after the last.
+		pic2 := []byte("\xff\xd8\xff\xe0 the second picture")
+		tg.AddFile("photo-2", pic2)
+		tg.InjectPhoto(with(map[string]any{"caption": "compare these", "media_group_id": "alb-1"}), "photo-1")
+		tg.InjectPhoto(with(map[string]any{"media_group_id": "alb-1"}), "photo-2")
+		waitFor("album answer", func() bool { return len(shown()) >= 6 })
+		tg.Inject(update(3, "after the album"))
+		waitFor("the answer after the album", func() bool { return len(shown()) >= 7 })
+		got := shown()
+		if len(got) != 7 || got[6] != "echo: after the album" {
+			t.Fatalf("answers from the album on = %q, want one for the album, then one for the text", got[5:])
+		}
+		if want := "[image " + (fakellm.Image{MediaType: "image/jpeg", Data: pic2}).String() + "]"; !strings.Contains(got[5], want) {
+			t.Fatalf("album answer = %q, want the last picture %s", got[5], want)
+		}
 	})
 
 	t.Run("slack thread", func(t *testing.T) {

@@ -52,9 +52,9 @@ type msgCtx struct {
 	// (isCmd: it is one).
 	cmd   command.Command
 	isCmd bool
-	// split: the message looks like one part of a longer text its client
-	// split (splitPart); a free session holds it for the rest.
-	split bool
+	// hold: the message looks like one part of what the user sent at
+	// once (holdFor); a free session waits this long for the rest.
+	hold time.Duration
 }
 
 // quietPlatforms get no notices about resets and busy sessions: their
@@ -97,7 +97,7 @@ func (s *Service) handleInbound(ctx context.Context, ev *eventsv1.MessageReceive
 		// of a chat user (an "/approve" would answer a tool's approval).
 		m.cmd, m.isCmd = command.Parse(ev.GetText(), m.platform, s.cfg.BotNames[m.platform])
 	}
-	m.split = s.splitPart(m)
+	m.hold = s.holdFor(m)
 	key := sessionkey.Build(src, s.keyOpts)
 	s.beginEarly(ctx, m, key)
 	defer s.dropEarly(context.WithoutCancel(ctx), m)
@@ -238,11 +238,12 @@ func (s *Service) handle(ctx context.Context, m *msgCtx, key string) error {
 // (startFree); when the session cannot skip the queue, it gives the lock
 // back and, with no busy session to decide about, records the arrival and
 // the enqueue in one durable transaction, then applies the reset policy
-// and takes the lock for the turn, as route does. A split part is queued
-// the same way and held there for the rest of its text (holdForRest).
+// and takes the lock for the turn, as route does. A part of what the user
+// sent at once is queued the same way and held there for the rest
+// (holdForRest).
 func (s *Service) routeToFree(ctx context.Context, m *msgCtx) error {
 	m.holder = nil
-	if !m.split {
+	if m.hold == 0 {
 		started, err := s.startFree(ctx, m)
 		if started || err != nil {
 			return err
@@ -268,7 +269,7 @@ func (s *Service) routeToFree(ctx context.Context, m *msgCtx) error {
 			return err
 		}
 	}
-	if m.split {
+	if m.hold > 0 {
 		return s.holdForRest(ctx, m)
 	}
 	inbound.WithLabelValues("queued").Inc()
@@ -323,7 +324,7 @@ func (s *Service) startFree(ctx context.Context, m *msgCtx) (bool, error) {
 // rolled-back transaction, and holds the session's row and queue (and its
 // fenced writes) for about one Redis round trip.
 func (s *Service) beginEarly(ctx context.Context, m *msgCtx, key string) {
-	if !m.decision.Allowed || m.isCmd || m.split {
+	if !m.decision.Allowed || m.isCmd || m.hold > 0 {
 		return
 	}
 	m.turnID = redisx.NewGrant(s.now())

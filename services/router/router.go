@@ -66,13 +66,16 @@ type Config struct {
 	// SplitMessages per platform: the length in characters (UTF-16 code
 	// units, as the clients count them) from which a message is taken as
 	// one part of a longer text its client split (Telegram's splits at
-	// 4,096; the defaults are Hermes's thresholds for Telegram and
-	// Discord, whose limit is 2,000); 0 turns it off. Such a part waits
-	// SplitWait for the rest before a turn starts (split.go).
+	// 4,096; Hermes's threshold there is 4,000; Discord's limit is
+	// 2,000); 0 turns it off. Such a part waits SplitWait for the rest
+	// before a turn starts (split.go).
 	SplitMessages map[string]int `koanf:"split_messages"`
 	// SplitWait is how long a split part waits for the rest; 0 turns
 	// the wait off everywhere.
 	SplitWait time.Duration `koanf:"split_wait"`
+	// AlbumWait is how long a picture of an album (a media group) waits
+	// for the album's other pictures; 0 turns it off.
+	AlbumWait time.Duration `koanf:"album_wait"`
 	// BusyAckInterval: at most one busy acknowledgement per session per it.
 	BusyAckInterval time.Duration `koanf:"busy_ack_interval"`
 	// DedupeTTL is how long a handled inbound event id is remembered
@@ -105,8 +108,9 @@ func DefaultConfig() Config {
 		GrantTTL:             time.Hour,
 		BusyMode:             BusyInterrupt,
 		QueueCap:             32,
-		SplitMessages:        map[string]int{"telegram": 3900, "discord": 1900},
+		SplitMessages:        map[string]int{"telegram": 4000, "discord": 1900},
 		SplitWait:            2 * time.Second,
+		AlbumWait:            800 * time.Millisecond,
 		BusyAckInterval:      30 * time.Second,
 		DedupeTTL:            24 * time.Hour,
 		SweepInterval:        5 * time.Second,
@@ -154,6 +158,9 @@ func (c Config) Validate() error {
 	}
 	if c.SplitWait < 0 || c.SplitWait > time.Minute {
 		return fmt.Errorf("split_wait: %s is not between 0 and 1m", c.SplitWait)
+	}
+	if c.AlbumWait < 0 || c.AlbumWait > time.Minute {
+		return fmt.Errorf("album_wait: %s is not between 0 and 1m", c.AlbumWait)
 	}
 	if err := c.Auth.Validate(); err != nil {
 		return err
@@ -314,8 +321,8 @@ func (s *Service) sweep(ctx context.Context) error {
 			return nil
 		case <-t.C:
 		}
-		// A split part held for the rest of its text is not the sweep's.
-		s.sweepAll(ctx, s.now().Add(-max(s.cfg.SweepInterval/2, s.cfg.SplitWait+time.Second)))
+		// A part held for the rest of a message is not the sweep's.
+		s.sweepAll(ctx, s.now().Add(-max(s.cfg.SweepInterval/2, s.cfg.SplitWait+time.Second, s.cfg.AlbumWait+time.Second)))
 	}
 }
 

@@ -7,34 +7,39 @@ import (
 	"unicode/utf16"
 )
 
-// Chat clients split a text longer than their platform allows into
-// several messages sent one after another: Telegram's at 4,096
-// characters. Started at once, the first part's turn would answer half a
-// text and be interrupted by the second. As Hermes batches such parts,
-// the router holds a message about as long as its platform's limit
-// (router.split_messages), arriving at an idle session, for
-// router.split_wait: the message is queued durably and handled, and its
-// session starts when the wait ends. A part that arrives meanwhile finds
-// it waiting and starts one turn for both, unless it is a long part
-// itself, which holds the session for another wait. A message that was
-// simply long starts when the wait ends. Shorter messages are never held,
-// and neither is a message to a busy session: it waits for the running
-// turn anyway. Should the router stop during a wait, the sweep starts
-// the session.
+// A user's one message sometimes reaches the bot as several: a chat
+// client splits a text longer than its platform allows into messages
+// sent one after another (Telegram's at 4,096 characters), and Telegram
+// delivers an album as one message per picture, the caption on one of
+// them. Started at once, the first part's turn would answer half of it
+// and be interrupted by the rest. As Hermes batches such parts, the
+// router holds a part that reaches an idle session: a message about as
+// long as its platform's limit (router.split_messages) for
+// router.split_wait, an album's picture (media_group_id) for
+// router.album_wait. The message is queued durably and handled, and its
+// session starts when the wait ends. A message that arrives meanwhile
+// finds the parts waiting and starts one turn for all of them, unless it
+// is a part itself, which holds the session for another wait. A message
+// that was simply long starts when the wait ends. Other messages are
+// never held, and neither is a message to a busy session: it waits for
+// the running turn anyway. Should the router stop during a wait, the
+// sweep starts the session.
 
-// splitPart reports whether m looks like one part of a longer text its
-// client split: it is at least router.split_messages long for its
-// platform.
-func (s *Service) splitPart(m *msgCtx) bool {
+// holdFor is how long m, as one part of a message the user sent at once,
+// holds an idle session for the rest; 0 for a message that is not one.
+func (s *Service) holdFor(m *msgCtx) time.Duration {
+	if !m.decision.Allowed || m.isCmd || m.ev.GetInternal() || ownsTurn(m) {
+		return 0
+	}
+	if m.ev.GetMediaGroupId() != "" {
+		return s.cfg.AlbumWait
+	}
 	limit := s.cfg.SplitMessages[m.platform]
 	text := m.ev.GetText()
-	if limit <= 0 || s.cfg.SplitWait <= 0 || len(text) < limit {
-		return false
+	if limit <= 0 || len(text) < limit || utf16Len(text) < limit {
+		return 0
 	}
-	if !m.decision.Allowed || m.isCmd || m.ev.GetInternal() || ownsTurn(m) {
-		return false
-	}
-	return utf16Len(text) >= limit
+	return s.cfg.SplitWait
 }
 
 // utf16Len is the length of text as Telegram's and Discord's clients count
@@ -47,18 +52,18 @@ func utf16Len(text string) int {
 	return n
 }
 
-// holdForRest ends the handling of a split part queued in its free
-// session without starting a turn: the session starts router.split_wait
-// after its last split part, unless a later message started it first.
+// holdForRest ends the handling of a part queued in its free session
+// without starting a turn: the session starts m.hold after its last part,
+// unless a later message started it first.
 func (s *Service) holdForRest(ctx context.Context, m *msgCtx) error {
 	inbound.WithLabelValues("held").Inc()
-	s.log.DebugContext(ctx, "message held for the rest of a split text", "session_key", m.key, "event", m.dedupeID, "wait", s.cfg.SplitWait)
-	s.holds.hold(m.key, s.cfg.SplitWait)
+	s.log.DebugContext(ctx, "message held for the rest of what the user sent", "session_key", m.key, "event", m.dedupeID, "wait", m.hold)
+	s.holds.hold(m.key, m.hold)
 	return nil
 }
 
-// holds are the sessions whose split parts wait for the rest of their
-// text, each with the timer that ends the wait.
+// holds are the sessions whose parts wait for the rest, each with the
+// timer that ends the wait.
 type holds struct {
 	mu     sync.Mutex
 	timers map[string]*time.Timer
@@ -105,7 +110,7 @@ func (s *Service) startHeld(ctx context.Context) error {
 			return nil
 		case key := <-s.holds.due:
 			if _, err := s.tryStart(ctx, key); err != nil && ctx.Err() == nil {
-				s.log.Warn("start a session held for a split text; the sweep will", "session_key", key, "err", err)
+				s.log.Warn("start a session held for the rest of a message; the sweep will", "session_key", key, "err", err)
 			}
 		}
 	}

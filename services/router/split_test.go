@@ -8,24 +8,30 @@ import (
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 )
 
-func TestSplitTextIsOneTurn(t *testing.T) {
+func TestPartsOfOneMessageAreOneTurn(t *testing.T) {
 	t.Parallel()
-	part := func(c string) string { return strings.Repeat(c, 3950) }
+	part := func(c string) string { return strings.Repeat(c, 4050) }
+	// album: the pictures of one album (a media group) as Telegram sends
+	// them, the caption on the first.
+	const album = "album:"
 	tests := []struct {
 		name     string
 		platform string
-		split    int // router.split_messages for the platform
-		texts    []string
-		want     [][]string // each turn's inputs
+		split    int           // router.split_messages for the platform
+		albums   time.Duration // router.album_wait
+		texts    []string      // album: marks a picture of an album
+		want     [][]string    // each turn's inputs
 	}{
-		{"two parts", "telegram", 3900, []string{part("a"), "end"}, [][]string{{part("a"), "end"}}},
-		{"three parts", "telegram", 3900, []string{part("a"), part("b"), "end"}, [][]string{{part("a"), part("b"), "end"}}},
-		{"a long message alone starts after the wait", "telegram", 3900, []string{part("a")}, [][]string{{part("a")}}},
-		{"short messages are not held", "telegram", 3900, []string{"one", "two"}, [][]string{{"one"}, {"two"}}},
-		// 1,975 emoji: 3,950 UTF-16 code units, as the client counts them.
-		{"emoji count twice", "telegram", 3900, []string{strings.Repeat("😀", 1975), "end"}, [][]string{{strings.Repeat("😀", 1975), "end"}}},
-		{"a platform without splitting", "slack", 0, []string{part("a"), "end"}, [][]string{{part("a")}, {"end"}}},
-		{"turned off", "telegram", 0, []string{part("a"), "end"}, [][]string{{part("a")}, {"end"}}},
+		{"two parts", "telegram", 4000, time.Second, []string{part("a"), "end"}, [][]string{{part("a"), "end"}}},
+		{"three parts", "telegram", 4000, time.Second, []string{part("a"), part("b"), "end"}, [][]string{{part("a"), part("b"), "end"}}},
+		{"a long message alone starts after the wait", "telegram", 4000, time.Second, []string{part("a")}, [][]string{{part("a")}}},
+		{"short messages are not held", "telegram", 4000, time.Second, []string{"one", "two"}, [][]string{{"one"}, {"two"}}},
+		// 2,025 emoji: 4,050 UTF-16 code units, as the client counts them.
+		{"emoji count twice", "telegram", 4000, time.Second, []string{strings.Repeat("😀", 2025), "end"}, [][]string{{strings.Repeat("😀", 2025), "end"}}},
+		{"a platform without splitting", "slack", 0, time.Second, []string{part("a"), "end"}, [][]string{{part("a")}, {"end"}}},
+		{"turned off", "telegram", 0, time.Second, []string{part("a"), "end"}, [][]string{{part("a")}, {"end"}}},
+		{"an album", "telegram", 4000, time.Second, []string{album + "look at these", album, album}, [][]string{{"look at these", "", ""}}},
+		{"albums off", "telegram", 4000, 0, []string{album + "look", album}, [][]string{{"look"}, {""}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -33,12 +39,16 @@ func TestSplitTextIsOneTurn(t *testing.T) {
 			e := newEnv(t)
 			cfg := testConfig()
 			cfg.SplitMessages = map[string]int{tt.platform: tt.split}
-			cfg.SplitWait = time.Second
+			cfg.SplitWait, cfg.AlbumWait = time.Second, tt.albums
 			e.startRouter(cfg, nil, nil)
 			w := e.startWorker(nil)
 			for _, text := range tt.texts {
-				ev := dm("alice", text)
+				ev := dm("alice", strings.TrimPrefix(text, album))
 				ev.Source.Platform = tt.platform
+				if strings.HasPrefix(text, album) {
+					ev.MediaGroupId = "g1"
+					ev.Attachments = []*eventsv1.Attachment{{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, PlatformFileId: "p"}}
+				}
 				e.publish(ev)
 			}
 			waitFor(t, "every turn", func() bool { turns, _ := w.snapshot(); return len(turns) >= len(tt.want) })
@@ -98,7 +108,7 @@ func abbreviated(turns [][]string) [][]string {
 	return out
 }
 
-// TestHeldPartOutlivesItsRouter: a split part's router stops before the
+// TestHeldPartOutlivesItsRouter: a held part's router stops before the
 // wait ends (its timer never fires here); the sweep of another router
 // starts the waiting message.
 func TestHeldPartOutlivesItsRouter(t *testing.T) {
@@ -108,7 +118,7 @@ func TestHeldPartOutlivesItsRouter(t *testing.T) {
 	held.SplitWait = time.Minute
 	e.startRouter(held, nil, nil)
 	w := e.startWorker(nil)
-	e.publish(dm("alice", strings.Repeat("a", 3950)))
+	e.publish(dm("alice", strings.Repeat("a", 4050)))
 	key := "agent:main:telegram:dm:chat-alice"
 	waitFor(t, "the part waits in its session", func() bool {
 		var n int

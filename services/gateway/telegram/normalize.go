@@ -125,8 +125,9 @@ func normalize(u *models.Update, me identity, g gating) (outcome, error) {
 	ev := &eventsv1.MessageReceived{
 		EventId:     strconv.FormatInt(u.ID, 10),
 		MessageId:   strconv.Itoa(msg.ID),
-		Source:      src,
-		Attachments: attachments(msg),
+		Source:       src,
+		Attachments:  attachments(msg),
+		MediaGroupId: msg.MediaGroupID,
 	}
 	if msg.Date > 0 {
 		ev.SentAt = timestamppb.New(timeUnix(int64(msg.Date)))

@@ -97,6 +97,12 @@ func kindCases() []kindCase {
 			ev(dm, "look", func(e *eventsv1.MessageReceived) {
 				e.Attachments = []*eventsv1.Attachment{{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, PlatformFileId: "large", MimeType: "image/jpeg", SizeBytes: 90000, Caption: "look"}}
 			})},
+		{"album_photo", obj{"message": msg(obj{"from": alice, "chat": dmChat, "media_group_id": "13745",
+			"photo": []obj{{"file_id": "p2", "file_unique_id": "p", "width": 1280, "height": 960, "file_size": 80000}}})},
+			ev(dm, "", func(e *eventsv1.MessageReceived) {
+				e.MediaGroupId = "13745"
+				e.Attachments = []*eventsv1.Attachment{{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, PlatformFileId: "p2", MimeType: "image/jpeg", SizeBytes: 80000}}
+			})},
 		{"document", obj{"message": msg(obj{"from": alice, "chat": dmChat,
 			"document": obj{"file_id": "doc1", "file_unique_id": "d", "file_name": "report.pdf", "mime_type": "application/pdf", "file_size": 1234}})},
 			ev(dm, "", func(e *eventsv1.MessageReceived) {

@@ -710,8 +710,12 @@ type MessageReceived struct {
 	// performs in the turn instead of sending it to the model, in
 	// canonical form: "retry", or "undo" or "undo <n>".
 	TranscriptCommand string `protobuf:"bytes,16,opt,name=transcript_command,json=transcriptCommand,proto3" json:"transcript_command,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Messages the user sent together as one album (Telegram's
+	// media_group_id, one message per picture, the caption on one of them)
+	// share it: the router answers them in one turn.
+	MediaGroupId  string `protobuf:"bytes,17,opt,name=media_group_id,json=mediaGroupId,proto3" json:"media_group_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *MessageReceived) Reset() {
@@ -856,6 +860,13 @@ func (x *MessageReceived) GetTranscriptCommand() string {
 	return ""
 }
 
+func (x *MessageReceived) GetMediaGroupId() string {
+	if x != nil {
+		return x.MediaGroupId
+	}
+	return ""
+}
+
 // ReplyRoute redirects a turn's reply away from the chat it came from.
 type ReplyRoute struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
@@ -992,7 +1003,7 @@ const file_switchboard_events_v1_events_proto_rawDesc = "" +
 	"\bfrom_bot\x18\x04 \x01(\bR\afromBot\">\n" +
 	"\x0eContextMessage\x12\x12\n" +
 	"\x04role\x18\x01 \x01(\tR\x04role\x12\x18\n" +
-	"\acontent\x18\x02 \x01(\tR\acontent\"\x83\x06\n" +
+	"\acontent\x18\x02 \x01(\tR\acontent\"\xa9\x06\n" +
 	"\x0fMessageReceived\x12\x19\n" +
 	"\bevent_id\x18\x01 \x01(\tR\aeventId\x12\x1d\n" +
 	"\n" +
@@ -1014,7 +1025,8 @@ const file_switchboard_events_v1_events_proto_rawDesc = "" +
 	"replyRoute\x12\x1f\n" +
 	"\vanswer_only\x18\x0f \x01(\bR\n" +
 	"answerOnly\x12-\n" +
-	"\x12transcript_command\x18\x10 \x01(\tR\x11transcriptCommand\"\x9b\x01\n" +
+	"\x12transcript_command\x18\x10 \x01(\tR\x11transcriptCommand\x12$\n" +
+	"\x0emedia_group_id\x18\x11 \x01(\tR\fmediaGroupId\"\x9b\x01\n" +
 	"\n" +
 	"ReplyRoute\x12\x1a\n" +
 	"\bplatform\x18\x01 \x01(\tR\bplatform\x12\x18\n" +
