@@ -174,6 +174,9 @@ func (r *turnRun) runLoop(ctx context.Context) (store.Final, error) {
 	if err != nil {
 		return store.Final{}, err
 	}
+	if extra := clientSystem(r.req); extra != "" {
+		system += "\n\n" + extra
+	}
 	if r.attempt == 1 || len(ls.turn) <= len(r.req.GetInputs()) {
 		if err := r.publish(ctx, &repliesv1.ReplyEvent{Body: &repliesv1.ReplyEvent_Typing{Typing: &repliesv1.Typing{Active: true}}}); err != nil {
 			return store.Final{}, err

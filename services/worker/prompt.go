@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
+	"github.com/switchboard-chat/switchboard/pkg/llm"
 	"github.com/switchboard-chat/switchboard/services/worker/internal/store"
 )
 
@@ -87,6 +89,24 @@ func (r *turnRun) systemPrompt(ctx context.Context, b Backend, model string) (st
 	r.prompt = &store.Prompt{Signature: sig, Text: prompt}
 	r.log.Info("system prompt rendered", "signature", sig[:12], "replaced", ok)
 	return prompt, nil
+}
+
+// clientSystem is what an API client sent as system messages with the
+// turn's inputs: a chat completion's system or developer messages, the
+// Responses API's instructions. As Hermes's API server gives them to the
+// agent as its ephemeral system prompt, they follow the stored prompt in
+// this turn's model calls and are never stored: each request sends its
+// own, and the stored prompt stays byte-identical for the prompt cache.
+func clientSystem(req *turnsv1.TurnRequested) string {
+	var parts []string
+	for _, in := range req.GetInputs() {
+		for _, c := range in.GetContext() {
+			if text := strings.TrimSpace(c.GetContent()); c.GetRole() == llm.RoleSystem && text != "" {
+				parts = append(parts, text)
+			}
+		}
+	}
+	return strings.Join(parts, "\n\n")
 }
 
 func (r *turnRun) renderPrompt() string {

@@ -630,6 +630,44 @@ func TestPromptByteIdenticalAcrossWorkers(t *testing.T) {
 	}
 }
 
+// An API client's system messages join the system prompt of its own
+// turn's model calls, after the stored prompt, which they leave alone.
+func TestClientSystemMessagesJoinTheTurnsPrompt(t *testing.T) {
+	t.Parallel()
+	for _, provider := range []string{"openai", "anthropic"} {
+		t.Run(provider, func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t)
+			h.setGeneration("s1", 1)
+			backend := h.openAI()
+			if provider == "anthropic" {
+				backend = h.anthropic()
+			}
+			w := h.startWorker("w1", func(c *worker.Config, d *worker.Deps) { d.LLM = backend })
+			defer w.stop(t)
+			req := h.requestTurn("s1", "bonjour", turnOpts{context: []*eventsv1.ContextMessage{
+				{Role: "system", Content: "Answer in French."}, {Role: "user", Content: "earlier"},
+				{Role: "assistant", Content: "earlier answer"}, {Role: "system", Content: " Be brief. "}}})
+			h.waitCompleted(req.TurnId)
+			req = h.requestTurn("s1", "again", turnOpts{})
+			h.waitCompleted(req.TurnId)
+			reqs := h.fake.Requests()
+			if len(reqs) != 2 {
+				t.Fatalf("%d model requests", len(reqs))
+			}
+			stored, with := reqs[1].System, reqs[0].System
+			if want := stored + "\n\nAnswer in French.\n\nBe brief."; with != want {
+				t.Fatalf("the first turn's system prompt\n%q\nwant the stored one and the client's\n%q", with, want)
+			}
+			for _, m := range reqs[1].Messages {
+				if strings.Contains(m.Content, "French") {
+					t.Fatalf("the client's system message was stored in the conversation: %+v", m)
+				}
+			}
+		})
+	}
+}
+
 func TestLLMErrorClassesEndTheTurnWithAClearMessage(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)

@@ -70,6 +70,15 @@ func (f *apiFake) Deliver(t *testing.T, ctx context.Context, kind string) *event
 	switch kind {
 	case "session":
 		session = fmt.Sprintf("conv-%d", n)
+		// The server keeps the conversation, so what the client resends of
+		// it is dropped; its system message is the request's own.
+		msgs = []map[string]any{
+			{"role": "system", "content": "be brief"},
+			{"role": "user", "content": "earlier"},
+			{"role": "assistant", "content": "earlier answer"},
+			{"role": "user", "content": text},
+		}
+		want.Context = []*eventsv1.ContextMessage{{Role: "system", Content: "be brief"}}
 	case "parts":
 		msgs = []map[string]any{{"role": "user", "content": []map[string]any{
 			{"type": "text", "text": text},

@@ -20,6 +20,7 @@ import (
 
 	"golang.org/x/time/rate"
 
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/loopback"
 	"github.com/switchboard-chat/switchboard/services/gateway/api/internal/openai"
 )
@@ -219,8 +220,9 @@ func (s *Service) chatCompletions(w http.ResponseWriter, r *http.Request) {
 	in := req.Input
 	if session != "" {
 		// The server keeps the conversation: what the client sends along
-		// is in it already.
-		in.Context = nil
+		// is in it already, but for its system messages, which are the
+		// request's own (the worker adds them to this turn's prompt).
+		in.Context = systemOnly(in.Context)
 	}
 	t, ok := s.prepare(w, r, message{input: in, session: session, user: req.User, stream: req.Stream, param: "messages", received: received})
 	if !ok {
@@ -333,4 +335,15 @@ func (k *keyLimiter) allow(key string) (bool, time.Duration) {
 		return false, d
 	}
 	return true, 0
+}
+
+// systemOnly is the system messages of ctx.
+func systemOnly(ctx []*eventsv1.ContextMessage) []*eventsv1.ContextMessage {
+	var out []*eventsv1.ContextMessage
+	for _, c := range ctx {
+		if c.GetRole() == "system" {
+			out = append(out, c)
+		}
+	}
+	return out
 }
