@@ -159,27 +159,39 @@ var ErrTooLarge = errors.New("attachment too large")
 var ErrNotFound = errors.New("attachment not found")
 
 // Store reads and writes the object store. Gateways create the bucket
-// (Keep); workers only open it (Get), so that one process's settings
-// decide its bounds.
+// (New, then Keep or Stat); workers only open it (Open), so that one
+// process's settings decide its bounds.
 type Store struct {
 	js   jetstream.JetStream
 	topo bus.Topology
 	cfg  Config
+	// opens: the bucket is never created or changed (Open).
+	opens bool
 
 	mu  sync.Mutex
 	obs jetstream.ObjectStore
 }
 
-// New returns a Store over js; nothing is opened until first use.
+// New returns a Store over js that creates the bucket with cfg's bounds,
+// or brings an existing one to them; nothing is opened until first use.
 func New(js jetstream.JetStream, topo bus.Topology, cfg Config) *Store {
 	return &Store{js: js, topo: topo, cfg: cfg.withDefaults()}
+}
+
+// Open returns a Store over the bucket the gateways create: it never
+// creates it or changes its bounds (its Keep returns ErrNotFound until a
+// gateway created it). cfg bounds only what this Store reads and keeps.
+func Open(js jetstream.JetStream, topo bus.Topology, cfg Config) *Store {
+	s := New(js, topo, cfg)
+	s.opens = true
+	return s
 }
 
 // Config is the store's configuration with its defaults.
 func (s *Store) Config() Config { return s.cfg }
 
 // bucket opens the object store, creating or updating it when create is
-// set. It is kept once opened.
+// set and the Store does not only open it. It is kept once opened.
 func (s *Store) bucket(ctx context.Context, create bool) (jetstream.ObjectStore, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -190,7 +202,7 @@ func (s *Store) bucket(ctx context.Context, create bool) (jetstream.ObjectStore,
 		obs jetstream.ObjectStore
 		err error
 	)
-	if create {
+	if create && !s.opens {
 		limit := s.cfg.StoreBytes
 		if s.topo.Storage == jetstream.MemoryStorage {
 			limit = min(limit, memoryStoreBytes)

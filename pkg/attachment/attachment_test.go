@@ -65,6 +65,43 @@ func TestStore(t *testing.T) {
 	}
 }
 
+// A worker's Open keeps its own objects (derived copies) in the bucket a
+// gateway created, without creating the bucket or changing its bounds.
+func TestOpenNeverChangesTheBucket(t *testing.T) {
+	t.Parallel()
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	worker := attachment.Open(b.JetStream(), b.Topology(), attachment.Config{})
+	if _, err := worker.Keep(ctx, "a.fit", "image/jpeg", bytes.NewReader([]byte("jpeg"))); !errors.Is(err, attachment.ErrNotFound) {
+		t.Fatalf("keep before a gateway created the store: %v", err)
+	}
+	if _, _, ok := worker.Stat(ctx, "a.fit"); ok {
+		t.Fatal("stat before the store exists")
+	}
+	gateway := attachment.New(b.JetStream(), b.Topology(), attachment.Config{TTL: time.Hour})
+	if _, err := gateway.Keep(ctx, "a", "image/png", bytes.NewReader([]byte("png"))); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := worker.Keep(ctx, "a.fit", "image/jpeg", bytes.NewReader([]byte("jpeg"))); err != nil {
+		t.Fatalf("keep: %v", err)
+	}
+	if data, mime, err := gateway.Get(ctx, "a.fit", 0); err != nil || string(data) != "jpeg" || mime != "image/jpeg" {
+		t.Fatalf("get: %q %q %v", data, mime, err)
+	}
+	obs, err := b.JetStream().ObjectStore(ctx, b.Topology().Stream(attachment.Bucket))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := obs.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.TTL() != time.Hour {
+		t.Fatalf("the gateway's TTL became %v", st.TTL())
+	}
+}
+
 func TestWanted(t *testing.T) {
 	t.Parallel()
 	tests := []struct {

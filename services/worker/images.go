@@ -1,12 +1,18 @@
 package worker
 
 import (
+	"bytes"
+	"cmp"
 	"context"
+	"errors"
+	"fmt"
+	"io"
 	"strings"
 
 	"github.com/switchboard-chat/switchboard/pkg/attachment"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/llm"
+	"github.com/switchboard-chat/switchboard/pkg/picture"
 )
 
 // maxPictures bounds the pictures of one message shown to the model (each
@@ -14,10 +20,17 @@ import (
 // turn).
 const maxPictures = 8
 
-// mediaSource reads the attachments the gateways kept (attachment.Store).
+// fitsAtOnce bounds the pictures one worker process scales down at once:
+// scaling a 12-megapixel photo holds about 30 MB and a core for a second,
+// a 50-megapixel one up to a few hundred MB (picture.DefaultMaxPixels).
+const fitsAtOnce = 1
+
+// mediaSource reads the attachments the gateways kept, and keeps the
+// pictures scaled down for the model next to them (attachment.Store).
 type mediaSource interface {
 	Get(ctx context.Context, ref string, limit int64) ([]byte, string, error)
 	Head(ctx context.Context, ref string, n int64) ([]byte, int64, string, error)
+	Keep(ctx context.Context, name, mime string, r io.Reader) (int64, error)
 }
 
 // attachImages gives the turn's input messages their pictures, read again
@@ -69,24 +82,10 @@ func (r *turnRun) loadImages(ctx context.Context, in *eventsv1.MessageReceived) 
 			r.log.Warn("more pictures than the model is shown; the rest are only named", "max", maxPictures)
 			break
 		}
-		if ref := a.GetBytesRef(); ref != "" {
-			data, mime, err := r.s.media.Get(ctx, ref, r.s.cfg.Agent.MaxImageBytes)
-			if err != nil {
-				r.log.Warn("picture not shown to the model", "ref", ref, "err", err)
-				continue
+		if a.GetBytesRef() != "" {
+			if img, err := r.picture(ctx, a); err == nil {
+				out = append(out, img)
 			}
-			if a.GetMimeType() != "" {
-				mime = a.GetMimeType()
-			}
-			mime, _, _ = strings.Cut(strings.ToLower(strings.TrimSpace(mime)), ";")
-			if mime == "image/jpg" {
-				mime = "image/jpeg"
-			}
-			if !attachment.IsImageType(mime) {
-				r.log.Warn("picture not shown to the model: a format the providers do not take", "ref", ref, "mime", mime)
-				continue
-			}
-			out = append(out, llm.Image{MIME: mime, Data: data})
 			continue
 		}
 		u := a.GetUrl()
@@ -95,6 +94,140 @@ func (r *turnRun) loadImages(ctx context.Context, in *eventsv1.MessageReceived) 
 		}
 	}
 	return out
+}
+
+// preparePictures readies in's pictures for the model as the turn begins,
+// before its text is written: one that cannot be shown (too large to
+// read, too many pixels, unreadable) is marked unavailable, so that the
+// text names it with why. An external agent is shown none.
+func (r *turnRun) preparePictures(ctx context.Context, in *eventsv1.MessageReceived) {
+	if r.s.cfg.Agent.Images == ImagesOff || r.s.agent != nil {
+		return
+	}
+	n := 0
+	for _, a := range in.GetAttachments() {
+		if !attachment.Wanted(a) || !isPicture(a) || a.GetUnavailable() != "" || a.GetBytesRef() == "" {
+			continue
+		}
+		if n++; n > maxPictures {
+			return
+		}
+		if _, err := r.picture(ctx, a); err != nil {
+			a.Unavailable = unshownReason(err, r.s.cfg.Agent)
+		}
+	}
+}
+
+// shownPicture is a picture as the model is shown it, or why it is not.
+type shownPicture struct {
+	img llm.Image
+	err error
+}
+
+// errPictureFormat: a picture in a format the providers do not take.
+var errPictureFormat = errors.New("a picture format the model providers do not take")
+
+// picture reads a kept picture for the model, once an attempt: as it is
+// when it is within agent.max_image_bytes and agent.max_image_edge, else
+// scaled down (fit). The scaled-down copy is kept next to the picture,
+// where the turn's later attempts find it.
+func (r *turnRun) picture(ctx context.Context, a *eventsv1.Attachment) (llm.Image, error) {
+	ref := a.GetBytesRef()
+	if p, ok := r.pictures[ref]; ok {
+		return p.img, p.err
+	}
+	img, err := r.readPicture(ctx, a)
+	if err != nil {
+		r.log.Warn("picture not shown to the model", "ref", ref, "err", err)
+	}
+	if r.pictures == nil {
+		r.pictures = map[string]shownPicture{}
+	}
+	r.pictures[ref] = shownPicture{img: img, err: err}
+	return img, err
+}
+
+// readPicture is picture, read: a copy an earlier attempt kept, or the
+// picture as the gateway kept it, fitted.
+func (r *turnRun) readPicture(ctx context.Context, a *eventsv1.Attachment) (llm.Image, error) {
+	cfg := r.s.cfg.Agent
+	lim := picture.Limits{MaxBytes: cfg.MaxImageBytes, MaxEdge: cfg.MaxImageEdge, MaxPixels: picture.DefaultMaxPixels}
+	ref := a.GetBytesRef()
+	fitted := fittedName(ref, lim)
+	if data, mime, err := r.s.media.Get(ctx, fitted, lim.MaxBytes); err == nil {
+		return llm.Image{MIME: mime, Data: data}, nil
+	}
+	data, mime, err := r.s.media.Get(ctx, ref, cfg.MaxImageSourceBytes)
+	if err != nil {
+		return llm.Image{}, err
+	}
+	h, err := picture.ReadHeader(data)
+	switch {
+	case err == nil && lim.Fits(h, len(data)):
+		return llm.Image{MIME: h.MIME, Data: data}, nil // the bytes' own type, whatever the platform said
+	case err != nil && int64(len(data)) <= lim.MaxBytes:
+		// Bytes this worker cannot read, small enough to send: the
+		// provider decides, as before pictures were scaled (a model that
+		// refuses them answers from the text).
+		mime = cmp.Or(a.GetMimeType(), mime)
+		mime, _, _ = strings.Cut(strings.ToLower(strings.TrimSpace(mime)), ";")
+		if mime == "image/jpg" {
+			mime = "image/jpeg"
+		}
+		if !attachment.IsImageType(mime) {
+			return llm.Image{}, fmt.Errorf("%w: %s", errPictureFormat, mime)
+		}
+		return llm.Image{MIME: mime, Data: data}, nil
+	case err != nil:
+		return llm.Image{}, err
+	}
+	out, mime, err := r.s.fit(ctx, data, lim)
+	if err != nil {
+		return llm.Image{}, err
+	}
+	r.log.Info("picture scaled down for the model", "ref", ref, "from_bytes", len(data), "bytes", len(out),
+		"from_width", h.Width, "from_height", h.Height)
+	if _, err := r.s.media.Keep(ctx, fitted, mime, bytes.NewReader(out)); err != nil {
+		r.log.Warn("scaled-down picture not kept; a later attempt scales it again", "ref", ref, "err", err)
+	}
+	return llm.Image{MIME: mime, Data: out}, nil
+}
+
+// fittedName is where a picture scaled down to lim is kept, next to the
+// original: other limits (a changed configuration) make another copy.
+func fittedName(ref string, lim picture.Limits) string {
+	return fmt.Sprintf("%s.fit-%d-%d", ref, lim.MaxEdge, lim.MaxBytes)
+}
+
+// fit scales a picture down (picture.Fit), one at a time in this process
+// (fitsAtOnce), waiting its turn while ctx allows.
+func (s *Service) fit(ctx context.Context, data []byte, lim picture.Limits) ([]byte, string, error) {
+	select {
+	case s.fitting <- struct{}{}:
+	case <-ctx.Done():
+		return nil, "", context.Cause(ctx)
+	}
+	defer func() { <-s.fitting }()
+	return picture.Fit(data, lim)
+}
+
+// unshownReason is why a picture is not shown, as the model reads it
+// after its name; empty when the reason may not last (the store did not
+// answer), or the picture expired.
+func unshownReason(err error, cfg AgentConfig) string {
+	switch {
+	case errors.Is(err, attachment.ErrTooLarge):
+		return fmt.Sprintf("it is too large to be read (over %s)", attachment.Size(cfg.MaxImageSourceBytes))
+	case errors.Is(err, picture.ErrTooManyPixels):
+		return fmt.Sprintf("it has too many pixels to be read (over %d megapixels)", picture.DefaultMaxPixels/1_000_000)
+	case errors.Is(err, picture.ErrTooLarge):
+		return "it could not be made small enough to be shown"
+	case errors.Is(err, picture.ErrUnreadable):
+		return "it could not be read as a picture"
+	case errors.Is(err, errPictureFormat):
+		return "its format cannot be shown to the model"
+	}
+	return ""
 }
 
 // dropImages takes the pictures out of the turn, for a model that refuses

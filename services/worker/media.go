@@ -138,8 +138,10 @@ type Transcriber interface {
 // each attachment. A voice message's line says what it said (Hermes's
 // words), a text document's carries its content; both are read once, as
 // the turn begins, and stored with the message, so later turns see them
-// too. Pictures are named here and shown to the model by attachImages.
+// too. Pictures are named here, with why one cannot be shown, and shown
+// to the model by attachImages.
 func (r *turnRun) inputText(ctx context.Context, in *eventsv1.MessageReceived) string {
+	r.preparePictures(ctx, in)
 	var b strings.Builder
 	if rt := in.GetReplyTo(); rt != nil && rt.GetText() != "" {
 		fmt.Fprintf(&b, "[Replying to: %q]\n", truncate(rt.GetText(), 500))

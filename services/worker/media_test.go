@@ -23,8 +23,10 @@ import (
 
 // The pictures a gateway kept reach the model with the user's message, in
 // every model call of the turn; a picture that is unavailable, too large
-// for the model, or refused by a model without vision is only named, and
-// the turn is answered all the same.
+// for the model and unreadable (TestOversizedPicturesAreScaledDown), or
+// refused by a model without vision is only named, and the turn is
+// answered all the same. Bytes the worker cannot read, within the model's
+// limit, are sent as they are: the provider decides.
 func TestPicturesReachTheModel(t *testing.T) {
 	t.Parallel()
 	png := append([]byte("\x89PNG\r\n\x1a\n"), bytes.Repeat([]byte{7}, 300)...)
@@ -54,8 +56,8 @@ func TestPicturesReachTheModel(t *testing.T) {
 			want: "echo: what is this?\n[Attachment: image cat.png]", calls: 1}, // the refused one
 		{name: "images off", mod: func(c *worker.Config, _ *worker.Deps) { c.Agent.Images = worker.ImagesOff },
 			text: "what is this?", attach: image("pic"), want: "echo: what is this?\n[Attachment: image cat.png]"},
-		{name: "over the model's limit", mod: func(c *worker.Config, _ *worker.Deps) { c.Agent.MaxImageBytes = 100 },
-			text: "what is this?", attach: image("pic"), want: "echo: what is this?\n[Attachment: image cat.png]"},
+		{name: "over the model's limit, unreadable", mod: func(c *worker.Config, _ *worker.Deps) { c.Agent.MaxImageBytes = 100 },
+			text: "what is this?", attach: image("pic"), want: "echo: what is this?\n[Attachment: image cat.png (unavailable: it could not be read as a picture)]"},
 		{name: "expired", text: "what is this?", attach: image("gone"), want: "echo: what is this?\n[Attachment: image cat.png]"},
 		{name: "not kept by the gateway", text: "what is this?",
 			attach: &eventsv1.Attachment{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, PlatformFileId: "f1",

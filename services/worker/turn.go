@@ -81,6 +81,9 @@ type turnRun struct {
 	// ahead delivers the turn's first read, started while the lock is
 	// claimed (readAhead); nil when begin must read itself.
 	ahead chan beganTurn
+	// pictures are the attempt's pictures for the model, by reference,
+	// read once (picture).
+	pictures map[string]shownPicture
 }
 
 // beganTurn is the result of the turn's first read.

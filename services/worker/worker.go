@@ -102,9 +102,18 @@ type AgentConfig struct {
 	// "off" (only named).
 	Images string `koanf:"images"`
 	// MaxImageBytes bounds one picture shown to the model (default
-	// 3.75 MiB: Anthropic takes 5 MB of base64); a larger one is only
-	// named.
+	// 3.75 MiB: Anthropic takes 5 MB of base64); a larger one is scaled
+	// down and sent as a JPEG.
 	MaxImageBytes int64 `koanf:"max_image_bytes"`
+	// MaxImageEdge bounds the longer side of a picture shown to the
+	// model, in pixels (default 2048: the providers scale larger ones
+	// down themselves, so more pixels only cost upload time); a larger
+	// one is scaled down.
+	MaxImageEdge int `koanf:"max_image_edge"`
+	// MaxImageSourceBytes bounds a picture the worker reads to scale it
+	// down (default 20 MiB, as attachments.max_bytes); a larger one is
+	// only named, with why.
+	MaxImageSourceBytes int64 `koanf:"max_image_source_bytes"`
 	// MaxDocumentBytes of a text document are read into the user's
 	// message (default 64 KiB); the rest is cut, with a note saying so.
 	MaxDocumentBytes int64 `koanf:"max_document_bytes"`
@@ -126,16 +135,18 @@ func DefaultConfig() Config {
 		DeltaInterval: 250 * time.Millisecond,
 		RedisPrefix:   "sb:",
 		Agent: AgentConfig{
-			MaxIterations:    20,
-			SystemPrompt:     "You are a helpful assistant talking to people through a chat app. Answer concisely.",
-			ApprovalTimeout:  5 * time.Minute,
-			ToolTimeout:      2 * time.Minute,
-			ContextWindow:    128000,
-			CompressAt:       0.85,
-			ProtectLast:      6,
-			Images:           ImagesNative,
-			MaxImageBytes:    15 << 18, // 3.75 MiB
-			MaxDocumentBytes: 64 << 10,
+			MaxIterations:       20,
+			SystemPrompt:        "You are a helpful assistant talking to people through a chat app. Answer concisely.",
+			ApprovalTimeout:     5 * time.Minute,
+			ToolTimeout:         2 * time.Minute,
+			ContextWindow:       128000,
+			CompressAt:          0.85,
+			ProtectLast:         6,
+			Images:              ImagesNative,
+			MaxImageBytes:       15 << 18, // 3.75 MiB
+			MaxImageEdge:        2048,
+			MaxImageSourceBytes: 20 << 20,
+			MaxDocumentBytes:    64 << 10,
 		},
 	}
 }
@@ -190,8 +201,11 @@ type Service struct {
 	byKind map[string]Backend
 	tools  *tools.Registry
 	agent  AgentClient
-	// media reads the attachments the gateways kept.
+	// media reads the attachments the gateways kept, and keeps the
+	// pictures scaled down for the model.
 	media mediaSource
+	// fitting admits one picture at a time to be scaled down (fit).
+	fitting chan struct{}
 	// stt transcribes voice messages; nil: none configured.
 	stt    Transcriber
 	now    func() time.Time
@@ -247,6 +261,13 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	if a.MaxImageBytes <= 0 {
 		a.MaxImageBytes = d.MaxImageBytes
 	}
+	if a.MaxImageEdge <= 0 {
+		a.MaxImageEdge = d.MaxImageEdge
+	}
+	if a.MaxImageSourceBytes <= 0 {
+		a.MaxImageSourceBytes = d.MaxImageSourceBytes
+	}
+	a.MaxImageSourceBytes = max(a.MaxImageSourceBytes, a.MaxImageBytes)
 	if a.MaxDocumentBytes <= 0 {
 		a.MaxDocumentBytes = d.MaxDocumentBytes
 	}
@@ -274,10 +295,11 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		byKind: deps.Providers,
 		agent:  deps.Agent,
 		now:    deps.Now,
-		media:  attachment.New(deps.Bus.JetStream(), deps.Bus.Topology(), attachment.Config{}),
+		media:  attachment.Open(deps.Bus.JetStream(), deps.Bus.Topology(), attachment.Config{}),
 		stt:    deps.Transcriber,
 	}
 	s.controls = newControls(s.log)
+	s.fitting = make(chan struct{}, fitsAtOnce)
 	if cfg.Agent.Backend != "" && s.agent == nil {
 		addr, ok := strings.CutPrefix(cfg.Agent.Backend, "grpc://")
 		if !ok {

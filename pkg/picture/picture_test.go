@@ -1,0 +1,265 @@
+package picture_test
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"hash/crc32"
+	"image"
+	"image/color"
+	"image/color/palette"
+	"image/gif"
+	"image/jpeg"
+	"image/png"
+	"math/rand/v2"
+	"os"
+	"testing"
+
+	"github.com/switchboard-chat/switchboard/pkg/picture"
+)
+
+// gradient is an opaque w×h picture that compresses well.
+func gradient(w, h int) *image.RGBA {
+	img := image.NewRGBA(image.Rect(0, 0, w, h))
+	for y := range h {
+		for x := range w {
+			img.SetRGBA(x, y, color.RGBA{uint8(x), uint8(y), uint8(x + y), 255})
+		}
+	}
+	return img
+}
+
+// noise is an opaque w×h picture that compresses badly.
+func noise(w, h int) *image.RGBA {
+	img := image.NewRGBA(image.Rect(0, 0, w, h))
+	r := rand.New(rand.NewPCG(uint64(w), uint64(h)))
+	for i := range img.Pix {
+		img.Pix[i] = uint8(r.Uint32())
+	}
+	for i := 3; i < len(img.Pix); i += 4 {
+		img.Pix[i] = 255
+	}
+	return img
+}
+
+func encodePNG(t testing.TB, img image.Image) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	if err := png.Encode(&b, img); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+func encodeJPEG(t testing.TB, img image.Image, quality int) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	if err := jpeg.Encode(&b, img, &jpeg.Options{Quality: quality}); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+func encodeGIF(t testing.TB, w, h int) []byte {
+	t.Helper()
+	img := image.NewPaletted(image.Rect(0, 0, w, h), palette.Plan9)
+	for i := range img.Pix {
+		img.Pix[i] = uint8(i / w % 256)
+	}
+	var b bytes.Buffer
+	// Two frames: the first is the one shown.
+	if err := gif.EncodeAll(&b, &gif.GIF{Image: []*image.Paletted{img, img}, Delay: []int{10, 10}}); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+// transparent is a w×h picture whose left half is fully transparent and
+// right half opaque red.
+func transparent(w, h int) *image.NRGBA {
+	img := image.NewNRGBA(image.Rect(0, 0, w, h))
+	for y := range h {
+		for x := w / 2; x < w; x++ {
+			img.SetNRGBA(x, y, color.NRGBA{R: 255, A: 255})
+		}
+	}
+	return img
+}
+
+// bombPNG is the first bytes of a PNG that claims w×h pixels: its header
+// is valid, the pixels never come.
+func bombPNG(w, h uint32) []byte {
+	ihdr := make([]byte, 4+13)
+	copy(ihdr, "IHDR")
+	binary.BigEndian.PutUint32(ihdr[4:], w)
+	binary.BigEndian.PutUint32(ihdr[8:], h)
+	ihdr[12], ihdr[13] = 8, 6 // 8-bit RGBA
+	b := []byte("\x89PNG\r\n\x1a\n\x00\x00\x00\x0d")
+	b = append(b, ihdr...)
+	return binary.BigEndian.AppendUint32(b, crc32.ChecksumIEEE(ihdr))
+}
+
+func readFile(t testing.TB, name string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestFit(t *testing.T) {
+	t.Parallel()
+	lim := picture.Limits{MaxBytes: 200 << 10, MaxEdge: 512, MaxPixels: 4_000_000}
+	smallPNG := encodePNG(t, gradient(300, 200))
+	smallJPEG := encodeJPEG(t, gradient(300, 200), 90)
+	webp := readFile(t, "testdata/blue.lossy.webp")
+	tests := []struct {
+		name      string
+		data      []byte
+		lim       picture.Limits
+		unchanged bool   // the input itself comes back
+		mime      string // of the result
+		w, h      int    // of the result
+		white     bool   // its top left pixel is white (flattened transparency)
+		err       error
+	}{
+		{name: "small PNG", data: smallPNG, unchanged: true, mime: "image/png", w: 300, h: 200},
+		{name: "small JPEG", data: smallJPEG, unchanged: true, mime: "image/jpeg", w: 300, h: 200},
+		{name: "at the limits", data: smallPNG, lim: picture.Limits{MaxBytes: int64(len(smallPNG)), MaxEdge: 300, MaxPixels: 1},
+			unchanged: true, mime: "image/png", w: 300, h: 200},
+		{name: "small WebP", data: webp, unchanged: true, mime: "image/webp", w: 150, h: 100},
+		{name: "small GIF", data: encodeGIF(t, 40, 30), unchanged: true, mime: "image/gif", w: 40, h: 30},
+		{name: "wide PNG to the edge", data: encodePNG(t, gradient(2000, 600)), mime: "image/jpeg", w: 512, h: 154},
+		{name: "tall PNG to the edge", data: encodePNG(t, gradient(700, 1400)), mime: "image/jpeg", w: 256, h: 512},
+		{name: "noise JPEG over the bytes", data: encodeJPEG(t, noise(500, 500), 100), mime: "image/jpeg"},
+		{name: "noise PNG over both", data: encodePNG(t, noise(800, 600)), mime: "image/jpeg"},
+		{name: "PNG with transparency", data: encodePNG(t, transparent(1024, 512)), mime: "image/jpeg", w: 512, h: 256, white: true},
+		{name: "GIF, first frame", data: encodeGIF(t, 1000, 600), mime: "image/jpeg", w: 512, h: 307},
+		{name: "lossy WebP", data: webp, lim: picture.Limits{MaxBytes: 1 << 20, MaxEdge: 75, MaxPixels: 1 << 20},
+			mime: "image/jpeg", w: 75, h: 50},
+		{name: "lossless WebP with transparency", data: readFile(t, "testdata/gopher.lossless.webp"),
+			lim: picture.Limits{MaxBytes: 1 << 20, MaxEdge: 50, MaxPixels: 1 << 20}, mime: "image/jpeg", w: 38, h: 50, white: true},
+		{name: "over the edge, exactly twice", data: encodePNG(t, gradient(1024, 1024)), mime: "image/jpeg", w: 512, h: 512},
+		{name: "bomb", data: bombPNG(20000, 20000), err: picture.ErrTooManyPixels},
+		{name: "bomb within the edge", data: bombPNG(400, 400), lim: picture.Limits{MaxBytes: 10, MaxEdge: 512, MaxPixels: 100_000},
+			err: picture.ErrTooManyPixels},
+		{name: "header without pixels", data: bombPNG(600, 600), err: picture.ErrUnreadable},
+		{name: "corrupt", data: append([]byte("\x89PNG\r\n\x1a\n"), bytes.Repeat([]byte{7}, 300)...), err: picture.ErrUnreadable},
+		{name: "truncated JPEG", data: encodeJPEG(t, noise(800, 800), 90)[:100<<10], err: picture.ErrUnreadable},
+		{name: "not a picture", data: []byte("Dear Ann, this is a letter"), err: picture.ErrUnreadable},
+		{name: "BMP", data: append([]byte("BM"), make([]byte, 60)...), err: picture.ErrUnreadable},
+		{name: "empty", data: nil, err: picture.ErrUnreadable},
+		{name: "cannot be made small enough", data: encodePNG(t, noise(600, 600)),
+			lim: picture.Limits{MaxBytes: 500, MaxEdge: 512, MaxPixels: 1 << 20}, err: picture.ErrTooLarge},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			l := lim
+			if tt.lim != (picture.Limits{}) {
+				l = tt.lim
+			}
+			out, mime, err := picture.Fit(tt.data, l)
+			if tt.err != nil || err != nil {
+				if !errors.Is(err, tt.err) {
+					t.Fatalf("error %v, want %v", err, tt.err)
+				}
+				return
+			}
+			if mime != tt.mime {
+				t.Fatalf("MIME %q, want %q", mime, tt.mime)
+			}
+			if same := bytes.Equal(out, tt.data); same != tt.unchanged {
+				t.Fatalf("unchanged: %v, want %v", same, tt.unchanged)
+			}
+			if int64(len(out)) > l.MaxBytes {
+				t.Fatalf("%d bytes, over %d", len(out), l.MaxBytes)
+			}
+			img, format, err := image.Decode(bytes.NewReader(out))
+			if err != nil {
+				t.Fatalf("the result does not decode: %v", err)
+			}
+			if "image/"+format != mime {
+				t.Fatalf("the result is a %s, said %s", format, mime)
+			}
+			b := img.Bounds()
+			if max(b.Dx(), b.Dy()) > l.MaxEdge || tt.w != 0 && (b.Dx() != tt.w || b.Dy() != tt.h) {
+				t.Fatalf("%dx%d, want %dx%d within %d", b.Dx(), b.Dy(), tt.w, tt.h, l.MaxEdge)
+			}
+			if tt.white {
+				if r, g, bl, _ := img.At(b.Min.X, b.Min.Y).RGBA(); r < 0xf000 || g < 0xf000 || bl < 0xf000 {
+					t.Fatalf("transparency became %v, not white", img.At(b.Min.X, b.Min.Y))
+				}
+			}
+		})
+	}
+}
+
+func TestFitRefusesBadLimits(t *testing.T) {
+	t.Parallel()
+	if _, _, err := picture.Fit(encodePNG(t, gradient(10, 10)), picture.Limits{MaxBytes: 1 << 20, MaxEdge: 100}); err == nil {
+		t.Fatal("no MaxPixels: no error")
+	}
+}
+
+func TestReadHeader(t *testing.T) {
+	t.Parallel()
+	h, err := picture.ReadHeader(bombPNG(20000, 10000))
+	if err != nil || h != (picture.Header{MIME: "image/png", Width: 20000, Height: 10000}) {
+		t.Fatalf("header %+v, %v", h, err)
+	}
+	if _, err := picture.ReadHeader([]byte("hello")); !errors.Is(err, picture.ErrUnreadable) {
+		t.Fatalf("not a picture: %v", err)
+	}
+	lim := picture.Limits{MaxBytes: 100, MaxEdge: 50}
+	for _, tt := range []struct {
+		h    picture.Header
+		n    int
+		want bool
+	}{
+		{picture.Header{Width: 50, Height: 20}, 100, true},
+		{picture.Header{Width: 20, Height: 51}, 100, false},
+		{picture.Header{Width: 50, Height: 50}, 101, false},
+	} {
+		if got := lim.Fits(tt.h, tt.n); got != tt.want {
+			t.Errorf("Fits(%+v, %d) = %v", tt.h, tt.n, got)
+		}
+	}
+}
+
+// FuzzFit: whatever bytes a user sends, Fit returns a picture within the
+// limits, in the format it names, or one of its errors; it never panics.
+// The limits are small, so that each input decodes quickly.
+func FuzzFit(f *testing.F) {
+	f.Add(encodePNG(f, gradient(200, 8)))
+	f.Add(encodePNG(f, transparent(20, 20)))
+	f.Add(encodeJPEG(f, noise(40, 20), 95))
+	f.Add(encodeGIF(f, 150, 4))
+	f.Add(readFile(f, "testdata/blue.lossy.webp"))
+	f.Add(readFile(f, "testdata/gopher.lossless.webp"))
+	f.Add(bombPNG(1<<20, 1<<20))
+	lim := picture.Limits{MaxBytes: 4 << 10, MaxEdge: 96, MaxPixels: 1 << 16}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		out, mime, err := picture.Fit(data, lim)
+		if err != nil {
+			if !errors.Is(err, picture.ErrUnreadable) && !errors.Is(err, picture.ErrTooManyPixels) && !errors.Is(err, picture.ErrTooLarge) {
+				t.Fatalf("unexpected error: %v", err)
+			}
+			return
+		}
+		if int64(len(out)) > lim.MaxBytes {
+			t.Fatalf("%d bytes, over %d", len(out), lim.MaxBytes)
+		}
+		h, err := picture.ReadHeader(out)
+		if err != nil {
+			t.Fatalf("the result has no header: %v", err)
+		}
+		if h.MIME != mime || max(h.Width, h.Height) > lim.MaxEdge {
+			t.Fatalf("the result is %+v, said %s", h, mime)
+		}
+		if !bytes.Equal(out, data) && mime != "image/jpeg" {
+			t.Fatalf("a new picture in %s", mime)
+		}
+	})
+}
