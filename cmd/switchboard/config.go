@@ -184,6 +184,8 @@ var envAliases = map[string]string{
 	// and for its group gating.
 	"TELEGRAM_REQUIRE_MENTION":     "gateways.telegram.require_mention",
 	"TELEGRAM_FREE_RESPONSE_CHATS": "gateways.telegram.free_response_chats",
+	// and for the processing reactions.
+	"TELEGRAM_REACTIONS": "gateways.telegram.reactions",
 }
 
 // Validate checks values that would otherwise fail later and obscurely.

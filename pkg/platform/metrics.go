@@ -18,6 +18,10 @@ var (
 		Name: "switchboard_gateway_sends_total",
 		Help: "Send requests served, by platform, operation and result (ok, duplicate, or the error class).",
 	}, []string{"platform", "op", "result"})
+	reactionsTotal = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "switchboard_gateway_reactions_total",
+		Help: "Processing reactions on users' messages, by platform, operation (react, unreact; queue for dropped ones) and result (ok, canceled, dropped, or the error class).",
+	}, []string{"platform", "op", "result"})
 	sendSeconds = promauto.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "switchboard_gateway_send_seconds",
 		Help:    "Time a platform operation took.",

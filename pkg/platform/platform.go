@@ -5,7 +5,9 @@
 // rest: it publishes inbound events with their dedupe ids, serves send
 // requests from delivery with an idempotency cache shared by replicas,
 // reconnects with Hermes's backoff, elects one active replica per bot
-// identity for single-consumer platforms, and reports health and metrics.
+// identity for single-consumer platforms, marks the messages a turn
+// answers with Hermes's processing reactions (Reactor), and reports
+// health and metrics.
 package platform
 
 import (

@@ -127,6 +127,7 @@ type Runner struct {
 	receipts    jetstream.KeyValue
 	seen        jetstream.KeyValue
 	attachments *attachment.Store // nil: attachments are not kept
+	react       *reactions        // nil: the platform does not react, or reactions are off
 
 	mu      sync.Mutex
 	state   State
@@ -152,6 +153,7 @@ func NewRunner(p Platform, b *bus.Bus, opts Options) (*Runner, error) {
 	if opts.Attachments.Enabled {
 		r.attachments = attachment.New(b.JetStream(), b.Topology(), opts.Attachments)
 	}
+	r.react = newReactions(p, name, r.log)
 	return r, nil
 }
 
@@ -231,6 +233,14 @@ func (r *Runner) Run(ctx context.Context) error {
 	}
 	if err := r.openBuckets(ctx); err != nil {
 		return err
+	}
+	if r.react != nil {
+		// Stopped as Run returns: after the sends in flight, which may
+		// queue reactions, finished.
+		reactCtx, cancelReactions := context.WithCancel(context.WithoutCancel(ctx))
+		defer cancelReactions()
+		r.react.start(reactCtx)
+		defer r.react.stop(reactionTimeout, cancelReactions)
 	}
 	var inflight sync.WaitGroup
 	sem := make(chan struct{}, r.opts.SendConcurrency)
@@ -611,6 +621,7 @@ func (r *Runner) Execute(ctx context.Context, req *deliveryv1.SendRequested) *de
 	start := time.Now()
 	msgID, err := r.perform(ctx, req)
 	sendSeconds.WithLabelValues(r.name, opName).Observe(time.Since(start).Seconds())
+	r.react.observe(req, err)
 	receipt := &deliveryv1.SendReceipt{IdempotencyKey: key}
 	if err != nil {
 		class, after := classify(err)

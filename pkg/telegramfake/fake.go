@@ -8,7 +8,7 @@
 // terminates the waiting one with 409 Conflict.
 //
 // Test controls: Inject updates, read what the bot sent (Messages,
-// Actions), FailNext to answer a method with an error (429 with
+// Actions) and its reactions on users' messages (Reactions), FailNext to answer a method with an error (429 with
 // retry_after, 400, 403, 409), Drop to cut open connections, and Push to
 // deliver an update to a registered webhook. Files users send are
 // registered with AddFile (or InjectPhoto and InjectDocument, which also
@@ -26,6 +26,7 @@ import (
 	"mime"
 	"net"
 	"net/http"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -122,6 +123,7 @@ type Server struct {
 	nextFile     int
 	failDownload []APIError
 	downloads    int
+	reactions    map[string][]string // chat/message id → the bot's reaction
 }
 
 // file is one file a user sent, as getFile describes it.
@@ -145,6 +147,7 @@ func New(token, username string) (*Server, error) {
 		URL: "http://" + ln.Addr().String(), token: token, botID: id, username: username, ln: ln,
 		changed: make(chan struct{}), drop: make(chan struct{}), nextID: 100000, nextMsgID: 1,
 		fail: map[string][]APIError{}, calls: map[string]int{}, files: map[string]file{}, paths: map[string]string{},
+		reactions: map[string][]string{},
 	}
 	s.srv = &http.Server{Handler: http.HandlerFunc(s.serve), ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = s.srv.Serve(ln) }()
@@ -381,6 +384,14 @@ func (s *Server) Actions() []Action {
 	return append([]Action(nil), s.actions...)
 }
 
+// Reactions returns the bot's reactions on message messageID of chatID
+// (setMessageReaction; a bot has at most one per message).
+func (s *Server) Reactions(chatID string, messageID int) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.reactions[chatID+"/"+strconv.Itoa(messageID)]...)
+}
+
 // Webhook returns the registered webhook URL and secret token.
 func (s *Server) Webhook() (string, string) {
 	s.mu.Lock()
@@ -600,6 +611,8 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		s.edit(w, p)
 	case "deletemessage":
 		s.delete(w, p)
+	case "setmessagereaction":
+		s.setReaction(w, p)
 	case "sendchataction":
 		if p["chat_id"] == "" {
 			writeErr(w, APIError{Code: 400, Description: "Bad Request: chat_id is empty"})
@@ -791,6 +804,51 @@ func (s *Server) send(w http.ResponseWriter, method string, p params) {
 	s.notifyLocked()
 	s.mu.Unlock()
 	writeOK(w, s.wireMessage(m))
+}
+
+// reactionEmoji are the emoji a bot may react with (the Bot API's
+// ReactionTypeEmoji); any other is REACTION_INVALID.
+var reactionEmoji = strings.Fields("👍 👎 ❤ 🔥 🥰 👏 😁 🤔 🤯 😱 🤬 😢 🎉 🤩 🤮 💩 🙏 👌 🕊 🤡 🥱 🥴 😍 🐳 ❤‍🔥 🌚 🌭 💯 🤣 ⚡ 🍌 🏆 💔 🤨 😐 🍓 🍾 💋 🖕 😈 😴 😭 🤓 👻 👨‍💻 👀 🎃 🙈 😇 😨 🤝 ✍ 🤗 🫡 🎅 🎄 ☃ 💅 🤪 🗿 🆒 💘 🙉 🦄 😘 💊 🙊 😎 👾 🤷‍♂ 🤷 🤷‍♀ 😡")
+
+// setReaction replaces the bot's reactions on a message; an empty or
+// missing reaction list removes them. Bots without Premium set one.
+func (s *Server) setReaction(w http.ResponseWriter, p params) {
+	chat, id := p["chat_id"], p.int("message_id")
+	if chat == "" {
+		writeErr(w, APIError{Code: 400, Description: "Bad Request: chat_id is empty"})
+		return
+	}
+	if id <= 0 {
+		writeErr(w, APIError{Code: 400, Description: "Bad Request: MESSAGE_ID_INVALID"})
+		return
+	}
+	var list []struct {
+		Type  string `json:"type"`
+		Emoji string `json:"emoji"`
+	}
+	if raw := p["reaction"]; raw != "" {
+		if err := json.Unmarshal([]byte(raw), &list); err != nil {
+			writeErr(w, APIError{Code: 400, Description: "Bad Request: can't parse reaction types JSON object"})
+			return
+		}
+	}
+	if len(list) > 1 {
+		writeErr(w, APIError{Code: 400, Description: "Bad Request: REACTIONS_TOO_MANY"})
+		return
+	}
+	var set []string
+	for _, r := range list {
+		if r.Type != "emoji" || !slices.Contains(reactionEmoji, r.Emoji) {
+			writeErr(w, APIError{Code: 400, Description: "Bad Request: REACTION_INVALID"})
+			return
+		}
+		set = append(set, r.Emoji)
+	}
+	s.mu.Lock()
+	s.reactions[chat+"/"+strconv.Itoa(id)] = set
+	s.notifyLocked()
+	s.mu.Unlock()
+	writeOK(w, true)
 }
 
 func (s *Server) find(chat string, id int) *Message {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -36,6 +37,10 @@ type Memory struct {
 	lastByID    map[string]rawUpdate
 	ids         atomic.Int64
 	connectedCh chan struct{}
+	emoji       platform.Reactions
+	reactions   map[string][]string // chat/message → the bot's reactions
+	reactCalls  int
+	reactErr    error
 }
 
 type update struct {
@@ -56,7 +61,8 @@ type rawUpdate struct {
 // NewMemory returns a memory platform for bot identity account; single
 // makes it a single-consumer platform (leased).
 func NewMemory(account string, single bool) *Memory {
-	return &Memory{account: account, single: single, sent: map[string][]string{}, texts: map[string]string{}, lastByID: map[string]rawUpdate{}, connectedCh: make(chan struct{}, 16)}
+	return &Memory{account: account, single: single, sent: map[string][]string{}, texts: map[string]string{}, lastByID: map[string]rawUpdate{}, connectedCh: make(chan struct{}, 16),
+		reactions: map[string][]string{}}
 }
 
 func (m *Memory) Name() string         { return "memory" }
@@ -192,6 +198,73 @@ func (m *Memory) Typing(context.Context, *deliveryv1.SendRequested) error {
 	return nil
 }
 
+// SetReactions turns reactions on with these emoji (before the runner
+// starts; platform.Reactor).
+func (m *Memory) SetReactions(e platform.Reactions) {
+	m.mu.Lock()
+	m.emoji = e
+	m.mu.Unlock()
+}
+
+// FailReactions makes every React and Unreact fail with err (nil: succeed
+// again).
+func (m *Memory) FailReactions(err error) {
+	m.mu.Lock()
+	m.reactErr = err
+	m.mu.Unlock()
+}
+
+// Reactions is platform.Reactor: what SetReactions set.
+func (m *Memory) Reactions() platform.Reactions {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.emoji
+}
+
+// React adds emoji to the bot's reactions on the message; with
+// Reactions.Replace it replaces them.
+func (m *Memory) React(_ context.Context, t *deliveryv1.Target, messageID, emoji string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.reactCalls++
+	if m.reactErr != nil {
+		return m.reactErr
+	}
+	k := t.GetChatId() + "/" + messageID
+	switch {
+	case m.emoji.Replace:
+		m.reactions[k] = []string{emoji}
+	case !slices.Contains(m.reactions[k], emoji):
+		m.reactions[k] = append(m.reactions[k], emoji)
+	}
+	return nil
+}
+
+// Unreact removes emoji from the bot's reactions on the message; with
+// Reactions.Replace it removes them all.
+func (m *Memory) Unreact(_ context.Context, t *deliveryv1.Target, messageID, emoji string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.reactCalls++
+	if m.reactErr != nil {
+		return m.reactErr
+	}
+	k := t.GetChatId() + "/" + messageID
+	if m.emoji.Replace {
+		delete(m.reactions, k)
+		return nil
+	}
+	m.reactions[k] = slices.DeleteFunc(m.reactions[k], func(e string) bool { return e == emoji })
+	return nil
+}
+
+// ReactionCalls counts React and Unreact calls, failed ones included.
+func (m *Memory) ReactionCalls() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.reactCalls
+}
+
 // push sends raw over the current connection and waits for the ack.
 func (m *Memory) push(ctx context.Context, raw []byte) error {
 	for {
@@ -301,4 +374,10 @@ func (f memoryFake) Sent(_ *testing.T, _ context.Context, target *deliveryv1.Tar
 	f.m.mu.Lock()
 	defer f.m.mu.Unlock()
 	return append([]string(nil), f.m.sent[target.GetChatId()]...)
+}
+
+func (f memoryFake) Reactions(_ *testing.T, _ context.Context, target *deliveryv1.Target, messageID string) []string {
+	f.m.mu.Lock()
+	defer f.m.mu.Unlock()
+	return append([]string(nil), f.m.reactions[target.GetChatId()+"/"+messageID]...)
 }

@@ -67,6 +67,15 @@ type Fake interface {
 	Sent(t *testing.T, ctx context.Context, target *deliveryv1.Target) []string
 }
 
+// ReactionFake is implemented by the fakes of platforms that react to
+// the user's messages (platform.Reactor): with reactions on, the suite
+// checks what a turn leaves on the message it answers.
+type ReactionFake interface {
+	// Reactions returns the bot's reactions on message messageID in
+	// target's chat, as the platform shows them.
+	Reactions(t *testing.T, ctx context.Context, target *deliveryv1.Target, messageID string) []string
+}
+
 // Harness builds a fresh platform and its fake for each subtest.
 type Harness struct {
 	New func(t *testing.T, env Env) (platform.Platform, Fake)
@@ -156,6 +165,48 @@ func Run(t *testing.T, h Harness) {
 		bad := &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "no-target"}
 		if r := s.send(t, bad); r.GetOk() || r.GetErrorClass() != deliveryv1.ErrorClass_ERROR_CLASS_PERMANENT {
 			t.Fatalf("send without a target: receipt %v, want a permanent error", r)
+		}
+	})
+	t.Run("reacts while a turn runs", func(t *testing.T) {
+		s := start(t, h)
+		rp, ok := s.p.(platform.Reactor)
+		rf, fok := s.fake.(ReactionFake)
+		if !ok || !fok || !rp.Reactions().On() {
+			t.Skip("the platform does not react, or reactions are off")
+		}
+		e := rp.Reactions()
+		for i, tc := range []struct {
+			name, errorCode string
+			want            []string
+		}{
+			{"success", "", []string{e.Success}},
+			{"failure", "provider", []string{e.Failure}},
+			{"interrupted", "interrupted", nil},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				s.fake.Deliver(t, s.ctx, s.fake.Kinds()[0])
+				ev := s.next(t)
+				turn := fmt.Sprintf("react-%d-%s", i, ev.GetEventId())
+				typing := s.fake.Answer(ev)
+				typing.Op, typing.TurnId = deliveryv1.SendOp_SEND_OP_TYPING, turn
+				for range 3 {
+					s.send(t, typing)
+				}
+				shows := func(want []string) func() bool {
+					return func() bool {
+						got := rf.Reactions(t, s.ctx, typing.GetTarget(), ev.GetMessageId())
+						return strings.Join(got, " ") == strings.Join(want, " ")
+					}
+				}
+				waitFor(t, s.ctx, "the message to show "+e.Processing, shows([]string{e.Processing}))
+				final := s.fake.Answer(ev)
+				final.Op, final.TurnId, final.Final, final.ErrorCode = deliveryv1.SendOp_SEND_OP_SEND, turn, true, tc.errorCode
+				final.IdempotencyKey, final.Text = turn+":0", "the answer to "+ev.GetEventId()
+				if r := s.send(t, final); !r.GetOk() {
+					t.Fatalf("final send receipt %v", r)
+				}
+				waitFor(t, s.ctx, fmt.Sprintf("the message to show %q", tc.want), shows(tc.want))
+			})
 		}
 	})
 	t.Run("reconnects after a drop", func(t *testing.T) {

@@ -66,11 +66,16 @@ type Config struct {
 	// other people or bots but not this bot is addressed to them and is
 	// skipped, even where no mention is required.
 	IgnoreNoMention bool `koanf:"ignore_no_mention"`
+	// Reactions (DISCORD_REACTIONS, default true, as in Hermes): the
+	// user's message shows 👀 while the agent works on it, then ✅ when
+	// the answer was sent, ❌ when the turn failed, nothing when it was
+	// interrupted. The bot needs the Add Reactions permission.
+	Reactions bool `koanf:"reactions"`
 }
 
 // DefaultConfig is Hermes's defaults.
 func DefaultConfig() Config {
-	return Config{AutoThread: true, RequireMention: true, IgnoreNoMention: true}
+	return Config{AutoThread: true, RequireMention: true, IgnoreNoMention: true, Reactions: true}
 }
 
 // Enabled reports whether dev should start the gateway.

@@ -44,7 +44,7 @@ func TestContract(t *testing.T) {
 		f := newFake(t)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		p, err := NewPlatform(ctx, Config{BotToken: f.Token, APIBaseURL: f.URL(), AutoThread: true}, env.Log)
+		p, err := NewPlatform(ctx, Config{BotToken: f.Token, APIBaseURL: f.URL(), AutoThread: true, Reactions: true}, env.Log)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -133,6 +133,10 @@ func (c *contractFake) Sent(_ *testing.T, _ context.Context, target *deliveryv1.
 		}
 	}
 	return out
+}
+
+func (c *contractFake) Reactions(_ *testing.T, _ context.Context, target *deliveryv1.Target, messageID string) []string {
+	return c.f.Reactions(target.GetChatId(), messageID)
 }
 
 // run starts a gateway on f and returns the bus and a reader of inbound

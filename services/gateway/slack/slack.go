@@ -55,13 +55,19 @@ type Config struct {
 	// AckTimeout bounds publishing an HTTP event before answering Slack,
 	// which gives up after 3 s.
 	AckTimeout time.Duration `koanf:"ack_timeout"`
+	// Reactions (SLACK_REACTIONS, default true, as in Hermes): the user's
+	// message shows :eyes: while the agent works on it, then
+	// :white_check_mark: when the answer was sent, :x: when the turn
+	// failed, nothing when it was interrupted. Needs the reactions:write
+	// scope.
+	Reactions bool `koanf:"reactions"`
 }
 
 // DefaultConfig has the defaults.
 func DefaultConfig() Config {
 	return Config{
 		APIBaseURL: slackapi.APIURL, Addr: "127.0.0.1:8644", Path: "/slack/events",
-		MaxBodyBytes: 4 << 20, AckTimeout: 2500 * time.Millisecond, RequireMention: true,
+		MaxBodyBytes: 4 << 20, AckTimeout: 2500 * time.Millisecond, RequireMention: true, Reactions: true,
 	}
 }
 

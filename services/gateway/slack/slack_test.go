@@ -28,7 +28,7 @@ func TestContract(t *testing.T) {
 		fake := slackfake.New(t)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		p, err := NewPlatform(ctx, Config{BotToken: fake.BotToken, AppToken: fake.AppToken, APIBaseURL: fake.APIURL()}, env.Log, nil)
+		p, err := NewPlatform(ctx, Config{BotToken: fake.BotToken, AppToken: fake.AppToken, APIBaseURL: fake.APIURL(), Reactions: true}, env.Log, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -133,6 +133,10 @@ func (c *contractFake) Sent(_ *testing.T, _ context.Context, target *deliveryv1.
 		}
 	}
 	return out
+}
+
+func (c *contractFake) Reactions(_ *testing.T, _ context.Context, target *deliveryv1.Target, messageID string) []string {
+	return c.f.Reactions(target.GetChatId(), messageID)
 }
 
 // gateway runs a Slack gateway against fake with cfg and returns the bus

@@ -79,7 +79,17 @@ func (d *fakeDriver) Drop(*testing.T) { d.f.Drop() }
 func (d *fakeDriver) Connections() int { return d.f.Calls("deleteWebhook") }
 
 func (d *fakeDriver) Answer(ev *eventsv1.MessageReceived) *deliveryv1.SendRequested {
-	return answer(ev)
+	req := answer(ev)
+	req.InputMessageIds = []string{ev.GetMessageId()}
+	return req
+}
+
+func (d *fakeDriver) Reactions(t *testing.T, _ context.Context, target *deliveryv1.Target, messageID string) []string {
+	id, err := strconv.Atoi(messageID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d.f.Reactions(target.GetChatId(), id)
 }
 
 func (d *fakeDriver) Sent(_ *testing.T, _ context.Context, target *deliveryv1.Target) []string {
@@ -96,7 +106,9 @@ func TestContract(t *testing.T) {
 	t.Parallel()
 	platformtest.Run(t, platformtest.Harness{New: func(t *testing.T, env platformtest.Env) (platform.Platform, platformtest.Fake) {
 		f := newFake(t)
-		p, err := NewPlatform(testConfig(f), env.Log, nil)
+		cfg := testConfig(f)
+		cfg.Reactions = true
+		p, err := NewPlatform(cfg, env.Log, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

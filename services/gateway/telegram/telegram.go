@@ -69,6 +69,12 @@ type Config struct {
 	FreeResponseChats []string `koanf:"free_response_chats"`
 	// ReplyToMode: first (reply-thread only the first chunk), all, off.
 	ReplyToMode string `koanf:"reply_to_mode"`
+	// Reactions (TELEGRAM_REACTIONS, default false, as in Hermes): the
+	// user's message shows 👀 while the agent works on it, then 👍 when
+	// the answer was sent, 👎 when the turn failed, nothing when it was
+	// interrupted (Telegram takes only its own list of reaction emoji:
+	// no ✅ or ❌).
+	Reactions bool `koanf:"reactions"`
 	// BotUsername (without @) for mention and /cmd@bot matching; asked
 	// from getMe when empty.
 	BotUsername string `koanf:"bot_username"`

@@ -1,7 +1,7 @@
 // Package discordfake is a local Discord for tests: the REST calls the
 // gateway makes (gateway URL, current user, channels, create/edit/delete
-// message, typing, thread start, 429s with rate-limit bucket headers and
-// retry_after) and a gateway websocket (HELLO, IDENTIFY, READY with
+// message, typing, thread start, the bot's own reactions, 429s with
+// rate-limit bucket headers and retry_after) and a gateway websocket (HELLO, IDENTIFY, READY with
 // session_id and resume_gateway_url, HEARTBEAT/ACK, dispatches with
 // sequence numbers, RESUME replaying missed events, drops on demand), and
 // a CDN serving message attachments at signed URLs.
@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -59,7 +60,10 @@ type Fake struct {
 	requests   []string
 	files      map[string]cdnFile // CDN path → attachment
 	downloads  int
-	withToken  int // CDN requests that carried an Authorization header
+	withToken  int                 // CDN requests that carried an Authorization header
+	reactions  map[string][]string // channel/message → the bot's reactions, in order
+	reactCalls int
+	reactFail  int // reaction requests answer this status (429, 500 …); 0: they succeed
 }
 
 // cdnFile is an attachment the CDN serves.
@@ -85,7 +89,7 @@ func New(t testing.TB) *Fake {
 	f := &Fake{
 		Token: "fake-bot-token", BotID: "100000000000000001", BotName: "switchboard",
 		channels: map[string]map[string]any{}, messages: map[string][]*Message{}, typing: map[string]int{},
-		files: map[string]cdnFile{}, connected: make(chan struct{}),
+		files: map[string]cdnFile{}, connected: make(chan struct{}), reactions: map[string][]string{},
 	}
 	f.ids.Store(800000000000000000)
 	mux := http.NewServeMux()
@@ -98,6 +102,8 @@ func New(t testing.TB) *Fake {
 	mux.HandleFunc("DELETE /api/v9/channels/{id}/messages/{mid}", f.deleteMessage)
 	mux.HandleFunc("POST /api/v9/channels/{id}/typing", f.trigger)
 	mux.HandleFunc("POST /api/v9/channels/{id}/messages/{mid}/threads", f.startThread)
+	mux.HandleFunc("PUT /api/v9/channels/{id}/messages/{mid}/reactions/{emoji}/@me", f.react)
+	mux.HandleFunc("DELETE /api/v9/channels/{id}/messages/{mid}/reactions/{emoji}/@me", f.react)
 	mux.HandleFunc("GET /attachments/{channel}/{id}/{name}", f.cdn)
 	mux.HandleFunc("/ws/", f.ws)
 	f.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -411,6 +417,73 @@ func (f *Fake) startThread(w http.ResponseWriter, r *http.Request) {
 	c["owner_id"] = f.BotID // the thread's creator
 	f.mu.Unlock()
 	writeJSON(w, 201, c)
+}
+
+// Reactions returns the bot's reactions on a message, in the order added.
+func (f *Fake) Reactions(channel, message string) []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.reactions[channel+"/"+message]...)
+}
+
+// ReactionCalls counts reaction requests (adds and removes, failed ones
+// included).
+func (f *Fake) ReactionCalls() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.reactCalls
+}
+
+// FailReactions makes every reaction request answer status (429 with a
+// rate-limit bucket and retry_after, or an error such as 500); 0 lets
+// them succeed again.
+func (f *Fake) FailReactions(status int) {
+	f.mu.Lock()
+	f.reactFail = status
+	f.mu.Unlock()
+}
+
+// react adds (PUT) or removes (DELETE) the bot's reaction; adding one
+// that is there and removing one that is not both answer 204, as on
+// Discord.
+func (f *Fake) react(w http.ResponseWriter, r *http.Request) {
+	if !f.authorized(w, r) {
+		return
+	}
+	ch, mid, emoji := r.PathValue("id"), r.PathValue("mid"), r.PathValue("emoji")
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.reactCalls++
+	w.Header().Set("X-RateLimit-Bucket", "reactions-"+ch)
+	w.Header().Set("X-RateLimit-Limit", "1")
+	switch f.reactFail {
+	case 0:
+	case http.StatusTooManyRequests:
+		w.Header().Set("X-RateLimit-Remaining", "0")
+		w.Header().Set("X-RateLimit-Reset-After", "0.050")
+		w.Header().Set("X-RateLimit-Scope", "user")
+		w.Header().Set("Retry-After", "1")
+		writeJSON(w, 429, map[string]any{"message": "You are being rate limited.", "retry_after": 0.05, "global": false})
+		return
+	default:
+		writeJSON(w, f.reactFail, map[string]any{"message": http.StatusText(f.reactFail), "code": 0})
+		return
+	}
+	w.Header().Set("X-RateLimit-Remaining", "1")
+	w.Header().Set("X-RateLimit-Reset-After", "0.001")
+	if _, ok := f.channels[ch]; !ok {
+		unknownChannel(w)
+		return
+	}
+	k := ch + "/" + mid
+	have := slices.Contains(f.reactions[k], emoji)
+	switch {
+	case r.Method == http.MethodPut && !have:
+		f.reactions[k] = append(f.reactions[k], emoji)
+	case r.Method == http.MethodDelete:
+		f.reactions[k] = slices.DeleteFunc(f.reactions[k], func(e string) bool { return e == emoji })
+	}
+	w.WriteHeader(http.StatusNoContent)
 }
 
 // gwConn is one gateway websocket.

@@ -1,6 +1,6 @@
 // Package slackfake is a local Slack for tests: the Web API methods the
 // gateway uses (auth.test, apps.connections.open, chat.postMessage,
-// chat.update, chat.delete), a Socket Mode websocket that sends
+// chat.update, chat.delete, reactions.add, reactions.remove), a Socket Mode websocket that sends
 // events_api envelopes and waits for envelope acks, the sending side of
 // the HTTP Events API (signed requests, retries with X-Slack-Retry-Num),
 // and files.slack.com: shared files served to the bot token, the sign-in
@@ -20,6 +20,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -52,7 +53,10 @@ type Fake struct {
 	fileSeq     atomic.Int64
 	files       map[string]hostedFile // file id → file
 	downloads   int
-	noFilesRead bool // the bot token lacks files:read
+	noFilesRead bool                // the bot token lacks files:read
+	reactions   map[string][]string // channel/ts → the bot's reactions, in order
+	reactCalls  int
+	reactFail   int // reactions.* answer this HTTP status (429, 500 …); 0: they succeed
 }
 
 // hostedFile is a file shared in the workspace.
@@ -79,6 +83,7 @@ func New(t testing.TB) *Fake {
 		connected: make(chan struct{}),
 		messages:  map[string][]*Message{},
 		files:     map[string]hostedFile{},
+		reactions: map[string][]string{},
 		nextTS:    1700000000,
 	}
 	mux := http.NewServeMux()
@@ -87,6 +92,8 @@ func New(t testing.TB) *Fake {
 	mux.HandleFunc("/api/chat.postMessage", f.postMessage)
 	mux.HandleFunc("/api/chat.update", f.update)
 	mux.HandleFunc("/api/chat.delete", f.delete)
+	mux.HandleFunc("/api/reactions.add", f.react)
+	mux.HandleFunc("/api/reactions.remove", f.react)
 	mux.HandleFunc("/link", f.link)
 	mux.HandleFunc("GET /files-pri/{file}/{name}", f.file)
 	mux.HandleFunc("GET /files-pri/{file}/download/{name}", f.file)
@@ -314,6 +321,81 @@ func (f *Fake) delete(w http.ResponseWriter, r *http.Request) {
 	}
 	m.Deleted = true
 	reply(w, map[string]any{"ok": true, "channel": m.Channel, "ts": m.TS})
+}
+
+// Reactions returns the bot's reactions on the message ts of channel (by
+// name, without colons), in the order added.
+func (f *Fake) Reactions(channel, ts string) []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.reactions[channel+"/"+ts]...)
+}
+
+// ReactionCalls counts reactions.add and reactions.remove calls, failed
+// ones included.
+func (f *Fake) ReactionCalls() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.reactCalls
+}
+
+// FailReactions makes reactions.add and reactions.remove answer this HTTP
+// status (429 with Retry-After, or 500 …); 0 lets them succeed again.
+func (f *Fake) FailReactions(status int) {
+	f.mu.Lock()
+	f.reactFail = status
+	f.mu.Unlock()
+}
+
+// react is reactions.add and reactions.remove, with Slack's answers for
+// a reaction already there (already_reacted) and one that is not
+// (no_reaction).
+func (f *Fake) react(w http.ResponseWriter, r *http.Request) {
+	if token(r) != f.BotToken {
+		fail(w, "invalid_auth")
+		return
+	}
+	p := form(r)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.reactCalls++
+	switch f.reactFail {
+	case 0:
+	case http.StatusTooManyRequests:
+		w.Header().Set("Retry-After", "1")
+		w.WriteHeader(http.StatusTooManyRequests)
+		return
+	default:
+		w.WriteHeader(f.reactFail)
+		return
+	}
+	ch, ts, name := p["channel"], p["timestamp"], p["name"]
+	switch {
+	case ch == "" || strings.HasPrefix(ch, "Cmissing"):
+		fail(w, "channel_not_found")
+		return
+	case ts == "":
+		fail(w, "no_item_specified")
+		return
+	case name == "":
+		fail(w, "invalid_name")
+		return
+	}
+	k := ch + "/" + ts
+	have := slices.Contains(f.reactions[k], name)
+	switch {
+	case strings.HasSuffix(r.URL.Path, ".add") && have:
+		fail(w, "already_reacted")
+		return
+	case strings.HasSuffix(r.URL.Path, ".add"):
+		f.reactions[k] = append(f.reactions[k], name)
+	case !have:
+		fail(w, "no_reaction")
+		return
+	default:
+		f.reactions[k] = slices.DeleteFunc(f.reactions[k], func(e string) bool { return e == name })
+	}
+	reply(w, map[string]any{"ok": true})
 }
 
 // socket is one Socket Mode connection.

@@ -1,0 +1,56 @@
+package discord
+
+import (
+	"context"
+	"fmt"
+
+	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
+	"github.com/switchboard-chat/switchboard/pkg/platform"
+)
+
+// Reactions are Hermes's (gateway/platforms/discord.py): 👀 while a turn
+// runs, then ✅ or ❌. Discord keeps each of the bot's reactions until it
+// is removed.
+func (p *Platform) Reactions() platform.Reactions {
+	if !p.cfg.Reactions {
+		return platform.Reactions{}
+	}
+	return platform.Reactions{Processing: "👀", Success: "✅", Failure: "❌"}
+}
+
+// React adds the bot's reaction to a user's message (PUT …/reactions/
+// <emoji>/@me; one already there is accepted again). The message is in
+// the target's chat: a thread is a chat of its own, and the message a
+// prospective thread grows from is in the channel.
+func (p *Platform) React(ctx context.Context, t *deliveryv1.Target, messageID, emoji string) error {
+	if err := checkMessage(t.GetChatId(), messageID); err != nil {
+		return err
+	}
+	if err := p.s.MessageReactionAdd(t.GetChatId(), messageID, emoji, opts(ctx)...); err != nil {
+		return sendError("add reaction", err)
+	}
+	return nil
+}
+
+// Unreact removes the bot's own reaction (DELETE …/reactions/<emoji>/@me;
+// Discord accepts removing one that is not there).
+func (p *Platform) Unreact(ctx context.Context, t *deliveryv1.Target, messageID, emoji string) error {
+	if err := checkMessage(t.GetChatId(), messageID); err != nil {
+		return err
+	}
+	if err := p.s.MessageReactionRemove(t.GetChatId(), messageID, emoji, "@me", opts(ctx)...); err != nil {
+		return sendError("remove reaction", err)
+	}
+	return nil
+}
+
+// checkMessage refuses ids that are not snowflakes before they reach a
+// REST path (see checkIDs).
+func checkMessage(chat, message string) error {
+	for _, id := range []string{chat, message} {
+		if !snowflake(id) {
+			return platform.Permanent(fmt.Errorf("discord id %q is not a snowflake", id))
+		}
+	}
+	return nil
+}
