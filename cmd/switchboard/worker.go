@@ -32,6 +32,8 @@ func startWorker(ctx context.Context, a *app) (func(context.Context) error, erro
 	cfg.Agent = a.cfg.Agent
 	cfg.RedisPrefix = a.cfg.Redis.Prefix
 	cfg.RedactPII = a.cfg.Privacy.RedactPII
+	// A picture the gateways may keep is one the worker may read to fit it.
+	cfg.Agent.MaxImageSourceBytes = max(cfg.Agent.MaxImageSourceBytes, a.cfg.Attachments.MaxBytes)
 	deps := worker.Deps{Log: a.log, Bus: b, DB: db, Redis: rdb, Homes: a.cfg.Delivery.HomeOf}
 	if cfg.Agent.Backend == "" {
 		if deps.LLM, err = a.llmBackend(); err != nil {
