@@ -123,8 +123,8 @@ func normalize(u *models.Update, me identity, g gating) (outcome, error) {
 		text, entities = msg.Caption, msg.CaptionEntities
 	}
 	ev := &eventsv1.MessageReceived{
-		EventId:     strconv.FormatInt(u.ID, 10),
-		MessageId:   strconv.Itoa(msg.ID),
+		EventId:      strconv.FormatInt(u.ID, 10),
+		MessageId:    strconv.Itoa(msg.ID),
 		Source:       src,
 		Attachments:  attachments(msg),
 		MediaGroupId: msg.MediaGroupID,
