@@ -174,7 +174,7 @@ func (r *turnRun) runLoop(ctx context.Context) (store.Final, error) {
 	if err != nil {
 		return store.Final{}, err
 	}
-	if extra := clientSystem(r.req); extra != "" {
+	if extra := r.clientSystem(); extra != "" {
 		system += "\n\n" + extra
 	}
 	if r.attempt == 1 || len(ls.turn) <= len(r.req.GetInputs()) {

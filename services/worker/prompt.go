@@ -6,11 +6,11 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
-	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
 	"github.com/switchboard-chat/switchboard/pkg/llm"
 	"github.com/switchboard-chat/switchboard/services/worker/internal/store"
 )
@@ -91,22 +91,37 @@ func (r *turnRun) systemPrompt(ctx context.Context, b Backend, model string) (st
 	return prompt, nil
 }
 
+// maxClientSystem bounds what an API client's system messages add to a
+// turn's system prompt (Hermes cuts a request's content at 64 KiB): it is
+// sent again with every model call of the turn.
+const maxClientSystem = 64 << 10
+
 // clientSystem is what an API client sent as system messages with the
 // turn's inputs: a chat completion's system or developer messages, the
 // Responses API's instructions. As Hermes's API server gives them to the
 // agent as its ephemeral system prompt, they follow the stored prompt in
-// this turn's model calls and are never stored: each request sends its
-// own, and the stored prompt stays byte-identical for the prompt cache.
-func clientSystem(req *turnsv1.TurnRequested) string {
+// this turn's model calls (agent.client_system: append) and are never
+// stored: each request sends its own, and the stored prompt stays
+// byte-identical for the prompt cache. A text repeated by several inputs
+// is added once; the whole is cut at maxClientSystem.
+func (r *turnRun) clientSystem() string {
+	if r.s.cfg.Agent.ClientSystem == ClientSystemIgnore {
+		return ""
+	}
 	var parts []string
-	for _, in := range req.GetInputs() {
+	for _, in := range r.req.GetInputs() {
 		for _, c := range in.GetContext() {
-			if text := strings.TrimSpace(c.GetContent()); c.GetRole() == llm.RoleSystem && text != "" {
+			if text := strings.TrimSpace(c.GetContent()); c.GetRole() == llm.RoleSystem && text != "" && !slices.Contains(parts, text) {
 				parts = append(parts, text)
 			}
 		}
 	}
-	return strings.Join(parts, "\n\n")
+	text := strings.Join(parts, "\n\n")
+	if len(text) > maxClientSystem {
+		r.log.Warn("client system messages cut", "bytes", len(text), "max", maxClientSystem)
+		text = strings.ToValidUTF8(text[:maxClientSystem], "")
+	}
+	return text
 }
 
 func (r *turnRun) renderPrompt() string {

@@ -117,7 +117,17 @@ type AgentConfig struct {
 	// MaxDocumentBytes of a text document are read into the user's
 	// message (default 64 KiB); the rest is cut, with a note saying so.
 	MaxDocumentBytes int64 `koanf:"max_document_bytes"`
+	// ClientSystem is what an API client's system messages may add to
+	// its turn's system prompt (clientSystem): "append" (the default, as
+	// Hermes's API server does) or "ignore".
+	ClientSystem string `koanf:"client_system"`
 }
+
+// Client system modes (AgentConfig.ClientSystem).
+const (
+	ClientSystemAppend = "append"
+	ClientSystemIgnore = "ignore"
+)
 
 // Image modes (AgentConfig.Images).
 const (
@@ -147,6 +157,7 @@ func DefaultConfig() Config {
 			MaxImageEdge:        2048,
 			MaxImageSourceBytes: 20 << 20,
 			MaxDocumentBytes:    64 << 10,
+			ClientSystem:        ClientSystemAppend,
 		},
 	}
 }
@@ -270,6 +281,13 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	a.MaxImageSourceBytes = max(a.MaxImageSourceBytes, a.MaxImageBytes)
 	if a.MaxDocumentBytes <= 0 {
 		a.MaxDocumentBytes = d.MaxDocumentBytes
+	}
+	switch a.ClientSystem {
+	case "":
+		a.ClientSystem = d.ClientSystem
+	case ClientSystemAppend, ClientSystemIgnore:
+	default:
+		return nil, fmt.Errorf("agent.client_system %q: want %q or %q", a.ClientSystem, ClientSystemAppend, ClientSystemIgnore)
 	}
 	if cfg.ID == "" {
 		host, _ := os.Hostname()

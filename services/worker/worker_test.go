@@ -631,23 +631,32 @@ func TestPromptByteIdenticalAcrossWorkers(t *testing.T) {
 }
 
 // An API client's system messages join the system prompt of its own
-// turn's model calls, after the stored prompt, which they leave alone.
+// turn's model calls, after the stored prompt, which they leave alone;
+// agent.client_system: ignore leaves them out.
 func TestClientSystemMessagesJoinTheTurnsPrompt(t *testing.T) {
 	t.Parallel()
-	for _, provider := range []string{"openai", "anthropic"} {
-		t.Run(provider, func(t *testing.T) {
+	for _, tc := range []struct{ provider, mode, want string }{
+		{"openai", "", "\n\nAnswer in French.\n\nBe brief."},
+		{"anthropic", worker.ClientSystemAppend, "\n\nAnswer in French.\n\nBe brief."},
+		{"openai", worker.ClientSystemIgnore, ""},
+	} {
+		t.Run(tc.provider+" "+tc.mode, func(t *testing.T) {
 			t.Parallel()
 			h := newHarness(t)
 			h.setGeneration("s1", 1)
 			backend := h.openAI()
-			if provider == "anthropic" {
+			if tc.provider == "anthropic" {
 				backend = h.anthropic()
 			}
-			w := h.startWorker("w1", func(c *worker.Config, d *worker.Deps) { d.LLM = backend })
+			w := h.startWorker("w1", func(c *worker.Config, d *worker.Deps) {
+				d.LLM = backend
+				c.Agent.ClientSystem = tc.mode
+			})
 			defer w.stop(t)
 			req := h.requestTurn("s1", "bonjour", turnOpts{context: []*eventsv1.ContextMessage{
 				{Role: "system", Content: "Answer in French."}, {Role: "user", Content: "earlier"},
-				{Role: "assistant", Content: "earlier answer"}, {Role: "system", Content: " Be brief. "}}})
+				{Role: "assistant", Content: "earlier answer"}, {Role: "system", Content: " Be brief. "},
+				{Role: "system", Content: "Answer in French."}}})
 			h.waitCompleted(req.TurnId)
 			req = h.requestTurn("s1", "again", turnOpts{})
 			h.waitCompleted(req.TurnId)
@@ -656,8 +665,8 @@ func TestClientSystemMessagesJoinTheTurnsPrompt(t *testing.T) {
 				t.Fatalf("%d model requests", len(reqs))
 			}
 			stored, with := reqs[1].System, reqs[0].System
-			if want := stored + "\n\nAnswer in French.\n\nBe brief."; with != want {
-				t.Fatalf("the first turn's system prompt\n%q\nwant the stored one and the client's\n%q", with, want)
+			if want := stored + tc.want; with != want {
+				t.Fatalf("the first turn's system prompt\n%q\nwant the stored one and\n%q", with, tc.want)
 			}
 			for _, m := range reqs[1].Messages {
 				if strings.Contains(m.Content, "French") {
