@@ -61,6 +61,8 @@ func TestReactions(t *testing.T) {
 		{name: "failure after the streamed text", emoji: adding, ops: []op{typing, {final: true}, {final: true, errorCode: "timeout"}},
 			want: []string{"❌"}, calls: 6},
 		{name: "interrupted", emoji: adding, ops: []op{typing, {final: true, errorCode: "interrupted"}}, want: nil, calls: 3},
+		{name: "interrupted before it said anything", emoji: adding, ops: []op{typing, {typing: true, final: true, errorCode: "interrupted"}}, want: nil, calls: 3},
+		{name: "one reaction: interrupted before it said anything", emoji: replacing, ops: []op{typing, {typing: true, final: true, errorCode: "interrupted"}}, want: nil, calls: 2},
 		{name: "one reaction: success", emoji: replacing, ops: []op{typing, {final: true}}, want: []string{"👍"}, calls: 2},
 		{name: "one reaction: failure", emoji: replacing, ops: []op{typing, {final: true, errorCode: "internal"}}, want: []string{"👎"}, calls: 2},
 		{name: "one reaction: interrupted", emoji: replacing, ops: []op{typing, {final: true, errorCode: "interrupted"}}, want: nil, calls: 2},
@@ -95,6 +97,7 @@ func TestReactions(t *testing.T) {
 				req := &deliveryv1.SendRequested{Target: target, TurnId: turn, InputMessageIds: []string{"m1"}}
 				if o.typing {
 					req.Op, req.IdempotencyKey = deliveryv1.SendOp_SEND_OP_TYPING, fmt.Sprintf("%s:typing:%d", turn, j)
+					req.Final, req.ErrorCode = o.final, o.errorCode // final: the turn ended without a message
 				} else {
 					req.Op, req.Text, req.Final, req.ErrorCode = deliveryv1.SendOp_SEND_OP_SEND, "answer", o.final, o.errorCode
 					req.IdempotencyKey = fmt.Sprintf("%s:%d", turn, j)
@@ -106,6 +109,15 @@ func TestReactions(t *testing.T) {
 				if wantOK := o.typing || !strings.HasPrefix(target.GetChatId(), "missing"); rec.GetOk() != wantOK {
 					t.Fatalf("op %d: receipt %+v, want ok=%v (reactions never change a receipt)", j, rec, wantOK)
 				}
+			}
+			var typings int
+			for _, o := range tc.ops {
+				if o.typing && !o.final {
+					typings++
+				}
+			}
+			if got := m.Typings(); got != typings {
+				t.Fatalf("%d typing indicators shown, want %d (none for a turn that ended)", got, typings)
 			}
 			settled(t, func() bool { return m.ReactionCalls() == tc.calls })
 			if got := m.ReactionCalls(); got != tc.calls {

@@ -717,6 +717,9 @@ func (r *Runner) perform(ctx context.Context, req *deliveryv1.SendRequested) (st
 		if t.GetChatId() == "" {
 			return "", Permanent(errors.New("typing without a target chat"))
 		}
+		if req.GetFinal() {
+			return "", nil // the turn ended without a message: nothing to show
+		}
 		return "", r.p.Typing(ctx, req)
 	case deliveryv1.SendOp_SEND_OP_STREAM_DELTA:
 		s, ok := r.p.(Streamer)

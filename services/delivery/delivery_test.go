@@ -375,6 +375,73 @@ func TestStreamingByEdit(t *testing.T) {
 	}
 }
 
+// The end of a failed turn reaches the gateway, which marks the user's
+// message with the outcome: every message of the failure carries its
+// code (the edit that takes the cursor off the streamed text too), and
+// a turn interrupted before it said anything ends with a final typing
+// request.
+func TestTheEndOfAFailedTurnReachesTheGateway(t *testing.T) {
+	t.Parallel()
+	type sent struct {
+		op    deliveryv1.SendOp
+		text  string
+		final bool
+		code  string
+	}
+	tests := []struct {
+		name   string
+		stream bool
+		events []any
+		want   []sent
+	}{
+		{"interrupted before it said anything", false,
+			[]any{&repliesv1.Typing{Active: true}, &repliesv1.ReplyError{Code: "interrupted"}},
+			[]sent{{op: deliveryv1.SendOp_SEND_OP_TYPING}, {op: deliveryv1.SendOp_SEND_OP_TYPING, final: true, code: "interrupted"}}},
+		{"failed after streaming", true,
+			[]any{&repliesv1.TextDelta{Text: "a partial answer, long enough to show"}, &repliesv1.ReplyError{Code: "timeout", Message: "The model took too long."}},
+			[]sent{{op: deliveryv1.SendOp_SEND_OP_SEND, text: "a partial answer, long enough to show ▉"},
+				{op: deliveryv1.SendOp_SEND_OP_EDIT, text: "a partial answer, long enough to show", final: true, code: "timeout"},
+				{op: deliveryv1.SendOp_SEND_OP_SEND, text: "⚠️ The model took too long.", final: true, code: "timeout"}}},
+		{"failed before it said anything", false,
+			[]any{&repliesv1.ReplyError{Code: "provider", Message: "The model is down."}},
+			[]sent{{op: deliveryv1.SendOp_SEND_OP_SEND, text: "⚠️ The model is down.", final: true, code: "provider"}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			cfg := testConfig()
+			if tt.stream {
+				cfg = streamConfig()
+			}
+			cfg.TypingInterval = time.Hour // one typing request per turn
+			e.start(t, cfg, "a")
+			for i, body := range tt.events {
+				ev := event("t1", int64(i+1), "s1", body)
+				if tt.stream {
+					ev.Target.Platform = "stream"
+				}
+				e.publish(t, ev)
+				if _, ok := body.(*repliesv1.TextDelta); ok {
+					eventually(t, e.clock, 0, "the streamed message", func() bool { return len(e.gw.sends()) == 1 })
+				}
+			}
+			var got []sent
+			eventually(t, e.clock, 0, "every call", func() bool {
+				calls, _ := e.gw.snapshot()
+				got = nil
+				for _, c := range calls {
+					got = append(got, sent{c.Op, c.Req.GetText(), c.Req.GetFinal(), c.Req.GetErrorCode()})
+				}
+				return len(got) >= len(tt.want)
+			})
+			if fmt.Sprint(got) != fmt.Sprint(tt.want) {
+				t.Fatalf("the gateway got\n%v\nwant\n%v", got, tt.want)
+			}
+		})
+	}
+}
+
 // A streamed answer's final that could not be queued the first time (its
 // outbox write failed) is queued by the retry: the stream plans its final
 // edits once, so the retry must reuse them rather than plan nothing.

@@ -129,17 +129,10 @@ func (s *Service) handle(ctx context.Context, ev *repliesv1.ReplyEvent) error {
 			return err
 		}
 		if text == "" {
+			s.ended(ctx, ev)
 			return nil
 		}
-		code := b.Error.GetCode()
-		if code == "" {
-			code = "internal"
-		}
-		reqs := s.textRequests(ev, keyBase(ctx, ev)+":e", "⚠️ "+text, deliveryv1.TextFormat_TEXT_FORMAT_PLAIN, true)
-		for _, r := range reqs {
-			r.ErrorCode = code
-		}
-		return s.enqueue(ctx, reqs...)
+		return s.enqueue(ctx, s.textRequests(ev, keyBase(ctx, ev)+":e", "⚠️ "+text, deliveryv1.TextFormat_TEXT_FORMAT_PLAIN, true)...)
 	case *repliesv1.ReplyEvent_Notice:
 		return s.enqueueText(ctx, ev, keyBase(ctx, ev), b.Notice.GetText(), deliveryv1.TextFormat_TEXT_FORMAT_PLAIN, answers(b.Notice))
 	case *repliesv1.ReplyEvent_Media:
@@ -177,7 +170,28 @@ func (s *Service) request(ev *repliesv1.ReplyEvent, key string, op deliveryv1.Se
 		r.HopTimes = &deliveryv1.HopTimes{TurnRequestedAt: ev.GetTurnRequestedAt(), ReplyCreatedAt: ev.GetCreatedAt()}
 	}
 	r.Usage = ev.GetFinalText().GetUsage()
+	if e, ok := ev.GetBody().(*repliesv1.ReplyEvent_Error); ok {
+		// Every message of a failed turn says so, the edit that takes the
+		// cursor off its streamed text too: gateways mark the user's
+		// message with the outcome.
+		r.ErrorCode = e.Error.GetCode()
+		if r.ErrorCode == "" {
+			r.ErrorCode = "internal"
+		}
+	}
 	return r
+}
+
+// ended tells the gateway, best effort, that the turn of ev ended without
+// a message to send (an interrupted turn that had said nothing), so that
+// it takes its processing reaction off the user's messages.
+func (s *Service) ended(ctx context.Context, ev *repliesv1.ReplyEvent) {
+	if ev.GetTurnId() == "" || s.cfg.platform(ev.GetTarget().GetPlatform()).NoTyping {
+		return // no typing request marked them either
+	}
+	req := s.request(ev, keyBase(ctx, ev)+":ended", deliveryv1.SendOp_SEND_OP_TYPING)
+	req.Final = true
+	_, _ = s.progress(ctx, req)
 }
 
 // isFinal reports whether ev is the turn's final reply.

@@ -198,6 +198,13 @@ func (m *Memory) Typing(context.Context, *deliveryv1.SendRequested) error {
 	return nil
 }
 
+// Typings is how many typing indicators the platform showed.
+func (m *Memory) Typings() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.typing
+}
+
 // SetReactions turns reactions on with these emoji (before the runner
 // starts; platform.Reactor).
 func (m *Memory) SetReactions(e platform.Reactions) {

@@ -348,7 +348,10 @@ type SendRequested struct {
 	// replies to waiting HTTP requests with it).
 	TurnId     string `protobuf:"bytes,10,opt,name=turn_id,json=turnId,proto3" json:"turn_id,omitempty"`
 	SessionKey string `protobuf:"bytes,11,opt,name=session_key,json=sessionKey,proto3" json:"session_key,omitempty"`
-	// True for the last message of a turn's reply.
+	// True for the last message of a turn's reply. On SEND_OP_TYPING: the
+	// turn ended without a message (interrupted before it said anything);
+	// the gateway shows nothing and takes its processing reaction off the
+	// user's messages.
 	Final bool `protobuf:"varint,12,opt,name=final,proto3" json:"final,omitempty"`
 	// Platform message ids of the user messages this answers (the API
 	// gateway matches replies to waiting HTTP requests with them).
