@@ -94,6 +94,8 @@ func Wanted(a *eventsv1.Attachment) bool {
 		return true
 	case eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT:
 		return IsImageType(a.GetMimeType()) || IsTextDocument(a)
+	case eventsv1.AttachmentKind_ATTACHMENT_KIND_STICKER:
+		return IsImageType(a.GetMimeType()) // static ones: animated ones are Lottie or video
 	}
 	return false
 }

@@ -126,7 +126,9 @@ func TestWanted(t *testing.T) {
 		{eventsv1.AttachmentKind_ATTACHMENT_KIND_VOICE, "audio/ogg", "", true},
 		{eventsv1.AttachmentKind_ATTACHMENT_KIND_AUDIO, "audio/mpeg", "song.mp3", true},
 		{eventsv1.AttachmentKind_ATTACHMENT_KIND_VIDEO, "video/mp4", "clip.mp4", false},
-		{eventsv1.AttachmentKind_ATTACHMENT_KIND_STICKER, "image/webp", "", false},
+		{eventsv1.AttachmentKind_ATTACHMENT_KIND_STICKER, "image/webp", "", true},
+		{eventsv1.AttachmentKind_ATTACHMENT_KIND_STICKER, "application/x-tgsticker", "", false},
+		{eventsv1.AttachmentKind_ATTACHMENT_KIND_STICKER, "video/webm", "", false},
 	}
 	for _, tt := range tests {
 		if got := attachment.Wanted(&eventsv1.Attachment{Kind: tt.kind, MimeType: tt.mime, FileName: tt.name}); got != tt.want {

@@ -105,8 +105,13 @@ func (r *turnRun) cancellable(ctx context.Context, fn func(context.Context) erro
 
 // isPicture: an attachment shown to the model as a picture.
 func isPicture(a *eventsv1.Attachment) bool {
-	return a.GetKind() == eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE ||
-		a.GetKind() == eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT && attachment.IsImageType(a.GetMimeType())
+	switch a.GetKind() {
+	case eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE:
+		return true
+	case eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT, eventsv1.AttachmentKind_ATTACHMENT_KIND_STICKER:
+		return attachment.IsImageType(a.GetMimeType())
+	}
+	return false
 }
 
 // isSpeech: an attachment transcribed for the model.
@@ -159,6 +164,9 @@ func (r *turnRun) inputText(ctx context.Context, in *eventsv1.MessageReceived) s
 // attachmentText is one attachment as the model reads it; text is the
 // message's, which a platform may also give as the attachment's caption.
 func (r *turnRun) attachmentText(ctx context.Context, a *eventsv1.Attachment, text string) string {
+	if a.GetKind() == eventsv1.AttachmentKind_ATTACHMENT_KIND_STICKER {
+		return stickerLine(a)
+	}
 	if isSpeech(a) && r.s.stt == nil && a.GetUnavailable() == "" {
 		return attachmentLine(a, text, "no speech-to-text is configured")
 	}
@@ -181,6 +189,32 @@ func (r *turnRun) attachmentText(ctx context.Context, a *eventsv1.Attachment, te
 		}
 	}
 	return attachmentLine(a, text, a.GetUnavailable())
+}
+
+// stickerLine tells of a sticker in Hermes's words; the model sees a
+// static one as a picture besides (attachImages).
+func stickerLine(a *eventsv1.Attachment) string {
+	var b strings.Builder
+	b.WriteString("[The user sent ")
+	if isPicture(a) {
+		b.WriteString("a sticker")
+	} else {
+		b.WriteString("an animated sticker")
+	}
+	if e := a.GetStickerEmoji(); e != "" {
+		b.WriteByte(' ')
+		b.WriteString(e)
+	}
+	if set := a.GetStickerSet(); set != "" {
+		fmt.Fprintf(&b, " from %q", set)
+	}
+	if u := a.GetUnavailable(); u != "" {
+		b.WriteString(" (unavailable: ")
+		b.WriteString(u)
+		b.WriteByte(')')
+	}
+	b.WriteByte(']')
+	return b.String()
 }
 
 // attachmentLine names an attachment (and its caption, unless that is the

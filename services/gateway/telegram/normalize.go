@@ -241,6 +241,19 @@ func attachments(msg *models.Message) []*eventsv1.Attachment {
 		out = append(out, &eventsv1.Attachment{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_AUDIO, PlatformFileId: a.FileID,
 			MimeType: a.MimeType, SizeBytes: a.FileSize, FileName: a.FileName, Caption: msg.Caption})
 	}
+	if st := msg.Sticker; st != nil {
+		// Static stickers are WebP pictures; animated ones Lottie (TGS),
+		// video ones WebM: the agent sees the first, and is told of all.
+		mt := "image/webp"
+		switch {
+		case st.IsAnimated:
+			mt = "application/x-tgsticker"
+		case st.IsVideo:
+			mt = "video/webm"
+		}
+		out = append(out, &eventsv1.Attachment{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_STICKER, PlatformFileId: st.FileID,
+			MimeType: mt, SizeBytes: int64(st.FileSize), StickerEmoji: st.Emoji, StickerSet: st.SetName})
+	}
 	if v := msg.Video; v != nil {
 		out = append(out, &eventsv1.Attachment{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_VIDEO, PlatformFileId: v.FileID,
 			MimeType: v.MimeType, SizeBytes: v.FileSize, FileName: v.FileName, Caption: msg.Caption})

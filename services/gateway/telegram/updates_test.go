@@ -103,6 +103,18 @@ func kindCases() []kindCase {
 				e.MediaGroupId = "13745"
 				e.Attachments = []*eventsv1.Attachment{{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, PlatformFileId: "p2", MimeType: "image/jpeg", SizeBytes: 80000}}
 			})},
+		{"sticker", obj{"message": msg(obj{"from": alice, "chat": dmChat,
+			"sticker": obj{"file_id": "st1", "file_unique_id": "s1", "type": "regular", "width": 512, "height": 512, "is_animated": false, "is_video": false,
+				"emoji": "😀", "set_name": "HappyPack", "file_size": 20000}})},
+			ev(dm, "", func(e *eventsv1.MessageReceived) {
+				e.Attachments = []*eventsv1.Attachment{{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_STICKER, PlatformFileId: "st1", MimeType: "image/webp",
+					SizeBytes: 20000, StickerEmoji: "😀", StickerSet: "HappyPack"}}
+			})},
+		{"animated_sticker", obj{"message": msg(obj{"from": alice, "chat": dmChat,
+			"sticker": obj{"file_id": "st2", "file_unique_id": "s2", "type": "regular", "width": 512, "height": 512, "is_animated": true, "is_video": false, "emoji": "🎉"}})},
+			ev(dm, "", func(e *eventsv1.MessageReceived) {
+				e.Attachments = []*eventsv1.Attachment{{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_STICKER, PlatformFileId: "st2", MimeType: "application/x-tgsticker", StickerEmoji: "🎉"}}
+			})},
 		{"document", obj{"message": msg(obj{"from": alice, "chat": dmChat,
 			"document": obj{"file_id": "doc1", "file_unique_id": "d", "file_name": "report.pdf", "mime_type": "application/pdf", "file_size": 1234}})},
 			ev(dm, "", func(e *eventsv1.MessageReceived) {
@@ -123,7 +135,6 @@ func kindCases() []kindCase {
 		{"command_for_other_bot", obj{"message": msg(obj{"from": alice, "chat": group, "text": "/start@otherbot",
 			"entities": []obj{{"type": "bot_command", "offset": 0, "length": 15}}})}, nil},
 		{"edited_message", obj{"edited_message": msg(obj{"from": alice, "chat": dmChat, "text": "fixed", "edit_date": msgDate})}, nil},
-		{"sticker_only", obj{"message": msg(obj{"from": alice, "chat": dmChat, "sticker": obj{"file_id": "st", "file_unique_id": "st", "type": "regular", "width": 1, "height": 1, "is_animated": false, "is_video": false}})}, nil},
 	}
 }
 

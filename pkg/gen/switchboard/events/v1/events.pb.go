@@ -269,7 +269,11 @@ type Attachment struct {
 	PlatformFileId string `protobuf:"bytes,8,opt,name=platform_file_id,json=platformFileId,proto3" json:"platform_file_id,omitempty"`
 	// Why the agent cannot have an attachment's bytes (too large, the
 	// download failed); empty when they are kept or not fetched yet.
-	Unavailable   string `protobuf:"bytes,9,opt,name=unavailable,proto3" json:"unavailable,omitempty"`
+	Unavailable string `protobuf:"bytes,9,opt,name=unavailable,proto3" json:"unavailable,omitempty"`
+	// What Telegram says a sticker (ATTACHMENT_KIND_STICKER) is: the emoji
+	// it stands for and the name of its set ("😀", "MyPack").
+	StickerEmoji  string `protobuf:"bytes,10,opt,name=sticker_emoji,json=stickerEmoji,proto3" json:"sticker_emoji,omitempty"`
+	StickerSet    string `protobuf:"bytes,11,opt,name=sticker_set,json=stickerSet,proto3" json:"sticker_set,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -374,6 +378,20 @@ func (x *Attachment) GetPlatformFileId() string {
 func (x *Attachment) GetUnavailable() string {
 	if x != nil {
 		return x.Unavailable
+	}
+	return ""
+}
+
+func (x *Attachment) GetStickerEmoji() string {
+	if x != nil {
+		return x.StickerEmoji
+	}
+	return ""
+}
+
+func (x *Attachment) GetStickerSet() string {
+	if x != nil {
+		return x.StickerSet
 	}
 	return ""
 }
@@ -967,7 +985,7 @@ const file_switchboard_events_v1_events_proto_rawDesc = "" +
 	"\x15prospective_thread_id\x18\r \x01(\tR\x13prospectiveThreadId\x12\x1d\n" +
 	"\n" +
 	"chat_topic\x18\x0e \x01(\tR\tchatTopic\x12\x15\n" +
-	"\x06is_bot\x18\x0f \x01(\bR\x05isBot\"\xc5\x02\n" +
+	"\x06is_bot\x18\x0f \x01(\bR\x05isBot\"\x8b\x03\n" +
 	"\n" +
 	"Attachment\x129\n" +
 	"\x04kind\x18\x01 \x01(\x0e2%.switchboard.events.v1.AttachmentKindR\x04kind\x12\x12\n" +
@@ -979,7 +997,11 @@ const file_switchboard_events_v1_events_proto_rawDesc = "" +
 	"\acaption\x18\x06 \x01(\tR\acaption\x12\x1b\n" +
 	"\tfile_name\x18\a \x01(\tR\bfileName\x12(\n" +
 	"\x10platform_file_id\x18\b \x01(\tR\x0eplatformFileId\x12 \n" +
-	"\vunavailable\x18\t \x01(\tR\vunavailableB\n" +
+	"\vunavailable\x18\t \x01(\tR\vunavailable\x12#\n" +
+	"\rsticker_emoji\x18\n" +
+	" \x01(\tR\fstickerEmoji\x12\x1f\n" +
+	"\vsticker_set\x18\v \x01(\tR\n" +
+	"stickerSetB\n" +
 	"\n" +
 	"\blocation\"\x8b\x01\n" +
 	"\x18AttachmentFetchRequested\x12A\n" +
