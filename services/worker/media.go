@@ -205,6 +205,7 @@ func stickerLine(a *eventsv1.Attachment) string {
 		b.WriteByte(' ')
 		b.WriteString(e)
 	}
+	b.WriteString(quotedName(a)) // a Discord sticker's name
 	if set := a.GetStickerSet(); set != "" {
 		fmt.Fprintf(&b, " from %q", set)
 	}

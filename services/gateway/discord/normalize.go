@@ -158,6 +158,11 @@ func normalize(m *discordgo.Message, ch channelInfo, r rules) (*eventsv1.Message
 			MimeType: a.ContentType, SizeBytes: int64(a.Size), FileName: a.Filename, PlatformFileId: a.ID,
 		})
 	}
+	for _, st := range m.StickerItems {
+		if st != nil {
+			ev.Attachments = append(ev.Attachments, sticker(st))
+		}
+	}
 	if ev.Text == "" && len(ev.Attachments) == 0 {
 		return nil, "empty message"
 	}
@@ -225,4 +230,22 @@ func kindOf(mime string) eventsv1.AttachmentKind {
 	default:
 		return eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT
 	}
+}
+
+// stickerCDN serves Discord's stickers by id.
+const stickerCDN = "https://media.discordapp.net/stickers/"
+
+// sticker is a sticker of a message: PNG (APNG shows its first frame) and
+// GIF ones are pictures on Discord's CDN; a Lottie one is only named.
+func sticker(st *discordgo.StickerItem) *eventsv1.Attachment {
+	a := &eventsv1.Attachment{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_STICKER, PlatformFileId: st.ID, FileName: st.Name}
+	switch st.FormatType {
+	case discordgo.StickerFormatTypePNG, discordgo.StickerFormatTypeAPNG:
+		a.MimeType, a.Location = "image/png", &eventsv1.Attachment_Url{Url: stickerCDN + st.ID + ".png"}
+	case discordgo.StickerFormatTypeGIF:
+		a.MimeType, a.Location = "image/gif", &eventsv1.Attachment_Url{Url: stickerCDN + st.ID + ".gif"}
+	default:
+		a.MimeType = "application/x-lottie"
+	}
+	return a
 }

@@ -5,6 +5,10 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/bwmarrin/discordgo"
+	"google.golang.org/protobuf/proto"
+
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/platform"
 	"github.com/switchboard-chat/switchboard/pkg/sessionkey"
 	"github.com/switchboard-chat/switchboard/services/gateway/discord/discordfake"
@@ -156,4 +160,38 @@ func FuzzMessageCreate(f *testing.F) {
 			t.Fatalf("normalized event refused: %v", err)
 		}
 	})
+}
+
+// A sticker-only message is published with its sticker: a picture on
+// Discord's CDN, or (Lottie) named.
+func TestStickers(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name   string
+		format discordgo.StickerFormat
+		want   *eventsv1.Attachment
+	}{
+		{"png", discordgo.StickerFormatTypePNG, &eventsv1.Attachment{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_STICKER, PlatformFileId: "749054660769218631",
+			FileName: "Wave", MimeType: "image/png", Location: &eventsv1.Attachment_Url{Url: "https://media.discordapp.net/stickers/749054660769218631.png"}}},
+		{"apng", discordgo.StickerFormatTypeAPNG, &eventsv1.Attachment{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_STICKER, PlatformFileId: "749054660769218631",
+			FileName: "Wave", MimeType: "image/png", Location: &eventsv1.Attachment_Url{Url: "https://media.discordapp.net/stickers/749054660769218631.png"}}},
+		{"gif", discordgo.StickerFormatTypeGIF, &eventsv1.Attachment{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_STICKER, PlatformFileId: "749054660769218631",
+			FileName: "Wave", MimeType: "image/gif", Location: &eventsv1.Attachment_Url{Url: "https://media.discordapp.net/stickers/749054660769218631.gif"}}},
+		{"lottie", discordgo.StickerFormatTypeLottie, &eventsv1.Attachment{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_STICKER, PlatformFileId: "749054660769218631",
+			FileName: "Wave", MimeType: "application/x-lottie"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			m := &discordgo.Message{ID: "1", ChannelID: "D1", Author: &discordgo.User{ID: "U1"},
+				StickerItems: []*discordgo.StickerItem{{ID: "749054660769218631", Name: "Wave", FormatType: tc.format}}}
+			ev, skip := normalize(m, channelInfo{}, rules{Account: bot, BotID: bot})
+			if skip != "" {
+				t.Fatalf("skipped: %s", skip)
+			}
+			if len(ev.GetAttachments()) != 1 || !proto.Equal(ev.GetAttachments()[0], tc.want) {
+				t.Fatalf("attachments %v, want %v", ev.GetAttachments(), tc.want)
+			}
+		})
+	}
 }

@@ -271,7 +271,8 @@ type Attachment struct {
 	// download failed); empty when they are kept or not fetched yet.
 	Unavailable string `protobuf:"bytes,9,opt,name=unavailable,proto3" json:"unavailable,omitempty"`
 	// What Telegram says a sticker (ATTACHMENT_KIND_STICKER) is: the emoji
-	// it stands for and the name of its set ("😀", "MyPack").
+	// it stands for and the name of its set ("😀", "MyPack"). A Discord
+	// sticker's name is its file_name.
 	StickerEmoji  string `protobuf:"bytes,10,opt,name=sticker_emoji,json=stickerEmoji,proto3" json:"sticker_emoji,omitempty"`
 	StickerSet    string `protobuf:"bytes,11,opt,name=sticker_set,json=stickerSet,proto3" json:"sticker_set,omitempty"`
 	unknownFields protoimpl.UnknownFields
