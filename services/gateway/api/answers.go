@@ -110,6 +110,10 @@ type kvBucket struct {
 	// cfg names the bucket before the topology prefix; the replicas are
 	// the topology's.
 	cfg jetstream.KeyValueConfig
+	// discardOld: when the bucket is full (cfg.MaxBytes), the least
+	// recently written records make room for a new one, rather than the
+	// write failing as it does in a KV bucket.
+	discardOld bool
 
 	mu sync.Mutex
 	kv jetstream.KeyValue
@@ -124,9 +128,24 @@ func (b *kvBucket) open(ctx context.Context) (jetstream.KeyValue, error) {
 	cfg := b.cfg
 	cfg.Bucket = b.bus.Topology().Stream(cfg.Bucket)
 	cfg.Replicas = max(b.bus.Topology().Replicas, 1)
-	kv, err := b.bus.JetStream().CreateOrUpdateKeyValue(ctx, cfg)
+	js := b.bus.JetStream()
+	kv, err := js.CreateOrUpdateKeyValue(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("open bucket %s: %w", b.cfg.Bucket, err)
+	}
+	if b.discardOld {
+		// The KV layer makes its streams discard new messages; the
+		// stream under the bucket is KV_<bucket>.
+		st, err := js.Stream(ctx, "KV_"+cfg.Bucket)
+		if err != nil {
+			return nil, fmt.Errorf("open bucket %s: %w", b.cfg.Bucket, err)
+		}
+		if scfg := st.CachedInfo().Config; scfg.Discard != jetstream.DiscardOld {
+			scfg.Discard = jetstream.DiscardOld
+			if _, err := js.UpdateStream(ctx, scfg); err != nil {
+				return nil, fmt.Errorf("open bucket %s: discard old: %w", b.cfg.Bucket, err)
+			}
+		}
 	}
 	b.kv = kv
 	return kv, nil

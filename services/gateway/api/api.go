@@ -64,6 +64,10 @@ type Config struct {
 	// last write, for GET /v1/responses/{id} and previous_response_id
 	// (default 30 days, as OpenAI keeps them).
 	ResponseTTL time.Duration `koanf:"response_ttl"`
+	// ResponsesMaxBytes bounds the responses kept (default 256 MiB): when
+	// the bucket is full, the least recently written responses make room,
+	// as if they had expired.
+	ResponsesMaxBytes int64 `koanf:"responses_max_bytes"`
 	// MaxBodyBytes bounds a request body (413 beyond).
 	MaxBodyBytes int64 `koanf:"max_body_bytes"`
 	// RateLimit is requests per second per API key (0 disables), with
@@ -82,7 +86,7 @@ func DefaultConfig() Config {
 	return Config{
 		Addr: "127.0.0.1:8642", Account: "default", Model: "switchboard",
 		ReplyTimeout: 5 * time.Minute, ShutdownGrace: 10 * time.Second, IdempotencyTTL: 24 * time.Hour,
-		ResponseTTL: defaultResponseTTL, MaxBodyBytes: 4 << 20,
+		ResponseTTL: defaultResponseTTL, ResponsesMaxBytes: defaultResponsesMaxBytes, MaxBodyBytes: 4 << 20,
 		RateLimit: 5, RateBurst: 20, WebChat: true,
 	}
 }
@@ -136,6 +140,16 @@ func (c Config) Validate() error {
 	if c.ResponseTTL < 0 {
 		return config.Invalid("gateways.api.response_ttl", c.ResponseTTL, "a positive duration")
 	}
+	if c.ResponseTTL != 0 && c.ResponseTTL < c.ReplyTimeout {
+		// A response is written when its request is accepted and again
+		// when it ends, up to reply_timeout later: by then it would be gone.
+		return config.Invalid("gateways.api.response_ttl", c.ResponseTTL,
+			fmt.Sprintf("a duration of at least gateways.api.reply_timeout (%s), or responses vanish before their answer", c.ReplyTimeout))
+	}
+	if c.ResponsesMaxBytes != 0 && c.ResponsesMaxBytes < minResponsesMaxBytes {
+		return config.Invalid("gateways.api.responses_max_bytes", c.ResponsesMaxBytes,
+			fmt.Sprintf("at least %d bytes (a response can be as large as a NATS message)", minResponsesMaxBytes))
+	}
 	return nil
 }
 
@@ -146,6 +160,10 @@ type Deps struct {
 	// Runner options (tests inject a fast backoff).
 	RunnerOptions platform.Options
 }
+
+// defaultMaxEventBytes is the runner's bound of an encoded event when
+// RunnerOptions leave it to the default (platform.Options.MaxEventBytes).
+const defaultMaxEventBytes = 256 << 10
 
 // Service is the API gateway: a Platform run by a platform.Runner.
 type Service struct {
@@ -160,6 +178,9 @@ type Service struct {
 	answers  *answers
 	// responses keeps the Responses API's responses.
 	responses *responseStore
+	// maxEventBytes is the runner's bound of an encoded event, which a
+	// Responses request is checked against before its record is written.
+	maxEventBytes int
 	// following lists the accepted requests with an Idempotency-Key,
 	// which follow their stored answer rather than wait in waiting.
 	following waiters
@@ -207,13 +228,20 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	if cfg.ResponseTTL == 0 {
 		cfg.ResponseTTL = defaultResponseTTL
 	}
+	if cfg.ResponsesMaxBytes == 0 {
+		cfg.ResponsesMaxBytes = defaultResponsesMaxBytes
+	}
 	s := &Service{
 		cfg: cfg, log: deps.Log.With("service", "gateway-api"), bus: deps.Bus,
 		instance: randomHex(4), addr: cfg.Addr, listened: make(chan struct{}),
 		limiter: newKeyLimiter(cfg.RateLimit, cfg.RateBurst),
 	}
 	s.answers = newAnswers(deps.Bus, s.log, cfg.IdempotencyTTL)
-	s.responses = newResponseStore(deps.Bus, cfg.ResponseTTL)
+	s.responses = newResponseStore(deps.Bus, cfg.ResponseTTL, cfg.ResponsesMaxBytes)
+	s.maxEventBytes = deps.RunnerOptions.MaxEventBytes
+	if s.maxEventBytes <= 0 {
+		s.maxEventBytes = defaultMaxEventBytes
+	}
 	// Every request is a server span: the root of the message's trace,
 	// carried on by the inbound publish.
 	s.handler = otelhttp.NewHandler(s.routes(), "gateway.api",
@@ -256,7 +284,7 @@ func (s *Service) Run(ctx context.Context) error {
 	if _, err := s.answers.bucket(ctx); err != nil {
 		return err
 	}
-	if _, err := s.responses.kv.open(ctx); err != nil {
+	if _, err := s.responses.bucket(ctx); err != nil {
 		return err
 	}
 	s.mu.Lock()

@@ -33,6 +33,12 @@ func startService(t *testing.T, b *bus.Bus, mutate func(*Config)) *Service {
 // (it ends at cleanup otherwise).
 func runService(t *testing.T, b *bus.Bus, mutate func(*Config)) (*Service, func()) {
 	t.Helper()
+	return runServiceWith(t, b, mutate, nil)
+}
+
+// runServiceWith is runService with runner options of the test's.
+func runServiceWith(t *testing.T, b *bus.Bus, mutate func(*Config), runner func(*platform.Options)) (*Service, func()) {
+	t.Helper()
 	cfg := DefaultConfig()
 	cfg.Addr = "127.0.0.1:0"
 	cfg.Key = testKey
@@ -40,8 +46,11 @@ func runService(t *testing.T, b *bus.Bus, mutate func(*Config)) (*Service, func(
 	if mutate != nil {
 		mutate(&cfg)
 	}
-	s, err := New(cfg, Deps{Bus: b, Log: slog.Default(), RunnerOptions: platform.Options{
-		Backoff: platform.Schedule(10 * time.Millisecond), Attachments: attachment.Config{Enabled: true}}})
+	opts := platform.Options{Backoff: platform.Schedule(10 * time.Millisecond), Attachments: attachment.Config{Enabled: true}}
+	if runner != nil {
+		runner(&opts)
+	}
+	s, err := New(cfg, Deps{Bus: b, Log: slog.Default(), RunnerOptions: opts})
 	if err != nil {
 		t.Fatal(err)
 	}

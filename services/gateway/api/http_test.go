@@ -67,6 +67,31 @@ func TestConfigValidate(t *testing.T) {
 			}
 		})
 	}
+	for _, c := range []struct {
+		name   string
+		mutate func(*Config)
+		err    string // "" when valid
+	}{
+		{"response_ttl below reply_timeout", func(c *Config) { c.ResponseTTL, c.ReplyTimeout = time.Minute, 5*time.Minute }, "gateways.api.response_ttl"},
+		{"response_ttl of reply_timeout", func(c *Config) { c.ResponseTTL, c.ReplyTimeout = time.Minute, time.Minute }, ""},
+		{"response_ttl by default", func(c *Config) { c.ResponseTTL, c.ReplyTimeout = 0, time.Hour }, ""},
+		{"responses_max_bytes below a record", func(c *Config) { c.ResponsesMaxBytes = 64 << 10 }, "gateways.api.responses_max_bytes"},
+		{"negative responses_max_bytes", func(c *Config) { c.ResponsesMaxBytes = -1 }, "gateways.api.responses_max_bytes"},
+		{"responses_max_bytes by default", func(c *Config) { c.ResponsesMaxBytes = 0 }, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.Key = "k"
+			c.mutate(&cfg)
+			err := cfg.Validate()
+			switch {
+			case c.err == "" && err != nil:
+				t.Fatalf("refused: %v", err)
+			case c.err != "" && (err == nil || !strings.Contains(err.Error(), c.err)):
+				t.Fatalf("error %v, want one naming %s", err, c.err)
+			}
+		})
+	}
 }
 
 type httpResult struct {

@@ -2,12 +2,19 @@ package api
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
+	"github.com/switchboard-chat/switchboard/pkg/attachment"
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+	"github.com/switchboard-chat/switchboard/pkg/platform"
 	"github.com/switchboard-chat/switchboard/services/gateway/api/internal/openai"
 )
 
@@ -40,31 +47,43 @@ func (s *Service) createResponse(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	identity := identityOf(r)
-	session, ok := s.responseSession(w, r, identity, req)
+	session, previous, ok := s.responseSession(w, r, identity, req)
 	if !ok {
 		return
+	}
+	if previous != nil && !req.InstructionsSent {
+		// As Hermes: the instructions of the response it continues.
+		req.CarryInstructions(previous.Instructions)
 	}
 	t, ok := s.prepare(w, r, message{input: req.Input, session: session, user: req.User, stream: req.Stream, param: "input", received: received})
 	if !ok {
 		return
 	}
 	defer t.close()
+	// Before the record: a message the runner would refuse is refused
+	// as it would be, with nothing written.
+	if !s.checkEvent(w, r, t) {
+		return
+	}
 	o := s.newResponse(t, req, received)
 	var k *kept
 	if req.Store {
 		// Before the message goes out: a request chaining on this response
 		// finds its conversation from now on, and a store that cannot be
 		// written refuses the request with nothing published.
-		if k, err = s.keep(r.Context(), storedResponse{Owner: identity, Session: t.session, Response: o}); err != nil {
-			s.log.WarnContext(r.Context(), "record api response failed", "err", err)
-			writeUnavailable(w)
+		if k, ok = s.keep(w, r, storedResponse{Owner: identity, Session: t.session, Instructions: req.Instructions, Response: o}); !ok {
 			return
 		}
+		if !k.created {
+			// An earlier attempt's (the same Idempotency-Key): its id,
+			// creation time and parameters are the response's.
+			o = k.resume(o.messageID)
+		}
 	}
-	if !s.publish(w, r, t, "responses:"+fingerprint(req.Text, req.Attachments, req.Context)) {
+	if !s.publish(w, r, t, responsesFingerprint(req, s.modelOf(req))) {
 		if k != nil && k.created {
 			// Nothing was published: no response.
-			s.forget(r, o.ID)
+			s.forget(r.Context(), o.ID)
 		}
 		return
 	}
@@ -78,7 +97,7 @@ func (s *Service) createResponse(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		end := s.waitEndOf(r, err)
 		o.stop(end.code, "")
-		s.finish(r, k, o)
+		s.finish(r.Context(), k, o)
 		writeError(w, end.status, "server_error", end.code, "", end.msg)
 		return
 	}
@@ -87,31 +106,84 @@ func (s *Service) createResponse(w http.ResponseWriter, r *http.Request) {
 	}
 	if ans.errorCode != "" {
 		o.fail(ans.errorCode, ans.text)
-		s.finish(r, k, o)
+		s.finish(r.Context(), k, o)
 		writeTurnError(w, ans.errorCode, ans.text)
 		return
 	}
 	o.complete(ans.text, ans.usage)
-	s.finish(r, k, o)
+	s.finish(r.Context(), k, o)
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(o)
 }
 
+// responsesFingerprint identifies what a Responses request asks, for its
+// Idempotency-Key: the message and its context, instructions included,
+// as a chat completion's, and what else the response is made of — the
+// model, metadata, user and the conversation it continues — so that a
+// retry cannot change the response an earlier attempt made.
+func responsesFingerprint(req *openai.Responses, model string) string {
+	meta := []byte("{}")
+	if len(req.Metadata) > 0 {
+		meta, _ = json.Marshal(req.Metadata) // keys sorted
+	}
+	params := strings.Join([]string{model, string(meta), req.User, req.PreviousResponseID, req.Conversation}, "\x00")
+	sum := sha256.Sum256([]byte(fingerprint(req.Text, req.Attachments, req.Context) + "\x00" + params))
+	return "responses:" + hex.EncodeToString(sum[:16])
+}
+
+// modelOf is the model a response names: the request's, or the
+// gateway's.
+func (s *Service) modelOf(req *openai.Responses) string {
+	if req.Model != "" {
+		return req.Model
+	}
+	return s.cfg.Model
+}
+
+// checkEvent refuses, as publishing it would (400), a message the runner
+// would not publish: too large with its context and instructions, or
+// not encodable. An inline picture's bytes do not count: the runner
+// moves them to the attachment store before its own check.
+func (s *Service) checkEvent(w http.ResponseWriter, r *http.Request, t *turn) bool {
+	ev := t.ev
+	var inline []*eventsv1.Attachment
+	var locations []*eventsv1.Attachment_Url
+	for i, a := range ev.GetAttachments() {
+		if loc, ok := a.GetLocation().(*eventsv1.Attachment_Url); ok && strings.HasPrefix(loc.Url, "data:") {
+			// As the runner leaves it: a reference to the kept copy.
+			inline, locations = append(inline, a), append(locations, loc)
+			a.Location = &eventsv1.Attachment_BytesRef{BytesRef: attachment.Name(PlatformName, s.cfg.Account, ev.GetEventId(), i)}
+		}
+	}
+	err := platform.CheckEvent(ev, PlatformName, s.cfg.Account, s.maxEventBytes)
+	for i, a := range inline {
+		a.Location = locations[i]
+	}
+	if err != nil {
+		s.rn().Reject(r.Context(), "api request cannot be published", err)
+		s.writeDeliverError(w, r, t, fmt.Errorf("%w: %v", platform.ErrRejected, err))
+		return false
+	}
+	return true
+}
+
 // responseSession is the conversation a Responses request continues
-// ("" for none). It answers the request itself (400, 404, 503) and
-// returns false when the request names none it can continue.
-func (s *Service) responseSession(w http.ResponseWriter, r *http.Request, identity string, req *openai.Responses) (string, bool) {
+// ("" for none) and, with previous_response_id, the record of that
+// response. It answers the request itself (400, 503) and returns false
+// when the request names none it can continue.
+func (s *Service) responseSession(w http.ResponseWriter, r *http.Request, identity string, req *openai.Responses) (string, *storedResponse, bool) {
 	header, ok := sessionOf(w, r)
 	if !ok {
-		return "", false
+		return "", nil, false
 	}
 	session, param := header, HeaderSession
+	var previous *storedResponse
 	switch {
 	case req.Conversation != "":
 		if !sessionIDPattern.MatchString(req.Conversation) {
 			writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid_session_id", "conversation",
 				"The conversation must be named by 1-128 characters of letters, digits, '.', '_' or '-'.")
-			return "", false
+			return "", nil, false
 		}
 		session, param = req.Conversation, "conversation"
 	case req.PreviousResponseID != "":
@@ -119,21 +191,23 @@ func (s *Service) responseSession(w http.ResponseWriter, r *http.Request, identi
 		if err != nil {
 			s.log.WarnContext(r.Context(), "read api response failed", "err", err)
 			writeUnavailable(w)
-			return "", false
+			return "", nil, false
 		}
 		if !found {
-			writeError(w, http.StatusNotFound, "invalid_request_error", "previous_response_not_found", "previous_response_id",
-				fmt.Sprintf("Previous response with id %q not found.", openai.Clip(req.PreviousResponseID, 64)))
-			return "", false
+			// 400 as OpenAI answers it: clients catch it to send the
+			// conversation again.
+			writeError(w, http.StatusBadRequest, "invalid_request_error", "previous_response_not_found", "previous_response_id",
+				fmt.Sprintf("Previous response with id '%s' not found.", openai.Clip(req.PreviousResponseID, 64)))
+			return "", nil, false
 		}
-		session, param = rec.Session, "previous_response_id"
+		session, param, previous = rec.Session, "previous_response_id", &rec
 	}
 	if header != "" && session != header {
 		writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid_request", param,
 			fmt.Sprintf("The %s names another conversation than the %s header; send one of them.", param, HeaderSession))
-		return "", false
+		return "", nil, false
 	}
-	return session, true
+	return session, previous, true
 }
 
 // getResponse serves GET /v1/responses/{id}.
@@ -152,14 +226,15 @@ func (s *Service) getResponse(w http.ResponseWriter, r *http.Request) {
 }
 
 // deleteResponse serves DELETE /v1/responses/{id}: the response is no
-// longer kept, and no longer continued. Its conversation stays: a
-// response chained on it before, and X-Session-Id, continue it.
+// longer kept, and no longer continued; a retry of its request with the
+// same Idempotency-Key does not make it again (409). Its conversation
+// stays: a response chained on it before, and X-Session-Id, continue it.
 func (s *Service) deleteResponse(w http.ResponseWriter, r *http.Request) {
 	rec, ok := s.ownResponse(w, r)
 	if !ok {
 		return
 	}
-	if err := s.responses.remove(r.Context(), rec.Response.ID); err != nil {
+	if err := s.responses.bury(r.Context(), rec); err != nil {
 		s.log.WarnContext(r.Context(), "delete api response failed", "err", err)
 		writeUnavailable(w)
 		return
@@ -189,6 +264,7 @@ func (s *Service) ownResponse(w http.ResponseWriter, r *http.Request) (storedRes
 // was accepted (or by an earlier attempt with the same Idempotency-Key),
 // updated when it ends.
 type kept struct {
+	// rec is the record as stored at rev.
 	rec     storedResponse
 	rev     uint64
 	created bool // by this request
@@ -196,39 +272,59 @@ type kept struct {
 
 // keep records a response being answered, unless an earlier attempt of
 // the request did: a retry with another request under the same key
-// (refused with 422) must not overwrite the first one's.
-func (s *Service) keep(ctx context.Context, rec storedResponse) (*kept, error) {
-	rev, created, err := s.responses.begin(ctx, rec)
-	if err != nil {
-		return nil, err
+// (refused with 422) must not overwrite the first one's. It answers the
+// request itself (409, 413, 503) and returns false when it cannot.
+func (s *Service) keep(w http.ResponseWriter, r *http.Request, rec storedResponse) (*kept, bool) {
+	stored, rev, created, err := s.responses.begin(r.Context(), rec)
+	switch {
+	case errors.Is(err, errResponseDeleted):
+		writeError(w, http.StatusConflict, "invalid_request_error", "response_deleted", HeaderIdempotencyKey,
+			"The response of this Idempotency-Key was deleted; send the request with a new key.")
+		return nil, false
+	case tooLarge(err):
+		s.log.InfoContext(r.Context(), "api response too large to record", "err", err)
+		writeError(w, http.StatusRequestEntityTooLarge, "invalid_request_error", "request_too_large", "",
+			"The response's instructions and metadata are too large to keep; send them shorter, or the request with store: false.")
+		return nil, false
+	case err != nil:
+		s.log.WarnContext(r.Context(), "record api response failed", "err", err)
+		writeUnavailable(w)
+		return nil, false
 	}
-	return &kept{rec: rec, rev: rev, created: created}, nil
+	return &kept{rec: stored, rev: rev, created: created}, true
+}
+
+// resume is the kept response as an attempt that did not write it goes
+// on with it: in progress again, its answer to come.
+func (k *kept) resume(messageID string) *responseObject {
+	o := *k.rec.Response
+	o.Status, o.CompletedAt, o.Error, o.IncompleteDetails, o.Usage = "in_progress", nil, nil, nil, nil
+	o.Output, o.messageID = []outputMessage{}, messageID
+	return &o
 }
 
 // finish writes the response's final state over its record, if it is
 // kept (store), even when the client has left. A record the client
-// deleted meanwhile stays deleted. Failing, the record stays in progress:
-// GET shows it so, and previous_response_id still continues its
-// conversation.
-func (s *Service) finish(r *http.Request, k *kept, o *responseObject) {
+// deleted meanwhile stays deleted, and one holding another attempt's
+// final answer keeps it. Failing, the record stays as it was: GET shows
+// it so, and previous_response_id still continues its conversation.
+func (s *Service) finish(ctx context.Context, k *kept, o *responseObject) {
 	if k == nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	rec := k.rec
-	rec.Response = o
-	if _, err := s.responses.update(ctx, rec, k.rev); err != nil {
-		s.log.WarnContext(ctx, "record api response failed", "err", err)
+	if err := s.responses.end(ctx, k.rec, k.rev, o); err != nil {
+		s.log.WarnContext(ctx, "record api response end failed", "err", err)
 	}
 }
 
 // forget deletes the record of a response that was never asked.
-func (s *Service) forget(r *http.Request, id string) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 5*time.Second)
+func (s *Service) forget(ctx context.Context, id string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	if err := s.responses.remove(ctx, id); err != nil {
-		s.log.WarnContext(ctx, "delete api response failed", "err", err)
+		s.log.WarnContext(ctx, "forget api response failed", "err", err)
 	}
 }
 
@@ -238,7 +334,8 @@ func (s *Service) forget(r *http.Request, id string) {
 // content_part.added), each piece of text (output_text.delta); then the
 // text, the part and the item done, and response.completed — or
 // response.failed for a failed turn, response.incomplete when the wait
-// ended first. Every event has its sequence_number.
+// ended first, after closing the item as incomplete if it was opened.
+// Every event has its sequence_number.
 func (s *Service) streamResponse(ctx context.Context, w http.ResponseWriter, r *http.Request, t *turn, o *responseObject, k *kept) {
 	e := &responseEvents{out: startSSE(w, t.timed()), o: o}
 	e.response("response.created")
@@ -255,16 +352,21 @@ func (s *Service) streamResponse(ctx context.Context, w http.ResponseWriter, r *
 			e.itemDone("incomplete", end.text)
 		}
 		o.stop(stop.code, end.text)
-		s.finish(r, k, o)
+		s.finish(r.Context(), k, o)
 		e.response("response.incomplete")
 	case end.errorCode != "":
 		o.fail(end.errorCode, end.errorText)
-		s.finish(r, k, o)
+		if e.opened {
+			// What was shown before the turn failed: an unfinished item.
+			e.itemDone("incomplete", end.text)
+			o.Output = []outputMessage{o.message("incomplete", end.text)}
+		}
+		s.finish(r.Context(), k, o)
 		e.response("response.failed")
 	default:
 		e.itemDone("completed", end.text)
 		o.complete(end.text, end.final.usage)
-		s.finish(r, k, o)
+		s.finish(r.Context(), k, o)
 		e.response("response.completed")
 	}
 	if timing != "" {
@@ -458,13 +560,10 @@ type deletedResponse struct {
 func (s *Service) newResponse(t *turn, req *openai.Responses, received time.Time) *responseObject {
 	o := &responseObject{
 		ID: "resp_" + t.suffix(), Object: "response", CreatedAt: received.Unix(), Status: "in_progress",
-		Model: req.Model, Output: []outputMessage{}, Store: req.Store, ParallelToolCalls: true, ToolChoice: "auto",
+		Model: s.modelOf(req), Output: []outputMessage{}, Store: req.Store, ParallelToolCalls: true, ToolChoice: "auto",
 		Tools: []struct{}{}, Truncation: "disabled", Metadata: req.Metadata, messageID: "msg_" + t.suffix(),
 	}
 	o.Text.Format.Type = "text"
-	if o.Model == "" {
-		o.Model = s.cfg.Model
-	}
 	if o.Metadata == nil {
 		o.Metadata = map[string]string{}
 	}

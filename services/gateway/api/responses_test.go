@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync"
@@ -58,9 +59,20 @@ func sdkErrorOf(t *testing.T, err error) *openai.Error {
 // next sequence number.
 func streamEvents(ctx context.Context, t *testing.T, client openai.Client, params responses.ResponseNewParams) (types []string, deltas []string, last responses.Response) {
 	t.Helper()
+	return streamEventsWith(ctx, t, client, params, nil)
+}
+
+// streamEventsWith is streamEvents calling at with each event as it
+// arrives, before the next is read.
+func streamEventsWith(ctx context.Context, t *testing.T, client openai.Client, params responses.ResponseNewParams,
+	at func(responses.ResponseStreamEventUnion)) (types []string, deltas []string, last responses.Response) {
+	t.Helper()
 	stream := client.Responses.NewStreaming(ctx, params)
 	for stream.Next() {
 		ev := stream.Current()
+		if at != nil {
+			at(ev)
+		}
 		if ev.SequenceNumber != int64(len(types)) {
 			t.Errorf("event %d (%s) has sequence number %d", len(types), ev.Type, ev.SequenceNumber)
 		}
@@ -125,7 +137,16 @@ func TestResponsesThroughTheSDK(t *testing.T) {
 	}
 
 	t.Run("streamed", func(t *testing.T) {
-		types, deltas, done := streamEvents(ctx, t, client, responses.ResponseNewParams{Model: "switchboard", Input: inputText("stream me")})
+		// Kept before response.completed is sent: read as soon as it
+		// arrives, before the stream ends.
+		var kept *responses.Response
+		var keptErr error
+		types, deltas, done := streamEventsWith(ctx, t, client, responses.ResponseNewParams{Model: "switchboard", Input: inputText("stream me")},
+			func(ev responses.ResponseStreamEventUnion) {
+				if ev.Type == "response.completed" {
+					kept, keptErr = client.Responses.Get(ctx, ev.Response.ID, responses.ResponseGetParams{})
+				}
+			})
 		want := []string{"response.created", "response.in_progress", "response.output_item.added", "response.content_part.added",
 			"response.output_text.delta", "response.output_text.delta", "response.output_text.delta",
 			"response.output_text.done", "response.content_part.done", "response.output_item.done", "response.completed"}
@@ -138,10 +159,8 @@ func TestResponsesThroughTheSDK(t *testing.T) {
 		if done.Status != responses.ResponseStatusCompleted || done.OutputText() != "echo: stream me (turn 1)" || done.Usage.OutputTokens == 0 {
 			t.Fatalf("completed response %+v", done)
 		}
-		// Kept before response.completed was sent.
-		got, err := client.Responses.Get(ctx, done.ID, responses.ResponseGetParams{})
-		if err != nil || got.OutputText() != done.OutputText() || got.Status != responses.ResponseStatusCompleted {
-			t.Fatalf("get %v %v", got, err)
+		if keptErr != nil || kept == nil || kept.OutputText() != done.OutputText() || kept.Status != responses.ResponseStatusCompleted {
+			t.Fatalf("kept when response.completed arrived: %v %v", kept, keptErr)
 		}
 		if evs := r.received(); len(evs) != 2 || evs[1].GetAnswerOnly() {
 			t.Fatalf("a streamed request's event asks for the answer only: %v", evs)
@@ -310,6 +329,14 @@ func TestResponsesAreKeptForTheirClient(t *testing.T) {
 			t.Fatalf("%s: %d %q, want 404 %s", what, e.StatusCode, e.Code, code)
 		}
 	}
+	// As OpenAI answers a chain on a response it does not have: 400, which
+	// clients catch to send the conversation again.
+	noPrevious := func(t *testing.T, what string, err error) {
+		t.Helper()
+		if e := sdkErrorOf(t, err); e.StatusCode != http.StatusBadRequest || e.Code != "previous_response_not_found" || e.Param != "previous_response_id" {
+			t.Fatalf("%s: %d %q %q, want 400 previous_response_not_found", what, e.StatusCode, e.Code, e.Param)
+		}
+	}
 
 	resp, err := client.Responses.New(ctx, responses.ResponseNewParams{Model: "switchboard", Input: inputText("keep me")})
 	if err != nil {
@@ -327,7 +354,7 @@ func TestResponsesAreKeptForTheirClient(t *testing.T) {
 	notFound(t, "another client's get", err, "response_not_found")
 	notFound(t, "another client's delete", other.Responses.Delete(ctx, resp.ID), "response_not_found")
 	_, err = other.Responses.New(ctx, responses.ResponseNewParams{Model: "switchboard", Input: inputText("mine?"), PreviousResponseID: openai.String(resp.ID)})
-	notFound(t, "another client's chain", err, "previous_response_not_found")
+	noPrevious(t, "another client's chain", err)
 
 	if err := client.Responses.Delete(ctx, resp.ID); err != nil {
 		t.Fatal(err)
@@ -336,7 +363,7 @@ func TestResponsesAreKeptForTheirClient(t *testing.T) {
 	notFound(t, "get after delete", err, "response_not_found")
 	notFound(t, "delete after delete", client.Responses.Delete(ctx, resp.ID), "response_not_found")
 	_, err = client.Responses.New(ctx, responses.ResponseNewParams{Model: "switchboard", Input: inputText("again"), PreviousResponseID: openai.String(resp.ID)})
-	notFound(t, "chain on a deleted response", err, "previous_response_not_found")
+	noPrevious(t, "chain on a deleted response", err)
 
 	unkept, err := client.Responses.New(ctx, responses.ResponseNewParams{Model: "switchboard", Input: inputText("forget me"), Store: openai.Bool(false)})
 	if err != nil {
@@ -348,7 +375,7 @@ func TestResponsesAreKeptForTheirClient(t *testing.T) {
 	_, err = client.Responses.Get(ctx, unkept.ID, responses.ResponseGetParams{})
 	notFound(t, "get of store: false", err, "response_not_found")
 	_, err = client.Responses.New(ctx, responses.ResponseNewParams{Model: "switchboard", Input: inputText("on"), PreviousResponseID: openai.String(unkept.ID)})
-	notFound(t, "chain on store: false", err, "previous_response_not_found")
+	noPrevious(t, "chain on store: false", err)
 }
 
 // A failed turn: a plain request gets the error, a stream ends with
@@ -370,14 +397,31 @@ func TestResponsesOfFailedTurns(t *testing.T) {
 	if e := sdkErrorOf(t, err); e.StatusCode != http.StatusTooManyRequests || e.Code != "rate_limit_exceeded" || !strings.HasPrefix(e.Message, "The AI service is busy") {
 		t.Fatalf("failed turn: %d %q %q", e.StatusCode, e.Code, e.Message)
 	}
+	// The turn streamed text before it failed: the stream closes the
+	// message item, incomplete, before response.failed, and the failed
+	// response's output holds it.
 	types, _, failed := streamEvents(ctx, t, client, responses.ResponseNewParams{Model: "switchboard", Input: inputText("hi")})
-	if types[len(types)-1] != "response.failed" || failed.Status != responses.ResponseStatusFailed || failed.Error.Code != "rate_limit_exceeded" {
-		t.Fatalf("stream ended %v with %+v", types, failed)
+	want := []string{"response.created", "response.in_progress", "response.output_item.added", "response.content_part.added",
+		"response.output_text.delta", "response.output_text.delta", "response.output_text.delta",
+		"response.output_text.done", "response.content_part.done", "response.output_item.done", "response.failed"}
+	if strings.Join(types, ",") != strings.Join(want, ",") {
+		t.Fatalf("events\n%s\nwant\n%s", strings.Join(types, "\n"), strings.Join(want, "\n"))
 	}
+	if failed.Status != responses.ResponseStatusFailed || failed.Error.Code != "rate_limit_exceeded" {
+		t.Fatalf("stream ended with %+v", failed)
+	}
+	shown := func(what string, o *responses.Response) {
+		t.Helper()
+		if len(o.Output) != 1 || o.Output[0].Status != "incomplete" || o.OutputText() != "echo: hi (turn 1)" {
+			t.Fatalf("%s output %+v, want the incomplete message shown", what, o.Output)
+		}
+	}
+	shown("failed", &failed)
 	kept, err := client.Responses.Get(ctx, failed.ID, responses.ResponseGetParams{})
 	if err != nil || kept.Status != responses.ResponseStatusFailed || !strings.HasPrefix(kept.Error.Message, "The AI service is busy") {
 		t.Fatalf("kept %+v %v", kept, err)
 	}
+	shown("kept", kept)
 }
 
 // A response with an Idempotency-Key is one message and one response
@@ -472,9 +516,11 @@ func TestResponsesBadRequests(t *testing.T) {
 		{"conversation and header", "POST", base, testKey, `{"input":"a","conversation":"c"}`, map[string]string{HeaderSession: "d"}, 400, "invalid_request", "conversation"},
 		{"previous and header", "POST", base, testKey, `{"input":"a","previous_response_id":"` + resp.ID + `"}`, map[string]string{HeaderSession: "d"}, 400, "invalid_request", "previous_response_id"},
 		{"bad session header", "POST", base, testKey, `{"input":"a"}`, map[string]string{HeaderSession: "a:b"}, 400, "invalid_session_id", HeaderSession},
-		{"too many metadata", "POST", base, testKey, `{"input":"a","metadata":{"k":"` + strings.Repeat("v", 513) + `"}}`, nil, 400, "invalid_request", "metadata"},
-		{"unknown previous", "POST", base, testKey, `{"input":"a","previous_response_id":"resp_nothing"}`, nil, 404, "previous_response_not_found", "previous_response_id"},
-		{"previous that is no id", "POST", base, testKey, `{"input":"a","previous_response_id":"` + strings.Repeat("x", 300) + `"}`, nil, 404, "previous_response_not_found", "previous_response_id"},
+		{"too many metadata", "POST", base, testKey, `{"input":"a","metadata":{` + metadataPairs(17) + `}}`, nil, 400, "invalid_request", "metadata"},
+		{"metadata value too long", "POST", base, testKey, `{"input":"a","metadata":{"k":"` + strings.Repeat("v", 513) + `"}}`, nil, 400, "invalid_request", "metadata"},
+		{"metadata key too long", "POST", base, testKey, `{"input":"a","metadata":{"` + strings.Repeat("k", 65) + `":"v"}}`, nil, 400, "invalid_request", "metadata"},
+		{"unknown previous", "POST", base, testKey, `{"input":"a","previous_response_id":"resp_nothing"}`, nil, 400, "previous_response_not_found", "previous_response_id"},
+		{"previous that is no id", "POST", base, testKey, `{"input":"a","previous_response_id":"` + strings.Repeat("x", 300) + `"}`, nil, 400, "previous_response_not_found", "previous_response_id"},
 		{"too large", "POST", base, testKey, `{"input":"` + strings.Repeat("x", 5000) + `"}`, nil, 413, "request_too_large", ""},
 		{"get unknown", "GET", base + "/resp_nothing", testKey, "", nil, 404, "response_not_found", ""},
 		{"get no id", "GET", base + "/chatcmpl-1", testKey, "", nil, 404, "response_not_found", ""},
@@ -512,11 +558,21 @@ func TestResponsesBadRequests(t *testing.T) {
 		`{"input":"a","tools":[],"tool_choice":"auto","parallel_tool_calls":false,"truncation":"auto","include":["message.output_text.logprobs"]}`,
 		`{"input":"a","text":{"format":{"type":"text"}},"store":true,"stream_options":null,"prompt_cache_key":"x","service_tier":"auto"}`,
 		`{"input":["a bare string is a user message"]}`,
+		`{"input":"a","metadata":{` + metadataPairs(16) + `}}`,
 	} {
 		if r := do(t, "POST", base, testKey, body, nil); r.code != 200 {
 			t.Errorf("%s: %d %s", body, r.code, r.body)
 		}
 	}
+}
+
+// metadataPairs is n metadata pairs, as JSON object members.
+func metadataPairs(n int) string {
+	pairs := make([]string, n)
+	for i := range pairs {
+		pairs[i] = fmt.Sprintf(`"k%d":"v"`, i)
+	}
+	return strings.Join(pairs, ",")
 }
 
 func deref(s *string) string {

@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/switchboard-chat/switchboard/pkg/bus"
@@ -15,12 +16,17 @@ import (
 
 // The Responses API's responses are kept in a KV bucket, one record per
 // response id: whose it is (the client identity), the conversation it
-// belongs to (what previous_response_id continues) and the response as
-// GET /v1/responses/{id} answers it. A record is written when the
-// request is accepted (in progress: a request chaining on it continues
-// its conversation even before the answer) and again when it ends; it
-// lives gateways.api.response_ttl after its last write. Every replica
-// reads the same records.
+// belongs to (what previous_response_id continues), its instructions
+// (which a request continuing it carries on) and the response as GET
+// /v1/responses/{id} answers it. A record is written when the request is
+// accepted (in progress: a request chaining on it continues its
+// conversation even before the answer) and again when it ends; it lives
+// gateways.api.response_ttl after its last write, and when the bucket
+// holds gateways.api.responses_max_bytes the least recently written
+// records make room, as if they had expired. A deleted response leaves
+// a tombstone for as long, so that a retry of its request with the same
+// Idempotency-Key cannot make it again. Every replica reads the same
+// records.
 
 // BucketResponses is the KV bucket (before the topology prefix) of the
 // Responses API's responses.
@@ -30,9 +36,21 @@ const BucketResponses = "GATEWAY_API_RESPONSES"
 // write: 30 days, as OpenAI keeps them.
 const defaultResponseTTL = 30 * 24 * time.Hour
 
+// defaultResponsesMaxBytes bounds the bucket: 256 MiB, some thousands of
+// responses of long answers.
+const defaultResponsesMaxBytes = 256 << 20
+
+// minResponsesMaxBytes is the least bound: one response as large as a
+// NATS message (1 MiB by default).
+const minResponsesMaxBytes = 1 << 20
+
 // responseIDPattern is what a response id looks like (resp_ and the
 // request id's random or hashed part); anything else is no response.
 var responseIDPattern = regexp.MustCompile(`^resp_[A-Za-z0-9_]{1,100}$`)
+
+// errResponseDeleted: the response of a retried request was deleted
+// since an earlier attempt made it.
+var errResponseDeleted = errors.New("response deleted")
 
 // storedResponse is the record of a response.
 type storedResponse struct {
@@ -40,18 +58,35 @@ type storedResponse struct {
 	// client can read, continue or delete it.
 	Owner string `json:"owner"`
 	// Session is the conversation it belongs to, as X-Session-Id names it.
-	Session  string          `json:"session"`
-	Response *responseObject `json:"response"`
+	Session string `json:"session,omitempty"`
+	// Instructions it was answered with: the request's own, or those it
+	// carried on from the response it continued.
+	Instructions string          `json:"instructions,omitempty"`
+	Response     *responseObject `json:"response,omitempty"`
+	// Deleted marks the tombstone of a deleted response.
+	Deleted bool `json:"deleted,omitempty"`
+}
+
+// final reports whether the record holds a response's final answer
+// (completed or failed), which no other attempt overwrites.
+func (rec storedResponse) final() bool {
+	return rec.Response != nil && (rec.Response.Status == "completed" || rec.Response.Status == "failed")
 }
 
 type responseStore struct {
 	kv *kvBucket
 }
 
-func newResponseStore(b *bus.Bus, ttl time.Duration) *responseStore {
-	return &responseStore{kv: &kvBucket{bus: b, cfg: jetstream.KeyValueConfig{
+func newResponseStore(b *bus.Bus, ttl time.Duration, maxBytes int64) *responseStore {
+	return &responseStore{kv: &kvBucket{bus: b, discardOld: true, cfg: jetstream.KeyValueConfig{
 		Bucket: BucketResponses, Description: "responses of the API's Responses endpoint", TTL: ttl, History: 1,
+		MaxBytes: maxBytes,
 	}}}
+}
+
+// bucket opens the KV bucket on first use.
+func (rs *responseStore) bucket(ctx context.Context) (jetstream.KeyValue, error) {
+	return rs.kv.open(ctx)
 }
 
 // get returns the response id of owner; found is false when there is
@@ -60,61 +95,106 @@ func (rs *responseStore) get(ctx context.Context, id, owner string) (rec storedR
 	if !responseIDPattern.MatchString(id) {
 		return storedResponse{}, false, nil
 	}
-	kv, err := rs.kv.open(ctx)
-	if err != nil {
+	rec, _, found, err = rs.read(ctx, id)
+	if err != nil || !found {
 		return storedResponse{}, false, err
 	}
-	e, err := kv.Get(ctx, kvKey(id))
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return storedResponse{}, false, nil
-	}
-	if err != nil {
-		return storedResponse{}, false, fmt.Errorf("read response record: %w", err)
-	}
-	if err := json.Unmarshal(e.Value(), &rec); err != nil {
-		return storedResponse{}, false, fmt.Errorf("decode response record: %w", err)
-	}
-	if rec.Owner != owner || rec.Response == nil || rec.Response.ID != id {
+	if rec.Deleted || rec.Owner != owner || rec.Response == nil || rec.Response.ID != id {
 		return storedResponse{}, false, nil
 	}
 	return rec, true, nil
 }
 
+// read returns the record of id as it is stored, a tombstone included,
+// and its revision; found is false when there is none.
+func (rs *responseStore) read(ctx context.Context, id string) (rec storedResponse, rev uint64, found bool, err error) {
+	kv, err := rs.bucket(ctx)
+	if err != nil {
+		return storedResponse{}, 0, false, err
+	}
+	e, err := kv.Get(ctx, kvKey(id))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return storedResponse{}, 0, false, nil
+	}
+	if err != nil {
+		return storedResponse{}, 0, false, fmt.Errorf("read response record: %w", err)
+	}
+	if err := json.Unmarshal(e.Value(), &rec); err != nil {
+		return storedResponse{}, 0, false, fmt.Errorf("decode response record: %w", err)
+	}
+	return rec, e.Revision(), true, nil
+}
+
 // begin writes rec unless a record of its id exists (an earlier
 // attempt's, with the same Idempotency-Key), which it leaves as it is.
-// It returns the revision to update and whether this call wrote it.
-func (rs *responseStore) begin(ctx context.Context, rec storedResponse) (rev uint64, created bool, err error) {
-	kv, err := rs.kv.open(ctx)
+// It returns the record as stored, its revision and whether this call
+// wrote it; errResponseDeleted when the response was deleted since.
+func (rs *responseStore) begin(ctx context.Context, rec storedResponse) (stored storedResponse, rev uint64, created bool, err error) {
+	kv, err := rs.bucket(ctx)
 	if err != nil {
-		return 0, false, err
+		return storedResponse{}, 0, false, err
 	}
 	data, err := json.Marshal(rec)
 	if err != nil {
-		return 0, false, fmt.Errorf("encode response record: %w", err)
+		return storedResponse{}, 0, false, fmt.Errorf("encode response record: %w", err)
 	}
-	key := kvKey(rec.Response.ID)
-	rev, err = kv.Create(ctx, key, data)
+	id := rec.Response.ID
+	rev, err = kv.Create(ctx, kvKey(id), data)
 	if err == nil {
-		return rev, true, nil
+		// The record as written, apart from the response the request
+		// goes on to change.
+		snapshot := *rec.Response
+		rec.Response = &snapshot
+		return rec, rev, true, nil
 	}
 	if !errors.Is(err, jetstream.ErrKeyExists) {
-		return 0, false, fmt.Errorf("write response record: %w", err)
+		return storedResponse{}, 0, false, fmt.Errorf("write response record: %w", err)
 	}
-	e, err := kv.Get(ctx, key)
-	if errors.Is(err, jetstream.ErrKeyNotFound) { // deleted between the two calls
+	stored, rev, found, err := rs.read(ctx, id)
+	switch {
+	case err != nil:
+		return storedResponse{}, 0, false, err
+	case !found: // removed between the two calls
 		return rs.begin(ctx, rec)
+	case stored.Deleted:
+		return storedResponse{}, 0, false, errResponseDeleted
+	case stored.Response == nil || stored.Owner != rec.Owner:
+		return storedResponse{}, 0, false, fmt.Errorf("response record %s is not the request's", id)
 	}
-	if err != nil {
-		return 0, false, fmt.Errorf("read response record: %w", err)
+	return stored, rev, false, nil
+}
+
+// end writes o, the final state of the response of rec (read at
+// revision rev), over its record. Another attempt of a request with an
+// Idempotency-Key may have written the record since: it is read again,
+// and o is written over it unless it holds a final answer already
+// (completed or failed: the first stays) or was deleted.
+func (rs *responseStore) end(ctx context.Context, rec storedResponse, rev uint64, o *responseObject) error {
+	for attempt := 0; ; attempt++ {
+		if rec.Deleted || rec.Response == nil || rec.final() {
+			return nil
+		}
+		next := rec
+		next.Response = o
+		stale, err := rs.update(ctx, next, rev)
+		if err != nil || !stale {
+			return err
+		}
+		if attempt == 10 {
+			return fmt.Errorf("write response record: written %d times meanwhile", attempt+1)
+		}
+		var found bool
+		if rec, rev, found, err = rs.read(ctx, o.ID); err != nil || !found {
+			// Not found: removed (nothing was published) or expired.
+			return err
+		}
 	}
-	return e.Revision(), false, nil
 }
 
 // update writes rec over revision rev. A record deleted or written again
-// since (another attempt of a request with an Idempotency-Key) is left
-// as it is: stale reports it.
+// since is left as it is: stale reports it.
 func (rs *responseStore) update(ctx context.Context, rec storedResponse, rev uint64) (stale bool, err error) {
-	kv, err := rs.kv.open(ctx)
+	kv, err := rs.bucket(ctx)
 	if err != nil {
 		return false, err
 	}
@@ -132,9 +212,27 @@ func (rs *responseStore) update(ctx context.Context, rec storedResponse, rev uin
 	return false, nil
 }
 
-// remove deletes the record of id.
+// bury replaces the record of rec's response, deleted by its client,
+// with a tombstone.
+func (rs *responseStore) bury(ctx context.Context, rec storedResponse) error {
+	kv, err := rs.bucket(ctx)
+	if err != nil {
+		return err
+	}
+	data, err := json.Marshal(storedResponse{Owner: rec.Owner, Deleted: true})
+	if err != nil {
+		return fmt.Errorf("encode response record: %w", err)
+	}
+	if _, err := kv.Put(ctx, kvKey(rec.Response.ID), data); err != nil {
+		return fmt.Errorf("delete response record: %w", err)
+	}
+	return nil
+}
+
+// remove deletes the record of id, leaving no tombstone: the response
+// of a request that was never asked.
 func (rs *responseStore) remove(ctx context.Context, id string) error {
-	kv, err := rs.kv.open(ctx)
+	kv, err := rs.bucket(ctx)
 	if err != nil {
 		return err
 	}
@@ -142,4 +240,9 @@ func (rs *responseStore) remove(ctx context.Context, id string) error {
 		return fmt.Errorf("delete response record: %w", err)
 	}
 	return nil
+}
+
+// tooLarge reports a record write NATS refused for its size.
+func tooLarge(err error) bool {
+	return errors.Is(err, nats.ErrMaxPayload) || errors.Is(err, jetstream.ErrStreamMessageExceedsMaximum)
 }

@@ -67,6 +67,10 @@ type Responses struct {
 	// Instructions is the system message the client sent (also the first
 	// context message); empty for none.
 	Instructions string
+	// InstructionsSent reports that the request has instructions, even
+	// empty ones: a request without continues with those of the response
+	// it follows (CarryInstructions).
+	InstructionsSent bool
 	// Store keeps the response for GET /v1/responses/{id} and for
 	// previous_response_id (the default).
 	Store bool
@@ -122,11 +126,10 @@ func ParseResponses(body []byte) (*Responses, error) {
 		return nil, invalid("input", "input must contain a user message")
 	}
 	out := &Responses{Model: req.Model, Stream: req.Stream, User: req.User, Store: req.Store == nil || *req.Store,
-		PreviousResponseID: req.PreviousResponseID, Conversation: conversation, Metadata: req.Metadata}
-	if req.Instructions != nil && *req.Instructions != "" {
-		// As a chat completion's system message.
-		out.Instructions = *req.Instructions
-		out.Context = append(out.Context, &eventsv1.ContextMessage{Role: "system", Content: out.Instructions})
+		PreviousResponseID: req.PreviousResponseID, Conversation: conversation, Metadata: req.Metadata,
+		InstructionsSent: req.Instructions != nil}
+	if req.Instructions != nil {
+		out.CarryInstructions(*req.Instructions)
 	}
 	for i, m := range msgs {
 		text, images, err := responseContent(m.content, m.param+".content")
@@ -143,6 +146,17 @@ func ParseResponses(body []byte) (*Responses, error) {
 		return nil, invalid(msgs[last].param, "the last user message is empty")
 	}
 	return out, nil
+}
+
+// CarryInstructions makes text the request's instructions: its first
+// context message, as a chat completion's system message. Empty text is
+// none.
+func (r *Responses) CarryInstructions(text string) {
+	if text == "" {
+		return
+	}
+	r.Instructions = text
+	r.Context = append([]*eventsv1.ContextMessage{{Role: "system", Content: text}}, r.Context...)
 }
 
 // supported refuses the parameters the gateway cannot honour.
