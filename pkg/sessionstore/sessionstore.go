@@ -308,13 +308,18 @@ func (s *Store) ArriveAndEnqueue(ctx context.Context, key, profile string, src *
 // (as Hermes, an override belongs to its conversation). reason is
 // recorded.
 func (s *Store) Reset(ctx context.Context, key, reason string) (Session, error) {
-	return s.ResetKeeping(ctx, key, reason, "")
+	return s.reset(ctx, key, reason, false)
 }
 
-// ResetKeeping is Reset that keeps the waiting message with event id keep
-// (the message that found the session due for a reset, queued already);
-// it then belongs to the new conversation.
-func (s *Store) ResetKeeping(ctx context.Context, key, reason, keep string) (Session, error) {
+// ResetKeepingQueue is Reset that keeps the waiting messages: a reset by
+// policy, with no turn running, finds only messages nobody answered yet
+// (the one that found the session due, parts held for the rest of a
+// message), which belong to the new conversation.
+func (s *Store) ResetKeepingQueue(ctx context.Context, key, reason string) (Session, error) {
+	return s.reset(ctx, key, reason, true)
+}
+
+func (s *Store) reset(ctx context.Context, key, reason string, keepQueue bool) (Session, error) {
 	now := s.now()
 	var sess Session
 	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
@@ -333,8 +338,10 @@ func (s *Store) ResetKeeping(ctx context.Context, key, reason, keep string) (Ses
 		if _, err := tx.Exec(ctx, `INSERT INTO session_history (session_key, session_id, started_at) VALUES ($1, $2, $3)`, key, id, now); err != nil {
 			return fmt.Errorf("record session history: %w", err)
 		}
-		if _, err := tx.Exec(ctx, `DELETE FROM session_queue WHERE session_key = $1 AND event_id <> $2`, key, keep); err != nil {
-			return fmt.Errorf("clear queue: %w", err)
+		if !keepQueue {
+			if _, err := tx.Exec(ctx, `DELETE FROM session_queue WHERE session_key = $1`, key); err != nil {
+				return fmt.Errorf("clear queue: %w", err)
+			}
 		}
 		var err error
 		sess, err = scanSession(tx.QueryRow(ctx, `UPDATE sessions SET session_id = $2, generation = generation + 1,

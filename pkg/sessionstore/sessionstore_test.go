@@ -249,7 +249,7 @@ func TestArrivalAgainKeepsThePreviousActivity(t *testing.T) {
 		t.Fatalf("m again: previous activity %v, want %v (before its first arrival)", prev, start)
 	}
 	clock = clock.Add(time.Second)
-	if _, err := s.ResetKeeping(ctx, "k", "idle", "m"); err != nil {
+	if _, err := s.ResetKeepingQueue(ctx, "k", "idle"); err != nil {
 		t.Fatal(err)
 	}
 	reset := clock
@@ -268,8 +268,8 @@ func TestArrivalAgainKeepsThePreviousActivity(t *testing.T) {
 }
 
 // ArriveAndEnqueue is Arrive and Enqueue in one transaction, with both
-// answers; a reset keeping the message leaves it queued for the new
-// conversation.
+// answers; a reset keeping the queue leaves the messages queued for the
+// new conversation, and a plain one drops them.
 func TestArriveAndEnqueue(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -312,12 +312,18 @@ func TestArriveAndEnqueue(t *testing.T) {
 			t.Fatalf("%s: arrival %+v, want previous activity %v", st.name, a, wantPrev)
 		}
 	}
-	sess, err := s.ResetKeeping(ctx, "k", "idle", "b")
+	sess, err := s.ResetKeepingQueue(ctx, "k", "idle")
 	if err != nil || sess.ID == first.Session.ID {
 		t.Fatalf("reset: %+v %v", sess, err)
 	}
-	if n, err := s.QueueLen(ctx, "k"); err != nil || n != 1 {
-		t.Fatalf("after a reset keeping b: %d waiting (%v), want b alone", n, err)
+	if n, err := s.QueueLen(ctx, "k"); err != nil || n != 2 {
+		t.Fatalf("after a reset keeping the queue: %d waiting (%v), want a and b", n, err)
+	}
+	if _, err := s.Reset(ctx, "k", "new"); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.QueueLen(ctx, "k"); err != nil || n != 0 {
+		t.Fatalf("after a reset: %d waiting (%v), want none", n, err)
 	}
 }
 

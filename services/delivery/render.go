@@ -117,7 +117,8 @@ func (s *Service) handle(ctx context.Context, ev *repliesv1.ReplyEvent) error {
 		return nil
 	case *repliesv1.ReplyEvent_FinalText:
 		s.typing.stop(ev.GetTurnId())
-		return s.final(ctx, ev, b.FinalText.GetText(), b.FinalText.GetFormat())
+		_, err := s.final(ctx, ev, b.FinalText.GetText(), b.FinalText.GetFormat())
+		return err
 	case *repliesv1.ReplyEvent_Error:
 		s.typing.stop(ev.GetTurnId())
 		text := b.Error.GetMessage()
@@ -125,11 +126,14 @@ func (s *Service) handle(ctx context.Context, ev *repliesv1.ReplyEvent) error {
 			text = "Sorry, something went wrong and I could not answer."
 		}
 		// Take the cursor off whatever was streamed, then explain.
-		if err := s.final(ctx, ev, "", deliveryv1.TextFormat_TEXT_FORMAT_PLAIN); err != nil {
+		queued, err := s.final(ctx, ev, "", deliveryv1.TextFormat_TEXT_FORMAT_PLAIN)
+		if err != nil {
 			return err
 		}
 		if text == "" {
-			s.ended(ctx, ev)
+			if !queued {
+				s.ended(ctx, ev)
+			}
 			return nil
 		}
 		return s.enqueue(ctx, s.textRequests(ev, keyBase(ctx, ev)+":e", "⚠️ "+text, deliveryv1.TextFormat_TEXT_FORMAT_PLAIN, true)...)
@@ -346,8 +350,9 @@ func (s *Service) progress(ctx context.Context, req *deliveryv1.SendRequested) (
 // final turns the final answer into outbox rows. When the answer was
 // streamed into messages, the stream's final actions replace them (the
 // final answer always wins over progress edits); when another replica
-// streamed it, the recorded messages are rewritten from the first.
-func (s *Service) final(ctx context.Context, ev *repliesv1.ReplyEvent, text string, format deliveryv1.TextFormat) error {
+// streamed it, the recorded messages are rewritten from the first. queued
+// reports whether any message was (or had been) queued.
+func (s *Service) final(ctx context.Context, ev *repliesv1.ReplyEvent, text string, format deliveryv1.TextFormat) (queued bool, err error) {
 	base := keyBase(ctx, ev)
 	st := s.turns.get(ev.GetTurnId())
 	if ev.GetTurnId() != "" && st != nil && !st.done && len(st.ids) > 0 {
@@ -355,30 +360,31 @@ func (s *Service) final(ctx context.Context, ev *repliesv1.ReplyEvent, text stri
 			st.final = s.finalActions(ev, base, st, st.stream.Final(text), format)
 		}
 		if err := s.enqueue(ctx, st.final...); err != nil {
-			return err
+			return false, err
 		}
+		queued = len(st.final) > 0
 		st.done, st.final = true, nil
-		return nil
+		return queued, nil
 	}
 	if st != nil && st.done {
 		// Already replaced (a redelivered final): the rows exist.
-		return nil
+		return true, nil
 	}
 	if ev.GetTurnId() != "" && s.cfg.platform(ev.GetTarget().GetPlatform()).Streaming == StreamEdit {
 		ids, err := s.store.StreamMessages(ctx, ev.GetTurnId())
 		if err != nil {
-			return err
+			return false, err
 		}
 		if len(ids) > 0 {
 			if err := s.enqueue(ctx, s.rewrite(ev, base, ids, text, format)...); err != nil {
-				return err
+				return false, err
 			}
 			s.turns.put(ev.GetTurnId(), &turnState{done: true})
-			return nil
+			return true, nil
 		}
 	}
 	if err := s.enqueueText(ctx, ev, base, text, format, true); err != nil {
-		return err
+		return false, err
 	}
 	if ev.GetTurnId() != "" && s.cfg.platform(ev.GetTarget().GetPlatform()).Streaming == StreamEdit {
 		// Streamed deltas that come late must not start a message after
@@ -388,7 +394,7 @@ func (s *Service) final(ctx context.Context, ev *repliesv1.ReplyEvent, text stri
 		// hundreds of turns a second was most of this map.
 		s.turns.put(ev.GetTurnId(), &turnState{done: true})
 	}
-	return nil
+	return text != "", nil
 }
 
 func (s *Service) finalActions(ev *repliesv1.ReplyEvent, base string, st *turnState, acts []streamedit.Action, format deliveryv1.TextFormat) []*deliveryv1.SendRequested {

@@ -265,7 +265,7 @@ func (s *Service) routeToFree(ctx context.Context, m *msgCtx) error {
 	if !arr.Created {
 		// The message is queued already: a reset keeps it for the new
 		// conversation.
-		if _, err := s.resetIfDue(ctx, m, arr.Session, arr.Prev, m.ev.GetEventId()); err != nil {
+		if _, err := s.resetIfDue(ctx, m, arr.Session, arr.Prev); err != nil {
 			return err
 		}
 	}
@@ -407,13 +407,15 @@ func (s *Service) session(ctx context.Context, m *msgCtx) (sessionstore.Session,
 	if err != nil || created {
 		return sess, err
 	}
-	return s.resetIfDue(ctx, m, sess, prev, "")
+	return s.resetIfDue(ctx, m, sess, prev)
 }
 
 // resetIfDue resets the session when its reset policy says so (prev is
 // its last activity before m) and no turn runs, keeping the waiting
-// message with event id keep (empty: none), and tells the user.
-func (s *Service) resetIfDue(ctx context.Context, m *msgCtx, sess sessionstore.Session, prev time.Time, keep string) (sessionstore.Session, error) {
+// messages (nobody answered them yet: m, if it is queued, and parts held
+// for the rest of a message) for the new conversation, and tells the
+// user.
+func (s *Service) resetIfDue(ctx context.Context, m *msgCtx, sess sessionstore.Session, prev time.Time) (sessionstore.Session, error) {
 	pol := s.cfg.SessionReset.policy(m.platform, m.src.GetChatType())
 	reason, due := pol.due(prev, s.now())
 	if !due {
@@ -423,7 +425,7 @@ func (s *Service) resetIfDue(ctx context.Context, m *msgCtx, sess sessionstore.S
 	if owner, err := s.lockHolder(ctx, m); err != nil || owner != "" {
 		return sess, nil //nolint:nilerr // unknown: do not reset
 	}
-	sess, err := s.store.ResetKeeping(ctx, m.key, reason, keep)
+	sess, err := s.store.ResetKeepingQueue(ctx, m.key, reason)
 	if err != nil {
 		return sess, fmt.Errorf("reset session: %w", err)
 	}

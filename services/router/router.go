@@ -321,8 +321,7 @@ func (s *Service) sweep(ctx context.Context) error {
 			return nil
 		case <-t.C:
 		}
-		// A part held for the rest of a message is not the sweep's.
-		s.sweepAll(ctx, s.now().Add(-max(s.cfg.SweepInterval/2, s.cfg.SplitWait+time.Second, s.cfg.AlbumWait+time.Second)))
+		s.sweepAll(ctx, s.now().Add(-s.cfg.SweepInterval/2))
 	}
 }
 

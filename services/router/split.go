@@ -2,9 +2,11 @@ package router
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
-	"unicode/utf16"
+
+	"github.com/switchboard-chat/switchboard/pkg/chunk"
 )
 
 // A user's one message sometimes reaches the bot as several: a chat
@@ -16,14 +18,19 @@ import (
 // router holds a part that reaches an idle session: a message about as
 // long as its platform's limit (router.split_messages) for
 // router.split_wait, an album's picture (media_group_id) for
-// router.album_wait. The message is queued durably and handled, and its
-// session starts when the wait ends. A message that arrives meanwhile
-// finds the parts waiting and starts one turn for all of them, unless it
-// is a part itself, which holds the session for another wait. A message
-// that was simply long starts when the wait ends. Other messages are
-// never held, and neither is a message to a busy session: it waits for
-// the running turn anyway. Should the router stop during a wait, the
-// sweep starts the session.
+// router.album_wait. The message is queued durably and handled, and a
+// hold key in Redis (<prefix>hold:<session key>, expiring with the wait)
+// keeps the session from being started by anything that starts waiting
+// sessions (the sweep, the restarts after commands and duplicates) on
+// any replica; each part sets it again. When the wait ends, a timer in
+// the router that held the last part starts the session (one that finds
+// the key extended by a part another replica held waits again). A
+// message that arrives meanwhile and is no part finds the parts waiting
+// and starts one turn for all of them. A message that was simply long
+// starts when the wait ends. Other messages are never held, and neither
+// is a message to a busy session: it waits for the running turn anyway.
+// Should the router stop during a wait, the sweep starts the session once
+// the key has expired.
 
 // holdFor is how long m, as one part of a message the user sent at once,
 // holds an idle session for the rest; 0 for a message that is not one.
@@ -36,30 +43,37 @@ func (s *Service) holdFor(m *msgCtx) time.Duration {
 	}
 	limit := s.cfg.SplitMessages[m.platform]
 	text := m.ev.GetText()
-	if limit <= 0 || len(text) < limit || utf16Len(text) < limit {
+	// Telegram's and Discord's clients count UTF-16 code units, never
+	// more than the bytes.
+	if limit <= 0 || len(text) < limit || chunk.UTF16.Len(text) < limit {
 		return 0
 	}
 	return s.cfg.SplitWait
-}
-
-// utf16Len is the length of text as Telegram's and Discord's clients count
-// it: in UTF-16 code units (never more than its bytes).
-func utf16Len(text string) int {
-	n := 0
-	for _, r := range text {
-		n += utf16.RuneLen(r)
-	}
-	return n
 }
 
 // holdForRest ends the handling of a part queued in its free session
 // without starting a turn: the session starts m.hold after its last part,
 // unless a later message started it first.
 func (s *Service) holdForRest(ctx context.Context, m *msgCtx) error {
+	if err := s.rdb.Set(ctx, s.holdKey(m.key), m.dedupeID, m.hold).Err(); err != nil {
+		return fmt.Errorf("hold session for the rest of a message: %w", err)
+	}
 	inbound.WithLabelValues("held").Inc()
 	s.log.DebugContext(ctx, "message held for the rest of what the user sent", "session_key", m.key, "event", m.dedupeID, "wait", m.hold)
-	s.holds.hold(m.key, m.hold)
+	s.holds.arm(m.key, m.hold)
 	return nil
+}
+
+func (s *Service) holdKey(key string) string { return s.prefix + "hold:" + key }
+
+// held reports whether a part holds the session key for the rest of a
+// message.
+func (s *Service) held(ctx context.Context, key string) (bool, error) {
+	n, err := s.rdb.Exists(ctx, s.holdKey(key)).Result()
+	if err != nil {
+		return false, fmt.Errorf("read hold: %w", err)
+	}
+	return n > 0, nil
 }
 
 // holds are the sessions whose parts wait for the rest, each with the
@@ -76,8 +90,8 @@ func newHolds() *holds {
 	return &holds{timers: map[string]*time.Timer{}, due: make(chan string, 256)}
 }
 
-// hold (re)starts the wait of the session key.
-func (h *holds) hold(key string, wait time.Duration) {
+// arm (re)starts the timer that ends the wait of the session key.
+func (h *holds) arm(key string, wait time.Duration) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if old := h.timers[key]; old != nil {
@@ -109,7 +123,16 @@ func (s *Service) startHeld(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case key := <-s.holds.due:
-			if _, err := s.tryStart(ctx, key); err != nil && ctx.Err() == nil {
+			// Another replica's part may have set the hold again.
+			left, err := s.rdb.PTTL(ctx, s.holdKey(key)).Result()
+			if err == nil && left > 0 {
+				s.holds.arm(key, left)
+				continue
+			}
+			if err == nil {
+				_, err = s.tryStart(ctx, key)
+			}
+			if err != nil && ctx.Err() == nil {
 				s.log.Warn("start a session held for the rest of a message; the sweep will", "session_key", key, "err", err)
 			}
 		}

@@ -1,7 +1,9 @@
 package router
 
 import (
+	"context"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,19 +20,19 @@ func TestPartsOfOneMessageAreOneTurn(t *testing.T) {
 		name     string
 		platform string
 		split    int           // router.split_messages for the platform
-		albums   time.Duration // router.album_wait
+		wait     time.Duration // router.split_wait and router.album_wait
 		texts    []string      // album: marks a picture of an album
 		want     [][]string    // each turn's inputs
 	}{
-		{"two parts", "telegram", 4000, time.Second, []string{part("a"), "end"}, [][]string{{part("a"), "end"}}},
-		{"three parts", "telegram", 4000, time.Second, []string{part("a"), part("b"), "end"}, [][]string{{part("a"), part("b"), "end"}}},
-		{"a long message alone starts after the wait", "telegram", 4000, time.Second, []string{part("a")}, [][]string{{part("a")}}},
-		{"short messages are not held", "telegram", 4000, time.Second, []string{"one", "two"}, [][]string{{"one"}, {"two"}}},
+		{"two parts", "telegram", 4000, 3 * time.Second, []string{part("a"), "end"}, [][]string{{part("a"), "end"}}},
+		{"three parts", "telegram", 4000, 3 * time.Second, []string{part("a"), part("b"), "end"}, [][]string{{part("a"), part("b"), "end"}}},
+		{"a long message alone starts after the wait", "telegram", 4000, 3 * time.Second, []string{part("a")}, [][]string{{part("a")}}},
+		{"short messages are not held", "telegram", 4000, 3 * time.Second, []string{"one", "two"}, [][]string{{"one"}, {"two"}}},
 		// 2,025 emoji: 4,050 UTF-16 code units, as the client counts them.
-		{"emoji count twice", "telegram", 4000, time.Second, []string{strings.Repeat("😀", 2025), "end"}, [][]string{{strings.Repeat("😀", 2025), "end"}}},
-		{"a platform without splitting", "slack", 0, time.Second, []string{part("a"), "end"}, [][]string{{part("a")}, {"end"}}},
-		{"turned off", "telegram", 0, time.Second, []string{part("a"), "end"}, [][]string{{part("a")}, {"end"}}},
-		{"an album", "telegram", 4000, time.Second, []string{album + "look at these", album, album}, [][]string{{"look at these", "", ""}}},
+		{"emoji count twice", "telegram", 4000, 3 * time.Second, []string{strings.Repeat("😀", 2025), "end"}, [][]string{{strings.Repeat("😀", 2025), "end"}}},
+		{"a platform without splitting", "slack", 0, 3 * time.Second, []string{part("a"), "end"}, [][]string{{part("a")}, {"end"}}},
+		{"turned off", "telegram", 0, 3 * time.Second, []string{part("a"), "end"}, [][]string{{part("a")}, {"end"}}},
+		{"an album", "telegram", 4000, 3 * time.Second, []string{album + "look at these", album, album}, [][]string{{"look at these", "", ""}}},
 		{"albums off", "telegram", 4000, 0, []string{album + "look", album}, [][]string{{"look"}, {""}}},
 	}
 	for _, tt := range tests {
@@ -39,7 +41,9 @@ func TestPartsOfOneMessageAreOneTurn(t *testing.T) {
 			e := newEnv(t)
 			cfg := testConfig()
 			cfg.SplitMessages = map[string]int{tt.platform: tt.split}
-			cfg.SplitWait, cfg.AlbumWait = time.Second, tt.albums
+			// Long enough for the parts, published back to back, to be
+			// handled within it.
+			cfg.SplitWait, cfg.AlbumWait = tt.wait, tt.wait
 			e.startRouter(cfg, nil, nil)
 			w := e.startWorker(nil)
 			for _, text := range tt.texts {
@@ -63,6 +67,9 @@ func TestPartsOfOneMessageAreOneTurn(t *testing.T) {
 			}
 			if !equalTurns(got, tt.want) {
 				t.Fatalf("turns' inputs %v, want %v", abbreviated(got), abbreviated(tt.want))
+			}
+			if len(tt.want) > 1 {
+				return // unheld messages meet the turns before them as they may
 			}
 			if n := len(e.controls(controlInterrupt)); n != 0 {
 				t.Fatalf("%d interrupts", n)
@@ -108,28 +115,80 @@ func abbreviated(turns [][]string) [][]string {
 	return out
 }
 
-// TestHeldPartOutlivesItsRouter: a held part's router stops before the
-// wait ends (its timer never fires here); the sweep of another router
-// starts the waiting message.
+// TestHeldPartOutlivesItsRouter: the router that held a part stops
+// before the wait ends; no other router starts the session while the hold
+// lasts, and the sweep of another starts it once it has expired.
 func TestHeldPartOutlivesItsRouter(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	held := testConfig()
-	held.SplitWait = time.Minute
-	e.startRouter(held, nil, nil)
+	cfg := testConfig()
+	cfg.SplitWait = 2 * time.Second
+	a, err := New(cfg, Deps{Bus: e.bus, DB: e.db, Redis: e.rdb, RedisPrefix: e.prefix, Environ: []string{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
 	w := e.startWorker(nil)
-	e.publish(dm("alice", strings.Repeat("a", 4050)))
+	e.startRouter(cfg, nil, []int{}) // another replica: its sweep only
 	key := "agent:main:telegram:dm:chat-alice"
+	e.publish(dm("alice", strings.Repeat("a", 4050)))
 	waitFor(t, "the part waits in its session", func() bool {
 		var n int
 		_ = e.db.QueryRow(t.Context(), `SELECT count(*) FROM session_queue WHERE session_key = $1`, key).Scan(&n)
 		return n == 1
 	})
-	if turns, _ := w.snapshot(); len(turns) != 0 {
-		t.Fatalf("%d turns during the wait", len(turns))
+	stop()
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
-	other := testConfig()
-	other.SplitWait = 0
-	e.startRouter(other, nil, []int{}) // no partitions: its sweep only
 	waitFor(t, "the sweep starts it", func() bool { turns, _ := w.snapshot(); return len(inputsText(turns, key)) == 1 })
+	if n, err := e.rdb.Exists(context.Background(), a.holdKey(key)).Result(); err != nil || n != 0 {
+		t.Fatalf("started while the hold lasted (%d, %v)", n, err)
+	}
+}
+
+// TestHeldPartsSurviveAReset: a daily reset falls between two parts; the
+// new conversation gets both.
+func TestHeldPartsSurviveAReset(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	cfg := testConfig()
+	cfg.SplitWait = time.Minute // only the second part starts them
+	cfg.SessionReset.Mode, cfg.SessionReset.AtHour = ResetDaily, 4
+	var mu sync.Mutex
+	now := time.Date(2026, 12, 2, 3, 0, 0, 0, time.UTC)
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	set := func(t time.Time) { mu.Lock(); defer mu.Unlock(); now = t }
+	s, err := New(cfg, Deps{Bus: e.bus, DB: e.db, Redis: e.rdb, RedisPrefix: e.prefix, Environ: []string{}, Now: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	w := e.startWorker(nil)
+	key := "agent:main:telegram:dm:chat-alice"
+	e.publish(dm("alice", "hello"))
+	waitFor(t, "first turn", func() bool { turns, _ := w.snapshot(); return len(turns) == 1 })
+	set(time.Date(2026, 12, 2, 3, 59, 59, 0, time.UTC))
+	part := strings.Repeat("a", 4050)
+	e.publish(dm("alice", part))
+	waitFor(t, "the part waits in its session", func() bool {
+		var n int
+		_ = e.db.QueryRow(t.Context(), `SELECT count(*) FROM session_queue WHERE session_key = $1`, key).Scan(&n)
+		return n == 1
+	})
+	set(time.Date(2026, 12, 2, 4, 0, 1, 0, time.UTC))
+	e.publish(dm("alice", "end"))
+	waitFor(t, "second turn", func() bool { turns, _ := w.snapshot(); return len(turns) == 2 })
+	turns, _ := w.snapshot()
+	if got := texts(turns[1].Inputs); len(got) != 2 || got[0] != part || got[1] != "end" {
+		t.Fatalf("the new conversation's turn has %v, want both parts", abbreviated([][]string{got}))
+	}
+	if turns[1].SessionId == turns[0].SessionId {
+		t.Fatal("the session was not reset")
+	}
 }

@@ -37,6 +37,10 @@ func (s *Service) tryStart(ctx context.Context, key string) (bool, error) {
 	if n, err := s.store.QueueLen(ctx, key); err != nil || n == 0 {
 		return false, err
 	}
+	// Parts held for the rest of a message wait for it (split.go).
+	if held, err := s.held(ctx, key); err != nil || held {
+		return false, err
+	}
 	return s.startQueued(ctx, key)
 }
 

@@ -113,7 +113,8 @@ type StartTurn struct {
 	// so far), then its text with what the worker read from its
 	// attachments (voice transcripts, text documents, the names of the
 	// rest). They are stored as the turn's first messages; the agent's
-	// `appended` follow them. turn.inputs holds the raw events.
+	// `appended` follow them. Pictures are not in them (turn.inputs, the
+	// raw events, has the attachments).
 	Input         []*TranscriptMessage `protobuf:"bytes,4,rep,name=input,proto3" json:"input,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
