@@ -145,27 +145,22 @@ func (rs *reactions) observe(req *deliveryv1.SendRequested, err error) {
 		return
 	}
 	turn := req.GetTurnId()
-	switch op := req.GetOp(); {
-	case op == deliveryv1.SendOp_SEND_OP_TYPING && req.GetFinal():
-		// The turn ended without a message (interrupted before it said
-		// anything): its outcome all the same.
-		if turn != "" {
-			rs.marks.add(turn)
-		}
-		rs.enqueue(turn, reaction{target: req.GetTarget(), ids: req.GetInputMessageIds(), steps: rs.outcome(req.GetErrorCode())})
-	case op == deliveryv1.SendOp_SEND_OP_TYPING:
-		// Repeated every few seconds while the turn runs: once is enough.
-		if turn != "" && rs.marks.add(turn) {
-			rs.enqueue(turn, reaction{target: req.GetTarget(), ids: req.GetInputMessageIds(), steps: []step{{add: true, emoji: rs.emoji.Processing}}})
-		}
-	case op == deliveryv1.SendOp_SEND_OP_SEND, op == deliveryv1.SendOp_SEND_OP_EDIT, op == deliveryv1.SendOp_SEND_OP_DELETE:
-		if !req.GetFinal() || err != nil {
+	switch {
+	case req.GetFinal():
+		// The turn's last message, once sent; on a typing request, its
+		// end without a message (interrupted before it said anything).
+		if err != nil {
 			return
 		}
 		if turn != "" {
 			rs.marks.add(turn) // a late typing request must not mark it again
 		}
 		rs.enqueue(turn, reaction{target: req.GetTarget(), ids: req.GetInputMessageIds(), steps: rs.outcome(req.GetErrorCode())})
+	case req.GetOp() == deliveryv1.SendOp_SEND_OP_TYPING:
+		// Repeated every few seconds while the turn runs: once is enough.
+		if turn != "" && rs.marks.add(turn) {
+			rs.enqueue(turn, reaction{target: req.GetTarget(), ids: req.GetInputMessageIds(), steps: []step{{add: true, emoji: rs.emoji.Processing}}})
+		}
 	}
 }
 
