@@ -154,8 +154,17 @@ func (r *turnRun) readPicture(ctx context.Context, a *eventsv1.Attachment) (llm.
 	lim := picture.Limits{MaxBytes: cfg.MaxImageBytes, MaxEdge: cfg.MaxImageEdge, MaxPixels: picture.DefaultMaxPixels}
 	ref := a.GetBytesRef()
 	fitted := fittedName(ref, lim)
-	if data, mime, err := r.s.media.Get(ctx, fitted, lim.MaxBytes); err == nil {
-		return llm.Image{MIME: mime, Data: data}, nil
+	// An earlier attempt's copy is looked for only for a picture that
+	// does not fit: most do, and need no second read.
+	copied := func() (llm.Image, bool) {
+		data, mime, err := r.s.media.Get(ctx, fitted, lim.MaxBytes)
+		return llm.Image{MIME: mime, Data: data}, err == nil
+	}
+	tooLarge := a.GetSizeBytes() > lim.MaxBytes // the size the gateway kept
+	if tooLarge {
+		if img, ok := copied(); ok {
+			return img, nil
+		}
 	}
 	data, mime, err := r.s.media.Get(ctx, ref, cfg.MaxImageSourceBytes)
 	if err != nil {
@@ -180,6 +189,11 @@ func (r *turnRun) readPicture(ctx context.Context, a *eventsv1.Attachment) (llm.
 		return llm.Image{MIME: mime, Data: data}, nil
 	case err != nil:
 		return llm.Image{}, err
+	}
+	if !tooLarge { // too large in pixels, or its size was not known
+		if img, ok := copied(); ok {
+			return img, nil
+		}
 	}
 	out, mime, err := r.s.fit(ctx, data, lim)
 	if err != nil {
