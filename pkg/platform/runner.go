@@ -441,7 +441,7 @@ func (r *Runner) deliver(ctx context.Context, ev *eventsv1.MessageReceived, seen
 	if len(ev.GetAttachments()) > 0 {
 		r.prepareAttachments(ctx, ev)
 	}
-	if err := r.validate(ev); err != nil {
+	if err := r.Check(ev); err != nil {
 		inboundTotal.WithLabelValues(r.name, "rejected").Inc()
 		r.log.Warn("inbound event rejected", "reason", err.Error(), "event_id", ev.GetEventId())
 		return Accepted{}, fmt.Errorf("%w: %v", ErrRejected, err)
@@ -479,7 +479,10 @@ func (r *Runner) deliver(ctx context.Context, ev *eventsv1.MessageReceived, seen
 	return Accepted{Seq: ack.Sequence}, nil
 }
 
-func (r *Runner) validate(ev *eventsv1.MessageReceived) error {
+// Check is the validation Deliver applies to ev (CheckEvent with this
+// runner's platform, account and bound), for a caller that must know
+// before it delivers.
+func (r *Runner) Check(ev *eventsv1.MessageReceived) error {
 	return CheckEvent(ev, r.name, r.p.Account(), r.opts.MaxEventBytes)
 }
 

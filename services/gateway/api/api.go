@@ -161,10 +161,6 @@ type Deps struct {
 	RunnerOptions platform.Options
 }
 
-// defaultMaxEventBytes is the runner's bound of an encoded event when
-// RunnerOptions leave it to the default (platform.Options.MaxEventBytes).
-const defaultMaxEventBytes = 256 << 10
-
 // Service is the API gateway: a Platform run by a platform.Runner.
 type Service struct {
 	cfg      Config
@@ -178,9 +174,6 @@ type Service struct {
 	answers  *answers
 	// responses keeps the Responses API's responses.
 	responses *responseStore
-	// maxEventBytes is the runner's bound of an encoded event, which a
-	// Responses request is checked against before its record is written.
-	maxEventBytes int
 	// following lists the accepted requests with an Idempotency-Key,
 	// which follow their stored answer rather than wait in waiting.
 	following waiters
@@ -238,10 +231,6 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	}
 	s.answers = newAnswers(deps.Bus, s.log, cfg.IdempotencyTTL)
 	s.responses = newResponseStore(deps.Bus, cfg.ResponseTTL, cfg.ResponsesMaxBytes)
-	s.maxEventBytes = deps.RunnerOptions.MaxEventBytes
-	if s.maxEventBytes <= 0 {
-		s.maxEventBytes = defaultMaxEventBytes
-	}
 	// Every request is a server span: the root of the message's trace,
 	// carried on by the inbound publish.
 	s.handler = otelhttp.NewHandler(s.routes(), "gateway.api",

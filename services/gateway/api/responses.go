@@ -155,7 +155,7 @@ func (s *Service) checkEvent(w http.ResponseWriter, r *http.Request, t *turn) bo
 			a.Location = &eventsv1.Attachment_BytesRef{BytesRef: attachment.Name(PlatformName, s.cfg.Account, ev.GetEventId(), i)}
 		}
 	}
-	err := platform.CheckEvent(ev, PlatformName, s.cfg.Account, s.maxEventBytes)
+	err := s.rn().Check(ev)
 	for i, a := range inline {
 		a.Location = locations[i]
 	}
