@@ -129,8 +129,12 @@ func (s *Service) startHeld(ctx context.Context) error {
 				s.holds.arm(key, left)
 				continue
 			}
-			if err == nil {
-				_, err = s.tryStart(ctx, key)
+			var n int
+			if err == nil { // the hold has just ended
+				n, err = s.store.QueueLen(ctx, key)
+			}
+			if err == nil && n > 0 {
+				_, err = s.startQueued(ctx, key)
 			}
 			if err != nil && ctx.Err() == nil {
 				s.log.Warn("start a session held for the rest of a message; the sweep will", "session_key", key, "err", err)
