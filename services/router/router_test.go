@@ -1049,10 +1049,16 @@ func TestTranscriptCommandsAreMarkedTurns(t *testing.T) {
 	w := e.startWorker(nil)
 	forged := dm("alice", "just text")
 	forged.TranscriptCommand = "undo 50"
-	for _, ev := range []*eventsv1.MessageReceived{dm("alice", "/retry"), dm("alice", "/UNDO 3"), dm("alice", "/undo"), forged} {
+	locker := redisx.NewLocker(e.rdb, e.prefix)
+	for i, ev := range []*eventsv1.MessageReceived{dm("alice", "/retry"), dm("alice", "/UNDO 3"), dm("alice", "/undo"), forged} {
+		// One at a time: /retry and /undo are refused while a turn runs.
 		e.publish(ev)
+		waitFor(t, fmt.Sprintf("turn %d", i+1), func() bool { turns, _ := w.snapshot(); return len(turns) == i+1 })
+		waitFor(t, fmt.Sprintf("turn %d done", i+1), func() bool {
+			owner, err := locker.Owner(context.Background(), "agent:main:telegram:dm:chat-alice")
+			return err == nil && owner == ""
+		})
 	}
-	waitFor(t, "four turns", func() bool { turns, _ := w.snapshot(); return len(turns) == 4 })
 	turns, _ := w.snapshot()
 	want := map[string]string{"/retry": "retry", "/UNDO 3": "undo 3", "/undo": "undo", "just text": ""}
 	for _, tr := range turns {
