@@ -1,8 +1,8 @@
 // Package markup converts the Markdown an agent writes (CommonMark-ish:
 // **bold**, *italic*, `code`, fenced blocks, [links](url), # headings,
 // > quotes, ~~strike~~) into a chat platform's markup: Telegram's
-// MarkdownV2 or Slack's mrkdwn, escaping everything else the platform
-// would read as markup. A marker without a partner on the same line is
+// MarkdownV2, Slack's mrkdwn or WhatsApp's formatting, escaping
+// everything else the platform would read as markup (where it can). A marker without a partner on the same line is
 // text. A platform may still reject an odd input; the Telegram gateway
 // then resends the original text without parse mode.
 package markup
@@ -12,7 +12,7 @@ import (
 )
 
 // Dialect is a platform's markup. Its bold, italic and strike markers
-// are *, _ and ~ on both platforms supported.
+// are *, _ and ~ on every platform supported.
 type Dialect struct {
 	// escape writes one byte of text so the platform shows it as is.
 	escape func(b *strings.Builder, c byte)
@@ -24,6 +24,8 @@ type Dialect struct {
 	link func(text, url string) string
 	// fence writes a fenced code block.
 	fence func(lang, body string) string
+	// quote starts a quoted line (">" when empty).
+	quote string
 }
 
 // markdownPunct are the characters Markdown lets a backslash escape
@@ -90,6 +92,24 @@ func slackLink(text, url string) string {
 	return "<" + target + "|" + text + ">"
 }
 
+// WhatsApp is WhatsApp's formatting (*bold*, _italic_, ~strike~, `code`,
+// ```blocks```, "> " quotes), as Hermes converts to it. WhatsApp has no
+// escape character and no link syntax: text is written as it is, and a
+// link shows as "text (url)", or the address alone when that is its text.
+var WhatsApp = Dialect{
+	escape:  func(b *strings.Builder, c byte) { b.WriteByte(c) },
+	literal: func(b *strings.Builder, c byte) { b.WriteByte(c) },
+	code:    func(s string) string { return s },
+	link: func(text, url string) string {
+		if text == url {
+			return url
+		}
+		return text + " (" + url + ")"
+	},
+	fence: func(_, body string) string { return "```\n" + body + "\n```" },
+	quote: "> ",
+}
+
 func slackEscape(b *strings.Builder, c byte) {
 	switch c {
 	case '&':
@@ -152,7 +172,11 @@ func (d Dialect) line(line string) string {
 		return "*" + d.inline(inner, "*") + "*"
 	}
 	if strings.HasPrefix(trimmed, ">") {
-		return ">" + d.inline(strings.TrimPrefix(strings.TrimPrefix(trimmed, ">"), " "), "")
+		q := d.quote
+		if q == "" {
+			q = ">"
+		}
+		return q + d.inline(strings.TrimPrefix(strings.TrimPrefix(trimmed, ">"), " "), "")
 	}
 	return d.inline(line, "")
 }

@@ -62,6 +62,32 @@ func TestSlack(t *testing.T) {
 }
 
 // FuzzEscape: escaped text always parses and shows the input unchanged.
+// WhatsApp: Hermes's conversion (bold, strike, headings, links as
+// "text (url)"), Markdown italics as _x_, code left as it is (WhatsApp has
+// no escapes), quotes with the space WhatsApp needs.
+func TestWhatsApp(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ in, want string }{
+		{"**bold** and *it*", "*bold* and _it_"},
+		{"__bold__ ~~gone~~", "*bold* ~gone~"},
+		{"# Title", "*Title*"},
+		{"### A & B", "*A & B*"},
+		{"> quoted <here>", "> quoted <here>"},
+		{"[docs](https://x.io/?a=1&b=2)", "docs (https://x.io/?a=1&b=2)"},
+		{"[https://x.io](https://x.io)", "https://x.io"},
+		{"[https://bank.example](https://evil.example)", "https://bank.example (https://evil.example)"},
+		{"snake_case_name 2 * 3", "snake_case_name 2 * 3"},
+		{"`a*b_c`", "`a*b_c`"},
+		{"```go\nif a < b {}\n```", "```\nif a < b {}\n```"},
+		{`\*not italic\*`, "*not italic*"},
+		{"plain. text!", "plain. text!"},
+	} {
+		if got := WhatsApp.Convert(c.in); got != c.want {
+			t.Errorf("Convert(%q) = %q, want %q", c.in, got, c.want)
+		}
+	}
+}
+
 func FuzzEscape(f *testing.F) {
 	for _, s := range []string{"a.b", "x_y*z", "[a](b)", "\\", "`"} {
 		f.Add(s)
