@@ -97,6 +97,12 @@ type Streamer interface {
 	StreamDelta(ctx context.Context, req *deliveryv1.SendRequested) error
 }
 
+// ToolStepper is implemented by platforms that show the steps of the
+// agent's tool calls (SEND_OP_TOOL_PROGRESS: the API gateway's runs).
+type ToolStepper interface {
+	ToolProgress(ctx context.Context, req *deliveryv1.SendRequested) error
+}
+
 // IdempotentSender is implemented by platforms whose Send, Edit and
 // Delete are harmless to repeat with one idempotency key (the API gateway
 // hands a reply to a waiting request, which takes it once): the Runner

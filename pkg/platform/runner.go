@@ -730,6 +730,12 @@ func (r *Runner) perform(ctx context.Context, req *deliveryv1.SendRequested) (st
 			return "", ErrUnsupported
 		}
 		return "", s.StreamDelta(ctx, req)
+	case deliveryv1.SendOp_SEND_OP_TOOL_PROGRESS:
+		s, ok := r.p.(ToolStepper)
+		if !ok {
+			return "", ErrUnsupported
+		}
+		return "", s.ToolProgress(ctx, req)
 	default:
 		return "", Permanent(fmt.Errorf("unknown send op %d", req.GetOp()))
 	}
@@ -747,6 +753,8 @@ func opLabel(op deliveryv1.SendOp) string {
 		return "typing"
 	case deliveryv1.SendOp_SEND_OP_STREAM_DELTA:
 		return "stream_delta"
+	case deliveryv1.SendOp_SEND_OP_TOOL_PROGRESS:
+		return "tool_progress"
 	default:
 		return "unknown"
 	}

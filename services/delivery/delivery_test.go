@@ -85,6 +85,51 @@ func TestAPIAnswerIsNotChunked(t *testing.T) {
 	}
 }
 
+// The steps of a tool call reach a platform that streams natively (the
+// API gateway's runs show them) as SEND_OP_TOOL_PROGRESS, an approval
+// the call waits for included; a chat platform gets nothing of them.
+func TestToolProgressReachesNativeStreams(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.start(t, testConfig(), "a")
+	steps := []*repliesv1.ToolProgress{
+		{ToolCallId: "c1", ToolName: "terminal", Phase: repliesv1.ToolPhase_TOOL_PHASE_AWAITING_APPROVAL, Detail: "terminal ls — reply /approve or /deny"},
+		{ToolCallId: "c1", ToolName: "terminal", Phase: repliesv1.ToolPhase_TOOL_PHASE_STARTED, Detail: "ls"},
+		{ToolCallId: "c1", ToolName: "terminal", Phase: repliesv1.ToolPhase_TOOL_PHASE_FAILED},
+	}
+	for _, platform := range []string{"test", "api"} {
+		for i, st := range steps {
+			ev := event("t-"+platform, int64(i+1), "s-"+platform, st)
+			ev.Target.Platform = platform
+			e.publish(t, ev)
+		}
+		ev := event("t-"+platform, int64(len(steps)+1), "s-"+platform, final("done"))
+		ev.Target.Platform = platform
+		e.publish(t, ev)
+	}
+	eventually(t, e.clock, 0, "both answers", func() bool { return e.gw.postedTexts()["done"] == 2 })
+	calls, _ := e.gw.snapshot()
+	var got []string
+	for _, c := range calls {
+		if c.Op != deliveryv1.SendOp_SEND_OP_TOOL_PROGRESS {
+			continue
+		}
+		if p := c.Req.GetTarget().GetPlatform(); p != "api" {
+			t.Errorf("tool progress sent to %s", p)
+		}
+		s := c.Req.GetToolStep()
+		got = append(got, fmt.Sprintf("%s %s %s %q %s", c.Key, s.GetToolCallId(), s.GetPhase(), s.GetDetail(), c.Req.GetInputMessageIds()))
+	}
+	want := []string{
+		`t-api:1:t c1 awaiting_approval "terminal ls — reply /approve or /deny" [in-t-api]`,
+		`t-api:2:t c1 started "ls" [in-t-api]`,
+		`t-api:3:t c1 failed "" [in-t-api]`,
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("tool progress sent:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
 // A notice that answers its message (a command's reply, a refusal) is the
 // final send of that answer: the API gateway completes the request with
 // it. Busy acknowledgements and reset notices precede an answer.

@@ -277,6 +277,8 @@ func event(turn string, seq int64, session string, body any) *repliesv1.ReplyEve
 		ev.Body = &repliesv1.ReplyEvent_Error{Error: b}
 	case *repliesv1.Notice:
 		ev.Body = &repliesv1.ReplyEvent_Notice{Notice: b}
+	case *repliesv1.ToolProgress:
+		ev.Body = &repliesv1.ReplyEvent_ToolProgress{ToolProgress: b}
 	}
 	return ev
 }

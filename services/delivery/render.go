@@ -114,6 +114,7 @@ func (s *Service) handle(ctx context.Context, ev *repliesv1.ReplyEvent) error {
 		s.delta(ctx, ev, b.TextDelta.GetText())
 		return nil
 	case *repliesv1.ReplyEvent_ToolProgress:
+		s.toolProgress(ctx, ev, b.ToolProgress)
 		return nil
 	case *repliesv1.ReplyEvent_FinalText:
 		s.typing.stop(ev.GetTurnId())
@@ -281,6 +282,27 @@ func (s *Service) delta(ctx context.Context, ev *repliesv1.ReplyEvent, text stri
 		}
 		s.perform(ctx, ev, st, st.stream.Append(text))
 	}
+}
+
+// toolPhases name the steps of a tool call as a gateway gets them.
+var toolPhases = map[repliesv1.ToolPhase]string{
+	repliesv1.ToolPhase_TOOL_PHASE_STARTED:           "started",
+	repliesv1.ToolPhase_TOOL_PHASE_FINISHED:          "finished",
+	repliesv1.ToolPhase_TOOL_PHASE_FAILED:            "failed",
+	repliesv1.ToolPhase_TOOL_PHASE_AWAITING_APPROVAL: "awaiting_approval",
+}
+
+// toolProgress passes a step of a tool call to a platform that streams
+// natively (the API gateway's runs show it), best effort; chat platforms
+// show nothing of it.
+func (s *Service) toolProgress(ctx context.Context, ev *repliesv1.ReplyEvent, tp *repliesv1.ToolProgress) {
+	phase, ok := toolPhases[tp.GetPhase()]
+	if !ok || s.cfg.platform(ev.GetTarget().GetPlatform()).Streaming != StreamNative {
+		return
+	}
+	req := s.request(ev, keyBase(ctx, ev)+":t", deliveryv1.SendOp_SEND_OP_TOOL_PROGRESS)
+	req.ToolStep = &deliveryv1.ToolStep{ToolCallId: tp.GetToolCallId(), ToolName: tp.GetToolName(), Phase: phase, Detail: tp.GetDetail()}
+	_, _ = s.progress(ctx, req)
 }
 
 // perform carries out streaming progress actions in order, reporting each

@@ -34,6 +34,10 @@ const (
 	// A piece of streamed text for platforms that stream natively (the API
 	// gateway's SSE): append text; no platform message is created or edited.
 	SendOp_SEND_OP_STREAM_DELTA SendOp = 5
+	// A step of one of the turn's tool calls (tool_step), for platforms
+	// that stream natively (the API gateway's runs); best effort, no
+	// platform message.
+	SendOp_SEND_OP_TOOL_PROGRESS SendOp = 6
 )
 
 // Enum value maps for SendOp.
@@ -45,14 +49,16 @@ var (
 		3: "SEND_OP_DELETE",
 		4: "SEND_OP_TYPING",
 		5: "SEND_OP_STREAM_DELTA",
+		6: "SEND_OP_TOOL_PROGRESS",
 	}
 	SendOp_value = map[string]int32{
-		"SEND_OP_UNSPECIFIED":  0,
-		"SEND_OP_SEND":         1,
-		"SEND_OP_EDIT":         2,
-		"SEND_OP_DELETE":       3,
-		"SEND_OP_TYPING":       4,
-		"SEND_OP_STREAM_DELTA": 5,
+		"SEND_OP_UNSPECIFIED":   0,
+		"SEND_OP_SEND":          1,
+		"SEND_OP_EDIT":          2,
+		"SEND_OP_DELETE":        3,
+		"SEND_OP_TYPING":        4,
+		"SEND_OP_STREAM_DELTA":  5,
+		"SEND_OP_TOOL_PROGRESS": 6,
 	}
 )
 
@@ -367,7 +373,9 @@ type SendRequested struct {
 	HopTimes *HopTimes `protobuf:"bytes,15,opt,name=hop_times,json=hopTimes,proto3" json:"hop_times,omitempty"`
 	// The model tokens the turn used: set on the messages of a turn's final
 	// reply (the OpenAI-compatible API reports them).
-	Usage         *TokenUsage `protobuf:"bytes,16,opt,name=usage,proto3" json:"usage,omitempty"`
+	Usage *TokenUsage `protobuf:"bytes,16,opt,name=usage,proto3" json:"usage,omitempty"`
+	// For SEND_OP_TOOL_PROGRESS: the tool call and its step.
+	ToolStep      *ToolStep `protobuf:"bytes,17,opt,name=tool_step,json=toolStep,proto3" json:"tool_step,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -514,6 +522,86 @@ func (x *SendRequested) GetUsage() *TokenUsage {
 	return nil
 }
 
+func (x *SendRequested) GetToolStep() *ToolStep {
+	if x != nil {
+		return x.ToolStep
+	}
+	return nil
+}
+
+// ToolStep is a step of a tool call the agent makes (the reply event's
+// ToolProgress, as a gateway gets it).
+type ToolStep struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	ToolCallId string                 `protobuf:"bytes,1,opt,name=tool_call_id,json=toolCallId,proto3" json:"tool_call_id,omitempty"`
+	ToolName   string                 `protobuf:"bytes,2,opt,name=tool_name,json=toolName,proto3" json:"tool_name,omitempty"`
+	// started, finished, failed or awaiting_approval (the call waits for
+	// the user's /approve or /deny).
+	Phase string `protobuf:"bytes,3,opt,name=phase,proto3" json:"phase,omitempty"`
+	// Short human-readable preview (never secrets).
+	Detail        string `protobuf:"bytes,4,opt,name=detail,proto3" json:"detail,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ToolStep) Reset() {
+	*x = ToolStep{}
+	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ToolStep) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ToolStep) ProtoMessage() {}
+
+func (x *ToolStep) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ToolStep.ProtoReflect.Descriptor instead.
+func (*ToolStep) Descriptor() ([]byte, []int) {
+	return file_switchboard_delivery_v1_delivery_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ToolStep) GetToolCallId() string {
+	if x != nil {
+		return x.ToolCallId
+	}
+	return ""
+}
+
+func (x *ToolStep) GetToolName() string {
+	if x != nil {
+		return x.ToolName
+	}
+	return ""
+}
+
+func (x *ToolStep) GetPhase() string {
+	if x != nil {
+		return x.Phase
+	}
+	return ""
+}
+
+func (x *ToolStep) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
 // TokenUsage counts a turn's model tokens as OpenAI reports them: prompt
 // tokens include those read from or written to a prompt cache.
 type TokenUsage struct {
@@ -526,7 +614,7 @@ type TokenUsage struct {
 
 func (x *TokenUsage) Reset() {
 	*x = TokenUsage{}
-	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[2]
+	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -538,7 +626,7 @@ func (x *TokenUsage) String() string {
 func (*TokenUsage) ProtoMessage() {}
 
 func (x *TokenUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[2]
+	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -551,7 +639,7 @@ func (x *TokenUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenUsage.ProtoReflect.Descriptor instead.
 func (*TokenUsage) Descriptor() ([]byte, []int) {
-	return file_switchboard_delivery_v1_delivery_proto_rawDescGZIP(), []int{2}
+	return file_switchboard_delivery_v1_delivery_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *TokenUsage) GetPromptTokens() int64 {
@@ -585,7 +673,7 @@ type HopTimes struct {
 
 func (x *HopTimes) Reset() {
 	*x = HopTimes{}
-	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[3]
+	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -597,7 +685,7 @@ func (x *HopTimes) String() string {
 func (*HopTimes) ProtoMessage() {}
 
 func (x *HopTimes) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[3]
+	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -610,7 +698,7 @@ func (x *HopTimes) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HopTimes.ProtoReflect.Descriptor instead.
 func (*HopTimes) Descriptor() ([]byte, []int) {
-	return file_switchboard_delivery_v1_delivery_proto_rawDescGZIP(), []int{3}
+	return file_switchboard_delivery_v1_delivery_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *HopTimes) GetTurnRequestedAt() *timestamppb.Timestamp {
@@ -652,7 +740,7 @@ type SendReceipt struct {
 
 func (x *SendReceipt) Reset() {
 	*x = SendReceipt{}
-	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[4]
+	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -664,7 +752,7 @@ func (x *SendReceipt) String() string {
 func (*SendReceipt) ProtoMessage() {}
 
 func (x *SendReceipt) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[4]
+	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -677,7 +765,7 @@ func (x *SendReceipt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendReceipt.ProtoReflect.Descriptor instead.
 func (*SendReceipt) Descriptor() ([]byte, []int) {
-	return file_switchboard_delivery_v1_delivery_proto_rawDescGZIP(), []int{4}
+	return file_switchboard_delivery_v1_delivery_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *SendReceipt) GetIdempotencyKey() string {
@@ -753,7 +841,7 @@ type SendRequest struct {
 
 func (x *SendRequest) Reset() {
 	*x = SendRequest{}
-	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[5]
+	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -765,7 +853,7 @@ func (x *SendRequest) String() string {
 func (*SendRequest) ProtoMessage() {}
 
 func (x *SendRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[5]
+	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -778,7 +866,7 @@ func (x *SendRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendRequest.ProtoReflect.Descriptor instead.
 func (*SendRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_delivery_v1_delivery_proto_rawDescGZIP(), []int{5}
+	return file_switchboard_delivery_v1_delivery_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *SendRequest) GetTarget() string {
@@ -827,7 +915,7 @@ type SendResponse struct {
 
 func (x *SendResponse) Reset() {
 	*x = SendResponse{}
-	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[6]
+	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -839,7 +927,7 @@ func (x *SendResponse) String() string {
 func (*SendResponse) ProtoMessage() {}
 
 func (x *SendResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[6]
+	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -852,7 +940,7 @@ func (x *SendResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendResponse.ProtoReflect.Descriptor instead.
 func (*SendResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_delivery_v1_delivery_proto_rawDescGZIP(), []int{6}
+	return file_switchboard_delivery_v1_delivery_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *SendResponse) GetDeliveryId() string {
@@ -895,7 +983,7 @@ type Delivery struct {
 
 func (x *Delivery) Reset() {
 	*x = Delivery{}
-	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[7]
+	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -907,7 +995,7 @@ func (x *Delivery) String() string {
 func (*Delivery) ProtoMessage() {}
 
 func (x *Delivery) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[7]
+	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -920,7 +1008,7 @@ func (x *Delivery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Delivery.ProtoReflect.Descriptor instead.
 func (*Delivery) Descriptor() ([]byte, []int) {
-	return file_switchboard_delivery_v1_delivery_proto_rawDescGZIP(), []int{7}
+	return file_switchboard_delivery_v1_delivery_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Delivery) GetId() string {
@@ -1003,7 +1091,7 @@ const file_switchboard_delivery_v1_delivery_proto_rawDesc = "" +
 	"\aaccount\x18\x02 \x01(\tR\aaccount\x12\x17\n" +
 	"\achat_id\x18\x03 \x01(\tR\x06chatId\x12\x1b\n" +
 	"\tthread_id\x18\x04 \x01(\tR\bthreadId\x12-\n" +
-	"\x13reply_to_message_id\x18\x05 \x01(\tR\x10replyToMessageId\"\xaf\x05\n" +
+	"\x13reply_to_message_id\x18\x05 \x01(\tR\x10replyToMessageId\"\xef\x05\n" +
 	"\rSendRequested\x12'\n" +
 	"\x0fidempotency_key\x18\x01 \x01(\tR\x0eidempotencyKey\x12/\n" +
 	"\x02op\x18\x02 \x01(\x0e2\x1f.switchboard.delivery.v1.SendOpR\x02op\x127\n" +
@@ -1026,7 +1114,14 @@ const file_switchboard_delivery_v1_delivery_proto_rawDesc = "" +
 	"\n" +
 	"error_code\x18\x0e \x01(\tR\terrorCode\x12>\n" +
 	"\thop_times\x18\x0f \x01(\v2!.switchboard.delivery.v1.HopTimesR\bhopTimes\x129\n" +
-	"\x05usage\x18\x10 \x01(\v2#.switchboard.delivery.v1.TokenUsageR\x05usage\"^\n" +
+	"\x05usage\x18\x10 \x01(\v2#.switchboard.delivery.v1.TokenUsageR\x05usage\x12>\n" +
+	"\ttool_step\x18\x11 \x01(\v2!.switchboard.delivery.v1.ToolStepR\btoolStep\"w\n" +
+	"\bToolStep\x12 \n" +
+	"\ftool_call_id\x18\x01 \x01(\tR\n" +
+	"toolCallId\x12\x1b\n" +
+	"\ttool_name\x18\x02 \x01(\tR\btoolName\x12\x14\n" +
+	"\x05phase\x18\x03 \x01(\tR\x05phase\x12\x16\n" +
+	"\x06detail\x18\x04 \x01(\tR\x06detail\"^\n" +
 	"\n" +
 	"TokenUsage\x12#\n" +
 	"\rprompt_tokens\x18\x01 \x01(\x03R\fpromptTokens\x12+\n" +
@@ -1070,14 +1165,15 @@ const file_switchboard_delivery_v1_delivery_proto_rawDesc = "" +
 	"\n" +
 	"updated_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x12\x17\n" +
 	"\aturn_id\x18\n" +
-	" \x01(\tR\x06turnId*\x87\x01\n" +
+	" \x01(\tR\x06turnId*\xa2\x01\n" +
 	"\x06SendOp\x12\x17\n" +
 	"\x13SEND_OP_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fSEND_OP_SEND\x10\x01\x12\x10\n" +
 	"\fSEND_OP_EDIT\x10\x02\x12\x12\n" +
 	"\x0eSEND_OP_DELETE\x10\x03\x12\x12\n" +
 	"\x0eSEND_OP_TYPING\x10\x04\x12\x18\n" +
-	"\x14SEND_OP_STREAM_DELTA\x10\x05*Z\n" +
+	"\x14SEND_OP_STREAM_DELTA\x10\x05\x12\x19\n" +
+	"\x15SEND_OP_TOOL_PROGRESS\x10\x06*Z\n" +
 	"\n" +
 	"TextFormat\x12\x1b\n" +
 	"\x17TEXT_FORMAT_UNSPECIFIED\x10\x00\x12\x18\n" +
@@ -1114,7 +1210,7 @@ func file_switchboard_delivery_v1_delivery_proto_rawDescGZIP() []byte {
 }
 
 var file_switchboard_delivery_v1_delivery_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_switchboard_delivery_v1_delivery_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_switchboard_delivery_v1_delivery_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_switchboard_delivery_v1_delivery_proto_goTypes = []any{
 	(SendOp)(0),                   // 0: switchboard.delivery.v1.SendOp
 	(TextFormat)(0),               // 1: switchboard.delivery.v1.TextFormat
@@ -1122,42 +1218,44 @@ var file_switchboard_delivery_v1_delivery_proto_goTypes = []any{
 	(DeliveryState)(0),            // 3: switchboard.delivery.v1.DeliveryState
 	(*Target)(nil),                // 4: switchboard.delivery.v1.Target
 	(*SendRequested)(nil),         // 5: switchboard.delivery.v1.SendRequested
-	(*TokenUsage)(nil),            // 6: switchboard.delivery.v1.TokenUsage
-	(*HopTimes)(nil),              // 7: switchboard.delivery.v1.HopTimes
-	(*SendReceipt)(nil),           // 8: switchboard.delivery.v1.SendReceipt
-	(*SendRequest)(nil),           // 9: switchboard.delivery.v1.SendRequest
-	(*SendResponse)(nil),          // 10: switchboard.delivery.v1.SendResponse
-	(*Delivery)(nil),              // 11: switchboard.delivery.v1.Delivery
-	(*v1.Attachment)(nil),         // 12: switchboard.events.v1.Attachment
-	(*timestamppb.Timestamp)(nil), // 13: google.protobuf.Timestamp
+	(*ToolStep)(nil),              // 6: switchboard.delivery.v1.ToolStep
+	(*TokenUsage)(nil),            // 7: switchboard.delivery.v1.TokenUsage
+	(*HopTimes)(nil),              // 8: switchboard.delivery.v1.HopTimes
+	(*SendReceipt)(nil),           // 9: switchboard.delivery.v1.SendReceipt
+	(*SendRequest)(nil),           // 10: switchboard.delivery.v1.SendRequest
+	(*SendResponse)(nil),          // 11: switchboard.delivery.v1.SendResponse
+	(*Delivery)(nil),              // 12: switchboard.delivery.v1.Delivery
+	(*v1.Attachment)(nil),         // 13: switchboard.events.v1.Attachment
+	(*timestamppb.Timestamp)(nil), // 14: google.protobuf.Timestamp
 }
 var file_switchboard_delivery_v1_delivery_proto_depIdxs = []int32{
 	0,  // 0: switchboard.delivery.v1.SendRequested.op:type_name -> switchboard.delivery.v1.SendOp
 	4,  // 1: switchboard.delivery.v1.SendRequested.target:type_name -> switchboard.delivery.v1.Target
 	1,  // 2: switchboard.delivery.v1.SendRequested.format:type_name -> switchboard.delivery.v1.TextFormat
-	12, // 3: switchboard.delivery.v1.SendRequested.attachments:type_name -> switchboard.events.v1.Attachment
-	7,  // 4: switchboard.delivery.v1.SendRequested.hop_times:type_name -> switchboard.delivery.v1.HopTimes
-	6,  // 5: switchboard.delivery.v1.SendRequested.usage:type_name -> switchboard.delivery.v1.TokenUsage
-	13, // 6: switchboard.delivery.v1.HopTimes.turn_requested_at:type_name -> google.protobuf.Timestamp
-	13, // 7: switchboard.delivery.v1.HopTimes.reply_created_at:type_name -> google.protobuf.Timestamp
-	13, // 8: switchboard.delivery.v1.HopTimes.dispatched_at:type_name -> google.protobuf.Timestamp
-	2,  // 9: switchboard.delivery.v1.SendReceipt.error_class:type_name -> switchboard.delivery.v1.ErrorClass
-	13, // 10: switchboard.delivery.v1.SendReceipt.sent_at:type_name -> google.protobuf.Timestamp
-	12, // 11: switchboard.delivery.v1.SendRequest.attachments:type_name -> switchboard.events.v1.Attachment
-	1,  // 12: switchboard.delivery.v1.SendRequest.format:type_name -> switchboard.delivery.v1.TextFormat
-	3,  // 13: switchboard.delivery.v1.SendResponse.state:type_name -> switchboard.delivery.v1.DeliveryState
-	4,  // 14: switchboard.delivery.v1.SendResponse.resolved_target:type_name -> switchboard.delivery.v1.Target
-	3,  // 15: switchboard.delivery.v1.Delivery.state:type_name -> switchboard.delivery.v1.DeliveryState
-	4,  // 16: switchboard.delivery.v1.Delivery.target:type_name -> switchboard.delivery.v1.Target
-	13, // 17: switchboard.delivery.v1.Delivery.created_at:type_name -> google.protobuf.Timestamp
-	13, // 18: switchboard.delivery.v1.Delivery.updated_at:type_name -> google.protobuf.Timestamp
-	9,  // 19: switchboard.delivery.v1.DeliveryService.Send:input_type -> switchboard.delivery.v1.SendRequest
-	10, // 20: switchboard.delivery.v1.DeliveryService.Send:output_type -> switchboard.delivery.v1.SendResponse
-	20, // [20:21] is the sub-list for method output_type
-	19, // [19:20] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	13, // 3: switchboard.delivery.v1.SendRequested.attachments:type_name -> switchboard.events.v1.Attachment
+	8,  // 4: switchboard.delivery.v1.SendRequested.hop_times:type_name -> switchboard.delivery.v1.HopTimes
+	7,  // 5: switchboard.delivery.v1.SendRequested.usage:type_name -> switchboard.delivery.v1.TokenUsage
+	6,  // 6: switchboard.delivery.v1.SendRequested.tool_step:type_name -> switchboard.delivery.v1.ToolStep
+	14, // 7: switchboard.delivery.v1.HopTimes.turn_requested_at:type_name -> google.protobuf.Timestamp
+	14, // 8: switchboard.delivery.v1.HopTimes.reply_created_at:type_name -> google.protobuf.Timestamp
+	14, // 9: switchboard.delivery.v1.HopTimes.dispatched_at:type_name -> google.protobuf.Timestamp
+	2,  // 10: switchboard.delivery.v1.SendReceipt.error_class:type_name -> switchboard.delivery.v1.ErrorClass
+	14, // 11: switchboard.delivery.v1.SendReceipt.sent_at:type_name -> google.protobuf.Timestamp
+	13, // 12: switchboard.delivery.v1.SendRequest.attachments:type_name -> switchboard.events.v1.Attachment
+	1,  // 13: switchboard.delivery.v1.SendRequest.format:type_name -> switchboard.delivery.v1.TextFormat
+	3,  // 14: switchboard.delivery.v1.SendResponse.state:type_name -> switchboard.delivery.v1.DeliveryState
+	4,  // 15: switchboard.delivery.v1.SendResponse.resolved_target:type_name -> switchboard.delivery.v1.Target
+	3,  // 16: switchboard.delivery.v1.Delivery.state:type_name -> switchboard.delivery.v1.DeliveryState
+	4,  // 17: switchboard.delivery.v1.Delivery.target:type_name -> switchboard.delivery.v1.Target
+	14, // 18: switchboard.delivery.v1.Delivery.created_at:type_name -> google.protobuf.Timestamp
+	14, // 19: switchboard.delivery.v1.Delivery.updated_at:type_name -> google.protobuf.Timestamp
+	10, // 20: switchboard.delivery.v1.DeliveryService.Send:input_type -> switchboard.delivery.v1.SendRequest
+	11, // 21: switchboard.delivery.v1.DeliveryService.Send:output_type -> switchboard.delivery.v1.SendResponse
+	21, // [21:22] is the sub-list for method output_type
+	20, // [20:21] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_switchboard_delivery_v1_delivery_proto_init() }
@@ -1171,7 +1269,7 @@ func file_switchboard_delivery_v1_delivery_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_switchboard_delivery_v1_delivery_proto_rawDesc), len(file_switchboard_delivery_v1_delivery_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   8,
+			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
