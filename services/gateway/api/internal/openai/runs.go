@@ -1,0 +1,125 @@
+package openai
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+)
+
+// runRequest is a request to start a run (POST /v1/runs, Hermes's runs
+// API). Other fields are accepted and ignored.
+type runRequest struct {
+	Model               string          `json:"model"`
+	Input               json.RawMessage `json:"input"`
+	Instructions        *string         `json:"instructions"`
+	SessionID           string          `json:"session_id"`
+	PreviousResponseID  string          `json:"previous_response_id"`
+	ConversationHistory json.RawMessage `json:"conversation_history"`
+}
+
+// historyEntry is one message of a run request's conversation_history.
+type historyEntry struct {
+	Role    string          `json:"role"`
+	Content json.RawMessage `json:"content"`
+}
+
+// Run is a validated run request: the newest user message of the input
+// is the input; the instructions, the conversation_history and the
+// input's other messages, in that order, are its context.
+type Run struct {
+	Input
+	Model string
+	// Instructions are the run's ephemeral system prompt (also its first
+	// context message); empty for none.
+	Instructions string
+	// SessionID names the conversation the run continues ("" for none).
+	SessionID string
+	// PreviousResponseID names a Responses API response whose
+	// conversation the run continues.
+	PreviousResponseID string
+}
+
+// ParseRun decodes and validates a run request body.
+func ParseRun(body []byte) (*Run, error) {
+	var req runRequest
+	if err := decode(body, &req); err != nil {
+		return nil, err
+	}
+	msgs, err := inputMessages(req.Input)
+	if err != nil {
+		return nil, err
+	}
+	last := -1
+	for i, m := range msgs {
+		if m.role == "user" {
+			last = i
+		}
+	}
+	if last < 0 {
+		return nil, invalid("input", "input must contain a user message")
+	}
+	history, err := historyMessages(req.ConversationHistory)
+	if err != nil {
+		return nil, err
+	}
+	if len(history)+len(msgs) > maxMessages {
+		return nil, invalid("conversation_history", "at most %d messages with the input", maxMessages)
+	}
+	out := &Run{Model: req.Model, SessionID: req.SessionID, PreviousResponseID: req.PreviousResponseID}
+	if req.Instructions != nil && *req.Instructions != "" {
+		out.Instructions = *req.Instructions
+		out.Context = append(out.Context, &eventsv1.ContextMessage{Role: "system", Content: out.Instructions})
+	}
+	// The history's pictures are not carried: context is text.
+	input := len(history) + last
+	for i, m := range append(history, msgs...) {
+		text, images, err := responseContent(m.content, m.param+".content")
+		if err != nil {
+			return nil, err
+		}
+		if i == input {
+			out.Text, out.Attachments = text, imageAttachments(images)
+			continue
+		}
+		out.Context = append(out.Context, &eventsv1.ContextMessage{Role: contextRole(m.role), Content: text})
+	}
+	if strings.TrimSpace(out.Text) == "" && len(out.Attachments) == 0 {
+		return nil, invalid(msgs[last].param, "the last user message is empty")
+	}
+	return out, nil
+}
+
+// historyMessages reads a run request's conversation_history: an array
+// of messages, each with a role and a content.
+func historyMessages(raw json.RawMessage) ([]message, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
+		return nil, nil
+	}
+	var entries []json.RawMessage
+	if raw[0] != '[' || json.Unmarshal(raw, &entries) != nil {
+		return nil, invalid("conversation_history", "conversation_history must be an array of message objects")
+	}
+	if len(entries) > maxMessages {
+		return nil, invalid("conversation_history", "at most %d messages", maxMessages)
+	}
+	msgs := make([]message, 0, len(entries))
+	for i, e := range entries {
+		param := fmt.Sprintf("conversation_history[%d]", i)
+		var h historyEntry
+		e = bytes.TrimSpace(e)
+		if len(e) == 0 || e[0] != '{' || json.Unmarshal(e, &h) != nil || h.Role == "" || len(h.Content) == 0 {
+			return nil, invalid(param, "%s must have 'role' and 'content' fields", param)
+		}
+		switch h.Role {
+		case "user", "system", "developer", "assistant":
+		default:
+			return nil, invalid(param+".role", "unknown role %q", Clip(h.Role, maxRoleLen))
+		}
+		msgs = append(msgs, message{role: h.Role, content: h.Content, param: param})
+	}
+	return msgs, nil
+}

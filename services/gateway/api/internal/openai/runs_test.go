@@ -1,0 +1,118 @@
+package openai
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"google.golang.org/protobuf/proto"
+
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+)
+
+func TestParseRun(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name, body string
+		// want: text, then "role:content" of each context message.
+		want      []string
+		session   string
+		previous  string
+		errParam  string
+		errSubstr string
+	}{
+		{name: "string input", body: `{"input":"hello"}`, want: []string{"hello"}},
+		{name: "instructions and history", body: `{"input":"now","instructions":"be brief","session_id":"s-1",
+			"conversation_history":[{"role":"user","content":"before"},{"role":"assistant","content":[{"type":"output_text","text":"ok"}]}]}`,
+			want: []string{"now", "system:be brief", "user:before", "assistant:ok"}, session: "s-1"},
+		{name: "input messages", body: `{"input":[{"role":"developer","content":"d"},"first",{"role":"user","content":[{"type":"input_text","text":"last"}]}],"previous_response_id":"resp_1"}`,
+			want: []string{"last", "system:d", "user:first"}, previous: "resp_1"},
+		{name: "user message before an assistant prefill", body: `{"input":[{"role":"user","content":"q"},{"role":"assistant","content":"a"}]}`,
+			want: []string{"q", "assistant:a"}},
+		{name: "missing input", body: `{"model":"m"}`, errParam: "input", errSubstr: "input is required"},
+		{name: "empty input", body: `{"input":""}`, errParam: "input", errSubstr: "empty"},
+		{name: "no user message", body: `{"input":[{"role":"assistant","content":"a"}]}`, errParam: "input", errSubstr: "user message"},
+		{name: "history not an array", body: `{"input":"x","conversation_history":{"role":"user"}}`, errParam: "conversation_history", errSubstr: "array"},
+		{name: "history entry without content", body: `{"input":"x","conversation_history":[{"role":"user"}]}`,
+			errParam: "conversation_history[0]", errSubstr: "'role' and 'content'"},
+		{name: "history role", body: `{"input":"x","conversation_history":[{"role":"tool","content":"r"}]}`,
+			errParam: "conversation_history[0].role", errSubstr: "unknown role"},
+		{name: "not JSON", body: `{"input":`, errSubstr: "not valid JSON"},
+		{name: "two objects", body: `{"input":"a"} {}`, errSubstr: "after the JSON object"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			run, err := ParseRun([]byte(c.body))
+			if c.errSubstr != "" {
+				var inv *InvalidError
+				if !errors.As(err, &inv) || inv.Param != c.errParam || !strings.Contains(inv.Msg, c.errSubstr) {
+					t.Fatalf("error %v (%+v), want param %q with %q", err, inv, c.errParam, c.errSubstr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := []string{run.Text}
+			for _, m := range run.Context {
+				got = append(got, m.GetRole()+":"+m.GetContent())
+			}
+			if strings.Join(got, "|") != strings.Join(c.want, "|") {
+				t.Errorf("parsed %q, want %q", got, c.want)
+			}
+			if run.SessionID != c.session || run.PreviousResponseID != c.previous {
+				t.Errorf("session %q previous %q", run.SessionID, run.PreviousResponseID)
+			}
+		})
+	}
+}
+
+// FuzzParseRun: a run request is accepted only with a user message to
+// answer; whatever is accepted goes on the bus as it is.
+func FuzzParseRun(f *testing.F) {
+	for _, s := range []string{
+		`{"input":"hi","session_id":"s1","instructions":"be brief","model":"m"}`,
+		`{"input":[{"role":"user","content":[{"type":"input_text","text":"a"},{"type":"input_image","image_url":"https://x/y.png"}]}]}`,
+		`{"input":["a",{"role":"assistant","content":"b"},"c"],"conversation_history":[{"role":"system","content":"s"},{"role":"user","content":[{"type":"text","text":"t"}]}]}`,
+		`{"input":"x","conversation_history":[{"role":"user"}]}`, `{"input":"x","conversation_history":"no"}`,
+		`{"input":[]}`, `{"input":null}`, `[]`, `null`, `{} {}`,
+		"{\"input\":\"bad \xff\xfe utf-8\",\"session_id\":\"\xc3\"}",
+		`{"input":[{"role":"user","content":[{"type":"input_image","image_url":"data:image/png;base64,iVBORw0KGgo="}]}]}`,
+		`{"input":[{"type":"function_call_output","output":"x"}]}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		run, err := ParseRun(body)
+		if err != nil {
+			var inv *InvalidError
+			if !errors.As(err, &inv) {
+				t.Fatalf("error %T is not an InvalidError", err)
+			}
+			return
+		}
+		if strings.TrimSpace(run.Text) == "" && len(run.Attachments) == 0 {
+			t.Fatal("accepted a run without input")
+		}
+		if len(run.Context) >= maxMessages+1 {
+			t.Fatalf("%d context messages", len(run.Context))
+		}
+		for _, c := range run.Context {
+			if c.Role != "system" && c.Role != "user" && c.Role != "assistant" {
+				t.Fatalf("context role %q", c.Role)
+			}
+		}
+		if run.Instructions != "" && (run.Context[0].GetRole() != "system" || run.Context[0].GetContent() != run.Instructions) {
+			t.Fatal("instructions are not the first context message")
+		}
+		ev := &eventsv1.MessageReceived{Text: run.Text, Attachments: run.Attachments, Context: run.Context}
+		if _, err := proto.Marshal(ev); err != nil {
+			t.Fatalf("accepted run does not encode: %v", err)
+		}
+		for _, s := range []string{run.Model, run.SessionID, run.PreviousResponseID} {
+			if !utf8.ValidString(s) {
+				t.Fatalf("%q is not UTF-8", s)
+			}
+		}
+	})
+}
