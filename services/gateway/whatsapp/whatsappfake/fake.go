@@ -1,0 +1,529 @@
+// Package whatsappfake is a local WhatsApp Business Cloud API for tests:
+// the Graph API calls the gateway makes (GET /{phone-number-id}, POST
+// /{phone-number-id}/messages for texts, media, reactions and read
+// receipts with the typing indicator, POST /{phone-number-id}/media,
+// GET /{media-id} and the media download it points to), with the access
+// token checked on each, and Meta's side of the webhook: notifications
+// in the real wire format, signed with the app secret (X-Hub-Signature-256)
+// and posted to the gateway. Errors can be injected (429, 131047 …).
+package whatsappfake
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// Version is the Graph API version in the fake's base URL.
+const Version = "v21.0"
+
+// Fake is one WhatsApp Business account with one phone number.
+type Fake struct {
+	AccessToken   string
+	PhoneNumberID string
+	DisplayNumber string // the business number as users see it, digits
+	AppSecret     string
+	VerifyToken   string
+
+	srv *httptest.Server
+	seq atomic.Int64
+
+	mu        sync.Mutex
+	messages  map[string][]Message // recipient wa_id → what the business sent
+	reads     []Read
+	media     map[string]Media // media id → media the fake holds
+	downloads int
+	failures  []Failure // answered, in order, to the next POST /messages
+}
+
+// Message is one message the business sent.
+type Message struct {
+	ID      string
+	To      string
+	Type    string // text, image, document, audio, video, sticker, reaction
+	Text    string // text body or caption
+	ReplyTo string // context.message_id
+	Link    string // media link
+	MediaID string // media id
+	Name    string // document filename
+	// Reaction: the message reacted to and the emoji ("" removes).
+	ReactTo, Emoji string
+	Raw            json.RawMessage
+}
+
+// Read is one read receipt the business sent.
+type Read struct {
+	MessageID string
+	Typing    bool // with the typing indicator
+}
+
+// Media is a file the fake serves by media id.
+type Media struct {
+	MimeType string
+	Data     []byte
+}
+
+// Failure is a Graph API error answer.
+type Failure struct {
+	Status     int // HTTP status
+	Code       int
+	Message    string
+	RetryAfter int // seconds; 0: no Retry-After header
+}
+
+// Common failures.
+var (
+	// ErrThroughput is Cloud API throughput reached (HTTP 429, 130429).
+	ErrThroughput = Failure{Status: http.StatusTooManyRequests, Code: 130429, Message: "Rate limit hit"}
+	// ErrPairRateLimit: too many messages to one user (131056).
+	ErrPairRateLimit = Failure{Status: http.StatusBadRequest, Code: 131056, Message: "(Business Account, Consumer Account) pair rate limit hit"}
+	// ErrReengagement: the user last wrote over 24 hours ago (131047).
+	ErrReengagement = Failure{Status: http.StatusBadRequest, Code: 131047, Message: "Re-engagement message"}
+	// ErrTokenExpired: the access token is invalid (190).
+	ErrTokenExpired = Failure{Status: http.StatusUnauthorized, Code: 190, Message: "Error validating access token: Session has expired"}
+)
+
+// New starts a fake; it stops when the test ends.
+func New(t testing.TB) *Fake {
+	f := &Fake{
+		AccessToken: "EAAG-test-token", PhoneNumberID: "106540352242922", DisplayNumber: "15550783881",
+		AppSecret: "app-secret", VerifyToken: "verify-me",
+		messages: map[string][]Message{}, media: map[string]Media{},
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /{version}/{id}", f.get)
+	mux.HandleFunc("POST /{version}/{phone}/messages", f.postMessage)
+	mux.HandleFunc("POST /{version}/{phone}/media", f.upload)
+	mux.HandleFunc("GET /download/{id}", f.download)
+	f.srv = httptest.NewServer(mux)
+	t.Cleanup(f.srv.Close)
+	return f
+}
+
+// BaseURL is the Graph API base for gateways.whatsapp.api_base_url.
+func (f *Fake) BaseURL() string { return f.srv.URL + "/" + Version }
+
+// Fail makes the next POST /messages calls answer these failures, one each.
+func (f *Fake) Fail(fs ...Failure) {
+	f.mu.Lock()
+	f.failures = append(f.failures, fs...)
+	f.mu.Unlock()
+}
+
+// Messages returns what the business sent to wa_id, oldest first.
+func (f *Fake) Messages(waID string) []Message {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]Message(nil), f.messages[waID]...)
+}
+
+// Reads returns the read receipts sent, oldest first.
+func (f *Fake) Reads() []Read {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]Read(nil), f.reads...)
+}
+
+// AddMedia makes data available as media id (what a user's upload is).
+func (f *Fake) AddMedia(id, mimeType string, data []byte) {
+	f.mu.Lock()
+	f.media[id] = Media{MimeType: mimeType, Data: data}
+	f.mu.Unlock()
+}
+
+// MediaByID returns media the fake holds (uploaded by the business, or added).
+func (f *Fake) MediaByID(id string) (Media, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	m, ok := f.media[id]
+	return m, ok
+}
+
+// Downloads counts media downloads served.
+func (f *Fake) Downloads() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.downloads
+}
+
+func (f *Fake) authorized(w http.ResponseWriter, r *http.Request) bool {
+	if r.Header.Get("Authorization") == "Bearer "+f.AccessToken {
+		return true
+	}
+	writeError(w, Failure{Status: http.StatusUnauthorized, Code: 190, Message: "Invalid OAuth access token - Cannot parse access token"})
+	return false
+}
+
+func writeError(w http.ResponseWriter, fl Failure) {
+	if fl.RetryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(fl.RetryAfter))
+	}
+	typ := "OAuthException"
+	if fl.Code != 190 {
+		typ = "GraphMethodException"
+	}
+	writeJSON(w, fl.Status, map[string]any{"error": map[string]any{
+		"message": fl.Message, "type": typ, "code": fl.Code,
+		"error_data": map[string]any{"messaging_product": "whatsapp", "details": fl.Message},
+		"fbtrace_id": "AbCdEfGh",
+	}})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func badParameter(w http.ResponseWriter, msg string) {
+	writeError(w, Failure{Status: http.StatusBadRequest, Code: 100, Message: "Invalid parameter: " + msg})
+}
+
+// get answers GET /{phone-number-id} and GET /{media-id}.
+func (f *Fake) get(w http.ResponseWriter, r *http.Request) {
+	if !f.authorized(w, r) {
+		return
+	}
+	id := r.PathValue("id")
+	if id == f.PhoneNumberID {
+		writeJSON(w, http.StatusOK, map[string]any{"display_phone_number": "+1 555-078-3881", "verified_name": "Switchboard Test", "id": id})
+		return
+	}
+	f.mu.Lock()
+	m, ok := f.media[id]
+	f.mu.Unlock()
+	if !ok {
+		writeError(w, Failure{Status: http.StatusBadRequest, Code: 100,
+			Message: fmt.Sprintf("Unsupported get request. Object with ID '%s' does not exist", id)})
+		return
+	}
+	sum := sha256.Sum256(m.Data)
+	writeJSON(w, http.StatusOK, map[string]any{
+		"messaging_product": "whatsapp", "id": id, "mime_type": m.MimeType, "sha256": hex.EncodeToString(sum[:]),
+		"file_size": len(m.Data), "url": f.srv.URL + "/download/" + id + "?ext=1&hash=x",
+	})
+}
+
+// download serves media bytes, to the access token only.
+func (f *Fake) download(w http.ResponseWriter, r *http.Request) {
+	if !f.authorized(w, r) {
+		return
+	}
+	f.mu.Lock()
+	m, ok := f.media[r.PathValue("id")]
+	if ok {
+		f.downloads++
+	}
+	f.mu.Unlock()
+	if !ok {
+		http.NotFound(w, r)
+		return
+	}
+	w.Header().Set("Content-Type", m.MimeType)
+	_, _ = w.Write(m.Data)
+}
+
+// upload takes POST /{phone}/media (multipart: messaging_product, type, file).
+func (f *Fake) upload(w http.ResponseWriter, r *http.Request) {
+	if !f.authorized(w, r) {
+		return
+	}
+	if r.PathValue("phone") != f.PhoneNumberID {
+		badParameter(w, "unknown phone number")
+		return
+	}
+	if err := r.ParseMultipartForm(32 << 20); err != nil {
+		badParameter(w, "not multipart")
+		return
+	}
+	if r.FormValue("messaging_product") != "whatsapp" {
+		badParameter(w, "messaging_product must be whatsapp")
+		return
+	}
+	file, hdr, err := r.FormFile("file")
+	if err != nil {
+		badParameter(w, "file is required")
+		return
+	}
+	defer file.Close()
+	data, _ := io.ReadAll(file)
+	mt := r.FormValue("type")
+	if mt == "" {
+		mt = hdr.Header.Get("Content-Type")
+	}
+	id := strconv.FormatInt(900000000000000+f.seq.Add(1), 10)
+	f.AddMedia(id, mt, data)
+	writeJSON(w, http.StatusOK, map[string]any{"id": id})
+}
+
+// outgoing is the body of POST /messages.
+type outgoing struct {
+	MessagingProduct string `json:"messaging_product"`
+	RecipientType    string `json:"recipient_type"`
+	To               string `json:"to"`
+	Type             string `json:"type"`
+	Status           string `json:"status"`
+	MessageID        string `json:"message_id"`
+	TypingIndicator  *struct {
+		Type string `json:"type"`
+	} `json:"typing_indicator"`
+	Context *struct {
+		MessageID string `json:"message_id"`
+	} `json:"context"`
+	Text *struct {
+		Body       string `json:"body"`
+		PreviewURL bool   `json:"preview_url"`
+	} `json:"text"`
+	Reaction *struct {
+		MessageID string `json:"message_id"`
+		Emoji     string `json:"emoji"`
+	} `json:"reaction"`
+}
+
+type mediaObject struct {
+	ID       string `json:"id"`
+	Link     string `json:"link"`
+	Caption  string `json:"caption"`
+	Filename string `json:"filename"`
+}
+
+func (f *Fake) postMessage(w http.ResponseWriter, r *http.Request) {
+	if !f.authorized(w, r) {
+		return
+	}
+	if r.PathValue("phone") != f.PhoneNumberID {
+		badParameter(w, "unknown phone number")
+		return
+	}
+	raw, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+	var o outgoing
+	if err == nil {
+		err = json.Unmarshal(raw, &o)
+	}
+	if err != nil || o.MessagingProduct != "whatsapp" {
+		badParameter(w, "messaging_product must be whatsapp")
+		return
+	}
+	f.mu.Lock()
+	if len(f.failures) > 0 {
+		fl := f.failures[0]
+		f.failures = f.failures[1:]
+		f.mu.Unlock()
+		writeError(w, fl)
+		return
+	}
+	f.mu.Unlock()
+
+	if o.Status == "read" {
+		if o.MessageID == "" {
+			badParameter(w, "message_id is required")
+			return
+		}
+		f.mu.Lock()
+		f.reads = append(f.reads, Read{MessageID: o.MessageID, Typing: o.TypingIndicator != nil && o.TypingIndicator.Type == "text"})
+		f.mu.Unlock()
+		writeJSON(w, http.StatusOK, map[string]any{"success": true})
+		return
+	}
+	if o.To == "" {
+		badParameter(w, "to is required")
+		return
+	}
+	m := Message{To: o.To, Type: o.Type, Raw: raw}
+	if o.Context != nil {
+		m.ReplyTo = o.Context.MessageID
+	}
+	switch o.Type {
+	case "text":
+		if o.Text == nil || strings.TrimSpace(o.Text.Body) == "" {
+			badParameter(w, "text.body is required")
+			return
+		}
+		if n := len([]rune(o.Text.Body)); n > 4096 {
+			badParameter(w, fmt.Sprintf("text.body is %d characters, at most 4096", n))
+			return
+		}
+		m.Text = o.Text.Body
+	case "reaction":
+		if o.Reaction == nil || o.Reaction.MessageID == "" {
+			badParameter(w, "reaction.message_id is required")
+			return
+		}
+		m.ReactTo, m.Emoji = o.Reaction.MessageID, o.Reaction.Emoji
+	case "image", "video", "audio", "document", "sticker":
+		var body map[string]json.RawMessage
+		_ = json.Unmarshal(raw, &body)
+		var mo mediaObject
+		if err := json.Unmarshal(body[o.Type], &mo); err != nil || (mo.ID == "") == (mo.Link == "") {
+			badParameter(w, o.Type+" needs exactly one of id and link")
+			return
+		}
+		if mo.ID != "" {
+			if _, ok := f.MediaByID(mo.ID); !ok {
+				badParameter(w, "unknown media id "+mo.ID)
+				return
+			}
+		}
+		if mo.Caption != "" && (o.Type == "audio" || o.Type == "sticker") {
+			badParameter(w, o.Type+" takes no caption")
+			return
+		}
+		m.Link, m.MediaID, m.Text, m.Name = mo.Link, mo.ID, mo.Caption, mo.Filename
+	default:
+		badParameter(w, "unsupported type "+o.Type)
+		return
+	}
+	m.ID = "wamid.OUT" + strconv.FormatInt(f.seq.Add(1), 10)
+	f.mu.Lock()
+	f.messages[o.To] = append(f.messages[o.To], m)
+	f.mu.Unlock()
+	writeJSON(w, http.StatusOK, map[string]any{
+		"messaging_product": "whatsapp",
+		"contacts":          []any{map[string]any{"input": o.To, "wa_id": o.To}},
+		"messages":          []any{map[string]any{"id": m.ID, "message_status": "accepted"}},
+	})
+}
+
+// Inbound is one message a user sends the business, for Notification.
+type Inbound struct {
+	ID   string // wamid; NewID makes one
+	From string // wa_id
+	Name string // profile name
+	// Type and its object, as the Cloud API writes it: "text" with
+	// {"body": …}, "image" with {"id", "mime_type", "caption"} …
+	Type   string
+	Object any
+	// ReplyTo quotes a message (context.id); its author is the business
+	// when FromBusiness.
+	ReplyTo      string
+	FromBusiness bool
+	Time         time.Time
+}
+
+// NewID returns a fresh inbound wamid.
+func (f *Fake) NewID() string {
+	return fmt.Sprintf("wamid.HBgLMTU1NTAxMjM0NTY3FQIAEhgg%08d", f.seq.Add(1))
+}
+
+// Text is a text message from wa_id.
+func Text(id, from, name, body string) Inbound {
+	return Inbound{ID: id, From: from, Name: name, Type: "text", Object: map[string]any{"body": body}}
+}
+
+// Notification is the webhook body Meta posts for msgs.
+func (f *Fake) Notification(msgs ...Inbound) []byte {
+	var messages, contacts []any
+	seen := map[string]bool{}
+	for _, m := range msgs {
+		ts := m.Time
+		if ts.IsZero() {
+			ts = time.Now()
+		}
+		msg := map[string]any{"from": m.From, "id": m.ID, "timestamp": strconv.FormatInt(ts.Unix(), 10), "type": m.Type}
+		if m.Object != nil {
+			msg[m.Type] = m.Object
+		}
+		if m.ReplyTo != "" {
+			from := m.From
+			if m.FromBusiness {
+				from = f.DisplayNumber
+			}
+			msg["context"] = map[string]any{"from": from, "id": m.ReplyTo}
+		}
+		messages = append(messages, msg)
+		if !seen[m.From] {
+			seen[m.From] = true
+			contacts = append(contacts, map[string]any{"profile": map[string]any{"name": m.Name}, "wa_id": m.From})
+		}
+	}
+	return f.wrap(map[string]any{"contacts": contacts, "messages": messages})
+}
+
+// Status is the webhook body for a status of a message the business sent
+// (sent, delivered, read; failed with an error code).
+func (f *Fake) Status(messageID, to, status string, code int) []byte {
+	s := map[string]any{"id": messageID, "status": status, "timestamp": strconv.FormatInt(time.Now().Unix(), 10), "recipient_id": to}
+	if code != 0 {
+		s["errors"] = []any{map[string]any{"code": code, "title": "Message failed", "message": "Message failed"}}
+	}
+	return f.wrap(map[string]any{"statuses": []any{s}})
+}
+
+func (f *Fake) wrap(value map[string]any) []byte {
+	value["messaging_product"] = "whatsapp"
+	value["metadata"] = map[string]any{"display_phone_number": f.DisplayNumber, "phone_number_id": f.PhoneNumberID}
+	body, _ := json.Marshal(map[string]any{
+		"object": "whatsapp_business_account",
+		"entry": []any{map[string]any{"id": "102290129340398", "changes": []any{
+			map[string]any{"value": value, "field": "messages"},
+		}}},
+	})
+	return body
+}
+
+// Sign is the X-Hub-Signature-256 of body with secret.
+func Sign(secret string, body []byte) string {
+	mac := hmac.New(sha256.New, []byte(secret))
+	mac.Write(body)
+	return "sha256=" + hex.EncodeToString(mac.Sum(nil))
+}
+
+// Post posts body to the gateway's webhook url signed with the fake's app
+// secret, as Meta does, and returns the status.
+func (f *Fake) Post(ctx context.Context, url string, body []byte) (int, error) {
+	return PostSigned(ctx, url, Sign(f.AppSecret, body), body)
+}
+
+// PostSigned posts body with the given signature header ("" for none).
+func PostSigned(ctx context.Context, url, signature string, body []byte) (int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("User-Agent", "facebookexternalua")
+	if signature != "" {
+		req.Header.Set("X-Hub-Signature-256", signature)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode, nil
+}
+
+// Verify makes Meta's subscription handshake against the gateway's
+// webhook url and returns the status and body.
+func (f *Fake) Verify(ctx context.Context, url, mode, token, challenge string) (int, string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, "", err
+	}
+	q := req.URL.Query()
+	q.Set("hub.mode", mode)
+	q.Set("hub.verify_token", token)
+	q.Set("hub.challenge", challenge)
+	req.URL.RawQuery = q.Encode()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+	return resp.StatusCode, string(b), nil
+}
