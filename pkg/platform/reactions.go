@@ -139,9 +139,15 @@ func (rs *reactions) stop(grace time.Duration, cancel context.CancelFunc) {
 // that for the outcome. Requests whose reply goes elsewhere than the
 // chat of those messages (a reply route) are left alone: message ids
 // mean nothing in another chat, and on Telegram would name another
-// message.
+// message. So are the messages the gateway said to leave unmarked
+// (no_reaction_message_ids: on Slack, those that neither came in a
+// direct message nor mentioned the bot).
 func (rs *reactions) observe(req *deliveryv1.SendRequested, err error) {
 	if rs == nil || !answersHere(req) {
+		return
+	}
+	ids := marked(req)
+	if len(ids) == 0 {
 		return
 	}
 	turn := req.GetTurnId()
@@ -155,11 +161,11 @@ func (rs *reactions) observe(req *deliveryv1.SendRequested, err error) {
 		if turn != "" {
 			rs.marks.add(turn) // a late typing request must not mark it again
 		}
-		rs.enqueue(turn, reaction{target: req.GetTarget(), ids: req.GetInputMessageIds(), steps: rs.outcome(req.GetErrorCode())})
+		rs.enqueue(turn, reaction{target: req.GetTarget(), ids: ids, steps: rs.outcome(req.GetErrorCode())})
 	case req.GetOp() == deliveryv1.SendOp_SEND_OP_TYPING:
 		// Repeated every few seconds while the turn runs: once is enough.
 		if turn != "" && rs.marks.add(turn) {
-			rs.enqueue(turn, reaction{target: req.GetTarget(), ids: req.GetInputMessageIds(), steps: []step{{add: true, emoji: rs.emoji.Processing}}})
+			rs.enqueue(turn, reaction{target: req.GetTarget(), ids: ids, steps: []step{{add: true, emoji: rs.emoji.Processing}}})
 		}
 	}
 }
@@ -169,6 +175,23 @@ func (rs *reactions) observe(req *deliveryv1.SendRequested, err error) {
 func answersHere(req *deliveryv1.SendRequested) bool {
 	reply := req.GetTarget().GetReplyToMessageId()
 	return reply != "" && slices.Contains(req.GetInputMessageIds(), reply)
+}
+
+// marked is the messages req answers that take reactions: its input
+// messages but those it names in no_reaction_message_ids (none, but on
+// Slack, so the common case allocates nothing).
+func marked(req *deliveryv1.SendRequested) []string {
+	ids, skip := req.GetInputMessageIds(), req.GetNoReactionMessageIds()
+	if len(skip) == 0 {
+		return ids
+	}
+	var out []string
+	for _, id := range ids {
+		if !slices.Contains(skip, id) {
+			out = append(out, id)
+		}
+	}
+	return out
 }
 
 // outcome is what ends a turn whose final message carried errorCode:

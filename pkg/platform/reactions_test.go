@@ -45,6 +45,7 @@ func TestReactions(t *testing.T) {
 		key       string // idempotency key of a send (default: fresh)
 		chat      string // default: chat
 		replyTo   string // default: the answered message m1
+		unmarked  bool   // m1 is in no_reaction_message_ids
 	}
 	typing := op{typing: true}
 	for i, tc := range []struct {
@@ -74,6 +75,7 @@ func TestReactions(t *testing.T) {
 		{name: "a final send that failed", emoji: adding, ops: []op{{typing: true, chat: "missing-1"}, {final: true, chat: "missing-1"}},
 			want: []string{"👀"}, calls: 1},
 		{name: "a reply routed to another chat", emoji: adding, ops: []op{{typing: true, replyTo: "-"}, {final: true, replyTo: "-"}}, calls: 0},
+		{name: "a message the gateway leaves unmarked", emoji: adding, ops: []op{{typing: true, unmarked: true}, {final: true, unmarked: true}}, calls: 0},
 		{name: "the platform fails every reaction", emoji: adding, fail: errors.New("500 Internal Server Error"),
 			ops: []op{typing, {final: true}}, want: nil, calls: 3},
 		{name: "a 429 is not retried and ends the swap", emoji: adding, fail: platform.RateLimited(errors.New("429 Too Many Requests"), time.Second),
@@ -95,6 +97,9 @@ func TestReactions(t *testing.T) {
 					target.ReplyToMessageId = o.replyTo
 				}
 				req := &deliveryv1.SendRequested{Target: target, TurnId: turn, InputMessageIds: []string{"m1"}}
+				if o.unmarked {
+					req.NoReactionMessageIds = []string{"m1"}
+				}
 				if o.typing {
 					req.Op, req.IdempotencyKey = deliveryv1.SendOp_SEND_OP_TYPING, fmt.Sprintf("%s:typing:%d", turn, j)
 					req.Final, req.ErrorCode = o.final, o.errorCode // final: the turn ended without a message

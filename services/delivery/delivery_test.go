@@ -38,7 +38,9 @@ func TestFinalIsChunkedAndSentInOrder(t *testing.T) {
 		calls, _ := e.gw.snapshot()
 		return len(calls) > 0
 	})
-	e.publish(t, event("t1", 2, "s1", final(long)))
+	fin := event("t1", 2, "s1", final(long))
+	fin.NoReactionMessageIds = fin.InputMessageIds // the gateway leaves the input unmarked
+	e.publish(t, fin)
 	e.publish(t, event("", 0, "s1", &repliesv1.Notice{Text: "queued notice"}))
 	eventually(t, e.clock, 0, "three chunks and a notice", func() bool {
 		_, posted := e.gw.snapshot()
@@ -51,7 +53,8 @@ func TestFinalIsChunkedAndSentInOrder(t *testing.T) {
 	for i, p := range posted[:3] {
 		r := p.Req
 		if r.GetIdempotencyKey() != fmt.Sprintf("t1:2:%d", i) || r.GetChunkIndex() != int32(i) || r.GetChunkCount() != 3 ||
-			r.GetFinal() != (i == 2) || r.GetInputMessageIds()[0] != "in-t1" || !strings.HasSuffix(r.GetText(), fmt.Sprintf("(%d/3)", i+1)) {
+			r.GetFinal() != (i == 2) || r.GetInputMessageIds()[0] != "in-t1" || !strings.HasSuffix(r.GetText(), fmt.Sprintf("(%d/3)", i+1)) ||
+			len(r.GetNoReactionMessageIds()) != 1 || r.GetNoReactionMessageIds()[0] != "in-t1" {
 			t.Errorf("chunk %d: key %s index %d/%d final %v suffix %q", i, r.GetIdempotencyKey(), r.GetChunkIndex(), r.GetChunkCount(), r.GetFinal(), r.GetText()[len(r.GetText())-6:])
 		}
 	}

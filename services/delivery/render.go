@@ -170,6 +170,8 @@ func (s *Service) request(ev *repliesv1.ReplyEvent, key string, op deliveryv1.Se
 		TurnId:          ev.GetTurnId(),
 		SessionKey:      ev.GetSessionKey(),
 		InputMessageIds: ev.GetInputMessageIds(),
+		// Gateways mark the others with processing reactions.
+		NoReactionMessageIds: ev.GetNoReactionMessageIds(),
 	}
 	if isFinal(ev) && ev.GetTurnRequestedAt() != nil {
 		r.HopTimes = &deliveryv1.HopTimes{TurnRequestedAt: ev.GetTurnRequestedAt(), ReplyCreatedAt: ev.GetCreatedAt()}

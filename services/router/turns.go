@@ -235,6 +235,9 @@ func (s *Service) notice(ctx context.Context, m *msgCtx, gen int64, text, kind s
 	}
 	if id := m.ev.GetMessageId(); id != "" {
 		ev.InputMessageIds = []string{id}
+		if m.ev.GetNoReaction() {
+			ev.NoReactionMessageIds = ev.InputMessageIds
+		}
 	}
 	id := fmt.Sprintf("notice:%s:%d", m.dedupeID, m.notices)
 	if _, err := s.bus.Publish(ctx, s.topo.ReplySubject(key), id, ev); err != nil {

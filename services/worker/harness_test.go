@@ -181,6 +181,7 @@ type turnOpts struct {
 	sessionID   string
 	origin      *eventsv1.SessionSource
 	answerOnly  bool   // the input's sender shows no progress
+	noReaction  bool   // the input's gateway marks it with no reaction
 	command     string // the transcript command the router marked ("undo 2")
 	attachments []*eventsv1.Attachment
 	context     []*eventsv1.ContextMessage // a stateless client's conversation so far
@@ -220,7 +221,8 @@ func (h *harness) requestTurn(key, text string, o turnOpts) *turnsv1.TurnRequest
 		TurnId: fmt.Sprintf("turn-%s-%d", key, n), SessionKey: key, SessionId: o.sessionID, Generation: o.generation,
 		LockToken: o.token, LockTtlMs: 5000, GrantTtlMs: 60000, Origin: o.origin, ModelOverride: o.override, RequestedAt: timestamppb.Now(),
 		Inputs: []*eventsv1.MessageReceived{{EventId: fmt.Sprintf("ev%d", n), MessageId: fmt.Sprintf("m%d", n), Text: text,
-			Source: o.origin, AnswerOnly: o.answerOnly, TranscriptCommand: o.command, Attachments: o.attachments, Context: o.context}},
+			Source: o.origin, AnswerOnly: o.answerOnly, TranscriptCommand: o.command, Attachments: o.attachments, Context: o.context,
+			NoReaction: o.noReaction}},
 	}
 	if _, err := h.bus.Publish(ctx, h.bus.Topology().Subject(bus.SubjectTurnRequested), "turn:"+req.TurnId, req); err != nil {
 		h.t.Fatal(err)

@@ -53,6 +53,9 @@ type turnRun struct {
 	ttl      time.Duration
 	target   *deliveryv1.Target // nil: the turn's replies go nowhere
 	inputIDs []string
+	// noReaction are those of inputIDs their gateway marks with no
+	// processing reaction.
+	noReaction []string
 	// answerOnly: every input's sender waits for the whole answer and
 	// shows no progress, so typing, text deltas and tool progress are
 	// not published (each would cost a seq, a publish and a delivery).
@@ -145,6 +148,9 @@ func newTurnRun(s *Service, req *turnsv1.TurnRequested, attempt, spent int) *tur
 	for _, in := range req.GetInputs() {
 		if id := in.GetMessageId(); id != "" {
 			r.inputIDs = append(r.inputIDs, id)
+			if in.GetNoReaction() {
+				r.noReaction = append(r.noReaction, id)
+			}
 		}
 		r.answerOnly = r.answerOnly && in.GetAnswerOnly()
 	}
@@ -606,6 +612,7 @@ func (r *turnRun) publishAt(ctx context.Context, seq int64, ev *repliesv1.ReplyE
 	ev.CreatedAt = timestamppb.New(r.s.now())
 	ev.TurnRequestedAt = r.req.GetRequestedAt()
 	ev.InputMessageIds = r.inputIDs
+	ev.NoReactionMessageIds = r.noReaction
 	subject, id := r.s.bus.Topology().ReplySubject(r.req.GetSessionKey()), fmt.Sprintf("reply:%s:%d", r.req.GetTurnId(), seq)
 	var err error
 	if isProgress(ev) {

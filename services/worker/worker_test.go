@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"github.com/nats-io/nats.go"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -32,7 +33,7 @@ func TestTurnStreamsRepliesAndCompletes(t *testing.T) {
 	h.setGeneration("s1", 1)
 	h.startWorker("w1", nil)
 
-	req := h.requestTurn("s1", "hello there [[tool:clock {\"tz\":\"UTC\"}]]", turnOpts{})
+	req := h.requestTurn("s1", "hello there [[tool:clock {\"tz\":\"UTC\"}]]", turnOpts{noReaction: true})
 	done := h.waitCompleted(req.TurnId)
 	if done.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED {
 		t.Fatalf("status %v (%s)", done.GetStatus(), done.GetError())
@@ -59,6 +60,11 @@ func TestTurnStreamsRepliesAndCompletes(t *testing.T) {
 		}
 		if ev.GetTarget().GetChatId() != "99" || len(ev.GetInputMessageIds()) != 1 || ev.GetGeneration() != 1 {
 			t.Errorf("event addressing: %v", ev)
+		}
+		// The gateway marks the input with no reaction (a Slack message
+		// not addressed to the bot): every event says so.
+		if !slices.Equal(ev.GetNoReactionMessageIds(), ev.GetInputMessageIds()) {
+			t.Errorf("no_reaction_message_ids %v, want the input %v", ev.GetNoReactionMessageIds(), ev.GetInputMessageIds())
 		}
 		// For the latency by hop (the API's Server-Timing header).
 		if !proto.Equal(ev.GetTurnRequestedAt(), req.GetRequestedAt()) || ev.GetCreatedAt().AsTime().Before(req.GetRequestedAt().AsTime()) {

@@ -147,6 +147,9 @@ func normalize(raw []byte, id identity) (*eventsv1.MessageReceived, skip, error)
 		Text:      text,
 		Mentioned: mentioned,
 		SentAt:    tsTime(m.TS),
+		// As Hermes's Slack adapter, react only to messages addressed to
+		// the bot: in a DM, a group DM, or with a mention.
+		NoReaction: !mentioned && m.ChannelType != "mpim",
 	}
 	if m.ThreadTS == m.TS {
 		// The parent of a thread is not in the thread.
@@ -254,5 +257,7 @@ func slash(cmd slackapi.SlashCommand, id identity) (*eventsv1.MessageReceived, s
 		Text:      text,
 		Mentioned: true,
 		SentAt:    timestamppb.Now(),
+		// Its message id names no Slack message to react to.
+		NoReaction: true,
 	}, ""
 }

@@ -29,20 +29,40 @@ func TestMentionGate(t *testing.T) {
 		name string
 		ev   slackfake.Event
 		why  skip
+		// react: Hermes's Slack adapter reacts to it (a DM, a group DM
+		// or a mention of the bot), when a turn answers it.
+		react bool
 	}{
-		{"channel message", slackfake.Event{Channel: "C0CHANNEL", ChannelType: "channel", User: "U1", Text: "hi", TS: "1.1"}, skipUnaddressed},
-		{"thread reply", slackfake.Event{Channel: "C0CHANNEL", ChannelType: "channel", User: "U1", Text: "hi", TS: "2.1", ThreadTS: "1.1"}, skipUnaddressed},
-		{"mention", slackfake.Event{Channel: "C0CHANNEL", ChannelType: "channel", User: "U1", Text: "<@U0BOT> hi", TS: "1.1"}, ""},
-		{"app_mention", slackfake.Event{Type: "app_mention", Channel: "C0CHANNEL", User: "U1", Text: "<@U0BOT> hi", TS: "1.1"}, ""},
-		{"free-response channel", slackfake.Event{Channel: "C0FREE", ChannelType: "channel", User: "U1", Text: "hi", TS: "1.1"}, ""},
-		{"dm", slackfake.Event{Channel: "D0DM", ChannelType: "im", User: "U1", Text: "hi", TS: "1.1"}, ""},
+		{"channel message", slackfake.Event{Channel: "C0CHANNEL", ChannelType: "channel", User: "U1", Text: "hi", TS: "1.1"}, skipUnaddressed, false},
+		{"thread reply", slackfake.Event{Channel: "C0CHANNEL", ChannelType: "channel", User: "U1", Text: "hi", TS: "2.1", ThreadTS: "1.1"}, skipUnaddressed, false},
+		{"thread reply with a mention", slackfake.Event{Channel: "C0CHANNEL", ChannelType: "channel", User: "U1", Text: "hi <@U0BOT>", TS: "2.1", ThreadTS: "1.1"}, "", true},
+		{"mention", slackfake.Event{Channel: "C0CHANNEL", ChannelType: "channel", User: "U1", Text: "<@U0BOT> hi", TS: "1.1"}, "", true},
+		{"mention of someone else", slackfake.Event{Channel: "C0CHANNEL", ChannelType: "channel", User: "U1", Text: "<@U0OTHER> hi", TS: "1.1"}, skipUnaddressed, false},
+		{"app_mention", slackfake.Event{Type: "app_mention", Channel: "C0CHANNEL", User: "U1", Text: "<@U0BOT> hi", TS: "1.1"}, "", true},
+		{"free-response channel", slackfake.Event{Channel: "C0FREE", ChannelType: "channel", User: "U1", Text: "hi", TS: "1.1"}, "", false},
+		{"free-response channel, mention", slackfake.Event{Channel: "C0FREE", ChannelType: "channel", User: "U1", Text: "<@U0BOT> hi", TS: "1.1"}, "", true},
+		{"dm", slackfake.Event{Channel: "D0DM", ChannelType: "im", User: "U1", Text: "hi", TS: "1.1"}, "", true},
+		{"dm thread", slackfake.Event{Channel: "D0DM", ChannelType: "im", User: "U1", Text: "hi", TS: "2.1", ThreadTS: "1.1"}, "", true},
+		{"dm without channel type", slackfake.Event{Channel: "D0DM", User: "U1", Text: "hi", TS: "1.1"}, "", true},
+		{"group dm", slackfake.Event{Channel: "G0MPIM", ChannelType: "mpim", User: "U1", Text: "hi", TS: "1.1"}, skipUnaddressed, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			ev, why, err := normalize(f.Callback("Ev1", c.ev), gated)
 			if err != nil || ev == nil || why != c.why {
 				t.Fatalf("got %v %q %v, want the event and %q", ev, why, err, c.why)
 			}
+			if ev.GetNoReaction() == c.react {
+				t.Errorf("no_reaction %v, want %v", ev.GetNoReaction(), !c.react)
+			}
 		})
+	}
+	// With no mention required every channel message is answered; still
+	// only those that mention the bot take reactions.
+	open := gated
+	open.RequireMention = false
+	ev, why, err := normalize(f.Callback("Ev1", slackfake.Event{Channel: "C0CHANNEL", ChannelType: "channel", User: "U1", Text: "hi", TS: "1.1"}), open)
+	if err != nil || why != "" || !ev.GetNoReaction() {
+		t.Fatalf("require_mention off: got %v %q %v, want the event, with no reaction", ev, why, err)
 	}
 }
 

@@ -58,8 +58,10 @@ type Config struct {
 	// Reactions (SLACK_REACTIONS, default true, as in Hermes): the user's
 	// message shows :eyes: while the agent works on it, then
 	// :white_check_mark: when the answer was sent, :x: when the turn
-	// failed, nothing when it was interrupted. Needs the reactions:write
-	// scope.
+	// failed, nothing when it was interrupted. As in Hermes, only
+	// messages addressed to the bot are marked (a DM, a group DM, a
+	// mention; normalize sets no_reaction on the others). Needs the
+	// reactions:write scope.
 	Reactions bool `koanf:"reactions"`
 }
 

@@ -56,23 +56,26 @@ func (c *contractFake) Deliver(t *testing.T, ctx context.Context, kind string) *
 	want := &eventsv1.MessageReceived{
 		EventId: ev.Channel + ":" + ts, MessageId: ts, Text: ev.Text, SentAt: tsTime(ts),
 		Source: &eventsv1.SessionSource{Platform: "slack", Account: c.f.BotUserID, ChatId: ev.Channel, ChatType: "group", UserId: "U0USER01", ScopeId: c.f.TeamID},
+		// A channel message without a mention takes no reaction.
+		NoReaction: true,
 	}
 	switch kind {
 	case "dm":
 		ev.Channel, ev.ChannelType = fmt.Sprintf("D%04d", n), "im"
-		want.EventId, want.Source.ChatId, want.Source.ChatType, want.Mentioned = ev.Channel+":"+ts, ev.Channel, "dm", true
+		want.EventId, want.Source.ChatId, want.Source.ChatType, want.Mentioned, want.NoReaction = ev.Channel+":"+ts, ev.Channel, "dm", true, false
 	case "mpim":
 		ev.ChannelType = "mpim"
+		want.NoReaction = false
 	case "thread":
 		ev.ThreadTS = "1690000000.000001"
 		want.Source.ThreadId = ev.ThreadTS
 	case "mention":
 		ev.Type = "app_mention"
 		ev.Text = "<@" + c.f.BotUserID + "> what is up"
-		want.Text, want.Mentioned = "what is up", true
+		want.Text, want.Mentioned, want.NoReaction = "what is up", true, false
 	case "command":
 		ev.Text = "<@" + c.f.BotUserID + "> !new"
-		want.Text, want.Mentioned = "!new", true
+		want.Text, want.Mentioned, want.NoReaction = "!new", true, false
 	case "file":
 		ev.Subtype = "file_share"
 		ev.Files = []slackfake.File{{ID: "F01", Name: "cat.png", Mimetype: "image/png", URL: "https://files.slack.test/F01/cat.png", Size: 1234}}
@@ -251,8 +254,8 @@ func TestSlashCommand(t *testing.T) {
 		}
 	}
 	ev := next()
-	if ev.GetText() != "!new" || ev.GetSource().GetChatId() != "D0DM" || ev.GetSource().GetUserId() != "U0USER01" {
-		t.Fatalf("got %v, want !new from U0USER01 in D0DM", ev)
+	if ev.GetText() != "!new" || ev.GetSource().GetChatId() != "D0DM" || ev.GetSource().GetUserId() != "U0USER01" || !ev.GetNoReaction() {
+		t.Fatalf("got %v, want !new from U0USER01 in D0DM, with no reaction (no Slack message to react to)", ev)
 	}
 	time.Sleep(200 * time.Millisecond)
 	if !empty() {

@@ -375,9 +375,12 @@ type SendRequested struct {
 	// reply (the OpenAI-compatible API reports them).
 	Usage *TokenUsage `protobuf:"bytes,16,opt,name=usage,proto3" json:"usage,omitempty"`
 	// For SEND_OP_TOOL_PROGRESS: the tool call and its step.
-	ToolStep      *ToolStep `protobuf:"bytes,17,opt,name=tool_step,json=toolStep,proto3" json:"tool_step,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ToolStep *ToolStep `protobuf:"bytes,17,opt,name=tool_step,json=toolStep,proto3" json:"tool_step,omitempty"`
+	// Those of input_message_ids the gateway leaves without a processing
+	// reaction (MessageReceived.no_reaction); empty for most.
+	NoReactionMessageIds []string `protobuf:"bytes,18,rep,name=no_reaction_message_ids,json=noReactionMessageIds,proto3" json:"no_reaction_message_ids,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *SendRequested) Reset() {
@@ -525,6 +528,13 @@ func (x *SendRequested) GetUsage() *TokenUsage {
 func (x *SendRequested) GetToolStep() *ToolStep {
 	if x != nil {
 		return x.ToolStep
+	}
+	return nil
+}
+
+func (x *SendRequested) GetNoReactionMessageIds() []string {
+	if x != nil {
+		return x.NoReactionMessageIds
 	}
 	return nil
 }
@@ -1091,7 +1101,7 @@ const file_switchboard_delivery_v1_delivery_proto_rawDesc = "" +
 	"\aaccount\x18\x02 \x01(\tR\aaccount\x12\x17\n" +
 	"\achat_id\x18\x03 \x01(\tR\x06chatId\x12\x1b\n" +
 	"\tthread_id\x18\x04 \x01(\tR\bthreadId\x12-\n" +
-	"\x13reply_to_message_id\x18\x05 \x01(\tR\x10replyToMessageId\"\xef\x05\n" +
+	"\x13reply_to_message_id\x18\x05 \x01(\tR\x10replyToMessageId\"\xa6\x06\n" +
 	"\rSendRequested\x12'\n" +
 	"\x0fidempotency_key\x18\x01 \x01(\tR\x0eidempotencyKey\x12/\n" +
 	"\x02op\x18\x02 \x01(\x0e2\x1f.switchboard.delivery.v1.SendOpR\x02op\x127\n" +
@@ -1115,7 +1125,8 @@ const file_switchboard_delivery_v1_delivery_proto_rawDesc = "" +
 	"error_code\x18\x0e \x01(\tR\terrorCode\x12>\n" +
 	"\thop_times\x18\x0f \x01(\v2!.switchboard.delivery.v1.HopTimesR\bhopTimes\x129\n" +
 	"\x05usage\x18\x10 \x01(\v2#.switchboard.delivery.v1.TokenUsageR\x05usage\x12>\n" +
-	"\ttool_step\x18\x11 \x01(\v2!.switchboard.delivery.v1.ToolStepR\btoolStep\"w\n" +
+	"\ttool_step\x18\x11 \x01(\v2!.switchboard.delivery.v1.ToolStepR\btoolStep\x125\n" +
+	"\x17no_reaction_message_ids\x18\x12 \x03(\tR\x14noReactionMessageIds\"w\n" +
 	"\bToolStep\x12 \n" +
 	"\ftool_call_id\x18\x01 \x01(\tR\n" +
 	"toolCallId\x12\x1b\n" +

@@ -732,7 +732,12 @@ type MessageReceived struct {
 	// Messages the user sent together as one album (Telegram's
 	// media_group_id, one message per picture, the caption on one of them)
 	// share it: the router answers them in one turn.
-	MediaGroupId  string `protobuf:"bytes,17,opt,name=media_group_id,json=mediaGroupId,proto3" json:"media_group_id,omitempty"`
+	MediaGroupId string `protobuf:"bytes,17,opt,name=media_group_id,json=mediaGroupId,proto3" json:"media_group_id,omitempty"`
+	// The gateway marks this message with no processing reaction, though a
+	// turn answers it: Hermes's Slack adapter reacts only to direct
+	// messages and to messages that mention the bot (not to a thread reply
+	// or a free-response channel's message without a mention).
+	NoReaction    bool `protobuf:"varint,18,opt,name=no_reaction,json=noReaction,proto3" json:"no_reaction,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -886,6 +891,13 @@ func (x *MessageReceived) GetMediaGroupId() string {
 	return ""
 }
 
+func (x *MessageReceived) GetNoReaction() bool {
+	if x != nil {
+		return x.NoReaction
+	}
+	return false
+}
+
 // ReplyRoute redirects a turn's reply away from the chat it came from.
 type ReplyRoute struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
@@ -1026,7 +1038,7 @@ const file_switchboard_events_v1_events_proto_rawDesc = "" +
 	"\bfrom_bot\x18\x04 \x01(\bR\afromBot\">\n" +
 	"\x0eContextMessage\x12\x12\n" +
 	"\x04role\x18\x01 \x01(\tR\x04role\x12\x18\n" +
-	"\acontent\x18\x02 \x01(\tR\acontent\"\xa9\x06\n" +
+	"\acontent\x18\x02 \x01(\tR\acontent\"\xca\x06\n" +
 	"\x0fMessageReceived\x12\x19\n" +
 	"\bevent_id\x18\x01 \x01(\tR\aeventId\x12\x1d\n" +
 	"\n" +
@@ -1049,7 +1061,9 @@ const file_switchboard_events_v1_events_proto_rawDesc = "" +
 	"\vanswer_only\x18\x0f \x01(\bR\n" +
 	"answerOnly\x12-\n" +
 	"\x12transcript_command\x18\x10 \x01(\tR\x11transcriptCommand\x12$\n" +
-	"\x0emedia_group_id\x18\x11 \x01(\tR\fmediaGroupId\"\x9b\x01\n" +
+	"\x0emedia_group_id\x18\x11 \x01(\tR\fmediaGroupId\x12\x1f\n" +
+	"\vno_reaction\x18\x12 \x01(\bR\n" +
+	"noReaction\"\x9b\x01\n" +
 	"\n" +
 	"ReplyRoute\x12\x1a\n" +
 	"\bplatform\x18\x01 \x01(\tR\bplatform\x12\x18\n" +

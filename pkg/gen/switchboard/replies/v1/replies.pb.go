@@ -99,6 +99,9 @@ type ReplyEvent struct {
 	// with created_at it gives the turn's time in the worker, for latency
 	// breakdowns (the API gateway's Server-Timing header).
 	TurnRequestedAt *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=turn_requested_at,json=turnRequestedAt,proto3" json:"turn_requested_at,omitempty"`
+	// Those of input_message_ids whose gateway marks them with no
+	// processing reaction (MessageReceived.no_reaction); empty for most.
+	NoReactionMessageIds []string `protobuf:"bytes,9,rep,name=no_reaction_message_ids,json=noReactionMessageIds,proto3" json:"no_reaction_message_ids,omitempty"`
 	// Types that are valid to be assigned to Body:
 	//
 	//	*ReplyEvent_TextDelta
@@ -195,6 +198,13 @@ func (x *ReplyEvent) GetInputMessageIds() []string {
 func (x *ReplyEvent) GetTurnRequestedAt() *timestamppb.Timestamp {
 	if x != nil {
 		return x.TurnRequestedAt
+	}
+	return nil
+}
+
+func (x *ReplyEvent) GetNoReactionMessageIds() []string {
+	if x != nil {
+		return x.NoReactionMessageIds
 	}
 	return nil
 }
@@ -694,7 +704,7 @@ var File_switchboard_replies_v1_replies_proto protoreflect.FileDescriptor
 
 const file_switchboard_replies_v1_replies_proto_rawDesc = "" +
 	"\n" +
-	"$switchboard/replies/v1/replies.proto\x12\x16switchboard.replies.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a&switchboard/delivery/v1/delivery.proto\x1a\"switchboard/events/v1/events.proto\"\xa4\x06\n" +
+	"$switchboard/replies/v1/replies.proto\x12\x16switchboard.replies.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a&switchboard/delivery/v1/delivery.proto\x1a\"switchboard/events/v1/events.proto\"\xdb\x06\n" +
 	"\n" +
 	"ReplyEvent\x12\x17\n" +
 	"\aturn_id\x18\x01 \x01(\tR\x06turnId\x12\x1f\n" +
@@ -708,7 +718,8 @@ const file_switchboard_replies_v1_replies_proto_rawDesc = "" +
 	"\n" +
 	"created_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12*\n" +
 	"\x11input_message_ids\x18\a \x03(\tR\x0finputMessageIds\x12F\n" +
-	"\x11turn_requested_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\x0fturnRequestedAt\x12B\n" +
+	"\x11turn_requested_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\x0fturnRequestedAt\x125\n" +
+	"\x17no_reaction_message_ids\x18\t \x03(\tR\x14noReactionMessageIds\x12B\n" +
 	"\n" +
 	"text_delta\x18\n" +
 	" \x01(\v2!.switchboard.replies.v1.TextDeltaH\x00R\ttextDelta\x12K\n" +
