@@ -212,9 +212,16 @@ func (s *Store) Generation(ctx context.Context, key string) (int64, error) {
 // eventID names no message. The commit does not wait for the WAL flush:
 // the message is made durable by Enqueue.
 func (s *Store) Arrive(ctx context.Context, key, profile string, src *eventsv1.SessionSource, eventID string) (sess Session, created bool, prev time.Time, err error) {
+	return s.ArriveFork(ctx, key, profile, src, eventID, nil)
+}
+
+// ArriveFork is Arrive for a message that carries a fork point (its
+// fork_from): a session it creates starts as a copy of that
+// conversation (see queueArriveLocking); nil is Arrive.
+func (s *Store) ArriveFork(ctx context.Context, key, profile string, src *eventsv1.SessionSource, eventID string, fork *eventsv1.ForkFrom) (sess Session, created bool, prev time.Time, err error) {
 	b := &pgx.Batch{}
 	b.Queue(pg.AsyncCommit)
-	s.queueArrive(b, key, profile, src, eventID)
+	s.queueArriveLocking(b, key, profile, src, eventID, fork, false)
 	br := s.db.SendBatch(ctx, b)
 	defer br.Close()
 	if _, err := br.Exec(); err != nil {
@@ -227,22 +234,25 @@ func (s *Store) Arrive(ctx context.Context, key, profile string, src *eventsv1.S
 	return sess, created, prev, br.Close()
 }
 
-// queueArrive adds Arrive's statement to b.
-func (s *Store) queueArrive(b *pgx.Batch, key, profile string, src *eventsv1.SessionSource, eventID string) {
-	s.queueArriveLocking(b, key, profile, src, eventID, false)
-}
-
-// queueArriveLocking is queueArrive; with lockQueue the statement also
-// takes the transaction-level lock of the session's queue (as Enqueue
-// does), so the transaction's next statement sees every enqueue that
-// committed before it.
-func (s *Store) queueArriveLocking(b *pgx.Batch, key, profile string, src *eventsv1.SessionSource, eventID string, lockQueue bool) {
+// queueArriveLocking adds Arrive's statement to b. With lockQueue the
+// statement also takes the transaction-level lock of the session's queue
+// (as Enqueue does), so the transaction's next statement sees every
+// enqueue that committed before it. With a fork point, a session the
+// statement creates starts as a copy of that conversation (forkSQL), in
+// the same statement: the copy is made once, with the session, however
+// often the message arrives.
+func (s *Store) queueArriveLocking(b *pgx.Batch, key, profile string, src *eventsv1.SessionSource, eventID string, fork *eventsv1.ForkFrom, lockQueue bool) {
 	now := s.now()
 	lock, from := "", "s"
 	if lockQueue {
 		lock = `,
 		l AS (SELECT pg_advisory_xact_lock(hashtextextended('queue:' || $1, 0)))`
 		from = "s, l"
+	}
+	args := []any{key, NewSessionID(now), src.GetPlatform(), src.GetChatType(), encodeOrigin(src), displayName(src), profile, now, eventID}
+	if fork.GetTurnId() != "" {
+		lock += forkSQL
+		args = append(args, fork.GetSessionKey(), fork.GetTurnId())
 	}
 	b.Queue(`WITH s AS (
 			INSERT INTO sessions (session_key, session_id, platform, chat_type, origin, display_name, profile,
@@ -257,11 +267,51 @@ func (s *Store) queueArriveLocking(b *pgx.Batch, key, profile string, src *event
 		h AS (
 			INSERT INTO session_history (session_key, session_id, started_at)
 			SELECT session_key, session_id, created_at FROM s WHERE created)`+lock+`
-		SELECT `+sessionCols+`, created, prev FROM `+from,
-		key, NewSessionID(now), src.GetPlatform(), src.GetChatType(), encodeOrigin(src), displayName(src), profile, now, eventID)
+		SELECT `+sessionCols+`, created, prev FROM `+from, args...)
 }
 
-// readArrival reads the result of queueArrive's statement.
+// forkSQL is the part of the arrival statement that copies a
+// conversation into the session it creates (s, when s.created): the
+// conversation turn $11 ran in under the key $10 — only a session of
+// the new one's platform — up to and including the turn's last message
+// (or, if those were removed since, the messages written before the
+// turn was decided). Copied are its messages, the summaries of them
+// (pointing at the copies) and its stored system prompt; the copies'
+// turn ids are the originals' with "@<new session id>", unique to the
+// copy, so that no turn of the new conversation takes them for its
+// own steps. One statement: nothing or all of it is written.
+const forkSQL = `,
+		f AS (
+			SELECT s.session_key AS key, s.session_id AS id, s.generation AS gen, w.session_id AS src_id,
+				coalesce(
+					(SELECT max(m.id) FROM transcript_messages m WHERE m.turn_id = w.turn_id AND m.session_id = w.session_id),
+					(SELECT max(m.id) FROM transcript_messages m WHERE m.session_id = w.session_id AND m.created_at <= w.updated_at),
+					0) AS upto
+			FROM s JOIN worker_turns w ON w.turn_id = $11 AND w.session_key = $10
+			WHERE s.created AND EXISTS (SELECT 1 FROM sessions o WHERE o.session_key = $10 AND o.platform = s.platform)),
+		fm AS (
+			SELECT m.id, m.user_key, m.turn_id || '@' || f.id AS turn_id, m.step, m.role, m.content, m.tool_calls,
+				m.tool_call_id, m.tool_name, m.created_at
+			FROM transcript_messages m, f WHERE m.session_id = f.src_id AND m.id <= f.upto),
+		fc AS (
+			INSERT INTO transcript_messages (session_key, session_id, user_key, turn_id, generation, step, role, content,
+				tool_calls, tool_call_id, tool_name, created_at)
+			SELECT f.key, f.id, fm.user_key, fm.turn_id, f.gen, fm.step, fm.role, fm.content, fm.tool_calls,
+				fm.tool_call_id, fm.tool_name, fm.created_at
+			FROM fm, f ORDER BY fm.id
+			RETURNING id, turn_id, step),
+		fs AS (
+			INSERT INTO transcript_summaries (session_id, session_key, upto_id, summary, turn_id, generation, created_at)
+			SELECT f.id, f.key,
+				coalesce((SELECT max(fc.id) FROM fc JOIN fm ON fm.turn_id = fc.turn_id AND fm.step = fc.step WHERE fm.id <= x.upto_id), 0),
+				x.summary, x.turn_id || '@' || f.id, f.gen, x.created_at
+			FROM transcript_summaries x, f WHERE x.session_id = f.src_id AND x.upto_id <= f.upto),
+		fp AS (
+			INSERT INTO session_prompts (session_id, session_key, signature, prompt)
+			SELECT f.id, f.key, p.signature, p.prompt FROM session_prompts p, f WHERE p.session_id = f.src_id
+			ON CONFLICT (session_id) DO NOTHING)`
+
+// readArrival reads the result of queueArriveLocking's statement.
 func readArrival(br pgx.BatchResults) (sess Session, created bool, prev time.Time, err error) {
 	var prevAt *time.Time
 	sess, err = scanSession(br.QueryRow(), &created, &prevAt)
@@ -284,13 +334,15 @@ type Arrival struct {
 // ArriveAndEnqueue is Arrive and then Enqueue in one round trip and one
 // durable commit, for a message to a session nobody holds (the common
 // case: the router has no busy-session decision to make before queueing).
+// A session it creates for a message with a fork point (ev.fork_from)
+// starts as that copy, as with ArriveFork.
 func (s *Store) ArriveAndEnqueue(ctx context.Context, key, profile string, src *eventsv1.SessionSource, streamSeq int64, ownTurn bool, ev *eventsv1.MessageReceived, max int) (a Arrival, inserted bool, err error) {
 	data, err := proto.Marshal(ev)
 	if err != nil {
 		return a, false, fmt.Errorf("encode queued message: %w", err)
 	}
 	b := &pgx.Batch{}
-	s.queueArrive(b, key, profile, src, ev.GetEventId())
+	s.queueArriveLocking(b, key, profile, src, ev.GetEventId(), ev.GetForkFrom(), false)
 	s.queueEnqueue(b, key, streamSeq, ownTurn, ev.GetEventId(), data, max)
 	br := s.db.SendBatch(ctx, b)
 	defer br.Close()
@@ -484,7 +536,7 @@ func (s *Store) BeginFree(ctx context.Context, key, profile string, src *eventsv
 	// taken with the arrival), so the queue stays empty until the turn is
 	// started; the update below, a statement of its own, sees every
 	// enqueue that committed before.
-	s.queueArriveLocking(b, key, profile, src, msg.GetEventId(), true)
+	s.queueArriveLocking(b, key, profile, src, msg.GetEventId(), msg.GetForkFrom(), true)
 	b.Queue(`UPDATE sessions SET generation = generation + 1, last_turn_id = $2, last_turn_at = $3, updated_at = $3,
 			last_started_event_id = $4
 		WHERE session_key = $1 AND last_started_event_id IS DISTINCT FROM $4

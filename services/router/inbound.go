@@ -262,6 +262,7 @@ func (s *Service) routeToFree(ctx context.Context, m *msgCtx) error {
 	if err != nil {
 		return err
 	}
+	s.opened(ctx, m, arr.Created)
 	if !arr.Created {
 		// The message is queued already: a reset keeps it for the new
 		// conversation.
@@ -298,7 +299,7 @@ func (s *Service) startFree(ctx context.Context, m *msgCtx) (bool, error) {
 		start = s.store.BeginFree(ctx, m.key, s.cfg.Profile, m.src, m.ev, token)
 	}
 	turnID := token
-	_, started, err := start.Start(ctx, proceed, func(ctx context.Context, t sessionstore.Turn) error {
+	a, started, err := start.Start(ctx, proceed, func(ctx context.Context, t sessionstore.Turn) error {
 		return s.publishTurn(ctx, m.key, token, turnID, t)
 	})
 	if err != nil {
@@ -307,6 +308,7 @@ func (s *Service) startFree(ctx context.Context, m *msgCtx) (bool, error) {
 	if !started {
 		return false, nil
 	}
+	s.opened(ctx, m, a.Created)
 	m.token = "" // the turn holds it now
 	inbound.WithLabelValues("started").Inc()
 	s.turnRequested(ctx, m.key, turnID)
@@ -403,11 +405,22 @@ func (s *Service) unauthorized(ctx context.Context, m *msgCtx) error {
 // session resolves the message's session, recording its arrival, and
 // applies the reset policy.
 func (s *Service) session(ctx context.Context, m *msgCtx) (sessionstore.Session, error) {
-	sess, created, prev, err := s.store.Arrive(ctx, m.key, s.cfg.Profile, m.src, m.ev.GetEventId())
+	sess, created, prev, err := s.store.ArriveFork(ctx, m.key, s.cfg.Profile, m.src, m.ev.GetEventId(), m.ev.GetForkFrom())
 	if err != nil || created {
+		s.opened(ctx, m, created)
 		return sess, err
 	}
 	return s.resetIfDue(ctx, m, sess, prev)
+}
+
+// opened logs a session that m's arrival created as a branch of another
+// conversation (its fork_from): the store copied that conversation into
+// it with the session, in the same transaction.
+func (s *Service) opened(ctx context.Context, m *msgCtx, created bool) {
+	if f := m.ev.GetForkFrom(); created && f.GetTurnId() != "" {
+		s.log.InfoContext(ctx, "session opened as a branch", "session_key", m.key, "from_session_key", f.GetSessionKey(),
+			"from_turn_id", f.GetTurnId())
+	}
 }
 
 // resetIfDue resets the session when its reset policy says so (prev is

@@ -737,7 +737,13 @@ type MessageReceived struct {
 	// turn answers it: Hermes's Slack adapter reacts only to direct
 	// messages and to messages that mention the bot (not to a thread reply
 	// or a free-response channel's message without a mention).
-	NoReaction    bool `protobuf:"varint,18,opt,name=no_reaction,json=noReaction,proto3" json:"no_reaction,omitempty"`
+	NoReaction bool `protobuf:"varint,18,opt,name=no_reaction,json=noReaction,proto3" json:"no_reaction,omitempty"`
+	// The message opens its session as a branch of another conversation
+	// (an API request continuing an earlier response than the latest):
+	// when the router creates the session, its transcript starts as a copy
+	// of that conversation up to and including the turn named. Ignored for
+	// a session that exists already.
+	ForkFrom      *ForkFrom `protobuf:"bytes,19,opt,name=fork_from,json=forkFrom,proto3" json:"fork_from,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -898,6 +904,70 @@ func (x *MessageReceived) GetNoReaction() bool {
 	return false
 }
 
+func (x *MessageReceived) GetForkFrom() *ForkFrom {
+	if x != nil {
+		return x.ForkFrom
+	}
+	return nil
+}
+
+// ForkFrom names the point of a conversation a new session starts from.
+type ForkFrom struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The session key the turn ran under; only a session of the same
+	// platform as the message's is copied.
+	SessionKey string `protobuf:"bytes,1,opt,name=session_key,json=sessionKey,proto3" json:"session_key,omitempty"`
+	// The turn whose exchange is the last one copied: the conversation it
+	// ran in is copied up to and including the turn's last message.
+	TurnId        string `protobuf:"bytes,2,opt,name=turn_id,json=turnId,proto3" json:"turn_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForkFrom) Reset() {
+	*x = ForkFrom{}
+	mi := &file_switchboard_events_v1_events_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForkFrom) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForkFrom) ProtoMessage() {}
+
+func (x *ForkFrom) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_events_v1_events_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForkFrom.ProtoReflect.Descriptor instead.
+func (*ForkFrom) Descriptor() ([]byte, []int) {
+	return file_switchboard_events_v1_events_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *ForkFrom) GetSessionKey() string {
+	if x != nil {
+		return x.SessionKey
+	}
+	return ""
+}
+
+func (x *ForkFrom) GetTurnId() string {
+	if x != nil {
+		return x.TurnId
+	}
+	return ""
+}
+
 // ReplyRoute redirects a turn's reply away from the chat it came from.
 type ReplyRoute struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
@@ -913,7 +983,7 @@ type ReplyRoute struct {
 
 func (x *ReplyRoute) Reset() {
 	*x = ReplyRoute{}
-	mi := &file_switchboard_events_v1_events_proto_msgTypes[7]
+	mi := &file_switchboard_events_v1_events_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -925,7 +995,7 @@ func (x *ReplyRoute) String() string {
 func (*ReplyRoute) ProtoMessage() {}
 
 func (x *ReplyRoute) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_events_v1_events_proto_msgTypes[7]
+	mi := &file_switchboard_events_v1_events_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -938,7 +1008,7 @@ func (x *ReplyRoute) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplyRoute.ProtoReflect.Descriptor instead.
 func (*ReplyRoute) Descriptor() ([]byte, []int) {
-	return file_switchboard_events_v1_events_proto_rawDescGZIP(), []int{7}
+	return file_switchboard_events_v1_events_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ReplyRoute) GetPlatform() string {
@@ -1038,7 +1108,7 @@ const file_switchboard_events_v1_events_proto_rawDesc = "" +
 	"\bfrom_bot\x18\x04 \x01(\bR\afromBot\">\n" +
 	"\x0eContextMessage\x12\x12\n" +
 	"\x04role\x18\x01 \x01(\tR\x04role\x12\x18\n" +
-	"\acontent\x18\x02 \x01(\tR\acontent\"\xca\x06\n" +
+	"\acontent\x18\x02 \x01(\tR\acontent\"\x88\a\n" +
 	"\x0fMessageReceived\x12\x19\n" +
 	"\bevent_id\x18\x01 \x01(\tR\aeventId\x12\x1d\n" +
 	"\n" +
@@ -1063,7 +1133,12 @@ const file_switchboard_events_v1_events_proto_rawDesc = "" +
 	"\x12transcript_command\x18\x10 \x01(\tR\x11transcriptCommand\x12$\n" +
 	"\x0emedia_group_id\x18\x11 \x01(\tR\fmediaGroupId\x12\x1f\n" +
 	"\vno_reaction\x18\x12 \x01(\bR\n" +
-	"noReaction\"\x9b\x01\n" +
+	"noReaction\x12<\n" +
+	"\tfork_from\x18\x13 \x01(\v2\x1f.switchboard.events.v1.ForkFromR\bforkFrom\"D\n" +
+	"\bForkFrom\x12\x1f\n" +
+	"\vsession_key\x18\x01 \x01(\tR\n" +
+	"sessionKey\x12\x17\n" +
+	"\aturn_id\x18\x02 \x01(\tR\x06turnId\"\x9b\x01\n" +
 	"\n" +
 	"ReplyRoute\x12\x1a\n" +
 	"\bplatform\x18\x01 \x01(\tR\bplatform\x12\x18\n" +
@@ -1094,7 +1169,7 @@ func file_switchboard_events_v1_events_proto_rawDescGZIP() []byte {
 }
 
 var file_switchboard_events_v1_events_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_switchboard_events_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_switchboard_events_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_switchboard_events_v1_events_proto_goTypes = []any{
 	(AttachmentKind)(0),              // 0: switchboard.events.v1.AttachmentKind
 	(*SessionSource)(nil),            // 1: switchboard.events.v1.SessionSource
@@ -1104,24 +1179,26 @@ var file_switchboard_events_v1_events_proto_goTypes = []any{
 	(*ReplyTo)(nil),                  // 5: switchboard.events.v1.ReplyTo
 	(*ContextMessage)(nil),           // 6: switchboard.events.v1.ContextMessage
 	(*MessageReceived)(nil),          // 7: switchboard.events.v1.MessageReceived
-	(*ReplyRoute)(nil),               // 8: switchboard.events.v1.ReplyRoute
-	(*timestamppb.Timestamp)(nil),    // 9: google.protobuf.Timestamp
+	(*ForkFrom)(nil),                 // 8: switchboard.events.v1.ForkFrom
+	(*ReplyRoute)(nil),               // 9: switchboard.events.v1.ReplyRoute
+	(*timestamppb.Timestamp)(nil),    // 10: google.protobuf.Timestamp
 }
 var file_switchboard_events_v1_events_proto_depIdxs = []int32{
-	0, // 0: switchboard.events.v1.Attachment.kind:type_name -> switchboard.events.v1.AttachmentKind
-	2, // 1: switchboard.events.v1.AttachmentFetchRequested.attachment:type_name -> switchboard.events.v1.Attachment
-	1, // 2: switchboard.events.v1.MessageReceived.source:type_name -> switchboard.events.v1.SessionSource
-	2, // 3: switchboard.events.v1.MessageReceived.attachments:type_name -> switchboard.events.v1.Attachment
-	5, // 4: switchboard.events.v1.MessageReceived.reply_to:type_name -> switchboard.events.v1.ReplyTo
-	9, // 5: switchboard.events.v1.MessageReceived.sent_at:type_name -> google.protobuf.Timestamp
-	9, // 6: switchboard.events.v1.MessageReceived.received_at:type_name -> google.protobuf.Timestamp
-	6, // 7: switchboard.events.v1.MessageReceived.context:type_name -> switchboard.events.v1.ContextMessage
-	8, // 8: switchboard.events.v1.MessageReceived.reply_route:type_name -> switchboard.events.v1.ReplyRoute
-	9, // [9:9] is the sub-list for method output_type
-	9, // [9:9] is the sub-list for method input_type
-	9, // [9:9] is the sub-list for extension type_name
-	9, // [9:9] is the sub-list for extension extendee
-	0, // [0:9] is the sub-list for field type_name
+	0,  // 0: switchboard.events.v1.Attachment.kind:type_name -> switchboard.events.v1.AttachmentKind
+	2,  // 1: switchboard.events.v1.AttachmentFetchRequested.attachment:type_name -> switchboard.events.v1.Attachment
+	1,  // 2: switchboard.events.v1.MessageReceived.source:type_name -> switchboard.events.v1.SessionSource
+	2,  // 3: switchboard.events.v1.MessageReceived.attachments:type_name -> switchboard.events.v1.Attachment
+	5,  // 4: switchboard.events.v1.MessageReceived.reply_to:type_name -> switchboard.events.v1.ReplyTo
+	10, // 5: switchboard.events.v1.MessageReceived.sent_at:type_name -> google.protobuf.Timestamp
+	10, // 6: switchboard.events.v1.MessageReceived.received_at:type_name -> google.protobuf.Timestamp
+	6,  // 7: switchboard.events.v1.MessageReceived.context:type_name -> switchboard.events.v1.ContextMessage
+	9,  // 8: switchboard.events.v1.MessageReceived.reply_route:type_name -> switchboard.events.v1.ReplyRoute
+	8,  // 9: switchboard.events.v1.MessageReceived.fork_from:type_name -> switchboard.events.v1.ForkFrom
+	10, // [10:10] is the sub-list for method output_type
+	10, // [10:10] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_switchboard_events_v1_events_proto_init() }
@@ -1139,7 +1216,7 @@ func file_switchboard_events_v1_events_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_switchboard_events_v1_events_proto_rawDesc), len(file_switchboard_events_v1_events_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   8,
+			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
