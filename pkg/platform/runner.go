@@ -417,6 +417,21 @@ func (r *Runner) Seen(ctx context.Context, eventID string) (bool, error) {
 	return true, nil
 }
 
+// MarkSeen records an event id as published without publishing anything:
+// a platform that will receive an echo of what it sent (a sync copy of
+// the bot's own message) marks the id the echo will carry, and Deliver
+// then takes the echo for a duplicate, on whichever replica reads it.
+func (r *Runner) MarkSeen(ctx context.Context, eventID string) error {
+	if r.seen == nil {
+		return errors.New("mark seen: the runner is not running")
+	}
+	msgID := r.name + ":" + r.p.Account() + ":" + eventID
+	if _, err := r.seen.Put(ctx, hashKey(msgID), []byte(msgID)); err != nil {
+		return fmt.Errorf("mark seen: %w", err)
+	}
+	return nil
+}
+
 func (c *conn) Deliver(ctx context.Context, ev *eventsv1.MessageReceived) (Accepted, error) {
 	return c.r.Deliver(ctx, ev)
 }

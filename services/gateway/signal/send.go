@@ -1,0 +1,223 @@
+package signal
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"net/url"
+	"strings"
+
+	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+	"github.com/switchboard-chat/switchboard/pkg/platform"
+)
+
+// maxAttachmentBytes is Hermes's bound on one attachment (100 MB).
+const maxAttachmentBytes = 100 << 20
+
+// maxAttachments is Signal's bound on attachments per message.
+const maxAttachments = 32
+
+// target adds the routing parameter of a chat: groupId for
+// "group:<id>", else the recipient.
+func target(params map[string]any, chatID string) error {
+	if chatID == "" {
+		return platform.Permanent(errors.New("signal: no chat id"))
+	}
+	if gid, ok := strings.CutPrefix(chatID, groupPrefix); ok {
+		if gid == "" {
+			return platform.Permanent(fmt.Errorf("signal: chat id %q names no group", chatID))
+		}
+		params["groupId"] = gid
+		return nil
+	}
+	params["recipient"] = []string{chatID}
+	return nil
+}
+
+// Send posts a message: the text with its style ranges (Markdown is
+// converted as Hermes converts it), the attachments, and, with
+// quote_replies, a quote of the user's message on the first chunk. The
+// platform message id is "<account>:<timestamp>".
+func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (string, error) {
+	params := map[string]any{}
+	if err := target(params, req.GetTarget().GetChatId()); err != nil {
+		return "", err
+	}
+	text := req.GetText()
+	if req.GetFormat() != deliveryv1.TextFormat_TEXT_FORMAT_PLAIN && text != "" {
+		plain, styles := styled(text)
+		text = plain
+		switch len(styles) {
+		case 0:
+		case 1:
+			params["textStyle"] = styles[0].String()
+		default:
+			list := make([]string, len(styles))
+			for i, s := range styles {
+				list[i] = s.String()
+			}
+			params["textStyles"] = list
+		}
+	}
+	if n := len(req.GetAttachments()); n > maxAttachments {
+		return "", platform.Permanent(fmt.Errorf("signal: %d attachments in one message, at most %d", n, maxAttachments))
+	}
+	var files []string
+	for i, a := range req.GetAttachments() {
+		f, err := p.attachmentData(ctx, a)
+		if err != nil {
+			return "", fmt.Errorf("signal attachment %d: %w", i, err)
+		}
+		files = append(files, f)
+	}
+	if strings.TrimSpace(text) == "" && len(files) == 0 {
+		return "", platform.Permanent(errors.New("signal: empty message"))
+	}
+	params["message"] = text
+	if len(files) > 0 {
+		params["attachments"] = files
+	}
+	if p.cfg.QuoteReplies && req.GetChunkIndex() == 0 {
+		if author, ts, ok := splitMessageID(req.GetTarget().GetReplyToMessageId()); ok {
+			params["quoteTimestamp"], params["quoteAuthor"] = ts, author
+		}
+	}
+	var res sendResult
+	if err := p.client.call(ctx, "send", params, &res); err != nil {
+		return "", classify(err)
+	}
+	if !delivered(&res) {
+		return "", resultError("send", &res)
+	}
+	if res.Timestamp <= 0 {
+		return "", errors.New("signal-cli send: answer without a timestamp")
+	}
+	id := messageID(p.cfg.Account, res.Timestamp)
+	if p.sent != nil {
+		// A sync copy of this message (Note to Self) is ours, not the user's.
+		if err := p.sent(context.WithoutCancel(ctx), id); err != nil {
+			p.log.Warn("signal: recording a sent message failed", "err", err)
+		}
+	}
+	return id, nil
+}
+
+// Edit is not offered: see Capabilities.
+func (p *Platform) Edit(context.Context, *deliveryv1.SendRequested) error {
+	return platform.ErrUnsupported
+}
+
+// Delete is not offered.
+func (p *Platform) Delete(context.Context, *deliveryv1.SendRequested) error {
+	return platform.ErrUnsupported
+}
+
+// Typing shows the typing indicator (Signal shows it for about 15 s,
+// or until a message of the bot arrives).
+func (p *Platform) Typing(ctx context.Context, req *deliveryv1.SendRequested) error {
+	params := map[string]any{}
+	if err := target(params, req.GetTarget().GetChatId()); err != nil {
+		return err
+	}
+	return classify(p.client.call(ctx, "sendTyping", params, nil))
+}
+
+// attachmentData turns an attachment into what signal-cli's send takes:
+// a data URI ("data:<type>;filename=<name>;base64,<data>"). An inline
+// data: URL is passed on, a kept attachment (bytes_ref) read from the
+// store, an http(s) URL downloaded.
+func (p *Platform) attachmentData(ctx context.Context, a *eventsv1.Attachment) (string, error) {
+	var data []byte
+	mimeType := a.GetMimeType()
+	switch {
+	case strings.HasPrefix(a.GetUrl(), "data:"):
+		return withFileName(a.GetUrl(), a.GetFileName()), nil
+	case a.GetBytesRef() != "":
+		if p.store == nil {
+			return "", platform.Permanent(errors.New("attachment store is off"))
+		}
+		b, kept, err := p.store.Get(ctx, a.GetBytesRef(), maxAttachmentBytes)
+		if err != nil {
+			return "", fmt.Errorf("read kept attachment: %w", err)
+		}
+		data = b
+		if mimeType == "" {
+			mimeType = kept
+		}
+	case strings.HasPrefix(a.GetUrl(), "https://") || strings.HasPrefix(a.GetUrl(), "http://"):
+		b, got, err := p.download(ctx, a.GetUrl())
+		if err != nil {
+			return "", err
+		}
+		data = b
+		if mimeType == "" {
+			mimeType = got
+		}
+	default:
+		return "", platform.Permanent(errors.New("no data: URL, http(s) URL or kept bytes"))
+	}
+	if mimeType == "" {
+		mimeType = http.DetectContentType(data)
+	}
+	mimeType, _, _ = strings.Cut(mimeType, ";")
+	uri := "data:" + strings.TrimSpace(mimeType)
+	if name := a.GetFileName(); name != "" {
+		uri += ";filename=" + url.PathEscape(name)
+	}
+	return uri + ";base64," + base64.StdEncoding.EncodeToString(data), nil
+}
+
+// withFileName adds a filename parameter to a data URL that has none.
+func withFileName(dataURL, name string) string {
+	head, body, ok := strings.Cut(dataURL, ",")
+	if !ok || name == "" || strings.Contains(head, ";filename=") {
+		return dataURL
+	}
+	head, b64 := strings.CutSuffix(head, ";base64")
+	head += ";filename=" + url.PathEscape(name)
+	if b64 {
+		head += ";base64"
+	}
+	return head + "," + body
+}
+
+// download fetches an http(s) attachment of at most maxAttachmentBytes.
+func (p *Platform) download(ctx context.Context, u string) ([]byte, string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return nil, "", platform.Permanent(fmt.Errorf("attachment url: %w", err))
+	}
+	resp, err := p.client.stream.Do(req)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // without the URL, which may carry a signature
+		}
+		return nil, "", fmt.Errorf("download attachment: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		err := fmt.Errorf("download attachment: %s", resp.Status)
+		if resp.StatusCode >= 400 && resp.StatusCode < 500 && resp.StatusCode != http.StatusTooManyRequests {
+			return nil, "", platform.Permanent(err)
+		}
+		return nil, "", err
+	}
+	data, err := io.ReadAll(io.LimitReader(resp.Body, maxAttachmentBytes+1))
+	if err != nil {
+		return nil, "", fmt.Errorf("download attachment: %w", err)
+	}
+	if len(data) > maxAttachmentBytes {
+		return nil, "", platform.Permanent(fmt.Errorf("attachment larger than %d bytes", maxAttachmentBytes))
+	}
+	ct := resp.Header.Get("Content-Type")
+	if mt, _, err := mime.ParseMediaType(ct); err == nil {
+		ct = mt
+	}
+	return data, ct, nil
+}
