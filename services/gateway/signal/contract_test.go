@@ -106,7 +106,7 @@ func (c *contractFake) DeliverMalformed(*testing.T, context.Context) {
 	c.f.PushRaw(`{"envelope":"not an envelope","account":"` + bot + `"}`)
 }
 
-func (c *contractFake) Drop(*testing.T)   { c.f.Drop() }
+func (c *contractFake) Drop(*testing.T)  { c.f.Drop() }
 func (c *contractFake) Connections() int { return c.f.Connections() }
 
 func (c *contractFake) Answer(ev *eventsv1.MessageReceived) *deliveryv1.SendRequested {
