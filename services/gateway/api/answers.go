@@ -70,6 +70,10 @@ type answerPiece struct {
 	Text string `json:"text"`
 	// ErrorCode: the text explains a failed turn (SendRequested.error_code).
 	ErrorCode string `json:"error_code,omitempty"`
+	// Turn and SessionKey, on the final piece: the turn that answered and
+	// the session key it ran under (answerPoint).
+	Turn       string `json:"turn,omitempty"`
+	SessionKey string `json:"session_key,omitempty"`
 }
 
 func (a answer) has(key string) bool {
@@ -331,10 +335,19 @@ func (f *follower) apply(rec answer) {
 	}
 	for i := f.emitted; i < len(rec.Pieces); i++ {
 		p := rec.Pieces[i]
-		f.piece(piece{text: p.Text, final: rec.Final && i == len(rec.Pieces)-1, errorCode: p.ErrorCode})
+		final := rec.Final && i == len(rec.Pieces)-1
+		pc := piece{text: p.Text, final: final, errorCode: p.ErrorCode}
+		if final {
+			pc.at = answerPoint{turn: p.Turn, sessionKey: p.SessionKey}
+		}
+		f.piece(pc)
 	}
 	if rec.Final && f.emitted >= len(rec.Pieces) {
-		f.piece(piece{final: true})
+		pc := piece{final: true}
+		if n := len(rec.Pieces); n > 0 {
+			pc.at = answerPoint{turn: rec.Pieces[n-1].Turn, sessionKey: rec.Pieces[n-1].SessionKey}
+		}
+		f.piece(pc)
 	}
 	f.emitted = max(f.emitted, len(rec.Pieces))
 	f.done = rec.Final

@@ -359,6 +359,9 @@ func (s *Service) Send(ctx context.Context, req *deliveryv1.SendRequested) (stri
 	keyed, plain := splitIDs(req.GetInputMessageIds())
 	for _, id := range keyed {
 		p := answerPiece{Key: req.GetIdempotencyKey(), Text: req.GetText(), ErrorCode: req.GetErrorCode()}
+		if req.GetFinal() {
+			p.Turn, p.SessionKey = req.GetTurnId(), req.GetSessionKey()
+		}
 		if err := s.answers.add(ctx, id, p, req.GetFinal()); err != nil {
 			return "", err
 		}
@@ -375,6 +378,7 @@ func sendPiece(req *deliveryv1.SendRequested) piece {
 	p := piece{text: req.GetText(), final: req.GetFinal(), errorCode: req.GetErrorCode()}
 	if p.final {
 		p.hops, p.usage = req.GetHopTimes(), req.GetUsage()
+		p.at = answerPoint{turn: req.GetTurnId(), sessionKey: req.GetSessionKey()}
 	}
 	return p
 }

@@ -155,6 +155,7 @@ func (r *responder) reply(ctx context.Context, t *testing.T, b *bus.Bus, ev *eve
 	turnID := "turn-" + ev.GetEventId()
 	send := func(req *deliveryv1.SendRequested) {
 		req.Target, req.TurnId, req.InputMessageIds = target, turnID, []string{ev.GetMessageId()}
+		req.SessionKey = "agent:main:api:dm:" + chat
 		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
 		receipt := &deliveryv1.SendReceipt{}

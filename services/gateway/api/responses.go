@@ -25,7 +25,13 @@ import (
 //
 //   - conversation: a name of the client's, the body's X-Session-Id;
 //   - previous_response_id: the conversation of that response (kept in
-//     the response store, responsestore.go);
+//     the response store, responsestore.go) when it is the latest
+//     response of it (its head); otherwise a new conversation, named
+//     after the new response, that starts as a copy of that one up to
+//     the response's answer (the router copies it when it opens the
+//     session: MessageReceived.fork_from), so that the model sees the
+//     conversation as it was then and the responses that came after it
+//     keep theirs;
 //   - neither: the X-Session-Id header if sent, else none — the request
 //     is stateless, its input items before the last user message are
 //     its context, as a chat completion's earlier messages.
@@ -66,18 +72,29 @@ func (s *Service) createResponse(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	o := s.newResponse(t, req, received)
+	h, ok := s.place(w, r, identity, session, previous, t)
+	if !ok {
+		return
+	}
 	var k *kept
 	if req.Store {
 		// Before the message goes out: a request chaining on this response
 		// finds its conversation from now on, and a store that cannot be
 		// written refuses the request with nothing published.
 		if k, ok = s.keep(w, r, storedResponse{Owner: identity, Session: t.session, Instructions: req.Instructions, Response: o}); !ok {
+			s.giveBackHead(r.Context(), h)
 			return
 		}
 		if !k.created {
 			// An earlier attempt's (the same Idempotency-Key): its id,
-			// creation time and parameters are the response's.
+			// creation time, parameters and conversation are the
+			// response's (its message went there; this one is a copy).
 			o = k.resume(o.messageID)
+			if k.rec.Session != t.session {
+				s.giveBackHead(r.Context(), h)
+				h = nil
+				moveTo(t, identity, k.rec.Session, previous)
+			}
 		}
 	}
 	if !s.publish(w, r, t, responsesFingerprint(req, s.modelOf(req))) {
@@ -85,6 +102,7 @@ func (s *Service) createResponse(w http.ResponseWriter, r *http.Request) {
 			// Nothing was published: no response.
 			s.forget(r.Context(), o.ID)
 		}
+		s.giveBackHead(r.Context(), h)
 		return
 	}
 	ctx, cancel := s.replyContext(r)
@@ -97,7 +115,7 @@ func (s *Service) createResponse(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		end := s.waitEndOf(r, err)
 		o.stop(end.code, "")
-		s.finish(r.Context(), k, o)
+		s.finish(r.Context(), k, o, answerPoint{})
 		writeError(w, end.status, "server_error", end.code, "", end.msg)
 		return
 	}
@@ -106,12 +124,12 @@ func (s *Service) createResponse(w http.ResponseWriter, r *http.Request) {
 	}
 	if ans.errorCode != "" {
 		o.fail(ans.errorCode, ans.text)
-		s.finish(r.Context(), k, o)
+		s.finish(r.Context(), k, o, ans.at)
 		writeTurnError(w, ans.errorCode, ans.text)
 		return
 	}
 	o.complete(ans.text, ans.usage)
-	s.finish(r.Context(), k, o)
+	s.finish(r.Context(), k, o, ans.at)
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(o)
 }
@@ -210,6 +228,115 @@ func (s *Service) responseSession(w http.ResponseWriter, r *http.Request, identi
 	return session, previous, true
 }
 
+// headClaim is a conversation's head this request moved to its response
+// (from the response it continues, or from none), to give back if the
+// request goes no further.
+type headClaim struct {
+	owner, session string
+	from, to       string
+}
+
+// place decides the conversation the request runs in and records its
+// response as the conversation's latest (head). A request with a session
+// of its own (conversation, X-Session-Id) runs there. One continuing a
+// response (previous) runs in that response's conversation when the
+// response is still its head, and takes the head over — the first of
+// two requests continuing one response does, the other branches off —
+// or when the head is this response already (an earlier attempt of the
+// request took it). Otherwise its conversation went on since: the
+// request runs in a new conversation named after its response, which
+// the router opens as a copy of the old one up to the answer of the
+// response continued (fork_from); a retry of the request names the same
+// one, which is opened once. It answers the request itself (409, 503)
+// and returns false when the request cannot be placed; the claim is nil
+// unless the request moved a head from the response it continues.
+func (s *Service) place(w http.ResponseWriter, r *http.Request, identity, session string, previous *storedResponse, t *turn) (*headClaim, bool) {
+	ctx := r.Context()
+	id := "resp_" + t.suffix()
+	if previous == nil {
+		if session != "" {
+			// The latest response of the conversation now. Not reading the
+			// head first keeps the named conversation's path at one write;
+			// a head that cannot be written only means that a request
+			// continuing an earlier response may not branch off.
+			if err := s.responses.setHead(ctx, identity, session, id); err != nil {
+				s.log.WarnContext(ctx, "record api conversation head failed", "err", err)
+			}
+		}
+		return nil, true
+	}
+	for range 8 {
+		head, rev, err := s.responses.head(ctx, identity, previous.Session)
+		if err != nil {
+			s.log.WarnContext(ctx, "read api conversation head failed", "err", err)
+			writeUnavailable(w)
+			return nil, false
+		}
+		switch head {
+		case id:
+			return nil, true
+		case "", previous.Response.ID:
+			moved, err := s.responses.advance(ctx, identity, previous.Session, rev, id)
+			if err != nil {
+				s.log.WarnContext(ctx, "record api conversation head failed", "err", err)
+				writeUnavailable(w)
+				return nil, false
+			}
+			if moved {
+				continue // another request continued the conversation meanwhile
+			}
+			return &headClaim{owner: identity, session: previous.Session, from: head, to: id}, true
+		}
+		if previous.Turn == "" {
+			writeError(w, http.StatusConflict, "invalid_request_error", "previous_response_incomplete", "previous_response_id",
+				fmt.Sprintf("Response '%s' has no complete answer, and its conversation has gone on since: it cannot be continued "+
+					"from there (yet). Continue from a completed response, or from the conversation's latest.", previous.Response.ID))
+			return nil, false
+		}
+		moveTo(t, identity, id, previous)
+		return nil, true
+	}
+	s.log.WarnContext(ctx, "api conversation head keeps moving", "session", previous.Session)
+	writeUnavailable(w)
+	return nil, false
+}
+
+// moveTo makes the turn's message go to the client identity's
+// conversation session instead; one other than that of the response it
+// continues (previous) is opened as a copy of that one up to the
+// response's answer.
+func moveTo(t *turn, identity, session string, previous *storedResponse) {
+	t.session = session
+	t.ev.Source.ChatId = chatIDOf(identity, session)
+	t.ev.ClientSessionId = session
+	t.ev.ForkFrom = nil
+	if previous != nil && session != previous.Session {
+		t.ev.ForkFrom = &eventsv1.ForkFrom{SessionKey: previous.SessionKey, TurnId: previous.Turn}
+	}
+}
+
+// giveBackHead moves a head the request claimed back to where it was,
+// unless another request moved it since: the request's message did not
+// go out.
+func (s *Service) giveBackHead(ctx context.Context, h *headClaim) {
+	if h == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	head, rev, err := s.responses.head(ctx, h.owner, h.session)
+	if err == nil && head == h.to {
+		if h.from == "" {
+			err = s.responses.dropHead(ctx, h.owner, h.session, rev)
+		} else {
+			_, err = s.responses.advance(ctx, h.owner, h.session, rev, h.from)
+		}
+	}
+	if err != nil {
+		s.log.WarnContext(ctx, "give back api conversation head failed", "err", err)
+	}
+}
+
 // getResponse serves GET /v1/responses/{id}.
 func (s *Service) getResponse(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Query().Get("stream") == "true" {
@@ -303,18 +430,19 @@ func (k *kept) resume(messageID string) *responseObject {
 	return &o
 }
 
-// finish writes the response's final state over its record, if it is
-// kept (store), even when the client has left. A record the client
-// deleted meanwhile stays deleted, and one holding another attempt's
-// final answer keeps it. Failing, the record stays as it was: GET shows
-// it so, and previous_response_id still continues its conversation.
-func (s *Service) finish(ctx context.Context, k *kept, o *responseObject) {
+// finish writes the response's final state, and where its answer ended
+// (at: known when the answer came), over its record, if it is kept
+// (store), even when the client has left. A record the client deleted
+// meanwhile stays deleted, and one holding another attempt's final
+// answer keeps it. Failing, the record stays as it was: GET shows it
+// so, and previous_response_id still continues its conversation.
+func (s *Service) finish(ctx context.Context, k *kept, o *responseObject, at answerPoint) {
 	if k == nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if err := s.responses.end(ctx, k.rec, k.rev, o); err != nil {
+	if err := s.responses.end(ctx, k.rec, k.rev, o, at); err != nil {
 		s.log.WarnContext(ctx, "record api response end failed", "err", err)
 	}
 }
@@ -352,7 +480,7 @@ func (s *Service) streamResponse(ctx context.Context, w http.ResponseWriter, r *
 			e.itemDone("incomplete", end.text)
 		}
 		o.stop(stop.code, end.text)
-		s.finish(r.Context(), k, o)
+		s.finish(r.Context(), k, o, answerPoint{})
 		e.response("response.incomplete")
 	case end.errorCode != "":
 		o.fail(end.errorCode, end.errorText)
@@ -361,12 +489,12 @@ func (s *Service) streamResponse(ctx context.Context, w http.ResponseWriter, r *
 			e.itemDone("incomplete", end.text)
 			o.Output = []outputMessage{o.message("incomplete", end.text)}
 		}
-		s.finish(r.Context(), k, o)
+		s.finish(r.Context(), k, o, end.final.at)
 		e.response("response.failed")
 	default:
 		e.itemDone("completed", end.text)
 		o.complete(end.text, end.final.usage)
-		s.finish(r.Context(), k, o)
+		s.finish(r.Context(), k, o, end.final.at)
 		e.response("response.completed")
 	}
 	if timing != "" {

@@ -16,17 +16,19 @@ import (
 
 // The Responses API's responses are kept in a KV bucket, one record per
 // response id: whose it is (the client identity), the conversation it
-// belongs to (what previous_response_id continues), its instructions
-// (which a request continuing it carries on) and the response as GET
-// /v1/responses/{id} answers it. A record is written when the request is
-// accepted (in progress: a request chaining on it continues its
-// conversation even before the answer) and again when it ends; it lives
-// gateways.api.response_ttl after its last write, and when the bucket
-// holds gateways.api.responses_max_bytes the least recently written
-// records make room, as if they had expired. A deleted response leaves
-// a tombstone for as long, so that a retry of its request with the same
-// Idempotency-Key cannot make it again. Every replica reads the same
-// records.
+// belongs to (what previous_response_id continues), where in it its
+// exchange ends (the turn that answered, from which a request may
+// branch off), its instructions (which a request continuing it carries
+// on) and the response as GET /v1/responses/{id} answers it. A record is
+// written when the request is accepted (in progress: a request chaining
+// on it continues its conversation even before the answer) and again
+// when it ends; it lives gateways.api.response_ttl after its last
+// write, and when the bucket holds gateways.api.responses_max_bytes the
+// least recently written records make room, as if they had expired. A
+// deleted response leaves a tombstone for as long, so that a retry of
+// its request with the same Idempotency-Key cannot make it again. Every
+// replica reads the same records. The bucket also keeps each
+// conversation's head (below).
 
 // BucketResponses is the KV bucket (before the topology prefix) of the
 // Responses API's responses.
@@ -59,6 +61,12 @@ type storedResponse struct {
 	Owner string `json:"owner"`
 	// Session is the conversation it belongs to, as X-Session-Id names it.
 	Session string `json:"session,omitempty"`
+	// Turn and SessionKey are the turn that answered it and the session
+	// key that turn ran under (set when it ends; empty while in progress
+	// and when the request stopped waiting first): a request continuing
+	// it after its conversation went on branches off there.
+	Turn       string `json:"turn,omitempty"`
+	SessionKey string `json:"session_key,omitempty"`
 	// Instructions it was answered with: the request's own, or those it
 	// carried on from the response it continued.
 	Instructions string          `json:"instructions,omitempty"`
@@ -165,17 +173,21 @@ func (rs *responseStore) begin(ctx context.Context, rec storedResponse) (stored 
 }
 
 // end writes o, the final state of the response of rec (read at
-// revision rev), over its record. Another attempt of a request with an
-// Idempotency-Key may have written the record since: it is read again,
-// and o is written over it unless it holds a final answer already
-// (completed or failed: the first stays) or was deleted.
-func (rs *responseStore) end(ctx context.Context, rec storedResponse, rev uint64, o *responseObject) error {
+// revision rev), and where its answer ended (at, when known), over its
+// record. Another attempt of a request with an Idempotency-Key may have
+// written the record since: it is read again, and o is written over it
+// unless it holds a final answer already (completed or failed: the
+// first stays) or was deleted.
+func (rs *responseStore) end(ctx context.Context, rec storedResponse, rev uint64, o *responseObject, at answerPoint) error {
 	for attempt := 0; ; attempt++ {
 		if rec.Deleted || rec.Response == nil || rec.final() {
 			return nil
 		}
 		next := rec
 		next.Response = o
+		if at.turn != "" {
+			next.Turn, next.SessionKey = at.turn, at.sessionKey
+		}
 		stale, err := rs.update(ctx, next, rev)
 		if err != nil || !stale {
 			return err
@@ -238,6 +250,97 @@ func (rs *responseStore) remove(ctx context.Context, id string) error {
 	}
 	if err := kv.Delete(ctx, kvKey(id)); err != nil {
 		return fmt.Errorf("delete response record: %w", err)
+	}
+	return nil
+}
+
+// A conversation's head is the latest response begun in it: the one a
+// request with previous_response_id continues without branching off.
+// It is kept in the same bucket, one record per client identity and
+// conversation (X-Session-Id name), written by every Responses request
+// that runs in the conversation, and lives as long as a response. A
+// conversation without one (none recorded yet, or expired) counts the
+// response continued as its latest.
+
+// conversationHead is the record of a conversation's head.
+type conversationHead struct {
+	Response string `json:"response"`
+}
+
+// headKey is the KV key of the head of owner's conversation session
+// (no response id holds a NUL).
+func headKey(owner, session string) string {
+	return kvKey("conversation\x00" + owner + "\x00" + session)
+}
+
+// head returns the head of owner's conversation session and the
+// revision it was read at; rev is 0 when there is none.
+func (rs *responseStore) head(ctx context.Context, owner, session string) (id string, rev uint64, err error) {
+	kv, err := rs.bucket(ctx)
+	if err != nil {
+		return "", 0, err
+	}
+	e, err := kv.Get(ctx, headKey(owner, session))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return "", 0, nil
+	}
+	if err != nil {
+		return "", 0, fmt.Errorf("read conversation head: %w", err)
+	}
+	var h conversationHead
+	if err := json.Unmarshal(e.Value(), &h); err != nil {
+		return "", 0, fmt.Errorf("decode conversation head: %w", err)
+	}
+	return h.Response, e.Revision(), nil
+}
+
+// advance makes id the head of owner's conversation session if the head
+// is still as read at rev (0: there was none); moved reports that it
+// was written since, and nothing was written.
+func (rs *responseStore) advance(ctx context.Context, owner, session string, rev uint64, id string) (moved bool, err error) {
+	kv, err := rs.bucket(ctx)
+	if err != nil {
+		return false, err
+	}
+	data, _ := json.Marshal(conversationHead{Response: id})
+	if rev == 0 {
+		_, err = kv.Create(ctx, headKey(owner, session), data)
+	} else {
+		_, err = kv.Update(ctx, headKey(owner, session), data, rev)
+	}
+	if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+		return true, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("write conversation head: %w", err)
+	}
+	return false, nil
+}
+
+// setHead makes id the head of owner's conversation session, whatever
+// it was.
+func (rs *responseStore) setHead(ctx context.Context, owner, session, id string) error {
+	kv, err := rs.bucket(ctx)
+	if err != nil {
+		return err
+	}
+	data, _ := json.Marshal(conversationHead{Response: id})
+	if _, err := kv.Put(ctx, headKey(owner, session), data); err != nil {
+		return fmt.Errorf("write conversation head: %w", err)
+	}
+	return nil
+}
+
+// dropHead removes the head of owner's conversation session if it is
+// still as read at rev.
+func (rs *responseStore) dropHead(ctx context.Context, owner, session string, rev uint64) error {
+	kv, err := rs.bucket(ctx)
+	if err != nil {
+		return err
+	}
+	err = kv.Delete(ctx, headKey(owner, session), jetstream.LastRevision(rev))
+	if err != nil && !errors.Is(err, jetstream.ErrKeyExists) && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+		return fmt.Errorf("delete conversation head: %w", err)
 	}
 	return nil
 }

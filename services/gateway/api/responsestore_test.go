@@ -417,7 +417,7 @@ func TestResponseRecordEnd(t *testing.T) {
 		{"incomplete", "completed"},
 	}
 	for _, step := range steps {
-		if err := rs.end(ctx, rec, rev, state(step.status)); err != nil {
+		if err := rs.end(ctx, rec, rev, state(step.status), answerPoint{}); err != nil {
 			t.Fatal(err)
 		}
 		if got := stored(); got != step.want {
@@ -427,7 +427,7 @@ func TestResponseRecordEnd(t *testing.T) {
 	if err := rs.bury(ctx, rec); err != nil {
 		t.Fatal(err)
 	}
-	if err := rs.end(ctx, rec, rev, state("completed")); err != nil || stored() != "deleted" {
+	if err := rs.end(ctx, rec, rev, state("completed"), answerPoint{}); err != nil || stored() != "deleted" {
 		t.Fatalf("after delete: %s %v", stored(), err)
 	}
 	if _, _, _, err := rs.begin(ctx, storedResponse{Owner: "o", Response: state("in_progress")}); err != errResponseDeleted {

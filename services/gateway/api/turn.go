@@ -149,17 +149,11 @@ func (s *Service) prepare(w http.ResponseWriter, r *http.Request, m message) (*t
 	if t.session == "" {
 		t.session = t.id
 	}
-	chatID := t.session
-	if name, ok := strings.CutPrefix(identity, namedPrefix); ok {
-		// A named key's sessions are its own: another key naming the same
-		// session gets another conversation.
-		chatID = name + "." + chatID
-	}
 	t.ev = &eventsv1.MessageReceived{
 		EventId:   t.id,
 		MessageId: t.id,
 		Source: &eventsv1.SessionSource{
-			Platform: PlatformName, Account: s.cfg.Account, ChatId: chatID, ChatType: "dm",
+			Platform: PlatformName, Account: s.cfg.Account, ChatId: chatIDOf(identity, t.session), ChatType: "dm",
 			UserId: identity, UserName: m.user,
 		},
 		Text:                   m.input.Text,
@@ -173,6 +167,16 @@ func (s *Service) prepare(w http.ResponseWriter, r *http.Request, m message) (*t
 		AnswerOnly: !m.stream && !t.keyed,
 	}
 	return t, true
+}
+
+// chatIDOf is the chat id of the client identity's conversation session.
+func chatIDOf(identity, session string) string {
+	if name, ok := strings.CutPrefix(identity, namedPrefix); ok {
+		// A named key's sessions are its own: another key naming the same
+		// session gets another conversation.
+		return name + "." + session
+	}
+	return session
 }
 
 // publish publishes the turn's message — or, with an Idempotency-Key,
@@ -349,7 +353,7 @@ func collect(ctx context.Context, wt *waiter) (reply, error) {
 			}
 			b.WriteString(p.text)
 			if p.final {
-				ans.text, ans.hops, ans.usage = b.String(), p.hops, p.usage
+				ans.text, ans.hops, ans.usage, ans.at = b.String(), p.hops, p.usage, p.at
 				return ans, nil
 			}
 		}

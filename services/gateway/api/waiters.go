@@ -19,6 +19,16 @@ type piece struct {
 	hops *deliveryv1.HopTimes
 	// usage is the turn's model tokens (on the final piece).
 	usage *deliveryv1.TokenUsage
+	// at is the turn that answered and where it ran (on the final piece).
+	at answerPoint
+}
+
+// answerPoint is where an answer's exchange ends in the transcript: the
+// turn that answered and the session key it ran under, as the final
+// send names them; what a Responses request continuing that answer from
+// an earlier point than its conversation's latest branches off from.
+type answerPoint struct {
+	turn, sessionKey string
 }
 
 // reply is a waiting request's whole reply.
@@ -28,6 +38,7 @@ type reply struct {
 	errorCode string
 	hops      *deliveryv1.HopTimes
 	usage     *deliveryv1.TokenUsage
+	at        answerPoint
 }
 
 // waiter collects the reply pieces of one waiting request.
