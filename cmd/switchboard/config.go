@@ -15,6 +15,7 @@ import (
 	"github.com/switchboard-chat/switchboard/services/delivery"
 	"github.com/switchboard-chat/switchboard/services/gateway/api"
 	"github.com/switchboard-chat/switchboard/services/gateway/discord"
+	"github.com/switchboard-chat/switchboard/services/gateway/signal"
 	"github.com/switchboard-chat/switchboard/services/gateway/slack"
 	"github.com/switchboard-chat/switchboard/services/gateway/telegram"
 	"github.com/switchboard-chat/switchboard/services/gateway/webhook"
@@ -157,7 +158,7 @@ func defaultConfig() *Config {
 		Log:         telemetry.LogConfig{Level: "info", Format: "json"},
 		Ops:         OpsConfig{Addr: "127.0.0.1:9090"},
 		Dev:         DevConfig{NATSPort: 14222, NATSStoreDir: ".switchboard/nats", MemoryLimitMiB: 160, GCPercent: 400},
-		Gateways:    GatewaysConfig{API: api.DefaultConfig(), Webhook: webhook.DefaultConfig(), Discord: discord.DefaultConfig(), Slack: slack.DefaultConfig(), Telegram: telegram.DefaultConfig()},
+		Gateways:    GatewaysConfig{API: api.DefaultConfig(), Signal: signal.DefaultConfig(), Webhook: webhook.DefaultConfig(), Discord: discord.DefaultConfig(), Slack: slack.DefaultConfig(), Telegram: telegram.DefaultConfig()},
 		Delivery:    delivery.DefaultConfig(),
 		Router:      router.DefaultConfig(),
 		Admin:       admin.Config{Addr: admin.DefaultAddr},

@@ -11,6 +11,7 @@ import (
 	"github.com/switchboard-chat/switchboard/pkg/platform"
 	"github.com/switchboard-chat/switchboard/services/gateway/api"
 	"github.com/switchboard-chat/switchboard/services/gateway/discord"
+	"github.com/switchboard-chat/switchboard/services/gateway/signal"
 	"github.com/switchboard-chat/switchboard/services/gateway/slack"
 	"github.com/switchboard-chat/switchboard/services/gateway/telegram"
 	"github.com/switchboard-chat/switchboard/services/gateway/webhook"
@@ -19,6 +20,7 @@ import (
 // GatewaysConfig holds one section per platform gateway.
 type GatewaysConfig struct {
 	API      api.Config      `koanf:"api"`
+	Signal   signal.Config   `koanf:"signal"`
 	Webhook  webhook.Config  `koanf:"webhook"`
 	Discord  discord.Config  `koanf:"discord"`
 	Slack    slack.Config    `koanf:"slack"`
