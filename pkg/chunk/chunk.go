@@ -124,7 +124,7 @@ var limits = map[string]Limit{
 	"matrix":     {Max: 4000, Measure: Runes},
 	"mattermost": {Max: 4000, Measure: Runes},
 	"whatsapp":   {Max: 4096, Measure: Runes},
-	"signal":     {Max: 8000, Measure: Runes},
+	"signal":     {Max: 8000, Measure: UTF16}, // Hermes counts UTF-16 units
 	"sms":        {Max: 1600, Measure: Runes},
 	"email":      {Max: 50000, Measure: Runes},
 }
