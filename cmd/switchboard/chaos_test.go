@@ -606,6 +606,7 @@ func TestChaos(t *testing.T) {
 		"REDIS_URL=redis://127.0.0.1:"+redisPort+"/0", "SWITCHBOARD_REDIS__PREFIX="+prefix+":",
 		"SWITCHBOARD_LLM__PROVIDER=openai", "SWITCHBOARD_LLM__BASE_URL=http://"+llmAddr+"/v1", "SWITCHBOARD_LLM__API_KEY=chaos", "SWITCHBOARD_LLM__MODEL=fake",
 		"SWITCHBOARD_ROUTER__LOCK_TTL="+chaosLockTTL.String(), "SWITCHBOARD_ROUTER__SWEEP_INTERVAL=1s", "SWITCHBOARD_ROUTER__ACK_WAIT="+chaosAckWait.String(),
+		"SWITCHBOARD_ROUTER__HOME_NOTICE=false", // one message per answer (the home notice would be another)
 		"SWITCHBOARD_WORKER__ACK_WAIT="+chaosAckWait.String(),
 		"SWITCHBOARD_DELIVERY__LEASE="+chaosLease.String(), "SWITCHBOARD_DELIVERY__SEND_TIMEOUT=3s", "SWITCHBOARD_DELIVERY__PARTITION_LEASE="+chaosLease.String(),
 		"SWITCHBOARD_DELIVERY__ACK_WAIT="+chaosAckWait.String(), "SWITCHBOARD_DELIVERY__GRPC_ADDR=127.0.0.1:0",

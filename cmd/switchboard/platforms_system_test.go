@@ -38,6 +38,8 @@ func TestChatPlatformsEndToEnd(t *testing.T) {
 		"DISCORD_BOT_TOKEN="+dc.Token, "DISCORD_API_BASE_URL="+dc.URL(),
 		"SLACK_BOT_TOKEN="+sl.BotToken, "SLACK_APP_TOKEN="+sl.AppToken, "SLACK_API_BASE_URL="+sl.APIURL(),
 		"SWITCHBOARD_GATEWAYS__SLACK__ADDR=127.0.0.1:0",
+		// Each chat's messages are counted: no home channel notice.
+		"SWITCHBOARD_ROUTER__HOME_NOTICE=false",
 	)
 	defer d.stop(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)

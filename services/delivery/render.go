@@ -152,10 +152,11 @@ func (s *Service) handle(ctx context.Context, ev *repliesv1.ReplyEvent) error {
 // answers reports whether a notice is the whole answer to the message it
 // replies to (a command's reply, a refusal), so its last chunk is final
 // and the API gateway completes the waiting request with it. A busy
-// acknowledgement or a reset notice comes before a turn's answer.
+// acknowledgement, a reset notice or the home channel notice comes
+// before a turn's answer.
 func answers(n *repliesv1.Notice) bool {
 	switch n.GetKind() {
-	case "busy", "reset":
+	case "busy", "reset", "home":
 		return false
 	}
 	return true

@@ -55,6 +55,11 @@ type msgCtx struct {
 	// hold: the message looks like one part of what the user sent at
 	// once (holdFor); a free session waits this long for the rest.
 	hold time.Duration
+	// home is its conversation's home notice claim, read with the
+	// dedupe record when the message may want the notice (wantsHome);
+	// sessionID is the conversation it arrived in (home.go).
+	home      *string
+	sessionID string
 }
 
 // quietPlatforms get no notices about resets and busy sessions: their
@@ -113,7 +118,19 @@ func (s *Service) handleInbound(ctx context.Context, ev *eventsv1.MessageReceive
 	pipe := s.rdb.Pipeline()
 	exists := pipe.Exists(ctx, s.dedupeKey(m.dedupeID))
 	lock := pipe.SetArgs(ctx, s.locker.Key(key), token, redis.SetArgs{Mode: "NX", Get: true, TTL: s.cfg.GrantTTL})
+	var home *redis.StringCmd
+	if s.wantsHome(m) {
+		home = pipe.Get(ctx, s.homeKey(key))
+	}
 	_, _ = pipe.Exec(ctx) // each command's error is read below
+	if home != nil {
+		switch v, err := home.Result(); {
+		case err == nil, errors.Is(err, redis.Nil):
+			m.home = &v
+		default:
+			s.log.Warn("read home notice claim; no notice for this message", "err", err)
+		}
+	}
 	switch v, err := lock.Result(); {
 	case errors.Is(err, redis.Nil):
 		free := ""
@@ -165,8 +182,12 @@ func (s *Service) giveBack(ctx context.Context, m *msgCtx, restart bool) {
 	}
 }
 
-// markHandled records the event id so a replay later starts nothing.
+// markHandled records the event id so a replay later starts nothing;
+// the home notice m wants goes out first.
 func (s *Service) markHandled(ctx context.Context, m *msgCtx) error {
+	if err := s.homeNotice(ctx, m); err != nil {
+		return err
+	}
 	if err := s.rdb.Set(ctx, s.dedupeKey(m.dedupeID), "1", s.cfg.DedupeTTL).Err(); err != nil {
 		return fmt.Errorf("write inbound dedupe record: %w", err)
 	}
@@ -178,6 +199,9 @@ func (s *Service) markHandled(ctx context.Context, m *msgCtx) error {
 // lock with token (marking it for its holder when it is held, as
 // startQueued does), in one round trip.
 func (s *Service) markHandledAndLock(ctx context.Context, m *msgCtx, token string) (locked bool, err error) {
+	if err := s.homeNotice(ctx, m); err != nil {
+		return false, err
+	}
 	pipe := s.rdb.Pipeline()
 	mark := pipe.Set(ctx, s.dedupeKey(m.dedupeID), "1", s.cfg.DedupeTTL)
 	lock := s.locker.AcquireOrMarkIn(ctx, pipe, m.key, token, s.cfg.GrantTTL)
@@ -230,6 +254,7 @@ func (s *Service) handle(ctx context.Context, m *msgCtx, key string) error {
 	if err != nil {
 		return err
 	}
+	m.sessionID = sess.ID
 	return s.route(ctx, m, sess, routeOpts{})
 }
 
@@ -253,6 +278,7 @@ func (s *Service) routeToFree(ctx context.Context, m *msgCtx) error {
 	s.giveBack(ctx, m, false)
 	// A redelivered message that is queued already is started all the same.
 	arr, _, err := s.store.ArriveAndEnqueue(ctx, m.key, s.cfg.Profile, m.src, m.seq, ownsTurn(m), m.ev, s.cfg.QueueCap)
+	m.sessionID = arr.Session.ID
 	if errors.Is(err, sessionstore.ErrQueueFull) {
 		return s.queueFull(ctx, m, arr.Session.Generation)
 	}
@@ -266,9 +292,11 @@ func (s *Service) routeToFree(ctx context.Context, m *msgCtx) error {
 	if !arr.Created {
 		// The message is queued already: a reset keeps it for the new
 		// conversation.
-		if _, err := s.resetIfDue(ctx, m, arr.Session, arr.Prev); err != nil {
+		sess, err := s.resetIfDue(ctx, m, arr.Session, arr.Prev)
+		if err != nil {
 			return err
 		}
+		m.sessionID = sess.ID
 	}
 	if m.hold > 0 {
 		return s.holdForRest(ctx, m)
@@ -309,6 +337,7 @@ func (s *Service) startFree(ctx context.Context, m *msgCtx) (bool, error) {
 		return false, nil
 	}
 	s.opened(ctx, m, a.Created)
+	m.sessionID = a.Session.ID
 	m.token = "" // the turn holds it now
 	inbound.WithLabelValues("started").Inc()
 	s.turnRequested(ctx, m.key, turnID)
@@ -578,6 +607,7 @@ func (s *Service) route(ctx context.Context, m *msgCtx, sess sessionstore.Sessio
 // queueFull drops a message its session's full queue has no room for,
 // and says so.
 func (s *Service) queueFull(ctx context.Context, m *msgCtx, gen int64) error {
+	m.home = nil // the agent never sees it
 	inbound.WithLabelValues("dropped").Inc()
 	s.log.WarnContext(ctx, "session queue full; message dropped", "session_key", m.key, "event", m.dedupeID, "cap", s.cfg.QueueCap)
 	return s.notice(ctx, m, gen, fmt.Sprintf("⚠️ Too many messages are waiting (%d). This one was not queued; please wait for the current reply.", s.cfg.QueueCap), "queue_full")

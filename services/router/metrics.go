@@ -38,6 +38,10 @@ var (
 		Name: "switchboard_router_commands_total",
 		Help: "Commands handled, by name.",
 	}, []string{"command"})
+	homeNotices = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "switchboard_router_home_notices_total",
+		Help: "Home channel notices sent (the first message of a conversation on a platform with no home channel).",
+	})
 	resets = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "switchboard_router_session_resets_total",
 		Help: "Session resets, by reason.",

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -22,6 +23,7 @@ import (
 	"github.com/switchboard-chat/switchboard/pkg/bus"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
+	"github.com/switchboard-chat/switchboard/pkg/outbox"
 	"github.com/switchboard-chat/switchboard/pkg/pairing"
 	"github.com/switchboard-chat/switchboard/pkg/pg"
 	"github.com/switchboard-chat/switchboard/pkg/redisx"
@@ -93,6 +95,11 @@ type Config struct {
 	SessionReset ResetConfig `koanf:"session_reset"`
 	// DrainTimeout bounds finishing the message in hand on shutdown.
 	DrainTimeout time.Duration `koanf:"drain_timeout"`
+	// HomeNotice tells the user, on the first message of each new
+	// conversation, that the platform has no home channel, as Hermes
+	// does (home.go). Hermes has no switch for it (a home channel is
+	// what stops it); this is one for operators without scheduled jobs.
+	HomeNotice bool `koanf:"home_notice"`
 	// AckWait is how long a delivered inbound or turn-completed message may
 	// go unacknowledged before redelivery (handlers extend it while they
 	// run). After a NATS crash that lost recent acks, an inbound partition
@@ -116,6 +123,7 @@ func DefaultConfig() Config {
 		SweepInterval:        5 * time.Second,
 		SessionReset:         ResetConfig{Mode: ResetNone, IdleMinutes: 1440, AtHour: 4, Timezone: "UTC"},
 		DrainTimeout:         10 * time.Second,
+		HomeNotice:           true,
 		AckWait:              30 * time.Second,
 	}
 }
@@ -212,6 +220,11 @@ type Service struct {
 	maxInputBytes int
 	// holds are the sessions whose split parts wait (split.go).
 	holds *holds
+	// directory reads the home channels users chose (/sethome).
+	directory *outbox.Store
+	// homeKnown holds the platforms found to have a home channel: one
+	// is never unset, so their messages skip the home notice's reads.
+	homeKnown sync.Map
 }
 
 // New builds a router.
@@ -262,6 +275,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		maxInput: cfg.QueueCap,
 		holds:    newHolds(),
 	}
+	s.directory = outbox.New(deps.DB)
 	s.maxInputBytes = 512 << 10 // NATS's default maximum payload is 1 MiB
 	if n := deps.Bus.Conn().MaxPayload(); n > 0 {
 		s.maxInputBytes = int(n / 2)

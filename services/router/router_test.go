@@ -114,6 +114,8 @@ func testConfig() Config {
 	cfg.SweepInterval = 200 * time.Millisecond
 	cfg.DrainTimeout = 2 * time.Second
 	cfg.Auth.GatewayAllowedUsers = []string{"alice", "bob"}
+	// Tested on its own (home_test.go); the other tests count notices.
+	cfg.HomeNotice = false
 	return cfg
 }
 

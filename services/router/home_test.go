@@ -1,0 +1,250 @@
+package router
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/switchboard-chat/switchboard/pkg/bus"
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
+	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
+)
+
+const homeTelegram = "📬 No home channel is set for Telegram. A home channel is where cron job results and cross-platform messages are delivered.\n\nType /sethome to make this chat your home channel, or ignore to skip."
+
+func homeConfig() Config {
+	cfg := testConfig()
+	cfg.HomeNotice = true
+	return cfg
+}
+
+// storedHomeNotices are the home notices on the replies stream (what
+// delivery reads: the bus keeps a republished one once), by chat.
+func (e *env) storedHomeNotices() map[string][]*repliesv1.ReplyEvent {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := e.bus.JetStream().OrderedConsumer(ctx, e.bus.Topology().Stream(bus.StreamReplies), jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	out := map[string][]*repliesv1.ReplyEvent{}
+	for {
+		batch, err := c.FetchNoWait(100)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		n := 0
+		for m := range batch.Messages() {
+			n++
+			var ev repliesv1.ReplyEvent
+			if err := proto.Unmarshal(m.Data(), &ev); err != nil {
+				e.t.Fatal(err)
+			}
+			if ev.GetNotice().GetKind() == "home" {
+				out[ev.GetTarget().GetChatId()] = append(out[ev.GetTarget().GetChatId()], &ev)
+			}
+		}
+		if n == 0 {
+			return out
+		}
+	}
+}
+
+// settle waits until every inbound message is handled, and a moment for
+// notices in flight.
+func (e *env) settle() {
+	e.t.Helper()
+	waitFor(e.t, "inbound drained", e.inboundDrained)
+	time.Sleep(200 * time.Millisecond)
+}
+
+// The first message of each conversation that goes to the agent is
+// preceded by Hermes's home channel notice while the platform has none:
+// not the next messages, not a command; again after /new; never once a
+// home channel is chosen.
+func TestHomeNotice(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.startRouter(homeConfig(), nil, nil)
+	w := e.startWorker(nil)
+
+	e.publish(dm("alice", "/status"))
+	waitFor(t, "the status", func() bool { return len(e.noticesTo("alice")) == 1 })
+	e.publish(dm("alice", "hello"))
+	e.publish(dm("alice", "again"))
+	waitFor(t, "both messages run", func() bool {
+		turns, _ := w.snapshot()
+		return len(inputsText(turns, "agent:main:telegram:dm:chat-alice")) == 2
+	})
+	e.settle()
+	if got := e.noticesTo("alice"); len(got) != 2 || got[1] != homeTelegram {
+		t.Fatalf("notices %q, want the status and then the home notice once", got)
+	}
+	home := e.storedHomeNotices()["chat-alice"][0]
+	turns, _ := w.snapshot()
+	if home.GetTarget().GetReplyToMessageId() != turns[0].GetInputs()[0].GetMessageId() || home.GetSessionKey() != turns[0].GetSessionKey() ||
+		home.GetTurnId() != "home:"+turns[0].GetSessionId() || home.GetGeneration() != turns[0].GetGeneration() {
+		t.Errorf("home notice %v, want it to answer the first message of the turn's conversation %v", home, turns[0])
+	}
+
+	// A new conversation hears it again.
+	if got := e.ask("alice", "/new"); !strings.Contains(got, "New session") {
+		t.Fatalf("/new: %q", got)
+	}
+	e.publish(dm("alice", "after new"))
+	e.settle()
+	if n := e.countNotices("alice", "No home channel"); n != 2 {
+		t.Fatalf("%d home notices after /new and a message, want 2", n)
+	}
+
+	// /sethome on any chat of the platform stops it, for everyone.
+	e.ask("bob", "/sethome")
+	e.publish(dm("bob", "hi"))
+	if got := e.ask("alice", "/new"); !strings.Contains(got, "New session") {
+		t.Fatalf("/new: %q", got)
+	}
+	e.publish(dm("alice", "with a home"))
+	e.settle()
+	if n, m := e.countNotices("alice", "No home channel"), e.countNotices("bob", "No home channel"); n != 2 || m != 0 {
+		t.Fatalf("home notices: alice %d, bob %d; want no more once telegram has a home", n, m)
+	}
+}
+
+// Who hears it: not where the operator configured the home, not where
+// router.home_notice is off, not on the API, not a sender authorized by
+// the transport (Discord's roles), not a non-admin where admins are
+// listed (/sethome is theirs); on Slack it names !sethome, and a message
+// left unmarked by Slack's gateway stays unmarked.
+func TestHomeNoticeAudience(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		off    bool
+		admins []string
+		edit   func(*eventsv1.MessageReceived)
+		want   string // the notice's text; "" for none
+	}{
+		{name: "telegram", want: homeTelegram},
+		{name: "configured home", edit: func(ev *eventsv1.MessageReceived) { ev.Source.Platform = "discord" }},
+		{name: "switched off", off: true},
+		{name: "api", edit: func(ev *eventsv1.MessageReceived) { ev.Source.Platform, ev.TransportAuthenticated = "api", true }},
+		{name: "authorized by a role", edit: func(ev *eventsv1.MessageReceived) { ev.TransportAuthenticated = true }},
+		{name: "not an admin", admins: []string{"bob"}},
+		{name: "an admin", admins: []string{"alice"}, want: homeTelegram},
+		{name: "slack", edit: func(ev *eventsv1.MessageReceived) {
+			ev.Source.Platform, ev.Source.ChatType, ev.NoReaction = "slack", "group", true
+		}, want: "📬 No home channel is set for Slack. A home channel is where cron job results and cross-platform messages are delivered.\n\nType !sethome to make this chat your home channel, or ignore to skip."},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			e.homes = func(platform string) string { return map[string]string{"discord": "42"}[platform] }
+			cfg := homeConfig()
+			cfg.HomeNotice = !tc.off
+			if tc.admins != nil {
+				cfg.Admins = map[string][]string{"telegram": tc.admins}
+			}
+			e.startRouter(cfg, nil, nil)
+			w := e.startWorker(nil)
+			ev := dm("alice", "hello")
+			if tc.edit != nil {
+				tc.edit(ev)
+			}
+			e.publish(ev)
+			waitFor(t, "the turn", func() bool { turns, _ := w.snapshot(); return len(turns) == 1 })
+			e.settle()
+			got := e.noticesTo("alice")
+			if tc.want == "" {
+				if len(got) != 0 {
+					t.Fatalf("notices %q, want none", got)
+				}
+				return
+			}
+			if len(got) != 1 || got[0] != tc.want {
+				t.Fatalf("notices %q, want %q", got, tc.want)
+			}
+			n := e.storedHomeNotices()["chat-alice"][0]
+			if want := []string{ev.GetMessageId()}; ev.GetNoReaction() != (len(n.GetNoReactionMessageIds()) == 1) || len(n.GetInputMessageIds()) != 1 {
+				t.Errorf("notice answers %v, unmarked %v; want %v, unmarked as the message (%v)", n.GetInputMessageIds(), n.GetNoReactionMessageIds(), want, ev.GetNoReaction())
+			}
+		})
+	}
+}
+
+// Once per conversation across replicas and restarts: two routers handle
+// many users' first messages at once, a platform redelivers some, the
+// routers stop and another starts; every user heard it exactly once. A
+// message that took the notice and was redelivered before it was
+// recorded handled (its router died in between) sends it again under the
+// same ids, which the bus keeps once.
+func TestHomeNoticeOnceAcrossReplicas(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	cfg := homeConfig()
+	const users = 12
+	for i := range users {
+		cfg.Auth.GatewayAllowedUsers = append(cfg.Auth.GatewayAllowedUsers, fmt.Sprintf("u%02d", i))
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	for _, b := range []*bus.Bus{e.bus, e.secondBus()} {
+		s, err := New(cfg, Deps{Bus: b, DB: e.db, Redis: e.rdb, RedisPrefix: e.prefix, Environ: []string{}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- s.Run(ctx) }()
+		t.Cleanup(func() { stop(); <-done })
+	}
+	w := e.startWorker(func(*turnsv1.TurnRequested) { time.Sleep(5 * time.Millisecond) })
+	var firsts []*eventsv1.MessageReceived
+	for round := range 3 {
+		for i := range users {
+			ev := dm(fmt.Sprintf("u%02d", i), fmt.Sprintf("message %d", round))
+			e.publish(ev)
+			if round == 0 {
+				firsts = append(firsts, ev)
+				// The platform delivers it again (past the bus's window).
+				e.publishID(ev, "again:"+ev.EventId)
+			}
+		}
+	}
+	waitFor(t, "every message handled", func() bool {
+		turns, _ := w.snapshot()
+		n := 0
+		for _, tr := range turns {
+			n += len(tr.GetInputs())
+		}
+		return n >= 3*users
+	})
+	e.settle()
+	stop()
+
+	// A restart, and the first message of u00 redelivered as if its
+	// router had died after the notice, before recording it handled.
+	if err := e.rdb.Del(context.Background(), e.prefix+"inbound:telegram:bot1:"+firsts[0].EventId).Err(); err != nil {
+		t.Fatal(err)
+	}
+	e.startRouter(cfg, nil, nil)
+	e.publishID(firsts[0], "after-crash:"+firsts[0].EventId)
+	for i := range users {
+		e.publish(dm(fmt.Sprintf("u%02d", i), "after the restart"))
+	}
+	e.settle()
+	stored := e.storedHomeNotices()
+	for i := range users {
+		chat := fmt.Sprintf("chat-u%02d", i)
+		if n := len(stored[chat]); n != 1 {
+			t.Errorf("%s: %d home notices stored, want 1", chat, n)
+		}
+	}
+	if n := e.countNotices("u00", "No home channel"); n > 2 {
+		t.Errorf("u00: the home notice was published %d times, want at most twice (once more after the crash)", n)
+	}
+}
