@@ -242,15 +242,18 @@ func (r *Runner) Run(ctx context.Context) error {
 		r.react.start(reactCtx)
 		defer r.react.stop(reactionTimeout, cancelReactions)
 	}
-	var inflight sync.WaitGroup
+	var inflight inflight
 	sem := make(chan struct{}, r.opts.SendConcurrency)
 	sendCtx, cancelSends := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelSends()
 	sub, err := r.bus.Conn().QueueSubscribe(r.bus.Topology().SendSubject(r.name), "gateway-"+r.name, func(m *nats.Msg) {
 		sem <- struct{}{}
-		inflight.Add(1)
+		if !inflight.add() {
+			<-sem
+			return // shutting down: its sender asks again
+		}
 		go func() {
-			defer func() { <-sem; inflight.Done() }()
+			defer func() { <-sem; inflight.done() }()
 			r.serveSend(bus.ContextFrom(sendCtx, m.Header), m)
 		}()
 	})
@@ -269,9 +272,12 @@ func (r *Runner) Run(ctx context.Context) error {
 				r.replyFetch(sendCtx, m, &eventsv1.AttachmentFetched{Retry: true})
 				return
 			}
-			inflight.Add(1)
+			if !inflight.add() {
+				<-fetchSem
+				return // shutting down: its sender asks again
+			}
 			go func() {
-				defer func() { <-fetchSem; inflight.Done() }()
+				defer func() { <-fetchSem; inflight.done() }()
 				r.serveFetch(bus.ContextFrom(sendCtx, m.Header), m)
 			}()
 		})
@@ -326,8 +332,17 @@ func (r *Runner) Run(ctx context.Context) error {
 			r.log.Warn("drain subscription", "subject", s.Subject, "err", err)
 		}
 	}
+	// Drain returns at once: the subscriptions hand on what they had
+	// until they close, and a message that comes after is not taken.
+	drained := time.Now().Add(r.opts.SendTimeout)
+	for _, s := range subs {
+		for s.IsValid() && time.Now().Before(drained) {
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	inflight.close()
 	waitDone := make(chan struct{})
-	go func() { inflight.Wait(); close(waitDone) }()
+	go func() { inflight.wait(); close(waitDone) }()
 	select {
 	case <-waitDone:
 	case <-time.After(r.opts.SendTimeout):
@@ -668,6 +683,34 @@ func (r *Runner) Execute(ctx context.Context, req *deliveryv1.SendRequested) *de
 	}
 	return receipt
 }
+
+// inflight counts the sends and fetches being served. Once closed (at
+// shutdown, before it is waited for) it takes no more.
+type inflight struct {
+	mu     sync.Mutex
+	closed bool
+	wg     sync.WaitGroup
+}
+
+func (f *inflight) add() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return false
+	}
+	f.wg.Add(1)
+	return true
+}
+
+func (f *inflight) done() { f.wg.Done() }
+
+func (f *inflight) close() {
+	f.mu.Lock()
+	f.closed = true
+	f.mu.Unlock()
+}
+
+func (f *inflight) wait() { f.wg.Wait() }
 
 // inProgress is the receipts bucket's value for a key whose send is under
 // way: not a protobuf SendReceipt (field number 0 is invalid).
