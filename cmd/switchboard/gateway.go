@@ -15,6 +15,7 @@ import (
 	"github.com/switchboard-chat/switchboard/services/gateway/slack"
 	"github.com/switchboard-chat/switchboard/services/gateway/telegram"
 	"github.com/switchboard-chat/switchboard/services/gateway/webhook"
+	"github.com/switchboard-chat/switchboard/services/gateway/whatsapp"
 )
 
 // GatewaysConfig holds one section per platform gateway.
@@ -25,6 +26,7 @@ type GatewaysConfig struct {
 	Discord  discord.Config  `koanf:"discord"`
 	Slack    slack.Config    `koanf:"slack"`
 	Telegram telegram.Config `koanf:"telegram"`
+	WhatsApp whatsapp.Config `koanf:"whatsapp"`
 }
 
 // gateways maps a platform name to its service (`switchboard gateway <platform>`).

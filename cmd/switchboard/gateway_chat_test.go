@@ -9,17 +9,17 @@ import (
 
 func TestChatGatewaysRegistered(t *testing.T) {
 	t.Parallel()
-	for _, p := range []string{"discord", "slack"} {
+	for _, p := range []string{"discord", "slack", "whatsapp"} {
 		if _, ok := services[gateways[p]]; !ok {
 			t.Fatalf("gateway %s has no service", p)
 		}
 	}
 	// dev runs a gateway only when its token is set.
 	cfg := defaultConfig()
-	cfg.Gateways.Discord.BotToken, cfg.Gateways.Slack.BotToken = "", ""
+	cfg.Gateways.Discord.BotToken, cfg.Gateways.Slack.BotToken, cfg.Gateways.WhatsApp.AccessToken = "", "", ""
 	dev := newApp("dev", cfg)
 	for name, start := range map[string]func(context.Context, *app) (func(context.Context) error, error){
-		"discord": startDiscordGateway, "slack": startSlackGateway,
+		"discord": startDiscordGateway, "slack": startSlackGateway, "whatsapp": startWhatsAppGateway,
 	} {
 		run, err := start(context.Background(), dev)
 		if err != nil {
@@ -37,5 +37,14 @@ func TestChatGatewaysRegistered(t *testing.T) {
 	}
 	if _, err := startDiscordGateway(context.Background(), newApp("gateway-discord", cfg)); err == nil || !strings.Contains(err.Error(), "DISCORD_BOT_TOKEN") {
 		t.Fatalf("discord without a token: %v", err)
+	}
+	if _, err := startWhatsAppGateway(context.Background(), newApp("gateway-whatsapp", cfg)); err == nil || !strings.Contains(err.Error(), "WHATSAPP_ACCESS_TOKEN") {
+		t.Fatalf("whatsapp without a token: %v", err)
+	}
+	// With a token but without the app secret that signs notifications,
+	// even dev refuses to start it.
+	cfg.Gateways.WhatsApp.AccessToken, cfg.Gateways.WhatsApp.PhoneNumberID = "token", "123"
+	if _, err := startWhatsAppGateway(context.Background(), newApp("dev", cfg)); err == nil || !strings.Contains(err.Error(), "WHATSAPP_APP_SECRET") {
+		t.Fatalf("whatsapp without an app secret: %v", err)
 	}
 }
