@@ -8,6 +8,7 @@
 package api
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -64,6 +65,12 @@ type Config struct {
 	// last write, for GET /v1/responses/{id} and previous_response_id
 	// (default 30 days, as OpenAI keeps them).
 	ResponseTTL time.Duration `koanf:"response_ttl"`
+	// RunTTL is how long a run (/v1/runs) and its events are kept after
+	// their last write (default 1 h, as Hermes keeps a finished run).
+	RunTTL time.Duration `koanf:"run_ttl"`
+	// RunsMaxBytes bounds the runs kept (default 64 MiB): when the bucket
+	// is full, the least recently written make room.
+	RunsMaxBytes int64 `koanf:"runs_max_bytes"`
 	// ResponsesMaxBytes bounds the responses kept (default 256 MiB): when
 	// the bucket is full, the least recently written responses make room,
 	// as if they had expired.
@@ -87,6 +94,7 @@ func DefaultConfig() Config {
 		Addr: "127.0.0.1:8642", Account: "default", Model: "switchboard",
 		ReplyTimeout: 5 * time.Minute, ShutdownGrace: 10 * time.Second, IdempotencyTTL: 24 * time.Hour,
 		ResponseTTL: defaultResponseTTL, ResponsesMaxBytes: defaultResponsesMaxBytes, MaxBodyBytes: 4 << 20,
+		RunTTL: defaultRunTTL, RunsMaxBytes: defaultRunsMaxBytes,
 		RateLimit: 5, RateBurst: 20, WebChat: true,
 	}
 }
@@ -150,6 +158,13 @@ func (c Config) Validate() error {
 		return config.Invalid("gateways.api.responses_max_bytes", c.ResponsesMaxBytes,
 			fmt.Sprintf("at least %d bytes (a response can be as large as a NATS message)", minResponsesMaxBytes))
 	}
+	if c.RunTTL < 0 {
+		return config.Invalid("gateways.api.run_ttl", c.RunTTL, "a positive duration")
+	}
+	if c.RunsMaxBytes != 0 && c.RunsMaxBytes < minResponsesMaxBytes {
+		return config.Invalid("gateways.api.runs_max_bytes", c.RunsMaxBytes,
+			fmt.Sprintf("at least %d bytes (a run's record can be as large as a NATS message)", minResponsesMaxBytes))
+	}
 	return nil
 }
 
@@ -174,6 +189,8 @@ type Service struct {
 	answers  *answers
 	// responses keeps the Responses API's responses.
 	responses *responseStore
+	// runs keeps the runs of /v1/runs and their events.
+	runs *runStore
 	// following lists the accepted requests with an Idempotency-Key,
 	// which follow their stored answer rather than wait in waiting.
 	following waiters
@@ -231,6 +248,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	}
 	s.answers = newAnswers(deps.Bus, s.log, cfg.IdempotencyTTL)
 	s.responses = newResponseStore(deps.Bus, cfg.ResponseTTL, cfg.ResponsesMaxBytes)
+	s.runs = newRunStore(deps.Bus, cmp.Or(cfg.RunTTL, defaultRunTTL), cmp.Or(cfg.RunsMaxBytes, defaultRunsMaxBytes))
 	// Every request is a server span: the root of the message's trace,
 	// carried on by the inbound publish.
 	s.handler = otelhttp.NewHandler(s.routes(), "gateway.api",
@@ -356,6 +374,9 @@ func (s *Service) IdempotentSends() bool { return true }
 // Idempotency-Key the chunk is added to its stored answer first, which
 // the request's attempts, on any replica, follow.
 func (s *Service) Send(ctx context.Context, req *deliveryv1.SendRequested) (string, error) {
+	if err := s.runSend(ctx, req); err != nil {
+		return "", err
+	}
 	keyed, plain := splitIDs(req.GetInputMessageIds())
 	for _, id := range keyed {
 		p := answerPiece{Key: req.GetIdempotencyKey(), Text: req.GetText(), ErrorCode: req.GetErrorCode()}
@@ -385,6 +406,9 @@ func sendPiece(req *deliveryv1.SendRequested) piece {
 
 // StreamDelta hands a text delta to the waiting request.
 func (s *Service) StreamDelta(ctx context.Context, req *deliveryv1.SendRequested) error {
+	if err := s.runSend(ctx, req); err != nil {
+		return err
+	}
 	keyed, plain := splitIDs(req.GetInputMessageIds())
 	for _, id := range keyed {
 		s.answers.delta(id, req.GetText())
@@ -393,9 +417,12 @@ func (s *Service) StreamDelta(ctx context.Context, req *deliveryv1.SendRequested
 }
 
 // splitIDs separates the ids of requests with an Idempotency-Key from
-// the others.
+// the others; the messages of runs are neither (runSend).
 func splitIDs(ids []string) (keyed, plain []string) {
 	for _, id := range ids {
+		if isRun(id) {
+			continue
+		}
 		if isKeyed(id) {
 			keyed = append(keyed, id)
 		} else {

@@ -46,6 +46,7 @@ func (s *Service) routes() http.Handler {
 	mux.HandleFunc("GET /v1/responses/{id}", s.authed(s.getResponse))
 	mux.HandleFunc("DELETE /v1/responses/{id}", s.authed(s.deleteResponse))
 	mux.HandleFunc("GET /v1/models", s.authed(s.models))
+	s.runRoutes(mux)
 	mux.HandleFunc("GET /health", s.health)
 	mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "invalid_request_error", "unknown_url", "", fmt.Sprintf("Unknown request URL: %s %s", r.Method, r.URL.Path))

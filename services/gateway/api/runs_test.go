@@ -1,0 +1,699 @@
+package api
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/switchboard-chat/switchboard/pkg/bus"
+	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+)
+
+// runAgent stands in for router, worker and delivery for runs: it reads
+// the gateway's inbound events from the bus and answers over the real
+// send contract, as delivery sends a turn's replies — text deltas, tool
+// steps, the answer — and answers /stop, /approve and /deny as the
+// router does, with a final notice to the command's message, stopping
+// or resuming the chat's turn. What a run's input asks:
+//
+//	hello    two deltas, a tool call, the answer "hello!"
+//	approve  a tool call that waits for /approve or /deny
+//	slow     a delta every 30 ms until /stop
+//	fail     a failed turn (error code provider)
+type runAgent struct {
+	t *testing.T
+	b *bus.Bus
+
+	mu       sync.Mutex
+	runs     []*eventsv1.MessageReceived
+	commands []*eventsv1.MessageReceived
+	// answers and stops reach the chat's running turn.
+	answers map[string]chan string
+	stops   map[string]chan struct{}
+}
+
+func startRunAgent(t *testing.T, b *bus.Bus) *runAgent {
+	t.Helper()
+	a := &runAgent{t: t, b: b, answers: map[string]chan string{}, stops: map[string]chan struct{}{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	cons, err := b.JetStream().OrderedConsumer(ctx, b.Topology().Stream(bus.StreamInbound), jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		ev := &eventsv1.MessageReceived{}
+		if err := proto.Unmarshal(m.Data(), ev); err != nil {
+			t.Errorf("agent decode: %v", err)
+			return
+		}
+		wg.Add(1)
+		go func() { defer wg.Done(); a.handle(ctx, ev) }()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Stop(); cancel(); wg.Wait() })
+	return a
+}
+
+func (a *runAgent) chan2(chat string) (chan string, chan struct{}) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.answers[chat] == nil {
+		a.answers[chat], a.stops[chat] = make(chan string, 1), make(chan struct{})
+	}
+	return a.answers[chat], a.stops[chat]
+}
+
+func (a *runAgent) handle(ctx context.Context, ev *eventsv1.MessageReceived) {
+	chat := ev.GetSource().GetChatId()
+	answers, stops := a.chan2(chat)
+	send := func(req *deliveryv1.SendRequested, turn string) {
+		req.Target = &deliveryv1.Target{Platform: PlatformName, Account: ev.GetSource().GetAccount(), ChatId: chat}
+		req.TurnId, req.InputMessageIds = turn, []string{ev.GetMessageId()}
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		receipt := &deliveryv1.SendReceipt{}
+		if err := a.b.Request(rctx, a.b.Topology().SendSubject(PlatformName), req, receipt); err != nil {
+			if ctx.Err() == nil {
+				a.t.Errorf("agent send: %v", err)
+			}
+			return
+		}
+		if !receipt.GetOk() {
+			a.t.Errorf("agent receipt %v", receipt)
+		}
+	}
+	if strings.HasPrefix(ev.GetText(), "/") {
+		a.mu.Lock()
+		a.commands = append(a.commands, ev)
+		a.mu.Unlock()
+		reply := "✅ Command approved. The agent is resuming..."
+		switch {
+		case ev.GetText() == "/stop":
+			close(stops)
+			reply = "⚡ Stopped. You can continue this session."
+		default:
+			select {
+			case answers <- ev.GetText():
+			default:
+				reply = "No pending command."
+			}
+		}
+		notice := "notice:" + ev.GetEventId()
+		send(&deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, Text: reply, Final: true, IdempotencyKey: notice + ":0"}, notice)
+		return
+	}
+	a.mu.Lock()
+	a.runs = append(a.runs, ev)
+	a.mu.Unlock()
+	turn := "turn-" + ev.GetEventId()
+	seq := 0
+	key := func(suffix string) string { seq++; return fmt.Sprintf("%s:%d:%s", turn, seq, suffix) }
+	delta := func(text string) {
+		send(&deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_STREAM_DELTA, Text: text, IdempotencyKey: key("d")}, turn)
+	}
+	tool := func(phase, detail string) {
+		send(&deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_TOOL_PROGRESS, IdempotencyKey: key("t"),
+			ToolStep: &deliveryv1.ToolStep{ToolCallId: "call-1", ToolName: "terminal", Phase: phase, Detail: detail}}, turn)
+	}
+	final := func(text, code string) {
+		req := &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, Text: text, Final: true, IdempotencyKey: key("0"), ErrorCode: code}
+		if code == "" {
+			req.Usage = &deliveryv1.TokenUsage{PromptTokens: 7, CompletionTokens: 3}
+		}
+		send(req, turn)
+	}
+	switch ev.GetText() {
+	case "hello":
+		delta("hel")
+		delta("lo")
+		tool("started", "ls")
+		tool("finished", "")
+		final("hello!", "")
+	case "approve":
+		tool("awaiting_approval", "terminal ls — reply /approve or /deny")
+		select {
+		case answer := <-answers:
+			if answer == "/deny" {
+				tool("failed", "")
+				final("not run", "")
+				return
+			}
+			tool("started", "ls")
+			tool("finished", "")
+			final("ran it", "")
+		case <-ctx.Done():
+		}
+	case "slow":
+		for i := 0; ; i++ {
+			select {
+			case <-stops:
+				return // stopped: a fenced turn's replies never come
+			case <-ctx.Done():
+				return
+			case <-time.After(30 * time.Millisecond):
+				delta(fmt.Sprintf("%d ", i))
+			}
+		}
+	case "fail":
+		final("⚠️ The AI service is busy right now.", "provider")
+	default:
+		final("echo: "+ev.GetText(), "")
+	}
+}
+
+func (a *runAgent) commandTexts() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []string
+	for _, ev := range a.commands {
+		out = append(out, ev.GetText())
+	}
+	return out
+}
+
+func (a *runAgent) received() []*eventsv1.MessageReceived {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]*eventsv1.MessageReceived(nil), a.runs...)
+}
+
+// eventStream reads GET /v1/runs/{id}/events as it comes.
+type eventStream struct {
+	events chan map[string]any
+	// closed is set when the stream ended with ": stream closed".
+	mu     sync.Mutex
+	closed bool
+	done   chan struct{}
+}
+
+func followRun(t *testing.T, s *Service, id string) *eventStream {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+s.Addr()+"/v1/runs/"+id+"/events", nil)
+	req.Header.Set("Authorization", "Bearer "+testKey)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "text/event-stream" {
+		t.Fatalf("events: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	es := &eventStream{events: make(chan map[string]any, 100), done: make(chan struct{})}
+	go func() {
+		defer close(es.done)
+		defer resp.Body.Close()
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			line := sc.Text()
+			if line == ": stream closed" {
+				es.mu.Lock()
+				es.closed = true
+				es.mu.Unlock()
+			}
+			data, ok := strings.CutPrefix(line, "data: ")
+			if !ok {
+				continue
+			}
+			var ev map[string]any
+			if err := json.Unmarshal([]byte(data), &ev); err != nil {
+				t.Errorf("event %q: %v", data, err)
+				continue
+			}
+			es.events <- ev
+		}
+	}()
+	return es
+}
+
+// next is the next event other than a text delta (deltas are counted).
+func (es *eventStream) next(t *testing.T, deltas *[]string) map[string]any {
+	t.Helper()
+	for {
+		select {
+		case ev := <-es.events:
+			if ev["event"] == "message.delta" {
+				*deltas = append(*deltas, ev["delta"].(string))
+				continue
+			}
+			return ev
+		case <-time.After(20 * time.Second):
+			t.Fatal("no run event in time")
+			return nil
+		}
+	}
+}
+
+// rest reads the stream to its end and reports whether it ended as a
+// run's stream ends (": stream closed").
+func (es *eventStream) rest(t *testing.T) (events []map[string]any, closed bool) {
+	t.Helper()
+	select {
+	case <-es.done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("run stream did not end")
+	}
+	for {
+		select {
+		case ev := <-es.events:
+			events = append(events, ev)
+		default:
+			es.mu.Lock()
+			defer es.mu.Unlock()
+			return events, es.closed
+		}
+	}
+}
+
+func names(events []map[string]any) []string {
+	var out []string
+	for _, ev := range events {
+		out = append(out, ev["event"].(string))
+	}
+	return out
+}
+
+func startRun(t *testing.T, s *Service, body string, headers map[string]string) (string, httpResult) {
+	t.Helper()
+	r := do(t, http.MethodPost, "http://"+s.Addr()+"/v1/runs", testKey, body, headers)
+	if r.code != http.StatusAccepted {
+		t.Fatalf("POST /v1/runs: %d %s", r.code, r.body)
+	}
+	var acc struct {
+		RunID    string `json:"run_id"`
+		Status   string `json:"status"`
+		Replayed bool   `json:"replayed"`
+	}
+	if err := json.Unmarshal(r.body, &acc); err != nil || !runIDPattern.MatchString(acc.RunID) {
+		t.Fatalf("accepted %s: %v", r.body, err)
+	}
+	return acc.RunID, r
+}
+
+func runStatusOf(t *testing.T, s *Service, id string) runStatus {
+	t.Helper()
+	r := do(t, http.MethodGet, "http://"+s.Addr()+"/v1/runs/"+id, testKey, "", nil)
+	if r.code != http.StatusOK {
+		t.Fatalf("GET run: %d %s", r.code, r.body)
+	}
+	var st runStatus
+	if err := json.Unmarshal(r.body, &st); err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// A run starts at once (202), streams its events — text deltas, the tool
+// call's steps — and ends with run.completed, after which its stream
+// closes; its status says completed, with the answer and the usage. Its
+// events can be read again, from the start, after it ended.
+func TestRunCompletes(t *testing.T) {
+	t.Parallel()
+	b := newBus(t)
+	s := startService(t, b, nil)
+	agent := startRunAgent(t, b)
+
+	id, acc := startRun(t, s, `{"input":"hello","instructions":"be brief"}`, nil)
+	if !strings.Contains(string(acc.body), `"status":"started"`) || acc.header.Get(HeaderHermesSession) != id {
+		t.Errorf("accepted %s, session header %q", acc.body, acc.header.Get(HeaderHermesSession))
+	}
+	es := followRun(t, s, id)
+	events, closed := es.rest(t)
+	got := strings.Join(names(events), " ")
+	if got != "message.delta message.delta tool.started tool.completed run.completed" || !closed {
+		t.Fatalf("events %s (closed %v)", got, closed)
+	}
+	for _, ev := range events {
+		if ev["run_id"] != id || ev["timestamp"].(float64) < float64(time.Now().Add(-time.Minute).Unix()) {
+			t.Errorf("event %v", ev)
+		}
+	}
+	if events[0]["delta"] != "hel" || events[1]["delta"] != "lo" {
+		t.Errorf("deltas %v %v", events[0], events[1])
+	}
+	if ev := events[2]; ev["tool"] != "terminal" || ev["preview"] != "ls" {
+		t.Errorf("tool.started %v", ev)
+	}
+	if ev := events[3]; ev["tool"] != "terminal" || ev["error"] != false || ev["duration"] == nil {
+		t.Errorf("tool.completed %v", ev)
+	}
+	end := events[4]
+	if end["output"] != "hello!" || fmt.Sprint(end["usage"]) != "map[input_tokens:7 output_tokens:3 total_tokens:10]" {
+		t.Errorf("run.completed %v", end)
+	}
+	st := runStatusOf(t, s, id)
+	if st.Object != "hermes.run" || st.Status != runCompleted || st.Output == nil || *st.Output != "hello!" || st.Usage.TotalTokens != 10 ||
+		st.SessionID != id || st.Model != "switchboard" || st.LastEvent != "run.completed" || st.CreatedAt > st.UpdatedAt {
+		t.Errorf("status %+v", st)
+	}
+	// The run's message: its id is the run's, its session too (a later
+	// run continues it with session_id), the instructions its context.
+	evs := agent.received()
+	if len(evs) != 1 || evs[0].GetMessageId() != id || evs[0].GetSource().GetChatId() != id || evs[0].GetAnswerOnly() ||
+		len(evs[0].GetContext()) != 1 || evs[0].GetContext()[0].GetContent() != "be brief" {
+		t.Errorf("run message %v", evs)
+	}
+	again, closed := followRun(t, s, id).rest(t)
+	if strings.Join(names(again), " ") != got || !closed {
+		t.Errorf("events read again: %v (closed %v)", names(again), closed)
+	}
+}
+
+// A run's events can be followed on another replica than the one that
+// started it: they are kept in the bus, written by whichever replica
+// delivery's sends reached.
+func TestRunFollowedOnAnotherReplica(t *testing.T) {
+	t.Parallel()
+	b := newBus(t)
+	first := startService(t, b, nil)
+	second := startService(t, b, nil)
+	startRunAgent(t, b)
+	for range 3 {
+		id, _ := startRun(t, first, `{"input":"hello"}`, nil)
+		events, closed := followRun(t, second, id).rest(t)
+		if got := strings.Join(names(events), " "); got != "message.delta message.delta tool.started tool.completed run.completed" || !closed {
+			t.Fatalf("events on the other replica: %s (closed %v)", got, closed)
+		}
+		if st := runStatusOf(t, second, id); st.Status != runCompleted {
+			t.Errorf("status on the other replica %+v", st)
+		}
+	}
+}
+
+// Stop mid-run: the run's session gets /stop, as a chat user would send
+// it; the router's answer to it ends the run as cancelled. Stopping it
+// again answers its status.
+func TestRunStopped(t *testing.T) {
+	t.Parallel()
+	b := newBus(t)
+	s := startService(t, b, nil)
+	agent := startRunAgent(t, b)
+	id, _ := startRun(t, s, `{"input":"slow","session_id":"stop-chat"}`, nil)
+	es := followRun(t, s, id)
+	select {
+	case ev := <-es.events:
+		if ev["event"] != "message.delta" {
+			t.Fatalf("first event %v", ev)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the run did not start")
+	}
+	if st := runStatusOf(t, s, id); st.Status != runRunning {
+		t.Errorf("status while it streams: %s", st.Status)
+	}
+	r := do(t, http.MethodPost, "http://"+s.Addr()+"/v1/runs/"+id+"/stop", testKey, "", nil)
+	if r.code != http.StatusOK || strings.TrimSpace(string(r.body)) != `{"run_id":"`+id+`","status":"stopping"}` {
+		t.Fatalf("stop: %d %s", r.code, r.body)
+	}
+	events, closed := es.rest(t)
+	if len(events) == 0 || events[len(events)-1]["event"] != "run.cancelled" || !closed {
+		t.Fatalf("events after stop: %v (closed %v)", names(events), closed)
+	}
+	for _, ev := range events[:len(events)-1] {
+		if ev["event"] != "message.delta" {
+			t.Errorf("event %v", ev)
+		}
+	}
+	if st := runStatusOf(t, s, id); st.Status != runCancelled || st.LastEvent != "run.cancelled" {
+		t.Errorf("status %+v", st)
+	}
+	cmds := agent.commandTexts()
+	if len(cmds) != 1 || cmds[0] != "/stop" {
+		t.Errorf("commands %v", cmds)
+	}
+	agent.mu.Lock()
+	stop := agent.commands[0]
+	agent.mu.Unlock()
+	if stop.GetSource().GetChatId() != "stop-chat" || stop.GetSource().GetUserId() != agent.received()[0].GetSource().GetUserId() {
+		t.Errorf("/stop went to %v", stop.GetSource())
+	}
+	r = do(t, http.MethodPost, "http://"+s.Addr()+"/v1/runs/"+id+"/stop", testKey, "", nil)
+	var st runStatus
+	if r.code != http.StatusOK || json.Unmarshal(r.body, &st) != nil || st.Status != runCancelled {
+		t.Errorf("stop after the end: %d %s", r.code, r.body)
+	}
+	if cmds := agent.commandTexts(); len(cmds) != 1 {
+		t.Errorf("a stopped run got another /stop: %v", cmds)
+	}
+}
+
+// A tool call that waits for the user's approval parks the run
+// (waiting_for_approval, approval.request); the approval goes to the
+// run's session as /approve (or /approve session, /approve always,
+// /deny) and the run goes on.
+func TestRunApproval(t *testing.T) {
+	t.Parallel()
+	b := newBus(t)
+	s := startService(t, b, nil)
+	agent := startRunAgent(t, b)
+	url := "http://" + s.Addr() + "/v1/runs/"
+
+	for _, c := range []struct {
+		choice, command, want string
+		events                string
+	}{
+		{"approve", "/approve", "once", "approval.responded tool.started tool.completed run.completed"},
+		{"session", "/approve session", "session", "approval.responded tool.started tool.completed run.completed"},
+		{"always", "/approve always", "always", "approval.responded tool.started tool.completed run.completed"},
+		{" DENY", "/deny", "deny", "approval.responded tool.completed run.completed"},
+	} {
+		id, _ := startRun(t, s, `{"input":"approve"}`, nil)
+		es := followRun(t, s, id)
+		var deltas []string
+		req := es.next(t, &deltas)
+		if req["event"] != "approval.request" || req["tool"] != "terminal" || req["description"] != "terminal ls — reply /approve or /deny" ||
+			fmt.Sprint(req["choices"]) != "[once session always deny]" {
+			t.Fatalf("approval request %v", req)
+		}
+		st := runStatusOf(t, s, id)
+		if st.Status != runApproval || st.Approval == nil || st.Approval.Event != "approval.request" || st.LastEvent != "approval.request" {
+			t.Fatalf("waiting status %+v", st)
+		}
+		if r := do(t, http.MethodPost, url+id+"/approval", testKey, `{"choice":"maybe"}`, nil); r.code != 400 || errorCode(t, r) != "invalid_approval_choice" {
+			t.Errorf("bad choice: %d %s", r.code, r.body)
+		}
+		r := do(t, http.MethodPost, url+id+"/approval", testKey, `{"choice":"`+c.choice+`"}`, nil)
+		want := `{"choice":"` + c.want + `","object":"hermes.run.approval_response","resolved":1,"run_id":"` + id + `"}`
+		if r.code != http.StatusOK || strings.TrimSpace(string(r.body)) != want {
+			t.Fatalf("approval: %d %s", r.code, r.body)
+		}
+		events, closed := es.rest(t)
+		if got := strings.Join(names(events), " "); got != c.events || !closed {
+			t.Errorf("%s: events %s (closed %v)", c.choice, got, closed)
+		}
+		if events[0]["choice"] != c.want || events[0]["resolved"] != 1.0 {
+			t.Errorf("approval.responded %v", events[0])
+		}
+		cmds := agent.commandTexts()
+		if cmds[len(cmds)-1] != c.command {
+			t.Errorf("%s: command %q, want %q", c.choice, cmds[len(cmds)-1], c.command)
+		}
+		// Nothing pending any more.
+		if r := do(t, http.MethodPost, url+id+"/approval", testKey, `{"choice":"once"}`, nil); r.code != http.StatusConflict || errorCode(t, r) != "approval_not_active" {
+			t.Errorf("approval of an ended run: %d %s", r.code, r.body)
+		}
+	}
+	// A run that waits for nothing has no pending approval.
+	id, _ := startRun(t, s, `{"input":"slow"}`, nil)
+	es := followRun(t, s, id)
+	<-es.events
+	if r := do(t, http.MethodPost, url+id+"/approval", testKey, `{"choice":"once"}`, nil); r.code != http.StatusConflict || errorCode(t, r) != "approval_not_pending" {
+		t.Errorf("approval of a run not waiting: %d %s", r.code, r.body)
+	}
+}
+
+// A failed turn fails the run, with the explanation as its error.
+func TestRunFails(t *testing.T) {
+	t.Parallel()
+	b := newBus(t)
+	s := startService(t, b, nil)
+	startRunAgent(t, b)
+	id, _ := startRun(t, s, `{"input":"fail"}`, nil)
+	events, closed := followRun(t, s, id).rest(t)
+	if len(events) != 1 || events[0]["event"] != "run.failed" || events[0]["error"] != "The AI service is busy right now." || !closed {
+		t.Fatalf("events %v (closed %v)", events, closed)
+	}
+	if st := runStatusOf(t, s, id); st.Status != runFailed || st.Error != "The AI service is busy right now." {
+		t.Errorf("status %+v", st)
+	}
+}
+
+// Which conversation a run continues: session_id, or the session
+// header; a run naming none starts one named by its id.
+func TestRunSessions(t *testing.T) {
+	t.Parallel()
+	b := newBus(t)
+	s := startService(t, b, nil)
+	agent := startRunAgent(t, b)
+	_, r := startRun(t, s, `{"input":"one","session_id":"conv-1"}`, nil)
+	if r.header.Get(HeaderSession) != "conv-1" || r.header.Get(HeaderHermesSession) != "conv-1" {
+		t.Errorf("session headers %v", r.header)
+	}
+	startRun(t, s, `{"input":"two"}`, map[string]string{HeaderHermesSession: "conv-1"})
+	first, _ := startRun(t, s, `{"input":"three"}`, nil)
+	startRun(t, s, `{"input":"four","session_id":"`+first+`"}`, nil)
+	var chats []string
+	for range 100 {
+		if len(agent.received()) == 4 {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for _, ev := range agent.received() {
+		chats = append(chats, ev.GetText()+"@"+ev.GetSource().GetChatId())
+	}
+	want := map[string]bool{"one@conv-1": true, "two@conv-1": true, "three@" + first: true, "four@" + first: true}
+	for _, c := range chats {
+		if !want[c] {
+			t.Errorf("run %s", c)
+		}
+	}
+	if len(chats) != 4 {
+		t.Errorf("runs %v", chats)
+	}
+}
+
+// The errors of the runs API: Hermes's codes in OpenAI's error body.
+func TestRunErrors(t *testing.T) {
+	t.Parallel()
+	b := newBus(t)
+	s := startService(t, b, func(c *Config) {
+		c.MaxBodyBytes = 1 << 10
+		c.Keys = map[string]string{"other": strings.Repeat("o", 32)}
+	})
+	startRunAgent(t, b)
+	url := "http://" + s.Addr() + "/v1/runs"
+	id, _ := startRun(t, s, `{"input":"hello"}`, nil)
+	followRun(t, s, id).rest(t)
+	unknown := "run_" + strings.Repeat("0", 32)
+	for _, c := range []struct {
+		name, method, path, key, body string
+		headers                       map[string]string
+		status                        int
+		code                          string
+	}{
+		{"unknown run", "GET", "/" + unknown, testKey, "", nil, 404, "run_not_found"},
+		{"unknown run's events", "GET", "/" + unknown + "/events", testKey, "", nil, 404, "run_not_found"},
+		{"unknown run stopped", "POST", "/" + unknown + "/stop", testKey, "", nil, 404, "run_not_found"},
+		{"unknown run approved", "POST", "/" + unknown + "/approval", testKey, `{"choice":"once"}`, nil, 404, "run_not_found"},
+		{"not a run id", "GET", "/run_x", testKey, "", nil, 404, "run_not_found"},
+		{"another client's run", "GET", "/" + id, strings.Repeat("o", 32), "", nil, 404, "run_not_found"},
+		{"no key", "GET", "/" + id, "", "", nil, 401, "invalid_api_key"},
+		{"no input", "POST", "", testKey, `{"model":"m"}`, nil, 400, "invalid_request"},
+		{"not JSON", "POST", "", testKey, `{"input":`, nil, 400, "invalid_request"},
+		{"bad session_id", "POST", "", testKey, `{"input":"x","session_id":"a b"}`, nil, 400, "invalid_session_id"},
+		{"two sessions", "POST", "", testKey, `{"input":"x","session_id":"a"}`, map[string]string{HeaderSession: "b"}, 400, "invalid_request"},
+		{"unknown previous response", "POST", "", testKey, `{"input":"x","previous_response_id":"resp_nope"}`, nil, 400, "previous_response_not_found"},
+		{"too large", "POST", "", testKey, `{"input":"` + strings.Repeat("x", 2<<10) + `"}`, nil, 413, "request_too_large"},
+		{"approval body not JSON", "POST", "/" + id + "/approval", testKey, `once`, nil, 400, "invalid_request"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := do(t, c.method, url+c.path, c.key, c.body, c.headers)
+			if r.code != c.status || errorCode(t, r) != c.code {
+				t.Errorf("%d %s, want %d %s", r.code, r.body, c.status, c.code)
+			}
+		})
+	}
+}
+
+// With an Idempotency-Key every attempt is the same run: a retry gets
+// its id (replayed), another request under the key is a conflict.
+func TestRunIdempotencyKey(t *testing.T) {
+	t.Parallel()
+	b := newBus(t)
+	s := startService(t, b, nil)
+	agent := startRunAgent(t, b)
+	key := map[string]string{HeaderIdempotencyKey: "k-1"}
+	id, first := startRun(t, s, `{"input":"hello"}`, key)
+	followRun(t, s, id).rest(t)
+	again, retry := startRun(t, s, `{"input":"hello"}`, key)
+	if again != id || retry.header.Get("Idempotency-Replayed") != "true" || first.header.Get("Idempotency-Replayed") != "" ||
+		!strings.Contains(string(retry.body), `"replayed":true`) || !strings.Contains(string(retry.body), `"status":"completed"`) {
+		t.Errorf("retry: %s %s %v", again, retry.body, retry.header)
+	}
+	r := do(t, http.MethodPost, "http://"+s.Addr()+"/v1/runs", testKey, `{"input":"other"}`, key)
+	if r.code != http.StatusConflict || errorCode(t, r) != "idempotency_key_conflict" {
+		t.Errorf("another request: %d %s", r.code, r.body)
+	}
+	if n := len(agent.received()); n != 1 {
+		t.Errorf("%d runs published, want 1", n)
+	}
+}
+
+// GET /v1/capabilities says what the API serves, in Hermes's shape.
+func TestCapabilities(t *testing.T) {
+	t.Parallel()
+	s := startService(t, newBus(t), nil)
+	r := do(t, http.MethodGet, "http://"+s.Addr()+"/v1/capabilities", testKey, "", nil)
+	var caps struct {
+		Object   string                       `json:"object"`
+		Auth     map[string]any               `json:"auth"`
+		Features map[string]any               `json:"features"`
+		Ends     map[string]map[string]string `json:"endpoints"`
+	}
+	if r.code != 200 || json.Unmarshal(r.body, &caps) != nil || caps.Object != "hermes.api_server.capabilities" || caps.Auth["required"] != true {
+		t.Fatalf("%d %s", r.code, r.body)
+	}
+	for _, f := range []string{"run_submission", "run_status", "run_events_sse", "run_stop", "run_approval_response", "approval_events"} {
+		if caps.Features[f] != true {
+			t.Errorf("feature %s: %v", f, caps.Features[f])
+		}
+	}
+	if e := caps.Ends["run_events"]; e["method"] != "GET" || e["path"] != "/v1/runs/{run_id}/events" {
+		t.Errorf("run_events endpoint %v", e)
+	}
+	if r := do(t, http.MethodGet, "http://"+s.Addr()+"/v1/capabilities", "", "", nil); r.code != 401 {
+		t.Errorf("without a key: %d", r.code)
+	}
+}
+
+// FuzzRunMessageIDs: the ids of a run's messages name it, and no other
+// message id (a request's, a keyed request's) is taken for a run's.
+func FuzzRunMessageIDs(f *testing.F) {
+	f.Add("run_0123456789abcdef0123456789abcdef", "stop", "beef")
+	f.Add("run_0123456789abcdef0123456789abcdef", "approval", "")
+	f.Add("req_abcd_0123", "stop", "x")
+	f.Add("idem_0123456789abcdef0123456789abcdef", "", "")
+	f.Fuzz(func(t *testing.T, id, command, suffix string) {
+		full := id
+		if command != "" {
+			full += "_" + command + "_" + suffix
+		}
+		run, cmd, ok := runMessage(full)
+		if !ok {
+			if runIDPattern.MatchString(id) && (command == "" || (suffix != "" && (command == runStop || command == runApproved))) {
+				t.Fatalf("%q not taken for a run's message", full)
+			}
+			return
+		}
+		if !runIDPattern.MatchString(run) || !strings.HasPrefix(full, run) {
+			t.Fatalf("%q: run %q", full, run)
+		}
+		if cmd != "" && cmd != runStop && cmd != runApproved {
+			t.Fatalf("%q: command %q", full, cmd)
+		}
+		if isKeyed(full) || strings.HasPrefix(full, "req_") {
+			t.Fatalf("%q is a request's id", full)
+		}
+		if _, err := parseApproval([]byte(`{"choice":` + fmt.Sprintf("%q", suffix) + `}`)); err == nil {
+			if _, ok := runChoices[strings.ToLower(strings.TrimSpace(suffix))]; !ok {
+				if _, alias := choiceAliases[strings.ToLower(strings.TrimSpace(suffix))]; !alias {
+					t.Fatalf("choice %q taken", suffix)
+				}
+			}
+		}
+	})
+}

@@ -1,0 +1,352 @@
+package api
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/switchboard-chat/switchboard/pkg/bus"
+)
+
+// Runs (Hermes's /v1/runs) are kept in a KV bucket, so that any replica
+// answers for any run: one record per run — whose it is, its chat, and
+// its status as GET /v1/runs/{id} answers it — under the run's key, and
+// each of its events under "<run key>.<event key>", written once
+// (Create: an event delivery sends twice is kept once), in the order
+// they happened. GET /v1/runs/{id}/events watches "<run key>.*": the
+// events so far, then each new one, on whichever replica wrote it. A
+// record and its events live gateways.api.run_ttl after their last
+// write; when the bucket holds gateways.api.runs_max_bytes the least
+// recently written make room.
+
+// BucketRuns is the KV bucket (before the topology prefix) of the runs.
+const BucketRuns = "GATEWAY_API_RUNS"
+
+// defaultRunTTL is how long a run is kept after its last write: an hour,
+// as Hermes keeps a finished run's status.
+const defaultRunTTL = time.Hour
+
+// defaultRunsMaxBytes bounds the bucket: 64 MiB.
+const defaultRunsMaxBytes = 64 << 20
+
+// Run statuses, Hermes's names.
+const (
+	runQueued    = "queued"
+	runRunning   = "running"
+	runApproval  = "waiting_for_approval"
+	runStopping  = "stopping"
+	runCompleted = "completed"
+	runFailed    = "failed"
+	runCancelled = "cancelled"
+)
+
+// terminal reports whether a run in status st has ended.
+func terminal(st string) bool {
+	return st == runCompleted || st == runFailed || st == runCancelled
+}
+
+// runIDPattern is a run id: run_ and 32 hex digits, as Hermes's.
+var runIDPattern = regexp.MustCompile(`^run_[0-9a-f]{32}$`)
+
+// A run's messages are the run's own (its id) and the commands the
+// gateway sends in its session for it, whose ids name the run and what
+// they are: <run id>_stop_<random>, <run id>_approval_<random>.
+const (
+	runStop     = "stop"
+	runApproved = "approval"
+)
+
+// runMessage reads a message id of a run: the run id and, for a
+// command sent for it, which.
+func runMessage(id string) (run, command string, ok bool) {
+	if len(id) < 36 || !runIDPattern.MatchString(id[:36]) {
+		return "", "", false
+	}
+	run, rest := id[:36], id[36:]
+	if rest == "" {
+		return run, "", true
+	}
+	for _, c := range []string{runStop, runApproved} {
+		if after, found := strings.CutPrefix(rest, "_"+c+"_"); found && after != "" {
+			return run, c, true
+		}
+	}
+	return "", "", false
+}
+
+func isRun(id string) bool {
+	_, _, ok := runMessage(id)
+	return ok
+}
+
+// runRecord is the record of a run.
+type runRecord struct {
+	// Owner is the identity of the client that started it: no other
+	// client sees or controls it.
+	Owner string `json:"owner"`
+	// Chat is the chat id of its messages, where /stop and /approve go.
+	Chat string `json:"chat"`
+	// Request is the fingerprint of the request (with an Idempotency-Key).
+	Request string    `json:"request,omitempty"`
+	Status  runStatus `json:"status"`
+	// Answer is the text of the answer's sends before its final one, and
+	// Sent the idempotency keys of those sends (each is added once).
+	Answer string   `json:"answer,omitempty"`
+	Sent   []string `json:"sent,omitempty"`
+	// Tools are the start times of the tool calls under way, by call id.
+	Tools map[string]float64 `json:"tools,omitempty"`
+}
+
+// runStatus is a run's status as GET /v1/runs/{id} answers it (Hermes's
+// hermes.run object).
+type runStatus struct {
+	Object    string    `json:"object"`
+	RunID     string    `json:"run_id"`
+	Status    string    `json:"status"`
+	CreatedAt float64   `json:"created_at"`
+	UpdatedAt float64   `json:"updated_at"`
+	SessionID string    `json:"session_id"`
+	Model     string    `json:"model"`
+	LastEvent string    `json:"last_event,omitempty"`
+	Output    *string   `json:"output,omitempty"`
+	Usage     *runUsage `json:"usage,omitempty"`
+	Error     string    `json:"error,omitempty"`
+	// Approval is the approval.request the run waits on.
+	Approval *runEvent `json:"approval,omitempty"`
+}
+
+type runUsage struct {
+	InputTokens  int64 `json:"input_tokens"`
+	OutputTokens int64 `json:"output_tokens"`
+	TotalTokens  int64 `json:"total_tokens"`
+}
+
+// runEvent is one event of GET /v1/runs/{id}/events: its name, the run,
+// when, and the fields of its kind (Hermes's).
+type runEvent struct {
+	Event     string  `json:"event"`
+	RunID     string  `json:"run_id"`
+	Timestamp float64 `json:"timestamp"`
+	// message.delta
+	Delta string `json:"delta,omitempty"`
+	// tool.started, tool.completed, approval.request
+	Tool       string   `json:"tool,omitempty"`
+	ToolCallID string   `json:"tool_call_id,omitempty"`
+	Preview    *string  `json:"preview,omitempty"`
+	Duration   *float64 `json:"duration,omitempty"`
+	// Error is the tool's failure (tool.completed: a bool) or the run's
+	// (run.failed: its message).
+	Error any `json:"error,omitempty"`
+	// approval.request
+	Description string   `json:"description,omitempty"`
+	Choices     []string `json:"choices,omitempty"`
+	// approval.responded
+	Choice   string `json:"choice,omitempty"`
+	Resolved int    `json:"resolved,omitempty"`
+	// run.completed
+	Output *string   `json:"output,omitempty"`
+	Usage  *runUsage `json:"usage,omitempty"`
+}
+
+// ends reports whether e is a run's last event.
+func (e runEvent) ends() bool {
+	return strings.HasPrefix(e.Event, "run.") && terminal(strings.TrimPrefix(e.Event, "run."))
+}
+
+func unixNow() float64 { return float64(time.Now().UnixMicro()) / 1e6 }
+
+type runStore struct {
+	kv *kvBucket
+}
+
+func newRunStore(b *bus.Bus, ttl time.Duration, maxBytes int64) *runStore {
+	return &runStore{kv: &kvBucket{bus: b, discardOld: true, cfg: jetstream.KeyValueConfig{
+		Bucket: BucketRuns, Description: "runs of the API's /v1/runs and their events", TTL: ttl, History: 1, MaxBytes: maxBytes,
+	}}}
+}
+
+func (rs *runStore) bucket(ctx context.Context) (jetstream.KeyValue, error) { return rs.kv.open(ctx) }
+
+// eventKey is the KV key of one of run's events, from what identifies it.
+func eventKey(run, event string) string {
+	sum := sha256.Sum256([]byte(event))
+	return kvKey(run) + "." + hex.EncodeToString(sum[:12])
+}
+
+// create writes the record of a new run, unless a record of its id
+// exists (an earlier attempt with the same Idempotency-Key's), which it
+// returns.
+func (rs *runStore) create(ctx context.Context, rec runRecord) (stored runRecord, created bool, err error) {
+	kv, err := rs.bucket(ctx)
+	if err != nil {
+		return runRecord{}, false, err
+	}
+	data, err := json.Marshal(rec)
+	if err != nil {
+		return runRecord{}, false, fmt.Errorf("encode run record: %w", err)
+	}
+	if _, err := kv.Create(ctx, kvKey(rec.Status.RunID), data); err == nil {
+		return rec, true, nil
+	} else if !errors.Is(err, jetstream.ErrKeyExists) {
+		return runRecord{}, false, fmt.Errorf("write run record: %w", err)
+	}
+	stored, _, found, err := rs.read(ctx, rec.Status.RunID)
+	switch {
+	case err != nil:
+		return runRecord{}, false, err
+	case !found: // removed between the two calls
+		return rs.create(ctx, rec)
+	}
+	return stored, false, nil
+}
+
+// get returns the run id of owner; found is false when there is none
+// (never created, expired, or another client's).
+func (rs *runStore) get(ctx context.Context, id, owner string) (rec runRecord, found bool, err error) {
+	if !runIDPattern.MatchString(id) {
+		return runRecord{}, false, nil
+	}
+	rec, _, found, err = rs.read(ctx, id)
+	if err != nil || !found || rec.Owner != owner {
+		return runRecord{}, false, err
+	}
+	return rec, true, nil
+}
+
+func (rs *runStore) read(ctx context.Context, id string) (rec runRecord, rev uint64, found bool, err error) {
+	kv, err := rs.bucket(ctx)
+	if err != nil {
+		return runRecord{}, 0, false, err
+	}
+	e, err := kv.Get(ctx, kvKey(id))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return runRecord{}, 0, false, nil
+	}
+	if err != nil {
+		return runRecord{}, 0, false, fmt.Errorf("read run record: %w", err)
+	}
+	if err := json.Unmarshal(e.Value(), &rec); err != nil {
+		return runRecord{}, 0, false, fmt.Errorf("decode run record: %w", err)
+	}
+	return rec, e.Revision(), true, nil
+}
+
+// remove deletes the record of a run that was never started.
+func (rs *runStore) remove(ctx context.Context, id string) error {
+	kv, err := rs.bucket(ctx)
+	if err != nil {
+		return err
+	}
+	if err := kv.Delete(ctx, kvKey(id)); err != nil {
+		return fmt.Errorf("delete run record: %w", err)
+	}
+	return nil
+}
+
+// change applies fn to the record of run id and writes it, retrying when
+// another replica wrote it meanwhile. fn reports whether it changed the
+// record; a run with no record (expired) is left alone. It returns the
+// record as fn left it.
+func (rs *runStore) change(ctx context.Context, id string, fn func(*runRecord) bool) (runRecord, bool, error) {
+	kv, err := rs.bucket(ctx)
+	if err != nil {
+		return runRecord{}, false, err
+	}
+	for attempt := 0; ; attempt++ {
+		rec, rev, found, err := rs.read(ctx, id)
+		if err != nil || !found {
+			return runRecord{}, false, err
+		}
+		if !fn(&rec) {
+			return rec, true, nil
+		}
+		rec.Status.UpdatedAt = unixNow()
+		data, err := json.Marshal(rec)
+		if err != nil {
+			return runRecord{}, false, fmt.Errorf("encode run record: %w", err)
+		}
+		_, err = kv.Update(ctx, kvKey(id), data, rev)
+		if err == nil {
+			return rec, true, nil
+		}
+		if (errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch)) && attempt < 10 {
+			continue
+		}
+		return runRecord{}, false, fmt.Errorf("write run record: %w", err)
+	}
+}
+
+// emit writes an event of run id under key, once: an event written
+// before under that key is left as it was.
+func (rs *runStore) emit(ctx context.Context, id, key string, ev runEvent) error {
+	kv, err := rs.bucket(ctx)
+	if err != nil {
+		return err
+	}
+	ev.RunID = id
+	if ev.Timestamp == 0 {
+		ev.Timestamp = unixNow()
+	}
+	data, err := json.Marshal(ev)
+	if err != nil {
+		return fmt.Errorf("encode run event: %w", err)
+	}
+	if _, err := kv.Create(ctx, eventKey(id, key), data); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+		return fmt.Errorf("write run event: %w", err)
+	}
+	return nil
+}
+
+// watch passes each event of run id to fn, those written so far first,
+// until fn returns false or ctx ends. idle is called when nothing came
+// for keepaliveEvery.
+func (rs *runStore) watch(ctx context.Context, id string, fn func(data []byte, ev runEvent) bool, idle func() bool) error {
+	kv, err := rs.bucket(ctx)
+	if err != nil {
+		return err
+	}
+	w, err := kv.Watch(ctx, kvKey(id)+".*", jetstream.IgnoreDeletes())
+	if err != nil {
+		return fmt.Errorf("watch run events: %w", err)
+	}
+	defer func() { _ = w.Stop() }()
+	keepalive := time.NewTicker(keepaliveEvery)
+	defer keepalive.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-keepalive.C:
+			if !idle() {
+				return nil
+			}
+		case e, ok := <-w.Updates():
+			if !ok {
+				return nil
+			}
+			if e == nil {
+				continue // the events so far were passed on
+			}
+			var ev runEvent
+			if err := json.Unmarshal(e.Value(), &ev); err != nil {
+				continue
+			}
+			keepalive.Reset(keepaliveEvery)
+			if !fn(e.Value(), ev) {
+				return nil
+			}
+		}
+	}
+}
+
+// added reports whether the send with key was added to the answer.
+func (rec *runRecord) added(key string) bool { return key != "" && slices.Contains(rec.Sent, key) }
