@@ -31,6 +31,13 @@ type inProcessDev struct {
 
 func startInProcessDev(t *testing.T, services ...string) *inProcessDev {
 	t.Helper()
+	return startInProcessDevWith(t, nil, services...)
+}
+
+// startInProcessDevWith is startInProcessDev with a configuration the
+// test changes (mutate, when set, after the defaults).
+func startInProcessDevWith(t *testing.T, mutate func(*Config), services ...string) *inProcessDev {
+	t.Helper()
 	_, dbURL := pgtest.NewWithURL(t)
 	_, redisPrefix := redistest.New(t)
 	cfg := defaultConfig()
@@ -46,6 +53,9 @@ func startInProcessDev(t *testing.T, services ...string) *inProcessDev {
 	cfg.Gateways.API.RateLimit, cfg.Gateways.API.RateBurst = 1000, 1000
 	cfg.Gateways.Webhook.Addr = "127.0.0.1:0"
 	cfg.LLM = LLMConfig{Provider: "fake", MaxAttempts: 1}
+	if mutate != nil {
+		mutate(cfg)
+	}
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}

@@ -268,7 +268,7 @@ func (s *Service) handle(ctx context.Context, m *msgCtx, key string) error {
 // (holdForRest).
 func (s *Service) routeToFree(ctx context.Context, m *msgCtx) error {
 	m.holder = nil
-	if m.hold == 0 {
+	if m.hold == 0 && !branches(m) {
 		started, err := s.startFree(ctx, m)
 		if started || err != nil {
 			return err
@@ -355,7 +355,7 @@ func (s *Service) startFree(ctx context.Context, m *msgCtx) (bool, error) {
 // rolled-back transaction, and holds the session's row and queue (and its
 // fenced writes) for about one Redis round trip.
 func (s *Service) beginEarly(ctx context.Context, m *msgCtx, key string) {
-	if !m.decision.Allowed || m.isCmd || m.hold > 0 {
+	if !m.decision.Allowed || m.isCmd || m.hold > 0 || branches(m) {
 		return
 	}
 	m.turnID = redisx.NewGrant(s.now())
@@ -441,6 +441,14 @@ func (s *Service) session(ctx context.Context, m *msgCtx) (sessionstore.Session,
 	}
 	return s.resetIfDue(ctx, m, sess, prev)
 }
+
+// branches reports a message that may open its session as a copy of
+// another conversation (fork_from). It takes the queueing path, never
+// the free start: a free start commits after its turn is published, and
+// a worker reads the conversation (unfenced) as soon as it takes the
+// turn, so it could miss the copy; the queueing path commits the copy
+// with the arrival, before the turn is started.
+func branches(m *msgCtx) bool { return m.ev.GetForkFrom().GetTurnId() != "" }
 
 // opened logs a session that m's arrival created as a branch of another
 // conversation (its fork_from): the store copied that conversation into
