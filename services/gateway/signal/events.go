@@ -115,8 +115,9 @@ func (s *sseReader) line() (line []byte, tooLong bool, err error) {
 // stream reads the daemon's event stream until ctx ends (nil) or the
 // stream fails. Each event is published before the next is read; the id
 // of the last one handled is sent as Last-Event-ID when the stream is
-// opened again, so a daemon that keeps recent events (signal-cli's
-// buffer of 1000) sends what came while it was away. An event is
+// opened again, so a daemon that numbers and keeps recent events (a
+// proposed signal-cli change; 0.14.6 sends events without ids) sends
+// what came while it was away. An event is
 // handled again only after a failure to publish it, and then the bus's
 // dedupe id makes it one message.
 func (p *Platform) stream(ctx context.Context, conn platform.Conn) error {

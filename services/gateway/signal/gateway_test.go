@@ -31,10 +31,13 @@ type gw struct {
 	evs chan *eventsv1.MessageReceived
 }
 
-func start(t *testing.T, cfg Config, opts platform.Options) *gw {
+func start(t *testing.T, cfg Config, opts platform.Options, setup ...func(*signalfake.Fake)) *gw {
 	t.Helper()
 	f := signalfake.New(bot)
 	t.Cleanup(f.Close)
+	for _, s := range setup {
+		s(f)
+	}
 	b := bustest.New(t, bustest.EmbeddedURL(t))
 	cfg.HTTPURL, cfg.Account = f.URL, bot
 	opts.Backoff, opts.LeaseTTL = platform.Schedule(10*time.Millisecond), time.Second
@@ -243,10 +246,11 @@ func TestAttachmentFetched(t *testing.T) {
 
 // The daemon drops the stream: the gateway opens it again with the id of
 // the last event it published, gets what came meanwhile from the
-// daemon's buffer, and publishes every message once.
+// daemon's buffer (a daemon that numbers its events), and publishes
+// every message once.
 func TestStreamDroppedAndResumed(t *testing.T) {
 	t.Parallel()
-	g := start(t, DefaultConfig(), platform.Options{})
+	g := start(t, DefaultConfig(), platform.Options{}, func(f *signalfake.Fake) { f.SetReplay(true) })
 	first := g.f.Receive(signalfake.Message{From: ann, Text: "one"})
 	if ev := g.next(t); ev.GetText() != "one" {
 		t.Fatalf("got %q", ev.GetText())
@@ -268,8 +272,8 @@ func TestStreamDroppedAndResumed(t *testing.T) {
 	if len(lastID) != 1 || lastID[0] != "" || len(ids) != 2 || ids[1] == "" {
 		t.Fatalf("Last-Event-ID headers %q, want none and then the first event's", ids)
 	}
-	// The daemon restarted (ids of a new run) and sends all it kept,
-	// the first message again among them: published once all the same.
+	// The first message again (as a daemon that restarted replays what
+	// it kept): published once all the same.
 	g.f.Drop()
 	platformtest.WaitFor(t, "a third stream", func() bool { return g.f.Connections() == 3 && g.f.Connected() == 1 })
 	n, _ := g.f.Envelope(signalfake.Message{From: ann, Text: "one", Timestamp: first})
@@ -277,6 +281,26 @@ func TestStreamDroppedAndResumed(t *testing.T) {
 	g.f.Receive(signalfake.Message{From: ann, Text: "five"})
 	if ev := g.next(t); ev.GetText() != "five" {
 		t.Fatalf("after a replay got %q, want only the new message", ev.GetText())
+	}
+}
+
+// signal-cli 0.14.6 numbers no events: after a drop the stream is opened
+// again without Last-Event-ID, and new messages keep coming.
+func TestStreamDroppedReleasedDaemon(t *testing.T) {
+	t.Parallel()
+	g := start(t, DefaultConfig(), platform.Options{})
+	g.f.Receive(signalfake.Message{From: ann, Text: "one"})
+	if ev := g.next(t); ev.GetText() != "one" {
+		t.Fatalf("got %q", ev.GetText())
+	}
+	g.f.Drop()
+	platformtest.WaitFor(t, "a new stream", func() bool { return g.f.Connections() == 2 && g.f.Connected() == 1 })
+	g.f.Receive(signalfake.Message{From: ann, Text: "two"})
+	if ev := g.next(t); ev.GetText() != "two" {
+		t.Fatalf("after the drop got %q, want the new message", ev.GetText())
+	}
+	if ids := g.f.LastEventIDs(); !slices.Equal(ids, []string{"", ""}) {
+		t.Fatalf("Last-Event-ID headers %q, want none", ids)
 	}
 }
 

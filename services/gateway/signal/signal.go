@@ -202,9 +202,10 @@ func (p *Platform) Account() string { return p.cfg.Account }
 // would receive every message twice.
 func (p *Platform) SingleConsumer() bool { return true }
 
-// Ephemeral: a signal-cli daemon hands a new stream only the events it
-// still keeps (none before 0.14.6), so the holder keeps its stream
-// through a NATS outage, holding events until the bus takes them.
+// Ephemeral: signal-cli hands a stream only the messages that arrive
+// while it is open (a daemon that numbers its events may replay those
+// after Last-Event-ID), so the holder keeps its stream through a NATS
+// outage, holding events until the bus takes them.
 func (p *Platform) Ephemeral() bool { return true }
 
 // maxText is Hermes's limit for one Signal message, in UTF-16 code units.

@@ -2,8 +2,9 @@
 // daemon --http`) for tests: JSON-RPC 2.0 at POST /api/v1/rpc (send,
 // sendTyping, sendReaction, getAttachment, with signal-cli's answers and
 // error shapes), received messages as Server-Sent Events at GET
-// /api/v1/events (event ids "<start>-<sequence>", the last 1000 kept and
-// replayed after a Last-Event-ID, keepalive comments), and GET
+// /api/v1/events (keepalive comments; with SetReplay, as a proposed
+// signal-cli change does, event ids "<start>-<sequence>" and the last
+// 1000 events replayed after a Last-Event-ID), and GET
 // /api/v1/check. Tests push envelopes, inject JSON-RPC errors, drop the
 // event streams and read what the gateway sent.
 package signalfake
@@ -115,7 +116,7 @@ type Fake struct {
 	attachments map[string][]byte
 	clock       int64
 	keepalive   time.Duration
-	noReplay    bool
+	replay      bool
 }
 
 type client struct {
@@ -163,11 +164,13 @@ func (f *Fake) SetKeepalive(d time.Duration) {
 	f.mu.Unlock()
 }
 
-// SetReplay turns the event buffer off (false), as in signal-cli before
-// it kept events: a new stream gets only new events.
+// SetReplay numbers the events and replays the kept ones after a
+// Last-Event-ID, as a proposed signal-cli change does. Off (the default,
+// as signal-cli 0.14.6), events carry no id and a new stream gets only
+// new events.
 func (f *Fake) SetReplay(on bool) {
 	f.mu.Lock()
-	f.noReplay = !on
+	f.replay = on
 	f.mu.Unlock()
 }
 
@@ -432,7 +435,8 @@ func (f *Fake) stream(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
 	f.connections++
 	f.lastEventID = append(f.lastEventID, last)
-	if _, has := r.Header["Last-Event-Id"]; has && !f.noReplay {
+	replay := f.replay
+	if _, has := r.Header["Last-Event-Id"]; has && replay {
 		after := int64(0)
 		if rest, ok := strings.CutPrefix(last, f.prefix); ok {
 			after, _ = strconv.ParseInt(rest, 10, 64)
@@ -469,7 +473,11 @@ func (f *Fake) stream(w http.ResponseWriter, r *http.Request) {
 			}
 			fl.Flush()
 		case ev := <-c.ch:
-			if _, err := fmt.Fprintf(w, "id:%s%d\nevent:receive\ndata:%s\n\n", f.prefix, ev.seq, ev.data); err != nil {
+			id := ""
+			if replay {
+				id = "id:" + f.prefix + strconv.FormatInt(ev.seq, 10) + "\n"
+			}
+			if _, err := fmt.Fprintf(w, "%sevent:receive\ndata:%s\n\n", id, ev.data); err != nil {
 				return
 			}
 			fl.Flush()
