@@ -10,11 +10,14 @@ import (
 	"github.com/switchboard-chat/switchboard/pkg/telegramfake"
 	"github.com/switchboard-chat/switchboard/services/gateway/discord/discordfake"
 	"github.com/switchboard-chat/switchboard/services/gateway/slack/slackfake"
+	"github.com/switchboard-chat/switchboard/services/gateway/whatsapp/whatsappfake"
 )
 
 // TestChatPlatformsEndToEnd runs the whole system (`switchboard dev`) with
-// the Telegram, Discord and Slack gateways pointed at local fakes of those
-// platforms, through the real client libraries. A message in each fake
+// the Telegram, Discord, Slack and WhatsApp gateways pointed at local
+// fakes of those platforms, through the real client libraries (WhatsApp's
+// is the gateway's own; the fake signs its webhook notifications as Meta
+// does). A message in each fake
 // chat gets its answer in the same chat (and thread), and a platform's
 // redelivery of the same event produces no second answer.
 func TestChatPlatformsEndToEnd(t *testing.T) {
@@ -30,6 +33,8 @@ func TestChatPlatformsEndToEnd(t *testing.T) {
 	dc := discordfake.New(t)
 	dc.AddChannel("700000000000000001", discordfake.TypeDM, "", "")
 	sl := slackfake.New(t)
+	wa := whatsappfake.New(t)
+	waAddr := freeAddr(t)
 
 	d := startDev(t,
 		"GATEWAY_ALLOW_ALL_USERS=true",
@@ -38,6 +43,8 @@ func TestChatPlatformsEndToEnd(t *testing.T) {
 		"DISCORD_BOT_TOKEN="+dc.Token, "DISCORD_API_BASE_URL="+dc.URL(),
 		"SLACK_BOT_TOKEN="+sl.BotToken, "SLACK_APP_TOKEN="+sl.AppToken, "SLACK_API_BASE_URL="+sl.APIURL(),
 		"SWITCHBOARD_GATEWAYS__SLACK__ADDR=127.0.0.1:0",
+		"WHATSAPP_ACCESS_TOKEN="+wa.AccessToken, "WHATSAPP_PHONE_NUMBER_ID="+wa.PhoneNumberID, "WHATSAPP_APP_SECRET="+wa.AppSecret,
+		"WHATSAPP_VERIFY_TOKEN="+wa.VerifyToken, "WHATSAPP_API_BASE_URL="+wa.BaseURL(), "SWITCHBOARD_GATEWAYS__WHATSAPP__ADDR="+waAddr,
 		// Each chat's messages are counted: no home channel notice.
 		"SWITCHBOARD_ROUTER__HOME_NOTICE=false",
 	)
@@ -136,6 +143,82 @@ func TestChatPlatformsEndToEnd(t *testing.T) {
 		}
 		if want := "[image " + (fakellm.Image{MediaType: "image/jpeg", Data: pic2}).String() + "]"; !strings.Contains(got[5], want) {
 			t.Fatalf("album answer = %q, want the last picture %s", got[5], want)
+		}
+	})
+
+	t.Run("whatsapp", func(t *testing.T) {
+		const ann = "15551234567"
+		url := "http://" + waAddr + "/whatsapp/webhook"
+		if code, body, err := wa.Verify(ctx, url, "subscribe", wa.VerifyToken, "8675309"); err != nil || code != 200 || body != "8675309" {
+			t.Fatalf("subscription handshake: %d %q %v\nstderr:\n%s", code, body, err, d.stderr.String())
+		}
+		post := func(body []byte) {
+			t.Helper()
+			if code, err := wa.Post(ctx, url, body); err != nil || code != 200 {
+				t.Fatalf("notification answered %d %v", code, err)
+			}
+		}
+		texts := func() []string {
+			var out []string
+			for _, m := range wa.Messages(ann) {
+				out = append(out, m.Text)
+			}
+			return out
+		}
+		first := wa.NewID()
+		firstBody := wa.Notification(whatsappfake.Text(first, ann, "Ann", "hello whatsapp"))
+		post(firstBody)
+		waitFor("whatsapp answer", func() bool { return len(texts()) == 1 })
+		if got := wa.Messages(ann)[0]; got.Text != "echo: hello whatsapp" || got.Type != "text" {
+			t.Fatalf("answer = %+v", got)
+		}
+		// The turn marked the message read, with the typing indicator.
+		waitFor("the read receipt", func() bool {
+			for _, r := range wa.Reads() {
+				if r.MessageID == first && r.Typing {
+					return true
+				}
+			}
+			return false
+		})
+		// Meta retries the notification; then a new message.
+		post(firstBody)
+		post(wa.Notification(whatsappfake.Text(wa.NewID(), ann, "Ann", "second")))
+		waitFor("second whatsapp answer", func() bool { return len(texts()) >= 2 })
+		if got := texts(); len(got) != 2 || got[1] != "echo: second" {
+			t.Fatalf("answers after a retried notification = %q, want exactly one more", got)
+		}
+		// A picture: downloaded through the Graph API, seen by the model.
+		pic := []byte("\xff\xd8\xff\xe0 a whatsapp photo")
+		wa.AddMedia("7001", "image/jpeg", pic)
+		post(wa.Notification(whatsappfake.Inbound{ID: wa.NewID(), From: ann, Name: "Ann", Type: "image",
+			Object: map[string]any{"id": "7001", "mime_type": "image/jpeg", "sha256": "x", "caption": "what is this?"}}))
+		waitFor("picture answer", func() bool { return len(texts()) >= 3 })
+		if got, want := texts()[2], "echo: what is this?\n[Attachment: image] [image "+(fakellm.Image{MediaType: "image/jpeg", Data: pic}).String()+"]"; got != want {
+			t.Fatalf("picture answer = %q, want %q", got, want)
+		}
+		// Rate limited once (429, 130429): delivery retries after Retry-After.
+		fail := whatsappfake.ErrThroughput
+		fail.RetryAfter = 1
+		wa.Fail(fail)
+		post(wa.Notification(whatsappfake.Text(wa.NewID(), ann, "Ann", "third")))
+		waitFor("the answer after a rate limit", func() bool { return len(texts()) >= 4 })
+		// The 24-hour window closed (131047): the answer is a failed
+		// delivery naming it, and the next message is answered.
+		wa.Fail(whatsappfake.ErrReengagement)
+		post(wa.Notification(whatsappfake.Text(wa.NewID(), ann, "Ann", "fourth")))
+		var lastError string
+		waitFor("a failed delivery", func() bool {
+			err := d.db.QueryRow(ctx, `SELECT last_error FROM delivery_outbox WHERE platform = 'whatsapp' AND state = 'failed'`).Scan(&lastError)
+			return err == nil
+		})
+		if !strings.Contains(lastError, "24-hour customer service window") {
+			t.Fatalf("failed delivery's error = %q", lastError)
+		}
+		post(wa.Notification(whatsappfake.Text(wa.NewID(), ann, "Ann", "fifth")))
+		waitFor("the answer after the failed one", func() bool { return len(texts()) >= 5 })
+		if got := texts(); len(got) != 5 || got[3] != "echo: third" || got[4] != "echo: fifth" {
+			t.Fatalf("answers = %q, want third once and fifth", got)
 		}
 	})
 

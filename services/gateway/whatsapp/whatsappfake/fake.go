@@ -46,7 +46,7 @@ type Fake struct {
 	reads     []Read
 	media     map[string]Media // media id → media the fake holds
 	downloads int
-	failures  []Failure // answered, in order, to the next POST /messages
+	failures  []Failure // answered, in order, to the next messages sent
 }
 
 // Message is one message the business sent.
@@ -116,7 +116,8 @@ func New(t testing.TB) *Fake {
 // BaseURL is the Graph API base for gateways.whatsapp.api_base_url.
 func (f *Fake) BaseURL() string { return f.srv.URL + "/" + Version }
 
-// Fail makes the next POST /messages calls answer these failures, one each.
+// Fail makes the next messages the business sends (POST /messages other
+// than read receipts) fail with these failures, one each.
 func (f *Fake) Fail(fs ...Failure) {
 	f.mu.Lock()
 	f.failures = append(f.failures, fs...)
@@ -318,7 +319,7 @@ func (f *Fake) postMessage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	f.mu.Lock()
-	if len(f.failures) > 0 {
+	if len(f.failures) > 0 && o.Status != "read" {
 		fl := f.failures[0]
 		f.failures = f.failures[1:]
 		f.mu.Unlock()
