@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"log/slog"
 	"net/http"
 	"sync"
 	"testing"
@@ -231,5 +232,65 @@ func TestResponsesBranchNeedsAnAnswer(t *testing.T) {
 	}
 	if n := inboundCount(t, b); n != 2 {
 		t.Fatalf("%d messages published, want 2", n)
+	}
+}
+
+// A conversation's head moves only from what was read (advance), or
+// whatever it was (setHead); a request that goes no further gives its
+// claim back, unless the head moved on since.
+func TestConversationHead(t *testing.T) {
+	t.Parallel()
+	b := newBus(t)
+	s := &Service{responses: newResponseStore(b, time.Hour, minResponsesMaxBytes), log: slog.Default()}
+	rs := s.responses
+	ctx := context.Background()
+	head := func() string {
+		t.Helper()
+		id, _, err := rs.head(ctx, "owner", "conv")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	if id, rev, err := rs.head(ctx, "owner", "conv"); err != nil || id != "" || rev != 0 {
+		t.Fatalf("no head yet: %q %d %v", id, rev, err)
+	}
+	if moved, err := rs.advance(ctx, "owner", "conv", 0, "resp_a"); err != nil || moved {
+		t.Fatalf("first head: moved %v, %v", moved, err)
+	}
+	if moved, err := rs.advance(ctx, "owner", "conv", 0, "resp_x"); err != nil || !moved || head() != "resp_a" {
+		t.Fatalf("a second first head: moved %v, %v; head %q", moved, err, head())
+	}
+	_, rev, _ := rs.head(ctx, "owner", "conv")
+	if moved, err := rs.advance(ctx, "owner", "conv", rev, "resp_b"); err != nil || moved || head() != "resp_b" {
+		t.Fatalf("advance: moved %v, %v; head %q", moved, err, head())
+	}
+	if moved, err := rs.advance(ctx, "owner", "conv", rev, "resp_c"); err != nil || !moved || head() != "resp_b" {
+		t.Fatalf("advance from a stale read: moved %v, %v; head %q", moved, err, head())
+	}
+	// Another owner's conversation of the same name is another one.
+	if id, _, _ := rs.head(ctx, "other", "conv"); id != "" {
+		t.Fatalf("another owner's head %q", id)
+	}
+
+	// Given back: to where it was, or to none.
+	s.giveBackHead(ctx, &headClaim{owner: "owner", session: "conv", from: "resp_a", to: "resp_b"})
+	if got := head(); got != "resp_a" {
+		t.Fatalf("given back to %q, want resp_a", got)
+	}
+	s.giveBackHead(ctx, &headClaim{owner: "owner", session: "conv", from: "", to: "resp_a"})
+	if got := head(); got != "" {
+		t.Fatalf("given back to %q, want none", got)
+	}
+	if moved, err := rs.advance(ctx, "owner", "conv", 0, "resp_d"); err != nil || moved {
+		t.Fatalf("a head after the last was given back: moved %v, %v", moved, err)
+	}
+	// Moved on since the claim: left as it is.
+	if err := rs.setHead(ctx, "owner", "conv", "resp_e"); err != nil {
+		t.Fatal(err)
+	}
+	s.giveBackHead(ctx, &headClaim{owner: "owner", session: "conv", from: "resp_a", to: "resp_d"})
+	if got := head(); got != "resp_e" {
+		t.Fatalf("a head moved on since the claim became %q", got)
 	}
 }
