@@ -34,12 +34,13 @@ func TestComposeLoadsWithEveryProfile(t *testing.T) {
 		want     []string
 		notWant  []string
 	}{
-		{profiles: nil, want: always, notWant: []string{"telegram", "discord", "slack", "fakellm"}},
+		{profiles: nil, want: always, notWant: []string{"telegram", "discord", "slack", "whatsapp", "fakellm"}},
 		{profiles: []string{"demo"}, want: append(slices.Clone(always), "fakellm"), notWant: []string{"telegram"}},
 		{profiles: []string{"telegram"}, want: append(slices.Clone(always), "telegram"), notWant: []string{"discord", "slack", "fakellm"}},
 		{profiles: []string{"discord"}, want: append(slices.Clone(always), "discord")},
 		{profiles: []string{"slack"}, want: append(slices.Clone(always), "slack")},
-		{profiles: []string{"*"}, want: append(slices.Clone(always), "telegram", "discord", "slack", "fakellm")},
+		{profiles: []string{"whatsapp"}, want: append(slices.Clone(always), "whatsapp"), notWant: []string{"telegram"}},
+		{profiles: []string{"*"}, want: append(slices.Clone(always), "telegram", "discord", "slack", "whatsapp", "fakellm")},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(append([]string{"profiles"}, tt.profiles...), "-"), func(t *testing.T) {
@@ -99,8 +100,11 @@ func TestComposeServices(t *testing.T) {
 	if !publishes(p.Services["webhook"], 8643) {
 		t.Errorf("webhook gateway does not publish 8643")
 	}
+	if !publishes(p.Services["whatsapp"], 8645) {
+		t.Errorf("whatsapp gateway does not publish 8645")
+	}
 
-	for name, profile := range map[string]string{"telegram": "telegram", "discord": "discord", "slack": "slack", "fakellm": "demo"} {
+	for name, profile := range map[string]string{"telegram": "telegram", "discord": "discord", "slack": "slack", "whatsapp": "whatsapp", "fakellm": "demo"} {
 		if got := p.Services[name].Profiles; !slices.Equal(got, []string{profile}) {
 			t.Errorf("%s: profiles %v, want [%s]", name, got, profile)
 		}
@@ -220,6 +224,7 @@ func TestComposeSecretsStayWithTheirGateway(t *testing.T) {
 	owners := map[string]string{
 		"TELEGRAM_BOT_TOKEN": "telegram", "DISCORD_BOT_TOKEN": "discord",
 		"SLACK_BOT_TOKEN": "slack", "SLACK_APP_TOKEN": "slack",
+		"WHATSAPP_ACCESS_TOKEN": "whatsapp", "WHATSAPP_APP_SECRET": "whatsapp",
 		"API_SERVER_KEY": "api", "SWITCHBOARD_ADMIN_TOKEN": "admin",
 		"OPENAI_API_KEY": "agent-worker", "ANTHROPIC_API_KEY": "agent-worker",
 	}
