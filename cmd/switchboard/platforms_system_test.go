@@ -17,9 +17,9 @@ import (
 // the Telegram, Discord, Slack and WhatsApp gateways pointed at local
 // fakes of those platforms, through the real client libraries (WhatsApp's
 // is the gateway's own; the fake signs its webhook notifications as Meta
-// does). A message in each fake
-// chat gets its answer in the same chat (and thread), and a platform's
-// redelivery of the same event produces no second answer.
+// does). A message in each fake chat gets its answer in the same chat
+// (and thread), and a platform's redelivery of the same event produces no
+// second answer.
 func TestChatPlatformsEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the whole system")
