@@ -80,8 +80,12 @@ func (s *Service) handleInbound(ctx context.Context, ev *eventsv1.MessageReceive
 		inbound.WithLabelValues("invalid").Inc()
 		return bus.Permanent(errors.New("inbound event without platform or event id"))
 	}
-	// Only the router marks transcript commands.
+	// Only the router marks transcript commands, and only the API's
+	// Responses branches copy a conversation (fork_from).
 	ev.TranscriptCommand = ""
+	if !strings.EqualFold(src.GetPlatform(), "api") {
+		ev.ForkFrom = nil
+	}
 	m := &msgCtx{ev: ev, src: src, platform: strings.ToLower(src.GetPlatform()),
 		dedupeID: src.GetPlatform() + ":" + src.GetAccount() + ":" + ev.GetEventId()}
 	if d, ok := bus.DeliveryFrom(ctx); ok {

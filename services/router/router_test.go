@@ -1250,3 +1250,42 @@ func TestUnauthorizedDMBehaviour(t *testing.T) {
 		t.Fatalf("telegram, restricted by the allowlist, answered the stranger: %q", got)
 	}
 }
+
+// TestForkFromOnlyOnTheAPI: fork_from copies a conversation into a new
+// one for the API's Responses branches; on any other platform the router
+// drops it, so an event can never open a copy of someone else's chat.
+func TestForkFromOnlyOnTheAPI(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.startRouter(testConfig(), nil, nil)
+	w := e.startWorker(nil)
+	ctx := context.Background()
+	store := sessionstore.New(e.db)
+
+	bobKey := "agent:main:telegram:dm:chat-bob"
+	bob, _, _, err := store.Arrive(ctx, bobKey, "", dm("bob", "x").GetSource(), "seed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.db.Exec(ctx, `INSERT INTO transcript_messages (session_key, session_id, user_key, turn_id, generation, step, role, content)
+		VALUES ($1, $2, 'telegram:bob', 'bob-turn', 1, 0, 'user', 'bob''s secret')`, bobKey, bob.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.db.Exec(ctx, `INSERT INTO worker_turns (turn_id, session_key, session_id, generation, status, final_kind, final_text, updated_at)
+		VALUES ('bob-turn', $1, $2, 1, 'completed', 'final_text', 'x', now())`, bobKey, bob.ID); err != nil {
+		t.Fatal(err)
+	}
+
+	ev := dm("alice", "hello")
+	ev.ForkFrom = &eventsv1.ForkFrom{SessionKey: bobKey, TurnId: "bob-turn"}
+	e.publish(ev)
+	waitFor(t, "alice's turn", func() bool { turns, _ := w.snapshot(); return len(turns) == 1 })
+	turns, _ := w.snapshot()
+	var n int
+	if err := e.db.QueryRow(ctx, `SELECT count(*) FROM transcript_messages WHERE session_id = $1`, turns[0].GetSessionId()).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Fatalf("a Telegram message with fork_from opened a copy of another chat (%d messages)", n)
+	}
+}
