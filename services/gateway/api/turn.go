@@ -203,12 +203,39 @@ func (s *Service) publish(w http.ResponseWriter, r *http.Request, t *turn, finge
 			return false
 		}
 		t.published = time.Now()
+		if t.session == t.id {
+			t.cleanup = append(t.cleanup, func() { s.abandoned(r, t) })
+		}
 	}
 	// Both names, as Hermes always answers with its own: a client that
 	// sends either back continues this conversation.
 	w.Header().Set(HeaderSession, t.session)
 	w.Header().Set(HeaderHermesSession, t.session)
 	return true
+}
+
+// abandoned stops the turn of a request whose client went away before
+// its answer came, as Hermes interrupts the agent of a client that
+// disconnects: the request's conversation gets /stop, which stops its
+// turn or drops its message if it waits. Only a stateless request's
+// conversation is its own (a shared one's /stop would reach the other
+// requests' messages), and a request with an Idempotency-Key is left to
+// run: a retry takes its answer. Best effort: a lost /stop lets the turn
+// finish, its answer unread.
+func (s *Service) abandoned(r *http.Request, t *turn) {
+	if r.Context().Err() == nil || t.wt.answered.Load() || s.shuttingDown() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 5*time.Second)
+	defer cancel()
+	id := t.id + "_stop"
+	stop := &eventsv1.MessageReceived{EventId: id, MessageId: id, Source: t.ev.GetSource(), Text: "/stop", SentAt: timestamppb.Now(),
+		TransportAuthenticated: true, ClientSessionId: t.ev.GetClientSessionId(), AnswerOnly: true}
+	if _, err := s.rn().DeliverFresh(ctx, stop); err != nil {
+		s.log.WarnContext(ctx, "stop the turn of a request whose client left", "request", t.id, "err", err)
+		return
+	}
+	abandonedRequests.Inc()
 }
 
 func (s *Service) writeDeliverError(w http.ResponseWriter, r *http.Request, t *turn, err error) {

@@ -2,6 +2,7 @@ package api
 
 import (
 	"sync"
+	"sync/atomic"
 
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 )
@@ -46,11 +47,16 @@ type waiter struct {
 	mu     sync.Mutex
 	pieces []piece
 	notify chan struct{}
+	// answered is set when the final piece arrived.
+	answered atomic.Bool
 }
 
 func newWaiter() *waiter { return &waiter{notify: make(chan struct{}, 1)} }
 
 func (w *waiter) push(p piece) {
+	if p.final {
+		w.answered.Store(true)
+	}
 	w.mu.Lock()
 	w.pieces = append(w.pieces, p)
 	w.mu.Unlock()

@@ -1,0 +1,11 @@
+package api
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+)
+
+var abandonedRequests = promauto.NewCounter(prometheus.CounterOpts{
+	Name: "switchboard_api_abandoned_total",
+	Help: "Stateless API requests whose client went away before the answer: their turn was stopped (/stop in the request's conversation).",
+})
