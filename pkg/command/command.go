@@ -57,6 +57,16 @@ func Canonical(name string) (string, bool) {
 // messages that start with "/".
 var bangPlatforms = map[string]bool{"slack": true, "matrix": true}
 
+// TypedPrefix is how a user of platform types a command: "!" where the
+// client keeps "/" for itself (Slack, Matrix), "/" elsewhere. Text that
+// tells the user a command ("reply /approve") uses it.
+func TypedPrefix(platform string) string {
+	if bangPlatforms[strings.ToLower(strings.TrimSpace(platform))] {
+		return "!"
+	}
+	return "/"
+}
+
 // Parse reads a command from a message. It returns false when the message
 // is not a command:
 //

@@ -178,3 +178,16 @@ func TestApprovalScope(t *testing.T) {
 		}
 	}
 }
+
+// The prefix a platform's users type is one Parse takes as a command.
+func TestTypedPrefix(t *testing.T) {
+	for platform, want := range map[string]string{"slack": "!", "Matrix": "!", "telegram": "/", "discord": "/", "": "/"} {
+		got := command.TypedPrefix(platform)
+		if got != want {
+			t.Errorf("TypedPrefix(%q) = %q, want %q", platform, got, want)
+		}
+		if c, ok := command.Parse(got+"approve session", platform, ""); !ok || c.Name != "approve" {
+			t.Errorf("%q: %q is not read as /approve: %+v %v", platform, got+"approve session", c, ok)
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -427,7 +428,7 @@ func (r *turnRun) runTools(ctx context.Context, ls *loopState, pending []store.T
 		if failed {
 			phase = repliesv1.ToolPhase_TOOL_PHASE_FAILED
 		}
-		if err := r.toolProgress(ctx, tc.ID, tc.Name, phase, ""); err != nil {
+		if err := r.toolProgress(ctx, &repliesv1.ToolProgress{ToolCallId: tc.ID, ToolName: tc.Name, Phase: phase}); err != nil {
 			return err
 		}
 	}
@@ -444,8 +445,14 @@ func (r *turnRun) runTool(ctx context.Context, tc store.ToolCall) (result string
 	}
 	call := tools.Call{ID: tc.ID, TurnID: r.req.GetTurnId(), SessionKey: r.req.GetSessionKey(),
 		SessionID: r.req.GetSessionId(), UserKey: r.st.UserKey, Origin: origin(r.target)}
-	if args := json.RawMessage(tc.Arguments); t.NeedsApproval(call, args) {
-		approved, err := r.approveOnce(ctx, tc, t.ApprovalPattern(args))
+	args := json.RawMessage(tc.Arguments)
+	if reason, ask := t.Approval(call, args); ask {
+		approved, err := r.approveOnce(ctx, tc, t.ApprovalPattern(args), &repliesv1.ToolProgress{
+			ToolCallId: tc.ID, ToolName: tc.Name, Phase: repliesv1.ToolPhase_TOOL_PHASE_AWAITING_APPROVAL,
+			Detail:  fmt.Sprintf("%s %s — reply /approve or /deny", tc.Name, preview(tc.Arguments)),
+			Command: truncate(tc.Name+" "+compact(tc.Arguments), 1000), Reason: truncate(reason, 300),
+			Emoji: t.Emoji, Preview: truncate(t.PreviewOf(args), 500),
+		})
 		if err != nil {
 			return "", false, err
 		}
@@ -454,14 +461,16 @@ func (r *turnRun) runTool(ctx context.Context, tc store.ToolCall) (result string
 			return "The user denied this tool call. Do not retry it; continue without it.", true, nil
 		}
 	}
-	if err := r.toolProgress(ctx, tc.ID, tc.Name, repliesv1.ToolPhase_TOOL_PHASE_STARTED, preview(tc.Arguments)); err != nil {
+	if err := r.toolProgress(ctx, &repliesv1.ToolProgress{ToolCallId: tc.ID, ToolName: tc.Name, Phase: repliesv1.ToolPhase_TOOL_PHASE_STARTED,
+		Detail: preview(tc.Arguments), Preview: truncate(t.PreviewOf(args), 500), Arguments: truncate(compact(tc.Arguments), 2000),
+		Emoji: t.Emoji}); err != nil {
 		return "", false, err
 	}
 	tctx, span := otel.Tracer(tracerName).Start(ctx, "tool "+tc.Name, trace.WithAttributes(attribute.String("tool.name", tc.Name)))
 	defer span.End()
 	tctx, cancel := context.WithTimeout(tctx, r.s.cfg.Agent.ToolTimeout)
 	defer cancel()
-	out, terr := t.Run(tctx, call, json.RawMessage(tc.Arguments))
+	out, terr := t.Run(tctx, call, args)
 	if ctx.Err() != nil {
 		return "", false, ctx.Err()
 	}
@@ -481,6 +490,16 @@ func (r *turnRun) runTool(ctx context.Context, tc store.ToolCall) (result string
 
 func preview(args string) string { return truncate(args, 200) }
 
+// compact is JSON arguments without insignificant white space (as they
+// are when they are not JSON).
+func compact(args string) string {
+	var b bytes.Buffer
+	if json.Compact(&b, []byte(args)) != nil {
+		return args
+	}
+	return b.String()
+}
+
 // origin is t as a send target ("platform:chat_id[:thread_id]"; "" for
 // none).
 func origin(t *deliveryv1.Target) string {
@@ -497,7 +516,7 @@ func origin(t *deliveryv1.Target) string {
 // approveOnce reports whether the call may run: approved before for good
 // (pattern, in this conversation or for this user), or now by the user,
 // whose "/approve session" or "/approve always" makes the approval stand.
-func (r *turnRun) approveOnce(ctx context.Context, tc store.ToolCall, pattern string) (bool, error) {
+func (r *turnRun) approveOnce(ctx context.Context, tc store.ToolCall, pattern string, ask *repliesv1.ToolProgress) (bool, error) {
 	sessionID, userKey := r.req.GetSessionId(), r.st.UserKey
 	standing, err := r.s.store.Approved(ctx, sessionID, userKey, pattern)
 	if err != nil {
@@ -507,7 +526,7 @@ func (r *turnRun) approveOnce(ctx context.Context, tc store.ToolCall, pattern st
 		r.log.Info("tool call approved before", "tool", tc.Name, "pattern", pattern)
 		return true, nil
 	}
-	a, err := r.approve(ctx, tc)
+	a, err := r.approve(ctx, tc, ask)
 	if err != nil || !a.approved {
 		return false, err
 	}
@@ -520,13 +539,13 @@ func (r *turnRun) approveOnce(ctx context.Context, tc store.ToolCall, pattern st
 	return true, nil
 }
 
-// approve asks the user (through the router's /approve and /deny) and
-// waits; no answer within the timeout is a denial.
-func (r *turnRun) approve(ctx context.Context, tc store.ToolCall) (answer, error) {
+// approve asks the user (ask, an AWAITING_APPROVAL step that delivery
+// turns into the chat's approval prompt; the router takes /approve and
+// /deny) and waits; no answer within the timeout is a denial.
+func (r *turnRun) approve(ctx context.Context, tc store.ToolCall, ask *repliesv1.ToolProgress) (answer, error) {
 	r.ctl.await(true)
 	defer r.ctl.await(false)
-	if err := r.toolProgress(ctx, tc.ID, tc.Name, repliesv1.ToolPhase_TOOL_PHASE_AWAITING_APPROVAL,
-		fmt.Sprintf("%s %s — reply /approve or /deny", tc.Name, preview(tc.Arguments))); err != nil {
+	if err := r.toolProgress(ctx, ask); err != nil {
 		return answer{}, err
 	}
 	timer := time.NewTimer(r.s.cfg.Agent.ApprovalTimeout)

@@ -653,9 +653,8 @@ func (r *turnRun) publishFinal(ctx context.Context, f store.Final) error {
 	return r.publishAt(context.WithoutCancel(ctx), f.Seq, ev)
 }
 
-func (r *turnRun) toolProgress(ctx context.Context, id, name string, phase repliesv1.ToolPhase, detail string) error {
-	return r.publish(ctx, &repliesv1.ReplyEvent{Body: &repliesv1.ReplyEvent_ToolProgress{ToolProgress: &repliesv1.ToolProgress{
-		ToolCallId: id, ToolName: name, Phase: phase, Detail: detail}}})
+func (r *turnRun) toolProgress(ctx context.Context, tp *repliesv1.ToolProgress) error {
+	return r.publish(ctx, &repliesv1.ReplyEvent{Body: &repliesv1.ReplyEvent_ToolProgress{ToolProgress: tp}})
 }
 
 // control is what the router asked of the running turn.

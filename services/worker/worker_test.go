@@ -489,20 +489,28 @@ func TestApprovalForDangerousTools(t *testing.T) {
 					c.Agent.ApprovalTimeout = time.Minute
 				}
 				c.Agent.DangerousTools = []string{"rm"}
-				d.Tools = []tools.Tool{{Name: "rm", Run: func(context.Context, tools.Call, json.RawMessage) (string, error) {
-					runs.Add(1)
-					return "removed", nil
-				}}}
+				d.Tools = []tools.Tool{{Name: "rm", Description: "Remove a file.", Emoji: "🗑️",
+					Run: func(context.Context, tools.Call, json.RawMessage) (string, error) {
+						runs.Add(1)
+						return "removed", nil
+					}}}
 			})
-			req := h.requestTurn("s1", "[[tool:rm {}]] clean up", turnOpts{})
+			req := h.requestTurn("s1", `[[tool:rm {"path": "/tmp/x"}]] clean up`, turnOpts{})
+			var ask *repliesv1.ToolProgress
 			waitFor(t, 30*time.Second, "approval request", func() bool {
 				for _, ev := range h.replies(req.TurnId) {
 					if ev.GetToolProgress().GetPhase() == repliesv1.ToolPhase_TOOL_PHASE_AWAITING_APPROVAL {
+						ask = ev.GetToolProgress()
 						return true
 					}
 				}
 				return false
 			})
+			// What the chat's approval prompt is made of.
+			if ask.GetCommand() != `rm {"path":"/tmp/x"}` || ask.GetReason() != "dangerous tool (agent.dangerous_tools): Remove a file." ||
+				ask.GetEmoji() != "🗑️" || ask.GetPreview() != "/tmp/x" || ask.GetDetail() != `rm {"path": "/tmp/x"} — reply /approve or /deny` {
+				t.Errorf("approval request %v", ask)
+			}
 			if tc.action != turnsv1.ControlAction_CONTROL_ACTION_UNSPECIFIED {
 				h.control("s1", tc.action, "")
 			}
@@ -513,6 +521,12 @@ func TestApprovalForDangerousTools(t *testing.T) {
 			final := checkReplies(t, h.replies(req.TurnId)).GetFinalText().GetText()
 			if tc.ran != strings.Contains(final, "removed") {
 				t.Errorf("final %q", final)
+			}
+			for _, ev := range h.replies(req.TurnId) {
+				if st := ev.GetToolProgress(); st.GetPhase() == repliesv1.ToolPhase_TOOL_PHASE_STARTED &&
+					(st.GetPreview() != "/tmp/x" || st.GetArguments() != `{"path":"/tmp/x"}` || st.GetEmoji() != "🗑️") {
+					t.Errorf("started %v", st)
+				}
 			}
 		})
 	}

@@ -2,6 +2,7 @@
 package tools
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -34,12 +35,18 @@ type Tool struct {
 	Description string
 	// Parameters is the JSON schema of the arguments object.
 	Parameters json.RawMessage
+	// Emoji marks the tool's lines in chat platforms' tool progress
+	// (delivery shows "⚙️" when it is empty).
+	Emoji string
+	// Preview, when set, is the call's main argument as progress lines
+	// show it; the first string argument otherwise.
+	Preview func(args json.RawMessage) string
 	// Dangerous tools run only after the user approves.
 	Dangerous bool
-	// Confirm, when set, reports whether one call of a tool that is not
-	// dangerous needs the user's approval all the same (send_message to a
-	// chat nobody allowed).
-	Confirm func(call Call, args json.RawMessage) bool
+	// Confirm, when set, says why one call of a tool that is not
+	// dangerous needs the user's approval all the same, "" when it does
+	// not (send_message to a chat nobody allowed).
+	Confirm func(call Call, args json.RawMessage) string
 	// Pattern, when set, is what a standing approval of one call covers
 	// ("/approve session", "/approve always"); the tool's name otherwise.
 	Pattern func(args json.RawMessage) string
@@ -54,11 +61,54 @@ func (t Tool) ApprovalPattern(args json.RawMessage) string {
 	return t.Name
 }
 
-// NeedsApproval reports whether this call of t runs only after the user
-// approves it.
-func (t Tool) NeedsApproval(call Call, args json.RawMessage) bool {
-	return t.Dangerous || (t.Confirm != nil && t.Confirm(call, args))
+// Approval reports whether this call of t runs only after the user
+// approves it, and why (the approval prompt's reason).
+func (t Tool) Approval(call Call, args json.RawMessage) (reason string, needed bool) {
+	if t.Confirm != nil {
+		if r := t.Confirm(call, args); r != "" {
+			return r, true
+		}
+	}
+	if t.Dangerous {
+		return "dangerous tool (agent.dangerous_tools): " + t.Description, true
+	}
+	return "", false
 }
+
+// PreviewOf is the main argument of a call of t on one line: t.Preview's,
+// or the first string argument.
+func (t Tool) PreviewOf(args json.RawMessage) string {
+	if t.Preview != nil {
+		return oneLine(t.Preview(args))
+	}
+	return oneLine(firstString(args))
+}
+
+// firstString is the first top-level string value of a JSON object, in
+// the order the model wrote it; "" for none.
+func firstString(args json.RawMessage) string {
+	dec := json.NewDecoder(bytes.NewReader(args))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return ""
+	}
+	for dec.More() {
+		if _, err := dec.Token(); err != nil { // the key
+			return ""
+		}
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return ""
+		}
+		var s string
+		if json.Unmarshal(v, &s) == nil && strings.TrimSpace(s) != "" {
+			return s
+		}
+	}
+	return ""
+}
+
+// oneLine collapses runs of white space, newlines included, to one space.
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 
 // ErrUnknown is returned for a tool the registry does not have.
 var ErrUnknown = errors.New("unknown tool")
@@ -141,6 +191,7 @@ func (r *Registry) Specs() []llm.ToolSpec {
 func Clock(now func() time.Time) Tool {
 	return Tool{
 		Name:        "clock",
+		Emoji:       "🕐",
 		Description: "Current date and time, optionally in an IANA time zone.",
 		Parameters:  json.RawMessage(`{"type":"object","properties":{"tz":{"type":"string","description":"IANA time zone, e.g. Europe/Paris; default UTC"}}}`),
 		Run: func(_ context.Context, _ Call, args json.RawMessage) (string, error) {
@@ -174,7 +225,24 @@ type MemoryStore interface {
 // Memory is the memory tool.
 func Memory(s MemoryStore) Tool {
 	return Tool{
-		Name:        "memory",
+		Name:  "memory",
+		Emoji: "🧠",
+		// "add: likes tea", "list", "remove: 3".
+		Preview: func(args json.RawMessage) string {
+			var a struct {
+				Action  string          `json:"action"`
+				Content string          `json:"content"`
+				ID      json.RawMessage `json:"id"`
+			}
+			_ = decode(args, &a)
+			switch {
+			case a.Content != "":
+				return a.Action + ": " + a.Content
+			case len(a.ID) > 0:
+				return a.Action + ": " + string(a.ID)
+			}
+			return a.Action
+		},
 		Description: "Durable notes about the user that persist across conversations. action=add stores content, list shows notes with ids, remove deletes the note with id.",
 		Parameters: json.RawMessage(`{"type":"object","properties":{"action":{"type":"string","enum":["add","list","remove"]},` +
 			`"content":{"type":"string"},"id":{"type":"integer"}},"required":["action"]}`),
@@ -223,6 +291,7 @@ type Searcher interface {
 func SessionSearch(s Searcher) Tool {
 	return Tool{
 		Name:        "session_search",
+		Emoji:       "🔍",
 		Description: "Full-text search over this user's past conversations. Supports quoted phrases, OR and -exclusions.",
 		Parameters: json.RawMessage(`{"type":"object","properties":{"query":{"type":"string"},` +
 			`"limit":{"type":"integer","minimum":1,"maximum":20}},"required":["query"]}`),
@@ -258,17 +327,18 @@ type Sender interface {
 func SendMessage(s Sender, allowed []string) Tool {
 	return Tool{
 		Name:        "send_message",
+		Emoji:       "📨",
 		Description: `Send a message to another chat. target is "platform:chat_id[:thread_id]", "platform:#channel-name", a platform name such as "telegram" for that platform's home channel, or "home".`,
 		Parameters: json.RawMessage(`{"type":"object","properties":{"target":{"type":"string"},` +
 			`"text":{"type":"string"}},"required":["target","text"]}`),
-		Confirm: func(call Call, args json.RawMessage) bool {
+		Confirm: func(call Call, args json.RawMessage) string {
 			var a struct {
 				Target string `json:"target"`
 			}
-			if decode(args, &a) != nil {
-				return false // Run refuses it
+			if decode(args, &a) != nil || sendAllowed(a.Target, call.Origin, allowed) {
+				return "" // allowed, or refused by Run
 			}
-			return !sendAllowed(a.Target, call.Origin, allowed)
+			return "send_message to " + a.Target + ", a chat that is neither this one, a home channel nor in agent.send_message_targets"
 		},
 		// Approved for good, a send covers its target, not every chat.
 		Pattern: func(args json.RawMessage) string {

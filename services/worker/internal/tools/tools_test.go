@@ -80,11 +80,53 @@ func TestSendMessageNeedsApprovalOutsideItsTargets(t *testing.T) {
 	}
 	for _, tt := range tests {
 		args, _ := json.Marshal(map[string]string{"target": tt.target, "text": "hi"})
-		if got := tool.NeedsApproval(call, args); got != tt.ask {
+		reason, got := tool.Approval(call, args)
+		if got != tt.ask {
 			t.Errorf("target %q: needs approval %v, want %v", tt.target, got, tt.ask)
 		}
+		if want := "send_message to " + tt.target + ", a chat that is neither"; got && !strings.HasPrefix(reason, want) {
+			t.Errorf("target %q: reason %q, want it to start %q", tt.target, reason, want)
+		}
 	}
-	if !tool.NeedsApproval(Call{}, json.RawMessage(`{"target":"telegram:99","text":"hi"}`)) {
+	if _, ask := tool.Approval(Call{}, json.RawMessage(`{"target":"telegram:99","text":"hi"}`)); !ask {
 		t.Error("a turn that answers no chat sent to a chat without approval")
+	}
+}
+
+// A dangerous tool gives its description as the reason; a tool neither
+// dangerous nor confirming runs without asking.
+func TestApprovalReasons(t *testing.T) {
+	clock := Clock(time.Now)
+	if reason, ask := clock.Approval(Call{}, nil); ask || reason != "" {
+		t.Errorf("clock: %q %v, want no approval", reason, ask)
+	}
+	clock.Dangerous = true
+	if reason, ask := clock.Approval(Call{}, nil); !ask || reason != "dangerous tool (agent.dangerous_tools): "+clock.Description {
+		t.Errorf("dangerous clock: %q %v", reason, ask)
+	}
+}
+
+// A progress line previews a call's main argument on one line: the
+// tool's own choice, or the first string argument as the model wrote it.
+func TestPreviewOf(t *testing.T) {
+	tests := []struct {
+		tool Tool
+		args string
+		want string
+	}{
+		{Clock(time.Now), `{"tz":"Europe/Paris"}`, "Europe/Paris"},
+		{Clock(time.Now), `{}`, ""},
+		{Clock(time.Now), `not json`, ""},
+		{SessionSearch(nil), `{"limit":3,"query":"tea\n  and   biscuits"}`, "tea and biscuits"},
+		{SendMessage(nil, nil), `{"target":"telegram:1","text":"hi"}`, "telegram:1"},
+		{Memory(nil), `{"action":"add","content":"likes tea"}`, "add: likes tea"},
+		{Memory(nil), `{"action":"remove","id":3}`, "remove: 3"},
+		{Memory(nil), `{"action":"list"}`, "list"},
+		{Tool{Name: "x"}, `{"n":1,"s":"  ","t":"second"}`, "second"},
+	}
+	for _, tt := range tests {
+		if got := tt.tool.PreviewOf(json.RawMessage(tt.args)); got != tt.want {
+			t.Errorf("%s %s: preview %q, want %q", tt.tool.Name, tt.args, got, tt.want)
+		}
 	}
 }

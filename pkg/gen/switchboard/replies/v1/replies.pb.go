@@ -376,7 +376,21 @@ type ToolProgress struct {
 	ToolName   string                 `protobuf:"bytes,2,opt,name=tool_name,json=toolName,proto3" json:"tool_name,omitempty"`
 	Phase      ToolPhase              `protobuf:"varint,3,opt,name=phase,proto3,enum=switchboard.replies.v1.ToolPhase" json:"phase,omitempty"`
 	// Short human-readable preview (never secrets).
-	Detail        string `protobuf:"bytes,4,opt,name=detail,proto3" json:"detail,omitempty"`
+	Detail string `protobuf:"bytes,4,opt,name=detail,proto3" json:"detail,omitempty"`
+	// The call's main argument on one line (a command, a query, a target):
+	// chat platforms' tool progress lines show it (STARTED).
+	Preview string `protobuf:"bytes,5,opt,name=preview,proto3" json:"preview,omitempty"`
+	// The call's arguments, a JSON object cut at 2000 bytes: verbose tool
+	// progress shows them (STARTED).
+	Arguments string `protobuf:"bytes,6,opt,name=arguments,proto3" json:"arguments,omitempty"`
+	// The tool's emoji in progress lines; delivery uses "⚙️" when unset.
+	Emoji string `protobuf:"bytes,7,opt,name=emoji,proto3" json:"emoji,omitempty"`
+	// AWAITING_APPROVAL: what the user is asked to approve, the tool and
+	// its arguments ("send_message {\"target\":…}").
+	Command string `protobuf:"bytes,8,opt,name=command,proto3" json:"command,omitempty"`
+	// AWAITING_APPROVAL: why the call needs approval ("send_message to a
+	// chat nobody allowed", "dangerous tool: …").
+	Reason        string `protobuf:"bytes,9,opt,name=reason,proto3" json:"reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -435,6 +449,41 @@ func (x *ToolProgress) GetPhase() ToolPhase {
 func (x *ToolProgress) GetDetail() string {
 	if x != nil {
 		return x.Detail
+	}
+	return ""
+}
+
+func (x *ToolProgress) GetPreview() string {
+	if x != nil {
+		return x.Preview
+	}
+	return ""
+}
+
+func (x *ToolProgress) GetArguments() string {
+	if x != nil {
+		return x.Arguments
+	}
+	return ""
+}
+
+func (x *ToolProgress) GetEmoji() string {
+	if x != nil {
+		return x.Emoji
+	}
+	return ""
+}
+
+func (x *ToolProgress) GetCommand() string {
+	if x != nil {
+		return x.Command
+	}
+	return ""
+}
+
+func (x *ToolProgress) GetReason() string {
+	if x != nil {
+		return x.Reason
 	}
 	return ""
 }
@@ -732,13 +781,18 @@ const file_switchboard_replies_v1_replies_proto_rawDesc = "" +
 	"\x06notice\x18\x10 \x01(\v2\x1e.switchboard.replies.v1.NoticeH\x00R\x06noticeB\x06\n" +
 	"\x04body\"\x1f\n" +
 	"\tTextDelta\x12\x12\n" +
-	"\x04text\x18\x01 \x01(\tR\x04text\"\x9e\x01\n" +
+	"\x04text\x18\x01 \x01(\tR\x04text\"\x9e\x02\n" +
 	"\fToolProgress\x12 \n" +
 	"\ftool_call_id\x18\x01 \x01(\tR\n" +
 	"toolCallId\x12\x1b\n" +
 	"\ttool_name\x18\x02 \x01(\tR\btoolName\x127\n" +
 	"\x05phase\x18\x03 \x01(\x0e2!.switchboard.replies.v1.ToolPhaseR\x05phase\x12\x16\n" +
-	"\x06detail\x18\x04 \x01(\tR\x06detail\"\x97\x01\n" +
+	"\x06detail\x18\x04 \x01(\tR\x06detail\x12\x18\n" +
+	"\apreview\x18\x05 \x01(\tR\apreview\x12\x1c\n" +
+	"\targuments\x18\x06 \x01(\tR\targuments\x12\x14\n" +
+	"\x05emoji\x18\a \x01(\tR\x05emoji\x12\x18\n" +
+	"\acommand\x18\b \x01(\tR\acommand\x12\x16\n" +
+	"\x06reason\x18\t \x01(\tR\x06reason\"\x97\x01\n" +
 	"\tFinalText\x12\x12\n" +
 	"\x04text\x18\x01 \x01(\tR\x04text\x12;\n" +
 	"\x06format\x18\x02 \x01(\x0e2#.switchboard.delivery.v1.TextFormatR\x06format\x129\n" +
