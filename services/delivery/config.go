@@ -42,23 +42,63 @@ type Platform struct {
 	// Home is the chat a proactive send to the bare platform goes to:
 	// "chat_id", "chat_id:thread_id" or "#channel-name".
 	Home string `koanf:"home"`
+	// ToolProgress shows the agent's tool calls in the chat, as Hermes's
+	// display.platforms.<platform>.tool_progress: off, new (a line when
+	// the tool changes), all (a line per call) or verbose (with the
+	// call's arguments). Empty: delivery.tool_progress, else the
+	// platform's default (Hermes's).
+	ToolProgress string `koanf:"tool_progress"`
+	// ToolPreviewLength cuts a progress line's preview (verbose: the
+	// arguments) at that many characters; 0: delivery.tool_preview_length.
+	ToolPreviewLength int `koanf:"tool_preview_length"`
+}
+
+// Tool progress modes (Hermes's display.tool_progress).
+const (
+	ToolProgressOff     = "off"
+	ToolProgressNew     = "new"
+	ToolProgressAll     = "all"
+	ToolProgressVerbose = "verbose"
+)
+
+// toolProgressMode reads a configured mode as Hermes does: true, yes, on
+// and 1 are all; false, no and 0 are off. ok is false for an unknown
+// mode; "" stays "" (not set).
+func toolProgressMode(v string) (mode string, ok bool) {
+	switch m := strings.ToLower(strings.TrimSpace(v)); m {
+	case "":
+		return "", true
+	case ToolProgressOff, ToolProgressNew, ToolProgressAll, ToolProgressVerbose:
+		return m, true
+	case "true", "yes", "on", "1":
+		return ToolProgressAll, true
+	case "false", "no", "0":
+		return ToolProgressOff, true
+	}
+	return "", false
 }
 
 // DefaultPlatforms are the platforms' documented capabilities and limits.
 func DefaultPlatforms() map[string]Platform {
 	perSecond := ratelimit.Rate{Count: 1, Per: time.Second, Burst: 1}
+	// Tool progress as Hermes's display tiers have it: on where the chat
+	// is the operator's own and progress edits one message (Discord),
+	// only when the tool changes where edits reach a shared audience
+	// (Matrix, Mattermost), off on mobile inboxes (Telegram), where Slack
+	// posts pile up, where nothing can be edited (the WhatsApp Cloud API,
+	// Signal, SMS, email) and on webhooks. Unlisted platforms: all.
 	return map[string]Platform{
-		"telegram":   {Streaming: StreamEdit, BotRate: ratelimit.Rate{Count: 30, Per: time.Second}, ChatRate: perSecond},
-		"discord":    {Streaming: StreamEdit, ChatRate: ratelimit.Rate{Count: 5, Per: 5 * time.Second}},
-		"slack":      {Streaming: StreamEdit, ChatRate: perSecond},
-		"matrix":     {Streaming: StreamEdit},
-		"mattermost": {Streaming: StreamEdit},
-		"whatsapp":   {Streaming: StreamNone},
-		"signal":     {Streaming: StreamNone},
-		"sms":        {Streaming: StreamNone},
-		"email":      {Streaming: StreamNone},
+		"telegram":   {Streaming: StreamEdit, BotRate: ratelimit.Rate{Count: 30, Per: time.Second}, ChatRate: perSecond, ToolProgress: ToolProgressOff},
+		"discord":    {Streaming: StreamEdit, ChatRate: ratelimit.Rate{Count: 5, Per: 5 * time.Second}, ToolProgress: ToolProgressAll},
+		"slack":      {Streaming: StreamEdit, ChatRate: perSecond, ToolProgress: ToolProgressOff},
+		"matrix":     {Streaming: StreamEdit, ToolProgress: ToolProgressNew},
+		"mattermost": {Streaming: StreamEdit, ToolProgress: ToolProgressNew},
+		"whatsapp":   {Streaming: StreamNone, ToolProgress: ToolProgressOff},
+		"signal":     {Streaming: StreamNone, ToolProgress: ToolProgressOff},
+		"sms":        {Streaming: StreamNone, ToolProgress: ToolProgressOff},
+		"email":      {Streaming: StreamNone, ToolProgress: ToolProgressOff},
 		"api":        {Streaming: StreamNative, NoTyping: true, PerRequest: true},
-		"webhook":    {Streaming: StreamNone, NoTyping: true},
+		"webhook":    {Streaming: StreamNone, NoTyping: true, ToolProgress: ToolProgressOff},
 	}
 }
 
@@ -101,6 +141,15 @@ type Config struct {
 	// dead letters (failed, expired) nobody requeued or purged.
 	SentRetention time.Duration `koanf:"sent_retention"`
 	DeadRetention time.Duration `koanf:"dead_retention"`
+	// ToolProgress is the tool progress mode of every platform that sets
+	// none of its own (Hermes's display.tool_progress; the environment's
+	// HERMES_TOOL_PROGRESS_MODE): off, new, all or verbose. Empty: each
+	// platform's default.
+	ToolProgress string `koanf:"tool_progress"`
+	// ToolPreviewLength cuts a progress line's preview at that many
+	// characters (Hermes's display.tool_preview_length); 0: 40, and
+	// verbose lines' arguments are not cut.
+	ToolPreviewLength int `koanf:"tool_preview_length"`
 	// Platforms override DefaultPlatforms field by field.
 	Platforms map[string]Platform `koanf:"platforms"`
 	// ReplicaID names this replica in claims; hostname+random by default.
@@ -167,14 +216,49 @@ func (c Config) Validate() error {
 		// token it must not be reachable from the network.
 		return fmt.Errorf("delivery.grpc_addr %s is not a loopback address: set delivery.token, or listen on loopback", c.GRPCAddr)
 	}
+	if _, ok := toolProgressMode(c.ToolProgress); !ok {
+		return fmt.Errorf("delivery.tool_progress: %q is not off, new, all or verbose", c.ToolProgress)
+	}
+	if c.ToolPreviewLength < 0 {
+		return fmt.Errorf("delivery.tool_preview_length: %d is negative", c.ToolPreviewLength)
+	}
 	for name, p := range c.Platforms {
 		switch p.Streaming {
 		case "", StreamEdit, StreamNative, StreamNone:
 		default:
 			return fmt.Errorf("delivery.platforms.%s.streaming: %q is not edit, native or none", name, p.Streaming)
 		}
+		if _, ok := toolProgressMode(p.ToolProgress); !ok {
+			return fmt.Errorf("delivery.platforms.%s.tool_progress: %q is not off, new, all or verbose", name, p.ToolProgress)
+		}
+		if p.ToolPreviewLength < 0 {
+			return fmt.Errorf("delivery.platforms.%s.tool_preview_length: %d is negative", name, p.ToolPreviewLength)
+		}
 	}
 	return nil
+}
+
+// toolProgress is the tool progress mode of a platform and its preview
+// length: the platform's setting, else delivery's, else the platform's
+// default, else all (Hermes's order).
+func (c Config) toolProgress(platform string) (mode string, previewLength int) {
+	name := strings.ToLower(platform)
+	o := c.Platforms[name]
+	mode, _ = toolProgressMode(o.ToolProgress)
+	if mode == "" {
+		mode, _ = toolProgressMode(c.ToolProgress)
+	}
+	if mode == "" {
+		mode = defaultPlatforms[name].ToolProgress
+	}
+	if mode == "" {
+		mode = ToolProgressAll
+	}
+	previewLength = o.ToolPreviewLength
+	if previewLength == 0 {
+		previewLength = c.ToolPreviewLength
+	}
+	return mode, previewLength
 }
 
 // defaultPlatforms is DefaultPlatforms, built once: platform runs for

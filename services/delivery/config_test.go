@@ -23,6 +23,15 @@ func TestConfigValidate(t *testing.T) {
 		{"bad streaming mode", func(c *delivery.Config) {
 			c.Platforms = map[string]delivery.Platform{"x": {Streaming: "sometimes"}}
 		}, "delivery.platforms.x.streaming"},
+		{"tool progress modes", func(c *delivery.Config) {
+			c.ToolProgress = "verbose"
+			c.Platforms = map[string]delivery.Platform{"telegram": {ToolProgress: "new"}, "slack": {ToolProgress: "false"}, "x": {ToolProgress: "ON"}}
+		}, ""},
+		{"bad tool progress", func(c *delivery.Config) { c.ToolProgress = "log" }, "delivery.tool_progress"},
+		{"bad platform tool progress", func(c *delivery.Config) {
+			c.Platforms = map[string]delivery.Platform{"x": {ToolProgress: "some"}}
+		}, "delivery.platforms.x.tool_progress"},
+		{"negative preview length", func(c *delivery.Config) { c.ToolPreviewLength = -1 }, "delivery.tool_preview_length"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

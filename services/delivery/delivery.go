@@ -58,6 +58,7 @@ type Service struct {
 
 	kickCh chan struct{}
 	turns  *turns
+	tools  *toolTurns
 	typing *typing
 
 	mu       sync.Mutex
@@ -102,6 +103,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		share:  newShare(deps.Redis, deps.RedisPrefix+"delivery:replicas", owner, cfg.PartitionLease/2, deps.Bus.Topology().PartitionCount()),
 		kickCh: make(chan struct{}, 1),
 		turns:  newTurns(),
+		tools:  newToolTurns(),
 		ready:  make(chan struct{}),
 	}
 	s.typing = newTyping(s)
@@ -313,6 +315,7 @@ func (s *Service) housekeeping(ctx context.Context) error {
 		case <-prune.C:
 			now := time.Now()
 			s.turns.prune(now.Add(-2*s.cfg.TTL), now.Add(-doneKeep))
+			s.tools.prune(now.Add(-2 * s.cfg.TTL))
 			if err := s.store.PruneStreamMessages(ctx, now.Add(-2*s.cfg.TTL)); err != nil && ctx.Err() == nil {
 				s.log.Warn("prune stream messages failed", "err", err)
 			}

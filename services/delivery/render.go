@@ -107,21 +107,26 @@ func (s *Service) handle(ctx context.Context, ev *repliesv1.ReplyEvent) error {
 		if b.Typing.GetActive() {
 			s.typing.start(ctx, ev)
 		} else {
-			s.typing.stop(ev.GetTurnId())
+			s.typing.done(ev.GetTurnId())
 		}
 		return nil
 	case *repliesv1.ReplyEvent_TextDelta:
 		s.delta(ctx, ev, b.TextDelta.GetText())
 		return nil
 	case *repliesv1.ReplyEvent_ToolProgress:
-		s.toolProgress(ctx, ev, b.ToolProgress)
-		return nil
+		return s.toolProgress(ctx, ev, b.ToolProgress)
 	case *repliesv1.ReplyEvent_FinalText:
-		s.typing.stop(ev.GetTurnId())
+		s.typing.done(ev.GetTurnId())
+		if err := s.endTools(ctx, ev); err != nil {
+			return err
+		}
 		_, err := s.final(ctx, ev, b.FinalText.GetText(), b.FinalText.GetFormat())
 		return err
 	case *repliesv1.ReplyEvent_Error:
-		s.typing.stop(ev.GetTurnId())
+		s.typing.done(ev.GetTurnId())
+		if err := s.endTools(ctx, ev); err != nil {
+			return err
+		}
 		text := b.Error.GetMessage()
 		if text == "" && b.Error.GetCode() != "interrupted" {
 			text = "Sorry, something went wrong and I could not answer."
@@ -284,6 +289,7 @@ func (s *Service) delta(ctx context.Context, ev *repliesv1.ReplyEvent, text stri
 			return // the final answer was already sent (it wins), or goes over another replica's stream
 		}
 		s.perform(ctx, ev, st, st.stream.Append(text))
+		s.flushTools(ctx, ev.GetTurnId())
 	}
 }
 
@@ -297,15 +303,19 @@ var toolPhases = map[repliesv1.ToolPhase]string{
 
 // toolProgress passes a step of a tool call to a platform that streams
 // natively (the API gateway's runs show it), best effort; chat platforms
-// show nothing of it.
-func (s *Service) toolProgress(ctx context.Context, ev *repliesv1.ReplyEvent, tp *repliesv1.ToolProgress) {
+// get the approval prompt and progress lines (toolStep).
+func (s *Service) toolProgress(ctx context.Context, ev *repliesv1.ReplyEvent, tp *repliesv1.ToolProgress) error {
 	phase, ok := toolPhases[tp.GetPhase()]
-	if !ok || s.cfg.platform(ev.GetTarget().GetPlatform()).Streaming != StreamNative {
-		return
+	if !ok {
+		return nil
+	}
+	if s.cfg.platform(ev.GetTarget().GetPlatform()).Streaming != StreamNative {
+		return s.toolStep(ctx, ev, tp)
 	}
 	req := s.request(ev, keyBase(ctx, ev)+":t", deliveryv1.SendOp_SEND_OP_TOOL_PROGRESS)
 	req.ToolStep = &deliveryv1.ToolStep{ToolCallId: tp.GetToolCallId(), ToolName: tp.GetToolName(), Phase: phase, Detail: tp.GetDetail()}
 	_, _ = s.progress(ctx, req)
+	return nil
 }
 
 // perform carries out streaming progress actions in order, reporting each

@@ -17,10 +17,47 @@ type typing struct {
 	s  *Service
 	mu sync.Mutex
 	m  map[string]context.CancelFunc
-	wg sync.WaitGroup
+	// paused are turns whose indicator is paused while a tool call waits
+	// for the user's approval.
+	paused map[string]bool
+	wg     sync.WaitGroup
 }
 
-func newTyping(s *Service) *typing { return &typing{s: s, m: map[string]context.CancelFunc{}} }
+func newTyping(s *Service) *typing {
+	return &typing{s: s, m: map[string]context.CancelFunc{}, paused: map[string]bool{}}
+}
+
+// pause stops the turn's indicator until resume, as Hermes does while an
+// approval is awaited: Slack's status hides the box the user types
+// /approve in.
+func (t *typing) pause(turn string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if cancel, ok := t.m[turn]; ok {
+		cancel()
+		delete(t.m, turn)
+		t.paused[turn] = true
+	}
+}
+
+// resume starts a paused indicator again (the turn went on).
+func (t *typing) resume(ctx context.Context, ev *repliesv1.ReplyEvent) {
+	t.mu.Lock()
+	paused := t.paused[ev.GetTurnId()]
+	delete(t.paused, ev.GetTurnId())
+	t.mu.Unlock()
+	if paused {
+		t.start(ctx, ev)
+	}
+}
+
+// done stops the indicator for good: the turn ended.
+func (t *typing) done(turn string) {
+	t.stop(turn)
+	t.mu.Lock()
+	delete(t.paused, turn)
+	t.mu.Unlock()
+}
 
 // start begins the indicator; its sends stay in the trace of ctx (the
 // reply that started the turn) but outlive ctx.
@@ -69,6 +106,7 @@ func (t *typing) stopAll() {
 		cancel()
 		delete(t.m, turn)
 	}
+	clear(t.paused)
 	t.mu.Unlock()
 	t.wg.Wait()
 }
