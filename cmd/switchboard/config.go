@@ -188,6 +188,8 @@ var envAliases = map[string]string{
 	"TELEGRAM_FREE_RESPONSE_CHATS": "gateways.telegram.free_response_chats",
 	// and for the processing reactions.
 	"TELEGRAM_REACTIONS": "gateways.telegram.reactions",
+	// Hermes's fallback for display.tool_progress.
+	"HERMES_TOOL_PROGRESS_MODE": "delivery.tool_progress",
 }
 
 // Validate checks values that would otherwise fail later and obscurely.

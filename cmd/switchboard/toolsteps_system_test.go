@@ -1,0 +1,92 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/switchboard-chat/switchboard/pkg/telegramfake"
+)
+
+// TestWholeSystemToolStepsInAChat runs `switchboard dev` with the Telegram
+// gateway pointed at the fake Bot API, tool progress on (Hermes's
+// HERMES_TOOL_PROGRESS_MODE) and clock a dangerous tool. A message whose
+// turn searches, then asks the clock: the chat shows the search's
+// progress line, then Hermes's approval prompt; the user's /approve runs
+// the clock, whose line starts a new progress message below the prompt,
+// and the answer carries the clock's result. Without the prompt in the
+// chat the call could only time out, denied.
+func TestWholeSystemToolStepsInAChat(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the whole system")
+	}
+	t.Parallel()
+	tg, err := telegramfake.New("4343:telegram-test-token", "switchboard_bot")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tg.Close()
+	d := startDev(t,
+		"GATEWAY_ALLOW_ALL_USERS=true",
+		"TELEGRAM_BOT_TOKEN=4343:telegram-test-token", "TELEGRAM_API_BASE_URL="+tg.URL,
+		"SWITCHBOARD_GATEWAYS__TELEGRAM__POLL_TIMEOUT=1s",
+		"SWITCHBOARD_ROUTER__HOME_NOTICE=false",
+		"SWITCHBOARD_AGENT__DANGEROUS_TOOLS=clock",
+		"HERMES_TOOL_PROGRESS_MODE=all",
+	)
+	defer d.stop(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	shown := func() []string {
+		var out []string
+		for _, m := range tg.Messages("99") {
+			out = append(out, m.Shown)
+		}
+		return out
+	}
+	waitFor := func(what string, cond func([]string) bool) []string {
+		t.Helper()
+		for {
+			if got := shown(); cond(got) {
+				return got
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("timed out waiting for %s; the chat shows %q\nstderr:\n%s", what, shown(), d.stderr.String())
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	ann := func(id int, text string) map[string]any {
+		return map[string]any{"message": map[string]any{
+			"message_id": id, "date": time.Now().Unix(), "text": text,
+			"chat": map[string]any{"id": 99, "type": "private", "first_name": "Ann"},
+			"from": map[string]any{"id": 99, "is_bot": false, "first_name": "Ann"},
+		}}
+	}
+
+	tg.Inject(ann(1, `what time? [[tool:session_search {"query":"tea"}]] [[tool:clock {"tz":"UTC"}]]`))
+	got := waitFor("the approval prompt", func(s []string) bool { return len(s) >= 2 })
+	if got[0] != `🔍 session_search: "tea"` {
+		t.Errorf("first message %q, want the search's progress line", got[0])
+	}
+	for _, want := range []string{"⚠️ Dangerous command requires approval:", `clock {"tz":"UTC"}`,
+		"Reason: dangerous tool (agent.dangerous_tools): Current date and time", "/approve session", "/deny"} {
+		if !strings.Contains(got[1], want) {
+			t.Errorf("approval prompt %q lacks %q", got[1], want)
+		}
+	}
+	tg.Inject(ann(2, "/approve"))
+	got = waitFor("the answer", func(s []string) bool {
+		return len(s) > 0 && strings.HasPrefix(s[len(s)-1], "echo: what time?") && strings.Contains(s[len(s)-1], "UTC")
+	})
+	// The router's acknowledgement, the clock's line and the answer, in
+	// some order after the prompt; each once.
+	rest := strings.Join(got[2:], "\n---\n")
+	if len(got) != 5 || !strings.Contains(rest, "✅ Command approved") || !strings.Contains(rest, `🕐 clock: "UTC"`) {
+		t.Errorf("after the approval the chat shows %q", got[2:])
+	}
+	if n := strings.Count(strings.Join(got, "\n"), "Dangerous command requires approval"); n != 1 {
+		t.Errorf("the prompt shows %d times", n)
+	}
+}
