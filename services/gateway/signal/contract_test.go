@@ -17,26 +17,38 @@ import (
 	"github.com/switchboard-chat/switchboard/services/gateway/signal/signalfake"
 )
 
+// The kit's contract suite, receiving with receive calls from a daemon
+// in manual mode and from the event stream of one in its default mode.
 func TestContract(t *testing.T) {
 	t.Parallel()
-	platformtest.Run(t, platformtest.Harness{New: func(t *testing.T, env platformtest.Env) (platform.Platform, platformtest.Fake) {
-		f := signalfake.New(bot)
-		t.Cleanup(f.Close)
-		cfg := DefaultConfig()
-		cfg.HTTPURL, cfg.Account, cfg.AllowedGroups = f.URL, bot, []string{group}
-		p, err := NewPlatform(cfg, env.Log, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return p, &contractFake{f: f, sent: map[string]string{}}
-	}})
+	for _, mode := range []string{ReceiveManual, ReceiveSSE} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			platformtest.Run(t, platformtest.Harness{New: func(t *testing.T, env platformtest.Env) (platform.Platform, platformtest.Fake) {
+				f := signalfake.New(bot)
+				t.Cleanup(f.Close)
+				if mode == ReceiveManual {
+					f.SetReceiveMode(signalfake.Manual)
+				}
+				cfg := DefaultConfig()
+				cfg.HTTPURL, cfg.Account, cfg.AllowedGroups = f.URL, bot, []string{group}
+				cfg.ReceiveMode, cfg.PollTimeout = mode, 300*time.Millisecond
+				p, err := NewPlatform(cfg, env.Log, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return p, &contractFake{f: f, manual: mode == ReceiveManual, sent: map[string]string{}}
+			}})
+		})
+	}
 }
 
 // contractFake drives the fake daemon for the kit's contract suite.
 type contractFake struct {
-	f    *signalfake.Fake
-	mu   sync.Mutex
-	sent map[string]string // event id → the event's data, to push again
+	f      *signalfake.Fake
+	manual bool // connections are receive calls
+	mu     sync.Mutex
+	sent   map[string]string // event id → the event's data, to push again
 }
 
 func (c *contractFake) Kinds() []string {
@@ -106,8 +118,14 @@ func (c *contractFake) DeliverMalformed(*testing.T, context.Context) {
 	c.f.PushRaw(`{"envelope":"not an envelope","account":"` + bot + `"}`)
 }
 
-func (c *contractFake) Drop(*testing.T)  { c.f.Drop() }
-func (c *contractFake) Connections() int { return c.f.Connections() }
+func (c *contractFake) Drop(*testing.T) { c.f.Drop() }
+
+func (c *contractFake) Connections() int {
+	if c.manual {
+		return c.f.Polls()
+	}
+	return c.f.Connections()
+}
 
 func (c *contractFake) Answer(ev *eventsv1.MessageReceived) *deliveryv1.SendRequested {
 	return &deliveryv1.SendRequested{

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -31,37 +32,94 @@ type gw struct {
 	evs chan *eventsv1.MessageReceived
 }
 
+// start runs a gateway against a new fake daemon in the receive mode
+// cfg asks for (the fake in manual mode for manual, its default for
+// sse), and waits for it to receive.
 func start(t *testing.T, cfg Config, opts platform.Options, setup ...func(*signalfake.Fake)) *gw {
 	t.Helper()
 	f := signalfake.New(bot)
 	t.Cleanup(f.Close)
+	if cfg.ReceiveMode != ReceiveSSE {
+		f.SetReceiveMode(signalfake.Manual)
+	}
 	for _, s := range setup {
 		s(f)
 	}
 	b := bustest.New(t, bustest.EmbeddedURL(t))
+	g := &gw{f: f, b: b, evs: subscribe(t, b)}
+	g.ctx = context.Background()
+	g.s = runGateway(t, b, f, cfg, opts)
+	waitReceiving(t, g.s, f, cfg.ReceiveMode)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	g.ctx = ctx
+	return g
+}
+
+// runGateway starts a gateway on b pointed at f; it stops at the end of
+// the test, or when the returned stop is called (which waits for it).
+func runGateway(t *testing.T, b *bus.Bus, f *signalfake.Fake, cfg Config, opts platform.Options) *Service {
+	s, _ := runGatewayStop(t, b, f, cfg, opts)
+	return s
+}
+
+func runGatewayStop(t *testing.T, b *bus.Bus, f *signalfake.Fake, cfg Config, opts platform.Options) (*Service, func()) {
+	t.Helper()
 	cfg.HTTPURL, cfg.Account = f.URL, bot
-	opts.Backoff, opts.LeaseTTL = platform.Schedule(10*time.Millisecond), time.Second
+	if cfg.PollTimeout == DefaultConfig().PollTimeout {
+		cfg.PollTimeout = 300 * time.Millisecond // a stopping gateway waits for its call
+	}
+	opts.Backoff = platform.Schedule(10 * time.Millisecond)
+	if opts.LeaseTTL == 0 {
+		opts.LeaseTTL = time.Second
+	}
 	s, err := New(cfg, Deps{Log: slog.New(slog.DiscardHandler), Bus: b, Runner: opts})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	t.Cleanup(cancel)
-	runCtx, stop := context.WithCancel(context.Background())
+	runCtx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- s.Run(runCtx) }()
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("run: %v", err)
+			}
+		})
+	}
 	t.Cleanup(func() {
 		stop()
-		if err := <-done; err != nil {
-			t.Errorf("run: %v", err)
-		}
 		platformtest.DeleteBuckets(b)
 	})
+	return s, stop
+}
+
+// waitReceiving waits for the gateway to be connected: its event stream
+// open, or its first receive call answered and the next one in flight.
+func waitReceiving(t *testing.T, s *Service, f *signalfake.Fake, mode string) {
+	t.Helper()
 	platformtest.WaitFor(t, "the gateway to connect", func() bool {
 		st, _ := s.Runner().State()
-		return st == platform.StateConnected && f.Connected() == 1
+		if mode == ReceiveSSE {
+			return st == platform.StateConnected && f.Connected() == 1
+		}
+		return st == platform.StateConnected && f.Polling() == 1
 	})
-	cons, err := b.JetStream().OrderedConsumer(ctx, b.Topology().Stream(bus.StreamInbound), jetstream.OrderedConsumerConfig{})
+}
+
+// sseConfig is the default config in sse mode.
+func sseConfig() Config {
+	cfg := DefaultConfig()
+	cfg.ReceiveMode = ReceiveSSE
+	return cfg
+}
+
+// subscribe reads the inbound stream from its start.
+func subscribe(t *testing.T, b *bus.Bus) chan *eventsv1.MessageReceived {
+	t.Helper()
+	cons, err := b.JetStream().OrderedConsumer(context.Background(), b.Topology().Stream(bus.StreamInbound), jetstream.OrderedConsumerConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +141,7 @@ func start(t *testing.T, cfg Config, opts platform.Options, setup ...func(*signa
 			}
 		}
 	}()
-	return &gw{f: f, b: b, s: s, ctx: ctx, evs: evs}
+	return evs
 }
 
 // next is the next inbound event on the bus.
@@ -250,7 +308,7 @@ func TestAttachmentFetched(t *testing.T) {
 // every message once.
 func TestStreamDroppedAndResumed(t *testing.T) {
 	t.Parallel()
-	g := start(t, DefaultConfig(), platform.Options{}, func(f *signalfake.Fake) { f.SetReplay(true) })
+	g := start(t, sseConfig(), platform.Options{}, func(f *signalfake.Fake) { f.SetReplay(true) })
 	first := g.f.Receive(signalfake.Message{From: ann, Text: "one"})
 	if ev := g.next(t); ev.GetText() != "one" {
 		t.Fatalf("got %q", ev.GetText())
@@ -288,7 +346,7 @@ func TestStreamDroppedAndResumed(t *testing.T) {
 // again without Last-Event-ID, and new messages keep coming.
 func TestStreamDroppedReleasedDaemon(t *testing.T) {
 	t.Parallel()
-	g := start(t, DefaultConfig(), platform.Options{})
+	g := start(t, sseConfig(), platform.Options{})
 	g.f.Receive(signalfake.Message{From: ann, Text: "one"})
 	if ev := g.next(t); ev.GetText() != "one" {
 		t.Fatalf("got %q", ev.GetText())
@@ -308,7 +366,7 @@ func TestStreamDroppedReleasedDaemon(t *testing.T) {
 // opened again.
 func TestIdleStreamReconnects(t *testing.T) {
 	t.Parallel()
-	cfg := DefaultConfig()
+	cfg := sseConfig()
 	cfg.IdleTimeout = 200 * time.Millisecond
 	g := start(t, cfg, platform.Options{})
 	g.f.SetKeepalive(time.Hour) // for the streams opened from now on

@@ -25,7 +25,7 @@ type client struct {
 	base    string // without a trailing slash
 	account string
 	rpc     *http.Client // bounded requests
-	stream  *http.Client // the event stream: no overall timeout
+	stream  *http.Client // the event stream and receive calls: no overall timeout
 	ids     atomic.Int64
 }
 
@@ -84,6 +84,11 @@ type sendResult struct {
 // ignored). A JSON-RPC error is an *rpcError, a non-2xx answer an
 // *httpError.
 func (c *client) call(ctx context.Context, method string, params map[string]any, out any) error {
+	return c.callWith(ctx, c.rpc, method, params, out)
+}
+
+// callWith is call through hc.
+func (c *client) callWith(ctx context.Context, hc *http.Client, method string, params map[string]any, out any) error {
 	if params == nil {
 		params = map[string]any{}
 	}
@@ -100,7 +105,7 @@ func (c *client) call(ctx context.Context, method string, params map[string]any,
 		return fmt.Errorf("signal-cli %s: %w", method, err)
 	}
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := c.rpc.Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
 		return fmt.Errorf("signal-cli %s: %w", method, err)
 	}

@@ -1,12 +1,15 @@
 // Package signal is the Signal gateway (`switchboard gateway signal`),
 // a client of a signal-cli daemon's HTTP interface (`signal-cli -a
-// <number> daemon --http 127.0.0.1:8080`), as Hermes's Signal adapter
-// is: received messages come as Server-Sent Events from GET
-// /api/v1/events, and the gateway sends with JSON-RPC 2.0 at POST
+// <number> daemon --http 127.0.0.1:8080 --receive-mode=manual`). By
+// default it asks the daemon for received messages with the JSON-RPC
+// receive method (a long poll: messages wait on Signal's servers while no
+// gateway asks); in sse mode it reads them, as Hermes's Signal adapter
+// does, as Server-Sent Events from GET /api/v1/events (what arrives while
+// no gateway reads is lost). It sends with JSON-RPC 2.0 at POST
 // /api/v1/rpc (send, sendTyping, sendReaction, getAttachment). It is
-// built on the platform kit: one replica per account reads the event
-// stream (the kit's lease), every replica serves sends and the workers'
-// attachment fetches.
+// built on the platform kit: one replica per account receives (the kit's
+// lease), every replica serves sends and the workers' attachment
+// fetches.
 //
 // Chats are named as in Hermes, so session keys carry over: a direct
 // chat by the sender's number (its UUID when the number is hidden), a
@@ -61,16 +64,42 @@ type Config struct {
 	// QuoteReplies (SIGNAL_QUOTE_REPLIES, default false: Hermes does not
 	// quote): the first message of an answer quotes the user's message.
 	QuoteReplies bool `koanf:"quote_replies"`
+	// ReceiveMode (SIGNAL_RECEIVE_MODE) is how messages are received:
+	// ReceiveManual (the default) or ReceiveSSE.
+	ReceiveMode string `koanf:"receive_mode"`
+	// PollTimeout is how long one receive call waits for a message
+	// (manual mode, default 5 s); a gateway that stops waits for the
+	// call in flight, so at most this long when nothing arrives.
+	PollTimeout time.Duration `koanf:"poll_timeout"`
+	// MaxMessages one receive call takes (manual mode, default 1): what
+	// a gateway that dies with a call in flight, or before it published
+	// the answer, can lose.
+	MaxMessages int `koanf:"max_messages"`
 	// IdleTimeout drops an event stream that has said nothing, not even
-	// signal-cli's keepalive (every 15 s), for this long (default 1 min).
+	// signal-cli's keepalive (every 15 s), for this long (sse mode,
+	// default 1 min).
 	IdleTimeout time.Duration `koanf:"idle_timeout"`
-	// LeaseTTL of the active/standby lease on the event stream.
+	// LeaseTTL of the active/standby lease on receiving.
 	LeaseTTL time.Duration `koanf:"lease_ttl"`
 }
 
-// DefaultConfig has Hermes's defaults.
+// Receive modes.
+const (
+	// ReceiveManual asks the daemon for messages with the JSON-RPC
+	// receive method; the daemon must run with --receive-mode=manual.
+	// Messages wait on Signal's servers until a gateway asks.
+	ReceiveManual = "manual"
+	// ReceiveSSE reads the daemon's event stream, as Hermes does; the
+	// daemon runs in its default mode (--receive-mode=on-start). What
+	// arrives while no gateway reads is lost.
+	ReceiveSSE = "sse"
+)
+
+// DefaultConfig has Hermes's defaults, except that messages are received
+// with the receive method, which loses none while no gateway runs.
 func DefaultConfig() Config {
-	return Config{Reactions: true, IdleTimeout: time.Minute, LeaseTTL: 10 * time.Second}
+	return Config{Reactions: true, ReceiveMode: ReceiveManual, PollTimeout: 5 * time.Second, MaxMessages: 1,
+		IdleTimeout: time.Minute, LeaseTTL: 10 * time.Second}
 }
 
 // Enabled reports whether dev should start the gateway.
@@ -87,6 +116,18 @@ func (c Config) Validate() error {
 	}
 	if strings.ContainsAny(c.Account, " :/") {
 		return fmt.Errorf("signal: account %q is not a number (+15551234567) or an account UUID", c.Account)
+	}
+	switch c.ReceiveMode {
+	case "", ReceiveManual, ReceiveSSE:
+	default:
+		return fmt.Errorf("signal: receive_mode (SIGNAL_RECEIVE_MODE) %q is not %s or %s", c.ReceiveMode, ReceiveManual, ReceiveSSE)
+	}
+	// signal-cli takes a negative timeout as none: a call that never ends.
+	if c.PollTimeout < 0 || c.PollTimeout > maxPollTimeout {
+		return fmt.Errorf("signal: poll_timeout %s is not between 0 (the default) and %s", c.PollTimeout, maxPollTimeout)
+	}
+	if c.MaxMessages < 0 || c.MaxMessages > maxBatch {
+		return fmt.Errorf("signal: max_messages %d is not between 0 (the default) and %d", c.MaxMessages, maxBatch)
 	}
 	return nil
 }
@@ -137,8 +178,9 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	return &Service{p: p, runner: r}, nil
 }
 
-// Backoff is Hermes's reconnect schedule for the event stream: 2 s,
-// doubling to 60 s, each with up to 20 % jitter.
+// Backoff is Hermes's reconnect schedule for the event stream, and the
+// wait after a failed receive call: 2 s, doubling to 60 s, each with up
+// to 20 % jitter.
 func Backoff(attempt int) time.Duration {
 	return platform.Jitter(platform.Schedule(2*time.Second, 4*time.Second, 8*time.Second, 16*time.Second,
 		32*time.Second, 60*time.Second)(attempt), 0.2)
@@ -160,6 +202,8 @@ type Platform struct {
 	client      *client
 	rules       rules
 	idleTimeout time.Duration
+	pollTimeout time.Duration
+	maxMessages int
 	// sent records the id an echo of a message the bot sent would have
 	// (the Runner's MarkSeen), so that a sync transcript of it is never
 	// taken for a Note to Self; nil without a runner.
@@ -182,14 +226,26 @@ func NewPlatform(cfg Config, log *slog.Logger, hc *http.Client) (*Platform, erro
 	if hc == nil {
 		hc = &http.Client{Timeout: 60 * time.Second}
 	}
+	def := DefaultConfig()
+	if cfg.ReceiveMode == "" {
+		cfg.ReceiveMode = def.ReceiveMode
+	}
 	idle := cfg.IdleTimeout
 	if idle <= 0 {
-		idle = DefaultConfig().IdleTimeout
+		idle = def.IdleTimeout
+	}
+	poll := cfg.PollTimeout
+	if poll <= 0 {
+		poll = def.PollTimeout
+	}
+	batch := cfg.MaxMessages
+	if batch <= 0 {
+		batch = def.MaxMessages
 	}
 	stream := *hc
 	stream.Timeout = 0
 	return &Platform{
-		cfg: cfg, log: log.With("platform", "signal"), idleTimeout: idle,
+		cfg: cfg, log: log.With("platform", "signal"), idleTimeout: idle, pollTimeout: poll, maxMessages: batch,
 		client: &client{base: strings.TrimRight(cfg.HTTPURL, "/"), account: cfg.Account, rpc: hc, stream: &stream},
 		rules:  rules{Account: cfg.Account, Groups: platform.IDSet(cfg.AllowedGroups), RequireMention: cfg.RequireMention},
 	}, nil
@@ -198,14 +254,20 @@ func NewPlatform(cfg Config, log *slog.Logger, hc *http.Client) (*Platform, erro
 func (p *Platform) Name() string    { return "signal" }
 func (p *Platform) Account() string { return p.cfg.Account }
 
-// SingleConsumer: one replica reads the account's event stream; two
-// would receive every message twice.
+// SingleConsumer: one replica receives for the account; two event
+// streams would receive every message twice, and signal-cli answers one
+// receive call at a time.
 func (p *Platform) SingleConsumer() bool { return true }
 
-// Ephemeral: signal-cli hands a stream only the messages that arrive
-// while it is open (a daemon that numbers its events may replay those
-// after Last-Event-ID), so the holder keeps its stream through a NATS
-// outage, holding events until the bus takes them.
+// Ephemeral: what the holder received lives only in it until the bus
+// takes it. signal-cli hands a stream only the messages that arrive while
+// it is open (a daemon that numbers its events may replay those after
+// Last-Event-ID), and a receive call's answer is the only copy of the
+// messages it carries (signal-cli acknowledged them to Signal's servers
+// before it answered), so the holder keeps receiving through a NATS
+// outage, holding what it has until the bus takes it; a standby that
+// takes over meanwhile is refused by the daemon while the holder's
+// receive call runs, and polls after it.
 func (p *Platform) Ephemeral() bool { return true }
 
 // maxText is Hermes's limit for one Signal message, in UTF-16 code units.
@@ -221,9 +283,13 @@ func (p *Platform) Capabilities() platform.Capabilities {
 	}
 }
 
-// Connect reads the event stream until ctx ends or it fails.
+// Connect receives until ctx ends or the daemon fails: with receive
+// calls, or from the event stream in sse mode.
 func (p *Platform) Connect(ctx context.Context, conn platform.Conn) error {
-	return p.stream(ctx, conn)
+	if p.cfg.ReceiveMode == ReceiveSSE {
+		return p.stream(ctx, conn)
+	}
+	return p.poll(ctx, conn)
 }
 
 var skipped = promauto.NewCounterVec(prometheus.CounterOpts{

@@ -1,12 +1,15 @@
 // Package signalfake is a fake signal-cli daemon in HTTP mode (`signal-cli
 // daemon --http`) for tests: JSON-RPC 2.0 at POST /api/v1/rpc (send,
-// sendTyping, sendReaction, getAttachment, with signal-cli's answers and
-// error shapes), received messages as Server-Sent Events at GET
-// /api/v1/events (keepalive comments; with SetReplay, as a proposed
+// sendTyping, sendReaction, getAttachment, receive, with signal-cli's
+// answers and error shapes), received messages as Server-Sent Events at
+// GET /api/v1/events (keepalive comments; with SetReplay, as a proposed
 // signal-cli change does, event ids "<start>-<sequence>" and the last
-// 1000 events replayed after a Last-Event-ID), and GET
-// /api/v1/check. Tests push envelopes, inject JSON-RPC errors, drop the
-// event streams and read what the gateway sent.
+// 1000 events replayed after a Last-Event-ID), and GET /api/v1/check.
+// With SetReceiveMode(Manual) it is a daemon started with
+// --receive-mode=manual: messages wait (as on Signal's servers) until a
+// receive call or an event stream takes them. Tests push envelopes,
+// inject JSON-RPC errors, drop the event streams and receive calls and
+// read what the gateway sent.
 package signalfake
 
 import (
@@ -76,6 +79,27 @@ type RPCError struct {
 	Data    any    `json:"data,omitempty"`
 }
 
+// ReceiveMode is signal-cli's daemon --receive-mode.
+type ReceiveMode string
+
+const (
+	// OnStart, signal-cli's default: the daemon receives from the start
+	// and hands each message to the event streams open at the time; a
+	// receive call is refused.
+	OnStart ReceiveMode = "on-start"
+	// Manual: the daemon receives only during a receive call, or while
+	// an event stream is open (which then refuses receive calls);
+	// meanwhile messages wait on Signal's servers.
+	Manual ReceiveMode = "manual"
+)
+
+// AlreadyReceiving is signal-cli's answer to a receive call while it
+// receives on its own (not in manual mode, or an event stream is open)
+// or for another call.
+func AlreadyReceiving() *RPCError {
+	return &RPCError{Code: -1, Message: "Receive command cannot be used if messages are already being received."}
+}
+
 // Sent is a message the account sent.
 type Sent struct {
 	// Chat is the recipient, or "group:<id>".
@@ -117,6 +141,14 @@ type Fake struct {
 	clock       int64
 	keepalive   time.Duration
 	replay      bool
+
+	mode    ReceiveMode
+	pending []event       // manual mode: waiting on Signal's servers
+	wake    chan struct{} // closed when a message arrives
+	dropped chan struct{} // closed by Drop: receive calls in flight fail
+	polls   int           // receive calls taken
+	polling int           // receive calls in flight
+	lost    []string      // messages a receive call took and answered nobody
 }
 
 type client struct {
@@ -133,6 +165,7 @@ func New(account string) *Fake {
 		Account: account, prefix: strconv.FormatInt(time.Now().UnixMilli(), 10) + "-",
 		clients: map[*client]struct{}{}, fail: map[string][]*RPCError{}, reactions: map[string]string{},
 		attachments: map[string][]byte{}, clock: time.Now().UnixMilli(), keepalive: 15 * time.Second,
+		mode: OnStart, wake: make(chan struct{}), dropped: make(chan struct{}),
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/api/v1/rpc", f.rpc)
@@ -174,6 +207,42 @@ func (f *Fake) SetReplay(on bool) {
 	f.mu.Unlock()
 }
 
+// SetReceiveMode sets the daemon's --receive-mode (default OnStart).
+func (f *Fake) SetReceiveMode(m ReceiveMode) {
+	f.mu.Lock()
+	f.mode = m
+	f.mu.Unlock()
+}
+
+// Polls counts the receive calls taken so far.
+func (f *Fake) Polls() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.polls
+}
+
+// Polling counts the receive calls in flight now.
+func (f *Fake) Polling() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.polling
+}
+
+// Pending counts the messages waiting for a receive call (manual mode).
+func (f *Fake) Pending() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.pending)
+}
+
+// Lost returns the messages a receive call took (acknowledged to Signal)
+// and answered to nobody: its caller had gone, or Drop broke it.
+func (f *Fake) Lost() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.lost...)
+}
+
 // Now returns a new message timestamp (milliseconds, each one unique).
 func (f *Fake) Now() int64 {
 	f.mu.Lock()
@@ -192,6 +261,13 @@ func (f *Fake) PushRaw(data string) string {
 	defer f.mu.Unlock()
 	f.seq++
 	ev := event{seq: f.seq, data: data}
+	if f.mode == Manual && len(f.clients) == 0 {
+		// Nobody receives: the message waits on Signal's servers.
+		f.pending = append(f.pending, ev)
+		close(f.wake)
+		f.wake = make(chan struct{})
+		return f.prefix + strconv.FormatInt(ev.seq, 10)
+	}
 	f.events = append(f.events, ev)
 	if len(f.events) > maxEvents {
 		f.events = f.events[1:]
@@ -294,13 +370,16 @@ func firstOf(s ...string) string {
 	return ""
 }
 
-// Drop closes every event stream from the daemon's side.
+// Drop closes every event stream from the daemon's side and breaks the
+// receive calls in flight (their connections close without an answer).
 func (f *Fake) Drop() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for c := range f.clients {
 		c.close()
 	}
+	close(f.dropped)
+	f.dropped = make(chan struct{})
 }
 
 // Connections counts the event streams opened so far.
@@ -434,6 +513,18 @@ func (f *Fake) stream(w http.ResponseWriter, r *http.Request) {
 	last := r.Header.Get("Last-Event-ID")
 	f.mu.Lock()
 	f.connections++
+	// A stream starts the daemon receiving, in manual mode too: what
+	// waited on Signal's servers comes first.
+	for _, ev := range f.pending {
+		f.events = append(f.events, ev)
+		if len(f.events) > maxEvents {
+			f.events = f.events[1:]
+		}
+		if len(c.ch) < cap(c.ch) {
+			c.ch <- ev
+		}
+	}
+	f.pending = nil
 	f.lastEventID = append(f.lastEventID, last)
 	replay := f.replay
 	if _, has := r.Header["Last-Event-Id"]; has && replay {
@@ -535,8 +626,95 @@ func (f *Fake) rpc(w http.ResponseWriter, r *http.Request) {
 		answer(w, req.ID, nil, &RPCError{Code: -32602, Message: "Specified account does not exist"})
 		return
 	}
+	if req.Method == "receive" {
+		result, rerr := f.receive(r, params)
+		answer(w, req.ID, result, rerr)
+		return
+	}
 	result, rerr := f.handle(req.Method, params)
 	answer(w, req.ID, result, rerr)
+}
+
+// receive is signal-cli's receive method (ReceiveCommand, ReceiveHelper):
+// refused unless the daemon is in manual mode with no event stream open
+// and no other call running; it waits up to timeout seconds (default 3;
+// again after each message; negative: no end; 0: answers at once with
+// nothing) and answers the messages it took, at most maxMessages
+// (default -1: no bound). A message taken is gone from the queue: a call
+// whose caller went away, or that Drop broke, loses what it took.
+func (f *Fake) receive(r *http.Request, p map[string]any) (any, *RPCError) {
+	timeout, limit := 3.0, int64(-1)
+	if v, ok := p["timeout"].(json.Number); ok {
+		x, err := v.Float64()
+		if err != nil {
+			return nil, &RPCError{Code: -32602, Message: "timeout must be a number"}
+		}
+		timeout = x
+	}
+	if _, ok := p["maxMessages"]; ok {
+		limit = num(p["maxMessages"])
+	}
+	f.mu.Lock()
+	if f.mode != Manual || len(f.clients) > 0 || f.polling > 0 {
+		f.mu.Unlock()
+		return nil, AlreadyReceiving()
+	}
+	f.polls++
+	f.polling++
+	dropped := f.dropped
+	f.mu.Unlock()
+	defer func() {
+		f.mu.Lock()
+		f.polling--
+		f.mu.Unlock()
+	}()
+
+	var took []string
+	for timeout != 0 && (limit < 0 || int64(len(took)) < limit) {
+		f.mu.Lock()
+		if len(f.pending) > 0 {
+			took = append(took, f.pending[0].data)
+			f.pending = f.pending[1:]
+			f.mu.Unlock()
+			continue
+		}
+		wake := f.wake
+		f.mu.Unlock()
+		var expired <-chan time.Time
+		if timeout > 0 {
+			t := time.NewTimer(time.Duration(timeout * float64(time.Second)))
+			expired = t.C
+			defer t.Stop()
+		}
+		arrived := false
+		select {
+		case <-wake:
+			arrived = true
+		case <-dropped:
+			f.mu.Lock()
+			f.lost = append(f.lost, took...)
+			f.mu.Unlock()
+			panic(http.ErrAbortHandler) // the connection closes without an answer
+		case <-expired:
+		}
+		if !arrived {
+			break
+		}
+	}
+	if r.Context().Err() != nil { // the caller went away: answered to nobody
+		f.mu.Lock()
+		f.lost = append(f.lost, took...)
+		f.mu.Unlock()
+	}
+	out := make([]json.RawMessage, 0, len(took))
+	for _, d := range took {
+		if !json.Valid([]byte(d)) {
+			b, _ := json.Marshal(d)
+			d = string(b)
+		}
+		out = append(out, json.RawMessage(d))
+	}
+	return out, nil
 }
 
 func answer(w http.ResponseWriter, id json.RawMessage, result any, rerr *RPCError) {
