@@ -18,6 +18,7 @@ func init() {
 		"SIGNAL_REQUIRE_MENTION":     "gateways.signal.require_mention",
 		"SIGNAL_REACTIONS":           "gateways.signal.reactions",
 		"SIGNAL_QUOTE_REPLIES":       "gateways.signal.quote_replies",
+		"SIGNAL_RECEIVE_MODE":        "gateways.signal.receive_mode",
 	} {
 		envAliases[env] = key
 	}

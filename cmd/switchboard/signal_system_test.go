@@ -10,12 +10,13 @@ import (
 )
 
 // TestSignalEndToEnd runs the whole system (`switchboard dev`) with the
-// Signal gateway pointed at a fake signal-cli daemon, through the
-// gateway's real HTTP client. A direct message gets its answer (after a
-// typing indicator; the first send is refused for rate limiting and
-// delivery retries it after the wait Signal names), the processing
-// reaction ends as ✅, and the same envelope sent again gets no second
-// answer.
+// Signal gateway pointed at a fake signal-cli daemon in manual receive
+// mode (the gateway's default), through the gateway's real HTTP client.
+// A message sent before the system started waits on the daemon and is
+// answered; a direct message gets its answer (after a typing indicator;
+// the first send is refused for rate limiting and delivery retries it
+// after the wait Signal names), the processing reaction ends as ✅, and
+// the same envelope sent again gets no second answer.
 func TestSignalEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the whole system")
@@ -24,6 +25,9 @@ func TestSignalEndToEnd(t *testing.T) {
 	const account = "+15550000001"
 	f := signalfake.New(account)
 	defer f.Close()
+	f.SetReceiveMode(signalfake.Manual)
+	ann := signalfake.Contact{Number: "+4915112345678", UUID: "a11ce000-0000-4000-8000-000000000042", Name: "Ann"}
+	f.Receive(signalfake.Message{From: ann, Text: "sent before the start"})
 	d := startDev(t, "GATEWAY_ALLOW_ALL_USERS=true", "SIGNAL_HTTP_URL="+f.URL, "SIGNAL_ACCOUNT="+account)
 	defer d.stop(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
@@ -37,7 +41,6 @@ func TestSignalEndToEnd(t *testing.T) {
 			time.Sleep(50 * time.Millisecond)
 		}
 	}
-	ann := signalfake.Contact{Number: "+4915112345678", UUID: "a11ce000-0000-4000-8000-000000000042", Name: "Ann"}
 	answers := func(text string) int {
 		n := 0
 		for _, s := range f.Sent(ann.Number) {
@@ -47,7 +50,7 @@ func TestSignalEndToEnd(t *testing.T) {
 		}
 		return n
 	}
-	waitFor("the event stream", func() bool { return f.Connected() == 1 })
+	waitFor("the message sent before the start answered", func() bool { return answers("echo: sent before the start") == 1 })
 
 	f.FailNext("send", signalfake.RateLimited(ann.Number, 1))
 	first := f.Receive(signalfake.Message{From: ann, Text: "hello signal"})
