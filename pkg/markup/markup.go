@@ -1,7 +1,7 @@
 // Package markup converts the Markdown an agent writes (CommonMark-ish:
 // **bold**, *italic*, `code`, fenced blocks, [links](url), # headings,
 // > quotes, ~~strike~~) into a chat platform's markup: Telegram's
-// MarkdownV2, Slack's mrkdwn or WhatsApp's formatting, escaping
+// MarkdownV2, Slack's mrkdwn, WhatsApp's formatting or plain text, escaping
 // everything else the platform would read as markup (where it can). A marker without a partner on the same line is
 // text. A platform may still reject an odd input; the Telegram gateway
 // then resends the original text without parse mode.
@@ -26,6 +26,9 @@ type Dialect struct {
 	fence func(lang, body string) string
 	// quote starts a quoted line (">" when empty).
 	quote string
+	// plain drops the bold, italic, strike and code markers: the text
+	// shows without formatting.
+	plain bool
 }
 
 // markdownPunct are the characters Markdown lets a backslash escape
@@ -100,14 +103,32 @@ var WhatsApp = Dialect{
 	escape:  func(b *strings.Builder, c byte) { b.WriteByte(c) },
 	literal: func(b *strings.Builder, c byte) { b.WriteByte(c) },
 	code:    func(s string) string { return s },
-	link: func(text, url string) string {
-		if text == url {
-			return url
-		}
-		return text + " (" + url + ")"
-	},
-	fence: func(_, body string) string { return "```\n" + body + "\n```" },
-	quote: "> ",
+	link:    textLink,
+	fence:   func(_, body string) string { return "```\n" + body + "\n```" },
+	quote:   "> ",
+}
+
+// Plain is text without markup, for platforms that show none (email's
+// text/plain): emphasis and code markers are dropped, a heading is its
+// text, a link is "text (url)" or the address alone when that is its
+// text, a fenced block is its body and quotes stay "> " lines.
+var Plain = Dialect{
+	escape:  func(b *strings.Builder, c byte) { b.WriteByte(c) },
+	literal: func(b *strings.Builder, c byte) { b.WriteByte(c) },
+	code:    func(s string) string { return s },
+	link:    textLink,
+	fence:   func(_, body string) string { return body },
+	quote:   "> ",
+	plain:   true,
+}
+
+// textLink shows a link as "text (url)", or the address alone when that
+// is its text.
+func textLink(text, url string) string {
+	if text == url {
+		return url
+	}
+	return text + " (" + url + ")"
 }
 
 func slackEscape(b *strings.Builder, c byte) {
@@ -169,6 +190,9 @@ func (d Dialect) line(line string) string {
 		if inner == "" {
 			return ""
 		}
+		if d.plain {
+			return d.inline(inner, "")
+		}
 		return "*" + d.inline(inner, "*") + "*"
 	}
 	if strings.HasPrefix(trimmed, ">") {
@@ -200,7 +224,11 @@ func (d Dialect) inline(s, inside string) string {
 			continue
 		case c == '`':
 			if end := strings.IndexByte(s[i+1:], '`'); end > 0 {
-				b.WriteString("`" + d.code(s[i+1:i+1+end]) + "`")
+				if d.plain {
+					b.WriteString(d.code(s[i+1 : i+1+end]))
+				} else {
+					b.WriteString("`" + d.code(s[i+1:i+1+end]) + "`")
+				}
 				i += end + 2
 				continue
 			}
@@ -245,7 +273,11 @@ func (d Dialect) span(b *strings.Builder, s string, i *int, inside string) bool 
 		if sp.md == "*" && strings.HasPrefix(s[closeAt:], "**") {
 			continue
 		}
-		b.WriteString(sp.to + d.inline(s[start:closeAt], inside+sp.to) + sp.to)
+		if d.plain {
+			b.WriteString(d.inline(s[start:closeAt], inside+sp.to))
+		} else {
+			b.WriteString(sp.to + d.inline(s[start:closeAt], inside+sp.to) + sp.to)
+		}
 		*i = closeAt + len(sp.md)
 		return true
 	}

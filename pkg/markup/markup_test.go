@@ -88,6 +88,28 @@ func TestWhatsApp(t *testing.T) {
 	}
 }
 
+func TestPlain(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ in, want string }{
+		{"**bold** and *it*", "bold and it"},
+		{"__bold__ ~~gone~~", "bold gone"},
+		{"# Title", "Title"},
+		{"### A & B", "A & B"},
+		{"> quoted <here>", "> quoted <here>"},
+		{"[docs](https://x.io/?a=1&b=2)", "docs (https://x.io/?a=1&b=2)"},
+		{"[https://x.io](https://x.io)", "https://x.io"},
+		{"snake_case_name 2 * 3", "snake_case_name 2 * 3"},
+		{"`a*b_c` runs", "a*b_c runs"},
+		{"```go\nif a < b {}\n```", "if a < b {}"},
+		{`\*not italic\*`, "*not italic*"},
+		{"- item one\n- item two", "- item one\n- item two"},
+	} {
+		if got := Plain.Convert(c.in); got != c.want {
+			t.Errorf("Convert(%q) = %q, want %q", c.in, got, c.want)
+		}
+	}
+}
+
 func FuzzEscape(f *testing.F) {
 	for _, s := range []string{"a.b", "x_y*z", "[a](b)", "\\", "`"} {
 		f.Add(s)
