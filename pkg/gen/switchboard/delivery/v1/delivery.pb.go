@@ -379,8 +379,12 @@ type SendRequested struct {
 	// Those of input_message_ids the gateway leaves without a processing
 	// reaction (MessageReceived.no_reaction); empty for most.
 	NoReactionMessageIds []string `protobuf:"bytes,18,rep,name=no_reaction_message_ids,json=noReactionMessageIds,proto3" json:"no_reaction_message_ids,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// Set on an approval prompt (Hermes's "Dangerous command requires
+	// approval" text): a gateway that renders buttons attaches one per
+	// choice under the text; others send the text, which says what to type.
+	Approval      *Approval `protobuf:"bytes,19,opt,name=approval,proto3" json:"approval,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SendRequested) Reset() {
@@ -539,6 +543,73 @@ func (x *SendRequested) GetNoReactionMessageIds() []string {
 	return nil
 }
 
+func (x *SendRequested) GetApproval() *Approval {
+	if x != nil {
+		return x.Approval
+	}
+	return nil
+}
+
+// Approval is what a gateway needs to render an approval prompt's
+// buttons. A press is published as the typed command it stands for
+// (MessageReceived.button_press).
+type Approval struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The answers offered, in order: "once", "session", "always", "deny"
+	// (/approve, /approve session, /approve always, /deny).
+	Choices []string `protobuf:"bytes,1,rep,name=choices,proto3" json:"choices,omitempty"`
+	// The tool call the prompt asks about: a press carries it back
+	// (ButtonPress.tool_call_id) where the platform's button payload has
+	// room, so an old prompt's button cannot answer a newer call.
+	ToolCallId    string `protobuf:"bytes,2,opt,name=tool_call_id,json=toolCallId,proto3" json:"tool_call_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Approval) Reset() {
+	*x = Approval{}
+	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Approval) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Approval) ProtoMessage() {}
+
+func (x *Approval) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Approval.ProtoReflect.Descriptor instead.
+func (*Approval) Descriptor() ([]byte, []int) {
+	return file_switchboard_delivery_v1_delivery_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *Approval) GetChoices() []string {
+	if x != nil {
+		return x.Choices
+	}
+	return nil
+}
+
+func (x *Approval) GetToolCallId() string {
+	if x != nil {
+		return x.ToolCallId
+	}
+	return ""
+}
+
 // ToolStep is a step of a tool call the agent makes (the reply event's
 // ToolProgress, as a gateway gets it).
 type ToolStep struct {
@@ -556,7 +627,7 @@ type ToolStep struct {
 
 func (x *ToolStep) Reset() {
 	*x = ToolStep{}
-	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[2]
+	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -568,7 +639,7 @@ func (x *ToolStep) String() string {
 func (*ToolStep) ProtoMessage() {}
 
 func (x *ToolStep) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[2]
+	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -581,7 +652,7 @@ func (x *ToolStep) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolStep.ProtoReflect.Descriptor instead.
 func (*ToolStep) Descriptor() ([]byte, []int) {
-	return file_switchboard_delivery_v1_delivery_proto_rawDescGZIP(), []int{2}
+	return file_switchboard_delivery_v1_delivery_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ToolStep) GetToolCallId() string {
@@ -624,7 +695,7 @@ type TokenUsage struct {
 
 func (x *TokenUsage) Reset() {
 	*x = TokenUsage{}
-	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[3]
+	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -636,7 +707,7 @@ func (x *TokenUsage) String() string {
 func (*TokenUsage) ProtoMessage() {}
 
 func (x *TokenUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[3]
+	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -649,7 +720,7 @@ func (x *TokenUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenUsage.ProtoReflect.Descriptor instead.
 func (*TokenUsage) Descriptor() ([]byte, []int) {
-	return file_switchboard_delivery_v1_delivery_proto_rawDescGZIP(), []int{3}
+	return file_switchboard_delivery_v1_delivery_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *TokenUsage) GetPromptTokens() int64 {
@@ -683,7 +754,7 @@ type HopTimes struct {
 
 func (x *HopTimes) Reset() {
 	*x = HopTimes{}
-	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[4]
+	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -695,7 +766,7 @@ func (x *HopTimes) String() string {
 func (*HopTimes) ProtoMessage() {}
 
 func (x *HopTimes) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[4]
+	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -708,7 +779,7 @@ func (x *HopTimes) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HopTimes.ProtoReflect.Descriptor instead.
 func (*HopTimes) Descriptor() ([]byte, []int) {
-	return file_switchboard_delivery_v1_delivery_proto_rawDescGZIP(), []int{4}
+	return file_switchboard_delivery_v1_delivery_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *HopTimes) GetTurnRequestedAt() *timestamppb.Timestamp {
@@ -750,7 +821,7 @@ type SendReceipt struct {
 
 func (x *SendReceipt) Reset() {
 	*x = SendReceipt{}
-	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[5]
+	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -762,7 +833,7 @@ func (x *SendReceipt) String() string {
 func (*SendReceipt) ProtoMessage() {}
 
 func (x *SendReceipt) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[5]
+	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -775,7 +846,7 @@ func (x *SendReceipt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendReceipt.ProtoReflect.Descriptor instead.
 func (*SendReceipt) Descriptor() ([]byte, []int) {
-	return file_switchboard_delivery_v1_delivery_proto_rawDescGZIP(), []int{5}
+	return file_switchboard_delivery_v1_delivery_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *SendReceipt) GetIdempotencyKey() string {
@@ -851,7 +922,7 @@ type SendRequest struct {
 
 func (x *SendRequest) Reset() {
 	*x = SendRequest{}
-	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[6]
+	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -863,7 +934,7 @@ func (x *SendRequest) String() string {
 func (*SendRequest) ProtoMessage() {}
 
 func (x *SendRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[6]
+	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -876,7 +947,7 @@ func (x *SendRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendRequest.ProtoReflect.Descriptor instead.
 func (*SendRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_delivery_v1_delivery_proto_rawDescGZIP(), []int{6}
+	return file_switchboard_delivery_v1_delivery_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *SendRequest) GetTarget() string {
@@ -925,7 +996,7 @@ type SendResponse struct {
 
 func (x *SendResponse) Reset() {
 	*x = SendResponse{}
-	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[7]
+	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -937,7 +1008,7 @@ func (x *SendResponse) String() string {
 func (*SendResponse) ProtoMessage() {}
 
 func (x *SendResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[7]
+	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -950,7 +1021,7 @@ func (x *SendResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendResponse.ProtoReflect.Descriptor instead.
 func (*SendResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_delivery_v1_delivery_proto_rawDescGZIP(), []int{7}
+	return file_switchboard_delivery_v1_delivery_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *SendResponse) GetDeliveryId() string {
@@ -993,7 +1064,7 @@ type Delivery struct {
 
 func (x *Delivery) Reset() {
 	*x = Delivery{}
-	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[8]
+	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1005,7 +1076,7 @@ func (x *Delivery) String() string {
 func (*Delivery) ProtoMessage() {}
 
 func (x *Delivery) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[8]
+	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1018,7 +1089,7 @@ func (x *Delivery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Delivery.ProtoReflect.Descriptor instead.
 func (*Delivery) Descriptor() ([]byte, []int) {
-	return file_switchboard_delivery_v1_delivery_proto_rawDescGZIP(), []int{8}
+	return file_switchboard_delivery_v1_delivery_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Delivery) GetId() string {
@@ -1101,7 +1172,7 @@ const file_switchboard_delivery_v1_delivery_proto_rawDesc = "" +
 	"\aaccount\x18\x02 \x01(\tR\aaccount\x12\x17\n" +
 	"\achat_id\x18\x03 \x01(\tR\x06chatId\x12\x1b\n" +
 	"\tthread_id\x18\x04 \x01(\tR\bthreadId\x12-\n" +
-	"\x13reply_to_message_id\x18\x05 \x01(\tR\x10replyToMessageId\"\xa6\x06\n" +
+	"\x13reply_to_message_id\x18\x05 \x01(\tR\x10replyToMessageId\"\xe5\x06\n" +
 	"\rSendRequested\x12'\n" +
 	"\x0fidempotency_key\x18\x01 \x01(\tR\x0eidempotencyKey\x12/\n" +
 	"\x02op\x18\x02 \x01(\x0e2\x1f.switchboard.delivery.v1.SendOpR\x02op\x127\n" +
@@ -1126,7 +1197,12 @@ const file_switchboard_delivery_v1_delivery_proto_rawDesc = "" +
 	"\thop_times\x18\x0f \x01(\v2!.switchboard.delivery.v1.HopTimesR\bhopTimes\x129\n" +
 	"\x05usage\x18\x10 \x01(\v2#.switchboard.delivery.v1.TokenUsageR\x05usage\x12>\n" +
 	"\ttool_step\x18\x11 \x01(\v2!.switchboard.delivery.v1.ToolStepR\btoolStep\x125\n" +
-	"\x17no_reaction_message_ids\x18\x12 \x03(\tR\x14noReactionMessageIds\"w\n" +
+	"\x17no_reaction_message_ids\x18\x12 \x03(\tR\x14noReactionMessageIds\x12=\n" +
+	"\bapproval\x18\x13 \x01(\v2!.switchboard.delivery.v1.ApprovalR\bapproval\"F\n" +
+	"\bApproval\x12\x18\n" +
+	"\achoices\x18\x01 \x03(\tR\achoices\x12 \n" +
+	"\ftool_call_id\x18\x02 \x01(\tR\n" +
+	"toolCallId\"w\n" +
 	"\bToolStep\x12 \n" +
 	"\ftool_call_id\x18\x01 \x01(\tR\n" +
 	"toolCallId\x12\x1b\n" +
@@ -1221,7 +1297,7 @@ func file_switchboard_delivery_v1_delivery_proto_rawDescGZIP() []byte {
 }
 
 var file_switchboard_delivery_v1_delivery_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_switchboard_delivery_v1_delivery_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_switchboard_delivery_v1_delivery_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_switchboard_delivery_v1_delivery_proto_goTypes = []any{
 	(SendOp)(0),                   // 0: switchboard.delivery.v1.SendOp
 	(TextFormat)(0),               // 1: switchboard.delivery.v1.TextFormat
@@ -1229,44 +1305,46 @@ var file_switchboard_delivery_v1_delivery_proto_goTypes = []any{
 	(DeliveryState)(0),            // 3: switchboard.delivery.v1.DeliveryState
 	(*Target)(nil),                // 4: switchboard.delivery.v1.Target
 	(*SendRequested)(nil),         // 5: switchboard.delivery.v1.SendRequested
-	(*ToolStep)(nil),              // 6: switchboard.delivery.v1.ToolStep
-	(*TokenUsage)(nil),            // 7: switchboard.delivery.v1.TokenUsage
-	(*HopTimes)(nil),              // 8: switchboard.delivery.v1.HopTimes
-	(*SendReceipt)(nil),           // 9: switchboard.delivery.v1.SendReceipt
-	(*SendRequest)(nil),           // 10: switchboard.delivery.v1.SendRequest
-	(*SendResponse)(nil),          // 11: switchboard.delivery.v1.SendResponse
-	(*Delivery)(nil),              // 12: switchboard.delivery.v1.Delivery
-	(*v1.Attachment)(nil),         // 13: switchboard.events.v1.Attachment
-	(*timestamppb.Timestamp)(nil), // 14: google.protobuf.Timestamp
+	(*Approval)(nil),              // 6: switchboard.delivery.v1.Approval
+	(*ToolStep)(nil),              // 7: switchboard.delivery.v1.ToolStep
+	(*TokenUsage)(nil),            // 8: switchboard.delivery.v1.TokenUsage
+	(*HopTimes)(nil),              // 9: switchboard.delivery.v1.HopTimes
+	(*SendReceipt)(nil),           // 10: switchboard.delivery.v1.SendReceipt
+	(*SendRequest)(nil),           // 11: switchboard.delivery.v1.SendRequest
+	(*SendResponse)(nil),          // 12: switchboard.delivery.v1.SendResponse
+	(*Delivery)(nil),              // 13: switchboard.delivery.v1.Delivery
+	(*v1.Attachment)(nil),         // 14: switchboard.events.v1.Attachment
+	(*timestamppb.Timestamp)(nil), // 15: google.protobuf.Timestamp
 }
 var file_switchboard_delivery_v1_delivery_proto_depIdxs = []int32{
 	0,  // 0: switchboard.delivery.v1.SendRequested.op:type_name -> switchboard.delivery.v1.SendOp
 	4,  // 1: switchboard.delivery.v1.SendRequested.target:type_name -> switchboard.delivery.v1.Target
 	1,  // 2: switchboard.delivery.v1.SendRequested.format:type_name -> switchboard.delivery.v1.TextFormat
-	13, // 3: switchboard.delivery.v1.SendRequested.attachments:type_name -> switchboard.events.v1.Attachment
-	8,  // 4: switchboard.delivery.v1.SendRequested.hop_times:type_name -> switchboard.delivery.v1.HopTimes
-	7,  // 5: switchboard.delivery.v1.SendRequested.usage:type_name -> switchboard.delivery.v1.TokenUsage
-	6,  // 6: switchboard.delivery.v1.SendRequested.tool_step:type_name -> switchboard.delivery.v1.ToolStep
-	14, // 7: switchboard.delivery.v1.HopTimes.turn_requested_at:type_name -> google.protobuf.Timestamp
-	14, // 8: switchboard.delivery.v1.HopTimes.reply_created_at:type_name -> google.protobuf.Timestamp
-	14, // 9: switchboard.delivery.v1.HopTimes.dispatched_at:type_name -> google.protobuf.Timestamp
-	2,  // 10: switchboard.delivery.v1.SendReceipt.error_class:type_name -> switchboard.delivery.v1.ErrorClass
-	14, // 11: switchboard.delivery.v1.SendReceipt.sent_at:type_name -> google.protobuf.Timestamp
-	13, // 12: switchboard.delivery.v1.SendRequest.attachments:type_name -> switchboard.events.v1.Attachment
-	1,  // 13: switchboard.delivery.v1.SendRequest.format:type_name -> switchboard.delivery.v1.TextFormat
-	3,  // 14: switchboard.delivery.v1.SendResponse.state:type_name -> switchboard.delivery.v1.DeliveryState
-	4,  // 15: switchboard.delivery.v1.SendResponse.resolved_target:type_name -> switchboard.delivery.v1.Target
-	3,  // 16: switchboard.delivery.v1.Delivery.state:type_name -> switchboard.delivery.v1.DeliveryState
-	4,  // 17: switchboard.delivery.v1.Delivery.target:type_name -> switchboard.delivery.v1.Target
-	14, // 18: switchboard.delivery.v1.Delivery.created_at:type_name -> google.protobuf.Timestamp
-	14, // 19: switchboard.delivery.v1.Delivery.updated_at:type_name -> google.protobuf.Timestamp
-	10, // 20: switchboard.delivery.v1.DeliveryService.Send:input_type -> switchboard.delivery.v1.SendRequest
-	11, // 21: switchboard.delivery.v1.DeliveryService.Send:output_type -> switchboard.delivery.v1.SendResponse
-	21, // [21:22] is the sub-list for method output_type
-	20, // [20:21] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	14, // 3: switchboard.delivery.v1.SendRequested.attachments:type_name -> switchboard.events.v1.Attachment
+	9,  // 4: switchboard.delivery.v1.SendRequested.hop_times:type_name -> switchboard.delivery.v1.HopTimes
+	8,  // 5: switchboard.delivery.v1.SendRequested.usage:type_name -> switchboard.delivery.v1.TokenUsage
+	7,  // 6: switchboard.delivery.v1.SendRequested.tool_step:type_name -> switchboard.delivery.v1.ToolStep
+	6,  // 7: switchboard.delivery.v1.SendRequested.approval:type_name -> switchboard.delivery.v1.Approval
+	15, // 8: switchboard.delivery.v1.HopTimes.turn_requested_at:type_name -> google.protobuf.Timestamp
+	15, // 9: switchboard.delivery.v1.HopTimes.reply_created_at:type_name -> google.protobuf.Timestamp
+	15, // 10: switchboard.delivery.v1.HopTimes.dispatched_at:type_name -> google.protobuf.Timestamp
+	2,  // 11: switchboard.delivery.v1.SendReceipt.error_class:type_name -> switchboard.delivery.v1.ErrorClass
+	15, // 12: switchboard.delivery.v1.SendReceipt.sent_at:type_name -> google.protobuf.Timestamp
+	14, // 13: switchboard.delivery.v1.SendRequest.attachments:type_name -> switchboard.events.v1.Attachment
+	1,  // 14: switchboard.delivery.v1.SendRequest.format:type_name -> switchboard.delivery.v1.TextFormat
+	3,  // 15: switchboard.delivery.v1.SendResponse.state:type_name -> switchboard.delivery.v1.DeliveryState
+	4,  // 16: switchboard.delivery.v1.SendResponse.resolved_target:type_name -> switchboard.delivery.v1.Target
+	3,  // 17: switchboard.delivery.v1.Delivery.state:type_name -> switchboard.delivery.v1.DeliveryState
+	4,  // 18: switchboard.delivery.v1.Delivery.target:type_name -> switchboard.delivery.v1.Target
+	15, // 19: switchboard.delivery.v1.Delivery.created_at:type_name -> google.protobuf.Timestamp
+	15, // 20: switchboard.delivery.v1.Delivery.updated_at:type_name -> google.protobuf.Timestamp
+	11, // 21: switchboard.delivery.v1.DeliveryService.Send:input_type -> switchboard.delivery.v1.SendRequest
+	12, // 22: switchboard.delivery.v1.DeliveryService.Send:output_type -> switchboard.delivery.v1.SendResponse
+	22, // [22:23] is the sub-list for method output_type
+	21, // [21:22] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_switchboard_delivery_v1_delivery_proto_init() }
@@ -1280,7 +1358,7 @@ func file_switchboard_delivery_v1_delivery_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_switchboard_delivery_v1_delivery_proto_rawDesc), len(file_switchboard_delivery_v1_delivery_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   9,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -743,7 +743,11 @@ type MessageReceived struct {
 	// when the router creates the session, its transcript starts as a copy
 	// of that conversation up to and including the turn named. Ignored for
 	// a session that exists already.
-	ForkFrom      *ForkFrom `protobuf:"bytes,19,opt,name=fork_from,json=forkFrom,proto3" json:"fork_from,omitempty"`
+	ForkFrom *ForkFrom `protobuf:"bytes,19,opt,name=fork_from,json=forkFrom,proto3" json:"fork_from,omitempty"`
+	// Set when the message is the press of a button the gateway rendered
+	// (an approval prompt's): text is the typed command the button stands
+	// for ("/approve", "/approve session", "/approve always", "/deny").
+	ButtonPress   *ButtonPress `protobuf:"bytes,20,opt,name=button_press,json=buttonPress,proto3" json:"button_press,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -911,6 +915,70 @@ func (x *MessageReceived) GetForkFrom() *ForkFrom {
 	return nil
 }
 
+func (x *MessageReceived) GetButtonPress() *ButtonPress {
+	if x != nil {
+		return x.ButtonPress
+	}
+	return nil
+}
+
+// ButtonPress is a press of one of an approval prompt's buttons.
+type ButtonPress struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The platform message that carries the buttons: the router's answer
+	// replaces its text (and its buttons).
+	MessageId string `protobuf:"bytes,1,opt,name=message_id,json=messageId,proto3" json:"message_id,omitempty"`
+	// The tool call the prompt asked about (Approval.tool_call_id); empty
+	// when the platform's payload had no room for it.
+	ToolCallId    string `protobuf:"bytes,2,opt,name=tool_call_id,json=toolCallId,proto3" json:"tool_call_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ButtonPress) Reset() {
+	*x = ButtonPress{}
+	mi := &file_switchboard_events_v1_events_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ButtonPress) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ButtonPress) ProtoMessage() {}
+
+func (x *ButtonPress) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_events_v1_events_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ButtonPress.ProtoReflect.Descriptor instead.
+func (*ButtonPress) Descriptor() ([]byte, []int) {
+	return file_switchboard_events_v1_events_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *ButtonPress) GetMessageId() string {
+	if x != nil {
+		return x.MessageId
+	}
+	return ""
+}
+
+func (x *ButtonPress) GetToolCallId() string {
+	if x != nil {
+		return x.ToolCallId
+	}
+	return ""
+}
+
 // ForkFrom names the point of a conversation a new session starts from.
 type ForkFrom struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -926,7 +994,7 @@ type ForkFrom struct {
 
 func (x *ForkFrom) Reset() {
 	*x = ForkFrom{}
-	mi := &file_switchboard_events_v1_events_proto_msgTypes[7]
+	mi := &file_switchboard_events_v1_events_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -938,7 +1006,7 @@ func (x *ForkFrom) String() string {
 func (*ForkFrom) ProtoMessage() {}
 
 func (x *ForkFrom) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_events_v1_events_proto_msgTypes[7]
+	mi := &file_switchboard_events_v1_events_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -951,7 +1019,7 @@ func (x *ForkFrom) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForkFrom.ProtoReflect.Descriptor instead.
 func (*ForkFrom) Descriptor() ([]byte, []int) {
-	return file_switchboard_events_v1_events_proto_rawDescGZIP(), []int{7}
+	return file_switchboard_events_v1_events_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ForkFrom) GetSessionKey() string {
@@ -983,7 +1051,7 @@ type ReplyRoute struct {
 
 func (x *ReplyRoute) Reset() {
 	*x = ReplyRoute{}
-	mi := &file_switchboard_events_v1_events_proto_msgTypes[8]
+	mi := &file_switchboard_events_v1_events_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -995,7 +1063,7 @@ func (x *ReplyRoute) String() string {
 func (*ReplyRoute) ProtoMessage() {}
 
 func (x *ReplyRoute) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_events_v1_events_proto_msgTypes[8]
+	mi := &file_switchboard_events_v1_events_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1008,7 +1076,7 @@ func (x *ReplyRoute) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplyRoute.ProtoReflect.Descriptor instead.
 func (*ReplyRoute) Descriptor() ([]byte, []int) {
-	return file_switchboard_events_v1_events_proto_rawDescGZIP(), []int{8}
+	return file_switchboard_events_v1_events_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ReplyRoute) GetPlatform() string {
@@ -1108,7 +1176,7 @@ const file_switchboard_events_v1_events_proto_rawDesc = "" +
 	"\bfrom_bot\x18\x04 \x01(\bR\afromBot\">\n" +
 	"\x0eContextMessage\x12\x12\n" +
 	"\x04role\x18\x01 \x01(\tR\x04role\x12\x18\n" +
-	"\acontent\x18\x02 \x01(\tR\acontent\"\x88\a\n" +
+	"\acontent\x18\x02 \x01(\tR\acontent\"\xcf\a\n" +
 	"\x0fMessageReceived\x12\x19\n" +
 	"\bevent_id\x18\x01 \x01(\tR\aeventId\x12\x1d\n" +
 	"\n" +
@@ -1134,7 +1202,13 @@ const file_switchboard_events_v1_events_proto_rawDesc = "" +
 	"\x0emedia_group_id\x18\x11 \x01(\tR\fmediaGroupId\x12\x1f\n" +
 	"\vno_reaction\x18\x12 \x01(\bR\n" +
 	"noReaction\x12<\n" +
-	"\tfork_from\x18\x13 \x01(\v2\x1f.switchboard.events.v1.ForkFromR\bforkFrom\"D\n" +
+	"\tfork_from\x18\x13 \x01(\v2\x1f.switchboard.events.v1.ForkFromR\bforkFrom\x12E\n" +
+	"\fbutton_press\x18\x14 \x01(\v2\".switchboard.events.v1.ButtonPressR\vbuttonPress\"N\n" +
+	"\vButtonPress\x12\x1d\n" +
+	"\n" +
+	"message_id\x18\x01 \x01(\tR\tmessageId\x12 \n" +
+	"\ftool_call_id\x18\x02 \x01(\tR\n" +
+	"toolCallId\"D\n" +
 	"\bForkFrom\x12\x1f\n" +
 	"\vsession_key\x18\x01 \x01(\tR\n" +
 	"sessionKey\x12\x17\n" +
@@ -1169,7 +1243,7 @@ func file_switchboard_events_v1_events_proto_rawDescGZIP() []byte {
 }
 
 var file_switchboard_events_v1_events_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_switchboard_events_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_switchboard_events_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_switchboard_events_v1_events_proto_goTypes = []any{
 	(AttachmentKind)(0),              // 0: switchboard.events.v1.AttachmentKind
 	(*SessionSource)(nil),            // 1: switchboard.events.v1.SessionSource
@@ -1179,9 +1253,10 @@ var file_switchboard_events_v1_events_proto_goTypes = []any{
 	(*ReplyTo)(nil),                  // 5: switchboard.events.v1.ReplyTo
 	(*ContextMessage)(nil),           // 6: switchboard.events.v1.ContextMessage
 	(*MessageReceived)(nil),          // 7: switchboard.events.v1.MessageReceived
-	(*ForkFrom)(nil),                 // 8: switchboard.events.v1.ForkFrom
-	(*ReplyRoute)(nil),               // 9: switchboard.events.v1.ReplyRoute
-	(*timestamppb.Timestamp)(nil),    // 10: google.protobuf.Timestamp
+	(*ButtonPress)(nil),              // 8: switchboard.events.v1.ButtonPress
+	(*ForkFrom)(nil),                 // 9: switchboard.events.v1.ForkFrom
+	(*ReplyRoute)(nil),               // 10: switchboard.events.v1.ReplyRoute
+	(*timestamppb.Timestamp)(nil),    // 11: google.protobuf.Timestamp
 }
 var file_switchboard_events_v1_events_proto_depIdxs = []int32{
 	0,  // 0: switchboard.events.v1.Attachment.kind:type_name -> switchboard.events.v1.AttachmentKind
@@ -1189,16 +1264,17 @@ var file_switchboard_events_v1_events_proto_depIdxs = []int32{
 	1,  // 2: switchboard.events.v1.MessageReceived.source:type_name -> switchboard.events.v1.SessionSource
 	2,  // 3: switchboard.events.v1.MessageReceived.attachments:type_name -> switchboard.events.v1.Attachment
 	5,  // 4: switchboard.events.v1.MessageReceived.reply_to:type_name -> switchboard.events.v1.ReplyTo
-	10, // 5: switchboard.events.v1.MessageReceived.sent_at:type_name -> google.protobuf.Timestamp
-	10, // 6: switchboard.events.v1.MessageReceived.received_at:type_name -> google.protobuf.Timestamp
+	11, // 5: switchboard.events.v1.MessageReceived.sent_at:type_name -> google.protobuf.Timestamp
+	11, // 6: switchboard.events.v1.MessageReceived.received_at:type_name -> google.protobuf.Timestamp
 	6,  // 7: switchboard.events.v1.MessageReceived.context:type_name -> switchboard.events.v1.ContextMessage
-	9,  // 8: switchboard.events.v1.MessageReceived.reply_route:type_name -> switchboard.events.v1.ReplyRoute
-	8,  // 9: switchboard.events.v1.MessageReceived.fork_from:type_name -> switchboard.events.v1.ForkFrom
-	10, // [10:10] is the sub-list for method output_type
-	10, // [10:10] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	10, // 8: switchboard.events.v1.MessageReceived.reply_route:type_name -> switchboard.events.v1.ReplyRoute
+	9,  // 9: switchboard.events.v1.MessageReceived.fork_from:type_name -> switchboard.events.v1.ForkFrom
+	8,  // 10: switchboard.events.v1.MessageReceived.button_press:type_name -> switchboard.events.v1.ButtonPress
+	11, // [11:11] is the sub-list for method output_type
+	11, // [11:11] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_switchboard_events_v1_events_proto_init() }
@@ -1216,7 +1292,7 @@ func file_switchboard_events_v1_events_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_switchboard_events_v1_events_proto_rawDesc), len(file_switchboard_events_v1_events_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   9,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -698,11 +698,15 @@ func (x *Typing) GetActive() bool {
 // Notice is a system message to the user that is not the agent's answer
 // (command replies, busy acknowledgements, pairing codes, reset notices).
 type Notice struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Text          string                 `protobuf:"bytes,1,opt,name=text,proto3" json:"text,omitempty"`
-	Kind          string                 `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Text  string                 `protobuf:"bytes,1,opt,name=text,proto3" json:"text,omitempty"`
+	Kind  string                 `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	// The platform message whose text the notice replaces (an approval
+	// prompt whose button was pressed, ButtonPress.message_id): delivery
+	// edits it, which takes its buttons off, instead of sending a message.
+	ReplacesMessageId string `protobuf:"bytes,3,opt,name=replaces_message_id,json=replacesMessageId,proto3" json:"replaces_message_id,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *Notice) Reset() {
@@ -745,6 +749,13 @@ func (x *Notice) GetText() string {
 func (x *Notice) GetKind() string {
 	if x != nil {
 		return x.Kind
+	}
+	return ""
+}
+
+func (x *Notice) GetReplacesMessageId() string {
+	if x != nil {
+		return x.ReplacesMessageId
 	}
 	return ""
 }
@@ -806,10 +817,11 @@ const file_switchboard_replies_v1_replies_proto_rawDesc = "" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\" \n" +
 	"\x06Typing\x12\x16\n" +
-	"\x06active\x18\x01 \x01(\bR\x06active\"0\n" +
+	"\x06active\x18\x01 \x01(\bR\x06active\"`\n" +
 	"\x06Notice\x12\x12\n" +
 	"\x04text\x18\x01 \x01(\tR\x04text\x12\x12\n" +
-	"\x04kind\x18\x02 \x01(\tR\x04kind*\x91\x01\n" +
+	"\x04kind\x18\x02 \x01(\tR\x04kind\x12.\n" +
+	"\x13replaces_message_id\x18\x03 \x01(\tR\x11replacesMessageId*\x91\x01\n" +
 	"\tToolPhase\x12\x1a\n" +
 	"\x16TOOL_PHASE_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12TOOL_PHASE_STARTED\x10\x01\x12\x17\n" +

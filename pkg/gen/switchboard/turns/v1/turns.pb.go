@@ -327,7 +327,11 @@ type TurnControlRequested struct {
 	Action ControlAction `protobuf:"varint,3,opt,name=action,proto3,enum=switchboard.turns.v1.ControlAction" json:"action,omitempty"`
 	Text   string        `protobuf:"bytes,4,opt,name=text,proto3" json:"text,omitempty"`
 	// The event that caused it (for tracing and acknowledgement).
-	EventId       string `protobuf:"bytes,5,opt,name=event_id,json=eventId,proto3" json:"event_id,omitempty"`
+	EventId string `protobuf:"bytes,5,opt,name=event_id,json=eventId,proto3" json:"event_id,omitempty"`
+	// APPROVE and DENY: the tool call the answer is for (a pressed
+	// button's, ButtonPress.tool_call_id); the turn declines it when
+	// another call waits. Empty: whatever call waits (a typed command).
+	ToolCallId    string `protobuf:"bytes,6,opt,name=tool_call_id,json=toolCallId,proto3" json:"tool_call_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -393,6 +397,13 @@ func (x *TurnControlRequested) GetText() string {
 func (x *TurnControlRequested) GetEventId() string {
 	if x != nil {
 		return x.EventId
+	}
+	return ""
+}
+
+func (x *TurnControlRequested) GetToolCallId() string {
+	if x != nil {
+		return x.ToolCallId
 	}
 	return ""
 }
@@ -740,14 +751,16 @@ const file_switchboard_turns_v1_turns_proto_rawDesc = "" +
 	"replyRoute\x12\x1e\n" +
 	"\vlock_ttl_ms\x18\r \x01(\x03R\tlockTtlMs\x12 \n" +
 	"\fgrant_ttl_ms\x18\x0e \x01(\x03R\n" +
-	"grantTtlMs\"\xbc\x01\n" +
+	"grantTtlMs\"\xde\x01\n" +
 	"\x14TurnControlRequested\x12\x1f\n" +
 	"\vsession_key\x18\x01 \x01(\tR\n" +
 	"sessionKey\x12\x17\n" +
 	"\aturn_id\x18\x02 \x01(\tR\x06turnId\x12;\n" +
 	"\x06action\x18\x03 \x01(\x0e2#.switchboard.turns.v1.ControlActionR\x06action\x12\x12\n" +
 	"\x04text\x18\x04 \x01(\tR\x04text\x12\x19\n" +
-	"\bevent_id\x18\x05 \x01(\tR\aeventId\"\xd9\x01\n" +
+	"\bevent_id\x18\x05 \x01(\tR\aeventId\x12 \n" +
+	"\ftool_call_id\x18\x06 \x01(\tR\n" +
+	"toolCallId\"\xd9\x01\n" +
 	"\vTurnStarted\x12\x17\n" +
 	"\aturn_id\x18\x01 \x01(\tR\x06turnId\x12\x1f\n" +
 	"\vsession_key\x18\x02 \x01(\tR\n" +
