@@ -543,8 +543,8 @@ func (r *turnRun) approveOnce(ctx context.Context, tc store.ToolCall, pattern st
 // turns into the chat's approval prompt; the router takes /approve and
 // /deny) and waits; no answer within the timeout is a denial.
 func (r *turnRun) approve(ctx context.Context, tc store.ToolCall, ask *repliesv1.ToolProgress) (answer, error) {
-	r.ctl.await(true)
-	defer r.ctl.await(false)
+	r.ctl.await(true, tc.ID)
+	defer r.ctl.await(false, "")
 	if err := r.toolProgress(ctx, ask); err != nil {
 		return answer{}, err
 	}

@@ -671,8 +671,11 @@ type control struct {
 	// answer at any other time is refused (the router says nothing is
 	// pending).
 	awaiting bool
-	wake     chan struct{}
-	forward  func(*turnsv1.TurnControlRequested)
+	// awaitingCall is the id of the tool call that waits: an answer
+	// for another call (an old prompt's button) is refused.
+	awaitingCall string
+	wake         chan struct{}
+	forward      func(*turnsv1.TurnControlRequested)
 	// cancelCall ends the model call in progress, if any: a stop, an
 	// interrupt or the lock's loss does not wait for a call that may
 	// stream for minutes.
@@ -751,7 +754,7 @@ func (c *control) apply(m *turnsv1.TurnControlRequested) bool {
 	isAnswer := m.GetAction() == turnsv1.ControlAction_CONTROL_ACTION_APPROVE || m.GetAction() == turnsv1.ControlAction_CONTROL_ACTION_DENY
 	if c.forward != nil {
 		if isAnswer {
-			if !c.awaiting {
+			if !c.answers(m) {
 				return false
 			}
 			c.awaiting = false // one answer per request
@@ -777,7 +780,7 @@ func (c *control) apply(m *turnsv1.TurnControlRequested) bool {
 			c.steer = append(c.steer, m.GetText())
 		}
 	case turnsv1.ControlAction_CONTROL_ACTION_APPROVE, turnsv1.ControlAction_CONTROL_ACTION_DENY:
-		if !c.awaiting {
+		if !c.answers(m) {
 			return false
 		}
 		select {
@@ -811,12 +814,18 @@ func answerOf(m *turnsv1.TurnControlRequested) answer {
 	return answer{approved: true, scope: scope}
 }
 
-// await marks whether a tool call waits for the user's answer; a new wait
-// starts with no answer given before it.
-func (c *control) await(waiting bool) {
+// answers reports whether the approval answer m is for the call that
+// waits: one does, and m names no call or that one. The caller holds mu.
+func (c *control) answers(m *turnsv1.TurnControlRequested) bool {
+	return c.awaiting && (m.GetToolCallId() == "" || m.GetToolCallId() == c.awaitingCall)
+}
+
+// await marks whether a tool call (call, its id) waits for the user's
+// answer; a new wait starts with no answer given before it.
+func (c *control) await(waiting bool, call string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.awaiting = waiting
+	c.awaiting, c.awaitingCall = waiting, call
 	for waiting {
 		select {
 		case <-c.approvals:

@@ -149,7 +149,7 @@ func TestApprovalAnswerTakenOnlyWhileAwaited(t *testing.T) {
 	if give(c, approve) {
 		t.Fatal("an approval taken while nothing waits for one")
 	}
-	c.await(true)
+	c.await(true, "call-1")
 	if !give(c, deny) {
 		t.Fatal("a denial refused while a tool call waits")
 	}
@@ -159,15 +159,22 @@ func TestApprovalAnswerTakenOnlyWhileAwaited(t *testing.T) {
 	if got := <-c.approvals; got.approved {
 		t.Fatal("the denial arrived as an approval")
 	}
-	c.await(false)
+	c.await(false, "")
 	if give(c, approve) {
 		t.Fatal("an approval taken after the wait ended")
 	}
-	c.await(true)
+	c.await(true, "call-2")
 	select {
 	case got := <-c.approvals:
 		t.Fatalf("a new wait starts with an old answer (%+v)", got)
 	default:
+	}
+	// A pressed button names its call: an old prompt's answers no other.
+	if c.apply(&turnsv1.TurnControlRequested{Action: approve, ToolCallId: "call-1"}) {
+		t.Fatal("an answer for an earlier call taken by the call that waits")
+	}
+	if !c.apply(&turnsv1.TurnControlRequested{Action: approve, ToolCallId: "call-2"}) {
+		t.Fatal("an answer naming the call that waits refused")
 	}
 }
 
