@@ -144,6 +144,13 @@ func (s *Service) handle(ctx context.Context, ev *repliesv1.ReplyEvent) error {
 		}
 		return s.enqueue(ctx, s.textRequests(ev, keyBase(ctx, ev)+":e", "⚠️ "+text, deliveryv1.TextFormat_TEXT_FORMAT_PLAIN, true)...)
 	case *repliesv1.ReplyEvent_Notice:
+		if id := b.Notice.GetReplacesMessageId(); id != "" && b.Notice.GetText() != "" {
+			// The answer to an approval prompt's button: it replaces the
+			// prompt's text, and the edit takes the buttons off.
+			req := s.request(ev, keyBase(ctx, ev)+":r", deliveryv1.SendOp_SEND_OP_EDIT)
+			req.Text, req.Format, req.MessageId, req.Final = b.Notice.GetText(), deliveryv1.TextFormat_TEXT_FORMAT_PLAIN, id, answers(b.Notice)
+			return s.enqueue(ctx, req)
+		}
 		return s.enqueueText(ctx, ev, keyBase(ctx, ev), b.Notice.GetText(), deliveryv1.TextFormat_TEXT_FORMAT_PLAIN, answers(b.Notice))
 	case *repliesv1.ReplyEvent_Media:
 		req := s.request(ev, keyBase(ctx, ev)+":0", deliveryv1.SendOp_SEND_OP_SEND)

@@ -37,8 +37,9 @@ const defaultToolEmoji = "⚙️"
 // approvalCommandMax is how much of the call the approval prompt shows.
 const approvalCommandMax = 200
 
-// approvalText is Hermes's approval prompt for a platform without
-// buttons, with the command prefix the platform's users type.
+// approvalText is Hermes's approval prompt, with the command prefix the
+// platform's users type: the whole prompt where no buttons show, the
+// text above them where they do.
 func approvalText(platform string, tp *repliesv1.ToolProgress) string {
 	cmd := tp.GetCommand()
 	if cmd == "" {
@@ -237,8 +238,15 @@ func (s *Service) approvalPrompt(ctx context.Context, ev *repliesv1.ReplyEvent, 
 		}
 		tl.key, tl.id, tl.shown, tl.lines = "", "", "", nil
 	}
-	return s.enqueueText(ctx, ev, keyBase(ctx, ev)+":a", approvalText(platform, tp), deliveryv1.TextFormat_TEXT_FORMAT_MARKDOWN, false)
+	reqs := s.textRequests(ev, keyBase(ctx, ev)+":a", approvalText(platform, tp), deliveryv1.TextFormat_TEXT_FORMAT_MARKDOWN, false)
+	// A gateway that renders buttons puts them under the prompt's end.
+	reqs[len(reqs)-1].Approval = &deliveryv1.Approval{Choices: approvalChoices, ToolCallId: tp.GetToolCallId()}
+	return s.enqueue(ctx, reqs...)
 }
+
+// approvalChoices are the answers an approval prompt's buttons offer, as
+// Hermes's do: once, for the session, always, deny.
+var approvalChoices = []string{"once", "session", "always", "deny"}
 
 // toolLine shows a started call by the platform's tool progress mode.
 func (s *Service) toolLine(ctx context.Context, ev *repliesv1.ReplyEvent, tp *repliesv1.ToolProgress) error {

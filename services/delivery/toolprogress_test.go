@@ -197,3 +197,52 @@ func TestApprovalPromptSplitsToolProgress(t *testing.T) {
 		t.Errorf("chat shows:\n%s\nwant:\n%s", strings.Join(got, "\n---\n"), strings.Join(want, "\n---\n"))
 	}
 }
+
+// The prompt's send asks for its buttons (the choices and the call);
+// the answer to a pressed button replaces the prompt's text with one
+// edit of its message, which takes the buttons off.
+func TestApprovalButtonAnswerReplacesThePrompt(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	cfg := testConfig()
+	cfg.ToolProgress = delivery.ToolProgressOff
+	e.start(t, cfg, "a")
+	e.publish(t, event("t1", 1, "s1", rmApproval))
+	eventually(t, e.clock, 0, "the prompt", func() bool { return len(e.gw.shown("test", "chat-s1")) == 1 })
+	var card string
+	for _, c := range e.gw.sends() {
+		a := c.Req.GetApproval()
+		if c.Op != deliveryv1.SendOp_SEND_OP_SEND || a == nil {
+			continue
+		}
+		if strings.Join(a.GetChoices(), ",") != "once,session,always,deny" || a.GetToolCallId() != "c-rm" {
+			t.Fatalf("approval %v, want the four choices for c-rm", a)
+		}
+		e.gw.mu.Lock()
+		card = e.gw.receipts[c.Key].GetPlatformMessageId()
+		e.gw.mu.Unlock()
+	}
+	if card == "" {
+		t.Fatal("the prompt was sent without its approval")
+	}
+	answer := event("", 1, "s1", &repliesv1.Notice{Text: "✅ Approved once by bob", Kind: "command", ReplacesMessageId: card})
+	answer.InputMessageIds = nil
+	e.publish(t, answer)
+	eventually(t, e.clock, 0, "the answer", func() bool {
+		got := e.gw.shown("test", "chat-s1")
+		return len(got) == 1 && got[0] == "✅ Approved once by bob"
+	})
+	e.consumed(t, "s1")
+	edits := 0
+	for _, c := range e.gw.sends() {
+		if c.Op == deliveryv1.SendOp_SEND_OP_EDIT {
+			edits++
+			if c.Req.GetMessageId() != card || c.Req.GetApproval() != nil {
+				t.Errorf("edit of %q with approval %v, want the card's without buttons", c.Req.GetMessageId(), c.Req.GetApproval())
+			}
+		}
+	}
+	if edits != 1 {
+		t.Fatalf("%d edits, want 1", edits)
+	}
+}
