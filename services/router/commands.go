@@ -220,6 +220,9 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 				return err
 			}
 		}
+		if m.ev.GetButtonPress().GetMessageId() != "" {
+			return s.pressed(ctx, m, sess.Generation, action, cmd.Args, took)
+		}
 		if !took {
 			return reply(sess.Generation, "No pending command to "+cmd.Name+".")
 		}

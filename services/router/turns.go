@@ -159,6 +159,9 @@ const requestTimeout = 2 * time.Second
 // queued by the caller.
 func (s *Service) request(ctx context.Context, m *msgCtx, action turnsv1.ControlAction, text string) (bool, error) {
 	req := &turnsv1.TurnControlRequested{SessionKey: m.key, Action: action, Text: text, EventId: m.dedupeID}
+	if action == controlApprove || action == controlDeny {
+		req.ToolCallId = m.ev.GetButtonPress().GetToolCallId() // a pressed button's call
+	}
 	rctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
 	// A worker that speaks control replies of version 2 (it says so in its
@@ -215,6 +218,12 @@ func target(ev *eventsv1.MessageReceived) *deliveryv1.Target {
 // subject. Its id is notice:<platform>:<account>:<event_id>:<n>, so a
 // redelivered inbound event sends it once.
 func (s *Service) notice(ctx context.Context, m *msgCtx, gen int64, text, kind string) error {
+	return s.publishNotice(ctx, m, gen, text, kind, "")
+}
+
+// publishNotice publishes a notice; replaces names the platform message
+// whose text it replaces ("": a message of its own).
+func (s *Service) publishNotice(ctx context.Context, m *msgCtx, gen int64, text, kind, replaces string) error {
 	m.notices++
 	key := m.key
 	if key == "" {
