@@ -1,0 +1,444 @@
+package matrix
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"strings"
+	"time"
+
+	"maunium.net/go/mautrix"
+	"maunium.net/go/mautrix/event"
+	"maunium.net/go/mautrix/format"
+	"maunium.net/go/mautrix/id"
+
+	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+	"github.com/switchboard-chat/switchboard/pkg/platform"
+)
+
+// maxAttachmentBytes is Hermes's MATRIX_MAX_MEDIA_BYTES default (100 MB).
+const maxAttachmentBytes = 100 << 20
+
+var _ platform.Fetcher = (*Platform)(nil)
+var _ platform.Reactor = (*Platform)(nil)
+
+// roomOf checks a target's room id.
+func roomOf(t *deliveryv1.Target) (id.RoomID, error) {
+	rid := id.RoomID(t.GetChatId())
+	if !strings.HasPrefix(rid.String(), "!") || !strings.Contains(rid.String(), ":") && len(rid) < 2 {
+		return "", platform.Permanent(fmt.Errorf("matrix: %q is not a room id (!room:server)", t.GetChatId()))
+	}
+	return rid, nil
+}
+
+// txnID turns an idempotency key into a transaction id: a send retried
+// with its key reuses it, and the homeserver answers the event it made
+// the first time instead of posting again.
+func txnID(key, part string) string {
+	if key == "" {
+		return ""
+	}
+	sum := sha256.Sum256([]byte(key + "\x00" + part))
+	return "sb" + hex.EncodeToString(sum[:16])
+}
+
+// content renders the text: Markdown to org.matrix.custom.html with the
+// plain text in body (raw HTML in the Markdown is escaped), or plain.
+func content(text string, f deliveryv1.TextFormat) event.MessageEventContent {
+	if f == deliveryv1.TextFormat_TEXT_FORMAT_PLAIN {
+		return event.MessageEventContent{MsgType: event.MsgText, Body: text}
+	}
+	c := format.RenderMarkdown(text, true, false)
+	// The body stays the agent's Markdown (what clients without HTML
+	// show), as Hermes sends it.
+	c.Body = text
+	c.Mentions = nil
+	return c
+}
+
+// Send posts the attachments (uploaded to the media repository) and the
+// text as m.room.message events, in the thread or as a reply as the
+// target says. The text's event id is the message id (the last
+// attachment's when there is no text).
+func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (string, error) {
+	rid, err := roomOf(req.GetTarget())
+	if err != nil {
+		return "", err
+	}
+	if strings.TrimSpace(req.GetText()) == "" && len(req.GetAttachments()) == 0 {
+		return "", platform.Permanent(errors.New("matrix: empty message"))
+	}
+	rel := p.relation(req)
+	var last id.EventID
+	for i, a := range req.GetAttachments() {
+		c, err := p.mediaContent(ctx, a)
+		if err != nil {
+			return "", fmt.Errorf("matrix attachment %d: %w", i, err)
+		}
+		c.RelatesTo = rel
+		resp, err := p.cli.SendMessageEvent(ctx, rid, event.EventMessage, c, mautrix.ReqSendEvent{TransactionID: txnID(req.GetIdempotencyKey(), fmt.Sprint("a", i))})
+		if err != nil {
+			return "", classify(err)
+		}
+		last = resp.EventID
+	}
+	if strings.TrimSpace(req.GetText()) != "" {
+		c := content(req.GetText(), req.GetFormat())
+		c.RelatesTo = rel
+		resp, err := p.cli.SendMessageEvent(ctx, rid, event.EventMessage, &c, mautrix.ReqSendEvent{TransactionID: txnID(req.GetIdempotencyKey(), "text")})
+		if err != nil {
+			return "", classify(err)
+		}
+		last = resp.EventID
+	}
+	if th := req.GetTarget().GetThreadId(); th != "" && p.markSeen != nil {
+		// The bot takes part in this thread: its room messages need no
+		// mention (Hermes's thread participation).
+		if err := p.markSeen(context.WithoutCancel(ctx), th); err != nil {
+			p.log.Warn("matrix: recording a thread the bot answered in failed", "err", err)
+		}
+	}
+	return last.String(), nil
+}
+
+// relation is the m.relates_to of a send: in a thread (m.thread, with the
+// reply it answers as the fallback), or a reply (m.in_reply_to).
+func (p *Platform) relation(req *deliveryv1.SendRequested) *event.RelatesTo {
+	t := req.GetTarget()
+	reply := id.EventID(t.GetReplyToMessageId())
+	if th := id.EventID(t.GetThreadId()); th != "" {
+		fallback := reply
+		if fallback == "" {
+			fallback = th
+		}
+		return &event.RelatesTo{Type: event.RelThread, EventID: th, InReplyTo: &event.InReplyTo{EventID: fallback}, IsFallingBack: true}
+	}
+	if reply != "" {
+		return &event.RelatesTo{InReplyTo: &event.InReplyTo{EventID: reply}}
+	}
+	return nil
+}
+
+// Edit replaces a sent message's text (m.replace): "* text" for clients
+// that show edits as new messages, the new content in m.new_content.
+func (p *Platform) Edit(ctx context.Context, req *deliveryv1.SendRequested) error {
+	rid, err := roomOf(req.GetTarget())
+	if err != nil {
+		return err
+	}
+	if req.GetMessageId() == "" {
+		return platform.Permanent(errors.New("matrix: edit without a message id"))
+	}
+	if strings.TrimSpace(req.GetText()) == "" {
+		return platform.Permanent(errors.New("matrix: edit to an empty message"))
+	}
+	nc := content(req.GetText(), req.GetFormat())
+	c := event.MessageEventContent{MsgType: event.MsgText, Body: "* " + nc.Body, NewContent: &nc,
+		RelatesTo: &event.RelatesTo{Type: event.RelReplace, EventID: id.EventID(req.GetMessageId())}}
+	if nc.FormattedBody != "" {
+		c.Format, c.FormattedBody = event.FormatHTML, "* "+nc.FormattedBody
+	}
+	_, err = p.cli.SendMessageEvent(ctx, rid, event.EventMessage, &c, mautrix.ReqSendEvent{TransactionID: txnID(req.GetIdempotencyKey(), "edit")})
+	return classify(err)
+}
+
+// Delete redacts a message.
+func (p *Platform) Delete(ctx context.Context, req *deliveryv1.SendRequested) error {
+	rid, err := roomOf(req.GetTarget())
+	if err != nil {
+		return err
+	}
+	if req.GetMessageId() == "" {
+		return platform.Permanent(errors.New("matrix: delete without a message id"))
+	}
+	_, err = p.cli.RedactEvent(ctx, rid, id.EventID(req.GetMessageId()), mautrix.ReqRedact{TxnID: txnID(req.GetIdempotencyKey(), "redact")})
+	return classify(err)
+}
+
+// typingFor is how long one typing notice lasts; delivery repeats it
+// while the turn runs.
+const typingFor = 30 * time.Second
+
+// Typing shows the bot typing in the room.
+func (p *Platform) Typing(ctx context.Context, req *deliveryv1.SendRequested) error {
+	rid, err := roomOf(req.GetTarget())
+	if err != nil {
+		return err
+	}
+	_, err = p.cli.UserTyping(ctx, rid, true, typingFor)
+	return classify(err)
+}
+
+// Reactions are Hermes's: 👀 while a turn runs, then ✅ or ❌ (the 👀
+// redacted).
+func (p *Platform) Reactions() platform.Reactions {
+	if !p.cfg.Reactions {
+		return platform.Reactions{}
+	}
+	return platform.Reactions{Processing: "👀", Success: "✅", Failure: "❌"}
+}
+
+func reactionKey(rid id.RoomID, msg, emoji string) string {
+	return rid.String() + "|" + msg + "|" + emoji
+}
+
+// React annotates a message with an emoji (m.reaction).
+func (p *Platform) React(ctx context.Context, t *deliveryv1.Target, messageID, emoji string) error {
+	rid, err := roomOf(t)
+	if err != nil {
+		return err
+	}
+	c := event.ReactionEventContent{RelatesTo: event.RelatesTo{Type: event.RelAnnotation, EventID: id.EventID(messageID), Key: emoji}}
+	resp, err := p.cli.SendMessageEvent(ctx, rid, event.EventReaction, &c, mautrix.ReqSendEvent{TransactionID: txnID(reactionKey(rid, messageID, emoji), "react")})
+	if err != nil {
+		return classify(err)
+	}
+	p.mu.Lock()
+	p.reactions[reactionKey(rid, messageID, emoji)] = resp.EventID
+	p.mu.Unlock()
+	return nil
+}
+
+// Unreact redacts the bot's reaction. The reaction's event id is known to
+// the replica that reacted; another replica looks it up among the
+// message's annotations.
+func (p *Platform) Unreact(ctx context.Context, t *deliveryv1.Target, messageID, emoji string) error {
+	rid, err := roomOf(t)
+	if err != nil {
+		return err
+	}
+	k := reactionKey(rid, messageID, emoji)
+	p.mu.Lock()
+	eid, ok := p.reactions[k]
+	delete(p.reactions, k)
+	p.mu.Unlock()
+	if !ok {
+		eid, err = p.findReaction(ctx, rid, id.EventID(messageID), emoji)
+		if err != nil || eid == "" {
+			return err
+		}
+	}
+	_, err = p.cli.RedactEvent(ctx, rid, eid, mautrix.ReqRedact{TxnID: txnID(k, "unreact")})
+	return classify(err)
+}
+
+// findReaction returns the bot's reaction with emoji on a message ("" for
+// none), from the message's m.annotation relations.
+func (p *Platform) findReaction(ctx context.Context, rid id.RoomID, msg id.EventID, emoji string) (id.EventID, error) {
+	resp, err := p.cli.GetRelations(ctx, rid, msg, &mautrix.ReqGetRelations{RelationType: event.RelAnnotation, EventType: event.EventReaction})
+	if err != nil {
+		return "", classify(err)
+	}
+	for _, ev := range resp.Chunk {
+		if ev.Sender != id.UserID(p.cfg.UserID) {
+			continue
+		}
+		_ = ev.Content.ParseRaw(event.EventReaction)
+		if r, ok := ev.Content.Parsed.(*event.ReactionEventContent); ok && r.RelatesTo.Key == emoji {
+			return ev.ID, nil
+		}
+	}
+	return "", nil
+}
+
+// Fetch downloads a received file from the media repository by its
+// mxc:// URI (authenticated media, /_matrix/client/v1/media/download).
+func (p *Platform) Fetch(ctx context.Context, a *eventsv1.Attachment) (io.ReadCloser, string, error) {
+	uri, err := id.ParseContentURI(a.GetPlatformFileId())
+	if err != nil || uri.IsEmpty() {
+		return nil, "", platform.ErrNotFetched
+	}
+	resp, err := p.cli.Download(ctx, uri)
+	if err != nil {
+		return nil, "", fmt.Errorf("matrix media %s: %w", uri, err)
+	}
+	ct := resp.Header.Get("Content-Type")
+	if mt, _, err := mime.ParseMediaType(ct); err == nil {
+		ct = mt
+	}
+	return resp.Body, ct, nil
+}
+
+// mediaContent uploads an attachment and returns the message that shows
+// it (m.image, m.audio, m.video or m.file).
+func (p *Platform) mediaContent(ctx context.Context, a *eventsv1.Attachment) (*event.MessageEventContent, error) {
+	data, mimeType, err := p.attachmentBytes(ctx, a)
+	if err != nil {
+		return nil, err
+	}
+	name := a.GetFileName()
+	if name == "" {
+		name = "file"
+		if exts, _ := mime.ExtensionsByType(mimeType); len(exts) > 0 {
+			name += exts[0]
+		}
+	}
+	up, err := p.cli.UploadMedia(ctx, mautrix.ReqUploadMedia{ContentBytes: data, ContentType: mimeType, FileName: name})
+	if err != nil {
+		return nil, classify(err)
+	}
+	c := &event.MessageEventContent{MsgType: event.MsgFile, Body: name, FileName: name, URL: up.ContentURI.CUString(),
+		Info: &event.FileInfo{MimeType: mimeType, Size: len(data)}}
+	switch a.GetKind() {
+	case eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, eventsv1.AttachmentKind_ATTACHMENT_KIND_STICKER:
+		c.MsgType = event.MsgImage
+	case eventsv1.AttachmentKind_ATTACHMENT_KIND_AUDIO:
+		c.MsgType = event.MsgAudio
+	case eventsv1.AttachmentKind_ATTACHMENT_KIND_VOICE:
+		c.MsgType, c.MSC3245Voice = event.MsgAudio, &event.MSC3245Voice{}
+	case eventsv1.AttachmentKind_ATTACHMENT_KIND_VIDEO:
+		c.MsgType = event.MsgVideo
+	}
+	if cap := a.GetCaption(); cap != "" {
+		c.Body = cap
+	}
+	return c, nil
+}
+
+// attachmentBytes reads an attachment: an inline data: URL, a kept one
+// (bytes_ref) from the store, or an http(s) URL downloaded.
+func (p *Platform) attachmentBytes(ctx context.Context, a *eventsv1.Attachment) ([]byte, string, error) {
+	mimeType := a.GetMimeType()
+	var data []byte
+	switch u := a.GetUrl(); {
+	case strings.HasPrefix(u, "data:"):
+		head, body, ok := strings.Cut(strings.TrimPrefix(u, "data:"), ",")
+		if !ok {
+			return nil, "", platform.Permanent(errors.New("data: URL without a comma"))
+		}
+		head, b64 := strings.CutSuffix(head, ";base64")
+		if b64 {
+			b, err := base64.StdEncoding.DecodeString(body)
+			if err != nil {
+				return nil, "", platform.Permanent(fmt.Errorf("data: URL: %w", err))
+			}
+			data = b
+		} else {
+			data = []byte(body)
+		}
+		if mimeType == "" {
+			mimeType, _, _ = strings.Cut(head, ";")
+		}
+	case a.GetBytesRef() != "":
+		if p.store == nil {
+			return nil, "", platform.Permanent(errors.New("attachment store is off"))
+		}
+		b, kept, err := p.store.Get(ctx, a.GetBytesRef(), maxAttachmentBytes)
+		if err != nil {
+			return nil, "", fmt.Errorf("read kept attachment: %w", err)
+		}
+		data = b
+		if mimeType == "" {
+			mimeType = kept
+		}
+	case strings.HasPrefix(u, "https://") || strings.HasPrefix(u, "http://"):
+		b, got, err := p.download(ctx, u)
+		if err != nil {
+			return nil, "", err
+		}
+		data = b
+		if mimeType == "" {
+			mimeType = got
+		}
+	default:
+		return nil, "", platform.Permanent(errors.New("no data: URL, http(s) URL or kept bytes"))
+	}
+	if len(data) > maxAttachmentBytes {
+		return nil, "", platform.Permanent(fmt.Errorf("attachment larger than %d bytes", maxAttachmentBytes))
+	}
+	if mimeType == "" {
+		mimeType = http.DetectContentType(data)
+	}
+	mimeType, _, _ = strings.Cut(mimeType, ";")
+	return data, strings.TrimSpace(mimeType), nil
+}
+
+// download fetches an http(s) attachment of at most maxAttachmentBytes.
+func (p *Platform) download(ctx context.Context, u string) ([]byte, string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return nil, "", platform.Permanent(fmt.Errorf("attachment url: %w", err))
+	}
+	resp, err := p.cli.Client.Do(req)
+	if err != nil {
+		return nil, "", fmt.Errorf("download attachment: %w", errors.Unwrap(err))
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		err := fmt.Errorf("download attachment: %s", resp.Status)
+		if resp.StatusCode >= 400 && resp.StatusCode < 500 && resp.StatusCode != http.StatusTooManyRequests {
+			return nil, "", platform.Permanent(err)
+		}
+		return nil, "", err
+	}
+	data, err := io.ReadAll(io.LimitReader(resp.Body, maxAttachmentBytes+1))
+	if err != nil {
+		return nil, "", fmt.Errorf("download attachment: %w", err)
+	}
+	ct := resp.Header.Get("Content-Type")
+	if mt, _, err := mime.ParseMediaType(ct); err == nil {
+		ct = mt
+	}
+	return data, ct, nil
+}
+
+// classify maps a homeserver's answer to delivery's error classes:
+// M_LIMIT_EXCEEDED (429) is retried after retry_after_ms (or the
+// Retry-After header); M_FORBIDDEN, M_UNKNOWN_TOKEN and the other 4xx
+// are permanent; 5xx and network errors are retried.
+func classify(err error) error {
+	if err == nil {
+		return nil
+	}
+	var he mautrix.HTTPError
+	if !errors.As(err, &he) {
+		return err // the network, a timeout: retried
+	}
+	status := 0
+	if he.Response != nil {
+		status = he.Response.StatusCode
+	}
+	code := ""
+	if he.RespError != nil {
+		code = he.RespError.ErrCode
+	}
+	switch {
+	case code == mautrix.MLimitExceeded.ErrCode || status == http.StatusTooManyRequests:
+		return platform.RateLimited(err, retryAfter(he))
+	case code == mautrix.MForbidden.ErrCode, code == mautrix.MUnknownToken.ErrCode, code == mautrix.MMissingToken.ErrCode,
+		code == mautrix.MNotFound.ErrCode, code == mautrix.MTooLarge.ErrCode, code == mautrix.MBadJSON.ErrCode,
+		code == mautrix.MNotJSON.ErrCode, code == mautrix.MUnknown.ErrCode && status >= 400 && status < 500:
+		return platform.Permanent(err)
+	case status >= 500 || status == 0 || status == http.StatusRequestTimeout:
+		return err
+	case status >= 400:
+		return platform.Permanent(err)
+	}
+	return err
+}
+
+// retryAfter reads the wait a 429 names: retry_after_ms in the body, else
+// the Retry-After header (seconds), else 1 s.
+func retryAfter(he mautrix.HTTPError) time.Duration {
+	if he.RespError != nil {
+		if ms, ok := he.RespError.ExtraData["retry_after_ms"].(float64); ok && ms > 0 {
+			return time.Duration(ms) * time.Millisecond
+		}
+	}
+	if he.Response != nil {
+		if s := he.Response.Header.Get("Retry-After"); s != "" {
+			var secs int
+			if _, err := fmt.Sscan(s, &secs); err == nil && secs > 0 {
+				return time.Duration(secs) * time.Second
+			}
+		}
+	}
+	return time.Second
+}

@@ -1,0 +1,378 @@
+package matrix
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"sort"
+	"sync"
+	"time"
+
+	"maunium.net/go/mautrix"
+	"maunium.net/go/mautrix/event"
+	"maunium.net/go/mautrix/id"
+
+	"github.com/switchboard-chat/switchboard/pkg/platform"
+)
+
+// startGrace is Hermes's: on the very first start (no stored token), the
+// messages of the initial sync older than this before the start are
+// history, not messages to answer.
+const startGrace = 5 * time.Second
+
+// maxEventBytes bounds one room event's content; larger ones are
+// rejected (the kit bounds the published event too).
+const maxEventBytes = 64 << 10
+
+// Connect runs the /sync loop from the stored token until ctx ends or a
+// sync fails. Each batch's messages are published, the invites joined
+// and the read receipts sent before the token moves on.
+func (p *Platform) Connect(ctx context.Context, conn platform.Conn) error {
+	if p.cursor == nil {
+		return platform.Fatal(errors.New("matrix: platform not attached to a bus"))
+	}
+	since, err := p.cursor.load(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	if err := p.loadDirect(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return p.syncFailed(err)
+	}
+	fresh, started := since == "", time.Now()
+	connected := false
+	for ctx.Err() == nil {
+		timeout := p.sync
+		if !connected {
+			timeout = 0 // answer at once: the gateway is ready when it did
+		}
+		resp, err := p.cli.FullSyncRequest(ctx, mautrix.ReqSync{Since: since, Timeout: int(timeout.Milliseconds())})
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return p.syncFailed(err)
+		}
+		if !connected {
+			connected = true
+			conn.Connected()
+		}
+		var notBefore time.Time
+		if fresh {
+			notBefore = started.Add(-startGrace)
+		}
+		if err := p.handle(ctx, conn, resp, notBefore); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		if resp.NextBatch == "" {
+			return errors.New("matrix sync: answer without next_batch")
+		}
+		if err := p.cursor.store(ctx, resp.NextBatch); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		since, fresh = resp.NextBatch, false
+	}
+	return nil
+}
+
+// syncFailed turns a failed /sync into the connection's error: a token
+// the homeserver does not know is fatal; anything else (a 429, a 5xx,
+// the network) is retried on the backoff schedule.
+func (p *Platform) syncFailed(err error) error {
+	var he mautrix.HTTPError
+	if errors.As(err, &he) && he.RespError != nil {
+		switch he.RespError.ErrCode {
+		case mautrix.MUnknownToken.ErrCode, mautrix.MMissingToken.ErrCode:
+			return platform.Fatal(fmt.Errorf("matrix: the homeserver refused the access token (MATRIX_ACCESS_TOKEN): %w", err))
+		}
+	}
+	return fmt.Errorf("matrix sync: %w", err)
+}
+
+// loadDirect reads the account's m.direct data (which rooms are DMs):
+// a sync from a stored token carries it only when it changes.
+func (p *Platform) loadDirect(ctx context.Context) error {
+	var direct map[id.UserID][]id.RoomID
+	err := p.cli.GetAccountData(ctx, event.AccountDataDirectChats.Type, &direct)
+	var he mautrix.HTTPError
+	if errors.As(err, &he) && he.IsStatus(http.StatusNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read m.direct: %w", err)
+	}
+	p.rooms.setDirect(direct)
+	return nil
+}
+
+// handle publishes one sync answer's messages, joins its invites and
+// marks what was taken as read. Events sent before notBefore (the first
+// start's history) are skipped.
+func (p *Platform) handle(ctx context.Context, conn platform.Conn, resp *mautrix.RespSync, notBefore time.Time) error {
+	for _, ev := range resp.AccountData.Events {
+		if ev.Type == event.AccountDataDirectChats {
+			var direct map[id.UserID][]id.RoomID
+			if json.Unmarshal(ev.Content.VeryRaw, &direct) == nil {
+				p.rooms.setDirect(direct)
+			}
+		}
+	}
+	roomIDs := make([]id.RoomID, 0, len(resp.Rooms.Join))
+	for rid := range resp.Rooms.Join {
+		roomIDs = append(roomIDs, rid)
+	}
+	sort.Slice(roomIDs, func(i, j int) bool { return roomIDs[i] < roomIDs[j] })
+	receipts := map[id.RoomID]id.EventID{}
+	for _, rid := range roomIDs {
+		jr := resp.Rooms.Join[rid]
+		r := p.rooms.get(rid)
+		r.apply(jr.State.Events, &jr.Summary)
+		for _, ev := range jr.Timeline.Events {
+			r.apply([]*event.Event{ev}, nil)
+			ev.RoomID = rid
+			if !notBefore.IsZero() && ev.Timestamp > 0 && time.UnixMilli(ev.Timestamp).Before(notBefore) {
+				skipped.WithLabelValues(string(skipOld)).Inc()
+				continue
+			}
+			if ev.Type == event.EventMessage && len(ev.Content.VeryRaw) > maxEventBytes {
+				conn.Reject(ctx, "oversized", fmt.Errorf("matrix event %s in %s: %d bytes of content, at most %d", ev.ID, rid, len(ev.Content.VeryRaw), maxEventBytes))
+				continue
+			}
+			if err := p.ensureRoom(ctx, r); err != nil {
+				return err
+			}
+			msg, reason, err := normalize(ev, r.view(p.cfg.UserID), p.rules(), func(thread id.EventID) bool {
+				ok, err := conn.Seen(ctx, thread.String())
+				return err == nil && ok
+			})
+			if err != nil {
+				conn.Reject(ctx, "malformed", fmt.Errorf("matrix event %s in %s: %w", ev.ID, rid, err))
+				continue
+			}
+			if reason != skipNone {
+				skipped.WithLabelValues(string(reason)).Inc()
+				if reason == skipEncrypted {
+					p.log.Warn("matrix: skipped an encrypted message: end-to-end encryption is not supported", "room", rid.String(), "event", ev.ID.String())
+				}
+				continue
+			}
+			if _, err := conn.Deliver(ctx, msg); err != nil && !errors.Is(err, platform.ErrRejected) {
+				return fmt.Errorf("publish matrix event %s: %w", ev.ID, err)
+			}
+			receipts[rid] = ev.ID
+		}
+	}
+	if p.cfg.AutoJoin {
+		p.joinInvites(ctx, resp.Rooms.Invite)
+	}
+	if p.cfg.ReadReceipts {
+		for rid, eid := range receipts {
+			if err := p.cli.SendReceipt(ctx, rid, eid, event.ReceiptTypeRead, nil); err != nil {
+				p.log.Debug("matrix: read receipt failed", "room", rid.String(), "err", err)
+			}
+		}
+	}
+	return nil
+}
+
+// joinInvites joins the rooms the bot is invited to, as Hermes does; an
+// invite marked is_direct makes the room a DM. A failed join is logged:
+// the invite stays, and the next start's initial sync shows it again.
+func (p *Platform) joinInvites(ctx context.Context, invites map[id.RoomID]*mautrix.SyncInvitedRoom) {
+	for rid, inv := range invites {
+		direct := false
+		for _, ev := range inv.State.Events {
+			if ev.Type == event.StateMember && ev.StateKey != nil && *ev.StateKey == p.cfg.UserID {
+				var m struct {
+					IsDirect bool `json:"is_direct"`
+				}
+				if json.Unmarshal(ev.Content.VeryRaw, &m) == nil && m.IsDirect {
+					direct = true
+				}
+			}
+		}
+		if _, err := p.cli.JoinRoomByID(ctx, rid); err != nil {
+			p.log.Warn("matrix: joining a room the bot was invited to failed", "room", rid.String(), "err", err)
+			continue
+		}
+		p.log.Info("matrix: joined a room on invite", "room", rid.String(), "direct", direct)
+		if direct {
+			p.rooms.get(rid).setDM()
+		}
+	}
+}
+
+func (p *Platform) rules() rules {
+	return rules{Bot: id.UserID(p.cfg.UserID), RequireMention: p.cfg.RequireMention, Free: p.free, Allowed: p.allowed,
+		AutoThread: p.cfg.AutoThread, DMAutoThread: p.cfg.DMAutoThread, ProcessNotices: p.cfg.ProcessNotices}
+}
+
+// ensureRoom asks the homeserver what a sync from a stored token does
+// not repeat: the room's members (their names, whether it is a DM) and
+// its name, once per room.
+func (p *Platform) ensureRoom(ctx context.Context, r *room) error {
+	if r.loaded() {
+		return nil
+	}
+	members, err := p.cli.JoinedMembers(ctx, r.id)
+	if err != nil {
+		return fmt.Errorf("matrix: members of %s: %w", r.id, err)
+	}
+	var name event.RoomNameEventContent
+	err = p.cli.StateEvent(ctx, r.id, event.StateRoomName, "", &name)
+	var he mautrix.HTTPError
+	if err != nil && !(errors.As(err, &he) && he.IsStatus(http.StatusNotFound)) {
+		return fmt.Errorf("matrix: name of %s: %w", r.id, err)
+	}
+	r.load(members, name.Name)
+	return nil
+}
+
+// rooms is what the syncing replica knows of its rooms.
+type rooms struct {
+	mu     sync.Mutex
+	m      map[id.RoomID]*room
+	direct map[id.RoomID]bool
+}
+
+func (rs *rooms) get(rid id.RoomID) *room {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	r, ok := rs.m[rid]
+	if !ok {
+		r = &room{id: rid, names: map[id.UserID]string{}, members: map[id.UserID]bool{}, direct: rs.direct[rid]}
+		rs.m[rid] = r
+	}
+	return r
+}
+
+func (rs *rooms) setDirect(direct map[id.UserID][]id.RoomID) {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	rs.direct = map[id.RoomID]bool{}
+	for _, list := range direct {
+		for _, rid := range list {
+			rs.direct[rid] = true
+		}
+	}
+	for rid, r := range rs.m {
+		r.mu.Lock()
+		r.direct = r.direct || rs.direct[rid]
+		r.mu.Unlock()
+	}
+}
+
+// room is one room's state as far as the gateway uses it.
+type room struct {
+	id id.RoomID
+
+	mu      sync.Mutex
+	name    string
+	direct  bool // in m.direct, or joined on an is_direct invite
+	joined  int  // from the sync summary, 0 when unknown
+	names   map[id.UserID]string
+	members map[id.UserID]bool
+	fetched bool
+	stated  bool // the sync carried the room's state
+}
+
+func (r *room) setDM() {
+	r.mu.Lock()
+	r.direct = true
+	r.mu.Unlock()
+}
+
+func (r *room) loaded() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.fetched || r.stated
+}
+
+func (r *room) load(members *mautrix.RespJoinedMembers, name string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.fetched = true
+	if r.name == "" {
+		r.name = name
+	}
+	for u, m := range members.Joined {
+		r.members[u] = true
+		if m.DisplayName != "" && r.names[u] == "" {
+			r.names[u] = m.DisplayName
+		}
+	}
+}
+
+// apply takes state events (the sync's state, or a timeline's state
+// events) and the summary into the room.
+func (r *room) apply(evs []*event.Event, summary *mautrix.LazyLoadSummary) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if summary != nil && summary.JoinedMemberCount != nil {
+		r.joined = *summary.JoinedMemberCount
+	}
+	for _, ev := range evs {
+		if ev.StateKey == nil {
+			continue
+		}
+		switch ev.Type {
+		case event.StateRoomName:
+			r.stated = true
+			var c event.RoomNameEventContent
+			if json.Unmarshal(ev.Content.VeryRaw, &c) == nil {
+				r.name = c.Name
+			}
+		case event.StateMember:
+			r.stated = true
+			var c event.MemberEventContent
+			if json.Unmarshal(ev.Content.VeryRaw, &c) != nil {
+				continue
+			}
+			u := id.UserID(*ev.StateKey)
+			r.members[u] = c.Membership == event.MembershipJoin
+			if c.Displayname != "" {
+				r.names[u] = c.Displayname
+			}
+			if c.Membership == event.MembershipJoin && c.IsDirect {
+				r.direct = true
+			}
+		case event.StateCreate:
+			r.stated = true
+		}
+	}
+}
+
+// view is the room as normalize sees it. A room is a DM when the account
+// marks it so (m.direct, an is_direct invite) or when only the bot and
+// one other person are in it.
+func (r *room) view(bot string) roomView {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	joined := r.joined
+	if joined == 0 {
+		for _, in := range r.members {
+			if in {
+				joined++
+			}
+		}
+	}
+	names := make(map[id.UserID]string, len(r.names))
+	for u, n := range r.names {
+		names[u] = n
+	}
+	return roomView{ID: r.id, Name: r.name, DM: r.direct || (joined > 0 && joined <= 2), BotName: names[id.UserID(bot)],
+		Names: func(u id.UserID) string { return names[u] }}
+}
