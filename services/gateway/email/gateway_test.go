@@ -1,0 +1,481 @@
+package email
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	gomail "github.com/emersion/go-message/mail"
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/switchboard-chat/switchboard/pkg/attachment"
+	"github.com/switchboard-chat/switchboard/pkg/bus"
+	"github.com/switchboard-chat/switchboard/pkg/bus/bustest"
+	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+	"github.com/switchboard-chat/switchboard/pkg/platform"
+	"github.com/switchboard-chat/switchboard/pkg/platform/platformtest"
+	"github.com/switchboard-chat/switchboard/services/gateway/email/mailfake"
+)
+
+const (
+	agent    = "agent@example.com"
+	password = "app-password"
+)
+
+// gw is a running gateway on a real NATS server, reading and sending
+// through in-process IMAP and SMTP servers.
+type gw struct {
+	f   *mailfake.Fake
+	b   *bus.Bus
+	s   *Service
+	ctx context.Context
+	evs chan *eventsv1.MessageReceived
+}
+
+func newFake(t *testing.T, idle bool) *mailfake.Fake {
+	t.Helper()
+	f, err := mailfake.New(mailfake.Options{Address: agent, Password: password, Idle: idle})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(f.Close)
+	return f
+}
+
+// start runs a gateway against f and waits for it to read the mailbox.
+func start(t *testing.T, f *mailfake.Fake, opts platform.Options) *gw {
+	t.Helper()
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	g := &gw{f: f, b: b, evs: subscribe(t, b)}
+	g.s, _ = runGateway(t, b, f, opts)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	g.ctx = ctx
+	return g
+}
+
+func testConfig(f *mailfake.Fake) Config {
+	cfg := DefaultConfig()
+	cfg.Address, cfg.Password = agent, password
+	cfg.IMAPHost, cfg.IMAPPort, cfg.IMAPTLS = f.IMAPHost, f.IMAPPort, TLSNone
+	cfg.SMTPHost, cfg.SMTPPort, cfg.SMTPTLS = f.SMTPHost, f.SMTPPort, TLSNone
+	cfg.PollInterval = Interval(100 * time.Millisecond)
+	cfg.Timeout = 10 * time.Second
+	return cfg
+}
+
+// runGateway starts a gateway on b and waits until it reads the
+// mailbox; stop (also at the end of the test) stops it and waits.
+func runGateway(t *testing.T, b *bus.Bus, f *mailfake.Fake, opts platform.Options) (*Service, func()) {
+	t.Helper()
+	opts.Backoff = platform.Schedule(20 * time.Millisecond)
+	if opts.LeaseTTL == 0 {
+		opts.LeaseTTL = time.Second
+	}
+	s, err := New(testConfig(f), Deps{Log: slog.New(slog.DiscardHandler), Bus: b, Runner: opts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(runCtx) }()
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("run: %v", err)
+			}
+		})
+	}
+	t.Cleanup(func() {
+		stop()
+		platformtest.DeleteBuckets(b)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		for _, n := range []string{BucketCursors, BucketThreads} {
+			_ = b.JetStream().DeleteKeyValue(ctx, b.Topology().Stream(n))
+		}
+	})
+	platformtest.WaitFor(t, "the gateway to read the mailbox", func() bool {
+		st, _ := s.Runner().State()
+		return st == platform.StateConnected
+	})
+	return s, stop
+}
+
+// subscribe reads the inbound stream from its start.
+func subscribe(t *testing.T, b *bus.Bus) chan *eventsv1.MessageReceived {
+	t.Helper()
+	cons, err := b.JetStream().OrderedConsumer(context.Background(), b.Topology().Stream(bus.StreamInbound), jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	it, err := cons.Messages()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(it.Stop)
+	evs := make(chan *eventsv1.MessageReceived, 64)
+	go func() {
+		for {
+			m, err := it.Next()
+			if err != nil {
+				return
+			}
+			ev := &eventsv1.MessageReceived{}
+			if proto.Unmarshal(m.Data(), ev) == nil {
+				evs <- ev
+			}
+		}
+	}()
+	return evs
+}
+
+func (g *gw) next(t *testing.T) *eventsv1.MessageReceived {
+	t.Helper()
+	select {
+	case ev := <-g.evs:
+		return ev
+	case <-time.After(15 * time.Second):
+		t.Fatal("no inbound event within 15s")
+		return nil
+	}
+}
+
+func (g *gw) none(t *testing.T, within time.Duration) {
+	t.Helper()
+	select {
+	case ev := <-g.evs:
+		t.Fatalf("unexpected inbound event %s %q", ev.GetEventId(), ev.GetText())
+	case <-time.After(within):
+	}
+}
+
+func (g *gw) deliver(t *testing.T, lines ...string) uint32 {
+	t.Helper()
+	uid, err := g.f.Deliver(mailText(lines...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return uid
+}
+
+func (g *gw) send(t *testing.T, req *deliveryv1.SendRequested) *deliveryv1.SendReceipt {
+	t.Helper()
+	r := &deliveryv1.SendReceipt{}
+	if err := g.b.Request(g.ctx, g.b.Topology().SendSubject("email"), req, r); err != nil {
+		t.Fatalf("send request: %v", err)
+	}
+	return r
+}
+
+func answer(ev *eventsv1.MessageReceived, text string) *deliveryv1.SendRequested {
+	return &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, Text: text, TurnId: "turn-" + ev.GetEventId(),
+		IdempotencyKey: "k-" + ev.GetEventId() + "-" + text,
+		Target:         &deliveryv1.Target{Platform: "email", Account: agent, ChatId: ev.GetSource().GetChatId(), ReplyToMessageId: ev.GetMessageId()}}
+}
+
+// readMail parses a sent mail: its header and its parts (text first).
+func readMail(t *testing.T, raw []byte) (gomail.Header, string, map[string][]byte) {
+	t.Helper()
+	r, err := gomail.CreateReader(bytes.NewReader(raw))
+	if err != nil {
+		t.Fatalf("sent mail does not parse: %v\n%s", err, raw)
+	}
+	var text string
+	files := map[string][]byte{}
+	for {
+		p, err := r.NextPart()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(p.Body)
+		switch h := p.Header.(type) {
+		case *gomail.InlineHeader:
+			text = string(b)
+		case *gomail.AttachmentHeader:
+			name, _ := h.Filename()
+			files[name] = b
+		}
+	}
+	return r.Header, text, files
+}
+
+func waitSent(t *testing.T, f *mailfake.Fake, n int) []mailfake.Mail {
+	t.Helper()
+	platformtest.WaitFor(t, "the mail to be sent", func() bool { return len(f.Sent()) >= n })
+	return f.Sent()
+}
+
+// A mail in, a threaded answer out, with IDLE and with polling: the
+// event names the sender's chat with the subject, the mail is flagged
+// \Seen once published, the answer says "Re: <subject>" with
+// In-Reply-To and References and carries the Markdown as plain text.
+func TestMailAnsweredInThread(t *testing.T) {
+	t.Parallel()
+	for _, idle := range []bool{true, false} {
+		t.Run(map[bool]string{true: "idle", false: "poll"}[idle], func(t *testing.T) {
+			t.Parallel()
+			f := newFake(t, idle)
+			g := start(t, f, platform.Options{})
+			uid := g.deliver(t, "From: Ann <ann@example.com>", "To: "+agent, "Subject: Lunch plans",
+				"Message-ID: <m1@example.com>", "References: <m0@example.com>", "", "Where shall we eat?")
+			ev := g.next(t)
+			src := ev.GetSource()
+			if ev.GetEventId() != "m1@example.com" || ev.GetMessageId() != "<m1@example.com>" || src.GetChatId() != "ann@example.com" ||
+				src.GetChatType() != "dm" || src.GetUserName() != "Ann" || src.GetChatTopic() != "Lunch plans" ||
+				ev.GetText() != "[Subject: Lunch plans]\n\nWhere shall we eat?" {
+				t.Fatalf("event %v", ev)
+			}
+			platformtest.WaitFor(t, "the mail to be flagged seen", func() bool {
+				seen, err := f.Seen()
+				return err == nil && seen[uid]
+			})
+			if r := g.send(t, answer(ev, "**Thai**, at [Baan](https://baan.example).")); !r.GetOk() || !strings.HasPrefix(r.GetPlatformMessageId(), "<sb-") {
+				t.Fatalf("receipt %v", r)
+			}
+			sent := waitSent(t, f, 1)
+			if sent[0].From != agent || len(sent[0].To) != 1 || sent[0].To[0] != "ann@example.com" {
+				t.Fatalf("envelope %s → %v", sent[0].From, sent[0].To)
+			}
+			h, text, _ := readMail(t, sent[0].Raw)
+			subject, _ := h.Subject()
+			inReplyTo, _ := h.MsgIDList("In-Reply-To")
+			refs, _ := h.MsgIDList("References")
+			if subject != "Re: Lunch plans" || strings.Join(inReplyTo, " ") != "m1@example.com" ||
+				strings.Join(refs, " ") != "m0@example.com m1@example.com" {
+				t.Fatalf("threading: subject %q, in-reply-to %v, references %v", subject, inReplyTo, refs)
+			}
+			if strings.TrimSpace(text) != "Thai, at Baan (https://baan.example)." {
+				t.Fatalf("body %q", text)
+			}
+			// Edits do not exist on email.
+			edit := answer(ev, "changed")
+			edit.Op, edit.MessageId = deliveryv1.SendOp_SEND_OP_EDIT, "<sb-x@example.com>"
+			if r := g.send(t, edit); r.GetOk() || r.GetErrorClass() != deliveryv1.ErrorClass_ERROR_CLASS_PERMANENT {
+				t.Fatalf("edit receipt %v", r)
+			}
+		})
+	}
+}
+
+// An inbound picture is kept in the attachment store, an outbound one
+// is a MIME part of the answer.
+func TestAttachments(t *testing.T) {
+	t.Parallel()
+	f := newFake(t, true)
+	g := start(t, f, platform.Options{Attachments: attachment.Config{Enabled: true, MaxBytes: 1 << 20, TTL: time.Hour}})
+	png := platformtest.NoisePNG(t, 8, 8)
+	g.deliver(t, "From: bob@example.com", "Subject: Re: pictures", "Message-ID: <p1@example.com>",
+		"Content-Type: multipart/mixed; boundary=XX", "", "--XX", "Content-Type: text/plain", "", "Here it is.",
+		"--XX", "Content-Type: image/png", "Content-Disposition: attachment; filename=\"dot.png\"",
+		"Content-Transfer-Encoding: base64", "", base64.StdEncoding.EncodeToString(png), "--XX--", "")
+	ev := g.next(t)
+	if ev.GetText() != "Here it is." || len(ev.GetAttachments()) != 1 {
+		t.Fatalf("event %v", ev)
+	}
+	a := ev.GetAttachments()[0]
+	if a.GetBytesRef() == "" || a.GetFileName() != "dot.png" || a.GetMimeType() != "image/png" || a.GetKind() != eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE {
+		t.Fatalf("attachment %v, want it kept", a)
+	}
+	store := attachment.Open(g.b.JetStream(), g.b.Topology(), attachment.Config{Enabled: true, MaxBytes: 1 << 20, TTL: time.Hour})
+	if data, _, err := store.Get(g.ctx, a.GetBytesRef(), 1<<20); err != nil || !bytes.Equal(data, png) {
+		t.Fatalf("kept bytes differ (%v)", err)
+	}
+
+	req := answer(ev, "A report for you.")
+	req.Attachments = []*eventsv1.Attachment{{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT, FileName: "report.txt",
+		Location: &eventsv1.Attachment_Url{Url: "data:text/plain;base64," + base64.StdEncoding.EncodeToString([]byte("numbers"))}}}
+	if r := g.send(t, req); !r.GetOk() {
+		t.Fatalf("receipt %v", r)
+	}
+	h, text, files := readMail(t, waitSent(t, f, 1)[0].Raw)
+	subject, _ := h.Subject()
+	if subject != "Re: pictures" || strings.TrimSpace(text) != "A report for you." || string(files["report.txt"]) != "numbers" {
+		t.Fatalf("mail: subject %q, text %q, files %q", subject, text, files)
+	}
+}
+
+// Automated mail, the agent's own and a malformed message are skipped
+// (and flagged handled); the mail behind them is read.
+func TestSkippedMail(t *testing.T) {
+	t.Parallel()
+	f := newFake(t, false)
+	g := start(t, f, platform.Options{})
+	skippedUIDs := []uint32{
+		g.deliver(t, "From: GitHub <noreply@github.com>", "Subject: CI", "Message-ID: <a1@github.com>", "", "failed"),
+		g.deliver(t, "From: cal@example.com", "Auto-Submitted: auto-replied", "Subject: Out of office", "Message-ID: <a2@example.com>", "", "away"),
+		g.deliver(t, "From: "+agent, "Subject: Re: x", "Message-ID: <a3@example.com>", "", "my own"),
+		g.deliver(t, "Subject: no sender", "", "???"),
+	}
+	uid := g.deliver(t, "From: dan@example.com", "Subject: Re: hello", "Message-ID: <a4@example.com>", "", "a person")
+	ev := g.next(t)
+	if ev.GetEventId() != "a4@example.com" {
+		t.Fatalf("event %v, want dan's only", ev)
+	}
+	g.none(t, 300*time.Millisecond)
+	seen, err := f.Seen()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range append(skippedUIDs, uid) {
+		if !seen[u] {
+			t.Errorf("uid %d not flagged \\Seen", u)
+		}
+	}
+}
+
+// The first start leaves the mail already there alone (as Hermes); a
+// restart answers no mail twice and reads what arrived while no gateway
+// ran; a message read again after a crash (its cursor not moved) is
+// published once.
+func TestRestartLosesAndRepeatsNothing(t *testing.T) {
+	t.Parallel()
+	f := newFake(t, true)
+	old, err := f.Deliver(mailText("From: old@example.com", "Subject: Re: old", "Message-ID: <o1@example.com>", "", "before"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	evs := subscribe(t, b)
+	g := &gw{f: f, b: b, evs: evs}
+	_, stop := runGateway(t, b, f, platform.Options{})
+	g.deliver(t, "From: ann@example.com", "Subject: Re: one", "Message-ID: <r1@example.com>", "", "one")
+	if ev := g.next(t); ev.GetEventId() != "r1@example.com" {
+		t.Fatalf("event %v, want r1 (the mail already there left alone)", ev)
+	}
+	stop()
+	g.deliver(t, "From: ann@example.com", "Subject: Re: two", "Message-ID: <r2@example.com>", "", "two")
+	_, stop = runGateway(t, b, f, platform.Options{})
+	if ev := g.next(t); ev.GetEventId() != "r2@example.com" {
+		t.Fatalf("event %v, want r2 (sent while down)", ev)
+	}
+	g.none(t, 500*time.Millisecond)
+	stop()
+	if seen, _ := f.Seen(); seen[old] {
+		t.Errorf("the mail there before the first start was flagged \\Seen")
+	}
+
+	// A crash after the publish and before the cursor moved: the next
+	// reader takes the message again, and the kit's seen record stops it.
+	ctx := context.Background()
+	p := &Platform{cfg: testConfig(f).withDefaults(), bus: b}
+	st, err := p.open(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur, rev, err := p.loadCursor(ctx, st)
+	if err != nil || rev == 0 {
+		t.Fatalf("cursor %v rev %d: %v", cur, rev, err)
+	}
+	cur.UID--
+	if _, err := p.storeCursor(ctx, st, cur, rev); err != nil {
+		t.Fatal(err)
+	}
+	s, _ := runGateway(t, b, f, platform.Options{})
+	g.deliver(t, "From: ann@example.com", "Subject: Re: three", "Message-ID: <r3@example.com>", "", "three")
+	if ev := g.next(t); ev.GetEventId() != "r3@example.com" {
+		t.Fatalf("event %v, want r3 only (r2 read again is a duplicate)", ev)
+	}
+	g.none(t, 300*time.Millisecond)
+	if ok, err := s.Runner().Seen(ctx, "r2@example.com"); !ok || err != nil {
+		t.Fatalf("r2 not in the seen record (%v)", err)
+	}
+}
+
+// An SMTP 4xx reply is retryable, a 5xx permanent; the retry with the
+// same idempotency key sends the mail once.
+func TestSMTPErrorClasses(t *testing.T) {
+	t.Parallel()
+	f := newFake(t, false)
+	g := start(t, f, platform.Options{})
+	ev := &eventsv1.MessageReceived{EventId: "x", MessageId: "<x@example.com>", Source: &eventsv1.SessionSource{ChatId: "eve@example.com"}}
+
+	f.FailNext(451)
+	req := answer(ev, "later")
+	if r := g.send(t, req); r.GetOk() || r.GetErrorClass() != deliveryv1.ErrorClass_ERROR_CLASS_RETRYABLE {
+		t.Fatalf("451 receipt %v, want retryable", r)
+	}
+	if r := g.send(t, req); !r.GetOk() {
+		t.Fatalf("retry receipt %v", r)
+	}
+	if r := g.send(t, req); !r.GetOk() || !r.GetDuplicate() {
+		t.Fatalf("repeat receipt %v, want the first one back", r)
+	}
+	if n := len(waitSent(t, f, 1)); n != 1 || f.Attempts() != 2 {
+		t.Fatalf("%d mails sent in %d attempts, want 1 in 2", n, f.Attempts())
+	}
+	h, _, _ := readMail(t, f.Sent()[0].Raw)
+	if s, _ := h.Subject(); s != "Re: Hermes Agent" {
+		t.Fatalf("subject %q for a message with no thread kept", s)
+	}
+	if refs, _ := h.MsgIDList("In-Reply-To"); strings.Join(refs, "") != "x@example.com" {
+		t.Fatalf("in-reply-to %v", refs)
+	}
+
+	f.FailNext(550)
+	if r := g.send(t, answer(ev, "never")); r.GetOk() || r.GetErrorClass() != deliveryv1.ErrorClass_ERROR_CLASS_PERMANENT {
+		t.Fatalf("550 receipt %v, want permanent", r)
+	}
+	bad := answer(ev, "to nobody")
+	bad.Target.ChatId = "not an address"
+	if r := g.send(t, bad); r.GetOk() || r.GetErrorClass() != deliveryv1.ErrorClass_ERROR_CLASS_PERMANENT {
+		t.Fatalf("bad address receipt %v, want permanent", r)
+	}
+
+	// A server that is gone: a network error, retryable.
+	f.Close()
+	if r := g.send(t, answer(ev, "gone")); r.GetOk() || r.GetErrorClass() != deliveryv1.ErrorClass_ERROR_CLASS_RETRYABLE {
+		t.Fatalf("no server receipt %v, want retryable", r)
+	}
+}
+
+func TestConfig(t *testing.T) {
+	t.Parallel()
+	var i Interval
+	for in, want := range map[string]time.Duration{"15": 15 * time.Second, "2.5": 2500 * time.Millisecond, "1m": time.Minute, "300ms": 300 * time.Millisecond} {
+		if err := i.UnmarshalText([]byte(in)); err != nil || time.Duration(i) != want {
+			t.Errorf("interval %q = %s, %v; want %s", in, time.Duration(i), err, want)
+		}
+	}
+	ok := DefaultConfig()
+	ok.Address, ok.IMAPHost, ok.SMTPHost = "agent@example.com", "imap.example.com", "smtp.example.com"
+	if err := ok.Validate(); err != nil {
+		t.Fatalf("valid config refused: %v", err)
+	}
+	for name, mut := range map[string]func(*Config){
+		"no address":   func(c *Config) { c.Address = "" },
+		"named":        func(c *Config) { c.Address = "Agent <agent@example.com>" },
+		"bad tls":      func(c *Config) { c.SMTPTLS = "ssl" },
+		"bad port":     func(c *Config) { c.IMAPPort = 70000 },
+		"fast polling": func(c *Config) { c.PollInterval = Interval(time.Millisecond) },
+	} {
+		c := ok
+		mut(&c)
+		if c.Validate() == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	for _, c := range []struct {
+		mode     string
+		port     int
+		implicit int
+		want     string
+	}{{TLSAuto, 993, 993, TLSImplicit}, {"", 143, 993, TLSStartTLS}, {TLSAuto, 465, 465, TLSImplicit}, {TLSAuto, 587, 465, TLSStartTLS}, {TLSNone, 25, 465, TLSNone}} {
+		if got := tlsMode(c.mode, c.port, c.implicit); got != c.want {
+			t.Errorf("tlsMode(%q, %d) = %q, want %q", c.mode, c.port, got, c.want)
+		}
+	}
+}

@@ -1,0 +1,397 @@
+package email
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"path"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/emersion/go-message"
+	_ "github.com/emersion/go-message/charset" // the charsets mail is written in
+	gomail "github.com/emersion/go-message/mail"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/switchboard-chat/switchboard/pkg/attachment"
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+)
+
+// inbound is one inbound mail as the gateway reads it.
+type inbound struct {
+	From      string // the sender's address, lowercase
+	Name      string // the sender's display name
+	Subject   string
+	MessageID string // "<id@host>", as the header has it; "" when absent
+	InReplyTo string
+	// References of the message, oldest first, then its own Message-ID:
+	// what an answer's References header carries.
+	References []string
+	Date       time.Time
+	Text       string // the body as text, quotes and signature trimmed
+	Parts      []part
+	// Automated names why the mail is from a machine (a noreply
+	// address, an Auto-Submitted header …); "" for a person.
+	Automated string
+}
+
+// part is one attachment.
+type part struct {
+	Name string
+	MIME string
+	Data []byte // nil when over the size bound
+	Size int64
+}
+
+// errMalformed marks mail that cannot be read as a message.
+var errMalformed = errors.New("malformed message")
+
+// maxInboundText bounds the text of one inbound message (bytes); the
+// rest is cut with a note.
+const maxInboundText = 64 << 10
+
+// maxParts bounds the MIME parts read of one message.
+const maxParts = 100
+
+// parse reads a raw RFC 5322 message. Attachments larger than maxPart
+// are kept as a name and a size; skipAttachments drops them all.
+func parse(raw []byte, maxPart int64, skipAttachments bool) (*inbound, error) {
+	e, err := message.Read(bytes.NewReader(raw))
+	if err != nil && !message.IsUnknownCharset(err) && !message.IsUnknownEncoding(err) {
+		return nil, fmt.Errorf("%w: %v", errMalformed, err)
+	}
+	if e == nil {
+		return nil, errMalformed
+	}
+	h := gomail.Header{Header: e.Header}
+	m := &inbound{}
+	from, err := h.AddressList("From")
+	if err != nil || len(from) == 0 {
+		// A From a strict parser refuses: take what is between <> or
+		// the whole value, as Hermes does.
+		addr, name := looseAddress(h.Get("From"))
+		if addr == "" {
+			return nil, fmt.Errorf("%w: no sender address", errMalformed)
+		}
+		m.From, m.Name = addr, name
+	} else {
+		m.From, m.Name = strings.ToLower(strings.TrimSpace(from[0].Address)), from[0].Name
+	}
+	m.Name = cleanLine(m.Name)
+	if !utf8.ValidString(m.From) || !strings.Contains(m.From, "@") || strings.ContainsAny(m.From, " \t\r\n<>") {
+		return nil, fmt.Errorf("%w: sender %q is not an address", errMalformed, m.From)
+	}
+	m.Subject = cleanLine(decodeWords(h.Get("Subject")))
+	m.MessageID = msgID(h.Get("Message-Id"))
+	m.InReplyTo = msgID(h.Get("In-Reply-To"))
+	m.References = msgIDs(h.Get("References"))
+	if m.MessageID != "" {
+		m.References = append(m.References, m.MessageID)
+	}
+	if d, err := h.Date(); err == nil {
+		m.Date = d
+	}
+	m.Automated = automated(m.From, e.Header)
+
+	var plain, html string
+	var haveHTML bool
+	nparts := 0
+	walkErr := e.Walk(func(_ []int, p *message.Entity, err error) error {
+		if err != nil {
+			return nil // a part that cannot be read: skip it, keep the rest
+		}
+		nparts++
+		if nparts > maxParts {
+			return errStopWalk
+		}
+		mt, params, _ := p.Header.ContentType()
+		if strings.HasPrefix(mt, "multipart/") {
+			return nil
+		}
+		if mt == "" {
+			mt = "text/plain"
+		}
+		disp, dparams, _ := p.Header.ContentDisposition()
+		name := decodeWords(dparams["filename"])
+		if name == "" {
+			name = decodeWords(params["name"])
+		}
+		isAttachment := disp == "attachment" || (disp == "inline" && mt != "text/plain" && mt != "text/html") ||
+			(disp == "" && name != "" && !strings.HasPrefix(mt, "text/")) || mt == "message/rfc822"
+		switch {
+		case !isAttachment && mt == "text/plain":
+			if plain == "" {
+				plain = readText(p.Body)
+			}
+		case !isAttachment && mt == "text/html":
+			if !haveHTML {
+				html, haveHTML = readText(p.Body), true
+			}
+		case isAttachment || !strings.HasPrefix(mt, "text/"):
+			if skipAttachments {
+				return nil
+			}
+			if !printable(mt) {
+				mt = "application/octet-stream"
+			}
+			pt := part{Name: fileName(name, mt), MIME: mt}
+			data, err := io.ReadAll(io.LimitReader(p.Body, maxPart+1))
+			if err != nil {
+				return nil // undecodable body: the part is dropped
+			}
+			pt.Size = int64(len(data))
+			if pt.Size <= maxPart {
+				pt.Data = data
+			} else {
+				n, _ := io.Copy(io.Discard, p.Body)
+				pt.Size += n
+			}
+			if pt.Size == 0 {
+				return nil // Hermes skips an empty part
+			}
+			m.Parts = append(m.Parts, pt)
+		}
+		return nil
+	})
+	if walkErr != nil && !errors.Is(walkErr, errStopWalk) {
+		return nil, fmt.Errorf("%w: %v", errMalformed, walkErr)
+	}
+	body := plain
+	if strings.TrimSpace(body) == "" && haveHTML {
+		body = htmlText(html)
+	}
+	m.Text = trimReply(body)
+	return m, nil
+}
+
+var errStopWalk = errors.New("too many parts")
+
+// readText reads a text part, decoded to UTF-8 (invalid bytes replaced),
+// line ends made "\n".
+func readText(r io.Reader) string {
+	b, _ := io.ReadAll(io.LimitReader(r, 4*maxInboundText))
+	s := strings.ToValidUTF8(string(b), "\uFFFD")
+	s = strings.ReplaceAll(s, "\r\n", "\n")
+	return strings.ReplaceAll(s, "\r", "\n")
+}
+
+var wordDecoder = &mime.WordDecoder{CharsetReader: message.CharsetReader}
+
+// decodeWords decodes RFC 2047 encoded words; what cannot be decoded is
+// kept as written.
+func decodeWords(s string) string {
+	if d, err := wordDecoder.DecodeHeader(s); err == nil {
+		s = d
+	}
+	return strings.ToValidUTF8(s, "\uFFFD")
+}
+
+// cleanLine makes a header value one line without control characters.
+func cleanLine(s string) string {
+	s = strings.Map(func(r rune) rune {
+		if r == '\t' || r == '\n' || r == '\r' {
+			return ' '
+		}
+		if r < 0x20 || r == 0x7f {
+			return -1
+		}
+		return r
+	}, s)
+	return strings.Join(strings.Fields(strings.ToValidUTF8(s, "\uFFFD")), " ")
+}
+
+// looseAddress takes an address out of a From header the strict parser
+// refused: between the last <>, else the whole value.
+func looseAddress(v string) (addr, name string) {
+	v = decodeWords(v)
+	if i := strings.LastIndexByte(v, '<'); i >= 0 {
+		if j := strings.IndexByte(v[i:], '>'); j > 0 {
+			return strings.ToLower(strings.TrimSpace(v[i+1 : i+j])), strings.Trim(strings.TrimSpace(v[:i]), `"`)
+		}
+	}
+	return strings.ToLower(strings.TrimSpace(v)), ""
+}
+
+// maxMsgIDBytes bounds a Message-ID the gateway keeps.
+const maxMsgIDBytes = 300
+
+// msgID is the first message id of a header value, "<id>", or "".
+func msgID(v string) string {
+	ids := msgIDs(v)
+	if len(ids) == 0 {
+		return ""
+	}
+	return ids[0]
+}
+
+// maxReferences bounds the References an answer carries (the oldest
+// and the newest are kept).
+const maxReferences = 20
+
+// msgIDs are the message ids of a header value, each "<id>".
+func msgIDs(v string) []string {
+	var ids []string
+	for _, f := range strings.FieldsFunc(v, func(r rune) bool { return r == ' ' || r == '\t' || r == '\r' || r == '\n' || r == ',' }) {
+		f = strings.TrimSpace(f)
+		if !strings.HasPrefix(f, "<") {
+			f = "<" + f
+		}
+		if !strings.HasSuffix(f, ">") {
+			f += ">"
+		}
+		if len(f) < 3 || len(f) > maxMsgIDBytes || strings.Count(f, "<") != 1 || strings.Count(f, ">") != 1 || !printable(f) {
+			continue
+		}
+		ids = append(ids, f)
+	}
+	if len(ids) > maxReferences {
+		ids = append(ids[:1], ids[len(ids)-maxReferences+1:]...)
+	}
+	return ids
+}
+
+// printable reports whether s is printable ASCII.
+func printable(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] <= 0x20 || s[i] >= 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// fileName is an attachment's name, or Hermes's "attachment.<subtype>".
+func fileName(name, mt string) string {
+	name = cleanLine(path.Base(strings.ReplaceAll(name, `\`, "/")))
+	if name == "" || name == "." || name == "/" {
+		_, sub, _ := strings.Cut(mt, "/")
+		if sub == "" {
+			sub = "bin"
+		}
+		return "attachment." + sub
+	}
+	return name
+}
+
+// noreplyPatterns are Hermes's automated sender addresses.
+var noreplyPatterns = []string{
+	"noreply", "no-reply", "no_reply", "donotreply", "do-not-reply",
+	"mailer-daemon", "postmaster", "bounce", "notifications@",
+	"automated@", "auto-confirm", "auto-reply", "automailer",
+}
+
+// automated says why a mail is from a machine, as Hermes tells: the
+// sender's address, or an Auto-Submitted (other than "no"), Precedence
+// bulk, list or junk, X-Auto-Response-Suppress or List-Unsubscribe
+// header. "" for a person.
+func automated(from string, h message.Header) string {
+	for _, p := range noreplyPatterns {
+		if strings.Contains(from, p) {
+			return "address"
+		}
+	}
+	if v := strings.TrimSpace(h.Get("Auto-Submitted")); v != "" && !strings.EqualFold(v, "no") {
+		return "auto-submitted"
+	}
+	switch strings.ToLower(strings.TrimSpace(h.Get("Precedence"))) {
+	case "bulk", "list", "junk":
+		return "precedence"
+	}
+	if strings.TrimSpace(h.Get("X-Auto-Response-Suppress")) != "" {
+		return "auto-response-suppress"
+	}
+	if strings.TrimSpace(h.Get("List-Unsubscribe")) != "" {
+		return "list"
+	}
+	return ""
+}
+
+// eventID names a message for dedupe: its Message-ID without the angle
+// brackets, or a hash of it when that cannot be a bus header; a message
+// without one is named by a hash of its bytes, which a re-read repeats.
+func eventID(m *inbound, raw []byte) string {
+	if m.MessageID != "" {
+		id := strings.TrimSuffix(strings.TrimPrefix(m.MessageID, "<"), ">")
+		if id != "" && len(id) <= 256 && printable(id) {
+			return id
+		}
+		sum := sha256.Sum256([]byte(m.MessageID))
+		return "sha256:" + hex.EncodeToString(sum[:16])
+	}
+	sum := sha256.Sum256(raw)
+	return "raw:" + hex.EncodeToString(sum[:16])
+}
+
+// isReply reports whether a subject is an answer's ("Re: …"; Hermes
+// reads "Re:", mail clients also write "RE:" and "re:").
+func isReply(subject string) bool {
+	return len(subject) >= 3 && strings.EqualFold(subject[:3], "re:")
+}
+
+// event builds the inbound event of m for the agent's account. Parts
+// whose bytes are kept become data: URLs the kit moves into the
+// attachment store (within attachments.max_bytes) before publishing.
+func event(m *inbound, id, account string, keep bool) *eventsv1.MessageReceived {
+	name := m.Name
+	if name == "" {
+		name = m.From
+	}
+	text := m.Text
+	if m.Subject != "" && !isReply(m.Subject) {
+		text = "[Subject: " + m.Subject + "]\n\n" + text
+	}
+	text = strings.TrimSpace(text)
+	if text == "" {
+		text = "(empty email)"
+	}
+	if len(text) > maxInboundText {
+		cut := maxInboundText
+		for cut > 0 && !utf8.RuneStart(text[cut]) {
+			cut--
+		}
+		text = text[:cut] + "\n\n[… the rest of this email was cut]"
+	}
+	ev := &eventsv1.MessageReceived{
+		EventId:   id,
+		MessageId: m.MessageID,
+		Text:      text,
+		Source: &eventsv1.SessionSource{
+			Platform: "email", Account: account, ChatId: m.From, ChatName: name, ChatType: "dm",
+			UserId: m.From, UserName: name, ChatTopic: m.Subject,
+		},
+	}
+	if m.InReplyTo != "" {
+		ev.ReplyTo = &eventsv1.ReplyTo{MessageId: m.InReplyTo}
+	}
+	if !m.Date.IsZero() {
+		ev.SentAt = timestamppb.New(m.Date)
+	}
+	for _, p := range m.Parts {
+		a := &eventsv1.Attachment{Kind: kindOf(p.MIME), MimeType: p.MIME, FileName: p.Name, SizeBytes: p.Size}
+		if keep && p.Data != nil && attachment.Wanted(a) {
+			a.Location = &eventsv1.Attachment_Url{Url: "data:" + p.MIME + ";base64," + base64.StdEncoding.EncodeToString(p.Data)}
+		}
+		ev.Attachments = append(ev.Attachments, a)
+	}
+	return ev
+}
+
+// kindOf is an attachment's kind by its media type.
+func kindOf(mt string) eventsv1.AttachmentKind {
+	switch {
+	case strings.HasPrefix(mt, "image/"):
+		return eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE
+	case strings.HasPrefix(mt, "audio/"):
+		return eventsv1.AttachmentKind_ATTACHMENT_KIND_AUDIO
+	case strings.HasPrefix(mt, "video/"):
+		return eventsv1.AttachmentKind_ATTACHMENT_KIND_VIDEO
+	default:
+		return eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT
+	}
+}

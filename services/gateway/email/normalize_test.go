@@ -1,0 +1,200 @@
+package email
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// mailText joins header and body lines with CRLF, as mail travels.
+func mailText(lines ...string) []byte {
+	return []byte(strings.Join(lines, "\r\n"))
+}
+
+func TestNormalize(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name      string
+		raw       []byte
+		text      string // the event's text
+		from      string
+		user      string
+		topic     string
+		id        string
+		replyTo   string
+		automated string
+		parts     []string // "name mime size kept"
+	}{
+		{
+			name: "plain text with a subject",
+			raw: mailText("From: Ann Example <Ann@Example.com>", "To: agent@example.com", "Subject: Lunch plans",
+				"Message-ID: <m1@example.com>", "Date: Mon, 01 Jan 2024 10:00:00 +0000", "", "Where shall we eat?"),
+			text: "[Subject: Lunch plans]\n\nWhere shall we eat?", from: "ann@example.com", user: "Ann Example",
+			topic: "Lunch plans", id: "m1@example.com",
+		},
+		{
+			name: "a reply's subject is not repeated, quotes and signature trimmed",
+			raw: mailText("From: ann@example.com", "Subject: Re: Lunch plans", "Message-ID: <m2@example.com>",
+				"In-Reply-To: <sb-1@example.com>", "References: <m1@example.com> <sb-1@example.com>", "",
+				"Thai it is.", "", "-- ", "Ann", "Head of Lunch", "",
+				"On Mon, 1 Jan 2024 at 10:05, Agent <agent@example.com> wrote:", "> Shall we try Thai?", "> ", "> -- the agent"),
+			text: "Thai it is.", from: "ann@example.com", user: "ann@example.com", topic: "Re: Lunch plans",
+			id: "m2@example.com", replyTo: "<sb-1@example.com>",
+		},
+		{
+			name: "Gmail's wrapped attribution and a phone signature",
+			raw: mailText("From: bob@example.com", "Subject: RE: report", "Message-ID: <m3@example.com>", "",
+				"Looks good.", "", "Sent from my iPhone", "", "On Tue, 2 Jan 2024 at 09:00, Some Agent <agent@example.com>",
+				"wrote:", "", "> The report is attached."),
+			text: "Looks good.", from: "bob@example.com", user: "bob@example.com", topic: "RE: report", id: "m3@example.com",
+		},
+		{
+			name: "Outlook's original message header",
+			raw: mailText("From: carl@example.com", "Subject: Re: q", "Message-ID: <m4@example.com>", "",
+				"Yes, please.", "", "-----Original Message-----", "From: Agent", "Sent: today", "", "Do you want it?"),
+			text: "Yes, please.", from: "carl@example.com", user: "carl@example.com", topic: "Re: q", id: "m4@example.com",
+		},
+		{
+			name: "interleaved quotes stay",
+			raw: mailText("From: dee@example.com", "Subject: Re: two questions", "Message-ID: <m5@example.com>", "",
+				"> First?", "Yes.", "> Second?", "No."),
+			text: "> First?\nYes.\n> Second?\nNo.", from: "dee@example.com", user: "dee@example.com",
+			topic: "Re: two questions", id: "m5@example.com",
+		},
+		{
+			name: "HTML only, converted to text",
+			raw: mailText("From: eve@example.com", "Subject: =?UTF-8?B?w4RwZmVs?=", "Message-ID: <m6@example.com>",
+				"Content-Type: text/html; charset=utf-8", "",
+				"<html><head><style>p{color:red}</style></head><body><p>Hello&nbsp;<b>there</b></p><ul><li>one</li><li>two</li></ul>",
+				"<p>See <a href=\"https://x.io/a\">the docs</a>.</p></body></html>"),
+			text: "[Subject: Äpfel]\n\nHello there\n\n- one\n- two\n\nSee the docs (https://x.io/a).", from: "eve@example.com",
+			user: "eve@example.com", topic: "Äpfel", id: "m6@example.com",
+		},
+		{
+			name: "text/plain preferred over HTML, Latin-1 decoded, an attachment",
+			raw: mailText("From: =?ISO-8859-1?Q?Fran=E7ois?= <francois@example.com>", "Subject: Re: photo",
+				"Message-ID: <m7@example.com>", "MIME-Version: 1.0", "Content-Type: multipart/mixed; boundary=XX", "",
+				"--XX", "Content-Type: multipart/alternative; boundary=YY", "",
+				"--YY", "Content-Type: text/plain; charset=ISO-8859-1", "Content-Transfer-Encoding: quoted-printable", "",
+				"Voil=E0 la photo.", "--YY", "Content-Type: text/html", "", "<p>HTML version</p>", "--YY--",
+				"--XX", "Content-Type: image/png", "Content-Disposition: attachment; filename=\"cat.png\"",
+				"Content-Transfer-Encoding: base64", "", "iVBORw0KGgo=", "--XX--", ""),
+			text: "Voilà la photo.", from: "francois@example.com", user: "François", topic: "Re: photo", id: "m7@example.com",
+			parts: []string{"cat.png image/png 8 kept"},
+		},
+		{
+			name: "an attachment over the bound is named, not kept; a zip is named only",
+			raw: mailText("From: gus@example.com", "Subject: Re: files", "Message-ID: <m8@example.com>",
+				"Content-Type: multipart/mixed; boundary=XX", "", "--XX", "Content-Type: text/plain", "", "Two files.",
+				"--XX", "Content-Type: image/jpeg; name=big.jpg", "Content-Transfer-Encoding: base64", "",
+				"AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA", "--XX", "Content-Type: application/zip",
+				"Content-Disposition: attachment; filename=a.zip", "", "PK", "--XX--"),
+			text: "Two files.", from: "gus@example.com", user: "gus@example.com", topic: "Re: files", id: "m8@example.com",
+			parts: []string{"big.jpg image/jpeg 30 named", "a.zip application/zip 2 named"},
+		},
+		{
+			name: "no Message-ID: named by the bytes; empty body",
+			raw:  mailText("From: hal@example.com", "Subject: Re: x", "", ""),
+			text: "(empty email)", from: "hal@example.com", user: "hal@example.com", topic: "Re: x", id: "raw:",
+		},
+		{
+			name: "a noreply address is automated",
+			raw:  mailText("From: GitHub <noreply@github.com>", "Subject: CI failed", "Message-ID: <n1@github.com>", "", "x"),
+			text: "[Subject: CI failed]\n\nx", from: "noreply@github.com", user: "GitHub", topic: "CI failed", id: "n1@github.com",
+			automated: "address",
+		},
+		{
+			name: "Auto-Submitted is automated, unless no",
+			raw: mailText("From: ivy@example.com", "Auto-Submitted: auto-replied", "Subject: Out of office",
+				"Message-ID: <n2@example.com>", "", "Away."),
+			text: "[Subject: Out of office]\n\nAway.", from: "ivy@example.com", user: "ivy@example.com", topic: "Out of office",
+			id: "n2@example.com", automated: "auto-submitted",
+		},
+		{
+			name: "Auto-Submitted: no is a person",
+			raw:  mailText("From: ivy@example.com", "Auto-Submitted: no", "Subject: Re: hi", "Message-ID: <n3@example.com>", "", "Hi."),
+			text: "Hi.", from: "ivy@example.com", user: "ivy@example.com", topic: "Re: hi", id: "n3@example.com",
+		},
+		{
+			name: "bulk mail is automated",
+			raw:  mailText("From: news@example.com", "Precedence: bulk", "Subject: News", "Message-ID: <n4@example.com>", "", "N"),
+			text: "[Subject: News]\n\nN", from: "news@example.com", user: "news@example.com", topic: "News", id: "n4@example.com",
+			automated: "precedence",
+		},
+		{
+			name: "a list is automated",
+			raw: mailText("From: list@example.com", "List-Unsubscribe: <mailto:u@example.com>", "Subject: Re: L",
+				"Message-ID: <n5@example.com>", "", "L"),
+			text: "L", from: "list@example.com", user: "list@example.com", topic: "Re: L", id: "n5@example.com", automated: "list",
+		},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			m, err := parse(c.raw, 16, false)
+			if err != nil {
+				t.Fatalf("parse: %v", err)
+			}
+			if m.Automated != c.automated {
+				t.Errorf("automated %q, want %q", m.Automated, c.automated)
+			}
+			id := eventID(m, c.raw)
+			if c.id == "raw:" {
+				if !strings.HasPrefix(id, "raw:") || id != eventID(m, c.raw) {
+					t.Errorf("event id %q, want a stable raw: hash", id)
+				}
+			} else if id != c.id {
+				t.Errorf("event id %q, want %q", id, c.id)
+			}
+			ev := event(m, id, "agent@example.com", true)
+			src := ev.GetSource()
+			if ev.GetText() != c.text {
+				t.Errorf("text %q, want %q", ev.GetText(), c.text)
+			}
+			if src.GetChatId() != c.from || src.GetUserId() != c.from || src.GetChatType() != "dm" || src.GetUserName() != c.user ||
+				src.GetChatTopic() != c.topic || src.GetPlatform() != "email" || src.GetAccount() != "agent@example.com" {
+				t.Errorf("source %v, want chat and user %s (%s), topic %q", src, c.from, c.user, c.topic)
+			}
+			if ev.GetReplyTo().GetMessageId() != c.replyTo {
+				t.Errorf("reply to %q, want %q", ev.GetReplyTo().GetMessageId(), c.replyTo)
+			}
+			var parts []string
+			for _, a := range ev.GetAttachments() {
+				kept := "named"
+				if strings.HasPrefix(a.GetUrl(), "data:") {
+					kept = "kept"
+				}
+				parts = append(parts, strings.Join([]string{a.GetFileName(), a.GetMimeType(), strconv.FormatInt(a.GetSizeBytes(), 10), kept}, " "))
+			}
+			if strings.Join(parts, ", ") != strings.Join(c.parts, ", ") {
+				t.Errorf("attachments %q, want %q", parts, c.parts)
+			}
+		})
+	}
+}
+
+func TestParseRefusesMalformed(t *testing.T) {
+	t.Parallel()
+	for _, raw := range []string{
+		"",
+		"no header at all",
+		"From: \r\nSubject: x\r\n\r\nbody",
+		"From: not an address\r\n\r\nbody",
+	} {
+		if _, err := parse([]byte(raw), 1<<20, false); err == nil {
+			t.Errorf("parse(%q) = nil error, want malformed", raw)
+		}
+	}
+}
+
+func TestSkipAttachments(t *testing.T) {
+	t.Parallel()
+	raw := mailText("From: a@example.com", "Content-Type: multipart/mixed; boundary=XX", "", "--XX", "Content-Type: text/plain", "",
+		"hi", "--XX", "Content-Type: image/png", "Content-Disposition: attachment; filename=a.png", "", "x", "--XX--")
+	m, err := parse(raw, 1<<20, true)
+	if err != nil || len(m.Parts) != 0 || m.Text != "hi" {
+		t.Fatalf("parse = %+v, %v; want the text without attachments", m, err)
+	}
+	ev := event(m, "x", "agent@example.com", false)
+	if len(ev.GetAttachments()) != 0 {
+		t.Fatalf("attachments %v", ev.GetAttachments())
+	}
+}
