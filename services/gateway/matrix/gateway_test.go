@@ -1,0 +1,278 @@
+package matrix
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/switchboard-chat/switchboard/pkg/bus"
+	"github.com/switchboard-chat/switchboard/pkg/bus/bustest"
+	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+	"github.com/switchboard-chat/switchboard/pkg/platform"
+	"github.com/switchboard-chat/switchboard/pkg/platform/platformtest"
+	"github.com/switchboard-chat/switchboard/services/gateway/matrix/matrixfake"
+)
+
+// gw is a running gateway on NATS (an embedded server), pointed at a fake
+// homeserver.
+type gw struct {
+	f    *matrixfake.Fake
+	b    *bus.Bus
+	s    *Service
+	stop func()
+	ctx  context.Context
+	evs  chan *eventsv1.MessageReceived
+}
+
+func start(t *testing.T, cfg func(*Config)) *gw {
+	t.Helper()
+	f := matrixfake.New(bot, token)
+	t.Cleanup(f.Close)
+	fakeRooms(f)
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	t.Cleanup(func() {
+		_ = b.JetStream().DeleteKeyValue(context.Background(), b.Topology().Stream(BucketCursors))
+	})
+	g := &gw{f: f, b: b, evs: subscribe(t, b)}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	g.ctx = ctx
+	g.s, g.stop = runGateway(t, b, f, cfg)
+	return g
+}
+
+// runGateway starts a gateway on b and waits for it to sync; stop ends
+// it (and waits).
+func runGateway(t *testing.T, b *bus.Bus, f *matrixfake.Fake, mutate func(*Config)) (*Service, func()) {
+	t.Helper()
+	cfg := testConfig(f)
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	s, err := New(cfg, Deps{Log: slog.New(slog.DiscardHandler), Bus: b,
+		Runner: platform.Options{Backoff: platform.Schedule(10 * time.Millisecond), LeaseTTL: time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(runCtx) }()
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("run: %v", err)
+			}
+		})
+	}
+	t.Cleanup(func() { stop(); platformtest.DeleteBuckets(b) })
+	platformtest.WaitFor(t, "the gateway to sync", func() bool {
+		st, _ := s.Runner().State()
+		return st == platform.StateConnected
+	})
+	return s, stop
+}
+
+func subscribe(t *testing.T, b *bus.Bus) chan *eventsv1.MessageReceived {
+	t.Helper()
+	cons, err := b.JetStream().OrderedConsumer(context.Background(), b.Topology().Stream(bus.StreamInbound), jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	it, err := cons.Messages()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(it.Stop)
+	evs := make(chan *eventsv1.MessageReceived, 64)
+	go func() {
+		for {
+			m, err := it.Next()
+			if err != nil {
+				return
+			}
+			ev := &eventsv1.MessageReceived{}
+			if proto.Unmarshal(m.Data(), ev) == nil {
+				evs <- ev
+			}
+		}
+	}()
+	return evs
+}
+
+func (g *gw) next(t *testing.T) *eventsv1.MessageReceived {
+	t.Helper()
+	select {
+	case ev := <-g.evs:
+		return ev
+	case <-time.After(15 * time.Second):
+		t.Fatal("no inbound event within 15s")
+		return nil
+	}
+}
+
+func (g *gw) none(t *testing.T) {
+	t.Helper()
+	select {
+	case ev := <-g.evs:
+		t.Fatalf("unexpected inbound event %s %q", ev.GetEventId(), ev.GetText())
+	case <-time.After(500 * time.Millisecond):
+	}
+}
+
+func (g *gw) send(t *testing.T, req *deliveryv1.SendRequested) *deliveryv1.SendReceipt {
+	t.Helper()
+	r := &deliveryv1.SendReceipt{}
+	if err := g.b.Request(g.ctx, g.b.Topology().SendSubject("matrix"), req, r); err != nil {
+		t.Fatalf("send request: %v", err)
+	}
+	return r
+}
+
+func answer(ev *eventsv1.MessageReceived, op deliveryv1.SendOp, key, text string) *deliveryv1.SendRequested {
+	return &deliveryv1.SendRequested{Op: op, Text: text, TurnId: "turn-" + ev.GetEventId(), IdempotencyKey: key,
+		Target: &deliveryv1.Target{Platform: "matrix", Account: bot, ChatId: ev.GetSource().GetChatId(), ThreadId: ev.GetSource().GetThreadId(),
+			ReplyToMessageId: ev.GetMessageId()},
+		InputMessageIds: []string{ev.GetMessageId()}}
+}
+
+// A DM in, the answer out as formatted HTML, marked read; a streamed
+// answer is one message edited in place (m.replace).
+func TestAnswerAndStream(t *testing.T) {
+	t.Parallel()
+	g := start(t, nil)
+	id := g.f.Message(dmRm, ann, "what is 2+2?")
+	ev := g.next(t)
+	if ev.GetEventId() != id || ev.GetSource().GetChatType() != "dm" || ev.GetSource().GetThreadId() != "" {
+		t.Fatalf("event %v, want %s in Ann's DM without a thread", ev, id)
+	}
+	platformtest.WaitFor(t, "the read receipt", func() bool { return g.f.Receipt(dmRm) == id })
+	if r := g.send(t, answer(ev, deliveryv1.SendOp_SEND_OP_TYPING, "", "")); !r.GetOk() || g.f.Typing(dmRm) == 0 {
+		t.Fatalf("typing receipt %v, %d typing notices", r, g.f.Typing(dmRm))
+	}
+	first := g.send(t, answer(ev, deliveryv1.SendOp_SEND_OP_SEND, "k1", "It is"))
+	if !first.GetOk() {
+		t.Fatalf("send receipt %v", first)
+	}
+	for i, text := range []string{"It is **4**", "It is **4**."} {
+		edit := answer(ev, deliveryv1.SendOp_SEND_OP_EDIT, "k1-edit-"+text, text)
+		edit.MessageId = first.GetPlatformMessageId()
+		if r := g.send(t, edit); !r.GetOk() {
+			t.Fatalf("edit %d receipt %v", i, r)
+		}
+	}
+	sent := g.f.Sent(dmRm)
+	if len(sent) != 1 {
+		t.Fatalf("the room shows %d messages, want the one edited: %+v", len(sent), sent)
+	}
+	if s := sent[0]; s.Body != "It is **4**." || s.FormattedBody != "It is <strong>4</strong>." || s.Edits != 2 || s.ReplyTo != id {
+		t.Fatalf("message %+v: want the last edit, as HTML, replying to %s", s, id)
+	}
+	// The gateway does not take its own messages (or their edits) in.
+	g.none(t)
+}
+
+// A room message that mentions the bot opens a thread on itself; the
+// answer goes into it, and a later message in the thread is taken
+// without a mention, in the same thread.
+func TestThreadKept(t *testing.T) {
+	t.Parallel()
+	g := start(t, nil)
+	g.f.Message(team, bob, "just chatting") // no mention: skipped
+	root := g.f.Message(team, ann, "@bot:fake.test plan the trip")
+	ev := g.next(t)
+	if ev.GetEventId() != root || ev.GetSource().GetThreadId() != root || ev.GetText() != "plan the trip" {
+		t.Fatalf("event %v, want %s opening its own thread", ev, root)
+	}
+	if r := g.send(t, answer(ev, deliveryv1.SendOp_SEND_OP_SEND, "t1", "Day 1: …")); !r.GetOk() {
+		t.Fatalf("send receipt %v", r)
+	}
+	sent := g.f.Sent(team)
+	if len(sent) != 1 || sent[0].Thread != root {
+		t.Fatalf("sent %+v, want one message in thread %s", sent, root)
+	}
+	more := g.f.Inject(team, ann, "m.room.message", map[string]any{"msgtype": "m.text", "body": "and day 2?",
+		"m.relates_to": map[string]any{"rel_type": "m.thread", "event_id": root, "is_falling_back": true,
+			"m.in_reply_to": map[string]any{"event_id": sent[0].EventID}}})
+	ev = g.next(t)
+	if ev.GetEventId() != more || ev.GetSource().GetThreadId() != root || ev.GetReplyTo() != nil {
+		t.Fatalf("event %v, want %s in thread %s", ev, more, root)
+	}
+}
+
+// Messages sent while no gateway runs are taken by the next one, from the
+// stored token: each once, nothing older again.
+func TestRestartResumes(t *testing.T) {
+	t.Parallel()
+	g := start(t, nil)
+	first := g.f.Message(dmRm, ann, "before the restart")
+	if ev := g.next(t); ev.GetEventId() != first {
+		t.Fatalf("event %s, want %s", ev.GetEventId(), first)
+	}
+	platformtest.WaitFor(t, "the token to move past the first message", func() bool {
+		return g.f.Receipt(dmRm) == first
+	})
+	g.stop()
+	a := g.f.Message(dmRm, ann, "while down 1")
+	bb := g.f.Message(dmRm, ann, "while down 2")
+	_, _ = runGateway(t, g.b, g.f, nil)
+	for _, want := range []string{a, bb} {
+		if ev := g.next(t); ev.GetEventId() != want {
+			t.Fatalf("event %s %q, want %s", ev.GetEventId(), ev.GetText(), want)
+		}
+	}
+	g.none(t)
+}
+
+// A 429 (M_LIMIT_EXCEEDED) is handed to delivery with its retry_after_ms;
+// the retry with the same key posts once. A forbidden room is permanent.
+func TestSendErrors(t *testing.T) {
+	t.Parallel()
+	g := start(t, nil)
+	g.f.Message(dmRm, ann, "hi")
+	ev := g.next(t)
+	g.f.FailNext("send", 1, matrixfake.Fail{Status: http.StatusTooManyRequests, ErrCode: "M_LIMIT_EXCEEDED", RetryAfterMS: 1500})
+	req := answer(ev, deliveryv1.SendOp_SEND_OP_SEND, "r1", "hello")
+	r := g.send(t, req)
+	if r.GetOk() || r.GetErrorClass() != deliveryv1.ErrorClass_ERROR_CLASS_RATE_LIMITED || r.GetRetryAfterMs() != 1500 {
+		t.Fatalf("receipt %v, want rate limited for 1.5s", r)
+	}
+	if r := g.send(t, req); !r.GetOk() {
+		t.Fatalf("retry receipt %v", r)
+	}
+	if n := len(g.f.Sent(dmRm)); n != 1 {
+		t.Fatalf("%d messages shown, want 1", n)
+	}
+	g.f.FailNext("send", 1, matrixfake.Fail{Status: http.StatusInternalServerError, ErrCode: "M_UNKNOWN"})
+	if r := g.send(t, answer(ev, deliveryv1.SendOp_SEND_OP_SEND, "r2", "x")); r.GetErrorClass() != deliveryv1.ErrorClass_ERROR_CLASS_RETRYABLE {
+		t.Fatalf("5xx receipt %v, want retryable", r)
+	}
+	bad := answer(ev, deliveryv1.SendOp_SEND_OP_SEND, "r3", "x")
+	bad.Target.ChatId = "!elsewhere:fake.test"
+	if r := g.send(t, bad); r.GetErrorClass() != deliveryv1.ErrorClass_ERROR_CLASS_PERMANENT || !strings.Contains(r.GetError(), "M_FORBIDDEN") {
+		t.Fatalf("forbidden receipt %v, want permanent", r)
+	}
+}
+
+// An invite is joined; a DM invite makes the room a DM.
+func TestAutoJoin(t *testing.T) {
+	t.Parallel()
+	g := start(t, nil)
+	const newRoom = "!new:" + matrixfake.Server
+	g.f.Invite(newRoom, ann, true)
+	platformtest.WaitFor(t, "the invite joined", func() bool { return g.f.Joined(newRoom) })
+	id := g.f.Message(newRoom, ann, "hello there")
+	ev := g.next(t)
+	if ev.GetEventId() != id || ev.GetSource().GetChatType() != "dm" {
+		t.Fatalf("event %v, want %s in a DM", ev, id)
+	}
+}
