@@ -11,6 +11,7 @@ import (
 	"github.com/switchboard-chat/switchboard/pkg/platform"
 	"github.com/switchboard-chat/switchboard/services/gateway/api"
 	"github.com/switchboard-chat/switchboard/services/gateway/discord"
+	"github.com/switchboard-chat/switchboard/services/gateway/email"
 	"github.com/switchboard-chat/switchboard/services/gateway/signal"
 	"github.com/switchboard-chat/switchboard/services/gateway/slack"
 	"github.com/switchboard-chat/switchboard/services/gateway/telegram"
@@ -27,6 +28,7 @@ type GatewaysConfig struct {
 	Slack    slack.Config    `koanf:"slack"`
 	Telegram telegram.Config `koanf:"telegram"`
 	WhatsApp whatsapp.Config `koanf:"whatsapp"`
+	Email    email.Config    `koanf:"email"`
 }
 
 // gateways maps a platform name to its service (`switchboard gateway <platform>`).
