@@ -75,6 +75,22 @@ type Message struct {
 	File    string
 	Edits   int
 	Deleted bool
+	// Buttons is the inline keyboard under the message, row by row; an
+	// edit without reply_markup takes it off, as on Telegram.
+	Buttons [][]Button
+}
+
+// Button is an inline keyboard button with callback data.
+type Button struct {
+	Text string `json:"text"`
+	Data string `json:"callback_data"`
+}
+
+// CallbackAnswer is one answerCallbackQuery call.
+type CallbackAnswer struct {
+	QueryID   string
+	Text      string
+	ShowAlert bool
 }
 
 // Action is one sendChatAction call.
@@ -124,6 +140,12 @@ type Server struct {
 	failDownload []APIError
 	downloads    int
 	reactions    map[string][]string // chat/message id → the bot's reaction
+	// allowed are the update kinds the bot last asked for
+	// (allowed_updates of getUpdates or setWebhook; nil: all).
+	allowed  []string
+	queries  map[string]bool // callback query id → answered
+	nextCBQ  int
+	answered []CallbackAnswer
 }
 
 // file is one file a user sent, as getFile describes it.
@@ -147,7 +169,7 @@ func New(token, username string) (*Server, error) {
 		URL: "http://" + ln.Addr().String(), token: token, botID: id, username: username, ln: ln,
 		changed: make(chan struct{}), drop: make(chan struct{}), nextID: 100000, nextMsgID: 1,
 		fail: map[string][]APIError{}, calls: map[string]int{}, files: map[string]file{}, paths: map[string]string{},
-		reactions: map[string][]string{},
+		reactions: map[string][]string{}, queries: map[string]bool{},
 	}
 	s.srv = &http.Server{Handler: http.HandlerFunc(s.serve), ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = s.srv.Serve(ln) }()
@@ -207,6 +229,54 @@ func (s *Server) InjectRaw(raw string) int64 {
 	s.log = append(s.log, entry{id, json.RawMessage(fmt.Sprintf(`{"update_id":%d,%s}`, id, raw))})
 	s.notifyLocked()
 	return id
+}
+
+// Press queues the callback_query update of user (a Telegram User
+// object: id, first_name, …) pressing the button with callback data data
+// under the bot's message id in chat. It fails when the message shows
+// no such button. It returns the update_id and the query id.
+func (s *Server) Press(chat string, id int, user map[string]any, data string) (int64, string, error) {
+	s.mu.Lock()
+	m := s.find(chat, id)
+	found := false
+	if m != nil {
+		for _, row := range m.Buttons {
+			for _, b := range row {
+				found = found || b.Data == data
+			}
+		}
+	}
+	if !found {
+		s.mu.Unlock()
+		return 0, "", fmt.Errorf("message %d in chat %s shows no button %q", id, chat, data)
+	}
+	s.nextCBQ++
+	qid := fmt.Sprintf("%d%06d", s.botID, s.nextCBQ)
+	s.queries[qid] = false
+	wire := s.wireMessage(m)
+	s.mu.Unlock()
+	upd := map[string]any{"callback_query": map[string]any{"id": qid, "from": user, "message": wire,
+		"chat_instance": "-" + chat, "data": data}}
+	return s.Inject(upd), qid, nil
+}
+
+// CallbackAnswers returns the answerCallbackQuery calls so far.
+func (s *Server) CallbackAnswers() []CallbackAnswer {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]CallbackAnswer(nil), s.answered...)
+}
+
+// Message returns a copy of the bot's message id in chat (nil: none).
+func (s *Server) Message(chat string, id int) *Message {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := s.find(chat, id)
+	if m == nil {
+		return nil
+	}
+	c := *m
+	return &c
 }
 
 // MaxDownload is the largest file the Bot API lets a bot download; getFile
@@ -589,6 +659,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	case "setwebhook":
 		s.mu.Lock()
 		s.webhookURL, s.secret = p["url"], p["secret_token"]
+		s.setAllowedLocked(p)
 		s.mu.Unlock()
 		writeOK(w, true)
 	case "deletewebhook":
@@ -607,6 +678,8 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		s.getFile(w, p)
 	case "sendmessage", "sendphoto", "senddocument":
 		s.send(w, method, p)
+	case "answercallbackquery":
+		s.answerCallback(w, p)
 	case "editmessagetext":
 		s.edit(w, p)
 	case "deletemessage":
@@ -648,6 +721,7 @@ func (s *Server) getUpdates(w http.ResponseWriter, r *http.Request, p params, dr
 	}
 	mine := make(chan struct{})
 	s.poller = mine
+	s.setAllowedLocked(p)
 	if offset > s.confirmed {
 		s.confirmed = offset
 	}
@@ -670,7 +744,7 @@ func (s *Server) getUpdates(w http.ResponseWriter, r *http.Request, p params, dr
 			if len(out) >= limit {
 				break
 			}
-			if e.id >= s.confirmed {
+			if e.id >= s.confirmed && s.allowedLocked(e.raw) {
 				out = append(out, e)
 			}
 		}
@@ -788,6 +862,10 @@ func (s *Server) send(w http.ResponseWriter, method string, p params) {
 		return
 	}
 	m.Shown = shown
+	if m.Buttons, err = keyboard(p["reply_markup"]); err != nil {
+		writeErr(w, APIError{Code: 400, Description: err.Error()})
+		return
+	}
 	if rp := p["reply_parameters"]; rp != "" {
 		var r struct {
 			MessageID int `json:"message_id"`
@@ -877,12 +955,18 @@ func (s *Server) edit(w http.ResponseWriter, p params) {
 		writeErr(w, APIError{Code: 400, Description: "Bad Request: message to edit not found"})
 		return
 	}
-	if m.Text == p["text"] && m.ParseMode == p["parse_mode"] {
+	buttons, err := keyboard(p["reply_markup"])
+	if err != nil {
+		s.mu.Unlock()
+		writeErr(w, APIError{Code: 400, Description: err.Error()})
+		return
+	}
+	if m.Text == p["text"] && m.ParseMode == p["parse_mode"] && slices.EqualFunc(m.Buttons, buttons, slices.Equal) {
 		s.mu.Unlock()
 		writeErr(w, APIError{Code: 400, Description: "Bad Request: message is not modified: specified new message content and reply markup are exactly the same as a current content and reply markup of the message"})
 		return
 	}
-	m.Text, m.Shown, m.ParseMode = p["text"], shown, p["parse_mode"]
+	m.Text, m.Shown, m.ParseMode, m.Buttons = p["text"], shown, p["parse_mode"], buttons
 	m.Edits++
 	s.notifyLocked()
 	wire := s.wireMessage(m)
@@ -916,6 +1000,9 @@ func (s *Server) wireMessage(m *Message) map[string]any {
 	}
 	if m.ThreadID != 0 {
 		out["message_thread_id"] = m.ThreadID
+	}
+	if len(m.Buttons) > 0 {
+		out["reply_markup"] = map[string]any{"inline_keyboard": m.Buttons}
 	}
 	switch m.Kind {
 	case "photo":
@@ -952,4 +1039,75 @@ func utf16Len(s string) int {
 		}
 	}
 	return n
+}
+
+// keyboard reads a reply_markup parameter's inline keyboard, with
+// Telegram's checks of callback data (1 to 64 bytes); nil without one.
+func keyboard(raw string) ([][]Button, error) {
+	if raw == "" {
+		return nil, nil
+	}
+	var rm struct {
+		InlineKeyboard [][]Button `json:"inline_keyboard"`
+	}
+	if err := json.Unmarshal([]byte(raw), &rm); err != nil {
+		return nil, fmt.Errorf("Bad Request: can't parse reply keyboard markup JSON object")
+	}
+	for _, row := range rm.InlineKeyboard {
+		for _, b := range row {
+			if b.Text == "" {
+				return nil, fmt.Errorf("Bad Request: text buttons are unallowed in the inline keyboard")
+			}
+			if len(b.Data) < 1 || len(b.Data) > 64 {
+				return nil, fmt.Errorf("Bad Request: BUTTON_DATA_INVALID")
+			}
+		}
+	}
+	return rm.InlineKeyboard, nil
+}
+
+// answerCallback takes answerCallbackQuery: once per query, as Telegram.
+func (s *Server) answerCallback(w http.ResponseWriter, p params) {
+	id := p["callback_query_id"]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	done, ok := s.queries[id]
+	if !ok || done {
+		writeErr(w, APIError{Code: 400, Description: "Bad Request: query is too old and response timeout expired or query ID is invalid"})
+		return
+	}
+	s.queries[id] = true
+	s.answered = append(s.answered, CallbackAnswer{QueryID: id, Text: p["text"], ShowAlert: p["show_alert"] == "true"})
+	s.notifyLocked()
+	writeOK(w, true)
+}
+
+// setAllowedLocked keeps the allowed_updates of a getUpdates or
+// setWebhook call; as on Telegram, a call without them keeps the last.
+func (s *Server) setAllowedLocked(p params) {
+	raw := p["allowed_updates"]
+	if raw == "" {
+		return
+	}
+	var kinds []string
+	if json.Unmarshal([]byte(raw), &kinds) == nil {
+		s.allowed = kinds
+	}
+}
+
+// allowedLocked reports whether the bot asked for updates of raw's kind.
+func (s *Server) allowedLocked(raw json.RawMessage) bool {
+	if len(s.allowed) == 0 {
+		return true
+	}
+	var obj map[string]json.RawMessage
+	if json.Unmarshal(raw, &obj) != nil {
+		return true // malformed on purpose: the bot sees it
+	}
+	for k := range obj {
+		if k != "update_id" && !slices.Contains(s.allowed, k) {
+			return false
+		}
+	}
+	return true
 }

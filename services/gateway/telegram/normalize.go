@@ -36,6 +36,8 @@ type outcome struct {
 	// skip explains why the update produces no event (unsupported kind,
 	// not addressed to the bot); the update is still acknowledged.
 	skip string
+	// callbackID is the callback query to answer (a button's press).
+	callbackID string
 }
 
 // errMalformed marks an update that cannot be decoded.
@@ -73,6 +75,9 @@ func parseUpdate(raw []byte, me identity, g gating) (out outcome, err error) {
 }
 
 func normalize(u *models.Update, me identity, g gating) (outcome, error) {
+	if u.CallbackQuery != nil {
+		return pressed(u, me)
+	}
 	msg, channel := u.Message, false
 	if msg == nil && u.ChannelPost != nil {
 		msg, channel = u.ChannelPost, true

@@ -17,7 +17,7 @@ import (
 )
 
 // allowedUpdates are the update kinds the gateway asks for.
-var allowedUpdates = []string{"message", "channel_post"}
+var allowedUpdates = []string{"message", "channel_post", "callback_query"}
 
 // apiError is a Bot API error answer.
 type apiError struct {

@@ -108,10 +108,14 @@ func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (str
 	var msg *models.Message
 	err := p.withPlainFallback(req, func(text string, mode models.ParseMode) error {
 		var err error
-		msg, err = p.api.SendMessage(ctx, &bot.SendMessageParams{
+		params := &bot.SendMessageParams{
 			ChatID: chatID(t.GetChatId()), MessageThreadID: threadID(t), Text: text, ParseMode: mode,
 			ReplyParameters: p.replyTo(req),
-		})
+		}
+		if kb := keyboard(req.GetApproval()); kb != nil {
+			params.ReplyMarkup = kb
+		}
+		msg, err = p.api.SendMessage(ctx, params)
 		return err
 	})
 	if err != nil {
@@ -189,8 +193,9 @@ func (p *Platform) sendMedia(ctx context.Context, req *deliveryv1.SendRequested)
 	return first, nil
 }
 
-// Edit replaces a message's text (streaming). "message is not modified"
-// counts as success.
+// Edit replaces a message's text (streaming, an approval prompt's
+// answer). Sent without reply_markup, the edit takes an inline keyboard
+// off. "message is not modified" counts as success.
 func (p *Platform) Edit(ctx context.Context, req *deliveryv1.SendRequested) error {
 	id, err := strconv.Atoi(req.GetMessageId())
 	if err != nil {

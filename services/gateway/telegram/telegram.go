@@ -297,11 +297,20 @@ func (p *Platform) Connect(ctx context.Context, conn platform.Conn) error {
 
 // handle normalizes and publishes one raw update. It returns an error
 // only when the update was not stored and must not be confirmed.
-func (p *Platform) handle(ctx context.Context, conn platform.Conn, raw []byte) error {
+func (p *Platform) handle(ctx context.Context, conn platform.Conn, raw []byte) (err error) {
 	out, err := parseUpdate(raw, p.identity(), p.gate)
 	if err != nil {
 		conn.Reject(ctx, "malformed update", err)
 		return nil
+	}
+	if out.callbackID != "" {
+		// Answered once the press is on the bus (or skipped): until then
+		// the client shows its progress, and Telegram sends it again.
+		defer func() {
+			if err == nil {
+				p.answerCallback(ctx, out.callbackID)
+			}
+		}()
 	}
 	if out.ev == nil {
 		updatesSkipped.WithLabelValues(out.skip).Inc()

@@ -130,7 +130,17 @@ func kindCases() []kindCase {
 			ev(dm, "this one", func(e *eventsv1.MessageReceived) {
 				e.ReplyTo = &eventsv1.ReplyTo{MessageId: "3", Text: "older", UserId: "99"}
 			})},
+		// A press of an approval prompt's button: the command, from the
+		// presser, naming the prompt and its call.
+		{"approval_button", obj{"callback_query": obj{"id": "4242000001", "from": alice, "chat_instance": "-99", "data": "ea:session:call_1",
+			"message": msg(obj{"from": botUser, "chat": dmChat, "text": "⚠️ Dangerous command requires approval"})}},
+			ev(dm, "/approve session", func(e *eventsv1.MessageReceived) {
+				e.MessageId, e.SentAt = "", nil
+				e.ButtonPress = &eventsv1.ButtonPress{MessageId: "7", ToolCallId: "call_1"}
+			})},
 		// Skipped kinds: acknowledged to Telegram, never published.
+		{"unknown_button", obj{"callback_query": obj{"id": "4242000002", "from": alice, "chat_instance": "-99", "data": "mp:gpt",
+			"message": msg(obj{"from": botUser, "chat": dmChat, "text": "pick"})}}, nil},
 		{"group_unmentioned", obj{"message": msg(obj{"from": alice, "chat": group, "text": "chatter"})}, nil},
 		{"command_for_other_bot", obj{"message": msg(obj{"from": alice, "chat": group, "text": "/start@otherbot",
 			"entities": []obj{{"type": "bot_command", "offset": 0, "length": 15}}})}, nil},

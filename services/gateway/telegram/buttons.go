@@ -1,0 +1,143 @@
+package telegram
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"unicode"
+
+	"github.com/go-telegram/bot"
+	"github.com/go-telegram/bot/models"
+
+	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+)
+
+// An approval prompt shows Hermes's inline keyboard under its text, two
+// buttons a row: "✅ Allow Once", "✅ Session", "✅ Always", "❌ Deny". A
+// press is a callback_query update; the gateway publishes it as the
+// command the button stands for, typed by whoever pressed it in the
+// prompt's chat, and answers the query at once (the client stops its
+// spinner). The router's answer replaces the prompt's text with an edit
+// sent without reply_markup, which takes the keyboard off.
+//
+// Callback data is "ea:<choice>" or "ea:<choice>:<tool call id>" (as
+// Hermes's "ea:<choice>:<approval id>"), the call's id only where it
+// fits Telegram's 64 bytes.
+
+const (
+	callbackPrefix  = "ea:"
+	maxCallbackData = 64
+)
+
+// buttonLabels are Hermes's Telegram labels of the choices.
+var buttonLabels = map[string]string{
+	"once": "✅ Allow Once", "session": "✅ Session", "always": "✅ Always", "deny": "❌ Deny",
+}
+
+// choiceCommands are the typed commands the choices stand for.
+var choiceCommands = map[string]string{
+	"once": "/approve", "session": "/approve session", "always": "/approve always", "deny": "/deny",
+}
+
+// keyboard is the inline keyboard of an approval prompt (nil when a
+// choice is none the gateway knows or none is asked for).
+func keyboard(a *deliveryv1.Approval) *models.InlineKeyboardMarkup {
+	var buttons []models.InlineKeyboardButton
+	for _, c := range a.GetChoices() {
+		label, ok := buttonLabels[c]
+		if !ok {
+			return nil
+		}
+		data := callbackPrefix + c
+		if call := a.GetToolCallId(); call != "" && validCall(call) && len(data)+1+len(call) <= maxCallbackData {
+			data += ":" + call
+		}
+		buttons = append(buttons, models.InlineKeyboardButton{Text: label, CallbackData: data})
+	}
+	if len(buttons) == 0 {
+		return nil
+	}
+	// Two a row, as Hermes: a row of four cuts the labels on phones.
+	var rows [][]models.InlineKeyboardButton
+	for i := 0; i < len(buttons); i += 2 {
+		rows = append(rows, buttons[i:min(i+2, len(buttons))])
+	}
+	return &models.InlineKeyboardMarkup{InlineKeyboard: rows}
+}
+
+// validCall reports whether a tool call id can ride in callback data.
+func validCall(id string) bool {
+	return id != "" && len(id) <= maxCallbackData && strings.IndexFunc(id, func(r rune) bool {
+		return r > unicode.MaxASCII || !unicode.IsPrint(r) || r == ' '
+	}) < 0
+}
+
+// parseCallback reads an approval button's callback data: the typed
+// command it stands for and the tool call it names ("" for none). ok is
+// false for any other data.
+func parseCallback(data string) (command, call string, ok bool) {
+	rest, found := strings.CutPrefix(data, callbackPrefix)
+	if !found || len(data) > maxCallbackData {
+		return "", "", false
+	}
+	choice, call, _ := strings.Cut(rest, ":")
+	command, ok = choiceCommands[choice]
+	if !ok || (call != "" && !validCall(call)) {
+		return "", "", false
+	}
+	return command, call, true
+}
+
+// pressed normalizes a callback query: an approval button's press is the
+// command from the presser in the prompt's chat.
+func pressed(u *models.Update, me identity) (outcome, error) {
+	q := u.CallbackQuery
+	out := outcome{callbackID: q.ID}
+	command, call, ok := parseCallback(q.Data)
+	if !ok {
+		out.skip = "unknown button"
+		return out, nil
+	}
+	var chat models.Chat
+	var cardID, thread int
+	topic := false
+	switch {
+	case q.Message.Message != nil:
+		m := q.Message.Message
+		chat, cardID, thread, topic = m.Chat, m.ID, m.MessageThreadID, m.IsTopicMessage
+	case q.Message.InaccessibleMessage != nil:
+		chat, cardID = q.Message.InaccessibleMessage.Chat, q.Message.InaccessibleMessage.MessageID
+	}
+	if chat.ID == 0 || cardID == 0 || q.From.ID == 0 {
+		out.skip = "button press without its message"
+		return out, nil
+	}
+	chatID := strconv.FormatInt(chat.ID, 10)
+	src := &eventsv1.SessionSource{
+		Platform: "telegram", Account: strconv.FormatInt(me.id, 10), ChatId: chatID, ChatName: chatName(chat),
+		ChatType: chatType(chat, false), UserId: strconv.FormatInt(q.From.ID, 10),
+		UserName: fullName(q.From.FirstName, q.From.LastName), IsBot: q.From.IsBot,
+	}
+	// The prompt went to the chat's topic: the press belongs to it.
+	if thread != 0 && (src.ChatType == "group" && (topic || chat.IsForum) || src.ChatType == "dm" && topic) {
+		src.ThreadId = strconv.Itoa(thread)
+	}
+	if src.ChatType == "group" && src.ThreadId == "" && chat.IsForum {
+		src.ThreadId = generalTopic
+	}
+	out.ev = &eventsv1.MessageReceived{
+		EventId: strconv.FormatInt(u.ID, 10), Source: src, Text: command, Mentioned: src.ChatType == "group",
+		ButtonPress: &eventsv1.ButtonPress{MessageId: strconv.Itoa(cardID), ToolCallId: call},
+	}
+	return out, nil
+}
+
+// answerCallback answers a callback query, so the client stops showing
+// its progress: best effort (a redelivered press's query is answered
+// already, and Telegram refuses a second answer).
+func (p *Platform) answerCallback(ctx context.Context, id string) {
+	if _, err := p.api.AnswerCallbackQuery(ctx, &bot.AnswerCallbackQueryParams{CallbackQueryID: id}); err != nil {
+		p.log.Debug("answerCallbackQuery failed", "err", p.redact(err))
+	}
+}

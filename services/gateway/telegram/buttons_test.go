@@ -1,0 +1,144 @@
+package telegram
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/switchboard-chat/switchboard/pkg/bus/bustest"
+	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
+	"github.com/switchboard-chat/switchboard/pkg/platform"
+	"github.com/switchboard-chat/switchboard/pkg/telegramfake"
+)
+
+// An approval prompt shows Hermes's four buttons under its text; a press
+// is published once as the presser's command (also when Telegram sends
+// the update again), its query answered; the answer's edit replaces the
+// text and takes the keyboard off.
+func TestApprovalButtons(t *testing.T) {
+	t.Parallel()
+	f := newFake(t)
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	s, _ := startService(t, testConfig(f), b, "a")
+	waitFor(t, "connected", 20*time.Second, func() bool { st, _ := s.Runner().State(); return st == platform.StateConnected })
+
+	target := &deliveryv1.Target{Platform: "telegram", Account: "4242", ChatId: "99"}
+	prompt := "⚠️ **Dangerous command requires approval:**\n```\nrm -rf /tmp/x\n```\nReason: dangerous command"
+	r := sendReq(t, b, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "p1", Target: target, Text: prompt,
+		Format:   deliveryv1.TextFormat_TEXT_FORMAT_MARKDOWN,
+		Approval: &deliveryv1.Approval{Choices: []string{"once", "session", "always", "deny"}, ToolCallId: "call_1"}})
+	if !r.GetOk() {
+		t.Fatalf("prompt not sent: %v", r)
+	}
+	card := f.Messages("99")[0]
+	want := [][]telegramfake.Button{
+		{{Text: "✅ Allow Once", Data: "ea:once:call_1"}, {Text: "✅ Session", Data: "ea:session:call_1"}},
+		{{Text: "✅ Always", Data: "ea:always:call_1"}, {Text: "❌ Deny", Data: "ea:deny:call_1"}},
+	}
+	if !equalButtons(card.Buttons, want) || !strings.Contains(card.Shown, "rm -rf /tmp/x") {
+		t.Fatalf("prompt shows %q with buttons %v, want its text and %v", card.Shown, card.Buttons, want)
+	}
+
+	id, query, err := f.Press("99", card.ID, alice, "ea:once:call_1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the press answered", 10*time.Second, func() bool { return len(f.CallbackAnswers()) == 1 })
+	f.Redeliver(id)
+	waitFor(t, "the redelivery confirmed", 10*time.Second, func() bool { return f.Confirmed() > id && f.Pending() == 0 })
+	evs := inbound(t, b)
+	if len(evs) != 1 {
+		t.Fatalf("%d events, want the press once: %v", len(evs), evs)
+	}
+	ev := evs[0]
+	if ev.GetText() != "/approve" || ev.GetSource().GetUserId() != "99" || ev.GetSource().GetChatId() != "99" ||
+		ev.GetButtonPress().GetMessageId() != strconv.Itoa(card.ID) || ev.GetButtonPress().GetToolCallId() != "call_1" {
+		t.Fatalf("published %v, want /approve from 99 pressing the prompt for call_1", ev)
+	}
+	if a := f.CallbackAnswers()[0]; a.QueryID != query {
+		t.Fatalf("answered query %q, want %q", a.QueryID, query)
+	}
+
+	r = sendReq(t, b, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_EDIT, IdempotencyKey: "p1r", Target: target,
+		MessageId: strconv.Itoa(card.ID), Text: "✅ Approved once by Alice Liddell", Format: deliveryv1.TextFormat_TEXT_FORMAT_PLAIN})
+	if !r.GetOk() {
+		t.Fatalf("answer not shown: %v", r)
+	}
+	after := f.Message("99", card.ID)
+	if after.Shown != "✅ Approved once by Alice Liddell" || len(after.Buttons) != 0 {
+		t.Fatalf("card shows %q with buttons %v, want the answer without buttons", after.Shown, after.Buttons)
+	}
+	if _, _, err := f.Press("99", card.ID, alice, "ea:deny:call_1"); err == nil {
+		t.Fatal("a button of the answered card could still be pressed")
+	}
+}
+
+// A tool call id too long for Telegram's 64 bytes of callback data is
+// left out: the buttons answer whatever call waits, as typing does.
+func TestApprovalButtonsWithoutRoomForTheCall(t *testing.T) {
+	kb := keyboard(&deliveryv1.Approval{Choices: []string{"once", "session"}, ToolCallId: strings.Repeat("x", 60)})
+	if kb == nil || len(kb.InlineKeyboard) != 1 {
+		t.Fatalf("keyboard %v", kb)
+	}
+	for _, b := range kb.InlineKeyboard[0] {
+		if len(b.CallbackData) > maxCallbackData || strings.Count(b.CallbackData, ":") != 1 {
+			t.Fatalf("callback data %q", b.CallbackData)
+		}
+	}
+	if keyboard(&deliveryv1.Approval{Choices: []string{"once", "maybe"}}) != nil {
+		t.Fatal("a keyboard with a choice the gateway does not know")
+	}
+	if keyboard(nil) != nil {
+		t.Fatal("a keyboard for a message that is no prompt")
+	}
+}
+
+// FuzzParseCallback: any callback data is read without panicking; what
+// is read as an approval is a known command, and the data is exactly
+// what the keyboard writes for it.
+func FuzzParseCallback(f *testing.F) {
+	for _, s := range []string{"ea:once", "ea:session:call_1", "ea:always:toolu_01A", "ea:deny:", "ea:maybe", "mp:gpt", "ea:once:a b", "ea:once:x:y", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, data string) {
+		command, call, ok := parseCallback(data)
+		if !ok {
+			return
+		}
+		choice := ""
+		for c, cmd := range choiceCommands {
+			if cmd == command {
+				choice = c
+			}
+		}
+		if choice == "" {
+			t.Fatalf("%q read as unknown command %q", data, command)
+		}
+		kb := keyboard(&deliveryv1.Approval{Choices: []string{choice}, ToolCallId: call})
+		if kb == nil {
+			t.Fatalf("%q: no keyboard for %q", data, choice)
+		}
+		got := kb.InlineKeyboard[0][0].CallbackData
+		if got != data && got+":" != data {
+			t.Fatalf("%q read as %q %q, written back as %q", data, command, call, got)
+		}
+	})
+}
+
+func equalButtons(a, b [][]telegramfake.Button) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if len(a[i]) != len(b[i]) {
+			return false
+		}
+		for j := range a[i] {
+			if a[i][j] != b[i][j] {
+				return false
+			}
+		}
+	}
+	return true
+}
