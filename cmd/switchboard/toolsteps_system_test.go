@@ -16,7 +16,10 @@ import (
 // progress line, then Hermes's approval prompt; the user's /approve runs
 // the clock, whose line starts a new progress message below the prompt,
 // and the answer carries the clock's result. Without the prompt in the
-// chat the call could only time out, denied.
+// chat the call could only time out, denied. The next call's prompt is
+// answered with its "✅ Allow Once" button: the card then says who
+// allowed it, and the first prompt's button, pressed late, that it
+// expired.
 func TestWholeSystemToolStepsInAChat(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the whole system")
@@ -36,7 +39,7 @@ func TestWholeSystemToolStepsInAChat(t *testing.T) {
 		"HERMES_TOOL_PROGRESS_MODE=all",
 	)
 	defer d.stop(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
 	shown := func() []string {
 		var out []string
@@ -89,4 +92,41 @@ func TestWholeSystemToolStepsInAChat(t *testing.T) {
 	if n := strings.Count(strings.Join(got, "\n"), "Dangerous command requires approval"); n != 1 {
 		t.Errorf("the prompt shows %d times", n)
 	}
+
+	// The prompt's buttons: "Allow Once" runs the tool and the card says
+	// who allowed it, without its buttons.
+	first := tg.Messages("99")[1]
+	if len(first.Buttons) != 2 || first.Buttons[0][0].Text != "✅ Allow Once" || first.Buttons[1][1].Text != "❌ Deny" {
+		t.Fatalf("the prompt's buttons are %v, want Hermes's four", first.Buttons)
+	}
+	before := len(got)
+	tg.Inject(ann(3, `again? [[tool:clock {"tz":"UTC"}]]`))
+	got = waitFor("the second prompt", func(s []string) bool {
+		return len(s) > before && strings.Contains(s[len(s)-1], "Dangerous command requires approval")
+	})
+	card := tg.Messages("99")[len(got)-1]
+	ann99 := map[string]any{"id": 99, "is_bot": false, "first_name": "Ann"}
+	if _, _, err := tg.Press("99", card.ID, ann99, card.Buttons[0][0].Data); err != nil {
+		t.Fatal(err)
+	}
+	got = waitFor("the answer after the button", func(s []string) bool {
+		return len(s) > 0 && strings.HasPrefix(s[len(s)-1], "echo: again?") && strings.Contains(s[len(s)-1], "UTC")
+	})
+	if m := tg.Message("99", card.ID); m.Shown != "✅ Approved once by Ann" || len(m.Buttons) != 0 {
+		t.Errorf("the pressed card shows %q with buttons %v, want the decision alone", m.Shown, m.Buttons)
+	}
+	if strings.Contains(strings.Join(got[before:], "\n"), "✅ Command approved") {
+		t.Errorf("a button's answer also came as a message: %q", got[before:])
+	}
+	if n := len(tg.CallbackAnswers()); n != 1 {
+		t.Errorf("%d callback queries answered, want 1", n)
+	}
+	// The first prompt's button, pressed now that nothing waits: the card
+	// says it expired.
+	if _, _, err := tg.Press("99", first.ID, ann99, first.Buttons[1][1].Data); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("the expired card", func([]string) bool {
+		return strings.HasPrefix(tg.Message("99", first.ID).Shown, "⌛ Approval expired")
+	})
 }
