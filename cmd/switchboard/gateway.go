@@ -12,6 +12,7 @@ import (
 	"github.com/switchboard-chat/switchboard/services/gateway/api"
 	"github.com/switchboard-chat/switchboard/services/gateway/discord"
 	"github.com/switchboard-chat/switchboard/services/gateway/email"
+	"github.com/switchboard-chat/switchboard/services/gateway/matrix"
 	"github.com/switchboard-chat/switchboard/services/gateway/signal"
 	"github.com/switchboard-chat/switchboard/services/gateway/slack"
 	"github.com/switchboard-chat/switchboard/services/gateway/telegram"
@@ -23,6 +24,7 @@ import (
 type GatewaysConfig struct {
 	API      api.Config      `koanf:"api"`
 	Signal   signal.Config   `koanf:"signal"`
+	Matrix   matrix.Config   `koanf:"matrix"`
 	Webhook  webhook.Config  `koanf:"webhook"`
 	Discord  discord.Config  `koanf:"discord"`
 	Slack    slack.Config    `koanf:"slack"`
