@@ -862,8 +862,9 @@ func (s *Server) send(w http.ResponseWriter, method string, p params) {
 		return
 	}
 	m.Shown = shown
-	if m.Buttons, err = keyboard(p["reply_markup"]); err != nil {
-		writeErr(w, APIError{Code: 400, Description: err.Error()})
+	var bad *APIError
+	if m.Buttons, bad = keyboard(p["reply_markup"]); bad != nil {
+		writeErr(w, *bad)
 		return
 	}
 	if rp := p["reply_parameters"]; rp != "" {
@@ -955,10 +956,10 @@ func (s *Server) edit(w http.ResponseWriter, p params) {
 		writeErr(w, APIError{Code: 400, Description: "Bad Request: message to edit not found"})
 		return
 	}
-	buttons, err := keyboard(p["reply_markup"])
-	if err != nil {
+	buttons, bad := keyboard(p["reply_markup"])
+	if bad != nil {
 		s.mu.Unlock()
-		writeErr(w, APIError{Code: 400, Description: err.Error()})
+		writeErr(w, *bad)
 		return
 	}
 	if m.Text == p["text"] && m.ParseMode == p["parse_mode"] && slices.EqualFunc(m.Buttons, buttons, slices.Equal) {
@@ -1043,7 +1044,9 @@ func utf16Len(s string) int {
 
 // keyboard reads a reply_markup parameter's inline keyboard, with
 // Telegram's checks of callback data (1 to 64 bytes); nil without one.
-func keyboard(raw string) ([][]Button, error) {
+// A refused keyboard is the Bad Request's description.
+func keyboard(raw string) ([][]Button, *APIError) {
+	bad := func(d string) *APIError { return &APIError{Code: 400, Description: "Bad Request: " + d} }
 	if raw == "" {
 		return nil, nil
 	}
@@ -1051,15 +1054,15 @@ func keyboard(raw string) ([][]Button, error) {
 		InlineKeyboard [][]Button `json:"inline_keyboard"`
 	}
 	if err := json.Unmarshal([]byte(raw), &rm); err != nil {
-		return nil, fmt.Errorf("Bad Request: can't parse reply keyboard markup JSON object")
+		return nil, bad("can't parse reply keyboard markup JSON object")
 	}
 	for _, row := range rm.InlineKeyboard {
 		for _, b := range row {
 			if b.Text == "" {
-				return nil, fmt.Errorf("Bad Request: text buttons are unallowed in the inline keyboard")
+				return nil, bad("text buttons are unallowed in the inline keyboard")
 			}
 			if len(b.Data) < 1 || len(b.Data) > 64 {
-				return nil, fmt.Errorf("Bad Request: BUTTON_DATA_INVALID")
+				return nil, bad("BUTTON_DATA_INVALID")
 			}
 		}
 	}
