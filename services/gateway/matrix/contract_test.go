@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/protobuf/types/known/timestamppb"
-
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/platform"
@@ -64,8 +62,6 @@ type contractFake struct{ f *matrixfake.Fake }
 func (c *contractFake) Kinds() []string {
 	return []string{"dm", "room mention", "thread", "reply", "image", "emote", "pill"}
 }
-
-func sent(ts int64) *timestamppb.Timestamp { return timestamppb.New(time.UnixMilli(ts)) }
 
 func (c *contractFake) Deliver(t *testing.T, _ context.Context, kind string) *eventsv1.MessageReceived {
 	t.Helper()

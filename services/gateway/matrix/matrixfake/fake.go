@@ -87,8 +87,6 @@ type Fake struct {
 	calls    map[string]int
 	receipts map[string]string // room → event id
 	typing   map[string]int
-	syncs    int
-	connects int
 	drop     bool
 	seq      int
 	now      int64
