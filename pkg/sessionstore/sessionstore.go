@@ -411,9 +411,11 @@ func (s *Store) reset(ctx context.Context, key, reason string, keepQueue bool) (
 }
 
 // Stop fences the running turn (next generation) and drops the waiting
-// messages; it returns the new generation and how many were dropped.
-func (s *Store) Stop(ctx context.Context, key string) (gen int64, dropped int64, err error) {
+// messages; it returns the new generation and the messages dropped, in
+// their queue order.
+func (s *Store) Stop(ctx context.Context, key string) (gen int64, dropped []*eventsv1.MessageReceived, err error) {
 	err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+		dropped = nil
 		if err := tx.QueryRow(ctx, `UPDATE sessions SET generation = generation + 1, updated_at = $2
 			WHERE session_key = $1 RETURNING generation`, key, s.now()).Scan(&gen); err != nil {
 			if errors.Is(err, pgx.ErrNoRows) {
@@ -421,11 +423,25 @@ func (s *Store) Stop(ctx context.Context, key string) (gen int64, dropped int64,
 			}
 			return fmt.Errorf("advance generation: %w", err)
 		}
-		tag, err := tx.Exec(ctx, `DELETE FROM session_queue WHERE session_key = $1`, key)
+		rows, err := tx.Query(ctx, `WITH d AS (DELETE FROM session_queue WHERE session_key = $1 RETURNING stream_seq, id, event)
+			SELECT event FROM d ORDER BY stream_seq, id`, key)
 		if err != nil {
 			return fmt.Errorf("clear queue: %w", err)
 		}
-		dropped = tag.RowsAffected()
+		for rows.Next() {
+			var data []byte
+			if err := rows.Scan(&data); err != nil {
+				return fmt.Errorf("clear queue: %w", err)
+			}
+			ev := &eventsv1.MessageReceived{}
+			if err := proto.Unmarshal(data, ev); err != nil {
+				return fmt.Errorf("decode dropped message: %w", err)
+			}
+			dropped = append(dropped, ev)
+		}
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("clear queue: %w", err)
+		}
 		return nil
 	})
 	return gen, dropped, err

@@ -133,6 +133,9 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 		if err != nil {
 			return err
 		}
+		if err := s.answerDropped(ctx, m, gen, dropped); err != nil {
+			return err
+		}
 		// Hermes's words, and what became of the waiting messages.
 		text := "No active task to stop."
 		switch {
@@ -141,8 +144,8 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 		case owner != "":
 			text = "⚡ Stopped. You can continue this session."
 		}
-		if dropped > 0 {
-			text += fmt.Sprintf(" %s dropped.", plural(int(dropped), "waiting message"))
+		if len(dropped) > 0 {
+			text += fmt.Sprintf(" %s dropped.", plural(len(dropped), "waiting message"))
 		}
 		return reply(gen, text)
 	case "queue":

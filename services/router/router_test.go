@@ -1289,3 +1289,60 @@ func TestForkFromOnlyOnTheAPI(t *testing.T) {
 		t.Fatalf("a Telegram message with fork_from opened a copy of another chat (%d messages)", n)
 	}
 }
+
+// TestStopAnswersTheAPIRequestsItDrops: an API request waits for an
+// answer of its own; one whose waiting message /stop drops gets an
+// "interrupted" error at once instead of its reply timeout. A chat's
+// dropped messages get only the /stop's count, as in Hermes.
+func TestStopAnswersTheAPIRequestsItDrops(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	cfg := testConfig()
+	cfg.Auth.AllowAll = map[string]bool{"api": true}
+	e.startRouter(cfg, nil, nil)
+	release := make(chan struct{})
+	w := e.startWorker(func(t *turnsv1.TurnRequested) {
+		if t.Inputs[0].Text == "long task" {
+			<-release
+		}
+	})
+	defer close(release)
+
+	api := func(id, text string) *eventsv1.MessageReceived {
+		return &eventsv1.MessageReceived{EventId: id, MessageId: id, Text: text, TransportAuthenticated: true,
+			Source: &eventsv1.SessionSource{Platform: "api", Account: "default", ChatId: "conv", ChatType: "dm", UserId: "client"}}
+	}
+	e.publish(api("req-1", "long task"))
+	waitFor(t, "turn running", func() bool { turns, _ := w.snapshot(); return len(turns) == 1 })
+	e.publish(api("req-2", "next"))
+	e.publish(api("req-3", "and next"))
+	waitFor(t, "both queued", func() bool {
+		n, err := sessionstore.New(e.db).QueueLen(context.Background(), "agent:main:api:dm:conv")
+		return err == nil && n == 2
+	})
+	e.publish(api("req-stop", "/stop"))
+
+	errorsFor := func() map[string]*repliesv1.ReplyEvent {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		out := map[string]*repliesv1.ReplyEvent{}
+		for _, ev := range e.notices {
+			if ev.GetError() != nil && len(ev.GetInputMessageIds()) == 1 {
+				out[ev.GetInputMessageIds()[0]] = ev
+			}
+		}
+		return out
+	}
+	waitFor(t, "the dropped requests answered", func() bool { return len(errorsFor()) == 2 })
+	got := errorsFor()
+	for _, id := range []string{"req-2", "req-3"} {
+		ev := got[id]
+		if ev == nil || ev.GetError().GetCode() != "interrupted" || ev.GetError().GetMessage() != stoppedText ||
+			ev.GetTarget().GetChatId() != "conv" || ev.GetTurnId() != "stopped:"+id {
+			t.Errorf("answer to %s: %v", id, ev)
+		}
+	}
+	if got["req-1"] != nil {
+		t.Errorf("the running request got an answer from /stop: %v", got["req-1"])
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -240,7 +241,7 @@ func (s *Service) publishNotice(ctx context.Context, m *msgCtx, gen int64, text,
 		Seq:        int64(m.notices),
 		Target:     target(m.ev),
 		CreatedAt:  timestamppb.New(s.now()),
-		Body:       &repliesv1.ReplyEvent_Notice{Notice: &repliesv1.Notice{Text: text, Kind: kind}},
+		Body:       &repliesv1.ReplyEvent_Notice{Notice: &repliesv1.Notice{Text: text, Kind: kind, ReplacesMessageId: replaces}},
 	}
 	if id := m.ev.GetMessageId(); id != "" {
 		ev.InputMessageIds = []string{id}
@@ -251,6 +252,39 @@ func (s *Service) publishNotice(ctx context.Context, m *msgCtx, gen int64, text,
 	id := fmt.Sprintf("notice:%s:%d", m.dedupeID, m.notices)
 	if _, err := s.bus.Publish(ctx, s.topo.ReplySubject(key), id, ev); err != nil {
 		return fmt.Errorf("publish notice: %w", err)
+	}
+	return nil
+}
+
+// stoppedText explains an API request whose waiting message /stop dropped.
+const stoppedText = "Stopped before it ran: /stop dropped this waiting message."
+
+// answerDropped ends the API requests whose waiting messages a /stop
+// dropped: each waits for an answer of its own (ownsTurn: never merged
+// into another message's turn), which no turn
+// will give now. It gets an "interrupted" error at once instead of its
+// reply timeout. The reply's ids come from the dropped message, so a
+// redelivered /stop that finds the queue emptied already adds nothing,
+// and a republished one is taken once.
+func (s *Service) answerDropped(ctx context.Context, m *msgCtx, gen int64, dropped []*eventsv1.MessageReceived) error {
+	for _, ev := range dropped {
+		if !strings.EqualFold(ev.GetSource().GetPlatform(), "api") || ev.GetMessageId() == "" {
+			continue
+		}
+		turnID := "stopped:" + ev.GetEventId()
+		reply := &repliesv1.ReplyEvent{
+			TurnId:          turnID,
+			SessionKey:      m.key,
+			Generation:      gen,
+			Seq:             1,
+			Target:          target(ev),
+			CreatedAt:       timestamppb.New(s.now()),
+			InputMessageIds: []string{ev.GetMessageId()},
+			Body:            &repliesv1.ReplyEvent_Error{Error: &repliesv1.ReplyError{Code: "interrupted", Message: stoppedText}},
+		}
+		if _, err := s.bus.Publish(ctx, s.topo.ReplySubject(m.key), turnID, reply); err != nil {
+			return fmt.Errorf("answer a message /stop dropped: %w", err)
+		}
 	}
 	return nil
 }
