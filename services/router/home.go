@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
+	"github.com/switchboard-chat/switchboard/pkg/command"
 	"github.com/switchboard-chat/switchboard/pkg/outbox"
 )
 
@@ -124,14 +125,12 @@ func (s *Service) homeNotice(ctx context.Context, m *msgCtx) error {
 }
 
 // homeText is Hermes's notice, in its words but for the name of who
-// delivers. On Slack the command is "!sethome": Slack keeps "/" for its
-// own slash commands and refuses them in threads (Hermes says
-// "/hermes sethome", which the Events API does not serve here).
+// delivers, with the command as the platform's users type it: "!sethome"
+// on Slack and Matrix (command.TypedPrefix; Slack keeps "/" for its own
+// slash commands and refuses them in threads; Hermes says "/hermes
+// sethome" there, which the Events API does not serve here).
 func homeText(platform string) string {
-	cmd := "/sethome"
-	if platform == "slack" {
-		cmd = "!sethome"
-	}
+	cmd := command.TypedPrefix(platform) + "sethome"
 	return "📬 No home channel is set for " + title(platform) + ". A home channel is where cron job results and " +
 		"cross-platform messages are delivered.\n\nType " + cmd + " to make this chat your home channel, or ignore to skip."
 }
