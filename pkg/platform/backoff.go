@@ -18,6 +18,14 @@ func DefaultBackoff(attempt int) time.Duration {
 	return Jitter(Schedule(hermesSchedule...)(attempt), 0.1)
 }
 
+// QuickBackoff is 2 s doubling to 60 s, then 60 s forever, each with up
+// to ±20 % jitter: for a gateway whose reader retries a local daemon or
+// its own server (signal-cli, a homeserver's /sync, a mailbox), where
+// Hermes retries within seconds rather than after DefaultBackoff's 30 s.
+func QuickBackoff(attempt int) time.Duration {
+	return Jitter(Schedule(2*time.Second, 4*time.Second, 8*time.Second, 16*time.Second, 32*time.Second, 60*time.Second)(attempt), 0.2)
+}
+
 // Schedule returns a Backoff that walks steps and stays on the last one.
 func Schedule(steps ...time.Duration) Backoff {
 	return func(attempt int) time.Duration {

@@ -165,7 +165,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		opts.LeaseTTL = cfg.LeaseTTL
 	}
 	if opts.Backoff == nil {
-		opts.Backoff = Backoff
+		opts.Backoff = platform.QuickBackoff
 	}
 	r, err := platform.NewRunner(p, deps.Bus, opts)
 	if err != nil {
@@ -176,14 +176,6 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		p.store = attachment.Open(deps.Bus.JetStream(), deps.Bus.Topology(), opts.Attachments)
 	}
 	return &Service{p: p, runner: r}, nil
-}
-
-// Backoff is Hermes's reconnect schedule for the event stream, and the
-// wait after a failed receive call: 2 s, doubling to 60 s, each with up
-// to 20 % jitter.
-func Backoff(attempt int) time.Duration {
-	return platform.Jitter(platform.Schedule(2*time.Second, 4*time.Second, 8*time.Second, 16*time.Second,
-		32*time.Second, 60*time.Second)(attempt), 0.2)
 }
 
 // Run serves until ctx ends.
