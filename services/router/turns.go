@@ -261,11 +261,10 @@ const stoppedText = "Stopped before it ran: /stop dropped this waiting message."
 
 // answerDropped ends the API requests whose waiting messages a /stop
 // dropped: each waits for an answer of its own (ownsTurn: never merged
-// into another message's turn), which no turn
-// will give now. It gets an "interrupted" error at once instead of its
-// reply timeout. The reply's ids come from the dropped message, so a
-// redelivered /stop that finds the queue emptied already adds nothing,
-// and a republished one is taken once.
+// into another message's turn), which no turn will give now. It gets an
+// "interrupted" error at once instead of its reply timeout. The reply's
+// ids come from the dropped message, so a republished one is taken
+// once; a redelivered /stop finds the queue emptied and adds nothing.
 func (s *Service) answerDropped(ctx context.Context, m *msgCtx, gen int64, dropped []*eventsv1.MessageReceived) error {
 	for _, ev := range dropped {
 		if !strings.EqualFold(ev.GetSource().GetPlatform(), "api") || ev.GetMessageId() == "" {
