@@ -274,10 +274,37 @@ func (p *Platform) socketEvent(ctx context.Context, sm *socketmode.Client, conn 
 		}
 		_ = sm.AckCtx(ctx, evt.Request.EnvelopeID, nil)
 	case socketmode.EventTypeInteractive:
-		if evt.Request != nil {
-			_ = sm.AckCtx(ctx, evt.Request.EnvelopeID, nil)
+		if evt.Request == nil {
+			return
+		}
+		if err := p.handlePress(ctx, conn, evt.Data); err != nil {
+			// Not stored: no ack, Slack delivers it again.
+			p.log.Warn("slack button press not published; leaving it unacknowledged", "err", err)
+			return
+		}
+		if err := sm.AckCtx(ctx, evt.Request.EnvelopeID, nil); err != nil {
+			p.log.Warn("ack slack envelope", "err", err)
 		}
 	}
+}
+
+// handlePress publishes an approval button's press (see pressed); nil
+// means acknowledge it (published, duplicate, skipped or rejected).
+func (p *Platform) handlePress(ctx context.Context, conn platform.Conn, data any) error {
+	cb, ok := data.(slackapi.InteractionCallback)
+	if !ok {
+		conn.Reject(ctx, "malformed interactive payload", fmt.Errorf("%w: interactive payload %T", errMalformed, data))
+		return nil
+	}
+	ev, why := pressed(cb, p.id)
+	if ev == nil {
+		p.log.Debug("slack interaction skipped", "why", string(why))
+		return nil
+	}
+	if _, err := conn.Deliver(ctx, ev); err != nil && !errors.Is(err, platform.ErrRejected) {
+		return err
+	}
+	return nil
 }
 
 // handleSlash publishes a slash command (see slash); nil means
@@ -360,10 +387,15 @@ func classifyConnect(err error) error {
 // as is, <!channel>, <!here> or <@U…> in it would ping people and
 // <https://…|label> would disguise a link. Plain text is only escaped.
 func text(req *deliveryv1.SendRequested) slackapi.MsgOption {
+	return slackapi.MsgOptionText(rendered(req), false)
+}
+
+// rendered is the request's text as Slack shows it (see text).
+func rendered(req *deliveryv1.SendRequested) string {
 	if req.GetFormat() == deliveryv1.TextFormat_TEXT_FORMAT_PLAIN {
-		return slackapi.MsgOptionText(markup.Slack.Escape(req.GetText()), false)
+		return markup.Slack.Escape(req.GetText())
 	}
-	return slackapi.MsgOptionText(markup.Slack.Convert(req.GetText()), false)
+	return markup.Slack.Convert(req.GetText())
 }
 
 // Send posts a message; a target thread id becomes thread_ts.
@@ -373,6 +405,12 @@ func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (str
 		return "", platform.Permanent(errors.New("slack message without text"))
 	}
 	opts := []slackapi.MsgOption{text(req)}
+	// Buttons only in Socket Mode: over HTTP the gateway serves no
+	// interactivity endpoint, so a press could not reach it.
+	if blocks := approvalBlocks(req.GetApproval(), rendered(req)); blocks != nil && p.cfg.AppToken != "" {
+		// The text stays as the notification's fallback.
+		opts = append(opts, slackapi.MsgOptionBlocks(blocks...))
+	}
 	if t.GetThreadId() != "" {
 		opts = append(opts, slackapi.MsgOptionTS(t.GetThreadId()))
 	}
@@ -383,9 +421,11 @@ func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (str
 	return ts, nil
 }
 
-// Edit replaces a message's text (chat.update), for streaming.
+// Edit replaces a message's text (chat.update), for streaming and an
+// approval prompt's answer. blocks=[] takes an approval card's section
+// and buttons off, so the new text is what the message shows.
 func (p *Platform) Edit(ctx context.Context, req *deliveryv1.SendRequested) error {
-	_, _, _, err := p.api.UpdateMessageContext(ctx, req.GetTarget().GetChatId(), req.GetMessageId(), text(req))
+	_, _, _, err := p.api.UpdateMessageContext(ctx, req.GetTarget().GetChatId(), req.GetMessageId(), text(req), slackapi.MsgOptionBlocks())
 	if err != nil {
 		return sendError("chat.update", err)
 	}

@@ -1,7 +1,7 @@
 // Package slackfake is a local Slack for tests: the Web API methods the
 // gateway uses (auth.test, apps.connections.open, chat.postMessage,
 // chat.update, chat.delete, reactions.add, reactions.remove), a Socket Mode websocket that sends
-// events_api envelopes and waits for envelope acks, the sending side of
+// events_api and interactive envelopes and waits for envelope acks, the sending side of
 // the HTTP Events API (signed requests, retries with X-Slack-Retry-Num),
 // and files.slack.com: shared files served to the bot token, the sign-in
 // page to anyone else.
@@ -71,8 +71,46 @@ type Message struct {
 	TS       string
 	ThreadTS string
 	Text     string
-	Edits    int
-	Deleted  bool
+	// Blocks are the message's Block Kit blocks as posted (JSON), nil
+	// for none; chat.update without blocks, or with blocks=[], takes
+	// them off.
+	Blocks  json.RawMessage
+	Edits   int
+	Deleted bool
+}
+
+// Buttons are the buttons of a message's actions blocks, in order.
+func (m Message) Buttons() []Button {
+	var blocks []struct {
+		Type     string `json:"type"`
+		Elements []struct {
+			Type     string `json:"type"`
+			ActionID string `json:"action_id"`
+			Value    string `json:"value"`
+			Style    string `json:"style"`
+			Text     struct {
+				Text string `json:"text"`
+			} `json:"text"`
+		} `json:"elements"`
+	}
+	_ = json.Unmarshal(m.Blocks, &blocks)
+	var out []Button
+	for _, b := range blocks {
+		if b.Type != "actions" {
+			continue
+		}
+		for _, e := range b.Elements {
+			if e.Type == "button" {
+				out = append(out, Button{Label: e.Text.Text, ActionID: e.ActionID, Value: e.Value, Style: e.Style})
+			}
+		}
+	}
+	return out
+}
+
+// Button is one Block Kit button.
+type Button struct {
+	Label, ActionID, Value, Style string
 }
 
 // New starts a fake workspace; it stops when the test ends.
@@ -275,7 +313,15 @@ func (f *Fake) postMessage(w http.ResponseWriter, r *http.Request) {
 	}
 	f.nextTS++
 	ts := fmt.Sprintf("%d.%06d", f.nextTS, f.nextTS%1000000)
-	f.messages[ch] = append(f.messages[ch], &Message{Channel: ch, TS: ts, ThreadTS: p["thread_ts"], Text: p["text"]})
+	m := &Message{Channel: ch, TS: ts, ThreadTS: p["thread_ts"], Text: p["text"]}
+	if b := p["blocks"]; b != "" && b != "[]" {
+		if !json.Valid([]byte(b)) {
+			fail(w, "invalid_blocks")
+			return
+		}
+		m.Blocks = json.RawMessage(b)
+	}
+	f.messages[ch] = append(f.messages[ch], m)
 	reply(w, map[string]any{"ok": true, "channel": ch, "ts": ts, "message": map[string]any{"type": "message", "text": p["text"], "ts": ts, "bot_id": f.BotID}})
 }
 
@@ -302,6 +348,10 @@ func (f *Fake) update(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	m.Text = p["text"]
+	m.Blocks = nil
+	if b := p["blocks"]; b != "" && b != "[]" {
+		m.Blocks = json.RawMessage(b)
+	}
 	m.Edits++
 	reply(w, map[string]any{"ok": true, "channel": m.Channel, "ts": m.TS, "text": m.Text})
 }
@@ -521,6 +571,68 @@ func (f *Fake) PushRaw(ctx context.Context, build func(envelopeID string) []byte
 			return ctx.Err()
 		}
 	}
+}
+
+// Press is a user pressing the button whose value is value on the
+// message ts of channel, as Slack delivers it in Socket Mode: a
+// block_actions payload in an interactive envelope. It returns the
+// payload (to push it again with PushInteractive) once the app acked
+// it, or an error when the message is not there or has no such button.
+func (f *Fake) Press(ctx context.Context, channel, ts, user, userName, value string) ([]byte, error) {
+	f.mu.Lock()
+	m := f.find(channel, ts)
+	var msg Message
+	if m != nil {
+		msg = *m
+	}
+	f.nextTS++
+	actionTS := fmt.Sprintf("%d.%06d", f.nextTS, f.nextTS%1000000)
+	f.mu.Unlock()
+	if m == nil {
+		return nil, fmt.Errorf("no message %s in %s", ts, channel)
+	}
+	var button *Button
+	for _, b := range msg.Buttons() {
+		if b.Value == value {
+			button = &b
+			break
+		}
+	}
+	if button == nil {
+		return nil, fmt.Errorf("message %s has no button with value %q", ts, value)
+	}
+	container := map[string]any{"type": "message", "message_ts": ts, "channel_id": channel, "is_ephemeral": false}
+	message := map[string]any{"type": "message", "ts": ts, "text": msg.Text, "bot_id": f.BotID, "blocks": msg.Blocks}
+	if msg.ThreadTS != "" {
+		container["thread_ts"] = msg.ThreadTS
+		message["thread_ts"] = msg.ThreadTS
+	}
+	payload, _ := json.Marshal(map[string]any{
+		"type": "block_actions", "api_app_id": f.AppID, "token": "verification-token",
+		"trigger_id":   actionTS + ".trigger",
+		"team":         map[string]any{"id": f.TeamID, "domain": "fake"},
+		"user":         map[string]any{"id": user, "username": userName, "name": userName, "team_id": f.TeamID},
+		"channel":      map[string]any{"id": channel, "name": "channel"},
+		"container":    container,
+		"message":      message,
+		"response_url": f.srv.URL + "/actions/" + actionTS,
+		"actions": []map[string]any{{"type": "button", "action_id": button.ActionID, "block_id": "approval",
+			"text": map[string]any{"type": "plain_text", "text": button.Label}, "value": button.Value, "action_ts": actionTS}},
+	})
+	return payload, f.PushInteractive(ctx, payload, 0)
+}
+
+// PushInteractive sends payload (an interactive payload such as
+// block_actions) in an interactive envelope and returns once the app
+// acked it.
+func (f *Fake) PushInteractive(ctx context.Context, payload []byte, retryAttempt int) error {
+	return f.PushRaw(ctx, func(envelopeID string) []byte {
+		data, _ := json.Marshal(map[string]any{
+			"envelope_id": envelopeID, "type": "interactive", "accepts_response_payload": false,
+			"retry_attempt": retryAttempt, "payload": json.RawMessage(payload),
+		})
+		return data
+	})
 }
 
 // Sign returns the X-Slack-Signature of body at timestamp ts.
