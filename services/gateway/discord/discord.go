@@ -282,14 +282,83 @@ func (p *Platform) current() (platform.Conn, context.Context) {
 // onEvent sees every dispatch with its raw payload, on the reading
 // goroutine, in sequence order.
 func (p *Platform) onEvent(_ *discordgo.Session, e *discordgo.Event) {
-	if e.Type != "MESSAGE_CREATE" {
+	if e.Type != "MESSAGE_CREATE" && e.Type != "INTERACTION_CREATE" {
 		return
 	}
 	conn, ctx := p.current()
 	if conn == nil {
 		return
 	}
+	if e.Type == "INTERACTION_CREATE" {
+		p.handlePress(ctx, conn, e.RawData)
+		return
+	}
 	p.handle(ctx, conn, e.RawData)
+}
+
+// ackWithin is how long a press may take to reach the bus: Discord
+// wants the interaction answered within 3 s of the press.
+const ackWithin = 2500 * time.Millisecond
+
+// handlePress publishes an approval button's press (see pressed), then
+// acknowledges the interaction with a deferred message update, so the
+// presser's client shows no failure and the card waits for the router's
+// answer. A press not on the bus in time is left unanswered: Discord
+// shows "This interaction failed" and the user presses again. A
+// redelivered interaction is published once (its event id) and answered
+// again, which Discord refuses as already acknowledged.
+func (p *Platform) handlePress(ctx context.Context, conn platform.Conn, raw []byte) {
+	in, err := parseInteraction(raw)
+	if err != nil {
+		conn.Reject(ctx, "malformed INTERACTION_CREATE", err)
+		return
+	}
+	pctx, cancel := context.WithTimeout(ctx, ackWithin)
+	defer cancel()
+	published := false
+	for attempt := 0; pctx.Err() == nil; attempt++ {
+		if attempt > 0 {
+			select {
+			case <-pctx.Done():
+			case <-time.After(min(time.Duration(attempt)*100*time.Millisecond, time.Second)):
+			}
+		}
+		var ch channelInfo
+		if in.GuildID != "" && in.Type == discordgo.InteractionMessageComponent {
+			if ch, err = p.channel(pctx, in.ChannelID); err != nil {
+				if refused(err) {
+					conn.Reject(ctx, "channel lookup refused", err)
+					published = true
+					break
+				}
+				p.log.Warn("discord channel lookup failed; retrying", "channel", in.ChannelID, "err", err)
+				continue
+			}
+		}
+		ev, why := pressed(in, ch, p.rules)
+		if ev == nil {
+			p.log.Debug("discord interaction skipped", "why", string(why), "interaction_id", in.ID)
+			published = true
+			break
+		}
+		if _, err = conn.Deliver(pctx, ev); err == nil || errors.Is(err, platform.ErrRejected) {
+			published = true
+			break
+		}
+		p.log.Warn("discord button press not published; retrying", "interaction_id", in.ID, "err", err)
+	}
+	if !published {
+		p.log.Warn("discord button press not published in time; leaving it unacknowledged", "interaction_id", in.ID)
+		return
+	}
+	ack := &discordgo.InteractionResponse{Type: discordgo.InteractionResponseDeferredMessageUpdate}
+	if err := p.s.InteractionRespond(in, ack, opts(ctx)...); err != nil {
+		if isCode(err, discordgo.ErrCodeInteractionHasAlreadyBeenAcknowledged) {
+			p.log.Debug("discord interaction already acknowledged", "interaction_id", in.ID)
+			return
+		}
+		p.log.Warn("acknowledge discord interaction", "interaction_id", in.ID, "err", err)
+	}
 }
 
 // handle normalizes and publishes one MESSAGE_CREATE. Discord does not
@@ -431,9 +500,11 @@ func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (str
 		return "", platform.Permanent(fmt.Errorf("discord message of %d characters (1 to 2000)", n))
 	}
 	ms := &discordgo.MessageSend{Content: req.GetText(),
-		AllowedMentions: &discordgo.MessageAllowedMentions{Parse: []discordgo.AllowedMentionType{discordgo.AllowedMentionTypeUsers}, RepliedUser: true}}
+		AllowedMentions: &discordgo.MessageAllowedMentions{Parse: []discordgo.AllowedMentionType{discordgo.AllowedMentionTypeUsers}, RepliedUser: true},
+		Components:      approvalComponents(req.GetApproval())}
 	ch := where(t)
-	if r := t.GetReplyToMessageId(); r != "" && req.GetChunkIndex() == 0 && ch == t.GetChatId() {
+	// A button press's id (press:…) names no message to reply to.
+	if r := t.GetReplyToMessageId(); snowflake(r) && req.GetChunkIndex() == 0 && ch == t.GetChatId() {
 		no := false
 		ms.Reference = &discordgo.MessageReference{MessageID: r, ChannelID: ch, FailIfNotExists: &no}
 	}
@@ -461,7 +532,8 @@ func threadName(req *deliveryv1.SendRequested) string {
 	return name
 }
 
-// Edit replaces a message's text (streaming).
+// Edit replaces a message's text, for streaming and an approval
+// prompt's answer. components=[] takes an approval card's buttons off.
 func (p *Platform) Edit(ctx context.Context, req *deliveryv1.SendRequested) error {
 	if err := checkIDs(req, true); err != nil {
 		return err
@@ -469,7 +541,9 @@ func (p *Platform) Edit(ctx context.Context, req *deliveryv1.SendRequested) erro
 	if n := len([]rune(req.GetText())); n == 0 || n > 2000 {
 		return platform.Permanent(fmt.Errorf("discord edit of %d characters (1 to 2000)", n))
 	}
-	if _, err := p.s.ChannelMessageEdit(where(req.GetTarget()), req.GetMessageId(), req.GetText(), opts(ctx)...); err != nil {
+	text, none := req.GetText(), []discordgo.MessageComponent{}
+	me := &discordgo.MessageEdit{ID: req.GetMessageId(), Channel: where(req.GetTarget()), Content: &text, Components: &none}
+	if _, err := p.s.ChannelMessageEditComplex(me, opts(ctx)...); err != nil {
 		return sendError("edit message", err)
 	}
 	return nil

@@ -1,10 +1,12 @@
 // Package discordfake is a local Discord for tests: the REST calls the
 // gateway makes (gateway URL, current user, channels, create/edit/delete
-// message, typing, thread start, the bot's own reactions, 429s with
+// message (with button components), typing, thread start, the bot's own
+// reactions, interaction callbacks, 429s with
 // rate-limit bucket headers and retry_after) and a gateway websocket (HELLO, IDENTIFY, READY with
 // session_id and resume_gateway_url, HEARTBEAT/ACK, dispatches with
-// sequence numbers, RESUME replaying missed events, drops on demand), and
-// a CDN serving message attachments at signed URLs.
+// sequence numbers, RESUME replaying missed events, drops on demand,
+// button presses as INTERACTION_CREATE), and a CDN serving message
+// attachments at signed URLs.
 package discordfake
 
 import (
@@ -44,26 +46,34 @@ type Fake struct {
 	srv *httptest.Server
 	ids atomic.Int64
 
-	mu         sync.Mutex
-	channels   map[string]map[string]any
-	messages   map[string][]*Message // channel → messages the bot posted
-	typing     map[string]int
-	rateLimit  float64 // the next create message answers 429 with this retry_after (s)
-	conns      int
-	identifies int
-	resumes    int
-	cur        *gwConn
-	connected  chan struct{}
-	sessionID  string
-	log        []frame // dispatches of the current session, by sequence
-	overlap    int     // on resume, replay this many events the client already saw
-	requests   []string
-	files      map[string]cdnFile // CDN path → attachment
-	downloads  int
-	withToken  int                 // CDN requests that carried an Authorization header
-	reactions  map[string][]string // channel/message → the bot's reactions, in order
-	reactCalls int
-	reactFail  int // reaction requests answer this status (429, 500 …); 0: they succeed
+	mu           sync.Mutex
+	channels     map[string]map[string]any
+	messages     map[string][]*Message // channel → messages the bot posted
+	typing       map[string]int
+	rateLimit    float64 // the next create message answers 429 with this retry_after (s)
+	conns        int
+	identifies   int
+	resumes      int
+	cur          *gwConn
+	connected    chan struct{}
+	sessionID    string
+	log          []frame // dispatches of the current session, by sequence
+	overlap      int     // on resume, replay this many events the client already saw
+	requests     []string
+	files        map[string]cdnFile // CDN path → attachment
+	downloads    int
+	withToken    int                 // CDN requests that carried an Authorization header
+	reactions    map[string][]string // channel/message → the bot's reactions, in order
+	reactCalls   int
+	reactFail    int                     // reaction requests answer this status (429, 500 …); 0: they succeed
+	interactions map[string]*interaction // id → a press the fake dispatched
+}
+
+// interaction is a press and the callbacks it got.
+type interaction struct {
+	token     string
+	callbacks []int // response types Discord accepted (one at most)
+	refused   int   // callbacks refused as already acknowledged
 }
 
 // cdnFile is an attachment the CDN serves.
@@ -77,6 +87,40 @@ type Message struct {
 	ID, ChannelID, Content, ReplyTo string
 	Edits                           int
 	Deleted                         bool
+	// Buttons are the buttons of its action rows, in order; an edit with
+	// components=[] takes them off, one without components keeps them.
+	Buttons []Button
+}
+
+// Button is a button component of a message.
+type Button struct {
+	Label    string
+	Style    int
+	CustomID string
+}
+
+// components is the components field of a create or edit message body.
+type components []struct {
+	Type       int `json:"type"`
+	Components []struct {
+		Type     int    `json:"type"`
+		Label    string `json:"label"`
+		Style    int    `json:"style"`
+		CustomID string `json:"custom_id"`
+	} `json:"components"`
+}
+
+// buttons lists the buttons of action rows.
+func (cs components) buttons() []Button {
+	var out []Button
+	for _, row := range cs {
+		for _, c := range row.Components {
+			if row.Type == 1 && c.Type == 2 {
+				out = append(out, Button{Label: c.Label, Style: c.Style, CustomID: c.CustomID})
+			}
+		}
+	}
+	return out
 }
 
 type frame struct {
@@ -90,6 +134,7 @@ func New(t testing.TB) *Fake {
 		Token: "fake-bot-token", BotID: "100000000000000001", BotName: "switchboard",
 		channels: map[string]map[string]any{}, messages: map[string][]*Message{}, typing: map[string]int{},
 		files: map[string]cdnFile{}, connected: make(chan struct{}), reactions: map[string][]string{},
+		interactions: map[string]*interaction{},
 	}
 	f.ids.Store(800000000000000000)
 	mux := http.NewServeMux()
@@ -104,6 +149,7 @@ func New(t testing.TB) *Fake {
 	mux.HandleFunc("POST /api/v9/channels/{id}/messages/{mid}/threads", f.startThread)
 	mux.HandleFunc("PUT /api/v9/channels/{id}/messages/{mid}/reactions/{emoji}/@me", f.react)
 	mux.HandleFunc("DELETE /api/v9/channels/{id}/messages/{mid}/reactions/{emoji}/@me", f.react)
+	mux.HandleFunc("POST /api/v9/interactions/{id}/{token}/callback", f.callback)
 	mux.HandleFunc("GET /attachments/{channel}/{id}/{name}", f.cdn)
 	mux.HandleFunc("/ws/", f.ws)
 	f.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -300,6 +346,7 @@ func (f *Fake) createMessage(w http.ResponseWriter, r *http.Request) {
 		Ref     *struct {
 			MessageID string `json:"message_id"`
 		} `json:"message_reference"`
+		Components components `json:"components"`
 	}
 	if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
 		writeJSON(w, 400, map[string]any{"message": "Invalid Form Body", "code": 50035})
@@ -330,7 +377,7 @@ func (f *Fake) createMessage(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, 400, map[string]any{"message": "Invalid Form Body", "code": 50035})
 		return
 	}
-	m := &Message{ID: f.NewID(), ChannelID: ch, Content: body.Content}
+	m := &Message{ID: f.NewID(), ChannelID: ch, Content: body.Content, Buttons: body.Components.buttons()}
 	if body.Ref != nil {
 		m.ReplyTo = body.Ref.MessageID
 	}
@@ -353,7 +400,8 @@ func (f *Fake) editMessage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var body struct {
-		Content string `json:"content"`
+		Content    string      `json:"content"`
+		Components *components `json:"components"`
 	}
 	_ = json.NewDecoder(r.Body).Decode(&body)
 	f.mu.Lock()
@@ -364,6 +412,9 @@ func (f *Fake) editMessage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	m.Content = body.Content
+	if body.Components != nil {
+		m.Buttons = body.Components.buttons()
+	}
 	m.Edits++
 	writeJSON(w, 200, map[string]any{"id": m.ID, "channel_id": m.ChannelID, "content": m.Content, "type": 0, "author": f.user()})
 }
@@ -715,4 +766,78 @@ func (m MessageCreate) Payload() map[string]any {
 		d["message_reference"] = map[string]any{"message_id": m.ReplyTo, "channel_id": m.ChannelID, "guild_id": m.GuildID}
 	}
 	return d
+}
+
+// Press is a click on a message's button.
+type Press struct {
+	ChannelID, GuildID, MessageID, UserID, UserName, CustomID string
+	Roles                                                     []string
+}
+
+// Press dispatches the INTERACTION_CREATE of a button click (type
+// MESSAGE_COMPONENT, a fresh interaction id and token; member.user in a
+// guild, user in a DM) and returns its d, for a test to dispatch again
+// as a redelivery.
+func (f *Fake) Press(ctx context.Context, p Press) (map[string]any, error) {
+	id, token := f.NewID(), "token-"+f.NewID()
+	f.mu.Lock()
+	f.interactions[id] = &interaction{token: token}
+	f.mu.Unlock()
+	u := map[string]any{"id": p.UserID, "username": p.UserName, "discriminator": "0"}
+	d := map[string]any{
+		"id": id, "application_id": f.BotID, "type": 3, "token": token, "version": 1, "channel_id": p.ChannelID,
+		"data":    map[string]any{"custom_id": p.CustomID, "component_type": 2},
+		"message": map[string]any{"id": p.MessageID, "channel_id": p.ChannelID, "author": f.user(), "content": "", "type": 0},
+	}
+	if p.GuildID != "" {
+		roles := p.Roles
+		if roles == nil {
+			roles = []string{}
+		}
+		d["guild_id"] = p.GuildID
+		d["member"] = map[string]any{"user": u, "roles": roles}
+	} else {
+		d["user"] = u
+	}
+	return d, f.Dispatch(ctx, "INTERACTION_CREATE", d)
+}
+
+// Acks returns the response types an interaction's callback accepted
+// (Discord takes one) and how many later callbacks it refused as
+// already acknowledged.
+func (f *Fake) Acks(interactionID string) (accepted []int, refused int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	in := f.interactions[interactionID]
+	if in == nil {
+		return nil, 0
+	}
+	return append([]int(nil), in.callbacks...), in.refused
+}
+
+// callback answers an interaction once (204); a second answer is 400
+// "Interaction has already been acknowledged" (40060), an unknown
+// interaction or token 404 "Unknown interaction" (10062), as on Discord.
+func (f *Fake) callback(w http.ResponseWriter, r *http.Request) {
+	var body struct {
+		Type int `json:"type"`
+	}
+	if err := json.NewDecoder(r.Body).Decode(&body); err != nil || body.Type == 0 {
+		writeJSON(w, 400, map[string]any{"message": "Invalid Form Body", "code": 50035})
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	in := f.interactions[r.PathValue("id")]
+	if in == nil || in.token != r.PathValue("token") {
+		writeJSON(w, 404, map[string]any{"message": "Unknown interaction", "code": 10062})
+		return
+	}
+	if len(in.callbacks) > 0 {
+		in.refused++
+		writeJSON(w, 400, map[string]any{"message": "Interaction has already been acknowledged.", "code": 40060})
+		return
+	}
+	in.callbacks = append(in.callbacks, body.Type)
+	w.WriteHeader(http.StatusNoContent)
 }

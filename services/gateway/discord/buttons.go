@@ -1,0 +1,188 @@
+package discord
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"unicode"
+
+	"github.com/bwmarrin/discordgo"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+)
+
+// An approval prompt is posted with one row of Hermes's four buttons:
+// "Allow Once" (green), "Allow Session" (grey), "Always Allow"
+// (blurple), "Deny" (red). A press arrives as an INTERACTION_CREATE of
+// type MESSAGE_COMPONENT over the gateway websocket; the gateway
+// publishes the command the button stands for, typed by whoever pressed
+// it in the prompt's channel (or thread), then acknowledges the
+// interaction (a deferred message update: the card stays as it is until
+// the router's answer edits it). The answer's edit sends components=[],
+// which takes the buttons off.
+//
+// A button's custom_id is "ea:<choice>" or "ea:<choice>:<tool call id>"
+// (as on Telegram and Slack), the call's id only where it is printable
+// ASCII and the whole fits Discord's 100 characters.
+
+const (
+	customIDPrefix = "ea:"
+	maxCustomID    = 100
+)
+
+// approvalButton is how one choice is shown.
+type approvalButton struct {
+	label string
+	style discordgo.ButtonStyle
+}
+
+// approvalButtons are Hermes's Discord buttons of the choices.
+var approvalButtons = map[string]approvalButton{
+	"once":    {"Allow Once", discordgo.SuccessButton},
+	"session": {"Allow Session", discordgo.SecondaryButton},
+	"always":  {"Always Allow", discordgo.PrimaryButton},
+	"deny":    {"Deny", discordgo.DangerButton},
+}
+
+// choiceCommands are the typed commands the choices stand for (what the
+// Telegram and Slack gateways publish too).
+var choiceCommands = map[string]string{
+	"once": "/approve", "session": "/approve session", "always": "/approve always", "deny": "/deny",
+}
+
+// approvalComponents are the components of an approval prompt: one
+// action row of buttons (nil when no choice is asked for or a choice is
+// none the gateway knows; at most five buttons fit a row).
+func approvalComponents(a *deliveryv1.Approval) []discordgo.MessageComponent {
+	choices := a.GetChoices()
+	if len(choices) == 0 || len(choices) > 5 {
+		return nil
+	}
+	var buttons []discordgo.MessageComponent
+	for _, c := range choices {
+		b, ok := approvalButtons[c]
+		if !ok {
+			return nil
+		}
+		id := customIDPrefix + c
+		if call := a.GetToolCallId(); validCall(call) && len(id)+1+len(call) <= maxCustomID {
+			id += ":" + call
+		}
+		buttons = append(buttons, discordgo.Button{Label: b.label, Style: b.style, CustomID: id})
+	}
+	return []discordgo.MessageComponent{discordgo.ActionsRow{Components: buttons}}
+}
+
+// validCall reports whether a tool call id can ride in a custom_id.
+func validCall(id string) bool {
+	return id != "" && len(id) <= maxCustomID && strings.IndexFunc(id, func(r rune) bool {
+		return r > unicode.MaxASCII || !unicode.IsPrint(r) || r == ' '
+	}) < 0
+}
+
+// parseCustomID reads an approval button's custom_id: the typed command
+// it stands for and the tool call it names ("" for none). ok is false
+// for any other custom_id.
+func parseCustomID(id string) (command, call string, ok bool) {
+	if len(id) > maxCustomID {
+		return "", "", false
+	}
+	rest, found := strings.CutPrefix(id, customIDPrefix)
+	if !found {
+		return "", "", false
+	}
+	choice, call, _ := strings.Cut(rest, ":")
+	command, ok = choiceCommands[choice]
+	if !ok || (call != "" && !validCall(call)) {
+		return "", "", false
+	}
+	return command, call, true
+}
+
+// parseInteraction reads the d of an INTERACTION_CREATE dispatch. Its
+// id and token become a REST path (the acknowledgement), so the id must
+// be a snowflake and the token URL-safe.
+func parseInteraction(raw []byte) (*discordgo.Interaction, error) {
+	var in discordgo.Interaction
+	if err := json.Unmarshal(raw, &in); err != nil {
+		return nil, fmt.Errorf("%w: interaction: %v", errMalformed, err)
+	}
+	if !snowflake(in.ID) || !urlSafe(in.Token) {
+		return nil, fmt.Errorf("%w: interaction id or token", errMalformed)
+	}
+	return &in, nil
+}
+
+// urlSafe reports whether a token can be pasted into a REST path:
+// 1 to 500 characters of letters, digits, '-', '_' and '.'.
+func urlSafe(s string) bool {
+	if s == "" || len(s) > 500 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return false
+		}
+	}
+	return true
+}
+
+// pressed turns a component interaction into the press of an approval
+// button, or says why it is skipped. ch describes the interaction's
+// channel (guild presses only). The event id is the interaction's id,
+// the same in every delivery of the dispatch; the press names the
+// prompt (the message the button is on) and the tool call.
+func pressed(in *discordgo.Interaction, ch channelInfo, r rules) (*eventsv1.MessageReceived, skip) {
+	if in.Type != discordgo.InteractionMessageComponent {
+		return nil, skip(fmt.Sprintf("interaction type %d", in.Type))
+	}
+	data, ok := in.Data.(discordgo.MessageComponentInteractionData)
+	if !ok || data.ComponentType != discordgo.ButtonComponent {
+		return nil, "not a button"
+	}
+	command, call, ok := parseCustomID(data.CustomID)
+	if !ok {
+		return nil, "unknown button"
+	}
+	u := in.User
+	if in.Member != nil && in.Member.User != nil {
+		u = in.Member.User
+	}
+	if u == nil || u.ID == "" || in.ChannelID == "" || in.Message == nil || !snowflake(in.Message.ID) {
+		return nil, "button press without its message, user or channel"
+	}
+	if u.ID == r.BotID {
+		return nil, "own press"
+	}
+	dm := in.GuildID == ""
+	src := &eventsv1.SessionSource{
+		Platform: "discord", Account: r.Account, ChatId: in.ChannelID,
+		UserId: u.ID, UserName: u.Username, ScopeId: in.GuildID, IsBot: u.Bot,
+	}
+	switch {
+	case dm:
+		src.ChatType = "dm"
+	case ch.Thread:
+		src.ChatType, src.ThreadId, src.ParentChatId = "thread", in.ChannelID, ch.Parent
+	default:
+		src.ChatType = "group"
+	}
+	if !dm && len(r.AllowedChannels) > 0 && !r.AllowedChannels[in.ChannelID] && !(ch.Thread && r.AllowedChannels[ch.Parent]) {
+		return nil, "channel not allowed"
+	}
+	if !dm && (r.IgnoredChannels["*"] || r.IgnoredChannels[in.ChannelID] || (ch.Thread && r.IgnoredChannels[ch.Parent])) {
+		return nil, "channel ignored"
+	}
+	id := "press:" + in.ID
+	return &eventsv1.MessageReceived{
+		EventId: id, MessageId: id, Source: src, Text: command, Mentioned: true,
+		TransportAuthenticated: !dm && !u.Bot && hasRole(in.Member, r.AllowedRoles),
+		SentAt:                 timestamppb.Now(),
+		ButtonPress:            &eventsv1.ButtonPress{MessageId: in.Message.ID, ToolCallId: call},
+		// Its message id names no Discord message to react to.
+		NoReaction: true,
+	}, ""
+}

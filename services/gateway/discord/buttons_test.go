@@ -1,0 +1,239 @@
+package discord
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bwmarrin/discordgo"
+
+	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
+	"github.com/switchboard-chat/switchboard/pkg/platform"
+	"github.com/switchboard-chat/switchboard/pkg/platform/platformtest"
+	"github.com/switchboard-chat/switchboard/services/gateway/discord/discordfake"
+)
+
+// An approval prompt is posted with Hermes's four buttons; a press is
+// published once as the presser's command in the prompt's thread (also
+// when Discord dispatches the interaction again), the interaction is
+// acknowledged with a deferred update, and the answer's edit takes the
+// buttons off.
+func TestApprovalButtons(t *testing.T) {
+	t.Parallel()
+	f := newFake(t)
+	b, next := run(t, f, Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	send := func(req *deliveryv1.SendRequested) *deliveryv1.SendReceipt {
+		t.Helper()
+		r := &deliveryv1.SendReceipt{}
+		if err := b.Request(ctx, b.Topology().SendSubject("discord"), req, r); err != nil {
+			t.Fatal(err)
+		}
+		if !r.GetOk() {
+			t.Fatalf("receipt %v, want ok", r)
+		}
+		return r
+	}
+	target := &deliveryv1.Target{Platform: "discord", ChatId: channel, ThreadId: thread}
+	send(&deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "prompt", Target: target,
+		Text:     "⚠️ **Dangerous command requires approval:**\n```\nrm -rf /tmp/x\n```",
+		Approval: &deliveryv1.Approval{Choices: []string{"once", "session", "always", "deny"}, ToolCallId: "call_1"}})
+	ms := f.Messages(thread)
+	if len(ms) != 1 {
+		t.Fatalf("thread has %+v, want the prompt", ms)
+	}
+	card := ms[0]
+	want := []discordfake.Button{
+		{Label: "Allow Once", Style: 3, CustomID: "ea:once:call_1"},
+		{Label: "Allow Session", Style: 2, CustomID: "ea:session:call_1"},
+		{Label: "Always Allow", Style: 1, CustomID: "ea:always:call_1"},
+		{Label: "Deny", Style: 4, CustomID: "ea:deny:call_1"},
+	}
+	if !slices.Equal(card.Buttons, want) || !strings.Contains(card.Content, "rm -rf /tmp/x") {
+		t.Fatalf("prompt %q with buttons %+v, want its text and %+v", card.Content, card.Buttons, want)
+	}
+
+	d, err := f.Press(ctx, discordfake.Press{ChannelID: thread, GuildID: guild, MessageID: card.ID, UserID: user, UserName: "alice", CustomID: "ea:always:call_1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := next(20 * time.Second)
+	src := ev.GetSource()
+	if ev.GetText() != "/approve always" || src.GetUserId() != user || src.GetUserName() != "alice" || src.GetChatId() != thread ||
+		src.GetThreadId() != thread || src.GetParentChatId() != channel || src.GetChatType() != "thread" || src.GetScopeId() != guild ||
+		ev.GetButtonPress().GetMessageId() != card.ID || ev.GetButtonPress().GetToolCallId() != "call_1" || !ev.GetNoReaction() ||
+		ev.GetEventId() != "press:"+d["id"].(string) {
+		t.Fatalf("published %v, want /approve always from %s in the prompt's thread, pressing %s for call_1", ev, user, card.ID)
+	}
+	platformtest.WaitFor(t, "the press to be acknowledged", func() bool {
+		acks, _ := f.Acks(d["id"].(string))
+		return len(acks) == 1
+	})
+	if acks, _ := f.Acks(d["id"].(string)); acks[0] != int(discordgo.InteractionResponseDeferredMessageUpdate) {
+		t.Fatalf("acknowledged with %v, want a deferred message update (6)", acks)
+	}
+	if err := f.Dispatch(ctx, "INTERACTION_CREATE", d); err != nil { // a redelivery
+		t.Fatal(err)
+	}
+	platformtest.WaitFor(t, "the redelivery to be answered", func() bool {
+		_, refused := f.Acks(d["id"].(string))
+		return refused == 1
+	})
+	if ev := next(300 * time.Millisecond); ev != nil {
+		t.Fatalf("the redelivered press was published again: %v", ev)
+	}
+
+	// A notice to the presser (a refusal) replies to the press: no message.
+	notice := &deliveryv1.Target{Platform: "discord", ChatId: src.GetChatId(), ThreadId: src.GetThreadId(), ReplyToMessageId: ev.GetMessageId()}
+	send(&deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "notice", Target: notice, Text: "⛔ not allowed"})
+	if ms := f.Messages(thread); len(ms) != 2 || ms[1].ReplyTo != "" {
+		t.Fatalf("thread has %+v, want the notice posted without a reply reference", ms)
+	}
+	send(&deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_EDIT, IdempotencyKey: "answer", Target: target, MessageId: card.ID,
+		Text: "✅ Approved permanently by alice"})
+	if ms := f.Messages(thread); len(ms) != 2 || ms[0].Content != "✅ Approved permanently by alice" || len(ms[0].Buttons) != 0 || ms[0].Edits != 1 {
+		t.Fatalf("after the answer the thread has %+v, want the card edited without buttons", ms)
+	}
+}
+
+// A press in a DM (user, not member) is published; a click on a button
+// that is no approval button is acknowledged and not published.
+func TestPressInDMAndUnknownButton(t *testing.T) {
+	t.Parallel()
+	f := newFake(t)
+	dmChannel := "900000000000000077"
+	f.AddChannel(dmChannel, discordfake.TypeDM, "", "")
+	_, next := run(t, f, Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	other, err := f.Press(ctx, discordfake.Press{ChannelID: dmChannel, MessageID: "700000000000000009", UserID: user, UserName: "bob", CustomID: "model_cancel"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deny, err := f.Press(ctx, discordfake.Press{ChannelID: dmChannel, MessageID: "700000000000000009", UserID: user, UserName: "bob", CustomID: "ea:deny"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := next(20 * time.Second)
+	if ev.GetText() != "/deny" || ev.GetSource().GetChatType() != "dm" || ev.GetSource().GetChatId() != dmChannel ||
+		ev.GetSource().GetUserName() != "bob" || ev.GetButtonPress().GetToolCallId() != "" || ev.GetEventId() != "press:"+deny["id"].(string) {
+		t.Fatalf("published %v, want bob's /deny in the DM (the other button is not published)", ev)
+	}
+	for _, d := range []map[string]any{other, deny} {
+		platformtest.WaitFor(t, "both presses to be acknowledged", func() bool {
+			acks, _ := f.Acks(d["id"].(string))
+			return len(acks) == 1
+		})
+	}
+}
+
+func TestApprovalComponents(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("c", 100)
+	for _, tc := range []struct {
+		name string
+		a    *deliveryv1.Approval
+		ids  []string
+	}{
+		{"none", nil, nil},
+		{"no choices", &deliveryv1.Approval{ToolCallId: "x"}, nil},
+		{"unknown choice", &deliveryv1.Approval{Choices: []string{"once", "later"}}, nil},
+		{"without call", &deliveryv1.Approval{Choices: []string{"once", "deny"}}, []string{"ea:once", "ea:deny"}},
+		{"call too long", &deliveryv1.Approval{Choices: []string{"deny"}, ToolCallId: long}, []string{"ea:deny"}},
+		{"call with a space", &deliveryv1.Approval{Choices: []string{"deny"}, ToolCallId: "a b"}, []string{"ea:deny"}},
+		{"call", &deliveryv1.Approval{Choices: []string{"session"}, ToolCallId: "toolu_01"}, []string{"ea:session:toolu_01"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cs := approvalComponents(tc.a)
+			var ids []string
+			if len(cs) > 0 {
+				for _, c := range cs[0].(discordgo.ActionsRow).Components {
+					ids = append(ids, c.(discordgo.Button).CustomID)
+				}
+			}
+			if !slices.Equal(ids, tc.ids) {
+				t.Fatalf("custom ids %v, want %v", ids, tc.ids)
+			}
+			for _, id := range ids {
+				if len(id) > maxCustomID {
+					t.Fatalf("custom id of %d bytes", len(id))
+				}
+				if _, _, ok := parseCustomID(id); !ok {
+					t.Fatalf("custom id %q does not parse", id)
+				}
+			}
+		})
+	}
+}
+
+// FuzzInteraction feeds INTERACTION_CREATE payloads to the parser and
+// the press builder: no panic, and a published press is well formed.
+func FuzzInteraction(f *testing.F) {
+	ff := discordfake.New(f)
+	for _, p := range []discordfake.Press{
+		{ChannelID: "1", GuildID: "2", MessageID: "3", UserID: "4", CustomID: "ea:once:call_1"},
+		{ChannelID: "1", MessageID: "3", UserID: "4", CustomID: "ea:deny"},
+		{ChannelID: "1", GuildID: "2", MessageID: "3", UserID: bot, CustomID: "ea:session"},
+	} {
+		d, err := ff.Press(context.Background(), p)
+		if err != nil {
+			f.Fatal(err)
+		}
+		raw, _ := json.Marshal(d)
+		f.Add(raw, false)
+	}
+	f.Add([]byte(`{"id":"5","type":3,"token":"t","channel_id":"1","data":{"custom_id":"ea:always:a:b","component_type":2},"user":{"id":"4"},"message":{"id":"3"}}`), true)
+	f.Add([]byte(`{"id":"5/../x","type":3,"token":"t","channel_id":"1","data":{"custom_id":"ea:once","component_type":2},"user":{"id":"4"},"message":{"id":"3"}}`), false)
+	f.Add([]byte(`{"id":"5","type":2,"token":"t","data":{"name":"approve"}}`), false)
+	f.Add([]byte(`{"id":"5","type":3,"token":"t?x=1","data":null}`), false)
+	f.Fuzz(func(t *testing.T, raw []byte, thread bool) {
+		in, err := parseInteraction(raw)
+		if err != nil {
+			if !errors.Is(err, errMalformed) {
+				t.Fatalf("error not marked malformed: %v", err)
+			}
+			return
+		}
+		if !snowflake(in.ID) || !urlSafe(in.Token) {
+			t.Fatalf("accepted id %q token %q", in.ID, in.Token)
+		}
+		ev, why := pressed(in, channelInfo{Thread: thread, Parent: "P"}, rules{Account: bot, BotID: bot})
+		if ev == nil {
+			if why == "" {
+				t.Fatal("skipped without a reason")
+			}
+			return
+		}
+		if _, _, ok := parseCustomID(in.Data.(discordgo.MessageComponentInteractionData).CustomID); !ok {
+			t.Fatal("published a press of an unknown button")
+		}
+		if ev.GetEventId() != "press:"+in.ID || !snowflake(ev.GetButtonPress().GetMessageId()) || ev.GetSource().GetUserId() == "" {
+			t.Fatalf("press %v", ev)
+		}
+		if err := platform.CheckEvent(ev, "discord", "", 1<<20); err != nil {
+			t.Fatalf("press fails the kit's check: %v", err)
+		}
+	})
+}
+
+// FuzzCustomID: a custom_id that parses names a known command and a
+// printable call, and one the gateway builds parses back.
+func FuzzCustomID(f *testing.F) {
+	for _, s := range []string{"ea:once", "ea:deny:call_1", "ea:always:", "ea:x:y", "ea:session:a b", "hermes_deny", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, id string) {
+		command, call, ok := parseCustomID(id)
+		if !ok {
+			return
+		}
+		if !slices.Contains([]string{"/approve", "/approve session", "/approve always", "/deny"}, command) || (call != "" && !validCall(call)) || len(id) > maxCustomID {
+			t.Fatalf("%q parsed as %q %q", id, command, call)
+		}
+	})
+}
