@@ -12,8 +12,6 @@ import (
 	"time"
 
 	gomail "github.com/emersion/go-message/mail"
-	"github.com/nats-io/nats.go/jetstream"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/switchboard-chat/switchboard/pkg/attachment"
 	"github.com/switchboard-chat/switchboard/pkg/bus"
@@ -54,7 +52,7 @@ func newFake(t *testing.T, idle bool) *mailfake.Fake {
 func start(t *testing.T, f *mailfake.Fake, opts platform.Options) *gw {
 	t.Helper()
 	b := bustest.New(t, bustest.EmbeddedURL(t))
-	g := &gw{f: f, b: b, evs: subscribe(t, b)}
+	g := &gw{f: f, b: b, evs: platformtest.InboundEvents(t, b)}
 	g.s, _ = runGateway(t, b, f, opts)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
@@ -112,52 +110,14 @@ func runGateway(t *testing.T, b *bus.Bus, f *mailfake.Fake, opts platform.Option
 	return s, stop
 }
 
-// subscribe reads the inbound stream from its start.
-func subscribe(t *testing.T, b *bus.Bus) chan *eventsv1.MessageReceived {
-	t.Helper()
-	cons, err := b.JetStream().OrderedConsumer(context.Background(), b.Topology().Stream(bus.StreamInbound), jetstream.OrderedConsumerConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	it, err := cons.Messages()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(it.Stop)
-	evs := make(chan *eventsv1.MessageReceived, 64)
-	go func() {
-		for {
-			m, err := it.Next()
-			if err != nil {
-				return
-			}
-			ev := &eventsv1.MessageReceived{}
-			if proto.Unmarshal(m.Data(), ev) == nil {
-				evs <- ev
-			}
-		}
-	}()
-	return evs
-}
-
 func (g *gw) next(t *testing.T) *eventsv1.MessageReceived {
 	t.Helper()
-	select {
-	case ev := <-g.evs:
-		return ev
-	case <-time.After(15 * time.Second):
-		t.Fatal("no inbound event within 15s")
-		return nil
-	}
+	return platformtest.NextEvent(t, g.evs)
 }
 
 func (g *gw) none(t *testing.T, within time.Duration) {
 	t.Helper()
-	select {
-	case ev := <-g.evs:
-		t.Fatalf("unexpected inbound event %s %q", ev.GetEventId(), ev.GetText())
-	case <-time.After(within):
-	}
+	platformtest.NoEvent(t, g.evs, within)
 }
 
 func (g *gw) deliver(t *testing.T, lines ...string) uint32 {
@@ -349,7 +309,7 @@ func TestRestartLosesAndRepeatsNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := bustest.New(t, bustest.EmbeddedURL(t))
-	evs := subscribe(t, b)
+	evs := platformtest.InboundEvents(t, b)
 	g := &gw{f: f, b: b, evs: evs}
 	_, stop := runGateway(t, b, f, platform.Options{})
 	g.deliver(t, "From: ann@example.com", "Subject: Re: one", "Message-ID: <r1@example.com>", "", "one")

@@ -9,9 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-	"google.golang.org/protobuf/proto"
-
 	"github.com/switchboard-chat/switchboard/pkg/bus"
 	"github.com/switchboard-chat/switchboard/pkg/bus/bustest"
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
@@ -41,7 +38,7 @@ func start(t *testing.T, cfg func(*Config)) *gw {
 	t.Cleanup(func() {
 		_ = b.JetStream().DeleteKeyValue(context.Background(), b.Topology().Stream(BucketCursors))
 	})
-	g := &gw{f: f, b: b, evs: subscribe(t, b)}
+	g := &gw{f: f, b: b, evs: platformtest.InboundEvents(t, b)}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
 	g.ctx = ctx
@@ -82,52 +79,12 @@ func runGateway(t *testing.T, b *bus.Bus, f *matrixfake.Fake, mutate func(*Confi
 	return s, stop
 }
 
-func subscribe(t *testing.T, b *bus.Bus) chan *eventsv1.MessageReceived {
-	t.Helper()
-	cons, err := b.JetStream().OrderedConsumer(context.Background(), b.Topology().Stream(bus.StreamInbound), jetstream.OrderedConsumerConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	it, err := cons.Messages()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(it.Stop)
-	evs := make(chan *eventsv1.MessageReceived, 64)
-	go func() {
-		for {
-			m, err := it.Next()
-			if err != nil {
-				return
-			}
-			ev := &eventsv1.MessageReceived{}
-			if proto.Unmarshal(m.Data(), ev) == nil {
-				evs <- ev
-			}
-		}
-	}()
-	return evs
-}
-
 func (g *gw) next(t *testing.T) *eventsv1.MessageReceived {
 	t.Helper()
-	select {
-	case ev := <-g.evs:
-		return ev
-	case <-time.After(15 * time.Second):
-		t.Fatal("no inbound event within 15s")
-		return nil
-	}
+	return platformtest.NextEvent(t, g.evs)
 }
 
-func (g *gw) none(t *testing.T) {
-	t.Helper()
-	select {
-	case ev := <-g.evs:
-		t.Fatalf("unexpected inbound event %s %q", ev.GetEventId(), ev.GetText())
-	case <-time.After(500 * time.Millisecond):
-	}
-}
+func (g *gw) none(t *testing.T) { t.Helper(); platformtest.NoEvent(t, g.evs, 500*time.Millisecond) }
 
 func (g *gw) send(t *testing.T, req *deliveryv1.SendRequested) *deliveryv1.SendReceipt {
 	t.Helper()

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/switchboard-chat/switchboard/pkg/attachment"
@@ -46,7 +45,7 @@ func start(t *testing.T, cfg Config, opts platform.Options, setup ...func(*signa
 		s(f)
 	}
 	b := bustest.New(t, bustest.EmbeddedURL(t))
-	g := &gw{f: f, b: b, evs: subscribe(t, b)}
+	g := &gw{f: f, b: b, evs: platformtest.InboundEvents(t, b)}
 	g.ctx = context.Background()
 	g.s = runGateway(t, b, f, cfg, opts)
 	waitReceiving(t, g.s, f, cfg.ReceiveMode)
@@ -116,55 +115,12 @@ func sseConfig() Config {
 	return cfg
 }
 
-// subscribe reads the inbound stream from its start.
-func subscribe(t *testing.T, b *bus.Bus) chan *eventsv1.MessageReceived {
-	t.Helper()
-	cons, err := b.JetStream().OrderedConsumer(context.Background(), b.Topology().Stream(bus.StreamInbound), jetstream.OrderedConsumerConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	it, err := cons.Messages()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(it.Stop)
-	evs := make(chan *eventsv1.MessageReceived, 64)
-	go func() {
-		for {
-			m, err := it.Next()
-			if err != nil {
-				return
-			}
-			ev := &eventsv1.MessageReceived{}
-			if proto.Unmarshal(m.Data(), ev) == nil {
-				evs <- ev
-			}
-		}
-	}()
-	return evs
-}
-
-// next is the next inbound event on the bus.
 func (g *gw) next(t *testing.T) *eventsv1.MessageReceived {
 	t.Helper()
-	select {
-	case ev := <-g.evs:
-		return ev
-	case <-time.After(15 * time.Second):
-		t.Fatal("no inbound event within 15s")
-		return nil
-	}
+	return platformtest.NextEvent(t, g.evs)
 }
 
-// none checks that nothing more was published (within a short while).
-func (g *gw) none(t *testing.T) {
-	t.Helper()
-	select {
-	case ev := <-g.evs:
-		t.Fatalf("unexpected inbound event %s %q", ev.GetEventId(), ev.GetText())
-	case <-time.After(300 * time.Millisecond):
-	}
-}
+func (g *gw) none(t *testing.T) { t.Helper(); platformtest.NoEvent(t, g.evs, 300*time.Millisecond) }
 
 func (g *gw) send(t *testing.T, req *deliveryv1.SendRequested) *deliveryv1.SendReceipt {
 	t.Helper()

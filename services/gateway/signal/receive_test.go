@@ -67,7 +67,7 @@ func TestMessagesWhileStopped(t *testing.T) {
 				f.SetReceiveMode(signalfake.Manual)
 			}
 			b := bustest.New(t, bustest.EmbeddedURL(t))
-			evs := subscribe(t, b)
+			evs := platformtest.InboundEvents(t, b)
 			cfg := DefaultConfig()
 			cfg.ReceiveMode, cfg.Reactions = tc.mode, false
 
@@ -109,7 +109,7 @@ func TestManualBatches(t *testing.T) {
 		f.Receive(signalfake.Message{From: ann, Text: want[i]})
 	}
 	b := bustest.New(t, bustest.EmbeddedURL(t))
-	evs := subscribe(t, b)
+	evs := platformtest.InboundEvents(t, b)
 	cfg := DefaultConfig()
 	cfg.MaxMessages, cfg.PollTimeout, cfg.Reactions = 3, 400*time.Millisecond, false
 	runGateway(t, b, f, cfg, platform.Options{})
@@ -142,7 +142,7 @@ func TestManualShutdownMidPoll(t *testing.T) {
 	t.Cleanup(f.Close)
 	f.SetReceiveMode(signalfake.Manual)
 	b := bustest.New(t, bustest.EmbeddedURL(t))
-	evs := subscribe(t, b)
+	evs := platformtest.InboundEvents(t, b)
 	cfg := DefaultConfig()
 	cfg.PollTimeout, cfg.Reactions = 2*time.Second, false
 
@@ -198,7 +198,7 @@ func TestManualDaemonErrors(t *testing.T) {
 		f := signalfake.New(bot) // on-start, signal-cli's default
 		t.Cleanup(f.Close)
 		b := bustest.New(t, bustest.EmbeddedURL(t))
-		evs := subscribe(t, b)
+		evs := platformtest.InboundEvents(t, b)
 		cfg := DefaultConfig()
 		cfg.Reactions = false
 		s := runGateway(t, b, f, cfg, platform.Options{})
@@ -266,7 +266,7 @@ func TestManualLeaseHandover(t *testing.T) {
 	t.Cleanup(f.Close)
 	f.SetReceiveMode(signalfake.Manual)
 	b := bustest.New(t, bustest.EmbeddedURL(t))
-	evs := subscribe(t, b)
+	evs := platformtest.InboundEvents(t, b)
 	cfg := DefaultConfig()
 	cfg.PollTimeout, cfg.Reactions = 500*time.Millisecond, false
 	opts := platform.Options{LeaseTTL: 600 * time.Millisecond}
@@ -361,7 +361,7 @@ func TestManualHoldsWhatTheBusRefuses(t *testing.T) {
 	if srv, err = natsd.Start(natsd.Config{Port: port, StoreDir: dir}); err != nil {
 		t.Fatal(err)
 	}
-	evs := subscribe(t, b)
+	evs := platformtest.InboundEvents(t, b)
 	if got := texts(t, evs, 1); got[0] != "while NATS is down" {
 		t.Fatalf("got %q", got)
 	}
