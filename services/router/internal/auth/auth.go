@@ -280,11 +280,21 @@ func (r *Rules) Decide(ctx context.Context, ev *eventsv1.MessageReceived, paired
 		return Decision{true, ReasonWildcard}, nil
 	}
 	for _, id := range candidates(platform, src) {
-		if slices.Contains(list, id) {
+		if listed(platform, list, id) {
 			return Decision{true, ReasonAllowlist}, nil
 		}
 	}
 	return Decision{false, ReasonNotAllowlisted}, nil
+}
+
+// listed reports whether id is on list. E-mail addresses are compared
+// without regard to case, as Hermes does: the gateway lowercases the
+// sender, and an operator may list "Ann@Example.com".
+func listed(platform string, list []string, id string) bool {
+	if platform != "email" {
+		return slices.Contains(list, id)
+	}
+	return slices.ContainsFunc(list, func(e string) bool { return strings.EqualFold(e, id) })
 }
 
 // candidates are the ids a sender may be listed under: the user id, the
