@@ -1,0 +1,201 @@
+package sms
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha1"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+	"github.com/switchboard-chat/switchboard/pkg/platform"
+)
+
+// HeaderSignature carries the base64 HMAC-SHA1 of the URL Twilio called
+// and the sorted POST parameters, keyed with the auth token.
+const HeaderSignature = "X-Twilio-Signature"
+
+// emptyTwiML answers a message without a reply of Twilio's own: the
+// answer goes out through the Messages API.
+const emptyTwiML = `<?xml version="1.0" encoding="UTF-8"?><Response/>`
+
+// readTimeout bounds reading one request, body included.
+const readTimeout = 30 * time.Second
+
+// serveWebhook serves the webhook until ctx ends.
+func (p *Platform) serveWebhook(ctx context.Context, conn platform.Conn) error {
+	ln, err := net.Listen("tcp", p.cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("sms webhook listener: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle(p.cfg.Path, p.WebhookHandler(conn))
+	// Anyone can connect and send up to MaxBodyBytes before the
+	// signature is checked: every phase of a connection is bounded.
+	srv := &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       readTimeout,
+		WriteTimeout:      readTimeout + p.cfg.AckTimeout + 5*time.Second,
+		IdleTimeout:       30 * time.Second,
+	}
+	p.addr.Store(ln.Addr().String())
+	p.log.Info("sms webhook listening", "addr", ln.Addr().String(), "path", p.cfg.Path, "public_url", p.cfg.PublicURL)
+	conn.Connected()
+	if err := platform.ServeHTTP(ctx, srv, ln, 5*time.Second); err != nil {
+		return fmt.Errorf("sms webhook server: %w", err)
+	}
+	return nil
+}
+
+// deliverer is what the handler needs of the kit (platform.Conn).
+type deliverer interface {
+	Deliver(ctx context.Context, ev *eventsv1.MessageReceived) (platform.Accepted, error)
+	Reject(ctx context.Context, reason string, err error)
+}
+
+// WebhookHandler serves Twilio's POSTs. A call is answered 405 unless it
+// is a POST, 415 unless it is a form, 413 over MaxBodyBytes, 400 when
+// the form cannot be decoded or is not a message, 403 without a valid
+// X-Twilio-Signature (nothing is published), 500 when the message could
+// not be published (Twilio then calls the number's fallback URL; what was
+// published is not published twice), and 200 with an empty TwiML
+// <Response/> once the message is on the bus or deliberately skipped.
+func (p *Platform) WebhookHandler(conn deliverer) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		if r.Method != http.MethodPost {
+			w.Header().Set("Allow", "POST")
+			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+			return
+		}
+		p.message(w, r, conn)
+	})
+}
+
+func (p *Platform) message(w http.ResponseWriter, r *http.Request, conn deliverer) {
+	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt != "application/x-www-form-urlencoded" {
+		http.Error(w, "content type must be application/x-www-form-urlencoded", http.StatusUnsupportedMediaType)
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, p.cfg.MaxBodyBytes))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			conn.Reject(r.Context(), "twilio webhook too large", err)
+			http.Error(w, "request too large", http.StatusRequestEntityTooLarge)
+			return
+		}
+		http.Error(w, "read body", http.StatusBadRequest)
+		return
+	}
+	form, err := parseForm(body)
+	if err != nil {
+		conn.Reject(r.Context(), "malformed twilio webhook", err)
+		http.Error(w, "malformed form", http.StatusBadRequest)
+		return
+	}
+	if !validSignature(p.cfg.AuthToken, r.Header.Get(HeaderSignature), signedURLs(p.cfg.PublicURL, r.URL.RawQuery), form) {
+		signatureFailures.Inc()
+		p.log.Warn("twilio webhook refused", "reason", "bad signature", "remote", r.RemoteAddr, "has_signature", r.Header.Get(HeaderSignature) != "")
+		http.Error(w, "invalid signature", http.StatusForbidden)
+		return
+	}
+	in := normalize(form, &p.cfg)
+	switch {
+	case in.err != nil:
+		conn.Reject(r.Context(), "malformed twilio message", in.err)
+		http.Error(w, "not a message", http.StatusBadRequest)
+		return
+	case in.ev == nil:
+		skipped.WithLabelValues(in.skip).Inc()
+		p.log.Debug("twilio webhook skipped", "reason", in.skip)
+	default:
+		ctx, cancel := context.WithTimeout(r.Context(), p.cfg.AckTimeout)
+		defer cancel()
+		if _, err := conn.Deliver(ctx, in.ev); err != nil && !errors.Is(err, platform.ErrRejected) {
+			p.log.Warn("sms message not stored; twilio calls the fallback url if one is set", "message_sid", in.ev.GetEventId(), "err", err)
+			http.Error(w, "not stored", http.StatusInternalServerError)
+			return
+		}
+	}
+	w.Header().Set("Content-Type", "text/xml; charset=utf-8")
+	_, _ = io.WriteString(w, emptyTwiML)
+}
+
+// signedURLs are the URLs Twilio may have signed a call to publicURL
+// with: the configured one with the call's query string, and the same
+// with the scheme's default port written out or left off (Twilio's own
+// libraries accept both).
+func signedURLs(publicURL, rawQuery string) []string {
+	u, err := url.Parse(publicURL)
+	if err != nil {
+		return nil
+	}
+	if u.RawQuery == "" && rawQuery != "" {
+		u.RawQuery = rawQuery
+	}
+	out := []string{u.String()}
+	def := map[string]string{"https": "443", "http": "80"}[u.Scheme]
+	switch u.Port() {
+	case "":
+		u.Host = net.JoinHostPort(u.Hostname(), def)
+		out = append(out, u.String())
+	case def:
+		u.Host = u.Hostname()
+		if strings.Contains(u.Host, ":") { // an IPv6 literal
+			u.Host = "[" + u.Host + "]"
+		}
+		out = append(out, u.String())
+	}
+	return out
+}
+
+// signature is Twilio's signature of a call to fullURL with params: the
+// URL followed by every parameter's name and value, sorted by name (and
+// a repeated name's values sorted), HMAC-SHA1 with the auth token,
+// base64.
+func signature(token, fullURL string, params url.Values) []byte {
+	mac := hmac.New(sha1.New, []byte(token))
+	mac.Write([]byte(fullURL))
+	keys := make([]string, 0, len(params))
+	for k := range params {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		vs := slices.Clone(params[k])
+		slices.Sort(vs)
+		for _, v := range vs {
+			mac.Write([]byte(k))
+			mac.Write([]byte(v))
+		}
+	}
+	return mac.Sum(nil)
+}
+
+// validSignature reports whether header is the base64 signature of
+// params for one of urls (constant time). An empty token accepts
+// nothing.
+func validSignature(token, header string, urls []string, params url.Values) bool {
+	got, err := base64.StdEncoding.DecodeString(strings.TrimSpace(header))
+	if err != nil || token == "" || len(got) != sha1.Size {
+		return false
+	}
+	ok := false
+	for _, u := range urls {
+		if hmac.Equal(got, signature(token, u, params)) {
+			ok = true
+		}
+	}
+	return ok
+}
