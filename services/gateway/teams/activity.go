@@ -1,0 +1,278 @@
+package teams
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"mime"
+	"regexp"
+	"strings"
+	"time"
+	"unicode"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+)
+
+// Activity is the part of a Bot Framework activity the gateway reads
+// (learn.microsoft.com/azure/bot-service/rest-api/bot-framework-rest-connector-api-reference#activity-object).
+type Activity struct {
+	Type         string          `json:"type"`
+	ID           string          `json:"id"`
+	Timestamp    string          `json:"timestamp"`
+	ServiceURL   string          `json:"serviceUrl"`
+	ChannelID    string          `json:"channelId"`
+	From         Account         `json:"from"`
+	Conversation Conversation    `json:"conversation"`
+	Recipient    Account         `json:"recipient"`
+	TextFormat   string          `json:"textFormat"`
+	Text         string          `json:"text"`
+	ReplyToID    string          `json:"replyToId"`
+	Attachments  []Attachment    `json:"attachments"`
+	Entities     []Entity        `json:"entities"`
+	ChannelData  json.RawMessage `json:"channelData"`
+}
+
+// Account is a channel account (from, recipient).
+type Account struct {
+	ID          string `json:"id"`
+	Name        string `json:"name"`
+	AADObjectID string `json:"aadObjectId"`
+	Role        string `json:"role"`
+}
+
+// Conversation is the activity's conversation.
+type Conversation struct {
+	ID               string `json:"id"`
+	Name             string `json:"name"`
+	ConversationType string `json:"conversationType"` // personal, groupChat, channel
+	IsGroup          bool   `json:"isGroup"`
+	TenantID         string `json:"tenantId"`
+}
+
+// Attachment is a file, picture or card on an activity.
+type Attachment struct {
+	ContentType string          `json:"contentType"`
+	ContentURL  string          `json:"contentUrl"`
+	Name        string          `json:"name"`
+	Content     json.RawMessage `json:"content"`
+}
+
+// Entity is an activity entity; the gateway reads mentions.
+type Entity struct {
+	Type      string  `json:"type"`
+	Mentioned Account `json:"mentioned"`
+	Text      string  `json:"text"`
+}
+
+// ErrMalformed is an activity that is not one.
+var ErrMalformed = errors.New("malformed teams activity")
+
+// parseActivity decodes a request body. It checks what every activity
+// needs (a type, an http(s) serviceUrl, a conversation) and, for a
+// message, its id and sender.
+func parseActivity(body []byte) (*Activity, error) {
+	var a Activity
+	if err := json.Unmarshal(body, &a); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrMalformed, err)
+	}
+	switch {
+	case a.Type == "":
+		return nil, fmt.Errorf("%w: no type", ErrMalformed)
+	case !httpURL(a.ServiceURL):
+		return nil, fmt.Errorf("%w: serviceUrl %q is not an http(s) URL", ErrMalformed, a.ServiceURL)
+	case !validID(a.Conversation.ID):
+		return nil, fmt.Errorf("%w: bad conversation id", ErrMalformed)
+	}
+	if a.Type == "message" {
+		switch {
+		case !validID(a.ID):
+			return nil, fmt.Errorf("%w: message without a valid id", ErrMalformed)
+		case !validID(a.From.ID):
+			return nil, fmt.Errorf("%w: message without a sender", ErrMalformed)
+		}
+	}
+	return &a, nil
+}
+
+// validID reports whether s can be an id: not empty, at most 1,024
+// bytes, no spaces or control characters.
+func validID(s string) bool {
+	if s == "" || len(s) > 1024 {
+		return false
+	}
+	for _, r := range s {
+		if unicode.IsControl(r) || unicode.IsSpace(r) || r == unicode.ReplacementChar {
+			return false
+		}
+	}
+	return true
+}
+
+// chatTypes maps conversationType to Hermes's chat types.
+var chatTypes = map[string]string{"personal": "dm", "groupChat": "group", "channel": "channel"}
+
+// chatType is Hermes's chat type of a conversation: personal → dm,
+// groupChat → group, channel → channel; an unknown type is a dm (as
+// Hermes) unless the conversation says it is a group.
+func chatType(c Conversation) string {
+	if t, ok := chatTypes[c.ConversationType]; ok {
+		return t
+	}
+	if c.IsGroup {
+		return "group"
+	}
+	return "dm"
+}
+
+// atTags are the <at>Name</at> tags Teams puts in a message's text for
+// its mentions; Hermes strips them with the space after each.
+var atTags = regexp.MustCompile(`<at[^>]*>[^<]*</at>\s*`)
+
+// stripMentions removes the mention tags and trims the text.
+func stripMentions(s string) string {
+	if !strings.Contains(s, "<at") {
+		return strings.TrimSpace(s)
+	}
+	return strings.TrimSpace(atTags.ReplaceAllString(s, ""))
+}
+
+// normalized is what the gateway makes of one activity: an event to
+// publish, or the reason it publishes nothing.
+type normalized struct {
+	ev   *eventsv1.MessageReceived
+	skip string
+}
+
+// normalize turns a verified activity into an event. botID is the bot's
+// app id (its channel account is 28:<app id>); requireMention gates
+// channels and group chats on a mention of the bot.
+func normalize(a *Activity, botID string, requireMention bool) normalized {
+	if a.Type != "message" {
+		return normalized{skip: "activity_" + reason(a.Type)}
+	}
+	if isBot(a.From.ID, a.Recipient.ID, botID) {
+		return normalized{skip: "own"}
+	}
+	mentioned := false
+	for _, e := range a.Entities {
+		if e.Type == "mention" && isBot(e.Mentioned.ID, a.Recipient.ID, botID) {
+			mentioned = true
+		}
+	}
+	typ := chatType(a.Conversation)
+	if requireMention && typ != "dm" && !mentioned {
+		return normalized{skip: "not_mentioned"}
+	}
+	text := stripMentions(a.Text)
+	atts := attachments(a.Attachments)
+	if text == "" && len(atts) == 0 {
+		return normalized{skip: "empty"}
+	}
+	user := a.From.AADObjectID
+	if user == "" {
+		user = a.From.ID
+	}
+	tenant := a.Conversation.TenantID
+	if tenant == "" {
+		tenant = channelTenant(a.ChannelData)
+	}
+	ev := &eventsv1.MessageReceived{
+		EventId:   a.Conversation.ID + "|" + a.ID,
+		MessageId: a.ID,
+		Text:      text,
+		Source: &eventsv1.SessionSource{
+			Platform: "teams", Account: botID, ChatId: a.Conversation.ID, ChatName: a.Conversation.Name,
+			ChatType: typ, UserId: user, UserName: a.From.Name, ScopeId: tenant,
+		},
+		Attachments: atts,
+		Mentioned:   mentioned,
+	}
+	if t, err := time.Parse(time.RFC3339Nano, a.Timestamp); err == nil {
+		ev.SentAt = timestamppb.New(t)
+	}
+	return normalized{ev: ev}
+}
+
+// isBot reports whether id is the bot: the activity's recipient, or its
+// channel account 28:<app id>.
+func isBot(id, recipient, appID string) bool {
+	return id != "" && (id == recipient || id == "28:"+appID || id == appID)
+}
+
+// reason is a metric label for an activity type (bounded: unknown types
+// are "other").
+func reason(typ string) string {
+	switch typ {
+	case "conversationUpdate", "messageReaction", "typing", "invoke", "installationUpdate",
+		"messageUpdate", "messageDelete", "event", "endOfConversation", "contactRelationUpdate":
+		return typ
+	}
+	return "other"
+}
+
+// channelTenant reads channelData.tenant.id.
+func channelTenant(raw json.RawMessage) string {
+	var cd struct {
+		Tenant struct {
+			ID string `json:"id"`
+		} `json:"tenant"`
+	}
+	if len(raw) == 0 || json.Unmarshal(raw, &cd) != nil {
+		return ""
+	}
+	return cd.Tenant.ID
+}
+
+// attachments are the activity's files and pictures: an image's
+// contentUrl (the connector's, fetched with the bot's token), a file's
+// pre-authorized downloadUrl; the copy of the message Teams adds as a
+// text/html attachment and cards are not attachments.
+func attachments(in []Attachment) []*eventsv1.Attachment {
+	var out []*eventsv1.Attachment
+	for _, a := range in {
+		ct := strings.ToLower(strings.TrimSpace(a.ContentType))
+		switch {
+		case strings.HasPrefix(ct, "application/vnd.microsoft.card"):
+			continue
+		case ct == "application/vnd.microsoft.teams.file.download.info":
+			var info struct {
+				DownloadURL string `json:"downloadUrl"`
+				FileType    string `json:"fileType"`
+			}
+			if json.Unmarshal(a.Content, &info) != nil || !httpURL(info.DownloadURL) {
+				continue
+			}
+			name := a.Name
+			if name == "" {
+				name = "document"
+				if ft := strings.TrimPrefix(info.FileType, "."); ft != "" {
+					name += "." + ft
+				}
+			}
+			out = append(out, &eventsv1.Attachment{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT, PlatformFileId: info.DownloadURL, FileName: name})
+		case a.ContentURL == "" || !httpURL(a.ContentURL):
+			continue // text/html, text/plain copies of the text
+		default:
+			mt, _, err := mime.ParseMediaType(ct)
+			if err != nil {
+				mt = ""
+			}
+			out = append(out, &eventsv1.Attachment{Kind: kindOf(mt), PlatformFileId: a.ContentURL, MimeType: mt, FileName: a.Name})
+		}
+	}
+	return out
+}
+
+func kindOf(mt string) eventsv1.AttachmentKind {
+	switch {
+	case strings.HasPrefix(mt, "image/"):
+		return eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE
+	case strings.HasPrefix(mt, "video/"):
+		return eventsv1.AttachmentKind_ATTACHMENT_KIND_VIDEO
+	case strings.HasPrefix(mt, "audio/"):
+		return eventsv1.AttachmentKind_ATTACHMENT_KIND_AUDIO
+	}
+	return eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT
+}

@@ -1,0 +1,141 @@
+package teams
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"time"
+
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+	"github.com/switchboard-chat/switchboard/pkg/platform"
+)
+
+// readTimeout bounds reading one request, body included.
+const readTimeout = 30 * time.Second
+
+// serve serves the messaging endpoint (and GET /health, as Hermes) until
+// ctx ends.
+func (p *Platform) serve(ctx context.Context, conn platform.Conn) error {
+	ln, err := net.Listen("tcp", p.cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("teams listener: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle(p.cfg.Path, p.Handler(conn))
+	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") })
+	// Anyone can connect and send up to MaxBodyBytes before the token is
+	// checked: every phase of a connection is bounded.
+	srv := &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       readTimeout,
+		WriteTimeout:      readTimeout + p.cfg.AckTimeout + 15*time.Second,
+		IdleTimeout:       30 * time.Second,
+	}
+	p.addr.Store(ln.Addr().String())
+	p.log.Info("teams messaging endpoint listening", "addr", ln.Addr().String(), "path", p.cfg.Path)
+	conn.Connected()
+	if err := platform.ServeHTTP(ctx, srv, ln, 5*time.Second); err != nil {
+		return fmt.Errorf("teams server: %w", err)
+	}
+	return nil
+}
+
+// deliverer is what the handler needs of the kit (platform.Conn).
+type deliverer interface {
+	Deliver(ctx context.Context, ev *eventsv1.MessageReceived) (platform.Accepted, error)
+	Reject(ctx context.Context, reason string, err error)
+}
+
+// Handler serves the Bot Framework's POSTs of activities. An activity is
+// answered 413 over MaxBodyBytes, 401 without a valid Bot Framework
+// token (or when the token's serviceurl is not the activity's), 400 when
+// it is not an activity, 500 when its message could not be stored (the
+// Bot Framework retries; a retry is not published twice) and 200 once
+// its message is on the bus or deliberately skipped.
+func (p *Platform) Handler(conn deliverer) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		if r.Method != http.MethodPost {
+			w.Header().Set("Allow", "POST")
+			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+			return
+		}
+		p.activity(w, r, conn)
+	})
+}
+
+func (p *Platform) activity(w http.ResponseWriter, r *http.Request, conn deliverer) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, p.cfg.MaxBodyBytes))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			conn.Reject(r.Context(), "teams activity too large", err)
+			http.Error(w, "request too large", http.StatusRequestEntityTooLarge)
+			return
+		}
+		http.Error(w, "read body", http.StatusBadRequest)
+		return
+	}
+	auth := r.Header.Get("Authorization")
+	if auth == "" {
+		p.refuse(w, r, "no authorization header")
+		return
+	}
+	// The token first: who sent it decides whether the body is worth
+	// an answer.
+	tok, err := p.verifier.verify(r.Context(), auth)
+	if err != nil {
+		p.refuse(w, r, err.Error())
+		return
+	}
+	a, err := parseActivity(body)
+	if err != nil {
+		conn.Reject(r.Context(), "malformed teams activity", err)
+		http.Error(w, "malformed activity", http.StatusBadRequest)
+		return
+	}
+	switch {
+	case !sameServiceURL(tok.serviceURL, a.ServiceURL):
+		p.refuse(w, r, "the token's serviceurl is not the activity's")
+		return
+	case !tok.endorses(a.ChannelID):
+		p.refuse(w, r, "the signing key does not endorse the activity's channel")
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), p.cfg.AckTimeout)
+	defer cancel()
+	if err := p.handle(ctx, conn, a); err != nil {
+		p.log.Warn("teams activity not stored; the bot framework will retry", "err", err)
+		http.Error(w, "not stored", http.StatusInternalServerError)
+		return
+	}
+	w.WriteHeader(http.StatusOK)
+}
+
+func (p *Platform) refuse(w http.ResponseWriter, r *http.Request, why string) {
+	authFailures.Inc()
+	p.log.Warn("teams activity refused", "reason", why, "remote", r.RemoteAddr)
+	http.Error(w, "unauthorized", http.StatusUnauthorized)
+}
+
+// handle keeps the conversation's serviceUrl, then publishes the
+// activity's message, if it is one to answer.
+func (p *Platform) handle(ctx context.Context, conn deliverer, a *Activity) error {
+	if err := p.remember(ctx, a.Conversation.ID, a.ServiceURL); err != nil {
+		return err
+	}
+	n := normalize(a, p.cfg.ClientID, p.cfg.RequireMention)
+	if n.ev == nil {
+		skipped.WithLabelValues(n.skip).Inc()
+		p.log.Debug("teams activity skipped", "reason", n.skip, "type", a.Type)
+		return nil
+	}
+	if _, err := conn.Deliver(ctx, n.ev); err != nil && !errors.Is(err, platform.ErrRejected) {
+		return fmt.Errorf("publish message %s: %w", n.ev.GetEventId(), err)
+	}
+	return nil
+}

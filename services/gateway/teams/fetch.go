@@ -1,0 +1,69 @@
+package teams
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"net/url"
+	"strings"
+
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+	"github.com/switchboard-chat/switchboard/pkg/platform"
+)
+
+var _ platform.Fetcher = (*Platform)(nil)
+
+// ErrDownload is an attachment download answered with a status other
+// than 200.
+var ErrDownload = errors.New("teams attachment download failed")
+
+// connectorHosts are Microsoft's connector hosts (Hermes's list): the
+// pictures users send are there, behind the bot's token.
+var connectorHosts = map[string]bool{"smba.trafficmanager.net": true, "smba.infra.gov.teams.microsoft.us": true}
+
+// Fetch downloads a user's attachment when a turn reads it: a file's
+// pre-authorized download URL as it is, a picture on the connector (its
+// host, or the configured service URL's) with the bot's token. The token
+// goes to no other host.
+func (p *Platform) Fetch(ctx context.Context, a *eventsv1.Attachment) (io.ReadCloser, string, error) {
+	u, err := url.Parse(a.GetPlatformFileId())
+	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+		return nil, "", platform.ErrNotFetched
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return nil, "", platform.ErrNotFetched
+	}
+	if p.connectorHost(u) {
+		tok, err := p.tokens.token(ctx)
+		if err != nil {
+			return nil, "", fmt.Errorf("token for an attachment: %w", err)
+		}
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
+	resp, err := p.hc.Do(req)
+	if err != nil {
+		return nil, "", fmt.Errorf("download teams attachment: %w", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
+		_ = resp.Body.Close()
+		return nil, "", fmt.Errorf("%w: HTTP %d", ErrDownload, resp.StatusCode)
+	}
+	mt := a.GetMimeType()
+	if mt == "" {
+		mt, _, _ = mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	}
+	return resp.Body, mt, nil
+}
+
+func (p *Platform) connectorHost(u *url.URL) bool {
+	if u.Scheme == "https" && connectorHosts[strings.ToLower(u.Hostname())] && (u.Port() == "" || u.Port() == "443") {
+		return true
+	}
+	svc, err := url.Parse(p.cfg.ServiceURL)
+	return err == nil && strings.EqualFold(svc.Host, u.Host) && svc.Scheme == u.Scheme
+}

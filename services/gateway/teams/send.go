@@ -1,0 +1,207 @@
+package teams
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"mime"
+	"net/http"
+	"path"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/switchboard-chat/switchboard/pkg/attachment"
+	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+	"github.com/switchboard-chat/switchboard/pkg/platform"
+)
+
+// outgoing is a message activity the bot sends.
+type outgoing struct {
+	Type        string               `json:"type"`
+	ID          string               `json:"id,omitempty"`
+	Text        string               `json:"text,omitempty"`
+	TextFormat  string               `json:"textFormat,omitempty"`
+	ReplyToID   string               `json:"replyToId,omitempty"`
+	Attachments []outgoingAttachment `json:"attachments,omitempty"`
+}
+
+type outgoingAttachment struct {
+	ContentType string `json:"contentType"`
+	ContentURL  string `json:"contentUrl"`
+	Name        string `json:"name,omitempty"`
+}
+
+// resourceResponse is the connector's answer to a send: the activity id.
+type resourceResponse struct {
+	ID string `json:"id"`
+}
+
+// textFormat: Teams renders a subset of Markdown (bold, italic, code,
+// lists, links) in a markdown activity, as Hermes sends them; a plain
+// request is sent as plain text.
+func textFormat(req *deliveryv1.SendRequested) string {
+	if req.GetFormat() == deliveryv1.TextFormat_TEXT_FORMAT_PLAIN {
+		return "plain"
+	}
+	return "markdown"
+}
+
+// conversation is the target's conversation id, checked.
+func conversation(t *deliveryv1.Target) (string, error) {
+	c := t.GetChatId()
+	if !validID(c) {
+		return "", platform.Permanent(errors.New("no teams conversation id"))
+	}
+	return c, nil
+}
+
+// Send posts a message: text as Markdown, attachments by URL. A reply to
+// one of the user's messages (a numeric activity id, as Hermes checks)
+// goes to POST …/activities/{id}, which threads it where Teams threads;
+// when the connector refuses that (group chats do), it is posted to the
+// conversation instead.
+func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (string, error) {
+	conv, err := conversation(req.GetTarget())
+	if err != nil {
+		return "", err
+	}
+	text := req.GetText()
+	if n := utf8.RuneCountInString(text); n > maxText {
+		return "", platform.Permanent(fmt.Errorf("text is %d characters, teams allows %d", n, maxText))
+	}
+	act := outgoing{Type: "message", Text: text, TextFormat: textFormat(req)}
+	for _, a := range req.GetAttachments() {
+		oa, err := outgoingFile(a)
+		if err != nil {
+			return "", err
+		}
+		act.Attachments = append(act.Attachments, oa)
+	}
+	if strings.TrimSpace(text) == "" && len(act.Attachments) == 0 {
+		return "", platform.Permanent(errors.New("empty message"))
+	}
+	base, err := p.serviceURL(ctx, conv)
+	if err != nil {
+		return "", err
+	}
+	var out resourceResponse
+	if reply := req.GetTarget().GetReplyToMessageId(); numeric(reply) {
+		act.ReplyToID = reply
+		err = p.connector.do(ctx, http.MethodPost, activitiesURL(base, conv, reply), act, &out)
+		var se *platform.SendError
+		if err == nil || !errors.As(err, &se) || se.Class != deliveryv1.ErrorClass_ERROR_CLASS_PERMANENT {
+			return sentID(out, err)
+		}
+		p.log.Debug("teams reply refused; posting to the conversation", "err", err)
+		act.ReplyToID = ""
+	}
+	err = p.connector.do(ctx, http.MethodPost, activitiesURL(base, conv, ""), act, &out)
+	return sentID(out, err)
+}
+
+func sentID(out resourceResponse, err error) (string, error) {
+	if err != nil {
+		return "", err
+	}
+	if out.ID == "" {
+		return "", errors.New("bot connector answered a send without the activity id")
+	}
+	return out.ID, nil
+}
+
+// numeric reports whether id is a Teams message id (digits, not 0).
+func numeric(id string) bool {
+	if id == "" || id == "0" || len(id) > 32 {
+		return false
+	}
+	for _, c := range id {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// outgoingFile is an attachment as Teams takes it: an http(s) URL or an
+// inline data: URL as its contentUrl (as Hermes sends files).
+func outgoingFile(a *eventsv1.Attachment) (outgoingAttachment, error) {
+	u := a.GetUrl()
+	mt := a.GetMimeType()
+	switch {
+	case strings.HasPrefix(u, "https://") || strings.HasPrefix(u, "http://"):
+		if mt == "" {
+			mt = mime.TypeByExtension(path.Ext(strings.SplitN(u, "?", 2)[0]))
+		}
+	case strings.HasPrefix(u, "data:"):
+		_, dmt, _, err := attachment.ParseDataURL(u)
+		if err != nil {
+			return outgoingAttachment{}, platform.Permanent(fmt.Errorf("attachment data url: %w", err))
+		}
+		if mt == "" {
+			mt = dmt
+		}
+	default:
+		return outgoingAttachment{}, platform.Permanent(errors.New("attachment has no url or data for teams"))
+	}
+	if mt == "" {
+		mt = "application/octet-stream"
+	}
+	if i := strings.IndexByte(mt, ';'); i >= 0 {
+		mt = strings.TrimSpace(mt[:i])
+	}
+	return outgoingAttachment{ContentType: mt, ContentURL: u, Name: a.GetFileName()}, nil
+}
+
+// Edit replaces the text of one of the bot's messages (PUT
+// …/activities/{id}).
+func (p *Platform) Edit(ctx context.Context, req *deliveryv1.SendRequested) error {
+	conv, err := conversation(req.GetTarget())
+	if err != nil {
+		return err
+	}
+	id := req.GetMessageId()
+	if !validID(id) {
+		return platform.Permanent(errors.New("edit without a message id"))
+	}
+	if strings.TrimSpace(req.GetText()) == "" {
+		return platform.Permanent(errors.New("empty message"))
+	}
+	base, err := p.serviceURL(ctx, conv)
+	if err != nil {
+		return err
+	}
+	return p.connector.do(ctx, http.MethodPut, activitiesURL(base, conv, id),
+		outgoing{Type: "message", ID: id, Text: req.GetText(), TextFormat: textFormat(req)}, nil)
+}
+
+// Delete removes one of the bot's messages (DELETE …/activities/{id}).
+func (p *Platform) Delete(ctx context.Context, req *deliveryv1.SendRequested) error {
+	conv, err := conversation(req.GetTarget())
+	if err != nil {
+		return err
+	}
+	id := req.GetMessageId()
+	if !validID(id) {
+		return platform.Permanent(errors.New("delete without a message id"))
+	}
+	base, err := p.serviceURL(ctx, conv)
+	if err != nil {
+		return err
+	}
+	return p.connector.do(ctx, http.MethodDelete, activitiesURL(base, conv, id), nil, nil)
+}
+
+// Typing sends a typing activity: Teams shows the indicator for a few
+// seconds or until the bot's next message.
+func (p *Platform) Typing(ctx context.Context, req *deliveryv1.SendRequested) error {
+	conv, err := conversation(req.GetTarget())
+	if err != nil {
+		return err
+	}
+	base, err := p.serviceURL(ctx, conv)
+	if err != nil {
+		return err
+	}
+	return p.connector.do(ctx, http.MethodPost, activitiesURL(base, conv, ""), outgoing{Type: "typing"}, nil)
+}
