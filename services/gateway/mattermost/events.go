@@ -1,0 +1,114 @@
+package mattermost
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// errMalformed marks a websocket frame or post that is not what
+// Mattermost sends.
+var errMalformed = errors.New("malformed mattermost event")
+
+// frame is one websocket message from the server: an event
+// ({"event","data","broadcast","seq"}) or the answer to one of the
+// client's actions ({"status","seq_reply","error"}).
+type frame struct {
+	Event     string          `json:"event"`
+	Data      json.RawMessage `json:"data"`
+	Seq       int64           `json:"seq"`
+	Status    string          `json:"status"`
+	SeqReply  int64           `json:"seq_reply"`
+	Error     json.RawMessage `json:"error"`
+	Broadcast struct {
+		ChannelID string `json:"channel_id"`
+	} `json:"broadcast"`
+}
+
+// postedData is a "posted" event's data: the post is a JSON string of
+// its own; mentions, when present, a JSON string of user ids.
+type postedData struct {
+	Post               string `json:"post"`
+	ChannelType        string `json:"channel_type"`
+	ChannelDisplayName string `json:"channel_display_name"`
+	ChannelName        string `json:"channel_name"`
+	SenderName         string `json:"sender_name"`
+	TeamID             string `json:"team_id"`
+	Mentions           string `json:"mentions"`
+}
+
+// post is the part of a Mattermost post the gateway reads.
+type post struct {
+	ID        string   `json:"id"`
+	CreateAt  int64    `json:"create_at"`
+	UpdateAt  int64    `json:"update_at"`
+	EditAt    int64    `json:"edit_at"`
+	DeleteAt  int64    `json:"delete_at"`
+	UserID    string   `json:"user_id"`
+	ChannelID string   `json:"channel_id"`
+	RootID    string   `json:"root_id"`
+	Message   string   `json:"message"`
+	Type      string   `json:"type"`
+	FileIDs   []string `json:"file_ids"`
+	Metadata  struct {
+		Files []fileInfo `json:"files"`
+	} `json:"metadata"`
+}
+
+// posted is a "posted" event, parsed: the post and what the event says
+// of its channel and sender.
+type posted struct {
+	Post        *post
+	ChannelType string
+	ChannelName string // the display name
+	SenderName  string // without the leading @
+	Mentions    []string
+}
+
+// parseFrame reads one websocket message.
+func parseFrame(raw []byte) (*frame, error) {
+	var f frame
+	if err := json.Unmarshal(raw, &f); err != nil {
+		return nil, fmt.Errorf("%w: %v", errMalformed, err)
+	}
+	if f.Event == "" && f.SeqReply == 0 && f.Status == "" {
+		return nil, fmt.Errorf("%w: neither an event nor a reply", errMalformed)
+	}
+	return &f, nil
+}
+
+// parsePosted reads a "posted" event's data and the post inside it.
+func parsePosted(data json.RawMessage) (*posted, error) {
+	var d postedData
+	if err := json.Unmarshal(data, &d); err != nil {
+		return nil, fmt.Errorf("%w: posted data: %v", errMalformed, err)
+	}
+	if d.Post == "" {
+		return nil, fmt.Errorf("%w: posted event without a post", errMalformed)
+	}
+	p, err := parsePost([]byte(d.Post))
+	if err != nil {
+		return nil, err
+	}
+	out := &posted{Post: p, ChannelType: d.ChannelType, ChannelName: d.ChannelDisplayName,
+		SenderName: strings.TrimPrefix(d.SenderName, "@")}
+	if d.Mentions != "" {
+		if err := json.Unmarshal([]byte(d.Mentions), &out.Mentions); err != nil {
+			return nil, fmt.Errorf("%w: mentions: %v", errMalformed, err)
+		}
+	}
+	return out, nil
+}
+
+// parsePost reads a post's JSON and checks the ids every post has.
+func parsePost(raw []byte) (*post, error) {
+	var p post
+	if err := json.Unmarshal(raw, &p); err != nil {
+		return nil, fmt.Errorf("%w: post: %v", errMalformed, err)
+	}
+	if p.ID == "" || p.ChannelID == "" || p.UserID == "" {
+		return nil, fmt.Errorf("%w: post without an id, channel or author", errMalformed)
+	}
+	return &p, nil
+}

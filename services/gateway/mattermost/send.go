@@ -1,0 +1,346 @@
+package mattermost
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/switchboard-chat/switchboard/pkg/attachment"
+	"github.com/switchboard-chat/switchboard/pkg/chunk"
+	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+	"github.com/switchboard-chat/switchboard/pkg/platform"
+)
+
+// maxAttachmentBytes bounds a file the gateway uploads (Mattermost's
+// default MaxFileSize is 100 MB).
+const maxAttachmentBytes = 100 << 20
+
+// maxFilesPerPost is how many files one post carries.
+const maxFilesPerPost = 5
+
+var _ platform.Fetcher = (*Platform)(nil)
+var _ platform.Reactor = (*Platform)(nil)
+
+// channelOf checks a target's channel id.
+func channelOf(t *deliveryv1.Target) (string, error) {
+	id := t.GetChatId()
+	if id == "" || strings.ContainsAny(id, "/?#") {
+		return "", platform.Permanent(fmt.Errorf("mattermost: %q is not a channel id", id))
+	}
+	return id, nil
+}
+
+// pendingID turns an idempotency key into a pending_post_id, shaped as
+// the web app makes them (<user id>:<13 digits>): a post retried with it
+// within the server's short dedupe window is answered with the first one.
+func (p *Platform) pendingID(key, part string) string {
+	if key == "" {
+		return ""
+	}
+	sum := sha256.Sum256([]byte(key + "\x00" + part))
+	n := binary.BigEndian.Uint64(sum[:8]) % 1e13
+	return fmt.Sprintf("%s:%013d", p.rules.BotID, n)
+}
+
+// imageLink is Markdown's ![alt](url): Hermes sends the URL alone,
+// which Mattermost previews.
+var imageLink = regexp.MustCompile(`!\[([^\]]*)\]\(([^)]+)\)`)
+
+// format is the post's message: Mattermost renders Markdown, so the
+// agent's text goes as is, images as their URL.
+func format(text string) string { return imageLink.ReplaceAllString(text, "$2") }
+
+// rootOf is the thread a send goes in: the target's thread, else, in
+// reply mode "thread", the message it answers.
+func (p *Platform) rootOf(t *deliveryv1.Target) string {
+	if th := t.GetThreadId(); th != "" {
+		return th
+	}
+	if p.cfg.ReplyMode == ReplyThread {
+		return t.GetReplyToMessageId()
+	}
+	return ""
+}
+
+// Send posts the attachments (uploaded, up to five a post) and the text
+// (split at the post limit, code fences kept whole) in the channel, in
+// the thread when there is one. The last text post's id is the message
+// id (the last file post's when there is no text). Each post sent is
+// recorded, so a retry after a partial failure skips it.
+func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (string, error) {
+	ch, err := channelOf(req.GetTarget())
+	if err != nil {
+		return "", err
+	}
+	text := format(req.GetText())
+	if strings.TrimSpace(text) == "" && len(req.GetAttachments()) == 0 {
+		return "", platform.Permanent(errors.New("mattermost: empty message"))
+	}
+	root := p.rootOf(req.GetTarget())
+	var last string
+	part := 0
+	post := func(np newPost) error {
+		defer func() { part++ }()
+		if id, sent := platform.SentPart(ctx, part); sent {
+			last = id
+			return nil
+		}
+		np.ChannelID, np.RootID = ch, root
+		np.PendingPostID = p.pendingID(req.GetIdempotencyKey(), strconv.Itoa(part))
+		out, err := p.cli.createPost(ctx, np)
+		if err != nil {
+			return classify(err)
+		}
+		platform.RecordPart(ctx, part, out.ID)
+		last = out.ID
+		return nil
+	}
+	atts := req.GetAttachments()
+	for i := 0; i < len(atts); i += maxFilesPerPost {
+		group := atts[i:min(i+maxFilesPerPost, len(atts))]
+		if _, sent := platform.SentPart(ctx, part); sent {
+			if err := post(newPost{}); err != nil {
+				return "", err
+			}
+			continue
+		}
+		np := newPost{}
+		for j, a := range group {
+			id, err := p.uploadAttachment(ctx, ch, a)
+			if err != nil {
+				return "", fmt.Errorf("mattermost attachment %d: %w", i+j, err)
+			}
+			np.FileIDs = append(np.FileIDs, id)
+			if c := a.GetCaption(); c != "" && np.Message == "" {
+				np.Message = c
+			}
+		}
+		if err := post(np); err != nil {
+			return "", err
+		}
+	}
+	if strings.TrimSpace(text) != "" {
+		for _, c := range chunk.SplitLimit(text, chunk.Limit{Max: maxPostRunes, Measure: chunk.Runes}) {
+			if err := post(newPost{Message: c}); err != nil {
+				return "", err
+			}
+		}
+	}
+	return last, nil
+}
+
+// Edit replaces a post's message (PUT /posts/{id}/patch): delivery
+// streams an answer by editing its post.
+func (p *Platform) Edit(ctx context.Context, req *deliveryv1.SendRequested) error {
+	if req.GetMessageId() == "" {
+		return platform.Permanent(errors.New("mattermost: edit without a message id"))
+	}
+	text := format(req.GetText())
+	if strings.TrimSpace(text) == "" {
+		return platform.Permanent(errors.New("mattermost: edit to an empty message"))
+	}
+	if n := utf8.RuneCountInString(text); n > maxPostRunes {
+		return platform.Permanent(fmt.Errorf("mattermost: edit of %d characters, the limit is %d", n, maxPostRunes))
+	}
+	return classify(p.cli.patchPost(ctx, req.GetMessageId(), text))
+}
+
+// Delete removes a post.
+func (p *Platform) Delete(ctx context.Context, req *deliveryv1.SendRequested) error {
+	if req.GetMessageId() == "" {
+		return platform.Permanent(errors.New("mattermost: delete without a message id"))
+	}
+	err := p.cli.deletePost(ctx, req.GetMessageId())
+	var ae *apiError
+	if errors.As(err, &ae) && ae.Status == http.StatusNotFound {
+		return nil // gone already
+	}
+	return classify(err)
+}
+
+// Typing shows the bot typing in the channel (and thread); the server
+// shows it for a few seconds, and delivery repeats it while the turn
+// runs.
+func (p *Platform) Typing(ctx context.Context, req *deliveryv1.SendRequested) error {
+	ch, err := channelOf(req.GetTarget())
+	if err != nil {
+		return err
+	}
+	return classify(p.cli.typing(ctx, p.rules.BotID, ch, req.GetTarget().GetThreadId()))
+}
+
+// Reactions are Hermes's processing marks in Mattermost's emoji names:
+// :eyes: while a turn runs, then :white_check_mark: or :x:. Off unless
+// configured (Hermes's adapter sets none).
+func (p *Platform) Reactions() platform.Reactions {
+	if !p.cfg.Reactions {
+		return platform.Reactions{}
+	}
+	return platform.Reactions{Processing: "eyes", Success: "white_check_mark", Failure: "x"}
+}
+
+// React adds the bot's reaction to a post; one it has already is no
+// error (the server answers it again).
+func (p *Platform) React(ctx context.Context, _ *deliveryv1.Target, messageID, emoji string) error {
+	return classify(p.cli.addReaction(ctx, p.rules.BotID, messageID, emoji))
+}
+
+// Unreact removes the bot's reaction from a post; one it does not have
+// is no error.
+func (p *Platform) Unreact(ctx context.Context, _ *deliveryv1.Target, messageID, emoji string) error {
+	err := p.cli.removeReaction(ctx, p.rules.BotID, messageID, emoji)
+	var ae *apiError
+	if errors.As(err, &ae) && ae.Status == http.StatusNotFound {
+		return nil
+	}
+	return classify(err)
+}
+
+// Fetch downloads a received file (GET /files/{id}) with the bot's token.
+func (p *Platform) Fetch(ctx context.Context, a *eventsv1.Attachment) (io.ReadCloser, string, error) {
+	id := a.GetPlatformFileId()
+	if id == "" {
+		return nil, "", platform.ErrNotFetched
+	}
+	resp, err := p.cli.file(ctx, id)
+	if err != nil {
+		return nil, "", err
+	}
+	ct := resp.Header.Get("Content-Type")
+	if mt, _, err := mime.ParseMediaType(ct); err == nil {
+		ct = mt
+	}
+	return resp.Body, ct, nil
+}
+
+// uploadAttachment uploads one attachment to the channel and returns its
+// file id.
+func (p *Platform) uploadAttachment(ctx context.Context, ch string, a *eventsv1.Attachment) (string, error) {
+	data, mimeType, err := p.attachmentBytes(ctx, a)
+	if err != nil {
+		return "", err
+	}
+	name := a.GetFileName()
+	if name == "" {
+		name = "file"
+		if exts, _ := mime.ExtensionsByType(mimeType); len(exts) > 0 {
+			name += exts[0]
+		}
+	}
+	id, err := p.cli.upload(ctx, ch, name, mimeType, data)
+	if err != nil {
+		return "", classify(err)
+	}
+	return id, nil
+}
+
+// attachmentBytes reads an attachment: an inline data: URL, a kept one
+// (bytes_ref) from the store, or an http(s) URL downloaded.
+func (p *Platform) attachmentBytes(ctx context.Context, a *eventsv1.Attachment) ([]byte, string, error) {
+	mimeType := a.GetMimeType()
+	var data []byte
+	switch u := a.GetUrl(); {
+	case strings.HasPrefix(u, "data:"):
+		b, mt, _, err := attachment.ParseDataURL(u)
+		if err != nil {
+			return nil, "", platform.Permanent(fmt.Errorf("data: URL: %w", err))
+		}
+		data = b
+		if mimeType == "" {
+			mimeType = mt
+		}
+	case a.GetBytesRef() != "":
+		if p.store == nil {
+			return nil, "", platform.Permanent(errors.New("attachment store is off"))
+		}
+		b, kept, err := p.store.Get(ctx, a.GetBytesRef(), maxAttachmentBytes)
+		if err != nil {
+			return nil, "", fmt.Errorf("read kept attachment: %w", err)
+		}
+		data = b
+		if mimeType == "" {
+			mimeType = kept
+		}
+	case strings.HasPrefix(u, "https://") || strings.HasPrefix(u, "http://"):
+		b, got, err := p.download(ctx, u)
+		if err != nil {
+			return nil, "", err
+		}
+		data = b
+		if mimeType == "" {
+			mimeType = got
+		}
+	default:
+		return nil, "", platform.Permanent(errors.New("no data: URL, http(s) URL or kept bytes"))
+	}
+	if len(data) > maxAttachmentBytes {
+		return nil, "", platform.Permanent(fmt.Errorf("attachment larger than %d bytes", maxAttachmentBytes))
+	}
+	if mimeType == "" {
+		mimeType = http.DetectContentType(data)
+	}
+	mimeType, _, _ = strings.Cut(mimeType, ";")
+	return data, strings.TrimSpace(mimeType), nil
+}
+
+// download fetches an http(s) attachment of at most maxAttachmentBytes.
+func (p *Platform) download(ctx context.Context, u string) ([]byte, string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return nil, "", platform.Permanent(fmt.Errorf("attachment url: %w", err))
+	}
+	resp, err := p.hc.Do(req)
+	if err != nil {
+		return nil, "", fmt.Errorf("download attachment: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		err := fmt.Errorf("download attachment: %s", resp.Status)
+		if resp.StatusCode >= 400 && resp.StatusCode < 500 && resp.StatusCode != http.StatusTooManyRequests {
+			return nil, "", platform.Permanent(err)
+		}
+		return nil, "", err
+	}
+	data, err := io.ReadAll(io.LimitReader(resp.Body, maxAttachmentBytes+1))
+	if err != nil {
+		return nil, "", fmt.Errorf("download attachment: %w", err)
+	}
+	ct := resp.Header.Get("Content-Type")
+	if mt, _, err := mime.ParseMediaType(ct); err == nil {
+		ct = mt
+	}
+	return data, ct, nil
+}
+
+// classify maps a server's answer to delivery's error classes: 429 is
+// retried after X-Ratelimit-Reset (or Retry-After); 5xx, 408 and network
+// errors are retried; any other 4xx (401 a revoked token, 403 no access
+// to the channel, 404, 400 a bad post) is permanent.
+func classify(err error) error {
+	if err == nil {
+		return nil
+	}
+	var ae *apiError
+	if !errors.As(err, &ae) {
+		return err
+	}
+	switch {
+	case ae.Status == http.StatusTooManyRequests:
+		return platform.RateLimited(err, ae.RetryAfter)
+	case ae.Status >= 500 || ae.Status == http.StatusRequestTimeout:
+		return err
+	case ae.Status >= 400:
+		return platform.Permanent(err)
+	}
+	return err
+}

@@ -1,0 +1,245 @@
+package mattermost
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"sort"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/coder/websocket"
+
+	"github.com/switchboard-chat/switchboard/pkg/platform"
+)
+
+// maxFrameBytes bounds one websocket message; a larger one closes the
+// connection (the kit reconnects, the catch-up reads what it missed).
+const maxFrameBytes = 1 << 20
+
+// authSeq is the seq of the authentication challenge, the client's first
+// action on a connection.
+const authSeq = 1
+
+// Connect opens the websocket, authenticates with the token
+// (authentication_challenge) and publishes the posted events until ctx
+// ends or the connection fails. Once the server accepted the token, a
+// reconnect first catches up with the channels seen before.
+func (p *Platform) Connect(ctx context.Context, conn platform.Conn) error {
+	ws, resp, err := websocket.Dial(ctx, p.wsURL(), &websocket.DialOptions{HTTPClient: p.hc})
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		if resp != nil && (resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden) {
+			return platform.Fatal(fmt.Errorf("mattermost: the server refused the websocket (HTTP %d): check MATTERMOST_TOKEN", resp.StatusCode))
+		}
+		return fmt.Errorf("mattermost websocket: %w", err)
+	}
+	defer ws.CloseNow()
+	ws.SetReadLimit(maxFrameBytes)
+	challenge, _ := json.Marshal(map[string]any{"seq": authSeq, "action": "authentication_challenge", "data": map[string]string{"token": p.cfg.Token}})
+	if err := ws.Write(ctx, websocket.MessageText, challenge); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("mattermost websocket: authenticate: %w", err)
+	}
+	rctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	authed := false
+	for {
+		_, raw, err := ws.Read(rctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				_ = ws.Close(websocket.StatusNormalClosure, "")
+				return nil
+			}
+			if cause := context.Cause(rctx); cause != nil && !errors.Is(cause, context.Canceled) {
+				err = cause
+			}
+			return fmt.Errorf("mattermost websocket: %w", err)
+		}
+		f, err := parseFrame(raw)
+		if err != nil {
+			conn.Reject(ctx, "malformed websocket message", err)
+			continue
+		}
+		switch {
+		case f.SeqReply == authSeq:
+			if f.Status != "OK" {
+				return platform.Fatal(fmt.Errorf("mattermost: the server refused the token (MATTERMOST_TOKEN): %s", strings.TrimSpace(string(f.Error))))
+			}
+			if authed {
+				continue
+			}
+			authed = true
+			conn.Connected()
+			if p.cfg.CatchUp {
+				p.catchUp(rctx, conn)
+			}
+			go p.ping(rctx, ws, cancel)
+		case f.Event == "posted":
+			if !authed {
+				continue
+			}
+			p.handlePosted(rctx, conn, f.Data)
+		}
+	}
+}
+
+// wsURL is the server's websocket endpoint (ws:// for http://, wss://
+// for https://).
+func (p *Platform) wsURL() string {
+	u := p.cli.base + "/api/v4/websocket"
+	if rest, ok := strings.CutPrefix(u, "http"); ok {
+		return "ws" + rest
+	}
+	return u
+}
+
+// ping keeps the connection alive; one unanswered within the interval
+// ends the read loop, and the kit reconnects.
+func (p *Platform) ping(ctx context.Context, ws *websocket.Conn, fail context.CancelCauseFunc) {
+	t := time.NewTicker(p.cfg.PingInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			pctx, cancel := context.WithTimeout(ctx, p.cfg.PingInterval)
+			err := ws.Ping(pctx)
+			cancel()
+			if err != nil && ctx.Err() == nil {
+				fail(fmt.Errorf("ping unanswered: %w", err))
+				return
+			}
+		}
+	}
+}
+
+// handlePosted publishes one posted event.
+func (p *Platform) handlePosted(ctx context.Context, conn platform.Conn, data json.RawMessage) {
+	ev, err := parsePosted(data)
+	if err != nil {
+		conn.Reject(ctx, "malformed posted event", err)
+		return
+	}
+	p.publish(ctx, conn, ev)
+}
+
+// publish normalizes a post and hands it to the kit, retrying while the
+// bus is out of reach: the websocket will not send it again.
+func (p *Platform) publish(ctx context.Context, conn platform.Conn, ev *posted) {
+	if n := utf8.RuneCountInString(ev.Post.Message); n > maxPostRunes {
+		conn.Reject(ctx, "post longer than Mattermost allows", fmt.Errorf("post %s has %d characters, the limit is %d", ev.Post.ID, n, maxPostRunes))
+		return
+	}
+	m, why := normalize(ev, p.rules)
+	if why != skipNone {
+		skipped.WithLabelValues(string(why)).Inc()
+		p.log.Debug("mattermost post skipped", "why", string(why), "post_id", ev.Post.ID)
+		p.remember(ev)
+		return
+	}
+	for ctx.Err() == nil {
+		_, err := conn.Deliver(ctx, m)
+		if err == nil || errors.Is(err, platform.ErrRejected) {
+			p.remember(ev)
+			return
+		}
+		p.log.Warn("mattermost post not published; retrying", "post_id", ev.Post.ID, "err", err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// remember notes a post's channel, its newest post and its author's
+// name, for the catch-up after a reconnect.
+func (p *Platform) remember(ev *posted) {
+	po := ev.Post
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ch := p.channels[po.ChannelID]
+	if ch == nil {
+		if len(p.channels) >= maxChannels {
+			return
+		}
+		ch = &channel{}
+		p.channels[po.ChannelID] = ch
+	}
+	if ev.ChannelType != "" {
+		ch.Type = ev.ChannelType
+	}
+	if ev.ChannelName != "" {
+		ch.Name = ev.ChannelName
+	}
+	ch.Last = max(ch.Last, po.CreateAt)
+	if ev.SenderName != "" && len(p.names) < maxChannels {
+		p.names[po.UserID] = ev.SenderName
+	}
+}
+
+// maxChannels bounds the channels (and names) remembered for catch-up.
+const maxChannels = 10000
+
+// catchUp publishes what the channels seen before got while the
+// websocket was down, oldest first. A channel it cannot read is left
+// (logged): the loss window of a websocket without replay.
+func (p *Platform) catchUp(ctx context.Context, conn platform.Conn) {
+	p.mu.Lock()
+	seen := make(map[string]channel, len(p.channels))
+	for id, ch := range p.channels {
+		seen[id] = *ch
+	}
+	p.mu.Unlock()
+	for id, ch := range seen {
+		if ctx.Err() != nil {
+			return
+		}
+		list, err := p.cli.postsSince(ctx, id, ch.Last)
+		if err != nil {
+			p.log.Warn("mattermost catch-up: channel not read; posts made there while disconnected are lost", "channel_id", id, "err", err)
+			continue
+		}
+		var posts []*post
+		for _, po := range list.Posts {
+			if po != nil && po.ID != "" && po.CreateAt >= ch.Last && po.ChannelID == id {
+				posts = append(posts, po)
+			}
+		}
+		sort.Slice(posts, func(i, j int) bool { return posts[i].CreateAt < posts[j].CreateAt })
+		for _, po := range posts {
+			caughtUp.Inc()
+			p.publish(ctx, conn, &posted{Post: po, ChannelType: ch.Type, ChannelName: ch.Name, SenderName: p.userName(ctx, po.UserID)})
+		}
+	}
+}
+
+// userName is a user's username, from the posts seen or asked of the
+// server ("" when it cannot be had).
+func (p *Platform) userName(ctx context.Context, id string) string {
+	p.mu.Lock()
+	n, ok := p.names[id]
+	p.mu.Unlock()
+	if ok || id == p.rules.BotID {
+		return n
+	}
+	u, err := p.cli.user(ctx, id)
+	if err != nil {
+		p.log.Debug("mattermost user lookup failed", "user_id", id, "err", err)
+		return ""
+	}
+	p.mu.Lock()
+	if len(p.names) < maxChannels {
+		p.names[id] = u.Username
+	}
+	p.mu.Unlock()
+	return u.Username
+}
