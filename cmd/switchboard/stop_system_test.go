@@ -12,9 +12,9 @@ import (
 // process with the fake model:
 //   - a stateless request whose client leaves mid-turn has its turn
 //     stopped (the gateway's /stop), not run to its end;
-//   - /stop in a conversation other requests wait in answers those
-//     whose waiting messages it dropped at once ("interrupted") instead
-//     of at the reply timeout.
+//   - /stop in a conversation other requests wait in answers at once
+//     ("interrupted") the request whose turn it stopped and those whose
+//     waiting messages it dropped, instead of at the reply timeout.
 func TestWholeSystemStopsWhatNobodyWaitsFor(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the whole system")
@@ -43,10 +43,13 @@ func TestWholeSystemStopsWhatNobodyWaitsFor(t *testing.T) {
 		session := randomID()
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()
-		// The running request's turn is stopped; it waits on (its reply
-		// timeout) as before: only the router knows its messages were
-		// dropped, not which message the stopped turn answered.
-		go func() { _, _ = chat(ctx, d.apiAddr, session, "long [[latency:40s]]") }()
+		// The running request's turn is stopped: its worker, told so by
+		// the router, answers it; the waiting ones are the router's.
+		running := make(chan error, 1)
+		go func() {
+			_, err := chat(ctx, d.apiAddr, session, "long [[latency:40s]]")
+			running <- err
+		}()
 		time.Sleep(500 * time.Millisecond)
 		errs := make(chan error, 2)
 		for _, text := range []string{"second", "third"} {
@@ -67,8 +70,11 @@ func TestWholeSystemStopsWhatNobodyWaitsFor(t *testing.T) {
 				t.Errorf("a dropped request ended with %v; want a 503 that says why", err)
 			}
 		}
+		if err := <-running; err == nil || !strings.Contains(err.Error(), "503") || !strings.Contains(err.Error(), "/stop ended this request") {
+			t.Errorf("the stopped request ended with %v; want a 503 that says why", err)
+		}
 		if waited := time.Since(stopped); waited > 20*time.Second {
-			t.Fatalf("the dropped requests ended %s after /stop", waited)
+			t.Fatalf("the stopped and dropped requests ended %s after /stop", waited)
 		}
 	})
 }

@@ -332,16 +332,33 @@ func (r *turnRun) answerSuperseded(ctx context.Context) {
 	}
 }
 
+// stoppedText answers an API request whose turn /stop (or /new) ended
+// before it answered.
+const stoppedText = "Stopped: /stop ended this request's turn before it answered."
+
 // endStream takes the cursor off what a first attempt streamed before it
 // was stopped (/stop, /new: the stopped turn's final is refused by the
 // fence): an interrupted error without text ends the stream message and
 // says nothing (the router answered the command). Later attempts stream
 // nothing, and answerSuperseded gives them their final.
+//
+// An API request waits for its own answer, which a stopped turn will
+// never give, so when the router's stop reached this turn its request is
+// answered with the interrupted error and stoppedText. Only the stop
+// tells: a first attempt superseded by a takeover (it lost its lock while
+// frozen) stays silent, since the attempt that took over answers.
 func (r *turnRun) endStream(ctx context.Context) {
-	if r.attempt > 1 || !r.textStreamed || r.target == nil {
+	if r.attempt > 1 || r.target == nil {
 		return
 	}
-	err := r.publish(context.WithoutCancel(ctx), &repliesv1.ReplyEvent{Body: &repliesv1.ReplyEvent_Error{Error: &repliesv1.ReplyError{Code: "interrupted"}}})
+	end := &repliesv1.ReplyError{Code: "interrupted"}
+	switch {
+	case r.target.GetPlatform() == "api" && r.ctl.stopped():
+		end.Message = stoppedText
+	case !r.textStreamed:
+		return
+	}
+	err := r.publish(context.WithoutCancel(ctx), &repliesv1.ReplyEvent{Body: &repliesv1.ReplyEvent_Error{Error: end}})
 	if err != nil {
 		r.log.Warn("end the stopped turn's stream", "err", err)
 	}
@@ -680,6 +697,9 @@ type control struct {
 	// interrupt or the lock's loss does not wait for a call that may
 	// stream for minutes.
 	cancelCall context.CancelCauseFunc
+	// stopAsked: the router sent a stop (/stop, /new), whether the turn
+	// reads it itself or forwards it to an external agent.
+	stopAsked bool
 }
 
 // duringCall registers cancel as the way to end the model call now in
@@ -752,6 +772,9 @@ func (c *control) apply(m *turnsv1.TurnControlRequested) bool {
 		return false
 	}
 	isAnswer := m.GetAction() == turnsv1.ControlAction_CONTROL_ACTION_APPROVE || m.GetAction() == turnsv1.ControlAction_CONTROL_ACTION_DENY
+	if m.GetAction() == turnsv1.ControlAction_CONTROL_ACTION_STOP {
+		c.stopAsked = true
+	}
 	if c.forward != nil {
 		if isAnswer {
 			if !c.answers(m) {
@@ -833,6 +856,13 @@ func (c *control) await(waiting bool, call string) {
 			return
 		}
 	}
+}
+
+// stopped reports whether the router asked the turn to stop.
+func (c *control) stopped() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.stopAsked
 }
 
 func (c *control) stopReason() error {

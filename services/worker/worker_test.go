@@ -1367,3 +1367,47 @@ func TestControlRequestsAreAnsweredAtOnce(t *testing.T) {
 		t.Error("a request for a session no turn here runs was answered")
 	}
 }
+
+// /stop before the model answered a word: an API request waits for its
+// own answer, which the stopped turn will never give, so it gets the
+// interrupted error with why; a chat heard the router's "⚡ Stopped." and
+// hears nothing more.
+func TestStopBeforeAnyTextAnswersOnlyTheAPI(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name     string
+		platform string
+		want     string // the error's text; "" for no reply at all
+	}{
+		{"api request", "api", "Stopped: /stop ended this request's turn before it answered."},
+		{"chat", "telegram", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t)
+			h.setGeneration("s1", 1)
+			h.startWorker("w1", nil)
+			origin := &eventsv1.SessionSource{Platform: tt.platform, Account: "a1", ChatId: "99", ChatType: "dm", UserId: "u1"}
+			req := h.requestTurn("s1", "think long [[latency:40s]]", turnOpts{origin: origin})
+			waitFor(t, 30*time.Second, "the model call starts", func() bool { return len(h.fake.Requests()) > 0 })
+			h.setGeneration("s1", 2) // the router's /stop: the next generation, then the control
+			h.control("s1", turnsv1.ControlAction_CONTROL_ACTION_STOP, "")
+			if c := h.waitCompleted(req.TurnId); c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_STALE {
+				t.Fatalf("status %v, want STALE", c.GetStatus())
+			}
+			var errs []*repliesv1.ReplyError
+			for _, ev := range h.replies(req.TurnId) {
+				if ev.GetError() != nil {
+					errs = append(errs, ev.GetError())
+				}
+			}
+			switch {
+			case tt.want == "" && len(errs) > 0:
+				t.Fatalf("replies %v, want none", errs)
+			case tt.want != "" && (len(errs) != 1 || errs[0].GetCode() != "interrupted" || errs[0].GetMessage() != tt.want):
+				t.Fatalf("replies %v, want one interrupted error saying %q", errs, tt.want)
+			}
+		})
+	}
+}
