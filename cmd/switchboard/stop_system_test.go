@@ -70,7 +70,7 @@ func TestWholeSystemStopsWhatNobodyWaitsFor(t *testing.T) {
 				t.Errorf("a dropped request ended with %v; want a 503 that says why", err)
 			}
 		}
-		if err := <-running; err == nil || !strings.Contains(err.Error(), "503") || !strings.Contains(err.Error(), "/stop ended this request") {
+		if err := <-running; err == nil || !strings.Contains(err.Error(), "503") || !strings.Contains(err.Error(), "Stopped before it answered") {
 			t.Errorf("the stopped request ended with %v; want a 503 that says why", err)
 		}
 		if waited := time.Since(stopped); waited > 20*time.Second {

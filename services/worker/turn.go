@@ -334,7 +334,7 @@ func (r *turnRun) answerSuperseded(ctx context.Context) {
 
 // stoppedText answers an API request whose turn /stop (or /new) ended
 // before it answered.
-const stoppedText = "Stopped: /stop ended this request's turn before it answered."
+const stoppedText = "Stopped before it answered: a /stop or /new in its conversation ended its turn."
 
 // endStream takes the cursor off what a first attempt streamed before it
 // was stopped (/stop, /new: the stopped turn's final is refused by the

@@ -1379,7 +1379,7 @@ func TestStopBeforeAnyTextAnswersOnlyTheAPI(t *testing.T) {
 		platform string
 		want     string // the error's text; "" for no reply at all
 	}{
-		{"api request", "api", "Stopped: /stop ended this request's turn before it answered."},
+		{"api request", "api", "Stopped before it answered: a /stop or /new in its conversation ended its turn."},
 		{"chat", "telegram", ""},
 	}
 	for _, tt := range tests {
