@@ -44,8 +44,9 @@ func newRules(botID, botName string, requireMention bool, free map[string]bool) 
 	r := rules{BotID: botID, BotName: botName, RequireMention: requireMention, Free: free}
 	for _, s := range []string{botName, botID} {
 		if s != "" {
-			// A username ends where a word character stops.
-			r.mention = append(r.mention, regexp.MustCompile(`(?i)@`+regexp.QuoteMeta(s)+`\b`))
+			// A username ends where a username character stops
+			// (letters, digits, _ and -; a trailing . is punctuation).
+			r.mention = append(r.mention, regexp.MustCompile(`(?i)@`+regexp.QuoteMeta(s)+`($|[^\pL\pN_-])`))
 		}
 	}
 	return r
@@ -174,7 +175,7 @@ func mentions(text string, r rules) bool {
 func stripMention(text string, r rules) string {
 	out := text
 	for _, re := range r.mention {
-		out = re.ReplaceAllString(out, "")
+		out = re.ReplaceAllString(out, "$1")
 	}
 	out = strings.TrimSpace(strings.TrimLeft(strings.TrimSpace(out), ":,"))
 	if out == "" {

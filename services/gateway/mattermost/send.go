@@ -31,11 +31,33 @@ const maxFilesPerPost = 5
 var _ platform.Fetcher = (*Platform)(nil)
 var _ platform.Reactor = (*Platform)(nil)
 
+// validID reports whether s is a Mattermost id: 26 lowercase letters
+// and digits.
+func validID(s string) bool {
+	if len(s) != 26 {
+		return false
+	}
+	for _, c := range s {
+		if (c < 'a' || c > 'z') && (c < '0' || c > '9') {
+			return false
+		}
+	}
+	return true
+}
+
 // channelOf checks a target's channel id.
 func channelOf(t *deliveryv1.Target) (string, error) {
 	id := t.GetChatId()
-	if id == "" || strings.ContainsAny(id, "/?#") {
+	if !validID(id) {
 		return "", platform.Permanent(fmt.Errorf("mattermost: %q is not a channel id", id))
+	}
+	return id, nil
+}
+
+// postOf checks a message id.
+func postOf(id string) (string, error) {
+	if !validID(id) {
+		return "", platform.Permanent(fmt.Errorf("mattermost: %q is not a post id", id))
 	}
 	return id, nil
 }
@@ -87,6 +109,9 @@ func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (str
 		return "", platform.Permanent(errors.New("mattermost: empty message"))
 	}
 	root := p.rootOf(req.GetTarget())
+	if root != "" && !validID(root) {
+		return "", platform.Permanent(fmt.Errorf("mattermost: %q is not a post id", root))
+	}
 	var last string
 	part := 0
 	post := func(np newPost) error {
@@ -142,8 +167,9 @@ func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (str
 // Edit replaces a post's message (PUT /posts/{id}/patch): delivery
 // streams an answer by editing its post.
 func (p *Platform) Edit(ctx context.Context, req *deliveryv1.SendRequested) error {
-	if req.GetMessageId() == "" {
-		return platform.Permanent(errors.New("mattermost: edit without a message id"))
+	id, err := postOf(req.GetMessageId())
+	if err != nil {
+		return err
 	}
 	text := format(req.GetText())
 	if strings.TrimSpace(text) == "" {
@@ -152,15 +178,16 @@ func (p *Platform) Edit(ctx context.Context, req *deliveryv1.SendRequested) erro
 	if n := utf8.RuneCountInString(text); n > maxPostRunes {
 		return platform.Permanent(fmt.Errorf("mattermost: edit of %d characters, the limit is %d", n, maxPostRunes))
 	}
-	return classify(p.cli.patchPost(ctx, req.GetMessageId(), text))
+	return classify(p.cli.patchPost(ctx, id, text))
 }
 
 // Delete removes a post.
 func (p *Platform) Delete(ctx context.Context, req *deliveryv1.SendRequested) error {
-	if req.GetMessageId() == "" {
-		return platform.Permanent(errors.New("mattermost: delete without a message id"))
+	id, err := postOf(req.GetMessageId())
+	if err != nil {
+		return err
 	}
-	err := p.cli.deletePost(ctx, req.GetMessageId())
+	err = p.cli.deletePost(ctx, id)
 	var ae *apiError
 	if errors.As(err, &ae) && ae.Status == http.StatusNotFound {
 		return nil // gone already
@@ -192,12 +219,18 @@ func (p *Platform) Reactions() platform.Reactions {
 // React adds the bot's reaction to a post; one it has already is no
 // error (the server answers it again).
 func (p *Platform) React(ctx context.Context, _ *deliveryv1.Target, messageID, emoji string) error {
+	if _, err := postOf(messageID); err != nil {
+		return err
+	}
 	return classify(p.cli.addReaction(ctx, p.rules.BotID, messageID, emoji))
 }
 
 // Unreact removes the bot's reaction from a post; one it does not have
 // is no error.
 func (p *Platform) Unreact(ctx context.Context, _ *deliveryv1.Target, messageID, emoji string) error {
+	if _, err := postOf(messageID); err != nil {
+		return err
+	}
 	err := p.cli.removeReaction(ctx, p.rules.BotID, messageID, emoji)
 	var ae *apiError
 	if errors.As(err, &ae) && ae.Status == http.StatusNotFound {
@@ -209,7 +242,7 @@ func (p *Platform) Unreact(ctx context.Context, _ *deliveryv1.Target, messageID,
 // Fetch downloads a received file (GET /files/{id}) with the bot's token.
 func (p *Platform) Fetch(ctx context.Context, a *eventsv1.Attachment) (io.ReadCloser, string, error) {
 	id := a.GetPlatformFileId()
-	if id == "" {
+	if !validID(id) {
 		return nil, "", platform.ErrNotFetched
 	}
 	resp, err := p.cli.file(ctx, id)

@@ -17,6 +17,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -67,10 +68,11 @@ type Channel struct {
 }
 
 // Fail is an injected failure of a REST call: the status and, for a 429,
-// the X-Ratelimit-Reset seconds.
+// the X-Ratelimit-Reset seconds; Skip lets that many calls through first.
 type Fail struct {
 	Status int
 	Reset  int
+	Skip   int
 }
 
 // Fake is the server. Its methods are safe for concurrent use.
@@ -340,7 +342,7 @@ func (f *Fake) broadcastPosted(p *Post) {
 	if ch.Type == "D" {
 		data["channel_display_name"] = "@" + f.users[p.UserID]
 	}
-	if strings.Contains(strings.ToLower(p.Message), "@"+strings.ToLower(f.botName)) {
+	if mentionOf(f.botName).MatchString(p.Message) {
 		m, _ := json.Marshal([]string{f.botID})
 		data["mentions"] = string(m)
 	}
@@ -378,6 +380,12 @@ func (f *Fake) putFile(name, mimeType string, data []byte) FileInfo {
 	return info
 }
 
+// mentionOf matches @name as the server reads a mention: the name ends
+// where a username character stops.
+func mentionOf(name string) *regexp.Regexp {
+	return regexp.MustCompile(`(?i)@` + regexp.QuoteMeta(name) + `($|[^a-z0-9_-])`)
+}
+
 func newID() string {
 	const alphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
 	b := make([]byte, 26)
@@ -409,7 +417,11 @@ func (f *Fake) auth(op string, h http.HandlerFunc) http.HandlerFunc {
 		f.calls[op]++
 		var fail *Fail
 		if q := f.fails[op]; len(q) > 0 {
-			fail, f.fails[op] = &q[0], q[1:]
+			if q[0].Skip > 0 {
+				q[0].Skip--
+			} else {
+				fail, f.fails[op] = &q[0], q[1:]
+			}
 		}
 		f.mu.Unlock()
 		if r.Header.Get("Authorization") != "Bearer "+f.token {

@@ -1,0 +1,361 @@
+package mattermost
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/switchboard-chat/switchboard/pkg/attachment"
+	"github.com/switchboard-chat/switchboard/pkg/bus"
+	"github.com/switchboard-chat/switchboard/pkg/bus/bustest"
+	"github.com/switchboard-chat/switchboard/pkg/chunk"
+	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+	"github.com/switchboard-chat/switchboard/pkg/platform"
+	"github.com/switchboard-chat/switchboard/pkg/platform/platformtest"
+	"github.com/switchboard-chat/switchboard/services/gateway/mattermost/mattermostfake"
+)
+
+// gw is a running gateway on NATS (an embedded server), pointed at a fake
+// Mattermost server.
+type gw struct {
+	f   *mattermostfake.Fake
+	b   *bus.Bus
+	s   *Service
+	ctx context.Context
+	evs chan *eventsv1.MessageReceived
+}
+
+func start(t *testing.T, mutate func(*Config), opts platform.Options) *gw {
+	t.Helper()
+	f := mattermostfake.New(bot, botName, token)
+	t.Cleanup(f.Close)
+	fakeChannels(f)
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	g := &gw{f: f, b: b, evs: platformtest.InboundEvents(t, b)}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	g.ctx = ctx
+	cfg := testConfig(f)
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	opts.Backoff, opts.LeaseTTL = platform.Schedule(10*time.Millisecond), time.Second
+	s, err := New(cfg, Deps{Log: slog.New(slog.DiscardHandler), Bus: b, Runner: opts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.s = s
+	runCtx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(runCtx) }()
+	var once sync.Once
+	t.Cleanup(func() {
+		once.Do(func() {
+			stop()
+			if err := <-done; err != nil {
+				t.Errorf("run: %v", err)
+			}
+		})
+		platformtest.DeleteBuckets(b)
+	})
+	platformtest.WaitFor(t, "the gateway to connect", func() bool {
+		st, _ := s.Runner().State()
+		return st == platform.StateConnected
+	})
+	return g
+}
+
+func (g *gw) next(t *testing.T) *eventsv1.MessageReceived {
+	t.Helper()
+	return platformtest.NextEvent(t, g.evs)
+}
+
+func (g *gw) none(t *testing.T) { t.Helper(); platformtest.NoEvent(t, g.evs, 500*time.Millisecond) }
+
+func (g *gw) send(t *testing.T, req *deliveryv1.SendRequested) *deliveryv1.SendReceipt {
+	t.Helper()
+	r := &deliveryv1.SendReceipt{}
+	if err := g.b.Request(g.ctx, g.b.Topology().SendSubject("mattermost"), req, r); err != nil {
+		t.Fatalf("send request: %v", err)
+	}
+	return r
+}
+
+func answer(ev *eventsv1.MessageReceived, op deliveryv1.SendOp, key, text string) *deliveryv1.SendRequested {
+	return &deliveryv1.SendRequested{Op: op, Text: text, TurnId: "turn-" + ev.GetEventId(), IdempotencyKey: key,
+		Target: &deliveryv1.Target{Platform: "mattermost", Account: bot, ChatId: ev.GetSource().GetChatId(), ThreadId: ev.GetSource().GetThreadId(),
+			ReplyToMessageId: ev.GetMessageId()},
+		InputMessageIds: []string{ev.GetMessageId()}}
+}
+
+// A DM in, the answer out as Markdown, typing shown; a streamed answer is
+// one post patched in place; the bot's own posts are not taken in.
+func TestAnswerAndStream(t *testing.T) {
+	t.Parallel()
+	g := start(t, nil, platform.Options{})
+	id := g.f.Message(dmCh, ann, "what is 2+2?")
+	ev := g.next(t)
+	if ev.GetEventId() != id || ev.GetSource().GetChatType() != "dm" || ev.GetSource().GetThreadId() != "" || !ev.GetMentioned() {
+		t.Fatalf("event %v, want %s in Ann's DM without a thread", ev, id)
+	}
+	if r := g.send(t, answer(ev, deliveryv1.SendOp_SEND_OP_TYPING, "", "")); !r.GetOk() || g.f.Typing(dmCh) == 0 {
+		t.Fatalf("typing receipt %v, %d typing calls", r, g.f.Typing(dmCh))
+	}
+	first := g.send(t, answer(ev, deliveryv1.SendOp_SEND_OP_SEND, "k1", "It is"))
+	if !first.GetOk() {
+		t.Fatalf("send receipt %v", first)
+	}
+	for i, text := range []string{"It is **4**", "It is **4**. ![chart](https://x.test/c.png)"} {
+		edit := answer(ev, deliveryv1.SendOp_SEND_OP_EDIT, "k1-edit-"+text, text)
+		edit.MessageId = first.GetPlatformMessageId()
+		if r := g.send(t, edit); !r.GetOk() {
+			t.Fatalf("edit %d receipt %v", i, r)
+		}
+	}
+	sent := g.f.BotPosts(dmCh)
+	if len(sent) != 1 {
+		t.Fatalf("the DM shows %d posts, want the one edited: %+v", len(sent), sent)
+	}
+	if s := sent[0]; s.Message != "It is **4**. https://x.test/c.png" || s.EditAt == 0 || s.RootID != "" {
+		t.Fatalf("post %+v: want the last edit, Markdown kept, the image as its URL, not in a thread", s)
+	}
+	del := answer(ev, deliveryv1.SendOp_SEND_OP_DELETE, "k1-del", "")
+	del.MessageId = first.GetPlatformMessageId()
+	if r := g.send(t, del); !r.GetOk() || len(g.f.BotPosts(dmCh)) != 0 {
+		t.Fatalf("delete receipt %v, posts %+v", r, g.f.BotPosts(dmCh))
+	}
+	g.none(t)
+}
+
+// Outside DMs a post is taken when it mentions the bot (or the channel
+// is free, or mentions are not required); system posts never.
+func TestChannelRules(t *testing.T) {
+	t.Parallel()
+	g := start(t, func(c *Config) { c.FreeResponseChannels = []string{priv} }, platform.Options{})
+	g.f.Message(town, bob, "just chatting")
+	g.f.Add(mattermostfake.Post{ChannelID: town, UserID: ann, Type: "system_join_channel", Message: "ann joined the channel. @hermes"})
+	free := g.f.Message(priv, bob, "no mention needed here")
+	if ev := g.next(t); ev.GetEventId() != free || ev.GetText() != "no mention needed here" || ev.GetMentioned() {
+		t.Fatalf("event %v, want %s unmentioned in the free channel", ev, free)
+	}
+	byID := g.f.Message(town, ann, "hey @"+bot+" look")
+	if ev := g.next(t); ev.GetEventId() != byID || ev.GetText() != "hey  look" || !ev.GetMentioned() {
+		t.Fatalf("event %v, want %s mentioning the bot by id", ev, byID)
+	}
+	g.f.Message(town, ann, "@hermesfan is not the bot")
+	g.none(t)
+
+	open := start(t, func(c *Config) { c.RequireMention = false }, platform.Options{})
+	id := open.f.Message(town, bob, "anyone?")
+	if ev := open.next(t); ev.GetEventId() != id || ev.GetSource().GetUserName() != "bob" {
+		t.Fatalf("event %v, want %s from bob", ev, id)
+	}
+}
+
+// A message in a thread is answered in it; in reply mode "thread" a
+// channel message is answered in a thread on it, and "off" posts flat.
+func TestThreads(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []string{ReplyOff, ReplyThread} {
+		t.Run(mode, func(t *testing.T) {
+			g := start(t, func(c *Config) { c.ReplyMode = mode }, platform.Options{})
+			top := g.f.Message(town, ann, "@hermes plan the trip")
+			ev := g.next(t)
+			if ev.GetSource().GetThreadId() != "" {
+				t.Fatalf("event %v: a top-level post has no thread (Hermes's key)", ev)
+			}
+			if r := g.send(t, answer(ev, deliveryv1.SendOp_SEND_OP_SEND, "t1", "Day 1")); !r.GetOk() {
+				t.Fatalf("send receipt %v", r)
+			}
+			wantRoot := ""
+			if mode == ReplyThread {
+				wantRoot = top
+			}
+			if p := g.f.BotPosts(town); len(p) != 1 || p[0].RootID != wantRoot {
+				t.Fatalf("posts %+v, want one with root %q", p, wantRoot)
+			}
+			in := g.f.Add(mattermostfake.Post{ChannelID: town, UserID: ann, RootID: top, Message: "@hermes and day 2?"})
+			ev = g.next(t)
+			if ev.GetEventId() != in || ev.GetSource().GetThreadId() != top {
+				t.Fatalf("event %v, want %s in thread %s", ev, in, top)
+			}
+			if r := g.send(t, answer(ev, deliveryv1.SendOp_SEND_OP_SEND, "t2", "Day 2")); !r.GetOk() {
+				t.Fatalf("send receipt %v", r)
+			}
+			if p := g.f.BotPosts(town); len(p) != 2 || p[1].RootID != top {
+				t.Fatalf("posts %+v, want the second in thread %s", p, top)
+			}
+		})
+	}
+}
+
+// After the websocket drops, the posts the channels seen before got in
+// the meantime are read and published, each once; a channel never seen
+// is not read.
+func TestCatchUpAfterReconnect(t *testing.T) {
+	t.Parallel()
+	g := start(t, nil, platform.Options{})
+	first := g.f.Message(dmCh, ann, "before")
+	if ev := g.next(t); ev.GetEventId() != first {
+		t.Fatalf("event %s, want %s", ev.GetEventId(), first)
+	}
+	conns := g.f.Connections()
+	// Posts the server has but never sent over the websocket: made while
+	// the connection was down.
+	missed1 := g.f.AddSilently(mattermostfake.Post{ChannelID: dmCh, UserID: ann, Message: "while down 1"})
+	missed2 := g.f.AddSilently(mattermostfake.Post{ChannelID: dmCh, UserID: ann, Message: "while down 2"})
+	g.f.AddSilently(mattermostfake.Post{ChannelID: grp, UserID: ann, Message: "@hermes in a channel not seen yet"})
+	g.f.Drop()
+	platformtest.WaitFor(t, "a new connection", func() bool { return g.f.Connections() > conns })
+	for _, want := range []string{missed1, missed2} {
+		ev := g.next(t)
+		if ev.GetEventId() != want || ev.GetSource().GetUserName() != "ann" || ev.GetSource().GetChatType() != "dm" {
+			t.Fatalf("event %v, want %s from ann in the DM", ev, want)
+		}
+	}
+	g.none(t)
+	if g.f.Calls("channel posts") != 1 {
+		t.Fatalf("%d channel reads, want the DM's alone", g.f.Calls("channel posts"))
+	}
+}
+
+// A 429 is handed to delivery with X-Ratelimit-Reset; the retry with the
+// same key posts once. 5xx is retryable; a channel the bot cannot post
+// in, or an id that is no id, is permanent.
+func TestSendErrors(t *testing.T) {
+	t.Parallel()
+	g := start(t, nil, platform.Options{})
+	g.f.Message(dmCh, ann, "hi")
+	ev := g.next(t)
+	g.f.FailNext("create post", 1, mattermostfake.Fail{Status: http.StatusTooManyRequests, Reset: 2})
+	req := answer(ev, deliveryv1.SendOp_SEND_OP_SEND, "r1", "hello")
+	r := g.send(t, req)
+	if r.GetOk() || r.GetErrorClass() != deliveryv1.ErrorClass_ERROR_CLASS_RATE_LIMITED || r.GetRetryAfterMs() != 2000 {
+		t.Fatalf("receipt %v, want rate limited for 2s", r)
+	}
+	if r := g.send(t, req); !r.GetOk() {
+		t.Fatalf("retry receipt %v", r)
+	}
+	if n := len(g.f.BotPosts(dmCh)); n != 1 {
+		t.Fatalf("%d posts shown, want 1", n)
+	}
+	g.f.FailNext("create post", 1, mattermostfake.Fail{Status: http.StatusServiceUnavailable})
+	if r := g.send(t, answer(ev, deliveryv1.SendOp_SEND_OP_SEND, "r2", "x")); r.GetErrorClass() != deliveryv1.ErrorClass_ERROR_CLASS_RETRYABLE {
+		t.Fatalf("5xx receipt %v, want retryable", r)
+	}
+	for _, chat := range []string{"elsewhere00000000000000000", "../../users/me"} {
+		bad := answer(ev, deliveryv1.SendOp_SEND_OP_SEND, "r3"+chat, "x")
+		bad.Target.ChatId = chat
+		if r := g.send(t, bad); r.GetErrorClass() != deliveryv1.ErrorClass_ERROR_CLASS_PERMANENT {
+			t.Fatalf("send to %q: receipt %v, want permanent", chat, r)
+		}
+	}
+}
+
+// A text over the post limit goes as several posts, code fences whole;
+// when a later part fails, the retry sends only what is missing.
+func TestLongTextChunked(t *testing.T) {
+	t.Parallel()
+	g := start(t, nil, platform.Options{})
+	g.f.Message(dmCh, ann, "a long one")
+	ev := g.next(t)
+	text := strings.Repeat("word ", 5000) + "\n```\n" + strings.Repeat("code\n", 400) + "```"
+	// The first post goes through, the second is refused once.
+	g.f.FailNext("create post", 1, mattermostfake.Fail{Status: http.StatusInternalServerError, Skip: 1})
+	req := answer(ev, deliveryv1.SendOp_SEND_OP_SEND, "long", text)
+	r := g.send(t, req)
+	if r.GetOk() {
+		t.Fatalf("receipt %v, want the injected failure", r)
+	}
+	r = g.send(t, req)
+	if !r.GetOk() {
+		t.Fatalf("retry receipt %v", r)
+	}
+	posts := g.f.BotPosts(dmCh)
+	var joined strings.Builder
+	for _, p := range posts {
+		if n := utf8.RuneCountInString(p.Message); n > maxPostRunes {
+			t.Fatalf("a post of %d runes", n)
+		}
+		if strings.Count(p.Message, "```")%2 != 0 {
+			t.Fatalf("a post with an open code fence: %q…", p.Message[:40])
+		}
+		joined.WriteString(p.Message)
+	}
+	if want := len(chunk.SplitLimit(text, chunk.Limit{Max: maxPostRunes, Measure: chunk.Runes})); len(posts) != want {
+		t.Fatalf("%d posts, want %d (the part sent before the failure not again)", len(posts), want)
+	}
+	if len(posts) < 2 || r.GetPlatformMessageId() != posts[len(posts)-1].ID {
+		t.Fatalf("%d posts, message id %s: want several, the last one's id", len(posts), r.GetPlatformMessageId())
+	}
+	if got := joined.String(); !strings.Contains(got, "word word") || strings.Count(got, "code\n") < 400 {
+		t.Fatalf("the posts do not hold the text")
+	}
+}
+
+// A file is published by its id; when a turn reads it, the gateway
+// downloads it into the attachment store. A file the agent sends is
+// uploaded and posted.
+func TestAttachments(t *testing.T) {
+	t.Parallel()
+	acfg := attachment.Config{Enabled: true, MaxBytes: 1 << 20, StoreBytes: 8 << 20}
+	g := start(t, nil, platform.Options{Attachments: acfg})
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = g.b.JetStream().DeleteObjectStore(ctx, g.b.Topology().Stream(attachment.Bucket))
+	})
+	pic := platformtest.NoisePNG(t, 16, 16)
+	fi := g.f.Upload("p.png", "image/png", pic)
+	g.f.Add(mattermostfake.Post{ChannelID: dmCh, UserID: ann, Message: "what is this", FileIDs: []string{fi.ID}})
+	ev := g.next(t)
+	if len(ev.GetAttachments()) != 1 || ev.GetAttachments()[0].GetPlatformFileId() != fi.ID {
+		t.Fatalf("event attachments %v", ev.GetAttachments())
+	}
+	if n := g.f.Calls("file"); n != 0 {
+		t.Fatalf("publishing downloaded %d files, want none", n)
+	}
+	got := platformtest.Fetch(t, g.ctx, g.b, "mattermost", ev, 0)
+	if got.GetBytesRef() == "" || got.GetSizeBytes() != int64(len(pic)) || got.GetMimeType() != "image/png" {
+		t.Fatalf("fetched %v", got)
+	}
+	kept, _, err := attachment.New(g.b.JetStream(), g.b.Topology(), acfg).Get(g.ctx, got.GetBytesRef(), 0)
+	if err != nil || !bytes.Equal(kept, pic) {
+		t.Fatalf("store has %d bytes (%v), want the picture's %d", len(kept), err, len(pic))
+	}
+
+	req := answer(ev, deliveryv1.SendOp_SEND_OP_SEND, "a1", "here it is")
+	req.Attachments = []*eventsv1.Attachment{{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, FileName: "dot.png", MimeType: "image/png",
+		Location: &eventsv1.Attachment_Url{Url: "data:image/png;base64,iVBORw0KGgo="}}}
+	if r := g.send(t, req); !r.GetOk() {
+		t.Fatalf("send receipt %v", r)
+	}
+	posts := g.f.BotPosts(dmCh)
+	if len(posts) != 2 || len(posts[0].FileIDs) != 1 || posts[1].Message != "here it is" {
+		t.Fatalf("posts %+v, want the file then the text", posts)
+	}
+	if data, info, ok := g.f.File(posts[0].FileIDs[0]); !ok || info.Name != "dot.png" || info.MimeType != "image/png" || len(data) != 8 {
+		t.Fatalf("uploaded %+v (%d bytes)", info, len(data))
+	}
+}
+
+// A token the server refuses stops New with a clear error.
+func TestRefusedToken(t *testing.T) {
+	t.Parallel()
+	f := mattermostfake.New(bot, botName, token)
+	t.Cleanup(f.Close)
+	cfg := testConfig(f)
+	cfg.Token = "wrong"
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	_, err := New(cfg, Deps{Log: slog.New(slog.DiscardHandler), Bus: b})
+	if err == nil || !strings.Contains(err.Error(), "MATTERMOST_TOKEN") || !strings.Contains(err.Error(), "401") {
+		t.Fatalf("New with a refused token: %v", err)
+	}
+}
