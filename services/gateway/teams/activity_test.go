@@ -1,0 +1,100 @@
+package teams
+
+import (
+	"testing"
+
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+)
+
+func TestNormalize(t *testing.T) {
+	base := func() *Activity {
+		return &Activity{Type: "message", ID: "17", ServiceURL: "https://smba.trafficmanager.net/teams/", ChannelID: "msteams",
+			From:         Account{ID: "29:x", Name: "Ann", AADObjectID: "aad-1"},
+			Conversation: Conversation{ID: "a:dm", ConversationType: "personal", TenantID: "t1"},
+			Recipient:    Account{ID: "28:app", Name: "Bot"}, Text: "hi"}
+	}
+	mention := []Entity{{Type: "mention", Mentioned: Account{ID: "28:app"}}}
+	for _, tc := range []struct {
+		name     string
+		mod      func(*Activity)
+		require  bool
+		skip     string
+		text     string
+		chatType string
+		user     string
+		atts     int
+	}{
+		{name: "personal", text: "hi", chatType: "dm", user: "aad-1"},
+		{name: "sender without aad id", mod: func(a *Activity) { a.From.AADObjectID = "" }, text: "hi", chatType: "dm", user: "29:x"},
+		{name: "channel mention stripped", mod: func(a *Activity) {
+			a.Conversation.ConversationType, a.Text, a.Entities = "channel", "<at>Bot</at> hello <at>Ann</at> there", mention
+		}, require: true, text: "hello there", chatType: "channel", user: "aad-1"},
+		{name: "group without mention, gated", mod: func(a *Activity) { a.Conversation.ConversationType = "groupChat" }, require: true, skip: "not_mentioned"},
+		{name: "group without mention, not gated", mod: func(a *Activity) { a.Conversation.ConversationType = "groupChat" }, text: "hi", chatType: "group", user: "aad-1"},
+		{name: "personal never gated", require: true, text: "hi", chatType: "dm", user: "aad-1"},
+		{name: "unknown group type", mod: func(a *Activity) { a.Conversation.ConversationType, a.Conversation.IsGroup = "", true }, text: "hi", chatType: "group", user: "aad-1"},
+		{name: "own", mod: func(a *Activity) { a.From.ID = "28:app" }, skip: "own"},
+		{name: "only a mention", mod: func(a *Activity) { a.Text = "<at>Bot</at>" }, skip: "empty"},
+		{name: "conversation update", mod: func(a *Activity) { a.Type = "conversationUpdate" }, skip: "activity_conversationUpdate"},
+		{name: "strange type", mod: func(a *Activity) { a.Type = "x" }, skip: "activity_other"},
+		{name: "picture and html copy", mod: func(a *Activity) {
+			a.Text = ""
+			a.Attachments = []Attachment{{ContentType: "image/jpeg", ContentURL: "https://smba.trafficmanager.net/i"}, {ContentType: "text/html", Content: []byte(`"<p>x</p>"`)},
+				{ContentType: "application/vnd.microsoft.card.hero"}, {ContentType: "application/vnd.microsoft.teams.file.download.info", Content: []byte(`{"downloadUrl":"https://sp/x","fileType":"pdf"}`)}}
+		}, text: "", chatType: "dm", user: "aad-1", atts: 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := base()
+			if tc.mod != nil {
+				tc.mod(a)
+			}
+			n := normalize(a, "app", tc.require)
+			if n.skip != tc.skip {
+				t.Fatalf("skip %q, want %q", n.skip, tc.skip)
+			}
+			if tc.skip != "" {
+				return
+			}
+			ev := n.ev
+			if ev.GetText() != tc.text || ev.GetSource().GetChatType() != tc.chatType || ev.GetSource().GetUserId() != tc.user || len(ev.GetAttachments()) != tc.atts {
+				t.Fatalf("event %v", ev)
+			}
+			if ev.GetEventId() != a.Conversation.ID+"|17" || ev.GetSource().GetScopeId() != "t1" || ev.GetSource().GetPlatform() != "teams" {
+				t.Fatalf("ids %v", ev)
+			}
+			if tc.atts == 2 && (ev.GetAttachments()[0].GetKind() != eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE || ev.GetAttachments()[1].GetFileName() != "document.pdf") {
+				t.Fatalf("attachments %v", ev.GetAttachments())
+			}
+		})
+	}
+}
+
+func TestParseActivityRefuses(t *testing.T) {
+	for _, body := range []string{
+		`not json`, `{}`, `{"type":"message","serviceUrl":"ftp://x","conversation":{"id":"a"}}`,
+		`{"type":"message","serviceUrl":"https://x/","conversation":{"id":""}}`,
+		`{"type":"message","serviceUrl":"https://x/","conversation":{"id":"a"},"from":{"id":"u"}}`,
+		`{"type":"message","id":"1","serviceUrl":"https://x/","conversation":{"id":"a"}}`,
+	} {
+		if _, err := parseActivity([]byte(body)); err == nil {
+			t.Errorf("%s parsed", body)
+		}
+	}
+}
+
+func TestSameServiceURL(t *testing.T) {
+	for _, tc := range []struct {
+		a, b string
+		want bool
+	}{
+		{"https://smba.trafficmanager.net/teams/", "https://smba.trafficmanager.net/teams", true},
+		{"https://SMBA.trafficmanager.net/teams/", "https://smba.trafficmanager.net/teams/", true},
+		{"https://smba.trafficmanager.net/amer/", "https://smba.trafficmanager.net/teams/", false},
+		{"", "", false},
+		{"https://evil.example/", "https://smba.trafficmanager.net/", false},
+	} {
+		if got := sameServiceURL(tc.a, tc.b); got != tc.want {
+			t.Errorf("sameServiceURL(%q, %q) = %v", tc.a, tc.b, got)
+		}
+	}
+}

@@ -1,0 +1,320 @@
+package teams
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/switchboard-chat/switchboard/pkg/bus"
+	"github.com/switchboard-chat/switchboard/pkg/bus/bustest"
+	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+	"github.com/switchboard-chat/switchboard/pkg/platform"
+	"github.com/switchboard-chat/switchboard/pkg/platform/platformtest"
+	"github.com/switchboard-chat/switchboard/services/gateway/teams/teamsfake"
+)
+
+// harness is a running gateway against a fake Microsoft.
+type harness struct {
+	f   *teamsfake.Fake
+	s   *Service
+	b   *bus.Bus
+	url string
+	evs chan *eventsv1.MessageReceived
+}
+
+func start(t *testing.T, f *teamsfake.Fake, cfg Config) *harness {
+	t.Helper()
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	s, err := New(cfg, Deps{Log: slog.New(slog.DiscardHandler), Bus: b, Runner: platform.Options{Backoff: platform.Schedule(10 * time.Millisecond)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("run: %v", err)
+		}
+		platformtest.DeleteBuckets(b)
+		_ = b.JetStream().DeleteKeyValue(context.Background(), b.Topology().Stream(BucketRoutes))
+	})
+	platformtest.WaitFor(t, "the gateway to be ready", func() bool { return s.Ready(context.Background()) == nil && s.Addr() != "" })
+	return &harness{f: f, s: s, b: b, url: "http://" + s.Addr() + cfg.Path, evs: platformtest.InboundEvents(t, b)}
+}
+
+func (h *harness) post(t *testing.T, a map[string]any) int {
+	t.Helper()
+	code, err := h.f.Post(context.Background(), h.url, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return code
+}
+
+func TestTokenChecks(t *testing.T) {
+	f := teamsfake.New(t)
+	h := start(t, f, testConfig(f))
+	other, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := f.ServiceURL()
+	with := func(mod func(teamsfake.Claims)) string {
+		c := f.TokenClaims(svc)
+		mod(c)
+		return "Bearer " + f.Sign(c)
+	}
+	foreign := func() string {
+		tok := jwt.NewWithClaims(jwt.SigningMethodRS256, f.TokenClaims(svc))
+		tok.Header["kid"] = "fake-key-1"
+		s, _ := tok.SignedString(other)
+		return "Bearer " + s
+	}
+	hs := func() string {
+		tok := jwt.NewWithClaims(jwt.SigningMethodHS256, f.TokenClaims(svc))
+		tok.Header["kid"] = "fake-key-1"
+		s, _ := tok.SignedString([]byte("secret"))
+		return "Bearer " + s
+	}
+	for _, tc := range []struct {
+		name, auth string
+		mutate     func(map[string]any)
+		want       int
+	}{
+		{"no header", "", nil, http.StatusUnauthorized},
+		{"not bearer", "Basic Zm9vOmJhcg==", nil, http.StatusUnauthorized},
+		{"garbage", "Bearer not.a.token", nil, http.StatusUnauthorized},
+		{"other audience", with(func(c teamsfake.Claims) { c["aud"] = "someone-else" }), nil, http.StatusUnauthorized},
+		{"other issuer", with(func(c teamsfake.Claims) { c["iss"] = "https://sts.windows.net/x/" }), nil, http.StatusUnauthorized},
+		{"expired", with(func(c teamsfake.Claims) { c["exp"] = time.Now().Add(-10 * time.Minute).Unix() }), nil, http.StatusUnauthorized},
+		{"no expiry", with(func(c teamsfake.Claims) { delete(c, "exp") }), nil, http.StatusUnauthorized},
+		{"not yet valid", with(func(c teamsfake.Claims) { c["nbf"] = time.Now().Add(10 * time.Minute).Unix() }), nil, http.StatusUnauthorized},
+		{"unknown key", "", nil, http.StatusUnauthorized},
+		{"signed by another key", foreign(), nil, http.StatusUnauthorized},
+		{"hs256", hs(), nil, http.StatusUnauthorized},
+		{"other service url", with(func(c teamsfake.Claims) { c["serviceurl"] = "https://evil.example/" }), nil, http.StatusUnauthorized},
+		{"activity points elsewhere", with(func(teamsfake.Claims) {}), func(a map[string]any) { a["serviceUrl"] = "https://evil.example/" }, http.StatusUnauthorized},
+		{"channel not endorsed", with(func(teamsfake.Claims) {}), func(a map[string]any) { a["channelId"] = "slack" }, http.StatusUnauthorized},
+		{"expired within the skew", with(func(c teamsfake.Claims) { c["exp"] = time.Now().Add(-2 * time.Minute).Unix() }), nil, http.StatusOK},
+		{"service url without slash", with(func(c teamsfake.Claims) { c["serviceurl"] = strings.TrimSuffix(svc, "/") }), nil, http.StatusOK},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := f.Message(dmConv, "personal", userID, userName, tc.name)
+			if tc.mutate != nil {
+				tc.mutate(a)
+			}
+			auth := tc.auth
+			if tc.name == "unknown key" {
+				tok := jwt.NewWithClaims(jwt.SigningMethodRS256, f.TokenClaims(svc))
+				tok.Header["kid"] = "nobody"
+				s, _ := tok.SignedString(other)
+				auth = "Bearer " + s
+			}
+			body, _ := json.Marshal(a)
+			code, err := f.PostRaw(context.Background(), h.url, body, auth)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if code != tc.want {
+				t.Fatalf("answered %d, want %d", code, tc.want)
+			}
+			if tc.want != http.StatusOK {
+				platformtest.NoEvent(t, h.evs, 100*time.Millisecond)
+				return
+			}
+			if ev := platformtest.NextEvent(t, h.evs); ev.GetText() != tc.name {
+				t.Fatalf("published %q, want %q", ev.GetText(), tc.name)
+			}
+		})
+	}
+	// Unknown kids refresh the keys at most once a minute.
+	if n := f.KeyRequests(); n > 2 {
+		t.Fatalf("the key set was fetched %d times, want at most 2", n)
+	}
+}
+
+func TestActivities(t *testing.T) {
+	f := teamsfake.New(t)
+	cfg := testConfig(f)
+	cfg.RequireMention = true
+	h := start(t, f, cfg)
+
+	// Non-message activities and the bot's own messages are answered and
+	// not published.
+	update := f.Message(channelConv, "channel", userID, userName, "")
+	update["type"], update["membersAdded"] = "conversationUpdate", []map[string]any{{"id": f.BotID()}}
+	own := f.Message(dmConv, "personal", userID, userName, "echo")
+	own["from"] = map[string]any{"id": f.BotID(), "name": f.BotName}
+	unmentioned := f.Message(channelConv, "channel", userID, userName, "talking among ourselves")
+	for _, a := range []map[string]any{update, own, unmentioned} {
+		if code := h.post(t, a); code != http.StatusOK {
+			t.Fatalf("%s answered %d", a["type"], code)
+		}
+	}
+	platformtest.NoEvent(t, h.evs, 200*time.Millisecond)
+
+	// A personal chat needs no mention; a channel message that mentions
+	// the bot is published without the <at> tag.
+	if code := h.post(t, f.Message(dmConv, "personal", userID, userName, "hi")); code != http.StatusOK {
+		t.Fatal(code)
+	}
+	if ev := platformtest.NextEvent(t, h.evs); ev.GetText() != "hi" || ev.GetSource().GetChatType() != "dm" {
+		t.Fatalf("dm event %v", ev)
+	}
+	if code := h.post(t, f.Mention(f.Message(channelConv, "channel", userID, userName, "what's up?"))); code != http.StatusOK {
+		t.Fatal(code)
+	}
+	ev := platformtest.NextEvent(t, h.evs)
+	if ev.GetText() != "what's up?" || !ev.GetMentioned() || ev.GetSource().GetChatId() != channelConv {
+		t.Fatalf("channel event %v", ev)
+	}
+}
+
+// sendErr is a send's error class.
+func sendErr(err error) (deliveryv1.ErrorClass, time.Duration) {
+	var se *platform.SendError
+	if errors.As(err, &se) {
+		return se.Class, se.RetryAfter
+	}
+	return deliveryv1.ErrorClass_ERROR_CLASS_RETRYABLE, 0
+}
+
+func TestSends(t *testing.T) {
+	f := teamsfake.New(t)
+	cfg := testConfig(f)
+	// Nothing is reachable here: a send finds its conversation's
+	// serviceUrl only from a verified activity.
+	cfg.ServiceURL = "http://127.0.0.1:1/"
+	h := start(t, f, cfg)
+	p := h.s.p
+	ctx := context.Background()
+	target := func(conv, reply string) *deliveryv1.Target {
+		return &deliveryv1.Target{Platform: "teams", Account: f.ClientID, ChatId: conv, ReplyToMessageId: reply}
+	}
+	if _, err := p.Send(ctx, &deliveryv1.SendRequested{Target: target(dmConv, ""), Text: "too early"}); err == nil {
+		t.Fatal("a send to a conversation no activity came from reached the fake")
+	}
+	var ids []string
+	for _, a := range []map[string]any{f.Message(dmConv, "personal", userID, userName, "hi"), f.Mention(f.Message(groupConv, "groupChat", userID, userName, "hi all"))} {
+		if code := h.post(t, a); code != http.StatusOK {
+			t.Fatal(code)
+		}
+		ids = append(ids, platformtest.NextEvent(t, h.evs).GetMessageId())
+	}
+
+	// A reply threads to the user's message, as Markdown.
+	id, err := p.Send(ctx, &deliveryv1.SendRequested{Target: target(dmConv, ids[0]), Text: "**hello**"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := f.Activities(dmConv)
+	if len(got) != 1 || got[0].ID != id || got[0].ReplyTo != ids[0] || got[0].TextFormat != "markdown" || got[0].Text != "**hello**" {
+		t.Fatalf("sent %+v", got)
+	}
+	// Group chats refuse replies: the answer goes to the chat.
+	if _, err := p.Send(ctx, &deliveryv1.SendRequested{Target: target(groupConv, ids[1]), Text: "plain", Format: deliveryv1.TextFormat_TEXT_FORMAT_PLAIN}); err != nil {
+		t.Fatal(err)
+	}
+	if g := f.Activities(groupConv); len(g) != 1 || g[0].ReplyTo != "" || g[0].TextFormat != "plain" {
+		t.Fatalf("group sent %+v", g)
+	}
+	// Edit, typing, delete.
+	if err := p.Edit(ctx, &deliveryv1.SendRequested{Target: target(dmConv, ""), MessageId: id, Text: "**hello** world"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Typing(ctx, &deliveryv1.SendRequested{Target: target(dmConv, "")}); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.Activities(dmConv); got[0].Text != "**hello** world" || got[0].Edits != 1 || f.Typing(dmConv) != 1 {
+		t.Fatalf("after edit and typing %+v, %d typing", got, f.Typing(dmConv))
+	}
+	if err := p.Delete(ctx, &deliveryv1.SendRequested{Target: target(dmConv, ""), MessageId: id}); err != nil {
+		t.Fatal(err)
+	}
+	if len(f.Texts(dmConv)) != 0 {
+		t.Fatal("deleted message still shown")
+	}
+	if n := f.TokenRequests(); n != 1 {
+		t.Fatalf("%d token requests, want 1 (cached)", n)
+	}
+	// A revoked token is replaced once.
+	f.RevokeTokens()
+	if _, err := p.Send(ctx, &deliveryv1.SendRequested{Target: target(dmConv, ""), Text: "after revocation"}); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, tc := range []struct {
+		name  string
+		fail  teamsfake.Failure
+		class deliveryv1.ErrorClass
+		after time.Duration
+	}{
+		{"429 with retry-after", teamsfake.Failure{Status: 429, RetryAfter: 7}, deliveryv1.ErrorClass_ERROR_CLASS_RATE_LIMITED, 7 * time.Second},
+		{"429 without", teamsfake.Failure{Status: 429}, deliveryv1.ErrorClass_ERROR_CLASS_RATE_LIMITED, defaultRetryAfter},
+		{"502", teamsfake.Failure{Status: 502}, deliveryv1.ErrorClass_ERROR_CLASS_RETRYABLE, 0},
+		{"403", teamsfake.Failure{Status: 403, Code: "BotNotInConversationRoster"}, deliveryv1.ErrorClass_ERROR_CLASS_PERMANENT, 0},
+		{"404", teamsfake.Failure{Status: 404, Code: "ConversationNotFound"}, deliveryv1.ErrorClass_ERROR_CLASS_PERMANENT, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f.Fail(tc.fail)
+			_, err := p.Send(ctx, &deliveryv1.SendRequested{Target: target(dmConv, ""), Text: tc.name})
+			if err == nil {
+				t.Fatal("send succeeded")
+			}
+			if class, after := sendErr(err); class != tc.class || after != tc.after {
+				t.Fatalf("class %v after %v, want %v after %v (%v)", class, after, tc.class, tc.after, err)
+			}
+		})
+	}
+}
+
+func TestRefusedSecretIsFatal(t *testing.T) {
+	f := teamsfake.New(t)
+	cfg := testConfig(f)
+	cfg.ClientSecret = "wrong"
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	p, err := NewPlatform(cfg, b, slog.New(slog.DiscardHandler), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.checkCredentials(context.Background()); !platform.IsFatal(err) {
+		t.Fatalf("refused secret: %v, want a fatal error", err)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	ok := Config{ClientID: "app", ClientSecret: "s", TenantID: "tenant"}
+	if err := ok.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	c := ok
+	if err := c.validate(); err != nil || c.TokenURL != "https://login.microsoftonline.com/tenant/oauth2/v2.0/token" || c.Addr != "127.0.0.1:3978" || c.Path != "/api/messages" {
+		t.Fatalf("defaults: %+v %v", c, err)
+	}
+	for name, mod := range map[string]func(*Config){
+		"no client id":   func(c *Config) { c.ClientID = "" },
+		"no secret":      func(c *Config) { c.ClientSecret = "" },
+		"no tenant":      func(c *Config) { c.TenantID = "" },
+		"tenant path":    func(c *Config) { c.TenantID = "a/b" },
+		"bad metadata":   func(c *Config) { c.OpenIDMetadataURL = "ftp://x" },
+		"bad serviceurl": func(c *Config) { c.ServiceURL = "nope" },
+	} {
+		c := ok
+		mod(&c)
+		if err := c.Validate(); err == nil {
+			t.Errorf("%s: validated", name)
+		}
+	}
+}
