@@ -71,6 +71,10 @@ type Config struct {
 	// RunsMaxBytes bounds the runs kept (default 64 MiB): when the bucket
 	// is full, the least recently written make room.
 	RunsMaxBytes int64 `koanf:"runs_max_bytes"`
+	// MaxConcurrentRuns is how many runs may go on at once across the
+	// replicas (default 10, as Hermes; 0: no limit): one more is refused
+	// (429).
+	MaxConcurrentRuns int `koanf:"max_concurrent_runs"`
 	// ResponsesMaxBytes bounds the responses kept (default 256 MiB): when
 	// the bucket is full, the least recently written responses make room,
 	// as if they had expired.
@@ -94,7 +98,7 @@ func DefaultConfig() Config {
 		Addr: "127.0.0.1:8642", Account: "default", Model: "switchboard",
 		ReplyTimeout: 5 * time.Minute, ShutdownGrace: 10 * time.Second, IdempotencyTTL: 24 * time.Hour,
 		ResponseTTL: defaultResponseTTL, ResponsesMaxBytes: defaultResponsesMaxBytes, MaxBodyBytes: 4 << 20,
-		RunTTL: defaultRunTTL, RunsMaxBytes: defaultRunsMaxBytes,
+		RunTTL: defaultRunTTL, RunsMaxBytes: defaultRunsMaxBytes, MaxConcurrentRuns: defaultMaxConcurrentRuns,
 		RateLimit: 5, RateBurst: 20, WebChat: true,
 	}
 }
@@ -165,6 +169,9 @@ func (c Config) Validate() error {
 		return config.Invalid("gateways.api.runs_max_bytes", c.RunsMaxBytes,
 			fmt.Sprintf("at least %d bytes (a run's record can be as large as a NATS message)", minResponsesMaxBytes))
 	}
+	if c.MaxConcurrentRuns < 0 {
+		return config.Invalid("gateways.api.max_concurrent_runs", c.MaxConcurrentRuns, "0 (no limit) or more")
+	}
 	return nil
 }
 
@@ -191,6 +198,8 @@ type Service struct {
 	responses *responseStore
 	// runs keeps the runs of /v1/runs and their events.
 	runs *runStore
+	// slots are the slots of the runs that go on at once.
+	slots *runSlots
 	// following lists the accepted requests with an Idempotency-Key,
 	// which follow their stored answer rather than wait in waiting.
 	following waiters
@@ -249,6 +258,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	s.answers = newAnswers(deps.Bus, s.log, cfg.IdempotencyTTL)
 	s.responses = newResponseStore(deps.Bus, cfg.ResponseTTL, cfg.ResponsesMaxBytes)
 	s.runs = newRunStore(deps.Bus, cmp.Or(cfg.RunTTL, defaultRunTTL), cmp.Or(cfg.RunsMaxBytes, defaultRunsMaxBytes))
+	s.slots = newRunSlots(deps.Bus, cfg.MaxConcurrentRuns, s.runs.ended)
 	// Every request is a server span: the root of the message's trace,
 	// carried on by the inbound publish.
 	s.handler = otelhttp.NewHandler(s.routes(), "gateway.api",

@@ -78,6 +78,8 @@ func TestConfigValidate(t *testing.T) {
 		{"responses_max_bytes below a record", func(c *Config) { c.ResponsesMaxBytes = 64 << 10 }, "gateways.api.responses_max_bytes"},
 		{"negative responses_max_bytes", func(c *Config) { c.ResponsesMaxBytes = -1 }, "gateways.api.responses_max_bytes"},
 		{"responses_max_bytes by default", func(c *Config) { c.ResponsesMaxBytes = 0 }, ""},
+		{"negative max_concurrent_runs", func(c *Config) { c.MaxConcurrentRuns = -1 }, "gateways.api.max_concurrent_runs"},
+		{"no cap on concurrent runs", func(c *Config) { c.MaxConcurrentRuns = 0 }, ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cfg := DefaultConfig()

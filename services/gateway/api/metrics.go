@@ -9,3 +9,8 @@ var abandonedRequests = promauto.NewCounter(prometheus.CounterOpts{
 	Name: "switchboard_api_abandoned_total",
 	Help: "Stateless API requests whose client went away before the answer: their turn was stopped (/stop in the request's conversation).",
 })
+
+var runsRefused = promauto.NewCounter(prometheus.CounterOpts{
+	Name: "switchboard_api_runs_refused_total",
+	Help: "Runs (/v1/runs) refused because gateways.api.max_concurrent_runs went on already (429).",
+})

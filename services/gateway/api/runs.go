@@ -118,6 +118,9 @@ func (s *Service) createRun(w http.ResponseWriter, r *http.Request) {
 			"Idempotency-Key was already used with a different request payload.")
 		return
 	}
+	if created && !s.admitRun(w, r, id) {
+		return
+	}
 	if created || stored.Status.Status == runQueued {
 		// A retry publishes too: the attempt that wrote the record may
 		// have died before it published (the gateway's seen record and
@@ -128,11 +131,7 @@ func (s *Service) createRun(w http.ResponseWriter, r *http.Request) {
 		}
 		if _, err := deliver(r.Context(), t.ev); err != nil {
 			if created {
-				ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 5*time.Second)
-				if err := s.runs.remove(ctx, id); err != nil {
-					s.log.WarnContext(ctx, "forget api run failed", "err", err)
-				}
-				cancel()
+				s.forgetRun(r, id)
 			}
 			s.writeDeliverError(w, r, t, err)
 			return
@@ -146,6 +145,51 @@ func (s *Service) createRun(w http.ResponseWriter, r *http.Request) {
 		status = stored.Status.Status
 	}
 	writeJSON(w, http.StatusAccepted, map[string]any{"run_id": id, "status": status, "replayed": !created})
+}
+
+// admitRun gives the new run id one of the slots of the runs that go on
+// at once, which it holds until it ends. When none is free, as Hermes,
+// the run is refused (429 rate_limit_exceeded, Retry-After: 1) and its
+// record removed; the request is answered (429, 503) and false returned.
+func (s *Service) admitRun(w http.ResponseWriter, r *http.Request, id string) bool {
+	slot, err := s.slots.take(r.Context(), id)
+	if err == nil && slot > 0 {
+		_, _, err = s.runs.change(r.Context(), id, func(rec *runRecord) bool {
+			rec.Slot = slot
+			return true
+		})
+	}
+	switch {
+	case err != nil:
+		s.log.WarnContext(r.Context(), "take api run slot failed", "err", err)
+		s.forgetRun(r, id)
+		writeUnavailable(w)
+		return false
+	case slot == 0 && s.cfg.MaxConcurrentRuns > 0:
+		s.forgetRun(r, id)
+		runsRefused.Inc()
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusTooManyRequests, "rate_limit_error", "rate_limit_exceeded", "",
+			fmt.Sprintf("Too many concurrent runs (max %d)", s.cfg.MaxConcurrentRuns))
+		return false
+	}
+	return true
+}
+
+// forgetRun removes the record of a run that will not run, and gives
+// back its slot.
+func (s *Service) forgetRun(r *http.Request, id string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 5*time.Second)
+	defer cancel()
+	rec, _, found, err := s.runs.read(ctx, id)
+	if err == nil && found {
+		if err := s.slots.give(ctx, id, rec.Slot); err != nil {
+			s.log.WarnContext(ctx, "give back api run slot failed", "err", err)
+		}
+	}
+	if err := s.runs.remove(ctx, id); err != nil {
+		s.log.WarnContext(ctx, "forget api run failed", "err", err)
+	}
 }
 
 // runSession is the conversation a run continues ("" for a new one): the
@@ -577,6 +621,11 @@ func (s *Service) endRun(ctx context.Context, run string, req *deliveryv1.SendRe
 	})
 	if err != nil || !found || !terminal(rec.Status.Status) {
 		return err
+	}
+	if err := s.slots.give(ctx, run, rec.Slot); err != nil {
+		// Not given back: the next run to find every slot held takes it
+		// over (its run has ended).
+		s.log.WarnContext(ctx, "give back api run slot failed", "err", err)
 	}
 	return s.runs.emit(ctx, run, "end", lastEvent(rec.Status))
 }

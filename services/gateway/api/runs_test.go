@@ -50,11 +50,19 @@ func startRunAgent(t *testing.T, b *bus.Bus) *runAgent {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var wg sync.WaitGroup
+	var (
+		wg      sync.WaitGroup
+		stopped bool // under a.mu: no handler starts once the test ends
+	)
 	cc, err := cons.Consume(func(m jetstream.Msg) {
 		ev := &eventsv1.MessageReceived{}
 		if err := proto.Unmarshal(m.Data(), ev); err != nil {
-			t.Errorf("agent decode: %v", err)
+			a.t.Errorf("agent decode: %v", err)
+			return
+		}
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		if stopped {
 			return
 		}
 		wg.Add(1)
@@ -63,7 +71,14 @@ func startRunAgent(t *testing.T, b *bus.Bus) *runAgent {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { cc.Stop(); cancel(); wg.Wait() })
+	t.Cleanup(func() {
+		cc.Stop()
+		a.mu.Lock()
+		stopped = true
+		a.mu.Unlock()
+		cancel()
+		wg.Wait()
+	})
 	return a
 }
 

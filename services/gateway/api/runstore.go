@@ -104,6 +104,9 @@ type runRecord struct {
 	Sent   []string `json:"sent,omitempty"`
 	// Tools are the start times of the tool calls under way, by call id.
 	Tools map[string]float64 `json:"tools,omitempty"`
+	// Slot is the run's slot among the concurrent runs (from 1; 0: none),
+	// given back when it ends.
+	Slot int `json:"slot,omitempty"`
 }
 
 // runStatus is a run's status as GET /v1/runs/{id} answers it (Hermes's
@@ -238,6 +241,15 @@ func (rs *runStore) read(ctx context.Context, id string) (rec runRecord, rev uin
 		return runRecord{}, 0, false, fmt.Errorf("decode run record: %w", err)
 	}
 	return rec, e.Revision(), true, nil
+}
+
+// ended reports whether run id has ended or is no longer kept.
+func (rs *runStore) ended(ctx context.Context, id string) (bool, error) {
+	rec, _, found, err := rs.read(ctx, id)
+	if err != nil {
+		return false, err
+	}
+	return !found || terminal(rec.Status.Status), nil
 }
 
 // remove deletes the record of a run that was never started.
