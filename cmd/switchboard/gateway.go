@@ -13,6 +13,7 @@ import (
 	"github.com/switchboard-chat/switchboard/services/gateway/discord"
 	"github.com/switchboard-chat/switchboard/services/gateway/email"
 	"github.com/switchboard-chat/switchboard/services/gateway/matrix"
+	"github.com/switchboard-chat/switchboard/services/gateway/mattermost"
 	"github.com/switchboard-chat/switchboard/services/gateway/signal"
 	"github.com/switchboard-chat/switchboard/services/gateway/slack"
 	"github.com/switchboard-chat/switchboard/services/gateway/telegram"
@@ -22,15 +23,16 @@ import (
 
 // GatewaysConfig holds one section per platform gateway.
 type GatewaysConfig struct {
-	API      api.Config      `koanf:"api"`
-	Signal   signal.Config   `koanf:"signal"`
-	Matrix   matrix.Config   `koanf:"matrix"`
-	Webhook  webhook.Config  `koanf:"webhook"`
-	Discord  discord.Config  `koanf:"discord"`
-	Slack    slack.Config    `koanf:"slack"`
-	Telegram telegram.Config `koanf:"telegram"`
-	WhatsApp whatsapp.Config `koanf:"whatsapp"`
-	Email    email.Config    `koanf:"email"`
+	API        api.Config        `koanf:"api"`
+	Signal     signal.Config     `koanf:"signal"`
+	Matrix     matrix.Config     `koanf:"matrix"`
+	Mattermost mattermost.Config `koanf:"mattermost"`
+	Webhook    webhook.Config    `koanf:"webhook"`
+	Discord    discord.Config    `koanf:"discord"`
+	Slack      slack.Config      `koanf:"slack"`
+	Telegram   telegram.Config   `koanf:"telegram"`
+	WhatsApp   whatsapp.Config   `koanf:"whatsapp"`
+	Email      email.Config      `koanf:"email"`
 }
 
 // gateways maps a platform name to its service (`switchboard gateway <platform>`).
