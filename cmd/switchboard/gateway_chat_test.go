@@ -9,7 +9,7 @@ import (
 
 func TestChatGatewaysRegistered(t *testing.T) {
 	t.Parallel()
-	for _, p := range []string{"discord", "slack", "whatsapp"} {
+	for _, p := range []string{"discord", "slack", "whatsapp", "sms"} {
 		if _, ok := services[gateways[p]]; !ok {
 			t.Fatalf("gateway %s has no service", p)
 		}
@@ -17,9 +17,11 @@ func TestChatGatewaysRegistered(t *testing.T) {
 	// dev runs a gateway only when its token is set.
 	cfg := defaultConfig()
 	cfg.Gateways.Discord.BotToken, cfg.Gateways.Slack.BotToken, cfg.Gateways.WhatsApp.AccessToken = "", "", ""
+	cfg.Gateways.SMS.AccountSID, cfg.Gateways.SMS.AuthToken = "", ""
 	dev := newApp("dev", cfg)
 	for name, start := range map[string]func(context.Context, *app) (func(context.Context) error, error){
 		"discord": startDiscordGateway, "slack": startSlackGateway, "whatsapp": startWhatsAppGateway,
+		"sms": startSMSGateway,
 	} {
 		run, err := start(context.Background(), dev)
 		if err != nil {
@@ -46,5 +48,14 @@ func TestChatGatewaysRegistered(t *testing.T) {
 	cfg.Gateways.WhatsApp.AccessToken, cfg.Gateways.WhatsApp.PhoneNumberID = "token", "123"
 	if _, err := startWhatsAppGateway(context.Background(), newApp("dev", cfg)); err == nil || !strings.Contains(err.Error(), "WHATSAPP_APP_SECRET") {
 		t.Fatalf("whatsapp without an app secret: %v", err)
+	}
+	if _, err := startSMSGateway(context.Background(), newApp("gateway-sms", cfg)); err == nil || !strings.Contains(err.Error(), "TWILIO_ACCOUNT_SID") {
+		t.Fatalf("sms without credentials: %v", err)
+	}
+	// With credentials but without the public URL the signatures cover,
+	// even dev refuses to start it.
+	cfg.Gateways.SMS.AccountSID, cfg.Gateways.SMS.AuthToken, cfg.Gateways.SMS.PhoneNumber = "AC"+strings.Repeat("0", 32), "token", "+15550006789"
+	if _, err := startSMSGateway(context.Background(), newApp("dev", cfg)); err == nil || !strings.Contains(err.Error(), "SMS_WEBHOOK_PUBLIC_URL") {
+		t.Fatalf("sms without a public url: %v", err)
 	}
 }
