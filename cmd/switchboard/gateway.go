@@ -16,6 +16,7 @@ import (
 	"github.com/switchboard-chat/switchboard/services/gateway/mattermost"
 	"github.com/switchboard-chat/switchboard/services/gateway/signal"
 	"github.com/switchboard-chat/switchboard/services/gateway/slack"
+	"github.com/switchboard-chat/switchboard/services/gateway/sms"
 	"github.com/switchboard-chat/switchboard/services/gateway/telegram"
 	"github.com/switchboard-chat/switchboard/services/gateway/webhook"
 	"github.com/switchboard-chat/switchboard/services/gateway/whatsapp"
@@ -33,6 +34,7 @@ type GatewaysConfig struct {
 	Telegram   telegram.Config   `koanf:"telegram"`
 	WhatsApp   whatsapp.Config   `koanf:"whatsapp"`
 	Email      email.Config      `koanf:"email"`
+	SMS        sms.Config        `koanf:"sms"`
 }
 
 // gateways maps a platform name to its service (`switchboard gateway <platform>`).

@@ -33,6 +33,7 @@ func (s *Service) capabilities(w http.ResponseWriter, _ *http.Request) {
 			"approval_events":            true,
 			"idempotency_key":            true,
 			"session_continuity_header":  HeaderHermesSession,
+			"session_key_header":         HeaderSessionKey,
 			"cors":                       len(s.cfg.CORSOrigins) > 0,
 		},
 		"endpoints": map[string]endpoint{

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"crypto/hmac"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
@@ -30,6 +31,14 @@ const (
 	HeaderSession       = "X-Session-Id"
 	HeaderHermesSession = "X-Hermes-Session-Id"
 )
+
+// HeaderSessionKey is Hermes's X-Hermes-Session-Key: a stable id of the
+// client's channel that scopes the agent's long-term memory, across the
+// conversations (sessions) the channel has.
+const HeaderSessionKey = "X-Hermes-Session-Key"
+
+// maxSessionKey bounds X-Hermes-Session-Key, as Hermes does.
+const maxSessionKey = 256
 
 // HeaderIdempotencyKey makes retries of a request one message.
 const HeaderIdempotencyKey = "Idempotency-Key"
@@ -86,10 +95,10 @@ func (s *Service) secure(next http.Handler) http.Handler {
 		if origin != "" && s.allowedOrigin(origin) {
 			h.Set("Access-Control-Allow-Origin", origin)
 			h.Add("Vary", "Origin")
-			h.Set("Access-Control-Expose-Headers", HeaderSession+", "+HeaderHermesSession)
+			h.Set("Access-Control-Expose-Headers", HeaderSession+", "+HeaderHermesSession+", "+HeaderSessionKey)
 			if r.Method == http.MethodOptions {
 				h.Set("Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS")
-				h.Set("Access-Control-Allow-Headers", "Authorization, Content-Type, Idempotency-Key, "+HeaderSession+", "+HeaderHermesSession)
+				h.Set("Access-Control-Allow-Headers", "Authorization, Content-Type, Idempotency-Key, "+HeaderSession+", "+HeaderHermesSession+", "+HeaderSessionKey)
 				h.Set("Access-Control-Max-Age", "600")
 				w.WriteHeader(http.StatusNoContent)
 				return
@@ -186,6 +195,38 @@ func sessionHeader(h http.Header) (string, bool) {
 		session = h.Get(HeaderHermesSession)
 	}
 	return session, session == "" || sessionIDPattern.MatchString(session)
+}
+
+// memoryScope reads X-Hermes-Session-Key as Hermes does: the memory
+// scope the request names ("" for none), "api-server-<HMAC-SHA256 of the
+// header under the client identity>". The agent keeps the memories and
+// past conversations of requests with the header under that scope
+// instead of the client's own (the message's user_id_alt), so one
+// channel's memories never reach another's, and a client can name only
+// scopes of its own: the same header under another API key is another
+// scope. It needs an API key (403 on a keyless gateway, as Hermes); a
+// header over 256 bytes or with a control character is a 400. It
+// answers the request itself and returns false when the header is
+// refused.
+func (s *Service) memoryScope(w http.ResponseWriter, r *http.Request) (string, bool) {
+	raw := strings.TrimSpace(r.Header.Get(HeaderSessionKey))
+	switch {
+	case raw == "":
+		return "", true
+	case s.cfg.Keyless():
+		writeError(w, http.StatusForbidden, "invalid_request_error", "", "",
+			"X-Hermes-Session-Key requires API key authentication. Configure API_SERVER_KEY to enable this feature.")
+		return "", false
+	case strings.ContainsAny(raw, "\r\n\x00"):
+		writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid_session_key", HeaderSessionKey, "Invalid session key")
+		return "", false
+	case len(raw) > maxSessionKey:
+		writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid_session_key", HeaderSessionKey, "Session key too long")
+		return "", false
+	}
+	mac := hmac.New(sha256.New, []byte(identityOf(r)))
+	mac.Write([]byte(raw))
+	return "api-server-" + hex.EncodeToString(mac.Sum(nil)), true
 }
 
 func (s *Service) health(w http.ResponseWriter, r *http.Request) {

@@ -99,7 +99,7 @@ func (s *Service) createRun(w http.ResponseWriter, r *http.Request) {
 		model = s.cfg.Model
 	}
 	now := unixNow()
-	rec := runRecord{Owner: identity, Chat: t.ev.GetSource().GetChatId(), Status: runStatus{
+	rec := runRecord{Owner: identity, Chat: t.ev.GetSource().GetChatId(), Scope: t.scope, Status: runStatus{
 		Object: "hermes.run", RunID: id, Status: runQueued, CreatedAt: now, UpdatedAt: now, SessionID: session, Model: model,
 	}}
 	if idemKey != "" {
@@ -139,6 +139,7 @@ func (s *Service) createRun(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set(HeaderSession, session)
 	w.Header().Set(HeaderHermesSession, session)
+	t.echoScope(w)
 	status := "started"
 	if !created {
 		w.Header().Set("Idempotency-Replayed", "true")
@@ -419,7 +420,7 @@ func parseApproval(body []byte) (string, error) {
 func (s *Service) runCommand(rec runRecord, id, text string) *eventsv1.MessageReceived {
 	return &eventsv1.MessageReceived{
 		EventId: id, MessageId: id,
-		Source: &eventsv1.SessionSource{Platform: PlatformName, Account: s.cfg.Account, ChatId: rec.Chat, ChatType: "dm", UserId: rec.Owner},
+		Source: &eventsv1.SessionSource{Platform: PlatformName, Account: s.cfg.Account, ChatId: rec.Chat, ChatType: "dm", UserId: rec.Owner, UserIdAlt: rec.Scope},
 		Text:   text, SentAt: timestamppb.Now(), TransportAuthenticated: true, ClientSessionId: rec.Status.SessionID, AnswerOnly: true,
 	}
 }

@@ -667,6 +667,9 @@ func TestCapabilities(t *testing.T) {
 			t.Errorf("feature %s: %v", f, caps.Features[f])
 		}
 	}
+	if caps.Features["session_key_header"] != HeaderSessionKey {
+		t.Errorf("session_key_header %v", caps.Features["session_key_header"])
+	}
 	if e := caps.Ends["run_events"]; e["method"] != "GET" || e["path"] != "/v1/runs/{run_id}/events" {
 		t.Errorf("run_events endpoint %v", e)
 	}

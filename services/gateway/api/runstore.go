@@ -95,6 +95,8 @@ type runRecord struct {
 	Owner string `json:"owner"`
 	// Chat is the chat id of its messages, where /stop and /approve go.
 	Chat string `json:"chat"`
+	// Scope is the memory scope of its messages (X-Hermes-Session-Key).
+	Scope string `json:"scope,omitempty"`
 	// Request is the fingerprint of the request (with an Idempotency-Key).
 	Request string    `json:"request,omitempty"`
 	Status  runStatus `json:"status"`

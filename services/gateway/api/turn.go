@@ -98,9 +98,11 @@ type turn struct {
 	// session is the conversation the answer names (X-Session-Id): the
 	// client's, or the request id for a stateless request.
 	session string
-	param   string
-	ev      *eventsv1.MessageReceived
-	wt      *waiter
+	// scope is the memory scope X-Hermes-Session-Key named ("": none).
+	scope string
+	param string
+	ev    *eventsv1.MessageReceived
+	wt    *waiter
 	// received is when the request was read; published when this
 	// request published its message (zero for a keyed one, which an
 	// earlier attempt may have published).
@@ -140,8 +142,12 @@ func (s *Service) prepare(w http.ResponseWriter, r *http.Request, m message) (*t
 			fmt.Sprintf("The Idempotency-Key must be at most %d bytes.", maxIdempotencyKey))
 		return nil, false
 	}
+	scope, ok := s.memoryScope(w, r)
+	if !ok {
+		return nil, false
+	}
 	identity := identityOf(r)
-	t := &turn{id: s.newRequestID(), session: m.session, param: m.param, wt: newWaiter(), received: m.received}
+	t := &turn{id: s.newRequestID(), session: m.session, scope: scope, param: m.param, wt: newWaiter(), received: m.received}
 	if idemKey != "" {
 		// Every attempt with this key is the same message, on any replica.
 		t.id, t.keyed = keyedID(identity, m.session, idemKey), true
@@ -154,7 +160,7 @@ func (s *Service) prepare(w http.ResponseWriter, r *http.Request, m message) (*t
 		MessageId: t.id,
 		Source: &eventsv1.SessionSource{
 			Platform: PlatformName, Account: s.cfg.Account, ChatId: chatIDOf(identity, t.session), ChatType: "dm",
-			UserId: identity, UserName: m.user,
+			UserId: identity, UserName: m.user, UserIdAlt: scope,
 		},
 		Text:                   m.input.Text,
 		Attachments:            m.input.Attachments,
@@ -211,7 +217,15 @@ func (s *Service) publish(w http.ResponseWriter, r *http.Request, t *turn, finge
 	// sends either back continues this conversation.
 	w.Header().Set(HeaderSession, t.session)
 	w.Header().Set(HeaderHermesSession, t.session)
+	t.echoScope(w)
 	return true
+}
+
+// echoScope names the memory scope in the answer, as Hermes does.
+func (t *turn) echoScope(w http.ResponseWriter) {
+	if t.scope != "" {
+		w.Header().Set(HeaderSessionKey, t.scope)
+	}
 }
 
 // abandoned stops the turn of a request whose client went away before
