@@ -40,7 +40,8 @@ func TestComposeLoadsWithEveryProfile(t *testing.T) {
 		{profiles: []string{"discord"}, want: append(slices.Clone(always), "discord")},
 		{profiles: []string{"slack"}, want: append(slices.Clone(always), "slack")},
 		{profiles: []string{"whatsapp"}, want: append(slices.Clone(always), "whatsapp"), notWant: []string{"telegram"}},
-		{profiles: []string{"*"}, want: append(slices.Clone(always), "telegram", "discord", "slack", "whatsapp", "fakellm")},
+		{profiles: []string{"mattermost"}, want: append(slices.Clone(always), "mattermost"), notWant: []string{"matrix"}},
+		{profiles: []string{"*"}, want: append(slices.Clone(always), "telegram", "discord", "slack", "whatsapp", "mattermost", "fakellm")},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(append([]string{"profiles"}, tt.profiles...), "-"), func(t *testing.T) {
@@ -104,7 +105,7 @@ func TestComposeServices(t *testing.T) {
 		t.Errorf("whatsapp gateway does not publish 8645")
 	}
 
-	for name, profile := range map[string]string{"telegram": "telegram", "discord": "discord", "slack": "slack", "whatsapp": "whatsapp", "fakellm": "demo"} {
+	for name, profile := range map[string]string{"telegram": "telegram", "discord": "discord", "slack": "slack", "whatsapp": "whatsapp", "mattermost": "mattermost", "fakellm": "demo"} {
 		if got := p.Services[name].Profiles; !slices.Equal(got, []string{profile}) {
 			t.Errorf("%s: profiles %v, want [%s]", name, got, profile)
 		}
