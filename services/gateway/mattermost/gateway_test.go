@@ -359,3 +359,22 @@ func TestRefusedToken(t *testing.T) {
 		t.Fatalf("New with a refused token: %v", err)
 	}
 }
+
+// A token revoked while the gateway runs makes it unready for good with
+// the reason at the next connect, rather than retrying forever.
+func TestRevokedTokenIsFatal(t *testing.T) {
+	t.Parallel()
+	g := start(t, nil, platform.Options{})
+	g.f.RevokeToken()
+	g.f.Drop()
+	platformtest.WaitFor(t, "the gateway to stop retrying", func() bool {
+		st, _ := g.s.Runner().State()
+		return st == platform.StateFatal
+	})
+	if _, reason := g.s.Runner().State(); !strings.Contains(reason, "MATTERMOST_TOKEN") {
+		t.Fatalf("reason %q does not name the token", reason)
+	}
+	if err := g.s.Ready(g.ctx); err == nil {
+		t.Fatal("ready with a refused token")
+	}
+}

@@ -24,11 +24,23 @@ const maxFrameBytes = 1 << 20
 // action on a connection.
 const authSeq = 1
 
-// Connect opens the websocket, authenticates with the token
-// (authentication_challenge) and publishes the posted events until ctx
+// Connect checks the token (GET /users/me), opens the websocket,
+// authenticates with the token (authentication_challenge) and publishes the posted events until ctx
 // ends or the connection fails. Once the server accepted the token, a
 // reconnect first catches up with the channels seen before.
 func (p *Platform) Connect(ctx context.Context, conn platform.Conn) error {
+	// As Hermes does on each connect: a token revoked since the start
+	// stops the gateway with the reason instead of retrying forever.
+	if _, err := p.cli.me(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		var ae *apiError
+		if errors.As(err, &ae) && (ae.Status == http.StatusUnauthorized || ae.Status == http.StatusForbidden) {
+			return platform.Fatal(fmt.Errorf("mattermost: the server refused the token (MATTERMOST_TOKEN): %w", err))
+		}
+		return err
+	}
 	ws, resp, err := websocket.Dial(ctx, p.wsURL(), &websocket.DialOptions{HTTPClient: p.hc})
 	if err != nil {
 		if ctx.Err() != nil {

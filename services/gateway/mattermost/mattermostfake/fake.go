@@ -144,6 +144,20 @@ func (f *Fake) Close() {
 	f.srv.Close()
 }
 
+// RevokeToken makes the server refuse the bot's token from now on, on
+// REST calls and websocket handshakes alike.
+func (f *Fake) RevokeToken() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.token = "\x00revoked"
+}
+
+func (f *Fake) tokenOK(got string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return got == f.token
+}
+
 // AddUser names a user.
 func (f *Fake) AddUser(id, username string) {
 	f.mu.Lock()
@@ -424,7 +438,7 @@ func (f *Fake) auth(op string, h http.HandlerFunc) http.HandlerFunc {
 			}
 		}
 		f.mu.Unlock()
-		if r.Header.Get("Authorization") != "Bearer "+f.token {
+		if bearer, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); !f.tokenOK(bearer) {
 			apiError(w, http.StatusUnauthorized, "api.context.session_expired.app_error", "Invalid or expired session, please login again.")
 			return
 		}
@@ -696,7 +710,7 @@ func (f *Fake) websocket(w http.ResponseWriter, r *http.Request) {
 			Token string `json:"token"`
 		} `json:"data"`
 	}
-	if json.Unmarshal(raw, &auth) != nil || auth.Action != "authentication_challenge" || auth.Data.Token != f.token {
+	if json.Unmarshal(raw, &auth) != nil || auth.Action != "authentication_challenge" || !f.tokenOK(auth.Data.Token) {
 		b, _ := json.Marshal(map[string]any{"status": "FAIL", "seq_reply": auth.Seq, "error": map[string]any{
 			"id": "api.web_socket_router.not_authenticated.app_error", "message": "authentication failed", "status_code": 401}})
 		_ = c.Write(r.Context(), websocket.MessageText, b)
