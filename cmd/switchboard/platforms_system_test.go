@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/switchboard-chat/switchboard/pkg/telegramfake"
 	"github.com/switchboard-chat/switchboard/services/gateway/discord/discordfake"
 	"github.com/switchboard-chat/switchboard/services/gateway/slack/slackfake"
+	"github.com/switchboard-chat/switchboard/services/gateway/sms/smsfake"
 	"github.com/switchboard-chat/switchboard/services/gateway/whatsapp/whatsappfake"
 )
 
@@ -35,6 +37,8 @@ func TestChatPlatformsEndToEnd(t *testing.T) {
 	sl := slackfake.New(t)
 	wa := whatsappfake.New(t)
 	waAddr := freeAddr(t)
+	tw := smsfake.New(t)
+	smsAddr := freeAddr(t)
 
 	d := startDev(t,
 		"GATEWAY_ALLOW_ALL_USERS=true",
@@ -45,6 +49,8 @@ func TestChatPlatformsEndToEnd(t *testing.T) {
 		"SWITCHBOARD_GATEWAYS__SLACK__ADDR=127.0.0.1:0",
 		"WHATSAPP_ACCESS_TOKEN="+wa.AccessToken, "WHATSAPP_PHONE_NUMBER_ID="+wa.PhoneNumberID, "WHATSAPP_APP_SECRET="+wa.AppSecret,
 		"WHATSAPP_VERIFY_TOKEN="+wa.VerifyToken, "WHATSAPP_API_BASE_URL="+wa.BaseURL(), "SWITCHBOARD_GATEWAYS__WHATSAPP__ADDR="+waAddr,
+		"TWILIO_ACCOUNT_SID="+tw.AccountSID, "TWILIO_AUTH_TOKEN="+tw.AuthToken, "TWILIO_PHONE_NUMBER="+tw.PhoneNumber,
+		"SMS_WEBHOOK_PUBLIC_URL="+tw.PublicURL, "SMS_API_BASE_URL="+tw.BaseURL(), "SWITCHBOARD_GATEWAYS__SMS__ADDR="+smsAddr,
 		// Each chat's messages are counted: no home channel notice.
 		"SWITCHBOARD_ROUTER__HOME_NOTICE=false",
 	)
@@ -219,6 +225,59 @@ func TestChatPlatformsEndToEnd(t *testing.T) {
 		waitFor("the answer after the failed one", func() bool { return len(texts()) >= 5 })
 		if got := texts(); len(got) != 5 || got[3] != "echo: third" || got[4] != "echo: fifth" {
 			t.Fatalf("answers = %q, want third once and fifth", got)
+		}
+	})
+
+	t.Run("sms", func(t *testing.T) {
+		const ann = "+15551234567"
+		hook := "http://" + smsAddr + "/webhooks/twilio"
+		post := func(form url.Values) {
+			t.Helper()
+			code, ct, body, err := tw.Post(ctx, hook, form)
+			if err != nil || code != 200 || !strings.HasPrefix(ct, "text/xml") || !strings.Contains(body, "<Response/>") {
+				t.Fatalf("twilio webhook answered %d %q %q %v\nstderr:\n%s", code, ct, body, err, d.stderr.String())
+			}
+		}
+		bodies := func() []string {
+			var out []string
+			for _, m := range tw.Messages(ann) {
+				out = append(out, m.Body)
+			}
+			return out
+		}
+		// A call not signed with the auth token is refused and publishes
+		// nothing (it is never answered below).
+		forged := tw.Form(smsfake.Inbound{From: ann, Body: "forged"})
+		if code, _, _, err := smsfake.PostSigned(ctx, hook, smsfake.Sign("not-the-auth-token", tw.PublicURL, forged), forged.Encode()); err != nil || code != 403 {
+			t.Fatalf("forged call answered %d %v", code, err)
+		}
+		first := tw.Form(smsfake.Inbound{From: ann, Body: "hello sms"})
+		post(first)
+		waitFor("sms answer", func() bool { return len(bodies()) == 1 })
+		if got := tw.Messages(ann)[0]; got.Body != "echo: hello sms" || got.From != tw.PhoneNumber {
+			t.Fatalf("answer = %+v", got)
+		}
+		// The session key is Hermes's: the sender's number as the chat.
+		var n int
+		if err := d.db.QueryRow(ctx, `SELECT count(*) FROM sessions WHERE session_key = 'agent:main:sms:dm:' || $1`, ann).Scan(&n); err != nil || n != 1 {
+			t.Fatalf("sessions under agent:main:sms:dm:%s: %d %v", ann, n, err)
+		}
+		// Twilio calls again with the same MessageSid; then a new message.
+		post(first)
+		post(tw.Form(smsfake.Inbound{From: ann, Body: "second"}))
+		waitFor("second sms answer", func() bool { return len(bodies()) >= 2 })
+		// Rate limited once (429, 20429): delivery retries after Retry-After.
+		fail := smsfake.ErrTooManyRequests
+		fail.RetryAfter = 1
+		tw.Fail(fail)
+		attempts := tw.Attempts()
+		post(tw.Form(smsfake.Inbound{From: ann, Body: "third"}))
+		waitFor("the answer after a rate limit", func() bool { return len(bodies()) >= 3 })
+		if got := bodies(); len(got) != 3 || got[1] != "echo: second" || got[2] != "echo: third" {
+			t.Fatalf("answers = %q, want hello, second and third once each (the retried call and the forged one unanswered)", got)
+		}
+		if got := tw.Attempts() - attempts; got != 2 {
+			t.Fatalf("%d sends of the rate-limited answer, want 2", got)
 		}
 	})
 
