@@ -21,6 +21,7 @@ import (
 	"github.com/switchboard-chat/switchboard/services/gateway/signal"
 	"github.com/switchboard-chat/switchboard/services/gateway/slack"
 	"github.com/switchboard-chat/switchboard/services/gateway/sms"
+	"github.com/switchboard-chat/switchboard/services/gateway/teams"
 	"github.com/switchboard-chat/switchboard/services/gateway/telegram"
 	"github.com/switchboard-chat/switchboard/services/gateway/webhook"
 	"github.com/switchboard-chat/switchboard/services/gateway/whatsapp"
@@ -163,7 +164,7 @@ func defaultConfig() *Config {
 		Log:         telemetry.LogConfig{Level: "info", Format: "json"},
 		Ops:         OpsConfig{Addr: "127.0.0.1:9090"},
 		Dev:         DevConfig{NATSPort: 14222, NATSStoreDir: ".switchboard/nats", MemoryLimitMiB: 160, GCPercent: 400},
-		Gateways:    GatewaysConfig{API: api.DefaultConfig(), Signal: signal.DefaultConfig(), Matrix: matrix.DefaultConfig(), Mattermost: mattermost.DefaultConfig(), Webhook: webhook.DefaultConfig(), Discord: discord.DefaultConfig(), Slack: slack.DefaultConfig(), Telegram: telegram.DefaultConfig(), WhatsApp: whatsapp.DefaultConfig(), Email: email.DefaultConfig(), SMS: sms.DefaultConfig()},
+		Gateways:    GatewaysConfig{API: api.DefaultConfig(), Signal: signal.DefaultConfig(), Matrix: matrix.DefaultConfig(), Mattermost: mattermost.DefaultConfig(), Webhook: webhook.DefaultConfig(), Discord: discord.DefaultConfig(), Slack: slack.DefaultConfig(), Telegram: telegram.DefaultConfig(), WhatsApp: whatsapp.DefaultConfig(), Email: email.DefaultConfig(), SMS: sms.DefaultConfig(), Teams: teams.DefaultConfig()},
 		Delivery:    delivery.DefaultConfig(),
 		Router:      router.DefaultConfig(),
 		Admin:       admin.Config{Addr: admin.DefaultAddr},

@@ -17,6 +17,7 @@ import (
 	"github.com/switchboard-chat/switchboard/services/gateway/signal"
 	"github.com/switchboard-chat/switchboard/services/gateway/slack"
 	"github.com/switchboard-chat/switchboard/services/gateway/sms"
+	"github.com/switchboard-chat/switchboard/services/gateway/teams"
 	"github.com/switchboard-chat/switchboard/services/gateway/telegram"
 	"github.com/switchboard-chat/switchboard/services/gateway/webhook"
 	"github.com/switchboard-chat/switchboard/services/gateway/whatsapp"
@@ -35,6 +36,7 @@ type GatewaysConfig struct {
 	WhatsApp   whatsapp.Config   `koanf:"whatsapp"`
 	Email      email.Config      `koanf:"email"`
 	SMS        sms.Config        `koanf:"sms"`
+	Teams      teams.Config      `koanf:"teams"`
 }
 
 // gateways maps a platform name to its service (`switchboard gateway <platform>`).

@@ -12,6 +12,7 @@ import (
 	"github.com/switchboard-chat/switchboard/services/gateway/discord/discordfake"
 	"github.com/switchboard-chat/switchboard/services/gateway/slack/slackfake"
 	"github.com/switchboard-chat/switchboard/services/gateway/sms/smsfake"
+	"github.com/switchboard-chat/switchboard/services/gateway/teams/teamsfake"
 	"github.com/switchboard-chat/switchboard/services/gateway/whatsapp/whatsappfake"
 )
 
@@ -39,6 +40,8 @@ func TestChatPlatformsEndToEnd(t *testing.T) {
 	waAddr := freeAddr(t)
 	tw := smsfake.New(t)
 	smsAddr := freeAddr(t)
+	ms := teamsfake.New(t)
+	msAddr := freeAddr(t)
 
 	d := startDev(t,
 		"GATEWAY_ALLOW_ALL_USERS=true",
@@ -51,6 +54,9 @@ func TestChatPlatformsEndToEnd(t *testing.T) {
 		"WHATSAPP_VERIFY_TOKEN="+wa.VerifyToken, "WHATSAPP_API_BASE_URL="+wa.BaseURL(), "SWITCHBOARD_GATEWAYS__WHATSAPP__ADDR="+waAddr,
 		"TWILIO_ACCOUNT_SID="+tw.AccountSID, "TWILIO_AUTH_TOKEN="+tw.AuthToken, "TWILIO_PHONE_NUMBER="+tw.PhoneNumber,
 		"SMS_WEBHOOK_PUBLIC_URL="+tw.PublicURL, "SMS_API_BASE_URL="+tw.BaseURL(), "SWITCHBOARD_GATEWAYS__SMS__ADDR="+smsAddr,
+		"TEAMS_CLIENT_ID="+ms.ClientID, "TEAMS_CLIENT_SECRET="+ms.ClientSecret, "TEAMS_TENANT_ID="+ms.TenantID,
+		"TEAMS_TOKEN_URL="+ms.TokenURL(), "TEAMS_OPENID_METADATA_URL="+ms.MetadataURL(), "TEAMS_SERVICE_URL="+ms.ServiceURL(),
+		"SWITCHBOARD_GATEWAYS__TEAMS__ADDR="+msAddr,
 		// Each chat's messages are counted: no home channel notice.
 		"SWITCHBOARD_ROUTER__HOME_NOTICE=false",
 	)
@@ -225,6 +231,71 @@ func TestChatPlatformsEndToEnd(t *testing.T) {
 		waitFor("the answer after the failed one", func() bool { return len(texts()) >= 5 })
 		if got := texts(); len(got) != 5 || got[3] != "echo: third" || got[4] != "echo: fifth" {
 			t.Fatalf("answers = %q, want third once and fifth", got)
+		}
+	})
+
+	t.Run("teams", func(t *testing.T) {
+		const dm, channel = "a:1teams-personal-chat", "19:general@thread.tacv2;messageid=1699999999999"
+		url := "http://" + msAddr + "/api/messages"
+		post := func(a map[string]any) {
+			t.Helper()
+			if code, err := ms.Post(ctx, url, a); err != nil || code != 200 {
+				t.Fatalf("activity answered %d %v\nstderr:\n%s", code, err, d.stderr.String())
+			}
+		}
+		shown := func(conv string) []string {
+			return ms.Texts(conv)
+		}
+		done := func(conv string, n int) func() bool {
+			return func() bool {
+				got := shown(conv)
+				return len(got) >= n && strings.HasPrefix(got[n-1], "echo: ")
+			}
+		}
+		// A token not signed by the Bot Framework is refused, and nothing
+		// is answered.
+		if code, err := ms.PostRaw(ctx, url, []byte(`{"type":"message"}`), "Bearer eyJhbGciOiJub25lIn0.e30."); err != nil || code != 401 {
+			t.Fatalf("forged token answered %d %v", code, err)
+		}
+		first := ms.Message(dm, "personal", "aad-ann", "Ann", "hello teams")
+		post(first)
+		waitFor("teams answer", done(dm, 1))
+		a := ms.Activities(dm)[0]
+		if a.Text != "echo: hello teams" || a.ReplyTo != first["id"] || a.TextFormat != "markdown" {
+			t.Fatalf("answer = %+v", a)
+		}
+		if ms.Typing(dm) == 0 {
+			t.Fatal("no typing activity while the turn ran")
+		}
+		// The Bot Framework retries the activity; then a new message.
+		post(first)
+		post(ms.Message(dm, "personal", "aad-ann", "Ann", "second"))
+		waitFor("second teams answer", done(dm, 2))
+		if got := shown(dm); len(got) != 2 || got[1] != "echo: second" {
+			t.Fatalf("answers after a retried activity = %q, want exactly one more", got)
+		}
+		// A picture on the connector, fetched with the bot's token.
+		pic := []byte("\xff\xd8\xff\xe0 a teams photo")
+		withPic := ms.Message(dm, "personal", "aad-ann", "Ann", "what is this?")
+		withPic["attachments"] = []map[string]any{{"contentType": "image/jpeg", "contentUrl": ms.AddFile(pic), "name": "photo.jpg"}}
+		post(withPic)
+		waitFor("picture answer", done(dm, 3))
+		if got, want := shown(dm)[2], "echo: what is this?\n[Attachment: image photo.jpg] [image "+(fakellm.Image{MediaType: "image/jpeg", Data: pic}).String()+"]"; got != want {
+			t.Fatalf("picture answer = %q, want %q", got, want)
+		}
+		// Rate limited once (429 with Retry-After): delivery retries.
+		ms.Fail(teamsfake.Failure{Status: 429, RetryAfter: 1})
+		post(ms.Message(dm, "personal", "aad-ann", "Ann", "third"))
+		waitFor("the answer after a rate limit", done(dm, 4))
+		// A channel message that mentions the bot is answered in its thread,
+		// without the mention.
+		post(ms.Mention(ms.Message(channel, "channel", "aad-ann", "Ann", "hello channel")))
+		waitFor("channel answer", done(channel, 1))
+		if got := shown(channel); got[0] != "echo: hello channel" {
+			t.Fatalf("channel answer = %q", got)
+		}
+		if got := shown(dm); len(got) != 4 || got[3] != "echo: third" {
+			t.Fatalf("answers = %q", got)
 		}
 	})
 

@@ -303,7 +303,13 @@ func TestConfigValidate(t *testing.T) {
 	if err := c.validate(); err != nil || c.TokenURL != "https://login.microsoftonline.com/tenant/oauth2/v2.0/token" || c.Addr != "127.0.0.1:3978" || c.Path != "/api/messages" {
 		t.Fatalf("defaults: %+v %v", c, err)
 	}
+	c = ok
+	c.Addr, c.Port = "0.0.0.0:80", 3979
+	if err := c.validate(); err != nil || c.Addr != "0.0.0.0:3979" {
+		t.Fatalf("port: %q %v", c.Addr, err)
+	}
 	for name, mod := range map[string]func(*Config){
+		"bad port":       func(c *Config) { c.Port = 70000 },
 		"no client id":   func(c *Config) { c.ClientID = "" },
 		"no secret":      func(c *Config) { c.ClientSecret = "" },
 		"no tenant":      func(c *Config) { c.TenantID = "" },

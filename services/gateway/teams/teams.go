@@ -24,8 +24,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -89,6 +91,8 @@ type Config struct {
 	// path (the endpoint registered with the bot ends in it).
 	Addr string `koanf:"addr"`
 	Path string `koanf:"path"`
+	// Port (TEAMS_PORT), when set, replaces Addr's port.
+	Port int `koanf:"port"`
 	// MaxBodyBytes bounds one activity (1 MiB, as Hermes).
 	MaxBodyBytes int64 `koanf:"max_body_bytes"`
 	// AckTimeout bounds publishing an activity's message before answering.
@@ -114,6 +118,13 @@ func (c Config) Enabled() bool { return c.ClientID != "" && c.ClientSecret != ""
 
 // Validate checks the section without changing it.
 func (c Config) Validate() error { return c.validate() }
+
+// Resolved is the section with its defaults filled in (the port applied
+// to the address, the tenant's token endpoint), as the gateway runs it.
+func (c Config) Resolved() (Config, error) {
+	err := c.validate()
+	return c, err
+}
 
 func (c *Config) validate() error {
 	d := DefaultConfig()
@@ -152,6 +163,16 @@ func (c *Config) validate() error {
 	}
 	if c.Addr == "" {
 		c.Addr = d.Addr
+	}
+	if c.Port < 0 || c.Port > 65535 {
+		return fmt.Errorf("teams: port %d is not a TCP port", c.Port)
+	}
+	if c.Port > 0 {
+		host, _, err := net.SplitHostPort(c.Addr)
+		if err != nil {
+			return fmt.Errorf("teams: addr %q: %w", c.Addr, err)
+		}
+		c.Addr, c.Port = net.JoinHostPort(host, strconv.Itoa(c.Port)), 0
 	}
 	if c.Path == "" {
 		c.Path = d.Path
