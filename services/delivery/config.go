@@ -31,7 +31,7 @@ type Platform struct {
 	BotRate  ratelimit.Rate `koanf:"bot_rate"`
 	ChatRate ratelimit.Rate `koanf:"chat_rate"`
 	// NoTyping: the platform shows no typing indicator (the API streams,
-	// webhooks have no chat), so none is sent.
+	// webhooks have no chat, SMS has none), so none is sent.
 	NoTyping bool `koanf:"no_typing"`
 	// PerRequest: each reply answers its own waiting request (the API), so
 	// there is no chat order to keep, and a send repeated under its key is
@@ -95,7 +95,7 @@ func DefaultPlatforms() map[string]Platform {
 		"mattermost": {Streaming: StreamEdit, ToolProgress: ToolProgressNew},
 		"whatsapp":   {Streaming: StreamNone, ToolProgress: ToolProgressOff},
 		"signal":     {Streaming: StreamNone, ToolProgress: ToolProgressOff},
-		"sms":        {Streaming: StreamNone, ToolProgress: ToolProgressOff},
+		"sms":        {Streaming: StreamNone, NoTyping: true, ToolProgress: ToolProgressOff},
 		"email":      {Streaming: StreamNone, ToolProgress: ToolProgressOff},
 		"api":        {Streaming: StreamNative, NoTyping: true, PerRequest: true},
 		"webhook":    {Streaming: StreamNone, NoTyping: true, ToolProgress: ToolProgressOff},
