@@ -2,7 +2,12 @@ package mattermost
 
 import (
 	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 )
 
@@ -83,6 +88,37 @@ func FuzzPostList(f *testing.F) {
 			if why == skipNone && m.GetEventId() != p.ID {
 				t.Fatalf("event %v for post %s", m, p.ID)
 			}
+		}
+	})
+}
+
+// FuzzErrorAnswer feeds the reading of a failed REST answer (the error
+// body and the rate-limit headers) arbitrary input: it never panics, and
+// a 429's wait is at least a second and at most what the headers can say.
+func FuzzErrorAnswer(f *testing.F) {
+	f.Add(429, "3", "", `{"id":"api.context.rate_limit.app_error","message":"Too many requests","status_code":429}`)
+	f.Add(429, "1800000010", "", ``)
+	f.Add(429, "", "7", `not json`)
+	f.Add(403, "", "", `{"id":"api.context.permissions.app_error","message":"You do not have the appropriate permissions."}`)
+	f.Add(500, "-1", "x", strings.Repeat("e", 300))
+	f.Fuzz(func(t *testing.T, status int, reset, retry, body string) {
+		if status < 100 || status > 999 {
+			return
+		}
+		h := http.Header{}
+		h.Set("X-Ratelimit-Reset", reset)
+		h.Set("Retry-After", retry)
+		resp := &http.Response{StatusCode: status, Header: h, Body: io.NopCloser(strings.NewReader(body))}
+		err := responseError("op", resp)
+		var ae *apiError
+		if !errors.As(err, &ae) || ae.Status != status {
+			t.Fatalf("error %v for HTTP %d", err, status)
+		}
+		if status == http.StatusTooManyRequests && ae.RetryAfter < time.Second {
+			t.Fatalf("a 429 asks to wait %s", ae.RetryAfter)
+		}
+		if len(ae.Message) > 64<<10 {
+			t.Fatalf("message of %d bytes", len(ae.Message))
 		}
 	})
 }
