@@ -451,7 +451,10 @@ func (s *Service) Delete(context.Context, *deliveryv1.SendRequested) error {
 }
 
 // Typing is accepted and shows nothing: the stream itself shows progress.
-func (s *Service) Typing(context.Context, *deliveryv1.SendRequested) error { return nil }
+// Typing says a worker has begun the turn: a run's that waited runs.
+func (s *Service) Typing(ctx context.Context, req *deliveryv1.SendRequested) error {
+	return s.runSend(ctx, req)
+}
 
 // route delivers p locally, or forwards the request to the replica named
 // in the input message ids. Nobody waiting (the client left, the replica

@@ -29,6 +29,7 @@ func (s *Service) capabilities(w http.ResponseWriter, _ *http.Request) {
 			"run_events_sse":             true,
 			"run_stop":                   true,
 			"run_approval_response":      true,
+			"run_steer":                  true,
 			"tool_progress_events":       true,
 			"approval_events":            true,
 			"idempotency_key":            true,
@@ -45,6 +46,7 @@ func (s *Service) capabilities(w http.ResponseWriter, _ *http.Request) {
 			"run_status":       {http.MethodGet, "/v1/runs/{run_id}"},
 			"run_events":       {http.MethodGet, "/v1/runs/{run_id}/events"},
 			"run_approval":     {http.MethodPost, "/v1/runs/{run_id}/approval"},
+			"run_steer":        {http.MethodPost, "/v1/runs/{run_id}/steer"},
 			"run_stop":         {http.MethodPost, "/v1/runs/{run_id}/stop"},
 		},
 	})

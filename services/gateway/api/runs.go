@@ -22,15 +22,17 @@ import (
 // answering one input — and answers at once (202) with its id; GET
 // /v1/runs/{id} is its status, GET /v1/runs/{id}/events the stream of its
 // events; POST /v1/runs/{id}/approval answers the approval it waits on,
-// POST /v1/runs/{id}/stop stops it.
+// POST /v1/runs/{id}/steer adds to what it does, POST /v1/runs/{id}/stop
+// stops it.
 //
 // A run's message is a platform message like a chat completion's, whose
 // id is the run id. Its turn's replies come back through delivery as any
 // other (text deltas, tool steps, the answer's sends), to whichever
 // replica, which records them in the run store (runstore.go): a status
-// change in the run's record, an event under the run. Stop and approval
-// are the chat commands a user would send: /stop, /approve and /deny, as
-// messages of the run's session, whose own replies the router answers.
+// change in the run's record, an event under the run. Stop, approval and
+// steer are the chat commands a user would send: /stop, /approve, /deny
+// and /steer, as messages of the run's session, whose own replies the
+// router answers.
 
 // runChoices are the answers to an approval, as Hermes names them, and
 // the command each one is.
@@ -53,6 +55,7 @@ func (s *Service) runRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /v1/runs/{id}", s.authed(s.getRun))
 	mux.HandleFunc("GET /v1/runs/{id}/events", s.authed(s.runEvents))
 	mux.HandleFunc("POST /v1/runs/{id}/approval", s.authed(s.runApproval))
+	mux.HandleFunc("POST /v1/runs/{id}/steer", s.authed(s.steerRun))
 	mux.HandleFunc("POST /v1/runs/{id}/stop", s.authed(s.stopRun))
 }
 
@@ -330,6 +333,94 @@ func (s *Service) stopRun(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"run_id": id, "status": runStopping})
 }
 
+// steerRun serves POST /v1/runs/{id}/steer: text for the running turn to
+// take in without being stopped goes to the run's session as /steer
+// <text>, as a chat user would send it; the worker hands it to the model
+// after the current tool call (or after the model's answer, as a message
+// of its own). As Hermes, only a run that is running is steered (409
+// run_not_accepting_steer while it waits, waits for an approval, is
+// being stopped or has ended).
+func (s *Service) steerRun(w http.ResponseWriter, r *http.Request) {
+	rec, ok := s.ownRun(w, r)
+	if !ok {
+		return
+	}
+	body, ok := s.readBody(w, r)
+	if !ok {
+		return
+	}
+	text, err := parseSteer(body)
+	if err != nil {
+		s.rejectInvalid(w, r, "invalid run steer", err)
+		return
+	}
+	id := rec.Status.RunID
+	if rec.Status.Status != runRunning {
+		writeError(w, http.StatusConflict, "invalid_request_error", "run_not_accepting_steer", "",
+			fmt.Sprintf("Run is %s, not running: it cannot be steered: %s", rec.Status.Status, id))
+		return
+	}
+	msgID := id + "_" + runSteered + "_" + randomHex(4)
+	if _, err := s.rn().DeliverFresh(r.Context(), s.runCommand(rec, msgID, "/steer "+text)); err != nil {
+		s.log.WarnContext(r.Context(), "publish api run steer failed", "err", err)
+		writeUnavailable(w)
+		return
+	}
+	if err := s.runProgress(r.Context(), id, "steer:"+msgID, runEvent{Event: "run.steered", Accepted: true},
+		func(*runRecord, *runEvent) {}); err != nil {
+		// Sent all the same: only its event is missing.
+		s.log.WarnContext(r.Context(), "record api run steer failed", "err", err)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"object": "hermes.run.steer", "run_id": id, "accepted": true})
+}
+
+// steerFields are where a steer body's text may be, as Hermes reads it:
+// the first of them that is not empty.
+var steerFields = []string{"input", "message", "text"}
+
+// parseSteer reads a steer body: {"input"|"message"|"text": a string, or
+// content parts whose text parts are joined by newlines}.
+func parseSteer(body []byte) (string, error) {
+	var req map[string]json.RawMessage
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if err := dec.Decode(&req); err != nil || dec.More() || req == nil {
+		return "", &openai.InvalidError{Msg: "The request body must be a JSON object with an input."}
+	}
+	empty := &openai.InvalidError{Param: "input", Code: "invalid_steer_input", Msg: "Steer input must be non-empty text."}
+	for _, field := range steerFields {
+		raw := bytes.TrimSpace(req[field])
+		switch string(raw) {
+		case "", "null", `""`, "[]", "{}", "false", "0":
+			continue // not there, or empty: the next field
+		}
+		var text string
+		if json.Unmarshal(raw, &text) != nil {
+			var parts []json.RawMessage
+			if json.Unmarshal(raw, &parts) != nil {
+				return "", empty
+			}
+			var texts []string
+			for _, p := range parts {
+				var part struct {
+					Type string `json:"type"`
+					Text string `json:"text"`
+				}
+				if json.Unmarshal(p, &text) == nil {
+					texts = append(texts, text)
+				} else if json.Unmarshal(p, &part) == nil && (part.Type == "text" || part.Type == "input_text" || part.Type == "output_text") {
+					texts = append(texts, part.Text)
+				}
+			}
+			text = strings.Join(texts, "\n")
+		}
+		if text = strings.TrimSpace(text); text == "" {
+			return "", empty
+		}
+		return text, nil
+	}
+	return "", empty
+}
+
 // runApproval serves POST /v1/runs/{id}/approval: the answer to the
 // approval the run waits on goes to its session as the chat command
 // (/approve, /approve session, /approve always, /deny).
@@ -489,8 +580,23 @@ func (s *Service) runStep(ctx context.Context, run, command string, req *deliver
 		return nil
 	case runApproved:
 		return nil // approval.responded was recorded when it was sent
+	case runSteered:
+		// The router's notice, or — for a steer the turn could no longer
+		// take in — the answer of the next turn it was queued for, which
+		// is the session's, not the run's.
+		return nil
 	}
 	switch req.GetOp() {
+	case deliveryv1.SendOp_SEND_OP_TYPING:
+		// A worker has begun the run's turn.
+		_, _, err := s.runs.change(ctx, run, func(rec *runRecord) bool {
+			if rec.Status.Status != runQueued {
+				return false
+			}
+			rec.Status.Status = runRunning
+			return true
+		})
+		return err
 	case deliveryv1.SendOp_SEND_OP_STREAM_DELTA:
 		if req.GetText() == "" {
 			return nil

@@ -30,6 +30,7 @@ import (
 //	approve  a tool call that waits for /approve or /deny
 //	slow     a delta every 30 ms until /stop
 //	fail     a failed turn (error code provider)
+//	typing   typing (a worker began the turn), then nothing until /stop
 type runAgent struct {
 	t *testing.T
 	b *bus.Bus
@@ -184,6 +185,12 @@ func (a *runAgent) handle(ctx context.Context, ev *eventsv1.MessageReceived) {
 		}
 	case "fail":
 		final("⚠️ The AI service is busy right now.", "provider")
+	case "typing":
+		send(&deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_TYPING}, turn)
+		select {
+		case <-stops:
+		case <-ctx.Done():
+		}
 	default:
 		final("echo: "+ev.GetText(), "")
 	}
@@ -662,7 +669,7 @@ func TestCapabilities(t *testing.T) {
 	if r.code != 200 || json.Unmarshal(r.body, &caps) != nil || caps.Object != "hermes.api_server.capabilities" || caps.Auth["required"] != true {
 		t.Fatalf("%d %s", r.code, r.body)
 	}
-	for _, f := range []string{"run_submission", "run_status", "run_events_sse", "run_stop", "run_approval_response", "approval_events"} {
+	for _, f := range []string{"run_submission", "run_status", "run_events_sse", "run_stop", "run_approval_response", "run_steer", "approval_events"} {
 		if caps.Features[f] != true {
 			t.Errorf("feature %s: %v", f, caps.Features[f])
 		}
@@ -672,6 +679,9 @@ func TestCapabilities(t *testing.T) {
 	}
 	if e := caps.Ends["run_events"]; e["method"] != "GET" || e["path"] != "/v1/runs/{run_id}/events" {
 		t.Errorf("run_events endpoint %v", e)
+	}
+	if e := caps.Ends["run_steer"]; e["method"] != "POST" || e["path"] != "/v1/runs/{run_id}/steer" {
+		t.Errorf("run_steer endpoint %v", e)
 	}
 	if r := do(t, http.MethodGet, "http://"+s.Addr()+"/v1/capabilities", "", "", nil); r.code != 401 {
 		t.Errorf("without a key: %d", r.code)

@@ -59,10 +59,12 @@ var runIDPattern = regexp.MustCompile(`^run_[0-9a-f]{32}$`)
 
 // A run's messages are the run's own (its id) and the commands the
 // gateway sends in its session for it, whose ids name the run and what
-// they are: <run id>_stop_<random>, <run id>_approval_<random>.
+// they are: <run id>_stop_<random>, <run id>_approval_<random>,
+// <run id>_steer_<random>.
 const (
 	runStop     = "stop"
 	runApproved = "approval"
+	runSteered  = "steer"
 )
 
 // runMessage reads a message id of a run: the run id and, for a
@@ -75,7 +77,7 @@ func runMessage(id string) (run, command string, ok bool) {
 	if rest == "" {
 		return run, "", true
 	}
-	for _, c := range []string{runStop, runApproved} {
+	for _, c := range []string{runStop, runApproved, runSteered} {
 		if after, found := strings.CutPrefix(rest, "_"+c+"_"); found && after != "" {
 			return run, c, true
 		}
@@ -157,6 +159,8 @@ type runEvent struct {
 	// approval.responded
 	Choice   string `json:"choice,omitempty"`
 	Resolved int    `json:"resolved,omitempty"`
+	// run.steered
+	Accepted bool `json:"accepted,omitempty"`
 	// run.completed
 	Output *string   `json:"output,omitempty"`
 	Usage  *runUsage `json:"usage,omitempty"`

@@ -1,0 +1,149 @@
+package api
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Steering a running run, as Hermes: the text goes to the run's session
+// as /steer <text> from the run's client, the run records run.steered
+// and goes on; the answer is Hermes's hermes.run.steer.
+func TestRunSteered(t *testing.T) {
+	t.Parallel()
+	b := newBus(t)
+	s := startService(t, b, nil)
+	agent := startRunAgent(t, b)
+	url := "http://" + s.Addr() + "/v1/runs/"
+	id, _ := startRun(t, s, `{"input":"slow","session_id":"steer-chat"}`, nil)
+	es := followRun(t, s, id)
+	<-es.events // running: its first delta
+
+	for i, c := range []struct{ body, command string }{
+		{`{"input":"also check the tests"}`, "/steer also check the tests"},
+		{`{"message":[{"type":"text","text":"one"},{"type":"input_image","image_url":"x"},"two"]}`, "/steer one\ntwo"},
+		{`{"input":"","text":"  from text  "}`, "/steer from text"},
+	} {
+		r := do(t, http.MethodPost, url+id+"/steer", testKey, c.body, nil)
+		if want := `{"accepted":true,"object":"hermes.run.steer","run_id":"` + id + `"}`; r.code != http.StatusOK || strings.TrimSpace(string(r.body)) != want {
+			t.Fatalf("steer %s: %d %s", c.body, r.code, r.body)
+		}
+		var deltas []string
+		if ev := es.next(t, &deltas); ev["event"] != "run.steered" || ev["accepted"] != true {
+			t.Errorf("event %v", ev)
+		}
+		if st := runStatusOf(t, s, id); st.Status != runRunning || st.LastEvent != "run.steered" {
+			t.Errorf("status %+v", st)
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for len(agent.commandTexts()) < i+1 && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if cmds := agent.commandTexts(); len(cmds) != i+1 || cmds[i] != c.command {
+			t.Fatalf("commands %q, want %q last", cmds, c.command)
+		}
+	}
+	agent.mu.Lock()
+	steer := agent.commands[0]
+	agent.mu.Unlock()
+	if steer.GetSource().GetChatId() != "steer-chat" || steer.GetSource().GetUserId() != agent.received()[0].GetSource().GetUserId() {
+		t.Errorf("/steer went to %v", steer.GetSource())
+	}
+	// The router's notices to /steer are not the run's: it goes on.
+	time.Sleep(100 * time.Millisecond)
+	if st := runStatusOf(t, s, id); st.Status != runRunning || st.Output != nil {
+		t.Errorf("status after the notices %+v", st)
+	}
+}
+
+// Only a running run is steered (409 run_not_accepting_steer), and only
+// with text (400 invalid_steer_input).
+func TestRunSteerRefused(t *testing.T) {
+	t.Parallel()
+	b := newBus(t)
+	s := startService(t, b, nil)
+	agent := startRunAgent(t, b)
+	url := "http://" + s.Addr() + "/v1/runs/"
+
+	running, _ := startRun(t, s, `{"input":"slow","session_id":"busy"}`, nil)
+	es := followRun(t, s, running)
+	<-es.events
+	// Behind the running one in its session: queued.
+	queued, _ := startRun(t, s, `{"input":"hello","session_id":"busy"}`, nil)
+	ended, _ := startRun(t, s, `{"input":"hello"}`, nil)
+	waitRunStatus(t, s, ended, runCompleted)
+	stopping, _ := startRun(t, s, `{"input":"slow","session_id":"stopping"}`, nil)
+	<-followRun(t, s, stopping).events
+	if r := do(t, http.MethodPost, url+stopping+"/stop", testKey, "", nil); r.code != http.StatusOK {
+		t.Fatalf("stop: %d %s", r.code, r.body)
+	}
+	for _, c := range []struct {
+		name, id, body string
+		status         int
+		code           string
+	}{
+		{"queued", queued, `{"input":"x"}`, 409, "run_not_accepting_steer"},
+		{"ended", ended, `{"input":"x"}`, 409, "run_not_accepting_steer"},
+		{"stopped", stopping, `{"input":"x"}`, 409, "run_not_accepting_steer"},
+		{"unknown", "run_" + strings.Repeat("0", 32), `{"input":"x"}`, 404, "run_not_found"},
+		{"no text", running, `{"input":"  "}`, 400, "invalid_steer_input"},
+		{"no field", running, `{"choice":"x"}`, 400, "invalid_steer_input"},
+		{"parts without text", running, `{"input":[{"type":"input_image","image_url":"x"}]}`, 400, "invalid_steer_input"},
+		{"a number", running, `{"input":5}`, 400, "invalid_steer_input"},
+		{"not JSON", running, `also`, 400, "invalid_request"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := do(t, http.MethodPost, url+c.id+"/steer", testKey, c.body, nil)
+			if r.code != c.status || errorCode(t, r) != c.code {
+				t.Errorf("%d %s, want %d %s", r.code, r.body, c.status, c.code)
+			}
+		})
+	}
+	for _, cmd := range agent.commandTexts() {
+		if strings.HasPrefix(cmd, "/steer") {
+			t.Errorf("a refused steer was sent: %q", cmd)
+		}
+	}
+}
+
+// A run is running once a worker has begun its turn (its typing), before
+// its first event, as Hermes's is once its agent starts.
+func TestRunRunningOnTyping(t *testing.T) {
+	t.Parallel()
+	b := newBus(t)
+	s := startService(t, b, nil)
+	startRunAgent(t, b)
+	id, _ := startRun(t, s, `{"input":"typing"}`, nil)
+	waitRunStatus(t, s, id, runRunning)
+	if st := runStatusOf(t, s, id); st.LastEvent != "" {
+		t.Errorf("status %+v", st)
+	}
+	if r := do(t, http.MethodPost, "http://"+s.Addr()+"/v1/runs/"+id+"/steer", testKey, `{"input":"x"}`, nil); r.code != http.StatusOK {
+		t.Errorf("steer: %d %s", r.code, r.body)
+	}
+}
+
+// FuzzSteerBody checks the steer body parser on any body: it never
+// panics, and text it accepts is non-empty and trimmed (it follows
+// "/steer " in a chat command).
+func FuzzSteerBody(f *testing.F) {
+	f.Add([]byte(`{"input":"also check the tests"}`))
+	f.Add([]byte(`{"message":[{"type":"text","text":"one"},"two",{"type":"input_image"}]}`))
+	f.Add([]byte(`{"input":"","text":" x "}`))
+	f.Add([]byte(`{"input":5}`))
+	f.Add([]byte(`[]`))
+	f.Add([]byte(`{"input":"\u0000\n"} {}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		text, err := parseSteer(body)
+		if err != nil {
+			if text != "" {
+				t.Fatalf("text %q with error %v", text, err)
+			}
+			return
+		}
+		if text == "" || text != strings.TrimSpace(text) {
+			t.Fatalf("text %q accepted", text)
+		}
+	})
+}
