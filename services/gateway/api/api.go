@@ -451,10 +451,7 @@ func (s *Service) Delete(context.Context, *deliveryv1.SendRequested) error {
 }
 
 // Typing is accepted and shows nothing: the stream itself shows progress.
-// Typing says a worker has begun the turn: a run's that waited runs.
-func (s *Service) Typing(ctx context.Context, req *deliveryv1.SendRequested) error {
-	return s.runSend(ctx, req)
-}
+func (s *Service) Typing(context.Context, *deliveryv1.SendRequested) error { return nil }
 
 // route delivers p locally, or forwards the request to the replica named
 // in the input message ids. Nobody waiting (the client left, the replica

@@ -587,16 +587,6 @@ func (s *Service) runStep(ctx context.Context, run, command string, req *deliver
 		return nil
 	}
 	switch req.GetOp() {
-	case deliveryv1.SendOp_SEND_OP_TYPING:
-		// A worker has begun the run's turn.
-		_, _, err := s.runs.change(ctx, run, func(rec *runRecord) bool {
-			if rec.Status.Status != runQueued {
-				return false
-			}
-			rec.Status.Status = runRunning
-			return true
-		})
-		return err
 	case deliveryv1.SendOp_SEND_OP_STREAM_DELTA:
 		if req.GetText() == "" {
 			return nil

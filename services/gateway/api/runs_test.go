@@ -30,7 +30,6 @@ import (
 //	approve  a tool call that waits for /approve or /deny
 //	slow     a delta every 30 ms until /stop
 //	fail     a failed turn (error code provider)
-//	typing   typing (a worker began the turn), then nothing until /stop
 type runAgent struct {
 	t *testing.T
 	b *bus.Bus
@@ -185,12 +184,6 @@ func (a *runAgent) handle(ctx context.Context, ev *eventsv1.MessageReceived) {
 		}
 	case "fail":
 		final("⚠️ The AI service is busy right now.", "provider")
-	case "typing":
-		send(&deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_TYPING}, turn)
-		select {
-		case <-stops:
-		case <-ctx.Done():
-		}
 	default:
 		final("echo: "+ev.GetText(), "")
 	}

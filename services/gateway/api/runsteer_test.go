@@ -107,23 +107,6 @@ func TestRunSteerRefused(t *testing.T) {
 	}
 }
 
-// A run is running once a worker has begun its turn (its typing), before
-// its first event, as Hermes's is once its agent starts.
-func TestRunRunningOnTyping(t *testing.T) {
-	t.Parallel()
-	b := newBus(t)
-	s := startService(t, b, nil)
-	startRunAgent(t, b)
-	id, _ := startRun(t, s, `{"input":"typing"}`, nil)
-	waitRunStatus(t, s, id, runRunning)
-	if st := runStatusOf(t, s, id); st.LastEvent != "" {
-		t.Errorf("status %+v", st)
-	}
-	if r := do(t, http.MethodPost, "http://"+s.Addr()+"/v1/runs/"+id+"/steer", testKey, `{"input":"x"}`, nil); r.code != http.StatusOK {
-		t.Errorf("steer: %d %s", r.code, r.body)
-	}
-}
-
 // FuzzSteerBody checks the steer body parser on any body: it never
 // panics, and text it accepts is non-empty and trimmed (it follows
 // "/steer " in a chat command).
