@@ -34,14 +34,15 @@ func TestComposeLoadsWithEveryProfile(t *testing.T) {
 		want     []string
 		notWant  []string
 	}{
-		{profiles: nil, want: always, notWant: []string{"telegram", "discord", "slack", "whatsapp", "fakellm"}},
+		{profiles: nil, want: always, notWant: []string{"telegram", "discord", "slack", "whatsapp", "teams", "fakellm"}},
 		{profiles: []string{"demo"}, want: append(slices.Clone(always), "fakellm"), notWant: []string{"telegram"}},
 		{profiles: []string{"telegram"}, want: append(slices.Clone(always), "telegram"), notWant: []string{"discord", "slack", "fakellm"}},
 		{profiles: []string{"discord"}, want: append(slices.Clone(always), "discord")},
 		{profiles: []string{"slack"}, want: append(slices.Clone(always), "slack")},
 		{profiles: []string{"whatsapp"}, want: append(slices.Clone(always), "whatsapp"), notWant: []string{"telegram"}},
 		{profiles: []string{"mattermost"}, want: append(slices.Clone(always), "mattermost"), notWant: []string{"matrix"}},
-		{profiles: []string{"*"}, want: append(slices.Clone(always), "telegram", "discord", "slack", "whatsapp", "mattermost", "fakellm")},
+		{profiles: []string{"teams"}, want: append(slices.Clone(always), "teams"), notWant: []string{"whatsapp"}},
+		{profiles: []string{"*"}, want: append(slices.Clone(always), "telegram", "discord", "slack", "whatsapp", "mattermost", "teams", "fakellm")},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(append([]string{"profiles"}, tt.profiles...), "-"), func(t *testing.T) {
@@ -104,8 +105,11 @@ func TestComposeServices(t *testing.T) {
 	if !publishes(p.Services["whatsapp"], 8645) {
 		t.Errorf("whatsapp gateway does not publish 8645")
 	}
+	if !publishes(p.Services["teams"], 3978) {
+		t.Errorf("teams gateway does not publish 3978")
+	}
 
-	for name, profile := range map[string]string{"telegram": "telegram", "discord": "discord", "slack": "slack", "whatsapp": "whatsapp", "mattermost": "mattermost", "fakellm": "demo"} {
+	for name, profile := range map[string]string{"telegram": "telegram", "discord": "discord", "slack": "slack", "whatsapp": "whatsapp", "mattermost": "mattermost", "teams": "teams", "fakellm": "demo"} {
 		if got := p.Services[name].Profiles; !slices.Equal(got, []string{profile}) {
 			t.Errorf("%s: profiles %v, want [%s]", name, got, profile)
 		}
@@ -226,6 +230,7 @@ func TestComposeSecretsStayWithTheirGateway(t *testing.T) {
 		"TELEGRAM_BOT_TOKEN": "telegram", "DISCORD_BOT_TOKEN": "discord",
 		"SLACK_BOT_TOKEN": "slack", "SLACK_APP_TOKEN": "slack",
 		"WHATSAPP_ACCESS_TOKEN": "whatsapp", "WHATSAPP_APP_SECRET": "whatsapp",
+		"TEAMS_CLIENT_SECRET": "teams",
 		"API_SERVER_KEY": "api", "SWITCHBOARD_ADMIN_TOKEN": "admin",
 		"OPENAI_API_KEY": "agent-worker", "ANTHROPIC_API_KEY": "agent-worker",
 	}

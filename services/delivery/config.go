@@ -84,7 +84,7 @@ func DefaultPlatforms() map[string]Platform {
 	// Tool progress as Hermes's display tiers have it: on where the chat
 	// is the operator's own and progress edits one message (Discord),
 	// only when the tool changes where edits reach a shared audience
-	// (Matrix, Mattermost), off on mobile inboxes (Telegram), where Slack
+	// (Matrix, Mattermost, Teams), off on mobile inboxes (Telegram), where Slack
 	// posts pile up, where nothing can be edited (the WhatsApp Cloud API,
 	// Signal, SMS, email) and on webhooks. Unlisted platforms: all.
 	return map[string]Platform{
@@ -93,6 +93,7 @@ func DefaultPlatforms() map[string]Platform {
 		"slack":      {Streaming: StreamEdit, ChatRate: perSecond, ToolProgress: ToolProgressOff},
 		"matrix":     {Streaming: StreamEdit, ToolProgress: ToolProgressNew},
 		"mattermost": {Streaming: StreamEdit, ToolProgress: ToolProgressNew},
+		"teams":      {Streaming: StreamEdit, ChatRate: perSecond, ToolProgress: ToolProgressNew}, // edits count against the connector's per-conversation limit
 		"whatsapp":   {Streaming: StreamNone, ToolProgress: ToolProgressOff},
 		"signal":     {Streaming: StreamNone, ToolProgress: ToolProgressOff},
 		"sms":        {Streaming: StreamNone, NoTyping: true, ToolProgress: ToolProgressOff},
