@@ -34,7 +34,7 @@ func TestComposeLoadsWithEveryProfile(t *testing.T) {
 		want     []string
 		notWant  []string
 	}{
-		{profiles: nil, want: always, notWant: []string{"telegram", "discord", "slack", "whatsapp", "teams", "fakellm"}},
+		{profiles: nil, want: always, notWant: []string{"telegram", "discord", "slack", "whatsapp", "teams", "sms", "fakellm"}},
 		{profiles: []string{"demo"}, want: append(slices.Clone(always), "fakellm"), notWant: []string{"telegram"}},
 		{profiles: []string{"telegram"}, want: append(slices.Clone(always), "telegram"), notWant: []string{"discord", "slack", "fakellm"}},
 		{profiles: []string{"discord"}, want: append(slices.Clone(always), "discord")},
@@ -42,7 +42,8 @@ func TestComposeLoadsWithEveryProfile(t *testing.T) {
 		{profiles: []string{"whatsapp"}, want: append(slices.Clone(always), "whatsapp"), notWant: []string{"telegram"}},
 		{profiles: []string{"mattermost"}, want: append(slices.Clone(always), "mattermost"), notWant: []string{"matrix"}},
 		{profiles: []string{"teams"}, want: append(slices.Clone(always), "teams"), notWant: []string{"whatsapp"}},
-		{profiles: []string{"*"}, want: append(slices.Clone(always), "telegram", "discord", "slack", "whatsapp", "mattermost", "teams", "fakellm")},
+		{profiles: []string{"sms"}, want: append(slices.Clone(always), "sms"), notWant: []string{"whatsapp"}},
+		{profiles: []string{"*"}, want: append(slices.Clone(always), "telegram", "discord", "slack", "whatsapp", "mattermost", "teams", "sms", "fakellm")},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(append([]string{"profiles"}, tt.profiles...), "-"), func(t *testing.T) {
@@ -105,11 +106,14 @@ func TestComposeServices(t *testing.T) {
 	if !publishes(p.Services["whatsapp"], 8645) {
 		t.Errorf("whatsapp gateway does not publish 8645")
 	}
+	if !publishes(p.Services["sms"], 8646) {
+		t.Errorf("sms gateway does not publish 8646")
+	}
 	if !publishes(p.Services["teams"], 3978) {
 		t.Errorf("teams gateway does not publish 3978")
 	}
 
-	for name, profile := range map[string]string{"telegram": "telegram", "discord": "discord", "slack": "slack", "whatsapp": "whatsapp", "mattermost": "mattermost", "teams": "teams", "fakellm": "demo"} {
+	for name, profile := range map[string]string{"telegram": "telegram", "discord": "discord", "slack": "slack", "whatsapp": "whatsapp", "mattermost": "mattermost", "teams": "teams", "sms": "sms", "fakellm": "demo"} {
 		if got := p.Services[name].Profiles; !slices.Equal(got, []string{profile}) {
 			t.Errorf("%s: profiles %v, want [%s]", name, got, profile)
 		}
@@ -233,6 +237,7 @@ func TestComposeSecretsStayWithTheirGateway(t *testing.T) {
 		"TEAMS_CLIENT_SECRET": "teams",
 		"API_SERVER_KEY": "api", "SWITCHBOARD_ADMIN_TOKEN": "admin",
 		"OPENAI_API_KEY": "agent-worker", "ANTHROPIC_API_KEY": "agent-worker",
+		"TWILIO_ACCOUNT_SID": "sms", "TWILIO_AUTH_TOKEN": "sms",
 	}
 	for name, s := range p.Services {
 		for v := range s.Environment {
