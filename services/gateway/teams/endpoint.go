@@ -129,6 +129,17 @@ func (p *Platform) handle(ctx context.Context, conn deliverer, a *Activity) erro
 		return err
 	}
 	n := normalize(a, p.cfg.ClientID, p.cfg.RequireMention)
+	if n.skip == "not_mentioned" && validID(a.ReplyToID) {
+		// A reply to one of the bot's own messages addresses it, as in
+		// Hermes.
+		mine, err := p.sentByBot(ctx, a.Conversation.ID, a.ReplyToID)
+		if err != nil {
+			return err
+		}
+		if mine {
+			n = normalize(a, p.cfg.ClientID, false)
+		}
+	}
 	if n.ev == nil {
 		skipped.WithLabelValues(n.skip).Inc()
 		p.log.Debug("teams activity skipped", "reason", n.skip, "type", a.Type)

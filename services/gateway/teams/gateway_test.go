@@ -165,6 +165,31 @@ func TestActivities(t *testing.T) {
 	}
 	platformtest.NoEvent(t, h.evs, 200*time.Millisecond)
 
+	// A reply to a post of the bot's counts as addressing it.
+	const channel = "19:general@thread.tacv2"
+	if code := h.post(t, f.Mention(f.Message(channel, "channel", userID, userName, "hello"))); code != http.StatusOK {
+		t.Fatal(code)
+	}
+	platformtest.NextEvent(t, h.evs)
+	post, err := h.s.p.Send(context.Background(), &deliveryv1.SendRequested{Target: &deliveryv1.Target{Platform: "teams", ChatId: channel}, Text: "news"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reply := f.Message(channel+";messageid="+post, "channel", userID, userName, "tell me more")
+	reply["replyToId"] = post
+	if code := h.post(t, reply); code != http.StatusOK {
+		t.Fatal(code)
+	}
+	if ev := platformtest.NextEvent(t, h.evs); ev.GetText() != "tell me more" || ev.GetMentioned() {
+		t.Fatalf("reply to the bot's post: %v", ev)
+	}
+	other := f.Message(channel+";messageid=1", "channel", userID, userName, "not to the bot")
+	other["replyToId"] = "1"
+	if code := h.post(t, other); code != http.StatusOK {
+		t.Fatal(code)
+	}
+	platformtest.NoEvent(t, h.evs, 200*time.Millisecond)
+
 	// A personal chat needs no mention; a channel message that mentions
 	// the bot is published without the <at> tag.
 	if code := h.post(t, f.Message(dmConv, "personal", userID, userName, "hi")); code != http.StatusOK {

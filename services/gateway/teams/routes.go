@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -91,4 +92,41 @@ func (p *Platform) serviceURL(ctx context.Context, conversation string) (string,
 		return "", fmt.Errorf("read teams serviceUrl: %w", err)
 	}
 	return string(e.Value()), nil
+}
+
+// sentKey is the key of a message the bot sent, under its channel or
+// chat (a thread's ;messageid=… cut off: a reply to the bot's post
+// arrives in the thread the post opened).
+func (p *Platform) sentKey(conversation, id string) string {
+	base, _, _ := strings.Cut(conversation, ";")
+	h := sha256.Sum256([]byte("sent\x00" + p.cfg.ClientID + "\x00" + base + "\x00" + id))
+	return "sent." + hex.EncodeToString(h[:20])
+}
+
+// rememberSent records that the bot sent message id in conversation, so
+// that a reply to it counts as addressing the bot (require_mention).
+func (p *Platform) rememberSent(ctx context.Context, conversation, id string) {
+	kv, err := p.routes(ctx)
+	if err == nil {
+		_, err = kv.PutString(ctx, p.sentKey(conversation, id), "1")
+	}
+	if err != nil {
+		p.log.Warn("teams sent message not recorded; a reply to it needs a mention", "err", err)
+	}
+}
+
+// sentByBot reports whether the bot sent message id in conversation.
+func (p *Platform) sentByBot(ctx context.Context, conversation, id string) (bool, error) {
+	kv, err := p.routes(ctx)
+	if err != nil {
+		return false, err
+	}
+	_, err = kv.Get(ctx, p.sentKey(conversation, id))
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("read teams sent message: %w", err)
+	}
+	return true, nil
 }

@@ -91,13 +91,24 @@ func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (str
 		err = p.connector.do(ctx, http.MethodPost, activitiesURL(base, conv, reply), act, &out)
 		var se *platform.SendError
 		if err == nil || !errors.As(err, &se) || se.Class != deliveryv1.ErrorClass_ERROR_CLASS_PERMANENT {
-			return sentID(out, err)
+			return p.sent(ctx, conv, out, err)
 		}
 		p.log.Debug("teams reply refused; posting to the conversation", "err", err)
 		act.ReplyToID = ""
 	}
 	err = p.connector.do(ctx, http.MethodPost, activitiesURL(base, conv, ""), act, &out)
-	return sentID(out, err)
+	return p.sent(ctx, conv, out, err)
+}
+
+// sent is a send's outcome: the activity id, recorded as the bot's
+// when replies to the bot's messages must be told apart
+// (require_mention).
+func (p *Platform) sent(ctx context.Context, conv string, out resourceResponse, err error) (string, error) {
+	id, err := sentID(out, err)
+	if err == nil && p.cfg.RequireMention {
+		p.rememberSent(ctx, conv, id)
+	}
+	return id, err
 }
 
 func sentID(out resourceResponse, err error) (string, error) {

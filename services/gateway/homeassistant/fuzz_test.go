@@ -1,0 +1,74 @@
+package homeassistant
+
+import (
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/switchboard-chat/switchboard/pkg/platform"
+)
+
+// FuzzFrame feeds the websocket message parser, the state_changed
+// parser, the filters and the description arbitrary messages: they never
+// panic, and an event they make is Hermes's (its channel and sender,
+// trusted as the transport's), for a watched entity, named by the
+// change's context and entity, and one the kit can publish. The
+// committed corpus (testdata/fuzz/FuzzFrame) holds Home Assistant's
+// messages of each kind.
+func FuzzFrame(f *testing.F) {
+	for _, s := range []string{
+		`{"type":"auth_required","ha_version":"2025.1.0"}`,
+		`{"type":"auth_ok","ha_version":"2025.1.0"}`,
+		`{"type":"auth_invalid","message":"Invalid access token or password"}`,
+		`{"id":1,"type":"result","success":true,"result":null}`,
+		`{"id":1,"type":"result","success":false,"error":{"code":"unauthorized","message":"Unauthorized"}}`,
+		`{"id":1,"type":"pong"}`,
+		`{"id":1,"type":"event","event":` + string(event("binary_sensor.front_door", st("off", nil), st("on", map[string]any{"friendly_name": "Front Door"}))) + `}`,
+		`{"id":1,"type":"event","event":` + string(event("climate.hall", st("off", nil), st("heat", map[string]any{"current_temperature": 21.5, "temperature": 23}))) + `}`,
+		`{"id":1,"type":"event","event":` + string(event("sensor.t", st("1", nil), st("2", map[string]any{"unit_of_measurement": "°C"}))) + `}`,
+		`{"id":1,"type":"event","event":` + string(event("light.k", st("on", nil), st("on", map[string]any{"brightness": 3}))) + `}`,
+		`{"id":1,"type":"event","event":` + string(event("light.k", st("on", nil), nil)) + `}`,
+		`{"id":1,"type":"event","event":{"event_type":"call_service","data":{"domain":"light"},"context":{"id":"c"}}}`,
+		`{"id":1,"type":"event","event":{"event_type":"state_changed","data":{"entity_id":"x","new_state":{"state":null}},"context":{"id":"c"},"time_fired":"bad"}}`,
+	} {
+		f.Add([]byte(s))
+	}
+	cfg := DefaultConfig()
+	cfg.Token, cfg.WatchAll, cfg.IgnoreEntities = "t", true, []string{"sensor.uptime"}
+	r := newRules(cfg)
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		fr, err := parseFrame(raw)
+		if err != nil || fr.Type != "event" {
+			return
+		}
+		sc, ok, err := parseStateChanged(fr.Event)
+		if err != nil || !ok {
+			return
+		}
+		if r.filter(sc.EntityID) != skipNone {
+			if sc.EntityID != "sensor.uptime" {
+				t.Fatalf("watch_all skipped %q", sc.EntityID)
+			}
+			return
+		}
+		m, why := normalize(sc, "ha.local:8123")
+		if why != skipNone {
+			if m != nil {
+				t.Fatalf("skipped (%s) with an event", why)
+			}
+			return
+		}
+		src := m.GetSource()
+		if src.GetChatId() != ChatID || src.GetUserId() != UserID || src.GetChatType() != "channel" || !m.GetTransportAuthenticated() {
+			t.Fatalf("event %v: not Hermes's source", m)
+		}
+		if !strings.HasPrefix(m.GetEventId(), sc.ContextID+":"+sc.EntityID) || !strings.HasPrefix(m.GetText(), "[Home Assistant] ") {
+			t.Fatalf("event %v for change %+v", m, sc)
+		}
+		if utf8.Valid(raw) {
+			if err := platform.CheckEvent(m, "homeassistant", "ha.local:8123", 1<<20); err != nil && !strings.Contains(err.Error(), "event id") {
+				t.Fatalf("event %v not publishable: %v", m, err)
+			}
+		}
+	})
+}

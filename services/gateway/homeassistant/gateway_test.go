@@ -1,0 +1,293 @@
+package homeassistant
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/switchboard-chat/switchboard/pkg/bus"
+	"github.com/switchboard-chat/switchboard/pkg/bus/bustest"
+	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+	"github.com/switchboard-chat/switchboard/pkg/platform"
+	"github.com/switchboard-chat/switchboard/pkg/platform/platformtest"
+	"github.com/switchboard-chat/switchboard/services/gateway/homeassistant/hafake"
+)
+
+// gw is a running gateway on NATS (an embedded server), pointed at a fake
+// Home Assistant.
+type gw struct {
+	f   *hafake.Fake
+	b   *bus.Bus
+	s   *Service
+	ctx context.Context
+	evs chan *eventsv1.MessageReceived
+}
+
+func start(t *testing.T, mutate func(*Config), wait bool) *gw {
+	t.Helper()
+	return startClock(t, mutate, wait, nil)
+}
+
+// startClock is start with the cooldown's clock.
+func startClock(t *testing.T, mutate func(*Config), wait bool, clock func() time.Time) *gw {
+	t.Helper()
+	f := hafake.New(token)
+	t.Cleanup(f.Close)
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	g := &gw{f: f, b: b, evs: platformtest.InboundEvents(t, b)}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	g.ctx = ctx
+	cfg := testConfig(f)
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	s, err := New(cfg, Deps{Log: slog.New(slog.DiscardHandler), Bus: b,
+		Runner: platform.Options{Backoff: platform.Schedule(10 * time.Millisecond), LeaseTTL: time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.s = s
+	if clock != nil {
+		s.p.now = clock
+	}
+	runCtx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(runCtx) }()
+	var once sync.Once
+	t.Cleanup(func() {
+		once.Do(func() {
+			stop()
+			if err := <-done; err != nil {
+				t.Errorf("run: %v", err)
+			}
+		})
+		platformtest.DeleteBuckets(b)
+	})
+	if wait {
+		platformtest.WaitFor(t, "the gateway to subscribe", func() bool {
+			st, _ := s.Runner().State()
+			return st == platform.StateConnected && f.Subscribed() == 1
+		})
+	}
+	return g
+}
+
+func (g *gw) send(t *testing.T, req *deliveryv1.SendRequested) *deliveryv1.SendReceipt {
+	t.Helper()
+	r := &deliveryv1.SendReceipt{}
+	if err := g.b.Request(g.ctx, g.b.Topology().SendSubject("homeassistant"), req, r); err != nil {
+		t.Fatalf("send request: %v", err)
+	}
+	return r
+}
+
+func notify(key, text string) *deliveryv1.SendRequested {
+	return &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, Text: text, IdempotencyKey: key, Final: true,
+		Target: &deliveryv1.Target{Platform: "homeassistant", ChatId: ChatID}}
+}
+
+func door(state, was string) hafake.Change {
+	return hafake.Change{EntityID: "binary_sensor.front_door", Old: &hafake.State{State: was},
+		New: &hafake.State{State: state, Attributes: map[string]any{"friendly_name": "Front Door"}}}
+}
+
+// A watched change reaches the bus once, in Hermes's channel and
+// session, trusted as the transport's; ignored, unwatched and
+// attributes-only changes publish nothing; the answer replaces Hermes's
+// one notification.
+func TestWatchedChangeAndAnswer(t *testing.T) {
+	t.Parallel()
+	g := start(t, nil, true)
+	g.f.Change(hafake.Change{EntityID: "sensor.uptime", Old: &hafake.State{State: "1"}, New: &hafake.State{State: "2"}})
+	g.f.Change(hafake.Change{EntityID: "switch.heater", Old: &hafake.State{State: "off"}, New: &hafake.State{State: "on"}})
+	g.f.Change(hafake.Change{EntityID: "light.kitchen", Old: &hafake.State{State: "on"},
+		New: &hafake.State{State: "on", Attributes: map[string]any{"brightness": 20}}})
+	sent := g.f.Change(door("on", "off"))
+	ev := platformtest.NextEvent(t, g.evs)
+	if ev.GetEventId() != sent.EventID || ev.GetText() != "[Home Assistant] Front Door: triggered (was cleared)" ||
+		!ev.GetTransportAuthenticated() || ev.GetSource().GetChatId() != "ha_events" || ev.GetSource().GetUserId() != "homeassistant" {
+		t.Fatalf("event %v", ev)
+	}
+	platformtest.NoEvent(t, g.evs, 300*time.Millisecond)
+
+	first := g.send(t, notify("turn-1:0", "The front door opened."))
+	if !first.GetOk() || first.GetPlatformMessageId() != "hermes_agent" {
+		t.Fatalf("receipt %v", first)
+	}
+	second := g.send(t, notify("turn-2:0", "It closed again."))
+	if !second.GetOk() {
+		t.Fatalf("receipt %v", second)
+	}
+	shown := g.f.Notifications()
+	if len(shown) != 1 || shown[0].Message != "It closed again." || shown[0].Title != "Hermes Agent" || shown[0].ID != "hermes_agent" {
+		t.Fatalf("notifications %+v: want Hermes's one, replaced", shown)
+	}
+}
+
+// Without a notification id each answer is a notification of its own,
+// and a repeated send (delivery's retry after a lost receipt) replaces
+// its own instead of adding one.
+func TestNotificationPerAnswer(t *testing.T) {
+	t.Parallel()
+	g := start(t, func(c *Config) { c.NotificationID, c.NotificationTitle = "", "Switchboard" }, true)
+	a := g.send(t, notify("turn-1:0", "first"))
+	b := g.send(t, notify("turn-2:0", "second"))
+	if !a.GetOk() || !b.GetOk() || a.GetPlatformMessageId() == b.GetPlatformMessageId() {
+		t.Fatalf("receipts %v %v", a, b)
+	}
+	p := g.s.p
+	if _, err := p.Send(g.ctx, notify("turn-1:0", "first")); err != nil {
+		t.Fatal(err)
+	}
+	shown := g.f.Notifications()
+	if len(shown) != 2 || shown[0].Message != "first" || shown[1].Message != "second" || shown[0].Title != "Switchboard" {
+		t.Fatalf("notifications %+v", shown)
+	}
+}
+
+// The per-entity cooldown: a second change of one entity within it is
+// dropped, another entity's is not, and once it is over the entity is
+// heard again.
+func TestCooldown(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	now := time.Now()
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	g := startClock(t, func(c *Config) { c.CooldownSeconds = 30 }, true, clock)
+	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+
+	a := g.f.Change(door("on", "off"))
+	if ev := platformtest.NextEvent(t, g.evs); ev.GetEventId() != a.EventID {
+		t.Fatalf("event %s, want %s", ev.GetEventId(), a.EventID)
+	}
+	advance(29 * time.Second)
+	g.f.Change(door("off", "on"))
+	b := g.f.Change(hafake.Change{EntityID: "light.kitchen", Old: &hafake.State{State: "off"}, New: &hafake.State{State: "on"}})
+	if ev := platformtest.NextEvent(t, g.evs); ev.GetEventId() != b.EventID {
+		t.Fatalf("event %s %q, want the light's %s (the door is cooling down)", ev.GetEventId(), ev.GetText(), b.EventID)
+	}
+	advance(time.Second)
+	c := g.f.Change(door("on", "off"))
+	if ev := platformtest.NextEvent(t, g.evs); ev.GetEventId() != c.EventID {
+		t.Fatalf("event %s, want %s after the cooldown", ev.GetEventId(), c.EventID)
+	}
+}
+
+// One context changing several entities (a scene) is several events;
+// the same change sent again is published once.
+func TestContextSharedAndReplay(t *testing.T) {
+	t.Parallel()
+	g := start(t, nil, true)
+	a := g.f.Change(hafake.Change{EntityID: "light.kitchen", ContextID: "01JSCENE", Old: &hafake.State{State: "off"}, New: &hafake.State{State: "on"}})
+	b := g.f.Change(hafake.Change{EntityID: "light.hall", ContextID: "01JSCENE", Old: &hafake.State{State: "off"}, New: &hafake.State{State: "on"}})
+	g.f.Replay(a.EventID)
+	for _, want := range []string{a.EventID, b.EventID} {
+		if ev := platformtest.NextEvent(t, g.evs); ev.GetEventId() != want {
+			t.Fatalf("event %s, want %s", ev.GetEventId(), want)
+		}
+	}
+	platformtest.NoEvent(t, g.evs, 300*time.Millisecond)
+}
+
+// Home Assistant replays nothing: a change while the gateway is
+// disconnected is lost; after the reconnect changes are heard again.
+func TestReconnectLosesChangesWhileDown(t *testing.T) {
+	t.Parallel()
+	g := start(t, nil, true)
+	g.f.Drop()
+	lost := g.f.Change(door("on", "off")) // no subscription open
+	platformtest.WaitFor(t, "the gateway to subscribe again", func() bool { return g.f.Subscribed() == 1 })
+	after := g.f.Change(hafake.Change{EntityID: "light.kitchen", Old: &hafake.State{State: "off"}, New: &hafake.State{State: "on"}})
+	ev := platformtest.NextEvent(t, g.evs)
+	if ev.GetEventId() != after.EventID || ev.GetEventId() == lost.EventID {
+		t.Fatalf("event %s, want %s", ev.GetEventId(), after.EventID)
+	}
+}
+
+// A refused token makes the gateway unready for good, with the reason.
+func TestBadTokenIsFatal(t *testing.T) {
+	t.Parallel()
+	g := start(t, func(c *Config) { c.Token = "wrong" }, false)
+	platformtest.WaitFor(t, "the gateway to give up", func() bool {
+		st, _ := g.s.Runner().State()
+		return st == platform.StateFatal
+	})
+	if _, reason := g.s.Runner().State(); !strings.Contains(reason, "HASS_TOKEN") || !strings.Contains(reason, "Invalid access token") {
+		t.Fatalf("reason %q does not say the token was refused", reason)
+	}
+	if err := g.s.Ready(g.ctx); err == nil {
+		t.Fatal("ready with a refused token")
+	}
+	if n := g.f.Connections(); n != 0 {
+		t.Fatalf("%d connections accepted", n)
+	}
+}
+
+// Error classes of the services endpoint: 429 waits for Retry-After, a
+// 5xx is retried, a revoked token or a bad request is permanent.
+func TestSendErrors(t *testing.T) {
+	t.Parallel()
+	g := start(t, nil, true)
+	for _, tc := range []struct {
+		name   string
+		status int
+		after  string
+		class  deliveryv1.ErrorClass
+		wait   time.Duration
+	}{
+		{"rate limited", http.StatusTooManyRequests, "7", deliveryv1.ErrorClass_ERROR_CLASS_RATE_LIMITED, 7 * time.Second},
+		{"server error", http.StatusBadGateway, "", deliveryv1.ErrorClass_ERROR_CLASS_RETRYABLE, 0},
+		{"bad request", http.StatusBadRequest, "", deliveryv1.ErrorClass_ERROR_CLASS_PERMANENT, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g.f.FailNext(tc.status, tc.after)
+			r := g.send(t, notify("err-"+tc.name, "x"))
+			if r.GetOk() || r.GetErrorClass() != tc.class || (tc.wait > 0 && time.Duration(r.GetRetryAfterMs())*time.Millisecond != tc.wait) {
+				t.Fatalf("receipt %v, want %s", r, tc.class)
+			}
+		})
+	}
+	g.f.SetToken("rotated")
+	r := g.send(t, notify("revoked", "x"))
+	if r.GetOk() || r.GetErrorClass() != deliveryv1.ErrorClass_ERROR_CLASS_PERMANENT || !strings.Contains(r.GetError(), "HASS_TOKEN") {
+		t.Fatalf("receipt with a revoked token %v", r)
+	}
+	for _, op := range []deliveryv1.SendOp{deliveryv1.SendOp_SEND_OP_EDIT, deliveryv1.SendOp_SEND_OP_DELETE, deliveryv1.SendOp_SEND_OP_TYPING} {
+		req := notify("op-"+op.String(), "x")
+		req.Op, req.MessageId, req.Final = op, "hermes_agent", false
+		if r := g.send(t, req); r.GetOk() || r.GetErrorClass() != deliveryv1.ErrorClass_ERROR_CLASS_PERMANENT {
+			t.Fatalf("%s receipt %v, want unsupported", op, r)
+		}
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	t.Parallel()
+	ok := DefaultConfig()
+	ok.Token = "t"
+	for _, tc := range []struct {
+		name   string
+		mutate func(*Config)
+		want   string
+	}{
+		{"default url", func(*Config) {}, ""},
+		{"no token", func(c *Config) { c.Token = "" }, "HASS_TOKEN"},
+		{"not http", func(c *Config) { c.URL = "homeassistant.local:8123" }, "not an http(s) URL"},
+		{"negative cooldown", func(c *Config) { c.CooldownSeconds = -1 }, "cooldown_seconds"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := ok
+			tc.mutate(&c)
+			err := c.Validate()
+			if (tc.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.want)) {
+				t.Fatalf("Validate: %v, want %q", err, tc.want)
+			}
+		})
+	}
+}

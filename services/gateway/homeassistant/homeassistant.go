@@ -1,0 +1,231 @@
+// Package homeassistant is the Home Assistant gateway (`switchboard
+// gateway homeassistant`). It reproduces Hermes's Home Assistant adapter
+// (gateway/platforms/homeassistant.py, since moved to the
+// hermes-homeassistant plugin): one replica (the kit's lease) holds a
+// connection to Home Assistant's WebSocket API (/api/websocket: the
+// auth handshake with a long-lived access token, then subscribe_events
+// for state_changed), turns the state changes of the watched entities
+// into messages for the agent, and every replica posts the agent's
+// answers as persistent notifications (REST
+// POST /api/services/persistent_notification/create).
+//
+// Hermes's rules carry over: nothing is watched until watch_domains,
+// watch_entities or watch_all says so; ignore_entities wins over both; an
+// entity is heard at most once per cooldown_seconds (30); a change that
+// leaves the state as it was (attributes only) is not a message. Every
+// message comes from user "homeassistant" in the channel "ha_events", so
+// all events share one session, and is trusted as the transport's: the
+// token authenticated the connection and there is no person to allow.
+//
+// Home Assistant replays nothing: a state change made while no
+// connection is subscribed reaches no one (docs/chat-gateways.md).
+package homeassistant
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+
+	"github.com/switchboard-chat/switchboard/pkg/bus"
+	"github.com/switchboard-chat/switchboard/pkg/platform"
+)
+
+// Config is the gateways.homeassistant section.
+type Config struct {
+	// URL (HASS_URL) is Home Assistant's base URL.
+	URL string `koanf:"url"`
+	// Token (HASS_TOKEN) is a long-lived access token.
+	Token string `koanf:"token"`
+	// WatchDomains are the entity domains whose changes are messages
+	// (climate, binary_sensor …).
+	WatchDomains []string `koanf:"watch_domains"`
+	// WatchEntities are single entity ids whose changes are messages.
+	WatchEntities []string `koanf:"watch_entities"`
+	// IgnoreEntities are never messages, whatever else matches.
+	IgnoreEntities []string `koanf:"ignore_entities"`
+	// WatchAll makes every entity's changes messages, when neither
+	// WatchDomains nor WatchEntities is set.
+	WatchAll bool `koanf:"watch_all"`
+	// CooldownSeconds is the least time between two messages of one
+	// entity (30, as Hermes; 0: none).
+	CooldownSeconds int `koanf:"cooldown_seconds"`
+	// NotificationID is the persistent notification every answer
+	// replaces ("hermes_agent", as Hermes); empty: each answer is a
+	// notification of its own.
+	NotificationID string `koanf:"notification_id"`
+	// NotificationTitle is the notifications' title ("Hermes Agent").
+	NotificationTitle string `koanf:"notification_title"`
+	// PingInterval keeps the websocket alive (30 s, Hermes's heartbeat);
+	// a ping unanswered within it drops the connection.
+	PingInterval time.Duration `koanf:"ping_interval"`
+	// LeaseTTL of the active/standby lease on the websocket.
+	LeaseTTL time.Duration `koanf:"lease_ttl"`
+}
+
+// DefaultURL is Hermes's default HASS_URL.
+const DefaultURL = "http://homeassistant.local:8123"
+
+// DefaultConfig has Hermes's defaults.
+func DefaultConfig() Config {
+	return Config{URL: DefaultURL, CooldownSeconds: 30, NotificationID: "hermes_agent", NotificationTitle: "Hermes Agent",
+		PingInterval: 30 * time.Second, LeaseTTL: 10 * time.Second}
+}
+
+// Enabled reports whether dev should start the gateway: a token, as
+// Hermes enables the platform when HASS_TOKEN is set.
+func (c Config) Enabled() bool { return c.Token != "" }
+
+// Validate checks the section.
+func (c Config) Validate() error {
+	if c.Token == "" {
+		return errors.New("homeassistant: token (HASS_TOKEN) is required")
+	}
+	u, err := url.Parse(c.URL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("homeassistant: url %q is not an http(s) URL", c.URL)
+	}
+	if c.CooldownSeconds < 0 {
+		return fmt.Errorf("homeassistant: cooldown_seconds %d is negative", c.CooldownSeconds)
+	}
+	if c.PingInterval < 0 {
+		return fmt.Errorf("homeassistant: ping_interval %s is negative", c.PingInterval)
+	}
+	return nil
+}
+
+// Deps are the shared clients.
+type Deps struct {
+	Log *slog.Logger
+	Bus *bus.Bus
+	// HTTPClient for the websocket and the REST calls (default: no
+	// overall timeout; each call is bounded by its context).
+	HTTPClient *http.Client
+	// Runner tunes the kit (instance, backoff in tests).
+	Runner platform.Options
+}
+
+// Service runs the Home Assistant gateway.
+type Service struct {
+	p      *Platform
+	runner *platform.Runner
+}
+
+// New builds the gateway. It does not call Home Assistant: a refused
+// token shows when the connection is made (the gateway turns unready
+// with the reason).
+func New(cfg Config, deps Deps) (*Service, error) {
+	if deps.Bus == nil {
+		return nil, errors.New("homeassistant: bus is required")
+	}
+	p, err := NewPlatform(cfg, deps.Log, deps.HTTPClient)
+	if err != nil {
+		return nil, err
+	}
+	opts := deps.Runner
+	if opts.Log == nil {
+		opts.Log = deps.Log
+	}
+	if opts.LeaseTTL == 0 {
+		opts.LeaseTTL = cfg.LeaseTTL
+	}
+	if opts.Backoff == nil {
+		opts.Backoff = platform.QuickBackoff
+	}
+	r, err := platform.NewRunner(p, deps.Bus, opts)
+	if err != nil {
+		return nil, err
+	}
+	return &Service{p: p, runner: r}, nil
+}
+
+// Run serves until ctx ends.
+func (s *Service) Run(ctx context.Context) error { return s.runner.Run(ctx) }
+
+// Ready is the readiness check.
+func (s *Service) Ready(ctx context.Context) error { return s.runner.Ready(ctx) }
+
+// Runner exposes the kit runner (state, tests).
+func (s *Service) Runner() *platform.Runner { return s.runner }
+
+// Platform is the Home Assistant side of the kit.
+type Platform struct {
+	cfg     Config
+	log     *slog.Logger
+	hc      *http.Client
+	base    string
+	account string
+	rules   rules
+	// now is the clock of the cooldown (tests move it).
+	now func() time.Time
+	// last is when each entity was last published (the cooldown); only
+	// Connect's read loop touches it, and Connect never runs twice at
+	// once.
+	last map[string]time.Time
+}
+
+// NewPlatform builds the platform.
+func NewPlatform(cfg Config, log *slog.Logger, hc *http.Client) (*Platform, error) {
+	if cfg.URL == "" {
+		cfg.URL = DefaultURL
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	if hc == nil {
+		hc = &http.Client{}
+	}
+	if cfg.PingInterval == 0 {
+		cfg.PingInterval = DefaultConfig().PingInterval
+	}
+	if cfg.NotificationTitle == "" {
+		cfg.NotificationTitle = DefaultConfig().NotificationTitle
+	}
+	u, _ := url.Parse(cfg.URL)
+	p := &Platform{
+		cfg: cfg, log: log.With("platform", "homeassistant"), hc: hc,
+		base: strings.TrimRight(cfg.URL, "/"), account: strings.ToLower(u.Host),
+		rules: newRules(cfg), now: time.Now, last: map[string]time.Time{},
+	}
+	if !p.rules.watching() {
+		p.log.Warn("homeassistant: no watch_domains, watch_entities or watch_all: every state change will be dropped")
+	}
+	return p, nil
+}
+
+func (p *Platform) Name() string { return "homeassistant" }
+
+// Account is the Home Assistant instance, its URL's host[:port].
+func (p *Platform) Account() string { return p.account }
+
+// SingleConsumer: one replica holds the subscription; two would publish
+// every change twice (the dedupe would catch it, but the cooldown would
+// be per replica).
+func (p *Platform) SingleConsumer() bool { return true }
+
+// Ephemeral: Home Assistant replays nothing to a new subscription, so
+// the holder keeps its connection while NATS is out of reach.
+func (p *Platform) Ephemeral() bool { return true }
+
+// Capabilities: sends only. A notification cannot be threaded, typed
+// into or (with Hermes's fixed notification id) told apart from the
+// previous answer; its length is not limited (Hermes cut at 4,096
+// characters; the whole answer is posted here).
+func (p *Platform) Capabilities() platform.Capabilities {
+	return platform.Capabilities{CanSend: true, Measure: platform.MeasureRunes, CommandPrefix: "/"}
+}
+
+var skipped = promauto.NewCounterVec(prometheus.CounterOpts{
+	Name: "switchboard_homeassistant_changes_skipped_total",
+	Help: "Home Assistant state changes read without a message to publish, by reason (ignored, not watched, unchanged, cooldown).",
+}, []string{"reason"})

@@ -1,0 +1,239 @@
+package homeassistant
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/coder/websocket"
+
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+	"github.com/switchboard-chat/switchboard/pkg/platform"
+)
+
+// maxFrameBytes bounds one websocket message; a larger one closes the
+// connection (the kit reconnects; what changed meanwhile is lost).
+const maxFrameBytes = 1 << 20
+
+// maxEventBytes bounds a state change the gateway publishes; a larger one
+// (an entity with huge attributes) is rejected with the reason.
+const maxEventBytes = 256 << 10
+
+// subscribeID is the id of the subscribe_events command, the first
+// command on every connection; its events carry it.
+const subscribeID = 1
+
+// Connect opens the websocket, authenticates (auth_required → auth →
+// auth_ok), subscribes to state_changed and publishes the watched
+// changes until ctx ends or the connection fails. A refused token
+// (auth_invalid) is fatal: the gateway turns unready with the reason.
+func (p *Platform) Connect(ctx context.Context, conn platform.Conn) error {
+	ws, _, err := websocket.Dial(ctx, p.wsURL(), &websocket.DialOptions{HTTPClient: p.hc})
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("homeassistant websocket: %w", err)
+	}
+	defer ws.CloseNow()
+	ws.SetReadLimit(maxFrameBytes)
+	if err := p.handshake(ctx, ws); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	conn.Connected()
+	p.log.Info("homeassistant: subscribed to state_changed", "url", p.base)
+
+	rctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	go p.ping(rctx, ws, cancel)
+	for {
+		_, raw, err := ws.Read(rctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				_ = ws.Close(websocket.StatusNormalClosure, "")
+				return nil
+			}
+			if cause := context.Cause(rctx); cause != nil && !errors.Is(cause, context.Canceled) {
+				err = cause
+			}
+			return fmt.Errorf("homeassistant websocket: %w", err)
+		}
+		p.handle(rctx, conn, raw)
+	}
+}
+
+// handshake reads auth_required, sends the token, reads auth_ok and
+// subscribes to state_changed, checking the command's result.
+func (p *Platform) handshake(ctx context.Context, ws *websocket.Conn) error {
+	hctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	f, err := readFrame(hctx, ws)
+	if err != nil {
+		return fmt.Errorf("homeassistant websocket: waiting for auth_required: %w", err)
+	}
+	if f.Type != "auth_required" {
+		return fmt.Errorf("homeassistant websocket: expected auth_required, got %q", f.Type)
+	}
+	if err := writeJSON(hctx, ws, map[string]any{"type": "auth", "access_token": p.cfg.Token}); err != nil {
+		return fmt.Errorf("homeassistant websocket: auth: %w", err)
+	}
+	if f, err = readFrame(hctx, ws); err != nil {
+		return fmt.Errorf("homeassistant websocket: waiting for auth_ok: %w", err)
+	}
+	switch f.Type {
+	case "auth_ok":
+	case "auth_invalid":
+		return platform.Fatal(fmt.Errorf("homeassistant: Home Assistant refused the token (HASS_TOKEN): %s", strings.TrimSpace(f.Message)))
+	default:
+		return fmt.Errorf("homeassistant websocket: expected auth_ok, got %q", f.Type)
+	}
+	if err := writeJSON(hctx, ws, map[string]any{"id": subscribeID, "type": "subscribe_events", "event_type": "state_changed"}); err != nil {
+		return fmt.Errorf("homeassistant websocket: subscribe: %w", err)
+	}
+	for {
+		if f, err = readFrame(hctx, ws); err != nil {
+			return fmt.Errorf("homeassistant websocket: waiting for the subscription: %w", err)
+		}
+		if f.Type != "result" || f.ID != subscribeID {
+			continue
+		}
+		if f.Success {
+			return nil
+		}
+		reason := "no reason given"
+		if f.Error != nil {
+			reason = f.Error.Code + ": " + f.Error.Message
+		}
+		if f.Error != nil && f.Error.Code == "unauthorized" {
+			return platform.Fatal(fmt.Errorf("homeassistant: the token may not subscribe to state_changed (%s)", reason))
+		}
+		return fmt.Errorf("homeassistant websocket: subscribe_events refused: %s", reason)
+	}
+}
+
+func readFrame(ctx context.Context, ws *websocket.Conn) (*frame, error) {
+	_, raw, err := ws.Read(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return parseFrame(raw)
+}
+
+func writeJSON(ctx context.Context, ws *websocket.Conn, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return ws.Write(ctx, websocket.MessageText, b)
+}
+
+// wsURL is the WebSocket API's address (ws:// for http://, wss:// for
+// https://).
+func (p *Platform) wsURL() string {
+	u := p.base + "/api/websocket"
+	if rest, ok := strings.CutPrefix(u, "http"); ok {
+		return "ws" + rest
+	}
+	return u
+}
+
+// ping keeps the connection alive; one unanswered within the interval
+// ends the read loop, and the kit reconnects.
+func (p *Platform) ping(ctx context.Context, ws *websocket.Conn, fail context.CancelCauseFunc) {
+	t := time.NewTicker(p.cfg.PingInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			pctx, cancel := context.WithTimeout(ctx, p.cfg.PingInterval)
+			err := ws.Ping(pctx)
+			cancel()
+			if err != nil && ctx.Err() == nil {
+				fail(fmt.Errorf("ping unanswered: %w", err))
+				return
+			}
+		}
+	}
+}
+
+// handle reads one message after the subscription: an event of it is
+// filtered, described and published; anything else is left.
+func (p *Platform) handle(ctx context.Context, conn platform.Conn, raw []byte) {
+	f, err := parseFrame(raw)
+	if err != nil {
+		conn.Reject(ctx, "malformed websocket message", err)
+		return
+	}
+	if f.Type != "event" || f.ID != subscribeID {
+		return
+	}
+	if len(raw) > maxEventBytes {
+		conn.Reject(ctx, "state change larger than the gateway takes", fmt.Errorf("message of %d bytes, limit %d", len(raw), maxEventBytes))
+		return
+	}
+	sc, ok, err := parseStateChanged(f.Event)
+	if err != nil {
+		conn.Reject(ctx, "malformed state_changed event", err)
+		return
+	}
+	if !ok {
+		return
+	}
+	m, why := p.accept(sc)
+	if why != skipNone {
+		skipped.WithLabelValues(string(why)).Inc()
+		p.log.Debug("homeassistant state change skipped", "why", string(why), "entity_id", sc.EntityID)
+		return
+	}
+	for ctx.Err() == nil {
+		_, err := conn.Deliver(ctx, m)
+		if err == nil || errors.Is(err, platform.ErrRejected) {
+			return
+		}
+		p.log.Warn("homeassistant state change not published; retrying", "entity_id", sc.EntityID, "err", err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// maxCooldowns bounds the entities whose last message time is kept; past
+// it, the entries whose cooldown is over are dropped.
+const maxCooldowns = 10000
+
+// accept applies the filters, the description and the per-entity
+// cooldown, in that order: a change of attributes alone does not start
+// an entity's cooldown (in Hermes it does, and can hide the real change
+// that follows).
+func (p *Platform) accept(sc *stateChange) (*eventsv1.MessageReceived, skip) {
+	if why := p.rules.filter(sc.EntityID); why != skipNone {
+		return nil, why
+	}
+	m, why := normalize(sc, p.account)
+	if why != skipNone {
+		return nil, why
+	}
+	now := p.now()
+	cool := time.Duration(p.cfg.CooldownSeconds) * time.Second
+	if last, ok := p.last[sc.EntityID]; ok && now.Sub(last) < cool {
+		return nil, skipCooldown
+	}
+	if len(p.last) >= maxCooldowns {
+		for id, t := range p.last {
+			if now.Sub(t) >= cool {
+				delete(p.last, id)
+			}
+		}
+	}
+	p.last[sc.EntityID] = now
+	return m, skipNone
+}
