@@ -486,16 +486,30 @@ func checkNetworkPolicies(t *testing.T, objs []Object) {
 		t.Error("no default-deny NetworkPolicy")
 	}
 	// Every pod reaches DNS, NATS, Redis, Postgres and the OTLP collector.
+	stores := []int{53, 4222, 6379, 5432, 4317}
 	for _, d := range typed[*appsv1.Deployment](objs) {
-		for _, port := range []int{53, 4222, 6379, 5432, 4317} {
+		for _, port := range stores {
 			if !egressAllows(nps, d.Spec.Template.Labels, port) {
 				t.Errorf("Deployment %s: no NetworkPolicy allows egress to port %d", d.Name, port)
 			}
+		}
+		// A chat platform's gateway and the workers also reach the world
+		// outside (the platform, the model); the API gateway only answers.
+		component := d.Spec.Template.Labels["app.kubernetes.io/component"]
+		outside := component == "agent-worker" || strings.HasPrefix(component, "gateway-") && component != "gateway-api"
+		if outside && len(slices.DeleteFunc(egressPorts(nps, d.Spec.Template.Labels), func(p int) bool { return slices.Contains(stores, p) })) == 0 {
+			t.Errorf("Deployment %s: no NetworkPolicy lets it reach its platform (only the stores)", d.Name)
 		}
 	}
 }
 
 func egressAllows(nps []*networkingv1.NetworkPolicy, podLabels map[string]string, port int) bool {
+	return slices.Contains(egressPorts(nps, podLabels), port)
+}
+
+// egressPorts lists the ports the policies selecting a pod let it reach.
+func egressPorts(nps []*networkingv1.NetworkPolicy, podLabels map[string]string) []int {
+	var ports []int
 	for _, np := range nps {
 		sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
 		if err != nil || !sel.Matches(labels.Set(podLabels)) {
@@ -503,13 +517,13 @@ func egressAllows(nps []*networkingv1.NetworkPolicy, podLabels map[string]string
 		}
 		for _, rule := range np.Spec.Egress {
 			for _, p := range rule.Ports {
-				if p.Port != nil && p.Port.IntValue() == port {
-					return true
+				if p.Port != nil {
+					ports = append(ports, p.Port.IntValue())
 				}
 			}
 		}
 	}
-	return false
+	return ports
 }
 
 func checkMigrateJob(t *testing.T, objs []Object) {
