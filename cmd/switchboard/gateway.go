@@ -12,6 +12,7 @@ import (
 	"github.com/switchboard-chat/switchboard/services/gateway/api"
 	"github.com/switchboard-chat/switchboard/services/gateway/discord"
 	"github.com/switchboard-chat/switchboard/services/gateway/email"
+	"github.com/switchboard-chat/switchboard/services/gateway/homeassistant"
 	"github.com/switchboard-chat/switchboard/services/gateway/matrix"
 	"github.com/switchboard-chat/switchboard/services/gateway/mattermost"
 	"github.com/switchboard-chat/switchboard/services/gateway/signal"
@@ -25,18 +26,19 @@ import (
 
 // GatewaysConfig holds one section per platform gateway.
 type GatewaysConfig struct {
-	API        api.Config        `koanf:"api"`
-	Signal     signal.Config     `koanf:"signal"`
-	Matrix     matrix.Config     `koanf:"matrix"`
-	Mattermost mattermost.Config `koanf:"mattermost"`
-	Webhook    webhook.Config    `koanf:"webhook"`
-	Discord    discord.Config    `koanf:"discord"`
-	Slack      slack.Config      `koanf:"slack"`
-	Telegram   telegram.Config   `koanf:"telegram"`
-	WhatsApp   whatsapp.Config   `koanf:"whatsapp"`
-	Email      email.Config      `koanf:"email"`
-	SMS        sms.Config        `koanf:"sms"`
-	Teams      teams.Config      `koanf:"teams"`
+	API           api.Config           `koanf:"api"`
+	Signal        signal.Config        `koanf:"signal"`
+	Matrix        matrix.Config        `koanf:"matrix"`
+	Mattermost    mattermost.Config    `koanf:"mattermost"`
+	Webhook       webhook.Config       `koanf:"webhook"`
+	Discord       discord.Config       `koanf:"discord"`
+	Slack         slack.Config         `koanf:"slack"`
+	Telegram      telegram.Config      `koanf:"telegram"`
+	WhatsApp      whatsapp.Config      `koanf:"whatsapp"`
+	Email         email.Config         `koanf:"email"`
+	SMS           sms.Config           `koanf:"sms"`
+	Teams         teams.Config         `koanf:"teams"`
+	HomeAssistant homeassistant.Config `koanf:"homeassistant"`
 }
 
 // gateways maps a platform name to its service (`switchboard gateway <platform>`).
