@@ -76,6 +76,9 @@ func TestBuild(t *testing.T) {
 		{"empty chat type is dm", &src{Platform: "telegram", ChatId: "5", UserId: "9"}, def, "agent:main:telegram:dm:5"},
 		{"nil source", nil, def, "agent:main::dm"},
 
+		// SMS keeps the number as Twilio gives it, "+" included (only WhatsApp ids are canonicalised).
+		{"sms dm", &src{Platform: "sms", ChatType: "dm", ChatId: "+15551234567", UserId: "+15551234567"}, def, "agent:main:sms:dm:+15551234567"},
+
 		// WhatsApp canonicalisation.
 		{"wa dm jid with device", &src{Platform: "whatsapp", ChatType: "dm", ChatId: "15551234567:12@s.whatsapp.net"}, def, "agent:main:whatsapp:dm:15551234567"},
 		{"wa dm plus", &src{Platform: "whatsapp", ChatType: "dm", ChatId: "+15551234567"}, def, "agent:main:whatsapp:dm:15551234567"},
