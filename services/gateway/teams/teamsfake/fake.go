@@ -46,6 +46,7 @@ type Fake struct {
 
 	key *rsa.PrivateKey
 	kid string
+	old []signingKey // keys rotated out, still published
 	srv *httptest.Server
 	seq atomic.Int64
 
@@ -140,14 +141,36 @@ func (f *Fake) metadata(w http.ResponseWriter, _ *http.Request) {
 func (f *Fake) keys(w http.ResponseWriter, _ *http.Request) {
 	f.mu.Lock()
 	f.keyReqs++
+	all := append([]signingKey{{f.kid, f.key}}, f.old...)
 	f.mu.Unlock()
-	pub := f.key.PublicKey
-	writeJSON(w, http.StatusOK, map[string]any{"keys": []map[string]any{{
-		"kty": "RSA", "use": "sig", "kid": f.kid,
-		"n":            base64.RawURLEncoding.EncodeToString(pub.N.Bytes()),
-		"e":            base64.RawURLEncoding.EncodeToString(big.NewInt(int64(pub.E)).Bytes()),
-		"endorsements": []string{ChannelID, "webchat"},
-	}}})
+	var keys []map[string]any
+	for _, k := range all {
+		keys = append(keys, map[string]any{
+			"kty": "RSA", "use": "sig", "kid": k.kid,
+			"n":            base64.RawURLEncoding.EncodeToString(k.key.N.Bytes()),
+			"e":            base64.RawURLEncoding.EncodeToString(big.NewInt(int64(k.key.E)).Bytes()),
+			"endorsements": []string{ChannelID, "webchat"},
+		})
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"keys": keys})
+}
+
+// RotateKey signs from now on with a new key under a new kid, as
+// Microsoft rotates its keys; the key set publishes it at once.
+func (f *Fake) RotateKey(t testing.TB) {
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.old = append(f.old, signingKey{f.kid, f.key})
+	f.key, f.kid = key, fmt.Sprintf("fake-key-rotated-%d", len(f.old))
+}
+
+type signingKey struct {
+	kid string
+	key *rsa.PrivateKey
 }
 
 // KeyRequests counts key set downloads.
@@ -407,9 +430,12 @@ func (f *Fake) TokenClaims(serviceURL string) Claims {
 
 // Sign signs claims with the fake's key (RS256, its kid).
 func (f *Fake) Sign(c Claims) string {
+	f.mu.Lock()
+	key, kid := f.key, f.kid
+	f.mu.Unlock()
 	t := jwt.NewWithClaims(jwt.SigningMethodRS256, c)
-	t.Header["kid"] = f.kid
-	s, err := t.SignedString(f.key)
+	t.Header["kid"] = kid
+	s, err := t.SignedString(key)
 	if err != nil {
 		panic(err)
 	}
