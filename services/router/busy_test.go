@@ -117,6 +117,45 @@ func TestAPIRequestsNeverMerge(t *testing.T) {
 	}
 }
 
+// An API request's message owns its turn (it never steers one), but an
+// explicit /steer from the API — the runs API's steer — reaches the
+// running turn of its session; one no turn takes is queued as a turn of
+// its own.
+func TestAPISteerReachesTheRunningTurn(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.startRouter(testConfig(), nil, nil)
+	g := newGate(t, "run")
+	w := e.startWorker(g.hold)
+	api := func(text string) *eventsv1.MessageReceived {
+		ev := dm("x", text)
+		ev.Source.Platform, ev.Source.ChatId, ev.Source.UserId = "api", "conv-1", "client"
+		ev.TransportAuthenticated = true
+		return ev
+	}
+	e.publish(api("run"))
+	waitFor(t, "the run's turn", func() bool { turns, _ := w.snapshot(); return len(turns) == 1 })
+	e.publish(api("a plain message"))
+	e.publish(api("/steer also check the tests"))
+	waitFor(t, "inbound drained", e.inboundDrained)
+	steers := e.controls(controlSteer)
+	if n := settled(t, "steer controls", 1, func() int { steers = e.controls(controlSteer); return len(steers) }); n != 1 ||
+		steers[0].Text != "also check the tests" || steers[0].SessionKey != "agent:main:api:dm:conv-1" {
+		t.Fatalf("steer controls %v, want the /steer's text only", steers)
+	}
+	e.refuseControl.Store(true)
+	e.publish(api("/steer too late"))
+	waitFor(t, "inbound drained", e.inboundDrained)
+	g.open()
+	waitFor(t, "the queued turns", func() bool { turns, _ := w.snapshot(); return len(turns) == 3 })
+	turns, _ := w.snapshot()
+	for i, want := range []string{"run", "a plain message", "too late"} {
+		if len(turns[i].Inputs) != 1 || turns[i].Inputs[0].Text != want {
+			t.Fatalf("turn %d inputs %v, want just %q", i, turns[i].Inputs, want)
+		}
+	}
+}
+
 func TestInterruptPhotoMergeAndOneBusyAck(t *testing.T) {
 	t.Parallel()
 	e, g, w := busySession(t, testConfig(), "alice", "long")

@@ -556,8 +556,10 @@ func (s *Service) route(ctx context.Context, m *msgCtx, sess sessionstore.Sessio
 
 	// Steering reaches a turn a worker has claimed (the lock holds its
 	// own value, not the router's bare grant); text no running turn took
-	// (none claimed yet, or its answer is decided) is queued instead.
-	if busy && mode == BusySteer && !ownTurn && !onlyMedia(m.ev) && redisx.GrantOf(owner) != owner {
+	// (none claimed yet, or its answer is decided) is queued instead. An
+	// API message owns its turn, but an explicit /steer (the runs API's
+	// POST /v1/runs/{id}/steer) is for the running one.
+	if busy && mode == BusySteer && (!ownTurn || o.command == "steer") && !onlyMedia(m.ev) && redisx.GrantOf(owner) != owner {
 		took, err := s.request(ctx, m, controlSteer, m.ev.GetText())
 		if err != nil {
 			return err
