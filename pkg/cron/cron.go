@@ -1,0 +1,547 @@
+// Package cron keeps Hermes's cron jobs in Postgres (the cron_jobs table):
+// a prompt that runs on a schedule in a fresh session of its own, whose
+// answer goes to a deliver target. Users and the agent manage their own
+// jobs through Store (the agent's cronjob tool, the /cron command); the
+// scheduler (pkg/cron/scheduler) claims and fires the due ones.
+package cron
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/switchboard-chat/switchboard/pkg/cron/schedule"
+	"github.com/switchboard-chat/switchboard/pkg/outbox"
+)
+
+// Job states (Hermes's).
+const (
+	StateScheduled = "scheduled"
+	StatePaused    = "paused"
+	StateCompleted = "completed"
+)
+
+// Deliver targets that are not chats.
+const (
+	DeliverOrigin = "origin"
+	DeliverLocal  = "local"
+)
+
+// Limits on what a job holds.
+const (
+	MaxPromptBytes = 16 << 10
+	MaxNameRunes   = 100
+	MaxJobsPerUser = 100
+)
+
+// Errors callers tell apart.
+var (
+	ErrNotFound  = errors.New("job not found")
+	ErrAmbiguous = errors.New("ambiguous job reference")
+	// ErrInvalid marks bad input (schedule, deliver target, repeat,
+	// prompt); its message says what is wrong.
+	ErrInvalid = errors.New("invalid cron job")
+)
+
+// Origin is the chat a job was created from.
+type Origin struct {
+	Platform, Account, ChatID, ThreadID string
+}
+
+// Job is one cron job.
+type Job struct {
+	ID, Owner, Name, Prompt string
+	// Kind, Expr and Display are the parsed schedule (see schedule).
+	Kind, Expr, Display string
+	Deliver             string
+	Origin              Origin
+	// RepeatTimes is how many runs the job has (0: forever);
+	// RepeatCompleted how many scheduled runs it made.
+	RepeatTimes, RepeatCompleted int
+	State                        string
+	// NextRunAt is zero once completed; ManualRunAt is a run asked for
+	// with "run" (zero: none).
+	NextRunAt, ManualRunAt, LastRunAt time.Time
+	LastStatus, LastError             string
+	CreatedAt, UpdatedAt              time.Time
+}
+
+// Schedule loads the job's schedule in loc.
+func (j Job) Schedule(loc *time.Location) (schedule.Schedule, error) {
+	return schedule.Load(j.Kind, j.Expr, loc)
+}
+
+// RepeatDisplay is Hermes's: "forever", "once", or "<done>/<times>".
+func (j Job) RepeatDisplay() string {
+	switch j.RepeatTimes {
+	case 0:
+		return "forever"
+	case 1:
+		return "once"
+	}
+	return fmt.Sprintf("%d/%d", j.RepeatCompleted, j.RepeatTimes)
+}
+
+// DBTX is what the store runs its statements on: the pool, or the
+// scheduler's transaction.
+type DBTX interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Store reads and changes cron jobs. Every method that takes an owner
+// only sees that owner's jobs.
+type Store struct {
+	db  *pgxpool.Pool
+	now func() time.Time
+	loc *time.Location
+}
+
+// New returns a store; loc is the time zone of naive timestamps and cron
+// expressions (nil: UTC), now the clock (nil: time.Now).
+func New(db *pgxpool.Pool, loc *time.Location, now func() time.Time) *Store {
+	if loc == nil {
+		loc = time.UTC
+	}
+	if now == nil {
+		now = time.Now
+	}
+	return &Store{db: db, now: now, loc: loc}
+}
+
+// Location is the store's time zone.
+func (s *Store) Location() *time.Location { return s.loc }
+
+const columns = `id, owner, name, prompt, schedule_kind, schedule_expr, schedule_display, deliver,
+origin_platform, origin_account, origin_chat_id, origin_thread_id, coalesce(repeat_times, 0), repeat_completed,
+state, next_run_at, manual_run_at, last_run_at, last_status, last_error, created_at, updated_at`
+
+func scan(row pgx.Row) (Job, error) {
+	var j Job
+	var next, manual, last *time.Time
+	err := row.Scan(&j.ID, &j.Owner, &j.Name, &j.Prompt, &j.Kind, &j.Expr, &j.Display, &j.Deliver,
+		&j.Origin.Platform, &j.Origin.Account, &j.Origin.ChatID, &j.Origin.ThreadID, &j.RepeatTimes, &j.RepeatCompleted,
+		&j.State, &next, &manual, &last, &j.LastStatus, &j.LastError, &j.CreatedAt, &j.UpdatedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Job{}, ErrNotFound
+	}
+	if err != nil {
+		return Job{}, fmt.Errorf("read cron job: %w", err)
+	}
+	for _, p := range []struct {
+		src *time.Time
+		dst *time.Time
+	}{{next, &j.NextRunAt}, {manual, &j.ManualRunAt}, {last, &j.LastRunAt}} {
+		if p.src != nil {
+			*p.dst = *p.src
+		}
+	}
+	return j, nil
+}
+
+func nullTime(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}
+
+func nullRepeat(n int) *int {
+	if n <= 0 {
+		return nil
+	}
+	return &n
+}
+
+// NewJob is what a job is created from.
+type NewJob struct {
+	Owner, Name, Prompt, Schedule, Deliver string
+	Origin                                 Origin
+	// Repeat: 0 for the schedule's default (once for a one-shot,
+	// forever for the others).
+	Repeat int
+}
+
+// CheckDeliver validates a deliver target: origin, local, a platform
+// (its home channel, resolved when the job fires), platform:chat_id,
+// platform:chat_id:thread_id or platform:#name. "" becomes origin when
+// there is an origin chat, local otherwise.
+func CheckDeliver(raw string, origin Origin) (string, error) {
+	d := strings.TrimSpace(raw)
+	switch strings.ToLower(d) {
+	case "":
+		if origin.Platform != "" && origin.ChatID != "" {
+			return DeliverOrigin, nil
+		}
+		return DeliverLocal, nil
+	case DeliverOrigin:
+		if origin.Platform == "" || origin.ChatID == "" {
+			return "", fmt.Errorf("%w: deliver 'origin' needs a chat to deliver to; this job has none: use local or platform:chat_id", ErrInvalid)
+		}
+		return DeliverOrigin, nil
+	case DeliverLocal:
+		return DeliverLocal, nil
+	}
+	if len(d) > 512 || !utf8.ValidString(d) || strings.ContainsAny(d, "\r\n\t ") {
+		return "", fmt.Errorf("%w: deliver %q is not a target", ErrInvalid, d)
+	}
+	if _, _, err := outbox.ParseTarget(d, func(string) string { return "home" }); err != nil {
+		return "", fmt.Errorf("%w: deliver: %v (use origin, local, a platform, platform:chat_id or platform:#channel)", ErrInvalid, err)
+	}
+	return d, nil
+}
+
+func checkPrompt(p string) (string, error) {
+	p = strings.TrimSpace(p)
+	switch {
+	case p == "":
+		return "", fmt.Errorf("%w: the prompt is empty", ErrInvalid)
+	case len(p) > MaxPromptBytes:
+		return "", fmt.Errorf("%w: the prompt is longer than %d bytes", ErrInvalid, MaxPromptBytes)
+	case !utf8.ValidString(p):
+		return "", fmt.Errorf("%w: the prompt is not UTF-8 text", ErrInvalid)
+	}
+	return p, nil
+}
+
+func checkRepeat(n int) error {
+	if n < 0 || n > 1_000_000 {
+		return fmt.Errorf("%w: repeat must be a count of runs from 1, or 0 for the default", ErrInvalid)
+	}
+	return nil
+}
+
+// nameOf is Hermes's default name: the prompt's first 50 characters.
+func nameOf(name, prompt string) string {
+	name = strings.Join(strings.Fields(name), " ")
+	if name == "" {
+		name = strings.Join(strings.Fields(prompt), " ")
+		if r := []rune(name); len(r) > 50 {
+			name = strings.TrimSpace(string(r[:50]))
+		}
+	}
+	if r := []rune(name); len(r) > MaxNameRunes {
+		name = string(r[:MaxNameRunes])
+	}
+	if name == "" {
+		name = "cron job"
+	}
+	return name
+}
+
+func newID() string {
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// Create stores a new job and returns it with its first run.
+func (s *Store) Create(ctx context.Context, n NewJob) (Job, error) {
+	if n.Owner == "" {
+		return Job{}, fmt.Errorf("%w: no owner", ErrInvalid)
+	}
+	prompt, err := checkPrompt(n.Prompt)
+	if err != nil {
+		return Job{}, err
+	}
+	now := s.now()
+	sched, err := schedule.Parse(n.Schedule, now, s.loc)
+	if err != nil {
+		return Job{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	deliver, err := CheckDeliver(n.Deliver, n.Origin)
+	if err != nil {
+		return Job{}, err
+	}
+	if err := checkRepeat(n.Repeat); err != nil {
+		return Job{}, err
+	}
+	repeat := n.Repeat
+	if repeat == 0 {
+		repeat = sched.DefaultRepeat()
+	}
+	var count int
+	if err := s.db.QueryRow(ctx, `SELECT count(*) FROM cron_jobs WHERE owner = $1 AND state <> 'completed'`, n.Owner).Scan(&count); err != nil {
+		return Job{}, fmt.Errorf("count cron jobs: %w", err)
+	}
+	if count >= MaxJobsPerUser {
+		return Job{}, fmt.Errorf("%w: you have %d jobs, the most there may be; remove one first", ErrInvalid, count)
+	}
+	row := s.db.QueryRow(ctx, `
+INSERT INTO cron_jobs (id, owner, name, prompt, schedule_kind, schedule_expr, schedule_display, deliver,
+  origin_platform, origin_account, origin_chat_id, origin_thread_id, repeat_times, next_run_at, created_at, updated_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $15)
+RETURNING `+columns,
+		newID(), n.Owner, nameOf(n.Name, prompt), prompt, sched.Kind, sched.Expr, sched.Display, deliver,
+		n.Origin.Platform, n.Origin.Account, n.Origin.ChatID, n.Origin.ThreadID, nullRepeat(repeat), sched.First(now), now)
+	j, err := scan(row)
+	if err != nil {
+		return Job{}, fmt.Errorf("create cron job: %w", err)
+	}
+	return j, nil
+}
+
+// List returns the owner's jobs, oldest first: the scheduled ones, or
+// with all also the paused and completed ones (Hermes's include_disabled).
+func (s *Store) List(ctx context.Context, owner string, all bool) ([]Job, error) {
+	rows, err := s.db.Query(ctx, `SELECT `+columns+` FROM cron_jobs
+WHERE owner = $1 AND ($2 OR state = 'scheduled') ORDER BY created_at, id`, owner, all)
+	if err != nil {
+		return nil, fmt.Errorf("list cron jobs: %w", err)
+	}
+	defer rows.Close()
+	var out []Job
+	for rows.Next() {
+		j, err := scan(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, j)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list cron jobs: %w", err)
+	}
+	return out, nil
+}
+
+// Resolve finds one of the owner's jobs by id, or else by name (case
+// insensitive, as Hermes): several jobs of that name are ErrAmbiguous,
+// whose message lists their ids.
+func (s *Store) Resolve(ctx context.Context, owner, ref string) (Job, error) {
+	ref = strings.TrimSpace(ref)
+	if ref == "" {
+		return Job{}, ErrNotFound
+	}
+	j, err := scan(s.db.QueryRow(ctx, `SELECT `+columns+` FROM cron_jobs WHERE owner = $1 AND id = $2`, owner, ref))
+	if !errors.Is(err, ErrNotFound) {
+		return j, err
+	}
+	rows, err := s.db.Query(ctx, `SELECT `+columns+` FROM cron_jobs WHERE owner = $1 AND lower(name) = lower($2)
+ORDER BY created_at, id LIMIT 10`, owner, ref)
+	if err != nil {
+		return Job{}, fmt.Errorf("find cron job: %w", err)
+	}
+	defer rows.Close()
+	var found []Job
+	for rows.Next() {
+		j, err := scan(rows)
+		if err != nil {
+			return Job{}, err
+		}
+		found = append(found, j)
+	}
+	if err := rows.Err(); err != nil {
+		return Job{}, fmt.Errorf("find cron job: %w", err)
+	}
+	switch len(found) {
+	case 0:
+		return Job{}, ErrNotFound
+	case 1:
+		return found[0], nil
+	}
+	ids := make([]string, len(found))
+	for i, f := range found {
+		ids[i] = f.ID
+	}
+	return Job{}, fmt.Errorf("%w: %d jobs are named '%s' (%s); use the job id", ErrAmbiguous, len(found), ref, strings.Join(ids, ", "))
+}
+
+// Update is a change to a job; nil fields stay.
+type Update struct {
+	Name, Prompt, Schedule, Deliver *string
+	Repeat                          *int
+}
+
+// Update changes one of the owner's jobs. A new schedule starts over from
+// now and makes a completed job scheduled again (a paused one stays
+// paused).
+func (s *Store) Update(ctx context.Context, owner, id string, u Update) (Job, error) {
+	j, err := s.Resolve(ctx, owner, id)
+	if err != nil {
+		return Job{}, err
+	}
+	if u.Prompt != nil {
+		if j.Prompt, err = checkPrompt(*u.Prompt); err != nil {
+			return Job{}, err
+		}
+	}
+	if u.Name != nil && strings.TrimSpace(*u.Name) != "" {
+		j.Name = nameOf(*u.Name, j.Prompt)
+	}
+	if u.Deliver != nil {
+		if j.Deliver, err = CheckDeliver(*u.Deliver, j.Origin); err != nil {
+			return Job{}, err
+		}
+	}
+	if u.Repeat != nil {
+		if err := checkRepeat(*u.Repeat); err != nil {
+			return Job{}, err
+		}
+		j.RepeatTimes = *u.Repeat
+	}
+	now := s.now()
+	if u.Schedule != nil {
+		sched, err := schedule.Parse(*u.Schedule, now, s.loc)
+		if err != nil {
+			return Job{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+		}
+		j.Kind, j.Expr, j.Display = sched.Kind, sched.Expr, sched.Display
+		j.NextRunAt = sched.First(now)
+		if u.Repeat == nil && sched.Kind == schedule.Once {
+			j.RepeatTimes = 1
+		}
+		if j.State == StateCompleted {
+			j.State = StateScheduled
+			j.RepeatCompleted = 0
+		}
+	}
+	return s.save(ctx, owner, j, now)
+}
+
+func (s *Store) save(ctx context.Context, owner string, j Job, now time.Time) (Job, error) {
+	row := s.db.QueryRow(ctx, `
+UPDATE cron_jobs SET name = $3, prompt = $4, schedule_kind = $5, schedule_expr = $6, schedule_display = $7, deliver = $8,
+  repeat_times = $9, repeat_completed = $10, state = $11, next_run_at = $12, manual_run_at = $13, updated_at = $14
+WHERE owner = $1 AND id = $2 RETURNING `+columns,
+		owner, j.ID, j.Name, j.Prompt, j.Kind, j.Expr, j.Display, j.Deliver, nullRepeat(j.RepeatTimes), j.RepeatCompleted,
+		j.State, nullTime(j.NextRunAt), nullTime(j.ManualRunAt), now)
+	out, err := scan(row)
+	if err != nil {
+		return Job{}, fmt.Errorf("update cron job %s: %w", j.ID, err)
+	}
+	return out, nil
+}
+
+// Pause stops scheduling one of the owner's jobs; it keeps its next run
+// for Resume.
+func (s *Store) Pause(ctx context.Context, owner, id string) (Job, error) {
+	j, err := s.Resolve(ctx, owner, id)
+	if err != nil {
+		return Job{}, err
+	}
+	if j.State == StateCompleted {
+		return Job{}, fmt.Errorf("%w: job '%s' has completed; there is nothing to pause", ErrInvalid, j.Name)
+	}
+	j.State = StatePaused
+	return s.save(ctx, owner, j, s.now())
+}
+
+// Resume schedules a paused job again. As Hermes, a recurring job keeps
+// a next run that passed while it was paused, so the first tick runs it
+// once (late, or as the catch-up); a one-shot whose time passed beyond
+// its grace cannot be resumed.
+func (s *Store) Resume(ctx context.Context, owner, id string) (Job, error) {
+	j, err := s.Resolve(ctx, owner, id)
+	if err != nil {
+		return Job{}, err
+	}
+	if j.State == StateCompleted {
+		return Job{}, fmt.Errorf("%w: job '%s' has completed; create a new one or change its schedule", ErrInvalid, j.Name)
+	}
+	now := s.now()
+	sched, err := j.Schedule(s.loc)
+	if err != nil {
+		return Job{}, err
+	}
+	switch {
+	case sched.Kind == schedule.Once && sched.At.Before(now.Add(-schedule.OnceGrace)):
+		return Job{}, fmt.Errorf("%w: job '%s' was due at %s, which has passed; change its schedule to run it again",
+			ErrInvalid, j.Name, sched.At.In(s.loc).Format("2006-01-02 15:04"))
+	case sched.Kind == schedule.Once:
+		j.NextRunAt = sched.At
+	case j.NextRunAt.IsZero():
+		j.NextRunAt = sched.First(now)
+	}
+	j.State = StateScheduled
+	return s.save(ctx, owner, j, now)
+}
+
+// Trigger asks for a run of one of the owner's jobs on the next tick,
+// whatever its state (Hermes's "run"); its schedule and repeat count
+// stay as they are.
+func (s *Store) Trigger(ctx context.Context, owner, id string) (Job, error) {
+	j, err := s.Resolve(ctx, owner, id)
+	if err != nil {
+		return Job{}, err
+	}
+	now := s.now()
+	j.ManualRunAt = now
+	return s.save(ctx, owner, j, now)
+}
+
+// Remove deletes one of the owner's jobs and returns it.
+func (s *Store) Remove(ctx context.Context, owner, id string) (Job, error) {
+	j, err := s.Resolve(ctx, owner, id)
+	if err != nil {
+		return Job{}, err
+	}
+	if _, err := s.db.Exec(ctx, `DELETE FROM cron_jobs WHERE owner = $1 AND id = $2`, owner, j.ID); err != nil {
+		return Job{}, fmt.Errorf("remove cron job %s: %w", j.ID, err)
+	}
+	return j, nil
+}
+
+// ClaimDue locks one job that is due at now (a scheduled run or a run
+// asked for) in tx, skipping rows other transactions hold and the ids in
+// skip; false when there is none.
+func ClaimDue(ctx context.Context, tx DBTX, now time.Time, skip []string) (Job, bool, error) {
+	if skip == nil {
+		skip = []string{}
+	}
+	j, err := scan(tx.QueryRow(ctx, `SELECT `+columns+` FROM cron_jobs
+WHERE ((state = 'scheduled' AND next_run_at <= $1) OR manual_run_at <= $1) AND NOT (id = ANY($2))
+ORDER BY LEAST(CASE WHEN state = 'scheduled' THEN next_run_at END, manual_run_at), id
+LIMIT 1 FOR UPDATE SKIP LOCKED`, now, skip))
+	if errors.Is(err, ErrNotFound) {
+		return Job{}, false, nil
+	}
+	if err != nil {
+		return Job{}, false, fmt.Errorf("claim due cron job: %w", err)
+	}
+	return j, true, nil
+}
+
+// SaveRun writes what a run changed (next and manual run, state, repeat
+// count, last run and status) in tx.
+func SaveRun(ctx context.Context, tx DBTX, j Job, now time.Time) error {
+	_, err := tx.Exec(ctx, `
+UPDATE cron_jobs SET next_run_at = $2, manual_run_at = $3, state = $4, repeat_completed = $5,
+  last_run_at = $6, last_status = $7, last_error = $8, updated_at = $9
+WHERE id = $1`, j.ID, nullTime(j.NextRunAt), nullTime(j.ManualRunAt), j.State, j.RepeatCompleted,
+		nullTime(j.LastRunAt), j.LastStatus, truncate(j.LastError, 2000), now)
+	if err != nil {
+		return fmt.Errorf("save cron run of %s: %w", j.ID, err)
+	}
+	return nil
+}
+
+// RecordOutcome sets the last status of a job whose run ended (ok or
+// error, with the error); a job removed since is no error.
+func (s *Store) RecordOutcome(ctx context.Context, id, status, errText string) error {
+	_, err := s.db.Exec(ctx, `UPDATE cron_jobs SET last_status = $2, last_error = $3, updated_at = now() WHERE id = $1`,
+		id, status, truncate(errText, 2000))
+	if err != nil {
+		return fmt.Errorf("record cron outcome of %s: %w", id, err)
+	}
+	return nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}

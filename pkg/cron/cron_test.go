@@ -1,0 +1,156 @@
+package cron_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/switchboard-chat/switchboard/pkg/cron"
+	"github.com/switchboard-chat/switchboard/pkg/pg/pgtest"
+)
+
+var t0 = time.Date(2026, 3, 10, 8, 30, 0, 0, time.UTC)
+
+func newStore(t *testing.T, now *time.Time) *cron.Store {
+	t.Helper()
+	return cron.New(pgtest.New(t), time.UTC, func() time.Time { return *now })
+}
+
+var tg = cron.Origin{Platform: "telegram", Account: "default", ChatID: "99"}
+
+func TestCreateAndList(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	now := t0
+	s := newStore(t, &now)
+	j, err := s.Create(ctx, cron.NewJob{Owner: "telegram:99", Prompt: "  Check the build status and report anything red  ", Schedule: "every 2h", Origin: tg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(j.ID) != 12 || j.Name != "Check the build status and report anything red" || j.Deliver != cron.DeliverOrigin ||
+		j.State != cron.StateScheduled || !j.NextRunAt.Equal(t0.Add(2*time.Hour)) || j.RepeatDisplay() != "forever" || j.Display != "every 120m" {
+		t.Errorf("created %+v", j)
+	}
+	one, err := s.Create(ctx, cron.NewJob{Owner: "telegram:99", Name: "Tea", Prompt: "Remind me of the tea", Schedule: "30m", Deliver: "local"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if one.RepeatTimes != 1 || one.RepeatDisplay() != "once" || !one.NextRunAt.Equal(t0.Add(30*time.Minute)) || one.Deliver != "local" {
+		t.Errorf("one-shot %+v", one)
+	}
+	// Another user sees none of them, and cannot reach them by id.
+	if js, _ := s.List(ctx, "telegram:7", true); len(js) != 0 {
+		t.Errorf("another owner lists %d jobs", len(js))
+	}
+	for _, op := range []func(context.Context, string, string) (cron.Job, error){s.Pause, s.Resume, s.Trigger, s.Remove, s.Resolve} {
+		if _, err := op(ctx, "telegram:7", j.ID); !errors.Is(err, cron.ErrNotFound) {
+			t.Errorf("another owner's operation: %v", err)
+		}
+	}
+	if _, err := s.Pause(ctx, "telegram:99", "tea"); err != nil { // by name, any case
+		t.Fatal(err)
+	}
+	if js, _ := s.List(ctx, "telegram:99", false); len(js) != 1 || js[0].ID != j.ID {
+		t.Errorf("scheduled jobs %v", js)
+	}
+	if js, _ := s.List(ctx, "telegram:99", true); len(js) != 2 {
+		t.Errorf("all jobs %v", js)
+	}
+	if _, err := s.Create(ctx, cron.NewJob{Owner: "telegram:99", Name: "tea", Prompt: "x", Schedule: "1d", Origin: tg}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Resolve(ctx, "telegram:99", "TEA"); !errors.Is(err, cron.ErrAmbiguous) || !strings.Contains(err.Error(), one.ID) {
+		t.Errorf("two jobs named tea: %v", err)
+	}
+}
+
+func TestCreateRefuses(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	now := t0
+	s := newStore(t, &now)
+	cases := map[string]cron.NewJob{
+		"invalid schedule":     {Owner: "u", Prompt: "p", Schedule: "whenever", Origin: tg},
+		"the prompt is empty":  {Owner: "u", Prompt: "  ", Schedule: "1h", Origin: tg},
+		"needs a chat":         {Owner: "u", Prompt: "p", Schedule: "1h", Deliver: "origin"},
+		"not a platform name":  {Owner: "u", Prompt: "p", Schedule: "1h", Deliver: "Tele-gram!:1", Origin: tg},
+		"is not a target":      {Owner: "u", Prompt: "p", Schedule: "1h", Deliver: "telegram:1 2", Origin: tg},
+		"repeat must be":       {Owner: "u", Prompt: "p", Schedule: "1h", Repeat: -1, Origin: tg},
+		"longer than":          {Owner: "u", Prompt: strings.Repeat("x", cron.MaxPromptBytes+1), Schedule: "1h", Origin: tg},
+		"no owner":             {Prompt: "p", Schedule: "1h", Origin: tg},
+		"is in the past":       {Owner: "u", Prompt: "p", Schedule: "2026-03-01T09:00:00Z", Origin: tg},
+		"not a short line":     {Owner: "u", Prompt: "p", Schedule: strings.Repeat("every ", 50), Origin: tg},
+		"deliver: bad target:": {Owner: "u", Prompt: "p", Schedule: "1h", Deliver: ":123", Origin: tg},
+	}
+	for want, n := range cases {
+		if _, err := s.Create(ctx, n); !errors.Is(err, cron.ErrInvalid) || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: got %v", want, err)
+		}
+	}
+	// Targets that parse are kept as typed, resolved when the job fires.
+	for _, d := range []string{"telegram", "telegram:-1001234567890:17585", "discord:#engineering", "local"} {
+		if j, err := s.Create(ctx, cron.NewJob{Owner: "u", Prompt: "p", Schedule: "1h", Deliver: d}); err != nil || j.Deliver != d {
+			t.Errorf("deliver %q: %v %q", d, err, j.Deliver)
+		}
+	}
+}
+
+func TestLifecycle(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	now := t0
+	s := newStore(t, &now)
+	owner := "session:agent:main:telegram:group:-100:alice"
+	j, err := s.Create(ctx, cron.NewJob{Owner: owner, Prompt: "digest", Schedule: "0 9 * * *", Origin: tg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nine := time.Date(2026, 3, 10, 9, 0, 0, 0, time.UTC)
+	if !j.NextRunAt.Equal(nine) {
+		t.Fatalf("next run %v", j.NextRunAt)
+	}
+	if j, err = s.Pause(ctx, owner, j.ID); err != nil || j.State != cron.StatePaused || !j.NextRunAt.Equal(nine) {
+		t.Fatalf("paused %+v %v", j, err)
+	}
+	// Resumed after its run passed: the passed run stays due (it runs
+	// once, late), as Hermes.
+	now = nine.Add(3 * time.Hour)
+	if j, err = s.Resume(ctx, owner, j.ID); err != nil || j.State != cron.StateScheduled || !j.NextRunAt.Equal(nine) {
+		t.Fatalf("resumed %+v %v", j, err)
+	}
+	if j, err = s.Trigger(ctx, owner, j.ID); err != nil || !j.ManualRunAt.Equal(now) || !j.NextRunAt.Equal(nine) {
+		t.Fatalf("triggered %+v %v", j, err)
+	}
+	sched, prompt, name, rep := "every 30m", "new digest", "Digest", 3
+	if j, err = s.Update(ctx, owner, j.ID, cron.Update{Schedule: &sched, Prompt: &prompt, Name: &name, Repeat: &rep}); err != nil {
+		t.Fatal(err)
+	}
+	if j.Display != "every 30m" || j.Prompt != prompt || j.Name != name || j.RepeatDisplay() != "0/3" || !j.NextRunAt.Equal(now.Add(30*time.Minute)) {
+		t.Errorf("updated %+v", j)
+	}
+	bad := "sometime"
+	if _, err := s.Update(ctx, owner, j.ID, cron.Update{Schedule: &bad}); !errors.Is(err, cron.ErrInvalid) {
+		t.Errorf("bad schedule update: %v", err)
+	}
+	if got, err := s.Remove(ctx, owner, "digest"); err != nil || got.ID != j.ID {
+		t.Fatalf("removed %v %v", got, err)
+	}
+	if _, err := s.Resolve(ctx, owner, j.ID); !errors.Is(err, cron.ErrNotFound) {
+		t.Errorf("removed job still found: %v", err)
+	}
+
+	// A one-shot whose time passed cannot be resumed.
+	one, err := s.Create(ctx, cron.NewJob{Owner: owner, Prompt: "p", Schedule: "10m", Origin: tg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Pause(ctx, owner, one.ID); err != nil {
+		t.Fatal(err)
+	}
+	now = now.Add(time.Hour)
+	if _, err := s.Resume(ctx, owner, one.ID); !errors.Is(err, cron.ErrInvalid) || !strings.Contains(err.Error(), "has passed") {
+		t.Errorf("resume of a passed one-shot: %v", err)
+	}
+}

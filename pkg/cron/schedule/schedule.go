@@ -1,0 +1,306 @@
+// Package schedule parses the schedules of cron jobs, in Hermes's
+// formats, and computes their next runs:
+//
+//   - a one-shot delay: "30m", "2h", "1d", also "in 30m" (fires once);
+//   - an interval: "every 30m", "every 2h", "every day" (recurring);
+//   - a five-field cron expression: "0 9 * * *", "*/15 * * * MON-FRI";
+//   - an ISO timestamp: "2026-03-15T09:00:00" (fires once; without an
+//     offset it is read in the scheduler's time zone).
+//
+// Cron expressions are parsed by github.com/robfig/cron/v3 and evaluated
+// in the scheduler's time zone.
+package schedule
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	robfig "github.com/robfig/cron/v3"
+)
+
+// Kinds of schedules.
+const (
+	Once     = "once"
+	Interval = "interval"
+	Cron     = "cron"
+)
+
+// MaxLen bounds a schedule's text.
+const MaxLen = 200
+
+// OnceGrace is how late a one-shot may still fire (Hermes's
+// ONESHOT_GRACE_SECONDS); a later one is retired without running.
+const OnceGrace = 2 * time.Minute
+
+// ErrInvalid marks a schedule that cannot be parsed.
+var ErrInvalid = errors.New("invalid schedule")
+
+// Schedule is a parsed schedule.
+type Schedule struct {
+	// Kind is Once, Interval or Cron.
+	Kind string
+	// Expr is the canonical form, which Load reads back: an RFC 3339
+	// instant, "every <n>m", or the five cron fields.
+	Expr string
+	// Display is what job lists show ("once in 30m", "every 120m",
+	// "0 9 * * *", "once at 2026-03-15 09:00").
+	Display string
+	// At is a one-shot's instant.
+	At time.Time
+	// Every is an interval's period.
+	Every time.Duration
+
+	cron robfig.Schedule
+	loc  *time.Location
+}
+
+var (
+	durationRe = regexp.MustCompile(`^(\d*)\s*(m|min|mins|minute|minutes|h|hr|hrs|hour|hours|d|day|days)$`)
+	cronField  = regexp.MustCompile(`^[A-Za-z0-9*\-,/]+$`)
+	isoDate    = regexp.MustCompile(`^\d{4}-\d{2}-\d{2}`)
+	cronParser = robfig.NewParser(robfig.Minute | robfig.Hour | robfig.Dom | robfig.Month | robfig.Dow)
+)
+
+// maxMinutes bounds a delay or an interval (about ten years).
+const maxMinutes = 10 * 366 * 24 * 60
+
+// duration parses "30m", "2h", "1d", "hour" (a bare unit is 1) into
+// minutes.
+func duration(s string) (int, error) {
+	m := durationRe.FindStringSubmatch(strings.ToLower(strings.TrimSpace(s)))
+	if m == nil {
+		return 0, fmt.Errorf("%w: %q is not a duration such as 30m, 2h or 1d", ErrInvalid, s)
+	}
+	n := 1
+	if m[1] != "" {
+		v, err := strconv.Atoi(m[1])
+		if err != nil || v > maxMinutes {
+			return 0, fmt.Errorf("%w: %q is too long", ErrInvalid, s)
+		}
+		n = v
+	}
+	switch m[2][0] {
+	case 'h':
+		n *= 60
+	case 'd':
+		n *= 24 * 60
+	}
+	if n <= 0 {
+		return 0, fmt.Errorf("%w: %q is not a positive duration", ErrInvalid, s)
+	}
+	if n > maxMinutes {
+		return 0, fmt.Errorf("%w: %q is too long", ErrInvalid, s)
+	}
+	return n, nil
+}
+
+// Parse reads a schedule typed by a user or the agent at now; naive
+// timestamps and cron expressions are read in loc (nil: UTC).
+func Parse(text string, now time.Time, loc *time.Location) (Schedule, error) {
+	if loc == nil {
+		loc = time.UTC
+	}
+	s := strings.TrimSpace(text)
+	if s == "" {
+		return Schedule{}, fmt.Errorf("%w: the schedule is empty", ErrInvalid)
+	}
+	if len(s) > MaxLen || !utf8.ValidString(s) {
+		return Schedule{}, fmt.Errorf("%w: the schedule is not a short line of text", ErrInvalid)
+	}
+	lower := strings.ToLower(s)
+	if rest, ok := strings.CutPrefix(lower, "every "); ok {
+		n, err := duration(rest)
+		if err != nil {
+			return Schedule{}, err
+		}
+		return interval(n, loc), nil
+	}
+	if rest, ok := strings.CutPrefix(lower, "in "); ok {
+		n, err := duration(rest)
+		if err != nil {
+			return Schedule{}, err
+		}
+		return delay(n, strings.TrimSpace(s[3:]), now, loc), nil
+	}
+	if fields := strings.Fields(s); len(fields) == 5 && allCronFields(fields) {
+		return cronExpr(strings.Join(fields, " "), loc)
+	}
+	if strings.Contains(s, "T") || isoDate.MatchString(s) {
+		at, err := timestamp(s, loc)
+		if err != nil {
+			return Schedule{}, err
+		}
+		if at.Before(now.Add(-OnceGrace)) {
+			return Schedule{}, fmt.Errorf("%w: %s is in the past", ErrInvalid, at.In(loc).Format(time.RFC3339))
+		}
+		return once(at, loc), nil
+	}
+	if n, err := duration(s); err == nil {
+		return delay(n, s, now, loc), nil
+	}
+	return Schedule{}, fmt.Errorf("%w: %q. Use:\n"+
+		"  - One-shot delay: '30m', '2h', '1d' (fires once)\n"+
+		"  - Interval: 'every 30m', 'every 2h' (recurring)\n"+
+		"  - Cron: '0 9 * * *' (cron expression)\n"+
+		"  - Timestamp: '2026-02-03T14:00:00' (one-shot at time)", ErrInvalid, s)
+}
+
+// Load reads back a stored schedule (Kind and Expr).
+func Load(kind, expr string, loc *time.Location) (Schedule, error) {
+	if loc == nil {
+		loc = time.UTC
+	}
+	switch kind {
+	case Once:
+		at, err := time.Parse(time.RFC3339Nano, expr)
+		if err != nil {
+			return Schedule{}, fmt.Errorf("%w: stored instant %q: %v", ErrInvalid, expr, err)
+		}
+		return once(at, loc), nil
+	case Interval:
+		rest, ok := strings.CutPrefix(expr, "every ")
+		if !ok {
+			return Schedule{}, fmt.Errorf("%w: stored interval %q", ErrInvalid, expr)
+		}
+		n, err := duration(rest)
+		if err != nil {
+			return Schedule{}, err
+		}
+		return interval(n, loc), nil
+	case Cron:
+		return cronExpr(expr, loc)
+	}
+	return Schedule{}, fmt.Errorf("%w: unknown kind %q", ErrInvalid, kind)
+}
+
+func allCronFields(fields []string) bool {
+	for _, f := range fields {
+		if !cronField.MatchString(f) {
+			return false
+		}
+	}
+	return true
+}
+
+func interval(minutes int, loc *time.Location) Schedule {
+	return Schedule{Kind: Interval, Expr: fmt.Sprintf("every %dm", minutes), Display: fmt.Sprintf("every %dm", minutes),
+		Every: time.Duration(minutes) * time.Minute, loc: loc}
+}
+
+func delay(minutes int, typed string, now time.Time, loc *time.Location) Schedule {
+	at := now.Add(time.Duration(minutes) * time.Minute)
+	s := once(at, loc)
+	s.Display = "once in " + typed
+	return s
+}
+
+func once(at time.Time, loc *time.Location) Schedule {
+	return Schedule{Kind: Once, Expr: at.UTC().Format(time.RFC3339Nano),
+		Display: "once at " + at.In(loc).Format("2006-01-02 15:04"), At: at, loc: loc}
+}
+
+func cronExpr(expr string, loc *time.Location) (Schedule, error) {
+	c, err := cronParser.Parse(expr)
+	if err != nil {
+		return Schedule{}, fmt.Errorf("%w: cron expression %q: %v", ErrInvalid, expr, err)
+	}
+	return Schedule{Kind: Cron, Expr: expr, Display: expr, cron: c, loc: loc}, nil
+}
+
+var timestampLayouts = []string{
+	"2006-01-02T15:04:05", "2006-01-02T15:04", "2006-01-02 15:04:05", "2006-01-02 15:04", "2006-01-02",
+}
+
+func timestamp(s string, loc *time.Location) (time.Time, error) {
+	norm := strings.Replace(s, "z", "Z", 1)
+	if t, err := time.Parse(time.RFC3339Nano, norm); err == nil {
+		return t, nil
+	}
+	for _, layout := range timestampLayouts {
+		if t, err := time.ParseInLocation(layout, s, loc); err == nil {
+			return t, nil
+		}
+	}
+	return time.Time{}, fmt.Errorf("%w: invalid timestamp %q: use 2026-03-15T09:00:00, with an offset or Z if not local", ErrInvalid, s)
+}
+
+// First is the first run of a schedule parsed or loaded at now.
+func (s Schedule) First(now time.Time) time.Time {
+	switch s.Kind {
+	case Once:
+		return s.At
+	case Interval:
+		return now.Add(s.Every)
+	}
+	return s.cronNext(now)
+}
+
+// Next is the run after a run at (or a late run of) the instant from,
+// or false when there is none: a one-shot has no next run; an interval
+// counts from from (Hermes anchors on the last run); a cron expression
+// gives its first occurrence strictly after from.
+func (s Schedule) Next(from time.Time) (time.Time, bool) {
+	switch s.Kind {
+	case Once:
+		return time.Time{}, false
+	case Interval:
+		return from.Add(s.Every), true
+	}
+	t := s.cronNext(from)
+	return t, !t.IsZero()
+}
+
+func (s Schedule) cronNext(from time.Time) time.Time {
+	if s.cron == nil {
+		return time.Time{}
+	}
+	loc := s.loc
+	if loc == nil {
+		loc = time.UTC
+	}
+	return s.cron.Next(from.In(loc))
+}
+
+// Period is the schedule's cadence near now (the gap between its next
+// two runs); 0 for a one-shot.
+func (s Schedule) Period(now time.Time) time.Duration {
+	switch s.Kind {
+	case Interval:
+		return s.Every
+	case Cron:
+		a := s.cronNext(now)
+		if a.IsZero() {
+			return 0
+		}
+		b := s.cronNext(a)
+		if b.IsZero() {
+			return 0
+		}
+		return b.Sub(a)
+	}
+	return 0
+}
+
+// Grace is how late a recurring run may be and still count as on time
+// (Hermes: half the period, clamped to [2 minutes, 2 hours]); beyond it
+// a run is a catch-up after downtime. One-shots have OnceGrace.
+func (s Schedule) Grace(now time.Time) time.Duration {
+	if s.Kind == Once {
+		return OnceGrace
+	}
+	return min(max(s.Period(now)/2, 2*time.Minute), 2*time.Hour)
+}
+
+// DefaultRepeat is how many times the schedule runs when the job does
+// not say: once for a one-shot, 0 (forever) for the others.
+func (s Schedule) DefaultRepeat() int {
+	if s.Kind == Once {
+		return 1
+	}
+	return 0
+}

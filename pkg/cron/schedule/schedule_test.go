@@ -1,0 +1,157 @@
+package schedule_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/switchboard-chat/switchboard/pkg/cron/schedule"
+)
+
+var (
+	now    = time.Date(2026, 3, 10, 8, 30, 0, 0, time.UTC)
+	berlin = mustLoad("Europe/Berlin")
+)
+
+func mustLoad(name string) *time.Location {
+	l, err := time.LoadLocation(name)
+	if err != nil {
+		panic(err)
+	}
+	return l
+}
+
+func TestParse(t *testing.T) {
+	cases := []struct {
+		in      string
+		loc     *time.Location
+		kind    string
+		expr    string
+		display string
+		first   time.Time
+		repeat  int
+	}{
+		{"30m", nil, schedule.Once, "2026-03-10T09:00:00Z", "once in 30m", now.Add(30 * time.Minute), 1},
+		{"2h", nil, schedule.Once, "2026-03-10T10:30:00Z", "once in 2h", now.Add(2 * time.Hour), 1},
+		{"1d", nil, schedule.Once, "2026-03-11T08:30:00Z", "once in 1d", now.Add(24 * time.Hour), 1},
+		{"in 45 minutes", nil, schedule.Once, "2026-03-10T09:15:00Z", "once in 45 minutes", now.Add(45 * time.Minute), 1},
+		{"  IN 1H ", nil, schedule.Once, "2026-03-10T09:30:00Z", "once in 1H", now.Add(time.Hour), 1},
+		{"every 30m", nil, schedule.Interval, "every 30m", "every 30m", now.Add(30 * time.Minute), 0},
+		{"every 2h", nil, schedule.Interval, "every 120m", "every 120m", now.Add(2 * time.Hour), 0},
+		{"Every hour", nil, schedule.Interval, "every 60m", "every 60m", now.Add(time.Hour), 0},
+		{"every 1d", nil, schedule.Interval, "every 1440m", "every 1440m", now.Add(24 * time.Hour), 0},
+		{"0 9 * * *", nil, schedule.Cron, "0 9 * * *", "0 9 * * *", time.Date(2026, 3, 10, 9, 0, 0, 0, time.UTC), 0},
+		{"0  9 * *   *", nil, schedule.Cron, "0 9 * * *", "0 9 * * *", time.Date(2026, 3, 10, 9, 0, 0, 0, time.UTC), 0},
+		{"*/15 * * * *", nil, schedule.Cron, "*/15 * * * *", "*/15 * * * *", time.Date(2026, 3, 10, 8, 45, 0, 0, time.UTC), 0},
+		{"0 9 * * MON-FRI", nil, schedule.Cron, "0 9 * * MON-FRI", "0 9 * * MON-FRI", time.Date(2026, 3, 10, 9, 0, 0, 0, time.UTC), 0},
+		{"0 0 * * 0", nil, schedule.Cron, "0 0 * * 0", "0 0 * * 0", time.Date(2026, 3, 15, 0, 0, 0, 0, time.UTC), 0},
+		// 9:00 in Berlin is 8:00 UTC in March (CET): tomorrow's.
+		{"0 9 * * *", berlin, schedule.Cron, "0 9 * * *", "0 9 * * *", time.Date(2026, 3, 11, 8, 0, 0, 0, time.UTC), 0},
+		{"2026-03-15T09:00:00", nil, schedule.Once, "2026-03-15T09:00:00Z", "once at 2026-03-15 09:00", time.Date(2026, 3, 15, 9, 0, 0, 0, time.UTC), 1},
+		{"2026-03-15T09:00:00", berlin, schedule.Once, "2026-03-15T08:00:00Z", "once at 2026-03-15 09:00", time.Date(2026, 3, 15, 8, 0, 0, 0, time.UTC), 1},
+		{"2026-03-15T09:00:00+02:00", nil, schedule.Once, "2026-03-15T07:00:00Z", "once at 2026-03-15 07:00", time.Date(2026, 3, 15, 7, 0, 0, 0, time.UTC), 1},
+		{"2026-03-15T09:00:00Z", nil, schedule.Once, "2026-03-15T09:00:00Z", "once at 2026-03-15 09:00", time.Date(2026, 3, 15, 9, 0, 0, 0, time.UTC), 1},
+		{"2026-03-15 09:00", nil, schedule.Once, "2026-03-15T09:00:00Z", "once at 2026-03-15 09:00", time.Date(2026, 3, 15, 9, 0, 0, 0, time.UTC), 1},
+		// A minute late is within the one-shot grace.
+		{"2026-03-10T08:29:00Z", nil, schedule.Once, "2026-03-10T08:29:00Z", "once at 2026-03-10 08:29", now.Add(-time.Minute), 1},
+	}
+	for _, c := range cases {
+		t.Run(c.in, func(t *testing.T) {
+			s, err := schedule.Parse(c.in, now, c.loc)
+			if err != nil {
+				t.Fatalf("Parse: %v", err)
+			}
+			if s.Kind != c.kind || s.Expr != c.expr || s.Display != c.display {
+				t.Errorf("got %s %q %q, want %s %q %q", s.Kind, s.Expr, s.Display, c.kind, c.expr, c.display)
+			}
+			if got := s.First(now); !got.Equal(c.first) {
+				t.Errorf("first run %v, want %v", got, c.first)
+			}
+			if s.DefaultRepeat() != c.repeat {
+				t.Errorf("default repeat %d, want %d", s.DefaultRepeat(), c.repeat)
+			}
+			// What is stored loads back to the same schedule.
+			l, err := schedule.Load(s.Kind, s.Expr, c.loc)
+			if err != nil {
+				t.Fatalf("Load: %v", err)
+			}
+			if got := l.First(now); s.Kind != schedule.Once && !got.Equal(c.first) || s.Kind == schedule.Once && !l.At.Equal(s.At) {
+				t.Errorf("loaded schedule's first run %v, want %v", got, c.first)
+			}
+		})
+	}
+}
+
+func TestParseRefuses(t *testing.T) {
+	cases := map[string]string{
+		"":                                     "empty",
+		"   ":                                  "empty",
+		"soon":                                 "Use:",
+		"every":                                "Use:",
+		"every fortnight":                      "not a duration",
+		"in 0m":                                "not a positive duration",
+		"0m":                                   "Use:",
+		"in 99999999999999m":                   "too long",
+		"every 9999999d":                       "too long",
+		"61 * * * *":                           "cron expression",
+		"* * * *":                              "Use:",
+		"0 9 * * * *":                          "Use:",
+		"@daily":                               "Use:",
+		"2026-13-45T09:00:00":                  "invalid timestamp",
+		"2026-03-01T09:00:00Z":                 "in the past",
+		"Tomorrow":                             "invalid timestamp",
+		strings.Repeat("1", schedule.MaxLen+1): "short line",
+		"every 2h\xff":                         "short line",
+	}
+	for in, want := range cases {
+		t.Run(in, func(t *testing.T) {
+			_, err := schedule.Parse(in, now, nil)
+			if !errors.Is(err, schedule.ErrInvalid) || !strings.Contains(err.Error(), want) {
+				t.Errorf("Parse(%q) = %v, want an ErrInvalid saying %q", in, err, want)
+			}
+		})
+	}
+}
+
+func TestNext(t *testing.T) {
+	iv, _ := schedule.Parse("every 2h", now, nil)
+	if got, ok := iv.Next(now); !ok || !got.Equal(now.Add(2*time.Hour)) {
+		t.Errorf("interval next %v %v", got, ok)
+	}
+	cr, _ := schedule.Parse("0 9 * * *", now, nil)
+	nine := time.Date(2026, 3, 10, 9, 0, 0, 0, time.UTC)
+	// Strictly after: a run at 9:00 is followed by tomorrow's.
+	if got, ok := cr.Next(nine); !ok || !got.Equal(nine.Add(24*time.Hour)) {
+		t.Errorf("cron next after 9:00 = %v %v", got, ok)
+	}
+	// Days of downtime collapse: the next run after now is one run.
+	if got, _ := cr.Next(nine.Add(72*time.Hour + time.Minute)); !got.Equal(nine.Add(96 * time.Hour)) {
+		t.Errorf("cron next after downtime = %v", got)
+	}
+	one, _ := schedule.Parse("30m", now, nil)
+	if _, ok := one.Next(now); ok {
+		t.Error("a one-shot has a next run")
+	}
+	if g := cr.Grace(now); g != 2*time.Hour {
+		t.Errorf("daily grace %v, want 2h", g)
+	}
+	if g := iv.Grace(now); g != time.Hour {
+		t.Errorf("2h interval grace %v, want 1h", g)
+	}
+	q, _ := schedule.Parse("* * * * *", now, nil)
+	if g := q.Grace(now); g != 2*time.Minute {
+		t.Errorf("minutely grace %v, want 2m", g)
+	}
+	if g := one.Grace(now); g != schedule.OnceGrace {
+		t.Errorf("one-shot grace %v", g)
+	}
+}
+
+func TestLoadRefuses(t *testing.T) {
+	for _, c := range [][2]string{{"once", "yesterday"}, {"interval", "30m"}, {"interval", "every x"}, {"cron", "nope"}, {"weekly", "x"}} {
+		if _, err := schedule.Load(c[0], c[1], nil); !errors.Is(err, schedule.ErrInvalid) {
+			t.Errorf("Load(%q, %q) = %v", c[0], c[1], err)
+		}
+	}
+}

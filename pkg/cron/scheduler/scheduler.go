@@ -1,0 +1,368 @@
+// Package scheduler fires due cron jobs (pkg/cron), as Hermes's gateway
+// ticker does every 60 seconds, from any number of replicas at once.
+//
+// Each tick claims due jobs one at a time with SELECT … FOR UPDATE SKIP
+// LOCKED, publishes the run as an internal inbound message, and advances
+// the job (next run, repeat count, state) in the same transaction. The
+// message's id is made of the job and the instant it was due, so a crash
+// (or a failed commit) between the publish and the commit re-publishes
+// the same id on the next tick: the bus's dedupe window and the router's
+// longer-lived dedupe record make it one run.
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/switchboard-chat/switchboard/pkg/bus"
+	"github.com/switchboard-chat/switchboard/pkg/config"
+	"github.com/switchboard-chat/switchboard/pkg/cron"
+	"github.com/switchboard-chat/switchboard/pkg/cron/schedule"
+	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+	"github.com/switchboard-chat/switchboard/pkg/outbox"
+	"github.com/switchboard-chat/switchboard/pkg/sessionkey"
+)
+
+// Platform is the platform of cron runs' messages: each run is the
+// session agent:main:cron:dm:<job id>_<due instant>, a fresh one.
+const Platform = "cron"
+
+// Account is the account of cron runs' messages.
+const Account = "default"
+
+// Status values a run leaves in last_status (Hermes's literals).
+const (
+	StatusOK            = "ok"
+	StatusError         = "error"
+	StatusBlockedConfig = "blocked_config"
+)
+
+var runs = promauto.NewCounterVec(prometheus.CounterOpts{
+	Name: "switchboard_cron_runs_total",
+	Help: "Cron job runs by outcome: published (scheduled, late or catch_up), manual, missed (a one-shot past its grace, or a catch-up skipped by cron.catch_up_missed=false), blocked (no deliver target), failed (publish or commit failed; retried next tick under the same id).",
+}, []string{"outcome"})
+
+// Config is the `cron` section.
+type Config struct {
+	// Enabled runs the scheduler in `switchboard router` and `dev`.
+	Enabled bool `koanf:"enabled"`
+	// Tick is how often due jobs are looked for (Hermes: 60s).
+	Tick time.Duration `koanf:"tick"`
+	// CatchUpMissed: a recurring job whose run was missed beyond its
+	// grace (downtime) runs once when the scheduler is back (Hermes's
+	// default); false skips to its next run instead.
+	CatchUpMissed bool `koanf:"catch_up_missed"`
+	// Timezone of cron expressions and timestamps without an offset (an
+	// IANA name; empty: the process's local zone).
+	Timezone string `koanf:"timezone"`
+	// MaxPerTick bounds the runs one replica fires per tick.
+	MaxPerTick int `koanf:"max_per_tick"`
+}
+
+// DefaultConfig returns the defaults.
+func DefaultConfig() Config {
+	return Config{Enabled: true, Tick: time.Minute, CatchUpMissed: true, MaxPerTick: 100}
+}
+
+// Location is the configured time zone.
+func (c Config) Location() (*time.Location, error) {
+	if c.Timezone == "" {
+		return time.Local, nil
+	}
+	loc, err := time.LoadLocation(c.Timezone)
+	if err != nil {
+		return nil, config.Invalid("cron.timezone", c.Timezone, "an IANA time zone such as Europe/Berlin")
+	}
+	return loc, nil
+}
+
+// Validate checks the configuration.
+func (c Config) Validate() error {
+	if c.Tick < time.Second {
+		return config.Invalid("cron.tick", c.Tick.String(), "at least 1s")
+	}
+	if c.MaxPerTick < 1 {
+		return config.Invalid("cron.max_per_tick", fmt.Sprint(c.MaxPerTick), "at least 1")
+	}
+	_, err := c.Location()
+	return err
+}
+
+// Deps are the scheduler's clients.
+type Deps struct {
+	Log *slog.Logger
+	DB  *pgxpool.Pool
+	Bus *bus.Bus
+	// Resolve turns a deliver target other than origin and local into a
+	// chat (outbox.Store.ResolveTarget with the configured homes); its
+	// errors wrapping outbox.ErrBadTarget block the run.
+	Resolve func(ctx context.Context, raw string) (*deliveryv1.Target, error)
+	Now     func() time.Time
+}
+
+// Scheduler fires due cron jobs.
+type Scheduler struct {
+	cfg     Config
+	log     *slog.Logger
+	db      *pgxpool.Pool
+	bus     *bus.Bus
+	resolve func(ctx context.Context, raw string) (*deliveryv1.Target, error)
+	now     func() time.Time
+	loc     *time.Location
+	// commit ends a run's transaction (tests make it fail).
+	commit func(ctx context.Context, tx pgx.Tx) error
+}
+
+// New builds a scheduler.
+func New(cfg Config, deps Deps) (*Scheduler, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if deps.DB == nil || deps.Bus == nil || deps.Resolve == nil {
+		return nil, errors.New("cron scheduler: DB, Bus and Resolve are required")
+	}
+	if deps.Log == nil {
+		deps.Log = slog.Default()
+	}
+	if deps.Now == nil {
+		deps.Now = time.Now
+	}
+	loc, _ := cfg.Location()
+	return &Scheduler{cfg: cfg, log: deps.Log.With("component", "cron"), db: deps.DB, bus: deps.Bus,
+		resolve: deps.Resolve, now: deps.Now, loc: loc,
+		commit: func(ctx context.Context, tx pgx.Tx) error { return tx.Commit(ctx) }}, nil
+}
+
+// Run ticks until ctx ends; the first tick is at once.
+func (s *Scheduler) Run(ctx context.Context) error {
+	s.log.Info("cron scheduler running", "tick", s.cfg.Tick, "timezone", s.loc.String())
+	t := time.NewTicker(s.cfg.Tick)
+	defer t.Stop()
+	for {
+		if _, err := s.Tick(ctx); err != nil && ctx.Err() == nil {
+			s.log.Warn("cron tick failed", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// Tick fires the jobs due now and returns how many runs it published.
+// A job whose run fails (publish, commit) is left due for the next tick
+// and skipped for the rest of this one; the first such error is returned.
+func (s *Scheduler) Tick(ctx context.Context) (int, error) {
+	var skip []string
+	var first error
+	fired := 0
+	for range s.cfg.MaxPerTick {
+		id, published, ok, err := s.fireOne(ctx, skip)
+		if err != nil {
+			runs.WithLabelValues("failed").Inc()
+			s.log.Warn("cron run failed; retried next tick", "job", id, "err", err)
+			if first == nil {
+				first = err
+			}
+			if id == "" || ctx.Err() != nil {
+				return fired, first
+			}
+			skip = append(skip, id)
+			continue
+		}
+		if !ok {
+			break
+		}
+		if published {
+			fired++
+		}
+	}
+	return fired, first
+}
+
+// fireOne claims one due job and handles it in a transaction of its own.
+func (s *Scheduler) fireOne(ctx context.Context, skip []string) (id string, published, ok bool, err error) {
+	tx, err := s.db.Begin(ctx)
+	if err != nil {
+		return "", false, false, fmt.Errorf("begin cron transaction: %w", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	now := s.now()
+	j, ok, err := cron.ClaimDue(ctx, tx, now, skip)
+	if err != nil || !ok {
+		return "", false, false, err
+	}
+	published, err = s.handle(ctx, &j, now)
+	if err != nil {
+		return j.ID, false, true, err
+	}
+	if err := cron.SaveRun(ctx, tx, j, now); err != nil {
+		return j.ID, false, true, err
+	}
+	if err := s.commit(ctx, tx); err != nil {
+		return j.ID, false, true, fmt.Errorf("commit cron run of %s: %w", j.ID, err)
+	}
+	return j.ID, published, true, nil
+}
+
+// handle decides what a due job does now and publishes its run; j is
+// changed as the run leaves it, for SaveRun.
+func (s *Scheduler) handle(ctx context.Context, j *cron.Job, now time.Time) (bool, error) {
+	sched, err := j.Schedule(s.loc)
+	if err != nil {
+		// A row no schedule reads back from: stop it rather than loop.
+		s.log.Error("cron job has an unreadable schedule; paused", "job", j.ID, "err", err)
+		j.State, j.LastStatus, j.LastError, j.ManualRunAt = cron.StatePaused, StatusError, err.Error(), time.Time{}
+		return false, nil
+	}
+	if !j.ManualRunAt.IsZero() && !j.ManualRunAt.After(now) {
+		runAt := j.ManualRunAt
+		j.ManualRunAt = time.Time{}
+		ok, err := s.run(ctx, j, runAt, j.ID+"_"+stamp(runAt)+"_run", now)
+		if ok {
+			runs.WithLabelValues("manual").Inc()
+		}
+		return ok, err
+	}
+	due := j.NextRunAt
+	late := now.Sub(due)
+	grace := sched.Grace(due)
+	if sched.Kind == schedule.Once {
+		grace = max(grace, 2*s.cfg.Tick)
+	}
+	switch {
+	case sched.Kind == schedule.Once && late > grace:
+		// Hermes retires a one-shot past its grace: it never runs late.
+		runs.WithLabelValues("missed").Inc()
+		s.log.Warn("cron one-shot missed; retired without running", "job", j.ID, "due", due, "late", late.Round(time.Second))
+		j.State, j.NextRunAt = cron.StateCompleted, time.Time{}
+		j.LastStatus = StatusError
+		j.LastError = fmt.Sprintf("missed: due at %s, %s ago (one-shots run at most %s late)",
+			due.In(s.loc).Format("2006-01-02 15:04"), late.Round(time.Second), grace)
+		return false, nil
+	case sched.Kind != schedule.Once && late > grace && !s.cfg.CatchUpMissed:
+		runs.WithLabelValues("missed").Inc()
+		s.log.Info("cron run missed beyond its grace; skipped (cron.catch_up_missed=false)", "job", j.ID, "due", due)
+		j.NextRunAt = s.next(sched, due, now)
+		if j.NextRunAt.IsZero() {
+			j.State = cron.StateCompleted
+		}
+		return false, nil
+	}
+	ok, err := s.run(ctx, j, due, j.ID+"_"+stamp(due), now)
+	if err != nil {
+		return false, err
+	}
+	kind := "scheduled"
+	switch {
+	case late > grace:
+		kind = "catch_up"
+	case late > 5*time.Minute:
+		kind = "late"
+	}
+	if ok {
+		runs.WithLabelValues(kind).Inc()
+		s.log.Info("cron job fired", "job", j.ID, "due", due, "kind", kind)
+	}
+	// A blocked run counts as the scheduled one: the next comes on time.
+	j.RepeatCompleted++
+	j.NextRunAt = s.next(sched, due, now)
+	if j.NextRunAt.IsZero() || (j.RepeatTimes > 0 && j.RepeatCompleted >= j.RepeatTimes) {
+		j.State, j.NextRunAt = cron.StateCompleted, time.Time{}
+	}
+	return ok, nil
+}
+
+// next is the first run after now that follows due: missed runs collapse
+// into the one just made (Hermes's catch-up fires once, not per slot).
+// Intervals keep their phase (due + k·period).
+func (s *Scheduler) next(sched schedule.Schedule, due, now time.Time) time.Time {
+	t, ok := sched.Next(due)
+	if !ok || t.After(now) {
+		return t
+	}
+	if sched.Kind == schedule.Interval {
+		k := now.Sub(due)/sched.Every + 1
+		return due.Add(k * sched.Every)
+	}
+	t, _ = sched.Next(now)
+	return t
+}
+
+// run publishes a run of j as the message eventID (due is the instant
+// it stands for). False without an error: the deliver target does not
+// resolve, and the job says so (Hermes's blocked_config: no model call
+// for an answer that cannot be delivered).
+func (s *Scheduler) run(ctx context.Context, j *cron.Job, due time.Time, eventID string, now time.Time) (bool, error) {
+	route, err := s.route(ctx, j)
+	if errors.Is(err, outbox.ErrBadTarget) {
+		runs.WithLabelValues("blocked").Inc()
+		s.log.Warn("cron run blocked: its deliver target does not resolve", "job", j.ID, "deliver", j.Deliver, "err", err)
+		j.LastRunAt, j.LastStatus, j.LastError = now, StatusBlockedConfig, "deliver "+j.Deliver+": "+err.Error()
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	src := &eventsv1.SessionSource{Platform: Platform, Account: Account, ChatId: eventID, ChatName: j.Name,
+		ChatType: "dm", UserId: j.ID, UserName: j.Name}
+	ev := &eventsv1.MessageReceived{
+		EventId: eventID, MessageId: eventID, Source: src, Text: Frame(j.Prompt),
+		SentAt: timestamppb.New(due), ReceivedAt: timestamppb.New(now),
+		Internal: true, TransportAuthenticated: true, AnswerOnly: true, ReplyRoute: route,
+	}
+	msgID := Platform + ":" + Account + ":" + eventID
+	if _, err := s.bus.Publish(ctx, s.bus.Topology().InboundSubject(sessionkey.ChatKey(src)), msgID, ev); err != nil {
+		return false, fmt.Errorf("publish cron run %s: %w", eventID, err)
+	}
+	j.LastRunAt, j.LastStatus, j.LastError = now, StatusOK, ""
+	return true, nil
+}
+
+// route is where a run's answer goes: the origin chat, nowhere (local),
+// or the deliver target resolved now (a home channel chosen since the
+// job was made counts).
+func (s *Scheduler) route(ctx context.Context, j *cron.Job) (*eventsv1.ReplyRoute, error) {
+	switch j.Deliver {
+	case cron.DeliverLocal:
+		return &eventsv1.ReplyRoute{}, nil
+	case cron.DeliverOrigin:
+		o := j.Origin
+		if o.Platform == "" || o.ChatID == "" {
+			return nil, fmt.Errorf("%w: the job has no origin chat", outbox.ErrBadTarget)
+		}
+		return &eventsv1.ReplyRoute{Platform: o.Platform, Account: o.Account, ChatId: o.ChatID, ThreadId: o.ThreadID}, nil
+	}
+	t, err := s.resolve(ctx, j.Deliver)
+	if err != nil {
+		return nil, err
+	}
+	return &eventsv1.ReplyRoute{Platform: t.GetPlatform(), Account: t.GetAccount(), ChatId: t.GetChatId(), ThreadId: t.GetThreadId()}, nil
+}
+
+func stamp(t time.Time) string { return t.UTC().Format("20060102_150405") }
+
+// SilentMarker in a run's answer suppresses its delivery (Hermes's).
+const SilentMarker = "[SILENT]"
+
+// Frame is the text a run's prompt reaches the agent as: Hermes's
+// instructions for a scheduled run (its answer is delivered for it; it
+// may answer [SILENT] when there is nothing to report), then the prompt.
+func Frame(prompt string) string {
+	return "[IMPORTANT: You are running as a scheduled cron job. DELIVERY: Your final response will be automatically " +
+		"delivered to the user — do NOT use send_message or try to deliver the output yourself. Just produce your " +
+		"report/output as your final response and the system handles the rest. SILENT: If there is genuinely nothing " +
+		"new to report, respond with exactly \"" + SilentMarker + "\" (nothing else) to suppress delivery. Never combine " +
+		SilentMarker + " with content — either report your findings normally, or say " + SilentMarker + " and nothing more.]\n\n" + prompt
+}

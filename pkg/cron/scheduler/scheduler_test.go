@@ -1,0 +1,364 @@
+package scheduler_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/switchboard-chat/switchboard/pkg/bus"
+	"github.com/switchboard-chat/switchboard/pkg/bus/bustest"
+	"github.com/switchboard-chat/switchboard/pkg/cron"
+	"github.com/switchboard-chat/switchboard/pkg/cron/scheduler"
+	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
+	"github.com/switchboard-chat/switchboard/pkg/outbox"
+	"github.com/switchboard-chat/switchboard/pkg/pg/pgtest"
+	"github.com/switchboard-chat/switchboard/pkg/platform/platformtest"
+)
+
+// clock is the scheduler's and the store's injected time.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) Now() time.Time  { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) Set(t time.Time) { c.mu.Lock(); c.t = t; c.mu.Unlock() }
+
+var (
+	t0 = time.Date(2026, 3, 10, 8, 30, 0, 0, time.UTC)
+	tg = cron.Origin{Platform: "telegram", Account: "default", ChatID: "99"}
+)
+
+type env struct {
+	db    *pgxpool.Pool
+	bus   *bus.Bus
+	clock *clock
+	store *cron.Store
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	e := &env{db: pgtest.New(t), bus: bustest.New(t, bustest.SystemURL()), clock: &clock{t: t0}}
+	e.store = cron.New(e.db, time.UTC, e.clock.Now)
+	return e
+}
+
+func resolve(_ context.Context, raw string) (*deliveryv1.Target, error) {
+	homes := map[string]string{"discord": "555"}
+	t, _, err := outbox.ParseTarget(raw, func(p string) string { return homes[p] })
+	return t, err
+}
+
+func (e *env) scheduler(t *testing.T, mod func(*scheduler.Config)) *scheduler.Scheduler {
+	t.Helper()
+	cfg := scheduler.DefaultConfig()
+	cfg.Timezone = "UTC"
+	if mod != nil {
+		mod(&cfg)
+	}
+	s, err := scheduler.New(cfg, scheduler.Deps{DB: e.db, Bus: e.bus, Resolve: resolve, Now: e.clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func (e *env) create(t *testing.T, n cron.NewJob) cron.Job {
+	t.Helper()
+	if n.Owner == "" {
+		n.Owner = "telegram:99"
+	}
+	if n.Origin == (cron.Origin{}) {
+		n.Origin = tg
+	}
+	j, err := e.store.Create(context.Background(), n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return j
+}
+
+func (e *env) job(t *testing.T, id string) cron.Job {
+	t.Helper()
+	j, err := e.store.Resolve(context.Background(), "telegram:99", id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return j
+}
+
+// published is how many messages the inbound stream holds.
+func (e *env) published(t *testing.T) uint64 {
+	t.Helper()
+	st, err := e.bus.JetStream().Stream(context.Background(), e.bus.Topology().Stream(bus.StreamInbound))
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.Msgs
+}
+
+func tick(t *testing.T, s *scheduler.Scheduler) int {
+	t.Helper()
+	n, err := s.Tick(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestRunPublished: a due job's run is an internal, transport-trusted
+// message of its own fresh session (chat <job>_<due>), framed as Hermes
+// frames it, answering only with its answer, to the origin chat.
+func TestRunPublished(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	evs := platformtest.InboundEvents(t, e.bus)
+	j := e.create(t, cron.NewJob{Prompt: "Summarize the news", Schedule: "30m", Name: "News"})
+	s := e.scheduler(t, nil)
+	if n := tick(t, s); n != 0 {
+		t.Fatalf("fired %d before the job was due", n)
+	}
+	e.clock.Set(t0.Add(30*time.Minute + 20*time.Second))
+	if n := tick(t, s); n != 1 {
+		t.Fatalf("fired %d, want 1", n)
+	}
+	ev := platformtest.NextEvent(t, evs)
+	wantID := j.ID + "_20260310_090000"
+	src := ev.GetSource()
+	if ev.GetEventId() != wantID || src.GetPlatform() != "cron" || src.GetChatId() != wantID || src.GetChatName() != "News" ||
+		!ev.GetInternal() || !ev.GetTransportAuthenticated() || !ev.GetAnswerOnly() {
+		t.Errorf("event %v", ev)
+	}
+	if !strings.HasPrefix(ev.GetText(), "[IMPORTANT: You are running as a scheduled cron job.") || !strings.HasSuffix(ev.GetText(), "\n\nSummarize the news") ||
+		!strings.Contains(ev.GetText(), `respond with exactly "[SILENT]"`) {
+		t.Errorf("text %q", ev.GetText())
+	}
+	if rr := ev.GetReplyRoute(); rr.GetPlatform() != "telegram" || rr.GetChatId() != "99" || rr.GetAccount() != "default" {
+		t.Errorf("reply route %v", rr)
+	}
+	got := e.job(t, j.ID)
+	if got.State != cron.StateCompleted || !got.NextRunAt.IsZero() || got.RepeatCompleted != 1 || got.LastStatus != "ok" ||
+		!got.LastRunAt.Equal(e.clock.Now()) {
+		t.Errorf("after its one run %+v", got)
+	}
+	e.clock.Set(t0.Add(2 * time.Hour))
+	if n := tick(t, s); n != 0 {
+		t.Errorf("a completed job fired %d times", n)
+	}
+}
+
+// TestFiresOnceAcrossReplicas: two schedulers on one database, ticking
+// at once, fire every due job once between them (SKIP LOCKED), without
+// the bus's dedupe having to hide anything.
+func TestFiresOnceAcrossReplicas(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	const jobs = 30
+	for i := range jobs {
+		e.create(t, cron.NewJob{Prompt: fmt.Sprintf("job %d", i), Schedule: "every 1h"})
+	}
+	e.clock.Set(t0.Add(time.Hour + time.Second))
+	a, b := e.scheduler(t, nil), e.scheduler(t, nil)
+	var wg sync.WaitGroup
+	counts := make([]int, 6)
+	for i := range counts {
+		s := a
+		if i%2 == 1 {
+			s = b
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			n, err := s.Tick(context.Background())
+			if err != nil {
+				t.Error(err)
+			}
+			counts[i] = n
+		}()
+	}
+	wg.Wait()
+	total := 0
+	for _, n := range counts {
+		total += n
+	}
+	if total != jobs || e.published(t) != jobs {
+		t.Errorf("fired %d (%v), %d on the bus; want %d each", total, counts, e.published(t), jobs)
+	}
+	js, _ := e.store.List(context.Background(), "telegram:99", true)
+	for _, j := range js {
+		if j.RepeatCompleted != 1 || !j.NextRunAt.Equal(t0.Add(2*time.Hour)) {
+			t.Errorf("job %s: %d runs, next %v", j.ID, j.RepeatCompleted, j.NextRunAt)
+		}
+	}
+}
+
+// TestCrashBetweenPublishAndCommit: the run is published, then the commit
+// that advances the job fails; the next tick (another replica) publishes
+// the run again under the same id, which the bus takes once.
+func TestCrashBetweenPublishAndCommit(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	j := e.create(t, cron.NewJob{Prompt: "report", Schedule: "every 1h"})
+	e.clock.Set(t0.Add(time.Hour))
+	crashing := e.scheduler(t, nil)
+	scheduler.SetCommit(crashing, func(ctx context.Context, tx pgx.Tx) error {
+		_ = tx.Rollback(ctx)
+		return errors.New("connection lost")
+	})
+	if n, err := crashing.Tick(context.Background()); err == nil || n != 0 {
+		t.Fatalf("crashing tick: %d, %v", n, err)
+	}
+	if got := e.job(t, j.ID); got.RepeatCompleted != 0 || !got.NextRunAt.Equal(t0.Add(time.Hour)) {
+		t.Fatalf("the failed commit advanced the job: %+v", got)
+	}
+	if n := e.published(t); n != 1 {
+		t.Fatalf("%d messages after the first publish", n)
+	}
+	e.clock.Set(t0.Add(time.Hour + time.Minute))
+	if n := tick(t, e.scheduler(t, nil)); n != 1 {
+		t.Fatalf("the retry published %d", n)
+	}
+	if n := e.published(t); n != 1 {
+		t.Errorf("%d messages on the bus after the retry, want the one run", n)
+	}
+	if got := e.job(t, j.ID); got.RepeatCompleted != 1 || !got.NextRunAt.Equal(t0.Add(2*time.Hour)) {
+		t.Errorf("after the retry %+v", got)
+	}
+}
+
+// TestNotFiring: paused and completed jobs do not fire; a run asked for
+// with "run" fires a paused job once and leaves it paused.
+func TestNotFiring(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newEnv(t)
+	paused := e.create(t, cron.NewJob{Prompt: "paused", Schedule: "every 1h"})
+	done := e.create(t, cron.NewJob{Prompt: "done", Schedule: "every 1h", Repeat: 1})
+	if _, err := e.store.Pause(ctx, "telegram:99", paused.ID); err != nil {
+		t.Fatal(err)
+	}
+	s := e.scheduler(t, nil)
+	e.clock.Set(t0.Add(time.Hour))
+	if n := tick(t, s); n != 1 {
+		t.Fatalf("fired %d, want the one scheduled job", n)
+	}
+	if got := e.job(t, done.ID); got.State != cron.StateCompleted {
+		t.Fatalf("repeat 1 job after its run: %+v", got)
+	}
+	for _, at := range []time.Duration{2 * time.Hour, 3 * time.Hour, 30 * time.Hour} {
+		e.clock.Set(t0.Add(at))
+		if n := tick(t, s); n != 0 {
+			t.Fatalf("at +%v fired %d", at, n)
+		}
+	}
+	if _, err := e.store.Trigger(ctx, "telegram:99", paused.ID); err != nil {
+		t.Fatal(err)
+	}
+	if n := tick(t, s); n != 1 {
+		t.Fatalf("the run asked for fired %d", n)
+	}
+	got := e.job(t, paused.ID)
+	if got.State != cron.StatePaused || !got.ManualRunAt.IsZero() || got.RepeatCompleted != 0 || !got.NextRunAt.Equal(t0.Add(time.Hour)) {
+		t.Errorf("paused job after a run asked for: %+v", got)
+	}
+	if n := tick(t, s); n != 0 {
+		t.Errorf("fired %d more", n)
+	}
+}
+
+// TestDowntime: after an outage a recurring job runs once (Hermes's
+// catch-up: missed runs collapse) and its next run is the next future
+// one; with catch_up_missed off it only moves on. A one-shot missed
+// beyond its grace is retired without running.
+func TestDowntime(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	evs := platformtest.InboundEvents(t, e.bus)
+	daily := e.create(t, cron.NewJob{Prompt: "daily", Schedule: "0 9 * * *"})
+	hourly := e.create(t, cron.NewJob{Prompt: "hourly", Schedule: "every 1h"})
+	one := e.create(t, cron.NewJob{Prompt: "one", Schedule: "45m"})
+	// Down from 8:30 to 9:10 three days later.
+	back := time.Date(2026, 3, 13, 9, 10, 0, 0, time.UTC)
+	e.clock.Set(back)
+	if n := tick(t, e.scheduler(t, nil)); n != 2 {
+		t.Fatalf("fired %d after the outage, want the daily and the hourly once each", n)
+	}
+	ids := map[string]bool{}
+	for range 2 {
+		ids[platformtest.NextEvent(t, evs).GetEventId()] = true
+	}
+	if !ids[daily.ID+"_20260310_090000"] || !ids[hourly.ID+"_20260310_093000"] {
+		t.Errorf("runs published %v", ids)
+	}
+	platformtest.NoEvent(t, evs, 200*time.Millisecond)
+	if got := e.job(t, daily.ID); !got.NextRunAt.Equal(time.Date(2026, 3, 14, 9, 0, 0, 0, time.UTC)) || got.RepeatCompleted != 1 {
+		t.Errorf("daily after the catch-up %+v", got)
+	}
+	if got := e.job(t, hourly.ID); !got.NextRunAt.Equal(time.Date(2026, 3, 13, 9, 30, 0, 0, time.UTC)) {
+		t.Errorf("hourly after the catch-up: next %v, want its phase kept", got.NextRunAt)
+	}
+	if got := e.job(t, one.ID); got.State != cron.StateCompleted || got.LastStatus != "error" || !strings.HasPrefix(got.LastError, "missed: ") {
+		t.Errorf("missed one-shot %+v", got)
+	}
+
+	// Without catch-up the missed run is skipped.
+	e2 := newEnv(t)
+	j := e2.create(t, cron.NewJob{Prompt: "daily", Schedule: "0 9 * * *"})
+	e2.clock.Set(back)
+	if n := tick(t, e2.scheduler(t, func(c *scheduler.Config) { c.CatchUpMissed = false })); n != 0 {
+		t.Fatalf("fired %d with catch_up_missed off", n)
+	}
+	if got := e2.job(t, j.ID); !got.NextRunAt.Equal(time.Date(2026, 3, 14, 9, 0, 0, 0, time.UTC)) || got.RepeatCompleted != 0 {
+		t.Errorf("skipped job %+v", got)
+	}
+	// A run late within its grace still runs without catch-up.
+	e2.clock.Set(time.Date(2026, 3, 14, 9, 30, 0, 0, time.UTC))
+	if n := tick(t, e2.scheduler(t, func(c *scheduler.Config) { c.CatchUpMissed = false })); n != 1 {
+		t.Errorf("a run 30 minutes late fired %d", n)
+	}
+}
+
+// TestDeliverTargets: local runs answer nowhere; a platform's home and
+// an explicit chat resolve when the job fires; a target that does not
+// resolve blocks the run (no model call) and says why.
+func TestDeliverTargets(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	evs := platformtest.InboundEvents(t, e.bus)
+	local := e.create(t, cron.NewJob{Prompt: "l", Schedule: "11m", Deliver: "local"})
+	home := e.create(t, cron.NewJob{Prompt: "h", Schedule: "11m", Deliver: "discord"})
+	chat := e.create(t, cron.NewJob{Prompt: "c", Schedule: "12m", Deliver: "telegram:-100123:17585"})
+	blocked := e.create(t, cron.NewJob{Prompt: "b", Schedule: "every 12m", Deliver: "slack"})
+	e.clock.Set(t0.Add(12 * time.Minute))
+	if n := tick(t, e.scheduler(t, nil)); n != 3 {
+		t.Fatalf("fired %d, want 3", n)
+	}
+	routes := map[string]string{}
+	for range 3 {
+		ev := platformtest.NextEvent(t, evs)
+		rr := ev.GetReplyRoute()
+		routes[strings.SplitN(ev.GetEventId(), "_", 2)[0]] = rr.GetPlatform() + ":" + rr.GetChatId() + ":" + rr.GetThreadId()
+	}
+	want := map[string]string{local.ID: "::", home.ID: "discord:555:", chat.ID: "telegram:-100123:17585"}
+	for id, w := range want {
+		if routes[id] != w {
+			t.Errorf("job %s routed to %q, want %q", id, routes[id], w)
+		}
+	}
+	got := e.job(t, blocked.ID)
+	if got.LastStatus != "blocked_config" || !strings.Contains(got.LastError, "no home channel for slack") ||
+		!got.NextRunAt.Equal(t0.Add(24*time.Minute)) || got.State != cron.StateScheduled {
+		t.Errorf("blocked job %+v", got)
+	}
+}
