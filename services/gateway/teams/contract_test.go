@@ -72,7 +72,7 @@ func (c *contractFake) post(t *testing.T, ctx context.Context, a map[string]any,
 	}
 }
 
-func (c *contractFake) Kinds() []string { return []string{"text", "mention", "group", "image"} }
+func (c *contractFake) Kinds() []string { return []string{"text", "mention", "group", "image", "file"} }
 
 func (c *contractFake) Deliver(t *testing.T, ctx context.Context, kind string) *eventsv1.MessageReceived {
 	t.Helper()
@@ -95,6 +95,11 @@ func (c *contractFake) Deliver(t *testing.T, ctx context.Context, kind string) *
 		u := c.f.AddFile([]byte("png"))
 		a["attachments"] = []map[string]any{{"contentType": "image/png", "contentUrl": u, "name": "cat.png"}, {"contentType": "text/html", "content": "<p>hello image</p>"}}
 		want.Attachments = []*eventsv1.Attachment{{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, PlatformFileId: u, MimeType: "image/png", FileName: "cat.png"}}
+	case "file":
+		const u = "https://contoso.sharepoint.com/personal/ann/_layouts/15/download.aspx?UniqueId=1&tempauth=x"
+		a["attachments"] = []map[string]any{{"contentType": "application/vnd.microsoft.teams.file.download.info", "name": "report.pdf",
+			"content": map[string]any{"downloadUrl": u, "uniqueId": "1", "fileType": "pdf"}}}
+		want.Attachments = []*eventsv1.Attachment{{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT, PlatformFileId: u, FileName: "report.pdf"}}
 	}
 	c.mu.Lock()
 	c.sent[want.EventId] = a
