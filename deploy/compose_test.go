@@ -34,7 +34,7 @@ func TestComposeLoadsWithEveryProfile(t *testing.T) {
 		want     []string
 		notWant  []string
 	}{
-		{profiles: nil, want: always, notWant: []string{"telegram", "discord", "slack", "whatsapp", "teams", "sms", "fakellm"}},
+		{profiles: nil, want: always, notWant: []string{"telegram", "discord", "slack", "whatsapp", "teams", "sms", "homeassistant", "fakellm"}},
 		{profiles: []string{"demo"}, want: append(slices.Clone(always), "fakellm"), notWant: []string{"telegram"}},
 		{profiles: []string{"telegram"}, want: append(slices.Clone(always), "telegram"), notWant: []string{"discord", "slack", "fakellm"}},
 		{profiles: []string{"discord"}, want: append(slices.Clone(always), "discord")},
@@ -43,7 +43,8 @@ func TestComposeLoadsWithEveryProfile(t *testing.T) {
 		{profiles: []string{"mattermost"}, want: append(slices.Clone(always), "mattermost"), notWant: []string{"matrix"}},
 		{profiles: []string{"teams"}, want: append(slices.Clone(always), "teams"), notWant: []string{"whatsapp"}},
 		{profiles: []string{"sms"}, want: append(slices.Clone(always), "sms"), notWant: []string{"whatsapp"}},
-		{profiles: []string{"*"}, want: append(slices.Clone(always), "telegram", "discord", "slack", "whatsapp", "mattermost", "teams", "sms", "fakellm")},
+		{profiles: []string{"homeassistant"}, want: append(slices.Clone(always), "homeassistant"), notWant: []string{"mattermost"}},
+		{profiles: []string{"*"}, want: append(slices.Clone(always), "telegram", "discord", "slack", "whatsapp", "mattermost", "teams", "sms", "homeassistant", "fakellm")},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(append([]string{"profiles"}, tt.profiles...), "-"), func(t *testing.T) {
@@ -113,7 +114,7 @@ func TestComposeServices(t *testing.T) {
 		t.Errorf("teams gateway does not publish 3978")
 	}
 
-	for name, profile := range map[string]string{"telegram": "telegram", "discord": "discord", "slack": "slack", "whatsapp": "whatsapp", "mattermost": "mattermost", "teams": "teams", "sms": "sms", "fakellm": "demo"} {
+	for name, profile := range map[string]string{"telegram": "telegram", "discord": "discord", "slack": "slack", "whatsapp": "whatsapp", "mattermost": "mattermost", "teams": "teams", "sms": "sms", "homeassistant": "homeassistant", "fakellm": "demo"} {
 		if got := p.Services[name].Profiles; !slices.Equal(got, []string{profile}) {
 			t.Errorf("%s: profiles %v, want [%s]", name, got, profile)
 		}
