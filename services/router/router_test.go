@@ -656,10 +656,13 @@ func TestSweepTakesOverAbandonedLocks(t *testing.T) {
 			before := testutil.ToFloat64(lockTakeovers.WithLabelValues(tt.kind))
 			e.publish(dm("bob", "anyone there?"))
 			if tt.expires {
+				// Handled, not only queued: the handler's own start after
+				// queueing must have found the lock held, or it would
+				// start the message once the lock goes, before the sweep.
 				waitFor(t, "the message waits behind the lock", func() bool {
 					var n int
 					_ = e.db.QueryRow(context.Background(), `SELECT count(*) FROM session_queue WHERE session_key = $1`, key).Scan(&n)
-					return n == 1
+					return n == 1 && e.inboundDrained()
 				})
 				if err := e.rdb.Del(context.Background(), lock).Err(); err != nil {
 					t.Fatal(err)
