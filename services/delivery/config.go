@@ -86,7 +86,8 @@ func DefaultPlatforms() map[string]Platform {
 	// only when the tool changes where edits reach a shared audience
 	// (Matrix, Mattermost, Teams), off on mobile inboxes (Telegram), where Slack
 	// posts pile up, where nothing can be edited (the WhatsApp Cloud API,
-	// Signal, SMS, email) and on webhooks. Unlisted platforms: all.
+	// Signal, SMS, email, Home Assistant) and on webhooks. Unlisted
+	// platforms: all.
 	return map[string]Platform{
 		"telegram":   {Streaming: StreamEdit, BotRate: ratelimit.Rate{Count: 30, Per: time.Second}, ChatRate: perSecond, ToolProgress: ToolProgressOff},
 		"discord":    {Streaming: StreamEdit, ChatRate: ratelimit.Rate{Count: 5, Per: 5 * time.Second}, ToolProgress: ToolProgressAll},
@@ -100,6 +101,9 @@ func DefaultPlatforms() map[string]Platform {
 		"email":      {Streaming: StreamNone, ToolProgress: ToolProgressOff},
 		"api":        {Streaming: StreamNative, NoTyping: true, PerRequest: true},
 		"webhook":    {Streaming: StreamNone, NoTyping: true, ToolProgress: ToolProgressOff},
+		// Hermes's minimal display tier: a persistent notification per
+		// answer, no typing, no tool progress.
+		"homeassistant": {Streaming: StreamNone, NoTyping: true, ToolProgress: ToolProgressOff},
 	}
 }
 
