@@ -57,6 +57,7 @@ func (s *Service) routes() http.Handler {
 	mux.HandleFunc("GET /v1/models", s.authed(s.models))
 	s.runRoutes(mux)
 	mux.HandleFunc("GET /health", s.health)
+	mux.HandleFunc("GET /v1/health", s.health) // Hermes's alias
 	mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "invalid_request_error", "unknown_url", "", fmt.Sprintf("Unknown request URL: %s %s", r.Method, r.URL.Path))
 	})
@@ -111,8 +112,11 @@ func (s *Service) secure(next http.Handler) http.Handler {
 	})
 }
 
+// allowedOrigin: origin is listed in gateways.api.cors_origins, or "*"
+// is (any origin, as Hermes's API_SERVER_CORS_ORIGINS=*: the bearer key
+// still guards every request).
 func (s *Service) allowedOrigin(origin string) bool {
-	return slices.Contains(s.cfg.CORSOrigins, origin)
+	return slices.Contains(s.cfg.CORSOrigins, origin) || slices.Contains(s.cfg.CORSOrigins, "*")
 }
 
 // sameOrigin reports whether origin is this server's own, as the request
@@ -241,7 +245,8 @@ func (s *Service) health(w http.ResponseWriter, r *http.Request) {
 
 func (s *Service) models(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(modelList{Object: "list", Data: []model{{ID: s.cfg.Model, Object: "model", Created: 1700000000, OwnedBy: "switchboard"}}})
+	_ = json.NewEncoder(w).Encode(modelList{Object: "list", Data: []model{{ID: s.cfg.Model, Object: "model", Created: 1700000000, OwnedBy: "switchboard",
+		Permission: []any{}, Root: s.cfg.Model}}})
 }
 
 func (s *Service) chatCompletions(w http.ResponseWriter, r *http.Request) {

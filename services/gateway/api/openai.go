@@ -152,9 +152,14 @@ type modelList struct {
 	Data   []model `json:"data"`
 }
 
+// model is a /v1/models entry, with the legacy fields Hermes's carries
+// too (permission, root, parent).
 type model struct {
-	ID      string `json:"id"`
-	Object  string `json:"object"`
-	Created int64  `json:"created"`
-	OwnedBy string `json:"owned_by"`
+	ID         string  `json:"id"`
+	Object     string  `json:"object"`
+	Created    int64   `json:"created"`
+	OwnedBy    string  `json:"owned_by"`
+	Permission []any   `json:"permission"`
+	Root       string  `json:"root"`
+	Parent     *string `json:"parent"`
 }
