@@ -383,7 +383,8 @@ func TestRefusedCredentialsAreFatal(t *testing.T) {
 	cfg := testConfig(f)
 	cfg.AuthToken = "wrong"
 	b := bustest.New(t, bustest.EmbeddedURL(t))
-	s, err := New(cfg, Deps{Log: slog.New(slog.DiscardHandler), Bus: b, Runner: platform.Options{Backoff: platform.Schedule(10 * time.Millisecond)}})
+	var logs syncBuffer
+	s, err := New(cfg, Deps{Log: slog.New(slog.NewTextHandler(&logs, nil)), Bus: b, Runner: platform.Options{Backoff: platform.Schedule(10 * time.Millisecond)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -391,7 +392,19 @@ func TestRefusedCredentialsAreFatal(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx) }()
 	defer func() { stop(); <-done; platformtest.DeleteBuckets(b) }()
-	platformtest.WaitFor(t, "the fatal state", func() bool { st, _ := s.Runner().State(); return st == platform.StateFatal })
+	deadline := time.Now().Add(20 * time.Second)
+	for st, _ := s.Runner().State(); st != platform.StateFatal; st, _ = s.Runner().State() {
+		select {
+		case err := <-done:
+			done <- err // for the deferred stop
+			t.Fatalf("runner returned %v before the fatal state; logs:\n%s", err, logs.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not fatal within 20s (state %s); logs:\n%s", st, logs.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	if err := s.Ready(ctx); err == nil || !strings.Contains(err.Error(), "account sid and auth token") {
 		t.Fatalf("readiness %v: want unready naming the credentials", err)
 	}
@@ -436,4 +449,23 @@ func listen(t *testing.T) net.Listener {
 		t.Fatal(err)
 	}
 	return ln
+}
+
+// syncBuffer is a bytes.Buffer for a logger written from several
+// goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (w *syncBuffer) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+func (w *syncBuffer) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
 }
