@@ -127,6 +127,10 @@ var limits = map[string]Limit{
 	"signal":     {Max: 8000, Measure: UTF16}, // Hermes counts UTF-16 units
 	"sms":        {Max: 1600, Measure: Runes},
 	"email":      {Max: 50000, Measure: Runes},
+	// A Home Assistant persistent notification takes any length, and
+	// with Hermes's fixed notification id a second part would replace
+	// the first: one answer is one notification (Hermes cuts at 4,096).
+	"homeassistant": Unlimited,
 }
 
 // Limits returns the message limit of a platform, named case-insensitively;

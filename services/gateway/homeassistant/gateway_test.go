@@ -11,6 +11,7 @@ import (
 
 	"github.com/switchboard-chat/switchboard/pkg/bus"
 	"github.com/switchboard-chat/switchboard/pkg/bus/bustest"
+	"github.com/switchboard-chat/switchboard/pkg/chunk"
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/platform"
@@ -289,5 +290,24 @@ func TestConfigValidate(t *testing.T) {
 				t.Fatalf("Validate: %v, want %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// A long answer is one notification, whole: delivery does not split
+// Home Assistant's answers (with Hermes's fixed notification id a second
+// part would replace the first), and the gateway does not cut them
+// (Hermes cut at 4,096 characters).
+func TestLongAnswerIsOneNotification(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("All doors are closed. ", 1000)
+	if parts := chunk.Split(long, "homeassistant"); len(parts) != 1 || parts[0] != long {
+		t.Fatalf("delivery splits the answer into %d parts", len(parts))
+	}
+	g := start(t, nil, true)
+	if r := g.send(t, notify("turn-long:0", long)); !r.GetOk() {
+		t.Fatalf("receipt %v", r)
+	}
+	if shown := g.f.Notifications(); len(shown) != 1 || shown[0].Message != long {
+		t.Fatalf("notifications: %d, want the whole answer in one", len(shown))
 	}
 }
