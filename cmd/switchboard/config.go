@@ -8,6 +8,7 @@ import (
 	"github.com/switchboard-chat/switchboard/pkg/attachment"
 	"github.com/switchboard-chat/switchboard/pkg/bus"
 	"github.com/switchboard-chat/switchboard/pkg/config"
+	"github.com/switchboard-chat/switchboard/pkg/cron/scheduler"
 	"github.com/switchboard-chat/switchboard/pkg/pg"
 	"github.com/switchboard-chat/switchboard/pkg/redisx"
 	"github.com/switchboard-chat/switchboard/pkg/telemetry"
@@ -53,6 +54,8 @@ type Config struct {
 	Attachments attachment.Config `koanf:"attachments"`
 	// STT transcribes voice messages for the agent.
 	STT STTConfig `koanf:"stt"`
+	// Cron is the scheduler of cron jobs, which runs in the router.
+	Cron scheduler.Config `koanf:"cron"`
 }
 
 // STTConfig selects speech-to-text for voice messages and audio files.
@@ -173,6 +176,7 @@ func defaultConfig() *Config {
 		Agent:       worker.DefaultConfig().Agent,
 		LLM:         LLMConfig{MaxAttempts: 4, CallTimeout: 10 * time.Minute},
 		Attachments: attachment.DefaultConfig(),
+		Cron:        scheduler.DefaultConfig(),
 	}
 }
 
@@ -237,6 +241,9 @@ func (c *Config) Validate() error {
 		return config.Invalid("stt.provider", c.STT.Provider, "openai or off")
 	}
 	if err := c.Delivery.Validate(); err != nil {
+		return err
+	}
+	if err := c.Cron.Validate(); err != nil {
 		return err
 	}
 	if err := c.Router.Validate(); err != nil {

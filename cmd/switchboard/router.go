@@ -3,12 +3,18 @@ package main
 import (
 	"context"
 
+	"golang.org/x/sync/errgroup"
+
+	"github.com/switchboard-chat/switchboard/pkg/cron"
+	"github.com/switchboard-chat/switchboard/pkg/cron/scheduler"
+	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
+	"github.com/switchboard-chat/switchboard/pkg/outbox"
 	"github.com/switchboard-chat/switchboard/services/router"
 )
 
 func init() {
 	registerService(service{name: "router", start: startRouter}, true)
-	register(command{name: "router", summary: "run the router: sessions, authorization, pairing, commands, turn ownership",
+	register(command{name: "router", summary: "run the router: sessions, authorization, pairing, commands, turn ownership, cron jobs",
 		run: func(ctx context.Context, args []string) error {
 			return runServiceCommand(ctx, "router", args, "router")
 		}})
@@ -19,9 +25,33 @@ func startRouter(ctx context.Context, a *app) (func(context.Context) error, erro
 	if err != nil {
 		return nil, err
 	}
-	s, err := router.New(a.cfg.Router, router.Deps{Log: a.log, Bus: b, DB: db, Redis: rdb, RedisPrefix: a.cfg.Redis.Prefix, Homes: a.cfg.Delivery.HomeOf})
+	loc, err := a.cfg.Cron.Location()
 	if err != nil {
 		return nil, err
 	}
-	return s.Run, nil
+	jobs := cron.New(db, loc, nil)
+	s, err := router.New(a.cfg.Router, router.Deps{Log: a.log, Bus: b, DB: db, Redis: rdb, RedisPrefix: a.cfg.Redis.Prefix,
+		Homes: a.cfg.Delivery.HomeOf, Cron: jobs})
+	if err != nil {
+		return nil, err
+	}
+	if !a.cfg.Cron.Enabled {
+		return s.Run, nil
+	}
+	// Every router replica runs the scheduler: SKIP LOCKED gives each due
+	// job to one of them.
+	directory := outbox.New(db)
+	sched, err := scheduler.New(a.cfg.Cron, scheduler.Deps{Log: a.log, DB: db, Bus: b,
+		Resolve: func(ctx context.Context, raw string) (*deliveryv1.Target, error) {
+			return directory.ResolveTarget(ctx, raw, a.cfg.Delivery.HomeOf)
+		}})
+	if err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context) error {
+		g, gctx := errgroup.WithContext(ctx)
+		g.Go(func() error { return s.Run(gctx) })
+		g.Go(func() error { return sched.Run(gctx) })
+		return g.Wait()
+	}, nil
 }

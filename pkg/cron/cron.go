@@ -545,3 +545,29 @@ func truncate(s string, n int) string {
 	}
 	return s[:n]
 }
+
+// Message is err as a user reads it: without the sentinels' prefixes.
+func Message(err error) string {
+	m := err.Error()
+	for _, p := range []string{ErrInvalid.Error() + ": ", schedule.ErrInvalid.Error() + ": ", ErrAmbiguous.Error() + ": "} {
+		m = strings.TrimPrefix(m, p)
+	}
+	return m
+}
+
+// Owner is who owns the jobs made from a chat: "<platform>:<user>" in a
+// direct chat (the alternative id when there is one), "session:<key>"
+// elsewhere, as the worker's user key (a group's jobs are the session's,
+// not one member's).
+func Owner(platform, chatType, userID, userIDAlt, sessionKey string) string {
+	if chatType != "" && chatType != "dm" {
+		return "session:" + sessionKey
+	}
+	if userIDAlt != "" {
+		userID = userIDAlt
+	}
+	if userID == "" {
+		return "session:" + sessionKey
+	}
+	return platform + ":" + userID
+}

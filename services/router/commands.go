@@ -33,6 +33,7 @@ var helpText = strings.Join([]string{
 	"/retry — run your last message again",
 	"/undo [n] — remove the last n exchanges",
 	"/sethome — send scheduled messages to this chat",
+	"/cron — scheduled jobs: list, add <schedule> <prompt>, pause, resume, run, remove",
 	"/whoami — who the gateway thinks you are",
 	"/help — this list",
 }, "\n")
@@ -287,6 +288,8 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 		// Transcript edits belong to the worker: the command runs as a
 		// turn of its own, in order, with the command as its input.
 		return s.route(ctx, m, sess, routeOpts{ownTurn: true, mode: BusyQueue})
+	case "cron":
+		return reply(sess.Generation, s.cronCommand(ctx, m, cmd.Args))
 	case "sethome":
 		if s.homes(m.platform) != "" {
 			return reply(sess.Generation, "🏠 The home channel for "+m.platform+" is set by the operator (delivery.platforms."+m.platform+".home); /sethome does not change it.")

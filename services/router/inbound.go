@@ -63,8 +63,9 @@ type msgCtx struct {
 }
 
 // quietPlatforms get no notices about resets and busy sessions: their
-// callers are programs waiting for one answer per request.
-func quietPlatform(p string) bool { return p == "api" || p == "webhook" }
+// callers are programs waiting for one answer per request (or the cron
+// scheduler, whose every run is a session of its own).
+func quietPlatform(p string) bool { return p == "api" || p == "webhook" || p == "cron" }
 
 func isDM(src *eventsv1.SessionSource) bool {
 	t := src.GetChatType()

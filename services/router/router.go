@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/switchboard-chat/switchboard/pkg/bus"
+	"github.com/switchboard-chat/switchboard/pkg/cron"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
 	"github.com/switchboard-chat/switchboard/pkg/outbox"
@@ -195,6 +196,9 @@ type Deps struct {
 	// Homes is the home channel the operator configured for a platform
 	// (delivery.platforms.<p>.home), which /sethome cannot move; nil: none.
 	Homes func(platform string) string
+	// Cron keeps the cron jobs /cron manages; nil: a store whose time
+	// zone is UTC.
+	Cron *cron.Store
 }
 
 // Service is a running router.
@@ -222,6 +226,8 @@ type Service struct {
 	holds *holds
 	// directory reads the home channels users chose (/sethome).
 	directory *outbox.Store
+	// cron keeps the cron jobs (/cron, and the outcome of their runs).
+	cron *cron.Store
 	// homeKnown holds the platforms found to have a home channel: one
 	// is never unset, so their messages skip the home notice's reads.
 	homeKnown sync.Map
@@ -276,6 +282,10 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		holds:    newHolds(),
 	}
 	s.directory = outbox.New(deps.DB)
+	s.cron = deps.Cron
+	if s.cron == nil {
+		s.cron = cron.New(deps.DB, time.UTC, now)
+	}
 	s.maxInputBytes = 512 << 10 // NATS's default maximum payload is 1 MiB
 	if n := deps.Bus.Conn().MaxPayload(); n > 0 {
 		s.maxInputBytes = int(n / 2)
@@ -436,6 +446,9 @@ func (s *Service) handleTurnCompleted(ctx context.Context, ev *turnsv1.TurnCompl
 	key := ev.GetSessionKey()
 	if key == "" {
 		return bus.Permanent(errors.New("turn completed without session key"))
+	}
+	if err := s.cronOutcome(ctx, ev); err != nil {
+		return err
 	}
 	var usage *sessionstore.Usage
 	doneKey := s.prefix + "turndone:" + ev.GetTurnId()

@@ -1,0 +1,201 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/switchboard-chat/switchboard/pkg/cron"
+	"github.com/switchboard-chat/switchboard/pkg/cron/schedule"
+	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
+)
+
+// cronUsage is the /cron command's list, as Hermes's.
+const cronUsage = "Commands:\n" +
+	"  /cron list [all]\n" +
+	"  /cron add <schedule> <prompt>   (schedule: 30m, \"every 2h\", \"0 9 * * *\", 2026-03-15T09:00)\n" +
+	"  /cron pause <job_id>\n" +
+	"  /cron resume <job_id>\n" +
+	"  /cron run <job_id>\n" +
+	"  /cron remove <job_id>"
+
+// cronCommand runs /cron for the sender: each user (in a group, each
+// session) sees and changes only their own jobs, as the agent's cronjob
+// tool does for the same owner.
+func (s *Service) cronCommand(ctx context.Context, m *msgCtx, args string) string {
+	owner := cron.Owner(m.src.GetPlatform(), m.src.GetChatType(), m.src.GetUserId(), m.src.GetUserIdAlt(), m.key)
+	sub, rest, _ := strings.Cut(strings.TrimSpace(args), " ")
+	rest = strings.TrimSpace(rest)
+	sub = strings.ToLower(sub)
+	switch sub {
+	case "", "help":
+		return cronUsage
+	case "list", "ls":
+		jobs, err := s.cron.List(ctx, owner, strings.EqualFold(rest, "all"))
+		if err != nil {
+			s.log.WarnContext(ctx, "list cron jobs", "err", err)
+			return "Failed to list jobs: the job store is unavailable."
+		}
+		return s.cronList(jobs)
+	case "add", "create":
+		sched, prompt := splitSchedule(rest)
+		if sched == "" || prompt == "" {
+			return "Usage: /cron add <schedule> <prompt>"
+		}
+		j, err := s.cron.Create(ctx, cron.NewJob{Owner: owner, Prompt: prompt, Schedule: sched,
+			Origin: cron.Origin{Platform: m.src.GetPlatform(), Account: m.src.GetAccount(), ChatID: m.src.GetChatId(), ThreadID: m.src.GetThreadId()}})
+		if err != nil {
+			return "Failed to create job: " + s.cronError(ctx, err)
+		}
+		return fmt.Sprintf("Created job: %s\n  Schedule: %s\n  Next run: %s", j.ID, j.Display, s.when(j.NextRunAt))
+	case "pause", "resume", "run", "remove", "rm", "delete":
+		if rest == "" {
+			return "Usage: /cron " + sub + " <job_id>"
+		}
+		var (
+			j   cron.Job
+			err error
+		)
+		action := sub
+		switch sub {
+		case "pause":
+			j, err = s.cron.Pause(ctx, owner, rest)
+		case "resume":
+			j, err = s.cron.Resume(ctx, owner, rest)
+		case "run":
+			j, err = s.cron.Trigger(ctx, owner, rest)
+		default:
+			action = "remove"
+			j, err = s.cron.Remove(ctx, owner, rest)
+		}
+		if errors.Is(err, cron.ErrNotFound) {
+			return fmt.Sprintf("Failed to %s job: Job with ID or name '%s' not found. Use /cron list to see your jobs.", action, rest)
+		}
+		if err != nil {
+			return fmt.Sprintf("Failed to %s job: %s", action, s.cronError(ctx, err))
+		}
+		switch action {
+		case "pause":
+			return fmt.Sprintf("Paused job: %s (%s)", j.Name, j.ID)
+		case "resume":
+			return fmt.Sprintf("Resumed job: %s (%s)\n  Next run: %s", j.Name, j.ID, s.when(j.NextRunAt))
+		case "run":
+			return fmt.Sprintf("Triggered job: %s (%s)\n  It will run on the next scheduler tick.", j.Name, j.ID)
+		}
+		return fmt.Sprintf("Removed job: %s (%s)", j.Name, j.ID)
+	}
+	return fmt.Sprintf("Unknown cron command: %s\n  Available: list, add, pause, resume, run, remove", sub)
+}
+
+// cronError is what the user reads of a failed change: the reason when
+// it is theirs to fix, a generic line when the store failed.
+func (s *Service) cronError(ctx context.Context, err error) string {
+	if errors.Is(err, cron.ErrInvalid) || errors.Is(err, cron.ErrAmbiguous) {
+		return cron.Message(err)
+	}
+	s.log.WarnContext(ctx, "cron job change failed", "err", err)
+	return "the job store is unavailable; try again later."
+}
+
+func (s *Service) cronList(jobs []cron.Job) string {
+	if len(jobs) == 0 {
+		return "No scheduled jobs."
+	}
+	var b strings.Builder
+	b.WriteString("Scheduled Jobs:")
+	for _, j := range jobs {
+		fmt.Fprintf(&b, "\n\n  ID: %s\n  Name: %s\n  State: %s\n  Schedule: %s (%s)\n  Next run: %s\n  Prompt: %s",
+			j.ID, j.Name, j.State, j.Display, j.RepeatDisplay(), s.when(j.NextRunAt), promptPreview(j.Prompt, 100))
+		if !j.LastRunAt.IsZero() {
+			fmt.Fprintf(&b, "\n  Last run: %s (%s)", s.when(j.LastRunAt), j.LastStatus)
+		}
+	}
+	return b.String()
+}
+
+func (s *Service) when(t time.Time) string {
+	if t.IsZero() {
+		return "N/A"
+	}
+	return t.In(s.cron.Location()).Format("2006-01-02 15:04 MST")
+}
+
+// promptPreview is Hermes's prompt_preview: the first n characters, then "...".
+func promptPreview(p string, n int) string {
+	p = strings.Join(strings.Fields(p), " ")
+	if r := []rune(p); len(r) > n {
+		return string(r[:n]) + "..."
+	}
+	return p
+}
+
+// splitSchedule reads /cron add's arguments: a quoted schedule ("every
+// 2h", '0 9 * * *'), five cron fields, "every <d>" or "in <d>", or else
+// the first word; the rest is the prompt (quotes around it dropped).
+func splitSchedule(args string) (sched, prompt string) {
+	args = strings.TrimSpace(args)
+	if args == "" {
+		return "", ""
+	}
+	if q := args[0]; q == '"' || q == '\'' {
+		end := strings.IndexByte(args[1:], q)
+		if end < 0 {
+			return "", ""
+		}
+		return strings.TrimSpace(args[1 : end+1]), unquote(args[end+2:])
+	}
+	fields := strings.Fields(args)
+	take := 1
+	switch {
+	case len(fields) > 5 && isCron(strings.Join(fields[:5], " ")):
+		take = 5
+	case len(fields) > 2 && (strings.EqualFold(fields[0], "every") || strings.EqualFold(fields[0], "in")):
+		take = 2
+	}
+	if len(fields) <= take {
+		return strings.Join(fields, " "), ""
+	}
+	// The prompt keeps its own spacing: cut after the schedule's words.
+	rest := args
+	for range take {
+		rest = strings.TrimLeft(rest, " \t\n")
+		i := strings.IndexAny(rest, " \t\n")
+		rest = rest[i:]
+	}
+	return strings.Join(fields[:take], " "), unquote(rest)
+}
+
+func isCron(s string) bool {
+	sch, err := schedule.Parse(s, time.Now(), time.UTC)
+	return err == nil && sch.Kind == schedule.Cron
+}
+
+func unquote(s string) string {
+	s = strings.TrimSpace(s)
+	if len(s) >= 2 && (s[0] == '"' || s[0] == '\'') && s[len(s)-1] == s[0] {
+		return strings.TrimSpace(s[1 : len(s)-1])
+	}
+	return s
+}
+
+// cronOutcome records how a cron run ended on its job (Hermes's
+// last_status): the scheduler wrote ok when it started the run; a turn
+// that failed or was stopped makes it error, with the reason.
+func (s *Service) cronOutcome(ctx context.Context, ev *turnsv1.TurnCompleted) error {
+	parts := strings.Split(ev.GetSessionKey(), ":")
+	if len(parts) != 5 || parts[2] != "cron" || parts[3] != "dm" {
+		return nil
+	}
+	status := ev.GetStatus()
+	if status == turnsv1.TurnStatus_TURN_STATUS_COMPLETED || status == turnsv1.TurnStatus_TURN_STATUS_STALE {
+		return nil
+	}
+	jobID, _, _ := strings.Cut(parts[4], "_")
+	reason := ev.GetError()
+	if reason == "" {
+		reason = strings.ToLower(strings.TrimPrefix(status.String(), "TURN_STATUS_"))
+	}
+	return s.cron.RecordOutcome(ctx, jobID, "error", reason)
+}

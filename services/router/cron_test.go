@@ -1,0 +1,145 @@
+package router
+
+import (
+	"context"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/switchboard-chat/switchboard/pkg/cron"
+	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
+)
+
+func TestSplitSchedule(t *testing.T) {
+	cases := []struct{ in, sched, prompt string }{
+		{`30m Remind me to check the build`, "30m", "Remind me to check the build"},
+		{`"every 2h" "Check server status"`, "every 2h", "Check server status"},
+		{`'in 30m' stretch`, "in 30m", "stretch"},
+		{`every 2h Check  the   server`, "every 2h", "Check  the   server"},
+		{`0 9 * * * Give me a morning summary`, "0 9 * * *", "Give me a morning summary"},
+		{`2026-03-15T09:00:00 Pay the rent`, "2026-03-15T09:00:00", "Pay the rent"},
+		{`30m`, "30m", ""},
+		{`"every 2h`, "", ""},
+		{``, "", ""},
+	}
+	for _, c := range cases {
+		s, p := splitSchedule(c.in)
+		if s != c.sched || p != c.prompt {
+			t.Errorf("splitSchedule(%q) = %q, %q; want %q, %q", c.in, s, p, c.sched, c.prompt)
+		}
+	}
+}
+
+// TestCronCommand: /cron manages the sender's own jobs with Hermes's
+// texts; another user sees none of them; admin lists apply as to the
+// other commands.
+func TestCronCommand(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	cfg := testConfig()
+	e.startRouter(cfg, nil, nil)
+
+	if got := e.ask("alice", "/cron"); !strings.Contains(got, "/cron add <schedule> <prompt>") {
+		t.Errorf("/cron: %q", got)
+	}
+	if got := e.ask("alice", "/cron list"); got != "No scheduled jobs." {
+		t.Errorf("empty list: %q", got)
+	}
+	got := e.ask("alice", `/cron add "every 2h" Check the server status`)
+	m := regexp.MustCompile(`^Created job: ([0-9a-f]{12})\n  Schedule: every 120m\n  Next run: \d{4}-\d\d-\d\d \d\d:\d\d UTC$`).FindStringSubmatch(got)
+	if m == nil {
+		t.Fatalf("/cron add: %q", got)
+	}
+	id := m[1]
+	j, err := cron.New(e.db, nil, nil).Resolve(context.Background(), "telegram:alice", id)
+	if err != nil || j.Origin != (cron.Origin{Platform: "telegram", Account: "bot1", ChatID: "chat-alice"}) || j.Deliver != "origin" || j.Prompt != "Check the server status" {
+		t.Fatalf("stored job %+v %v", j, err)
+	}
+	if got := e.ask("alice", "/cron list"); !strings.Contains(got, "ID: "+id) || !strings.Contains(got, "Schedule: every 120m (forever)") ||
+		!strings.Contains(got, "Prompt: Check the server status") || !strings.Contains(got, "State: scheduled") {
+		t.Errorf("list: %q", got)
+	}
+	if got := e.ask("bob", "/cron list"); got != "No scheduled jobs." {
+		t.Errorf("bob lists %q", got)
+	}
+	if got := e.ask("bob", "/cron pause "+id); !strings.Contains(got, "Failed to pause job: Job with ID or name '"+id+"' not found.") {
+		t.Errorf("bob pauses alice's job: %q", got)
+	}
+	if got := e.ask("alice", "/cron pause "+id); got != "Paused job: Check the server status ("+id+")" {
+		t.Errorf("pause: %q", got)
+	}
+	if got := e.ask("alice", "/cron list"); got != "No scheduled jobs." {
+		t.Errorf("list without paused: %q", got)
+	}
+	if got := e.ask("alice", "/cron list all"); !strings.Contains(got, "State: paused") {
+		t.Errorf("list all: %q", got)
+	}
+	if got := e.ask("alice", "/cron resume check the SERVER status"); !strings.HasPrefix(got, "Resumed job: Check the server status ("+id+")\n  Next run: ") {
+		t.Errorf("resume by name: %q", got)
+	}
+	if got := e.ask("alice", "/cron run "+id); got != "Triggered job: Check the server status ("+id+")\n  It will run on the next scheduler tick." {
+		t.Errorf("run: %q", got)
+	}
+	if got := e.ask("alice", "/cron add whenever do it"); !strings.HasPrefix(got, "Failed to create job: \"whenever\". Use:") {
+		t.Errorf("bad schedule: %q", got)
+	}
+	if got := e.ask("alice", "/cron add 30m"); got != "Usage: /cron add <schedule> <prompt>" {
+		t.Errorf("no prompt: %q", got)
+	}
+	if got := e.ask("alice", "/cron remove"); got != "Usage: /cron remove <job_id>" {
+		t.Errorf("no id: %q", got)
+	}
+	if got := e.ask("alice", "/cron frobnicate"); got != "Unknown cron command: frobnicate\n  Available: list, add, pause, resume, run, remove" {
+		t.Errorf("unknown: %q", got)
+	}
+	if got := e.ask("alice", "/cron rm "+id); got != "Removed job: Check the server status ("+id+")" {
+		t.Errorf("remove: %q", got)
+	}
+}
+
+// TestCronCommandAdmins: where an admin list exists, /cron is theirs.
+func TestCronCommandAdmins(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	cfg := testConfig()
+	cfg.Admins = map[string][]string{"telegram": {"alice"}}
+	e.startRouter(cfg, nil, nil)
+	if got := e.ask("bob", "/cron list"); !strings.Contains(got, "/cron is reserved for admins here.") {
+		t.Errorf("non-admin: %q", got)
+	}
+	if got := e.ask("alice", "/cron list"); got != "No scheduled jobs." {
+		t.Errorf("admin: %q", got)
+	}
+}
+
+// TestCronOutcome: a cron run's turn that failed marks its job's last
+// status; completions of other sessions are not read for it.
+func TestCronOutcome(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	s := e.startRouter(testConfig(), nil, nil)
+	j, err := s.cron.Create(context.Background(), cron.NewJob{Owner: "telegram:alice", Prompt: "p", Schedule: "every 1h",
+		Origin: cron.Origin{Platform: "telegram", ChatID: "chat-alice"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, ev := range []*turnsv1.TurnCompleted{
+		{SessionKey: "agent:main:telegram:dm:" + j.ID + "_x", Status: turnsv1.TurnStatus_TURN_STATUS_FAILED, Error: "nope"},
+		{SessionKey: "agent:main:cron:dm:" + j.ID + "_20260310_090000", Status: turnsv1.TurnStatus_TURN_STATUS_COMPLETED},
+	} {
+		if err := s.cronOutcome(ctx, ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, _ := s.cron.Resolve(ctx, "telegram:alice", j.ID); got.LastStatus != "" {
+		t.Fatalf("status %q", got.LastStatus)
+	}
+	if err := s.cronOutcome(ctx, &turnsv1.TurnCompleted{SessionKey: "agent:main:cron:dm:" + j.ID + "_20260310_090000",
+		Status: turnsv1.TurnStatus_TURN_STATUS_FAILED, Error: "the model is unavailable"}); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := s.cron.Resolve(ctx, "telegram:alice", j.ID); got.LastStatus != "error" || got.LastError != "the model is unavailable" {
+		t.Errorf("after a failed run %q %q", got.LastStatus, got.LastError)
+	}
+}
