@@ -350,6 +350,16 @@ func TestChatPlatformsEndToEnd(t *testing.T) {
 		if got := tw.Attempts() - attempts; got != 2 {
 			t.Fatalf("%d sends of the rate-limited answer, want 2", got)
 		}
+		// A picture (MMS): downloaded with the account's credentials when
+		// the turn reads it, seen by the model.
+		pic := []byte("\xff\xd8\xff\xe0 an mms photo")
+		mms := smsfake.NewSID("MM")
+		post(tw.Form(smsfake.Inbound{SID: mms, From: ann, Body: "what is this?",
+			Media: []string{tw.AddMedia(mms, "image/jpeg", pic)}, MediaTypes: []string{"image/jpeg"}}))
+		waitFor("mms answer", func() bool { return len(bodies()) >= 4 })
+		if got, want := bodies()[3], "echo: what is this?\n[Attachment: image] [image "+(fakellm.Image{MediaType: "image/jpeg", Data: pic}).String()+"]"; got != want {
+			t.Fatalf("mms answer = %q, want %q", got, want)
+		}
 	})
 
 	t.Run("slack thread", func(t *testing.T) {
