@@ -235,10 +235,9 @@ func TestComposeSecretsStayWithTheirGateway(t *testing.T) {
 		"TELEGRAM_BOT_TOKEN": "telegram", "DISCORD_BOT_TOKEN": "discord",
 		"SLACK_BOT_TOKEN": "slack", "SLACK_APP_TOKEN": "slack",
 		"WHATSAPP_ACCESS_TOKEN": "whatsapp", "WHATSAPP_APP_SECRET": "whatsapp",
-		"TEAMS_CLIENT_SECRET": "teams",
+		"TEAMS_CLIENT_SECRET": "teams", "TWILIO_ACCOUNT_SID": "sms", "TWILIO_AUTH_TOKEN": "sms",
 		"API_SERVER_KEY": "api", "SWITCHBOARD_ADMIN_TOKEN": "admin",
 		"OPENAI_API_KEY": "agent-worker", "ANTHROPIC_API_KEY": "agent-worker",
-		"TWILIO_ACCOUNT_SID": "sms", "TWILIO_AUTH_TOKEN": "sms",
 	}
 	for name, s := range p.Services {
 		for v := range s.Environment {
