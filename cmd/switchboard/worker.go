@@ -10,6 +10,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/switchboard-chat/switchboard/pkg/cron"
 	"github.com/switchboard-chat/switchboard/pkg/fakellm"
 	"github.com/switchboard-chat/switchboard/pkg/llm"
 	"github.com/switchboard-chat/switchboard/services/worker"
@@ -34,7 +35,11 @@ func startWorker(ctx context.Context, a *app) (func(context.Context) error, erro
 	cfg.RedactPII = a.cfg.Privacy.RedactPII
 	// A picture the gateways may keep is one the worker may read to fit it.
 	cfg.Agent.MaxImageSourceBytes = max(cfg.Agent.MaxImageSourceBytes, a.cfg.Attachments.MaxBytes)
-	deps := worker.Deps{Log: a.log, Bus: b, DB: db, Redis: rdb, Homes: a.cfg.Delivery.HomeOf}
+	loc, err := a.cfg.Cron.Location()
+	if err != nil {
+		return nil, err
+	}
+	deps := worker.Deps{Log: a.log, Bus: b, DB: db, Redis: rdb, Homes: a.cfg.Delivery.HomeOf, Cron: cron.New(db, loc, nil)}
 	if cfg.Agent.Backend == "" {
 		if deps.LLM, err = a.llmBackend(); err != nil {
 			return nil, err

@@ -444,7 +444,7 @@ func (r *turnRun) runTool(ctx context.Context, tc store.ToolCall) (result string
 		return fmt.Sprintf("error: unknown tool %q", tc.Name), true, nil
 	}
 	call := tools.Call{ID: tc.ID, TurnID: r.req.GetTurnId(), SessionKey: r.req.GetSessionKey(),
-		SessionID: r.req.GetSessionId(), UserKey: r.st.UserKey, Origin: origin(r.target)}
+		SessionID: r.req.GetSessionId(), UserKey: r.st.UserKey, Origin: origin(r.target), Target: r.target}
 	args := json.RawMessage(tc.Arguments)
 	if reason, ask := t.Approval(call, args); ask {
 		approved, err := r.approveOnce(ctx, tc, t.ApprovalPattern(args), &repliesv1.ToolProgress{

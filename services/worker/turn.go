@@ -660,7 +660,11 @@ func (r *turnRun) publishFinal(ctx context.Context, f store.Final) error {
 	ev := &repliesv1.ReplyEvent{}
 	switch f.Kind {
 	case store.FinalText:
-		ev.Body = &repliesv1.ReplyEvent_FinalText{FinalText: &repliesv1.FinalText{Text: f.Text, Format: deliveryv1.TextFormat_TEXT_FORMAT_MARKDOWN,
+		text, deliver := r.cronAnswer(f.Text)
+		if !deliver {
+			return nil
+		}
+		ev.Body = &repliesv1.ReplyEvent_FinalText{FinalText: &repliesv1.FinalText{Text: text, Format: deliveryv1.TextFormat_TEXT_FORMAT_MARKDOWN,
 			Usage: &deliveryv1.TokenUsage{PromptTokens: f.Usage.Input + f.Usage.CacheRead + f.Usage.CacheWrite, CompletionTokens: f.Usage.Output}}}
 	case store.FinalError:
 		ev.Body = &repliesv1.ReplyEvent_Error{Error: &repliesv1.ReplyError{Code: f.ErrorCode, Message: f.Text}}
@@ -668,6 +672,24 @@ func (r *turnRun) publishFinal(ctx context.Context, f store.Final) error {
 		return nil
 	}
 	return r.publishAt(context.WithoutCancel(ctx), f.Seq, ev)
+}
+
+// cronAnswer is what a cron run's answer (a turn of the cron platform)
+// delivers, as Hermes: nothing when it starts with [SILENT] (the
+// transcript keeps it; the run's framing asks for exactly that word, and
+// an answer that only quotes the word further in is delivered), otherwise the answer under the job's name with the note that the
+// agent cannot see it. Other turns' answers go as they are.
+func (r *turnRun) cronAnswer(text string) (string, bool) {
+	o := r.req.GetOrigin()
+	if o.GetPlatform() != "cron" {
+		return text, true
+	}
+	if strings.HasPrefix(strings.ToUpper(strings.TrimSpace(text)), "[SILENT]") {
+		r.log.Info("cron run answered [SILENT]; nothing delivered")
+		return "", false
+	}
+	return "Cronjob Response: " + o.GetChatName() + "\n-------------\n\n" + text +
+		"\n\nNote: The agent cannot see this message, and therefore cannot respond to it.", true
 }
 
 func (r *turnRun) toolProgress(ctx context.Context, tp *repliesv1.ToolProgress) error {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/switchboard-chat/switchboard/pkg/attachment"
 	"github.com/switchboard-chat/switchboard/pkg/bus"
+	"github.com/switchboard-chat/switchboard/pkg/cron"
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
 	"github.com/switchboard-chat/switchboard/pkg/llm"
@@ -190,6 +191,9 @@ type Deps struct {
 	// goes (a user's /sethome applies only where none is configured);
 	// nil: none.
 	Homes func(platform string) string
+	// Cron keeps the cronjob tool's jobs; nil: a store whose time zone
+	// is UTC.
+	Cron *cron.Store
 	// Tools are extra tools (tests, plug-ins).
 	Tools []tools.Tool
 	// Transcriber turns voice messages into text (nil: they are only
@@ -353,11 +357,16 @@ func (s *Service) registry(deps Deps) (*tools.Registry, error) {
 				return directory.ResolveTarget(ctx, raw, homes)
 			}}
 	}
+	jobs := deps.Cron
+	if jobs == nil {
+		jobs = cron.New(deps.DB, time.UTC, s.now)
+	}
 	builtins := []tools.Tool{
 		tools.Clock(s.now),
 		tools.Memory(memoryAdapter{s.store}),
 		tools.SessionSearch(memoryAdapter{s.store}),
 		tools.SendMessage(sender, s.cfg.Agent.SendMessageTargets),
+		tools.Cronjob(jobs),
 	}
 	for _, t := range append(builtins, deps.Tools...) {
 		if err := reg.Register(t); err != nil {

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	"github.com/switchboard-chat/switchboard/pkg/llm"
 )
 
@@ -27,6 +28,8 @@ type Call struct {
 	// Origin is the chat the turn answers, as a send target
 	// ("platform:chat_id[:thread_id]"; "" when its replies go nowhere).
 	Origin string
+	// Target is that chat with its account (nil when replies go nowhere).
+	Target *deliveryv1.Target
 }
 
 // Tool is one callable tool.

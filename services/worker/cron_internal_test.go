@@ -1,0 +1,35 @@
+package worker
+
+import (
+	"log/slog"
+	"testing"
+
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
+)
+
+// TestCronAnswer: a cron run's answer goes under the job's name with
+// Hermes's note, and not at all when it is [SILENT]; other turns' answers
+// go as they are.
+func TestCronAnswer(t *testing.T) {
+	run := func(platform string) *turnRun {
+		return &turnRun{log: slog.Default(), req: &turnsv1.TurnRequested{
+			Origin: &eventsv1.SessionSource{Platform: platform, ChatName: "Morning feeds"}}}
+	}
+	cases := []struct {
+		platform, text, want string
+		deliver              bool
+	}{
+		{"cron", "All green.", "Cronjob Response: Morning feeds\n-------------\n\nAll green.\n\nNote: The agent cannot see this message, and therefore cannot respond to it.", true},
+		{"cron", "[SILENT]", "", false},
+		{"cron", "  [silent] nothing new\n", "", false},
+		{"cron", "I was told to answer [SILENT] if nothing changed, but the build is red.", "Cronjob Response: Morning feeds\n-------------\n\nI was told to answer [SILENT] if nothing changed, but the build is red.\n\nNote: The agent cannot see this message, and therefore cannot respond to it.", true},
+		{"telegram", "[SILENT]", "[SILENT]", true},
+	}
+	for _, c := range cases {
+		got, ok := run(c.platform).cronAnswer(c.text)
+		if got != c.want || ok != c.deliver {
+			t.Errorf("%s %q: %q %v, want %q %v", c.platform, c.text, got, ok, c.want, c.deliver)
+		}
+	}
+}

@@ -1,0 +1,106 @@
+package tools
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/switchboard-chat/switchboard/pkg/cron"
+	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
+	"github.com/switchboard-chat/switchboard/pkg/pg/pgtest"
+)
+
+// TestCronjob runs the tool's actions against the real store, as the
+// model calls them, and reads Hermes's answers.
+func TestCronjob(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 3, 10, 8, 30, 0, 0, time.UTC)
+	store := cron.New(pgtest.New(t), time.UTC, func() time.Time { return now })
+	tool := Cronjob(store)
+	ann := Call{ID: "c1", TurnID: "t1", SessionKey: "agent:main:telegram:dm:99", UserKey: "telegram:99",
+		Origin: "telegram:99", Target: &deliveryv1.Target{Platform: "telegram", Account: "default", ChatId: "99"}}
+	bob := Call{SessionKey: "agent:main:telegram:dm:7", UserKey: "telegram:7", Target: &deliveryv1.Target{Platform: "telegram", ChatId: "7"}}
+	call := func(c Call, args string) map[string]any {
+		t.Helper()
+		out, err := tool.Run(context.Background(), c, json.RawMessage(args))
+		if err != nil {
+			t.Fatalf("%s: %v", args, err)
+		}
+		var m map[string]any
+		if err := json.Unmarshal([]byte(out), &m); err != nil {
+			t.Fatalf("%s: answer %q is not JSON: %v", args, out, err)
+		}
+		return m
+	}
+
+	got := call(ann, `{"action":"create","schedule":"every 2h","prompt":"Check the build","name":"Build"}`)
+	id, _ := got["job_id"].(string)
+	if got["success"] != true || len(id) != 12 || got["schedule"] != "every 120m" || got["repeat"] != "forever" ||
+		got["deliver"] != "origin" || got["next_run_at"] != "2026-03-10T10:30:00Z" || got["message"] != "Cron job 'Build' created." {
+		t.Fatalf("create: %v", got)
+	}
+	j, err := store.Resolve(context.Background(), "telegram:99", id)
+	if err != nil || j.Origin != (cron.Origin{Platform: "telegram", Account: "default", ChatID: "99"}) {
+		t.Fatalf("stored %+v %v", j, err)
+	}
+	if got := call(ann, `{"action":"list"}`); got["count"] != 1.0 || got["jobs"].([]any)[0].(map[string]any)["prompt_preview"] != "Check the build" {
+		t.Errorf("list: %v", got)
+	}
+	if got := call(bob, `{"action":"list"}`); got["count"] != 0.0 {
+		t.Errorf("bob lists %v", got)
+	}
+	if got := call(bob, `{"action":"pause","job_id":"`+id+`"}`); got["success"] != false ||
+		got["error"] != "Job with ID or name '"+id+"' not found. Use cronjob(action='list') to inspect jobs." {
+		t.Errorf("bob pauses: %v", got)
+	}
+	if got := call(ann, `{"action":"pause","job_id":"build"}`); got["job"].(map[string]any)["state"] != "paused" || got["job"].(map[string]any)["enabled"] != false {
+		t.Errorf("pause: %v", got)
+	}
+	if got := call(ann, `{"action":"list","include_disabled":true}`); got["count"] != 1.0 {
+		t.Errorf("list with disabled: %v", got)
+	}
+	if got := call(ann, `{"action":"resume","job_id":"`+id+`"}`); got["job"].(map[string]any)["state"] != "scheduled" {
+		t.Errorf("resume: %v", got)
+	}
+	if got := call(ann, `{"action":"update","job_id":"`+id+`","schedule":"0 9 * * *","deliver":"local","repeat":2}`); got["success"] != true ||
+		got["job"].(map[string]any)["schedule"] != "0 9 * * *" || got["job"].(map[string]any)["repeat"] != "0/2" || got["job"].(map[string]any)["deliver"] != "local" {
+		t.Errorf("update: %v", got)
+	}
+	if got := call(ann, `{"action":"update","job_id":"`+id+`"}`); got["error"] != "No updates provided." {
+		t.Errorf("empty update: %v", got)
+	}
+	if got := call(ann, `{"action":"run","job_id":"`+id+`"}`); got["success"] != true || !strings.Contains(got["message"].(string), "next scheduler tick") {
+		t.Errorf("run: %v", got)
+	}
+	if got := call(ann, `{"action":"remove","job_id":"`+id+`"}`); got["message"] != "Cron job 'Build' removed." || got["removed_job"].(map[string]any)["id"] != id {
+		t.Errorf("remove: %v", got)
+	}
+
+	for args, want := range map[string]string{
+		`{"action":"create","prompt":"x"}`:                                         "schedule is required for create",
+		`{"action":"create","schedule":"30m"}`:                                     "create requires a prompt",
+		`{"action":"create","schedule":"soon","prompt":"x"}`:                       `"soon". Use:`,
+		`{"action":"create","schedule":"30m","prompt":"x","deliver":"origin; rm"}`: "is not a target",
+		`{"action":"pause"}`:                                                       "job_id is required for action 'pause'",
+		`{"action":"explode","job_id":"x"}`:                                        "Unknown cron action 'explode'",
+		`{"action":`:                                                               "invalid arguments",
+	} {
+		if got := call(ann, args); got["success"] != false || !strings.Contains(got["error"].(string), want) {
+			t.Errorf("%s: %v, want an error saying %q", args, got, want)
+		}
+	}
+
+	// The API has no chat to answer in later: its jobs deliver locally
+	// unless told where.
+	api := Call{SessionKey: "agent:main:api:dm:k", UserKey: "api:k", Target: &deliveryv1.Target{Platform: "api", ChatId: "k"}}
+	if got := call(api, `{"action":"create","schedule":"1h","prompt":"x"}`); got["deliver"] != "local" {
+		t.Errorf("api job: %v", got)
+	}
+	// A scheduled run cannot schedule more.
+	run := Call{SessionKey: "agent:main:cron:dm:abc_20260310_090000", UserKey: "cron:abc"}
+	if got := call(run, `{"action":"list"}`); got["success"] != false || !strings.Contains(got["error"].(string), "Cron-run sessions cannot manage cron jobs") {
+		t.Errorf("in a cron run: %v", got)
+	}
+}
