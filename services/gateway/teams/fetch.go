@@ -46,7 +46,13 @@ func (p *Platform) Fetch(ctx context.Context, a *eventsv1.Attachment) (io.ReadCl
 	}
 	resp, err := p.hc.Do(req)
 	if err != nil {
-		return nil, "", fmt.Errorf("download teams attachment: %w", err)
+		// Without the URL: a file's downloadUrl is pre-authorized (its
+		// tempauth lets anyone read the file) and the error is logged.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return nil, "", fmt.Errorf("download teams attachment from %s: %w", u.Host, err)
 	}
 	if resp.StatusCode != http.StatusOK {
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
