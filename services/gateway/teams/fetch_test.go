@@ -48,3 +48,53 @@ func TestFetchErrorKeepsTheDownloadURLSecret(t *testing.T) {
 		}
 	}
 }
+
+// An attachment's URL comes from the activity, which anyone in the
+// conversation (another bot, a Graph API client) can shape: a download
+// from a host that is neither the connector nor service_url's reaches
+// only public addresses, never the gateway's own network (a cloud's
+// metadata service, an internal API, the loopback).
+func TestFetchReachesOnlyPublicAddresses(t *testing.T) {
+	f := teamsfake.New(t)
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	p, err := NewPlatform(testConfig(f), b, slog.New(slog.DiscardHandler), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	internal := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write([]byte("instance credentials"))
+	}))
+	t.Cleanup(internal.Close)
+	for _, u := range []string{
+		internal.URL + "/latest/meta-data/iam/security-credentials/",
+		strings.Replace(internal.URL, "127.0.0.1", "localhost", 1) + "/x.png",
+	} {
+		for _, kind := range []eventsv1.AttachmentKind{eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT} {
+			rc, _, err := p.Fetch(context.Background(), &eventsv1.Attachment{Kind: kind, PlatformFileId: u})
+			if err == nil {
+				_ = rc.Close()
+				t.Fatalf("%s was downloaded from an internal address", u)
+			}
+		}
+	}
+	// The connector (here the fake, at service_url's host) is still
+	// reached, with the bot's token.
+	rc, _, err := p.Fetch(context.Background(), &eventsv1.Attachment{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, PlatformFileId: f.AddFile([]byte("png"))})
+	if err != nil {
+		t.Fatalf("connector picture: %v", err)
+	}
+	_ = rc.Close()
+}
+
+func TestPublicAddress(t *testing.T) {
+	for addr, want := range map[string]bool{
+		"52.112.0.1:443": true, "[2603:1063::1]:443": true,
+		"127.0.0.1:80": false, "[::1]:80": false, "10.0.0.5:443": false, "172.16.3.4:443": false, "192.168.1.1:443": false,
+		"169.254.169.254:80": false, "[fe80::1]:443": false, "100.64.0.1:443": false, "0.0.0.0:80": false, "0.1.2.3:80": false,
+		"[fd00::1]:443": false, "[::ffff:127.0.0.1]:80": false, "[::ffff:10.1.1.1]:80": false, "224.0.0.1:80": false,
+	} {
+		if err := publicAddress("tcp", addr, nil); (err == nil) != want {
+			t.Errorf("%s: %v, want public %v", addr, err, want)
+		}
+	}
+}

@@ -257,6 +257,7 @@ type Platform struct {
 	log       *slog.Logger
 	bus       *bus.Bus
 	hc        *http.Client
+	anon      *http.Client // downloads from hosts activities name (publicOnly)
 	verifier  *verifier
 	tokens    *tokenSource
 	connector *connector
@@ -286,7 +287,7 @@ func NewPlatform(cfg Config, b *bus.Bus, log *slog.Logger, hc *http.Client) (*Pl
 	}
 	tokens := &tokenSource{url: cfg.TokenURL, clientID: cfg.ClientID, secret: cfg.ClientSecret, scope: cfg.Scope, hc: hc}
 	return &Platform{
-		cfg: cfg, log: log.With("platform", "teams"), bus: b, hc: hc,
+		cfg: cfg, log: log.With("platform", "teams"), bus: b, hc: hc, anon: publicOnly(hc),
 		verifier:  newVerifier(cfg.OpenIDMetadataURL, cfg.Issuer, cfg.ClientID, cfg.ClockSkew, hc),
 		tokens:    tokens,
 		connector: &connector{tokens: tokens, hc: hc},
