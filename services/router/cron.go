@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/switchboard-chat/switchboard/pkg/cron"
 	"github.com/switchboard-chat/switchboard/pkg/cron/schedule"
@@ -141,10 +142,14 @@ func splitSchedule(args string) (sched, prompt string) {
 	}
 	if q := args[0]; q == '"' || q == '\'' {
 		end := strings.IndexByte(args[1:], q)
-		if end < 0 {
+		sched := ""
+		if end >= 0 {
+			sched = strings.TrimSpace(args[1 : end+1])
+		}
+		if sched == "" {
 			return "", ""
 		}
-		return strings.TrimSpace(args[1 : end+1]), unquote(args[end+2:])
+		return sched, unquote(args[end+2:])
 	}
 	fields := strings.Fields(args)
 	take := 1
@@ -160,8 +165,11 @@ func splitSchedule(args string) (sched, prompt string) {
 	// The prompt keeps its own spacing: cut after the schedule's words.
 	rest := args
 	for range take {
-		rest = strings.TrimLeft(rest, " \t\n")
-		i := strings.IndexAny(rest, " \t\n")
+		rest = strings.TrimLeftFunc(rest, unicode.IsSpace)
+		i := strings.IndexFunc(rest, unicode.IsSpace)
+		if i < 0 {
+			return strings.Join(fields[:take], " "), ""
+		}
 		rest = rest[i:]
 	}
 	return strings.Join(fields[:take], " "), unquote(rest)
