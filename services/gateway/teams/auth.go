@@ -22,6 +22,10 @@ import (
 // the Bot Framework sent it to this bot.
 var ErrUnauthorized = errors.New("teams: activity not authenticated")
 
+// errKeysUnavailable is a token that could not be checked: the signing
+// keys it needs could not be downloaded. Nothing says it is forged.
+var errKeysUnavailable = errors.New("the bot framework's signing keys are out of reach")
+
 // How long the signing keys are kept: the Bot Framework asks bots to
 // refresh them daily; a token signed with a key not yet known refreshes
 // them at once, at most once a minute (a flood of forged kids cannot
@@ -105,6 +109,9 @@ func (v *verifier) verify(ctx context.Context, header string) (verified, error) 
 		jwt.WithExpirationRequired(),
 		jwt.WithTimeFunc(v.now),
 	)
+	if errors.Is(err, errKeysUnavailable) {
+		return verified{}, err
+	}
 	if err != nil {
 		return verified{}, fmt.Errorf("%w: %w", ErrUnauthorized, err)
 	}
@@ -132,11 +139,15 @@ func (v *verifier) key(ctx context.Context, kid string) (signingKey, error) {
 			// Microsoft out of reach: keep using the key we have.
 			return k, nil
 		default:
-			return signingKey{}, fmt.Errorf("signing keys: %w", err)
+			return signingKey{}, fmt.Errorf("%w: %w", errKeysUnavailable, err)
 		}
 	}
 	if k, ok := v.keys[kid]; ok {
 		return k, nil
+	}
+	if v.keys == nil {
+		// The last download failed within the minute: no key is known.
+		return signingKey{}, fmt.Errorf("%w: not downloaded yet", errKeysUnavailable)
 	}
 	return signingKey{}, fmt.Errorf("unknown signing key %q", kid)
 }

@@ -52,7 +52,8 @@ type deliverer interface {
 
 // Handler serves the Bot Framework's POSTs of activities. An activity is
 // answered 413 over MaxBodyBytes, 401 without a valid Bot Framework
-// token (or when the token's serviceurl is not the activity's), 400 when
+// token (or when the token's serviceurl is not the activity's), 503 when
+// the token cannot be checked (the signing keys could not be downloaded), 400 when
 // it is not an activity, 500 when its message could not be stored (the
 // Bot Framework retries; a retry is not published twice) and 200 once
 // its message is on the bus or deliberately skipped.
@@ -88,6 +89,14 @@ func (p *Platform) activity(w http.ResponseWriter, r *http.Request, conn deliver
 	// The token first: who sent it decides whether the body is worth
 	// an answer.
 	tok, err := p.verifier.verify(r.Context(), auth)
+	if errors.Is(err, errKeysUnavailable) {
+		// Not a forged token: one that cannot be checked now. The Bot
+		// Framework retries a 5xx.
+		p.log.Warn("teams activity not checked; the bot framework will retry", "err", err)
+		w.Header().Set("Retry-After", "60")
+		http.Error(w, "signing keys unavailable", http.StatusServiceUnavailable)
+		return
+	}
 	if err != nil {
 		p.refuse(w, r, err.Error())
 		return
