@@ -1,0 +1,179 @@
+package line
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"unicode/utf16"
+
+	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
+	"github.com/switchboard-chat/switchboard/pkg/markup"
+	"github.com/switchboard-chat/switchboard/pkg/platform"
+)
+
+const (
+	// maxText is the most characters one text message takes (LINE's
+	// limit).
+	maxText = 5000
+	// maxMessages is the most message objects one reply or push takes.
+	maxMessages = 5
+	// loadingSeconds is how long one loading animation lasts at most (a
+	// multiple of 5 up to 60); the answer's first message ends it.
+	loadingSeconds = 20
+)
+
+// formatted is the text as LINE shows it: the model's Markdown as plain
+// text (emphasis and code markers dropped, links as "text (url)"),
+// unless the request is plain text already.
+func formatted(req *deliveryv1.SendRequested) string {
+	if req.GetFormat() == deliveryv1.TextFormat_TEXT_FORMAT_PLAIN {
+		return strings.TrimSpace(req.GetText())
+	}
+	return strings.TrimSpace(markup.Plain.Convert(req.GetText()))
+}
+
+// lineMessage is one message object of a reply or push.
+type lineMessage struct {
+	Type               string `json:"type"`
+	Text               string `json:"text,omitempty"`
+	OriginalContentURL string `json:"originalContentUrl,omitempty"`
+	PreviewImageURL    string `json:"previewImageUrl,omitempty"`
+}
+
+// sentAnswer is the reply and push endpoints' answer.
+type sentAnswer struct {
+	SentMessages []struct {
+		ID string `json:"id"`
+	} `json:"sentMessages"`
+}
+
+// messages builds the message objects of req: its text, then its images
+// (LINE takes media only as public https URLs, no uploads).
+func messages(req *deliveryv1.SendRequested) ([]lineMessage, error) {
+	var out []lineMessage
+	if text := formatted(req); text != "" {
+		if n := len(utf16.Encode([]rune(text))); n > maxText {
+			return nil, platform.Permanent(fmt.Errorf("text is %d characters, line allows %d", n, maxText))
+		}
+		out = append(out, lineMessage{Type: "text", Text: text})
+	}
+	for _, a := range req.GetAttachments() {
+		u := a.GetUrl()
+		if !strings.HasPrefix(u, "https://") {
+			return nil, platform.Permanent(errors.New("line sends media only from a public https url; this attachment has none"))
+		}
+		out = append(out, lineMessage{Type: "image", OriginalContentURL: u, PreviewImageURL: u})
+	}
+	switch {
+	case len(out) == 0:
+		return nil, platform.Permanent(errors.New("empty message"))
+	case len(out) > maxMessages:
+		return nil, platform.Permanent(fmt.Errorf("%d messages, line sends at most %d in one call", len(out), maxMessages))
+	}
+	return out, nil
+}
+
+// Send posts one answer: with the chat's reply token while one is valid
+// (free; POST /v2/bot/message/reply), else by push (POST
+// /v2/bot/message/push, metered) with an X-Line-Retry-Key derived from
+// the idempotency key, so that a push retried after a lost answer is not
+// shown twice. A reply token LINE no longer takes falls back to a push
+// at once.
+func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (string, error) {
+	to := strings.TrimSpace(req.GetTarget().GetChatId())
+	if to == "" {
+		return "", platform.Permanent(errors.New("no line chat"))
+	}
+	msgs, err := messages(req)
+	if err != nil {
+		return "", err
+	}
+	token, err := p.claimReplyToken(ctx, to)
+	if err != nil {
+		p.log.Warn("line reply token unreadable; pushing", "err", err)
+	}
+	if token != "" {
+		var out sentAnswer
+		err := p.api.post(ctx, "/v2/bot/message/reply", map[string]any{"replyToken": token, "messages": msgs}, nil, &out)
+		var le *APIError
+		switch {
+		case err == nil:
+			sends.WithLabelValues("reply").Inc()
+			return firstID(out, "reply:"+token)
+		case errors.As(err, &le) && le.invalidReplyToken():
+			p.log.Debug("line reply token refused; pushing", "err", err)
+		default:
+			return "", classify(err)
+		}
+	}
+	var out sentAnswer
+	h := http.Header{}
+	if k := retryKey(p.account, req.GetIdempotencyKey()); k != "" {
+		h.Set("X-Line-Retry-Key", k)
+	}
+	err = p.api.post(ctx, "/v2/bot/message/push", map[string]any{"to": to, "messages": msgs}, h, &out)
+	var le *APIError
+	switch {
+	case err == nil:
+		sends.WithLabelValues("push").Inc()
+		return firstID(out, "")
+	case errors.As(err, &le) && le.retryKeyAccepted():
+		// An earlier attempt of this send was accepted; its answer was lost.
+		return "request:" + le.AcceptedRequestID, nil
+	}
+	return "", classify(err)
+}
+
+// firstID is the id of the first message sent, or def.
+func firstID(out sentAnswer, def string) (string, error) {
+	if len(out.SentMessages) > 0 && out.SentMessages[0].ID != "" {
+		return out.SentMessages[0].ID, nil
+	}
+	if def != "" {
+		return def, nil
+	}
+	return "", errors.New("line answered a push without its message ids")
+}
+
+// retryKey is the X-Line-Retry-Key of a send: a UUID (version 4 layout)
+// taken from a hash of the channel and the idempotency key, the same for
+// every attempt of one send (LINE remembers it for a day). Without an
+// idempotency key there is none.
+func retryKey(account, idem string) string {
+	if idem == "" {
+		return ""
+	}
+	h := sha256.Sum256([]byte("line retry\x00" + account + "\x00" + idem))
+	b := h[:16]
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}
+
+// Edit: LINE cannot edit a sent message.
+func (p *Platform) Edit(context.Context, *deliveryv1.SendRequested) error {
+	return fmt.Errorf("line cannot edit a sent message: %w", platform.ErrUnsupported)
+}
+
+// Delete: LINE's bots cannot take a sent message back.
+func (p *Platform) Delete(context.Context, *deliveryv1.SendRequested) error {
+	return fmt.Errorf("line cannot delete a sent message: %w", platform.ErrUnsupported)
+}
+
+// Typing starts LINE's loading animation (POST
+// /v2/bot/chat/loading/start) in a 1:1 chat; LINE shows none in groups
+// and rooms, where Typing does nothing, as in Hermes.
+func (p *Platform) Typing(ctx context.Context, req *deliveryv1.SendRequested) error {
+	chat := req.GetTarget().GetChatId()
+	switch {
+	case chat == "":
+		return platform.Permanent(errors.New("no line chat"))
+	case !strings.HasPrefix(chat, "U"):
+		return nil
+	}
+	err := p.api.post(ctx, "/v2/bot/chat/loading/start", map[string]any{"chatId": chat, "loadingSeconds": loadingSeconds}, nil, nil)
+	return classify(err)
+}
