@@ -1,0 +1,398 @@
+// Package bbfake is a local BlueBubbles server for tests: the REST API
+// calls the gateway makes (ping, server info, webhooks, chat query, text
+// sends, typing, read receipts, attachment downloads), each with the
+// ?password= checked, answering in BlueBubbles's envelope ({"status",
+// "message", "data"} or "error"), and the server's side of the webhook:
+// new-message events as BlueBubbles posts them. Errors can be injected.
+package bbfake
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Fake is one BlueBubbles server (one Apple ID).
+type Fake struct {
+	Password string
+	// PrivateAPI: the server reports the Private API helper connected.
+	PrivateAPI bool
+
+	srv *httptest.Server
+
+	mu          sync.Mutex
+	chats       []Chat
+	sent        map[string][]Sent // chat guid → what the bot sent
+	attachments map[string]Attachment
+	webhooks    []Webhook
+	nextHook    int
+	failures    []Failure
+	typing      map[string]int
+	read        map[string]int
+	downloads   int
+	queries     int
+}
+
+// Chat is a chat the server knows.
+type Chat struct {
+	GUID           string
+	ChatIdentifier string
+	DisplayName    string
+	Participants   []string
+}
+
+// Sent is one message the bot sent.
+type Sent struct {
+	GUID                string
+	ChatGUID            string
+	Text                string
+	Method              string
+	TempGUID            string
+	SelectedMessageGUID string
+}
+
+// Attachment is an inbound attachment the fake serves.
+type Attachment struct {
+	MimeType string
+	Data     []byte
+}
+
+// Webhook is a registered webhook.
+type Webhook struct {
+	ID     int      `json:"id"`
+	URL    string   `json:"url"`
+	Events []string `json:"events"`
+}
+
+// Failure is an error answer to the next send.
+type Failure struct {
+	Status     int
+	Message    string
+	RetryAfter int // seconds; 0: none
+}
+
+// New starts a fake; it stops when the test ends.
+func New(t testing.TB) *Fake {
+	f := &Fake{Password: "bb-server-password", sent: map[string][]Sent{}, attachments: map[string]Attachment{},
+		typing: map[string]int{}, read: map[string]int{}}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /api/v1/ping", f.auth(func(w http.ResponseWriter, _ *http.Request) { ok(w, "Ping received!", "pong") }))
+	mux.HandleFunc("GET /api/v1/server/info", f.auth(f.info))
+	mux.HandleFunc("GET /api/v1/webhook", f.auth(f.listHooks))
+	mux.HandleFunc("POST /api/v1/webhook", f.auth(f.addHook))
+	mux.HandleFunc("DELETE /api/v1/webhook/{id}", f.auth(f.deleteHook))
+	mux.HandleFunc("POST /api/v1/chat/query", f.auth(f.query))
+	mux.HandleFunc("POST /api/v1/message/text", f.auth(f.text))
+	mux.HandleFunc("POST /api/v1/chat/{guid}/typing", f.auth(f.count(f.typing)))
+	mux.HandleFunc("POST /api/v1/chat/{guid}/read", f.auth(f.count(f.read)))
+	mux.HandleFunc("GET /api/v1/attachment/{guid}/download", f.auth(f.download))
+	f.srv = httptest.NewServer(mux)
+	t.Cleanup(f.srv.Close)
+	return f
+}
+
+// URL is the server URL for gateways.bluebubbles.server_url.
+func (f *Fake) URL() string { return f.srv.URL }
+
+// AddChat makes the server know a chat.
+func (f *Fake) AddChat(c Chat) {
+	f.mu.Lock()
+	f.chats = append(f.chats, c)
+	f.mu.Unlock()
+}
+
+// AddAttachment serves data as attachment guid and returns the guid.
+func (f *Fake) AddAttachment(mimeType string, data []byte) string {
+	g := "at_0_" + strings.ToUpper(randomHex(16))
+	f.mu.Lock()
+	f.attachments[g] = Attachment{MimeType: mimeType, Data: data}
+	f.mu.Unlock()
+	return g
+}
+
+// Fail makes the next sends fail with these failures, one each.
+func (f *Fake) Fail(fs ...Failure) {
+	f.mu.Lock()
+	f.failures = append(f.failures, fs...)
+	f.mu.Unlock()
+}
+
+// Sent returns what the bot sent to chat guid, oldest first.
+func (f *Fake) Sent(chatGUID string) []Sent {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]Sent(nil), f.sent[chatGUID]...)
+}
+
+// Webhooks returns the registered webhooks.
+func (f *Fake) Webhooks() []Webhook {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]Webhook(nil), f.webhooks...)
+}
+
+// AddWebhook registers a webhook as an operator (or an older gateway) did.
+func (f *Fake) AddWebhook(url string, events ...string) {
+	f.mu.Lock()
+	f.nextHook++
+	f.webhooks = append(f.webhooks, Webhook{ID: f.nextHook, URL: url, Events: events})
+	f.mu.Unlock()
+}
+
+// Counts are how often chat guid was marked typing and read, and how
+// many attachments were downloaded and chat queries made in all.
+func (f *Fake) Counts(chatGUID string) (typing, read, downloads, queries int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.typing[chatGUID], f.read[chatGUID], f.downloads, f.queries
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// NewGUID is a message guid as iMessage writes them.
+func NewGUID() string {
+	h := strings.ToUpper(randomHex(16))
+	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
+}
+
+func write(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func ok(w http.ResponseWriter, msg string, data any) {
+	write(w, http.StatusOK, map[string]any{"status": 200, "message": msg, "data": data})
+}
+
+func fail(w http.ResponseWriter, status int, typ, msg string) {
+	write(w, status, map[string]any{"status": status, "message": msg, "error": map[string]any{"type": typ, "message": msg}})
+}
+
+// auth answers 401 as BlueBubbles does unless ?password= (or ?guid=) is
+// the server password.
+func (f *Fake) auth(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		pw := q.Get("password")
+		if pw == "" {
+			pw = q.Get("guid")
+		}
+		if pw != f.Password {
+			fail(w, http.StatusUnauthorized, "Unauthorized", "You are not authorized to access this resource")
+			return
+		}
+		h(w, r)
+	}
+}
+
+func (f *Fake) info(w http.ResponseWriter, _ *http.Request) {
+	ok(w, "Successfully fetched server info", map[string]any{
+		"os_version": "14.5", "server_version": "1.9.9", "private_api": f.PrivateAPI,
+		"helper_connected": f.PrivateAPI, "proxy_service": "lan-url", "detected_icloud": "bot@icloud.com",
+	})
+}
+
+func (f *Fake) listHooks(w http.ResponseWriter, _ *http.Request) {
+	ok(w, "Successfully fetched webhooks", f.Webhooks())
+}
+
+func (f *Fake) addHook(w http.ResponseWriter, r *http.Request) {
+	var in struct {
+		URL    string   `json:"url"`
+		Events []string `json:"events"`
+	}
+	if err := json.NewDecoder(r.Body).Decode(&in); err != nil || in.URL == "" || len(in.Events) == 0 {
+		fail(w, http.StatusBadRequest, "Validation Error", "url and events are required")
+		return
+	}
+	f.AddWebhook(in.URL, in.Events...)
+	ok(w, "Successfully created webhook", map[string]any{"url": in.URL, "events": in.Events})
+}
+
+func (f *Fake) deleteHook(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for i, h := range f.webhooks {
+		if fmt.Sprint(h.ID) == r.PathValue("id") {
+			f.webhooks = append(f.webhooks[:i], f.webhooks[i+1:]...)
+			ok(w, "Successfully deleted webhook", nil)
+			return
+		}
+	}
+	fail(w, http.StatusNotFound, "Not Found", "webhook does not exist")
+}
+
+func (f *Fake) query(w http.ResponseWriter, _ *http.Request) {
+	f.mu.Lock()
+	f.queries++
+	var out []map[string]any
+	for _, c := range f.chats {
+		var parts []map[string]any
+		for _, a := range c.Participants {
+			parts = append(parts, map[string]any{"address": a, "service": "iMessage"})
+		}
+		out = append(out, map[string]any{"guid": c.GUID, "chatIdentifier": c.ChatIdentifier, "displayName": c.DisplayName, "participants": parts})
+	}
+	f.mu.Unlock()
+	ok(w, "Successfully fetched chats", out)
+}
+
+func (f *Fake) text(w http.ResponseWriter, r *http.Request) {
+	var in struct {
+		ChatGUID            string `json:"chatGuid"`
+		Message             string `json:"message"`
+		Method              string `json:"method"`
+		TempGUID            string `json:"tempGuid"`
+		SelectedMessageGUID string `json:"selectedMessageGuid"`
+	}
+	if err := json.NewDecoder(r.Body).Decode(&in); err != nil || in.ChatGUID == "" || in.TempGUID == "" {
+		fail(w, http.StatusBadRequest, "Validation Error", "chatGuid, message and tempGuid are required")
+		return
+	}
+	f.mu.Lock()
+	if len(f.failures) > 0 {
+		fl := f.failures[0]
+		f.failures = f.failures[1:]
+		f.mu.Unlock()
+		if fl.RetryAfter > 0 {
+			w.Header().Set("Retry-After", fmt.Sprint(fl.RetryAfter))
+		}
+		fail(w, fl.Status, "Server Error", fl.Message)
+		return
+	}
+	known := false
+	for _, c := range f.chats {
+		known = known || c.GUID == in.ChatGUID
+	}
+	if !known {
+		f.mu.Unlock()
+		fail(w, http.StatusBadRequest, "Server Error", "Chat does not exist")
+		return
+	}
+	if in.SelectedMessageGUID != "" && (in.Method != "private-api" || !f.PrivateAPI) {
+		f.mu.Unlock()
+		fail(w, http.StatusBadRequest, "Server Error", "replies need the private api")
+		return
+	}
+	s := Sent{GUID: NewGUID(), ChatGUID: in.ChatGUID, Text: in.Message, Method: in.Method, TempGUID: in.TempGUID, SelectedMessageGUID: in.SelectedMessageGUID}
+	f.sent[in.ChatGUID] = append(f.sent[in.ChatGUID], s)
+	f.mu.Unlock()
+	ok(w, "Message sent!", map[string]any{
+		"guid": s.GUID, "tempGuid": in.TempGUID, "text": in.Message, "isFromMe": true,
+		"dateCreated": time.Now().UnixMilli(), "chats": []map[string]any{{"guid": in.ChatGUID}},
+	})
+}
+
+func (f *Fake) count(m map[string]int) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		f.mu.Lock()
+		m[r.PathValue("guid")]++
+		f.mu.Unlock()
+		ok(w, "Success", nil)
+	}
+}
+
+func (f *Fake) download(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	a, found := f.attachments[r.PathValue("guid")]
+	if found {
+		f.downloads++
+	}
+	f.mu.Unlock()
+	if !found {
+		fail(w, http.StatusNotFound, "Not Found", "Attachment does not exist")
+		return
+	}
+	w.Header().Set("Content-Type", a.MimeType)
+	_, _ = w.Write(a.Data)
+}
+
+// Inbound is a message BlueBubbles reports.
+type Inbound struct {
+	GUID     string // a new guid when empty
+	ChatGUID string // iMessage;-;<address> for a DM, iMessage;+;chat… for a group
+	From     string // the sender's address
+	Text     string
+	FromMe   bool
+	// Tapback: associatedMessageType (2000 love …) on AssociatedGUID.
+	Tapback        int
+	AssociatedGUID string
+	ReplyTo        string // threadOriginatorGuid
+	Attachments    []InboundAttachment
+}
+
+// InboundAttachment is an attachment of an inbound message.
+type InboundAttachment struct {
+	GUID, MimeType, TransferName string
+	TotalBytes                   int
+}
+
+// Event is the new-message webhook body BlueBubbles posts for in (the
+// v1.9 shape: the chat under data.chats), and the message guid.
+func Event(in Inbound) ([]byte, string) {
+	if in.GUID == "" {
+		in.GUID = NewGUID()
+	}
+	style := 45
+	if strings.Contains(in.ChatGUID, ";+;") {
+		style = 43
+	}
+	ident := in.ChatGUID[strings.LastIndex(in.ChatGUID, ";")+1:]
+	var atts []map[string]any
+	for _, a := range in.Attachments {
+		atts = append(atts, map[string]any{"guid": a.GUID, "mimeType": a.MimeType, "transferName": a.TransferName,
+			"totalBytes": a.TotalBytes, "uti": "public.data", "originalROWID": 7})
+	}
+	if atts == nil {
+		atts = []map[string]any{}
+	}
+	data := map[string]any{
+		"originalROWID": 1234, "guid": in.GUID, "text": in.Text, "subject": nil,
+		"handle":   map[string]any{"originalROWID": 12, "address": in.From, "service": "iMessage", "country": "us"},
+		"handleId": 12, "isFromMe": in.FromMe, "itemType": 0, "groupActionType": 0, "error": 0,
+		"dateCreated": time.Now().UnixMilli(), "dateRead": nil, "dateDelivered": nil,
+		"attachments": atts, "associatedMessageGuid": nil, "associatedMessageType": nil,
+		"threadOriginatorGuid": nil, "balloonBundleId": nil, "hasAttachments": len(atts) > 0,
+		"chats": []map[string]any{{"originalROWID": 3, "guid": in.ChatGUID, "style": style, "chatIdentifier": ident, "isArchived": false, "displayName": ""}},
+	}
+	if in.Tapback != 0 {
+		data["associatedMessageType"], data["associatedMessageGuid"] = in.Tapback, "p:0/"+in.AssociatedGUID
+	}
+	if in.ReplyTo != "" {
+		data["threadOriginatorGuid"] = in.ReplyTo
+	}
+	b, _ := json.Marshal(map[string]any{"type": "new-message", "data": data})
+	return b, in.GUID
+}
+
+// Post posts a webhook body to url (the registered URL, secret included)
+// as BlueBubbles does, returning the status and body of the answer.
+func Post(ctx context.Context, url string, body []byte) (int, string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return 0, "", err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	return resp.StatusCode, string(b), nil
+}

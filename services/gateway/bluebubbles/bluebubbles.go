@@ -1,0 +1,405 @@
+// Package bluebubbles is the iMessage gateway (`switchboard gateway
+// bluebubbles`) over a BlueBubbles server, as Hermes's BlueBubbles
+// adapter: the BlueBubbles server on a Mac signed into Messages posts a
+// `new-message` webhook for every iMessage it sees to this gateway (every
+// replica serves the webhook), and replies go out through its REST API
+// (POST /api/v1/message/text?password=…). Run by the platform kit's
+// Runner.
+//
+// BlueBubbles signs nothing and sends no custom headers: a webhook call
+// is trusted only when its URL carries the configured secret (the
+// server password by default, as Hermes registers it:
+// …/bluebubbles-webhook?password=…), compared in constant time. A call
+// is normalized and published, and only then answered 200; a webhook
+// BlueBubbles posts again is absorbed by the bus dedupe id
+// bluebubbles:<server>:<message guid>. The bot's own messages
+// (isFromMe), tapbacks, edits and read states (updated-message) are
+// skipped. Attachments are published by their BlueBubbles guid and
+// downloaded (GET /api/v1/attachment/{guid}/download) only when a turn
+// reads them, by any replica.
+//
+// Chats are Hermes's: a DM's chat id is the other person's address
+// (+15551234567 or someone@icloud.com), a group's the chat guid
+// (iMessage;+;chat123…). iMessage has no formatting and BlueBubbles
+// cannot edit: delivery sends final plain text of up to 4,000
+// characters a message (Hermes's limit).
+package bluebubbles
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/switchboard-chat/switchboard/pkg/bus"
+	"github.com/switchboard-chat/switchboard/pkg/platform"
+)
+
+// Config is the gateways.bluebubbles section.
+type Config struct {
+	// ServerURL (BLUEBUBBLES_SERVER_URL) is the BlueBubbles server
+	// (http://192.168.1.10:1234); "http://" is assumed without a scheme.
+	ServerURL string `koanf:"server_url"`
+	// Password (BLUEBUBBLES_PASSWORD) is the server password every REST
+	// call carries (?password=).
+	Password string `koanf:"password"`
+	// WebhookSecret (BLUEBUBBLES_WEBHOOK_SECRET) is what a webhook call
+	// must carry in its URL (?password= or ?guid=) to be trusted;
+	// empty means the server password, as Hermes registers it.
+	WebhookSecret string `koanf:"webhook_secret"`
+	// PublicURL (BLUEBUBBLES_WEBHOOK_URL) is the webhook's address as the
+	// BlueBubbles server calls it (http://gateway.lan:8645/bluebubbles-webhook).
+	// When set, the gateway registers it with the server (with the
+	// secret in its query and the new-message event), as Hermes does;
+	// when empty, add the webhook in BlueBubbles yourself.
+	PublicURL string `koanf:"public_url"`
+	// Addr serves the webhook (Hermes's port 8645); Path is its path
+	// (BLUEBUBBLES_WEBHOOK_PATH, /bluebubbles-webhook).
+	Addr string `koanf:"addr"`
+	Path string `koanf:"path"`
+	// RequireMention (BLUEBUBBLES_REQUIRE_MENTION): in group chats only
+	// messages matching a mention pattern are answered, the pattern
+	// dropped from the start of the text; DMs always are.
+	RequireMention bool `koanf:"require_mention"`
+	// MentionPatterns (BLUEBUBBLES_MENTION_PATTERNS: comma- or
+	// newline-separated, or a JSON list) are case-insensitive regular
+	// expressions (Go's RE2 syntax); empty means Hermes's wake words
+	// ("hermes", "@hermes agent" …).
+	MentionPatterns []string `koanf:"mention_patterns"`
+	// SendReadReceipts marks each chat read once its message is on the
+	// bus (needs the Private API helper), as Hermes does by default.
+	SendReadReceipts bool `koanf:"send_read_receipts"`
+	// MaxBodyBytes bounds one webhook call.
+	MaxBodyBytes int64 `koanf:"max_body_bytes"`
+	// AckTimeout bounds publishing a message before answering the call.
+	AckTimeout time.Duration `koanf:"ack_timeout"`
+}
+
+// DefaultConfig has the defaults (Hermes's port and path).
+func DefaultConfig() Config {
+	return Config{
+		Addr: "127.0.0.1:8645", Path: "/bluebubbles-webhook", SendReadReceipts: true,
+		MaxBodyBytes: 1 << 20, AckTimeout: 5 * time.Second,
+	}
+}
+
+// Enabled reports whether the gateway has what it needs to start; dev
+// starts it only then.
+func (c Config) Enabled() bool { return c.ServerURL != "" && c.Password != "" }
+
+// Validate checks the section without changing it.
+func (c Config) Validate() error {
+	_, err := c.validate()
+	return err
+}
+
+// defaultMentionPatterns are Hermes's wake words, written for RE2 (no
+// look-behind: the character before the name is matched instead).
+var defaultMentionPatterns = []string{
+	`(?:^|[^\w@])@?hermes\s+agent\b[,:\-]?`,
+	`(?:^|[^\w@])@?hermes\b[,:\-]?`,
+}
+
+func (c *Config) validate() ([]*regexp.Regexp, error) {
+	d := DefaultConfig()
+	c.ServerURL = strings.TrimRight(strings.TrimSpace(c.ServerURL), "/")
+	switch {
+	case c.ServerURL == "":
+		return nil, errors.New("bluebubbles: server_url (BLUEBUBBLES_SERVER_URL) is required")
+	case c.Password == "":
+		return nil, errors.New("bluebubbles: password (BLUEBUBBLES_PASSWORD) is required")
+	}
+	if !strings.HasPrefix(strings.ToLower(c.ServerURL), "http://") && !strings.HasPrefix(strings.ToLower(c.ServerURL), "https://") {
+		c.ServerURL = "http://" + c.ServerURL
+	}
+	if u, err := url.Parse(c.ServerURL); err != nil || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
+		return nil, fmt.Errorf("bluebubbles: server_url %q is not an http(s) URL", c.ServerURL)
+	}
+	if c.WebhookSecret == "" {
+		c.WebhookSecret = c.Password
+	}
+	if c.Path == "" {
+		c.Path = d.Path
+	}
+	if !strings.HasPrefix(c.Path, "/") {
+		c.Path = "/" + c.Path
+	}
+	if c.PublicURL != "" {
+		u, err := url.Parse(c.PublicURL)
+		if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
+			return nil, fmt.Errorf("bluebubbles: public_url %q is not an http(s) URL without a query", c.PublicURL)
+		}
+		if u.Path == "" || u.Path == "/" {
+			u.Path = c.Path
+			c.PublicURL = u.String()
+		}
+	}
+	if c.Addr == "" {
+		c.Addr = d.Addr
+	}
+	if c.MaxBodyBytes <= 0 {
+		c.MaxBodyBytes = d.MaxBodyBytes
+	}
+	if c.AckTimeout <= 0 {
+		c.AckTimeout = d.AckTimeout
+	}
+	return compilePatterns(c.MentionPatterns)
+}
+
+// compilePatterns reads the mention patterns as Hermes does: a JSON list,
+// or lines and commas (the environment loader has split on commas
+// already); none means Hermes's wake words.
+func compilePatterns(raw []string) ([]*regexp.Regexp, error) {
+	var pats []string
+	if len(raw) == 1 && strings.HasPrefix(strings.TrimSpace(raw[0]), "[") {
+		if err := json.Unmarshal([]byte(raw[0]), &pats); err != nil {
+			return nil, fmt.Errorf("bluebubbles: mention_patterns is not a JSON list of strings: %w", err)
+		}
+	} else {
+		for _, r := range raw {
+			pats = append(pats, strings.Split(r, "\n")...)
+		}
+	}
+	var out []*regexp.Regexp
+	for _, p := range pats {
+		if p = strings.TrimSpace(p); p == "" {
+			continue
+		}
+		re, err := regexp.Compile("(?i)" + p)
+		if err != nil {
+			return nil, fmt.Errorf("bluebubbles: mention pattern %q: %w", p, err)
+		}
+		out = append(out, re)
+	}
+	if len(out) == 0 {
+		for _, p := range defaultMentionPatterns {
+			out = append(out, regexp.MustCompile("(?i)"+p))
+		}
+	}
+	return out, nil
+}
+
+// Deps are the shared clients.
+type Deps struct {
+	Log *slog.Logger
+	Bus *bus.Bus
+	// Runner tunes the platform runner (tests shorten backoffs); its
+	// Attachments are the top-level attachments section.
+	Runner platform.Options
+	// HTTPClient for the REST API; nil uses a client with a 30 s timeout.
+	HTTPClient *http.Client
+}
+
+// Service runs the BlueBubbles gateway.
+type Service struct {
+	p      *Platform
+	runner *platform.Runner
+}
+
+// New builds the gateway.
+func New(cfg Config, deps Deps) (*Service, error) {
+	if deps.Bus == nil {
+		return nil, errors.New("bluebubbles: bus is required")
+	}
+	log := deps.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	p, err := NewPlatform(cfg, log, deps.HTTPClient)
+	if err != nil {
+		return nil, err
+	}
+	opts := deps.Runner
+	if opts.Log == nil {
+		opts.Log = log
+	}
+	r, err := platform.NewRunner(p, deps.Bus, opts)
+	if err != nil {
+		return nil, err
+	}
+	return &Service{p: p, runner: r}, nil
+}
+
+// Run serves until ctx ends.
+func (s *Service) Run(ctx context.Context) error { return s.runner.Run(ctx) }
+
+// Ready is the readiness check: ready while the webhook is served,
+// unready with the reason when the server refused the password.
+func (s *Service) Ready(ctx context.Context) error { return s.runner.Ready(ctx) }
+
+// Runner exposes the kit runner (state, tests).
+func (s *Service) Runner() *platform.Runner { return s.runner }
+
+// Addr is the address the webhook listens on, once it does.
+func (s *Service) Addr() string { return s.p.Addr() }
+
+// Platform is the BlueBubbles side of the kit.
+type Platform struct {
+	cfg      Config
+	log      *slog.Logger
+	api      *client
+	mentions []*regexp.Regexp
+	addr     atomic.Value // string: the webhook listener's address
+	// privateAPI: the server has the Private API helper connected
+	// (typing, read receipts, replies); learned on connecting.
+	privateAPI atomic.Bool
+
+	mu    sync.Mutex
+	guids map[string]string // address → DM chat guid, resolved for sends
+}
+
+// NewPlatform validates cfg and builds the platform without a bus (the
+// Runner adds it).
+func NewPlatform(cfg Config, log *slog.Logger, hc *http.Client) (*Platform, error) {
+	mentions, err := cfg.validate()
+	if err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	if hc == nil {
+		hc = &http.Client{Timeout: 30 * time.Second}
+	}
+	return &Platform{
+		cfg: cfg, log: log.With("platform", "bluebubbles"), mentions: mentions,
+		api: &client{base: cfg.ServerURL, password: cfg.Password, hc: hc}, guids: map[string]string{},
+	}, nil
+}
+
+func (p *Platform) Name() string { return "bluebubbles" }
+
+// Account is the BlueBubbles server (its host and port): one gateway per
+// server, that is per Apple ID.
+func (p *Platform) Account() string {
+	u, err := url.Parse(p.cfg.ServerURL)
+	if err != nil {
+		return p.cfg.ServerURL
+	}
+	return u.Host
+}
+
+// Capabilities: 4,000 characters a message (Hermes's limit), no edits
+// or deletes; typing only with the Private API (otherwise a no-op).
+func (p *Platform) Capabilities() platform.Capabilities {
+	return platform.Capabilities{
+		MaxLength: maxText, Measure: platform.MeasureRunes, CanSend: true, CanTyping: true, CommandPrefix: "/",
+	}
+}
+
+// Addr is the address the webhook listens on, once it does.
+func (p *Platform) Addr() string {
+	a, _ := p.addr.Load().(string)
+	return a
+}
+
+// Connect checks the server and the password (GET /api/v1/ping, then
+// /api/v1/server/info for the Private API), registers the webhook when a
+// public URL is configured, then serves the webhook until ctx ends. A
+// password the server refuses is fatal.
+func (p *Platform) Connect(ctx context.Context, conn platform.Conn) error {
+	if err := p.checkServer(ctx); err != nil {
+		return err
+	}
+	if p.cfg.PublicURL != "" {
+		if err := p.registerWebhook(ctx); err != nil {
+			return err
+		}
+	}
+	return p.serveWebhook(ctx, conn)
+}
+
+// checkServer pings the server and reads whether the Private API helper
+// is connected.
+func (p *Platform) checkServer(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	err := p.api.call(ctx, http.MethodGet, "/api/v1/ping", nil, nil)
+	var ae *APIError
+	switch {
+	case errors.As(err, &ae) && ae.Status == http.StatusUnauthorized:
+		return platform.Fatal(fmt.Errorf("%w: %w", ErrCredentials, err))
+	case err != nil:
+		return fmt.Errorf("bluebubbles server %s: %w", p.Account(), err)
+	}
+	var info struct {
+		PrivateAPI      bool   `json:"private_api"`
+		HelperConnected bool   `json:"helper_connected"`
+		ServerVersion   string `json:"server_version"`
+		OSVersion       string `json:"os_version"`
+	}
+	if err := p.api.call(ctx, http.MethodGet, "/api/v1/server/info", nil, &info); err != nil {
+		p.log.Warn("bluebubbles server info failed; without the private api", "err", err)
+	}
+	p.privateAPI.Store(info.PrivateAPI && info.HelperConnected)
+	p.log.Info("bluebubbles server", "server", p.Account(), "version", info.ServerVersion, "macos", info.OSVersion,
+		"private_api", info.PrivateAPI, "helper_connected", info.HelperConnected)
+	return nil
+}
+
+// webhookEvents are the events the gateway registers for: Hermes's
+// (updated-message would only repeat messages as their state changes).
+var webhookEvents = []string{"new-message"}
+
+// registerURL is the public URL with the secret in its query, as the
+// server will call it.
+func (p *Platform) registerURL() string {
+	return p.cfg.PublicURL + "?password=" + url.QueryEscape(p.cfg.WebhookSecret)
+}
+
+// registerWebhook makes sure the server posts new-message events to the
+// public URL: one registration with exactly those events is kept, other
+// registrations of the URL (older events) are removed, none is added
+// twice, so replicas and restarts share one. It is not removed on
+// shutdown: another replica, or the next version, still serves it.
+func (p *Platform) registerWebhook(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	want := p.registerURL()
+	var hooks []struct {
+		ID     json.Number `json:"id"`
+		URL    string      `json:"url"`
+		Events []string    `json:"events"`
+	}
+	if err := p.api.call(ctx, http.MethodGet, "/api/v1/webhook", nil, &hooks); err != nil {
+		return fmt.Errorf("list bluebubbles webhooks: %w", err)
+	}
+	kept := false
+	for _, h := range hooks {
+		if h.URL != want {
+			continue
+		}
+		if !kept && len(h.Events) == 1 && h.Events[0] == webhookEvents[0] {
+			kept = true
+			continue
+		}
+		if err := p.api.call(ctx, http.MethodDelete, "/api/v1/webhook/"+url.PathEscape(h.ID.String()), nil, nil); err != nil {
+			return fmt.Errorf("remove stale bluebubbles webhook %s: %w", h.ID, err)
+		}
+	}
+	if kept {
+		p.log.Info("bluebubbles webhook already registered", "url", p.cfg.PublicURL)
+		return nil
+	}
+	if err := p.api.call(ctx, http.MethodPost, "/api/v1/webhook", map[string]any{"url": want, "events": webhookEvents}, nil); err != nil {
+		return fmt.Errorf("register bluebubbles webhook: %w", err)
+	}
+	p.log.Info("bluebubbles webhook registered", "url", p.cfg.PublicURL, "events", webhookEvents)
+	return nil
+}
+
+// redact keeps an address's first and last characters for logs.
+func redact(s string) string {
+	if len(s) <= 8 {
+		return "***"
+	}
+	return s[:4] + "***" + s[len(s)-3:]
+}

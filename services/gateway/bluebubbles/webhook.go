@@ -1,0 +1,141 @@
+package bluebubbles
+
+import (
+	"context"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net"
+	"net/http"
+	"time"
+
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+	"github.com/switchboard-chat/switchboard/pkg/platform"
+)
+
+// readTimeout bounds reading one request, body included.
+const readTimeout = 30 * time.Second
+
+// serveWebhook serves the webhook until ctx ends.
+func (p *Platform) serveWebhook(ctx context.Context, conn platform.Conn) error {
+	ln, err := net.Listen("tcp", p.cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("bluebubbles webhook listener: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle(p.cfg.Path, p.WebhookHandler(conn))
+	srv := &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       readTimeout,
+		WriteTimeout:      readTimeout + p.cfg.AckTimeout + 5*time.Second,
+		IdleTimeout:       30 * time.Second,
+		// No access log: the request line carries the secret.
+	}
+	p.addr.Store(ln.Addr().String())
+	p.log.Info("bluebubbles webhook listening", "addr", ln.Addr().String(), "path", p.cfg.Path)
+	conn.Connected()
+	if err := platform.ServeHTTP(ctx, srv, ln, 5*time.Second); err != nil {
+		return fmt.Errorf("bluebubbles webhook server: %w", err)
+	}
+	return nil
+}
+
+// deliverer is what the handler needs of the kit (platform.Conn).
+type deliverer interface {
+	Deliver(ctx context.Context, ev *eventsv1.MessageReceived) (platform.Accepted, error)
+	Reject(ctx context.Context, reason string, err error)
+}
+
+// authorized reports whether the call carries the webhook secret: in the
+// query as password or guid (BlueBubbles can send no headers, so the
+// registered URL carries it), or in an X-Password or X-Guid header, as
+// Hermes accepts. Constant time; an empty secret accepts nothing.
+func (p *Platform) authorized(r *http.Request) bool {
+	q := r.URL.Query()
+	want := []byte(p.cfg.WebhookSecret)
+	ok := false
+	for _, got := range []string{q.Get("password"), q.Get("guid"), r.Header.Get("X-Password"), r.Header.Get("X-Guid"), r.Header.Get("X-Bluebubbles-Guid")} {
+		if got != "" && len(want) > 0 && subtle.ConstantTimeCompare([]byte(got), want) == 1 {
+			ok = true
+		}
+	}
+	return ok
+}
+
+// WebhookHandler serves BlueBubbles's POSTs. A call is answered 405
+// unless it is a POST, 401 without the secret (nothing is read or
+// published), 415 unless it is JSON, 413 over MaxBodyBytes, 400 when it
+// is not a BlueBubbles event, 500 when the message could not be
+// published (BlueBubbles does not post it again: it is logged), and 200
+// once the message is on the bus or deliberately skipped.
+func (p *Platform) WebhookHandler(conn deliverer) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		if r.Method != http.MethodPost {
+			w.Header().Set("Allow", "POST")
+			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+			return
+		}
+		if !p.authorized(r) {
+			authFailures.Inc()
+			p.log.Warn("bluebubbles webhook refused", "reason", "missing or wrong secret", "remote", r.RemoteAddr)
+			http.Error(w, "unauthorized", http.StatusUnauthorized)
+			return
+		}
+		p.message(w, r, conn)
+	})
+}
+
+func (p *Platform) message(w http.ResponseWriter, r *http.Request, conn deliverer) {
+	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt != "application/json" {
+		http.Error(w, "content type must be application/json", http.StatusUnsupportedMediaType)
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, p.cfg.MaxBodyBytes))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			conn.Reject(r.Context(), "bluebubbles webhook too large", err)
+			http.Error(w, "request too large", http.StatusRequestEntityTooLarge)
+			return
+		}
+		http.Error(w, "read body", http.StatusBadRequest)
+		return
+	}
+	wh, m, err := parseWebhook(body)
+	if err != nil {
+		conn.Reject(r.Context(), "malformed bluebubbles webhook", err)
+		http.Error(w, "malformed webhook", http.StatusBadRequest)
+		return
+	}
+	in := normalize(wh, m, p.Account(), p.cfg.RequireMention, p.mentions)
+	switch {
+	case in.err != nil:
+		conn.Reject(r.Context(), "malformed bluebubbles message", in.err)
+		http.Error(w, "not a message", http.StatusBadRequest)
+		return
+	case in.ev == nil:
+		skipped.WithLabelValues(in.skip).Inc()
+		p.log.Debug("bluebubbles webhook skipped", "reason", in.skip, "type", reason(wh.Type))
+	default:
+		ctx, cancel := context.WithTimeout(r.Context(), p.cfg.AckTimeout)
+		defer cancel()
+		acc, err := conn.Deliver(ctx, in.ev)
+		if err != nil && !errors.Is(err, platform.ErrRejected) {
+			p.log.Warn("bluebubbles message not stored", "guid", in.ev.GetEventId(), "err", err)
+			http.Error(w, "not stored", http.StatusInternalServerError)
+			return
+		}
+		if in.dmGUID != "" {
+			p.remember(in.ev.GetSource().GetChatId(), in.dmGUID)
+		}
+		if err == nil && !acc.Duplicate && p.cfg.SendReadReceipts && p.privateAPI.Load() {
+			p.markRead(in.ev.GetSource())
+		}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = io.WriteString(w, `{"status":"ok"}`)
+}
