@@ -1,0 +1,396 @@
+package bluebubbles
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/switchboard-chat/switchboard/pkg/attachment"
+	"github.com/switchboard-chat/switchboard/pkg/bus"
+	"github.com/switchboard-chat/switchboard/pkg/bus/bustest"
+	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+	"github.com/switchboard-chat/switchboard/pkg/platform"
+	"github.com/switchboard-chat/switchboard/pkg/platform/platformtest"
+	"github.com/switchboard-chat/switchboard/services/gateway/bluebubbles/bbfake"
+)
+
+// harness is a running gateway against a fake BlueBubbles server.
+type harness struct {
+	f   *bbfake.Fake
+	s   *Service
+	b   *bus.Bus
+	url string // the webhook with the secret
+	evs chan *eventsv1.MessageReceived
+}
+
+func newFake(t *testing.T, privateAPI bool) *bbfake.Fake {
+	f := bbfake.New(t)
+	f.PrivateAPI = privateAPI
+	f.AddChat(bbfake.Chat{GUID: groupGUID, ChatIdentifier: "chat493817263544", DisplayName: "Family", Participants: []string{ann, "+15559990000"}})
+	f.AddChat(bbfake.Chat{GUID: dmGUID, ChatIdentifier: ann, Participants: []string{ann}})
+	return f
+}
+
+func start(t *testing.T, f *bbfake.Fake, cfg Config, opts platform.Options) *harness {
+	t.Helper()
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	opts.Backoff = platform.Schedule(10 * time.Millisecond)
+	s, err := New(cfg, Deps{Log: slog.New(slog.DiscardHandler), Bus: b, Runner: opts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("run: %v", err)
+		}
+		platformtest.DeleteBuckets(b)
+	})
+	platformtest.WaitFor(t, "the gateway to be ready", func() bool { return s.Ready(context.Background()) == nil && s.Addr() != "" })
+	return &harness{f: f, s: s, b: b, url: hookURL(s.p, s.p.cfg.WebhookSecret), evs: platformtest.InboundEvents(t, b)}
+}
+
+func (h *harness) post(t *testing.T, url string, body []byte) int {
+	t.Helper()
+	code, _, err := bbfake.Post(context.Background(), url, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return code
+}
+
+func (h *harness) send(t *testing.T, req *deliveryv1.SendRequested) *deliveryv1.SendReceipt {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	r := &deliveryv1.SendReceipt{}
+	if err := h.b.Request(ctx, h.b.Topology().SendSubject("bluebubbles"), req, r); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// Only a call whose URL carries the secret is read and published; the
+// same message posted again is published once.
+func TestWebhookSecret(t *testing.T) {
+	t.Parallel()
+	f := newFake(t, false)
+	cfg := testConfig(f)
+	cfg.WebhookSecret = "hook-secret"
+	h := start(t, f, cfg, platform.Options{})
+	base := "http://" + h.s.Addr() + cfg.Path
+	msg, guid := bbfake.Event(bbfake.Inbound{ChatGUID: dmGUID, From: ann, Text: "hello"})
+	before := testutil.ToFloat64(authFailures)
+	for name, u := range map[string]string{
+		"none": base, "wrong": base + "?password=nope", "the server password": base + "?password=" + f.Password,
+		"a prefix": base + "?password=hook", "in the path": base + "/hook-secret",
+	} {
+		if code := h.post(t, u, msg); code != http.StatusUnauthorized && code != http.StatusNotFound {
+			t.Fatalf("%s: answered %d, want 401", name, code)
+		}
+	}
+	if got := testutil.ToFloat64(authFailures) - before; got < 4 {
+		t.Fatalf("auth failures counted %v, want 4", got)
+	}
+	platformtest.NoEvent(t, h.evs, 200*time.Millisecond)
+
+	for _, u := range []string{h.url, base + "?guid=hook-secret", h.url} {
+		if code := h.post(t, u, msg); code != http.StatusOK {
+			t.Fatalf("authorized call answered %d", code)
+		}
+	}
+	if ev := platformtest.NextEvent(t, h.evs); ev.GetEventId() != guid || ev.GetText() != "hello" || ev.GetSource().GetChatId() != ann {
+		t.Fatalf("published %v", ev)
+	}
+	platformtest.NoEvent(t, h.evs, 300*time.Millisecond)
+
+	req, _ := http.NewRequest(http.MethodPost, base, bytes.NewReader(msg))
+	req.Header.Set("X-Password", "hook-secret")
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("secret in X-Password: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	if code, _, _ := bbfake.Post(context.Background(), h.url, []byte("{}")); code != http.StatusBadRequest {
+		t.Fatalf("an event without a type answered %d", code)
+	}
+	g, _ := http.Get(h.url)
+	if g.StatusCode != http.StatusMethodNotAllowed {
+		t.Fatalf("GET answered %d", g.StatusCode)
+	}
+	g.Body.Close()
+}
+
+// The bot's own messages, tapbacks and other events are answered 200 and
+// publish nothing; a group under require_mention needs the wake word.
+func TestSkips(t *testing.T) {
+	t.Parallel()
+	f := newFake(t, false)
+	cfg := testConfig(f)
+	cfg.RequireMention = true
+	h := start(t, f, cfg, platform.Options{})
+	own, _ := bbfake.Event(bbfake.Inbound{ChatGUID: dmGUID, From: ann, Text: "sent from the mac", FromMe: true})
+	tap, _ := bbfake.Event(bbfake.Inbound{ChatGUID: dmGUID, From: ann, Tapback: 2000, AssociatedGUID: "X"})
+	quiet, _ := bbfake.Event(bbfake.Inbound{ChatGUID: groupGUID, From: ann, Text: "dinner at 8"})
+	for _, b := range [][]byte{own, tap, quiet, []byte(`{"type":"updated-message","data":{"guid":"X","dateRead":1}}`), []byte(`{"type":"chat-read-status-changed","data":{}}`)} {
+		if code := h.post(t, h.url, b); code != http.StatusOK {
+			t.Fatalf("answered %d for %s", code, b)
+		}
+	}
+	platformtest.NoEvent(t, h.evs, 300*time.Millisecond)
+	called, guid := bbfake.Event(bbfake.Inbound{ChatGUID: groupGUID, From: ann, Text: "Hermes: dinner ideas?"})
+	if code := h.post(t, h.url, called); code != http.StatusOK {
+		t.Fatalf("answered %d", code)
+	}
+	if ev := platformtest.NextEvent(t, h.evs); ev.GetEventId() != guid || ev.GetText() != "dinner ideas?" || !ev.GetMentioned() {
+		t.Fatalf("published %v", ev)
+	}
+}
+
+// Sends: a DM's address is resolved to its chat guid (learned from its
+// messages, else found among the server's chats), Markdown goes out as
+// plain text, the idempotency key is the tempGuid; with the Private API
+// a reply quotes its message, and typing and read receipts reach the chat.
+func TestSend(t *testing.T) {
+	t.Parallel()
+	f := newFake(t, true)
+	h := start(t, f, testConfig(f), platform.Options{})
+	tg := &deliveryv1.Target{Platform: "bluebubbles", Account: h.s.p.Account(), ChatId: ann}
+	r := h.send(t, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "k1", Target: tg, Text: "**Hi** there, `x`"})
+	if !r.GetOk() || r.GetPlatformMessageId() == "" {
+		t.Fatalf("receipt %v", r)
+	}
+	sent := f.Sent(dmGUID)
+	if len(sent) != 1 || sent[0].Text != "Hi there, x" || sent[0].TempGUID != "k1" || sent[0].Method != "apple-script" || sent[0].GUID != r.GetPlatformMessageId() {
+		t.Fatalf("sent %+v", sent)
+	}
+	if _, _, _, q := f.Counts(dmGUID); q != 1 {
+		t.Fatalf("%d chat queries, want 1", q)
+	}
+	// A second send uses what the first found.
+	if r := h.send(t, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "k2", Target: tg, Text: "again"}); !r.GetOk() {
+		t.Fatalf("receipt %v", r)
+	}
+	if _, _, _, q := f.Counts(dmGUID); q != 1 {
+		t.Fatalf("%d chat queries, want 1", q)
+	}
+	// An incoming message is read, and its reply quotes it.
+	msg, guid := bbfake.Event(bbfake.Inbound{ChatGUID: groupGUID, From: ann, Text: "question"})
+	if code := h.post(t, h.url, msg); code != http.StatusOK {
+		t.Fatalf("answered %d", code)
+	}
+	platformtest.NextEvent(t, h.evs)
+	gt := &deliveryv1.Target{Platform: "bluebubbles", Account: tg.Account, ChatId: groupGUID, ReplyToMessageId: guid}
+	if r := h.send(t, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_TYPING, IdempotencyKey: "t1", Target: gt}); !r.GetOk() {
+		t.Fatalf("typing receipt %v", r)
+	}
+	if r := h.send(t, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "k3", Target: gt, Text: "answer"}); !r.GetOk() {
+		t.Fatalf("receipt %v", r)
+	}
+	if s := f.Sent(groupGUID); len(s) != 1 || s[0].Method != "private-api" || s[0].SelectedMessageGUID != guid {
+		t.Fatalf("group reply %+v", s)
+	}
+	platformtest.WaitFor(t, "the read receipt", func() bool { _, read, _, _ := f.Counts(groupGUID); return read == 1 })
+	if typing, _, _, _ := f.Counts(groupGUID); typing != 1 {
+		t.Fatalf("typing %d, want 1", typing)
+	}
+	for _, op := range []deliveryv1.SendOp{deliveryv1.SendOp_SEND_OP_EDIT, deliveryv1.SendOp_SEND_OP_DELETE} {
+		if r := h.send(t, &deliveryv1.SendRequested{Op: op, IdempotencyKey: "op-" + op.String(), Target: tg, MessageId: "X", Text: "x"}); r.GetOk() || r.GetErrorClass() != deliveryv1.ErrorClass_ERROR_CLASS_PERMANENT {
+			t.Fatalf("%v: receipt %v, want permanent", op, r)
+		}
+	}
+}
+
+// The REST API's failures as delivery's classes.
+func TestSendErrors(t *testing.T) {
+	t.Parallel()
+	f := newFake(t, false)
+	h := start(t, f, testConfig(f), platform.Options{})
+	tg := &deliveryv1.Target{Platform: "bluebubbles", Account: h.s.p.Account(), ChatId: groupGUID}
+	for i, c := range []struct {
+		name    string
+		fail    *bbfake.Failure
+		target  string
+		text    string
+		class   deliveryv1.ErrorClass
+		after   time.Duration
+		message string
+	}{
+		{name: "429", fail: &bbfake.Failure{Status: 429, Message: "slow down", RetryAfter: 3}, class: deliveryv1.ErrorClass_ERROR_CLASS_RATE_LIMITED, after: 3 * time.Second, message: "slow down"},
+		{name: "500", fail: &bbfake.Failure{Status: 500, Message: "AppleScript failed"}, class: deliveryv1.ErrorClass_ERROR_CLASS_RETRYABLE, message: "AppleScript failed"},
+		{name: "unknown chat guid", target: "iMessage;+;chat0", class: deliveryv1.ErrorClass_ERROR_CLASS_PERMANENT, message: "Chat does not exist"},
+		{name: "unknown address", target: "+15550000000", class: deliveryv1.ErrorClass_ERROR_CLASS_PERMANENT, message: "no chat with this address"},
+		{name: "too long", text: strings.Repeat("x", maxText+1), class: deliveryv1.ErrorClass_ERROR_CLASS_PERMANENT, message: "4000"},
+		{name: "empty", text: " ", class: deliveryv1.ErrorClass_ERROR_CLASS_PERMANENT, message: "empty"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if c.fail != nil {
+				f.Fail(*c.fail)
+			}
+			req := &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "e" + string(rune('a'+i)), Text: "hi", Target: tg}
+			if c.target != "" {
+				req.Target = &deliveryv1.Target{Platform: "bluebubbles", Account: tg.Account, ChatId: c.target}
+			}
+			if c.text != "" {
+				req.Text = c.text
+			}
+			r := h.send(t, req)
+			if r.GetOk() || r.GetErrorClass() != c.class || time.Duration(r.GetRetryAfterMs())*time.Millisecond != c.after || !strings.Contains(r.GetError(), c.message) {
+				t.Fatalf("receipt %v", r)
+			}
+			if strings.Contains(r.GetError(), f.Password) {
+				t.Fatalf("the error carries the password: %s", r.GetError())
+			}
+		})
+	}
+}
+
+// Attachments are downloaded with the password into the attachment store
+// when a worker asks, within attachments.max_bytes.
+func TestFetch(t *testing.T) {
+	t.Parallel()
+	f := newFake(t, false)
+	acfg := attachment.DefaultConfig()
+	acfg.MaxBytes = 1 << 10
+	h := start(t, f, testConfig(f), platform.Options{Attachments: acfg})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pic := []byte("\xff\xd8\xff\xe0 a small jpeg")
+	small, big := f.AddAttachment("image/jpeg", pic), f.AddAttachment("video/mp4", bytes.Repeat([]byte("v"), 2<<10))
+	msg, _ := bbfake.Event(bbfake.Inbound{ChatGUID: dmGUID, From: ann, Text: "what is it", Attachments: []bbfake.InboundAttachment{
+		{GUID: small, MimeType: "image/jpeg", TransferName: "IMG_1.jpeg", TotalBytes: len(pic)}, {GUID: big, MimeType: "video/mp4", TransferName: "v.mp4"}}})
+	if code := h.post(t, h.url, msg); code != http.StatusOK {
+		t.Fatalf("answered %d", code)
+	}
+	ev := platformtest.NextEvent(t, h.evs)
+	got := platformtest.Fetch(t, ctx, h.b, "bluebubbles", ev, 0)
+	if got.GetBytesRef() == "" || got.GetMimeType() != "image/jpeg" || got.GetSizeBytes() != int64(len(pic)) {
+		t.Fatalf("fetched %v", got)
+	}
+	store := attachment.New(h.b.JetStream(), h.b.Topology(), acfg)
+	if data, _, _, err := store.Head(ctx, got.GetBytesRef(), 1<<10); err != nil || !bytes.Equal(data, pic) {
+		t.Fatalf("kept %q %v", data, err)
+	}
+	if got := platformtest.Fetch(t, ctx, h.b, "bluebubbles", ev, 1); got.GetBytesRef() != "" || !strings.Contains(got.GetUnavailable(), "too large") {
+		t.Fatalf("video over max_bytes: %v", got)
+	}
+}
+
+// With a public URL the gateway registers its webhook (secret in the
+// query, new-message only) once, replacing an older registration of the
+// same URL and keeping an operator's other webhooks.
+func TestRegisterWebhook(t *testing.T) {
+	t.Parallel()
+	f := newFake(t, false)
+	cfg := testConfig(f)
+	cfg.PublicURL = "http://gateway.lan:8645"
+	want := "http://gateway.lan:8645/bluebubbles-webhook?password=" + f.Password
+	f.AddWebhook(want, "new-message", "updated-message")
+	f.AddWebhook("http://other.lan/hook", "new-message")
+	for range 2 {
+		p, err := NewPlatform(cfg, slog.New(slog.DiscardHandler), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.registerWebhook(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hooks := f.Webhooks()
+	if len(hooks) != 2 || hooks[0].URL != "http://other.lan/hook" || hooks[1].URL != want || len(hooks[1].Events) != 1 || hooks[1].Events[0] != "new-message" {
+		t.Fatalf("webhooks %+v", hooks)
+	}
+}
+
+// A password the server refuses is fatal: the gateway turns unready with
+// the reason.
+func TestRefusedPasswordIsFatal(t *testing.T) {
+	t.Parallel()
+	f := newFake(t, false)
+	cfg := testConfig(f)
+	cfg.Password = "wrong"
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	var logs syncBuffer
+	s, err := New(cfg, Deps{Log: slog.New(slog.NewTextHandler(&logs, nil)), Bus: b, Runner: platform.Options{Backoff: platform.Schedule(10 * time.Millisecond)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	defer func() { stop(); <-done; platformtest.DeleteBuckets(b) }()
+	deadline := time.Now().Add(20 * time.Second)
+	for st, _ := s.Runner().State(); st != platform.StateFatal; st, _ = s.Runner().State() {
+		select {
+		case err := <-done:
+			done <- err
+			t.Fatalf("runner returned %v before the fatal state; logs:\n%s", err, logs.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not fatal within 20s (state %s); logs:\n%s", st, logs.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := s.Ready(ctx); err == nil || !strings.Contains(err.Error(), "refused the password") {
+		t.Fatalf("readiness %v: want unready naming the password", err)
+	}
+	if strings.Contains(logs.String(), "password=wrong") {
+		t.Fatal("the logs carry the password")
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	t.Parallel()
+	c := Config{ServerURL: "192.168.1.10:1234/", Password: "pw", PublicURL: "https://bb.example.com"}
+	if _, err := c.validate(); err != nil {
+		t.Fatal(err)
+	}
+	if c.ServerURL != "http://192.168.1.10:1234" || c.WebhookSecret != "pw" || c.PublicURL != "https://bb.example.com/bluebubbles-webhook" || c.Addr != "127.0.0.1:8645" || c.Path != "/bluebubbles-webhook" {
+		t.Fatalf("defaults %+v", c)
+	}
+	for name, bad := range map[string]Config{
+		"no url":         {Password: "pw"},
+		"no password":    {ServerURL: "http://mac:1234"},
+		"query in url":   {ServerURL: "http://mac:1234?password=x", Password: "pw"},
+		"bad public url": {ServerURL: "http://mac:1234", Password: "pw", PublicURL: "ftp://x"},
+		"bad pattern":    {ServerURL: "http://mac:1234", Password: "pw", MentionPatterns: []string{"(?<=a)b"}},
+	} {
+		if err := bad.Validate(); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	if (Config{ServerURL: "x"}).Enabled() || !(Config{ServerURL: "x", Password: "y"}).Enabled() {
+		t.Fatal("Enabled")
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the logger and the test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
