@@ -31,8 +31,19 @@ func (s *Service) cronCommand(ctx context.Context, m *msgCtx, args string) strin
 	rest = strings.TrimSpace(rest)
 	sub = strings.ToLower(sub)
 	switch sub {
-	case "", "help":
+	case "help":
 		return cronUsage
+	case "":
+		// As Hermes: the commands, then the current jobs.
+		jobs, err := s.cron.List(ctx, owner, false)
+		if err != nil {
+			s.log.WarnContext(ctx, "list cron jobs", "err", err)
+			return cronUsage
+		}
+		if len(jobs) == 0 {
+			return cronUsage + "\n\nNo scheduled jobs. Use '/cron add' to create one."
+		}
+		return cronUsage + "\n\n" + s.cronList(jobs)
 	case "list", "ls":
 		jobs, err := s.cron.List(ctx, owner, strings.EqualFold(rest, "all"))
 		if err != nil {

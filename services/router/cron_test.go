@@ -39,7 +39,7 @@ func TestCronCommand(t *testing.T) {
 	cfg := testConfig()
 	e.startRouter(cfg, nil, nil)
 
-	if got := e.ask("alice", "/cron"); !strings.Contains(got, "/cron add <schedule> <prompt>") {
+	if got := e.ask("alice", "/cron"); !strings.Contains(got, "/cron add <schedule> <prompt>") || !strings.HasSuffix(got, "No scheduled jobs. Use '/cron add' to create one.") {
 		t.Errorf("/cron: %q", got)
 	}
 	if got := e.ask("alice", "/cron list"); got != "No scheduled jobs." {
@@ -61,6 +61,9 @@ func TestCronCommand(t *testing.T) {
 	}
 	if got := e.ask("bob", "/cron list"); got != "No scheduled jobs." {
 		t.Errorf("bob lists %q", got)
+	}
+	if got := e.ask("alice", "/cron"); !strings.Contains(got, "/cron pause <job_id>") || !strings.Contains(got, "Scheduled Jobs:\n\n  ID: "+id) {
+		t.Errorf("/cron with a job: %q", got)
 	}
 	if got := e.ask("bob", "/cron pause "+id); !strings.Contains(got, "Failed to pause job: Job with ID or name '"+id+"' not found.") {
 		t.Errorf("bob pauses alice's job: %q", got)
