@@ -131,6 +131,8 @@ var limits = map[string]Limit{
 	// with Hermes's fixed notification id a second part would replace
 	// the first: one answer is one notification (Hermes cuts at 4,096).
 	"homeassistant": Unlimited,
+	// iMessage through BlueBubbles: Hermes's 4,000 characters a message.
+	"bluebubbles": {Max: 4000, Measure: Runes},
 }
 
 // Limits returns the message limit of a platform, named case-insensitively;

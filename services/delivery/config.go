@@ -86,7 +86,7 @@ func DefaultPlatforms() map[string]Platform {
 	// only when the tool changes where edits reach a shared audience
 	// (Matrix, Mattermost, Teams), off on mobile inboxes (Telegram), where Slack
 	// posts pile up, where nothing can be edited (the WhatsApp Cloud API,
-	// Signal, SMS, email, Home Assistant) and on webhooks. Unlisted
+	// Signal, SMS, iMessage, email, Home Assistant) and on webhooks. Unlisted
 	// platforms: all.
 	return map[string]Platform{
 		"telegram":   {Streaming: StreamEdit, BotRate: ratelimit.Rate{Count: 30, Per: time.Second}, ChatRate: perSecond, ToolProgress: ToolProgressOff},
@@ -104,6 +104,9 @@ func DefaultPlatforms() map[string]Platform {
 		// Hermes's minimal display tier: a persistent notification per
 		// answer, no typing, no tool progress.
 		"homeassistant": {Streaming: StreamNone, NoTyping: true, ToolProgress: ToolProgressOff},
+		// BlueBubbles cannot edit (Hermes's adapter does not): final text
+		// only; typing shows with the Private API helper.
+		"bluebubbles": {Streaming: StreamNone, ToolProgress: ToolProgressOff},
 	}
 }
 
