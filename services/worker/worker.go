@@ -366,7 +366,7 @@ func (s *Service) registry(deps Deps) (*tools.Registry, error) {
 		tools.Memory(memoryAdapter{s.store}),
 		tools.SessionSearch(memoryAdapter{s.store}),
 		tools.SendMessage(sender, s.cfg.Agent.SendMessageTargets),
-		tools.Cronjob(jobs),
+		tools.Cronjob(jobs, s.cfg.Agent.SendMessageTargets),
 	}
 	for _, t := range append(builtins, deps.Tools...) {
 		if err := reg.Register(t); err != nil {

@@ -41,13 +41,27 @@ const cronjobParameters = `{"type":"object","properties":{
 
 // Cronjob is Hermes's cronjob tool: one tool with actions. A user (in a
 // group, the session) lists and changes only the jobs they made; a job
-// made here answers in this chat unless deliver says otherwise.
-func Cronjob(jobs CronJobs) Tool {
+// made here answers in this chat unless deliver says otherwise. A job
+// that would post elsewhere than send_message may without asking (this
+// chat, a home channel, allowed: agent.send_message_targets) waits for
+// the user's approval, as such a send_message does.
+func Cronjob(jobs CronJobs, allowed []string) Tool {
 	return Tool{
 		Name:        "cronjob",
 		Emoji:       "⏰",
 		Description: cronjobDescription,
 		Parameters:  json.RawMessage(cronjobParameters),
+		Confirm: func(call Call, args json.RawMessage) string {
+			d, ok := cronDeliver(args)
+			if !ok || sendAllowed(d, call.Origin, allowed) {
+				return ""
+			}
+			return "cronjob delivering to " + d + ", a chat that is neither this one, a home channel nor in agent.send_message_targets"
+		},
+		Pattern: func(args json.RawMessage) string {
+			d, _ := cronDeliver(args)
+			return "cronjob " + d
+		},
 		Preview: func(args json.RawMessage) string {
 			var a cronArgs
 			_ = decode(args, &a)
@@ -64,6 +78,26 @@ func Cronjob(jobs CronJobs) Tool {
 			return cronRun(ctx, jobs, call, a), nil
 		},
 	}
+}
+
+// cronDeliver is the chat a create or update call would deliver to;
+// false when it names none (origin, local, no deliver).
+func cronDeliver(args json.RawMessage) (string, bool) {
+	var a cronArgs
+	if decode(args, &a) != nil || a.Deliver == nil {
+		return "", false
+	}
+	switch strings.ToLower(strings.TrimSpace(a.Action)) {
+	case "create", "update":
+	default:
+		return "", false
+	}
+	d := strings.TrimSpace(*a.Deliver)
+	switch strings.ToLower(d) {
+	case "", cron.DeliverOrigin, cron.DeliverLocal:
+		return "", false
+	}
+	return d, true
 }
 
 type cronArgs struct {

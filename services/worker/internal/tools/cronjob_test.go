@@ -18,7 +18,7 @@ func TestCronjob(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2026, 3, 10, 8, 30, 0, 0, time.UTC)
 	store := cron.New(pgtest.New(t), time.UTC, func() time.Time { return now })
-	tool := Cronjob(store)
+	tool := Cronjob(store, []string{"discord:*"})
 	ann := Call{ID: "c1", TurnID: "t1", SessionKey: "agent:main:telegram:dm:99", UserKey: "telegram:99",
 		Origin: "telegram:99", Target: &deliveryv1.Target{Platform: "telegram", Account: "default", ChatId: "99"}}
 	bob := Call{SessionKey: "agent:main:telegram:dm:7", UserKey: "telegram:7", Target: &deliveryv1.Target{Platform: "telegram", ChatId: "7"}}
@@ -90,6 +90,27 @@ func TestCronjob(t *testing.T) {
 		if got := call(ann, args); got["success"] != false || !strings.Contains(got["error"].(string), want) {
 			t.Errorf("%s: %v, want an error saying %q", args, got, want)
 		}
+	}
+
+	// A job posting to a chat send_message could not reach without asking
+	// waits for the user's approval; this chat, a home channel, the
+	// allowed targets and local do not.
+	for args, want := range map[string]string{
+		`{"action":"create","schedule":"1h","prompt":"x","deliver":"telegram:5"}`:  "cronjob delivering to telegram:5, a chat that is neither this one, a home channel nor in agent.send_message_targets",
+		`{"action":"update","job_id":"x","deliver":"slack:#general"}`:              "cronjob delivering to slack:#general, a chat that is neither this one, a home channel nor in agent.send_message_targets",
+		`{"action":"create","schedule":"1h","prompt":"x","deliver":"telegram:99"}`: "",
+		`{"action":"create","schedule":"1h","prompt":"x","deliver":"telegram"}`:    "",
+		`{"action":"create","schedule":"1h","prompt":"x","deliver":"discord:42"}`:  "",
+		`{"action":"create","schedule":"1h","prompt":"x","deliver":"local"}`:       "",
+		`{"action":"create","schedule":"1h","prompt":"x"}`:                         "",
+		`{"action":"list","deliver":"telegram:5"}`:                                 "",
+	} {
+		if reason, _ := tool.Approval(ann, json.RawMessage(args)); reason != want {
+			t.Errorf("%s: approval %q, want %q", args, reason, want)
+		}
+	}
+	if p := tool.ApprovalPattern(json.RawMessage(`{"action":"create","deliver":"telegram:5"}`)); p != "cronjob telegram:5" {
+		t.Errorf("pattern %q", p)
 	}
 
 	// The API has no chat to answer in later: its jobs deliver locally
