@@ -362,3 +362,41 @@ func TestDeliverTargets(t *testing.T) {
 		t.Errorf("blocked job %+v", got)
 	}
 }
+
+// TestRunTicks: Run ticks at once, then every cron.tick, and returns nil
+// when its context ends.
+func TestRunTicks(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.create(t, cron.NewJob{Prompt: "hourly", Schedule: "every 1h"})
+	e.clock.Set(t0.Add(time.Hour))
+	s := e.scheduler(t, func(c *scheduler.Config) { c.Tick = time.Second })
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	wait := func(n uint64) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for e.published(t) < n {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d runs published, want %d", e.published(t), n)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	wait(1)
+	e.clock.Set(t0.Add(2 * time.Hour))
+	wait(2)
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run did not stop")
+	}
+	if n := e.published(t); n != 2 {
+		t.Errorf("%d runs, want 2", n)
+	}
+}
