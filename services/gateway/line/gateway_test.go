@@ -1,0 +1,426 @@
+package line
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/switchboard-chat/switchboard/pkg/bus"
+	"github.com/switchboard-chat/switchboard/pkg/bus/bustest"
+	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+	"github.com/switchboard-chat/switchboard/pkg/platform"
+	"github.com/switchboard-chat/switchboard/pkg/platform/platformtest"
+	"github.com/switchboard-chat/switchboard/services/gateway/line/linefake"
+)
+
+type harness struct {
+	f   *linefake.Fake
+	s   *Service
+	b   *bus.Bus
+	url string
+	evs chan *eventsv1.MessageReceived
+}
+
+func start(t *testing.T, f *linefake.Fake, cfg Config) *harness {
+	t.Helper()
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	s, err := New(cfg, Deps{Log: slog.New(slog.DiscardHandler), Bus: b, Runner: platform.Options{Backoff: platform.Schedule(10 * time.Millisecond)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("run: %v", err)
+		}
+		platformtest.DeleteBuckets(b)
+	})
+	platformtest.WaitFor(t, "the gateway to be ready", func() bool { return s.Ready(context.Background()) == nil && s.Addr() != "" })
+	return &harness{f: f, s: s, b: b, url: "http://" + s.Addr() + s.p.cfg.Path, evs: platformtest.InboundEvents(t, b)}
+}
+
+func (h *harness) post(t *testing.T, body []byte) int {
+	t.Helper()
+	code, _, err := h.f.Post(context.Background(), h.url, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return code
+}
+
+func (h *harness) next(t *testing.T) *eventsv1.MessageReceived {
+	t.Helper()
+	select {
+	case ev := <-h.evs:
+		return ev
+	case <-time.After(10 * time.Second):
+		t.Fatal("no inbound event")
+		return nil
+	}
+}
+
+func (h *harness) none(t *testing.T) {
+	t.Helper()
+	select {
+	case ev := <-h.evs:
+		t.Fatalf("unexpected event %s %q", ev.GetEventId(), ev.GetText())
+	case <-time.After(300 * time.Millisecond):
+	}
+}
+
+func (h *harness) send(t *testing.T, req *deliveryv1.SendRequested) *deliveryv1.SendReceipt {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	r := &deliveryv1.SendReceipt{}
+	if err := h.b.Request(ctx, h.b.Topology().SendSubject("line"), req, r); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func sendTo(chat, key, text string) *deliveryv1.SendRequested {
+	return &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: key, Text: text, Final: true,
+		Target: &deliveryv1.Target{Platform: "line", ChatId: chat}}
+}
+
+// A delivery is published only when signed with the channel secret;
+// every event of it is on the bus before the 200; a redelivery is
+// published once; Verify's empty delivery is answered 200.
+func TestWebhook(t *testing.T) {
+	t.Parallel()
+	f := linefake.New(t)
+	h := start(t, f, testConfig(f))
+	body := f.Body(f.Event(linefake.Inbound{UserID: alice, Text: "one"}), f.Event(linefake.Inbound{UserID: alice, Text: "two"}))
+
+	if code, _, _ := linefake.PostSigned(context.Background(), h.url, linefake.Sign("wrong secret", body), body); code != http.StatusUnauthorized {
+		t.Fatalf("forged delivery answered %d, want 401", code)
+	}
+	if code, _, _ := linefake.PostSigned(context.Background(), h.url, "", body); code != http.StatusUnauthorized {
+		t.Fatalf("unsigned delivery answered %d, want 401", code)
+	}
+	h.none(t)
+
+	if code := h.post(t, body); code != http.StatusOK {
+		t.Fatalf("delivery answered %d", code)
+	}
+	if a, b := h.next(t), h.next(t); a.GetText() != "one" || b.GetText() != "two" {
+		t.Fatalf("events %q %q, want one, two in order", a.GetText(), b.GetText())
+	}
+	if code := h.post(t, body); code != http.StatusOK {
+		t.Fatalf("redelivery answered %d", code)
+	}
+	h.none(t)
+
+	if code := h.post(t, f.Body()); code != http.StatusOK {
+		t.Fatalf("verify (no events) answered %d", code)
+	}
+	resp, err := http.Get(h.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusMethodNotAllowed {
+		t.Fatalf("GET answered %d", resp.StatusCode)
+	}
+	resp, err = http.Get(h.url + "/health")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), `"platform":"line"`) {
+		t.Fatalf("health %d %s", resp.StatusCode, b)
+	}
+	h.none(t)
+}
+
+// A delivery whose events the bus does not take is answered 500, and
+// LINE's redelivery of it is published.
+func TestWebhookUnstored(t *testing.T) {
+	t.Parallel()
+	f := linefake.New(t)
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	p, err := NewPlatform(testConfig(f), b, slog.New(slog.DiscardHandler), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &recorder{err: context.DeadlineExceeded}
+	srv := httpServer(t, p.WebhookHandler(rec))
+	body := f.Body(f.Event(linefake.Inbound{UserID: alice, Text: "lost?"}))
+	if code, _, _ := f.Post(context.Background(), srv, body); code != http.StatusInternalServerError {
+		t.Fatalf("unstored delivery answered %d, want 500", code)
+	}
+	rec.mu.Lock()
+	rec.err = nil
+	rec.mu.Unlock()
+	code, _, _ := f.Post(context.Background(), srv, body)
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if code != http.StatusOK || len(rec.evs) != 2 {
+		t.Fatalf("stored delivery answered %d after %d deliveries", code, len(rec.evs))
+	}
+}
+
+type recorder struct {
+	mu  sync.Mutex
+	err error
+	evs []*eventsv1.MessageReceived
+}
+
+func (r *recorder) Deliver(_ context.Context, ev *eventsv1.MessageReceived) (platform.Accepted, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.evs = append(r.evs, ev)
+	return platform.Accepted{}, r.err
+}
+func (r *recorder) Reject(context.Context, string, error) {}
+
+func httpServer(t *testing.T, h http.Handler) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: h}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return "http://" + ln.Addr().String() + "/line/webhook"
+}
+
+// The first answer uses the event's reply token, once; the next is
+// pushed; a token LINE no longer takes falls back to a push; a
+// redelivered event's token is never used; a push retried after a lost
+// answer is not shown twice; Markdown goes out as plain text.
+func TestSends(t *testing.T) {
+	t.Parallel()
+	f := linefake.New(t)
+	h := start(t, f, testConfig(f))
+	ctx := context.Background()
+
+	h.post(t, f.Body(f.Event(linefake.Inbound{UserID: alice, Text: "hi"})))
+	h.next(t)
+	for i, text := range []string{"**first**", "second"} {
+		if r := h.send(t, sendTo(alice, "k"+text, text)); !r.GetOk() || r.GetPlatformMessageId() == "" {
+			t.Fatalf("send %d: %v", i, r)
+		}
+	}
+	got := f.Sent(alice)
+	if len(got) != 2 || got[0].Via != "reply" || got[0].Text != "first" || got[1].Via != "push" || got[1].Text != "second" {
+		t.Fatalf("sent %+v, want the first by reply as plain text, the second by push", got)
+	}
+
+	h.post(t, f.Body(f.Event(linefake.Inbound{UserID: alice, Text: "late"})))
+	h.next(t)
+	f.ExpireReplyTokens()
+	if r := h.send(t, sendTo(alice, "k-late", "late answer")); !r.GetOk() {
+		t.Fatalf("send with an expired token: %v", r)
+	}
+	if got := f.Sent(alice); got[len(got)-1].Via != "push" || got[len(got)-1].Text != "late answer" {
+		t.Fatalf("after an expired token: %+v", got[len(got)-1])
+	}
+
+	h.post(t, f.Body(f.Event(linefake.Inbound{UserID: alice, Text: "again", Redelivery: true})))
+	h.next(t)
+	h.send(t, sendTo(alice, "k-redelivered", "answer"))
+	if got := f.Sent(alice); got[len(got)-1].Via != "push" {
+		t.Fatalf("a redelivered event's token was used: %+v", got[len(got)-1])
+	}
+
+	// The runner's receipts absorb a repeat; below them, LINE's retry key
+	// does: the same push sent twice is shown once.
+	req := sendTo(alice, "k-retry", "only once")
+	for range 2 {
+		if _, err := h.s.p.Send(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n := 0
+	for _, m := range f.Sent(alice) {
+		if m.Text == "only once" {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Fatalf("a retried push shows %d times", n)
+	}
+
+	img := sendTo(testGroup, "k-img", "look")
+	img.Attachments = []*eventsv1.Attachment{{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, Location: &eventsv1.Attachment_Url{Url: "https://cdn.example/a.png"}}}
+	if r := h.send(t, img); !r.GetOk() {
+		t.Fatalf("image send: %v", r)
+	}
+	if got := f.Sent(testGroup); len(got) != 2 || got[1].Type != "image" || got[1].ImageURL != "https://cdn.example/a.png" {
+		t.Fatalf("image send shows %+v", got)
+	}
+	for name, r := range map[string]*deliveryv1.SendRequested{
+		"too long": sendTo(alice, "k-long", strings.Repeat("あ", 5001)),
+		"empty":    sendTo(alice, "k-empty", " "),
+		"no chat":  sendTo("", "k-nochat", "x"),
+		"private media": func() *deliveryv1.SendRequested {
+			r := sendTo(alice, "k-ref", "x")
+			r.Attachments = []*eventsv1.Attachment{{Location: &eventsv1.Attachment_BytesRef{BytesRef: "ref"}}}
+			return r
+		}(),
+	} {
+		if rc := h.send(t, r); rc.GetOk() || rc.GetErrorClass() != deliveryv1.ErrorClass_ERROR_CLASS_PERMANENT {
+			t.Errorf("%s: receipt %v, want a permanent error", name, rc)
+		}
+	}
+	if r := h.send(t, sendTo(alice, "k-5000", strings.Repeat("あ", 5000))); !r.GetOk() {
+		t.Fatalf("5,000 characters refused: %v", r)
+	}
+}
+
+// LINE's failures map to delivery's classes.
+func TestSendErrors(t *testing.T) {
+	t.Parallel()
+	f := linefake.New(t)
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	p, err := NewPlatform(testConfig(f), b, slog.New(slog.DiscardHandler), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, c := range []struct {
+		name  string
+		fail  linefake.Failure
+		class deliveryv1.ErrorClass
+		is    error
+		after time.Duration
+	}{
+		{"rate limited", linefake.ErrTooManyRequests, deliveryv1.ErrorClass_ERROR_CLASS_RATE_LIMITED, nil, defaultRetryAfter},
+		{"rate limited with retry-after", linefake.Failure{Status: 429, Message: "slow down", RetryAfter: 7}, deliveryv1.ErrorClass_ERROR_CLASS_RATE_LIMITED, nil, 7 * time.Second},
+		{"monthly limit", linefake.ErrMonthlyLimit, deliveryv1.ErrorClass_ERROR_CLASS_PERMANENT, ErrMonthlyLimit, 0},
+		{"server error", linefake.ErrInternal, deliveryv1.ErrorClass_ERROR_CLASS_RETRYABLE, nil, 0},
+		{"bad request", linefake.ErrBadRequest, deliveryv1.ErrorClass_ERROR_CLASS_PERMANENT, nil, 0},
+		{"forbidden", linefake.Failure{Status: 403, Message: "Access to this API is not available for your account"}, deliveryv1.ErrorClass_ERROR_CLASS_PERMANENT, ErrForbidden, 0},
+		{"unauthorized", linefake.Failure{Status: 401, Message: "Authentication failed"}, deliveryv1.ErrorClass_ERROR_CLASS_PERMANENT, ErrToken, 0},
+	} {
+		f.Fail(c.fail)
+		_, err := p.Send(ctx, sendTo(alice, "k-"+c.name, "x"))
+		class, after := deliveryv1.ErrorClass_ERROR_CLASS_RETRYABLE, time.Duration(0)
+		var se *platform.SendError
+		if errors.As(err, &se) {
+			class, after = se.Class, se.RetryAfter
+		}
+		if err == nil || class != c.class || after != c.after || (c.is != nil && !errors.Is(err, c.is)) {
+			t.Errorf("%s: %v (class %s, after %s), want %s after %s", c.name, err, class, after, c.class, c.after)
+		}
+	}
+}
+
+// Typing is LINE's loading animation in 1:1 chats, nothing in groups.
+func TestTyping(t *testing.T) {
+	t.Parallel()
+	f := linefake.New(t)
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	p, err := NewPlatform(testConfig(f), b, slog.New(slog.DiscardHandler), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	typing := func(chat string) error {
+		return p.Typing(context.Background(), &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_TYPING, Target: &deliveryv1.Target{Platform: "line", ChatId: chat}})
+	}
+	if err := typing(alice); err != nil || f.Loading(alice) != 1 {
+		t.Fatalf("dm typing: %v, %d animations", err, f.Loading(alice))
+	}
+	if err := typing(testGroup); err != nil || f.Loading(testGroup) != 0 {
+		t.Fatalf("group typing: %v, %d animations", err, f.Loading(testGroup))
+	}
+}
+
+// Media content is downloaded with the channel's token; other URLs are
+// not fetched with it.
+func TestFetch(t *testing.T) {
+	t.Parallel()
+	f := linefake.New(t)
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	p, err := NewPlatform(testConfig(f), b, slog.New(slog.DiscardHandler), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := f.AddContent("image/png", []byte("png bytes"))
+	rc, mt, err := p.Fetch(context.Background(), &eventsv1.Attachment{Location: &eventsv1.Attachment_Url{Url: contentURL(f.BaseURL(), id)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := io.ReadAll(rc)
+	rc.Close()
+	if !bytes.Equal(got, []byte("png bytes")) || mt != "image/png" {
+		t.Fatalf("content %q %q", got, mt)
+	}
+	if _, _, err := p.Fetch(context.Background(), &eventsv1.Attachment{Location: &eventsv1.Attachment_Url{Url: contentURL(f.BaseURL(), "999")}}); !errors.Is(err, ErrDownload) {
+		t.Fatalf("missing content: %v", err)
+	}
+	for _, u := range []string{"https://cdn.example/x.png", contentURL(f.BaseURL(), "1/../2"), f.BaseURL() + "/v2/bot/info"} {
+		if _, _, err := p.Fetch(context.Background(), &eventsv1.Attachment{Location: &eventsv1.Attachment_Url{Url: u}}); !errors.Is(err, platform.ErrNotFetched) {
+			t.Errorf("%s: %v, want not fetched", u, err)
+		}
+	}
+}
+
+// A channel access token LINE refuses makes the gateway unready with
+// the reason, and it does not retry.
+func TestRefusedTokenIsFatal(t *testing.T) {
+	t.Parallel()
+	f := linefake.New(t)
+	f.RefuseToken()
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	s, err := New(testConfig(f), Deps{Log: slog.New(slog.DiscardHandler), Bus: b, Runner: platform.Options{Backoff: platform.Schedule(10 * time.Millisecond)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	defer func() { stop(); <-done; platformtest.DeleteBuckets(b) }()
+	platformtest.WaitFor(t, "the fatal state", func() bool { st, _ := s.Runner().State(); return st == platform.StateFatal })
+	if err := s.Ready(ctx); err == nil || !strings.Contains(err.Error(), "LINE_CHANNEL_ACCESS_TOKEN") {
+		t.Fatalf("readiness %v: want unready naming the token", err)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	t.Parallel()
+	ok := Config{ChannelAccessToken: "t", ChannelSecret: "s"}
+	if err := ok.validate(); err != nil {
+		t.Fatal(err)
+	}
+	if ok.Addr != "127.0.0.1:8649" || ok.Path != "/line/webhook" || ok.APIBaseURL != DefaultAPIBaseURL || ok.DataBaseURL != DefaultDataBaseURL || ok.ReplyTokenTTL != 50*time.Second {
+		t.Fatalf("defaults: %+v", ok)
+	}
+	port := Config{ChannelAccessToken: "t", ChannelSecret: "s", Host: "0.0.0.0", Port: 9000}
+	if err := port.validate(); err != nil || port.Addr != "0.0.0.0:9000" {
+		t.Fatalf("LINE_HOST and LINE_PORT: %v %s", err, port.Addr)
+	}
+	for _, c := range []struct {
+		name string
+		edit func(*Config)
+		want string
+	}{
+		{"no token", func(c *Config) { c.ChannelAccessToken = "" }, "LINE_CHANNEL_ACCESS_TOKEN"},
+		{"no secret", func(c *Config) { c.ChannelSecret = "" }, "LINE_CHANNEL_SECRET"},
+		{"bad port", func(c *Config) { c.Port = 70000 }, "LINE_PORT"},
+		{"bad api url", func(c *Config) { c.APIBaseURL = "ftp://x" }, "api_base_url"},
+		{"bad data url", func(c *Config) { c.DataBaseURL = "x" }, "data_base_url"},
+	} {
+		cfg := Config{ChannelAccessToken: "t", ChannelSecret: "s"}
+		c.edit(&cfg)
+		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want an error naming %q", c.name, err, c.want)
+		}
+	}
+}
