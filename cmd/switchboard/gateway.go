@@ -10,6 +10,7 @@ import (
 	"github.com/switchboard-chat/switchboard/pkg/loopback"
 	"github.com/switchboard-chat/switchboard/pkg/platform"
 	"github.com/switchboard-chat/switchboard/services/gateway/api"
+	"github.com/switchboard-chat/switchboard/services/gateway/bluebubbles"
 	"github.com/switchboard-chat/switchboard/services/gateway/discord"
 	"github.com/switchboard-chat/switchboard/services/gateway/email"
 	"github.com/switchboard-chat/switchboard/services/gateway/homeassistant"
@@ -39,6 +40,7 @@ type GatewaysConfig struct {
 	SMS           sms.Config           `koanf:"sms"`
 	Teams         teams.Config         `koanf:"teams"`
 	HomeAssistant homeassistant.Config `koanf:"homeassistant"`
+	BlueBubbles   bluebubbles.Config   `koanf:"bluebubbles"`
 }
 
 // gateways maps a platform name to its service (`switchboard gateway <platform>`).

@@ -9,7 +9,7 @@ import (
 
 func TestChatGatewaysRegistered(t *testing.T) {
 	t.Parallel()
-	for _, p := range []string{"discord", "slack", "whatsapp", "sms", "teams"} {
+	for _, p := range []string{"discord", "slack", "whatsapp", "sms", "teams", "bluebubbles"} {
 		if _, ok := services[gateways[p]]; !ok {
 			t.Fatalf("gateway %s has no service", p)
 		}
@@ -21,7 +21,7 @@ func TestChatGatewaysRegistered(t *testing.T) {
 	dev := newApp("dev", cfg)
 	for name, start := range map[string]func(context.Context, *app) (func(context.Context) error, error){
 		"discord": startDiscordGateway, "slack": startSlackGateway, "whatsapp": startWhatsAppGateway,
-		"sms": startSMSGateway, "teams": startTeamsGateway,
+		"sms": startSMSGateway, "teams": startTeamsGateway, "bluebubbles": startBlueBubblesGateway,
 	} {
 		run, err := start(context.Background(), dev)
 		if err != nil {
@@ -57,6 +57,9 @@ func TestChatGatewaysRegistered(t *testing.T) {
 	cfg.Gateways.SMS.AccountSID, cfg.Gateways.SMS.AuthToken, cfg.Gateways.SMS.PhoneNumber = "AC"+strings.Repeat("0", 32), "token", "+15550006789"
 	if _, err := startSMSGateway(context.Background(), newApp("dev", cfg)); err == nil || !strings.Contains(err.Error(), "SMS_WEBHOOK_PUBLIC_URL") {
 		t.Fatalf("sms without a public url: %v", err)
+	}
+	if _, err := startBlueBubblesGateway(context.Background(), newApp("gateway-bluebubbles", cfg)); err == nil || !strings.Contains(err.Error(), "BLUEBUBBLES_SERVER_URL") {
+		t.Fatalf("bluebubbles without a server: %v", err)
 	}
 	if _, err := startTeamsGateway(context.Background(), newApp("gateway-teams", cfg)); err == nil || !strings.Contains(err.Error(), "TEAMS_CLIENT_ID") {
 		t.Fatalf("teams without credentials: %v", err)

@@ -15,6 +15,8 @@ func init() {
 		"SIGNAL_HOME_CHANNEL":   "signal",
 		"WHATSAPP_HOME_CHANNEL": "whatsapp",
 		"EMAIL_HOME_ADDRESS":    "email",
+		// an address (+15551234567, someone@icloud.com) or a chat guid
+		"BLUEBUBBLES_HOME_CHANNEL": "bluebubbles",
 	} {
 		envAliases[env] = "delivery.platforms." + platform + ".home"
 	}
