@@ -74,11 +74,17 @@ type Config struct {
 	PingInterval time.Duration `koanf:"ping_interval"`
 	// LeaseTTL of the active/standby lease on the websocket.
 	LeaseTTL time.Duration `koanf:"lease_ttl"`
+	// CallTimeout (default 30 s) bounds what the websocket's reader waits
+	// for: each REST call it makes (who the token is, the catch-up's
+	// reads) and the answer to its authentication. A server that does
+	// not answer within it is dialled again.
+	CallTimeout time.Duration `koanf:"call_timeout"`
 }
 
 // DefaultConfig has Hermes's defaults.
 func DefaultConfig() Config {
-	return Config{RequireMention: true, ReplyMode: ReplyOff, CatchUp: true, PingInterval: 30 * time.Second, LeaseTTL: 10 * time.Second}
+	return Config{RequireMention: true, ReplyMode: ReplyOff, CatchUp: true, PingInterval: 30 * time.Second, LeaseTTL: 10 * time.Second,
+		CallTimeout: 30 * time.Second}
 }
 
 // Enabled reports whether dev should start the gateway: a server and a
@@ -101,6 +107,9 @@ func (c Config) Validate() error {
 	}
 	if c.PingInterval < 0 {
 		return fmt.Errorf("mattermost: ping_interval %s is negative", c.PingInterval)
+	}
+	if c.CallTimeout < 0 {
+		return fmt.Errorf("mattermost: call_timeout %s is negative", c.CallTimeout)
 	}
 	return nil
 }
@@ -201,6 +210,9 @@ func NewPlatform(cfg Config, log *slog.Logger, hc *http.Client) (*Platform, erro
 	}
 	if cfg.PingInterval == 0 {
 		cfg.PingInterval = DefaultConfig().PingInterval
+	}
+	if cfg.CallTimeout == 0 {
+		cfg.CallTimeout = DefaultConfig().CallTimeout
 	}
 	cfg.ReplyMode = strings.ToLower(cfg.ReplyMode)
 	return &Platform{

@@ -31,7 +31,10 @@ const authSeq = 1
 func (p *Platform) Connect(ctx context.Context, conn platform.Conn) error {
 	// As Hermes does on each connect: a token revoked since the start
 	// stops the gateway with the reason instead of retrying forever.
-	if _, err := p.cli.me(ctx); err != nil {
+	mctx, cancelMe := context.WithTimeout(ctx, p.cfg.CallTimeout)
+	_, err := p.cli.me(mctx)
+	cancelMe()
+	if err != nil {
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -41,7 +44,9 @@ func (p *Platform) Connect(ctx context.Context, conn platform.Conn) error {
 		}
 		return err
 	}
-	ws, resp, err := websocket.Dial(ctx, p.wsURL(), &websocket.DialOptions{HTTPClient: p.hc})
+	dctx, cancelDial := context.WithTimeout(ctx, p.cfg.CallTimeout)
+	ws, resp, err := websocket.Dial(dctx, p.wsURL(), &websocket.DialOptions{HTTPClient: p.hc})
+	cancelDial()
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil
@@ -62,6 +67,11 @@ func (p *Platform) Connect(ctx context.Context, conn platform.Conn) error {
 	}
 	rctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
+	// The answer to the challenge is waited for within CallTimeout.
+	unanswered := time.AfterFunc(p.cfg.CallTimeout, func() {
+		cancel(fmt.Errorf("authentication unanswered within %s", p.cfg.CallTimeout))
+	})
+	defer unanswered.Stop()
 	authed := false
 	for {
 		_, raw, err := ws.Read(rctx)
@@ -88,6 +98,7 @@ func (p *Platform) Connect(ctx context.Context, conn platform.Conn) error {
 			if authed {
 				continue
 			}
+			unanswered.Stop()
 			authed = true
 			conn.Connected()
 			if p.cfg.CatchUp {
@@ -202,8 +213,9 @@ func (p *Platform) remember(ev *posted) {
 const maxChannels = 10000
 
 // catchUp publishes what the channels seen before got while the
-// websocket was down, oldest first. A channel it cannot read is left
-// (logged): the loss window of a websocket without replay.
+// websocket was down, oldest first. A channel it cannot read (an error,
+// no answer within CallTimeout) is left (logged): the loss window of a
+// websocket without replay.
 func (p *Platform) catchUp(ctx context.Context, conn platform.Conn) {
 	p.mu.Lock()
 	seen := make(map[string]channel, len(p.channels))
@@ -215,7 +227,9 @@ func (p *Platform) catchUp(ctx context.Context, conn platform.Conn) {
 		if ctx.Err() != nil {
 			return
 		}
-		list, err := p.cli.postsSince(ctx, id, ch.Last)
+		cctx, cancel := context.WithTimeout(ctx, p.cfg.CallTimeout)
+		list, err := p.cli.postsSince(cctx, id, ch.Last)
+		cancel()
 		if err != nil {
 			p.log.Warn("mattermost catch-up: channel not read; posts made there while disconnected are lost", "channel_id", id, "err", err)
 			continue
@@ -243,7 +257,9 @@ func (p *Platform) userName(ctx context.Context, id string) string {
 	if ok || id == p.rules.BotID {
 		return n
 	}
-	u, err := p.cli.user(ctx, id)
+	uctx, cancel := context.WithTimeout(ctx, p.cfg.CallTimeout)
+	u, err := p.cli.user(uctx, id)
+	cancel()
 	if err != nil {
 		p.log.Debug("mattermost user lookup failed", "user_id", id, "err", err)
 		return ""
