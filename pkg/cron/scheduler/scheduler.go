@@ -40,6 +40,9 @@ const Platform = "cron"
 // Account is the account of cron runs' messages.
 const Account = "default"
 
+// fireTimeout bounds one job's transaction: claim, publish, commit.
+const fireTimeout = 30 * time.Second
+
 // Status values a run leaves in last_status (Hermes's literals).
 const (
 	StatusOK            = "ok"
@@ -193,6 +196,10 @@ func (s *Scheduler) Tick(ctx context.Context) (int, error) {
 
 // fireOne claims one due job and handles it in a transaction of its own.
 func (s *Scheduler) fireOne(ctx context.Context, skip []string) (id string, published, ok bool, err error) {
+	// A bus or database that stops answering must not hold the row's lock
+	// (and the tick) for good.
+	ctx, cancel := context.WithTimeout(ctx, fireTimeout)
+	defer cancel()
 	tx, err := s.db.Begin(ctx)
 	if err != nil {
 		return "", false, false, fmt.Errorf("begin cron transaction: %w", err)
