@@ -165,6 +165,9 @@ type Platform struct {
 	rules   rules
 	// now is the clock of the cooldown (tests move it).
 	now func() time.Time
+	// handshakeTimeout bounds a connection's setup: the websocket's HTTP
+	// upgrade, then auth and the subscription (tests shorten it).
+	handshakeTimeout time.Duration
 	// last is when each entity was last published (the cooldown); only
 	// Connect's read loop touches it, and Connect never runs twice at
 	// once.
@@ -196,6 +199,7 @@ func NewPlatform(cfg Config, log *slog.Logger, hc *http.Client) (*Platform, erro
 		cfg: cfg, log: log.With("platform", "homeassistant"), hc: hc,
 		base: strings.TrimRight(cfg.URL, "/"), account: strings.ToLower(u.Host),
 		rules: newRules(cfg), now: time.Now, last: map[string]time.Time{},
+		handshakeTimeout: handshakeTimeout,
 	}
 	if !p.rules.watching() {
 		p.log.Warn("homeassistant: no watch_domains, watch_entities or watch_all: every state change will be dropped")

@@ -22,6 +22,10 @@ const maxFrameBytes = 1 << 20
 // (an entity with huge attributes) is rejected with the reason.
 const maxEventBytes = 256 << 10
 
+// handshakeTimeout bounds a connection's setup: the websocket's HTTP
+// upgrade, then auth and the subscription.
+const handshakeTimeout = 30 * time.Second
+
 // subscribeID is the id of the subscribe_events command, the first
 // command on every connection; its events carry it.
 const subscribeID = 1
@@ -31,7 +35,9 @@ const subscribeID = 1
 // changes until ctx ends or the connection fails. A refused token
 // (auth_invalid) is fatal: the gateway turns unready with the reason.
 func (p *Platform) Connect(ctx context.Context, conn platform.Conn) error {
-	ws, _, err := websocket.Dial(ctx, p.wsURL(), &websocket.DialOptions{HTTPClient: p.hc})
+	dctx, cancelDial := context.WithTimeout(ctx, p.handshakeTimeout)
+	ws, _, err := websocket.Dial(dctx, p.wsURL(), &websocket.DialOptions{HTTPClient: p.hc})
+	cancelDial()
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil
@@ -71,7 +77,7 @@ func (p *Platform) Connect(ctx context.Context, conn platform.Conn) error {
 // handshake reads auth_required, sends the token, reads auth_ok and
 // subscribes to state_changed, checking the command's result.
 func (p *Platform) handshake(ctx context.Context, ws *websocket.Conn) error {
-	hctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	hctx, cancel := context.WithTimeout(ctx, p.handshakeTimeout)
 	defer cancel()
 	f, err := readFrame(hctx, ws)
 	if err != nil {
