@@ -56,12 +56,12 @@ type Config struct {
 	// empty means the server password, as Hermes registers it.
 	WebhookSecret string `koanf:"webhook_secret"`
 	// PublicURL (BLUEBUBBLES_WEBHOOK_URL) is the webhook's address as the
-	// BlueBubbles server calls it (http://gateway.lan:8645/bluebubbles-webhook).
+	// BlueBubbles server calls it (http://gateway.lan:8652/bluebubbles-webhook).
 	// When set, the gateway registers it with the server (with the
 	// secret in its query and the new-message event), as Hermes does;
 	// when empty, add the webhook in BlueBubbles yourself.
 	PublicURL string `koanf:"public_url"`
-	// Addr serves the webhook (Hermes's port 8645); Path is its path
+	// Addr serves the webhook (127.0.0.1:8652); Path is its path
 	// (BLUEBUBBLES_WEBHOOK_PATH, /bluebubbles-webhook).
 	Addr string `koanf:"addr"`
 	Path string `koanf:"path"`
@@ -83,10 +83,11 @@ type Config struct {
 	AckTimeout time.Duration `koanf:"ack_timeout"`
 }
 
-// DefaultConfig has the defaults (Hermes's port and path).
+// DefaultConfig has the defaults: Hermes's path; Hermes's port 8645 is
+// the WhatsApp gateway's here, so the webhook listens on 8652.
 func DefaultConfig() Config {
 	return Config{
-		Addr: "127.0.0.1:8645", Path: "/bluebubbles-webhook", SendReadReceipts: true,
+		Addr: "127.0.0.1:8652", Path: "/bluebubbles-webhook", SendReadReceipts: true,
 		MaxBodyBytes: 1 << 20, AckTimeout: 5 * time.Second,
 	}
 }

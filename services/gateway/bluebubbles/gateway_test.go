@@ -295,8 +295,8 @@ func TestRegisterWebhook(t *testing.T) {
 	t.Parallel()
 	f := newFake(t, false)
 	cfg := testConfig(f)
-	cfg.PublicURL = "http://gateway.lan:8645"
-	want := "http://gateway.lan:8645/bluebubbles-webhook?password=" + f.Password
+	cfg.PublicURL = "http://gateway.lan:8652"
+	want := "http://gateway.lan:8652/bluebubbles-webhook?password=" + f.Password
 	f.AddWebhook(want, "new-message", "updated-message")
 	f.AddWebhook("http://other.lan/hook", "new-message")
 	for range 2 {
@@ -358,7 +358,7 @@ func TestConfigValidate(t *testing.T) {
 	if _, err := c.validate(); err != nil {
 		t.Fatal(err)
 	}
-	if c.ServerURL != "http://192.168.1.10:1234" || c.WebhookSecret != "pw" || c.PublicURL != "https://bb.example.com/bluebubbles-webhook" || c.Addr != "127.0.0.1:8645" || c.Path != "/bluebubbles-webhook" {
+	if c.ServerURL != "http://192.168.1.10:1234" || c.WebhookSecret != "pw" || c.PublicURL != "https://bb.example.com/bluebubbles-webhook" || c.Addr != "127.0.0.1:8652" || c.Path != "/bluebubbles-webhook" {
 		t.Fatalf("defaults %+v", c)
 	}
 	for name, bad := range map[string]Config{
