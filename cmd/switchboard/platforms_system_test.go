@@ -9,6 +9,7 @@ import (
 
 	"github.com/switchboard-chat/switchboard/pkg/fakellm"
 	"github.com/switchboard-chat/switchboard/pkg/telegramfake"
+	"github.com/switchboard-chat/switchboard/services/gateway/bluebubbles/bbfake"
 	"github.com/switchboard-chat/switchboard/services/gateway/discord/discordfake"
 	"github.com/switchboard-chat/switchboard/services/gateway/slack/slackfake"
 	"github.com/switchboard-chat/switchboard/services/gateway/sms/smsfake"
@@ -17,7 +18,8 @@ import (
 )
 
 // TestChatPlatformsEndToEnd runs the whole system (`switchboard dev`) with
-// the Telegram, Discord, Slack and WhatsApp gateways pointed at local
+// the Telegram, Discord, Slack, WhatsApp, SMS, Teams and BlueBubbles
+// (iMessage) gateways pointed at local
 // fakes of those platforms, through the real client libraries (WhatsApp's
 // is the gateway's own; the fake signs its webhook notifications as Meta
 // does). A message in each fake chat gets its answer in the same chat
@@ -42,6 +44,10 @@ func TestChatPlatformsEndToEnd(t *testing.T) {
 	smsAddr := freeAddr(t)
 	ms := teamsfake.New(t)
 	msAddr := freeAddr(t)
+	bb := bbfake.New(t)
+	bb.AddChat(bbfake.Chat{GUID: "iMessage;-;+15551234567", ChatIdentifier: "+15551234567", Participants: []string{"+15551234567"}})
+	bb.AddChat(bbfake.Chat{GUID: "iMessage;+;chat493817263544", ChatIdentifier: "chat493817263544", DisplayName: "Family", Participants: []string{"+15551234567", "ann@icloud.com"}})
+	bbAddr := freeAddr(t)
 
 	d := startDev(t,
 		"GATEWAY_ALLOW_ALL_USERS=true",
@@ -57,6 +63,7 @@ func TestChatPlatformsEndToEnd(t *testing.T) {
 		"TEAMS_CLIENT_ID="+ms.ClientID, "TEAMS_CLIENT_SECRET="+ms.ClientSecret, "TEAMS_TENANT_ID="+ms.TenantID,
 		"TEAMS_TOKEN_URL="+ms.TokenURL(), "TEAMS_OPENID_METADATA_URL="+ms.MetadataURL(), "TEAMS_SERVICE_URL="+ms.ServiceURL(),
 		"SWITCHBOARD_GATEWAYS__TEAMS__ADDR="+msAddr,
+		"BLUEBUBBLES_SERVER_URL="+bb.URL(), "BLUEBUBBLES_PASSWORD="+bb.Password, "SWITCHBOARD_GATEWAYS__BLUEBUBBLES__ADDR="+bbAddr,
 		// Each chat's messages are counted: no home channel notice.
 		"SWITCHBOARD_ROUTER__HOME_NOTICE=false",
 	)
@@ -359,6 +366,65 @@ func TestChatPlatformsEndToEnd(t *testing.T) {
 		waitFor("mms answer", func() bool { return len(bodies()) >= 4 })
 		if got, want := bodies()[3], "echo: what is this?\n[Attachment: image] [image "+(fakellm.Image{MediaType: "image/jpeg", Data: pic}).String()+"]"; got != want {
 			t.Fatalf("mms answer = %q, want %q", got, want)
+		}
+	})
+
+	t.Run("bluebubbles", func(t *testing.T) {
+		const ann, dm, group = "+15551234567", "iMessage;-;+15551234567", "iMessage;+;chat493817263544"
+		hook := "http://" + bbAddr + "/bluebubbles-webhook?password=" + url.QueryEscape(bb.Password)
+		post := func(in bbfake.Inbound) string {
+			t.Helper()
+			b, guid := bbfake.Event(in)
+			if code, body, err := bbfake.Post(ctx, hook, b); err != nil || code != 200 {
+				t.Fatalf("bluebubbles webhook answered %d %q %v\nstderr:\n%s", code, body, err, d.stderr.String())
+			}
+			return guid
+		}
+		texts := func(chat string) []string {
+			var out []string
+			for _, m := range bb.Sent(chat) {
+				out = append(out, m.Text)
+			}
+			return out
+		}
+		// A call without the password is refused and publishes nothing
+		// (it is never answered below).
+		forged, _ := bbfake.Event(bbfake.Inbound{ChatGUID: dm, From: ann, Text: "forged"})
+		if code, _, err := bbfake.Post(ctx, "http://"+bbAddr+"/bluebubbles-webhook?password=guess", forged); err != nil || code != 401 {
+			t.Fatalf("call without the password answered %d %v", code, err)
+		}
+		first := bbfake.Inbound{GUID: bbfake.NewGUID(), ChatGUID: dm, From: ann, Text: "hello imessage"}
+		post(first)
+		waitFor("bluebubbles answer", func() bool { return len(texts(dm)) == 1 })
+		if got := texts(dm)[0]; got != "echo: hello imessage" {
+			t.Fatalf("answer = %q", got)
+		}
+		// BlueBubbles posts the same message again, and the bot's own
+		// answer comes back as a message from me; then a new message.
+		post(first)
+		post(bbfake.Inbound{ChatGUID: dm, From: ann, Text: "echo: hello imessage", FromMe: true})
+		post(bbfake.Inbound{ChatGUID: dm, From: ann, Text: "second"})
+		waitFor("second bluebubbles answer", func() bool { return len(texts(dm)) >= 2 })
+		// A group chat: its own session per sender, as Hermes keys it.
+		post(bbfake.Inbound{ChatGUID: group, From: ann, Text: "hi family"})
+		waitFor("group answer", func() bool { return len(texts(group)) == 1 })
+		// A picture, downloaded from the server when the turn reads it.
+		pic := []byte("\xff\xd8\xff\xe0 an imessage photo")
+		att := bb.AddAttachment("image/jpeg", pic)
+		post(bbfake.Inbound{ChatGUID: dm, From: ann, Text: "what is this?", Attachments: []bbfake.InboundAttachment{{GUID: att, MimeType: "image/jpeg", TransferName: "IMG_0001.jpeg", TotalBytes: len(pic)}}})
+		waitFor("picture answer", func() bool { return len(texts(dm)) >= 3 })
+		if got, want := texts(dm), []string{"echo: hello imessage", "echo: second",
+			"echo: what is this?\n[Attachment: image IMG_0001.jpeg] [image " + (fakellm.Image{MediaType: "image/jpeg", Data: pic}).String() + "]"}; strings.Join(got, "|") != strings.Join(want, "|") {
+			t.Fatalf("answers = %q, want %q (the repeated call, the bot's own message and the forged one unanswered)", got, want)
+		}
+		if got := texts(group); len(got) != 1 || got[0] != "echo: hi family" {
+			t.Fatalf("group answers = %q", got)
+		}
+		for key, want := range map[string]int{"agent:main:bluebubbles:dm:" + ann: 1, "agent:main:bluebubbles:group:" + group + ":" + ann: 1} {
+			var n int
+			if err := d.db.QueryRow(ctx, `SELECT count(*) FROM sessions WHERE session_key = $1`, key).Scan(&n); err != nil || n != want {
+				t.Fatalf("sessions under %s: %d %v", key, n, err)
+			}
 		}
 	})
 
