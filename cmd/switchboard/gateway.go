@@ -14,6 +14,7 @@ import (
 	"github.com/switchboard-chat/switchboard/services/gateway/discord"
 	"github.com/switchboard-chat/switchboard/services/gateway/email"
 	"github.com/switchboard-chat/switchboard/services/gateway/homeassistant"
+	"github.com/switchboard-chat/switchboard/services/gateway/line"
 	"github.com/switchboard-chat/switchboard/services/gateway/matrix"
 	"github.com/switchboard-chat/switchboard/services/gateway/mattermost"
 	"github.com/switchboard-chat/switchboard/services/gateway/signal"
@@ -41,6 +42,7 @@ type GatewaysConfig struct {
 	Teams         teams.Config         `koanf:"teams"`
 	HomeAssistant homeassistant.Config `koanf:"homeassistant"`
 	BlueBubbles   bluebubbles.Config   `koanf:"bluebubbles"`
+	LINE          line.Config          `koanf:"line"`
 }
 
 // gateways maps a platform name to its service (`switchboard gateway <platform>`).

@@ -9,7 +9,7 @@ import (
 
 func TestChatGatewaysRegistered(t *testing.T) {
 	t.Parallel()
-	for _, p := range []string{"discord", "slack", "whatsapp", "sms", "teams", "bluebubbles"} {
+	for _, p := range []string{"discord", "slack", "whatsapp", "sms", "teams", "bluebubbles", "line"} {
 		if _, ok := services[gateways[p]]; !ok {
 			t.Fatalf("gateway %s has no service", p)
 		}
@@ -18,10 +18,12 @@ func TestChatGatewaysRegistered(t *testing.T) {
 	cfg := defaultConfig()
 	cfg.Gateways.Discord.BotToken, cfg.Gateways.Slack.BotToken, cfg.Gateways.WhatsApp.AccessToken = "", "", ""
 	cfg.Gateways.SMS.AccountSID, cfg.Gateways.SMS.AuthToken = "", ""
+	cfg.Gateways.LINE.ChannelAccessToken, cfg.Gateways.LINE.ChannelSecret = "", ""
 	dev := newApp("dev", cfg)
 	for name, start := range map[string]func(context.Context, *app) (func(context.Context) error, error){
 		"discord": startDiscordGateway, "slack": startSlackGateway, "whatsapp": startWhatsAppGateway,
 		"sms": startSMSGateway, "teams": startTeamsGateway, "bluebubbles": startBlueBubblesGateway,
+		"line": startLINEGateway,
 	} {
 		run, err := start(context.Background(), dev)
 		if err != nil {
@@ -60,6 +62,9 @@ func TestChatGatewaysRegistered(t *testing.T) {
 	}
 	if _, err := startBlueBubblesGateway(context.Background(), newApp("gateway-bluebubbles", cfg)); err == nil || !strings.Contains(err.Error(), "BLUEBUBBLES_SERVER_URL") {
 		t.Fatalf("bluebubbles without a server: %v", err)
+	}
+	if _, err := startLINEGateway(context.Background(), newApp("gateway-line", cfg)); err == nil || !strings.Contains(err.Error(), "LINE_CHANNEL_ACCESS_TOKEN") {
+		t.Fatalf("line without credentials: %v", err)
 	}
 	if _, err := startTeamsGateway(context.Background(), newApp("gateway-teams", cfg)); err == nil || !strings.Contains(err.Error(), "TEAMS_CLIENT_ID") {
 		t.Fatalf("teams without credentials: %v", err)

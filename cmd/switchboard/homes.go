@@ -17,6 +17,8 @@ func init() {
 		"EMAIL_HOME_ADDRESS":    "email",
 		// an address (+15551234567, someone@icloud.com) or a chat guid
 		"BLUEBUBBLES_HOME_CHANNEL": "bluebubbles",
+		// a user (U…), group (C…) or room (R…) id
+		"LINE_HOME_CHANNEL": "line",
 	} {
 		envAliases[env] = "delivery.platforms." + platform + ".home"
 	}

@@ -13,6 +13,7 @@ func TestHomeChannelVariables(t *testing.T) {
 		{"WHATSAPP_HOME_CHANNEL", "whatsapp", "15551234567"},
 		{"EMAIL_HOME_ADDRESS", "email", "owner@example.com"},
 		{"MATRIX_HOME_ROOM", "matrix", "!room:example.org"},
+		{"LINE_HOME_CHANNEL", "line", "U4af4980629a0c1b2c3d4e5f6a7b8c9d0"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.env, func(t *testing.T) {

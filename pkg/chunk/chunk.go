@@ -133,6 +133,9 @@ var limits = map[string]Limit{
 	"homeassistant": Unlimited,
 	// iMessage through BlueBubbles: Hermes's 4,000 characters a message.
 	"bluebubbles": {Max: 4000, Measure: Runes},
+	// LINE: 5,000 characters a text message, counted in UTF-16 units to
+	// stay under it whatever LINE counts.
+	"line": {Max: 5000, Measure: UTF16},
 }
 
 // Limits returns the message limit of a platform, named case-insensitively;

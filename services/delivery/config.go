@@ -107,6 +107,11 @@ func DefaultPlatforms() map[string]Platform {
 		// BlueBubbles cannot edit (Hermes's adapter does not): final text
 		// only; typing shows with the Private API helper.
 		"bluebubbles": {Streaming: StreamNone, ToolProgress: ToolProgressOff},
+		// LINE cannot edit: final text only, no tool progress (each
+		// message after the first of a turn is a metered push, and
+		// progress would spend the free reply token, as Hermes warns);
+		// typing is the loading animation, in 1:1 chats.
+		"line": {Streaming: StreamNone, ToolProgress: ToolProgressOff},
 	}
 }
 

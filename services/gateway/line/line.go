@@ -106,6 +106,13 @@ func (c Config) Enabled() bool { return c.ChannelAccessToken != "" && c.ChannelS
 // Validate checks the section without changing it.
 func (c Config) Validate() error { return c.validate() }
 
+// Normalized is the section with its defaults filled in and LINE_HOST
+// and LINE_PORT applied to Addr.
+func (c Config) Normalized() (Config, error) {
+	err := c.validate()
+	return c, err
+}
+
 func (c *Config) validate() error {
 	d := DefaultConfig()
 	switch {
