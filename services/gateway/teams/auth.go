@@ -34,6 +34,8 @@ const (
 	keysMaxAge     = 24 * time.Hour
 	keysMinRefresh = time.Minute
 	maxDocBytes    = 1 << 20
+	// keysFetchTimeout bounds one download of the metadata and the keys.
+	keysFetchTimeout = 30 * time.Second
 )
 
 // verifier checks the Bot Framework's tokens: RS256 only, the issuer, the
@@ -131,7 +133,12 @@ func (v *verifier) key(ctx context.Context, kid string) (signingKey, error) {
 	}
 	if v.tried.IsZero() || now.Sub(v.tried) >= keysMinRefresh {
 		v.tried = now
-		keys, err := v.fetch(ctx)
+		// For the verifier, not the request that found them missing: a
+		// caller hanging up must not cancel the download and leave the
+		// gateway without keys for a minute.
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), keysFetchTimeout)
+		keys, err := v.fetch(fctx)
+		cancel()
 		switch {
 		case err == nil:
 			v.keys, v.fetched = keys, now

@@ -1,10 +1,14 @@
 package teams
 
 import (
+	"context"
+	"crypto/rand"
+	"crypto/rsa"
 	"net/http"
 	"testing"
 	"time"
 
+	"github.com/golang-jwt/jwt/v5"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/switchboard-chat/switchboard/pkg/platform/platformtest"
@@ -29,5 +33,31 @@ func TestUnreachableSigningKeysAreNotAForgedToken(t *testing.T) {
 	platformtest.NoEvent(t, h.evs, 100*time.Millisecond)
 	if n := testutil.ToFloat64(authFailures) - before; n != 0 {
 		t.Fatalf("%v auth failures counted for activities that could not be checked", n)
+	}
+}
+
+// The signing keys are downloaded for the verifier, not for the request
+// that found them missing: a caller that hangs up at once (anyone can
+// send a token with an unknown key id) does not cancel the download and
+// so leave the gateway without keys, refusing genuine activities, until
+// the next download a minute later.
+func TestKeyDownloadOutlivesItsRequest(t *testing.T) {
+	f := teamsfake.New(t)
+	v := newVerifier(f.MetadataURL(), teamsfake.Issuer, f.ClientID, 5*time.Minute, http.DefaultClient)
+	gone, cancel := context.WithCancel(context.Background())
+	cancel()
+	forged := f.TokenClaims(f.ServiceURL())
+	other, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok := jwt.NewWithClaims(jwt.SigningMethodRS256, forged)
+	tok.Header["kid"] = "made-up"
+	s, _ := tok.SignedString(other)
+	if _, err := v.verify(gone, "Bearer "+s); err == nil {
+		t.Fatal("a forged token verified")
+	}
+	if _, err := v.verify(context.Background(), "Bearer "+f.Sign(f.TokenClaims(f.ServiceURL()))); err != nil {
+		t.Fatalf("a genuine token after a request that hung up: %v", err)
 	}
 }
