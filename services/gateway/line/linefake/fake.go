@@ -377,6 +377,9 @@ type Inbound struct {
 	MentionBot bool
 	// Redelivery marks the event as LINE's redelivery of an earlier one.
 	Redelivery bool
+	// ExpiredToken: the event's reply token is already past its minute
+	// (an answer that took too long).
+	ExpiredToken bool
 	// EventID is the webhookEventId; empty gets a fresh one.
 	EventID string
 }
@@ -420,6 +423,9 @@ func (f *Fake) Event(in Inbound) map[string]any {
 	}
 	token := randHex(16)
 	f.tokens[token] = time.Now().Add(time.Minute)
+	if in.ExpiredToken {
+		f.tokens[token] = time.Now().Add(-time.Second)
+	}
 	f.tokenChat[token] = chat
 	eid := in.EventID
 	if eid == "" {
