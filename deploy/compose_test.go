@@ -44,6 +44,7 @@ func TestComposeLoadsWithEveryProfile(t *testing.T) {
 		{profiles: []string{"teams"}, want: append(slices.Clone(always), "teams"), notWant: []string{"whatsapp"}},
 		{profiles: []string{"sms"}, want: append(slices.Clone(always), "sms"), notWant: []string{"whatsapp"}},
 		{profiles: []string{"homeassistant"}, want: append(slices.Clone(always), "homeassistant"), notWant: []string{"mattermost"}},
+		{profiles: []string{"line"}, want: append(slices.Clone(always), "line"), notWant: []string{"sms"}},
 		{profiles: []string{"*"}, want: append(slices.Clone(always), "telegram", "discord", "slack", "whatsapp", "mattermost", "teams", "sms", "homeassistant", "fakellm")},
 	}
 	for _, tt := range tests {
@@ -110,11 +111,14 @@ func TestComposeServices(t *testing.T) {
 	if !publishes(p.Services["sms"], 8646) {
 		t.Errorf("sms gateway does not publish 8646")
 	}
+	if !publishes(p.Services["line"], 8649) {
+		t.Errorf("line gateway does not publish 8649")
+	}
 	if !publishes(p.Services["teams"], 3978) {
 		t.Errorf("teams gateway does not publish 3978")
 	}
 
-	for name, profile := range map[string]string{"telegram": "telegram", "discord": "discord", "slack": "slack", "whatsapp": "whatsapp", "mattermost": "mattermost", "teams": "teams", "sms": "sms", "homeassistant": "homeassistant", "fakellm": "demo"} {
+	for name, profile := range map[string]string{"telegram": "telegram", "discord": "discord", "slack": "slack", "whatsapp": "whatsapp", "mattermost": "mattermost", "teams": "teams", "sms": "sms", "homeassistant": "homeassistant", "line": "line", "fakellm": "demo"} {
 		if got := p.Services[name].Profiles; !slices.Equal(got, []string{profile}) {
 			t.Errorf("%s: profiles %v, want [%s]", name, got, profile)
 		}
@@ -236,6 +240,7 @@ func TestComposeSecretsStayWithTheirGateway(t *testing.T) {
 		"SLACK_BOT_TOKEN": "slack", "SLACK_APP_TOKEN": "slack",
 		"WHATSAPP_ACCESS_TOKEN": "whatsapp", "WHATSAPP_APP_SECRET": "whatsapp",
 		"TEAMS_CLIENT_SECRET": "teams", "TWILIO_ACCOUNT_SID": "sms", "TWILIO_AUTH_TOKEN": "sms",
+		"LINE_CHANNEL_ACCESS_TOKEN": "line", "LINE_CHANNEL_SECRET": "line",
 		"API_SERVER_KEY": "api", "SWITCHBOARD_ADMIN_TOKEN": "admin",
 		"OPENAI_API_KEY": "agent-worker", "ANTHROPIC_API_KEY": "agent-worker",
 	}
