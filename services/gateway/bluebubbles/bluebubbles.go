@@ -40,6 +40,7 @@ import (
 	"time"
 
 	"github.com/switchboard-chat/switchboard/pkg/bus"
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/platform"
 )
 
@@ -289,10 +290,13 @@ func (p *Platform) Account() string {
 }
 
 // Capabilities: 4,000 characters a message (Hermes's limit), no edits
-// or deletes; typing only with the Private API (otherwise a no-op).
+// or deletes; typing only with the Private API (otherwise a no-op);
+// files of every kind go out as uploads.
 func (p *Platform) Capabilities() platform.Capabilities {
 	return platform.Capabilities{
 		MaxLength: maxText, Measure: platform.MeasureRunes, CanSend: true, CanTyping: true, CommandPrefix: "/",
+		MediaKinds: []eventsv1.AttachmentKind{eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, eventsv1.AttachmentKind_ATTACHMENT_KIND_AUDIO,
+			eventsv1.AttachmentKind_ATTACHMENT_KIND_VOICE, eventsv1.AttachmentKind_ATTACHMENT_KIND_VIDEO, eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT},
 	}
 }
 

@@ -91,19 +91,26 @@ func (c *client) url(path string) string {
 // call sends a JSON request and decodes the answer's data into out.
 func (c *client) call(ctx context.Context, method, path string, body, out any) error {
 	var rd io.Reader
+	ct := ""
 	if body != nil {
 		b, err := json.Marshal(body)
 		if err != nil {
 			return err
 		}
-		rd = bytes.NewReader(b)
+		rd, ct = bytes.NewReader(b), "application/json"
 	}
+	return c.send(ctx, method, path, ct, rd, out)
+}
+
+// send sends a request with a body of content type ct (none when rd is
+// nil) and decodes the answer's data into out.
+func (c *client) send(ctx context.Context, method, path, ct string, rd io.Reader, out any) error {
 	req, err := http.NewRequestWithContext(ctx, method, c.url(path), rd)
 	if err != nil {
 		return fmt.Errorf("bluebubbles %s: %w", cut(path), err)
 	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
+	if rd != nil {
+		req.Header.Set("Content-Type", ct)
 	}
 	req.Header.Set("Accept", "application/json")
 	resp, err := c.hc.Do(req)

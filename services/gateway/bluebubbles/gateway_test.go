@@ -5,6 +5,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -209,6 +210,51 @@ func TestSend(t *testing.T) {
 	for _, op := range []deliveryv1.SendOp{deliveryv1.SendOp_SEND_OP_EDIT, deliveryv1.SendOp_SEND_OP_DELETE} {
 		if r := h.send(t, &deliveryv1.SendRequested{Op: op, IdempotencyKey: "op-" + op.String(), Target: tg, MessageId: "X", Text: "x"}); r.GetOk() || r.GetErrorClass() != deliveryv1.ErrorClass_ERROR_CLASS_PERMANENT {
 			t.Fatalf("%v: receipt %v, want permanent", op, r)
+		}
+	}
+}
+
+// Attachments are uploaded one message each (a voice note as an audio
+// message), then the text; a retry skips what was sent.
+func TestSendAttachments(t *testing.T) {
+	t.Parallel()
+	f := newFake(t, false)
+	files := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/chart.png" {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "image/png")
+		_, _ = w.Write([]byte("\x89PNG chart"))
+	}))
+	defer files.Close()
+	h := start(t, f, testConfig(f), platform.Options{})
+	tg := &deliveryv1.Target{Platform: "bluebubbles", Account: h.s.p.Account(), ChatId: ann}
+	r := h.send(t, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "a1", Target: tg, Text: "here **you** go",
+		Attachments: []*eventsv1.Attachment{
+			{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, Location: &eventsv1.Attachment_Url{Url: files.URL + "/chart.png"}},
+			{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_VOICE, Location: &eventsv1.Attachment_Url{Url: "data:audio/mpeg;base64,SUQz"}, FileName: "reply.mp3"},
+		}})
+	sent := f.Sent(dmGUID)
+	if !r.GetOk() || len(sent) != 3 || r.GetPlatformMessageId() != sent[0].GUID {
+		t.Fatalf("receipt %v, sent %+v", r, sent)
+	}
+	if s := sent[0]; s.FileName != "file.png" || s.MimeType != "image/png" || string(s.Data) != "\x89PNG chart" || s.AudioMessage || s.TempGUID != "a1.0" {
+		t.Fatalf("image %+v", s)
+	}
+	if s := sent[1]; s.FileName != "reply.mp3" || s.MimeType != "audio/mpeg" || string(s.Data) != "ID3" || !s.AudioMessage {
+		t.Fatalf("voice %+v", s)
+	}
+	if s := sent[2]; s.Text != "here you go" {
+		t.Fatalf("text %+v", s)
+	}
+	for name, a := range map[string]*eventsv1.Attachment{
+		"missing file": {Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, Location: &eventsv1.Attachment_Url{Url: files.URL + "/gone.png"}},
+		"no location":  {Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT},
+	} {
+		r := h.send(t, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "bad-" + name, Target: tg, Attachments: []*eventsv1.Attachment{a}})
+		if r.GetOk() || r.GetErrorClass() != deliveryv1.ErrorClass_ERROR_CLASS_PERMANENT {
+			t.Fatalf("%s: receipt %v, want permanent", name, r)
 		}
 	}
 }

@@ -99,15 +99,13 @@ type sentMessage struct {
 
 // Send posts one text message (POST /api/v1/message/text with chatGuid,
 // message, method and a tempGuid, the idempotency key, which BlueBubbles
-// uses to match the sent message). With the Private API helper, a reply
-// quotes the message it answers (selectedMessageGuid), as Hermes's;
-// otherwise the message goes out through AppleScript.
+// uses to match the sent message), or the attachments and then the text
+// (sendAttachments). With the Private API helper, a reply quotes the
+// message it answers (selectedMessageGuid), as Hermes's; otherwise the
+// message goes out through AppleScript.
 func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (string, error) {
-	if len(req.GetAttachments()) > 0 {
-		return "", platform.Permanent(fmt.Errorf("bluebubbles sends attachments as uploads, which this gateway does not do yet: %w", platform.ErrUnsupported))
-	}
 	text := formatted(req)
-	if text == "" {
+	if text == "" && len(req.GetAttachments()) == 0 {
 		return "", platform.Permanent(errors.New("empty message"))
 	}
 	if n := utf8.RuneCountInString(text); n > maxText {
@@ -117,6 +115,14 @@ func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (str
 	if err != nil {
 		return "", err
 	}
+	if len(req.GetAttachments()) > 0 {
+		return p.sendAttachments(ctx, req, guid)
+	}
+	return p.sendText(ctx, req, guid, text)
+}
+
+// sendText posts text to the chat guid.
+func (p *Platform) sendText(ctx context.Context, req *deliveryv1.SendRequested, guid, text string) (string, error) {
 	temp := req.GetIdempotencyKey()
 	if temp == "" {
 		temp = fmt.Sprintf("temp-%d", time.Now().UnixNano())

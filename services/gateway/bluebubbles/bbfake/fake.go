@@ -1,6 +1,6 @@
 // Package bbfake is a local BlueBubbles server for tests: the REST API
 // calls the gateway makes (ping, server info, webhooks, chat query, text
-// sends, typing, read receipts, attachment downloads), each with the
+// sends, attachment uploads, typing, read receipts, attachment downloads), each with the
 // ?password= checked, answering in BlueBubbles's envelope ({"status",
 // "message", "data"} or "error"), and the server's side of the webhook:
 // new-message events as BlueBubbles posts them. Errors can be injected.
@@ -59,6 +59,12 @@ type Sent struct {
 	Method              string
 	TempGUID            string
 	SelectedMessageGUID string
+	// An uploaded attachment: its name, type, bytes and whether it was
+	// sent as a voice message.
+	FileName     string
+	MimeType     string
+	Data         []byte
+	AudioMessage bool
 }
 
 // Attachment is an inbound attachment the fake serves.
@@ -93,6 +99,7 @@ func New(t testing.TB) *Fake {
 	mux.HandleFunc("DELETE /api/v1/webhook/{id}", f.auth(f.deleteHook))
 	mux.HandleFunc("POST /api/v1/chat/query", f.auth(f.query))
 	mux.HandleFunc("POST /api/v1/message/text", f.auth(f.text))
+	mux.HandleFunc("POST /api/v1/message/attachment", f.auth(f.attachment))
 	mux.HandleFunc("POST /api/v1/chat/{guid}/typing", f.auth(f.count(f.typing)))
 	mux.HandleFunc("POST /api/v1/chat/{guid}/read", f.auth(f.count(f.read)))
 	mux.HandleFunc("GET /api/v1/attachment/{guid}/download", f.auth(f.download))
@@ -296,6 +303,39 @@ func (f *Fake) text(w http.ResponseWriter, r *http.Request) {
 		"guid": s.GUID, "tempGuid": in.TempGUID, "text": in.Message, "isFromMe": true,
 		"dateCreated": time.Now().UnixMilli(), "chats": []map[string]any{{"guid": in.ChatGUID}},
 	})
+}
+
+// attachment takes a multipart upload: chatGuid, tempGuid, name,
+// isAudioMessage and the file as "attachment".
+func (f *Fake) attachment(w http.ResponseWriter, r *http.Request) {
+	if err := r.ParseMultipartForm(32 << 20); err != nil {
+		fail(w, http.StatusBadRequest, "Validation Error", "not a multipart form")
+		return
+	}
+	file, hdr, err := r.FormFile("attachment")
+	chat, temp, name := r.FormValue("chatGuid"), r.FormValue("tempGuid"), r.FormValue("name")
+	if err != nil || chat == "" || temp == "" || name == "" {
+		fail(w, http.StatusBadRequest, "Validation Error", "chatGuid, tempGuid, name and attachment are required")
+		return
+	}
+	data, _ := io.ReadAll(file)
+	_ = file.Close()
+	f.mu.Lock()
+	known := false
+	for _, c := range f.chats {
+		known = known || c.GUID == chat
+	}
+	if !known {
+		f.mu.Unlock()
+		fail(w, http.StatusBadRequest, "Server Error", "Chat does not exist")
+		return
+	}
+	s := Sent{GUID: NewGUID(), ChatGUID: chat, TempGUID: temp, FileName: name, MimeType: hdr.Header.Get("Content-Type"),
+		Data: data, AudioMessage: r.FormValue("isAudioMessage") == "true"}
+	f.sent[chat] = append(f.sent[chat], s)
+	f.mu.Unlock()
+	ok(w, "Attachment sent!", map[string]any{"guid": s.GUID, "tempGuid": temp, "isFromMe": true,
+		"attachments": []map[string]any{{"guid": "at_0_" + strings.ToUpper(randomHex(8)), "transferName": name}}})
 }
 
 func (f *Fake) count(m map[string]int) http.HandlerFunc {
