@@ -1,0 +1,413 @@
+package retention_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/switchboard-chat/switchboard/pkg/cron/scheduler"
+	"github.com/switchboard-chat/switchboard/pkg/pg/pgtest"
+	"github.com/switchboard-chat/switchboard/pkg/redisx/redistest"
+	"github.com/switchboard-chat/switchboard/pkg/retention"
+)
+
+const day = 24 * time.Hour
+
+// tables a session's rows live in, with how to count one key's rows.
+var tables = map[string]string{
+	"sessions":                 `SELECT count(*) FROM sessions WHERE session_key = $1`,
+	"session_history":          `SELECT count(*) FROM session_history WHERE session_key = $1`,
+	"session_queue":            `SELECT count(*) FROM session_queue WHERE session_key = $1`,
+	"worker_turns":             `SELECT count(*) FROM worker_turns WHERE session_key = $1`,
+	"transcript_messages":      `SELECT count(*) FROM transcript_messages WHERE session_key = $1`,
+	"transcript_summaries":     `SELECT count(*) FROM transcript_summaries WHERE session_key = $1`,
+	"session_prompts":          `SELECT count(*) FROM session_prompts WHERE session_key = $1`,
+	"agent_tool_approvals":     `SELECT count(*) FROM agent_tool_approvals WHERE subject IN ('c1-' || $1, 'c2-' || $1)`,
+	"delivery_outbox":          `SELECT count(*) FROM delivery_outbox WHERE session_key = $1`,
+	"delivery_stream_messages": `SELECT count(*) FROM delivery_stream_messages WHERE turn_id LIKE 't%-' || $1`,
+}
+
+// seed writes a session idle for age with two conversations, a turn in
+// each, transcript messages (searchable), a summary, a prompt, a session
+// approval, a sent outbox row and a streamed message.
+func seed(t *testing.T, db *pgxpool.Pool, key, platform string, age time.Duration) {
+	t.Helper()
+	ctx := context.Background()
+	at := time.Now().Add(-age)
+	stmts := []string{
+		`INSERT INTO sessions (session_key, session_id, platform, created_at, updated_at, last_activity_at)
+			VALUES ($1, 'c2-' || $1, $2, $3, $3, $3)`,
+		`INSERT INTO session_history (session_key, session_id, started_at) VALUES ($1, 'c1-' || $1, $3), ($1, 'c2-' || $1, $3)`,
+		`INSERT INTO worker_turns (turn_id, session_key, session_id, generation, status, started_at, updated_at)
+			VALUES ('t1-' || $1, $1, 'c1-' || $1, 1, 'completed', $3, $3), ('t2-' || $1, $1, 'c2-' || $1, 2, 'completed', $3, $3)`,
+		`INSERT INTO transcript_messages (session_key, session_id, turn_id, generation, step, role, content, created_at)
+			VALUES ($1, 'c1-' || $1, 't1-' || $1, 1, 0, 'user', 'hello marmalade', $3),
+			       ($1, 'c2-' || $1, 't2-' || $1, 2, 0, 'user', 'hello again', $3)`,
+		`INSERT INTO transcript_summaries (session_id, session_key, upto_id, summary, turn_id, generation, created_at)
+			VALUES ('c1-' || $1, $1, 1, 'summary', 't1-' || $1, 1, $3)`,
+		`INSERT INTO session_prompts (session_id, session_key, signature, prompt, updated_at) VALUES ('c2-' || $1, $1, 's', 'p', $3)`,
+		`INSERT INTO agent_tool_approvals (scope, subject, pattern, created_at) VALUES ('session', 'c1-' || $1, 'terminal', $3)`,
+		`INSERT INTO delivery_outbox (idempotency_key, state, platform, chat_key, session_key, turn_id, payload,
+				next_attempt_at, expires_at, created_at, updated_at)
+			VALUES ('sent-' || $1, 'sent', $2, $1, $1, 't2-' || $1, '\x00', $3, $3, $3, $3)`,
+		`INSERT INTO delivery_stream_messages (turn_id, message_index, platform_message_id, created_at) VALUES ('t2-' || $1, 0, 'm', $3)`,
+	}
+	for _, q := range stmts {
+		args := []any{key, platform, at}
+		if !strings.Contains(q, "$2") {
+			q, args = strings.ReplaceAll(q, "$3", "$2"), []any{key, at}
+		}
+		if _, err := db.Exec(ctx, q, args...); err != nil {
+			t.Fatalf("seed %s: %v\n%s", key, err, q)
+		}
+	}
+}
+
+func counts(t *testing.T, db *pgxpool.Pool, key string) map[string]int {
+	t.Helper()
+	out := map[string]int{}
+	for name, q := range tables {
+		var n int
+		if err := db.QueryRow(context.Background(), q, key).Scan(&n); err != nil {
+			t.Fatalf("count %s: %v", name, err)
+		}
+		out[name] = n
+	}
+	return out
+}
+
+func sweeper(t *testing.T, db *pgxpool.Pool, cfg retention.Config, cron retention.Age) (*retention.Sweeper, func(key string)) {
+	t.Helper()
+	rdb, prefix := redistest.New(t)
+	s, err := retention.New(cfg, cron, retention.Deps{DB: db, Redis: rdb, RedisPrefix: prefix, Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hold := func(key string) {
+		if err := rdb.Set(context.Background(), prefix+"lock:"+key, "worker", time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return s, hold
+}
+
+func TestCronPlatformIsTheSchedulers(t *testing.T) {
+	if retention.CronPlatform != scheduler.Platform {
+		t.Fatalf("retention.CronPlatform %q, scheduler.Platform %q", retention.CronPlatform, scheduler.Platform)
+	}
+}
+
+func TestSweep(t *testing.T) {
+	ctx := context.Background()
+	db := pgtest.New(t)
+	cfg := retention.DefaultConfig()
+	cfg.Retention = retention.Age(90 * day)
+	cfg.BatchSize = 2 // several batches
+	s, hold := sweeper(t, db, cfg, retention.Age(7*day))
+
+	cases := []struct {
+		name     string
+		key      string
+		platform string
+		age      time.Duration
+		setup    func(key string)
+		deleted  bool
+	}{
+		{name: "old idle session", key: "agent:main:telegram:dm:1", platform: "telegram", age: 100 * day, deleted: true},
+		{name: "recent session", key: "agent:main:telegram:dm:2", platform: "telegram", age: 30 * day},
+		{name: "queued message", key: "agent:main:telegram:dm:3", platform: "telegram", age: 100 * day, setup: func(key string) {
+			if _, err := db.Exec(ctx, `INSERT INTO session_queue (session_key, stream_seq, event_id, event) VALUES ($1, 1, 'e1', '\x00')`, key); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{name: "held lock", key: "agent:main:telegram:dm:4", platform: "telegram", age: 100 * day, setup: hold},
+		{name: "undelivered outbox row", key: "agent:main:telegram:dm:5", platform: "telegram", age: 100 * day, setup: func(key string) {
+			if _, err := db.Exec(ctx, `INSERT INTO delivery_outbox (idempotency_key, state, platform, chat_key, session_key, payload,
+					next_attempt_at, expires_at, created_at, updated_at) VALUES ('q-' || $1, 'queued', 'telegram', $1, $1, '\x00', now(), now(), now(), now())`, key); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{name: "sending outbox row", key: "agent:main:telegram:dm:6", platform: "telegram", age: 100 * day, setup: func(key string) {
+			if _, err := db.Exec(ctx, `INSERT INTO delivery_outbox (idempotency_key, state, platform, chat_key, session_key, payload,
+					next_attempt_at, expires_at, created_at, updated_at) VALUES ('s-' || $1, 'sending', 'telegram', $1, $1, '\x00', now(), now(), now(), now())`, key); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{name: "old cron run", key: "agent:main:cron:dm:job1_20260101T000000Z", platform: "cron", age: 8 * day, deleted: true},
+		{name: "recent cron run", key: "agent:main:cron:dm:job1_20260102T000000Z", platform: "cron", age: 6 * day},
+		{name: "chat as old as a pruned cron run", key: "agent:main:telegram:dm:7", platform: "telegram", age: 8 * day},
+		{name: "row changed recently", key: "agent:main:telegram:dm:8", platform: "telegram", age: 100 * day, setup: func(key string) {
+			if _, err := db.Exec(ctx, `UPDATE sessions SET updated_at = now() WHERE session_key = $1`, key); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	}
+	for _, c := range cases {
+		seed(t, db, c.key, c.platform, c.age)
+		if c.setup != nil {
+			c.setup(c.key)
+		}
+	}
+	res, err := s.Sweep(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got := counts(t, db, c.key)
+			for table, n := range got {
+				if c.deleted && n != 0 {
+					t.Errorf("%s: %d rows left", table, n)
+				}
+				if !c.deleted && n == 0 && table != "session_queue" && !(table == "delivery_outbox") {
+					t.Errorf("%s: rows deleted from a kept session", table)
+				}
+			}
+			if !c.deleted && got["sessions"] != 1 {
+				t.Errorf("session deleted")
+			}
+		})
+	}
+	if res.Sessions != 2 || res.Skipped != 1 {
+		t.Errorf("result %+v, want 2 sessions deleted and 1 skipped (the held lock)", res)
+	}
+	want := map[string]int64{retention.KindSessions: 2, retention.KindHistory: 4, retention.KindTurns: 4, retention.KindMessages: 4,
+		retention.KindSummaries: 2, retention.KindPrompts: 2, retention.KindApprovals: 2, retention.KindOutbox: 2, retention.KindStreamMessages: 2}
+	for k, v := range want {
+		if res.Rows[k] != v {
+			t.Errorf("rows %s = %d, want %d", k, res.Rows[k], v)
+		}
+	}
+	// The search index answers nothing of a deleted transcript.
+	var n int
+	if err := db.QueryRow(ctx, `SELECT count(*) FROM transcript_messages WHERE to_tsvector('simple', content) @@ to_tsquery('simple', 'marmalade')`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 8 { // the eight kept sessions' first messages
+		t.Errorf("search finds %d messages, want 8", n)
+	}
+}
+
+func TestRetentionOffKeepsEverything(t *testing.T) {
+	db := pgtest.New(t)
+	s, _ := sweeper(t, db, retention.DefaultConfig(), 0)
+	seed(t, db, "agent:main:telegram:dm:1", "telegram", 1000*day)
+	seed(t, db, "agent:main:cron:dm:j_1", "cron", 1000*day)
+	if p := s.Policies(); len(p) != 0 {
+		t.Fatalf("policies %+v with retention off", p)
+	}
+	if _, err := s.Sweep(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"agent:main:telegram:dm:1", "agent:main:cron:dm:j_1"} {
+		if counts(t, db, k)["sessions"] != 1 {
+			t.Errorf("%s deleted", k)
+		}
+	}
+}
+
+func TestPolicies(t *testing.T) {
+	db := pgtest.New(t)
+	cases := []struct {
+		name       string
+		retention  retention.Age
+		cron       retention.Age
+		wantAll    time.Duration
+		wantCron   time.Duration
+		wantNumber int
+	}{
+		{"off", 0, 0, 0, 0, 0},
+		{"cron only (the default)", 0, retention.Age(7 * day), 0, 7 * day, 1},
+		{"both", retention.Age(90 * day), retention.Age(7 * day), 90 * day, 7 * day, 2},
+		{"cron longer than sessions", retention.Age(3 * day), retention.Age(7 * day), 3 * day, 3 * day, 2},
+		{"sessions only: cron follows", retention.Age(30 * day), 0, 30 * day, 30 * day, 2},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := retention.DefaultConfig()
+			cfg.Retention = c.retention
+			s, _ := sweeper(t, db, cfg, c.cron)
+			p := s.Policies()
+			if len(p) != c.wantNumber {
+				t.Fatalf("policies %+v", p)
+			}
+			for _, q := range p {
+				switch {
+				case q.Platform == retention.CronPlatform && q.OlderThan != c.wantCron,
+					q.ExceptPlatform == retention.CronPlatform && q.OlderThan != c.wantAll:
+					t.Errorf("policy %+v", q)
+				}
+			}
+		})
+	}
+}
+
+func TestPruneDryRunAndPlatform(t *testing.T) {
+	ctx := context.Background()
+	db := pgtest.New(t)
+	s, _ := sweeper(t, db, retention.DefaultConfig(), 0)
+	seed(t, db, "agent:main:telegram:dm:1", "telegram", 100*day)
+	seed(t, db, "agent:main:discord:dm:1", "discord", 100*day)
+	res, err := s.Prune(ctx, retention.Criteria{OlderThan: 90 * day, Platform: "telegram", DryRun: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Sessions != 1 || res.Rows[retention.KindMessages] != 2 {
+		t.Fatalf("dry run %+v", res)
+	}
+	if counts(t, db, "agent:main:telegram:dm:1")["transcript_messages"] != 2 {
+		t.Fatal("dry run deleted")
+	}
+	if res, err = s.Prune(ctx, retention.Criteria{OlderThan: 90 * day, Platform: "telegram"}); err != nil || res.Sessions != 1 {
+		t.Fatalf("prune %+v %v", res, err)
+	}
+	if counts(t, db, "agent:main:telegram:dm:1")["sessions"] != 0 || counts(t, db, "agent:main:discord:dm:1")["sessions"] != 1 {
+		t.Fatal("prune of telegram touched the wrong sessions")
+	}
+	if _, err := s.Prune(ctx, retention.Criteria{}); err == nil {
+		t.Fatal("a prune without an age ran")
+	}
+}
+
+// Two sweepers at once delete every session exactly once; a sweeper never
+// waits for rows another transaction holds.
+func TestConcurrentSweepers(t *testing.T) {
+	ctx := context.Background()
+	db := pgtest.New(t)
+	cfg := retention.DefaultConfig()
+	cfg.Retention = retention.Age(90 * day)
+	cfg.BatchSize = 7
+	a, _ := sweeper(t, db, cfg, 0)
+	b, _ := sweeper(t, db, cfg, 0)
+	const total = 120
+	for i := range total {
+		seed(t, db, fmt.Sprintf("agent:main:telegram:dm:%03d", i), "telegram", 100*day)
+	}
+
+	// Another transaction (a router, a third sweeper) holds two rows.
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM sessions WHERE session_key IN ('agent:main:telegram:dm:000', 'agent:main:telegram:dm:050') FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+
+	var wg sync.WaitGroup
+	results := make([]retention.Result, 2)
+	errs := make([]error, 2)
+	start := time.Now()
+	for i, s := range []*retention.Sweeper{a, b} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+			defer cancel()
+			results[i], errs[i] = s.Sweep(cctx)
+		}()
+	}
+	wg.Wait()
+	if el := time.Since(start); el > 15*time.Second {
+		t.Errorf("sweepers took %s: they waited on locked rows", el)
+	}
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	sum := results[0].Sessions + results[1].Sessions
+	if sum != total-2 {
+		t.Fatalf("sweepers deleted %d+%d sessions, want %d", results[0].Sessions, results[1].Sessions, total-2)
+	}
+	if m := results[0].Rows[retention.KindMessages] + results[1].Rows[retention.KindMessages]; m != 2*(total-2) {
+		t.Fatalf("deleted %d transcript messages, want %d", m, 2*(total-2))
+	}
+	var left int
+	if err := db.QueryRow(ctx, `SELECT count(*) FROM sessions`).Scan(&left); err != nil {
+		t.Fatal(err)
+	}
+	if left != 2 {
+		t.Fatalf("%d sessions left, want the 2 held ones", left)
+	}
+	_ = tx.Rollback(ctx)
+	if res, err := a.Sweep(ctx); err != nil || res.Sessions != 2 {
+		t.Fatalf("after release: %+v %v", res, err)
+	}
+}
+
+// A fenced transcript write in flight (a worker's transaction holding the
+// generation fence) keeps its session for a later sweep.
+func TestFencedWriteKeepsSession(t *testing.T) {
+	ctx := context.Background()
+	db := pgtest.New(t)
+	cfg := retention.DefaultConfig()
+	cfg.Retention = retention.Age(90 * day)
+	s, _ := sweeper(t, db, cfg, 0)
+	key := "agent:main:telegram:dm:1"
+	seed(t, db, key, "telegram", 100*day)
+	var gen int64
+	if err := db.QueryRow(ctx, `SELECT generation FROM sessions WHERE session_key = $1`, key).Scan(&gen); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, `SELECT switchboard_fence($1, $2)`, key, gen); err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.Sweep(ctx)
+	if err != nil || res.Sessions != 0 || res.Skipped != 1 {
+		t.Fatalf("sweep during a fenced write: %+v %v", res, err)
+	}
+	_ = tx.Rollback(ctx)
+	if res, err = s.Sweep(ctx); err != nil || res.Sessions != 1 {
+		t.Fatalf("sweep after: %+v %v", res, err)
+	}
+}
+
+func TestRunStopsWithContext(t *testing.T) {
+	db := pgtest.New(t)
+	cfg := retention.DefaultConfig()
+	cfg.Retention = retention.Age(90 * day)
+	cfg.SweepInterval = 10 * time.Millisecond
+	s, _ := sweeper(t, db, cfg, 0)
+	seed(t, db, "agent:main:telegram:dm:1", "telegram", 100*day)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if err := s.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if counts(t, db, "agent:main:telegram:dm:1")["sessions"] != 0 {
+		t.Fatal("Run did not sweep")
+	}
+}
+
+func TestParseAge(t *testing.T) {
+	cases := []struct {
+		in   string
+		want time.Duration
+		err  bool
+	}{
+		{"", 0, false}, {"0", 0, false}, {"90d", 90 * day, false}, {"2w", 14 * day, false},
+		{"720h", 720 * time.Hour, false}, {"1h30m", 90 * time.Minute, false},
+		{"-1d", 0, true}, {"-5h", 0, true}, {"d", 0, true}, {"ninety", 0, true}, {"1.5d", 0, true},
+	}
+	for _, c := range cases {
+		got, err := retention.ParseAge(c.in)
+		if (err != nil) != c.err || (!c.err && got.Duration() != c.want) {
+			t.Errorf("ParseAge(%q) = %v, %v", c.in, got, err)
+		}
+	}
+	if s := retention.Age(90 * day).String(); s != "90d" {
+		t.Errorf("String = %q", s)
+	}
+}
