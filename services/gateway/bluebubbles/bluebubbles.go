@@ -370,9 +370,9 @@ func (p *Platform) registerWebhook(ctx context.Context) error {
 	defer cancel()
 	want := p.registerURL()
 	var hooks []struct {
-		ID     json.Number `json:"id"`
-		URL    string      `json:"url"`
-		Events []string    `json:"events"`
+		ID     json.RawMessage `json:"id"` // a number, or a string
+		URL    string          `json:"url"`
+		Events []string        `json:"events"`
 	}
 	if err := p.api.call(ctx, http.MethodGet, "/api/v1/webhook", nil, &hooks); err != nil {
 		return fmt.Errorf("list bluebubbles webhooks: %w", err)
@@ -386,8 +386,12 @@ func (p *Platform) registerWebhook(ctx context.Context) error {
 			kept = true
 			continue
 		}
-		if err := p.api.call(ctx, http.MethodDelete, "/api/v1/webhook/"+url.PathEscape(h.ID.String()), nil, nil); err != nil {
-			return fmt.Errorf("remove stale bluebubbles webhook %s: %w", h.ID, err)
+		id := strings.Trim(string(h.ID), `"`)
+		if id == "" || id == "null" {
+			continue
+		}
+		if err := p.api.call(ctx, http.MethodDelete, "/api/v1/webhook/"+url.PathEscape(id), nil, nil); err != nil {
+			return fmt.Errorf("remove stale bluebubbles webhook %s: %w", reason(id), err)
 		}
 	}
 	if kept {

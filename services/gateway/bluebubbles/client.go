@@ -127,6 +127,13 @@ func (c *client) send(ctx context.Context, method, path, ct string, rd io.Reader
 	if err != nil {
 		return fmt.Errorf("bluebubbles %s: read answer: %w", cut(path), err)
 	}
+	return decodeAnswer(resp.StatusCode, resp.Header.Get("Retry-After"), raw, cut(path), out)
+}
+
+// decodeAnswer reads a REST answer: an *APIError for an HTTP status
+// other than 2xx or an envelope whose status is 400 or more, else the
+// envelope's data decoded into out (when out is not nil).
+func decodeAnswer(status int, retryAfter string, raw []byte, path string, out any) error {
 	var wire struct {
 		Status  int             `json:"status"`
 		Message string          `json:"message"`
@@ -137,9 +144,9 @@ func (c *client) send(ctx context.Context, method, path, ct string, rd io.Reader
 		} `json:"error"`
 	}
 	decodeErr := json.Unmarshal(raw, &wire)
-	if resp.StatusCode/100 != 2 || (decodeErr == nil && wire.Status >= 400) {
-		ae := &APIError{Status: resp.StatusCode, Message: http.StatusText(resp.StatusCode)}
-		if resp.StatusCode/100 == 2 {
+	if status/100 != 2 || (decodeErr == nil && wire.Status >= 400) {
+		ae := &APIError{Status: status, Message: http.StatusText(status)}
+		if status/100 == 2 {
 			ae.Status = wire.Status
 		}
 		if decodeErr == nil {
@@ -153,8 +160,8 @@ func (c *client) send(ctx context.Context, method, path, ct string, rd io.Reader
 				}
 			}
 		}
-		if s, err := strconv.Atoi(strings.TrimSpace(resp.Header.Get("Retry-After"))); err == nil && s > 0 {
-			ae.RetryAfter = time.Duration(s) * time.Second
+		if s, err := strconv.Atoi(strings.TrimSpace(retryAfter)); err == nil && s > 0 {
+			ae.RetryAfter = time.Duration(min(s, 3600)) * time.Second
 		}
 		return ae
 	}
@@ -162,13 +169,13 @@ func (c *client) send(ctx context.Context, method, path, ct string, rd io.Reader
 		return nil
 	}
 	if decodeErr != nil {
-		return fmt.Errorf("bluebubbles %s: decode answer: %w", cut(path), decodeErr)
+		return fmt.Errorf("bluebubbles %s: decode answer: %w", path, decodeErr)
 	}
 	if len(wire.Data) == 0 || string(wire.Data) == "null" {
 		return nil
 	}
 	if err := json.Unmarshal(wire.Data, out); err != nil {
-		return fmt.Errorf("bluebubbles %s: decode data: %w", cut(path), err)
+		return fmt.Errorf("bluebubbles %s: decode data: %w", path, err)
 	}
 	return nil
 }
