@@ -79,6 +79,10 @@ func TestBuild(t *testing.T) {
 		// SMS keeps the number as Twilio gives it, "+" included (only WhatsApp ids are canonicalised).
 		{"sms dm", &src{Platform: "sms", ChatType: "dm", ChatId: "+15551234567", UserId: "+15551234567"}, def, "agent:main:sms:dm:+15551234567"},
 
+		// BlueBubbles (iMessage): a DM is the address, a group its chat guid, ";" and "+" kept.
+		{"imessage dm", &src{Platform: "bluebubbles", ChatType: "dm", ChatId: "+15551234567", ChatIdAlt: "iMessage;-;+15551234567", UserId: "+15551234567"}, def, "agent:main:bluebubbles:dm:+15551234567"},
+		{"imessage group", &src{Platform: "bluebubbles", ChatType: "group", ChatId: "iMessage;+;chat493817263544", UserId: "ann@icloud.com"}, def, "agent:main:bluebubbles:group:iMessage;+;chat493817263544:ann@icloud.com"},
+
 		// WhatsApp canonicalisation.
 		{"wa dm jid with device", &src{Platform: "whatsapp", ChatType: "dm", ChatId: "15551234567:12@s.whatsapp.net"}, def, "agent:main:whatsapp:dm:15551234567"},
 		{"wa dm plus", &src{Platform: "whatsapp", ChatType: "dm", ChatId: "+15551234567"}, def, "agent:main:whatsapp:dm:15551234567"},
