@@ -134,6 +134,49 @@ func TestWebhookSecret(t *testing.T) {
 	g.Body.Close()
 }
 
+// A call the bus cannot take is answered 500; the handler never answers
+// 200 before the message is stored.
+func TestWebhookUnstored(t *testing.T) {
+	t.Parallel()
+	f := newFake(t, false)
+	p, err := NewPlatform(testConfig(f), slog.New(slog.DiscardHandler), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &recorder{err: context.DeadlineExceeded}
+	srv := httptest.NewServer(p.WebhookHandler(rec))
+	defer srv.Close()
+	u := srv.URL + "/bluebubbles-webhook?password=" + f.Password
+	msg, _ := bbfake.Event(bbfake.Inbound{ChatGUID: dmGUID, From: ann, Text: "lost?"})
+	if code, _, _ := bbfake.Post(context.Background(), u, msg); code != http.StatusInternalServerError {
+		t.Fatalf("unstored message answered %d, want 500", code)
+	}
+	rec.mu.Lock()
+	rec.err = nil
+	rec.mu.Unlock()
+	code, _, _ := bbfake.Post(context.Background(), u, msg)
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if code != http.StatusOK || len(rec.evs) != 2 {
+		t.Fatalf("stored message answered %d after %d deliveries", code, len(rec.evs))
+	}
+}
+
+// recorder stands in for the kit's connection to fail a delivery.
+type recorder struct {
+	mu  sync.Mutex
+	err error
+	evs []*eventsv1.MessageReceived
+}
+
+func (r *recorder) Deliver(_ context.Context, ev *eventsv1.MessageReceived) (platform.Accepted, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.evs = append(r.evs, ev)
+	return platform.Accepted{}, r.err
+}
+func (r *recorder) Reject(context.Context, string, error) {}
+
 // The bot's own messages, tapbacks and other events are answered 200 and
 // publish nothing; a group under require_mention needs the wake word.
 func TestSkips(t *testing.T) {
