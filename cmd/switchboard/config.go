@@ -11,6 +11,7 @@ import (
 	"github.com/switchboard-chat/switchboard/pkg/cron/scheduler"
 	"github.com/switchboard-chat/switchboard/pkg/pg"
 	"github.com/switchboard-chat/switchboard/pkg/redisx"
+	"github.com/switchboard-chat/switchboard/pkg/retention"
 	"github.com/switchboard-chat/switchboard/pkg/telemetry"
 	"github.com/switchboard-chat/switchboard/services/admin"
 	"github.com/switchboard-chat/switchboard/services/delivery"
@@ -58,6 +59,8 @@ type Config struct {
 	STT STTConfig `koanf:"stt"`
 	// Cron is the scheduler of cron jobs, which runs in the router.
 	Cron scheduler.Config `koanf:"cron"`
+	// Sessions is the retention of idle sessions, swept by the router.
+	Sessions retention.Config `koanf:"sessions"`
 }
 
 // STTConfig selects speech-to-text for voice messages and audio files.
@@ -179,6 +182,7 @@ func defaultConfig() *Config {
 		LLM:         LLMConfig{MaxAttempts: 4, CallTimeout: 10 * time.Minute},
 		Attachments: attachment.DefaultConfig(),
 		Cron:        scheduler.DefaultConfig(),
+		Sessions:    retention.DefaultConfig(),
 	}
 }
 
@@ -246,6 +250,9 @@ func (c *Config) Validate() error {
 		return err
 	}
 	if err := c.Cron.Validate(); err != nil {
+		return err
+	}
+	if err := c.Sessions.Validate(); err != nil {
 		return err
 	}
 	if err := c.Router.Validate(); err != nil {

@@ -9,6 +9,7 @@ import (
 	"github.com/switchboard-chat/switchboard/pkg/cron/scheduler"
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	"github.com/switchboard-chat/switchboard/pkg/outbox"
+	"github.com/switchboard-chat/switchboard/pkg/retention"
 	"github.com/switchboard-chat/switchboard/services/router"
 )
 
@@ -35,23 +36,32 @@ func startRouter(ctx context.Context, a *app) (func(context.Context) error, erro
 	if err != nil {
 		return nil, err
 	}
-	if !a.cfg.Cron.Enabled {
-		return s.Run, nil
-	}
-	// Every router replica runs the scheduler: SKIP LOCKED gives each due
-	// job to one of them.
-	directory := outbox.New(db)
-	sched, err := scheduler.New(a.cfg.Cron, scheduler.Deps{Log: a.log, DB: db, Bus: b,
-		Resolve: func(ctx context.Context, raw string) (*deliveryv1.Target, error) {
-			return directory.ResolveTarget(ctx, raw, a.cfg.Delivery.HomeOf)
-		}})
+	// Every router replica sweeps expired sessions: SKIP LOCKED gives
+	// each batch to one of them.
+	sweeper, err := retention.New(a.cfg.Sessions, a.cfg.Cron.SessionRetention,
+		retention.Deps{Log: a.log, DB: db, Redis: rdb, RedisPrefix: a.cfg.Redis.Prefix})
 	if err != nil {
 		return nil, err
 	}
+	runs := []func(context.Context) error{s.Run, sweeper.Run}
+	if a.cfg.Cron.Enabled {
+		// Every router replica runs the scheduler: SKIP LOCKED gives each
+		// due job to one of them.
+		directory := outbox.New(db)
+		sched, err := scheduler.New(a.cfg.Cron, scheduler.Deps{Log: a.log, DB: db, Bus: b,
+			Resolve: func(ctx context.Context, raw string) (*deliveryv1.Target, error) {
+				return directory.ResolveTarget(ctx, raw, a.cfg.Delivery.HomeOf)
+			}})
+		if err != nil {
+			return nil, err
+		}
+		runs = append(runs, sched.Run)
+	}
 	return func(ctx context.Context) error {
 		g, gctx := errgroup.WithContext(ctx)
-		g.Go(func() error { return s.Run(gctx) })
-		g.Go(func() error { return sched.Run(gctx) })
+		for _, run := range runs {
+			g.Go(func() error { return run(gctx) })
+		}
 		return g.Wait()
 	}, nil
 }

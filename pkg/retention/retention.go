@@ -26,6 +26,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promauto"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/switchboard-chat/switchboard/pkg/config"
 	"github.com/switchboard-chat/switchboard/pkg/redisx"
 )
 
@@ -77,13 +78,13 @@ func DefaultConfig() Config {
 // Validate reports the first invalid value, naming its key.
 func (c Config) Validate() error {
 	if c.Retention < 0 {
-		return errors.New("sessions.retention: negative")
+		return config.Invalid("sessions.retention", c.Retention, "0 (keep) or a period such as 90d")
 	}
-	if c.SweepInterval <= 0 {
-		return errors.New("sessions.sweep_interval: must be positive")
+	if c.SweepInterval < time.Second {
+		return config.Invalid("sessions.sweep_interval", c.SweepInterval, "at least 1s")
 	}
-	if c.BatchSize <= 0 || c.BatchSize > 10000 {
-		return errors.New("sessions.batch_size: must be between 1 and 10000")
+	if c.BatchSize < 1 || c.BatchSize > 10000 {
+		return config.Invalid("sessions.batch_size", c.BatchSize, "1 to 10000")
 	}
 	return nil
 }
@@ -117,7 +118,7 @@ func New(cfg Config, cronRetention Age, deps Deps) (*Sweeper, error) {
 		return nil, err
 	}
 	if cronRetention < 0 {
-		return nil, errors.New("cron.session_retention: negative")
+		return nil, config.Invalid("cron.session_retention", cronRetention, "0 or a period such as 7d")
 	}
 	if deps.DB == nil || deps.Redis == nil {
 		return nil, errors.New("retention: database and redis required")

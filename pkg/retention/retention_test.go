@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/switchboard-chat/switchboard/pkg/config"
 	"github.com/switchboard-chat/switchboard/pkg/cron/scheduler"
 	"github.com/switchboard-chat/switchboard/pkg/pg/pgtest"
 	"github.com/switchboard-chat/switchboard/pkg/redisx/redistest"
@@ -409,5 +412,51 @@ func TestParseAge(t *testing.T) {
 	}
 	if s := retention.Age(90 * day).String(); s != "90d" {
 		t.Errorf("String = %q", s)
+	}
+}
+
+func TestConfigFile(t *testing.T) {
+	type file struct {
+		Sessions retention.Config `koanf:"sessions"`
+		Cron     struct {
+			SessionRetention retention.Age `koanf:"session_retention"`
+		} `koanf:"cron"`
+	}
+	cases := []struct {
+		name, yaml string
+		env        []string
+		sessions   time.Duration
+		cron       time.Duration
+		err        bool
+	}{
+		{name: "defaults", yaml: "{}", cron: 7 * day},
+		{name: "days", yaml: "sessions:\n  retention: 90d\ncron:\n  session_retention: 3d\n", sessions: 90 * day, cron: 3 * day},
+		{name: "duration and zero", yaml: "sessions:\n  retention: 2160h\ncron:\n  session_retention: 0\n", sessions: 90 * day},
+		{name: "environment", yaml: "{}", env: []string{"SWITCHBOARD_SESSIONS__RETENTION=30d"}, sessions: 30 * day, cron: 7 * day},
+		{name: "negative", yaml: "sessions:\n  retention: -1d\n", err: true},
+		{name: "not an age", yaml: "sessions:\n  retention: soon\n", err: true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "config.yaml")
+			if err := os.WriteFile(path, []byte(c.yaml), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			out := file{Sessions: retention.DefaultConfig()}
+			out.Cron.SessionRetention = scheduler.DefaultConfig().SessionRetention
+			_, err := config.Load(config.Options{Path: path, Environ: append([]string{}, c.env...)}, &out)
+			if c.err {
+				if err == nil {
+					t.Fatalf("loaded %+v", out)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if out.Sessions.Retention.Duration() != c.sessions || out.Cron.SessionRetention.Duration() != c.cron {
+				t.Fatalf("sessions.retention %v, cron.session_retention %v", out.Sessions.Retention, out.Cron.SessionRetention)
+			}
+		})
 	}
 }

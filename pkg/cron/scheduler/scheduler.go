@@ -30,6 +30,7 @@ import (
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/outbox"
+	"github.com/switchboard-chat/switchboard/pkg/retention"
 	"github.com/switchboard-chat/switchboard/pkg/sessionkey"
 )
 
@@ -70,11 +71,15 @@ type Config struct {
 	Timezone string `koanf:"timezone"`
 	// MaxPerTick bounds the runs one replica fires per tick.
 	MaxPerTick int `koanf:"max_per_tick"`
+	// SessionRetention: each run is a fresh session (a job every minute
+	// makes 1,440 a day); the router's retention sweep (pkg/retention)
+	// deletes them once idle this long. 0 gives them sessions.retention.
+	SessionRetention retention.Age `koanf:"session_retention"`
 }
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
-	return Config{Enabled: true, Tick: time.Minute, CatchUpMissed: true, MaxPerTick: 100}
+	return Config{Enabled: true, Tick: time.Minute, CatchUpMissed: true, MaxPerTick: 100, SessionRetention: retention.Age(7 * 24 * time.Hour)}
 }
 
 // Location is the configured time zone.
@@ -96,6 +101,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxPerTick < 1 {
 		return config.Invalid("cron.max_per_tick", fmt.Sprint(c.MaxPerTick), "at least 1")
+	}
+	if c.SessionRetention < 0 {
+		return config.Invalid("cron.session_retention", c.SessionRetention.String(), "0 or a period such as 7d")
 	}
 	_, err := c.Location()
 	return err
