@@ -98,7 +98,16 @@ func startAPIGateway(ctx context.Context, a *app) (func(context.Context) error, 
 	if err != nil {
 		return nil, err
 	}
-	s, err := api.New(cfg, api.Deps{Log: a.log, Bus: b, RunnerOptions: platform.Options{Attachments: a.cfg.Attachments}})
+	deps := api.Deps{Log: a.log, Bus: b, RunnerOptions: platform.Options{Attachments: a.cfg.Attachments},
+		JobTargets: a.cfg.Agent.SendMessageTargets}
+	if cfg.Jobs {
+		jobs, err := a.apiJobStore(ctx)
+		if err != nil {
+			return nil, err
+		}
+		deps.Jobs = jobs
+	}
+	s, err := api.New(cfg, deps)
 	if err != nil {
 		return nil, err
 	}

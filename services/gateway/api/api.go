@@ -90,6 +90,10 @@ type Config struct {
 	CORSOrigins []string `koanf:"cors_origins"`
 	// WebChat serves the chat page at / (default true).
 	WebChat bool `koanf:"web_chat"`
+	// Jobs serves Hermes's jobs API (/api/jobs), the client's cron jobs in
+	// Postgres (default true; off: the gateway opens no database and the
+	// endpoints answer 503).
+	Jobs bool `koanf:"jobs"`
 }
 
 // DefaultConfig returns the defaults.
@@ -99,7 +103,7 @@ func DefaultConfig() Config {
 		ReplyTimeout: 5 * time.Minute, ShutdownGrace: 10 * time.Second, IdempotencyTTL: 24 * time.Hour,
 		ResponseTTL: defaultResponseTTL, ResponsesMaxBytes: defaultResponsesMaxBytes, MaxBodyBytes: 4 << 20,
 		RunTTL: defaultRunTTL, RunsMaxBytes: defaultRunsMaxBytes, MaxConcurrentRuns: defaultMaxConcurrentRuns,
-		RateLimit: 5, RateBurst: 20, WebChat: true,
+		RateLimit: 5, RateBurst: 20, WebChat: true, Jobs: true,
 	}
 }
 
@@ -181,6 +185,12 @@ type Deps struct {
 	Bus *bus.Bus
 	// Runner options (tests inject a fast backoff).
 	RunnerOptions platform.Options
+	// Jobs is the cron job store of the jobs API (/api/jobs); nil: the
+	// endpoints answer 503.
+	Jobs CronJobs
+	// JobTargets are the chats a job made over the API may post in
+	// besides home channels: agent.send_message_targets.
+	JobTargets []string
 }
 
 // Service is the API gateway: a Platform run by a platform.Runner.
@@ -200,6 +210,9 @@ type Service struct {
 	runs *runStore
 	// slots are the slots of the runs that go on at once.
 	slots *runSlots
+	// jobs is the cron job store of /api/jobs (nil: none).
+	jobs       CronJobs
+	jobTargets []string
 	// following lists the accepted requests with an Idempotency-Key,
 	// which follow their stored answer rather than wait in waiting.
 	following waiters
@@ -254,6 +267,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		cfg: cfg, log: deps.Log.With("service", "gateway-api"), bus: deps.Bus,
 		instance: randomHex(4), addr: cfg.Addr, listened: make(chan struct{}),
 		limiter: newKeyLimiter(cfg.RateLimit, cfg.RateBurst),
+		jobs:    deps.Jobs, jobTargets: deps.JobTargets,
 	}
 	s.answers = newAnswers(deps.Bus, s.log, cfg.IdempotencyTTL)
 	s.responses = newResponseStore(deps.Bus, cfg.ResponseTTL, cfg.ResponsesMaxBytes)

@@ -36,6 +36,7 @@ func (s *Service) capabilities(w http.ResponseWriter, _ *http.Request) {
 			"session_continuity_header":  HeaderHermesSession,
 			"session_key_header":         HeaderSessionKey,
 			"cors":                       len(s.cfg.CORSOrigins) > 0,
+			"cron_jobs":                  s.jobs != nil,
 		},
 		"endpoints": map[string]endpoint{
 			"health":           {http.MethodGet, "/health"},
@@ -48,6 +49,14 @@ func (s *Service) capabilities(w http.ResponseWriter, _ *http.Request) {
 			"run_approval":     {http.MethodPost, "/v1/runs/{run_id}/approval"},
 			"run_steer":        {http.MethodPost, "/v1/runs/{run_id}/steer"},
 			"run_stop":         {http.MethodPost, "/v1/runs/{run_id}/stop"},
+			"jobs":             {http.MethodGet, "/api/jobs"},
+			"job_create":       {http.MethodPost, "/api/jobs"},
+			"job":              {http.MethodGet, "/api/jobs/{job_id}"},
+			"job_update":       {http.MethodPatch, "/api/jobs/{job_id}"},
+			"job_delete":       {http.MethodDelete, "/api/jobs/{job_id}"},
+			"job_pause":        {http.MethodPost, "/api/jobs/{job_id}/pause"},
+			"job_resume":       {http.MethodPost, "/api/jobs/{job_id}/resume"},
+			"job_run":          {http.MethodPost, "/api/jobs/{job_id}/run"},
 		},
 	})
 }

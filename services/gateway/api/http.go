@@ -56,6 +56,7 @@ func (s *Service) routes() http.Handler {
 	mux.HandleFunc("DELETE /v1/responses/{id}", s.authed(s.deleteResponse))
 	mux.HandleFunc("GET /v1/models", s.authed(s.models))
 	s.runRoutes(mux)
+	s.jobRoutes(mux)
 	mux.HandleFunc("GET /health", s.health)
 	mux.HandleFunc("GET /v1/health", s.health) // Hermes's alias
 	mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
@@ -98,7 +99,7 @@ func (s *Service) secure(next http.Handler) http.Handler {
 			h.Add("Vary", "Origin")
 			h.Set("Access-Control-Expose-Headers", HeaderSession+", "+HeaderHermesSession+", "+HeaderSessionKey)
 			if r.Method == http.MethodOptions {
-				h.Set("Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS")
+				h.Set("Access-Control-Allow-Methods", "GET, POST, PATCH, DELETE, OPTIONS")
 				h.Set("Access-Control-Allow-Headers", "Authorization, Content-Type, Idempotency-Key, "+HeaderSession+", "+HeaderHermesSession+", "+HeaderSessionKey)
 				h.Set("Access-Control-Max-Age", "600")
 				w.WriteHeader(http.StatusNoContent)
