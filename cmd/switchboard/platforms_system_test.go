@@ -11,6 +11,7 @@ import (
 	"github.com/switchboard-chat/switchboard/pkg/telegramfake"
 	"github.com/switchboard-chat/switchboard/services/gateway/bluebubbles/bbfake"
 	"github.com/switchboard-chat/switchboard/services/gateway/discord/discordfake"
+	"github.com/switchboard-chat/switchboard/services/gateway/line/linefake"
 	"github.com/switchboard-chat/switchboard/services/gateway/slack/slackfake"
 	"github.com/switchboard-chat/switchboard/services/gateway/sms/smsfake"
 	"github.com/switchboard-chat/switchboard/services/gateway/teams/teamsfake"
@@ -18,8 +19,8 @@ import (
 )
 
 // TestChatPlatformsEndToEnd runs the whole system (`switchboard dev`) with
-// the Telegram, Discord, Slack, WhatsApp, SMS, Teams and BlueBubbles
-// (iMessage) gateways pointed at local
+// the Telegram, Discord, Slack, WhatsApp, SMS, Teams, BlueBubbles
+// (iMessage) and LINE gateways pointed at local
 // fakes of those platforms, through the real client libraries (WhatsApp's
 // is the gateway's own; the fake signs its webhook notifications as Meta
 // does). A message in each fake chat gets its answer in the same chat
@@ -48,6 +49,9 @@ func TestChatPlatformsEndToEnd(t *testing.T) {
 	bb.AddChat(bbfake.Chat{GUID: "iMessage;-;+15551234567", ChatIdentifier: "+15551234567", Participants: []string{"+15551234567"}})
 	bb.AddChat(bbfake.Chat{GUID: "iMessage;+;chat493817263544", ChatIdentifier: "chat493817263544", DisplayName: "Family", Participants: []string{"+15551234567", "ann@icloud.com"}})
 	bbAddr := freeAddr(t)
+	lf := linefake.New(t)
+	lineAddr := freeAddr(t)
+	const lineGroup = "Ca56f94637cc4347f90a25382909b24b9"
 
 	d := startDev(t,
 		"GATEWAY_ALLOW_ALL_USERS=true",
@@ -64,6 +68,8 @@ func TestChatPlatformsEndToEnd(t *testing.T) {
 		"TEAMS_TOKEN_URL="+ms.TokenURL(), "TEAMS_OPENID_METADATA_URL="+ms.MetadataURL(), "TEAMS_SERVICE_URL="+ms.ServiceURL(),
 		"SWITCHBOARD_GATEWAYS__TEAMS__ADDR="+msAddr,
 		"BLUEBUBBLES_SERVER_URL="+bb.URL(), "BLUEBUBBLES_PASSWORD="+bb.Password, "SWITCHBOARD_GATEWAYS__BLUEBUBBLES__ADDR="+bbAddr,
+		"LINE_CHANNEL_ACCESS_TOKEN="+lf.Token, "LINE_CHANNEL_SECRET="+lf.Secret, "LINE_API_BASE_URL="+lf.BaseURL(),
+		"LINE_DATA_API_BASE_URL="+lf.BaseURL(), "LINE_ALLOWED_GROUPS="+lineGroup, "SWITCHBOARD_GATEWAYS__LINE__ADDR="+lineAddr,
 		// Each chat's messages are counted: no home channel notice.
 		"SWITCHBOARD_ROUTER__HOME_NOTICE=false",
 	)
@@ -366,6 +372,68 @@ func TestChatPlatformsEndToEnd(t *testing.T) {
 		waitFor("mms answer", func() bool { return len(bodies()) >= 4 })
 		if got, want := bodies()[3], "echo: what is this?\n[Attachment: image] [image "+(fakellm.Image{MediaType: "image/jpeg", Data: pic}).String()+"]"; got != want {
 			t.Fatalf("mms answer = %q, want %q", got, want)
+		}
+	})
+
+	t.Run("line", func(t *testing.T) {
+		const ann = "U4af4980629a0c1b2c3d4e5f6a7b8c9d0"
+		hook := "http://" + lineAddr + "/line/webhook"
+		post := func(body []byte) {
+			t.Helper()
+			code, answer, err := lf.Post(ctx, hook, body)
+			if err != nil || code != 200 {
+				t.Fatalf("line webhook answered %d %q %v\nstderr:\n%s", code, answer, err, d.stderr.String())
+			}
+		}
+		texts := func(chat string) []string {
+			var out []string
+			for _, m := range lf.Sent(chat) {
+				out = append(out, m.Via+": "+m.Text)
+			}
+			return out
+		}
+		// A delivery not signed with the channel secret is refused and
+		// publishes nothing (it is never answered below).
+		forged := lf.Body(lf.Event(linefake.Inbound{UserID: ann, Text: "forged"}))
+		if code, _, err := linefake.PostSigned(ctx, hook, linefake.Sign("not-the-secret", forged), forged); err != nil || code != 401 {
+			t.Fatalf("forged delivery answered %d %v", code, err)
+		}
+		first := lf.Event(linefake.Inbound{UserID: ann, Text: "hello line"})
+		post(lf.Body(first))
+		waitFor("line answer", func() bool { return len(texts(ann)) == 1 })
+		if got := texts(ann)[0]; got != "reply: echo: hello line" {
+			t.Fatalf("answer = %q, want the echo sent with the free reply token", got)
+		}
+		var n int
+		if err := d.db.QueryRow(ctx, `SELECT count(*) FROM sessions WHERE session_key = 'agent:main:line:dm:' || $1`, ann).Scan(&n); err != nil || n != 1 {
+			t.Fatalf("sessions under agent:main:line:dm:%s: %d %v", ann, n, err)
+		}
+		// LINE redelivers the same event; then the reply token of a new
+		// message has expired before the answer: it is pushed.
+		first["deliveryContext"] = map[string]any{"isRedelivery": true}
+		post(lf.Body(first))
+		post(lf.Body(lf.Event(linefake.Inbound{UserID: ann, Text: "second", ExpiredToken: true})))
+		waitFor("second line answer", func() bool { return len(texts(ann)) >= 2 })
+		// A group of the allowed list, with Hermes's per-user session.
+		post(lf.Body(lf.Event(linefake.Inbound{UserID: ann, GroupID: lineGroup, Text: "hi group"})))
+		waitFor("line group answer", func() bool { return len(texts(lineGroup)) == 1 })
+		if got := texts(lineGroup)[0]; got != "reply: echo: hi group" {
+			t.Fatalf("group answer = %q", got)
+		}
+		if err := d.db.QueryRow(ctx, `SELECT count(*) FROM sessions WHERE session_key = 'agent:main:line:group:' || $1 || ':' || $2`, lineGroup, ann).Scan(&n); err != nil || n != 1 {
+			t.Fatalf("sessions under agent:main:line:group:%s:%s: %d %v", lineGroup, ann, n, err)
+		}
+		// A picture: downloaded with the channel's token when the turn
+		// reads it, seen by the model.
+		pic := []byte("\xff\xd8\xff\xe0 a line photo")
+		post(lf.Body(lf.Event(linefake.Inbound{UserID: ann, Type: "image", ContentID: lf.AddContent("image/jpeg", pic)})))
+		waitFor("line image answer", func() bool { return len(texts(ann)) >= 3 })
+		got := texts(ann)
+		if len(got) != 3 || got[1] != "push: echo: second" || !strings.Contains(got[2], "[image "+(fakellm.Image{MediaType: "image/jpeg", Data: pic}).String()+"]") {
+			t.Fatalf("answers = %q, want hello (once), second (pushed) and the picture seen", got)
+		}
+		if lf.Downloads() != 1 {
+			t.Fatalf("%d content downloads, want 1", lf.Downloads())
 		}
 	})
 
