@@ -19,6 +19,8 @@ func init() {
 		"BLUEBUBBLES_SERVER_URL":       "gateways.bluebubbles.server_url",
 		"BLUEBUBBLES_PASSWORD":         "gateways.bluebubbles.password",
 		"BLUEBUBBLES_WEBHOOK_PATH":     "gateways.bluebubbles.path",
+		"BLUEBUBBLES_WEBHOOK_HOST":     "gateways.bluebubbles.host",
+		"BLUEBUBBLES_WEBHOOK_PORT":     "gateways.bluebubbles.port",
 		"BLUEBUBBLES_WEBHOOK_URL":      "gateways.bluebubbles.public_url",
 		"BLUEBUBBLES_WEBHOOK_SECRET":   "gateways.bluebubbles.webhook_secret",
 		"BLUEBUBBLES_REQUIRE_MENTION":  "gateways.bluebubbles.require_mention",

@@ -31,9 +31,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -66,6 +68,10 @@ type Config struct {
 	// (BLUEBUBBLES_WEBHOOK_PATH, /bluebubbles-webhook).
 	Addr string `koanf:"addr"`
 	Path string `koanf:"path"`
+	// Host (BLUEBUBBLES_WEBHOOK_HOST) and Port (BLUEBUBBLES_WEBHOOK_PORT),
+	// Hermes's names, replace Addr's host and port when set.
+	Host string `koanf:"host"`
+	Port int    `koanf:"port"`
 	// RequireMention (BLUEBUBBLES_REQUIRE_MENTION): in group chats only
 	// messages matching a mention pattern are answered, the pattern
 	// dropped from the start of the text; DMs always are.
@@ -146,6 +152,22 @@ func (c *Config) validate() ([]*regexp.Regexp, error) {
 	}
 	if c.Addr == "" {
 		c.Addr = d.Addr
+	}
+	if c.Port < 0 || c.Port > 65535 {
+		return nil, fmt.Errorf("bluebubbles: port %d is not a TCP port", c.Port)
+	}
+	if c.Host != "" || c.Port > 0 {
+		host, port, err := net.SplitHostPort(c.Addr)
+		if err != nil {
+			return nil, fmt.Errorf("bluebubbles: addr %q: %w", c.Addr, err)
+		}
+		if c.Host != "" {
+			host = c.Host
+		}
+		if c.Port > 0 {
+			port = strconv.Itoa(c.Port)
+		}
+		c.Addr, c.Host, c.Port = net.JoinHostPort(host, port), "", 0
 	}
 	if c.MaxBodyBytes <= 0 {
 		c.MaxBodyBytes = d.MaxBodyBytes

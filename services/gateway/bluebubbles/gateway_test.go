@@ -450,7 +450,12 @@ func TestConfigValidate(t *testing.T) {
 	if c.ServerURL != "http://192.168.1.10:1234" || c.WebhookSecret != "pw" || c.PublicURL != "https://bb.example.com/bluebubbles-webhook" || c.Addr != "127.0.0.1:8652" || c.Path != "/bluebubbles-webhook" {
 		t.Fatalf("defaults %+v", c)
 	}
+	hp := Config{ServerURL: "http://mac:1234", Password: "pw", Host: "0.0.0.0", Port: 8645}
+	if _, err := hp.validate(); err != nil || hp.Addr != "0.0.0.0:8645" {
+		t.Fatalf("Hermes's host and port: %q %v", hp.Addr, err)
+	}
 	for name, bad := range map[string]Config{
+		"bad port":       {ServerURL: "http://mac:1234", Password: "pw", Port: 70000},
 		"no url":         {Password: "pw"},
 		"no password":    {ServerURL: "http://mac:1234"},
 		"query in url":   {ServerURL: "http://mac:1234?password=x", Password: "pw"},
