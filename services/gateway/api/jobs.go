@@ -265,11 +265,11 @@ func (s *Service) deliverAllowed(w http.ResponseWriter, deliver string) bool {
 	return false
 }
 
-// targetAllowed: target is a home channel ("home", a bare platform) or
+// targetAllowed: target is a home channel (a bare platform) or
 // matches one of allowed ("platform:chat_id", or "platform:*" for any
 // chat id of the platform but no #name).
 func targetAllowed(target string, allowed []string) bool {
-	if target == "home" || !strings.Contains(target, ":") {
+	if !strings.Contains(target, ":") {
 		return true
 	}
 	for _, a := range allowed {
