@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sort"
 	"text/tabwriter"
 	"time"
 
@@ -15,13 +16,14 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	adminv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/admin/v1"
+	"github.com/switchboard-chat/switchboard/pkg/retention"
 	"github.com/switchboard-chat/switchboard/services/admin"
 )
 
 func init() {
 	register(command{name: "pairing", summary: "pairing list | approve <platform> <code> | revoke <platform> <user> (admin API)",
 		run: func(ctx context.Context, args []string) error { return runPairing(ctx, args, os.Stdout) }})
-	register(command{name: "sessions", summary: "sessions list [--platform p] (admin API)",
+	register(command{name: "sessions", summary: "sessions list [--platform p] | prune --older-than 90d [--platform p] [--dry-run] (admin API)",
 		run: func(ctx context.Context, args []string) error { return runSessions(ctx, args, os.Stdout) }})
 }
 
@@ -29,6 +31,8 @@ func init() {
 type adminClient struct {
 	addr     string
 	platform string
+	// timeout bounds the call; 15s unless a verb needs longer.
+	timeout time.Duration
 }
 
 func adminFlags(name string) (*flag.FlagSet, *adminClient) {
@@ -54,7 +58,11 @@ func (c *adminClient) dial(ctx context.Context) (adminv1.AdminServiceClient, con
 	if tok := os.Getenv("SWITCHBOARD_ADMIN_TOKEN"); tok != "" {
 		md.Append("authorization", "Bearer "+tok)
 	}
-	ctx, cancel := context.WithTimeout(metadata.NewOutgoingContext(ctx, md), 15*time.Second)
+	timeout := c.timeout
+	if timeout == 0 {
+		timeout = 15 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(metadata.NewOutgoingContext(ctx, md), timeout)
 	return adminv1.NewAdminServiceClient(conn), ctx, func() { cancel(); _ = conn.Close() }, nil
 }
 
@@ -141,13 +149,22 @@ func runPairing(ctx context.Context, args []string, out io.Writer) error {
 
 func runSessions(ctx context.Context, args []string, out io.Writer) error {
 	fs, c := adminFlags("sessions")
+	olderThan := fs.String("older-than", "", "prune: sessions idle at least this long (90d, 2w, 720h)")
+	dryRun := fs.Bool("dry-run", false, "prune: count what would be deleted, delete nothing")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return err
 	}
-	if len(pos) != 1 || pos[0] != "list" {
+	usage := func() error {
 		fmt.Fprintln(os.Stderr, "usage: switchboard sessions list [--platform p] [--admin-addr host:port]")
+		fmt.Fprintln(os.Stderr, "       switchboard sessions prune --older-than 90d [--platform p] [--dry-run] [--admin-addr host:port]")
 		return errUsage
+	}
+	if len(pos) == 1 && pos[0] == "prune" {
+		return pruneSessions(ctx, c, *olderThan, *dryRun, out, usage)
+	}
+	if len(pos) != 1 || pos[0] != "list" {
+		return usage()
 	}
 	cl, cctx, closeFn, err := c.dial(ctx)
 	if err != nil {
@@ -169,6 +186,53 @@ func runSessions(ctx context.Context, args []string, out io.Writer) error {
 		if token = resp.GetNextPageToken(); token == "" {
 			break
 		}
+	}
+	return tw.Flush()
+}
+
+// pruneSessions asks the admin API to delete sessions idle longer than
+// olderThan and prints what it deleted, by table.
+func pruneSessions(ctx context.Context, c *adminClient, olderThan string, dryRun bool, out io.Writer, usage func() error) error {
+	age, err := retention.ParseAge(olderThan)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "--older-than:", err)
+		return usage()
+	}
+	if age <= 0 {
+		fmt.Fprintln(os.Stderr, "--older-than is required: how long a session must have been idle (90d, 2w, 720h)")
+		return usage()
+	}
+	// A first prune of a large history takes a while; each batch that
+	// finished stays deleted if the call is cut short.
+	c.timeout = time.Hour
+	cl, cctx, closeFn, err := c.dial(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeFn()
+	resp, err := cl.PruneSessions(cctx, &adminv1.PruneSessionsRequest{
+		OlderThanSeconds: int64(age.Duration() / time.Second), Platform: c.platform, DryRun: dryRun})
+	if err != nil {
+		return fmt.Errorf("prune sessions: %w", err)
+	}
+	verb := "deleted"
+	if resp.GetDryRun() {
+		verb = "would delete"
+	}
+	fmt.Fprintf(out, "%s %d sessions idle for %s or longer", verb, resp.GetSessions(), age)
+	if c.platform != "" {
+		fmt.Fprintf(out, " on %s", c.platform)
+	}
+	fmt.Fprintf(out, " (%d busy, left for later)\n", resp.GetSkipped())
+	kinds := make([]string, 0, len(resp.GetRows()))
+	for k := range resp.GetRows() {
+		kinds = append(kinds, k)
+	}
+	sort.Strings(kinds)
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TABLE\tROWS")
+	for _, k := range kinds {
+		fmt.Fprintf(tw, "%s\t%d\n", k, resp.GetRows()[k])
 	}
 	return tw.Flush()
 }

@@ -369,7 +369,7 @@ func (s *Sweeper) batch(ctx context.Context, c Criteria, cutoff time.Time, after
 		deletedRows.WithLabelValues(k).Add(float64(v))
 	}
 	s.log.Info("session retention batch deleted",
-		"sessions", res.Sessions, "skipped", res.Skipped, "older_than", c.OlderThan.String(),
+		"sessions", res.Sessions, "skipped", res.Skipped, "older_than", Age(c.OlderThan).String(),
 		"platform", c.Platform, "except_platform", c.ExceptPlatform,
 		"transcript_messages", res.Rows[KindMessages], "worker_turns", res.Rows[KindTurns],
 		"delivery_outbox", res.Rows[KindOutbox], "first_key", keys[0], "last_key", keys[len(keys)-1])

@@ -381,10 +381,10 @@ func TestRunStopsWithContext(t *testing.T) {
 	db := pgtest.New(t)
 	cfg := retention.DefaultConfig()
 	cfg.Retention = retention.Age(90 * day)
-	cfg.SweepInterval = 10 * time.Millisecond
+	cfg.SweepInterval = time.Second
 	s, _ := sweeper(t, db, cfg, 0)
 	seed(t, db, "agent:main:telegram:dm:1", "telegram", 100*day)
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
 	defer cancel()
 	if err := s.Run(ctx); err != nil {
 		t.Fatal(err)

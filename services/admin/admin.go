@@ -32,6 +32,7 @@ import (
 
 	adminv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/admin/v1"
 	"github.com/switchboard-chat/switchboard/pkg/pairing"
+	"github.com/switchboard-chat/switchboard/pkg/retention"
 	"github.com/switchboard-chat/switchboard/pkg/sessionstore"
 	"github.com/switchboard-chat/switchboard/pkg/telemetry"
 )
@@ -56,6 +57,12 @@ type Deliveries interface {
 	PurgeDeliveries(context.Context, *adminv1.PurgeDeliveriesRequest) (*adminv1.PurgeDeliveriesResponse, error)
 }
 
+// Pruner deletes idle sessions (pkg/retention implements it). Nil
+// answers Unimplemented.
+type Pruner interface {
+	Prune(context.Context, retention.Criteria) (retention.Result, error)
+}
+
 // Deps are what the admin API uses.
 type Deps struct {
 	Log *slog.Logger
@@ -64,6 +71,8 @@ type Deps struct {
 	Token string
 	// Deliveries implements the delivery RPCs; nil answers Unimplemented.
 	Deliveries Deliveries
+	// Pruner implements PruneSessions; nil answers Unimplemented.
+	Pruner Pruner
 	// Health drives the gRPC health service; nil reports SERVING.
 	Health *telemetry.Health
 }
@@ -76,6 +85,7 @@ type Service struct {
 	db         *pgxpool.Pool
 	tokenSum   [32]byte
 	deliveries Deliveries
+	pruner     Pruner
 	health     *telemetry.Health
 	sessions   *sessionstore.Store
 	pairing    *pairing.Store
@@ -103,7 +113,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	}
 	s := &Service{
 		cfg: cfg, log: log.With("service", "admin"), db: deps.DB, tokenSum: sha256.Sum256([]byte(deps.Token)),
-		deliveries: deps.Deliveries, health: deps.Health,
+		deliveries: deps.Deliveries, pruner: deps.Pruner, health: deps.Health,
 		sessions: sessionstore.New(deps.DB), pairing: pairing.NewStore(deps.DB),
 		hs: health.NewServer(),
 	}
@@ -344,6 +354,32 @@ func (s *Service) ResetSession(ctx context.Context, req *adminv1.ResetSessionReq
 		return nil, err
 	}
 	return &adminv1.ResetSessionResponse{Session: toProto(sess)}, nil
+}
+
+// PruneSessions deletes sessions idle for at least older_than_seconds,
+// with everything that hangs off them, and audits it (a dry run deletes
+// nothing and is not audited).
+func (s *Service) PruneSessions(ctx context.Context, req *adminv1.PruneSessionsRequest) (*adminv1.PruneSessionsResponse, error) {
+	if s.pruner == nil {
+		return nil, status.Error(codes.Unimplemented, "session pruning is not available in this process")
+	}
+	if req.GetOlderThanSeconds() <= 0 {
+		return nil, status.Error(codes.InvalidArgument, "older_than_seconds must be positive")
+	}
+	c := retention.Criteria{OlderThan: time.Duration(req.GetOlderThanSeconds()) * time.Second,
+		Platform: strings.ToLower(req.GetPlatform()), DryRun: req.GetDryRun()}
+	res, err := s.pruner.Prune(ctx, c)
+	if err != nil {
+		s.log.Error("prune sessions", "err", err, "deleted", res.Sessions)
+		return nil, status.Errorf(codes.Internal, "prune sessions (%d deleted before the error): %v", res.Sessions, err)
+	}
+	if !c.DryRun {
+		if err := s.audit(ctx, "sessions.prune", c.Platform, map[string]any{"older_than": c.OlderThan.String(),
+			"sessions": res.Sessions, "skipped": res.Skipped, "rows": res.Rows}); err != nil {
+			return nil, err
+		}
+	}
+	return &adminv1.PruneSessionsResponse{Sessions: res.Sessions, Skipped: res.Skipped, Rows: res.Rows, DryRun: c.DryRun}, nil
 }
 
 // --- pairing ---

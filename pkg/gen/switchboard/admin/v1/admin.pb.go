@@ -453,6 +453,145 @@ func (x *ResetSessionResponse) GetSession() *Session {
 	return nil
 }
 
+// PruneSessionsRequest deletes idle sessions with everything that hangs off
+// them, as the retention sweep does (pkg/retention): never one with a
+// queued message, an outbox row to send or a running turn.
+type PruneSessionsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Last activity at least this many seconds ago; required (> 0).
+	OlderThanSeconds int64 `protobuf:"varint,1,opt,name=older_than_seconds,json=olderThanSeconds,proto3" json:"older_than_seconds,omitempty"`
+	// Only this platform; empty for all.
+	Platform string `protobuf:"bytes,2,opt,name=platform,proto3" json:"platform,omitempty"`
+	// Count what would be deleted (the batches run and roll back).
+	DryRun        bool `protobuf:"varint,3,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PruneSessionsRequest) Reset() {
+	*x = PruneSessionsRequest{}
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PruneSessionsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PruneSessionsRequest) ProtoMessage() {}
+
+func (x *PruneSessionsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PruneSessionsRequest.ProtoReflect.Descriptor instead.
+func (*PruneSessionsRequest) Descriptor() ([]byte, []int) {
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *PruneSessionsRequest) GetOlderThanSeconds() int64 {
+	if x != nil {
+		return x.OlderThanSeconds
+	}
+	return 0
+}
+
+func (x *PruneSessionsRequest) GetPlatform() string {
+	if x != nil {
+		return x.Platform
+	}
+	return ""
+}
+
+func (x *PruneSessionsRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
+type PruneSessionsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Sessions deleted (or that would be, in a dry run).
+	Sessions int64 `protobuf:"varint,1,opt,name=sessions,proto3" json:"sessions,omitempty"`
+	// Expired sessions left alone for now: a turn held the lock or was writing.
+	Skipped int64 `protobuf:"varint,2,opt,name=skipped,proto3" json:"skipped,omitempty"`
+	// Rows deleted by table: sessions, session_history, worker_turns,
+	// transcript_messages, transcript_summaries, session_prompts,
+	// tool_approvals, delivery_outbox, delivery_stream_messages.
+	Rows          map[string]int64 `protobuf:"bytes,3,rep,name=rows,proto3" json:"rows,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	DryRun        bool             `protobuf:"varint,4,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PruneSessionsResponse) Reset() {
+	*x = PruneSessionsResponse{}
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PruneSessionsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PruneSessionsResponse) ProtoMessage() {}
+
+func (x *PruneSessionsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PruneSessionsResponse.ProtoReflect.Descriptor instead.
+func (*PruneSessionsResponse) Descriptor() ([]byte, []int) {
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *PruneSessionsResponse) GetSessions() int64 {
+	if x != nil {
+		return x.Sessions
+	}
+	return 0
+}
+
+func (x *PruneSessionsResponse) GetSkipped() int64 {
+	if x != nil {
+		return x.Skipped
+	}
+	return 0
+}
+
+func (x *PruneSessionsResponse) GetRows() map[string]int64 {
+	if x != nil {
+		return x.Rows
+	}
+	return nil
+}
+
+func (x *PruneSessionsResponse) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
 type Pairing struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Platform string                 `protobuf:"bytes,1,opt,name=platform,proto3" json:"platform,omitempty"`
@@ -469,7 +608,7 @@ type Pairing struct {
 
 func (x *Pairing) Reset() {
 	*x = Pairing{}
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[7]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -481,7 +620,7 @@ func (x *Pairing) String() string {
 func (*Pairing) ProtoMessage() {}
 
 func (x *Pairing) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[7]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -494,7 +633,7 @@ func (x *Pairing) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pairing.ProtoReflect.Descriptor instead.
 func (*Pairing) Descriptor() ([]byte, []int) {
-	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{7}
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Pairing) GetPlatform() string {
@@ -555,7 +694,7 @@ type ListPairingsRequest struct {
 
 func (x *ListPairingsRequest) Reset() {
 	*x = ListPairingsRequest{}
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[8]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -567,7 +706,7 @@ func (x *ListPairingsRequest) String() string {
 func (*ListPairingsRequest) ProtoMessage() {}
 
 func (x *ListPairingsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[8]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -580,7 +719,7 @@ func (x *ListPairingsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPairingsRequest.ProtoReflect.Descriptor instead.
 func (*ListPairingsRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{8}
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ListPairingsRequest) GetPlatform() string {
@@ -599,7 +738,7 @@ type ListPairingsResponse struct {
 
 func (x *ListPairingsResponse) Reset() {
 	*x = ListPairingsResponse{}
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[9]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -611,7 +750,7 @@ func (x *ListPairingsResponse) String() string {
 func (*ListPairingsResponse) ProtoMessage() {}
 
 func (x *ListPairingsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[9]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -624,7 +763,7 @@ func (x *ListPairingsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPairingsResponse.ProtoReflect.Descriptor instead.
 func (*ListPairingsResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{9}
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ListPairingsResponse) GetPairings() []*Pairing {
@@ -644,7 +783,7 @@ type ApprovePairingRequest struct {
 
 func (x *ApprovePairingRequest) Reset() {
 	*x = ApprovePairingRequest{}
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[10]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -656,7 +795,7 @@ func (x *ApprovePairingRequest) String() string {
 func (*ApprovePairingRequest) ProtoMessage() {}
 
 func (x *ApprovePairingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[10]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -669,7 +808,7 @@ func (x *ApprovePairingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApprovePairingRequest.ProtoReflect.Descriptor instead.
 func (*ApprovePairingRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{10}
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ApprovePairingRequest) GetPlatform() string {
@@ -695,7 +834,7 @@ type ApprovePairingResponse struct {
 
 func (x *ApprovePairingResponse) Reset() {
 	*x = ApprovePairingResponse{}
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[11]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -707,7 +846,7 @@ func (x *ApprovePairingResponse) String() string {
 func (*ApprovePairingResponse) ProtoMessage() {}
 
 func (x *ApprovePairingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[11]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -720,7 +859,7 @@ func (x *ApprovePairingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApprovePairingResponse.ProtoReflect.Descriptor instead.
 func (*ApprovePairingResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{11}
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ApprovePairingResponse) GetPairing() *Pairing {
@@ -740,7 +879,7 @@ type RevokePairingRequest struct {
 
 func (x *RevokePairingRequest) Reset() {
 	*x = RevokePairingRequest{}
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[12]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -752,7 +891,7 @@ func (x *RevokePairingRequest) String() string {
 func (*RevokePairingRequest) ProtoMessage() {}
 
 func (x *RevokePairingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[12]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -765,7 +904,7 @@ func (x *RevokePairingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokePairingRequest.ProtoReflect.Descriptor instead.
 func (*RevokePairingRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{12}
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *RevokePairingRequest) GetPlatform() string {
@@ -791,7 +930,7 @@ type RevokePairingResponse struct {
 
 func (x *RevokePairingResponse) Reset() {
 	*x = RevokePairingResponse{}
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[13]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -803,7 +942,7 @@ func (x *RevokePairingResponse) String() string {
 func (*RevokePairingResponse) ProtoMessage() {}
 
 func (x *RevokePairingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[13]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -816,7 +955,7 @@ func (x *RevokePairingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokePairingResponse.ProtoReflect.Descriptor instead.
 func (*RevokePairingResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{13}
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RevokePairingResponse) GetRevoked() bool {
@@ -837,7 +976,7 @@ type ListDeliveriesRequest struct {
 
 func (x *ListDeliveriesRequest) Reset() {
 	*x = ListDeliveriesRequest{}
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[14]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -849,7 +988,7 @@ func (x *ListDeliveriesRequest) String() string {
 func (*ListDeliveriesRequest) ProtoMessage() {}
 
 func (x *ListDeliveriesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[14]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -862,7 +1001,7 @@ func (x *ListDeliveriesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeliveriesRequest.ProtoReflect.Descriptor instead.
 func (*ListDeliveriesRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{14}
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ListDeliveriesRequest) GetStates() []v11.DeliveryState {
@@ -888,7 +1027,7 @@ type ListDeliveriesResponse struct {
 
 func (x *ListDeliveriesResponse) Reset() {
 	*x = ListDeliveriesResponse{}
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[15]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -900,7 +1039,7 @@ func (x *ListDeliveriesResponse) String() string {
 func (*ListDeliveriesResponse) ProtoMessage() {}
 
 func (x *ListDeliveriesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[15]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -913,7 +1052,7 @@ func (x *ListDeliveriesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeliveriesResponse.ProtoReflect.Descriptor instead.
 func (*ListDeliveriesResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{15}
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListDeliveriesResponse) GetDeliveries() []*v11.Delivery {
@@ -934,7 +1073,7 @@ type RetryDeliveriesRequest struct {
 
 func (x *RetryDeliveriesRequest) Reset() {
 	*x = RetryDeliveriesRequest{}
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[16]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -946,7 +1085,7 @@ func (x *RetryDeliveriesRequest) String() string {
 func (*RetryDeliveriesRequest) ProtoMessage() {}
 
 func (x *RetryDeliveriesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[16]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -959,7 +1098,7 @@ func (x *RetryDeliveriesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryDeliveriesRequest.ProtoReflect.Descriptor instead.
 func (*RetryDeliveriesRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{16}
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *RetryDeliveriesRequest) GetIds() []string {
@@ -985,7 +1124,7 @@ type RetryDeliveriesResponse struct {
 
 func (x *RetryDeliveriesResponse) Reset() {
 	*x = RetryDeliveriesResponse{}
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[17]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -997,7 +1136,7 @@ func (x *RetryDeliveriesResponse) String() string {
 func (*RetryDeliveriesResponse) ProtoMessage() {}
 
 func (x *RetryDeliveriesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[17]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1010,7 +1149,7 @@ func (x *RetryDeliveriesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryDeliveriesResponse.ProtoReflect.Descriptor instead.
 func (*RetryDeliveriesResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{17}
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RetryDeliveriesResponse) GetRequeued() int32 {
@@ -1030,7 +1169,7 @@ type PurgeDeliveriesRequest struct {
 
 func (x *PurgeDeliveriesRequest) Reset() {
 	*x = PurgeDeliveriesRequest{}
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[18]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1042,7 +1181,7 @@ func (x *PurgeDeliveriesRequest) String() string {
 func (*PurgeDeliveriesRequest) ProtoMessage() {}
 
 func (x *PurgeDeliveriesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[18]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1055,7 +1194,7 @@ func (x *PurgeDeliveriesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeDeliveriesRequest.ProtoReflect.Descriptor instead.
 func (*PurgeDeliveriesRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{18}
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *PurgeDeliveriesRequest) GetIds() []string {
@@ -1081,7 +1220,7 @@ type PurgeDeliveriesResponse struct {
 
 func (x *PurgeDeliveriesResponse) Reset() {
 	*x = PurgeDeliveriesResponse{}
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[19]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1093,7 +1232,7 @@ func (x *PurgeDeliveriesResponse) String() string {
 func (*PurgeDeliveriesResponse) ProtoMessage() {}
 
 func (x *PurgeDeliveriesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[19]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1106,7 +1245,7 @@ func (x *PurgeDeliveriesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeDeliveriesResponse.ProtoReflect.Descriptor instead.
 func (*PurgeDeliveriesResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{19}
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *PurgeDeliveriesResponse) GetPurged() int32 {
@@ -1159,7 +1298,19 @@ const file_switchboard_admin_v1_admin_proto_rawDesc = "" +
 	"\vsession_key\x18\x01 \x01(\tR\n" +
 	"sessionKey\"O\n" +
 	"\x14ResetSessionResponse\x127\n" +
-	"\asession\x18\x01 \x01(\v2\x1d.switchboard.admin.v1.SessionR\asession\"\xa4\x02\n" +
+	"\asession\x18\x01 \x01(\v2\x1d.switchboard.admin.v1.SessionR\asession\"y\n" +
+	"\x14PruneSessionsRequest\x12,\n" +
+	"\x12older_than_seconds\x18\x01 \x01(\x03R\x10olderThanSeconds\x12\x1a\n" +
+	"\bplatform\x18\x02 \x01(\tR\bplatform\x12\x17\n" +
+	"\adry_run\x18\x03 \x01(\bR\x06dryRun\"\xea\x01\n" +
+	"\x15PruneSessionsResponse\x12\x1a\n" +
+	"\bsessions\x18\x01 \x01(\x03R\bsessions\x12\x18\n" +
+	"\askipped\x18\x02 \x01(\x03R\askipped\x12I\n" +
+	"\x04rows\x18\x03 \x03(\v25.switchboard.admin.v1.PruneSessionsResponse.RowsEntryR\x04rows\x12\x17\n" +
+	"\adry_run\x18\x04 \x01(\bR\x06dryRun\x1a7\n" +
+	"\tRowsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xa4\x02\n" +
 	"\aPairing\x12\x1a\n" +
 	"\bplatform\x18\x01 \x01(\tR\bplatform\x12\x17\n" +
 	"\auser_id\x18\x02 \x01(\tR\x06userId\x12\x1b\n" +
@@ -1201,12 +1352,13 @@ const file_switchboard_admin_v1_admin_proto_rawDesc = "" +
 	"\x03ids\x18\x01 \x03(\tR\x03ids\x12\x10\n" +
 	"\x03all\x18\x02 \x01(\bR\x03all\"1\n" +
 	"\x17PurgeDeliveriesResponse\x12\x16\n" +
-	"\x06purged\x18\x01 \x01(\x05R\x06purged2\xc8\a\n" +
+	"\x06purged\x18\x01 \x01(\x05R\x06purged2\xb2\b\n" +
 	"\fAdminService\x12e\n" +
 	"\fListSessions\x12).switchboard.admin.v1.ListSessionsRequest\x1a*.switchboard.admin.v1.ListSessionsResponse\x12_\n" +
 	"\n" +
 	"GetSession\x12'.switchboard.admin.v1.GetSessionRequest\x1a(.switchboard.admin.v1.GetSessionResponse\x12e\n" +
-	"\fResetSession\x12).switchboard.admin.v1.ResetSessionRequest\x1a*.switchboard.admin.v1.ResetSessionResponse\x12e\n" +
+	"\fResetSession\x12).switchboard.admin.v1.ResetSessionRequest\x1a*.switchboard.admin.v1.ResetSessionResponse\x12h\n" +
+	"\rPruneSessions\x12*.switchboard.admin.v1.PruneSessionsRequest\x1a+.switchboard.admin.v1.PruneSessionsResponse\x12e\n" +
 	"\fListPairings\x12).switchboard.admin.v1.ListPairingsRequest\x1a*.switchboard.admin.v1.ListPairingsResponse\x12k\n" +
 	"\x0eApprovePairing\x12+.switchboard.admin.v1.ApprovePairingRequest\x1a,.switchboard.admin.v1.ApprovePairingResponse\x12h\n" +
 	"\rRevokePairing\x12*.switchboard.admin.v1.RevokePairingRequest\x1a+.switchboard.admin.v1.RevokePairingResponse\x12k\n" +
@@ -1228,7 +1380,7 @@ func file_switchboard_admin_v1_admin_proto_rawDescGZIP() []byte {
 	return file_switchboard_admin_v1_admin_proto_rawDescData
 }
 
-var file_switchboard_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_switchboard_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_switchboard_admin_v1_admin_proto_goTypes = []any{
 	(*Session)(nil),                 // 0: switchboard.admin.v1.Session
 	(*ListSessionsRequest)(nil),     // 1: switchboard.admin.v1.ListSessionsRequest
@@ -1237,61 +1389,67 @@ var file_switchboard_admin_v1_admin_proto_goTypes = []any{
 	(*GetSessionResponse)(nil),      // 4: switchboard.admin.v1.GetSessionResponse
 	(*ResetSessionRequest)(nil),     // 5: switchboard.admin.v1.ResetSessionRequest
 	(*ResetSessionResponse)(nil),    // 6: switchboard.admin.v1.ResetSessionResponse
-	(*Pairing)(nil),                 // 7: switchboard.admin.v1.Pairing
-	(*ListPairingsRequest)(nil),     // 8: switchboard.admin.v1.ListPairingsRequest
-	(*ListPairingsResponse)(nil),    // 9: switchboard.admin.v1.ListPairingsResponse
-	(*ApprovePairingRequest)(nil),   // 10: switchboard.admin.v1.ApprovePairingRequest
-	(*ApprovePairingResponse)(nil),  // 11: switchboard.admin.v1.ApprovePairingResponse
-	(*RevokePairingRequest)(nil),    // 12: switchboard.admin.v1.RevokePairingRequest
-	(*RevokePairingResponse)(nil),   // 13: switchboard.admin.v1.RevokePairingResponse
-	(*ListDeliveriesRequest)(nil),   // 14: switchboard.admin.v1.ListDeliveriesRequest
-	(*ListDeliveriesResponse)(nil),  // 15: switchboard.admin.v1.ListDeliveriesResponse
-	(*RetryDeliveriesRequest)(nil),  // 16: switchboard.admin.v1.RetryDeliveriesRequest
-	(*RetryDeliveriesResponse)(nil), // 17: switchboard.admin.v1.RetryDeliveriesResponse
-	(*PurgeDeliveriesRequest)(nil),  // 18: switchboard.admin.v1.PurgeDeliveriesRequest
-	(*PurgeDeliveriesResponse)(nil), // 19: switchboard.admin.v1.PurgeDeliveriesResponse
-	(*v1.SessionSource)(nil),        // 20: switchboard.events.v1.SessionSource
-	(*timestamppb.Timestamp)(nil),   // 21: google.protobuf.Timestamp
-	(v11.DeliveryState)(0),          // 22: switchboard.delivery.v1.DeliveryState
-	(*v11.Delivery)(nil),            // 23: switchboard.delivery.v1.Delivery
+	(*PruneSessionsRequest)(nil),    // 7: switchboard.admin.v1.PruneSessionsRequest
+	(*PruneSessionsResponse)(nil),   // 8: switchboard.admin.v1.PruneSessionsResponse
+	(*Pairing)(nil),                 // 9: switchboard.admin.v1.Pairing
+	(*ListPairingsRequest)(nil),     // 10: switchboard.admin.v1.ListPairingsRequest
+	(*ListPairingsResponse)(nil),    // 11: switchboard.admin.v1.ListPairingsResponse
+	(*ApprovePairingRequest)(nil),   // 12: switchboard.admin.v1.ApprovePairingRequest
+	(*ApprovePairingResponse)(nil),  // 13: switchboard.admin.v1.ApprovePairingResponse
+	(*RevokePairingRequest)(nil),    // 14: switchboard.admin.v1.RevokePairingRequest
+	(*RevokePairingResponse)(nil),   // 15: switchboard.admin.v1.RevokePairingResponse
+	(*ListDeliveriesRequest)(nil),   // 16: switchboard.admin.v1.ListDeliveriesRequest
+	(*ListDeliveriesResponse)(nil),  // 17: switchboard.admin.v1.ListDeliveriesResponse
+	(*RetryDeliveriesRequest)(nil),  // 18: switchboard.admin.v1.RetryDeliveriesRequest
+	(*RetryDeliveriesResponse)(nil), // 19: switchboard.admin.v1.RetryDeliveriesResponse
+	(*PurgeDeliveriesRequest)(nil),  // 20: switchboard.admin.v1.PurgeDeliveriesRequest
+	(*PurgeDeliveriesResponse)(nil), // 21: switchboard.admin.v1.PurgeDeliveriesResponse
+	nil,                             // 22: switchboard.admin.v1.PruneSessionsResponse.RowsEntry
+	(*v1.SessionSource)(nil),        // 23: switchboard.events.v1.SessionSource
+	(*timestamppb.Timestamp)(nil),   // 24: google.protobuf.Timestamp
+	(v11.DeliveryState)(0),          // 25: switchboard.delivery.v1.DeliveryState
+	(*v11.Delivery)(nil),            // 26: switchboard.delivery.v1.Delivery
 }
 var file_switchboard_admin_v1_admin_proto_depIdxs = []int32{
-	20, // 0: switchboard.admin.v1.Session.origin:type_name -> switchboard.events.v1.SessionSource
-	21, // 1: switchboard.admin.v1.Session.created_at:type_name -> google.protobuf.Timestamp
-	21, // 2: switchboard.admin.v1.Session.updated_at:type_name -> google.protobuf.Timestamp
+	23, // 0: switchboard.admin.v1.Session.origin:type_name -> switchboard.events.v1.SessionSource
+	24, // 1: switchboard.admin.v1.Session.created_at:type_name -> google.protobuf.Timestamp
+	24, // 2: switchboard.admin.v1.Session.updated_at:type_name -> google.protobuf.Timestamp
 	0,  // 3: switchboard.admin.v1.ListSessionsResponse.sessions:type_name -> switchboard.admin.v1.Session
 	0,  // 4: switchboard.admin.v1.GetSessionResponse.session:type_name -> switchboard.admin.v1.Session
 	0,  // 5: switchboard.admin.v1.ResetSessionResponse.session:type_name -> switchboard.admin.v1.Session
-	21, // 6: switchboard.admin.v1.Pairing.created_at:type_name -> google.protobuf.Timestamp
-	21, // 7: switchboard.admin.v1.Pairing.expires_at:type_name -> google.protobuf.Timestamp
-	21, // 8: switchboard.admin.v1.Pairing.approved_at:type_name -> google.protobuf.Timestamp
-	7,  // 9: switchboard.admin.v1.ListPairingsResponse.pairings:type_name -> switchboard.admin.v1.Pairing
-	7,  // 10: switchboard.admin.v1.ApprovePairingResponse.pairing:type_name -> switchboard.admin.v1.Pairing
-	22, // 11: switchboard.admin.v1.ListDeliveriesRequest.states:type_name -> switchboard.delivery.v1.DeliveryState
-	23, // 12: switchboard.admin.v1.ListDeliveriesResponse.deliveries:type_name -> switchboard.delivery.v1.Delivery
-	1,  // 13: switchboard.admin.v1.AdminService.ListSessions:input_type -> switchboard.admin.v1.ListSessionsRequest
-	3,  // 14: switchboard.admin.v1.AdminService.GetSession:input_type -> switchboard.admin.v1.GetSessionRequest
-	5,  // 15: switchboard.admin.v1.AdminService.ResetSession:input_type -> switchboard.admin.v1.ResetSessionRequest
-	8,  // 16: switchboard.admin.v1.AdminService.ListPairings:input_type -> switchboard.admin.v1.ListPairingsRequest
-	10, // 17: switchboard.admin.v1.AdminService.ApprovePairing:input_type -> switchboard.admin.v1.ApprovePairingRequest
-	12, // 18: switchboard.admin.v1.AdminService.RevokePairing:input_type -> switchboard.admin.v1.RevokePairingRequest
-	14, // 19: switchboard.admin.v1.AdminService.ListDeliveries:input_type -> switchboard.admin.v1.ListDeliveriesRequest
-	16, // 20: switchboard.admin.v1.AdminService.RetryDeliveries:input_type -> switchboard.admin.v1.RetryDeliveriesRequest
-	18, // 21: switchboard.admin.v1.AdminService.PurgeDeliveries:input_type -> switchboard.admin.v1.PurgeDeliveriesRequest
-	2,  // 22: switchboard.admin.v1.AdminService.ListSessions:output_type -> switchboard.admin.v1.ListSessionsResponse
-	4,  // 23: switchboard.admin.v1.AdminService.GetSession:output_type -> switchboard.admin.v1.GetSessionResponse
-	6,  // 24: switchboard.admin.v1.AdminService.ResetSession:output_type -> switchboard.admin.v1.ResetSessionResponse
-	9,  // 25: switchboard.admin.v1.AdminService.ListPairings:output_type -> switchboard.admin.v1.ListPairingsResponse
-	11, // 26: switchboard.admin.v1.AdminService.ApprovePairing:output_type -> switchboard.admin.v1.ApprovePairingResponse
-	13, // 27: switchboard.admin.v1.AdminService.RevokePairing:output_type -> switchboard.admin.v1.RevokePairingResponse
-	15, // 28: switchboard.admin.v1.AdminService.ListDeliveries:output_type -> switchboard.admin.v1.ListDeliveriesResponse
-	17, // 29: switchboard.admin.v1.AdminService.RetryDeliveries:output_type -> switchboard.admin.v1.RetryDeliveriesResponse
-	19, // 30: switchboard.admin.v1.AdminService.PurgeDeliveries:output_type -> switchboard.admin.v1.PurgeDeliveriesResponse
-	22, // [22:31] is the sub-list for method output_type
-	13, // [13:22] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	22, // 6: switchboard.admin.v1.PruneSessionsResponse.rows:type_name -> switchboard.admin.v1.PruneSessionsResponse.RowsEntry
+	24, // 7: switchboard.admin.v1.Pairing.created_at:type_name -> google.protobuf.Timestamp
+	24, // 8: switchboard.admin.v1.Pairing.expires_at:type_name -> google.protobuf.Timestamp
+	24, // 9: switchboard.admin.v1.Pairing.approved_at:type_name -> google.protobuf.Timestamp
+	9,  // 10: switchboard.admin.v1.ListPairingsResponse.pairings:type_name -> switchboard.admin.v1.Pairing
+	9,  // 11: switchboard.admin.v1.ApprovePairingResponse.pairing:type_name -> switchboard.admin.v1.Pairing
+	25, // 12: switchboard.admin.v1.ListDeliveriesRequest.states:type_name -> switchboard.delivery.v1.DeliveryState
+	26, // 13: switchboard.admin.v1.ListDeliveriesResponse.deliveries:type_name -> switchboard.delivery.v1.Delivery
+	1,  // 14: switchboard.admin.v1.AdminService.ListSessions:input_type -> switchboard.admin.v1.ListSessionsRequest
+	3,  // 15: switchboard.admin.v1.AdminService.GetSession:input_type -> switchboard.admin.v1.GetSessionRequest
+	5,  // 16: switchboard.admin.v1.AdminService.ResetSession:input_type -> switchboard.admin.v1.ResetSessionRequest
+	7,  // 17: switchboard.admin.v1.AdminService.PruneSessions:input_type -> switchboard.admin.v1.PruneSessionsRequest
+	10, // 18: switchboard.admin.v1.AdminService.ListPairings:input_type -> switchboard.admin.v1.ListPairingsRequest
+	12, // 19: switchboard.admin.v1.AdminService.ApprovePairing:input_type -> switchboard.admin.v1.ApprovePairingRequest
+	14, // 20: switchboard.admin.v1.AdminService.RevokePairing:input_type -> switchboard.admin.v1.RevokePairingRequest
+	16, // 21: switchboard.admin.v1.AdminService.ListDeliveries:input_type -> switchboard.admin.v1.ListDeliveriesRequest
+	18, // 22: switchboard.admin.v1.AdminService.RetryDeliveries:input_type -> switchboard.admin.v1.RetryDeliveriesRequest
+	20, // 23: switchboard.admin.v1.AdminService.PurgeDeliveries:input_type -> switchboard.admin.v1.PurgeDeliveriesRequest
+	2,  // 24: switchboard.admin.v1.AdminService.ListSessions:output_type -> switchboard.admin.v1.ListSessionsResponse
+	4,  // 25: switchboard.admin.v1.AdminService.GetSession:output_type -> switchboard.admin.v1.GetSessionResponse
+	6,  // 26: switchboard.admin.v1.AdminService.ResetSession:output_type -> switchboard.admin.v1.ResetSessionResponse
+	8,  // 27: switchboard.admin.v1.AdminService.PruneSessions:output_type -> switchboard.admin.v1.PruneSessionsResponse
+	11, // 28: switchboard.admin.v1.AdminService.ListPairings:output_type -> switchboard.admin.v1.ListPairingsResponse
+	13, // 29: switchboard.admin.v1.AdminService.ApprovePairing:output_type -> switchboard.admin.v1.ApprovePairingResponse
+	15, // 30: switchboard.admin.v1.AdminService.RevokePairing:output_type -> switchboard.admin.v1.RevokePairingResponse
+	17, // 31: switchboard.admin.v1.AdminService.ListDeliveries:output_type -> switchboard.admin.v1.ListDeliveriesResponse
+	19, // 32: switchboard.admin.v1.AdminService.RetryDeliveries:output_type -> switchboard.admin.v1.RetryDeliveriesResponse
+	21, // 33: switchboard.admin.v1.AdminService.PurgeDeliveries:output_type -> switchboard.admin.v1.PurgeDeliveriesResponse
+	24, // [24:34] is the sub-list for method output_type
+	14, // [14:24] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_switchboard_admin_v1_admin_proto_init() }
@@ -1305,7 +1463,7 @@ func file_switchboard_admin_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_switchboard_admin_v1_admin_proto_rawDesc), len(file_switchboard_admin_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   20,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

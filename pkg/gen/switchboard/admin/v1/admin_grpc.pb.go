@@ -22,6 +22,7 @@ const (
 	AdminService_ListSessions_FullMethodName    = "/switchboard.admin.v1.AdminService/ListSessions"
 	AdminService_GetSession_FullMethodName      = "/switchboard.admin.v1.AdminService/GetSession"
 	AdminService_ResetSession_FullMethodName    = "/switchboard.admin.v1.AdminService/ResetSession"
+	AdminService_PruneSessions_FullMethodName   = "/switchboard.admin.v1.AdminService/PruneSessions"
 	AdminService_ListPairings_FullMethodName    = "/switchboard.admin.v1.AdminService/ListPairings"
 	AdminService_ApprovePairing_FullMethodName  = "/switchboard.admin.v1.AdminService/ApprovePairing"
 	AdminService_RevokePairing_FullMethodName   = "/switchboard.admin.v1.AdminService/RevokePairing"
@@ -41,6 +42,7 @@ type AdminServiceClient interface {
 	ListSessions(ctx context.Context, in *ListSessionsRequest, opts ...grpc.CallOption) (*ListSessionsResponse, error)
 	GetSession(ctx context.Context, in *GetSessionRequest, opts ...grpc.CallOption) (*GetSessionResponse, error)
 	ResetSession(ctx context.Context, in *ResetSessionRequest, opts ...grpc.CallOption) (*ResetSessionResponse, error)
+	PruneSessions(ctx context.Context, in *PruneSessionsRequest, opts ...grpc.CallOption) (*PruneSessionsResponse, error)
 	ListPairings(ctx context.Context, in *ListPairingsRequest, opts ...grpc.CallOption) (*ListPairingsResponse, error)
 	ApprovePairing(ctx context.Context, in *ApprovePairingRequest, opts ...grpc.CallOption) (*ApprovePairingResponse, error)
 	RevokePairing(ctx context.Context, in *RevokePairingRequest, opts ...grpc.CallOption) (*RevokePairingResponse, error)
@@ -81,6 +83,16 @@ func (c *adminServiceClient) ResetSession(ctx context.Context, in *ResetSessionR
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ResetSessionResponse)
 	err := c.cc.Invoke(ctx, AdminService_ResetSession_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) PruneSessions(ctx context.Context, in *PruneSessionsRequest, opts ...grpc.CallOption) (*PruneSessionsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PruneSessionsResponse)
+	err := c.cc.Invoke(ctx, AdminService_PruneSessions_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -158,6 +170,7 @@ type AdminServiceServer interface {
 	ListSessions(context.Context, *ListSessionsRequest) (*ListSessionsResponse, error)
 	GetSession(context.Context, *GetSessionRequest) (*GetSessionResponse, error)
 	ResetSession(context.Context, *ResetSessionRequest) (*ResetSessionResponse, error)
+	PruneSessions(context.Context, *PruneSessionsRequest) (*PruneSessionsResponse, error)
 	ListPairings(context.Context, *ListPairingsRequest) (*ListPairingsResponse, error)
 	ApprovePairing(context.Context, *ApprovePairingRequest) (*ApprovePairingResponse, error)
 	RevokePairing(context.Context, *RevokePairingRequest) (*RevokePairingResponse, error)
@@ -182,6 +195,9 @@ func (UnimplementedAdminServiceServer) GetSession(context.Context, *GetSessionRe
 }
 func (UnimplementedAdminServiceServer) ResetSession(context.Context, *ResetSessionRequest) (*ResetSessionResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ResetSession not implemented")
+}
+func (UnimplementedAdminServiceServer) PruneSessions(context.Context, *PruneSessionsRequest) (*PruneSessionsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PruneSessions not implemented")
 }
 func (UnimplementedAdminServiceServer) ListPairings(context.Context, *ListPairingsRequest) (*ListPairingsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListPairings not implemented")
@@ -272,6 +288,24 @@ func _AdminService_ResetSession_Handler(srv interface{}, ctx context.Context, de
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(AdminServiceServer).ResetSession(ctx, req.(*ResetSessionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_PruneSessions_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PruneSessionsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).PruneSessions(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_PruneSessions_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).PruneSessions(ctx, req.(*PruneSessionsRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -402,6 +436,10 @@ var AdminService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ResetSession",
 			Handler:    _AdminService_ResetSession_Handler,
+		},
+		{
+			MethodName: "PruneSessions",
+			Handler:    _AdminService_PruneSessions_Handler,
 		},
 		{
 			MethodName: "ListPairings",

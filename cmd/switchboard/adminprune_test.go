@@ -1,0 +1,95 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/switchboard-chat/switchboard/pkg/pg/pgtest"
+	"github.com/switchboard-chat/switchboard/pkg/redisx/redistest"
+	"github.com/switchboard-chat/switchboard/services/admin"
+)
+
+// TestSessionsPruneVerb drives `switchboard sessions prune` against a real
+// admin API whose pruner opens the real Redis on the first call.
+func TestSessionsPruneVerb(t *testing.T) {
+	ctx := context.Background()
+	db := pgtest.New(t)
+	rdb, prefix := redistest.New(t)
+	cfg := defaultConfig()
+	cfg.Redis.URL, cfg.Redis.Prefix = redistest.URL(), prefix
+	pruner := &lazyPruner{a: newApp("admin", cfg), db: db}
+	defer pruner.close()
+	s, err := admin.New(admin.Config{Addr: "127.0.0.1:0"}, admin.Deps{DB: db, Token: "tok", Pruner: pruner})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- s.Run(rctx) }()
+	defer func() { cancel(); <-done }()
+	t.Setenv("SWITCHBOARD_ADMIN_TOKEN", "tok")
+	t.Setenv("USER", "tester")
+
+	old := time.Now().Add(-100 * 24 * time.Hour)
+	for _, row := range []struct {
+		key, platform string
+		at            time.Time
+	}{
+		{"agent:main:telegram:dm:1", "telegram", old},
+		{"agent:main:telegram:dm:2", "telegram", old},
+		{"agent:main:telegram:dm:3", "telegram", time.Now()},
+		{"agent:main:discord:dm:1", "discord", old},
+	} {
+		if _, err := db.Exec(ctx, `INSERT INTO sessions (session_key, session_id, platform, created_at, updated_at, last_activity_at)
+			VALUES ($1, $1, $2, $3, $3, $3)`, row.key, row.platform, row.at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A turn runs in one of the old sessions.
+	if err := rdb.Set(ctx, prefix+"lock:agent:main:telegram:dm:2", "worker", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	sessions := func() int {
+		var n int
+		if err := db.QueryRow(ctx, `SELECT count(*) FROM sessions`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	run := func(args ...string) (string, error) {
+		var out bytes.Buffer
+		err := runSessions(ctx, append(args, "--admin-addr", s.Addr()), &out)
+		return out.String(), err
+	}
+
+	out, err := run("prune", "--older-than", "90d", "--platform", "telegram", "--dry-run")
+	if err != nil || !strings.Contains(out, "would delete 1 sessions idle for 90d or longer on telegram (1 busy") {
+		t.Fatalf("dry run: %v\n%s", err, out)
+	}
+	if n := sessions(); n != 4 {
+		t.Fatalf("dry run deleted: %d sessions left", n)
+	}
+	out, err = run("prune", "--older-than", "90d", "--platform", "telegram")
+	if err != nil || !strings.Contains(out, "deleted 1 sessions") || !strings.Contains(strings.Join(strings.Fields(out), " "), "session_prompts 0 sessions 1") {
+		t.Fatalf("prune: %v\n%s", err, out)
+	}
+	if n := sessions(); n != 3 {
+		t.Fatalf("%d sessions left, want 3 (busy, recent, discord)", n)
+	}
+	var audited int
+	if err := db.QueryRow(ctx, `SELECT count(*) FROM audit_log WHERE action = 'sessions.prune' AND actor LIKE '%tester'`).Scan(&audited); err != nil || audited != 1 {
+		t.Fatalf("audit rows %d, %v", audited, err)
+	}
+	for _, args := range [][]string{{"prune"}, {"prune", "--older-than", "-1d"}, {"prune", "--older-than", "soon"}, {"prune", "--older-than", "0"}} {
+		if _, err := run(args...); !errors.Is(err, errUsage) {
+			t.Errorf("%v: %v, want usage", args, err)
+		}
+	}
+}
