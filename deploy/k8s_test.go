@@ -584,12 +584,13 @@ func checkSecrets(t *testing.T, objs []Object) {
 
 // checkStoreCredentials: a container gets the credentials of only the
 // stores its command opens. Gateways use only NATS; router, worker and
-// delivery also use Postgres and Redis, admin only Postgres. REDIS_URL is
-// optional (redis.url in config.yaml serves a Redis without a password).
+// delivery also use Postgres and Redis, admin Postgres and, for `sessions
+// prune` (the session locks), Redis. REDIS_URL is optional (redis.url in
+// config.yaml serves a Redis without a password).
 func checkStoreCredentials(t *testing.T, objs []Object) {
 	uses := map[string][]string{
 		"router": {"DATABASE_URL", "REDIS_URL"}, "worker": {"DATABASE_URL", "REDIS_URL"},
-		"delivery": {"DATABASE_URL", "REDIS_URL"}, "admin": {"DATABASE_URL"}, "migrate": {"DATABASE_URL"},
+		"delivery": {"DATABASE_URL", "REDIS_URL"}, "admin": {"DATABASE_URL", "REDIS_URL"}, "migrate": {"DATABASE_URL"},
 	}
 	for _, o := range objs {
 		spec := PodSpec(o)
