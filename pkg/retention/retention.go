@@ -141,7 +141,8 @@ type Criteria struct {
 	OlderThan time.Duration
 	// Platform limits the prune to one platform ("" any).
 	Platform string
-	// ExceptPlatform leaves one platform out ("" none).
+	// ExceptPlatform leaves one platform out ("" none); with Platform
+	// set it does not apply.
 	ExceptPlatform string
 	// DryRun runs every batch and rolls it back: the counts are what a
 	// prune would delete now, and nothing is deleted.
@@ -248,19 +249,29 @@ func (s *Sweeper) Prune(ctx context.Context, c Criteria) (Result, error) {
 // the session, another sweeper's batch). A session with a queued message
 // or an outbox row still to send is no candidate. Last activity is the
 // later of the last message's arrival and the last change of the row
-// (turn starts, resets, usage).
-const candidatesSQL = `
-SELECT s.session_key, s.session_id FROM sessions s
+// (turn starts, resets, usage). The platform condition is written into
+// the text rather than made optional with a parameter, so that the plan
+// can use the (platform, session_key) index.
+func candidatesSQL(c Criteria) string {
+	where := ""
+	switch {
+	case c.Platform != "":
+		where = "AND s.platform = $4"
+	case c.ExceptPlatform != "":
+		where = "AND s.platform <> $4"
+	}
+	return `
+SELECT s.session_key FROM sessions s
 WHERE s.session_key > $1
-  AND ($2 = '' OR s.platform = $2)
-  AND ($3 = '' OR s.platform <> $3)
-  AND greatest(s.last_activity_at, s.updated_at) < $4
+  ` + where + `
+  AND greatest(s.last_activity_at, s.updated_at) < $2
   AND NOT EXISTS (SELECT 1 FROM session_queue q WHERE q.session_key = s.session_key)
   AND NOT EXISTS (SELECT 1 FROM delivery_outbox o
                   WHERE o.session_key = s.session_key AND o.session_key <> '' AND o.state IN ('queued', 'sending'))
 ORDER BY s.session_key
-LIMIT $5
+LIMIT $3
 FOR UPDATE OF s SKIP LOCKED`
+}
 
 // fenceSQL keeps the keys whose generation advisory lock (the class of
 // switchboard_fence, migration 00203) it can take at once: no fenced
@@ -298,14 +309,21 @@ func (s *Sweeper) batch(ctx context.Context, c Criteria, cutoff time.Time, after
 	if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '2s'`); err != nil {
 		return res, after, 0, fmt.Errorf("retention: %w", err)
 	}
-	rows, err := tx.Query(ctx, candidatesSQL, after, c.Platform, c.ExceptPlatform, cutoff, s.cfg.BatchSize)
+	args := []any{after, cutoff, s.cfg.BatchSize}
+	switch {
+	case c.Platform != "":
+		args = append(args, c.Platform)
+	case c.ExceptPlatform != "":
+		args = append(args, c.ExceptPlatform)
+	}
+	rows, err := tx.Query(ctx, candidatesSQL(c), args...)
 	if err != nil {
 		return res, after, 0, fmt.Errorf("retention: select expired sessions: %w", err)
 	}
 	var keys, ids []string
 	for rows.Next() {
-		var k, id string
-		if err := rows.Scan(&k, &id); err != nil {
+		var k string
+		if err := rows.Scan(&k); err != nil {
 			rows.Close()
 			return res, after, 0, fmt.Errorf("retention: read expired sessions: %w", err)
 		}
