@@ -102,7 +102,9 @@ func sendTo(chat, key, text string) *deliveryv1.SendRequested {
 func TestWebhook(t *testing.T) {
 	t.Parallel()
 	f := linefake.New(t)
-	h := start(t, f, testConfig(f))
+	cfg := testConfig(f)
+	cfg.AllowedGroups = []string{testGroup}
+	h := start(t, f, cfg)
 	body := f.Body(f.Event(linefake.Inbound{UserID: alice, Text: "one"}), f.Event(linefake.Inbound{UserID: alice, Text: "two"}))
 
 	if code, _, _ := linefake.PostSigned(context.Background(), h.url, linefake.Sign("wrong secret", body), body); code != http.StatusUnauthorized {
@@ -126,6 +128,18 @@ func TestWebhook(t *testing.T) {
 
 	if code := h.post(t, f.Body()); code != http.StatusOK {
 		t.Fatalf("verify (no events) answered %d", code)
+	}
+	// A malformed event does not hold back the good one beside it; a
+	// follow and a group not allowed publish nothing.
+	bad := f.Event(linefake.Inbound{UserID: alice, Text: "bad"})
+	bad["source"] = map[string]any{"type": "space"}
+	follow := f.Event(linefake.Inbound{UserID: alice})
+	follow["type"] = "follow"
+	if code := h.post(t, f.Body(bad, follow, f.Event(linefake.Inbound{UserID: alice, GroupID: "Cnotallowed", Text: "group"}), f.Event(linefake.Inbound{UserID: alice, Text: "good"}))); code != http.StatusOK {
+		t.Fatalf("mixed delivery answered %d", code)
+	}
+	if ev := h.next(t); ev.GetText() != "good" {
+		t.Fatalf("published %q, want only the good event", ev.GetText())
 	}
 	resp, err := http.Get(h.url)
 	if err != nil {
