@@ -5,15 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"mime"
 	"mime/multipart"
 	"net/http"
 	"net/textproto"
-	"net/url"
 	"strings"
 
-	"github.com/switchboard-chat/switchboard/pkg/attachment"
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/platform"
@@ -36,7 +33,7 @@ func (p *Platform) sendAttachments(ctx context.Context, req *deliveryv1.SendRequ
 	for i, a := range atts {
 		id, done := platform.SentPart(ctx, i)
 		if !done {
-			data, mt, err := p.attachmentBytes(ctx, a)
+			data, mt, err := platform.ReadAttachment(ctx, a, nil, p.api.hc, maxUploadBytes)
 			if err != nil {
 				return first, err
 			}
@@ -62,50 +59,6 @@ func (p *Platform) sendAttachments(ctx context.Context, req *deliveryv1.SendRequ
 	}
 	platform.RecordPart(ctx, len(atts), id)
 	return first, nil
-}
-
-// attachmentBytes reads an attachment to send: an inline data: URL, or
-// an http(s) URL downloaded (at most maxUploadBytes).
-func (p *Platform) attachmentBytes(ctx context.Context, a *eventsv1.Attachment) ([]byte, string, error) {
-	u := a.GetUrl()
-	switch {
-	case strings.HasPrefix(u, "data:"):
-		data, mt, _, err := attachment.ParseDataURL(u)
-		if err != nil {
-			return nil, "", platform.Permanent(fmt.Errorf("attachment data url: %w", err))
-		}
-		return data, first(a.GetMimeType(), mt), nil
-	case strings.HasPrefix(u, "https://") || strings.HasPrefix(u, "http://"):
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-		if err != nil {
-			return nil, "", platform.Permanent(fmt.Errorf("attachment url: %w", err))
-		}
-		resp, err := p.api.hc.Do(req)
-		if err != nil {
-			var ue *url.Error
-			if errors.As(err, &ue) {
-				err = ue.Err // without the URL, which may carry a signature
-			}
-			return nil, "", fmt.Errorf("download attachment: %w", err)
-		}
-		defer resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			err := fmt.Errorf("download attachment: %s", resp.Status)
-			if resp.StatusCode >= 400 && resp.StatusCode < 500 && resp.StatusCode != http.StatusTooManyRequests {
-				return nil, "", platform.Permanent(err)
-			}
-			return nil, "", err
-		}
-		data, err := io.ReadAll(io.LimitReader(resp.Body, maxUploadBytes+1))
-		if err != nil {
-			return nil, "", fmt.Errorf("download attachment: %w", err)
-		}
-		if len(data) > maxUploadBytes {
-			return nil, "", platform.Permanent(fmt.Errorf("attachment larger than %d bytes", maxUploadBytes))
-		}
-		return data, first(a.GetMimeType(), baseType(resp.Header.Get("Content-Type"))), nil
-	}
-	return nil, "", platform.Permanent(errors.New("attachment has no data: or http(s) url"))
 }
 
 // extensions name a file of a media type that came without a name.

@@ -3,7 +3,6 @@ package matrix
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -269,7 +268,7 @@ func (p *Platform) Fetch(ctx context.Context, a *eventsv1.Attachment) (io.ReadCl
 // mediaContent uploads an attachment and returns the message that shows
 // it (m.image, m.audio, m.video or m.file).
 func (p *Platform) mediaContent(ctx context.Context, a *eventsv1.Attachment) (*event.MessageEventContent, error) {
-	data, mimeType, err := p.attachmentBytes(ctx, a)
+	data, mimeType, err := platform.ReadAttachment(ctx, a, p.store, p.cli.Client, maxAttachmentBytes)
 	if err != nil {
 		return nil, err
 	}
@@ -300,93 +299,6 @@ func (p *Platform) mediaContent(ctx context.Context, a *eventsv1.Attachment) (*e
 		c.Body = cap
 	}
 	return c, nil
-}
-
-// attachmentBytes reads an attachment: an inline data: URL, a kept one
-// (bytes_ref) from the store, or an http(s) URL downloaded.
-func (p *Platform) attachmentBytes(ctx context.Context, a *eventsv1.Attachment) ([]byte, string, error) {
-	mimeType := a.GetMimeType()
-	var data []byte
-	switch u := a.GetUrl(); {
-	case strings.HasPrefix(u, "data:"):
-		head, body, ok := strings.Cut(strings.TrimPrefix(u, "data:"), ",")
-		if !ok {
-			return nil, "", platform.Permanent(errors.New("data: URL without a comma"))
-		}
-		head, b64 := strings.CutSuffix(head, ";base64")
-		if b64 {
-			b, err := base64.StdEncoding.DecodeString(body)
-			if err != nil {
-				return nil, "", platform.Permanent(fmt.Errorf("data: URL: %w", err))
-			}
-			data = b
-		} else {
-			data = []byte(body)
-		}
-		if mimeType == "" {
-			mimeType, _, _ = strings.Cut(head, ";")
-		}
-	case a.GetBytesRef() != "":
-		if p.store == nil {
-			return nil, "", platform.Permanent(errors.New("attachment store is off"))
-		}
-		b, kept, err := p.store.Get(ctx, a.GetBytesRef(), maxAttachmentBytes)
-		if err != nil {
-			return nil, "", fmt.Errorf("read kept attachment: %w", err)
-		}
-		data = b
-		if mimeType == "" {
-			mimeType = kept
-		}
-	case strings.HasPrefix(u, "https://") || strings.HasPrefix(u, "http://"):
-		b, got, err := p.download(ctx, u)
-		if err != nil {
-			return nil, "", err
-		}
-		data = b
-		if mimeType == "" {
-			mimeType = got
-		}
-	default:
-		return nil, "", platform.Permanent(errors.New("no data: URL, http(s) URL or kept bytes"))
-	}
-	if len(data) > maxAttachmentBytes {
-		return nil, "", platform.Permanent(fmt.Errorf("attachment larger than %d bytes", maxAttachmentBytes))
-	}
-	if mimeType == "" {
-		mimeType = http.DetectContentType(data)
-	}
-	mimeType, _, _ = strings.Cut(mimeType, ";")
-	return data, strings.TrimSpace(mimeType), nil
-}
-
-// download fetches an http(s) attachment of at most maxAttachmentBytes.
-func (p *Platform) download(ctx context.Context, u string) ([]byte, string, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-	if err != nil {
-		return nil, "", platform.Permanent(fmt.Errorf("attachment url: %w", err))
-	}
-	resp, err := p.cli.Client.Do(req)
-	if err != nil {
-		return nil, "", fmt.Errorf("download attachment: %w", errors.Unwrap(err))
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		err := fmt.Errorf("download attachment: %s", resp.Status)
-		if resp.StatusCode >= 400 && resp.StatusCode < 500 && resp.StatusCode != http.StatusTooManyRequests {
-			return nil, "", platform.Permanent(err)
-		}
-		return nil, "", err
-	}
-	data, err := io.ReadAll(io.LimitReader(resp.Body, maxAttachmentBytes+1))
-	if err != nil {
-		return nil, "", fmt.Errorf("download attachment: %w", err)
-	}
-	ct := resp.Header.Get("Content-Type")
-	if mt, _, err := mime.ParseMediaType(ct); err == nil {
-		ct = mt
-	}
-	return data, ct, nil
 }
 
 // classify maps a homeserver's answer to delivery's error classes:

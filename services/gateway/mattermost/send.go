@@ -14,7 +14,6 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/switchboard-chat/switchboard/pkg/attachment"
 	"github.com/switchboard-chat/switchboard/pkg/chunk"
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
@@ -259,7 +258,7 @@ func (p *Platform) Fetch(ctx context.Context, a *eventsv1.Attachment) (io.ReadCl
 // uploadAttachment uploads one attachment to the channel and returns its
 // file id.
 func (p *Platform) uploadAttachment(ctx context.Context, ch string, a *eventsv1.Attachment) (string, error) {
-	data, mimeType, err := p.attachmentBytes(ctx, a)
+	data, mimeType, err := platform.ReadAttachment(ctx, a, p.store, p.hc, maxAttachmentBytes)
 	if err != nil {
 		return "", err
 	}
@@ -275,84 +274,6 @@ func (p *Platform) uploadAttachment(ctx context.Context, ch string, a *eventsv1.
 		return "", classify(err)
 	}
 	return id, nil
-}
-
-// attachmentBytes reads an attachment: an inline data: URL, a kept one
-// (bytes_ref) from the store, or an http(s) URL downloaded.
-func (p *Platform) attachmentBytes(ctx context.Context, a *eventsv1.Attachment) ([]byte, string, error) {
-	mimeType := a.GetMimeType()
-	var data []byte
-	switch u := a.GetUrl(); {
-	case strings.HasPrefix(u, "data:"):
-		b, mt, _, err := attachment.ParseDataURL(u)
-		if err != nil {
-			return nil, "", platform.Permanent(fmt.Errorf("data: URL: %w", err))
-		}
-		data = b
-		if mimeType == "" {
-			mimeType = mt
-		}
-	case a.GetBytesRef() != "":
-		if p.store == nil {
-			return nil, "", platform.Permanent(errors.New("attachment store is off"))
-		}
-		b, kept, err := p.store.Get(ctx, a.GetBytesRef(), maxAttachmentBytes)
-		if err != nil {
-			return nil, "", fmt.Errorf("read kept attachment: %w", err)
-		}
-		data = b
-		if mimeType == "" {
-			mimeType = kept
-		}
-	case strings.HasPrefix(u, "https://") || strings.HasPrefix(u, "http://"):
-		b, got, err := p.download(ctx, u)
-		if err != nil {
-			return nil, "", err
-		}
-		data = b
-		if mimeType == "" {
-			mimeType = got
-		}
-	default:
-		return nil, "", platform.Permanent(errors.New("no data: URL, http(s) URL or kept bytes"))
-	}
-	if len(data) > maxAttachmentBytes {
-		return nil, "", platform.Permanent(fmt.Errorf("attachment larger than %d bytes", maxAttachmentBytes))
-	}
-	if mimeType == "" {
-		mimeType = http.DetectContentType(data)
-	}
-	mimeType, _, _ = strings.Cut(mimeType, ";")
-	return data, strings.TrimSpace(mimeType), nil
-}
-
-// download fetches an http(s) attachment of at most maxAttachmentBytes.
-func (p *Platform) download(ctx context.Context, u string) ([]byte, string, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-	if err != nil {
-		return nil, "", platform.Permanent(fmt.Errorf("attachment url: %w", err))
-	}
-	resp, err := p.hc.Do(req)
-	if err != nil {
-		return nil, "", fmt.Errorf("download attachment: %w", err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		err := fmt.Errorf("download attachment: %s", resp.Status)
-		if resp.StatusCode >= 400 && resp.StatusCode < 500 && resp.StatusCode != http.StatusTooManyRequests {
-			return nil, "", platform.Permanent(err)
-		}
-		return nil, "", err
-	}
-	data, err := io.ReadAll(io.LimitReader(resp.Body, maxAttachmentBytes+1))
-	if err != nil {
-		return nil, "", fmt.Errorf("download attachment: %w", err)
-	}
-	ct := resp.Header.Get("Content-Type")
-	if mt, _, err := mime.ParseMediaType(ct); err == nil {
-		ct = mt
-	}
-	return data, ct, nil
 }
 
 // classify maps a server's answer to delivery's error classes: 429 is

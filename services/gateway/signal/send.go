@@ -5,9 +5,6 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"io"
-	"mime"
-	"net/http"
 	"net/url"
 	"strings"
 
@@ -129,43 +126,17 @@ func (p *Platform) Typing(ctx context.Context, req *deliveryv1.SendRequested) er
 
 // attachmentData turns an attachment into what signal-cli's send takes:
 // a data URI ("data:<type>;filename=<name>;base64,<data>"). An inline
-// data: URL is passed on, a kept attachment (bytes_ref) read from the
-// store, an http(s) URL downloaded.
+// data: URL is passed on; a kept attachment (bytes_ref) or an http(s)
+// URL is read (platform.ReadAttachment).
 func (p *Platform) attachmentData(ctx context.Context, a *eventsv1.Attachment) (string, error) {
-	var data []byte
-	mimeType := a.GetMimeType()
-	switch {
-	case strings.HasPrefix(a.GetUrl(), "data:"):
+	if strings.HasPrefix(a.GetUrl(), "data:") {
 		return withFileName(a.GetUrl(), a.GetFileName()), nil
-	case a.GetBytesRef() != "":
-		if p.store == nil {
-			return "", platform.Permanent(errors.New("attachment store is off"))
-		}
-		b, kept, err := p.store.Get(ctx, a.GetBytesRef(), maxAttachmentBytes)
-		if err != nil {
-			return "", fmt.Errorf("read kept attachment: %w", err)
-		}
-		data = b
-		if mimeType == "" {
-			mimeType = kept
-		}
-	case strings.HasPrefix(a.GetUrl(), "https://") || strings.HasPrefix(a.GetUrl(), "http://"):
-		b, got, err := p.download(ctx, a.GetUrl())
-		if err != nil {
-			return "", err
-		}
-		data = b
-		if mimeType == "" {
-			mimeType = got
-		}
-	default:
-		return "", platform.Permanent(errors.New("no data: URL, http(s) URL or kept bytes"))
 	}
-	if mimeType == "" {
-		mimeType = http.DetectContentType(data)
+	data, mimeType, err := platform.ReadAttachment(ctx, a, p.store, p.client.stream, maxAttachmentBytes)
+	if err != nil {
+		return "", err
 	}
-	mimeType, _, _ = strings.Cut(mimeType, ";")
-	uri := "data:" + strings.TrimSpace(mimeType)
+	uri := "data:" + mimeType
 	if name := a.GetFileName(); name != "" {
 		uri += ";filename=" + url.PathEscape(name)
 	}
@@ -184,40 +155,4 @@ func withFileName(dataURL, name string) string {
 		head += ";base64"
 	}
 	return head + "," + body
-}
-
-// download fetches an http(s) attachment of at most maxAttachmentBytes.
-func (p *Platform) download(ctx context.Context, u string) ([]byte, string, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-	if err != nil {
-		return nil, "", platform.Permanent(fmt.Errorf("attachment url: %w", err))
-	}
-	resp, err := p.client.stream.Do(req)
-	if err != nil {
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err // without the URL, which may carry a signature
-		}
-		return nil, "", fmt.Errorf("download attachment: %w", err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		err := fmt.Errorf("download attachment: %s", resp.Status)
-		if resp.StatusCode >= 400 && resp.StatusCode < 500 && resp.StatusCode != http.StatusTooManyRequests {
-			return nil, "", platform.Permanent(err)
-		}
-		return nil, "", err
-	}
-	data, err := io.ReadAll(io.LimitReader(resp.Body, maxAttachmentBytes+1))
-	if err != nil {
-		return nil, "", fmt.Errorf("download attachment: %w", err)
-	}
-	if len(data) > maxAttachmentBytes {
-		return nil, "", platform.Permanent(fmt.Errorf("attachment larger than %d bytes", maxAttachmentBytes))
-	}
-	ct := resp.Header.Get("Content-Type")
-	if mt, _, err := mime.ParseMediaType(ct); err == nil {
-		ct = mt
-	}
-	return data, ct, nil
 }

@@ -1,0 +1,98 @@
+package platform
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/switchboard-chat/switchboard/pkg/attachment"
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+)
+
+// ReadAttachment reads what an attachment to send holds, for gateways
+// that upload files themselves: an inline data: URL, the kept bytes
+// (bytes_ref) from store (nil: the store is off), or an http(s) URL
+// downloaded with hc; at most max bytes. The media type is the
+// attachment's, else its source's, else sniffed from the bytes, without
+// parameters. What a retry cannot mend (a bad URL, a 4xx, too large, no
+// source) is Permanent; a download's error never carries its URL, which
+// may hold a signature.
+func ReadAttachment(ctx context.Context, a *eventsv1.Attachment, store *attachment.Store, hc *http.Client, max int64) ([]byte, string, error) {
+	var data []byte
+	var found string
+	switch u := a.GetUrl(); {
+	case strings.HasPrefix(u, "data:"):
+		b, mt, _, err := attachment.ParseDataURL(u)
+		if err != nil {
+			return nil, "", Permanent(fmt.Errorf("attachment data: URL: %w", err))
+		}
+		data, found = b, mt
+	case a.GetBytesRef() != "":
+		if store == nil {
+			return nil, "", Permanent(errors.New("attachment store is off"))
+		}
+		b, mt, err := store.Get(ctx, a.GetBytesRef(), max)
+		if err != nil {
+			return nil, "", fmt.Errorf("read kept attachment: %w", err)
+		}
+		data, found = b, mt
+	case strings.HasPrefix(u, "https://") || strings.HasPrefix(u, "http://"):
+		b, mt, err := download(ctx, hc, u, max)
+		if err != nil {
+			return nil, "", err
+		}
+		data, found = b, mt
+	default:
+		return nil, "", Permanent(errors.New("attachment has no data: URL, http(s) URL or kept bytes"))
+	}
+	if int64(len(data)) > max {
+		return nil, "", Permanent(fmt.Errorf("attachment larger than %d bytes", max))
+	}
+	mimeType := a.GetMimeType()
+	if mimeType == "" {
+		mimeType = found
+	}
+	if mimeType == "" {
+		mimeType = http.DetectContentType(data)
+	}
+	mimeType, _, _ = strings.Cut(mimeType, ";")
+	return data, strings.TrimSpace(mimeType), nil
+}
+
+// download fetches u, at most max bytes (one more tells it is larger).
+func download(ctx context.Context, hc *http.Client, u string, max int64) ([]byte, string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return nil, "", Permanent(errors.New("attachment URL is not a valid URL"))
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return nil, "", fmt.Errorf("download attachment: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		err := fmt.Errorf("download attachment: %s", resp.Status)
+		if resp.StatusCode >= 400 && resp.StatusCode < 500 && resp.StatusCode != http.StatusTooManyRequests {
+			return nil, "", Permanent(err)
+		}
+		return nil, "", err
+	}
+	data, err := io.ReadAll(io.LimitReader(resp.Body, max+1))
+	if err != nil {
+		return nil, "", fmt.Errorf("download attachment: %w", err)
+	}
+	mt := resp.Header.Get("Content-Type")
+	if parsed, _, err := mime.ParseMediaType(mt); err == nil {
+		mt = parsed
+	}
+	return data, mt, nil
+}

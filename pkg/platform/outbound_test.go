@@ -1,0 +1,76 @@
+package platform
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+)
+
+func TestReadAttachment(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/cat.png":
+			w.Header().Set("Content-Type", "image/png; charset=binary")
+			_, _ = w.Write([]byte("\x89PNG\r\n\x1a\nfake"))
+		case "/plain":
+			_, _ = w.Write([]byte("%PDF-1.4 body"))
+		case "/big":
+			_, _ = w.Write([]byte(strings.Repeat("x", 65)))
+		case "/busy":
+			w.WriteHeader(http.StatusServiceUnavailable)
+		case "/slow-down":
+			w.WriteHeader(http.StatusTooManyRequests)
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	const max = 64
+	tests := []struct {
+		name      string
+		a         *eventsv1.Attachment
+		data      string
+		mime      string
+		err       string
+		permanent bool
+	}{
+		{name: "data URL", a: &eventsv1.Attachment{Location: &eventsv1.Attachment_Url{Url: "data:text/plain;base64,aGk="}}, data: "hi", mime: "text/plain"},
+		{name: "data URL, the attachment's type first", a: &eventsv1.Attachment{Location: &eventsv1.Attachment_Url{Url: "data:text/plain,hi"}, MimeType: "text/markdown"}, data: "hi", mime: "text/markdown"},
+		{name: "bad data URL", a: &eventsv1.Attachment{Location: &eventsv1.Attachment_Url{Url: "data:text/plain;base64,@@"}}, err: "data: URL", permanent: true},
+		{name: "download, the server's type without parameters", a: &eventsv1.Attachment{Location: &eventsv1.Attachment_Url{Url: srv.URL + "/cat.png"}}, data: "\x89PNG\r\n\x1a\nfake", mime: "image/png"},
+		{name: "download, sniffed", a: &eventsv1.Attachment{Location: &eventsv1.Attachment_Url{Url: srv.URL + "/plain"}}, data: "%PDF-1.4 body", mime: "application/pdf"},
+		{name: "not found is for good", a: &eventsv1.Attachment{Location: &eventsv1.Attachment_Url{Url: srv.URL + "/gone"}}, err: "404", permanent: true},
+		{name: "a busy server is retried", a: &eventsv1.Attachment{Location: &eventsv1.Attachment_Url{Url: srv.URL + "/busy"}}, err: "503"},
+		{name: "a rate limit is retried", a: &eventsv1.Attachment{Location: &eventsv1.Attachment_Url{Url: srv.URL + "/slow-down"}}, err: "429"},
+		{name: "too large", a: &eventsv1.Attachment{Location: &eventsv1.Attachment_Url{Url: srv.URL + "/big"}}, err: "larger than 64 bytes", permanent: true},
+		{name: "kept bytes without a store", a: &eventsv1.Attachment{Location: &eventsv1.Attachment_BytesRef{BytesRef: "k1"}}, err: "store is off", permanent: true},
+		{name: "no source", a: &eventsv1.Attachment{Location: &eventsv1.Attachment_Url{Url: "ftp://example.org/x"}}, err: "no data: URL", permanent: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			data, mt, err := ReadAttachment(context.Background(), tt.a, nil, srv.Client(), max)
+			if tt.err != "" {
+				var se *SendError
+				permanent := errors.As(err, &se) && se.Class == deliveryv1.ErrorClass_ERROR_CLASS_PERMANENT
+				if err == nil || !strings.Contains(err.Error(), tt.err) || permanent != tt.permanent {
+					t.Fatalf("err %v, want one saying %q (permanent: %v)", err, tt.err, tt.permanent)
+				}
+				if strings.Contains(err.Error(), srv.URL) {
+					t.Fatalf("err %v names the URL", err)
+				}
+				return
+			}
+			if err != nil || string(data) != tt.data || mt != tt.mime {
+				t.Fatalf("got %q, %q, %v; want %q, %q", data, mt, err, tt.data, tt.mime)
+			}
+		})
+	}
+}
