@@ -402,7 +402,7 @@ func TestParseAge(t *testing.T) {
 	}{
 		{"", 0, false}, {"0", 0, false}, {"90d", 90 * day, false}, {"2w", 14 * day, false},
 		{"720h", 720 * time.Hour, false}, {"1h30m", 90 * time.Minute, false},
-		{"-1d", 0, true}, {"-5h", 0, true}, {"d", 0, true}, {"ninety", 0, true}, {"1.5d", 0, true},
+		{"-1d", 0, true}, {"107000d", 0, true}, {"36500d", 36500 * day, false}, {"876001h", 0, true}, {"-5h", 0, true}, {"d", 0, true}, {"ninety", 0, true}, {"1.5d", 0, true},
 	}
 	for _, c := range cases {
 		got, err := retention.ParseAge(c.in)
