@@ -15,9 +15,11 @@ import (
 
 	"github.com/switchboard-chat/switchboard/pkg/config"
 	"github.com/switchboard-chat/switchboard/pkg/cron/scheduler"
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/pg/pgtest"
 	"github.com/switchboard-chat/switchboard/pkg/redisx/redistest"
 	"github.com/switchboard-chat/switchboard/pkg/retention"
+	"github.com/switchboard-chat/switchboard/pkg/sessionstore"
 )
 
 const day = 24 * time.Hour
@@ -458,5 +460,56 @@ func TestConfigFile(t *testing.T) {
 				t.Fatalf("sessions.retention %v, cron.session_retention %v", out.Sessions.Retention, out.Cron.SessionRetention)
 			}
 		})
+	}
+}
+
+// A message that arrives while a batch holds its session's row waits for
+// the batch and then makes a fresh session, with its history row: the
+// batch's deletes do not swallow it.
+func TestArrivalDuringBatchMakesAFreshSession(t *testing.T) {
+	ctx := context.Background()
+	db := pgtest.New(t)
+	key := "agent:main:telegram:dm:1"
+	seed(t, db, key, "telegram", 100*day)
+	// A batch as the sweeper runs it, paused before its commit.
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM sessions WHERE session_key = $1 FOR UPDATE SKIP LOCKED`, key); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{`DELETE FROM transcript_messages WHERE session_key = $1`, `DELETE FROM worker_turns WHERE session_key = $1`,
+		`DELETE FROM session_history WHERE session_key = $1`, `DELETE FROM sessions WHERE session_key = $1`} {
+		if _, err := tx.Exec(ctx, q, key); err != nil {
+			t.Fatal(err)
+		}
+	}
+	type arrival struct {
+		sess    sessionstore.Session
+		created bool
+		err     error
+	}
+	got := make(chan arrival, 1)
+	go func() {
+		sess, created, _, err := sessionstore.New(db).Arrive(ctx, key, "", &eventsv1.SessionSource{Platform: "telegram", ChatId: "1", ChatType: "dm"}, "e1")
+		got <- arrival{sess, created, err}
+	}()
+	select {
+	case a := <-got:
+		t.Fatalf("arrival did not wait for the batch: %+v", a)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	a := <-got
+	if a.err != nil || !a.created || a.sess.ID == "c2-"+key {
+		t.Fatalf("arrival after the batch: created %v, session %q, %v", a.created, a.sess.ID, a.err)
+	}
+	var history int
+	if err := db.QueryRow(ctx, `SELECT count(*) FROM session_history WHERE session_key = $1 AND session_id = $2`, key, a.sess.ID).Scan(&history); err != nil || history != 1 {
+		t.Fatalf("history of the fresh session: %d, %v", history, err)
 	}
 }
