@@ -23,7 +23,7 @@ import (
 func init() {
 	register(command{name: "pairing", summary: "pairing list | approve <platform> <code> | revoke <platform> <user> (admin API)",
 		run: func(ctx context.Context, args []string) error { return runPairing(ctx, args, os.Stdout) }})
-	register(command{name: "sessions", summary: "sessions list [--platform p] | prune --older-than 90d [--platform p] [--dry-run] (admin API)",
+	register(command{name: "sessions", summary: "sessions list [--platform p] | prune [--older-than 90d] [--platform p] [--dry-run] (admin API)",
 		run: func(ctx context.Context, args []string) error { return runSessions(ctx, args, os.Stdout) }})
 }
 
@@ -149,7 +149,7 @@ func runPairing(ctx context.Context, args []string, out io.Writer) error {
 
 func runSessions(ctx context.Context, args []string, out io.Writer) error {
 	fs, c := adminFlags("sessions")
-	olderThan := fs.String("older-than", "", "prune: sessions idle at least this long (90d, 2w, 720h)")
+	olderThan := fs.String("older-than", "90d", "prune: sessions idle at least this long (90d, 2w, 720h; Hermes's `hermes sessions prune` default)")
 	dryRun := fs.Bool("dry-run", false, "prune: count what would be deleted, delete nothing")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
@@ -157,7 +157,7 @@ func runSessions(ctx context.Context, args []string, out io.Writer) error {
 	}
 	usage := func() error {
 		fmt.Fprintln(os.Stderr, "usage: switchboard sessions list [--platform p] [--admin-addr host:port]")
-		fmt.Fprintln(os.Stderr, "       switchboard sessions prune --older-than 90d [--platform p] [--dry-run] [--admin-addr host:port]")
+		fmt.Fprintln(os.Stderr, "       switchboard sessions prune [--older-than 90d] [--platform p] [--dry-run] [--admin-addr host:port]")
 		return errUsage
 	}
 	if len(pos) == 1 && pos[0] == "prune" {
@@ -199,7 +199,7 @@ func pruneSessions(ctx context.Context, c *adminClient, olderThan string, dryRun
 		return usage()
 	}
 	if age <= 0 {
-		fmt.Fprintln(os.Stderr, "--older-than is required: how long a session must have been idle (90d, 2w, 720h)")
+		fmt.Fprintln(os.Stderr, "--older-than must be a positive age: how long a session must have been idle (90d, 2w, 720h)")
 		return usage()
 	}
 	// A first prune of a large history takes a while; each batch that

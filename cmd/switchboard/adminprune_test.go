@@ -76,7 +76,7 @@ func TestSessionsPruneVerb(t *testing.T) {
 	if n := sessions(); n != 4 {
 		t.Fatalf("dry run deleted: %d sessions left", n)
 	}
-	out, err = run("prune", "--older-than", "90d", "--platform", "telegram")
+	out, err = run("prune", "--platform", "telegram") // 90 days, as Hermes's default
 	if err != nil || !strings.Contains(out, "deleted 1 sessions") || !strings.Contains(strings.Join(strings.Fields(out), " "), "session_prompts 0 sessions 1") {
 		t.Fatalf("prune: %v\n%s", err, out)
 	}
@@ -87,7 +87,7 @@ func TestSessionsPruneVerb(t *testing.T) {
 	if err := db.QueryRow(ctx, `SELECT count(*) FROM audit_log WHERE action = 'sessions.prune' AND actor LIKE '%tester'`).Scan(&audited); err != nil || audited != 1 {
 		t.Fatalf("audit rows %d, %v", audited, err)
 	}
-	for _, args := range [][]string{{"prune"}, {"prune", "--older-than", "-1d"}, {"prune", "--older-than", "soon"}, {"prune", "--older-than", "0"}} {
+	for _, args := range [][]string{{"prune", "--older-than", ""}, {"prune", "--older-than", "-1d"}, {"prune", "--older-than", "soon"}, {"prune", "--older-than", "0"}} {
 		if _, err := run(args...); !errors.Is(err, errUsage) {
 			t.Errorf("%v: %v, want usage", args, err)
 		}
