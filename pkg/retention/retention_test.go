@@ -17,6 +17,7 @@ import (
 	"github.com/switchboard-chat/switchboard/pkg/cron/scheduler"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/pg/pgtest"
+	"github.com/switchboard-chat/switchboard/pkg/redisx"
 	"github.com/switchboard-chat/switchboard/pkg/redisx/redistest"
 	"github.com/switchboard-chat/switchboard/pkg/retention"
 	"github.com/switchboard-chat/switchboard/pkg/sessionstore"
@@ -94,9 +95,10 @@ func sweeper(t *testing.T, db *pgxpool.Pool, cfg retention.Config, cron retentio
 	if err != nil {
 		t.Fatal(err)
 	}
+	// hold takes the session's lock as the router does for a turn.
 	hold := func(key string) {
-		if err := rdb.Set(context.Background(), prefix+"lock:"+key, "worker", time.Minute).Err(); err != nil {
-			t.Fatal(err)
+		if ok, err := redisx.NewLocker(rdb, prefix).Acquire(context.Background(), key, redisx.NewGrant(time.Now()), time.Minute); err != nil || !ok {
+			t.Fatalf("take the lock of %s: %v %v", key, ok, err)
 		}
 	}
 	return s, hold
