@@ -224,8 +224,8 @@ type Deps struct {
 
 // Service runs the BlueBubbles gateway.
 type Service struct {
-	p      *Platform
-	runner *platform.Runner
+	platform.Service
+	p *Platform
 }
 
 // New builds the gateway.
@@ -241,26 +241,12 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	opts := deps.Runner
-	if opts.Log == nil {
-		opts.Log = log
-	}
-	r, err := platform.NewRunner(p, deps.Bus, opts)
+	svc, err := platform.NewService(p, deps.Bus, log, deps.Runner)
 	if err != nil {
 		return nil, err
 	}
-	return &Service{p: p, runner: r}, nil
+	return &Service{Service: svc, p: p}, nil
 }
-
-// Run serves until ctx ends.
-func (s *Service) Run(ctx context.Context) error { return s.runner.Run(ctx) }
-
-// Ready is the readiness check: ready while the webhook is served,
-// unready with the reason when the server refused the password.
-func (s *Service) Ready(ctx context.Context) error { return s.runner.Ready(ctx) }
-
-// Runner exposes the kit runner (state, tests).
-func (s *Service) Runner() *platform.Runner { return s.runner }
 
 // Addr is the address the webhook listens on, once it does.
 func (s *Service) Addr() string { return s.p.Addr() }

@@ -206,8 +206,8 @@ type Deps struct {
 
 // Service runs the email gateway.
 type Service struct {
-	p      *Platform
-	runner *platform.Runner
+	platform.Service
+	p *Platform
 }
 
 // New builds the gateway.
@@ -224,9 +224,6 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		log = slog.Default()
 	}
 	opts := deps.Runner
-	if opts.Log == nil {
-		opts.Log = log
-	}
 	if opts.LeaseTTL == 0 {
 		opts.LeaseTTL = cfg.LeaseTTL
 	}
@@ -234,24 +231,15 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		opts.Backoff = platform.QuickBackoff
 	}
 	p := &Platform{cfg: cfg, log: log.With("platform", "email"), bus: deps.Bus, attachments: opts.Attachments}
-	r, err := platform.NewRunner(p, deps.Bus, opts)
+	svc, err := platform.NewService(p, deps.Bus, log, opts)
 	if err != nil {
 		return nil, err
 	}
 	if opts.Attachments.Enabled {
 		p.store = attachment.Open(deps.Bus.JetStream(), deps.Bus.Topology(), opts.Attachments)
 	}
-	return &Service{p: p, runner: r}, nil
+	return &Service{Service: svc, p: p}, nil
 }
-
-// Run serves until ctx ends.
-func (s *Service) Run(ctx context.Context) error { return s.runner.Run(ctx) }
-
-// Ready is the readiness check.
-func (s *Service) Ready(ctx context.Context) error { return s.runner.Ready(ctx) }
-
-// Runner exposes the kit runner (state, tests).
-func (s *Service) Runner() *platform.Runner { return s.runner }
 
 // Platform is the email side of the kit.
 type Platform struct {

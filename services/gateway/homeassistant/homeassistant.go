@@ -22,7 +22,6 @@
 package homeassistant
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -114,8 +113,8 @@ type Deps struct {
 
 // Service runs the Home Assistant gateway.
 type Service struct {
-	p      *Platform
-	runner *platform.Runner
+	platform.Service
+	p *Platform
 }
 
 // New builds the gateway. It does not call Home Assistant: a refused
@@ -130,30 +129,18 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		return nil, err
 	}
 	opts := deps.Runner
-	if opts.Log == nil {
-		opts.Log = deps.Log
-	}
 	if opts.LeaseTTL == 0 {
 		opts.LeaseTTL = cfg.LeaseTTL
 	}
 	if opts.Backoff == nil {
 		opts.Backoff = platform.QuickBackoff
 	}
-	r, err := platform.NewRunner(p, deps.Bus, opts)
+	svc, err := platform.NewService(p, deps.Bus, deps.Log, opts)
 	if err != nil {
 		return nil, err
 	}
-	return &Service{p: p, runner: r}, nil
+	return &Service{Service: svc, p: p}, nil
 }
-
-// Run serves until ctx ends.
-func (s *Service) Run(ctx context.Context) error { return s.runner.Run(ctx) }
-
-// Ready is the readiness check.
-func (s *Service) Ready(ctx context.Context) error { return s.runner.Ready(ctx) }
-
-// Runner exposes the kit runner (state, tests).
-func (s *Service) Runner() *platform.Runner { return s.runner }
 
 // Platform is the Home Assistant side of the kit.
 type Platform struct {

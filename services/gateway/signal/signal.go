@@ -144,8 +144,8 @@ type Deps struct {
 
 // Service runs the Signal gateway.
 type Service struct {
-	p      *Platform
-	runner *platform.Runner
+	platform.Service
+	p *Platform
 }
 
 // New builds the gateway.
@@ -158,34 +158,22 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		return nil, err
 	}
 	opts := deps.Runner
-	if opts.Log == nil {
-		opts.Log = deps.Log
-	}
 	if opts.LeaseTTL == 0 {
 		opts.LeaseTTL = cfg.LeaseTTL
 	}
 	if opts.Backoff == nil {
 		opts.Backoff = platform.QuickBackoff
 	}
-	r, err := platform.NewRunner(p, deps.Bus, opts)
+	svc, err := platform.NewService(p, deps.Bus, deps.Log, opts)
 	if err != nil {
 		return nil, err
 	}
-	p.sent = r.MarkSeen
+	p.sent = svc.Runner().MarkSeen
 	if opts.Attachments.Enabled {
 		p.store = attachment.Open(deps.Bus.JetStream(), deps.Bus.Topology(), opts.Attachments)
 	}
-	return &Service{p: p, runner: r}, nil
+	return &Service{Service: svc, p: p}, nil
 }
-
-// Run serves until ctx ends.
-func (s *Service) Run(ctx context.Context) error { return s.runner.Run(ctx) }
-
-// Ready is the readiness check.
-func (s *Service) Ready(ctx context.Context) error { return s.runner.Ready(ctx) }
-
-// Runner exposes the kit runner (state, tests).
-func (s *Service) Runner() *platform.Runner { return s.runner }
 
 // Platform is the Signal side of the kit.
 type Platform struct {
