@@ -6,6 +6,8 @@ import (
 	"net"
 	"net/http"
 	"time"
+
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 )
 
 // ServeHTTP serves srv on ln until ctx ends, then shuts down gracefully
@@ -25,4 +27,37 @@ func ServeHTTP(ctx context.Context, srv *http.Server, ln net.Listener, grace tim
 		// The listener failed; requests in flight keep their connections.
 		return fmt.Errorf("serve http: %w", err)
 	}
+}
+
+// Deliverer is what a webhook's handler needs of the kit's Conn: publish
+// a message, or count and log one it refused.
+type Deliverer interface {
+	Deliver(ctx context.Context, ev *eventsv1.MessageReceived) (Accepted, error)
+	Reject(ctx context.Context, reason string, err error)
+}
+
+// webhookReadTimeout bounds reading one request, body included.
+const webhookReadTimeout = 30 * time.Second
+
+// ServeWebhook listens on addr and serves h until ctx ends, for gateways
+// their platform calls (WhatsApp, SMS, Teams, LINE, BlueBubbles). Anyone
+// can connect and send a body before its signature is checked, so every
+// phase of a connection is bounded; an answer may wait up to ack for the
+// bus. listening gets the listener's address (port 0 picks one) before
+// conn is marked connected.
+func ServeWebhook(ctx context.Context, conn Conn, addr string, h http.Handler, ack time.Duration, listening func(addr string)) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", addr, err)
+	}
+	srv := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       webhookReadTimeout,
+		WriteTimeout:      webhookReadTimeout + ack + 15*time.Second,
+		IdleTimeout:       30 * time.Second,
+	}
+	listening(ln.Addr().String())
+	conn.Connected()
+	return ServeHTTP(ctx, srv, ln, 5*time.Second)
 }

@@ -7,46 +7,23 @@ import (
 	"fmt"
 	"io"
 	"mime"
-	"net"
 	"net/http"
-	"time"
 
-	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/platform"
 )
 
-// readTimeout bounds reading one request, body included.
-const readTimeout = 30 * time.Second
-
 // serveWebhook serves the webhook until ctx ends.
 func (p *Platform) serveWebhook(ctx context.Context, conn platform.Conn) error {
-	ln, err := net.Listen("tcp", p.cfg.Addr)
-	if err != nil {
-		return fmt.Errorf("bluebubbles webhook listener: %w", err)
-	}
 	mux := http.NewServeMux()
 	mux.Handle(p.cfg.Path, p.WebhookHandler(conn))
-	srv := &http.Server{
-		Handler:           mux,
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       readTimeout,
-		WriteTimeout:      readTimeout + p.cfg.AckTimeout + 5*time.Second,
-		IdleTimeout:       30 * time.Second,
-		// No access log: the request line carries the secret.
-	}
-	p.addr.Store(ln.Addr().String())
-	p.log.Info("bluebubbles webhook listening", "addr", ln.Addr().String(), "path", p.cfg.Path)
-	conn.Connected()
-	if err := platform.ServeHTTP(ctx, srv, ln, 5*time.Second); err != nil {
-		return fmt.Errorf("bluebubbles webhook server: %w", err)
+	err := platform.ServeWebhook(ctx, conn, p.cfg.Addr, mux, p.cfg.AckTimeout, func(addr string) {
+		p.addr.Store(addr)
+		p.log.Info("bluebubbles webhook listening", "addr", addr, "path", p.cfg.Path)
+	})
+	if err != nil {
+		return fmt.Errorf("bluebubbles webhook: %w", err)
 	}
 	return nil
-}
-
-// deliverer is what the handler needs of the kit (platform.Conn).
-type deliverer interface {
-	Deliver(ctx context.Context, ev *eventsv1.MessageReceived) (platform.Accepted, error)
-	Reject(ctx context.Context, reason string, err error)
 }
 
 // authorized reports whether the call carries the webhook secret: in the
@@ -71,7 +48,7 @@ func (p *Platform) authorized(r *http.Request) bool {
 // is not a BlueBubbles event, 500 when the message could not be
 // published (BlueBubbles does not post it again: it is logged), and 200
 // once the message is on the bus or deliberately skipped.
-func (p *Platform) WebhookHandler(conn deliverer) http.Handler {
+func (p *Platform) WebhookHandler(conn platform.Deliverer) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("X-Content-Type-Options", "nosniff")
 		if r.Method != http.MethodPost {
@@ -89,7 +66,7 @@ func (p *Platform) WebhookHandler(conn deliverer) http.Handler {
 	})
 }
 
-func (p *Platform) message(w http.ResponseWriter, r *http.Request, conn deliverer) {
+func (p *Platform) message(w http.ResponseWriter, r *http.Request, conn platform.Deliverer) {
 	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt != "application/json" {
 		http.Error(w, "content type must be application/json", http.StatusUnsupportedMediaType)
 		return

@@ -8,12 +8,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strings"
-	"time"
 
-	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/platform"
 )
 
@@ -21,43 +18,22 @@ import (
 // with the channel secret.
 const HeaderSignature = "X-Line-Signature"
 
-// readTimeout bounds reading one request, body included.
-const readTimeout = 30 * time.Second
-
 // serveWebhook serves the webhook until ctx ends.
 func (p *Platform) serveWebhook(ctx context.Context, conn platform.Conn) error {
-	ln, err := net.Listen("tcp", p.cfg.Addr)
-	if err != nil {
-		return fmt.Errorf("line webhook listener: %w", err)
-	}
 	mux := http.NewServeMux()
 	mux.Handle(p.cfg.Path, p.WebhookHandler(conn))
 	mux.HandleFunc(strings.TrimRight(p.cfg.Path, "/")+"/health", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = io.WriteString(w, `{"status":"ok","platform":"line"}`)
 	})
-	// Anyone can connect and send up to MaxBodyBytes before the
-	// signature is checked: every phase of a connection is bounded.
-	srv := &http.Server{
-		Handler:           mux,
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       readTimeout,
-		WriteTimeout:      readTimeout + p.cfg.AckTimeout + 5*time.Second,
-		IdleTimeout:       30 * time.Second,
-	}
-	p.addr.Store(ln.Addr().String())
-	p.log.Info("line webhook listening", "addr", ln.Addr().String(), "path", p.cfg.Path)
-	conn.Connected()
-	if err := platform.ServeHTTP(ctx, srv, ln, 5*time.Second); err != nil {
-		return fmt.Errorf("line webhook server: %w", err)
+	err := platform.ServeWebhook(ctx, conn, p.cfg.Addr, mux, p.cfg.AckTimeout, func(addr string) {
+		p.addr.Store(addr)
+		p.log.Info("line webhook listening", "addr", addr, "path", p.cfg.Path)
+	})
+	if err != nil {
+		return fmt.Errorf("line webhook: %w", err)
 	}
 	return nil
-}
-
-// deliverer is what the handler needs of the kit (platform.Conn).
-type deliverer interface {
-	Deliver(ctx context.Context, ev *eventsv1.MessageReceived) (platform.Accepted, error)
-	Reject(ctx context.Context, reason string, err error)
 }
 
 // WebhookHandler serves LINE's POSTs. A delivery is answered 405 unless
@@ -69,7 +45,7 @@ type deliverer interface {
 // bus or deliberately skipped. A malformed event among good ones is
 // rejected with a logged reason and does not hold back the others. The
 // console's Verify (a delivery without events) is answered 200.
-func (p *Platform) WebhookHandler(conn deliverer) http.Handler {
+func (p *Platform) WebhookHandler(conn platform.Deliverer) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("X-Content-Type-Options", "nosniff")
 		if r.Method != http.MethodPost {
@@ -81,7 +57,7 @@ func (p *Platform) WebhookHandler(conn deliverer) http.Handler {
 	})
 }
 
-func (p *Platform) delivery(w http.ResponseWriter, r *http.Request, conn deliverer) {
+func (p *Platform) delivery(w http.ResponseWriter, r *http.Request, conn platform.Deliverer) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, p.cfg.MaxBodyBytes))
 	if err != nil {
 		var tooBig *http.MaxBytesError

@@ -14,9 +14,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
-	"time"
 
-	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/platform"
 )
 
@@ -28,39 +26,18 @@ const HeaderSignature = "X-Twilio-Signature"
 // answer goes out through the Messages API.
 const emptyTwiML = `<?xml version="1.0" encoding="UTF-8"?><Response/>`
 
-// readTimeout bounds reading one request, body included.
-const readTimeout = 30 * time.Second
-
 // serveWebhook serves the webhook until ctx ends.
 func (p *Platform) serveWebhook(ctx context.Context, conn platform.Conn) error {
-	ln, err := net.Listen("tcp", p.cfg.Addr)
-	if err != nil {
-		return fmt.Errorf("sms webhook listener: %w", err)
-	}
 	mux := http.NewServeMux()
 	mux.Handle(p.cfg.Path, p.WebhookHandler(conn))
-	// Anyone can connect and send up to MaxBodyBytes before the
-	// signature is checked: every phase of a connection is bounded.
-	srv := &http.Server{
-		Handler:           mux,
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       readTimeout,
-		WriteTimeout:      readTimeout + p.cfg.AckTimeout + 5*time.Second,
-		IdleTimeout:       30 * time.Second,
-	}
-	p.addr.Store(ln.Addr().String())
-	p.log.Info("sms webhook listening", "addr", ln.Addr().String(), "path", p.cfg.Path, "public_url", p.cfg.PublicURL)
-	conn.Connected()
-	if err := platform.ServeHTTP(ctx, srv, ln, 5*time.Second); err != nil {
-		return fmt.Errorf("sms webhook server: %w", err)
+	err := platform.ServeWebhook(ctx, conn, p.cfg.Addr, mux, p.cfg.AckTimeout, func(addr string) {
+		p.addr.Store(addr)
+		p.log.Info("sms webhook listening", "addr", addr, "path", p.cfg.Path, "public_url", p.cfg.PublicURL)
+	})
+	if err != nil {
+		return fmt.Errorf("sms webhook: %w", err)
 	}
 	return nil
-}
-
-// deliverer is what the handler needs of the kit (platform.Conn).
-type deliverer interface {
-	Deliver(ctx context.Context, ev *eventsv1.MessageReceived) (platform.Accepted, error)
-	Reject(ctx context.Context, reason string, err error)
 }
 
 // WebhookHandler serves Twilio's POSTs. A call is answered 405 unless it
@@ -70,7 +47,7 @@ type deliverer interface {
 // not be published (Twilio then calls the number's fallback URL; what was
 // published is not published twice), and 200 with an empty TwiML
 // <Response/> once the message is on the bus or deliberately skipped.
-func (p *Platform) WebhookHandler(conn deliverer) http.Handler {
+func (p *Platform) WebhookHandler(conn platform.Deliverer) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("X-Content-Type-Options", "nosniff")
 		if r.Method != http.MethodPost {
@@ -82,7 +59,7 @@ func (p *Platform) WebhookHandler(conn deliverer) http.Handler {
 	})
 }
 
-func (p *Platform) message(w http.ResponseWriter, r *http.Request, conn deliverer) {
+func (p *Platform) message(w http.ResponseWriter, r *http.Request, conn platform.Deliverer) {
 	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt != "application/x-www-form-urlencoded" {
 		http.Error(w, "content type must be application/x-www-form-urlencoded", http.StatusUnsupportedMediaType)
 		return

@@ -5,49 +5,25 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
-	"time"
 
-	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/platform"
 )
-
-// readTimeout bounds reading one request, body included.
-const readTimeout = 30 * time.Second
 
 // serve serves the messaging endpoint (and GET /health, as Hermes) until
 // ctx ends.
 func (p *Platform) serve(ctx context.Context, conn platform.Conn) error {
-	ln, err := net.Listen("tcp", p.cfg.Addr)
-	if err != nil {
-		return fmt.Errorf("teams listener: %w", err)
-	}
 	mux := http.NewServeMux()
 	mux.Handle(p.cfg.Path, p.Handler(conn))
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") })
-	// Anyone can connect and send up to MaxBodyBytes before the token is
-	// checked: every phase of a connection is bounded.
-	srv := &http.Server{
-		Handler:           mux,
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       readTimeout,
-		WriteTimeout:      readTimeout + p.cfg.AckTimeout + 15*time.Second,
-		IdleTimeout:       30 * time.Second,
-	}
-	p.addr.Store(ln.Addr().String())
-	p.log.Info("teams messaging endpoint listening", "addr", ln.Addr().String(), "path", p.cfg.Path)
-	conn.Connected()
-	if err := platform.ServeHTTP(ctx, srv, ln, 5*time.Second); err != nil {
-		return fmt.Errorf("teams server: %w", err)
+	err := platform.ServeWebhook(ctx, conn, p.cfg.Addr, mux, p.cfg.AckTimeout, func(addr string) {
+		p.addr.Store(addr)
+		p.log.Info("teams messaging endpoint listening", "addr", addr, "path", p.cfg.Path)
+	})
+	if err != nil {
+		return fmt.Errorf("teams: %w", err)
 	}
 	return nil
-}
-
-// deliverer is what the handler needs of the kit (platform.Conn).
-type deliverer interface {
-	Deliver(ctx context.Context, ev *eventsv1.MessageReceived) (platform.Accepted, error)
-	Reject(ctx context.Context, reason string, err error)
 }
 
 // Handler serves the Bot Framework's POSTs of activities. An activity is
@@ -57,7 +33,7 @@ type deliverer interface {
 // it is not an activity, 500 when its message could not be stored (the
 // Bot Framework retries; a retry is not published twice) and 200 once
 // its message is on the bus or deliberately skipped.
-func (p *Platform) Handler(conn deliverer) http.Handler {
+func (p *Platform) Handler(conn platform.Deliverer) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("X-Content-Type-Options", "nosniff")
 		if r.Method != http.MethodPost {
@@ -69,7 +45,7 @@ func (p *Platform) Handler(conn deliverer) http.Handler {
 	})
 }
 
-func (p *Platform) activity(w http.ResponseWriter, r *http.Request, conn deliverer) {
+func (p *Platform) activity(w http.ResponseWriter, r *http.Request, conn platform.Deliverer) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, p.cfg.MaxBodyBytes))
 	if err != nil {
 		var tooBig *http.MaxBytesError
@@ -133,7 +109,7 @@ func (p *Platform) refuse(w http.ResponseWriter, r *http.Request, why string) {
 
 // handle keeps the conversation's serviceUrl, then publishes the
 // activity's message, if it is one to answer.
-func (p *Platform) handle(ctx context.Context, conn deliverer, a *Activity) error {
+func (p *Platform) handle(ctx context.Context, conn platform.Deliverer, a *Activity) error {
 	if err := p.remember(ctx, a.Conversation.ID, a.ServiceURL); err != nil {
 		return err
 	}

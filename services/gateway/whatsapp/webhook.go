@@ -9,12 +9,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strings"
-	"time"
 
-	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/platform"
 )
 
@@ -22,40 +19,18 @@ import (
 // body keyed with the app secret.
 const HeaderSignature = "X-Hub-Signature-256"
 
-// readTimeout bounds reading one request, body included, as the webhook
-// and Slack gateways do.
-const readTimeout = 30 * time.Second
-
 // serveWebhook serves the webhook until ctx ends.
 func (p *Platform) serveWebhook(ctx context.Context, conn platform.Conn) error {
-	ln, err := net.Listen("tcp", p.cfg.Addr)
-	if err != nil {
-		return fmt.Errorf("whatsapp webhook listener: %w", err)
-	}
 	mux := http.NewServeMux()
 	mux.Handle(p.cfg.Path, p.WebhookHandler(conn))
-	// Anyone can connect and send up to MaxBodyBytes before the
-	// signature is checked: every phase of a connection is bounded.
-	srv := &http.Server{
-		Handler:           mux,
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       readTimeout,
-		WriteTimeout:      readTimeout + p.cfg.AckTimeout + 5*time.Second,
-		IdleTimeout:       30 * time.Second,
-	}
-	p.addr.Store(ln.Addr().String())
-	p.log.Info("whatsapp webhook listening", "addr", ln.Addr().String(), "path", p.cfg.Path)
-	conn.Connected()
-	if err := platform.ServeHTTP(ctx, srv, ln, 5*time.Second); err != nil {
-		return fmt.Errorf("whatsapp webhook server: %w", err)
+	err := platform.ServeWebhook(ctx, conn, p.cfg.Addr, mux, p.cfg.AckTimeout, func(addr string) {
+		p.addr.Store(addr)
+		p.log.Info("whatsapp webhook listening", "addr", addr, "path", p.cfg.Path)
+	})
+	if err != nil {
+		return fmt.Errorf("whatsapp webhook: %w", err)
 	}
 	return nil
-}
-
-// deliverer is what the handler needs of the kit (platform.Conn).
-type deliverer interface {
-	Deliver(ctx context.Context, ev *eventsv1.MessageReceived) (platform.Accepted, error)
-	Reject(ctx context.Context, reason string, err error)
 }
 
 // WebhookHandler serves Meta's calls: GET is the subscription handshake
@@ -65,7 +40,7 @@ type deliverer interface {
 // 500 when a message could not be published (Meta retries the
 // notification; what was published is not published twice) and 200 once
 // every message is on the bus or deliberately dropped.
-func (p *Platform) WebhookHandler(conn deliverer) http.Handler {
+func (p *Platform) WebhookHandler(conn platform.Deliverer) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("X-Content-Type-Options", "nosniff")
 		switch r.Method {
@@ -99,7 +74,7 @@ func (p *Platform) verifySubscription(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func (p *Platform) notification(w http.ResponseWriter, r *http.Request, conn deliverer) {
+func (p *Platform) notification(w http.ResponseWriter, r *http.Request, conn platform.Deliverer) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, p.cfg.MaxBodyBytes))
 	if err != nil {
 		var tooBig *http.MaxBytesError
@@ -136,7 +111,7 @@ func (p *Platform) notification(w http.ResponseWriter, r *http.Request, conn del
 // publish delivers a notification's messages in order. It stops at the
 // first one that could not be stored: Meta sends the whole notification
 // again, and the ones before it are known duplicates then.
-func (p *Platform) publish(ctx context.Context, conn deliverer, n parsed) error {
+func (p *Platform) publish(ctx context.Context, conn platform.Deliverer, n parsed) error {
 	for _, why := range n.skipped {
 		skipped.WithLabelValues(why).Inc()
 	}
