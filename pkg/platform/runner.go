@@ -210,14 +210,14 @@ func (r *Runner) openBuckets(ctx context.Context) error {
 	var err error
 	r.receipts, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket: r.bucket(BucketReceipts), Description: "first receipt per send idempotency key",
-		TTL: r.opts.ReceiptTTL, History: 1, Replicas: replicas,
+		TTL: r.opts.ReceiptTTL, History: 1, Replicas: replicas, Storage: r.bus.Topology().Storage,
 	})
 	if err != nil {
 		return fmt.Errorf("receipts bucket: %w", err)
 	}
 	r.seen, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket: r.bucket(BucketSeen), Description: "inbound event ids already published",
-		TTL: r.opts.SeenTTL, History: 1, Replicas: replicas,
+		TTL: r.opts.SeenTTL, History: 1, Replicas: replicas, Storage: r.bus.Topology().Storage,
 	})
 	if err != nil {
 		return fmt.Errorf("seen bucket: %w", err)
