@@ -98,8 +98,8 @@ type Deps struct {
 
 // Service runs the Discord gateway.
 type Service struct {
-	p      *Platform
-	runner *platform.Runner
+	platform.Service
+	p *Platform
 }
 
 // New learns the bot's identity (GET /users/@me) and builds the gateway.
@@ -117,22 +117,12 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	opts := deps.Runner
-	if opts.Log == nil {
-		opts.Log = log
-	}
-	r, err := platform.NewRunner(p, deps.Bus, opts)
+	svc, err := platform.NewService(p, deps.Bus, log, deps.Runner)
 	if err != nil {
 		return nil, err
 	}
-	return &Service{p: p, runner: r}, nil
+	return &Service{Service: svc, p: p}, nil
 }
-
-// Run serves until ctx ends.
-func (s *Service) Run(ctx context.Context) error { return s.runner.Run(ctx) }
-
-// Ready is the readiness check.
-func (s *Service) Ready(ctx context.Context) error { return s.runner.Ready(ctx) }
 
 // Platform is the Discord side of the kit.
 type Platform struct {

@@ -167,7 +167,7 @@ func runWith(t *testing.T, f *discordfake.Fake, cfg Config, opts platform.Option
 		}
 	})
 	platformtest.WaitFor(t, "the gateway to connect", func() bool {
-		st, _ := s.runner.State()
+		st, _ := s.Runner().State()
 		return st == platform.StateConnected
 	})
 	cons, err := b.JetStream().OrderedConsumer(context.Background(), b.Topology().Stream(bus.StreamInbound), jetstream.OrderedConsumerConfig{})

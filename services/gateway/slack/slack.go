@@ -122,8 +122,8 @@ type Deps struct {
 
 // Service runs the Slack gateway.
 type Service struct {
-	p      *Platform
-	runner *platform.Runner
+	platform.Service
+	p *Platform
 }
 
 // New checks the token with auth.test and builds the gateway.
@@ -141,23 +141,13 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	opts := deps.Runner
-	if opts.Log == nil {
-		opts.Log = log
-	}
-	r, err := platform.NewRunner(p, deps.Bus, opts)
+	svc, err := platform.NewService(p, deps.Bus, log, deps.Runner)
 	if err != nil {
 		return nil, err
 	}
-	p.runner = r
-	return &Service{p: p, runner: r}, nil
+	p.runner = svc.Runner()
+	return &Service{Service: svc, p: p}, nil
 }
-
-// Run serves until ctx ends.
-func (s *Service) Run(ctx context.Context) error { return s.runner.Run(ctx) }
-
-// Ready is the readiness check.
-func (s *Service) Ready(ctx context.Context) error { return s.runner.Ready(ctx) }
 
 // Platform is the Slack side of the kit.
 type Platform struct {

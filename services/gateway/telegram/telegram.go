@@ -157,10 +157,11 @@ type Deps struct {
 	Attachments attachment.Config
 }
 
-// Service is the Telegram gateway.
+// Service is the Telegram gateway. It is unready with the reason after
+// a fatal error (409 conflict, bad token).
 type Service struct {
-	p      *Platform
-	runner *platform.Runner
+	platform.Service
+	p *Platform
 }
 
 // New builds the gateway.
@@ -172,25 +173,14 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	r, err := platform.NewRunner(p, deps.Bus, platform.Options{
-		Log: deps.Log, LeaseTTL: cfg.LeaseTTL, Instance: deps.Instance, Backoff: deps.Backoff,
-		Attachments: deps.Attachments,
+	svc, err := platform.NewService(p, deps.Bus, deps.Log, platform.Options{
+		LeaseTTL: cfg.LeaseTTL, Instance: deps.Instance, Backoff: deps.Backoff, Attachments: deps.Attachments,
 	})
 	if err != nil {
 		return nil, err
 	}
-	return &Service{p: p, runner: r}, nil
+	return &Service{Service: svc, p: p}, nil
 }
-
-// Ready is the readiness check: unready with the reason after a fatal
-// error (409 conflict, bad token).
-func (s *Service) Ready(ctx context.Context) error { return s.runner.Ready(ctx) }
-
-// Runner exposes the kit runner (state, tests).
-func (s *Service) Runner() *platform.Runner { return s.runner }
-
-// Run serves until ctx ends.
-func (s *Service) Run(ctx context.Context) error { return s.runner.Run(ctx) }
 
 // Platform is the Telegram implementation of platform.Platform.
 type Platform struct {
