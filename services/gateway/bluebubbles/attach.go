@@ -99,6 +99,10 @@ func (p *Platform) upload(ctx context.Context, guid, temp string, a *eventsv1.At
 	}
 	var out sentMessage
 	if err := p.api.send(ctx, http.MethodPost, "/api/v1/message/attachment", w.FormDataContentType(), &body, &out); err != nil {
+		if id := queuedID(err, temp); id != "" {
+			p.log.Info("bluebubbles is still sending an earlier attempt of this attachment; not sent again", "temp_guid", temp)
+			return id, nil
+		}
 		return "", classify(err)
 	}
 	if out.GUID == "" {

@@ -488,3 +488,36 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// A send retried while BlueBubbles still sends its first attempt (the
+// gateway stopped waiting; an AppleScript send can take longer than the
+// client's timeout) is refused by the server for its tempGuid ("Message
+// is already queued to be sent!"): that attempt is the message, so the
+// retry succeeds without a second message, for text and uploads alike.
+func TestSendRetriedWhileQueued(t *testing.T) {
+	t.Parallel()
+	f := newFake(t, false)
+	p, err := NewPlatform(testConfig(f), slog.New(slog.DiscardHandler), &http.Client{Timeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.SlowSends(time.Second)
+	ctx := context.Background()
+	for _, req := range []*deliveryv1.SendRequested{
+		{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "q-text", Text: "once", Target: &deliveryv1.Target{Platform: "bluebubbles", ChatId: groupGUID}},
+		{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "q-file", Target: &deliveryv1.Target{Platform: "bluebubbles", ChatId: dmGUID},
+			Attachments: []*eventsv1.Attachment{{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT, FileName: "a.txt", Location: &eventsv1.Attachment_Url{Url: "data:text/plain;base64,aGk="}}}},
+	} {
+		if _, err := p.Send(ctx, req); err == nil {
+			t.Fatalf("%s: the first attempt did not time out", req.GetIdempotencyKey())
+		}
+		id, err := p.Send(ctx, req)
+		if err != nil || id == "" {
+			t.Fatalf("%s: retry while the first attempt is queued: id %q, %v", req.GetIdempotencyKey(), id, err)
+		}
+	}
+	time.Sleep(1500 * time.Millisecond) // the held sends go out
+	if n, m := len(f.Sent(groupGUID)), len(f.Sent(dmGUID)); n != 1 || m != 1 {
+		t.Fatalf("sent %d texts and %d files, want one each", n, m)
+	}
+}

@@ -99,8 +99,9 @@ type sentMessage struct {
 
 // Send posts one text message (POST /api/v1/message/text with chatGuid,
 // message, method and a tempGuid, the idempotency key, which BlueBubbles
-// uses to match the sent message), or the attachments and then the text
-// (sendAttachments). With the Private API helper, a reply quotes the
+// uses to match the sent message and refuses while a send of it is
+// under way: a retry refused so is the earlier attempt, not sent again),
+// or the attachments and then the text (sendAttachments). With the Private API helper, a reply quotes the
 // message it answers (selectedMessageGuid), as Hermes's; otherwise the
 // message goes out through AppleScript.
 func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (string, error) {
@@ -133,6 +134,10 @@ func (p *Platform) sendText(ctx context.Context, req *deliveryv1.SendRequested, 
 	}
 	var out sentMessage
 	if err := p.api.call(ctx, http.MethodPost, "/api/v1/message/text", body, &out); err != nil {
+		if id := queuedID(err, temp); id != "" {
+			p.log.Info("bluebubbles is still sending an earlier attempt of this message; not sent again", "temp_guid", temp)
+			return id, nil
+		}
 		return "", classify(err)
 	}
 	if out.GUID == "" {

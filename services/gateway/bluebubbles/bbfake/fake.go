@@ -41,6 +41,11 @@ type Fake struct {
 	read        map[string]int
 	downloads   int
 	queries     int
+	// slow holds each send this long before it is sent and answered;
+	// queued are the tempGuids of the sends held (BlueBubbles's send
+	// cache: a send whose tempGuid is queued is refused 400).
+	slow   time.Duration
+	queued map[string]bool
 }
 
 // Chat is a chat the server knows.
@@ -90,7 +95,7 @@ type Failure struct {
 // New starts a fake; it stops when the test ends.
 func New(t testing.TB) *Fake {
 	f := &Fake{Password: "bb-server-password", sent: map[string][]Sent{}, attachments: map[string]Attachment{},
-		typing: map[string]int{}, read: map[string]int{}}
+		typing: map[string]int{}, read: map[string]int{}, queued: map[string]bool{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /api/v1/ping", f.auth(func(w http.ResponseWriter, _ *http.Request) { ok(w, "Ping received!", "pong") }))
 	mux.HandleFunc("GET /api/v1/server/info", f.auth(f.info))
@@ -132,6 +137,40 @@ func (f *Fake) Fail(fs ...Failure) {
 	f.mu.Lock()
 	f.failures = append(f.failures, fs...)
 	f.mu.Unlock()
+}
+
+// SlowSends makes every later send take d before it is sent and
+// answered, as an AppleScript send can; meanwhile a send with the same
+// tempGuid is refused as BlueBubbles refuses it (400, "Message is
+// already queued to be sent!"), and the held one is sent even when its
+// caller gave up waiting.
+func (f *Fake) SlowSends(d time.Duration) {
+	f.mu.Lock()
+	f.slow = d
+	f.mu.Unlock()
+}
+
+// hold keeps temp queued for the slow duration; false when it is queued
+// already (answered 400 then).
+func (f *Fake) hold(w http.ResponseWriter, temp string) bool {
+	f.mu.Lock()
+	d := f.slow
+	if f.queued[temp] {
+		f.mu.Unlock()
+		fail(w, http.StatusBadRequest, "Validation Error", "Message is already queued to be sent!")
+		return false
+	}
+	if d > 0 {
+		f.queued[temp] = true
+	}
+	f.mu.Unlock()
+	if d > 0 {
+		time.Sleep(d)
+		f.mu.Lock()
+		delete(f.queued, temp)
+		f.mu.Unlock()
+	}
+	return true
 }
 
 // Sent returns what the bot sent to chat guid, oldest first.
@@ -271,6 +310,9 @@ func (f *Fake) text(w http.ResponseWriter, r *http.Request) {
 		fail(w, http.StatusBadRequest, "Validation Error", "chatGuid, message and tempGuid are required")
 		return
 	}
+	if !f.hold(w, in.TempGUID) {
+		return
+	}
 	f.mu.Lock()
 	if len(f.failures) > 0 {
 		fl := f.failures[0]
@@ -320,6 +362,9 @@ func (f *Fake) attachment(w http.ResponseWriter, r *http.Request) {
 	}
 	data, _ := io.ReadAll(file)
 	_ = file.Close()
+	if !f.hold(w, temp) {
+		return
+	}
 	f.mu.Lock()
 	known := false
 	for _, c := range f.chats {
