@@ -263,7 +263,50 @@ func (s Schedule) cronNext(from time.Time) time.Time {
 	if loc == nil {
 		loc = time.UTC
 	}
-	return s.cron.Next(from.In(loc))
+	if !s.fixedTime() {
+		return s.cron.Next(from.In(loc))
+	}
+	// A job at a fixed time of day follows the wall clock, as cron does
+	// across daylight saving changes: evaluated on the clock's readings
+	// (as if UTC), its time runs once on the day the clock falls back
+	// (at the first of the two instants that read so) and, on the day
+	// it springs forward over that time, at that reading of the clock
+	// before the jump, rather than twice or not at all.
+	wall := func(t time.Time) time.Time {
+		return time.Date(t.Year(), t.Month(), t.Day(), t.Hour(), t.Minute(), t.Second(), t.Nanosecond(), time.UTC)
+	}
+	w := wall(from.In(loc))
+	for range 4 {
+		// An instant that reads n twice is taken the first time; the
+		// second, before from, means that reading passed: the next one.
+		n := s.cron.Next(w)
+		if n.IsZero() {
+			return n
+		}
+		t := time.Date(n.Year(), n.Month(), n.Day(), n.Hour(), n.Minute(), 0, 0, loc)
+		if !wall(t).Equal(n) {
+			// The clock jumped over n: read it with the offset before.
+			t = n.Add(-time.Duration(zoneOffset(t.Add(-12*time.Hour))) * time.Second)
+		}
+		if t.After(from) {
+			return t
+		}
+		w = n
+	}
+	return time.Time{}
+}
+
+func zoneOffset(t time.Time) int {
+	_, off := t.Zone()
+	return off
+}
+
+// fixedTime: neither the minute nor the hour field is a wildcard ("*",
+// "*/15"): the job runs at set times of the day (cron's distinction for
+// daylight saving changes).
+func (s Schedule) fixedTime() bool {
+	f := strings.Fields(s.Expr)
+	return len(f) == 5 && !strings.HasPrefix(f[0], "*") && !strings.HasPrefix(f[1], "*")
 }
 
 // Period is the schedule's cadence near now (the gap between its next

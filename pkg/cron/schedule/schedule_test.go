@@ -155,3 +155,65 @@ func TestLoadRefuses(t *testing.T) {
 		}
 	}
 }
+
+// TestCronDST: a job at a fixed time of day (neither minute nor hour a
+// wildcard) runs once on the day clocks fall back, although its time
+// occurs twice, and on the day they spring forward over its time runs
+// at that time by the clock before the jump (an hour later by the new
+// one) rather than skipping the day;
+// a wildcard job runs at every real instant that matches.
+func TestCronDST(t *testing.T) {
+	ny := mustLoad("America/New_York")
+	cases := []struct {
+		name, expr string
+		from       time.Time
+		want       []time.Time
+	}{
+		{"fixed time falls back: once", "30 1 * * *", time.Date(2026, 11, 1, 0, 0, 0, 0, ny), []time.Time{
+			time.Date(2026, 11, 1, 5, 30, 0, 0, time.UTC), // 01:30 EDT
+			time.Date(2026, 11, 2, 6, 30, 0, 0, time.UTC), // 01:30 EST the next day
+		}},
+		{"fixed time in the gap: that day an hour later", "30 2 * * *", time.Date(2026, 3, 8, 0, 0, 0, 0, ny), []time.Time{
+			time.Date(2026, 3, 8, 7, 30, 0, 0, time.UTC), // 03:30 EDT: 02:30 by the clock before it jumped
+			time.Date(2026, 3, 9, 6, 30, 0, 0, time.UTC),
+		}},
+		{"made in the repeated hour, due at a reading that passed", "45 1 * * *", time.Date(2026, 11, 1, 6, 30, 0, 0, time.UTC), []time.Time{
+			time.Date(2026, 11, 2, 6, 45, 0, 0, time.UTC),
+		}},
+		{"made in the repeated hour, due later that day", "0 2 * * *", time.Date(2026, 11, 1, 6, 30, 0, 0, time.UTC), []time.Time{
+			time.Date(2026, 11, 1, 7, 0, 0, 0, time.UTC),
+		}},
+		{"fixed time outside the change", "0 9 * * *", time.Date(2026, 10, 31, 12, 0, 0, 0, ny), []time.Time{
+			time.Date(2026, 11, 1, 14, 0, 0, 0, time.UTC),
+			time.Date(2026, 11, 2, 14, 0, 0, 0, time.UTC),
+		}},
+		{"hourly: both 01:00s", "0 * * * *", time.Date(2026, 11, 1, 0, 30, 0, 0, ny), []time.Time{
+			time.Date(2026, 11, 1, 5, 0, 0, 0, time.UTC),
+			time.Date(2026, 11, 1, 6, 0, 0, 0, time.UTC),
+			time.Date(2026, 11, 1, 7, 0, 0, 0, time.UTC),
+		}},
+		{"every 30 minutes: real time", "*/30 1 * * *", time.Date(2026, 11, 1, 0, 50, 0, 0, ny), []time.Time{
+			time.Date(2026, 11, 1, 5, 0, 0, 0, time.UTC),
+			time.Date(2026, 11, 1, 5, 30, 0, 0, time.UTC),
+			time.Date(2026, 11, 1, 6, 0, 0, 0, time.UTC),
+			time.Date(2026, 11, 1, 6, 30, 0, 0, time.UTC),
+			time.Date(2026, 11, 2, 6, 0, 0, 0, time.UTC),
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s, err := schedule.Parse(c.expr, c.from, ny)
+			if err != nil {
+				t.Fatal(err)
+			}
+			from := c.from
+			for i, want := range c.want {
+				got, ok := s.Next(from)
+				if !ok || !got.Equal(want) {
+					t.Fatalf("run %d after %s: got %s, want %s", i, from.In(ny), got.In(ny), want.In(ny))
+				}
+				from = got
+			}
+		})
+	}
+}
