@@ -105,7 +105,8 @@ func TestGrafanaDashboard(t *testing.T) {
 			t.Errorf("dashboard uses %s, which no code declares", m)
 		}
 	}
-	for _, want := range []string{"switchboard_bus_redeliveries_total", "switchboard_bus_terminated_total", "switchboard_delivery_outbox_rows", "switchboard_llm_tokens_total", "switchboard_bus_consumer_pending"} {
+	for _, want := range []string{"switchboard_bus_redeliveries_total", "switchboard_bus_terminated_total", "switchboard_delivery_outbox_rows", "switchboard_llm_tokens_total", "switchboard_bus_consumer_pending",
+		"switchboard_cron_runs_total", "switchboard_retention_skipped_total", "switchboard_api_runs_refused_total", "switchboard_sms_signature_failures_total"} {
 		if !used[want] {
 			t.Errorf("dashboard does not chart %s", want)
 		}
