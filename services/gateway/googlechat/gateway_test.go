@@ -1,0 +1,236 @@
+package googlechat
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/switchboard-chat/switchboard/pkg/bus"
+	"github.com/switchboard-chat/switchboard/pkg/bus/bustest"
+	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+	"github.com/switchboard-chat/switchboard/pkg/platform"
+	"github.com/switchboard-chat/switchboard/pkg/platform/platformtest"
+	"github.com/switchboard-chat/switchboard/services/gateway/googlechat/googlechatfake"
+)
+
+// harness is a running gateway against a fake Google.
+type harness struct {
+	f   *googlechatfake.Fake
+	s   *Service
+	b   *bus.Bus
+	url string
+	evs chan *eventsv1.MessageReceived
+}
+
+func start(t *testing.T, f *googlechatfake.Fake, cfg Config) *harness {
+	t.Helper()
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	s, err := New(cfg, Deps{Log: slog.New(slog.DiscardHandler), Bus: b, Runner: platform.Options{Backoff: platform.Schedule(10 * time.Millisecond)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("run: %v", err)
+		}
+		platformtest.DeleteBuckets(b)
+	})
+	platformtest.WaitFor(t, "the gateway to be ready", func() bool { return s.Ready(context.Background()) == nil && s.Addr() != "" })
+	return &harness{f: f, s: s, b: b, url: "http://" + s.Addr() + cfg.Path, evs: platformtest.InboundEvents(t, b)}
+}
+
+// TestTokenChecks: only an event with Google Chat's valid token for this
+// app reaches the bus; one whose token cannot be checked is answered 503
+// so that Google Chat retries it.
+func TestTokenChecks(t *testing.T) {
+	f := googlechatfake.New(t)
+	h := start(t, f, testConfig(f))
+	other, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	with := func(mod func(jwt.MapClaims)) string {
+		c := f.Claims()
+		mod(c)
+		return "Bearer " + f.Sign(c)
+	}
+	foreign := func() string {
+		tok := jwt.NewWithClaims(jwt.SigningMethodRS256, f.Claims())
+		tok.Header["kid"] = "chat-key-1"
+		s, _ := tok.SignedString(other)
+		return "Bearer " + s
+	}()
+	body := []byte(`{"type":"MESSAGE","space":{"name":"spaces/D","spaceType":"DIRECT_MESSAGE"},"message":{"name":"spaces/D/messages/x","sender":{"name":"users/1","email":"a@b","type":"HUMAN"},"text":"forged"}}`)
+	for name, auth := range map[string]string{
+		"none":           "",
+		"not bearer":     "Basic abc",
+		"other audience": with(func(c jwt.MapClaims) { c["aud"] = "999" }),
+		"other issuer":   with(func(c jwt.MapClaims) { c["iss"] = "someone@example.iam.gserviceaccount.com" }),
+		"expired":        with(func(c jwt.MapClaims) { c["exp"] = time.Now().Add(-time.Hour).Unix() }),
+		"no expiry":      with(func(c jwt.MapClaims) { delete(c, "exp") }),
+		"foreign key":    foreign,
+		"alg none":       "Bearer eyJhbGciOiJub25lIiwia2lkIjoiY2hhdC1rZXktMSJ9.eyJpc3MiOiJjaGF0QHN5c3RlbS5nc2VydmljZWFjY291bnQuY29tIn0.",
+	} {
+		code, err := f.PostRaw(context.Background(), h.url, body, auth)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code != http.StatusUnauthorized {
+			t.Errorf("%s: answered %d, want 401", name, code)
+		}
+	}
+	platformtest.NoEvent(t, h.evs, 200*time.Millisecond)
+
+	ok := f.Message("spaces/D", "DIRECT_MESSAGE", "a@example.com", "A", "real")
+	if code, err := f.Post(context.Background(), h.url, ok); err != nil || code != http.StatusOK {
+		t.Fatalf("valid event: %d %v", code, err)
+	}
+	if ev := platformtest.NextEvent(t, h.evs); ev.GetText() != "real" {
+		t.Fatalf("published %q", ev.GetText())
+	}
+}
+
+func TestKeysUnavailable(t *testing.T) {
+	f := googlechatfake.New(t)
+	cfg := testConfig(f)
+	cfg.KeysURL = "http://127.0.0.1:1/jwks"
+	h := start(t, f, cfg)
+	code, err := f.Post(context.Background(), h.url, f.Message("spaces/D", "DIRECT_MESSAGE", "a@example.com", "A", "x"))
+	if err != nil || code != http.StatusServiceUnavailable {
+		t.Fatalf("answered %d %v, want 503", code, err)
+	}
+}
+
+func newPlatform(t *testing.T) (*googlechatfake.Fake, *Platform) {
+	f := googlechatfake.New(t)
+	p, err := NewPlatform(testConfig(f), slog.New(slog.DiscardHandler), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f, p
+}
+
+func class(err error) deliveryv1.ErrorClass {
+	var se *platform.SendError
+	if errors.As(err, &se) {
+		return se.Class
+	}
+	return deliveryv1.ErrorClass_ERROR_CLASS_UNSPECIFIED
+}
+
+// TestSend: threads, Google Chat's formatting, requestId idempotency and
+// the classes of the Chat API's failures.
+func TestSend(t *testing.T) {
+	f, p := newPlatform(t)
+	ctx := context.Background()
+	const sp, th = "spaces/S1", "spaces/S1/threads/t1"
+	req := &deliveryv1.SendRequested{Target: &deliveryv1.Target{Platform: PlatformName, ChatId: sp, ThreadId: th}, Text: "**done**", IdempotencyKey: "turn:1:0"}
+	id, err := p.Send(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := p.Send(ctx, req)
+	if err != nil || again != id {
+		t.Fatalf("repeated send: %s %v, want %s", again, err, id)
+	}
+	ms := f.Messages(sp)
+	if len(ms) != 1 || ms[0].Text != "*done*" || ms[0].Thread != th || ms[0].RequestID == "" {
+		t.Fatalf("messages %+v", ms)
+	}
+
+	edit := &deliveryv1.SendRequested{Target: req.Target, MessageId: id, Text: "edited"}
+	if err := p.Edit(ctx, edit); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Delete(ctx, edit); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.Texts(sp); len(got) != 0 {
+		t.Fatalf("texts after delete %q", got)
+	}
+	if err := p.Edit(ctx, &deliveryv1.SendRequested{Target: req.Target, MessageId: "spaces/OTHER/messages/1", Text: "x"}); class(err) != deliveryv1.ErrorClass_ERROR_CLASS_PERMANENT {
+		t.Fatalf("edit in another space: %v", err)
+	}
+
+	for _, c := range []struct {
+		fail googlechatfake.Failure
+		want deliveryv1.ErrorClass
+	}{
+		{googlechatfake.Failure{Status: 429, RetryAfter: 3}, deliveryv1.ErrorClass_ERROR_CLASS_RATE_LIMITED},
+		{googlechatfake.Failure{Status: 503}, deliveryv1.ErrorClass_ERROR_CLASS_UNSPECIFIED},
+		{googlechatfake.Failure{Status: 403}, deliveryv1.ErrorClass_ERROR_CLASS_PERMANENT},
+		{googlechatfake.Failure{Status: 404}, deliveryv1.ErrorClass_ERROR_CLASS_PERMANENT},
+	} {
+		f.Fail(c.fail)
+		_, err := p.Send(ctx, &deliveryv1.SendRequested{Target: &deliveryv1.Target{ChatId: sp}, Text: "x", IdempotencyKey: "k"})
+		if err == nil || class(err) != c.want {
+			t.Errorf("HTTP %d: %v (class %v), want class %v", c.fail.Status, err, class(err), c.want)
+		}
+	}
+	if _, err := p.Send(ctx, &deliveryv1.SendRequested{Target: &deliveryv1.Target{ChatId: sp, ThreadId: "spaces/OTHER/threads/1"}, Text: "x"}); class(err) != deliveryv1.ErrorClass_ERROR_CLASS_PERMANENT {
+		t.Fatalf("thread of another space: %v", err)
+	}
+	if err := p.Typing(ctx, req); !errors.Is(err, platform.ErrUnsupported) {
+		t.Fatalf("typing: %v", err)
+	}
+}
+
+func TestFetch(t *testing.T) {
+	f, p := newPlatform(t)
+	ref := f.AddFile([]byte("pixels"), "image/png")
+	rc, mt, err := p.Fetch(context.Background(), &eventsv1.Attachment{PlatformFileId: ref})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	b, _ := io.ReadAll(rc)
+	if string(b) != "pixels" || mt != "image/png" {
+		t.Fatalf("fetched %q %q", b, mt)
+	}
+	if _, _, err := p.Fetch(context.Background(), &eventsv1.Attachment{PlatformFileId: "../token"}); !errors.Is(err, platform.ErrNotFetched) {
+		t.Fatalf("traversal: %v", err)
+	}
+}
+
+func TestRefusedServiceAccountIsFatal(t *testing.T) {
+	f := googlechatfake.New(t)
+	other := googlechatfake.New(t)
+	cfg := testConfig(f)
+	cfg.ServiceAccountJSON = other.ServiceAccountJSON() // signed with another key
+	cfg.TokenURL = f.TokenURL()
+	p, err := NewPlatform(cfg, slog.New(slog.DiscardHandler), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Connect(context.Background(), nil); !platform.IsFatal(err) {
+		t.Fatalf("connect with a refused key: %v, want fatal", err)
+	}
+}
+
+func TestConfig(t *testing.T) {
+	if err := (Config{ServiceAccountJSON: "x"}).Validate(); err == nil {
+		t.Fatal("no audience accepted")
+	}
+	if err := (Config{Audience: "1"}).Validate(); err == nil {
+		t.Fatal("no service account accepted")
+	}
+	if err := (Config{Audience: "1", ServiceAccountJSON: "x", APIBaseURL: "ftp://x"}).Validate(); err == nil {
+		t.Fatal("ftp api accepted")
+	}
+	if _, err := NewPlatform(Config{Audience: "1", ServiceAccountJSON: "/nonexistent/sa.json"}, nil, nil); err == nil {
+		t.Fatal("missing key file accepted")
+	}
+}

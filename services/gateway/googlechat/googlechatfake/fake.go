@@ -1,0 +1,437 @@
+// Package googlechatfake is a local Google side of a Google Chat app for
+// tests, over the real wire protocol: Google Chat's signing keys (a JWKS
+// of the fake's own RSA key), Google's OAuth token endpoint (the JWT
+// bearer grant, the assertion checked against the service account key
+// the fake issued), the Chat REST API an app sends through
+// (spaces.messages create with requestId and threads, patch, delete;
+// media download; the bearer token checked on each), and Google Chat's
+// side of the app's HTTP endpoint: interaction events with a signed
+// bearer token, posted to the gateway. Failures can be injected (429 with
+// Retry-After, 5xx, 4xx).
+package googlechatfake
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+)
+
+// Issuer is the iss of the tokens Google Chat signs.
+const Issuer = "chat@system.gserviceaccount.com"
+
+// Fake is one Google Cloud project with one Chat app.
+type Fake struct {
+	// ProjectNumber is the audience of the events' tokens.
+	ProjectNumber string
+	// ClientEmail is the app's service account.
+	ClientEmail string
+
+	chatKey *rsa.PrivateKey // signs events
+	saKey   *rsa.PrivateKey // the service account's key
+	srv     *httptest.Server
+	seq     atomic.Int64
+
+	mu        sync.Mutex
+	tokens    map[string]bool
+	tokenReqs int
+	msgs      map[string][]*Message // space → messages the app sent
+	requests  map[string]*Message   // requestId → message
+	failures  []Failure
+	files     map[string]file
+}
+
+type file struct {
+	data []byte
+	mime string
+}
+
+// Message is one message the app sent, as the fake keeps it.
+type Message struct {
+	Name      string
+	Space     string
+	Text      string
+	Thread    string // the thread it was posted in
+	RequestID string
+	Edits     int
+	Deleted   bool
+}
+
+// Failure is answered instead of the next create.
+type Failure struct {
+	Status     int
+	RetryAfter int // seconds, 0 for none
+}
+
+// New starts a fake; it stops when the test ends.
+func New(t testing.TB) *Fake {
+	chatKey, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	saKey, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &Fake{
+		ProjectNumber: "123456789012", ClientEmail: "hermes-chat-bot@fake-project.iam.gserviceaccount.com",
+		chatKey: chatKey, saKey: saKey,
+		tokens: map[string]bool{}, msgs: map[string][]*Message{}, requests: map[string]*Message{}, files: map[string]file{},
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /jwks", f.jwks)
+	mux.HandleFunc("POST /token", f.token)
+	mux.HandleFunc("POST /v1/spaces/{space}/messages", f.create)
+	mux.HandleFunc("PATCH /v1/spaces/{space}/messages/{msg}", f.patch)
+	mux.HandleFunc("DELETE /v1/spaces/{space}/messages/{msg}", f.delete)
+	mux.HandleFunc("GET /v1/media/", f.media)
+	f.srv = httptest.NewServer(mux)
+	t.Cleanup(f.srv.Close)
+	return f
+}
+
+// KeysURL is Google Chat's JWKS.
+func (f *Fake) KeysURL() string { return f.srv.URL + "/jwks" }
+
+// TokenURL is the token endpoint (the key's token_uri).
+func (f *Fake) TokenURL() string { return f.srv.URL + "/token" }
+
+// APIBaseURL is the Chat API's root.
+func (f *Fake) APIBaseURL() string { return f.srv.URL }
+
+// ServiceAccountJSON is the app's service account key, as Google's
+// console downloads it.
+func (f *Fake) ServiceAccountJSON() string {
+	der, _ := x509.MarshalPKCS8PrivateKey(f.saKey)
+	b, _ := json.Marshal(map[string]string{
+		"type": "service_account", "project_id": "fake-project", "private_key_id": "sa-key-1",
+		"private_key":  string(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})),
+		"client_email": f.ClientEmail, "client_id": "1000", "token_uri": f.TokenURL(),
+	})
+	return string(b)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func apiError(w http.ResponseWriter, status int, code, msg string) {
+	writeJSON(w, status, map[string]any{"error": map[string]any{"code": status, "message": msg, "status": code}})
+}
+
+func (f *Fake) jwks(w http.ResponseWriter, _ *http.Request) {
+	k := f.chatKey.PublicKey
+	writeJSON(w, http.StatusOK, map[string]any{"keys": []map[string]any{{
+		"kty": "RSA", "alg": "RS256", "use": "sig", "kid": "chat-key-1",
+		"n": base64.RawURLEncoding.EncodeToString(k.N.Bytes()),
+		"e": base64.RawURLEncoding.EncodeToString(big.NewInt(int64(k.E)).Bytes()),
+	}}})
+}
+
+// token is the JWT bearer grant of Google's token endpoint.
+func (f *Fake) token(w http.ResponseWriter, r *http.Request) {
+	if err := r.ParseForm(); err != nil {
+		writeJSON(w, http.StatusBadRequest, map[string]any{"error": "invalid_request"})
+		return
+	}
+	if r.PostForm.Get("grant_type") != "urn:ietf:params:oauth:grant-type:jwt-bearer" {
+		writeJSON(w, http.StatusBadRequest, map[string]any{"error": "unsupported_grant_type"})
+		return
+	}
+	var c jwt.MapClaims
+	_, err := jwt.ParseWithClaims(r.PostForm.Get("assertion"), &c, func(*jwt.Token) (any, error) { return &f.saKey.PublicKey, nil },
+		jwt.WithValidMethods([]string{"RS256"}), jwt.WithIssuer(f.ClientEmail), jwt.WithAudience(f.TokenURL()), jwt.WithExpirationRequired())
+	if err != nil {
+		writeJSON(w, http.StatusBadRequest, map[string]any{"error": "invalid_grant", "error_description": err.Error()})
+		return
+	}
+	if scope, _ := c["scope"].(string); !strings.Contains(scope, "https://www.googleapis.com/auth/chat.bot") {
+		writeJSON(w, http.StatusBadRequest, map[string]any{"error": "invalid_scope"})
+		return
+	}
+	tok := fmt.Sprintf("ya29.fake-%d", f.seq.Add(1))
+	f.mu.Lock()
+	f.tokens[tok] = true
+	f.tokenReqs++
+	f.mu.Unlock()
+	writeJSON(w, http.StatusOK, map[string]any{"access_token": tok, "expires_in": 3599, "token_type": "Bearer"})
+}
+
+// TokenRequests counts tokens issued.
+func (f *Fake) TokenRequests() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.tokenReqs
+}
+
+func (f *Fake) authorized(w http.ResponseWriter, r *http.Request) bool {
+	tok, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	f.mu.Lock()
+	ok := f.tokens[tok]
+	f.mu.Unlock()
+	if !ok {
+		apiError(w, http.StatusUnauthorized, "UNAUTHENTICATED", "Request had invalid authentication credentials.")
+	}
+	return ok
+}
+
+// Fail makes the next creates fail, in order.
+func (f *Fake) Fail(fs ...Failure) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.failures = append(f.failures, fs...)
+}
+
+func (f *Fake) create(w http.ResponseWriter, r *http.Request) {
+	if !f.authorized(w, r) {
+		return
+	}
+	space := "spaces/" + r.PathValue("space")
+	var body struct {
+		Text   string `json:"text"`
+		Thread *struct {
+			Name string `json:"name"`
+		} `json:"thread"`
+	}
+	if err := json.NewDecoder(r.Body).Decode(&body); err != nil || strings.TrimSpace(body.Text) == "" {
+		apiError(w, http.StatusBadRequest, "INVALID_ARGUMENT", "Message cannot be empty.")
+		return
+	}
+	if len([]rune(body.Text)) > 4096 {
+		apiError(w, http.StatusBadRequest, "INVALID_ARGUMENT", "Message text is too long.")
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.failures) > 0 {
+		fl := f.failures[0]
+		f.failures = f.failures[1:]
+		if fl.RetryAfter > 0 {
+			w.Header().Set("Retry-After", strconv.Itoa(fl.RetryAfter))
+		}
+		apiError(w, fl.Status, "INJECTED", "injected failure")
+		return
+	}
+	reqID := r.URL.Query().Get("requestId")
+	if m, ok := f.requests[reqID]; ok && reqID != "" {
+		writeJSON(w, http.StatusOK, f.wire(m))
+		return
+	}
+	thread := ""
+	if body.Thread != nil && body.Thread.Name != "" {
+		if !strings.HasPrefix(body.Thread.Name, space+"/threads/") {
+			apiError(w, http.StatusBadRequest, "INVALID_ARGUMENT", "Thread is not in the space.")
+			return
+		}
+		if r.URL.Query().Get("messageReplyOption") == "" {
+			// Without a reply option Chat starts a new thread.
+			body.Thread = nil
+		} else {
+			thread = body.Thread.Name
+		}
+	}
+	id := strconv.FormatInt(f.seq.Add(1), 10)
+	if thread == "" {
+		thread = space + "/threads/t" + id
+	}
+	m := &Message{Name: space + "/messages/m" + id, Space: space, Text: body.Text, Thread: thread, RequestID: reqID}
+	f.msgs[space] = append(f.msgs[space], m)
+	if reqID != "" {
+		f.requests[reqID] = m
+	}
+	writeJSON(w, http.StatusOK, f.wire(m))
+}
+
+func (f *Fake) wire(m *Message) map[string]any {
+	return map[string]any{"name": m.Name, "text": m.Text, "thread": map[string]any{"name": m.Thread},
+		"sender": map[string]any{"name": "users/app", "type": "BOT"}, "createTime": time.Now().UTC().Format(time.RFC3339Nano)}
+}
+
+func (f *Fake) find(r *http.Request) *Message {
+	name := "spaces/" + r.PathValue("space") + "/messages/" + r.PathValue("msg")
+	for _, m := range f.msgs["spaces/"+r.PathValue("space")] {
+		if m.Name == name && !m.Deleted {
+			return m
+		}
+	}
+	return nil
+}
+
+func (f *Fake) patch(w http.ResponseWriter, r *http.Request) {
+	if !f.authorized(w, r) {
+		return
+	}
+	var body struct {
+		Text string `json:"text"`
+	}
+	if err := json.NewDecoder(r.Body).Decode(&body); err != nil || r.URL.Query().Get("updateMask") != "text" {
+		apiError(w, http.StatusBadRequest, "INVALID_ARGUMENT", "bad patch")
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	m := f.find(r)
+	if m == nil {
+		apiError(w, http.StatusNotFound, "NOT_FOUND", "Message not found.")
+		return
+	}
+	m.Text = body.Text
+	m.Edits++
+	writeJSON(w, http.StatusOK, f.wire(m))
+}
+
+func (f *Fake) delete(w http.ResponseWriter, r *http.Request) {
+	if !f.authorized(w, r) {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	m := f.find(r)
+	if m == nil {
+		apiError(w, http.StatusNotFound, "NOT_FOUND", "Message not found.")
+		return
+	}
+	m.Deleted = true
+	writeJSON(w, http.StatusOK, map[string]any{})
+}
+
+// AddFile stores an uploaded attachment and returns its
+// attachmentDataRef.resourceName.
+func (f *Fake) AddFile(data []byte, mime string) string {
+	ref := fmt.Sprintf("ref-%d", f.seq.Add(1))
+	f.mu.Lock()
+	f.files[ref] = file{data, mime}
+	f.mu.Unlock()
+	return ref
+}
+
+func (f *Fake) media(w http.ResponseWriter, r *http.Request) {
+	if !f.authorized(w, r) {
+		return
+	}
+	ref := strings.TrimPrefix(r.URL.Path, "/v1/media/")
+	f.mu.Lock()
+	fl, ok := f.files[ref]
+	f.mu.Unlock()
+	if !ok || r.URL.Query().Get("alt") != "media" {
+		apiError(w, http.StatusNotFound, "NOT_FOUND", "no such attachment")
+		return
+	}
+	w.Header().Set("Content-Type", fl.mime)
+	_, _ = w.Write(fl.data)
+}
+
+// Messages returns what the app sent to space, deleted ones included.
+func (f *Fake) Messages(space string) []Message {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []Message
+	for _, m := range f.msgs[space] {
+		out = append(out, *m)
+	}
+	return out
+}
+
+// Texts returns the texts space shows from the app.
+func (f *Fake) Texts(space string) []string {
+	var out []string
+	for _, m := range f.Messages(space) {
+		if !m.Deleted {
+			out = append(out, m.Text)
+		}
+	}
+	return out
+}
+
+// Message builds a MESSAGE event from user (an email; its resource name
+// is derived) in space; spaceType is DIRECT_MESSAGE, SPACE or
+// GROUP_CHAT. A space message mentions the app, as Google Chat sends
+// only those to it.
+func (f *Fake) Message(space, spaceType, email, name, text string) map[string]any {
+	id := f.seq.Add(1)
+	user := map[string]any{"name": UserName(email), "displayName": name, "email": email, "type": "HUMAN"}
+	msg := map[string]any{
+		"name": fmt.Sprintf("%s/messages/msg%d", space, id), "sender": user, "createTime": "2026-01-02T03:04:05.123456Z",
+		"text": text, "argumentText": text, "thread": map[string]any{"name": fmt.Sprintf("%s/threads/th%d", space, id)},
+	}
+	if spaceType != "DIRECT_MESSAGE" {
+		msg["text"] = "@Hermes " + text
+		msg["argumentText"] = " " + text
+		msg["annotations"] = []map[string]any{{"type": "USER_MENTION", "startIndex": 0, "length": 7,
+			"userMention": map[string]any{"user": map[string]any{"name": "users/app", "displayName": "Hermes", "type": "BOT"}, "type": "MENTION"}}}
+	}
+	return map[string]any{
+		"type": "MESSAGE", "eventTime": "2026-01-02T03:04:05.123456Z",
+		"space":   map[string]any{"name": space, "spaceType": spaceType, "displayName": "Team room"},
+		"message": msg, "user": user,
+	}
+}
+
+// UserName is the resource name Message gives email.
+func UserName(email string) string {
+	return "users/" + strconv.FormatInt(int64(len(email))*1000+int64(email[0]), 10)
+}
+
+// Claims are a valid token's claims for the app.
+func (f *Fake) Claims() jwt.MapClaims {
+	now := time.Now()
+	return jwt.MapClaims{"iss": Issuer, "aud": f.ProjectNumber, "iat": now.Unix(), "exp": now.Add(time.Hour).Unix()}
+}
+
+// Sign signs claims with Google Chat's key.
+func (f *Fake) Sign(c jwt.MapClaims) string {
+	tok := jwt.NewWithClaims(jwt.SigningMethodRS256, c)
+	tok.Header["kid"] = "chat-key-1"
+	s, err := tok.SignedString(f.chatKey)
+	if err != nil {
+		panic(err)
+	}
+	return s
+}
+
+// Post posts event to the app's endpoint u with a valid token, as Google
+// Chat does, and returns the answer's status.
+func (f *Fake) Post(ctx context.Context, u string, event map[string]any) (int, error) {
+	body, err := json.Marshal(event)
+	if err != nil {
+		return 0, err
+	}
+	return f.PostRaw(ctx, u, body, "Bearer "+f.Sign(f.Claims()))
+}
+
+// PostRaw posts body with the Authorization header auth.
+func (f *Fake) PostRaw(ctx context.Context, u string, body []byte, auth string) (int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(body))
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("User-Agent", "Google-Dynamite")
+	if auth != "" {
+		req.Header.Set("Authorization", auth)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	_ = resp.Body.Close()
+	return resp.StatusCode, nil
+}

@@ -1,0 +1,172 @@
+package googlechat
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"unicode/utf8"
+
+	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+	"github.com/switchboard-chat/switchboard/pkg/markup"
+	"github.com/switchboard-chat/switchboard/pkg/platform"
+)
+
+var _ platform.Fetcher = (*Platform)(nil)
+
+// outgoing is a message the app creates or patches.
+type outgoing struct {
+	Text   string  `json:"text"`
+	Thread *Thread `json:"thread,omitempty"`
+}
+
+// created is the Chat API's answer: the message.
+type created struct {
+	Name string `json:"name"`
+}
+
+// format converts the agent's Markdown to Google Chat's formatting
+// (*bold*, _italic_, ~strike~, `code`, ``` blocks), as Hermes does; a
+// plain request is sent as it is.
+func format(req *deliveryv1.SendRequested) string {
+	if req.GetFormat() == deliveryv1.TextFormat_TEXT_FORMAT_PLAIN {
+		return req.GetText()
+	}
+	return markup.WhatsApp.Convert(req.GetText())
+}
+
+// space is the target's space name, checked.
+func space(t *deliveryv1.Target) (string, error) {
+	s := t.GetChatId()
+	if !validName(s, "spaces/") || strings.Count(s, "/") != 1 {
+		return "", platform.Permanent(errors.New("no google chat space name"))
+	}
+	return s, nil
+}
+
+// requestID is the Chat API's idempotency key for a send: the same
+// idempotency key always names the same message, so a retried create
+// returns the message the first one made.
+func requestID(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return "sb-" + hex.EncodeToString(sum[:16])
+}
+
+// Send creates a message in the target's space (spaces.messages.create):
+// in the target's thread when it has one (messageReplyOption
+// REPLY_MESSAGE_FALLBACK_TO_NEW_THREAD), with requestId set from the
+// idempotency key.
+func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (string, error) {
+	sp, err := space(req.GetTarget())
+	if err != nil {
+		return "", err
+	}
+	if len(req.GetAttachments()) > 0 && strings.TrimSpace(req.GetText()) == "" {
+		return "", platform.Permanent(errors.New("google chat apps cannot upload files with a service account"))
+	}
+	text := format(req)
+	if strings.TrimSpace(text) == "" {
+		return "", platform.Permanent(errors.New("empty message"))
+	}
+	if n := utf8.RuneCountInString(text); n > maxText {
+		return "", platform.Permanent(fmt.Errorf("text is %d characters, google chat allows %d", n, maxText))
+	}
+	msg := outgoing{Text: text}
+	q := url.Values{}
+	if key := req.GetIdempotencyKey(); key != "" {
+		q.Set("requestId", requestID(key))
+	}
+	if th := req.GetTarget().GetThreadId(); th != "" {
+		if !validName(th, sp+"/threads/") {
+			return "", platform.Permanent(fmt.Errorf("thread %q is not in space %s", th, sp))
+		}
+		msg.Thread = &Thread{Name: th}
+		q.Set("messageReplyOption", "REPLY_MESSAGE_FALLBACK_TO_NEW_THREAD")
+	}
+	path := "/v1/" + sp + "/messages"
+	if len(q) > 0 {
+		path += "?" + q.Encode()
+	}
+	var out created
+	if err := p.api.do(ctx, http.MethodPost, path, msg, &out); err != nil {
+		return "", err
+	}
+	if out.Name == "" {
+		return "", errors.New("chat api answered a create without the message name")
+	}
+	return out.Name, nil
+}
+
+// message is the request's message name, checked to be in its space.
+func message(req *deliveryv1.SendRequested) (string, error) {
+	sp, err := space(req.GetTarget())
+	if err != nil {
+		return "", err
+	}
+	id := req.GetMessageId()
+	if !validName(id, sp+"/messages/") || strings.Count(id, "/") != 3 {
+		return "", platform.Permanent(errors.New("no google chat message name in the target's space"))
+	}
+	return id, nil
+}
+
+// Edit replaces the text of one of the app's messages (messages.patch).
+func (p *Platform) Edit(ctx context.Context, req *deliveryv1.SendRequested) error {
+	id, err := message(req)
+	if err != nil {
+		return err
+	}
+	text := format(req)
+	if strings.TrimSpace(text) == "" {
+		return platform.Permanent(errors.New("empty message"))
+	}
+	return p.api.do(ctx, http.MethodPatch, "/v1/"+id+"?updateMask=text", outgoing{Text: text}, nil)
+}
+
+// Delete removes one of the app's messages (messages.delete).
+func (p *Platform) Delete(ctx context.Context, req *deliveryv1.SendRequested) error {
+	id, err := message(req)
+	if err != nil {
+		return err
+	}
+	return p.api.do(ctx, http.MethodDelete, "/v1/"+id, nil, nil)
+}
+
+// Typing: the Chat API has no typing indicator.
+func (p *Platform) Typing(context.Context, *deliveryv1.SendRequested) error {
+	return platform.ErrUnsupported
+}
+
+// Fetch downloads a user's attachment when a turn reads it, through
+// media.download (GET /v1/media/{resourceName}?alt=media) with the app's
+// token: the only host it goes to is the Chat API's.
+func (p *Platform) Fetch(ctx context.Context, a *eventsv1.Attachment) (io.ReadCloser, string, error) {
+	ref := a.GetPlatformFileId()
+	if ref == "" || strings.ContainsAny(ref, "?#") || strings.Contains(ref, "..") {
+		return nil, "", platform.ErrNotFetched
+	}
+	tok, err := p.api.tokens.token(ctx)
+	if err != nil {
+		return nil, "", fmt.Errorf("token for an attachment: %w", err)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.api.base+"/v1/media/"+ref+"?alt=media", nil)
+	if err != nil {
+		return nil, "", platform.ErrNotFetched
+	}
+	req.Header.Set("Authorization", "Bearer "+tok)
+	resp, err := p.api.hc.Do(req)
+	if err != nil {
+		return nil, "", fmt.Errorf("google chat media download: %w", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		_ = resp.Body.Close()
+		return nil, "", fmt.Errorf("google chat media download: HTTP %d", resp.StatusCode)
+	}
+	return resp.Body, resp.Header.Get("Content-Type"), nil
+}
