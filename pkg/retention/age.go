@@ -11,8 +11,8 @@ import (
 // number of days or weeks ("90d", "2w"); "0" or "" is no period (keep).
 type Age time.Duration
 
-// maxAge is the longest Age, well inside time.Duration's range.
-const maxAge = 100 * 365 * 24 * time.Hour
+// MaxAge is the longest Age (and prune age), well inside time.Duration's range.
+const MaxAge = 100 * 365 * 24 * time.Hour
 
 // ParseAge reads an Age. Negative ages are refused: a negative retention
 // would put the cutoff in the future and match every session.
@@ -33,7 +33,7 @@ func ParseAge(s string) (Age, error) {
 		if err != nil || n < 0 {
 			return 0, fmt.Errorf("age %q: want a whole number of days (90d) or weeks (2w), or a duration (720h)", s)
 		}
-		if n > int64(maxAge/unit) {
+		if n > int64(MaxAge/unit) {
 			return 0, fmt.Errorf("age %q: more than 100 years", s)
 		}
 		return Age(time.Duration(n) * unit), nil
@@ -45,7 +45,7 @@ func ParseAge(s string) (Age, error) {
 	if d < 0 {
 		return 0, fmt.Errorf("age %q is negative", s)
 	}
-	if d > maxAge {
+	if d > MaxAge {
 		return 0, fmt.Errorf("age %q: more than 100 years", s)
 	}
 	return Age(d), nil

@@ -366,6 +366,11 @@ func (s *Service) PruneSessions(ctx context.Context, req *adminv1.PruneSessionsR
 	if req.GetOlderThanSeconds() <= 0 {
 		return nil, status.Error(codes.InvalidArgument, "older_than_seconds must be positive")
 	}
+	// Checked in seconds: a larger count wraps around as a duration, to
+	// an age that could be a fraction of a second (prune everything).
+	if req.GetOlderThanSeconds() > int64(retention.MaxAge/time.Second) {
+		return nil, status.Error(codes.InvalidArgument, "older_than_seconds must be at most 100 years")
+	}
 	c := retention.Criteria{OlderThan: time.Duration(req.GetOlderThanSeconds()) * time.Second,
 		Platform: strings.ToLower(req.GetPlatform()), DryRun: req.GetDryRun()}
 	res, err := s.pruner.Prune(ctx, c)

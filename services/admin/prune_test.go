@@ -78,6 +78,10 @@ func TestPruneSessions(t *testing.T) {
 	}{
 		{name: "no age", req: &adminv1.PruneSessionsRequest{}, code: codes.InvalidArgument},
 		{name: "negative age", req: &adminv1.PruneSessionsRequest{OlderThanSeconds: -5}, code: codes.InvalidArgument},
+		// 18446744074 s is 2^64 ns and 0.29 s: taken as a duration, it
+		// would prune every session idle for a third of a second.
+		{name: "age beyond a duration", req: &adminv1.PruneSessionsRequest{OlderThanSeconds: 18446744074}, code: codes.InvalidArgument},
+		{name: "age over 100 years", req: &adminv1.PruneSessionsRequest{OlderThanSeconds: 101 * 365 * 86400}, code: codes.InvalidArgument},
 		{name: "dry run", req: &adminv1.PruneSessionsRequest{OlderThanSeconds: 86400, Platform: "Telegram", DryRun: true},
 			want: retention.Criteria{OlderThan: 24 * time.Hour, Platform: "telegram", DryRun: true}},
 		{name: "prune", req: &adminv1.PruneSessionsRequest{OlderThanSeconds: 7776000},
