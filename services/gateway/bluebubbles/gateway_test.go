@@ -497,11 +497,11 @@ func (s *syncBuffer) String() string {
 func TestSendRetriedWhileQueued(t *testing.T) {
 	t.Parallel()
 	f := newFake(t, false)
-	p, err := NewPlatform(testConfig(f), slog.New(slog.DiscardHandler), &http.Client{Timeout: 200 * time.Millisecond})
+	p, err := NewPlatform(testConfig(f), slog.New(slog.DiscardHandler), &http.Client{Timeout: 300 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.SlowSends(time.Second)
+	f.SlowSends(3 * time.Second)
 	ctx := context.Background()
 	for _, req := range []*deliveryv1.SendRequested{
 		{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "q-text", Text: "once", Target: &deliveryv1.Target{Platform: "bluebubbles", ChatId: groupGUID}},
@@ -516,7 +516,8 @@ func TestSendRetriedWhileQueued(t *testing.T) {
 			t.Fatalf("%s: retry while the first attempt is queued: id %q, %v", req.GetIdempotencyKey(), id, err)
 		}
 	}
-	time.Sleep(1500 * time.Millisecond) // the held sends go out
+	// The held first attempts go out; the retries sent nothing.
+	platformtest.WaitFor(t, "the held sends", func() bool { return len(f.Sent(groupGUID)) > 0 && len(f.Sent(dmGUID)) > 0 })
 	if n, m := len(f.Sent(groupGUID)), len(f.Sent(dmGUID)); n != 1 || m != 1 {
 		t.Fatalf("sent %d texts and %d files, want one each", n, m)
 	}
