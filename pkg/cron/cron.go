@@ -366,50 +366,78 @@ type Update struct {
 // now and makes a completed job scheduled again (a paused one stays
 // paused).
 func (s *Store) Update(ctx context.Context, owner, id string, u Update) (Job, error) {
-	j, err := s.Resolve(ctx, owner, id)
+	return s.change(ctx, owner, id, func(j *Job, now time.Time) error {
+		var err error
+		if u.Prompt != nil {
+			if j.Prompt, err = checkPrompt(*u.Prompt); err != nil {
+				return err
+			}
+		}
+		if u.Name != nil && strings.TrimSpace(*u.Name) != "" {
+			j.Name = nameOf(*u.Name, j.Prompt)
+		}
+		if u.Deliver != nil {
+			if j.Deliver, err = CheckDeliver(*u.Deliver, j.Origin); err != nil {
+				return err
+			}
+		}
+		if u.Repeat != nil {
+			if err := checkRepeat(*u.Repeat); err != nil {
+				return err
+			}
+			j.RepeatTimes = *u.Repeat
+		}
+		if u.Schedule != nil {
+			sched, err := schedule.Parse(*u.Schedule, now, s.loc)
+			if err != nil {
+				return fmt.Errorf("%w: %w", ErrInvalid, err)
+			}
+			j.Kind, j.Expr, j.Display = sched.Kind, sched.Expr, sched.Display
+			j.NextRunAt = sched.First(now)
+			if u.Repeat == nil && sched.Kind == schedule.Once {
+				j.RepeatTimes = 1
+			}
+			if j.State == StateCompleted {
+				j.State = StateScheduled
+				j.RepeatCompleted = 0
+			}
+		}
+		return nil
+	})
+}
+
+// change applies fn to one of the owner's jobs (by id or name) and saves
+// it, in a transaction that holds the job's row from the read to the
+// write: a run the scheduler is making (it holds the row while it
+// publishes) ends first, and fn sees the job as the run left it, rather
+// than writing back the next run, state and repeat count from before it
+// (which re-armed the instant just run).
+func (s *Store) change(ctx context.Context, owner, ref string, fn func(j *Job, now time.Time) error) (Job, error) {
+	found, err := s.Resolve(ctx, owner, ref)
 	if err != nil {
 		return Job{}, err
 	}
-	if u.Prompt != nil {
-		if j.Prompt, err = checkPrompt(*u.Prompt); err != nil {
-			return Job{}, err
-		}
-	}
-	if u.Name != nil && strings.TrimSpace(*u.Name) != "" {
-		j.Name = nameOf(*u.Name, j.Prompt)
-	}
-	if u.Deliver != nil {
-		if j.Deliver, err = CheckDeliver(*u.Deliver, j.Origin); err != nil {
-			return Job{}, err
-		}
-	}
-	if u.Repeat != nil {
-		if err := checkRepeat(*u.Repeat); err != nil {
-			return Job{}, err
-		}
-		j.RepeatTimes = *u.Repeat
-	}
-	now := s.now()
-	if u.Schedule != nil {
-		sched, err := schedule.Parse(*u.Schedule, now, s.loc)
+	var out Job
+	err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+		j, err := scan(tx.QueryRow(ctx, `SELECT `+columns+` FROM cron_jobs WHERE owner = $1 AND id = $2 FOR UPDATE`, owner, found.ID))
 		if err != nil {
-			return Job{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+			return err // ErrNotFound: removed since
 		}
-		j.Kind, j.Expr, j.Display = sched.Kind, sched.Expr, sched.Display
-		j.NextRunAt = sched.First(now)
-		if u.Repeat == nil && sched.Kind == schedule.Once {
-			j.RepeatTimes = 1
+		now := s.now()
+		if err := fn(&j, now); err != nil {
+			return err
 		}
-		if j.State == StateCompleted {
-			j.State = StateScheduled
-			j.RepeatCompleted = 0
-		}
+		out, err = save(ctx, tx, owner, j, now)
+		return err
+	})
+	if err != nil {
+		return Job{}, err
 	}
-	return s.save(ctx, owner, j, now)
+	return out, nil
 }
 
-func (s *Store) save(ctx context.Context, owner string, j Job, now time.Time) (Job, error) {
-	row := s.db.QueryRow(ctx, `
+func save(ctx context.Context, db DBTX, owner string, j Job, now time.Time) (Job, error) {
+	row := db.QueryRow(ctx, `
 UPDATE cron_jobs SET name = $3, prompt = $4, schedule_kind = $5, schedule_expr = $6, schedule_display = $7, deliver = $8,
   repeat_times = $9, repeat_completed = $10, state = $11, next_run_at = $12, manual_run_at = $13, updated_at = $14
 WHERE owner = $1 AND id = $2 RETURNING `+columns,
@@ -425,15 +453,13 @@ WHERE owner = $1 AND id = $2 RETURNING `+columns,
 // Pause stops scheduling one of the owner's jobs; it keeps its next run
 // for Resume.
 func (s *Store) Pause(ctx context.Context, owner, id string) (Job, error) {
-	j, err := s.Resolve(ctx, owner, id)
-	if err != nil {
-		return Job{}, err
-	}
-	if j.State == StateCompleted {
-		return Job{}, fmt.Errorf("%w: job '%s' has completed; there is nothing to pause", ErrInvalid, j.Name)
-	}
-	j.State = StatePaused
-	return s.save(ctx, owner, j, s.now())
+	return s.change(ctx, owner, id, func(j *Job, _ time.Time) error {
+		if j.State == StateCompleted {
+			return fmt.Errorf("%w: job '%s' has completed; there is nothing to pause", ErrInvalid, j.Name)
+		}
+		j.State = StatePaused
+		return nil
+	})
 }
 
 // Resume schedules a paused job again. As Hermes, a recurring job keeps
@@ -441,42 +467,36 @@ func (s *Store) Pause(ctx context.Context, owner, id string) (Job, error) {
 // once (late, or as the catch-up); a one-shot whose time passed beyond
 // its grace cannot be resumed.
 func (s *Store) Resume(ctx context.Context, owner, id string) (Job, error) {
-	j, err := s.Resolve(ctx, owner, id)
-	if err != nil {
-		return Job{}, err
-	}
-	if j.State == StateCompleted {
-		return Job{}, fmt.Errorf("%w: job '%s' has completed; create a new one or change its schedule", ErrInvalid, j.Name)
-	}
-	now := s.now()
-	sched, err := j.Schedule(s.loc)
-	if err != nil {
-		return Job{}, err
-	}
-	switch {
-	case sched.Kind == schedule.Once && sched.At.Before(now.Add(-schedule.OnceGrace)):
-		return Job{}, fmt.Errorf("%w: job '%s' was due at %s, which has passed; change its schedule to run it again",
-			ErrInvalid, j.Name, sched.At.In(s.loc).Format("2006-01-02 15:04"))
-	case sched.Kind == schedule.Once:
-		j.NextRunAt = sched.At
-	case j.NextRunAt.IsZero():
-		j.NextRunAt = sched.First(now)
-	}
-	j.State = StateScheduled
-	return s.save(ctx, owner, j, now)
+	return s.change(ctx, owner, id, func(j *Job, now time.Time) error {
+		if j.State == StateCompleted {
+			return fmt.Errorf("%w: job '%s' has completed; create a new one or change its schedule", ErrInvalid, j.Name)
+		}
+		sched, err := j.Schedule(s.loc)
+		if err != nil {
+			return err
+		}
+		switch {
+		case sched.Kind == schedule.Once && sched.At.Before(now.Add(-schedule.OnceGrace)):
+			return fmt.Errorf("%w: job '%s' was due at %s, which has passed; change its schedule to run it again",
+				ErrInvalid, j.Name, sched.At.In(s.loc).Format("2006-01-02 15:04"))
+		case sched.Kind == schedule.Once:
+			j.NextRunAt = sched.At
+		case j.NextRunAt.IsZero():
+			j.NextRunAt = sched.First(now)
+		}
+		j.State = StateScheduled
+		return nil
+	})
 }
 
 // Trigger asks for a run of one of the owner's jobs on the next tick,
 // whatever its state (Hermes's "run"); its schedule and repeat count
 // stay as they are.
 func (s *Store) Trigger(ctx context.Context, owner, id string) (Job, error) {
-	j, err := s.Resolve(ctx, owner, id)
-	if err != nil {
-		return Job{}, err
-	}
-	now := s.now()
-	j.ManualRunAt = now
-	return s.save(ctx, owner, j, now)
+	return s.change(ctx, owner, id, func(j *Job, now time.Time) error {
+		j.ManualRunAt = now
+		return nil
+	})
 }
 
 // Remove deletes one of the owner's jobs and returns it.

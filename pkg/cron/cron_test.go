@@ -154,3 +154,99 @@ func TestLifecycle(t *testing.T) {
 		t.Errorf("resume of a passed one-shot: %v", err)
 	}
 }
+
+// TestChangeRacingARun: a pause, update or run asked for while the
+// scheduler holds the job (claimed, publishing) applies to the job as
+// the run left it; it does not write back the next run, state and repeat
+// count it read before (which re-armed the instant just run: a second
+// run of it once the dedupe record is gone, or a repeat beyond its count).
+func TestChangeRacingARun(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	now := t0
+	db := pgtest.New(t)
+	s := cron.New(db, time.UTC, func() time.Time { return now })
+	name := "Renamed"
+	for _, tc := range []struct {
+		name   string
+		change func(id string) (cron.Job, error)
+		state  string
+	}{
+		{"pause", func(id string) (cron.Job, error) { return s.Pause(ctx, "telegram:99", id) }, cron.StatePaused},
+		{"update", func(id string) (cron.Job, error) {
+			return s.Update(ctx, "telegram:99", id, cron.Update{Name: &name})
+		}, cron.StateScheduled},
+		{"trigger", func(id string) (cron.Job, error) { return s.Trigger(ctx, "telegram:99", id) }, cron.StateScheduled},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			now = t0
+			j, err := s.Create(ctx, cron.NewJob{Owner: "telegram:99", Prompt: "report " + tc.name, Schedule: "every 3d", Repeat: 5, Origin: tg})
+			if err != nil {
+				t.Fatal(err)
+			}
+			due := j.NextRunAt
+			now = due.Add(time.Second)
+			tx, err := db.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = tx.Rollback(ctx) }()
+			claimed, ok, err := cron.ClaimDue(ctx, tx, now, nil)
+			if err != nil || !ok || claimed.ID != j.ID {
+				t.Fatalf("claim: %v %v %+v", ok, err, claimed)
+			}
+			var claimer int
+			if err := tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&claimer); err != nil {
+				t.Fatal(err)
+			}
+			type result struct {
+				j   cron.Job
+				err error
+			}
+			done := make(chan result, 1)
+			go func() {
+				j, err := tc.change(j.ID)
+				done <- result{j, err}
+			}()
+			// Wait until the change waits for the claimed row.
+			for i := 0; ; i++ {
+				var waiting bool
+				if err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+					WHERE $1::int = ANY (pg_blocking_pids(pid)))`, claimer).Scan(&waiting); err != nil {
+					t.Fatal(err)
+				}
+				if waiting {
+					break
+				}
+				if i > 500 {
+					t.Fatal("the change never waited for the claimed job")
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			claimed.RepeatCompleted++
+			claimed.NextRunAt = due.Add(72 * time.Hour)
+			claimed.LastRunAt, claimed.LastStatus = now, "ok"
+			if err := cron.SaveRun(ctx, tx, claimed, now); err != nil {
+				t.Fatal(err)
+			}
+			if err := tx.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			r := <-done
+			if r.err != nil {
+				t.Fatal(r.err)
+			}
+			got, err := s.Resolve(ctx, "telegram:99", j.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !got.NextRunAt.Equal(due.Add(72*time.Hour)) || got.RepeatCompleted != 1 || got.State != tc.state {
+				t.Errorf("after the run and the %s: next %s (want %s), repeat %d (want 1), state %s (want %s)",
+					tc.name, got.NextRunAt, due.Add(72*time.Hour), got.RepeatCompleted, got.State, tc.state)
+			}
+			if !r.j.NextRunAt.Equal(got.NextRunAt) {
+				t.Errorf("the %s answered next %s, the job has %s", tc.name, r.j.NextRunAt, got.NextRunAt)
+			}
+		})
+	}
+}
