@@ -19,6 +19,7 @@ import (
 	"github.com/switchboard-chat/switchboard/services/gateway/bluebubbles"
 	"github.com/switchboard-chat/switchboard/services/gateway/discord"
 	"github.com/switchboard-chat/switchboard/services/gateway/email"
+	"github.com/switchboard-chat/switchboard/services/gateway/googlechat"
 	"github.com/switchboard-chat/switchboard/services/gateway/homeassistant"
 	"github.com/switchboard-chat/switchboard/services/gateway/line"
 	"github.com/switchboard-chat/switchboard/services/gateway/matrix"
@@ -173,7 +174,7 @@ func defaultConfig() *Config {
 		Log:         telemetry.LogConfig{Level: "info", Format: "json"},
 		Ops:         OpsConfig{Addr: "127.0.0.1:9090"},
 		Dev:         DevConfig{NATSPort: 14222, NATSStoreDir: ".switchboard/nats", MemoryLimitMiB: 160, GCPercent: 400},
-		Gateways:    GatewaysConfig{API: api.DefaultConfig(), Signal: signal.DefaultConfig(), Matrix: matrix.DefaultConfig(), Mattermost: mattermost.DefaultConfig(), Webhook: webhook.DefaultConfig(), Discord: discord.DefaultConfig(), Slack: slack.DefaultConfig(), Telegram: telegram.DefaultConfig(), WhatsApp: whatsapp.DefaultConfig(), Email: email.DefaultConfig(), SMS: sms.DefaultConfig(), Teams: teams.DefaultConfig(), HomeAssistant: homeassistant.DefaultConfig(), BlueBubbles: bluebubbles.DefaultConfig(), LINE: line.DefaultConfig()},
+		Gateways:    GatewaysConfig{API: api.DefaultConfig(), Signal: signal.DefaultConfig(), Matrix: matrix.DefaultConfig(), Mattermost: mattermost.DefaultConfig(), Webhook: webhook.DefaultConfig(), Discord: discord.DefaultConfig(), Slack: slack.DefaultConfig(), Telegram: telegram.DefaultConfig(), WhatsApp: whatsapp.DefaultConfig(), Email: email.DefaultConfig(), SMS: sms.DefaultConfig(), Teams: teams.DefaultConfig(), HomeAssistant: homeassistant.DefaultConfig(), BlueBubbles: bluebubbles.DefaultConfig(), LINE: line.DefaultConfig(), GoogleChat: googlechat.DefaultConfig()},
 		Delivery:    delivery.DefaultConfig(),
 		Router:      router.DefaultConfig(),
 		Admin:       admin.Config{Addr: admin.DefaultAddr},

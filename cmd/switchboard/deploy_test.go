@@ -15,7 +15,7 @@ import (
 )
 
 // gatewayPlatforms are the platforms `switchboard gateway <platform>` runs.
-var gatewayPlatforms = []string{"api", "webhook", "telegram", "discord", "slack", "signal", "matrix", "whatsapp", "email", "sms", "mattermost", "teams", "homeassistant", "line", "bluebubbles"}
+var gatewayPlatforms = []string{"api", "webhook", "telegram", "discord", "slack", "signal", "matrix", "whatsapp", "email", "sms", "mattermost", "teams", "homeassistant", "line", "bluebubbles", "googlechat"}
 
 // pendingCommands are agreed command names whose implementation lands
 // from other branches (router, worker, admin, gateway, llm). The

@@ -13,6 +13,7 @@ import (
 	"github.com/switchboard-chat/switchboard/services/gateway/bluebubbles"
 	"github.com/switchboard-chat/switchboard/services/gateway/discord"
 	"github.com/switchboard-chat/switchboard/services/gateway/email"
+	"github.com/switchboard-chat/switchboard/services/gateway/googlechat"
 	"github.com/switchboard-chat/switchboard/services/gateway/homeassistant"
 	"github.com/switchboard-chat/switchboard/services/gateway/line"
 	"github.com/switchboard-chat/switchboard/services/gateway/matrix"
@@ -43,6 +44,7 @@ type GatewaysConfig struct {
 	HomeAssistant homeassistant.Config `koanf:"homeassistant"`
 	BlueBubbles   bluebubbles.Config   `koanf:"bluebubbles"`
 	LINE          line.Config          `koanf:"line"`
+	GoogleChat    googlechat.Config    `koanf:"googlechat"`
 }
 
 // gateways maps a platform name to its service (`switchboard gateway <platform>`).

@@ -9,7 +9,7 @@ import (
 
 func TestChatGatewaysRegistered(t *testing.T) {
 	t.Parallel()
-	for _, p := range []string{"discord", "slack", "whatsapp", "sms", "teams", "bluebubbles", "line"} {
+	for _, p := range []string{"discord", "slack", "whatsapp", "sms", "teams", "bluebubbles", "line", "googlechat"} {
 		if _, ok := services[gateways[p]]; !ok {
 			t.Fatalf("gateway %s has no service", p)
 		}
@@ -23,7 +23,7 @@ func TestChatGatewaysRegistered(t *testing.T) {
 	for name, start := range map[string]func(context.Context, *app) (func(context.Context) error, error){
 		"discord": startDiscordGateway, "slack": startSlackGateway, "whatsapp": startWhatsAppGateway,
 		"sms": startSMSGateway, "teams": startTeamsGateway, "bluebubbles": startBlueBubblesGateway,
-		"line": startLINEGateway,
+		"line": startLINEGateway, "googlechat": startGoogleChatGateway,
 	} {
 		run, err := start(context.Background(), dev)
 		if err != nil {

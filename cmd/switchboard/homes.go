@@ -19,6 +19,8 @@ func init() {
 		"BLUEBUBBLES_HOME_CHANNEL": "bluebubbles",
 		// a user (U…), group (C…) or room (R…) id
 		"LINE_HOME_CHANNEL": "line",
+		// a space (spaces/AAAA…); Hermes's platform name
+		"GOOGLE_CHAT_HOME_CHANNEL": "google_chat",
 	} {
 		envAliases[env] = "delivery.platforms." + platform + ".home"
 	}

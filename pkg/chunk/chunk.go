@@ -136,6 +136,8 @@ var limits = map[string]Limit{
 	// LINE: 5,000 characters a text message, counted in UTF-16 units to
 	// stay under it whatever LINE counts.
 	"line": {Max: 5000, Measure: UTF16},
+	// Google Chat: 4,096 characters a message (Hermes cuts at 4,000).
+	"google_chat": {Max: 4096, Measure: Runes},
 }
 
 // Limits returns the message limit of a platform, named case-insensitively;

@@ -112,6 +112,10 @@ func DefaultPlatforms() map[string]Platform {
 		// progress would spend the free reply token, as Hermes warns);
 		// typing is the loading animation, in 1:1 chats.
 		"line": {Streaming: StreamNone, ToolProgress: ToolProgressOff},
+		// Google Chat edits the app's messages (messages.patch), as
+		// Hermes streams there; the Chat API allows one write a second
+		// per space, and no typing indicator exists.
+		"google_chat": {Streaming: StreamEdit, ChatRate: perSecond, NoTyping: true, ToolProgress: ToolProgressNew},
 	}
 }
 
