@@ -276,9 +276,10 @@ func (s Schedule) cronNext(from time.Time) time.Time {
 		return time.Date(t.Year(), t.Month(), t.Day(), t.Hour(), t.Minute(), t.Second(), t.Nanosecond(), time.UTC)
 	}
 	w := wall(from.In(loc))
-	for range 4 {
-		// An instant that reads n twice is taken the first time; the
-		// second, before from, means that reading passed: the next one.
+	// An instant that reads n twice is taken the first time; the first,
+	// before from (which is in the repeated hour), means that reading
+	// passed: the next one. At most an hour or two of readings repeat.
+	for range 24 * 60 {
 		n := s.cron.Next(w)
 		if n.IsZero() {
 			return n

@@ -183,6 +183,10 @@ func TestCronDST(t *testing.T) {
 		{"made in the repeated hour, due later that day", "0 2 * * *", time.Date(2026, 11, 1, 6, 30, 0, 0, time.UTC), []time.Time{
 			time.Date(2026, 11, 1, 7, 0, 0, 0, time.UTC),
 		}},
+		{"every minute of a fixed hour, from the repeated hour", "0-59 1 * * *", time.Date(2026, 11, 1, 6, 10, 0, 0, time.UTC), []time.Time{
+			time.Date(2026, 11, 2, 6, 0, 0, 0, time.UTC),
+			time.Date(2026, 11, 2, 6, 1, 0, 0, time.UTC),
+		}},
 		{"fixed time outside the change", "0 9 * * *", time.Date(2026, 10, 31, 12, 0, 0, 0, ny), []time.Time{
 			time.Date(2026, 11, 1, 14, 0, 0, 0, time.UTC),
 			time.Date(2026, 11, 2, 14, 0, 0, 0, time.UTC),
