@@ -438,3 +438,44 @@ func TestConfigValidate(t *testing.T) {
 		}
 	}
 }
+
+// LINE's image messages show JPEG or PNG only: an attachment that is not
+// a picture (a document, a video, a voice note) or a picture of another
+// type is refused as permanent, never sent as a broken image; a picture
+// without a declared kind or type goes out.
+func TestSendOnlyImages(t *testing.T) {
+	t.Parallel()
+	f := linefake.New(t)
+	h := start(t, f, testConfig(f))
+	att := func(kind eventsv1.AttachmentKind, mimeType, u string) *deliveryv1.SendRequested {
+		r := sendTo(testGroup, "k-"+kind.String()+mimeType+u, "")
+		r.Attachments = []*eventsv1.Attachment{{Kind: kind, MimeType: mimeType, Location: &eventsv1.Attachment_Url{Url: u}}}
+		return r
+	}
+	for name, r := range map[string]*deliveryv1.SendRequested{
+		"document": att(eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT, "application/pdf", "https://cdn.example/report.pdf"),
+		"video":    att(eventsv1.AttachmentKind_ATTACHMENT_KIND_VIDEO, "", "https://cdn.example/clip.mp4"),
+		"voice":    att(eventsv1.AttachmentKind_ATTACHMENT_KIND_VOICE, "audio/ogg", "https://cdn.example/note.ogg"),
+		"gif":      att(eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, "image/gif", "https://cdn.example/a.gif"),
+	} {
+		if rc := h.send(t, r); rc.GetOk() || rc.GetErrorClass() != deliveryv1.ErrorClass_ERROR_CLASS_PERMANENT {
+			t.Errorf("%s: receipt %v, want a permanent error", name, rc)
+		}
+	}
+	if got := f.Sent(testGroup); len(got) != 0 {
+		t.Fatalf("sent %+v", got)
+	}
+	for name, r := range map[string]*deliveryv1.SendRequested{
+		"png":           att(eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, "image/png", "https://cdn.example/a.png"),
+		"jpeg":          att(eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, "image/jpeg; charset=binary", "https://cdn.example/b.jpg"),
+		"undeclared":    att(eventsv1.AttachmentKind_ATTACHMENT_KIND_UNSPECIFIED, "", "https://cdn.example/c.png"),
+		"typed picture": att(eventsv1.AttachmentKind_ATTACHMENT_KIND_UNSPECIFIED, "image/png", "https://cdn.example/d.png"),
+	} {
+		if rc := h.send(t, r); !rc.GetOk() {
+			t.Errorf("%s: receipt %v", name, rc)
+		}
+	}
+	if got := f.Sent(testGroup); len(got) != 4 {
+		t.Fatalf("sent %+v, want the four pictures", got)
+	}
+}

@@ -5,11 +5,13 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"mime"
 	"net/http"
 	"strings"
 	"unicode/utf16"
 
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/markup"
 	"github.com/switchboard-chat/switchboard/pkg/platform"
 )
@@ -51,7 +53,8 @@ type sentAnswer struct {
 }
 
 // messages builds the message objects of req: its text, then its images
-// (LINE takes media only as public https URLs, no uploads).
+// (LINE takes media only as public https URLs, no uploads; an image
+// message shows JPEG or PNG, so anything else is refused).
 func messages(req *deliveryv1.SendRequested) ([]lineMessage, error) {
 	var out []lineMessage
 	if text := formatted(req); text != "" {
@@ -61,6 +64,9 @@ func messages(req *deliveryv1.SendRequested) ([]lineMessage, error) {
 		out = append(out, lineMessage{Type: "text", Text: text})
 	}
 	for _, a := range req.GetAttachments() {
+		if !picture(a) {
+			return nil, platform.Permanent(fmt.Errorf("line sends only pictures (JPEG or PNG) as media; this attachment is a %s", attachmentType(a)))
+		}
 		u := a.GetUrl()
 		if !strings.HasPrefix(u, "https://") {
 			return nil, platform.Permanent(errors.New("line sends media only from a public https url; this attachment has none"))
@@ -74,6 +80,30 @@ func messages(req *deliveryv1.SendRequested) ([]lineMessage, error) {
 		return nil, platform.Permanent(fmt.Errorf("%d messages, line sends at most %d in one call", len(out), maxMessages))
 	}
 	return out, nil
+}
+
+// picture reports whether a is what an image message shows: declared a
+// picture (or undeclared) and, when its type is given, JPEG or PNG.
+func picture(a *eventsv1.Attachment) bool {
+	switch a.GetKind() {
+	case eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, eventsv1.AttachmentKind_ATTACHMENT_KIND_UNSPECIFIED:
+	default:
+		return false
+	}
+	mt, _, _ := strings.Cut(strings.ToLower(a.GetMimeType()), ";")
+	switch strings.TrimSpace(mt) {
+	case "", "image/jpeg", "image/png":
+		return true
+	}
+	return false
+}
+
+// attachmentType names what an attachment is, for an error.
+func attachmentType(a *eventsv1.Attachment) string {
+	if mt, _, err := mime.ParseMediaType(a.GetMimeType()); err == nil && len(mt) <= 64 {
+		return mt
+	}
+	return strings.ToLower(strings.TrimPrefix(a.GetKind().String(), "ATTACHMENT_KIND_"))
 }
 
 // Send posts one answer: with the chat's reply token while one is valid
