@@ -11,6 +11,7 @@ import (
 	"github.com/switchboard-chat/switchboard/pkg/telegramfake"
 	"github.com/switchboard-chat/switchboard/services/gateway/bluebubbles/bbfake"
 	"github.com/switchboard-chat/switchboard/services/gateway/discord/discordfake"
+	"github.com/switchboard-chat/switchboard/services/gateway/googlechat/googlechatfake"
 	"github.com/switchboard-chat/switchboard/services/gateway/line/linefake"
 	"github.com/switchboard-chat/switchboard/services/gateway/slack/slackfake"
 	"github.com/switchboard-chat/switchboard/services/gateway/sms/smsfake"
@@ -20,7 +21,7 @@ import (
 
 // TestChatPlatformsEndToEnd runs the whole system (`switchboard dev`) with
 // the Telegram, Discord, Slack, WhatsApp, SMS, Teams, BlueBubbles
-// (iMessage) and LINE gateways pointed at local
+// (iMessage), LINE and Google Chat gateways pointed at local
 // fakes of those platforms, through the real client libraries (WhatsApp's
 // is the gateway's own; the fake signs its webhook notifications as Meta
 // does). A message in each fake chat gets its answer in the same chat
@@ -52,6 +53,8 @@ func TestChatPlatformsEndToEnd(t *testing.T) {
 	lf := linefake.New(t)
 	lineAddr := freeAddr(t)
 	const lineGroup = "Ca56f94637cc4347f90a25382909b24b9"
+	gc := googlechatfake.New(t)
+	gcAddr := freeAddr(t)
 
 	d := startDev(t,
 		"GATEWAY_ALLOW_ALL_USERS=true",
@@ -70,6 +73,8 @@ func TestChatPlatformsEndToEnd(t *testing.T) {
 		"BLUEBUBBLES_SERVER_URL="+bb.URL(), "BLUEBUBBLES_PASSWORD="+bb.Password, "SWITCHBOARD_GATEWAYS__BLUEBUBBLES__ADDR="+bbAddr,
 		"LINE_CHANNEL_ACCESS_TOKEN="+lf.Token, "LINE_CHANNEL_SECRET="+lf.Secret, "LINE_API_BASE_URL="+lf.BaseURL(),
 		"LINE_DATA_API_BASE_URL="+lf.BaseURL(), "LINE_ALLOWED_GROUPS="+lineGroup, "SWITCHBOARD_GATEWAYS__LINE__ADDR="+lineAddr,
+		"GOOGLE_CHAT_SERVICE_ACCOUNT_JSON="+gc.ServiceAccountJSON(), "GOOGLE_CHAT_HTTP_EVENTS_AUDIENCE="+gc.ProjectNumber,
+		"GOOGLE_CHAT_KEYS_URL="+gc.KeysURL(), "GOOGLE_CHAT_API_BASE_URL="+gc.APIBaseURL(), "SWITCHBOARD_GATEWAYS__GOOGLECHAT__ADDR="+gcAddr,
 		// Each chat's messages are counted: no home channel notice.
 		"SWITCHBOARD_ROUTER__HOME_NOTICE=false",
 	)
@@ -308,6 +313,68 @@ func TestChatPlatformsEndToEnd(t *testing.T) {
 			t.Fatalf("channel answer = %q", got)
 		}
 		if got := shown(dm); len(got) != 4 || got[3] != "echo: third" {
+			t.Fatalf("answers = %q", got)
+		}
+	})
+
+	t.Run("googlechat", func(t *testing.T) {
+		const dm, room = "spaces/gc-dm-ann", "spaces/gc-room"
+		url := "http://" + gcAddr + "/googlechat/events"
+		post := func(e map[string]any) {
+			t.Helper()
+			if code, err := gc.Post(ctx, url, e); err != nil || code != 200 {
+				t.Fatalf("event answered %d %v\nstderr:\n%s", code, err, d.stderr.String())
+			}
+		}
+		done := func(space string, n int) func() bool {
+			return func() bool {
+				got := gc.Texts(space)
+				return len(got) >= n && strings.HasPrefix(got[n-1], "echo: ")
+			}
+		}
+		// A token Google Chat did not sign is refused, and nothing is answered.
+		if code, err := gc.PostRaw(ctx, url, []byte(`{"type":"MESSAGE"}`), "Bearer eyJhbGciOiJub25lIn0.e30."); err != nil || code != 401 {
+			t.Fatalf("forged token answered %d %v", code, err)
+		}
+		first := gc.Message(dm, "DIRECT_MESSAGE", "ann@example.com", "Ann", "hello google chat")
+		post(first)
+		waitFor("google chat answer", done(dm, 1))
+		if got := gc.Texts(dm); got[0] != "echo: hello google chat" {
+			t.Fatalf("answer = %q", got)
+		}
+		// Google Chat retries the event; then a new message.
+		post(first)
+		post(gc.Message(dm, "DIRECT_MESSAGE", "ann@example.com", "Ann", "second"))
+		waitFor("second google chat answer", done(dm, 2))
+		if got := gc.Texts(dm); len(got) != 2 || got[1] != "echo: second" {
+			t.Fatalf("answers after a retried event = %q, want exactly one more", got)
+		}
+		// An uploaded picture, fetched through media.download with the
+		// app's token.
+		pic := []byte("\xff\xd8\xff\xe0 a google chat photo")
+		withPic := gc.Message(dm, "DIRECT_MESSAGE", "ann@example.com", "Ann", "what is this?")
+		msg := withPic["message"].(map[string]any)
+		msg["attachment"] = []map[string]any{{"name": msg["name"].(string) + "/attachments/a", "contentName": "photo.jpg", "contentType": "image/jpeg",
+			"source": "UPLOADED_CONTENT", "attachmentDataRef": map[string]any{"resourceName": gc.AddFile(pic, "image/jpeg")}}}
+		post(withPic)
+		waitFor("picture answer", done(dm, 3))
+		if got, want := gc.Texts(dm)[2], "echo: what is this?\n[Attachment: image photo.jpg] [image "+(fakellm.Image{MediaType: "image/jpeg", Data: pic}).String()+"]"; got != want {
+			t.Fatalf("picture answer = %q, want %q", got, want)
+		}
+		// Rate limited once (429 with Retry-After): delivery retries.
+		gc.Fail(googlechatfake.Failure{Status: 429, RetryAfter: 1})
+		post(gc.Message(dm, "DIRECT_MESSAGE", "ann@example.com", "Ann", "third"))
+		waitFor("the answer after a rate limit", done(dm, 4))
+		// A space message that mentions the app is answered in its thread,
+		// without the mention.
+		inRoom := gc.Message(room, "SPACE", "ann@example.com", "Ann", "hello space")
+		post(inRoom)
+		waitFor("space answer", done(room, 1))
+		m := gc.Messages(room)[0]
+		if want := inRoom["message"].(map[string]any)["thread"].(map[string]any)["name"]; m.Text != "echo: hello space" || m.Thread != want {
+			t.Fatalf("space answer = %+v, want in thread %v", m, want)
+		}
+		if got := gc.Texts(dm); len(got) != 4 || got[3] != "echo: third" {
 			t.Fatalf("answers = %q", got)
 		}
 	})
