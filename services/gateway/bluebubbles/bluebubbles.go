@@ -129,7 +129,7 @@ func (c *Config) validate() ([]*regexp.Regexp, error) {
 		c.ServerURL = "http://" + c.ServerURL
 	}
 	if u, err := url.Parse(c.ServerURL); err != nil || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
-		return nil, fmt.Errorf("bluebubbles: server_url %q is not an http(s) URL", c.ServerURL)
+		return nil, fmt.Errorf("bluebubbles: server_url %q is not an http(s) URL without a query (the password goes in password)", shownURL(c.ServerURL))
 	}
 	if c.WebhookSecret == "" {
 		c.WebhookSecret = c.Password
@@ -143,7 +143,7 @@ func (c *Config) validate() ([]*regexp.Regexp, error) {
 	if c.PublicURL != "" {
 		u, err := url.Parse(c.PublicURL)
 		if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
-			return nil, fmt.Errorf("bluebubbles: public_url %q is not an http(s) URL without a query", c.PublicURL)
+			return nil, fmt.Errorf("bluebubbles: public_url %q is not an http(s) URL without a query (the gateway adds the secret)", shownURL(c.PublicURL))
 		}
 		if u.Path == "" || u.Path == "/" {
 			u.Path = c.Path
@@ -176,6 +176,18 @@ func (c *Config) validate() ([]*regexp.Regexp, error) {
 		c.AckTimeout = d.AckTimeout
 	}
 	return compilePatterns(c.MentionPatterns)
+}
+
+// shownURL is a configured URL as an error shows it: without its query,
+// fragment and user info, where the password or the webhook secret may
+// have been written.
+func shownURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(not a URL)"
+	}
+	u.User, u.RawQuery, u.ForceQuery, u.Fragment, u.RawFragment = nil, "", false, "", ""
+	return u.String()
 }
 
 // compilePatterns reads the mention patterns as Hermes does: a JSON list,

@@ -469,6 +469,23 @@ func TestConfigValidate(t *testing.T) {
 	if (Config{ServerURL: "x"}).Enabled() || !(Config{ServerURL: "x", Password: "y"}).Enabled() {
 		t.Fatal("Enabled")
 	}
+	// A URL given with the password or the webhook secret in its query
+	// (as BlueBubbles's own URLs carry it) is refused without repeating
+	// it: the error goes to the log.
+	for name, c := range map[string]Config{
+		"password in server url":   {ServerURL: "http://mac:1234/?password=s3cr3t-pw", Password: "s3cr3t-pw"},
+		"guid in server url":       {ServerURL: "http://mac:1234?guid=s3cr3t-pw", Password: "s3cr3t-pw"},
+		"secret in public url":     {ServerURL: "http://mac:1234", Password: "pw", PublicURL: "https://gw.example/bluebubbles-webhook?password=s3cr3t-hook"},
+		"secret in bad public url": {ServerURL: "http://mac:1234", Password: "pw", PublicURL: "ftp://gw.example/?password=s3cr3t-hook"},
+		"secret in fragment":       {ServerURL: "http://mac:1234#s3cr3t-pw", Password: "pw"},
+	} {
+		err := c.Validate()
+		if err == nil {
+			t.Errorf("%s: accepted", name)
+		} else if strings.Contains(err.Error(), "s3cr3t") {
+			t.Errorf("%s: the error repeats the secret: %v", name, err)
+		}
+	}
 }
 
 // syncBuffer is a bytes.Buffer safe for the logger and the test.
