@@ -42,11 +42,9 @@ func startBlueBubblesGateway(ctx context.Context, a *app) (func(context.Context)
 		return bluebubbles.New(cfg, bluebubbles.Deps{Log: a.log, Bus: b, Runner: platform.Options{Attachments: a.cfg.Attachments}})
 	})
 	if err == nil && cfg.Enabled() {
-		path := cfg.Path
-		if path == "" {
-			path = bluebubbles.DefaultConfig().Path
+		if n, err := cfg.Normalized(); err == nil {
+			a.announce("BlueBubbles webhook (iMessage; add ?password=<secret>)", "http://"+hostPort(n.Addr)+n.Path)
 		}
-		a.announce("BlueBubbles webhook (iMessage; add ?password=<secret>)", "http://"+hostPort(cfg.Addr)+path)
 	}
 	return run, err
 }

@@ -109,6 +109,13 @@ func (c Config) Validate() error {
 	return err
 }
 
+// Normalized is the section with its defaults filled in and
+// BLUEBUBBLES_WEBHOOK_HOST and BLUEBUBBLES_WEBHOOK_PORT applied to Addr.
+func (c Config) Normalized() (Config, error) {
+	_, err := c.validate()
+	return c, err
+}
+
 // defaultMentionPatterns are Hermes's wake words, written for RE2 (no
 // look-behind: the character before the name is matched instead).
 var defaultMentionPatterns = []string{

@@ -454,6 +454,9 @@ func TestConfigValidate(t *testing.T) {
 	if _, err := hp.validate(); err != nil || hp.Addr != "0.0.0.0:8645" {
 		t.Fatalf("Hermes's host and port: %q %v", hp.Addr, err)
 	}
+	if n, err := (Config{ServerURL: "http://mac:1234", Password: "pw", Addr: "127.0.0.1:8652", Host: "0.0.0.0", Port: 9000, Path: "bb"}).Normalized(); err != nil || n.Addr != "0.0.0.0:9000" || n.Path != "/bb" {
+		t.Fatalf("normalized: %q %q %v", n.Addr, n.Path, err)
+	}
 	for name, bad := range map[string]Config{
 		"bad port":       {ServerURL: "http://mac:1234", Password: "pw", Port: 70000},
 		"no url":         {Password: "pw"},
