@@ -468,6 +468,7 @@ func TestSendOnlyImages(t *testing.T) {
 	for name, r := range map[string]*deliveryv1.SendRequested{
 		"png":           att(eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, "image/png", "https://cdn.example/a.png"),
 		"jpeg":          att(eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, "image/jpeg; charset=binary", "https://cdn.example/b.jpg"),
+		"jpg":           att(eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, "image/jpg", "https://cdn.example/e.jpg"),
 		"undeclared":    att(eventsv1.AttachmentKind_ATTACHMENT_KIND_UNSPECIFIED, "", "https://cdn.example/c.png"),
 		"typed picture": att(eventsv1.AttachmentKind_ATTACHMENT_KIND_UNSPECIFIED, "image/png", "https://cdn.example/d.png"),
 	} {
@@ -475,7 +476,7 @@ func TestSendOnlyImages(t *testing.T) {
 			t.Errorf("%s: receipt %v", name, rc)
 		}
 	}
-	if got := f.Sent(testGroup); len(got) != 4 {
-		t.Fatalf("sent %+v, want the four pictures", got)
+	if got := f.Sent(testGroup); len(got) != 5 {
+		t.Fatalf("sent %+v, want the five pictures", got)
 	}
 }

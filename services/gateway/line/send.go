@@ -92,7 +92,7 @@ func picture(a *eventsv1.Attachment) bool {
 	}
 	mt, _, _ := strings.Cut(strings.ToLower(a.GetMimeType()), ";")
 	switch strings.TrimSpace(mt) {
-	case "", "image/jpeg", "image/png":
+	case "", "image/jpeg", "image/jpg", "image/png":
 		return true
 	}
 	return false
