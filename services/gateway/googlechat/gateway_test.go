@@ -183,6 +183,20 @@ func TestSend(t *testing.T) {
 	if _, err := p.Send(ctx, &deliveryv1.SendRequested{Target: &deliveryv1.Target{ChatId: sp, ThreadId: "spaces/OTHER/threads/1"}, Text: "x"}); class(err) != deliveryv1.ErrorClass_ERROR_CLASS_PERMANENT {
 		t.Fatalf("thread of another space: %v", err)
 	}
+	// Pictures go as links on lines of their own; a file without an
+	// http(s) URL cannot go at all.
+	pic := &deliveryv1.SendRequested{Target: &deliveryv1.Target{ChatId: "spaces/S2"}, Text: "look",
+		Attachments: []*eventsv1.Attachment{{Location: &eventsv1.Attachment_Url{Url: "https://example.com/cat.png"}}}}
+	if _, err := p.Send(ctx, pic); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.Texts("spaces/S2"); len(got) != 1 || got[0] != "look\nhttps://example.com/cat.png" {
+		t.Fatalf("picture sent as %q", got)
+	}
+	pic.Attachments[0].Location = &eventsv1.Attachment_Url{Url: "data:image/png;base64,AAAA"}
+	if _, err := p.Send(ctx, pic); class(err) != deliveryv1.ErrorClass_ERROR_CLASS_PERMANENT {
+		t.Fatalf("inline file: %v", err)
+	}
 	if err := p.Typing(ctx, req); !errors.Is(err, platform.ErrUnsupported) {
 		t.Fatalf("typing: %v", err)
 	}

@@ -67,10 +67,14 @@ func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (str
 	if err != nil {
 		return "", err
 	}
-	if len(req.GetAttachments()) > 0 && strings.TrimSpace(req.GetText()) == "" {
-		return "", platform.Permanent(errors.New("google chat apps cannot upload files with a service account"))
-	}
 	text := format(req)
+	links, err := attachmentLinks(req.GetAttachments())
+	if err != nil {
+		return "", err
+	}
+	if links != "" {
+		text = strings.TrimRight(text, "\n") + "\n" + links
+	}
 	if strings.TrimSpace(text) == "" {
 		return "", platform.Permanent(errors.New("empty message"))
 	}
@@ -101,6 +105,23 @@ func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (str
 		return "", errors.New("chat api answered a create without the message name")
 	}
 	return out.Name, nil
+}
+
+// attachmentLinks are the attachments as Google Chat shows them from an
+// app with a service account, as Hermes sends them: their http(s) URLs on
+// lines of their own (Chat previews an image's). Anything else (an
+// inline data: URL, a file only the store has) cannot be sent:
+// media.upload refuses service accounts.
+func attachmentLinks(atts []*eventsv1.Attachment) (string, error) {
+	var lines []string
+	for _, a := range atts {
+		u := a.GetUrl()
+		if !httpURL(u) || strings.ContainsAny(u, " \n") {
+			return "", platform.Permanent(errors.New("google chat apps cannot upload files with a service account: only http(s) links can be sent"))
+		}
+		lines = append(lines, u)
+	}
+	return strings.Join(lines, "\n"), nil
 }
 
 // message is the request's message name, checked to be in its space.
