@@ -193,6 +193,13 @@ func TestSend(t *testing.T) {
 	if got := f.Texts("spaces/S2"); len(got) != 1 || got[0] != "look\nhttps://example.com/cat.png" {
 		t.Fatalf("picture sent as %q", got)
 	}
+	pic.Text, pic.IdempotencyKey = "", "only-a-picture"
+	if _, err := p.Send(ctx, pic); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.Texts("spaces/S2"); len(got) != 2 || got[1] != "https://example.com/cat.png" {
+		t.Fatalf("picture alone sent as %q", got)
+	}
 	pic.Attachments[0].Location = &eventsv1.Attachment_Url{Url: "data:image/png;base64,AAAA"}
 	if _, err := p.Send(ctx, pic); class(err) != deliveryv1.ErrorClass_ERROR_CLASS_PERMANENT {
 		t.Fatalf("inline file: %v", err)

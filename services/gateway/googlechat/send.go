@@ -72,8 +72,10 @@ func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (str
 	if err != nil {
 		return "", err
 	}
-	if links != "" {
-		text = strings.TrimRight(text, "\n") + "\n" + links
+	if body := strings.TrimRight(text, "\n"); links != "" && strings.TrimSpace(body) != "" {
+		text = body + "\n" + links
+	} else if links != "" {
+		text = links
 	}
 	if strings.TrimSpace(text) == "" {
 		return "", platform.Permanent(errors.New("empty message"))
