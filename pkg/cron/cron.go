@@ -270,23 +270,34 @@ func (s *Store) Create(ctx context.Context, n NewJob) (Job, error) {
 	if repeat == 0 {
 		repeat = sched.DefaultRepeat()
 	}
-	var count int
-	if err := s.db.QueryRow(ctx, `SELECT count(*) FROM cron_jobs WHERE owner = $1 AND state <> 'completed'`, n.Owner).Scan(&count); err != nil {
-		return Job{}, fmt.Errorf("count cron jobs: %w", err)
-	}
-	if count >= MaxJobsPerUser {
-		return Job{}, fmt.Errorf("%w: you have %d jobs, the most there may be; remove one first", ErrInvalid, count)
-	}
-	row := s.db.QueryRow(ctx, `
+	var j Job
+	err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+		// Creates of one owner take turns from the count to the insert,
+		// so that racing ones (parallel tool calls) keep the limit.
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('cron_jobs:' || $1, 0))`, n.Owner); err != nil {
+			return fmt.Errorf("lock owner's cron jobs: %w", err)
+		}
+		var count int
+		if err := tx.QueryRow(ctx, `SELECT count(*) FROM cron_jobs WHERE owner = $1 AND state <> 'completed'`, n.Owner).Scan(&count); err != nil {
+			return fmt.Errorf("count cron jobs: %w", err)
+		}
+		if count >= MaxJobsPerUser {
+			return fmt.Errorf("%w: you have %d jobs, the most there may be; remove one first", ErrInvalid, count)
+		}
+		row := tx.QueryRow(ctx, `
 INSERT INTO cron_jobs (id, owner, name, prompt, schedule_kind, schedule_expr, schedule_display, deliver,
   origin_platform, origin_account, origin_chat_id, origin_thread_id, repeat_times, next_run_at, created_at, updated_at)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $15)
 RETURNING `+columns,
-		newID(), n.Owner, nameOf(n.Name, prompt), prompt, sched.Kind, sched.Expr, sched.Display, deliver,
-		n.Origin.Platform, n.Origin.Account, n.Origin.ChatID, n.Origin.ThreadID, nullRepeat(repeat), sched.First(now), now)
-	j, err := scan(row)
+			newID(), n.Owner, nameOf(n.Name, prompt), prompt, sched.Kind, sched.Expr, sched.Display, deliver,
+			n.Origin.Platform, n.Origin.Account, n.Origin.ChatID, n.Origin.ThreadID, nullRepeat(repeat), sched.First(now), now)
+		if j, err = scan(row); err != nil {
+			return fmt.Errorf("create cron job: %w", err)
+		}
+		return nil
+	})
 	if err != nil {
-		return Job{}, fmt.Errorf("create cron job: %w", err)
+		return Job{}, err
 	}
 	return j, nil
 }

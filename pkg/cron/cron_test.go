@@ -3,7 +3,9 @@ package cron_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -248,5 +250,35 @@ func TestChangeRacingARun(t *testing.T) {
 				t.Errorf("the %s answered next %s, the job has %s", tc.name, r.j.NextRunAt, got.NextRunAt)
 			}
 		})
+	}
+}
+
+// TestJobLimitUnderConcurrentCreates: creates that race (the agent's
+// parallel tool calls, several API requests) cannot take an owner past
+// MaxJobsPerUser between counting and inserting.
+func TestJobLimitUnderConcurrentCreates(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	now := t0
+	s := newStore(t, &now)
+	for i := range cron.MaxJobsPerUser - 2 {
+		if _, err := s.Create(ctx, cron.NewJob{Owner: "telegram:5", Prompt: fmt.Sprint("job ", i), Schedule: "every 1h", Deliver: "local"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var wg sync.WaitGroup
+	for i := range 12 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := s.Create(ctx, cron.NewJob{Owner: "telegram:5", Prompt: fmt.Sprint("racing ", i), Schedule: "every 1h", Deliver: "local"})
+			if err != nil && !errors.Is(err, cron.ErrInvalid) {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if js, err := s.List(ctx, "telegram:5", true); err != nil || len(js) != cron.MaxJobsPerUser {
+		t.Fatalf("%d jobs (%v), want %d", len(js), err, cron.MaxJobsPerUser)
 	}
 }
