@@ -45,6 +45,7 @@ func TestComposeLoadsWithEveryProfile(t *testing.T) {
 		{profiles: []string{"sms"}, want: append(slices.Clone(always), "sms"), notWant: []string{"whatsapp"}},
 		{profiles: []string{"homeassistant"}, want: append(slices.Clone(always), "homeassistant"), notWant: []string{"mattermost"}},
 		{profiles: []string{"line"}, want: append(slices.Clone(always), "line"), notWant: []string{"sms"}},
+		{profiles: []string{"googlechat"}, want: append(slices.Clone(always), "googlechat"), notWant: []string{"teams"}},
 		{profiles: []string{"*"}, want: append(slices.Clone(always), "telegram", "discord", "slack", "whatsapp", "mattermost", "teams", "sms", "homeassistant", "fakellm")},
 	}
 	for _, tt := range tests {
@@ -117,8 +118,11 @@ func TestComposeServices(t *testing.T) {
 	if !publishes(p.Services["teams"], 3978) {
 		t.Errorf("teams gateway does not publish 3978")
 	}
+	if !publishes(p.Services["googlechat"], 8790) {
+		t.Errorf("googlechat gateway does not publish 8790")
+	}
 
-	for name, profile := range map[string]string{"telegram": "telegram", "discord": "discord", "slack": "slack", "whatsapp": "whatsapp", "mattermost": "mattermost", "teams": "teams", "sms": "sms", "homeassistant": "homeassistant", "line": "line", "fakellm": "demo"} {
+	for name, profile := range map[string]string{"telegram": "telegram", "discord": "discord", "slack": "slack", "whatsapp": "whatsapp", "mattermost": "mattermost", "teams": "teams", "sms": "sms", "homeassistant": "homeassistant", "line": "line", "googlechat": "googlechat", "fakellm": "demo"} {
 		if got := p.Services[name].Profiles; !slices.Equal(got, []string{profile}) {
 			t.Errorf("%s: profiles %v, want [%s]", name, got, profile)
 		}
@@ -240,7 +244,7 @@ func TestComposeSecretsStayWithTheirGateway(t *testing.T) {
 		"SLACK_BOT_TOKEN": "slack", "SLACK_APP_TOKEN": "slack",
 		"WHATSAPP_ACCESS_TOKEN": "whatsapp", "WHATSAPP_APP_SECRET": "whatsapp",
 		"TEAMS_CLIENT_SECRET": "teams", "TWILIO_ACCOUNT_SID": "sms", "TWILIO_AUTH_TOKEN": "sms",
-		"LINE_CHANNEL_ACCESS_TOKEN": "line", "LINE_CHANNEL_SECRET": "line",
+		"LINE_CHANNEL_ACCESS_TOKEN": "line", "LINE_CHANNEL_SECRET": "line", "GOOGLE_CHAT_SERVICE_ACCOUNT_JSON": "googlechat",
 		"API_SERVER_KEY": "api", "SWITCHBOARD_ADMIN_TOKEN": "admin",
 		"OPENAI_API_KEY": "agent-worker", "ANTHROPIC_API_KEY": "agent-worker",
 	}

@@ -69,6 +69,9 @@ func TestChatGatewaysRegistered(t *testing.T) {
 	if _, err := startTeamsGateway(context.Background(), newApp("gateway-teams", cfg)); err == nil || !strings.Contains(err.Error(), "TEAMS_CLIENT_ID") {
 		t.Fatalf("teams without credentials: %v", err)
 	}
+	if _, err := startGoogleChatGateway(context.Background(), newApp("gateway-googlechat", cfg)); err == nil || !strings.Contains(err.Error(), "GOOGLE_CHAT_HTTP_EVENTS_AUDIENCE") {
+		t.Fatalf("googlechat without credentials: %v", err)
+	}
 	// With the app's id and secret but no tenant to ask tokens of, even
 	// dev refuses to start it.
 	cfg.Gateways.Teams.ClientID, cfg.Gateways.Teams.ClientSecret = "app", "secret"
