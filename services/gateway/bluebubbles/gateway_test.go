@@ -3,6 +3,7 @@ package bluebubbles
 import (
 	"bytes"
 	"context"
+	"errors"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -540,5 +541,37 @@ func TestSendRetriedWhileQueued(t *testing.T) {
 	platformtest.WaitFor(t, "the held sends", func() bool { return len(f.Sent(groupGUID)) > 0 && len(f.Sent(dmGUID)) > 0 })
 	if n, m := len(f.Sent(groupGUID)), len(f.Sent(dmGUID)); n != 1 || m != 1 {
 		t.Fatalf("sent %d texts and %d files, want one each", n, m)
+	}
+}
+
+// An address is a person: a send to one goes to that person's DM only,
+// never to a group the person is in (the answer of a DM, or a home
+// channel's cron output, would be shown to the whole group); without a
+// DM it is refused as permanent.
+func TestSendToAddressNeverAGroup(t *testing.T) {
+	t.Parallel()
+	f := newFake(t, false)
+	p, err := NewPlatform(testConfig(f), slog.New(slog.DiscardHandler), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	// +15559990000 is only in the Family group.
+	_, err = p.Send(ctx, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "addr-1", Text: "private",
+		Target: &deliveryv1.Target{Platform: "bluebubbles", ChatId: "+15559990000"}})
+	var se *platform.SendError
+	if err == nil || !errors.As(err, &se) || se.Class != deliveryv1.ErrorClass_ERROR_CLASS_PERMANENT || !errors.Is(err, ErrChatNotFound) {
+		t.Fatalf("send to an address with no DM: %v", err)
+	}
+	if got := f.Sent(groupGUID); len(got) != 0 {
+		t.Fatalf("the group got %+v", got)
+	}
+	// Ann has a DM besides the group: hers is used, whatever the order.
+	if _, err := p.Send(ctx, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "addr-2", Text: "hi ann",
+		Target: &deliveryv1.Target{Platform: "bluebubbles", ChatId: ann}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.Sent(dmGUID); len(got) != 1 || len(f.Sent(groupGUID)) != 0 {
+		t.Fatalf("dm %+v, group %+v", got, f.Sent(groupGUID))
 	}
 }

@@ -42,8 +42,9 @@ func (p *Platform) remember(address, guid string) {
 }
 
 // chatGUID is the chat guid of a chat id: a guid (it has a ";") as it
-// is, an address through the chats this replica saw it write from, else
-// through the server's chats (POST /api/v1/chat/query), a DM preferred.
+// is, an address through the DMs this replica saw it write from, else
+// through the server's chats (POST /api/v1/chat/query): its DM, never a
+// group it is in.
 func (p *Platform) chatGUID(ctx context.Context, chatID string) (string, error) {
 	chatID = strings.TrimSpace(chatID)
 	if chatID == "" {
@@ -71,24 +72,24 @@ func (p *Platform) chatGUID(ctx context.Context, chatID string) (string, error) 
 	}
 	found := ""
 	for _, c := range chats {
-		dm := strings.Contains(c.GUID, ";-;")
-		hit := c.ChatIdentifier == chatID
+		// Only a DM: an address is a person, and a group the person is
+		// in would show the answer to everyone in it.
+		if !strings.Contains(c.GUID, ";-;") {
+			continue
+		}
+		hit := c.ChatIdentifier == chatID || dmChatID(c.GUID, "", "") == chatID
 		for _, pt := range c.Participants {
 			hit = hit || strings.TrimSpace(pt.Address) == chatID
 		}
-		if hit && c.GUID != "" && (found == "" || dm) {
+		if hit {
 			found = c.GUID
-			if dm {
-				break
-			}
+			break
 		}
 	}
 	if found == "" {
 		return "", platform.Permanent(fmt.Errorf("%w: %s", ErrChatNotFound, redact(chatID)))
 	}
-	if strings.Contains(found, ";-;") {
-		p.remember(chatID, found)
-	}
+	p.remember(chatID, found)
 	return found, nil
 }
 
