@@ -676,9 +676,10 @@ func (r *turnRun) publishFinal(ctx context.Context, f store.Final) error {
 
 // cronAnswer is what a cron run's answer (a turn of the cron platform)
 // delivers, as Hermes: nothing when it starts with [SILENT] (the
-// transcript keeps it; the run's framing asks for exactly that word, and
-// an answer that only quotes the word further in is delivered), otherwise the answer under the job's name with the note that the
-// agent cannot see it. Other turns' answers go as they are.
+// transcript keeps it; the run's framing asks for exactly that word, so
+// an answer that only quotes it further in is delivered), otherwise the
+// answer under the job's name with the note that the agent cannot see
+// it. Other turns' answers go as they are.
 func (r *turnRun) cronAnswer(text string) (string, bool) {
 	o := r.req.GetOrigin()
 	if o.GetPlatform() != "cron" {
