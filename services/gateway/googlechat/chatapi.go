@@ -2,27 +2,21 @@ package googlechat
 
 import (
 	"bytes"
-	"context"
 	"crypto/rsa"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/switchboard-chat/switchboard/pkg/platform"
 )
-
-// maxAnswerBytes bounds an answer of Google's the gateway reads.
-const maxAnswerBytes = 1 << 20
 
 // serviceAccount is the part of a service account key the gateway uses.
 type serviceAccount struct {
@@ -61,101 +55,21 @@ func loadServiceAccount(src string) (*serviceAccount, error) {
 	return &sa, nil
 }
 
-// TokenError is a refusal of the token endpoint (an OAuth2 error).
-type TokenError struct {
-	Status      int
-	Code        string
-	Description string
-}
-
-func (e *TokenError) Error() string {
-	return fmt.Sprintf("token endpoint HTTP %d: %s: %s", e.Status, e.Code, e.Description)
-}
-
-// refused: the key is wrong, disabled or not allowed.
-func (e *TokenError) refused() bool {
-	switch e.Code {
-	case "invalid_client", "unauthorized_client", "invalid_grant", "invalid_scope":
-		return true
-	}
-	return e.Status == http.StatusUnauthorized
-}
-
-// tokenSource gets the app's access tokens with the JWT bearer grant
-// (RFC 7523: an assertion signed with the service account's key) and
-// keeps one until shortly before it expires.
-type tokenSource struct {
-	sa *serviceAccount
-	hc *http.Client
-
-	mu      sync.Mutex
-	access  string
-	expires time.Time
-}
-
-func (s *tokenSource) token(ctx context.Context) (string, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.access != "" && time.Now().Before(s.expires) {
-		return s.access, nil
-	}
-	now := time.Now()
+// grant is the form of the JWT bearer grant (RFC 7523) made at now: an
+// assertion signed with the service account's key, asking for Scope.
+func (sa *serviceAccount) grant(now time.Time) (url.Values, error) {
 	a := jwt.NewWithClaims(jwt.SigningMethodRS256, jwt.MapClaims{
-		"iss": s.sa.ClientEmail, "scope": Scope, "aud": s.sa.TokenURI,
+		"iss": sa.ClientEmail, "scope": Scope, "aud": sa.TokenURI,
 		"iat": now.Unix(), "exp": now.Add(time.Hour).Unix(),
 	})
-	if s.sa.PrivateKeyID != "" {
-		a.Header["kid"] = s.sa.PrivateKeyID
+	if sa.PrivateKeyID != "" {
+		a.Header["kid"] = sa.PrivateKeyID
 	}
-	assertion, err := a.SignedString(s.sa.key)
+	assertion, err := a.SignedString(sa.key)
 	if err != nil {
-		return "", fmt.Errorf("sign token assertion: %w", err)
+		return nil, fmt.Errorf("sign token assertion: %w", err)
 	}
-	form := url.Values{"grant_type": {"urn:ietf:params:oauth:grant-type:jwt-bearer"}, "assertion": {assertion}}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.sa.TokenURI, strings.NewReader(form.Encode()))
-	if err != nil {
-		return "", err
-	}
-	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	resp, err := s.hc.Do(req)
-	if err != nil {
-		return "", fmt.Errorf("token request: %w", err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswerBytes))
-	if err != nil {
-		return "", fmt.Errorf("token request: read answer: %w", err)
-	}
-	var out struct {
-		AccessToken string `json:"access_token"`
-		ExpiresIn   int    `json:"expires_in"`
-		Error       string `json:"error"`
-		Description string `json:"error_description"`
-	}
-	_ = json.Unmarshal(body, &out)
-	if resp.StatusCode != http.StatusOK {
-		if out.Error == "" {
-			out.Error = http.StatusText(resp.StatusCode)
-		}
-		return "", &TokenError{Status: resp.StatusCode, Code: out.Error, Description: out.Description}
-	}
-	if out.AccessToken == "" {
-		return "", errors.New("token endpoint answered without an access_token")
-	}
-	ttl := time.Duration(out.ExpiresIn) * time.Second
-	if ttl <= 0 {
-		ttl = time.Hour
-	}
-	s.access, s.expires = out.AccessToken, now.Add(ttl-min(5*time.Minute, ttl/2))
-	return s.access, nil
-}
-
-func (s *tokenSource) forget(tok string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.access == tok {
-		s.access = ""
-	}
+	return url.Values{"grant_type": {"urn:ietf:params:oauth:grant-type:jwt-bearer"}, "assertion": {assertion}}, nil
 }
 
 // APIError is an error answer of the Chat API: {"error": {"code",
@@ -171,65 +85,8 @@ func (e *APIError) Error() string {
 	return fmt.Sprintf("chat api HTTP %d: %s: %s", e.HTTPStatus, e.Status, e.Message)
 }
 
-// chatAPI calls the Chat REST API with the app's token.
-type chatAPI struct {
-	base   string
-	tokens *tokenSource
-	hc     *http.Client
-}
-
-// do sends body as JSON to base+path (path and query already escaped)
-// and decodes a 2xx answer into out. A 401 drops the cached token and
-// tries once more.
-func (c *chatAPI) do(ctx context.Context, method, path string, body, out any) error {
-	var data []byte
-	if body != nil {
-		var err error
-		if data, err = json.Marshal(body); err != nil {
-			return platform.Permanent(fmt.Errorf("encode message: %w", err))
-		}
-	}
-	for attempt := 0; ; attempt++ {
-		tok, err := c.tokens.token(ctx)
-		if err != nil {
-			var te *TokenError
-			if errors.As(err, &te) && te.refused() {
-				return platform.Permanent(err)
-			}
-			return err
-		}
-		req, err := http.NewRequestWithContext(ctx, method, c.base+path, bytes.NewReader(data))
-		if err != nil {
-			return platform.Permanent(err)
-		}
-		req.Header.Set("Authorization", "Bearer "+tok)
-		if data != nil {
-			req.Header.Set("Content-Type", "application/json; charset=utf-8")
-		}
-		resp, err := c.hc.Do(req)
-		if err != nil {
-			return fmt.Errorf("chat api %s: %w", method, err)
-		}
-		answer, rerr := io.ReadAll(io.LimitReader(resp.Body, maxAnswerBytes))
-		_ = resp.Body.Close()
-		if resp.StatusCode == http.StatusUnauthorized && attempt == 0 {
-			c.tokens.forget(tok)
-			continue
-		}
-		if resp.StatusCode/100 != 2 {
-			return classify(decodeAPIError(resp, answer))
-		}
-		if rerr != nil {
-			return fmt.Errorf("chat api %s: read answer: %w", method, rerr)
-		}
-		if out != nil && len(bytes.TrimSpace(answer)) > 0 {
-			if err := json.Unmarshal(answer, out); err != nil {
-				return fmt.Errorf("chat api %s: decode answer: %w", method, err)
-			}
-		}
-		return nil
-	}
-}
+// failure is the Chat API's error answer, classified for delivery.
+func failure(resp *http.Response, body []byte) error { return classify(decodeAPIError(resp, body)) }
 
 func decodeAPIError(resp *http.Response, body []byte) *APIError {
 	e := &APIError{HTTPStatus: resp.StatusCode}

@@ -33,6 +33,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/switchboard-chat/switchboard/pkg/bearer"
 	"github.com/switchboard-chat/switchboard/pkg/bus"
 	"github.com/switchboard-chat/switchboard/pkg/platform"
 )
@@ -193,7 +194,10 @@ type Platform struct {
 	cfg      Config
 	log      *slog.Logger
 	verifier *verifier
-	api      *chatAPI
+	base     string // the Chat API's
+	hc       *http.Client
+	tokens   *bearer.Tokens
+	api      *bearer.Client
 	addr     atomic.Value // string
 }
 
@@ -216,11 +220,12 @@ func NewPlatform(cfg Config, log *slog.Logger, hc *http.Client) (*Platform, erro
 	if cfg.TokenURL != "" {
 		sa.TokenURI = cfg.TokenURL
 	}
-	tokens := &tokenSource{sa: sa, hc: hc}
+	tokens := &bearer.Tokens{URL: sa.TokenURI, HC: hc, Form: sa.grant}
 	return &Platform{
 		cfg: cfg, log: log.With("platform", PlatformName),
 		verifier: newVerifier(cfg.KeysURL, cfg.Issuer, cfg.Audience, cfg.ClockSkew, hc),
-		api:      &chatAPI{base: strings.TrimRight(cfg.APIBaseURL, "/"), tokens: tokens, hc: hc},
+		base:     strings.TrimRight(cfg.APIBaseURL, "/"), hc: hc, tokens: tokens,
+		api: &bearer.Client{Tokens: tokens, HC: hc, Name: "chat api", Failure: failure},
 	}, nil
 }
 
@@ -251,12 +256,11 @@ func (p *Platform) Addr() string {
 // refused key is fatal), then serves the endpoint until ctx ends.
 func (p *Platform) Connect(ctx context.Context, conn platform.Conn) error {
 	cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-	_, err := p.api.tokens.token(cctx)
+	_, err := p.tokens.Token(cctx)
 	cancel()
-	var te *TokenError
 	switch {
 	case err == nil:
-	case errors.As(err, &te) && te.refused():
+	case bearer.Refused(err):
 		return platform.Fatal(fmt.Errorf("the token endpoint refused the google chat service account: %w", err))
 	default:
 		p.log.Warn("google chat token request failed; serving the endpoint anyway", "err", err)

@@ -100,7 +100,7 @@ func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (str
 		path += "?" + q.Encode()
 	}
 	var out created
-	if err := p.api.do(ctx, http.MethodPost, path, msg, &out); err != nil {
+	if err := p.api.Do(ctx, http.MethodPost, p.base+path, msg, &out); err != nil {
 		return "", err
 	}
 	if out.Name == "" {
@@ -149,7 +149,7 @@ func (p *Platform) Edit(ctx context.Context, req *deliveryv1.SendRequested) erro
 	if strings.TrimSpace(text) == "" {
 		return platform.Permanent(errors.New("empty message"))
 	}
-	return p.api.do(ctx, http.MethodPatch, "/v1/"+id+"?updateMask=text", outgoing{Text: text}, nil)
+	return p.api.Do(ctx, http.MethodPatch, p.base+"/v1/"+id+"?updateMask=text", outgoing{Text: text}, nil)
 }
 
 // Delete removes one of the app's messages (messages.delete).
@@ -158,7 +158,7 @@ func (p *Platform) Delete(ctx context.Context, req *deliveryv1.SendRequested) er
 	if err != nil {
 		return err
 	}
-	return p.api.do(ctx, http.MethodDelete, "/v1/"+id, nil, nil)
+	return p.api.Do(ctx, http.MethodDelete, p.base+"/v1/"+id, nil, nil)
 }
 
 // Typing: the Chat API has no typing indicator.
@@ -174,16 +174,16 @@ func (p *Platform) Fetch(ctx context.Context, a *eventsv1.Attachment) (io.ReadCl
 	if ref == "" || strings.ContainsAny(ref, "?#") || strings.Contains(ref, "..") {
 		return nil, "", platform.ErrNotFetched
 	}
-	tok, err := p.api.tokens.token(ctx)
+	tok, err := p.tokens.Token(ctx)
 	if err != nil {
 		return nil, "", fmt.Errorf("token for an attachment: %w", err)
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.api.base+"/v1/media/"+ref+"?alt=media", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.base+"/v1/media/"+ref+"?alt=media", nil)
 	if err != nil {
 		return nil, "", platform.ErrNotFetched
 	}
 	req.Header.Set("Authorization", "Bearer "+tok)
-	resp, err := p.api.hc.Do(req)
+	resp, err := p.hc.Do(req)
 	if err != nil {
 		return nil, "", fmt.Errorf("google chat media download: %w", err)
 	}

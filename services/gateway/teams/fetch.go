@@ -45,7 +45,7 @@ func (p *Platform) Fetch(ctx context.Context, a *eventsv1.Attachment) (io.ReadCl
 	}
 	hc := p.anon
 	if p.connectorHost(u) {
-		tok, err := p.tokens.token(ctx)
+		tok, err := p.tokens.Token(ctx)
 		if err != nil {
 			return nil, "", fmt.Errorf("token for an attachment: %w", err)
 		}

@@ -88,7 +88,7 @@ func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (str
 	var out resourceResponse
 	if reply := req.GetTarget().GetReplyToMessageId(); numeric(reply) {
 		act.ReplyToID = reply
-		err = p.connector.do(ctx, http.MethodPost, activitiesURL(base, conv, reply), act, &out)
+		err = p.connector.Do(ctx, http.MethodPost, activitiesURL(base, conv, reply), act, &out)
 		var se *platform.SendError
 		if err == nil || !errors.As(err, &se) || se.Class != deliveryv1.ErrorClass_ERROR_CLASS_PERMANENT {
 			return p.sent(ctx, conv, out, err)
@@ -96,7 +96,7 @@ func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (str
 		p.log.Debug("teams reply refused; posting to the conversation", "err", err)
 		act.ReplyToID = ""
 	}
-	err = p.connector.do(ctx, http.MethodPost, activitiesURL(base, conv, ""), act, &out)
+	err = p.connector.Do(ctx, http.MethodPost, activitiesURL(base, conv, ""), act, &out)
 	return p.sent(ctx, conv, out, err)
 }
 
@@ -182,7 +182,7 @@ func (p *Platform) Edit(ctx context.Context, req *deliveryv1.SendRequested) erro
 	if err != nil {
 		return err
 	}
-	return p.connector.do(ctx, http.MethodPut, activitiesURL(base, conv, id),
+	return p.connector.Do(ctx, http.MethodPut, activitiesURL(base, conv, id),
 		outgoing{Type: "message", ID: id, Text: req.GetText(), TextFormat: textFormat(req)}, nil)
 }
 
@@ -200,7 +200,7 @@ func (p *Platform) Delete(ctx context.Context, req *deliveryv1.SendRequested) er
 	if err != nil {
 		return err
 	}
-	return p.connector.do(ctx, http.MethodDelete, activitiesURL(base, conv, id), nil, nil)
+	return p.connector.Do(ctx, http.MethodDelete, activitiesURL(base, conv, id), nil, nil)
 }
 
 // Typing sends a typing activity: Teams shows the indicator for a few
@@ -214,5 +214,5 @@ func (p *Platform) Typing(ctx context.Context, req *deliveryv1.SendRequested) er
 	if err != nil {
 		return err
 	}
-	return p.connector.do(ctx, http.MethodPost, activitiesURL(base, conv, ""), outgoing{Type: "typing"}, nil)
+	return p.connector.Do(ctx, http.MethodPost, activitiesURL(base, conv, ""), outgoing{Type: "typing"}, nil)
 }

@@ -35,6 +35,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/switchboard-chat/switchboard/pkg/bearer"
 	"github.com/switchboard-chat/switchboard/pkg/bus"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/platform"
@@ -246,8 +247,8 @@ type Platform struct {
 	hc        *http.Client
 	anon      *http.Client // downloads from hosts activities name (publicOnly)
 	verifier  *verifier
-	tokens    *tokenSource
-	connector *connector
+	tokens    *bearer.Tokens
+	connector *bearer.Client
 	addr      atomic.Value // string: the listener's address
 
 	// routes: the conversations' serviceUrls (KV, opened on first use)
@@ -272,12 +273,15 @@ func NewPlatform(cfg Config, b *bus.Bus, log *slog.Logger, hc *http.Client) (*Pl
 	if hc == nil {
 		hc = &http.Client{Timeout: 30 * time.Second}
 	}
-	tokens := &tokenSource{url: cfg.TokenURL, clientID: cfg.ClientID, secret: cfg.ClientSecret, scope: cfg.Scope, hc: hc}
+	// The bot's own tokens: OAuth2 client credentials.
+	tokens := &bearer.Tokens{URL: cfg.TokenURL, HC: hc, Form: func(time.Time) (url.Values, error) {
+		return url.Values{"grant_type": {"client_credentials"}, "client_id": {cfg.ClientID}, "client_secret": {cfg.ClientSecret}, "scope": {cfg.Scope}}, nil
+	}}
 	return &Platform{
 		cfg: cfg, log: log.With("platform", "teams"), bus: b, hc: hc, anon: publicOnly(hc),
 		verifier:  newVerifier(cfg.OpenIDMetadataURL, cfg.Issuer, cfg.ClientID, cfg.ClockSkew, hc),
 		tokens:    tokens,
-		connector: &connector{tokens: tokens, hc: hc},
+		connector: &bearer.Client{Tokens: tokens, HC: hc, Name: "bot connector", Failure: failure},
 		stored:    map[string]storedRoute{},
 	}, nil
 }
@@ -322,12 +326,11 @@ func (p *Platform) Connect(ctx context.Context, conn platform.Conn) error {
 func (p *Platform) checkCredentials(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
-	_, err := p.tokens.token(ctx)
-	var te *TokenError
+	_, err := p.tokens.Token(ctx)
 	switch {
 	case err == nil:
 		return nil
-	case errors.As(err, &te) && te.refused():
+	case bearer.Refused(err):
 		return platform.Fatal(fmt.Errorf("the token endpoint refused the teams app's credentials: %w", err))
 	default:
 		p.log.Warn("teams token request failed; serving the endpoint anyway", "err", err)
