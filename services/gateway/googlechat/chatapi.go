@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
@@ -86,7 +85,10 @@ func (e *APIError) Error() string {
 }
 
 // failure is the Chat API's error answer, classified for delivery.
-func failure(resp *http.Response, body []byte) error { return classify(decodeAPIError(resp, body)) }
+func failure(resp *http.Response, body []byte) error {
+	e := decodeAPIError(resp, body)
+	return platform.ByStatus(e, e.HTTPStatus, e.RetryAfter, defaultRetryAfter)
+}
 
 func decodeAPIError(resp *http.Response, body []byte) *APIError {
 	e := &APIError{HTTPStatus: resp.StatusCode}
@@ -101,35 +103,10 @@ func decodeAPIError(resp *http.Response, body []byte) *APIError {
 	} else {
 		e.Message = http.StatusText(resp.StatusCode)
 	}
-	if s, err := strconv.Atoi(strings.TrimSpace(resp.Header.Get("Retry-After"))); err == nil && s > 0 {
-		e.RetryAfter = time.Duration(s) * time.Second
-	}
+	e.RetryAfter = platform.RetryAfter(resp.Header.Get("Retry-After"))
 	return e
 }
 
 // defaultRetryAfter is the wait after a 429 without Retry-After (the
 // Chat API allows one write a second per space).
 const defaultRetryAfter = 2 * time.Second
-
-// classify maps a Chat API failure to delivery's classes: 429 →
-// RATE_LIMITED; 5xx and 408 → retryable; any other 4xx → PERMANENT (the
-// app removed from the space, a space or message gone, a bad request).
-func classify(err error) error {
-	var ae *APIError
-	if err == nil || !errors.As(err, &ae) {
-		return err
-	}
-	switch {
-	case ae.HTTPStatus == http.StatusTooManyRequests:
-		d := ae.RetryAfter
-		if d <= 0 {
-			d = defaultRetryAfter
-		}
-		return platform.RateLimited(err, d)
-	case ae.HTTPStatus >= 500 || ae.HTTPStatus == http.StatusRequestTimeout:
-		return err
-	case ae.HTTPStatus >= 400:
-		return platform.Permanent(err)
-	}
-	return err
-}

@@ -2,11 +2,9 @@ package teams
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"time"
 
@@ -40,7 +38,10 @@ func activitiesURL(serviceURL, conversation, id string) string {
 }
 
 // failure is the connector's error answer, classified for delivery.
-func failure(resp *http.Response, body []byte) error { return classify(decodeAPIError(resp, body)) }
+func failure(resp *http.Response, body []byte) error {
+	e := decodeAPIError(resp, body)
+	return platform.ByStatus(e, e.Status, e.RetryAfter, defaultRetryAfter)
+}
 
 func decodeAPIError(resp *http.Response, body []byte) *APIError {
 	e := &APIError{Status: resp.StatusCode}
@@ -55,49 +56,10 @@ func decodeAPIError(resp *http.Response, body []byte) *APIError {
 	} else {
 		e.Message = http.StatusText(resp.StatusCode)
 	}
-	e.RetryAfter = retryAfter(resp.Header.Get("Retry-After"))
+	e.RetryAfter = platform.RetryAfter(resp.Header.Get("Retry-After"))
 	return e
-}
-
-// retryAfter reads a Retry-After header: seconds or an HTTP date.
-func retryAfter(h string) time.Duration {
-	if h == "" {
-		return 0
-	}
-	if s, err := strconv.Atoi(strings.TrimSpace(h)); err == nil && s > 0 {
-		return time.Duration(s) * time.Second
-	}
-	if t, err := http.ParseTime(h); err == nil {
-		if d := time.Until(t); d > 0 {
-			return d
-		}
-	}
-	return 0
 }
 
 // defaultRetryAfter is the wait after a 429 without Retry-After (the
 // connector allows a few messages a second per conversation).
 const defaultRetryAfter = 2 * time.Second
-
-// classify maps a connector failure to delivery's classes: 429 →
-// RATE_LIMITED after Retry-After; 5xx (and 408) → retryable; any other
-// 4xx → PERMANENT (forbidden, not found, bad request).
-func classify(err error) error {
-	var ae *APIError
-	if err == nil || !errors.As(err, &ae) {
-		return err
-	}
-	switch {
-	case ae.Status == http.StatusTooManyRequests:
-		d := ae.RetryAfter
-		if d <= 0 {
-			d = defaultRetryAfter
-		}
-		return platform.RateLimited(err, d)
-	case ae.Status >= 500 || ae.Status == http.StatusRequestTimeout:
-		return err
-	case ae.Status >= 400:
-		return platform.Permanent(err)
-	}
-	return err
-}
