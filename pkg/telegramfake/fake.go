@@ -146,6 +146,9 @@ type Server struct {
 	queries  map[string]bool // callback query id → answered
 	nextCBQ  int
 	answered []CallbackAnswer
+	// deletedTopics are forum topics (chat/thread id) that are gone:
+	// sends naming one are refused with "message thread not found".
+	deletedTopics map[string]bool
 }
 
 // file is one file a user sent, as getFile describes it.
@@ -169,7 +172,7 @@ func New(token, username string) (*Server, error) {
 		URL: "http://" + ln.Addr().String(), token: token, botID: id, username: username, ln: ln,
 		changed: make(chan struct{}), drop: make(chan struct{}), nextID: 100000, nextMsgID: 1,
 		fail: map[string][]APIError{}, calls: map[string]int{}, files: map[string]file{}, paths: map[string]string{},
-		reactions: map[string][]string{}, queries: map[string]bool{},
+		reactions: map[string][]string{}, queries: map[string]bool{}, deletedTopics: map[string]bool{},
 	}
 	s.srv = &http.Server{Handler: http.HandlerFunc(s.serve), ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = s.srv.Serve(ln) }()
@@ -396,6 +399,24 @@ func (s *Server) Pending() int {
 	}
 	return n
 }
+
+// DeleteTopic deletes a forum topic of a chat: from now on a send or
+// chat action that names it as message_thread_id is refused with 400
+// "Bad Request: message thread not found", as Telegram refuses it.
+func (s *Server) DeleteTopic(chatID string, threadID int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.deletedTopics[chatID+"/"+strconv.Itoa(threadID)] = true
+}
+
+// topicGoneLocked reports whether p names a deleted topic of its chat.
+func (s *Server) topicGoneLocked(p params) bool {
+	thread := p.int("message_thread_id")
+	return thread != 0 && s.deletedTopics[p["chat_id"]+"/"+strconv.Itoa(thread)]
+}
+
+// ErrThreadNotFound is Telegram's answer to a send into a deleted topic.
+var ErrThreadNotFound = APIError{Code: 400, Description: "Bad Request: message thread not found"}
 
 // FailNext makes the next call of method answer with e (queued in order).
 func (s *Server) FailNext(method string, e APIError) {
@@ -692,6 +713,11 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		s.mu.Lock()
+		if s.topicGoneLocked(p) {
+			s.mu.Unlock()
+			writeErr(w, ErrThreadNotFound)
+			return
+		}
 		s.actions = append(s.actions, Action{ChatID: p["chat_id"], ThreadID: p.int("message_thread_id"), Action: p["action"]})
 		s.notifyLocked()
 		s.mu.Unlock()
@@ -833,6 +859,13 @@ func (s *Server) send(w http.ResponseWriter, method string, p params) {
 	chat := p["chat_id"]
 	if chat == "" {
 		writeErr(w, APIError{Code: 400, Description: "Bad Request: chat_id is empty"})
+		return
+	}
+	s.mu.Lock()
+	gone := s.topicGoneLocked(p)
+	s.mu.Unlock()
+	if gone {
+		writeErr(w, ErrThreadNotFound)
 		return
 	}
 	m := &Message{ChatID: chat, ThreadID: p.int("message_thread_id"), ParseMode: p["parse_mode"]}

@@ -323,6 +323,31 @@ func TestSending(t *testing.T) {
 			t.Fatalf("General topic sent with message_thread_id %d", m.ThreadID)
 		}
 	})
+	t.Run("a deleted topic's answer goes to its group, not to a dead letter", func(t *testing.T) {
+		f.DeleteTopic("-1002285219669", 33)
+		r := send(target("-1002285219669", "33", "7"), "answer", nil)
+		ms := f.Messages("-1002285219669")
+		if !r.GetOk() || len(ms) != 1 || ms[0].ThreadID != 0 || ms[0].Shown != "answer" || ms[0].ReplyTo != 7 {
+			t.Fatalf("receipt %v messages %+v", r, ms)
+		}
+		// A photo into the deleted topic too.
+		r = send(target("-1002285219669", "33", ""), "chart", func(r *deliveryv1.SendRequested) {
+			r.Attachments = []*eventsv1.Attachment{{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, Location: &eventsv1.Attachment_Url{Url: "https://example.com/a.png"}}}
+		})
+		if m := last("-1002285219669"); !r.GetOk() || m.Kind != "photo" || m.ThreadID != 0 {
+			t.Fatalf("receipt %v message %+v", r, m)
+		}
+		// Once "not found" in passing: the topic is kept.
+		f.FailNext("sendMessage", telegramfake.ErrThreadNotFound)
+		if r := send(target("-1002285219669", "34", ""), "kept", nil); !r.GetOk() || last("-1002285219669").ThreadID != 34 {
+			t.Fatalf("receipt %v message %+v", r, last("-1002285219669"))
+		}
+		// A private chat's topic is not left for the main conversation.
+		f.DeleteTopic("77", 5)
+		if r := send(target("77", "5", ""), "private", nil); r.GetErrorClass() != deliveryv1.ErrorClass_ERROR_CLASS_PERMANENT || len(f.Messages("77")) != 0 {
+			t.Fatalf("receipt %v messages %+v", r, f.Messages("77"))
+		}
+	})
 	t.Run("flood wait is RATE_LIMITED with retry_after", func(t *testing.T) {
 		f.FailNext("sendMessage", telegramfake.FloodWait(7))
 		r := send(target("3", "", ""), "hi", nil)

@@ -82,6 +82,35 @@ func (p *Platform) withPlainFallback(req *deliveryv1.SendRequested, send func(te
 	return err
 }
 
+// isTopicGone reports whether Telegram refused a send for its
+// message_thread_id: the forum topic was deleted (or never existed).
+func isTopicGone(err error) bool {
+	return errors.Is(err, bot.ErrorBadRequest) && strings.Contains(strings.ToLower(err.Error()), "message thread not found")
+}
+
+// inTopic runs send with the target's topic (0 for none). When Telegram
+// answers that the topic is not found, it tries the topic once more
+// (Telegram has been seen to say so in passing), then, in a group, sends
+// without it, as Hermes does: the answer reaches the chat instead of
+// being dropped with a deleted topic. A private chat's topic is not left
+// (the answer would land outside the conversation it belongs to): the
+// refusal stands there.
+func (p *Platform) inTopic(t *deliveryv1.Target, send func(thread int) error) error {
+	thread := threadID(t)
+	err := send(thread)
+	if thread == 0 || !isTopicGone(err) {
+		return err
+	}
+	if err = send(thread); !isTopicGone(err) {
+		return err
+	}
+	if !strings.HasPrefix(t.GetChatId(), "-") {
+		return err
+	}
+	p.log.Warn("telegram topic not found; sending to the chat without it", "chat", t.GetChatId(), "thread", thread)
+	return send(0)
+}
+
 func isEntityError(err error) bool {
 	return errors.Is(err, bot.ErrorBadRequest) && strings.Contains(err.Error(), "can't parse entities")
 }
@@ -106,17 +135,19 @@ func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (str
 		return "", err
 	}
 	var msg *models.Message
-	err := p.withPlainFallback(req, func(text string, mode models.ParseMode) error {
-		var err error
-		params := &bot.SendMessageParams{
-			ChatID: chatID(t.GetChatId()), MessageThreadID: threadID(t), Text: text, ParseMode: mode,
-			ReplyParameters: p.replyTo(req),
-		}
-		if kb := keyboard(req.GetApproval()); kb != nil {
-			params.ReplyMarkup = kb
-		}
-		msg, err = p.api.SendMessage(ctx, params)
-		return err
+	err := p.inTopic(t, func(thread int) error {
+		return p.withPlainFallback(req, func(text string, mode models.ParseMode) error {
+			var err error
+			params := &bot.SendMessageParams{
+				ChatID: chatID(t.GetChatId()), MessageThreadID: thread, Text: text, ParseMode: mode,
+				ReplyParameters: p.replyTo(req),
+			}
+			if kb := keyboard(req.GetApproval()); kb != nil {
+				params.ReplyMarkup = kb
+			}
+			msg, err = p.api.SendMessage(ctx, params)
+			return err
+		})
 	})
 	if err != nil {
 		return "", classify(err)
@@ -168,17 +199,19 @@ func (p *Platform) sendMedia(ctx context.Context, req *deliveryv1.SendRequested)
 			sub.Text = a.GetCaption()
 		}
 		var msg *models.Message
-		err := p.withPlainFallback(sub, func(text string, mode models.ParseMode) error {
-			var err error
-			in := &models.InputFileString{Data: file}
-			if a.GetKind() == eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE {
-				msg, err = p.api.SendPhoto(ctx, &bot.SendPhotoParams{ChatID: chatID(t.GetChatId()), MessageThreadID: threadID(t),
-					Photo: in, Caption: text, ParseMode: mode, ReplyParameters: p.replyTo(sub)})
-			} else {
-				msg, err = p.api.SendDocument(ctx, &bot.SendDocumentParams{ChatID: chatID(t.GetChatId()), MessageThreadID: threadID(t),
-					Document: in, Caption: text, ParseMode: mode, ReplyParameters: p.replyTo(sub)})
-			}
-			return err
+		err := p.inTopic(t, func(thread int) error {
+			return p.withPlainFallback(sub, func(text string, mode models.ParseMode) error {
+				var err error
+				in := &models.InputFileString{Data: file}
+				if a.GetKind() == eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE {
+					msg, err = p.api.SendPhoto(ctx, &bot.SendPhotoParams{ChatID: chatID(t.GetChatId()), MessageThreadID: thread,
+						Photo: in, Caption: text, ParseMode: mode, ReplyParameters: p.replyTo(sub)})
+				} else {
+					msg, err = p.api.SendDocument(ctx, &bot.SendDocumentParams{ChatID: chatID(t.GetChatId()), MessageThreadID: thread,
+						Document: in, Caption: text, ParseMode: mode, ReplyParameters: p.replyTo(sub)})
+				}
+				return err
+			})
 		})
 		if err != nil {
 			return first, classify(err)
