@@ -45,7 +45,7 @@ type Config struct {
 	AllowBots bool `koanf:"allow_bots"`
 	// RequireMention (SLACK_REQUIRE_MENTION, default true, as in Hermes):
 	// in channels the bot answers only messages that mention it, and
-	// replies in the threads of messages it answered.
+	// replies in the threads of messages it answered or posted.
 	RequireMention bool `koanf:"require_mention"`
 	// FreeResponseChannels (SLACK_FREE_RESPONSE_CHANNELS) are channels
 	// answered without a mention.
@@ -408,7 +408,23 @@ func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (str
 	if err != nil {
 		return "", sendError("chat.postMessage", err)
 	}
+	p.followThread(ctx, t, ts)
 	return ts, nil
+}
+
+// followThread records a message the bot posted at a channel's top level
+// under the event id its thread's replies are checked against (handle),
+// so that, as in Hermes, a reply in the thread of the bot's own message
+// reaches the agent without a mention: that is how a Slack user answers
+// a message. A reply already in a thread cannot start one, and a DM
+// needs no mention. Best effort: the send stands if it fails.
+func (p *Platform) followThread(ctx context.Context, t *deliveryv1.Target, ts string) {
+	if p.runner == nil || ts == "" || t.GetThreadId() != "" || strings.HasPrefix(t.GetChatId(), "D") {
+		return
+	}
+	if err := p.runner.MarkSeen(context.WithoutCancel(ctx), t.GetChatId()+":"+ts); err != nil {
+		p.log.Warn("slack: record the bot's message for its thread", "err", err)
+	}
 }
 
 // Edit replaces a message's text (chat.update), for streaming and an

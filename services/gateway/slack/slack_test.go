@@ -215,7 +215,7 @@ func TestMentionGating(t *testing.T) {
 	fake := slackfake.New(t)
 	cfg := DefaultConfig()
 	cfg.AppToken = fake.AppToken
-	_, _, next, _ := gateway(t, fake, cfg)
+	_, b, next, _ := gateway(t, fake, cfg)
 	ctx := context.Background()
 	push := func(e slackfake.Event) {
 		t.Helper()
@@ -232,6 +232,20 @@ func TestMentionGating(t *testing.T) {
 	push(slackfake.Event{Channel: "C0CHANNEL", ChannelType: "channel", User: "U0USER01", Text: "and then?", TS: "4.1", ThreadTS: "2.1"})
 	if ev := next(); ev.GetMessageId() != "4.1" || ev.GetSource().GetThreadId() != "2.1" {
 		t.Fatalf("got %v, want only the reply in the mention's thread", ev)
+	}
+	// The bot's answer at the channel's top level: a reply in its thread
+	// is for the bot, as in Hermes.
+	sctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	r := &deliveryv1.SendReceipt{}
+	req := &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "answer", Text: "here you go",
+		Target: &deliveryv1.Target{Platform: "slack", ChatId: "C0CHANNEL"}}
+	if err := b.Request(sctx, b.Topology().SendSubject("slack"), req, r); err != nil || !r.GetOk() {
+		t.Fatalf("send: receipt %v, err %v", r, err)
+	}
+	push(slackfake.Event{Channel: "C0CHANNEL", ChannelType: "channel", User: "U0USER01", Text: "thanks, and more?", TS: "5.1", ThreadTS: r.GetPlatformMessageId()})
+	if ev := next(); ev.GetMessageId() != "5.1" || ev.GetSource().GetThreadId() != r.GetPlatformMessageId() {
+		t.Fatalf("got %v, want the reply in the thread of the bot's answer", ev)
 	}
 }
 
