@@ -21,6 +21,8 @@ func FuzzParse(f *testing.F) {
 		`{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:image/png;base64,iVBORw0KGgo="}}]}]}`,
 		`{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:text/html;base64,PGI+"}}]}]}`,
 		`{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:image/gif;base64,@@"}}]}]}`,
+		`{"n":2,"messages":[{"role":"user","content":[{"type":"text","text":"a"},{"type":"file","file":{"file_id":"f"}},{"type":"input_image","image_url":"https://x/y.png"}]}]}`,
+		`{"messages":[{"role":"system","content":[{"type":"input_audio"}]},{"role":"assistant","content":[{"type":"refusal","refusal":"no"}]},{"role":"user","content":"q"}]}`,
 	} {
 		f.Add([]byte(s))
 	}

@@ -22,6 +22,10 @@ type chatRequest struct {
 	Messages []chatMessage `json:"messages"`
 	Stream   bool          `json:"stream"`
 	User     string        `json:"user"`
+	// N is how many choices the client asks for: the agent gives one
+	// answer, so any other number is refused rather than answered with
+	// fewer choices than asked.
+	N *int64 `json:"n"`
 	// StreamOptions.IncludeUsage asks a stream for a last chunk with the
 	// usage.
 	StreamOptions *struct {
@@ -98,6 +102,12 @@ func Parse(body []byte) (*Chat, error) {
 	if err := decode(body, &req); err != nil {
 		return nil, err
 	}
+	if req.N != nil && *req.N != 1 {
+		if *req.N < 1 {
+			return nil, invalid("n", "n must be at least 1")
+		}
+		return nil, unsupported("n", "n must be 1: the agent gives one answer per request")
+	}
 	if len(req.Messages) == 0 {
 		return nil, invalid("messages", "messages must be a non-empty array")
 	}
@@ -124,9 +134,21 @@ func Parse(body []byte) (*Chat, error) {
 	out := &Chat{Model: req.Model, Stream: req.Stream, User: req.User,
 		IncludeUsage: req.Stream && req.StreamOptions != nil && req.StreamOptions.IncludeUsage}
 	for i, m := range req.Messages {
-		text, images, err := content(m.Content)
+		param := fmt.Sprintf("messages[%d].content", i)
+		var text string
+		var images []string
+		var err error
+		if m.Role == "user" || m.Role == "assistant" {
+			// What the conversation says is taken as Hermes takes it: text
+			// and pictures; a part of another kind (a file, audio) is
+			// refused rather than dropped, or the agent would answer
+			// without what the client sent.
+			text, images, err = responseContent(m.Content, param)
+		} else if text, images, err = content(m.Content); err != nil {
+			err = invalid(param, "%v", err)
+		}
 		if err != nil {
-			return nil, invalid(fmt.Sprintf("messages[%d].content", i), "%v", err)
+			return nil, err
 		}
 		if i == last {
 			out.Text, out.Attachments = text, imageAttachments(images)
@@ -154,7 +176,9 @@ func decode(body []byte, v any) error {
 	return nil
 }
 
-// content reads a message content: a string, null, or an array of parts.
+// content reads the content of a message that is not the conversation's
+// (system, developer, tool): a string, null, or an array of parts, where
+// parts of other kinds than text and pictures are skipped.
 func content(raw json.RawMessage) (string, []string, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {

@@ -320,7 +320,7 @@ func responseContent(raw json.RawMessage, param string) (string, []string, error
 			}
 		default:
 			return "", nil, &InvalidError{Param: fmt.Sprintf("%s[%d].type", param, i), Code: CodeUnsupportedContent,
-				Msg: fmt.Sprintf("content parts of type %q are not supported: only text and images (input_text, input_image)", Clip(p.Type, 40))}
+				Msg: fmt.Sprintf("content parts of type %q are not supported: only text and images (text, input_text, image_url, input_image)", Clip(p.Type, 40))}
 		}
 	}
 	if len(images) > maxImages {

@@ -1,0 +1,62 @@
+package openai
+
+import (
+	"errors"
+	"testing"
+)
+
+// The parts of a chat completion's content, as Hermes takes them: text
+// and pictures in either API's spelling; a part of another kind in the
+// conversation (a file, audio) is refused, not dropped, while the parts
+// of system and tool messages are only read for their text. The agent
+// gives one answer: n is 1 or absent.
+func TestParseContentParts(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name     string
+		body     string
+		text     string
+		images   int
+		code     string
+		param    string
+		contexts int
+	}{
+		{"text parts", `{"messages":[{"role":"user","content":[{"type":"text","text":"a"},{"type":"input_text","text":"b"}]}]}`,
+			"a\nb", 0, "", "", 0},
+		{"an image_url object with detail", `{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"https://x/a.png","detail":"high"}}]}]}`,
+			"", 1, "", "", 0},
+		{"an input_image with its URL as a string", `{"messages":[{"role":"user","content":[{"type":"text","text":"see"},{"type":"input_image","image_url":"https://x/a.png"}]}]}`,
+			"see", 1, "", "", 0},
+		{"a file part", `{"messages":[{"role":"user","content":[{"type":"text","text":"read this"},{"type":"file","file":{"file_id":"file-1"}}]}]}`,
+			"", 0, CodeUnsupportedContent, "messages[0].content[1].type", 0},
+		{"an audio part", `{"messages":[{"role":"user","content":[{"type":"input_audio","input_audio":{"data":"UklGR","format":"wav"}}]}]}`,
+			"", 0, CodeUnsupportedContent, "messages[0].content[0].type", 0},
+		{"an unknown part in an earlier user message", `{"messages":[{"role":"user","content":[{"type":"video","url":"v"}]},{"role":"user","content":"q"}]}`,
+			"", 0, CodeUnsupportedContent, "messages[0].content[0].type", 0},
+		{"an assistant's refusal part", `{"messages":[{"role":"user","content":"a"},{"role":"assistant","content":[{"type":"refusal","refusal":"no"}]},{"role":"user","content":"b"}]}`,
+			"b", 0, "", "", 2},
+		{"n of 1", `{"n":1,"messages":[{"role":"user","content":"q"}]}`, "q", 0, "", "", 0},
+		{"n of 2", `{"n":2,"messages":[{"role":"user","content":"q"}]}`, "", 0, CodeUnsupported, "n", 0},
+		{"n of 0", `{"n":0,"messages":[{"role":"user","content":"q"}]}`, "", 0, "", "n", 0},
+		{"a system message's other parts are skipped", `{"messages":[{"role":"system","content":[{"type":"text","text":"be brief"},{"type":"file","file":{}}]},{"role":"user","content":"q"}]}`,
+			"q", 0, "", "", 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req, err := Parse([]byte(tt.body))
+			if tt.param != "" {
+				var inv *InvalidError
+				if !errors.As(err, &inv) || inv.Code != tt.code || inv.Param != tt.param {
+					t.Fatalf("error %#v, want %s at %s", err, tt.code, tt.param)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if req.Text != tt.text || len(req.Attachments) != tt.images || len(req.Context) != tt.contexts {
+				t.Fatalf("text %q, %d images, %d context messages; want %q, %d, %d", req.Text, len(req.Attachments), len(req.Context), tt.text, tt.images, tt.contexts)
+			}
+		})
+	}
+}
