@@ -8,10 +8,12 @@
 package discord
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"mime"
 	"net/http"
 	"net/url"
 	"os"
@@ -22,6 +24,7 @@ import (
 	"github.com/bwmarrin/discordgo"
 	"github.com/gorilla/websocket"
 
+	"github.com/switchboard-chat/switchboard/pkg/attachment"
 	"github.com/switchboard-chat/switchboard/pkg/bus"
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	"github.com/switchboard-chat/switchboard/pkg/platform"
@@ -121,6 +124,9 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
+	if deps.Runner.Attachments.Enabled {
+		p.store = attachment.Open(deps.Bus.JetStream(), deps.Bus.Topology(), deps.Runner.Attachments)
+	}
 	return &Service{Service: svc, p: p}, nil
 }
 
@@ -134,6 +140,10 @@ type Platform struct {
 
 	chMu     sync.Mutex
 	channels map[string]channelInfo
+
+	// store holds the attachments a send refers to by bytes_ref (nil:
+	// attachments are off).
+	store *attachment.Store
 
 	connMu sync.Mutex
 	conn   platform.Conn
@@ -486,10 +496,14 @@ func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (str
 	if err := checkIDs(req, false); err != nil {
 		return "", err
 	}
-	if n := len([]rune(req.GetText())); n == 0 || n > 2000 {
+	content, files, err := p.media(ctx, req)
+	if err != nil {
+		return "", err
+	}
+	if n := len([]rune(content)); (n == 0 && len(files) == 0) || n > 2000 {
 		return "", platform.Permanent(fmt.Errorf("discord message of %d characters (1 to 2000)", n))
 	}
-	ms := &discordgo.MessageSend{Content: req.GetText(),
+	ms := &discordgo.MessageSend{Content: content,
 		AllowedMentions: &discordgo.MessageAllowedMentions{Parse: []discordgo.AllowedMentionType{discordgo.AllowedMentionTypeUsers}, RepliedUser: true},
 		Components:      approvalComponents(req.GetApproval())}
 	ch := where(t)
@@ -498,17 +512,91 @@ func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (str
 		no := false
 		ms.Reference = &discordgo.MessageReference{MessageID: r, ChannelID: ch, FailIfNotExists: &no}
 	}
-	m, err := p.s.ChannelMessageSendComplex(ch, ms, opts(ctx)...)
+	post := func() (*discordgo.Message, error) {
+		ms.Files = files.parts() // a second post reads the files afresh
+		return p.s.ChannelMessageSendComplex(ch, ms, opts(ctx)...)
+	}
+	m, err := post()
 	if err != nil && ch != t.GetChatId() && isCode(err, discordgo.ErrCodeUnknownChannel) {
 		if _, terr := p.s.MessageThreadStartComplex(t.GetChatId(), ch, &discordgo.ThreadStart{Name: threadName(req), AutoArchiveDuration: 1440}, opts(ctx)...); terr != nil {
 			return "", sendError("start thread", terr)
 		}
-		m, err = p.s.ChannelMessageSendComplex(ch, ms, opts(ctx)...)
+		m, err = post()
 	}
 	if err != nil {
 		return "", sendError("create message", err)
 	}
 	return m.ID, nil
+}
+
+// maxUpload is the largest file a bot may upload to Discord (10 MiB in
+// a server without boosts), and maxFiles the files one message takes.
+const (
+	maxUpload = 10 << 20
+	maxFiles  = 10
+)
+
+// upload is a file to post with a message.
+type upload struct {
+	name, mimeType string
+	data           []byte
+}
+
+type uploads []upload
+
+// parts are the files as discordgo posts them, each read from its start.
+func (us uploads) parts() []*discordgo.File {
+	if len(us) == 0 {
+		return nil
+	}
+	out := make([]*discordgo.File, len(us))
+	for i, u := range us {
+		out[i] = &discordgo.File{Name: u.name, ContentType: u.mimeType, Reader: bytes.NewReader(u.data)}
+	}
+	return out
+}
+
+// media is what a send with the agent's attachments posts: the text,
+// then for each attachment its caption and, for an http(s) URL, the
+// link (Discord shows the picture or a preview); an attachment that is
+// bytes (a data: URL, or kept in the attachment store) is uploaded with
+// the message. An attachment Discord cannot take (over maxUpload, more
+// than maxFiles, kept bytes without a store) fails the send as
+// permanent, rather than the message going out without it.
+func (p *Platform) media(ctx context.Context, req *deliveryv1.SendRequested) (string, uploads, error) {
+	if len(req.GetAttachments()) == 0 {
+		return req.GetText(), nil, nil
+	}
+	var lines []string
+	if req.GetText() != "" {
+		lines = append(lines, req.GetText())
+	}
+	var files uploads
+	for i, a := range req.GetAttachments() {
+		if c := strings.TrimSpace(a.GetCaption()); c != "" && c != req.GetText() {
+			lines = append(lines, c)
+		}
+		if u := a.GetUrl(); strings.HasPrefix(u, "https://") || strings.HasPrefix(u, "http://") {
+			lines = append(lines, u)
+			continue
+		}
+		if len(files) == maxFiles {
+			return "", nil, platform.Permanent(fmt.Errorf("discord takes %d files a message", maxFiles))
+		}
+		data, mimeType, err := platform.ReadAttachment(ctx, a, p.store, p.cdn, maxUpload)
+		if err != nil {
+			return "", nil, fmt.Errorf("discord attachment %d: %w", i, err)
+		}
+		name := a.GetFileName()
+		if name == "" {
+			name = "file"
+			if exts, _ := mime.ExtensionsByType(mimeType); len(exts) > 0 {
+				name += exts[0]
+			}
+		}
+		files = append(files, upload{name: name, mimeType: mimeType, data: data})
+	}
+	return strings.Join(lines, "\n"), files, nil
 }
 
 func threadName(req *deliveryv1.SendRequested) string {

@@ -1,7 +1,9 @@
 package discord
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -12,6 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/switchboard-chat/switchboard/pkg/attachment"
 	"github.com/switchboard-chat/switchboard/pkg/bus"
 	"github.com/switchboard-chat/switchboard/pkg/bus/bustest"
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
@@ -433,5 +436,57 @@ func TestNonSnowflakeIDsFailWithoutARequest(t *testing.T) {
 				t.Errorf("requests reached Discord: %q", got)
 			}
 		})
+	}
+}
+
+// The agent's media (a media reply, a proactive send with files) reach
+// the channel: an http(s) URL as its link after the caption, bytes (a
+// data: URL, or kept in the attachment store) uploaded with the message.
+// They were refused as an empty message and never shown.
+func TestAgentMedia(t *testing.T) {
+	t.Parallel()
+	f := newFake(t)
+	cfg := attachment.Config{Enabled: true, MaxBytes: 64 << 10, StoreBytes: 8 << 20}
+	b, _ := runWith(t, f, Config{}, platform.Options{Attachments: cfg})
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = b.JetStream().DeleteObjectStore(ctx, b.Topology().Stream(attachment.Bucket))
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	img := platformtest.NoisePNG(t, 16, 16)
+	ref := attachment.Name("discord", f.BotID, "agent-media", 0)
+	if _, err := attachment.New(b.JetStream(), b.Topology(), cfg).Keep(ctx, ref, "image/png", bytes.NewReader(img)); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	send := func(a *eventsv1.Attachment) (*deliveryv1.SendReceipt, discordfake.Message) {
+		t.Helper()
+		n++
+		req := &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: fmt.Sprintf("media%d", n),
+			Target: &deliveryv1.Target{Platform: "discord", ChatId: channel}, Attachments: []*eventsv1.Attachment{a}}
+		r := &deliveryv1.SendReceipt{}
+		if err := b.Request(ctx, b.Topology().SendSubject("discord"), req, r); err != nil {
+			t.Fatal(err)
+		}
+		ms := f.Messages(channel)
+		if !r.GetOk() || len(ms) != n {
+			t.Fatalf("receipt %v, posted %+v", r, ms)
+		}
+		return r, ms[n-1]
+	}
+	if _, m := send(&eventsv1.Attachment{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, Caption: "the chart",
+		Location: &eventsv1.Attachment_Url{Url: "https://example.com/chart.png"}}); m.Content != "the chart\nhttps://example.com/chart.png" || len(m.Files) != 0 {
+		t.Fatalf("link: posted %+v", m)
+	}
+	dataURL := "data:image/png;base64," + base64.StdEncoding.EncodeToString(img)
+	if _, m := send(&eventsv1.Attachment{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE,
+		Location: &eventsv1.Attachment_Url{Url: dataURL}}); len(m.Files) != 1 || !bytes.Equal(m.Files[0].Data, img) || m.Files[0].ContentType != "image/png" {
+		t.Fatalf("data: URL: posted %+v", m)
+	}
+	if _, m := send(&eventsv1.Attachment{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT, FileName: "chart.png", Caption: "kept",
+		Location: &eventsv1.Attachment_BytesRef{BytesRef: ref}}); m.Content != "kept" || len(m.Files) != 1 || m.Files[0].Name != "chart.png" || !bytes.Equal(m.Files[0].Data, img) {
+		t.Fatalf("kept bytes: posted %+v", m)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"mime"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -87,10 +88,22 @@ type Message struct {
 	ID, ChannelID, Content, ReplyTo string
 	Edits                           int
 	Deleted                         bool
+	// Files are the files uploaded with it (a multipart create).
+	Files []File
 	// Buttons are the buttons of its action rows, in order; an edit with
 	// components=[] takes them off, one without components keeps them.
 	Buttons []Button
 }
+
+// File is a file uploaded with a message.
+type File struct {
+	Name, ContentType string
+	Data              []byte
+}
+
+// maxUpload is the largest file Discord takes from a bot (10 MiB
+// without a server boost); a larger one is 413 Request Entity Too Large.
+const maxUpload = 10 << 20
 
 // Button is a button component of a message.
 type Button struct {
@@ -348,7 +361,36 @@ func (f *Fake) createMessage(w http.ResponseWriter, r *http.Request) {
 		} `json:"message_reference"`
 		Components components `json:"components"`
 	}
-	if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
+	// A message with files is multipart: payload_json and files[n].
+	var files []File
+	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt == "multipart/form-data" {
+		if err := r.ParseMultipartForm(4 * maxUpload); err != nil {
+			writeJSON(w, 400, map[string]any{"message": "Invalid Form Body", "code": 50035})
+			return
+		}
+		if err := json.Unmarshal([]byte(r.FormValue("payload_json")), &body); err != nil {
+			writeJSON(w, 400, map[string]any{"message": "Invalid Form Body", "code": 50035})
+			return
+		}
+		for i := 0; ; i++ {
+			fhs := r.MultipartForm.File["files["+strconv.Itoa(i)+"]"]
+			if len(fhs) == 0 {
+				break
+			}
+			if fhs[0].Size > maxUpload {
+				writeJSON(w, 413, map[string]any{"message": "Request entity too large", "code": 40005})
+				return
+			}
+			fr, err := fhs[0].Open()
+			if err != nil {
+				writeJSON(w, 400, map[string]any{"message": "Invalid Form Body", "code": 50035})
+				return
+			}
+			data, _ := io.ReadAll(fr)
+			_ = fr.Close()
+			files = append(files, File{Name: fhs[0].Filename, ContentType: fhs[0].Header.Get("Content-Type"), Data: data})
+		}
+	} else if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
 		writeJSON(w, 400, map[string]any{"message": "Invalid Form Body", "code": 50035})
 		return
 	}
@@ -373,11 +415,11 @@ func (f *Fake) createMessage(w http.ResponseWriter, r *http.Request) {
 		unknownChannel(w)
 		return
 	}
-	if n := len([]rune(body.Content)); n == 0 || n > 2000 {
+	if n := len([]rune(body.Content)); (n == 0 && len(files) == 0) || n > 2000 {
 		writeJSON(w, 400, map[string]any{"message": "Invalid Form Body", "code": 50035})
 		return
 	}
-	m := &Message{ID: f.NewID(), ChannelID: ch, Content: body.Content, Buttons: body.Components.buttons()}
+	m := &Message{ID: f.NewID(), ChannelID: ch, Content: body.Content, Buttons: body.Components.buttons(), Files: files}
 	if body.Ref != nil {
 		m.ReplyTo = body.Ref.MessageID
 	}
