@@ -7,10 +7,12 @@
 package slack
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"mime"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -19,6 +21,7 @@ import (
 	slackapi "github.com/slack-go/slack"
 	"github.com/slack-go/slack/socketmode"
 
+	"github.com/switchboard-chat/switchboard/pkg/attachment"
 	"github.com/switchboard-chat/switchboard/pkg/bus"
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
@@ -146,6 +149,9 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		return nil, err
 	}
 	p.runner = svc.Runner()
+	if deps.Runner.Attachments.Enabled {
+		p.store = attachment.Open(deps.Bus.JetStream(), deps.Bus.Topology(), deps.Runner.Attachments)
+	}
 	return &Service{Service: svc, p: p}, nil
 }
 
@@ -157,6 +163,9 @@ type Platform struct {
 	hc     *http.Client // downloads files (Fetch)
 	id     identity
 	runner *platform.Runner
+	// store holds the attachments a send refers to by bytes_ref (nil:
+	// attachments are off).
+	store *attachment.Store
 
 	eventsAddr atomic.Value // string
 }
@@ -391,6 +400,9 @@ func rendered(req *deliveryv1.SendRequested) string {
 // Send posts a message; a target thread id becomes thread_ts.
 func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (string, error) {
 	t := req.GetTarget()
+	if len(req.GetAttachments()) > 0 {
+		return p.sendMedia(ctx, req)
+	}
 	if req.GetText() == "" {
 		return "", platform.Permanent(errors.New("slack message without text"))
 	}
@@ -410,6 +422,79 @@ func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (str
 	}
 	p.followThread(ctx, t, ts)
 	return ts, nil
+}
+
+// maxUpload bounds a file the gateway uploads (it is read into memory;
+// Slack takes far larger ones).
+const maxUpload = 50 << 20
+
+// sendMedia posts the agent's media (a media reply, a proactive send
+// with files): the text, the captions and the links of http(s)
+// attachments as one message (Slack unfurls them), then each attachment
+// that is bytes (a data: URL, or kept in the attachment store) as a
+// file shared into the chat and thread (files.getUploadURLExternal, the
+// upload, files.completeUploadExternal). Each is a part of the send (the
+// message 0, attachment i i+1): a retry after a later part failed skips
+// the parts sent already (platform.SentPart). The receipt names the
+// first part: the message's ts, or the first file's id.
+func (p *Platform) sendMedia(ctx context.Context, req *deliveryv1.SendRequested) (string, error) {
+	t := req.GetTarget()
+	var lines []string
+	if req.GetText() != "" {
+		lines = append(lines, req.GetText())
+	}
+	var files []int
+	for i, a := range req.GetAttachments() {
+		if c := strings.TrimSpace(a.GetCaption()); c != "" && c != req.GetText() {
+			lines = append(lines, c)
+		}
+		if u := a.GetUrl(); strings.HasPrefix(u, "https://") || strings.HasPrefix(u, "http://") {
+			lines = append(lines, u)
+			continue
+		}
+		files = append(files, i)
+	}
+	first := ""
+	if len(lines) > 0 {
+		id, sent := platform.SentPart(ctx, 0)
+		if !sent {
+			text := &deliveryv1.SendRequested{Target: t, Text: strings.Join(lines, "\n"), Format: req.GetFormat(), Approval: req.GetApproval()}
+			var err error
+			if id, err = p.Send(ctx, text); err != nil {
+				return "", err
+			}
+			platform.RecordPart(ctx, 0, id)
+		}
+		first = id
+	}
+	for _, i := range files {
+		id, sent := platform.SentPart(ctx, i+1)
+		if !sent {
+			a := req.GetAttachments()[i]
+			data, mimeType, err := platform.ReadAttachment(ctx, a, p.store, p.hc, maxUpload)
+			if err != nil {
+				return first, fmt.Errorf("slack attachment %d: %w", i, err)
+			}
+			name := a.GetFileName()
+			if name == "" {
+				name = "file"
+				if exts, _ := mime.ExtensionsByType(mimeType); len(exts) > 0 {
+					name += exts[0]
+				}
+			}
+			f, err := p.api.UploadFileContext(ctx, slackapi.UploadFileParameters{Reader: bytes.NewReader(data), FileSize: len(data),
+				Filename: name, Title: name, Channel: t.GetChatId(), ThreadTimestamp: t.GetThreadId()})
+			if err != nil {
+				return first, sendError("files.uploadV2", err)
+			}
+			id = f.ID
+			platform.RecordPart(ctx, i+1, id)
+		}
+		if first == "" {
+			first = id
+		}
+	}
+	return first, nil
 }
 
 // followThread records a message the bot posted at a channel's top level

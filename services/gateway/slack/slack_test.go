@@ -1,7 +1,9 @@
 package slack
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -14,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/switchboard-chat/switchboard/pkg/attachment"
 	"github.com/switchboard-chat/switchboard/pkg/bus"
 	"github.com/switchboard-chat/switchboard/pkg/bus/bustest"
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
@@ -417,5 +420,57 @@ func TestTextIsEscaped(t *testing.T) {
 				t.Fatalf("slack has %+v, want one message with text %q", msgs, tc.want)
 			}
 		})
+	}
+}
+
+// The agent's media (a media reply, a proactive send with files) reach
+// the channel: an http(s) URL as its link after the caption, bytes (a
+// data: URL, or kept in the attachment store) uploaded and shared into
+// the thread. They were refused as a message without text.
+func TestAgentMedia(t *testing.T) {
+	t.Parallel()
+	fake := slackfake.New(t)
+	cfg := attachment.Config{Enabled: true, MaxBytes: 64 << 10, StoreBytes: 8 << 20}
+	_, b, _, _ := gatewayWith(t, fake, Config{AppToken: fake.AppToken}, platform.Options{Attachments: cfg})
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = b.JetStream().DeleteObjectStore(ctx, b.Topology().Stream(attachment.Bucket))
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	img := platformtest.NoisePNG(t, 16, 16)
+	ref := attachment.Name("slack", fake.BotUserID, "agent-media", 0)
+	if _, err := attachment.New(b.JetStream(), b.Topology(), cfg).Keep(ctx, ref, "image/png", bytes.NewReader(img)); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	send := func(a *eventsv1.Attachment) slackfake.Message {
+		t.Helper()
+		n++
+		req := &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: fmt.Sprintf("media%d", n),
+			Target: &deliveryv1.Target{Platform: "slack", ChatId: "C1", ThreadId: "1700000000.000001"}, Attachments: []*eventsv1.Attachment{a}}
+		r := &deliveryv1.SendReceipt{}
+		if err := b.Request(ctx, b.Topology().SendSubject("slack"), req, r); err != nil {
+			t.Fatal(err)
+		}
+		ms := fake.Messages("C1")
+		if !r.GetOk() || len(ms) != n || ms[n-1].ThreadTS != "1700000000.000001" {
+			t.Fatalf("receipt %v, posted %+v", r, ms)
+		}
+		return ms[n-1]
+	}
+	if m := send(&eventsv1.Attachment{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, Caption: "the chart",
+		Location: &eventsv1.Attachment_Url{Url: "https://example.com/chart.png"}}); m.Text != "the chart\nhttps://example.com/chart.png" || len(m.Files) != 0 {
+		t.Fatalf("link: posted %+v", m)
+	}
+	dataURL := "data:image/png;base64," + base64.StdEncoding.EncodeToString(img)
+	if m := send(&eventsv1.Attachment{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE,
+		Location: &eventsv1.Attachment_Url{Url: dataURL}}); len(m.Files) != 1 || !bytes.Equal(m.Files[0].Data, img) || m.Files[0].Name != "file.png" {
+		t.Fatalf("data: URL: posted %+v", m)
+	}
+	if m := send(&eventsv1.Attachment{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT, FileName: "chart.png",
+		Location: &eventsv1.Attachment_BytesRef{BytesRef: ref}}); len(m.Files) != 1 || m.Files[0].Name != "chart.png" || !bytes.Equal(m.Files[0].Data, img) {
+		t.Fatalf("kept bytes: posted %+v", m)
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -56,7 +57,22 @@ type Fake struct {
 	noFilesRead bool                // the bot token lacks files:read
 	reactions   map[string][]string // channel/ts → the bot's reactions, in order
 	reactCalls  int
-	reactFail   int // reactions.* answer this HTTP status (429, 500 …); 0: they succeed
+	reactFail   int                // reactions.* answer this HTTP status (429, 500 …); 0: they succeed
+	uploads     map[string]*upload // file id → a file the bot is uploading
+}
+
+// upload is a file the bot uploads (files.getUploadURLExternal, the
+// upload, files.completeUploadExternal).
+type upload struct {
+	name   string
+	length int
+	data   []byte
+}
+
+// SharedFile is a file the bot shared into a channel.
+type SharedFile struct {
+	ID, Name string
+	Data     []byte
 }
 
 // hostedFile is a file shared in the workspace.
@@ -77,6 +93,9 @@ type Message struct {
 	Blocks  json.RawMessage
 	Edits   int
 	Deleted bool
+	// Files are the files the bot shared with the message (an upload's
+	// completion; Text is its initial comment).
+	Files []SharedFile
 }
 
 // Buttons are the buttons of a message's actions blocks, in order.
@@ -122,6 +141,7 @@ func New(t testing.TB) *Fake {
 		messages:  map[string][]*Message{},
 		files:     map[string]hostedFile{},
 		reactions: map[string][]string{},
+		uploads:   map[string]*upload{},
 		nextTS:    1700000000,
 	}
 	mux := http.NewServeMux()
@@ -130,6 +150,9 @@ func New(t testing.TB) *Fake {
 	mux.HandleFunc("/api/chat.postMessage", f.postMessage)
 	mux.HandleFunc("/api/chat.update", f.update)
 	mux.HandleFunc("/api/chat.delete", f.delete)
+	mux.HandleFunc("/api/files.getUploadURLExternal", f.uploadURL)
+	mux.HandleFunc("POST /upload/{file}", f.receiveUpload)
+	mux.HandleFunc("/api/files.completeUploadExternal", f.completeUpload)
 	mux.HandleFunc("/api/reactions.add", f.react)
 	mux.HandleFunc("/api/reactions.remove", f.react)
 	mux.HandleFunc("/link", f.link)
@@ -323,6 +346,95 @@ func (f *Fake) postMessage(w http.ResponseWriter, r *http.Request) {
 	}
 	f.messages[ch] = append(f.messages[ch], m)
 	reply(w, map[string]any{"ok": true, "channel": ch, "ts": ts, "message": map[string]any{"type": "message", "text": p["text"], "ts": ts, "bot_id": f.BotID}})
+}
+
+// uploadURL answers files.getUploadURLExternal: a file id and the URL
+// to post the file's bytes to.
+func (f *Fake) uploadURL(w http.ResponseWriter, r *http.Request) {
+	if token(r) != f.BotToken {
+		fail(w, "invalid_auth")
+		return
+	}
+	p := form(r)
+	n, err := strconv.Atoi(p["length"])
+	if p["filename"] == "" || err != nil || n <= 0 {
+		fail(w, "invalid_arguments")
+		return
+	}
+	id := fmt.Sprintf("F0UP%04d", f.fileSeq.Add(1))
+	f.mu.Lock()
+	f.uploads[id] = &upload{name: p["filename"], length: n}
+	f.mu.Unlock()
+	reply(w, map[string]any{"ok": true, "upload_url": f.srv.URL + "/upload/" + id, "file_id": id})
+}
+
+// receiveUpload takes a file's bytes (multipart, field "file", or the
+// raw body), as Slack's upload URL does.
+func (f *Fake) receiveUpload(w http.ResponseWriter, r *http.Request) {
+	var data []byte
+	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt == "multipart/form-data" {
+		file, _, err := r.FormFile("file")
+		if err != nil {
+			http.Error(w, "no file", http.StatusBadRequest)
+			return
+		}
+		defer file.Close()
+		data, _ = io.ReadAll(file)
+	} else {
+		data, _ = io.ReadAll(r.Body)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	u := f.uploads[r.PathValue("file")]
+	if u == nil {
+		http.Error(w, "unknown upload", http.StatusNotFound)
+		return
+	}
+	u.data = data
+	_, _ = io.WriteString(w, "OK - "+strconv.Itoa(len(data)))
+}
+
+// completeUpload answers files.completeUploadExternal: the uploaded
+// files are shared into channel_id (and thread_ts) as one message.
+func (f *Fake) completeUpload(w http.ResponseWriter, r *http.Request) {
+	if token(r) != f.BotToken {
+		fail(w, "invalid_auth")
+		return
+	}
+	p := form(r)
+	var files []struct {
+		ID    string `json:"id"`
+		Title string `json:"title"`
+	}
+	if err := json.Unmarshal([]byte(p["files"]), &files); err != nil || len(files) == 0 {
+		fail(w, "invalid_arguments")
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	ch := p["channel_id"]
+	if strings.HasPrefix(ch, "Cmissing") {
+		fail(w, "channel_not_found")
+		return
+	}
+	var shared []SharedFile
+	var out []map[string]any
+	for _, fl := range files {
+		u := f.uploads[fl.ID]
+		if u == nil || len(u.data) != u.length {
+			fail(w, "file_upload_not_found")
+			return
+		}
+		delete(f.uploads, fl.ID)
+		shared = append(shared, SharedFile{ID: fl.ID, Name: u.name, Data: u.data})
+		out = append(out, map[string]any{"id": fl.ID, "title": fl.Title})
+	}
+	if ch != "" {
+		f.nextTS++
+		ts := fmt.Sprintf("%d.%06d", f.nextTS, f.nextTS%1000000)
+		f.messages[ch] = append(f.messages[ch], &Message{Channel: ch, TS: ts, ThreadTS: p["thread_ts"], Text: p["initial_comment"], Files: shared})
+	}
+	reply(w, map[string]any{"ok": true, "files": out})
 }
 
 func (f *Fake) find(ch, ts string) *Message {
