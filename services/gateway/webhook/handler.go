@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"time"
 
 	"github.com/switchboard-chat/switchboard/pkg/platform"
 	"github.com/switchboard-chat/switchboard/services/gateway/webhook/internal/hook"
@@ -53,7 +54,7 @@ func (s *Service) serveWebhook(w http.ResponseWriter, r *http.Request) {
 		respond(w, http.StatusBadRequest, "unreadable", "")
 		return
 	}
-	ev, rerr := hook.Prepare(route, s.cfg.Account, r.Header, body)
+	ev, rerr := hook.Prepare(route, s.cfg.Account, r.Header, body, time.Now())
 	if rerr != nil {
 		if rerr.Code != http.StatusOK {
 			s.rn().Reject(r.Context(), rerr.Status, rerr.Err)

@@ -34,8 +34,9 @@ const PlatformName = "webhook"
 const (
 	SigGitHub  = hook.SigGitHub
 	SigGitLab  = hook.SigGitLab
-	SigGeneric = hook.SigGeneric
-	SigNone    = hook.SigNone
+	SigGeneric  = hook.SigGeneric
+	SigStandard = hook.SigStandard
+	SigNone     = hook.SigNone
 )
 
 // Route configures one webhook endpoint; ReplyTarget is where its reply goes.
@@ -46,6 +47,12 @@ type (
 
 // Sign returns the GitHub-style signature header value of body.
 func Sign(secret string, body []byte) string { return hook.Sign(secret, body) }
+
+// SignStandard returns the Standard Webhooks webhook-signature value of a
+// delivery with id sent at at.
+func SignStandard(secret, id string, at time.Time, body []byte) string {
+	return hook.SignStandard(secret, id, at, body)
+}
 
 // Config is the `gateways.webhook` section.
 type Config struct {

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -29,6 +30,16 @@ import (
 
 const secret = "s3cret"
 
+// stdSecret is a Standard Webhooks secret as senders show it.
+const stdSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+
+// standardDelivery is a Standard Webhooks delivery of body with id, sent
+// (and signed) at at.
+func standardDelivery(id string, at time.Time, body []byte) delivery {
+	return delivery{"std", body, map[string]string{"Webhook-Id": id, "Webhook-Timestamp": strconv.FormatInt(at.Unix(), 10),
+		"Webhook-Signature": SignStandard(stdSecret, id, at, body)}}
+}
+
 func testConfig() Config {
 	cfg := DefaultConfig()
 	cfg.Addr = "127.0.0.1:0"
@@ -41,6 +52,7 @@ func testConfig() Config {
 		"generic": {Secret: secret, Signature: SigGeneric, Header: "X-Signature", Prompt: `alert {{.alert}}`},
 		"notify": {Secret: secret, Signature: SigGeneric, DeliverOnly: true, Prompt: `deploy {{.version}} done`,
 			Reply: ReplyTarget{Platform: "slack", ChatID: "C1", ThreadID: "t1"}},
+		"std": {Secret: stdSecret, Signature: SigStandard, Prompt: `{{event}} {{.data.id}}`},
 	}
 	return cfg
 }
@@ -76,7 +88,7 @@ type webhookFake struct {
 }
 
 func (f *webhookFake) Kinds() []string {
-	return []string{"github_push", "github_issue", "gitlab", "generic", "deliver_only"}
+	return []string{"github_push", "github_issue", "gitlab", "generic", "deliver_only", "standard"}
 }
 
 func (f *webhookFake) make(kind string) (delivery, *eventsv1.MessageReceived) {
@@ -110,6 +122,11 @@ func (f *webhookFake) make(kind string) (delivery, *eventsv1.MessageReceived) {
 		d = delivery{"notify", body, map[string]string{"X-Webhook-Signature": Sign(secret, body), "X-Webhook-Id": id}}
 		want.Text = "deploy 1.2.3 done"
 		want.ReplyRoute = &eventsv1.ReplyRoute{Platform: "slack", ChatId: "C1", ThreadId: "t1", DeliverOnly: true}
+	case "standard":
+		id = "msg_" + id
+		body, _ := json.Marshal(map[string]any{"type": "invoice.paid", "data": map[string]any{"id": "in_" + id}})
+		d = standardDelivery(id, time.Now(), body)
+		want.Text = "invoice.paid in_" + id
 	}
 	want.EventId, want.MessageId = d.route+"/"+id, id
 	want.Source = &eventsv1.SessionSource{Platform: PlatformName, Account: "default", ChatId: d.route, ChatName: d.route, ChatType: "dm", UserId: "webhook:" + d.route, UserName: d.route}
@@ -258,6 +275,50 @@ func TestDeliveries(t *testing.T) {
 	}
 }
 
+// A Standard Webhooks delivery carries a signed time and id: its
+// sender's retry within the tolerance is a duplicate, and a captured
+// delivery replayed after it — after the sender's retries, however long
+// the gateway remembers ids — is refused, as is one replayed under
+// another id. A GitHub, GitLab or generic delivery carries neither (see
+// docs/gateways.md).
+func TestStandardWebhookReplays(t *testing.T) {
+	t.Parallel()
+	b, s, ctx, _ := startGateway(t)
+	next := inbound(t, b)
+	f := &webhookFake{s: s, by: map[string]delivery{}}
+
+	body := []byte(`{"type":"invoice.paid","data":{"id":"in_9"}}`)
+	fresh := standardDelivery("msg_fresh", time.Now(), body)
+	if code := post(t, s.Addr(), fresh); code != http.StatusAccepted {
+		t.Fatalf("fresh delivery: %d, want 202", code)
+	}
+	if got := next(); got.GetEventId() != "std/msg_fresh" || got.GetText() != "invoice.paid in_9" {
+		t.Fatalf("published %v", got)
+	}
+	captured := standardDelivery("msg_old", time.Now().Add(-6*time.Minute), body)
+	renamed := fresh
+	renamed.headers = map[string]string{"Webhook-Id": "msg_renamed", "Webhook-Timestamp": fresh.headers["Webhook-Timestamp"],
+		"Webhook-Signature": fresh.headers["Webhook-Signature"]}
+	for _, c := range []struct {
+		name string
+		d    delivery
+		code int
+	}{
+		{"the sender's retry", fresh, http.StatusOK},
+		{"a capture replayed after the tolerance", captured, http.StatusUnauthorized},
+		{"a capture replayed under another id", renamed, http.StatusUnauthorized},
+	} {
+		if code := post(t, s.Addr(), c.d); code != c.code {
+			t.Fatalf("%s: %d, want %d", c.name, code, c.code)
+		}
+	}
+	// None of them was published: the next event is this sentinel.
+	want := f.Deliver(t, ctx, "standard")
+	if got := next(); got.GetEventId() != want.GetEventId() {
+		t.Fatalf("published %s before the sentinel %s", got.GetEventId(), want.GetEventId())
+	}
+}
+
 func TestConfigValidate(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
@@ -270,6 +331,9 @@ func TestConfigValidate(t *testing.T) {
 		{"none without insecure", Route{Signature: SigNone}, false},
 		{"none with insecure", Route{Signature: SigNone, Insecure: true}, true},
 		{"unknown scheme", Route{Secret: "s", Signature: "md5"}, false},
+		{"standard with a whsec secret", Route{Secret: stdSecret, Signature: SigStandard}, true},
+		{"standard with a broken whsec secret", Route{Secret: "whsec_%%%", Signature: SigStandard}, false},
+		{"standard without secret", Route{Signature: SigStandard}, false},
 		{"deliver only without target", Route{Secret: "s", DeliverOnly: true}, false},
 		{"reply without chat", Route{Secret: "s", Reply: ReplyTarget{Platform: "telegram"}}, false},
 		{"bad template", Route{Secret: "s", Prompt: "{{.x"}, false},

@@ -5,12 +5,20 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"github.com/switchboard-chat/switchboard/pkg/platform"
 )
+
+// stdSecret is a Standard Webhooks secret as senders show it.
+const stdSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+
+// fuzzNow is the clock of the fuzzed deliveries.
+var fuzzNow = time.Unix(1767225600, 0)
 
 func FuzzPrepare(f *testing.F) {
 	const secret = "s3cret"
@@ -20,6 +28,7 @@ func FuzzPrepare(f *testing.F) {
 		"gl":      {Secret: secret, Signature: SigGitLab, Prompt: `gitlab {{event}} {{.project.name}}`},
 		"generic": {Secret: secret, Signature: SigGeneric, Header: "X-Signature", Prompt: `alert {{.alert}}`},
 		"notify":  {Secret: secret, Signature: SigGeneric, DeliverOnly: true, Reply: ReplyTarget{Platform: "slack", ChatID: "C1"}},
+		"std":     {Secret: stdSecret, Signature: SigStandard, Prompt: `{{event}} {{.data.id}}`},
 	} {
 		c, err := Compile(name, r, "")
 		if err != nil {
@@ -39,6 +48,9 @@ func FuzzPrepare(f *testing.F) {
 	f.Add("gh", gh, "issues\xff", "d\r\n1", Sign(secret, []byte(gh)))
 	big := `{"repository":{"full_name":"` + strings.Repeat("é", 20000) + `"},"sender":{"login":"x"}}`
 	f.Add("gh", big, "push", "", Sign(secret, []byte(big)))
+	std := `{"type":"invoice.paid","data":{"id":"in_1"}}`
+	f.Add("std", std, "", "msg_1", SignStandard(stdSecret, "msg_1", fuzzNow, []byte(std)))
+	f.Add("std", std, "", "msg_1", "v1,AAAA v2,"+strings.TrimPrefix(SignStandard(stdSecret, "msg_1", fuzzNow, []byte(std)), "v1,"))
 	f.Fuzz(func(t *testing.T, route, body, event, id, sig string) {
 		r, ok := routes[route]
 		if !ok {
@@ -47,10 +59,12 @@ func FuzzPrepare(f *testing.F) {
 		h := http.Header{}
 		h.Set("X-GitHub-Event", event)
 		h.Set("X-GitHub-Delivery", id)
-		for _, k := range []string{"X-Hub-Signature-256", "X-Gitlab-Token", "X-Signature", "X-Webhook-Signature"} {
+		for _, k := range []string{"X-Hub-Signature-256", "X-Gitlab-Token", "X-Signature", "X-Webhook-Signature", "Webhook-Signature"} {
 			h.Set(k, sig)
 		}
-		ev, rerr := Prepare(r, "default", h, []byte(body))
+		h.Set("Webhook-Id", id)
+		h.Set("Webhook-Timestamp", strconv.FormatInt(fuzzNow.Unix(), 10))
+		ev, rerr := Prepare(r, "default", h, []byte(body), fuzzNow)
 		if rerr != nil {
 			if ev != nil {
 				t.Fatal("event with an error")
@@ -58,7 +72,7 @@ func FuzzPrepare(f *testing.F) {
 			return
 		}
 		// Anything accepted carried a valid signature.
-		if Verify(r, h, []byte(body)) != nil {
+		if Verify(r, h, []byte(body), fuzzNow) != nil {
 			t.Fatal("accepted a delivery with a bad signature")
 		}
 		if ev.GetEventId() == "" || ev.GetSource().GetChatId() == "" || !ev.GetInternal() || !ev.GetTransportAuthenticated() {

@@ -7,6 +7,7 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -14,8 +15,10 @@ import (
 	"net/http"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"text/template"
+	"time"
 	"unicode/utf8"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -37,8 +40,21 @@ const (
 	SigGitHub  = "github"  // X-Hub-Signature-256: sha256=<hex HMAC-SHA256 of the body>
 	SigGitLab  = "gitlab"  // X-Gitlab-Token: the secret itself
 	SigGeneric = "generic" // <header>: [sha256=]<hex HMAC-SHA256 of the body>
-	SigNone    = "none"    // no check; only with insecure: true
+	// SigStandard is Standard Webhooks (Svix's scheme, which Hermes reads
+	// too): webhook-signature: v1,<base64 HMAC-SHA256 of
+	// "<webhook-id>.<webhook-timestamp>.<body>">, keyed by the secret
+	// (whsec_<base64> decoded, else its bytes); svix-* headers alike.
+	// The only scheme whose signature covers a time and the delivery id:
+	// a captured delivery replayed after StandardTolerance is refused,
+	// and within it its signed id makes it a duplicate.
+	SigStandard = "standard"
+	SigNone     = "none" // no check; only with insecure: true
 )
+
+// StandardTolerance is how far a Standard Webhooks timestamp may be from
+// the gateway's clock, either way (the specification's 5 minutes, as
+// Hermes checks it); well inside the seen record's days.
+const StandardTolerance = 5 * time.Minute
 
 // Route configures one webhook endpoint.
 type Route struct {
@@ -91,16 +107,21 @@ func Compile(name string, r Route, keyPrefix string) (*CompiledRoute, error) {
 		r.Signature = SigGitHub
 	}
 	switch r.Signature {
-	case SigGitHub, SigGitLab, SigGeneric:
+	case SigGitHub, SigGitLab, SigGeneric, SigStandard:
 		if r.Secret == "" {
 			return nil, config.Invalid(key+".secret", "", "a secret for "+r.Signature+" signatures")
+		}
+		if r.Signature == SigStandard {
+			if _, err := standardKey(r.Secret); err != nil {
+				return nil, config.Invalid(key+".secret", "", "a whsec_ secret of base64 after the prefix, as the sender shows it")
+			}
 		}
 	case SigNone:
 		if !r.Insecure {
 			return nil, config.Invalid(key+".signature", r.Signature, "a signature scheme, or insecure: true")
 		}
 	default:
-		return nil, config.Invalid(key+".signature", r.Signature, "github, gitlab, generic or none")
+		return nil, config.Invalid(key+".signature", r.Signature, "github, gitlab, generic, standard or none")
 	}
 	if r.Header == "" {
 		r.Header = "X-Webhook-Signature"
@@ -136,10 +157,10 @@ func refuse(code int, status string, format string, args ...any) *RequestError {
 	return &RequestError{Code: code, Status: status, Err: fmt.Errorf(format, args...)}
 }
 
-// Prepare verifies, filters and renders one delivery. A requestError with
-// code 200 means the delivery is valid but filtered out.
-func Prepare(route *CompiledRoute, account string, h http.Header, body []byte) (*eventsv1.MessageReceived, *RequestError) {
-	if err := Verify(route, h, body); err != nil {
+// Prepare verifies (at now), filters and renders one delivery. A
+// requestError with code 200 means the delivery is valid but filtered out.
+func Prepare(route *CompiledRoute, account string, h http.Header, body []byte, now time.Time) (*eventsv1.MessageReceived, *RequestError) {
+	if err := Verify(route, h, body, now); err != nil {
 		return nil, &RequestError{Code: http.StatusUnauthorized, Status: "bad_signature", Err: err}
 	}
 	var payload any
@@ -160,6 +181,11 @@ func Prepare(route *CompiledRoute, account string, h http.Header, body []byte) (
 		if id == "" {
 			id = h.Get(k)
 		}
+	}
+	if route.Signature == SigStandard {
+		// The signed id, and only it: another header cannot make a
+		// replayed delivery new.
+		id, _, _ = standardHeaders(h)
 	}
 	if id != "" && !deliveryID.MatchString(id) {
 		return nil, refuse(http.StatusBadRequest, "bad_delivery_id", "delivery id is not a plain token")
@@ -191,8 +217,9 @@ func Prepare(route *CompiledRoute, account string, h http.Header, body []byte) (
 	return ev, nil
 }
 
-// Verify checks the route's signature scheme in constant time.
-func Verify(route *CompiledRoute, h http.Header, body []byte) error {
+// Verify checks the route's signature scheme in constant time (and a
+// Standard Webhooks timestamp against now).
+func Verify(route *CompiledRoute, h http.Header, body []byte, now time.Time) error {
 	switch route.Signature {
 	case SigNone:
 		return nil
@@ -206,6 +233,9 @@ func Verify(route *CompiledRoute, h http.Header, body []byte) error {
 		return CheckHMAC(h.Get("X-Hub-Signature-256"), route.Secret, body, true)
 	case SigGeneric:
 		return CheckHMAC(h.Get(route.Header), route.Secret, body, false)
+	case SigStandard:
+		id, ts, sig := standardHeaders(h)
+		return CheckStandard(id, ts, sig, route.Secret, body, now)
 	default:
 		return fmt.Errorf("unknown signature scheme %q", route.Signature)
 	}
@@ -229,6 +259,80 @@ func CheckHMAC(header, secret string, body []byte, prefixRequired bool) error {
 		return errors.New("signature does not match")
 	}
 	return nil
+}
+
+// standardHeaders are a Standard Webhooks delivery's id, timestamp and
+// signatures: the webhook-* headers, or Svix's svix-* when those are
+// absent.
+func standardHeaders(h http.Header) (id, timestamp, signature string) {
+	id, timestamp, signature = h.Get("Webhook-Id"), h.Get("Webhook-Timestamp"), h.Get("Webhook-Signature")
+	if id == "" && timestamp == "" && signature == "" {
+		id, timestamp, signature = h.Get("Svix-Id"), h.Get("Svix-Timestamp"), h.Get("Svix-Signature")
+	}
+	return id, timestamp, signature
+}
+
+// standardKey is the HMAC key of a Standard Webhooks secret: the bytes
+// of a whsec_<base64> secret, else the secret itself (as Hermes takes a
+// raw one).
+func standardKey(secret string) ([]byte, error) {
+	if b64, ok := strings.CutPrefix(secret, "whsec_"); ok {
+		key, err := base64.StdEncoding.DecodeString(b64)
+		if err != nil || len(key) == 0 {
+			return nil, errors.New("a whsec_ secret is not base64")
+		}
+		return key, nil
+	}
+	return []byte(secret), nil
+}
+
+// CheckStandard verifies a Standard Webhooks signature: one of the
+// space-separated v1,<base64> signatures is the HMAC of
+// "<id>.<timestamp>.<body>" (constant time), and the timestamp (Unix
+// seconds) is within StandardTolerance of now.
+func CheckStandard(id, timestamp, signatures, secret string, body []byte, now time.Time) error {
+	if id == "" || timestamp == "" || signatures == "" {
+		return errors.New("webhook-id, webhook-timestamp or webhook-signature missing")
+	}
+	key, err := standardKey(secret)
+	if err != nil {
+		return err
+	}
+	mac := hmac.New(sha256.New, key)
+	mac.Write([]byte(id + "." + timestamp + "."))
+	mac.Write(body)
+	want := mac.Sum(nil)
+	matched := false
+	for _, s := range strings.Fields(signatures) {
+		version, b64, ok := strings.Cut(s, ",")
+		if !ok || version != "v1" {
+			continue
+		}
+		if got, err := base64.StdEncoding.DecodeString(b64); err == nil && hmac.Equal(got, want) {
+			matched = true
+		}
+	}
+	if !matched {
+		return errors.New("no webhook-signature matches")
+	}
+	sec, err := strconv.ParseInt(timestamp, 10, 64)
+	if err != nil {
+		return errors.New("webhook-timestamp is not Unix seconds")
+	}
+	if off := now.Sub(time.Unix(sec, 0)); off > StandardTolerance || off < -StandardTolerance {
+		return fmt.Errorf("webhook-timestamp is %s from the gateway's clock, beyond %s: a replay, or a clock that is off", off.Round(time.Second), StandardTolerance)
+	}
+	return nil
+}
+
+// SignStandard returns the Standard Webhooks signature header value of a
+// delivery (v1,<base64>).
+func SignStandard(secret, id string, at time.Time, body []byte) string {
+	key, _ := standardKey(secret)
+	mac := hmac.New(sha256.New, key)
+	mac.Write([]byte(id + "." + strconv.FormatInt(at.Unix(), 10) + "."))
+	mac.Write(body)
+	return "v1," + base64.StdEncoding.EncodeToString(mac.Sum(nil))
 }
 
 // Sign returns the GitHub-style signature header value of body.
