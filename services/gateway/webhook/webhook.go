@@ -32,8 +32,8 @@ const PlatformName = "webhook"
 
 // Signature schemes (see hook).
 const (
-	SigGitHub  = hook.SigGitHub
-	SigGitLab  = hook.SigGitLab
+	SigGitHub   = hook.SigGitHub
+	SigGitLab   = hook.SigGitLab
 	SigGeneric  = hook.SigGeneric
 	SigStandard = hook.SigStandard
 	SigNone     = hook.SigNone
