@@ -885,6 +885,11 @@ func (s *Server) send(w http.ResponseWriter, method string, p params) {
 		writeErr(w, APIError{Code: 400, Description: "Bad Request: there is no " + m.Kind + " in the request"})
 		return
 	}
+	if strings.Contains(m.File, ":") && !strings.HasPrefix(m.File, "upload:") && !strings.HasPrefix(m.File, "http://") && !strings.HasPrefix(m.File, "https://") {
+		// A string that is neither a file id nor an HTTP URL (a data: URL).
+		writeErr(w, APIError{Code: 400, Description: "Bad Request: wrong file identifier/HTTP URL specified"})
+		return
+	}
 	shown, err := render(m.Text, m.ParseMode)
 	if err != nil {
 		writeErr(w, APIError{Code: 400, Description: err.Error()})

@@ -405,6 +405,27 @@ func TestSending(t *testing.T) {
 			t.Fatalf("receipt %v messages %+v", r, ms)
 		}
 	})
+	t.Run("bytes are uploaded", func(t *testing.T) {
+		png := "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg=="
+		r := send(target("10", "", ""), "generated", func(r *deliveryv1.SendRequested) {
+			r.Attachments = []*eventsv1.Attachment{
+				{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, Location: &eventsv1.Attachment_Url{Url: png}},
+				{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT, FileName: "notes.txt", Location: &eventsv1.Attachment_Url{Url: "data:text/plain;base64,aGk="}},
+			}
+		})
+		ms := f.Messages("10")
+		if !r.GetOk() || len(ms) != 2 || ms[0].Kind != "photo" || ms[0].File != "upload:file.png" || ms[0].Shown != "generated" ||
+			ms[1].Kind != "document" || ms[1].File != "upload:notes.txt" {
+			t.Fatalf("receipt %v messages %+v", r, ms)
+		}
+		// Kept bytes without the attachment store: refused, nothing sent.
+		r = send(target("11", "", ""), "", func(r *deliveryv1.SendRequested) {
+			r.Attachments = []*eventsv1.Attachment{{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, Location: &eventsv1.Attachment_BytesRef{BytesRef: "x.0"}}}
+		})
+		if r.GetErrorClass() != deliveryv1.ErrorClass_ERROR_CLASS_PERMANENT || len(f.Messages("11")) != 0 {
+			t.Fatalf("receipt %v messages %+v", r, f.Messages("11"))
+		}
+	})
 	t.Run("a retry after a later attachment failed sends only what is missing", func(t *testing.T) {
 		req := &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "media-retry", Target: target("9", "", ""),
 			Text: "report", Attachments: []*eventsv1.Attachment{

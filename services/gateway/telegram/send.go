@@ -1,9 +1,11 @@
 package telegram
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"mime"
 	"strconv"
 	"strings"
 	"unicode/utf16"
@@ -184,12 +186,9 @@ func (p *Platform) sendMedia(ctx context.Context, req *deliveryv1.SendRequested)
 			caption = ""
 			continue
 		}
-		file := a.GetUrl()
-		if file == "" {
-			file = a.GetPlatformFileId()
-		}
-		if file == "" {
-			return first, platform.Permanent(fmt.Errorf("attachment %d has no url or telegram file id", i))
+		input, photo, err := p.inputFile(ctx, a)
+		if err != nil {
+			return first, fmt.Errorf("attachment %d: %w", i, err)
 		}
 		sub := &deliveryv1.SendRequested{Target: t, Text: caption, Format: req.GetFormat(), ChunkIndex: req.GetChunkIndex()}
 		if first != "" || i > 0 {
@@ -199,11 +198,11 @@ func (p *Platform) sendMedia(ctx context.Context, req *deliveryv1.SendRequested)
 			sub.Text = a.GetCaption()
 		}
 		var msg *models.Message
-		err := p.inTopic(t, func(thread int) error {
+		err = p.inTopic(t, func(thread int) error {
 			return p.withPlainFallback(sub, func(text string, mode models.ParseMode) error {
 				var err error
-				in := &models.InputFileString{Data: file}
-				if a.GetKind() == eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE {
+				in := input()
+				if photo {
 					msg, err = p.api.SendPhoto(ctx, &bot.SendPhotoParams{ChatID: chatID(t.GetChatId()), MessageThreadID: thread,
 						Photo: in, Caption: text, ParseMode: mode, ReplyParameters: p.replyTo(sub)})
 				} else {
@@ -224,6 +223,49 @@ func (p *Platform) sendMedia(ctx context.Context, req *deliveryv1.SendRequested)
 		caption = ""
 	}
 	return first, nil
+}
+
+// Telegram's limits of a file a bot uploads: a photo, any other file.
+const (
+	maxPhotoUpload    = 10 << 20
+	maxDocumentUpload = 50 << 20
+)
+
+// inputFile is how an attachment to send reaches Telegram, made afresh
+// for each attempt (an upload's reader is spent by the one before): an
+// http(s) URL or a Telegram file id as it is (Telegram fetches it),
+// bytes (a data: URL, or kept in the attachment store) uploaded. photo
+// reports whether it goes as a photo: a picture, unless its bytes are
+// over Telegram's 10 MB for photos (then it goes as a document, up to
+// 50 MB).
+func (p *Platform) inputFile(ctx context.Context, a *eventsv1.Attachment) (input func() models.InputFile, photo bool, err error) {
+	photo = a.GetKind() == eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE
+	u := a.GetUrl()
+	if strings.HasPrefix(u, "https://") || strings.HasPrefix(u, "http://") || (u == "" && a.GetBytesRef() == "" && a.GetPlatformFileId() != "") {
+		file := u
+		if file == "" {
+			file = a.GetPlatformFileId()
+		}
+		return func() models.InputFile { return &models.InputFileString{Data: file} }, photo, nil
+	}
+	if u == "" && a.GetBytesRef() == "" {
+		return nil, false, platform.Permanent(errors.New("no url, kept bytes or telegram file id"))
+	}
+	data, mimeType, err := platform.ReadAttachment(ctx, a, p.store, p.http, maxDocumentUpload)
+	if err != nil {
+		return nil, false, err
+	}
+	if len(data) > maxPhotoUpload {
+		photo = false
+	}
+	name := a.GetFileName()
+	if name == "" {
+		name = "file"
+		if exts, _ := mime.ExtensionsByType(mimeType); len(exts) > 0 {
+			name += exts[0]
+		}
+	}
+	return func() models.InputFile { return &models.InputFileUpload{Filename: name, Data: bytes.NewReader(data)} }, photo, nil
 }
 
 // Edit replaces a message's text (streaming, an approval prompt's

@@ -179,6 +179,9 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
+	if deps.Attachments.Enabled {
+		p.store = attachment.Open(deps.Bus.JetStream(), deps.Bus.Topology(), deps.Attachments)
+	}
 	return &Service{Service: svc, p: p}, nil
 }
 
@@ -191,6 +194,9 @@ type Platform struct {
 	baseURL string
 	me      identity
 	gate    gating
+	// store holds the attachments a send refers to by bytes_ref (nil:
+	// attachments are off).
+	store *attachment.Store
 
 	mu       sync.Mutex
 	username string
