@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/textproto"
 	"strings"
+	"time"
 
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
@@ -27,17 +28,17 @@ const maxUploadBytes = 64 << 20
 // of the send (attachment i is part i, the text the last): a retry after
 // a later part failed skips the parts already sent. It returns the first
 // message's guid.
-func (p *Platform) sendAttachments(ctx context.Context, req *deliveryv1.SendRequested, guid string) (string, error) {
+func (p *Platform) sendAttachments(ctx context.Context, req *deliveryv1.SendRequested, guid string, since time.Time) (string, error) {
 	atts := req.GetAttachments()
 	first := ""
 	for i, a := range atts {
 		id, done := platform.SentPart(ctx, i)
 		if !done {
-			data, mt, err := platform.ReadAttachment(ctx, a, nil, p.api.hc, maxUploadBytes)
+			data, mt, err := platform.ReadAttachment(ctx, a, p.store, p.api.hc, maxUploadBytes)
 			if err != nil {
 				return first, err
 			}
-			if id, err = p.upload(ctx, guid, req.GetIdempotencyKey()+fmt.Sprintf(".%d", i), a, data, mt); err != nil {
+			if id, err = p.upload(ctx, attempt{chat: guid, temp: tempGUID(req) + fmt.Sprintf(".%d", i), since: since}, a, data, mt); err != nil {
 				return first, err
 			}
 			platform.RecordPart(ctx, i, id)
@@ -53,7 +54,7 @@ func (p *Platform) sendAttachments(ctx context.Context, req *deliveryv1.SendRequ
 	if _, done := platform.SentPart(ctx, len(atts)); done {
 		return first, nil
 	}
-	id, err := p.sendText(ctx, req, guid, text)
+	id, err := p.sendText(ctx, req, guid, text, since)
 	if err != nil {
 		return first, err
 	}
@@ -66,7 +67,7 @@ var extensions = map[string]string{"image/jpeg": ".jpg", "image/png": ".png", "i
 	"audio/mpeg": ".mp3", "audio/ogg": ".ogg", "audio/mp4": ".m4a", "audio/x-caf": ".caf", "video/mp4": ".mp4", "application/pdf": ".pdf"}
 
 // upload posts one file to the chat and returns the message's guid.
-func (p *Platform) upload(ctx context.Context, guid, temp string, a *eventsv1.Attachment, data []byte, mt string) (string, error) {
+func (p *Platform) upload(ctx context.Context, at attempt, a *eventsv1.Attachment, data []byte, mt string) (string, error) {
 	if mt == "" {
 		mt = http.DetectContentType(data)
 		mt, _, _ = strings.Cut(mt, ";")
@@ -78,10 +79,14 @@ func (p *Platform) upload(ctx context.Context, guid, temp string, a *eventsv1.At
 			name = "file" + exts[0]
 		}
 	}
+	at.match = fileIs(name)
+	if id, err := p.settled(ctx, at); id != "" || err != nil {
+		return id, err
+	}
 	var body bytes.Buffer
 	w := multipart.NewWriter(&body)
-	_ = w.WriteField("chatGuid", guid)
-	_ = w.WriteField("tempGuid", temp)
+	_ = w.WriteField("chatGuid", at.chat)
+	_ = w.WriteField("tempGuid", at.temp)
 	_ = w.WriteField("name", name)
 	if a.GetKind() == eventsv1.AttachmentKind_ATTACHMENT_KIND_VOICE {
 		_ = w.WriteField("isAudioMessage", "true")
@@ -99,11 +104,7 @@ func (p *Platform) upload(ctx context.Context, guid, temp string, a *eventsv1.At
 	}
 	var out sentMessage
 	if err := p.api.send(ctx, http.MethodPost, "/api/v1/message/attachment", w.FormDataContentType(), &body, &out); err != nil {
-		if id := queuedID(err, temp); id != "" {
-			p.log.Info("bluebubbles is still sending an earlier attempt of this attachment; not sent again", "temp_guid", temp)
-			return id, nil
-		}
-		return "", classify(err)
+		return p.unsure(ctx, at, err)
 	}
 	if out.GUID == "" {
 		return "", errors.New("bluebubbles answered an attachment without the message's guid")

@@ -41,6 +41,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/switchboard-chat/switchboard/pkg/attachment"
 	"github.com/switchboard-chat/switchboard/pkg/bus"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/platform"
@@ -264,6 +265,9 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
+	if deps.Runner.Attachments.Enabled {
+		p.store = attachment.Open(deps.Bus.JetStream(), deps.Bus.Topology(), deps.Runner.Attachments)
+	}
 	return &Service{Service: svc, p: p}, nil
 }
 
@@ -280,6 +284,9 @@ type Platform struct {
 	// privateAPI: the server has the Private API helper connected
 	// (typing, read receipts, replies); learned on connecting.
 	privateAPI atomic.Bool
+	// store holds the attachments a send refers to by bytes_ref (kept
+	// by the runner: a file the agent made, a user's upload it passes on).
+	store *attachment.Store
 
 	mu    sync.Mutex
 	guids map[string]string // address → DM chat guid, resolved for sends

@@ -67,20 +67,6 @@ func classify(err error) error {
 	return err
 }
 
-// queuedID is the message id of a send BlueBubbles refused because a
-// send with its tempGuid is still under way ("Message is already queued
-// to be sent!", answered while the server's send cache holds it): an
-// earlier attempt of the same send, whose answer the gateway stopped
-// waiting for, so the message is going out and the retry is done. "" for
-// any other error.
-func queuedID(err error, temp string) string {
-	var ae *APIError
-	if errors.As(err, &ae) && ae.Status == http.StatusBadRequest && strings.Contains(strings.ToLower(ae.Message), "already queued") {
-		return "temp:" + temp
-	}
-	return ""
-}
-
 // client is a small client of the BlueBubbles REST API: JSON requests
 // with the password in the query, answers {"status", "message", "data"}.
 type client struct {

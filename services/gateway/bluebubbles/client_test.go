@@ -57,3 +57,69 @@ func FuzzDecodeAnswer(f *testing.F) {
 		}
 	})
 }
+
+// The lookup of an earlier attempt takes only the bot's messages that
+// match, a sent one before a failed one.
+func TestPickSent(t *testing.T) {
+	for _, c := range []struct {
+		name, raw, want string
+	}{
+		{"none", `[]`, ""},
+		{"null", `null`, ""},
+		{"sent", `[{"guid":"G1","text":" hi ","isFromMe":true,"error":0}]`, "G1"},
+		{"someone else's", `[{"guid":"G1","text":"hi","isFromMe":false,"error":0}]`, ""},
+		{"other text", `[{"guid":"G1","text":"hello","isFromMe":true}]`, ""},
+		{"failed then sent", `[{"guid":"F","text":"hi","isFromMe":true,"error":22},{"guid":"G2","text":"hi","isFromMe":true}]`, "G2"},
+		{"failed only", `[{"guid":"F","text":"hi","isFromMe":true,"error":22}]`, "F"},
+		{"no guid", `[{"text":"hi","isFromMe":true}]`, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			m, err := pickSent([]byte(c.raw), textIs("hi"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := ""; m != nil {
+				got = m.GUID
+				if got != c.want {
+					t.Fatalf("picked %q, want %q", got, c.want)
+				}
+			} else if c.want != "" {
+				t.Fatalf("picked none, want %q", c.want)
+			}
+		})
+	}
+	if m, _ := pickSent([]byte(`[{"guid":"A","isFromMe":true,"attachments":[{"transferName":"b.pdf"},{"transferName":"a.txt"}]}]`), fileIs("a.txt")); m == nil || m.GUID != "A" {
+		t.Fatalf("attachment by name: %+v", m)
+	}
+	if _, err := pickSent([]byte(`{"guid":"A"}`), textIs("")); err == nil {
+		t.Fatal("an object read as a list")
+	}
+}
+
+func TestLooksLikeAddress(t *testing.T) {
+	for s, want := range map[string]bool{"+15551234567": true, "ann@icloud.com": true, "+": false, "15551234567": false,
+		"+1555 123": false, "iMessage;-;a@b.c": false, "chat493817263544": false, "": false} {
+		if got := looksLikeAddress(s); got != want {
+			t.Errorf("%q: %v, want %v", s, got, want)
+		}
+	}
+}
+
+// FuzzPickSent reads a message query's data as the server may answer it.
+func FuzzPickSent(f *testing.F) {
+	f.Add(`[{"guid":"G1","text":"hi","isFromMe":true,"error":0,"dateCreated":1700000000000,"attachments":[]}]`, "hi")
+	f.Add(`[{"guid":"F","text":"hi","isFromMe":true,"error":22},{"guid":"G","isFromMe":true,"attachments":[{"transferName":"hi"}]}]`, "hi")
+	f.Add(`null`, "")
+	f.Add(`[{"guid":1}]`, "x")
+	f.Fuzz(func(t *testing.T, raw, text string) {
+		for _, match := range []func(*foundMessage) bool{textIs(text), fileIs(text)} {
+			m, err := pickSent([]byte(raw), match)
+			if err != nil && m != nil {
+				t.Fatalf("both a message and %v", err)
+			}
+			if m != nil && (!m.IsFromMe || m.GUID == "" || !match(m)) {
+				t.Fatalf("picked %+v", m)
+			}
+		}
+	})
+}

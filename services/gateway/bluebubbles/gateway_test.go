@@ -43,9 +43,15 @@ func newFake(t *testing.T, privateAPI bool) *bbfake.Fake {
 
 func start(t *testing.T, f *bbfake.Fake, cfg Config, opts platform.Options) *harness {
 	t.Helper()
+	return startWith(t, f, cfg, opts, nil)
+}
+
+// startWith starts the gateway with hc as its REST client.
+func startWith(t *testing.T, f *bbfake.Fake, cfg Config, opts platform.Options, hc *http.Client) *harness {
+	t.Helper()
 	b := bustest.New(t, bustest.EmbeddedURL(t))
 	opts.Backoff = platform.Schedule(10 * time.Millisecond)
-	s, err := New(cfg, Deps{Log: slog.New(slog.DiscardHandler), Bus: b, Runner: opts})
+	s, err := New(cfg, Deps{Log: slog.New(slog.DiscardHandler), Bus: b, Runner: opts, HTTPClient: hc})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -513,41 +519,141 @@ func (s *syncBuffer) String() string {
 // A send retried while BlueBubbles still sends its first attempt (the
 // gateway stopped waiting; an AppleScript send can take longer than the
 // client's timeout) is refused by the server for its tempGuid ("Message
-// is already queued to be sent!"): that attempt is the message, so the
-// retry succeeds without a second message, for text and uploads alike.
+// is already queued to be sent!"). That attempt may still fail on the
+// Mac, so the refusal is not a success: delivery is told to look again,
+// and the next attempt counts the message sent only once the server
+// shows it sent, for text and uploads alike; nothing goes out twice.
 func TestSendRetriedWhileQueued(t *testing.T) {
 	t.Parallel()
 	f := newFake(t, false)
-	p, err := NewPlatform(testConfig(f), slog.New(slog.DiscardHandler), &http.Client{Timeout: 300 * time.Millisecond})
-	if err != nil {
+	h := startWith(t, f, testConfig(f), platform.Options{}, &http.Client{Timeout: 300 * time.Millisecond})
+	f.SlowSends(1500 * time.Millisecond)
+	for _, c := range []struct {
+		chat string
+		req  *deliveryv1.SendRequested
+	}{
+		{groupGUID, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "q-text", Text: "once",
+			Target: &deliveryv1.Target{Platform: "bluebubbles", Account: h.s.p.Account(), ChatId: groupGUID}}},
+		{dmGUID, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "q-file",
+			Target:      &deliveryv1.Target{Platform: "bluebubbles", Account: h.s.p.Account(), ChatId: dmGUID},
+			Attachments: []*eventsv1.Attachment{{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT, FileName: "a.txt", Location: &eventsv1.Attachment_Url{Url: "data:text/plain;base64,aGk="}}}}},
+	} {
+		key := c.req.GetIdempotencyKey()
+		if r := h.send(t, c.req); r.GetOk() {
+			t.Fatalf("%s: the first attempt did not time out: %v", key, r)
+		}
+		r := h.send(t, c.req)
+		if r.GetOk() || r.GetErrorClass() != deliveryv1.ErrorClass_ERROR_CLASS_RETRYABLE || r.GetRetryAfterMs() != queuedRetry.Milliseconds() {
+			t.Fatalf("%s: retry while the first attempt is queued: %v, want retryable after %v", key, r, queuedRetry)
+		}
+		platformtest.WaitFor(t, "the held send", func() bool { return len(f.Sent(c.chat)) > 0 })
+		r = h.send(t, c.req)
+		sent := f.Sent(c.chat)
+		if !r.GetOk() || len(sent) != 1 || r.GetPlatformMessageId() != sent[0].GUID {
+			t.Fatalf("%s: retry after the held send: %v, sent %+v", key, r, sent)
+		}
+	}
+}
+
+// A first attempt that BlueBubbles queued and that then failed on the Mac
+// is sent by a later retry, once.
+func TestSendQueuedThenFailed(t *testing.T) {
+	t.Parallel()
+	f := newFake(t, false)
+	h := startWith(t, f, testConfig(f), platform.Options{}, &http.Client{Timeout: 300 * time.Millisecond})
+	f.SlowSends(1 * time.Second)
+	f.FailHeld(1)
+	req := &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "qf-text", Text: "not lost",
+		Target: &deliveryv1.Target{Platform: "bluebubbles", Account: h.s.p.Account(), ChatId: groupGUID}}
+	if r := h.send(t, req); r.GetOk() {
+		t.Fatalf("the first attempt did not time out: %v", r)
+	}
+	if r := h.send(t, req); r.GetOk() || r.GetRetryAfterMs() != queuedRetry.Milliseconds() {
+		t.Fatalf("retry while queued: %v", r)
+	}
+	f.SlowSends(0)
+	var r *deliveryv1.SendReceipt
+	deadline := time.Now().Add(10 * time.Second)
+	for r = h.send(t, req); !r.GetOk() && time.Now().Before(deadline); r = h.send(t, req) {
+		if r.GetErrorClass() != deliveryv1.ErrorClass_ERROR_CLASS_RETRYABLE {
+			t.Fatalf("retry: %v", r)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	sent := f.Sent(groupGUID)
+	if !r.GetOk() || len(sent) != 1 || sent[0].Text != "not lost" || r.GetPlatformMessageId() != sent[0].GUID {
+		t.Fatalf("receipt %v, sent %+v", r, sent)
+	}
+}
+
+// With the Private API, a text to an address no chat has starts a DM
+// with it (POST /api/v1/chat/new), as Hermes; the next send uses that
+// chat. Without it, or for a chat id that is no address, the send is
+// refused.
+func TestSendStartsChat(t *testing.T) {
+	t.Parallel()
+	f := newFake(t, true)
+	h := start(t, f, testConfig(f), platform.Options{})
+	const bob = "+15550001111"
+	tg := &deliveryv1.Target{Platform: "bluebubbles", Account: h.s.p.Account(), ChatId: bob}
+	r := h.send(t, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "n1", Target: tg, Text: "hello bob"})
+	sent := f.Sent("iMessage;-;" + bob)
+	if !r.GetOk() || f.NewChats() != 1 || len(sent) != 1 || sent[0].Text != "hello bob" || sent[0].TempGUID != "n1" || r.GetPlatformMessageId() != sent[0].GUID {
+		t.Fatalf("receipt %v, %d new chats, sent %+v", r, f.NewChats(), sent)
+	}
+	if r := h.send(t, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "n2", Target: tg, Text: "again"}); !r.GetOk() {
+		t.Fatalf("receipt %v", r)
+	}
+	if n, s := f.NewChats(), f.Sent("iMessage;-;"+bob); n != 1 || len(s) != 2 || s[1].Method != "apple-script" {
+		t.Fatalf("%d new chats, sent %+v", n, s)
+	}
+	// The group member's address: a new DM, never the group.
+	if r := h.send(t, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "n3", Text: "private",
+		Target: &deliveryv1.Target{Platform: "bluebubbles", Account: tg.Account, ChatId: "+15559990000"}}); !r.GetOk() {
+		t.Fatalf("receipt %v", r)
+	}
+	if len(f.Sent(groupGUID)) != 0 || len(f.Sent("iMessage;-;+15559990000")) != 1 {
+		t.Fatalf("group %+v", f.Sent(groupGUID))
+	}
+	for _, id := range []string{"bob", "+1555abc"} {
+		r := h.send(t, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "bad-" + id, Text: "x",
+			Target: &deliveryv1.Target{Platform: "bluebubbles", Account: tg.Account, ChatId: id}})
+		if r.GetOk() || r.GetErrorClass() != deliveryv1.ErrorClass_ERROR_CLASS_PERMANENT {
+			t.Fatalf("%s: receipt %v, want permanent", id, r)
+		}
+	}
+	if f.NewChats() != 2 {
+		t.Fatalf("%d new chats, want 2", f.NewChats())
+	}
+}
+
+// An attachment kept in the store (a file the agent made) is uploaded.
+func TestSendKeptAttachment(t *testing.T) {
+	t.Parallel()
+	f := newFake(t, false)
+	acfg := attachment.Config{Enabled: true, MaxBytes: 1 << 20, StoreBytes: 8 << 20}
+	h := start(t, f, testConfig(f), platform.Options{Attachments: acfg})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	t.Cleanup(func() {
+		_ = h.b.JetStream().DeleteObjectStore(context.Background(), h.b.Topology().Stream(attachment.Bucket))
+	})
+	if _, err := attachment.New(h.b.JetStream(), h.b.Topology(), acfg).Keep(ctx, "report-1", "application/pdf", strings.NewReader("%PDF-1.4 report")); err != nil {
 		t.Fatal(err)
 	}
-	f.SlowSends(3 * time.Second)
-	ctx := context.Background()
-	for _, req := range []*deliveryv1.SendRequested{
-		{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "q-text", Text: "once", Target: &deliveryv1.Target{Platform: "bluebubbles", ChatId: groupGUID}},
-		{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "q-file", Target: &deliveryv1.Target{Platform: "bluebubbles", ChatId: dmGUID},
-			Attachments: []*eventsv1.Attachment{{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT, FileName: "a.txt", Location: &eventsv1.Attachment_Url{Url: "data:text/plain;base64,aGk="}}}},
-	} {
-		if _, err := p.Send(ctx, req); err == nil {
-			t.Fatalf("%s: the first attempt did not time out", req.GetIdempotencyKey())
-		}
-		id, err := p.Send(ctx, req)
-		if err != nil || id == "" {
-			t.Fatalf("%s: retry while the first attempt is queued: id %q, %v", req.GetIdempotencyKey(), id, err)
-		}
-	}
-	// The held first attempts go out; the retries sent nothing.
-	platformtest.WaitFor(t, "the held sends", func() bool { return len(f.Sent(groupGUID)) > 0 && len(f.Sent(dmGUID)) > 0 })
-	if n, m := len(f.Sent(groupGUID)), len(f.Sent(dmGUID)); n != 1 || m != 1 {
-		t.Fatalf("sent %d texts and %d files, want one each", n, m)
+	r := h.send(t, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "kept-1",
+		Target:      &deliveryv1.Target{Platform: "bluebubbles", Account: h.s.p.Account(), ChatId: dmGUID},
+		Attachments: []*eventsv1.Attachment{{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT, FileName: "report.pdf", Location: &eventsv1.Attachment_BytesRef{BytesRef: "report-1"}}}})
+	sent := f.Sent(dmGUID)
+	if !r.GetOk() || len(sent) != 1 || sent[0].FileName != "report.pdf" || string(sent[0].Data) != "%PDF-1.4 report" || sent[0].MimeType != "application/pdf" {
+		t.Fatalf("receipt %v, sent %+v", r, sent)
 	}
 }
 
 // An address is a person: a send to one goes to that person's DM only,
 // never to a group the person is in (the answer of a DM, or a home
 // channel's cron output, would be shown to the whole group); without a
-// DM it is refused as permanent.
+// DM (and without the Private API to start one) it is refused as permanent.
 func TestSendToAddressNeverAGroup(t *testing.T) {
 	t.Parallel()
 	f := newFake(t, false)

@@ -99,12 +99,13 @@ type sentMessage struct {
 }
 
 // Send posts one text message (POST /api/v1/message/text with chatGuid,
-// message, method and a tempGuid, the idempotency key, which BlueBubbles
-// uses to match the sent message and refuses while a send of it is
-// under way: a retry refused so is the earlier attempt, not sent again),
-// or the attachments and then the text (sendAttachments). With the Private API helper, a reply quotes the
-// message it answers (selectedMessageGuid), as Hermes's; otherwise the
-// message goes out through AppleScript.
+// message, method and a tempGuid, the idempotency key), or the
+// attachments and then the text (sendAttachments). With the Private API
+// helper, a reply quotes the message it answers (selectedMessageGuid), as
+// Hermes's, and a text to an address no chat has starts a DM with it
+// (newChat); otherwise the message goes out through AppleScript. An
+// attempt that ends without knowing whether the message went out is
+// settled by the next one (settle.go).
 func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (string, error) {
 	text := formatted(req)
 	if text == "" && len(req.GetAttachments()) == 0 {
@@ -113,33 +114,42 @@ func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (str
 	if n := utf8.RuneCountInString(text); n > maxText {
 		return "", platform.Permanent(fmt.Errorf("text is %d characters, bluebubbles takes %d", n, maxText))
 	}
-	guid, err := p.chatGUID(ctx, req.GetTarget().GetChatId())
+	since := firstTry(ctx, time.Now())
+	chatID := strings.TrimSpace(req.GetTarget().GetChatId())
+	guid, err := p.chatGUID(ctx, chatID)
 	if err != nil {
+		if errors.Is(err, ErrChatNotFound) && len(req.GetAttachments()) == 0 && p.privateAPI.Load() && looksLikeAddress(chatID) {
+			return p.newChat(ctx, chatID, tempGUID(req), text)
+		}
 		return "", err
 	}
 	if len(req.GetAttachments()) > 0 {
-		return p.sendAttachments(ctx, req, guid)
+		return p.sendAttachments(ctx, req, guid, since)
 	}
-	return p.sendText(ctx, req, guid, text)
+	return p.sendText(ctx, req, guid, text, since)
+}
+
+// tempGUID is the send's tempGuid: its idempotency key.
+func tempGUID(req *deliveryv1.SendRequested) string {
+	if k := req.GetIdempotencyKey(); k != "" {
+		return k
+	}
+	return fmt.Sprintf("temp-%d", time.Now().UnixNano())
 }
 
 // sendText posts text to the chat guid.
-func (p *Platform) sendText(ctx context.Context, req *deliveryv1.SendRequested, guid, text string) (string, error) {
-	temp := req.GetIdempotencyKey()
-	if temp == "" {
-		temp = fmt.Sprintf("temp-%d", time.Now().UnixNano())
+func (p *Platform) sendText(ctx context.Context, req *deliveryv1.SendRequested, guid, text string, since time.Time) (string, error) {
+	a := attempt{chat: guid, temp: tempGUID(req), since: since, match: textIs(text)}
+	if id, err := p.settled(ctx, a); id != "" || err != nil {
+		return id, err
 	}
-	body := map[string]any{"chatGuid": guid, "message": text, "tempGuid": temp, "method": "apple-script"}
+	body := map[string]any{"chatGuid": guid, "message": text, "tempGuid": a.temp, "method": "apple-script"}
 	if r := req.GetTarget().GetReplyToMessageId(); r != "" && p.privateAPI.Load() {
 		body["method"], body["selectedMessageGuid"], body["partIndex"] = "private-api", r, 0
 	}
 	var out sentMessage
 	if err := p.api.call(ctx, http.MethodPost, "/api/v1/message/text", body, &out); err != nil {
-		if id := queuedID(err, temp); id != "" {
-			p.log.Info("bluebubbles is still sending an earlier attempt of this message; not sent again", "temp_guid", temp)
-			return id, nil
-		}
-		return "", classify(err)
+		return p.unsure(ctx, a, err)
 	}
 	if out.GUID == "" {
 		return "", errors.New("bluebubbles answered a send without the message's guid")

@@ -1,6 +1,7 @@
 // Package bbfake is a local BlueBubbles server for tests: the REST API
 // calls the gateway makes (ping, server info, webhooks, chat query, text
-// sends, attachment uploads, typing, read receipts, attachment downloads), each with the
+// sends, attachment uploads, new chats, message queries, typing, read
+// receipts, attachment downloads), each with the
 // ?password= checked, answering in BlueBubbles's envelope ({"status",
 // "message", "data"} or "error"), and the server's side of the webhook:
 // new-message events as BlueBubbles posts them. Errors can be injected.
@@ -46,6 +47,21 @@ type Fake struct {
 	// cache: a send whose tempGuid is queued is refused 400).
 	slow   time.Duration
 	queued map[string]bool
+	// heldFail is how many of the next held sends fail on the Mac
+	// (Messages keeps them with an error code).
+	heldFail int
+	// log is every message the bot sent or tried to, as the Messages
+	// database keeps them, for message queries.
+	log     []logged
+	newChat int
+}
+
+// logged is a message in the Messages database: sent, or failed with an
+// error code.
+type logged struct {
+	Sent
+	Error   int
+	Created time.Time
 }
 
 // Chat is a chat the server knows.
@@ -103,6 +119,8 @@ func New(t testing.TB) *Fake {
 	mux.HandleFunc("POST /api/v1/webhook", f.auth(f.addHook))
 	mux.HandleFunc("DELETE /api/v1/webhook/{id}", f.auth(f.deleteHook))
 	mux.HandleFunc("POST /api/v1/chat/query", f.auth(f.query))
+	mux.HandleFunc("POST /api/v1/chat/new", f.auth(f.create))
+	mux.HandleFunc("POST /api/v1/message/query", f.auth(f.messages))
 	mux.HandleFunc("POST /api/v1/message/text", f.auth(f.text))
 	mux.HandleFunc("POST /api/v1/message/attachment", f.auth(f.attachment))
 	mux.HandleFunc("POST /api/v1/chat/{guid}/typing", f.auth(f.count(f.typing)))
@@ -150,27 +168,58 @@ func (f *Fake) SlowSends(d time.Duration) {
 	f.mu.Unlock()
 }
 
-// hold keeps temp queued for the slow duration; false when it is queued
-// already (answered 400 then).
-func (f *Fake) hold(w http.ResponseWriter, temp string) bool {
+// FailHeld makes the next n held sends (SlowSends) fail on the Mac once
+// held: Messages keeps each with an error code, the server answers 500
+// and forgets the tempGuid, as BlueBubbles does.
+func (f *Fake) FailHeld(n int) {
+	f.mu.Lock()
+	f.heldFail = n
+	f.mu.Unlock()
+}
+
+// hold keeps s queued for the slow duration; false when its tempGuid is
+// queued already (answered 400 then) or the held send failed (answered
+// 500, kept with an error).
+func (f *Fake) hold(w http.ResponseWriter, s Sent, refusal string) bool {
 	f.mu.Lock()
 	d := f.slow
-	if f.queued[temp] {
+	if f.queued[s.TempGUID] {
 		f.mu.Unlock()
-		fail(w, http.StatusBadRequest, "Validation Error", "Message is already queued to be sent!")
+		fail(w, http.StatusBadRequest, "Validation Error", refusal)
 		return false
 	}
 	if d > 0 {
-		f.queued[temp] = true
+		f.queued[s.TempGUID] = true
 	}
 	f.mu.Unlock()
-	if d > 0 {
-		time.Sleep(d)
-		f.mu.Lock()
-		delete(f.queued, temp)
-		f.mu.Unlock()
+	if d == 0 {
+		return true
+	}
+	time.Sleep(d)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.queued, s.TempGUID)
+	if f.heldFail > 0 {
+		f.heldFail--
+		s.GUID = NewGUID()
+		f.log = append(f.log, logged{Sent: s, Error: 22, Created: time.Now()})
+		fail(w, http.StatusInternalServerError, "iMessage Error", "Failed to send message! See attached message error code.")
+		return false
 	}
 	return true
+}
+
+// record keeps a message the bot sent.
+func (f *Fake) record(s Sent) {
+	f.sent[s.ChatGUID] = append(f.sent[s.ChatGUID], s)
+	f.log = append(f.log, logged{Sent: s, Created: time.Now()})
+}
+
+// NewChats is how many chats were started through /api/v1/chat/new.
+func (f *Fake) NewChats() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.newChat
 }
 
 // Sent returns what the bot sent to chat guid, oldest first.
@@ -310,7 +359,7 @@ func (f *Fake) text(w http.ResponseWriter, r *http.Request) {
 		fail(w, http.StatusBadRequest, "Validation Error", "chatGuid, message and tempGuid are required")
 		return
 	}
-	if !f.hold(w, in.TempGUID) {
+	if !f.hold(w, Sent{ChatGUID: in.ChatGUID, Text: in.Message, Method: in.Method, TempGUID: in.TempGUID}, "Message is already queued to be sent! (Temp GUID: "+in.TempGUID+")") {
 		return
 	}
 	f.mu.Lock()
@@ -339,7 +388,7 @@ func (f *Fake) text(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s := Sent{GUID: NewGUID(), ChatGUID: in.ChatGUID, Text: in.Message, Method: in.Method, TempGUID: in.TempGUID, SelectedMessageGUID: in.SelectedMessageGUID}
-	f.sent[in.ChatGUID] = append(f.sent[in.ChatGUID], s)
+	f.record(s)
 	f.mu.Unlock()
 	ok(w, "Message sent!", map[string]any{
 		"guid": s.GUID, "tempGuid": in.TempGUID, "text": in.Message, "isFromMe": true,
@@ -362,7 +411,7 @@ func (f *Fake) attachment(w http.ResponseWriter, r *http.Request) {
 	}
 	data, _ := io.ReadAll(file)
 	_ = file.Close()
-	if !f.hold(w, temp) {
+	if !f.hold(w, Sent{ChatGUID: chat, TempGUID: temp, FileName: name}, "Attachment is already queued to be sent!") {
 		return
 	}
 	f.mu.Lock()
@@ -377,10 +426,86 @@ func (f *Fake) attachment(w http.ResponseWriter, r *http.Request) {
 	}
 	s := Sent{GUID: NewGUID(), ChatGUID: chat, TempGUID: temp, FileName: name, MimeType: hdr.Header.Get("Content-Type"),
 		Data: data, AudioMessage: r.FormValue("isAudioMessage") == "true"}
-	f.sent[chat] = append(f.sent[chat], s)
+	f.record(s)
 	f.mu.Unlock()
 	ok(w, "Attachment sent!", map[string]any{"guid": s.GUID, "tempGuid": temp, "isFromMe": true,
 		"attachments": []map[string]any{{"guid": "at_0_" + strings.ToUpper(randomHex(8)), "transferName": name}}})
+}
+
+// create starts a chat with addresses by sending the message (POST
+// /api/v1/chat/new), as BlueBubbles does through the Private API; it
+// answers the chat with its participants and the message.
+func (f *Fake) create(w http.ResponseWriter, r *http.Request) {
+	var in struct {
+		Addresses []string `json:"addresses"`
+		Message   string   `json:"message"`
+		Method    string   `json:"method"`
+		TempGUID  string   `json:"tempGuid"`
+	}
+	if err := json.NewDecoder(r.Body).Decode(&in); err != nil || len(in.Addresses) == 0 {
+		fail(w, http.StatusBadRequest, "Validation Error", "addresses are required")
+		return
+	}
+	if in.Method == "private-api" && !f.PrivateAPI {
+		fail(w, http.StatusBadRequest, "Validation Error", "iMessage Private API is not enabled!")
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.newChat++
+	c := Chat{GUID: "iMessage;-;" + in.Addresses[0], ChatIdentifier: in.Addresses[0], Participants: in.Addresses}
+	if len(in.Addresses) > 1 {
+		c = Chat{GUID: "iMessage;+;chat" + randomHex(6), ChatIdentifier: "chat" + randomHex(6), Participants: in.Addresses}
+	}
+	f.chats = append(f.chats, c)
+	s := Sent{GUID: NewGUID(), ChatGUID: c.GUID, Text: in.Message, Method: in.Method, TempGUID: in.TempGUID}
+	f.record(s)
+	var parts []map[string]any
+	for _, a := range c.Participants {
+		parts = append(parts, map[string]any{"address": a, "service": "iMessage"})
+	}
+	ok(w, "Successfully created chat!", map[string]any{"guid": c.GUID, "chatIdentifier": c.ChatIdentifier, "style": 45,
+		"participants": parts, "messages": []map[string]any{{"guid": s.GUID, "text": s.Text, "isFromMe": true, "tempGuid": in.TempGUID}}})
+}
+
+// messages answers a message query (POST /api/v1/message/query): the
+// messages of chatGuid created after the given Unix ms, sorted by
+// dateCreated (DESC or ASC), at most limit, with their attachments.
+func (f *Fake) messages(w http.ResponseWriter, r *http.Request) {
+	var in struct {
+		ChatGUID string   `json:"chatGuid"`
+		After    int64    `json:"after"`
+		Sort     string   `json:"sort"`
+		Limit    int      `json:"limit"`
+		With     []string `json:"with"`
+	}
+	if err := json.NewDecoder(r.Body).Decode(&in); err != nil || (in.Sort != "" && in.Sort != "ASC" && in.Sort != "DESC") || in.Limit < 0 || in.Limit > 1000 {
+		fail(w, http.StatusBadRequest, "Validation Error", "bad message query")
+		return
+	}
+	if in.Limit == 0 {
+		in.Limit = 100
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := []map[string]any{}
+	for i := range f.log {
+		m := f.log[i]
+		if in.Sort == "DESC" {
+			m = f.log[len(f.log)-1-i]
+		}
+		if (in.ChatGUID != "" && m.ChatGUID != in.ChatGUID) || m.Created.UnixMilli() < in.After || len(out) >= in.Limit {
+			continue
+		}
+		atts := []map[string]any{}
+		if m.FileName != "" {
+			atts = append(atts, map[string]any{"guid": "at_0_" + m.GUID, "transferName": m.FileName, "mimeType": m.MimeType})
+		}
+		out = append(out, map[string]any{"guid": m.GUID, "text": m.Text, "isFromMe": true, "error": m.Error,
+			"dateCreated": m.Created.UnixMilli(), "attachments": atts, "handle": nil})
+	}
+	write(w, http.StatusOK, map[string]any{"status": 200, "message": "Successfully fetched messages!", "data": out,
+		"metadata": map[string]any{"offset": 0, "limit": in.Limit, "count": len(out)}})
 }
 
 func (f *Fake) count(m map[string]int) http.HandlerFunc {
