@@ -6,13 +6,9 @@ import (
 	"fmt"
 	"io"
 	"mime"
-	"net"
 	"net/http"
-	"net/netip"
 	"net/url"
 	"strings"
-	"syscall"
-	"time"
 
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/platform"
@@ -32,8 +28,8 @@ var connectorHosts = map[string]bool{"smba.trafficmanager.net": true, "smba.infr
 // pre-authorized download URL as it is, a picture on the connector (its
 // host, or the configured service URL's) with the bot's token. The token
 // goes to no other host, and a download from any other host reaches only
-// public addresses (publicOnly): the URL is the activity's, which anyone
-// in the conversation can shape.
+// public addresses (egress.Guard): the URL is the activity's, which
+// anyone in the conversation can shape.
 func (p *Platform) Fetch(ctx context.Context, a *eventsv1.Attachment) (io.ReadCloser, string, error) {
 	u, err := url.Parse(a.GetPlatformFileId())
 	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
@@ -81,53 +77,3 @@ func (p *Platform) connectorHost(u *url.URL) bool {
 	svc, err := url.Parse(p.cfg.ServiceURL)
 	return err == nil && strings.EqualFold(svc.Host, u.Host) && svc.Scheme == u.Scheme
 }
-
-// publicOnly is hc for downloads from the hosts activities name: its
-// connections reach only public addresses, checked on the address each
-// connection dials (after DNS, on every redirect), so a name resolving to
-// the gateway's own network is refused too. It dials directly, without a
-// proxy from the environment (the check would see the proxy's address).
-// A client with a transport of its own keeps it: that transport decides
-// where connections go.
-func publicOnly(hc *http.Client) *http.Client {
-	c := *hc
-	base, ok := hc.Transport.(*http.Transport)
-	if hc.Transport == nil {
-		base, ok = http.DefaultTransport.(*http.Transport)
-	}
-	if !ok {
-		return &c
-	}
-	t := base.Clone()
-	t.Proxy = nil
-	d := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second, Control: publicAddress}
-	t.DialContext = d.DialContext
-	c.Transport = t
-	return &c
-}
-
-// cgnat is the shared address space (100.64.0.0/10), private in effect.
-var cgnat = netip.MustParsePrefix("100.64.0.0/10")
-
-// publicAddress is a dialer's Control refusing a connection to an
-// address that is not public: loopback, private, link-local (a cloud's
-// metadata service), shared, unspecified, multicast.
-func publicAddress(_, address string, _ syscall.RawConn) error {
-	host, _, err := net.SplitHostPort(address)
-	if err != nil {
-		return err
-	}
-	ip, err := netip.ParseAddr(host)
-	if err != nil {
-		return err
-	}
-	ip = ip.Unmap()
-	if !ip.IsGlobalUnicast() || ip.IsPrivate() || cgnat.Contains(ip) || (ip.Is4() && ip.As4()[0] == 0) {
-		return fmt.Errorf("%w: %s is not a public address", errInternalAddress, ip)
-	}
-	return nil
-}
-
-// errInternalAddress is a download refused because its host is in the
-// gateway's own network.
-var errInternalAddress = errors.New("teams attachment refused")

@@ -37,6 +37,7 @@ import (
 
 	"github.com/switchboard-chat/switchboard/pkg/bearer"
 	"github.com/switchboard-chat/switchboard/pkg/bus"
+	"github.com/switchboard-chat/switchboard/pkg/egress"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/platform"
 )
@@ -245,7 +246,7 @@ type Platform struct {
 	log       *slog.Logger
 	bus       *bus.Bus
 	hc        *http.Client
-	anon      *http.Client // downloads from hosts activities name (publicOnly)
+	anon      *http.Client // downloads from hosts activities name (public addresses only)
 	verifier  *verifier
 	tokens    *bearer.Tokens
 	connector *bearer.Client
@@ -278,7 +279,7 @@ func NewPlatform(cfg Config, b *bus.Bus, log *slog.Logger, hc *http.Client) (*Pl
 		return url.Values{"grant_type": {"client_credentials"}, "client_id": {cfg.ClientID}, "client_secret": {cfg.ClientSecret}, "scope": {cfg.Scope}}, nil
 	}}
 	return &Platform{
-		cfg: cfg, log: log.With("platform", "teams"), bus: b, hc: hc, anon: publicOnly(hc),
+		cfg: cfg, log: log.With("platform", "teams"), bus: b, hc: hc, anon: egress.Guard(hc, egress.Config{}),
 		verifier:  newVerifier(cfg.OpenIDMetadataURL, cfg.Issuer, cfg.ClientID, cfg.ClockSkew, hc),
 		tokens:    tokens,
 		connector: &bearer.Client{Tokens: tokens, HC: hc, Name: "bot connector", Failure: failure},
