@@ -23,6 +23,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/switchboard-chat/switchboard/pkg/bus"
+	"github.com/switchboard-chat/switchboard/pkg/egress"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 )
 
@@ -46,6 +47,11 @@ type Config struct {
 	// expire. JetStream reserves it on every NATS server that holds a
 	// replica of the store.
 	StoreBytes int64 `koanf:"store_bytes"`
+	// URLs is what the gateways' downloads of an answer's attachments by
+	// URL (a remote agent's, a proactive send's) may reach besides public
+	// addresses; by default nothing else. It applies whether or not the
+	// store is enabled.
+	URLs egress.Config `koanf:"urls"`
 }
 
 // DefaultConfig is on, 20 MiB per file, kept a day, 1 GiB in all.
@@ -64,6 +70,9 @@ func (c Config) Validate() error {
 		return errors.New("attachments: max_bytes, store_bytes and ttl must not be negative")
 	case c.StoreBytes > 0 && c.MaxBytes > c.StoreBytes:
 		return fmt.Errorf("attachments: max_bytes (%d) is larger than store_bytes (%d)", c.MaxBytes, c.StoreBytes)
+	}
+	if err := c.URLs.Validate(); err != nil {
+		return fmt.Errorf("attachments.urls: %w", err)
 	}
 	return nil
 }

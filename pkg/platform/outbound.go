@@ -9,20 +9,62 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/switchboard-chat/switchboard/pkg/attachment"
+	"github.com/switchboard-chat/switchboard/pkg/egress"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 )
 
-// ReadAttachment reads what an attachment to send holds, for gateways
+// DownloadTimeout bounds one download of an attachment to send.
+const DownloadTimeout = time.Minute
+
+// Downloader downloads the http(s) URLs of attachments to send. The URL
+// is the agent's (a remote agent's reply, a proactive send), so it
+// reaches only public addresses unless attachments.urls allows more
+// (egress), and each download takes at most DownloadTimeout.
+type Downloader struct{ hc *http.Client }
+
+// NewDownloader is a Downloader with cfg's allowances.
+func NewDownloader(cfg egress.Config) *Downloader {
+	return &Downloader{hc: egress.Client(cfg, DownloadTimeout)}
+}
+
+var (
+	publicOnlyOnce sync.Once
+	publicOnly     *Downloader
+)
+
+// client is d's client; a nil Downloader reaches only public addresses.
+func (d *Downloader) client() *http.Client {
+	if d != nil {
+		return d.hc
+	}
+	publicOnlyOnce.Do(func() { publicOnly = NewDownloader(egress.Config{}) })
+	return publicOnly.hc
+}
+
+// ReadOutbound reads what an attachment to send holds, for gateways
 // that upload files themselves: an inline data: URL, the kept bytes
 // (bytes_ref) from store (nil: the store is off), or an http(s) URL
-// downloaded with hc; at most max bytes. The media type is the
-// attachment's, else its source's, else sniffed from the bytes, without
-// parameters. What a retry cannot mend (a bad URL, a 4xx, too large, no
-// source) is Permanent; a download's error never carries its URL, which
-// may hold a signature.
+// downloaded with dl (nil: public addresses only); at most max bytes.
+// The media type is the attachment's, else its source's, else sniffed
+// from the bytes, without parameters. What a retry cannot mend (a bad
+// URL, a 4xx, too large, no source, an address attachments.urls does
+// not allow) is Permanent; a download's error never carries its URL,
+// which may hold a signature.
+func ReadOutbound(ctx context.Context, a *eventsv1.Attachment, store *attachment.Store, dl *Downloader, max int64) ([]byte, string, error) {
+	return readOutbound(ctx, a, store, dl.client(), max)
+}
+
+// ReadAttachment is ReadOutbound downloading with hc as it is, without
+// the address guard: BlueBubbles's until it moves to ReadOutbound.
 func ReadAttachment(ctx context.Context, a *eventsv1.Attachment, store *attachment.Store, hc *http.Client, max int64) ([]byte, string, error) {
+	return readOutbound(ctx, a, store, hc, max)
+}
+
+func readOutbound(ctx context.Context, a *eventsv1.Attachment, store *attachment.Store, hc *http.Client, max int64) ([]byte, string, error) {
 	var data []byte
 	var found string
 	switch u := a.GetUrl(); {
@@ -75,6 +117,10 @@ func download(ctx context.Context, hc *http.Client, u string, max int64) ([]byte
 		var ue *url.Error
 		if errors.As(err, &ue) {
 			err = ue.Err
+		}
+		if errors.Is(err, egress.ErrRefused) {
+			// An internal address: no retry reaches it.
+			return nil, "", Permanent(fmt.Errorf("download attachment: %w (allow it with attachments.urls.allow_hosts or allow_private)", err))
 		}
 		return nil, "", fmt.Errorf("download attachment: %w", err)
 	}

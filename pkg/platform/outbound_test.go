@@ -8,11 +8,59 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/switchboard-chat/switchboard/pkg/egress"
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 )
 
-func TestReadAttachment(t *testing.T) {
+// An attachment's URL is the agent's: by default a download reaches only
+// public addresses, and one to the gateway's own network fails for good
+// with why; attachments.urls lets an operator's file server through.
+func TestReadOutboundAddresses(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write([]byte("report"))
+	}))
+	t.Cleanup(srv.Close)
+	port := srv.URL[strings.LastIndex(srv.URL, ":")+1:]
+	byIP := &eventsv1.Attachment{Location: &eventsv1.Attachment_Url{Url: srv.URL + "/r.txt?sig=secret"}, MimeType: "text/plain"}
+	byName := &eventsv1.Attachment{Location: &eventsv1.Attachment_Url{Url: "http://localhost:" + port + "/r.txt?sig=secret"}, MimeType: "text/plain"}
+	tests := []struct {
+		name string
+		dl   *Downloader
+		a    *eventsv1.Attachment
+		ok   bool
+	}{
+		{"127.0.0.1 refused by default", nil, byIP, false},
+		{"a name resolving to the loopback refused by default", nil, byName, false},
+		{"refused without allowances", NewDownloader(egress.Config{}), byIP, false},
+		{"allowed with allow_private", NewDownloader(egress.Config{AllowPrivate: true}), byIP, true},
+		{"allowed by address", NewDownloader(egress.Config{AllowHosts: []string{"127.0.0.1"}}), byIP, true},
+		{"allowed by name", NewDownloader(egress.Config{AllowHosts: []string{"localhost"}}), byName, true},
+		{"another host allowed", NewDownloader(egress.Config{AllowHosts: []string{"files.internal", "10.0.0.0/8"}}), byIP, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			data, _, err := ReadOutbound(context.Background(), tt.a, nil, tt.dl, 64)
+			if tt.ok {
+				if err != nil || string(data) != "report" {
+					t.Fatalf("got %q, %v", data, err)
+				}
+				return
+			}
+			var se *SendError
+			if !errors.As(err, &se) || se.Class != deliveryv1.ErrorClass_ERROR_CLASS_PERMANENT || !errors.Is(err, egress.ErrRefused) {
+				t.Fatalf("err %v, want a permanent refusal", err)
+			}
+			if msg := err.Error(); !strings.Contains(msg, "not a public address") || !strings.Contains(msg, "attachments.urls") || strings.Contains(msg, "secret") {
+				t.Fatalf("err %q: want the reason and the setting, without the URL", msg)
+			}
+		})
+	}
+}
+
+func TestReadOutbound(t *testing.T) {
 	t.Parallel()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
@@ -33,6 +81,7 @@ func TestReadAttachment(t *testing.T) {
 	}))
 	t.Cleanup(srv.Close)
 	const max = 64
+	local := NewDownloader(egress.Config{AllowPrivate: true}) // the server is on the loopback
 	tests := []struct {
 		name      string
 		a         *eventsv1.Attachment
@@ -56,7 +105,7 @@ func TestReadAttachment(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			data, mt, err := ReadAttachment(context.Background(), tt.a, nil, srv.Client(), max)
+			data, mt, err := ReadOutbound(context.Background(), tt.a, nil, local, max)
 			if tt.err != "" {
 				var se *SendError
 				permanent := errors.As(err, &se) && se.Class == deliveryv1.ErrorClass_ERROR_CLASS_PERMANENT

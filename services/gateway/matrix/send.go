@@ -268,7 +268,7 @@ func (p *Platform) Fetch(ctx context.Context, a *eventsv1.Attachment) (io.ReadCl
 // mediaContent uploads an attachment and returns the message that shows
 // it (m.image, m.audio, m.video or m.file).
 func (p *Platform) mediaContent(ctx context.Context, a *eventsv1.Attachment) (*event.MessageEventContent, error) {
-	data, mimeType, err := platform.ReadAttachment(ctx, a, p.store, p.cli.Client, maxAttachmentBytes)
+	data, mimeType, err := platform.ReadOutbound(ctx, a, p.store, p.downloads, maxAttachmentBytes)
 	if err != nil {
 		return nil, err
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"github.com/switchboard-chat/switchboard/pkg/bus"
 	"github.com/switchboard-chat/switchboard/pkg/bus/bustest"
 	"github.com/switchboard-chat/switchboard/pkg/chunk"
+	"github.com/switchboard-chat/switchboard/pkg/egress"
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/platform"
@@ -376,5 +378,50 @@ func TestRevokedTokenIsFatal(t *testing.T) {
 	}
 	if err := g.s.Ready(g.ctx); err == nil {
 		t.Fatal("ready with a refused token")
+	}
+}
+
+// A file an agent names by URL is downloaded only from a public address
+// unless attachments.urls allows more: one on the gateway's own network
+// fails for good with why (delivery dead-letters it), and nothing is
+// posted; allowed, it is uploaded.
+func TestAttachmentURLGuard(t *testing.T) {
+	t.Parallel()
+	files := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		_, _ = w.Write([]byte("quarterly numbers"))
+	}))
+	t.Cleanup(files.Close)
+	for _, tt := range []struct {
+		name string
+		urls egress.Config
+		ok   bool
+	}{
+		{"refused by default", egress.Config{}, false},
+		{"allowed by address", egress.Config{AllowHosts: []string{"127.0.0.1"}}, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			g := start(t, nil, platform.Options{Attachments: attachment.Config{URLs: tt.urls}})
+			req := &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "u1",
+				Target: &deliveryv1.Target{Platform: "mattermost", Account: bot, ChatId: dmCh},
+				Attachments: []*eventsv1.Attachment{{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT, FileName: "q.txt",
+					Location: &eventsv1.Attachment_Url{Url: files.URL + "/q.txt?sig=s3cret"}}}}
+			r := g.send(t, req)
+			posts := g.f.BotPosts(dmCh)
+			if !tt.ok {
+				if r.GetOk() || r.GetErrorClass() != deliveryv1.ErrorClass_ERROR_CLASS_PERMANENT ||
+					!strings.Contains(r.GetError(), "not a public address") || strings.Contains(r.GetError(), "s3cret") || len(posts) != 0 {
+					t.Fatalf("receipt %v, posts %+v; want a permanent refusal with the reason, nothing posted", r, posts)
+				}
+				return
+			}
+			if !r.GetOk() || len(posts) != 1 || len(posts[0].FileIDs) != 1 {
+				t.Fatalf("receipt %v, posts %+v", r, posts)
+			}
+			if data, _, _ := g.f.File(posts[0].FileIDs[0]); string(data) != "quarterly numbers" {
+				t.Fatalf("uploaded %q", data)
+			}
+		})
 	}
 }

@@ -157,6 +157,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
+	p.downloads = platform.NewDownloader(opts.Attachments.URLs)
 	if opts.Attachments.Enabled {
 		p.store = attachment.Open(deps.Bus.JetStream(), deps.Bus.Topology(), opts.Attachments)
 	}
@@ -172,6 +173,9 @@ type Platform struct {
 	rules rules
 	// store holds the attachments a send refers to by bytes_ref.
 	store *attachment.Store
+	// downloads fetches the attachments a send names by URL
+	// (attachments.urls; nil: public addresses only).
+	downloads *platform.Downloader
 
 	mu       sync.Mutex
 	channels map[string]*channel // the channels posts came from, for the catch-up

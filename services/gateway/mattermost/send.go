@@ -258,7 +258,7 @@ func (p *Platform) Fetch(ctx context.Context, a *eventsv1.Attachment) (io.ReadCl
 // uploadAttachment uploads one attachment to the channel and returns its
 // file id.
 func (p *Platform) uploadAttachment(ctx context.Context, ch string, a *eventsv1.Attachment) (string, error) {
-	data, mimeType, err := platform.ReadAttachment(ctx, a, p.store, p.hc, maxAttachmentBytes)
+	data, mimeType, err := platform.ReadOutbound(ctx, a, p.store, p.downloads, maxAttachmentBytes)
 	if err != nil {
 		return "", err
 	}

@@ -127,12 +127,12 @@ func (p *Platform) Typing(ctx context.Context, req *deliveryv1.SendRequested) er
 // attachmentData turns an attachment into what signal-cli's send takes:
 // a data URI ("data:<type>;filename=<name>;base64,<data>"). An inline
 // data: URL is passed on; a kept attachment (bytes_ref) or an http(s)
-// URL is read (platform.ReadAttachment).
+// URL is read (platform.ReadOutbound).
 func (p *Platform) attachmentData(ctx context.Context, a *eventsv1.Attachment) (string, error) {
 	if strings.HasPrefix(a.GetUrl(), "data:") {
 		return withFileName(a.GetUrl(), a.GetFileName()), nil
 	}
-	data, mimeType, err := platform.ReadAttachment(ctx, a, p.store, p.client.stream, maxAttachmentBytes)
+	data, mimeType, err := platform.ReadOutbound(ctx, a, p.store, p.downloads, maxAttachmentBytes)
 	if err != nil {
 		return "", err
 	}

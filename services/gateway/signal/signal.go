@@ -169,6 +169,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		return nil, err
 	}
 	p.sent = svc.Runner().MarkSeen
+	p.downloads = platform.NewDownloader(opts.Attachments.URLs)
 	if opts.Attachments.Enabled {
 		p.store = attachment.Open(deps.Bus.JetStream(), deps.Bus.Topology(), opts.Attachments)
 	}
@@ -190,6 +191,9 @@ type Platform struct {
 	sent func(ctx context.Context, eventID string) error
 	// store holds the attachments a send refers to by bytes_ref.
 	store *attachment.Store
+	// downloads fetches the attachments a send names by URL
+	// (attachments.urls; nil: public addresses only).
+	downloads *platform.Downloader
 
 	mu     sync.Mutex
 	lastID string // of the last event handled: Last-Event-ID
