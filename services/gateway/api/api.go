@@ -81,6 +81,10 @@ type Config struct {
 	ResponsesMaxBytes int64 `koanf:"responses_max_bytes"`
 	// MaxBodyBytes bounds a request body (413 beyond).
 	MaxBodyBytes int64 `koanf:"max_body_bytes"`
+	// BodyTimeout bounds how long a request's body may take to arrive
+	// after its headers (default 1 min); the wait for the answer is not
+	// counted.
+	BodyTimeout time.Duration `koanf:"body_timeout"`
 	// RateLimit is requests per second per API key (0 disables), with
 	// bursts of RateBurst.
 	RateLimit float64 `koanf:"rate_limit"`
@@ -102,7 +106,7 @@ func DefaultConfig() Config {
 		Addr: "127.0.0.1:8642", Account: "default", Model: "switchboard",
 		ReplyTimeout: 5 * time.Minute, ShutdownGrace: 10 * time.Second, IdempotencyTTL: 24 * time.Hour,
 		ResponseTTL: defaultResponseTTL, ResponsesMaxBytes: defaultResponsesMaxBytes, MaxBodyBytes: 4 << 20,
-		RunTTL: defaultRunTTL, RunsMaxBytes: defaultRunsMaxBytes, MaxConcurrentRuns: defaultMaxConcurrentRuns,
+		BodyTimeout: defaultBodyTimeout, RunTTL: defaultRunTTL, RunsMaxBytes: defaultRunsMaxBytes, MaxConcurrentRuns: defaultMaxConcurrentRuns,
 		RateLimit: 5, RateBurst: 20, WebChat: true, Jobs: true,
 	}
 }
@@ -146,6 +150,9 @@ func (c Config) Validate() error {
 	}
 	if c.ReplyTimeout <= 0 {
 		return config.Invalid("gateways.api.reply_timeout", c.ReplyTimeout, "a positive duration")
+	}
+	if c.BodyTimeout < 0 {
+		return config.Invalid("gateways.api.body_timeout", c.BodyTimeout, "a positive duration")
 	}
 	if c.ShutdownGrace < 0 {
 		return config.Invalid("gateways.api.shutdown_grace", c.ShutdownGrace, "a duration of 0 or more")
@@ -253,6 +260,9 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	}
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = 4 << 20
+	}
+	if cfg.BodyTimeout == 0 {
+		cfg.BodyTimeout = defaultBodyTimeout
 	}
 	if cfg.IdempotencyTTL == 0 {
 		cfg.IdempotencyTTL = 24 * time.Hour
@@ -365,7 +375,7 @@ func (s *Service) Connect(ctx context.Context, conn platform.Conn) error {
 		}
 	}
 	srv := &http.Server{
-		Handler:           s.handler,
+		Handler:           bodyDeadline(s.handler, s.cfg.BodyTimeout),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       120 * time.Second,
 		BaseContext:       func(net.Listener) context.Context { return base },
