@@ -72,7 +72,9 @@ type Job struct {
 	// with "run" (zero: none).
 	NextRunAt, ManualRunAt, LastRunAt time.Time
 	LastStatus, LastError             string
-	CreatedAt, UpdatedAt              time.Time
+	// LastRunID is the run (RunID) LastStatus belongs to.
+	LastRunID            string
+	CreatedAt, UpdatedAt time.Time
 }
 
 // Schedule loads the job's schedule in loc.
@@ -124,14 +126,14 @@ func (s *Store) Location() *time.Location { return s.loc }
 
 const columns = `id, owner, name, prompt, schedule_kind, schedule_expr, schedule_display, deliver,
 origin_platform, origin_account, origin_chat_id, origin_thread_id, coalesce(repeat_times, 0), repeat_completed,
-state, next_run_at, manual_run_at, last_run_at, last_status, last_error, created_at, updated_at`
+state, next_run_at, manual_run_at, last_run_at, last_status, last_error, last_run_id, created_at, updated_at`
 
 func scan(row pgx.Row) (Job, error) {
 	var j Job
 	var next, manual, last *time.Time
 	err := row.Scan(&j.ID, &j.Owner, &j.Name, &j.Prompt, &j.Kind, &j.Expr, &j.Display, &j.Deliver,
 		&j.Origin.Platform, &j.Origin.Account, &j.Origin.ChatID, &j.Origin.ThreadID, &j.RepeatTimes, &j.RepeatCompleted,
-		&j.State, &next, &manual, &last, &j.LastStatus, &j.LastError, &j.CreatedAt, &j.UpdatedAt)
+		&j.State, &next, &manual, &last, &j.LastStatus, &j.LastError, &j.LastRunID, &j.CreatedAt, &j.UpdatedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Job{}, ErrNotFound
 	}
@@ -502,10 +504,22 @@ func (s *Store) Resume(ctx context.Context, owner, id string) (Job, error) {
 
 // Trigger asks for a run of one of the owner's jobs on the next tick,
 // whatever its state (Hermes's "run"); its schedule and repeat count
-// stay as they are.
+// stay as they are. As Hermes's run-now, asking again before that tick
+// asks for the same run (it keeps the instant asked first, so a retried
+// request names the same run); asking after it fired is another run,
+// however soon: a manual run's id carries its instant to the microsecond,
+// and a new one is always later than the job's last manual run.
 func (s *Store) Trigger(ctx context.Context, owner, id string) (Job, error) {
 	return s.change(ctx, owner, id, func(j *Job, now time.Time) error {
-		j.ManualRunAt = now
+		if !j.ManualRunAt.IsZero() {
+			return nil
+		}
+		at := now.UTC().Truncate(time.Microsecond)
+		if _, last, manual, err := ParseRunID(j.LastRunID); err == nil && manual && !at.After(last) {
+			// Another replica's clock behind the one that asked last.
+			at = last.Add(time.Microsecond)
+		}
+		j.ManualRunAt = at
 		return nil
 	})
 }
@@ -542,29 +556,101 @@ LIMIT 1 FOR UPDATE SKIP LOCKED`, now, skip))
 	return j, true, nil
 }
 
-// SaveRun writes what a run changed (next and manual run, state, repeat
-// count, last run and status) in tx.
-func SaveRun(ctx context.Context, tx DBTX, j Job, now time.Time) error {
+// SaveRun writes what a tick changed (next and manual run, state, repeat
+// count, last run and status) in tx; runID is the run it fired (or
+// blocked), which becomes the job's last run, "" for none (a missed or
+// skipped instant). When the row already holds runID's outcome (its turn
+// ended before a retry of a failed commit recorded it), that stays.
+func SaveRun(ctx context.Context, tx DBTX, j Job, runID string, now time.Time) error {
 	_, err := tx.Exec(ctx, `
-UPDATE cron_jobs SET next_run_at = $2, manual_run_at = $3, state = $4, repeat_completed = $5,
-  last_run_at = $6, last_status = $7, last_error = $8, updated_at = $9
+UPDATE cron_jobs SET next_run_at = $2, manual_run_at = $3, state = $4, repeat_completed = $5, last_run_at = $6,
+  last_status = CASE WHEN $10 <> '' AND last_run_id = $10 THEN last_status ELSE $7 END,
+  last_error = CASE WHEN $10 <> '' AND last_run_id = $10 THEN last_error ELSE $8 END,
+  last_run_id = CASE WHEN $10 = '' THEN last_run_id ELSE $10 END, updated_at = $9
 WHERE id = $1`, j.ID, nullTime(j.NextRunAt), nullTime(j.ManualRunAt), j.State, j.RepeatCompleted,
-		nullTime(j.LastRunAt), j.LastStatus, truncate(j.LastError, 2000), now)
+		nullTime(j.LastRunAt), j.LastStatus, truncate(j.LastError, 2000), now, runID)
 	if err != nil {
 		return fmt.Errorf("save cron run of %s: %w", j.ID, err)
 	}
 	return nil
 }
 
-// RecordOutcome sets the last status of a job whose run ended (ok or
-// error, with the error); a job removed since is no error.
-func (s *Store) RecordOutcome(ctx context.Context, id, status, errText string) error {
-	_, err := s.db.Exec(ctx, `UPDATE cron_jobs SET last_status = $2, last_error = $3, updated_at = now() WHERE id = $1`,
-		id, status, truncate(errText, 2000))
+// RecordOutcome sets the last status of the job of the run runID (RunID)
+// whose turn ended (error, with the reason). It applies only when runID
+// is the job's last run, or a run the job has not recorded yet (its due
+// instant or manual run is still pending: the commit after its publish
+// failed); the outcome of an older run that ends after a newer one fired
+// is dropped, as is one of a job removed since. False: not applied.
+func (s *Store) RecordOutcome(ctx context.Context, runID, status, errText string) (bool, error) {
+	id, at, manual, err := ParseRunID(runID)
 	if err != nil {
-		return fmt.Errorf("record cron outcome of %s: %w", id, err)
+		return false, err
 	}
-	return nil
+	tag, err := s.db.Exec(ctx, `
+UPDATE cron_jobs SET last_status = $3, last_error = $4, last_run_id = $2, updated_at = now()
+WHERE id = $1 AND (last_run_id = $2
+  OR ($5 AND manual_run_at = $6)
+  OR (NOT $5 AND date_trunc('second', next_run_at) = $6))`,
+		id, runID, status, truncate(errText, 2000), manual, at)
+	if err != nil {
+		return false, fmt.Errorf("record cron outcome of %s: %w", runID, err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// DeleteCompleted deletes completed jobs whose last run (or completion,
+// for a one-shot missed without running) is before cutoff, at most limit
+// of them, and returns how many. A completed job with a run asked for
+// that has not fired yet stays until it has. Nothing reads the row once
+// a run is published: its answer goes by the run's message.
+func DeleteCompleted(ctx context.Context, db DBTX, cutoff time.Time, limit int) (int64, error) {
+	tag, err := db.Exec(ctx, `DELETE FROM cron_jobs WHERE id IN (
+  SELECT id FROM cron_jobs WHERE state = 'completed' AND coalesce(last_run_at, updated_at) < $1 AND manual_run_at IS NULL
+  LIMIT $2 FOR UPDATE SKIP LOCKED)`, cutoff, limit)
+	if err != nil {
+		return 0, fmt.Errorf("delete completed cron jobs: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// ErrBadRunID: a string that is not a run id.
+var ErrBadRunID = errors.New("not a cron run id")
+
+const (
+	runStamp       = "20060102_150405"
+	manualRunStamp = "20060102_150405.000000"
+	manualSuffix   = "_run"
+)
+
+// RunID names one run of job id: "<id>_<instant, UTC yyyymmdd_hhmmss>"
+// for the run due at at, "<id>_<instant to the microsecond>_run" for a
+// run asked for at at. It is the run's event id, chat id and session
+// (agent:main:cron:dm:<run id>), the same however often the scheduler
+// retries publishing it.
+func RunID(id string, at time.Time, manual bool) string {
+	if manual {
+		return id + "_" + at.UTC().Format(manualRunStamp) + manualSuffix
+	}
+	return id + "_" + at.UTC().Format(runStamp)
+}
+
+// ParseRunID reads a RunID back; a manual run's instant to the second
+// (ids from before microseconds) also reads.
+func ParseRunID(s string) (id string, at time.Time, manual bool, err error) {
+	id, rest, ok := strings.Cut(s, "_")
+	if !ok || id == "" {
+		return "", time.Time{}, false, fmt.Errorf("%w: %q", ErrBadRunID, s)
+	}
+	rest, manual = strings.CutSuffix(rest, manualSuffix)
+	layout := runStamp
+	if manual && len(rest) > len(runStamp) {
+		layout = manualRunStamp
+	}
+	at, err = time.ParseInLocation(layout, rest, time.UTC)
+	if err != nil {
+		return "", time.Time{}, false, fmt.Errorf("%w: %q", ErrBadRunID, s)
+	}
+	return id, at, manual, nil
 }
 
 func truncate(s string, n int) string {

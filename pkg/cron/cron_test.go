@@ -228,7 +228,7 @@ func TestChangeRacingARun(t *testing.T) {
 			claimed.RepeatCompleted++
 			claimed.NextRunAt = due.Add(72 * time.Hour)
 			claimed.LastRunAt, claimed.LastStatus = now, "ok"
-			if err := cron.SaveRun(ctx, tx, claimed, now); err != nil {
+			if err := cron.SaveRun(ctx, tx, claimed, cron.RunID(claimed.ID, due, false), now); err != nil {
 				t.Fatal(err)
 			}
 			if err := tx.Commit(ctx); err != nil {

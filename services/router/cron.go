@@ -201,7 +201,8 @@ func unquote(s string) string {
 
 // cronOutcome records how a cron run ended on its job (Hermes's
 // last_status): the scheduler wrote ok when it started the run; a turn
-// that failed or was stopped makes it error, with the reason.
+// that failed or was stopped makes it error, with the reason, unless the
+// job has fired a newer run since (cron.Store.RecordOutcome).
 func (s *Service) cronOutcome(ctx context.Context, ev *turnsv1.TurnCompleted) error {
 	parts := strings.Split(ev.GetSessionKey(), ":")
 	if len(parts) != 5 || parts[2] != "cron" || parts[3] != "dm" {
@@ -211,10 +212,21 @@ func (s *Service) cronOutcome(ctx context.Context, ev *turnsv1.TurnCompleted) er
 	if status == turnsv1.TurnStatus_TURN_STATUS_COMPLETED || status == turnsv1.TurnStatus_TURN_STATUS_STALE {
 		return nil
 	}
-	jobID, _, _ := strings.Cut(parts[4], "_")
+	runID := parts[4]
+	if _, _, _, err := cron.ParseRunID(runID); err != nil {
+		s.log.WarnContext(ctx, "cron session names no run; outcome not recorded", "session_key", ev.GetSessionKey())
+		return nil
+	}
 	reason := ev.GetError()
 	if reason == "" {
 		reason = strings.ToLower(strings.TrimPrefix(status.String(), "TURN_STATUS_"))
 	}
-	return s.cron.RecordOutcome(ctx, jobID, "error", reason)
+	applied, err := s.cron.RecordOutcome(ctx, runID, "error", reason)
+	if err != nil {
+		return err
+	}
+	if !applied {
+		s.log.InfoContext(ctx, "cron run outcome not recorded: the job was removed or has run since", "run", runID)
+	}
+	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/switchboard-chat/switchboard/pkg/cron"
 	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
@@ -116,7 +117,8 @@ func TestCronCommandAdmins(t *testing.T) {
 }
 
 // TestCronOutcome: a cron run's turn that failed marks its job's last
-// status; completions of other sessions are not read for it.
+// status; completions of other sessions, and of a run that is neither
+// the job's last nor its pending one, are not read for it.
 func TestCronOutcome(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -127,22 +129,26 @@ func TestCronOutcome(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
+	// The run due next (published; the commit recording it not yet made).
+	run := cron.RunID(j.ID, j.NextRunAt, false)
 	for _, ev := range []*turnsv1.TurnCompleted{
-		{SessionKey: "agent:main:telegram:dm:" + j.ID + "_x", Status: turnsv1.TurnStatus_TURN_STATUS_FAILED, Error: "nope"},
-		{SessionKey: "agent:main:cron:dm:" + j.ID + "_20260310_090000", Status: turnsv1.TurnStatus_TURN_STATUS_COMPLETED},
+		{SessionKey: "agent:main:telegram:dm:" + run, Status: turnsv1.TurnStatus_TURN_STATUS_FAILED, Error: "nope"},
+		{SessionKey: "agent:main:cron:dm:" + run, Status: turnsv1.TurnStatus_TURN_STATUS_COMPLETED},
+		{SessionKey: "agent:main:cron:dm:" + cron.RunID(j.ID, j.NextRunAt.Add(-time.Hour), false), Status: turnsv1.TurnStatus_TURN_STATUS_FAILED, Error: "old"},
+		{SessionKey: "agent:main:cron:dm:" + j.ID, Status: turnsv1.TurnStatus_TURN_STATUS_FAILED, Error: "no run"},
 	} {
 		if err := s.cronOutcome(ctx, ev); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if got, _ := s.cron.Resolve(ctx, "telegram:alice", j.ID); got.LastStatus != "" {
-		t.Fatalf("status %q", got.LastStatus)
+		t.Fatalf("status %q %q", got.LastStatus, got.LastError)
 	}
-	if err := s.cronOutcome(ctx, &turnsv1.TurnCompleted{SessionKey: "agent:main:cron:dm:" + j.ID + "_20260310_090000",
+	if err := s.cronOutcome(ctx, &turnsv1.TurnCompleted{SessionKey: "agent:main:cron:dm:" + run,
 		Status: turnsv1.TurnStatus_TURN_STATUS_FAILED, Error: "the model is unavailable"}); err != nil {
 		t.Fatal(err)
 	}
-	if got, _ := s.cron.Resolve(ctx, "telegram:alice", j.ID); got.LastStatus != "error" || got.LastError != "the model is unavailable" {
-		t.Errorf("after a failed run %q %q", got.LastStatus, got.LastError)
+	if got, _ := s.cron.Resolve(ctx, "telegram:alice", j.ID); got.LastStatus != "error" || got.LastError != "the model is unavailable" || got.LastRunID != run {
+		t.Errorf("after a failed run %q %q %q", got.LastStatus, got.LastError, got.LastRunID)
 	}
 }

@@ -75,11 +75,16 @@ type Config struct {
 	// makes 1,440 a day); the router's retention sweep (pkg/retention)
 	// deletes them once idle this long. 0 gives them sessions.retention.
 	SessionRetention retention.Age `koanf:"session_retention"`
+	// CompletedRetention: a completed job (a one-shot that ran or was
+	// missed, a job whose repeat count ran out) stays listed (all /
+	// include_disabled) this long after its last run, then is deleted
+	// (Hermes's cron.completed_retention_days, 7 days). 0 keeps them.
+	CompletedRetention retention.Age `koanf:"completed_retention"`
 }
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
-	return Config{Enabled: true, Tick: time.Minute, CatchUpMissed: true, MaxPerTick: 100, SessionRetention: retention.Age(7 * 24 * time.Hour)}
+	return Config{Enabled: true, Tick: time.Minute, CatchUpMissed: true, MaxPerTick: 100, SessionRetention: retention.Age(7 * 24 * time.Hour), CompletedRetention: retention.Age(7 * 24 * time.Hour)}
 }
 
 // Location is the configured time zone.
@@ -104,6 +109,9 @@ func (c Config) Validate() error {
 	}
 	if c.SessionRetention < 0 {
 		return config.Invalid("cron.session_retention", c.SessionRetention.String(), "0 or a period such as 7d")
+	}
+	if c.CompletedRetention < 0 {
+		return config.Invalid("cron.completed_retention", c.CompletedRetention.String(), "0 or a period such as 7d")
 	}
 	_, err := c.Location()
 	return err
@@ -171,10 +179,39 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	}
 }
 
-// Tick fires the jobs due now and returns how many runs it published.
-// A job whose run fails (publish, commit) is left due for the next tick
-// and skipped for the rest of this one; the first such error is returned.
+// Tick fires the jobs due now and returns how many runs it published,
+// then deletes completed jobs past cron.completed_retention. A job whose
+// run fails (publish, commit) is left due for the next tick and skipped
+// for the rest of this one; the first such error is returned.
 func (s *Scheduler) Tick(ctx context.Context) (int, error) {
+	fired, err := s.fire(ctx)
+	if serr := s.sweep(ctx); err == nil {
+		err = serr
+	}
+	return fired, err
+}
+
+// sweepBatch bounds the completed jobs one tick deletes.
+const sweepBatch = 1000
+
+// sweep deletes completed jobs whose last run is older than
+// cron.completed_retention. Replicas may sweep at once: each row goes once.
+func (s *Scheduler) sweep(ctx context.Context) error {
+	if s.cfg.CompletedRetention <= 0 || ctx.Err() != nil {
+		return nil
+	}
+	n, err := cron.DeleteCompleted(ctx, s.db, s.now().Add(-time.Duration(s.cfg.CompletedRetention)), sweepBatch)
+	if err != nil {
+		return err
+	}
+	if n > 0 {
+		s.log.Info("completed cron jobs deleted", "count", n, "retention", s.cfg.CompletedRetention.String())
+	}
+	return nil
+}
+
+// fire publishes the runs due now.
+func (s *Scheduler) fire(ctx context.Context) (int, error) {
 	var skip []string
 	var first error
 	fired := 0
@@ -218,11 +255,11 @@ func (s *Scheduler) fireOne(ctx context.Context, skip []string) (id string, publ
 	if err != nil || !ok {
 		return "", false, false, err
 	}
-	published, err = s.handle(ctx, &j, now)
+	published, runID, err := s.handle(ctx, &j, now)
 	if err != nil {
 		return j.ID, false, true, err
 	}
-	if err := cron.SaveRun(ctx, tx, j, now); err != nil {
+	if err := cron.SaveRun(ctx, tx, j, runID, now); err != nil {
 		return j.ID, false, true, err
 	}
 	if err := s.commit(ctx, tx); err != nil {
@@ -232,23 +269,25 @@ func (s *Scheduler) fireOne(ctx context.Context, skip []string) (id string, publ
 }
 
 // handle decides what a due job does now and publishes its run; j is
-// changed as the run leaves it, for SaveRun.
-func (s *Scheduler) handle(ctx context.Context, j *cron.Job, now time.Time) (bool, error) {
+// changed as the run leaves it, for SaveRun, with the id of the run it
+// fired or blocked ("" for none).
+func (s *Scheduler) handle(ctx context.Context, j *cron.Job, now time.Time) (bool, string, error) {
 	sched, err := j.Schedule(s.loc)
 	if err != nil {
 		// A row no schedule reads back from: stop it rather than loop.
 		s.log.Error("cron job has an unreadable schedule; paused", "job", j.ID, "err", err)
 		j.State, j.LastStatus, j.LastError, j.ManualRunAt = cron.StatePaused, StatusError, err.Error(), time.Time{}
-		return false, nil
+		return false, "", nil
 	}
 	if !j.ManualRunAt.IsZero() && !j.ManualRunAt.After(now) {
 		runAt := j.ManualRunAt
+		runID := cron.RunID(j.ID, runAt, true)
 		j.ManualRunAt = time.Time{}
-		ok, err := s.run(ctx, j, runAt, j.ID+"_"+stamp(runAt)+"_run", now)
+		ok, err := s.run(ctx, j, runAt, runID, now)
 		if ok {
 			runs.WithLabelValues("manual").Inc()
 		}
-		return ok, err
+		return ok, runID, err
 	}
 	due := j.NextRunAt
 	late := now.Sub(due)
@@ -265,7 +304,7 @@ func (s *Scheduler) handle(ctx context.Context, j *cron.Job, now time.Time) (boo
 		j.LastStatus = StatusError
 		j.LastError = fmt.Sprintf("missed: due at %s, %s ago (one-shots run at most %s late)",
 			due.In(s.loc).Format("2006-01-02 15:04"), late.Round(time.Second), grace)
-		return false, nil
+		return false, "", nil
 	case sched.Kind != schedule.Once && late > grace && !s.cfg.CatchUpMissed:
 		runs.WithLabelValues("missed").Inc()
 		s.log.Info("cron run missed beyond its grace; skipped (cron.catch_up_missed=false)", "job", j.ID, "due", due)
@@ -273,11 +312,12 @@ func (s *Scheduler) handle(ctx context.Context, j *cron.Job, now time.Time) (boo
 		if j.NextRunAt.IsZero() {
 			j.State = cron.StateCompleted
 		}
-		return false, nil
+		return false, "", nil
 	}
-	ok, err := s.run(ctx, j, due, j.ID+"_"+stamp(due), now)
+	runID := cron.RunID(j.ID, due, false)
+	ok, err := s.run(ctx, j, due, runID, now)
 	if err != nil {
-		return false, err
+		return false, "", err
 	}
 	kind := "scheduled"
 	switch {
@@ -296,7 +336,7 @@ func (s *Scheduler) handle(ctx context.Context, j *cron.Job, now time.Time) (boo
 	if j.NextRunAt.IsZero() || (j.RepeatTimes > 0 && j.RepeatCompleted >= j.RepeatTimes) {
 		j.State, j.NextRunAt = cron.StateCompleted, time.Time{}
 	}
-	return ok, nil
+	return ok, runID, nil
 }
 
 // next is the first run after now that follows due: missed runs collapse
@@ -315,10 +355,10 @@ func (s *Scheduler) next(sched schedule.Schedule, due, now time.Time) time.Time 
 	return t
 }
 
-// run publishes a run of j as the message eventID (due is the instant
-// it stands for). False without an error: the deliver target does not
-// resolve, and the job says so (Hermes's blocked_config: no model call
-// for an answer that cannot be delivered).
+// run publishes a run of j as the message eventID (cron.RunID of due,
+// the instant it stands for). False without an error: the
+// deliver target does not resolve, and the job says so (Hermes's
+// blocked_config: no model call for an answer that cannot be delivered).
 func (s *Scheduler) run(ctx context.Context, j *cron.Job, due time.Time, eventID string, now time.Time) (bool, error) {
 	route, err := s.route(ctx, j)
 	if errors.Is(err, outbox.ErrBadTarget) {
@@ -365,8 +405,6 @@ func (s *Scheduler) route(ctx context.Context, j *cron.Job) (*eventsv1.ReplyRout
 	}
 	return &eventsv1.ReplyRoute{Platform: t.GetPlatform(), Account: t.GetAccount(), ChatId: t.GetChatId(), ThreadId: t.GetThreadId()}, nil
 }
-
-func stamp(t time.Time) string { return t.UTC().Format("20060102_150405") }
 
 // SilentMarker in a run's answer suppresses its delivery (Hermes's).
 const SilentMarker = "[SILENT]"

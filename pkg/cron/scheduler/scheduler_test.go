@@ -400,3 +400,237 @@ func TestRunTicks(t *testing.T) {
 		t.Errorf("%d runs, want 2", n)
 	}
 }
+
+// fail is the router's record of a run whose turn failed.
+func (e *env) fail(t *testing.T, runID, reason string) bool {
+	t.Helper()
+	applied, err := e.store.RecordOutcome(context.Background(), runID, "error", reason)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return applied
+}
+
+// TestOutcomesOutOfOrder: two runs of a job are fired, and their turns
+// end out of order: the older run's failure, arriving after the newer
+// run fired (or failed), does not overwrite the newer run's status.
+func TestOutcomesOutOfOrder(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	j := e.create(t, cron.NewJob{Prompt: "report", Schedule: "every 1h"})
+	s := e.scheduler(t, nil)
+	first := cron.RunID(j.ID, t0.Add(time.Hour), false)
+	second := cron.RunID(j.ID, t0.Add(2*time.Hour), false)
+	e.clock.Set(t0.Add(time.Hour))
+	if n := tick(t, s); n != 1 {
+		t.Fatalf("fired %d", n)
+	}
+	e.clock.Set(t0.Add(2 * time.Hour))
+	if n := tick(t, s); n != 1 {
+		t.Fatalf("fired %d", n)
+	}
+	// The first run's turn ends (failed) after the second run fired.
+	if e.fail(t, first, "first run failed") {
+		t.Error("an older run's outcome applied")
+	}
+	if got := e.job(t, j.ID); got.LastStatus != "ok" || got.LastError != "" || got.LastRunID != second {
+		t.Errorf("after the first run's late failure: %q %q %q, want the second run's ok", got.LastStatus, got.LastError, got.LastRunID)
+	}
+	// Both fail, the newer first.
+	if !e.fail(t, second, "second run failed") {
+		t.Error("the last run's outcome did not apply")
+	}
+	e.fail(t, first, "first run failed")
+	if got := e.job(t, j.ID); got.LastStatus != "error" || got.LastError != "second run failed" {
+		t.Errorf("after both failed: %q %q, want the second run's error", got.LastStatus, got.LastError)
+	}
+	// A manual run is a run like any other: the scheduled run's late
+	// outcome does not overwrite it.
+	if _, err := e.store.Trigger(context.Background(), "telegram:99", j.ID); err != nil {
+		t.Fatal(err)
+	}
+	if n := tick(t, s); n != 1 {
+		t.Fatalf("manual run fired %d", n)
+	}
+	if e.fail(t, second, "second run failed again") {
+		t.Error("a scheduled run's outcome applied over a newer manual run")
+	}
+	if got := e.job(t, j.ID); got.LastStatus != "ok" || !strings.HasSuffix(got.LastRunID, "_run") {
+		t.Errorf("after the manual run: %q %q", got.LastStatus, got.LastRunID)
+	}
+}
+
+// TestOutcomeBeforeItsRunIsRecorded: the commit that records a run fails
+// after its publish, and its turn fails before the retry records it: the
+// failure applies (the run is the job's pending one) and the retry keeps
+// it rather than writing ok over it.
+func TestOutcomeBeforeItsRunIsRecorded(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	j := e.create(t, cron.NewJob{Prompt: "report", Schedule: "every 1h"})
+	e.clock.Set(t0.Add(time.Hour))
+	crashing := e.scheduler(t, nil)
+	scheduler.SetCommit(crashing, func(ctx context.Context, tx pgx.Tx) error {
+		_ = tx.Rollback(ctx)
+		return errors.New("connection lost")
+	})
+	if _, err := crashing.Tick(context.Background()); err == nil {
+		t.Fatal("the crashing tick succeeded")
+	}
+	run := cron.RunID(j.ID, t0.Add(time.Hour), false)
+	if !e.fail(t, run, "the model is unavailable") {
+		t.Fatal("the pending run's outcome did not apply")
+	}
+	e.clock.Set(t0.Add(time.Hour + time.Minute))
+	if n := tick(t, e.scheduler(t, nil)); n != 1 {
+		t.Fatalf("the retry published %d", n)
+	}
+	if got := e.job(t, j.ID); got.LastStatus != "error" || got.LastError != "the model is unavailable" || got.LastRunID != run || got.RepeatCompleted != 1 {
+		t.Errorf("after the retry: %+v", got)
+	}
+	if n := e.published(t); n != 1 {
+		t.Errorf("%d runs on the bus, want 1", n)
+	}
+}
+
+// TestManualRunsWithinASecond: "run" asked twice before the tick is one
+// run (the second joins the first: same id); asked again after the tick
+// fired it, within the same second (the clock does not move here), it is
+// a second run with an id of its own. A retry of a manual run's publish
+// keeps its id.
+func TestManualRunsWithinASecond(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newEnv(t)
+	evs := platformtest.InboundEvents(t, e.bus)
+	j := e.create(t, cron.NewJob{Prompt: "report", Schedule: "every 1d"})
+	e.clock.Set(t0.Add(time.Hour + 300*time.Millisecond))
+	a, err := e.store.Trigger(ctx, "telegram:99", j.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Set(t0.Add(time.Hour + 700*time.Millisecond))
+	b, err := e.store.Trigger(ctx, "telegram:99", j.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !a.ManualRunAt.Equal(t0.Add(time.Hour+300*time.Millisecond)) || !b.ManualRunAt.Equal(a.ManualRunAt) {
+		t.Fatalf("runs asked for at %v and %v, want one at the first", a.ManualRunAt, b.ManualRunAt)
+	}
+	// The first attempt's commit fails after its publish; the retry
+	// publishes the same id.
+	crashing := e.scheduler(t, nil)
+	scheduler.SetCommit(crashing, func(ctx context.Context, tx pgx.Tx) error {
+		_ = tx.Rollback(ctx)
+		return errors.New("connection lost")
+	})
+	if _, err := crashing.Tick(ctx); err == nil {
+		t.Fatal("the crashing tick succeeded")
+	}
+	s := e.scheduler(t, nil)
+	if n := tick(t, s); n != 1 {
+		t.Fatalf("fired %d", n)
+	}
+	one := platformtest.NextEvent(t, evs).GetEventId()
+	if want := j.ID + "_20260310_093000.300000_run"; one != want {
+		t.Errorf("manual run id %q, want %q", one, want)
+	}
+	// Asked again in the same second (and, on a replica whose clock is
+	// behind, before the first): another run, later than the first.
+	e.clock.Set(t0.Add(time.Hour + 100*time.Millisecond))
+	c, err := e.store.Trigger(ctx, "telegram:99", j.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.ManualRunAt.After(a.ManualRunAt) {
+		t.Fatalf("second run asked for at %v, not after the first's %v", c.ManualRunAt, a.ManualRunAt)
+	}
+	e.clock.Set(t0.Add(time.Hour + 900*time.Millisecond))
+	if n := tick(t, s); n != 1 {
+		t.Fatalf("the second run fired %d", n)
+	}
+	two := platformtest.NextEvent(t, evs).GetEventId()
+	if two == one || !strings.HasSuffix(two, "_run") {
+		t.Errorf("second run id %q (first %q)", two, one)
+	}
+	platformtest.NoEvent(t, evs, 200*time.Millisecond)
+	if n := e.published(t); n != 2 {
+		t.Errorf("%d runs on the bus, want 2", n)
+	}
+	if got := e.job(t, j.ID); got.LastRunID != two || !got.ManualRunAt.IsZero() || got.RepeatCompleted != 0 {
+		t.Errorf("after two manual runs %+v", got)
+	}
+}
+
+// TestCompletedJobsDeleted: a completed job stays listed (all) for
+// cron.completed_retention after its last run, then a tick deletes it;
+// jobs that are not completed, and a completed one with a run asked for
+// that has not fired, stay. Completed jobs never count towards the cap.
+func TestCompletedJobsDeleted(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newEnv(t)
+	one := e.create(t, cron.NewJob{Prompt: "one", Schedule: "30m"})
+	three := e.create(t, cron.NewJob{Prompt: "three", Schedule: "every 10m", Repeat: 1})
+	missed := e.create(t, cron.NewJob{Prompt: "missed", Schedule: "20m"})
+	paused := e.create(t, cron.NewJob{Prompt: "paused", Schedule: "every 10m"})
+	if _, err := e.store.Pause(ctx, "telegram:99", paused.ID); err != nil {
+		t.Fatal(err)
+	}
+	s := e.scheduler(t, nil)
+	e.clock.Set(t0.Add(10 * time.Minute))
+	tick(t, s) // three's one run
+	e.clock.Set(t0.Add(30 * time.Minute))
+	tick(t, s) // one runs, missed is retired
+	for _, id := range []string{one.ID, three.ID, missed.ID} {
+		if got := e.job(t, id); got.State != cron.StateCompleted {
+			t.Fatalf("job %s: %s", id, got.State)
+		}
+	}
+	if js, _ := e.store.List(ctx, "telegram:99", false); len(js) != 0 {
+		t.Errorf("scheduled list holds %d jobs", len(js))
+	}
+	e.clock.Set(t0.Add(7*24*time.Hour + 5*time.Minute))
+	tick(t, s)
+	if js, _ := e.store.List(ctx, "telegram:99", true); len(js) != 4 {
+		t.Fatalf("%d jobs listed before the retention passed, want 4", len(js))
+	}
+	// A run asked for keeps its job until it has fired.
+	if _, err := e.store.Trigger(ctx, "telegram:99", three.ID); err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Set(t0.Add(7*24*time.Hour + 31*time.Minute))
+	sweepOnly := e.scheduler(t, nil)
+	if _, err := cron.DeleteCompleted(ctx, e.db, e.clock.Now().Add(-7*24*time.Hour), 100); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.store.Resolve(ctx, "telegram:99", three.ID); err != nil {
+		t.Fatalf("a completed job with a run asked for was deleted: %v", err)
+	}
+	if n := tick(t, sweepOnly); n != 1 {
+		t.Fatalf("the run asked for fired %d", n)
+	}
+	// Its retention runs from that last run.
+	e.clock.Set(t0.Add(14*24*time.Hour + 30*time.Minute))
+	tick(t, sweepOnly)
+	if _, err := e.store.Resolve(ctx, "telegram:99", three.ID); err != nil {
+		t.Fatalf("deleted before the retention after its manual run: %v", err)
+	}
+	e.clock.Set(t0.Add(14*24*time.Hour + 32*time.Minute))
+	tick(t, sweepOnly)
+	js, err := e.store.List(ctx, "telegram:99", true)
+	if err != nil || len(js) != 1 || js[0].ID != paused.ID {
+		t.Errorf("after the retention: %v %v, want only the paused job", js, err)
+	}
+	// cron.completed_retention 0 keeps them.
+	e2 := newEnv(t)
+	kept := e2.create(t, cron.NewJob{Prompt: "kept", Schedule: "30m"})
+	keep := e2.scheduler(t, func(c *scheduler.Config) { c.CompletedRetention = 0 })
+	e2.clock.Set(t0.Add(30 * time.Minute))
+	tick(t, keep)
+	e2.clock.Set(t0.Add(365 * 24 * time.Hour))
+	tick(t, keep)
+	if got := e2.job(t, kept.ID); got.State != cron.StateCompleted {
+		t.Errorf("kept job %+v", got)
+	}
+}
