@@ -3,10 +3,14 @@ package api
 import (
 	"context"
 	"errors"
+	"net/http"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
 )
 
 // What the official client sends that the agent cannot take is refused
@@ -59,5 +63,61 @@ func TestSDKRequestsTheAgentCannotAnswer(t *testing.T) {
 	evs := r.received()
 	if len(evs) != 1 || len(evs[0].GetAttachments()) != 1 || evs[0].GetAttachments()[0].GetUrl() != "https://example.com/cat.png" {
 		t.Fatalf("published %v: want only the picture's request, with its picture", evs)
+	}
+}
+
+// A browser page on an allowed origin that calls the gateway through
+// OpenAI's client (LobeChat, a page using the SDK) sends the client's own
+// headers (X-Stainless-*, OpenAI-Organization …): the preflight allows
+// every header it asks for, or the browser never sends the request.
+func TestPreflightAllowsTheClientsHeaders(t *testing.T) {
+	t.Parallel()
+	b := newBus(t)
+	s := startService(t, b, func(c *Config) { c.CORSOrigins = []string{"https://ui.example.test"} })
+	startResponder(t, b)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// The headers the official client sends, as a browser would name
+	// them in its preflight.
+	var sent []string
+	record := option.WithMiddleware(func(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {
+		for k := range req.Header {
+			if k != "Accept" && k != "User-Agent" {
+				sent = append(sent, strings.ToLower(k))
+			}
+		}
+		return next(req)
+	})
+	client := sdkClient(s, record, option.WithOrganization("org-1"))
+	if _, err := client.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{
+		Model: "switchboard", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hi")},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(sent, "x-stainless-os") || !slices.Contains(sent, "authorization") {
+		t.Fatalf("the client sent %q", sent)
+	}
+	slices.Sort(sent)
+	r := do(t, http.MethodOptions, "http://"+s.Addr()+"/v1/chat/completions", "", "", map[string]string{
+		"Origin": "https://ui.example.test", "Access-Control-Request-Method": "POST",
+		"Access-Control-Request-Headers": strings.Join(sent, ","),
+	})
+	allowed := map[string]bool{}
+	for _, h := range strings.Split(r.header.Get("Access-Control-Allow-Headers"), ",") {
+		allowed[strings.ToLower(strings.TrimSpace(h))] = true
+	}
+	for _, h := range sent {
+		if !allowed[h] {
+			t.Errorf("the preflight does not allow %s: %q", h, r.header.Get("Access-Control-Allow-Headers"))
+		}
+	}
+	if r.code != http.StatusNoContent || r.header.Get("Access-Control-Allow-Origin") != "https://ui.example.test" {
+		t.Fatalf("preflight %d, origin %q", r.code, r.header.Get("Access-Control-Allow-Origin"))
+	}
+	// Another origin's preflight is still refused, whatever it asks for.
+	if r := do(t, http.MethodOptions, "http://"+s.Addr()+"/v1/chat/completions", "", "", map[string]string{
+		"Origin": "https://evil.example.test", "Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "authorization",
+	}); r.code != http.StatusForbidden || r.header.Get("Access-Control-Allow-Headers") != "" {
+		t.Fatalf("another origin's preflight: %d, %q", r.code, r.header.Get("Access-Control-Allow-Headers"))
 	}
 }

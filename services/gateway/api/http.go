@@ -100,7 +100,7 @@ func (s *Service) secure(next http.Handler) http.Handler {
 			h.Set("Access-Control-Expose-Headers", HeaderSession+", "+HeaderHermesSession+", "+HeaderSessionKey)
 			if r.Method == http.MethodOptions {
 				h.Set("Access-Control-Allow-Methods", "GET, POST, PATCH, DELETE, OPTIONS")
-				h.Set("Access-Control-Allow-Headers", "Authorization, Content-Type, Idempotency-Key, "+HeaderSession+", "+HeaderHermesSession+", "+HeaderSessionKey)
+				h.Set("Access-Control-Allow-Headers", allowHeaders(r.Header.Get("Access-Control-Request-Headers")))
 				h.Set("Access-Control-Max-Age", "600")
 				w.WriteHeader(http.StatusNoContent)
 				return
@@ -112,6 +112,37 @@ func (s *Service) secure(next http.Handler) http.Handler {
 		next.ServeHTTP(w, r)
 	})
 }
+
+// corsHeaders are the request headers a preflight always allows.
+var corsHeaders = "Authorization, Content-Type, Idempotency-Key, " + HeaderSession + ", " + HeaderHermesSession + ", " + HeaderSessionKey
+
+// maxRequestedHeaders bounds the header names a preflight's answer
+// repeats.
+const maxRequestedHeaders = 2048
+
+// allowHeaders is the Access-Control-Allow-Headers of an allowed
+// origin's preflight: ours and every header it asks for. OpenAI's
+// clients send headers of their own (X-Stainless-*, OpenAI-Organization,
+// OpenAI-Project), and a browser sends no request whose headers its
+// preflight did not allow; an allowed origin may send any, as the key
+// still guards the request. Names that are not header tokens are left
+// out.
+func allowHeaders(requested string) string {
+	if requested == "" || len(requested) > maxRequestedHeaders {
+		return corsHeaders
+	}
+	out := corsHeaders
+	for _, name := range strings.Split(requested, ",") {
+		name = strings.TrimSpace(name)
+		if name != "" && headerToken.MatchString(name) {
+			out += ", " + name
+		}
+	}
+	return out
+}
+
+// headerToken is what an HTTP header name may be.
+var headerToken = regexp.MustCompile("^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 
 // allowedOrigin: origin is listed in gateways.api.cors_origins, or "*"
 // is (any origin, as Hermes's API_SERVER_CORS_ORIGINS=*: the bearer key
