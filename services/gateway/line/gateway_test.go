@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -478,5 +480,54 @@ func TestSendOnlyImages(t *testing.T) {
 	}
 	if got := f.Sent(testGroup); len(got) != 5 {
 		t.Fatalf("sent %+v, want the five pictures", got)
+	}
+}
+
+// An approval prompt carries quick reply buttons; a tap is a postback
+// published as the command it stands for, from the tapper, with the
+// call it answers, and its reply token answers it. Other postback data
+// (a rich menu's) is the user's text, as Hermes; a delivery of many
+// events is published whole.
+func TestApprovalButtons(t *testing.T) {
+	t.Parallel()
+	f := linefake.New(t)
+	cfg := testConfig(f)
+	cfg.AllowedGroups = []string{testGroup}
+	h := start(t, f, cfg)
+	req := sendTo(testGroup, "prompt-1", "⚠️ Dangerous command requires approval: reply /approve or /deny")
+	req.Approval = &deliveryv1.Approval{Choices: []string{"once", "session", "always", "deny"}, ToolCallId: "call_42"}
+	if r := h.send(t, req); !r.GetOk() {
+		t.Fatalf("prompt: %v", r)
+	}
+	got := f.Sent(testGroup)
+	want := []linefake.Button{{Label: "Allow Once", Data: "ea:once:call_42", DisplayText: "/approve"}, {Label: "Allow Session", Data: "ea:session:call_42", DisplayText: "/approve session"},
+		{Label: "Always Allow", Data: "ea:always:call_42", DisplayText: "/approve always"}, {Label: "Deny", Data: "ea:deny:call_42", DisplayText: "/deny"}}
+	if len(got) != 1 || !slices.Equal(got[0].Buttons, want) {
+		t.Fatalf("sent %+v", got)
+	}
+
+	h.post(t, f.Body(f.Event(linefake.Inbound{Type: "postback", GroupID: testGroup, UserID: alice, Text: "ea:session:call_42"})))
+	ev := h.next(t)
+	if ev.GetText() != "/approve session" || ev.GetButtonPress().GetToolCallId() != "call_42" || ev.GetSource().GetUserId() != alice || ev.GetSource().GetChatId() != testGroup {
+		t.Fatalf("press %v", ev)
+	}
+	if r := h.send(t, sendTo(testGroup, "answer-1", "✅ Approved for session")); !r.GetOk() {
+		t.Fatalf("answer: %v", r)
+	}
+	if got := f.Sent(testGroup); got[len(got)-1].Via != "reply" || got[len(got)-1].Buttons != nil {
+		t.Fatalf("the answer did not use the tap's reply token: %+v", got[len(got)-1])
+	}
+
+	var evs []map[string]any
+	for i := range 120 {
+		evs = append(evs, f.Event(linefake.Inbound{Type: "postback", UserID: alice, Text: fmt.Sprintf("menu %d", i)}))
+	}
+	if code := h.post(t, f.Body(evs...)); code != http.StatusOK {
+		t.Fatalf("a delivery of 120 events answered %d", code)
+	}
+	for i := range 120 {
+		if ev := h.next(t); ev.GetText() != fmt.Sprintf("menu %d", i) || ev.GetButtonPress() != nil {
+			t.Fatalf("event %d: %v", i, ev)
+		}
 	}
 }

@@ -16,9 +16,6 @@ import (
 // errMalformed marks a webhook delivery that is not LINE's.
 var errMalformed = errors.New("malformed line webhook")
 
-// maxEvents bounds the events of one delivery (LINE sends a few).
-const maxEvents = 100
-
 // payload is a webhook delivery: the bot's user id and its events.
 type payload struct {
 	Destination string  `json:"destination"`
@@ -26,13 +23,16 @@ type payload struct {
 }
 
 type event struct {
-	Type            string  `json:"type"`
-	Mode            string  `json:"mode"` // active, standby
-	Timestamp       int64   `json:"timestamp"`
-	Source          source  `json:"source"`
-	WebhookEventID  string  `json:"webhookEventId"`
-	ReplyToken      string  `json:"replyToken"`
-	Message         message `json:"message"`
+	Type           string  `json:"type"`
+	Mode           string  `json:"mode"` // active, standby
+	Timestamp      int64   `json:"timestamp"`
+	Source         source  `json:"source"`
+	WebhookEventID string  `json:"webhookEventId"`
+	ReplyToken     string  `json:"replyToken"`
+	Message        message `json:"message"`
+	Postback       struct {
+		Data string `json:"data"`
+	} `json:"postback"`
 	DeliveryContext struct {
 		IsRedelivery bool `json:"isRedelivery"`
 	} `json:"deliveryContext"`
@@ -89,9 +89,6 @@ func parsePayload(raw []byte) (*payload, error) {
 	if err := json.Unmarshal(*p.Events, &out.Events); err != nil {
 		return nil, fmt.Errorf("%w: events: %v", errMalformed, err)
 	}
-	if len(out.Events) > maxEvents {
-		return nil, fmt.Errorf("%w: %d events in one delivery", errMalformed, len(out.Events))
-	}
 	return out, nil
 }
 
@@ -120,11 +117,14 @@ type incoming struct {
 // location "[location: title address]", another kind
 // "[unsupported message type: <type>]"; images, videos, audio and files
 // are attachments whose content is downloaded when a turn reads them.
-// Events that are not messages (follow, join, postback, unsend …), in
-// standby mode (another channel answers the chat), from the bot itself,
-// or from a group or room that is not allowed are skipped.
+// A postback (a tap on a button whose action is a postback) is its data
+// as the user's text, as Hermes reads it; an approval button's data is
+// the command it stands for, with the call it answers (buttons.go).
+// Other events (follow, join, unsend …), those in standby mode (another
+// channel answers the chat), from the bot itself, or from a group or
+// room that is not allowed are skipped.
 func normalize(e *event, r *rules) incoming {
-	if e.Type != "message" {
+	if e.Type != "message" && e.Type != "postback" {
 		return incoming{skip: "event " + reason(e.Type)}
 	}
 	m := &e.Message
@@ -175,19 +175,25 @@ func normalize(e *event, r *rules) incoming {
 	if e.Timestamp > 0 {
 		ev.SentAt = timestamppb.New(time.UnixMilli(e.Timestamp))
 	}
-	switch m.Type {
-	case "text":
+	switch {
+	case e.Type == "postback":
+		ev.MessageId = ""
+		ev.Text = strings.TrimSpace(e.Postback.Data)
+		if cmd, call, ok := parsePostback(ev.Text); ok {
+			ev.Text, ev.ButtonPress = cmd, &eventsv1.ButtonPress{ToolCallId: call}
+		}
+	case m.Type == "text":
 		ev.Text = m.Text
-	case "image", "video", "audio", "file":
+	case m.Type == "image" || m.Type == "video" || m.Type == "audio" || m.Type == "file":
 		if a := attachment(m, r); a != nil {
 			ev.Attachments = append(ev.Attachments, a)
 		}
-	case "sticker":
+	case m.Type == "sticker":
 		ev.Text = "[sticker]"
 		if len(m.Keywords) > 0 {
 			ev.Text = "[sticker: " + strings.Join(m.Keywords, ", ") + "]"
 		}
-	case "location":
+	case m.Type == "location":
 		ev.Text = strings.TrimSpace("[location: " + strings.TrimSpace(m.Title+" "+m.Address) + "]")
 	default:
 		ev.Text = "[unsupported message type: " + reason(m.Type) + "]"

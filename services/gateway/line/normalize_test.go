@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/encoding/prototext"
 	"google.golang.org/protobuf/proto"
 
+	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/platform"
 	"github.com/switchboard-chat/switchboard/pkg/sessionkey"
@@ -102,7 +103,25 @@ func TestNormalize(t *testing.T) {
 		{name: "no webhookEventId: the message id", ev: lineEvent(t, userSrc, text("old"), "webhookEventId", `""`), replyToken: true,
 			want: &eventsv1.MessageReceived{EventId: msgID, MessageId: msgID, Source: dm, Text: "old"}},
 		{name: "follow", ev: lineEvent(t, userSrc, `{}`, "type", `"follow"`), skip: "event follow"},
-		{name: "postback", ev: lineEvent(t, userSrc, `{}`, "type", `"postback"`), skip: "event postback"},
+		{name: "postback: its data as text (a rich menu's command)", replyToken: true,
+			ev:   lineEvent(t, userSrc, `{}`, "type", `"postback"`, "postback", `{"data":" /new "}`),
+			want: &eventsv1.MessageReceived{EventId: evID, Source: dm, Text: "/new"}, key: "agent:main:line:dm:" + alice},
+		{name: "approval button in a group", replyToken: true,
+			ev:   lineEvent(t, groupSrc, `{}`, "type", `"postback"`, "postback", `{"data":"ea:session:call_7"}`),
+			want: &eventsv1.MessageReceived{EventId: evID, Source: grp, Text: "/approve session", ButtonPress: &eventsv1.ButtonPress{ToolCallId: "call_7"}}},
+		{name: "deny button without its call", replyToken: true,
+			ev:   lineEvent(t, userSrc, `{}`, "type", `"postback"`, "postback", `{"data":"ea:deny"}`),
+			want: &eventsv1.MessageReceived{EventId: evID, Source: dm, Text: "/deny", ButtonPress: &eventsv1.ButtonPress{}}},
+		{name: "unknown approval choice is text", replyToken: true,
+			ev:   lineEvent(t, userSrc, `{}`, "type", `"postback"`, "postback", `{"data":"ea:forever"}`),
+			want: &eventsv1.MessageReceived{EventId: evID, Source: dm, Text: "ea:forever"}},
+		{name: "postback a message id cannot ride on", replyToken: true,
+			ev:   lineEvent(t, userSrc, `{"id":"`+msgID+`","type":"text","text":"forged"}`, "type", `"postback"`, "postback", `{"data":"ea:once"}`),
+			want: &eventsv1.MessageReceived{EventId: evID, Source: dm, Text: "/approve", ButtonPress: &eventsv1.ButtonPress{}}},
+		{name: "empty postback", ev: lineEvent(t, userSrc, `{}`, "type", `"postback"`, "postback", `{"data":""}`), skip: "empty message"},
+		{name: "postback without webhookEventId", ev: lineEvent(t, userSrc, `{}`, "type", `"postback"`, "postback", `{"data":"x"}`, "webhookEventId", `""`), err: "without webhookEventId"},
+		{name: "postback from a group not allowed", ev: lineEvent(t, `{"type":"group","groupId":"Cother"}`, `{}`, "type", `"postback"`, "postback", `{"data":"ea:once"}`), skip: "group not allowed"},
+		{name: "unfollow", ev: lineEvent(t, userSrc, `{}`, "type", `"unfollow"`), skip: "event unfollow"},
 		{name: "standby", ev: lineEvent(t, userSrc, text("hi"), "mode", `"standby"`), skip: "standby"},
 		{name: "own message", ev: lineEvent(t, `{"type":"user","userId":"`+bot+`"}`, text("hi")), skip: "own message"},
 		{name: "empty text", ev: lineEvent(t, userSrc, text("")), skip: "empty message"},
@@ -178,7 +197,9 @@ func TestParsePayload(t *testing.T) {
 		`{"events":"x"}`:                   "events:",
 		`[1,2]`:                            "malformed",
 		"{\"events\":[],\"x\":\"\xff\"}":   "not UTF-8",
-		`{"events":[` + strings.Repeat(`{},`, maxEvents) + `{}]}`: "events in one delivery",
+		// LINE documents no most events a delivery holds: the body size
+		// bounds them.
+		`{"events":[` + strings.Repeat(`{},`, 500) + `{}]}`: "",
 	} {
 		_, err := parsePayload([]byte(body))
 		if (want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), want)) {
@@ -245,6 +266,8 @@ func FuzzParseWebhook(f *testing.F) {
 	f.Add(`{"events":[{"type":"follow"},{"type":"message","source":{"type":"room","roomId":"R"}}]}`)
 	f.Add(`{"events":[]}`)
 	f.Add(`{"events":null}`)
+	f.Add(`{"events":[{"type":"postback","source":{"type":"user","userId":"` + alice + `"},"webhookEventId":"e","postback":{"data":"ea:once:call_1"}}]}`)
+	f.Add(`{"events":[{"type":"postback","source":{"type":"group","groupId":"` + group + `"},"webhookEventId":"e","postback":{"data":"ea:deny:\u00e9"}}]}`)
 	f.Add("{\"events\":[{\"type\":\"message\",\"webhookEventId\":\"\\u0000\"}]}")
 	f.Fuzz(func(t *testing.T, body string) {
 		p, err := parsePayload([]byte(body))
@@ -295,4 +318,37 @@ func FuzzSignature(f *testing.F) {
 			t.Fatal("signature accepted for another body")
 		}
 	})
+}
+
+// Every button's data reads back as the command it stands for and its
+// call; a call id that would pass LINE's 300 bytes of data, or is not
+// printable ASCII, is left out.
+func TestApprovalQuickReply(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("c", maxPostbackData)
+	for _, c := range []struct {
+		call, want string
+	}{{"call_1", "call_1"}, {long, ""}, {"caf\u00e9", ""}, {"", ""}} {
+		q := approvalQuickReply(&deliveryv1.Approval{Choices: []string{"once", "session", "always", "deny"}, ToolCallId: c.call})
+		if q == nil || len(q.Items) != 4 {
+			t.Fatalf("%.10q: %+v", c.call, q)
+		}
+		for _, it := range q.Items {
+			cmd, call, ok := parsePostback(it.Action.Data)
+			if !ok || cmd != it.Action.DisplayText || call != c.want || len(it.Action.Data) > maxPostbackData || len(it.Action.Label) > 20 {
+				t.Fatalf("%.10q: %+v reads as %q %q %v", c.call, it.Action, cmd, call, ok)
+			}
+		}
+	}
+	if q := approvalQuickReply(&deliveryv1.Approval{Choices: []string{"once", "maybe"}}); q != nil {
+		t.Fatalf("an unknown choice got buttons: %+v", q)
+	}
+	if q := approvalQuickReply(nil); q != nil {
+		t.Fatalf("no approval got buttons: %+v", q)
+	}
+	for _, data := range []string{"ea:", "ea:once:has space", "approve", "ea:deny:" + long} {
+		if _, _, ok := parsePostback(data); ok {
+			t.Errorf("%.20q read as a button", data)
+		}
+	}
 }

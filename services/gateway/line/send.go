@@ -43,6 +43,8 @@ type lineMessage struct {
 	Text               string `json:"text,omitempty"`
 	OriginalContentURL string `json:"originalContentUrl,omitempty"`
 	PreviewImageURL    string `json:"previewImageUrl,omitempty"`
+	// QuickReply: an approval prompt's buttons, on its last message.
+	QuickReply *quickReply `json:"quickReply,omitempty"`
 }
 
 // sentAnswer is the reply and push endpoints' answer.
@@ -54,7 +56,8 @@ type sentAnswer struct {
 
 // messages builds the message objects of req: its text, then its images
 // (LINE takes media only as public https URLs, no uploads; an image
-// message shows JPEG or PNG, so anything else is refused).
+// message shows JPEG or PNG, so anything else is refused); an approval
+// prompt's buttons go on the last (buttons.go).
 func messages(req *deliveryv1.SendRequested) ([]lineMessage, error) {
 	var out []lineMessage
 	if text := formatted(req); text != "" {
@@ -79,6 +82,7 @@ func messages(req *deliveryv1.SendRequested) ([]lineMessage, error) {
 	case len(out) > maxMessages:
 		return nil, platform.Permanent(fmt.Errorf("%d messages, line sends at most %d in one call", len(out), maxMessages))
 	}
+	out[len(out)-1].QuickReply = approvalQuickReply(req.GetApproval())
 	return out, nil
 }
 

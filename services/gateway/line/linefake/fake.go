@@ -58,6 +58,13 @@ type Message struct {
 	Type     string
 	Text     string
 	ImageURL string
+	// Buttons are the message's quick reply postback buttons.
+	Buttons []Button
+}
+
+// Button is a quick reply postback button the bot sent.
+type Button struct {
+	Label, Data, DisplayText string
 }
 
 // Content is a media message's content.
@@ -207,6 +214,17 @@ type wireMessage struct {
 	Text               string `json:"text"`
 	OriginalContentURL string `json:"originalContentUrl"`
 	PreviewImageURL    string `json:"previewImageUrl"`
+	QuickReply         *struct {
+		Items []struct {
+			Type   string `json:"type"`
+			Action struct {
+				Type        string `json:"type"`
+				Label       string `json:"label"`
+				Data        string `json:"data"`
+				DisplayText string `json:"displayText"`
+			} `json:"action"`
+		} `json:"items"`
+	} `json:"quickReply"`
 }
 
 // checkMessages validates message objects as LINE does: 1 to 5, text
@@ -227,6 +245,22 @@ func checkMessages(ms []wireMessage) string {
 			}
 		default:
 			return fmt.Sprintf("messages[%d].type: unsupported", i)
+		}
+		if q := m.QuickReply; q != nil {
+			if len(q.Items) == 0 || len(q.Items) > 13 {
+				return fmt.Sprintf("messages[%d].quickReply.items: size must be between 1 and 13", i)
+			}
+			for j, it := range q.Items {
+				a := it.Action
+				switch {
+				case it.Type != "action" || a.Type != "postback":
+					return fmt.Sprintf("messages[%d].quickReply.items[%d]: not a postback action", i, j)
+				case a.Label == "" || len([]rune(a.Label)) > 20:
+					return fmt.Sprintf("messages[%d].quickReply.items[%d].action.label: length must be between 1 and 20", i, j)
+				case a.Data == "" || len(a.Data) > 300 || len([]rune(a.DisplayText)) > 300:
+					return fmt.Sprintf("messages[%d].quickReply.items[%d].action.data: length must be between 1 and 300", i, j)
+				}
+			}
 		}
 	}
 	return ""
@@ -256,7 +290,13 @@ func (f *Fake) record(chat, via string, ms []wireMessage) []map[string]string {
 	var out []map[string]string
 	for _, m := range ms {
 		id := f.nextID()
-		f.sent[chat] = append(f.sent[chat], Message{ID: id, Via: via, Type: m.Type, Text: m.Text, ImageURL: m.OriginalContentURL})
+		msg := Message{ID: id, Via: via, Type: m.Type, Text: m.Text, ImageURL: m.OriginalContentURL}
+		if m.QuickReply != nil {
+			for _, it := range m.QuickReply.Items {
+				msg.Buttons = append(msg.Buttons, Button{Label: it.Action.Label, Data: it.Action.Data, DisplayText: it.Action.DisplayText})
+			}
+		}
+		f.sent[chat] = append(f.sent[chat], msg)
 		out = append(out, map[string]string{"id": id, "quoteToken": "q" + id})
 	}
 	return out
@@ -366,7 +406,9 @@ type Inbound struct {
 	// Source: a user id alone is a 1:1 chat; with GroupID or RoomID the
 	// event comes from that group or room.
 	UserID, GroupID, RoomID string
-	// Type is text (default), image, video, audio, file, sticker, location.
+	// Type is text (default), image, video, audio, file, sticker,
+	// location, or postback: a tap on a postback button, whose data is
+	// Text.
 	Type string
 	Text string
 	// ContentID is the message id of a media message (AddContent).
@@ -430,6 +472,13 @@ func (f *Fake) Event(in Inbound) map[string]any {
 	eid := in.EventID
 	if eid == "" {
 		eid = "01" + strings.ToUpper(randHex(12))
+	}
+	if typ == "postback" {
+		return map[string]any{
+			"type": "postback", "mode": "active", "timestamp": time.Now().UnixMilli(),
+			"source": src, "webhookEventId": eid, "replyToken": token, "postback": map[string]any{"data": in.Text},
+			"deliveryContext": map[string]any{"isRedelivery": in.Redelivery},
+		}
 	}
 	return map[string]any{
 		"type": "message", "mode": "active", "timestamp": time.Now().UnixMilli(),
