@@ -121,3 +121,35 @@ func TestPreflightAllowsTheClientsHeaders(t *testing.T) {
 		t.Fatalf("another origin's preflight: %d, %q", r.code, r.header.Get("Access-Control-Allow-Headers"))
 	}
 }
+
+// A stream still waiting when the gateway stops (SIGTERM, past its
+// shutdown grace) ends with OpenAI's in-stream error, which the client
+// raises: a stream that just ended would read as a whole, empty answer.
+func TestStreamCutByShutdownEndsWithAnError(t *testing.T) {
+	t.Parallel()
+	b := newBus(t)
+	s, stop := runService(t, b, func(c *Config) { c.ShutdownGrace = 200 * time.Millisecond })
+	r := startResponder(t, b)
+	release := r.hold()
+	defer release()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	client := sdkClient(s)
+	stream := client.Chat.Completions.NewStreaming(ctx, openai.ChatCompletionNewParams{
+		Model: "switchboard", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("never answered")},
+	})
+	// The role chunk came: the request waits for its answer.
+	if !stream.Next() {
+		t.Fatalf("no first chunk: %v", stream.Err())
+	}
+	go stop()
+	var text string
+	for stream.Next() {
+		if c := stream.Current(); len(c.Choices) > 0 {
+			text += c.Choices[0].Delta.Content
+		}
+	}
+	if err := stream.Err(); err == nil || !strings.Contains(err.Error(), `"code":"shutting_down"`) {
+		t.Fatalf("stream ended with %v after %q, want the shutting_down error", err, text)
+	}
+}

@@ -7,7 +7,6 @@ import (
 	"crypto/subtle"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math"
 	"net"
@@ -319,7 +318,7 @@ func (s *Service) chatCompletions(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	id := "chatcmpl-" + t.suffix()
 	if req.Stream {
-		s.stream(ctx, w, t, id, modelName, req.IncludeUsage)
+		s.stream(ctx, w, r, t, id, modelName, req.IncludeUsage)
 		return
 	}
 	ans, err := collect(ctx, t.wt)
@@ -345,7 +344,7 @@ func (s *Service) chatCompletions(w http.ResponseWriter, r *http.Request) {
 // stream writes OpenAI chunks as the reply arrives, then data: [DONE];
 // a failed turn ends it with OpenAI's in-stream error event instead. A
 // request that published its message ends with a Server-Timing trailer.
-func (s *Service) stream(ctx context.Context, w http.ResponseWriter, t *turn, id, modelName string, withUsage bool) {
+func (s *Service) stream(ctx context.Context, w http.ResponseWriter, r *http.Request, t *turn, id, modelName string, withUsage bool) {
 	out := startSSE(w, t.timed())
 	created := time.Now().Unix()
 	write := func(delta chunkDelta, finish *string) {
@@ -356,10 +355,12 @@ func (s *Service) stream(ctx context.Context, w http.ResponseWriter, t *turn, id
 	end := relay(ctx, t.wt, func(text string) { write(chunkDelta{Content: text}, nil) }, out.keepalive)
 	switch {
 	case end.err != nil:
-		if errors.Is(end.err, context.DeadlineExceeded) {
-			// OpenAI's in-stream error event ends the stream: no [DONE].
-			out.send("", apiError{Error: apiErrorBody{Message: "The agent did not answer in time.", Type: "server_error", Code: ptr("timeout")}})
-		}
+		// OpenAI's in-stream error event ends the stream: no [DONE]. A
+		// stream that just stopped (the gateway shutting down) would read
+		// as a whole answer to the clients, which stop at the end of the
+		// stream without error.
+		e := s.waitEndOf(r, end.err)
+		out.send("", errorBody("server_error", e.code, "", e.msg))
 	case end.errorCode != "":
 		// The SDKs raise it as an error.
 		out.send("", turnErrorBody(end.errorCode, end.errorText))
@@ -376,8 +377,6 @@ func (s *Service) stream(ctx context.Context, w http.ResponseWriter, t *turn, id
 		w.Header().Set(HeaderServerTiming, t.serverTiming(end.final.hops))
 	}
 }
-
-func ptr(s string) *string { return &s }
 
 // keyLimiter is a token bucket per API key (per replica).
 type keyLimiter struct {
