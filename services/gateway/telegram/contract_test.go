@@ -75,8 +75,10 @@ func (d *fakeDriver) DeliverMalformed(*testing.T, context.Context) {
 
 func (d *fakeDriver) Drop(*testing.T) { d.f.Drop() }
 
-// Connections counts polling sessions: each Connect starts with deleteWebhook.
-func (d *fakeDriver) Connections() int { return d.f.Calls("deleteWebhook") }
+// Connections counts long polls: a poll cut by a drop is followed by a
+// new one, in the same polling session (the gateway polls again at once
+// rather than reconnecting).
+func (d *fakeDriver) Connections() int { return d.f.Calls("getUpdates") }
 
 func (d *fakeDriver) Answer(ev *eventsv1.MessageReceived) *deliveryv1.SendRequested {
 	req := answer(ev)

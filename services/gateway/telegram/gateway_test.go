@@ -190,6 +190,35 @@ func TestBusOutageDoesNotConfirm(t *testing.T) {
 	}
 }
 
+// A getUpdates that fails in passing (the connection cut, a 502 from
+// Telegram) is polled again at once, not after the reconnect backoff
+// (here a minute) with the bot deaf.
+func TestPassingPollFailure(t *testing.T) {
+	t.Parallel()
+	f := newFake(t)
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	s, err := New(testConfig(f), Deps{Log: quietLog(), Bus: b, Instance: "a", Backoff: platform.Schedule(time.Minute)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	waitFor(t, "connected", 20*time.Second, func() bool { st, _ := s.Runner().State(); return st == platform.StateConnected })
+	polls := f.Calls("getUpdates")
+	f.FailNext("getUpdates", telegramfake.APIError{Code: 502, Description: "Bad Gateway"})
+	f.Drop()
+	// The update comes once the 502 was answered.
+	waitFor(t, "a poll after the cut", 10*time.Second, func() bool { return f.Calls("getUpdates") > polls })
+	id := f.Inject(obj{"message": msg(obj{"from": alice, "chat": dmChat, "text": "still there?"})})
+	waitFor(t, "the update on the bus", 10*time.Second, func() bool { return len(inbound(t, b)) == 1 })
+	checkExactlyOnce(t, inbound(t, b), []int64{id})
+	if n := f.Calls("deleteWebhook"); n != 1 {
+		t.Fatalf("the gateway connected %d times, want it to keep polling", n)
+	}
+}
+
 // TestHandoverAfterKill runs the active poller in a child process, kills
 // it with SIGKILL while updates flow, and checks that the in-process
 // standby takes over within 15 s with every update on the bus once.

@@ -114,6 +114,7 @@ func (p *Platform) poll(ctx context.Context, conn platform.Conn) error {
 	}
 	var offset int64
 	connected := false
+	failures := 0
 	timeout := int(p.cfg.PollTimeout / time.Second)
 	for ctx.Err() == nil {
 		updates, err := p.getUpdates(ctx, getUpdatesRequest{Offset: offset, Limit: 100, Timeout: timeout, AllowedUpdates: allowedUpdates})
@@ -136,8 +137,22 @@ func (p *Platform) poll(ctx context.Context, conn platform.Conn) error {
 					continue
 				}
 			}
+			// A network error or a 5xx (Telegram's 502s come and go) is
+			// tried again here, soon, as python-telegram-bot's poller
+			// does: going back to the runner would wait out its
+			// reconnect backoff (30 s, then more) with the bot deaf.
+			// Only a failure that lasts goes back to it.
+			if failures < len(pollRetry) && (ae == nil || ae.Code >= 500) {
+				p.log.Warn("getUpdates failed; polling again", "attempt", failures+1, "err", err)
+				if !sleepCtx(ctx, pollRetry[failures]) {
+					return nil
+				}
+				failures++
+				continue
+			}
 			return fmt.Errorf("getUpdates: %w", err)
 		}
+		failures = 0
 		if !connected {
 			connected = true
 			conn.Connected()
@@ -167,6 +182,11 @@ func (p *Platform) poll(ctx context.Context, conn platform.Conn) error {
 	// unconfirmed batch again and the bus dedupe absorbs it.
 	return nil
 }
+
+// pollRetry are the waits before polling again after getUpdates failed
+// for a passing reason (about 15 s in all); after that the connection is
+// reported lost and the runner's backoff applies.
+var pollRetry = []time.Duration{500 * time.Millisecond, time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second}
 
 func sleepCtx(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
