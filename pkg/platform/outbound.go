@@ -58,12 +58,6 @@ func ReadOutbound(ctx context.Context, a *eventsv1.Attachment, store *attachment
 	return readOutbound(ctx, a, store, dl.client(), max)
 }
 
-// ReadAttachment is ReadOutbound downloading with hc as it is, without
-// the address guard: BlueBubbles's until it moves to ReadOutbound.
-func ReadAttachment(ctx context.Context, a *eventsv1.Attachment, store *attachment.Store, hc *http.Client, max int64) ([]byte, string, error) {
-	return readOutbound(ctx, a, store, hc, max)
-}
-
 func readOutbound(ctx context.Context, a *eventsv1.Attachment, store *attachment.Store, hc *http.Client, max int64) ([]byte, string, error) {
 	var data []byte
 	var found string

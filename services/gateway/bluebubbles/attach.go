@@ -34,7 +34,7 @@ func (p *Platform) sendAttachments(ctx context.Context, req *deliveryv1.SendRequ
 	for i, a := range atts {
 		id, done := platform.SentPart(ctx, i)
 		if !done {
-			data, mt, err := platform.ReadAttachment(ctx, a, p.store, p.api.hc, maxUploadBytes)
+			data, mt, err := platform.ReadOutbound(ctx, a, p.store, p.downloads, maxUploadBytes)
 			if err != nil {
 				return first, err
 			}

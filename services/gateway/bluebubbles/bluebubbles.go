@@ -265,6 +265,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
+	p.downloads = platform.NewDownloader(deps.Runner.Attachments.URLs)
 	if deps.Runner.Attachments.Enabled {
 		p.store = attachment.Open(deps.Bus.JetStream(), deps.Bus.Topology(), deps.Runner.Attachments)
 	}
@@ -287,6 +288,9 @@ type Platform struct {
 	// store holds the attachments a send refers to by bytes_ref (kept
 	// by the runner: a file the agent made, a user's upload it passes on).
 	store *attachment.Store
+	// downloads fetches the attachments a send names by URL
+	// (attachments.urls; nil: public addresses only).
+	downloads *platform.Downloader
 
 	mu    sync.Mutex
 	guids map[string]string // address → DM chat guid, resolved for sends

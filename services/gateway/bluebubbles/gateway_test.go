@@ -17,6 +17,7 @@ import (
 	"github.com/switchboard-chat/switchboard/pkg/attachment"
 	"github.com/switchboard-chat/switchboard/pkg/bus"
 	"github.com/switchboard-chat/switchboard/pkg/bus/bustest"
+	"github.com/switchboard-chat/switchboard/pkg/egress"
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/platform"
@@ -278,7 +279,8 @@ func TestSendAttachments(t *testing.T) {
 		_, _ = w.Write([]byte("\x89PNG chart"))
 	}))
 	defer files.Close()
-	h := start(t, f, testConfig(f), platform.Options{})
+	// The file server is on the loopback, which attachments.urls must allow.
+	h := start(t, f, testConfig(f), platform.Options{Attachments: attachment.Config{URLs: egress.Config{AllowHosts: []string{"127.0.0.1"}}}})
 	tg := &deliveryv1.Target{Platform: "bluebubbles", Account: h.s.p.Account(), ChatId: ann}
 	r := h.send(t, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "a1", Target: tg, Text: "here **you** go",
 		Attachments: []*eventsv1.Attachment{
@@ -299,8 +301,9 @@ func TestSendAttachments(t *testing.T) {
 		t.Fatalf("text %+v", s)
 	}
 	for name, a := range map[string]*eventsv1.Attachment{
-		"missing file": {Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, Location: &eventsv1.Attachment_Url{Url: files.URL + "/gone.png"}},
-		"no location":  {Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT},
+		"missing file":           {Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, Location: &eventsv1.Attachment_Url{Url: files.URL + "/gone.png"}},
+		"an address not allowed": {Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, Location: &eventsv1.Attachment_Url{Url: "http://127.0.0.2:9/chart.png"}},
+		"no location":            {Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT},
 	} {
 		r := h.send(t, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "bad-" + name, Target: tg, Attachments: []*eventsv1.Attachment{a}})
 		if r.GetOk() || r.GetErrorClass() != deliveryv1.ErrorClass_ERROR_CLASS_PERMANENT {

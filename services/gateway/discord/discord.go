@@ -583,7 +583,7 @@ func (p *Platform) media(ctx context.Context, req *deliveryv1.SendRequested) (st
 		if len(files) == maxFiles {
 			return "", nil, platform.Permanent(fmt.Errorf("discord takes %d files a message", maxFiles))
 		}
-		data, mimeType, err := platform.ReadAttachment(ctx, a, p.store, p.cdn, maxUpload)
+		data, mimeType, err := platform.ReadOutbound(ctx, a, p.store, nil, maxUpload)
 		if err != nil {
 			return "", nil, fmt.Errorf("discord attachment %d: %w", i, err)
 		}

@@ -471,7 +471,7 @@ func (p *Platform) sendMedia(ctx context.Context, req *deliveryv1.SendRequested)
 		id, sent := platform.SentPart(ctx, i+1)
 		if !sent {
 			a := req.GetAttachments()[i]
-			data, mimeType, err := platform.ReadAttachment(ctx, a, p.store, p.hc, maxUpload)
+			data, mimeType, err := platform.ReadOutbound(ctx, a, p.store, nil, maxUpload)
 			if err != nil {
 				return first, fmt.Errorf("slack attachment %d: %w", i, err)
 			}

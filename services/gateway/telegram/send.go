@@ -251,7 +251,7 @@ func (p *Platform) inputFile(ctx context.Context, a *eventsv1.Attachment) (input
 	if u == "" && a.GetBytesRef() == "" {
 		return nil, false, platform.Permanent(errors.New("no url, kept bytes or telegram file id"))
 	}
-	data, mimeType, err := platform.ReadAttachment(ctx, a, p.store, p.http, maxDocumentUpload)
+	data, mimeType, err := platform.ReadOutbound(ctx, a, p.store, nil, maxDocumentUpload)
 	if err != nil {
 		return nil, false, err
 	}
