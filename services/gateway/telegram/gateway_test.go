@@ -3,6 +3,7 @@ package telegram
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -512,4 +513,67 @@ func TestWebhook(t *testing.T) {
 		}
 	}
 	checkExactlyOnce(t, inbound(t, b), []int64{id})
+}
+
+// Anyone can connect to the webhook: a connection left idle after its
+// request (or never finishing one) is closed, so such connections
+// cannot pile up until the gateway runs out of descriptors.
+func TestWebhookClosesIdleConnections(t *testing.T) {
+	t.Parallel()
+	f := newFake(t)
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	cfg := testConfig(f)
+	cfg.WebhookURL, cfg.WebhookSecret, cfg.WebhookListen = "http://"+addr+"/tg/hook", "s3cret", addr
+	s, err := New(cfg, Deps{Log: quietLog(), Bus: b, Instance: "a", Backoff: platform.Schedule(50 * time.Millisecond)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.p.webhookBounds = connBounds{header: 300 * time.Millisecond, read: 300 * time.Millisecond, idle: 300 * time.Millisecond}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	waitFor(t, "connected", 20*time.Second, func() bool { st, _ := s.Runner().State(); return st == platform.StateConnected })
+
+	closed := func(t *testing.T, c net.Conn) {
+		t.Helper()
+		_ = c.SetReadDeadline(time.Now().Add(3 * time.Second))
+		buf := make([]byte, 4096)
+		for {
+			if _, err := c.Read(buf); err != nil {
+				if ne, ok := err.(net.Error); ok && ne.Timeout() {
+					t.Fatal("the connection is still open")
+				}
+				return
+			}
+		}
+	}
+	t.Run("idle after a request", func(t *testing.T) {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if _, err := io.WriteString(c, "POST /tg/hook HTTP/1.1\r\nHost: x\r\nX-Telegram-Bot-Api-Secret-Token: wrong\r\nContent-Length: 2\r\n\r\n{}"); err != nil {
+			t.Fatal(err)
+		}
+		closed(t, c)
+	})
+	t.Run("a body that never ends", func(t *testing.T) {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if _, err := io.WriteString(c, "POST /tg/hook HTTP/1.1\r\nHost: x\r\nX-Telegram-Bot-Api-Secret-Token: s3cret\r\nContent-Length: 100000\r\n\r\n{"); err != nil {
+			t.Fatal(err)
+		}
+		closed(t, c)
+	})
 }

@@ -197,6 +197,8 @@ type Platform struct {
 	// store holds the attachments a send refers to by bytes_ref (nil:
 	// attachments are off).
 	store *attachment.Store
+	// webhookBounds bound the webhook server's connections.
+	webhookBounds connBounds
 
 	mu       sync.Mutex
 	username string
@@ -236,7 +238,8 @@ func NewPlatform(cfg Config, log *slog.Logger, hc *http.Client) (*Platform, erro
 	return &Platform{
 		cfg: cfg, log: log.With("platform", "telegram"), api: api, http: hc, baseURL: base,
 		me: identity{id: id, username: strings.TrimPrefix(cfg.BotUsername, "@")}, username: strings.TrimPrefix(cfg.BotUsername, "@"),
-		gate: gating{requireMention: cfg.RequireMention, freeChats: platform.IDSet(cfg.FreeResponseChats)},
+		gate:          gating{requireMention: cfg.RequireMention, freeChats: platform.IDSet(cfg.FreeResponseChats)},
+		webhookBounds: webhookBounds,
 	}, nil
 }
 

@@ -37,7 +37,11 @@ func (p *Platform) serveWebhook(ctx context.Context, conn platform.Conn) error {
 	if err != nil {
 		return fmt.Errorf("listen for the webhook on %s: %w", p.cfg.WebhookListen, err)
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	// Anyone who finds the URL can connect: every phase of a connection
+	// is bounded, so idle or trickling connections cannot pile up.
+	bounds := p.webhookBounds
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: bounds.header, ReadTimeout: bounds.read,
+		WriteTimeout: bounds.read + 30*time.Second, IdleTimeout: bounds.idle}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	defer func() {
@@ -64,6 +68,12 @@ func (p *Platform) serveWebhook(ctx context.Context, conn platform.Conn) error {
 		return fmt.Errorf("webhook server: %w", err)
 	}
 }
+
+// connBounds bound the phases of a webhook connection: its headers, the
+// whole request, and the wait for the next request on a kept-alive one.
+type connBounds struct{ header, read, idle time.Duration }
+
+var webhookBounds = connBounds{header: 10 * time.Second, read: 30 * time.Second, idle: 30 * time.Second}
 
 // HeaderSecretToken carries the webhook secret Telegram was given.
 const HeaderSecretToken = "X-Telegram-Bot-Api-Secret-Token"
