@@ -32,6 +32,10 @@ type Activity struct {
 	Attachments  []Attachment    `json:"attachments"`
 	Entities     []Entity        `json:"entities"`
 	ChannelData  json.RawMessage `json:"channelData"`
+	// Name and Value: an invoke's name (adaptiveCard/action) and value;
+	// a message's value is an Action.Submit's data.
+	Name  string          `json:"name"`
+	Value json.RawMessage `json:"value"`
 }
 
 // Account is a channel account (from, recipient).
@@ -143,12 +147,18 @@ func stripMentions(s string) string {
 type normalized struct {
 	ev   *eventsv1.MessageReceived
 	skip string
+	// press: the event is an approval button's press (buttons.go).
+	press bool
 }
 
 // normalize turns a verified activity into an event. botID is the bot's
 // app id (its channel account is 28:<app id>); requireMention gates
 // channels and group chats on a mention of the bot.
 func normalize(a *Activity, botID string, requireMention bool) normalized {
+	if command, call, ok := pressOf(a); ok {
+		// A press needs no mention: the card was the bot's.
+		return pressEvent(a, botID, command, call)
+	}
 	if a.Type != "message" {
 		return normalized{skip: "activity_" + reason(a.Type)}
 	}
@@ -170,6 +180,14 @@ func normalize(a *Activity, botID string, requireMention bool) normalized {
 	if text == "" && len(atts) == 0 {
 		return normalized{skip: "empty"}
 	}
+	ev := base(a, botID)
+	ev.Text, ev.Attachments, ev.Mentioned = text, atts, mentioned
+	return normalized{ev: ev}
+}
+
+// base is the event of an activity without its content: ids, source
+// and time.
+func base(a *Activity, botID string) *eventsv1.MessageReceived {
 	user := a.From.AADObjectID
 	if user == "" {
 		user = a.From.ID
@@ -181,18 +199,15 @@ func normalize(a *Activity, botID string, requireMention bool) normalized {
 	ev := &eventsv1.MessageReceived{
 		EventId:   a.Conversation.ID + "|" + a.ID,
 		MessageId: a.ID,
-		Text:      text,
 		Source: &eventsv1.SessionSource{
 			Platform: "teams", Account: botID, ChatId: a.Conversation.ID, ChatName: a.Conversation.Name,
-			ChatType: typ, UserId: user, UserName: a.From.Name, ScopeId: tenant,
+			ChatType: chatType(a.Conversation), UserId: user, UserName: a.From.Name, ScopeId: tenant,
 		},
-		Attachments: atts,
-		Mentioned:   mentioned,
 	}
 	if t, err := time.Parse(time.RFC3339Nano, a.Timestamp); err == nil {
 		ev.SentAt = timestamppb.New(t)
 	}
-	return normalized{ev: ev}
+	return ev
 }
 
 // isBot reports whether id is the bot: the activity's recipient, or its

@@ -3,6 +3,7 @@ package teams
 import (
 	"testing"
 
+	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 )
 
@@ -96,5 +97,38 @@ func TestSameServiceURL(t *testing.T) {
 		if got := sameServiceURL(tc.a, tc.b); got != tc.want {
 			t.Errorf("sameServiceURL(%q, %q) = %v", tc.a, tc.b, got)
 		}
+	}
+}
+
+// An approval button's press reads as the command it stands for and the
+// call; anything else is no press.
+func TestPressOf(t *testing.T) {
+	t.Parallel()
+	invoke := func(verb, data string) *Activity {
+		return &Activity{Type: "invoke", Name: cardActionInvoke, Value: []byte(`{"action":{"type":"Action.Execute","verb":"` + verb + `","data":` + data + `}}`)}
+	}
+	for _, c := range []struct {
+		name      string
+		a         *Activity
+		cmd, call string
+		ok        bool
+	}{
+		{"execute", invoke(approveVerb, `{"hermes_action":"approve_always","tool_call_id":"c1"}`), "/approve always", "c1", true},
+		{"execute without call", invoke(approveVerb, `{"hermes_action":"approve_once"}`), "/approve", "", true},
+		{"submit", &Activity{Type: "message", Value: []byte(`{"hermes_action":"deny","tool_call_id":"c2"}`)}, "/deny", "c2", true},
+		{"other verb", invoke("refresh", `{"hermes_action":"deny"}`), "", "", false},
+		{"other invoke", &Activity{Type: "invoke", Name: "composeExtension/query", Value: []byte(`{"hermes_action":"deny"}`)}, "", "", false},
+		{"unknown action", invoke(approveVerb, `{"hermes_action":"approve_forever"}`), "", "", false},
+		{"bad call", invoke(approveVerb, `{"hermes_action":"deny","tool_call_id":"a b"}`), "", "", false},
+		{"data not an object", invoke(approveVerb, `"deny"`), "", "", false},
+		{"message without value", &Activity{Type: "message", Text: "/deny"}, "", "", false},
+	} {
+		cmd, call, ok := pressOf(c.a)
+		if cmd != c.cmd || call != c.call || ok != c.ok {
+			t.Errorf("%s: %q %q %v", c.name, cmd, call, ok)
+		}
+	}
+	if approvalCard(&deliveryv1.Approval{Choices: []string{"once", "maybe"}}) != nil || approvalCard(nil) != nil {
+		t.Error("a card for unknown or no choices")
 	}
 }

@@ -93,9 +93,18 @@ func (p *Platform) activity(w http.ResponseWriter, r *http.Request, conn platfor
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), p.cfg.AckTimeout)
 	defer cancel()
-	if err := p.handle(ctx, conn, a); err != nil {
+	press, err := p.handle(ctx, conn, a)
+	if err != nil {
 		p.log.Warn("teams activity not stored; the bot framework will retry", "err", err)
 		http.Error(w, "not stored", http.StatusInternalServerError)
+		return
+	}
+	if press && a.Type == "invoke" {
+		// An invoke is answered in the HTTP response (an Adaptive Card
+		// action response); Teams shows an error without one.
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write(invokeAnswer)
 		return
 	}
 	w.WriteHeader(http.StatusOK)
@@ -108,10 +117,11 @@ func (p *Platform) refuse(w http.ResponseWriter, r *http.Request, why string) {
 }
 
 // handle keeps the conversation's serviceUrl, then publishes the
-// activity's message, if it is one to answer.
-func (p *Platform) handle(ctx context.Context, conn platform.Deliverer, a *Activity) error {
+// activity's message (or approval button press: press is true), if it is
+// one to answer.
+func (p *Platform) handle(ctx context.Context, conn platform.Deliverer, a *Activity) (press bool, err error) {
 	if err := p.remember(ctx, a.Conversation.ID, a.ServiceURL); err != nil {
-		return err
+		return false, err
 	}
 	n := normalize(a, p.cfg.ClientID, p.cfg.RequireMention)
 	if n.skip == "not_mentioned" && validID(a.ReplyToID) {
@@ -119,7 +129,7 @@ func (p *Platform) handle(ctx context.Context, conn platform.Deliverer, a *Activ
 		// Hermes.
 		mine, err := p.sentByBot(ctx, a.Conversation.ID, a.ReplyToID)
 		if err != nil {
-			return err
+			return false, err
 		}
 		if mine {
 			n = normalize(a, p.cfg.ClientID, false)
@@ -128,10 +138,10 @@ func (p *Platform) handle(ctx context.Context, conn platform.Deliverer, a *Activ
 	if n.ev == nil {
 		skipped.WithLabelValues(n.skip).Inc()
 		p.log.Debug("teams activity skipped", "reason", n.skip, "type", a.Type)
-		return nil
+		return false, nil
 	}
 	if _, err := conn.Deliver(ctx, n.ev); err != nil && !errors.Is(err, platform.ErrRejected) {
-		return fmt.Errorf("publish message %s: %w", n.ev.GetEventId(), err)
+		return false, fmt.Errorf("publish message %s: %w", n.ev.GetEventId(), err)
 	}
-	return nil
+	return n.press, nil
 }

@@ -21,6 +21,8 @@ func FuzzParseActivity(f *testing.F) {
 	f.Add([]byte(`{"type":"message","id":"2","serviceUrl":"https://x/","from":{"id":"29:1"},"conversation":{"id":"19:c@thread.tacv2;messageid=2","conversationType":"channel"},"recipient":{"id":"28:app"},"text":"<at>Bot</at> hello <at>Ann</at>","entities":[{"type":"mention","mentioned":{"id":"28:app"}}],"attachments":[{"contentType":"image/png","contentUrl":"https://smba.trafficmanager.net/a"},{"contentType":"application/vnd.microsoft.teams.file.download.info","name":"a.pdf","content":{"downloadUrl":"https://x/y","fileType":"pdf"}}]}`))
 	f.Add([]byte(`{"type":"conversationUpdate","serviceUrl":"https://x/","conversation":{"id":"19:g@thread.v2"}}`))
 	f.Add([]byte(`{"type":"message"`))
+	f.Add([]byte(`{"type":"invoke","name":"adaptiveCard/action","id":"f:1","serviceUrl":"https://x/","from":{"id":"29:2","aadObjectId":"u2"},"conversation":{"id":"19:c@thread.tacv2","conversationType":"channel"},"recipient":{"id":"28:app"},"replyToId":"1700000000009","value":{"action":{"type":"Action.Execute","verb":"hermes_approve","data":{"hermes_action":"approve_once","tool_call_id":"call_1"}}}}`))
+	f.Add([]byte(`{"type":"message","id":"3","serviceUrl":"https://x/","from":{"id":"29:1"},"conversation":{"id":"a:1"},"recipient":{"id":"28:app"},"replyToId":"x y","value":{"hermes_action":"deny","tool_call_id":"café"}}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		a, err := parseActivity(body)
 		if err != nil {
@@ -35,6 +37,12 @@ func FuzzParseActivity(f *testing.F) {
 				continue
 			}
 			ev := n.ev
+			if n.press != (ev.GetButtonPress() != nil) || (n.press && !strings.HasPrefix(ev.GetText(), "/approve") && ev.GetText() != "/deny") {
+				t.Fatalf("press %v of %v", n.press, ev)
+			}
+			if p := ev.GetButtonPress(); p != nil && ((p.GetMessageId() != "" && !validID(p.GetMessageId())) || (p.GetToolCallId() != "" && !validCall(p.GetToolCallId()))) {
+				t.Fatalf("press %v", p)
+			}
 			if ev.GetMessageId() == "" || ev.GetEventId() == "" || ev.GetSource().GetChatId() != a.Conversation.ID || ev.GetSource().GetUserId() == "" {
 				t.Fatalf("incomplete event %v", ev)
 			}

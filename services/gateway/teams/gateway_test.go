@@ -382,3 +382,94 @@ func TestKeyRotation(t *testing.T) {
 		t.Fatalf("stale keys when the metadata is out of reach: %v", err)
 	}
 }
+
+// An approval prompt carries Hermes's Adaptive Card of four
+// Action.Execute buttons; a press (an adaptiveCard/action invoke, or an
+// Action.Submit message) is published as the command it stands for,
+// from the presser, naming the card and the call, even in a channel
+// under require_mention, and the invoke is answered with an action
+// response; a redelivered invoke is published once; the router's answer
+// (an edit of the card) takes the buttons off. Other invokes stay
+// skipped.
+func TestApprovalCard(t *testing.T) {
+	f := teamsfake.New(t)
+	cfg := testConfig(f)
+	cfg.RequireMention = true
+	h := start(t, f, cfg)
+	p := h.s.p
+	ctx := context.Background()
+	if code := h.post(t, f.Mention(f.Message(channelConv, "channel", userID, userName, "deploy it"))); code != http.StatusOK {
+		t.Fatal(code)
+	}
+	platformtest.NextEvent(t, h.evs)
+	prompt := &deliveryv1.SendRequested{Target: &deliveryv1.Target{Platform: "teams", Account: f.ClientID, ChatId: channelConv},
+		Text:     "⚠️ **Dangerous command requires approval:** reply `/approve` or `/deny`",
+		Approval: &deliveryv1.Approval{Choices: []string{"once", "session", "always", "deny"}, ToolCallId: "call_9"}}
+	card, err := p.Send(ctx, prompt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sent := f.Activities(channelConv)
+	if len(sent) != 1 || sent[0].Text != prompt.Text || len(sent[0].Attachments) != 1 {
+		t.Fatalf("sent %+v", sent)
+	}
+	att := sent[0].Attachments[0]
+	b, _ := json.Marshal(att["content"])
+	var c struct {
+		Type, Version string
+		Actions       []struct {
+			Type, Title, Verb, Style string
+			Data                     map[string]string
+		}
+	}
+	if err := json.Unmarshal(b, &c); err != nil || att["contentType"] != "application/vnd.microsoft.card.adaptive" || c.Type != "AdaptiveCard" || c.Version != "1.4" || len(c.Actions) != 4 {
+		t.Fatalf("card %s (%v)", b, err)
+	}
+	for i, want := range []struct{ title, action, style string }{
+		{"Allow Once", "approve_once", "positive"}, {"Allow Session", "approve_session", ""}, {"Always Allow", "approve_always", ""}, {"Deny", "deny", "destructive"},
+	} {
+		a := c.Actions[i]
+		if a.Type != "Action.Execute" || a.Verb != "hermes_approve" || a.Title != want.title || a.Style != want.style || a.Data["hermes_action"] != want.action || a.Data["tool_call_id"] != "call_9" {
+			t.Fatalf("action %d: %+v", i, a)
+		}
+	}
+
+	press := f.Press(channelConv, "channel", "aad-user-2", "Bob", card, "hermes_approve", map[string]any{"hermes_action": "approve_session", "tool_call_id": "call_9"})
+	for range 2 { // the second is the Bot Framework's retry of the same invoke
+		code, body, err := f.PostAnswer(ctx, h.url, press)
+		if err != nil || code != http.StatusOK || !strings.Contains(body, `"statusCode":200`) || !strings.Contains(body, "application/vnd.microsoft.activity.message") {
+			t.Fatalf("invoke answered %d %s (%v)", code, body, err)
+		}
+	}
+	ev := platformtest.NextEvent(t, h.evs)
+	if ev.GetText() != "/approve session" || ev.GetButtonPress().GetMessageId() != card || ev.GetButtonPress().GetToolCallId() != "call_9" ||
+		ev.GetSource().GetUserId() != "aad-user-2" || ev.GetSource().GetChatId() != channelConv || ev.GetSource().GetChatType() != "channel" {
+		t.Fatalf("press %v", ev)
+	}
+	if code := h.post(t, f.Submit(channelConv, "channel", userID, userName, card, map[string]any{"hermes_action": "deny"})); code != http.StatusOK {
+		t.Fatal(code)
+	}
+	if ev := platformtest.NextEvent(t, h.evs); ev.GetText() != "/deny" || ev.GetButtonPress().GetMessageId() != card || ev.GetButtonPress().GetToolCallId() != "" {
+		t.Fatalf("submit %v", ev)
+	}
+	for _, other := range []map[string]any{
+		f.Press(channelConv, "channel", userID, userName, card, "other_verb", map[string]any{"hermes_action": "deny"}),
+		f.Press(channelConv, "channel", userID, userName, card, "hermes_approve", map[string]any{"hermes_action": "approve_forever"}),
+	} {
+		if code := h.post(t, other); code != http.StatusOK {
+			t.Fatal(code)
+		}
+	}
+	select {
+	case ev := <-h.evs:
+		t.Fatalf("published %v", ev)
+	case <-time.After(300 * time.Millisecond):
+	}
+
+	if err := p.Edit(ctx, &deliveryv1.SendRequested{Target: prompt.Target, MessageId: card, Text: "✅ Approved for session by Bob"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.Activities(channelConv); got[0].Text != "✅ Approved for session by Bob" || len(got[0].Attachments) != 0 {
+		t.Fatalf("after the answer %+v", got[0])
+	}
+}

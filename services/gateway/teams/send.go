@@ -28,8 +28,10 @@ type outgoing struct {
 
 type outgoingAttachment struct {
 	ContentType string `json:"contentType"`
-	ContentURL  string `json:"contentUrl"`
+	ContentURL  string `json:"contentUrl,omitempty"`
 	Name        string `json:"name,omitempty"`
+	// Content is a card's (an approval prompt's buttons).
+	Content any `json:"content,omitempty"`
 }
 
 // resourceResponse is the connector's answer to a send: the activity id.
@@ -56,7 +58,8 @@ func conversation(t *deliveryv1.Target) (string, error) {
 	return c, nil
 }
 
-// Send posts a message: text as Markdown, attachments by URL. A reply to
+// Send posts a message: text as Markdown, attachments by URL, an
+// approval prompt's buttons as an Adaptive Card (buttons.go). A reply to
 // one of the user's messages (a numeric activity id, as Hermes checks)
 // goes to POST …/activities/{id}, which threads it where Teams threads;
 // when the connector refuses that (group chats do), it is posted to the
@@ -80,6 +83,9 @@ func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (str
 	}
 	if strings.TrimSpace(text) == "" && len(act.Attachments) == 0 {
 		return "", platform.Permanent(errors.New("empty message"))
+	}
+	if card := approvalCard(req.GetApproval()); card != nil {
+		act.Attachments = append(act.Attachments, *card)
 	}
 	base, err := p.serviceURL(ctx, conv)
 	if err != nil {

@@ -303,8 +303,9 @@ func (f *Fake) update(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var in struct {
-		Type string `json:"type"`
-		Text string `json:"text"`
+		Type        string           `json:"type"`
+		Text        string           `json:"text"`
+		Attachments []map[string]any `json:"attachments"`
 	}
 	if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&in); err != nil || in.Type != "message" {
 		writeJSON(w, http.StatusBadRequest, map[string]any{"error": map[string]any{"code": "BadArgument", "message": "bad activity"}})
@@ -317,7 +318,9 @@ func (f *Fake) update(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, map[string]any{"error": map[string]any{"code": "ActivityNotFoundInConversation", "message": "not found"}})
 		return
 	}
-	a.Text = in.Text
+	// An update replaces the activity: a card sent with it is gone
+	// unless the update sends it again.
+	a.Text, a.Attachments = in.Text, in.Attachments
 	a.Edits++
 	writeJSON(w, http.StatusOK, map[string]any{"id": a.ID})
 }
@@ -406,6 +409,27 @@ func (f *Fake) Message(conversation, convType, userID, userName, text string) ma
 	}
 }
 
+// Press builds the invoke activity Teams posts when user presses an
+// Action.Execute button of verb on the card (the bot's activity cardID)
+// in conversation: adaptiveCard/action with the action's data.
+func (f *Fake) Press(conversation, convType, userID, userName, cardID, verb string, data map[string]any) map[string]any {
+	a := f.Message(conversation, convType, userID, userName, "")
+	delete(a, "text")
+	delete(a, "textFormat")
+	a["type"], a["name"], a["replyToId"] = "invoke", "adaptiveCard/action", cardID
+	a["value"] = map[string]any{"action": map[string]any{"type": "Action.Execute", "verb": verb, "data": data}, "trigger": "manual"}
+	return a
+}
+
+// Submit builds the message activity Teams posts for an Action.Submit
+// press: no text, the action's data as its value.
+func (f *Fake) Submit(conversation, convType, userID, userName, cardID string, data map[string]any) map[string]any {
+	a := f.Message(conversation, convType, userID, userName, "")
+	delete(a, "text")
+	a["replyToId"], a["value"] = cardID, data
+	return a
+}
+
 // Mention makes activity @mention the bot: the <at> tag before its text
 // and the mention entity.
 func (f *Fake) Mention(activity map[string]any) map[string]any {
@@ -451,6 +475,29 @@ func (f *Fake) Post(ctx context.Context, url string, activity map[string]any) (i
 	}
 	svc, _ := activity["serviceUrl"].(string)
 	return f.PostRaw(ctx, url, body, "Bearer "+f.Sign(f.TokenClaims(svc)))
+}
+
+// PostAnswer posts an activity as Post does and returns the answer's
+// status and body (an invoke's answer).
+func (f *Fake) PostAnswer(ctx context.Context, url string, activity map[string]any) (int, string, error) {
+	body, err := json.Marshal(activity)
+	if err != nil {
+		return 0, "", err
+	}
+	svc, _ := activity["serviceUrl"].(string)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return 0, "", err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+f.Sign(f.TokenClaims(svc)))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	return resp.StatusCode, string(b), nil
 }
 
 // PostRaw posts body with the Authorization header given.
