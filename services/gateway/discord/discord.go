@@ -237,28 +237,58 @@ func (p *Platform) Capabilities() platform.Capabilities {
 	}
 }
 
+// resumeWait are the waits before resuming a session whose connection
+// was lost (about 15 s in all), and resumeStable how long a connection
+// must have lasted for the next loss to start them over.
+var (
+	resumeWait   = []time.Duration{500 * time.Millisecond, time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second}
+	resumeStable = time.Minute
+)
+
 // Connect opens the gateway (identify, or resume after a drop) and waits
-// until the connection is lost or ctx ends.
+// until the connection is lost or ctx ends. A lost connection (Discord
+// asks for reconnects now and then, op 7, and connections drop) is
+// resumed here within a second, as discord.py does: going back to the
+// runner would wait out its reconnect backoff (30 s and more) with the
+// bot deaf. Only a connection that keeps dropping goes back to it.
 func (p *Platform) Connect(ctx context.Context, conn platform.Conn) error {
 	lost := make(chan struct{}, 1)
 	p.connMu.Lock()
 	p.conn, p.ctx, p.lost = conn, ctx, lost
 	p.connMu.Unlock()
-	if err := p.s.Open(); err != nil {
-		var ce *websocket.CloseError
-		if errors.As(err, &ce) && (ce.Code == 4004 || ce.Code == 4013 || ce.Code == 4014) {
-			return platform.Fatal(fmt.Errorf("discord gateway: %w", err))
+	for quick := 0; ; quick++ {
+		select { // a loss reported twice is one loss
+		case <-lost:
+		default:
 		}
-		return fmt.Errorf("discord gateway open: %w", err)
-	}
-	conn.Connected()
-	select {
-	case <-ctx.Done():
-		// A normal close ends the session; a standby identifies afresh.
-		_ = p.s.Close()
-		return nil
-	case <-lost:
-		return errors.New("discord gateway connection lost")
+		if err := p.s.Open(); err != nil {
+			var ce *websocket.CloseError
+			if errors.As(err, &ce) && (ce.Code == 4004 || ce.Code == 4013 || ce.Code == 4014) {
+				return platform.Fatal(fmt.Errorf("discord gateway: %w", err))
+			}
+			return fmt.Errorf("discord gateway open: %w", err)
+		}
+		conn.Connected()
+		up := time.Now()
+		select {
+		case <-ctx.Done():
+			// A normal close ends the session; a standby identifies afresh.
+			_ = p.s.Close()
+			return nil
+		case <-lost:
+		}
+		if time.Since(up) >= resumeStable {
+			quick = 0
+		}
+		if quick >= len(resumeWait) {
+			return errors.New("discord gateway connection lost")
+		}
+		p.log.Warn("discord gateway connection lost; resuming", "attempt", quick+1)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(resumeWait[quick]):
+		}
 	}
 }
 

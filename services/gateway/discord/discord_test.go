@@ -155,7 +155,10 @@ func runWith(t *testing.T, f *discordfake.Fake, cfg Config, opts platform.Option
 	t.Helper()
 	b := bustest.New(t, bustest.EmbeddedURL(t))
 	cfg.BotToken, cfg.APIBaseURL = f.Token, f.URL()
-	opts.Backoff, opts.LeaseTTL = platform.Schedule(10*time.Millisecond), time.Second
+	if opts.Backoff == nil {
+		opts.Backoff = platform.Schedule(10 * time.Millisecond)
+	}
+	opts.LeaseTTL = time.Second
 	s, err := New(cfg, Deps{Log: slog.New(slog.DiscardHandler), Bus: b, Runner: opts})
 	if err != nil {
 		t.Fatal(err)
@@ -248,6 +251,29 @@ func TestResumeReplayPublishesOnce(t *testing.T) {
 	}
 	if err := f.RequestHeartbeat(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A dropped connection (or Discord's op 7 reconnect) is resumed at once,
+// not after the runner's reconnect backoff (here a minute) with the bot
+// deaf; what came meanwhile is replayed by the resume.
+func TestDropResumesAtOnce(t *testing.T) {
+	t.Parallel()
+	f := newFake(t)
+	_, next := runWith(t, f, Config{}, platform.Options{Backoff: platform.Schedule(time.Minute)})
+	ctx := context.Background()
+	for i := range 2 {
+		f.Drop()
+		m := discordfake.MessageCreate{ID: f.NewID(), ChannelID: channel, GuildID: guild, AuthorID: user, Content: fmt.Sprint("after drop ", i)}
+		if err := f.Dispatch(ctx, "MESSAGE_CREATE", m.Payload()); err != nil {
+			t.Fatal(err)
+		}
+		if ev := next(10 * time.Second); ev.GetEventId() != m.ID {
+			t.Fatalf("after drop %d got %v, want %s within 10 s", i, ev, m.ID)
+		}
+	}
+	if _, identifies, resumes := f.Stats(); identifies != 1 || resumes != 2 {
+		t.Fatalf("identifies %d resumes %d, want 1 and 2", identifies, resumes)
 	}
 }
 
