@@ -91,6 +91,18 @@ type Platform interface {
 	Typing(ctx context.Context, req *deliveryv1.SendRequested) error
 }
 
+// SignInner is implemented by platforms that learn who they are (their
+// Account: the bot's user id) from the platform before they can run
+// (Mattermost's users/me, Slack's auth.test). The Runner calls SignIn
+// before anything else, and again on its backoff schedule while it
+// fails (the platform down or out of reach), the gateway unready
+// meanwhile with the last error, so a gateway started before its
+// platform waits for it. An error wrapped with Fatal (the platform
+// refused the credentials) ends Run with it: no retry mends it.
+type SignInner interface {
+	SignIn(ctx context.Context) error
+}
+
 // Streamer is implemented by platforms that stream text natively
 // (SEND_OP_STREAM_DELTA).
 type Streamer interface {

@@ -145,10 +145,9 @@ func NewRunner(p Platform, b *bus.Bus, opts Options) (*Runner, error) {
 	if name == "" {
 		return nil, errors.New("platform runner: empty platform name")
 	}
-	r := &Runner{
-		p: p, name: name, bus: b, opts: opts,
-		log:   opts.Log.With("platform", name, "account", p.Account()),
-		state: StateStarting,
+	r := &Runner{p: p, name: name, bus: b, opts: opts, log: opts.Log.With("platform", name), state: StateStarting}
+	if acct := p.Account(); acct != "" {
+		r.log = r.log.With("account", acct)
 	}
 	if opts.Attachments.Enabled {
 		r.attachments = attachment.New(b.JetStream(), b.Topology(), opts.Attachments)
@@ -230,6 +229,15 @@ func (r *Runner) openBuckets(ctx context.Context) error {
 func (r *Runner) Run(ctx context.Context) error {
 	if !r.started.CompareAndSwap(false, true) {
 		return errors.New("platform runner: Run called twice")
+	}
+	if si, ok := r.p.(SignInner); ok {
+		if err := r.signIn(ctx, si); err != nil {
+			return err
+		}
+		if ctx.Err() != nil {
+			r.setState(StateStopped, "")
+			return nil
+		}
 	}
 	if err := r.openBuckets(ctx); err != nil {
 		return err
@@ -350,6 +358,41 @@ func (r *Runner) Run(ctx context.Context) error {
 		<-waitDone
 	}
 	r.setState(StateStopped, "")
+	return nil
+}
+
+// signInTimeout bounds one sign-in call.
+const signInTimeout = 30 * time.Second
+
+// signIn calls si.SignIn until it succeeds (nil), ctx ends (nil) or the
+// platform refuses the credentials (the error, the state fatal), waiting
+// on the backoff schedule between attempts; each failure is logged once.
+func (r *Runner) signIn(ctx context.Context, si SignInner) error {
+	r.setState(StateConnecting, "")
+	for attempt := 0; ctx.Err() == nil; attempt++ {
+		callCtx, cancel := context.WithTimeout(ctx, signInTimeout)
+		err := si.SignIn(callCtx)
+		cancel()
+		switch {
+		case err == nil:
+			if acct := r.p.Account(); acct != "" {
+				r.log = r.log.With("account", acct)
+				r.react = newReactions(r.p, r.name, r.log)
+			}
+			return nil
+		case ctx.Err() != nil:
+			return nil
+		case IsFatal(err):
+			r.log.Error("platform refused the sign-in; not retrying", "err", err)
+			r.setState(StateFatal, err.Error())
+			return err
+		}
+		wait := r.opts.Backoff(attempt)
+		reconnectsTotal.WithLabelValues(r.name).Inc()
+		r.log.Warn("platform sign-in failed; retrying", "err", err, "attempt", attempt+1, "wait", wait)
+		r.setState(StateConnecting, err.Error())
+		sleep(ctx, wait)
+	}
 	return nil
 }
 

@@ -348,7 +348,8 @@ func TestAttachments(t *testing.T) {
 	}
 }
 
-// A token the server refuses stops New with a clear error.
+// A token the server refuses ends Run at once with a clear error: no
+// retry mends it.
 func TestRefusedToken(t *testing.T) {
 	t.Parallel()
 	f := mattermostfake.New(bot, botName, token)
@@ -356,9 +357,67 @@ func TestRefusedToken(t *testing.T) {
 	cfg := testConfig(f)
 	cfg.Token = "wrong"
 	b := bustest.New(t, bustest.EmbeddedURL(t))
-	_, err := New(cfg, Deps{Log: slog.New(slog.DiscardHandler), Bus: b})
+	s, err := New(cfg, Deps{Log: slog.New(slog.DiscardHandler), Bus: b, Runner: platform.Options{Backoff: platform.Schedule(10 * time.Millisecond)}})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err = s.Run(ctx)
 	if err == nil || !strings.Contains(err.Error(), "MATTERMOST_TOKEN") || !strings.Contains(err.Error(), "401") {
-		t.Fatalf("New with a refused token: %v", err)
+		t.Fatalf("Run with a refused token: %v", err)
+	}
+	if n := f.Calls("users/me"); n != 1 {
+		t.Fatalf("users/me asked %d times, want once", n)
+	}
+}
+
+// A server that is down when the gateway starts is asked again on the
+// backoff schedule, the gateway unready meanwhile; once it is up the
+// gateway signs in, connects and a message gets through.
+func TestServerDownAtStart(t *testing.T) {
+	t.Parallel()
+	f := mattermostfake.New(bot, botName, token)
+	t.Cleanup(f.Close)
+	fakeChannels(f)
+	down := platformtest.NewOutage(t)
+	cfg := testConfig(f)
+	cfg.URL = "http://" + down.Addr()
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	evs := platformtest.InboundEvents(t, b)
+	s, err := New(cfg, Deps{Log: slog.New(slog.DiscardHandler), Bus: b,
+		Runner: platform.Options{Backoff: platform.Schedule(20 * time.Millisecond), LeaseTTL: time.Second}})
+	if err != nil {
+		t.Fatalf("New with the server down: %v", err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("run: %v", err)
+		}
+		platformtest.DeleteBuckets(b)
+	})
+	platformtest.WaitFor(t, "a failed sign-in", func() bool {
+		_, reason := s.Runner().State()
+		return strings.Contains(reason, "users/me")
+	})
+	if err := s.Ready(ctx); err == nil {
+		t.Fatal("ready while the server is down")
+	}
+	down.End(t, strings.TrimPrefix(f.URL, "http://"))
+	platformtest.WaitFor(t, "the gateway to connect", func() bool {
+		st, _ := s.Runner().State()
+		return st == platform.StateConnected
+	})
+	if err := s.Ready(ctx); err != nil {
+		t.Fatalf("unready once connected: %v", err)
+	}
+	id := f.Message(dmCh, ann, "are you there?")
+	if ev := platformtest.NextEvent(t, evs); ev.GetEventId() != id || ev.GetSource().GetAccount() != bot {
+		t.Fatalf("event %v, want %s for account %s", ev, id, bot)
 	}
 }
 

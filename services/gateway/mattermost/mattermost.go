@@ -131,19 +131,15 @@ type Service struct {
 	p *Platform
 }
 
-// New builds the gateway; it asks the server who the bot is
-// (GET /users/me) within 30 s.
+// New builds the gateway without calling the server: Run asks it who the
+// bot is (SignIn) until it answers, unready meanwhile, so a gateway
+// started before its server waits for it; a refused token ends Run.
 func New(cfg Config, deps Deps) (*Service, error) {
 	if deps.Bus == nil {
 		return nil, errors.New("mattermost: bus is required")
 	}
 	p, err := NewPlatform(cfg, deps.Log, deps.HTTPClient)
 	if err != nil {
-		return nil, err
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := p.SignIn(ctx); err != nil {
 		return nil, err
 	}
 	opts := deps.Runner
@@ -216,11 +212,17 @@ func NewPlatform(cfg Config, log *slog.Logger, hc *http.Client) (*Platform, erro
 
 // SignIn asks the server who the token belongs to (GET /users/me): the
 // bot's id names the account and its own posts, its username is what
-// @mentions it.
+// @mentions it (platform.SignInner). A refused token (401, 403) is
+// Fatal; anything else (the server down) is retried.
 func (p *Platform) SignIn(ctx context.Context) error {
 	me, err := p.cli.me(ctx)
 	if err != nil {
-		return fmt.Errorf("mattermost: users/me failed (check MATTERMOST_TOKEN and MATTERMOST_URL): %w", err)
+		err = fmt.Errorf("mattermost: users/me failed (check MATTERMOST_TOKEN and MATTERMOST_URL): %w", err)
+		var ae *apiError
+		if errors.As(err, &ae) && (ae.Status == http.StatusUnauthorized || ae.Status == http.StatusForbidden) {
+			return platform.Fatal(err)
+		}
+		return err
 	}
 	p.rules = newRules(me.ID, me.Username, p.cfg.RequireMention, platform.IDSet(p.cfg.FreeResponseChannels))
 	p.log.Info("mattermost: signed in", "user_id", me.ID, "username", me.Username)
