@@ -3,6 +3,7 @@ package platform
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"time"
@@ -27,6 +28,21 @@ func ServeHTTP(ctx context.Context, srv *http.Server, ln net.Listener, grace tim
 		// The listener failed; requests in flight keep their connections.
 		return fmt.Errorf("serve http: %w", err)
 	}
+}
+
+// ReadBody reads a request body of at most limit bytes. One that says it
+// is longer (Content-Length) is refused before any of it is read — the
+// client need not send it, nor the server wait for it — and one that
+// turns out longer once limit bytes are read (chunked, a wrong length);
+// both with an *http.MaxBytesError, which the caller answers with 413.
+func ReadBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+	if r.ContentLength > limit {
+		// The rest of the body stays unread: the connection cannot
+		// serve another request.
+		w.Header().Set("Connection", "close")
+		return nil, &http.MaxBytesError{Limit: limit}
+	}
+	return io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 }
 
 // Deliverer is what a webhook's handler needs of the kit's Conn: publish

@@ -33,6 +33,10 @@ func bodyDeadline(next http.Handler, d time.Duration) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
+		// A copy of the request: the server's own keeps its body, by
+		// whose type it decides, after the handler, whether to read the
+		// rest of an unread body or close the connection.
+		r = r.WithContext(r.Context())
 		r.Body = &deadlineBody{ReadCloser: r.Body, lift: func() { _ = rc.SetReadDeadline(time.Time{}) }}
 		next.ServeHTTP(w, r)
 	})

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"regexp"
 	"strings"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/switchboard-chat/switchboard/pkg/cron"
 	"github.com/switchboard-chat/switchboard/pkg/cron/schedule"
+	"github.com/switchboard-chat/switchboard/pkg/platform"
 )
 
 // Hermes's jobs API: the cron jobs of the API client, over HTTP, as
@@ -232,7 +232,7 @@ func jobID(w http.ResponseWriter, r *http.Request) (string, bool) {
 
 func (s *Service) readJobBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 	limit := min(s.cfg.MaxBodyBytes, maxJobBody)
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	body, err := platform.ReadBody(w, r, limit)
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {

@@ -83,3 +83,43 @@ func TestSlowBodiesAreCutOff(t *testing.T) {
 		}
 	})
 }
+
+// A body that says it is over gateways.api.max_body_bytes is refused
+// (413) before any of it is read: the client need not send it, the
+// gateway reads none of it.
+func TestBodyOverTheLimitRefusedUnread(t *testing.T) {
+	t.Parallel()
+	b := newBus(t)
+	small := func(c *Config) { c.BodyTimeout = time.Hour; c.MaxBodyBytes = 1 << 10 }
+	s := startService(t, b, small)
+	jobs := strings.TrimPrefix(jobsServer(t, jobsStore(t), small).URL, "http://")
+	for _, tt := range []struct{ addr, key, path string }{
+		{s.Addr(), testKey, "/v1/chat/completions"},
+		{s.Addr(), testKey, "/v1/responses"},
+		{s.Addr(), testKey, "/v1/runs"},
+		{jobs, aliceKey, "/api/jobs"},
+	} {
+		t.Run(tt.path, func(t *testing.T) {
+			t.Parallel()
+			conn, err := net.Dial("tcp", tt.addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			head := "POST " + tt.path + " HTTP/1.1\r\nHost: " + tt.addr + "\r\nContent-Type: application/json\r\n" +
+				"Authorization: Bearer " + tt.key + "\r\nContent-Length: 1073741824\r\n\r\n{\"model\":"
+			if _, err := conn.Write([]byte(head)); err != nil {
+				t.Fatal(err)
+			}
+			_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+			resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+			if err != nil {
+				t.Fatalf("no answer to a body over the limit before it was sent: %v", err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusRequestEntityTooLarge {
+				t.Fatalf("status %d, want 413", resp.StatusCode)
+			}
+		})
+	}
+}

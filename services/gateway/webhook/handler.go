@@ -3,7 +3,6 @@ package webhook
 import (
 	"encoding/json"
 	"errors"
-	"io"
 	"net/http"
 	"time"
 
@@ -43,7 +42,7 @@ func (s *Service) serveWebhook(w http.ResponseWriter, r *http.Request) {
 		respond(w, http.StatusNotFound, "unknown_route", "")
 		return
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+	body, err := platform.ReadBody(w, r, s.cfg.MaxBodyBytes)
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {

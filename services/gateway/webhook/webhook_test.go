@@ -386,3 +386,29 @@ func TestStopFinishesDeliveriesInFlight(t *testing.T) {
 		t.Fatalf("published %q", got.GetText())
 	}
 }
+
+// A delivery that says it is over max_body_bytes is refused (413)
+// before any of it is read, not after the gateway waited for it.
+func TestBodyOverTheLimitRefusedUnread(t *testing.T) {
+	t.Parallel()
+	_, s, _, _ := startGateway(t)
+	conn, err := net.Dial("tcp", s.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	head := "POST /webhooks/gh HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-GitHub-Event: push\r\n" +
+		"X-Hub-Signature-256: sha256=00\r\nContent-Length: 1073741824\r\n\r\n{"
+	if _, err := conn.Write([]byte(head)); err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("no answer before the body was sent: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestEntityTooLarge {
+		t.Fatalf("status %d, want 413", resp.StatusCode)
+	}
+}
