@@ -233,3 +233,74 @@ func TestAutoJoin(t *testing.T) {
 		t.Fatalf("event %v, want %s in a DM", ev, id)
 	}
 }
+
+// A homeserver that is down when the gateway starts is asked again on
+// the backoff schedule (whoami), the gateway unready meanwhile; once it
+// is up the gateway syncs and a message gets through.
+func TestHomeserverDownAtStart(t *testing.T) {
+	t.Parallel()
+	f := matrixfake.New(bot, token)
+	t.Cleanup(f.Close)
+	fakeRooms(f)
+	down := platformtest.NewOutage(t)
+	cfg := testConfig(f)
+	cfg.Homeserver = "http://" + down.Addr()
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	t.Cleanup(func() {
+		_ = b.JetStream().DeleteKeyValue(context.Background(), b.Topology().Stream(BucketCursors))
+	})
+	evs := platformtest.InboundEvents(t, b)
+	s, err := New(cfg, Deps{Log: slog.New(slog.DiscardHandler), Bus: b,
+		Runner: platform.Options{Backoff: platform.Schedule(20 * time.Millisecond), LeaseTTL: time.Second}})
+	if err != nil {
+		t.Fatalf("New with the homeserver down: %v", err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("run: %v", err)
+		}
+		platformtest.DeleteBuckets(b)
+	})
+	platformtest.WaitFor(t, "a failed whoami", func() bool {
+		_, reason := s.Runner().State()
+		return strings.Contains(reason, "whoami")
+	})
+	if err := s.Ready(ctx); err == nil {
+		t.Fatal("ready while the homeserver is down")
+	}
+	down.End(t, strings.TrimPrefix(f.URL, "http://"))
+	platformtest.WaitFor(t, "the gateway to sync", func() bool {
+		st, _ := s.Runner().State()
+		return st == platform.StateConnected
+	})
+	id := f.Message(dmRm, ann, "are you there?")
+	if ev := platformtest.NextEvent(t, evs); ev.GetEventId() != id || ev.GetSource().GetAccount() != bot {
+		t.Fatalf("event %v, want %s for %s", ev, id, bot)
+	}
+}
+
+// A token the homeserver does not know ends Run at once with the reason.
+func TestRefusedTokenEndsRun(t *testing.T) {
+	t.Parallel()
+	f := matrixfake.New(bot, token)
+	t.Cleanup(f.Close)
+	cfg := testConfig(f)
+	cfg.AccessToken = "syt_wrong"
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	s, err := New(cfg, Deps{Log: slog.New(slog.DiscardHandler), Bus: b, Runner: platform.Options{Backoff: platform.Schedule(10 * time.Millisecond)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := s.Run(ctx); err == nil || !strings.Contains(err.Error(), "MATRIX_ACCESS_TOKEN") || !strings.Contains(err.Error(), "M_UNKNOWN_TOKEN") {
+		t.Fatalf("Run with a refused token: %v", err)
+	}
+	if st, _ := s.Runner().State(); st != platform.StateFatal {
+		t.Fatalf("state %s, want fatal", st)
+	}
+}

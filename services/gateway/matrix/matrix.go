@@ -142,19 +142,16 @@ type Service struct {
 	p *Platform
 }
 
-// New builds the gateway. Without a user id, or with a password, it asks
-// the homeserver who the bot is (whoami) or signs in, within 30 s.
+// New builds the gateway without calling the homeserver. Without a user
+// id, or with a password, Run asks it who the bot is (whoami) or logs in
+// (SignIn) until it answers, unready meanwhile, so a gateway started
+// before its homeserver waits for it; refused credentials end Run.
 func New(cfg Config, deps Deps) (*Service, error) {
 	if deps.Bus == nil {
 		return nil, errors.New("matrix: bus is required")
 	}
 	p, err := NewPlatform(cfg, deps.Log, deps.HTTPClient)
 	if err != nil {
-		return nil, err
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := p.SignIn(ctx); err != nil {
 		return nil, err
 	}
 	opts := deps.Runner
@@ -185,7 +182,9 @@ type Platform struct {
 
 	free, allowed map[string]bool
 
-	// cursor keeps the sync token; nil until Attach.
+	// bus holds the sync token (nil until Attach); cursor keeps it, made
+	// at the first Connect, once the account is known.
+	bus    *bus.Bus
 	cursor *cursor
 	// seen and markSeen are the Runner's: whether an event id was
 	// published, and recording the threads the bot writes in.
@@ -246,7 +245,7 @@ func (p *Platform) SignIn(ctx context.Context) error {
 			StoreCredentials:         true,
 		})
 		if err != nil {
-			return fmt.Errorf("matrix: login as %s failed (check MATRIX_USER_ID and MATRIX_PASSWORD): %w", p.cfg.UserID, err)
+			return refused(fmt.Errorf("matrix: login as %s failed (check MATRIX_USER_ID and MATRIX_PASSWORD): %w", p.cfg.UserID, err))
 		}
 		p.cfg.UserID = resp.UserID.String()
 		return nil
@@ -256,17 +255,38 @@ func (p *Platform) SignIn(ctx context.Context) error {
 	}
 	resp, err := p.cli.Whoami(ctx)
 	if err != nil {
-		return fmt.Errorf("matrix: whoami failed (check MATRIX_ACCESS_TOKEN and MATRIX_HOMESERVER, or set MATRIX_USER_ID): %w", err)
+		return refused(fmt.Errorf("matrix: whoami failed (check MATRIX_ACCESS_TOKEN and MATRIX_HOMESERVER, or set MATRIX_USER_ID): %w", err))
 	}
 	p.cfg.UserID = resp.UserID.String()
 	p.cli.UserID = resp.UserID
 	return nil
 }
 
+// refused marks err Fatal when the homeserver refused the credentials
+// (401, 403, M_FORBIDDEN, M_UNKNOWN_TOKEN, M_MISSING_TOKEN,
+// M_USER_DEACTIVATED): retrying cannot mend them. Anything else (the
+// homeserver down, a 5xx, a 429) is retried.
+func refused(err error) error {
+	var he mautrix.HTTPError
+	if !errors.As(err, &he) {
+		return err
+	}
+	if he.RespError != nil {
+		switch he.RespError.ErrCode {
+		case mautrix.MForbidden.ErrCode, mautrix.MUnknownToken.ErrCode, mautrix.MMissingToken.ErrCode, mautrix.MUserDeactivated.ErrCode:
+			return platform.Fatal(err)
+		}
+	}
+	if he.Response != nil && (he.Response.StatusCode == http.StatusUnauthorized || he.Response.StatusCode == http.StatusForbidden) {
+		return platform.Fatal(err)
+	}
+	return err
+}
+
 // Attach gives the platform the bus (its sync token's bucket) and the
 // runner's MarkSeen, which records the threads the bot answers in.
 func (p *Platform) Attach(b *bus.Bus, markSeen func(ctx context.Context, eventID string) error) {
-	p.cursor = &cursor{bus: b, key: cursorKey(p.Account())}
+	p.bus = b
 	p.markSeen = markSeen
 }
 

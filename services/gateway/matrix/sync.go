@@ -30,8 +30,11 @@ const maxEventBytes = 64 << 10
 // sync fails. Each batch's messages are published, the invites joined
 // and the read receipts sent before the token moves on.
 func (p *Platform) Connect(ctx context.Context, conn platform.Conn) error {
-	if p.cursor == nil {
+	if p.bus == nil {
 		return platform.Fatal(errors.New("matrix: platform not attached to a bus"))
+	}
+	if p.cursor == nil {
+		p.cursor = &cursor{bus: p.bus, key: cursorKey(p.Account())}
 	}
 	since, err := p.cursor.load(ctx)
 	if err != nil {
