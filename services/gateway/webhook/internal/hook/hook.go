@@ -39,22 +39,28 @@ const maxPromptBytes = 32 << 10
 const (
 	SigGitHub  = "github"  // X-Hub-Signature-256: sha256=<hex HMAC-SHA256 of the body>
 	SigGitLab  = "gitlab"  // X-Gitlab-Token: the secret itself
-	SigGeneric = "generic" // <header>: [sha256=]<hex HMAC-SHA256 of the body>
+	// SigGeneric: <header>: [sha256=]<hex HMAC-SHA256 of the body>; or,
+	// as Hermes's generic V2, X-Webhook-Signature-V2: <hex HMAC-SHA256 of
+	// "<X-Webhook-Timestamp>.<body>"> with the timestamp within
+	// TimestampTolerance (a delivery with it is checked by it alone).
+	SigGeneric = "generic"
 	// SigStandard is Standard Webhooks (Svix's scheme, which Hermes reads
 	// too): webhook-signature: v1,<base64 HMAC-SHA256 of
 	// "<webhook-id>.<webhook-timestamp>.<body>">, keyed by the secret
 	// (whsec_<base64> decoded, else its bytes); svix-* headers alike.
 	// The only scheme whose signature covers a time and the delivery id:
-	// a captured delivery replayed after StandardTolerance is refused,
-	// and within it its signed id makes it a duplicate.
+	// a captured delivery replayed after TimestampTolerance is refused,
+	// and within it its signed id makes it a duplicate (generic V2 signs
+	// a time, not the id).
 	SigStandard = "standard"
 	SigNone     = "none" // no check; only with insecure: true
 )
 
-// StandardTolerance is how far a Standard Webhooks timestamp may be from
-// the gateway's clock, either way (the specification's 5 minutes, as
-// Hermes checks it); well inside the seen record's days.
-const StandardTolerance = 5 * time.Minute
+// TimestampTolerance is how far a signed timestamp (Standard Webhooks,
+// generic V2) may be from the gateway's clock, either way (Standard
+// Webhooks' 5 minutes, as Hermes checks both); well inside the seen
+// record's days.
+const TimestampTolerance = 5 * time.Minute
 
 // Route configures one webhook endpoint.
 type Route struct {
@@ -75,6 +81,11 @@ type Route struct {
 	DeliverOnly bool `koanf:"deliver_only"`
 	// Insecure allows signature: none.
 	Insecure bool `koanf:"insecure"`
+	// RequireTimestamp (generic routes) refuses a delivery without the
+	// timestamped V2 signature: the body-only one can be replayed at any
+	// time, and a captured delivery that carries both can be replayed
+	// without its V2 header.
+	RequireTimestamp bool `koanf:"require_timestamp"`
 }
 
 // ReplyTarget is a chat on another platform.
@@ -125,6 +136,9 @@ func Compile(name string, r Route, keyPrefix string) (*CompiledRoute, error) {
 	}
 	if r.Header == "" {
 		r.Header = "X-Webhook-Signature"
+	}
+	if r.RequireTimestamp && r.Signature != SigGeneric {
+		return nil, config.Invalid(key+".require_timestamp", true, "a generic route (standard signatures always carry a timestamp)")
 	}
 	if r.DeliverOnly && r.Reply.Platform == "" {
 		return nil, config.Invalid(key+".reply.platform", "", "a reply target for a deliver_only route")
@@ -232,6 +246,14 @@ func Verify(route *CompiledRoute, h http.Header, body []byte, now time.Time) err
 	case SigGitHub:
 		return CheckHMAC(h.Get("X-Hub-Signature-256"), route.Secret, body, true)
 	case SigGeneric:
+		if v2 := h.Get(HeaderSignatureV2); v2 != "" {
+			// Checked by it alone: a bad timestamp does not fall back to
+			// the body-only signature.
+			return CheckGenericV2(v2, h.Get(HeaderTimestamp), route.Secret, body, now)
+		}
+		if route.RequireTimestamp {
+			return errors.New(HeaderSignatureV2 + " missing: this route takes only timestamped signatures")
+		}
 		return CheckHMAC(h.Get(route.Header), route.Secret, body, false)
 	case SigStandard:
 		id, ts, sig := standardHeaders(h)
@@ -257,6 +279,54 @@ func CheckHMAC(header, secret string, body []byte, prefixRequired bool) error {
 	mac.Write(body)
 	if !hmac.Equal(got, mac.Sum(nil)) {
 		return errors.New("signature does not match")
+	}
+	return nil
+}
+
+// The headers of Hermes's generic V2 signature.
+const (
+	HeaderSignatureV2 = "X-Webhook-Signature-V2"
+	HeaderTimestamp   = "X-Webhook-Timestamp"
+)
+
+// CheckGenericV2 verifies Hermes's generic V2 signature: the hex HMAC of
+// "<timestamp>.<body>" (constant time), the timestamp (Unix seconds)
+// within TimestampTolerance of now.
+func CheckGenericV2(signature, timestamp, secret string, body []byte, now time.Time) error {
+	if timestamp == "" {
+		return errors.New(HeaderSignatureV2 + " without " + HeaderTimestamp)
+	}
+	got, err := hex.DecodeString(strings.TrimSpace(signature))
+	if err != nil || len(got) != sha256.Size {
+		return errors.New(HeaderSignatureV2 + " is not a hex SHA-256 HMAC")
+	}
+	mac := hmac.New(sha256.New, []byte(secret))
+	mac.Write([]byte(timestamp + "."))
+	mac.Write(body)
+	if !hmac.Equal(got, mac.Sum(nil)) {
+		return errors.New(HeaderSignatureV2 + " does not match")
+	}
+	return checkTimestamp(HeaderTimestamp, timestamp, now)
+}
+
+// SignGenericV2 returns the X-Webhook-Signature-V2 value of body sent at
+// at.
+func SignGenericV2(secret string, at time.Time, body []byte) string {
+	mac := hmac.New(sha256.New, []byte(secret))
+	mac.Write([]byte(strconv.FormatInt(at.Unix(), 10) + "."))
+	mac.Write(body)
+	return hex.EncodeToString(mac.Sum(nil))
+}
+
+// checkTimestamp refuses a timestamp (Unix seconds, header name) more
+// than TimestampTolerance from now, either way.
+func checkTimestamp(name, timestamp string, now time.Time) error {
+	sec, err := strconv.ParseInt(timestamp, 10, 64)
+	if err != nil {
+		return errors.New(name + " is not Unix seconds")
+	}
+	if off := now.Sub(time.Unix(sec, 0)); off > TimestampTolerance || off < -TimestampTolerance {
+		return fmt.Errorf("%s is %s from the gateway's clock, beyond %s: a replay, or a clock that is off", name, off.Round(time.Second), TimestampTolerance)
 	}
 	return nil
 }
@@ -289,7 +359,7 @@ func standardKey(secret string) ([]byte, error) {
 // CheckStandard verifies a Standard Webhooks signature: one of the
 // space-separated v1,<base64> signatures is the HMAC of
 // "<id>.<timestamp>.<body>" (constant time), and the timestamp (Unix
-// seconds) is within StandardTolerance of now.
+// seconds) is within TimestampTolerance of now.
 func CheckStandard(id, timestamp, signatures, secret string, body []byte, now time.Time) error {
 	if id == "" || timestamp == "" || signatures == "" {
 		return errors.New("webhook-id, webhook-timestamp or webhook-signature missing")
@@ -315,14 +385,7 @@ func CheckStandard(id, timestamp, signatures, secret string, body []byte, now ti
 	if !matched {
 		return errors.New("no webhook-signature matches")
 	}
-	sec, err := strconv.ParseInt(timestamp, 10, 64)
-	if err != nil {
-		return errors.New("webhook-timestamp is not Unix seconds")
-	}
-	if off := now.Sub(time.Unix(sec, 0)); off > StandardTolerance || off < -StandardTolerance {
-		return fmt.Errorf("webhook-timestamp is %s from the gateway's clock, beyond %s: a replay, or a clock that is off", off.Round(time.Second), StandardTolerance)
-	}
-	return nil
+	return checkTimestamp("webhook-timestamp", timestamp, now)
 }
 
 // SignStandard returns the Standard Webhooks signature header value of a
