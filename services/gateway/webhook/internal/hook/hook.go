@@ -37,8 +37,8 @@ const maxPromptBytes = 32 << 10
 
 // Signature schemes.
 const (
-	SigGitHub  = "github"  // X-Hub-Signature-256: sha256=<hex HMAC-SHA256 of the body>
-	SigGitLab  = "gitlab"  // X-Gitlab-Token: the secret itself
+	SigGitHub = "github" // X-Hub-Signature-256: sha256=<hex HMAC-SHA256 of the body>
+	SigGitLab = "gitlab" // X-Gitlab-Token: the secret itself
 	// SigGeneric: <header>: [sha256=]<hex HMAC-SHA256 of the body>; or,
 	// as Hermes's generic V2, X-Webhook-Signature-V2: <hex HMAC-SHA256 of
 	// "<X-Webhook-Timestamp>.<body>"> with the timestamp within
