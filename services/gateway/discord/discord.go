@@ -105,7 +105,10 @@ type Service struct {
 	p *Platform
 }
 
-// New learns the bot's identity (GET /users/@me) and builds the gateway.
+// New builds the gateway without calling Discord: Run learns the bot's
+// identity (SignIn, GET /users/@me) until Discord answers, unready
+// meanwhile, so a gateway started while Discord is out of reach waits for
+// it; a refused token ends Run.
 func New(cfg Config, deps Deps) (*Service, error) {
 	if deps.Bus == nil {
 		return nil, errors.New("discord: bus is required")
@@ -114,9 +117,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	defer cancel()
-	p, err := NewPlatform(ctx, cfg, log)
+	p, err := newPlatform(cfg, log)
 	if err != nil {
 		return nil, err
 	}
@@ -169,6 +170,19 @@ func (t rewrite) RoundTrip(r *http.Request) (*http.Response, error) {
 
 // NewPlatform builds the session and checks the token.
 func NewPlatform(ctx context.Context, cfg Config, log *slog.Logger) (*Platform, error) {
+	p, err := newPlatform(cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.SignIn(ctx); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// newPlatform builds the platform without calling Discord; SignIn
+// learns the bot's identity.
+func newPlatform(cfg Config, log *slog.Logger) (*Platform, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -190,13 +204,9 @@ func NewPlatform(ctx context.Context, cfg Config, log *slog.Logger) (*Platform, 
 	s.Identify.Intents = discordgo.IntentsGuildMessages | discordgo.IntentsDirectMessages | discordgo.IntentsMessageContent
 	s.LogLevel = discordgo.LogError
 
-	me, err := s.User("@me", discordgo.WithContext(ctx))
-	if err != nil {
-		return nil, fmt.Errorf("discord users/@me: %w", err)
-	}
 	p := &Platform{
 		cfg: cfg, log: log.With("platform", "discord"), s: s, cdn: cdnClient(s.Client), channels: map[string]channelInfo{},
-		rules: rules{Account: me.ID, BotID: me.ID, AllowBots: cfg.AllowBots, AutoThread: cfg.AutoThread,
+		rules: rules{AllowBots: cfg.AllowBots, AutoThread: cfg.AutoThread,
 			AllowedChannels: platform.IDSet(cfg.AllowedChannels), IgnoredChannels: platform.IDSet(cfg.IgnoredChannels), AllowedRoles: platform.IDSet(cfg.AllowedRoles),
 			RequireMention: cfg.RequireMention, FreeChannels: platform.IDSet(cfg.FreeResponseChannels), IgnoreNoMention: cfg.IgnoreNoMention},
 	}
@@ -206,6 +216,22 @@ func NewPlatform(ctx context.Context, cfg Config, log *slog.Logger) (*Platform, 
 	s.AddHandler(p.onEvent)
 	s.AddHandler(func(*discordgo.Session, *discordgo.Disconnect) { p.signalLost() })
 	return p, nil
+}
+
+// SignIn learns the bot's identity (GET /users/@me), its id the account
+// (platform.SignInner). A token Discord refuses (401, 403) is Fatal;
+// anything else (Discord out of reach, a 5xx) is retried.
+func (p *Platform) SignIn(ctx context.Context) error {
+	me, err := p.s.User("@me", discordgo.WithContext(ctx))
+	if err != nil {
+		var re *discordgo.RESTError
+		if errors.As(err, &re) && re.Response != nil && (re.Response.StatusCode == http.StatusUnauthorized || re.Response.StatusCode == http.StatusForbidden) {
+			return platform.Fatal(fmt.Errorf("discord refused the bot token (check DISCORD_BOT_TOKEN): users/@me: %w", err))
+		}
+		return fmt.Errorf("discord users/@me: %w", err)
+	}
+	p.rules.Account, p.rules.BotID = me.ID, me.ID
+	return nil
 }
 
 // allowAll reports whether the environment lets every Discord user in,
