@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 	"unicode"
@@ -20,6 +21,7 @@ const cronUsage = "Commands:\n" +
 	"  /cron pause <job_id>\n" +
 	"  /cron resume <job_id>\n" +
 	"  /cron run <job_id>\n" +
+	"  /cron edit <job_id> [--schedule S] [--prompt P] [--name N] [--deliver D] [--repeat N]\n" +
 	"  /cron remove <job_id>"
 
 // cronCommand runs /cron for the sender: each user (in a group, each
@@ -62,6 +64,8 @@ func (s *Service) cronCommand(ctx context.Context, m *msgCtx, args string) strin
 			return "Failed to create job: " + s.cronError(ctx, err)
 		}
 		return fmt.Sprintf("Created job: %s\n  Schedule: %s\n  Next run: %s", j.ID, j.Display, s.when(j.NextRunAt))
+	case "edit", "update":
+		return s.cronEdit(ctx, owner, rest)
 	case "pause", "resume", "run", "remove", "rm", "delete":
 		if rest == "" {
 			return "Usage: /cron " + sub + " <job_id>"
@@ -98,7 +102,168 @@ func (s *Service) cronCommand(ctx context.Context, m *msgCtx, args string) strin
 		}
 		return fmt.Sprintf("Removed job: %s (%s)", j.Name, j.ID)
 	}
-	return fmt.Sprintf("Unknown cron command: %s\n  Available: list, add, pause, resume, run, remove", sub)
+	return fmt.Sprintf("Unknown cron command: %s\n  Available: list, add, edit, pause, resume, run, remove", sub)
+}
+
+// cronEdit is Hermes's /cron edit (hermes cron edit): the job's schedule,
+// prompt, name, deliver target or repeat count, each a flag; the rest of
+// the words name the job. Skills, models and scripts are Hermes's per-job
+// settings Switchboard has no counterpart for: refused, not ignored.
+func (s *Service) cronEdit(ctx context.Context, owner, args string) string {
+	ref, u, err := parseCronEdit(args)
+	if err != nil {
+		return "Failed to update job: " + err.Error()
+	}
+	if ref == "" {
+		return cronEditUsage
+	}
+	if u == (cron.Update{}) {
+		return "Failed to update job: No updates provided."
+	}
+	j, err := s.cron.Update(ctx, owner, ref, u)
+	if errors.Is(err, cron.ErrNotFound) {
+		return fmt.Sprintf("Failed to update job: Job with ID or name '%s' not found. Use /cron list to see your jobs.", ref)
+	}
+	if err != nil {
+		return "Failed to update job: " + s.cronError(ctx, err)
+	}
+	return fmt.Sprintf("Updated job: %s\n  Name: %s\n  Schedule: %s (%s)\n  Next run: %s", j.ID, j.Name, j.Display, j.RepeatDisplay(), s.when(j.NextRunAt))
+}
+
+const cronEditUsage = "Usage: /cron edit <job_id> [--schedule S] [--prompt P] [--name N] [--deliver D] [--repeat N]"
+
+// Hermes's cron edit options that have no counterpart here.
+var cronEditUnsupported = map[string]string{
+	"--skill": "skills", "--skills": "skills", "--add-skill": "skills", "--remove-skill": "skills", "--clear-skills": "skills",
+	"--model": "models", "--provider": "models", "--pinned": "models", "--reasoning-effort": "models",
+	"--script": "scripts", "--no-agent": "scripts", "--interpreter": "scripts", "--monitor-script": "scripts", "--monitor-url": "scripts",
+	"--workdir": "working directories", "--continuity": "continuity", "--failure-deliver": "failure targets",
+}
+
+// parseCronEdit reads /cron edit's arguments, quoted as a shell quotes
+// ("…", '…'): --flag value or --flag=value options, and the other words,
+// which name the job.
+func parseCronEdit(args string) (string, cron.Update, error) {
+	var u cron.Update
+	words, err := shellWords(args)
+	if err != nil {
+		return "", u, err
+	}
+	var ref []string
+	for i := 0; i < len(words); i++ {
+		w := words[i]
+		if !strings.HasPrefix(w, "--") {
+			ref = append(ref, w)
+			continue
+		}
+		flag, val, hasVal := strings.Cut(w, "=")
+		flag = strings.ToLower(flag)
+		if what, ok := cronEditUnsupported[flag]; ok {
+			return "", u, fmt.Errorf("%s: Switchboard's cron jobs have no per-job %s", flag, what)
+		}
+		switch flag {
+		case "--schedule", "--prompt", "--name", "--deliver", "--repeat":
+		default:
+			return "", u, fmt.Errorf("unknown option %s (use --schedule, --prompt, --name, --deliver or --repeat)", flag)
+		}
+		if !hasVal {
+			if i+1 >= len(words) {
+				return "", u, fmt.Errorf("%s needs a value", flag)
+			}
+			i++
+			val = words[i]
+		}
+		switch flag {
+		case "--schedule":
+			u.Schedule = &val
+		case "--prompt":
+			u.Prompt = &val
+		case "--name":
+			u.Name = &val
+		case "--deliver":
+			u.Deliver = &val
+		case "--repeat":
+			n, err := repeatValue(val)
+			if err != nil {
+				return "", u, err
+			}
+			u.Repeat = &n
+		}
+	}
+	return strings.Join(ref, " "), u, nil
+}
+
+// repeatValue is Hermes's repeat: a count, "once", or "forever" (0).
+func repeatValue(v string) (int, error) {
+	switch strings.ToLower(strings.TrimSpace(v)) {
+	case "forever", "infinite", "inf", "none":
+		return 0, nil
+	case "once", "one", "1x":
+		return 1, nil
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(v))
+	if err != nil || n < 0 || n > 1_000_000 {
+		return 0, fmt.Errorf("invalid repeat value %q: use a count, 'forever' or 'once'", v)
+	}
+	return n, nil
+}
+
+// shellWords splits s at spaces outside quotes, as a shell does: '…'
+// keeps its text as it is; "…" too, but for \" and \\; outside quotes a
+// backslash keeps the next character. It reads bytes (every byte it
+// acts on is ASCII), so text that is not UTF-8 passes through as it is.
+func shellWords(s string) ([]string, error) {
+	var (
+		words []string
+		cur   strings.Builder
+		in    bool // inside a word
+		quote byte
+	)
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case quote == '\'':
+			if c == quote {
+				quote = 0
+			} else {
+				cur.WriteByte(c)
+			}
+		case quote == '"':
+			switch {
+			case c == '"':
+				quote = 0
+			case c == '\\' && i+1 < len(s) && (s[i+1] == '"' || s[i+1] == '\\'):
+				i++
+				cur.WriteByte(s[i])
+			default:
+				cur.WriteByte(c)
+			}
+		case c == '"' || c == '\'':
+			quote, in = c, true
+		case c == '\\':
+			in = true
+			if i+1 < len(s) {
+				i++
+			}
+			cur.WriteByte(s[i])
+		case c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f':
+			if in {
+				words = append(words, cur.String())
+				cur.Reset()
+				in = false
+			}
+		default:
+			cur.WriteByte(c)
+			in = true
+		}
+	}
+	if quote != 0 {
+		return nil, fmt.Errorf("unclosed %c quote", quote)
+	}
+	if in {
+		words = append(words, cur.String())
+	}
+	return words, nil
 }
 
 // cronError is what the user reads of a failed change: the reason when

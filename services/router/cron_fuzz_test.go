@@ -31,3 +31,44 @@ func FuzzSplitSchedule(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParseCronEdit: /cron edit's words come from the text (never longer
+// than it, never a broken character), words quoted back read back the
+// same, and nothing panics.
+func FuzzParseCronEdit(f *testing.F) {
+	for _, s := range []string{`abc --schedule "every 4h"`, `--prompt 'a "b"' j`, `j --name=x --repeat once`, `j\ k --deliver telegram:1`,
+		`"unclosed`, `j --prompt "a \"q\" C:\p"`, `--skill x`, `j --schedule`, "j\t--prompt\n'x y'", `\`, `""`} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, args string) {
+		words, err := shellWords(args)
+		if err != nil {
+			return
+		}
+		total := 0
+		for _, w := range words {
+			total += len(w)
+			if utf8.ValidString(args) && !utf8.ValidString(w) {
+				t.Fatalf("shellWords(%q) broke a character: %q", args, w)
+			}
+		}
+		if total > len(args) {
+			t.Fatalf("shellWords(%q) = %q: longer than the text", args, words)
+		}
+		quoted := make([]string, 0, len(words))
+		for _, w := range words {
+			if strings.Contains(w, "'") || !utf8.ValidString(w) {
+				return
+			}
+			quoted = append(quoted, "'"+w+"'")
+		}
+		again, err := shellWords(strings.Join(quoted, " "))
+		if err != nil || strings.Join(again, "\x00") != strings.Join(words, "\x00") || len(again) != len(words) {
+			t.Fatalf("shellWords(%q) = %q; quoted back it reads %q, %v", args, words, again, err)
+		}
+		ref, _, err := parseCronEdit(args)
+		if err == nil && len(ref) > len(args) {
+			t.Fatalf("parseCronEdit(%q): job %q longer than the text", args, ref)
+		}
+	})
+}

@@ -2,6 +2,7 @@ package router
 
 import (
 	"context"
+	"reflect"
 	"regexp"
 	"strings"
 	"testing"
@@ -27,6 +28,45 @@ func TestSplitSchedule(t *testing.T) {
 		s, p := splitSchedule(c.in)
 		if s != c.sched || p != c.prompt {
 			t.Errorf("splitSchedule(%q) = %q, %q; want %q, %q", c.in, s, p, c.sched, c.prompt)
+		}
+	}
+}
+
+func TestParseCronEdit(t *testing.T) {
+	str := func(s string) *string { return &s }
+	num := func(n int) *int { return &n }
+	cases := []struct {
+		in   string
+		ref  string
+		u    cron.Update
+		fail string
+	}{
+		{in: `abc123 --schedule "every 4h"`, ref: "abc123", u: cron.Update{Schedule: str("every 4h")}},
+		{in: `--prompt 'Use the "revised" task' abc123`, ref: "abc123", u: cron.Update{Prompt: str(`Use the "revised" task`)}},
+		{in: `morning digest --name=Digest --deliver telegram:-100:7 --repeat 3`, ref: "morning digest",
+			u: cron.Update{Name: str("Digest"), Deliver: str("telegram:-100:7"), Repeat: num(3)}},
+		{in: `j --repeat forever --SCHEDULE 0\ 9\ *\ *\ *`, ref: "j", u: cron.Update{Repeat: num(0), Schedule: str("0 9 * * *")}},
+		{in: `j --prompt "a \"quoted\" C:\path"`, ref: "j", u: cron.Update{Prompt: str(`a "quoted" C:\path`)}},
+		{in: `j --repeat once`, ref: "j", u: cron.Update{Repeat: num(1)}},
+		{in: `j`, ref: "j"},
+		{in: ``},
+		{in: `j --skill arxiv`, fail: "--skill: Switchboard's cron jobs have no per-job skills"},
+		{in: `j --model gpt-5`, fail: "no per-job models"},
+		{in: `j --frobnicate`, fail: "unknown option --frobnicate"},
+		{in: `j --schedule`, fail: "--schedule needs a value"},
+		{in: `j --repeat often`, fail: "invalid repeat value"},
+		{in: `j --prompt "unclosed`, fail: "unclosed \" quote"},
+	}
+	for _, c := range cases {
+		ref, u, err := parseCronEdit(c.in)
+		if c.fail != "" {
+			if err == nil || !strings.Contains(err.Error(), c.fail) {
+				t.Errorf("parseCronEdit(%q): error %v, want %q", c.in, err, c.fail)
+			}
+			continue
+		}
+		if err != nil || ref != c.ref || !reflect.DeepEqual(u, c.u) {
+			t.Errorf("parseCronEdit(%q) = %q, %+v, %v; want %q, %+v", c.in, ref, u, err, c.ref, c.u)
 		}
 	}
 }
@@ -84,6 +124,22 @@ func TestCronCommand(t *testing.T) {
 	if got := e.ask("alice", "/cron run "+id); got != "Triggered job: Check the server status ("+id+")\n  It will run on the next scheduler tick." {
 		t.Errorf("run: %q", got)
 	}
+	if got := e.ask("alice", `/cron edit check the server status --schedule "every 4h" --prompt 'Check the server, report red'`); !regexp.MustCompile(
+		`^Updated job: ` + id + `\n  Name: Check the server status\n  Schedule: every 240m \(forever\)\n  Next run: \d{4}-`).MatchString(got) {
+		t.Errorf("edit: %q", got)
+	}
+	if j, err := cron.New(e.db, nil, nil).Resolve(context.Background(), "telegram:alice", id); err != nil || j.Prompt != "Check the server, report red" || j.Display != "every 240m" {
+		t.Errorf("edited job %+v %v", j, err)
+	}
+	if got := e.ask("alice", "/cron edit "+id+" --skill arxiv"); got != "Failed to update job: --skill: Switchboard's cron jobs have no per-job skills" {
+		t.Errorf("edit skills: %q", got)
+	}
+	if got := e.ask("alice", "/cron edit "+id); got != "Failed to update job: No updates provided." {
+		t.Errorf("edit nothing: %q", got)
+	}
+	if got := e.ask("bob", "/cron edit "+id+" --name mine"); !strings.HasPrefix(got, "Failed to update job: Job with ID or name '"+id+"' not found.") {
+		t.Errorf("bob edits alice's job: %q", got)
+	}
 	if got := e.ask("alice", "/cron add whenever do it"); !strings.HasPrefix(got, "Failed to create job: \"whenever\". Use:") {
 		t.Errorf("bad schedule: %q", got)
 	}
@@ -93,7 +149,7 @@ func TestCronCommand(t *testing.T) {
 	if got := e.ask("alice", "/cron remove"); got != "Usage: /cron remove <job_id>" {
 		t.Errorf("no id: %q", got)
 	}
-	if got := e.ask("alice", "/cron frobnicate"); got != "Unknown cron command: frobnicate\n  Available: list, add, pause, resume, run, remove" {
+	if got := e.ask("alice", "/cron frobnicate"); got != "Unknown cron command: frobnicate\n  Available: list, add, edit, pause, resume, run, remove" {
 		t.Errorf("unknown: %q", got)
 	}
 	if got := e.ask("alice", "/cron rm "+id); got != "Removed job: Check the server status ("+id+")" {
