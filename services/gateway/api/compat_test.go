@@ -153,3 +153,34 @@ func TestStreamCutByShutdownEndsWithAnError(t *testing.T) {
 		t.Fatalf("stream ended with %v after %q, want the shutting_down error", err, text)
 	}
 }
+
+// OpenAI's models.retrieve finds the gateway's model and answers OpenAI's
+// 404 for another; a key sent as "bearer" (the scheme is
+// case-insensitive) is the key.
+func TestSDKRetrievesTheModel(t *testing.T) {
+	t.Parallel()
+	b := newBus(t)
+	s := startService(t, b, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	client := sdkClient(s)
+	m, err := client.Models.Get(ctx, "switchboard")
+	if err != nil || m.ID != "switchboard" || m.Object != "model" {
+		t.Fatalf("model %+v, %v", m, err)
+	}
+	_, err = client.Models.Get(ctx, "gpt-4o")
+	var apiErr *openai.Error
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusNotFound || apiErr.Code != "model_not_found" {
+		t.Fatalf("another model: %v", err)
+	}
+	for _, auth := range []string{"bearer " + testKey, "BEARER " + testKey, "Bearer  " + testKey} {
+		if r := do(t, http.MethodGet, "http://"+s.Addr()+"/v1/models", "", "", map[string]string{"Authorization": auth}); r.code != http.StatusOK {
+			t.Errorf("Authorization %q: %d", strings.Replace(auth, testKey, "<key>", 1), r.code)
+		}
+	}
+	for _, auth := range []string{"Basic " + testKey, testKey, "Bearer", "Bearer " + testKey + "x"} {
+		if r := do(t, http.MethodGet, "http://"+s.Addr()+"/v1/models", "", "", map[string]string{"Authorization": auth}); r.code != http.StatusUnauthorized {
+			t.Errorf("Authorization %q: %d, want 401", strings.Replace(auth, testKey, "<key>", 1), r.code)
+		}
+	}
+}

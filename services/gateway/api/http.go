@@ -54,6 +54,7 @@ func (s *Service) routes() http.Handler {
 	mux.HandleFunc("GET /v1/responses/{id}", s.authed(s.getResponse))
 	mux.HandleFunc("DELETE /v1/responses/{id}", s.authed(s.deleteResponse))
 	mux.HandleFunc("GET /v1/models", s.authed(s.models))
+	mux.HandleFunc("GET /v1/models/{model}", s.authed(s.model))
 	s.runRoutes(mux)
 	s.jobRoutes(mux)
 	mux.HandleFunc("GET /health", s.health)
@@ -218,8 +219,10 @@ func (s *Service) identify(authorization string) (string, bool) {
 // keyMatches reports whether an Authorization header carries key as a
 // bearer token (constant time).
 func keyMatches(authorization, key string) bool {
-	token, ok := strings.CutPrefix(authorization, "Bearer ")
-	return ok && key != "" && subtle.ConstantTimeCompare([]byte(strings.TrimSpace(token)), []byte(key)) == 1
+	scheme, token, ok := strings.Cut(strings.TrimSpace(authorization), " ")
+	// The scheme is case-insensitive (RFC 9110): "bearer" is Bearer.
+	return ok && strings.EqualFold(scheme, "Bearer") && key != "" &&
+		subtle.ConstantTimeCompare([]byte(strings.TrimSpace(token)), []byte(key)) == 1
 }
 
 // sessionHeader returns the session id a request names (X-Session-Id, else
@@ -276,8 +279,23 @@ func (s *Service) health(w http.ResponseWriter, r *http.Request) {
 
 func (s *Service) models(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(modelList{Object: "list", Data: []model{{ID: s.cfg.Model, Object: "model", Created: 1700000000, OwnedBy: "switchboard",
-		Permission: []any{}, Root: s.cfg.Model}}})
+	_ = json.NewEncoder(w).Encode(modelList{Object: "list", Data: []model{s.modelEntry()}})
+}
+
+// model serves GET /v1/models/{model} (OpenAI's models.retrieve): the
+// one model, or OpenAI's 404 for any other.
+func (s *Service) model(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("model")
+	if name != s.cfg.Model {
+		writeError(w, http.StatusNotFound, "invalid_request_error", "model_not_found", "model",
+			fmt.Sprintf("The model '%s' does not exist.", openai.Clip(name, 64)))
+		return
+	}
+	writeJSON(w, http.StatusOK, s.modelEntry())
+}
+
+func (s *Service) modelEntry() model {
+	return model{ID: s.cfg.Model, Object: "model", Created: 1700000000, OwnedBy: "switchboard", Permission: []any{}, Root: s.cfg.Model}
 }
 
 func (s *Service) chatCompletions(w http.ResponseWriter, r *http.Request) {
