@@ -129,7 +129,10 @@ type Service struct {
 	p *Platform
 }
 
-// New checks the token with auth.test and builds the gateway.
+// New builds the gateway without calling Slack: Run checks the token
+// with auth.test (SignIn) until Slack answers, unready meanwhile, so a
+// gateway started while Slack is out of reach waits for it; a refused
+// token ends Run.
 func New(cfg Config, deps Deps) (*Service, error) {
 	if deps.Bus == nil {
 		return nil, errors.New("slack: bus is required")
@@ -138,9 +141,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	defer cancel()
-	p, err := NewPlatform(ctx, cfg, log, deps.HTTPClient)
+	p, err := newPlatform(cfg, log, deps.HTTPClient)
 	if err != nil {
 		return nil, err
 	}
@@ -172,6 +173,19 @@ type Platform struct {
 
 // NewPlatform validates cfg and learns the bot's identity (auth.test).
 func NewPlatform(ctx context.Context, cfg Config, log *slog.Logger, hc *http.Client) (*Platform, error) {
+	p, err := newPlatform(cfg, log, hc)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.SignIn(ctx); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// newPlatform validates cfg and builds the platform without calling
+// Slack; SignIn learns the bot's identity.
+func newPlatform(cfg Config, log *slog.Logger, hc *http.Client) (*Platform, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
@@ -183,16 +197,35 @@ func NewPlatform(ctx context.Context, cfg Config, log *slog.Logger, hc *http.Cli
 		opts = append(opts, slackapi.OptionAppLevelToken(cfg.AppToken))
 	}
 	api := slackapi.New(cfg.BotToken, opts...)
-	auth, err := api.AuthTestContext(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("slack auth.test: %w", err)
-	}
 	return &Platform{
 		cfg: cfg, log: log.With("platform", "slack"), api: api, hc: hc,
-		id: identity{Account: auth.UserID, BotUserID: auth.UserID, BotID: auth.BotID, AllowBots: cfg.AllowBots,
-			RequireMention: cfg.RequireMention, FreeChannels: platform.IDSet(cfg.FreeResponseChannels)},
+		id: identity{AllowBots: cfg.AllowBots, RequireMention: cfg.RequireMention, FreeChannels: platform.IDSet(cfg.FreeResponseChannels)},
 	}, nil
 }
+
+// SignIn checks the bot token with auth.test and learns the bot's
+// identity, its user id the account (platform.SignInner). A token Slack
+// refuses is Fatal; anything else (Slack out of reach, a 5xx) is
+// retried.
+func (p *Platform) SignIn(ctx context.Context) error {
+	auth, err := p.api.AuthTestContext(ctx)
+	if err != nil {
+		var se slackapi.SlackErrorResponse
+		var sc slackapi.StatusCodeError
+		switch {
+		case errors.As(err, &se) && refusedToken[se.Err], refusedToken[err.Error()],
+			errors.As(err, &sc) && (sc.Code == http.StatusUnauthorized || sc.Code == http.StatusForbidden):
+			return platform.Fatal(fmt.Errorf("slack refused the bot token (check SLACK_BOT_TOKEN): auth.test: %w", err))
+		}
+		return fmt.Errorf("slack auth.test: %w", err)
+	}
+	p.id.Account, p.id.BotUserID, p.id.BotID = auth.UserID, auth.UserID, auth.BotID
+	return nil
+}
+
+// refusedToken are Slack's errors for a token no retry makes good.
+var refusedToken = map[string]bool{"invalid_auth": true, "account_inactive": true, "not_authed": true, "token_revoked": true,
+	"token_expired": true, "not_allowed_token_type": true}
 
 func (p *Platform) Name() string    { return "slack" }
 func (p *Platform) Account() string { return p.id.Account }
@@ -366,8 +399,7 @@ func classifyConnect(err error) error {
 	if err == nil {
 		return errors.New("socket mode stopped")
 	}
-	switch err.Error() {
-	case "invalid_auth", "account_inactive", "not_authed", "token_revoked", "not_allowed_token_type":
+	if refusedToken[err.Error()] {
 		return platform.Fatal(fmt.Errorf("slack socket mode: %w", err))
 	}
 	var sc slackapi.StatusCodeError
