@@ -282,3 +282,40 @@ func TestJobLimitUnderConcurrentCreates(t *testing.T) {
 		t.Fatalf("%d jobs (%v), want %d", len(js), err, cron.MaxJobsPerUser)
 	}
 }
+
+func TestRunID(t *testing.T) {
+	t.Parallel()
+	due := time.Date(2026, 3, 10, 9, 0, 0, 0, time.UTC)
+	asked := time.Date(2026, 3, 10, 9, 0, 0, 300_000, time.UTC) // 300 µs
+	berlin := time.FixedZone("CET", 3600)
+	cases := []struct {
+		id     string
+		at     time.Time
+		manual bool
+		want   string
+	}{
+		{"abc", due, false, "abc_20260310_090000"},
+		{"abc", due.In(berlin), false, "abc_20260310_090000"},
+		{"abc", asked, true, "abc_20260310_090000.000300_run"},
+		{"abc", due, true, "abc_20260310_090000.000000_run"},
+	}
+	for _, c := range cases {
+		got := cron.RunID(c.id, c.at, c.manual)
+		if got != c.want {
+			t.Errorf("RunID(%s, %v, %v) = %q, want %q", c.id, c.at, c.manual, got, c.want)
+		}
+		id, at, manual, err := cron.ParseRunID(got)
+		if err != nil || id != c.id || !at.Equal(c.at) || manual != c.manual {
+			t.Errorf("ParseRunID(%q) = %q %v %v %v", got, id, at, manual, err)
+		}
+	}
+	// A manual run's id from before microseconds.
+	if id, at, manual, err := cron.ParseRunID("abc_20260310_090000_run"); err != nil || id != "abc" || !at.Equal(due) || !manual {
+		t.Errorf("second-resolution manual id: %q %v %v %v", id, at, manual, err)
+	}
+	for _, bad := range []string{"", "abc", "_20260310_090000", "abc_2026", "abc_20260310_090000_x", "abc_20260310_090000.5_run_run"} {
+		if _, _, _, err := cron.ParseRunID(bad); !errors.Is(err, cron.ErrBadRunID) {
+			t.Errorf("ParseRunID(%q): %v", bad, err)
+		}
+	}
+}
