@@ -319,3 +319,68 @@ func TestRunID(t *testing.T) {
 		}
 	}
 }
+
+// TestCompletedJobsAndTheCap: a completed job does not count towards
+// MaxJobsPerUser, is listed only with all until DeleteCompleted removes
+// it, and removing it frees nothing the cap counted.
+func TestCompletedJobsAndTheCap(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	now := t0
+	db := pgtest.New(t)
+	s := cron.New(db, time.UTC, func() time.Time { return now })
+	one, err := s.Create(ctx, cron.NewJob{Owner: "telegram:8", Prompt: "once", Schedule: "10m", Deliver: "local"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range cron.MaxJobsPerUser - 1 {
+		if _, err := s.Create(ctx, cron.NewJob{Owner: "telegram:8", Prompt: fmt.Sprint("job ", i), Schedule: "every 1h", Deliver: "local"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.Create(ctx, cron.NewJob{Owner: "telegram:8", Prompt: "one more", Schedule: "every 1h", Deliver: "local"}); !errors.Is(err, cron.ErrInvalid) {
+		t.Fatalf("job %d: %v", cron.MaxJobsPerUser+1, err)
+	}
+	// The one-shot runs and completes.
+	now = t0.Add(10 * time.Minute)
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, ok, err := cron.ClaimDue(ctx, tx, now, nil)
+	if err != nil || !ok || j.ID != one.ID {
+		t.Fatalf("claim %v %v %+v", ok, err, j)
+	}
+	j.State, j.NextRunAt, j.RepeatCompleted, j.LastRunAt, j.LastStatus = cron.StateCompleted, time.Time{}, 1, now, "ok"
+	if err := cron.SaveRun(ctx, tx, j, cron.RunID(j.ID, one.NextRunAt, false), now); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Create(ctx, cron.NewJob{Owner: "telegram:8", Prompt: "in its place", Schedule: "every 1h", Deliver: "local"}); err != nil {
+		t.Fatalf("a completed job still counts: %v", err)
+	}
+	count := func(all bool) int {
+		js, err := s.List(ctx, "telegram:8", all)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(js)
+	}
+	if count(false) != cron.MaxJobsPerUser || count(true) != cron.MaxJobsPerUser+1 {
+		t.Fatalf("listed %d scheduled, %d in all", count(false), count(true))
+	}
+	if n, err := cron.DeleteCompleted(ctx, db, now, 10); err != nil || n != 0 {
+		t.Fatalf("deleted %d (%v) at its last run", n, err)
+	}
+	if n, err := cron.DeleteCompleted(ctx, db, now.Add(time.Second), 10); err != nil || n != 1 {
+		t.Fatalf("deleted %d (%v) after its last run", n, err)
+	}
+	if count(true) != cron.MaxJobsPerUser {
+		t.Errorf("%d jobs after the completed one went", count(true))
+	}
+	if _, err := s.Create(ctx, cron.NewJob{Owner: "telegram:8", Prompt: "too many", Schedule: "every 1h", Deliver: "local"}); !errors.Is(err, cron.ErrInvalid) {
+		t.Errorf("deleting a completed job freed a place: %v", err)
+	}
+}
