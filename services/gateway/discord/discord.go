@@ -575,7 +575,19 @@ func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (str
 	m, err := post()
 	if err != nil && ch != t.GetChatId() && isCode(err, discordgo.ErrCodeUnknownChannel) {
 		if _, terr := p.s.MessageThreadStartComplex(t.GetChatId(), ch, &discordgo.ThreadStart{Name: threadName(req), AutoArchiveDuration: 1440}, opts(ctx)...); terr != nil {
-			return "", sendError("start thread", terr)
+			if !refused(terr) {
+				return "", sendError("start thread", terr)
+			}
+			// No thread can be opened here (no Create Public Threads
+			// permission, a message gone): as Hermes's inline fallback,
+			// the answer goes to the channel, replying to the message
+			// the thread was to grow from, rather than nowhere.
+			p.log.Warn("discord thread not opened; answering in the channel", "channel", t.GetChatId(), "err", terr)
+			ch = t.GetChatId()
+			if req.GetChunkIndex() == 0 {
+				no := false
+				ms.Reference = &discordgo.MessageReference{MessageID: t.GetThreadId(), ChannelID: ch, FailIfNotExists: &no}
+			}
 		}
 		m, err = post()
 	}

@@ -376,6 +376,18 @@ func TestSends(t *testing.T) {
 	if ms := f.Messages("700000000000000005"); len(ms) != 1 {
 		t.Fatalf("thread has %+v, want the reply", ms)
 	}
+	// Where the bot may not open threads, the answer goes to the channel,
+	// replying to the message the thread was to grow from.
+	f.AddChannel("900000000000000009", discordfake.TypeGuildText, guild, "")
+	f.DenyThreads("900000000000000009")
+	inline := &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "k5", Text: "inline",
+		Target: &deliveryv1.Target{Platform: "discord", ChatId: "900000000000000009", ThreadId: "700000000000000006", ReplyToMessageId: "700000000000000006"}}
+	if r := send(inline); !r.GetOk() {
+		t.Fatalf("send where threads are denied: %v", r)
+	}
+	if ms := f.Messages("900000000000000009"); len(ms) != 1 || ms[0].Content != "inline" || ms[0].ReplyTo != "700000000000000006" {
+		t.Fatalf("channel has %+v, want the answer replying to the message", ms)
+	}
 	typing := &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_TYPING, Target: &deliveryv1.Target{Platform: "discord", ChatId: thread}}
 	if r := send(typing); !r.GetOk() || f.Typing(thread) != 1 {
 		t.Fatalf("typing receipt %v, count %d", r, f.Typing(thread))

@@ -68,6 +68,18 @@ type Fake struct {
 	reactCalls   int
 	reactFail    int                     // reaction requests answer this status (429, 500 …); 0: they succeed
 	interactions map[string]*interaction // id → a press the fake dispatched
+	noThreads    map[string]bool         // channels where the bot may not open threads
+}
+
+// DenyThreads takes the bot's permission to open threads in channel:
+// starting one answers 403 Missing Permissions.
+func (f *Fake) DenyThreads(channel string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.noThreads == nil {
+		f.noThreads = map[string]bool{}
+	}
+	f.noThreads[channel] = true
 }
 
 // interaction is a press and the callbacks it got.
@@ -498,9 +510,14 @@ func (f *Fake) startThread(w http.ResponseWriter, r *http.Request) {
 	ch, mid := r.PathValue("id"), r.PathValue("mid")
 	f.mu.Lock()
 	parent, ok := f.channels[ch]
+	denied := f.noThreads[ch]
 	f.mu.Unlock()
 	if !ok {
 		unknownChannel(w)
+		return
+	}
+	if denied {
+		writeJSON(w, 403, map[string]any{"message": "Missing Permissions", "code": 50013})
 		return
 	}
 	guild, _ := parent["guild_id"].(string)
