@@ -14,9 +14,10 @@ import (
 type Outage struct {
 	addr string
 
-	mu    sync.Mutex
-	ln    net.Listener
-	conns []net.Conn
+	mu       sync.Mutex
+	ln       net.Listener
+	conns    []net.Conn
+	accepted int
 }
 
 // NewOutage reserves a loopback address for t; whatever End started
@@ -53,9 +54,20 @@ func (o *Outage) End(t *testing.T, target string) {
 			if err != nil {
 				return
 			}
+			o.mu.Lock()
+			o.accepted++
+			o.mu.Unlock()
 			go o.forward(c, target)
 		}
 	}()
+}
+
+// Accepted counts the connections made to Addr since End: a client
+// that keeps its connections alive makes few.
+func (o *Outage) Accepted() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.accepted
 }
 
 func (o *Outage) forward(c net.Conn, target string) {
