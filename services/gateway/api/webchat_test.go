@@ -15,6 +15,7 @@ import (
 
 	"github.com/switchboard-chat/switchboard/pkg/attachment"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+	"github.com/switchboard-chat/switchboard/pkg/platform/platformtest"
 )
 
 // chromiumPath finds Debian's chromium (or CHROMIUM), or skips.
@@ -215,4 +216,49 @@ func headless(t *testing.T, browser string) (context.Context, func(what string, 
 		}
 	}
 	return ctx, step
+}
+
+// TestWebChatResumesAnAnswerAfterAReload: a page reloaded (or a
+// connection lost) while an answer is on its way gets that answer once it
+// comes: the message went with an Idempotency-Key and is sent again with
+// it, so the turn runs once and the answer is neither lost nor shown
+// twice.
+func TestWebChatResumesAnAnswerAfterAReload(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a browser")
+	}
+	t.Parallel()
+	browser := chromiumPath(t)
+	b := newBus(t)
+	s := startService(t, b, func(c *Config) { c.Key, c.Insecure = "", true })
+	r := startResponder(t, b)
+	release := r.hold()
+	defer release()
+	ctx, step := headless(t, browser)
+	eval := func(expr string) string {
+		t.Helper()
+		v, err := chromedp.Run(ctx, chromedp.Evaluate[string](expr))
+		if err != nil {
+			t.Fatalf("browser: evaluate %s: %v", expr, err)
+		}
+		return v
+	}
+	step("open", chromedp.Navigate("http://"+s.Addr()+"/"), chromedp.WaitVisible("#input"))
+	step("send", chromedp.SendKeys("#input", "still there?"), chromedp.Click("#send"))
+	platformtest.WaitFor(t, "the message", func() bool { return len(r.received()) == 1 })
+	step("reload before the answer", chromedp.Reload(), chromedp.WaitVisible("#input"))
+	release()
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`document.querySelectorAll('.msg.assistant:not(.pending)').length >= 1`)); err != nil {
+		t.Fatalf("browser: the answer after the reload: %v", err)
+	}
+	if got := eval(`Array.from(document.querySelectorAll('.msg')).map(m => m.className + ": " + m.textContent).join(" | ")`); got != "msg user: still there? | msg assistant: echo: still there? (turn 1)" {
+		t.Fatalf("page %q", got)
+	}
+	step("reload again", chromedp.Reload(), chromedp.WaitVisible("#input"))
+	if got := eval(`Array.from(document.querySelectorAll('.msg')).map(m => m.className + ": " + m.textContent).join(" | ")`); got != "msg user: still there? | msg assistant: echo: still there? (turn 1)" {
+		t.Fatalf("page after another reload %q", got)
+	}
+	if n := len(r.received()); n != 1 {
+		t.Fatalf("%d messages published, want the one", n)
+	}
 }

@@ -43,6 +43,7 @@
   document.getElementById("new").addEventListener("click", function () {
     store.removeItem("sb.session");
     store.removeItem("sb.history");
+    store.removeItem("sb.pending");
     log.textContent = "";
     input.focus();
   });
@@ -87,6 +88,16 @@
     chat(text, pic);
   });
 
+  // A message is sent with an Idempotency-Key and kept as pending until
+  // its answer is in: after a reload, or a connection lost mid-answer,
+  // it is sent again with the same key, and the gateway answers it once
+  // (the turn is not run again, the answer not lost).
+  function newKey() { return newSessionId().replace("web-", "msg-"); }
+  function pending() {
+    try { return JSON.parse(store.getItem("sb.pending") || "null"); } catch (e) { return null; }
+  }
+  function sleep(ms) { return new Promise(function (ok) { setTimeout(ok, ms); }); }
+
   async function chat(text, pic) {
     var h = history();
     var shown = pic ? (text ? text + "\n" : "") + "🖼 " + pic.name : text;
@@ -98,35 +109,65 @@
       content = [{ type: "image_url", image_url: { url: pic.url } }];
       if (text) content.unshift({ type: "text", text: text });
     }
+    var p = {
+      key: newKey(), session: session(),
+      body: JSON.stringify({ model: "switchboard", stream: true, messages: [{ role: "user", content: content }] })
+    };
+    try { store.setItem("sb.pending", JSON.stringify(p)); } catch (e) { /* too big to keep (a picture): sent once */ }
+    await ask(p);
+  }
+
+  // ask sends a pending message and shows its answer; a connection lost
+  // before the answer is whole is tried again, with the same key.
+  async function ask(p) {
     var out = bubble("assistant pending", "");
     send.disabled = true;
-    var headers = { "Content-Type": "application/json", "X-Session-Id": session() };
-    var key = store.getItem("sb.key");
-    if (key) headers["Authorization"] = "Bearer " + key;
+    var h = history();
     try {
-      var res = await fetch("/v1/chat/completions", {
-        method: "POST", headers: headers,
-        body: JSON.stringify({ model: "switchboard", stream: true, messages: [{ role: "user", content: content }] })
-      });
-      if (res.status === 401) {
-        out.remove();
-        bubble("error", "This gateway needs an API key. Enter it below and send again.");
-        form.hidden = true;
-        keyForm.hidden = false;
-        keyInput.focus();
-        return;
+      for (var attempt = 0; ; attempt++) {
+        out.textContent = "";
+        var res, answer;
+        try {
+          var headers = { "Content-Type": "application/json", "X-Session-Id": p.session, "Idempotency-Key": p.key };
+          var key = store.getItem("sb.key");
+          if (key) headers["Authorization"] = "Bearer " + key;
+          res = await fetch("/v1/chat/completions", { method: "POST", headers: headers, body: p.body });
+          if (res.ok) {
+            answer = await readStream(res, function (piece) {
+              out.textContent += piece;
+              log.scrollTop = log.scrollHeight;
+            });
+          }
+        } catch (err) {
+          if (!(err instanceof TypeError)) throw err; // the gateway's error
+          answer = null; // the connection was lost
+        }
+        if (res && res.status === 401) {
+          store.removeItem("sb.pending");
+          out.remove();
+          bubble("error", "This gateway needs an API key. Enter it below and send again.");
+          form.hidden = true;
+          keyForm.hidden = false;
+          keyInput.focus();
+          return;
+        }
+        if (res && !res.ok) {
+          var body = await res.json().catch(function () { return {}; });
+          throw new Error((body.error && body.error.message) || ("HTTP " + res.status));
+        }
+        if (answer != null) {
+          store.removeItem("sb.pending");
+          h.push({ role: "assistant", content: answer });
+          saveHistory(h);
+          return;
+        }
+        if (attempt >= 3) {
+          throw new Error("The connection was lost before the answer came; reload the page to get it.");
+        }
+        await sleep(1000 * (attempt + 1));
       }
-      if (!res.ok) {
-        var body = await res.json().catch(function () { return {}; });
-        throw new Error((body.error && body.error.message) || ("HTTP " + res.status));
-      }
-      var answer = await readStream(res, function (piece) {
-        out.textContent += piece;
-        log.scrollTop = log.scrollHeight;
-      });
-      h.push({ role: "assistant", content: answer });
-      saveHistory(h);
     } catch (err) {
+      if (!(err.message || "").startsWith("The connection was lost")) store.removeItem("sb.pending");
       bubble("error", String(err.message || err));
     } finally {
       out.classList.remove("pending");
@@ -135,14 +176,17 @@
     }
   }
 
-  // readStream parses OpenAI server-sent events and calls onText per delta.
+  // readStream parses OpenAI server-sent events and calls onText per
+  // delta; it returns the answer at data: [DONE], throws the gateway's
+  // in-stream error, and throws a TypeError when the stream ends before
+  // either (the connection was cut).
   async function readStream(res, onText) {
     var reader = res.body.getReader();
     var decoder = new TextDecoder();
     var buf = "", all = "";
     for (;;) {
       var r = await reader.read();
-      if (r.done) break;
+      if (r.done) throw new TypeError("the answer's stream ended early");
       buf += decoder.decode(r.value, { stream: true });
       var idx;
       while ((idx = buf.indexOf("\n\n")) >= 0) {
@@ -161,6 +205,14 @@
         }
       }
     }
-    return all;
+  }
+
+  // A message whose answer a reload (or a lost connection) cut off gets
+  // it now.
+  var left = pending();
+  if (left && left.session === store.getItem("sb.session")) {
+    ask(left);
+  } else {
+    store.removeItem("sb.pending");
   }
 })();
