@@ -110,6 +110,21 @@ func Build(src *eventsv1.SessionSource, opts Options) string {
 	return k.b.String()
 }
 
+// ReplyThread is the thread an answer to a message from src goes to: the
+// message's thread, or else, outside a DM, the thread it is about to open
+// (prospective_thread_id: a Discord channel message that is answered in
+// a thread opened from it). It is the thread Build puts in the key, so
+// the answer lands where the session is.
+func ReplyThread(src *eventsv1.SessionSource) string {
+	if t := src.GetThreadId(); t != "" {
+		return t
+	}
+	if ct := src.GetChatType(); ct == "" || ct == chatTypeDM {
+		return ""
+	}
+	return src.GetProspectiveThreadId()
+}
+
 // ChatKey returns <platform>:<account>:<chat_id>, the key that picks the bus
 // partition for a chat. Unlike Build it keeps every id raw.
 func ChatKey(src *eventsv1.SessionSource) string {

@@ -184,3 +184,24 @@ func BenchmarkBuild(b *testing.B) {
 		})
 	}
 }
+
+func TestReplyThread(t *testing.T) {
+	tests := []struct {
+		name string
+		src  *eventsv1.SessionSource
+		want string
+	}{
+		{"thread", &eventsv1.SessionSource{ChatType: "thread", ThreadId: "8", ProspectiveThreadId: "7"}, "8"},
+		{"prospective", &eventsv1.SessionSource{ChatType: "group", ProspectiveThreadId: "7"}, "7"},
+		{"dm ignores prospective", &eventsv1.SessionSource{ChatType: "dm", ProspectiveThreadId: "7"}, ""},
+		{"empty chat type is a dm", &eventsv1.SessionSource{ProspectiveThreadId: "7"}, ""},
+		{"nil", nil, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := ReplyThread(tc.src); got != tc.want {
+				t.Fatalf("ReplyThread = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}

@@ -17,6 +17,7 @@ import (
 	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
 	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
 	"github.com/switchboard-chat/switchboard/pkg/redisx"
+	"github.com/switchboard-chat/switchboard/pkg/sessionkey"
 	"github.com/switchboard-chat/switchboard/pkg/sessionstore"
 )
 
@@ -210,7 +211,7 @@ func target(ev *eventsv1.MessageReceived) *deliveryv1.Target {
 		Platform:         src.GetPlatform(),
 		Account:          src.GetAccount(),
 		ChatId:           src.GetChatId(),
-		ThreadId:         src.GetThreadId(),
+		ThreadId:         sessionkey.ReplyThread(src),
 		ReplyToMessageId: ev.GetMessageId(),
 	}
 }

@@ -22,6 +22,7 @@ import (
 	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
 	"github.com/switchboard-chat/switchboard/pkg/pg"
 	"github.com/switchboard-chat/switchboard/pkg/redisx"
+	"github.com/switchboard-chat/switchboard/pkg/sessionkey"
 	"github.com/switchboard-chat/switchboard/services/worker/internal/store"
 )
 
@@ -199,7 +200,7 @@ func replyTarget(req *turnsv1.TurnRequested) *deliveryv1.Target {
 		return nil
 	}
 	return &deliveryv1.Target{Platform: o.GetPlatform(), Account: o.GetAccount(), ChatId: o.GetChatId(),
-		ThreadId: o.GetThreadId(), ReplyToMessageId: replyTo}
+		ThreadId: sessionkey.ReplyThread(o), ReplyToMessageId: replyTo}
 }
 
 // run is the whole life of one delivery. It returns nil when the turn
