@@ -8,7 +8,8 @@ import (
 )
 
 // FuzzRequestHeaders checks the headers the API gateway reads from a
-// request: the bearer key is accepted only when it is the key; a session
+// request: the bearer key is accepted only when it is the key (the
+// scheme in any case); a session
 // id is accepted only as a plain token (it is echoed in a response header
 // and becomes a chat id); an Idempotency-Key always maps to the same
 // request id within a session and to a different one in another session,
@@ -22,8 +23,9 @@ func FuzzRequestHeaders(f *testing.F) {
 	f.Add("Basic c2stMQ==", "sk-1", strings.Repeat("a", 129), "ok", "")
 	f.Fuzz(func(t *testing.T, authorization, key, session, hermes, idem string) {
 		if keyMatches(authorization, key) {
-			token, _ := strings.CutPrefix(authorization, "Bearer ")
-			if key == "" || strings.TrimSpace(token) != key {
+			// The scheme, in any case, then the key.
+			scheme, token, _ := strings.Cut(strings.TrimSpace(authorization), " ")
+			if key == "" || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(token) != key {
 				t.Fatalf("Authorization %q accepted for key %q", authorization, key)
 			}
 		}
