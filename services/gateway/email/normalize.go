@@ -159,8 +159,13 @@ func parse(raw []byte, maxPart int64, skipAttachments bool) (*inbound, error) {
 		}
 		return nil
 	})
-	if walkErr != nil && !errors.Is(walkErr, errStopWalk) {
-		return nil, fmt.Errorf("%w: %v", errMalformed, walkErr)
+	if walkErr != nil && !errors.Is(walkErr, errStopWalk) && plain == "" && !haveHTML && len(m.Parts) == 0 {
+		// A multipart body without a boundary, or one that breaks off
+		// before its first part: its sender is still a person waiting
+		// for an answer, and what they wrote is the body as it stands.
+		// (One that breaks off later keeps the parts read, as mail
+		// clients and Python's parser, Hermes's, show them.)
+		plain = rawBody(raw)
 	}
 	body := plain
 	if strings.TrimSpace(body) == "" && haveHTML {
@@ -171,6 +176,20 @@ func parse(raw []byte, maxPart int64, skipAttachments bool) (*inbound, error) {
 }
 
 var errStopWalk = errors.New("too many parts")
+
+// rawBody is what follows the header of a raw message, as text.
+func rawBody(raw []byte) string {
+	start := -1
+	for _, sep := range []string{"\r\n\r\n", "\n\n"} {
+		if i := bytes.Index(raw, []byte(sep)); i >= 0 && (start < 0 || i+len(sep) < start) {
+			start = i + len(sep)
+		}
+	}
+	if start < 0 {
+		return ""
+	}
+	return readText(bytes.NewReader(raw[start:]))
+}
 
 // readText reads a text part, decoded to UTF-8 (invalid bytes replaced),
 // line ends made "\n".
@@ -289,8 +308,22 @@ var noreplyPatterns = []string{
 // automated says why a mail is from a machine, as Hermes tells: the
 // sender's address, or an Auto-Submitted (other than "no"), Precedence
 // bulk, list or junk, X-Auto-Response-Suppress or List-Unsubscribe
-// header. "" for a person.
+// header. Beyond Hermes, what RFC 3834 says never to answer: a null
+// Return-Path (bounces and read receipts are sent with an empty
+// envelope sender), a multipart/report (a delivery status notification,
+// whoever it claims to be from, or a person's read receipt), and the
+// X-Autoreply and X-Autorespond headers of older responders. "" for a
+// person.
 func automated(from string, h message.Header) string {
+	if strings.TrimSpace(h.Get("Return-Path")) == "<>" {
+		return "null-return-path"
+	}
+	if mt, _, _ := h.ContentType(); mt == "multipart/report" {
+		return "report"
+	}
+	if strings.TrimSpace(h.Get("X-Autoreply")) != "" || strings.TrimSpace(h.Get("X-Autorespond")) != "" {
+		return "auto-reply"
+	}
 	for _, p := range noreplyPatterns {
 		if strings.Contains(from, p) {
 			return "address"

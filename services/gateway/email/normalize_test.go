@@ -127,6 +127,51 @@ func TestNormalize(t *testing.T) {
 				"Message-ID: <n5@example.com>", "", "L"),
 			text: "L", from: "list@example.com", user: "list@example.com", topic: "Re: L", id: "n5@example.com", automated: "list",
 		},
+		{
+			name: "a bounce from an address no pattern knows is automated (multipart/report)",
+			raw: mailText("From: Microsoft Outlook <MicrosoftExchange329e71ec88ae@example.com>", "Subject: Undeliverable: Re: Lunch",
+				"Message-ID: <d1@example.com>", "Content-Type: multipart/report; report-type=delivery-status; boundary=XX", "",
+				"--XX", "Content-Type: text/plain", "", "Delivery has failed.", "--XX",
+				"Content-Type: message/delivery-status", "", "Status: 5.1.1", "--XX--"),
+			text: "[Subject: Undeliverable: Re: Lunch]\n\nDelivery has failed.", from: "microsoftexchange329e71ec88ae@example.com",
+			user: "Microsoft Outlook", topic: "Undeliverable: Re: Lunch", id: "d1@example.com", automated: "report",
+			parts: []string{"attachment.delivery-status message/delivery-status 13 named"},
+		},
+		{
+			name: "a read receipt from a person has a null Return-Path",
+			raw: mailText("Return-Path: <>", "From: ann@example.com", "Subject: Read: Re: Lunch", "Message-ID: <d2@example.com>", "",
+				"Your message was read."),
+			text: "[Subject: Read: Re: Lunch]\n\nYour message was read.", from: "ann@example.com", user: "ann@example.com",
+			topic: "Read: Re: Lunch", id: "d2@example.com", automated: "null-return-path",
+		},
+		{
+			name: "an old responder's X-Autoreply",
+			raw: mailText("Return-Path: <ann@example.com>", "From: ann@example.com", "X-Autoreply: yes", "Subject: Re: Lunch",
+				"Message-ID: <d3@example.com>", "", "I am away."),
+			text: "I am away.", from: "ann@example.com", user: "ann@example.com", topic: "Re: Lunch", id: "d3@example.com",
+			automated: "auto-reply",
+		},
+		{
+			name: "a multipart that breaks off (no closing boundary) keeps its text; the cut part is dropped",
+			raw: mailText("From: kim@example.com", "Subject: Re: cut", "Message-ID: <b1@example.com>",
+				"Content-Type: multipart/mixed; boundary=XX", "", "--XX", "Content-Type: text/plain", "", "Still here.",
+				"--XX", "Content-Type: image/png", "Content-Disposition: attachment; filename=cat.png",
+				"Content-Transfer-Encoding: base64", "", "iVBORw0KGgo="),
+			text: "Still here.", from: "kim@example.com", user: "kim@example.com", topic: "Re: cut", id: "b1@example.com",
+		},
+		{
+			name: "a multipart without a boundary is read as written",
+			raw: mailText("From: lou@example.com", "Subject: Re: nob", "Message-ID: <b2@example.com>",
+				"Content-Type: multipart/alternative", "", "Can you call me?"),
+			text: "Can you call me?", from: "lou@example.com", user: "lou@example.com", topic: "Re: nob", id: "b2@example.com",
+		},
+		{
+			name: "a nested multipart without a boundary keeps the text before it",
+			raw: mailText("From: max@example.com", "Subject: Re: nest", "Message-ID: <b3@example.com>",
+				"Content-Type: multipart/mixed; boundary=XX", "", "--XX", "Content-Type: text/plain", "", "The text.",
+				"--XX", "Content-Type: multipart/alternative", "", "junk", "--XX--"),
+			text: "The text.", from: "max@example.com", user: "max@example.com", topic: "Re: nest", id: "b3@example.com",
+		},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			m, err := parse(c.raw, 16, false)
