@@ -711,7 +711,14 @@ func (p *Platform) Typing(ctx context.Context, req *deliveryv1.SendRequested) er
 	if err := checkIDs(req, false); err != nil {
 		return err
 	}
-	if err := p.s.ChannelTyping(where(req.GetTarget()), opts(ctx)...); err != nil {
+	t := req.GetTarget()
+	err := p.s.ChannelTyping(where(t), opts(ctx)...)
+	if err != nil && where(t) != t.GetChatId() && isCode(err, discordgo.ErrCodeUnknownChannel) {
+		// A prospective auto-thread, which the answer's first send opens:
+		// until then the bot types in the channel the message is in.
+		err = p.s.ChannelTyping(t.GetChatId(), opts(ctx)...)
+	}
+	if err != nil {
 		return sendError("trigger typing", err)
 	}
 	return nil

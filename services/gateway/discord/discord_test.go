@@ -388,6 +388,12 @@ func TestSends(t *testing.T) {
 	if ms := f.Messages("900000000000000009"); len(ms) != 1 || ms[0].Content != "inline" || ms[0].ReplyTo != "700000000000000006" {
 		t.Fatalf("channel has %+v, want the answer replying to the message", ms)
 	}
+	// Typing for a thread not opened yet shows in its channel.
+	f.AddChannel("900000000000000008", discordfake.TypeGuildText, guild, "")
+	pending := &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_TYPING, Target: &deliveryv1.Target{Platform: "discord", ChatId: "900000000000000008", ThreadId: "700000000000000007"}}
+	if r := send(pending); !r.GetOk() || f.Typing("900000000000000008") != 1 {
+		t.Fatalf("typing before the thread opens: receipt %v, count %d", r, f.Typing("900000000000000008"))
+	}
 	typing := &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_TYPING, Target: &deliveryv1.Target{Platform: "discord", ChatId: thread}}
 	if r := send(typing); !r.GetOk() || f.Typing(thread) != 1 {
 		t.Fatalf("typing receipt %v, count %d", r, f.Typing(thread))
