@@ -88,14 +88,32 @@ func unmapPrefix(p netip.Prefix) netip.Prefix {
 	return p
 }
 
-// cgnat is the shared address space (100.64.0.0/10), private in effect.
-var cgnat = netip.MustParsePrefix("100.64.0.0/10")
+var (
+	// cgnat is the shared address space (100.64.0.0/10), private in effect.
+	cgnat = netip.MustParsePrefix("100.64.0.0/10")
+	// nat64 (RFC 6052) and sixToFour (RFC 3056) carry an IPv4 address,
+	// which a translator or relay reaches: public only when it is.
+	nat64     = netip.MustParsePrefix("64:ff9b::/96")
+	sixToFour = netip.MustParsePrefix("2002::/16")
+	// localNAT64 (RFC 8215) translates into the operator's own network.
+	localNAT64 = netip.MustParsePrefix("64:ff9b:1::/48")
+)
 
 // Public reports whether ip is a public unicast address: not loopback,
 // private, link-local (a cloud's metadata service), shared (CGNAT),
-// unspecified, multicast or in 0.0.0.0/8.
+// unspecified, multicast or in 0.0.0.0/8, nor an IPv6 address that
+// carries such an IPv4 address (NAT64, 6to4) or translates into a local
+// network.
 func Public(ip netip.Addr) bool {
 	ip = ip.Unmap()
+	switch a := ip.As16(); {
+	case nat64.Contains(ip):
+		return Public(netip.AddrFrom4([4]byte(a[12:16])))
+	case sixToFour.Contains(ip):
+		return Public(netip.AddrFrom4([4]byte(a[2:6])))
+	case localNAT64.Contains(ip):
+		return false
+	}
 	return ip.IsGlobalUnicast() && !ip.IsPrivate() && !cgnat.Contains(ip) && !(ip.Is4() && ip.As4()[0] == 0)
 }
 

@@ -20,6 +20,10 @@ func TestPublic(t *testing.T) {
 		"169.254.169.254": false, "fe80::1": false, "100.64.0.1": false, "0.0.0.0": false, "0.1.2.3": false,
 		"fd00::1": false, "::ffff:127.0.0.1": false, "::ffff:10.1.1.1": false, "224.0.0.1": false, "::": false,
 		"255.255.255.255": false,
+		// IPv6 that carries an IPv4 address is as public as it.
+		"64:ff9b::808:808": true, "64:ff9b::a9fe:a9fe": false, "64:ff9b::7f00:1": false,
+		"2002:808:808::1": true, "2002:c0a8:101::1": false, "2002:a00:1::1": false,
+		"64:ff9b:1::808:808": false,
 	} {
 		if got := Public(netip.MustParseAddr(addr)); got != want {
 			t.Errorf("Public(%s) = %v, want %v", addr, got, want)
