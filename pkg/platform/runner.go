@@ -369,13 +369,14 @@ const signInTimeout = 30 * time.Second
 // on the backoff schedule between attempts; each failure is logged once.
 func (r *Runner) signIn(ctx context.Context, si SignInner) error {
 	r.setState(StateConnecting, "")
+	logged := r.p.Account() != "" // NewRunner logs it already
 	for attempt := 0; ctx.Err() == nil; attempt++ {
 		callCtx, cancel := context.WithTimeout(ctx, signInTimeout)
 		err := si.SignIn(callCtx)
 		cancel()
 		switch {
 		case err == nil:
-			if acct := r.p.Account(); acct != "" {
+			if acct := r.p.Account(); acct != "" && !logged {
 				r.log = r.log.With("account", acct)
 				r.react = newReactions(r.p, r.name, r.log)
 			}
