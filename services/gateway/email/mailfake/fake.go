@@ -74,7 +74,7 @@ func New(opts Options) (*Fake, error) {
 	}
 	f.imap = imapserver.New(&imapserver.Options{
 		NewSession: func(*imapserver.Conn) (imapserver.Session, *imapserver.GreetingData, error) {
-			return mem.NewSession(), nil, nil
+			return pendingFirst{mem.NewSession()}, nil, nil
 		},
 		Caps:         caps,
 		InsecureAuth: true,
@@ -104,6 +104,19 @@ func hostPort(a net.Addr) (string, int) {
 	h, p, _ := net.SplitHostPort(a.String())
 	n, _ := strconv.Atoi(p)
 	return h, n
+}
+
+// pendingFirst reports the changes a client has not yet been told of as
+// soon as it starts IDLE, as real servers (Dovecot, Gmail) do: go-imap's
+// memory server keeps them until the next change, so a message delivered
+// between a client's SEARCH and its IDLE went unreported.
+type pendingFirst struct{ imapserver.Session }
+
+func (s pendingFirst) Idle(w *imapserver.UpdateWriter, stop <-chan struct{}) error {
+	if err := s.Session.Poll(w, true); err != nil {
+		return err
+	}
+	return s.Session.Idle(w, stop)
 }
 
 // Close stops both servers.
