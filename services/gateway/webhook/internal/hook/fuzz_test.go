@@ -117,3 +117,39 @@ func FuzzCheckHMAC(f *testing.F) {
 		}
 	})
 }
+
+// FuzzCheckTimestamped: a Standard Webhooks or generic V2 signature is
+// accepted only for the exact id, timestamp and body it was made of,
+// and only with a timestamp within the tolerance.
+func FuzzCheckTimestamped(f *testing.F) {
+	at := strconv.FormatInt(fuzzNow.Unix(), 10)
+	f.Add("msg_1", at, SignStandard(stdSecret, "msg_1", fuzzNow, []byte("{}")), SignGenericV2(secretV2, fuzzNow, []byte("{}")), "{}", "{ }")
+	f.Add("msg_1", at+"0", "v1,"+strings.Repeat("A", 44), "00", "", "x")
+	f.Add("", " "+at, "v1, v1,,", "zz", "{}", "{}")
+	f.Fuzz(func(t *testing.T, id, ts, sig, v2, body, other string) {
+		if CheckStandard(id, ts, sig, stdSecret, []byte(body), fuzzNow) == nil {
+			sec, err := strconv.ParseInt(ts, 10, 64)
+			if err != nil || fuzzNow.Sub(time.Unix(sec, 0)).Abs() > TimestampTolerance {
+				t.Fatalf("standard signature accepted with timestamp %q", ts)
+			}
+			if other != body && CheckStandard(id, ts, sig, stdSecret, []byte(other), fuzzNow) == nil {
+				t.Fatalf("the standard signature of %q also accepted %q", body, other)
+			}
+			if CheckStandard(id+"x", ts, sig, stdSecret, []byte(body), fuzzNow) == nil {
+				t.Fatalf("the standard signature of id %q also accepted another id", id)
+			}
+		}
+		if CheckGenericV2(v2, ts, secretV2, []byte(body), fuzzNow) == nil {
+			sec, err := strconv.ParseInt(ts, 10, 64)
+			if err != nil || fuzzNow.Sub(time.Unix(sec, 0)).Abs() > TimestampTolerance {
+				t.Fatalf("V2 signature accepted with timestamp %q", ts)
+			}
+			if other != body && CheckGenericV2(v2, ts, secretV2, []byte(other), fuzzNow) == nil {
+				t.Fatalf("the V2 signature of %q also accepted %q", body, other)
+			}
+		}
+	})
+}
+
+// secretV2 is the secret of the fuzzed generic V2 signatures.
+const secretV2 = "s3cret"
