@@ -72,13 +72,17 @@ func testConfig(f *mailfake.Fake) Config {
 
 // runGateway starts a gateway on b and waits until it reads the
 // mailbox; stop (also at the end of the test) stops it and waits.
-func runGateway(t *testing.T, b *bus.Bus, f *mailfake.Fake, opts platform.Options) (*Service, func()) {
+func runGateway(t *testing.T, b *bus.Bus, f *mailfake.Fake, opts platform.Options, tune ...func(*Config)) (*Service, func()) {
 	t.Helper()
 	opts.Backoff = platform.Schedule(20 * time.Millisecond)
 	if opts.LeaseTTL == 0 {
 		opts.LeaseTTL = time.Second
 	}
-	s, err := New(testConfig(f), Deps{Log: slog.New(slog.DiscardHandler), Bus: b, Runner: opts})
+	cfg := testConfig(f)
+	for _, fn := range tune {
+		fn(&cfg)
+	}
+	s, err := New(cfg, Deps{Log: slog.New(slog.DiscardHandler), Bus: b, Runner: opts})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -352,6 +356,23 @@ func TestRestartLosesAndRepeatsNothing(t *testing.T) {
 	g.none(t, 300*time.Millisecond)
 	if ok, err := s.Runner().Seen(ctx, "r2@example.com"); !ok || err != nil {
 		t.Fatalf("r2 not in the seen record (%v)", err)
+	}
+}
+
+// A server that goes silent while the gateway ends an IDLE (a connection
+// that died without a reset: NAT, a failover) holds the gateway no longer
+// than the exchange timeout: it reconnects and reads the mail that came.
+func TestSilentServerAfterIdle(t *testing.T) {
+	t.Parallel()
+	f := newFake(t, true)
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	g := &gw{f: f, b: b, evs: platformtest.InboundEvents(t, b)}
+	runGateway(t, b, f, platform.Options{}, func(c *Config) { c.Timeout = 500 * time.Millisecond })
+	f.StallIdle()
+	// The EXISTS ends the IDLE; DONE gets no answer.
+	g.deliver(t, "From: ann@example.com", "Subject: Re: hello", "Message-ID: <s1@example.com>", "", "anyone there?")
+	if ev := g.next(t); ev.GetEventId() != "s1@example.com" {
+		t.Fatalf("event %v, want s1", ev)
 	}
 }
 

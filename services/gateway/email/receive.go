@@ -194,7 +194,10 @@ func (p *Platform) idle(ctx context.Context, s *session) error {
 	if err := s.do(cmd.Close); err != nil && ctx.Err() == nil {
 		return fmt.Errorf("imap idle done: %w", err)
 	}
-	if err := cmd.Wait(); err != nil && ctx.Err() == nil {
+	// The server's answer to DONE is bounded too: over a connection that
+	// died without a reset it never comes, and the reader would wait for
+	// the kernel to give up on it (a quarter of an hour).
+	if err := s.do(cmd.Wait); err != nil && ctx.Err() == nil {
 		return fmt.Errorf("imap idle: %w", err)
 	}
 	return nil

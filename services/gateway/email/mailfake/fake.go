@@ -14,6 +14,7 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/emersion/go-imap/v2"
@@ -52,6 +53,12 @@ type Fake struct {
 	SMTPHost string
 	SMTPPort int
 
+	// stallIdle: an IDLE the client ends gets no answer, as from a
+	// server gone silent; closed releases it.
+	stallIdle atomic.Bool
+	closed    chan struct{}
+	closeOnce sync.Once
+
 	mu       sync.Mutex
 	sent     []Mail
 	failures []int // reply codes for the next DATA commands
@@ -61,7 +68,7 @@ type Fake struct {
 
 // New starts both servers; Close stops them.
 func New(opts Options) (*Fake, error) {
-	f := &Fake{opts: opts, notify: make(chan struct{}, 1)}
+	f := &Fake{opts: opts, notify: make(chan struct{}, 1), closed: make(chan struct{})}
 	mem := imapmemserver.New()
 	f.user = imapmemserver.NewUser(opts.Address, opts.Password)
 	if err := f.user.Create("INBOX", nil); err != nil {
@@ -74,7 +81,7 @@ func New(opts Options) (*Fake, error) {
 	}
 	f.imap = imapserver.New(&imapserver.Options{
 		NewSession: func(*imapserver.Conn) (imapserver.Session, *imapserver.GreetingData, error) {
-			return pendingFirst{mem.NewSession()}, nil, nil
+			return pendingFirst{Session: mem.NewSession(), f: f}, nil, nil
 		},
 		Caps:         caps,
 		InsecureAuth: true,
@@ -110,17 +117,29 @@ func hostPort(a net.Addr) (string, int) {
 // soon as it starts IDLE, as real servers (Dovecot, Gmail) do: go-imap's
 // memory server keeps them until the next change, so a message delivered
 // between a client's SEARCH and its IDLE went unreported.
-type pendingFirst struct{ imapserver.Session }
+type pendingFirst struct {
+	imapserver.Session
+	f *Fake
+}
 
 func (s pendingFirst) Idle(w *imapserver.UpdateWriter, stop <-chan struct{}) error {
 	if err := s.Session.Poll(w, true); err != nil {
 		return err
 	}
-	return s.Session.Idle(w, stop)
+	err := s.Session.Idle(w, stop)
+	if s.f.stallIdle.Load() {
+		<-s.f.closed // DONE is never answered
+	}
+	return err
 }
+
+// StallIdle makes the server go silent when a client ends IDLE: its DONE
+// is never answered, as over a connection that died without a reset.
+func (f *Fake) StallIdle() { f.stallIdle.Store(true) }
 
 // Close stops both servers.
 func (f *Fake) Close() {
+	f.closeOnce.Do(func() { close(f.closed) })
 	_ = f.imap.Close()
 	_ = f.smtp.Close()
 }
