@@ -376,6 +376,44 @@ func TestSilentServerAfterIdle(t *testing.T) {
 	}
 }
 
+// The first start leaves alone the mail there when the mailbox was
+// selected, not what arrives a moment later, before the gateway looks
+// for the last message.
+func TestFirstStartKeepsMailAfterSelect(t *testing.T) {
+	t.Parallel()
+	f := newFake(t, true)
+	if _, err := f.Deliver(mailText("From: old@example.com", "Subject: Re: old", "", "before")); err != nil {
+		t.Fatal(err)
+	}
+	p := &Platform{cfg: testConfig(f).withDefaults(), log: slog.New(slog.DiscardHandler)}
+	s, err := p.dial()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.c.Close()
+	sel, err := s.c.Select(p.cfg.Mailbox, nil).Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	uid := deliverMail(t, f, "From: ann@example.com", "Subject: Re: new", "Message-ID: <f1@example.com>", "", "just now")
+	last, err := p.lastUID(s, sel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if uint32(last) >= uid {
+		t.Fatalf("watermark %d covers uid %d, delivered after the SELECT: it would never be read", last, uid)
+	}
+}
+
+func deliverMail(t *testing.T, f *mailfake.Fake, lines ...string) uint32 {
+	t.Helper()
+	uid, err := f.Deliver(mailText(lines...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return uid
+}
+
 // An SMTP 4xx reply is retryable, a 5xx permanent; the retry with the
 // same idempotency key sends the mail once.
 func TestSMTPErrorClasses(t *testing.T) {

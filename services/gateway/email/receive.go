@@ -269,12 +269,15 @@ func (p *Platform) startCursor(ctx context.Context, s *session, st buckets, sel 
 	return cur, rev, nil
 }
 
-// lastUID is the highest UID in the mailbox now (0 when empty).
+// lastUID is the highest UID the mailbox had when it was selected (0
+// when empty): UIDNEXT less one, which a message delivered since (after
+// the SELECT, before a SEARCH) is above; searching only when the server
+// sent no UIDNEXT.
 func (p *Platform) lastUID(s *session, sel *imap.SelectData) (imap.UID, error) {
+	if sel.UIDNext > 0 {
+		return sel.UIDNext - 1, nil
+	}
 	if sel.NumMessages == 0 {
-		if sel.UIDNext > 0 {
-			return sel.UIDNext - 1, nil
-		}
 		return 0, nil
 	}
 	var uids []imap.UID
