@@ -125,8 +125,10 @@ func normalize(raw []byte, id identity) (*eventsv1.MessageReceived, skip, error)
 	if team == "" {
 		team = m.Team
 	}
+	// As in Hermes, a group DM (mpim) is a DM like a 1:1 one: answered
+	// without a mention, keyed dm.
 	chatType := "group"
-	if m.ChannelType == "im" || (m.ChannelType == "" && strings.HasPrefix(m.Channel, "D")) {
+	if m.ChannelType == "im" || m.ChannelType == "mpim" || (m.ChannelType == "" && strings.HasPrefix(m.Channel, "D")) {
 		chatType = "dm"
 	}
 	user := m.User
@@ -148,8 +150,8 @@ func normalize(raw []byte, id identity) (*eventsv1.MessageReceived, skip, error)
 		Mentioned: mentioned,
 		SentAt:    tsTime(m.TS),
 		// As Hermes's Slack adapter, react only to messages addressed to
-		// the bot: in a DM, a group DM, or with a mention.
-		NoReaction: !mentioned && m.ChannelType != "mpim",
+		// the bot: in a DM (a group DM is one), or with a mention.
+		NoReaction: !mentioned,
 	}
 	if m.ThreadTS == m.TS {
 		// The parent of a thread is not in the thread.

@@ -44,7 +44,7 @@ func TestMentionGate(t *testing.T) {
 		{"dm", slackfake.Event{Channel: "D0DM", ChannelType: "im", User: "U1", Text: "hi", TS: "1.1"}, "", true},
 		{"dm thread", slackfake.Event{Channel: "D0DM", ChannelType: "im", User: "U1", Text: "hi", TS: "2.1", ThreadTS: "1.1"}, "", true},
 		{"dm without channel type", slackfake.Event{Channel: "D0DM", User: "U1", Text: "hi", TS: "1.1"}, "", true},
-		{"group dm", slackfake.Event{Channel: "G0MPIM", ChannelType: "mpim", User: "U1", Text: "hi", TS: "1.1"}, skipUnaddressed, true},
+		{"group dm", slackfake.Event{Channel: "G0MPIM", ChannelType: "mpim", User: "U1", Text: "hi", TS: "1.1"}, "", true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			ev, why, err := normalize(f.Callback("Ev1", c.ev), gated)
@@ -84,6 +84,8 @@ func TestNormalize(t *testing.T) {
 			key: "agent:main:slack:dm:T0WORKSPACE:D0DM", text: "hi", mention: true},
 		{name: "dm in a thread", ev: slackfake.Event{Channel: "D0DM", ChannelType: "im", User: "U0USER01", Text: "hi", TS: "2.1", ThreadTS: "1.1"},
 			key: "agent:main:slack:dm:T0WORKSPACE:D0DM:1.1", text: "hi", mention: true},
+		{name: "group dm (mpim) is a dm, as in Hermes", ev: slackfake.Event{Channel: "G0MPIM", ChannelType: "mpim", User: "U0USER01", Text: "hi", TS: "1.1"},
+			key: "agent:main:slack:dm:T0WORKSPACE:G0MPIM", text: "hi", mention: true},
 		{name: "channel thread is shared", ev: slackfake.Event{Channel: "C0CHANNEL", ChannelType: "channel", User: "U0USER01", Text: "hi", TS: "2.1", ThreadTS: "1.1"},
 			key: "agent:main:slack:group:T0WORKSPACE:C0CHANNEL:1.1", text: "hi"},
 		{name: "thread parent is not in a thread", ev: slackfake.Event{Channel: "C0CHANNEL", ChannelType: "channel", User: "U0USER01", Text: "hi", TS: "1.1", ThreadTS: "1.1"},

@@ -67,8 +67,9 @@ func (c *contractFake) Deliver(t *testing.T, ctx context.Context, kind string) *
 		ev.Channel, ev.ChannelType = fmt.Sprintf("D%04d", n), "im"
 		want.EventId, want.Source.ChatId, want.Source.ChatType, want.Mentioned, want.NoReaction = ev.Channel+":"+ts, ev.Channel, "dm", true, false
 	case "mpim":
+		// A group DM is a DM, as in Hermes.
 		ev.ChannelType = "mpim"
-		want.NoReaction = false
+		want.Source.ChatType, want.Mentioned, want.NoReaction = "dm", true, false
 	case "thread":
 		ev.ThreadTS = "1690000000.000001"
 		want.Source.ThreadId = ev.ThreadTS
