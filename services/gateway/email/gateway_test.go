@@ -214,6 +214,11 @@ func TestMailAnsweredInThread(t *testing.T) {
 			if sent[0].From != agent || len(sent[0].To) != 1 || sent[0].To[0] != "ann@example.com" {
 				t.Fatalf("envelope %s → %v", sent[0].From, sent[0].To)
 			}
+			// A submission server may refuse a name that is not a domain
+			// (Postfix's reject_non_fqdn_helo_hostname).
+			if h := sent[0].Helo; h == "localhost" || !strings.Contains(h, ".") {
+				t.Fatalf("EHLO %q, want a fully qualified name", h)
+			}
 			h, text, _ := readMail(t, sent[0].Raw)
 			subject, _ := h.Subject()
 			inReplyTo, _ := h.MsgIDList("In-Reply-To")

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"net"
 	"net/mail"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -328,6 +329,11 @@ func (p *Platform) submit(ctx context.Context, to string, raw []byte) error {
 		c = smtp.NewClient(conn)
 	}
 	defer c.Close()
+	// go-smtp says "localhost" unless told; after STARTTLS the client
+	// greets again, with this name.
+	if err := c.Hello(p.helloName()); err != nil {
+		return fmt.Errorf("smtp ehlo: %w", err)
+	}
 	if p.cfg.Password != "" {
 		if err := c.Auth(sasl.NewPlainClient("", p.cfg.Address, p.cfg.Password)); err != nil {
 			return fmt.Errorf("smtp auth: %w", err)
@@ -338,6 +344,20 @@ func (p *Platform) submit(ctx context.Context, to string, raw []byte) error {
 	}
 	_ = c.Quit()
 	return nil
+}
+
+// helloName is the name the gateway gives in EHLO: the host's name when
+// it is fully qualified (as Hermes's smtplib sends socket.getfqdn()),
+// else the domain of the agent's address. "localhost", go-smtp's default,
+// or a bare container name are refused by submission servers that want a
+// fully qualified name (Postfix's reject_non_fqdn_helo_hostname), and
+// count against the mail in spam filters.
+func (p *Platform) helloName() string {
+	if h, err := os.Hostname(); err == nil && strings.Contains(strings.Trim(h, "."), ".") && !strings.ContainsAny(h, " \t\r\n") {
+		return strings.Trim(h, ".")
+	}
+	_, domain, _ := strings.Cut(p.cfg.Address, "@")
+	return domain
 }
 
 // classify maps an SMTP failure to delivery's classes: a 4xx reply is

@@ -38,6 +38,8 @@ type Mail struct {
 	From string
 	To   []string
 	Raw  []byte
+	// Helo is the name the client gave in EHLO (or HELO).
+	Helo string
 }
 
 // Fake is a running IMAP and SMTP server pair.
@@ -92,7 +94,7 @@ func New(opts Options) (*Fake, error) {
 		return nil, err
 	}
 	go func() { _ = f.imap.Serve(f.imapLn) }()
-	f.smtp = smtp.NewServer(smtp.BackendFunc(func(*smtp.Conn) (smtp.Session, error) { return &session{f: f}, nil }))
+	f.smtp = smtp.NewServer(smtp.BackendFunc(func(c *smtp.Conn) (smtp.Session, error) { return &session{f: f, conn: c}, nil }))
 	f.smtp.Domain = "localhost"
 	f.smtp.AllowInsecureAuth = true
 	f.smtp.ReadTimeout, f.smtp.WriteTimeout = 10*time.Second, 10*time.Second
@@ -215,6 +217,7 @@ func (f *Fake) SentC() <-chan struct{} { return f.notify }
 // session is one SMTP connection.
 type session struct {
 	f      *Fake
+	conn   *smtp.Conn
 	authed bool
 	from   string
 	to     []string
@@ -262,7 +265,7 @@ func (s *session) Data(r io.Reader) error {
 		f.failures = f.failures[1:]
 		return &smtp.SMTPError{Code: code, EnhancedCode: smtp.EnhancedCode{code / 100, 0, 0}, Message: fmt.Sprintf("fake refusal %d", code)}
 	}
-	f.sent = append(f.sent, Mail{From: s.from, To: append([]string(nil), s.to...), Raw: raw})
+	f.sent = append(f.sent, Mail{From: s.from, To: append([]string(nil), s.to...), Raw: raw, Helo: s.conn.Hostname()})
 	select {
 	case f.notify <- struct{}{}:
 	default:
