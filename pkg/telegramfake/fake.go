@@ -133,6 +133,7 @@ type Server struct {
 	calls        map[string]int
 	webhookURL   string
 	secret       string
+	maxConns     int // setWebhook's max_connections (0: not given)
 	conflicts    int
 	files        map[string]file   // by file_id
 	paths        map[string]string // file_path → file_id
@@ -490,6 +491,47 @@ func (s *Server) Webhook() (string, string) {
 	return s.webhookURL, s.secret
 }
 
+// WebhookMaxConnections is the number of connections Telegram would
+// deliver the webhook's updates over at once: setWebhook's
+// max_connections, 40 (Telegram's default) when it was not given.
+func (s *Server) WebhookMaxConnections() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.maxConns == 0 {
+		return 40
+	}
+	return s.maxConns
+}
+
+// PushAll posts the updates with these ids, in this order, as Telegram
+// does: over up to WebhookMaxConnections connections at once, a
+// connection taking the next update once the bot answered its last. It
+// returns the first failure (an error or a status other than 200).
+func (s *Server) PushAll(ctx context.Context, ids []int64) error {
+	n := s.WebhookMaxConnections()
+	slots := make(chan struct{}, n)
+	errc := make(chan error, len(ids))
+	var wg sync.WaitGroup
+	for _, id := range ids {
+		slots <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-slots }()
+			code, err := s.Push(ctx, id)
+			if err == nil && code != http.StatusOK {
+				err = fmt.Errorf("update %d answered %d", id, code)
+			}
+			if err != nil {
+				errc <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errc)
+	return <-errc
+}
+
 // Push posts the update with this id to the registered webhook, as
 // Telegram does, and returns the HTTP status the bot answered.
 func (s *Server) Push(ctx context.Context, id int64) (int, error) {
@@ -679,7 +721,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		s.getUpdates(w, r, p, drop)
 	case "setwebhook":
 		s.mu.Lock()
-		s.webhookURL, s.secret = p["url"], p["secret_token"]
+		s.webhookURL, s.secret, s.maxConns = p["url"], p["secret_token"], p.int("max_connections")
 		s.setAllowedLocked(p)
 		s.mu.Unlock()
 		writeOK(w, true)

@@ -515,6 +515,43 @@ func TestWebhook(t *testing.T) {
 	checkExactlyOnce(t, inbound(t, b), []int64{id})
 }
 
+// Over the webhook, quick messages of one chat are published in the
+// order they were sent: the webhook is registered with one connection,
+// so Telegram posts an update only after the last one was answered
+// (over its default 40 connections they would race).
+func TestWebhookKeepsOrder(t *testing.T) {
+	t.Parallel()
+	f := newFake(t)
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	cfg := testConfig(f)
+	cfg.WebhookURL, cfg.WebhookSecret, cfg.WebhookListen = "http://"+addr+"/tg/hook", "s3cret", addr
+	s, _ := startService(t, cfg, b, "a")
+	waitFor(t, "connected", 20*time.Second, func() bool { st, _ := s.Runner().State(); return st == platform.StateConnected })
+	if n := f.WebhookMaxConnections(); n != 1 {
+		t.Fatalf("webhook registered for %d connections, want 1", n)
+	}
+	var ids []int64
+	for i := range 12 {
+		ids = append(ids, f.Inject(obj{"message": msg(obj{"from": alice, "chat": dmChat, "text": fmt.Sprintf("part %d", i)})}))
+	}
+	if err := f.PushAll(context.Background(), ids); err != nil {
+		t.Fatal(err)
+	}
+	evs := inbound(t, b)
+	checkExactlyOnce(t, evs, ids)
+	for i, e := range evs {
+		if i < len(ids) && e.GetEventId() != strconv.FormatInt(ids[i], 10) {
+			t.Fatalf("event %d on the bus is update %s, want %d (the order sent)", i, e.GetEventId(), ids[i])
+		}
+	}
+}
+
 // Anyone can connect to the webhook: a connection left idle after its
 // request (or never finishing one) is closed, so such connections
 // cannot pile up until the gateway runs out of descriptors.

@@ -19,6 +19,9 @@ import (
 // maxWebhookBody bounds one webhook update.
 const maxWebhookBody = 1 << 20
 
+// webhookConnections is setWebhook's max_connections (see serveWebhook).
+const webhookConnections = 1
+
 // serveWebhook registers the webhook with Telegram and serves it until
 // ctx ends. Each replica serves the same URL path; Telegram retries an
 // update until one answers 200, which happens only after the bus ack.
@@ -50,7 +53,15 @@ func (p *Platform) serveWebhook(ctx context.Context, conn platform.Conn) error {
 		_ = srv.Shutdown(sctx)
 	}()
 
-	if _, err := p.api.SetWebhook(ctx, &bot.SetWebhookParams{URL: p.cfg.WebhookURL, SecretToken: p.cfg.WebhookSecret, AllowedUpdates: allowedUpdates}); err != nil {
+	// One connection: Telegram then posts an update only once the last
+	// one was answered (after its bus ack), so the updates of a chat are
+	// published in the order they were sent (DESIGN invariant 5). Over
+	// its default 40 connections two quick messages of one chat can be
+	// published out of order, and update_id cannot restore that later:
+	// its gaps (other chats, other update kinds) look like an update
+	// still in flight.
+	params := &bot.SetWebhookParams{URL: p.cfg.WebhookURL, SecretToken: p.cfg.WebhookSecret, AllowedUpdates: allowedUpdates, MaxConnections: webhookConnections}
+	if _, err := p.api.SetWebhook(ctx, params); err != nil {
 		if errors.Is(err, bot.ErrorUnauthorized) || errors.Is(err, bot.ErrorNotFound) {
 			return platform.Fatal(fmt.Errorf("telegram rejected the bot token (setWebhook): %w", err))
 		}
