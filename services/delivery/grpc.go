@@ -3,7 +3,6 @@ package delivery
 import (
 	"context"
 	"crypto/rand"
-	"crypto/subtle"
 	"encoding/hex"
 	"errors"
 	"strconv"
@@ -16,6 +15,7 @@ import (
 	"github.com/switchboard-chat/switchboard/pkg/chunk"
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	"github.com/switchboard-chat/switchboard/pkg/outbox"
+	"github.com/switchboard-chat/switchboard/pkg/secret"
 )
 
 // sendServer is DeliveryService: proactive messages (cron jobs, tools,
@@ -41,7 +41,7 @@ func (g *sendServer) authorize(ctx context.Context) error {
 	}
 	md, _ := metadata.FromIncomingContext(ctx)
 	for _, v := range md.Get("authorization") {
-		if tok, ok := strings.CutPrefix(v, "Bearer "); ok && subtle.ConstantTimeCompare([]byte(tok), []byte(g.s.cfg.Token)) == 1 {
+		if tok, ok := strings.CutPrefix(v, "Bearer "); ok && secret.Equal(tok, g.s.cfg.Token) {
 			return nil
 		}
 	}

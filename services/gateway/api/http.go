@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -22,6 +21,7 @@ import (
 
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/loopback"
+	"github.com/switchboard-chat/switchboard/pkg/secret"
 	"github.com/switchboard-chat/switchboard/services/gateway/api/internal/openai"
 )
 
@@ -217,12 +217,12 @@ func (s *Service) identify(authorization string) (string, bool) {
 }
 
 // keyMatches reports whether an Authorization header carries key as a
-// bearer token (constant time).
+// bearer token (constant time, length included).
 func keyMatches(authorization, key string) bool {
 	scheme, token, ok := strings.Cut(strings.TrimSpace(authorization), " ")
 	// The scheme is case-insensitive (RFC 9110): "bearer" is Bearer.
 	return ok && strings.EqualFold(scheme, "Bearer") && key != "" &&
-		subtle.ConstantTimeCompare([]byte(strings.TrimSpace(token)), []byte(key)) == 1
+		secret.Equal(strings.TrimSpace(token), key)
 }
 
 // sessionHeader returns the session id a request names (X-Session-Id, else

@@ -2,7 +2,6 @@ package bluebubbles
 
 import (
 	"context"
-	"crypto/subtle"
 	"errors"
 	"fmt"
 	"io"
@@ -10,6 +9,7 @@ import (
 	"net/http"
 
 	"github.com/switchboard-chat/switchboard/pkg/platform"
+	"github.com/switchboard-chat/switchboard/pkg/secret"
 )
 
 // serveWebhook serves the webhook until ctx ends.
@@ -32,10 +32,9 @@ func (p *Platform) serveWebhook(ctx context.Context, conn platform.Conn) error {
 // Hermes accepts. Constant time; an empty secret accepts nothing.
 func (p *Platform) authorized(r *http.Request) bool {
 	q := r.URL.Query()
-	want := []byte(p.cfg.WebhookSecret)
 	ok := false
 	for _, got := range []string{q.Get("password"), q.Get("guid"), r.Header.Get("X-Password"), r.Header.Get("X-Guid"), r.Header.Get("X-Bluebubbles-Guid")} {
-		if got != "" && len(want) > 0 && subtle.ConstantTimeCompare([]byte(got), want) == 1 {
+		if got != "" && secret.Equal(got, p.cfg.WebhookSecret) {
 			ok = true
 		}
 	}

@@ -2,7 +2,6 @@ package telegram
 
 import (
 	"context"
-	"crypto/subtle"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +13,7 @@ import (
 	"github.com/go-telegram/bot"
 
 	"github.com/switchboard-chat/switchboard/pkg/platform"
+	secretpkg "github.com/switchboard-chat/switchboard/pkg/secret"
 )
 
 // maxWebhookBody bounds one webhook update.
@@ -92,7 +92,7 @@ const HeaderSecretToken = "X-Telegram-Bot-Api-Secret-Token"
 // secretOK reports whether a webhook call carries the configured secret
 // (constant time); without a secret every call passes.
 func secretOK(header, secret string) bool {
-	return secret == "" || subtle.ConstantTimeCompare([]byte(header), []byte(secret)) == 1
+	return secret == "" || secretpkg.Equal(header, secret)
 }
 
 // WebhookHandler checks the secret token header, publishes the update and

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -13,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/switchboard-chat/switchboard/pkg/platform"
+	"github.com/switchboard-chat/switchboard/pkg/secret"
 )
 
 // HeaderSignature carries "sha256=" and the hex HMAC-SHA256 of the raw
@@ -62,7 +62,7 @@ func (p *Platform) verifySubscription(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case q.Get("hub.mode") != "subscribe":
 		http.Error(w, "hub.mode must be subscribe", http.StatusBadRequest)
-	case subtle.ConstantTimeCompare([]byte(q.Get("hub.verify_token")), []byte(p.cfg.VerifyToken)) != 1:
+	case !secret.Equal(q.Get("hub.verify_token"), p.cfg.VerifyToken):
 		p.log.Warn("whatsapp subscription with a wrong verify token", "remote", r.RemoteAddr)
 		http.Error(w, "verify token mismatch", http.StatusForbidden)
 	case q.Get("hub.challenge") == "" || len(q.Get("hub.challenge")) > 256:

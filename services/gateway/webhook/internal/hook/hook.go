@@ -6,7 +6,6 @@ import (
 	"bytes"
 	"crypto/hmac"
 	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
@@ -25,6 +24,7 @@ import (
 
 	"github.com/switchboard-chat/switchboard/pkg/config"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+	"github.com/switchboard-chat/switchboard/pkg/secret"
 )
 
 var (
@@ -239,7 +239,7 @@ func Verify(route *CompiledRoute, h http.Header, body []byte, now time.Time) err
 		return nil
 	case SigGitLab:
 		got := h.Get("X-Gitlab-Token")
-		if got == "" || subtle.ConstantTimeCompare([]byte(got), []byte(route.Secret)) != 1 {
+		if got == "" || !secret.Equal(got, route.Secret) {
 			return errors.New("X-Gitlab-Token does not match")
 		}
 		return nil
