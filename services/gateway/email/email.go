@@ -83,8 +83,10 @@ type Config struct {
 	// SkipAttachments (Hermes's platforms.email.skip_attachments) drops
 	// every attachment of inbound mail.
 	SkipAttachments bool `koanf:"skip_attachments"`
-	// MaxMessageBytes bounds one inbound message (default 25 MiB); a
-	// larger one is logged, counted and marked handled unread.
+	// MaxMessageBytes bounds what is read of one inbound message
+	// (default 25 MiB): of a larger one, its first MaxMessageBytes (the
+	// text, the attachments that fit), with a note to the agent that
+	// the rest is missing.
 	MaxMessageBytes int64 `koanf:"max_message_bytes"`
 	// DefaultSubject of mail sent to an address with no message to
 	// answer (Hermes's "Hermes Agent"; the answer says "Re: …").
@@ -316,8 +318,12 @@ func (p *Platform) open(ctx context.Context) (buckets, error) {
 var (
 	skipped = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "switchboard_email_messages_skipped_total",
-		Help: "Inbound mail read and not published, by reason (automated, own, malformed, too_large).",
+		Help: "Inbound mail read and not published, by reason (automated, own, malformed).",
 	}, []string{"reason"})
+	cutTotal = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "switchboard_email_messages_cut_total",
+		Help: "Inbound mail over max_message_bytes, published with only its beginning read.",
+	})
 	sentTotal = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "switchboard_email_sent_total",
 		Help: "Mail sent over SMTP, by outcome (ok, retryable, permanent).",

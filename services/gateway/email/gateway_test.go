@@ -419,6 +419,30 @@ func deliverMail(t *testing.T, f *mailfake.Fake, lines ...string) uint32 {
 	return uid
 }
 
+// A mail over max_message_bytes is read up to the bound, and the agent
+// is told the rest is missing: the sender gets an answer, not silence.
+func TestMailOverTheBoundIsReadInPart(t *testing.T) {
+	t.Parallel()
+	f := newFake(t, true)
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	g := &gw{f: f, b: b, evs: platformtest.InboundEvents(t, b)}
+	runGateway(t, b, f, platform.Options{}, func(c *Config) { c.MaxMessageBytes = 4 << 10 })
+	big := base64.StdEncoding.EncodeToString(bytes.Repeat([]byte("video bytes "), 1000))
+	uid := g.deliver(t, "From: ann@example.com", "Subject: Re: the video", "Message-ID: <big1@example.com>",
+		"Content-Type: multipart/mixed; boundary=XX", "", "--XX", "Content-Type: text/plain", "", "Here is the video.",
+		"--XX", "Content-Type: video/mp4", "Content-Disposition: attachment; filename=clip.mp4",
+		"Content-Transfer-Encoding: base64", "", big, "--XX--", "")
+	ev := g.next(t)
+	if ev.GetEventId() != "big1@example.com" || !strings.HasPrefix(ev.GetText(), "Here is the video.\n\n[This email is ") ||
+		!strings.Contains(ev.GetText(), "only its first 4.0 KB were read") || len(ev.GetAttachments()) != 0 {
+		t.Fatalf("event %v", ev)
+	}
+	platformtest.WaitFor(t, "the mail to be flagged seen", func() bool {
+		seen, err := f.Seen()
+		return err == nil && seen[uid]
+	})
+}
+
 // An SMTP 4xx reply is retryable, a 5xx permanent; the retry with the
 // same idempotency key sends the mail once.
 func TestSMTPErrorClasses(t *testing.T) {

@@ -12,6 +12,7 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 	"github.com/emersion/go-imap/v2/imapclient"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/switchboard-chat/switchboard/pkg/attachment"
 	"github.com/switchboard-chat/switchboard/pkg/platform"
 )
 
@@ -350,12 +352,16 @@ func (p *Platform) handle(ctx context.Context, s *session, uid imap.UID, conn pl
 		return fmt.Errorf("imap fetch size of %d: %w", uid, err)
 	}
 	log := p.log.With("uid", uint32(uid))
-	if size > p.cfg.MaxMessageBytes {
-		skipped.WithLabelValues("too_large").Inc()
-		conn.Reject(ctx, "message too large", fmt.Errorf("uid %d is %d bytes, limit %d", uid, size, p.cfg.MaxMessageBytes))
-		return nil // left unread, for a person to see
-	}
 	section := &imap.FetchItemBodySection{Peek: true}
+	cut := size > p.cfg.MaxMessageBytes
+	if cut {
+		// Its first MaxMessageBytes: the header and the text come first,
+		// the attachments that make it large after them. The sender gets
+		// an answer, and the agent is told what is missing.
+		cutTotal.Inc()
+		log.Info("email: message over max_message_bytes; reading its beginning", "bytes", size, "limit", p.cfg.MaxMessageBytes)
+		section.Partial = &imap.SectionPartial{Size: p.cfg.MaxMessageBytes}
+	}
 	err = s.do(func() error {
 		msgs, err := s.c.Fetch(imap.UIDSetNum(uid), &imap.FetchOptions{UID: true, BodySection: []*imap.FetchItemBodySection{section}}).Collect()
 		if err != nil {
@@ -373,7 +379,12 @@ func (p *Platform) handle(ctx context.Context, s *session, uid imap.UID, conn pl
 		log.Warn("email: message gone before it was read") // expunged meanwhile
 		return nil
 	}
-	if err := p.publish(ctx, raw, conn, log); err != nil {
+	var note string
+	if cut {
+		note = fmt.Sprintf("[This email is %s; only its first %s were read: what came after, attachments included, is missing.]",
+			attachment.Size(size), attachment.Size(p.cfg.MaxMessageBytes))
+	}
+	if err := p.publish(ctx, raw, note, conn, log); err != nil {
 		return err
 	}
 	err = s.do(func() error {
@@ -389,9 +400,9 @@ func (p *Platform) handle(ctx context.Context, s *session, uid imap.UID, conn pl
 }
 
 // publish normalizes one raw message and hands it to the kit, or skips
-// it: malformed, the agent's own, automated. An error means it was not
-// stored.
-func (p *Platform) publish(ctx context.Context, raw []byte, conn platform.Conn, log *slog.Logger) error {
+// it: malformed, the agent's own, automated. A note (a message read in
+// part) ends its text. An error means it was not stored.
+func (p *Platform) publish(ctx context.Context, raw []byte, note string, conn platform.Conn, log *slog.Logger) error {
 	maxPart := p.attachments.MaxBytes
 	if maxPart <= 0 {
 		maxPart = 20 << 20
@@ -411,6 +422,9 @@ func (p *Platform) publish(ctx context.Context, raw []byte, conn platform.Conn, 
 		skipped.WithLabelValues("automated").Inc()
 		log.Info("email: skipping automated mail", "reason", m.Automated)
 		return nil
+	}
+	if note != "" {
+		m.Text = strings.TrimSpace(m.Text + "\n\n" + note)
 	}
 	id := eventID(m, raw)
 	if m.MessageID != "" {
