@@ -85,6 +85,11 @@ type message struct {
 	// Group-shaped messages carry the group; the Cloud API sends none
 	// to a business number today.
 	GroupID string `json:"group_id"`
+	// Chat is where Hermes's Cloud adapter looks for a group-shaped
+	// message's group; either one makes it skipped, never answered as
+	// the sender's DM (what the group said would land in their private
+	// session, and the answer in their private chat).
+	Chat json.RawMessage `json:"chat"`
 }
 
 type media struct {
@@ -219,7 +224,7 @@ func normalize(raw json.RawMessage, v *value, names map[string]string) incoming 
 		return incoming{err: fmt.Errorf("%w: message without an id", errMalformed)}
 	case m.From == "":
 		return incoming{err: fmt.Errorf("%w: message %s without a sender", errMalformed, m.ID)}
-	case m.GroupID != "":
+	case m.GroupID != "" || present(m.Chat):
 		return incoming{skip: "group message"}
 	}
 	name := names[m.From]
@@ -252,6 +257,30 @@ func normalize(raw json.RawMessage, v *value, names map[string]string) incoming 
 		return incoming{skip: "empty message"}
 	}
 	return incoming{ev: ev}
+}
+
+// present reports whether a JSON value says something: not absent,
+// null, false, 0, "" or empty.
+func present(raw json.RawMessage) bool {
+	var v any
+	if len(raw) == 0 || json.Unmarshal(raw, &v) != nil {
+		return len(raw) > 0
+	}
+	switch v := v.(type) {
+	case nil:
+		return false
+	case bool:
+		return v
+	case float64:
+		return v != 0
+	case string:
+		return v != ""
+	case []any:
+		return len(v) > 0
+	case map[string]any:
+		return len(v) > 0
+	}
+	return true
 }
 
 // content is a message's text and attachments by its type; skip names a

@@ -107,6 +107,8 @@ func TestNormalize(t *testing.T) {
 		{"empty text", msg("w20", "text", `{"body":"  "}`), nil, "empty message"},
 		{"media without id", msg("w21", "image", `{"mime_type":"image/jpeg"}`), nil, "media without an id"},
 		{"group shaped", `{"from":"` + ann + `","id":"w22","timestamp":"1700000000","type":"text","text":{"body":"hi all"},"group_id":"g1"}`, nil, "group message"},
+		// Hermes's Cloud adapter takes a "chat" field for the group.
+		{"group shaped by chat", `{"from":"` + ann + `","id":"w23","timestamp":"1700000000","type":"text","text":{"body":"hi all"},"chat":{"id":"120363000000000000@g.us"}}`, nil, "group message"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			out, err := parseNotification(notify(c.msg), phoneID)
