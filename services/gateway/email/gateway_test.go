@@ -443,6 +443,37 @@ func TestMailOverTheBoundIsReadInPart(t *testing.T) {
 	})
 }
 
+// When the mailbox's UIDVALIDITY changed (a server migration renumbers
+// it), the unseen mail that came since the gateway last read is read
+// again, not the unseen mail of months ago that nobody answered.
+func TestUIDValidityChangeReadsOnlyRecentUnseen(t *testing.T) {
+	t.Parallel()
+	f := newFake(t, true)
+	if _, err := f.DeliverAt(mailText("From: old@example.com", "Subject: Re: spring", "Message-ID: <u0@example.com>", "", "months ago"),
+		time.Now().Add(-90*24*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	deliverMail(t, f, "From: ann@example.com", "Subject: Re: now", "Message-ID: <u1@example.com>", "", "while renumbered")
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	g := &gw{f: f, b: b, evs: platformtest.InboundEvents(t, b)}
+	// The watermark of a reader that was here an hour ago, under another
+	// UIDVALIDITY.
+	ctx := context.Background()
+	p := &Platform{cfg: testConfig(f).withDefaults(), bus: b}
+	st, err := p.open(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.storeCursorAt(ctx, st, cursor{UIDValidity: 0xfffffff0, UID: 7}, 0, time.Now().Add(-time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	runGateway(t, b, f, platform.Options{})
+	if ev := g.next(t); ev.GetEventId() != "u1@example.com" {
+		t.Fatalf("event %v, want u1 only (u0 is three months old)", ev)
+	}
+	g.none(t, 300*time.Millisecond)
+}
+
 // An SMTP 4xx reply is retryable, a 5xx permanent; the retry with the
 // same idempotency key sends the mail once.
 func TestSMTPErrorClasses(t *testing.T) {

@@ -25,11 +25,17 @@ import (
 )
 
 // cursor is how far a mailbox was read: every message with a UID up to
-// UID (under UIDValidity) is handled.
+// UID (under UIDValidity) is handled, as of At.
 type cursor struct {
-	UIDValidity uint32 `json:"uid_validity"`
-	UID         uint32 `json:"uid"`
+	UIDValidity uint32    `json:"uid_validity"`
+	UID         uint32    `json:"uid"`
+	At          time.Time `json:"at,omitzero"`
 }
+
+// renumberedWindow bounds how far back the unseen mail read again after a
+// UIDVALIDITY change goes when the cursor does not say when it was last
+// written (one written before it did): the seen record's lifetime.
+const renumberedWindow = 7 * 24 * time.Hour
 
 // tlsMode is the TLS of a connection to port under mode.
 func tlsMode(mode string, port, implicitPort int) string {
@@ -226,8 +232,12 @@ func (p *Platform) wait(ctx context.Context, s *session) error {
 // or whose UIDVALIDITY changed (its UIDs were renumbered). The first
 // time, mail already there is left alone, as Hermes leaves it: reading
 // starts with the next message. After a renumbering, the messages not
-// yet \Seen are read (one already published is a duplicate the seen
-// record catches), then the cursor goes past the last message.
+// yet \Seen that arrived since the cursor was last written (a day's
+// margin: SEARCH SINCE has a day's resolution, in the server's time
+// zone) are read (one already published is a duplicate the seen record
+// catches), then the cursor goes past the last message. Older unseen mail
+// is what the first start left alone, or what a person left unread: not
+// answered months late.
 func (p *Platform) startCursor(ctx context.Context, s *session, st buckets, sel *imap.SelectData, old cursor, rev uint64,
 	conn platform.Conn) (cursor, uint64, error) {
 	last, err := p.lastUID(s, sel)
@@ -239,7 +249,11 @@ func (p *Platform) startCursor(ctx context.Context, s *session, st buckets, sel 
 			"mailbox", p.cfg.Mailbox, "old", old.UIDValidity, "new", sel.UIDValidity)
 		var unseen []imap.UID
 		err := s.do(func() error {
-			data, err := s.c.UIDSearch(&imap.SearchCriteria{NotFlag: []imap.Flag{imap.FlagSeen}}, nil).Wait()
+			since := old.At
+			if since.IsZero() {
+				since = time.Now().Add(-renumberedWindow)
+			}
+			data, err := s.c.UIDSearch(&imap.SearchCriteria{NotFlag: []imap.Flag{imap.FlagSeen}, Since: since.Add(-24 * time.Hour)}, nil).Wait()
 			if err == nil {
 				unseen = data.AllUIDs()
 			}
@@ -471,6 +485,12 @@ func (p *Platform) loadCursor(ctx context.Context, st buckets) (cursor, uint64, 
 // replica that lost the lease and still reads finds the revision moved
 // and stops, rather than move it back.
 func (p *Platform) storeCursor(ctx context.Context, st buckets, c cursor, rev uint64) (uint64, error) {
+	return p.storeCursorAt(ctx, st, c, rev, time.Now())
+}
+
+// storeCursorAt is storeCursor as of at.
+func (p *Platform) storeCursorAt(ctx context.Context, st buckets, c cursor, rev uint64, at time.Time) (uint64, error) {
+	c.At = at.UTC().Truncate(time.Second)
 	b, _ := json.Marshal(c)
 	var next uint64
 	var err error

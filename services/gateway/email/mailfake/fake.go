@@ -147,8 +147,12 @@ func (f *Fake) Close() {
 }
 
 // Deliver puts a raw message in the INBOX and returns its UID.
-func (f *Fake) Deliver(raw []byte) (uint32, error) {
-	data, err := f.user.Append("INBOX", bytes.NewReader(raw), &imap.AppendOptions{})
+func (f *Fake) Deliver(raw []byte) (uint32, error) { return f.DeliverAt(raw, time.Time{}) }
+
+// DeliverAt puts a raw message in the INBOX as received at t (its
+// INTERNALDATE; zero: now) and returns its UID.
+func (f *Fake) DeliverAt(raw []byte, t time.Time) (uint32, error) {
+	data, err := f.user.Append("INBOX", bytes.NewReader(raw), &imap.AppendOptions{Time: t})
 	if err != nil {
 		return 0, err
 	}
