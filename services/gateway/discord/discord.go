@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"regexp"
 	"strings"
 	"sync"
 	"time"
@@ -27,6 +28,7 @@ import (
 	"github.com/switchboard-chat/switchboard/pkg/attachment"
 	"github.com/switchboard-chat/switchboard/pkg/bus"
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/platform"
 )
 
@@ -53,8 +55,11 @@ type Config struct {
 	AllowBots bool `koanf:"allow_bots"`
 	// AutoThread (DISCORD_AUTO_THREAD, default true, as in Hermes): a
 	// guild channel message that mentions the bot is answered in a new
-	// thread opened from it (prospective_thread_id), which the bot then
-	// follows without mentions.
+	// thread the gateway opens from it before publishing it (the message
+	// is published as the thread's, so it and the thread's later
+	// messages are one session), which the bot then follows without
+	// mentions. Where the thread is refused, the message keeps
+	// prospective_thread_id and is answered in the channel.
 	AutoThread bool `koanf:"auto_thread"`
 	// RequireMention (DISCORD_REQUIRE_MENTION, default true, as in
 	// Hermes): in guild channels the bot answers only messages that
@@ -464,11 +469,64 @@ func (p *Platform) handle(ctx context.Context, conn platform.Conn, raw []byte) {
 			p.log.Debug("discord message skipped", "why", string(why), "message_id", m.ID)
 			return
 		}
+		if ev.GetSource().GetProspectiveThreadId() != "" {
+			if err = p.openThread(ctx, m, ev.GetSource()); err != nil {
+				p.log.Warn("discord auto-thread not opened; retrying", "message_id", m.ID, "err", err)
+				continue
+			}
+		}
 		if _, err = conn.Deliver(ctx, ev); err == nil || errors.Is(err, platform.ErrRejected) {
 			return
 		}
 		p.log.Warn("discord message not published; retrying", "message_id", m.ID, "err", err)
 	}
+}
+
+// openThread opens the auto-thread of a channel message that mentions
+// the bot before the message is published, as Hermes does
+// (discord.py _handle_message, _auto_create_thread): the thread has the
+// message's id, and the message's source becomes the thread's (chat and
+// thread = the thread id, parent = the channel), so the message and
+// the later ones in the thread share one session key,
+// agent:main:discord:thread:<thread>:<thread>. The thread is named as
+// in Hermes, after the message. A thread already opened from the
+// message (an earlier attempt, or its author) is taken as it is. Where
+// Discord refuses the thread (no Create Public Threads permission), the
+// source keeps prospective_thread_id, as in Hermes's inline fallback:
+// the answer goes to the channel (see Send). Other failures are
+// returned, for the caller to try again.
+func (p *Platform) openThread(ctx context.Context, m *discordgo.Message, src *eventsv1.SessionSource) error {
+	_, err := p.s.MessageThreadStartComplex(m.ChannelID, m.ID, &discordgo.ThreadStart{Name: autoThreadName(m.Content), AutoArchiveDuration: 1440}, discordgo.WithContext(ctx))
+	switch {
+	case err == nil || isCode(err, discordgo.ErrCodeThreadAlreadyCreatedForThisMessage):
+	case refused(err):
+		p.log.Warn("discord auto-thread refused; answering in the channel", "channel", m.ChannelID, "err", err)
+		return nil
+	default:
+		return err
+	}
+	p.chMu.Lock()
+	p.channels[m.ID] = channelInfo{Thread: true, Parent: m.ChannelID, Owner: p.rules.BotID}
+	p.chMu.Unlock()
+	src.ChatType, src.ChatId, src.ThreadId, src.ParentChatId, src.ProspectiveThreadId = "thread", m.ID, m.ID, m.ChannelID, ""
+	return nil
+}
+
+var mentionMarkup = regexp.MustCompile(`<@[!&]?\d+>|<#\d+>`)
+
+// autoThreadName is Hermes's name for an auto-thread: the message
+// without mentions of users, roles or channels, its spaces collapsed,
+// at most 80 characters (77 and "..." when longer), "Hermes" when
+// nothing is left.
+func autoThreadName(content string) string {
+	name := strings.Join(strings.Fields(mentionMarkup.ReplaceAllString(content, "")), " ")
+	if r := []rune(name); len(r) > 80 {
+		name = string(r[:77]) + "..."
+	}
+	if name == "" {
+		name = "Hermes"
+	}
+	return name
 }
 
 // refused reports whether Discord answered a request with a client error
@@ -563,8 +621,11 @@ func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (str
 		AllowedMentions: &discordgo.MessageAllowedMentions{Parse: []discordgo.AllowedMentionType{discordgo.AllowedMentionTypeUsers}, RepliedUser: true},
 		Components:      approvalComponents(req.GetApproval())}
 	ch := where(t)
-	// A button press's id (press:…) names no message to reply to.
-	if r := t.GetReplyToMessageId(); snowflake(r) && req.GetChunkIndex() == 0 && ch == t.GetChatId() {
+	// A button press's id (press:…) names no message to reply to, and an
+	// auto-thread's first message (its id is the thread's) is in the
+	// channel the thread grew from, where no reply in the thread can
+	// point.
+	if r := t.GetReplyToMessageId(); snowflake(r) && req.GetChunkIndex() == 0 && ch == t.GetChatId() && r != ch {
 		no := false
 		ms.Reference = &discordgo.MessageReference{MessageID: r, ChannelID: ch, FailIfNotExists: &no}
 	}

@@ -21,6 +21,7 @@ import (
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/platform"
 	"github.com/switchboard-chat/switchboard/pkg/platform/platformtest"
+	"github.com/switchboard-chat/switchboard/pkg/sessionkey"
 	"github.com/switchboard-chat/switchboard/services/gateway/discord/discordfake"
 )
 
@@ -78,7 +79,9 @@ func (c *contractFake) Deliver(t *testing.T, ctx context.Context, kind string) *
 		want.Source.ChatId, want.Source.ChatType, want.Source.ThreadId, want.Source.ParentChatId = thread, "thread", thread, channel
 	case "mention":
 		m.Content, m.Mentions = "<@"+c.f.BotID+"> what is up", []string{c.f.BotID}
-		want.Text, want.Mentioned, want.Source.ProspectiveThreadId = "what is up", true, id
+		// Answered in the thread the gateway opens from it, as in Hermes.
+		want.Text, want.Mentioned = "what is up", true
+		want.Source.ChatId, want.Source.ChatType, want.Source.ThreadId, want.Source.ParentChatId = id, "thread", id, channel
 	case "attachment":
 		m.Attachments = []discordfake.Attachment{{ID: "500", Filename: "cat.png", ContentType: "image/png", URL: "https://cdn.discord.test/cat.png", Size: 99}}
 		want.Attachments = []*eventsv1.Attachment{{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, Location: &eventsv1.Attachment_Url{Url: "https://cdn.discord.test/cat.png"},
@@ -322,17 +325,46 @@ func TestMentionGating(t *testing.T) {
 	dispatch(discordfake.MessageCreate{ID: f.NewID(), ChannelID: channel, GuildID: guild, AuthorID: user, Content: "chatter"})
 	mention := discordfake.MessageCreate{ID: f.NewID(), ChannelID: channel, GuildID: guild, AuthorID: user, Content: "<@" + f.BotID + "> help", Mentions: []string{f.BotID}}
 	dispatch(mention)
-	if ev := next(20 * time.Second); ev.GetEventId() != mention.ID || ev.GetSource().GetProspectiveThreadId() != mention.ID {
-		t.Fatalf("got %v, want the mention, answered in a thread of its own", ev)
+	first := next(20 * time.Second)
+	if src := first.GetSource(); first.GetEventId() != mention.ID || src.GetChatId() != mention.ID || src.GetThreadId() != mention.ID || src.GetParentChatId() != channel {
+		t.Fatalf("got %v, want the mention, in the thread opened from it", first)
 	}
-	// The user opens the thread from their message before the bot does:
-	// the thread has the message's id, and the bot follows it.
-	f.AddChannel(mention.ID, discordfake.TypePublicThread, guild, channel)
+	// As in Hermes, the gateway opened the thread (named after the
+	// message) before publishing: it has the message's id, and the bot
+	// follows it.
+	if ms := f.Channel(mention.ID); ms["parent_id"] != channel || ms["name"] != "help" {
+		t.Fatalf("thread %v, want one named after the message, in %s", ms, channel)
+	}
 	dispatch(discordfake.MessageCreate{ID: f.NewID(), ChannelID: thread, GuildID: guild, AuthorID: user, Content: "another thread"})
 	follow := discordfake.MessageCreate{ID: f.NewID(), ChannelID: mention.ID, GuildID: guild, AuthorID: user, Content: "and then?"}
 	dispatch(follow)
-	if ev := next(20 * time.Second); ev.GetEventId() != follow.ID {
-		t.Fatalf("got %v, want only the follow-up in the bot's thread", ev)
+	second := next(20 * time.Second)
+	if second.GetEventId() != follow.ID {
+		t.Fatalf("got %v, want only the follow-up in the bot's thread", second)
+	}
+	// The message that opened the thread and the follow-up are one
+	// session, keyed as Hermes keys them.
+	k1, k2 := sessionkey.Build(first.GetSource(), sessionkey.DefaultOptions()), sessionkey.Build(second.GetSource(), sessionkey.DefaultOptions())
+	if want := "agent:main:discord:thread:" + mention.ID + ":" + mention.ID; k1 != want || k2 != want {
+		t.Fatalf("keys %q and %q, want both %q", k1, k2, want)
+	}
+}
+
+// Where the bot may not open threads, the mention keeps
+// prospective_thread_id (Hermes's inline fallback): the answer goes to
+// the channel.
+func TestAutoThreadRefused(t *testing.T) {
+	t.Parallel()
+	f := newFake(t)
+	f.DenyThreads(channel)
+	_, next := run(t, f, DefaultConfig())
+	mention := discordfake.MessageCreate{ID: f.NewID(), ChannelID: channel, GuildID: guild, AuthorID: user, Content: "<@" + f.BotID + "> help", Mentions: []string{f.BotID}}
+	if err := f.Dispatch(context.Background(), "MESSAGE_CREATE", mention.Payload()); err != nil {
+		t.Fatal(err)
+	}
+	ev := next(20 * time.Second)
+	if src := ev.GetSource(); ev.GetEventId() != mention.ID || src.GetChatId() != channel || src.GetChatType() != "group" || src.GetProspectiveThreadId() != mention.ID {
+		t.Fatalf("got %v, want the mention in its channel, with prospective_thread_id", ev)
 	}
 }
 

@@ -21,12 +21,18 @@ func (p *Platform) Reactions() platform.Reactions {
 // React adds the bot's reaction to a user's message (PUT …/reactions/
 // <emoji>/@me; one already there is accepted again). The message is in
 // the target's chat: a thread is a chat of its own, and the message a
-// prospective thread grows from is in the channel.
+// prospective thread grows from is in the channel. The message an
+// auto-thread was opened from has the thread's id and is in its parent
+// channel (see messageChannel).
 func (p *Platform) React(ctx context.Context, t *deliveryv1.Target, messageID, emoji string) error {
 	if err := checkMessage(t.GetChatId(), messageID); err != nil {
 		return err
 	}
-	if err := p.s.MessageReactionAdd(t.GetChatId(), messageID, emoji, opts(ctx)...); err != nil {
+	ch, err := p.messageChannel(ctx, t.GetChatId(), messageID)
+	if err != nil {
+		return err
+	}
+	if err := p.s.MessageReactionAdd(ch, messageID, emoji, opts(ctx)...); err != nil {
 		return sendError("add reaction", err)
 	}
 	return nil
@@ -38,10 +44,31 @@ func (p *Platform) Unreact(ctx context.Context, t *deliveryv1.Target, messageID,
 	if err := checkMessage(t.GetChatId(), messageID); err != nil {
 		return err
 	}
-	if err := p.s.MessageReactionRemove(t.GetChatId(), messageID, emoji, "@me", opts(ctx)...); err != nil {
+	ch, err := p.messageChannel(ctx, t.GetChatId(), messageID)
+	if err != nil {
+		return err
+	}
+	if err := p.s.MessageReactionRemove(ch, messageID, emoji, "@me", opts(ctx)...); err != nil {
 		return sendError("remove reaction", err)
 	}
 	return nil
+}
+
+// messageChannel is the channel a message of a chat is in: the chat,
+// except for the message a thread was opened from (the thread has its
+// id), which is in the thread's parent.
+func (p *Platform) messageChannel(ctx context.Context, chat, messageID string) (string, error) {
+	if chat != messageID {
+		return chat, nil
+	}
+	ci, err := p.channel(ctx, chat)
+	if err != nil {
+		return "", sendError("look up the thread", err)
+	}
+	if ci.Thread && ci.Parent != "" {
+		return ci.Parent, nil
+	}
+	return chat, nil
 }
 
 // checkMessage refuses ids that are not snowflakes before they reach a

@@ -11,6 +11,7 @@ import (
 
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	"github.com/switchboard-chat/switchboard/pkg/platform/platformtest"
+	"github.com/switchboard-chat/switchboard/services/gateway/discord/discordfake"
 )
 
 // TestReactions: a turn marks the user's message as Hermes does (👀 while
@@ -24,12 +25,15 @@ func TestReactions(t *testing.T) {
 		off       bool
 		fail      int    // status Discord answers reactions with
 		thread    bool   // answered in a prospective auto-thread
+		opened    bool   // answered in the auto-thread opened from it
 		errorCode string // of the final message
 		want      []string
 		calls     int // reaction requests
 	}{
 		{name: "success", want: []string{"✅"}, calls: 3},
 		{name: "answered in a new thread", thread: true, want: []string{"✅"}, calls: 3},
+		// The thread has the message's id; the message is in the channel.
+		{name: "answered in its auto-thread", opened: true, want: []string{"✅"}, calls: 3},
 		{name: "failure", errorCode: "provider", want: []string{"❌"}, calls: 4},
 		{name: "interrupted", errorCode: "interrupted", calls: 3},
 		{name: "reactions off", off: true, calls: 0},
@@ -57,6 +61,10 @@ func TestReactions(t *testing.T) {
 			target := &deliveryv1.Target{Platform: "discord", ChatId: channel, ReplyToMessageId: msg}
 			if tc.thread {
 				target.ThreadId = msg
+			}
+			if tc.opened {
+				f.AddChannel(msg, discordfake.TypePublicThread, guild, channel)
+				target.ChatId, target.ThreadId = msg, msg
 			}
 			for range 3 {
 				send(&deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_TYPING, Target: target, TurnId: turn, InputMessageIds: []string{msg}})

@@ -215,6 +215,22 @@ func (f *Fake) AddChannel(id string, typ int, guild, parent string) {
 	f.channels[id] = c
 }
 
+// Channel returns a copy of a channel as the fake serves it (nil when
+// there is none).
+func (f *Fake) Channel(id string) map[string]any {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c, ok := f.channels[id]
+	if !ok {
+		return nil
+	}
+	out := make(map[string]any, len(c))
+	for k, v := range c {
+		out[k] = v
+	}
+	return out
+}
+
 // RateLimitNext makes the next create message answer 429 with retry_after.
 func (f *Fake) RateLimitNext(retryAfter time.Duration) {
 	f.mu.Lock()
@@ -520,11 +536,23 @@ func (f *Fake) startThread(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, 403, map[string]any{"message": "Missing Permissions", "code": 50013})
 		return
 	}
+	f.mu.Lock()
+	_, exists := f.channels[mid]
+	f.mu.Unlock()
+	if exists {
+		writeJSON(w, 400, map[string]any{"message": "A thread has already been created for this message", "code": 160004})
+		return
+	}
+	var start struct {
+		Name string `json:"name"`
+	}
+	_ = json.NewDecoder(r.Body).Decode(&start)
 	guild, _ := parent["guild_id"].(string)
 	f.AddChannel(mid, TypePublicThread, guild, ch)
 	f.mu.Lock()
 	c := f.channels[mid]
 	c["owner_id"] = f.BotID // the thread's creator
+	c["name"] = start.Name
 	f.mu.Unlock()
 	writeJSON(w, 201, c)
 }
