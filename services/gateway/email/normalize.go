@@ -308,7 +308,8 @@ var noreplyPatterns = []string{
 // automated says why a mail is from a machine, as Hermes tells: the
 // sender's address, or an Auto-Submitted (other than "no"), Precedence
 // bulk, list or junk, X-Auto-Response-Suppress or List-Unsubscribe
-// header. Beyond Hermes, what RFC 3834 says never to answer: a null
+// header. Beyond Hermes, Precedence auto_reply (older responders), and
+// what RFC 3834 says never to answer: a null
 // Return-Path (bounces and read receipts are sent with an empty
 // envelope sender), a multipart/report (a delivery status notification,
 // whoever it claims to be from, or a person's read receipt), and the
@@ -333,7 +334,7 @@ func automated(from string, h message.Header) string {
 		return "auto-submitted"
 	}
 	switch strings.ToLower(strings.TrimSpace(h.Get("Precedence"))) {
-	case "bulk", "list", "junk":
+	case "bulk", "list", "junk", "auto_reply":
 		return "precedence"
 	}
 	if strings.TrimSpace(h.Get("X-Auto-Response-Suppress")) != "" {

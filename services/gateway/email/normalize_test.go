@@ -122,6 +122,11 @@ func TestNormalize(t *testing.T) {
 			automated: "precedence",
 		},
 		{
+			name: "Precedence auto_reply is automated",
+			raw:  mailText("From: ivy@example.com", "Precedence: auto_reply", "Subject: Re: hi", "Message-ID: <n6@example.com>", "", "Away."),
+			text: "Away.", from: "ivy@example.com", user: "ivy@example.com", topic: "Re: hi", id: "n6@example.com", automated: "precedence",
+		},
+		{
 			name: "a list is automated",
 			raw: mailText("From: list@example.com", "List-Unsubscribe: <mailto:u@example.com>", "Subject: Re: L",
 				"Message-ID: <n5@example.com>", "", "L"),
