@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/switchboard-chat/switchboard/pkg/platform"
@@ -35,11 +36,22 @@ func respond(w http.ResponseWriter, code int, status, detail string) {
 	_ = json.NewEncoder(w).Encode(body)
 }
 
+// refuse answers a refused delivery and counts it; route is "" for an
+// unknown route.
+func refuse(w http.ResponseWriter, route string, code int, status string) {
+	refused.WithLabelValues(route, status).Inc()
+	respond(w, code, status, "")
+}
+
+// rateLimitedBody is the 429 answer: Hermes's body, with the status the
+// gateway's other answers carry.
+var rateLimitedBody = []byte(`{"error":"Rate limit exceeded","status":"rate_limited"}` + "\n")
+
 func (s *Service) serveWebhook(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("route")
 	route, ok := s.routes[name]
 	if !ok {
-		respond(w, http.StatusNotFound, "unknown_route", "")
+		refuse(w, "", http.StatusNotFound, "unknown_route")
 		return
 	}
 	body, err := platform.ReadBody(w, r, s.cfg.MaxBodyBytes)
@@ -47,16 +59,30 @@ func (s *Service) serveWebhook(w http.ResponseWriter, r *http.Request) {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
 			s.rn().Reject(r.Context(), "webhook body too large", err)
-			respond(w, http.StatusRequestEntityTooLarge, "too_large", "")
+			refuse(w, name, http.StatusRequestEntityTooLarge, "too_large")
 			return
 		}
-		respond(w, http.StatusBadRequest, "unreadable", "")
+		refuse(w, name, http.StatusBadRequest, "unreadable")
 		return
 	}
-	ev, rerr := hook.Prepare(route, s.cfg.Account, r.Header, body, time.Now())
+	now := s.now()
+	if err := hook.Verify(route, r.Header, body, now); err != nil {
+		s.rn().Reject(r.Context(), "bad_signature", err)
+		refuse(w, name, http.StatusUnauthorized, "bad_signature")
+		return
+	}
+	// Rate limited after the signature, as Hermes: unsigned floods do not
+	// spend the route's budget; before parsing and the duplicate check,
+	// so a flood costs no JSON decoding and no bus round trip.
+	if v := s.limit.allow(name, now); !v.ok {
+		s.rateLimited(w, r, name, v)
+		return
+	}
+	ev, rerr := hook.Build(route, s.cfg.Account, r.Header, body)
 	if rerr != nil {
 		if rerr.Code != http.StatusOK {
 			s.rn().Reject(r.Context(), rerr.Status, rerr.Err)
+			refused.WithLabelValues(name, rerr.Status).Inc()
 		} else {
 			s.log.Debug("webhook delivery ignored", "route", name, "reason", rerr.Err.Error())
 		}
@@ -66,7 +92,7 @@ func (s *Service) serveWebhook(w http.ResponseWriter, r *http.Request) {
 	acc, err := s.rn().Deliver(r.Context(), ev)
 	switch {
 	case errors.Is(err, platform.ErrRejected):
-		respond(w, http.StatusBadRequest, "rejected", "")
+		refuse(w, name, http.StatusBadRequest, "rejected")
 	case err != nil:
 		s.log.WarnContext(r.Context(), "publish webhook event failed", "route", name, "err", err)
 		respond(w, http.StatusServiceUnavailable, "unavailable", "")
@@ -75,4 +101,20 @@ func (s *Service) serveWebhook(w http.ResponseWriter, r *http.Request) {
 	default:
 		respond(w, http.StatusAccepted, "accepted", "")
 	}
+}
+
+// rateLimited answers 429 with Retry-After, counts the refusal and logs
+// the first refusal of each window (not every one: a flood would flood
+// the log too).
+func (s *Service) rateLimited(w http.ResponseWriter, r *http.Request, route string, v verdict) {
+	refused.WithLabelValues(route, "rate_limited").Inc()
+	if v.log {
+		s.log.WarnContext(r.Context(), "webhook route over its rate limit; refusing deliveries until the window frees",
+			"route", route, "limit_per_minute", v.limit, "retry_after", v.retryAfter.Round(time.Second), "refused_unlogged_before", v.suppressed)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds(v.retryAfter)))
+	w.WriteHeader(http.StatusTooManyRequests)
+	_, _ = w.Write(rateLimitedBody)
 }

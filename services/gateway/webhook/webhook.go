@@ -54,6 +54,10 @@ func SignStandard(secret, id string, at time.Time, body []byte) string {
 	return hook.SignStandard(secret, id, at, body)
 }
 
+// DefaultRateLimit is Hermes's default per-route limit, deliveries a
+// minute.
+const DefaultRateLimit = 30
+
 // Config is the `gateways.webhook` section.
 type Config struct {
 	// Addr to listen on (default 127.0.0.1:8643).
@@ -62,18 +66,25 @@ type Config struct {
 	Account string `koanf:"account"`
 	// MaxBodyBytes bounds a delivery (413 beyond; default 1 MiB).
 	MaxBodyBytes int64 `koanf:"max_body_bytes"`
+	// RateLimit is how many signed deliveries each route takes in any
+	// 60 seconds, per replica, unless the route sets its own (Hermes's
+	// rate_limit, 30); 0 unlimited. Beyond it: 429 with Retry-After.
+	RateLimit int `koanf:"rate_limit"`
 	// Routes by name: POST /webhooks/<name>.
 	Routes map[string]Route `koanf:"routes"`
 }
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
-	return Config{Addr: "127.0.0.1:8643", Account: "default", MaxBodyBytes: 1 << 20}
+	return Config{Addr: "127.0.0.1:8643", Account: "default", MaxBodyBytes: 1 << 20, RateLimit: DefaultRateLimit}
 }
 
 func (c Config) compile() (map[string]*hook.CompiledRoute, error) {
 	if c.Addr == "" {
 		return nil, config.Invalid("gateways.webhook.addr", c.Addr, "host:port")
+	}
+	if c.RateLimit < 0 {
+		return nil, config.Invalid("gateways.webhook.rate_limit", c.RateLimit, "deliveries a minute, 0 for no limit")
 	}
 	out := map[string]*hook.CompiledRoute{}
 	names := make([]string, 0, len(c.Routes))
@@ -89,6 +100,18 @@ func (c Config) compile() (map[string]*hook.CompiledRoute, error) {
 		out[name] = r
 	}
 	return out, nil
+}
+
+// rateLimits is each route's limit: its own, else the gateway's.
+func (c Config) rateLimits(routes map[string]*hook.CompiledRoute) map[string]int {
+	out := make(map[string]int, len(routes))
+	for name, r := range routes {
+		out[name] = c.RateLimit
+		if r.RateLimit != nil {
+			out[name] = *r.RateLimit
+		}
+	}
+	return out
 }
 
 // Validate checks the configuration.
@@ -110,6 +133,8 @@ type Service struct {
 	log    *slog.Logger
 	routes map[string]*hook.CompiledRoute
 	runner *platform.Runner
+	limit  *limiter
+	now    func() time.Time // the clock of signatures and rate limits
 
 	mu       sync.Mutex
 	addr     string
@@ -137,7 +162,8 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = 1 << 20
 	}
-	s := &Service{cfg: cfg, log: deps.Log.With("service", "gateway-webhook"), routes: routes, addr: cfg.Addr, listened: make(chan struct{})}
+	s := &Service{cfg: cfg, log: deps.Log.With("service", "gateway-webhook"), routes: routes, addr: cfg.Addr, listened: make(chan struct{}),
+		limit: newLimiter(cfg.rateLimits(routes)), now: time.Now}
 	opts := deps.RunnerOptions
 	if opts.Log == nil {
 		opts.Log = deps.Log

@@ -221,10 +221,20 @@ func inbound(t *testing.T, b *bus.Bus) func() *eventsv1.MessageReceived {
 // cancel is called, and waits until it is ready.
 func startGateway(t *testing.T) (*bus.Bus, *Service, context.Context, context.CancelFunc) {
 	t.Helper()
+	return startGatewayWith(t, testConfig(), nil)
+}
+
+// startGatewayWith runs the gateway on cfg with the clock now (time.Now
+// when nil).
+func startGatewayWith(t *testing.T, cfg Config, now func() time.Time) (*bus.Bus, *Service, context.Context, context.CancelFunc) {
+	t.Helper()
 	b := bustest.New(t, bustest.EmbeddedURL(t))
-	s, err := New(testConfig(), Deps{Bus: b, Log: slog.Default(), RunnerOptions: platform.Options{Backoff: platform.Schedule(10 * time.Millisecond)}})
+	s, err := New(cfg, Deps{Bus: b, Log: slog.Default(), RunnerOptions: platform.Options{Backoff: platform.Schedule(10 * time.Millisecond)}})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if now != nil {
+		s.now = now
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -337,6 +347,9 @@ func TestConfigValidate(t *testing.T) {
 		{"deliver only without target", Route{Secret: "s", DeliverOnly: true}, false},
 		{"reply without chat", Route{Secret: "s", Reply: ReplyTarget{Platform: "telegram"}}, false},
 		{"bad template", Route{Secret: "s", Prompt: "{{.x"}, false},
+		{"rate limit 0 (unlimited)", Route{Secret: "s", RateLimit: ptr(0)}, true},
+		{"rate limit 120", Route{Secret: "s", RateLimit: ptr(120)}, true},
+		{"negative rate limit", Route{Secret: "s", RateLimit: ptr(-1)}, false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -347,7 +360,14 @@ func TestConfigValidate(t *testing.T) {
 			}
 		})
 	}
+	cfg := DefaultConfig()
+	cfg.RateLimit = -1
+	if err := cfg.Validate(); err == nil {
+		t.Fatal("a negative gateway rate_limit validated")
+	}
 }
+
+func ptr[T any](v T) *T { return &v }
 
 // A delivery in flight when the gateway stops still gets its answer and
 // its event: GitHub and GitLab do not retry on their own, so a 503 here

@@ -86,6 +86,10 @@ type Route struct {
 	// time, and a captured delivery that carries both can be replayed
 	// without its V2 header.
 	RequireTimestamp bool `koanf:"require_timestamp"`
+	// RateLimit is how many signed deliveries the route takes in any 60
+	// seconds (per gateway replica); unset, the gateway's rate_limit; 0
+	// unlimited.
+	RateLimit *int `koanf:"rate_limit"`
 }
 
 // ReplyTarget is a chat on another platform.
@@ -140,6 +144,9 @@ func Compile(name string, r Route, keyPrefix string) (*CompiledRoute, error) {
 	if r.RequireTimestamp && r.Signature != SigGeneric {
 		return nil, config.Invalid(key+".require_timestamp", true, "a generic route (standard signatures always carry a timestamp)")
 	}
+	if r.RateLimit != nil && *r.RateLimit < 0 {
+		return nil, config.Invalid(key+".rate_limit", *r.RateLimit, "deliveries a minute, 0 for no limit")
+	}
 	if r.DeliverOnly && r.Reply.Platform == "" {
 		return nil, config.Invalid(key+".reply.platform", "", "a reply target for a deliver_only route")
 	}
@@ -177,6 +184,13 @@ func Prepare(route *CompiledRoute, account string, h http.Header, body []byte, n
 	if err := Verify(route, h, body, now); err != nil {
 		return nil, &RequestError{Code: http.StatusUnauthorized, Status: "bad_signature", Err: err}
 	}
+	return Build(route, account, h, body)
+}
+
+// Build parses, filters and renders a delivery whose signature Verify
+// accepted (the gateway rate-limits between the two, as Hermes does).
+// A requestError with code 200 means the delivery is filtered out.
+func Build(route *CompiledRoute, account string, h http.Header, body []byte) (*eventsv1.MessageReceived, *RequestError) {
 	var payload any
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
