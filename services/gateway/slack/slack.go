@@ -17,6 +17,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	slackapi "github.com/slack-go/slack"
 	"github.com/slack-go/slack/socketmode"
@@ -421,12 +422,28 @@ func text(req *deliveryv1.SendRequested) slackapi.MsgOption {
 	return slackapi.MsgOptionText(rendered(req), false)
 }
 
+// maxText is the longest text Slack takes in a message (longer:
+// msg_too_long, which no retry mends).
+const maxText = 40000
+
 // rendered is the request's text as Slack shows it (see text).
+//
+// Delivery cuts Slack replies at 39,000 characters counted as they are
+// once escaped (chunk.EscapedRunes), so the escaped text always fits.
+// The mrkdwn conversion can grow a little more (a "|" in a link's
+// address becomes "%7C", a link labelled with another address gains
+// "(<…>)"): a part it would take past maxText goes out escaped only,
+// without formatting, rather than being refused. Hermes also keeps
+// its limit on the formatted text (it converts, then splits).
 func rendered(req *deliveryv1.SendRequested) string {
+	escaped := markup.Slack.Escape(req.GetText())
 	if req.GetFormat() == deliveryv1.TextFormat_TEXT_FORMAT_PLAIN {
-		return markup.Slack.Escape(req.GetText())
+		return escaped
 	}
-	return markup.Slack.Convert(req.GetText())
+	if s := markup.Slack.Convert(req.GetText()); utf8.RuneCountInString(s) <= maxText {
+		return s
+	}
+	return escaped
 }
 
 // Send posts a message; a target thread id becomes thread_ts.

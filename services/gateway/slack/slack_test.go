@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
@@ -19,6 +20,7 @@ import (
 	"github.com/switchboard-chat/switchboard/pkg/attachment"
 	"github.com/switchboard-chat/switchboard/pkg/bus"
 	"github.com/switchboard-chat/switchboard/pkg/bus/bustest"
+	"github.com/switchboard-chat/switchboard/pkg/chunk"
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/platform"
@@ -421,6 +423,52 @@ func TestTextIsEscaped(t *testing.T) {
 				t.Fatalf("slack has %+v, want one message with text %q", msgs, tc.want)
 			}
 		})
+	}
+}
+
+// Every part delivery cuts a reply into reaches Slack within its 40,000
+// characters, however much the mrkdwn conversion grows it: here each
+// link's "|" becomes "%7C", doubling the text, and a part that would
+// outgrow the limit goes out escaped only (msg_too_long before).
+func TestLongReplyFitsAfterFormatting(t *testing.T) {
+	t.Parallel()
+	fake := slackfake.New(t)
+	_, b, _, _ := gateway(t, fake, Config{AppToken: fake.AppToken})
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	link := "[a](https://x.io/?q=" + strings.Repeat("|", 20) + ") "
+	parts := chunk.Split(strings.Repeat(link, 1500), "slack")
+	if len(parts) < 2 {
+		t.Fatalf("%d parts, want the reply cut", len(parts))
+	}
+	for i, part := range parts {
+		req := &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: fmt.Sprintf("long-%d", i), Text: part,
+			Target: &deliveryv1.Target{Platform: "slack", ChatId: "CLONG"}}
+		r := &deliveryv1.SendReceipt{}
+		if err := b.Request(ctx, b.Topology().SendSubject("slack"), req, r); err != nil {
+			t.Fatal(err)
+		}
+		if !r.GetOk() {
+			t.Fatalf("part %d: receipt %v, want ok", i, r)
+		}
+	}
+	msgs := fake.Messages("CLONG")
+	if len(msgs) != len(parts) {
+		t.Fatalf("%d messages, want %d", len(msgs), len(parts))
+	}
+	for i, m := range msgs {
+		if n := utf8.RuneCountInString(m.Text); n > slackfake.MaxText {
+			t.Errorf("message %d has %d characters", i, n)
+		}
+	}
+	// A part the conversion keeps within the limit is still mrkdwn.
+	short := &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "long-short", Text: link,
+		Target: &deliveryv1.Target{Platform: "slack", ChatId: "CSHORT"}}
+	if err := b.Request(ctx, b.Topology().SendSubject("slack"), short, &deliveryv1.SendReceipt{}); err != nil {
+		t.Fatal(err)
+	}
+	if msgs := fake.Messages("CSHORT"); len(msgs) != 1 || !strings.HasPrefix(msgs[0].Text, "<https://x.io/?q=%7C") {
+		t.Fatalf("short reply %+v, want a mrkdwn link", msgs)
 	}
 }
 

@@ -28,6 +28,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/coder/websocket"
 )
@@ -310,6 +311,10 @@ func (f *Fake) connectionsOpen(w http.ResponseWriter, r *http.Request) {
 	reply(w, map[string]any{"ok": true, "url": u})
 }
 
+// MaxText is the longest text chat.postMessage and chat.update take:
+// Slack refuses a longer one with msg_too_long.
+const MaxText = 40000
+
 func (f *Fake) postMessage(w http.ResponseWriter, r *http.Request) {
 	if token(r) != f.BotToken {
 		fail(w, "invalid_auth")
@@ -332,6 +337,9 @@ func (f *Fake) postMessage(w http.ResponseWriter, r *http.Request) {
 		return
 	case p["text"] == "":
 		fail(w, "no_text")
+		return
+	case utf8.RuneCountInString(p["text"]) > MaxText:
+		fail(w, "msg_too_long")
 		return
 	}
 	f.nextTS++
@@ -457,6 +465,10 @@ func (f *Fake) update(w http.ResponseWriter, r *http.Request) {
 	m := f.find(p["channel"], p["ts"])
 	if m == nil {
 		fail(w, "message_not_found")
+		return
+	}
+	if utf8.RuneCountInString(p["text"]) > MaxText {
+		fail(w, "msg_too_long")
 		return
 	}
 	m.Text = p["text"]
