@@ -474,6 +474,36 @@ func TestUIDValidityChangeReadsOnlyRecentUnseen(t *testing.T) {
 	g.none(t, 300*time.Millisecond)
 }
 
+// An answer to a mail without a Message-ID is threaded under that
+// mail's subject, not the sender's previous one; a send to the address in
+// another case finds the sender's latest subject all the same.
+func TestAnswerToMailWithoutMessageID(t *testing.T) {
+	t.Parallel()
+	f := newFake(t, false)
+	g := start(t, f, platform.Options{})
+	g.deliver(t, "From: ann@example.com", "Subject: Lunch", "Message-ID: <l1@example.com>", "", "where?")
+	g.next(t)
+	g.deliver(t, "From: ann@example.com", "Subject: Invoice 42", "", "is it paid?")
+	ev := g.next(t)
+	if ev.GetMessageId() != "" {
+		t.Fatalf("event %v, want no message id", ev)
+	}
+	if r := g.send(t, answer(ev, "Yes.")); !r.GetOk() {
+		t.Fatalf("receipt %v", r)
+	}
+	proactive := answer(ev, "A reminder.")
+	proactive.Target.ChatId = "Ann@Example.com"
+	if r := g.send(t, proactive); !r.GetOk() {
+		t.Fatalf("receipt %v", r)
+	}
+	for i, m := range waitSent(t, f, 2) {
+		h, _, _ := readMail(t, m.Raw)
+		if s, _ := h.Subject(); s != "Re: Invoice 42" {
+			t.Errorf("mail %d: subject %q, want Re: Invoice 42", i, s)
+		}
+	}
+}
+
 // An SMTP 4xx reply is retryable, a 5xx permanent; the retry with the
 // same idempotency key sends the mail once.
 func TestSMTPErrorClasses(t *testing.T) {

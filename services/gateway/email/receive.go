@@ -441,10 +441,8 @@ func (p *Platform) publish(ctx context.Context, raw []byte, note string, conn pl
 		m.Text = strings.TrimSpace(m.Text + "\n\n" + note)
 	}
 	id := eventID(m, raw)
-	if m.MessageID != "" {
-		if err := p.putThread(ctx, m); err != nil {
-			return err
-		}
+	if err := p.putThread(ctx, m); err != nil {
+		return err
 	}
 	ev := event(m, id, p.cfg.Address, p.attachments.Enabled)
 	if _, err := conn.Deliver(ctx, ev); err != nil && !errors.Is(err, platform.ErrRejected) {

@@ -38,15 +38,20 @@ type thread struct {
 }
 
 // putThread keeps m's subject and references for the answers, under its
-// Message-ID and as its sender's latest (for a send that answers no
-// message, as Hermes keeps a thread per address).
+// Message-ID (when it has one) and as its sender's latest (for a send
+// that answers no message, as Hermes keeps a thread per address, and for
+// the answer to a mail without a Message-ID).
 func (p *Platform) putThread(ctx context.Context, m *inbound) error {
 	st, err := p.open(ctx)
 	if err != nil {
 		return err
 	}
 	b, _ := json.Marshal(thread{Subject: m.Subject, MessageID: m.MessageID, References: m.References})
-	for _, k := range []string{kvKey(p.cfg.Address, "msg", m.MessageID), kvKey(p.cfg.Address, "chat", m.From)} {
+	keys := []string{kvKey(p.cfg.Address, "chat", m.From)}
+	if m.MessageID != "" {
+		keys = append(keys, kvKey(p.cfg.Address, "msg", m.MessageID))
+	}
+	for _, k := range keys {
 		if _, err := st.threads.Put(ctx, k, b); err != nil {
 			return fmt.Errorf("keep email thread: %w", err)
 		}
@@ -61,7 +66,7 @@ func (p *Platform) threadOf(ctx context.Context, chat, messageID string) (thread
 	if err != nil {
 		return thread{}, false, err
 	}
-	key := kvKey(p.cfg.Address, "chat", chat)
+	key := kvKey(p.cfg.Address, "chat", strings.ToLower(chat)) // inbound addresses are kept in lower case
 	if messageID != "" {
 		key = kvKey(p.cfg.Address, "msg", messageID)
 	}
