@@ -60,6 +60,12 @@ func TestBadInputGetsItsDocumentedAnswer(t *testing.T) {
         events: [push]
         prompt: "{{event}} to {{.repository.full_name}}: {{.head_commit.message}}"
         reply: {platform: telegram, chat_id: "` + replyChat + `"}
+      # Flooded by "webhook flood": 5 a minute, answers nowhere.
+      flood:
+        secret: ` + webhookSecret + `
+        rate_limit: 5
+      calm:
+        secret: ` + webhookSecret + `
 `
 	if err := os.WriteFile(cfgPath, []byte(cfgYAML), 0o600); err != nil {
 		t.Fatal(err)
@@ -343,6 +349,54 @@ func TestBadInputGetsItsDocumentedAnswer(t *testing.T) {
 			} {
 				if code, st := hook(t, c.route, c.body, c.header); code != c.code || st != c.status {
 					t.Errorf("%s: %d %q, want %d %q", c.name, code, st, c.code, c.status)
+				}
+			}
+		}},
+		{"webhook flood", func(t *testing.T) {
+			post := func(route, id string, sign bool) (int, string, string) {
+				body := pushBody("flood " + id)
+				header := signed(body, "push", id)
+				if !sign {
+					header["X-Hub-Signature-256"] = webhook.Sign("a guess", body)
+				}
+				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+webhookAddr+"/webhooks/"+route, bytes.NewReader(body))
+				for k, v := range header {
+					req.Header.Set(k, v)
+				}
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Fatalf("webhook: %v", err)
+				}
+				defer resp.Body.Close()
+				var out struct {
+					Error string `json:"error"`
+				}
+				_ = json.NewDecoder(resp.Body).Decode(&out)
+				return resp.StatusCode, out.Error, resp.Header.Get("Retry-After")
+			}
+			// Forged deliveries are refused before the limit and do not
+			// spend the route's budget.
+			for i := range 10 {
+				if code, _, _ := post("flood", fmt.Sprint("forged-", i), false); code != http.StatusUnauthorized {
+					t.Fatalf("forged delivery %d: %d, want 401", i, code)
+				}
+			}
+			for i := range 12 {
+				code, msg, retry := post("flood", fmt.Sprint("flood-", i), true)
+				switch {
+				case i < 5 && code != http.StatusAccepted:
+					t.Fatalf("delivery %d within the limit: %d %q", i, code, msg)
+				case i >= 5:
+					if s, err := strconv.Atoi(retry); code != http.StatusTooManyRequests || msg != "Rate limit exceeded" || err != nil || s < 1 || s > 60 {
+						t.Fatalf("delivery %d over the limit: %d %q Retry-After %q", i, code, msg, retry)
+					}
+				}
+				// Another route, meanwhile, takes its deliveries.
+				if i%3 != 2 {
+					continue
+				}
+				if code, _, _ := post("calm", fmt.Sprint("calm-", i), true); code != http.StatusAccepted {
+					t.Fatalf("calm route during the flood, delivery %d: %d", i, code)
 				}
 			}
 		}},
