@@ -348,6 +348,35 @@ func TestSends(t *testing.T) {
 	}
 }
 
+// An attachment's own caption that WhatsApp would not take with it (on
+// audio, or over 1,024 characters) goes before it as a text message,
+// rather than being dropped or failing the send.
+func TestAttachmentCaptions(t *testing.T) {
+	t.Parallel()
+	f := whatsappfake.New(t)
+	h := start(t, f, testConfig(f), platform.Options{})
+	f.AddMedia("778", "audio/ogg", []byte("OggS"))
+	long := strings.Repeat("ü", maxCaption+1)
+	r := h.send(t, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "c1", Target: &deliveryv1.Target{ChatId: "15550000002"},
+		Attachments: []*eventsv1.Attachment{
+			{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_VOICE, PlatformFileId: "778", Caption: "hear this"},
+			{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, Caption: long, Location: &eventsv1.Attachment_Url{Url: "https://example.com/a.png"}},
+			{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, Caption: "short", Location: &eventsv1.Attachment_Url{Url: "https://example.com/b.png"}},
+		}})
+	if !r.GetOk() {
+		t.Fatalf("receipt %v", r)
+	}
+	got := f.Messages("15550000002")
+	var seen []string
+	for _, m := range got {
+		seen = append(seen, m.Type+":"+m.Text)
+	}
+	want := []string{"text:hear this", "audio:", "text:" + long, "image:", "image:short"}
+	if strings.Join(seen, "|") != strings.Join(want, "|") {
+		t.Fatalf("sent %.200q, want %.200q", seen, want)
+	}
+}
+
 // Graph API errors reach delivery as its classes: rate limits with a
 // retry-after, the closed 24-hour window and a refused token permanent
 // with a clear error, Meta's transient errors retryable.

@@ -151,6 +151,25 @@ func (p *Platform) sendMedia(ctx context.Context, req *deliveryv1.SendRequested)
 		}
 		if caption == "" {
 			caption = a.GetCaption()
+			if own := strings.TrimSpace(caption); own != "" && (!captioned(typ) || utf8.RuneCountInString(own) > maxCaption) {
+				// WhatsApp would refuse it with the attachment (or it
+				// would be dropped): it goes before it, as a text.
+				id, done := platform.SentPart(ctx, captionPart(len(atts), i))
+				if !done {
+					text := &deliveryv1.SendRequested{Target: req.GetTarget(), Text: own, Format: deliveryv1.TextFormat_TEXT_FORMAT_PLAIN, ChunkIndex: 1}
+					if first == "" && i == 0 {
+						text.ChunkIndex = req.GetChunkIndex() // the first message quotes the user's
+					}
+					if id, err = p.Send(ctx, text); err != nil {
+						return first, err
+					}
+					platform.RecordPart(ctx, captionPart(len(atts), i), id)
+				}
+				if first == "" {
+					first = id
+				}
+				caption = ""
+			}
 		}
 		if captioned(typ) && strings.TrimSpace(caption) != "" {
 			obj["caption"] = caption
@@ -174,6 +193,10 @@ func (p *Platform) sendMedia(ctx context.Context, req *deliveryv1.SendRequested)
 	}
 	return first, nil
 }
+
+// captionPart is the part of a send that is attachment i's own caption
+// sent as a text (after the text, 0, and the attachments, 1…n).
+func captionPart(n, i int) int { return n + 1 + i }
 
 // mediaObject says where WhatsApp takes an attachment from: a public
 // http(s) URL as a link, a media id the gateway knows (the user's own

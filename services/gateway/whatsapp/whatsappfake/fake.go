@@ -382,6 +382,10 @@ func (f *Fake) postMessage(w http.ResponseWriter, r *http.Request) {
 			badParameter(w, o.Type+" takes no caption")
 			return
 		}
+		if n := len([]rune(mo.Caption)); n > 1024 {
+			badParameter(w, fmt.Sprintf("caption is %d characters, at most 1024", n))
+			return
+		}
 		m.Link, m.MediaID, m.Text, m.Name = mo.Link, mo.ID, mo.Caption, mo.Filename
 	default:
 		badParameter(w, "unsupported type "+o.Type)
