@@ -39,6 +39,7 @@ import (
 	"github.com/switchboard-chat/switchboard/pkg/pg/pgtest"
 	"github.com/switchboard-chat/switchboard/pkg/sessionkey"
 	"github.com/switchboard-chat/switchboard/pkg/telegramfake"
+	"github.com/switchboard-chat/switchboard/services/gateway/webhook"
 )
 
 // Timings of the harness deployment. The documented recovery bound is
@@ -54,6 +55,10 @@ const (
 	chaosLLMDelay  = 300 * time.Millisecond
 	chaosSettle    = 4 * time.Second
 	chaosMaxRecovr = 90 * time.Second
+	// The webhook gateway's flooded route takes this many deliveries a
+	// minute; the flood phase sends more, to it and to a calm route.
+	chaosHookLimit  = 5
+	chaosHookSecret = "chaos-hook-secret"
 )
 
 // chaosPGDown is how long Postgres stays down in its fault: 3 s, or
@@ -314,6 +319,8 @@ type chaosSys struct {
 	load      *chaosLoad
 	// tgOps are the Telegram gateways' ops addresses by process name.
 	tgOps map[string]string
+	// hookAddr is the webhook gateway's address.
+	hookAddr string
 }
 
 // recovered waits until every session has an answered message that was
@@ -395,6 +402,81 @@ func (s *chaosSys) leaseHolder() string {
 func (s *chaosSys) killRestart(name string, sig syscall.Signal) {
 	s.procs[name].kill(sig)
 	s.procs[name].start(s.t)
+}
+
+// webhookFlood floods the webhook gateway's "flood" route, forged
+// deliveries first (refused before the rate limit, so they spend none of
+// it), then signed ones at once: exactly chaosHookLimit are accepted and
+// the rest answered 429 with Retry-After, while the "calm" route keeps
+// accepting. The chat load goes on meanwhile.
+func (s *chaosSys) webhookFlood() string {
+	run := strconv.FormatInt(time.Now().UnixNano(), 36)
+	post := func(route, id string, sign bool) (int, string, string) {
+		body, _ := json.Marshal(map[string]any{"run": run, "id": id})
+		sig := webhook.Sign(chaosHookSecret, body)
+		if !sign {
+			sig = webhook.Sign("a guess", body)
+		}
+		req, _ := http.NewRequest(http.MethodPost, "http://"+s.hookAddr+"/webhooks/"+route, bytes.NewReader(body))
+		req.Header.Set("X-Hub-Signature-256", sig)
+		req.Header.Set("X-GitHub-Event", "push")
+		req.Header.Set("X-GitHub-Delivery", run+"-"+id)
+		resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
+		if err != nil {
+			return 0, err.Error(), ""
+		}
+		defer resp.Body.Close()
+		var out struct {
+			Error string `json:"error"`
+		}
+		_ = json.NewDecoder(resp.Body).Decode(&out)
+		return resp.StatusCode, out.Error, resp.Header.Get("Retry-After")
+	}
+	for i := range 20 {
+		if code, msg, _ := post("flood", fmt.Sprint("forged-", i), false); code != http.StatusUnauthorized {
+			s.t.Errorf("webhook flood: forged delivery %d answered %d %s, want 401", i, code, msg)
+		}
+	}
+	const flood, calm = 40, 5
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	codes := map[int]int{}
+	calmOK := 0
+	for i := range flood {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			code, msg, retry := post("flood", fmt.Sprint("flood-", i), true)
+			if code == http.StatusTooManyRequests {
+				if sec, err := strconv.Atoi(retry); msg != "Rate limit exceeded" || err != nil || sec < 1 || sec > 60 {
+					s.t.Errorf("webhook flood: 429 with %q, Retry-After %q", msg, retry)
+				}
+			}
+			mu.Lock()
+			codes[code]++
+			mu.Unlock()
+		}()
+	}
+	for i := range calm {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if code, msg, _ := post("calm", fmt.Sprint("calm-", i), true); code == http.StatusAccepted {
+				mu.Lock()
+				calmOK++
+				mu.Unlock()
+			} else {
+				s.t.Errorf("webhook flood: calm route delivery %d answered %d %s", i, code, msg)
+			}
+		}()
+	}
+	wg.Wait()
+	if codes[http.StatusAccepted] != chaosHookLimit || codes[http.StatusTooManyRequests] != flood-chaosHookLimit || calmOK != calm {
+		s.t.Errorf("webhook flood: flooded route answered %v (want %d accepted, %d refused 429), calm route accepted %d of %d",
+			codes, chaosHookLimit, flood-chaosHookLimit, calmOK, calm)
+	}
+	return fmt.Sprintf("flooded route: %d accepted, %d refused 429; calm route: %d of %d accepted",
+		codes[http.StatusAccepted], codes[http.StatusTooManyRequests], calmOK, calm)
 }
 
 // replay publishes one MessageReceived, waits until its turn completed and
@@ -594,7 +676,18 @@ func TestChaos(t *testing.T) {
 		tgChats = append(tgChats, tgChat{session: fmt.Sprintf("chaos-t%d", i), id: int64(9000 + i)})
 		tgUsers = append(tgUsers, strconv.Itoa(9000+i))
 	}
-	llmAddr, apiAddr := freeAddr(t), freeAddr(t)
+	llmAddr, apiAddr, hookAddr := freeAddr(t), freeAddr(t), freeAddr(t)
+	// The webhook gateway's routes: "flood" (its rate limit low, for the
+	// flood phase) and "calm"; their answers go nowhere.
+	hookCfg := filepath.Join(work, "switchboard.yaml")
+	if err := os.WriteFile(hookCfg, []byte(fmt.Sprintf(`gateways:
+  webhook:
+    routes:
+      flood: {secret: %[1]s, rate_limit: %[2]d}
+      calm: {secret: %[1]s}
+`, chaosHookSecret, chaosHookLimit)), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	add(&chaosProc{name: "fakellm", bin: bin, args: []string{"fakellm", "--addr", llmAddr, "--latency", chaosLLMDelay.String()}}).start(t)
 	waitTCP(t, llmAddr, 30*time.Second)
 
@@ -610,6 +703,7 @@ func TestChaos(t *testing.T) {
 		"SWITCHBOARD_WORKER__ACK_WAIT="+chaosAckWait.String(),
 		"SWITCHBOARD_DELIVERY__LEASE="+chaosLease.String(), "SWITCHBOARD_DELIVERY__SEND_TIMEOUT=3s", "SWITCHBOARD_DELIVERY__PARTITION_LEASE="+chaosLease.String(),
 		"SWITCHBOARD_DELIVERY__ACK_WAIT="+chaosAckWait.String(), "SWITCHBOARD_DELIVERY__GRPC_ADDR=127.0.0.1:0",
+		"SWITCHBOARD_CONFIG="+hookCfg, "SWITCHBOARD_GATEWAYS__WEBHOOK__ADDR="+hookAddr,
 		"SWITCHBOARD_GATEWAYS__API__ADDR="+apiAddr, "API_SERVER_KEY=", "SWITCHBOARD_GATEWAYS__API__INSECURE=true", "SWITCHBOARD_GATEWAYS__API__RATE_LIMIT=10000", "SWITCHBOARD_GATEWAYS__API__RATE_BURST=10000",
 		"TELEGRAM_BOT_TOKEN=4242:chaos", "TELEGRAM_API_BASE_URL="+tg.URL, "TELEGRAM_ALLOWED_USERS="+strings.Join(tgUsers, ","),
 		"SWITCHBOARD_GATEWAYS__TELEGRAM__LEASE_TTL="+chaosLease.String(), "SWITCHBOARD_GATEWAYS__TELEGRAM__POLL_TIMEOUT=2s",
@@ -631,13 +725,15 @@ func TestChaos(t *testing.T) {
 	svc("worker-2", "worker")
 	svc("delivery-1", "delivery")
 	svc("gateway-api", "gateway", "api")
+	svc("gateway-webhook", "gateway", "webhook")
 	// Two Telegram gateways: one holds the lease and polls, one stands by.
 	tgOps := map[string]string{"gateway-telegram-1": freeAddr(t), "gateway-telegram-2": freeAddr(t)}
 	svcAt("gateway-telegram-1", tgOps["gateway-telegram-1"], "gateway", "telegram")
 	svcAt("gateway-telegram-2", tgOps["gateway-telegram-2"], "gateway", "telegram")
 	waitTCP(t, apiAddr, 60*time.Second)
+	waitTCP(t, hookAddr, 60*time.Second)
 
-	s := &chaosSys{t: t, procs: procs, db: db, pg: pgc, routerOps: routerOps, natsURL: natsURL, load: &chaosLoad{base: "http://" + apiAddr},
+	s := &chaosSys{t: t, procs: procs, db: db, pg: pgc, routerOps: routerOps, natsURL: natsURL, load: &chaosLoad{base: "http://" + apiAddr}, hookAddr: hookAddr,
 		topo: bus.Topology{Prefix: prefix, Replicas: 1, DedupeWindow: chaosDedupe, Retention: 24 * time.Hour}, tgOps: tgOps}
 
 	loadCtx, stopLoad := context.WithCancel(context.Background())
@@ -680,6 +776,7 @@ func TestChaos(t *testing.T) {
 			s.killRestart(holder, syscall.SIGKILL)
 		}},
 		{"replay inbound event", func(p *phase) { p.injected = time.Now(); p.note = s.replay() }},
+		{"flood a webhook route", func(p *phase) { p.injected = time.Now(); p.note = s.webhookFlood() }},
 		{"SIGSTOP worker past lock TTL", func(p *phase) {
 			s.inFlightTurn()
 			p.injected = time.Now()
