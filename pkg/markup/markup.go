@@ -4,7 +4,7 @@
 // MarkdownV2, Slack's mrkdwn, WhatsApp's formatting or plain text, escaping
 // everything else the platform would read as markup (where it can). A marker without a partner on the same line is
 // text. A platform may still reject an odd input; the Telegram gateway
-// then resends the original text without parse mode.
+// then resends the text without parse mode, converted with Plain.
 package markup
 
 import (

@@ -134,6 +134,8 @@ type Server struct {
 	webhookURL   string
 	secret       string
 	maxConns     int // setWebhook's max_connections (0: not given)
+	// unfetchable are URLs Telegram cannot fetch a photo or document from.
+	unfetchable  map[string]bool
 	conflicts    int
 	files        map[string]file   // by file_id
 	paths        map[string]string // file_path → file_id
@@ -489,6 +491,18 @@ func (s *Server) Webhook() (string, string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.webhookURL, s.secret
+}
+
+// Unfetchable makes a photo or document given by this URL fail as
+// Telegram fails a URL it cannot fetch (400 "failed to get HTTP URL
+// content").
+func (s *Server) Unfetchable(url string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.unfetchable == nil {
+		s.unfetchable = map[string]bool{}
+	}
+	s.unfetchable[url] = true
 }
 
 // WebhookMaxConnections is the number of connections Telegram would
@@ -925,6 +939,13 @@ func (s *Server) send(w http.ResponseWriter, method string, p params) {
 	}
 	if m.Kind != "text" && m.File == "" {
 		writeErr(w, APIError{Code: 400, Description: "Bad Request: there is no " + m.Kind + " in the request"})
+		return
+	}
+	s.mu.Lock()
+	unfetchable := s.unfetchable[m.File]
+	s.mu.Unlock()
+	if unfetchable {
+		writeErr(w, APIError{Code: 400, Description: "Bad Request: failed to get HTTP URL content"})
 		return
 	}
 	if strings.Contains(m.File, ":") && !strings.HasPrefix(m.File, "upload:") && !strings.HasPrefix(m.File, "http://") && !strings.HasPrefix(m.File, "https://") {

@@ -332,11 +332,11 @@ func TestSending(t *testing.T) {
 			t.Fatalf("receipt %v, message %+v", r, m)
 		}
 	})
-	t.Run("plain fallback when entities are rejected", func(t *testing.T) {
+	t.Run("plain fallback when entities are rejected, markers stripped as in Hermes", func(t *testing.T) {
 		f.FailNext("sendMessage", telegramfake.ErrParseEntities)
-		r := send(target("2", "", ""), "a *b* c", nil)
+		r := send(target("2", "", ""), "a *b* **c** ~~d~~ [e](https://x.io) snake_case_name", nil)
 		m := last("2")
-		if !r.GetOk() || m.ParseMode != "" || m.Text != "a *b* c" {
+		if !r.GetOk() || m.ParseMode != "" || m.Text != "a b c d e (https://x.io) snake_case_name" {
 			t.Fatalf("receipt %v, message %+v", r, m)
 		}
 	})

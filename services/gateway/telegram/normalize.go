@@ -102,7 +102,7 @@ func normalize(u *models.Update, me identity, g gating) (outcome, error) {
 	if msg.From != nil {
 		src.UserId = strconv.FormatInt(msg.From.ID, 10)
 		src.UserName = fullName(msg.From.FirstName, msg.From.LastName)
-		src.IsBot = msg.From.IsBot
+		src.IsBot = msg.From.IsBot && !anonymousAdmin(msg)
 	} else if src.ChatType == "dm" || src.ChatType == "channel" {
 		src.UserId = chatID
 		src.UserName = src.ChatName
@@ -290,4 +290,19 @@ func chatName(c models.Chat) string {
 
 func fullName(first, last string) string {
 	return strings.TrimSpace(first + " " + last)
+}
+
+// groupAnonymousBot is the placeholder sender of a group's anonymous
+// administrators (@GroupAnonymousBot).
+const groupAnonymousBot = 1087968824
+
+// anonymousAdmin reports whether a message was written by an anonymous
+// administrator of its group: Telegram then names @GroupAnonymousBot
+// (a bot account) as from and the group itself as sender_chat. A person
+// wrote it, so it is not a bot's message. As in Hermes, the sender stays
+// the placeholder's id (1087968824, the session key's participant), and
+// it is authorized as any sender: by the chat's allowlist, an allowlist
+// that lists that id or "*", or allow-all; never refused as a bot.
+func anonymousAdmin(msg *models.Message) bool {
+	return msg.From != nil && msg.From.ID == groupAnonymousBot && msg.SenderChat != nil && msg.SenderChat.ID == msg.Chat.ID
 }

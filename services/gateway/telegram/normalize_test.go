@@ -171,3 +171,29 @@ func TestWriteFuzzSeeds(t *testing.T) {
 		}
 	}
 }
+
+// An anonymous group administrator's message (from @GroupAnonymousBot,
+// sender_chat the group) is a person's, not a bot's: the router would
+// refuse a bot. Another bot's message stays a bot's.
+func TestAnonymousAdminIsNotABot(t *testing.T) {
+	t.Parallel()
+	me := identity{id: testBotID, username: testUsername}
+	for _, c := range []struct {
+		name, raw string
+		bot       bool
+	}{
+		{"anonymous admin", `{"update_id":7,"message":{"message_id":1,"date":1,"chat":{"id":-100123,"type":"supergroup","title":"T"},"sender_chat":{"id":-100123,"type":"supergroup","title":"T"},"from":{"id":1087968824,"is_bot":true,"first_name":"Group","username":"GroupAnonymousBot"},"text":"hi"}}`, false},
+		{"placeholder for another chat", `{"update_id":8,"message":{"message_id":2,"date":1,"chat":{"id":-100123,"type":"supergroup","title":"T"},"sender_chat":{"id":-100999,"type":"channel","title":"C"},"from":{"id":1087968824,"is_bot":true,"first_name":"Group"},"text":"hi"}}`, true},
+		{"a bot", `{"update_id":9,"message":{"message_id":3,"date":1,"chat":{"id":-100123,"type":"supergroup","title":"T"},"from":{"id":555,"is_bot":true,"first_name":"Other"},"text":"hi"}}`, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			out, err := parseUpdate([]byte(c.raw), me, gating{})
+			if err != nil || out.ev == nil {
+				t.Fatalf("parse: %v %v (skip %q)", out.ev, err, out.skip)
+			}
+			if src := out.ev.GetSource(); src.GetIsBot() != c.bot {
+				t.Fatalf("is_bot %v, want %v (source %v)", src.GetIsBot(), c.bot, src)
+			}
+		})
+	}
+}

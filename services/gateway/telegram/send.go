@@ -71,15 +71,19 @@ func formatted(req *deliveryv1.SendRequested) (string, models.ParseMode) {
 }
 
 // withPlainFallback runs send with MarkdownV2 and, when Telegram rejects
-// the entities, once more with the original text and no parse mode. The
-// gateway does the fallback itself (rather than answering ERROR_CLASS_FORMAT
-// and waiting for delivery's retry) so a chunk costs one request/reply.
+// the entities, once more as plain text with no parse mode: the
+// Markdown without its markers (**bold** → bold, a link → "text (url)",
+// no heading #s or code backticks), as Hermes strips them
+// (_strip_mdv2) rather than showing the raw syntax. The gateway does
+// the fallback itself (rather than answering ERROR_CLASS_FORMAT and
+// waiting for delivery's retry) so a chunk costs one request/reply.
+// The plain text is never longer than the Markdown, so it fits too.
 func (p *Platform) withPlainFallback(req *deliveryv1.SendRequested, send func(text string, mode models.ParseMode) error) error {
 	text, mode := formatted(req)
 	err := send(text, mode)
 	if err != nil && mode != "" && isEntityError(err) {
 		p.log.Debug("telegram rejected MarkdownV2; resending as plain text", "err", err)
-		err = send(req.GetText(), "")
+		err = send(markup.Plain.Convert(req.GetText()), "")
 	}
 	return err
 }
@@ -197,25 +201,13 @@ func (p *Platform) sendMedia(ctx context.Context, req *deliveryv1.SendRequested)
 		if sub.Text == "" {
 			sub.Text = a.GetCaption()
 		}
-		var msg *models.Message
-		err = p.inTopic(t, func(thread int) error {
-			return p.withPlainFallback(sub, func(text string, mode models.ParseMode) error {
-				var err error
-				in := input()
-				if photo {
-					msg, err = p.api.SendPhoto(ctx, &bot.SendPhotoParams{ChatID: chatID(t.GetChatId()), MessageThreadID: thread,
-						Photo: in, Caption: text, ParseMode: mode, ReplyParameters: p.replyTo(sub)})
-				} else {
-					msg, err = p.api.SendDocument(ctx, &bot.SendDocumentParams{ChatID: chatID(t.GetChatId()), MessageThreadID: thread,
-						Document: in, Caption: text, ParseMode: mode, ReplyParameters: p.replyTo(sub)})
-				}
-				return err
-			})
-		})
+		id, err := p.sendFile(ctx, sub, input, photo)
+		if err != nil && urlRefused(err) && isWebURL(a.GetUrl()) {
+			id, err = p.sendFetched(ctx, sub, a, err)
+		}
 		if err != nil {
 			return first, classify(err)
 		}
-		id := strconv.Itoa(msg.ID)
 		platform.RecordPart(ctx, i+1, id)
 		if first == "" {
 			first = id
@@ -223,6 +215,90 @@ func (p *Platform) sendMedia(ctx context.Context, req *deliveryv1.SendRequested)
 		caption = ""
 	}
 	return first, nil
+}
+
+// sendFile sends one file as a photo or a document, sub's text as its
+// caption.
+func (p *Platform) sendFile(ctx context.Context, sub *deliveryv1.SendRequested, input func() models.InputFile, photo bool) (string, error) {
+	t := sub.GetTarget()
+	var msg *models.Message
+	err := p.inTopic(t, func(thread int) error {
+		return p.withPlainFallback(sub, func(text string, mode models.ParseMode) error {
+			var err error
+			in := input()
+			if photo {
+				msg, err = p.api.SendPhoto(ctx, &bot.SendPhotoParams{ChatID: chatID(t.GetChatId()), MessageThreadID: thread,
+					Photo: in, Caption: text, ParseMode: mode, ReplyParameters: p.replyTo(sub)})
+			} else {
+				msg, err = p.api.SendDocument(ctx, &bot.SendDocumentParams{ChatID: chatID(t.GetChatId()), MessageThreadID: thread,
+					Document: in, Caption: text, ParseMode: mode, ReplyParameters: p.replyTo(sub)})
+			}
+			return err
+		})
+	})
+	if err != nil {
+		return "", err
+	}
+	return strconv.Itoa(msg.ID), nil
+}
+
+// urlRefused reports whether Telegram refused a file given by URL for
+// the file itself: it could not fetch the URL (unreachable, not an
+// image, too large for it) or not process what it got.
+func urlRefused(err error) bool {
+	if !errors.Is(err, bot.ErrorBadRequest) {
+		return false
+	}
+	msg := strings.ToLower(err.Error())
+	for _, s := range []string{"http url", "wrong file identifier", "web page content", "wrong remote file", "failed to get",
+		"image_process_failed", "photo_invalid_dimensions", "photo_save_file_invalid", "file is too big"} {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
+}
+
+func isWebURL(u string) bool {
+	return strings.HasPrefix(u, "https://") || strings.HasPrefix(u, "http://")
+}
+
+// sendFetched is Hermes's fallback for a file Telegram could not take
+// by URL (send_image): the gateway downloads it (public addresses only,
+// unless attachments.urls allows more) and uploads it, a picture as a
+// photo (a document over 10 MB); when that fails too, the caption and
+// the link go as a text message, so the user still gets the file's
+// address rather than nothing. refused is Telegram's answer to the URL.
+func (p *Platform) sendFetched(ctx context.Context, sub *deliveryv1.SendRequested, a *eventsv1.Attachment, refused error) (string, error) {
+	p.log.Info("telegram could not take a file by URL; uploading it", "err", refused)
+	src := &eventsv1.Attachment{Location: &eventsv1.Attachment_Url{Url: a.GetUrl()}, MimeType: a.GetMimeType()}
+	data, mimeType, err := platform.ReadOutbound(ctx, src, nil, p.downloads, maxDocumentUpload)
+	if err == nil {
+		photo := a.GetKind() == eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE && len(data) <= maxPhotoUpload
+		name := fileName(a, mimeType)
+		id, err := p.sendFile(ctx, sub, func() models.InputFile { return &models.InputFileUpload{Filename: name, Data: bytes.NewReader(data)} }, photo)
+		if err == nil || !errors.Is(err, bot.ErrorBadRequest) || isTopicGone(err) {
+			return id, err
+		}
+		p.log.Info("telegram refused the uploaded file; sending its link", "err", err)
+	} else {
+		p.log.Info("file to send not downloaded; sending its link", "err", err)
+	}
+	text := strings.TrimSpace(strings.TrimSpace(sub.GetText()) + "\n" + a.GetUrl())
+	return p.Send(ctx, &deliveryv1.SendRequested{Target: sub.GetTarget(), Text: text, Format: sub.GetFormat(), ChunkIndex: sub.GetChunkIndex()})
+}
+
+// fileName is the name an uploaded attachment goes by: its own, else
+// "file" with an extension for its media type.
+func fileName(a *eventsv1.Attachment, mimeType string) string {
+	if n := a.GetFileName(); n != "" {
+		return n
+	}
+	name := "file"
+	if exts, _ := mime.ExtensionsByType(mimeType); len(exts) > 0 {
+		name += exts[0]
+	}
+	return name
 }
 
 // Telegram's limits of a file a bot uploads: a photo, any other file.
@@ -258,13 +334,7 @@ func (p *Platform) inputFile(ctx context.Context, a *eventsv1.Attachment) (input
 	if len(data) > maxPhotoUpload {
 		photo = false
 	}
-	name := a.GetFileName()
-	if name == "" {
-		name = "file"
-		if exts, _ := mime.ExtensionsByType(mimeType); len(exts) > 0 {
-			name += exts[0]
-		}
-	}
+	name := fileName(a, mimeType)
 	return func() models.InputFile { return &models.InputFileUpload{Filename: name, Data: bytes.NewReader(data)} }, photo, nil
 }
 

@@ -179,6 +179,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
+	p.downloads = platform.NewDownloader(deps.Attachments.URLs)
 	if deps.Attachments.Enabled {
 		p.store = attachment.Open(deps.Bus.JetStream(), deps.Bus.Topology(), deps.Attachments)
 	}
@@ -197,6 +198,9 @@ type Platform struct {
 	// store holds the attachments a send refers to by bytes_ref (nil:
 	// attachments are off).
 	store *attachment.Store
+	// downloads fetches a file Telegram could not take by URL (nil:
+	// public addresses only).
+	downloads *platform.Downloader
 	// webhookBounds bound the webhook server's connections.
 	webhookBounds connBounds
 

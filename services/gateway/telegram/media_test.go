@@ -1,0 +1,76 @@
+package telegram
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/switchboard-chat/switchboard/pkg/attachment"
+	"github.com/switchboard-chat/switchboard/pkg/bus/bustest"
+	"github.com/switchboard-chat/switchboard/pkg/egress"
+	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+	"github.com/switchboard-chat/switchboard/pkg/platform"
+)
+
+// A picture Telegram cannot fetch by URL is not lost, as in Hermes
+// (send_image): the gateway downloads and uploads it, and when it
+// cannot download it either, sends the caption with the link.
+func TestUnfetchableURL(t *testing.T) {
+	t.Parallel()
+	png := []byte("\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01\x00\x00\x00\x01\x08\x02\x00\x00\x00")
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/chart.png" {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "image/png")
+		_, _ = w.Write(png)
+	}))
+	t.Cleanup(srv.Close)
+	f := newFake(t)
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	// The test's image server is on 127.0.0.1, which downloads reach
+	// only when attachments.urls allows it.
+	s, err := New(testConfig(f), Deps{Log: quietLog(), Bus: b, Instance: "a", Backoff: platform.Schedule(50 * time.Millisecond),
+		Attachments: attachment.Config{URLs: egress.Config{AllowHosts: []string{"127.0.0.1"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("run: %v", err)
+		}
+	})
+	waitFor(t, "connected", 20*time.Second, func() bool { st, _ := s.Runner().State(); return st == platform.StateConnected })
+	send := func(chat, key, url string) *deliveryv1.SendReceipt {
+		f.Unfetchable(url)
+		return sendReq(t, b, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: key, Text: "the chart",
+			Format: deliveryv1.TextFormat_TEXT_FORMAT_MARKDOWN, Target: &deliveryv1.Target{Platform: "telegram", Account: "4242", ChatId: chat},
+			Attachments: []*eventsv1.Attachment{{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, Location: &eventsv1.Attachment_Url{Url: url}}}})
+	}
+
+	// Downloaded and uploaded as a photo.
+	if r := send("31", "u1", srv.URL+"/chart.png"); !r.GetOk() {
+		t.Fatalf("receipt %v, want ok", r)
+	}
+	if ms := f.Messages("31"); len(ms) != 1 || ms[0].Kind != "photo" || !strings.HasPrefix(ms[0].File, "upload:") || ms[0].Shown != "the chart" {
+		t.Fatalf("chat has %+v, want the uploaded photo with its caption", ms)
+	}
+
+	// Not downloadable either: the caption and the link.
+	gone := srv.URL + "/gone.png"
+	if r := send("32", "u2", gone); !r.GetOk() {
+		t.Fatalf("receipt %v, want ok", r)
+	}
+	if ms := f.Messages("32"); len(ms) != 1 || ms[0].Kind != "text" || ms[0].Shown != "the chart\n"+gone {
+		t.Fatalf("chat has %+v, want the caption and the link", ms)
+	}
+}
