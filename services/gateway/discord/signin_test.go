@@ -28,28 +28,8 @@ func TestDiscordDownAtStart(t *testing.T) {
 	if err != nil {
 		t.Fatalf("New with Discord out of reach: %v", err)
 	}
-	ctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	t.Cleanup(func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Errorf("run: %v", err)
-		}
-		platformtest.DeleteBuckets(b)
-	})
-	platformtest.WaitFor(t, "a failed users/@me", func() bool {
-		_, reason := s.Runner().State()
-		return strings.Contains(reason, "users/@me")
-	})
-	if err := s.Ready(ctx); err == nil {
-		t.Fatal("ready while Discord is out of reach")
-	}
-	down.End(t, strings.TrimPrefix(f.URL(), "http://"))
-	platformtest.WaitFor(t, "the gateway to connect", func() bool {
-		st, _ := s.Runner().State()
-		return st == platform.StateConnected
-	})
+	ctx := platformtest.Start(t, b, s)
+	down.ComeUp(t, s, "users/@me", strings.TrimPrefix(f.URL(), "http://"))
 	m := discordfake.MessageCreate{ID: f.NewID(), ChannelID: dmChan, AuthorID: user, Content: "are you there?"}
 	if err := f.Dispatch(ctx, "MESSAGE_CREATE", m.Payload()); err != nil {
 		t.Fatal(err)

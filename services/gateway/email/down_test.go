@@ -37,31 +37,13 @@ func TestIMAPDownAtStart(t *testing.T) {
 	if err != nil {
 		t.Fatalf("New with the IMAP server down: %v", err)
 	}
-	ctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
 	t.Cleanup(func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Errorf("run: %v", err)
-		}
-		platformtest.DeleteBuckets(b)
 		for _, n := range []string{BucketCursors, BucketThreads} {
 			_ = b.JetStream().DeleteKeyValue(context.Background(), b.Topology().Stream(n))
 		}
 	})
-	platformtest.WaitFor(t, "a failed connection", func() bool {
-		_, reason := s.Runner().State()
-		return reason != ""
-	})
-	if err := s.Ready(ctx); err == nil {
-		t.Fatal("ready while the IMAP server is down")
-	}
-	down.End(t, net.JoinHostPort(f.IMAPHost, strconv.Itoa(f.IMAPPort)))
-	platformtest.WaitFor(t, "the gateway to read the mailbox", func() bool {
-		st, _ := s.Runner().State()
-		return st == platform.StateConnected
-	})
+	platformtest.Start(t, b, s)
+	down.ComeUp(t, s, "", net.JoinHostPort(f.IMAPHost, strconv.Itoa(f.IMAPPort)))
 	if _, err := f.Deliver(mailText("From: Ann <ann@example.com>", "To: "+agent, "Subject: Back?",
 		"Message-ID: <down1@example.com>", "", "Are you there?")); err != nil {
 		t.Fatal(err)

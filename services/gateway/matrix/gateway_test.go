@@ -255,28 +255,8 @@ func TestHomeserverDownAtStart(t *testing.T) {
 	if err != nil {
 		t.Fatalf("New with the homeserver down: %v", err)
 	}
-	ctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	t.Cleanup(func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Errorf("run: %v", err)
-		}
-		platformtest.DeleteBuckets(b)
-	})
-	platformtest.WaitFor(t, "a failed whoami", func() bool {
-		_, reason := s.Runner().State()
-		return strings.Contains(reason, "whoami")
-	})
-	if err := s.Ready(ctx); err == nil {
-		t.Fatal("ready while the homeserver is down")
-	}
-	down.End(t, strings.TrimPrefix(f.URL, "http://"))
-	platformtest.WaitFor(t, "the gateway to sync", func() bool {
-		st, _ := s.Runner().State()
-		return st == platform.StateConnected
-	})
+	platformtest.Start(t, b, s)
+	down.ComeUp(t, s, "whoami", strings.TrimPrefix(f.URL, "http://"))
 	id := f.Message(dmRm, ann, "are you there?")
 	if ev := platformtest.NextEvent(t, evs); ev.GetEventId() != id || ev.GetSource().GetAccount() != bot {
 		t.Fatalf("event %v, want %s for %s", ev, id, bot)

@@ -390,28 +390,8 @@ func TestServerDownAtStart(t *testing.T) {
 	if err != nil {
 		t.Fatalf("New with the server down: %v", err)
 	}
-	ctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	t.Cleanup(func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Errorf("run: %v", err)
-		}
-		platformtest.DeleteBuckets(b)
-	})
-	platformtest.WaitFor(t, "a failed sign-in", func() bool {
-		_, reason := s.Runner().State()
-		return strings.Contains(reason, "users/me")
-	})
-	if err := s.Ready(ctx); err == nil {
-		t.Fatal("ready while the server is down")
-	}
-	down.End(t, strings.TrimPrefix(f.URL, "http://"))
-	platformtest.WaitFor(t, "the gateway to connect", func() bool {
-		st, _ := s.Runner().State()
-		return st == platform.StateConnected
-	})
+	ctx := platformtest.Start(t, b, s)
+	down.ComeUp(t, s, "users/me", strings.TrimPrefix(f.URL, "http://"))
 	if err := s.Ready(ctx); err != nil {
 		t.Fatalf("unready once connected: %v", err)
 	}

@@ -1,7 +1,6 @@
 package signal
 
 import (
-	"context"
 	"log/slog"
 	"strings"
 	"testing"
@@ -26,16 +25,7 @@ func runBehind(t *testing.T, o *platformtest.Outage, cfg Config) (*Service, chan
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
-	ctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	t.Cleanup(func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Errorf("run: %v", err)
-		}
-		platformtest.DeleteBuckets(b)
-	})
+	platformtest.Start(t, b, s)
 	return s, evs
 }
 
@@ -56,14 +46,7 @@ func TestDaemonDownAtStart(t *testing.T) {
 			cfg := DefaultConfig()
 			cfg.ReceiveMode, cfg.PollTimeout = mode, 300*time.Millisecond
 			s, evs := runBehind(t, down, cfg)
-			platformtest.WaitFor(t, "a failed connection", func() bool {
-				_, reason := s.Runner().State()
-				return strings.Contains(reason, "not reachable")
-			})
-			if err := s.Ready(context.Background()); err == nil {
-				t.Fatal("ready while the daemon is down")
-			}
-			down.End(t, strings.TrimPrefix(f.URL, "http://"))
+			down.ComeUp(t, s, "not reachable", strings.TrimPrefix(f.URL, "http://"))
 			waitReceiving(t, s, f, mode)
 			f.Receive(signalfake.Message{From: ann, Text: "are you there?"})
 			if ev := platformtest.NextEvent(t, evs); ev.GetText() != "are you there?" {

@@ -30,25 +30,8 @@ func TestSlackDownAtStart(t *testing.T) {
 	if err != nil {
 		t.Fatalf("New with Slack out of reach: %v", err)
 	}
-	ctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	t.Cleanup(func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Errorf("run: %v", err)
-		}
-		platformtest.DeleteBuckets(b)
-	})
-	platformtest.WaitFor(t, "a failed auth.test", func() bool {
-		_, reason := s.Runner().State()
-		return strings.Contains(reason, "auth.test")
-	})
-	if err := s.Ready(ctx); err == nil {
-		t.Fatal("ready while Slack is out of reach")
-	}
-	down.End(t, up)
-	platformtest.WaitFor(t, "the gateway to connect", func() bool { return s.Ready(ctx) == nil })
+	ctx := platformtest.Start(t, b, s)
+	down.ComeUp(t, s, "auth.test", up)
 	e := slackfake.Event{Channel: "D0DIRECT", ChannelType: "im", User: "U0USER01", Text: "are you there?", TS: "5.1"}
 	if err := fake.Push(ctx, fake.Callback("EvDown", e), 0); err != nil {
 		t.Fatal(err)

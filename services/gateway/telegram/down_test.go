@@ -1,13 +1,11 @@
 package telegram
 
 import (
-	"context"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/switchboard-chat/switchboard/pkg/bus/bustest"
-	"github.com/switchboard-chat/switchboard/pkg/platform"
 	"github.com/switchboard-chat/switchboard/pkg/platform/platformtest"
 )
 
@@ -22,19 +20,8 @@ func TestBotAPIDownAtStart(t *testing.T) {
 	cfg := testConfig(f)
 	cfg.APIBaseURL = "http://" + down.Addr()
 	s, _ := startService(t, cfg, b, "only")
-	platformtest.WaitFor(t, "a failed connection", func() bool {
-		_, reason := s.Runner().State()
-		return reason != ""
-	})
-	if err := s.Ready(context.Background()); err == nil {
-		t.Fatal("ready while the Bot API is out of reach")
-	}
 	ids := injectText(f, 2)
-	down.End(t, strings.TrimPrefix(f.URL, "http://"))
-	platformtest.WaitFor(t, "the gateway to poll", func() bool {
-		st, _ := s.Runner().State()
-		return st == platform.StateConnected
-	})
+	down.ComeUp(t, s, "", strings.TrimPrefix(f.URL, "http://"))
 	waitFor(t, "the updates on the bus", 20*time.Second, func() bool { return len(inbound(t, b)) == 2 })
 	checkExactlyOnce(t, inbound(t, b), ids)
 }
