@@ -14,6 +14,7 @@ import (
 
 	"github.com/switchboard-chat/switchboard/pkg/attachment"
 	"github.com/switchboard-chat/switchboard/pkg/egress"
+	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 )
 
@@ -135,4 +136,41 @@ func download(ctx context.Context, hc *http.Client, u string, max int64) ([]byte
 		mt = parsed
 	}
 	return data, mt, nil
+}
+
+// LinkedText is the message a send becomes on a platform that posts an
+// attachment's http(s) URL as a link (it shows the picture or a preview)
+// and uploads only bytes: the send's text, each attachment's caption
+// that is not that text, and each URL, one per line. files are the
+// indexes of the attachments left to upload (a data: URL, or bytes kept
+// in the attachment store).
+func LinkedText(req *deliveryv1.SendRequested) (text string, files []int) {
+	var lines []string
+	if req.GetText() != "" {
+		lines = append(lines, req.GetText())
+	}
+	for i, a := range req.GetAttachments() {
+		if c := strings.TrimSpace(a.GetCaption()); c != "" && c != req.GetText() {
+			lines = append(lines, c)
+		}
+		if u := a.GetUrl(); strings.HasPrefix(u, "https://") || strings.HasPrefix(u, "http://") {
+			lines = append(lines, u)
+			continue
+		}
+		files = append(files, i)
+	}
+	return strings.Join(lines, "\n"), files
+}
+
+// FileName is the name an uploaded attachment goes by: its own, else
+// "file" with an extension for its media type.
+func FileName(a *eventsv1.Attachment, mimeType string) string {
+	if n := a.GetFileName(); n != "" {
+		return n
+	}
+	name := "file"
+	if exts, _ := mime.ExtensionsByType(mimeType); len(exts) > 0 {
+		name += exts[0]
+	}
+	return name
 }

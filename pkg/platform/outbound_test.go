@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 
@@ -121,5 +122,53 @@ func TestReadOutbound(t *testing.T) {
 				t.Fatalf("got %q, %q, %v; want %q, %q", data, mt, err, tt.data, tt.mime)
 			}
 		})
+	}
+}
+
+func TestLinkedText(t *testing.T) {
+	t.Parallel()
+	att := func(url, caption string) *eventsv1.Attachment { return &eventsv1.Attachment{Location: &eventsv1.Attachment_Url{Url: url}, Caption: caption} }
+	tests := []struct {
+		name  string
+		req   *deliveryv1.SendRequested
+		text  string
+		files []int
+	}{
+		{"text only", &deliveryv1.SendRequested{Text: "hi"}, "hi", nil},
+		{"a link after the text", &deliveryv1.SendRequested{Text: "look", Attachments: []*eventsv1.Attachment{att("https://x.example/a.png", "")}},
+			"look\nhttps://x.example/a.png", nil},
+		{"a caption that is the text is not repeated", &deliveryv1.SendRequested{Text: "look", Attachments: []*eventsv1.Attachment{att("http://x.example/a", " look ")}},
+			"look\nhttp://x.example/a", nil},
+		{"bytes are uploaded, their captions kept", &deliveryv1.SendRequested{Attachments: []*eventsv1.Attachment{
+			att("data:text/plain;base64,aGk=", "notes"), att("https://x.example/b", "b"), {Location: &eventsv1.Attachment_BytesRef{BytesRef: "ref"}}}},
+			"notes\nb\nhttps://x.example/b", []int{0, 2}},
+		{"nothing", &deliveryv1.SendRequested{}, "", nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			text, files := LinkedText(tt.req)
+			if text != tt.text || !slices.Equal(files, tt.files) {
+				t.Fatalf("LinkedText = %q, %v; want %q, %v", text, files, tt.text, tt.files)
+			}
+		})
+	}
+}
+
+func TestFileName(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		a        *eventsv1.Attachment
+		mimeType string
+		want     string
+	}{
+		{&eventsv1.Attachment{FileName: "report.pdf"}, "image/png", "report.pdf"},
+		{&eventsv1.Attachment{}, "image/png", "file.png"},
+		{&eventsv1.Attachment{}, "application/x-unknown-thing", "file"},
+		{&eventsv1.Attachment{}, "", "file"},
+	}
+	for _, tt := range tests {
+		if got := FileName(tt.a, tt.mimeType); got != tt.want {
+			t.Errorf("FileName(%q, %q) = %q, want %q", tt.a.GetFileName(), tt.mimeType, got, tt.want)
+		}
 	}
 }

@@ -13,7 +13,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"mime"
 	"net/http"
 	"net/url"
 	"os"
@@ -696,36 +695,21 @@ func (p *Platform) media(ctx context.Context, req *deliveryv1.SendRequested) (st
 	if len(req.GetAttachments()) == 0 {
 		return req.GetText(), nil, nil
 	}
-	var lines []string
-	if req.GetText() != "" {
-		lines = append(lines, req.GetText())
+	text, idx := platform.LinkedText(req)
+	if len(idx) > maxFiles {
+		return "", nil, platform.Permanent(fmt.Errorf("discord takes %d files a message", maxFiles))
 	}
 	var files uploads
-	for i, a := range req.GetAttachments() {
-		if c := strings.TrimSpace(a.GetCaption()); c != "" && c != req.GetText() {
-			lines = append(lines, c)
-		}
-		if u := a.GetUrl(); strings.HasPrefix(u, "https://") || strings.HasPrefix(u, "http://") {
-			lines = append(lines, u)
-			continue
-		}
-		if len(files) == maxFiles {
-			return "", nil, platform.Permanent(fmt.Errorf("discord takes %d files a message", maxFiles))
-		}
+	for _, i := range idx {
+		a := req.GetAttachments()[i]
 		data, mimeType, err := platform.ReadOutbound(ctx, a, p.store, nil, maxUpload)
 		if err != nil {
 			return "", nil, fmt.Errorf("discord attachment %d: %w", i, err)
 		}
-		name := a.GetFileName()
-		if name == "" {
-			name = "file"
-			if exts, _ := mime.ExtensionsByType(mimeType); len(exts) > 0 {
-				name += exts[0]
-			}
-		}
+		name := platform.FileName(a, mimeType)
 		files = append(files, upload{name: name, mimeType: mimeType, data: data})
 	}
-	return strings.Join(lines, "\n"), files, nil
+	return text, files, nil
 }
 
 func threadName(req *deliveryv1.SendRequested) string {

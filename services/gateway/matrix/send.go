@@ -272,13 +272,7 @@ func (p *Platform) mediaContent(ctx context.Context, a *eventsv1.Attachment) (*e
 	if err != nil {
 		return nil, err
 	}
-	name := a.GetFileName()
-	if name == "" {
-		name = "file"
-		if exts, _ := mime.ExtensionsByType(mimeType); len(exts) > 0 {
-			name += exts[0]
-		}
-	}
+	name := platform.FileName(a, mimeType)
 	up, err := p.cli.UploadMedia(ctx, mautrix.ReqUploadMedia{ContentBytes: data, ContentType: mimeType, FileName: name})
 	if err != nil {
 		return nil, classify(err)

@@ -262,13 +262,7 @@ func (p *Platform) uploadAttachment(ctx context.Context, ch string, a *eventsv1.
 	if err != nil {
 		return "", err
 	}
-	name := a.GetFileName()
-	if name == "" {
-		name = "file"
-		if exts, _ := mime.ExtensionsByType(mimeType); len(exts) > 0 {
-			name += exts[0]
-		}
-	}
+	name := platform.FileName(a, mimeType)
 	id, err := p.cli.upload(ctx, ch, name, mimeType, data)
 	if err != nil {
 		return "", classify(err)

@@ -12,7 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"mime"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -488,28 +487,14 @@ const maxUpload = 50 << 20
 // first part: the message's ts, or the first file's id.
 func (p *Platform) sendMedia(ctx context.Context, req *deliveryv1.SendRequested) (string, error) {
 	t := req.GetTarget()
-	var lines []string
-	if req.GetText() != "" {
-		lines = append(lines, req.GetText())
-	}
-	var files []int
-	for i, a := range req.GetAttachments() {
-		if c := strings.TrimSpace(a.GetCaption()); c != "" && c != req.GetText() {
-			lines = append(lines, c)
-		}
-		if u := a.GetUrl(); strings.HasPrefix(u, "https://") || strings.HasPrefix(u, "http://") {
-			lines = append(lines, u)
-			continue
-		}
-		files = append(files, i)
-	}
+	text, files := platform.LinkedText(req)
 	first := ""
-	if len(lines) > 0 {
+	if text != "" {
 		id, sent := platform.SentPart(ctx, 0)
 		if !sent {
-			text := &deliveryv1.SendRequested{Target: t, Text: strings.Join(lines, "\n"), Format: req.GetFormat(), Approval: req.GetApproval()}
+			msg := &deliveryv1.SendRequested{Target: t, Text: text, Format: req.GetFormat(), Approval: req.GetApproval()}
 			var err error
-			if id, err = p.Send(ctx, text); err != nil {
+			if id, err = p.Send(ctx, msg); err != nil {
 				return "", err
 			}
 			platform.RecordPart(ctx, 0, id)
@@ -524,13 +509,7 @@ func (p *Platform) sendMedia(ctx context.Context, req *deliveryv1.SendRequested)
 			if err != nil {
 				return first, fmt.Errorf("slack attachment %d: %w", i, err)
 			}
-			name := a.GetFileName()
-			if name == "" {
-				name = "file"
-				if exts, _ := mime.ExtensionsByType(mimeType); len(exts) > 0 {
-					name += exts[0]
-				}
-			}
+			name := platform.FileName(a, mimeType)
 			f, err := p.api.UploadFileContext(ctx, slackapi.UploadFileParameters{Reader: bytes.NewReader(data), FileSize: len(data),
 				Filename: name, Title: name, Channel: t.GetChatId(), ThreadTimestamp: t.GetThreadId()})
 			if err != nil {

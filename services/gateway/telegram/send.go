@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"mime"
 	"strconv"
 	"strings"
 	"unicode/utf16"
@@ -275,7 +274,7 @@ func (p *Platform) sendFetched(ctx context.Context, sub *deliveryv1.SendRequeste
 	data, mimeType, err := platform.ReadOutbound(ctx, src, nil, p.downloads, maxDocumentUpload)
 	if err == nil {
 		photo := a.GetKind() == eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE && len(data) <= maxPhotoUpload
-		name := fileName(a, mimeType)
+		name := platform.FileName(a, mimeType)
 		id, err := p.sendFile(ctx, sub, func() models.InputFile { return &models.InputFileUpload{Filename: name, Data: bytes.NewReader(data)} }, photo)
 		if err == nil || !errors.Is(err, bot.ErrorBadRequest) || isTopicGone(err) {
 			return id, err
@@ -286,19 +285,6 @@ func (p *Platform) sendFetched(ctx context.Context, sub *deliveryv1.SendRequeste
 	}
 	text := strings.TrimSpace(strings.TrimSpace(sub.GetText()) + "\n" + a.GetUrl())
 	return p.Send(ctx, &deliveryv1.SendRequested{Target: sub.GetTarget(), Text: text, Format: sub.GetFormat(), ChunkIndex: sub.GetChunkIndex()})
-}
-
-// fileName is the name an uploaded attachment goes by: its own, else
-// "file" with an extension for its media type.
-func fileName(a *eventsv1.Attachment, mimeType string) string {
-	if n := a.GetFileName(); n != "" {
-		return n
-	}
-	name := "file"
-	if exts, _ := mime.ExtensionsByType(mimeType); len(exts) > 0 {
-		name += exts[0]
-	}
-	return name
 }
 
 // Telegram's limits of a file a bot uploads: a photo, any other file.
@@ -334,7 +320,7 @@ func (p *Platform) inputFile(ctx context.Context, a *eventsv1.Attachment) (input
 	if len(data) > maxPhotoUpload {
 		photo = false
 	}
-	name := fileName(a, mimeType)
+	name := platform.FileName(a, mimeType)
 	return func() models.InputFile { return &models.InputFileUpload{Filename: name, Data: bytes.NewReader(data)} }, photo, nil
 }
 
