@@ -127,7 +127,9 @@ func TestReadOutbound(t *testing.T) {
 
 func TestLinkedText(t *testing.T) {
 	t.Parallel()
-	att := func(url, caption string) *eventsv1.Attachment { return &eventsv1.Attachment{Location: &eventsv1.Attachment_Url{Url: url}, Caption: caption} }
+	att := func(url, caption string) *eventsv1.Attachment {
+		return &eventsv1.Attachment{Location: &eventsv1.Attachment_Url{Url: url}, Caption: caption}
+	}
 	tests := []struct {
 		name  string
 		req   *deliveryv1.SendRequested
