@@ -2,6 +2,7 @@ package matrix
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -185,6 +186,35 @@ func TestRestartResumes(t *testing.T) {
 	for _, want := range []string{a, bb} {
 		if ev := g.next(t); ev.GetEventId() != want {
 			t.Fatalf("event %s %q, want %s", ev.GetEventId(), ev.GetText(), want)
+		}
+	}
+	g.none(t)
+}
+
+// A sync whose timeline is limited (more came while the gateway was down
+// than the homeserver puts in one answer) is not a gap: the gateway pages
+// back with /messages to the stored token and publishes every message,
+// in order, each once.
+func TestRestartLimitedTimeline(t *testing.T) {
+	t.Parallel()
+	g := start(t, nil)
+	first := g.f.Message(dmRm, ann, "before the restart")
+	if ev := g.next(t); ev.GetEventId() != first {
+		t.Fatalf("event %s, want %s", ev.GetEventId(), first)
+	}
+	platformtest.WaitFor(t, "the token to move past the first message", func() bool {
+		return g.f.Receipt(dmRm) == first
+	})
+	g.stop()
+	g.f.SetTimelineLimit(3)
+	var want []string
+	for i := range 8 {
+		want = append(want, g.f.Message(dmRm, ann, fmt.Sprintf("while down %d", i)))
+	}
+	_, _ = runGateway(t, g.b, g.f, nil)
+	for _, id := range want {
+		if ev := g.next(t); ev.GetEventId() != id {
+			t.Fatalf("event %s %q, want %s", ev.GetEventId(), ev.GetText(), id)
 		}
 	}
 	g.none(t)

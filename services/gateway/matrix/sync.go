@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -71,7 +72,7 @@ func (p *Platform) Connect(ctx context.Context, conn platform.Conn) error {
 		if fresh {
 			notBefore = started.Add(-startGrace)
 		}
-		if err := p.handle(ctx, conn, resp, notBefore); err != nil {
+		if err := p.handle(ctx, conn, resp, since, notBefore); err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
@@ -123,8 +124,10 @@ func (p *Platform) loadDirect(ctx context.Context) error {
 
 // handle publishes one sync answer's messages, joins its invites and
 // marks what was taken as read. Events sent before notBefore (the first
-// start's history) are skipped.
-func (p *Platform) handle(ctx context.Context, conn platform.Conn, resp *mautrix.RespSync, notBefore time.Time) error {
+// start's history) are skipped. A room whose timeline is limited (more
+// happened since the token since than the answer carries) is filled in
+// from /messages first.
+func (p *Platform) handle(ctx context.Context, conn platform.Conn, resp *mautrix.RespSync, since string, notBefore time.Time) error {
 	for _, ev := range resp.AccountData.Events {
 		if ev.Type == event.AccountDataDirectChats {
 			var direct map[id.UserID][]id.RoomID
@@ -143,7 +146,15 @@ func (p *Platform) handle(ctx context.Context, conn platform.Conn, resp *mautrix
 		jr := resp.Rooms.Join[rid]
 		r := p.rooms.get(rid)
 		r.apply(jr.State.Events, &jr.Summary)
-		for _, ev := range jr.Timeline.Events {
+		timeline := jr.Timeline.Events
+		if jr.Timeline.Limited && since != "" && jr.Timeline.PrevBatch != "" {
+			gap, err := p.backfill(ctx, rid, jr.Timeline.PrevBatch, since)
+			if err != nil {
+				return err
+			}
+			timeline = append(gap, timeline...)
+		}
+		for _, ev := range timeline {
 			r.apply([]*event.Event{ev}, nil)
 			ev.RoomID = rid
 			if !notBefore.IsZero() && ev.Timestamp > 0 && time.UnixMilli(ev.Timestamp).Before(notBefore) {
@@ -189,6 +200,41 @@ func (p *Platform) handle(ctx context.Context, conn platform.Conn, resp *mautrix
 		}
 	}
 	return nil
+}
+
+// maxBackfill bounds the events read back through one room's gap; what
+// is older is logged as skipped.
+const maxBackfill = 1000
+
+// backfillPage is one /messages page.
+const backfillPage = 100
+
+// backfill returns a room's events between the stored token since and
+// from (a limited timeline's prev_batch), oldest first: the homeserver
+// leaves them out of a sync answer beyond its timeline limit (Synapse:
+// 10 a room by default), and skipping them would lose every message but
+// the last few sent while the gateway was down.
+func (p *Platform) backfill(ctx context.Context, rid id.RoomID, from, since string) ([]*event.Event, error) {
+	var back []*event.Event
+	for from != "" {
+		if len(back) >= maxBackfill {
+			skipped.WithLabelValues("gap too long").Inc()
+			p.log.Warn("matrix: more missed events in a room than the gateway reads back; older ones are skipped",
+				"room", rid.String(), "read", len(back))
+			break
+		}
+		resp, err := p.cli.Messages(ctx, rid, from, since, mautrix.DirectionBackward, nil, backfillPage)
+		if err != nil {
+			return nil, fmt.Errorf("matrix: fill the gap in %s: %w", rid, err)
+		}
+		back = append(back, resp.Chunk...)
+		if len(resp.Chunk) == 0 || resp.End == from {
+			break
+		}
+		from = resp.End
+	}
+	slices.Reverse(back)
+	return back, nil
 }
 
 // joinInvites joins the rooms the bot is invited to, as Hermes does; an

@@ -2,7 +2,8 @@
 // the client-server API the Matrix gateway uses: whoami and password
 // login, /sync with since and a long-polled timeout, sends idempotent by
 // transaction id, redactions, joins (invites), typing, read receipts,
-// joined members, room names, m.direct, relations, and the media
+// joined members, room names, m.direct, relations, limited timelines
+// with /messages to page back through the gap, and the media
 // repository (upload, authenticated download). Tests add rooms, inject
 // room events and invites, and make the next calls of an endpoint fail.
 package matrixfake
@@ -90,6 +91,9 @@ type Fake struct {
 	drop     bool
 	seq      int
 	now      int64
+	// limit is the most timeline events one room gets in a sync answer
+	// (0: all), as a homeserver's default filter has it (Synapse: 10).
+	limit int
 }
 
 type media struct {
@@ -222,6 +226,15 @@ func (f *Fake) Invite(roomID, inviter string, direct bool) {
 	f.rooms[roomID] = &room{id: roomID, members: map[string]string{inviter: ""}, direct: direct, invited: inviter}
 	f.seq++ // an invite is news for the next sync
 	f.notify()
+}
+
+// SetTimelineLimit makes each sync answer carry at most n timeline
+// events per room, the latest, marked limited with a prev_batch token
+// from which /messages pages back to the rest (0: no limit).
+func (f *Fake) SetTimelineLimit(n int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.limit = n
 }
 
 // Joined reports whether the bot joined the room.
@@ -521,19 +534,18 @@ func (f *Fake) sync(w http.ResponseWriter, r *http.Request) {
 			continue
 		}
 		var state, timeline []Event
+		var positions []int
 		for _, l := range f.log {
 			if l.room != rm.id || l.pos <= since {
 				continue
 			}
-			ev := l.ev
-			if ev.raw == nil && f.redacted[ev.EventID] {
-				ev.Content = map[string]any{}
-			}
+			ev := f.served(l)
 			if since < 0 && l.state {
 				state = append(state, ev)
 				continue
 			}
 			timeline = append(timeline, ev)
+			positions = append(positions, l.pos)
 		}
 		if len(state) == 0 && len(timeline) == 0 {
 			continue
@@ -542,14 +554,76 @@ func (f *Fake) sync(w http.ResponseWriter, r *http.Request) {
 		for range rm.members {
 			n++
 		}
+		tl := map[string]any{"limited": false}
+		if f.limit > 0 && len(timeline) > f.limit {
+			cut := len(timeline) - f.limit
+			tl["limited"], tl["prev_batch"] = true, fmt.Sprintf("s%d", positions[cut]-1)
+			timeline = timeline[cut:]
+		}
+		tl["events"] = nonNil(timeline)
 		join[rm.id] = map[string]any{
 			"summary":  map[string]any{"m.joined_member_count": n},
 			"state":    map[string]any{"events": nonNil(state)},
-			"timeline": map[string]any{"events": nonNil(timeline), "limited": false},
+			"timeline": tl,
 		}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"next_batch": fmt.Sprintf("s%d", f.seq),
 		"rooms": map[string]any{"join": join, "invite": invite}})
+}
+
+// served is a logged event as the homeserver serves it (a redacted one
+// without its content); f.mu held.
+func (f *Fake) served(l logged) Event {
+	ev := l.ev
+	if ev.raw == nil && f.redacted[ev.EventID] {
+		ev.Content = map[string]any{}
+	}
+	return ev
+}
+
+// messages serves GET /rooms/{id}/messages with dir=b: the room's events
+// from the position from back to (not including) the position to, newest
+// first, at most limit, and end when more are left; f.mu held.
+func (f *Fake) messages(w http.ResponseWriter, r *http.Request, roomID string) {
+	q := r.URL.Query()
+	pos := func(k string, def int) (int, bool) {
+		s := q.Get(k)
+		if s == "" {
+			return def, true
+		}
+		n, err := strconv.Atoi(strings.TrimPrefix(s, "s"))
+		return n, err == nil && strings.HasPrefix(s, "s")
+	}
+	from, ok1 := pos("from", f.seq)
+	to, ok2 := pos("to", 0)
+	limit, err := strconv.Atoi(q.Get("limit"))
+	if !ok1 || !ok2 || q.Get("dir") != "b" {
+		writeErr(w, http.StatusBadRequest, "M_INVALID_PARAM", "bad from, to or dir")
+		return
+	}
+	if err != nil || limit <= 0 {
+		limit = 10
+	}
+	chunk := []Event{}
+	end := ""
+	for i := len(f.log) - 1; i >= 0; i-- {
+		l := f.log[i]
+		if l.room != roomID || l.pos > from || l.pos <= to {
+			continue
+		}
+		if len(chunk) == limit {
+			end = fmt.Sprintf("s%d", f.log[i].pos)
+			break
+		}
+		ev := f.served(l)
+		ev.RoomID = roomID
+		chunk = append(chunk, ev)
+	}
+	out := map[string]any{"start": fmt.Sprintf("s%d", from), "chunk": chunk}
+	if end != "" {
+		out["end"] = end
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 func nonNil(evs []Event) []Event {
@@ -585,6 +659,8 @@ func (f *Fake) roomCall(w http.ResponseWriter, r *http.Request, roomID string, r
 		return
 	}
 	switch {
+	case endpoint == "messages" && len(rest) == 1 && r.Method == http.MethodGet:
+		f.messages(w, r, roomID)
 	case endpoint == "send" && len(rest) == 3 && r.Method == http.MethodPut:
 		key := roomID + "|" + rest[2]
 		if eid, ok := f.txns[key]; ok {
