@@ -12,9 +12,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/yuin/goldmark"
+	"github.com/yuin/goldmark/renderer/html"
 	"maunium.net/go/mautrix"
 	"maunium.net/go/mautrix/event"
 	"maunium.net/go/mautrix/format"
+	"maunium.net/go/mautrix/format/mdext"
 	"maunium.net/go/mautrix/id"
 
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
@@ -48,13 +51,22 @@ func txnID(key, part string) string {
 	return "sb" + hex.EncodeToString(sum[:16])
 }
 
+// markdown renders the agent's Markdown as mautrix's RenderMarkdown
+// does without HTML (raw HTML escaped), but without goldmark's unsafe
+// mode, which mautrix turns on: a link whose target runs code
+// (javascript:, vbscript:, file:, a data: URL other than an image's)
+// keeps its text and loses its target.
+var markdown = goldmark.New(format.Extensions, goldmark.WithRendererOptions(html.WithHardWraps()),
+	goldmark.WithExtensions(mdext.EscapeHTML))
+
 // content renders the text: Markdown to org.matrix.custom.html with the
-// plain text in body (raw HTML in the Markdown is escaped), or plain.
+// plain text in body (raw HTML in the Markdown is escaped, links that run
+// code dropped), or plain.
 func content(text string, f deliveryv1.TextFormat) event.MessageEventContent {
 	if f == deliveryv1.TextFormat_TEXT_FORMAT_PLAIN {
 		return event.MessageEventContent{MsgType: event.MsgText, Body: text}
 	}
-	c := format.RenderMarkdown(text, true, false)
+	c := format.RenderMarkdownCustom(text, markdown)
 	// The body stays the agent's Markdown (what clients without HTML
 	// show), as Hermes sends it.
 	c.Body = text
