@@ -97,11 +97,7 @@ func (p *Platform) dial() (*session, error) {
 	err = s.do(func() error { return s.c.Login(p.cfg.Address, p.cfg.Password).Wait() })
 	if err != nil {
 		_ = s.c.Close()
-		var ie *imap.Error
-		if errors.As(err, &ie) && ie.Code == imap.ResponseCodeAuthenticationFailed {
-			return nil, platform.Fatal(fmt.Errorf("imap login as %s: %w", p.cfg.Address, err))
-		}
-		return nil, fmt.Errorf("imap login: %w", err)
+		return nil, p.imapLoginError(err)
 	}
 	return s, nil
 }

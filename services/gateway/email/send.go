@@ -302,6 +302,21 @@ func compose(from, to, subject, id string, refs []string, text string, files []f
 // Hermes opens one; STARTTLS or implicit TLS by port (TLSAuto), login
 // when a password is set.
 func (p *Platform) submit(ctx context.Context, to string, raw []byte) error {
+	c, done, err := p.smtpDial(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
+	if err := c.SendMail(p.cfg.Address, []string{to}, bytes.NewReader(raw)); err != nil {
+		return fmt.Errorf("smtp send: %w", err)
+	}
+	_ = c.Quit()
+	return nil
+}
+
+// smtpDial connects to the SMTP server, greets it and logs in (when a
+// password is set); done closes the connection.
+func (p *Platform) smtpDial(ctx context.Context) (c *smtp.Client, done func(), err error) {
 	addr := net.JoinHostPort(p.cfg.SMTPHost, strconv.Itoa(p.cfg.SMTPPort))
 	deadline := time.Now().Add(p.cfg.Timeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
@@ -311,44 +326,43 @@ func (p *Platform) submit(ctx context.Context, to string, raw []byte) error {
 	tlsConf := &tls.Config{ServerName: p.cfg.SMTPHost, MinVersion: tls.VersionTLS12}
 	mode := tlsMode(p.cfg.SMTPTLS, p.cfg.SMTPPort, 465)
 	var conn net.Conn
-	var err error
 	if mode == TLSImplicit {
 		conn, err = (&tls.Dialer{NetDialer: d, Config: tlsConf}).DialContext(ctx, "tcp", addr)
 	} else {
 		conn, err = d.DialContext(ctx, "tcp", addr)
 	}
 	if err != nil {
-		return fmt.Errorf("smtp dial %s: %w", addr, err)
+		return nil, nil, fmt.Errorf("smtp dial %s: %w", addr, err)
 	}
 	_ = conn.SetDeadline(deadline)
 	stop := context.AfterFunc(ctx, func() { _ = conn.Close() })
-	defer stop()
-	var c *smtp.Client
 	if mode == TLSStartTLS {
 		c, err = smtp.NewClientStartTLS(conn, tlsConf)
 		if err != nil {
+			stop()
 			_ = conn.Close()
-			return fmt.Errorf("smtp starttls: %w", err)
+			return nil, nil, fmt.Errorf("smtp starttls: %w", err)
 		}
 	} else {
 		c = smtp.NewClient(conn)
 	}
-	defer c.Close()
+	done = func() {
+		stop()
+		_ = c.Close()
+	}
 	// go-smtp says "localhost" unless told; after STARTTLS the client
 	// greets again, with this name.
 	if err := c.Hello(p.helloName()); err != nil {
-		return fmt.Errorf("smtp ehlo: %w", err)
+		done()
+		return nil, nil, fmt.Errorf("smtp ehlo: %w", err)
 	}
 	if p.cfg.Password != "" {
 		if err := c.Auth(sasl.NewPlainClient("", p.cfg.Address, p.cfg.Password)); err != nil {
-			return fmt.Errorf("smtp auth: %w", err)
+			done()
+			return nil, nil, fmt.Errorf("smtp auth: %w", err)
 		}
 	}
-	if err := c.SendMail(p.cfg.Address, []string{to}, bytes.NewReader(raw)); err != nil {
-		return fmt.Errorf("smtp send: %w", err)
-	}
-	_ = c.Quit()
-	return nil
+	return c, done, nil
 }
 
 // helloName is the name the gateway gives in EHLO: the host's name when

@@ -7,7 +7,6 @@ package mailfake
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"io"
 	"log"
@@ -29,6 +28,10 @@ import (
 type Options struct {
 	// Address and Password of the agent's account (both servers).
 	Address, Password string
+	// SMTPPassword, when set, is the one the SMTP server takes instead
+	// of Password (a fake whose SMTP login is refused while IMAP's
+	// works).
+	SMTPPassword string
 	// Idle: the IMAP server offers IDLE; without it clients poll.
 	Idle bool
 }
@@ -234,8 +237,12 @@ func (s *session) Auth(mech string) (sasl.Server, error) {
 		return nil, smtp.ErrAuthUnknownMechanism
 	}
 	return sasl.NewPlainServer(func(_, user, pass string) error {
-		if user != s.f.opts.Address || pass != s.f.opts.Password {
-			return errors.New("invalid credentials")
+		want := s.f.opts.Password
+		if s.f.opts.SMTPPassword != "" {
+			want = s.f.opts.SMTPPassword
+		}
+		if user != s.f.opts.Address || pass != want {
+			return smtp.ErrAuthFailed // 535 5.7.8
 		}
 		s.authed = true
 		return nil
