@@ -95,7 +95,7 @@ func parseEvent(body []byte) (*Event, error) {
 	case !validName(e.Space.Name, "spaces/"):
 		return nil, fmt.Errorf("%w: bad space name", ErrMalformed)
 	}
-	if e.Type == "MESSAGE" {
+	if carriesMessage(&e) {
 		switch {
 		case !validName(e.Message.Name, e.Space.Name+"/messages/"):
 			return nil, fmt.Errorf("%w: message without a valid name in its space", ErrMalformed)
@@ -106,6 +106,14 @@ func parseEvent(body []byte) (*Event, error) {
 		}
 	}
 	return &e, nil
+}
+
+// carriesMessage reports whether an event brings a user's message: a
+// MESSAGE, or an ADDED_TO_SPACE that has one (the app was added to a
+// space by an @mention of it: the mentioning message comes with the
+// event and with no MESSAGE event of its own).
+func carriesMessage(e *Event) bool {
+	return e.Type == "MESSAGE" || e.Type == "ADDED_TO_SPACE" && e.Message.Name != ""
 }
 
 // validName reports whether s is a resource name under prefix: longer
@@ -142,9 +150,12 @@ type normalized struct {
 // source: the space as the chat, the sender's email as the user (its
 // resource name when it has none) and its resource name as user_id_alt,
 // argumentText (the text without the app's mention) as the text, a
-// slash command as /cmd_<id> unless its text is one.
+// slash command as /cmd_<id> unless its text is one. The message an
+// ADDED_TO_SPACE event carries (the @mention that added the app) is
+// published as any message; Hermes, which reads only MESSAGE events,
+// drops it.
 func normalize(e *Event, account string) normalized {
-	if e.Type != "MESSAGE" {
+	if !carriesMessage(e) {
 		return normalized{skip: "event_" + reason(e.Type)}
 	}
 	m := e.Message

@@ -35,6 +35,11 @@ func TestNormalizeSessionKeys(t *testing.T) {
 		{"empty", `{"type":"MESSAGE","space":{"name":"spaces/D1","spaceType":"DIRECT_MESSAGE"},"message":{"name":"spaces/D1/messages/m9",` + sender + `,"text":"  "}}`,
 			"", "", "empty"},
 		{"added", `{"type":"ADDED_TO_SPACE","space":{"name":"spaces/S1","spaceType":"SPACE"}}`, "", "", "event_added_to_space"},
+		// Added to a space by an @mention: the event carries the message
+		// that mentioned the app, which is the user's first question.
+		{"added by mention", `{"type":"ADDED_TO_SPACE","space":{"name":"spaces/S1","spaceType":"SPACE"},"message":{"name":"spaces/S1/messages/m10",` + sender + `,"text":"@Hermes what is up","argumentText":" what is up","thread":{"name":"spaces/S1/threads/t10"},"annotations":[{"type":"USER_MENTION","userMention":{"user":{"name":"users/app","type":"BOT"}}}]}}`,
+			"agent:main:google_chat:group:spaces/S1:spaces/S1/threads/t10", "what is up", ""},
+		{"removed", `{"type":"REMOVED_FROM_SPACE","space":{"name":"spaces/S1","spaceType":"SPACE"}}`, "", "", "event_removed_from_space"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			e, err := parseEvent([]byte(c.body))
@@ -70,6 +75,7 @@ func TestParseEventRejects(t *testing.T) {
 		"no sender":            `{"type":"MESSAGE","space":{"name":"spaces/S"},"message":{"name":"spaces/S/messages/1"}}`,
 		"thread elsewhere":     `{"type":"MESSAGE","space":{"name":"spaces/S"},"message":{"name":"spaces/S/messages/1","sender":{"name":"users/1"},"thread":{"name":"spaces/T/threads/1"}}}`,
 		"space name has space": `{"type":"MESSAGE","space":{"name":"spaces/S 1"}}`,
+		"added, message elsewhere": `{"type":"ADDED_TO_SPACE","space":{"name":"spaces/S"},"message":{"name":"spaces/T/messages/1","sender":{"name":"users/1"}}}`,
 	} {
 		if _, err := parseEvent([]byte(body)); !errors.Is(err, ErrMalformed) {
 			t.Errorf("%s: %v, want ErrMalformed", name, err)
