@@ -68,13 +68,13 @@ func TestNormalizeSessionKeys(t *testing.T) {
 
 func TestParseEventRejects(t *testing.T) {
 	for name, body := range map[string]string{
-		"not json":             `{"type":`,
-		"no type":              `{"space":{"name":"spaces/S"}}`,
-		"no space":             `{"type":"MESSAGE"}`,
-		"message elsewhere":    `{"type":"MESSAGE","space":{"name":"spaces/S"},"message":{"name":"spaces/T/messages/1","sender":{"name":"users/1"}}}`,
-		"no sender":            `{"type":"MESSAGE","space":{"name":"spaces/S"},"message":{"name":"spaces/S/messages/1"}}`,
-		"thread elsewhere":     `{"type":"MESSAGE","space":{"name":"spaces/S"},"message":{"name":"spaces/S/messages/1","sender":{"name":"users/1"},"thread":{"name":"spaces/T/threads/1"}}}`,
-		"space name has space": `{"type":"MESSAGE","space":{"name":"spaces/S 1"}}`,
+		"not json":                 `{"type":`,
+		"no type":                  `{"space":{"name":"spaces/S"}}`,
+		"no space":                 `{"type":"MESSAGE"}`,
+		"message elsewhere":        `{"type":"MESSAGE","space":{"name":"spaces/S"},"message":{"name":"spaces/T/messages/1","sender":{"name":"users/1"}}}`,
+		"no sender":                `{"type":"MESSAGE","space":{"name":"spaces/S"},"message":{"name":"spaces/S/messages/1"}}`,
+		"thread elsewhere":         `{"type":"MESSAGE","space":{"name":"spaces/S"},"message":{"name":"spaces/S/messages/1","sender":{"name":"users/1"},"thread":{"name":"spaces/T/threads/1"}}}`,
+		"space name has space":     `{"type":"MESSAGE","space":{"name":"spaces/S 1"}}`,
 		"added, message elsewhere": `{"type":"ADDED_TO_SPACE","space":{"name":"spaces/S"},"message":{"name":"spaces/T/messages/1","sender":{"name":"users/1"}}}`,
 	} {
 		if _, err := parseEvent([]byte(body)); !errors.Is(err, ErrMalformed) {
