@@ -28,14 +28,16 @@ func estimateTokens(system string, summary string, parts ...[]store.Message) int
 }
 
 // compress summarises older messages with the model when the prompt would
-// exceed CompressAt of the context window, keeping the last ProtectLast
-// messages (and this turn) verbatim. The summary is stored under the turn's
-// generation and replaces the summarised messages from then on.
-func (r *turnRun) compress(ctx context.Context, b Backend, model, system string, ls *loopState) error {
+// exceed CompressAt of the context window, or at once when force is set
+// (the provider refused the prompt as too long), keeping the last
+// ProtectLast messages (and this turn) verbatim. The summary is stored
+// under the turn's generation and replaces the summarised messages from
+// then on. done reports whether the prompt got shorter.
+func (r *turnRun) compress(ctx context.Context, b Backend, model, system string, ls *loopState, force bool) (done bool, err error) {
 	a := r.s.cfg.Agent
 	limit := int(float64(a.ContextWindow) * a.CompressAt)
-	if estimateTokens(system, ls.summary, ls.prior, ls.turn) <= limit {
-		return nil
+	if !force && estimateTokens(system, ls.summary, ls.prior, ls.turn) <= limit {
+		return false, nil
 	}
 	cut := len(ls.prior) - a.ProtectLast
 	// Never separate a tool result from its call: keep from a non-tool message.
@@ -43,7 +45,7 @@ func (r *turnRun) compress(ctx context.Context, b Backend, model, system string,
 		cut--
 	}
 	if cut <= 0 {
-		return nil
+		return false, nil
 	}
 	old := ls.prior[:cut]
 	var text strings.Builder
@@ -71,18 +73,18 @@ func (r *turnRun) compress(ctx context.Context, b Backend, model, system string,
 	if err != nil {
 		// Not fatal: the turn still runs; an overflow then ends it clearly.
 		r.log.Warn("context compression failed", "err", err)
-		return nil
+		return false, nil
 	}
 	r.addUsage(resp.Usage) // the summary's tokens are the turn's cost too
 	summary := strings.TrimSpace(resp.Text)
 	if summary == "" {
-		return nil
+		return false, nil
 	}
 	if err := r.s.store.SaveSummary(ctx, r.st, old[len(old)-1].ID, summary); err != nil {
-		return err
+		return false, err
 	}
 	r.log.Info("context compressed", "messages", len(old), "estimated_tokens", estimateTokens(system, ls.summary, ls.prior, ls.turn))
 	ls.summary = summary
 	ls.prior = ls.prior[cut:]
-	return nil
+	return true, nil
 }

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime/debug"
+
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	"strings"
 	"time"
@@ -183,9 +185,12 @@ func (r *turnRun) runLoop(ctx context.Context) (store.Final, error) {
 			return store.Final{}, err
 		}
 	}
-	if err := r.compress(ctx, backend, model, system, ls); err != nil {
+	if _, err := r.compress(ctx, backend, model, system, ls, false); err != nil {
 		return store.Final{}, err
 	}
+	// The provider refused the prompt as too long once in this turn: a
+	// second refusal, after compressing, ends it.
+	overflowed := false
 	iterations := 0
 	for _, m := range ls.turn {
 		if m.Role == llm.RoleAssistant {
@@ -226,6 +231,19 @@ func (r *turnRun) runLoop(ctx context.Context) (store.Final, error) {
 			// the text, which names them.
 			r.log.Warn("the model refused the turn's images; asking again without them", "err", err)
 			resp, err = r.callModel(ctx, backend, model, system, ls)
+		}
+		if err != nil && llm.ClassOf(err) == llm.ContextOverflow && !overflowed {
+			// The estimate was short of the provider's count: summarise
+			// the older messages now and ask once more, as Hermes does.
+			overflowed = true
+			shorter, cerr := r.compress(ctx, backend, model, system, ls, true)
+			if cerr != nil {
+				return store.Final{}, cerr
+			}
+			if shorter {
+				r.log.Warn("the provider refused the prompt as too long; asking again after compressing", "err", err)
+				resp, err = r.callModel(ctx, backend, model, system, ls)
+			}
 		}
 		iterations++
 		if err != nil {
@@ -470,7 +488,7 @@ func (r *turnRun) runTool(ctx context.Context, tc store.ToolCall) (result string
 	defer span.End()
 	tctx, cancel := context.WithTimeout(tctx, r.s.cfg.Agent.ToolTimeout)
 	defer cancel()
-	out, terr := t.Run(tctx, call, args)
+	out, terr := r.callTool(tctx, t, call, args)
 	if ctx.Err() != nil {
 		return "", false, ctx.Err()
 	}
@@ -485,7 +503,52 @@ func (r *turnRun) runTool(ctx context.Context, tc store.ToolCall) (result string
 		return "error: " + terr.Error(), true, nil
 	}
 	toolCalls.WithLabelValues(tc.Name, "ok").Inc()
-	return out, false, nil
+	return capResult(out, r.s.cfg.Agent.MaxToolResultBytes), false, nil
+}
+
+// callTool runs t in a goroutine of its own, so that a tool's panic
+// becomes its call's error instead of killing the worker (and, the turn
+// being redelivered, the next worker too), and a tool that ignores its
+// context is left behind when ctx ends instead of holding the turn.
+func (r *turnRun) callTool(ctx context.Context, t tools.Tool, call tools.Call, args json.RawMessage) (string, error) {
+	type result struct {
+		out string
+		err error
+	}
+	done := make(chan result, 1) // a tool left behind still returns
+	go func() {
+		defer func() {
+			if p := recover(); p != nil {
+				r.log.Error("tool panicked", "tool", t.Name, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+				done <- result{err: fmt.Errorf("the tool crashed: %v", p)}
+			}
+		}()
+		out, err := t.Run(ctx, call, args)
+		done <- result{out, err}
+	}()
+	select {
+	case res := <-done:
+		return res.out, res.err
+	case <-ctx.Done():
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return "", fmt.Errorf("the tool did not finish within %s", r.s.cfg.Agent.ToolTimeout)
+		}
+		return "", ctx.Err()
+	}
+}
+
+// capResult cuts a tool's output longer than max bytes (on a character
+// boundary) and says so: one huge result (a page, a log) would otherwise
+// fill the context window of every later model call of the session.
+func capResult(out string, max int) string {
+	if max <= 0 || len(out) <= max {
+		return out
+	}
+	n := max
+	for n > 0 && (out[n]&0xC0) == 0x80 {
+		n--
+	}
+	return out[:n] + fmt.Sprintf("\n\n[Output truncated: %d of %d bytes shown.]", n, len(out))
 }
 
 func preview(args string) string { return truncate(args, 200) }

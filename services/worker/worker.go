@@ -77,6 +77,10 @@ type AgentConfig struct {
 	ApprovalTimeout time.Duration `koanf:"approval_timeout"`
 	// ToolTimeout bounds one tool call.
 	ToolTimeout time.Duration `koanf:"tool_timeout"`
+	// MaxToolResultBytes of one tool's output go to the model and the
+	// transcript (default 100000, Hermes's threshold); the rest is cut,
+	// with a note saying so.
+	MaxToolResultBytes int `koanf:"max_tool_result_bytes"`
 	// ContextWindow is the model's window in tokens.
 	ContextWindow int `koanf:"context_window"`
 	// CompressAt is the fraction of the window above which older messages
@@ -150,6 +154,7 @@ func DefaultConfig() Config {
 			SystemPrompt:        "You are a helpful assistant talking to people through a chat app. Answer concisely.",
 			ApprovalTimeout:     5 * time.Minute,
 			ToolTimeout:         2 * time.Minute,
+			MaxToolResultBytes:  100000,
 			ContextWindow:       128000,
 			CompressAt:          0.85,
 			ProtectLast:         6,
@@ -256,6 +261,9 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	}
 	if a.ToolTimeout <= 0 {
 		a.ToolTimeout = d.ToolTimeout
+	}
+	if a.MaxToolResultBytes <= 0 {
+		a.MaxToolResultBytes = d.MaxToolResultBytes
 	}
 	if a.ContextWindow <= 0 {
 		a.ContextWindow = d.ContextWindow

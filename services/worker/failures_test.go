@@ -1,0 +1,141 @@
+package worker_test
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/switchboard-chat/switchboard/pkg/fakellm"
+	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
+	"github.com/switchboard-chat/switchboard/services/worker"
+	"github.com/switchboard-chat/switchboard/services/worker/internal/tools"
+)
+
+// A tool that panics or never returns (ignoring its context) costs the
+// model one failed result, not the worker process or the session's turn.
+func TestBrokenToolsBecomeFailedResults(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		run  func(release <-chan struct{}) func(context.Context, tools.Call, json.RawMessage) (string, error)
+		want string
+	}{
+		{"panics", func(<-chan struct{}) func(context.Context, tools.Call, json.RawMessage) (string, error) {
+			return func(context.Context, tools.Call, json.RawMessage) (string, error) {
+				var m map[string]int
+				m["boom"]++ // nil map: a panic
+				return "", nil
+			}
+		}, "error: the tool crashed: assignment to entry in nil map"},
+		{"hangs", func(release <-chan struct{}) func(context.Context, tools.Call, json.RawMessage) (string, error) {
+			return func(context.Context, tools.Call, json.RawMessage) (string, error) {
+				<-release // deaf to its context
+				return "late", nil
+			}
+		}, "error: the tool did not finish within 300ms"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t)
+			h.setGeneration("s1", 1)
+			release := make(chan struct{})
+			t.Cleanup(func() { close(release) })
+			h.startWorker("w1", func(c *worker.Config, d *worker.Deps) {
+				c.Agent.ToolTimeout = 300 * time.Millisecond
+				d.Tools = []tools.Tool{{Name: "broken", Description: "Broken.", Run: tt.run(release)}}
+			})
+			req := h.requestTurn("s1", `[[tool:broken {}]] try it`, turnOpts{})
+			if c := h.waitCompleted(req.TurnId); c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED {
+				t.Fatalf("status %v", c.GetStatus())
+			}
+			if got, want := checkReplies(t, h.replies(req.TurnId)).GetFinalText().GetText(), "echo: try it ["+tt.want+"]"; got != want {
+				t.Errorf("final %q, want %q", got, want)
+			}
+			// The worker lives on.
+			req = h.requestTurn("s1", "still there?", turnOpts{})
+			if c := h.waitCompleted(req.TurnId); c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED {
+				t.Fatalf("next turn: %v", c.GetStatus())
+			}
+		})
+	}
+}
+
+// A huge tool output is cut before it reaches the model and the
+// transcript, with a note saying so.
+func TestHugeToolOutputIsCut(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.setGeneration("s1", 1)
+	h.startWorker("w1", func(c *worker.Config, d *worker.Deps) {
+		c.Agent.MaxToolResultBytes = 1000
+		d.Tools = []tools.Tool{{Name: "dump", Description: "Dump a log.",
+			Run: func(context.Context, tools.Call, json.RawMessage) (string, error) {
+				return strings.Repeat("é", 100000), nil // 200000 bytes
+			}}}
+	})
+	req := h.requestTurn("s1", `[[tool:dump {}]] show the log`, turnOpts{})
+	if c := h.waitCompleted(req.TurnId); c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED {
+		t.Fatalf("status %v", c.GetStatus())
+	}
+	var result string
+	for _, r := range h.fake.Requests() {
+		for _, m := range r.Messages {
+			if m.Role == "tool" {
+				result = m.Content
+			}
+		}
+	}
+	want := strings.Repeat("é", 500) + "\n\n[Output truncated: 1000 of 200000 bytes shown.]"
+	if result != want {
+		t.Errorf("tool result the model saw: %d bytes, ends %q", len(result), result[max(0, len(result)-60):])
+	}
+	var stored int
+	if err := h.db.QueryRow(context.Background(), `SELECT max(length(content)) FROM transcript_messages WHERE role = 'tool'`).Scan(&stored); err != nil {
+		t.Fatal(err)
+	}
+	if stored != len([]rune(want)) {
+		t.Errorf("stored tool result of %d characters", stored)
+	}
+}
+
+// A provider that refuses the prompt as too long (its count is above the
+// worker's estimate) gets the older messages summarised and the question
+// again, as Hermes does, instead of the user being told to start over.
+func TestContextOverflowCompressesAndAsksAgain(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.setGeneration("s1", 1)
+	h.startWorker("w1", func(c *worker.Config, _ *worker.Deps) {
+		c.Agent.ProtectLast = 2
+	})
+	for _, text := range []string{"first topic", "second topic", "third topic"} {
+		req := h.requestTurn("s1", text, turnOpts{})
+		if c := h.waitCompleted(req.TurnId); c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED {
+			t.Fatalf("%s: %v", text, c.GetStatus())
+		}
+	}
+	h.fake.FailNext(1, fakellm.Failure{Status: 400, Type: "context_length_exceeded",
+		Message: "This model's maximum context length is 128000 tokens."})
+	req := h.requestTurn("s1", "fourth topic", turnOpts{})
+	c := h.waitCompleted(req.TurnId)
+	if c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED {
+		t.Fatalf("status %v: %v", c.GetStatus(), checkReplies(t, h.replies(req.TurnId)).GetError())
+	}
+	if got := checkReplies(t, h.replies(req.TurnId)).GetFinalText().GetText(); got != "echo: fourth topic" {
+		t.Errorf("final %q", got)
+	}
+	if n := c.GetUsage().GetModelCalls(); n != 3 { // refused, summary, answer
+		t.Errorf("%d model calls", n)
+	}
+	reqs := h.fake.Requests()
+	last := reqs[len(reqs)-1]
+	if !strings.Contains(last.Messages[0].Content, "[Summary of the earlier conversation]") {
+		t.Errorf("the second ask does not start with the summary: %+v", last.Messages[0])
+	}
+	if len(last.Messages) != 4 { // summary, the two protected, the question
+		t.Errorf("the second ask has %d messages", len(last.Messages))
+	}
+}
