@@ -24,8 +24,17 @@ type Config struct {
 	// GroupAllowedChats per platform: every member of these group chats
 	// is allowed (Hermes: TELEGRAM_GROUP_ALLOWED_CHATS).
 	GroupAllowedChats map[string][]string `koanf:"group_allowed_chats"`
+	// GroupAllowedUsers per platform: senders allowed in group chats only
+	// (Hermes: TELEGRAM_GROUP_ALLOWED_USERS). A value starting with "-"
+	// is a Telegram chat id, honoured as a group chat, as Hermes does.
+	GroupAllowedUsers map[string][]string `koanf:"group_allowed_users"`
 	// AllowedBots per platform: bot senders that may talk to the agent.
 	AllowedBots map[string][]string `koanf:"allowed_bots"`
+	// AllowBots per platform, as Hermes's <PLATFORM>_ALLOW_BOTS: "none"
+	// (default), "mentions" or "all". Either of the last two admits every
+	// bot the gateway publishes (the gateway applies the mention rule).
+	// A bot not admitted so is checked as any other sender.
+	AllowBots map[string]string `koanf:"allow_bots"`
 	// UnauthorizedDMBehavior is what a DM from a sender who is not allowed
 	// gets: "pair" (a pairing code) or "ignore" (silence). Empty, as in
 	// Hermes: silence when an allowlist applies to the platform (the owner
@@ -57,6 +66,13 @@ func (c Config) Validate() error {
 			return err
 		}
 	}
+	for p, v := range c.AllowBots {
+		switch strings.ToLower(strings.TrimSpace(v)) {
+		case "", "none", "mentions", "all":
+		default:
+			return fmt.Errorf("auth.allow_bots.%s: %q is not none, mentions or all", p, v)
+		}
+	}
 	return nil
 }
 
@@ -76,7 +92,6 @@ const (
 	ReasonGatewayAll     Reason = "gateway_allow_all"
 	ReasonNotAllowlisted Reason = "not_allowlisted"
 	ReasonNoAllowlist    Reason = "no_allowlist"
-	ReasonBot            Reason = "bot_not_allowed"
 )
 
 // Decision is the outcome for one message.
@@ -95,7 +110,9 @@ type Rules struct {
 	global      []string
 	globalAll   bool
 	groupChats  map[string][]string
+	groupUsers  map[string][]string
 	allowedBots map[string][]string
+	allowBots   map[string]bool // platforms whose bots are all admitted
 	dmBehavior  string
 	platformDM  map[string]string
 }
@@ -115,7 +132,7 @@ func (r *Rules) UnauthorizedDM(platform string) string {
 	if r.dmBehavior != "" {
 		return r.dmBehavior
 	}
-	if len(r.allowed[platform]) > 0 || len(r.groupChats[platform]) > 0 || len(r.global) > 0 {
+	if len(r.allowed[platform]) > 0 || len(r.groupChats[platform]) > 0 || len(r.groupUsers[platform]) > 0 || len(r.global) > 0 {
 		return DMIgnore
 	}
 	return DMPair
@@ -124,7 +141,9 @@ func (r *Rules) UnauthorizedDM(platform string) string {
 // New merges cfg with the Hermes environment variables found in environ
 // ("KEY=value" strings): <PLATFORM>_ALLOWED_USERS, <PLATFORM>_ALLOW_ALL_USERS,
 // GATEWAY_ALLOWED_USERS, GATEWAY_ALLOW_ALL_USERS,
-// <PLATFORM>_GROUP_ALLOWED_CHATS and <PLATFORM>_ALLOWED_BOTS.
+// <PLATFORM>_GROUP_ALLOWED_CHATS, TELEGRAM_GROUP_ALLOWED_USERS,
+// <PLATFORM>_ALLOWED_BOTS and <PLATFORM>_ALLOW_BOTS (the platforms Hermes
+// reads it for: Discord, Feishu, Slack, Telegram).
 func New(cfg Config, environ []string) *Rules {
 	r := &Rules{
 		allowed:     map[string][]string{},
@@ -132,7 +151,9 @@ func New(cfg Config, environ []string) *Rules {
 		global:      clean(cfg.GatewayAllowedUsers),
 		globalAll:   cfg.GatewayAllowAll,
 		groupChats:  map[string][]string{},
+		groupUsers:  map[string][]string{},
 		allowedBots: map[string][]string{},
+		allowBots:   map[string]bool{},
 		dmBehavior:  cfg.UnauthorizedDMBehavior,
 		platformDM:  map[string]string{},
 	}
@@ -148,8 +169,14 @@ func New(cfg Config, environ []string) *Rules {
 	for p, ids := range cfg.GroupAllowedChats {
 		r.groupChats[strings.ToLower(p)] = append(r.groupChats[strings.ToLower(p)], clean(ids)...)
 	}
+	for p, ids := range cfg.GroupAllowedUsers {
+		r.groupUsers[strings.ToLower(p)] = append(r.groupUsers[strings.ToLower(p)], clean(ids)...)
+	}
 	for p, ids := range cfg.AllowedBots {
 		r.allowedBots[strings.ToLower(p)] = append(r.allowedBots[strings.ToLower(p)], clean(ids)...)
+	}
+	for p, v := range cfg.AllowBots {
+		r.allowBots[strings.ToLower(p)] = r.allowBots[strings.ToLower(p)] || botsAdmitted(v)
 	}
 	for _, kv := range environ {
 		k, v, ok := strings.Cut(kv, "=")
@@ -167,6 +194,15 @@ func New(cfg Config, environ []string) *Rules {
 		case strings.HasSuffix(k, "_GROUP_ALLOWED_CHATS"):
 			p := platformOf(k, "_GROUP_ALLOWED_CHATS")
 			r.groupChats[p] = append(r.groupChats[p], split(v)...)
+		case k == "TELEGRAM_GROUP_ALLOWED_USERS":
+			r.groupUsers["telegram"] = append(r.groupUsers["telegram"], split(v)...)
+		case strings.HasSuffix(k, "_GROUP_ALLOWED_USERS"):
+			// Other platforms' variables of this name configure their
+			// gateways (SIGNAL_GROUP_ALLOWED_USERS lists groups): they
+			// are not a sender allowlist of a platform "signal_group".
+		case k == "DISCORD_ALLOW_BOTS", k == "FEISHU_ALLOW_BOTS", k == "SLACK_ALLOW_BOTS", k == "TELEGRAM_ALLOW_BOTS":
+			p := platformOf(k, "_ALLOW_BOTS")
+			r.allowBots[p] = r.allowBots[p] || botsAdmitted(v)
 		case strings.HasSuffix(k, "_ALLOWED_BOTS"):
 			p := platformOf(k, "_ALLOWED_BOTS")
 			r.allowedBots[p] = append(r.allowedBots[p], split(v)...)
@@ -180,6 +216,15 @@ func New(cfg Config, environ []string) *Rules {
 
 func platformOf(envKey, suffix string) string {
 	return strings.ToLower(strings.TrimSuffix(envKey, suffix))
+}
+
+// botsAdmitted reports whether an ALLOW_BOTS value admits bots.
+func botsAdmitted(v string) bool {
+	switch strings.ToLower(strings.TrimSpace(v)) {
+	case "mentions", "all":
+		return true
+	}
+	return false
 }
 
 func truthy(v string) bool {
@@ -223,6 +268,11 @@ func (r *Rules) NoAllowlist() bool {
 			return false
 		}
 	}
+	for _, ids := range r.groupUsers {
+		if len(ids) > 0 {
+			return false
+		}
+	}
 	return true
 }
 
@@ -234,25 +284,28 @@ func isGroup(chatType string) bool {
 	return true
 }
 
-// Decide applies the precedence: trusted transport → chat-scoped group
-// allowlist → allowed bots → no user id (deny) → platform allow-all →
-// approved pairing → allowlists (with "*" and e-mail local parts) → global
-// allow-all when no allowlist exists → deny.
+// Decide applies Hermes's precedence: trusted transport → chat-scoped group
+// allowlist ("*" for every group) → admitted bots → no user id (deny) →
+// platform allow-all → approved pairing → allowlists (with "*", e-mail
+// local parts, and in groups the group sender allowlist) → global
+// allow-all when no allowlist exists → deny. A bot that is not admitted
+// as a bot goes through the same checks as a person, as in Hermes.
 func (r *Rules) Decide(ctx context.Context, ev *eventsv1.MessageReceived, paired Paired) (Decision, error) {
 	if ev.GetTransportAuthenticated() || ev.GetInternal() {
 		return Decision{true, ReasonTransport}, nil
 	}
 	src := ev.GetSource()
 	platform := strings.ToLower(src.GetPlatform())
-	if isGroup(src.GetChatType()) && src.GetChatId() != "" && slices.Contains(r.groupChats[platform], src.GetChatId()) {
+	inGroup := isGroup(src.GetChatType()) && src.GetChatId() != ""
+	if inGroup && (slices.Contains(r.groupChats[platform], src.GetChatId()) || slices.Contains(r.groupChats[platform], "*")) {
 		return Decision{true, ReasonGroupChat}, nil
 	}
 	userID := src.GetUserId()
 	if src.GetIsBot() {
-		if userID != "" && (slices.Contains(r.allowedBots[platform], userID) || slices.Contains(r.allowedBots[platform], "*")) {
+		if r.allowBots[platform] ||
+			(userID != "" && (slices.Contains(r.allowedBots[platform], userID) || slices.Contains(r.allowedBots[platform], "*"))) {
 			return Decision{true, ReasonAllowedBot}, nil
 		}
-		return Decision{false, ReasonBot}, nil
 	}
 	if userID == "" {
 		return Decision{false, ReasonNoUserID}, nil
@@ -270,12 +323,24 @@ func (r *Rules) Decide(ctx context.Context, ev *eventsv1.MessageReceived, paired
 		}
 	}
 	list := append(slices.Clone(r.allowed[platform]), r.global...)
-	if len(list) == 0 {
+	var groupUsers []string
+	if inGroup {
+		groupUsers = r.groupUsers[platform]
+	}
+	if len(list) == 0 && len(groupUsers) == 0 && (!inGroup || len(r.groupChats[platform]) == 0) {
 		if r.globalAll {
 			return Decision{true, ReasonGatewayAll}, nil
 		}
 		return Decision{false, ReasonNoAllowlist}, nil
 	}
+	for _, id := range groupUsers {
+		// Hermes reads chat ids ("-100…") in the group user list as
+		// group chats, from before TELEGRAM_GROUP_ALLOWED_CHATS existed.
+		if strings.HasPrefix(id, "-") && id == src.GetChatId() {
+			return Decision{true, ReasonGroupChat}, nil
+		}
+	}
+	list = append(list, groupUsers...)
 	if slices.Contains(list, "*") {
 		return Decision{true, ReasonWildcard}, nil
 	}

@@ -36,7 +36,26 @@ func TestDecide(t *testing.T) {
 		{"group chat allowlist ignores dm", Config{}, []string{"TELEGRAM_GROUP_ALLOWED_CHATS=-100"}, msg("telegram", "dm", "-100", "eve"), nil, Decision{false, ReasonNoAllowlist}},
 		{"group chat allowlist beats missing user", Config{GroupAllowedChats: map[string][]string{"telegram": {"-1"}}}, nil, msg("telegram", "group", "-1", ""), nil, Decision{true, ReasonGroupChat}},
 		{"allowed bot", Config{AllowedBots: map[string][]string{"discord": {"b1"}}}, nil, bot, nil, Decision{true, ReasonAllowedBot}},
-		{"other bot denied even with allow-all", Config{AllowAll: map[string]bool{"discord": true}}, nil, bot, nil, Decision{false, ReasonBot}},
+		{"bot not allowed as a bot meets allow-all (Hermes)", Config{AllowAll: map[string]bool{"discord": true}}, nil, bot, nil, Decision{true, ReasonPlatformAll}},
+		{"bot not allowed as a bot meets the wildcard", Config{}, []string{"DISCORD_ALLOWED_USERS=*"}, bot, nil, Decision{true, ReasonWildcard}},
+		{"bot not allowed as a bot meets its pairing", Config{}, nil, bot, func(_ context.Context, p, u string) (bool, error) { return p == "discord" && u == "b1", nil }, Decision{true, ReasonPaired}},
+		{"bot not allowed as a bot meets the allowlist", Config{}, []string{"DISCORD_ALLOWED_USERS=b1"}, bot, nil, Decision{true, ReasonAllowlist}},
+		{"bot not allowed anywhere", Config{}, []string{"DISCORD_ALLOWED_USERS=u9"}, bot, nil, Decision{false, ReasonNotAllowlisted}},
+		{"ALLOW_BOTS=all admits bots", Config{}, []string{"DISCORD_ALLOW_BOTS=all", "DISCORD_ALLOWED_USERS=u9"}, bot, nil, Decision{true, ReasonAllowedBot}},
+		{"ALLOW_BOTS=mentions admits bots", Config{}, []string{"DISCORD_ALLOW_BOTS=Mentions"}, bot, nil, Decision{true, ReasonAllowedBot}},
+		{"ALLOW_BOTS=none does not", Config{}, []string{"DISCORD_ALLOW_BOTS=none"}, bot, nil, Decision{false, ReasonNoAllowlist}},
+		{"ALLOW_BOTS admits bots only", Config{}, []string{"DISCORD_ALLOW_BOTS=all"}, msg("discord", "group", "g", "u1"), nil, Decision{false, ReasonNoAllowlist}},
+		{"ALLOW_BOTS is per platform", Config{}, []string{"SLACK_ALLOW_BOTS=all"}, bot, nil, Decision{false, ReasonNoAllowlist}},
+		{"allow_bots config", Config{AllowBots: map[string]string{"Discord": "all"}}, nil, bot, nil, Decision{true, ReasonAllowedBot}},
+		{"group chat wildcard", Config{}, []string{"TELEGRAM_GROUP_ALLOWED_CHATS=*"}, msg("telegram", "group", "-300", ""), nil, Decision{true, ReasonGroupChat}},
+		{"group user allowlist in a group", Config{}, []string{"TELEGRAM_GROUP_ALLOWED_USERS=42"}, msg("telegram", "group", "-300", "42"), nil, Decision{true, ReasonAllowlist}},
+		{"group user allowlist is not DM access", Config{}, []string{"TELEGRAM_GROUP_ALLOWED_USERS=42"}, msg("telegram", "dm", "42", "42"), nil, Decision{false, ReasonNoAllowlist}},
+		{"group user allowlist miss", Config{}, []string{"TELEGRAM_GROUP_ALLOWED_USERS=42"}, msg("telegram", "group", "-300", "43"), nil, Decision{false, ReasonNotAllowlisted}},
+		{"group user allowlist with chat ids (legacy)", Config{}, []string{"TELEGRAM_GROUP_ALLOWED_USERS=-300"}, msg("telegram", "group", "-300", "43"), nil, Decision{true, ReasonGroupChat}},
+		{"group user allowlist config", Config{GroupAllowedUsers: map[string][]string{"telegram": {"42"}}}, nil, msg("telegram", "forum", "-300", "42"), nil, Decision{true, ReasonAllowlist}},
+		{"platform allowlist works in groups too", Config{}, []string{"TELEGRAM_ALLOWED_USERS=42", "TELEGRAM_GROUP_ALLOWED_USERS=7"}, msg("telegram", "group", "-300", "42"), nil, Decision{true, ReasonAllowlist}},
+		{"group allowlist keeps global allow-all off in groups", Config{GatewayAllowAll: true}, []string{"TELEGRAM_GROUP_ALLOWED_USERS=7"}, msg("telegram", "group", "-300", "42"), nil, Decision{false, ReasonNotAllowlisted}},
+		{"signal group variable is no sender allowlist", Config{}, []string{"SIGNAL_GROUP_ALLOWED_USERS=grp", "GATEWAY_ALLOW_ALL_USERS=true"}, msg("signal", "dm", "1", "+1555"), nil, Decision{true, ReasonGatewayAll}},
 		{"no user id denied before allow-all", Config{}, []string{"TELEGRAM_ALLOW_ALL_USERS=true"}, msg("telegram", "dm", "1", ""), nil, Decision{false, ReasonNoUserID}},
 		{"platform allow-all env", Config{}, []string{"TELEGRAM_ALLOW_ALL_USERS=yes"}, msg("telegram", "dm", "1", "bob"), nil, Decision{true, ReasonPlatformAll}},
 		{"platform allow-all false", Config{}, []string{"TELEGRAM_ALLOW_ALL_USERS=false"}, msg("telegram", "dm", "1", "bob"), nil, Decision{false, ReasonNoAllowlist}},
@@ -83,6 +102,8 @@ func TestNoAllowlist(t *testing.T) {
 		{Config{}, []string{"GATEWAY_ALLOW_ALL_USERS=true"}, false},
 		{Config{AllowAll: map[string]bool{"slack": true}}, nil, false},
 		{Config{GatewayAllowedUsers: []string{"x"}}, nil, false},
+		{Config{}, []string{"TELEGRAM_GROUP_ALLOWED_USERS=42"}, false},
+		{Config{}, []string{"SIGNAL_GROUP_ALLOWED_USERS=grp"}, true}, // the Signal gateway's group list
 	}
 	for i, tt := range tests {
 		if got := New(tt.cfg, tt.env).NoAllowlist(); got != tt.want {
@@ -103,6 +124,7 @@ func TestUnauthorizedDM(t *testing.T) {
 		{"the platform's allowlist: silence", Config{}, []string{"TELEGRAM_ALLOWED_USERS=1"}, "telegram", DMIgnore},
 		{"another platform's allowlist does not count", Config{}, []string{"DISCORD_ALLOWED_USERS=1"}, "telegram", DMPair},
 		{"a group chat allowlist counts", Config{}, []string{"TELEGRAM_GROUP_ALLOWED_CHATS=-100"}, "telegram", DMIgnore},
+		{"a group user allowlist counts", Config{}, []string{"TELEGRAM_GROUP_ALLOWED_USERS=42"}, "telegram", DMIgnore},
 		{"the gateway allowlist counts everywhere", Config{GatewayAllowedUsers: []string{"a"}}, nil, "slack", DMIgnore},
 		{"the global setting wins over the allowlist", Config{UnauthorizedDMBehavior: DMPair}, []string{"TELEGRAM_ALLOWED_USERS=1"}, "telegram", DMPair},
 		{"the platform's setting wins over the global one", Config{UnauthorizedDMBehavior: DMPair,
@@ -117,5 +139,11 @@ func TestUnauthorizedDM(t *testing.T) {
 	}
 	if err := (Config{UnauthorizedDMBehavior: "reply"}).Validate(); err == nil {
 		t.Error("an unknown behaviour validates")
+	}
+	if err := (Config{AllowBots: map[string]string{"discord": "yes"}}).Validate(); err == nil {
+		t.Error("an unknown allow_bots value validates")
+	}
+	if err := (Config{AllowBots: map[string]string{"discord": "Mentions", "slack": "none"}}).Validate(); err != nil {
+		t.Errorf("valid allow_bots: %v", err)
 	}
 }
