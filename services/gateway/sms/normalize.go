@@ -51,7 +51,8 @@ type incoming struct {
 // media (NumMedia, MediaUrl<i>, MediaContentType<i>) become attachments
 // fetched when a turn reads them. Calls about messages the business sent
 // (status callbacks), for another account or number, from the business
-// number itself, or with nothing in them are skipped.
+// number itself, opt-outs (STOP, which Twilio answers itself), or with
+// nothing in them are skipped.
 func normalize(form url.Values, cfg *Config) incoming {
 	get := func(k string) string { return strings.TrimSpace(form.Get(k)) }
 	sid := get("MessageSid")
@@ -77,6 +78,8 @@ func normalize(form url.Values, cfg *Config) incoming {
 		return incoming{skip: "other phone number"}
 	case from == cfg.PhoneNumber:
 		return incoming{skip: "own number"}
+	case optOut(form.Get("OptOutType"), get("Body")):
+		return incoming{skip: "opt-out"}
 	}
 	src := &eventsv1.SessionSource{
 		Platform: "sms", Account: cfg.PhoneNumber,
@@ -88,6 +91,25 @@ func normalize(form url.Values, cfg *Config) incoming {
 		return incoming{skip: "empty message"}
 	}
 	return incoming{ev: ev}
+}
+
+// optOutKeywords are the bodies Twilio's default opt-out handling takes
+// as an unsubscribe (twilio.com/docs/messaging/tutorials/advanced-opt-out).
+var optOutKeywords = map[string]bool{
+	"STOP": true, "STOPALL": true, "UNSUBSCRIBE": true, "CANCEL": true, "END": true, "QUIT": true,
+	"REVOKE": true, "OPTOUT": true,
+}
+
+// optOut reports whether a message is an opt-out: Twilio says so
+// (OptOutType STOP, with Advanced Opt-Out and its own keywords), or its
+// body is one of the default keywords. Twilio answers it with its own
+// confirmation and refuses every send to the number until it texts START
+// (21610), so an agent's answer could not reach the sender.
+func optOut(optOutType, body string) bool {
+	if t := strings.ToUpper(strings.TrimSpace(optOutType)); t != "" {
+		return t == "STOP"
+	}
+	return optOutKeywords[strings.ToUpper(strings.TrimSpace(body))]
 }
 
 // media are an MMS's attachments: MediaUrl<i> for i below NumMedia (at

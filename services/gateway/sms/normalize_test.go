@@ -65,6 +65,15 @@ func TestNormalize(t *testing.T) {
 		{name: "num media beyond its urls", form: twilioForm("Body", "x", "NumMedia", "999"),
 			want: &eventsv1.MessageReceived{EventId: testSID, MessageId: testSID, Source: src, Text: "x"}},
 		{name: "empty", form: twilioForm("Body", " "), skip: "empty message"},
+		// Twilio answers an opt-out keyword itself and refuses every send
+		// to the number afterwards (21610): the agent gets no turn for it.
+		{name: "opt-out keyword", form: twilioForm("Body", " Stop "), skip: "opt-out"},
+		{name: "opt-out keyword unsubscribe", form: twilioForm("Body", "UNSUBSCRIBE"), skip: "opt-out"},
+		{name: "advanced opt-out", form: twilioForm("Body", "halt", "OptOutType", "STOP"), skip: "opt-out"},
+		{name: "stop in a sentence", form: twilioForm("Body", "stop talking about cats"),
+			want: &eventsv1.MessageReceived{EventId: testSID, MessageId: testSID, Source: src, Text: "stop talking about cats"}},
+		{name: "help is a message", form: twilioForm("Body", "help", "OptOutType", "HELP"),
+			want: &eventsv1.MessageReceived{EventId: testSID, MessageId: testSID, Source: src, Text: "help"}},
 		{name: "own number", form: twilioForm("From", normCfg.PhoneNumber, "Body", "x"), skip: "own number"},
 		{name: "other number", form: twilioForm("To", "+15550000000", "Body", "x"), skip: "other phone number"},
 		{name: "other account", form: twilioForm("AccountSid", "AC"+strings.Repeat("b", 32), "Body", "x"), skip: "other account"},
