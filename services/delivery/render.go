@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/switchboard-chat/switchboard/pkg/bus"
@@ -28,6 +29,11 @@ type turnState struct {
 	// its final edits only once, so a retry after a failed enqueue must
 	// queue these again (same keys) instead of asking it anew.
 	final []*deliveryv1.SendRequested
+	// unsure is a stream message whose send got no answer (a timeout: the
+	// gateway may have posted it after delivery gave up waiting). The
+	// final asks for it again under the same key before it plans, so it
+	// writes over that message instead of leaving it beside the answer.
+	unsure *unsureSend
 	// foreign: another replica streamed the turn before this one owned
 	// its partition; nothing more is streamed here, and the final writes
 	// over the messages it recorded.
@@ -35,6 +41,19 @@ type turnState struct {
 	done    bool
 	touched time.Time
 }
+
+// unsureSend is a stream send that may or may not have been posted.
+type unsureSend struct {
+	req   *deliveryv1.SendRequested
+	act   streamedit.Action
+	since time.Time
+}
+
+// settleFor is how long a final waits to learn whether an unanswered
+// stream message was posted: longer than a gateway keeps a send in
+// progress (its send timeout, 30 s by default, and a second), within the
+// reply consumer's deliveries. After it the final goes ahead without it.
+const settleFor = 45 * time.Second
 
 type turns struct {
 	mu sync.Mutex
@@ -295,7 +314,11 @@ func (s *Service) delta(ctx context.Context, ev *repliesv1.ReplyEvent, text stri
 		if st.done || st.foreign {
 			return // the final answer was already sent (it wins), or goes over another replica's stream
 		}
-		s.perform(ctx, ev, st, st.stream.Append(text))
+		acts := st.stream.Append(text)
+		if st.unsure != nil {
+			return // buffered for the final, which settles the unanswered send first
+		}
+		s.perform(ctx, ev, st, acts)
 		s.flushTools(ctx, ev.GetTurnId())
 	}
 }
@@ -349,6 +372,13 @@ func (s *Service) perform(ctx context.Context, ev *repliesv1.ReplyEvent, st *tur
 		req.Text = a.Text
 		req.MessageId = st.ids[a.Message]
 		rec, err := s.progress(ctx, req)
+		if err != nil && a.Kind == streamedit.Send && !errors.Is(err, nats.ErrNoResponders) && ctx.Err() == nil {
+			// No answer: the gateway may post it yet. Nothing more is
+			// streamed (a new send would be a second message); the final
+			// finds out under the same key (settle) and goes on from it.
+			st.unsure = &unsureSend{req: req, act: a, since: s.now()}
+			return
+		}
 		if err == nil && !rec.GetOk() {
 			err = errors.New(rec.GetError())
 			if rec.GetErrorClass() == deliveryv1.ErrorClass_ERROR_CLASS_RATE_LIMITED {
@@ -397,6 +427,11 @@ func (s *Service) progress(ctx context.Context, req *deliveryv1.SendRequested) (
 func (s *Service) final(ctx context.Context, ev *repliesv1.ReplyEvent, text string, format deliveryv1.TextFormat) (queued bool, err error) {
 	base := keyBase(ctx, ev)
 	st := s.turns.get(ev.GetTurnId())
+	if st != nil && !st.done && st.final == nil {
+		if err := s.settle(ctx, ev, st); err != nil {
+			return false, err
+		}
+	}
 	if ev.GetTurnId() != "" && st != nil && !st.done && len(st.ids) > 0 {
 		if st.final == nil {
 			st.final = s.finalActions(ev, base, st, st.stream.Final(text), format)
@@ -437,6 +472,47 @@ func (s *Service) final(ctx context.Context, ev *repliesv1.ReplyEvent, text stri
 		s.turns.put(ev.GetTurnId(), &turnState{done: true})
 	}
 	return text != "", nil
+}
+
+// settle asks the gateway again, under the same idempotency key, for a
+// stream message whose send got no answer: the gateway answers with the
+// first receipt if it posted it, or posts it now. Either way the stream
+// learns the message, and the final writes over it. While the gateway
+// cannot say (it is still sending, or does not answer), the final's
+// event is handed back to come again, for settleFor at most.
+func (s *Service) settle(ctx context.Context, ev *repliesv1.ReplyEvent, st *turnState) error {
+	u := st.unsure
+	if u == nil {
+		return nil
+	}
+	rec, err := s.progress(ctx, u.req)
+	if err == nil && rec.GetOk() {
+		st.unsure = nil
+		st.ids[u.act.Message] = rec.GetPlatformMessageId()
+		st.stream.OnResult(u.act, nil)
+		if err := s.store.SaveStreamMessage(ctx, ev.GetTurnId(), u.act.Message, rec.GetPlatformMessageId()); err != nil {
+			s.log.WarnContext(ctx, "save stream message failed", "turn_id", ev.GetTurnId(), "err", err)
+		}
+		return nil
+	}
+	if err == nil && rec.GetErrorClass() != deliveryv1.ErrorClass_ERROR_CLASS_RETRYABLE &&
+		rec.GetErrorClass() != deliveryv1.ErrorClass_ERROR_CLASS_RATE_LIMITED {
+		st.unsure = nil // refused: it was not posted
+		return nil
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if s.now().Sub(u.since) >= settleFor {
+		st.unsure = nil
+		s.log.WarnContext(ctx, "stream message still unconfirmed; sending the final without it",
+			"turn_id", ev.GetTurnId(), "key", u.req.GetIdempotencyKey(), "err", err, "receipt_error", rec.GetError())
+		return nil
+	}
+	if err == nil {
+		err = errors.New(rec.GetError())
+	}
+	return fmt.Errorf("settle stream message %s: %w", u.req.GetIdempotencyKey(), err)
 }
 
 func (s *Service) finalActions(ev *repliesv1.ReplyEvent, base string, st *turnState, acts []streamedit.Action, format deliveryv1.TextFormat) []*deliveryv1.SendRequested {

@@ -1,0 +1,64 @@
+package delivery_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
+	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
+)
+
+// A streamed message whose send timed out after the platform took it
+// (delivery's request timeout is shorter than the gateway's) is found
+// again under its idempotency key when the final comes: the final is
+// written over it, so the chat shows one answer, not a stale half with
+// its cursor and the whole answer below it.
+func TestStreamSendThatTimedOutIsEditedNotDoubled(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name string
+		last any
+		want string
+	}{
+		{"final", final("the whole answer, at last"), "the whole answer, at last"},
+		{"error", &repliesv1.ReplyError{Code: "interrupted"}, ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			e.gw.setBehaviour(func(req *deliveryv1.SendRequested, try int) behaviour {
+				return behaviour{hang: req.GetOp() == deliveryv1.SendOp_SEND_OP_SEND && try == 1}
+			})
+			e.start(t, testConfig(), "a")
+			partial := strings.Repeat("the whole ", 3)
+			e.publishStream(t, "t1", 1, "s1", &repliesv1.TextDelta{Text: partial})
+			eventually(t, e.clock, 0, "the streamed message", func() bool { return len(e.gw.sends()) == 1 })
+			e.consumed(t, "s1") // its request timed out: no receipt
+			e.publishStream(t, "t1", 2, "s1", tt.last)
+			eventually(t, e.clock, 0, "the final edit", func() bool {
+				p := e.gw.sends()
+				return len(p) > 1 && p[len(p)-1].Req.GetFinal()
+			})
+			time.Sleep(200 * time.Millisecond)
+			p := e.gw.sends()
+			sends := 0
+			for _, c := range p {
+				if c.Op == deliveryv1.SendOp_SEND_OP_SEND {
+					sends++
+				}
+			}
+			last := p[len(p)-1]
+			if sends != 1 || last.Op != deliveryv1.SendOp_SEND_OP_EDIT || last.Req.GetMessageId() != "m1" {
+				t.Fatalf("%d messages posted (want 1); the final is %v of %q", sends, last.Op, last.Req.GetMessageId())
+			}
+			want := tt.want
+			if want == "" {
+				want = partial
+			}
+			if last.Req.GetText() != want {
+				t.Errorf("final text %q, want %q", last.Req.GetText(), want)
+			}
+		})
+	}
+}
