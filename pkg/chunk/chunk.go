@@ -125,7 +125,7 @@ var limits = map[string]Limit{
 	"mattermost": {Max: 4000, Measure: Runes},
 	"whatsapp":   {Max: 4096, Measure: Runes},
 	"signal":     {Max: 8000, Measure: UTF16}, // Hermes counts UTF-16 units
-	"sms":        {Max: 1600, Measure: Runes},
+	"sms":        {Max: 1600, Measure: UTF16}, // Twilio counts a character outside the BMP twice
 	"email":      {Max: 50000, Measure: Runes},
 	// A Home Assistant persistent notification takes any length, and
 	// with Hermes's fixed notification id a second part would replace

@@ -3,6 +3,7 @@ package sms
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -11,12 +12,14 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf16"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/switchboard-chat/switchboard/pkg/attachment"
 	"github.com/switchboard-chat/switchboard/pkg/bus"
 	"github.com/switchboard-chat/switchboard/pkg/bus/bustest"
+	"github.com/switchboard-chat/switchboard/pkg/chunk"
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/platform"
@@ -288,6 +291,34 @@ func TestSends(t *testing.T) {
 		if r := h.send(t, &deliveryv1.SendRequested{Op: op, IdempotencyKey: "op-" + op.String(), Target: target(f), MessageId: "SM1", Text: "x"}); r.GetOk() || r.GetErrorClass() != deliveryv1.ErrorClass_ERROR_CLASS_PERMANENT {
 			t.Fatalf("%v: receipt %v, want permanent", op, r)
 		}
+	}
+}
+
+// An answer of emoji and other characters outside the BMP, cut as
+// delivery cuts an sms answer, reaches Twilio whole: Twilio counts such a
+// character as two (UTF-16 units) against its 1,600, so a part of 1,600
+// code points would be refused (21617) and lost.
+func TestSendAstralCharacters(t *testing.T) {
+	t.Parallel()
+	f := smsfake.New(t)
+	h := start(t, f, testConfig(f), platform.Options{})
+	text := strings.Repeat("ok 👍 ", 700)
+	parts := chunk.Split(text, "sms")
+	for i, p := range parts {
+		r := h.send(t, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: fmt.Sprint("astral-", i), Target: target(f),
+			Text: p, Format: deliveryv1.TextFormat_TEXT_FORMAT_PLAIN})
+		if !r.GetOk() {
+			t.Fatalf("part %d of %d (%d UTF-16 units): receipt %v", i, len(parts), len(utf16.Encode([]rune(p))), r)
+		}
+	}
+	if got := len(f.Messages(ann)); got != len(parts) {
+		t.Fatalf("%d messages sent, want %d", got, len(parts))
+	}
+	// One that does not fit is refused before Twilio sees it.
+	r := h.send(t, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "astral-long", Target: target(f),
+		Text: strings.Repeat("👍", 801), Format: deliveryv1.TextFormat_TEXT_FORMAT_PLAIN})
+	if r.GetOk() || r.GetErrorClass() != deliveryv1.ErrorClass_ERROR_CLASS_PERMANENT || !strings.Contains(r.GetError(), "1602 characters") {
+		t.Fatalf("receipt %v, want permanent naming 1602 characters", r)
 	}
 }
 

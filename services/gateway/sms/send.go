@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
-	"unicode/utf8"
+	"unicode/utf16"
 
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	"github.com/switchboard-chat/switchboard/pkg/markup"
@@ -14,7 +14,8 @@ import (
 )
 
 // maxText is the most characters one message takes (Twilio's limit,
-// about ten segments; Hermes's too).
+// about ten segments; Hermes's too), counted as Twilio counts them: in
+// UTF-16 units, an emoji two (21617 otherwise).
 const maxText = 1600
 
 // recipient is the To of a chat id: the number in E.164, also when
@@ -75,7 +76,7 @@ func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (str
 	if text == "" && len(form["MediaUrl"]) == 0 {
 		return "", platform.Permanent(errors.New("empty message"))
 	}
-	if n := utf8.RuneCountInString(text); n > maxText {
+	if n := len(utf16.Encode([]rune(text))); n > maxText {
 		return "", platform.Permanent(fmt.Errorf("text is %d characters, twilio allows %d", n, maxText))
 	}
 	if text != "" {

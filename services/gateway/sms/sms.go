@@ -234,11 +234,11 @@ func (p *Platform) Name() string { return "sms" }
 func (p *Platform) Account() string { return p.cfg.PhoneNumber }
 
 // Capabilities: 1,600 characters a message (Twilio's limit, about ten
-// segments, Hermes's too), no edits, deletes or typing; media go out as
-// MMS by public URL.
+// segments, Hermes's too) counted in UTF-16 units as Twilio counts them,
+// no edits, deletes or typing; media go out as MMS by public URL.
 func (p *Platform) Capabilities() platform.Capabilities {
 	return platform.Capabilities{
-		MaxLength: maxText, Measure: platform.MeasureRunes, CanSend: true, CommandPrefix: "/",
+		MaxLength: maxText, Measure: platform.MeasureUTF16, CanSend: true, CommandPrefix: "/",
 		MediaKinds: []eventsv1.AttachmentKind{eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE},
 	}
 }

@@ -25,7 +25,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"unicode/utf8"
+	"unicode/utf16"
 )
 
 // Fake is one Twilio account with one phone number.
@@ -232,7 +232,7 @@ func (f *Fake) send(w http.ResponseWriter, r *http.Request) {
 		writeError(w, Failure{Status: 400, Code: 21606, Message: fmt.Sprintf("The 'From' phone number provided (%s) is not a valid message-capable Twilio phone number for this destination/account", from)})
 	case body == "" && len(r.PostForm["MediaUrl"]) == 0:
 		writeError(w, Failure{Status: 400, Code: 21602, Message: "Message body is required."})
-	case utf8.RuneCountInString(body) > 1600:
+	case len(utf16.Encode([]rune(body))) > 1600: // a character outside the BMP counts twice
 		writeError(w, Failure{Status: 400, Code: 21617, Message: "The concatenated message body exceeds the 1600 character limit."})
 	case unsub:
 		writeError(w, Failure{Status: 400, Code: 21610, Message: "Attempt to send to unsubscribed recipient"})
