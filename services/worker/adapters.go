@@ -17,13 +17,22 @@ import (
 
 // memoryAdapter renders store results for the memory and session_search
 // tools.
-type memoryAdapter struct{ s *store.Store }
+type memoryAdapter struct {
+	s *store.Store
+	// limit bounds the characters of one user's notes
+	// (agent.memory_char_limit).
+	limit int
+}
 
 func (m memoryAdapter) AddMemory(ctx context.Context, userKey, content string) (int64, error) {
 	if userKey == "" {
 		return 0, errors.New("no user to remember for")
 	}
-	return m.s.AddMemory(ctx, userKey, content)
+	id, err := m.s.AddMemory(ctx, userKey, content, m.limit)
+	if errors.Is(err, store.ErrMemoryFull) {
+		return 0, fmt.Errorf("%w; remove notes that no longer matter first (list shows their ids), or save a shorter one", err)
+	}
+	return id, err
 }
 
 func (m memoryAdapter) DeleteMemory(ctx context.Context, userKey string, id int64) (bool, error) {

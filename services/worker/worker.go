@@ -81,6 +81,10 @@ type AgentConfig struct {
 	// transcript (default 100000, Hermes's threshold); the rest is cut,
 	// with a note saying so.
 	MaxToolResultBytes int `koanf:"max_tool_result_bytes"`
+	// MemoryCharLimit bounds the characters of one user's memory notes
+	// (default 2200, Hermes's memory_char_limit): an add past it is
+	// refused, with how full the notes are.
+	MemoryCharLimit int `koanf:"memory_char_limit"`
 	// ContextWindow is the model's window in tokens.
 	ContextWindow int `koanf:"context_window"`
 	// CompressAt is the fraction of the window above which older messages
@@ -155,6 +159,7 @@ func DefaultConfig() Config {
 			ApprovalTimeout:     5 * time.Minute,
 			ToolTimeout:         2 * time.Minute,
 			MaxToolResultBytes:  100000,
+			MemoryCharLimit:     2200,
 			ContextWindow:       128000,
 			CompressAt:          0.85,
 			ProtectLast:         6,
@@ -261,6 +266,9 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	}
 	if a.ToolTimeout <= 0 {
 		a.ToolTimeout = d.ToolTimeout
+	}
+	if a.MemoryCharLimit <= 0 {
+		a.MemoryCharLimit = d.MemoryCharLimit
 	}
 	if a.MaxToolResultBytes <= 0 {
 		a.MaxToolResultBytes = d.MaxToolResultBytes
@@ -371,8 +379,8 @@ func (s *Service) registry(deps Deps) (*tools.Registry, error) {
 	}
 	builtins := []tools.Tool{
 		tools.Clock(s.now),
-		tools.Memory(memoryAdapter{s.store}),
-		tools.SessionSearch(memoryAdapter{s.store}),
+		tools.Memory(memoryAdapter{s.store, s.cfg.Agent.MemoryCharLimit}),
+		tools.SessionSearch(memoryAdapter{s: s.store}),
 		tools.SendMessage(sender, s.cfg.Agent.SendMessageTargets),
 		tools.Cronjob(jobs, s.cfg.Agent.SendMessageTargets),
 	}

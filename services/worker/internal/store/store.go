@@ -523,10 +523,33 @@ AND ((scope = 'session' AND subject = $1) OR (scope = 'user' AND subject = $2)))
 	return ok, nil
 }
 
-// AddMemory stores a note for a user.
-func (s *Store) AddMemory(ctx context.Context, userKey, content string) (int64, error) {
+// ErrMemoryFull refuses a note that would take a user's notes past their
+// limit.
+var ErrMemoryFull = errors.New("memory full")
+
+// AddMemory stores a note for a user, unless the user's notes would then
+// hold more than limit characters (0: no limit). Adds of one user take
+// turns, so two turns at once cannot both fill the last room.
+func (s *Store) AddMemory(ctx context.Context, userKey, content string, limit int) (int64, error) {
 	var id int64
-	if err := s.db.QueryRow(ctx, `INSERT INTO agent_memories (user_key, content) VALUES ($1, $2) RETURNING id`, userKey, content).Scan(&id); err != nil {
+	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('agent_memories:' || $1, 0))`, userKey); err != nil {
+			return err
+		}
+		var used, adding int
+		if err := tx.QueryRow(ctx, `SELECT coalesce(sum(length(content)), 0), length($2) FROM agent_memories WHERE user_key = $1`,
+			userKey, content).Scan(&used, &adding); err != nil {
+			return err
+		}
+		if limit > 0 && used+adding > limit {
+			return fmt.Errorf("%w: notes at %d/%d characters; this one (%d) would pass the limit", ErrMemoryFull, used, limit, adding)
+		}
+		return tx.QueryRow(ctx, `INSERT INTO agent_memories (user_key, content) VALUES ($1, $2) RETURNING id`, userKey, content).Scan(&id)
+	})
+	if errors.Is(err, ErrMemoryFull) {
+		return 0, err
+	}
+	if err != nil {
 		return 0, fmt.Errorf("add memory: %w", err)
 	}
 	return id, nil

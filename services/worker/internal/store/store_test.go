@@ -293,3 +293,48 @@ func TestCutRemovesOnceWithTheFirstWrite(t *testing.T) {
 		t.Fatalf("a redelivered /undo removed again: %q, want e", got)
 	}
 }
+
+// A user's notes stay within their limit, counted in characters, even when
+// two turns add at once; another user's notes neither count nor show.
+func TestMemoriesStayWithinTheirLimit(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	s := store.New(db)
+	if _, err := s.AddMemory(ctx, "telegram:alice", strings.Repeat("é", 8), 10); err != nil {
+		t.Fatal(err)
+	}
+	_, err := s.AddMemory(ctx, "telegram:alice", "abc", 10)
+	if !errors.Is(err, store.ErrMemoryFull) || !strings.Contains(err.Error(), "8/10 characters; this one (3)") {
+		t.Fatalf("past the limit: %v", err)
+	}
+	if _, err := s.AddMemory(ctx, "telegram:bob", strings.Repeat("b", 10), 10); err != nil {
+		t.Fatalf("bob's room taken by alice's notes: %v", err)
+	}
+	errs := make(chan error, 8)
+	for range 8 {
+		go func() {
+			_, err := s.AddMemory(ctx, "telegram:carol", "12345", 10)
+			errs <- err
+		}()
+	}
+	added := 0
+	for range 8 {
+		switch err := <-errs; {
+		case err == nil:
+			added++
+		case !errors.Is(err, store.ErrMemoryFull):
+			t.Fatal(err)
+		}
+	}
+	if added != 2 {
+		t.Errorf("%d concurrent adds of 5 characters fit a limit of 10", added)
+	}
+	alice, err := s.Memories(ctx, "telegram:alice", 100)
+	if err != nil || len(alice) != 1 {
+		t.Fatalf("alice's notes %v %v", alice, err)
+	}
+	if deleted, err := s.DeleteMemory(ctx, "telegram:bob", alice[0].ID); err != nil || deleted {
+		t.Errorf("bob removed alice's note: %v %v", deleted, err)
+	}
+}
