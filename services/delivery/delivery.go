@@ -316,6 +316,7 @@ func (s *Service) housekeeping(ctx context.Context) error {
 			now := time.Now()
 			s.turns.prune(now.Add(-2*s.cfg.TTL), now.Add(-doneKeep))
 			s.tools.prune(now.Add(-2 * s.cfg.TTL))
+			s.typing.prunePaused(now.Add(-2 * s.cfg.TTL))
 			if err := s.store.PruneStreamMessages(ctx, now.Add(-2*s.cfg.TTL)); err != nil && ctx.Err() == nil {
 				s.log.Warn("prune stream messages failed", "err", err)
 			}

@@ -24,3 +24,23 @@ func TestTurnsPruneKeepsStreamsLongerThanSentFinals(t *testing.T) {
 		}
 	}
 }
+
+// A turn paused for an approval whose end never reaches this replica (its
+// partition moved on) is forgotten by housekeeping, not kept for the
+// life of the process.
+func TestTypingForgetsPausedTurnsItNeverSawEnd(t *testing.T) {
+	s := &Service{}
+	ty := newTyping(s)
+	for _, turn := range []string{"old", "recent"} {
+		ty.m[turn] = func() {}
+		ty.pause(turn)
+	}
+	ty.paused["old"] = time.Now().Add(-3 * time.Hour)
+	ty.prunePaused(time.Now().Add(-2 * time.Hour))
+	if n := ty.pausedLen(); n != 1 {
+		t.Fatalf("%d paused turns left, want 1", n)
+	}
+	if _, ok := ty.paused["recent"]; !ok {
+		t.Error("the recently paused turn was forgotten")
+	}
+}

@@ -18,13 +18,14 @@ type typing struct {
 	mu sync.Mutex
 	m  map[string]context.CancelFunc
 	// paused are turns whose indicator is paused while a tool call waits
-	// for the user's approval.
-	paused map[string]bool
+	// for the user's approval, with when it was paused; housekeeping
+	// forgets those whose end never reached this replica (prunePaused).
+	paused map[string]time.Time
 	wg     sync.WaitGroup
 }
 
 func newTyping(s *Service) *typing {
-	return &typing{s: s, m: map[string]context.CancelFunc{}, paused: map[string]bool{}}
+	return &typing{s: s, m: map[string]context.CancelFunc{}, paused: map[string]time.Time{}}
 }
 
 // pause stops the turn's indicator until resume, as Hermes does while an
@@ -36,14 +37,14 @@ func (t *typing) pause(turn string) {
 	if cancel, ok := t.m[turn]; ok {
 		cancel()
 		delete(t.m, turn)
-		t.paused[turn] = true
+		t.paused[turn] = time.Now()
 	}
 }
 
 // resume starts a paused indicator again (the turn went on).
 func (t *typing) resume(ctx context.Context, ev *repliesv1.ReplyEvent) {
 	t.mu.Lock()
-	paused := t.paused[ev.GetTurnId()]
+	_, paused := t.paused[ev.GetTurnId()]
 	delete(t.paused, ev.GetTurnId())
 	t.mu.Unlock()
 	if paused {
@@ -98,6 +99,26 @@ func (t *typing) stop(turn string) {
 		cancel()
 		delete(t.m, turn)
 	}
+}
+
+// prunePaused forgets turns paused before cutoff: their end (the answer,
+// an error) went to another replica after the partition moved, or never
+// came, and nothing else would take them out.
+func (t *typing) prunePaused(cutoff time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for turn, at := range t.paused {
+		if at.Before(cutoff) {
+			delete(t.paused, turn)
+		}
+	}
+}
+
+// pausedLen is how many turns are paused.
+func (t *typing) pausedLen() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.paused)
 }
 
 func (t *typing) stopAll() {
