@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"unicode"
+	"unicode/utf8"
 
 	"google.golang.org/protobuf/proto"
 
@@ -120,7 +121,10 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 			return reply(sess.Generation, "✨ New session started.")
 		}
 		// As Hermes: /new <title> names the new conversation.
-		title := truncateRunes(cmd.Args, 100)
+		title, problem := cleanTitle(cmd.Args)
+		if problem != "" {
+			return reply(sess.Generation, "✨ New session started. "+problem)
+		}
 		if err := s.store.SetTitle(ctx, m.key, title); err != nil {
 			return err
 		}
@@ -238,7 +242,10 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 			}
 			return reply(sess.Generation, "Title: "+sess.Title)
 		}
-		title := truncateRunes(cmd.Args, 100)
+		title, problem := cleanTitle(cmd.Args)
+		if problem != "" {
+			return reply(sess.Generation, problem)
+		}
 		if err := s.store.SetTitle(ctx, m.key, title); err != nil {
 			return err
 		}
@@ -249,7 +256,11 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 		if cmd.Args == "" {
 			return s.listSessions(ctx, m, sess)
 		}
-		name := cmd.Args
+		name, problem := cleanTitle(cmd.Args)
+		if problem != "" {
+			// No conversation is called that: titles are stored clean.
+			return reply(sess.Generation, "No earlier conversation is called that. /sessions lists them.")
+		}
 		if n, err := strconv.Atoi(name); err == nil && n >= 1 {
 			// A number counts in the /sessions list.
 			hist, err := s.store.History(ctx, m.key, sessionsListed)
@@ -263,6 +274,9 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 				return reply(sess.Generation, "📌 Already on that conversation.")
 			}
 			name = hist[n-1].SessionID
+		} else if sess.Title != "" && strings.EqualFold(name, sess.Title) {
+			// As by number: Resume looks for an earlier conversation only.
+			return reply(sess.Generation, "📌 Already on that conversation.")
 		}
 		resumed, err := s.store.Resume(ctx, m.key, name)
 		if errors.Is(err, sessionstore.ErrNotFound) {
@@ -349,12 +363,47 @@ func validModelName(s string) bool {
 	return strings.IndexFunc(s, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) < 0
 }
 
-func truncateRunes(s string, n int) string {
-	r := []rune(s)
-	if len(r) <= n {
-		return s
+// maxTitle is the longest title, in characters (Hermes: MAX_TITLE_LENGTH).
+const maxTitle = 100
+
+// cleanTitle cleans a title typed by a user as Hermes does: control
+// characters (NUL included, which Postgres text refuses), zero-width, bidi
+// and object-replacement code points and invalid UTF-8 are removed, runs
+// of whitespace become one space, and the ends are trimmed. problem is
+// the answer for a title that is empty after that, or longer than
+// maxTitle: it is refused, not cut.
+func cleanTitle(s string) (title, problem string) {
+	var b strings.Builder
+	for _, r := range strings.ToValidUTF8(s, "") {
+		switch {
+		case r == '\t', r == '\n', r == '\r':
+			b.WriteRune(' ')
+		case unicode.IsControl(r), invisible(r):
+		default:
+			b.WriteRune(r)
+		}
 	}
-	return string(r[:n])
+	title = strings.Join(strings.Fields(b.String()), " ")
+	switch n := utf8.RuneCountInString(title); {
+	case n == 0:
+		return "", "⚠️ Title is empty after cleanup. Please use printable characters."
+	case n > maxTitle:
+		return "", fmt.Sprintf("⚠️ Title too long (%d chars, max %d)", n, maxTitle)
+	}
+	return title, ""
+}
+
+// invisible reports the code points Hermes strips from titles: zero-width
+// and directional marks, line and paragraph separators, bidi embeddings
+// and isolates, word joiners, the byte order mark, interlinear annotation
+// and object replacement characters.
+func invisible(r rune) bool {
+	switch {
+	case r >= 0x200b && r <= 0x200f, r >= 0x2028 && r <= 0x202e, r >= 0x2060 && r <= 0x2069,
+		r == 0xfeff, r == 0xfffc, r >= 0xfff9 && r <= 0xfffb:
+		return true
+	}
+	return false
 }
 
 // approvalReply is Hermes's confirmation of an answer to an approval;

@@ -974,6 +974,15 @@ func TestCommands(t *testing.T) {
 		{"alice", "/steer", "Usage: /steer <prompt>  (no agent is running; sending as a normal message)"},
 		{"alice", "/sethome", "home channel"},
 		{"alice", "/queue", "Usage: /queue <prompt>"},
+		// Titles are cleaned as Hermes cleans them, and refused when too
+		// long: a NUL, which Postgres text refuses, once failed the
+		// handler on every redelivery and the user never got an answer.
+		{"alice", "/title Road\x00 trip\u200b  \x7fplans", "Title set: Road trip plans"},
+		{"alice", "/resume Road\x00 trip plans", "Already on that conversation"},
+		{"alice", "/title " + strings.Repeat("é", 101), "⚠️ Title too long (101 chars, max 100)"},
+		{"alice", "/title \u200b\u202e", "Title is empty after cleanup"},
+		{"alice", "/new " + strings.Repeat("x", 150), "New session started. ⚠️ Title too long (150 chars, max 100)"},
+		{"alice", "/title", "no title"},
 	}
 	for _, tt := range tests {
 		if got := e.ask(tt.user, tt.text); !strings.Contains(got, tt.want) {
