@@ -322,6 +322,51 @@ func TestSendAstralCharacters(t *testing.T) {
 	}
 }
 
+// A send whose answer was lost (Twilio took it, the connection failed)
+// is retried by delivery with the same idempotency key. Twilio has no
+// idempotency key of its own: the retry first looks for the message
+// among those sent to the number since the first attempt and answers its
+// sid instead of texting the user twice. A send that failed with an
+// answer posts again.
+func TestSendAnswerLost(t *testing.T) {
+	t.Parallel()
+	f := smsfake.New(t)
+	h := start(t, f, testConfig(f), platform.Options{})
+	req := &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "lost-1", Target: target(f), Text: "the answer"}
+	f.HangUp(1)
+	if r := h.send(t, req); r.GetOk() || r.GetErrorClass() != deliveryv1.ErrorClass_ERROR_CLASS_RETRYABLE {
+		t.Fatalf("receipt %v, want retryable", r)
+	}
+	if m := f.Messages(ann); len(m) != 1 {
+		t.Fatalf("sent %+v, want the message the lost answer was for", m)
+	}
+	r := h.send(t, req)
+	if m := f.Messages(ann); !r.GetOk() || len(m) != 1 || r.GetPlatformMessageId() != m[0].SID {
+		t.Fatalf("receipt %v after %+v, want the first attempt's message and no second one", r, m)
+	}
+	if f.Attempts() != 1 || f.Lists() != 1 {
+		t.Fatalf("%d sends and %d lookups, want 1 and 1", f.Attempts(), f.Lists())
+	}
+
+	// The same text sent again under another key is a new message.
+	if r := h.send(t, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "lost-2", Target: target(f), Text: "the answer"}); !r.GetOk() {
+		t.Fatalf("receipt %v", r)
+	}
+	// A failure with an answer (Twilio did not take it) is posted again,
+	// without a lookup.
+	f.Fail(smsfake.ErrInternal)
+	req3 := &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "lost-3", Target: target(f), Text: "third"}
+	if r := h.send(t, req3); r.GetOk() {
+		t.Fatalf("receipt %v, want a failure", r)
+	}
+	if r := h.send(t, req3); !r.GetOk() {
+		t.Fatalf("receipt %v", r)
+	}
+	if m := f.Messages(ann); len(m) != 3 || m[1].Body != "the answer" || m[2].Body != "third" || f.Lists() != 1 {
+		t.Fatalf("sent %+v with %d lookups, want three messages and one lookup", m, f.Lists())
+	}
+}
+
 // Twilio's errors as delivery's classes, with clear messages.
 func TestSendErrors(t *testing.T) {
 	t.Parallel()

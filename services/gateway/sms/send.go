@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
+	"time"
 	"unicode/utf16"
 
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
@@ -55,7 +56,9 @@ type sent struct {
 // Send posts one message from the business number (POST
 // /2010-04-01/Accounts/{AccountSid}/Messages.json with To, From, Body),
 // with the attachments as MMS media when they have public http(s) URLs
-// (Twilio fetches media itself; it takes no uploads).
+// (Twilio fetches media itself; it takes no uploads). An attempt after one
+// whose answer was lost first looks for the message that one may have
+// created (settle.go).
 func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (string, error) {
 	to := recipient(req.GetTarget().GetChatId())
 	if to == "" {
@@ -82,8 +85,17 @@ func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (str
 	if text != "" {
 		form.Set("Body", text)
 	}
+	first, marked := firstTry(ctx, time.Now())
+	if marked {
+		if sid, err := p.settled(ctx, form, first); err != nil || sid != "" {
+			return sid, err
+		}
+	}
 	var out sent
 	if err := p.twilio.postForm(ctx, "Messages.json", form, &out); err != nil {
+		if marked && unsure(err) {
+			platform.SendMark(ctx, markUnsure, "no answer")
+		}
 		return "", classify(err)
 	}
 	if out.SID == "" {

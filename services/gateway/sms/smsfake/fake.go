@@ -1,10 +1,11 @@
 // Package smsfake is a local Twilio for tests: the REST API calls the SMS
-// gateway makes (GET /2010-04-01/Accounts/{sid}.json, POST
+// gateway makes (GET /2010-04-01/Accounts/{sid}.json, POST and GET
 // /2010-04-01/Accounts/{sid}/Messages.json, the media of inbound MMS and
 // Twilio's redirect to their storage), each with the account's basic auth
 // checked, and Twilio's side of the webhook: a message's form parameters
 // as Twilio posts them, signed with the auth token over the public URL
-// (X-Twilio-Signature). Errors can be injected (429, 21211, 21610 …).
+// (X-Twilio-Signature). Errors can be injected (429, 21211, 21610 …), and
+// answers lost after the message was created.
 package smsfake
 
 import (
@@ -25,6 +26,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 	"unicode/utf16"
 )
 
@@ -46,6 +48,10 @@ type Fake struct {
 	failures     []Failure // answered, in order, to the next sends
 	unsubscribed map[string]bool
 	attempts     int
+	lists        int
+	// hangUps is how many of the next sends create their message and
+	// then close the connection without an answer.
+	hangUps int
 }
 
 // Message is one message the business sent.
@@ -54,6 +60,7 @@ type Message struct {
 	To, From  string
 	Body      string
 	MediaURLs []string
+	Created   time.Time
 }
 
 // Media is an inbound MMS's file the fake serves.
@@ -88,6 +95,7 @@ func New(t testing.TB) *Fake {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /2010-04-01/Accounts/{file}", f.account)
 	mux.HandleFunc("POST /2010-04-01/Accounts/{sid}/Messages.json", f.send)
+	mux.HandleFunc("GET /2010-04-01/Accounts/{sid}/Messages.json", f.list)
 	mux.HandleFunc("GET /2010-04-01/Accounts/{sid}/Messages/{msg}/Media/{media}", f.mediaRedirect)
 	mux.HandleFunc("GET /storage/{media}", f.download)
 	f.srv = httptest.NewServer(mux)
@@ -103,6 +111,22 @@ func (f *Fake) Fail(fs ...Failure) {
 	f.mu.Lock()
 	f.failures = append(f.failures, fs...)
 	f.mu.Unlock()
+}
+
+// HangUp makes the next n sends create their message and close the
+// connection without answering, as when the network fails after Twilio
+// took the request: the caller cannot tell whether it was sent.
+func (f *Fake) HangUp(n int) {
+	f.mu.Lock()
+	f.hangUps += n
+	f.mu.Unlock()
+}
+
+// Lists counts message list requests.
+func (f *Fake) Lists() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.lists
 }
 
 // Unsubscribe makes sends to number fail with 21610, as after the user
@@ -237,15 +261,70 @@ func (f *Fake) send(w http.ResponseWriter, r *http.Request) {
 	case unsub:
 		writeError(w, Failure{Status: 400, Code: 21610, Message: "Attempt to send to unsubscribed recipient"})
 	default:
-		m := Message{SID: NewSID("SM"), To: to, From: from, Body: body, MediaURLs: r.PostForm["MediaUrl"]}
+		m := Message{SID: NewSID("SM"), To: to, From: from, Body: body, MediaURLs: r.PostForm["MediaUrl"], Created: time.Now().UTC()}
 		f.mu.Lock()
 		f.messages[to] = append(f.messages[to], m)
+		hangUp := f.hangUps > 0
+		if hangUp {
+			f.hangUps--
+		}
 		f.mu.Unlock()
+		if hangUp {
+			if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
+				_ = conn.Close()
+			}
+			return
+		}
 		writeJSON(w, http.StatusCreated, map[string]any{
 			"sid": m.SID, "account_sid": f.AccountSID, "to": to, "from": from, "body": body,
 			"status": "queued", "num_segments": "1", "num_media": strconv.Itoa(len(m.MediaURLs)), "api_version": "2010-04-01",
 		})
 	}
+}
+
+// list answers GET Messages.json as Twilio does, newest first, filtered
+// by To and From, at most PageSize (50 by default) messages: the
+// business's messages, with direction outbound-api.
+func (f *Fake) list(w http.ResponseWriter, r *http.Request) {
+	if !f.authorized(w, r) {
+		return
+	}
+	if r.PathValue("sid") != f.AccountSID {
+		writeError(w, Failure{Status: http.StatusNotFound, Code: 20404, Message: "The requested resource was not found"})
+		return
+	}
+	q := r.URL.Query()
+	size, err := strconv.Atoi(q.Get("PageSize"))
+	if err != nil || size <= 0 || size > 1000 {
+		size = 50
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.lists++
+	var out []map[string]any
+	for to, ms := range f.messages {
+		if q.Get("To") != "" && q.Get("To") != to {
+			continue
+		}
+		for i := len(ms) - 1; i >= 0; i-- {
+			m := ms[i]
+			if q.Get("From") != "" && q.Get("From") != m.From {
+				continue
+			}
+			out = append(out, map[string]any{
+				"sid": m.SID, "account_sid": f.AccountSID, "to": m.To, "from": m.From, "body": m.Body,
+				"direction": "outbound-api", "status": "sent", "num_media": strconv.Itoa(len(m.MediaURLs)),
+				"date_created": m.Created.Format(time.RFC1123Z), "date_sent": m.Created.Format(time.RFC1123Z),
+			})
+		}
+	}
+	if len(out) > size {
+		out = out[:size]
+	}
+	if out == nil {
+		out = []map[string]any{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"messages": out, "page": 0, "page_size": size})
 }
 
 // mediaRedirect answers a media URL as Twilio does: a redirect to where
