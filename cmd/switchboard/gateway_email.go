@@ -19,6 +19,10 @@ func init() {
 		"EMAIL_SMTP_HOST":     "gateways.email.smtp_host",
 		"EMAIL_SMTP_PORT":     "gateways.email.smtp_port",
 		"EMAIL_POLL_INTERVAL": "gateways.email.poll_interval",
+		"EMAIL_AUTHSERV_ID":   "gateways.email.authserv_id",
+		// Hermes has it on by default (EMAIL_TRUST_FROM_HEADER turns it
+		// off); here it is asked for.
+		"EMAIL_REQUIRE_AUTHENTICATED_SENDER": "gateways.email.require_authenticated_sender",
 	} {
 		envAliases[env] = key
 	}

@@ -98,6 +98,22 @@ type Config struct {
 	Timeout time.Duration `koanf:"timeout"`
 	// LeaseTTL of the active/standby lease on reading the mailbox.
 	LeaseTTL time.Duration `koanf:"lease_ttl"`
+	// RequireAuthenticatedSender (EMAIL_REQUIRE_AUTHENTICATED_SENDER;
+	// Hermes's platforms.email.require_authenticated_sender) accepts a
+	// mail only when the Authentication-Results header of the server
+	// named AuthservID says its From domain passed one of
+	// AuthenticatedBy; any other is skipped, never answered. Off by
+	// default: allowlists then trust the From header as written.
+	RequireAuthenticatedSender bool `koanf:"require_authenticated_sender"`
+	// AuthservID (EMAIL_AUTHSERV_ID, as Hermes) is the authserv-id the
+	// operator's receiving server stamps its Authentication-Results
+	// with (its host name: mx.google.com, mx.example.com): only its
+	// header is believed, as a sender can write any other.
+	AuthservID string `koanf:"authserv_id"`
+	// AuthenticatedBy are the methods that authenticate a sender:
+	// AuthDMARC (default), AuthSPF, AuthDKIM (each aligned with the
+	// From domain).
+	AuthenticatedBy []string `koanf:"authenticated_by"`
 }
 
 // DefaultConfig has Hermes's ports, poll interval and default subject.
@@ -152,6 +168,16 @@ func (c Config) Validate() error {
 			return fmt.Errorf("email: %s_tls %q is not auto, tls, starttls or none", p.name, p.tls)
 		}
 	}
+	if c.RequireAuthenticatedSender && strings.TrimSpace(c.AuthservID) == "" {
+		return errors.New("email: require_authenticated_sender needs authserv_id (EMAIL_AUTHSERV_ID): the host name the receiving server stamps Authentication-Results with")
+	}
+	for _, m := range c.AuthenticatedBy {
+		switch strings.ToLower(strings.TrimSpace(m)) {
+		case AuthDMARC, AuthSPF, AuthDKIM:
+		default:
+			return fmt.Errorf("email: authenticated_by %q is not dmarc, spf or dkim", m)
+		}
+	}
 	if c.PollInterval < 0 || (c.PollInterval > 0 && time.Duration(c.PollInterval) < 100*time.Millisecond) {
 		return fmt.Errorf("email: poll_interval %s is under 100ms", time.Duration(c.PollInterval))
 	}
@@ -193,6 +219,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Timeout <= 0 {
 		c.Timeout = d.Timeout
+	}
+	if len(c.AuthenticatedBy) == 0 {
+		c.AuthenticatedBy = []string{AuthDMARC}
 	}
 	c.Address = strings.ToLower(strings.TrimSpace(c.Address))
 	return c
@@ -318,7 +347,7 @@ func (p *Platform) open(ctx context.Context) (buckets, error) {
 var (
 	skipped = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "switchboard_email_messages_skipped_total",
-		Help: "Inbound mail read and not published, by reason (automated, own, malformed).",
+		Help: "Inbound mail read and not published, by reason (automated, own, malformed, auth_missing, auth_failed).",
 	}, []string{"reason"})
 	cutTotal = promauto.NewCounter(prometheus.CounterOpts{
 		Name: "switchboard_email_messages_cut_total",

@@ -39,6 +39,9 @@ type inbound struct {
 	// Automated names why the mail is from a machine (a noreply
 	// address, an Auto-Submitted header …); "" for a person.
 	Automated string
+	// AuthResults are the values of its Authentication-Results
+	// headers, top (the last server's) first.
+	AuthResults []string
 }
 
 // part is one attachment.
@@ -98,6 +101,7 @@ func parse(raw []byte, maxPart int64, skipAttachments bool) (*inbound, error) {
 		m.Date = d
 	}
 	m.Automated = automated(m.From, e.Header)
+	m.AuthResults = e.Header.Values("Authentication-Results")
 
 	var plain, html string
 	var haveHTML bool

@@ -433,6 +433,15 @@ func (p *Platform) publish(ctx context.Context, raw []byte, note string, conn pl
 		log.Info("email: skipping automated mail", "reason", m.Automated)
 		return nil
 	}
+	if p.cfg.RequireAuthenticatedSender {
+		_, domain, _ := strings.Cut(m.From, "@")
+		if a := authenticate(m.AuthResults, p.cfg.AuthservID, p.cfg.AuthenticatedBy, domain); !a.OK {
+			skipped.WithLabelValues("auth_" + a.Reason).Inc()
+			log.Warn("email: skipping mail whose sender is not authenticated", "reason", a.Reason,
+				"from_domain", domain, "authserv_id", p.cfg.AuthservID, "results", a.Verdict, "message_id", m.MessageID)
+			return nil
+		}
+	}
 	if note != "" {
 		m.Text = strings.TrimSpace(m.Text + "\n\n" + note)
 	}
