@@ -37,7 +37,8 @@ const (
 
 // verifier checks Google Chat's tokens: RS256, the issuer, the audience,
 // exp (required) and iat/nbf with the skew, a signature by a key of the
-// JWKS (cached, refreshed on an unknown kid).
+// JWKS (cached, refreshed on an unknown kid), and for Google ID tokens
+// (issuer accounts.google.com) Google Chat's verified email.
 type verifier struct {
 	keysURL  string
 	issuer   string
@@ -62,7 +63,7 @@ func (v *verifier) verify(ctx context.Context, header string) error {
 	if !ok || strings.TrimSpace(raw) == "" {
 		return fmt.Errorf("%w: no bearer token", ErrUnauthorized)
 	}
-	_, err := jwt.Parse(strings.TrimSpace(raw), func(t *jwt.Token) (any, error) {
+	tok, err := jwt.Parse(strings.TrimSpace(raw), func(t *jwt.Token) (any, error) {
 		kid, _ := t.Header["kid"].(string)
 		if kid == "" {
 			return nil, errors.New("token has no kid")
@@ -83,7 +84,22 @@ func (v *verifier) verify(ctx context.Context, header string) error {
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrUnauthorized, err)
 	}
+	if googleIDToken(v.issuer) {
+		// Google signs an ID token for any audience for any Google
+		// account: only Google Chat's verified email makes it Google
+		// Chat's.
+		c, _ := tok.Claims.(jwt.MapClaims)
+		if email, _ := c["email"].(string); email != DefaultIssuer || c["email_verified"] != true {
+			return fmt.Errorf("%w: an ID token of %q, not of %s", ErrUnauthorized, email, DefaultIssuer)
+		}
+	}
 	return nil
+}
+
+// googleIDToken reports whether tokens of issuer are Google ID tokens
+// (the app's authentication audience set to its HTTP endpoint URL).
+func googleIDToken(issuer string) bool {
+	return issuer == "https://accounts.google.com" || issuer == "accounts.google.com"
 }
 
 // key returns the signing key kid, fetching the set when it is missing,
