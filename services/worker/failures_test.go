@@ -139,3 +139,43 @@ func TestContextOverflowCompressesAndAsksAgain(t *testing.T) {
 		t.Errorf("the second ask has %d messages", len(last.Messages))
 	}
 }
+
+// A turn that used its iterations ends as Hermes ends it: the model is
+// asked, without tools, for a final answer from what it found so far.
+func TestIterationLimitAsksForAFinalAnswer(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.setGeneration("s1", 1)
+	h.startWorker("w1", func(c *worker.Config, _ *worker.Deps) {
+		c.Agent.MaxIterations = 2
+	})
+	req := h.requestTurn("s1", `[[tool:clock {}]] [[tool:clock {}]] [[tool:clock {}]] what time is it`, turnOpts{})
+	c := h.waitCompleted(req.TurnId)
+	if c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED {
+		t.Fatalf("status %v", c.GetStatus())
+	}
+	if n := c.GetUsage().GetModelCalls(); n != 3 {
+		t.Errorf("%d model calls, want the 2 allowed and the final one", n)
+	}
+	reqs := h.fake.Requests()
+	last := reqs[len(reqs)-1]
+	if len(last.Tools) != 0 {
+		t.Errorf("the final ask offers %d tools", len(last.Tools))
+	}
+	ask := last.Messages[len(last.Messages)-1]
+	if ask.Role != "user" || !strings.HasPrefix(ask.Content, "You've reached the maximum number of tool-calling iterations allowed.") {
+		t.Errorf("the final ask ends with %+v", ask)
+	}
+	final := checkReplies(t, h.replies(req.TurnId)).GetFinalText().GetText()
+	if !strings.HasPrefix(final, "echo: You've reached the maximum number") {
+		t.Errorf("final %q", final)
+	}
+	// The next turn's history carries the ask and the answer, in order.
+	req = h.requestTurn("s1", "thanks", turnOpts{})
+	h.waitCompleted(req.TurnId)
+	reqs = h.fake.Requests()
+	msgs := reqs[len(reqs)-1].Messages
+	if n := len(msgs); n < 3 || msgs[n-3].Role != "user" || msgs[n-2].Role != "assistant" || msgs[n-2].Content != final {
+		t.Errorf("next turn's history ends %+v", msgs[max(0, n-3):])
+	}
+}

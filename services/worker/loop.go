@@ -216,21 +216,14 @@ func (r *turnRun) runLoop(ctx context.Context) (store.Final, error) {
 			return store.Final{}, err
 		}
 		if iterations >= r.s.cfg.Agent.MaxIterations {
-			text := lastAssistantText(ls.turn)
-			note := fmt.Sprintf("(I stopped after %d steps, the limit for one request.)", iterations)
-			if text != "" {
-				text += "\n\n" + note
-			} else {
-				text = note
-			}
-			return r.finishWith(ctx, ls, text)
+			return r.finishAtLimit(ctx, backend, model, system, ls, iterations)
 		}
-		resp, err := r.callModel(ctx, backend, model, system, ls)
+		resp, err := r.callModel(ctx, backend, model, system, ls, true)
 		if err != nil && llm.ClassOf(err) == llm.BadRequest && ls.dropImages() {
 			// A model without vision refuses pictures: it answers from
 			// the text, which names them.
 			r.log.Warn("the model refused the turn's images; asking again without them", "err", err)
-			resp, err = r.callModel(ctx, backend, model, system, ls)
+			resp, err = r.callModel(ctx, backend, model, system, ls, true)
 		}
 		if err != nil && llm.ClassOf(err) == llm.ContextOverflow && !overflowed {
 			// The estimate was short of the provider's count: summarise
@@ -242,7 +235,7 @@ func (r *turnRun) runLoop(ctx context.Context) (store.Final, error) {
 			}
 			if shorter {
 				r.log.Warn("the provider refused the prompt as too long; asking again after compressing", "err", err)
-				resp, err = r.callModel(ctx, backend, model, system, ls)
+				resp, err = r.callModel(ctx, backend, model, system, ls, true)
 			}
 		}
 		iterations++
@@ -277,6 +270,49 @@ func (r *turnRun) runLoop(ctx context.Context) (store.Final, error) {
 			return store.Final{}, err
 		}
 	}
+}
+
+// limitRequest is what Hermes asks the model when a turn used its
+// iterations (MAX_ITERATIONS_SUMMARY_REQUEST).
+const limitRequest = "You've reached the maximum number of tool-calling iterations allowed. " +
+	"Please provide a final response summarizing what you've found and accomplished so far, without calling any more tools."
+
+// finishAtLimit ends a turn that used its iterations as Hermes does: the
+// model is asked, without tools, for a final answer from what it found
+// so far. When that call fails the user gets the last text the model
+// wrote, with a note.
+func (r *turnRun) finishAtLimit(ctx context.Context, b Backend, model, system string, ls *loopState, iterations int) (store.Final, error) {
+	if n := len(ls.turn); n == 0 || ls.turn[n-1].Role != llm.RoleUser || ls.turn[n-1].Content != limitRequest {
+		// Committed, so a resumed turn asks the same question once.
+		if err := r.commit(ctx, ls, store.Message{Role: llm.RoleUser, Content: limitRequest}); err != nil {
+			return store.Final{}, err
+		}
+	}
+	// Without tools, as Hermes asks; Anthropic's API is given their
+	// definitions all the same, as a history holding tool_use blocks may
+	// be refused without them. A tool call in the answer is ignored.
+	resp, err := r.callModel(ctx, b, model, system, ls, b.Kind == "anthropic")
+	if err == nil && strings.TrimSpace(resp.Text) != "" {
+		msg := store.Message{Role: llm.RoleAssistant, Content: resp.Text}
+		return r.finish(ctx, ls, &msg, store.Final{Status: store.StatusCompleted, Kind: store.FinalText, Text: resp.Text})
+	}
+	if err != nil {
+		if ctx.Err() != nil || errors.Is(err, errLockLost) {
+			return store.Final{}, err
+		}
+		if fin, stopped, serr := r.stopFinal(ctx, ls, err); stopped {
+			return fin, serr
+		}
+		r.log.Warn("the summary at the iteration limit failed", "class", string(llm.ClassOf(err)), "err", err)
+	}
+	text := lastAssistantText(ls.turn)
+	note := fmt.Sprintf("(I stopped after %d steps, the limit for one request.)", iterations)
+	if text != "" {
+		text += "\n\n" + note
+	} else {
+		text = note
+	}
+	return r.finishWith(ctx, ls, text)
 }
 
 func errorCode(err error) string {
@@ -634,10 +670,13 @@ func (r *turnRun) approve(ctx context.Context, tc store.ToolCall, ask *repliesv1
 const tracerName = "github.com/switchboard-chat/switchboard/services/worker"
 
 // callModel makes one streamed model call, publishing text deltas as they
-// arrive (coalesced to one event per DeltaInterval).
-func (r *turnRun) callModel(ctx context.Context, b Backend, model, system string, ls *loopState) (*llm.Response, error) {
-	req := llm.Request{Model: model, System: system, Messages: r.messages(ls), Tools: r.s.tools.Specs(),
+// arrive (coalesced to one event per DeltaInterval); offers the model the tools (not when it must answer).
+func (r *turnRun) callModel(ctx context.Context, b Backend, model, system string, ls *loopState, withTools bool) (*llm.Response, error) {
+	req := llm.Request{Model: model, System: system, Messages: r.messages(ls),
 		MaxTokens: r.s.cfg.Agent.MaxTokens, CacheSystem: true}
+	if withTools {
+		req.Tools = r.s.tools.Specs()
+	}
 	var buf, streamed strings.Builder
 	var last time.Time
 	flush := func() error {
