@@ -36,11 +36,15 @@ type harness struct {
 	msgs chan jetstream.Msg
 }
 
-func start(t *testing.T, f *whatsappfake.Fake, cfg Config, opts platform.Options) *harness {
+func start(t *testing.T, f *whatsappfake.Fake, cfg Config, opts platform.Options, log ...*slog.Logger) *harness {
 	t.Helper()
 	b := bustest.New(t, bustest.EmbeddedURL(t))
 	opts.Backoff = platform.Schedule(10 * time.Millisecond)
-	s, err := New(cfg, Deps{Log: slog.New(slog.DiscardHandler), Bus: b, Runner: opts})
+	logger := slog.New(slog.DiscardHandler)
+	if len(log) > 0 {
+		logger = log[0]
+	}
+	s, err := New(cfg, Deps{Log: logger, Bus: b, Runner: opts})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -55,8 +55,12 @@ type status struct {
 	Status      string `json:"status"` // sent, delivered, read, failed (and deleted, warning)
 	RecipientID string `json:"recipient_id"`
 	Errors      []struct {
-		Code  int    `json:"code"`
-		Title string `json:"title"`
+		Code      int    `json:"code"`
+		Title     string `json:"title"`
+		Message   string `json:"message"`
+		ErrorData struct {
+			Details string `json:"details"`
+		} `json:"error_data"`
 	} `json:"errors"`
 }
 

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/switchboard-chat/switchboard/pkg/platform"
@@ -137,18 +138,29 @@ func (p *Platform) publish(ctx context.Context, conn platform.Deliverer, n parse
 
 // status counts a status notification: sent, delivered, read and failed
 // are about messages the gateway sent, not messages to answer. A failed
-// one is logged with Meta's reason (the closed 24-hour window, 131047,
-// may be reported only here).
+// one is a message Graph accepted (its send was recorded sent) that never
+// reached the user: the closed 24-hour window (131047) and an
+// undeliverable number (131026) may be reported only here. It is counted
+// by code and logged at warn with the message id (the outbox's platform
+// message id), the chat and Meta's reason; nothing flows back to the
+// outbox (delivery learns of a send only from its receipt).
 func (p *Platform) status(s status) {
 	statuses.WithLabelValues(reason(s.Status)).Inc()
 	if s.Status != "failed" {
 		return
 	}
-	code, title := 0, ""
+	code, title, msg, details := 0, "", "", ""
 	if len(s.Errors) > 0 {
-		code, title = s.Errors[0].Code, s.Errors[0].Title
+		e := s.Errors[0]
+		code, title, msg, details = e.Code, e.Title, e.Message, e.ErrorData.Details
 	}
-	p.log.Warn("whatsapp reports a sent message failed", "message_id", s.ID, "code", code, "title", title)
+	label := "unknown"
+	if code > 0 {
+		label = strconv.Itoa(code)
+	}
+	sendFailures.WithLabelValues(label).Inc()
+	p.log.Warn("whatsapp reports a sent message failed", "message_id", s.ID, "chat_id", s.RecipientID,
+		"code", code, "title", title, "message", msg, "details", details)
 }
 
 // validSignature reports whether header is "sha256=" followed by the hex

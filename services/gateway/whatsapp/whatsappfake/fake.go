@@ -457,12 +457,28 @@ func (f *Fake) Notification(msgs ...Inbound) []byte {
 	return f.wrap(map[string]any{"contacts": contacts, "messages": messages})
 }
 
+// statusErrors are the titles and details Meta gives a failed status, by
+// code.
+var statusErrors = map[int][2]string{
+	131047: {"Re-engagement message", "Message failed to send because more than 24 hours have passed since the customer last replied to this number."},
+	131026: {"Message undeliverable", "Message Undeliverable."},
+	131049: {"This message was not delivered to maintain healthy ecosystem engagement.", "In order to maintain a healthy ecosystem engagement, the message failed to be delivered."},
+}
+
 // Status is the webhook body for a status of a message the business sent
-// (sent, delivered, read; failed with an error code).
+// (sent, delivered, read; failed with an error code), as Meta writes it:
+// a failed one carries an error with its code, title, message,
+// error_data.details and href.
 func (f *Fake) Status(messageID, to, status string, code int) []byte {
 	s := map[string]any{"id": messageID, "status": status, "timestamp": strconv.FormatInt(time.Now().Unix(), 10), "recipient_id": to}
 	if code != 0 {
-		s["errors"] = []any{map[string]any{"code": code, "title": "Message failed", "message": "Message failed"}}
+		e, ok := statusErrors[code]
+		if !ok {
+			e = [2]string{"Message failed", "Message failed to send."}
+		}
+		s["errors"] = []any{map[string]any{"code": code, "title": e[0], "message": e[0],
+			"error_data": map[string]any{"details": e[1]},
+			"href":       "https://developers.facebook.com/docs/whatsapp/cloud-api/support/error-codes/"}}
 	}
 	return f.wrap(map[string]any{"statuses": []any{s}})
 }
