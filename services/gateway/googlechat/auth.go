@@ -32,6 +32,9 @@ const (
 	keysMaxAge       = 6 * time.Hour
 	keysMinRefresh   = time.Minute
 	keysFetchTimeout = 30 * time.Second
+	// staleRefreshWait bounds the wait of the event that refreshes keys
+	// it has one of: Google Chat gives an answer 30 s.
+	staleRefreshWait = 3 * time.Second
 	maxDocBytes      = 1 << 20
 )
 
@@ -103,38 +106,59 @@ func googleIDToken(issuer string) bool {
 }
 
 // key returns the signing key kid, fetching the set when it is missing,
-// old, or does not have kid (at most once a minute).
+// old, or does not have kid (at most once a minute). The download runs
+// without the lock, so events signed with a key at hand never wait for
+// it; the event that starts the refresh of old keys waits at most
+// staleRefreshWait, then is checked with the key it has.
 func (v *verifier) key(ctx context.Context, kid string) (*rsa.PublicKey, error) {
 	v.mu.Lock()
-	defer v.mu.Unlock()
 	now := v.now()
 	k, ok := v.keys[kid]
-	if ok && now.Sub(v.fetched) <= keysMaxAge {
+	due := v.tried.IsZero() || now.Sub(v.tried) >= keysMinRefresh
+	switch {
+	case ok && (now.Sub(v.fetched) <= keysMaxAge || !due):
+		v.mu.Unlock()
 		return k, nil
+	case !due:
+		defer v.mu.Unlock()
+		return nil, v.missing(kid)
 	}
-	if v.tried.IsZero() || now.Sub(v.tried) >= keysMinRefresh {
-		v.tried = now
-		// Not the request's context: a caller hanging up must not leave
-		// the gateway without keys for a minute.
-		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), keysFetchTimeout)
-		keys, err := v.fetch(fctx)
-		cancel()
-		switch {
-		case err == nil:
-			v.keys, v.fetched = keys, now
-		case ok:
-			return k, nil // Google out of reach: keep the key we have
-		default:
-			return nil, fmt.Errorf("%w: %w", errKeysUnavailable, err)
-		}
+	v.tried = now
+	v.mu.Unlock()
+
+	wait := keysFetchTimeout
+	if ok {
+		wait = staleRefreshWait
+	}
+	// Not the request's context: a caller hanging up must not leave the
+	// gateway without keys for a minute.
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), wait)
+	keys, err := v.fetch(fctx)
+	cancel()
+
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if err == nil {
+		v.keys, v.fetched = keys, v.now()
 	}
 	if k, ok := v.keys[kid]; ok {
 		return k, nil
 	}
-	if v.keys == nil {
-		return nil, fmt.Errorf("%w: not downloaded yet", errKeysUnavailable)
+	if ok && err != nil {
+		return k, nil // Google out of reach: keep the key we have
 	}
-	return nil, fmt.Errorf("unknown signing key %q", kid)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errKeysUnavailable, err)
+	}
+	return nil, v.missing(kid)
+}
+
+// missing is the error for a kid the keys at hand do not have; v.mu held.
+func (v *verifier) missing(kid string) error {
+	if v.keys == nil {
+		return fmt.Errorf("%w: not downloaded yet", errKeysUnavailable)
+	}
+	return fmt.Errorf("unknown signing key %q", kid)
 }
 
 // fetch downloads the JWKS.

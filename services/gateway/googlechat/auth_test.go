@@ -4,7 +4,12 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/rsa"
+	"encoding/base64"
 	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -58,5 +63,97 @@ func TestVerifyIDTokenEmail(t *testing.T) {
 				t.Errorf("%s, %s: %v, want ErrUnauthorized", iss, c.name, err)
 			}
 		}
+	}
+}
+
+// A refresh of the keys that hangs (Google slow to answer) holds up
+// neither the events signed with a key the gateway has nor the one that
+// started the refresh beyond a few seconds: Google Chat waits 30 s for an
+// answer.
+func TestKeysRefreshDoesNotBlock(t *testing.T) {
+	t.Parallel()
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(release) })
+	now := time.Now()
+	v := newVerifier(srv.URL, DefaultIssuer, "123", time.Minute, srv.Client())
+	v.keys = map[string]*rsa.PublicKey{"k1": &key.PublicKey}
+	v.fetched = now.Add(-keysMaxAge - time.Hour) // stale: the next check refreshes
+	tok := jwt.NewWithClaims(jwt.SigningMethodRS256, jwt.MapClaims{"iss": DefaultIssuer, "aud": "123", "iat": now.Unix(), "exp": now.Add(time.Hour).Unix()})
+	tok.Header["kid"] = "k1"
+	s, err := tok.SignedString(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 4)
+	for range 4 {
+		go func() { done <- v.verify(context.Background(), "Bearer "+s) }()
+	}
+	deadline := time.After(staleRefreshWait + 2*time.Second)
+	for range 4 {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("verify: %v", err)
+			}
+		case <-deadline:
+			t.Fatal("verification waits for a refresh of the keys that hangs")
+		}
+	}
+}
+
+// A key Google no longer publishes is refused once the keys are
+// refreshed; while Google is out of reach the key at hand still serves.
+func TestKeysRefreshDropsRetiredKey(t *testing.T) {
+	t.Parallel()
+	old, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var down atomic.Bool
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		if down.Load() {
+			http.Error(w, "unavailable", http.StatusServiceUnavailable)
+			return
+		}
+		n := base64.RawURLEncoding.EncodeToString(cur.N.Bytes())
+		_, _ = fmt.Fprintf(w, `{"keys":[{"kty":"RSA","use":"sig","kid":"k2","n":%q,"e":"AQAB"}]}`, n)
+	}))
+	t.Cleanup(srv.Close)
+	now := time.Now()
+	sign := func() string {
+		tok := jwt.NewWithClaims(jwt.SigningMethodRS256, jwt.MapClaims{"iss": DefaultIssuer, "aud": "123", "iat": now.Unix(), "exp": now.Add(time.Hour).Unix()})
+		tok.Header["kid"] = "k1"
+		s, err := tok.SignedString(old)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return "Bearer " + s
+	}
+	v := newVerifier(srv.URL, DefaultIssuer, "123", time.Minute, srv.Client())
+	v.keys = map[string]*rsa.PublicKey{"k1": &old.PublicKey}
+	v.fetched = now.Add(-keysMaxAge - time.Hour)
+	down.Store(true)
+	if err := v.verify(context.Background(), sign()); err != nil {
+		t.Fatalf("google out of reach: %v, want the key at hand to serve", err)
+	}
+	down.Store(false)
+	v.tried = time.Time{}
+	if err := v.verify(context.Background(), sign()); !errors.Is(err, ErrUnauthorized) {
+		t.Fatalf("retired key: %v, want ErrUnauthorized", err)
 	}
 }
