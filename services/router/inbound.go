@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/redis/go-redis/v9"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/switchboard-chat/switchboard/pkg/bus"
 	"github.com/switchboard-chat/switchboard/pkg/command"
@@ -76,6 +77,7 @@ func (s *Service) dedupeKey(id string) string { return s.prefix + "inbound:" + i
 
 // handleInbound is the INBOUND consumer's handler.
 func (s *Service) handleInbound(ctx context.Context, ev *eventsv1.MessageReceived) error {
+	dropNUL(ev.ProtoReflect())
 	src := sourceOf(ev)
 	if src.GetPlatform() == "" || ev.GetEventId() == "" {
 		inbound.WithLabelValues("invalid").Inc()
@@ -731,4 +733,54 @@ func (s *Service) busyAck(ctx context.Context, m *msgCtx, sess sessionstore.Sess
 		text = "⏳ Queued for the next turn" + detail + ". I'll respond once the current task finishes."
 	}
 	return s.notice(ctx, m, sess.Generation, text, "busy")
+}
+
+// dropNUL removes NUL characters from every string of an inbound event,
+// nested messages, lists and maps included. Postgres text refuses them, so
+// a NUL in a user's name, a chat's name or a message (which a platform or
+// a webhook caller may send) failed every write of the session, on every
+// redelivery: the message was never answered. A NUL means nothing in chat
+// text.
+func dropNUL(m protoreflect.Message) {
+	clean := func(v protoreflect.Value) (protoreflect.Value, bool) {
+		str := v.String()
+		if !strings.Contains(str, "\x00") {
+			return v, false
+		}
+		return protoreflect.ValueOfString(strings.ReplaceAll(str, "\x00", "")), true
+	}
+	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		switch {
+		case fd.IsList():
+			l := v.List()
+			for i := range l.Len() {
+				if fd.Kind() == protoreflect.StringKind {
+					if c, ok := clean(l.Get(i)); ok {
+						l.Set(i, c)
+					}
+				} else if fd.Message() != nil {
+					dropNUL(l.Get(i).Message())
+				}
+			}
+		case fd.IsMap():
+			mp := v.Map()
+			mp.Range(func(k protoreflect.MapKey, mv protoreflect.Value) bool {
+				if fd.MapValue().Kind() == protoreflect.StringKind {
+					if c, ok := clean(mv); ok {
+						mp.Set(k, c)
+					}
+				} else if fd.MapValue().Message() != nil {
+					dropNUL(mv.Message())
+				}
+				return true
+			})
+		case fd.Kind() == protoreflect.StringKind:
+			if c, ok := clean(v); ok {
+				m.Set(fd, c)
+			}
+		case fd.Message() != nil:
+			dropNUL(v.Message())
+		}
+		return true
+	})
 }

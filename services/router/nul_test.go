@@ -1,0 +1,40 @@
+package router
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+)
+
+// A NUL in a name or a message (Postgres text refuses it) once failed
+// every write of the session, on every redelivery: the sender never got
+// a turn or an answer. The router drops NULs from inbound events.
+func TestNULIsDroppedFromInboundEvents(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.startRouter(testConfig(), nil, nil)
+	w := e.startWorker(nil)
+	ev := dm("alice", "hi\x00 there")
+	ev.Source.UserName = "Al\x00ice"
+	ev.Source.ChatName = "chat\x00"
+	e.publish(ev)
+	waitFor(t, "the turn", func() bool { tr, _ := w.snapshot(); return len(tr) == 1 })
+	tr, _ := w.snapshot()
+	if got := inputsText(tr, tr[0].SessionKey); !slices.Equal(got, []string{"hi there"}) {
+		t.Errorf("turn inputs %q, want [\"hi there\"]", got)
+	}
+	if got := e.ask("alice", "/cron add every 1h remind\x00 me"); !strings.Contains(got, "Created job") {
+		t.Errorf("/cron add with a NUL: %q", got)
+	}
+}
+
+func TestDropNUL(t *testing.T) {
+	ev := &eventsv1.MessageReceived{Text: "a\x00b", Source: &eventsv1.SessionSource{UserName: "\x00x\x00"},
+		Attachments: []*eventsv1.Attachment{{FileName: "f\x00.txt"}}}
+	dropNUL(ev.ProtoReflect())
+	if ev.Text != "ab" || ev.Source.UserName != "x" || ev.Attachments[0].FileName != "f.txt" {
+		t.Errorf("got %q %q %q", ev.Text, ev.Source.UserName, ev.Attachments[0].FileName)
+	}
+}
