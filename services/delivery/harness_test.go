@@ -58,6 +58,10 @@ type behaviour struct {
 	// hang posts the message but never answers (a read timeout after the
 	// platform accepted it).
 	hang bool
+	// late takes this long at the platform before it posts and answers:
+	// the request's sender may have given up by then. A repeat of the key
+	// meanwhile is answered as real gateways do, "still being sent".
+	late time.Duration
 }
 
 // gateway is a test platform gateway: a NATS responder on the send
@@ -72,11 +76,12 @@ type gateway struct {
 	posted   []call
 	receipts map[string]*deliveryv1.SendReceipt
 	tries    map[string]int
+	inflight map[string]bool
 	behave   func(req *deliveryv1.SendRequested, try int) behaviour
 }
 
 func newGateway(t *testing.T, b *bus.Bus, c *clock, platforms ...string) *gateway {
-	g := &gateway{clock: c, receipts: map[string]*deliveryv1.SendReceipt{}, tries: map[string]int{}}
+	g := &gateway{clock: c, receipts: map[string]*deliveryv1.SendReceipt{}, tries: map[string]int{}, inflight: map[string]bool{}}
 	for _, p := range platforms {
 		sub, err := b.Conn().QueueSubscribe(b.Topology().SendSubject(p), "gateway-"+p, g.serve)
 		if err != nil {
@@ -102,6 +107,12 @@ func (g *gateway) serve(m *nats.Msg) {
 		_ = bus.Reply(context.Background(), m, dup)
 		return
 	}
+	if g.inflight[c.Key] {
+		g.mu.Unlock()
+		_ = bus.Reply(context.Background(), m, &deliveryv1.SendReceipt{IdempotencyKey: c.Key, ErrorClass: deliveryv1.ErrorClass_ERROR_CLASS_RETRYABLE,
+			Error: "an earlier request with this key is still being sent", RetryAfterMs: 100})
+		return
+	}
 	g.tries[c.Key]++
 	var b behaviour
 	if g.behave != nil {
@@ -114,6 +125,25 @@ func (g *gateway) serve(m *nats.Msg) {
 		_ = bus.Reply(context.Background(), m, rec)
 		return
 	}
+	if b.late > 0 {
+		// Subscription callbacks run one at a time: the platform's
+		// slowness must not hold up the gateway's other requests.
+		g.inflight[c.Key] = true
+		g.mu.Unlock()
+		go func() {
+			time.Sleep(b.late)
+			g.mu.Lock()
+			delete(g.inflight, c.Key)
+			g.post(m, c, &req, b)
+		}()
+		return
+	}
+	g.post(m, c, &req, b)
+}
+
+// post makes req take effect and answers it (unless it hangs); g.mu is
+// held and released.
+func (g *gateway) post(m *nats.Msg, c call, req *deliveryv1.SendRequested, b behaviour) {
 	id := req.GetMessageId()
 	if req.GetOp() == deliveryv1.SendOp_SEND_OP_SEND {
 		id = fmt.Sprintf("m%d", len(g.posted)+1)

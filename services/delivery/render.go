@@ -29,10 +29,11 @@ type turnState struct {
 	// its final edits only once, so a retry after a failed enqueue must
 	// queue these again (same keys) instead of asking it anew.
 	final []*deliveryv1.SendRequested
-	// unsure is a stream message whose send got no answer (a timeout: the
-	// gateway may have posted it after delivery gave up waiting). The
-	// final asks for it again under the same key before it plans, so it
-	// writes over that message instead of leaving it beside the answer.
+	// unsure is a stream send or edit that got no answer (a timeout: the
+	// gateway may carry it out after delivery gave up waiting). The final
+	// asks for it again under the same key before it plans, so it writes
+	// over that message instead of leaving it beside the answer, and no
+	// late edit lands after the answer.
 	unsure *unsureSend
 	// foreign: another replica streamed the turn before this one owned
 	// its partition; nothing more is streamed here, and the final writes
@@ -42,7 +43,8 @@ type turnState struct {
 	touched time.Time
 }
 
-// unsureSend is a stream send that may or may not have been posted.
+// unsureSend is a stream send or edit that may or may not have been
+// carried out.
 type unsureSend struct {
 	req   *deliveryv1.SendRequested
 	act   streamedit.Action
@@ -372,10 +374,12 @@ func (s *Service) perform(ctx context.Context, ev *repliesv1.ReplyEvent, st *tur
 		req.Text = a.Text
 		req.MessageId = st.ids[a.Message]
 		rec, err := s.progress(ctx, req)
-		if err != nil && a.Kind == streamedit.Send && !errors.Is(err, nats.ErrNoResponders) && ctx.Err() == nil {
-			// No answer: the gateway may post it yet. Nothing more is
-			// streamed (a new send would be a second message); the final
-			// finds out under the same key (settle) and goes on from it.
+		if err != nil && !errors.Is(err, nats.ErrNoResponders) && ctx.Err() == nil {
+			// No answer: the gateway may carry it out yet. Nothing more
+			// is streamed (a new send would be a second message, a new
+			// edit may land before it); the final finds out under the
+			// same key (settle) and goes on from it, so a late edit
+			// cannot overwrite the answer.
 			st.unsure = &unsureSend{req: req, act: a, since: s.now()}
 			return
 		}
@@ -475,9 +479,10 @@ func (s *Service) final(ctx context.Context, ev *repliesv1.ReplyEvent, text stri
 }
 
 // settle asks the gateway again, under the same idempotency key, for a
-// stream message whose send got no answer: the gateway answers with the
-// first receipt if it posted it, or posts it now. Either way the stream
-// learns the message, and the final writes over it. While the gateway
+// stream send or edit that got no answer: the gateway answers with the
+// first receipt if it carried it out, or does it now. Either way it is
+// done before the final's messages go out, and the stream learns it: the
+// final writes over that message. While the gateway
 // cannot say (it is still sending, or does not answer), the final's
 // event is handed back to come again, for settleFor at most.
 func (s *Service) settle(ctx context.Context, ev *repliesv1.ReplyEvent, st *turnState) error {
@@ -488,10 +493,12 @@ func (s *Service) settle(ctx context.Context, ev *repliesv1.ReplyEvent, st *turn
 	rec, err := s.progress(ctx, u.req)
 	if err == nil && rec.GetOk() {
 		st.unsure = nil
-		st.ids[u.act.Message] = rec.GetPlatformMessageId()
 		st.stream.OnResult(u.act, nil)
-		if err := s.store.SaveStreamMessage(ctx, ev.GetTurnId(), u.act.Message, rec.GetPlatformMessageId()); err != nil {
-			s.log.WarnContext(ctx, "save stream message failed", "turn_id", ev.GetTurnId(), "err", err)
+		if u.act.Kind == streamedit.Send {
+			st.ids[u.act.Message] = rec.GetPlatformMessageId()
+			if err := s.store.SaveStreamMessage(ctx, ev.GetTurnId(), u.act.Message, rec.GetPlatformMessageId()); err != nil {
+				s.log.WarnContext(ctx, "save stream message failed", "turn_id", ev.GetTurnId(), "err", err)
+			}
 		}
 		return nil
 	}
@@ -505,7 +512,7 @@ func (s *Service) settle(ctx context.Context, ev *repliesv1.ReplyEvent, st *turn
 	}
 	if s.now().Sub(u.since) >= settleFor {
 		st.unsure = nil
-		s.log.WarnContext(ctx, "stream message still unconfirmed; sending the final without it",
+		s.log.WarnContext(ctx, "stream update still unconfirmed; sending the final without it",
 			"turn_id", ev.GetTurnId(), "key", u.req.GetIdempotencyKey(), "err", err, "receipt_error", rec.GetError())
 		return nil
 	}

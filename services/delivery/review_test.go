@@ -62,3 +62,55 @@ func TestStreamSendThatTimedOutIsEditedNotDoubled(t *testing.T) {
 		})
 	}
 }
+
+// A stream edit that timed out while the platform was slow is still
+// applied after delivery gave up on it. The final's edit must not go out
+// before it lands, or the stale edit, cursor and all, overwrites the
+// answer: the final waits until the gateway can say the edit is done.
+func TestTimedOutStreamEditDoesNotOverwriteTheFinal(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.start(t, testConfig(), "a")
+	stream := func(seq int64, body any) { e.publishStream(t, "t1", seq, "s1", body) }
+	chunk := strings.Repeat("x", 30)
+	stream(1, &repliesv1.TextDelta{Text: chunk})
+	eventually(t, e.clock, 0, "the streamed message", func() bool { return len(e.gw.sends()) == 1 })
+	e.consumed(t, "s1")
+	e.gw.setBehaviour(func(req *deliveryv1.SendRequested, try int) behaviour {
+		if req.GetOp() == deliveryv1.SendOp_SEND_OP_EDIT && !req.GetFinal() && try == 1 {
+			return behaviour{late: 1500 * time.Millisecond}
+		}
+		return behaviour{}
+	})
+	e.clock.Advance(time.Second)
+	stream(2, &repliesv1.TextDelta{Text: chunk})
+	e.consumed(t, "s1") // the edit's request timed out; the platform still works on it
+	stream(3, final(chunk+chunk+" done"))
+	eventually(t, e.clock, 0, "the final edit and the stale one", func() bool {
+		n := 0
+		for _, c := range e.gw.sends() {
+			if c.Op == deliveryv1.SendOp_SEND_OP_EDIT {
+				n++
+			}
+		}
+		return n >= 2 && len(e.gw.sends()) >= 3 && func() bool {
+			for _, c := range e.gw.sends() {
+				if c.Req.GetFinal() {
+					return true
+				}
+			}
+			return false
+		}()
+	})
+	time.Sleep(1500 * time.Millisecond)
+	p := e.gw.sends()
+	last := p[len(p)-1]
+	if last.Op != deliveryv1.SendOp_SEND_OP_EDIT || last.Req.GetText() != chunk+chunk+" done" || last.Req.GetMessageId() != "m1" {
+		t.Fatalf("the message ends as %v %q of %q, want the final answer", last.Op, last.Req.GetText(), last.Req.GetMessageId())
+	}
+	for _, c := range p {
+		if c.Op == deliveryv1.SendOp_SEND_OP_SEND && c.Req.GetTurnId() == "t1" && c.Key != "t1:1:s0" {
+			t.Errorf("a second message was posted: %q", c.Req.GetText())
+		}
+	}
+}
