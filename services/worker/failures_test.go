@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -177,5 +178,41 @@ func TestIterationLimitAsksForAFinalAnswer(t *testing.T) {
 	msgs := reqs[len(reqs)-1].Messages
 	if n := len(msgs); n < 3 || msgs[n-3].Role != "user" || msgs[n-2].Role != "assistant" || msgs[n-2].Content != final {
 		t.Errorf("next turn's history ends %+v", msgs[max(0, n-3):])
+	}
+}
+
+// Tool calls whose ids repeat (servers that send none, or number every
+// answer's calls from call_0) all run, each under an id of its own.
+func TestRepeatedToolCallIDsAllRun(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.setGeneration("s1", 1)
+	var mu sync.Mutex
+	ran := map[string]string{} // call id → argument
+	h.startWorker("w1", func(_ *worker.Config, d *worker.Deps) {
+		d.Tools = []tools.Tool{{Name: "note", Description: "Note a number.",
+			Run: func(_ context.Context, c tools.Call, args json.RawMessage) (string, error) {
+				mu.Lock()
+				defer mu.Unlock()
+				ran[c.ID] = string(args)
+				return "noted " + string(args), nil
+			}}}
+	})
+	h.fake.Enqueue(
+		fakellm.Reply{ToolCalls: []fakellm.ToolCall{{ID: "call_0", Name: "note", Arguments: `{"n":1}`}, {ID: "call_0", Name: "note", Arguments: `{"n":2}`}}},
+		fakellm.Reply{ToolCalls: []fakellm.ToolCall{{ID: "call_0", Name: "note", Arguments: `{"n":3}`}}},
+	)
+	req := h.requestTurn("s1", "note three numbers", turnOpts{})
+	if c := h.waitCompleted(req.TurnId); c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED {
+		t.Fatalf("status %v", c.GetStatus())
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(ran) != 3 {
+		t.Fatalf("calls that ran, by id: %v", ran)
+	}
+	want := `echo: note three numbers [noted {"n":1}] [noted {"n":2}] [noted {"n":3}]`
+	if got := checkReplies(t, h.replies(req.TurnId)).GetFinalText().GetText(); got != want {
+		t.Errorf("final %q, want %q", got, want)
 	}
 }

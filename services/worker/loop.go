@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"runtime/debug"
 
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
@@ -254,6 +255,7 @@ func (r *turnRun) runLoop(ctx context.Context) (store.Final, error) {
 		for _, tc := range resp.ToolCalls {
 			msg.ToolCalls = append(msg.ToolCalls, store.ToolCall{ID: tc.ID, Name: tc.Name, Arguments: tc.Arguments})
 		}
+		r.uniqueCallIDs(ls, msg.ToolCalls)
 		if len(msg.ToolCalls) == 0 {
 			// Steering that found no tool call to ride on: give it to the
 			// model now rather than drop it. Without any, the answer is
@@ -269,6 +271,28 @@ func (r *turnRun) runLoop(ctx context.Context) (store.Final, error) {
 		if err := r.commit(ctx, ls, msg); err != nil {
 			return store.Final{}, err
 		}
+	}
+}
+
+// uniqueCallIDs gives each call an id no other call of the turn has:
+// some OpenAI-compatible servers send none, or number each answer's calls
+// from call_0 again. A call whose id repeats would never run (its twin's
+// result counts for it), and send_message's idempotency key would drop it.
+// The id goes into the transcript with the call, so a resumed turn keeps it.
+func (r *turnRun) uniqueCallIDs(ls *loopState, calls []store.ToolCall) {
+	seen := map[string]bool{}
+	for _, m := range ls.turn {
+		for _, tc := range m.ToolCalls {
+			seen[tc.ID] = true
+		}
+	}
+	for i := range calls {
+		if calls[i].ID == "" || seen[calls[i].ID] {
+			h := fnv.New32a()
+			h.Write([]byte(r.req.GetTurnId()))
+			calls[i].ID = fmt.Sprintf("call_%08x_%d_%d", h.Sum32(), ls.nextStep(), i)
+		}
+		seen[calls[i].ID] = true
 	}
 }
 
