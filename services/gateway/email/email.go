@@ -267,7 +267,9 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		return nil, err
 	}
 	if opts.Attachments.Enabled {
-		p.store = attachment.Open(deps.Bus.JetStream(), deps.Bus.Topology(), opts.Attachments)
+		// Created as the kit creates it (same bounds): inbound
+		// attachments are kept here before the mail is published.
+		p.store = attachment.New(deps.Bus.JetStream(), deps.Bus.Topology(), opts.Attachments)
 	}
 	return &Service{Service: svc, p: p}, nil
 }
@@ -278,7 +280,8 @@ type Platform struct {
 	log         *slog.Logger
 	bus         *bus.Bus
 	attachments attachment.Config
-	// store holds the attachments a send refers to by bytes_ref.
+	// store holds the attachments a send refers to by bytes_ref, and
+	// keeps the inbound ones.
 	store *attachment.Store
 	// state: the read watermarks and the threads of inbound mail,
 	// opened on first use.
@@ -353,6 +356,10 @@ var (
 		Name: "switchboard_email_messages_cut_total",
 		Help: "Inbound mail over max_message_bytes, published with only its beginning read.",
 	})
+	attachmentsLost = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "switchboard_email_attachments_not_kept_total",
+		Help: "Attachments of inbound mail the attachment store refused (not_kept: full or out of reach; too_large), published with a note to the agent.",
+	}, []string{"reason"})
 	sentTotal = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "switchboard_email_sent_total",
 		Help: "Mail sent over SMTP, by outcome (ok, retryable, permanent).",

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	gomail "github.com/emersion/go-message/mail"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/switchboard-chat/switchboard/pkg/attachment"
 	"github.com/switchboard-chat/switchboard/pkg/bus"
@@ -587,4 +588,33 @@ func TestConfig(t *testing.T) {
 			t.Errorf("tlsMode(%q, %d) = %q, want %q", c.mode, c.port, got, c.want)
 		}
 	}
+}
+
+// An attachment the store refuses (here: full) cannot be read again once
+// the mail is flagged \Seen: the mail is published with a note saying
+// so, the attachment marked unavailable, and it is counted.
+func TestAttachmentNotKept(t *testing.T) {
+	t.Parallel()
+	f := newFake(t, true)
+	g := start(t, f, platform.Options{Attachments: attachment.Config{Enabled: true, MaxBytes: 1 << 20, StoreBytes: 64, TTL: time.Hour}})
+	before := testutil.ToFloat64(attachmentsLost.WithLabelValues("not_kept"))
+	pic := base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{0x89, 'P', 'N', 'G'}, 256))
+	uid := g.deliver(t, "From: ann@example.com", "Subject: Re: pictures", "Message-ID: <lost1@example.com>",
+		"Content-Type: multipart/mixed; boundary=XX", "", "--XX", "Content-Type: text/plain", "", "Here it is.",
+		"--XX", "Content-Type: image/png", "Content-Disposition: attachment; filename=\"big.png\"",
+		"Content-Transfer-Encoding: base64", "", pic, "--XX--")
+	ev := g.next(t)
+	if !strings.HasPrefix(ev.GetText(), "Here it is.") || !strings.Contains(ev.GetText(), `[The attachment "big.png" (image/png, 1.0 KB) could not be kept (not kept)`) {
+		t.Fatalf("text %q, want the note", ev.GetText())
+	}
+	if len(ev.GetAttachments()) != 1 || ev.GetAttachments()[0].GetUnavailable() != "it could not be kept" || ev.GetAttachments()[0].GetLocation() != nil {
+		t.Fatalf("attachments %v, want one marked unavailable", ev.GetAttachments())
+	}
+	if d := testutil.ToFloat64(attachmentsLost.WithLabelValues("not_kept")) - before; d < 1 {
+		t.Errorf("not kept counted %v", d)
+	}
+	platformtest.WaitFor(t, "the mail flagged \\Seen", func() bool {
+		seen, err := f.Seen()
+		return err == nil && seen[uid]
+	})
 }

@@ -1,6 +1,7 @@
 package email
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"crypto/tls"
@@ -21,6 +22,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/switchboard-chat/switchboard/pkg/attachment"
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/platform"
 )
 
@@ -450,10 +452,54 @@ func (p *Platform) publish(ctx context.Context, raw []byte, note string, conn pl
 		return err
 	}
 	ev := event(m, id, p.cfg.Address, p.attachments.Enabled)
+	p.keepAttachments(ctx, ev, log)
 	if _, err := conn.Deliver(ctx, ev); err != nil && !errors.Is(err, platform.ErrRejected) {
 		return fmt.Errorf("deliver email: %w", err)
 	}
 	return nil
+}
+
+// keepAttachments moves the attachments ev carries as data: URLs into
+// the attachment store, under the names the kit gives them. One the store
+// refuses (full, out of reach, over attachments.max_bytes) cannot be read
+// again once the mail is flagged \Seen and the watermark passes it, so
+// the agent is told in the text, as of a mail read in part, and it is
+// counted and logged. (The mail is not read again for it: a store that
+// is full stays full until old attachments expire, and one out of reach
+// fails the publish too, which does read the mail again.)
+func (p *Platform) keepAttachments(ctx context.Context, ev *eventsv1.MessageReceived, log *slog.Logger) {
+	if p.store == nil {
+		return
+	}
+	var notes []string
+	for i, a := range ev.GetAttachments() {
+		if !strings.HasPrefix(a.GetUrl(), "data:") {
+			continue
+		}
+		data, _, _, err := attachment.ParseDataURL(a.GetUrl())
+		if err == nil {
+			var n int64
+			name := attachment.Name(p.Name(), p.Account(), ev.GetEventId(), i)
+			if n, err = p.store.Keep(ctx, name, a.GetMimeType(), bytes.NewReader(data)); err == nil {
+				a.Location, a.SizeBytes = &eventsv1.Attachment_BytesRef{BytesRef: name}, n
+				continue
+			}
+		}
+		a.Location = nil
+		why := "not kept"
+		a.Unavailable = "it could not be kept"
+		if errors.Is(err, attachment.ErrTooLarge) {
+			why = "too large"
+			a.Unavailable = fmt.Sprintf("it is too large (the limit is %s)", attachment.Size(p.store.Config().MaxBytes))
+		}
+		attachmentsLost.WithLabelValues(strings.ReplaceAll(why, " ", "_")).Inc()
+		log.Warn("email: attachment not kept", "event_id", ev.GetEventId(), "index", i, "bytes", a.GetSizeBytes(), "err", err)
+		notes = append(notes, fmt.Sprintf("[The attachment %q (%s, %s) could not be kept (%s): it cannot be read, and the sender would have to send it again.]",
+			a.GetFileName(), a.GetMimeType(), attachment.Size(a.GetSizeBytes()), why))
+	}
+	if len(notes) > 0 {
+		ev.Text = strings.TrimSpace(ev.GetText() + "\n\n" + strings.Join(notes, "\n"))
+	}
 }
 
 // kvKey makes any string a valid, fixed-length KV key.
