@@ -116,6 +116,31 @@ func Parse(text, platform, botName string) (Command, bool) {
 	return Command{Name: name, Typed: word, Args: fixDashes(strings.TrimSpace(rest)), Known: known}, true
 }
 
+// ForOtherBot reports whether text is a command addressed to another bot
+// ("/new@other_bot" when botName is "my_bot"), which Parse does not read
+// as a command: in a group with several bots, it is not for this one.
+func ForOtherBot(text, platform, botName string) bool {
+	want := strings.ToLower(strings.TrimPrefix(botName, "@"))
+	t := strings.TrimLeftFunc(text, unicode.IsSpace)
+	if want == "" || t == "" || (t[0] != '/' && !(t[0] == '!' && bangPlatforms[strings.ToLower(strings.TrimSpace(platform))])) {
+		return false
+	}
+	word := t[1:]
+	if i := strings.IndexFunc(word, unicode.IsSpace); i >= 0 {
+		word = word[:i]
+	}
+	name, bot, ok := strings.Cut(strings.ToLower(word), "@")
+	if !ok || name == "" || bot == "" || bot == want || strings.Contains(name, "/") {
+		return false
+	}
+	if t[0] == '!' {
+		// As in Parse, "!" starts only known commands: "!nice@work" is talk.
+		_, known := Canonical(name)
+		return known
+	}
+	return true
+}
+
 var dashes = strings.NewReplacer("\u2014\u2014", "--", "\u2014", "--", "\u2013", "-")
 
 // fixDashes undoes the em and en dashes that iOS substitutes for "--" and

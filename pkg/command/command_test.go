@@ -9,6 +9,34 @@ import (
 	"github.com/switchboard-chat/switchboard/pkg/command"
 )
 
+func TestForOtherBot(t *testing.T) {
+	tests := []struct {
+		text, platform, bot string
+		want                bool
+	}{
+		{"/new@otherbot", "telegram", "switchbot", true},
+		{"  /strat@OtherBot please", "telegram", "switchbot", true},
+		{"/new@SwitchBot", "telegram", "@switchbot", false},
+		{"/new@otherbot", "telegram", "", false}, // our name is unknown: every command is ours
+		{"/new", "telegram", "switchbot", false},
+		{"/new@", "telegram", "switchbot", false},
+		{"/@otherbot", "telegram", "switchbot", false},
+		{"/usr/bin@x", "telegram", "switchbot", false},
+		{"mail me@otherbot", "telegram", "switchbot", false},
+		{"!new@otherbot", "slack", "switchbot", true},
+		{"!nice@work", "slack", "switchbot", false},
+		{"!new@otherbot", "telegram", "switchbot", false},
+	}
+	for _, tt := range tests {
+		if got := command.ForOtherBot(tt.text, tt.platform, tt.bot); got != tt.want {
+			t.Errorf("ForOtherBot(%q, %s, %s) = %v, want %v", tt.text, tt.platform, tt.bot, got, tt.want)
+		}
+		if _, ok := command.Parse(tt.text, tt.platform, tt.bot); ok && tt.want {
+			t.Errorf("Parse reads %q, for another bot, as a command", tt.text)
+		}
+	}
+}
+
 func TestParse(t *testing.T) {
 	tests := []struct {
 		name     string

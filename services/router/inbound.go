@@ -103,6 +103,12 @@ func (s *Service) handleInbound(ctx context.Context, ev *eventsv1.MessageReceive
 		return fmt.Errorf("authorize: %w", err)
 	}
 	m.decision = dec
+	if !ev.GetInternal() && command.ForOtherBot(ev.GetText(), m.platform, s.cfg.BotNames[m.platform]) {
+		// "/cmd@other_bot": a command for another bot in the chat, not a
+		// message for the agent (a documented drop, as in Hermes).
+		inbound.WithLabelValues("other_bot").Inc()
+		return nil
+	}
 	if dec.Allowed && !ev.GetInternal() {
 		// Events Switchboard makes itself (webhooks, cron) carry outside
 		// text, such as an issue's title: a leading "/" is not a command

@@ -38,3 +38,26 @@ func TestDropNUL(t *testing.T) {
 		t.Errorf("got %q %q %q", ev.Text, ev.Source.UserName, ev.Attachments[0].FileName)
 	}
 }
+
+// "/cmd@other_bot" is a command for another bot in the chat: it is
+// neither a command here nor a message for the agent.
+func TestCommandForAnotherBotIsDropped(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	cfg := testConfig()
+	cfg.BotNames = map[string]string{"telegram": "switchbot"}
+	e.startRouter(cfg, nil, nil)
+	w := e.startWorker(nil)
+	e.publish(dm("bob", "/new@otherbot"))
+	e.publish(dm("bob", "/status@OtherBot"))
+	if got := e.ask("bob", "/help@switchbot"); !strings.Contains(got, "/new [title] (/reset)") {
+		t.Fatalf("/help@switchbot: %q", got)
+	}
+	waitFor(t, "inbound drained", e.inboundDrained)
+	if turns, _ := w.snapshot(); len(turns) != 0 {
+		t.Errorf("%d turns started, want none", len(turns))
+	}
+	if got := e.noticesTo("bob"); len(got) != 1 {
+		t.Errorf("notices %q, want only the help", got)
+	}
+}
