@@ -13,12 +13,21 @@ const (
 	ResetBoth  = "both"
 )
 
-// ResetPolicy says when a session starts over by itself. Zero fields of an
-// override inherit from the level above.
+// ResetPolicy says when a session starts over by itself.
 type ResetPolicy struct {
 	Mode        string `koanf:"mode"`
 	IdleMinutes int    `koanf:"idle_minutes"`
 	AtHour      int    `koanf:"at_hour"`
+	Timezone    string `koanf:"timezone"`
+}
+
+// ResetOverride changes the policy for a platform or a chat type. Fields
+// left out (empty, zero minutes, no hour) inherit from the level above;
+// at_hour is a pointer so that an override can say midnight (0).
+type ResetOverride struct {
+	Mode        string `koanf:"mode"`
+	IdleMinutes int    `koanf:"idle_minutes"`
+	AtHour      *int   `koanf:"at_hour"`
 	Timezone    string `koanf:"timezone"`
 }
 
@@ -29,17 +38,17 @@ type ResetConfig struct {
 	IdleMinutes int                    `koanf:"idle_minutes"`
 	AtHour      int                    `koanf:"at_hour"`
 	Timezone    string                 `koanf:"timezone"`
-	Platforms   map[string]ResetPolicy `koanf:"platforms"`
-	ChatTypes   map[string]ResetPolicy `koanf:"chat_types"`
+	Platforms   map[string]ResetOverride `koanf:"platforms"`
+	ChatTypes   map[string]ResetOverride `koanf:"chat_types"`
 }
 
 func (c ResetConfig) validate() error {
 	pols := map[string]ResetPolicy{"session_reset": {c.Mode, c.IdleMinutes, c.AtHour, c.Timezone}}
-	for k, p := range c.Platforms {
-		pols["session_reset.platforms."+k] = p
+	for k, o := range c.Platforms {
+		pols["session_reset.platforms."+k] = o.policy()
 	}
-	for k, p := range c.ChatTypes {
-		pols["session_reset.chat_types."+k] = p
+	for k, o := range c.ChatTypes {
+		pols["session_reset.chat_types."+k] = o.policy()
 	}
 	for key, p := range pols {
 		switch p.Mode {
@@ -62,18 +71,27 @@ func (c ResetConfig) validate() error {
 	return nil
 }
 
+// policy is the override as a policy, for validation (no hour: 0).
+func (o ResetOverride) policy() ResetPolicy {
+	p := ResetPolicy{Mode: o.Mode, IdleMinutes: o.IdleMinutes, Timezone: o.Timezone}
+	if o.AtHour != nil {
+		p.AtHour = *o.AtHour
+	}
+	return p
+}
+
 // policy resolves the effective policy for a platform and chat type.
 func (c ResetConfig) policy(platform, chatType string) ResetPolicy {
 	p := ResetPolicy{c.Mode, c.IdleMinutes, c.AtHour, c.Timezone}
-	over := func(o ResetPolicy) {
+	over := func(o ResetOverride) {
 		if o.Mode != "" {
 			p.Mode = o.Mode
 		}
 		if o.IdleMinutes != 0 {
 			p.IdleMinutes = o.IdleMinutes
 		}
-		if o.AtHour != 0 {
-			p.AtHour = o.AtHour
+		if o.AtHour != nil {
+			p.AtHour = *o.AtHour
 		}
 		if o.Timezone != "" {
 			p.Timezone = o.Timezone

@@ -1,14 +1,19 @@
 package router
 
 import (
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/switchboard-chat/switchboard/pkg/config"
 )
 
 func TestResetPolicy(t *testing.T) {
 	cfg := ResetConfig{Mode: ResetNone, IdleMinutes: 60, AtHour: 4, Timezone: "UTC",
-		Platforms: map[string]ResetPolicy{"slack": {Mode: ResetDaily, Timezone: "Europe/Berlin"}, "discord": {Mode: ResetBoth, IdleMinutes: 10}},
-		ChatTypes: map[string]ResetPolicy{"group": {Mode: ResetIdle}, "dm": {IdleMinutes: 30}},
+		Platforms: map[string]ResetOverride{"slack": {Mode: ResetDaily, Timezone: "Europe/Berlin"}, "discord": {Mode: ResetBoth, IdleMinutes: 10},
+			"matrix": {Mode: ResetDaily, AtHour: new(0)}},
+		ChatTypes: map[string]ResetOverride{"group": {Mode: ResetIdle}, "dm": {IdleMinutes: 30}, "thread": {Mode: ResetDaily, AtHour: new(6)}},
 	}
 	if err := cfg.validate(); err != nil {
 		t.Fatal(err)
@@ -29,6 +34,11 @@ func TestResetPolicy(t *testing.T) {
 		{"platform wins over chat type", "slack", "group", now.Add(-2 * time.Hour), "", false},
 		{"both: idle with platform minutes", "discord", "group", now.Add(-11 * time.Minute), "idle", true},
 		{"both: daily", "discord", "dm", time.Date(2026, 3, 10, 3, 55, 0, 0, time.UTC).Add(-0), "idle", true},
+		// An override can move the hour to midnight: 0 is an hour, not "inherit".
+		{"platform at midnight: last after it", "matrix", "dm", time.Date(2026, 3, 10, 0, 30, 0, 0, time.UTC), "", false},
+		{"platform at midnight: last before it", "matrix", "dm", time.Date(2026, 3, 9, 23, 30, 0, 0, time.UTC), "daily", true},
+		{"chat type hour", "telegram", "thread", time.Date(2026, 3, 10, 5, 0, 0, 0, time.UTC), "daily", true},
+		{"platform without an hour keeps the chat type's", "slack", "thread", time.Date(2026, 3, 10, 4, 30, 0, 0, time.UTC), "daily", true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -49,5 +59,28 @@ func TestResetPolicy(t *testing.T) {
 	bad := ResetConfig{Mode: "weekly"}
 	if bad.validate() == nil {
 		t.Fatal("accepted mode weekly")
+	}
+	if (ResetConfig{Platforms: map[string]ResetOverride{"slack": {AtHour: new(24)}}}).validate() == nil {
+		t.Fatal("accepted a platform's at_hour 24")
+	}
+}
+
+// at_hour: 0 in an override reaches the policy from the config file.
+func TestResetOverrideFromYAML(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "router.yaml")
+	yaml := "session_reset:\n  mode: daily\n  platforms:\n    matrix:\n      at_hour: 0\n    slack:\n      mode: idle\n"
+	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultConfig()
+	warnings, err := config.Load(config.Options{Path: path, Environ: []string{}}, &cfg)
+	if err != nil || len(warnings) > 0 {
+		t.Fatalf("load: %v %v", warnings, err)
+	}
+	if got := cfg.SessionReset.policy("matrix", "dm"); got.AtHour != 0 || got.Mode != ResetDaily {
+		t.Errorf("matrix policy %+v, want daily at 0", got)
+	}
+	if got := cfg.SessionReset.policy("slack", "dm"); got.AtHour != 4 || got.Mode != ResetIdle {
+		t.Errorf("slack policy %+v, want idle, the default hour 4", got)
 	}
 }
