@@ -34,10 +34,10 @@ type ResetOverride struct {
 // ResetConfig is the default policy with per-platform and per-chat-type
 // overrides (platform wins over chat type).
 type ResetConfig struct {
-	Mode        string                 `koanf:"mode"`
-	IdleMinutes int                    `koanf:"idle_minutes"`
-	AtHour      int                    `koanf:"at_hour"`
-	Timezone    string                 `koanf:"timezone"`
+	Mode        string                   `koanf:"mode"`
+	IdleMinutes int                      `koanf:"idle_minutes"`
+	AtHour      int                      `koanf:"at_hour"`
+	Timezone    string                   `koanf:"timezone"`
 	Platforms   map[string]ResetOverride `koanf:"platforms"`
 	ChatTypes   map[string]ResetOverride `koanf:"chat_types"`
 }
