@@ -571,12 +571,24 @@ func TestConfig(t *testing.T) {
 		"bad tls":      func(c *Config) { c.SMTPTLS = "ssl" },
 		"bad port":     func(c *Config) { c.IMAPPort = 70000 },
 		"fast polling": func(c *Config) { c.PollInterval = Interval(time.Millisecond) },
+		"authenticated senders without an authserv-id": func(c *Config) { c.RequireAuthenticatedSender = true },
+		"unknown authentication method": func(c *Config) {
+			c.RequireAuthenticatedSender, c.AuthservID, c.AuthenticatedBy = true, "mx.example.com", []string{"dmarc", "arc"}
+		},
 	} {
 		c := ok
 		mut(&c)
 		if c.Validate() == nil {
 			t.Errorf("%s: accepted", name)
 		}
+	}
+	auth := ok
+	auth.RequireAuthenticatedSender, auth.AuthservID, auth.AuthenticatedBy = true, "mx.example.com", []string{"DMARC", "spf", "dkim"}
+	if err := auth.Validate(); err != nil {
+		t.Errorf("authenticated senders refused: %v", err)
+	}
+	if got := ok.withDefaults().AuthenticatedBy; len(got) != 1 || got[0] != AuthDMARC {
+		t.Errorf("authenticated_by defaults to %v, want [dmarc]", got)
 	}
 	for _, c := range []struct {
 		mode     string
