@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"sync"
 	"testing"
@@ -75,6 +76,9 @@ func TestHugeToolOutputIsCut(t *testing.T) {
 		d.Tools = []tools.Tool{{Name: "dump", Description: "Dump a log.",
 			Run: func(context.Context, tools.Call, json.RawMessage) (string, error) {
 				return strings.Repeat("é", 100000), nil // 200000 bytes
+			}}, {Name: "fail", Description: "Fail verbosely.",
+			Run: func(context.Context, tools.Call, json.RawMessage) (string, error) {
+				return "", errors.New(strings.Repeat("x", 5000))
 			}}}
 	})
 	req := h.requestTurn("s1", `[[tool:dump {}]] show the log`, turnOpts{})
@@ -93,8 +97,16 @@ func TestHugeToolOutputIsCut(t *testing.T) {
 	if result != want {
 		t.Errorf("tool result the model saw: %d bytes, ends %q", len(result), result[max(0, len(result)-60):])
 	}
+	// A failure's text is cut too.
+	req = h.requestTurn("s1", `[[tool:fail {}]] try`, turnOpts{})
+	h.waitCompleted(req.TurnId)
+	reqs := h.fake.Requests()
+	msgs := reqs[len(reqs)-1].Messages
+	if got := msgs[len(msgs)-1]; got.Role != "tool" || got.Content != "error: "+strings.Repeat("x", 993)+"\n\n[Output truncated: 1000 of 5007 bytes shown.]" {
+		t.Errorf("failed tool's result: %d bytes", len(got.Content))
+	}
 	var stored int
-	if err := h.db.QueryRow(context.Background(), `SELECT max(length(content)) FROM transcript_messages WHERE role = 'tool'`).Scan(&stored); err != nil {
+	if err := h.db.QueryRow(context.Background(), `SELECT max(length(content)) FROM transcript_messages WHERE role = 'tool' AND content LIKE 'é%'`).Scan(&stored); err != nil {
 		t.Fatal(err)
 	}
 	if stored != len([]rune(want)) {

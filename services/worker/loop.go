@@ -495,6 +495,7 @@ func (r *turnRun) runTools(ctx context.Context, ls *loopState, pending []store.T
 		if err != nil {
 			return err
 		}
+		result = capResult(result, r.s.cfg.Agent.MaxToolResultBytes) // an error's text too
 		if steer := r.ctl.takeSteer(); len(steer) > 0 {
 			result += "\n\n[The user adds while you work: " + strings.Join(steer, "\n") + "]"
 		}
@@ -563,7 +564,7 @@ func (r *turnRun) runTool(ctx context.Context, tc store.ToolCall) (result string
 		return "error: " + terr.Error(), true, nil
 	}
 	toolCalls.WithLabelValues(tc.Name, "ok").Inc()
-	return capResult(out, r.s.cfg.Agent.MaxToolResultBytes), false, nil
+	return out, false, nil
 }
 
 // callTool runs t in a goroutine of its own, so that a tool's panic
