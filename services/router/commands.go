@@ -26,6 +26,7 @@ var helpText = strings.Join([]string{
 	"/queue <text> (/q) — run <text> after the current task",
 	"/steer <text> — add <text> to the current task",
 	"/status — session status",
+	"/usage — tokens this conversation used",
 	"/model [name] — show or set the model for this session",
 	"/approve, /deny — answer a pending tool approval",
 	"/title [text] — show or name this conversation",
@@ -190,6 +191,18 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 		sess = counted[0]
 		return reply(sess.Generation, fmt.Sprintf("Session: %s\nTitle: %s\nKey: %s\nState: %s, %s waiting\nModel: %s\nTokens: %d in, %d out\nStarted: %s",
 			sess.ID, title, m.key, state, plural(n, "message"), model, sess.InputTokens, sess.OutputTokens, sess.CreatedAt.UTC().Format("2006-01-02 15:04 MST")))
+	case "usage":
+		// Hermes's /usage: the conversation's token counts, mid-turn too.
+		counted := []sessionstore.Session{sess}
+		if err := s.store.AddTurnUsage(ctx, counted); err != nil {
+			return err
+		}
+		in, out := counted[0].InputTokens, counted[0].OutputTokens
+		if in == 0 && out == 0 {
+			return reply(sess.Generation, "No usage data available for this session.")
+		}
+		return reply(sess.Generation, fmt.Sprintf("📊 Session token usage\nInput: %s\nOutput: %s\nTotal: %s",
+			thousands(in), thousands(out), thousands(in+out)))
 	case "model":
 		if busy {
 			// As Hermes, even a question about the model waits.
@@ -434,4 +447,23 @@ func approvalWord(text string) (action turnsv1.ControlAction, args string, ok bo
 		return controlApprove, "session", true
 	}
 	return 0, "", false
+}
+
+// thousands writes n with commas between groups of three digits, as
+// Hermes's "{:,}" does.
+func thousands(n int64) string {
+	d := strconv.FormatInt(n, 10)
+	neg := strings.HasPrefix(d, "-")
+	d = strings.TrimPrefix(d, "-")
+	var b strings.Builder
+	for i, c := range d {
+		if i > 0 && (len(d)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	if neg {
+		return "-" + b.String()
+	}
+	return b.String()
 }

@@ -936,6 +936,15 @@ func TestUsageIsCountedOnce(t *testing.T) {
 	if got := e.noticesTo("alice")[before]; !strings.Contains(got, "Tokens: 1003 in, 503 out") {
 		t.Errorf("status %q, want 1003 in and 503 out", got)
 	}
+	if got := e.ask("alice", "/usage"); !strings.Contains(got, "Input: 1,003\nOutput: 503\nTotal: 1,506") {
+		t.Errorf("/usage %q, want 1,003 in, 503 out, 1,506 in all", got)
+	}
+	if got := e.ask("alice", "/new"); !strings.Contains(got, "New session started") {
+		t.Fatalf("/new: %q", got)
+	}
+	if got := e.ask("alice", "/usage"); got != "No usage data available for this session." {
+		t.Errorf("/usage of a new conversation: %q", got)
+	}
 }
 
 func TestCommands(t *testing.T) {
