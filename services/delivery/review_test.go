@@ -1,6 +1,7 @@
 package delivery_test
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -112,5 +113,69 @@ func TestTimedOutStreamEditDoesNotOverwriteTheFinal(t *testing.T) {
 		if c.Op == deliveryv1.SendOp_SEND_OP_SEND && c.Req.GetTurnId() == "t1" && c.Key != "t1:1:s0" {
 			t.Errorf("a second message was posted: %q", c.Req.GetText())
 		}
+	}
+}
+
+// A reply whose every attempt failed is dead-lettered, and the user is
+// told, as Hermes tells them, once per turn: a failed notice is not
+// followed by another, and a permanent refusal (Hermes's plain-text
+// fallback case, not its retries) sends none.
+func TestUndeliveredReplyTellsTheUserOnce(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name        string
+		class       deliveryv1.ErrorClass
+		noticeFails bool
+		want        string // the notice row's state; "" for none
+	}{
+		{"retries exhausted", deliveryv1.ErrorClass_ERROR_CLASS_RETRYABLE, false, "sent"},
+		{"the notice fails too", deliveryv1.ErrorClass_ERROR_CLASS_RETRYABLE, true, "failed"},
+		{"permanent", deliveryv1.ErrorClass_ERROR_CLASS_PERMANENT, false, ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			e.gw.setBehaviour(func(req *deliveryv1.SendRequested, _ int) behaviour {
+				if strings.HasPrefix(req.GetIdempotencyKey(), "t1:1:") || tt.noticeFails {
+					return behaviour{fail: &deliveryv1.SendReceipt{ErrorClass: tt.class, Error: "502 Bad Gateway"}}
+				}
+				return behaviour{}
+			})
+			cfg := testConfig()
+			cfg.MaxAttempts = 2
+			e.start(t, cfg, "a")
+			long := strings.Repeat("word ", 1000) // two chunks on "test" (4,000)
+			e.publish(t, event("t1", 1, "s1", final(long)))
+			eventually(t, e.clock, 0, "both chunks dead-lettered", func() bool {
+				return rowState(t, e.db, "t1:1:0") == "failed" && rowState(t, e.db, "t1:1:1") == "failed"
+			})
+			if tt.want != "" {
+				eventually(t, e.clock, 0, "the notice "+tt.want, func() bool { return rowState(t, e.db, "t1:undelivered") == tt.want })
+			}
+			time.Sleep(300 * time.Millisecond)
+			if got := rowState(t, e.db, "t1:undelivered"); got != tt.want {
+				t.Fatalf("notice row %q, want %q", got, tt.want)
+			}
+			var rows int
+			if err := e.db.QueryRow(context.Background(), `SELECT count(*) FROM delivery_outbox`).Scan(&rows); err != nil {
+				t.Fatal(err)
+			}
+			if want := 2 + map[bool]int{true: 1, false: 0}[tt.want != ""]; rows != want {
+				t.Errorf("%d outbox rows, want %d", rows, want)
+			}
+			if tt.want == "sent" {
+				calls, _ := e.gw.snapshot()
+				var notice *deliveryv1.SendRequested
+				for _, c := range calls {
+					if c.Key == "t1:undelivered" {
+						notice = c.Req
+					}
+				}
+				if notice == nil || !strings.Contains(notice.GetText(), "delivery failed") || !notice.GetFinal() ||
+					notice.GetErrorCode() != "undelivered" || notice.GetTarget().GetChatId() != "chat-s1" {
+					t.Errorf("notice %v", notice)
+				}
+			}
+		})
 	}
 }

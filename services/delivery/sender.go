@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"time"
 
@@ -278,7 +279,59 @@ func (s *Service) fail(ctx context.Context, log warner, r outbox.Row, reason, ms
 	sends.WithLabelValues(r.Platform, "failed").Inc()
 	deadLetters.WithLabelValues(r.Platform, reason).Inc()
 	log.Warn("delivery dead-lettered", "reason", reason, "err", msg)
-	s.record(log, "fail", s.store.Fail(ctx, r.ID, s.owner, msg, s.now()))
+	err := s.store.Fail(ctx, r.ID, s.owner, msg, s.now())
+	s.record(log, "fail", err)
+	if err == nil && reason == "max_attempts" {
+		s.undelivered(ctx, log, r)
+	}
+}
+
+// undeliveredNotice is what Hermes tells the user when its retries of a
+// response all failed (BasePlatformAdapter._send_with_retry).
+const undeliveredNotice = "⚠️ Message delivery failed after multiple attempts. " +
+	"Please try again — your request was processed but the response could not be sent."
+
+// undeliveredSuffix ends the idempotency key of an undelivered notice.
+const undeliveredSuffix = ":undelivered"
+
+// undelivered tells the user, as Hermes does, that part of an answer
+// could not be sent after every attempt, so they do not wait for it: a
+// notice queued to the same chat, one per turn (its key), marking the
+// user's message as failed. Not for a notice that failed itself (no
+// loop), not for an operation that shows no answer (typing, delete), and
+// not on a per-request platform, whose request is gone by then.
+func (s *Service) undelivered(ctx context.Context, log warner, r outbox.Row) {
+	req := r.Request
+	if strings.HasSuffix(r.Key, undeliveredSuffix) || s.cfg.platform(r.Platform).PerRequest {
+		return
+	}
+	switch req.GetOp() {
+	case deliveryv1.SendOp_SEND_OP_SEND, deliveryv1.SendOp_SEND_OP_EDIT:
+	default:
+		return
+	}
+	base := req.GetTurnId()
+	if base == "" {
+		base = r.Key
+	}
+	n := &deliveryv1.SendRequested{
+		IdempotencyKey:       base + undeliveredSuffix,
+		Op:                   deliveryv1.SendOp_SEND_OP_SEND,
+		Target:               req.GetTarget(),
+		TurnId:               req.GetTurnId(),
+		SessionKey:           req.GetSessionKey(),
+		InputMessageIds:      req.GetInputMessageIds(),
+		NoReactionMessageIds: req.GetNoReactionMessageIds(),
+		Text:                 undeliveredNotice,
+		Format:               deliveryv1.TextFormat_TEXT_FORMAT_PLAIN,
+		Final:                true,
+		ErrorCode:            "undelivered",
+	}
+	if _, err := s.store.Enqueue(ctx, s.now(), s.cfg.TTL, n); err != nil {
+		log.Warn("queue the undelivered notice failed", "err", err)
+		return
+	}
+	s.kick()
 }
 
 func (s *Service) record(log warner, op string, err error) {
