@@ -11,6 +11,7 @@ import (
 
 	"github.com/switchboard-chat/switchboard/pkg/fakellm"
 	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
+	"github.com/switchboard-chat/switchboard/pkg/llm"
 	"github.com/switchboard-chat/switchboard/services/worker"
 	"github.com/switchboard-chat/switchboard/services/worker/internal/tools"
 )
@@ -226,5 +227,43 @@ func TestRepeatedToolCallIDsAllRun(t *testing.T) {
 	want := `echo: note three numbers [noted {"n":1}] [noted {"n":2}] [noted {"n":3}]`
 	if got := checkReplies(t, h.replies(req.TurnId)).GetFinalText().GetText(); got != want {
 		t.Errorf("final %q, want %q", got, want)
+	}
+}
+
+// panicky panics on a request whose last message says "boom", as a
+// provider SDK meeting an answer it did not expect might.
+type panicky struct{ llm.Provider }
+
+func (p panicky) Stream(ctx context.Context, req llm.Request, fn func(llm.Delta) error) (*llm.Response, error) {
+	if strings.Contains(req.Messages[len(req.Messages)-1].Content, "boom") {
+		panic("unexpected answer shape")
+	}
+	return p.Provider.Stream(ctx, req, fn)
+}
+
+// A turn whose code panics fails as any other failing turn does: its last
+// attempt tells the user and frees the session, and the worker lives on.
+func TestPanickingTurnFailsAloneAndTellsTheUser(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.setGeneration("s1", 1)
+	h.setGeneration("s2", 1)
+	h.startWorker("w1", func(c *worker.Config, d *worker.Deps) {
+		c.MaxDeliver = 2
+		d.LLM.Provider = panicky{d.LLM.Provider}
+	})
+	req := h.requestTurn("s1", "boom", turnOpts{})
+	c := h.waitCompleted(req.TurnId)
+	if c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_FAILED {
+		t.Fatalf("status %v", c.GetStatus())
+	}
+	if e := checkReplies(t, h.replies(req.TurnId)).GetError(); e.GetCode() != "interrupted" {
+		t.Errorf("error reply %v", e)
+	}
+	for _, key := range []string{"s1", "s2"} {
+		req := h.requestTurn(key, "fine", turnOpts{})
+		if c := h.waitCompleted(req.TurnId); c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED {
+			t.Errorf("%s afterwards: %v", key, c.GetStatus())
+		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -240,12 +241,7 @@ func (r *turnRun) run(ctx context.Context) error {
 	}
 	r.log.Info("turn started")
 
-	var fin store.Final
-	if r.s.agent != nil {
-		fin, err = r.runRemote(ctx)
-	} else {
-		fin, err = r.runLoop(ctx)
-	}
+	fin, err := r.runAgent(ctx)
 	r.ctl.closeSteer() // whatever ended the turn, it reads no more
 	switch {
 	case errors.Is(err, store.ErrStaleGeneration), errors.Is(err, errLockLost):
@@ -302,6 +298,26 @@ func (r *turnRun) run(ctx context.Context) error {
 		}
 	}
 	return r.complete(ctx, statusOf(fin.Status), fin.ErrorCode, true)
+}
+
+// errPanicked ends a turn whose code panicked (a provider SDK's, a
+// parser's): it fails as any other turn does, retried until its last
+// attempt tells the user, instead of taking the worker and its other
+// turns down with it (and, redelivered, the next worker too).
+var errPanicked = errors.New("turn panicked")
+
+// runAgent runs the turn on the external agent or the built-in loop.
+func (r *turnRun) runAgent(ctx context.Context) (fin store.Final, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			r.log.Error("turn panicked", "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+			fin, err = store.Final{}, fmt.Errorf("%w: %v", errPanicked, p)
+		}
+	}()
+	if r.s.agent != nil {
+		return r.runRemote(ctx)
+	}
+	return r.runLoop(ctx)
 }
 
 // answerSuperseded makes sure a superseded turn that an earlier, crashed
