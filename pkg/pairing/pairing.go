@@ -110,10 +110,39 @@ func lockPlatform(ctx context.Context, tx pgx.Tx, platform string) error {
 	return nil
 }
 
+// UserID is the form of a user id that pairing stores and compares. On
+// WhatsApp, as in Hermes, a number is one user however it is written: one
+// leading "+" is dropped and the id is cut at the first ":" (a device) and
+// "@" (the server), so "+15551234567", "15551234567@s.whatsapp.net" and
+// "15551234567:12@s.whatsapp.net" are the same user. Other ids are kept.
+func UserID(platform, id string) string {
+	id = strings.TrimSpace(id)
+	if !strings.EqualFold(platform, "whatsapp") {
+		return id
+	}
+	c := strings.TrimPrefix(id, "+")
+	if i := strings.IndexAny(c, ":@"); i >= 0 {
+		c = c[:i]
+	}
+	if c == "" {
+		return id
+	}
+	return c
+}
+
+// ids are the forms of userID a stored row may hold: the canonical one,
+// and the id as given (rows stored before ids were canonical).
+func ids(platform, userID string) []string {
+	if c := UserID(platform, userID); c != userID {
+		return []string{c, userID}
+	}
+	return []string{userID}
+}
+
 // IsApproved reports whether an operator approved the user.
 func (s *Store) IsApproved(ctx context.Context, platform, userID string) (bool, error) {
 	var one int
-	err := s.db.QueryRow(ctx, `SELECT 1 FROM pairing_approved WHERE platform = $1 AND user_id = $2`, platform, userID).Scan(&one)
+	err := s.db.QueryRow(ctx, `SELECT 1 FROM pairing_approved WHERE platform = $1 AND user_id = ANY($2) LIMIT 1`, platform, ids(platform, userID)).Scan(&one)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, nil
 	}
@@ -127,6 +156,7 @@ func (s *Store) IsApproved(ctx context.Context, platform, userID string) (bool, 
 // ErrTooManyCodes, ErrLockedOut). The code is returned once and never stored.
 func (s *Store) Issue(ctx context.Context, platform, userID, userName string) (string, error) {
 	now := s.now()
+	userID = UserID(platform, userID)
 	var code string
 	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
 		if err := lockPlatform(ctx, tx, platform); err != nil {
@@ -265,7 +295,7 @@ func (s *Store) Approve(ctx context.Context, platform, code, by string) (Pairing
 
 // Revoke removes an approval; it reports whether there was one.
 func (s *Store) Revoke(ctx context.Context, platform, userID string) (bool, error) {
-	tag, err := s.db.Exec(ctx, `DELETE FROM pairing_approved WHERE platform = $1 AND user_id = $2`, platform, userID)
+	tag, err := s.db.Exec(ctx, `DELETE FROM pairing_approved WHERE platform = $1 AND user_id = ANY($2)`, platform, ids(platform, userID))
 	if err != nil {
 		return false, fmt.Errorf("revoke pairing: %w", err)
 	}

@@ -151,3 +151,41 @@ func TestCodesStoredOnlyHashed(t *testing.T) {
 		t.Fatalf("list %+v %v", list, err)
 	}
 }
+
+// On WhatsApp a number is one user however it is written (Hermes): a
+// user paired from one device is paired on the others, and the operator
+// revokes them by the number they know.
+func TestWhatsAppNumbersAreOneUser(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := NewStore(pgtest.New(t))
+	code, err := s.Issue(ctx, "whatsapp", "15551234567:12@s.whatsapp.net", "Ann")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Issue(ctx, "whatsapp", "+15551234567", "Ann"); !errors.Is(err, ErrRateLimited) {
+		t.Fatalf("second code for the same number: %v, want rate limited", err)
+	}
+	p, err := s.Approve(ctx, "whatsapp", code, "op")
+	if err != nil || p.UserID != "15551234567" {
+		t.Fatalf("approve: %+v %v", p, err)
+	}
+	for _, id := range []string{"15551234567", "+15551234567", "15551234567@s.whatsapp.net", "15551234567:3@s.whatsapp.net"} {
+		if ok, err := s.IsApproved(ctx, "whatsapp", id); err != nil || !ok {
+			t.Errorf("%s approved %v (%v), want true", id, ok, err)
+		}
+	}
+	if ok, _ := s.IsApproved(ctx, "whatsapp", "15550000000"); ok {
+		t.Error("another number approved")
+	}
+	if ok, err := s.Revoke(ctx, "whatsapp", "+15551234567"); err != nil || !ok {
+		t.Fatalf("revoke by +number: %v %v", ok, err)
+	}
+	if ok, _ := s.IsApproved(ctx, "whatsapp", "15551234567@s.whatsapp.net"); ok {
+		t.Error("still approved after revoke")
+	}
+	// Elsewhere ids are kept as they are.
+	if UserID("telegram", "+1@x") != "+1@x" || UserID("whatsapp", "@") != "@" {
+		t.Error("UserID changed an id it must keep")
+	}
+}
