@@ -198,10 +198,11 @@ const closeFence = "\n```"
 // Parts splits text like SplitLimit and returns the pieces of each message.
 //
 // Each cut is made in the longest prefix that fits the room left after the
-// reopened fence, the close fence and the counter: at its last newline,
-// else its last space (the separator is dropped), else hard at a rune
-// boundary (which is never inside a UTF-8 sequence or a UTF-16 surrogate
-// pair). A separator at the very start of the window is not used, so no
+// reopened fence, the close fence and the counter: at its last newline
+// when that is in the prefix's second half (as Hermes cuts), else its last
+// space, else its last newline (the separator is dropped), else hard at a
+// rune boundary (which is never inside a UTF-8 sequence or a UTF-16
+// surrogate pair). A separator at the very start of the window is not used, so no
 // Body is empty.
 //
 // Fences are tracked per message, the way a platform renders each message
@@ -292,11 +293,18 @@ func cut(s string, m Measure, room int) (body, sep, rest string) {
 		end = size
 	}
 	window := s[:end]
-	if i := strings.LastIndexByte(window, '\n'); i > 0 {
-		return s[:i], "\n", s[i+1:]
+	// A newline in the first half would leave a short message (a lone
+	// heading, "Here it is:") before a long paragraph: Hermes takes it only
+	// in the second half, else the last space.
+	nl := strings.LastIndexByte(window, '\n')
+	if nl > 0 && nl >= len(window)/2 {
+		return s[:nl], "\n", s[nl+1:]
 	}
 	if i := strings.LastIndexByte(window, ' '); i > 0 {
 		return s[:i], " ", s[i+1:]
+	}
+	if nl > 0 {
+		return s[:nl], "\n", s[nl+1:] // still better than a cut mid-word
 	}
 	return window, "", s[end:]
 }
