@@ -30,7 +30,7 @@ var helpText = strings.Join([]string{
 	"/model [name] — show or set the model for this session",
 	"/approve, /deny — answer a pending tool approval",
 	"/title [text] — show or name this conversation",
-	"/sessions — list this chat's conversations",
+	"/sessions [page] — list this chat's conversations",
 	"/resume <title or number> — go back to an earlier conversation",
 	"/retry — run your last message again",
 	"/undo [n] — remove the last n exchanges",
@@ -264,10 +264,14 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 		}
 		return reply(sess.Generation, "Title set: "+title)
 	case "sessions":
-		return s.listSessions(ctx, m, sess)
+		page, err := strconv.Atoi(cmd.Args)
+		if err != nil || page < 1 {
+			page = 1
+		}
+		return s.listSessions(ctx, m, sess, page)
 	case "resume":
 		if cmd.Args == "" {
-			return s.listSessions(ctx, m, sess)
+			return s.listSessions(ctx, m, sess, 1)
 		}
 		name, problem := cleanTitle(cmd.Args)
 		if problem != "" {
@@ -275,8 +279,8 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 			return reply(sess.Generation, "No earlier conversation is called that. /sessions lists them.")
 		}
 		if n, err := strconv.Atoi(name); err == nil && n >= 1 {
-			// A number counts in the /sessions list.
-			hist, err := s.store.History(ctx, m.key, sessionsListed)
+			// A number counts in the /sessions list, on any of its pages.
+			hist, err := s.store.History(ctx, m.key, min(n, maxResumeNumber))
 			if err != nil {
 				return err
 			}
@@ -329,14 +333,22 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 	return reply(sess.Generation, "/"+cmd.Name+" is not available.")
 }
 
-func (s *Service) listSessions(ctx context.Context, m *msgCtx, sess sessionstore.Session) error {
-	hist, err := s.store.History(ctx, m.key, sessionsListed)
+// listSessions answers /sessions: page (from 1) of this chat's
+// conversations, newest first, numbered as /resume counts them.
+func (s *Service) listSessions(ctx context.Context, m *msgCtx, sess sessionstore.Session, page int) error {
+	page = min(page, maxResumeNumber/sessionsListed)
+	hist, err := s.store.History(ctx, m.key, page*sessionsListed+1)
 	if err != nil {
 		return err
 	}
+	first := (page - 1) * sessionsListed
+	if first >= len(hist) {
+		return s.notice(ctx, m, sess.Generation, fmt.Sprintf("No conversations on page %d. /sessions lists the newest.", page), "command")
+	}
 	var b strings.Builder
 	b.WriteString("Conversations in this chat:")
-	for i, h := range hist {
+	for i := first; i < min(len(hist), first+sessionsListed); i++ {
+		h := hist[i]
 		name := h.Title
 		if name == "" {
 			name = h.SessionID
@@ -348,11 +360,18 @@ func (s *Service) listSessions(ctx context.Context, m *msgCtx, sess sessionstore
 		fmt.Fprintf(&b, "\n%d. %s — %s%s", i+1, name, h.StartedAt.UTC().Format("2006-01-02 15:04"), mark)
 	}
 	b.WriteString("\n/resume <title or number> switches back.")
+	if len(hist) > first+sessionsListed {
+		fmt.Fprintf(&b, " Older: /sessions %d", page+1)
+	}
 	return s.notice(ctx, m, sess.Generation, b.String(), "command")
 }
 
-// sessionsListed is how many conversations /sessions lists.
-const sessionsListed = 10
+// sessionsListed is how many conversations a page of /sessions lists;
+// maxResumeNumber bounds the numbers /resume and /sessions read.
+const (
+	sessionsListed  = 10
+	maxResumeNumber = 1000
+)
 
 // withText is m with the event's text replaced (the body of /queue, /steer).
 func (m *msgCtx) withText(text string) *msgCtx {

@@ -1,6 +1,7 @@
 package router
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -59,5 +60,38 @@ func TestCommandForAnotherBotIsDropped(t *testing.T) {
 	}
 	if got := e.noticesTo("bob"); len(got) != 1 {
 		t.Errorf("notices %q, want only the help", got)
+	}
+}
+
+// /sessions pages through a chat's conversations, and /resume takes the
+// number of any of them, not only of the newest ten.
+func TestSessionsPages(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.startRouter(testConfig(), nil, nil)
+	for i := 1; i <= 12; i++ {
+		if got := e.ask("bob", fmt.Sprintf("/new t%d", i)); !strings.Contains(got, "New session started") {
+			t.Fatalf("/new t%d: %q", i, got)
+		}
+	}
+	// 13 conversations: the first, untitled, and t1 … t12.
+	first := e.ask("bob", "/sessions")
+	if !strings.Contains(first, "1. t12") || !strings.Contains(first, "10. t3") || strings.Contains(first, "11.") ||
+		!strings.Contains(first, "Older: /sessions 2") {
+		t.Errorf("page 1: %q", first)
+	}
+	second := e.ask("bob", "/sessions 2")
+	if !strings.Contains(second, "11. t2") || !strings.Contains(second, "12. t1") || !strings.Contains(second, "13. ") ||
+		strings.Contains(second, "Older") {
+		t.Errorf("page 2: %q", second)
+	}
+	if got := e.ask("bob", "/sessions 5"); !strings.Contains(got, "No conversations on page 5") {
+		t.Errorf("page 5: %q", got)
+	}
+	if got := e.ask("bob", "/resume 12"); got != "↩️ Resumed t1." {
+		t.Errorf("/resume 12: %q", got)
+	}
+	if got := e.ask("bob", "/resume 14"); !strings.Contains(got, "There is no conversation 14") {
+		t.Errorf("/resume 14: %q", got)
 	}
 }
