@@ -324,7 +324,9 @@ func (r *Rules) Decide(ctx context.Context, ev *eventsv1.MessageReceived, paired
 	}
 	list := append(slices.Clone(r.allowed[platform]), r.global...)
 	var groupUsers []string
-	if inGroup {
+	if t := src.GetChatType(); inGroup && (t == "group" || t == "forum") {
+		// As Hermes: the group sender allowlist is for group and forum
+		// chats, not channels.
 		groupUsers = r.groupUsers[platform]
 	}
 	if len(list) == 0 && len(groupUsers) == 0 && (!inGroup || len(r.groupChats[platform]) == 0) {

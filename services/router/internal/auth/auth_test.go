@@ -52,6 +52,7 @@ func TestDecide(t *testing.T) {
 		{"group user allowlist is not DM access", Config{}, []string{"TELEGRAM_GROUP_ALLOWED_USERS=42"}, msg("telegram", "dm", "42", "42"), nil, Decision{false, ReasonNoAllowlist}},
 		{"group user allowlist miss", Config{}, []string{"TELEGRAM_GROUP_ALLOWED_USERS=42"}, msg("telegram", "group", "-300", "43"), nil, Decision{false, ReasonNotAllowlisted}},
 		{"group user allowlist with chat ids (legacy)", Config{}, []string{"TELEGRAM_GROUP_ALLOWED_USERS=-300"}, msg("telegram", "group", "-300", "43"), nil, Decision{true, ReasonGroupChat}},
+		{"group user allowlist is not for channels", Config{}, []string{"TELEGRAM_GROUP_ALLOWED_USERS=42"}, msg("telegram", "channel", "-300", "42"), nil, Decision{false, ReasonNoAllowlist}},
 		{"group user allowlist config", Config{GroupAllowedUsers: map[string][]string{"telegram": {"42"}}}, nil, msg("telegram", "forum", "-300", "42"), nil, Decision{true, ReasonAllowlist}},
 		{"platform allowlist works in groups too", Config{}, []string{"TELEGRAM_ALLOWED_USERS=42", "TELEGRAM_GROUP_ALLOWED_USERS=7"}, msg("telegram", "group", "-300", "42"), nil, Decision{true, ReasonAllowlist}},
 		{"group allowlist keeps global allow-all off in groups", Config{GatewayAllowAll: true}, []string{"TELEGRAM_GROUP_ALLOWED_USERS=7"}, msg("telegram", "group", "-300", "42"), nil, Decision{false, ReasonNotAllowlisted}},
