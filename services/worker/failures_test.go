@@ -6,6 +6,7 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -265,5 +266,44 @@ func TestPanickingTurnFailsAloneAndTellsTheUser(t *testing.T) {
 		if c := h.waitCompleted(req.TurnId); c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED {
 			t.Errorf("%s afterwards: %v", key, c.GetStatus())
 		}
+	}
+}
+
+// Arguments that are not a JSON object (a call cut short) do not run the
+// tool, tell the model why, and reach the provider afterwards as {}: a
+// server that parses the history would refuse every later request.
+func TestMalformedToolArgumentsDoNotRun(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.setGeneration("s1", 1)
+	var runs atomic.Int32
+	h.startWorker("w1", func(_ *worker.Config, d *worker.Deps) {
+		d.Tools = []tools.Tool{{Name: "note", Description: "Note a number.",
+			Run: func(context.Context, tools.Call, json.RawMessage) (string, error) {
+				runs.Add(1)
+				return "noted", nil
+			}}}
+	})
+	h.fake.Enqueue(fakellm.Reply{ToolCalls: []fakellm.ToolCall{{ID: "c1", Name: "note", Arguments: `{"n": 1, "text": "cut sh`}}})
+	req := h.requestTurn("s1", "note it", turnOpts{})
+	if c := h.waitCompleted(req.TurnId); c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED {
+		t.Fatalf("status %v", c.GetStatus())
+	}
+	want := `echo: note it [error: the arguments are not a JSON object, so the call did not run: {"n": 1, "text": "cut sh. Call note again with a JSON object of its parameters.]`
+	if got := checkReplies(t, h.replies(req.TurnId)).GetFinalText().GetText(); got != want {
+		t.Errorf("final %q", got)
+	}
+	req = h.requestTurn("s1", "and now?", turnOpts{})
+	h.waitCompleted(req.TurnId)
+	reqs := h.fake.Requests()
+	for _, m := range reqs[len(reqs)-1].Messages {
+		for _, tc := range m.ToolCalls {
+			if tc.Arguments != "{}" {
+				t.Errorf("the next turn sent the call's arguments as %q", tc.Arguments)
+			}
+		}
+	}
+	if n := runs.Load(); n != 0 {
+		t.Errorf("the tool ran %d times", n)
 	}
 }

@@ -522,6 +522,12 @@ func (r *turnRun) runTool(ctx context.Context, tc store.ToolCall) (result string
 		toolCalls.WithLabelValues("unknown", "unknown").Inc()
 		return fmt.Sprintf("error: unknown tool %q", tc.Name), true, nil
 	}
+	if !isObject(tc.Arguments) {
+		// Cut short or garbled: neither asked about nor run.
+		toolCalls.WithLabelValues(tc.Name, "failed").Inc()
+		return fmt.Sprintf("error: the arguments are not a JSON object, so the call did not run: %s. Call %s again with a JSON object of its parameters.",
+			truncate(tc.Arguments, 200), tc.Name), true, nil
+	}
 	call := tools.Call{ID: tc.ID, TurnID: r.req.GetTurnId(), SessionKey: r.req.GetSessionKey(),
 		SessionID: r.req.GetSessionId(), UserKey: r.st.UserKey, Origin: origin(r.target), Target: r.target}
 	args := json.RawMessage(tc.Arguments)
@@ -613,6 +619,12 @@ func capResult(out string, max int) string {
 }
 
 func preview(args string) string { return truncate(args, 200) }
+
+// isObject reports whether args is a JSON object, as tool arguments must be.
+func isObject(args string) bool {
+	var v map[string]json.RawMessage
+	return json.Unmarshal([]byte(args), &v) == nil && v != nil
+}
 
 // compact is JSON arguments without insignificant white space (as they
 // are when they are not JSON).
@@ -833,7 +845,14 @@ func toLLM(summary string, parts ...[]store.Message) []llm.Message {
 				closeOpen()
 				lm := llm.Message{Role: llm.RoleAssistant, Content: m.Content}
 				for _, tc := range m.ToolCalls {
-					lm.ToolCalls = append(lm.ToolCalls, llm.ToolCall{ID: tc.ID, Name: tc.Name, Arguments: tc.Arguments})
+					args := tc.Arguments
+					if !isObject(args) {
+						// The transcript keeps what the model wrote (its
+						// result says why it did not run); servers that
+						// parse the history would refuse it for good.
+						args = "{}"
+					}
+					lm.ToolCalls = append(lm.ToolCalls, llm.ToolCall{ID: tc.ID, Name: tc.Name, Arguments: args})
 				}
 				open = append(open, m.ToolCalls...)
 				out = append(out, lm)
