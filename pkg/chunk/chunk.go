@@ -251,12 +251,12 @@ func split(text string, l Limit, digits int) []Part {
 			}
 		}
 		room := l.Max - suffix - l.Len(p.Reopen)
-		body, sep, next := cut(rest, l.Measure, room)
+		body, sep, next := spanSafe(cut(rest, l.Measure, room))
 		end := scanFences(fenceState{}, p.Reopen+body)
 		if end.open {
 			// Cut again leaving room for the close fence. The new cut may
 			// end outside the fence; then no close is needed.
-			body, sep, next = cut(rest, l.Measure, room-len(closeFence))
+			body, sep, next = spanSafe(cut(rest, l.Measure, room-len(closeFence)))
 			end = scanFences(fenceState{}, p.Reopen+body)
 			if end.open {
 				p.Close = closeFence
@@ -307,6 +307,48 @@ func cut(s string, m Measure, room int) (body, sep, rest string) {
 		return s[:nl], "\n", s[nl+1:] // still better than a cut mid-word
 	}
 	return window, "", s[end:]
+}
+
+// spanSafe moves a cut made inside an inline code span (`like this`) to
+// the space or newline before the span, as Hermes does, when that keeps
+// more than a quarter of the body: each message renders on its own, and
+// a span cut in two shows as stray backticks around unformatted code.
+// Backticks on fence lines and inside fences are not spans; the whole
+// text is one (a cut in a fence is closed and reopened instead).
+func spanSafe(body, sep, rest string) (string, string, string) {
+	if rest == "" {
+		return body, sep, rest
+	}
+	open, at := false, -1 // inside a span; where the open span starts
+	inFence := false
+	pos := 0
+	for line := range strings.Lines(body) {
+		if _, ok := fenceLine(line); ok {
+			inFence = !inFence
+			open = false
+		} else if !inFence {
+			for i := 0; i < len(line); i++ {
+				switch {
+				case line[i] == '\\' && i+1 < len(line):
+					i++ // an escaped character, backticks included
+				case line[i] == '`':
+					open = !open
+					if open {
+						at = pos + i
+					}
+				}
+			}
+		}
+		pos += len(line)
+	}
+	if !open || inFence {
+		return body, sep, rest
+	}
+	i := strings.LastIndexAny(body[:at], " \n")
+	if i <= len(body)/4 {
+		return body, sep, rest
+	}
+	return body[:i], body[i : i+1], body[i+1:] + sep + rest
 }
 
 // fenceState is whether text so far is inside a ``` fence, and its tag.

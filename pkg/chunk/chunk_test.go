@@ -125,6 +125,25 @@ func TestSplitLimit(t *testing.T) {
 			[]string{"Summary:\n" + line + " (1/2)", line + " (2/2)"},
 		},
 		{
+			// Hermes's rule too: each message renders on its own.
+			"not inside an inline code span",
+			strings.Repeat("a", 45) + " run `go test ./...` now",
+			l64,
+			[]string{strings.Repeat("a", 45) + " run (1/2)", "`go test ./...` now (2/2)"},
+		},
+		{
+			"a code span too long to move before is cut",
+			"a `" + strings.Repeat("b", 40) + " " + strings.Repeat("b", 40) + "`",
+			l64,
+			[]string{"a `" + strings.Repeat("b", 40) + " (1/2)", strings.Repeat("b", 40) + "` (2/2)"},
+		},
+		{
+			"backticks in a fence are not spans",
+			"```\n" + strings.Repeat("c", 20) + " ` " + strings.Repeat("d", 40) + "\n```",
+			l64,
+			[]string{"```\n" + strings.Repeat("c", 20) + " `\n```\n(1/2)", "```\n" + strings.Repeat("d", 40) + "\n```\n(2/2)"},
+		},
+		{
 			"newline in the first half and no space: the newline, not mid-word",
 			"Summary:\n" + strings.Repeat("y", 80),
 			l64,
@@ -303,6 +322,7 @@ func FuzzParts(f *testing.F) {
 	f.Add("```go\nfunc main() {\n\tprintln(\"hi\")\n}\n```\nand then some prose that goes on and on and on", uint16(64), uint8(1))
 	f.Add(strings.Repeat("😀 ", 50), uint16(70), uint8(1))
 	f.Add("a ```py\nx\n``` b\n```\n"+strings.Repeat("y", 200), uint16(80), uint8(2))
+	f.Add(strings.Repeat("run `go test` and \\` then ", 12), uint16(70), uint8(0))
 	f.Fuzz(func(t *testing.T, text string, max uint16, measure uint8) {
 		l := chunk.Limit{Max: int(max % 512), Measure: chunk.Measure(measure % 4)}
 		checkParts(t, text, l, chunk.Parts(text, l))
