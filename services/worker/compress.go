@@ -48,27 +48,8 @@ func (r *turnRun) compress(ctx context.Context, b Backend, model, system string,
 		return false, nil
 	}
 	old := ls.prior[:cut]
-	var text strings.Builder
-	if ls.summary != "" {
-		fmt.Fprintf(&text, "[Earlier summary]\n%s\n\n", ls.summary)
-	}
-	for _, m := range old {
-		switch {
-		case m.Role == llm.RoleTool:
-			fmt.Fprintf(&text, "tool %s result: %s\n", m.ToolName, truncate(m.Content, 2000))
-		case len(m.ToolCalls) > 0:
-			for _, tc := range m.ToolCalls {
-				fmt.Fprintf(&text, "assistant called %s(%s)\n", tc.Name, truncate(tc.Arguments, 500))
-			}
-			if m.Content != "" {
-				fmt.Fprintf(&text, "assistant: %s\n", m.Content)
-			}
-		default:
-			fmt.Fprintf(&text, "%s: %s\n", m.Role, m.Content)
-		}
-	}
 	resp, err := b.Provider.Stream(ctx, llm.Request{Model: model, System: summaryPrompt,
-		Messages: []llm.Message{{Role: llm.RoleUser, Content: text.String()}}}, nil)
+		Messages: []llm.Message{{Role: llm.RoleUser, Content: summaryInput(ls.summary, old, a.ContextWindow*4/2)}}}, nil)
 	r.usage.ModelCalls++
 	if err != nil {
 		// Not fatal: the turn still runs; an overflow then ends it clearly.
@@ -87,4 +68,49 @@ func (r *turnRun) compress(ctx context.Context, b Backend, model, system string,
 	ls.summary = summary
 	ls.prior = ls.prior[cut:]
 	return true, nil
+}
+
+// summaryInput is what the summary call reads: the earlier summary and the
+// messages to fold in, within budget bytes (half the context window by
+// estimateTokens's measure), so that the call that shortens a conversation
+// too long for the model is not itself too long. When they do not fit,
+// the newest messages are kept and the note says how many were left out.
+func summaryInput(summary string, old []store.Message, budget int) string {
+	var lines []string
+	for _, m := range old {
+		switch {
+		case m.Role == llm.RoleTool:
+			lines = append(lines, fmt.Sprintf("tool %s result: %s\n", m.ToolName, truncate(m.Content, 2000)))
+		case len(m.ToolCalls) > 0:
+			var b strings.Builder
+			for _, tc := range m.ToolCalls {
+				fmt.Fprintf(&b, "assistant called %s(%s)\n", tc.Name, truncate(tc.Arguments, 500))
+			}
+			if m.Content != "" {
+				fmt.Fprintf(&b, "assistant: %s\n", m.Content)
+			}
+			lines = append(lines, b.String())
+		default:
+			lines = append(lines, fmt.Sprintf("%s: %s\n", m.Role, m.Content))
+		}
+	}
+	var head strings.Builder
+	if summary != "" {
+		fmt.Fprintf(&head, "[Earlier summary]\n%s\n\n", truncate(summary, budget/4))
+	}
+	room := budget - head.Len()
+	first := len(lines)
+	for first > 0 && len(lines[first-1]) <= room {
+		first--
+		room -= len(lines[first])
+	}
+	if first == len(lines) && first > 0 {
+		// Not even the newest message fits whole: its start, then.
+		first--
+		lines[first] = truncate(lines[first], max(room, 0)) + "\n"
+	}
+	if first > 0 {
+		fmt.Fprintf(&head, "[%d older messages left out: too long to summarise at once]\n", first)
+	}
+	return head.String() + strings.Join(lines[first:], "")
 }
