@@ -316,11 +316,11 @@ func (s *Service) delta(ctx context.Context, ev *repliesv1.ReplyEvent, text stri
 		if st.done || st.foreign {
 			return // the final answer was already sent (it wins), or goes over another replica's stream
 		}
-		acts := st.stream.Append(text)
-		if st.unsure != nil {
-			return // buffered for the final, which settles the unanswered send first
+		// While a stream update is unanswered the text is only buffered:
+		// the final settles that update first.
+		if acts := st.stream.Append(text); st.unsure == nil {
+			s.perform(ctx, ev, st, acts)
 		}
-		s.perform(ctx, ev, st, acts)
 		s.flushTools(ctx, ev.GetTurnId())
 	}
 }
