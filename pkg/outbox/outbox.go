@@ -520,7 +520,10 @@ WHERE state = ANY($1) ORDER BY updated_at DESC, id DESC LIMIT $2`, names, limit)
 
 // Requeue puts dead letters (the given ids, or all of them) back in the
 // queue: due now, attempts reset, a fresh TTL. It keeps the idempotency
-// key, so a message the platform did get is not posted again.
+// key, so a message the platform did get is not posted again while the
+// gateways still hold its receipt (a day by default); a dead letter
+// requeued later than that, after a timeout that may have delivered it,
+// can be posted twice.
 func (s *Store) Requeue(ctx context.Context, ids []int64, all bool, now time.Time, ttl time.Duration) (int, error) {
 	if len(ids) == 0 && !all {
 		return 0, nil
