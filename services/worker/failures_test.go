@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -27,12 +28,11 @@ func TestBrokenToolsBecomeFailedResults(t *testing.T) {
 		want string
 	}{
 		{"panics", func(<-chan struct{}) func(context.Context, tools.Call, json.RawMessage) (string, error) {
-			return func(context.Context, tools.Call, json.RawMessage) (string, error) {
-				var m map[string]int
-				m["boom"]++ // nil map: a panic
-				return "", nil
+			return func(_ context.Context, _ tools.Call, args json.RawMessage) (string, error) {
+				var v []int
+				return fmt.Sprint(v[len(args)]), nil // index out of range: a panic
 			}
-		}, "error: the tool crashed: assignment to entry in nil map"},
+		}, "error: the tool crashed: runtime error: index out of range [2] with length 0"},
 		{"hangs", func(release <-chan struct{}) func(context.Context, tools.Call, json.RawMessage) (string, error) {
 			return func(context.Context, tools.Call, json.RawMessage) (string, error) {
 				<-release // deaf to its context
