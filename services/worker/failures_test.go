@@ -307,3 +307,44 @@ func TestMalformedToolArgumentsDoNotRun(t *testing.T) {
 		t.Errorf("the tool ran %d times", n)
 	}
 }
+
+// /stop ends a running tool as it ends a model call; the tool's result
+// says it was cut short, and the transcript stays valid.
+func TestStopEndsARunningTool(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.setGeneration("s1", 1)
+	started, ended := make(chan struct{}), make(chan error, 1)
+	h.startWorker("w1", func(c *worker.Config, d *worker.Deps) {
+		c.Agent.ToolTimeout = 10 * time.Minute
+		d.Tools = []tools.Tool{{Name: "build", Description: "Build it.",
+			Run: func(ctx context.Context, _ tools.Call, _ json.RawMessage) (string, error) {
+				close(started)
+				<-ctx.Done()
+				ended <- ctx.Err()
+				return "", ctx.Err()
+			}}}
+	})
+	req := h.requestTurn("s1", `[[tool:build {}]] build it`, turnOpts{})
+	select {
+	case <-started:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the tool did not start")
+	}
+	h.control("s1", turnsv1.ControlAction_CONTROL_ACTION_STOP, "")
+	select {
+	case <-ended:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the stop did not reach the tool")
+	}
+	if c := h.waitCompleted(req.TurnId); c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_STOPPED {
+		t.Fatalf("status %v", c.GetStatus())
+	}
+	var result string
+	if err := h.db.QueryRow(context.Background(), `SELECT content FROM transcript_messages WHERE role = 'tool'`).Scan(&result); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(result, "Cut short") {
+		t.Errorf("tool result %q", result)
+	}
+}

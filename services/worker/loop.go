@@ -415,8 +415,11 @@ func (r *turnRun) stopFinal(ctx context.Context, ls *loopState, reason error) (f
 	ctx = context.WithoutCancel(ctx)
 	var skipped []store.Message
 	for _, tc := range pendingCalls(ls.turn) {
-		skipped = append(skipped, store.Message{Role: llm.RoleTool, ToolCallID: tc.ID, ToolName: tc.Name,
-			Content: "Not run: the user interrupted the request."})
+		text := "Not run: the user interrupted the request."
+		if tc.ID == r.toolRunning {
+			text = "Cut short: the user interrupted the request while it ran; it may have done part of its work."
+		}
+		skipped = append(skipped, store.Message{Role: llm.RoleTool, ToolCallID: tc.ID, ToolName: tc.Name, Content: text})
 	}
 	if len(skipped) > 0 {
 		if err := r.commit(ctx, ls, skipped...); err != nil {
@@ -555,10 +558,24 @@ func (r *turnRun) runTool(ctx context.Context, tc store.ToolCall) (result string
 	defer span.End()
 	tctx, cancel := context.WithTimeout(tctx, r.s.cfg.Agent.ToolTimeout)
 	defer cancel()
+	// A /stop, an interrupting message or the lock's loss ends the tool
+	// as it ends a model call (Hermes kills a running command likewise).
+	tctx, abort := context.WithCancelCause(tctx)
+	defer abort(nil)
+	if err := r.ctl.duringCall(abort); err != nil {
+		return "", false, err
+	}
+	r.toolRunning = tc.ID
 	out, terr := r.callTool(tctx, t, call, args)
+	_ = r.ctl.duringCall(nil)
 	if ctx.Err() != nil {
 		return "", false, ctx.Err()
 	}
+	if cause := context.Cause(tctx); errors.Is(cause, errStopped) || errors.Is(cause, errInterrupted) || errors.Is(cause, errLockLost) {
+		toolCalls.WithLabelValues(tc.Name, "interrupted").Inc()
+		return "", false, cause
+	}
+	r.toolRunning = ""
 	if terr != nil {
 		result := "failed"
 		if tctx.Err() != nil {

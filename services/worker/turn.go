@@ -72,7 +72,10 @@ type turnRun struct {
 	seqUsed atomic.Bool
 	// textStreamed: this attempt published a text delta.
 	textStreamed bool
-	usage        turnsv1.Usage
+	// toolRunning is the id of the tool call a stop cut short ("" when
+	// none was running).
+	toolRunning string
+	usage       turnsv1.Usage
 	// usageRecorded: the turn's final is stored, with the usage of the
 	// attempt that decided it (TurnCompleted.usage_recorded).
 	usageRecorded bool
