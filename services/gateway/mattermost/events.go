@@ -27,7 +27,9 @@ type frame struct {
 }
 
 // postedData is a "posted" event's data: the post is a JSON string of
-// its own; mentions, when present, a JSON string of user ids.
+// its own. Its "mentions" (a JSON string of user ids) is not read: the
+// server lists there everyone an @channel, @all or @here notified, so
+// it cannot tell a post addressed to the bot (see normalize).
 type postedData struct {
 	Post               string `json:"post"`
 	ChannelType        string `json:"channel_type"`
@@ -35,7 +37,6 @@ type postedData struct {
 	ChannelName        string `json:"channel_name"`
 	SenderName         string `json:"sender_name"`
 	TeamID             string `json:"team_id"`
-	Mentions           string `json:"mentions"`
 }
 
 // post is the part of a Mattermost post the gateway reads.
@@ -63,7 +64,6 @@ type posted struct {
 	ChannelType string
 	ChannelName string // the display name
 	SenderName  string // without the leading @
-	Mentions    []string
 }
 
 // parseFrame reads one websocket message.
@@ -91,14 +91,8 @@ func parsePosted(data json.RawMessage) (*posted, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := &posted{Post: p, ChannelType: d.ChannelType, ChannelName: d.ChannelDisplayName,
-		SenderName: strings.TrimPrefix(d.SenderName, "@")}
-	if d.Mentions != "" {
-		if err := json.Unmarshal([]byte(d.Mentions), &out.Mentions); err != nil {
-			return nil, fmt.Errorf("%w: mentions: %v", errMalformed, err)
-		}
-	}
-	return out, nil
+	return &posted{Post: p, ChannelType: d.ChannelType, ChannelName: d.ChannelDisplayName,
+		SenderName: strings.TrimPrefix(d.SenderName, "@")}, nil
 }
 
 // parsePost reads a post's JSON and checks the ids every post has.

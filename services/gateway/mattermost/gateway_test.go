@@ -152,6 +152,10 @@ func TestChannelRules(t *testing.T) {
 		t.Fatalf("event %v, want %s mentioning the bot by id", ev, byID)
 	}
 	g.f.Message(town, ann, "@hermesfan is not the bot")
+	// The server lists the bot among the mentioned of an @here (every
+	// member is); an announcement does not address the bot.
+	g.f.Message(town, bob, "@here standup in 5")
+	g.f.Message(town, bob, "@channel release is out")
 	g.none(t)
 
 	open := start(t, func(c *Config) { c.RequireMention = false }, platform.Options{})

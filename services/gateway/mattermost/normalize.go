@@ -4,7 +4,6 @@ import (
 	"mime"
 	"path"
 	"regexp"
-	"slices"
 	"strings"
 	"time"
 
@@ -91,7 +90,11 @@ func normalize(ev *posted, r rules) (*eventsv1.MessageReceived, skip) {
 	dm := kind == "dm"
 	mentioned := false
 	if !dm {
-		mentioned = slices.Contains(ev.Mentions, r.BotID) || mentions(text, r)
+		// The text names the bot, as Hermes reads a mention. The
+		// event's mentions list is not enough: an @channel, @all or
+		// @here puts every member there, the bot included, and the
+		// bot would answer every announcement.
+		mentioned = mentions(text, r)
 		if r.RequireMention && !r.Free[p.ChannelID] && !mentioned {
 			return nil, skipNotMention
 		}

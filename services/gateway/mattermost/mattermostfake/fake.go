@@ -356,8 +356,21 @@ func (f *Fake) broadcastPosted(p *Post) {
 	if ch.Type == "D" {
 		data["channel_display_name"] = "@" + f.users[p.UserID]
 	}
-	if mentionOf(f.botName).MatchString(p.Message) {
-		m, _ := json.Marshal([]string{f.botID})
+	// As the server does, the mentions list names the users a post
+	// notifies: the bot when it is @named, every member (the fake's
+	// users) for @channel, @all or @here.
+	var mentioned []string
+	if channelWide.MatchString(p.Message) {
+		for id := range f.users {
+			if id != p.UserID {
+				mentioned = append(mentioned, id)
+			}
+		}
+	} else if mentionOf(f.botName).MatchString(p.Message) {
+		mentioned = []string{f.botID}
+	}
+	if mentioned != nil {
+		m, _ := json.Marshal(mentioned)
 		data["mentions"] = string(m)
 	}
 	f.broadcast("posted", data, p.ChannelID)
@@ -393,6 +406,9 @@ func (f *Fake) putFile(name, mimeType string, data []byte) FileInfo {
 	f.files[info.ID] = file{info: info, data: slices.Clone(data)}
 	return info
 }
+
+// channelWide matches the mentions that notify a whole channel.
+var channelWide = regexp.MustCompile(`(?i)@(channel|all|here)($|[^a-z0-9_-])`)
 
 // mentionOf matches @name as the server reads a mention: the name ends
 // where a username character stops.
