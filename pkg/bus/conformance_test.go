@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -79,6 +80,7 @@ func runSuite(t *testing.T, url string) {
 		{"dependency outage retried in place", testUnavailableInPlace},
 		{"dependency outage past its bound counts", testUnavailableBound},
 		{"poison payload dead-lettered", testPoison},
+		{"a panicking handler dead-letters, the consumer lives on", testHandlerPanic},
 		{"work queue gives each turn to one consumer", testWorkQueue},
 		{"in-flight handler finishes on shutdown", testGracefulDrain},
 		{"a running consumer reports its backlog", testBacklogGauges},
@@ -444,6 +446,58 @@ func testPoison(t *testing.T, b *bus.Bus) {
 	}
 	if calls.Load() != 0 {
 		t.Fatal("handler saw an undecodable message")
+	}
+}
+
+// testHandlerPanic: a message whose handler panics is recovered, counted
+// and dead-lettered at once with reason "panic" (not redelivered into a
+// crash loop), and the same consumer goes on handling the next message.
+func testHandlerPanic(t *testing.T, b *bus.Bus) {
+	spec := turnsSpec(fmt.Sprintf("test-panic-%d", time.Now().UnixNano()))
+	var calls atomic.Int32
+	var handled atomic.Bool
+	c := bus.NewConsumer(b, spec, func(ctx context.Context, m *turnsv1.TurnRequested) error {
+		calls.Add(1)
+		if id := m.GetTurnId(); id == "boom" {
+			var v []int
+			_ = v[len(id)] // index out of range: a real runtime panic
+		}
+		handled.Store(true)
+		return nil
+	})
+	start(t, c)
+	publishTurn(t, b, "boom")
+	eventually(t, "dead letter", func() bool { return len(deadLetters(t, b)) == 1 })
+	dl := deadLetters(t, b)[0]
+	for h, want := range map[string]string{
+		"Sb-Dead-Reason":   "panic",
+		"Sb-Dead-Msg-Id":   "turn:boom",
+		"Sb-Dead-Attempts": "1",
+		"Sb-Dead-Consumer": spec.Durable,
+	} {
+		if got := dl.Header.Get(h); got != want {
+			t.Errorf("%s = %q, want %q", h, got, want)
+		}
+	}
+	if got := dl.Header.Get("Sb-Dead-Error"); !strings.Contains(got, "index out of range [4] with length 0") {
+		t.Errorf("Sb-Dead-Error = %q, want the panic's value", got)
+	}
+	var m turnsv1.TurnRequested
+	if err := proto.Unmarshal(dl.Data, &m); err != nil || m.GetTurnId() != "boom" {
+		t.Errorf("dead letter lost the payload: %v %q", err, m.GetTurnId())
+	}
+	labels := map[string]string{"consumer": spec.Durable}
+	if got := telemetrytest.Value(t, "switchboard_bus_handler_panics_total", labels); got != 1 {
+		t.Errorf("panics counted %v, want 1", got)
+	}
+	if got := telemetrytest.Value(t, "switchboard_bus_terminated_total", map[string]string{"consumer": spec.Durable, "reason": "panic"}); got != 1 {
+		t.Errorf("terminated{reason=panic} = %v, want 1", got)
+	}
+	publishTurn(t, b, "after")
+	eventually(t, "the next message handled by the same consumer", handled.Load)
+	eventually(t, "work queue emptied", func() bool { return streamMsgs(t, b, bus.StreamTurns) == 0 })
+	if n := calls.Load(); n != 2 {
+		t.Fatalf("handler ran %d times, want 2 (the panicking message once)", n)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"runtime/debug"
 	"strconv"
 	"sync"
 	"time"
@@ -25,6 +26,16 @@ var ErrPermanent = errors.New("permanent failure")
 
 // Permanent wraps err so the consumer dead-letters the message at once.
 func Permanent(err error) error { return fmt.Errorf("%w: %w", ErrPermanent, err) }
+
+// ErrPanicked is the error of a handler that panicked. The consumer
+// recovers the panic, logs it with its stack and dead-letters the message
+// at once (reason "panic"): a message that makes its handler panic would
+// otherwise kill the process, be redelivered to the next one and kill it
+// too, a crash loop. Retrying it with backoff would mostly repeat the
+// same panic while holding up a strictly ordered consumer (router inbound,
+// MaxAckPending 1) for minutes; the copy in DEADLETTER keeps it for an
+// operator. A panic in a goroutine the handler started is not recovered.
+var ErrPanicked = errors.New("handler panicked")
 
 // retryAfterError asks for a specific redelivery delay.
 type retryAfterError struct {
@@ -387,7 +398,7 @@ func (c *Consumer[T, P]) handle(stopping, ctx context.Context, msg jetstream.Msg
 	}
 
 	stop := c.keepAlive(msg)
-	err := c.h(ctx, P(&v))
+	err := c.call(ctx, d, P(&v))
 	err = c.whileUnavailable(stopping, ctx, d, msg, err)
 	stop()
 	handleSeconds.WithLabelValues(c.spec.Durable).Observe(time.Since(start).Seconds())
@@ -399,6 +410,9 @@ func (c *Consumer[T, P]) handle(stopping, ctx context.Context, msg jetstream.Msg
 			c.log.Warn("ack failed; message will be redelivered", "msg_id", d.MsgID, "err", aerr)
 		}
 		handled.WithLabelValues(c.spec.Durable, "ack").Inc()
+	case errors.Is(err, ErrPanicked):
+		span.SetStatus(codes.Error, err.Error())
+		c.deadLetter(context.WithoutCancel(ctx), msg, d, "panic", err)
 	case errors.Is(err, ErrPermanent):
 		span.SetStatus(codes.Error, err.Error())
 		c.deadLetter(ctx, msg, d, "permanent", err)
@@ -521,9 +535,24 @@ func (c *Consumer[T, P]) whileUnavailable(stopping, ctx context.Context, d *Deli
 		if derr := proto.Unmarshal(msg.Data(), P(&v)); derr != nil {
 			return err // decoded once already; cannot happen
 		}
-		err = c.h(ctx, P(&v))
+		err = c.call(ctx, d, P(&v))
 	}
 	return err
+}
+
+// call runs the handler, turning its panic into an ErrPanicked error,
+// logged with the stack and the message's subject and stream sequence
+// and counted in switchboard_bus_handler_panics_total.
+func (c *Consumer[T, P]) call(ctx context.Context, d *Delivery, v P) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			handlerPanics.WithLabelValues(c.spec.Durable).Inc()
+			c.log.Error("handler panicked", "subject", d.Subject, "stream_seq", d.StreamSeq,
+				"msg_id", d.MsgID, "attempt", d.Attempt, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+			err = fmt.Errorf("%w: %v", ErrPanicked, p)
+		}
+	}()
+	return c.h(ctx, v)
 }
 
 // keepAlive signals in-progress every AckWait/3 while a handler runs.

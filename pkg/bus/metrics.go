@@ -38,6 +38,10 @@ var (
 		Name: "switchboard_bus_terminated_total",
 		Help: "Messages a consumer gave up on and dead-lettered, by reason.",
 	}, []string{"consumer", "reason"})
+	handlerPanics = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "switchboard_bus_handler_panics_total",
+		Help: "Handler panics a consumer recovered; each message is dead-lettered with reason \"panic\".",
+	}, []string{"consumer"})
 	unavailableRetries = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "switchboard_bus_unavailable_retries_total",
 		Help: "In-place handler retries while a dependency was unavailable (no delivery attempt used).",
