@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -205,6 +206,54 @@ func TestRateLimitedHonoursRetryAfter(t *testing.T) {
 	}
 	if len(posted) != 1 {
 		t.Fatalf("posted %d", len(posted))
+	}
+}
+
+// Rows one 429 stopped together (a bot-wide limit) do not all come back
+// in the same instant: each waits the retry-after, as a lower bound, plus
+// a random part of up to half of it.
+func TestRateLimitedRetriesAreSpreadOut(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.gw.setBehaviour(func(_ *deliveryv1.SendRequested, try int) behaviour {
+		if try == 1 {
+			return behaviour{fail: &deliveryv1.SendReceipt{ErrorClass: deliveryv1.ErrorClass_ERROR_CLASS_RATE_LIMITED, Error: "Too Many Requests", RetryAfterMs: 2000}}
+		}
+		return behaviour{}
+	})
+	e.start(t, testConfig(), "a")
+	const chats = 12
+	for i := range chats {
+		e.publish(t, event(fmt.Sprint("t", i), 1, fmt.Sprint("s", i), final("hello")))
+	}
+	// next_attempt_at − updated_at is the delay each retry was given (both
+	// are set from the same instant).
+	var delays []time.Duration
+	eventually(t, e.clock, 0, "every first attempt recorded", func() bool {
+		rows, err := e.db.Query(context.Background(), `SELECT (extract(epoch FROM next_attempt_at - updated_at) * 1e6)::bigint
+FROM delivery_outbox WHERE state = 'queued' AND attempts = 1`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		us, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err != nil {
+			t.Fatal(err)
+		}
+		delays = delays[:0]
+		for _, u := range us {
+			delays = append(delays, time.Duration(u)*time.Microsecond)
+		}
+		return len(delays) == chats
+	})
+	distinct := map[time.Duration]bool{}
+	for _, d := range delays {
+		if d < 2*time.Second || d > 3*time.Second {
+			t.Fatalf("a retry after %v, want within 2s (the retry-after) to 3s: %v", d, delays)
+		}
+		distinct[d] = true
+	}
+	if len(distinct) < chats/2 {
+		t.Fatalf("%d rows retry at %d distinct delays, want them spread: %v", chats, len(distinct), delays)
 	}
 }
 

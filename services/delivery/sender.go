@@ -237,6 +237,8 @@ func (s *Service) classify(ctx context.Context, l warner, r outbox.Row, rec *del
 		d := time.Duration(rec.GetRetryAfterMs()) * time.Millisecond
 		if d <= 0 {
 			d = s.backoff(r.Attempts)
+		} else {
+			d = afterRetryAfter(d)
 		}
 		s.retry(ctx, l, r, "rate_limited", "rate limited: "+rec.GetError(), d, nil)
 	case deliveryv1.ErrorClass_ERROR_CLASS_PERMANENT:
@@ -255,6 +257,8 @@ func (s *Service) classify(ctx context.Context, l warner, r outbox.Row, rec *del
 		d := time.Duration(rec.GetRetryAfterMs()) * time.Millisecond
 		if d <= 0 {
 			d = s.backoff(r.Attempts)
+		} else {
+			d = afterRetryAfter(d)
 		}
 		s.retry(ctx, l, r, "retry", rec.GetError(), d, nil)
 	}
@@ -349,4 +353,21 @@ func (s *Service) backoff(attempt int) time.Duration {
 	}
 	d = min(d, s.cfg.RetryMax)
 	return d/2 + time.Duration(rand.Int64N(int64(d/2)+1))
+}
+
+// Bounds of the jitter added to a gateway's retry-after.
+const (
+	retryAfterJitterMin = 500 * time.Millisecond
+	retryAfterJitterMax = 30 * time.Second
+)
+
+// afterRetryAfter is when to try again after a gateway said "not before
+// d" (a platform's Retry-After, or a key still being sent): d, which is
+// honoured as a lower bound, plus a random part of up to half of d (at
+// least 0.5 s, at most 30 s), so that the many rows one 429 stopped
+// (a bot-wide or global limit) do not all come back in the same instant
+// and trip it again in lockstep.
+func afterRetryAfter(d time.Duration) time.Duration {
+	spread := min(max(d/2, retryAfterJitterMin), retryAfterJitterMax)
+	return d + time.Duration(rand.Int64N(int64(spread)+1))
 }
