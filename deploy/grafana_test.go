@@ -2,6 +2,7 @@ package deploy
 
 import (
 	"encoding/json"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -11,7 +12,10 @@ import (
 )
 
 var (
-	metricDecl = regexp.MustCompile(`Name:\s*"(switchboard_[a-z0-9_]+)"`)
+	// metricDecl matches a prometheus.*Opts literal's name and, for a
+	// *Vec, the label names that follow the literal (the literal may hold
+	// one level of braces: Buckets: []float64{…}).
+	metricDecl = regexp.MustCompile(`Name:\s*"(switchboard_[a-z0-9_]+)"(?:[^{}]|\{[^{}]*\})*\}(?:,\s*\[\]string\{([^}]*)\})?`)
 	metricUse  = regexp.MustCompile(`\bswitchboard_[a-z0-9_]+`)
 )
 
@@ -19,6 +23,17 @@ var (
 func declaredMetrics(t *testing.T) map[string]bool {
 	t.Helper()
 	names := map[string]bool{}
+	for n := range declaredMetricLabels(t) {
+		names[n] = true
+	}
+	return names
+}
+
+// declaredMetricLabels scans the module's Go code for metric names and
+// the label names each is declared with.
+func declaredMetricLabels(t *testing.T) map[string][]string {
+	t.Helper()
+	names := map[string][]string{}
 	err := filepath.WalkDir(root(t), func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -34,7 +49,13 @@ func declaredMetrics(t *testing.T) map[string]bool {
 			return err
 		}
 		for _, m := range metricDecl.FindAllSubmatch(b, -1) {
-			names[string(m[1])] = true
+			var labels []string
+			for _, l := range strings.Split(string(m[2]), ",") {
+				if l = strings.Trim(strings.TrimSpace(l), `"`); l != "" {
+					labels = append(labels, l)
+				}
+			}
+			names[string(m[1])] = labels
 		}
 		return nil
 	})
@@ -167,5 +188,172 @@ func TestDocumentedMetricsAreExported(t *testing.T) {
 				t.Errorf("%s names %s, which no code declares", doc, m)
 			}
 		}
+	}
+}
+
+// targetLabels are the labels Prometheus adds to every series it scrapes
+// through the ServiceMonitor (deploy/k8s/base/servicemonitor.yaml).
+var targetLabels = []string{"namespace", "pod", "instance", "job", "service", "endpoint", "container", "app_kubernetes_io_component"}
+
+var (
+	// selectorUse is a metric name and the matchers or label list in
+	// braces right after it.
+	selectorUse = regexp.MustCompile(`\b(switchboard_[a-z0-9_]+)\{([^}]*)\}`)
+	// groupingUse is a by or without clause.
+	groupingUse = regexp.MustCompile(`\b(?:by|without)\s*\(([^)]*)\)`)
+	matcherName = regexp.MustCompile(`^\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*(?:=~|!~|!=|=|$)`)
+)
+
+// labelsOf is the label set a series of metric m (a declared name or a
+// histogram's _bucket, _sum or _count) can carry once scraped.
+func labelsOf(m string, declared map[string][]string) (map[string]bool, bool) {
+	base := m
+	if _, ok := declared[m]; !ok {
+		for _, s := range []string{"_bucket", "_sum", "_count"} {
+			if b, ok := strings.CutSuffix(m, s); ok {
+				base = b
+				break
+			}
+		}
+	}
+	labels, ok := declared[base]
+	if !ok {
+		return nil, false
+	}
+	set := map[string]bool{}
+	for _, l := range append(append([]string{}, labels...), targetLabels...) {
+		set[l] = true
+	}
+	if strings.HasSuffix(m, "_bucket") && base != m {
+		set["le"] = true
+	}
+	return set, true
+}
+
+// labelErrors checks that every label a PromQL expression (or a
+// metric{label,…} mention in the docs) selects on or groups by exists
+// on the metrics it names: a matcher on a label the code never sets
+// selects nothing, so a panel stays empty and an alert never fires.
+func labelErrors(expr string, declared map[string][]string) []string {
+	var errs []string
+	union := map[string]bool{}
+	names := 0
+	for _, m := range metricUse.FindAllString(expr, -1) {
+		if set, ok := labelsOf(m, declared); ok {
+			names++
+			for l := range set {
+				union[l] = true
+			}
+		}
+	}
+	for _, sel := range selectorUse.FindAllStringSubmatch(expr, -1) {
+		set, ok := labelsOf(sel[1], declared)
+		if !ok {
+			continue // unknown names are reported by the name checks
+		}
+		for _, part := range strings.Split(sel[2], ",") {
+			if strings.TrimSpace(part) == "" {
+				continue
+			}
+			mn := matcherName.FindStringSubmatch(part)
+			if mn == nil {
+				errs = append(errs, fmt.Sprintf("%s{%s}: cannot read matcher %q", sel[1], sel[2], part))
+				continue
+			}
+			if !set[mn[1]] {
+				errs = append(errs, fmt.Sprintf("%s has no label %q", sel[1], mn[1]))
+			}
+		}
+	}
+	// Only expressions over switchboard metrics alone are checked for
+	// grouping: others (kube-state-metrics, up) have labels of their own.
+	if names == 0 || len(metricUse.FindAllString(expr, -1)) != names || otherMetric.MatchString(expr) {
+		return errs
+	}
+	for _, g := range groupingUse.FindAllStringSubmatch(expr, -1) {
+		for _, l := range strings.Split(g[1], ",") {
+			if l = strings.TrimSpace(l); l != "" && !union[l] {
+				errs = append(errs, fmt.Sprintf("groups by %q, which none of its metrics has", l))
+			}
+		}
+	}
+	return errs
+}
+
+// otherMetric matches the metrics of other exporters an expression may
+// mix in.
+var otherMetric = regexp.MustCompile(`\b(?:up|kube_[a-z_]+|jetstream_[a-z_]+|go_[a-z_]+)\b`)
+
+func TestMetricLabels(t *testing.T) {
+	t.Parallel()
+	declared := declaredMetricLabels(t)
+	if got := declared["switchboard_bus_handled_total"]; strings.Join(got, ",") != "consumer,outcome" {
+		t.Fatalf("switchboard_bus_handled_total labels %v: is the scan broken?", got)
+	}
+	if got, ok := declared["switchboard_api_runs_refused_total"]; !ok || len(got) != 0 {
+		t.Fatalf("switchboard_api_runs_refused_total labels %v (declared %v): is the scan broken?", got, ok)
+	}
+	t.Run("dashboard", func(t *testing.T) {
+		b, err := os.ReadFile(filepath.Join(root(t), "deploy/grafana/switchboard.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var d dashboard
+		if err := json.Unmarshal(b, &d); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range d.Panels {
+			for _, tg := range p.Targets {
+				for _, e := range labelErrors(tg.Expr, declared) {
+					t.Errorf("panel %q %s: %s", p.Title, tg.RefID, e)
+				}
+			}
+		}
+	})
+	for _, doc := range []string{"docs/operations.md", "README.md", "docs/architecture.md", "docs/reliability.md", "docs/gateways.md", "docs/chat-gateways.md", "docs/performance.md"} {
+		t.Run(doc, func(t *testing.T) {
+			b, err := os.ReadFile(filepath.Join(root(t), doc))
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Code spans: the odd pieces between backticks.
+			for i, span := range strings.Split(string(b), "`") {
+				if i%2 == 0 || !strings.Contains(span, "switchboard_") {
+					continue
+				}
+				for _, e := range labelErrors(span, declared) {
+					t.Errorf("`%s`: %s", span, e)
+				}
+			}
+		})
+	}
+}
+
+func TestLabelErrors(t *testing.T) {
+	t.Parallel()
+	declared := map[string][]string{
+		"switchboard_x_total":   {"platform", "result"},
+		"switchboard_x_seconds": {"platform"},
+	}
+	tests := []struct {
+		expr string
+		want int
+	}{
+		{`sum by (platform) (rate(switchboard_x_total{result!="ok", namespace=~"$ns"}[5m]))`, 0},
+		{`switchboard_x_total{platform,result}`, 0},
+		{`histogram_quantile(0.99, sum by (platform, le) (rate(switchboard_x_seconds_bucket[5m])))`, 0},
+		{`sum by (le) (rate(switchboard_x_seconds_sum[5m]))`, 1},
+		{`switchboard_x_total{reason="bad"}`, 1},
+		{`sum by (namespace, route) (increase(switchboard_x_total[15m]))`, 1},
+		{`switchboard_x_total{provider}`, 1},
+		{`kube_deployment_status_replicas_available{deployment="x"} unless on (deployment) switchboard_x_total`, 0},
+		{`switchboard_unknown_total{anything="1"}`, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.expr, func(t *testing.T) {
+			if got := labelErrors(tt.expr, declared); len(got) != tt.want {
+				t.Errorf("got %d errors %q, want %d", len(got), got, tt.want)
+			}
+		})
 	}
 }
