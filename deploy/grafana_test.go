@@ -132,7 +132,17 @@ func TestGrafanaDashboard(t *testing.T) {
 			t.Errorf("dashboard does not chart %s", want)
 		}
 	}
+	// Every gateway's refused calls and skipped events are charted, so a
+	// new gateway's are not forgotten (the admin API's failures and the
+	// retention's skips are not a gateway's).
+	for m := range declared {
+		if gatewayRefusedOrSkipped.MatchString(m) && m != "switchboard_admin_auth_failures_total" && !used[m] {
+			t.Errorf("dashboard does not chart %s (panels \"Webhook calls refused\", \"Refused share\" or \"Events skipped\")", m)
+		}
+	}
 }
+
+var gatewayRefusedOrSkipped = regexp.MustCompile(`^switchboard_(?:[a-z]+_(?:signature|auth)_failures|[a-z]+_[a-z]+_skipped)_total$`)
 
 // baseMetric strips histogram suffixes unless the name is declared as is.
 func baseMetric(m string, declared map[string]bool) string {
