@@ -77,8 +77,27 @@ type reactions struct {
 // reaction is the steps to take, in order, on each of a turn's messages.
 type reaction struct {
 	target *deliveryv1.Target
+	turn   string
 	ids    []string
 	steps  []step
+}
+
+type reactionTurnKey struct{}
+
+// ReactionTurn returns the turn a React or Unreact call made with ctx
+// marks ("" when the request named none). A platform whose reaction
+// calls are idempotent by a client-chosen id (Matrix's transaction ids)
+// derives it from the turn, so that the same turn marking a message
+// twice (a repeated final, another replica's typing request) makes one
+// reaction, and a later turn marking it again makes a new one.
+func ReactionTurn(ctx context.Context) string {
+	t, _ := ctx.Value(reactionTurnKey{}).(string)
+	return t
+}
+
+// WithReactionTurn returns ctx for the reaction calls of turn.
+func WithReactionTurn(ctx context.Context, turn string) context.Context {
+	return context.WithValue(ctx, reactionTurnKey{}, turn)
 }
 
 type step struct {
@@ -220,6 +239,7 @@ func (rs *reactions) outcome(errorCode string) []step {
 // enqueue hands job to the worker of turn (or of its first message),
 // without waiting: when that worker is behind, the job is dropped.
 func (rs *reactions) enqueue(turn string, job reaction) {
+	job.turn = turn
 	key := turn
 	if key == "" {
 		key = job.ids[0]
@@ -253,7 +273,7 @@ func (rs *reactions) do(ctx context.Context, job reaction) {
 				reactionsTotal.WithLabelValues(rs.name, op, "canceled").Inc()
 				return
 			}
-			cctx, cancel := context.WithTimeout(ctx, reactionTimeout)
+			cctx, cancel := context.WithTimeout(WithReactionTurn(ctx, job.turn), reactionTimeout)
 			var err error
 			if s.add {
 				err = rs.p.React(cctx, job.target, id, s.emoji)

@@ -203,3 +203,52 @@ func TestStoppingGatewayWaitsBrieflyForReactions(t *testing.T) {
 		t.Fatalf("stopping took %v", d)
 	}
 }
+
+// turnReactor records the turn each reaction call is made for.
+type turnReactor struct {
+	*platformtest.Memory
+	turns chan string
+}
+
+func (r turnReactor) React(ctx context.Context, t *deliveryv1.Target, messageID, emoji string) error {
+	r.turns <- "react " + emoji + " " + platform.ReactionTurn(ctx)
+	return r.Memory.React(ctx, t, messageID, emoji)
+}
+
+func (r turnReactor) Unreact(ctx context.Context, t *deliveryv1.Target, messageID, emoji string) error {
+	r.turns <- "unreact " + emoji + " " + platform.ReactionTurn(ctx)
+	return r.Memory.Unreact(ctx, t, messageID, emoji)
+}
+
+// TestReactionCallsNameTheirTurn: each React and Unreact call carries the
+// turn it marks (ReactionTurn), so platforms can make a turn's reaction
+// idempotent without confusing it with a later turn's.
+func TestReactionCallsNameTheirTurn(t *testing.T) {
+	t.Parallel()
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	m := platformtest.NewMemory("bot-react-turn", false)
+	m.SetReactions(platform.Reactions{Processing: "👀", Success: "✅", Failure: "❌"})
+	p := turnReactor{Memory: m, turns: make(chan string, 16)}
+	r, ctx := runRunner(t, p, b)
+	for _, tc := range []struct {
+		turn string
+		op   deliveryv1.SendOp
+		want []string
+	}{
+		{"turn-a", deliveryv1.SendOp_SEND_OP_TYPING, []string{"react 👀 turn-a"}},
+		{"turn-a", deliveryv1.SendOp_SEND_OP_SEND, []string{"unreact 👀 turn-a", "react ✅ turn-a"}},
+		{"turn-b", deliveryv1.SendOp_SEND_OP_TYPING, []string{"react 👀 turn-b"}},
+	} {
+		req := &deliveryv1.SendRequested{Op: tc.op, TurnId: tc.turn, InputMessageIds: []string{"m1"}, Text: "answer",
+			Final: tc.op == deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: tc.turn + ":" + tc.op.String(),
+			Target: &deliveryv1.Target{Platform: "memory", ChatId: "chat", ReplyToMessageId: "m1"}}
+		if rec := r.Execute(ctx, req); !rec.GetOk() {
+			t.Fatalf("%s %s: receipt %+v", tc.turn, tc.op, rec)
+		}
+		for _, w := range tc.want {
+			if got := <-p.turns; got != w {
+				t.Fatalf("%s %s: reaction call %q, want %q", tc.turn, tc.op, got, w)
+			}
+		}
+	}
+}

@@ -40,6 +40,26 @@ func roomOf(t *deliveryv1.Target) (id.RoomID, error) {
 	return rid, nil
 }
 
+// Transaction ids. Every PUT /send/{type}/{txnId} and
+// /redact/{eventId}/{txnId} names one that is the same on a retry of the
+// same logical operation, so the homeserver (which keeps a token's
+// transaction ids for a day: Synapse) answers the event it made the first
+// time instead of making another, and differs between operations, so
+// that one is never taken for another and silently skipped:
+//
+//   - Send, Edit: the delivery's idempotency key, with the part (each
+//     attachment, the text, the edit). A request without a key gets a
+//     fresh id from mautrix per call: it is not safe to retry.
+//   - React: the message, the emoji and the turn that marks it
+//     (platform.ReactionTurn): the same turn marking the message again
+//     (a repeated final, another replica) makes one reaction; a later
+//     turn's, after the first was taken off, is a new one.
+//   - Redactions (Delete, Unreact): the event redacted. Redacting one
+//     event twice is one operation, whoever asks.
+//
+// Hermes (mautrix-python) leaves the ids to the library, a new one per
+// call, so a retried send can post twice; we differ on purpose.
+
 // txnID turns an idempotency key into a transaction id: a send retried
 // with its key reuses it, and the homeserver answers the event it made
 // the first time instead of posting again.
@@ -49,6 +69,17 @@ func txnID(key, part string) string {
 	}
 	sum := sha256.Sum256([]byte(key + "\x00" + part))
 	return "sb" + hex.EncodeToString(sum[:16])
+}
+
+// reactTxn is the transaction id of the bot's reaction emoji on msg for
+// turn ("" for a reaction outside a turn: one per message and emoji).
+func reactTxn(rid id.RoomID, msg, emoji, turn string) string {
+	return txnID(reactionKey(rid, msg, emoji)+"|"+turn, "react")
+}
+
+// redactTxn is the transaction id of the redaction of event eid.
+func redactTxn(rid id.RoomID, eid id.EventID) string {
+	return txnID(rid.String()+"|"+eid.String(), "redact")
 }
 
 // markdown renders the agent's Markdown as mautrix's RenderMarkdown
@@ -169,7 +200,8 @@ func (p *Platform) Delete(ctx context.Context, req *deliveryv1.SendRequested) er
 	if req.GetMessageId() == "" {
 		return platform.Permanent(errors.New("matrix: delete without a message id"))
 	}
-	_, err = p.cli.RedactEvent(ctx, rid, id.EventID(req.GetMessageId()), mautrix.ReqRedact{TxnID: txnID(req.GetIdempotencyKey(), "redact")})
+	eid := id.EventID(req.GetMessageId())
+	_, err = p.cli.RedactEvent(ctx, rid, eid, mautrix.ReqRedact{TxnID: redactTxn(rid, eid)})
 	return classify(err)
 }
 
@@ -200,14 +232,24 @@ func reactionKey(rid id.RoomID, msg, emoji string) string {
 	return rid.String() + "|" + msg + "|" + emoji
 }
 
-// React annotates a message with an emoji (m.reaction).
+// errDuplicateAnnotation is Synapse's answer to a second live reaction
+// with the same emoji from the same sender.
+const errDuplicateAnnotation = "M_DUPLICATE_ANNOTATION"
+
+// React annotates a message with an emoji (m.reaction). One the message
+// already has from the bot (M_DUPLICATE_ANNOTATION) is no error.
 func (p *Platform) React(ctx context.Context, t *deliveryv1.Target, messageID, emoji string) error {
 	rid, err := roomOf(t)
 	if err != nil {
 		return err
 	}
 	c := event.ReactionEventContent{RelatesTo: event.RelatesTo{Type: event.RelAnnotation, EventID: id.EventID(messageID), Key: emoji}}
-	resp, err := p.cli.SendMessageEvent(ctx, rid, event.EventReaction, &c, mautrix.ReqSendEvent{TransactionID: txnID(reactionKey(rid, messageID, emoji), "react")})
+	txn := reactTxn(rid, messageID, emoji, platform.ReactionTurn(ctx))
+	resp, err := p.cli.SendMessageEvent(ctx, rid, event.EventReaction, &c, mautrix.ReqSendEvent{TransactionID: txn})
+	var he mautrix.HTTPError
+	if errors.As(err, &he) && he.RespError != nil && he.RespError.ErrCode == errDuplicateAnnotation {
+		return nil // Unreact finds its event id among the relations
+	}
 	if err != nil {
 		return classify(err)
 	}
@@ -236,7 +278,7 @@ func (p *Platform) Unreact(ctx context.Context, t *deliveryv1.Target, messageID,
 			return err
 		}
 	}
-	_, err = p.cli.RedactEvent(ctx, rid, eid, mautrix.ReqRedact{TxnID: txnID(k, "unreact")})
+	_, err = p.cli.RedactEvent(ctx, rid, eid, mautrix.ReqRedact{TxnID: redactTxn(rid, eid)})
 	return classify(err)
 }
 

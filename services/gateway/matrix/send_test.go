@@ -1,10 +1,16 @@
 package matrix
 
 import (
+	"context"
+	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+	"github.com/switchboard-chat/switchboard/pkg/platform"
+	"github.com/switchboard-chat/switchboard/services/gateway/matrix/matrixfake"
 )
 
 // The formatted body is safe to show: raw HTML in the model's text is
@@ -41,6 +47,154 @@ func TestContentSanitised(t *testing.T) {
 					t.Errorf("formatted_body %q has %q", c.FormattedBody, n)
 				}
 			}
+		})
+	}
+}
+
+// signedIn is a platform signed in to a fresh fake homeserver with the
+// test rooms.
+func signedIn(t *testing.T) (*Platform, *matrixfake.Fake) {
+	t.Helper()
+	f := matrixfake.New(bot, token)
+	t.Cleanup(f.Close)
+	fakeRooms(f)
+	p, err := NewPlatform(testConfig(f), slog.New(slog.DiscardHandler), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.SignIn(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return p, f
+}
+
+// Every PUT that makes an event names a transaction id that is the same
+// when the same operation is tried again after its answer was lost (the
+// homeserver answers the first event, nothing is doubled) and differs
+// between operations (none is taken for an earlier one and skipped).
+func TestTransactionIDs(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	target := &deliveryv1.Target{Platform: "matrix", Account: bot, ChatId: dmRm}
+	turn := func(id string) context.Context { return platform.WithReactionTurn(ctx, id) }
+	for _, tc := range []struct {
+		name string
+		run  func(t *testing.T, p *Platform, f *matrixfake.Fake, msg string)
+	}{
+		{"a send retried after a lost answer posts once", func(t *testing.T, p *Platform, f *matrixfake.Fake, _ string) {
+			req := &deliveryv1.SendRequested{IdempotencyKey: "turn-1:0", Target: target, Text: "hello",
+				Attachments: []*eventsv1.Attachment{{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT, Location: &eventsv1.Attachment_Url{Url: "data:text/plain;base64,eA=="}, FileName: "a.txt"}}}
+			f.LoseNextAnswers("send", 2)
+			if _, err := p.Send(ctx, req); err == nil {
+				t.Fatal("a lost answer was taken for a send")
+			}
+			if _, err := p.Send(ctx, req); err == nil {
+				t.Fatal("a lost answer was taken for a send")
+			}
+			if _, err := p.Send(ctx, req); err != nil {
+				t.Fatal(err)
+			}
+			if got := f.Sent(dmRm); len(got) != 2 || got[0].MsgType != "m.file" || got[1].Body != "hello" {
+				t.Fatalf("sent %+v, want the file and the text once each", got)
+			}
+		}},
+		{"two edits of one message under their own keys both show", func(t *testing.T, p *Platform, f *matrixfake.Fake, _ string) {
+			sent, err := p.Send(ctx, &deliveryv1.SendRequested{IdempotencyKey: "turn-1:0", Target: target, Text: "a"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, text := range []string{"ab", "abc"} {
+				edit := &deliveryv1.SendRequested{IdempotencyKey: fmt.Sprintf("turn-1:%d:s0", i+1), Target: target, Text: text, MessageId: sent}
+				f.LoseNextAnswers("send", 1)
+				if err := p.Edit(ctx, edit); err == nil {
+					t.Fatal("a lost answer was taken for an edit")
+				}
+				if err := p.Edit(ctx, edit); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got := f.Sent(dmRm); len(got) != 1 || got[0].Body != "abc" || got[0].Edits != 2 {
+				t.Fatalf("sent %+v, want one message edited twice to abc", got)
+			}
+		}},
+		{"a delete retried after a lost answer redacts once", func(t *testing.T, p *Platform, f *matrixfake.Fake, _ string) {
+			sent, err := p.Send(ctx, &deliveryv1.SendRequested{IdempotencyKey: "turn-1:0", Target: target, Text: "a"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			del := &deliveryv1.SendRequested{IdempotencyKey: "turn-1:1", Target: target, MessageId: sent}
+			f.LoseNextAnswers("redact", 1)
+			if err := p.Delete(ctx, del); err == nil {
+				t.Fatal("a lost answer was taken for a redaction")
+			}
+			if err := p.Delete(ctx, del); err != nil {
+				t.Fatal(err)
+			}
+			if n := f.Redactions(dmRm, sent); n != 1 || len(f.Sent(dmRm)) != 0 {
+				t.Fatalf("%d redactions, %d messages left; want 1 and 0", n, len(f.Sent(dmRm)))
+			}
+		}},
+		{"a turn's reaction retried after a lost answer is made once", func(t *testing.T, p *Platform, f *matrixfake.Fake, msg string) {
+			f.LoseNextAnswers("send", 1)
+			if err := p.React(turn("t1"), target, msg, "👀"); err == nil {
+				t.Fatal("a lost answer was taken for a reaction")
+			}
+			if err := p.React(turn("t1"), target, msg, "👀"); err != nil {
+				t.Fatal(err)
+			}
+			if n := f.ReactionEvents(dmRm, msg); n != 1 {
+				t.Fatalf("%d reaction events, want 1", n)
+			}
+		}},
+		{"an unreact retried after a lost answer redacts once", func(t *testing.T, p *Platform, f *matrixfake.Fake, msg string) {
+			if err := p.React(turn("t1"), target, msg, "👀"); err != nil {
+				t.Fatal(err)
+			}
+			f.LoseNextAnswers("redact", 1)
+			if err := p.Unreact(turn("t1"), target, msg, "👀"); err == nil {
+				t.Fatal("a lost answer was taken for a redaction")
+			}
+			if err := p.Unreact(turn("t1"), target, msg, "👀"); err != nil {
+				t.Fatal(err)
+			}
+			if got := f.Reactions(dmRm, msg); len(got) != 0 {
+				t.Fatalf("reactions %q left", got)
+			}
+		}},
+		{"a later turn's reaction after the first was taken off shows", func(t *testing.T, p *Platform, f *matrixfake.Fake, msg string) {
+			for _, tn := range []string{"t1", "t2"} {
+				if err := p.React(turn(tn), target, msg, "👀"); err != nil {
+					t.Fatal(err)
+				}
+				if got := f.Reactions(dmRm, msg); len(got) != 1 || got[0] != "👀" {
+					t.Fatalf("%s: reactions %q, want 👀", tn, got)
+				}
+				if err := p.Unreact(turn(tn), target, msg, "👀"); err != nil {
+					t.Fatal(err)
+				}
+				if got := f.Reactions(dmRm, msg); len(got) != 0 {
+					t.Fatalf("%s: reactions %q left", tn, got)
+				}
+			}
+			if n := f.ReactionEvents(dmRm, msg); n != 2 {
+				t.Fatalf("%d reaction events, want 2", n)
+			}
+		}},
+		{"a reaction the message has is no error", func(t *testing.T, p *Platform, f *matrixfake.Fake, msg string) {
+			for _, tn := range []string{"t1", "t2"} {
+				if err := p.React(turn(tn), target, msg, "✅"); err != nil {
+					t.Fatalf("%s: %v", tn, err)
+				}
+			}
+			if got := f.Reactions(dmRm, msg); len(got) != 1 {
+				t.Fatalf("reactions %q, want one ✅", got)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			p, f := signedIn(t)
+			tc.run(t, p, f, f.Message(dmRm, ann, "hi"))
 		})
 	}
 }

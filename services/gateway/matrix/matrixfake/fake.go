@@ -85,6 +85,7 @@ type Fake struct {
 	media    map[string]media
 	redacted map[string]bool
 	fails    map[string][]Fail
+	lose     map[string]int
 	calls    map[string]int
 	receipts map[string]string // room → event id
 	typing   map[string]int
@@ -104,7 +105,7 @@ type media struct {
 // New starts a fake for bot (@bot:fake.test) with access token token.
 func New(bot, token string) *Fake {
 	f := &Fake{Bot: bot, Token: token, wake: make(chan struct{}), rooms: map[string]*room{}, txns: map[string]string{},
-		media: map[string]media{}, redacted: map[string]bool{}, fails: map[string][]Fail{}, calls: map[string]int{},
+		media: map[string]media{}, redacted: map[string]bool{}, fails: map[string][]Fail{}, lose: map[string]int{}, calls: map[string]int{},
 		receipts: map[string]string{}, typing: map[string]int{}, now: time.Now().UnixMilli()}
 	f.srv = httptest.NewServer(http.HandlerFunc(f.serve))
 	f.URL = f.srv.URL
@@ -255,6 +256,41 @@ func (f *Fake) FailNext(endpoint string, n int, fail Fail) {
 	}
 }
 
+// LoseNextAnswers makes the next n calls of an endpoint (send, redact)
+// take effect and then answer 504, as a proxy in front of the homeserver
+// does when it gives up waiting: the client cannot tell the call from
+// one that failed.
+func (f *Fake) LoseNextAnswers(endpoint string, n int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.lose[endpoint] += n
+}
+
+// answer writes a call's answer, or a 504 when it is to be lost; f.mu held.
+func (f *Fake) answer(w http.ResponseWriter, endpoint string, v any) {
+	if f.lose[endpoint] > 0 {
+		f.lose[endpoint]--
+		writeErr(w, http.StatusGatewayTimeout, "M_UNKNOWN", "gateway timeout")
+		return
+	}
+	writeJSON(w, http.StatusOK, v)
+}
+
+// annotated reports whether the bot already has a live reaction with
+// key on an event; f.mu held.
+func (f *Fake) annotated(roomID, eventID, key string) bool {
+	for _, l := range f.log {
+		if l.room != roomID || l.ev.Sender != f.Bot || l.ev.Type != "m.reaction" || f.redacted[l.ev.EventID] {
+			continue
+		}
+		rel, _ := l.ev.Content["m.relates_to"].(map[string]any)
+		if rel != nil && str(rel["event_id"]) == eventID && str(rel["key"]) == key {
+			return true
+		}
+	}
+	return false
+}
+
 // Drop fails the sync in flight (or the next one) with a 502, as a proxy
 // in front of a homeserver that restarts does.
 func (f *Fake) Drop() {
@@ -346,6 +382,35 @@ func (f *Fake) Reactions(roomID, eventID string) []string {
 		}
 	}
 	return out
+}
+
+// Redactions counts the bot's redaction events of an event: more than
+// one means a retried redaction was done twice.
+func (f *Fake) Redactions(roomID, eventID string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, l := range f.log {
+		if l.room == roomID && l.ev.Sender == f.Bot && l.ev.Type == "m.room.redaction" && str(l.ev.Content["redacts"]) == eventID {
+			n++
+		}
+	}
+	return n
+}
+
+// ReactionEvents counts the bot's m.reaction events on an event,
+// redacted ones included.
+func (f *Fake) ReactionEvents(roomID, eventID string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, l := range f.log {
+		rel, _ := l.ev.Content["m.relates_to"].(map[string]any)
+		if l.room == roomID && l.ev.Sender == f.Bot && l.ev.Type == "m.reaction" && rel != nil && str(rel["event_id"]) == eventID {
+			n++
+		}
+	}
+	return n
 }
 
 // Typing counts the typing notices in a room.
@@ -662,9 +727,12 @@ func (f *Fake) roomCall(w http.ResponseWriter, r *http.Request, roomID string, r
 	case endpoint == "messages" && len(rest) == 1 && r.Method == http.MethodGet:
 		f.messages(w, r, roomID)
 	case endpoint == "send" && len(rest) == 3 && r.Method == http.MethodPut:
-		key := roomID + "|" + rest[2]
+		// Transaction ids are scoped to the access token and the path
+		// (room, event type, txn id), as Synapse keys them; a repeated
+		// one answers the event it made, redacted or not.
+		key := roomID + "|" + rest[1] + "|" + rest[2]
 		if eid, ok := f.txns[key]; ok {
-			writeJSON(w, http.StatusOK, map[string]any{"event_id": eid})
+			f.answer(w, endpoint, map[string]any{"event_id": eid})
 			return
 		}
 		var c map[string]any
@@ -672,21 +740,28 @@ func (f *Fake) roomCall(w http.ResponseWriter, r *http.Request, roomID string, r
 			writeErr(w, http.StatusBadRequest, "M_NOT_JSON", "content is not JSON")
 			return
 		}
+		if rel, _ := c["m.relates_to"].(map[string]any); rest[1] == "m.reaction" && rel != nil && rel["rel_type"] == "m.annotation" &&
+			f.annotated(roomID, str(rel["event_id"]), str(rel["key"])) {
+			// Synapse refuses a second live annotation with the same key
+			// from one sender.
+			writeErr(w, http.StatusBadRequest, "M_DUPLICATE_ANNOTATION", "can't send same reaction twice")
+			return
+		}
 		ev := f.append(roomID, Event{Type: rest[1], Sender: f.Bot, Content: c}, false)
 		f.txns[key] = ev.EventID
 		f.notify()
-		writeJSON(w, http.StatusOK, map[string]any{"event_id": ev.EventID})
+		f.answer(w, endpoint, map[string]any{"event_id": ev.EventID})
 	case endpoint == "redact" && len(rest) == 3 && r.Method == http.MethodPut:
-		key := roomID + "|redact|" + rest[2]
+		key := roomID + "|redact|" + rest[1] + "|" + rest[2]
 		if eid, ok := f.txns[key]; ok {
-			writeJSON(w, http.StatusOK, map[string]any{"event_id": eid})
+			f.answer(w, endpoint, map[string]any{"event_id": eid})
 			return
 		}
 		f.redacted[rest[1]] = true
 		ev := f.append(roomID, Event{Type: "m.room.redaction", Sender: f.Bot, Content: map[string]any{"redacts": rest[1]}}, false)
 		f.txns[key] = ev.EventID
 		f.notify()
-		writeJSON(w, http.StatusOK, map[string]any{"event_id": ev.EventID})
+		f.answer(w, endpoint, map[string]any{"event_id": ev.EventID})
 	case endpoint == "typing" && r.Method == http.MethodPut:
 		f.typing[roomID]++
 		writeJSON(w, http.StatusOK, map[string]any{})
