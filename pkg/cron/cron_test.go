@@ -384,3 +384,89 @@ func TestCompletedJobsAndTheCap(t *testing.T) {
 		t.Errorf("deleting a completed job freed a place: %v", err)
 	}
 }
+
+// TestTriggerByState: "run" as Hermes's trigger_job: a paused job is
+// scheduled again, its run asked for standing for a scheduled run that
+// passed while it was paused (a one-shot whose time passed is completed
+// by it, rather than retired as missed); a completed job is refused;
+// asking again while a run is pending names that run.
+func TestTriggerByState(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	now := t0
+	db := pgtest.New(t)
+	s := cron.New(db, time.UTC, func() time.Time { return now })
+	const owner = "telegram:99"
+	nine := time.Date(2026, 3, 10, 9, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name     string
+		schedule string
+		pause    bool
+		complete bool
+		later    time.Duration // the clock moves on before "run"
+		state    string
+		next     time.Time
+		refused  bool
+	}{
+		{name: "scheduled", schedule: "0 9 * * *", state: cron.StateScheduled, next: nine},
+		{name: "paused, next run ahead", schedule: "0 9 * * *", pause: true, state: cron.StateScheduled, next: nine},
+		{name: "paused, next run passed", schedule: "0 9 * * *", pause: true, later: 3 * time.Hour,
+			state: cron.StateScheduled, next: nine.Add(24 * time.Hour)},
+		{name: "paused interval, next run passed", schedule: "every 1h", pause: true, later: 5 * time.Hour,
+			state: cron.StateScheduled, next: t0.Add(6 * time.Hour)},
+		{name: "paused one-shot ahead", schedule: "2026-03-10T09:00", pause: true, state: cron.StateScheduled, next: nine},
+		{name: "paused one-shot passed", schedule: "2026-03-10T09:00", pause: true, later: 3 * time.Hour, state: cron.StateCompleted},
+		{name: "completed", schedule: "every 1h", complete: true, state: cron.StateCompleted, refused: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			now = t0
+			j, err := s.Create(ctx, cron.NewJob{Owner: owner, Prompt: "job " + tc.name, Schedule: tc.schedule, Origin: tg})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.pause {
+				if _, err := s.Pause(ctx, owner, j.ID); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tc.complete {
+				if _, err := db.Exec(ctx, `UPDATE cron_jobs SET state = 'completed', next_run_at = NULL WHERE id = $1`, j.ID); err != nil {
+					t.Fatal(err)
+				}
+			}
+			now = t0.Add(tc.later)
+			got, err := s.Trigger(ctx, owner, j.ID)
+			if tc.refused {
+				after, rerr := s.Resolve(ctx, owner, j.ID)
+				if !errors.Is(err, cron.ErrInvalid) || !strings.Contains(cron.Message(err), "has completed") ||
+					rerr != nil || !after.ManualRunAt.IsZero() || after.State != cron.StateCompleted {
+					t.Fatalf("run of a completed job: %v; job %+v %v", err, after, rerr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.State != tc.state || !got.NextRunAt.Equal(tc.next) || !got.ManualRunAt.Equal(now) {
+				t.Errorf("after run: state %s next %v manual %v; want %s %v %v", got.State, got.NextRunAt, got.ManualRunAt, tc.state, tc.next, now)
+			}
+			// Asked again before the tick: the same run, whatever the state.
+			now = now.Add(time.Second)
+			again, err := s.Trigger(ctx, owner, j.ID)
+			if err != nil || !again.ManualRunAt.Equal(got.ManualRunAt) || again.State != got.State {
+				t.Errorf("asked again: %+v %v", again, err)
+			}
+			if got.State != cron.StateScheduled {
+				return
+			}
+			// Paused while its run is pending, then run: scheduled again.
+			if _, err := s.Pause(ctx, owner, j.ID); err != nil {
+				t.Fatal(err)
+			}
+			again, err = s.Trigger(ctx, owner, j.ID)
+			if err != nil || !again.ManualRunAt.Equal(got.ManualRunAt) || again.State != cron.StateScheduled {
+				t.Errorf("paused with its run pending, run again: %+v %v", again, err)
+			}
+		})
+	}
+}

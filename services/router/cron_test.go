@@ -124,6 +124,16 @@ func TestCronCommand(t *testing.T) {
 	if got := e.ask("alice", "/cron run "+id); got != "Triggered job: Check the server status ("+id+")\n  It will run on the next scheduler tick." {
 		t.Errorf("run: %q", got)
 	}
+	// As Hermes's trigger_job, run schedules a paused job again.
+	if got := e.ask("alice", "/cron pause "+id); got != "Paused job: Check the server status ("+id+")" {
+		t.Errorf("pause: %q", got)
+	}
+	if got := e.ask("alice", "/cron run "+id); got != "Triggered job: Check the server status ("+id+")\n  It will run on the next scheduler tick." {
+		t.Errorf("run while paused: %q", got)
+	}
+	if got := e.ask("alice", "/cron list"); !strings.Contains(got, "State: scheduled") {
+		t.Errorf("list after running a paused job: %q", got)
+	}
 	if got := e.ask("alice", `/cron edit check the server status --schedule "every 4h" --prompt 'Check the server, report red'`); !regexp.MustCompile(
 		`^Updated job: ` + id + `\n  Name: Check the server status\n  Schedule: every 240m \(forever\)\n  Next run: \d{4}-`).MatchString(got) {
 		t.Errorf("edit: %q", got)

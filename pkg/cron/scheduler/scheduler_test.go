@@ -237,22 +237,30 @@ func TestCrashBetweenPublishAndCommit(t *testing.T) {
 	}
 }
 
-// TestNotFiring: paused and completed jobs do not fire; a run asked for
-// with "run" fires a paused job once and leaves it paused.
+// TestNotFiring: paused and completed jobs do not fire. As Hermes's
+// trigger_job, a run asked for with "run" fires a paused job once and
+// schedules it again, from its next run after the one asked for; a paused
+// one-shot whose time passed runs once and completes (not retired as
+// missed over the run's status); a completed job cannot be run.
 func TestNotFiring(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	e := newEnv(t)
+	evs := platformtest.InboundEvents(t, e.bus)
 	paused := e.create(t, cron.NewJob{Prompt: "paused", Schedule: "every 1h"})
 	done := e.create(t, cron.NewJob{Prompt: "done", Schedule: "every 1h", Repeat: 1})
-	if _, err := e.store.Pause(ctx, "telegram:99", paused.ID); err != nil {
-		t.Fatal(err)
+	one := e.create(t, cron.NewJob{Prompt: "one", Schedule: "45m"})
+	for _, id := range []string{paused.ID, one.ID} {
+		if _, err := e.store.Pause(ctx, "telegram:99", id); err != nil {
+			t.Fatal(err)
+		}
 	}
 	s := e.scheduler(t, nil)
 	e.clock.Set(t0.Add(time.Hour))
 	if n := tick(t, s); n != 1 {
 		t.Fatalf("fired %d, want the one scheduled job", n)
 	}
+	platformtest.NextEvent(t, evs)
 	if got := e.job(t, done.ID); got.State != cron.StateCompleted {
 		t.Fatalf("repeat 1 job after its run: %+v", got)
 	}
@@ -262,18 +270,40 @@ func TestNotFiring(t *testing.T) {
 			t.Fatalf("at +%v fired %d", at, n)
 		}
 	}
-	if _, err := e.store.Trigger(ctx, "telegram:99", paused.ID); err != nil {
-		t.Fatal(err)
+	if _, err := e.store.Trigger(ctx, "telegram:99", done.ID); !errors.Is(err, cron.ErrInvalid) {
+		t.Errorf("run of a completed job: %v", err)
 	}
-	if n := tick(t, s); n != 1 {
-		t.Fatalf("the run asked for fired %d", n)
+	for _, id := range []string{paused.ID, one.ID} {
+		if _, err := e.store.Trigger(ctx, "telegram:99", id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := tick(t, s); n != 2 {
+		t.Fatalf("the runs asked for fired %d, want 2", n)
+	}
+	runs := map[string]bool{}
+	for range 2 {
+		runs[platformtest.NextEvent(t, evs).GetEventId()] = true
+	}
+	asked := e.clock.Now()
+	if !runs[cron.RunID(paused.ID, asked, true)] || !runs[cron.RunID(one.ID, asked, true)] {
+		t.Errorf("runs published %v", runs)
 	}
 	got := e.job(t, paused.ID)
-	if got.State != cron.StatePaused || !got.ManualRunAt.IsZero() || got.RepeatCompleted != 0 || !got.NextRunAt.Equal(t0.Add(time.Hour)) {
+	if got.State != cron.StateScheduled || !got.ManualRunAt.IsZero() || got.RepeatCompleted != 0 || !got.NextRunAt.Equal(asked.Add(time.Hour)) {
 		t.Errorf("paused job after a run asked for: %+v", got)
+	}
+	got = e.job(t, one.ID)
+	if got.State != cron.StateCompleted || !got.ManualRunAt.IsZero() || got.LastStatus != "ok" || got.LastError != "" {
+		t.Errorf("paused one-shot after a run asked for: %+v", got)
 	}
 	if n := tick(t, s); n != 0 {
 		t.Errorf("fired %d more", n)
+	}
+	platformtest.NoEvent(t, evs, 200*time.Millisecond)
+	e.clock.Set(asked.Add(time.Hour))
+	if n := tick(t, s); n != 1 {
+		t.Errorf("the resumed job's next run fired %d", n)
 	}
 }
 
@@ -574,12 +604,22 @@ func TestCompletedJobsDeleted(t *testing.T) {
 	three := e.create(t, cron.NewJob{Prompt: "three", Schedule: "every 10m", Repeat: 1})
 	missed := e.create(t, cron.NewJob{Prompt: "missed", Schedule: "20m"})
 	paused := e.create(t, cron.NewJob{Prompt: "paused", Schedule: "every 10m"})
+	// A one-shot run once by hand, then paused past its time.
+	late := e.create(t, cron.NewJob{Prompt: "late", Schedule: "45m"})
+	if _, err := e.store.Trigger(ctx, "telegram:99", late.ID); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := e.store.Pause(ctx, "telegram:99", paused.ID); err != nil {
 		t.Fatal(err)
 	}
 	s := e.scheduler(t, nil)
 	e.clock.Set(t0.Add(10 * time.Minute))
-	tick(t, s) // three's one run
+	if n := tick(t, s); n != 2 { // three's one run, late's run asked for
+		t.Fatalf("fired %d, want 2", n)
+	}
+	if _, err := e.store.Pause(ctx, "telegram:99", late.ID); err != nil {
+		t.Fatal(err)
+	}
 	e.clock.Set(t0.Add(30 * time.Minute))
 	tick(t, s) // one runs, missed is retired
 	for _, id := range []string{one.ID, three.ID, missed.ID} {
@@ -592,19 +632,20 @@ func TestCompletedJobsDeleted(t *testing.T) {
 	}
 	e.clock.Set(t0.Add(7*24*time.Hour + 5*time.Minute))
 	tick(t, s)
-	if js, _ := e.store.List(ctx, "telegram:99", true); len(js) != 4 {
-		t.Fatalf("%d jobs listed before the retention passed, want 4", len(js))
+	if js, _ := e.store.List(ctx, "telegram:99", true); len(js) != 5 {
+		t.Fatalf("%d jobs listed before the retention passed, want 5", len(js))
 	}
-	// A run asked for keeps its job until it has fired.
-	if _, err := e.store.Trigger(ctx, "telegram:99", three.ID); err != nil {
-		t.Fatal(err)
+	// A run asked for keeps its job until it has fired: the run of the
+	// paused one-shot past its time completes it, its last run a week old.
+	if j, err := e.store.Trigger(ctx, "telegram:99", late.ID); err != nil || j.State != cron.StateCompleted || !j.LastRunAt.Equal(t0.Add(10*time.Minute)) {
+		t.Fatalf("late after its run asked for: %+v %v", j, err)
 	}
 	e.clock.Set(t0.Add(7*24*time.Hour + 31*time.Minute))
 	sweepOnly := e.scheduler(t, nil)
 	if _, err := cron.DeleteCompleted(ctx, e.db, e.clock.Now().Add(-7*24*time.Hour), 100); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.store.Resolve(ctx, "telegram:99", three.ID); err != nil {
+	if _, err := e.store.Resolve(ctx, "telegram:99", late.ID); err != nil {
 		t.Fatalf("a completed job with a run asked for was deleted: %v", err)
 	}
 	if n := tick(t, sweepOnly); n != 1 {
@@ -613,7 +654,7 @@ func TestCompletedJobsDeleted(t *testing.T) {
 	// Its retention runs from that last run.
 	e.clock.Set(t0.Add(14*24*time.Hour + 30*time.Minute))
 	tick(t, sweepOnly)
-	if _, err := e.store.Resolve(ctx, "telegram:99", three.ID); err != nil {
+	if _, err := e.store.Resolve(ctx, "telegram:99", late.ID); err != nil {
 		t.Fatalf("deleted before the retention after its manual run: %v", err)
 	}
 	e.clock.Set(t0.Add(14*24*time.Hour + 32*time.Minute))
