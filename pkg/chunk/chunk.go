@@ -134,8 +134,10 @@ var limits = map[string]Limit{
 	// iMessage through BlueBubbles: Hermes's 4,000 characters a message.
 	"bluebubbles": {Max: 4000, Measure: Runes},
 	// LINE: 5,000 characters a text message, counted in UTF-16 units to
-	// stay under it whatever LINE counts.
-	"line": {Max: 5000, Measure: UTF16},
+	// stay under it whatever LINE counts, and five messages a call: the
+	// gateway cuts an answer of up to 25,000 into the messages of one
+	// reply (free with the reply token), as Hermes batches them.
+	"line": {Max: 25000, Measure: UTF16},
 	// Google Chat: 4,096 characters a message (Hermes cuts at 4,000).
 	"google_chat": {Max: 4096, Measure: Runes},
 }

@@ -23,7 +23,7 @@ func TestLimits(t *testing.T) {
 		{"whatsapp", chunk.Limit{Max: 4096, Measure: chunk.Runes}},
 		{"signal", chunk.Limit{Max: 8000, Measure: chunk.UTF16}},
 		{"sms", chunk.Limit{Max: 1600, Measure: chunk.UTF16}},
-		{"line", chunk.Limit{Max: 5000, Measure: chunk.UTF16}},
+		{"line", chunk.Limit{Max: 25000, Measure: chunk.UTF16}},
 		{"google_chat", chunk.Limit{Max: 4096, Measure: chunk.Runes}},
 		{"bluebubbles", chunk.Limit{Max: 4000, Measure: chunk.Runes}},
 		{"email", chunk.Limit{Max: 50000, Measure: chunk.Runes}},

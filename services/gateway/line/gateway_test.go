@@ -14,9 +14,11 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf16"
 
 	"github.com/switchboard-chat/switchboard/pkg/bus"
 	"github.com/switchboard-chat/switchboard/pkg/bus/bustest"
+	"github.com/switchboard-chat/switchboard/pkg/chunk"
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/platform"
@@ -282,9 +284,8 @@ func TestSends(t *testing.T) {
 		t.Fatalf("image send shows %+v", got)
 	}
 	for name, r := range map[string]*deliveryv1.SendRequested{
-		"too long": sendTo(alice, "k-long", strings.Repeat("あ", 5001)),
-		"empty":    sendTo(alice, "k-empty", " "),
-		"no chat":  sendTo("", "k-nochat", "x"),
+		"empty":   sendTo(alice, "k-empty", " "),
+		"no chat": sendTo("", "k-nochat", "x"),
 		"private media": func() *deliveryv1.SendRequested {
 			r := sendTo(alice, "k-ref", "x")
 			r.Attachments = []*eventsv1.Attachment{{Location: &eventsv1.Attachment_BytesRef{BytesRef: "ref"}}}
@@ -297,6 +298,70 @@ func TestSends(t *testing.T) {
 	}
 	if r := h.send(t, sendTo(alice, "k-5000", strings.Repeat("あ", 5000))); !r.GetOk() {
 		t.Fatalf("5,000 characters refused: %v", r)
+	}
+}
+
+// An answer longer than one message goes as up to five messages of one
+// call, as Hermes batches them: within the reply token's time all of it
+// is free, none of it pushed (the monthly push quota untouched). A send
+// of more than five messages' worth goes in several calls, the rest
+// pushed; when a later call fails, the retry sends only it.
+func TestLongAnswer(t *testing.T) {
+	t.Parallel()
+	const carol = "U9c8b7a6f5e4d3c2b1a0f9e8d7c6b5a4f"
+	f := linefake.New(t)
+	h := start(t, f, testConfig(f))
+	h.post(t, f.Body(f.Event(linefake.Inbound{UserID: alice, Text: "tell me everything"})))
+	h.next(t)
+
+	// 12,000 characters of Markdown, sent as plain text.
+	var b strings.Builder
+	for b.Len() < 12000 {
+		b.WriteString("See [the docs](https://docs.example/page) for more words here.\n\n")
+	}
+	attempts := f.Attempts()
+	r := h.send(t, sendTo(alice, "k-long", b.String()))
+	if !r.GetOk() {
+		t.Fatalf("receipt %v", r)
+	}
+	got := f.Sent(alice)
+	if len(got) != 3 || f.Attempts()-attempts != 1 || r.GetPlatformMessageId() != got[0].ID {
+		t.Fatalf("%d messages in %d calls, id %s: want 3 in one call, the first's id", len(got), f.Attempts()-attempts, r.GetPlatformMessageId())
+	}
+	var joined strings.Builder
+	for _, m := range got {
+		if n := len(utf16.Encode([]rune(m.Text))); m.Via != "reply" || n > maxText || strings.Contains(m.Text, "(1/") {
+			t.Fatalf("message of %d units via %s: want replies of at most %d without a counter", n, m.Via, maxText)
+		}
+		joined.WriteString(m.Text + "\n\n")
+	}
+	if strings.Count(joined.String(), "the docs (https://docs.example/page)") != strings.Count(b.String(), "[the docs]") {
+		t.Fatal("the messages do not hold the whole answer")
+	}
+
+	// Seven messages' worth after the token's time: two pushes; the
+	// second fails once, and the retry sends only it.
+	h.post(t, f.Body(f.Event(linefake.Inbound{UserID: carol, Text: "and more"})))
+	h.next(t)
+	f.ExpireReplyTokens()
+	long := strings.TrimSpace(strings.Repeat("ข้อความ ", 4300))
+	f.Fail(linefake.Failure{Status: http.StatusInternalServerError, Message: "An error occurred in the server.", Skip: 1})
+	req := sendTo(carol, "k-longer", long)
+	if r := h.send(t, req); r.GetOk() || r.GetErrorClass() != deliveryv1.ErrorClass_ERROR_CLASS_RETRYABLE {
+		t.Fatalf("receipt %v, want the injected failure", r)
+	}
+	if r := h.send(t, req); !r.GetOk() {
+		t.Fatalf("retry receipt %v", r)
+	}
+	got = f.Sent(carol)
+	want := len(chunk.Parts(long, chunk.Limit{Max: maxText, Measure: chunk.UTF16}))
+	if want <= maxMessages || len(got) != want {
+		t.Fatalf("%d messages, want %d (more than five, the first call's not again)", len(got), want)
+	}
+	for _, m := range got {
+		if m.Via != "push" {
+			t.Fatalf("message via %s after the token's time", m.Via)
+		}
 	}
 }
 

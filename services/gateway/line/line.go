@@ -21,7 +21,8 @@
 // of a group, the room id (R…) of a multi-person chat, as in Hermes's
 // session keys (agent:main:line:dm:U…, agent:main:line:group:C…:U…). LINE
 // renders no Markdown and cannot edit or delete: delivery sends final
-// plain text in messages of up to 5,000 characters.
+// plain text, which the gateway cuts into messages of up to 5,000
+// characters, five to a call.
 package line
 
 import (
@@ -264,13 +265,14 @@ func (p *Platform) Name() string { return "line" }
 // channel.
 func (p *Platform) Account() string { return p.account }
 
-// Capabilities: 5,000 characters a text message (LINE's limit, counted
-// in UTF-16 units to stay under it for any text), no edits or deletes,
+// Capabilities: an answer of up to five text messages of 5,000
+// characters (LINE's limit, counted in UTF-16 units to stay under it for
+// any text), sent in one call as Hermes batches them; no edits or deletes,
 // a loading animation as typing (1:1 chats only); images go out by
 // public https URL.
 func (p *Platform) Capabilities() platform.Capabilities {
 	return platform.Capabilities{
-		MaxLength: maxText, Measure: platform.MeasureUTF16, CanSend: true, CanTyping: true, CommandPrefix: "/",
+		MaxLength: maxAnswer, Measure: platform.MeasureUTF16, CanSend: true, CanTyping: true, CommandPrefix: "/",
 		MediaKinds: []eventsv1.AttachmentKind{eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE},
 	}
 }

@@ -7,9 +7,10 @@ import (
 	"fmt"
 	"mime"
 	"net/http"
+	"strconv"
 	"strings"
-	"unicode/utf16"
 
+	"github.com/switchboard-chat/switchboard/pkg/chunk"
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/markup"
@@ -22,6 +23,11 @@ const (
 	maxText = 5000
 	// maxMessages is the most message objects one reply or push takes.
 	maxMessages = 5
+	// maxAnswer is the text delivery hands the gateway in one send: the
+	// five messages of one reply, as Hermes batches an answer into up to
+	// five bubbles of one call (pkg/chunk's "line" limit). A longer
+	// answer comes as several sends, each split here.
+	maxAnswer = maxText * maxMessages
 	// loadingSeconds is how long one loading animation lasts at most (a
 	// multiple of 5 up to 60); the answer's first message ends it.
 	loadingSeconds = 20
@@ -54,17 +60,20 @@ type sentAnswer struct {
 	} `json:"sentMessages"`
 }
 
-// messages builds the message objects of req: its text, then its images
+// messages builds the message objects of req: its text, cut into
+// messages of at most maxText UTF-16 units (at a paragraph, line or
+// word, as delivery cuts), then its images
 // (LINE takes media only as public https URLs, no uploads; an image
 // message shows JPEG or PNG, so anything else is refused); an approval
-// prompt's buttons go on the last (buttons.go).
+// prompt's buttons go on the last (buttons.go). Send posts them five to
+// a call.
 func messages(req *deliveryv1.SendRequested) ([]lineMessage, error) {
 	var out []lineMessage
 	if text := formatted(req); text != "" {
-		if n := len(utf16.Encode([]rune(text))); n > maxText {
-			return nil, platform.Permanent(fmt.Errorf("text is %d characters, line allows %d", n, maxText))
+		for _, part := range chunk.Parts(text, chunk.Limit{Max: maxText, Measure: chunk.UTF16}) {
+			// The parts go out together: no "(i/N)" counter.
+			out = append(out, lineMessage{Type: "text", Text: part.Reopen + part.Body + part.Close})
 		}
-		out = append(out, lineMessage{Type: "text", Text: text})
 	}
 	for _, a := range req.GetAttachments() {
 		if !picture(a) {
@@ -76,11 +85,8 @@ func messages(req *deliveryv1.SendRequested) ([]lineMessage, error) {
 		}
 		out = append(out, lineMessage{Type: "image", OriginalContentURL: u, PreviewImageURL: u})
 	}
-	switch {
-	case len(out) == 0:
+	if len(out) == 0 {
 		return nil, platform.Permanent(errors.New("empty message"))
-	case len(out) > maxMessages:
-		return nil, platform.Permanent(fmt.Errorf("%d messages, line sends at most %d in one call", len(out), maxMessages))
 	}
 	out[len(out)-1].QuickReply = approvalQuickReply(req.GetApproval())
 	return out, nil
@@ -110,12 +116,15 @@ func attachmentType(a *eventsv1.Attachment) string {
 	return strings.ToLower(strings.TrimPrefix(a.GetKind().String(), "ATTACHMENT_KIND_"))
 }
 
-// Send posts one answer: with the chat's reply token while one is valid
-// (free; POST /v2/bot/message/reply), else by push (POST
-// /v2/bot/message/push, metered) with an X-Line-Retry-Key derived from
-// the idempotency key, so that a push retried after a lost answer is not
-// shown twice. A reply token LINE no longer takes falls back to a push
-// at once.
+// Send posts one answer, five messages to a call: the first call with
+// the chat's reply token while one is valid (free; POST
+// /v2/bot/message/reply), else by push (POST /v2/bot/message/push,
+// metered), as are the calls after it, each with an X-Line-Retry-Key
+// derived from the idempotency key and the call's place, so that a push
+// retried after a lost answer is not shown twice. A reply token LINE no
+// longer takes falls back to a push at once. Each call that went out is
+// recorded, so a retry after a failed later call sends only what is
+// missing. The id is the first message's.
 func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (string, error) {
 	to := strings.TrimSpace(req.GetTarget().GetChatId())
 	if to == "" {
@@ -125,37 +134,63 @@ func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (str
 	if err != nil {
 		return "", err
 	}
-	token, err := p.claimReplyToken(ctx, to)
-	if err != nil {
-		p.log.Warn("line reply token unreadable; pushing", "err", err)
+	first := ""
+	for call := 0; call*maxMessages < len(msgs); call++ {
+		batch := msgs[call*maxMessages : min((call+1)*maxMessages, len(msgs))]
+		id, sent := platform.SentPart(ctx, call)
+		if !sent {
+			if id, err = p.sendCall(ctx, req, to, call, batch); err != nil {
+				return "", err
+			}
+			platform.RecordPart(ctx, call, id)
+		}
+		if call == 0 {
+			first = id
+		}
 	}
-	if token != "" {
-		var out sentAnswer
-		err := p.api.post(ctx, "/v2/bot/message/reply", map[string]any{"replyToken": token, "messages": msgs}, nil, &out)
-		var le *APIError
-		switch {
-		case err == nil:
-			sends.WithLabelValues("reply").Inc()
-			return firstID(out, "reply:"+token)
-		case errors.As(err, &le) && le.invalidReplyToken():
-			p.log.Debug("line reply token refused; pushing", "err", err)
-		default:
-			return "", classify(err)
+	return first, nil
+}
+
+// sendCall posts one call's messages: the first call by reply when the
+// chat has a reply token, else (and every later call) by push.
+func (p *Platform) sendCall(ctx context.Context, req *deliveryv1.SendRequested, to string, call int, msgs []lineMessage) (string, error) {
+	if call == 0 {
+		token, err := p.claimReplyToken(ctx, to)
+		if err != nil {
+			p.log.Warn("line reply token unreadable; pushing", "err", err)
+		}
+		if token != "" {
+			var out sentAnswer
+			err := p.api.post(ctx, "/v2/bot/message/reply", map[string]any{"replyToken": token, "messages": msgs}, nil, &out)
+			var le *APIError
+			switch {
+			case err == nil:
+				sends.WithLabelValues("reply").Inc()
+				return firstID(out, "reply:"+token)
+			case errors.As(err, &le) && le.invalidReplyToken():
+				p.log.Debug("line reply token refused; pushing", "err", err)
+			default:
+				return "", classify(err)
+			}
 		}
 	}
 	var out sentAnswer
 	h := http.Header{}
-	if k := retryKey(p.account, req.GetIdempotencyKey()); k != "" {
+	idem := req.GetIdempotencyKey()
+	if idem != "" && call > 0 {
+		idem += "\x00call" + strconv.Itoa(call)
+	}
+	if k := retryKey(p.account, idem); k != "" {
 		h.Set("X-Line-Retry-Key", k)
 	}
-	err = p.api.post(ctx, "/v2/bot/message/push", map[string]any{"to": to, "messages": msgs}, h, &out)
+	err := p.api.post(ctx, "/v2/bot/message/push", map[string]any{"to": to, "messages": msgs}, h, &out)
 	var le *APIError
 	switch {
 	case err == nil:
 		sends.WithLabelValues("push").Inc()
 		return firstID(out, "")
 	case errors.As(err, &le) && le.retryKeyAccepted():
-		// An earlier attempt of this send was accepted; its answer was lost.
+		// An earlier attempt of this call was accepted; its answer was lost.
 		return "request:" + le.AcceptedRequestID, nil
 	}
 	return "", classify(err)

@@ -78,6 +78,8 @@ type Failure struct {
 	Status     int
 	Message    string
 	RetryAfter int // seconds; 0: no header
+	// Skip lets that many replies or pushes through first.
+	Skip int
 }
 
 // Common failures.
@@ -274,7 +276,10 @@ func (f *Fake) begin(w http.ResponseWriter, r *http.Request) bool {
 	f.mu.Lock()
 	f.attempts++
 	var fl *Failure
-	if len(f.failures) > 0 {
+	switch {
+	case len(f.failures) > 0 && f.failures[0].Skip > 0:
+		f.failures[0].Skip--
+	case len(f.failures) > 0:
 		fl = &f.failures[0]
 		f.failures = f.failures[1:]
 	}
