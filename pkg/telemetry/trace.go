@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -15,7 +17,8 @@ import (
 
 // TraceConfig says where spans go.
 type TraceConfig struct {
-	// Service is the OpenTelemetry service.name.
+	// Service is the OpenTelemetry service.name unless OTEL_SERVICE_NAME
+	// or OTEL_RESOURCE_ATTRIBUTES names one.
 	Service string
 	Version string
 	// Exporter overrides the OTLP exporter (tests use an in-memory one).
@@ -23,25 +26,37 @@ type TraceConfig struct {
 }
 
 // SetupTracing installs the global propagator (W3C trace context and
-// baggage, always) and, when OTEL_EXPORTER_OTLP_ENDPOINT is set or an
-// exporter is given, a tracer provider that exports spans. The returned
-// function flushes and stops it.
+// baggage, always) and, when OTEL_EXPORTER_OTLP_ENDPOINT (or
+// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) is set or an exporter is given, a
+// tracer provider that exports spans. The returned function flushes and
+// stops it.
+//
+// The standard OTEL_* variables apply: the exporters read the endpoint,
+// headers, timeout, compression and TLS settings; the provider reads
+// OTEL_TRACES_SAMPLER and the span limits; OTEL_SERVICE_NAME and
+// OTEL_RESOURCE_ATTRIBUTES override the resource's service name and add
+// attributes. OTEL_EXPORTER_OTLP_(TRACES_)PROTOCOL picks the transport:
+// grpc (the default here, port 4317) or http/protobuf (4318); any other
+// value is a configuration error. OTEL_SDK_DISABLED=true or
+// OTEL_TRACES_EXPORTER=none export nothing.
 func SetupTracing(ctx context.Context, cfg TraceConfig) (shutdown func(context.Context) error, err error) {
 	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
+	noop := func(context.Context) error { return nil }
 	exp := cfg.Exporter
 	if exp == nil {
-		if os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") == "" && os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") == "" {
-			return func(context.Context) error { return nil }, nil
+		if strings.EqualFold(os.Getenv("OTEL_SDK_DISABLED"), "true") || strings.EqualFold(os.Getenv("OTEL_TRACES_EXPORTER"), "none") {
+			return noop, nil
 		}
-		exp, err = otlptracegrpc.New(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("otlp trace exporter: %w", err)
+		if os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") == "" && os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") == "" {
+			return noop, nil
+		}
+		if exp, err = otlpExporter(ctx); err != nil {
+			return nil, err
 		}
 	}
-	res, err := resource.Merge(resource.Default(), resource.NewWithAttributes(semconv.SchemaURL,
-		semconv.ServiceName(cfg.Service), semconv.ServiceVersion(cfg.Version)))
+	res, err := traceResource(ctx, cfg)
 	if err != nil {
-		res = resource.Default()
+		return nil, err
 	}
 	var opts []sdktrace.TracerProviderOption
 	if cfg.Exporter != nil {
@@ -52,4 +67,53 @@ func SetupTracing(ctx context.Context, cfg TraceConfig) (shutdown func(context.C
 	tp := sdktrace.NewTracerProvider(append(opts, sdktrace.WithResource(res))...)
 	otel.SetTracerProvider(tp)
 	return tp.Shutdown, nil
+}
+
+// otlpExporter is the OTLP exporter for the protocol the environment
+// asks for.
+func otlpExporter(ctx context.Context) (sdktrace.SpanExporter, error) {
+	proto, from := os.Getenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"), "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"
+	if proto == "" {
+		proto, from = os.Getenv("OTEL_EXPORTER_OTLP_PROTOCOL"), "OTEL_EXPORTER_OTLP_PROTOCOL"
+	}
+	switch proto {
+	case "", "grpc":
+		exp, err := otlptracegrpc.New(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("otlp grpc trace exporter: %w", err)
+		}
+		return exp, nil
+	case "http/protobuf":
+		exp, err := otlptracehttp.New(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("otlp http trace exporter: %w", err)
+		}
+		return exp, nil
+	default:
+		return nil, fmt.Errorf("%s=%q: want grpc or http/protobuf", from, proto)
+	}
+}
+
+// traceResource describes this process: the SDK's defaults, then the
+// service's name and version, then OTEL_SERVICE_NAME and
+// OTEL_RESOURCE_ATTRIBUTES, which win (an operator names the service
+// per environment).
+//
+// Ours is schemaless: with the semconv package's schema URL it conflicted
+// with the SDK default's newer one, the merge failed, and every process
+// reported service.name "unknown_service:switchboard".
+func traceResource(ctx context.Context, cfg TraceConfig) (*resource.Resource, error) {
+	res, err := resource.Merge(resource.Default(), resource.NewSchemaless(
+		semconv.ServiceName(cfg.Service), semconv.ServiceVersion(cfg.Version)))
+	if err != nil {
+		return nil, fmt.Errorf("trace resource: %w", err)
+	}
+	env, err := resource.New(ctx, resource.WithFromEnv())
+	if err != nil {
+		return nil, fmt.Errorf("trace resource: OTEL_RESOURCE_ATTRIBUTES: %w", err)
+	}
+	if res, err = resource.Merge(res, env); err != nil {
+		return nil, fmt.Errorf("trace resource: %w", err)
+	}
+	return res, nil
 }

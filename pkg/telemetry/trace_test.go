@@ -1,0 +1,200 @@
+package telemetry_test
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/switchboard-chat/switchboard/pkg/telemetry"
+)
+
+// Not parallel: the tests set the process's environment and its global
+// tracer provider.
+
+func TestTracingResourceFollowsEnv(t *testing.T) {
+	tests := []struct {
+		name        string
+		env         map[string]string
+		wantService string
+		wantAttr    attribute.KeyValue
+	}{
+		{"default", nil, "switchboard-router", attribute.String("service.version", "v9")},
+		{"OTEL_SERVICE_NAME", map[string]string{"OTEL_SERVICE_NAME": "prod-router"}, "prod-router", attribute.String("service.version", "v9")},
+		{"OTEL_RESOURCE_ATTRIBUTES", map[string]string{"OTEL_RESOURCE_ATTRIBUTES": "service.name=eu-router,deployment.environment=prod"},
+			"eu-router", attribute.String("deployment.environment", "prod")},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Setenv("OTEL_SERVICE_NAME", "")
+			t.Setenv("OTEL_RESOURCE_ATTRIBUTES", "")
+			for k, v := range tt.env {
+				t.Setenv(k, v)
+			}
+			exp := tracetest.NewInMemoryExporter()
+			shutdown, err := telemetry.SetupTracing(context.Background(), telemetry.TraceConfig{Service: "switchboard-router", Version: "v9", Exporter: exp})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, span := otel.Tracer("test").Start(context.Background(), "op")
+			span.End() // exported as it ends (a syncer)
+			spans := exp.GetSpans()
+			if err := shutdown(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if len(spans) != 1 {
+				t.Fatalf("%d spans, want 1", len(spans))
+			}
+			attrs := map[attribute.Key]attribute.Value{}
+			for _, kv := range spans[0].Resource.Attributes() {
+				attrs[kv.Key] = kv.Value
+			}
+			if got := attrs["service.name"].AsString(); got != tt.wantService {
+				t.Errorf("service.name %q, want %q", got, tt.wantService)
+			}
+			if got := attrs[tt.wantAttr.Key]; got != tt.wantAttr.Value {
+				t.Errorf("%s %q, want %q", tt.wantAttr.Key, got.String(), tt.wantAttr.Value.String())
+			}
+		})
+	}
+}
+
+// collector is a fake OpenTelemetry collector: it takes OTLP trace
+// exports over gRPC and over HTTP (protobuf) and keeps the span names.
+type collector struct {
+	coltracepb.UnimplementedTraceServiceServer
+	mu    sync.Mutex
+	names []string
+}
+
+func (c *collector) keep(req *coltracepb.ExportTraceServiceRequest) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, rs := range req.GetResourceSpans() {
+		for _, ss := range rs.GetScopeSpans() {
+			for _, s := range ss.GetSpans() {
+				c.names = append(c.names, s.GetName())
+			}
+		}
+	}
+}
+
+func (c *collector) Export(_ context.Context, req *coltracepb.ExportTraceServiceRequest) (*coltracepb.ExportTraceServiceResponse, error) {
+	c.keep(req)
+	return &coltracepb.ExportTraceServiceResponse{}, nil
+}
+
+func (c *collector) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path != "/v1/traces" || r.Header.Get("Content-Type") != "application/x-protobuf" {
+		http.Error(w, "not an OTLP/HTTP protobuf trace export", http.StatusBadRequest)
+		return
+	}
+	b, err := io.ReadAll(r.Body)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	var req coltracepb.ExportTraceServiceRequest
+	if err := proto.Unmarshal(b, &req); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	c.keep(&req)
+	out, _ := proto.Marshal(&coltracepb.ExportTraceServiceResponse{})
+	w.Header().Set("Content-Type", "application/x-protobuf")
+	_, _ = w.Write(out)
+}
+
+func (c *collector) spans() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]string(nil), c.names...)
+}
+
+// startCollector serves c over gRPC or HTTP and returns its endpoint URL.
+func startCollector(t *testing.T, c *collector, protocol string) string {
+	t.Helper()
+	if protocol == "http/protobuf" {
+		srv := httptest.NewServer(c)
+		t.Cleanup(srv.Close)
+		return srv.URL
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer()
+	coltracepb.RegisterTraceServiceServer(gs, c)
+	go func() { _ = gs.Serve(ln) }()
+	t.Cleanup(gs.Stop)
+	return "http://" + ln.Addr().String()
+}
+
+func TestTracingExportsOverOTLP(t *testing.T) {
+	tests := []struct {
+		name     string
+		env      map[string]string
+		protocol string // the collector's
+		want     bool
+	}{
+		{"grpc by default", nil, "grpc", true},
+		{"grpc", map[string]string{"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}, "grpc", true},
+		{"http/protobuf", map[string]string{"OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf"}, "http/protobuf", true},
+		{"traces protocol wins", map[string]string{"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf"}, "http/protobuf", true},
+		{"sdk disabled", map[string]string{"OTEL_SDK_DISABLED": "true"}, "grpc", false},
+		{"exporter none", map[string]string{"OTEL_TRACES_EXPORTER": "none"}, "grpc", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for _, k := range []string{"OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_SDK_DISABLED", "OTEL_TRACES_EXPORTER"} {
+				t.Setenv(k, "")
+			}
+			for k, v := range tt.env {
+				t.Setenv(k, v)
+			}
+			c := &collector{}
+			t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", startCollector(t, c, tt.protocol))
+			t.Setenv("OTEL_EXPORTER_OTLP_INSECURE", "true")
+			shutdown, err := telemetry.SetupTracing(context.Background(), telemetry.TraceConfig{Service: "switchboard-test"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, span := otel.Tracer("test").Start(context.Background(), "consume worker-turns")
+			span.End()
+			// Shutdown flushes the batch: the export is done when it returns.
+			if err := shutdown(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			got := strings.Join(c.spans(), ",")
+			if tt.want && got != "consume worker-turns" {
+				t.Errorf("collector got spans %q, want the one span", got)
+			}
+			if !tt.want && got != "" {
+				t.Errorf("collector got spans %q, want none", got)
+			}
+		})
+	}
+}
+
+func TestTracingRefusesUnknownProtocol(t *testing.T) {
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318")
+	t.Setenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "")
+	t.Setenv("OTEL_SDK_DISABLED", "")
+	t.Setenv("OTEL_TRACES_EXPORTER", "")
+	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")
+	_, err := telemetry.SetupTracing(context.Background(), telemetry.TraceConfig{Service: "switchboard-test"})
+	if err == nil || !strings.Contains(err.Error(), `OTEL_EXPORTER_OTLP_PROTOCOL="http/json"`) {
+		t.Fatalf("err %v, want a configuration error naming the variable", err)
+	}
+}
