@@ -376,10 +376,15 @@ type Update struct {
 }
 
 // Update changes one of the owner's jobs. A new schedule starts over from
-// now and makes a completed job scheduled again (a paused one stays
-// paused).
+// now (a paused job stays paused). A completed job keeps its state: as
+// Hermes's update_job, which will not activate a terminal job, a new
+// schedule for it is refused (Hermes's `cron resume --run-now|--at`
+// re-arms one; here, make a new job); its other fields may change.
 func (s *Store) Update(ctx context.Context, owner, id string, u Update) (Job, error) {
 	return s.change(ctx, owner, id, func(j *Job, now time.Time) error {
+		if u.Schedule != nil && j.State == StateCompleted {
+			return fmt.Errorf("%w: job '%s' has completed; its schedule cannot be changed: create a new job", ErrInvalid, j.Name)
+		}
 		var err error
 		if u.Prompt != nil {
 			if j.Prompt, err = checkPrompt(*u.Prompt); err != nil {
@@ -409,10 +414,6 @@ func (s *Store) Update(ctx context.Context, owner, id string, u Update) (Job, er
 			j.NextRunAt = sched.First(now)
 			if u.Repeat == nil && sched.Kind == schedule.Once {
 				j.RepeatTimes = 1
-			}
-			if j.State == StateCompleted {
-				j.State = StateScheduled
-				j.RepeatCompleted = 0
 			}
 		}
 		return nil
@@ -482,7 +483,7 @@ func (s *Store) Pause(ctx context.Context, owner, id string) (Job, error) {
 func (s *Store) Resume(ctx context.Context, owner, id string) (Job, error) {
 	return s.change(ctx, owner, id, func(j *Job, now time.Time) error {
 		if j.State == StateCompleted {
-			return fmt.Errorf("%w: job '%s' has completed; create a new one or change its schedule", ErrInvalid, j.Name)
+			return fmt.Errorf("%w: job '%s' has completed; there is nothing to resume: create a new job", ErrInvalid, j.Name)
 		}
 		sched, err := j.Schedule(s.loc)
 		if err != nil {

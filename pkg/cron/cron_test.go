@@ -470,3 +470,57 @@ func TestTriggerByState(t *testing.T) {
 		})
 	}
 }
+
+// TestEditCompleted: as Hermes's update_job, which will not activate a
+// terminal job, a completed job's schedule cannot be changed (it is not
+// revived with the new one); its other fields can, and it stays completed.
+func TestEditCompleted(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	now := t0
+	db := pgtest.New(t)
+	s := cron.New(db, time.UTC, func() time.Time { return now })
+	const owner = "telegram:99"
+	j, err := s.Create(ctx, cron.NewJob{Owner: owner, Name: "Tea", Prompt: "tea time", Schedule: "30m", Origin: tg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(ctx, `UPDATE cron_jobs SET state = 'completed', next_run_at = NULL, repeat_completed = 1 WHERE id = $1`, j.ID); err != nil {
+		t.Fatal(err)
+	}
+	now = t0.Add(time.Hour)
+	str := func(v string) *string { return &v }
+	three := 3
+	for _, tc := range []struct {
+		name    string
+		u       cron.Update
+		refused bool
+		check   func(cron.Job) bool
+	}{
+		{"schedule", cron.Update{Schedule: str("every 2h")}, true, nil},
+		{"schedule and prompt", cron.Update{Schedule: str("in 10m"), Prompt: str("coffee time")}, true, nil},
+		{"prompt", cron.Update{Prompt: str("coffee time")}, false, func(j cron.Job) bool { return j.Prompt == "coffee time" }},
+		{"name", cron.Update{Name: str("Coffee")}, false, func(j cron.Job) bool { return j.Name == "Coffee" }},
+		{"repeat", cron.Update{Repeat: &three}, false, func(j cron.Job) bool { return j.RepeatTimes == 3 }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := s.Update(ctx, owner, j.ID, tc.u)
+			if tc.refused {
+				if !errors.Is(err, cron.ErrInvalid) || !strings.Contains(cron.Message(err), "has completed; its schedule cannot be changed") {
+					t.Fatalf("schedule of a completed job: %v", err)
+				}
+				if got, err = s.Resolve(ctx, owner, j.ID); err != nil {
+					t.Fatal(err)
+				}
+			} else if err != nil || !tc.check(got) {
+				t.Fatalf("update: %+v %v", got, err)
+			}
+			if got.State != cron.StateCompleted || !got.NextRunAt.IsZero() || got.RepeatCompleted != 1 || got.Display != j.Display {
+				t.Errorf("completed job after the edit: %+v", got)
+			}
+		})
+	}
+	if _, err := s.Resume(ctx, owner, j.ID); !errors.Is(err, cron.ErrInvalid) || !strings.Contains(cron.Message(err), "create a new job") {
+		t.Errorf("resume of a completed job: %v", err)
+	}
+}

@@ -150,6 +150,17 @@ func TestCronCommand(t *testing.T) {
 	if got := e.ask("bob", "/cron edit "+id+" --name mine"); !strings.HasPrefix(got, "Failed to update job: Job with ID or name '"+id+"' not found.") {
 		t.Errorf("bob edits alice's job: %q", got)
 	}
+	// A completed job is not revived by a new schedule (Hermes's
+	// update_job refuses to activate a terminal job), nor run.
+	if _, err := e.db.Exec(context.Background(), `UPDATE cron_jobs SET state = 'completed', next_run_at = NULL, manual_run_at = NULL WHERE id = $1`, id); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.ask("alice", "/cron edit "+id+` --schedule "every 1h"`); got != "Failed to update job: job 'Check the server status' has completed; its schedule cannot be changed: create a new job" {
+		t.Errorf("edit a completed job's schedule: %q", got)
+	}
+	if got := e.ask("alice", "/cron run "+id); got != "Failed to run job: job 'Check the server status' has completed; there is nothing left to run: create a new job" {
+		t.Errorf("run a completed job: %q", got)
+	}
 	if got := e.ask("alice", "/cron add whenever do it"); !strings.HasPrefix(got, "Failed to create job: \"whenever\". Use:") {
 		t.Errorf("bad schedule: %q", got)
 	}
