@@ -29,6 +29,11 @@ func init() {
 		"SLACK_APP_TOKEN":                "gateways.slack.app_token",
 		"SLACK_SIGNING_SECRET":           "gateways.slack.signing_secret",
 		"SLACK_API_BASE_URL":             "gateways.slack.api_base_url",
+		// Hermes's names for discord.allow_mentions.*.
+		"DISCORD_ALLOW_MENTION_EVERYONE":     "gateways.discord.allow_mentions.everyone",
+		"DISCORD_ALLOW_MENTION_ROLES":        "gateways.discord.allow_mentions.roles",
+		"DISCORD_ALLOW_MENTION_USERS":        "gateways.discord.allow_mentions.users",
+		"DISCORD_ALLOW_MENTION_REPLIED_USER": "gateways.discord.allow_mentions.replied_user",
 	} {
 		envAliases[env] = key
 	}

@@ -78,11 +78,16 @@ type Config struct {
 	// the answer was sent, ❌ when the turn failed, nothing when it was
 	// interrupted. The bot needs the Add Reactions permission.
 	Reactions bool `koanf:"reactions"`
+	// AllowMentions (allow_mentions.*, DISCORD_ALLOW_MENTION_*) says which
+	// mentions in the bot's messages and edits notify: by default, as in
+	// Hermes, users by id and the author replied to, never @everyone,
+	// @here or a role.
+	AllowMentions AllowMentions `koanf:"allow_mentions"`
 }
 
 // DefaultConfig is Hermes's defaults.
 func DefaultConfig() Config {
-	return Config{AutoThread: true, RequireMention: true, IgnoreNoMention: true, Reactions: true}
+	return Config{AutoThread: true, RequireMention: true, IgnoreNoMention: true, Reactions: true, AllowMentions: DefaultAllowMentions()}
 }
 
 // Enabled reports whether dev should start the gateway.
@@ -617,7 +622,7 @@ func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (str
 		return "", platform.Permanent(fmt.Errorf("discord message of %d characters (1 to 2000)", n))
 	}
 	ms := &discordgo.MessageSend{Content: content,
-		AllowedMentions: &discordgo.MessageAllowedMentions{Parse: []discordgo.AllowedMentionType{discordgo.AllowedMentionTypeUsers}, RepliedUser: true},
+		AllowedMentions: p.cfg.AllowMentions.allowed(),
 		Components:      approvalComponents(req.GetApproval())}
 	ch := where(t)
 	// A button press's id (press:…) names no message to reply to, and an
@@ -733,7 +738,11 @@ func (p *Platform) Edit(ctx context.Context, req *deliveryv1.SendRequested) erro
 		return platform.Permanent(fmt.Errorf("discord edit of %d characters (1 to 2000)", n))
 	}
 	text, none := req.GetText(), []discordgo.MessageComponent{}
-	me := &discordgo.MessageEdit{ID: req.GetMessageId(), Channel: where(req.GetTarget()), Content: &text, Components: &none}
+	// An edit's mentions are parsed afresh, by Discord's defaults unless
+	// the edit says otherwise: a streamed answer reaches its final text
+	// by edits, so they carry the same allowed_mentions as a send.
+	me := &discordgo.MessageEdit{ID: req.GetMessageId(), Channel: where(req.GetTarget()), Content: &text, Components: &none,
+		AllowedMentions: p.cfg.AllowMentions.allowed()}
 	if _, err := p.s.ChannelMessageEditComplex(me, opts(ctx)...); err != nil {
 		return sendError("edit message", err)
 	}

@@ -20,6 +20,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -105,6 +106,59 @@ type Message struct {
 	// Buttons are the buttons of its action rows, in order; an edit with
 	// components=[] takes them off, one without components keeps them.
 	Buttons []Button
+	// MentionEveryone, MentionRoles and Mentions are who the message
+	// notifies, as Discord sets them from its content and the request's
+	// allowed_mentions (re-parsed on every edit of the content).
+	MentionEveryone bool
+	MentionRoles    []string
+	Mentions        []string
+}
+
+// allowedMentions is a request's allowed_mentions object.
+type allowedMentions struct {
+	Parse []string `json:"parse"`
+	Roles []string `json:"roles"`
+	Users []string `json:"users"`
+}
+
+var (
+	everyoneMention = regexp.MustCompile(`@(everyone|here)`)
+	roleMention     = regexp.MustCompile(`<@&(\d+)>`)
+	userMention     = regexp.MustCompile(`<@!?(\d+)>`)
+)
+
+// valid reports what Discord refuses with 400: a type both parsed and
+// listed by id.
+func (a *allowedMentions) valid() bool {
+	if a == nil {
+		return true
+	}
+	return !(slices.Contains(a.Parse, "users") && len(a.Users) > 0) && !(slices.Contains(a.Parse, "roles") && len(a.Roles) > 0)
+}
+
+// mention sets who m notifies, as Discord does: without allowed_mentions
+// every mention in the content; with it, the types in parse and the ids
+// listed.
+func (m *Message) mention(a *allowedMentions) {
+	may := func(kind, id string, ids []string) bool {
+		return a == nil || slices.Contains(a.Parse, kind) || id != "" && slices.Contains(ids, id)
+	}
+	m.MentionEveryone = everyoneMention.MatchString(m.Content) && may("everyone", "", nil)
+	m.MentionRoles, m.Mentions = nil, nil
+	var roles, users []string
+	if a != nil {
+		roles, users = a.Roles, a.Users
+	}
+	for _, r := range roleMention.FindAllStringSubmatch(m.Content, -1) {
+		if may("roles", r[1], roles) && !slices.Contains(m.MentionRoles, r[1]) {
+			m.MentionRoles = append(m.MentionRoles, r[1])
+		}
+	}
+	for _, u := range userMention.FindAllStringSubmatch(m.Content, -1) {
+		if may("users", u[1], users) && !slices.Contains(m.Mentions, u[1]) {
+			m.Mentions = append(m.Mentions, u[1])
+		}
+	}
 }
 
 // File is a file uploaded with a message.
@@ -387,7 +441,8 @@ func (f *Fake) createMessage(w http.ResponseWriter, r *http.Request) {
 		Ref     *struct {
 			MessageID string `json:"message_id"`
 		} `json:"message_reference"`
-		Components components `json:"components"`
+		Components      components       `json:"components"`
+		AllowedMentions *allowedMentions `json:"allowed_mentions"`
 	}
 	// A message with files is multipart: payload_json and files[n].
 	var files []File
@@ -447,7 +502,12 @@ func (f *Fake) createMessage(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, 400, map[string]any{"message": "Invalid Form Body", "code": 50035})
 		return
 	}
+	if !body.AllowedMentions.valid() {
+		writeJSON(w, 400, map[string]any{"message": "Invalid Form Body", "code": 50035})
+		return
+	}
 	m := &Message{ID: f.NewID(), ChannelID: ch, Content: body.Content, Buttons: body.Components.buttons(), Files: files}
+	m.mention(body.AllowedMentions)
 	if body.Ref != nil {
 		m.ReplyTo = body.Ref.MessageID
 	}
@@ -470,10 +530,15 @@ func (f *Fake) editMessage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var body struct {
-		Content    string      `json:"content"`
-		Components *components `json:"components"`
+		Content         string           `json:"content"`
+		Components      *components      `json:"components"`
+		AllowedMentions *allowedMentions `json:"allowed_mentions"`
 	}
 	_ = json.NewDecoder(r.Body).Decode(&body)
+	if !body.AllowedMentions.valid() {
+		writeJSON(w, 400, map[string]any{"message": "Invalid Form Body", "code": 50035})
+		return
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	m := f.find(r.PathValue("id"), r.PathValue("mid"))
@@ -482,6 +547,10 @@ func (f *Fake) editMessage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	m.Content = body.Content
+	// The content's mentions are parsed afresh, by the edit's own
+	// allowed_mentions or else the defaults (all of them), whatever
+	// the message was created with.
+	m.mention(body.AllowedMentions)
 	if body.Components != nil {
 		m.Buttons = body.Components.buttons()
 	}
