@@ -94,6 +94,11 @@ type LLMConfig struct {
 	// CallTimeout bounds one model call; a stalled provider then ends the
 	// turn with "took too long" instead of holding the session.
 	CallTimeout time.Duration `koanf:"call_timeout"`
+	// StreamIdleTimeout bounds the wait for the next chunk of a streamed
+	// call (the first included); a stream gone silent for that long is
+	// a retryable provider error. 0 turns it off. Hermes's stale-stream
+	// timeout, 180 s by default.
+	StreamIdleTimeout time.Duration `koanf:"stream_idle_timeout"`
 }
 
 // PrivacyConfig controls what personal data reaches the model.
@@ -180,7 +185,7 @@ func defaultConfig() *Config {
 		Admin:       admin.Config{Addr: admin.DefaultAddr},
 		Worker:      worker.DefaultConfig(),
 		Agent:       worker.DefaultConfig().Agent,
-		LLM:         LLMConfig{MaxAttempts: 4, CallTimeout: 10 * time.Minute},
+		LLM:         LLMConfig{MaxAttempts: 4, CallTimeout: 10 * time.Minute, StreamIdleTimeout: 3 * time.Minute},
 		Attachments: attachment.DefaultConfig(),
 		Cron:        scheduler.DefaultConfig(),
 		Sessions:    retention.DefaultConfig(),
@@ -235,6 +240,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Dev.GCPercent < 0 {
 		return config.Invalid("dev.gc_percent", c.Dev.GCPercent, "0 (the Go default) or more")
+	}
+	if c.LLM.StreamIdleTimeout < 0 {
+		return config.Invalid("llm.stream_idle_timeout", c.LLM.StreamIdleTimeout, "0 (off) or more")
 	}
 	if c.NATS.DedupeWindow < time.Second {
 		return config.Invalid("nats.dedupe_window", c.NATS.DedupeWindow, "at least 1s")

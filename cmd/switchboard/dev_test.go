@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestDevStartsReadyAndStopsOnSIGTERM runs the real binary the way a
@@ -54,6 +55,7 @@ func TestConfigRefusesWhatItCannotRun(t *testing.T) {
 		{"dev.memory_limit_mib", func(c *Config) { c.Dev.MemoryLimitMiB = -1 }},
 		{"dev.gc_percent", func(c *Config) { c.Dev.GCPercent = -1 }},
 		{"postgres.max_conns", func(c *Config) { c.Postgres.MaxConns = -1 }},
+		{"llm.stream_idle_timeout", func(c *Config) { c.LLM.StreamIdleTimeout = -time.Second }},
 	} {
 		c := defaultConfig()
 		tc.change(c)

@@ -61,7 +61,7 @@ func startWorker(ctx context.Context, a *app) (func(context.Context) error, erro
 // fake) runs the fake model in this process.
 func (a *app) llmBackend() (worker.Backend, error) {
 	c := a.cfg.LLM
-	policy := llm.RetryPolicy{MaxAttempts: c.MaxAttempts, CallTimeout: c.CallTimeout, Log: a.log}
+	policy := llm.RetryPolicy{MaxAttempts: c.MaxAttempts, CallTimeout: c.CallTimeout, StreamIdleTimeout: c.StreamIdleTimeout, Log: a.log}
 	var (
 		p    llm.Provider
 		kind = c.Provider

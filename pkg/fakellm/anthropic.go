@@ -214,6 +214,7 @@ func anthropicWhole(w http.ResponseWriter, model string, p *plan) {
 
 func anthropicStream(w http.ResponseWriter, r *http.Request, model string, p *plan) {
 	st := newStream(r.Context(), w, p)
+	st.pingMsg = []byte("event: ping\ndata: {\"type\": \"ping\"}\n\n")
 	buf := getBuf()
 	defer putBuf(buf)
 	b := append((*buf)[:0], "event: message_start\ndata: {\"type\":\"message_start\",\"message\":"...)

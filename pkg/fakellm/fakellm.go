@@ -168,13 +168,21 @@ type Reply struct {
 
 // Failure describes an injected fault. Status > 0 answers with that HTTP
 // status and an error body; DropAfter > 0 streams that many chunks and then
-// drops the connection (non-streamed requests are dropped before any byte).
+// drops the connection (non-streamed requests are dropped before any byte);
+// StallAfter > 0 streams that many chunks and then goes silent.
 type Failure struct {
 	Status     int
 	RetryAfter time.Duration // sent as Retry-After seconds (rounded up) and retry-after-ms
 	Type       string        // error code, e.g. "insufficient_quota", "context_length_exceeded"
 	Message    string
 	DropAfter  int
+	// StallAfter > 0 streams that many chunks and then sends nothing
+	// more, holding the connection open until the client gives up: a
+	// provider stuck mid-stream. With StallPing > 0 it meanwhile sends a
+	// keep-alive every StallPing (an SSE comment for OpenAI, a "ping"
+	// event for Anthropic), as real providers and proxies do.
+	StallAfter int
+	StallPing  time.Duration
 	ChunkDelay time.Duration // slow stream: delay between chunks
 	Latency    time.Duration // delay before answering
 }

@@ -174,6 +174,7 @@ func (s *Server) openAIWhole(w http.ResponseWriter, model string, p *plan) {
 
 func (s *Server) openAIStream(w http.ResponseWriter, r *http.Request, model string, p *plan, includeUsage bool) {
 	st := newStream(r.Context(), w, p)
+	st.pingMsg = []byte(": keep-alive\n\n")
 	buf := getBuf()
 	defer putBuf(buf)
 	created := time.Now().Unix()

@@ -169,7 +169,10 @@ type stream struct {
 	fl      http.Flusher
 	delay   time.Duration
 	dropAt  int // drop the connection after this many content chunks (0: never)
-	content int // content chunks sent
+	stallAt int // go silent after this many content chunks (0: never)
+	ping    time.Duration
+	pingMsg []byte // the API's keep-alive, sent every ping while stalled
+	content int    // content chunks sent
 	sent    int
 }
 
@@ -183,6 +186,7 @@ func newStream(ctx context.Context, w http.ResponseWriter, p *plan) *stream {
 	st := &stream{ctx: ctx, w: w, fl: fl, delay: p.chunkDelay}
 	if f := p.reply.Failure; f != nil {
 		st.dropAt = f.DropAfter
+		st.stallAt, st.ping = f.StallAfter, f.StallPing
 	}
 	return st
 }
@@ -205,8 +209,33 @@ func (st *stream) send(b []byte, content bool) bool {
 		if st.dropAt > 0 && st.content >= st.dropAt {
 			st.drop()
 		}
+		if st.stallAt > 0 && st.content >= st.stallAt {
+			st.stall()
+			return false
+		}
 	}
 	return true
+}
+
+// stall sends nothing but keep-alives until the client is gone, as a
+// provider stuck mid-answer does.
+func (st *stream) stall() {
+	st.stallAt = 0
+	for {
+		if st.ping <= 0 {
+			<-st.ctx.Done()
+			return
+		}
+		if !wait(st.ctx, st.ping) {
+			return
+		}
+		if _, err := st.w.Write(st.pingMsg); err != nil {
+			return
+		}
+		if st.fl != nil {
+			st.fl.Flush()
+		}
+	}
 }
 
 // drop aborts the connection mid-stream, as a crashed upstream would.
@@ -217,11 +246,14 @@ func (st *stream) drop() {
 	panic(http.ErrAbortHandler)
 }
 
-// finish is called before the terminal events: a drop planned for more
-// chunks than the answer has still happens mid-stream.
+// finish is called before the terminal events: a drop or stall planned
+// for more chunks than the answer has still happens mid-stream.
 func (st *stream) finish() {
 	if st.dropAt > 0 {
 		st.drop()
+	}
+	if st.stallAt > 0 {
+		st.stall()
 	}
 }
 

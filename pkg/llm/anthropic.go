@@ -84,6 +84,7 @@ func (a *Anthropic) Stream(ctx context.Context, req Request, fn func(Delta) erro
 	var blocks []*block
 	stopped := false
 	for stream.Next() {
+		chunkRead(ctx) // the SDK skips "ping" events
 		ev := stream.Current()
 		switch ev.Type {
 		case "message_start":

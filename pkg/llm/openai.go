@@ -95,7 +95,7 @@ func (o *OpenAI) Stream(ctx context.Context, req Request, fn func(Delta) error) 
 	err = o.client.Post(ctx, "chat/completions", body, &raw, o.auth)
 	stream := ssestream.NewStream[openai.ChatCompletionChunk](ssestream.NewDecoder(raw), err)
 	defer stream.Close()
-	resp, err := consumeOpenAI(stream, fn)
+	resp, err := consumeOpenAI(ctx, stream, fn)
 	if err != nil {
 		return nil, openAIError(ctx, err)
 	}
@@ -108,12 +108,13 @@ type errCallback struct{ err error }
 
 func (e errCallback) Error() string { return e.err.Error() }
 
-func consumeOpenAI(stream *ssestream.Stream[openai.ChatCompletionChunk], fn func(Delta) error) (*Response, error) {
+func consumeOpenAI(ctx context.Context, stream *ssestream.Stream[openai.ChatCompletionChunk], fn func(Delta) error) (*Response, error) {
 	resp := &Response{}
 	var text strings.Builder
 	var args []strings.Builder
 	finished := false
 	for stream.Next() {
+		chunkRead(ctx)
 		chunk := stream.Current()
 		if chunk.Model != "" {
 			resp.Model = chunk.Model

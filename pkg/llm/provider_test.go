@@ -656,3 +656,73 @@ func TestTranscribe(t *testing.T) {
 		t.Fatalf("refused audio: %v", err)
 	}
 }
+
+// TestStreamIdleTimeout: a streamed call that gets no chunk for
+// StreamIdleTimeout ends with a retryable Server error wrapping
+// ErrStreamIdle, well before CallTimeout: retried when nothing was
+// delivered yet, ErrInterrupted after output. Keep-alive pings are no
+// progress; a slow but steady stream and a slow delta callback are not
+// stalls.
+func TestStreamIdleTimeout(t *testing.T) {
+	const idle = 500 * time.Millisecond
+	tests := []struct {
+		name     string
+		fail     *fakellm.Failure
+		text     string
+		slowFn   time.Duration // time the delta callback takes
+		wantErr  bool
+		wantIntr bool // ErrInterrupted: output came before the stall
+		requests int
+	}{
+		{name: "silent before the answer: retried", fail: &fakellm.Failure{Latency: time.Minute}, requests: 2},
+		{name: "stalled mid-stream: not retried", fail: &fakellm.Failure{StallAfter: 1}, wantErr: true, wantIntr: true, requests: 1},
+		{name: "keep-alive pings are no progress", fail: &fakellm.Failure{StallAfter: 1, StallPing: 20 * time.Millisecond},
+			wantErr: true, wantIntr: true, requests: 1},
+		{name: "slow but steady stream", text: " [[slow:50ms]]", requests: 1},
+		{name: "slow delta callback", slowFn: 2 * idle, requests: 1},
+	}
+	for _, b := range backends {
+		for _, tc := range tests {
+			t.Run(b.name+"/"+tc.name, func(t *testing.T) {
+				t.Parallel()
+				srv := startFake(t, fakellm.Config{})
+				if tc.fail != nil {
+					srv.FailNext(1, *tc.fail)
+				}
+				sl := &fakeSleep{}
+				p := llm.WithRetry(b.make(srv), llm.RetryPolicy{
+					CallTimeout: time.Minute, StreamIdleTimeout: idle, Sleep: sl.Sleep, Log: quiet})
+				var deltas int
+				resp, err := p.Stream(context.Background(), userReq("hello"+tc.text), func(llm.Delta) error {
+					deltas++
+					time.Sleep(tc.slowFn)
+					return nil
+				})
+				if n := len(srv.Requests()); n != tc.requests {
+					t.Errorf("%d requests, want %d", n, tc.requests)
+				}
+				if !tc.wantErr {
+					if err != nil {
+						t.Fatalf("err = %v", err)
+					}
+					if resp.Text != "echo: hello" {
+						t.Fatalf("text %q", resp.Text)
+					}
+					return
+				}
+				if !errors.Is(err, llm.ErrStreamIdle) || llm.ClassOf(err) != llm.Server {
+					t.Fatalf("err = %v, want a Server error wrapping ErrStreamIdle", err)
+				}
+				if errors.Is(err, context.DeadlineExceeded) {
+					t.Errorf("err = %v: the call timeout fired, not the idle one", err)
+				}
+				if got := errors.Is(err, llm.ErrInterrupted); got != tc.wantIntr {
+					t.Errorf("ErrInterrupted = %v, want %v (deltas %d)", got, tc.wantIntr, deltas)
+				}
+				if len(sl.waits) != 0 {
+					t.Errorf("retried after output: waits %v", sl.waits)
+				}
+			})
+		}
+	}
+}

@@ -22,6 +22,18 @@ type RetryPolicy struct {
 	// keeps its connection open, then ends the call with an error that
 	// wraps context.DeadlineExceeded; it is not retried.
 	CallTimeout time.Duration
+	// StreamIdleTimeout bounds the wait for the next chunk of a streamed
+	// call, the first one included: a provider that opens a stream and
+	// then sends nothing (keep-alive pings and SSE comments do not count)
+	// for that long has the attempt ended with a retryable Server error
+	// wrapping ErrStreamIdle, instead of holding the turn until
+	// CallTimeout. Like any retryable error it is retried only when no
+	// delta was delivered yet (else ErrInterrupted). Time spent in the
+	// caller's delta callback does not count. 0 turns it off.
+	// As Hermes's stale-stream detector (HERMES_STREAM_STALE_TIMEOUT,
+	// 180 s); unlike it, the value is not raised for large prompts nor
+	// turned off for local endpoints: set it as the slowest model needs.
+	StreamIdleTimeout time.Duration
 	// Sleep waits d or until ctx ends; default a timer. Tests inject a fake.
 	Sleep func(ctx context.Context, d time.Duration) error
 	// Jitter returns a number in [0,1); default math/rand/v2.
@@ -138,13 +150,72 @@ func (r *retrying) Stream(ctx context.Context, req Request, fn func(Delta) error
 // errCallTimeout is the cause of an attempt's context that ran out.
 var errCallTimeout = errors.New("llm call timed out")
 
-// attempt is one call, bounded by the policy's CallTimeout.
+// ErrStreamIdle is wrapped by the Server error of a streamed attempt that
+// went StreamIdleTimeout without a chunk.
+var ErrStreamIdle = errors.New("llm stream idle")
+
+// attempt is one call, bounded by the policy's CallTimeout and, streamed,
+// by its StreamIdleTimeout between chunks.
 func (r *retrying) attempt(ctx context.Context, req Request, fn func(Delta) error) (*Response, error) {
 	actx, cancel := context.WithTimeoutCause(ctx, r.policy.CallTimeout, errCallTimeout)
 	defer cancel()
+	if idle := r.policy.StreamIdleTimeout; fn != nil && idle > 0 {
+		var w *idleWatch
+		actx, w = watchIdle(actx, idle)
+		defer w.stop()
+		fn = w.callback(fn)
+	}
 	resp, err := r.p.Stream(actx, req, fn)
-	if err != nil && ctx.Err() == nil && context.Cause(actx) == errCallTimeout {
-		return nil, fmt.Errorf("no answer within %s: %w", r.policy.CallTimeout, context.DeadlineExceeded)
+	if err != nil && ctx.Err() == nil {
+		switch context.Cause(actx) {
+		case errCallTimeout:
+			return nil, fmt.Errorf("no answer within %s: %w", r.policy.CallTimeout, context.DeadlineExceeded)
+		case ErrStreamIdle:
+			return nil, &Error{Class: Server, Message: fmt.Sprintf("no data from the stream for %s", r.policy.StreamIdleTimeout), Err: ErrStreamIdle}
+		}
 	}
 	return resp, err
+}
+
+// idleWatch cancels a streamed call's context with ErrStreamIdle when no
+// chunk arrived for its timeout. Providers report each chunk they read
+// with chunkRead(ctx); the SDKs' stream readers skip keep-alive pings and
+// SSE comments, so those never count as progress (the point of Hermes's
+// stale-stream detector: a socket read timeout is defeated by pings).
+type idleWatch struct {
+	d time.Duration
+	t *time.Timer
+}
+
+type idleKey struct{}
+
+func watchIdle(ctx context.Context, d time.Duration) (context.Context, *idleWatch) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	w := &idleWatch{d: d}
+	w.t = time.AfterFunc(d, func() { cancel(ErrStreamIdle) })
+	context.AfterFunc(ctx, func() { w.t.Stop() })
+	return context.WithValue(ctx, idleKey{}, w), w
+}
+
+func (w *idleWatch) touch() { w.t.Reset(w.d) }
+func (w *idleWatch) stop()  { w.t.Stop() }
+
+// callback wraps the caller's delta callback: the watch is paused while
+// it runs (a slow consumer of deltas is not a stalled provider) and
+// restarted when it returns.
+func (w *idleWatch) callback(fn func(Delta) error) func(Delta) error {
+	return func(d Delta) error {
+		w.t.Stop()
+		err := fn(d)
+		w.t.Reset(w.d)
+		return err
+	}
+}
+
+// chunkRead tells the idle watch of ctx's call, if any, that the provider
+// sent a chunk.
+func chunkRead(ctx context.Context) {
+	if w, ok := ctx.Value(idleKey{}).(*idleWatch); ok {
+		w.touch()
+	}
 }
