@@ -72,6 +72,9 @@ type Job struct {
 	// with "run" (zero: none).
 	NextRunAt, ManualRunAt, LastRunAt time.Time
 	LastStatus, LastError             string
+	// LastDeliveryError is why the answer of the last run was not
+	// delivered ("": none failed; Hermes's last_delivery_error).
+	LastDeliveryError string
 	// LastRunID is the run (RunID) LastStatus belongs to.
 	LastRunID            string
 	CreatedAt, UpdatedAt time.Time
@@ -126,14 +129,14 @@ func (s *Store) Location() *time.Location { return s.loc }
 
 const columns = `id, owner, name, prompt, schedule_kind, schedule_expr, schedule_display, deliver,
 origin_platform, origin_account, origin_chat_id, origin_thread_id, coalesce(repeat_times, 0), repeat_completed,
-state, next_run_at, manual_run_at, last_run_at, last_status, last_error, last_run_id, created_at, updated_at`
+state, next_run_at, manual_run_at, last_run_at, last_status, last_error, last_delivery_error, last_run_id, created_at, updated_at`
 
 func scan(row pgx.Row) (Job, error) {
 	var j Job
 	var next, manual, last *time.Time
 	err := row.Scan(&j.ID, &j.Owner, &j.Name, &j.Prompt, &j.Kind, &j.Expr, &j.Display, &j.Deliver,
 		&j.Origin.Platform, &j.Origin.Account, &j.Origin.ChatID, &j.Origin.ThreadID, &j.RepeatTimes, &j.RepeatCompleted,
-		&j.State, &next, &manual, &last, &j.LastStatus, &j.LastError, &j.LastRunID, &j.CreatedAt, &j.UpdatedAt)
+		&j.State, &next, &manual, &last, &j.LastStatus, &j.LastError, &j.LastDeliveryError, &j.LastRunID, &j.CreatedAt, &j.UpdatedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Job{}, ErrNotFound
 	}
@@ -594,12 +597,15 @@ LIMIT 1 FOR UPDATE SKIP LOCKED`, now, skip))
 // count, last run and status) in tx; runID is the run it fired (or
 // blocked), which becomes the job's last run, "" for none (a missed or
 // skipped instant). When the row already holds runID's outcome (its turn
-// ended before a retry of a failed commit recorded it), that stays.
+// ended, or its answer failed to deliver, before a retry of a failed
+// commit recorded it), that stays; a new run clears the last delivery
+// error.
 func SaveRun(ctx context.Context, tx DBTX, j Job, runID string, now time.Time) error {
 	_, err := tx.Exec(ctx, `
 UPDATE cron_jobs SET next_run_at = $2, manual_run_at = $3, state = $4, repeat_completed = $5, last_run_at = $6,
   last_status = CASE WHEN $10 <> '' AND last_run_id = $10 THEN last_status ELSE $7 END,
   last_error = CASE WHEN $10 <> '' AND last_run_id = $10 THEN last_error ELSE $8 END,
+  last_delivery_error = CASE WHEN $10 = '' OR last_run_id = $10 THEN last_delivery_error ELSE '' END,
   last_run_id = CASE WHEN $10 = '' THEN last_run_id ELSE $10 END, updated_at = $9
 WHERE id = $1`, j.ID, nullTime(j.NextRunAt), nullTime(j.ManualRunAt), j.State, j.RepeatCompleted,
 		nullTime(j.LastRunAt), j.LastStatus, truncate(j.LastError, 2000), now, runID)
@@ -630,6 +636,56 @@ WHERE id = $1 AND (last_run_id = $2
 		return false, fmt.Errorf("record cron outcome of %s: %w", runID, err)
 	}
 	return tag.RowsAffected() == 1, nil
+}
+
+// StatusDeliveryFailed is the last status of a run whose turn ended but
+// whose answer was not delivered (Hermes's delivery_failed).
+const StatusDeliveryFailed = "delivery_failed"
+
+// RecordDeliveryFailure records on the job of the run runID (RunID) that
+// its answer was not delivered, and why (the delivery service gave a
+// message of it up: dead-lettered, expired): last_delivery_error, and
+// last_status delivery_failed unless the run failed itself (error stays,
+// as Hermes's). The first failure of a run is kept (the later ones, such
+// as the notice that the answer failed, say less). As RecordOutcome, it
+// applies only to the job's last run or one it has not recorded yet; a
+// failure of an older run, or of a removed job, is dropped. False: not
+// applied.
+func RecordDeliveryFailure(ctx context.Context, db DBTX, runID, reason string) (bool, error) {
+	id, at, manual, err := ParseRunID(runID)
+	if err != nil {
+		return false, err
+	}
+	if reason = strings.TrimSpace(reason); reason == "" {
+		reason = "not delivered"
+	}
+	tag, err := db.Exec(ctx, `
+UPDATE cron_jobs SET
+  last_delivery_error = CASE WHEN last_run_id = $2 AND last_delivery_error <> '' THEN last_delivery_error ELSE $3 END,
+  last_status = CASE WHEN last_run_id = $2 AND last_status NOT IN ('', 'ok') THEN last_status ELSE $6 END,
+  last_error = CASE WHEN last_run_id = $2 THEN last_error ELSE '' END,
+  last_run_id = $2, updated_at = now()
+WHERE id = $1 AND (last_run_id = $2
+  OR ($4 AND manual_run_at = $5)
+  OR (NOT $4 AND date_trunc('second', next_run_at) = $5))`,
+		id, runID, truncate(reason, 2000), manual, at, StatusDeliveryFailed)
+	if err != nil {
+		return false, fmt.Errorf("record cron delivery failure of %s: %w", runID, err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// RunOfSession is the run (RunID) whose session key is key
+// (<ns>:cron:dm:<run id>, the scheduler's runs), or false.
+func RunOfSession(key string) (string, bool) {
+	parts := strings.Split(key, ":")
+	if len(parts) != 5 || parts[2] != "cron" || parts[3] != "dm" {
+		return "", false
+	}
+	if _, _, _, err := ParseRunID(parts[4]); err != nil {
+		return "", false
+	}
+	return parts[4], true
 }
 
 // DeleteCompleted deletes completed jobs whose last run (or completion,

@@ -523,6 +523,87 @@ func TestOutcomeBeforeItsRunIsRecorded(t *testing.T) {
 	}
 }
 
+// TestDeliveryFailures: a run whose answer was not delivered (Hermes's
+// last_delivery_error) says so on its job: status delivery_failed with
+// the first reason, unless the run failed itself; a failure of an older
+// run is dropped; the next run clears it. A failure of a run whose commit
+// failed after its publish applies, and the retry keeps it.
+func TestDeliveryFailures(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newEnv(t)
+	j := e.create(t, cron.NewJob{Prompt: "report", Schedule: "every 1h"})
+	s := e.scheduler(t, nil)
+	first := cron.RunID(j.ID, t0.Add(time.Hour), false)
+	second := cron.RunID(j.ID, t0.Add(2*time.Hour), false)
+	record := func(run, reason string) bool {
+		t.Helper()
+		ok, err := cron.RecordDeliveryFailure(ctx, e.db, run, reason)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	e.clock.Set(t0.Add(time.Hour))
+	tick(t, s)
+	steps := []struct {
+		name            string
+		do              func() bool
+		applied         bool
+		status, deliver string
+		lastErr         string
+	}{
+		{"the answer is dead-lettered", func() bool { return record(first, "gave up after 5 attempts: no gateway serves telegram") },
+			true, "delivery_failed", "gave up after 5 attempts: no gateway serves telegram", ""},
+		{"the undelivered notice fails too", func() bool { return record(first, "chat not found") },
+			true, "delivery_failed", "gave up after 5 attempts: no gateway serves telegram", ""},
+		{"the turn failed as well", func() bool { return e.fail(t, first, "the model is unavailable") },
+			true, "error", "gave up after 5 attempts: no gateway serves telegram", "the model is unavailable"},
+		{"the next run", func() bool { e.clock.Set(t0.Add(2 * time.Hour)); return tick(t, s) == 1 },
+			true, "ok", "", ""},
+		{"the older run's failure", func() bool { return record(first, "late") },
+			false, "ok", "", ""},
+		{"the run of a removed job", func() bool { return record("000000000000_20260310_090000", "gone") },
+			false, "ok", "", ""},
+		{"the new run's answer expires", func() bool { return record(second, "expired before it could be sent") },
+			true, "delivery_failed", "expired before it could be sent", ""},
+	}
+	for _, st := range steps {
+		if got := st.do(); got != st.applied {
+			t.Errorf("%s: applied %v, want %v", st.name, got, st.applied)
+		}
+		got := e.job(t, j.ID)
+		if got.LastStatus != st.status || got.LastDeliveryError != st.deliver || got.LastError != st.lastErr {
+			t.Errorf("%s: status %q, delivery error %q, error %q; want %q %q %q", st.name,
+				got.LastStatus, got.LastDeliveryError, got.LastError, st.status, st.deliver, st.lastErr)
+		}
+	}
+
+	// The commit after the publish fails; the answer fails before the retry.
+	e2 := newEnv(t)
+	k := e2.create(t, cron.NewJob{Prompt: "report", Schedule: "every 1h"})
+	e2.clock.Set(t0.Add(time.Hour))
+	crashing := e2.scheduler(t, nil)
+	scheduler.SetCommit(crashing, func(ctx context.Context, tx pgx.Tx) error {
+		_ = tx.Rollback(ctx)
+		return errors.New("connection lost")
+	})
+	if _, err := crashing.Tick(ctx); err == nil {
+		t.Fatal("the crashing tick succeeded")
+	}
+	run := cron.RunID(k.ID, t0.Add(time.Hour), false)
+	if ok, err := cron.RecordDeliveryFailure(ctx, e2.db, run, "chat not found"); err != nil || !ok {
+		t.Fatalf("the pending run's delivery failure: %v %v", ok, err)
+	}
+	e2.clock.Set(t0.Add(time.Hour + time.Minute))
+	if n := tick(t, e2.scheduler(t, nil)); n != 1 {
+		t.Fatalf("the retry published %d", n)
+	}
+	if got := e2.job(t, k.ID); got.LastStatus != "delivery_failed" || got.LastDeliveryError != "chat not found" || got.LastRunID != run {
+		t.Errorf("after the retry: %+v", got)
+	}
+}
+
 // TestManualRunsWithinASecond: "run" asked twice before the tick is one
 // run (the second joins the first: same id); asked again after the tick
 // fired it, within the same second (the clock does not move here), it is
