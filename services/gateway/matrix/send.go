@@ -13,7 +13,10 @@ import (
 	"time"
 
 	"github.com/yuin/goldmark"
+	"github.com/yuin/goldmark/ast"
+	"github.com/yuin/goldmark/renderer"
 	"github.com/yuin/goldmark/renderer/html"
+	"github.com/yuin/goldmark/util"
 	"maunium.net/go/mautrix"
 	"maunium.net/go/mautrix/event"
 	"maunium.net/go/mautrix/format"
@@ -87,8 +90,95 @@ func redactTxn(rid id.RoomID, eid id.EventID) string {
 // mode, which mautrix turns on: a link whose target runs code
 // (javascript:, vbscript:, file:, a data: URL other than an image's)
 // keeps its text and loses its target.
-var markdown = goldmark.New(format.Extensions, goldmark.WithRendererOptions(html.WithHardWraps()),
+var markdown = goldmark.New(format.Extensions, goldmark.WithRendererOptions(html.WithHardWraps(),
+	renderer.WithNodeRenderers(util.Prioritized(imageRenderer{}, 100))),
 	goldmark.WithExtensions(mdext.EscapeHTML))
+
+// imageRenderer renders Markdown images as Matrix clients can show them.
+// Clients load inline images (<img>) only from the media repository
+// (mxc://; Element drops any other src), so an image on mxc:// stays an
+// <img>, one on http(s) becomes a link to it (its alt text, else the URL,
+// as the link's text), and any other (a data: URL) leaves its alt text.
+// An image inside a link keeps only its text (links do not nest).
+//
+// We do not upload http(s) images to the media repository as we do
+// attachments: that would fetch any URL the model writes, at send time,
+// from inside the network, and a slow or failed download would hold up
+// or fail the text. An image the agent means to send goes as a media
+// reply (an attachment), which is uploaded. Hermes's formatted-body
+// sanitizer allows no <img> at all, so its image loses even its alt
+// text; the link keeps both.
+type imageRenderer struct{}
+
+func (imageRenderer) RegisterFuncs(reg renderer.NodeRendererFuncRegisterer) {
+	reg.Register(ast.KindImage, renderImage)
+}
+
+func renderImage(w util.BufWriter, source []byte, node ast.Node, entering bool) (ast.WalkStatus, error) {
+	if !entering {
+		return ast.WalkContinue, nil
+	}
+	n := node.(*ast.Image)
+	dest := string(n.Destination)
+	alt := altText(source, n)
+	scheme, _, ok := strings.Cut(strings.ToLower(dest), "://")
+	if !ok {
+		scheme = "" // a relative URL, data:, javascript: …
+	}
+	inLink := false
+	for a := n.Parent(); a != nil; a = a.Parent() {
+		if a.Kind() == ast.KindLink || a.Kind() == ast.KindAutoLink {
+			inLink = true
+		}
+	}
+	switch {
+	case scheme == "mxc":
+		_, _ = w.WriteString(`<img src="`)
+		_, _ = w.Write(util.EscapeHTML(util.URLEscape(n.Destination, true)))
+		_, _ = w.WriteString(`" alt="`)
+		_, _ = w.Write(util.EscapeHTML(alt))
+		_ = w.WriteByte('"')
+		if n.Title != nil {
+			_, _ = w.WriteString(` title="`)
+			_, _ = w.Write(util.EscapeHTML(n.Title))
+			_ = w.WriteByte('"')
+		}
+		_, _ = w.WriteString(">")
+	case (scheme == "http" || scheme == "https") && !inLink:
+		text := alt
+		if len(strings.TrimSpace(string(text))) == 0 {
+			text = n.Destination
+		}
+		_, _ = w.WriteString(`<a href="`)
+		_, _ = w.Write(util.EscapeHTML(util.URLEscape(n.Destination, true)))
+		_, _ = w.WriteString(`">`)
+		_, _ = w.Write(util.EscapeHTML(text))
+		_, _ = w.WriteString("</a>")
+	default:
+		_, _ = w.Write(util.EscapeHTML(alt))
+	}
+	return ast.WalkSkipChildren, nil
+}
+
+// altText is an image's description as plain text (its children's text,
+// emphasis and code taken off), unescaped.
+func altText(source []byte, n ast.Node) []byte {
+	var b []byte
+	for c := n.FirstChild(); c != nil; c = c.NextSibling() {
+		switch t := c.(type) {
+		case *ast.String:
+			b = append(b, t.Value...)
+		case *ast.Text:
+			b = append(b, t.Segment.Value(source)...)
+			if t.SoftLineBreak() || t.HardLineBreak() {
+				b = append(b, ' ')
+			}
+		default:
+			b = append(b, altText(source, c)...)
+		}
+	}
+	return b
+}
 
 // content renders the text: Markdown to org.matrix.custom.html with the
 // plain text in body (raw HTML in the Markdown is escaped, links that run

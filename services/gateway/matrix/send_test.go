@@ -31,6 +31,16 @@ func TestContentSanitised(t *testing.T) {
 		{"javascript autolink", "[a](<javascript:alert(document.cookie)>)", []string{">a</a>"}, []string{"javascript:"}},
 		{"vbscript link", "[v](vbscript:msgbox)", []string{">v</a>"}, []string{"vbscript:"}},
 		{"file link", "[f](file:///etc/passwd)", []string{">f</a>"}, []string{"file:"}},
+		// Clients load <img> only from mxc://: other images are links.
+		{"https image", `![a cat](https://example.org/cat.png "Cat") here`, []string{`<a href="https://example.org/cat.png">a cat</a> here`}, []string{"<img"}},
+		{"http image without alt", "see ![](http://example.org/c.png)", []string{`<a href="http://example.org/c.png">http://example.org/c.png</a>`}, []string{"<img"}},
+		{"reference image", "![r][1] x\n\n[1]: https://example.org/r.png", []string{`<a href="https://example.org/r.png">r</a>`}, []string{"<img"}},
+		{"image alt markup", "![**big** `cat`](https://example.org/c.png) x", []string{`<a href="https://example.org/c.png">big cat</a>`}, []string{"<img", "<strong"}},
+		{"image alt escaped", `![<b>"x"</b>](https://example.org/c.png) x`, []string{`c.png">&quot;x&quot;</a>`}, []string{"<img", "<b>"}},
+		{"image in a link", "**see** [![logo](https://example.org/l.png)](https://example.org)", []string{`<a href="https://example.org">logo</a>`}, []string{"<img", "l.png"}},
+		{"mxc image", `**see** ![cat](mxc://example.org/abc "Cat")`, []string{`<img src="mxc://example.org/abc" alt="cat" title="Cat">`}, nil},
+		{"data image", "**see** ![dot](data:image/png;base64,AAAA)", []string{"<strong>see</strong> dot"}, []string{"<img", "data:"}},
+		{"javascript image", "**see** ![x](javascript:alert(1))", []string{"<strong>see</strong> x"}, []string{"<img", "javascript:"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := content(tc.text, deliveryv1.TextFormat_TEXT_FORMAT_MARKDOWN)
@@ -197,4 +207,33 @@ func TestTransactionIDs(t *testing.T) {
 			tc.run(t, p, f, f.Message(dmRm, ann, "hi"))
 		})
 	}
+}
+
+// FuzzContent: whatever Markdown the model writes, the formatted body
+// has no <img> off the media repository, no script, and no link or
+// image whose target runs code.
+func FuzzContent(f *testing.F) {
+	for _, s := range []string{"![a](https://e.org/a.png)", "[![b](http://e.org/b.png)](https://e.org)", "![c](mxc://e.org/c)",
+		"<img src=x>", "![d](javascript:alert(1))", "![e][1]\n\n[1]: http://e.org/e.png", "**x** `y`"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, text string) {
+		c := content(text, deliveryv1.TextFormat_TEXT_FORMAT_MARKDOWN)
+		low := strings.ToLower(c.FormattedBody)
+		for rest := low; ; {
+			i := strings.Index(rest, "<img")
+			if i < 0 {
+				break
+			}
+			rest = rest[i+len("<img"):]
+			if !strings.HasPrefix(rest, ` src="mxc://`) {
+				t.Fatalf("formatted_body %q has an <img> off mxc://", c.FormattedBody)
+			}
+		}
+		for _, bad := range []string{"<script", `href="javascript:`, `href="vbscript:`, `src="javascript:`} {
+			if strings.Contains(low, bad) {
+				t.Fatalf("formatted_body %q has %s", c.FormattedBody, bad)
+			}
+		}
+	})
 }
