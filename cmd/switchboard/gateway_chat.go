@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"strings"
 
 	"github.com/switchboard-chat/switchboard/pkg/bus"
 	"github.com/switchboard-chat/switchboard/pkg/platform"
@@ -22,9 +23,11 @@ func init() {
 		"DISCORD_IGNORED_CHANNELS":       "gateways.discord.ignored_channels",
 		"DISCORD_ALLOWED_ROLES":          "gateways.discord.allowed_roles",
 		"DISCORD_REACTIONS":              "gateways.discord.reactions",
+		"DISCORD_ALLOW_BOTS":             "gateways.discord.allow_bots",
 		"SLACK_REQUIRE_MENTION":          "gateways.slack.require_mention",
 		"SLACK_FREE_RESPONSE_CHANNELS":   "gateways.slack.free_response_channels",
 		"SLACK_REACTIONS":                "gateways.slack.reactions",
+		"SLACK_ALLOW_BOTS":               "gateways.slack.allow_bots",
 		"SLACK_BOT_TOKEN":                "gateways.slack.bot_token",
 		"SLACK_APP_TOKEN":                "gateways.slack.app_token",
 		"SLACK_SIGNING_SECRET":           "gateways.slack.signing_secret",
@@ -39,6 +42,23 @@ func init() {
 	}
 	registerGateway("discord", startDiscordGateway, true)
 	registerGateway("slack", startSlackGateway, true)
+}
+
+// allowBots is a gateway's allow_bots: its own setting (or its Hermes
+// variable, <PLATFORM>_ALLOW_BOTS, which the router reads too), else the
+// router's router.auth.allow_bots.<platform>. A gateway that dropped the
+// bots' messages itself would leave the router's setting nothing to
+// admit.
+func allowBots(own string, router map[string]string, platform string) string {
+	if own != "" {
+		return own
+	}
+	for p, v := range router {
+		if strings.EqualFold(p, platform) {
+			return v
+		}
+	}
+	return ""
 }
 
 // idle is the run of a gateway dev skips because its token is not set.
@@ -80,6 +100,7 @@ func startChatGateway(ctx context.Context, a *app, name, tokenEnv string, enable
 
 func startDiscordGateway(ctx context.Context, a *app) (func(context.Context) error, error) {
 	cfg := a.cfg.Gateways.Discord
+	cfg.AllowBots = allowBots(cfg.AllowBots, a.cfg.Router.Auth.AllowBots, "discord")
 	return startChatGateway(ctx, a, "discord", "DISCORD_BOT_TOKEN", cfg.Enabled(), cfg.Validate, func(b *bus.Bus) (chatService, error) {
 		return discord.New(cfg, discord.Deps{Log: a.log, Bus: b, Runner: platform.Options{Attachments: a.cfg.Attachments}})
 	})
@@ -87,6 +108,7 @@ func startDiscordGateway(ctx context.Context, a *app) (func(context.Context) err
 
 func startSlackGateway(ctx context.Context, a *app) (func(context.Context) error, error) {
 	cfg := a.cfg.Gateways.Slack
+	cfg.AllowBots = allowBots(cfg.AllowBots, a.cfg.Router.Auth.AllowBots, "slack")
 	run, err := startChatGateway(ctx, a, "slack", "SLACK_BOT_TOKEN", cfg.Enabled(), cfg.Validate, func(b *bus.Bus) (chatService, error) {
 		return slack.New(cfg, slack.Deps{Log: a.log, Bus: b, Runner: platform.Options{Attachments: a.cfg.Attachments}})
 	})

@@ -2,9 +2,12 @@ package main
 
 import (
 	"context"
+	"os"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/switchboard-chat/switchboard/pkg/config"
 )
 
 func TestChatGatewaysRegistered(t *testing.T) {
@@ -77,5 +80,44 @@ func TestChatGatewaysRegistered(t *testing.T) {
 	cfg.Gateways.Teams.ClientID, cfg.Gateways.Teams.ClientSecret = "app", "secret"
 	if _, err := startTeamsGateway(context.Background(), newApp("dev", cfg)); err == nil || !strings.Contains(err.Error(), "TEAMS_TENANT_ID") {
 		t.Fatalf("teams without a tenant: %v", err)
+	}
+}
+
+// A chat gateway's allow_bots: its own setting or Hermes's variable,
+// else the router's router.auth.allow_bots.<platform>, so a bot the
+// router would admit is not dropped by the gateway before it gets there.
+func TestGatewayAllowBots(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name    string
+		environ []string
+		yaml    string
+		discord string
+		slack   string
+	}{
+		{name: "nothing set"},
+		{name: "Hermes's variables", environ: []string{"DISCORD_ALLOW_BOTS=mentions", "SLACK_ALLOW_BOTS=all"}, discord: "mentions", slack: "all"},
+		{name: "the router's setting", yaml: "router:\n  auth:\n    allow_bots:\n      Discord: all\n", discord: "all"},
+		{name: "the gateway's own wins", yaml: "router:\n  auth:\n    allow_bots:\n      slack: all\ngateways:\n  slack:\n    allow_bots: mentions\n", slack: "mentions"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			path := ""
+			if c.yaml != "" {
+				path = t.TempDir() + "/switchboard.yaml"
+				if err := os.WriteFile(path, []byte(c.yaml), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			cfg := defaultConfig()
+			if _, err := config.Load(config.Options{Path: path, Environ: c.environ, Aliases: envAliases}, cfg); err != nil {
+				t.Fatal(err)
+			}
+			if got := allowBots(cfg.Gateways.Discord.AllowBots, cfg.Router.Auth.AllowBots, "discord"); got != c.discord {
+				t.Errorf("discord allow_bots %q, want %q", got, c.discord)
+			}
+			if got := allowBots(cfg.Gateways.Slack.AllowBots, cfg.Router.Auth.AllowBots, "slack"); got != c.slack {
+				t.Errorf("slack allow_bots %q, want %q", got, c.slack)
+			}
+		})
 	}
 }

@@ -50,8 +50,14 @@ type Config struct {
 	// allowlists defer to); others are authorized as usual (their user id
 	// in DISCORD_ALLOWED_USERS, or paired).
 	AllowedRoles []string `koanf:"allowed_roles"`
-	// AllowBots publishes messages from other bots and webhooks.
-	AllowBots bool `koanf:"allow_bots"`
+	// AllowBots (DISCORD_ALLOW_BOTS, as in Hermes) says which messages
+	// of other bots and webhooks are published, marked is_bot: "none"
+	// (default), "mentions" (those that mention this bot) or "all"; true
+	// and false, from before it had modes, are "all" and "none". Unset,
+	// it follows router.auth.allow_bots.discord, so the router's setting
+	// is not dropped here before it can apply. The bot's own messages
+	// are never published.
+	AllowBots string `koanf:"allow_bots"`
 	// AutoThread (DISCORD_AUTO_THREAD, default true, as in Hermes): a
 	// guild channel message that mentions the bot is answered in a new
 	// thread the gateway opens from it before publishing it (the message
@@ -97,6 +103,9 @@ func (c Config) Enabled() bool { return c.BotToken != "" }
 func (c Config) Validate() error {
 	if c.BotToken == "" {
 		return errors.New("discord: bot_token (DISCORD_BOT_TOKEN) is required")
+	}
+	if _, err := platform.ParseBotMode(c.AllowBots); err != nil {
+		return fmt.Errorf("discord: allow_bots (DISCORD_ALLOW_BOTS): %w", err)
 	}
 	return nil
 }
@@ -213,9 +222,13 @@ func newPlatform(cfg Config, log *slog.Logger) (*Platform, error) {
 	s.Identify.Intents = discordgo.IntentsGuildMessages | discordgo.IntentsDirectMessages | discordgo.IntentsMessageContent
 	s.LogLevel = discordgo.LogError
 
+	bots, err := platform.ParseBotMode(cfg.AllowBots)
+	if err != nil {
+		return nil, fmt.Errorf("discord: allow_bots (DISCORD_ALLOW_BOTS): %w", err)
+	}
 	p := &Platform{
 		cfg: cfg, log: log.With("platform", "discord"), s: s, cdn: cdnClient(s.Client), channels: map[string]channelInfo{},
-		rules: rules{AllowBots: cfg.AllowBots, AutoThread: cfg.AutoThread,
+		rules: rules{Bots: bots, AutoThread: cfg.AutoThread,
 			AllowedChannels: platform.IDSet(cfg.AllowedChannels), IgnoredChannels: platform.IDSet(cfg.IgnoredChannels), AllowedRoles: platform.IDSet(cfg.AllowedRoles),
 			RequireMention: cfg.RequireMention, FreeChannels: platform.IDSet(cfg.FreeResponseChannels), IgnoreNoMention: cfg.IgnoreNoMention},
 	}

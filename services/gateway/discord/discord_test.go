@@ -307,6 +307,75 @@ func TestFilters(t *testing.T) {
 	}
 }
 
+// DISCORD_ALLOW_BOTS: other bots' messages reach the bus marked is_bot
+// ("mentions": only those that mention this bot), for the router's
+// allow_bots to admit; the bot's own messages never do, whatever the
+// mode (answering them would loop).
+func TestOtherBots(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	const other = "400000000000000077"
+	for _, c := range []struct {
+		mode string
+		// sent are dispatched in order; want are the ids that reach the
+		// bus, in order.
+		sent func(f *discordfake.Fake) []discordfake.MessageCreate
+		want []int
+	}{
+		{mode: "", sent: func(f *discordfake.Fake) []discordfake.MessageCreate {
+			return []discordfake.MessageCreate{
+				{ID: f.NewID(), ChannelID: channel, GuildID: guild, AuthorID: other, AuthorBot: true, Content: "<@" + f.BotID + "> hi", Mentions: []string{f.BotID}},
+				{ID: f.NewID(), ChannelID: channel, GuildID: guild, AuthorID: user, Content: "a person"},
+			}
+		}, want: []int{1}},
+		{mode: "mentions", sent: func(f *discordfake.Fake) []discordfake.MessageCreate {
+			return []discordfake.MessageCreate{
+				{ID: f.NewID(), ChannelID: channel, GuildID: guild, AuthorID: other, AuthorBot: true, Content: "chatter"},
+				{ID: f.NewID(), ChannelID: channel, GuildID: guild, AuthorID: f.BotID, AuthorBot: true, Content: "<@" + f.BotID + "> myself", Mentions: []string{f.BotID}},
+				{ID: f.NewID(), ChannelID: channel, GuildID: guild, AuthorID: other, AuthorBot: true, Content: "<@" + f.BotID + "> hi", Mentions: []string{f.BotID}},
+			}
+		}, want: []int{2}},
+		{mode: "all", sent: func(f *discordfake.Fake) []discordfake.MessageCreate {
+			return []discordfake.MessageCreate{
+				{ID: f.NewID(), ChannelID: channel, GuildID: guild, AuthorID: f.BotID, AuthorBot: true, Content: "my own answer"},
+				{ID: f.NewID(), ChannelID: channel, GuildID: guild, AuthorID: other, AuthorBot: true, Content: "chatter"},
+				{ID: f.NewID(), ChannelID: dmChan, AuthorID: other, AuthorBot: true, Content: "a bot's DM"},
+			}
+		}, want: []int{1, 2}},
+	} {
+		t.Run("mode "+c.mode, func(t *testing.T) {
+			t.Parallel()
+			f := newFake(t)
+			// Every channel message counts, so only the bot rule filters.
+			_, next := run(t, f, Config{AllowBots: c.mode, FreeResponseChannels: []string{"*"}})
+			sent := c.sent(f)
+			for _, m := range sent {
+				if err := f.Dispatch(ctx, "MESSAGE_CREATE", m.Payload()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, i := range c.want {
+				ev := next(20 * time.Second)
+				if ev.GetEventId() != sent[i].ID {
+					t.Fatalf("got %v, want %s (%q)", ev, sent[i].ID, sent[i].Content)
+				}
+				if ev.GetSource().GetIsBot() != sent[i].AuthorBot || ev.GetSource().GetUserId() != sent[i].AuthorID {
+					t.Fatalf("source %v, want user %s marked is_bot %v", ev.GetSource(), sent[i].AuthorID, sent[i].AuthorBot)
+				}
+			}
+			// The messages are handled in order: a person's message
+			// after them is the next on the bus, nothing else came.
+			last := discordfake.MessageCreate{ID: f.NewID(), ChannelID: channel, GuildID: guild, AuthorID: user, Content: "the end"}
+			if err := f.Dispatch(ctx, "MESSAGE_CREATE", last.Payload()); err != nil {
+				t.Fatal(err)
+			}
+			if ev := next(20 * time.Second); ev.GetEventId() != last.ID {
+				t.Fatalf("got %v, want only %s after the bots' messages", ev, last.ID)
+			}
+		})
+	}
+}
+
 // With Hermes's defaults a guild message is answered when it mentions
 // the bot, and so is everything in the thread that grew from it; other
 // channel and thread messages are not published.

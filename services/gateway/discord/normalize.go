@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+	"github.com/switchboard-chat/switchboard/pkg/platform"
 )
 
 // errMalformed marks a MESSAGE_CREATE that is not a message.
@@ -57,10 +58,10 @@ type channelInfo struct {
 type rules struct {
 	Account         string
 	BotID           string
-	AllowBots       bool
-	AllowedChannels map[string]bool // empty: every channel
-	IgnoredChannels map[string]bool // "*": every channel
-	AllowedRoles    map[string]bool // members authorized by role
+	Bots            platform.BotMode // other bots' and webhooks' messages
+	AllowedChannels map[string]bool  // empty: every channel
+	IgnoredChannels map[string]bool  // "*": every channel
+	AllowedRoles    map[string]bool  // members authorized by role
 	AutoThread      bool
 	RequireMention  bool
 	FreeChannels    map[string]bool // "*": every channel
@@ -88,7 +89,8 @@ func normalize(m *discordgo.Message, ch channelInfo, r rules) (*eventsv1.Message
 	if m.Author.ID == r.BotID {
 		return nil, "own message"
 	}
-	if (m.Author.Bot || m.WebhookID != "") && !r.AllowBots {
+	bot := m.Author.Bot || m.WebhookID != ""
+	if bot && !r.Bots.Admits(true) {
 		return nil, "bot message"
 	}
 	switch m.Type {
@@ -98,7 +100,7 @@ func normalize(m *discordgo.Message, ch channelInfo, r rules) (*eventsv1.Message
 	}
 	src := &eventsv1.SessionSource{
 		Platform: "discord", Account: r.Account, ChatId: m.ChannelID,
-		UserId: m.Author.ID, UserName: m.Author.Username, ScopeId: m.GuildID, IsBot: m.Author.Bot,
+		UserId: m.Author.ID, UserName: m.Author.Username, ScopeId: m.GuildID, IsBot: bot,
 	}
 	dm := m.GuildID == ""
 	switch {
@@ -120,6 +122,12 @@ func normalize(m *discordgo.Message, ch channelInfo, r rules) (*eventsv1.Message
 		if u != nil && u.ID == r.BotID {
 			mentioned = true
 		}
+	}
+	if bot && !r.Bots.Admits(mentioned) {
+		// As Hermes's DISCORD_ALLOW_BOTS=mentions: a bot's message is
+		// taken when it mentions this bot (a reply that pings it lists
+		// it among the mentions).
+		return nil, "bot message without a mention"
 	}
 	ev := &eventsv1.MessageReceived{EventId: m.ID, MessageId: m.ID, Source: src, Text: text,
 		// A role that authorizes its members stands in for the user

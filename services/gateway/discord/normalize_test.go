@@ -33,6 +33,7 @@ func TestNormalize(t *testing.T) {
 		text        string
 		mention     bool
 		authed      bool // transport_authenticated: a role authorized the sender
+		bot         bool // marked is_bot
 	}{
 		{name: "gated: a channel message without a mention", m: discordfake.MessageCreate{ID: "1", ChannelID: "C1", GuildID: "G1", AuthorID: "U1", Content: "hi"}, r: gated, unaddressed: true},
 		{name: "gated: a mention opens a thread", m: discordfake.MessageCreate{ID: "7", ChannelID: "C1", GuildID: "G1", AuthorID: "U1", Content: "<@" + bot + "> hi", Mentions: []string{bot}}, r: gated,
@@ -67,8 +68,13 @@ func TestNormalize(t *testing.T) {
 			key: "agent:main:discord:dm:D1", mention: true},
 		{name: "own message", m: discordfake.MessageCreate{ID: "1", ChannelID: "C1", GuildID: "G1", AuthorID: bot, Content: "x"}, r: base, skip: true},
 		{name: "bot ignored", m: discordfake.MessageCreate{ID: "1", ChannelID: "C1", GuildID: "G1", AuthorID: "9", AuthorBot: true, Content: "x"}, r: base, skip: true},
-		{name: "bot allowed", m: discordfake.MessageCreate{ID: "1", ChannelID: "C1", GuildID: "G1", AuthorID: "9", AuthorBot: true, Content: "x"}, r: rules{Account: bot, BotID: bot, AllowBots: true},
-			key: "agent:main:discord:group:C1:9", text: "x"},
+		{name: "bot allowed", m: discordfake.MessageCreate{ID: "1", ChannelID: "C1", GuildID: "G1", AuthorID: "9", AuthorBot: true, Content: "x"}, r: rules{Account: bot, BotID: bot, Bots: platform.BotsAll},
+			key: "agent:main:discord:group:C1:9", text: "x", bot: true},
+		{name: "bots on mention: not mentioned", m: discordfake.MessageCreate{ID: "1", ChannelID: "C1", GuildID: "G1", AuthorID: "9", AuthorBot: true, Content: "x"}, r: rules{Account: bot, BotID: bot, Bots: platform.BotsMentions}, skip: true},
+		{name: "bots on mention: not mentioned in a DM", m: discordfake.MessageCreate{ID: "1", ChannelID: "D1", AuthorID: "9", AuthorBot: true, Content: "x"}, r: rules{Account: bot, BotID: bot, Bots: platform.BotsMentions}, skip: true},
+		{name: "bots on mention: mentioned", m: discordfake.MessageCreate{ID: "1", ChannelID: "C1", GuildID: "G1", AuthorID: "9", AuthorBot: true, Content: "<@" + bot + "> x", Mentions: []string{bot}}, r: rules{Account: bot, BotID: bot, Bots: platform.BotsMentions},
+			key: "agent:main:discord:group:C1:9", text: "x", mention: true, bot: true},
+		{name: "own message with every bot allowed", m: discordfake.MessageCreate{ID: "1", ChannelID: "C1", GuildID: "G1", AuthorID: bot, AuthorBot: true, Content: "<@" + bot + "> x", Mentions: []string{bot}}, r: rules{Account: bot, BotID: bot, Bots: platform.BotsAll}, skip: true},
 		{name: "system message", m: discordfake.MessageCreate{ID: "1", ChannelID: "C1", GuildID: "G1", AuthorID: "9", Content: "x", Type: 7}, r: base, skip: true},
 		{name: "empty", m: discordfake.MessageCreate{ID: "1", ChannelID: "C1", GuildID: "G1", AuthorID: "9"}, r: base, skip: true},
 		{name: "channel not allowed", m: discordfake.MessageCreate{ID: "1", ChannelID: "C2", GuildID: "G1", AuthorID: "9", Content: "x"}, r: rules{Account: bot, BotID: bot, AllowedChannels: map[string]bool{"C1": true}}, skip: true},
@@ -106,6 +112,9 @@ func TestNormalize(t *testing.T) {
 			}
 			if got := sessionkey.Build(ev.GetSource(), sessionkey.DefaultOptions()); got != c.key {
 				t.Errorf("key %s, want %s", got, c.key)
+			}
+			if ev.GetSource().GetIsBot() != c.bot {
+				t.Errorf("is_bot %v, want %v", ev.GetSource().GetIsBot(), c.bot)
 			}
 			if ev.GetTransportAuthenticated() != c.authed {
 				t.Errorf("transport_authenticated %v, want %v", ev.GetTransportAuthenticated(), c.authed)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/switchboard-chat/switchboard/pkg/command"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+	"github.com/switchboard-chat/switchboard/pkg/platform"
 )
 
 // callback is the outer Events API payload (event_callback,
@@ -55,7 +56,7 @@ type identity struct {
 	Account        string // bot user id
 	BotUserID      string
 	BotID          string
-	AllowBots      bool
+	Bots           platform.BotMode // other bots' messages
 	RequireMention bool
 	FreeChannels   map[string]bool
 }
@@ -100,7 +101,7 @@ func normalize(raw []byte, id identity) (*eventsv1.MessageReceived, skip, error)
 	switch m.Subtype {
 	case "", "file_share", "thread_broadcast":
 	case "bot_message":
-		if !id.AllowBots {
+		if !id.Bots.Admits(true) {
 			return nil, "bot message", nil
 		}
 	default:
@@ -115,7 +116,7 @@ func normalize(raw []byte, id identity) (*eventsv1.MessageReceived, skip, error)
 	if (m.User != "" && m.User == id.BotUserID) || (m.BotID != "" && m.BotID == id.BotID) {
 		return nil, "own message", nil
 	}
-	if m.BotID != "" && !id.AllowBots {
+	if m.BotID != "" && !id.Bots.Admits(true) {
 		return nil, "bot message", nil
 	}
 	if m.User == "" && m.BotID == "" {
@@ -136,6 +137,11 @@ func normalize(raw []byte, id identity) (*eventsv1.MessageReceived, skip, error)
 		user = m.BotID
 	}
 	text, mentioned := stripMention(m.Text, id.BotUserID)
+	if m.BotID != "" && !id.Bots.Admits(mentioned || m.Type == "app_mention") {
+		// As Hermes's SLACK_ALLOW_BOTS=mentions: a bot's message is
+		// taken when it mentions this bot, in a DM too.
+		return nil, "bot message without a mention", nil
+	}
 	if m.Type == "app_mention" || chatType == "dm" {
 		mentioned = true
 	}

@@ -77,6 +77,7 @@ func TestNormalize(t *testing.T) {
 		text    string
 		mention bool
 		files   int
+		bot     bool // marked is_bot
 	}{
 		{name: "channel message", ev: slackfake.Event{Channel: "C0CHANNEL", ChannelType: "channel", User: "U0USER01", Text: "hi", TS: "1.1"},
 			key: "agent:main:slack:group:T0WORKSPACE:C0CHANNEL:U0USER01", text: "hi"},
@@ -100,10 +101,17 @@ func TestNormalize(t *testing.T) {
 			Files: []slackfake.File{{ID: "F1", Name: "a.pdf", Mimetype: "application/pdf", URL: "https://x/a.pdf"}}},
 			key: "agent:main:slack:dm:T0WORKSPACE:D0DM", mention: true, files: 1},
 		{name: "own message", ev: slackfake.Event{Channel: "C1", ChannelType: "channel", User: "U0BOT", Text: "x", TS: "1.1"}, skip: true},
-		{name: "own bot id", ev: slackfake.Event{Subtype: "bot_message", Channel: "C1", ChannelType: "channel", BotID: "B0BOT", Text: "x", TS: "1.1"}, id: identity{Account: "U0BOT", BotUserID: "U0BOT", BotID: "B0BOT", AllowBots: true}, skip: true},
+		{name: "own bot id", ev: slackfake.Event{Subtype: "bot_message", Channel: "C1", ChannelType: "channel", BotID: "B0BOT", Text: "x", TS: "1.1"}, id: identity{Account: "U0BOT", BotUserID: "U0BOT", BotID: "B0BOT", Bots: platform.BotsAll}, skip: true},
+		{name: "own bot user, every bot allowed", ev: slackfake.Event{Channel: "C1", ChannelType: "channel", User: "U0BOT", BotID: "B0BOT", Text: "<@U0BOT> x", TS: "1.1"}, id: identity{Account: "U0BOT", BotUserID: "U0BOT", BotID: "B0BOT", Bots: platform.BotsAll}, skip: true},
 		{name: "other bot ignored", ev: slackfake.Event{Subtype: "bot_message", Channel: "C1", ChannelType: "channel", BotID: "B9", Text: "x", TS: "1.1"}, skip: true},
 		{name: "other bot allowed", ev: slackfake.Event{Subtype: "bot_message", Channel: "C1", ChannelType: "channel", BotID: "B9", Text: "x", TS: "1.1"},
-			id: identity{Account: "U0BOT", BotUserID: "U0BOT", BotID: "B0BOT", AllowBots: true}, key: "agent:main:slack:group:T0WORKSPACE:C1:B9", text: "x"},
+			id: identity{Account: "U0BOT", BotUserID: "U0BOT", BotID: "B0BOT", Bots: platform.BotsAll}, key: "agent:main:slack:group:T0WORKSPACE:C1:B9", text: "x", bot: true},
+		{name: "other bot on mention: not mentioned", ev: slackfake.Event{Subtype: "bot_message", Channel: "C1", ChannelType: "channel", BotID: "B9", Text: "x", TS: "1.1"},
+			id: identity{Account: "U0BOT", BotUserID: "U0BOT", BotID: "B0BOT", Bots: platform.BotsMentions}, skip: true},
+		{name: "other bot on mention: not mentioned in a DM", ev: slackfake.Event{Channel: "D0DM", ChannelType: "im", User: "U0OTHERBOT", BotID: "B9", Text: "x", TS: "1.1"},
+			id: identity{Account: "U0BOT", BotUserID: "U0BOT", BotID: "B0BOT", Bots: platform.BotsMentions}, skip: true},
+		{name: "other bot on mention: mentioned", ev: slackfake.Event{Channel: "C1", ChannelType: "channel", User: "U0OTHERBOT", BotID: "B9", Text: "<@U0BOT> x", TS: "1.1"},
+			id: identity{Account: "U0BOT", BotUserID: "U0BOT", BotID: "B0BOT", Bots: platform.BotsMentions}, key: "agent:main:slack:group:T0WORKSPACE:C1:U0OTHERBOT", text: "x", mention: true, bot: true},
 		{name: "edit skipped", ev: slackfake.Event{Subtype: "message_changed", Channel: "C1", ChannelType: "channel", TS: "1.1"}, skip: true},
 		{name: "empty skipped", ev: slackfake.Event{Channel: "C1", ChannelType: "channel", User: "U1", TS: "1.1"}, skip: true},
 	}
@@ -131,6 +139,9 @@ func TestNormalize(t *testing.T) {
 			}
 			if ev.GetText() != c.text || ev.GetMentioned() != c.mention || len(ev.GetAttachments()) != c.files {
 				t.Errorf("text %q mentioned %v files %d", ev.GetText(), ev.GetMentioned(), len(ev.GetAttachments()))
+			}
+			if ev.GetSource().GetIsBot() != c.bot {
+				t.Errorf("is_bot %v, want %v", ev.GetSource().GetIsBot(), c.bot)
 			}
 			if ev.GetEventId() != c.ev.Channel+":"+c.ev.TS || ev.GetMessageId() != c.ev.TS {
 				t.Errorf("event id %s message id %s", ev.GetEventId(), ev.GetMessageId())

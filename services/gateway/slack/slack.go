@@ -44,8 +44,14 @@ type Config struct {
 	Addr string `koanf:"addr"`
 	// Path of the Events API endpoint.
 	Path string `koanf:"path"`
-	// AllowBots publishes messages from other bots too.
-	AllowBots bool `koanf:"allow_bots"`
+	// AllowBots (SLACK_ALLOW_BOTS, as in Hermes) says which messages of
+	// other bots are published, marked is_bot: "none" (default),
+	// "mentions" (those that mention this bot) or "all"; true and false,
+	// from before it had modes, are "all" and "none". Unset, it follows
+	// router.auth.allow_bots.slack, so the router's setting is not
+	// dropped here before it can apply. The bot's own messages are never
+	// published.
+	AllowBots string `koanf:"allow_bots"`
 	// RequireMention (SLACK_REQUIRE_MENTION, default true, as in Hermes):
 	// in channels the bot answers only messages that mention it, and
 	// replies in the threads of messages it answered or posted.
@@ -108,6 +114,9 @@ func (c *Config) validate() error {
 	}
 	if c.AckTimeout <= 0 {
 		c.AckTimeout = d.AckTimeout
+	}
+	if _, err := platform.ParseBotMode(c.AllowBots); err != nil {
+		return fmt.Errorf("slack: allow_bots (SLACK_ALLOW_BOTS): %w", err)
 	}
 	return nil
 }
@@ -197,9 +206,10 @@ func newPlatform(cfg Config, log *slog.Logger, hc *http.Client) (*Platform, erro
 		opts = append(opts, slackapi.OptionAppLevelToken(cfg.AppToken))
 	}
 	api := slackapi.New(cfg.BotToken, opts...)
+	bots, _ := platform.ParseBotMode(cfg.AllowBots) // validate checked it
 	return &Platform{
 		cfg: cfg, log: log.With("platform", "slack"), api: api, hc: hc,
-		id: identity{AllowBots: cfg.AllowBots, RequireMention: cfg.RequireMention, FreeChannels: platform.IDSet(cfg.FreeResponseChannels)},
+		id: identity{Bots: bots, RequireMention: cfg.RequireMention, FreeChannels: platform.IDSet(cfg.FreeResponseChannels)},
 	}, nil
 }
 

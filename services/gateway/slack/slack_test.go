@@ -255,6 +255,90 @@ func TestMentionGating(t *testing.T) {
 	}
 }
 
+// SLACK_ALLOW_BOTS: other bots' messages reach the bus marked is_bot
+// ("mentions": only those that mention this bot), for the router's
+// allow_bots to admit; the bot's own posts (as Slack echoes them: its
+// user and bot id) never do, whatever the mode, or it would answer
+// itself.
+func TestOtherBots(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		mode string
+		sent func(f *slackfake.Fake) []slackfake.Event
+		want []int // indexes of sent that reach the bus, in order
+	}{
+		{mode: "none", sent: func(f *slackfake.Fake) []slackfake.Event {
+			return []slackfake.Event{
+				{Subtype: "bot_message", Channel: "C0CHANNEL", ChannelType: "channel", BotID: "B0OTHER", Text: "<@" + f.BotUserID + "> hi", TS: "1.1"},
+				{Channel: "D0OTHER", ChannelType: "im", User: "U0OTHERBOT", BotID: "B0OTHER", Text: "a bot's DM", TS: "1.2"},
+			}
+		}},
+		{mode: "mentions", sent: func(f *slackfake.Fake) []slackfake.Event {
+			return []slackfake.Event{
+				{Subtype: "bot_message", Channel: "C0CHANNEL", ChannelType: "channel", BotID: "B0OTHER", Text: "chatter", TS: "1.1"},
+				{Channel: "C0CHANNEL", ChannelType: "channel", User: f.BotUserID, BotID: f.BotID, Text: "<@" + f.BotUserID + "> my own", TS: "1.2"},
+				{Channel: "C0CHANNEL", ChannelType: "channel", User: "U0OTHERBOT", BotID: "B0OTHER", Text: "<@" + f.BotUserID + "> hi", TS: "1.3"},
+			}
+		}, want: []int{2}},
+		{mode: "all", sent: func(f *slackfake.Fake) []slackfake.Event {
+			return []slackfake.Event{
+				{Subtype: "bot_message", Channel: "C0CHANNEL", ChannelType: "channel", BotID: f.BotID, Text: "my own answer", TS: "1.1"},
+				{Subtype: "bot_message", Channel: "C0CHANNEL", ChannelType: "channel", BotID: "B0OTHER", Text: "chatter", TS: "1.2"},
+				{Channel: "D0OTHER", ChannelType: "im", User: "U0OTHERBOT", BotID: "B0OTHER", Text: "a bot's DM", TS: "1.3"},
+			}
+		}, want: []int{1, 2}},
+	} {
+		t.Run(c.mode, func(t *testing.T) {
+			t.Parallel()
+			fake := slackfake.New(t)
+			cfg := DefaultConfig()
+			cfg.AppToken, cfg.AllowBots = fake.AppToken, c.mode
+			// Every channel message counts, so only the bot rule filters.
+			cfg.RequireMention = false
+			_, _, next, _ := gateway(t, fake, cfg)
+			ctx := context.Background()
+			sent := c.sent(fake)
+			for _, e := range sent {
+				if err := fake.Push(ctx, fake.Callback("Ev"+e.TS, e), 0); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, i := range c.want {
+				ev := next()
+				if ev.GetMessageId() != sent[i].TS || !ev.GetSource().GetIsBot() {
+					t.Fatalf("got %v, want %s (%q) marked is_bot", ev, sent[i].TS, sent[i].Text)
+				}
+			}
+			// Events are handled in order: a person's message after them
+			// is the next on the bus, nothing else came.
+			last := slackfake.Event{Channel: "C0CHANNEL", ChannelType: "channel", User: "U0USER01", Text: "the end", TS: "9.1"}
+			if err := fake.Push(ctx, fake.Callback("Ev9.1", last), 0); err != nil {
+				t.Fatal(err)
+			}
+			if ev := next(); ev.GetMessageId() != last.TS || ev.GetSource().GetIsBot() {
+				t.Fatalf("got %v, want only the person's %s after the bots' messages", ev, last.TS)
+			}
+		})
+	}
+}
+
+// A gateway refuses an allow_bots it cannot read, as the router does,
+// rather than guess.
+func TestAllowBotsChecked(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.BotToken, cfg.AppToken = "xoxb-1", "xapp-1"
+	for _, v := range []string{"", "none", "Mentions", "all", "true", "false"} {
+		cfg.AllowBots = v
+		if err := cfg.Validate(); err != nil {
+			t.Errorf("allow_bots %q: %v", v, err)
+		}
+	}
+	cfg.AllowBots = "yes-please"
+	if err := cfg.Validate(); err == nil {
+		t.Error("allow_bots \"yes-please\" validates")
+	}
+}
+
 // "/hermes <command>" over Socket Mode reaches the router as the command,
 // once however often Slack sends the envelope.
 func TestSlashCommand(t *testing.T) {
