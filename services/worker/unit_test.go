@@ -191,6 +191,11 @@ func TestUserKeyIsTheSessionOutsideDirectChats(t *testing.T) {
 		{"group", &eventsv1.SessionSource{Platform: "telegram", ChatType: "group", ChatId: "-100", UserId: "u2"}, "session:" + key},
 		{"thread", &eventsv1.SessionSource{Platform: "slack", ChatType: "thread", ChatId: "C1", ThreadId: "1.2", UserId: "u3"}, "session:" + key},
 		{"no user", &eventsv1.SessionSource{Platform: "telegram", ChatType: "dm"}, ""},
+		// The API's user_id is the authenticated key; the request's user
+		// field is only the display name and keys nothing.
+		{"api display name", &eventsv1.SessionSource{Platform: "api", ChatType: "dm", ChatId: "s", UserId: "key-1", UserName: "key:alice"}, "api:key-1"},
+		{"api memory scope", &eventsv1.SessionSource{Platform: "api", ChatType: "dm", UserId: "key:alice", UserIdAlt: "api-server-ab12"}, "api:api-server-ab12"},
+		{"webhook route", &eventsv1.SessionSource{Platform: "webhook", ChatType: "dm", ChatId: "deploys", UserId: "webhook:deploys"}, "webhook:webhook:deploys"},
 	}
 	for _, tt := range tests {
 		req := &turnsv1.TurnRequested{SessionKey: key, Inputs: []*eventsv1.MessageReceived{{Source: tt.src}}}

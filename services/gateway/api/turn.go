@@ -181,6 +181,16 @@ func chatIDOf(identity, session string) string {
 		// session gets another conversation.
 		return name + "." + session
 	}
+	// The single key's (and a keyless client's) chat is the session id
+	// itself, as in Hermes, except for an id that reads as a named key's
+	// chat ("<key name>.<session>"): X-Session-Id "alice.s" would
+	// otherwise be named key alice's session "s", and the single key's
+	// holder would read that conversation's history and put text before
+	// its next turn (which runs with alice's memory). Such an id gets a
+	// "~" before it, a character neither a key name nor a session id has.
+	if prefix, _, ok := strings.Cut(session, "."); ok && keyName.MatchString(prefix) {
+		return "~" + session
+	}
 	return session
 }
 
