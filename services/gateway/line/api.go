@@ -170,8 +170,9 @@ func decodeError(resp *http.Response, body []byte) *APIError {
 		for _, d := range wire.Details {
 			le.Details = append(le.Details, d.Property+": "+d.Message)
 		}
-	} else {
-		le.Message = http.StatusText(resp.StatusCode)
+	} else if le.Message = http.StatusText(resp.StatusCode); le.Message == "" {
+		// A status Go has no name for (a proxy's 520, …).
+		le.Message = "answer without a LINE error"
 	}
 	if s, err := strconv.Atoi(strings.TrimSpace(resp.Header.Get("Retry-After"))); err == nil && s > 0 {
 		le.RetryAfter = time.Duration(s) * time.Second
