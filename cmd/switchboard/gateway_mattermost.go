@@ -19,6 +19,7 @@ func init() {
 		"MATTERMOST_FREE_RESPONSE_CHANNELS": "gateways.mattermost.free_response_channels",
 		"MATTERMOST_REPLY_MODE":             "gateways.mattermost.reply_mode",
 		"MATTERMOST_REACTIONS":              "gateways.mattermost.reactions",
+		"MATTERMOST_ALLOW_CHANNEL_MENTIONS": "gateways.mattermost.allow_channel_mentions",
 		"MATTERMOST_HOME_CHANNEL":           "delivery.platforms.mattermost.home",
 	} {
 		envAliases[env] = key

@@ -66,6 +66,11 @@ type Config struct {
 	// Reactions (MATTERMOST_REACTIONS, default false: Hermes's adapter
 	// sets none): :eyes: while a turn runs, then :white_check_mark: or :x:.
 	Reactions bool `koanf:"reactions"`
+	// AllowChannelMentions (MATTERMOST_ALLOW_CHANNEL_MENTIONS, default
+	// false) lets @channel, @all and @here in the agent's posts notify
+	// the channel. Off, each gets a zero-width joiner after its "@" and
+	// notifies no one (Hermes posts them as they are).
+	AllowChannelMentions bool `koanf:"allow_channel_mentions"`
 	// CatchUp (default true): after a reconnect, read and publish what
 	// the channels seen since the start got while the websocket was down.
 	CatchUp bool `koanf:"catch_up"`

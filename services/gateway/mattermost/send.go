@@ -78,8 +78,15 @@ func (p *Platform) pendingID(key, part string) string {
 var imageLink = regexp.MustCompile(`!\[([^\]]*)\]\(([^)]+)\)`)
 
 // format is the post's message: Mattermost renders Markdown, so the
-// agent's text goes as is, images as their URL.
-func format(text string) string { return imageLink.ReplaceAllString(text, "$2") }
+// agent's text goes as is, images as their URL, and channel-wide
+// mentions neutralised unless allow_channel_mentions is set.
+func (p *Platform) format(text string) string {
+	text = imageLink.ReplaceAllString(text, "$2")
+	if !p.cfg.AllowChannelMentions {
+		text = neutralizeChannelMentions(text)
+	}
+	return text
+}
 
 // rootOf is the thread a send goes in: the target's thread, else, in
 // reply mode "thread", the message it answers.
@@ -103,7 +110,7 @@ func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (str
 	if err != nil {
 		return "", err
 	}
-	text := format(req.GetText())
+	text := p.format(req.GetText())
 	if strings.TrimSpace(text) == "" && len(req.GetAttachments()) == 0 {
 		return "", platform.Permanent(errors.New("mattermost: empty message"))
 	}
@@ -146,7 +153,7 @@ func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (str
 			}
 			np.FileIDs = append(np.FileIDs, id)
 			if c := a.GetCaption(); c != "" && np.Message == "" {
-				np.Message = c
+				np.Message = p.format(c)
 			}
 		}
 		if err := post(np); err != nil {
@@ -170,7 +177,7 @@ func (p *Platform) Edit(ctx context.Context, req *deliveryv1.SendRequested) erro
 	if err != nil {
 		return err
 	}
-	text := format(req.GetText())
+	text := p.format(req.GetText())
 	if strings.TrimSpace(text) == "" {
 		return platform.Permanent(errors.New("mattermost: edit to an empty message"))
 	}

@@ -23,6 +23,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/coder/websocket"
@@ -97,6 +98,9 @@ type Fake struct {
 	conns     map[*wsConn]bool
 	accepted  int
 	lastTime  int64
+	// channelWide are the bot's posts (created or edited) that notified
+	// their whole channel: their message at the time.
+	channelWide []string
 }
 
 type file struct {
@@ -524,6 +528,7 @@ func (f *Fake) createPost(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	p := f.store(Post{ChannelID: in.ChannelID, UserID: f.botID, RootID: in.RootID, Message: in.Message, FileIDs: in.FileIDs, PendingPostID: in.PendingPostID})
+	f.noteChannelWide(p.Message)
 	if in.PendingPostID != "" {
 		f.pending[in.PendingPostID] = p.ID
 	}
@@ -555,6 +560,7 @@ func (f *Fake) patchPost(w http.ResponseWriter, r *http.Request) {
 	}
 	p.Message, p.EditAt = *in.Message, f.now()
 	p.UpdateAt = p.EditAt
+	f.noteChannelWide(p.Message)
 	b, _ := json.Marshal(p)
 	f.broadcast("post_edited", map[string]any{"post": string(b)}, p.ChannelID)
 	writeJSON(w, http.StatusOK, p)
@@ -771,4 +777,60 @@ func (f *Fake) websocket(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
+}
+
+// ChannelWide returns the messages of the bot's posts and edits that
+// notified a whole channel (@channel, @all or @here, as the server finds
+// them), in order.
+func (f *Fake) ChannelWide() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.channelWide)
+}
+
+func (f *Fake) noteChannelWide(message string) {
+	if channelMentioned(message) {
+		f.channelWide = append(f.channelWide, message)
+	}
+}
+
+// What the server leaves out before looking for mentions
+// (removeCodeFromMessage in its app/notification.go).
+var (
+	codeBlock  = regexp.MustCompile("(?m)^[^\\S\n]*[\\`~]{3}.*$[\\s\\S]+?(^[^\\S\n]*[`~]{3}$|\\z)")
+	inlineCode = regexp.MustCompile("(?m)\\`+(?:.+?|.*?\n(.*?\\S.*?\n)*.*?)\\`+")
+)
+
+// channelMentioned is the server's test for a channel-wide mention
+// (GetExplicitMentions): code removed, the message split into words at
+// anything but letters, digits and ":.-_@", each word also split at
+// ".", "-" and ":", a word equal to @here, @channel or @all (the
+// keywords are matched without regard to case).
+func channelMentioned(message string) bool {
+	if strings.Contains(message, "```") || strings.Contains(message, "~~~") {
+		message = codeBlock.ReplaceAllString(message, "")
+	}
+	if strings.Contains(message, "`") {
+		message = inlineCode.ReplaceAllString(message, " ")
+	}
+	special := func(w string) bool {
+		switch strings.ToLower(w) {
+		case "@here", "@channel", "@all":
+			return true
+		}
+		return false
+	}
+	for _, word := range strings.FieldsFunc(message, func(c rune) bool {
+		return !(c == ':' || c == '.' || c == '-' || c == '_' || c == '@' || unicode.IsLetter(c) || unicode.IsNumber(c))
+	}) {
+		if special(word) {
+			return true
+		}
+		for _, sub := range strings.FieldsFunc(word, func(c rune) bool { return c == '.' || c == '-' || c == ':' }) {
+			if special(sub) {
+				return true
+			}
+		}
+	}
+	return false
 }
