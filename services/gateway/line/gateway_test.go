@@ -365,6 +365,27 @@ func TestLongAnswer(t *testing.T) {
 	}
 }
 
+// A reply LINE refuses with a 429 did not use its token: the retry
+// answers by reply, not by a metered push.
+func TestRateLimitedReplyKeepsToken(t *testing.T) {
+	t.Parallel()
+	f := linefake.New(t)
+	h := start(t, f, testConfig(f))
+	h.post(t, f.Body(f.Event(linefake.Inbound{UserID: alice, Text: "hi"})))
+	h.next(t)
+	f.Fail(linefake.ErrTooManyRequests)
+	req := sendTo(alice, "k-429", "hello")
+	if r := h.send(t, req); r.GetOk() || r.GetErrorClass() != deliveryv1.ErrorClass_ERROR_CLASS_RATE_LIMITED {
+		t.Fatalf("receipt %v, want rate limited", r)
+	}
+	if r := h.send(t, req); !r.GetOk() {
+		t.Fatalf("retry receipt %v", r)
+	}
+	if got := f.Sent(alice); len(got) != 1 || got[0].Via != "reply" {
+		t.Fatalf("sent %+v, want the answer once, by reply", got)
+	}
+}
+
 // LINE's failures map to delivery's classes.
 func TestSendErrors(t *testing.T) {
 	t.Parallel()

@@ -155,11 +155,11 @@ func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (str
 // chat has a reply token, else (and every later call) by push.
 func (p *Platform) sendCall(ctx context.Context, req *deliveryv1.SendRequested, to string, call int, msgs []lineMessage) (string, error) {
 	if call == 0 {
-		token, err := p.claimReplyToken(ctx, to)
+		st, err := p.claimStoredToken(ctx, to)
 		if err != nil {
 			p.log.Warn("line reply token unreadable; pushing", "err", err)
 		}
-		if token != "" {
+		if token := st.Token; token != "" {
 			var out sentAnswer
 			err := p.api.post(ctx, "/v2/bot/message/reply", map[string]any{"replyToken": token, "messages": msgs}, nil, &out)
 			var le *APIError
@@ -169,6 +169,10 @@ func (p *Platform) sendCall(ctx context.Context, req *deliveryv1.SendRequested, 
 				return firstID(out, "reply:"+token)
 			case errors.As(err, &le) && le.invalidReplyToken():
 				p.log.Debug("line reply token refused; pushing", "err", err)
+			case errors.As(err, &le) && le.Status == http.StatusTooManyRequests:
+				// Refused before it was read: the token is unused.
+				p.returnReplyToken(ctx, to, st)
+				return "", classify(err)
 			default:
 				return "", classify(err)
 			}

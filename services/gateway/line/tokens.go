@@ -67,25 +67,48 @@ func (p *Platform) keepReplyToken(ctx context.Context, chatID, token string) err
 // the revision read, so that of two sends racing across replicas one
 // gets it. "" when there is none, it expired, or another send took it.
 func (p *Platform) claimReplyToken(ctx context.Context, chatID string) (string, error) {
+	st, err := p.claimStoredToken(ctx, chatID)
+	return st.Token, err
+}
+
+// returnReplyToken puts back a claimed token LINE did not use (its call
+// was refused before it was read: a 429), so the retry answers by reply
+// rather than by a metered push. A newer token stored meanwhile wins.
+func (p *Platform) returnReplyToken(ctx context.Context, chatID string, st storedToken) {
+	if st.Token == "" || time.Now().UnixMilli() >= st.Expires {
+		return
+	}
 	kv, err := p.replyTokens(ctx)
 	if err != nil {
-		return "", err
+		return
+	}
+	b, _ := json.Marshal(st)
+	if _, err := kv.Create(ctx, p.tokenKey(chatID), b); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+		p.log.Warn("line reply token not returned; the retry is pushed", "err", err)
+	}
+}
+
+// claimStoredToken is claimReplyToken with the token's expiry.
+func (p *Platform) claimStoredToken(ctx context.Context, chatID string) (storedToken, error) {
+	kv, err := p.replyTokens(ctx)
+	if err != nil {
+		return storedToken{}, err
 	}
 	key := p.tokenKey(chatID)
 	e, err := kv.Get(ctx, key)
 	switch {
 	case errors.Is(err, jetstream.ErrKeyNotFound):
-		return "", nil
+		return storedToken{}, nil
 	case err != nil:
-		return "", fmt.Errorf("read line reply token: %w", err)
+		return storedToken{}, fmt.Errorf("read line reply token: %w", err)
 	}
 	var st storedToken
 	if json.Unmarshal(e.Value(), &st) != nil || st.Token == "" || time.Now().UnixMilli() >= st.Expires {
-		return "", nil
+		return storedToken{}, nil
 	}
 	if err := kv.Delete(ctx, key, jetstream.LastRevision(e.Revision())); err != nil {
 		// Another send took it, or a newer event replaced it: push.
-		return "", nil
+		return storedToken{}, nil
 	}
-	return st.Token, nil
+	return st, nil
 }
