@@ -489,6 +489,15 @@ func pendingCalls(msgs []store.Message) []store.ToolCall {
 
 // runTools runs pending calls one by one, committing each result before
 // reporting it. A committed result is never run again.
+//
+// One by one on purpose: Hermes runs the calls of one answer concurrently
+// (up to 8) only when all are read-only tools of its parallel-safe list,
+// which of the tools here holds session_search (and clock) alone, both
+// quick; concurrency would save nothing yet, while the per-call commit
+// (a crash re-runs at most one call), the one approval prompt, the one
+// cancel slot (ctl.duringCall) and steering on the next result assume
+// one call at a time. docs/architecture.md (agent loop) has the plan for
+// when slow read-only tools arrive.
 func (r *turnRun) runTools(ctx context.Context, ls *loopState, pending []store.ToolCall) error {
 	for _, tc := range pending {
 		if err := r.checkpoint(ctx); err != nil {
