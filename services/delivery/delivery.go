@@ -49,6 +49,7 @@ type Service struct {
 	cfg     Config
 	log     *slog.Logger
 	bus     *bus.Bus
+	db      *pgxpool.Pool
 	store   *outbox.Store
 	limiter *ratelimit.Limiter
 	locker  *redisx.Locker
@@ -92,6 +93,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		cfg:     cfg,
 		log:     deps.Log.With("service", "delivery"),
 		bus:     deps.Bus,
+		db:      deps.DB,
 		store:   outbox.New(deps.DB),
 		limiter: ratelimit.New(deps.Redis, deps.RedisPrefix+"delivery:"),
 		locker:  redisx.NewLocker(deps.Redis, deps.RedisPrefix+"delivery:"),

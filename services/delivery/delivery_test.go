@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/switchboard-chat/switchboard/pkg/bus"
+	"github.com/switchboard-chat/switchboard/pkg/cron"
 	adminv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/admin/v1"
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
@@ -928,5 +929,91 @@ func TestHousekeepingCountsAndPrunesTheOutbox(t *testing.T) {
 	})
 	if st := rowState(t, e.db, "t1:1:0"); st != "queued" && st != "sending" {
 		t.Errorf("the waiting row is %q", st)
+	}
+}
+
+// A cron run's answer that is given up (dead-lettered, expired) is
+// recorded on its job, as Hermes's last_delivery_error: last_status
+// delivery_failed with the reason. A failed typing indicator of the run
+// is not its answer; another session's failure touches no job.
+func TestCronRunUndeliveredRecordedOnItsJob(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name     string
+		platform string
+		body     any
+		status   string
+		reason   string
+	}{
+		{"dead-lettered", "test", final("the morning report"), cron.StatusDeliveryFailed, "Forbidden: bot was blocked by the user"},
+		{"expired", "nowhere", final("the morning report"), cron.StatusDeliveryFailed, "expired"},
+		{"typing", "test", &repliesv1.Typing{}, "ok", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			e := newEnv(t)
+			e.gw.setBehaviour(func(*deliveryv1.SendRequested, int) behaviour {
+				return behaviour{fail: &deliveryv1.SendReceipt{ErrorClass: deliveryv1.ErrorClass_ERROR_CLASS_PERMANENT, Error: "Forbidden: bot was blocked by the user"}}
+			})
+			// A job whose run the scheduler fired and recorded.
+			now := time.Date(2026, 3, 10, 8, 0, 0, 0, time.UTC)
+			jobs := cron.New(e.db, time.UTC, func() time.Time { return now })
+			j, err := jobs.Create(ctx, cron.NewJob{Owner: "test:u1", Prompt: "report", Schedule: "every 1h", Deliver: "local"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			other, err := jobs.Create(ctx, cron.NewJob{Owner: "test:u1", Prompt: "other", Schedule: "every 1h", Deliver: "local"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			now = now.Add(time.Hour)
+			var run string
+			for range 2 {
+				tx, err := e.db.Begin(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				c, ok, err := cron.ClaimDue(ctx, tx, now, nil)
+				if err != nil || !ok {
+					t.Fatalf("claim: %v %v", ok, err)
+				}
+				id := cron.RunID(c.ID, c.NextRunAt, false)
+				if c.ID == j.ID {
+					run = id
+				}
+				c.RepeatCompleted, c.NextRunAt, c.LastRunAt, c.LastStatus = 1, now.Add(time.Hour), now, "ok"
+				if err := cron.SaveRun(ctx, tx, c, id, now); err != nil {
+					t.Fatal(err)
+				}
+				if err := tx.Commit(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			cfg := testConfig()
+			cfg.TTL = time.Minute
+			cfg.MaxAttempts = 1000
+			e.start(t, cfg, "a")
+			ev := event("t1", 1, "agent:main:cron:dm:"+run, tc.body)
+			ev.Target.Platform = tc.platform
+			e.publish(t, ev)
+			// A message of an ordinary session fails alike.
+			plain := event("t2", 1, "agent:main:test:dm:u1", final("hello"))
+			e.publish(t, plain)
+			eventually(t, e.clock, 0, "the ordinary message failed", func() bool { return rowState(t, e.db, "t2:1:0") == "failed" })
+			if tc.status != "ok" {
+				eventually(t, e.clock, 5*time.Second, "the job records it", func() bool {
+					got, err := jobs.Resolve(ctx, "test:u1", j.ID)
+					return err == nil && got.LastStatus == tc.status
+				})
+			}
+			got, err := jobs.Resolve(ctx, "test:u1", j.ID)
+			if err != nil || got.LastStatus != tc.status || !strings.Contains(got.LastDeliveryError, tc.reason) || (tc.reason == "") != (got.LastDeliveryError == "") {
+				t.Errorf("job after its run's answer failed: status %q, delivery error %q (%v); want %q, %q", got.LastStatus, got.LastDeliveryError, err, tc.status, tc.reason)
+			}
+			if o, err := jobs.Resolve(ctx, "test:u1", other.ID); err != nil || o.LastStatus != "ok" || o.LastDeliveryError != "" {
+				t.Errorf("another job: %+v %v", o, err)
+			}
+		})
 	}
 }

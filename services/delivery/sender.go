@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/switchboard-chat/switchboard/pkg/cron"
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	"github.com/switchboard-chat/switchboard/pkg/outbox"
 	"github.com/switchboard-chat/switchboard/pkg/telemetry"
@@ -93,6 +94,7 @@ func (s *Service) expire(ctx context.Context, now time.Time) {
 		s.log.Warn("delivery expired before it could be sent", "delivery_id", r.ID, "key", r.Key,
 			"platform", r.Platform, "chat_id", r.ChatID, "attempts", r.Attempts,
 			"age", now.Sub(r.CreatedAt).Round(time.Second), "last_error", r.LastError)
+		s.cronUndelivered(ctx, s.log, r, r.LastError) // "expired: <the last attempt's error>"
 	}
 }
 
@@ -285,8 +287,37 @@ func (s *Service) fail(ctx context.Context, log warner, r outbox.Row, reason, ms
 	log.Warn("delivery dead-lettered", "reason", reason, "err", msg)
 	err := s.store.Fail(ctx, r.ID, s.owner, msg, s.now())
 	s.record(log, "fail", err)
-	if err == nil && reason == "max_attempts" {
+	if err != nil {
+		return
+	}
+	s.cronUndelivered(ctx, log, r, msg)
+	if reason == "max_attempts" {
 		s.undelivered(ctx, log, r)
+	}
+}
+
+// cronUndelivered records on its cron job that a run's answer was given
+// up (dead-lettered or expired), as Hermes's last_delivery_error: /cron
+// list, the cronjob tool and /api/jobs show it. Only the answer's own
+// messages count (not typing, deletions or tool progress). Best effort:
+// the row's state is the record of the failure.
+func (s *Service) cronUndelivered(ctx context.Context, log warner, r outbox.Row, reason string) {
+	switch r.Request.GetOp() {
+	case deliveryv1.SendOp_SEND_OP_SEND, deliveryv1.SendOp_SEND_OP_EDIT:
+	default:
+		return
+	}
+	run, ok := cron.RunOfSession(r.SessionKey)
+	if !ok {
+		return
+	}
+	applied, err := cron.RecordDeliveryFailure(ctx, s.db, run, reason)
+	if err != nil {
+		log.Warn("record a cron run's delivery failure failed", "run", run, "err", err)
+		return
+	}
+	if !applied {
+		log.Warn("cron run's delivery failure not recorded: the job was removed or has run since", "run", run)
 	}
 }
 

@@ -288,6 +288,14 @@ func (s *Service) cronList(jobs []cron.Job) string {
 		if !j.LastRunAt.IsZero() {
 			fmt.Fprintf(&b, "\n  Last run: %s (%s)", s.when(j.LastRunAt), j.LastStatus)
 		}
+		// As Hermes's job list: why the last run failed, and why its
+		// answer did not arrive (last_delivery_error).
+		if j.LastError != "" {
+			fmt.Fprintf(&b, "\n  Last error: %s", promptPreview(j.LastError, 200))
+		}
+		if j.LastDeliveryError != "" {
+			fmt.Fprintf(&b, "\n  Delivery failed: %s", promptPreview(j.LastDeliveryError, 200))
+		}
 	}
 	return b.String()
 }

@@ -150,6 +150,24 @@ func TestCronCommand(t *testing.T) {
 	if got := e.ask("bob", "/cron edit "+id+" --name mine"); !strings.HasPrefix(got, "Failed to update job: Job with ID or name '"+id+"' not found.") {
 		t.Errorf("bob edits alice's job: %q", got)
 	}
+	// As Hermes's job list: why the last run's answer was not delivered.
+	run := id + "_20260101_090000"
+	if _, err := e.db.Exec(context.Background(), `UPDATE cron_jobs SET last_run_at = now(), last_status = 'ok', last_run_id = $2 WHERE id = $1`, id, run); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := cron.RecordDeliveryFailure(context.Background(), e.db, run, "Forbidden: bot was blocked by the user"); err != nil || !ok {
+		t.Fatalf("record the delivery failure: %v %v", ok, err)
+	}
+	if got := e.ask("alice", "/cron list"); !regexp.MustCompile(`\n  Last run: \d{4}-\d\d-\d\d \d\d:\d\d UTC \(delivery_failed\)\n  Delivery failed: Forbidden: bot was blocked by the user`).MatchString(got) ||
+		strings.Contains(got, "Last error:") {
+		t.Errorf("list with a delivery failure: %q", got)
+	}
+	if _, err := cron.New(e.db, nil, nil).RecordOutcome(context.Background(), run, "error", "the model is unavailable"); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.ask("alice", "/cron list"); !strings.Contains(got, " (error)\n  Last error: the model is unavailable\n  Delivery failed: Forbidden: bot was blocked by the user") {
+		t.Errorf("list with a failed run: %q", got)
+	}
 	// A completed job is not revived by a new schedule (Hermes's
 	// update_job refuses to activate a terminal job), nor run.
 	if _, err := e.db.Exec(context.Background(), `UPDATE cron_jobs SET state = 'completed', next_run_at = NULL, manual_run_at = NULL WHERE id = $1`, id); err != nil {

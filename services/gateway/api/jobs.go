@@ -337,8 +337,11 @@ type jobJSON struct {
 	LastRunAt       *string        `json:"last_run_at"`
 	LastStatus      *string        `json:"last_status"`
 	LastError       *string        `json:"last_error"`
-	Deliver         string         `json:"deliver"`
-	Origin          *jobOrigin     `json:"origin"`
+	// LastDeliveryError is Hermes's last_delivery_error: why the last
+	// run's answer was not delivered (null: it was, or nothing to send).
+	LastDeliveryError *string    `json:"last_delivery_error"`
+	Deliver           string     `json:"deliver"`
+	Origin            *jobOrigin `json:"origin"`
 }
 
 type jobRepeat struct {
@@ -382,7 +385,7 @@ func (s *Service) jobView(j cron.Job) jobJSON {
 		Enabled: j.State == cron.StateScheduled, State: j.State,
 		CreatedAt: orEmpty(at(j.CreatedAt)), UpdatedAt: orEmpty(at(j.UpdatedAt)),
 		NextRunAt: at(j.NextRunAt), LastRunAt: at(j.LastRunAt), LastStatus: str(j.LastStatus), LastError: str(j.LastError),
-		Deliver: j.Deliver,
+		LastDeliveryError: str(j.LastDeliveryError), Deliver: j.Deliver,
 	}
 	if !j.ManualRunAt.IsZero() && (j.NextRunAt.IsZero() || j.ManualRunAt.Before(j.NextRunAt)) {
 		// A run asked for (run) fires on the next tick: as Hermes's

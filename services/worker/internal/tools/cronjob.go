@@ -263,6 +263,9 @@ func formatJob(j cron.Job, loc *time.Location) map[string]any {
 	if j.LastError != "" {
 		out["last_error"] = j.LastError
 	}
+	if j.LastDeliveryError != "" {
+		out["last_delivery_error"] = j.LastDeliveryError
+	}
 	return out
 }
 

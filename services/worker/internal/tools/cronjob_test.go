@@ -125,3 +125,32 @@ func TestCronjob(t *testing.T) {
 		t.Errorf("in a cron run: %v", got)
 	}
 }
+
+// TestFormatJobErrors: as Hermes's job view, a job says why its last run
+// failed (last_error) and why its answer was not delivered
+// (last_delivery_error), and carries neither key when nothing failed.
+func TestFormatJobErrors(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name              string
+		status, err, derr string
+	}{
+		{"ok", "ok", "", ""},
+		{"failed", "error", "the model is unavailable", ""},
+		{"undelivered", cron.StatusDeliveryFailed, "", "Forbidden: bot was blocked by the user"},
+		{"both", "error", "the model is unavailable", "chat not found"},
+	} {
+		j := cron.Job{ID: "abc", Name: "n", Prompt: "p", Display: "every 60m", State: cron.StateScheduled,
+			LastStatus: tc.status, LastError: tc.err, LastDeliveryError: tc.derr}
+		out := formatJob(j, time.UTC)
+		for key, want := range map[string]string{"last_error": tc.err, "last_delivery_error": tc.derr} {
+			got, has := out[key]
+			if has != (want != "") || (has && got != want) {
+				t.Errorf("%s: %s = %v (present %v), want %q", tc.name, key, got, has, want)
+			}
+		}
+		if out["last_status"] != tc.status {
+			t.Errorf("%s: last_status %v", tc.name, out["last_status"])
+		}
+	}
+}
