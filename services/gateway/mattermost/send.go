@@ -63,7 +63,8 @@ func postOf(id string) (string, error) {
 
 // pendingID turns an idempotency key into a pending_post_id, shaped as
 // the web app makes them (<user id>:<13 digits>): a post retried with it
-// within the server's short dedupe window is answered with the first one.
+// within the server's dedupe window (30 s; the id is not stored with the
+// post) is answered with the first one.
 func (p *Platform) pendingID(key, part string) string {
 	if key == "" {
 		return ""
