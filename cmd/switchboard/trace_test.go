@@ -255,3 +255,70 @@ func hasSpan(spans tracetest.SpanStubs, re *regexp.Regexp) bool {
 	}
 	return false
 }
+
+// TestQueuedMessageKeepsItsTrace sends a second message to a session
+// while the first one's turn runs (busy mode queue): its turn starts from
+// the first turn's completion, yet it must stay in its own trace, from
+// its gateway request to its send, not join the first message's.
+//
+// Not parallel: tracing is process-global.
+func TestQueuedMessageKeepsItsTrace(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the whole system")
+	}
+	d := startInProcessDevWith(t, func(c *Config) { c.Router.BusyMode = "queue" })
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	session := randomID()
+	first := make(chan error, 1)
+	go func() {
+		_, err := chat(ctx, d.apiAddr, session, "[[latency:1500ms]] first")
+		first <- err
+	}()
+	// The second message must arrive while the first turn runs.
+	waitFor(t, 20*time.Second, "the first turn running", func() bool {
+		return hasSpan(d.spans.GetSpans(), regexp.MustCompile(`^consume worker-turns$`)) ||
+			strings.Contains(d.logs.String(), `"msg":"turn started"`)
+	})
+	got, err := chat(ctx, d.apiAddr, session, "second")
+	if err != nil {
+		t.Fatalf("second chat: %v\nlog:\n%s", err, d.logs.String())
+	}
+	if !strings.Contains(got, "second") {
+		t.Fatalf("second answer %q", got)
+	}
+	if err := <-first; err != nil {
+		t.Fatalf("first chat: %v", err)
+	}
+	d.stop()
+
+	byTrace := map[string][]string{}
+	ids := map[string]bool{}
+	spans := d.spans.GetSpans()
+	for _, s := range spans {
+		id := s.SpanContext.TraceID().String()
+		byTrace[id] = append(byTrace[id], s.Name)
+		ids[s.SpanContext.SpanID().String()] = true
+	}
+	for _, s := range spans {
+		if s.Parent.IsValid() && !ids[s.Parent.SpanID().String()] {
+			t.Errorf("span %q has parent %s, which is not in its trace", s.Name, s.Parent.SpanID())
+		}
+	}
+	var roots int
+	for id, names := range byTrace {
+		joined := "\n" + strings.Join(names, "\n") + "\n"
+		if !strings.Contains(joined, "\ngateway.api POST /v1/chat/completions\n") {
+			continue
+		}
+		roots++
+		for _, want := range []string{"\nconsume worker-turns\n", "\nllm fake\n", "\ndelivery send api\n", "\nplatform send api\n"} {
+			if n := strings.Count(joined, want); n != 1 {
+				t.Errorf("trace %s has %d %q spans, want 1:%s", id, n, strings.TrimSpace(want), joined)
+			}
+		}
+	}
+	if roots != 2 {
+		t.Errorf("%d traces start at a gateway request, want 2: %v", roots, byTrace)
+	}
+}

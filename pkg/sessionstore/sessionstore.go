@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/propagation"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
@@ -72,6 +73,10 @@ type Queued struct {
 	EventID   string
 	OwnTurn   bool
 	Event     *eventsv1.MessageReceived
+	// TraceParent is the W3C trace context the message was queued under
+	// ("" for rows queued before migration 00108): the turn that takes
+	// it continues that trace (router.publishTurn).
+	TraceParent string
 }
 
 // Store reads and writes sessions.
@@ -343,7 +348,7 @@ func (s *Store) ArriveAndEnqueue(ctx context.Context, key, profile string, src *
 	}
 	b := &pgx.Batch{}
 	s.queueArriveLocking(b, key, profile, src, ev.GetEventId(), ev.GetForkFrom(), false)
-	s.queueEnqueue(b, key, streamSeq, ownTurn, ev.GetEventId(), data, max)
+	s.queueEnqueue(b, key, streamSeq, ownTurn, ev.GetEventId(), data, max, traceParent(ctx))
 	br := s.db.SendBatch(ctx, b)
 	defer br.Close()
 	if a.Session, a.Created, a.Prev, err = readArrival(br); err != nil {
@@ -457,7 +462,7 @@ func (s *Store) Enqueue(ctx context.Context, key string, streamSeq int64, ownTur
 		return false, fmt.Errorf("encode queued message: %w", err)
 	}
 	b := &pgx.Batch{}
-	s.queueEnqueue(b, key, streamSeq, ownTurn, ev.GetEventId(), data, max)
+	s.queueEnqueue(b, key, streamSeq, ownTurn, ev.GetEventId(), data, max, traceParent(ctx))
 	br := s.db.SendBatch(ctx, b)
 	defer br.Close()
 	if inserted, err = readEnqueue(br); err != nil {
@@ -467,19 +472,26 @@ func (s *Store) Enqueue(ctx context.Context, key string, streamSeq int64, ownTur
 }
 
 // queueEnqueue adds Enqueue's statements to b.
-func (s *Store) queueEnqueue(b *pgx.Batch, key string, streamSeq int64, ownTurn bool, eventID string, data []byte, max int) {
+func (s *Store) queueEnqueue(b *pgx.Batch, key string, streamSeq int64, ownTurn bool, eventID string, data []byte, max int, traceparent string) {
 	// Serialise enqueues per session (until the batch commits) so the cap holds.
 	b.Queue(`SELECT pg_advisory_xact_lock(hashtextextended('queue:' || $1, 0))`, key)
 	b.Queue(`WITH n AS (SELECT count(*) AS c FROM session_queue WHERE session_key = $1),
 		started AS (SELECT EXISTS (SELECT 1 FROM sessions WHERE session_key = $1 AND last_started_event_id = $3) AS yes),
 		ins AS (
-			INSERT INTO session_queue (session_key, stream_seq, event_id, own_turn, event, enqueued_at)
-			SELECT $1, $2, $3, $4, $5, $6 WHERE (SELECT c FROM n) < $7 AND NOT (SELECT yes FROM started)
+			INSERT INTO session_queue (session_key, stream_seq, event_id, own_turn, event, enqueued_at, traceparent)
+			SELECT $1, $2, $3, $4, $5, $6, $8 WHERE (SELECT c FROM n) < $7 AND NOT (SELECT yes FROM started)
 			ON CONFLICT (session_key, event_id) DO NOTHING RETURNING 1)
 		SELECT EXISTS (SELECT 1 FROM ins),
 			EXISTS (SELECT 1 FROM session_queue WHERE session_key = $1 AND event_id = $3),
 			(SELECT yes FROM started)`,
-		key, streamSeq, eventID, ownTurn, data, s.now(), max)
+		key, streamSeq, eventID, ownTurn, data, s.now(), max, traceparent)
+}
+
+// traceParent is the W3C traceparent of ctx's span, or "".
+func traceParent(ctx context.Context) string {
+	c := propagation.MapCarrier{}
+	propagation.TraceContext{}.Inject(ctx, c)
+	return c["traceparent"]
 }
 
 // readEnqueue reads the results of queueEnqueue's statements; a message
@@ -706,13 +718,13 @@ take AS (
 	  AND (head.rn = 1 OR head.bytes <= $5)),
 d AS (
 	DELETE FROM session_queue q USING take WHERE q.id = take.id
-	RETURNING q.id, q.stream_seq, q.event_id, q.own_turn, q.event),
+	RETURNING q.id, q.stream_seq, q.event_id, q.own_turn, q.event, q.traceparent),
 u AS (
 	UPDATE sessions SET generation = generation + 1, last_turn_id = $3, last_turn_at = $4, updated_at = $4,
 		last_started_event_id = (SELECT event_id FROM d ORDER BY stream_seq DESC, id DESC LIMIT 1)
 	WHERE session_key = $1 AND EXISTS (SELECT 1 FROM take)
 	RETURNING generation)
-SELECT d.id, d.stream_seq, d.event_id, d.own_turn, d.event, u.generation,
+SELECT d.id, d.stream_seq, d.event_id, d.own_turn, d.event, d.traceparent, u.generation,
 	EXISTS (SELECT 1 FROM session_queue q WHERE q.session_key = $1 AND q.id NOT IN (SELECT id FROM take)) AS more
 FROM d, u
 ORDER BY d.stream_seq, d.id`
@@ -743,7 +755,7 @@ func readHead(br pgx.BatchResults, key string) (Turn, error) {
 	for rows.Next() {
 		var q Queued
 		var data []byte
-		if err := rows.Scan(&q.ID, &q.StreamSeq, &q.EventID, &q.OwnTurn, &data, &sess.Generation, &more); err != nil {
+		if err := rows.Scan(&q.ID, &q.StreamSeq, &q.EventID, &q.OwnTurn, &data, &q.TraceParent, &sess.Generation, &more); err != nil {
 			return Turn{}, fmt.Errorf("scan queue: %w", err)
 		}
 		q.Event = &eventsv1.MessageReceived{}

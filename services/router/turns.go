@@ -8,6 +8,10 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/types/known/timestamppb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
@@ -64,7 +68,11 @@ func (s *Service) startQueued(ctx context.Context, key string) (bool, error) {
 // token: a grant names the turn it started (see orphaned).
 func (s *Service) startLocked(ctx context.Context, key, token string) (bool, error) {
 	turnID := token
+	turnCtx := ctx
 	started, err := s.store.StartTurn(ctx, key, turnID, s.maxInput, s.maxInputBytes, func(ctx context.Context, t sessionstore.Turn) error {
+		ctx, span := inputTrace(ctx, t.Inputs)
+		defer span.End()
+		turnCtx = ctx
 		if t.More {
 			// Messages stay queued behind this turn: its completion
 			// must start them.
@@ -78,8 +86,50 @@ func (s *Service) startLocked(ctx context.Context, key, token string) (bool, err
 		s.releaseUnused(ctx, key, token)
 		return false, err
 	}
-	s.turnRequested(ctx, key, turnID)
+	s.turnRequested(turnCtx, key, turnID)
 	return true, nil
+}
+
+const tracerName = "github.com/switchboard-chat/switchboard/services/router"
+
+// inputTrace is the context to publish a turn of inputs under. A message
+// queued behind a running turn is started by that turn's completion (or
+// by the sweep), whose trace is another message's; the turn continues
+// the trace its newest input was queued under instead (the input it
+// answers: one trace per message, from its gateway request to its
+// send), in a span linked to what started it and to the other inputs'
+// traces. Inputs queued in ctx's own trace (queued and started by the
+// same inbound message) or before migration 00108 keep ctx; the span
+// returned then is a no-op (ending it must not end ctx's).
+func inputTrace(ctx context.Context, inputs []sessionstore.Queued) (context.Context, trace.Span) {
+	cur := trace.SpanFromContext(ctx)
+	if len(inputs) == 0 {
+		return ctx, trace.SpanFromContext(context.Background())
+	}
+	newest := remoteSpan(inputs[len(inputs)-1].TraceParent)
+	if !newest.IsValid() || newest.TraceID() == cur.SpanContext().TraceID() {
+		return ctx, trace.SpanFromContext(context.Background())
+	}
+	var links []trace.Link
+	if cur.SpanContext().IsValid() {
+		links = append(links, trace.Link{SpanContext: cur.SpanContext()})
+	}
+	for _, q := range inputs[:len(inputs)-1] {
+		if sc := remoteSpan(q.TraceParent); sc.IsValid() && sc.TraceID() != newest.TraceID() {
+			links = append(links, trace.Link{SpanContext: sc})
+		}
+	}
+	return otel.Tracer(tracerName).Start(trace.ContextWithRemoteSpanContext(ctx, newest), "router start queued turn",
+		trace.WithLinks(links...), trace.WithAttributes(attribute.Int("messaging.batch.message_count", len(inputs))))
+}
+
+// remoteSpan parses a W3C traceparent ("" or malformed: invalid).
+func remoteSpan(traceparent string) trace.SpanContext {
+	if traceparent == "" {
+		return trace.SpanContext{}
+	}
+	ctx := propagation.TraceContext{}.Extract(context.Background(), propagation.MapCarrier{"traceparent": traceparent})
+	return trace.SpanContextFromContext(ctx)
 }
 
 // publishTurn publishes the turn t of the session key to the workers,
