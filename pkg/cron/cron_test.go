@@ -116,13 +116,13 @@ func TestLifecycle(t *testing.T) {
 	if j, err = s.Pause(ctx, owner, j.ID); err != nil || j.State != cron.StatePaused || !j.NextRunAt.Equal(nine) {
 		t.Fatalf("paused %+v %v", j, err)
 	}
-	// Resumed after its run passed: the passed run stays due (it runs
-	// once, late), as Hermes.
+	// Resumed after its run passed: as Hermes's resume_job, the next run
+	// is the first after now; the one missed while paused is not made up.
 	now = nine.Add(3 * time.Hour)
-	if j, err = s.Resume(ctx, owner, j.ID); err != nil || j.State != cron.StateScheduled || !j.NextRunAt.Equal(nine) {
+	if j, err = s.Resume(ctx, owner, j.ID); err != nil || j.State != cron.StateScheduled || !j.NextRunAt.Equal(nine.Add(24*time.Hour)) {
 		t.Fatalf("resumed %+v %v", j, err)
 	}
-	if j, err = s.Trigger(ctx, owner, j.ID); err != nil || !j.ManualRunAt.Equal(now) || !j.NextRunAt.Equal(nine) {
+	if j, err = s.Trigger(ctx, owner, j.ID); err != nil || !j.ManualRunAt.Equal(now) || !j.NextRunAt.Equal(nine.Add(24*time.Hour)) {
 		t.Fatalf("triggered %+v %v", j, err)
 	}
 	sched, prompt, name, rep := "every 30m", "new digest", "Digest", 3
@@ -522,5 +522,58 @@ func TestEditCompleted(t *testing.T) {
 	}
 	if _, err := s.Resume(ctx, owner, j.ID); !errors.Is(err, cron.ErrInvalid) || !strings.Contains(cron.Message(err), "create a new job") {
 		t.Errorf("resume of a completed job: %v", err)
+	}
+}
+
+// TestResumeByState: as Hermes's resume_job, a resumed job's next run is
+// in the future: one that passed while it was paused moves on to the
+// first after now (no catch-up of a pause); one still ahead stays; a
+// one-shot past its grace cannot be resumed, one ahead keeps its time.
+func TestResumeByState(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	now := t0
+	s := newStore(t, &now)
+	const owner = "telegram:99"
+	nine := time.Date(2026, 3, 10, 9, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name     string
+		schedule string
+		later    time.Duration
+		next     time.Time
+		refused  bool
+	}{
+		{"cron, next run ahead", "0 9 * * *", 10 * time.Minute, nine, false},
+		{"cron, next run passed", "0 9 * * *", 50 * time.Hour, nine.Add(72 * time.Hour), false},
+		{"interval, next run ahead", "every 1h", 30 * time.Minute, t0.Add(time.Hour), false},
+		{"interval, next run passed", "every 1h", 5*time.Hour + 10*time.Minute, t0.Add(6*time.Hour + 10*time.Minute), false},
+		{"one-shot ahead", "2026-03-10T09:00", 10 * time.Minute, nine, false},
+		{"one-shot within its grace", "2026-03-10T09:00", 31 * time.Minute, nine, false},
+		{"one-shot passed", "2026-03-10T09:00", 3 * time.Hour, time.Time{}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			now = t0
+			j, err := s.Create(ctx, cron.NewJob{Owner: owner, Prompt: "job " + tc.name, Schedule: tc.schedule, Origin: tg})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.Pause(ctx, owner, j.ID); err != nil {
+				t.Fatal(err)
+			}
+			now = t0.Add(tc.later)
+			got, err := s.Resume(ctx, owner, j.ID)
+			if tc.refused {
+				if !errors.Is(err, cron.ErrInvalid) {
+					t.Fatalf("resume: %v", err)
+				}
+				if got, err = s.Resolve(ctx, owner, j.ID); err != nil || got.State != cron.StatePaused {
+					t.Errorf("refused resume: %+v %v", got, err)
+				}
+				return
+			}
+			if err != nil || got.State != cron.StateScheduled || !got.NextRunAt.Equal(tc.next) {
+				t.Errorf("resumed: %+v %v; want next %v", got, err, tc.next)
+			}
+		})
 	}
 }
