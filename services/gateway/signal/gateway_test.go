@@ -441,3 +441,57 @@ func TestSendAttachments(t *testing.T) {
 		t.Fatalf("33 attachments: receipt %v, want permanent", r)
 	}
 }
+
+// A send whose caller stopped waiting while signal-cli was still at it
+// is not sent again: the retry waits while the daemon works, then takes
+// the message the first attempt sent.
+func TestSendAnswerLateNotSentTwice(t *testing.T) {
+	t.Parallel()
+	cfg := DefaultConfig()
+	cfg.Reactions = false
+	g := start(t, cfg, platform.Options{SendTimeout: 300 * time.Millisecond})
+	g.f.Receive(signalfake.Message{From: ann, Text: "hi"})
+	ev := g.next(t)
+	req := answer(ev, deliveryv1.SendOp_SEND_OP_SEND, "the answer")
+	run := g.s.Runner()
+
+	release := g.f.HoldNext("send")
+	if r := run.Execute(g.ctx, req); r.GetOk() || r.GetErrorClass() != deliveryv1.ErrorClass_ERROR_CLASS_RETRYABLE {
+		t.Fatalf("first attempt %v, want retryable (no answer in time)", r)
+	}
+	r := run.Execute(g.ctx, req)
+	if r.GetOk() || r.GetErrorClass() != deliveryv1.ErrorClass_ERROR_CLASS_RETRYABLE || r.GetRetryAfterMs() <= 0 {
+		t.Fatalf("retry while the daemon still sends: %v, want retryable with a wait", r)
+	}
+	if n := len(g.f.Calls("send")); n != 1 {
+		t.Fatalf("%d send calls while the first was at the daemon, want 1", n)
+	}
+	release()
+	platformtest.WaitFor(t, "the retry to take the first attempt's message", func() bool {
+		r = run.Execute(g.ctx, req)
+		return r.GetOk()
+	})
+	sent := g.f.Sent(ann.Number)
+	if len(sent) != 1 || sent[0].Text != "the answer" {
+		t.Fatalf("sent %+v, want the answer once", sent)
+	}
+	if want := messageID(bot, sent[0].Timestamp); r.GetPlatformMessageId() != want {
+		t.Fatalf("message id %q, want the first attempt's %q", r.GetPlatformMessageId(), want)
+	}
+	if n := len(g.f.Calls("send")); n != 1 {
+		t.Fatalf("%d send calls, want 1", n)
+	}
+
+	// An attempt the daemon refused sent nothing: the retry sends.
+	req = answer(ev, deliveryv1.SendOp_SEND_OP_SEND, "second")
+	g.f.FailNext("send", signalfake.NetworkFailure(ann.Number))
+	if r := run.Execute(g.ctx, req); r.GetOk() {
+		t.Fatalf("refused attempt %v, want an error", r)
+	}
+	if r := run.Execute(g.ctx, req); !r.GetOk() {
+		t.Fatalf("retry after a refusal %v, want ok", r)
+	}
+	if sent := g.f.Sent(ann.Number); len(sent) != 2 || sent[1].Text != "second" {
+		t.Fatalf("sent %+v, want the second message once", sent)
+	}
+}

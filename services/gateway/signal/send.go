@@ -39,7 +39,9 @@ func target(params map[string]any, chatID string) error {
 // Send posts a message: the text with its style ranges (Markdown is
 // converted as Hermes converts it), the attachments, and, with
 // quote_replies, a quote of the user's message on the first chunk. The
-// platform message id is "<account>:<timestamp>".
+// platform message id is "<account>:<timestamp>". A retry after an
+// attempt whose answer did not come takes that attempt's outcome
+// (settle.go).
 func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (string, error) {
 	params := map[string]any{}
 	if err := target(params, req.GetTarget().GetChatId()); err != nil {
@@ -84,24 +86,7 @@ func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (str
 			params["quoteTimestamp"], params["quoteAuthor"] = ts, author
 		}
 	}
-	var res sendResult
-	if err := p.client.call(ctx, "send", params, &res); err != nil {
-		return "", classify(err)
-	}
-	if !delivered(&res) {
-		return "", resultError("send", &res)
-	}
-	if res.Timestamp <= 0 {
-		return "", errors.New("signal-cli send: answer without a timestamp")
-	}
-	id := messageID(p.cfg.Account, res.Timestamp)
-	if p.sent != nil {
-		// A sync copy of this message (Note to Self) is ours, not the user's.
-		if err := p.sent(context.WithoutCancel(ctx), id); err != nil {
-			p.log.Warn("signal: recording a sent message failed", "err", err)
-		}
-	}
-	return id, nil
+	return p.post(ctx, params)
 }
 
 // Edit is not offered: see Capabilities.

@@ -135,6 +135,9 @@ type Fake struct {
 	lastEventID []string
 	calls       []Call
 	fail        map[string][]*RPCError
+	holds       map[string][]chan struct{}
+	closing     chan struct{} // closed by Close: held calls go on
+	closeOnce   sync.Once
 	sent        []Sent
 	reactions   map[string]string
 	attachments map[string][]byte
@@ -163,7 +166,7 @@ func (c *client) close() { c.once.Do(func() { close(c.closed) }) }
 func New(account string) *Fake {
 	f := &Fake{
 		Account: account, prefix: strconv.FormatInt(time.Now().UnixMilli(), 10) + "-",
-		clients: map[*client]struct{}{}, fail: map[string][]*RPCError{}, reactions: map[string]string{},
+		clients: map[*client]struct{}{}, fail: map[string][]*RPCError{}, holds: map[string][]chan struct{}{}, closing: make(chan struct{}), reactions: map[string]string{},
 		attachments: map[string][]byte{}, clock: time.Now().UnixMilli(), keepalive: 15 * time.Second,
 		mode: OnStart, wake: make(chan struct{}), dropped: make(chan struct{}),
 	}
@@ -184,6 +187,7 @@ func New(account string) *Fake {
 
 // Close drops the streams and stops the server.
 func (f *Fake) Close() {
+	f.closeOnce.Do(func() { close(f.closing) })
 	f.Drop()
 	f.srv.CloseClientConnections()
 	f.srv.Close()
@@ -411,6 +415,20 @@ func (f *Fake) FailNext(method string, err *RPCError) {
 	f.fail[method] = append(f.fail[method], err)
 }
 
+// HoldNext makes the next call of method wait, before the daemon does
+// anything, until release is called, as signal-cli busy with a slow
+// send does. The call then goes on and answers whether or not its
+// caller still waits: signal-cli does not stop a send whose client went
+// away.
+func (f *Fake) HoldNext(method string) (release func()) {
+	h := make(chan struct{})
+	f.mu.Lock()
+	f.holds[method] = append(f.holds[method], h)
+	f.mu.Unlock()
+	var once sync.Once
+	return func() { once.Do(func() { close(h) }) }
+}
+
 // RateLimited is signal-cli's answer to a send Signal refused for rate
 // limiting (0.14.3 and later): code -5 with each recipient's result.
 func RateLimited(recipient string, retryAfterSeconds int) *RPCError {
@@ -617,7 +635,17 @@ func (f *Fake) rpc(w http.ResponseWriter, r *http.Request) {
 	if q := f.fail[req.Method]; len(q) > 0 {
 		injected, f.fail[req.Method] = q[0], q[1:]
 	}
+	var hold chan struct{}
+	if q := f.holds[req.Method]; len(q) > 0 {
+		hold, f.holds[req.Method] = q[0], q[1:]
+	}
 	f.mu.Unlock()
+	if hold != nil {
+		select {
+		case <-hold:
+		case <-f.closing:
+		}
+	}
 	if injected != nil {
 		answer(w, req.ID, nil, injected)
 		return
