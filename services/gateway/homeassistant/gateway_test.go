@@ -311,3 +311,44 @@ func TestLongAnswerIsOneNotification(t *testing.T) {
 		t.Fatalf("notifications: %d, want the whole answer in one", len(shown))
 	}
 }
+
+// An answer's media reach the notification drawer as text: an
+// attachment's URL (with its caption) as a line, one kept as bytes
+// named. Sent alone after the answer's text, as delivery sends media,
+// they are a notification of their own and do not replace the answer;
+// a retry of that send replaces its own.
+func TestMediaAsText(t *testing.T) {
+	t.Parallel()
+	g := start(t, nil, true)
+	if r := g.send(t, notify("turn-1:0", "Here is the camera snapshot.")); !r.GetOk() {
+		t.Fatalf("receipt %v", r)
+	}
+	media := notify("turn-1:1", "")
+	media.Attachments = []*eventsv1.Attachment{
+		{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, Caption: "Front door", Location: &eventsv1.Attachment_Url{Url: "https://cam.example/snap.jpg"}},
+		{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT, FileName: "log.txt", Location: &eventsv1.Attachment_BytesRef{BytesRef: "ref-1"}},
+	}
+	for range 2 {
+		if r := g.send(t, media); !r.GetOk() || r.GetPlatformMessageId() == "hermes_agent" {
+			t.Fatalf("media receipt %v", r)
+		}
+	}
+	shown := g.f.Notifications()
+	if len(shown) != 2 || shown[0].Message != "Here is the camera snapshot." {
+		t.Fatalf("notifications %+v: want the answer kept and the media beside it", shown)
+	}
+	if m := shown[1].Message; m != "Front door\nhttps://cam.example/snap.jpg\n[log.txt: a file a notification cannot show]" {
+		t.Fatalf("media notification %q", m)
+	}
+
+	both := notify("turn-2:0", "Snapshot:")
+	both.Attachments = media.Attachments[:1]
+	if r := g.send(t, both); !r.GetOk() || r.GetPlatformMessageId() != "hermes_agent" {
+		t.Fatalf("receipt %v", r)
+	}
+	for _, n := range g.f.Notifications() {
+		if n.ID == "hermes_agent" && n.Message != "Snapshot:\nFront door\nhttps://cam.example/snap.jpg" {
+			t.Fatalf("answer with media %q", n.Message)
+		}
+	}
+}

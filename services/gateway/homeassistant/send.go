@@ -28,19 +28,31 @@ const sendTimeout = 10 * time.Second
 // gets an id of its own made from its idempotency key, so a retried send
 // replaces its own notification instead of adding a second. The id is
 // the returned message id.
+//
+// A notification carries text only: an attachment's http(s) URL (and
+// its caption) goes as a line of the message, as Hermes sends an image
+// by its URL; one kept as bytes is named. A send of attachments alone
+// (delivery sends an answer's media after its text) is a notification
+// of its own even with a notification id, so it does not replace the
+// answer it belongs to.
 func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (string, error) {
 	if req.GetTarget().GetChatId() == "" {
 		return "", platform.Permanent(errors.New("homeassistant: send without a target chat"))
 	}
-	if strings.TrimSpace(req.GetText()) == "" {
+	text, files := platform.LinkedText(req)
+	for _, i := range files {
+		a := req.GetAttachments()[i]
+		text += "\n[" + platform.FileName(a, a.GetMimeType()) + ": a file a notification cannot show]"
+	}
+	if strings.TrimSpace(text) == "" {
 		return "", platform.Permanent(errors.New("homeassistant: a notification needs text"))
 	}
 	id := p.cfg.NotificationID
-	if id == "" {
+	if id == "" || (strings.TrimSpace(req.GetText()) == "" && len(req.GetAttachments()) > 0) {
 		sum := sha256.Sum256([]byte(req.GetIdempotencyKey()))
 		id = "switchboard_" + hex.EncodeToString(sum[:8])
 	}
-	body := map[string]string{"title": p.cfg.NotificationTitle, "message": req.GetText(), "notification_id": id}
+	body := map[string]string{"title": p.cfg.NotificationTitle, "message": text, "notification_id": id}
 	if err := p.callService(ctx, "persistent_notification", "create", body); err != nil {
 		return "", err
 	}
