@@ -153,12 +153,37 @@ func (s *Store) IsApproved(ctx context.Context, platform, userID string) (bool, 
 }
 
 // Issue creates a code for the user, or says why not (ErrRateLimited,
-// ErrTooManyCodes, ErrLockedOut). The code is returned once and never stored.
+// ErrTooManyCodes, ErrLockedOut). The code is returned once and never
+// stored. A caller that hands the code on in a way that can fail (a
+// message to the user) uses IssueSent instead, or a failure loses it.
 func (s *Store) Issue(ctx context.Context, platform, userID, userName string) (string, error) {
+	var code string
+	err := s.IssueSent(ctx, platform, userID, userName, func(_ context.Context, c string, _ int64) error {
+		code = c
+		return nil
+	})
+	return code, err
+}
+
+// IssueSent creates a code for the user and hands it to send (with the
+// pending code's id, unique to this attempt), inside the transaction
+// that stores it: the code counts (as pending, and against the user's
+// rate limit and the platform's pending cap) only once send returned
+// nil, which for the router means the message carrying it is on the
+// bus. When send fails nothing is kept, and the user's next message (or
+// the redelivery of this one) gets a new code at once.
+//
+// Hermes's generate_code stores the code before its caller sends it: a
+// failed send leaves a code nobody received and the user rate limited
+// for ten minutes, with no way to send it again (only its hash is
+// kept). Switchboard keeps the hash-only storage, the one-hour expiry,
+// the limits and the lockout, and commits only after the send instead.
+// The platform's pairing lock is held during send: send should be
+// bounded (a bus publish is).
+func (s *Store) IssueSent(ctx context.Context, platform, userID, userName string, send func(ctx context.Context, code string, id int64) error) error {
 	now := s.now()
 	userID = UserID(platform, userID)
-	var code string
-	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+	return pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
 		if err := lockPlatform(ctx, tx, platform); err != nil {
 			return err
 		}
@@ -183,11 +208,12 @@ func (s *Store) Issue(ctx context.Context, platform, userID, userName string) (s
 		if pending >= MaxPending {
 			return ErrTooManyCodes
 		}
-		code = NewCode()
+		code := NewCode()
 		salt := make([]byte, 16)
 		_, _ = rand.Read(salt)
-		if _, err := tx.Exec(ctx, `INSERT INTO pairing_codes (platform, user_id, user_name, salt, code_hash, created_at, expires_at)
-			VALUES ($1, $2, $3, $4, $5, $6, $7)`, platform, userID, userName, salt, hashCode(salt, code), now, now.Add(CodeTTL)); err != nil {
+		var id int64
+		if err := tx.QueryRow(ctx, `INSERT INTO pairing_codes (platform, user_id, user_name, salt, code_hash, created_at, expires_at)
+			VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id`, platform, userID, userName, salt, hashCode(salt, code), now, now.Add(CodeTTL)).Scan(&id); err != nil {
 			return fmt.Errorf("store pairing code: %w", err)
 		}
 		// Old rows only serve the rate limit; keep the table small.
@@ -195,12 +221,11 @@ func (s *Store) Issue(ctx context.Context, platform, userID, userName string) (s
 			platform, now.Add(-24*time.Hour)); err != nil {
 			return fmt.Errorf("prune pairing codes: %w", err)
 		}
+		if err := send(ctx, code, id); err != nil {
+			return fmt.Errorf("send pairing code: %w", err)
+		}
 		return nil
 	})
-	if err != nil {
-		return "", err
-	}
-	return code, nil
 }
 
 func lockedOut(ctx context.Context, tx pgx.Tx, platform string, now time.Time) (bool, error) {

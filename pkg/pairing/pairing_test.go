@@ -189,3 +189,61 @@ func TestWhatsAppNumbersAreOneUser(t *testing.T) {
 		t.Error("UserID changed an id it must keep")
 	}
 }
+
+// A code whose message could not be sent is not kept: it neither rate
+// limits the user nor counts against the platform's pending cap, and the
+// next attempt gets a new code at once, which approves. Hermes stores the
+// code before sending it, so a failed send costs the user ten minutes.
+func TestIssueSentKeepsOnlySentCodes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.New(t)
+	s := NewStore(db)
+	errDown := errors.New("bus down")
+	var lost []string
+	for range MaxPending + 1 {
+		err := s.IssueSent(ctx, "telegram", "u1", "Ann", func(_ context.Context, code string, _ int64) error {
+			lost = append(lost, code)
+			return errDown
+		})
+		if !errors.Is(err, errDown) {
+			t.Fatalf("failed send: %v, want it returned", err)
+		}
+	}
+	var rows int
+	if err := db.QueryRow(ctx, `SELECT count(*) FROM pairing_codes`).Scan(&rows); err != nil || rows != 0 {
+		t.Fatalf("%d codes kept after failed sends (%v), want none", rows, err)
+	}
+	var sent string
+	var ids []int64
+	if err := s.IssueSent(ctx, "telegram", "u1", "Ann", func(_ context.Context, code string, id int64) error {
+		sent = code
+		ids = append(ids, id)
+		return nil
+	}); err != nil {
+		t.Fatalf("issue after failed sends: %v", err)
+	}
+	if err := s.IssueSent(ctx, "telegram", "u1", "Ann", func(context.Context, string, int64) error {
+		t.Fatal("a second code was handed out within the rate window")
+		return nil
+	}); !errors.Is(err, ErrRateLimited) {
+		t.Fatalf("second code: %v, want rate limited", err)
+	}
+	for _, code := range lost {
+		if code == sent {
+			continue // 32^8 codes: a repeat is a coincidence, not a kept code
+		}
+		if _, err := s.Approve(ctx, "telegram", code, "op"); !errors.Is(err, ErrInvalidCode) {
+			t.Fatalf("approving an unsent code: %v, want invalid", err)
+		}
+	}
+	// The failed approvals above (four at most) stay under the lockout's
+	// five.
+	p, err := s.Approve(ctx, "telegram", sent, "op")
+	if err != nil || p.UserID != "u1" {
+		t.Fatalf("approve the sent code: %+v %v", p, err)
+	}
+	if len(ids) != 1 || ids[0] <= 0 {
+		t.Fatalf("send got ids %v, want the pending code's", ids)
+	}
+}

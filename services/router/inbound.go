@@ -10,10 +10,12 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/switchboard-chat/switchboard/pkg/bus"
 	"github.com/switchboard-chat/switchboard/pkg/command"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
 	"github.com/switchboard-chat/switchboard/pkg/pairing"
 	"github.com/switchboard-chat/switchboard/pkg/redisx"
 	"github.com/switchboard-chat/switchboard/pkg/sessionkey"
@@ -416,12 +418,15 @@ func (s *Service) unauthorized(ctx context.Context, m *msgCtx) error {
 		pairingCodes.WithLabelValues("ignored").Inc()
 		return nil
 	}
-	code, err := s.pairing.Issue(ctx, m.platform, m.src.GetUserId(), m.src.GetUserName())
+	err := s.pairing.IssueSent(ctx, m.platform, m.src.GetUserId(), m.src.GetUserName(), func(ctx context.Context, code string, id int64) error {
+		text := fmt.Sprintf("Hi! I don't know you yet. Your pairing code is %s\n\nAsk the bot owner to run:\nswitchboard pairing approve %s %s\n\nThe code is valid for one hour.", code, m.platform, code)
+		return s.pairingNotice(ctx, m, id, text)
+	})
 	var text string
 	switch {
 	case err == nil:
 		pairingCodes.WithLabelValues("issued").Inc()
-		text = fmt.Sprintf("Hi! I don't know you yet. Your pairing code is %s\n\nAsk the bot owner to run:\nswitchboard pairing approve %s %s\n\nThe code is valid for one hour.", code, m.platform, code)
+		return nil
 	case errors.Is(err, pairing.ErrRateLimited), errors.Is(err, pairing.ErrTooManyCodes), errors.Is(err, pairing.ErrLockedOut):
 		reason := map[bool]string{true: "rate_limited"}[errors.Is(err, pairing.ErrRateLimited)]
 		if reason == "" {
@@ -439,9 +444,41 @@ func (s *Service) unauthorized(ctx context.Context, m *msgCtx) error {
 			text = "Too many pairing requests right now. Please try again later."
 		}
 	default:
+		// The code was not kept (pairing.IssueSent): the redelivery
+		// of this message issues a new one, not a rate limit.
 		return fmt.Errorf("issue pairing code: %w", err)
 	}
 	return s.notice(ctx, m, 0, text, "pairing")
+}
+
+// pairingNotice publishes the notice carrying pending pairing code id,
+// under the pairing key. Its ids name the code, not only the message
+// (notice's "notice:<event>:<n>"): a publish that failed after all,
+// or a commit that failed after it, leaves a notice with a code that was
+// not kept, and the new code the redelivery issues must not be taken
+// for its duplicate (by JetStream's dedupe window, or delivery's
+// idempotency key, the turn id and seq).
+func (s *Service) pairingNotice(ctx context.Context, m *msgCtx, id int64, text string) error {
+	key := "pairing:" + m.platform + ":" + m.src.GetUserId()
+	turnID := fmt.Sprintf("notice:%s:code%d", m.dedupeID, id)
+	ev := &repliesv1.ReplyEvent{
+		TurnId:     turnID,
+		SessionKey: key,
+		Seq:        1,
+		Target:     target(m.ev),
+		CreatedAt:  timestamppb.New(s.now()),
+		Body:       &repliesv1.ReplyEvent_Notice{Notice: &repliesv1.Notice{Text: text, Kind: "pairing"}},
+	}
+	if mid := m.ev.GetMessageId(); mid != "" {
+		ev.InputMessageIds = []string{mid}
+		if m.ev.GetNoReaction() {
+			ev.NoReactionMessageIds = ev.InputMessageIds
+		}
+	}
+	if _, err := s.bus.Publish(ctx, s.topo.ReplySubject(key), turnID, ev); err != nil {
+		return fmt.Errorf("publish pairing notice: %w", err)
+	}
+	return nil
 }
 
 // session resolves the message's session, recording its arrival, and
