@@ -413,11 +413,18 @@ func (s *Store) Update(ctx context.Context, owner, id string, u Update) (Job, er
 			if err != nil {
 				return fmt.Errorf("%w: %w", ErrInvalid, err)
 			}
+			// As Hermes's _rederive_repeat_for_schedule_change: a change of
+			// kind without a repeat of its own takes the new kind's default
+			// (a one-shot made recurring no longer retires after one run).
+			switch old := j.Kind; {
+			case u.Repeat != nil || old == sched.Kind:
+			case sched.Kind == schedule.Once && j.RepeatTimes == 0:
+				j.RepeatTimes = 1
+			case old == schedule.Once && j.RepeatTimes == 1:
+				j.RepeatTimes = 0
+			}
 			j.Kind, j.Expr, j.Display = sched.Kind, sched.Expr, sched.Display
 			j.NextRunAt = sched.First(now)
-			if u.Repeat == nil && sched.Kind == schedule.Once {
-				j.RepeatTimes = 1
-			}
 		}
 		return nil
 	})

@@ -577,3 +577,43 @@ func TestResumeByState(t *testing.T) {
 		})
 	}
 }
+
+// TestScheduleChangeRepeat: as Hermes's update_job, a new schedule of
+// another kind, without a repeat of its own, takes that kind's default
+// repeat (a one-shot made recurring runs forever, a recurring job made a
+// one-shot runs once); one of the same kind, or with a repeat given,
+// keeps the count asked for.
+func TestScheduleChangeRepeat(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	now := t0
+	s := newStore(t, &now)
+	const owner = "telegram:99"
+	for _, tc := range []struct {
+		name     string
+		from     string
+		repeat   int
+		to       string
+		newRep   *int
+		want     int
+		wantDisp string
+	}{
+		{"one-shot made recurring", "30m", 0, "every 2h", nil, 0, "forever"},
+		{"recurring made a one-shot", "every 2h", 0, "in 30m", nil, 1, "once"},
+		{"recurring with a count made a one-shot", "every 2h", 5, "in 30m", nil, 5, "0/5"},
+		{"recurring, same kind", "every 2h", 3, "every 4h", nil, 3, "0/3"},
+		{"one-shot, same kind", "30m", 0, "in 1h", nil, 1, "once"},
+		{"one-shot made recurring, count given", "30m", 0, "every 2h", func() *int { n := 4; return &n }(), 4, "0/4"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			j, err := s.Create(ctx, cron.NewJob{Owner: owner, Prompt: "job " + tc.name, Schedule: tc.from, Repeat: tc.repeat, Origin: tg})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := s.Update(ctx, owner, j.ID, cron.Update{Schedule: &tc.to, Repeat: tc.newRep})
+			if err != nil || got.RepeatTimes != tc.want || got.RepeatDisplay() != tc.wantDisp {
+				t.Errorf("after the edit: repeat %d (%s), %v; want %d (%s)", got.RepeatTimes, got.RepeatDisplay(), err, tc.want, tc.wantDisp)
+			}
+		})
+	}
+}
