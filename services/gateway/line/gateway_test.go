@@ -528,44 +528,64 @@ func TestConfigValidate(t *testing.T) {
 }
 
 // LINE's image messages show JPEG or PNG only: an attachment that is not
-// a picture (a document, a video, a voice note) or a picture of another
-// type is refused as permanent, never sent as a broken image; a picture
-// without a declared kind or type goes out.
-func TestSendOnlyImages(t *testing.T) {
+// such a picture (a document, a video, a voice note, a GIF) goes as its
+// caption and link in a text message, never as a broken image; a picture
+// goes as an image message after its caption; an attachment without a
+// public https URL is refused as permanent.
+func TestSendAttachments(t *testing.T) {
 	t.Parallel()
 	f := linefake.New(t)
 	h := start(t, f, testConfig(f))
-	att := func(kind eventsv1.AttachmentKind, mimeType, u string) *deliveryv1.SendRequested {
+	att := func(kind eventsv1.AttachmentKind, mimeType, u, caption string) *deliveryv1.SendRequested {
 		r := sendTo(testGroup, "k-"+kind.String()+mimeType+u, "")
-		r.Attachments = []*eventsv1.Attachment{{Kind: kind, MimeType: mimeType, Location: &eventsv1.Attachment_Url{Url: u}}}
+		r.Attachments = []*eventsv1.Attachment{{Kind: kind, MimeType: mimeType, Caption: caption, Location: &eventsv1.Attachment_Url{Url: u}}}
 		return r
 	}
-	for name, r := range map[string]*deliveryv1.SendRequested{
-		"document": att(eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT, "application/pdf", "https://cdn.example/report.pdf"),
-		"video":    att(eventsv1.AttachmentKind_ATTACHMENT_KIND_VIDEO, "", "https://cdn.example/clip.mp4"),
-		"voice":    att(eventsv1.AttachmentKind_ATTACHMENT_KIND_VOICE, "audio/ogg", "https://cdn.example/note.ogg"),
-		"gif":      att(eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, "image/gif", "https://cdn.example/a.gif"),
+	for name, c := range map[string]struct {
+		req  *deliveryv1.SendRequested
+		want []linefake.Message
+	}{
+		"document": {att(eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT, "application/pdf", "https://cdn.example/report.pdf", "The report"),
+			[]linefake.Message{{Type: "text", Text: "The report\nhttps://cdn.example/report.pdf"}}},
+		"video": {att(eventsv1.AttachmentKind_ATTACHMENT_KIND_VIDEO, "", "https://cdn.example/clip.mp4", ""),
+			[]linefake.Message{{Type: "text", Text: "https://cdn.example/clip.mp4"}}},
+		"voice": {att(eventsv1.AttachmentKind_ATTACHMENT_KIND_VOICE, "audio/ogg", "https://cdn.example/note.ogg", ""),
+			[]linefake.Message{{Type: "text", Text: "https://cdn.example/note.ogg"}}},
+		"gif": {att(eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, "image/gif", "https://cdn.example/a.gif", ""),
+			[]linefake.Message{{Type: "text", Text: "https://cdn.example/a.gif"}}},
+		"png": {att(eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, "image/png", "https://cdn.example/a.png", "A chart"),
+			[]linefake.Message{{Type: "text", Text: "A chart"}, {Type: "image", ImageURL: "https://cdn.example/a.png"}}},
+		"jpeg": {att(eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, "image/jpeg; charset=binary", "https://cdn.example/b.jpg", ""),
+			[]linefake.Message{{Type: "image", ImageURL: "https://cdn.example/b.jpg"}}},
+		"jpg": {att(eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, "image/jpg", "https://cdn.example/e.jpg", ""),
+			[]linefake.Message{{Type: "image", ImageURL: "https://cdn.example/e.jpg"}}},
+		"undeclared": {att(eventsv1.AttachmentKind_ATTACHMENT_KIND_UNSPECIFIED, "", "https://cdn.example/c.png", ""),
+			[]linefake.Message{{Type: "image", ImageURL: "https://cdn.example/c.png"}}},
+		"typed picture": {att(eventsv1.AttachmentKind_ATTACHMENT_KIND_UNSPECIFIED, "image/png", "https://cdn.example/d.png", ""),
+			[]linefake.Message{{Type: "image", ImageURL: "https://cdn.example/d.png"}}},
 	} {
-		if rc := h.send(t, r); rc.GetOk() || rc.GetErrorClass() != deliveryv1.ErrorClass_ERROR_CLASS_PERMANENT {
-			t.Errorf("%s: receipt %v, want a permanent error", name, rc)
+		before := len(f.Sent(testGroup))
+		if rc := h.send(t, c.req); !rc.GetOk() {
+			t.Fatalf("%s: receipt %v", name, rc)
+		}
+		got := f.Sent(testGroup)[before:]
+		if len(got) != len(c.want) {
+			t.Fatalf("%s: sent %+v, want %+v", name, got, c.want)
+		}
+		for i, w := range c.want {
+			if got[i].Type != w.Type || got[i].Text != w.Text || got[i].ImageURL != w.ImageURL {
+				t.Fatalf("%s: sent %+v, want %+v", name, got, c.want)
+			}
 		}
 	}
-	if got := f.Sent(testGroup); len(got) != 0 {
-		t.Fatalf("sent %+v", got)
+	private := sendTo(testGroup, "k-bytes", "")
+	private.Attachments = []*eventsv1.Attachment{{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, Location: &eventsv1.Attachment_BytesRef{BytesRef: "ref"}}}
+	before := len(f.Sent(testGroup))
+	if rc := h.send(t, private); rc.GetOk() || rc.GetErrorClass() != deliveryv1.ErrorClass_ERROR_CLASS_PERMANENT {
+		t.Errorf("bytes: receipt %v, want a permanent error", rc)
 	}
-	for name, r := range map[string]*deliveryv1.SendRequested{
-		"png":           att(eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, "image/png", "https://cdn.example/a.png"),
-		"jpeg":          att(eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, "image/jpeg; charset=binary", "https://cdn.example/b.jpg"),
-		"jpg":           att(eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, "image/jpg", "https://cdn.example/e.jpg"),
-		"undeclared":    att(eventsv1.AttachmentKind_ATTACHMENT_KIND_UNSPECIFIED, "", "https://cdn.example/c.png"),
-		"typed picture": att(eventsv1.AttachmentKind_ATTACHMENT_KIND_UNSPECIFIED, "image/png", "https://cdn.example/d.png"),
-	} {
-		if rc := h.send(t, r); !rc.GetOk() {
-			t.Errorf("%s: receipt %v", name, rc)
-		}
-	}
-	if got := f.Sent(testGroup); len(got) != 5 {
-		t.Fatalf("sent %+v, want the five pictures", got)
+	if got := f.Sent(testGroup); len(got) != before {
+		t.Fatalf("sent %+v", got[before:])
 	}
 }
 

@@ -62,27 +62,29 @@ type sentAnswer struct {
 
 // messages builds the message objects of req: its text, cut into
 // messages of at most maxText UTF-16 units (at a paragraph, line or
-// word, as delivery cuts), then its images
-// (LINE takes media only as public https URLs, no uploads; an image
-// message shows JPEG or PNG, so anything else is refused); an approval
-// prompt's buttons go on the last (buttons.go). Send posts them five to
-// a call.
+// word, as delivery cuts), then its attachments, which LINE takes only
+// as public https URLs (no uploads): a picture an image message shows
+// (JPEG or PNG) as one, after its caption; anything else (a document, a
+// video, a voice note, a GIF) as its caption and link in a text message,
+// which LINE opens, as Hermes falls back to a link for media a platform
+// cannot show. An approval prompt's buttons go on the last message
+// (buttons.go). Send posts them five to a call.
 func messages(req *deliveryv1.SendRequested) ([]lineMessage, error) {
-	var out []lineMessage
-	if text := formatted(req); text != "" {
-		for _, part := range chunk.Parts(text, chunk.Limit{Max: maxText, Measure: chunk.UTF16}) {
-			// The parts go out together: no "(i/N)" counter.
-			out = append(out, lineMessage{Type: "text", Text: part.Reopen + part.Body + part.Close})
-		}
-	}
+	out := textMessages(formatted(req))
 	for _, a := range req.GetAttachments() {
-		if !picture(a) {
-			return nil, platform.Permanent(fmt.Errorf("line sends only pictures (JPEG or PNG) as media; this attachment is a %s", attachmentType(a)))
-		}
 		u := a.GetUrl()
 		if !strings.HasPrefix(u, "https://") {
-			return nil, platform.Permanent(errors.New("line sends media only from a public https url; this attachment has none"))
+			return nil, platform.Permanent(fmt.Errorf("line sends media only from a public https url; this attachment (a %s) has none", attachmentType(a)))
 		}
+		caption := strings.TrimSpace(a.GetCaption())
+		if caption == strings.TrimSpace(req.GetText()) {
+			caption = ""
+		}
+		if !picture(a) {
+			out = append(out, textMessages(strings.TrimSpace(caption+"\n"+u))...)
+			continue
+		}
+		out = append(out, textMessages(caption)...)
 		out = append(out, lineMessage{Type: "image", OriginalContentURL: u, PreviewImageURL: u})
 	}
 	if len(out) == 0 {
@@ -90,6 +92,20 @@ func messages(req *deliveryv1.SendRequested) ([]lineMessage, error) {
 	}
 	out[len(out)-1].QuickReply = approvalQuickReply(req.GetApproval())
 	return out, nil
+}
+
+// textMessages cuts text into text messages of at most maxText UTF-16
+// units; none for empty text.
+func textMessages(text string) []lineMessage {
+	if text == "" {
+		return nil
+	}
+	var out []lineMessage
+	for _, part := range chunk.Parts(text, chunk.Limit{Max: maxText, Measure: chunk.UTF16}) {
+		// The parts go out together: no "(i/N)" counter.
+		out = append(out, lineMessage{Type: "text", Text: part.Reopen + part.Body + part.Close})
+	}
+	return out
 }
 
 // picture reports whether a is what an image message shows: declared a
