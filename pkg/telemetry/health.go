@@ -84,22 +84,33 @@ func (h *Health) Err(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// SyncGRPC keeps a gRPC health server's overall status in step with
-// readiness until ctx ends, then marks it NOT_SERVING.
-func (h *Health) SyncGRPC(ctx context.Context, srv *health.Server, every time.Duration) {
+// SyncGRPC keeps a gRPC health server's overall status, and that of each
+// named service, in step with readiness until ctx ends, then marks them
+// NOT_SERVING. (A client that checks the service by name, as grpc-go's
+// client-side health checking does, otherwise saw SERVING while the
+// database was down.)
+func (h *Health) SyncGRPC(ctx context.Context, srv *health.Server, every time.Duration, services ...string) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
-		status := healthpb.HealthCheckResponse_SERVING
-		if h.Err(ctx) != nil {
-			status = healthpb.HealthCheckResponse_NOT_SERVING
-		}
-		srv.SetServingStatus("", status)
+		h.syncGRPC(ctx, srv, services)
 		select {
 		case <-ctx.Done():
 			srv.Shutdown()
 			return
 		case <-t.C:
 		}
+	}
+}
+
+// syncGRPC sets srv's statuses from readiness once.
+func (h *Health) syncGRPC(ctx context.Context, srv *health.Server, services []string) {
+	status := healthpb.HealthCheckResponse_SERVING
+	if h.Err(ctx) != nil {
+		status = healthpb.HealthCheckResponse_NOT_SERVING
+	}
+	srv.SetServingStatus("", status)
+	for _, name := range services {
+		srv.SetServingStatus(name, status)
 	}
 }

@@ -155,7 +155,7 @@ func (s *Service) Run(ctx context.Context) error {
 		return err
 	}
 	if s.health != nil {
-		go s.health.SyncGRPC(ctx, s.hs, 2*time.Second)
+		go s.health.SyncGRPC(ctx, s.hs, 2*time.Second, adminv1.AdminService_ServiceDesc.ServiceName)
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- s.srv.Serve(s.lis) }()
