@@ -350,6 +350,22 @@ func TestAttachments(t *testing.T) {
 	if data, info, ok := g.f.File(posts[0].FileIDs[0]); !ok || info.Name != "dot.png" || info.MimeType != "image/png" || len(data) != 8 {
 		t.Fatalf("uploaded %+v (%d bytes)", info, len(data))
 	}
+
+	// Each file's caption is on the files' post, once; one that repeats
+	// the text that follows is not.
+	dot := func(caption string) *eventsv1.Attachment {
+		return &eventsv1.Attachment{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, FileName: "dot.png", MimeType: "image/png", Caption: caption,
+			Location: &eventsv1.Attachment_Url{Url: "data:image/png;base64,iVBORw0KGgo="}}
+	}
+	req = answer(ev, deliveryv1.SendOp_SEND_OP_SEND, "a2", "both charts")
+	req.Attachments = []*eventsv1.Attachment{dot("Before"), dot("After"), dot("After"), dot("both charts")}
+	if r := g.send(t, req); !r.GetOk() {
+		t.Fatalf("send receipt %v", r)
+	}
+	posts = g.f.BotPosts(dmCh)[2:]
+	if len(posts) != 2 || len(posts[0].FileIDs) != 4 || posts[0].Message != "Before\nAfter" || posts[1].Message != "both charts" {
+		t.Fatalf("posts %+v, want the files with their two captions, then the text", posts)
+	}
 }
 
 // A token the server refuses ends Run at once with a clear error: no

@@ -10,6 +10,7 @@ import (
 	"mime"
 	"net/http"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -147,15 +148,21 @@ func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (str
 			continue
 		}
 		np := newPost{}
+		var captions []string
 		for j, a := range group {
 			id, err := p.uploadAttachment(ctx, ch, a)
 			if err != nil {
 				return "", fmt.Errorf("mattermost attachment %d: %w", i+j, err)
 			}
 			np.FileIDs = append(np.FileIDs, id)
-			if c := a.GetCaption(); c != "" && np.Message == "" {
-				np.Message = p.format(c)
+			// Every file's caption, once, but not the text that is posted
+			// after the files anyway.
+			if c := strings.TrimSpace(a.GetCaption()); c != "" && c != strings.TrimSpace(req.GetText()) && !slices.Contains(captions, c) {
+				captions = append(captions, c)
 			}
+		}
+		if len(captions) > 0 {
+			np.Message = p.format(strings.Join(captions, "\n"))
 		}
 		if err := post(np); err != nil {
 			return "", err
