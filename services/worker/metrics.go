@@ -26,6 +26,6 @@ var (
 	}, []string{"reason"})
 	toolCalls = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "switchboard_worker_tool_calls_total",
-		Help: "Tool calls run for the model, by tool and result: ok, failed, timeout, denied (by the user or the approval timeout), unknown (the model named no such tool; tool=\"unknown\").",
+		Help: "Tool calls run for the model, by tool and result: ok, failed, timeout, denied (by the user or the approval timeout), unknown (the model named no such tool; tool=\"unknown\"), interrupted (/stop, an interrupting message or the lost session lock cut it short).",
 	}, []string{"tool", "result"})
 )
