@@ -31,7 +31,10 @@ func (p *Platform) serve(ctx context.Context, conn platform.Conn) error {
 // downloaded), 400 when it is not an event, 500 when its message could
 // not be stored, and 200 with an empty JSON object (no synchronous
 // reply: answers go through the Chat API) once its message is on the bus
-// or deliberately skipped.
+// or deliberately skipped. So 200 never confirms an event that was not
+// stored, a 4xx is what no retry can fix, and an event posted again after
+// a 5xx (Google Chat does not document whether it does) is published once:
+// its bus id is the message name.
 func (p *Platform) Handler(conn platform.Deliverer) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("X-Content-Type-Options", "nosniff")
@@ -58,7 +61,7 @@ func (p *Platform) event(w http.ResponseWriter, r *http.Request, conn platform.D
 	}
 	err = p.verifier.verify(r.Context(), r.Header.Get("Authorization"))
 	if errors.Is(err, errKeysUnavailable) {
-		p.log.Warn("google chat event not checked; google chat will retry", "err", err)
+		p.log.Warn("google chat event not checked; answered 503", "err", err)
 		w.Header().Set("Retry-After", "60")
 		http.Error(w, "signing keys unavailable", http.StatusServiceUnavailable)
 		return
@@ -82,7 +85,7 @@ func (p *Platform) event(w http.ResponseWriter, r *http.Request, conn platform.D
 		skipped.WithLabelValues(n.skip).Inc()
 		p.log.Debug("google chat event skipped", "reason", n.skip, "type", e.Type)
 	} else if _, err := conn.Deliver(ctx, n.ev); err != nil && !errors.Is(err, platform.ErrRejected) {
-		p.log.Warn("google chat message not stored; google chat will retry", "err", err)
+		p.log.Warn("google chat message not stored; answered 500", "err", err)
 		http.Error(w, "not stored", http.StatusInternalServerError)
 		return
 	}

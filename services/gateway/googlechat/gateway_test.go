@@ -54,7 +54,7 @@ func start(t *testing.T, f *googlechatfake.Fake, cfg Config) *harness {
 
 // TestTokenChecks: only an event with Google Chat's valid token for this
 // app reaches the bus; one whose token cannot be checked is answered 503
-// so that Google Chat retries it.
+// so that it is not taken for delivered.
 func TestTokenChecks(t *testing.T) {
 	f := googlechatfake.New(t)
 	h := start(t, f, testConfig(f))
@@ -253,5 +253,73 @@ func TestConfig(t *testing.T) {
 	}
 	if _, err := NewPlatform(Config{Audience: "1", ServiceAccountJSON: "/nonexistent/sa.json"}, nil, nil); err == nil {
 		t.Fatal("missing key file accepted")
+	}
+}
+
+// TestEventRetrySemantics: what Google Chat is answered decides whether
+// it may post an event again. Input that is not an event is refused 400
+// (nothing to retry); an event whose message the bus cannot take is
+// answered 500, never 200, so it is not taken for delivered; once the bus
+// is back the event is stored, and the same event posted again (a
+// redelivery) is answered 200 and stored once (bus id: the message name).
+func TestEventRetrySemantics(t *testing.T) {
+	t.Parallel()
+	f := googlechatfake.New(t)
+	cfg := testConfig(f)
+	cfg.AckTimeout = time.Second
+	h := start(t, f, cfg)
+	ctx := context.Background()
+	js, name := h.b.JetStream(), h.b.Topology().Stream(bus.StreamInbound)
+	stored := func() uint64 {
+		st, err := js.Stream(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := st.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.State.Msgs
+	}
+	auth := "Bearer " + f.Sign(f.Claims())
+	ev := f.Message("spaces/D", "DIRECT_MESSAGE", "a@example.com", "A", "during the outage")
+	for _, tc := range []struct {
+		name string
+		body string
+		want int
+	}{
+		{"not JSON", "{", http.StatusBadRequest},
+		{"no type", `{"space":{"name":"spaces/D"}}`, http.StatusBadRequest},
+		{"no space", `{"type":"MESSAGE","message":{"name":"spaces/D/messages/1","text":"x"}}`, http.StatusBadRequest},
+	} {
+		if code, err := f.PostRaw(ctx, h.url, []byte(tc.body), auth); err != nil || code != tc.want {
+			t.Fatalf("%s: answered %d %v, want %d", tc.name, code, err, tc.want)
+		}
+	}
+
+	st, err := js.Stream(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := js.DeleteStream(ctx, name); err != nil {
+		t.Fatal(err)
+	}
+	if code, err := f.Post(ctx, h.url, ev); err != nil || code != http.StatusInternalServerError {
+		t.Fatalf("event the bus could not take answered %d %v, want 500", code, err)
+	}
+	if _, err := js.CreateStream(ctx, info.Config); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []uint64{1, 1} {
+		if code, err := f.Post(ctx, h.url, ev); err != nil || code != http.StatusOK {
+			t.Fatalf("post %d after the outage answered %d %v, want 200", i+1, code, err)
+		}
+		if n := stored(); n != want {
+			t.Fatalf("post %d after the outage: %d messages stored, want %d", i+1, n, want)
+		}
 	}
 }

@@ -545,3 +545,58 @@ func (w *syncBuffer) String() string {
 	defer w.mu.Unlock()
 	return w.b.String()
 }
+
+// TestWebhookRetrySemantics, against the real bus: a message the bus
+// cannot take is answered 500, never 200 (Twilio then calls the fallback
+// URL, or retries under a connection override), a call that is not a
+// message 400; once the bus is back the same call (the fallback, a
+// retry) is stored once: the bus id is the MessageSid.
+func TestWebhookRetrySemantics(t *testing.T) {
+	t.Parallel()
+	f := smsfake.New(t)
+	cfg := testConfig(f)
+	cfg.AckTimeout = time.Second
+	h := start(t, f, cfg, platform.Options{})
+	ctx := context.Background()
+	js, name := h.b.JetStream(), h.b.Topology().Stream(bus.StreamInbound)
+	stored := func() uint64 {
+		st, err := js.Stream(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := st.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.State.Msgs
+	}
+	if code, _, _ := h.post(t, url.Values{"AccountSid": {f.AccountSID}, "Body": {"no sid, no sender"}}); code != http.StatusBadRequest {
+		t.Fatalf("a call that is not a message answered %d, want 400", code)
+	}
+	form := f.Form(smsfake.Inbound{From: ann, Body: "during the outage"})
+	st, err := js.Stream(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := js.DeleteStream(ctx, name); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, _ := h.post(t, form); code != http.StatusInternalServerError {
+		t.Fatalf("a message the bus could not take answered %d, want 500", code)
+	}
+	if _, err := js.CreateStream(ctx, info.Config); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		if code, _, _ := h.post(t, form); code != http.StatusOK {
+			t.Fatalf("call %d after the outage answered %d, want 200", i+1, code)
+		}
+		if n := stored(); n != 1 {
+			t.Fatalf("call %d after the outage: %d messages stored, want 1", i+1, n)
+		}
+	}
+}
