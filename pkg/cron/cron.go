@@ -475,13 +475,15 @@ WHERE owner = $1 AND id = $2 RETURNING `+columns,
 }
 
 // Pause stops scheduling one of the owner's jobs; it keeps its next run
-// for Resume.
+// for Resume. A run asked for ("run") that has not fired is dropped: as
+// in Hermes, where a paused job is not fired, run-now or not. (One that
+// fired is not: the scheduler holds the row until it has saved the run.)
 func (s *Store) Pause(ctx context.Context, owner, id string) (Job, error) {
 	return s.change(ctx, owner, id, func(j *Job, _ time.Time) error {
 		if j.State == StateCompleted {
 			return fmt.Errorf("%w: job '%s' has completed; there is nothing to pause", ErrInvalid, j.Name)
 		}
-		j.State = StatePaused
+		j.State, j.ManualRunAt = StatePaused, time.Time{}
 		return nil
 	})
 }

@@ -305,6 +305,16 @@ func TestNotFiring(t *testing.T) {
 	if n := tick(t, s); n != 1 {
 		t.Errorf("the resumed job's next run fired %d", n)
 	}
+	// A run asked for, then a pause before the tick: nothing fires.
+	if _, err := e.store.Trigger(ctx, "telegram:99", paused.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.store.Pause(ctx, "telegram:99", paused.ID); err != nil {
+		t.Fatal(err)
+	}
+	if n := tick(t, s); n != 0 {
+		t.Errorf("a run asked for before a pause fired %d", n)
+	}
 }
 
 // TestDowntime: after an outage a recurring job runs once (Hermes's
