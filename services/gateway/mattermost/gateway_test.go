@@ -177,12 +177,16 @@ func TestThreads(t *testing.T) {
 			if ev.GetSource().GetThreadId() != "" {
 				t.Fatalf("event %v: a top-level post has no thread (Hermes's key)", ev)
 			}
-			if r := g.send(t, answer(ev, deliveryv1.SendOp_SEND_OP_SEND, "t1", "Day 1")); !r.GetOk() {
-				t.Fatalf("send receipt %v", r)
-			}
 			wantRoot := ""
 			if mode == ReplyThread {
 				wantRoot = top
+			}
+			// The typing shows where the answer will be.
+			if r := g.send(t, answer(ev, deliveryv1.SendOp_SEND_OP_TYPING, "", "")); !r.GetOk() || g.f.TypingIn(town, wantRoot) != 1 {
+				t.Fatalf("typing receipt %v, %d typing calls in thread %q", r, g.f.TypingIn(town, wantRoot), wantRoot)
+			}
+			if r := g.send(t, answer(ev, deliveryv1.SendOp_SEND_OP_SEND, "t1", "Day 1")); !r.GetOk() {
+				t.Fatalf("send receipt %v", r)
 			}
 			if p := g.f.BotPosts(town); len(p) != 1 || p[0].RootID != wantRoot {
 				t.Fatalf("posts %+v, want one with root %q", p, wantRoot)

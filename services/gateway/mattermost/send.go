@@ -217,7 +217,13 @@ func (p *Platform) Typing(ctx context.Context, req *deliveryv1.SendRequested) er
 	if err != nil {
 		return err
 	}
-	return classify(p.cli.typing(ctx, p.rules.BotID, ch, req.GetTarget().GetThreadId()))
+	// Where the answer will be: in reply mode "thread" a channel
+	// message's answer opens a thread on it, so the typing shows there.
+	root := p.rootOf(req.GetTarget())
+	if root != "" && !validID(root) {
+		root = ""
+	}
+	return classify(p.cli.typing(ctx, p.rules.BotID, ch, root))
 }
 
 // Reactions are Hermes's processing marks in Mattermost's emoji names:

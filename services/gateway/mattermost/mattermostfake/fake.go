@@ -93,6 +93,7 @@ type Fake struct {
 	files     map[string]file
 	reactions map[string][]string // post id → the bot's emoji names
 	typing    map[string]int      // channel → typing calls
+	typingIn  map[string]int      // channel + "/" + parent post → typing calls
 	calls     map[string]int
 	fails     map[string][]Fail
 	conns     map[*wsConn]bool
@@ -121,7 +122,7 @@ func New(botID, botName, token string) *Fake {
 		botID: botID, botName: botName, token: token,
 		users: map[string]string{botID: botName}, channels: map[string]Channel{}, posts: map[string]*Post{},
 		pending: map[string]string{}, files: map[string]file{}, reactions: map[string][]string{},
-		typing: map[string]int{}, calls: map[string]int{}, fails: map[string][]Fail{}, conns: map[*wsConn]bool{},
+		typing: map[string]int{}, typingIn: map[string]int{}, calls: map[string]int{}, fails: map[string][]Fail{}, conns: map[*wsConn]bool{},
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /api/v4/users/me", f.auth("users/me", f.me))
@@ -316,6 +317,14 @@ func (f *Fake) Typing(channel string) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.typing[channel]
+}
+
+// TypingIn counts the typing calls in a channel's thread (parent ""
+// for the channel itself).
+func (f *Fake) TypingIn(channel, parent string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.typingIn[channel+"/"+parent]
 }
 
 // now is a strictly increasing Unix ms time; f.mu held.
@@ -601,6 +610,7 @@ func (f *Fake) userTyping(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	f.typing[in.ChannelID]++
+	f.typingIn[in.ChannelID+"/"+in.ParentID]++
 	writeJSON(w, http.StatusOK, map[string]string{"status": "OK"})
 }
 
