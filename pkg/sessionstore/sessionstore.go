@@ -10,6 +10,9 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"regexp"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -850,15 +853,80 @@ func (s *Store) SetBusyMode(ctx context.Context, key, mode string) error {
 	return s.set(ctx, key, "busy_mode", mode)
 }
 
-// SetTitle names the current conversation.
+// TitleTakenError is SetTitle's refusal of a title another of the key's
+// conversations has; errors.Is(err, ErrTitleTaken) holds.
+type TitleTakenError struct {
+	Title     string // as the other conversation has it
+	SessionID string // the other conversation
+}
+
+// ErrTitleTaken is what a TitleTakenError is.
+var ErrTitleTaken = errors.New("title already in use")
+
+func (e *TitleTakenError) Error() string {
+	return fmt.Sprintf("title %q is already in use by session %s", e.Title, e.SessionID)
+}
+
+// Is makes errors.Is(err, ErrTitleTaken) hold.
+func (e *TitleTakenError) Is(target error) bool { return target == ErrTitleTaken }
+
+// SetTitle names the current conversation. As in Hermes, a title is
+// unique: one another conversation of the key has (compared without
+// regard to case, as /resume finds titles) is refused with a
+// *TitleTakenError. Hermes's titles are unique in its one session
+// database; here they are unique among the conversations of one session
+// key, the set /sessions lists and /resume searches (in a DM, the user's
+// conversations).
 func (s *Store) SetTitle(ctx context.Context, key, title string) error {
-	return pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+	_, err := s.setTitle(ctx, key, title, 0)
+	return err
+}
+
+// SetTitleInLineage names the current conversation title, or, when
+// another of the key's conversations has that title, the next free title
+// of its lineage, as Hermes names a conversation it titles itself
+// (get_next_title_in_lineage): "Plan" taken → "Plan #2"; "Plan" and
+// "Plan #3" taken → "Plan #4". The base is cut so the title has at most
+// maxRunes characters (0: no limit). It returns the title set.
+func (s *Store) SetTitleInLineage(ctx context.Context, key, title string, maxRunes int) (string, error) {
+	if maxRunes <= 0 {
+		maxRunes = -1
+	}
+	return s.setTitle(ctx, key, title, maxRunes)
+}
+
+// lineageRE is a title's " #N" suffix.
+var lineageRE = regexp.MustCompile(`^(.*?) #(\d+)$`)
+
+// setTitle sets the title; lineage 0 refuses a taken one, otherwise it
+// takes the next free title of the lineage, at most lineage runes long
+// (-1: any length).
+func (s *Store) setTitle(ctx context.Context, key, title string, lineage int) (string, error) {
+	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+		// The session's row lock serialises the key's title changes (and
+		// Resume), so two conversations cannot take one title at once.
 		var id string
-		if err := tx.QueryRow(ctx, `UPDATE sessions SET title = $2, updated_at = $3 WHERE session_key = $1 RETURNING session_id`,
-			key, title, s.now()).Scan(&id); err != nil {
+		if err := tx.QueryRow(ctx, `SELECT session_id FROM sessions WHERE session_key = $1 FOR UPDATE`, key).Scan(&id); err != nil {
 			if errors.Is(err, pgx.ErrNoRows) {
 				return ErrNotFound
 			}
+			return fmt.Errorf("lock session: %w", err)
+		}
+		var other, otherTitle string
+		err := tx.QueryRow(ctx, `SELECT session_id, title FROM session_history
+			WHERE session_key = $1 AND session_id <> $2 AND lower(title) = lower($3) LIMIT 1`, key, id, title).Scan(&other, &otherTitle)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+		case err != nil:
+			return fmt.Errorf("check title: %w", err)
+		case lineage == 0:
+			return &TitleTakenError{Title: otherTitle, SessionID: other}
+		default:
+			if title, err = nextInLineage(ctx, tx, key, id, title, lineage); err != nil {
+				return err
+			}
+		}
+		if _, err := tx.Exec(ctx, `UPDATE sessions SET title = $2, updated_at = $3 WHERE session_key = $1`, key, title, s.now()); err != nil {
 			return fmt.Errorf("set title: %w", err)
 		}
 		if _, err := tx.Exec(ctx, `UPDATE session_history SET title = $3 WHERE session_key = $1 AND session_id = $2`, key, id, title); err != nil {
@@ -866,6 +934,40 @@ func (s *Store) SetTitle(ctx context.Context, key, title string) error {
 		}
 		return nil
 	})
+	return title, err
+}
+
+// nextInLineage is Hermes's get_next_title_in_lineage among the key's
+// other conversations (cur excluded): the base (title without its " #N")
+// with one more than the highest number its lineage has (a bare base
+// counts as 1).
+func nextInLineage(ctx context.Context, tx pgx.Tx, key, cur, title string, maxRunes int) (string, error) {
+	base := title
+	if m := lineageRE.FindStringSubmatch(title); m != nil {
+		base = m[1]
+	}
+	rows, err := tx.Query(ctx, `SELECT title FROM session_history WHERE session_key = $1 AND session_id <> $2
+		AND (lower(title) = lower($3) OR lower(left(title, length($3) + 2)) = (lower($3) || ' #'))`, key, cur, base)
+	if err != nil {
+		return "", fmt.Errorf("read title lineage: %w", err)
+	}
+	titles, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return "", fmt.Errorf("read title lineage: %w", err)
+	}
+	highest := 1
+	for _, t := range titles {
+		if m := lineageRE.FindStringSubmatch(t); m != nil && strings.EqualFold(m[1], base) {
+			if n, err := strconv.Atoi(m[2]); err == nil && n > highest {
+				highest = n
+			}
+		}
+	}
+	suffix := " #" + strconv.Itoa(highest+1)
+	if r := []rune(base); maxRunes > 0 && len(r)+len(suffix) > maxRunes {
+		base = strings.TrimSpace(string(r[:max(0, maxRunes-len(suffix))]))
+	}
+	return base + suffix, nil
 }
 
 // History lists the key's conversations, newest first.

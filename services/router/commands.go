@@ -126,7 +126,11 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 		if problem != "" {
 			return reply(sess.Generation, "✨ New session started. "+problem)
 		}
-		if err := s.store.SetTitle(ctx, m.key, title); err != nil {
+		// A title another conversation has continues its lineage
+		// ("Plan #2"), as Hermes names a conversation it titles itself:
+		// the new conversation is started either way.
+		title, err = s.store.SetTitleInLineage(ctx, m.key, title, maxTitle)
+		if err != nil {
 			return err
 		}
 		return reply(sess.Generation, "✨ New session started: "+title)
@@ -259,7 +263,11 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 		if problem != "" {
 			return reply(sess.Generation, problem)
 		}
-		if err := s.store.SetTitle(ctx, m.key, title); err != nil {
+		var taken *sessionstore.TitleTakenError
+		if err := s.store.SetTitle(ctx, m.key, title); errors.As(err, &taken) {
+			// As Hermes: titles are unique, a taken one is refused.
+			return reply(sess.Generation, fmt.Sprintf("⚠️ Title '%s' is already in use by session %s. /resume %s goes back to it.", taken.Title, taken.SessionID, taken.Title))
+		} else if err != nil {
 			return err
 		}
 		return reply(sess.Generation, "Title set: "+title)
