@@ -60,6 +60,7 @@ type Service struct {
 	kickCh chan struct{}
 	turns  *turns
 	tools  *toolTurns
+	media  *mediaTurns
 	typing *typing
 
 	mu       sync.Mutex
@@ -106,6 +107,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		kickCh: make(chan struct{}, 1),
 		turns:  newTurns(),
 		tools:  newToolTurns(),
+		media:  newMediaTurns(),
 		ready:  make(chan struct{}),
 	}
 	s.typing = newTyping(s)
@@ -318,6 +320,7 @@ func (s *Service) housekeeping(ctx context.Context) error {
 			now := time.Now()
 			s.turns.prune(now.Add(-2*s.cfg.TTL), now.Add(-doneKeep))
 			s.tools.prune(now.Add(-2 * s.cfg.TTL))
+			s.media.prune(now.Add(-2 * s.cfg.TTL))
 			s.typing.prunePaused(now.Add(-2 * s.cfg.TTL))
 			if err := s.store.PruneStreamMessages(ctx, now.Add(-2*s.cfg.TTL)); err != nil && ctx.Err() == nil {
 				s.log.Warn("prune stream messages failed", "err", err)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -141,7 +142,24 @@ func (s *Service) handle(ctx context.Context, ev *repliesv1.ReplyEvent) error {
 		if err := s.endTools(ctx, ev); err != nil {
 			return err
 		}
-		_, err := s.final(ctx, ev, b.FinalText.GetText(), b.FinalText.GetFormat())
+		text, format := b.FinalText.GetText(), b.FinalText.GetFormat()
+		if strings.TrimSpace(text) == "" {
+			if s.media.sent(ev.GetTurnId()) {
+				// The answer was its media: no text to add, but the
+				// cursor comes off what was streamed and the turn is over.
+				queued, err := s.final(ctx, ev, "", format)
+				if err == nil && !queued {
+					s.ended(ctx, ev)
+				}
+				return err
+			}
+			// Every gateway refuses a blank message: sent as is, it was
+			// dead-lettered, the user saw nothing and the turn's end
+			// (the final chunk the API request waits for, the processing
+			// reaction) never reached the chat.
+			text, format = noResponseText, deliveryv1.TextFormat_TEXT_FORMAT_PLAIN
+		}
+		_, err := s.final(ctx, ev, text, format)
 		return err
 	case *repliesv1.ReplyEvent_Error:
 		s.typing.done(ev.GetTurnId())
@@ -176,9 +194,58 @@ func (s *Service) handle(ctx context.Context, ev *repliesv1.ReplyEvent) error {
 	case *repliesv1.ReplyEvent_Media:
 		req := s.request(ev, keyBase(ctx, ev)+":0", deliveryv1.SendOp_SEND_OP_SEND)
 		req.Attachments = append(req.Attachments, b.Media.GetAttachment())
-		return s.enqueue(ctx, req)
+		if err := s.enqueue(ctx, req); err != nil {
+			return err
+		}
+		s.media.add(ev.GetTurnId())
+		return nil
 	default:
 		return bus.Permanent(fmt.Errorf("reply event %s:%d has no body", ev.GetTurnId(), ev.GetSeq()))
+	}
+}
+
+// noResponseText is the answer to a turn whose final text is empty or
+// blank: what Hermes's gateway sends when the agent's final response is
+// empty (gateway/run.py, _run_agent). Hermes tests the response for
+// emptiness only (a blank one goes to the platform as is); here blank
+// counts as empty, since no platform takes a blank message.
+const noResponseText = "(No response generated)"
+
+// mediaTurns remembers the turns that sent media (an external agent's
+// images), so that their blank final text is taken as "nothing to add"
+// rather than answered with noResponseText. Memory only: after a restart
+// between a turn's media and its final, the final says noResponseText.
+type mediaTurns struct {
+	mu sync.Mutex
+	m  map[string]time.Time
+}
+
+func newMediaTurns() *mediaTurns { return &mediaTurns{m: map[string]time.Time{}} }
+
+func (t *mediaTurns) add(turn string) {
+	if turn == "" {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.m[turn] = time.Now()
+}
+
+func (t *mediaTurns) sent(turn string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	_, ok := t.m[turn]
+	return ok
+}
+
+// prune forgets turns that sent media before cutoff.
+func (t *mediaTurns) prune(cutoff time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for id, at := range t.m {
+		if at.Before(cutoff) {
+			delete(t.m, id)
+		}
 	}
 }
 

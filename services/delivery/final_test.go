@@ -1,0 +1,95 @@
+package delivery_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
+)
+
+// refuseBlank is what every gateway does with a message that has no text
+// and nothing attached.
+func refuseBlank(req *deliveryv1.SendRequested, _ int) behaviour {
+	if req.GetOp() == deliveryv1.SendOp_SEND_OP_SEND && strings.TrimSpace(req.GetText()) == "" && len(req.GetAttachments()) == 0 {
+		return behaviour{fail: &deliveryv1.SendReceipt{ErrorClass: deliveryv1.ErrorClass_ERROR_CLASS_PERMANENT, Error: "empty message"}}
+	}
+	return behaviour{}
+}
+
+func deadLetters(t *testing.T, e *env) int {
+	t.Helper()
+	var n int
+	if err := e.db.QueryRow(context.Background(), `SELECT count(*) FROM delivery_outbox WHERE state IN ('failed', 'expired')`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// A final answer with no text, or only whitespace (a model that said
+// nothing), is answered as Hermes answers an empty response, "(No
+// response generated)", as the turn's final message: the user sees that
+// the turn ended, and the end reaches the gateway (the API request it
+// completes, the processing reaction), where the blank text was refused
+// and dead-lettered.
+func TestBlankFinalSaysNoResponse(t *testing.T) {
+	t.Parallel()
+	for i, text := range []string{"", "  \n\t ", "\u00a0\n"} {
+		t.Run(fmt.Sprintf("%q", text), func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			e.gw.setBehaviour(refuseBlank)
+			e.start(t, testConfig(), "a")
+			turn := fmt.Sprint("t", i)
+			e.publish(t, event(turn, 1, "s1", final(text)))
+			eventually(t, e.clock, 0, "the answer", func() bool { return len(e.gw.sends()) == 1 })
+			e.consumed(t, "s1")
+			sent := e.gw.sends()
+			if len(sent) != 1 {
+				t.Fatalf("sent %d messages, want 1", len(sent))
+			}
+			if r := sent[0].Req; r.GetText() != "(No response generated)" || !r.GetFinal() || r.GetErrorCode() != "" {
+				t.Fatalf("sent %q final=%v error=%q, want Hermes's (No response generated) as the turn's final answer", r.GetText(), r.GetFinal(), r.GetErrorCode())
+			}
+			if n := deadLetters(t, e); n != 0 {
+				t.Fatalf("%d dead letters", n)
+			}
+		})
+	}
+}
+
+// A turn whose answer was its media (an external agent's picture) and
+// whose final text is blank sends the picture alone, and its end.
+func TestBlankFinalAfterMediaSendsNothingMore(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.gw.setBehaviour(refuseBlank)
+	e.start(t, testConfig(), "a")
+	media := event("t1", 1, "s1", nil)
+	media.Body = &repliesv1.ReplyEvent_Media{Media: &repliesv1.Media{Attachment: &eventsv1.Attachment{
+		Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, Location: &eventsv1.Attachment_Url{Url: "https://example.test/chart.png"}}}}
+	e.publish(t, media)
+	e.publish(t, event("t1", 2, "s1", &repliesv1.Typing{Active: true}))
+	e.publish(t, event("t1", 3, "s1", final(" ")))
+	ended := func() bool {
+		calls, _ := e.gw.snapshot()
+		for _, c := range calls {
+			if c.Op == deliveryv1.SendOp_SEND_OP_TYPING && c.Req.GetFinal() {
+				return true
+			}
+		}
+		return false
+	}
+	eventually(t, e.clock, 0, "the turn's end", ended)
+	e.consumed(t, "s1")
+	sent := e.gw.sends()
+	if len(sent) != 1 || len(sent[0].Req.GetAttachments()) != 1 {
+		t.Fatalf("sent %+v, want the picture alone", sent)
+	}
+	if n := deadLetters(t, e); n != 0 {
+		t.Fatalf("%d dead letters", n)
+	}
+}
