@@ -60,8 +60,12 @@ func roomOf(t *deliveryv1.Target) (id.RoomID, error) {
 //   - Redactions (Delete, Unreact): the event redacted. Redacting one
 //     event twice is one operation, whoever asks.
 //
-// Hermes (mautrix-python) leaves the ids to the library, a new one per
-// call, so a retried send can post twice; we differ on purpose.
+// Uploads (POST /upload) take no transaction id: a retried send uploads
+// its attachment again, an unreferenced copy no one sees.
+//
+// Hermes passes no transaction id (send_message_event without txn_id):
+// mautrix-python makes a new one per call, so a retried send can post
+// twice; we differ on purpose.
 
 // txnID turns an idempotency key into a transaction id: a send retried
 // with its key reuses it, and the homeserver answers the event it made
@@ -103,11 +107,13 @@ var markdown = goldmark.New(format.Extensions, goldmark.WithRendererOptions(html
 //
 // We do not upload http(s) images to the media repository as we do
 // attachments: that would fetch any URL the model writes, at send time,
-// from inside the network, and a slow or failed download would hold up
-// or fail the text. An image the agent means to send goes as a media
-// reply (an attachment), which is uploaded. Hermes's formatted-body
-// sanitizer allows no <img> at all, so its image loses even its alt
-// text; the link keeps both.
+// and a slow or failed download would hold up or fail the text. An image
+// the agent means to send goes as a media reply (an attachment), which is
+// uploaded. Hermes differs: its base adapter takes Markdown images out of
+// the answer and sends each as an image of its own (send_image downloads
+// it, after an SSRF check, and uploads it), and its formatted-body
+// sanitizer allows no <img>. Doing that here would be a delivery-wide
+// feature, not the Matrix renderer's.
 type imageRenderer struct{}
 
 func (imageRenderer) RegisterFuncs(reg renderer.NodeRendererFuncRegisterer) {
