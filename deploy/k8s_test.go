@@ -426,6 +426,9 @@ func checkServices(t *testing.T, objs []Object) {
 			if !ports[p.TargetPort.String()] {
 				t.Errorf("Service %s port %s targets %s, not a named port of %s", s.Name, p.Name, p.TargetPort.String(), match.Name)
 			}
+			if p.TargetPort.String() != "ops" {
+				checkPreStop(t, s.Name, p.Name, match)
+			}
 		}
 	}
 	for _, ext := range []string{"nats", "redis", "postgres"} {
@@ -658,5 +661,22 @@ func TestDecodeIsStrict(t *testing.T) {
 				t.Fatalf("Decode: %v, want error %v", err, tt.wantErr)
 			}
 		})
+	}
+}
+
+// checkPreStop: a pod a Service sends traffic to (a port other than ops)
+// must keep serving for a while after Kubernetes starts stopping it:
+// endpoints, kube-proxy and Ingress controllers drop it seconds after the
+// SIGTERM, and until then requests still reach it. Without a preStop
+// sleep the process closes its listener at once, and a platform's
+// webhook call in that window fails (Twilio, LINE and others do not send
+// it again). The fake LLM is a demo and tests' stand-in.
+func checkPreStop(t *testing.T, svc, port string, d *appsv1.Deployment) {
+	c := d.Spec.Template.Spec.Containers[0]
+	if len(c.Args) > 0 && c.Args[0] == "fakellm" {
+		return
+	}
+	if l := c.Lifecycle; l == nil || l.PreStop == nil || l.PreStop.Sleep == nil || l.PreStop.Sleep.Seconds < 3 {
+		t.Errorf("Deployment %s: Service %s sends it traffic on %s, so it needs a preStop sleep of a few seconds (endpoints drop it after the SIGTERM)", d.Name, svc, port)
 	}
 }
