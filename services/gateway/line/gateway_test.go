@@ -386,6 +386,52 @@ func TestRateLimitedReplyKeepsToken(t *testing.T) {
 	}
 }
 
+// A reply without a clear answer (LINE took it and the answer was lost,
+// or a 5xx) keeps its token for the send's retry: LINE refusing it as
+// spent tells the retry the first attempt was shown, so it is not pushed
+// a second time; a reply LINE did not take is retried by reply.
+func TestReplyWithoutClearAnswer(t *testing.T) {
+	t.Parallel()
+	f := linefake.New(t)
+	h := start(t, f, testConfig(f))
+	for _, c := range []struct {
+		name string
+		fail linefake.Failure
+	}{
+		{"answer lost", linefake.Failure{Status: http.StatusInternalServerError, Message: "An error occurred in the server.", Lost: true}},
+		{"server error", linefake.ErrInternal},
+	} {
+		before := len(f.Sent(alice))
+		h.post(t, f.Body(f.Event(linefake.Inbound{UserID: alice, Text: c.name})))
+		h.next(t)
+		f.Fail(c.fail)
+		req := sendTo(alice, "k-"+c.name, "the answer to "+c.name)
+		if r := h.send(t, req); r.GetOk() || r.GetErrorClass() != deliveryv1.ErrorClass_ERROR_CLASS_RETRYABLE {
+			t.Fatalf("%s: receipt %v, want retryable", c.name, r)
+		}
+		if r := h.send(t, req); !r.GetOk() {
+			t.Fatalf("%s: retry receipt %v", c.name, r)
+		}
+		if got := f.Sent(alice)[before:]; len(got) != 1 || got[0].Via != "reply" || got[0].Text != req.GetText() {
+			t.Fatalf("%s: sent %+v, want the answer once, by reply", c.name, got)
+		}
+	}
+	// Another send does not take a token spent by an unclear attempt for
+	// its own: it pushes.
+	h.post(t, f.Body(f.Event(linefake.Inbound{UserID: alice, Text: "one more"})))
+	h.next(t)
+	f.Fail(linefake.Failure{Status: http.StatusBadGateway, Message: "Bad Gateway", Lost: true})
+	if r := h.send(t, sendTo(alice, "k-first", "first")); r.GetOk() {
+		t.Fatalf("receipt %v, want the injected failure", r)
+	}
+	if r := h.send(t, sendTo(alice, "k-second", "second")); !r.GetOk() {
+		t.Fatalf("receipt %v", r)
+	}
+	if got := f.Sent(alice); got[len(got)-1].Text != "second" || got[len(got)-1].Via != "push" {
+		t.Fatalf("sent %+v, want the second pushed", got[len(got)-2:])
+	}
+}
+
 // LINE's failures map to delivery's classes.
 func TestSendErrors(t *testing.T) {
 	t.Parallel()

@@ -3,12 +3,14 @@ package line
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"mime"
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/switchboard-chat/switchboard/pkg/chunk"
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
@@ -176,6 +178,7 @@ func (p *Platform) sendCall(ctx context.Context, req *deliveryv1.SendRequested, 
 			p.log.Warn("line reply token unreadable; pushing", "err", err)
 		}
 		if token := st.Token; token != "" {
+			by := attemptOf(p.account, req.GetIdempotencyKey())
 			var out sentAnswer
 			err := p.api.post(ctx, "/v2/bot/message/reply", map[string]any{"replyToken": token, "messages": msgs}, nil, &out)
 			var le *APIError
@@ -183,10 +186,22 @@ func (p *Platform) sendCall(ctx context.Context, req *deliveryv1.SendRequested, 
 			case err == nil:
 				sends.WithLabelValues("reply").Inc()
 				return firstID(out, "reply:"+token)
+			case errors.As(err, &le) && le.invalidReplyToken() && by != "" && st.By == by && time.Now().UnixMilli() < st.Expires:
+				// Tokens are single-use and this one was claimed by no
+				// other send: LINE took this send's earlier reply, whose
+				// answer was lost. Pushing now would show it twice.
+				p.log.Info("line reply of an earlier attempt was shown; not sent again")
+				return "reply:" + token, nil
 			case errors.As(err, &le) && le.invalidReplyToken():
 				p.log.Debug("line reply token refused; pushing", "err", err)
 			case errors.As(err, &le) && le.Status == http.StatusTooManyRequests:
 				// Refused before it was read: the token is unused.
+				p.returnReplyToken(ctx, to, st)
+				return "", classify(err)
+			case by != "" && (!errors.As(err, &le) || le.Status >= 500):
+				// No clear answer: LINE may have shown it. The retry
+				// tries the token again and learns which.
+				st.By = by
 				p.returnReplyToken(ctx, to, st)
 				return "", classify(err)
 			default:
@@ -225,6 +240,16 @@ func firstID(out sentAnswer, def string) (string, error) {
 		return def, nil
 	}
 	return "", errors.New("line answered a push without its message ids")
+}
+
+// attemptOf names a send's reply attempt in a returned reply token: a
+// hash of the channel and its idempotency key ("" without one).
+func attemptOf(account, idem string) string {
+	if idem == "" {
+		return ""
+	}
+	h := sha256.Sum256([]byte("line reply attempt\x00" + account + "\x00" + idem))
+	return hex.EncodeToString(h[:12])
 }
 
 // retryKey is the X-Line-Retry-Key of a send: a UUID (version 4 layout)

@@ -47,6 +47,11 @@ func (p *Platform) tokenKey(chatID string) string {
 type storedToken struct {
 	Token   string `json:"t"`
 	Expires int64  `json:"exp"` // unix ms
+	// By names the send (a hash of its idempotency key) whose reply with
+	// this token got no clear answer (a network error, a 5xx): LINE may
+	// have taken it. When that send's retry is told the token is no
+	// longer valid before it expired, its first attempt was shown.
+	By string `json:"by,omitempty"`
 }
 
 // keepReplyToken stores chat's newest reply token, replacing an older
@@ -72,12 +77,16 @@ func (p *Platform) claimReplyToken(ctx context.Context, chatID string) (string, 
 }
 
 // returnReplyToken puts back a claimed token LINE did not use (its call
-// was refused before it was read: a 429), so the retry answers by reply
-// rather than by a metered push. A newer token stored meanwhile wins.
+// was refused before it was read: a 429) or may have used (no clear
+// answer; st.By names the send), so the retry answers by reply rather
+// than by a metered push. A newer token stored meanwhile wins.
 func (p *Platform) returnReplyToken(ctx context.Context, chatID string, st storedToken) {
 	if st.Token == "" || time.Now().UnixMilli() >= st.Expires {
 		return
 	}
+	// The send's own context may be what ended (a timeout).
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
 	kv, err := p.replyTokens(ctx)
 	if err != nil {
 		return

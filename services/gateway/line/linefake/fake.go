@@ -80,6 +80,10 @@ type Failure struct {
 	RetryAfter int // seconds; 0: no header
 	// Skip lets that many replies or pushes through first.
 	Skip int
+	// Lost: LINE takes the call (the messages are shown, a reply token
+	// is spent) and its answer is this failure, as when the answer is
+	// lost on the way back.
+	Lost bool
 }
 
 // Common failures.
@@ -268,10 +272,11 @@ func checkMessages(ms []wireMessage) string {
 	return ""
 }
 
-// begin counts an attempt and takes the next injected failure.
-func (f *Fake) begin(w http.ResponseWriter, r *http.Request) bool {
+// begin counts an attempt and takes the next injected failure: one that
+// is Lost is answered by end, after the call is carried out.
+func (f *Fake) begin(w http.ResponseWriter, r *http.Request) (bool, *Failure) {
 	if !f.authorized(w, r) {
-		return false
+		return false, nil
 	}
 	f.mu.Lock()
 	f.attempts++
@@ -284,11 +289,23 @@ func (f *Fake) begin(w http.ResponseWriter, r *http.Request) bool {
 		f.failures = f.failures[1:]
 	}
 	f.mu.Unlock()
+	if fl != nil && fl.Lost {
+		return true, fl
+	}
 	if fl != nil {
 		writeError(w, *fl)
-		return false
+		return false, nil
 	}
-	return true
+	return true, nil
+}
+
+// answer writes a carried-out call's answer, or its lost one.
+func answer(w http.ResponseWriter, lost *Failure, v any) {
+	if lost != nil {
+		writeError(w, *lost)
+		return
+	}
+	writeJSON(w, http.StatusOK, v)
 }
 
 func (f *Fake) record(chat, via string, ms []wireMessage) []map[string]string {
@@ -308,7 +325,8 @@ func (f *Fake) record(chat, via string, ms []wireMessage) []map[string]string {
 }
 
 func (f *Fake) reply(w http.ResponseWriter, r *http.Request) {
-	if !f.begin(w, r) {
+	ok, lost := f.begin(w, r)
+	if !ok {
 		return
 	}
 	var body struct {
@@ -331,11 +349,12 @@ func (f *Fake) reply(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	delete(f.tokens, body.ReplyToken)
-	writeJSON(w, http.StatusOK, map[string]any{"sentMessages": f.record(f.tokenChat[body.ReplyToken], "reply", body.Messages)})
+	answer(w, lost, map[string]any{"sentMessages": f.record(f.tokenChat[body.ReplyToken], "reply", body.Messages)})
 }
 
 func (f *Fake) push(w http.ResponseWriter, r *http.Request) {
-	if !f.begin(w, r) {
+	ok, lost := f.begin(w, r)
+	if !ok {
 		return
 	}
 	var body struct {
@@ -367,7 +386,7 @@ func (f *Fake) push(w http.ResponseWriter, r *http.Request) {
 	if key != "" {
 		f.retryKeys[key] = "req-" + randHex(8)
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"sentMessages": f.record(body.To, "push", body.Messages)})
+	answer(w, lost, map[string]any{"sentMessages": f.record(body.To, "push", body.Messages)})
 }
 
 func (f *Fake) startLoading(w http.ResponseWriter, r *http.Request) {
