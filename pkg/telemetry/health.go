@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -41,33 +40,46 @@ func (h *Health) SetDraining() { h.draining.Store(true) }
 // ErrDraining is the readiness error while shutting down.
 var ErrDraining = errors.New("draining")
 
-// Ready runs every check (bounded by a short timeout) and returns the
-// failures by name; nil means ready.
+// checkTimeout bounds each readiness check (the manifests' probes time
+// out after 3 s).
+const checkTimeout = 2 * time.Second
+
+// Ready runs every check at once, each bounded by a short timeout, and
+// returns the failures by name; nil means ready. At once, not one after
+// the other: a slow dependency would otherwise use up the time of the
+// checks after it, and /readyz would name them as failing too.
 func (h *Health) Ready(ctx context.Context) map[string]error {
 	if h.draining.Load() {
 		return map[string]error{"process": ErrDraining}
 	}
 	h.mu.RLock()
-	names := make([]string, 0, len(h.checks))
-	for n := range h.checks {
-		names = append(names, n)
+	checks := make(map[string]Check, len(h.checks))
+	for n, c := range h.checks {
+		checks[n] = c
 	}
 	h.mu.RUnlock()
-	sort.Strings(names)
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, checkTimeout)
 	defer cancel()
-	var failed map[string]error
-	for _, n := range names {
-		h.mu.RLock()
-		c := h.checks[n]
-		h.mu.RUnlock()
-		if err := c(ctx); err != nil {
-			if failed == nil {
-				failed = map[string]error{}
+	var (
+		mu     sync.Mutex
+		wg     sync.WaitGroup
+		failed map[string]error
+	)
+	for n, c := range checks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := c(ctx); err != nil {
+				mu.Lock()
+				defer mu.Unlock()
+				if failed == nil {
+					failed = map[string]error{}
+				}
+				failed[n] = err
 			}
-			failed[n] = err
-		}
+		}()
 	}
+	wg.Wait()
 	return failed
 }
 

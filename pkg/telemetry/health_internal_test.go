@@ -45,3 +45,24 @@ func TestSyncGRPCFollowsReadiness(t *testing.T) {
 		})
 	}
 }
+
+// A dependency that hangs fails its own check only: the others run
+// beside it, not in the time it left them.
+func TestReadyChecksDoNotWaitForEachOther(t *testing.T) {
+	t.Parallel()
+	h := NewHealth()
+	started := make(chan struct{})
+	h.Add("a-postgres", func(ctx context.Context) error {
+		close(started)
+		<-ctx.Done()
+		return ctx.Err()
+	})
+	h.Add("b-redis", func(ctx context.Context) error {
+		<-started
+		return ctx.Err()
+	})
+	failed := h.Ready(context.Background())
+	if len(failed) != 1 || failed["a-postgres"] == nil {
+		t.Fatalf("failed %v, want only a-postgres", failed)
+	}
+}
