@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
@@ -29,16 +30,17 @@ import (
 // the daemon makes the retry wait (a retryable error with the time left);
 // only an attempt that failed, or whose outcome cannot be known, is sent
 // again. What is left is the daemon or the connection dying after the
-// request was written (and the replica holding the call dying with it):
-// the message may or may not have gone, and it is sent again; the user
-// may then get it twice. Sends without an idempotency key keep no marks
+// request was written, or the replica holding the call dying (its retry
+// then waits out the call's bound, 5 minutes): the message may or may
+// not have gone, and it is sent again; the user may then get it twice. Sends without an idempotency key keep no marks
 // and are not retried safely. Hermes keeps no record of an attempt whose
 // answer it did not get (it knows only the timestamps signal-cli
 // answered, to filter echoes).
 
 const (
-	// markTry + n: attempt n claimed its slot and posted; its value is
-	// "<nonce> <until, Unix ms>": the call runs until then at most.
+	// markTry + n: the caller of attempt n left before the daemon
+	// answered; its value is "<nonce> <until, Unix ms>": the call runs
+	// until then at most. A send answered in time writes no marks.
 	markTry = "signal-try-"
 	// markDone + n: attempt n's outcome: "sent <timestamp>", "failed"
 	// (the daemon answered an error: nothing went out) or "unsure"
@@ -104,9 +106,9 @@ func (p *Platform) earlier(ctx context.Context, now time.Time) (id string, wait 
 	return "", 0, maxTries
 }
 
-// post makes the send call. With marks (a send with an idempotency key),
-// an earlier attempt's outcome is taken first, and the call outlives its
-// caller: see above.
+// post makes the send call. An earlier attempt's outcome (marks of a
+// send with an idempotency key) is taken first; the call outlives its
+// caller, whose leaving is marked: see above.
 func (p *Platform) post(ctx context.Context, params map[string]any) (string, error) {
 	now := time.Now()
 	id, wait, n := p.earlier(ctx, now)
@@ -118,43 +120,72 @@ func (p *Platform) post(ctx context.Context, params map[string]any) (string, err
 		return "", &platform.SendError{Class: deliveryv1.ErrorClass_ERROR_CLASS_RETRYABLE, RetryAfter: min(wait, 30*time.Second),
 			Err: errors.New("signal-cli is still sending an earlier attempt of this message")}
 	}
-	claimed := false
-	if n < maxTries {
-		nonce := make([]byte, 8)
-		_, _ = rand.Read(nonce)
-		v := hex.EncodeToString(nonce) + " " + strconv.FormatInt(now.Add(maxSendWait).UnixMilli(), 10)
-		kept, ok := platform.SendMark(ctx, markTry+strconv.Itoa(n), v)
-		if ok && kept != v {
-			return "", &platform.SendError{Class: deliveryv1.ErrorClass_ERROR_CLASS_RETRYABLE, RetryAfter: time.Second,
-				Err: errors.New("another attempt of this message is being sent")}
-		}
-		claimed = ok
-	}
-	if !claimed {
-		var res sendResult
-		o := sendOutcome{err: p.client.call(ctx, "send", params, &res)}
-		o.res = res
-		p.record(ctx, o)
-		return p.result(o)
-	}
-	done := make(chan sendOutcome, 1)
+	// The call outlives its caller. Marks are written only when the
+	// caller leaves first (so a send answered in time costs one read):
+	// the try mark before the caller returns, the outcome once the daemon
+	// answers.
+	var (
+		mu     sync.Mutex
+		left   bool // the caller returned without the outcome
+		slot   = -1 // the try mark written, when left
+		done   = make(chan sendOutcome, 1)
+		detach = context.WithoutCancel(ctx)
+	)
 	go func() {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), maxSendWait)
+		cctx, cancel := context.WithTimeout(detach, maxSendWait)
 		defer cancel()
 		var o sendOutcome
 		o.err = p.client.callWith(cctx, p.client.stream, "send", params, &o.res)
-		mctx, mcancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		platform.SendMark(mctx, markDone+strconv.Itoa(n), o.mark())
-		mcancel()
-		p.record(ctx, o)
+		p.record(detach, o)
+		mu.Lock()
+		defer mu.Unlock()
+		if left {
+			if slot >= 0 {
+				mctx, mcancel := context.WithTimeout(detach, 10*time.Second)
+				platform.SendMark(mctx, markDone+strconv.Itoa(slot), o.mark())
+				mcancel()
+			}
+			if o.mark() != "failed" {
+				p.log.Info("signal: a send answered after its caller left", "outcome", o.mark(), "kept", slot >= 0)
+			}
+			return
+		}
 		done <- o
 	}()
 	select {
 	case o := <-done:
 		return p.result(o)
 	case <-ctx.Done():
-		return "", fmt.Errorf("signal-cli send: no answer yet (it goes on, and a retry takes its outcome): %w", ctx.Err())
 	}
+	mu.Lock()
+	defer mu.Unlock()
+	select {
+	case o := <-done:
+		return p.result(o) // answered while the caller was leaving
+	default:
+	}
+	left = true
+	mctx, mcancel := context.WithTimeout(detach, 10*time.Second)
+	defer mcancel()
+	v := hex.EncodeToString(nonce()) + " " + strconv.FormatInt(now.Add(maxSendWait).UnixMilli(), 10)
+	for m := n; m < maxTries; m++ {
+		kept, ok := platform.SendMark(mctx, markTry+strconv.Itoa(m), v)
+		if !ok {
+			break // no marks: a send without an idempotency key
+		}
+		if kept == v {
+			slot = m
+			break
+		}
+	}
+	return "", fmt.Errorf("signal-cli send: no answer yet (it goes on, and a retry takes its outcome): %w", ctx.Err())
+}
+
+// nonce tells one attempt's try mark from another's.
+func nonce() []byte {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	return b
 }
 
 // result turns a send call's outcome into the message id or the error.
