@@ -79,6 +79,8 @@ type newPost struct {
 	RootID        string   `json:"root_id,omitempty"`
 	FileIDs       []string `json:"file_ids,omitempty"`
 	PendingPostID string   `json:"pending_post_id,omitempty"`
+	// Props: sendProp, the send the post is for.
+	Props map[string]string `json:"props,omitempty"`
 }
 
 func (c *client) url(path string) string { return c.base + "/api/v4" + path }

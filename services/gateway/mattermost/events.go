@@ -52,7 +52,9 @@ type post struct {
 	Message   string   `json:"message"`
 	Type      string   `json:"type"`
 	FileIDs   []string `json:"file_ids"`
-	Metadata  struct {
+	// Props are read only for sendProp (findSent); any JSON is taken.
+	Props    json.RawMessage `json:"props"`
+	Metadata struct {
 		Files []fileInfo `json:"files"`
 	} `json:"metadata"`
 }

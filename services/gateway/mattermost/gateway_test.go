@@ -488,3 +488,34 @@ func TestAttachmentURLGuard(t *testing.T) {
 		})
 	}
 }
+
+// A post whose create got no clear answer is not made twice when it is
+// retried after the server's 30 s pending_post_id window: the retry
+// finds the post by the send's marker; one the server did not make is
+// made by the retry.
+func TestUnclearCreateNotRepeated(t *testing.T) {
+	t.Parallel()
+	g := start(t, nil, platform.Options{})
+	for _, c := range []struct {
+		name string
+		fail mattermostfake.Fail
+	}{
+		{"answer lost", mattermostfake.Fail{Status: http.StatusBadGateway, Lost: true}},
+		{"not made", mattermostfake.Fail{Status: http.StatusServiceUnavailable}},
+	} {
+		g.f.Message(dmCh, ann, c.name)
+		ev := g.next(t)
+		before := len(g.f.BotPosts(dmCh))
+		g.f.FailNext("create post", 1, c.fail)
+		req := answer(ev, deliveryv1.SendOp_SEND_OP_SEND, "unclear-"+c.name, "the answer to "+c.name)
+		if r := g.send(t, req); r.GetOk() || r.GetErrorClass() != deliveryv1.ErrorClass_ERROR_CLASS_RETRYABLE {
+			t.Fatalf("%s: receipt %v, want retryable", c.name, r)
+		}
+		g.f.ExpirePending()
+		r := g.send(t, req)
+		posts := g.f.BotPosts(dmCh)[before:]
+		if !r.GetOk() || len(posts) != 1 || posts[0].Message != req.GetText() || r.GetPlatformMessageId() != posts[0].ID {
+			t.Fatalf("%s: receipt %v, posts %+v: want the answer once", c.name, r, posts)
+		}
+	}
+}

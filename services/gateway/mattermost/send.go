@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/switchboard-chat/switchboard/pkg/chunk"
@@ -75,6 +77,51 @@ func (p *Platform) pendingID(key, part string) string {
 	return fmt.Sprintf("%s:%013d", p.rules.BotID, n)
 }
 
+// sendProp is the post property that names the send (and part) a post
+// was made for: its pending_post_id, which the server does not keep.
+const sendProp = "switchboard_send"
+
+// unsurePart is where the kit's part records note that part i's create
+// got no clear answer (a network error, a 5xx): the time it was sent
+// (Unix ms). Negative, so it never meets a part's own record.
+func unsurePart(i int) int { return -1 - i }
+
+// unclear reports whether a create's failure leaves open whether the
+// server made the post: no answer, or a server error.
+func unclear(err error) bool {
+	var ae *apiError
+	return !errors.As(err, &ae) || ae.Status >= 500
+}
+
+// findSent looks for the post an earlier, unclear attempt of a part may
+// have made: the bot's post in the channel since that attempt whose
+// sendProp is the part's marker ("" when there is none). The server
+// answers a repeated pending_post_id with its first post for 30 s
+// only; after that, this is how a retry knows.
+func (p *Platform) findSent(ctx context.Context, ch, since, marker string) (string, error) {
+	ms, err := strconv.ParseInt(since, 10, 64)
+	if err != nil {
+		return "", nil
+	}
+	// Two minutes before it, for the server's clock differing from ours.
+	list, err := p.cli.postsSince(ctx, ch, ms-int64((2*time.Minute)/time.Millisecond))
+	if err != nil {
+		return "", classify(fmt.Errorf("mattermost: look for the post of an unclear attempt: %w", err))
+	}
+	for _, po := range list.Posts {
+		if po == nil || po.UserID != p.rules.BotID || len(po.Props) == 0 {
+			continue
+		}
+		var props struct {
+			Send string `json:"switchboard_send"`
+		}
+		if json.Unmarshal(po.Props, &props) == nil && props.Send == marker && po.DeleteAt == 0 {
+			return po.ID, nil
+		}
+	}
+	return "", nil
+}
+
 // imageLink is Markdown's ![alt](url): Hermes sends the URL alone,
 // which Mattermost previews.
 var imageLink = regexp.MustCompile(`!\[([^\]]*)\]\(([^)]+)\)`)
@@ -130,8 +177,26 @@ func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (str
 		}
 		np.ChannelID, np.RootID = ch, root
 		np.PendingPostID = p.pendingID(req.GetIdempotencyKey(), strconv.Itoa(part))
+		if np.PendingPostID != "" {
+			np.Props = map[string]string{sendProp: np.PendingPostID}
+			if at, unsure := platform.SentPart(ctx, unsurePart(part)); unsure {
+				id, err := p.findSent(ctx, ch, at, np.PendingPostID)
+				if err != nil {
+					return err
+				}
+				if id != "" {
+					platform.RecordPart(ctx, part, id)
+					last = id
+					return nil
+				}
+			}
+		}
+		started := time.Now()
 		out, err := p.cli.createPost(ctx, np)
 		if err != nil {
+			if np.PendingPostID != "" && unclear(err) {
+				platform.RecordPart(ctx, unsurePart(part), strconv.FormatInt(started.UnixMilli(), 10))
+			}
 			return classify(err)
 		}
 		platform.RecordPart(ctx, part, out.ID)

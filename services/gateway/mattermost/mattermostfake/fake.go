@@ -49,7 +49,10 @@ type Post struct {
 	Type          string   `json:"type"`
 	FileIDs       []string `json:"file_ids"`
 	PendingPostID string   `json:"pending_post_id"`
-	Metadata      struct {
+	// Props are the post's properties (the gateway's marker of the
+	// send it made the post for).
+	Props    map[string]any `json:"props,omitempty"`
+	Metadata struct {
 		Files []FileInfo `json:"files,omitempty"`
 	} `json:"metadata"`
 }
@@ -74,6 +77,9 @@ type Fail struct {
 	Status int
 	Reset  int
 	Skip   int
+	// Lost: the call is carried out (a post made) and answered with the
+	// failure, as when the answer is lost on the way back.
+	Lost bool
 }
 
 // Fake is the server. Its methods are safe for concurrent use.
@@ -312,6 +318,14 @@ func (f *Fake) Reactions(postID string) []string {
 	return slices.Clone(f.reactions[postID])
 }
 
+// ExpirePending forgets the pending_post_ids seen, as the server does
+// 30 s after it saw one: a repeat then makes a second post.
+func (f *Fake) ExpirePending() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	clear(f.pending)
+}
+
 // Typing counts the typing calls in a channel.
 func (f *Fake) Typing(channel string) int {
 	f.mu.Lock()
@@ -471,6 +485,11 @@ func (f *Fake) auth(op string, h http.HandlerFunc) http.HandlerFunc {
 			apiError(w, http.StatusUnauthorized, "api.context.session_expired.app_error", "Invalid or expired session, please login again.")
 			return
 		}
+		if fail != nil && fail.Lost {
+			h(httptest.NewRecorder(), r)
+			apiError(w, fail.Status, "api.fake.injected.app_error", "injected failure after the call was carried out")
+			return
+		}
 		if fail != nil {
 			if fail.Status == http.StatusTooManyRequests {
 				w.Header().Set("X-Ratelimit-Limit", "10")
@@ -536,7 +555,8 @@ func (f *Fake) createPost(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	p := f.store(Post{ChannelID: in.ChannelID, UserID: f.botID, RootID: in.RootID, Message: in.Message, FileIDs: in.FileIDs, PendingPostID: in.PendingPostID})
+	p := f.store(Post{ChannelID: in.ChannelID, UserID: f.botID, RootID: in.RootID, Message: in.Message, FileIDs: in.FileIDs, PendingPostID: in.PendingPostID,
+		Props: in.Props})
 	f.noteChannelWide(p.Message)
 	if in.PendingPostID != "" {
 		f.pending[in.PendingPostID] = p.ID
