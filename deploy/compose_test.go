@@ -26,6 +26,13 @@ func root(t *testing.T) string {
 // workerDrain is the worker's default drain timeout (worker.drain_timeout).
 const workerDrain = 25 * time.Second
 
+// gatewayDrain bounds a gateway's stop after SIGTERM: its HTTP server's
+// shutdown grace (gateways.api.shutdown_grace 10 s, the webhook gateway
+// 10 s, the webhook platforms 5 s), then the sends in flight (one
+// platform.Options.SendTimeout, 30 s, for them all), then the reactions
+// it was setting (5 s).
+const gatewayDrain = 10*time.Second + 30*time.Second + 5*time.Second
+
 func TestComposeLoadsWithEveryProfile(t *testing.T) {
 	t.Parallel()
 	always := []string{"nats", "redis", "postgres", "migrate", "router", "agent-worker", "delivery", "admin", "api", "webhook"}
@@ -205,7 +212,8 @@ func TestComposeStartsInOrder(t *testing.T) {
 	}
 }
 
-// TestComposeGracePeriod: SIGKILL must not come before the worker drained.
+// TestComposeGracePeriod: SIGKILL must not come before a worker or a
+// gateway drained.
 func TestComposeGracePeriod(t *testing.T) {
 	t.Parallel()
 	p := loadAll(t, nil).Project
@@ -218,6 +226,9 @@ func TestComposeGracePeriod(t *testing.T) {
 			grace = time.Duration(*s.StopGracePeriod)
 		}
 		drain := time.Duration(0)
+		if len(s.Command) > 0 && s.Command[0] == "gateway" {
+			drain = gatewayDrain
+		}
 		if slices.Equal(s.Command, []string{"worker"}) {
 			drain = workerDrain
 			if v := s.Environment["SWITCHBOARD_WORKER__DRAIN_TIMEOUT"]; v != nil {

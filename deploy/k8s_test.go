@@ -234,8 +234,11 @@ func checkGrace(t *testing.T, name string, spec corev1.PodSpec, c corev1.Contain
 		}
 	}
 	var drain time.Duration
-	if c.Args[0] == "worker" {
+	switch c.Args[0] {
+	case "worker":
 		drain = drainTimeout(t, c, objs, configFile(t, spec, objs))
+	case "gateway":
+		drain = gatewayDrain
 	}
 	if grace < preStop+drain+10*time.Second {
 		t.Errorf("%s: terminationGracePeriodSeconds %v, want at least preStop %v + drain %v + 10s", name, grace, preStop, drain)

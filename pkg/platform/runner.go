@@ -342,6 +342,9 @@ func (r *Runner) Run(ctx context.Context) error {
 	}
 	// Drain returns at once: the subscriptions hand on what they had
 	// until they close, and a message that comes after is not taken.
+	// One SendTimeout bounds the whole drain, the subscriptions' and the
+	// sends' (each send is bounded by it too): two in a row made a stop
+	// take up to twice that, past the pods' terminationGracePeriodSeconds.
 	drained := time.Now().Add(r.opts.SendTimeout)
 	for _, s := range subs {
 		for s.IsValid() && time.Now().Before(drained) {
@@ -353,7 +356,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	go func() { inflight.wait(); close(waitDone) }()
 	select {
 	case <-waitDone:
-	case <-time.After(r.opts.SendTimeout):
+	case <-time.After(time.Until(drained)):
 		cancelSends()
 		<-waitDone
 	}
