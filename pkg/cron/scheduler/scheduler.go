@@ -296,6 +296,12 @@ func (s *Scheduler) handle(ctx context.Context, j *cron.Job, now time.Time) (boo
 		grace = max(grace, 2*s.cfg.Tick)
 	}
 	switch {
+	case sched.Kind == schedule.Once && late > grace && ranByHandSince(j.LastRunID, due):
+		// A "run" fired since it was due (the routers were down at its
+		// time): that was its run, as Hermes's run-now of a one-shot is;
+		// completed, its status the run's rather than "missed".
+		j.State, j.NextRunAt = cron.StateCompleted, time.Time{}
+		return false, "", nil
 	case sched.Kind == schedule.Once && late > grace:
 		// Hermes retires a one-shot past its grace: it never runs late.
 		runs.WithLabelValues("missed").Inc()
@@ -337,6 +343,13 @@ func (s *Scheduler) handle(ctx context.Context, j *cron.Job, now time.Time) (boo
 		j.State, j.NextRunAt = cron.StateCompleted, time.Time{}
 	}
 	return ok, runID, nil
+}
+
+// ranByHandSince: the run lastRunID was asked for with "run" at or after
+// due.
+func ranByHandSince(lastRunID string, due time.Time) bool {
+	_, at, manual, err := cron.ParseRunID(lastRunID)
+	return err == nil && manual && !at.Before(due)
 }
 
 // next is the first run after now that follows due: missed runs collapse

@@ -369,6 +369,49 @@ func TestDowntime(t *testing.T) {
 	}
 }
 
+// TestMissedOneShotRunByHand: the routers were down at a one-shot's time
+// and its owner asked for a run meanwhile: when they are back the run
+// fires, and the one-shot it stood for is completed with the run's
+// status, not retired as missed over it. A run asked for before its time
+// does not stand for it: the one-shot is missed as ever.
+func TestMissedOneShotRunByHand(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name       string
+		askedAt    time.Duration
+		wantStatus string
+	}{
+		{"asked for while the routers were down", 2 * time.Hour, "ok"},
+		{"asked for before its time", 10 * time.Minute, "error"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			j := e.create(t, cron.NewJob{Prompt: "one", Schedule: "45m"})
+			s := e.scheduler(t, nil)
+			e.clock.Set(t0.Add(tc.askedAt))
+			if _, err := e.store.Trigger(ctx, "telegram:99", j.ID); err != nil {
+				t.Fatal(err)
+			}
+			if tc.askedAt < 45*time.Minute {
+				if n := tick(t, s); n != 1 { // up then: the run fires at once
+					t.Fatalf("the early run fired %d", n)
+				}
+			}
+			e.clock.Set(t0.Add(3 * time.Hour)) // the routers are back
+			tick(t, s)
+			got := e.job(t, j.ID)
+			if got.State != cron.StateCompleted || got.LastStatus != tc.wantStatus || (tc.wantStatus == "ok") != (got.LastError == "") {
+				t.Errorf("state %s, status %q, error %q; want completed, %q", got.State, got.LastStatus, got.LastError, tc.wantStatus)
+			}
+			if n := e.published(t); n != 1 {
+				t.Errorf("%d runs published, want the one asked for", n)
+			}
+		})
+	}
+}
+
 // TestDeliverTargets: local runs answer nowhere; a platform's home and
 // an explicit chat resolve when the job fires; a target that does not
 // resolve blocks the run (no model call) and says why.
