@@ -3,8 +3,11 @@ package telemetry
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"strings"
+	"sync"
+	"time"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
@@ -23,6 +26,9 @@ type TraceConfig struct {
 	Version string
 	// Exporter overrides the OTLP exporter (tests use an in-memory one).
 	Exporter sdktrace.SpanExporter
+	// Log receives the SDK's errors (a collector out of reach), at most
+	// one a minute; nil: slog's default logger.
+	Log *slog.Logger
 }
 
 // SetupTracing installs the global propagator (W3C trace context and
@@ -58,6 +64,7 @@ func SetupTracing(ctx context.Context, cfg TraceConfig) (shutdown func(context.C
 	if err != nil {
 		return nil, err
 	}
+	otel.SetErrorHandler(newOTelErrors(cfg.Log, time.Minute))
 	var opts []sdktrace.TracerProviderOption
 	if cfg.Exporter != nil {
 		opts = append(opts, sdktrace.WithSyncer(exp))
@@ -116,4 +123,37 @@ func traceResource(ctx context.Context, cfg TraceConfig) (*resource.Resource, er
 		return nil, fmt.Errorf("trace resource: %w", err)
 	}
 	return res, nil
+}
+
+// otelErrors logs the OpenTelemetry SDK's errors as JSON records like the
+// rest of the process (the SDK's default prints them with the standard
+// logger), at most one per interval: a collector out of reach fails every
+// export, every few seconds.
+type otelErrors struct {
+	log      *slog.Logger
+	interval time.Duration
+	mu       sync.Mutex
+	last     time.Time
+	dropped  int
+}
+
+func newOTelErrors(log *slog.Logger, interval time.Duration) *otelErrors {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &otelErrors{log: log, interval: interval}
+}
+
+func (h *otelErrors) Handle(err error) {
+	h.mu.Lock()
+	now := time.Now()
+	if !h.last.IsZero() && now.Sub(h.last) < h.interval {
+		h.dropped++
+		h.mu.Unlock()
+		return
+	}
+	dropped := h.dropped
+	h.last, h.dropped = now, 0
+	h.mu.Unlock()
+	h.log.Warn("opentelemetry error; spans may be lost", "err", err, "similar_errors_not_logged", dropped)
 }

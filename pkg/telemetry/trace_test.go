@@ -1,8 +1,11 @@
 package telemetry_test
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -12,6 +15,7 @@ import (
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/grpc"
@@ -196,5 +200,32 @@ func TestTracingRefusesUnknownProtocol(t *testing.T) {
 	_, err := telemetry.SetupTracing(context.Background(), telemetry.TraceConfig{Service: "switchboard-test"})
 	if err == nil || !strings.Contains(err.Error(), `OTEL_EXPORTER_OTLP_PROTOCOL="http/json"`) {
 		t.Fatalf("err %v, want a configuration error naming the variable", err)
+	}
+}
+
+// failingExporter refuses every export, as a collector out of reach.
+type failingExporter struct{}
+
+func (failingExporter) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error {
+	return errors.New("connection refused")
+}
+func (failingExporter) Shutdown(context.Context) error { return nil }
+
+// An export that fails is logged as a JSON record of the process's
+// logger, once, not printed by the standard logger for every batch.
+func TestTracingLogsExportFailuresOnce(t *testing.T) {
+	var buf bytes.Buffer
+	log := slog.New(slog.NewJSONHandler(&buf, nil))
+	shutdown, err := telemetry.SetupTracing(context.Background(), telemetry.TraceConfig{Service: "switchboard-test", Exporter: failingExporter{}, Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = shutdown(context.Background()) }()
+	for range 3 {
+		_, span := otel.Tracer("test").Start(context.Background(), "op")
+		span.End() // exported, and refused, as it ends
+	}
+	if n := strings.Count(buf.String(), `"msg":"opentelemetry error; spans may be lost"`); n != 1 || !strings.Contains(buf.String(), "connection refused") {
+		t.Fatalf("%d records, want 1 naming the cause:\n%s", n, buf.String())
 	}
 }
