@@ -229,3 +229,11 @@ func TestTracingLogsExportFailuresOnce(t *testing.T) {
 		t.Fatalf("%d records, want 1 naming the cause:\n%s", n, buf.String())
 	}
 }
+
+func TestTracingRefusesMalformedResourceAttributes(t *testing.T) {
+	t.Setenv("OTEL_RESOURCE_ATTRIBUTES", "deployment.environment")
+	_, err := telemetry.SetupTracing(context.Background(), telemetry.TraceConfig{Service: "switchboard-test", Exporter: tracetest.NewInMemoryExporter()})
+	if err == nil || !strings.Contains(err.Error(), "OTEL_RESOURCE_ATTRIBUTES") {
+		t.Fatalf("err %v, want a configuration error naming the variable", err)
+	}
+}
