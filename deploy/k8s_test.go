@@ -195,6 +195,35 @@ func checkResources(t *testing.T, name string, r corev1.ResourceRequirements) {
 	}
 }
 
+// configDuration is a duration setting a container will use: the config
+// file's value at path, overridden by its SWITCHBOARD_<A>__<B> variable.
+func configDuration(t *testing.T, c corev1.Container, cfg map[string]any, def time.Duration, path ...string) time.Duration {
+	d := def
+	var node any = cfg
+	for _, k := range path {
+		m, _ := node.(map[string]any)
+		node = m[k]
+	}
+	if v, ok := node.(string); ok {
+		p, err := time.ParseDuration(v)
+		if err != nil {
+			t.Fatalf("%s %q: %v", strings.Join(path, "."), v, err)
+		}
+		d = p
+	}
+	env := "SWITCHBOARD_" + strings.ToUpper(strings.Join(path, "__"))
+	for _, e := range c.Env {
+		if e.Name == env {
+			p, err := time.ParseDuration(e.Value)
+			if err != nil {
+				t.Fatalf("%s %q: %v", env, e.Value, err)
+			}
+			d = p
+		}
+	}
+	return d
+}
+
 // drainTimeout is what a worker container will use: the config file's
 // worker.drain_timeout, overridden by SWITCHBOARD_WORKER__DRAIN_TIMEOUT.
 func drainTimeout(t *testing.T, c corev1.Container, objs []Object, cfg map[string]any) time.Duration {
@@ -239,6 +268,11 @@ func checkGrace(t *testing.T, name string, spec corev1.PodSpec, c corev1.Contain
 		drain = drainTimeout(t, c, objs, configFile(t, spec, objs))
 	case "gateway":
 		drain = gatewayDrain
+		if len(c.Args) > 1 && c.Args[1] == "api" {
+			// Its HTTP grace is configurable: the model's 10 s is the default.
+			grace := configDuration(t, c, configFile(t, spec, objs), 10*time.Second, "gateways", "api", "shutdown_grace")
+			drain += grace - 10*time.Second
+		}
 	}
 	if grace < preStop+drain+10*time.Second {
 		t.Errorf("%s: terminationGracePeriodSeconds %v, want at least preStop %v + drain %v + 10s", name, grace, preStop, drain)
