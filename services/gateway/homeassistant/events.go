@@ -211,3 +211,20 @@ func abs(f float64) float64 {
 	}
 	return f
 }
+
+// oversizedEntity reads only the event type and entity id of an event
+// too large to publish: ok is false when it is not a state change with
+// an entity id, which the caller rejects as before. The states are
+// skipped by the decoder without being kept.
+func oversizedEntity(raw json.RawMessage) (entityID string, ok bool) {
+	var e struct {
+		EventType string `json:"event_type"`
+		Data      struct {
+			EntityID string `json:"entity_id"`
+		} `json:"data"`
+	}
+	if err := json.Unmarshal(raw, &e); err != nil || e.EventType != "state_changed" || e.Data.EntityID == "" {
+		return "", false
+	}
+	return e.Data.EntityID, true
+}

@@ -37,6 +37,12 @@ func start(t *testing.T, mutate func(*Config), wait bool) *gw {
 // startClock is start with the cooldown's clock.
 func startClock(t *testing.T, mutate func(*Config), wait bool, clock func() time.Time) *gw {
 	t.Helper()
+	return startLog(t, mutate, wait, clock, slog.New(slog.DiscardHandler))
+}
+
+// startLog is startClock with the gateway's logger.
+func startLog(t *testing.T, mutate func(*Config), wait bool, clock func() time.Time, log *slog.Logger) *gw {
+	t.Helper()
 	f := hafake.New(token)
 	t.Cleanup(f.Close)
 	b := bustest.New(t, bustest.EmbeddedURL(t))
@@ -48,7 +54,7 @@ func startClock(t *testing.T, mutate func(*Config), wait bool, clock func() time
 	if mutate != nil {
 		mutate(&cfg)
 	}
-	s, err := New(cfg, Deps{Log: slog.New(slog.DiscardHandler), Bus: b,
+	s, err := New(cfg, Deps{Log: log, Bus: b,
 		Runner: platform.Options{Backoff: platform.Schedule(10 * time.Millisecond), LeaseTTL: time.Second}})
 	if err != nil {
 		t.Fatal(err)
@@ -349,6 +355,69 @@ func TestMediaAsText(t *testing.T) {
 	for _, n := range g.f.Notifications() {
 		if n.ID == "hermes_agent" && n.Message != "Snapshot:\nFront door\nhttps://cam.example/snap.jpg" {
 			t.Fatalf("answer with media %q", n.Message)
+		}
+	}
+}
+
+// logRecords keeps the messages of a logger's records and their
+// entity_id attribute.
+type logRecords struct {
+	mu   sync.Mutex
+	recs []string // "message entity_id"
+}
+
+func (l *logRecords) Enabled(context.Context, slog.Level) bool { return true }
+func (l *logRecords) Handle(_ context.Context, r slog.Record) error {
+	entity := ""
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "entity_id" {
+			entity = a.Value.String()
+		}
+		return true
+	})
+	l.mu.Lock()
+	l.recs = append(l.recs, r.Message+" "+entity)
+	l.mu.Unlock()
+	return nil
+}
+func (l *logRecords) WithAttrs([]slog.Attr) slog.Handler { return l }
+func (l *logRecords) WithGroup(string) slog.Handler      { return l }
+
+func (l *logRecords) count(prefix string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, r := range l.recs {
+		if strings.HasPrefix(r, prefix) {
+			n++
+		}
+	}
+	return n
+}
+
+// A state change too large to publish is rejected (logged and counted)
+// only when its entity is watched: one of an entity the filters leave
+// out, unwatched or ignored, is skipped like its small changes.
+func TestOversizedChangeOfUnwatchedEntity(t *testing.T) {
+	t.Parallel()
+	logs := &logRecords{}
+	g := startLog(t, nil, true, nil, slog.New(logs))
+	huge := map[string]any{"friendly_name": "Huge", "blob": strings.Repeat("x", maxEventBytes)}
+	for _, id := range []string{"media_player.living_room", "sensor.uptime", "light.huge"} {
+		g.f.Change(hafake.Change{EntityID: id, Old: &hafake.State{State: "off"}, New: &hafake.State{State: "on", Attributes: huge}})
+	}
+	sent := g.f.Change(door("on", "off"))
+	// Changes are handled in order: the door's on the bus means the
+	// three before it were read.
+	if ev := platformtest.NextEvent(t, g.evs); ev.GetEventId() != sent.EventID {
+		t.Fatalf("event %s %q, want the door's %s", ev.GetEventId(), ev.GetText(), sent.EventID)
+	}
+	if n := logs.count("inbound payload rejected"); n != 1 {
+		t.Errorf("%d rejections logged, want 1 (the watched light's)", n)
+	}
+	for _, want := range []string{"homeassistant state change skipped media_player.living_room", "homeassistant state change skipped sensor.uptime"} {
+		if logs.count(want) != 1 {
+			t.Errorf("no %q logged", want)
 		}
 	}
 }

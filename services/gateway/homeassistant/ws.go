@@ -182,6 +182,20 @@ func (p *Platform) handle(ctx context.Context, conn platform.Conn, raw []byte) {
 		return
 	}
 	if len(raw) > maxEventBytes {
+		// The frame is already in memory (at most maxFrameBytes, the
+		// websocket's read limit), so reading its entity id costs one
+		// bounded scan. A change of an entity nobody watches is skipped
+		// as any other of its changes, not logged and counted as a
+		// rejection: a busy unwatched entity with huge attributes (a
+		// media player's playlist, a calendar) would otherwise fill the
+		// log and the rejected count for nothing.
+		if id, ok := oversizedEntity(f.Event); ok {
+			if why := p.rules.filter(id); why != skipNone {
+				skipped.WithLabelValues(string(why)).Inc()
+				p.log.Debug("homeassistant state change skipped", "why", string(why), "entity_id", id, "bytes", len(raw))
+				return
+			}
+		}
 		conn.Reject(ctx, "state change larger than the gateway takes", fmt.Errorf("message of %d bytes, limit %d", len(raw), maxEventBytes))
 		return
 	}
