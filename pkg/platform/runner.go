@@ -26,6 +26,7 @@ import (
 	"github.com/switchboard-chat/switchboard/pkg/bus"
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+	"github.com/switchboard-chat/switchboard/pkg/panics"
 	"github.com/switchboard-chat/switchboard/pkg/sessionkey"
 )
 
@@ -411,7 +412,12 @@ func (r *Runner) connectLoop(ctx context.Context) {
 	for ctx.Err() == nil {
 		r.setState(StateConnecting, r.lastReason())
 		c := &conn{r: r}
-		err := r.p.Connect(ctx, c)
+		// A panic in the platform's receive loop (an inbound payload its
+		// code cannot take) ends this connection like an error: the
+		// loop reconnects with backoff; the platform, which had no
+		// acknowledgement for the payload, hands it over again or drops
+		// it by its own rules, as after any lost connection.
+		err := panics.Recover(r.log, "gateway_connection", func() error { return r.p.Connect(ctx, c) }, "platform", r.name)
 		connectedGauge.WithLabelValues(r.name).Set(0)
 		if ctx.Err() != nil {
 			return
@@ -699,7 +705,14 @@ func (r *Runner) Execute(ctx context.Context, req *deliveryv1.SendRequested) *de
 		ctx = withParts(ctx, r, cacheKey)
 	}
 	start := time.Now()
-	msgID, err := r.perform(ctx, req)
+	// A panic in the platform's send code fails this request, retryable
+	// (the outbox tries it again under the same key, and dead-letters it
+	// after its attempts), instead of the gateway process.
+	var msgID string
+	err := panics.Recover(r.log, "gateway_send", func() (err error) {
+		msgID, err = r.perform(ctx, req)
+		return err
+	}, "platform", r.name, "op", opName, "key", key)
 	sendSeconds.WithLabelValues(r.name, opName).Observe(time.Since(start).Seconds())
 	r.react.observe(req, err)
 	receipt := &deliveryv1.SendReceipt{IdempotencyKey: key}

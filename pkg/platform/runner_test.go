@@ -22,6 +22,7 @@ import (
 	"github.com/switchboard-chat/switchboard/pkg/natsd"
 	"github.com/switchboard-chat/switchboard/pkg/platform"
 	"github.com/switchboard-chat/switchboard/pkg/platform/platformtest"
+	"github.com/switchboard-chat/switchboard/pkg/telemetry/telemetrytest"
 )
 
 func TestMemoryContract(t *testing.T) {
@@ -572,5 +573,66 @@ func TestLeaseIsTakenAgainAfterANATSRestart(t *testing.T) {
 	}
 	if n := inboundEvents(t, ctx, p.busA); n != 1 {
 		t.Fatalf("inbound stream holds %d events, want the one sent after the restart", n)
+	}
+}
+
+// panickyMemory panics in its first connection and its first send, as a
+// platform's code might on a payload it cannot take.
+type panickyMemory struct {
+	*platformtest.Memory
+	connectPanicked, sendPanicked *atomic.Bool
+}
+
+func (p panickyMemory) Connect(ctx context.Context, c platform.Conn) error {
+	if p.connectPanicked.CompareAndSwap(false, true) {
+		var updates map[string]int
+		updates["42"]++ // assignment to entry in nil map: a real runtime panic
+	}
+	return p.Memory.Connect(ctx, c)
+}
+
+func (p panickyMemory) Send(ctx context.Context, req *deliveryv1.SendRequested) (string, error) {
+	if p.sendPanicked.CompareAndSwap(false, true) {
+		var parts []string
+		_ = parts[len(req.GetText())] // index out of range
+	}
+	return p.Memory.Send(ctx, req)
+}
+
+// TestPanicsAreRecoveredPerItem: a panic in the platform's receive loop
+// ends that connection, which is made again; a panic in a send fails that
+// send as retryable (its key freed for the retry). Both are counted and
+// the runner goes on.
+func TestPanicsAreRecoveredPerItem(t *testing.T) {
+	t.Parallel()
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	m := platformtest.NewMemory("bot-panic", false)
+	p := panickyMemory{Memory: m, connectPanicked: &atomic.Bool{}, sendPanicked: &atomic.Bool{}}
+	connBefore := telemetrytest.Value(t, "switchboard_panics_total", map[string]string{"component": "gateway_connection"})
+	sendBefore := telemetrytest.Value(t, "switchboard_panics_total", map[string]string{"component": "gateway_send"})
+	h := startRunner(t, p, b, platform.Options{Backoff: func(int) time.Duration { return time.Millisecond }})
+	platformtest.WaitFor(t, "connected after the panic", func() bool { return state(h.r) == platform.StateConnected })
+	if !p.connectPanicked.Load() {
+		t.Fatal("the first connection did not panic")
+	}
+	if got := telemetrytest.Value(t, "switchboard_panics_total", map[string]string{"component": "gateway_connection"}) - connBefore; got != 1 {
+		t.Errorf("connection panics counted %v, want 1", got)
+	}
+
+	ctx := context.Background()
+	req := &deliveryv1.SendRequested{IdempotencyKey: "t-panic:1:0", Op: deliveryv1.SendOp_SEND_OP_SEND,
+		Target: &deliveryv1.Target{Platform: "memory", ChatId: "chat"}, Text: "boom"}
+	rec := h.r.Execute(ctx, req)
+	if rec.GetOk() || rec.GetErrorClass() != deliveryv1.ErrorClass_ERROR_CLASS_RETRYABLE || !strings.Contains(rec.GetError(), "index out of range") {
+		t.Fatalf("panicking send: receipt %+v, want RETRYABLE with the panic", rec)
+	}
+	if got := telemetrytest.Value(t, "switchboard_panics_total", map[string]string{"component": "gateway_send"}) - sendBefore; got != 1 {
+		t.Errorf("send panics counted %v, want 1", got)
+	}
+	if rec := h.r.Execute(ctx, req); !rec.GetOk() || rec.GetDuplicate() {
+		t.Fatalf("retry after the panic: receipt %+v, want it sent", rec)
+	}
+	if got := len(m.Fake().Sent(t, ctx, req.GetTarget())); got != 1 {
+		t.Fatalf("sent %d times, want once", got)
 	}
 }

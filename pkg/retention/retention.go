@@ -27,6 +27,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/switchboard-chat/switchboard/pkg/config"
+	"github.com/switchboard-chat/switchboard/pkg/panics"
 	"github.com/switchboard-chat/switchboard/pkg/redisx"
 )
 
@@ -198,7 +199,11 @@ func (s *Sweeper) Run(ctx context.Context) error {
 	t := time.NewTicker(s.cfg.SweepInterval)
 	defer t.Stop()
 	for {
-		if _, err := s.Sweep(ctx); err != nil && ctx.Err() == nil {
+		// A panic in a sweep is recovered and counted, and the sweep is
+		// tried again next interval like a failed one: its open batch
+		// rolls back, every session it did not delete is still there.
+		err := panics.Recover(s.log, "retention_sweep", func() error { _, err := s.Sweep(ctx); return err })
+		if err != nil && ctx.Err() == nil {
 			s.log.Warn("session retention sweep failed; trying again next interval", "err", err)
 		}
 		select {

@@ -27,6 +27,7 @@ import (
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
 	"github.com/switchboard-chat/switchboard/pkg/outbox"
+	"github.com/switchboard-chat/switchboard/pkg/panics"
 	"github.com/switchboard-chat/switchboard/pkg/pg"
 	"github.com/switchboard-chat/switchboard/pkg/redisx"
 	"github.com/switchboard-chat/switchboard/services/delivery/internal/ratelimit"
@@ -317,15 +318,20 @@ func (s *Service) housekeeping(ctx context.Context) error {
 		case <-count.C:
 			s.countOutbox(ctx)
 		case <-prune.C:
-			now := time.Now()
-			s.turns.prune(now.Add(-2*s.cfg.TTL), now.Add(-doneKeep))
-			s.tools.prune(now.Add(-2 * s.cfg.TTL))
-			s.media.prune(now.Add(-2 * s.cfg.TTL))
-			s.typing.prunePaused(now.Add(-2 * s.cfg.TTL))
-			if err := s.store.PruneStreamMessages(ctx, now.Add(-2*s.cfg.TTL)); err != nil && ctx.Err() == nil {
-				s.log.Warn("prune stream messages failed", "err", err)
-			}
-			s.pruneOutbox(ctx, s.now())
+			// A panic in a prune is recovered and counted; what it did not
+			// prune is pruned next time.
+			_ = panics.Recover(s.log, "delivery_housekeeping", func() error {
+				now := time.Now()
+				s.turns.prune(now.Add(-2*s.cfg.TTL), now.Add(-doneKeep))
+				s.tools.prune(now.Add(-2 * s.cfg.TTL))
+				s.media.prune(now.Add(-2 * s.cfg.TTL))
+				s.typing.prunePaused(now.Add(-2 * s.cfg.TTL))
+				if err := s.store.PruneStreamMessages(ctx, now.Add(-2*s.cfg.TTL)); err != nil && ctx.Err() == nil {
+					s.log.Warn("prune stream messages failed", "err", err)
+				}
+				s.pruneOutbox(ctx, s.now())
+				return nil
+			})
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -1015,5 +1016,47 @@ func TestCronRunUndeliveredRecordedOnItsJob(t *testing.T) {
 				t.Errorf("another job: %+v %v", o, err)
 			}
 		})
+	}
+}
+
+// A panic while the outbox sends a row is recovered: the row is counted
+// as a failed attempt and sent on its retry, and the replica lives on.
+func TestSenderPanicRetriesTheRow(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	const key = "panic-t1:1:0"
+	e.gw.setBehaviour(func(r *deliveryv1.SendRequested, try int) behaviour {
+		if r.GetIdempotencyKey() == key && try == 1 {
+			// The direct send fails: the outbox takes the row.
+			return behaviour{fail: &deliveryv1.SendReceipt{Error: "try again"}}
+		}
+		return behaviour{}
+	})
+	var panicked atomic.Bool
+	restore := delivery.SetSendHook(func(r outbox.Row) {
+		if r.Key == key && panicked.CompareAndSwap(false, true) {
+			var rows []outbox.Row
+			_ = rows[r.Attempts] // index out of range: a real runtime panic
+		}
+	})
+	t.Cleanup(restore)
+	labels := map[string]string{"component": "delivery_sender"}
+	before := telemetrytest.Value(t, "switchboard_panics_total", labels)
+	in := e.start(t, testConfig(), "a")
+	e.publish(t, event("panic-t1", 1, "s1", final("survives a panic")))
+	eventually(t, e.clock, 0, "sent after the panic", func() bool { return rowState(t, e.db, key) == "sent" })
+	if !panicked.Load() {
+		t.Fatal("the outbox never sent the row")
+	}
+	if got := telemetrytest.Value(t, "switchboard_panics_total", labels) - before; got < 1 {
+		t.Errorf("panics counted %v, want at least 1", got)
+	}
+	if n := e.gw.postedTexts()["survives a panic"]; n != 1 {
+		t.Fatalf("posted %d times, want 1", n)
+	}
+	select {
+	case err := <-in.done:
+		t.Fatalf("the replica stopped: %v", err)
+	default:
 	}
 }

@@ -1,6 +1,10 @@
 package delivery
 
-import "time"
+import (
+	"time"
+
+	"github.com/switchboard-chat/switchboard/pkg/outbox"
+)
 
 // SetHousekeeping makes housekeeping read the outbox gauge and prune at
 // these intervals, for the services started until restore is called.
@@ -8,4 +12,11 @@ func SetHousekeeping(count, prune time.Duration) (restore func()) {
 	oldCount, oldPrune := outboxCountInterval, pruneInterval
 	outboxCountInterval, pruneInterval = count, prune
 	return func() { outboxCountInterval, pruneInterval = oldCount, oldPrune }
+}
+
+// SetSendHook runs f before each send of an outbox row (not a reply sent
+// straight from the consumer), for the services running until restore.
+func SetSendHook(f func(outbox.Row)) (restore func()) {
+	sendHook.Store(&f)
+	return func() { sendHook.Store(nil) }
 }

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -18,6 +19,7 @@ import (
 	"github.com/switchboard-chat/switchboard/pkg/cron"
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	"github.com/switchboard-chat/switchboard/pkg/outbox"
+	"github.com/switchboard-chat/switchboard/pkg/panics"
 	"github.com/switchboard-chat/switchboard/pkg/telemetry"
 	"github.com/switchboard-chat/switchboard/services/delivery/internal/ratelimit"
 )
@@ -70,7 +72,7 @@ func (s *Service) sendLoop(ctx context.Context) error {
 				go func() {
 					defer wg.Done()
 					defer func() { <-slots; s.kick() }()
-					s.send(sctx, ctx, r)
+					s.sendRecovered(sctx, ctx, r)
 				}()
 			}
 			if len(rows) < free {
@@ -79,6 +81,29 @@ func (s *Service) sendLoop(ctx context.Context) error {
 		}
 	}
 }
+
+// sendRecovered is send, with a panic recovered (logged with its stack and
+// the row, counted in switchboard_panics_total{component="delivery_sender"}):
+// the row is scheduled again like a failed attempt, and dead-lettered
+// once its attempts are used up, so a row that makes the sender panic
+// is neither lost nor the end of the process.
+func (s *Service) sendRecovered(ctx, life context.Context, r outbox.Row) {
+	err := panics.Recover(s.log, "delivery_sender", func() error {
+		if h := sendHook.Load(); h != nil {
+			(*h)(r)
+		}
+		s.send(ctx, life, r)
+		return nil
+	}, "delivery_id", r.ID, "key", r.Key, "platform", r.Platform, "attempt", r.Attempts)
+	if err == nil {
+		return
+	}
+	log := telemetry.WithTrace(ctx, s.log).With("delivery_id", r.ID, "key", r.Key, "platform", r.Platform, "attempt", r.Attempts)
+	s.retry(ctx, log, r, "panic", err.Error(), s.backoff(r.Attempts), nil)
+}
+
+// sendHook, when set (tests only), runs before each outbox send.
+var sendHook atomic.Pointer[func(outbox.Row)]
 
 func (s *Service) expire(ctx context.Context, now time.Time) {
 	rows, err := s.store.Expire(ctx, now)
