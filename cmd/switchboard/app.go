@@ -142,7 +142,7 @@ func (a *app) DB(ctx context.Context) (*pgxpool.Pool, error) {
 		return nil, err
 	}
 	a.db = db
-	a.health.Add("postgres", db.Ping)
+	a.health.Add("postgres", pg.Reachable(db))
 	a.onClose(db.Close)
 	return db, nil
 }
