@@ -20,6 +20,7 @@ func init() {
 		"MATTERMOST_REPLY_MODE":             "gateways.mattermost.reply_mode",
 		"MATTERMOST_REACTIONS":              "gateways.mattermost.reactions",
 		"MATTERMOST_ALLOW_CHANNEL_MENTIONS": "gateways.mattermost.allow_channel_mentions",
+		"MATTERMOST_ALLOW_BOTS":             "gateways.mattermost.allow_bots",
 		"MATTERMOST_HOME_CHANNEL":           "delivery.platforms.mattermost.home",
 	} {
 		envAliases[env] = key
@@ -31,6 +32,7 @@ func init() {
 // only when MATTERMOST_URL and MATTERMOST_TOKEN are set.
 func startMattermostGateway(ctx context.Context, a *app) (func(context.Context) error, error) {
 	cfg := a.cfg.Gateways.Mattermost
+	cfg.AllowBots = allowBots(cfg.AllowBots, a.cfg.Router.Auth.AllowBots, "mattermost")
 	return startChatGateway(ctx, a, "mattermost", "MATTERMOST_URL or MATTERMOST_TOKEN", cfg.Enabled(), cfg.Validate, func(b *bus.Bus) (chatService, error) {
 		return mattermost.New(cfg, mattermost.Deps{Log: a.log, Bus: b, Runner: platform.Options{Attachments: a.cfg.Attachments}})
 	})

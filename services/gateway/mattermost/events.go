@@ -52,7 +52,8 @@ type post struct {
 	Message   string   `json:"message"`
 	Type      string   `json:"type"`
 	FileIDs   []string `json:"file_ids"`
-	// Props are read only for sendProp (findSent); any JSON is taken.
+	// Props are read for sendProp (findSent) and from_bot/from_webhook
+	// (fromProgram); any JSON is taken.
 	Props    json.RawMessage `json:"props"`
 	Metadata struct {
 		Files []fileInfo `json:"files"`
@@ -66,6 +67,44 @@ type posted struct {
 	ChannelType string
 	ChannelName string // the display name
 	SenderName  string // without the leading @
+	// FromBot: the author is a bot account, or the post came through an
+	// incoming webhook (props from_bot, from_webhook; the author's
+	// is_bot). Set by the platform before normalize.
+	FromBot bool
+}
+
+// postProps is the part of a post's props that says a program made it:
+// the server sets from_bot ("true") on a bot account's posts and
+// from_webhook ("true") on an incoming webhook's, whose author is the
+// person who made the webhook.
+type postProps struct {
+	FromBot     any `json:"from_bot"`
+	FromWebhook any `json:"from_webhook"`
+}
+
+// fromProgram reports whether the post's props mark it as a bot's or a
+// webhook's; props that are not an object say nothing.
+func (p *post) fromProgram() bool {
+	if len(p.Props) == 0 {
+		return false
+	}
+	var pr postProps
+	if err := json.Unmarshal(p.Props, &pr); err != nil {
+		return false
+	}
+	return truthy(pr.FromBot) || truthy(pr.FromWebhook)
+}
+
+// truthy reads a prop the server writes as the string "true" (a boolean
+// true is taken too).
+func truthy(v any) bool {
+	switch v := v.(type) {
+	case bool:
+		return v
+	case string:
+		return strings.EqualFold(strings.TrimSpace(v), "true")
+	}
+	return false
 }
 
 // parseFrame reads one websocket message.

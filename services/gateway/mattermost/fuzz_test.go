@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"github.com/switchboard-chat/switchboard/pkg/platform"
 )
 
 // FuzzFrame feeds the websocket message parser, the posted event's
@@ -34,7 +36,8 @@ func FuzzFrame(f *testing.F) {
 	f.Add([]byte(`{"event":"hello","data":{"server_version":"10.5.0"},"broadcast":{"user_id":"u"},"seq":0}`))
 	f.Add([]byte(`{"event":"typing","data":{"parent_id":"","user_id":"u"},"broadcast":{"channel_id":"c"},"seq":4}`))
 	f.Add([]byte(`{"event":"posted","data":{"post":"{\"id\":\"p\",\"channel_id\":\"c\",\"user_id\":\"u\",\"message\":\"@hermes\"}","mentions":"[\"u\"]"}}`))
-	r := newRules(bot, botName, true, map[string]bool{priv: true})
+	f.Add(postedFrame(f, "O", "ann", post(town, ann, "@hermes build done", map[string]any{"props": map[string]any{"from_webhook": "true"}}), nil))
+	r := newRules(bot, botName, true, map[string]bool{priv: true}, platform.BotsMentions)
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		fr, err := parseFrame(raw)
 		if err != nil || fr.Event != "posted" {
@@ -44,6 +47,7 @@ func FuzzFrame(f *testing.F) {
 		if err != nil {
 			return
 		}
+		ev.FromBot = ev.Post.fromProgram()
 		m, why := normalize(ev, r)
 		if why != skipNone {
 			if m != nil {
@@ -53,6 +57,9 @@ func FuzzFrame(f *testing.F) {
 		}
 		src := m.GetSource()
 		p := ev.Post
+		if src.GetIsBot() != ev.FromBot || (ev.FromBot && !mentions(p.Message, r)) {
+			t.Fatalf("event %v of a post from a program %v: is_bot, or published without a mention", m, ev.FromBot)
+		}
 		if m.GetEventId() != p.ID || src.GetChatId() != p.ChannelID || src.GetUserId() != p.UserID || p.UserID == bot {
 			t.Fatalf("event %v does not match post %+v", m, p)
 		}
@@ -74,7 +81,7 @@ func FuzzPostList(f *testing.F) {
 	f.Add([]byte(`{"order":["a"],"posts":{"a":{"id":"a","channel_id":"c","user_id":"u","message":"hi","create_at":5}},"next_post_id":"","prev_post_id":""}`))
 	f.Add([]byte(`{"order":[],"posts":{}}`))
 	f.Add([]byte(`{"order":null,"posts":{"a":null}}`))
-	r := newRules(bot, botName, false, nil)
+	r := newRules(bot, botName, false, nil, platform.BotsNone)
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		var list postList
 		if json.Unmarshal(raw, &list) != nil {

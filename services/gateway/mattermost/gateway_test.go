@@ -519,3 +519,78 @@ func TestUnclearCreateNotRepeated(t *testing.T) {
 		}
 	}
 }
+
+// MATTERMOST_ALLOW_BOTS: other bots' posts (a bot account's, marked
+// from_bot by the server or known only by the users API's is_bot) and
+// incoming webhooks' posts (from_webhook; their author is a person)
+// reach the bus marked is_bot, as allow_bots says ("mentions": only
+// those that @mention this bot); the bot's own posts never do. Every
+// channel post counts here (no mention required), so only the bot rule
+// filters, and two agents in a free channel cannot answer each other
+// for ever.
+func TestOtherBots(t *testing.T) {
+	t.Parallel()
+	const other, quiet = "otherbot000000000000000000", "quietbot000000000000000000"
+	for _, c := range []struct {
+		mode string
+		want []int // indexes of the posts below that reach the bus, in order
+	}{
+		{mode: "none"},
+		{mode: "mentions", want: []int{1, 3}},
+		{mode: "all", want: []int{0, 1, 2, 3, 4}},
+	} {
+		t.Run(c.mode, func(t *testing.T) {
+			t.Parallel()
+			g := start(t, func(cfg *Config) {
+				cfg.AllowBots, cfg.RequireMention = c.mode, false
+			}, platform.Options{})
+			g.f.AddBot(other, "otherbot")
+			g.f.AddBot(quiet, "quietbot")
+			posts := []mattermostfake.Post{
+				{ChannelID: town, UserID: other, Message: "chatter"},
+				{ChannelID: town, UserID: other, Message: "@" + botName + " your turn"},
+				// A bot whose posts the server does not mark: its
+				// account's is_bot tells.
+				{ChannelID: town, UserID: quiet, Message: "deploy finished", Props: map[string]any{}},
+				// An incoming webhook made by Ann: from_webhook.
+				{ChannelID: town, UserID: ann, Message: "@" + botName + " CI failed", Props: map[string]any{"from_webhook": "true", "override_username": "ci"}},
+				{ChannelID: dmCh, UserID: other, Message: "a bot's DM"},
+				{ChannelID: town, UserID: bot, Message: "@" + botName + " my own", Props: map[string]any{"from_bot": "true"}},
+			}
+			ids := make([]string, len(posts))
+			for i, p := range posts {
+				ids[i] = g.f.Add(p)
+			}
+			for _, i := range c.want {
+				ev := g.next(t)
+				if ev.GetEventId() != ids[i] || !ev.GetSource().GetIsBot() {
+					t.Fatalf("got %v, want post %d (%q) marked is_bot", ev, i, posts[i].Message)
+				}
+			}
+			// Posts are handled in order: a person's post after them is
+			// the next on the bus, nothing else came.
+			last := g.f.Message(town, bob, "the end")
+			if ev := g.next(t); ev.GetEventId() != last || ev.GetSource().GetIsBot() {
+				t.Fatalf("got %v, want only Bob's %s after the bots' posts", ev, last)
+			}
+			// is_bot is asked once per user.
+			if n := g.f.Calls("user"); n > 4 {
+				t.Errorf("%d user lookups for 4 authors", n)
+			}
+		})
+	}
+}
+
+// A gateway refuses an allow_bots it cannot read rather than guess.
+func TestAllowBotsChecked(t *testing.T) {
+	t.Parallel()
+	cfg := DefaultConfig()
+	cfg.URL, cfg.Token, cfg.AllowBots = "http://127.0.0.1:1", token, "some"
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "MATTERMOST_ALLOW_BOTS") {
+		t.Fatalf("validate: %v", err)
+	}
+	cfg.AllowBots = "true"
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("validate true: %v", err)
+	}
+}

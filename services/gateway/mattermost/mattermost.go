@@ -71,6 +71,16 @@ type Config struct {
 	// the channel. Off, each gets a zero-width joiner after its "@" and
 	// notifies no one (Hermes posts them as they are).
 	AllowChannelMentions bool `koanf:"allow_channel_mentions"`
+	// AllowBots (MATTERMOST_ALLOW_BOTS) says which posts of other bots
+	// and incoming webhooks are published, marked is_bot: "none"
+	// (default), "mentions" (those that @mention this bot) or "all", as
+	// the Discord and Slack gateways' DISCORD_ALLOW_BOTS and
+	// SLACK_ALLOW_BOTS. Unset, it follows router.auth.allow_bots.mattermost,
+	// so the router's setting has something to admit. The bot's own posts
+	// are never published. Hermes's Mattermost adapter has no such
+	// setting: it publishes every post but its own as a person's, so two
+	// agents in a free channel answer each other.
+	AllowBots string `koanf:"allow_bots"`
 	// CatchUp (default true): after a reconnect, read and publish what
 	// the channels seen since the start got while the websocket was down.
 	CatchUp bool `koanf:"catch_up"`
@@ -109,6 +119,9 @@ func (c Config) Validate() error {
 	case "", ReplyOff, ReplyThread:
 	default:
 		return fmt.Errorf("mattermost: reply_mode %q is neither %q nor %q", c.ReplyMode, ReplyOff, ReplyThread)
+	}
+	if _, err := platform.ParseBotMode(c.AllowBots); err != nil {
+		return fmt.Errorf("mattermost: allow_bots (MATTERMOST_ALLOW_BOTS): %w", err)
 	}
 	if c.PingInterval < 0 {
 		return fmt.Errorf("mattermost: ping_interval %s is negative", c.PingInterval)
@@ -181,6 +194,7 @@ type Platform struct {
 	mu       sync.Mutex
 	channels map[string]*channel // the channels posts came from, for the catch-up
 	names    map[string]string   // user id → username, for caught-up posts
+	bots     map[string]bool     // user id → is_bot, as the server said
 }
 
 // channel is what the gateway remembers of a channel it saw a post in.
@@ -211,7 +225,7 @@ func NewPlatform(cfg Config, log *slog.Logger, hc *http.Client) (*Platform, erro
 	return &Platform{
 		cfg: cfg, log: log.With("platform", "mattermost"), hc: hc,
 		cli:      &client{base: strings.TrimRight(cfg.URL, "/"), token: cfg.Token, hc: hc},
-		channels: map[string]*channel{}, names: map[string]string{},
+		channels: map[string]*channel{}, names: map[string]string{}, bots: map[string]bool{},
 	}, nil
 }
 
@@ -229,7 +243,8 @@ func (p *Platform) SignIn(ctx context.Context) error {
 		}
 		return err
 	}
-	p.rules = newRules(me.ID, me.Username, p.cfg.RequireMention, platform.IDSet(p.cfg.FreeResponseChannels))
+	bots, _ := platform.ParseBotMode(p.cfg.AllowBots) // Validate checked it
+	p.rules = newRules(me.ID, me.Username, p.cfg.RequireMention, platform.IDSet(p.cfg.FreeResponseChannels), bots)
 	p.log.Info("mattermost: signed in", "user_id", me.ID, "username", me.Username)
 	return nil
 }
@@ -261,7 +276,7 @@ func (p *Platform) Capabilities() platform.Capabilities {
 
 var skipped = promauto.NewCounterVec(prometheus.CounterOpts{
 	Name: "switchboard_mattermost_posts_skipped_total",
-	Help: "Mattermost posts read without a message to publish, by reason (own, system, deleted, empty, not mentioned).",
+	Help: "Mattermost posts read without a message to publish, by reason (own, system, deleted, empty, not mentioned, bot).",
 }, []string{"reason"})
 
 var caughtUp = promauto.NewCounter(prometheus.CounterOpts{

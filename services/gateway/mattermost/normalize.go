@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+	"github.com/switchboard-chat/switchboard/pkg/platform"
 )
 
 // skip is why a post was read without a message to publish ("" for one
@@ -23,6 +24,9 @@ const (
 	skipDeleted    skip = "deleted"
 	skipEmpty      skip = "empty"
 	skipNotMention skip = "not mentioned"
+	// skipBot: another bot's or an incoming webhook's post, which
+	// allow_bots does not admit ("none", or "mentions" without one).
+	skipBot skip = "bot"
 )
 
 // rules are the gateway's identity and filters, as Hermes's adapter has
@@ -33,14 +37,17 @@ type rules struct {
 	BotID, BotName string
 	RequireMention bool
 	Free           map[string]bool
+	// Bots says which posts of other bots and incoming webhooks are
+	// published (allow_bots).
+	Bots platform.BotMode
 	// mention matches @BotName and @BotID (newRules).
 	mention []*regexp.Regexp
 }
 
 // newRules builds the rules with the bot's mention patterns: @username
 // or @id, in any case, as Hermes matches them.
-func newRules(botID, botName string, requireMention bool, free map[string]bool) rules {
-	r := rules{BotID: botID, BotName: botName, RequireMention: requireMention, Free: free}
+func newRules(botID, botName string, requireMention bool, free map[string]bool, bots platform.BotMode) rules {
+	r := rules{BotID: botID, BotName: botName, RequireMention: requireMention, Free: free, Bots: bots}
 	for _, s := range []string{botName, botID} {
 		if s != "" {
 			// A username ends where a username character stops
@@ -68,7 +75,9 @@ func chatType(channelType string) string {
 // normalize turns a posted event into the inbound event Hermes's adapter
 // would hand its gateway: the post's text (the bot's @mention taken out
 // in channels), its files as attachments the workers fetch through the
-// gateway, its thread (root_id) and its channel. The skip reason is set
+// gateway, its thread (root_id) and its channel; a post of another bot or
+// an incoming webhook (ev.FromBot) is marked is_bot, and published only
+// as allow_bots says. The skip reason is set
 // for a post that is read and not published.
 func normalize(ev *posted, r rules) (*eventsv1.MessageReceived, skip) {
 	p := ev.Post
@@ -88,6 +97,13 @@ func normalize(ev *posted, r rules) (*eventsv1.MessageReceived, skip) {
 	}
 	kind := chatType(ev.ChannelType)
 	dm := kind == "dm"
+	if ev.FromBot && !r.Bots.Admits(mentions(text, r)) {
+		// Another bot, or an incoming webhook: published only as
+		// allow_bots says ("mentions": when it names this bot, in a DM
+		// too, as the Slack and Discord gateways do), so two agents in
+		// a free channel do not answer each other for ever.
+		return nil, skipBot
+	}
 	mentioned := false
 	if !dm {
 		// The text names the bot, as Hermes reads a mention. The
@@ -117,7 +133,7 @@ func normalize(ev *posted, r rules) (*eventsv1.MessageReceived, skip) {
 		EventId: p.ID, MessageId: p.ID, Text: text, Attachments: atts, Mentioned: mentioned || dm,
 		Source: &eventsv1.SessionSource{
 			Platform: "mattermost", Account: r.BotID, ChatId: p.ChannelID, ChatName: chatName, ChatType: kind,
-			UserId: p.UserID, UserName: name,
+			UserId: p.UserID, UserName: name, IsBot: ev.FromBot,
 		},
 	}
 	if p.CreateAt > 0 {

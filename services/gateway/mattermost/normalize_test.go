@@ -34,7 +34,7 @@ func postedFrame(t testing.TB, channelType, sender string, p map[string]any, men
 }
 
 func TestNormalize(t *testing.T) {
-	r := newRules(bot, botName, true, map[string]bool{priv: true})
+	r := newRules(bot, botName, true, map[string]bool{priv: true}, platform.BotsNone)
 	post := func(ch, user, msg string, extra map[string]any) map[string]any {
 		p := map[string]any{"id": "post00000000000000000000aa", "create_at": 1700000000000, "channel_id": ch, "user_id": user, "message": msg, "type": ""}
 		for k, v := range extra {

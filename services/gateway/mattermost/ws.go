@@ -162,6 +162,9 @@ func (p *Platform) publish(ctx context.Context, conn platform.Conn, ev *posted) 
 		conn.Reject(ctx, "post longer than Mattermost allows", fmt.Errorf("post %s has %d characters, the limit is %d", ev.Post.ID, n, maxPostRunes))
 		return
 	}
+	if ev.Post.UserID != p.rules.BotID && ev.Post.Type == "" {
+		ev.FromBot = ev.Post.fromProgram() || p.isBot(ctx, ev.Post.UserID)
+	}
 	m, why := normalize(ev, p.rules)
 	if why != skipNone {
 		skipped.WithLabelValues(string(why)).Inc()
@@ -264,10 +267,42 @@ func (p *Platform) userName(ctx context.Context, id string) string {
 		p.log.Debug("mattermost user lookup failed", "user_id", id, "err", err)
 		return ""
 	}
+	p.noteUser(id, u)
+	return u.Username
+}
+
+// noteUser keeps a user's username and is_bot, within maxChannels.
+func (p *Platform) noteUser(id string, u *user) {
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	if len(p.names) < maxChannels {
 		p.names[id] = u.Username
 	}
+	if len(p.bots) < maxChannels {
+		p.bots[id] = u.IsBot
+	}
+}
+
+// isBot reports whether a user is a bot account (GET /users/{id}'s
+// is_bot), asked once per user and remembered: a bot's posts carry
+// from_bot, but a personal access token of a bot account, or a plugin's
+// bot, may post without it. A user the server cannot describe (an error,
+// no answer within CallTimeout) counts as a person this time (logged)
+// and is asked again at its next post.
+func (p *Platform) isBot(ctx context.Context, id string) bool {
+	p.mu.Lock()
+	b, ok := p.bots[id]
 	p.mu.Unlock()
-	return u.Username
+	if ok {
+		return b
+	}
+	uctx, cancel := context.WithTimeout(ctx, p.cfg.CallTimeout)
+	u, err := p.cli.user(uctx, id)
+	cancel()
+	if err != nil {
+		p.log.Warn("mattermost user lookup failed; the post is taken as a person's", "user_id", id, "err", err)
+		return false
+	}
+	p.noteUser(id, u)
+	return u.IsBot
 }

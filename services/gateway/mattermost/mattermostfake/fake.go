@@ -92,6 +92,7 @@ type Fake struct {
 
 	mu        sync.Mutex
 	users     map[string]string // id → username
+	bots      map[string]bool   // the users that are bot accounts
 	channels  map[string]Channel
 	posts     map[string]*Post
 	order     []string // post ids in creation order
@@ -126,7 +127,7 @@ type wsConn struct {
 func New(botID, botName, token string) *Fake {
 	f := &Fake{
 		botID: botID, botName: botName, token: token,
-		users: map[string]string{botID: botName}, channels: map[string]Channel{}, posts: map[string]*Post{},
+		users: map[string]string{botID: botName}, bots: map[string]bool{botID: true}, channels: map[string]Channel{}, posts: map[string]*Post{},
 		pending: map[string]string{}, files: map[string]file{}, reactions: map[string][]string{},
 		typing: map[string]int{}, typingIn: map[string]int{}, calls: map[string]int{}, fails: map[string][]Fail{}, conns: map[*wsConn]bool{},
 	}
@@ -174,6 +175,17 @@ func (f *Fake) AddUser(id, username string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.users[id] = username
+}
+
+// AddBot names a bot account: GET /users/{id} says is_bot, and its
+// posts carry the props from_bot "true", as the server sets them, unless
+// the post is added with props of its own (Add), as a bot whose posts the
+// server does not mark.
+func (f *Fake) AddBot(id, username string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.users[id] = username
+	f.bots[id] = true
 }
 
 // AddChannel adds a channel the bot is a member of.
@@ -357,6 +369,10 @@ func (f *Fake) store(p Post) *Post {
 		p.CreateAt = f.now()
 	}
 	p.UpdateAt = p.CreateAt
+	if f.bots[p.UserID] && p.UserID != f.botID && p.Props == nil {
+		// The server marks a bot account's posts.
+		p.Props = map[string]any{"from_bot": "true"}
+	}
 	if p.FileIDs == nil {
 		p.FileIDs = []string{}
 	}
@@ -512,12 +528,13 @@ func (f *Fake) me(w http.ResponseWriter, _ *http.Request) {
 func (f *Fake) user(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
 	name, ok := f.users[r.PathValue("id")]
+	isBot := f.bots[r.PathValue("id")]
 	f.mu.Unlock()
 	if !ok {
 		apiError(w, http.StatusNotFound, "app.user.missing_account.const", "We couldn't find an existing account matching your details.")
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"id": r.PathValue("id"), "username": name})
+	writeJSON(w, http.StatusOK, map[string]any{"id": r.PathValue("id"), "username": name, "is_bot": isBot})
 }
 
 func (f *Fake) createPost(w http.ResponseWriter, r *http.Request) {

@@ -143,7 +143,7 @@ func (r *Rules) UnauthorizedDM(platform string) string {
 // GATEWAY_ALLOWED_USERS, GATEWAY_ALLOW_ALL_USERS,
 // <PLATFORM>_GROUP_ALLOWED_CHATS, TELEGRAM_GROUP_ALLOWED_USERS,
 // <PLATFORM>_ALLOWED_BOTS and <PLATFORM>_ALLOW_BOTS (the platforms Hermes
-// reads it for: Discord, Feishu, Slack, Telegram).
+// reads it for: Discord, Feishu, Slack, Telegram; and Mattermost).
 func New(cfg Config, environ []string) *Rules {
 	r := &Rules{
 		allowed:     map[string][]string{},
@@ -200,7 +200,11 @@ func New(cfg Config, environ []string) *Rules {
 			// Other platforms' variables of this name configure their
 			// gateways (SIGNAL_GROUP_ALLOWED_USERS lists groups): they
 			// are not a sender allowlist of a platform "signal_group".
-		case k == "DISCORD_ALLOW_BOTS", k == "FEISHU_ALLOW_BOTS", k == "SLACK_ALLOW_BOTS", k == "TELEGRAM_ALLOW_BOTS":
+		case k == "DISCORD_ALLOW_BOTS", k == "FEISHU_ALLOW_BOTS", k == "SLACK_ALLOW_BOTS", k == "TELEGRAM_ALLOW_BOTS",
+			k == "MATTERMOST_ALLOW_BOTS":
+			// MATTERMOST_ALLOW_BOTS is not Hermes's (its Mattermost
+			// adapter takes every post as a person's); the Mattermost
+			// gateway marks bots, and reads it as the others do.
 			p := platformOf(k, "_ALLOW_BOTS")
 			r.allowBots[p] = r.allowBots[p] || botsAdmitted(v)
 		case strings.HasSuffix(k, "_ALLOWED_BOTS"):
