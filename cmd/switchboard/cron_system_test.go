@@ -106,12 +106,13 @@ func TestWholeSystemCron(t *testing.T) {
 	if count(got, "Cronjob Response: ping the build") != 1 || count(got, "Cronjob Response: Tea") != 1 {
 		t.Errorf("the chat shows %q, want each run's answer once", got)
 	}
-	// The runs are on record: the one-shot completed, the triggered job
-	// still scheduled for tomorrow.
+	// The runs are on record: both one-shots completed, the triggered one
+	// by its run asked for (as Hermes's run-now, that run is its one run).
 	say("/cron list all")
 	got = waitFor("the list", func(s []string) bool { return count(s, "Scheduled Jobs:") == 1 })
 	list := got[len(got)-1]
-	if !strings.Contains(list, "ID: "+id) || !strings.Contains(list, "Name: Tea\n  State: completed") || strings.Count(list, "(ok)") != 2 {
+	if !strings.Contains(list, "ID: "+id) || !strings.Contains(list, "Name: Tea\n  State: completed") ||
+		!strings.Contains(list, "Name: ping the build\n  State: completed") || strings.Count(list, "(ok)") != 2 {
 		t.Errorf("the list %q", list)
 	}
 }

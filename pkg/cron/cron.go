@@ -518,23 +518,28 @@ func (s *Store) Resume(ctx context.Context, owner, id string) (Job, error) {
 }
 
 // Trigger asks for a run of one of the owner's jobs on the next tick
-// (Hermes's "run"); its schedule and repeat count stay as they are. As
-// Hermes's trigger_job, a paused job is scheduled again (Resume's
-// rules: a recurring job's next run that passed while it was paused is
-// the run asked for, not one more; a one-shot whose time passed is
-// completed by it) and a completed job is refused: nothing of it is left
+// (Hermes's "run", trigger_job). As Hermes's, that run is the job's run,
+// not one besides its schedule: it counts towards repeat, and the job's
+// next run is computed from it (mark_job_run), so a one-shot run early is
+// its one run and completes it, and a recurring job's next run is its
+// first after the run (the scheduler does this when the run fires; until
+// then the schedule shows the run pending). As Hermes's, a paused job is
+// scheduled again and a completed job is refused: nothing of it is left
 // to run (Hermes points to re-arming it; here, make a new one). Asking
 // again before that tick asks for the same run (it keeps the instant
-// asked first, so a retried request names the same run, even once that
-// run completed the job); asking after it fired is another run, however
-// soon: a manual run's id carries its instant to the microsecond, and a
-// new one is always later than the job's last manual run.
+// asked first, so a retried request names the same run); asking after
+// it fired is another run, however soon: a manual run's id carries its
+// instant to the microsecond, and a new one is always later than the
+// job's last manual run.
 //
-// Hermes's run also stands for the job's scheduled run (it sets the next
-// run to now, and it counts towards repeat); here it is a run besides
-// them, so a one-shot still runs at its time too.
+// Hermes stores the run by moving next_run_at to now; here it is kept
+// apart (manual_run_at), so that its run id differs from the scheduled
+// runs' and a pause can drop it without losing the schedule.
 func (s *Store) Trigger(ctx context.Context, owner, id string) (Job, error) {
 	return s.change(ctx, owner, id, func(j *Job, now time.Time) error {
+		// A completed job with a run pending is a row from before a run
+		// counted (a paused one-shot whose time had passed was completed
+		// when its run was asked for): asking again names that run.
 		pending := !j.ManualRunAt.IsZero()
 		if j.State == StateCompleted && !pending {
 			return fmt.Errorf("%w: job '%s' has completed; there is nothing left to run: create a new job", ErrInvalid, j.Name)
@@ -544,19 +549,12 @@ func (s *Store) Trigger(ctx context.Context, owner, id string) (Job, error) {
 			if err != nil {
 				return fmt.Errorf("%w: job '%s' has an unreadable schedule: %v", ErrInvalid, j.Name, err)
 			}
-			switch {
-			case sched.Kind == schedule.Once && !sched.At.After(now):
-				// The run asked for is the one-shot's run: it would
-				// otherwise run twice, or be retired as missed.
-				j.State, j.NextRunAt = StateCompleted, time.Time{}
-			case sched.Kind == schedule.Once:
-				j.State, j.NextRunAt = StateScheduled, sched.At
-			default:
-				// Hermes computes the next run from the run asked for.
-				j.State = StateScheduled
-				if !j.NextRunAt.After(now) {
-					j.NextRunAt = sched.First(now)
-				}
+			// The run asked for is the job's run: a one-shot whose time
+			// passed while paused runs now, not retired as missed (the
+			// scheduler fires the run asked for first, which completes it).
+			j.State = StateScheduled
+			if sched.Kind != schedule.Once && !j.NextRunAt.After(now) {
+				j.NextRunAt = sched.First(now)
 			}
 		}
 		if pending {

@@ -387,9 +387,10 @@ func TestCompletedJobsAndTheCap(t *testing.T) {
 
 // TestTriggerByState: "run" as Hermes's trigger_job: a paused job is
 // scheduled again, its run asked for standing for a scheduled run that
-// passed while it was paused (a one-shot whose time passed is completed
-// by it, rather than retired as missed); a completed job is refused;
-// asking again while a run is pending names that run.
+// passed while it was paused (a one-shot whose time passed keeps it, to
+// be completed by the run when it fires: pkg/cron/scheduler, rather than
+// retired as missed); a completed job is refused; asking again while a
+// run is pending names that run.
 func TestTriggerByState(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -415,7 +416,7 @@ func TestTriggerByState(t *testing.T) {
 		{name: "paused interval, next run passed", schedule: "every 1h", pause: true, later: 5 * time.Hour,
 			state: cron.StateScheduled, next: t0.Add(6 * time.Hour)},
 		{name: "paused one-shot ahead", schedule: "2026-03-10T09:00", pause: true, state: cron.StateScheduled, next: nine},
-		{name: "paused one-shot passed", schedule: "2026-03-10T09:00", pause: true, later: 3 * time.Hour, state: cron.StateCompleted},
+		{name: "paused one-shot passed", schedule: "2026-03-10T09:00", pause: true, later: 3 * time.Hour, state: cron.StateScheduled, next: nine},
 		{name: "completed", schedule: "every 1h", complete: true, state: cron.StateCompleted, refused: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -284,10 +284,19 @@ func (s *Scheduler) handle(ctx context.Context, j *cron.Job, now time.Time) (boo
 		runID := cron.RunID(j.ID, runAt, true)
 		j.ManualRunAt = time.Time{}
 		ok, err := s.run(ctx, j, runAt, runID, now)
+		if err != nil {
+			return false, "", err
+		}
 		if ok {
 			runs.WithLabelValues("manual").Inc()
+			s.log.Info("cron job fired", "job", j.ID, "asked", runAt, "kind", "manual")
 		}
-		return ok, runID, err
+		// As Hermes's run-now (trigger_job, then mark_job_run): the run
+		// asked for is the job's run, blocked or not. It counts towards
+		// repeat, a one-shot is completed by it, and the next run is the
+		// first after it (a scheduled run due meanwhile is this one).
+		s.advance(j, sched, now, now)
+		return ok, runID, nil
 	}
 	due := j.NextRunAt
 	late := now.Sub(due)
@@ -297,9 +306,10 @@ func (s *Scheduler) handle(ctx context.Context, j *cron.Job, now time.Time) (boo
 	}
 	switch {
 	case sched.Kind == schedule.Once && late > grace && ranByHandSince(j.LastRunID, due):
-		// A "run" fired since it was due (the routers were down at its
-		// time): that was its run, as Hermes's run-now of a one-shot is;
-		// completed, its status the run's rather than "missed".
+		// A "run" fired since it was due: that was its run, as Hermes's
+		// run-now of a one-shot is; completed, its status the run's
+		// rather than "missed". (A run asked for completes a one-shot
+		// when it fires; this is for rows from before it did.)
 		j.State, j.NextRunAt = cron.StateCompleted, time.Time{}
 		return false, "", nil
 	case sched.Kind == schedule.Once && late > grace:
@@ -337,12 +347,24 @@ func (s *Scheduler) handle(ctx context.Context, j *cron.Job, now time.Time) (boo
 		s.log.Info("cron job fired", "job", j.ID, "due", due, "kind", kind)
 	}
 	// A blocked run counts as the scheduled one: the next comes on time.
+	s.advance(j, sched, due, now)
+	return ok, runID, nil
+}
+
+// advance counts the run just made (scheduled, or asked for with "run")
+// towards the job's repeat and moves the job on to its next run after
+// it, or completes it: a one-shot, or a job whose repeat ran out. A
+// completed job with a run asked for (a row from before a run counted)
+// stays as it is.
+func (s *Scheduler) advance(j *cron.Job, sched schedule.Schedule, due, now time.Time) {
+	if j.State == cron.StateCompleted {
+		return
+	}
 	j.RepeatCompleted++
 	j.NextRunAt = s.next(sched, due, now)
 	if j.NextRunAt.IsZero() || (j.RepeatTimes > 0 && j.RepeatCompleted >= j.RepeatTimes) {
 		j.State, j.NextRunAt = cron.StateCompleted, time.Time{}
 	}
-	return ok, runID, nil
 }
 
 // ranByHandSince: the run lastRunID was asked for with "run" at or after

@@ -239,9 +239,10 @@ func TestCrashBetweenPublishAndCommit(t *testing.T) {
 
 // TestNotFiring: paused and completed jobs do not fire. As Hermes's
 // trigger_job, a run asked for with "run" fires a paused job once and
-// schedules it again, from its next run after the one asked for; a paused
-// one-shot whose time passed runs once and completes (not retired as
-// missed over the run's status); a completed job cannot be run.
+// schedules it again; the run counts towards repeat and the next run is
+// the first after it; a paused one-shot whose time passed runs once and
+// completes (not retired as missed over the run's status); a completed
+// job cannot be run.
 func TestNotFiring(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -290,11 +291,11 @@ func TestNotFiring(t *testing.T) {
 		t.Errorf("runs published %v", runs)
 	}
 	got := e.job(t, paused.ID)
-	if got.State != cron.StateScheduled || !got.ManualRunAt.IsZero() || got.RepeatCompleted != 0 || !got.NextRunAt.Equal(asked.Add(time.Hour)) {
+	if got.State != cron.StateScheduled || !got.ManualRunAt.IsZero() || got.RepeatCompleted != 1 || !got.NextRunAt.Equal(asked.Add(time.Hour)) {
 		t.Errorf("paused job after a run asked for: %+v", got)
 	}
 	got = e.job(t, one.ID)
-	if got.State != cron.StateCompleted || !got.ManualRunAt.IsZero() || got.LastStatus != "ok" || got.LastError != "" {
+	if got.State != cron.StateCompleted || !got.ManualRunAt.IsZero() || got.LastStatus != "ok" || got.LastError != "" || got.RepeatCompleted != 1 {
 		t.Errorf("paused one-shot after a run asked for: %+v", got)
 	}
 	if n := tick(t, s); n != 0 {
@@ -369,11 +370,12 @@ func TestDowntime(t *testing.T) {
 	}
 }
 
-// TestMissedOneShotRunByHand: the routers were down at a one-shot's time
-// and its owner asked for a run meanwhile: when they are back the run
-// fires, and the one-shot it stood for is completed with the run's
-// status, not retired as missed over it. A run asked for before its time
-// does not stand for it: the one-shot is missed as ever.
+// TestMissedOneShotRunByHand: a run asked for is the one-shot's run, as
+// Hermes's run-now: asked for before its time it fires at once and
+// completes the one-shot, which does not run again at its time; asked for
+// while the routers were down at its time, it fires when they are back
+// and the one-shot is completed with the run's status, not retired as
+// missed over it. Either way one run, counted.
 func TestMissedOneShotRunByHand(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -383,7 +385,7 @@ func TestMissedOneShotRunByHand(t *testing.T) {
 		wantStatus string
 	}{
 		{"asked for while the routers were down", 2 * time.Hour, "ok"},
-		{"asked for before its time", 10 * time.Minute, "error"},
+		{"asked for before its time", 10 * time.Minute, "ok"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -402,8 +404,10 @@ func TestMissedOneShotRunByHand(t *testing.T) {
 			e.clock.Set(t0.Add(3 * time.Hour)) // the routers are back
 			tick(t, s)
 			got := e.job(t, j.ID)
-			if got.State != cron.StateCompleted || got.LastStatus != tc.wantStatus || (tc.wantStatus == "ok") != (got.LastError == "") {
-				t.Errorf("state %s, status %q, error %q; want completed, %q", got.State, got.LastStatus, got.LastError, tc.wantStatus)
+			if got.State != cron.StateCompleted || got.LastStatus != tc.wantStatus || (tc.wantStatus == "ok") != (got.LastError == "") ||
+				got.RepeatCompleted != 1 || !strings.HasSuffix(got.LastRunID, "_run") {
+				t.Errorf("state %s, status %q, error %q, %d runs, last %q; want completed, %q, its one run asked for",
+					got.State, got.LastStatus, got.LastError, got.RepeatCompleted, got.LastRunID, tc.wantStatus)
 			}
 			if n := e.published(t); n != 1 {
 				t.Errorf("%d runs published, want the one asked for", n)
@@ -661,7 +665,7 @@ func TestDeliveryFailures(t *testing.T) {
 // run (the second joins the first: same id); asked again after the tick
 // fired it, within the same second (the clock does not move here), it is
 // a second run with an id of its own. A retry of a manual run's publish
-// keeps its id.
+// keeps its id. Each run counts towards repeat, as Hermes's run-now.
 func TestManualRunsWithinASecond(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -721,7 +725,7 @@ func TestManualRunsWithinASecond(t *testing.T) {
 	if n := e.published(t); n != 2 {
 		t.Errorf("%d runs on the bus, want 2", n)
 	}
-	if got := e.job(t, j.ID); got.LastRunID != two || !got.ManualRunAt.IsZero() || got.RepeatCompleted != 0 {
+	if got := e.job(t, j.ID); got.LastRunID != two || !got.ManualRunAt.IsZero() || got.RepeatCompleted != 2 {
 		t.Errorf("after two manual runs %+v", got)
 	}
 }
@@ -738,7 +742,7 @@ func TestCompletedJobsDeleted(t *testing.T) {
 	three := e.create(t, cron.NewJob{Prompt: "three", Schedule: "every 10m", Repeat: 1})
 	missed := e.create(t, cron.NewJob{Prompt: "missed", Schedule: "20m"})
 	paused := e.create(t, cron.NewJob{Prompt: "paused", Schedule: "every 10m"})
-	// A one-shot run once by hand, then paused past its time.
+	// A one-shot run by hand before its time: that run is its one run.
 	late := e.create(t, cron.NewJob{Prompt: "late", Schedule: "45m"})
 	if _, err := e.store.Trigger(ctx, "telegram:99", late.ID); err != nil {
 		t.Fatal(err)
@@ -751,12 +755,9 @@ func TestCompletedJobsDeleted(t *testing.T) {
 	if n := tick(t, s); n != 2 { // three's one run, late's run asked for
 		t.Fatalf("fired %d, want 2", n)
 	}
-	if _, err := e.store.Pause(ctx, "telegram:99", late.ID); err != nil {
-		t.Fatal(err)
-	}
 	e.clock.Set(t0.Add(30 * time.Minute))
 	tick(t, s) // one runs, missed is retired
-	for _, id := range []string{one.ID, three.ID, missed.ID} {
+	for _, id := range []string{one.ID, three.ID, missed.ID, late.ID} {
 		if got := e.job(t, id); got.State != cron.StateCompleted {
 			t.Fatalf("job %s: %s", id, got.State)
 		}
@@ -769,30 +770,38 @@ func TestCompletedJobsDeleted(t *testing.T) {
 	if js, _ := e.store.List(ctx, "telegram:99", true); len(js) != 5 {
 		t.Fatalf("%d jobs listed before the retention passed, want 5", len(js))
 	}
-	// A run asked for keeps its job until it has fired: the run of the
-	// paused one-shot past its time completes it, its last run a week old.
-	if j, err := e.store.Trigger(ctx, "telegram:99", late.ID); err != nil || j.State != cron.StateCompleted || !j.LastRunAt.Equal(t0.Add(10*time.Minute)) {
-		t.Fatalf("late after its run asked for: %+v %v", j, err)
+	// A completed job with a run asked for and not fired (a row from
+	// before a run counted: a paused one-shot past its time was completed
+	// when its run was asked for) stays until it has fired; asking again
+	// names the same run.
+	asked := t0.Add(20 * time.Minute)
+	if _, err := e.db.Exec(ctx, `UPDATE cron_jobs SET manual_run_at = $2 WHERE id = $1`, one.ID, asked); err != nil {
+		t.Fatal(err)
+	}
+	if j, err := e.store.Trigger(ctx, "telegram:99", one.ID); err != nil || j.State != cron.StateCompleted || !j.ManualRunAt.Equal(asked) {
+		t.Fatalf("one after its run asked for again: %+v %v", j, err)
 	}
 	e.clock.Set(t0.Add(7*24*time.Hour + 31*time.Minute))
-	sweepOnly := e.scheduler(t, nil)
 	if _, err := cron.DeleteCompleted(ctx, e.db, e.clock.Now().Add(-7*24*time.Hour), 100); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.store.Resolve(ctx, "telegram:99", late.ID); err != nil {
+	if _, err := e.store.Resolve(ctx, "telegram:99", one.ID); err != nil {
 		t.Fatalf("a completed job with a run asked for was deleted: %v", err)
 	}
-	if n := tick(t, sweepOnly); n != 1 {
+	if n := tick(t, s); n != 1 {
 		t.Fatalf("the run asked for fired %d", n)
+	}
+	if got := e.job(t, one.ID); got.State != cron.StateCompleted || got.RepeatCompleted != 1 || !got.ManualRunAt.IsZero() {
+		t.Errorf("one after the run asked for: %+v", got)
 	}
 	// Its retention runs from that last run.
 	e.clock.Set(t0.Add(14*24*time.Hour + 30*time.Minute))
-	tick(t, sweepOnly)
-	if _, err := e.store.Resolve(ctx, "telegram:99", late.ID); err != nil {
+	tick(t, s)
+	if _, err := e.store.Resolve(ctx, "telegram:99", one.ID); err != nil {
 		t.Fatalf("deleted before the retention after its manual run: %v", err)
 	}
 	e.clock.Set(t0.Add(14*24*time.Hour + 32*time.Minute))
-	tick(t, sweepOnly)
+	tick(t, s)
 	js, err := e.store.List(ctx, "telegram:99", true)
 	if err != nil || len(js) != 1 || js[0].ID != paused.ID {
 		t.Errorf("after the retention: %v %v, want only the paused job", js, err)
