@@ -51,6 +51,12 @@ type Platform struct {
 	// ToolPreviewLength cuts a progress line's preview (verbose: the
 	// arguments) at that many characters; 0: delivery.tool_preview_length.
 	ToolPreviewLength int `koanf:"tool_preview_length"`
+	// Images is how the images a final answer references reach the
+	// chat: native (taken out of the text and sent after it as image
+	// attachments) or link (the text as written). Empty: the platform's
+	// default, native where its gateway posts an image attachment as a
+	// picture. delivery.images link turns native off everywhere.
+	Images string `koanf:"images"`
 }
 
 // Tool progress modes (Hermes's display.tool_progress).
@@ -88,16 +94,23 @@ func DefaultPlatforms() map[string]Platform {
 	// posts pile up, where nothing can be edited (the WhatsApp Cloud API,
 	// Signal, SMS, iMessage, email, Home Assistant) and on webhooks. Unlisted
 	// platforms: all.
+	//
+	// Images native where the gateway posts an image attachment given by
+	// URL as a picture (its capabilities' media kinds take images):
+	// Telegram, Matrix, Mattermost, Teams, WhatsApp, Signal, SMS (MMS),
+	// BlueBubbles, LINE. Discord, Slack, Google Chat, email and Home
+	// Assistant post such an attachment as its link, which the answer's
+	// text already is; the API and webhooks take no images.
 	return map[string]Platform{
-		"telegram":   {Streaming: StreamEdit, BotRate: ratelimit.Rate{Count: 30, Per: time.Second}, ChatRate: perSecond, ToolProgress: ToolProgressOff},
+		"telegram":   {Streaming: StreamEdit, BotRate: ratelimit.Rate{Count: 30, Per: time.Second}, ChatRate: perSecond, ToolProgress: ToolProgressOff, Images: ImagesNative},
 		"discord":    {Streaming: StreamEdit, ChatRate: ratelimit.Rate{Count: 5, Per: 5 * time.Second}, ToolProgress: ToolProgressAll},
 		"slack":      {Streaming: StreamEdit, ChatRate: perSecond, ToolProgress: ToolProgressOff},
-		"matrix":     {Streaming: StreamEdit, ToolProgress: ToolProgressNew},
-		"mattermost": {Streaming: StreamEdit, ToolProgress: ToolProgressNew},
-		"teams":      {Streaming: StreamEdit, ChatRate: perSecond, ToolProgress: ToolProgressNew}, // edits count against the connector's per-conversation limit
-		"whatsapp":   {Streaming: StreamNone, ToolProgress: ToolProgressOff},
-		"signal":     {Streaming: StreamNone, ToolProgress: ToolProgressOff},
-		"sms":        {Streaming: StreamNone, NoTyping: true, ToolProgress: ToolProgressOff},
+		"matrix":     {Streaming: StreamEdit, ToolProgress: ToolProgressNew, Images: ImagesNative},
+		"mattermost": {Streaming: StreamEdit, ToolProgress: ToolProgressNew, Images: ImagesNative},
+		"teams":      {Streaming: StreamEdit, ChatRate: perSecond, ToolProgress: ToolProgressNew, Images: ImagesNative}, // edits count against the connector's per-conversation limit
+		"whatsapp":   {Streaming: StreamNone, ToolProgress: ToolProgressOff, Images: ImagesNative},
+		"signal":     {Streaming: StreamNone, ToolProgress: ToolProgressOff, Images: ImagesNative},
+		"sms":        {Streaming: StreamNone, NoTyping: true, ToolProgress: ToolProgressOff, Images: ImagesNative},
 		"email":      {Streaming: StreamNone, ToolProgress: ToolProgressOff},
 		"api":        {Streaming: StreamNative, NoTyping: true, PerRequest: true},
 		"webhook":    {Streaming: StreamNone, NoTyping: true, ToolProgress: ToolProgressOff},
@@ -106,12 +119,12 @@ func DefaultPlatforms() map[string]Platform {
 		"homeassistant": {Streaming: StreamNone, NoTyping: true, ToolProgress: ToolProgressOff},
 		// BlueBubbles cannot edit (Hermes's adapter does not): final text
 		// only; typing shows with the Private API helper.
-		"bluebubbles": {Streaming: StreamNone, ToolProgress: ToolProgressOff},
+		"bluebubbles": {Streaming: StreamNone, ToolProgress: ToolProgressOff, Images: ImagesNative},
 		// LINE cannot edit: final text only, no tool progress (each
 		// message after the first of a turn is a metered push, and
 		// progress would spend the free reply token, as Hermes warns);
 		// typing is the loading animation, in 1:1 chats.
-		"line": {Streaming: StreamNone, ToolProgress: ToolProgressOff},
+		"line": {Streaming: StreamNone, ToolProgress: ToolProgressOff, Images: ImagesNative},
 		// Google Chat edits the app's messages (messages.patch), as
 		// Hermes streams there; the Chat API allows one write a second
 		// per space, and no typing indicator exists.
@@ -167,6 +180,10 @@ type Config struct {
 	// characters (Hermes's display.tool_preview_length); 0: 40, and
 	// verbose lines' arguments are not cut.
 	ToolPreviewLength int `koanf:"tool_preview_length"`
+	// Images: link leaves the images of every answer in its text as
+	// written (the switch that turns native images off); empty or native
+	// sends them as images where the platform's images mode is native.
+	Images string `koanf:"images"`
 	// Platforms override DefaultPlatforms field by field.
 	Platforms map[string]Platform `koanf:"platforms"`
 	// ReplicaID names this replica in claims; hostname+random by default.
@@ -239,7 +256,17 @@ func (c Config) Validate() error {
 	if c.ToolPreviewLength < 0 {
 		return fmt.Errorf("delivery.tool_preview_length: %d is negative", c.ToolPreviewLength)
 	}
+	switch c.Images {
+	case "", ImagesNative, ImagesLink:
+	default:
+		return fmt.Errorf("delivery.images: %q is not native or link", c.Images)
+	}
 	for name, p := range c.Platforms {
+		switch p.Images {
+		case "", ImagesNative, ImagesLink:
+		default:
+			return fmt.Errorf("delivery.platforms.%s.images: %q is not native or link", name, p.Images)
+		}
 		switch p.Streaming {
 		case "", StreamEdit, StreamNative, StreamNone:
 		default:
@@ -278,6 +305,12 @@ func (c Config) toolProgress(platform string) (mode string, previewLength int) {
 	return mode, previewLength
 }
 
+// nativeImages reports whether the images of a final answer to platform
+// are sent as images.
+func (c Config) nativeImages(platform string) bool {
+	return c.Images != ImagesLink && c.platform(platform).Images == ImagesNative
+}
+
 // defaultPlatforms is DefaultPlatforms, built once: platform runs for
 // every reply event.
 var defaultPlatforms = DefaultPlatforms()
@@ -305,6 +338,9 @@ func (c Config) platform(name string) Platform {
 	}
 	if o.Home != "" {
 		p.Home = o.Home
+	}
+	if o.Images != "" {
+		p.Images = o.Images
 	}
 	p.NoTyping = p.NoTyping || o.NoTyping
 	p.PerRequest = p.PerRequest || o.PerRequest

@@ -143,6 +143,17 @@ func (s *Service) handle(ctx context.Context, ev *repliesv1.ReplyEvent) error {
 			return err
 		}
 		text, format := b.FinalText.GetText(), b.FinalText.GetFormat()
+		// The images the answer references go after its text as images
+		// (Hermes's extract_images and send_multiple_images).
+		images, text := s.answerImages(ev, text)
+		if strings.TrimSpace(text) == "" && len(images) > 0 {
+			// The answer was its images: the cursor comes off what was
+			// streamed, and the last image ends the turn.
+			if _, err := s.final(ctx, ev, "", format); err != nil {
+				return err
+			}
+			return s.enqueue(ctx, s.imageRequests(ctx, ev, images, true)...)
+		}
 		if strings.TrimSpace(text) == "" {
 			if s.media.sent(ev.GetTurnId()) {
 				// The answer was its media: no text to add, but the
@@ -159,8 +170,10 @@ func (s *Service) handle(ctx context.Context, ev *repliesv1.ReplyEvent) error {
 			// reaction) never reached the chat.
 			text, format = noResponseText, deliveryv1.TextFormat_TEXT_FORMAT_PLAIN
 		}
-		_, err := s.final(ctx, ev, text, format)
-		return err
+		if _, err := s.final(ctx, ev, text, format); err != nil {
+			return err
+		}
+		return s.enqueue(ctx, s.imageRequests(ctx, ev, images, false)...)
 	case *repliesv1.ReplyEvent_Error:
 		s.typing.done(ev.GetTurnId())
 		if err := s.endTools(ctx, ev); err != nil {

@@ -316,6 +316,9 @@ func (s *Service) fail(ctx context.Context, log warner, r outbox.Row, reason, ms
 		return
 	}
 	s.cronUndelivered(ctx, log, r, msg)
+	if s.imageFallback(ctx, log, r) {
+		return // the answer's image goes as its link instead
+	}
 	if reason == "max_attempts" {
 		s.undelivered(ctx, log, r)
 	}

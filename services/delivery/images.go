@@ -1,0 +1,219 @@
+package delivery
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"strings"
+
+	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
+	"github.com/switchboard-chat/switchboard/pkg/outbox"
+)
+
+// Image modes of a platform (delivery.images, delivery.platforms.<p>.images).
+const (
+	// ImagesNative: the images a final answer references (Markdown
+	// ![alt](https://…), HTML <img src="https://…">) are taken out of its
+	// text and sent after it as image attachments, which the gateway
+	// posts as pictures.
+	ImagesNative = "native"
+	// ImagesLink: the answer's text goes as written; the platform shows
+	// the image syntax its own way (a link, an unfurled preview).
+	ImagesLink = "link"
+)
+
+// answerImage is an image a final answer references.
+type answerImage struct {
+	url, alt string
+}
+
+// maxAnswerImages bounds the images one answer sends natively; the ones
+// after it stay in the text as written. Hermes sends every one.
+const maxAnswerImages = 10
+
+// Hermes's patterns (BasePlatformAdapter.extract_images,
+// gateway/platforms/base.py): a Markdown image with an http(s) URL, and an
+// HTML <img> tag whose src is one.
+var (
+	markdownImage = regexp.MustCompile(`!\[([^\]]*)\]\((https?://[^\s)]+)\)`)
+	htmlImage     = regexp.MustCompile(`<img\s+src=["']?(https?://[^\s"'<>]+)["']?\s*/?>\s*(?:</img>)?`)
+	blankLines    = regexp.MustCompile(`\n{3,}`)
+	fencedCode    = regexp.MustCompile("(?s)```[^\n]*\n.*?```")
+	inlineCode    = regexp.MustCompile("`[^`\n]+`")
+)
+
+// imageMarks are what a Markdown image's URL must contain to be taken as
+// a picture, as Hermes has them: an image extension or a known image
+// host (fal.ai, Replicate). An <img> tag's src is a picture regardless.
+var imageMarks = []string{".png", ".jpg", ".jpeg", ".gif", ".webp", "fal.media", "fal-cdn", "replicate.delivery"}
+
+func looksLikeImage(url string) bool {
+	u := strings.ToLower(url)
+	for _, m := range imageMarks {
+		if strings.Contains(u, m) {
+			return true
+		}
+	}
+	return false
+}
+
+// extractImages finds the images text references and returns them with
+// the text they were taken out of, as Hermes's extract_images does: each
+// extracted image's syntax removed, runs of blank lines left behind
+// collapsed to one, the text trimmed. Where it differs: images inside
+// code (fenced blocks, inline spans) are left alone, as Hermes's
+// extract_local_files leaves paths there (a Markdown example stays
+// intact); a URL referenced twice is sent once; at most maxAnswerImages
+// are taken, the rest stay in the text. Without images the text is
+// returned unchanged.
+func extractImages(text string) ([]answerImage, string) {
+	if !strings.Contains(text, "](http") && !strings.Contains(text, "<img") {
+		return nil, text
+	}
+	var code [][]int
+	if strings.Contains(text, "`") {
+		code = append(fencedCode.FindAllStringIndex(text, -1), inlineCode.FindAllStringIndex(text, -1)...)
+	}
+	inCode := func(i int) bool {
+		for _, r := range code {
+			if i >= r[0] && i < r[1] {
+				return true
+			}
+		}
+		return false
+	}
+	type match struct {
+		start, end int
+		img        answerImage
+	}
+	var found []match
+	for _, m := range markdownImage.FindAllStringSubmatchIndex(text, -1) {
+		u := text[m[4]:m[5]]
+		if looksLikeImage(u) && !inCode(m[0]) {
+			found = append(found, match{m[0], m[1], answerImage{url: u, alt: strings.TrimSpace(text[m[2]:m[3]])}})
+		}
+	}
+	for _, m := range htmlImage.FindAllStringSubmatchIndex(text, -1) {
+		if !inCode(m[0]) {
+			found = append(found, match{m[0], m[1], answerImage{url: text[m[2]:m[3]]}})
+		}
+	}
+	if len(found) == 0 {
+		return nil, text
+	}
+	// In the order they appear; a Markdown image inside an <img> match
+	// (or the reverse) cannot happen, the two never overlap.
+	for i := 1; i < len(found); i++ {
+		for j := i; j > 0 && found[j].start < found[j-1].start; j-- {
+			found[j], found[j-1] = found[j-1], found[j]
+		}
+	}
+	var images []answerImage
+	taken := map[string]bool{}
+	var b strings.Builder
+	last := 0
+	for _, m := range found {
+		if m.start < last {
+			continue
+		}
+		if !taken[m.img.url] {
+			if len(images) == maxAnswerImages {
+				continue // stays in the text
+			}
+			taken[m.img.url] = true
+			images = append(images, m.img)
+		}
+		b.WriteString(text[last:m.start])
+		last = m.end
+	}
+	b.WriteString(text[last:])
+	return images, strings.TrimSpace(blankLines.ReplaceAllString(b.String(), "\n\n"))
+}
+
+// answerImages takes the images out of a final answer's text when the
+// platform of ev sends them natively (delivery.images and the platform's
+// images mode); otherwise the text is returned as it is.
+func (s *Service) answerImages(ev *repliesv1.ReplyEvent, text string) ([]answerImage, string) {
+	if !s.cfg.nativeImages(ev.GetTarget().GetPlatform()) {
+		return nil, text
+	}
+	return extractImages(text)
+}
+
+// imageKeyPart marks the idempotency key of an answer's image:
+// "<turn_id>:<seq>:img<i>". The keys come from the final event, so a
+// redelivered final queues the same rows again, which the outbox (and the
+// gateway, by key) takes once.
+const imageKeyPart = ":img"
+
+// imageLinkSuffix ends the key of the link sent in place of an image that
+// could not be sent.
+const imageLinkSuffix = ":link"
+
+// imageRequests are the sends of an answer's images, one attachment each,
+// after its text. The last is the turn's final message when the answer
+// had no text left.
+func (s *Service) imageRequests(ctx context.Context, ev *repliesv1.ReplyEvent, images []answerImage, final bool) []*deliveryv1.SendRequested {
+	base := keyBase(ctx, ev)
+	reqs := make([]*deliveryv1.SendRequested, len(images))
+	for i, img := range images {
+		r := s.request(ev, fmt.Sprintf("%s%s%d", base, imageKeyPart, i), deliveryv1.SendOp_SEND_OP_SEND)
+		// The answer's usage and hop times belong to its text.
+		r.Usage, r.HopTimes = nil, nil
+		r.Attachments = []*eventsv1.Attachment{{
+			Kind:     eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE,
+			Location: &eventsv1.Attachment_Url{Url: img.url},
+			Caption:  img.alt,
+		}}
+		r.Final = final && i == len(images)-1
+		reqs[i] = r
+	}
+	return reqs
+}
+
+// isImageRow reports whether a row is one of an answer's images.
+func isImageRow(r outbox.Row) bool {
+	i := strings.LastIndex(r.Key, imageKeyPart)
+	if i < 0 || r.Request.GetOp() != deliveryv1.SendOp_SEND_OP_SEND || len(r.Request.GetAttachments()) != 1 {
+		return false
+	}
+	n := r.Key[i+len(imageKeyPart):]
+	return n != "" && strings.Trim(n, "0123456789") == ""
+}
+
+// imageFallback sends, in place of an answer's image that was given up
+// (the gateway could not fetch or post it, or every attempt failed), its
+// link as text, as Hermes's send_image does on a platform without native
+// images ("<alt>\n<url>"): the answer never loses it. It reports whether
+// r was such an image (and no undelivered notice is due: the answer's
+// text went on its own).
+func (s *Service) imageFallback(ctx context.Context, log warner, r outbox.Row) bool {
+	if !isImageRow(r) {
+		return false
+	}
+	a := r.Request.GetAttachments()[0]
+	text := a.GetUrl()
+	if c := a.GetCaption(); c != "" {
+		text = c + "\n" + text
+	}
+	req := &deliveryv1.SendRequested{
+		IdempotencyKey:       r.Key + imageLinkSuffix,
+		Op:                   deliveryv1.SendOp_SEND_OP_SEND,
+		Target:               r.Request.GetTarget(),
+		TurnId:               r.Request.GetTurnId(),
+		SessionKey:           r.Request.GetSessionKey(),
+		InputMessageIds:      r.Request.GetInputMessageIds(),
+		NoReactionMessageIds: r.Request.GetNoReactionMessageIds(),
+		Text:                 text,
+		Format:               deliveryv1.TextFormat_TEXT_FORMAT_PLAIN,
+		Final:                r.Request.GetFinal(),
+	}
+	if _, err := s.store.Enqueue(ctx, s.now(), s.cfg.TTL, req); err != nil {
+		log.Warn("queue the link of an image that could not be sent failed", "err", err)
+		return true
+	}
+	s.kick()
+	return true
+}

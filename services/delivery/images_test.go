@@ -1,0 +1,174 @@
+package delivery_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
+	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
+	"github.com/switchboard-chat/switchboard/services/delivery"
+)
+
+// imagesConfig is testConfig with native images on the test platforms.
+func imagesConfig() delivery.Config {
+	cfg := testConfig()
+	cfg.Platforms["test"] = delivery.Platform{Images: delivery.ImagesNative}
+	cfg.Platforms["stream"] = delivery.Platform{Streaming: delivery.StreamEdit, Images: delivery.ImagesNative}
+	return cfg
+}
+
+const imageAnswer = "Here is the chart:\n\n![Sales](https://cdn.example.test/sales.png)\n\nAnd the logo <img src=\"https://cdn.example.test/logo\">"
+
+// The images a final answer references go after its text as image
+// sends, taken out of the text, as Hermes's gateway sends them; a retry
+// of an image (a gateway that failed once) and a redelivered final
+// event post each image once: their keys are the final event's.
+func TestAnswerImagesSentAfterTextOnce(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.gw.setBehaviour(func(req *deliveryv1.SendRequested, try int) behaviour {
+		if req.GetIdempotencyKey() == "t1:1:img0" && try == 1 {
+			return behaviour{fail: &deliveryv1.SendReceipt{ErrorClass: deliveryv1.ErrorClass_ERROR_CLASS_RETRYABLE, Error: "platform busy"}}
+		}
+		return behaviour{}
+	})
+	e.start(t, imagesConfig(), "a")
+	e.publish(t, event("t1", 1, "s1", final(imageAnswer)))
+	eventually(t, e.clock, 0, "text and images", func() bool { return len(e.gw.sends()) == 3 })
+	// The same final again (a redelivery after a crash before the ack).
+	if _, err := e.bus.Publish(context.Background(), e.bus.Topology().ReplySubject("s1"), "reply:t1:1:again", event("t1", 1, "s1", final(imageAnswer))); err != nil {
+		t.Fatal(err)
+	}
+	e.consumed(t, "s1")
+	eventually(t, e.clock, 0, "rows sent", func() bool {
+		return rowState(t, e.db, "t1:1:img0") == "sent" && rowState(t, e.db, "t1:1:img1") == "sent"
+	})
+	sent := e.gw.sends()
+	if len(sent) != 3 {
+		t.Fatalf("posted %d messages, want the text and 2 images once each", len(sent))
+	}
+	want := []struct {
+		key, text, url, caption string
+		final                   bool
+	}{
+		{"t1:1:0", "Here is the chart:\n\nAnd the logo", "", "", true},
+		{"t1:1:img0", "", "https://cdn.example.test/sales.png", "Sales", false},
+		{"t1:1:img1", "", "https://cdn.example.test/logo", "", false},
+	}
+	for i, w := range want {
+		r := sent[i].Req
+		var url, caption string
+		if a := r.GetAttachments(); len(a) == 1 {
+			url, caption = a[0].GetUrl(), a[0].GetCaption()
+		}
+		if r.GetIdempotencyKey() != w.key || r.GetText() != w.text || url != w.url || caption != w.caption || r.GetFinal() != w.final {
+			t.Errorf("send %d: key %s text %q image %q caption %q final %v; want %+v", i, r.GetIdempotencyKey(), r.GetText(), url, caption, r.GetFinal(), w)
+		}
+	}
+}
+
+// An image the gateway cannot send (its URL answers 404, or the egress
+// guard refuses its address) is given up, and its link goes to the chat
+// in its place: the answer loses nothing, and no "delivery failed"
+// notice follows, the text having arrived. When the answer was only the
+// image, the link is the turn's final message.
+func TestAnswerImageThatFailsGoesAsLink(t *testing.T) {
+	t.Parallel()
+	for i, tc := range []struct {
+		name, text, wantText string
+		linkFinal            bool
+	}{
+		{"after text", "Chart: ![Sales](https://cdn.example.test/gone.png)", "Chart:", false},
+		{"image only", "![Sales](https://cdn.example.test/gone.png)", "", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			e.gw.setBehaviour(func(req *deliveryv1.SendRequested, _ int) behaviour {
+				if len(req.GetAttachments()) > 0 {
+					return behaviour{fail: &deliveryv1.SendReceipt{ErrorClass: deliveryv1.ErrorClass_ERROR_CLASS_PERMANENT, Error: "download attachment: 404 Not Found"}}
+				}
+				return refuseBlank(req, 0)
+			})
+			e.start(t, imagesConfig(), "a")
+			turn := fmt.Sprint("t", i)
+			e.publish(t, event(turn, 1, "s1", final(tc.text)))
+			link := turn + ":1:img0:link"
+			eventually(t, e.clock, 0, "the link", func() bool { return rowState(t, e.db, link) == "sent" })
+			e.consumed(t, "s1")
+			if st := rowState(t, e.db, turn+":1:img0"); st != "failed" {
+				t.Fatalf("image row %s, want failed", st)
+			}
+			var texts []string
+			var last *deliveryv1.SendRequested
+			for _, c := range e.gw.sends() {
+				texts = append(texts, c.Req.GetText())
+				if c.Key == link {
+					last = c.Req
+				}
+			}
+			want := []string{"Sales\nhttps://cdn.example.test/gone.png"}
+			if tc.wantText != "" {
+				want = append([]string{tc.wantText}, want...)
+			}
+			if fmt.Sprint(texts) != fmt.Sprint(want) {
+				t.Fatalf("posted %q, want %q", texts, want)
+			}
+			if last.GetFinal() != tc.linkFinal {
+				t.Fatalf("link final=%v, want %v", last.GetFinal(), tc.linkFinal)
+			}
+		})
+	}
+}
+
+// With delivery.images link, or on a platform whose images are links,
+// the answer goes as written.
+func TestAnswerImagesOff(t *testing.T) {
+	t.Parallel()
+	off := imagesConfig()
+	off.Images = delivery.ImagesLink
+	for i, tc := range []struct {
+		name string
+		cfg  delivery.Config
+	}{
+		{"switched off", off},
+		{"platform of links", testConfig()},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			e.start(t, tc.cfg, "a")
+			turn := fmt.Sprint("t", i)
+			e.publish(t, event(turn, 1, "s1", final(imageAnswer)))
+			eventually(t, e.clock, 0, "the answer", func() bool { return len(e.gw.sends()) == 1 })
+			e.consumed(t, "s1")
+			sent := e.gw.sends()
+			if len(sent) != 1 || sent[0].Req.GetText() != imageAnswer || len(sent[0].Req.GetAttachments()) != 0 {
+				t.Fatalf("sent %+v, want the answer as written", sent)
+			}
+		})
+	}
+}
+
+// A streamed answer's final edit takes the image syntax out of the
+// message, and the image follows it.
+func TestStreamedAnswerImages(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	cfg := streamConfig()
+	cfg.Platforms["stream"] = delivery.Platform{Streaming: delivery.StreamEdit, Images: delivery.ImagesNative}
+	e.start(t, cfg, "a")
+	e.publishStream(t, "t1", 1, "s1", &repliesv1.TextDelta{Text: "Here it is: ![Sales](https://cdn.example.test/sales.png)"})
+	eventually(t, e.clock, 0, "streamed message", func() bool { return len(e.gw.sends()) == 1 })
+	e.publishStream(t, "t1", 2, "s1", final("Here it is: ![Sales](https://cdn.example.test/sales.png)"))
+	eventually(t, e.clock, 0, "final edit and image", func() bool { return len(e.gw.sends()) == 3 })
+	e.consumed(t, "s1")
+	sent := e.gw.sends()
+	if r := sent[1].Req; r.GetOp() != deliveryv1.SendOp_SEND_OP_EDIT || r.GetText() != "Here it is:" || !r.GetFinal() {
+		t.Fatalf("final edit %v %q final=%v", r.GetOp(), r.GetText(), r.GetFinal())
+	}
+	if r := sent[2].Req; r.GetOp() != deliveryv1.SendOp_SEND_OP_SEND || len(r.GetAttachments()) != 1 || r.GetAttachments()[0].GetUrl() != "https://cdn.example.test/sales.png" {
+		t.Fatalf("after the edit: %+v, want the image", r)
+	}
+}
