@@ -683,3 +683,43 @@ func TestApprovalButtons(t *testing.T) {
 		}
 	}
 }
+
+// LINE_REQUIRE_MENTION: in groups and rooms only messages whose mention
+// object names the bot are published, except in the free-response
+// groups (LINE_FREE_RESPONSE_GROUPS); DMs and postbacks (taps on the
+// bot's buttons) are never gated. A mention of another member is not
+// one of the bot.
+func TestRequireMention(t *testing.T) {
+	t.Parallel()
+	const free, room = "Cf0e1d2c3b4a5968778695a4b3c2d1e0f", "Rb1c2d3e4f5a6b7c8d9e0f1a2b3c4d5e6"
+	f := linefake.New(t)
+	cfg := testConfig(f)
+	cfg.AllowedGroups, cfg.AllowedRooms = []string{testGroup, free}, []string{"*"}
+	cfg.RequireMention, cfg.FreeResponseGroups = true, []string{free}
+	h := start(t, f, cfg)
+	other := f.Event(linefake.Inbound{UserID: alice, GroupID: testGroup, Text: "@Ann hi"})
+	other["message"].(map[string]any)["mention"] = map[string]any{"mentionees": []map[string]any{{"index": 0, "length": 4, "type": "user", "userId": "U9f8e7d6c5b4a39281706f5e4d3c2b1a0"}}}
+	events := []map[string]any{
+		f.Event(linefake.Inbound{UserID: alice, GroupID: testGroup, Text: "chatter"}),
+		f.Event(linefake.Inbound{UserID: alice, GroupID: testGroup, Text: "@Bot help", MentionBot: true}),
+		other,
+		f.Event(linefake.Inbound{UserID: alice, GroupID: free, Text: "anything goes here"}),
+		f.Event(linefake.Inbound{UserID: alice, RoomID: room, Text: "room chatter"}),
+		f.Event(linefake.Inbound{UserID: alice, Text: "a DM"}),
+		f.Event(linefake.Inbound{Type: "postback", UserID: alice, GroupID: testGroup, Text: "/new"}),
+	}
+	if code := h.post(t, f.Body(events...)); code != http.StatusOK {
+		t.Fatalf("delivery answered %d", code)
+	}
+	for _, want := range []struct {
+		text, chat string
+		mentioned  bool
+	}{{"@Bot help", testGroup, true}, {"anything goes here", free, false}, {"a DM", alice, false}, {"/new", testGroup, false}} {
+		ev := h.next(t)
+		if ev.GetText() != want.text || ev.GetSource().GetChatId() != want.chat || ev.GetMentioned() != want.mentioned {
+			t.Fatalf("event %q in %s (mentioned %v), want %q in %s (mentioned %v)", ev.GetText(), ev.GetSource().GetChatId(), ev.GetMentioned(),
+				want.text, want.chat, want.mentioned)
+		}
+	}
+	h.none(t)
+}

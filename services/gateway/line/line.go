@@ -35,6 +35,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -69,6 +70,21 @@ type Config struct {
 	// LINE_ALLOWED_USERS.
 	AllowedGroups []string `koanf:"allowed_groups"`
 	AllowedRooms  []string `koanf:"allowed_rooms"`
+	// RequireMention (LINE_REQUIRE_MENTION, default false, as in Hermes):
+	// in groups and rooms, publish only messages that mention the bot
+	// (LINE's mention object: a mentionee with isSelf, or the bot's user
+	// id). DMs and postbacks (taps on the bot's buttons) are never gated.
+	// Hermes looks for "@<the bot's display name>" in the text; the
+	// mention object does not break when the name changes or another
+	// member's name contains it.
+	RequireMention bool `koanf:"require_mention"`
+	// FreeResponseGroups (LINE_FREE_RESPONSE_GROUPS) and
+	// FreeResponseRooms (LINE_FREE_RESPONSE_ROOMS) are groups and rooms
+	// answered without a mention when RequireMention is on ("*": all),
+	// as Hermes's "dedicated bot groups". They must be allowed too
+	// (AllowedGroups, AllowedRooms); one that is not is logged at start.
+	FreeResponseGroups []string `koanf:"free_response_groups"`
+	FreeResponseRooms  []string `koanf:"free_response_rooms"`
 	// APIBaseURL (LINE_API_BASE_URL) and DataBaseURL
 	// (LINE_DATA_API_BASE_URL) are the Messaging API's hosts, or a
 	// fake's.
@@ -221,8 +237,10 @@ type Platform struct {
 	account string
 	groups  map[string]bool
 	rooms   map[string]bool
-	addr    atomic.Value // string: the webhook listener's address
-	botID   atomic.Value // string: the bot's own user id, once known
+	// freeGroups and freeRooms are answered without a mention.
+	freeGroups, freeRooms map[string]bool
+	addr                  atomic.Value // string: the webhook listener's address
+	botID                 atomic.Value // string: the bot's own user id, once known
 
 	mu sync.Mutex
 	kv jetstream.KeyValue // reply tokens, opened on first use
@@ -243,12 +261,31 @@ func NewPlatform(cfg Config, b *bus.Bus, log *slog.Logger, hc *http.Client) (*Pl
 	if hc == nil {
 		hc = &http.Client{Timeout: 30 * time.Second}
 	}
-	return &Platform{
+	p := &Platform{
 		cfg: cfg, log: log.With("platform", "line"), bus: b,
 		api:     &api{base: cfg.APIBaseURL, data: cfg.DataBaseURL, token: cfg.ChannelAccessToken, hc: hc},
 		account: accountOf(cfg.ChannelSecret),
 		groups:  platform.IDSet(cfg.AllowedGroups), rooms: platform.IDSet(cfg.AllowedRooms),
-	}, nil
+		freeGroups: platform.IDSet(cfg.FreeResponseGroups), freeRooms: platform.IDSet(cfg.FreeResponseRooms),
+	}
+	// As Hermes warns: a free-response group or room that is not
+	// allowed is dropped before its freedom counts.
+	for _, c := range []struct {
+		kind          string
+		free, allowed map[string]bool
+	}{{"groups", p.freeGroups, p.groups}, {"rooms", p.freeRooms, p.rooms}} {
+		var unreachable []string
+		for id := range c.free {
+			if !c.allowed["*"] && !c.allowed[id] && id != "*" {
+				unreachable = append(unreachable, id)
+			}
+		}
+		if len(unreachable) > 0 {
+			sort.Strings(unreachable)
+			p.log.Warn("line: free-response "+c.kind+" that are not allowed get nothing published", "kind", c.kind, "ids", unreachable)
+		}
+	}
+	return p, nil
 }
 
 // accountOf names the channel without revealing its secret: "ch" and

@@ -8,7 +8,7 @@ import (
 var (
 	skipped = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "switchboard_line_events_skipped_total",
-		Help: "LINE webhook events published as nothing, by reason (event type, standby, group not allowed, own message, empty message …).",
+		Help: "LINE webhook events published as nothing, by reason (event type, standby, group not allowed, not mentioned, own message, empty message …).",
 	}, []string{"reason"})
 	signatureFailures = promauto.NewCounter(prometheus.CounterOpts{
 		Name: "switchboard_line_signature_failures_total",

@@ -99,6 +99,20 @@ type rules struct {
 	data    string // the content host (DataBaseURL)
 	groups  map[string]bool
 	rooms   map[string]bool
+	// requireMention gates the messages of groups and rooms, except
+	// those of freeGroups and freeRooms ("*": every one).
+	requireMention        bool
+	freeGroups, freeRooms map[string]bool
+}
+
+// free reports whether a group's or room's messages are published
+// without a mention.
+func (r *rules) free(src *eventsv1.SessionSource) bool {
+	set := r.freeGroups
+	if src.ChatType == "room" {
+		set = r.freeRooms
+	}
+	return set["*"] || set[src.ChatId]
 }
 
 // incoming is one event normalized: an event to publish with its reply
@@ -121,8 +135,9 @@ type incoming struct {
 // as the user's text, as Hermes reads it; an approval button's data is
 // the command it stands for, with the call it answers (buttons.go).
 // Other events (follow, join, unsend …), those in standby mode (another
-// channel answers the chat), from the bot itself, or from a group or
-// room that is not allowed are skipped.
+// channel answers the chat), from the bot itself, from a group or room
+// that is not allowed, or (require_mention) a group's or room's message
+// that does not mention the bot, are skipped.
 func normalize(e *event, r *rules) incoming {
 	if e.Type != "message" && e.Type != "postback" {
 		return incoming{skip: "event " + reason(e.Type)}
@@ -202,6 +217,12 @@ func normalize(e *event, r *rules) incoming {
 		if mt.IsSelf || (r.bot != "" && mt.UserID == r.bot) {
 			ev.Mentioned = true
 		}
+	}
+	if e.Type == "message" && src.ChatType != "dm" && r.requireMention && !ev.Mentioned && !r.free(src) {
+		// LINE_REQUIRE_MENTION, as in Hermes: a group's or room's
+		// message that does not mention the bot is not for it. A
+		// postback is a tap on the bot's own button: never gated.
+		return incoming{skip: "not mentioned"}
 	}
 	if ev.Text == "" && len(ev.Attachments) == 0 {
 		return incoming{skip: "empty message"}

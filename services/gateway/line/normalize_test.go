@@ -65,6 +65,7 @@ func TestNormalize(t *testing.T) {
 		key        string // Hermes's session key
 		replyToken bool
 		skip, err  string
+		rules      *rules // normRules when nil
 	}{
 		{name: "dm text", ev: lineEvent(t, userSrc, text("Hello, world")), replyToken: true,
 			want: &eventsv1.MessageReceived{EventId: evID, MessageId: msgID, Source: dm, Text: "Hello, world"}, key: "agent:main:line:dm:" + alice},
@@ -76,6 +77,20 @@ func TestNormalize(t *testing.T) {
 		{name: "group text mentioning someone else", replyToken: true,
 			ev:   lineEvent(t, groupSrc, `{"id":"`+msgID+`","type":"text","text":"@Ann hi","mention":{"mentionees":[{"index":0,"length":4,"type":"user","userId":"Uother"}]}}`),
 			want: &eventsv1.MessageReceived{EventId: evID, MessageId: msgID, Source: grp, Text: "@Ann hi"}, key: "agent:main:line:group:" + group + ":" + alice},
+		{name: "require_mention: a group message without one", ev: lineEvent(t, groupSrc, text("chatter")), rules: &rules{account: testCh, bot: bot, data: data,
+			groups: map[string]bool{group: true}, rooms: map[string]bool{}, requireMention: true}, skip: "not mentioned"},
+		{name: "require_mention: a mention of someone else", ev: lineEvent(t, groupSrc, `{"id":"`+msgID+`","type":"text","text":"@Ann hi","mention":{"mentionees":[{"index":0,"length":4,"type":"user","userId":"Uother"}]}}`),
+			rules: &rules{account: testCh, bot: bot, data: data, groups: map[string]bool{group: true}, rooms: map[string]bool{}, requireMention: true}, skip: "not mentioned"},
+		{name: "require_mention: the bot's user id without isSelf", replyToken: true,
+			ev:    lineEvent(t, groupSrc, `{"id":"`+msgID+`","type":"text","text":"@Bot hi","mention":{"mentionees":[{"index":0,"length":4,"type":"user","userId":"`+bot+`"}]}}`),
+			rules: &rules{account: testCh, bot: bot, data: data, groups: map[string]bool{group: true}, rooms: map[string]bool{}, requireMention: true},
+			want:  &eventsv1.MessageReceived{EventId: evID, MessageId: msgID, Source: grp, Text: "@Bot hi", Mentioned: true}, key: "agent:main:line:group:" + group + ":" + alice},
+		{name: "require_mention: a free-response group", replyToken: true, ev: lineEvent(t, groupSrc, text("chatter")),
+			rules: &rules{account: testCh, bot: bot, data: data, groups: map[string]bool{group: true}, rooms: map[string]bool{}, requireMention: true, freeGroups: map[string]bool{group: true}},
+			want:  &eventsv1.MessageReceived{EventId: evID, MessageId: msgID, Source: grp, Text: "chatter"}, key: "agent:main:line:group:" + group + ":" + alice},
+		{name: "require_mention: a DM needs none", replyToken: true, ev: lineEvent(t, userSrc, text("Hello, world")),
+			rules: &rules{account: testCh, bot: bot, data: data, groups: map[string]bool{group: true}, rooms: map[string]bool{}, requireMention: true},
+			want:  &eventsv1.MessageReceived{EventId: evID, MessageId: msgID, Source: dm, Text: "Hello, world"}, key: "agent:main:line:dm:" + alice},
 		{name: "room not in the allowed list", ev: lineEvent(t, `{"type":"room","roomId":"`+room+`","userId":"`+alice+`"}`, text("hi")), skip: "room not allowed"},
 		{name: "group not allowed", ev: lineEvent(t, `{"type":"group","groupId":"Cother"}`, text("hi")), skip: "group not allowed"},
 		{name: "group member without a user id", replyToken: true, ev: lineEvent(t, `{"type":"group","groupId":"`+group+`"}`, text("hi")),
@@ -130,7 +145,11 @@ func TestNormalize(t *testing.T) {
 		{name: "user source without id", ev: lineEvent(t, `{"type":"user"}`, text("hi")), err: "without its id"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			in := normalize(&c.ev, normRules)
+			r := c.rules
+			if r == nil {
+				r = normRules
+			}
+			in := normalize(&c.ev, r)
 			switch {
 			case c.err != "":
 				if in.err == nil || !strings.Contains(in.err.Error(), c.err) {
@@ -266,6 +285,7 @@ func FuzzParseWebhook(f *testing.F) {
 	f.Add(`{"events":[{"type":"follow"},{"type":"message","source":{"type":"room","roomId":"R"}}]}`)
 	f.Add(`{"events":[]}`)
 	f.Add(`{"events":null}`)
+	f.Add(`{"events":[{"type":"message","source":{"type":"room","roomId":"R1","userId":"U2"},"webhookEventId":"e","message":{"id":"3","type":"text","text":"@Bot hi","mention":{"mentionees":[{"index":0,"length":4,"type":"user","isSelf":true}]}}}]}`)
 	f.Add(`{"events":[{"type":"postback","source":{"type":"user","userId":"` + alice + `"},"webhookEventId":"e","postback":{"data":"ea:once:call_1"}}]}`)
 	f.Add(`{"events":[{"type":"postback","source":{"type":"group","groupId":"` + group + `"},"webhookEventId":"e","postback":{"data":"ea:deny:\u00e9"}}]}`)
 	f.Add("{\"events\":[{\"type\":\"message\",\"webhookEventId\":\"\\u0000\"}]}")
@@ -274,7 +294,8 @@ func FuzzParseWebhook(f *testing.F) {
 		if err != nil {
 			return
 		}
-		rr := &rules{account: testCh, bot: bot, data: data, groups: map[string]bool{"*": true}, rooms: map[string]bool{"*": true}}
+		rr := &rules{account: testCh, bot: bot, data: data, groups: map[string]bool{"*": true}, rooms: map[string]bool{"*": true},
+			requireMention: true, freeGroups: map[string]bool{group: true}}
 		for i := range p.Events {
 			in := normalize(&p.Events[i], rr)
 			if in.ev == nil {
@@ -282,6 +303,9 @@ func FuzzParseWebhook(f *testing.F) {
 					t.Fatal("neither an event, a skip nor an error")
 				}
 				continue
+			}
+			if src := in.ev.GetSource(); p.Events[i].Type == "message" && src.GetChatType() != "dm" && src.GetChatId() != group && !in.ev.GetMentioned() {
+				t.Fatalf("a %s message without a mention published under require_mention", src.GetChatType())
 			}
 			if err := platform.CheckEvent(in.ev, "line", testCh, 256<<10); err != nil {
 				// The kit refuses it with a logged reason; what matters is

@@ -81,7 +81,8 @@ func (p *Platform) delivery(w http.ResponseWriter, r *http.Request, conn platfor
 		http.Error(w, "not a line webhook", http.StatusBadRequest)
 		return
 	}
-	ru := &rules{account: p.account, bot: p.botUserID(), data: p.cfg.DataBaseURL, groups: p.groups, rooms: p.rooms}
+	ru := &rules{account: p.account, bot: p.botUserID(), data: p.cfg.DataBaseURL, groups: p.groups, rooms: p.rooms,
+		requireMention: p.cfg.RequireMention, freeGroups: p.freeGroups, freeRooms: p.freeRooms}
 	if ru.bot == "" && strings.HasPrefix(pl.Destination, "U") {
 		ru.bot = pl.Destination // the bot's user id, when /v2/bot/info was out of reach
 	}
