@@ -44,6 +44,10 @@ var (
 	ErrTooManyCodes = errors.New("pairing: too many pending codes on this platform")
 	ErrLockedOut    = errors.New("pairing: approvals on this platform are locked after failed attempts")
 	ErrInvalidCode  = errors.New("pairing: no pending code matches")
+	// ErrIssuedAlready: a code was issued and sent for this very event
+	// by an earlier handling of it (a redelivery after a crash before the
+	// event was acknowledged); nothing new is to be sent.
+	ErrIssuedAlready = errors.New("pairing: a code was issued for this event already")
 )
 
 // Pairing is one code or approval, as the admin API lists it.
@@ -158,7 +162,7 @@ func (s *Store) IsApproved(ctx context.Context, platform, userID string) (bool, 
 // message to the user) uses IssueSent instead, or a failure loses it.
 func (s *Store) Issue(ctx context.Context, platform, userID, userName string) (string, error) {
 	var code string
-	err := s.IssueSent(ctx, platform, userID, userName, func(_ context.Context, c string, _ int64) error {
+	err := s.IssueSent(ctx, platform, userID, userName, "", func(_ context.Context, c string, _ int64) error {
 		code = c
 		return nil
 	})
@@ -180,12 +184,31 @@ func (s *Store) Issue(ctx context.Context, platform, userID, userName string) (s
 // the limits and the lockout, and commits only after the send instead.
 // The platform's pairing lock is held during send: send should be
 // bounded (a bus publish is).
-func (s *Store) IssueSent(ctx context.Context, platform, userID, userName string, send func(ctx context.Context, code string, id int64) error) error {
+//
+// eventID names the inbound event the code answers ("" for none); it is
+// kept with the code. When a code of this user was issued for the same
+// event already, IssueSent returns ErrIssuedAlready and sends nothing:
+// the event was redelivered after its code was committed (and so its
+// notice published) but before it was acknowledged, and the user must
+// get neither a second code nor the rate limit's "a code was sent to you
+// recently" for their own. Hermes has no such case: its adapters hand
+// a message to the gateway once, with no redelivery.
+func (s *Store) IssueSent(ctx context.Context, platform, userID, userName, eventID string, send func(ctx context.Context, code string, id int64) error) error {
 	now := s.now()
 	userID = UserID(platform, userID)
 	return pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
 		if err := lockPlatform(ctx, tx, platform); err != nil {
 			return err
+		}
+		if eventID != "" {
+			var issued bool
+			if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pairing_codes WHERE platform = $1 AND user_id = $2 AND event_id = $3)`,
+				platform, userID, eventID).Scan(&issued); err != nil {
+				return fmt.Errorf("look up the event's pairing code: %w", err)
+			}
+			if issued {
+				return ErrIssuedAlready
+			}
 		}
 		if locked, err := lockedOut(ctx, tx, platform, now); err != nil {
 			return err
@@ -212,8 +235,8 @@ func (s *Store) IssueSent(ctx context.Context, platform, userID, userName string
 		salt := make([]byte, 16)
 		_, _ = rand.Read(salt)
 		var id int64
-		if err := tx.QueryRow(ctx, `INSERT INTO pairing_codes (platform, user_id, user_name, salt, code_hash, created_at, expires_at)
-			VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id`, platform, userID, userName, salt, hashCode(salt, code), now, now.Add(CodeTTL)).Scan(&id); err != nil {
+		if err := tx.QueryRow(ctx, `INSERT INTO pairing_codes (platform, user_id, user_name, salt, code_hash, created_at, expires_at, event_id)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING id`, platform, userID, userName, salt, hashCode(salt, code), now, now.Add(CodeTTL), eventID).Scan(&id); err != nil {
 			return fmt.Errorf("store pairing code: %w", err)
 		}
 		// Old rows only serve the rate limit; keep the table small.

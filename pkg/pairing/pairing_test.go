@@ -202,7 +202,7 @@ func TestIssueSentKeepsOnlySentCodes(t *testing.T) {
 	errDown := errors.New("bus down")
 	var lost []string
 	for range MaxPending + 1 {
-		err := s.IssueSent(ctx, "telegram", "u1", "Ann", func(_ context.Context, code string, _ int64) error {
+		err := s.IssueSent(ctx, "telegram", "u1", "Ann", "", func(_ context.Context, code string, _ int64) error {
 			lost = append(lost, code)
 			return errDown
 		})
@@ -216,14 +216,14 @@ func TestIssueSentKeepsOnlySentCodes(t *testing.T) {
 	}
 	var sent string
 	var ids []int64
-	if err := s.IssueSent(ctx, "telegram", "u1", "Ann", func(_ context.Context, code string, id int64) error {
+	if err := s.IssueSent(ctx, "telegram", "u1", "Ann", "", func(_ context.Context, code string, id int64) error {
 		sent = code
 		ids = append(ids, id)
 		return nil
 	}); err != nil {
 		t.Fatalf("issue after failed sends: %v", err)
 	}
-	if err := s.IssueSent(ctx, "telegram", "u1", "Ann", func(context.Context, string, int64) error {
+	if err := s.IssueSent(ctx, "telegram", "u1", "Ann", "", func(context.Context, string, int64) error {
 		t.Fatal("a second code was handed out within the rate window")
 		return nil
 	}); !errors.Is(err, ErrRateLimited) {
@@ -245,5 +245,50 @@ func TestIssueSentKeepsOnlySentCodes(t *testing.T) {
 	}
 	if len(ids) != 1 || ids[0] <= 0 {
 		t.Fatalf("send got ids %v, want the pending code's", ids)
+	}
+}
+
+// The redelivery of the event a code was issued for recognises its code
+// and sends nothing (ErrIssuedAlready), within the rate window or not;
+// another event of the same user in the window is rate limited; a failed
+// send for an event keeps nothing, so the event's next try issues a code.
+func TestIssueSentRecognisesItsEvent(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	s := NewStore(pgtest.New(t)).WithClock(func() time.Time { return now })
+	errDown := errors.New("bus down")
+	for _, step := range []struct {
+		name    string
+		advance time.Duration
+		user    string
+		event   string
+		fail    bool
+		wantErr error
+	}{
+		{"send fails", 0, "u1", "telegram:bot:1", true, errDown},
+		{"the event again: issued", 0, "u1", "telegram:bot:1", false, nil},
+		{"the event redelivered", 0, "u1", "telegram:bot:1", false, ErrIssuedAlready},
+		{"another event in the window", time.Minute, "u1", "telegram:bot:2", false, ErrRateLimited},
+		{"the event redelivered after the window", UserRateWindow, "u1", "telegram:bot:1", false, ErrIssuedAlready},
+		{"same event id, another user", 0, "u2", "telegram:bot:1", false, nil},
+		{"no event id is never a redelivery", UserRateWindow, "u3", "", false, nil},
+		{"no event id again: rate limited", 0, "u3", "", false, ErrRateLimited},
+	} {
+		now = now.Add(step.advance)
+		sent := false
+		err := s.IssueSent(ctx, "telegram", step.user, "Ann", step.event, func(context.Context, string, int64) error {
+			sent = true
+			if step.fail {
+				return errDown
+			}
+			return nil
+		})
+		if !errors.Is(err, step.wantErr) || (step.wantErr == nil && err != nil) {
+			t.Fatalf("%s: %v, want %v", step.name, err, step.wantErr)
+		}
+		if wantSent := step.wantErr == nil || step.fail; sent != wantSent {
+			t.Fatalf("%s: sent %v, want %v", step.name, sent, wantSent)
+		}
 	}
 }

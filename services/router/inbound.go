@@ -418,7 +418,7 @@ func (s *Service) unauthorized(ctx context.Context, m *msgCtx) error {
 		pairingCodes.WithLabelValues("ignored").Inc()
 		return nil
 	}
-	err := s.pairing.IssueSent(ctx, m.platform, m.src.GetUserId(), m.src.GetUserName(), func(ctx context.Context, code string, id int64) error {
+	err := s.pairing.IssueSent(ctx, m.platform, m.src.GetUserId(), m.src.GetUserName(), m.dedupeID, func(ctx context.Context, code string, id int64) error {
 		text := fmt.Sprintf("Hi! I don't know you yet. Your pairing code is %s\n\nAsk the bot owner to run:\nswitchboard pairing approve %s %s\n\nThe code is valid for one hour.", code, m.platform, code)
 		return s.pairingNotice(ctx, m, id, text)
 	})
@@ -426,6 +426,13 @@ func (s *Service) unauthorized(ctx context.Context, m *msgCtx) error {
 	switch {
 	case err == nil:
 		pairingCodes.WithLabelValues("issued").Inc()
+		return nil
+	case errors.Is(err, pairing.ErrIssuedAlready):
+		// A redelivery after a crash between the code's commit and this
+		// message's acknowledgement: the notice with the code is on the
+		// bus already (under its own ids), so nothing new is published,
+		// least of all "a code was sent to you recently".
+		s.log.Debug("redelivered inbound event issued its pairing code already", "event", m.dedupeID)
 		return nil
 	case errors.Is(err, pairing.ErrRateLimited), errors.Is(err, pairing.ErrTooManyCodes), errors.Is(err, pairing.ErrLockedOut):
 		reason := map[bool]string{true: "rate_limited"}[errors.Is(err, pairing.ErrRateLimited)]

@@ -3,6 +3,7 @@ package router
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/switchboard-chat/switchboard/pkg/bus"
@@ -91,5 +92,56 @@ func TestPairingCodeKeptOnlyOnceSent(t *testing.T) {
 	}
 	if p, err := store.Approve(ctx, "telegram", sent, "op"); err != nil || p.UserID != "mallory" {
 		t.Fatalf("approving the sent code: %+v %v", p, err)
+	}
+}
+
+// A router that crashed after a pairing code was kept (its notice on the
+// bus) but before it recorded the message as handled sees the message
+// again: the redelivery recognises its own code and publishes nothing,
+// neither a second code nor "a code was sent to you recently". Another
+// message of the same user within the rate window still gets that answer.
+func TestPairingRedeliveryAfterACrashPublishesNothingNew(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	cfg := testConfig()
+	cfg.Auth.UnauthorizedDMBehavior = auth.DMPair
+	e.startRouter(cfg, nil, nil)
+	ctx := context.Background()
+	ev := dm("mallory", "hello")
+	e.publish(ev)
+	waitFor(t, "the pairing notice", func() bool { return len(e.noticesTo("mallory")) == 1 })
+	waitFor(t, "inbound drained", e.inboundDrained)
+	// The crash: the code is kept, the message is not recorded as handled.
+	keys, err := e.rdb.Keys(ctx, e.prefix+"inbound:*").Result()
+	if err != nil || len(keys) != 1 {
+		t.Fatalf("dedupe records %v, %v", keys, err)
+	}
+	if err := e.rdb.Del(ctx, keys...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	e.publishID(ev, "redelivered")
+	waitFor(t, "inbound drained", e.inboundDrained)
+	// The replies stream stores what the router published before it
+	// acknowledged the message: the code's notice alone.
+	st, err := e.bus.JetStream().Stream(ctx, e.bus.Topology().Stream(bus.StreamReplies))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info, err := st.Info(ctx); err != nil || info.State.Msgs != 1 {
+		t.Fatalf("replies stream after the redelivery: %+v %v, want the code's notice alone", info.State, err)
+	}
+	// A later message is handled after the redelivery (one message of a
+	// partition at a time): once its answer is in, the redelivery's
+	// would be too.
+	e.publish(dm("mallory", "again"))
+	waitFor(t, "the answer to the next message", func() bool { return len(e.noticesTo("mallory")) >= 2 })
+	waitFor(t, "inbound drained", e.inboundDrained)
+	got := e.noticesTo("mallory")
+	if len(got) != 2 || !codeRE.MatchString(got[0]) || !strings.Contains(got[1], "sent to you recently") {
+		t.Fatalf("notices %q, want the code, then the rate limit's answer to the next message only", got)
+	}
+	var kept int
+	if err := e.db.QueryRow(ctx, `SELECT count(*) FROM pairing_codes`).Scan(&kept); err != nil || kept != 1 {
+		t.Fatalf("%d codes kept (%v), want one", kept, err)
 	}
 }
