@@ -489,10 +489,11 @@ func (s *Store) Pause(ctx context.Context, owner, id string) (Job, error) {
 }
 
 // Resume schedules a paused job again. As Hermes's resume_job ("compute
-// the next future run from now"), a recurring job whose next run passed
-// while it was paused moves on to its first run after now: the runs it
-// missed paused are not made up (a pause is not downtime; "run" makes one
-// now); a next run still ahead stays (an interval keeps its phase). A
+// the next future run from now"), a recurring job's next run is its first
+// after now: the runs it missed paused are not made up (a pause is not
+// downtime; "run" makes one now); a cron expression's next run still
+// ahead is that one, an interval's is now plus its period (an interval
+// counts from its last run or from now, not on a grid of its first). A
 // one-shot whose time passed beyond its grace cannot be resumed.
 func (s *Store) Resume(ctx context.Context, owner, id string) (Job, error) {
 	return s.change(ctx, owner, id, func(j *Job, now time.Time) error {
@@ -509,7 +510,7 @@ func (s *Store) Resume(ctx context.Context, owner, id string) (Job, error) {
 				ErrInvalid, j.Name, sched.At.In(s.loc).Format("2006-01-02 15:04"))
 		case sched.Kind == schedule.Once:
 			j.NextRunAt = sched.At
-		case !j.NextRunAt.After(now):
+		default:
 			j.NextRunAt = sched.First(now)
 		}
 		j.State = StateScheduled

@@ -530,9 +530,11 @@ func TestEditCompleted(t *testing.T) {
 }
 
 // TestResumeByState: as Hermes's resume_job, a resumed job's next run is
-// in the future: one that passed while it was paused moves on to the
-// first after now (no catch-up of a pause); one still ahead stays; a
-// one-shot past its grace cannot be resumed, one ahead keeps its time.
+// computed from now: one that passed while it was paused moves on to the
+// first after now (no catch-up of a pause); a cron expression's still
+// ahead stays, an interval's is now plus its period (no grid of its
+// first run); a one-shot past its grace cannot be resumed, one ahead
+// keeps its time.
 func TestResumeByState(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -549,7 +551,7 @@ func TestResumeByState(t *testing.T) {
 	}{
 		{"cron, next run ahead", "0 9 * * *", 10 * time.Minute, nine, false},
 		{"cron, next run passed", "0 9 * * *", 50 * time.Hour, nine.Add(72 * time.Hour), false},
-		{"interval, next run ahead", "every 1h", 30 * time.Minute, t0.Add(time.Hour), false},
+		{"interval, next run ahead", "every 1h", 30 * time.Minute, t0.Add(90 * time.Minute), false},
 		{"interval, next run passed", "every 1h", 5*time.Hour + 10*time.Minute, t0.Add(6*time.Hour + 10*time.Minute), false},
 		{"one-shot ahead", "2026-03-10T09:00", 10 * time.Minute, nine, false},
 		{"one-shot within its grace", "2026-03-10T09:00", 31 * time.Minute, nine, false},

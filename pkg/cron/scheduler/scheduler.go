@@ -295,7 +295,7 @@ func (s *Scheduler) handle(ctx context.Context, j *cron.Job, now time.Time) (boo
 		// asked for is the job's run, blocked or not. It counts towards
 		// repeat, a one-shot is completed by it, and the next run is the
 		// first after it (a scheduled run due meanwhile is this one).
-		s.advance(j, sched, now, now)
+		s.advance(j, sched, now)
 		return ok, runID, nil
 	}
 	due := j.NextRunAt
@@ -324,7 +324,7 @@ func (s *Scheduler) handle(ctx context.Context, j *cron.Job, now time.Time) (boo
 	case sched.Kind != schedule.Once && late > grace && !s.cfg.CatchUpMissed:
 		runs.WithLabelValues("missed").Inc()
 		s.log.Info("cron run missed beyond its grace; skipped (cron.catch_up_missed=false)", "job", j.ID, "due", due)
-		j.NextRunAt = s.next(sched, due, now)
+		j.NextRunAt = s.next(sched, now)
 		if j.NextRunAt.IsZero() {
 			j.State = cron.StateCompleted
 		}
@@ -346,8 +346,8 @@ func (s *Scheduler) handle(ctx context.Context, j *cron.Job, now time.Time) (boo
 		runs.WithLabelValues(kind).Inc()
 		s.log.Info("cron job fired", "job", j.ID, "due", due, "kind", kind)
 	}
-	// A blocked run counts as the scheduled one: the next comes on time.
-	s.advance(j, sched, due, now)
+	// A blocked run counts as the scheduled one.
+	s.advance(j, sched, now)
 	return ok, runID, nil
 }
 
@@ -356,12 +356,12 @@ func (s *Scheduler) handle(ctx context.Context, j *cron.Job, now time.Time) (boo
 // it, or completes it: a one-shot, or a job whose repeat ran out. A
 // completed job with a run asked for (a row from before a run counted)
 // stays as it is.
-func (s *Scheduler) advance(j *cron.Job, sched schedule.Schedule, due, now time.Time) {
+func (s *Scheduler) advance(j *cron.Job, sched schedule.Schedule, now time.Time) {
 	if j.State == cron.StateCompleted {
 		return
 	}
 	j.RepeatCompleted++
-	j.NextRunAt = s.next(sched, due, now)
+	j.NextRunAt = s.next(sched, now)
 	if j.NextRunAt.IsZero() || (j.RepeatTimes > 0 && j.RepeatCompleted >= j.RepeatTimes) {
 		j.State, j.NextRunAt = cron.StateCompleted, time.Time{}
 	}
@@ -374,19 +374,18 @@ func ranByHandSince(lastRunID string, due time.Time) bool {
 	return err == nil && manual && !at.Before(due)
 }
 
-// next is the first run after now that follows due: missed runs collapse
-// into the one just made (Hermes's catch-up fires once, not per slot).
-// Intervals keep their phase (due + k·period).
-func (s *Scheduler) next(sched schedule.Schedule, due, now time.Time) time.Time {
-	t, ok := sched.Next(due)
-	if !ok || t.After(now) {
-		return t
-	}
-	if sched.Kind == schedule.Interval {
-		k := now.Sub(due)/sched.Every + 1
-		return due.Add(k * sched.Every)
-	}
-	t, _ = sched.Next(now)
+// next is the job's next run after a run (or a skipped instant) at now,
+// as Hermes's compute_next_run(schedule, now) after a run and after a
+// skipped catch-up: an interval's is now plus its period, so it counts
+// from each run's time and a late run or a catch-up moves it rather than
+// keeping the grid of its first run; a cron expression's is its first
+// instant after now, so missed ones collapse into the run just made
+// (Hermes's catch-up fires once, not per slot). Hermes re-anchors once
+// the run has ended (mark_job_run); here the scheduler does not wait for
+// the run's turn, so it counts from the instant the run fired, as
+// Hermes's advance before the run (advance_next_run) does.
+func (s *Scheduler) next(sched schedule.Schedule, now time.Time) time.Time {
+	t, _ := sched.Next(now)
 	return t
 }
 

@@ -197,7 +197,7 @@ func TestFiresOnceAcrossReplicas(t *testing.T) {
 	}
 	js, _ := e.store.List(context.Background(), "telegram:99", true)
 	for _, j := range js {
-		if j.RepeatCompleted != 1 || !j.NextRunAt.Equal(t0.Add(2*time.Hour)) {
+		if j.RepeatCompleted != 1 || !j.NextRunAt.Equal(t0.Add(2*time.Hour+time.Second)) {
 			t.Errorf("job %s: %d runs, next %v", j.ID, j.RepeatCompleted, j.NextRunAt)
 		}
 	}
@@ -232,7 +232,7 @@ func TestCrashBetweenPublishAndCommit(t *testing.T) {
 	if n := e.published(t); n != 1 {
 		t.Errorf("%d messages on the bus after the retry, want the one run", n)
 	}
-	if got := e.job(t, j.ID); got.RepeatCompleted != 1 || !got.NextRunAt.Equal(t0.Add(2*time.Hour)) {
+	if got := e.job(t, j.ID); got.RepeatCompleted != 1 || !got.NextRunAt.Equal(t0.Add(2*time.Hour+time.Minute)) {
 		t.Errorf("after the retry %+v", got)
 	}
 }
@@ -319,8 +319,9 @@ func TestNotFiring(t *testing.T) {
 }
 
 // TestDowntime: after an outage a recurring job runs once (Hermes's
-// catch-up: missed runs collapse) and its next run is the next future
-// one; with catch_up_missed off it only moves on. A one-shot missed
+// catch-up: missed runs collapse) and its next run is the first after
+// that run (an interval's counts from it); with catch_up_missed off it
+// only moves on. A one-shot missed
 // beyond its grace is retired without running.
 func TestDowntime(t *testing.T) {
 	t.Parallel()
@@ -346,8 +347,8 @@ func TestDowntime(t *testing.T) {
 	if got := e.job(t, daily.ID); !got.NextRunAt.Equal(time.Date(2026, 3, 14, 9, 0, 0, 0, time.UTC)) || got.RepeatCompleted != 1 {
 		t.Errorf("daily after the catch-up %+v", got)
 	}
-	if got := e.job(t, hourly.ID); !got.NextRunAt.Equal(time.Date(2026, 3, 13, 9, 30, 0, 0, time.UTC)) {
-		t.Errorf("hourly after the catch-up: next %v, want its phase kept", got.NextRunAt)
+	if got := e.job(t, hourly.ID); !got.NextRunAt.Equal(back.Add(time.Hour)) {
+		t.Errorf("hourly after the catch-up: next %v, want an hour after it", got.NextRunAt)
 	}
 	if got := e.job(t, one.ID); got.State != cron.StateCompleted || got.LastStatus != "error" || !strings.HasPrefix(got.LastError, "missed: ") {
 		t.Errorf("missed one-shot %+v", got)
@@ -367,6 +368,61 @@ func TestDowntime(t *testing.T) {
 	e2.clock.Set(time.Date(2026, 3, 14, 9, 30, 0, 0, time.UTC))
 	if n := tick(t, e2.scheduler(t, func(c *scheduler.Config) { c.CatchUpMissed = false })); n != 1 {
 		t.Errorf("a run 30 minutes late fired %d", n)
+	}
+}
+
+// TestIntervalFromEachRun: as Hermes's compute_next_run, an interval's
+// next run is its period after the run just made (on time, late, a
+// catch-up, or a run asked for), or after the instant a run was skipped
+// (cron.catch_up_missed off): it is not kept on the grid of its first run.
+func TestIntervalFromEachRun(t *testing.T) {
+	t.Parallel()
+	due := t0.Add(time.Hour) // an hourly job's first run
+	for _, tc := range []struct {
+		name     string
+		at       time.Duration // when the tick fires, from due
+		byHand   bool          // a run asked for at due-40m fires then
+		noCatch  bool
+		runs     int
+		wantNext time.Time
+	}{
+		{name: "on time", at: 20 * time.Second, runs: 1, wantNext: due.Add(time.Hour + 20*time.Second)},
+		{name: "late within its grace", at: 10 * time.Minute, runs: 1, wantNext: due.Add(70 * time.Minute)},
+		{name: "catch-up after an outage", at: 5*time.Hour + 10*time.Minute, runs: 1, wantNext: due.Add(6*time.Hour + 10*time.Minute)},
+		{name: "skipped without catch-up", at: 5*time.Hour + 10*time.Minute, noCatch: true, runs: 0, wantNext: due.Add(6*time.Hour + 10*time.Minute)},
+		{name: "a run asked for", at: -40 * time.Minute, byHand: true, runs: 1, wantNext: due.Add(20 * time.Minute)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			j := e.create(t, cron.NewJob{Prompt: "hourly", Schedule: "every 1h"})
+			s := e.scheduler(t, func(c *scheduler.Config) { c.CatchUpMissed = !tc.noCatch })
+			e.clock.Set(due.Add(tc.at))
+			if tc.byHand {
+				if _, err := e.store.Trigger(context.Background(), "telegram:99", j.ID); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if n := tick(t, s); n != tc.runs {
+				t.Fatalf("fired %d, want %d", n, tc.runs)
+			}
+			got := e.job(t, j.ID)
+			if !got.NextRunAt.Equal(tc.wantNext) || got.RepeatCompleted != tc.runs || got.State != cron.StateScheduled {
+				t.Errorf("next %v, %d runs, %s; want %v, %d, scheduled", got.NextRunAt, got.RepeatCompleted, got.State, tc.wantNext, tc.runs)
+			}
+			// Nothing more until then; then the next run.
+			e.clock.Set(tc.wantNext.Add(-time.Second))
+			if n := tick(t, s); n != 0 {
+				t.Errorf("fired %d before the next run", n)
+			}
+			e.clock.Set(tc.wantNext)
+			if n := tick(t, s); n != 1 {
+				t.Errorf("the next run fired %d", n)
+			}
+			if got := e.job(t, j.ID); !got.NextRunAt.Equal(tc.wantNext.Add(time.Hour)) {
+				t.Errorf("after the next run: next %v, want %v", got.NextRunAt, tc.wantNext.Add(time.Hour))
+			}
+		})
 	}
 }
 
