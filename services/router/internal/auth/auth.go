@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+	"github.com/switchboard-chat/switchboard/pkg/platform"
 )
 
 // Config is the allowlist configuration; environment variables add to it.
@@ -67,10 +68,8 @@ func (c Config) Validate() error {
 		}
 	}
 	for p, v := range c.AllowBots {
-		switch strings.ToLower(strings.TrimSpace(v)) {
-		case "", "none", "mentions", "all":
-		default:
-			return fmt.Errorf("auth.allow_bots.%s: %q is not none, mentions or all", p, v)
+		if _, err := platform.ParseBotMode(v); err != nil {
+			return fmt.Errorf("auth.allow_bots.%s: %w", p, err)
 		}
 	}
 	return nil
@@ -222,13 +221,14 @@ func platformOf(envKey, suffix string) string {
 	return strings.ToLower(strings.TrimSuffix(envKey, suffix))
 }
 
-// botsAdmitted reports whether an ALLOW_BOTS value admits bots.
+// botsAdmitted reports whether an ALLOW_BOTS value admits bots. It
+// reads the values the gateways read (platform.ParseBotMode: true and
+// on are all, as their older boolean setting), so one variable admits
+// bots at both; a value neither reads admits none here and stops the
+// gateway at start.
 func botsAdmitted(v string) bool {
-	switch strings.ToLower(strings.TrimSpace(v)) {
-	case "mentions", "all":
-		return true
-	}
-	return false
+	m, err := platform.ParseBotMode(v)
+	return err == nil && m != platform.BotsNone
 }
 
 func truthy(v string) bool {

@@ -45,6 +45,8 @@ func TestDecide(t *testing.T) {
 		{"bot not allowed anywhere", Config{}, []string{"DISCORD_ALLOWED_USERS=u9"}, bot, nil, Decision{false, ReasonNotAllowlisted}},
 		{"ALLOW_BOTS=all admits bots", Config{}, []string{"DISCORD_ALLOW_BOTS=all", "DISCORD_ALLOWED_USERS=u9"}, bot, nil, Decision{true, ReasonAllowedBot}},
 		{"ALLOW_BOTS=mentions admits bots", Config{}, []string{"DISCORD_ALLOW_BOTS=Mentions"}, bot, nil, Decision{true, ReasonAllowedBot}},
+		{"ALLOW_BOTS=true admits bots, as the gateways read it", Config{}, []string{"DISCORD_ALLOW_BOTS=true"}, bot, nil, Decision{true, ReasonAllowedBot}},
+		{"ALLOW_BOTS=false does not", Config{}, []string{"DISCORD_ALLOW_BOTS=false"}, bot, nil, Decision{false, ReasonNoAllowlist}},
 		{"ALLOW_BOTS=none does not", Config{}, []string{"DISCORD_ALLOW_BOTS=none"}, bot, nil, Decision{false, ReasonNoAllowlist}},
 		{"ALLOW_BOTS admits bots only", Config{}, []string{"DISCORD_ALLOW_BOTS=all"}, msg("discord", "group", "g", "u1"), nil, Decision{false, ReasonNoAllowlist}},
 		{"ALLOW_BOTS is per platform", Config{}, []string{"SLACK_ALLOW_BOTS=all"}, bot, nil, Decision{false, ReasonNoAllowlist}},
@@ -144,10 +146,10 @@ func TestUnauthorizedDM(t *testing.T) {
 	if err := (Config{UnauthorizedDMBehavior: "reply"}).Validate(); err == nil {
 		t.Error("an unknown behaviour validates")
 	}
-	if err := (Config{AllowBots: map[string]string{"discord": "yes"}}).Validate(); err == nil {
+	if err := (Config{AllowBots: map[string]string{"discord": "sometimes"}}).Validate(); err == nil {
 		t.Error("an unknown allow_bots value validates")
 	}
-	if err := (Config{AllowBots: map[string]string{"discord": "Mentions", "slack": "none"}}).Validate(); err != nil {
+	if err := (Config{AllowBots: map[string]string{"discord": "Mentions", "slack": "none", "mattermost": "true"}}).Validate(); err != nil {
 		t.Errorf("valid allow_bots: %v", err)
 	}
 }
