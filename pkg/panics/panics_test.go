@@ -2,10 +2,15 @@ package panics_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"log/slog"
 	"strings"
 	"testing"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/switchboard-chat/switchboard/pkg/panics"
 	"github.com/switchboard-chat/switchboard/pkg/telemetry/telemetrytest"
@@ -22,9 +27,8 @@ func TestRecover(t *testing.T) {
 		{"returns nil", func() error { return nil }, false, nil},
 		{"returns its error", func() error { return plain }, false, plain},
 		{"runtime panic", func() error {
-			var m map[string]int
-			m["x"]++ // assignment to entry in nil map
-			return nil
+			var items []string
+			return errors.New(items[len(plain.Error())]) // index out of range
 		}, true, panics.ErrPanicked},
 		{"panic with a value", func() error { panic("bad item") }, true, panics.ErrPanicked},
 	}
@@ -52,6 +56,38 @@ func TestRecover(t *testing.T) {
 				if !strings.Contains(logged, want) {
 					t.Errorf("log lacks %s: %s", want, logged)
 				}
+			}
+		})
+	}
+}
+
+func TestUnaryServerInterceptor(t *testing.T) {
+	info := &grpc.UnaryServerInfo{FullMethod: "/switchboard.admin.v1.AdminService/PruneSessions"}
+	failed := status.Error(codes.InvalidArgument, "bad request")
+	tests := []struct {
+		name     string
+		handler  grpc.UnaryHandler
+		wantResp any
+		wantCode codes.Code
+		panics   float64
+	}{
+		{"answer", func(context.Context, any) (any, error) { return "ok", nil }, "ok", codes.OK, 0},
+		{"error", func(context.Context, any) (any, error) { return nil, failed }, nil, codes.InvalidArgument, 0},
+		{"panic", func(_ context.Context, req any) (any, error) {
+			var parts []string
+			return parts[len(req.(string))], nil // index out of range
+		}, nil, codes.Internal, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			component := "test_rpc_" + tt.name
+			intercept := panics.UnaryServerInterceptor(slog.New(slog.DiscardHandler), component)
+			resp, err := intercept(context.Background(), "req", info, tt.handler)
+			if resp != tt.wantResp || status.Code(err) != tt.wantCode {
+				t.Fatalf("resp %v, err %v; want %v, %v", resp, err, tt.wantResp, tt.wantCode)
+			}
+			if got := telemetrytest.Value(t, "switchboard_panics_total", map[string]string{"component": component}); got != tt.panics {
+				t.Errorf("counted %v, want %v", got, tt.panics)
 			}
 		})
 	}

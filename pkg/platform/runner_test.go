@@ -585,8 +585,8 @@ type panickyMemory struct {
 
 func (p panickyMemory) Connect(ctx context.Context, c platform.Conn) error {
 	if p.connectPanicked.CompareAndSwap(false, true) {
-		var updates map[string]int
-		updates["42"]++ // assignment to entry in nil map: a real runtime panic
+		var updates []string
+		_ = updates[len(p.Account())] // index out of range: a real runtime panic
 	}
 	return p.Memory.Connect(ctx, c)
 }

@@ -32,6 +32,7 @@ import (
 
 	adminv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/admin/v1"
 	"github.com/switchboard-chat/switchboard/pkg/pairing"
+	"github.com/switchboard-chat/switchboard/pkg/panics"
 	"github.com/switchboard-chat/switchboard/pkg/retention"
 	"github.com/switchboard-chat/switchboard/pkg/sessionstore"
 	"github.com/switchboard-chat/switchboard/pkg/telemetry"
@@ -120,7 +121,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	if deps.Token == "" {
 		s.log.Warn("admin API has no token; it accepts every call on loopback", "addr", cfg.Addr)
 	}
-	s.srv = grpc.NewServer(grpc.StatsHandler(otelgrpc.NewServerHandler()), grpc.ChainUnaryInterceptor(s.authUnary), grpc.ChainStreamInterceptor(s.authStream))
+	s.srv = grpc.NewServer(grpc.StatsHandler(otelgrpc.NewServerHandler()), grpc.ChainUnaryInterceptor(panics.UnaryServerInterceptor(s.log, "admin_rpc"), s.authUnary), grpc.ChainStreamInterceptor(s.authStream))
 	adminv1.RegisterAdminServiceServer(s.srv, s)
 	healthpb.RegisterHealthServer(s.srv, s.hs)
 	s.hs.SetServingStatus(adminv1.AdminService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)

@@ -140,7 +140,7 @@ func (s *Service) Run(ctx context.Context) error {
 			close(s.ready)
 			return fmt.Errorf("listen %s: %w", s.cfg.GRPCAddr, err)
 		}
-		srv = grpc.NewServer(grpc.StatsHandler(otelgrpc.NewServerHandler()))
+		srv = grpc.NewServer(grpc.StatsHandler(otelgrpc.NewServerHandler()), grpc.ChainUnaryInterceptor(panics.UnaryServerInterceptor(s.log, "delivery_rpc")))
 		deliveryv1.RegisterDeliveryServiceServer(srv, &sendServer{s: s})
 		s.mu.Lock()
 		s.grpcAddr = lis.Addr()

@@ -8,6 +8,7 @@ import (
 
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
+	"github.com/switchboard-chat/switchboard/pkg/panics"
 )
 
 // typing keeps typing indicators up while turns run: SEND_OP_TYPING every
@@ -78,17 +79,21 @@ func (t *typing) start(ctx context.Context, ev *repliesv1.ReplyEvent) {
 	go func() {
 		defer t.wg.Done()
 		defer t.stop(turn)
-		tick := time.NewTicker(t.s.cfg.TypingInterval)
-		defer tick.Stop()
-		for n := 0; ; n++ {
-			req := t.s.request(ev, fmt.Sprintf("%s:typing:%d", turn, n), deliveryv1.SendOp_SEND_OP_TYPING)
-			_, _ = t.s.progress(ctx, req)
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
+		// Best effort: a panic stops this turn's indicator (recovered,
+		// logged and counted), not the replica.
+		_ = panics.Recover(t.s.log, "delivery_typing", func() error {
+			tick := time.NewTicker(t.s.cfg.TypingInterval)
+			defer tick.Stop()
+			for n := 0; ; n++ {
+				req := t.s.request(ev, fmt.Sprintf("%s:typing:%d", turn, n), deliveryv1.SendOp_SEND_OP_TYPING)
+				_, _ = t.s.progress(ctx, req)
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-tick.C:
+				}
 			}
-		}
+		}, "turn_id", turn)
 	}()
 }
 
