@@ -625,6 +625,18 @@ WHERE id = $1`, j.ID, nullTime(j.NextRunAt), nullTime(j.ManualRunAt), j.State, j
 	return nil
 }
 
+// RecordFireFailure marks job id's last status error with reason, for a
+// run the scheduler failed to fire in a way it rolled back (a panic): the
+// job's schedule, repeat count and last run stay as they were, so the run
+// is still due and retried.
+func RecordFireFailure(ctx context.Context, db DBTX, id, reason string) error {
+	if _, err := db.Exec(ctx, `UPDATE cron_jobs SET last_status = 'error', last_error = $2, updated_at = now() WHERE id = $1`,
+		id, truncate(reason, 2000)); err != nil {
+		return fmt.Errorf("record failed firing of cron job %s: %w", id, err)
+	}
+	return nil
+}
+
 // RecordOutcome sets the last status of the job of the run runID (RunID)
 // whose turn ended (error, with the reason). It applies only when runID
 // is the job's last run, or a run the job has not recorded yet (its due

@@ -30,6 +30,7 @@ import (
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/outbox"
+	"github.com/switchboard-chat/switchboard/pkg/panics"
 	"github.com/switchboard-chat/switchboard/pkg/retention"
 	"github.com/switchboard-chat/switchboard/pkg/sessionkey"
 )
@@ -255,15 +256,38 @@ func (s *Scheduler) fireOne(ctx context.Context, skip []string) (id string, publ
 	if err != nil || !ok {
 		return "", false, false, err
 	}
-	published, runID, err := s.handle(ctx, &j, now)
+	// A panic while firing the job (resolving its target, publishing,
+	// saving) must not end the scheduler, nor the router it runs in: it
+	// is logged with the job's id and stack, counted
+	// (switchboard_panics_total{component="cron_fire"}), and handled as a
+	// failed run: the transaction is rolled back, so the job stays due and
+	// is retried next tick under the same run id (skipped for the rest of
+	// this one), and its last status says so.
+	err = panics.Recover(s.log, "cron_fire", func() error {
+		var runID string
+		var err error
+		if published, runID, err = s.handle(ctx, &j, now); err != nil {
+			return err
+		}
+		if err := cron.SaveRun(ctx, tx, j, runID, now); err != nil {
+			return err
+		}
+		if err := s.commit(ctx, tx); err != nil {
+			return fmt.Errorf("commit cron run of %s: %w", j.ID, err)
+		}
+		return nil
+	}, "job", j.ID)
+	if errors.Is(err, panics.ErrPanicked) {
+		// Release the row before writing on it from another connection.
+		_ = tx.Rollback(context.WithoutCancel(ctx))
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if rerr := cron.RecordFireFailure(rctx, s.db, j.ID, "the scheduler failed while firing it ("+err.Error()+"); retried next tick"); rerr != nil {
+			s.log.Error("record a cron job's failed firing", "job", j.ID, "err", rerr)
+		}
+	}
 	if err != nil {
 		return j.ID, false, true, err
-	}
-	if err := cron.SaveRun(ctx, tx, j, runID, now); err != nil {
-		return j.ID, false, true, err
-	}
-	if err := s.commit(ctx, tx); err != nil {
-		return j.ID, false, true, fmt.Errorf("commit cron run of %s: %w", j.ID, err)
 	}
 	return j.ID, published, true, nil
 }

@@ -1,9 +1,11 @@
 package scheduler_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -20,6 +22,7 @@ import (
 	"github.com/switchboard-chat/switchboard/pkg/outbox"
 	"github.com/switchboard-chat/switchboard/pkg/pg/pgtest"
 	"github.com/switchboard-chat/switchboard/pkg/platform/platformtest"
+	"github.com/switchboard-chat/switchboard/pkg/telemetry/telemetrytest"
 )
 
 // clock is the scheduler's and the store's injected time.
@@ -872,5 +875,136 @@ func TestCompletedJobsDeleted(t *testing.T) {
 	tick(t, keep)
 	if got := e2.job(t, kept.ID); got.State != cron.StateCompleted {
 		t.Errorf("kept job %+v", got)
+	}
+}
+
+// syncBuffer is a log sink the scheduler may write from a test's ticks.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (w *syncBuffer) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+func (w *syncBuffer) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
+}
+
+// TestPanicWhileFiring: a panic while firing one job (here its deliver
+// target's resolver panics, or the commit) does not end the tick, Run or
+// the router: it is logged with the job's id, counted in
+// switchboard_panics_total{component="cron_fire"}, the job's last status
+// says the firing failed, and the job stays due (nothing of the run is
+// saved) and fires on a later tick once firing it no longer panics. The
+// other due jobs fire as ever.
+func TestPanicWhileFiring(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		where  string // "resolve" or "commit"
+		target string
+	}{
+		{"the resolver panics", "resolve", "discord:#boom"},
+		{"the commit panics", "commit", "telegram:42"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// Not parallel: the counter is the process's.
+			ctx := context.Background()
+			e := newEnv(t)
+			evs := platformtest.InboundEvents(t, e.bus)
+			boom := e.create(t, cron.NewJob{Prompt: "boom", Schedule: "every 1h", Deliver: tc.target})
+			fine := e.create(t, cron.NewJob{Prompt: "fine", Schedule: "every 1h"})
+			var mu sync.Mutex
+			broken := true
+			isBroken := func() bool { mu.Lock(); defer mu.Unlock(); return broken }
+			logs := &syncBuffer{}
+			cfg := scheduler.DefaultConfig()
+			cfg.Timezone, cfg.Tick = "UTC", time.Second
+			s, err := scheduler.New(cfg, scheduler.Deps{DB: e.db, Bus: e.bus, Now: e.clock.Now,
+				Log: slog.New(slog.NewJSONHandler(logs, nil)),
+				Resolve: func(ctx context.Context, raw string) (*deliveryv1.Target, error) {
+					if tc.where == "resolve" && raw == tc.target && isBroken() {
+						var m map[string]*deliveryv1.Target
+						m["x"].ChatId = "nil map, nil pointer" // a bug: panics
+					}
+					return resolve(ctx, raw)
+				}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.where == "commit" {
+				scheduler.SetCommit(s, func(ctx context.Context, tx pgx.Tx) error {
+					// This transaction saved boom's run (uncommitted: only
+					// it sees the run id).
+					var last string
+					if err := tx.QueryRow(ctx, `SELECT last_run_id FROM cron_jobs WHERE id = $1`, boom.ID).Scan(&last); err == nil &&
+						last == cron.RunID(boom.ID, t0.Add(time.Hour), false) && isBroken() {
+						panic("commit of " + boom.ID)
+					}
+					return tx.Commit(ctx)
+				})
+			}
+			panicsBefore, _ := telemetrytest.Lookup(t, "switchboard_panics_total", map[string]string{"component": "cron_fire"})
+			due := t0.Add(time.Hour)
+			e.clock.Set(due)
+			// Through Run, as the router runs it: it lives on.
+			runCtx, stop := context.WithCancel(ctx)
+			done := make(chan error, 1)
+			go func() { done <- s.Run(runCtx) }()
+			platformtest.NextEvent(t, evs) // fine's run (and boom's, for a commit that panics after its publish)
+			deadline := time.Now().Add(5 * time.Second)
+			for telemetrytest.Value(t, "switchboard_panics_total", map[string]string{"component": "cron_fire"}) < panicsBefore+2 {
+				if time.Now().After(deadline) {
+					t.Fatal("no second panic recovered: Run stopped ticking")
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			select {
+			case err := <-done:
+				t.Fatalf("Run ended on a panic: %v", err)
+			default:
+			}
+			got := e.job(t, boom.ID)
+			if got.State != cron.StateScheduled || !got.NextRunAt.Equal(due) || got.RepeatCompleted != 0 || got.LastStatus != "error" ||
+				!strings.Contains(got.LastError, "panicked") || !strings.Contains(got.LastError, "retried next tick") {
+				t.Errorf("the job whose firing panicked: %+v", got)
+			}
+			if got := e.job(t, fine.ID); got.RepeatCompleted != 1 || got.LastStatus != "ok" {
+				t.Errorf("the other job: %+v", got)
+			}
+			logged := logs.String()
+			for _, want := range []string{`"msg":"panic recovered"`, `"job":"` + boom.ID + `"`, "scheduler_test.go"} {
+				if !strings.Contains(logged, want) {
+					t.Errorf("the log lacks %s", want)
+				}
+			}
+			// Fixed: the run it owed fires, once, under its id.
+			mu.Lock()
+			broken = false
+			mu.Unlock()
+			want := cron.RunID(boom.ID, due, false)
+			deadline = time.Now().Add(5 * time.Second)
+			for e.job(t, boom.ID).LastRunID != want {
+				if time.Now().After(deadline) {
+					t.Fatalf("the job did not fire once fixed: %+v", e.job(t, boom.ID))
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			stop()
+			if err := <-done; err != nil {
+				t.Errorf("Run: %v", err)
+			}
+			if got := e.job(t, boom.ID); got.RepeatCompleted != 1 || got.LastStatus != "ok" || got.LastError != "" || !got.NextRunAt.After(due) {
+				t.Errorf("after the fix: %+v", got)
+			}
+			if n := e.published(t); n != 2 {
+				t.Errorf("%d runs on the bus, want one of each job", n)
+			}
+		})
 	}
 }
