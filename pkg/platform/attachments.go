@@ -18,6 +18,7 @@ import (
 	"github.com/switchboard-chat/switchboard/pkg/attachment"
 	"github.com/switchboard-chat/switchboard/pkg/bus"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+	"github.com/switchboard-chat/switchboard/pkg/panics"
 )
 
 // FetchTimeout bounds the download and storing of one attachment a worker
@@ -119,8 +120,22 @@ func validName(name string) bool {
 }
 
 // FetchAttachment downloads req's attachment through the platform into
-// the attachment store, unless it is kept already.
+// the attachment store, unless it is kept already. A panic in the
+// platform's download is recovered (logged, counted as component
+// gateway_fetch) and answered like a failed download: the turn goes on
+// without the file, told it could not be downloaded.
 func (r *Runner) FetchAttachment(ctx context.Context, req *eventsv1.AttachmentFetchRequested) *eventsv1.AttachmentFetched {
+	var reply *eventsv1.AttachmentFetched
+	if err := panics.Recover(r.log, "gateway_fetch", func() error {
+		reply = r.fetchAttachment(ctx, req)
+		return nil
+	}, "platform", r.name, "name", req.GetName()); err != nil {
+		return &eventsv1.AttachmentFetched{Unavailable: unavailableFailed}
+	}
+	return reply
+}
+
+func (r *Runner) fetchAttachment(ctx context.Context, req *eventsv1.AttachmentFetchRequested) *eventsv1.AttachmentFetched {
 	a, name := req.GetAttachment(), req.GetName()
 	fetcher, _ := r.p.(Fetcher)
 	switch {

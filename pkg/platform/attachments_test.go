@@ -15,6 +15,7 @@ import (
 	"github.com/switchboard-chat/switchboard/pkg/bus/bustest"
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+	"github.com/switchboard-chat/switchboard/pkg/telemetry/telemetrytest"
 )
 
 // Publishing downloads nothing: a data: URL is kept (or dropped with the
@@ -94,6 +95,34 @@ func TestFetchRefusals(t *testing.T) {
 			t.Errorf("%s: %v, want unavailable %q", tt.name, got, tt.want)
 		}
 	}
+}
+
+// A download that panics is answered like a failed one, and counted.
+func TestFetchPanicIsAFailedDownload(t *testing.T) {
+	t.Parallel()
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	r, err := NewRunner(&panickyFiles{}, b, Options{Attachments: attachment.Config{Enabled: true, MaxBytes: 1000}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	labels := map[string]string{"component": "gateway_fetch"}
+	before := telemetrytest.Value(t, "switchboard_panics_total", labels)
+	req := &eventsv1.AttachmentFetchRequested{Name: attachment.Name("files", "bot", "e1", 0), Account: "bot",
+		Attachment: &eventsv1.Attachment{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, PlatformFileId: "f"}}
+	if got := r.FetchAttachment(context.Background(), req); got.GetBytesRef() != "" || got.GetUnavailable() != unavailableFailed {
+		t.Fatalf("%v, want unavailable %q", got, unavailableFailed)
+	}
+	if got := telemetrytest.Value(t, "switchboard_panics_total", labels) - before; got != 1 {
+		t.Fatalf("counted %v, want 1", got)
+	}
+}
+
+// panickyFiles is filePlatform whose download panics.
+type panickyFiles struct{ filePlatform }
+
+func (panickyFiles) Fetch(_ context.Context, a *eventsv1.Attachment) (io.ReadCloser, string, error) {
+	var parts []string
+	return nil, parts[len(a.GetPlatformFileId())], nil // index out of range
 }
 
 // filePlatform is a platform that only downloads, and fails to.
