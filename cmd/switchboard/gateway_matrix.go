@@ -25,6 +25,7 @@ func init() {
 		"MATRIX_DM_AUTO_THREAD":      "gateways.matrix.dm_auto_thread",
 		"MATRIX_PROCESS_NOTICES":     "gateways.matrix.process_notices",
 		"MATRIX_REACTIONS":           "gateways.matrix.reactions",
+		"MATRIX_ALLOW_ROOM_MENTIONS": "gateways.matrix.allow_room_mentions",
 		"MATRIX_HOME_ROOM":           "delivery.platforms.matrix.home",
 	} {
 		envAliases[env] = key

@@ -84,6 +84,11 @@ type Config struct {
 	// Reactions (MATRIX_REACTIONS, default true): 👀 while a turn runs,
 	// then ✅ or ❌.
 	Reactions bool `koanf:"reactions"`
+	// AllowRoomMentions (MATRIX_ALLOW_ROOM_MENTIONS, default false) lets
+	// "@room" in the agent's messages and edits notify the whole room
+	// (when the bot has the power level to). Off, each gets a zero-width
+	// joiner after its "@" and notifies no one (Hermes sends it as it is).
+	AllowRoomMentions bool `koanf:"allow_room_mentions"`
 	// ReadReceipts (default true): the bot marks each message it took as
 	// read, as Hermes does.
 	ReadReceipts bool `koanf:"read_receipts"`

@@ -201,6 +201,15 @@ func content(text string, f deliveryv1.TextFormat) event.MessageEventContent {
 	return c
 }
 
+// mentions is the text the bot writes with "@room" neutralised, unless
+// gateways.matrix.allow_room_mentions lets it notify the room.
+func (p *Platform) mentions(text string) string {
+	if p.cfg.AllowRoomMentions {
+		return text
+	}
+	return neutralizeRoomMentions(text)
+}
+
 // Send posts the attachments (uploaded to the media repository) and the
 // text as m.room.message events, in the thread or as a reply as the
 // target says. The text's event id is the message id (the last
@@ -228,7 +237,7 @@ func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (str
 		last = resp.EventID
 	}
 	if strings.TrimSpace(req.GetText()) != "" {
-		c := content(req.GetText(), req.GetFormat())
+		c := content(p.mentions(req.GetText()), req.GetFormat())
 		c.RelatesTo = rel
 		resp, err := p.cli.SendMessageEvent(ctx, rid, event.EventMessage, &c, mautrix.ReqSendEvent{TransactionID: txnID(req.GetIdempotencyKey(), "text")})
 		if err != nil {
@@ -277,7 +286,7 @@ func (p *Platform) Edit(ctx context.Context, req *deliveryv1.SendRequested) erro
 	if strings.TrimSpace(req.GetText()) == "" {
 		return platform.Permanent(errors.New("matrix: edit to an empty message"))
 	}
-	nc := content(req.GetText(), req.GetFormat())
+	nc := content(p.mentions(req.GetText()), req.GetFormat())
 	c := event.MessageEventContent{MsgType: event.MsgText, Body: "* " + nc.Body, NewContent: &nc,
 		RelatesTo: &event.RelatesTo{Type: event.RelReplace, EventID: id.EventID(req.GetMessageId())}}
 	if nc.FormattedBody != "" {
@@ -440,7 +449,7 @@ func (p *Platform) mediaContent(ctx context.Context, a *eventsv1.Attachment) (*e
 		c.MsgType = event.MsgVideo
 	}
 	if cap := a.GetCaption(); cap != "" {
-		c.Body = cap
+		c.Body = p.mentions(cap)
 	}
 	return c, nil
 }

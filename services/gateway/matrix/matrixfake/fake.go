@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -362,6 +363,33 @@ func (f *Fake) Sent(roomID string) []Sent {
 		}
 		idx[s.EventID] = len(out)
 		out = append(out, s)
+	}
+	return out
+}
+
+// legacyRoomMention is the homeserver's .m.rule.roomnotif: "@room" as a
+// word of the body, in any case.
+var legacyRoomMention = regexp.MustCompile(`(?i)@room\b`)
+
+// RoomNotified returns the ids of the bot's messages and edits in a room
+// that notified everyone in it, as a homeserver's push rules decide for a
+// sender with the room's notifications.room power level (the fake gives
+// the bot that power): m.mentions.room set (.m.rule.is_room_mention), or,
+// for an event without m.mentions, "@room" as a word of its body
+// (.m.rule.roomnotif, which intentional mentions turn off).
+func (f *Fake) RoomNotified(roomID string) []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []string
+	for _, l := range f.log {
+		if l.room != roomID || l.ev.Sender != f.Bot || l.ev.Type != "m.room.message" {
+			continue
+		}
+		c := l.ev.Content
+		m, has := c["m.mentions"].(map[string]any)
+		if has && m["room"] == true || !has && legacyRoomMention.MatchString(str(c["body"])) {
+			out = append(out, l.ev.EventID)
+		}
 	}
 	return out
 }
