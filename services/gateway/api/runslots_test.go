@@ -102,7 +102,9 @@ func TestRunSlotTakenOver(t *testing.T) {
 			if _, err := kv.Put(context.Background(), slotKey(0), []byte(holder)); err != nil {
 				t.Fatal(err)
 			}
-			r := do(t, http.MethodPost, "http://"+s.Addr()+"/v1/runs", testKey, `{"input":"hello"}`, nil)
+			// A slow run, which goes on (and holds its slot) until the test
+			// ends: a run that ended would have given the slot back already.
+			r := do(t, http.MethodPost, "http://"+s.Addr()+"/v1/runs", testKey, `{"input":"slow"}`, nil)
 			if r.code != c.want {
 				t.Fatalf("run: %d %s, want %d", r.code, r.body, c.want)
 			}
