@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -312,5 +313,48 @@ func TestRefusedTokenEndsRun(t *testing.T) {
 	}
 	if st, _ := s.Runner().State(); st != platform.StateFatal {
 		t.Fatalf("state %s, want fatal", st)
+	}
+}
+
+// A send retried after a failed attempt uploads each attachment once: an
+// attachment uploaded but not posted is posted under its first content
+// URI, one posted already is skipped (the kit's marks and parts, beside
+// the receipt).
+func TestRetryReusesUploads(t *testing.T) {
+	t.Parallel()
+	files := []*eventsv1.Attachment{
+		{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT, Location: &eventsv1.Attachment_Url{Url: "data:text/plain;base64,eA=="}, FileName: "a.txt"},
+		{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT, Location: &eventsv1.Attachment_Url{Url: "data:text/plain;base64,eQ=="}, FileName: "b.txt"},
+	}
+	for _, tc := range []struct {
+		name string
+		fail int // the send call that fails: 1 the first file's event, 2 the second's, 3 the text's
+	}{
+		{"the first file's event fails", 1},
+		{"the second file's event fails", 2},
+		{"the text fails", 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			g := start(t, nil)
+			g.f.Message(dmRm, ann, "hi")
+			ev := g.next(t)
+			req := answer(ev, deliveryv1.SendOp_SEND_OP_SEND, "up-"+strconv.Itoa(tc.fail), "hello")
+			req.Attachments = files
+			g.f.FailNext("send", 1, matrixfake.Fail{Status: http.StatusBadGateway, ErrCode: "M_UNKNOWN", After: tc.fail - 1})
+			if r := g.send(t, req); r.GetOk() || r.GetErrorClass() != deliveryv1.ErrorClass_ERROR_CLASS_RETRYABLE {
+				t.Fatalf("first attempt's receipt %v, want retryable", r)
+			}
+			if r := g.send(t, req); !r.GetOk() {
+				t.Fatalf("retry receipt %v", r)
+			}
+			if n := g.f.Calls("upload"); n != 2 {
+				t.Fatalf("%d uploads, want 2 (one per file)", n)
+			}
+			got := g.f.Sent(dmRm)
+			if len(got) != 3 || got[0].Body != "a.txt" || got[1].Body != "b.txt" || got[2].Body != "hello" {
+				t.Fatalf("sent %+v, want a.txt, b.txt and the text once each", got)
+			}
+		})
 	}
 }

@@ -4,11 +4,13 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"mime"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -52,7 +54,15 @@ func roomOf(t *deliveryv1.Target) (id.RoomID, error) {
 //
 //   - Send, Edit: the delivery's idempotency key, with the part (each
 //     attachment, the text, the edit). A request without a key gets a
-//     fresh id from mautrix per call: it is not safe to retry.
+//     fresh id from mautrix per call: it is not safe to retry, and
+//     nothing retries one. Every send and edit delivery makes has a key
+//     (the outbox refuses a row without one; reply rows are keyed by
+//     turn and sequence, the proactive gRPC Send makes one when the
+//     caller gives none), so only a request published to the gateway's
+//     send subject by hand goes without, once.
+//   - Typing (PUT /typing/{userId}) and read receipts (POST /receipt)
+//     take no transaction id and need none: each sets a state (typing
+//     for 30 s, read up to an event), which a repeat sets again.
 //   - React: the message, the emoji and the turn that marks it
 //     (platform.ReactionTurn): the same turn marking the message again
 //     (a repeated final, another replica) makes one reaction; a later
@@ -60,8 +70,12 @@ func roomOf(t *deliveryv1.Target) (id.RoomID, error) {
 //   - Redactions (Delete, Unreact): the event redacted. Redacting one
 //     event twice is one operation, whoever asks.
 //
-// Uploads (POST /upload) take no transaction id: a retried send uploads
-// its attachment again, an unreferenced copy no one sees.
+// Uploads (POST /upload) take no transaction id. A keyed send records,
+// beside its receipt (the kit's send marks), the content URI of each
+// attachment it uploaded, and the event id of each attachment it posted
+// (the kit's parts): a retry posts an uploaded attachment under the same
+// URI instead of uploading a second copy, and skips one posted already
+// (no download, no upload). A send without a key records nothing.
 //
 // Hermes passes no transaction id (send_message_event without txn_id):
 // mautrix-python makes a new one per call, so a retried send can post
@@ -225,7 +239,11 @@ func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (str
 	rel := p.relation(req)
 	var last id.EventID
 	for i, a := range req.GetAttachments() {
-		c, err := p.mediaContent(ctx, a)
+		if eid, sent := platform.SentPart(ctx, i); sent {
+			last = id.EventID(eid) // an earlier attempt posted it
+			continue
+		}
+		c, err := p.mediaContent(ctx, a, i)
 		if err != nil {
 			return "", fmt.Errorf("matrix attachment %d: %w", i, err)
 		}
@@ -234,6 +252,7 @@ func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (str
 		if err != nil {
 			return "", classify(err)
 		}
+		platform.RecordPart(ctx, i, resp.EventID.String())
 		last = resp.EventID
 	}
 	if strings.TrimSpace(req.GetText()) != "" {
@@ -424,20 +443,56 @@ func (p *Platform) Fetch(ctx context.Context, a *eventsv1.Attachment) (io.ReadCl
 	return resp.Body, ct, nil
 }
 
-// mediaContent uploads an attachment and returns the message that shows
-// it (m.image, m.audio, m.video or m.file).
-func (p *Platform) mediaContent(ctx context.Context, a *eventsv1.Attachment) (*event.MessageEventContent, error) {
+// uploaded is what a send mark keeps of an attachment's upload: enough
+// to post it again without reading or uploading it.
+type uploaded struct {
+	URI  string `json:"uri"`
+	Mime string `json:"mime"`
+	Name string `json:"name"`
+	Size int    `json:"size"`
+}
+
+// uploadMark names the mark of attachment i's upload.
+func uploadMark(i int) string { return "mxc" + strconv.Itoa(i) }
+
+// upload reads attachment i of the send and uploads it to the media
+// repository, unless an earlier attempt of the send did (its mark).
+// A homeserver that purged the unreferenced upload meanwhile (media
+// retention, days) is not asked about: the event would show a missing
+// image, as any old one whose media was purged.
+func (p *Platform) upload(ctx context.Context, a *eventsv1.Attachment, i int) (uploaded, error) {
+	if v, ok := platform.SendMarked(ctx, uploadMark(i)); ok {
+		var u uploaded
+		if err := json.Unmarshal([]byte(v), &u); err == nil && u.URI != "" {
+			return u, nil
+		}
+	}
 	data, mimeType, err := platform.ReadOutbound(ctx, a, p.store, p.downloads, maxAttachmentBytes)
 	if err != nil {
-		return nil, err
+		return uploaded{}, err
 	}
 	name := platform.FileName(a, mimeType)
 	up, err := p.cli.UploadMedia(ctx, mautrix.ReqUploadMedia{ContentBytes: data, ContentType: mimeType, FileName: name})
 	if err != nil {
-		return nil, classify(err)
+		return uploaded{}, classify(err)
 	}
-	c := &event.MessageEventContent{MsgType: event.MsgFile, Body: name, FileName: name, URL: up.ContentURI.CUString(),
-		Info: &event.FileInfo{MimeType: mimeType, Size: len(data)}}
+	u := uploaded{URI: string(up.ContentURI.CUString()), Mime: mimeType, Name: name, Size: len(data)}
+	if b, err := json.Marshal(u); err == nil {
+		platform.SendMark(ctx, uploadMark(i), string(b))
+	}
+	return u, nil
+}
+
+// mediaContent uploads attachment i and returns the message that shows
+// it (m.image, m.audio, m.video or m.file).
+func (p *Platform) mediaContent(ctx context.Context, a *eventsv1.Attachment, i int) (*event.MessageEventContent, error) {
+	u, err := p.upload(ctx, a, i)
+	if err != nil {
+		return nil, err
+	}
+	name, mimeType := u.Name, u.Mime
+	c := &event.MessageEventContent{MsgType: event.MsgFile, Body: name, FileName: name, URL: id.ContentURIString(u.URI),
+		Info: &event.FileInfo{MimeType: mimeType, Size: u.Size}}
 	switch a.GetKind() {
 	case eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, eventsv1.AttachmentKind_ATTACHMENT_KIND_STICKER:
 		c.MsgType = event.MsgImage

@@ -69,6 +69,8 @@ type Fail struct {
 	ErrCode string
 	// RetryAfterMS is sent as retry_after_ms (M_LIMIT_EXCEEDED).
 	RetryAfterMS int
+	// After lets that many calls of the endpoint through first.
+	After int
 }
 
 // Fake is a running fake homeserver.
@@ -482,6 +484,10 @@ func writeErr(w http.ResponseWriter, status int, code, msg string) {
 func (f *Fake) fail(w http.ResponseWriter, endpoint string) bool {
 	q := f.fails[endpoint]
 	if len(q) == 0 {
+		return false
+	}
+	if q[0].After > 0 {
+		q[0].After--
 		return false
 	}
 	fl := q[0]
