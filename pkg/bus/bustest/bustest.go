@@ -84,12 +84,15 @@ func NewWith(t testing.TB, url string, topo bus.Topology, opts ...nats.Option) *
 		for _, cfg := range topo.StreamConfigs() {
 			_ = b.JetStream().DeleteStream(ctx, cfg.Name)
 		}
-		// and the buckets (KV_<prefix>…, OBJ_<prefix>…) the test made.
+		// and the buckets (KV_<PREFIX>_…, OBJ_<PREFIX>_…) the test made:
+		// their names carry the prefix as topo.Stream writes it (upper
+		// case), not as it is given.
 		if topo.Prefix != "" {
+			prefix := topo.Stream("")
 			names := b.JetStream().StreamNames(ctx)
 			var mine []string
 			for name := range names.Name() {
-				if strings.Contains(name, topo.Prefix) {
+				if strings.HasPrefix(name, "KV_"+prefix) || strings.HasPrefix(name, "OBJ_"+prefix) {
 					mine = append(mine, name)
 				}
 			}
