@@ -3,6 +3,7 @@ package mattermost
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -592,5 +593,49 @@ func TestAllowBotsChecked(t *testing.T) {
 	cfg.AllowBots = "true"
 	if err := cfg.Validate(); err != nil {
 		t.Fatalf("validate true: %v", err)
+	}
+}
+
+// A send retried after a failed post uploads each file once: the retry
+// attaches the files the first attempt uploaded (their ids kept beside
+// the receipt) instead of leaving them unattached on the server and
+// uploading them again.
+func TestRetryReusesUploads(t *testing.T) {
+	t.Parallel()
+	g := start(t, nil, platform.Options{})
+	for _, c := range []struct {
+		name string
+		fail mattermostfake.Fail
+	}{
+		{"the files' first post fails", mattermostfake.Fail{Status: http.StatusServiceUnavailable}},
+		{"the files' second post fails", mattermostfake.Fail{Status: http.StatusServiceUnavailable, Skip: 1}},
+		{"the text fails", mattermostfake.Fail{Status: http.StatusInternalServerError, Skip: 2}},
+		{"the first post's answer is lost", mattermostfake.Fail{Status: http.StatusBadGateway, Lost: true}},
+	} {
+		g.f.Message(dmCh, ann, c.name)
+		ev := g.next(t)
+		before, uploads := len(g.f.BotPosts(dmCh)), g.f.Calls("upload")
+		req := answer(ev, deliveryv1.SendOp_SEND_OP_SEND, "files-"+c.name, "the files")
+		for i := range 6 { // two posts of files: five, then one
+			req.Attachments = append(req.Attachments, &eventsv1.Attachment{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT,
+				FileName: fmt.Sprintf("f%d.txt", i), Location: &eventsv1.Attachment_Url{Url: "data:text/plain;base64,eA=="}})
+		}
+		g.f.FailNext("create post", 1, c.fail)
+		if r := g.send(t, req); r.GetOk() {
+			t.Fatalf("%s: first attempt's receipt %v, want a failure", c.name, r)
+		}
+		if r := g.send(t, req); !r.GetOk() {
+			t.Fatalf("%s: retry receipt %v", c.name, r)
+		}
+		posts := g.f.BotPosts(dmCh)[before:]
+		if len(posts) != 3 || len(posts[0].FileIDs) != 5 || len(posts[1].FileIDs) != 1 || posts[2].Message != "the files" {
+			t.Fatalf("%s: posts %+v, want five files, one file, the text", c.name, posts)
+		}
+		if n := g.f.Calls("upload") - uploads; n != 6 {
+			t.Fatalf("%s: %d uploads, want 6 (one per file)", c.name, n)
+		}
+		if n := g.f.Unattached(); n != 0 {
+			t.Fatalf("%s: %d uploaded files no post claims", c.name, n)
+		}
 	}
 }

@@ -215,7 +215,7 @@ func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (str
 		np := newPost{}
 		var captions []string
 		for j, a := range group {
-			id, err := p.uploadAttachment(ctx, ch, a)
+			id, err := p.uploadAttachment(ctx, ch, a, i+j)
 			if err != nil {
 				return "", fmt.Errorf("mattermost attachment %d: %w", i+j, err)
 			}
@@ -341,9 +341,21 @@ func (p *Platform) Fetch(ctx context.Context, a *eventsv1.Attachment) (io.ReadCl
 	return resp.Body, ct, nil
 }
 
-// uploadAttachment uploads one attachment to the channel and returns its
-// file id.
-func (p *Platform) uploadAttachment(ctx context.Context, ch string, a *eventsv1.Attachment) (string, error) {
+// fileMark names the send mark of attachment i's uploaded file.
+func fileMark(i int) string { return "file" + strconv.Itoa(i) }
+
+// uploadAttachment uploads attachment i of the send to the channel and
+// returns its file id. A keyed send keeps the id beside its receipt (a
+// send mark), so a retry after the post failed attaches the file the
+// first attempt uploaded instead of leaving it unattached and uploading
+// another (Mattermost keeps an upload no post claims until an operator
+// cleans it up). The file is the bot's and claimed by no post while its
+// post was not made: an unclear create that did make it is found by
+// findSent before the file is reused.
+func (p *Platform) uploadAttachment(ctx context.Context, ch string, a *eventsv1.Attachment, i int) (string, error) {
+	if id, ok := platform.SendMarked(ctx, fileMark(i)); ok && validID(id) {
+		return id, nil
+	}
 	data, mimeType, err := platform.ReadOutbound(ctx, a, p.store, p.downloads, maxAttachmentBytes)
 	if err != nil {
 		return "", err
@@ -353,7 +365,8 @@ func (p *Platform) uploadAttachment(ctx context.Context, ch string, a *eventsv1.
 	if err != nil {
 		return "", classify(err)
 	}
-	return id, nil
+	kept, _ := platform.SendMark(ctx, fileMark(i), id)
+	return kept, nil
 }
 
 // classify maps a server's answer to delivery's error classes: 429 is

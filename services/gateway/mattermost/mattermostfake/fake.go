@@ -114,6 +114,7 @@ type Fake struct {
 type file struct {
 	info FileInfo
 	data []byte
+	post string // the post that claimed it ("" while none has)
 }
 
 type wsConn struct {
@@ -206,6 +207,20 @@ func (f *Fake) FailNext(op string, n int, fail Fail) {
 	for range n {
 		f.fails[op] = append(f.fails[op], fail)
 	}
+}
+
+// Unattached counts the uploaded files no post claims (orphans, which
+// the server keeps until an operator cleans them up).
+func (f *Fake) Unattached() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, fl := range f.files {
+		if fl.post == "" {
+			n++
+		}
+	}
+	return n
 }
 
 // Calls counts the calls of op so far (failed ones included).
@@ -380,6 +395,8 @@ func (f *Fake) store(p Post) *Post {
 	for _, id := range p.FileIDs {
 		if fl, ok := f.files[id]; ok {
 			p.Metadata.Files = append(p.Metadata.Files, fl.info)
+			fl.post = p.ID
+			f.files[id] = fl
 		}
 	}
 	np := &p
@@ -572,6 +589,9 @@ func (f *Fake) createPost(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	// As the server's attachFileIDsToPost: a file another post claimed
+	// already is left out of this one.
+	in.FileIDs = slices.DeleteFunc(slices.Clone(in.FileIDs), func(id string) bool { return f.files[id].post != "" })
 	p := f.store(Post{ChannelID: in.ChannelID, UserID: f.botID, RootID: in.RootID, Message: in.Message, FileIDs: in.FileIDs, PendingPostID: in.PendingPostID,
 		Props: in.Props})
 	f.noteChannelWide(p.Message)
