@@ -83,6 +83,14 @@ func TypedPrefix(platform string) string {
 // caller can answer with Suggest. With "!" only known commands are: as in
 // Hermes, "!nice work" is a message.
 func Parse(text, platform, botName string) (Command, bool) {
+	return ParseWith(text, platform, botName, nil)
+}
+
+// ParseWith is Parse where extra also names commands: operator-defined
+// ones (the router's quick commands), which "!" starts as it starts the
+// built-in ones. They come back with Known false, like any word that is
+// not built in; extra may be nil.
+func ParseWith(text, platform, botName string, extra func(name string) bool) (Command, bool) {
 	t := strings.TrimLeftFunc(text, unicode.IsSpace)
 	if t == "" {
 		return Command{}, false
@@ -110,7 +118,7 @@ func Parse(text, platform, botName string) (Command, bool) {
 		return Command{}, false
 	}
 	name, known := Canonical(word)
-	if !known && t[0] == '!' {
+	if !known && t[0] == '!' && (extra == nil || !extra(word)) {
 		return Command{}, false
 	}
 	return Command{Name: name, Typed: word, Args: fixDashes(strings.TrimSpace(rest)), Known: known}, true

@@ -219,3 +219,26 @@ func TestTypedPrefix(t *testing.T) {
 		}
 	}
 }
+
+// ParseWith reads the operator's own commands as Parse reads an unknown
+// word, except that "!" starts them too.
+func TestParseWithExtra(t *testing.T) {
+	extra := func(name string) bool { return name == "deploy" }
+	tests := []struct {
+		text, platform string
+		want           command.Command
+		ok             bool
+	}{
+		{"/deploy prod", "telegram", command.Command{Name: "deploy", Typed: "deploy", Args: "prod"}, true},
+		{"!Deploy prod", "slack", command.Command{Name: "deploy", Typed: "deploy", Args: "prod"}, true},
+		{"!deploys", "slack", command.Command{}, false},
+		{"!stop", "slack", command.Command{Name: "stop", Typed: "stop", Known: true}, true},
+		{"!deploy", "telegram", command.Command{}, false},
+	}
+	for _, tt := range tests {
+		got, ok := command.ParseWith(tt.text, tt.platform, "", extra)
+		if ok != tt.ok || got != tt.want {
+			t.Errorf("ParseWith(%q, %s) = %+v, %v; want %+v, %v", tt.text, tt.platform, got, ok, tt.want, tt.ok)
+		}
+	}
+}

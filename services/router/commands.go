@@ -83,7 +83,7 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 		return reply(0, fmt.Sprintf("/%s is reserved for admins here. /help and /whoami are available.", cmd.Name))
 	}
 	if cmd.Name == "help" {
-		return reply(0, helpText)
+		return reply(0, helpText+s.quickHelp())
 	}
 	owner, err := s.locker.Owner(ctx, m.key)
 	if err != nil {

@@ -115,7 +115,7 @@ func (s *Service) handleInbound(ctx context.Context, ev *eventsv1.MessageReceive
 		// Events Switchboard makes itself (webhooks, cron) carry outside
 		// text, such as an issue's title: a leading "/" is not a command
 		// of a chat user (an "/approve" would answer a tool's approval).
-		m.cmd, m.isCmd = command.Parse(ev.GetText(), m.platform, s.cfg.BotNames[m.platform])
+		m.cmd, m.isCmd = s.parseCommand(ev.GetText(), m.platform)
 	}
 	m.hold = s.holdFor(m)
 	key := sessionkey.Build(src, s.keyOpts)

@@ -90,6 +90,9 @@ type Config struct {
 	// Admins per platform: when a platform has a list, only those users
 	// run commands other than /help and /whoami.
 	Admins map[string][]string `koanf:"admins"`
+	// QuickCommands are the operator's own slash commands, keyed by
+	// name, as Hermes's quick_commands (quick.go).
+	QuickCommands map[string]QuickCommand `koanf:"quick_commands"`
 	// Auth is the allowlist configuration; environment variables add to it.
 	Auth auth.Config `koanf:"auth"`
 	// SessionReset is the reset policy.
@@ -170,6 +173,9 @@ func (c Config) Validate() error {
 	}
 	if c.AlbumWait < 0 || c.AlbumWait > time.Minute {
 		return fmt.Errorf("album_wait: %s is not between 0 and 1m", c.AlbumWait)
+	}
+	if err := validateQuickCommands(c.QuickCommands); err != nil {
+		return err
 	}
 	if err := c.Auth.Validate(); err != nil {
 		return err
