@@ -193,6 +193,49 @@ func (s *Service) imageFallback(ctx context.Context, log warner, r outbox.Row) b
 	if !isImageRow(r) {
 		return false
 	}
+	s.queueImageLink(ctx, log, r)
+	return true
+}
+
+// imageExpired sends the link of an answer's image whose row expired
+// (delivery.ttl went by before the gateway could post it: its URL kept
+// answering 5xx, the platform kept rate limiting) when the answer's
+// other messages were not given up (nor are due to expire): the text
+// arrived, or is still on its way, and without the link the user would lose the image silently.
+// When one of them expired or was dead-lettered too, the answer as a
+// whole is stale (the chat was unreachable for the TTL): a link on its
+// own, long after, would come out of nowhere, so none is sent; the rows
+// stay as dead letters an operator can requeue. The link is a new row
+// (its own TTL), queued behind whatever the chat has waiting now.
+// Hermes keeps no outbox, so it has no expiry: its send_image falls
+// back to the link only when the upload fails.
+func (s *Service) imageExpired(ctx context.Context, log warner, r outbox.Row) {
+	if !isImageRow(r) {
+		return
+	}
+	if turn := r.Request.GetTurnId(); turn != "" {
+		var lost bool
+		// The answer's other rows: its text, its streamed messages and
+		// their edits (keys "<turn>:<seq>…" without ":img"); typing and
+		// links excluded.
+		err := s.db.QueryRow(ctx, `
+SELECT EXISTS (SELECT 1 FROM delivery_outbox
+	WHERE turn_id = $1 AND id <> $2
+	  AND (state IN ('failed', 'expired') OR state IN ('queued', 'sending') AND expires_at <= $4)
+	  AND position(':img' in idempotency_key) = 0
+	  AND right(idempotency_key, length($3)) <> $3)`, turn, r.ID, undeliveredSuffix, s.now()).Scan(&lost)
+		if err != nil {
+			log.Warn("look up an expired image's answer failed; queueing its link", "err", err)
+		} else if lost {
+			log.Warn("an expired image's answer was given up too; its link is not sent", "turn_id", turn)
+			return
+		}
+	}
+	s.queueImageLink(ctx, log, r)
+}
+
+// queueImageLink queues the link of image row r as text.
+func (s *Service) queueImageLink(ctx context.Context, log warner, r outbox.Row) {
 	a := r.Request.GetAttachments()[0]
 	text := a.GetUrl()
 	if c := a.GetCaption(); c != "" {
@@ -212,8 +255,7 @@ func (s *Service) imageFallback(ctx context.Context, log warner, r outbox.Row) b
 	}
 	if _, err := s.store.Enqueue(ctx, s.now(), s.cfg.TTL, req); err != nil {
 		log.Warn("queue the link of an image that could not be sent failed", "err", err)
-		return true
+		return
 	}
 	s.kick()
-	return true
 }

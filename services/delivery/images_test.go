@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
@@ -170,5 +171,60 @@ func TestStreamedAnswerImages(t *testing.T) {
 	}
 	if r := sent[2].Req; r.GetOp() != deliveryv1.SendOp_SEND_OP_SEND || len(r.GetAttachments()) != 1 || r.GetAttachments()[0].GetUrl() != "https://cdn.example.test/sales.png" {
 		t.Fatalf("after the edit: %+v, want the image", r)
+	}
+}
+
+// An image whose row expires (its sends kept failing, retryably, until
+// delivery.ttl went by) goes as its link when the answer's text was
+// delivered; when the text expired too, the answer as a whole is stale
+// and no link follows.
+func TestExpiredAnswerImageGoesAsLink(t *testing.T) {
+	t.Parallel()
+	for i, tc := range []struct {
+		name     string
+		textFail bool
+		want     []string
+	}{
+		{"the text arrived", false, []string{"Chart:", "Sales\nhttps://cdn.example.test/slow.png"}},
+		{"the text expired too", true, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			e.gw.setBehaviour(func(req *deliveryv1.SendRequested, _ int) behaviour {
+				if len(req.GetAttachments()) > 0 || tc.textFail {
+					return behaviour{fail: &deliveryv1.SendReceipt{ErrorClass: deliveryv1.ErrorClass_ERROR_CLASS_RETRYABLE, Error: "download attachment: 503 Service Unavailable"}}
+				}
+				return behaviour{}
+			})
+			cfg := imagesConfig()
+			cfg.TTL = time.Minute
+			// The clock runs fast here: attempts must not run out before the TTL.
+			cfg.MaxAttempts = 1000
+			e.start(t, cfg, "a")
+			turn := fmt.Sprint("t", i)
+			e.publish(t, event(turn, 1, "s1", final("Chart: ![Sales](https://cdn.example.test/slow.png)")))
+			img, link := turn+":1:img0", turn+":1:img0:link"
+			eventually(t, e.clock, 5*time.Second, "the image row to expire", func() bool { return rowState(t, e.db, img) == "expired" })
+			if tc.textFail {
+				if st := rowState(t, e.db, turn+":1:0"); st != "expired" {
+					t.Fatalf("text row %q, want expired", st)
+				}
+				if st := rowState(t, e.db, link); st != "" {
+					t.Fatalf("link row %q, want none", st)
+				}
+				return
+			}
+			eventually(t, e.clock, 0, "the link", func() bool { return rowState(t, e.db, link) == "sent" })
+			var texts []string
+			for _, c := range e.gw.sends() {
+				if len(c.Req.GetAttachments()) == 0 {
+					texts = append(texts, c.Req.GetText())
+				}
+			}
+			if fmt.Sprint(texts) != fmt.Sprint(tc.want) {
+				t.Fatalf("posted %q, want %q", texts, tc.want)
+			}
+		})
 	}
 }

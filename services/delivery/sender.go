@@ -120,6 +120,7 @@ func (s *Service) expire(ctx context.Context, now time.Time) {
 			"platform", r.Platform, "chat_id", r.ChatID, "attempts", r.Attempts,
 			"age", now.Sub(r.CreatedAt).Round(time.Second), "last_error", r.LastError)
 		s.cronUndelivered(ctx, s.log, r, r.LastError) // "expired: <the last attempt's error>"
+		s.imageExpired(ctx, s.log.With("delivery_id", r.ID, "key", r.Key), r)
 	}
 }
 
