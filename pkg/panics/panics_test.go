@@ -37,11 +37,15 @@ func TestRecover(t *testing.T) {
 			component := "test_" + strings.ReplaceAll(tt.name, " ", "_")
 			var buf bytes.Buffer
 			log := slog.New(slog.NewJSONHandler(&buf, nil))
+			// The counter is the process's: what this call adds (the test
+			// may run more than once, -count).
+			labels := map[string]string{"component": component}
+			before := telemetrytest.Value(t, "switchboard_panics_total", labels)
 			err := panics.Recover(log, component, tt.f, "item_id", "item-7")
 			if !errors.Is(err, tt.wantErr) || (tt.wantErr == nil && err != nil) {
 				t.Fatalf("err = %v, want %v", err, tt.wantErr)
 			}
-			got := telemetrytest.Value(t, "switchboard_panics_total", map[string]string{"component": component})
+			got := telemetrytest.Value(t, "switchboard_panics_total", labels) - before
 			logged := buf.String()
 			if !tt.wantPanic {
 				if got != 0 || logged != "" {
@@ -82,11 +86,13 @@ func TestUnaryServerInterceptor(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			component := "test_rpc_" + tt.name
 			intercept := panics.UnaryServerInterceptor(slog.New(slog.DiscardHandler), component)
+			labels := map[string]string{"component": component}
+			before := telemetrytest.Value(t, "switchboard_panics_total", labels)
 			resp, err := intercept(context.Background(), "req", info, tt.handler)
 			if resp != tt.wantResp || status.Code(err) != tt.wantCode {
 				t.Fatalf("resp %v, err %v; want %v, %v", resp, err, tt.wantResp, tt.wantCode)
 			}
-			if got := telemetrytest.Value(t, "switchboard_panics_total", map[string]string{"component": component}); got != tt.panics {
+			if got := telemetrytest.Value(t, "switchboard_panics_total", labels) - before; got != tt.panics {
 				t.Errorf("counted %v, want %v", got, tt.panics)
 			}
 		})
