@@ -304,6 +304,7 @@ func TestCommandsMidTurnAnswerAsHermes(t *testing.T) {
 		{"/title Trip", refusal("title"), false},
 		{"/retry", refusal("retry"), false},
 		{"/undo", refusal("undo"), false},
+		{"/compress", refusal("compress"), false},
 		{"/set-home", refusal("sethome"), false},
 		{"/model", "Agent is running — wait or /stop first, then switch models.", false},
 		{"/model gpt-x", "Agent is running — wait or /stop first, then switch models.", false},

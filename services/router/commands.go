@@ -34,6 +34,7 @@ var helpText = strings.Join([]string{
 	"/resume <title or number> — go back to an earlier conversation",
 	"/retry — run your last message again",
 	"/undo [n] — remove the last n exchanges",
+	"/compress — summarize the older part of the conversation now",
 	"/sethome — send scheduled messages to this chat",
 	"/cron — scheduled jobs: list, add <schedule> <prompt>, pause, resume, run, remove",
 	"/whoami — who the gateway thinks you are",
@@ -45,7 +46,7 @@ var helpText = strings.Join([]string{
 // would even end it without a word). /help, /status, /stop, /new,
 // /queue, /steer, /approve and /deny work mid-turn, and /model is
 // refused with its own text.
-var refusedMidTurn = []string{"whoami", "sessions", "resume", "title", "retry", "undo", "sethome"}
+var refusedMidTurn = []string{"whoami", "sessions", "resume", "title", "retry", "undo", "compress", "sethome"}
 
 // openCommands stay available to non-admins where an admin list exists.
 var openCommands = []string{"help", "whoami"}
@@ -315,7 +316,9 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 			shown = resumed.ID
 		}
 		return reply(resumed.Generation, "↩️ Resumed "+shown+".")
-	case "retry", "undo":
+	case "retry", "undo", "compress":
+		// "/compress <focus>": Hermes steers the summary with the focus;
+		// the worker does not, and the words are dropped.
 		m.ev.TranscriptCommand = cmd.Name
 		if cmd.Name == "undo" && cmd.Args != "" {
 			n, err := strconv.Atoi(cmd.Args)

@@ -1062,7 +1062,7 @@ func TestStartPingAndBangText(t *testing.T) {
 	}
 }
 
-// /retry and /undo run as turns of their own whose input the router
+// /retry, /undo and /compress run as turns of their own whose input the router
 // marks, in canonical form, for the worker to perform; a mark that
 // arrives from outside is cleared.
 func TestTranscriptCommandsAreMarkedTurns(t *testing.T) {
@@ -1073,7 +1073,7 @@ func TestTranscriptCommandsAreMarkedTurns(t *testing.T) {
 	forged := dm("alice", "just text")
 	forged.TranscriptCommand = "undo 50"
 	locker := redisx.NewLocker(e.rdb, e.prefix)
-	for i, ev := range []*eventsv1.MessageReceived{dm("alice", "/retry"), dm("alice", "/UNDO 3"), dm("alice", "/undo"), forged} {
+	for i, ev := range []*eventsv1.MessageReceived{dm("alice", "/retry"), dm("alice", "/UNDO 3"), dm("alice", "/undo"), dm("alice", "/compress travel plans"), forged} {
 		// One at a time: /retry and /undo are refused while a turn runs.
 		e.publish(ev)
 		waitFor(t, fmt.Sprintf("turn %d", i+1), func() bool { turns, _ := w.snapshot(); return len(turns) == i+1 })
@@ -1083,7 +1083,7 @@ func TestTranscriptCommandsAreMarkedTurns(t *testing.T) {
 		})
 	}
 	turns, _ := w.snapshot()
-	want := map[string]string{"/retry": "retry", "/UNDO 3": "undo 3", "/undo": "undo", "just text": ""}
+	want := map[string]string{"/retry": "retry", "/UNDO 3": "undo 3", "/undo": "undo", "/compress travel plans": "compress", "just text": ""}
 	for _, tr := range turns {
 		in := tr.GetInputs()
 		if len(in) != 1 {

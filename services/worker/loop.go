@@ -181,6 +181,9 @@ func (r *turnRun) runLoop(ctx context.Context) (store.Final, error) {
 	if extra := r.clientSystem(); extra != "" {
 		system += "\n\n" + extra
 	}
+	if cmd, ok := transcriptCommandOf(r.req); ok && cmd.name == "compress" {
+		return r.compressCommand(ctx, backend, model, system, ls)
+	}
 	if r.attempt == 1 || len(ls.turn) <= len(r.req.GetInputs()) {
 		if err := r.publish(ctx, &repliesv1.ReplyEvent{Body: &repliesv1.ReplyEvent_Typing{Typing: &repliesv1.Typing{Active: true}}}); err != nil {
 			return store.Final{}, err

@@ -48,6 +48,11 @@ func (r *turnRun) runRemote(ctx context.Context) (store.Final, error) {
 	if ls.reply != "" {
 		return r.finishWith(ctx, ls, ls.reply)
 	}
+	if cmd, ok := transcriptCommandOf(r.req); ok && cmd.name == "compress" {
+		// The external agent keeps its own context; Switchboard has no
+		// model of its own to summarise with.
+		return r.finishWith(ctx, ls, "Compression is not available: the agent behind this gateway manages its own context.")
+	}
 	b := Backend{Kind: "external", BaseURL: r.s.cfg.Agent.Backend}
 	r.model = "external"
 	system, err := r.systemPrompt(ctx, b, r.req.GetModelOverride())

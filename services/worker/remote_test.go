@@ -204,3 +204,23 @@ func TestExternalAgentMessagesCommitOnce(t *testing.T) {
 		t.Errorf("%d assistant messages in the transcript, want 1", n)
 	}
 }
+
+// /compress with an external agent: the agent keeps its own context, so
+// the turn answers that and never starts the agent.
+func TestExternalAgentCompressCommand(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.setGeneration("s1", 1)
+	agent := startAgent(t, h)
+	req := h.requestTurn("s1", "/compress", turnOpts{command: "compress"})
+	if c := h.waitCompleted(req.TurnId); c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED {
+		t.Fatalf("status %v %s", c.GetStatus(), c.GetError())
+	}
+	want := "Compression is not available: the agent behind this gateway manages its own context."
+	if got := checkReplies(t, h.replies(req.TurnId)).GetFinalText().GetText(); got != want {
+		t.Errorf("final %q, want %q", got, want)
+	}
+	if n := len(agent.starts); n != 0 {
+		t.Errorf("the agent was started %d times", n)
+	}
+}

@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 	"strings"
@@ -10,11 +11,11 @@ import (
 	"github.com/switchboard-chat/switchboard/services/worker/internal/store"
 )
 
-// transcriptCommand is a /retry or /undo the router queued as a turn of
+// transcriptCommand is a /retry, /undo or /compress the router queued as a turn of
 // its own: the turn edits the conversation instead of sending the
 // command to the model.
 type transcriptCommand struct {
-	name string // "retry" or "undo"
+	name string // "retry", "undo" or "compress"
 	n    int    // exchanges to remove
 }
 
@@ -31,7 +32,7 @@ func transcriptCommandOf(req *turnsv1.TurnRequested) (transcriptCommand, bool) {
 		c.n = n
 	}
 	switch name {
-	case "retry", "undo":
+	case "retry", "undo", "compress":
 		return c, true
 	}
 	return transcriptCommand{}, false
@@ -57,6 +58,9 @@ func cutAt(prior []store.Message, n int) (idx, exchanges int) {
 // (ls.reply); /retry sends the removed user message to the model again
 // as the turn's input. Messages folded into a summary are out of reach.
 func (r *turnRun) beginTranscriptCommand(ls *loopState, cmd transcriptCommand) {
+	if cmd.name == "compress" {
+		return // it needs the model: compressCommand, once the turn has one
+	}
 	n := cmd.n
 	if cmd.name == "retry" {
 		n = 1
@@ -88,4 +92,44 @@ func (r *turnRun) beginTranscriptCommand(ls *loopState, cmd transcriptCommand) {
 	}
 	ls.reply = fmt.Sprintf("↩️ Undid %s (%d messages), from: “%s”", what, len(removed), preview)
 	r.log.Info("undid exchanges", "exchanges", exchanges, "removed", len(removed))
+}
+
+// compressCommand performs /compress, Hermes's manual compression: the
+// conversation's older messages are summarised now, as they would be once
+// the prompt outgrew agent.compress_at of the window, keeping the last
+// agent.protect_last verbatim, and the turn answers with what it did, in
+// Hermes's words, without a call to the model as the user's input.
+// Differs from Hermes: its "/compress <focus>" steers the summary; the
+// focus is not read here.
+func (r *turnRun) compressCommand(ctx context.Context, b Backend, model, system string, ls *loopState) (store.Final, error) {
+	// As in Hermes, an earlier summary counts as a message.
+	before, tokens := len(ls.prior), estimateTokens(system, ls.summary, ls.prior)
+	if ls.summary != "" {
+		before++
+	}
+	if before < 4 {
+		return r.finishWith(ctx, ls, "Not enough conversation to compress (need at least 4 messages).")
+	}
+	done, err := r.compress(ctx, b, model, system, ls, true)
+	if err != nil {
+		return store.Final{}, err
+	}
+	if !done {
+		if len(ls.prior) <= r.s.cfg.Agent.ProtectLast {
+			return r.finishWith(ctx, ls, fmt.Sprintf("Nothing to compress yet: the last %d messages are always kept as they are.", r.s.cfg.Agent.ProtectLast))
+		}
+		return r.finishWith(ctx, ls, "Compression failed: the model gave no summary. Try again later.")
+	}
+	after := len(ls.prior) + 1 // the summary stands for the rest
+	return r.finishWith(ctx, ls, fmt.Sprintf("🗜️ Compressed: %d → %d messages\n~%s → ~%s tokens",
+		before, after, thousands(tokens), thousands(estimateTokens(system, ls.summary, ls.prior))))
+}
+
+// thousands writes n with comma separators, as Python's {n:,}.
+func thousands(n int) string {
+	s := strconv.Itoa(n)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
 }

@@ -104,3 +104,94 @@ func TestUndoAndRetryEditTheConversation(t *testing.T) {
 		t.Errorf("an unmarked /undo answered %q", got)
 	}
 }
+
+// /compress summarises the older messages at once, keeping the last
+// protect_last, answers with what it did in Hermes's words, and reaches
+// the model only for the summary; the next turn starts from the summary.
+func TestCompressCommand(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.setGeneration("s1", 1)
+	h.startWorker("w1", func(c *worker.Config, _ *worker.Deps) { c.Agent.ProtectLast = 2 })
+	turn := func(text string, o turnOpts) string {
+		t.Helper()
+		req := h.requestTurn("s1", text, o)
+		if done := h.waitCompleted(req.TurnId); done.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED {
+			t.Fatalf("%q: %v %s", text, done.GetStatus(), done.GetError())
+		}
+		return checkReplies(t, h.replies(req.TurnId)).GetFinalText().GetText()
+	}
+	summaries := func() int {
+		t.Helper()
+		var n int
+		if err := h.db.QueryRow(context.Background(), `SELECT count(*) FROM transcript_summaries WHERE session_id = 'sid-s1'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+
+	if got, want := turn("/compress", turnOpts{command: "compress"}), "Not enough conversation to compress (need at least 4 messages)."; got != want {
+		t.Errorf("/compress on an empty conversation answered %q, want %q", got, want)
+	}
+	turn("one", turnOpts{})
+	turn("two", turnOpts{})
+	calls := len(h.fake.Requests())
+	got := turn("/compress", turnOpts{command: "compress"})
+	if !strings.HasPrefix(got, "🗜️ Compressed: 4 → 3 messages\n~") {
+		t.Errorf("/compress answered %q", got)
+	}
+	reqs := h.fake.Requests()[calls:]
+	if len(reqs) != 1 || !strings.Contains(reqs[0].Messages[0].Content, "user: one") {
+		t.Fatalf("/compress made %d model calls (%+v), want the summary's", len(reqs), reqs)
+	}
+	if n := summaries(); n != 1 {
+		t.Fatalf("%d summaries stored, want 1", n)
+	}
+	// The summary and the two messages kept: as in Hermes, too little.
+	if got, want := turn("/compress", turnOpts{command: "compress"}), "Not enough conversation to compress (need at least 4 messages)."; got != want {
+		t.Errorf("a second /compress answered %q, want %q", got, want)
+	}
+	calls = len(h.fake.Requests())
+	turn("three", turnOpts{})
+	next := h.fake.Requests()[calls]
+	if !strings.Contains(next.Messages[0].Content, "[Summary of the earlier conversation]") {
+		t.Errorf("the turn after /compress does not start with the summary: %+v", next.Messages[0])
+	}
+	for _, m := range next.Messages {
+		if strings.Contains(m.Content, "/compress") {
+			t.Errorf("the model saw the command: %+v", m)
+		}
+	}
+	// The summary and four messages: the summary is folded in again.
+	if got := turn("/compress", turnOpts{command: "compress"}); !strings.HasPrefix(got, "🗜️ Compressed: 5 → 3 messages\n~") {
+		t.Errorf("a third /compress answered %q", got)
+	}
+	if n := summaries(); n != 2 {
+		t.Fatalf("%d summaries stored, want 2", n)
+	}
+}
+
+// /compress keeps protect_last messages: with no more than those, there
+// is nothing to fold in, and the model is not called.
+func TestCompressCommandKeepsTheLastMessages(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.setGeneration("s1", 1)
+	h.startWorker("w1", func(c *worker.Config, _ *worker.Deps) { c.Agent.ProtectLast = 6 })
+	for _, text := range []string{"one", "two"} {
+		req := h.requestTurn("s1", text, turnOpts{})
+		h.waitCompleted(req.TurnId)
+	}
+	calls := len(h.fake.Requests())
+	req := h.requestTurn("s1", "/compress", turnOpts{command: "compress"})
+	if done := h.waitCompleted(req.TurnId); done.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED {
+		t.Fatalf("/compress: %v %s", done.GetStatus(), done.GetError())
+	}
+	got := checkReplies(t, h.replies(req.TurnId)).GetFinalText().GetText()
+	if want := "Nothing to compress yet: the last 6 messages are always kept as they are."; got != want {
+		t.Errorf("/compress answered %q, want %q", got, want)
+	}
+	if n := len(h.fake.Requests()) - calls; n != 0 {
+		t.Errorf("/compress made %d model calls, want none", n)
+	}
+}
