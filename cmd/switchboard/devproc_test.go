@@ -19,6 +19,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/switchboard-chat/switchboard/pkg/logtest"
 	"github.com/switchboard-chat/switchboard/pkg/pg/pgtest"
 	"github.com/switchboard-chat/switchboard/pkg/redisx"
 	"github.com/switchboard-chat/switchboard/pkg/redisx/redistest"
@@ -96,29 +97,12 @@ func decodeCompletion(raw []byte) (content, code string, ok bool) {
 // Redis prefix, embedded NATS and ports, so tests can run side by side.
 type devProcess struct {
 	cmd       *exec.Cmd
-	stderr    *syncBuffer
+	stderr    *logtest.Buffer
 	endpoints map[string]string // label → address as dev printed them
 	banner    []string          // the banner's lines
 	apiAddr   string
 	db        *pgxpool.Pool  // the process's Postgres schema, for checks
 	locker    *redisx.Locker // session locks under the process's Redis prefix
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // startDev starts the binary and waits until /readyz answers 200.
@@ -131,7 +115,7 @@ func startDev(t *testing.T, env ...string) *devProcess {
 	// test may take it before dev binds it. Then dev retries the bind on
 	// its reconnect schedule (tens of seconds), so start again instead.
 	for attempt := 1; ; attempt++ {
-		d := &devProcess{stderr: &syncBuffer{}, endpoints: map[string]string{}, apiAddr: freeAddr(t), db: db,
+		d := &devProcess{stderr: &logtest.Buffer{}, endpoints: map[string]string{}, apiAddr: freeAddr(t), db: db,
 			locker: redisx.NewLocker(rdb, redisPrefix)}
 		err := d.start(t, bin, dbURL, redisPrefix, env)
 		if err == nil {

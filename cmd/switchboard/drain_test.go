@@ -13,18 +13,20 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/switchboard-chat/switchboard/pkg/logtest"
 )
 
 // workerProcess is a `switchboard worker` subprocess.
 type workerProcess struct {
 	cmd    *exec.Cmd
-	stderr *syncBuffer
+	stderr *logtest.Buffer
 	done   chan error
 }
 
 func startWorkerProcess(t *testing.T, d *inProcessDev) *workerProcess {
 	t.Helper()
-	w := &workerProcess{stderr: &syncBuffer{}, done: make(chan error, 1)}
+	w := &workerProcess{stderr: &logtest.Buffer{}, done: make(chan error, 1)}
 	w.cmd = exec.Command(binary(t), "worker", "--ops-addr", "127.0.0.1:0")
 	w.cmd.Env = append(os.Environ(),
 		"NATS_URL="+d.cfg.NATS.URL,

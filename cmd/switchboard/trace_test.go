@@ -14,6 +14,7 @@ import (
 
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
+	"github.com/switchboard-chat/switchboard/pkg/logtest"
 	"github.com/switchboard-chat/switchboard/pkg/pg/pgtest"
 	"github.com/switchboard-chat/switchboard/pkg/redisx/redistest"
 )
@@ -24,7 +25,7 @@ import (
 type inProcessDev struct {
 	cfg     *Config
 	spans   *tracetest.InMemoryExporter
-	logs    *syncBuffer
+	logs    *logtest.Buffer
 	apiAddr string
 	stop    func()
 }
@@ -59,7 +60,7 @@ func startInProcessDevWith(t *testing.T, mutate func(*Config), services ...strin
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	d := &inProcessDev{cfg: cfg, spans: tracetest.NewInMemoryExporter(), logs: &syncBuffer{}, apiAddr: cfg.Gateways.API.Addr}
+	d := &inProcessDev{cfg: cfg, spans: tracetest.NewInMemoryExporter(), logs: &logtest.Buffer{}, apiAddr: cfg.Gateways.API.Addr}
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan string, 1)
 	done := make(chan error, 1)

@@ -1,7 +1,6 @@
 package scheduler_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -19,6 +18,7 @@ import (
 	"github.com/switchboard-chat/switchboard/pkg/cron"
 	"github.com/switchboard-chat/switchboard/pkg/cron/scheduler"
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
+	"github.com/switchboard-chat/switchboard/pkg/logtest"
 	"github.com/switchboard-chat/switchboard/pkg/outbox"
 	"github.com/switchboard-chat/switchboard/pkg/pg/pgtest"
 	"github.com/switchboard-chat/switchboard/pkg/platform/platformtest"
@@ -878,24 +878,6 @@ func TestCompletedJobsDeleted(t *testing.T) {
 	}
 }
 
-// syncBuffer is a log sink the scheduler may write from a test's ticks.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (w *syncBuffer) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.Write(p)
-}
-
-func (w *syncBuffer) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.String()
-}
-
 // TestPanicWhileFiring: a panic while firing one job (here its deliver
 // target's resolver panics, or the commit) does not end the tick, Run or
 // the router: it is logged with the job's id, counted in
@@ -922,7 +904,7 @@ func TestPanicWhileFiring(t *testing.T) {
 			var mu sync.Mutex
 			broken := true
 			isBroken := func() bool { mu.Lock(); defer mu.Unlock(); return broken }
-			logs := &syncBuffer{}
+			logs := &logtest.Buffer{}
 			cfg := scheduler.DefaultConfig()
 			cfg.Timezone, cfg.Tick = "UTC", time.Second
 			s, err := scheduler.New(cfg, scheduler.Deps{DB: e.db, Bus: e.bus, Now: e.clock.Now,

@@ -20,6 +20,7 @@ import (
 	"github.com/switchboard-chat/switchboard/pkg/egress"
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+	"github.com/switchboard-chat/switchboard/pkg/logtest"
 	"github.com/switchboard-chat/switchboard/pkg/platform"
 	"github.com/switchboard-chat/switchboard/pkg/platform/platformtest"
 	"github.com/switchboard-chat/switchboard/services/gateway/bluebubbles/bbfake"
@@ -421,7 +422,7 @@ func TestRefusedPasswordIsFatal(t *testing.T) {
 	cfg := testConfig(f)
 	cfg.Password = "wrong"
 	b := bustest.New(t, bustest.EmbeddedURL(t))
-	var logs syncBuffer
+	var logs logtest.Buffer
 	s, err := New(cfg, Deps{Log: slog.New(slog.NewTextHandler(&logs, nil)), Bus: b, Runner: platform.Options{Backoff: platform.Schedule(10 * time.Millisecond)}})
 	if err != nil {
 		t.Fatal(err)
@@ -499,24 +500,6 @@ func TestConfigValidate(t *testing.T) {
 			t.Errorf("%s: the error repeats the secret: %v", name, err)
 		}
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for the logger and the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // A send retried while BlueBubbles still sends its first attempt (the

@@ -22,6 +22,7 @@ import (
 	"github.com/switchboard-chat/switchboard/pkg/chunk"
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+	"github.com/switchboard-chat/switchboard/pkg/logtest"
 	"github.com/switchboard-chat/switchboard/pkg/platform"
 	"github.com/switchboard-chat/switchboard/pkg/platform/platformtest"
 	"github.com/switchboard-chat/switchboard/services/gateway/sms/smsfake"
@@ -459,7 +460,7 @@ func TestRefusedCredentialsAreFatal(t *testing.T) {
 	cfg := testConfig(f)
 	cfg.AuthToken = "wrong"
 	b := bustest.New(t, bustest.EmbeddedURL(t))
-	var logs syncBuffer
+	var logs logtest.Buffer
 	s, err := New(cfg, Deps{Log: slog.New(slog.NewTextHandler(&logs, nil)), Bus: b, Runner: platform.Options{Backoff: platform.Schedule(10 * time.Millisecond)}})
 	if err != nil {
 		t.Fatal(err)
@@ -525,25 +526,6 @@ func listen(t *testing.T) net.Listener {
 		t.Fatal(err)
 	}
 	return ln
-}
-
-// syncBuffer is a bytes.Buffer for a logger written from several
-// goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (w *syncBuffer) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.Write(p)
-}
-
-func (w *syncBuffer) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.String()
 }
 
 // TestWebhookRetrySemantics, against the real bus: a message the bus
