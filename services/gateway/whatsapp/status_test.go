@@ -1,41 +1,26 @@
 package whatsapp
 
 import (
-	"bytes"
 	"encoding/json"
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
+	"github.com/switchboard-chat/switchboard/pkg/logtest"
 	"github.com/switchboard-chat/switchboard/pkg/platform"
 	"github.com/switchboard-chat/switchboard/pkg/platform/platformtest"
 	"github.com/switchboard-chat/switchboard/services/gateway/whatsapp/whatsappfake"
 )
 
-// lockedBuffer is a log sink the gateway's goroutines write to.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-// records are the JSON log records with this message.
-func (l *lockedBuffer) records(t *testing.T, msg string) []map[string]any {
+// records are the JSON log records in logs with this message.
+func records(t *testing.T, logs *logtest.Buffer, msg string) []map[string]any {
 	t.Helper()
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	var out []map[string]any
-	for _, line := range strings.Split(l.b.String(), "\n") {
+	for _, line := range strings.Split(logs.String(), "\n") {
 		if line == "" {
 			continue
 		}
@@ -57,7 +42,7 @@ func (l *lockedBuffer) records(t *testing.T, msg string) []map[string]any {
 func TestFailedStatusVisible(t *testing.T) {
 	t.Parallel()
 	f := whatsappfake.New(t)
-	var logs lockedBuffer
+	var logs logtest.Buffer
 	h := start(t, f, testConfig(f), platform.Options{}, slog.New(slog.NewJSONHandler(&logs, nil)))
 	var ids []string
 	for _, key := range []string{"late", "nowhere"} {
@@ -89,7 +74,7 @@ func TestFailedStatusVisible(t *testing.T) {
 	}
 	var recs []map[string]any
 	platformtest.WaitFor(t, "the failures logged", func() bool {
-		recs = logs.records(t, "whatsapp reports a sent message failed")
+		recs = records(t, &logs, "whatsapp reports a sent message failed")
 		return len(recs) == 3
 	})
 	for i, want := range []struct {
