@@ -27,6 +27,7 @@ import (
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/platform"
+	"github.com/switchboard-chat/switchboard/pkg/telemetry/telemetrytest"
 )
 
 // Env is what the suite gives a harness to build its platform with.
@@ -74,6 +75,15 @@ type ReactionFake interface {
 	// Reactions returns the bot's reactions on message messageID in
 	// target's chat, as the platform shows them.
 	Reactions(t *testing.T, ctx context.Context, target *deliveryv1.Target, messageID string) []string
+}
+
+// PoisonFake is implemented by the fakes that can send a payload whose
+// handling panics in the gateway's code (a crafted payload, or one whose
+// handling reads an answer of the platform's API that reaches a nil
+// path): the suite checks that the gateway skips it, counted, keeps its
+// connection and publishes the payloads around it.
+type PoisonFake interface {
+	DeliverPoison(t *testing.T, ctx context.Context)
 }
 
 // Connectionless is implemented by the fakes of platforms that keep no
@@ -233,8 +243,15 @@ func Run(t *testing.T, h Harness) {
 			t.Fatalf("after reconnect got event %s, want %s", got.GetEventId(), want.GetEventId())
 		}
 	})
+	t.Run("skips a payload whose handling panics", func(t *testing.T) { poison(t, h) })
 	t.Run("rejects oversized and malformed payloads", func(t *testing.T) {
 		s := start(t, h)
+		conns := s.fake.Connections()
+		defer func() {
+			if n := s.fake.Connections(); n != conns {
+				t.Errorf("the gateway connected %d times more around the bad payloads, want it to keep its connection", n-conns)
+			}
+		}()
 		for _, c := range []struct {
 			name    string
 			deliver func(*testing.T, context.Context)
@@ -250,6 +267,44 @@ func Run(t *testing.T, h Harness) {
 			}
 		}
 	})
+}
+
+// poison checks that a payload whose handling panics costs only itself:
+// the events before and after it are published once each, the panic is
+// counted, the connection is kept.
+func poison(t *testing.T, h Harness) {
+	s := start(t, h)
+	pf, ok := s.fake.(PoisonFake)
+	if !ok {
+		t.Skip("the fake has no payload that panics")
+	}
+	labels := map[string]string{"component": platform.ReceiveComponent}
+	panics := telemetrytest.Value(t, "switchboard_panics_total", labels)
+	conns := s.fake.Connections()
+	kind := s.fake.Kinds()[0]
+	before := s.fake.Deliver(t, s.ctx, kind)
+	if got := s.next(t); got.GetEventId() != before.GetEventId() {
+		t.Fatalf("got event %s, want %s", got.GetEventId(), before.GetEventId())
+	}
+	pf.DeliverPoison(t, s.ctx)
+	after := s.fake.Deliver(t, s.ctx, kind)
+	if got := s.next(t); got.GetEventId() != after.GetEventId() {
+		t.Fatalf("after the poison payload got event %s, want %s", got.GetEventId(), after.GetEventId())
+	}
+	waitFor(t, s.ctx, "the panic to be counted", func() bool {
+		return telemetrytest.Value(t, "switchboard_panics_total", labels) > panics
+	})
+	if n := s.fake.Connections(); n != conns {
+		t.Errorf("the gateway connected %d times more around the poison payload, want it to keep its connection", n-conns)
+	}
+	if st, _ := s.runner.State(); st != platform.StateConnected {
+		t.Errorf("runner state %v, want connected", st)
+	}
+	// Nothing came twice: the next event is a fresh one's.
+	last := s.fake.Deliver(t, s.ctx, kind)
+	if got := s.next(t); got.GetEventId() != last.GetEventId() {
+		t.Fatalf("got event %s, want %s", got.GetEventId(), last.GetEventId())
+	}
 }
 
 type suite struct {

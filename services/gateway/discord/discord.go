@@ -17,6 +17,7 @@ import (
 	"net/url"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -358,7 +359,9 @@ func (p *Platform) current() (platform.Conn, context.Context) {
 }
 
 // onEvent sees every dispatch with its raw payload, on the reading
-// goroutine, in sequence order.
+// goroutine, in sequence order. A payload whose handling panics is
+// logged, counted (switchboard_panics_total{component="gateway_receive"})
+// and skipped; the connection and the dispatches after it go on.
 func (p *Platform) onEvent(_ *discordgo.Session, e *discordgo.Event) {
 	if e.Type != "MESSAGE_CREATE" && e.Type != "INTERACTION_CREATE" {
 		return
@@ -367,11 +370,16 @@ func (p *Platform) onEvent(_ *discordgo.Session, e *discordgo.Event) {
 	if conn == nil {
 		return
 	}
-	if e.Type == "INTERACTION_CREATE" {
-		p.handlePress(ctx, conn, e.RawData)
-		return
-	}
-	p.handle(ctx, conn, e.RawData)
+	// This is discordgo's reading goroutine: a panic here would end the
+	// process, so one payload the code cannot take is skipped instead
+	// (Discord takes no acknowledgements and resends nothing).
+	platform.Receive(ctx, conn, p.log, "discord", e.Type+" "+strconv.FormatInt(e.Sequence, 10), e.RawData, func() {
+		if e.Type == "INTERACTION_CREATE" {
+			p.handlePress(ctx, conn, e.RawData)
+			return
+		}
+		p.handle(ctx, conn, e.RawData)
+	})
 }
 
 // ackWithin is how long a press may take to reach the bus: Discord

@@ -635,3 +635,15 @@ func TestAgentMedia(t *testing.T) {
 		t.Fatalf("kept bytes: posted %+v", m)
 	}
 }
+
+// DeliverPoison sends a message in a channel whose lookup answers null:
+// discordgo hands the gateway a nil channel, and reading it panics on
+// discordgo's reading goroutine.
+func (c *contractFake) DeliverPoison(t *testing.T, ctx context.Context) {
+	broken := "900000000000000099"
+	c.f.NullChannel(broken)
+	m := discordfake.MessageCreate{ID: c.f.NewID(), ChannelID: broken, GuildID: guild, AuthorID: user, Content: "poison"}
+	if err := c.f.Dispatch(ctx, "MESSAGE_CREATE", m.Payload()); err != nil {
+		t.Fatal(err)
+	}
+}

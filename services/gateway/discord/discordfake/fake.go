@@ -269,6 +269,15 @@ func (f *Fake) AddChannel(id string, typ int, guild, parent string) {
 	f.channels[id] = c
 }
 
+// NullChannel makes the lookup of channel id answer 200 with the body
+// null, a broken answer that reaches the gateway as a nil channel: the
+// contract suite's payload whose handling panics.
+func (f *Fake) NullChannel(id string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.channels[id] = nil
+}
+
 // Channel returns a copy of a channel as the fake serves it (nil when
 // there is none).
 func (f *Fake) Channel(id string) map[string]any {
