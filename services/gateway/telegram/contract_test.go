@@ -80,6 +80,9 @@ func (d *fakeDriver) Drop(*testing.T) { d.f.Drop() }
 // rather than reconnecting).
 func (d *fakeDriver) Connections() int { return d.f.Calls("getUpdates") }
 
+// Sessions counts polling sessions: each Connect starts with deleteWebhook.
+func (d *fakeDriver) Sessions() int { return d.f.Calls("deleteWebhook") }
+
 func (d *fakeDriver) Answer(ev *eventsv1.MessageReceived) *deliveryv1.SendRequested {
 	req := answer(ev)
 	req.InputMessageIds = []string{ev.GetMessageId()}
