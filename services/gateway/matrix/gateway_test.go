@@ -17,6 +17,7 @@ import (
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/platform"
 	"github.com/switchboard-chat/switchboard/pkg/platform/platformtest"
+	"github.com/switchboard-chat/switchboard/pkg/telemetry/telemetrytest"
 	"github.com/switchboard-chat/switchboard/services/gateway/matrix/matrixfake"
 )
 
@@ -354,6 +355,51 @@ func TestRetryReusesUploads(t *testing.T) {
 			got := g.f.Sent(dmRm)
 			if len(got) != 3 || got[0].Body != "a.txt" || got[1].Body != "b.txt" || got[2].Body != "hello" {
 				t.Fatalf("sent %+v, want a.txt, b.txt and the text once each", got)
+			}
+		})
+	}
+}
+
+// One event of a sync answer that does not decode (the answer as a whole
+// then does not) or whose handling panics (null in the timeline) costs
+// only itself: it is rejected and counted, the messages before and after
+// it are published once each, the token moves past it, and the gateway
+// keeps its connection instead of asking for the same answer for ever.
+func TestPoisonEventSkipped(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, raw string
+		panics    bool
+	}{
+		{"timestamp not a number", `{"type":"m.room.message","event_id":"$ts:fake.test","sender":"@ann:fake.test","origin_server_ts":"yesterday","content":{"msgtype":"m.text","body":"x"}}`, false},
+		{"content not an object", `{"type":"m.room.message","event_id":"$c:fake.test","sender":"@ann:fake.test","origin_server_ts":1,"content":"x"}`, false},
+		{"not an object", `42`, false},
+		{"null", `null`, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			g := start(t, nil)
+			conns := g.f.Connections()
+			rejected := telemetrytest.Value(t, "switchboard_gateway_inbound_total", map[string]string{"platform": "matrix", "result": "rejected"})
+			panics := telemetrytest.Value(t, "switchboard_panics_total", map[string]string{"component": platform.ReceiveComponent})
+			first := g.f.Message(dmRm, ann, "before")
+			if ev := g.next(t); ev.GetEventId() != first {
+				t.Fatalf("event %s, want %s", ev.GetEventId(), first)
+			}
+			g.f.InjectRaw(dmRm, tc.raw)
+			second := g.f.Message(dmRm, ann, "after")
+			if ev := g.next(t); ev.GetEventId() != second {
+				t.Fatalf("event %s, want %s", ev.GetEventId(), second)
+			}
+			g.none(t)
+			if n := g.f.Connections(); n != conns {
+				t.Errorf("the gateway connected %d times more, want it to keep syncing", n-conns)
+			}
+			if got := telemetrytest.Value(t, "switchboard_gateway_inbound_total", map[string]string{"platform": "matrix", "result": "rejected"}); got <= rejected {
+				t.Errorf("rejected count %v, want it above %v", got, rejected)
+			}
+			if got := telemetrytest.Value(t, "switchboard_panics_total", map[string]string{"component": platform.ReceiveComponent}); tc.panics && got <= panics {
+				t.Errorf("panics count %v, want it above %v", got, panics)
 			}
 		})
 	}

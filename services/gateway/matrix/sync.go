@@ -57,7 +57,7 @@ func (p *Platform) Connect(ctx context.Context, conn platform.Conn) error {
 		if !connected {
 			timeout = 0 // answer at once: the gateway is ready when it did
 		}
-		resp, err := p.cli.FullSyncRequest(ctx, mautrix.ReqSync{Since: since, Timeout: int(timeout.Milliseconds())})
+		resp, err := p.syncLenient(ctx, mautrix.ReqSync{Since: since, Timeout: int(timeout.Milliseconds())}, p.rejectEvent(ctx, conn))
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -90,6 +90,15 @@ func (p *Platform) Connect(ctx context.Context, conn platform.Conn) error {
 		since, fresh = resp.NextBatch, false
 	}
 	return nil
+}
+
+// rejectEvent is the badEvent of a sync: an event of the answer that
+// does not decode is rejected (logged with a summary, counted) and the
+// token moves on past it.
+func (p *Platform) rejectEvent(ctx context.Context, conn platform.Conn) badEvent {
+	return func(raw json.RawMessage, err error) {
+		conn.Reject(ctx, "undecodable", fmt.Errorf("matrix event %s: %w", platform.Summary(raw), err))
+	}
 }
 
 // syncFailed turns a failed /sync into the connection's error: a token
@@ -148,45 +157,33 @@ func (p *Platform) handle(ctx context.Context, conn platform.Conn, resp *mautrix
 		r.apply(jr.State.Events, &jr.Summary)
 		timeline := jr.Timeline.Events
 		if jr.Timeline.Limited && since != "" && jr.Timeline.PrevBatch != "" {
-			gap, err := p.backfill(ctx, rid, jr.Timeline.PrevBatch, since)
+			gap, err := p.backfill(ctx, rid, jr.Timeline.PrevBatch, since, p.rejectEvent(ctx, conn))
 			if err != nil {
 				return err
 			}
 			timeline = append(gap, timeline...)
 		}
 		for _, ev := range timeline {
-			r.apply([]*event.Event{ev}, nil)
-			ev.RoomID = rid
-			if !notBefore.IsZero() && ev.Timestamp > 0 && time.UnixMilli(ev.Timestamp).Before(notBefore) {
-				skipped.WithLabelValues(string(skipOld)).Inc()
+			// One event whose handling panics is skipped (logged,
+			// counted), the token moving on past it.
+			var took bool
+			var err error
+			var eid string
+			var raw []byte
+			if ev != nil { // null in the list: take panics, and is skipped
+				eid, raw = ev.ID.String(), ev.Content.VeryRaw
+			}
+			if !platform.Receive(ctx, conn, p.log, "matrix", eid, raw, func() {
+				took, err = p.take(ctx, conn, r, rid, ev, notBefore)
+			}) {
 				continue
 			}
-			if ev.Type == event.EventMessage && len(ev.Content.VeryRaw) > maxEventBytes {
-				conn.Reject(ctx, "oversized", fmt.Errorf("matrix event %s in %s: %d bytes of content, at most %d", ev.ID, rid, len(ev.Content.VeryRaw), maxEventBytes))
-				continue
-			}
-			if err := p.ensureRoom(ctx, r); err != nil {
+			if err != nil {
 				return err
 			}
-			msg, reason, err := normalize(ev, r.view(p.cfg.UserID), p.rules(), func(thread id.EventID) bool {
-				ok, err := conn.Seen(ctx, thread.String())
-				return err == nil && ok
-			})
-			if err != nil {
-				conn.Reject(ctx, "malformed", fmt.Errorf("matrix event %s in %s: %w", ev.ID, rid, err))
-				continue
+			if took {
+				receipts[rid] = ev.ID
 			}
-			if reason != skipNone {
-				skipped.WithLabelValues(string(reason)).Inc()
-				if reason == skipEncrypted {
-					p.log.Warn("matrix: skipped an encrypted message: end-to-end encryption is not supported", "room", rid.String(), "event", ev.ID.String())
-				}
-				continue
-			}
-			if _, err := conn.Deliver(ctx, msg); err != nil && !errors.Is(err, platform.ErrRejected) {
-				return fmt.Errorf("publish matrix event %s: %w", ev.ID, err)
-			}
-			receipts[rid] = ev.ID
 		}
 	}
 	if p.cfg.AutoJoin {
@@ -202,6 +199,44 @@ func (p *Platform) handle(ctx context.Context, conn platform.Conn, resp *mautrix
 	return nil
 }
 
+// take publishes one timeline event of room r unless it is skipped;
+// took reports it was published (for the read receipt), an error that
+// it was not stored and the sync answer must be read again.
+func (p *Platform) take(ctx context.Context, conn platform.Conn, r *room, rid id.RoomID, ev *event.Event, notBefore time.Time) (took bool, err error) {
+	r.apply([]*event.Event{ev}, nil)
+	ev.RoomID = rid
+	if !notBefore.IsZero() && ev.Timestamp > 0 && time.UnixMilli(ev.Timestamp).Before(notBefore) {
+		skipped.WithLabelValues(string(skipOld)).Inc()
+		return false, nil
+	}
+	if ev.Type == event.EventMessage && len(ev.Content.VeryRaw) > maxEventBytes {
+		conn.Reject(ctx, "oversized", fmt.Errorf("matrix event %s in %s: %d bytes of content, at most %d", ev.ID, rid, len(ev.Content.VeryRaw), maxEventBytes))
+		return false, nil
+	}
+	if err := p.ensureRoom(ctx, r); err != nil {
+		return false, err
+	}
+	msg, reason, err := normalize(ev, r.view(p.cfg.UserID), p.rules(), func(thread id.EventID) bool {
+		ok, err := conn.Seen(ctx, thread.String())
+		return err == nil && ok
+	})
+	if err != nil {
+		conn.Reject(ctx, "malformed", fmt.Errorf("matrix event %s in %s: %w", ev.ID, rid, err))
+		return false, nil
+	}
+	if reason != skipNone {
+		skipped.WithLabelValues(string(reason)).Inc()
+		if reason == skipEncrypted {
+			p.log.Warn("matrix: skipped an encrypted message: end-to-end encryption is not supported", "room", rid.String(), "event", ev.ID.String())
+		}
+		return false, nil
+	}
+	if _, err := conn.Deliver(ctx, msg); err != nil && !errors.Is(err, platform.ErrRejected) {
+		return false, fmt.Errorf("publish matrix event %s: %w", ev.ID, err)
+	}
+	return true, nil
+}
+
 // maxBackfill bounds the events read back through one room's gap; what
 // is older is logged as skipped.
 const maxBackfill = 1000
@@ -214,7 +249,7 @@ const backfillPage = 100
 // leaves them out of a sync answer beyond its timeline limit (Synapse:
 // 10 a room by default), and skipping them would lose every message but
 // the last few sent while the gateway was down.
-func (p *Platform) backfill(ctx context.Context, rid id.RoomID, from, since string) ([]*event.Event, error) {
+func (p *Platform) backfill(ctx context.Context, rid id.RoomID, from, since string, bad badEvent) ([]*event.Event, error) {
 	var back []*event.Event
 	for from != "" {
 		if len(back) >= maxBackfill {
@@ -223,7 +258,7 @@ func (p *Platform) backfill(ctx context.Context, rid id.RoomID, from, since stri
 				"room", rid.String(), "read", len(back))
 			break
 		}
-		resp, err := p.cli.Messages(ctx, rid, from, since, mautrix.DirectionBackward, nil, backfillPage)
+		resp, err := p.messagesLenient(ctx, rid, from, since, mautrix.DirectionBackward, backfillPage, bad)
 		if err != nil {
 			return nil, fmt.Errorf("matrix: fill the gap in %s: %w", rid, err)
 		}
