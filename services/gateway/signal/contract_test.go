@@ -3,6 +3,7 @@ package signal
 import (
 	"context"
 	"encoding/json"
+	"math"
 	"strings"
 	"sync"
 	"testing"
@@ -117,6 +118,18 @@ func (c *contractFake) DeliverOversized(*testing.T, context.Context) {
 func (c *contractFake) DeliverMalformed(*testing.T, context.Context) {
 	c.f.PushRaw(`{"envelope":"not an envelope","account":"` + bot + `"}`)
 }
+
+// DeliverPoison sends a message whose mention's length, added to its
+// start, overflows: the gateway's mention rendering panics on it.
+func (c *contractFake) DeliverPoison(*testing.T, context.Context) {
+	n, _ := c.f.Envelope(signalfake.Message{From: ann, Text: "hi \uFFFC"})
+	n["envelope"].(map[string]any)["dataMessage"].(map[string]any)["mentions"] = []map[string]any{
+		{"number": bot, "start": 3, "length": math.MaxInt64}}
+	c.f.Push(n)
+}
+
+// Sessions counts the gateway's connections: each starts with a check.
+func (c *contractFake) Sessions() int { return c.f.Checks() }
 
 func (c *contractFake) Drop(*testing.T) { c.f.Drop() }
 

@@ -208,6 +208,15 @@ func (p *Platform) remember(id string) {
 // waits, the daemon's socket buffers) until it succeeds or ctx ends; it
 // reports false then.
 func (p *Platform) handle(ctx context.Context, conn platform.Conn, sse sseEvent) bool {
+	// One event whose handling panics is skipped (logged, counted): the
+	// rest of a receive call's batch, which exists nowhere else, and
+	// the stream after it go on.
+	ok := true
+	platform.Receive(ctx, conn, p.log, "signal", sse.id, sse.data, func() { ok = p.handleOne(ctx, conn, sse) })
+	return ok
+}
+
+func (p *Platform) handleOne(ctx context.Context, conn platform.Conn, sse sseEvent) bool {
 	if sse.oversized {
 		conn.Reject(ctx, "signal event too large", fmt.Errorf("more than %d bytes", maxEventBytes))
 		return true

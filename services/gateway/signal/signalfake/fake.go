@@ -150,6 +150,7 @@ type Fake struct {
 	wake    chan struct{} // closed when a message arrives
 	dropped chan struct{} // closed by Drop: receive calls in flight fail
 	polls   int           // receive calls taken
+	checks  int           // GET /api/v1/check calls: one per gateway connection
 	polling int           // receive calls in flight
 	lost    []string      // messages a receive call took and answered nobody
 }
@@ -178,6 +179,9 @@ func New(account string) *Fake {
 			w.WriteHeader(http.StatusMethodNotAllowed)
 			return
 		}
+		f.mu.Lock()
+		f.checks++
+		f.mu.Unlock()
 		w.WriteHeader(http.StatusOK)
 	})
 	f.srv = httptest.NewServer(mux)
@@ -216,6 +220,14 @@ func (f *Fake) SetReceiveMode(m ReceiveMode) {
 	f.mu.Lock()
 	f.mode = m
 	f.mu.Unlock()
+}
+
+// Checks counts GET /api/v1/check calls: the gateway makes one as it
+// connects.
+func (f *Fake) Checks() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.checks
 }
 
 // Polls counts the receive calls taken so far.
