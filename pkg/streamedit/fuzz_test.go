@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/switchboard-chat/switchboard/pkg/chunk"
 	"github.com/switchboard-chat/switchboard/pkg/streamedit"
@@ -92,7 +93,20 @@ func FuzzStream(f *testing.F) {
 		for i := 0; i < len(ops); i++ {
 			b := ops[i]
 			switch b % 4 {
-			case 0, 3:
+			case 3:
+				// Replace: the text so far loses up to 20 bytes at its end
+				// and gains a few: a transformed text that changed what
+				// may have been shown.
+				cur := streamed.String()
+				cut := len(cur) - min(len(cur), int(b/4)%20)
+				for cut > 0 && cut < len(cur) && !utf8.RuneStart(cur[cut]) {
+					cut--
+				}
+				next := cur[:cut] + []string{"X", "é"}[int(b/4)%2]
+				streamed.Reset()
+				streamed.WriteString(next)
+				do(s.Replace(next), false)
+			case 0:
 				n := int(b/4) % 48
 				var d strings.Builder
 				for range n {

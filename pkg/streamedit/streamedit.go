@@ -126,7 +126,10 @@ type Stream struct {
 	interval time.Duration
 	strikes  int
 	stopped  bool // progress updates given up: the rest goes with Final
-	done     bool
+	// drift: Replace changed text the finished messages show; nothing
+	// more is streamed, and Final writes over every message.
+	drift bool
+	done  bool
 }
 
 // New returns a Stream for one reply.
@@ -171,6 +174,37 @@ func (s *Stream) Append(delta string) []Action {
 	return s.Tick(s.cfg.Now())
 }
 
+// Replace sets the whole text so far (what the messages should show
+// by now) and returns the updates due now. A text that extends the one
+// before is an Append of the difference. One that changes what was
+// already shown (a delivery service that shows the text transformed,
+// the transformation of a longer text differing before the end) is
+// taken as it is: the current message is edited to it when an update is
+// due. When it changes what finished messages show, nothing more is
+// streamed, and Final writes the answer over every message.
+func (s *Stream) Replace(text string) []Action {
+	if s.done {
+		return nil
+	}
+	if len(text) >= len(s.text) && text[:len(s.text)] == string(s.text) {
+		return s.Append(text[len(s.text):])
+	}
+	p := 0
+	for p < len(text) && p < len(s.text) && text[p] == s.text[p] {
+		p++
+	}
+	for p > 0 && p < len(text) && !utf8.RuneStart(text[p]) {
+		p-- // never between the bytes of a rune
+	}
+	if p < s.base {
+		s.drift = true
+		return nil
+	}
+	s.text = append(s.text[:p], text[p:]...)
+	s.shown = min(s.shown, p)
+	return s.Tick(s.cfg.Now())
+}
+
 // Tick returns the updates due at now: none unless editing is possible and
 // still on, at least MinChars characters are new since what the message
 // shows, and Interval has passed since the last update (the first message
@@ -180,7 +214,7 @@ func (s *Stream) Append(delta string) []Action {
 // message is finished without the cursor at a newline or space in its
 // second half (else at the limit) and the rest continues in a new message.
 func (s *Stream) Tick(now time.Time) []Action {
-	if s.done || s.stopped || !s.cfg.CanEdit {
+	if s.done || s.stopped || s.drift || !s.cfg.CanEdit {
 		return nil
 	}
 	if utf8.RuneCount(s.text[s.shown:]) < s.cfg.MinChars {
@@ -307,10 +341,13 @@ func (s *Stream) Final(text string) []Action {
 	}
 	streamed := string(s.text)
 	var acts []Action
-	if text == "" {
-		// Nothing to say: leave what was shown, without the cursor.
-		if s.exists {
+	if text == "" && !s.drift {
+		// Nothing to say: leave what was shown, without the cursor (or
+		// remove the message, when Replace took what it showed back).
+		if s.exists && s.shown > s.base {
 			acts = append(acts, Action{Kind: Edit, Message: s.msg, Text: streamed[s.base:s.shown], Final: true})
+		} else if s.exists {
+			acts = append(acts, Action{Kind: Delete, Message: s.msg, Final: true})
 		}
 		return acts
 	}
@@ -319,7 +356,7 @@ func (s *Stream) Final(text string) []Action {
 		live++
 	}
 	if s.stopped {
-		if !strings.HasPrefix(text, streamed[:s.shown]) {
+		if s.drift || !strings.HasPrefix(text, streamed[:s.shown]) {
 			// What was shown is wrong: send the answer, then remove it.
 			acts = sends(live, chunk.SplitLimit(text, s.cfg.Limit), text)
 			for i := range live {
@@ -331,9 +368,15 @@ func (s *Stream) Final(text string) []Action {
 			acts = append(acts, Action{Kind: Edit, Message: s.msg, Text: streamed[s.base:s.shown], Final: true})
 		}
 		rest := strings.TrimLeft(text[s.shown:], " \t\r\n")
-		return append(acts, sends(live, chunk.SplitLimit(rest, s.cfg.Limit), rest)...)
+		acts = append(acts, sends(live, chunk.SplitLimit(rest, s.cfg.Limit), rest)...)
+		if s.exists && s.shown == s.base {
+			// Replace took back all the message showed: the rest went
+			// in new messages, the stale one goes.
+			acts = append(acts, Action{Kind: Delete, Message: s.msg, Final: true})
+		}
+		return acts
 	}
-	if len(text) > s.base && strings.HasPrefix(text, streamed[:s.base]) {
+	if !s.drift && len(text) > s.base && strings.HasPrefix(text, streamed[:s.base]) {
 		parts := chunk.SplitLimit(text[s.base:], s.cfg.Limit)
 		if !s.exists {
 			return sends(s.msg, parts, text)
@@ -342,7 +385,10 @@ func (s *Stream) Final(text string) []Action {
 		return append(acts, sends(s.msg+1, parts[1:], text)...)
 	}
 	// Rewrite from the first message.
-	parts := chunk.SplitLimit(text, s.cfg.Limit)
+	var parts []string
+	if text != "" {
+		parts = chunk.SplitLimit(text, s.cfg.Limit)
+	}
 	for i, p := range parts {
 		kind := Send
 		if i < live {

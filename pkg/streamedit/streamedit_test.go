@@ -288,3 +288,74 @@ func TestOverflowMeasuresEscapedText(t *testing.T) {
 		t.Errorf("%d messages for 400 characters once escaped", len(messages))
 	}
 }
+
+// Replace sets the text as a whole: an extension is appended, a change
+// to what the message shows is edited in when an update is due, and the
+// final edit goes over it as usual.
+func TestReplace(t *testing.T) {
+	cfg := streamedit.Config{Limit: chunk.Limits("telegram"), CanEdit: true}
+	c := &clock{t: t0}
+	cfg.Now = c.Now
+	s := streamedit.New(cfg)
+	x := strings.Repeat("x", 24)
+	check := func(acts []streamedit.Action, ws ...want) {
+		t.Helper()
+		var got []want
+		for _, a := range acts {
+			got = append(got, want{a.Kind, a.Message, a.Text})
+			s.OnResult(a, nil)
+		}
+		if !slices.Equal(got, ws) {
+			t.Fatalf("actions %v, want %v", got, ws)
+		}
+	}
+	check(s.Replace(x), want{streamedit.Send, 0, x + " ▉"})
+	c.at(time.Second)
+	check(s.Replace(x + "yy")) // 2 new: not due
+	z := strings.Repeat("z", 24)
+	check(s.Replace(x[:20]+z), want{streamedit.Edit, 0, x[:20] + z + " ▉"}) // 24 new after the change at 20
+	c.at(2 * time.Second)
+	check(s.Final(x[:20]+z+"."), want{streamedit.Edit, 0, x[:20] + z + "."})
+}
+
+// A Replace that changes what a finished message shows stops the
+// stream, and the final writes over every message.
+func TestReplaceBeforeAFinishedMessage(t *testing.T) {
+	cfg := streamedit.Config{Limit: chunk.Limit{Max: 40, Measure: chunk.Runes}, CanEdit: true}
+	c := &clock{t: t0}
+	cfg.Now = c.Now
+	s := streamedit.New(cfg)
+	long := strings.Repeat("a", 30) + " " + strings.Repeat("b", 30)
+	for _, a := range s.Replace(long) {
+		s.OnResult(a, nil)
+	}
+	c.at(time.Second)
+	if acts := s.Replace("c" + long[1:] + strings.Repeat("d", 30)); acts != nil {
+		t.Fatalf("streamed on after a change to a finished message: %v", acts)
+	}
+	var got []want
+	for _, a := range s.Final("final") {
+		got = append(got, want{a.Kind, a.Message, a.Text})
+	}
+	if w := []want{{streamedit.Edit, 0, "final"}, {streamedit.Delete, 1, ""}}; !slices.Equal(got, w) {
+		t.Fatalf("final %v, want %v", got, w)
+	}
+}
+
+// A final without text after a Replace that took back everything the
+// message showed removes the message: a blank edit is refused.
+func TestReplaceToNothingThenEmptyFinal(t *testing.T) {
+	cfg := streamedit.Config{Limit: chunk.Limits("telegram"), CanEdit: true}
+	c := &clock{t: t0}
+	cfg.Now = c.Now
+	s := streamedit.New(cfg)
+	x := strings.Repeat("x", 24)
+	for _, a := range s.Replace(x) {
+		s.OnResult(a, nil)
+	}
+	s.Replace("")
+	acts := s.Final("")
+	if len(acts) != 1 || acts[0].Kind != streamedit.Delete || acts[0].Message != 0 {
+		t.Fatalf("final %v, want the message deleted", acts)
+	}
+}

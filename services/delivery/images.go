@@ -65,17 +65,15 @@ func looksLikeImage(url string) bool {
 // collapsed to one, the text trimmed. Where it differs: images inside
 // code (fenced blocks, inline spans) are left alone, as Hermes's
 // extract_local_files leaves paths there (a Markdown example stays
-// intact); a URL referenced twice is sent once; at most maxAnswerImages
+// intact), a fence never closed running to the end of the text as
+// CommonMark has it; a URL referenced twice is sent once; at most maxAnswerImages
 // are taken, the rest stay in the text. Without images the text is
 // returned unchanged.
 func extractImages(text string) ([]answerImage, string) {
 	if !strings.Contains(text, "](http") && !strings.Contains(text, "<img") {
 		return nil, text
 	}
-	var code [][]int
-	if strings.Contains(text, "`") {
-		code = append(fencedCode.FindAllStringIndex(text, -1), inlineCode.FindAllStringIndex(text, -1)...)
-	}
+	code := codeSpans(text)
 	inCode := func(i int) bool {
 		for _, r := range code {
 			if i >= r[0] && i < r[1] {
@@ -130,6 +128,167 @@ func extractImages(text string) ([]answerImage, string) {
 	}
 	b.WriteString(text[last:])
 	return images, strings.TrimSpace(blankLines.ReplaceAllString(b.String(), "\n\n"))
+}
+
+// codeSpans are the byte ranges of text's code: fenced blocks, a fence
+// left open (to the end of the text, as CommonMark renders it), inline
+// spans outside blocks.
+func codeSpans(text string) [][]int {
+	if !strings.Contains(text, "`") {
+		return nil
+	}
+	code := fencedCode.FindAllStringIndex(text, -1)
+	end := 0
+	if len(code) > 0 {
+		end = code[len(code)-1][1]
+	}
+	if i := strings.Index(text[end:], "```"); i >= 0 {
+		code = append(code, []int{end + i, len(text)})
+	}
+	return append(code, inlineCode.FindAllStringIndex(text, -1)...)
+}
+
+// streamedText is what a message streaming text shows when the final
+// answer's images go natively: the text as the final will have it
+// (extractImages), without a possible image being written at its end
+// (an unfinished "![alt](https://exa" or "<img src=…"), which the
+// final may take out. The images themselves go with the final.
+func streamedText(text string) string {
+	text = text[:partialImage(text)]
+	_, text = extractImages(text)
+	return text
+}
+
+// partialImage is where a Markdown image or <img> tag that the text
+// could yet complete starts on its last line (outside code): len(text)
+// when there is none. A lone "!" or "<" at the end counts, "![alt]("
+// needs an http(s) URL under way, a line break in the alt text ends the
+// candidate (an alt text rarely has one).
+func partialImage(text string) int {
+	line := strings.LastIndexByte(text, '\n') + 1
+	var code [][]int
+	for i := line; i < len(text); i++ {
+		if c := text[i]; c != '!' && c != '<' {
+			continue
+		}
+		if !couldBeImage(text[i:]) {
+			continue
+		}
+		if code == nil {
+			code = append(codeSpans(text), nil)
+		}
+		inCode := false
+		for _, r := range code {
+			if r != nil && i >= r[0] && i < r[1] {
+				inCode = true
+				break
+			}
+		}
+		if !inCode {
+			return i
+		}
+	}
+	return len(text)
+}
+
+// couldBeImage reports whether s, the end of a text, is the beginning of
+// a Markdown image or an <img> tag that is not finished yet.
+func couldBeImage(s string) bool {
+	if s[0] == '!' {
+		return couldBeMarkdownImage(s)
+	}
+	return couldBeImgTag(s)
+}
+
+func couldBeMarkdownImage(s string) bool {
+	// ![alt](url)
+	s = s[1:]
+	if s == "" {
+		return true
+	}
+	if s[0] != '[' {
+		return false
+	}
+	end := strings.IndexByte(s, ']')
+	if end < 0 {
+		return !strings.Contains(s, "\n")
+	}
+	s = s[end+1:]
+	if s == "" {
+		return true
+	}
+	if s[0] != '(' {
+		return false
+	}
+	return unfinishedURL(s[1:], ")")
+}
+
+// unfinishedURL reports whether s is the start of an http(s) URL that
+// has not ended (no whitespace, nor one of stops, yet).
+func unfinishedURL(s, stops string) bool {
+	for _, scheme := range []string{"https://", "http://"} {
+		if len(s) <= len(scheme) {
+			if strings.HasPrefix(scheme, s) {
+				return true
+			}
+			continue
+		}
+		if strings.HasPrefix(s, scheme) {
+			return !strings.ContainsAny(s, " \t\r\n\f\v"+stops)
+		}
+	}
+	return false
+}
+
+func couldBeImgTag(s string) bool {
+	// <img src="url"> or </img> after one
+	for _, tag := range []string{"<img", "</img>"} {
+		if len(s) < len(tag) && strings.HasPrefix(tag, s) {
+			return true
+		}
+	}
+	if !strings.HasPrefix(s, "<img") {
+		return false
+	}
+	s = s[len("<img"):]
+	t := strings.TrimLeft(s, " \t\r\n\f\v")
+	if t == "" {
+		return true
+	}
+	if len(t) == len(s) {
+		return false // <imgx
+	}
+	const src = "src="
+	if len(t) <= len(src) {
+		return strings.HasPrefix(src, t)
+	}
+	if !strings.HasPrefix(t, src) {
+		return false
+	}
+	t = t[len(src):]
+	if t != "" && (t[0] == '"' || t[0] == '\'') {
+		t = t[1:]
+	}
+	if t == "" {
+		return true
+	}
+	if unfinishedURL(t, "\"'<>") {
+		return true
+	}
+	// The URL is written; what may follow it before the ">".
+	u := strings.IndexAny(t, " \t\r\n\f\v\"'<>")
+	if u < 0 {
+		return false
+	}
+	if url := t[:u]; !strings.HasPrefix(url, "https://") && !strings.HasPrefix(url, "http://") || strings.HasSuffix(url, "//") {
+		return false
+	}
+	rest := t[u:]
+	if rest[0] == '"' || rest[0] == '\'' {
+		rest = rest[1:]
+	}
+	rest = strings.TrimLeft(rest, " \t\r\n\f\v")
+	return rest == "" || rest == "/"
 }
 
 // answerImages takes the images out of a final answer's text when the

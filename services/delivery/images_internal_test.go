@@ -2,6 +2,7 @@ package delivery
 
 import (
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -75,6 +76,12 @@ func TestExtractImages(t *testing.T) {
 			text:    "a\n\n![x](https://e.com/x.png)\n\n\n\nb",
 			images:  []answerImage{{url: "https://e.com/x.png", alt: "x"}},
 			cleaned: "a\n\nb",
+		},
+		{
+			name:    "a fence left open runs to the end, as CommonMark renders it",
+			text:    "![a](https://e.com/a.png)\n```md\n![b](https://e.com/b.png)",
+			images:  []answerImage{{url: "https://e.com/a.png", alt: "a"}},
+			cleaned: "```md\n![b](https://e.com/b.png)",
 		},
 		{
 			name:    "no images: unchanged, untrimmed",
@@ -167,6 +174,78 @@ func FuzzExtractImages(f *testing.F) {
 		for _, img := range images {
 			if !strings.HasPrefix(img.url, "http://") && !strings.HasPrefix(img.url, "https://") || !strings.Contains(text, img.url) {
 				t.Fatalf("image %q not an http(s) URL of the text", img.url)
+			}
+		}
+	})
+}
+
+func TestStreamedText(t *testing.T) {
+	for _, tc := range []struct {
+		name, text, want string
+	}{
+		{"plain text as it is", "Hello there\n\n", "Hello there\n\n"},
+		{"an image as the final has it", "Here:\n\n![Sales](https://e.com/s.png)\n\nMore", "Here:\n\nMore"},
+		{"an image's alt being written", "Here: ![Sal", "Here: "},
+		{"an image's URL being written", "Here: ![Sales](https://exa", "Here: "},
+		{"the bang alone", "Here!", "Here"},
+		{"the scheme under way", "Here: ![Sales](ht", "Here: "},
+		{"not an image after all", "Here: ![Sales] are up", "Here: ![Sales] are up"},
+		{"a link's URL is no image", "Here: ![Sales](ftp://e.com", "Here: ![Sales](ftp://e.com"},
+		{"a URL with a space ended", "Here: ![Sales](https://e.com/a b", "Here: ![Sales](https://e.com/a b"},
+		{"finished, but not a picture", "See ![docs](https://e.com/page) ok", "See ![docs](https://e.com/page) ok"},
+		{"an img tag being written", "Look <img src=\"https://e.com/c", "Look "},
+		{"an img tag's end being written", "Look <img src=\"https://e.com/c.png\" /", "Look "},
+		{"the tag's name under way", "a <im", "a "},
+		{"a closing tag under way after an image", "<img src=\"https://e.com/c.png\"></im", ""},
+		{"another tag", "a <b>bold", "a <b>bold"},
+		{"inside an open fence it stays", "```md\n![b](https://e.com/b.p", "```md\n![b](https://e.com/b.p"},
+		{"finished inside an open fence it stays", "```md\n![b](https://e.com/b.png)\n", "```md\n![b](https://e.com/b.png)\n"},
+		{"after a closed fence it goes", "```\nx\n```\n![b](https://e.com/b.p", "```\nx\n```\n"},
+		{"only the last line", "a ![b\nc", "a ![b\nc"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := streamedText(tc.text); got != tc.want {
+				t.Fatalf("streamedText(%q) = %q, want %q", tc.text, got, tc.want)
+			}
+		})
+	}
+}
+
+// FuzzStreamedText: while any answer streams (every prefix of it), no
+// image syntax the final answer takes out shows, and the whole answer
+// streamed shows what the final does.
+func FuzzStreamedText(f *testing.F) {
+	for _, s := range []string{
+		"Here:\n\n![Sales](https://e.com/s.png)\n\nMore text",
+		"Look <img src='https://e.com/c.gif' /></img> and ```\n![a](https://e.com/a.png)\n``` `![b](https://e.com/b.png)`!",
+		"a ![b](https://e.com/x) <img src=https://fal.media/q>",
+	} {
+		f.Add(s)
+	}
+	altBreak := regexp.MustCompile(`!\[[^\]]*\n`)
+	f.Fuzz(func(t *testing.T, text string) {
+		if !utf8.ValidString(text) {
+			return
+		}
+		_, final := extractImages(text)
+		if got := streamedText(text + "\n"); len(text) > 0 {
+			if _, want := extractImages(text + "\n"); got != want {
+				t.Fatalf("streamed %q, the final shows %q", got, want)
+			}
+		}
+		// An alt text with a line break is only caught on its last line.
+		if altBreak.MatchString(text) {
+			return
+		}
+		for i := range text {
+			shown := streamedText(text[:i])
+			if !utf8.ValidString(shown) {
+				t.Fatalf("streamed %q: invalid text", text[:i])
+			}
+			for _, mark := range []string{"![", "<img"} {
+				if !strings.Contains(final, mark) && strings.Contains(shown, mark) {
+					t.Fatalf("streaming %q shows %q, which the final %q has not", text[:i], shown, final)
+				}
 			}
 		}
 	})

@@ -3,6 +3,7 @@ package delivery_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -160,13 +161,13 @@ func TestStreamedAnswerImages(t *testing.T) {
 	cfg := streamConfig()
 	cfg.Platforms["stream"] = delivery.Platform{Streaming: delivery.StreamEdit, Images: delivery.ImagesNative}
 	e.start(t, cfg, "a")
-	e.publishStream(t, "t1", 1, "s1", &repliesv1.TextDelta{Text: "Here it is: ![Sales](https://cdn.example.test/sales.png)"})
+	e.publishStream(t, "t1", 1, "s1", &repliesv1.TextDelta{Text: "Here it is, the sales chart: ![Sales](https://cdn.example.test/sales.png)"})
 	eventually(t, e.clock, 0, "streamed message", func() bool { return len(e.gw.sends()) == 1 })
-	e.publishStream(t, "t1", 2, "s1", final("Here it is: ![Sales](https://cdn.example.test/sales.png)"))
+	e.publishStream(t, "t1", 2, "s1", final("Here it is, the sales chart: ![Sales](https://cdn.example.test/sales.png)"))
 	eventually(t, e.clock, 0, "final edit and image", func() bool { return len(e.gw.sends()) == 3 })
 	e.consumed(t, "s1")
 	sent := e.gw.sends()
-	if r := sent[1].Req; r.GetOp() != deliveryv1.SendOp_SEND_OP_EDIT || r.GetText() != "Here it is:" || !r.GetFinal() {
+	if r := sent[1].Req; r.GetOp() != deliveryv1.SendOp_SEND_OP_EDIT || r.GetText() != "Here it is, the sales chart:" || !r.GetFinal() {
 		t.Fatalf("final edit %v %q final=%v", r.GetOp(), r.GetText(), r.GetFinal())
 	}
 	if r := sent[2].Req; r.GetOp() != deliveryv1.SendOp_SEND_OP_SEND || len(r.GetAttachments()) != 1 || r.GetAttachments()[0].GetUrl() != "https://cdn.example.test/sales.png" {
@@ -226,5 +227,66 @@ func TestExpiredAnswerImageGoesAsLink(t *testing.T) {
 				t.Fatalf("posted %q, want %q", texts, tc.want)
 			}
 		})
+	}
+}
+
+// While an answer streams, its messages show what the final will: the
+// images the final takes out do not show as syntax, nor does one being
+// written at the end ("![Sales](https://cdn.exa"), while a Markdown
+// example in a code block stays literal, as the final leaves it. The
+// final edit only adds what came after the last update.
+func TestStreamedAnswerHidesImageSyntax(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	cfg := streamConfig()
+	cfg.Platforms["stream"] = delivery.Platform{Streaming: delivery.StreamEdit, Images: delivery.ImagesNative}
+	e.start(t, cfg, "a")
+	const (
+		intro   = "Here is the chart you asked for:\n\n"
+		example = "And as Markdown:\n```md\n![Sales](https://cdn.example.test/sales.png)\n```\n"
+	)
+	deltas := []struct {
+		text string
+		want string // the update it makes ("" none)
+	}{
+		{intro + "![Sa", intro + " ▉"},
+		{"les](https://cdn.exa", ""},
+		{"mple.test/sales.png)\n\n" + example[:40], intro + example[:40] + " ▉"},
+		{example[40:] + "Done, enjoy the picture ![x](https://cdn.example.test/x", intro + example + "Done, enjoy the picture ▉"},
+	}
+	var all strings.Builder
+	var updates []string
+	for i, d := range deltas {
+		all.WriteString(d.text)
+		e.clock.Advance(time.Second)
+		e.publishStream(t, "t1", int64(i+1), "s1", &repliesv1.TextDelta{Text: d.text})
+		e.consumed(t, "s1")
+		if d.want != "" {
+			updates = append(updates, d.want)
+		}
+		var got []string
+		for _, c := range e.gw.sends() {
+			got = append(got, c.Req.GetText())
+		}
+		if fmt.Sprint(got) != fmt.Sprint(updates) {
+			t.Fatalf("after delta %d the stream showed\n%q\nwant\n%q", i, got, updates)
+		}
+	}
+	answer := all.String() + ".gif)"
+	e.publishStream(t, "t1", int64(len(deltas)+1), "s1", final(answer))
+	eventually(t, e.clock, 0, "final edit and images", func() bool { return len(e.gw.sends()) == len(updates)+3 })
+	sent := e.gw.sends()
+	last := sent[len(updates)].Req
+	if want := intro + example + "Done, enjoy the picture"; last.GetOp() != deliveryv1.SendOp_SEND_OP_EDIT || last.GetText() != want {
+		t.Fatalf("final %v %q, want the edit %q", last.GetOp(), last.GetText(), want)
+	}
+	var urls []string
+	for _, c := range sent[len(updates)+1:] {
+		for _, a := range c.Req.GetAttachments() {
+			urls = append(urls, a.GetUrl())
+		}
+	}
+	if want := []string{"https://cdn.example.test/sales.png", "https://cdn.example.test/x.gif"}; fmt.Sprint(urls) != fmt.Sprint(want) {
+		t.Fatalf("images %q, want %q", urls, want)
 	}
 }

@@ -24,6 +24,10 @@ import (
 // being streamed.
 type turnState struct {
 	stream *streamedit.Stream
+	// raw is the streamed text as the agent wrote it, when the final's
+	// images go natively: the stream shows it as the final will
+	// (streamedText).
+	raw strings.Builder
 	// ids are the platform message ids of the stream's messages.
 	ids map[int]string
 	// final holds the final's outbox rows once planned: the stream plans
@@ -398,7 +402,18 @@ func (s *Service) delta(ctx context.Context, ev *repliesv1.ReplyEvent, text stri
 		}
 		// While a stream update is unanswered the text is only buffered:
 		// the final settles that update first.
-		if acts := st.stream.Append(text); st.unsure == nil {
+		var acts []streamedit.Action
+		if s.cfg.nativeImages(platform) {
+			// The image syntax the final takes out (the images follow
+			// it) does not show while the text streams, nor an image
+			// being written at its end: each update shows what the final
+			// will.
+			st.raw.WriteString(text)
+			acts = st.stream.Replace(streamedText(st.raw.String()))
+		} else {
+			acts = st.stream.Append(text)
+		}
+		if st.unsure == nil {
 			s.perform(ctx, ev, st, acts)
 		}
 		s.flushTools(ctx, ev.GetTurnId())
