@@ -63,7 +63,8 @@ type Message struct {
 	ID       int
 	ChatID   string
 	ThreadID int
-	// Kind is text, photo or document.
+	// Kind is text, photo, animation (sendAnimation: a GIF that plays)
+	// or document.
 	Kind string
 	// Text is the text or caption as sent; Shown is what a user sees
 	// (MarkdownV2 markers and escapes removed).
@@ -71,7 +72,8 @@ type Message struct {
 	Shown     string
 	ParseMode string
 	ReplyTo   int
-	// File is the photo or document: a URL, a file_id, or "upload:<name>".
+	// File is the photo, animation or document: a URL, a file_id, or
+	// "upload:<name>".
 	File    string
 	Edits   int
 	Deleted bool
@@ -753,7 +755,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		s.mu.Unlock()
 	case "getfile":
 		s.getFile(w, p)
-	case "sendmessage", "sendphoto", "senddocument":
+	case "sendmessage", "sendphoto", "sendanimation", "senddocument":
 		s.send(w, method, p)
 	case "answercallbackquery":
 		s.answerCallback(w, p)
@@ -934,6 +936,8 @@ func (s *Server) send(w http.ResponseWriter, method string, p params) {
 		}
 	case "sendphoto":
 		m.Kind, m.Text, m.File = "photo", p["caption"], p["photo"]
+	case "sendanimation":
+		m.Kind, m.Text, m.File = "animation", p["caption"], p["animation"]
 	case "senddocument":
 		m.Kind, m.Text, m.File = "document", p["caption"], p["document"]
 	}
@@ -1112,6 +1116,11 @@ func (s *Server) wireMessage(m *Message) map[string]any {
 		out["caption"] = m.Shown
 	case "document":
 		out["document"] = map[string]any{"file_id": "sent-doc", "file_unique_id": "u2"}
+		out["caption"] = m.Shown
+	case "animation":
+		// Telegram gives an animation's message its document too.
+		out["animation"] = map[string]any{"file_id": "sent-anim", "file_unique_id": "u3", "width": 1, "height": 1, "duration": 1}
+		out["document"] = map[string]any{"file_id": "sent-anim", "file_unique_id": "u3", "mime_type": "video/mp4"}
 		out["caption"] = m.Shown
 	default:
 		out["text"] = m.Shown

@@ -2,6 +2,7 @@ package telegram
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/platform"
+	"github.com/switchboard-chat/switchboard/pkg/telegramfake"
 )
 
 // A picture Telegram cannot fetch by URL is not lost, as in Hermes
@@ -72,5 +74,60 @@ func TestUnfetchableURL(t *testing.T) {
 	}
 	if ms := f.Messages("32"); len(ms) != 1 || ms[0].Kind != "text" || ms[0].Shown != "the chart\n"+gone {
 		t.Fatalf("chat has %+v, want the caption and the link", ms)
+	}
+}
+
+// A GIF goes with sendAnimation, so that it plays in the chat (sendPhoto
+// makes a still picture of it), as Hermes's send_animation does: one
+// whose URL's path ends in .gif (any case, query aside) or whose type is
+// image/gif, given by URL or uploaded. Other pictures go as photos, and
+// an animation Telegram refuses goes as a photo, as Hermes falls back.
+func TestGIFsGoAsAnimations(t *testing.T) {
+	t.Parallel()
+	f := newFake(t)
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	s, err := New(testConfig(f), Deps{Log: quietLog(), Bus: b, Instance: "a", Backoff: platform.Schedule(50 * time.Millisecond)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("run: %v", err)
+		}
+	})
+	waitFor(t, "connected", 20*time.Second, func() bool { st, _ := s.Runner().State(); return st == platform.StateConnected })
+	gif := "data:image/gif;base64,R0lGODlhAQABAIAAAP///wAAACH5BAEAAAAALAAAAAABAAEAAAICRAEAOw=="
+	for i, tc := range []struct {
+		name, url, mime string
+		refuse          bool
+		kind, file      string
+	}{
+		{name: "gif URL", url: "https://cdn.example.com/cat.GIF?size=large", kind: "animation", file: "https://cdn.example.com/cat.GIF?size=large"},
+		{name: "typed gif", url: "https://media.example.com/render/123", mime: "image/gif", kind: "animation", file: "https://media.example.com/render/123"},
+		{name: "uploaded gif", url: gif, kind: "animation", file: "upload:"},
+		{name: "png", url: "https://cdn.example.com/chart.png", kind: "photo", file: "https://cdn.example.com/chart.png"},
+		{name: "gif in the query only", url: "https://cdn.example.com/render?f=.gif", kind: "photo", file: "https://cdn.example.com/render?f=.gif"},
+		{name: "refused as an animation", url: "https://cdn.example.com/still.gif", refuse: true, kind: "photo", file: "https://cdn.example.com/still.gif"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			chat := fmt.Sprint(60 + i)
+			if tc.refuse {
+				f.FailNext("sendAnimation", telegramfake.APIError{Code: 400, Description: "Bad Request: wrong type of the animation"})
+			}
+			r := sendReq(t, b, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "gif" + chat, Text: "a cat",
+				Target:      &deliveryv1.Target{Platform: "telegram", Account: "4242", ChatId: chat},
+				Attachments: []*eventsv1.Attachment{{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, MimeType: tc.mime, Location: &eventsv1.Attachment_Url{Url: tc.url}}}})
+			if !r.GetOk() {
+				t.Fatalf("receipt %v, want ok", r)
+			}
+			ms := f.Messages(chat)
+			if len(ms) != 1 || ms[0].Kind != tc.kind || !strings.HasPrefix(ms[0].File, tc.file) || ms[0].Shown != "a cat" {
+				t.Fatalf("chat has %+v, want a %s of %s captioned", ms, tc.kind, tc.file)
+			}
+		})
 	}
 }

@@ -160,7 +160,7 @@ func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (str
 	return strconv.Itoa(msg.ID), nil
 }
 
-// sendMedia sends each attachment (photo or document); the text rides as
+// sendMedia sends each attachment (photo, animation or document); the text rides as
 // the first one's caption when it fits, else it goes first on its own.
 // Each message is a part of the send (the text 0, attachment i i+1): a
 // retry after a later part failed skips the parts already sent
@@ -189,7 +189,7 @@ func (p *Platform) sendMedia(ctx context.Context, req *deliveryv1.SendRequested)
 			caption = ""
 			continue
 		}
-		input, photo, err := p.inputFile(ctx, a)
+		input, kind, err := p.inputFile(ctx, a)
 		if err != nil {
 			return first, fmt.Errorf("attachment %d: %w", i, err)
 		}
@@ -200,7 +200,7 @@ func (p *Platform) sendMedia(ctx context.Context, req *deliveryv1.SendRequested)
 		if sub.Text == "" {
 			sub.Text = a.GetCaption()
 		}
-		id, err := p.sendFile(ctx, sub, input, photo)
+		id, err := p.sendFile(ctx, sub, input, kind)
 		if err != nil && urlRefused(err) && isWebURL(a.GetUrl()) {
 			id, err = p.sendFetched(ctx, sub, a, err)
 		}
@@ -216,19 +216,73 @@ func (p *Platform) sendMedia(ctx context.Context, req *deliveryv1.SendRequested)
 	return first, nil
 }
 
-// sendFile sends one file as a photo or a document, sub's text as its
-// caption.
-func (p *Platform) sendFile(ctx context.Context, sub *deliveryv1.SendRequested, input func() models.InputFile, photo bool) (string, error) {
+// fileKind is how a file goes to Telegram.
+type fileKind int
+
+const (
+	asDocument fileKind = iota
+	asPhoto
+	// asAnimation: a GIF, sent with sendAnimation so that it plays in
+	// the chat (sendPhoto would make a still picture of it), as Hermes's
+	// send_animation does.
+	asAnimation
+)
+
+// isGIF reports whether a picture is a GIF: its type says so, or its
+// URL's path ends in .gif (Hermes's _is_animation_url: the query left
+// out, any case).
+func isGIF(a *eventsv1.Attachment, mimeType string) bool {
+	if strings.EqualFold(mimeType, "image/gif") || strings.EqualFold(a.GetMimeType(), "image/gif") {
+		return true
+	}
+	u, _, _ := strings.Cut(a.GetUrl(), "?")
+	u, _, _ = strings.Cut(u, "#")
+	return isWebURL(a.GetUrl()) && strings.HasSuffix(strings.ToLower(u), ".gif")
+}
+
+// pictureKind is how a picture of size bytes (0: unknown, a URL) goes:
+// a GIF as an animation (up to 50 MB), any other as a photo up to
+// Telegram's 10 MB for photos, a document above.
+func pictureKind(a *eventsv1.Attachment, mimeType string, size int) fileKind {
+	if a.GetKind() != eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE {
+		return asDocument
+	}
+	if isGIF(a, mimeType) {
+		return asAnimation
+	}
+	if size > maxPhotoUpload {
+		return asDocument
+	}
+	return asPhoto
+}
+
+// sendFile sends one file as a photo, an animation or a document, sub's
+// text as its caption. An animation Telegram refuses (not a GIF it can
+// play) goes as a photo, as Hermes's send_animation falls back.
+func (p *Platform) sendFile(ctx context.Context, sub *deliveryv1.SendRequested, input func() models.InputFile, kind fileKind) (string, error) {
+	id, err := p.sendFileAs(ctx, sub, input, kind)
+	if kind == asAnimation && err != nil && errors.Is(err, bot.ErrorBadRequest) && !urlRefused(err) && !isTopicGone(err) && !isEntityError(err) {
+		p.log.Info("telegram refused the animation; sending it as a photo", "err", err)
+		return p.sendFileAs(ctx, sub, input, asPhoto)
+	}
+	return id, err
+}
+
+func (p *Platform) sendFileAs(ctx context.Context, sub *deliveryv1.SendRequested, input func() models.InputFile, kind fileKind) (string, error) {
 	t := sub.GetTarget()
 	var msg *models.Message
 	err := p.inTopic(t, func(thread int) error {
 		return p.withPlainFallback(sub, func(text string, mode models.ParseMode) error {
 			var err error
 			in := input()
-			if photo {
+			switch kind {
+			case asPhoto:
 				msg, err = p.api.SendPhoto(ctx, &bot.SendPhotoParams{ChatID: chatID(t.GetChatId()), MessageThreadID: thread,
 					Photo: in, Caption: text, ParseMode: mode, ReplyParameters: p.replyTo(sub)})
-			} else {
+			case asAnimation:
+				msg, err = p.api.SendAnimation(ctx, &bot.SendAnimationParams{ChatID: chatID(t.GetChatId()), MessageThreadID: thread,
+					Animation: in, Caption: text, ParseMode: mode, ReplyParameters: p.replyTo(sub)})
+			default:
 				msg, err = p.api.SendDocument(ctx, &bot.SendDocumentParams{ChatID: chatID(t.GetChatId()), MessageThreadID: thread,
 					Document: in, Caption: text, ParseMode: mode, ReplyParameters: p.replyTo(sub)})
 			}
@@ -265,7 +319,7 @@ func isWebURL(u string) bool {
 // sendFetched is Hermes's fallback for a file Telegram could not take
 // by URL (send_image): the gateway downloads it (public addresses only,
 // unless attachments.urls allows more) and uploads it, a picture as a
-// photo (a document over 10 MB); when that fails too, the caption and
+// photo (a document over 10 MB), a GIF as an animation; when that fails too, the caption and
 // the link go as a text message, so the user still gets the file's
 // address rather than nothing. refused is Telegram's answer to the URL.
 func (p *Platform) sendFetched(ctx context.Context, sub *deliveryv1.SendRequested, a *eventsv1.Attachment, refused error) (string, error) {
@@ -273,9 +327,9 @@ func (p *Platform) sendFetched(ctx context.Context, sub *deliveryv1.SendRequeste
 	src := &eventsv1.Attachment{Location: &eventsv1.Attachment_Url{Url: a.GetUrl()}, MimeType: a.GetMimeType()}
 	data, mimeType, err := platform.ReadOutbound(ctx, src, nil, p.downloads, maxDocumentUpload)
 	if err == nil {
-		photo := a.GetKind() == eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE && len(data) <= maxPhotoUpload
+		kind := pictureKind(a, mimeType, len(data))
 		name := platform.FileName(a, mimeType)
-		id, err := p.sendFile(ctx, sub, func() models.InputFile { return &models.InputFileUpload{Filename: name, Data: bytes.NewReader(data)} }, photo)
+		id, err := p.sendFile(ctx, sub, func() models.InputFile { return &models.InputFileUpload{Filename: name, Data: bytes.NewReader(data)} }, kind)
 		if err == nil || !errors.Is(err, bot.ErrorBadRequest) || isTopicGone(err) {
 			return id, err
 		}
@@ -296,32 +350,28 @@ const (
 // inputFile is how an attachment to send reaches Telegram, made afresh
 // for each attempt (an upload's reader is spent by the one before): an
 // http(s) URL or a Telegram file id as it is (Telegram fetches it),
-// bytes (a data: URL, or kept in the attachment store) uploaded. photo
-// reports whether it goes as a photo: a picture, unless its bytes are
-// over Telegram's 10 MB for photos (then it goes as a document, up to
-// 50 MB).
-func (p *Platform) inputFile(ctx context.Context, a *eventsv1.Attachment) (input func() models.InputFile, photo bool, err error) {
-	photo = a.GetKind() == eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE
+// bytes (a data: URL, or kept in the attachment store) uploaded. kind
+// is how it goes (pictureKind): a GIF as an animation, another picture
+// as a photo unless its bytes are over Telegram's 10 MB for photos
+// (then as a document, up to 50 MB), any other file as a document.
+func (p *Platform) inputFile(ctx context.Context, a *eventsv1.Attachment) (input func() models.InputFile, kind fileKind, err error) {
 	u := a.GetUrl()
 	if strings.HasPrefix(u, "https://") || strings.HasPrefix(u, "http://") || (u == "" && a.GetBytesRef() == "" && a.GetPlatformFileId() != "") {
 		file := u
 		if file == "" {
 			file = a.GetPlatformFileId()
 		}
-		return func() models.InputFile { return &models.InputFileString{Data: file} }, photo, nil
+		return func() models.InputFile { return &models.InputFileString{Data: file} }, pictureKind(a, "", 0), nil
 	}
 	if u == "" && a.GetBytesRef() == "" {
-		return nil, false, platform.Permanent(errors.New("no url, kept bytes or telegram file id"))
+		return nil, asDocument, platform.Permanent(errors.New("no url, kept bytes or telegram file id"))
 	}
 	data, mimeType, err := platform.ReadOutbound(ctx, a, p.store, nil, maxDocumentUpload)
 	if err != nil {
-		return nil, false, err
-	}
-	if len(data) > maxPhotoUpload {
-		photo = false
+		return nil, asDocument, err
 	}
 	name := platform.FileName(a, mimeType)
-	return func() models.InputFile { return &models.InputFileUpload{Filename: name, Data: bytes.NewReader(data)} }, photo, nil
+	return func() models.InputFile { return &models.InputFileUpload{Filename: name, Data: bytes.NewReader(data)} }, pictureKind(a, mimeType, len(data)), nil
 }
 
 // Edit replaces a message's text (streaming, an approval prompt's

@@ -1,9 +1,9 @@
 // Package telegram is the Telegram gateway (`switchboard gateway
 // telegram`): Bot API long polling or a webhook in, sendMessage /
-// editMessageText / sendChatAction / sendPhoto / sendDocument /
-// deleteMessage out, run by the platform kit's Runner. The files users
-// send are published as their file_id; the ones the agent reads (photos,
-// voice, audio, text documents) are downloaded with getFile
+// editMessageText / sendChatAction / sendPhoto / sendAnimation /
+// sendDocument / deleteMessage out, run by the platform kit's Runner. The
+// files users send are published as their file_id; the ones the agent
+// reads (photos, voice, audio, text documents) are downloaded with getFile
 // (Platform.Fetch) only when a turn asks for them, by any replica.
 //
 // Sending goes through github.com/go-telegram/bot. Receiving does not use
