@@ -32,7 +32,7 @@ func startRouter(ctx context.Context, a *app) (func(context.Context) error, erro
 	}
 	jobs := cron.New(db, loc, nil)
 	s, err := router.New(a.cfg.Router, router.Deps{Log: a.log, Bus: b, DB: db, Redis: rdb, RedisPrefix: a.cfg.Redis.Prefix,
-		Homes: a.cfg.Delivery.HomeOf, Cron: jobs})
+		Homes: a.cfg.Delivery.HomeOf, Cron: jobs, Provider: a.routerProvider()})
 	if err != nil {
 		return nil, err
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/switchboard-chat/switchboard/pkg/cron"
 	"github.com/switchboard-chat/switchboard/pkg/fakellm"
 	"github.com/switchboard-chat/switchboard/pkg/llm"
+	"github.com/switchboard-chat/switchboard/services/router"
 	"github.com/switchboard-chat/switchboard/services/worker"
 )
 
@@ -80,23 +81,59 @@ func (a *app) llmBackend() (worker.Backend, error) {
 		if err != nil {
 			return worker.Backend{}, fmt.Errorf("llm: %w (or set llm.provider in the config)", err)
 		}
-		c.APIKey = os.Getenv(map[string]string{llm.KindAnthropic: "ANTHROPIC_API_KEY", llm.KindOpenAI: "OPENAI_API_KEY"}[kind])
-		c.BaseURL = os.Getenv(map[string]string{llm.KindAnthropic: "ANTHROPIC_BASE_URL", llm.KindOpenAI: "OPENAI_BASE_URL"}[kind])
-		c.Model = os.Getenv(map[string]string{llm.KindAnthropic: "ANTHROPIC_MODEL", llm.KindOpenAI: "OPENAI_MODEL"}[kind])
+		c = llmFromEnv(c, kind, os.Getenv)
 	case "fake":
 		return a.fakeBackend(policy)
 	}
-	if c.Model == "" {
-		if kind == llm.KindAnthropic {
-			c.Model = "claude-sonnet-4-5"
-		} else {
-			c.Model = "gpt-4o-mini"
-		}
-	}
+	c.Model = defaultModel(kind, c.Model)
 	sum := sha256.Sum256([]byte(c.APIKey))
 	a.log.Info("llm provider configured", "provider", kind, "model", c.Model, "base_url", c.BaseURL)
 	return worker.Backend{Provider: llm.WithRetry(llm.Instrument(p, kind), policy), Kind: kind, Model: c.Model, BaseURL: c.BaseURL,
 		KeyHash: hex.EncodeToString(sum[:])}, nil
+}
+
+// llmFromEnv fills c's key, base URL and model from the environment
+// variables of the provider kind that llm.FromEnv chose.
+func llmFromEnv(c LLMConfig, kind string, getenv func(string) string) LLMConfig {
+	c.APIKey = getenv(map[string]string{llm.KindAnthropic: "ANTHROPIC_API_KEY", llm.KindOpenAI: "OPENAI_API_KEY"}[kind])
+	c.BaseURL = getenv(map[string]string{llm.KindAnthropic: "ANTHROPIC_BASE_URL", llm.KindOpenAI: "OPENAI_BASE_URL"}[kind])
+	c.Model = getenv(map[string]string{llm.KindAnthropic: "ANTHROPIC_MODEL", llm.KindOpenAI: "OPENAI_MODEL"}[kind])
+	return c
+}
+
+// defaultModel is model, or the kind's default when it is empty.
+func defaultModel(kind, model string) string {
+	switch {
+	case model != "":
+		return model
+	case kind == llm.KindAnthropic:
+		return "claude-sonnet-4-5"
+	}
+	return "gpt-4o-mini"
+}
+
+// routerProvider is the provider the workers of this configuration use,
+// as /provider tells of it: resolved as llmBackend resolves it, without
+// the key and without starting anything.
+func (a *app) routerProvider() router.Provider {
+	c := a.cfg.LLM
+	p := router.Provider{Agent: a.cfg.Agent.Backend}
+	switch c.Provider {
+	case "openai", "anthropic":
+		p.Kind, p.Model, p.BaseURL = c.Provider, defaultModel(c.Provider, c.Model), c.BaseURL
+	case "fake":
+		p.Kind, p.Model = "fake", "fake-model"
+	case "":
+		_, kind, err := llm.FromEnv(os.Getenv, nil)
+		switch {
+		case err == nil:
+			c = llmFromEnv(c, kind, os.Getenv)
+			p.Kind, p.Model, p.BaseURL = kind, defaultModel(kind, c.Model), c.BaseURL
+		case a.name == "dev":
+			p.Kind, p.Model = "fake", "fake-model"
+		}
+	}
+	return p
 }
 
 // fakeBackend starts the shipped fake LLM in this process.

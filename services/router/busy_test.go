@@ -323,6 +323,8 @@ func TestCommandsMidTurnAnswerAsHermes(t *testing.T) {
 		{"/approve", "No pending command to approve.", true},
 		{"/deny", "No pending command to deny.", true},
 		{"/status", "State: working", false},
+		{"/insights", "📊 Insights — this chat, last 30 days", false},
+		{"/provider", "🔌 Current provider:", false},
 	}
 	for _, tt := range tests {
 		e.refuseControl.Store(tt.refuse)

@@ -27,7 +27,9 @@ var helpText = strings.Join([]string{
 	"/steer <text> — add <text> to the current task",
 	"/status — session status",
 	"/usage — tokens this conversation used",
+	"/insights [days] — usage report of this chat's conversations (default 30 days)",
 	"/model [name] — show or set the model for this session",
+	"/provider — the model provider and this session's model",
 	"/approve, /deny — answer a pending tool approval",
 	"/title [text] — show or name this conversation",
 	"/sessions [page] — list this chat's conversations",
@@ -330,6 +332,14 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 		// Transcript edits belong to the worker: the command runs as a
 		// turn of its own, in order, with the command as its input.
 		return s.route(ctx, m, sess, routeOpts{ownTurn: true, mode: BusyQueue})
+	case "insights":
+		text, err := s.insights(ctx, m, cmd.Args)
+		if err != nil {
+			return err
+		}
+		return reply(sess.Generation, text)
+	case "provider":
+		return reply(sess.Generation, s.providerText(sess))
 	case "cron":
 		return reply(sess.Generation, s.cronCommand(ctx, m, cmd.Args))
 	case "sethome":

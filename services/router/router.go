@@ -205,6 +205,8 @@ type Deps struct {
 	// Cron keeps the cron jobs /cron manages; nil: a store whose time
 	// zone is UTC.
 	Cron *cron.Store
+	// Provider is the model provider /provider tells of (no key).
+	Provider Provider
 }
 
 // Service is a running router.
@@ -234,6 +236,8 @@ type Service struct {
 	directory *outbox.Store
 	// cron keeps the cron jobs (/cron, and the outcome of their runs).
 	cron *cron.Store
+	// provider is Deps.Provider (/provider).
+	provider Provider
 	// homeKnown holds the platforms found to have a home channel: one
 	// is never unset, so their messages skip the home notice's reads.
 	homeKnown sync.Map
@@ -286,6 +290,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		homes:    homes,
 		maxInput: cfg.QueueCap,
 		holds:    newHolds(),
+		provider: deps.Provider,
 	}
 	s.directory = outbox.New(deps.DB)
 	s.cron = deps.Cron

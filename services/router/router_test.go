@@ -43,6 +43,8 @@ type env struct {
 	prefix string
 	// homes are the configured home channels the router is started with.
 	homes func(platform string) string
+	// provider is the model provider the router is started with.
+	provider Provider
 
 	mu      sync.Mutex
 	notices []*repliesv1.ReplyEvent
@@ -125,7 +127,7 @@ func (e *env) startRouter(cfg Config, b *bus.Bus, parts []int) *Service {
 	if b == nil {
 		b = e.bus
 	}
-	s, err := New(cfg, Deps{Bus: b, DB: e.db, Redis: e.rdb, RedisPrefix: e.prefix, Environ: []string{}, Partitions: parts, Homes: e.homes})
+	s, err := New(cfg, Deps{Bus: b, DB: e.db, Redis: e.rdb, RedisPrefix: e.prefix, Environ: []string{}, Partitions: parts, Homes: e.homes, Provider: e.provider})
 	if err != nil {
 		e.t.Fatal(err)
 	}
