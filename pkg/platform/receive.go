@@ -33,7 +33,7 @@ const ReceiveComponent = "gateway_receive"
 // platform hands the same payload over again, and the gateway reconnects
 // with backoff for ever; a panic on a goroutine of a platform library
 // (Discord's reader) ends the process.
-func Receive(ctx context.Context, conn Conn, log *slog.Logger, platform, id string, raw []byte, handle func()) bool {
+func Receive(ctx context.Context, conn Rejecter, log *slog.Logger, platform, id string, raw []byte, handle func()) bool {
 	err := panics.Recover(log, ReceiveComponent, func() error { handle(); return nil },
 		"platform", platform, "payload_id", id, "payload", Summary(raw))
 	if err == nil {
@@ -43,6 +43,12 @@ func Receive(ctx context.Context, conn Conn, log *slog.Logger, platform, id stri
 		conn.Reject(ctx, "payload the gateway could not handle (panicked)", err)
 	}
 	return false
+}
+
+// Rejecter is the part of Conn that Receive needs (an HTTP handler has
+// the Runner).
+type Rejecter interface {
+	Reject(ctx context.Context, reason string, err error)
 }
 
 // summaryBytes bounds the payload text a log line shows.

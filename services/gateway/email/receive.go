@@ -396,8 +396,13 @@ func (p *Platform) handle(ctx context.Context, s *session, uid imap.UID, conn pl
 		note = fmt.Sprintf("[This email is %s; only its first %s were read: what came after, attachments included, is missing.]",
 			attachment.Size(size), attachment.Size(p.cfg.MaxMessageBytes))
 	}
-	if err := p.publish(ctx, raw, note, conn, log); err != nil {
-		return err
+	// A message whose handling panics is skipped (logged, counted) and
+	// flagged and passed like a malformed one: read again, it would
+	// panic again and hold back every message after it.
+	var perr error
+	platform.Receive(ctx, conn, log, "email", strconv.FormatUint(uint64(uid), 10), raw, func() { perr = p.publish(ctx, raw, note, conn, log) })
+	if perr != nil {
+		return perr
 	}
 	err = s.do(func() error {
 		return s.c.Store(imap.UIDSetNum(uid), &imap.StoreFlags{Op: imap.StoreFlagsAdd, Silent: true, Flags: []imap.Flag{imap.FlagSeen}}, nil).Close()

@@ -70,7 +70,9 @@ func (p *Platform) Connect(ctx context.Context, conn platform.Conn) error {
 			}
 			return fmt.Errorf("homeassistant websocket: %w", err)
 		}
-		p.handle(rctx, conn, raw)
+		// A message whose handling panics is skipped (logged, counted);
+		// the connection and the state changes after it go on.
+		platform.Receive(rctx, conn, p.log, "homeassistant", "", raw, func() { p.handle(rctx, conn, raw) })
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -109,7 +110,9 @@ func (p *Platform) Connect(ctx context.Context, conn platform.Conn) error {
 			if !authed {
 				continue
 			}
-			p.handlePosted(rctx, conn, f.Data)
+			// A post whose handling panics is skipped (logged,
+			// counted); the connection and the posts after it go on.
+			platform.Receive(rctx, conn, p.log, "mattermost", strconv.FormatInt(f.Seq, 10), f.Data, func() { p.handlePosted(rctx, conn, f.Data) })
 		}
 	}
 }
@@ -246,7 +249,9 @@ func (p *Platform) catchUp(ctx context.Context, conn platform.Conn) {
 		sort.Slice(posts, func(i, j int) bool { return posts[i].CreateAt < posts[j].CreateAt })
 		for _, po := range posts {
 			caughtUp.Inc()
-			p.publish(ctx, conn, &posted{Post: po, ChannelType: ch.Type, ChannelName: ch.Name, SenderName: p.userName(ctx, po.UserID)})
+			platform.Receive(ctx, conn, p.log, "mattermost", po.ID, nil, func() {
+				p.publish(ctx, conn, &posted{Post: po, ChannelType: ch.Type, ChannelName: ch.Name, SenderName: p.userName(ctx, po.UserID)})
+			})
 		}
 	}
 }

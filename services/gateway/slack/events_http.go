@@ -101,7 +101,14 @@ func (p *Platform) EventsHandler(conn deliverer) http.Handler {
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), p.cfg.AckTimeout)
 		defer cancel()
-		if err := p.handle(ctx, conn, body); err != nil {
+		// An event whose handling panics is answered 200 (logged,
+		// counted): a 500 would have Slack send it again, to panic again.
+		var herr error
+		if !platform.Receive(ctx, conn, p.log, "slack", r.Header.Get("X-Slack-Request-Timestamp"), body, func() { herr = p.handle(ctx, conn, body) }) {
+			w.WriteHeader(http.StatusOK)
+			return
+		}
+		if err := herr; err != nil {
 			p.log.Warn("slack event not published; asking slack to retry", "err", err)
 			http.Error(w, "not stored", http.StatusInternalServerError)
 			return

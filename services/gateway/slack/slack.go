@@ -274,7 +274,19 @@ func (p *Platform) socketMode(ctx context.Context, conn platform.Conn) error {
 			}
 			return classifyConnect(err)
 		case evt := <-sm.Events:
-			p.socketEvent(ctx, sm, conn, evt)
+			// An envelope whose handling panics is skipped (logged,
+			// counted) and acknowledged, so Slack does not send it
+			// again; the connection and the envelopes after it go on.
+			var envID string
+			var raw []byte
+			if evt.Request != nil {
+				envID, raw = evt.Request.EnvelopeID, evt.Request.Payload
+			}
+			if !platform.Receive(ctx, conn, p.log, "slack", envID, raw, func() { p.socketEvent(ctx, sm, conn, evt) }) && envID != "" {
+				if err := sm.AckCtx(ctx, envID, nil); err != nil {
+					p.log.Warn("ack slack envelope", "err", err)
+				}
+			}
 		}
 	}
 }
