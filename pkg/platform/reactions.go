@@ -9,6 +9,7 @@ import (
 	"time"
 
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
+	"github.com/switchboard-chat/switchboard/pkg/panics"
 )
 
 // Reactions are the emoji a platform marks the user's messages with while
@@ -274,12 +275,15 @@ func (rs *reactions) do(ctx context.Context, job reaction) {
 				return
 			}
 			cctx, cancel := context.WithTimeout(WithReactionTurn(ctx, job.turn), reactionTimeout)
-			var err error
-			if s.add {
-				err = rs.p.React(cctx, job.target, id, s.emoji)
-			} else {
-				err = rs.p.Unreact(cctx, job.target, id, s.emoji)
-			}
+			// A worker is a goroutine of its own: a panic in the
+			// platform's call would end the process. It fails this
+			// reaction instead (logged, counted).
+			err := panics.Recover(rs.log, "gateway_react", func() error {
+				if s.add {
+					return rs.p.React(cctx, job.target, id, s.emoji)
+				}
+				return rs.p.Unreact(cctx, job.target, id, s.emoji)
+			}, "platform", rs.name, "op", op, "message_id", id)
 			cancel()
 			if err == nil {
 				reactionsTotal.WithLabelValues(rs.name, op, "ok").Inc()

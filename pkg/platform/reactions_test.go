@@ -52,9 +52,12 @@ func TestReactions(t *testing.T) {
 		name  string
 		emoji platform.Reactions
 		fail  error
-		ops   []op
-		want  []string // the bot's reactions on m1 in the end
-		calls int      // React and Unreact calls
+		// panics: React and Unreact panic; the worker lives on, the
+		// reactions fail like errors.
+		panics bool
+		ops    []op
+		want   []string // the bot's reactions on m1 in the end
+		calls  int      // React and Unreact calls
 	}{
 		{name: "repeated typing reacts once", emoji: adding, ops: []op{typing, typing, typing}, want: []string{"👀"}, calls: 1},
 		{name: "success", emoji: adding, ops: []op{typing, typing, {final: true}}, want: []string{"✅"}, calls: 3},
@@ -78,6 +81,8 @@ func TestReactions(t *testing.T) {
 		{name: "a message the gateway leaves unmarked", emoji: adding, ops: []op{{typing: true, unmarked: true}, {final: true, unmarked: true}}, calls: 0},
 		{name: "the platform fails every reaction", emoji: adding, fail: errors.New("500 Internal Server Error"),
 			ops: []op{typing, {final: true}}, want: nil, calls: 3},
+		{name: "the platform's reaction code panics", emoji: adding, panics: true,
+			ops: []op{typing, {final: true}}, want: nil, calls: 3},
 		{name: "a 429 is not retried and ends the swap", emoji: adding, fail: platform.RateLimited(errors.New("429 Too Many Requests"), time.Second),
 			ops: []op{typing, {final: true}}, want: nil, calls: 2},
 	} {
@@ -85,6 +90,7 @@ func TestReactions(t *testing.T) {
 			m := platformtest.NewMemory(fmt.Sprintf("bot-react-%d", i), false)
 			m.SetReactions(tc.emoji)
 			m.FailReactions(tc.fail)
+			m.PanicReactions(tc.panics)
 			r, ctx := runRunner(t, m, b)
 			turn := fmt.Sprintf("turn-%d", i)
 			var target *deliveryv1.Target

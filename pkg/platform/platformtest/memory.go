@@ -40,6 +40,7 @@ type Memory struct {
 	emoji       platform.Reactions
 	reactions   map[string][]string // chat/message → the bot's reactions
 	reactCalls  int
+	reactPanic  bool
 	reactErr    error
 }
 
@@ -221,6 +222,14 @@ func (m *Memory) FailReactions(err error) {
 	m.mu.Unlock()
 }
 
+// PanicReactions makes every React and Unreact panic (false: work
+// again), as a platform's code reaching a nil pointer would.
+func (m *Memory) PanicReactions(on bool) {
+	m.mu.Lock()
+	m.reactPanic = on
+	m.mu.Unlock()
+}
+
 // Reactions is platform.Reactor: what SetReactions set.
 func (m *Memory) Reactions() platform.Reactions {
 	m.mu.Lock()
@@ -234,6 +243,10 @@ func (m *Memory) React(_ context.Context, t *deliveryv1.Target, messageID, emoji
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.reactCalls++
+	if m.reactPanic {
+		var nothing map[string]*deliveryv1.Target
+		return errors.New(nothing[messageID].ChatId) // nil dereference
+	}
 	if m.reactErr != nil {
 		return m.reactErr
 	}
@@ -253,6 +266,10 @@ func (m *Memory) Unreact(_ context.Context, t *deliveryv1.Target, messageID, emo
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.reactCalls++
+	if m.reactPanic {
+		var nothing map[string]*deliveryv1.Target
+		return errors.New(nothing[messageID].ChatId) // nil dereference
+	}
 	if m.reactErr != nil {
 		return m.reactErr
 	}
