@@ -427,6 +427,87 @@ func (s *Store) Fail(ctx context.Context, id int64, owner, lastErr string, now t
 		`state = 'failed', last_error = $3, updated_at = $4, lease_until = NULL`, lastErr, now)
 }
 
+// Replace puts a claimed row that is being given up back in the queue as
+// req, due at once, with its own expiry (now+ttl) and attempts from
+// zero: req takes the row's place in its chat's order (its id), so
+// nothing queued behind the row goes before it. The row keeps its
+// idempotency key (a request enqueued again under it is still taken
+// once); req's own key is what the gateway sees. lastErr records why the
+// row's request was given up.
+func (s *Store) Replace(ctx context.Context, id int64, owner string, req *deliveryv1.SendRequested, lastErr string, now time.Time, ttl time.Duration) error {
+	payload, err := proto.Marshal(req)
+	if err != nil {
+		return fmt.Errorf("encode send request: %w", err)
+	}
+	return s.update(ctx, "replace", id, owner,
+		`state = 'queued', payload = $3, last_error = $4, attempts = 0, next_attempt_at = $5, expires_at = $6,
+	updated_at = $5, lease_until = NULL`, payload, lastErr, now, now.Add(ttl))
+}
+
+// Querier runs a query (a transaction of the outbox's).
+type Querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// ReplaceExpiring offers each row due to expire (as Expire takes them)
+// whose idempotency key contains part to replace, in one transaction
+// that holds the rows: the request replace returns takes the row's place
+// as Replace has it (queued at once, its own expiry, attempts from zero,
+// its place in the chat's order); nil leaves the row to Expire. Until the
+// commit the rows are still waiting, so no row of their chats behind
+// them is claimed in between. replace may read the outbox through q. It
+// returns how many rows were replaced.
+func (s *Store) ReplaceExpiring(ctx context.Context, now time.Time, ttl time.Duration, part string,
+	replace func(ctx context.Context, q Querier, r Row) (*deliveryv1.SendRequested, string)) (int, error) {
+	tx, err := s.db.Begin(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("replace expiring deliveries: %w", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	rows, err := tx.Query(ctx, `
+SELECT `+rowColumns+` FROM delivery_outbox
+WHERE state IN ('queued', 'sending') AND expires_at <= $1
+  AND (state = 'queued' OR lease_until < $1)
+  AND position($2 in idempotency_key) > 0
+ORDER BY id
+FOR UPDATE SKIP LOCKED`, now, part)
+	if err != nil {
+		return 0, fmt.Errorf("replace expiring deliveries: %w", err)
+	}
+	due, err := collect(rows)
+	if err != nil || len(due) == 0 {
+		if err != nil {
+			err = fmt.Errorf("replace expiring deliveries: %w", err)
+		}
+		return 0, err
+	}
+	n := 0
+	for _, r := range due {
+		req, lastErr := replace(ctx, tx, r)
+		if req == nil {
+			continue
+		}
+		payload, err := proto.Marshal(req)
+		if err != nil {
+			return 0, fmt.Errorf("encode send request: %w", err)
+		}
+		if _, err := tx.Exec(ctx, `
+UPDATE delivery_outbox SET state = 'queued', payload = $2, last_error = $3, attempts = 0, next_attempt_at = $4,
+	expires_at = $5, updated_at = $4, lease_until = NULL, claimed_by = ''
+WHERE id = $1`, r.ID, payload, lastErr, now, now.Add(ttl)); err != nil {
+			return 0, fmt.Errorf("replace delivery %d: %w", r.ID, err)
+		}
+		n++
+	}
+	if n == 0 {
+		return 0, nil
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return 0, fmt.Errorf("replace expiring deliveries: %w", err)
+	}
+	return n, nil
+}
+
 // Expire dead-letters every row still waiting after its expiry time and
 // returns them. A sending row is expired only once its lease ran out.
 func (s *Store) Expire(ctx context.Context, now time.Time) ([]Row, error) {

@@ -143,6 +143,56 @@ func TestExpire(t *testing.T) {
 	}
 }
 
+// A row taken over by ReplaceExpiring or Replace keeps its place in its
+// chat: the row queued after it is claimed only after the replacement
+// went; a row replace declines expires with Expire.
+func TestReplaceKeepsThePlace(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := outbox.New(pgtest.New(t))
+	if _, err := s.Enqueue(ctx, t0, time.Minute, req("a:img0", "A"), req("b:img0", "B")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Enqueue(ctx, t0.Add(30*time.Second), time.Minute, req("later", "A"), req("later", "B")); err != nil {
+		t.Fatal(err)
+	}
+	at := t0.Add(61 * time.Second)
+	n, err := s.ReplaceExpiring(ctx, at, time.Minute, ":img", func(_ context.Context, q outbox.Querier, r outbox.Row) (*deliveryv1.SendRequested, string) {
+		var n int
+		if err := q.QueryRow(ctx, `SELECT count(*) FROM delivery_outbox`).Scan(&n); err != nil || n != 3 {
+			t.Errorf("read through the transaction: %d rows, %v", n, err)
+		}
+		if r.ChatID != "A" {
+			return nil, ""
+		}
+		link := req(r.Key+":link", "A")
+		link.Text = "the link"
+		return link, "expired, link instead"
+	})
+	if err != nil || n != 1 {
+		t.Fatalf("replaced %d, %v; want 1", n, err)
+	}
+	if got, _ := s.Expire(ctx, at); len(got) != 1 || got[0].Key != "b:img0" {
+		t.Fatalf("expired %v, want the declined row", keys(got))
+	}
+	got, err := s.Claim(ctx, at, time.Second, "me", 10)
+	if err != nil || len(got) != 1 || got[0].Key != "a:img0" || got[0].Request.GetText() != "the link" ||
+		got[0].Request.GetIdempotencyKey() != "a:img0:link" || got[0].Attempts != 1 {
+		t.Fatalf("claimed %+v %v, want the link in the image's row, before the later row", got, err)
+	}
+	// Given up once claimed: Replace puts another request in its place.
+	other := req("a:img0:other", "A")
+	if err := s.Replace(ctx, got[0].ID, "me", other, "gave up", at, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := s.Claim(ctx, at, time.Second, "me", 10); len(got) != 1 || got[0].Request.GetIdempotencyKey() != "a:img0:other" {
+		t.Fatalf("claimed %v, want the replacement first", keys(got))
+	}
+	if err := s.Replace(ctx, got[0].ID, "someone else", other, "gave up", at, time.Minute); !errors.Is(err, outbox.ErrLostClaim) {
+		t.Fatalf("replace of a row another sender holds: %v", err)
+	}
+}
+
 // Many senders claim concurrently: every row is claimed exactly once.
 func TestConcurrentClaimsSkipLocked(t *testing.T) {
 	t.Parallel()

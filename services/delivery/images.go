@@ -2,9 +2,11 @@ package delivery
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"regexp"
 	"strings"
+	"time"
 
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
@@ -345,62 +347,102 @@ func isImageRow(r outbox.Row) bool {
 // imageFallback sends, in place of an answer's image that was given up
 // (the gateway could not fetch or post it, or every attempt failed), its
 // link as text, as Hermes's send_image does on a platform without native
-// images ("<alt>\n<url>"): the answer never loses it. It reports whether
-// r was such an image (and no undelivered notice is due: the answer's
-// text went on its own).
-func (s *Service) imageFallback(ctx context.Context, log warner, r outbox.Row) bool {
+// images ("<alt>\n<url>"): the answer never loses it. The link takes the
+// image's row, and so its place in the chat's order: nothing queued
+// behind the image (a later answer) goes before it. It reports whether r
+// was such an image and its link is queued (no undelivered notice is
+// due: the answer's text went on its own).
+func (s *Service) imageFallback(ctx context.Context, log warner, r outbox.Row, reason string) bool {
 	if !isImageRow(r) {
 		return false
 	}
-	s.queueImageLink(ctx, log, r)
+	err := s.store.Replace(ctx, r.ID, s.owner, imageLink(r), "image given up, its link sent instead: "+reason, s.now(), s.cfg.TTL)
+	if errors.Is(err, outbox.ErrLostClaim) {
+		return true // another sender has the row now
+	}
+	if err != nil {
+		log.Warn("put an image's link in its place failed; dead-lettering it and queueing the link", "err", err)
+		return false
+	}
+	log.Warn("image given up; its link takes its place", "err", reason)
+	s.kick()
 	return true
 }
 
-// imageExpired sends the link of an answer's image whose row expired
-// (delivery.ttl went by before the gateway could post it: its URL kept
-// answering 5xx, the platform kept rate limiting) when the answer's
-// other messages were not given up (nor are due to expire): the text
-// arrived, or is still on its way, and without the link the user would lose the image silently.
+// expireImages sends the link of each answer's image whose row is due to
+// expire (delivery.ttl went by before the gateway could post it: its URL
+// kept answering 5xx, the platform kept rate limiting), in the image's
+// place in the chat's order, when the answer's other messages were not
+// given up (nor are due to expire): the text arrived, or is still on its
+// way, and without the link the user would lose the image silently.
 // When one of them expired or was dead-lettered too, the answer as a
 // whole is stale (the chat was unreachable for the TTL): a link on its
-// own, long after, would come out of nowhere, so none is sent; the rows
-// stay as dead letters an operator can requeue. The link is a new row
-// (its own TTL), queued behind whatever the chat has waiting now.
-// Hermes keeps no outbox, so it has no expiry: its send_image falls
-// back to the link only when the upload fails.
-func (s *Service) imageExpired(ctx context.Context, log warner, r outbox.Row) {
-	if !isImageRow(r) {
-		return
-	}
-	if turn := r.Request.GetTurnId(); turn != "" {
-		var lost bool
-		// The answer's other rows: its text, its streamed messages and
-		// their edits (keys "<turn>:<seq>…" without ":img"); typing and
-		// links excluded.
-		err := s.db.QueryRow(ctx, `
+// own, long after, would come out of nowhere, so none is sent, and the
+// image row expires with the others; an operator can requeue it. The
+// link gets its own TTL. It runs before the expiry proper, in one
+// transaction with the rows held, so that no later message of the chat
+// is claimed before the link takes the image's place. Hermes keeps no
+// outbox, so it has no expiry: its send_image falls back to the link
+// only when the upload fails.
+func (s *Service) expireImages(ctx context.Context, now time.Time) {
+	n, err := s.store.ReplaceExpiring(ctx, now, s.cfg.TTL, imageKeyPart, func(ctx context.Context, q outbox.Querier, r outbox.Row) (*deliveryv1.SendRequested, string) {
+		if !isImageRow(r) {
+			return nil, ""
+		}
+		log := s.log.With("delivery_id", r.ID, "key", r.Key)
+		if turn := r.Request.GetTurnId(); turn != "" {
+			var lost bool
+			// The answer's other rows: its text, its streamed messages and
+			// their edits (keys "<turn>:<seq>…" without ":img"); typing and
+			// links excluded.
+			err := q.QueryRow(ctx, `
 SELECT EXISTS (SELECT 1 FROM delivery_outbox
 	WHERE turn_id = $1 AND id <> $2
 	  AND (state IN ('failed', 'expired') OR state IN ('queued', 'sending') AND expires_at <= $4)
 	  AND position(':img' in idempotency_key) = 0
-	  AND right(idempotency_key, length($3)) <> $3)`, turn, r.ID, undeliveredSuffix, s.now()).Scan(&lost)
-		if err != nil {
-			log.Warn("look up an expired image's answer failed; queueing its link", "err", err)
-		} else if lost {
-			log.Warn("an expired image's answer was given up too; its link is not sent", "turn_id", turn)
-			return
+	  AND right(idempotency_key, length($3)) <> $3)`, turn, r.ID, undeliveredSuffix, now).Scan(&lost)
+			if err != nil {
+				log.Warn("look up an expired image's answer failed; sending its link", "err", err)
+			} else if lost {
+				log.Warn("an expired image's answer was given up too; its link is not sent", "turn_id", turn)
+				return nil, ""
+			}
 		}
+		expired.WithLabelValues(r.Platform).Inc()
+		log.Warn("image expired before it could be sent; its link takes its place", "last_error", r.LastError)
+		return imageLink(r), "image expired, its link sent instead: " + r.LastError
+	})
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.Warn("replace expiring images with their links failed", "err", err)
+		}
+		return
 	}
-	s.queueImageLink(ctx, log, r)
+	if n > 0 {
+		s.kick()
+	}
 }
 
-// queueImageLink queues the link of image row r as text.
+// queueImageLink queues the link of image row r as a row of its own,
+// after whatever its chat has waiting (when it could not take the
+// image's row).
 func (s *Service) queueImageLink(ctx context.Context, log warner, r outbox.Row) {
+	if _, err := s.store.Enqueue(ctx, s.now(), s.cfg.TTL, imageLink(r)); err != nil {
+		log.Warn("queue the link of an image that could not be sent failed", "err", err)
+		return
+	}
+	s.kick()
+}
+
+// imageLink is the text sent in place of image row r: "<alt>\n<url>",
+// keyed "<image key>:link" at the gateway.
+func imageLink(r outbox.Row) *deliveryv1.SendRequested {
 	a := r.Request.GetAttachments()[0]
 	text := a.GetUrl()
 	if c := a.GetCaption(); c != "" {
 		text = c + "\n" + text
 	}
-	req := &deliveryv1.SendRequested{
+	return &deliveryv1.SendRequested{
 		IdempotencyKey:       r.Key + imageLinkSuffix,
 		Op:                   deliveryv1.SendOp_SEND_OP_SEND,
 		Target:               r.Request.GetTarget(),
@@ -412,9 +454,4 @@ func (s *Service) queueImageLink(ctx context.Context, log warner, r outbox.Row) 
 		Format:               deliveryv1.TextFormat_TEXT_FORMAT_PLAIN,
 		Final:                r.Request.GetFinal(),
 	}
-	if _, err := s.store.Enqueue(ctx, s.now(), s.cfg.TTL, req); err != nil {
-		log.Warn("queue the link of an image that could not be sent failed", "err", err)
-		return
-	}
-	s.kick()
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -97,11 +98,9 @@ func TestAnswerImageThatFailsGoesAsLink(t *testing.T) {
 			turn := fmt.Sprint("t", i)
 			e.publish(t, event(turn, 1, "s1", final(tc.text)))
 			link := turn + ":1:img0:link"
-			eventually(t, e.clock, 0, "the link", func() bool { return rowState(t, e.db, link) == "sent" })
+			// The link takes the image's row (its place in the chat).
+			eventually(t, e.clock, 0, "the link", func() bool { return rowState(t, e.db, turn+":1:img0") == "sent" })
 			e.consumed(t, "s1")
-			if st := rowState(t, e.db, turn+":1:img0"); st != "failed" {
-				t.Fatalf("image row %s, want failed", st)
-			}
 			var texts []string
 			var last *deliveryv1.SendRequested
 			for _, c := range e.gw.sends() {
@@ -206,17 +205,21 @@ func TestExpiredAnswerImageGoesAsLink(t *testing.T) {
 			turn := fmt.Sprint("t", i)
 			e.publish(t, event(turn, 1, "s1", final("Chart: ![Sales](https://cdn.example.test/slow.png)")))
 			img, link := turn+":1:img0", turn+":1:img0:link"
-			eventually(t, e.clock, 5*time.Second, "the image row to expire", func() bool { return rowState(t, e.db, img) == "expired" })
 			if tc.textFail {
+				eventually(t, e.clock, 5*time.Second, "the image row to expire", func() bool { return rowState(t, e.db, img) == "expired" })
 				if st := rowState(t, e.db, turn+":1:0"); st != "expired" {
 					t.Fatalf("text row %q, want expired", st)
 				}
-				if st := rowState(t, e.db, link); st != "" {
-					t.Fatalf("link row %q, want none", st)
+				calls, _ := e.gw.snapshot()
+				for _, c := range calls {
+					if c.Key == link {
+						t.Fatal("the link of an image whose answer expired was sent")
+					}
 				}
 				return
 			}
-			eventually(t, e.clock, 0, "the link", func() bool { return rowState(t, e.db, link) == "sent" })
+			// The link takes the image's row (its place in the chat).
+			eventually(t, e.clock, 5*time.Second, "the link", func() bool { return rowState(t, e.db, img) == "sent" })
 			var texts []string
 			for _, c := range e.gw.sends() {
 				if len(c.Req.GetAttachments()) == 0 {
@@ -288,5 +291,64 @@ func TestStreamedAnswerHidesImageSyntax(t *testing.T) {
 	}
 	if want := []string{"https://cdn.example.test/sales.png", "https://cdn.example.test/x.gif"}; fmt.Sprint(urls) != fmt.Sprint(want) {
 		t.Fatalf("images %q, want %q", urls, want)
+	}
+}
+
+// The link sent in place of an image that failed or expired takes the
+// image's place in its chat: a later answer, queued behind the image
+// while it was being retried, cannot go before it.
+func TestImageLinkKeepsItsPlaceInTheChat(t *testing.T) {
+	t.Parallel()
+	for i, tc := range []struct {
+		name    string
+		expires bool
+	}{
+		{"given up", false},
+		{"expired", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			var later atomic.Bool // the later answer is queued
+			e.gw.setBehaviour(func(req *deliveryv1.SendRequested, _ int) behaviour {
+				if len(req.GetAttachments()) == 0 {
+					return behaviour{}
+				}
+				if later.Load() && !tc.expires {
+					return behaviour{fail: &deliveryv1.SendReceipt{ErrorClass: deliveryv1.ErrorClass_ERROR_CLASS_PERMANENT, Error: "download attachment: 404 Not Found"}}
+				}
+				return behaviour{fail: &deliveryv1.SendReceipt{ErrorClass: deliveryv1.ErrorClass_ERROR_CLASS_RETRYABLE, Error: "download attachment: 503 Service Unavailable"}}
+			})
+			cfg := imagesConfig()
+			cfg.TTL = time.Minute
+			cfg.MaxAttempts = 1000
+			e.start(t, cfg, "a")
+			t1, t2 := fmt.Sprint("a", i), fmt.Sprint("b", i)
+			e.publish(t, event(t1, 1, "s1", final("Chart: ![Sales](https://cdn.example.test/sales.png)")))
+			eventually(t, e.clock, 0, "the first answer's text", func() bool { return rowState(t, e.db, t1+":1:0") == "sent" })
+			if tc.expires {
+				e.clock.Advance(30 * time.Second) // the later answer expires after the image
+			}
+			e.publish(t, event(t2, 1, "s1", final("The next answer")))
+			e.consumed(t, "s1")
+			if st := rowState(t, e.db, t2+":1:0"); st != "queued" {
+				t.Fatalf("the later answer is %q, want queued behind the image", st)
+			}
+			later.Store(true)
+			step := time.Duration(0)
+			if tc.expires {
+				step = 2 * time.Second
+			}
+			eventually(t, e.clock, step, "both answers", func() bool { return rowState(t, e.db, t2+":1:0") == "sent" })
+			var texts []string
+			for _, c := range e.gw.sends() {
+				if len(c.Req.GetAttachments()) == 0 {
+					texts = append(texts, c.Req.GetText())
+				}
+			}
+			if want := []string{"Chart:", "Sales\nhttps://cdn.example.test/sales.png", "The next answer"}; fmt.Sprint(texts) != fmt.Sprint(want) {
+				t.Fatalf("posted %q, want %q", texts, want)
+			}
+		})
 	}
 }

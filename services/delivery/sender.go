@@ -106,6 +106,8 @@ func (s *Service) sendRecovered(ctx, life context.Context, r outbox.Row) {
 var sendHook atomic.Pointer[func(outbox.Row)]
 
 func (s *Service) expire(ctx context.Context, now time.Time) {
+	// An answer's image takes its link instead of expiring, in its place.
+	s.expireImages(ctx, now)
 	rows, err := s.store.Expire(ctx, now)
 	if err != nil {
 		if ctx.Err() == nil {
@@ -120,7 +122,6 @@ func (s *Service) expire(ctx context.Context, now time.Time) {
 			"platform", r.Platform, "chat_id", r.ChatID, "attempts", r.Attempts,
 			"age", now.Sub(r.CreatedAt).Round(time.Second), "last_error", r.LastError)
 		s.cronUndelivered(ctx, s.log, r, r.LastError) // "expired: <the last attempt's error>"
-		s.imageExpired(ctx, s.log.With("delivery_id", r.ID, "key", r.Key), r)
 	}
 }
 
@@ -309,6 +310,11 @@ func (s *Service) retry(ctx context.Context, log warner, r outbox.Row, result, m
 
 func (s *Service) fail(ctx context.Context, log warner, r outbox.Row, reason, msg string) {
 	sends.WithLabelValues(r.Platform, "failed").Inc()
+	if s.imageFallback(ctx, log, r, msg) {
+		// The answer's image goes as its link, in its place.
+		s.cronUndelivered(ctx, log, r, msg)
+		return
+	}
 	deadLetters.WithLabelValues(r.Platform, reason).Inc()
 	log.Warn("delivery dead-lettered", "reason", reason, "err", msg)
 	err := s.store.Fail(ctx, r.ID, s.owner, msg, s.now())
@@ -317,8 +323,9 @@ func (s *Service) fail(ctx context.Context, log warner, r outbox.Row, reason, ms
 		return
 	}
 	s.cronUndelivered(ctx, log, r, msg)
-	if s.imageFallback(ctx, log, r) {
-		return // the answer's image goes as its link instead
+	if isImageRow(r) {
+		s.queueImageLink(ctx, log, r) // the link could not take its place
+		return
 	}
 	if reason == "max_attempts" {
 		s.undelivered(ctx, log, r)
