@@ -12,6 +12,7 @@ import (
 	"time"
 
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
+	"github.com/switchboard-chat/switchboard/pkg/panics"
 	"github.com/switchboard-chat/switchboard/pkg/platform"
 )
 
@@ -135,7 +136,11 @@ func (p *Platform) post(ctx context.Context, params map[string]any) (string, err
 		cctx, cancel := context.WithTimeout(detach, maxSendWait)
 		defer cancel()
 		var o sendOutcome
-		o.err = p.client.callWith(cctx, p.client.stream, "send", params, &o.res)
+		// This goroutine is the send's own: a panic here would end the
+		// process. It fails the send instead (logged, counted).
+		o.err = panics.Recover(p.log, "gateway_send", func() error {
+			return p.client.callWith(cctx, p.client.stream, "send", params, &o.res)
+		}, "platform", "signal")
 		p.record(detach, o)
 		mu.Lock()
 		defer mu.Unlock()
