@@ -540,6 +540,7 @@ func (s *Service) final(ctx context.Context, ev *repliesv1.ReplyEvent, text stri
 		}
 		queued = len(st.final) > 0
 		st.done, st.final = true, nil
+		st.raw = strings.Builder{} // the marker stays for doneKeep, its text is not needed
 		return queued, nil
 	}
 	if st != nil && st.done {
