@@ -404,3 +404,34 @@ func TestPoisonEventSkipped(t *testing.T) {
 		})
 	}
 }
+
+// An event that does not decode in the gap a restart reads back
+// (/messages) costs only itself: the messages around it are published,
+// in order, once each.
+func TestRestartGapWithBadEvent(t *testing.T) {
+	t.Parallel()
+	g := start(t, nil)
+	first := g.f.Message(dmRm, ann, "before the restart")
+	if ev := g.next(t); ev.GetEventId() != first {
+		t.Fatalf("event %s, want %s", ev.GetEventId(), first)
+	}
+	platformtest.WaitFor(t, "the token to move past the first message", func() bool {
+		return g.f.Receipt(dmRm) == first
+	})
+	g.stop()
+	g.f.SetTimelineLimit(2)
+	var want []string
+	for i := range 6 {
+		want = append(want, g.f.Message(dmRm, ann, fmt.Sprintf("while down %d", i)))
+		if i == 1 {
+			g.f.InjectRaw(dmRm, `{"type":"m.room.message","event_id":"$gap:fake.test","sender":"@ann:fake.test","origin_server_ts":"yesterday","content":{"msgtype":"m.text","body":"x"}}`)
+		}
+	}
+	_, _ = runGateway(t, g.b, g.f, nil)
+	for _, id := range want {
+		if ev := g.next(t); ev.GetEventId() != id {
+			t.Fatalf("event %s %q, want %s", ev.GetEventId(), ev.GetText(), id)
+		}
+	}
+	g.none(t)
+}
