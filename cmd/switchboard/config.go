@@ -9,6 +9,7 @@ import (
 	"github.com/switchboard-chat/switchboard/pkg/bus"
 	"github.com/switchboard-chat/switchboard/pkg/config"
 	"github.com/switchboard-chat/switchboard/pkg/cron/scheduler"
+	"github.com/switchboard-chat/switchboard/pkg/personality"
 	"github.com/switchboard-chat/switchboard/pkg/pg"
 	"github.com/switchboard-chat/switchboard/pkg/redisx"
 	"github.com/switchboard-chat/switchboard/pkg/retention"
@@ -280,6 +281,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Agent.Backend != "" && !strings.HasPrefix(c.Agent.Backend, "grpc://") {
 		return config.Invalid("agent.backend", c.Agent.Backend, "empty or grpc://host:port")
+	}
+	if e := c.Agent.ReasoningEffort; e != "" && !personality.ValidEffort(e) {
+		return config.Invalid("agent.reasoning_effort", e, "empty, none, minimal, low, medium, high or xhigh")
 	}
 	return nil
 }

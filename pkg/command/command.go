@@ -29,7 +29,7 @@ type Command struct {
 var names = []string{
 	"new", "stop", "queue", "steer", "status", "help", "whoami", "model",
 	"approve", "deny", "resume", "sessions", "title", "retry", "undo", "sethome",
-	"cron", "usage", "compress", "insights", "provider",
+	"cron", "usage", "compress", "insights", "provider", "personality", "reasoning",
 	// Telegram clients send /start when a user opens the bot; Hermes
 	// acknowledges it with nothing.
 	"start",

@@ -90,7 +90,7 @@ func TestParse(t *testing.T) {
 
 func TestKnownSet(t *testing.T) {
 	want := []string{"new", "reset", "stop", "queue", "q", "steer", "status", "help", "whoami", "model",
-		"approve", "deny", "resume", "sessions", "title", "retry", "undo", "sethome", "set-home", "cron", "usage", "compress", "insights", "provider", "start"}
+		"approve", "deny", "resume", "sessions", "title", "retry", "undo", "sethome", "set-home", "cron", "usage", "compress", "insights", "provider", "personality", "reasoning", "start"}
 	for _, n := range want {
 		c, ok := command.Parse("/"+n, "telegram", "")
 		if !ok || !c.Known {
@@ -121,6 +121,9 @@ func TestSuggest(t *testing.T) {
 		{"", nil},
 		{"strat", nil},
 		{"queu", []string{"queue"}},
+		{"personalty", []string{"personality"}},
+		{"persona", []string{"personality"}},
+		{"reason", []string{"reasoning"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {

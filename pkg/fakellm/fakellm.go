@@ -128,7 +128,12 @@ type Request struct {
 	IncludeUsage bool
 	MaxTokens    int
 	Temperature  *float64
-	Header       http.Header
+	// ReasoningEffort is the effort the request asked for ("" none),
+	// from ReasoningField: "reasoning_effort" (OpenAI's field) or
+	// "reasoning" (OpenRouter's object; "none" when it is disabled).
+	ReasoningEffort string
+	ReasoningField  string
+	Header          http.Header
 }
 
 // LastUserText returns the content of the last user message.

@@ -18,6 +18,12 @@ type oaRequest struct {
 	MaxTokens           int      `json:"max_tokens"`
 	MaxCompletionTokens int      `json:"max_completion_tokens"`
 	Temperature         *float64 `json:"temperature"`
+	ReasoningEffort     string   `json:"reasoning_effort"`
+	// Reasoning is OpenRouter's reasoning object.
+	Reasoning *struct {
+		Enabled *bool  `json:"enabled"`
+		Effort  string `json:"effort"`
+	} `json:"reasoning"`
 }
 
 type oaMessage struct {
@@ -62,6 +68,15 @@ func (s *Server) handleOpenAI(w http.ResponseWriter, r *http.Request) {
 	}
 	if in.StreamOptions != nil {
 		req.IncludeUsage = in.StreamOptions.IncludeUsage
+	}
+	switch {
+	case in.ReasoningEffort != "":
+		req.ReasoningEffort, req.ReasoningField = in.ReasoningEffort, "reasoning_effort"
+	case in.Reasoning != nil:
+		req.ReasoningEffort, req.ReasoningField = in.Reasoning.Effort, "reasoning"
+		if in.Reasoning.Enabled != nil && !*in.Reasoning.Enabled {
+			req.ReasoningEffort = "none"
+		}
 	}
 	for _, m := range in.Messages {
 		text := m.Content.text

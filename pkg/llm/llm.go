@@ -79,6 +79,11 @@ type Request struct {
 	// CacheSystem asks for prompt caching of the system prompt and tools
 	// (Anthropic cache_control markers; OpenAI caches automatically).
 	CacheSystem bool
+	// ReasoningEffort asks a reasoning model to think this hard: none,
+	// minimal, low, medium, high or xhigh; empty sends nothing (the
+	// provider's default). OpenAI-compatible providers only: it goes as
+	// reasoning_effort, or to OpenRouter as its reasoning object.
+	ReasoningEffort string
 }
 
 // Usage is the token accounting of one call. InputTokens excludes cached

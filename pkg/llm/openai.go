@@ -30,6 +30,10 @@ type OpenAIConfig struct {
 	HTTPClient          *http.Client
 	// Headers are added to every request (e.g. OpenRouter's HTTP-Referer).
 	Headers map[string]string
+	// ReasoningObject sends a request's reasoning effort as OpenRouter's
+	// reasoning object ({"enabled": true, "effort": …}) instead of
+	// reasoning_effort; NewOpenAI sets it for a BaseURL on openrouter.
+	ReasoningObject bool
 }
 
 // OpenAI is a Provider for the chat-completions API.
@@ -63,6 +67,9 @@ func NewOpenAI(cfg OpenAIConfig) *OpenAI {
 			continue
 		}
 		opts = append(opts, option.WithHeader(k, v))
+	}
+	if strings.Contains(strings.ToLower(cfg.BaseURL), "openrouter") {
+		cfg.ReasoningObject = true
 	}
 	return &OpenAI{client: openai.NewClient(opts...), cfg: cfg, auth: option.WithHeader("Authorization", auth)}
 }
@@ -284,6 +291,23 @@ func (o *OpenAI) body(req Request, tools json.RawMessage, stream bool) ([]byte, 
 			return nil, fmt.Errorf("encode openai request: temperature %v", *t)
 		}
 		b = strconv.AppendFloat(append(b, `,"temperature":`...), *t, 'g', -1, 64)
+	}
+	if e := req.ReasoningEffort; e != "" {
+		effort, err := json.Marshal(e)
+		if err != nil {
+			return nil, fmt.Errorf("encode openai request: reasoning effort: %w", err)
+		}
+		switch {
+		case !o.cfg.ReasoningObject:
+			// OpenAI's chat completions field, which the compatible
+			// servers that reason (vLLM, Ollama, Groq …) read too.
+			b = append(append(b, `,"reasoning_effort":`...), effort...)
+		case e == "none":
+			// OpenRouter's unified reasoning object, as Hermes sends it.
+			b = append(b, `,"reasoning":{"enabled":false}`...)
+		default:
+			b = append(append(append(b, `,"reasoning":{"enabled":true,"effort":`...), effort...), '}')
+		}
 	}
 	if stream {
 		b = append(b, `,"stream_options":{"include_usage":true}`...)

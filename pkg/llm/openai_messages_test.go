@@ -202,3 +202,19 @@ func TestOpenAIBodyEncodesAsTheSDKDoes(t *testing.T) {
 		t.Fatal("a NaN temperature was encoded")
 	}
 }
+
+// OpenRouter takes the reasoning effort in its reasoning object; other
+// base URLs keep reasoning_effort.
+func TestReasoningObjectForOpenRouter(t *testing.T) {
+	for url, want := range map[string]bool{
+		"https://openrouter.ai/api/v1": true,
+		"https://OpenRouter.ai/api/v1": true,
+		"https://api.openai.com/v1":    false,
+		"":                             false,
+		"http://localhost:11434/v1":    false,
+	} {
+		if got := NewOpenAI(OpenAIConfig{BaseURL: url}).cfg.ReasoningObject; got != want {
+			t.Errorf("%q: reasoning object %v, want %v", url, got, want)
+		}
+	}
+}

@@ -726,3 +726,47 @@ func TestStreamIdleTimeout(t *testing.T) {
 		}
 	}
 }
+
+// A request's reasoning effort reaches an OpenAI-compatible server as
+// reasoning_effort, and OpenRouter as its reasoning object (disabled for
+// "none"), as Hermes sends them; no effort sends neither.
+func TestReasoningEffort(t *testing.T) {
+	srv := startFake(t, fakellm.Config{})
+	tests := []struct {
+		name       string
+		object     bool
+		effort     string
+		wantEffort string
+		wantField  string
+	}{
+		{"no effort", false, "", "", ""},
+		{"openai", false, "high", "high", "reasoning_effort"},
+		{"openai none", false, "none", "none", "reasoning_effort"},
+		{"openrouter", true, "xhigh", "xhigh", "reasoning"},
+		{"openrouter none", true, "none", "none", "reasoning"},
+		{"openrouter no effort", true, "", "", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := llm.NewOpenAI(llm.OpenAIConfig{BaseURL: srv.URL() + "/v1", Model: "gpt-test", ReasoningObject: tt.object})
+			for _, stream := range []bool{false, true} {
+				srv.Reset()
+				req := userReq("think")
+				req.ReasoningEffort = tt.effort
+				var err error
+				if stream {
+					_, _, err = collect(context.Background(), p, req)
+				} else {
+					_, err = llm.Complete(context.Background(), p, req)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				got := srv.Requests()[0]
+				if got.ReasoningEffort != tt.wantEffort || got.ReasoningField != tt.wantField {
+					t.Errorf("stream=%v: effort %q in %q, want %q in %q", stream, got.ReasoningEffort, got.ReasoningField, tt.wantEffort, tt.wantField)
+				}
+			}
+		})
+	}
+}

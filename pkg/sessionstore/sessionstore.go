@@ -58,6 +58,13 @@ type Session struct {
 	ResumePending     bool
 	PromptFingerprint string
 	LastTurnID        string
+	// Personality is the name set with /personality ("" none).
+	Personality string
+	// ReasoningEffort is the effort set with /reasoning ("" the default).
+	ReasoningEffort string
+	// ShowReasoning shows the model's reasoning before its answer
+	// (/reasoning show).
+	ShowReasoning bool
 }
 
 // History is one past or current conversation of a key.
@@ -107,7 +114,8 @@ func NewSessionID(now time.Time) string {
 
 const sessionCols = `session_key, session_id, platform, chat_type, origin, display_name, profile, title,
 	created_at, updated_at, last_activity_at, input_tokens, output_tokens, model_override, busy_mode,
-	generation, reset_count, last_reset_reason, suspended, resume_pending, system_prompt_fingerprint, last_turn_id`
+	generation, reset_count, last_reset_reason, suspended, resume_pending, system_prompt_fingerprint, last_turn_id,
+	personality, reasoning_effort, show_reasoning`
 
 type rowScanner interface{ Scan(dest ...any) error }
 
@@ -117,7 +125,8 @@ func scanSession(r rowScanner, extra ...any) (Session, error) {
 	var origin []byte
 	err := r.Scan(append([]any{&s.Key, &s.ID, &s.Platform, &s.ChatType, &origin, &s.DisplayName, &s.Profile, &s.Title,
 		&s.CreatedAt, &s.UpdatedAt, &s.LastActivityAt, &s.InputTokens, &s.OutputTokens, &s.ModelOverride, &s.BusyMode,
-		&s.Generation, &s.ResetCount, &s.LastResetReason, &s.Suspended, &s.ResumePending, &s.PromptFingerprint, &s.LastTurnID},
+		&s.Generation, &s.ResetCount, &s.LastResetReason, &s.Suspended, &s.ResumePending, &s.PromptFingerprint, &s.LastTurnID,
+		&s.Personality, &s.ReasoningEffort, &s.ShowReasoning},
 		extra...)...)
 	if err != nil {
 		return Session{}, err
@@ -846,6 +855,24 @@ func (s *Store) set(ctx context.Context, key, col string, v any) error {
 // SetModel sets the per-session model override ("" for the default).
 func (s *Store) SetModel(ctx context.Context, key, model string) error {
 	return s.set(ctx, key, "model_override", model)
+}
+
+// SetPersonality sets the key's personality (a name of
+// agent.personalities, "" for none). It outlives /new and /resume.
+func (s *Store) SetPersonality(ctx context.Context, key, name string) error {
+	return s.set(ctx, key, "personality", name)
+}
+
+// SetReasoningEffort sets the key's reasoning effort ("" for the
+// default). It outlives /new and /resume.
+func (s *Store) SetReasoningEffort(ctx context.Context, key, effort string) error {
+	return s.set(ctx, key, "reasoning_effort", effort)
+}
+
+// SetShowReasoning sets whether the key's answers show the model's
+// reasoning. It outlives /new and /resume.
+func (s *Store) SetShowReasoning(ctx context.Context, key string, show bool) error {
+	return s.set(ctx, key, "show_reasoning", show)
 }
 
 // SetBusyMode sets the per-chat busy mode override ("" for the default).

@@ -37,6 +37,8 @@ var helpText = strings.Join([]string{
 	"/retry — run your last message again",
 	"/undo [n] — remove the last n exchanges",
 	"/compress — summarize the older part of the conversation now",
+	"/personality [name] — list personalities, or set this chat's (none clears it)",
+	"/reasoning [level|show|hide] — reasoning effort (none, minimal, low, medium, high, xhigh, reset) and whether the model's thinking is shown",
 	"/sethome — send scheduled messages to this chat",
 	"/cron — scheduled jobs: list, add <schedule> <prompt>, pause, resume, run, remove",
 	"/whoami — who the gateway thinks you are",
@@ -48,7 +50,7 @@ var helpText = strings.Join([]string{
 // would even end it without a word). /help, /status, /stop, /new,
 // /queue, /steer, /approve and /deny work mid-turn, and /model is
 // refused with its own text.
-var refusedMidTurn = []string{"whoami", "sessions", "resume", "title", "retry", "undo", "compress", "sethome"}
+var refusedMidTurn = []string{"whoami", "sessions", "resume", "title", "retry", "undo", "compress", "sethome", "personality", "reasoning"}
 
 // openCommands stay available to non-admins where an admin list exists.
 var openCommands = []string{"help", "whoami"}
@@ -342,6 +344,18 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 		return reply(sess.Generation, s.providerText(sess))
 	case "cron":
 		return reply(sess.Generation, s.cronCommand(ctx, m, cmd.Args))
+	case "personality":
+		text, err := s.personalityCommand(ctx, m, cmd.Args)
+		if err != nil {
+			return err
+		}
+		return reply(sess.Generation, text)
+	case "reasoning":
+		text, err := s.reasoningCommand(ctx, m, sess, cmd.Args)
+		if err != nil {
+			return err
+		}
+		return reply(sess.Generation, text)
 	case "sethome":
 		if s.homes(m.platform) != "" {
 			return reply(sess.Generation, "🏠 The home channel for "+m.platform+" is set by the operator (delivery.platforms."+m.platform+".home); /sethome does not change it.")

@@ -26,6 +26,7 @@ import (
 	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
 	"github.com/switchboard-chat/switchboard/pkg/outbox"
 	"github.com/switchboard-chat/switchboard/pkg/pairing"
+	"github.com/switchboard-chat/switchboard/pkg/personality"
 	"github.com/switchboard-chat/switchboard/pkg/pg"
 	"github.com/switchboard-chat/switchboard/pkg/redisx"
 	"github.com/switchboard-chat/switchboard/pkg/sessionkey"
@@ -109,6 +110,13 @@ type Config struct {
 	// run). After a NATS crash that lost recent acks, an inbound partition
 	// (MaxAckPending 1) waits this long before it moves again.
 	AckWait time.Duration `koanf:"ack_wait"`
+	// Personalities are what /personality picks from, name → prompt
+	// (agent.personalities); a turn carries the prompt of its session's.
+	Personalities map[string]string `koanf:"-"`
+	// ReasoningEffort is the effort of sessions without their own
+	// (agent.reasoning_effort, "" the provider's default); /reasoning
+	// shows it.
+	ReasoningEffort string `koanf:"-"`
 }
 
 // DefaultConfig returns the defaults.
@@ -129,6 +137,7 @@ func DefaultConfig() Config {
 		DrainTimeout:         10 * time.Second,
 		HomeNotice:           true,
 		AckWait:              30 * time.Second,
+		Personalities:        personality.Builtins(),
 	}
 }
 

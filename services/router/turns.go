@@ -20,6 +20,7 @@ import (
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
 	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
+	"github.com/switchboard-chat/switchboard/pkg/personality"
 	"github.com/switchboard-chat/switchboard/pkg/redisx"
 	"github.com/switchboard-chat/switchboard/pkg/sessionkey"
 	"github.com/switchboard-chat/switchboard/pkg/sessionstore"
@@ -147,6 +148,20 @@ func (s *Service) publishTurn(ctx context.Context, key, token, turnID string, t 
 		ModelOverride: t.Session.ModelOverride,
 		Profile:       t.Session.Profile,
 		RequestedAt:   timestamppb.New(s.now()),
+		// /reasoning's choices; an effort an operator's downgrade left
+		// unknown goes as the default.
+		ShowReasoning: t.Session.ShowReasoning,
+	}
+	if personality.ValidEffort(t.Session.ReasoningEffort) {
+		req.ReasoningEffort = t.Session.ReasoningEffort
+	}
+	if name := t.Session.Personality; name != "" {
+		prompt, ok := personality.Lookup(s.cfg.Personalities, name)
+		if !ok {
+			// Removed from agent.personalities since it was chosen.
+			s.log.WarnContext(ctx, "session personality not configured; none used", "session_key", key, "personality", name)
+		}
+		req.PersonalityPrompt = prompt
 	}
 	for _, q := range t.Inputs {
 		req.Inputs = append(req.Inputs, q.Event)

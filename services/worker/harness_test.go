@@ -185,6 +185,9 @@ type turnOpts struct {
 	command     string // the transcript command the router marked ("undo 2")
 	attachments []*eventsv1.Attachment
 	context     []*eventsv1.ContextMessage // a stateless client's conversation so far
+	personality string                     // the session's personality prompt (/personality)
+	effort      string                     // the session's reasoning effort (/reasoning)
+	show        bool                       // the session shows the model's reasoning
 }
 
 // requestTurn does what the router does: wait for and take the session
@@ -223,6 +226,7 @@ func (h *harness) requestTurn(key, text string, o turnOpts) *turnsv1.TurnRequest
 		Inputs: []*eventsv1.MessageReceived{{EventId: fmt.Sprintf("ev%d", n), MessageId: fmt.Sprintf("m%d", n), Text: text,
 			Source: o.origin, AnswerOnly: o.answerOnly, TranscriptCommand: o.command, Attachments: o.attachments, Context: o.context,
 			NoReaction: o.noReaction}},
+		PersonalityPrompt: o.personality, ReasoningEffort: o.effort, ShowReasoning: o.show,
 	}
 	if _, err := h.bus.Publish(ctx, h.bus.Topology().Subject(bus.SubjectTurnRequested), "turn:"+req.TurnId, req); err != nil {
 		h.t.Fatal(err)

@@ -739,7 +739,7 @@ const tracerName = "github.com/switchboard-chat/switchboard/services/worker"
 // arrive (coalesced to one event per DeltaInterval); offers the model the tools (not when it must answer).
 func (r *turnRun) callModel(ctx context.Context, b Backend, model, system string, ls *loopState, withTools bool) (*llm.Response, error) {
 	req := llm.Request{Model: model, System: system, Messages: r.messages(ls),
-		MaxTokens: r.s.cfg.Agent.MaxTokens, CacheSystem: true}
+		MaxTokens: r.s.cfg.Agent.MaxTokens, CacheSystem: true, ReasoningEffort: r.reasoningEffort()}
 	if withTools {
 		req.Tools = r.s.tools.Specs()
 	}
@@ -818,6 +818,15 @@ func (r *turnRun) callModel(ctx context.Context, b Backend, model, system string
 		r.model = resp.Model
 	}
 	return resp, nil
+}
+
+// reasoningEffort is the effort of the turn's model calls: the session's
+// (/reasoning), else agent.reasoning_effort ("" sends none).
+func (r *turnRun) reasoningEffort() string {
+	if e := r.req.GetReasoningEffort(); e != "" {
+		return e
+	}
+	return r.s.cfg.Agent.ReasoningEffort
 }
 
 // addUsage counts a model call's tokens for the turn.

@@ -68,6 +68,11 @@ func (r *turnRun) signature(b Backend, model string) string {
 		"router":     r.req.GetConfigSignature(),
 		"redact":     r.s.cfg.RedactPII,
 	}
+	if p := r.req.GetPersonalityPrompt(); p != "" {
+		// Only when set: the signature of a session without one stays
+		// what it was, and so does its stored prompt (the prompt cache).
+		parts["personality"] = p
+	}
 	j, _ := json.Marshal(parts) // map keys marshal sorted
 	sum := sha256.Sum256(j)
 	return hex.EncodeToString(sum[:])
@@ -128,6 +133,12 @@ func (r *turnRun) renderPrompt() string {
 	a := r.s.cfg.Agent
 	var b strings.Builder
 	b.WriteString(strings.TrimSpace(a.SystemPrompt))
+	if p := strings.TrimSpace(r.req.GetPersonalityPrompt()); p != "" {
+		// The session's /personality overlays the base prompt, as
+		// Hermes composes "<system_prompt>\n\n<personality>".
+		b.WriteString("\n\n")
+		b.WriteString(p)
+	}
 	if e := strings.TrimSpace(a.EphemeralPrompt); e != "" {
 		b.WriteString("\n\n")
 		b.WriteString(e)

@@ -24,6 +24,7 @@ import (
 	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
 	"github.com/switchboard-chat/switchboard/pkg/llm"
 	"github.com/switchboard-chat/switchboard/pkg/outbox"
+	"github.com/switchboard-chat/switchboard/pkg/personality"
 	"github.com/switchboard-chat/switchboard/pkg/pg"
 	"github.com/switchboard-chat/switchboard/pkg/redisx"
 	"github.com/switchboard-chat/switchboard/pkg/telemetry"
@@ -130,6 +131,15 @@ type AgentConfig struct {
 	// its turn's system prompt (clientSystem): "append" (the default, as
 	// Hermes's API server does) or "ignore".
 	ClientSystem string `koanf:"client_system"`
+	// Personalities are what /personality picks from, name → prompt,
+	// added to the session's system prompt (default: Hermes's built-in
+	// ones; a file's entries add to them, an empty prompt removes one).
+	// The router reads them; a turn carries its session's prompt.
+	Personalities map[string]string `koanf:"personalities"`
+	// ReasoningEffort is sent with every model call of a session that
+	// did not choose its own with /reasoning: none, minimal, low,
+	// medium, high or xhigh; empty sends none (the provider's default).
+	ReasoningEffort string `koanf:"reasoning_effort"`
 }
 
 // Client system modes (AgentConfig.ClientSystem).
@@ -169,6 +179,7 @@ func DefaultConfig() Config {
 			MaxImageSourceBytes: 20 << 20,
 			MaxDocumentBytes:    64 << 10,
 			ClientSystem:        ClientSystemAppend,
+			Personalities:       personality.Builtins(),
 		},
 	}
 }

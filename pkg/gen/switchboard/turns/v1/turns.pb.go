@@ -184,7 +184,17 @@ type TurnRequested struct {
 	// How long the router's bare grant (lock_token) keeps the session while
 	// the turn waits for a worker; a worker handing the turn back restores
 	// the grant for this long. 0: lock_ttl_ms.
-	GrantTtlMs    int64 `protobuf:"varint,14,opt,name=grant_ttl_ms,json=grantTtlMs,proto3" json:"grant_ttl_ms,omitempty"`
+	GrantTtlMs int64 `protobuf:"varint,14,opt,name=grant_ttl_ms,json=grantTtlMs,proto3" json:"grant_ttl_ms,omitempty"`
+	// The session's personality, set with /personality: the prompt of
+	// agent.personalities[name] as the router resolved it, which the worker
+	// adds to the system prompt. Empty: none.
+	PersonalityPrompt string `protobuf:"bytes,15,opt,name=personality_prompt,json=personalityPrompt,proto3" json:"personality_prompt,omitempty"`
+	// The session's reasoning effort set with /reasoning: none, minimal,
+	// low, medium, high or xhigh. Empty: agent.reasoning_effort.
+	ReasoningEffort string `protobuf:"bytes,16,opt,name=reasoning_effort,json=reasoningEffort,proto3" json:"reasoning_effort,omitempty"`
+	// Whether the model's reasoning is shown before the answer
+	// (/reasoning show|hide).
+	ShowReasoning bool `protobuf:"varint,19,opt,name=show_reasoning,json=showReasoning,proto3" json:"show_reasoning,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -315,6 +325,27 @@ func (x *TurnRequested) GetGrantTtlMs() int64 {
 		return x.GrantTtlMs
 	}
 	return 0
+}
+
+func (x *TurnRequested) GetPersonalityPrompt() string {
+	if x != nil {
+		return x.PersonalityPrompt
+	}
+	return ""
+}
+
+func (x *TurnRequested) GetReasoningEffort() string {
+	if x != nil {
+		return x.ReasoningEffort
+	}
+	return ""
+}
+
+func (x *TurnRequested) GetShowReasoning() bool {
+	if x != nil {
+		return x.ShowReasoning
+	}
+	return false
 }
 
 // TurnControlRequested is sent by the router to the worker running a turn.
@@ -728,7 +759,7 @@ var File_switchboard_turns_v1_turns_proto protoreflect.FileDescriptor
 
 const file_switchboard_turns_v1_turns_proto_rawDesc = "" +
 	"\n" +
-	" switchboard/turns/v1/turns.proto\x12\x14switchboard.turns.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\"switchboard/events/v1/events.proto\"\xd6\x04\n" +
+	" switchboard/turns/v1/turns.proto\x12\x14switchboard.turns.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\"switchboard/events/v1/events.proto\"\xd7\x05\n" +
 	"\rTurnRequested\x12\x17\n" +
 	"\aturn_id\x18\x01 \x01(\tR\x06turnId\x12\x1f\n" +
 	"\vsession_key\x18\x02 \x01(\tR\n" +
@@ -751,7 +782,10 @@ const file_switchboard_turns_v1_turns_proto_rawDesc = "" +
 	"replyRoute\x12\x1e\n" +
 	"\vlock_ttl_ms\x18\r \x01(\x03R\tlockTtlMs\x12 \n" +
 	"\fgrant_ttl_ms\x18\x0e \x01(\x03R\n" +
-	"grantTtlMs\"\xde\x01\n" +
+	"grantTtlMs\x12-\n" +
+	"\x12personality_prompt\x18\x0f \x01(\tR\x11personalityPrompt\x12)\n" +
+	"\x10reasoning_effort\x18\x10 \x01(\tR\x0freasoningEffort\x12%\n" +
+	"\x0eshow_reasoning\x18\x13 \x01(\bR\rshowReasoning\"\xde\x01\n" +
 	"\x14TurnControlRequested\x12\x1f\n" +
 	"\vsession_key\x18\x01 \x01(\tR\n" +
 	"sessionKey\x12\x17\n" +

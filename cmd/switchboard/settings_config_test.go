@@ -1,0 +1,39 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// agent.personalities from the file add to Hermes's built-in ones (an
+// empty prompt removes one), and agent.reasoning_effort takes Hermes's
+// levels only.
+func TestAgentPersonalitiesAndReasoningEffortConfig(t *testing.T) {
+	dir := t.TempDir()
+	write := func(yaml string) string {
+		p := filepath.Join(dir, "c.yaml")
+		if err := os.WriteFile(p, []byte(yaml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	cfg, _, err := loadConfig(write("agent:\n  reasoning_effort: high\n  personalities:\n    coder: You are an expert programmer.\n    pirate: \"\"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := cfg.Agent.Personalities
+	if p["coder"] != "You are an expert programmer." || !strings.HasPrefix(p["concise"], "You are a concise assistant.") || p["pirate"] != "" {
+		t.Fatalf("personalities %q", p)
+	}
+	if cfg.Agent.ReasoningEffort != "high" {
+		t.Fatalf("reasoning effort %q", cfg.Agent.ReasoningEffort)
+	}
+	if _, _, err := loadConfig(write("agent:\n  reasoning_effort: max\n")); err == nil || !strings.Contains(err.Error(), "agent.reasoning_effort") {
+		t.Fatalf("an unknown effort: %v", err)
+	}
+	if cfg, _, err = loadConfig(""); err != nil || cfg.Agent.ReasoningEffort != "" || len(cfg.Agent.Personalities) != 14 {
+		t.Fatalf("defaults: %v, %q, %d personalities", err, cfg.Agent.ReasoningEffort, len(cfg.Agent.Personalities))
+	}
+}

@@ -1,0 +1,79 @@
+package sessionstore
+
+import (
+	"context"
+	"testing"
+
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+	"github.com/switchboard-chat/switchboard/pkg/pg/pgtest"
+)
+
+// The settings of /personality and /reasoning belong to the key, as
+// Hermes keeps them per session key: a new conversation (/new, an
+// automatic reset) and a resumed one keep them, and a turn carries them.
+func TestSettingsOutliveTheConversation(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := New(pgtest.New(t))
+	key := "agent:main:telegram:dm:1"
+	if _, _, _, err := s.Arrive(ctx, key, "", &eventsv1.SessionSource{Platform: "telegram", ChatId: "1"}, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetTitle(ctx, key, "first"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetPersonality(ctx, key, "pirate"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetReasoningEffort(ctx, key, "high"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetShowReasoning(ctx, key, true); err != nil {
+		t.Fatal(err)
+	}
+	check := func(step string, sess Session) {
+		t.Helper()
+		if sess.Personality != "pirate" || sess.ReasoningEffort != "high" || !sess.ShowReasoning {
+			t.Fatalf("%s: personality %q, effort %q, show %v; want pirate, high, true", step, sess.Personality, sess.ReasoningEffort, sess.ShowReasoning)
+		}
+	}
+	sess, err := s.Get(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("set", sess)
+	if sess, err = s.Reset(ctx, key, "new"); err != nil {
+		t.Fatal(err)
+	}
+	check("after /new", sess)
+	if sess, err = s.Resume(ctx, key, "first"); err != nil {
+		t.Fatal(err)
+	}
+	check("after /resume", sess)
+	if _, err := s.Enqueue(ctx, key, 1, false, &eventsv1.MessageReceived{EventId: "e"}, 32); err != nil {
+		t.Fatal(err)
+	}
+	var turn Turn
+	if _, err := s.StartTurn(ctx, key, "t", 32, 0, func(_ context.Context, tt Turn) error { turn = tt; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	check("turn", turn.Session)
+	for _, set := range []func() error{
+		func() error { return s.SetPersonality(ctx, key, "") },
+		func() error { return s.SetReasoningEffort(ctx, key, "") },
+		func() error { return s.SetShowReasoning(ctx, key, false) },
+	} {
+		if err := set(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if sess, err = s.Get(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	if sess.Personality != "" || sess.ReasoningEffort != "" || sess.ShowReasoning {
+		t.Fatalf("cleared: %q %q %v", sess.Personality, sess.ReasoningEffort, sess.ShowReasoning)
+	}
+	if err := s.SetPersonality(ctx, "no such key", "x"); err != ErrNotFound {
+		t.Fatalf("unknown key: %v", err)
+	}
+}

@@ -1,0 +1,120 @@
+package router
+
+import (
+	"context"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/switchboard-chat/switchboard/pkg/personality"
+	"github.com/switchboard-chat/switchboard/pkg/sessionstore"
+)
+
+// personalityCommand answers /personality as Hermes does: no argument
+// lists the personalities, none|default|neutral clears the chat's, a
+// name sets it. Unlike Hermes, which writes the choice into its one
+// config (every chat takes it), the choice is the session key's: it
+// outlives /new and /resume, as /reasoning's does.
+func (s *Service) personalityCommand(ctx context.Context, m *msgCtx, args string) (string, error) {
+	args = strings.ToLower(strings.TrimSpace(args))
+	names := personality.Names(s.cfg.Personalities)
+	if len(names) == 0 {
+		return "No personalities configured (agent.personalities).", nil
+	}
+	if args == "" {
+		lines := []string{"🎭 **Available Personalities**\n", "• `none` — (no personality overlay)"}
+		for _, name := range names {
+			prompt, _ := personality.Lookup(s.cfg.Personalities, name)
+			lines = append(lines, "• `"+name+"` — "+preview(prompt, 50)) // Hermes's list preview
+		}
+		lines = append(lines, "\nUsage: `/personality <name>`")
+		return strings.Join(lines, "\n"), nil
+	}
+	if personality.Clears(args) {
+		if err := s.store.SetPersonality(ctx, m.key, ""); err != nil {
+			return "", err
+		}
+		return "🎭 Personality cleared — using base agent behavior.\n_(takes effect on next message)_", nil
+	}
+	if _, ok := personality.Lookup(s.cfg.Personalities, args); ok {
+		if err := s.store.SetPersonality(ctx, m.key, args); err != nil {
+			return "", err
+		}
+		return "🎭 Personality set to **" + args + "**\n_(takes effect on next message)_", nil
+	}
+	available := make([]string, 0, len(names)+1)
+	for _, n := range append([]string{"none"}, names...) {
+		available = append(available, "`"+n+"`")
+	}
+	return "Unknown personality: `" + clip(args, 64) + "`\n\nAvailable: " + strings.Join(available, ", "), nil
+}
+
+// clip bounds a user's word echoed back to n characters.
+func clip(s string, n int) string {
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	return string([]rune(s)[:n]) + "…"
+}
+
+// reasoningUsage lists /reasoning's arguments.
+const reasoningUsage = "`/reasoning <none|minimal|low|medium|high|xhigh|reset|show|hide>`"
+
+// reasoningCommand answers /reasoning as Hermes does: no argument shows
+// the effort, where it comes from and whether the model's reasoning is
+// shown; a level sets the chat's effort, reset goes back to
+// agent.reasoning_effort, show|on and hide|off turn the display on and
+// off. Hermes's --global (write the level into its config) has no
+// counterpart: replicas do not write their config, so it is refused.
+// The display is the session key's too, where Hermes keeps one per
+// platform.
+func (s *Service) reasoningCommand(ctx context.Context, m *msgCtx, sess sessionstore.Session, args string) (string, error) {
+	words := strings.Fields(strings.ToLower(args))
+	if len(words) == 0 {
+		level, scope := "provider default", "global config"
+		if e := s.cfg.ReasoningEffort; e != "" {
+			level = e
+		}
+		if e := sess.ReasoningEffort; e != "" {
+			level, scope = e, "session override"
+		}
+		if level == "none" {
+			level = "none (disabled)"
+		}
+		display := "off"
+		if sess.ShowReasoning {
+			display = "on ✓"
+		}
+		return "🧠 **Reasoning Settings**\n\n**Effort:** `" + level + "`\n**Scope:** " + scope + "\n**Display:** " + display +
+			"\n\n_Usage:_ " + reasoningUsage, nil
+	}
+	for _, w := range words {
+		if w == "--global" {
+			return "⚠️ `--global` is not available here: the default of every chat is the gateway's agent.reasoning_effort. " +
+				"`/reasoning <level>` sets this chat's.", nil
+		}
+	}
+	arg := strings.Join(words, " ")
+	switch {
+	case arg == "show" || arg == "on":
+		if err := s.store.SetShowReasoning(ctx, m.key, true); err != nil {
+			return "", err
+		}
+		return "🧠 ✓ Reasoning display: **ON**\nModel thinking will be shown before each response in this chat.", nil
+	case arg == "hide" || arg == "off":
+		if err := s.store.SetShowReasoning(ctx, m.key, false); err != nil {
+			return "", err
+		}
+		return "🧠 ✓ Reasoning display: **OFF** for this chat", nil
+	case arg == "reset":
+		if err := s.store.SetReasoningEffort(ctx, m.key, ""); err != nil {
+			return "", err
+		}
+		return "🧠 ✓ Session reasoning override cleared; falling back to global config.", nil
+	case personality.ValidEffort(arg):
+		if err := s.store.SetReasoningEffort(ctx, m.key, arg); err != nil {
+			return "", err
+		}
+		return "🧠 ✓ Reasoning effort set to `" + arg + "` (this chat only)\n_(takes effect on next message)_", nil
+	}
+	return "⚠️ Unknown argument: `" + clip(arg, 64) + "`\n\n**Valid levels:** none, minimal, low, medium, high, xhigh\n**Display:** show, hide", nil
+}

@@ -1,0 +1,134 @@
+package router
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
+	"github.com/switchboard-chat/switchboard/pkg/sessionstore"
+)
+
+// /personality and /reasoning answer in Hermes's words, keep the chat's
+// choice on its session row across /new, and every turn of the chat
+// carries it: the personality's prompt, the effort and the display.
+func TestPersonalityAndReasoningCommands(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	cfg := testConfig()
+	cfg.Personalities["coder"] = "You are an expert programmer."
+	cfg.Personalities["pirate"] = "" // an operator removes a built-in
+	cfg.ReasoningEffort = "low"
+	cfg.Admins = map[string][]string{"telegram": {"alice"}}
+	e.startRouter(cfg, nil, nil)
+	w := e.startWorker(nil)
+	const key = "agent:main:telegram:dm:chat-alice"
+	lastTurn := func(text string) *turnsv1.TurnRequested {
+		t.Helper()
+		e.publish(dm("alice", text))
+		var turn *turnsv1.TurnRequested
+		waitFor(t, "the turn of "+text, func() bool {
+			turns, _ := w.snapshot()
+			for _, tt := range turns {
+				if tt.SessionKey == key && len(tt.Inputs) > 0 && tt.Inputs[len(tt.Inputs)-1].GetText() == text {
+					turn = tt
+					return true
+				}
+			}
+			return false
+		})
+		return turn
+	}
+
+	turn := lastTurn("hello")
+	if turn.PersonalityPrompt != "" || turn.ReasoningEffort != "" || turn.ShowReasoning {
+		t.Fatalf("a chat without settings: personality %q, effort %q, show %v", turn.PersonalityPrompt, turn.ReasoningEffort, turn.ShowReasoning)
+	}
+
+	tests := []struct {
+		user, text, want string
+	}{
+		{"alice", "/personality", "🎭 **Available Personalities**\n\n• `none` — (no personality overlay)\n• `helpful` — You are a helpful, friendly AI assistant.\n• `concise` — You are a concise assistant. Keep responses brief ...\n"},
+		{"alice", "/personality", "• `coder` — You are an expert programmer.\n\nUsage: `/personality <name>`"},
+		{"alice", "/personality Pirate", "Unknown personality: `pirate`\n\nAvailable: `none`, `helpful`, `concise`"},
+		{"alice", "/personality coder", "🎭 Personality set to **coder**\n_(takes effect on next message)_"},
+		{"alice", "/reasoning", "🧠 **Reasoning Settings**\n\n**Effort:** `low`\n**Scope:** global config\n**Display:** off\n\n_Usage:_ `/reasoning <none|minimal|low|medium|high|xhigh|reset|show|hide>`"},
+		{"alice", "/reasoning HIGH", "🧠 ✓ Reasoning effort set to `high` (this chat only)\n_(takes effect on next message)_"},
+		{"alice", "/reasoning max", "⚠️ Unknown argument: `max`\n\n**Valid levels:** none, minimal, low, medium, high, xhigh\n**Display:** show, hide"},
+		{"alice", "/reasoning low --global", "⚠️ `--global` is not available here"},
+		{"alice", "/reasoning show", "🧠 ✓ Reasoning display: **ON**\nModel thinking will be shown before each response in this chat."},
+		{"alice", "/reasoning", "**Effort:** `high`\n**Scope:** session override\n**Display:** on ✓"},
+		{"bob", "/personality", "/personality is reserved for admins here."},
+		{"bob", "/reasoning high", "/reasoning is reserved for admins here."},
+		{"alice", "/help", "/personality [name]"},
+		{"alice", "/help", "/reasoning [level|show|hide]"},
+	}
+	for _, tt := range tests {
+		if got := e.ask(tt.user, tt.text); !strings.Contains(got, tt.want) {
+			t.Errorf("%s %s: got %q, want it to contain %q", tt.user, tt.text, got, tt.want)
+		}
+	}
+	if got := e.ask("alice", "/personality"); strings.Contains(got, "`pirate`") {
+		t.Errorf("a removed built-in is listed: %q", got)
+	}
+
+	turn = lastTurn("and now?")
+	if turn.PersonalityPrompt != "You are an expert programmer." || turn.ReasoningEffort != "high" || !turn.ShowReasoning {
+		t.Fatalf("the chat's settings: personality %q, effort %q, show %v", turn.PersonalityPrompt, turn.ReasoningEffort, turn.ShowReasoning)
+	}
+	// A new conversation keeps them, as Hermes keeps them per session key.
+	if got := e.ask("alice", "/new"); !strings.Contains(got, "New session started") {
+		t.Fatalf("/new: %q", got)
+	}
+	turn = lastTurn("a fresh start")
+	if turn.PersonalityPrompt != "You are an expert programmer." || turn.ReasoningEffort != "high" || !turn.ShowReasoning {
+		t.Fatalf("after /new: personality %q, effort %q, show %v", turn.PersonalityPrompt, turn.ReasoningEffort, turn.ShowReasoning)
+	}
+
+	for _, tt := range []struct{ text, want string }{
+		{"/personality neutral", "🎭 Personality cleared — using base agent behavior.\n_(takes effect on next message)_"},
+		{"/reasoning reset", "🧠 ✓ Session reasoning override cleared; falling back to global config."},
+		{"/reasoning hide", "🧠 ✓ Reasoning display: **OFF** for this chat"},
+	} {
+		if got := e.ask("alice", tt.text); got != tt.want {
+			t.Errorf("%s: got %q, want %q", tt.text, got, tt.want)
+		}
+	}
+	turn = lastTurn("plain again")
+	if turn.PersonalityPrompt != "" || turn.ReasoningEffort != "" || turn.ShowReasoning {
+		t.Fatalf("cleared: personality %q, effort %q, show %v", turn.PersonalityPrompt, turn.ReasoningEffort, turn.ShowReasoning)
+	}
+	if got := e.ask("alice", "/reasoning none"); !strings.Contains(got, "set to `none`") {
+		t.Fatalf("/reasoning none: %q", got)
+	}
+	if got := e.ask("alice", "/reasoning"); !strings.Contains(got, "**Effort:** `none (disabled)`") {
+		t.Errorf("/reasoning after none: %q", got)
+	}
+	if turn = lastTurn("no thinking"); turn.ReasoningEffort != "none" {
+		t.Fatalf("effort %q, want none", turn.ReasoningEffort)
+	}
+}
+
+// A personality removed from the config after a chat chose it is dropped
+// from its turns (and logged), not an error.
+func TestRemovedPersonalityIsNone(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	cfg := testConfig()
+	cfg.ReasoningEffort = ""
+	e.startRouter(cfg, nil, nil)
+	w := e.startWorker(nil)
+	if got := e.ask("alice", "/reasoning"); !strings.Contains(got, "**Effort:** `provider default`\n**Scope:** global config") {
+		t.Errorf("/reasoning without a default: %q", got)
+	}
+	// As if the operator removed it since the chat chose it.
+	if err := sessionstore.New(e.db).SetPersonality(context.Background(), "agent:main:telegram:dm:chat-alice", "retired"); err != nil {
+		t.Fatal(err)
+	}
+	e.publish(dm("alice", "hi"))
+	waitFor(t, "the turn", func() bool { turns, _ := w.snapshot(); return len(turns) == 1 })
+	turns, _ := w.snapshot()
+	if p := turns[0].PersonalityPrompt; p != "" {
+		t.Fatalf("personality prompt %q, want none", p)
+	}
+}
