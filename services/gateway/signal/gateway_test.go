@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -493,5 +494,24 @@ func TestSendAnswerLateNotSentTwice(t *testing.T) {
 	}
 	if sent := g.f.Sent(ann.Number); len(sent) != 2 || sent[1].Text != "second" {
 		t.Fatalf("sent %+v, want the second message once", sent)
+	}
+}
+
+// A message with a mention whose start plus length overflows (a length
+// near the int maximum) is delivered with the mention ignored, its
+// placeholder kept, as Signal's clients do: the rendering once panicked
+// on it and the message was skipped.
+func TestOverflowingMentionDelivered(t *testing.T) {
+	t.Parallel()
+	cfg := DefaultConfig()
+	cfg.Reactions = false
+	g := start(t, cfg, platform.Options{})
+	n, ts := g.f.Envelope(signalfake.Message{From: ann, Text: "hi \uFFFC"})
+	n["envelope"].(map[string]any)["dataMessage"].(map[string]any)["mentions"] = []map[string]any{
+		{"number": bot, "start": 3, "length": math.MaxInt64}}
+	g.f.Push(n)
+	ev := g.next(t)
+	if ev.GetEventId() != ann.Number+":"+itoa(ts) || ev.GetText() != "hi \uFFFC" {
+		t.Fatalf("event %v, want the message with its placeholder", ev)
 	}
 }

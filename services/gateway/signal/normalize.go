@@ -240,7 +240,11 @@ func normalize(n *notification, r rules) (*eventsv1.MessageReceived, skip, error
 	text := renderMentions(data.Message, data.Mentions)
 	mentioned := !group
 	if group {
+		units := len(utf16.Encode([]rune(data.Message)))
 		for _, m := range data.Mentions {
+			if !m.within(units) {
+				continue // ignored, as in the rendering
+			}
 			if r.Account != "" && (m.Number == r.Account || m.UUID == r.Account) {
 				mentioned = true
 			}
@@ -294,7 +298,11 @@ const objectReplacement = '\uFFFC'
 
 // renderMentions replaces each mention's placeholder with @number (or
 // @uuid), as Hermes does. Signal counts start and length in UTF-16 code
-// units; a mention outside the text is ignored.
+// units; a mention outside the text, or reaching past it (or past the
+// next mention), is ignored, as Signal's own clients ignore an
+// out-of-range mention: the message keeps its placeholder. Start plus
+// Length is never computed, so that a length near the int maximum
+// cannot overflow into range.
 func renderMentions(text string, ms []mention) string {
 	if len(ms) == 0 || !strings.ContainsRune(text, objectReplacement) {
 		return text
@@ -304,7 +312,7 @@ func renderMentions(text string, ms []mention) string {
 	sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].Start > sorted[j].Start })
 	end := len(u)
 	for _, m := range sorted {
-		if m.Start < 0 || m.Length < 0 || m.Start+m.Length > end {
+		if !m.within(end) {
 			continue
 		}
 		name := firstOf(m.Number, m.UUID, "user")
@@ -313,6 +321,11 @@ func renderMentions(text string, ms []mention) string {
 		end = m.Start // mentions never overlap: later ones stay left of this
 	}
 	return string(utf16.Decode(u))
+}
+
+// within reports whether m lies in the first n UTF-16 units of a text.
+func (m mention) within(n int) bool {
+	return m.Start >= 0 && m.Length >= 0 && m.Start <= n && m.Length <= n-m.Start
 }
 
 func kindOf(mime string) eventsv1.AttachmentKind {

@@ -3,6 +3,7 @@ package signal
 import (
 	"encoding/json"
 	"errors"
+	"math"
 	"testing"
 	"time"
 
@@ -80,6 +81,19 @@ func TestNormalize(t *testing.T) {
 			env(signalfake.Message{From: ann, Text: "😀 \uFFFC and \uFFFC", GroupID: group, GroupName: "Team",
 				Mentions: []signalfake.Mention{{Contact: hidden, Start: 3, Length: 1}, {Contact: ann, Start: 9, Length: 1}}}),
 			grp(ts, "😀 @"+hidden.UUID+" and @"+ann.Number, false), ""},
+		{"a mention whose start plus length overflows is ignored, the message kept", all,
+			with(env(signalfake.Message{From: ann, Text: "hi \uFFFC"}), func(e map[string]any) {
+				e["dataMessage"].(map[string]any)["mentions"] = []map[string]any{{"number": bot, "start": 3, "length": math.MaxInt64}}
+			}), dm(ts, "hi \uFFFC"), ""},
+		{"mentions past the text or negative are ignored, one in range rendered", all,
+			env(signalfake.Message{From: ann, Text: "\uFFFC and \uFFFC", GroupID: group, GroupName: "Team",
+				Mentions: []signalfake.Mention{{Contact: ann, Start: 0, Length: 1}, {Contact: hidden, Start: 6, Length: 2},
+					{Contact: hidden, Start: 40, Length: 1}, {Contact: hidden, Start: -1, Length: 1}}}),
+			grp(ts, "@"+ann.Number+" and \uFFFC", false), ""},
+		{"an out-of-range mention of the bot does not address it", rules{Account: bot, Groups: map[string]bool{"*": true}, RequireMention: true},
+			with(env(signalfake.Message{From: ann, Text: "\uFFFC hello", GroupID: group, GroupName: "Team"}), func(e map[string]any) {
+				e["dataMessage"].(map[string]any)["mentions"] = []map[string]any{{"number": bot, "start": 0, "length": math.MaxInt64}}
+			}), nil, "not mentioned"},
 		{"group without a mention where one is required", rules{Account: bot, Groups: map[string]bool{"*": true}, RequireMention: true},
 			env(signalfake.Message{From: ann, Text: "chatter", GroupID: group, GroupName: "Team"}), nil, "not mentioned"},
 		{"a quote of the bot addresses it", rules{Account: bot, Groups: map[string]bool{"*": true}, RequireMention: true},
