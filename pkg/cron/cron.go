@@ -76,7 +76,14 @@ type Job struct {
 	// delivered ("": none failed; Hermes's last_delivery_error).
 	LastDeliveryError string
 	// LastRunID is the run (RunID) LastStatus belongs to.
-	LastRunID            string
+	LastRunID string
+	// PausedReason is why the scheduler paused the job ("": it was not
+	// the scheduler, or the job is not paused; Hermes's paused_reason).
+	PausedReason string
+	// FireFailures counts the failures to fire the job in a row;
+	// FireRetryAt is when the scheduler may try again (zero: any tick).
+	FireFailures         int
+	FireRetryAt          time.Time
 	CreatedAt, UpdatedAt time.Time
 }
 
@@ -129,14 +136,16 @@ func (s *Store) Location() *time.Location { return s.loc }
 
 const columns = `id, owner, name, prompt, schedule_kind, schedule_expr, schedule_display, deliver,
 origin_platform, origin_account, origin_chat_id, origin_thread_id, coalesce(repeat_times, 0), repeat_completed,
-state, next_run_at, manual_run_at, last_run_at, last_status, last_error, last_delivery_error, last_run_id, created_at, updated_at`
+state, next_run_at, manual_run_at, last_run_at, last_status, last_error, last_delivery_error, last_run_id,
+paused_reason, fire_failures, fire_retry_at, created_at, updated_at`
 
 func scan(row pgx.Row) (Job, error) {
 	var j Job
-	var next, manual, last *time.Time
+	var next, manual, last, retry *time.Time
 	err := row.Scan(&j.ID, &j.Owner, &j.Name, &j.Prompt, &j.Kind, &j.Expr, &j.Display, &j.Deliver,
 		&j.Origin.Platform, &j.Origin.Account, &j.Origin.ChatID, &j.Origin.ThreadID, &j.RepeatTimes, &j.RepeatCompleted,
-		&j.State, &next, &manual, &last, &j.LastStatus, &j.LastError, &j.LastDeliveryError, &j.LastRunID, &j.CreatedAt, &j.UpdatedAt)
+		&j.State, &next, &manual, &last, &j.LastStatus, &j.LastError, &j.LastDeliveryError, &j.LastRunID,
+		&j.PausedReason, &j.FireFailures, &retry, &j.CreatedAt, &j.UpdatedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Job{}, ErrNotFound
 	}
@@ -146,7 +155,7 @@ func scan(row pgx.Row) (Job, error) {
 	for _, p := range []struct {
 		src *time.Time
 		dst *time.Time
-	}{{next, &j.NextRunAt}, {manual, &j.ManualRunAt}, {last, &j.LastRunAt}} {
+	}{{next, &j.NextRunAt}, {manual, &j.ManualRunAt}, {last, &j.LastRunAt}, {retry, &j.FireRetryAt}} {
 		if p.src != nil {
 			*p.dst = *p.src
 		}
@@ -463,10 +472,11 @@ func (s *Store) change(ctx context.Context, owner, ref string, fn func(j *Job, n
 func save(ctx context.Context, db DBTX, owner string, j Job, now time.Time) (Job, error) {
 	row := db.QueryRow(ctx, `
 UPDATE cron_jobs SET name = $3, prompt = $4, schedule_kind = $5, schedule_expr = $6, schedule_display = $7, deliver = $8,
-  repeat_times = $9, repeat_completed = $10, state = $11, next_run_at = $12, manual_run_at = $13, updated_at = $14
+  repeat_times = $9, repeat_completed = $10, state = $11, next_run_at = $12, manual_run_at = $13, updated_at = $14,
+  paused_reason = $15, fire_failures = $16, fire_retry_at = $17
 WHERE owner = $1 AND id = $2 RETURNING `+columns,
 		owner, j.ID, j.Name, j.Prompt, j.Kind, j.Expr, j.Display, j.Deliver, nullRepeat(j.RepeatTimes), j.RepeatCompleted,
-		j.State, nullTime(j.NextRunAt), nullTime(j.ManualRunAt), now)
+		j.State, nullTime(j.NextRunAt), nullTime(j.ManualRunAt), now, j.PausedReason, j.FireFailures, nullTime(j.FireRetryAt))
 	out, err := scan(row)
 	if err != nil {
 		return Job{}, fmt.Errorf("update cron job %s: %w", j.ID, err)
@@ -483,7 +493,7 @@ func (s *Store) Pause(ctx context.Context, owner, id string) (Job, error) {
 		if j.State == StateCompleted {
 			return fmt.Errorf("%w: job '%s' has completed; there is nothing to pause", ErrInvalid, j.Name)
 		}
-		j.State, j.ManualRunAt = StatePaused, time.Time{}
+		j.State, j.ManualRunAt, j.PausedReason = StatePaused, time.Time{}, ""
 		return nil
 	})
 }
@@ -514,6 +524,8 @@ func (s *Store) Resume(ctx context.Context, owner, id string) (Job, error) {
 			j.NextRunAt = sched.First(now)
 		}
 		j.State = StateScheduled
+		// A job the scheduler paused for failing to fire is tried afresh.
+		j.PausedReason, j.FireFailures, j.FireRetryAt = "", 0, time.Time{}
 		return nil
 	})
 }
@@ -557,7 +569,11 @@ func (s *Store) Trigger(ctx context.Context, owner, id string) (Job, error) {
 			if sched.Kind != schedule.Once && !j.NextRunAt.After(now) {
 				j.NextRunAt = sched.First(now)
 			}
+			j.PausedReason, j.FireFailures = "", 0
 		}
+		// Asked for by hand: tried on the next tick, whatever the delay
+		// after a failure to fire.
+		j.FireRetryAt = time.Time{}
 		if pending {
 			return nil
 		}
@@ -592,6 +608,7 @@ func ClaimDue(ctx context.Context, tx DBTX, now time.Time, skip []string) (Job, 
 	}
 	j, err := scan(tx.QueryRow(ctx, `SELECT `+columns+` FROM cron_jobs
 WHERE ((state = 'scheduled' AND next_run_at <= $1) OR manual_run_at <= $1) AND NOT (id = ANY($2))
+  AND (fire_retry_at IS NULL OR fire_retry_at <= $1)
 ORDER BY LEAST(CASE WHEN state = 'scheduled' THEN next_run_at END, manual_run_at), id
 LIMIT 1 FOR UPDATE SKIP LOCKED`, now, skip))
 	if errors.Is(err, ErrNotFound) {
@@ -616,25 +633,125 @@ UPDATE cron_jobs SET next_run_at = $2, manual_run_at = $3, state = $4, repeat_co
   last_status = CASE WHEN $10 <> '' AND last_run_id = $10 THEN last_status ELSE $7 END,
   last_error = CASE WHEN $10 <> '' AND last_run_id = $10 THEN last_error ELSE $8 END,
   last_delivery_error = CASE WHEN $10 = '' OR last_run_id = $10 THEN last_delivery_error ELSE '' END,
-  last_run_id = CASE WHEN $10 = '' THEN last_run_id ELSE $10 END, updated_at = $9
+  last_run_id = CASE WHEN $10 = '' THEN last_run_id ELSE $10 END, updated_at = $9,
+  fire_failures = 0, fire_retry_at = NULL,
+  paused_reason = CASE WHEN $4 = 'paused' THEN $11 ELSE '' END
 WHERE id = $1`, j.ID, nullTime(j.NextRunAt), nullTime(j.ManualRunAt), j.State, j.RepeatCompleted,
-		nullTime(j.LastRunAt), j.LastStatus, truncate(j.LastError, 2000), now, runID)
+		nullTime(j.LastRunAt), j.LastStatus, truncate(j.LastError, 2000), now, runID, truncate(j.PausedReason, 2000))
 	if err != nil {
 		return fmt.Errorf("save cron run of %s: %w", j.ID, err)
 	}
 	return nil
 }
 
-// RecordFireFailure marks job id's last status error with reason, for a
-// run the scheduler failed to fire in a way it rolled back (a panic): the
-// job's schedule, repeat count and last run stay as they were, so the run
-// is still due and retried.
-func RecordFireFailure(ctx context.Context, db DBTX, id, reason string) error {
-	if _, err := db.Exec(ctx, `UPDATE cron_jobs SET last_status = 'error', last_error = $2, updated_at = now() WHERE id = $1`,
-		id, truncate(reason, 2000)); err != nil {
-		return fmt.Errorf("record failed firing of cron job %s: %w", id, err)
+// FireFailure is what the scheduler makes of its failures to fire a job,
+// given how many there have been in a row, this one included.
+type FireFailure func(failures int) FireFailureOutcome
+
+// FireFailureOutcome is a failed firing's consequence for its job.
+type FireFailureOutcome struct {
+	// RetryAt is the earliest the scheduler tries the job again.
+	RetryAt time.Time
+	// LastError is the job's last error from now on (its status error).
+	LastError string
+	// Pause pauses the job (a scheduled one; a run asked for is
+	// dropped, as by Pause) for PausedReason.
+	Pause        bool
+	PausedReason string
+}
+
+// RecordFireFailure records on job id that the scheduler failed to fire
+// it in a way it rolled back (it panicked, or the bus or the database
+// failed before the run was saved): one more failure in a row, and what
+// decide makes of it (when to try again, the job's last error, whether
+// to pause it). The job's schedule, repeat count and last run stay as
+// they were, so the run is still due, from RetryAt. It returns the
+// failures in a row and the outcome; ErrNotFound for a job removed since.
+func RecordFireFailure(ctx context.Context, db interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+}, id string, decide FireFailure) (int, FireFailureOutcome, error) {
+	var n int
+	var out FireFailureOutcome
+	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		var state string
+		err := tx.QueryRow(ctx, `SELECT fire_failures, state FROM cron_jobs WHERE id = $1 FOR UPDATE`, id).Scan(&n, &state)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return ErrNotFound
+		}
+		if err != nil {
+			return err
+		}
+		n++
+		out = decide(n)
+		out.Pause = out.Pause && state == StateScheduled
+		if !out.Pause {
+			out.PausedReason = ""
+		}
+		_, err = tx.Exec(ctx, `
+UPDATE cron_jobs SET last_status = 'error', last_error = $2, fire_failures = $3, fire_retry_at = $4,
+  state = CASE WHEN $5 THEN 'paused' ELSE state END,
+  manual_run_at = CASE WHEN $5 THEN NULL ELSE manual_run_at END,
+  paused_reason = CASE WHEN $5 THEN $6 ELSE paused_reason END, updated_at = now()
+WHERE id = $1`, id, truncate(out.LastError, 2000), n, nullTime(out.RetryAt), out.Pause, truncate(out.PausedReason, 2000))
+		return err
+	})
+	if err != nil {
+		if errors.Is(err, ErrNotFound) {
+			return 0, FireFailureOutcome{}, err
+		}
+		return 0, FireFailureOutcome{}, fmt.Errorf("record failed firing of cron job %s: %w", id, err)
 	}
-	return nil
+	return n, out, nil
+}
+
+// RunEnded moves the next run of the job of the run runID (RunID), an
+// interval job, to a period after end, the instant the run's turn ended,
+// as Hermes's mark_job_run does (its interval counts from the end of each
+// run: a run of ten minutes every hour starts an hour after the last one
+// ended, not after it started). The scheduler moved it on to a period
+// after the run fired; this applies only while that still stands: the
+// job is scheduled, runID is its last run, and its next run is the one
+// the scheduler set. So it applies once however often the turn's end is
+// redelivered and whichever router replica handles it, and never over a
+// change made since (a new schedule, a resume, a later run, a run that
+// outlasted its period, which the scheduler has fired again). False: not
+// applied.
+func (s *Store) RunEnded(ctx context.Context, runID string, end time.Time) (bool, error) {
+	id, _, _, err := ParseRunID(runID)
+	if err != nil {
+		return false, err
+	}
+	applied := false
+	err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+		j, err := scan(tx.QueryRow(ctx, `SELECT `+columns+` FROM cron_jobs WHERE id = $1 FOR UPDATE`, id))
+		if errors.Is(err, ErrNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if j.Kind != schedule.Interval || j.State != StateScheduled || j.LastRunID != runID || j.LastRunAt.IsZero() {
+			return nil
+		}
+		sched, err := j.Schedule(s.loc)
+		if err != nil {
+			return nil // the scheduler pauses it
+		}
+		fired, _ := sched.Next(j.LastRunAt)
+		if !j.NextRunAt.Equal(fired) || !end.After(j.LastRunAt) {
+			return nil
+		}
+		next, _ := sched.Next(end)
+		if _, err := tx.Exec(ctx, `UPDATE cron_jobs SET next_run_at = $2, updated_at = $3 WHERE id = $1`, id, next, s.now()); err != nil {
+			return err
+		}
+		applied = true
+		return nil
+	})
+	if err != nil {
+		return false, fmt.Errorf("move cron job %s on from the end of run %s: %w", id, runID, err)
+	}
+	return applied, nil
 }
 
 // RecordOutcome sets the last status of the job of the run runID (RunID)

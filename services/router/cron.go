@@ -296,6 +296,10 @@ func (s *Service) cronList(jobs []cron.Job) string {
 		if j.LastDeliveryError != "" {
 			fmt.Fprintf(&b, "\n  Delivery failed: %s", promptPreview(j.LastDeliveryError, 200))
 		}
+		// Why the scheduler paused it (Hermes's paused_reason).
+		if j.State == cron.StatePaused && j.PausedReason != "" {
+			fmt.Fprintf(&b, "\n  Paused: %s", promptPreview(j.PausedReason, 300))
+		}
 	}
 	return b.String()
 }
@@ -373,21 +377,35 @@ func unquote(s string) string {
 }
 
 // cronOutcome records how a cron run ended on its job (Hermes's
-// last_status): the scheduler wrote ok when it started the run; a turn
-// that failed or was stopped makes it error, with the reason, unless the
-// job has fired a newer run since (cron.Store.RecordOutcome).
+// mark_job_run): an interval job's next run counts from the end of the
+// run's turn (cron.Store.RunEnded: once, however often the completion is
+// redelivered); the scheduler wrote ok when it started the run, and a
+// turn that failed or was stopped makes it error, with the reason,
+// unless the job has fired a newer run since (cron.Store.RecordOutcome).
+// A stale turn (a newer generation took the session over) did not end
+// the run.
 func (s *Service) cronOutcome(ctx context.Context, ev *turnsv1.TurnCompleted) error {
 	parts := strings.Split(ev.GetSessionKey(), ":")
 	if len(parts) != 5 || parts[2] != "cron" || parts[3] != "dm" {
 		return nil
 	}
 	status := ev.GetStatus()
-	if status == turnsv1.TurnStatus_TURN_STATUS_COMPLETED || status == turnsv1.TurnStatus_TURN_STATUS_STALE {
+	if status == turnsv1.TurnStatus_TURN_STATUS_STALE {
 		return nil
 	}
 	runID := parts[4]
 	if _, _, _, err := cron.ParseRunID(runID); err != nil {
 		s.log.WarnContext(ctx, "cron session names no run; outcome not recorded", "session_key", ev.GetSessionKey())
+		return nil
+	}
+	end := s.now()
+	if at := ev.GetCompletedAt(); at.IsValid() && !at.AsTime().IsZero() {
+		end = at.AsTime()
+	}
+	if _, err := s.cron.RunEnded(ctx, runID, end); err != nil {
+		return err
+	}
+	if status == turnsv1.TurnStatus_TURN_STATUS_COMPLETED {
 		return nil
 	}
 	reason := ev.GetError()

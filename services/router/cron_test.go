@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/types/known/timestamppb"
+
 	"github.com/switchboard-chat/switchboard/pkg/cron"
 	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
 )
@@ -245,5 +247,83 @@ func TestCronOutcome(t *testing.T) {
 	}
 	if got, _ := s.cron.Resolve(ctx, "telegram:alice", j.ID); got.LastStatus != "error" || got.LastError != "the model is unavailable" || got.LastRunID != run {
 		t.Errorf("after a failed run %q %q %q", got.LastStatus, got.LastError, got.LastRunID)
+	}
+}
+
+// TestCronRunEndMovesInterval: the completed turn of an interval job's
+// run moves the job's next run to a period after the turn ended (its
+// completed_at), as Hermes counts an interval from the end of each run;
+// the completion redelivered (later) moves it no further. A stale turn
+// ends nothing.
+func TestCronRunEndMovesInterval(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	s := e.startRouter(testConfig(), nil, nil)
+	ctx := context.Background()
+	j, err := s.cron.Create(ctx, cron.NewJob{Owner: "telegram:alice", Prompt: "p", Schedule: "every 1h",
+		Origin: cron.Origin{Platform: "telegram", ChatID: "chat-alice"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The scheduler fired it (as SaveRun leaves it).
+	fired := time.Date(2026, 5, 1, 9, 0, 0, 0, time.UTC)
+	run := cron.RunID(j.ID, fired, false)
+	if _, err := e.db.Exec(ctx, `UPDATE cron_jobs SET last_run_at = $2, last_run_id = $3, next_run_at = $4, last_status = 'ok' WHERE id = $1`,
+		j.ID, fired, run, fired.Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	next := func() time.Time {
+		got, err := s.cron.Resolve(ctx, "telegram:alice", j.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got.NextRunAt
+	}
+	end := fired.Add(7 * time.Minute)
+	if err := s.cronOutcome(ctx, &turnsv1.TurnCompleted{SessionKey: "agent:main:cron:dm:" + run,
+		Status: turnsv1.TurnStatus_TURN_STATUS_STALE, CompletedAt: timestamppb.New(fired.Add(time.Minute))}); err != nil {
+		t.Fatal(err)
+	}
+	if got := next(); !got.Equal(fired.Add(time.Hour)) {
+		t.Fatalf("a stale turn moved the next run to %v", got)
+	}
+	for i := range 2 { // delivered, then redelivered
+		if err := s.cronOutcome(ctx, &turnsv1.TurnCompleted{SessionKey: "agent:main:cron:dm:" + run,
+			Status: turnsv1.TurnStatus_TURN_STATUS_COMPLETED, CompletedAt: timestamppb.New(end)}); err != nil {
+			t.Fatal(err)
+		}
+		if got := next(); !got.Equal(end.Add(time.Hour)) {
+			t.Errorf("delivery %d: next run %v, want an hour after the run ended (%v)", i+1, got, end.Add(time.Hour))
+		}
+	}
+}
+
+// TestCronListPausedReason: a job the scheduler paused for failing to
+// fire says why in /cron list (Hermes's paused_reason); resumed, it does
+// not.
+func TestCronListPausedReason(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	s := e.startRouter(testConfig(), nil, nil)
+	ctx := context.Background()
+	j, err := s.cron.Create(ctx, cron.NewJob{Owner: "telegram:alice", Prompt: "p", Schedule: "every 1h",
+		Origin: cron.Origin{Platform: "telegram", ChatID: "chat-alice"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reason := "paused by the scheduler: it failed to fire the job 5 times in a row (boom); /cron resume " + j.ID + " schedules it again"
+	if _, _, err := cron.RecordFireFailure(ctx, e.db, j.ID, func(int) cron.FireFailureOutcome {
+		return cron.FireFailureOutcome{LastError: "boom", Pause: true, PausedReason: reason}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.ask("alice", "/cron list all"); !strings.Contains(got, "\n  State: paused\n") || !strings.Contains(got, "\n  Paused: "+reason) {
+		t.Errorf("list of a job the scheduler paused: %q", got)
+	}
+	if got := e.ask("alice", "/cron resume "+j.ID); !strings.Contains(got, "Resumed") {
+		t.Errorf("resume: %q", got)
+	}
+	if got := e.ask("alice", "/cron list"); strings.Contains(got, "Paused:") || !strings.Contains(got, "State: scheduled") {
+		t.Errorf("list after resume: %q", got)
 	}
 }

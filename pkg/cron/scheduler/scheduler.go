@@ -54,7 +54,7 @@ const (
 
 var runs = promauto.NewCounterVec(prometheus.CounterOpts{
 	Name: "switchboard_cron_runs_total",
-	Help: "Cron job runs by outcome: published (scheduled, late or catch_up), manual, missed (a one-shot past its grace, or a catch-up skipped by cron.catch_up_missed=false), blocked (no deliver target), failed (publish or commit failed; retried next tick under the same id).",
+	Help: "Cron job runs by outcome: published (scheduled, late or catch_up), manual, missed (a one-shot past its grace, or a catch-up skipped by cron.catch_up_missed=false), blocked (no deliver target), failed (firing failed: a panic, or publish or commit failed; retried under the same id after a delay that doubles with each failure in a row), paused (a panic that was the job's cron.pause_after_fire_failures-th failure in a row paused it).",
 }, []string{"outcome"})
 
 // Config is the `cron` section.
@@ -81,11 +81,18 @@ type Config struct {
 	// include_disabled) this long after its last run, then is deleted
 	// (Hermes's cron.completed_retention_days, 7 days). 0 keeps them.
 	CompletedRetention retention.Age `koanf:"completed_retention"`
+	// PauseAfterFireFailures: a job whose firing fails is tried again
+	// after a delay that doubles with each failure in a row (a tick, then
+	// 2, 4, … ticks, at most an hour); a panic that is its
+	// PauseAfterFireFailures-th failure in a row pauses it, with the
+	// reason /cron list shows. 0 never pauses.
+	PauseAfterFireFailures int `koanf:"pause_after_fire_failures"`
 }
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
-	return Config{Enabled: true, Tick: time.Minute, CatchUpMissed: true, MaxPerTick: 100, SessionRetention: retention.Age(7 * 24 * time.Hour), CompletedRetention: retention.Age(7 * 24 * time.Hour)}
+	return Config{Enabled: true, Tick: time.Minute, CatchUpMissed: true, MaxPerTick: 100, SessionRetention: retention.Age(7 * 24 * time.Hour), CompletedRetention: retention.Age(7 * 24 * time.Hour),
+		PauseAfterFireFailures: 5}
 }
 
 // Location is the configured time zone.
@@ -110,6 +117,9 @@ func (c Config) Validate() error {
 	}
 	if c.SessionRetention < 0 {
 		return config.Invalid("cron.session_retention", c.SessionRetention.String(), "0 or a period such as 7d")
+	}
+	if c.PauseAfterFireFailures < 0 {
+		return config.Invalid("cron.pause_after_fire_failures", fmt.Sprint(c.PauseAfterFireFailures), "0 (never) or a count of failures")
 	}
 	if c.CompletedRetention < 0 {
 		return config.Invalid("cron.completed_retention", c.CompletedRetention.String(), "0 or a period such as 7d")
@@ -182,8 +192,9 @@ func (s *Scheduler) Run(ctx context.Context) error {
 
 // Tick fires the jobs due now and returns how many runs it published,
 // then deletes completed jobs past cron.completed_retention. A job whose
-// run fails (publish, commit) is left due for the next tick and skipped
-// for the rest of this one; the first such error is returned.
+// run fails (a panic, publish, commit) is left due, skipped for the rest
+// of this tick and tried again after a delay (fireFailed); the first such
+// error is returned.
 func (s *Scheduler) Tick(ctx context.Context) (int, error) {
 	fired, err := s.fire(ctx)
 	if serr := s.sweep(ctx); err == nil {
@@ -220,7 +231,9 @@ func (s *Scheduler) fire(ctx context.Context) (int, error) {
 		id, published, ok, err := s.fireOne(ctx, skip)
 		if err != nil {
 			runs.WithLabelValues("failed").Inc()
-			s.log.Warn("cron run failed; retried next tick", "job", id, "err", err)
+			if id != "" {
+				s.fireFailed(ctx, id, err)
+			}
 			if first == nil {
 				first = err
 			}
@@ -261,8 +274,9 @@ func (s *Scheduler) fireOne(ctx context.Context, skip []string) (id string, publ
 	// is logged with the job's id and stack, counted
 	// (switchboard_panics_total{component="cron_fire"}), and handled as a
 	// failed run: the transaction is rolled back, so the job stays due and
-	// is retried next tick under the same run id (skipped for the rest of
-	// this one), and its last status says so.
+	// is retried under the same run id (skipped for the rest of this tick),
+	// after a delay that grows with its failures in a row, and its last
+	// status says so (fireFailed).
 	err = panics.Recover(s.log, "cron_fire", func() error {
 		var runID string
 		var err error
@@ -277,19 +291,76 @@ func (s *Scheduler) fireOne(ctx context.Context, skip []string) (id string, publ
 		}
 		return nil
 	}, "job", j.ID)
-	if errors.Is(err, panics.ErrPanicked) {
-		// Release the row before writing on it from another connection.
+	if err != nil {
+		// Release the row before fire writes on it from another connection.
 		_ = tx.Rollback(context.WithoutCancel(ctx))
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		if rerr := cron.RecordFireFailure(rctx, s.db, j.ID, "the scheduler failed while firing it ("+err.Error()+"); retried next tick"); rerr != nil {
-			s.log.Error("record a cron job's failed firing", "job", j.ID, "err", rerr)
-		}
 	}
 	if err != nil {
 		return j.ID, false, true, err
 	}
 	return j.ID, published, true, nil
+}
+
+// maxFireBackoff bounds the delay before a job whose firing failed is
+// tried again.
+const maxFireBackoff = time.Hour
+
+// fireBackoff is the delay before the next try of a job whose firing
+// failed n times in a row: half a tick short of 1, 2, 4, … ticks (so
+// the first failure is retried on the next tick, whatever the ticker's
+// jitter), at most maxFireBackoff.
+func (s *Scheduler) fireBackoff(n int) time.Duration {
+	d := s.cfg.Tick
+	for i := 1; i < n && d < maxFireBackoff; i++ {
+		d *= 2
+	}
+	return min(d-s.cfg.Tick/2, maxFireBackoff)
+}
+
+// fireFailed records a failure to fire job id (rolled back: the run is
+// still due): the job is tried again after fireBackoff, and a panic that
+// is its cron.pause_after_fire_failures-th failure in a row pauses it.
+// Hermes has no such failure (its tick advances a recurring job before
+// running it and a run that raises is a failed run); here a run is
+// published under an id of its own so that a crash or a failed commit
+// repeats it rather than losing it, and a job whose firing fails every
+// time would otherwise be retried, and logged, every tick for good. The
+// bus or the database failing (an error, not a panic) only delays: an
+// outage must not pause every job of the cluster.
+func (s *Scheduler) fireFailed(ctx context.Context, id string, ferr error) {
+	panicked := errors.Is(ferr, panics.ErrPanicked)
+	now := s.now()
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	n, out, err := cron.RecordFireFailure(rctx, s.db, id, func(n int) cron.FireFailureOutcome {
+		o := cron.FireFailureOutcome{RetryAt: now.Add(s.fireBackoff(n))}
+		what := "the scheduler failed while firing it"
+		if !panicked {
+			what = "the scheduler could not queue its run"
+		}
+		if panicked && s.cfg.PauseAfterFireFailures > 0 && n >= s.cfg.PauseAfterFireFailures {
+			o.Pause = true
+			o.PausedReason = fmt.Sprintf("paused by the scheduler: it failed to fire the job %d times in a row (%s); /cron resume %s schedules it again",
+				n, ferr.Error(), id)
+			o.LastError = fmt.Sprintf("%s (%s); paused after %d failures in a row", what, ferr.Error(), n)
+			return o
+		}
+		o.LastError = fmt.Sprintf("%s (%s); %d in a row, tried again from %s", what, ferr.Error(), n,
+			o.RetryAt.In(s.loc).Format("2006-01-02 15:04:05 MST"))
+		return o
+	})
+	switch {
+	case errors.Is(err, cron.ErrNotFound):
+		return
+	case err != nil:
+		s.log.Error("record a cron job's failed firing", "job", id, "err", err)
+		s.log.Warn("cron run failed; retried next tick", "job", id, "err", ferr)
+	case out.Pause:
+		runs.WithLabelValues("paused").Inc()
+		s.log.Error("cron job paused: its firing failed too often in a row", "job", id, "failures", n, "err", ferr)
+	default:
+		s.log.Warn("cron run failed; retried later", "job", id, "failures", n, "retry_at", out.RetryAt, "err", ferr)
+	}
 }
 
 // handle decides what a due job does now and publishes its run; j is
@@ -301,6 +372,7 @@ func (s *Scheduler) handle(ctx context.Context, j *cron.Job, now time.Time) (boo
 		// A row no schedule reads back from: stop it rather than loop.
 		s.log.Error("cron job has an unreadable schedule; paused", "job", j.ID, "err", err)
 		j.State, j.LastStatus, j.LastError, j.ManualRunAt = cron.StatePaused, StatusError, err.Error(), time.Time{}
+		j.PausedReason = "paused by the scheduler: its schedule cannot be read (" + err.Error() + ")"
 		return false, "", nil
 	}
 	if !j.ManualRunAt.IsZero() && !j.ManualRunAt.After(now) {
@@ -404,10 +476,11 @@ func ranByHandSince(lastRunID string, due time.Time) bool {
 // from each run's time and a late run or a catch-up moves it rather than
 // keeping the grid of its first run; a cron expression's is its first
 // instant after now, so missed ones collapse into the run just made
-// (Hermes's catch-up fires once, not per slot). Hermes re-anchors once
-// the run has ended (mark_job_run); here the scheduler does not wait for
-// the run's turn, so it counts from the instant the run fired, as
-// Hermes's advance before the run (advance_next_run) does.
+// (Hermes's catch-up fires once, not per slot). This is the provisional
+// next run, as Hermes's advance before the run (advance_next_run): the
+// scheduler does not wait for the run's turn. When the turn ends, the
+// router moves an interval job's next run to a period after that end
+// (cron.Store.RunEnded), as Hermes's mark_job_run does.
 func (s *Scheduler) next(sched schedule.Schedule, now time.Time) time.Time {
 	t, _ := sched.Next(now)
 	return t

@@ -755,6 +755,10 @@ func TestManualRunsWithinASecond(t *testing.T) {
 		t.Fatal("the crashing tick succeeded")
 	}
 	s := e.scheduler(t, nil)
+	if n := tick(t, s); n != 0 {
+		t.Fatalf("fired %d in the tick of the failure", n)
+	}
+	e.clock.Set(t0.Add(time.Hour + time.Minute + 700*time.Millisecond)) // the next tick
 	if n := tick(t, s); n != 1 {
 		t.Fatalf("fired %d", n)
 	}
@@ -945,6 +949,7 @@ func TestPanicWhileFiring(t *testing.T) {
 					t.Fatal("no second panic recovered: Run stopped ticking")
 				}
 				time.Sleep(20 * time.Millisecond)
+				e.clock.Set(e.clock.Now().Add(500 * time.Millisecond)) // past the delay after a failure
 			}
 			select {
 			case err := <-done:
@@ -953,7 +958,7 @@ func TestPanicWhileFiring(t *testing.T) {
 			}
 			got := e.job(t, boom.ID)
 			if got.State != cron.StateScheduled || !got.NextRunAt.Equal(due) || got.RepeatCompleted != 0 || got.LastStatus != "error" ||
-				!strings.Contains(got.LastError, "panicked") || !strings.Contains(got.LastError, "retried next tick") {
+				!strings.Contains(got.LastError, "panicked") || !strings.Contains(got.LastError, "tried again from") {
 				t.Errorf("the job whose firing panicked: %+v", got)
 			}
 			if got := e.job(t, fine.ID); got.RepeatCompleted != 1 || got.LastStatus != "ok" {
@@ -976,17 +981,230 @@ func TestPanicWhileFiring(t *testing.T) {
 					t.Fatalf("the job did not fire once fixed: %+v", e.job(t, boom.ID))
 				}
 				time.Sleep(20 * time.Millisecond)
+				e.clock.Set(e.clock.Now().Add(500 * time.Millisecond))
 			}
 			stop()
 			if err := <-done; err != nil {
 				t.Errorf("Run: %v", err)
 			}
-			if got := e.job(t, boom.ID); got.RepeatCompleted != 1 || got.LastStatus != "ok" || got.LastError != "" || !got.NextRunAt.After(due) {
+			if got := e.job(t, boom.ID); got.RepeatCompleted != 1 || got.LastStatus != "ok" || got.LastError != "" || !got.NextRunAt.After(due) ||
+				got.FireFailures != 0 || !got.FireRetryAt.IsZero() || got.State != cron.StateScheduled {
 				t.Errorf("after the fix: %+v", got)
 			}
 			if n := e.published(t); n != 2 {
 				t.Errorf("%d runs on the bus, want one of each job", n)
 			}
 		})
+	}
+}
+
+// TestFiringFailuresBackOff: a job whose firing fails every time is not
+// tried every tick: each failure in a row doubles the delay before the
+// next try (the next tick, then 2, 4, 8 ticks later). A panic that is its
+// fifth failure in a row (cron.pause_after_fire_failures) pauses it, with
+// the reason /cron list shows; a failing commit (the database, or the
+// bus, failing) only delays it, however long it lasts. Resumed (or once
+// the failure is gone), it fires under the run id it owed and its count
+// starts over. The other jobs fire as ever.
+func TestFiringFailuresBackOff(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name       string
+		panics     bool
+		wantTries  []int // the minutes (from due, a tick a minute) the scheduler tried it
+		wantPaused bool
+	}{
+		{name: "a panic", panics: true, wantTries: []int{0, 1, 3, 7, 15}, wantPaused: true},
+		{name: "a failed commit", wantTries: []int{0, 1, 3, 7, 15, 31}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			e := newEnv(t)
+			boom := e.create(t, cron.NewJob{Prompt: "boom", Schedule: "every 1d", Deliver: "discord:#boom"})
+			fine := e.create(t, cron.NewJob{Prompt: "fine", Schedule: "every 10m"})
+			var mu sync.Mutex
+			broken := true
+			var tries []int
+			due := t0.Add(24 * time.Hour)
+			try := func() {
+				mu.Lock()
+				defer mu.Unlock()
+				tries = append(tries, int(e.clock.Now().Sub(due)/time.Minute))
+			}
+			isBroken := func() bool { mu.Lock(); defer mu.Unlock(); return broken }
+			cfg := scheduler.DefaultConfig()
+			cfg.Timezone = "UTC"
+			s, err := scheduler.New(cfg, scheduler.Deps{DB: e.db, Bus: e.bus, Now: e.clock.Now,
+				Log: slog.New(slog.NewJSONHandler(&logtest.Buffer{}, nil)),
+				Resolve: func(ctx context.Context, raw string) (*deliveryv1.Target, error) {
+					if raw == "discord:#boom" {
+						try()
+						if tc.panics && isBroken() {
+							panic("resolving " + raw)
+						}
+					}
+					return resolve(ctx, raw)
+				}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			scheduler.SetCommit(s, func(ctx context.Context, tx pgx.Tx) error {
+				var last string
+				if err := tx.QueryRow(ctx, `SELECT last_run_id FROM cron_jobs WHERE id = $1`, boom.ID).Scan(&last); err == nil &&
+					last == cron.RunID(boom.ID, due, false) && !tc.panics && isBroken() {
+					_ = tx.Rollback(ctx)
+					return errors.New("connection lost")
+				}
+				return tx.Commit(ctx)
+			})
+			for m := 0; m <= 40; m++ {
+				e.clock.Set(due.Add(time.Duration(m)*time.Minute + 2*time.Second))
+				_, _ = s.Tick(ctx)
+			}
+			mu.Lock()
+			got := fmt.Sprint(tries)
+			mu.Unlock()
+			if got != fmt.Sprint(tc.wantTries) {
+				t.Errorf("tried at minutes %s, want %v", got, tc.wantTries)
+			}
+			j := e.job(t, boom.ID)
+			if j.FireFailures != len(tc.wantTries) || j.LastStatus != "error" || j.RepeatCompleted != 0 {
+				t.Errorf("after the failures: %+v", j)
+			}
+			if tc.wantPaused {
+				if j.State != cron.StatePaused || !strings.Contains(j.PausedReason, "failed to fire the job 5 times in a row") ||
+					!strings.Contains(j.PausedReason, "resolving discord:#boom") || !strings.Contains(j.PausedReason, "/cron resume "+boom.ID) {
+					t.Errorf("not paused with its reason: %+v", j)
+				}
+			} else if j.State != cron.StateScheduled || j.PausedReason != "" || !j.FireRetryAt.Equal(due.Add(31*time.Minute+2*time.Second).Add(32*time.Minute-30*time.Second)) {
+				t.Errorf("an outage paused it, or its next try is not 32 ticks off: %+v", j)
+			}
+			if f := e.job(t, fine.ID); f.RepeatCompleted < 4 || f.FireFailures != 0 {
+				t.Errorf("the other job: %+v", f)
+			}
+			// Fixed, and (paused) resumed: it fires, and starts over.
+			mu.Lock()
+			broken = false
+			mu.Unlock()
+			if tc.wantPaused {
+				r, err := e.store.Resume(ctx, "telegram:99", boom.ID)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if r.PausedReason != "" || r.FireFailures != 0 || !r.FireRetryAt.IsZero() {
+					t.Errorf("resumed: %+v", r)
+				}
+				e.clock.Set(r.NextRunAt)
+			} else {
+				e.clock.Set(j.FireRetryAt)
+			}
+			tick(t, s)
+			if j := e.job(t, boom.ID); j.RepeatCompleted != 1 || j.LastStatus != "ok" || j.FireFailures != 0 || !j.FireRetryAt.IsZero() {
+				t.Errorf("fixed: %+v", j)
+			}
+		})
+	}
+}
+
+// TestIntervalFromRunEnd: an interval job's next run counts from the end
+// of its run, as Hermes's mark_job_run: the scheduler moves it on a
+// period from the firing, and the run's end (cron.Store.RunEnded, which
+// the router calls for the run's completed turn) a period from the end.
+// A redelivered end, or one handled by two router replicas at once,
+// applies once; an end that comes after the schedule was changed, after
+// the next run fired (a run longer than its period), or of a job that is
+// not an interval changes nothing.
+func TestIntervalFromRunEnd(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newEnv(t)
+	s := e.scheduler(t, nil)
+	j := e.create(t, cron.NewJob{Prompt: "hourly", Schedule: "every 1h"})
+	daily := e.create(t, cron.NewJob{Prompt: "daily", Schedule: "30 9 * * *"})
+	due := t0.Add(time.Hour)
+	e.clock.Set(due.Add(20 * time.Second))
+	if n := tick(t, s); n != 2 {
+		t.Fatalf("fired %d", n)
+	}
+	run := cron.RunID(j.ID, due, false)
+	if got := e.job(t, j.ID).NextRunAt; !got.Equal(due.Add(time.Hour + 20*time.Second)) {
+		t.Fatalf("next run from the firing %v", got)
+	}
+	end := due.Add(12 * time.Minute)
+	// Two replicas handle the end at once, and it is redelivered later.
+	var wg sync.WaitGroup
+	applied := make(chan bool, 3)
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ok, err := e.store.RunEnded(ctx, run, end)
+			if err != nil {
+				t.Error(err)
+			}
+			applied <- ok
+		}()
+	}
+	wg.Wait()
+	if ok, err := e.store.RunEnded(ctx, run, end.Add(time.Minute)); err != nil || ok {
+		t.Errorf("a redelivered end applied: %v %v", ok, err)
+	}
+	close(applied)
+	n := 0
+	for ok := range applied {
+		if ok {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Errorf("the end applied %d times", n)
+	}
+	if got := e.job(t, j.ID).NextRunAt; !got.Equal(end.Add(time.Hour)) {
+		t.Errorf("next run %v, want an hour after the run ended (%v)", got, end.Add(time.Hour))
+	}
+	// Not before then; then the next run, which counts from its own end.
+	e.clock.Set(end.Add(time.Hour - time.Second))
+	if n := tick(t, s); n != 0 {
+		t.Errorf("fired %d before the next run", n)
+	}
+	e.clock.Set(end.Add(time.Hour))
+	if n := tick(t, s); n != 1 {
+		t.Fatalf("the next run fired %d", n)
+	}
+	second := cron.RunID(j.ID, end.Add(time.Hour), false)
+	// It outlasts its period: the scheduler fires the one after, and its
+	// end changes nothing.
+	e.clock.Set(end.Add(2 * time.Hour))
+	if n := tick(t, s); n != 1 {
+		t.Fatalf("the third run fired %d", n)
+	}
+	if ok, err := e.store.RunEnded(ctx, second, end.Add(2*time.Hour+5*time.Minute)); err != nil || ok {
+		t.Errorf("the end of a run after which another fired applied: %v %v", ok, err)
+	}
+	if got := e.job(t, j.ID).NextRunAt; !got.Equal(end.Add(3 * time.Hour)) {
+		t.Errorf("next run %v after the overlapping end", got)
+	}
+	// A schedule changed while the run went on wins over its end.
+	third := cron.RunID(j.ID, end.Add(2*time.Hour), false)
+	every2h := "every 2h"
+	e.clock.Set(end.Add(2*time.Hour + 30*time.Second))
+	u, err := e.store.Update(ctx, "telegram:99", j.ID, cron.Update{Schedule: &every2h})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := e.store.RunEnded(ctx, third, end.Add(2*time.Hour+time.Minute)); err != nil || ok {
+		t.Errorf("the end applied over a new schedule: %v %v", ok, err)
+	}
+	if got := e.job(t, j.ID).NextRunAt; !got.Equal(u.NextRunAt) {
+		t.Errorf("next run %v, want the new schedule's %v", got, u.NextRunAt)
+	}
+	// A cron expression keeps its times.
+	before := e.job(t, daily.ID).NextRunAt
+	if ok, err := e.store.RunEnded(ctx, e.job(t, daily.ID).LastRunID, due.Add(30*time.Minute)); err != nil || ok {
+		t.Errorf("the end of a cron expression's run applied: %v %v", ok, err)
+	}
+	if got := e.job(t, daily.ID).NextRunAt; !got.Equal(before) {
+		t.Errorf("a cron expression's next run moved: %v, was %v", got, before)
 	}
 }

@@ -339,9 +339,12 @@ type jobJSON struct {
 	LastError       *string        `json:"last_error"`
 	// LastDeliveryError is Hermes's last_delivery_error: why the last
 	// run's answer was not delivered (null: it was, or nothing to send).
-	LastDeliveryError *string    `json:"last_delivery_error"`
-	Deliver           string     `json:"deliver"`
-	Origin            *jobOrigin `json:"origin"`
+	LastDeliveryError *string `json:"last_delivery_error"`
+	// PausedReason is Hermes's paused_reason: why the scheduler paused
+	// the job (null: it did not).
+	PausedReason *string    `json:"paused_reason"`
+	Deliver      string     `json:"deliver"`
+	Origin       *jobOrigin `json:"origin"`
 }
 
 type jobRepeat struct {
@@ -385,7 +388,7 @@ func (s *Service) jobView(j cron.Job) jobJSON {
 		Enabled: j.State == cron.StateScheduled, State: j.State,
 		CreatedAt: orEmpty(at(j.CreatedAt)), UpdatedAt: orEmpty(at(j.UpdatedAt)),
 		NextRunAt: at(j.NextRunAt), LastRunAt: at(j.LastRunAt), LastStatus: str(j.LastStatus), LastError: str(j.LastError),
-		LastDeliveryError: str(j.LastDeliveryError), Deliver: j.Deliver,
+		LastDeliveryError: str(j.LastDeliveryError), PausedReason: str(j.PausedReason), Deliver: j.Deliver,
 	}
 	if !j.ManualRunAt.IsZero() && (j.NextRunAt.IsZero() || j.ManualRunAt.Before(j.NextRunAt)) {
 		// A run asked for (run) fires on the next tick: as Hermes's

@@ -266,6 +266,9 @@ func formatJob(j cron.Job, loc *time.Location) map[string]any {
 	if j.LastDeliveryError != "" {
 		out["last_delivery_error"] = j.LastDeliveryError
 	}
+	if j.PausedReason != "" {
+		out["paused_reason"] = j.PausedReason
+	}
 	return out
 }
 
