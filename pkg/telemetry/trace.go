@@ -12,7 +12,6 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
-	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.26.0"
@@ -31,8 +30,9 @@ type TraceConfig struct {
 	Log *slog.Logger
 }
 
-// SetupTracing installs the global propagator (W3C trace context and
-// baggage, always) and, when OTEL_EXPORTER_OTLP_ENDPOINT (or
+// SetupTracing installs the global propagator, the one OTEL_PROPAGATORS
+// names (Propagators; W3C trace context and baggage by default: the bus
+// and the HTTP and gRPC servers and clients all use it), and, when OTEL_EXPORTER_OTLP_ENDPOINT (or
 // OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) is set or an exporter is given, a
 // tracer provider that exports spans. The returned function flushes and
 // stops it.
@@ -46,7 +46,17 @@ type TraceConfig struct {
 // value is a configuration error. OTEL_SDK_DISABLED=true or
 // OTEL_TRACES_EXPORTER=none export nothing.
 func SetupTracing(ctx context.Context, cfg TraceConfig) (shutdown func(context.Context) error, err error) {
-	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
+	log := cfg.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	prop, names, unknown := Propagators(os.Getenv("OTEL_PROPAGATORS"))
+	if len(unknown) > 0 {
+		log.Warn("OTEL_PROPAGATORS names propagators this build does not know; ignored",
+			"unknown", strings.Join(unknown, ","), "using", strings.Join(names, ","),
+			"known", "tracecontext,baggage,b3,b3multi,jaeger,xray,ottrace,none")
+	}
+	otel.SetTextMapPropagator(prop)
 	noop := func(context.Context) error { return nil }
 	exp := cfg.Exporter
 	if exp == nil {
