@@ -579,6 +579,13 @@ func (p *Platform) channel(ctx context.Context, id string) (channelInfo, error) 
 	if err != nil {
 		return channelInfo{}, err
 	}
+	if c == nil {
+		// A broken answer (200 with the body null): the channel is taken
+		// as unknown, not a thread, and the message handled as in a plain
+		// channel. Not remembered, so that the next message asks again.
+		p.log.Warn("discord channel lookup answered nothing; taking it as no thread", "channel", id)
+		return channelInfo{}, nil
+	}
 	ci = channelInfo{Thread: c.IsThread(), Parent: c.ParentID, Owner: c.OwnerID}
 	p.chMu.Lock()
 	if len(p.channels) > 100000 {

@@ -270,8 +270,7 @@ func (f *Fake) AddChannel(id string, typ int, guild, parent string) {
 }
 
 // NullChannel makes the lookup of channel id answer 200 with the body
-// null, a broken answer that reaches the gateway as a nil channel: the
-// contract suite's payload whose handling panics.
+// null, a broken answer that reaches the gateway as a nil channel.
 func (f *Fake) NullChannel(id string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
