@@ -305,6 +305,14 @@ func (c Config) toolProgress(platform string) (mode string, previewLength int) {
 	return mode, previewLength
 }
 
+// ToolProgressOf is the tool progress mode configured for a platform
+// (off, new, all or verbose): what /verbose cycles from while it has
+// chosen none.
+func (c Config) ToolProgressOf(platform string) string {
+	mode, _ := c.toolProgress(platform)
+	return mode
+}
+
 // nativeImages reports whether the images of a final answer to platform
 // are sent as images.
 func (c Config) nativeImages(platform string) bool {

@@ -248,10 +248,14 @@ func (s *Service) approvalPrompt(ctx context.Context, ev *repliesv1.ReplyEvent, 
 // Hermes's do: once, for the session, always, deny.
 var approvalChoices = []string{"once", "session", "always", "deny"}
 
-// toolLine shows a started call by the platform's tool progress mode.
+// toolLine shows a started call by the platform's tool progress mode:
+// the one /verbose chose, carried on the event, else the configured one.
 func (s *Service) toolLine(ctx context.Context, ev *repliesv1.ReplyEvent, tp *repliesv1.ToolProgress) error {
 	platform := ev.GetTarget().GetPlatform()
 	mode, previewLength := s.cfg.toolProgress(platform)
+	if chosen, ok := toolProgressMode(ev.GetToolProgressMode()); ok && chosen != "" {
+		mode = chosen
+	}
 	if mode == ToolProgressOff || ev.GetTurnId() == "" {
 		return nil
 	}

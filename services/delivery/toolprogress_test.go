@@ -246,3 +246,43 @@ func TestApprovalButtonAnswerReplacesThePrompt(t *testing.T) {
 		t.Fatalf("%d edits, want 1", edits)
 	}
 }
+
+// The mode /verbose chose, carried on a tool progress event, is the one
+// the step is shown by: over the platform's configured mode, either way
+// (configured off shows lines, configured verbose shows none); an empty
+// or unknown one leaves the configured mode.
+func TestToolProgressChosenMode(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		configured, chosen string
+		want               []string
+	}{
+		{delivery.ToolProgressOff, delivery.ToolProgressAll, []string{"⚙️ a: \"one\"", "⚙️ a: \"two\"", "done"}},
+		{delivery.ToolProgressOff, delivery.ToolProgressNew, []string{"⚙️ a: \"one\"", "done"}},
+		{delivery.ToolProgressAll, delivery.ToolProgressVerbose, []string{"⚙️ a(['q'])\n{\"q\": \"one\"}", "⚙️ a(['q'])\n{\"q\": \"two\"}", "done"}},
+		{delivery.ToolProgressVerbose, delivery.ToolProgressOff, []string{"done"}},
+		{delivery.ToolProgressOff, "", []string{"done"}},
+		{delivery.ToolProgressNew, "log", []string{"⚙️ a: \"one\"", "done"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.configured+" chosen "+tt.chosen, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			cfg := testConfig()
+			cfg.Platforms["test"] = delivery.Platform{Streaming: cfg.Platforms["test"].Streaming, ToolProgress: tt.configured}
+			e.start(t, cfg, "a")
+			for i, body := range []any{started("a", "one"), started("a", "two"), final("done")} {
+				ev := event("t1", int64(i+1), "s1", body)
+				if _, ok := body.(*repliesv1.ToolProgress); ok {
+					ev.ToolProgressMode = tt.chosen
+				}
+				e.publish(t, ev)
+			}
+			eventually(t, e.clock, 0, "the answer", func() bool { return e.gw.postedTexts()["done"] == 1 })
+			e.consumed(t, "s1")
+			if got := e.gw.shown("test", "chat-s1"); strings.Join(got, "\n---\n") != strings.Join(tt.want, "\n---\n") {
+				t.Errorf("chat shows:\n%s\nwant:\n%s", strings.Join(got, "\n---\n"), strings.Join(tt.want, "\n---\n"))
+			}
+		})
+	}
+}

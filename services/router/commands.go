@@ -39,6 +39,7 @@ var helpText = strings.Join([]string{
 	"/compress — summarize the older part of the conversation now",
 	"/personality [name] — list personalities, or set this chat's (none clears it)",
 	"/reasoning [level|show|hide] — reasoning effort (none, minimal, low, medium, high, xhigh, reset) and whether the model's thinking is shown",
+	"/verbose [mode] — cycle how tool calls show on this platform: off, new, all, verbose",
 	"/sethome — send scheduled messages to this chat",
 	"/cron — scheduled jobs: list, add <schedule> <prompt>, pause, resume, run, remove",
 	"/whoami — who the gateway thinks you are",
@@ -356,6 +357,8 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 			return err
 		}
 		return reply(sess.Generation, text)
+	case "verbose":
+		return s.verboseCommand(ctx, m, sess, cmd.Args)
 	case "sethome":
 		if s.homes(m.platform) != "" {
 			return reply(sess.Generation, "🏠 The home channel for "+m.platform+" is set by the operator (delivery.platforms."+m.platform+".home); /sethome does not change it.")

@@ -105,6 +105,10 @@ type Config struct {
 	// does (home.go). Hermes has no switch for it (a home channel is
 	// what stops it); this is one for operators without scheduled jobs.
 	HomeNotice bool `koanf:"home_notice"`
+	// ToolProgressCommand turns /verbose on (Hermes's
+	// display.tool_progress_command, off by default): it sets the tool
+	// progress mode of the platform it is sent from (verbose.go).
+	ToolProgressCommand bool `koanf:"tool_progress_command"`
 	// AckWait is how long a delivered inbound or turn-completed message may
 	// go unacknowledged before redelivery (handlers extend it while they
 	// run). After a NATS crash that lost recent acks, an inbound partition
@@ -211,6 +215,9 @@ type Deps struct {
 	// Homes is the home channel the operator configured for a platform
 	// (delivery.platforms.<p>.home), which /sethome cannot move; nil: none.
 	Homes func(platform string) string
+	// ToolProgress is the tool progress mode delivery is configured with
+	// for a platform, which /verbose cycles from; nil: all.
+	ToolProgress func(platform string) string
 	// Cron keeps the cron jobs /cron manages; nil: a store whose time
 	// zone is UTC.
 	Cron *cron.Store
@@ -250,6 +257,8 @@ type Service struct {
 	// homeKnown holds the platforms found to have a home channel: one
 	// is never unset, so their messages skip the home notice's reads.
 	homeKnown sync.Map
+	// toolProgress is Deps.ToolProgress.
+	toolProgress func(platform string) string
 }
 
 // New builds a router.
@@ -302,6 +311,10 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		provider: deps.Provider,
 	}
 	s.directory = outbox.New(deps.DB)
+	s.toolProgress = deps.ToolProgress
+	if s.toolProgress == nil {
+		s.toolProgress = func(string) string { return toolProgressDefault }
+	}
 	s.cron = deps.Cron
 	if s.cron == nil {
 		s.cron = cron.New(deps.DB, time.UTC, now)

@@ -173,6 +173,11 @@ func (s *Service) publishTurn(ctx context.Context, key, token, turnID string, t 
 		// The newest message's source is where the answer goes.
 		req.Origin = t.Inputs[len(t.Inputs)-1].Event.GetSource()
 	}
+	mode, err := s.chosenToolProgress(ctx, t.Session.Profile, req.Origin.GetPlatform())
+	if err != nil {
+		return err
+	}
+	req.ToolProgressMode = mode
 	if _, err := s.bus.Publish(ctx, s.topo.Subject(bus.SubjectTurnRequested), "turn:"+turnID, req); err != nil {
 		return fmt.Errorf("publish turn: %w", err)
 	}

@@ -188,6 +188,7 @@ type turnOpts struct {
 	personality string                     // the session's personality prompt (/personality)
 	effort      string                     // the session's reasoning effort (/reasoning)
 	show        bool                       // the session shows the model's reasoning
+	toolMode    string                     // the tool progress mode /verbose chose
 }
 
 // requestTurn does what the router does: wait for and take the session
@@ -227,6 +228,7 @@ func (h *harness) requestTurn(key, text string, o turnOpts) *turnsv1.TurnRequest
 			Source: o.origin, AnswerOnly: o.answerOnly, TranscriptCommand: o.command, Attachments: o.attachments, Context: o.context,
 			NoReaction: o.noReaction}},
 		PersonalityPrompt: o.personality, ReasoningEffort: o.effort, ShowReasoning: o.show,
+		ToolProgressMode: o.toolMode,
 	}
 	if _, err := h.bus.Publish(ctx, h.bus.Topology().Subject(bus.SubjectTurnRequested), "turn:"+req.TurnId, req); err != nil {
 		h.t.Fatal(err)

@@ -650,6 +650,10 @@ func (r *turnRun) publishAt(ctx context.Context, seq int64, ev *repliesv1.ReplyE
 	ev.TurnRequestedAt = r.req.GetRequestedAt()
 	ev.InputMessageIds = r.inputIDs
 	ev.NoReactionMessageIds = r.noReaction
+	if _, ok := ev.GetBody().(*repliesv1.ReplyEvent_ToolProgress); ok {
+		// The mode /verbose chose, for delivery to show the step by.
+		ev.ToolProgressMode = r.req.GetToolProgressMode()
+	}
 	subject, id := r.s.bus.Topology().ReplySubject(r.req.GetSessionKey()), fmt.Sprintf("reply:%s:%d", r.req.GetTurnId(), seq)
 	var err error
 	if isProgress(ev) {

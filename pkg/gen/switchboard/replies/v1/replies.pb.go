@@ -102,6 +102,10 @@ type ReplyEvent struct {
 	// Those of input_message_ids whose gateway marks them with no
 	// processing reaction (MessageReceived.no_reaction); empty for most.
 	NoReactionMessageIds []string `protobuf:"bytes,9,rep,name=no_reaction_message_ids,json=noReactionMessageIds,proto3" json:"no_reaction_message_ids,omitempty"`
+	// On tool progress events: the mode /verbose set for the turn's
+	// platform (TurnRequested.tool_progress_mode), which delivery shows
+	// the step by instead of its configured mode; empty for the others.
+	ToolProgressMode string `protobuf:"bytes,17,opt,name=tool_progress_mode,json=toolProgressMode,proto3" json:"tool_progress_mode,omitempty"`
 	// Types that are valid to be assigned to Body:
 	//
 	//	*ReplyEvent_TextDelta
@@ -207,6 +211,13 @@ func (x *ReplyEvent) GetNoReactionMessageIds() []string {
 		return x.NoReactionMessageIds
 	}
 	return nil
+}
+
+func (x *ReplyEvent) GetToolProgressMode() string {
+	if x != nil {
+		return x.ToolProgressMode
+	}
+	return ""
 }
 
 func (x *ReplyEvent) GetBody() isReplyEvent_Body {
@@ -764,7 +775,7 @@ var File_switchboard_replies_v1_replies_proto protoreflect.FileDescriptor
 
 const file_switchboard_replies_v1_replies_proto_rawDesc = "" +
 	"\n" +
-	"$switchboard/replies/v1/replies.proto\x12\x16switchboard.replies.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a&switchboard/delivery/v1/delivery.proto\x1a\"switchboard/events/v1/events.proto\"\xdb\x06\n" +
+	"$switchboard/replies/v1/replies.proto\x12\x16switchboard.replies.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a&switchboard/delivery/v1/delivery.proto\x1a\"switchboard/events/v1/events.proto\"\x89\a\n" +
 	"\n" +
 	"ReplyEvent\x12\x17\n" +
 	"\aturn_id\x18\x01 \x01(\tR\x06turnId\x12\x1f\n" +
@@ -779,7 +790,8 @@ const file_switchboard_replies_v1_replies_proto_rawDesc = "" +
 	"created_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12*\n" +
 	"\x11input_message_ids\x18\a \x03(\tR\x0finputMessageIds\x12F\n" +
 	"\x11turn_requested_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\x0fturnRequestedAt\x125\n" +
-	"\x17no_reaction_message_ids\x18\t \x03(\tR\x14noReactionMessageIds\x12B\n" +
+	"\x17no_reaction_message_ids\x18\t \x03(\tR\x14noReactionMessageIds\x12,\n" +
+	"\x12tool_progress_mode\x18\x11 \x01(\tR\x10toolProgressMode\x12B\n" +
 	"\n" +
 	"text_delta\x18\n" +
 	" \x01(\v2!.switchboard.replies.v1.TextDeltaH\x00R\ttextDelta\x12K\n" +

@@ -195,8 +195,13 @@ type TurnRequested struct {
 	// Whether the model's reasoning is shown before the answer
 	// (/reasoning show|hide).
 	ShowReasoning bool `protobuf:"varint,19,opt,name=show_reasoning,json=showReasoning,proto3" json:"show_reasoning,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// The tool progress mode /verbose set for the origin's platform (off,
+	// new, all or verbose), read when the turn started while
+	// router.tool_progress_command is on; empty: delivery's configuration.
+	// The worker copies it onto the turn's tool progress events.
+	ToolProgressMode string `protobuf:"bytes,20,opt,name=tool_progress_mode,json=toolProgressMode,proto3" json:"tool_progress_mode,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *TurnRequested) Reset() {
@@ -346,6 +351,13 @@ func (x *TurnRequested) GetShowReasoning() bool {
 		return x.ShowReasoning
 	}
 	return false
+}
+
+func (x *TurnRequested) GetToolProgressMode() string {
+	if x != nil {
+		return x.ToolProgressMode
+	}
+	return ""
 }
 
 // TurnControlRequested is sent by the router to the worker running a turn.
@@ -759,7 +771,7 @@ var File_switchboard_turns_v1_turns_proto protoreflect.FileDescriptor
 
 const file_switchboard_turns_v1_turns_proto_rawDesc = "" +
 	"\n" +
-	" switchboard/turns/v1/turns.proto\x12\x14switchboard.turns.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\"switchboard/events/v1/events.proto\"\xd7\x05\n" +
+	" switchboard/turns/v1/turns.proto\x12\x14switchboard.turns.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\"switchboard/events/v1/events.proto\"\x85\x06\n" +
 	"\rTurnRequested\x12\x17\n" +
 	"\aturn_id\x18\x01 \x01(\tR\x06turnId\x12\x1f\n" +
 	"\vsession_key\x18\x02 \x01(\tR\n" +
@@ -785,7 +797,8 @@ const file_switchboard_turns_v1_turns_proto_rawDesc = "" +
 	"grantTtlMs\x12-\n" +
 	"\x12personality_prompt\x18\x0f \x01(\tR\x11personalityPrompt\x12)\n" +
 	"\x10reasoning_effort\x18\x10 \x01(\tR\x0freasoningEffort\x12%\n" +
-	"\x0eshow_reasoning\x18\x13 \x01(\bR\rshowReasoning\"\xde\x01\n" +
+	"\x0eshow_reasoning\x18\x13 \x01(\bR\rshowReasoning\x12,\n" +
+	"\x12tool_progress_mode\x18\x14 \x01(\tR\x10toolProgressMode\"\xde\x01\n" +
 	"\x14TurnControlRequested\x12\x1f\n" +
 	"\vsession_key\x18\x01 \x01(\tR\n" +
 	"sessionKey\x12\x17\n" +
