@@ -165,6 +165,9 @@ type Usage struct {
 type Reply struct {
 	Text      string
 	ToolCalls []ToolCall
+	// Reasoning is the model's thinking, sent before the text as
+	// reasoning_content (OpenAI-compatible servers: DeepSeek, vLLM …).
+	Reasoning string
 	// Failure, when set, replaces the answer.
 	Failure *Failure
 	// Usage overrides the computed token counts.

@@ -161,6 +161,10 @@ func (s *Server) openAIWhole(w http.ResponseWriter, model string, p *plan) {
 		b = appendString(b, p.reply.Text)
 	}
 	b = append(b, `,"refusal":null`...)
+	if p.reply.Reasoning != "" {
+		b = append(b, `,"reasoning_content":`...)
+		b = appendString(b, p.reply.Reasoning)
+	}
 	if len(p.reply.ToolCalls) > 0 {
 		b = append(b, `,"tool_calls":[`...)
 		for i, tc := range p.reply.ToolCalls {
@@ -209,6 +213,19 @@ func (s *Server) openAIStream(w http.ResponseWriter, r *http.Request, model stri
 		return
 	}
 	ok := true
+	if p.reply.Reasoning != "" {
+		split(p.reply.Reasoning, 2, func(piece string) bool {
+			b = head(b[:0])
+			b = append(b, `{"index":0,"delta":{"reasoning_content":`...)
+			b = appendString(b, piece)
+			b = append(b, `},"logprobs":null,"finish_reason":null}]}`+tail...)
+			ok = st.send(b, true)
+			return ok
+		})
+		if !ok {
+			return
+		}
+	}
 	split(p.reply.Text, p.chunks, func(piece string) bool {
 		b = head(b[:0])
 		b = append(b, `{"index":0,"delta":{"content":`...)

@@ -102,6 +102,10 @@ type Response struct {
 	Usage      Usage
 	StopReason string // StopEndTurn, StopToolUse, StopMaxTokens or the provider's own
 	Model      string
+	// Reasoning is the thinking the model showed with its answer, when
+	// the provider sends it (OpenAI-compatible reasoning_content, or
+	// OpenRouter's reasoning); never sent back to the model.
+	Reasoning string
 }
 
 // Delta is an increment of a streamed answer: text, or the start of a tool

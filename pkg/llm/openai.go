@@ -13,6 +13,7 @@ import (
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/packages/respjson"
 	"github.com/openai/openai-go/v3/packages/ssestream"
 )
 
@@ -117,7 +118,7 @@ func (e errCallback) Error() string { return e.err.Error() }
 
 func consumeOpenAI(ctx context.Context, stream *ssestream.Stream[openai.ChatCompletionChunk], fn func(Delta) error) (*Response, error) {
 	resp := &Response{}
-	var text strings.Builder
+	var text, reasoning strings.Builder
 	var args []strings.Builder
 	finished := false
 	for stream.Next() {
@@ -139,6 +140,7 @@ func consumeOpenAI(ctx context.Context, stream *ssestream.Stream[openai.ChatComp
 			if ch.Index != 0 {
 				continue
 			}
+			reasoning.WriteString(reasoningOf(ch.Delta.JSON.ExtraFields))
 			if ch.Delta.Content != "" {
 				text.WriteString(ch.Delta.Content)
 				if err := fn(Delta{Text: ch.Delta.Content}); err != nil {
@@ -180,6 +182,7 @@ func consumeOpenAI(ctx context.Context, stream *ssestream.Stream[openai.ChatComp
 		return nil, &Error{Class: Server, Message: "stream ended before finish_reason"}
 	}
 	resp.Text = text.String()
+	resp.Reasoning = reasoning.String()
 	for i := range resp.ToolCalls {
 		resp.ToolCalls[i].Arguments = args[i].String()
 		if resp.ToolCalls[i].Arguments == "" {
@@ -194,8 +197,12 @@ type oaResponse struct {
 	Model   string `json:"model"`
 	Choices []struct {
 		Message struct {
-			Content   string `json:"content"`
-			ToolCalls []struct {
+			Content string `json:"content"`
+			// The thinking, by the providers that send it: a string, or
+			// not (then ignored).
+			ReasoningContent json.RawMessage `json:"reasoning_content"`
+			Reasoning        json.RawMessage `json:"reasoning"`
+			ToolCalls        []struct {
 				ID       string         `json:"id"`
 				Function oaFunctionCall `json:"function"`
 			} `json:"tool_calls"`
@@ -226,6 +233,10 @@ func (cc *oaResponse) response() *Response {
 	}
 	ch := cc.Choices[0]
 	resp.Text = ch.Message.Content
+	resp.Reasoning = reasoningText(ch.Message.ReasoningContent)
+	if resp.Reasoning == "" {
+		resp.Reasoning = reasoningText(ch.Message.Reasoning)
+	}
 	resp.StopReason = openAIStop(ch.FinishReason)
 	for _, tc := range ch.Message.ToolCalls {
 		args := tc.Function.Arguments
@@ -235,6 +246,29 @@ func (cc *oaResponse) response() *Response {
 		resp.ToolCalls = append(resp.ToolCalls, ToolCall{ID: tc.ID, Name: tc.Function.Name, Arguments: args})
 	}
 	return resp
+}
+
+// reasoningOf is the thinking in a streamed delta's fields the SDK does
+// not know: reasoning_content (DeepSeek, vLLM, many compatible servers)
+// or reasoning (OpenRouter).
+func reasoningOf(extra map[string]respjson.Field) string {
+	for _, k := range []string{"reasoning_content", "reasoning"} {
+		if f, ok := extra[k]; ok {
+			if s := reasoningText(json.RawMessage(f.Raw())); s != "" {
+				return s
+			}
+		}
+	}
+	return ""
+}
+
+// reasoningText reads raw as a JSON string; anything else is no text.
+func reasoningText(raw json.RawMessage) string {
+	var s string
+	if len(raw) == 0 || json.Unmarshal(raw, &s) != nil {
+		return ""
+	}
+	return s
 }
 
 func openAIStop(reason string) string {

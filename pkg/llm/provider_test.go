@@ -770,3 +770,26 @@ func TestReasoningEffort(t *testing.T) {
 		})
 	}
 }
+
+// The thinking an OpenAI-compatible server sends (reasoning_content)
+// comes back with the answer, streamed or whole, apart from its text.
+func TestReasoningIsRead(t *testing.T) {
+	srv := startFake(t, fakellm.Config{})
+	p := llm.NewOpenAI(llm.OpenAIConfig{BaseURL: srv.URL() + "/v1", Model: "gpt-test"})
+	for _, stream := range []bool{false, true} {
+		srv.Enqueue(fakellm.Reply{Text: "42", Reasoning: "Six times seven.\nThat is 42."})
+		var resp *llm.Response
+		var err error
+		if stream {
+			resp, _, err = collect(context.Background(), p, userReq("the answer?"))
+		} else {
+			resp, err = llm.Complete(context.Background(), p, userReq("the answer?"))
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.Text != "42" || resp.Reasoning != "Six times seven.\nThat is 42." {
+			t.Errorf("stream=%v: text %q, reasoning %q", stream, resp.Text, resp.Reasoning)
+		}
+	}
+}

@@ -269,7 +269,7 @@ func (r *turnRun) runLoop(ctx context.Context) (store.Final, error) {
 				}
 				continue
 			}
-			return r.finish(ctx, ls, &msg, store.Final{Status: store.StatusCompleted, Kind: store.FinalText, Text: resp.Text})
+			return r.finish(ctx, ls, &msg, store.Final{Status: store.StatusCompleted, Kind: store.FinalText, Text: r.withReasoning(resp)})
 		}
 		if err := r.commit(ctx, ls, msg); err != nil {
 			return store.Final{}, err
@@ -321,7 +321,7 @@ func (r *turnRun) finishAtLimit(ctx context.Context, b Backend, model, system st
 	resp, err := r.callModel(ctx, b, model, system, ls, b.Kind == "anthropic")
 	if err == nil && strings.TrimSpace(resp.Text) != "" {
 		msg := store.Message{Role: llm.RoleAssistant, Content: resp.Text}
-		return r.finish(ctx, ls, &msg, store.Final{Status: store.StatusCompleted, Kind: store.FinalText, Text: resp.Text})
+		return r.finish(ctx, ls, &msg, store.Final{Status: store.StatusCompleted, Kind: store.FinalText, Text: r.withReasoning(resp)})
 	}
 	if err != nil {
 		if ctx.Err() != nil || errors.Is(err, errLockLost) {
@@ -776,6 +776,11 @@ func (r *turnRun) callModel(ctx context.Context, b Backend, model, system string
 	switch {
 	case r.answerOnly:
 		onDelta = nil // nobody reads the deltas: one response, not a stream
+	case r.req.GetShowReasoning():
+		// The chat sees the model's reasoning before the answer
+		// (withReasoning): the answer comes whole, as one message,
+		// since what a stream showed could not be put after it.
+		onDelta = nil
 	case r.attempt > 1:
 		// An earlier attempt may have streamed part of another answer:
 		// deltas now would be spliced onto it. The final carries the
@@ -819,6 +824,26 @@ func (r *turnRun) callModel(ctx context.Context, b Backend, model, system string
 	}
 	return resp, nil
 }
+
+// withReasoning is the answer's text as the chat gets it: with the
+// session's /reasoning show, Hermes's block of the model's reasoning
+// (cut to 15 lines, its code fences broken so that they do not close
+// the block) before the answer. The transcript keeps the answer alone,
+// and the model never sees its reasoning again.
+func (r *turnRun) withReasoning(resp *llm.Response) string {
+	thinking := strings.TrimSpace(resp.Reasoning)
+	if !r.req.GetShowReasoning() || thinking == "" || strings.TrimSpace(resp.Text) == "" {
+		return resp.Text
+	}
+	if lines := strings.Split(thinking, "\n"); len(lines) > maxReasoningLines {
+		thinking = strings.Join(lines[:maxReasoningLines], "\n") + fmt.Sprintf("\n_... (%d more lines)_", len(lines)-maxReasoningLines)
+	}
+	thinking = strings.ReplaceAll(thinking, "```", "`\u200b``")
+	return "💭 **Reasoning:**\n```\n" + thinking + "\n```\n\n" + resp.Text
+}
+
+// maxReasoningLines of the model's reasoning are shown (Hermes's 15).
+const maxReasoningLines = 15
 
 // reasoningEffort is the effort of the turn's model calls: the session's
 // (/reasoning), else agent.reasoning_effort ("" sends none).

@@ -1,9 +1,11 @@
 package worker_test
 
 import (
+	"context"
 	"strings"
 	"testing"
 
+	"github.com/switchboard-chat/switchboard/pkg/fakellm"
 	"github.com/switchboard-chat/switchboard/services/worker"
 )
 
@@ -62,6 +64,53 @@ func TestPersonalityAndReasoningEffortReachTheModel(t *testing.T) {
 		reqs = h.fake.Requests()
 		if got := reqs[len(reqs)-1].ReasoningEffort; got != st.want {
 			t.Errorf("session effort %q: sent %q, want %q", st.effort, got, st.want)
+		}
+	}
+}
+
+// With /reasoning show the chat gets the model's reasoning in Hermes's
+// block before the answer, in one message (no text deltas), cut to 15
+// lines; the transcript keeps the answer alone. Without it, or without
+// reasoning, the answer comes as before.
+func TestShowReasoning(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.setGeneration("s1", 1)
+	w := h.startWorker("w1", nil)
+	defer w.stop(t)
+	long := strings.TrimSuffix(strings.Repeat("step\n", 17), "\n")
+	tests := []struct {
+		name, reasoning string
+		show            bool
+		want            string
+	}{
+		{"shown", "Six times seven.", true, "💭 **Reasoning:**\n```\nSix times seven.\n```\n\nThe answer is 42."},
+		{"hidden", "Six times seven.", false, "The answer is 42."},
+		{"no reasoning", "", true, "The answer is 42."},
+		{"cut", long, true, "💭 **Reasoning:**\n```\n" + strings.TrimSuffix(strings.Repeat("step\n", 15), "\n") +
+			"\n_... (2 more lines)_\n```\n\nThe answer is 42."},
+		{"fenced", "```go\nx := 42\n```", true, "💭 **Reasoning:**\n```\n`\u200b``go\nx := 42\n`\u200b``\n```\n\nThe answer is 42."},
+	}
+	for _, tt := range tests {
+		h.fake.Enqueue(fakellm.Reply{Text: "The answer is 42.", Reasoning: tt.reasoning})
+		req := h.requestTurn("s1", "what is six times seven? "+tt.name, turnOpts{show: tt.show})
+		h.waitCompleted(req.TurnId)
+		evs := h.replies(req.TurnId)
+		final := checkReplies(t, evs)
+		if got := final.GetFinalText().GetText(); got != tt.want {
+			t.Errorf("%s: final %q, want %q", tt.name, got, tt.want)
+		}
+		for _, ev := range evs {
+			if tt.show && ev.GetTextDelta() != nil {
+				t.Errorf("%s: a text delta while the reasoning is shown: %q", tt.name, ev.GetTextDelta().GetText())
+			}
+		}
+		var stored string
+		if err := h.db.QueryRow(context.Background(), `SELECT content FROM transcript_messages WHERE turn_id = $1 AND role = 'assistant'`, req.TurnId).Scan(&stored); err != nil {
+			t.Fatal(err)
+		}
+		if stored != "The answer is 42." {
+			t.Errorf("%s: transcript %q, want the answer alone", tt.name, stored)
 		}
 	}
 }
