@@ -35,7 +35,7 @@ func startRouter(ctx context.Context, a *app) (func(context.Context) error, erro
 	// /personality and /reasoning read the agent section.
 	cfg.Personalities, cfg.ReasoningEffort = a.cfg.Agent.Personalities, a.cfg.Agent.ReasoningEffort
 	s, err := router.New(cfg, router.Deps{Log: a.log, Bus: b, DB: db, Redis: rdb, RedisPrefix: a.cfg.Redis.Prefix,
-		Homes: a.cfg.Delivery.HomeOf, ToolProgress: a.cfg.Delivery.ToolProgressOf, Cron: jobs, Provider: a.routerProvider()})
+		Homes: a.cfg.Delivery.HomeOf, ToolProgress: a.cfg.Delivery.ToolProgressOf, Version: version, Cron: jobs, Provider: a.routerProvider()})
 	if err != nil {
 		return nil, err
 	}

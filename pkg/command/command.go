@@ -30,7 +30,7 @@ var names = []string{
 	"new", "stop", "queue", "steer", "status", "help", "whoami", "model",
 	"approve", "deny", "resume", "sessions", "title", "retry", "undo", "sethome",
 	"cron", "usage", "compress", "insights", "provider", "personality", "reasoning",
-	"verbose",
+	"verbose", "commands", "profile", "version",
 	// Telegram clients send /start when a user opens the bot; Hermes
 	// acknowledges it with nothing.
 	"start",
@@ -41,6 +41,8 @@ var aliases = map[string]string{
 	"reset":    "new",
 	"q":        "queue",
 	"set-home": "sethome",
+	// Hermes's /v, /version's alias.
+	"v": "version",
 }
 
 // Names returns the canonical command names.

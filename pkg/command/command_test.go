@@ -91,15 +91,15 @@ func TestParse(t *testing.T) {
 func TestKnownSet(t *testing.T) {
 	want := []string{"new", "reset", "stop", "queue", "q", "steer", "status", "help", "whoami", "model",
 		"approve", "deny", "resume", "sessions", "title", "retry", "undo", "sethome", "set-home", "cron", "usage", "compress", "insights", "provider", "personality", "reasoning", "start",
-		"verbose"}
+		"verbose", "commands", "profile", "version", "v"}
 	for _, n := range want {
 		c, ok := command.Parse("/"+n, "telegram", "")
 		if !ok || !c.Known {
 			t.Errorf("/%s: known=%v ok=%v", n, c.Known, ok)
 		}
 	}
-	if got := len(command.Names()); got != len(want)-3 {
-		t.Errorf("Names() has %d, want %d canonical names", got, len(want)-3)
+	if got := len(command.Names()); got != len(want)-4 {
+		t.Errorf("Names() has %d, want %d canonical names", got, len(want)-4)
 	}
 }
 
@@ -112,7 +112,7 @@ func TestSuggest(t *testing.T) {
 		{"/stop", []string{"stop"}},
 		{"sto", []string{"stop"}},
 		{"sess", []string{"sessions"}},
-		{"session", []string{"sessions"}},
+		{"session", []string{"sessions", "version"}}, // two letters from version: Hermes's close matches have it too
 		{"approv", []string{"approve"}},
 		{"rest", []string{"new"}},          // reset is one letter away
 		{"res", []string{"new", "resume"}}, // prefix of reset and resume

@@ -43,6 +43,9 @@ var helpText = strings.Join([]string{
 	"/sethome — send scheduled messages to this chat",
 	"/cron — scheduled jobs: list, add <schedule> <prompt>, pause, resume, run, remove",
 	"/whoami — who the gateway thinks you are",
+	"/profile — the agent profile this chat talks to",
+	"/version — the running Switchboard release",
+	"/commands [page] — this list, page by page",
 	"/help — this list",
 }, "\n")
 
@@ -359,6 +362,8 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 		return reply(sess.Generation, text)
 	case "verbose":
 		return s.verboseCommand(ctx, m, sess, cmd.Args)
+	case "commands", "profile", "version":
+		return reply(sess.Generation, s.infoCommand(m, cmd))
 	case "sethome":
 		if s.homes(m.platform) != "" {
 			return reply(sess.Generation, "🏠 The home channel for "+m.platform+" is set by the operator (delivery.platforms."+m.platform+".home); /sethome does not change it.")

@@ -218,6 +218,8 @@ type Deps struct {
 	// ToolProgress is the tool progress mode delivery is configured with
 	// for a platform, which /verbose cycles from; nil: all.
 	ToolProgress func(platform string) string
+	// Version is the running release, which /version names; "": dev.
+	Version string
 	// Cron keeps the cron jobs /cron manages; nil: a store whose time
 	// zone is UTC.
 	Cron *cron.Store
@@ -259,6 +261,8 @@ type Service struct {
 	homeKnown sync.Map
 	// toolProgress is Deps.ToolProgress.
 	toolProgress func(platform string) string
+	// version is Deps.Version.
+	version string
 }
 
 // New builds a router.
@@ -312,6 +316,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	}
 	s.directory = outbox.New(deps.DB)
 	s.toolProgress = deps.ToolProgress
+	s.version = deps.Version
 	if s.toolProgress == nil {
 		s.toolProgress = func(string) string { return toolProgressDefault }
 	}

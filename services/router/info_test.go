@@ -1,0 +1,86 @@
+package router
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+)
+
+// /commands pages /help's lines as Hermes does: 15 a page on Telegram,
+// 20 elsewhere, links to the neighbouring pages ("!" on Slack), the last
+// page for one past the end (said so), the usage for a page that is no
+// number; the quick commands come after the built-in ones.
+func TestCommandsText(t *testing.T) {
+	t.Parallel()
+	entries := strings.Split(helpText, "\n")[1:]
+	n := len(entries)
+	if n <= 15 || n > 40 {
+		t.Fatalf("/help has %d lines; the cases below assume 16 to 40", n)
+	}
+	telegramPages := (n + 14) / 15
+	tests := []struct {
+		name, platform, args, quick string
+		want                        []string // lines the answer has, in order
+		not                         []string // and lines it must not have
+	}{
+		{name: "first page", platform: "telegram",
+			want: []string{fmt.Sprintf("📚 **Commands** (%d total, page 1/%d)", n, telegramPages), "", entries[0], entries[14], "", "next → `/commands 2`"},
+			not:  []string{entries[15]}},
+		{name: "second page", platform: "telegram", args: "2",
+			want: []string{fmt.Sprintf("📚 **Commands** (%d total, page 2/%d)", n, telegramPages), entries[15], "`/commands 1` ← prev"},
+			not:  []string{entries[14]}},
+		{name: "past the end", platform: "telegram", args: "9",
+			want: []string{fmt.Sprintf("📚 **Commands** (%d total, page %d/%d)", n, telegramPages, telegramPages), entries[n-1],
+				fmt.Sprintf("_(Requested page 9 was out of range, showing page %d.)_", telegramPages)}},
+		{name: "below the start", platform: "telegram", args: "0",
+			want: []string{fmt.Sprintf("📚 **Commands** (%d total, page 1/%d)", n, telegramPages), "_(Requested page 0 was out of range, showing page 1.)_"}},
+		{name: "slack pages by 20 and says !", platform: "slack",
+			want: []string{fmt.Sprintf("📚 **Commands** (%d total, page 1/%d)", n, (n+19)/20), entries[19], "next → `!commands 2`"}},
+		{name: "not a number", platform: "telegram", args: "two", want: []string{"Usage: `/commands [page]`"}},
+		{name: "quick commands last", platform: "discord", args: "2", quick: "\nQuick commands:\n/gpt — /model gpt-4o",
+			want: []string{fmt.Sprintf("📚 **Commands** (%d total, page 2/%d)", n+3, (n+3+19)/20), "", "Quick commands:", "/gpt — /model gpt-4o"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := strings.Split(commandsText(tt.platform, tt.args, tt.quick), "\n")
+			i := 0
+			for _, line := range got {
+				if i < len(tt.want) && line == tt.want[i] {
+					i++
+				}
+				for _, bad := range tt.not {
+					if line == bad {
+						t.Errorf("has %q", bad)
+					}
+				}
+			}
+			if i < len(tt.want) {
+				t.Errorf("answer lacks %q (in order):\n%s", tt.want[i], strings.Join(got, "\n"))
+			}
+		})
+	}
+}
+
+// /commands, /profile, /version and /v answer through the router.
+func TestInfoCommands(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	cfg := testConfig()
+	cfg.Profile = "coder"
+	e.startRouterWith(cfg, nil, func(d *Deps) { d.Version = "v1.2.3" })
+	e.startWorker(nil)
+	key := "agent:coder:telegram:dm:chat-alice"
+	for _, tt := range []struct{ send, want string }{
+		{"/profile", "👤 **Profile:** `coder`\n🔑 **Session key:** `" + key + "`"},
+		{"/version", "Switchboard v1.2.3"},
+		{"/v", "Switchboard v1.2.3"},
+		{"/commands 2", commandsText("telegram", "2", "")},
+	} {
+		if got := e.ask("alice", tt.send); got != tt.want {
+			t.Errorf("%s answered %q, want %q", tt.send, got, tt.want)
+		}
+	}
+	if got := profileText("", "agent:main:x"); !strings.HasPrefix(got, "👤 **Profile:** `default`\n") {
+		t.Errorf("the default profile shows as %q", got)
+	}
+}
