@@ -30,7 +30,7 @@ var names = []string{
 	"new", "stop", "queue", "steer", "status", "help", "whoami", "model",
 	"approve", "deny", "resume", "sessions", "title", "retry", "undo", "sethome",
 	"cron", "usage", "compress", "insights", "provider", "personality", "reasoning",
-	"verbose", "commands", "profile", "version",
+	"verbose", "commands", "profile", "version", "background",
 	// Telegram clients send /start when a user opens the bot; Hermes
 	// acknowledges it with nothing.
 	"start",
@@ -42,7 +42,8 @@ var aliases = map[string]string{
 	"q":        "queue",
 	"set-home": "sethome",
 	// Hermes's /v, /version's alias.
-	"v": "version",
+	"v":  "version",
+	"bg": "background",
 }
 
 // Names returns the canonical command names.

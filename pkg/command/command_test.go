@@ -61,6 +61,8 @@ func TestParse(t *testing.T) {
 		{"empty suffix", "/new@", "telegram", "switchbot", command.Command{Name: "new", Typed: "new", Known: true}, true},
 		{"telegram's start", "/start", "telegram", "", command.Command{Name: "start", Typed: "start", Known: true}, true},
 		{"unknown", "/strat", "telegram", "", command.Command{Name: "strat", Typed: "strat"}, true},
+		{"alias bg", "/bg  Summarize the top HN stories today ", "telegram", "", command.Command{Name: "background", Typed: "bg", Args: "Summarize the top HN stories today", Known: true}, true},
+		{"bang bg on slack", "!bg later", "slack", "", command.Command{Name: "background", Typed: "bg", Args: "later", Known: true}, true},
 		{"hermes alias", "/set-home", "telegram", "", command.Command{Name: "sethome", Typed: "set-home", Known: true}, true},
 		{"unknown with args", "/stauts please", "telegram", "", command.Command{Name: "stauts", Typed: "stauts", Args: "please"}, true},
 		{"slash only", "/", "telegram", "", command.Command{}, false},
@@ -91,15 +93,15 @@ func TestParse(t *testing.T) {
 func TestKnownSet(t *testing.T) {
 	want := []string{"new", "reset", "stop", "queue", "q", "steer", "status", "help", "whoami", "model",
 		"approve", "deny", "resume", "sessions", "title", "retry", "undo", "sethome", "set-home", "cron", "usage", "compress", "insights", "provider", "personality", "reasoning", "start",
-		"verbose", "commands", "profile", "version", "v"}
+		"verbose", "commands", "profile", "version", "v", "background", "bg"}
 	for _, n := range want {
 		c, ok := command.Parse("/"+n, "telegram", "")
 		if !ok || !c.Known {
 			t.Errorf("/%s: known=%v ok=%v", n, c.Known, ok)
 		}
 	}
-	if got := len(command.Names()); got != len(want)-4 {
-		t.Errorf("Names() has %d, want %d canonical names", got, len(want)-4)
+	if got := len(command.Names()); got != len(want)-5 {
+		t.Errorf("Names() has %d, want %d canonical names", got, len(want)-5)
 	}
 }
 
@@ -125,6 +127,7 @@ func TestSuggest(t *testing.T) {
 		{"personalty", []string{"personality"}},
 		{"persona", []string{"personality"}},
 		{"reason", []string{"reasoning"}},
+		{"backgroud", []string{"background"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {

@@ -98,3 +98,30 @@ func FuzzParseRequest(f *testing.F) {
 		}
 	})
 }
+
+// FuzzBackground checks that no chat's key (every source a gateway may
+// send, whatever its ids hold, under any profile) reads as a /background
+// task's, and that a task's key keeps its chat's key and gives its id
+// back.
+func FuzzBackground(f *testing.F) {
+	f.Add("telegram", "dm", "99", "99", "", "", "bg_072011_a1b2c3")
+	f.Add("matrix", "group", "!r:example.org", "@ann:example.org", "$t:x", "main", "bg_1")
+	f.Add("background", "dm", "x", "", "", "", "bg")
+	f.Fuzz(func(t *testing.T, platform, chatType, chatID, userID, threadID, profile, task string) {
+		opts := Options{Profile: profile, GroupSessionsPerUser: true}
+		chat := Build(&src{Platform: platform, ChatType: chatType, ChatId: chatID, UserId: userID, ThreadId: threadID}, opts)
+		if _, ok := BackgroundTask(chat, profile); ok && platform != BackgroundPlatform {
+			t.Fatalf("the chat key %q (platform %q) reads as a background task's", chat, platform)
+		}
+		if task == "" || strings.Contains(task, ":") {
+			return
+		}
+		key := Background(chat, profile, task)
+		if id, ok := BackgroundTask(key, profile); !ok || id != task {
+			t.Fatalf("BackgroundTask(%q) = %q, %v; want %q", key, id, ok, task)
+		}
+		if key == chat || !strings.HasSuffix(key, strings.TrimPrefix(chat, namespace(profile)+":")+":"+task) {
+			t.Fatalf("task key %q does not keep the chat key %q", key, chat)
+		}
+	})
+}

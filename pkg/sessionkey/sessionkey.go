@@ -196,3 +196,39 @@ func (k *keyBuilder) addIfSet(part string) {
 		k.add(part)
 	}
 }
+
+// BackgroundPlatform stands where a key has its platform in the key of a
+// /background task's session (Background). No gateway has that platform,
+// and the router drops inbound events that claim it, so no chat's key
+// starts like one.
+const BackgroundPlatform = "background"
+
+// Background returns the key of the session that runs the /background
+// task taskID asked for in the chat whose session key is chatKey, under
+// profile (the router's, which made chatKey):
+//
+//	<ns>:background:<chatKey after its namespace>:<taskID>
+//
+// ("agent:main:telegram:dm:99", "bg_072011_a1b2c3" →
+// "agent:main:background:telegram:dm:99:bg_072011_a1b2c3"). The task's
+// session is a conversation of its own, so its turn runs beside the
+// chat's, under its own lock; the chat's part of the key names where it
+// was asked, and taskID (which has no ":") ends it.
+func Background(chatKey, profile, taskID string) string {
+	ns := namespace(profile) + ":"
+	return ns + BackgroundPlatform + ":" + strings.TrimPrefix(chatKey, ns) + ":" + taskID
+}
+
+// BackgroundTask returns the task id of a key Background made under
+// profile, or false for any other key (every chat's).
+func BackgroundTask(key, profile string) (string, bool) {
+	rest, ok := strings.CutPrefix(key, namespace(profile)+":"+BackgroundPlatform+":")
+	if !ok {
+		return "", false
+	}
+	i := strings.LastIndexByte(rest, ':')
+	if i < 0 || i == len(rest)-1 {
+		return "", false
+	}
+	return rest[i+1:], true
+}

@@ -205,3 +205,36 @@ func TestReplyThread(t *testing.T) {
 		})
 	}
 }
+
+func TestBackground(t *testing.T) {
+	tests := []struct {
+		name, chatKey, profile, task, want string
+	}{
+		{"dm", "agent:main:telegram:dm:99", "", "bg_072011_a1b2c3", "agent:main:background:telegram:dm:99:bg_072011_a1b2c3"},
+		{"slack thread", "agent:main:slack:group:T1:C1:17.5", "default", "bg_000000_000000", "agent:main:background:slack:group:T1:C1:17.5:bg_000000_000000"},
+		{"matrix room id has colons", "agent:main:matrix:group:!room:example.org:@ann:example.org", "", "bg_235959_ffffff",
+			"agent:main:background:matrix:group:!room:example.org:@ann:example.org:bg_235959_ffffff"},
+		{"profile main", "agent:main~:telegram:dm:99", "main", "bg_1", "agent:main~:background:telegram:dm:99:bg_1"},
+		{"other profile", "agent:coder:telegram:dm:99", "coder", "bg_1", "agent:coder:background:telegram:dm:99:bg_1"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := Background(tt.chatKey, tt.profile, tt.task)
+			if got != tt.want {
+				t.Fatalf("Background = %q, want %q", got, tt.want)
+			}
+			if id, ok := BackgroundTask(got, tt.profile); !ok || id != tt.task {
+				t.Errorf("BackgroundTask(%q) = %q, %v; want %q", got, id, ok, tt.task)
+			}
+			if _, ok := BackgroundTask(tt.chatKey, tt.profile); ok {
+				t.Errorf("the chat's key %q reads as a background task's", tt.chatKey)
+			}
+		})
+	}
+	for _, key := range []string{"agent:main:background:", "agent:main:background:x:", "agent:main:backgroundx:telegram:dm:1:bg",
+		"agent:coder:background:telegram:dm:99:bg_1", "agent:main:cron:dm:job_20260101_000000"} {
+		if id, ok := BackgroundTask(key, ""); ok {
+			t.Errorf("BackgroundTask(%q) = %q; want none", key, id)
+		}
+	}
+}

@@ -40,6 +40,7 @@ var helpText = strings.Join([]string{
 	"/personality [name] — list personalities, or set this chat's (none clears it)",
 	"/reasoning [level|show|hide] — reasoning effort (none, minimal, low, medium, high, xhigh, reset) and whether the model's thinking is shown",
 	"/verbose [mode] — cycle how tool calls show on this platform: off, new, all, verbose",
+	"/background <prompt> (/bg) — run <prompt> in a separate session; the result comes here when done",
 	"/sethome — send scheduled messages to this chat",
 	"/cron — scheduled jobs: list, add <schedule> <prompt>, pause, resume, run, remove",
 	"/whoami — who the gateway thinks you are",
@@ -52,7 +53,8 @@ var helpText = strings.Join([]string{
 // refusedMidTurn are the commands that, as in Hermes, wait for the running
 // task: they would change or read the conversation under it (/resume
 // would even end it without a word). /help, /status, /stop, /new,
-// /queue, /steer, /approve and /deny work mid-turn, and /model is
+// /queue, /steer, /approve, /deny and /background (a session of its
+// own) work mid-turn, and /model is
 // refused with its own text.
 var refusedMidTurn = []string{"whoami", "sessions", "resume", "title", "retry", "undo", "compress", "sethome", "personality", "reasoning"}
 
@@ -364,6 +366,8 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 		return s.verboseCommand(ctx, m, sess, cmd.Args)
 	case "commands", "profile", "version":
 		return reply(sess.Generation, s.infoCommand(m, cmd))
+	case "background":
+		return s.background(ctx, m, sess, cmd.Args)
 	case "sethome":
 		if s.homes(m.platform) != "" {
 			return reply(sess.Generation, "🏠 The home channel for "+m.platform+" is set by the operator (delivery.platforms."+m.platform+".home); /sethome does not change it.")

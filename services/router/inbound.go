@@ -85,6 +85,11 @@ func (s *Service) handleInbound(ctx context.Context, ev *eventsv1.MessageReceive
 		inbound.WithLabelValues("invalid").Inc()
 		return bus.Permanent(errors.New("inbound event without platform or event id"))
 	}
+	if strings.EqualFold(src.GetPlatform(), sessionkey.BackgroundPlatform) {
+		// No gateway has it: its keys are /background tasks' sessions'.
+		inbound.WithLabelValues("invalid").Inc()
+		return bus.Permanent(errors.New("inbound event of the reserved platform " + sessionkey.BackgroundPlatform))
+	}
 	// Only the router marks transcript commands, and only the API's
 	// Responses branches copy a conversation (fork_from).
 	ev.TranscriptCommand = ""

@@ -178,6 +178,9 @@ func (s *Service) publishTurn(ctx context.Context, key, token, turnID string, t 
 		return err
 	}
 	req.ToolProgressMode = mode
+	if id, ok := sessionkey.BackgroundTask(key, s.cfg.Profile); ok {
+		req.BackgroundTaskId = id
+	}
 	if _, err := s.bus.Publish(ctx, s.topo.Subject(bus.SubjectTurnRequested), "turn:"+turnID, req); err != nil {
 		return fmt.Errorf("publish turn: %w", err)
 	}

@@ -189,6 +189,7 @@ type turnOpts struct {
 	effort      string                     // the session's reasoning effort (/reasoning)
 	show        bool                       // the session shows the model's reasoning
 	toolMode    string                     // the tool progress mode /verbose chose
+	background  string                     // the /background task the turn runs
 }
 
 // requestTurn does what the router does: wait for and take the session
@@ -229,6 +230,7 @@ func (h *harness) requestTurn(key, text string, o turnOpts) *turnsv1.TurnRequest
 			NoReaction: o.noReaction}},
 		PersonalityPrompt: o.personality, ReasoningEffort: o.effort, ShowReasoning: o.show,
 		ToolProgressMode: o.toolMode,
+		BackgroundTaskId: o.background,
 	}
 	if _, err := h.bus.Publish(ctx, h.bus.Topology().Subject(bus.SubjectTurnRequested), "turn:"+req.TurnId, req); err != nil {
 		h.t.Fatal(err)

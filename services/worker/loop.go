@@ -708,6 +708,14 @@ func (r *turnRun) approveOnce(ctx context.Context, tc store.ToolCall, pattern st
 // turns into the chat's approval prompt; the router takes /approve and
 // /deny) and waits; no answer within the timeout is a denial.
 func (r *turnRun) approve(ctx context.Context, tc store.ToolCall, ask *repliesv1.ToolProgress) (answer, error) {
+	if r.req.GetBackgroundTaskId() != "" {
+		// A /background task shows no prompt (it publishes its answer
+		// alone) and the chat's /approve goes to the chat's session: no
+		// answer can come, so it is a denial now rather than at the
+		// timeout.
+		r.log.Info("tool approval denied: a background task cannot ask", "tool", tc.Name)
+		return answer{}, nil
+	}
 	r.ctl.await(true, tc.ID)
 	defer r.ctl.await(false, "")
 	if err := r.toolProgress(ctx, ask); err != nil {

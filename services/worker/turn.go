@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/redis/go-redis/v9"
@@ -346,7 +347,7 @@ func (r *turnRun) answerSuperseded(ctx context.Context) {
 		return
 	}
 	err = r.publish(ctx, &repliesv1.ReplyEvent{Body: &repliesv1.ReplyEvent_Error{Error: &repliesv1.ReplyError{
-		Code: "interrupted", Message: "Sorry, your earlier message was interrupted before it was answered. Please send it again."}}})
+		Code: "interrupted", Message: r.backgroundFailure("Sorry, your earlier message was interrupted before it was answered. Please send it again.")}}})
 	if err != nil {
 		r.log.Warn("tell the user a superseded turn was interrupted", "err", err)
 	}
@@ -688,14 +689,59 @@ func (r *turnRun) publishFinal(ctx context.Context, f store.Final) error {
 		if !deliver {
 			return nil
 		}
+		text = r.backgroundAnswer(text)
 		ev.Body = &repliesv1.ReplyEvent_FinalText{FinalText: &repliesv1.FinalText{Text: text, Format: deliveryv1.TextFormat_TEXT_FORMAT_MARKDOWN,
 			Usage: &deliveryv1.TokenUsage{PromptTokens: f.Usage.Input + f.Usage.CacheRead + f.Usage.CacheWrite, CompletionTokens: f.Usage.Output}}}
 	case store.FinalError:
-		ev.Body = &repliesv1.ReplyEvent_Error{Error: &repliesv1.ReplyError{Code: f.ErrorCode, Message: f.Text}}
+		ev.Body = &repliesv1.ReplyEvent_Error{Error: &repliesv1.ReplyError{Code: f.ErrorCode, Message: r.backgroundFailure(f.Text)}}
 	default:
 		return nil
 	}
 	return r.publishAt(context.WithoutCancel(ctx), f.Seq, ev)
+}
+
+// backgroundAnswer is what the answer of a /background task's turn
+// (TurnRequested.background_task_id) delivers to the chat it was asked
+// in, as Hermes: "✅ Background task complete", the prompt's first 60
+// characters, and the answer, or "(No response generated)". Other
+// turns' answers go as they are.
+func (r *turnRun) backgroundAnswer(text string) string {
+	if r.req.GetBackgroundTaskId() == "" {
+		return text
+	}
+	if strings.TrimSpace(text) == "" {
+		text = "(No response generated)"
+	}
+	return "✅ Background task complete\nPrompt: \"" + r.backgroundPrompt() + "\"\n\n" + text
+}
+
+// backgroundFailure is the reason a /background task's turn failed, as
+// Hermes words it ("Background task <id> failed: …"; delivery puts its
+// ⚠️ before every failure, where Hermes has ❌). Other turns' go as
+// they are.
+func (r *turnRun) backgroundFailure(reason string) string {
+	id := r.req.GetBackgroundTaskId()
+	if id == "" {
+		return reason
+	}
+	if reason == "" {
+		reason = "no answer"
+	}
+	return "Background task " + id + " failed: " + reason
+}
+
+// backgroundPrompt is the task's prompt (its turn's one input) cut to 60
+// characters with "...", as Hermes previews it.
+func (r *turnRun) backgroundPrompt() string {
+	ins := r.req.GetInputs()
+	if len(ins) == 0 {
+		return ""
+	}
+	p := ins[len(ins)-1].GetText()
+	if utf8.RuneCountInString(p) <= 60 {
+		return p
+	}
+	return string([]rune(p)[:60]) + "..."
 }
 
 // cronAnswer is what a cron run's answer (a turn of the cron platform)

@@ -1,0 +1,95 @@
+package worker_test
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
+	"github.com/switchboard-chat/switchboard/services/worker"
+	"github.com/switchboard-chat/switchboard/services/worker/internal/tools"
+)
+
+// A /background task's turn (TurnRequested.background_task_id) answers
+// under Hermes's header with its prompt's first 60 characters, and a
+// failed one says which task failed; the transcript keeps the answer as
+// the model gave it. Other turns' answers go as they are.
+func TestBackgroundTaskAnswersUnderHermesHeader(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.startWorker("w1", nil)
+	long := "summarize the top stories of the day and tell me which matter most for us"
+	tests := []struct {
+		name, key, text, task string
+		status                turnsv1.TurnStatus
+		want                  string
+	}{
+		{"answer", "bg1", "hello there", "bg_072011_a1b2c3", turnsv1.TurnStatus_TURN_STATUS_COMPLETED,
+			"✅ Background task complete\nPrompt: \"hello there\"\n\necho: hello there"},
+		{"long prompt", "bg2", long, "bg_072012_000001", turnsv1.TurnStatus_TURN_STATUS_COMPLETED,
+			"✅ Background task complete\nPrompt: \"" + long[:60] + "...\"\n\necho: " + long},
+		{"failure", "bg3", "[[fail:401]] hi", "bg_072013_ffffff", turnsv1.TurnStatus_TURN_STATUS_FAILED,
+			"Background task bg_072013_ffffff failed: "},
+		{"not a task", "chat1", "hello there", "", turnsv1.TurnStatus_TURN_STATUS_COMPLETED, "echo: hello there"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h.setGeneration(tt.key, 1)
+			req := h.requestTurn(tt.key, tt.text, turnOpts{answerOnly: true, background: tt.task})
+			if c := h.waitCompleted(req.TurnId); c.GetStatus() != tt.status {
+				t.Fatalf("status %v (%s), want %v", c.GetStatus(), c.GetError(), tt.status)
+			}
+			evs := h.replies(req.TurnId)
+			final := checkReplies(t, evs)
+			if len(evs) != 1 {
+				t.Errorf("%d events, want the answer alone: %v", len(evs), evs)
+			}
+			if tt.status == turnsv1.TurnStatus_TURN_STATUS_FAILED {
+				if e := final.GetError(); !strings.HasPrefix(e.GetMessage(), tt.want) || !strings.Contains(e.GetMessage(), "credentials") {
+					t.Errorf("error %q %q, want %q and the reason", e.GetCode(), e.GetMessage(), tt.want)
+				}
+				return
+			}
+			if got := final.GetFinalText().GetText(); got != tt.want {
+				t.Errorf("answer %q, want %q", got, tt.want)
+			}
+			var stored string
+			if err := h.db.QueryRow(t.Context(), `SELECT content FROM transcript_messages WHERE session_key = $1 AND role = 'assistant' ORDER BY id DESC LIMIT 1`,
+				tt.key).Scan(&stored); err != nil || strings.Contains(stored, "Background task") {
+				t.Errorf("transcript keeps %q (%v), want the model's answer alone", stored, err)
+			}
+		})
+	}
+}
+
+// A /background task's call of a dangerous tool is denied at once: no
+// prompt can reach the chat, and no answer the task, so it must not wait
+// for agent.approval_timeout.
+func TestBackgroundTaskDeniesApprovalsAtOnce(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.setGeneration("bg1", 1)
+	var runs atomic.Int32
+	h.startWorker("w1", func(c *worker.Config, d *worker.Deps) {
+		c.Agent.ApprovalTimeout = time.Hour
+		c.Agent.DangerousTools = []string{"rm"}
+		d.Tools = []tools.Tool{{Name: "rm", Description: "Remove a file.",
+			Run: func(context.Context, tools.Call, json.RawMessage) (string, error) {
+				runs.Add(1)
+				return "removed", nil
+			}}}
+	})
+	req := h.requestTurn("bg1", `[[tool:rm {"path": "/tmp/x"}]] clean up`, turnOpts{answerOnly: true, background: "bg_072011_a1b2c3"})
+	done := h.waitCompleted(req.TurnId)
+	if done.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED || runs.Load() != 0 {
+		t.Fatalf("status %v (%s), the tool ran %d times", done.GetStatus(), done.GetError(), runs.Load())
+	}
+	evs := h.replies(req.TurnId)
+	final := checkReplies(t, evs)
+	if len(evs) != 1 || !strings.HasPrefix(final.GetFinalText().GetText(), "✅ Background task complete\n") {
+		t.Errorf("replies %v, want the task's answer alone", evs)
+	}
+}
