@@ -37,14 +37,24 @@ var total = promauto.NewCounterVec(prometheus.CounterOpts{
 func Recover(log *slog.Logger, component string, f func() error, attrs ...any) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			total.WithLabelValues(component).Inc()
-			if log == nil {
-				log = slog.Default()
-			}
-			args := append([]any{"component", component, "panic", fmt.Sprint(p), "stack", string(debug.Stack())}, attrs...)
-			log.Error("panic recovered", args...)
-			err = fmt.Errorf("%s: %w: %v", component, ErrPanicked, p)
+			err = Report(log, component, p, attrs...)
 		}
 	}()
 	return f()
+}
+
+// Report does for p, a panic value the caller recovered itself (to
+// re-panic some values, as an HTTP handler's http.ErrAbortHandler), what
+// Recover does for a panic in f: it logs p with the stack, the component
+// and attrs, counts it, and returns the error Recover would. Call it in
+// the deferred function that recovered p, so that the stack shows where
+// p was raised.
+func Report(log *slog.Logger, component string, p any, attrs ...any) error {
+	total.WithLabelValues(component).Inc()
+	if log == nil {
+		log = slog.Default()
+	}
+	args := append([]any{"component", component, "panic", fmt.Sprint(p), "stack", string(debug.Stack())}, attrs...)
+	log.Error("panic recovered", args...)
+	return fmt.Errorf("%s: %w: %v", component, ErrPanicked, p)
 }

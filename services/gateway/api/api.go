@@ -375,7 +375,9 @@ func (s *Service) Connect(ctx context.Context, conn platform.Conn) error {
 		}
 	}
 	srv := &http.Server{
-		Handler:           bodyDeadline(s.handler, s.cfg.BodyTimeout),
+		// A request whose handling panics is answered 500, as a failed
+		// request: the client decides whether to try again.
+		Handler:           platform.RecoverHTTP(bodyDeadline(s.handler, s.cfg.BodyTimeout), s.log, PlatformName, http.StatusInternalServerError, nil),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       120 * time.Second,
 		BaseContext:       func(net.Listener) context.Context { return base },

@@ -15,7 +15,7 @@ func (p *Platform) serve(ctx context.Context, conn platform.Conn) error {
 	mux := http.NewServeMux()
 	mux.Handle(p.cfg.Path, p.Handler(conn))
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") })
-	err := platform.ServeWebhook(ctx, conn, p.cfg.Addr, mux, p.cfg.AckTimeout, func(addr string) {
+	err := platform.ServeWebhook(ctx, conn, p.log, p.Name(), p.cfg.Addr, mux, p.cfg.AckTimeout, func(addr string) {
 		p.addr.Store(addr)
 		p.log.Info("google chat endpoint listening", "addr", addr, "path", p.cfg.Path)
 	})

@@ -26,7 +26,7 @@ func (p *Platform) serveWebhook(ctx context.Context, conn platform.Conn) error {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = io.WriteString(w, `{"status":"ok","platform":"line"}`)
 	})
-	err := platform.ServeWebhook(ctx, conn, p.cfg.Addr, mux, p.cfg.AckTimeout, func(addr string) {
+	err := platform.ServeWebhook(ctx, conn, p.log, p.Name(), p.cfg.Addr, mux, p.cfg.AckTimeout, func(addr string) {
 		p.addr.Store(addr)
 		p.log.Info("line webhook listening", "addr", addr, "path", p.cfg.Path)
 	})

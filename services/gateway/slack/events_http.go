@@ -23,7 +23,10 @@ func (p *Platform) serveEvents(ctx context.Context, conn platform.Conn) error {
 	}
 	mux := http.NewServeMux()
 	mux.Handle(p.cfg.Path, p.EventsHandler(conn))
-	srv := eventsServer(mux, p.cfg.AckTimeout)
+	// A request that panics outside the event's own handling (which
+	// platform.Receive skips) is answered 200 too: Slack would retry it
+	// into the same panic.
+	srv := eventsServer(platform.RecoverHTTP(mux, p.log, "slack", http.StatusOK, conn), p.cfg.AckTimeout)
 	p.eventsAddr.Store(ln.Addr().String())
 	p.log.Info("slack events api listening", "addr", ln.Addr().String(), "path", p.cfg.Path)
 	conn.Connected()

@@ -43,7 +43,10 @@ func (p *Platform) serveWebhook(ctx context.Context, conn platform.Conn) error {
 	// Anyone who finds the URL can connect: every phase of a connection
 	// is bounded, so idle or trickling connections cannot pile up.
 	bounds := p.webhookBounds
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: bounds.header, ReadTimeout: bounds.read,
+	// An update whose handling panics is answered 200 (logged, counted):
+	// Telegram retries an update until it is answered 200, and over one
+	// connection every later update waits behind it.
+	srv := &http.Server{Handler: platform.RecoverHTTP(mux, p.log, "telegram", http.StatusOK, conn), ReadHeaderTimeout: bounds.header, ReadTimeout: bounds.read,
 		WriteTimeout: bounds.read + 30*time.Second, IdleTimeout: bounds.idle}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()

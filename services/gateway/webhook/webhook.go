@@ -235,7 +235,9 @@ func (s *Service) Connect(ctx context.Context, conn platform.Conn) error {
 		close(s.listened)
 	}
 	srv := &http.Server{
-		Handler:           otelhttp.NewHandler(s.Handler(), "gateway.webhook"),
+		// A request whose handling panics is answered 500: its sender
+		// (GitHub, GitLab) does not retry by itself, and learns it failed.
+		Handler:           otelhttp.NewHandler(platform.RecoverHTTP(s.Handler(), s.log, PlatformName, http.StatusInternalServerError, conn), "gateway.webhook"),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		// A request in flight when the gateway stops finishes within

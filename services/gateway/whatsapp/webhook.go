@@ -24,7 +24,7 @@ const HeaderSignature = "X-Hub-Signature-256"
 func (p *Platform) serveWebhook(ctx context.Context, conn platform.Conn) error {
 	mux := http.NewServeMux()
 	mux.Handle(p.cfg.Path, p.WebhookHandler(conn))
-	err := platform.ServeWebhook(ctx, conn, p.cfg.Addr, mux, p.cfg.AckTimeout, func(addr string) {
+	err := platform.ServeWebhook(ctx, conn, p.log, p.Name(), p.cfg.Addr, mux, p.cfg.AckTimeout, func(addr string) {
 		p.addr.Store(addr)
 		p.log.Info("whatsapp webhook listening", "addr", addr, "path", p.cfg.Path)
 	})
