@@ -13,6 +13,7 @@ import (
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/markup"
+	"github.com/switchboard-chat/switchboard/pkg/panics"
 	"github.com/switchboard-chat/switchboard/pkg/platform"
 )
 
@@ -182,13 +183,19 @@ func (p *Platform) Typing(ctx context.Context, req *deliveryv1.SendRequested) er
 	return classify(p.api.call(ctx, http.MethodPost, "/api/v1/chat/"+url.PathEscape(guid)+"/typing", nil, nil))
 }
 
+// readReceiptComponent is the switchboard_panics_total component of a
+// panic in a read receipt's goroutine.
+const readReceiptComponent = "gateway_read_receipt"
+
 // readReceipts bounds the read receipts in flight; beyond it they are
 // dropped.
 var readReceipts = make(chan struct{}, 8)
 
 // markRead marks a chat read in the background (POST
 // /api/v1/chat/{guid}/read), as Hermes does once a message arrived; a
-// failure is only logged.
+// failure is only logged. A panic in it is recovered, logged and counted
+// (switchboard_panics_total{component="gateway_read_receipt"}): on this
+// goroutine it would end the process.
 func (p *Platform) markRead(src *eventsv1.SessionSource) {
 	guid := src.GetChatId()
 	if !strings.Contains(guid, ";") {
@@ -206,7 +213,10 @@ func (p *Platform) markRead(src *eventsv1.SessionSource) {
 		defer func() { <-readReceipts }()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		if err := p.api.call(ctx, http.MethodPost, "/api/v1/chat/"+url.PathEscape(guid)+"/read", nil, nil); err != nil {
+		err := panics.Recover(p.log, readReceiptComponent, func() error {
+			return p.api.call(ctx, http.MethodPost, "/api/v1/chat/"+url.PathEscape(guid)+"/read", nil, nil)
+		}, "platform", "bluebubbles", "chat", guid)
+		if err != nil && !errors.Is(err, panics.ErrPanicked) {
 			p.log.Debug("bluebubbles read receipt failed", "err", err)
 		}
 	}()
