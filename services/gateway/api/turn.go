@@ -13,6 +13,7 @@ import (
 
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+	"github.com/switchboard-chat/switchboard/pkg/panics"
 	"github.com/switchboard-chat/switchboard/pkg/platform"
 	"github.com/switchboard-chat/switchboard/services/gateway/api/internal/openai"
 )
@@ -335,6 +336,15 @@ func (s *Service) acceptKeyed(w http.ResponseWriter, r *http.Request, t *turn, r
 // case a live update did not reach it.
 const answerPoll = 3 * time.Second
 
+// pollComponent is the switchboard_panics_total component of a panic in
+// a keyed request's answer poller.
+const pollComponent = "gateway_api_poll"
+
+// pollAnswer reads the stored answer of request id every answerPoll until
+// f has its final. A panic in one read is recovered, logged and counted
+// (switchboard_panics_total{component="gateway_api_poll"}) and ends the
+// polling, not the process (this goroutine is no handler's): the request
+// still follows the live updates, or ends at its reply timeout.
 func (s *Service) pollAnswer(ctx context.Context, id string, f *follower) {
 	t := time.NewTicker(answerPoll)
 	defer t.Stop()
@@ -344,8 +354,14 @@ func (s *Service) pollAnswer(ctx context.Context, id string, f *follower) {
 			return
 		case <-t.C:
 		}
-		if rec, ok, err := s.answers.get(ctx, id); err == nil && ok {
-			f.apply(rec)
+		err := panics.Recover(s.log, pollComponent, func() error {
+			if rec, ok, err := s.answers.get(ctx, id); err == nil && ok {
+				f.apply(rec)
+			}
+			return nil
+		}, "platform", PlatformName, "request", id)
+		if err != nil {
+			return
 		}
 	}
 }
