@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -57,6 +58,9 @@ type rawUpdate struct {
 	Text  string `json:"text"`
 	Photo string `json:"photo,omitempty"`
 	Reply string `json:"reply_to,omitempty"`
+	// Panic makes the update's handling panic, as a gateway's bug on a
+	// payload would (DeliverPoison).
+	Panic bool `json:"panic,omitempty"`
 }
 
 // NewMemory returns a memory platform for bot identity account; single
@@ -131,7 +135,11 @@ func (m *Memory) Connect(ctx context.Context, conn platform.Conn) error {
 		case <-drop:
 			return errors.New("connection reset by platform")
 		case u := <-ups:
-			u.ack <- m.handle(ctx, conn, u.raw)
+			// As the gateways do: an update whose handling panics is
+			// skipped, counted, and acknowledged.
+			var err error
+			platform.Receive(ctx, conn, slog.New(slog.DiscardHandler), "memory", "", u.raw, func() { err = m.handle(ctx, conn, u.raw) })
+			u.ack <- err
 		}
 	}
 }
@@ -141,6 +149,10 @@ func (m *Memory) handle(ctx context.Context, conn platform.Conn, raw []byte) err
 	if err := json.Unmarshal(raw, &u); err != nil {
 		conn.Reject(ctx, "malformed update", err)
 		return nil
+	}
+	if u.Panic {
+		var ev *eventsv1.MessageReceived
+		_ = ev.Source.ChatId // a nil dereference, as a gateway's bug
 	}
 	_, err := conn.Deliver(ctx, m.normalize(u))
 	if errors.Is(err, platform.ErrRejected) {
@@ -368,6 +380,16 @@ func (f memoryFake) DeliverOversized(t *testing.T, ctx context.Context) {
 func (f memoryFake) DeliverMalformed(t *testing.T, ctx context.Context) {
 	if err := f.m.push(ctx, []byte(`{"update_id": 12, "chat": [`)); err != nil {
 		t.Fatalf("deliver malformed: %v", err)
+	}
+}
+
+// DeliverPoison sends an update whose handling panics (rawUpdate.Panic):
+// the memory platform keeps the suite's check of platform.Receive with
+// the runner, which no real gateway's fake has a payload for.
+func (f memoryFake) DeliverPoison(t *testing.T, ctx context.Context) {
+	raw, _ := json.Marshal(rawUpdate{ID: fmt.Sprintf("poison%d", f.m.ids.Add(1)), Chat: "c", User: "u1", Type: "dm", Text: "poison", Panic: true})
+	if err := f.m.push(ctx, raw); err != nil {
+		t.Fatalf("deliver poison: %v", err)
 	}
 }
 
