@@ -857,6 +857,37 @@ func (s *Store) SetModel(ctx context.Context, key, model string) error {
 	return s.set(ctx, key, "model_override", model)
 }
 
+// SetTurnSettings sets the key's model override, personality and
+// reasoning effort in one write (a /background task takes its chat's).
+func (s *Store) SetTurnSettings(ctx context.Context, key, model, personality, effort string) error {
+	tag, err := s.db.Exec(ctx, `UPDATE sessions SET model_override = $2, personality = $3, reasoning_effort = $4, updated_at = $5
+		WHERE session_key = $1`, key, model, personality, effort, s.now())
+	if err != nil {
+		return fmt.Errorf("update session settings: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return ErrNotFound
+	}
+	return nil
+}
+
+// QueuedKeys returns which of keys have messages waiting.
+func (s *Store) QueuedKeys(ctx context.Context, keys []string) (map[string]bool, error) {
+	rows, err := s.db.Query(ctx, `SELECT DISTINCT session_key FROM session_queue WHERE session_key = ANY($1)`, keys)
+	if err != nil {
+		return nil, fmt.Errorf("find queued sessions: %w", err)
+	}
+	found, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("find queued sessions: %w", err)
+	}
+	queued := make(map[string]bool, len(found))
+	for _, k := range found {
+		queued[k] = true
+	}
+	return queued, nil
+}
+
 // SetPersonality sets the key's personality (a name of
 // agent.personalities, "" for none). It outlives /new and /resume.
 func (s *Store) SetPersonality(ctx context.Context, key, name string) error {

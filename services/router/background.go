@@ -69,12 +69,17 @@ func (s *Service) background(ctx context.Context, m *msgCtx, sess sessionstore.S
 	if err != nil {
 		return fmt.Errorf("background task session: %w", err)
 	}
-	if sess.ModelOverride != task.ModelOverride {
-		// The chat's model, as Hermes resolves the task's from its source.
-		if err := s.store.SetModel(ctx, bg.key, sess.ModelOverride); err != nil {
-			return fmt.Errorf("background task model: %w", err)
+	if sess.ModelOverride != task.ModelOverride || sess.Personality != task.Personality || sess.ReasoningEffort != task.ReasoningEffort {
+		// The chat's model (as Hermes resolves the task's from its
+		// source), personality and reasoning effort (Hermes's are the
+		// agent's, so its task has them), as they are now: a later
+		// /personality or /reasoning in the chat is for the chat's next
+		// message, not for a task already asked for. Not /reasoning show:
+		// a task answers with its final answer alone, as Hermes's.
+		if err := s.store.SetTurnSettings(ctx, bg.key, sess.ModelOverride, sess.Personality, sess.ReasoningEffort); err != nil {
+			return fmt.Errorf("background task settings: %w", err)
 		}
-		task.ModelOverride = sess.ModelOverride
+		task.ModelOverride, task.Personality, task.ReasoningEffort = sess.ModelOverride, sess.Personality, sess.ReasoningEffort
 	}
 	s.log.InfoContext(ctx, "background task", "session_key", m.key, "task_session_key", bg.key, "task_id", id)
 	err = s.route(ctx, &bg, task, routeOpts{ownTurn: true, mode: BusyQueue, command: "background"})
