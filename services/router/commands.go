@@ -204,8 +204,8 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 			return err
 		}
 		sess = counted[0]
-		return reply(sess.Generation, fmt.Sprintf("Session: %s\nTitle: %s\nKey: %s\nState: %s, %s waiting\nModel: %s\nTokens: %d in, %d out\nStarted: %s",
-			sess.ID, title, m.key, state, plural(n, "message"), model, sess.InputTokens, sess.OutputTokens, sess.CreatedAt.UTC().Format("2006-01-02 15:04 MST")))
+		return reply(sess.Generation, fmt.Sprintf("Session: %s\nTitle: %s\nKey: %s\nState: %s, %s waiting\nModel: %s\n%sTokens: %d in, %d out\nStarted: %s",
+			sess.ID, title, m.key, state, plural(n, "message"), model, chatSettings(sess), sess.InputTokens, sess.OutputTokens, sess.CreatedAt.UTC().Format("2006-01-02 15:04 MST")))
 	case "usage":
 		// Hermes's /usage: the conversation's token counts, mid-turn too.
 		counted := []sessionstore.Session{sess}

@@ -118,3 +118,20 @@ func (s *Service) reasoningCommand(ctx context.Context, m *msgCtx, sess sessions
 	}
 	return "⚠️ Unknown argument: `" + clip(arg, 64) + "`\n\n**Valid levels:** none, minimal, low, medium, high, xhigh\n**Display:** show, hide", nil
 }
+
+// chatSettings is /status's lines for the chat's own /personality and
+// /reasoning, each only when the chat set it (a line a line, each ending
+// in a newline; "" when none is set).
+func chatSettings(sess sessionstore.Session) string {
+	var b strings.Builder
+	if sess.Personality != "" {
+		b.WriteString("Personality: " + sess.Personality + "\n")
+	}
+	if sess.ReasoningEffort != "" {
+		b.WriteString("Reasoning effort: " + sess.ReasoningEffort + "\n")
+	}
+	if sess.ShowReasoning {
+		b.WriteString("Reasoning display: on\n")
+	}
+	return b.String()
+}

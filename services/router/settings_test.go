@@ -132,3 +132,40 @@ func TestRemovedPersonalityIsNone(t *testing.T) {
 		t.Fatalf("personality prompt %q, want none", p)
 	}
 }
+
+// /status shows the chat's own /personality and /reasoning, each only
+// while it is set, between its model and its tokens.
+func TestStatusShowsChatSettings(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.startRouter(testConfig(), nil, nil)
+	e.startWorker(nil)
+	steps := []struct {
+		cmd        string
+		want, hide []string
+	}{
+		{"", []string{"Model: default\nTokens: "}, []string{"Personality:", "Reasoning"}},
+		{"/personality concise", []string{"Model: default\nPersonality: concise\nTokens: "}, []string{"Reasoning"}},
+		{"/reasoning xhigh", []string{"Personality: concise\nReasoning effort: xhigh\nTokens: "}, []string{"Reasoning display"}},
+		{"/reasoning show", []string{"Reasoning effort: xhigh\nReasoning display: on\nTokens: "}, nil},
+		{"/personality none", []string{"Model: default\nReasoning effort: xhigh\n"}, []string{"Personality:"}},
+		{"/reasoning reset", []string{"Model: default\nReasoning display: on\nTokens: "}, []string{"Personality:", "Reasoning effort"}},
+		{"/reasoning hide", []string{"Model: default\nTokens: "}, []string{"Personality:", "Reasoning"}},
+	}
+	for _, st := range steps {
+		if st.cmd != "" {
+			e.ask("alice", st.cmd)
+		}
+		got := e.ask("alice", "/status")
+		for _, w := range st.want {
+			if !strings.Contains(got, w) {
+				t.Errorf("after %q: /status %q lacks %q", st.cmd, got, w)
+			}
+		}
+		for _, h := range st.hide {
+			if strings.Contains(got, h) {
+				t.Errorf("after %q: /status %q shows %q", st.cmd, got, h)
+			}
+		}
+	}
+}
