@@ -162,6 +162,41 @@ func TestNoticeFinality(t *testing.T) {
 	}
 }
 
+// A notice goes in the format the router wrote it in: Markdown for the
+// answers to commands (Hermes's **bold** and `code`, which the platform
+// renders), plain text otherwise.
+func TestNoticeFormat(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.start(t, testConfig(), "a")
+	tests := []struct {
+		session string
+		format  deliveryv1.TextFormat
+		want    deliveryv1.TextFormat
+	}{
+		{"s-plain", deliveryv1.TextFormat_TEXT_FORMAT_UNSPECIFIED, deliveryv1.TextFormat_TEXT_FORMAT_PLAIN},
+		{"s-markdown", deliveryv1.TextFormat_TEXT_FORMAT_MARKDOWN, deliveryv1.TextFormat_TEXT_FORMAT_MARKDOWN},
+		{"s-plain-said", deliveryv1.TextFormat_TEXT_FORMAT_PLAIN, deliveryv1.TextFormat_TEXT_FORMAT_PLAIN},
+	}
+	for i, tc := range tests {
+		e.publish(t, event("", int64(i+1), tc.session, &repliesv1.Notice{Text: "**" + tc.session + "**", Kind: "command", Format: tc.format}))
+	}
+	eventually(t, e.clock, 0, "every notice", func() bool {
+		_, posted := e.gw.snapshot()
+		return len(posted) == len(tests)
+	})
+	_, posted := e.gw.snapshot()
+	got := map[string]deliveryv1.TextFormat{}
+	for _, p := range posted {
+		got[strings.Trim(p.Req.GetText(), "*")] = p.Req.GetFormat()
+	}
+	for _, tc := range tests {
+		if got[tc.session] != tc.want {
+			t.Errorf("%s: format %v, want %v", tc.session, got[tc.session], tc.want)
+		}
+	}
+}
+
 // A send that times out after the platform accepted it is retried with
 // the same idempotency key and is not posted twice.
 func TestTimeoutAfterAcceptIsNotPostedTwice(t *testing.T) {

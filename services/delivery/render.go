@@ -204,10 +204,10 @@ func (s *Service) handle(ctx context.Context, ev *repliesv1.ReplyEvent) error {
 			// The answer to an approval prompt's button: it replaces the
 			// prompt's text, and the edit takes the buttons off.
 			req := s.request(ev, keyBase(ctx, ev)+":r", deliveryv1.SendOp_SEND_OP_EDIT)
-			req.Text, req.Format, req.MessageId, req.Final = b.Notice.GetText(), deliveryv1.TextFormat_TEXT_FORMAT_PLAIN, id, answers(b.Notice)
+			req.Text, req.Format, req.MessageId, req.Final = b.Notice.GetText(), noticeFormat(b.Notice), id, answers(b.Notice)
 			return s.enqueue(ctx, req)
 		}
-		return s.enqueueText(ctx, ev, keyBase(ctx, ev), b.Notice.GetText(), deliveryv1.TextFormat_TEXT_FORMAT_PLAIN, answers(b.Notice))
+		return s.enqueueText(ctx, ev, keyBase(ctx, ev), b.Notice.GetText(), noticeFormat(b.Notice), answers(b.Notice))
 	case *repliesv1.ReplyEvent_Media:
 		req := s.request(ev, keyBase(ctx, ev)+":0", deliveryv1.SendOp_SEND_OP_SEND)
 		req.Attachments = append(req.Attachments, b.Media.GetAttachment())
@@ -672,4 +672,13 @@ func number(reqs []*deliveryv1.SendRequested) []*deliveryv1.SendRequested {
 		r.Final = i == len(reqs)-1
 	}
 	return reqs
+}
+
+// noticeFormat is how a notice's text is written: plain unless the
+// router said Markdown (its answers to commands).
+func noticeFormat(n *repliesv1.Notice) deliveryv1.TextFormat {
+	if n.GetFormat() == deliveryv1.TextFormat_TEXT_FORMAT_MARKDOWN {
+		return n.GetFormat()
+	}
+	return deliveryv1.TextFormat_TEXT_FORMAT_PLAIN
 }

@@ -84,8 +84,8 @@ func (s *Service) insights(ctx context.Context, m *msgCtx, args string) (string,
 	return formatInsights(in, days, s.cron.Location(), s.provider.Model), nil
 }
 
-// formatInsights writes the report as Hermes's format_gateway does, in
-// plain text as the router's other answers (no ** markup), without its
+// formatInsights writes the report as Hermes's format_gateway does,
+// without its bold headings, without its
 // cost line (Switchboard keeps no prices), platforms (one chat is one
 // platform) and skills (there are none). Days and hours are read in loc
 // (cron.timezone); defaultModel names the usage of turns that ended

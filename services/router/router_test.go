@@ -21,6 +21,7 @@ import (
 
 	"github.com/switchboard-chat/switchboard/pkg/bus"
 	"github.com/switchboard-chat/switchboard/pkg/bus/bustest"
+	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
 	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
@@ -1367,5 +1368,31 @@ func TestStopAnswersTheAPIRequestsItDrops(t *testing.T) {
 	}
 	if got["req-1"] != nil {
 		t.Errorf("the running request got an answer from /stop: %v", got["req-1"])
+	}
+}
+
+// The answer to a command is Markdown, as Hermes writes its command
+// replies (delivery renders **bold** and `code` in each platform's
+// markup); other notices, such as a pairing code's, are plain text.
+func TestCommandAnswersAreMarkdown(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	cfg := testConfig()
+	cfg.Auth.UnauthorizedDMBehavior = auth.DMPair
+	e.startRouter(cfg, nil, nil)
+	e.ask("bob", "/help")
+	e.publish(dm("mallory", "hello"))
+	waitFor(t, "the pairing notice", func() bool { return len(e.noticesTo("mallory")) == 1 })
+	want := map[string]deliveryv1.TextFormat{
+		"chat-bob":     deliveryv1.TextFormat_TEXT_FORMAT_MARKDOWN,
+		"chat-mallory": deliveryv1.TextFormat_TEXT_FORMAT_UNSPECIFIED,
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, n := range e.notices {
+		chat := n.GetTarget().GetChatId()
+		if w, ok := want[chat]; ok && n.GetNotice() != nil && n.GetNotice().GetFormat() != w {
+			t.Errorf("%s: notice %q (kind %s) format %v, want %v", chat, n.GetNotice().GetText(), n.GetNotice().GetKind(), n.GetNotice().GetFormat(), w)
+		}
 	}
 }

@@ -317,6 +317,10 @@ func (s *Service) publishNotice(ctx context.Context, m *msgCtx, gen int64, text,
 		CreatedAt:  timestamppb.New(s.now()),
 		Body:       &repliesv1.ReplyEvent_Notice{Notice: &repliesv1.Notice{Text: text, Kind: kind, ReplacesMessageId: replaces}},
 	}
+	if kind == "command" {
+		// Command answers are written in Markdown, as Hermes's are.
+		ev.GetNotice().Format = deliveryv1.TextFormat_TEXT_FORMAT_MARKDOWN
+	}
 	if id := m.ev.GetMessageId(); id != "" {
 		ev.InputMessageIds = []string{id}
 		if m.ev.GetNoReaction() {

@@ -716,8 +716,12 @@ type Notice struct {
 	// prompt whose button was pressed, ButtonPress.message_id): delivery
 	// edits it, which takes its buttons off, instead of sending a message.
 	ReplacesMessageId string `protobuf:"bytes,3,opt,name=replaces_message_id,json=replacesMessageId,proto3" json:"replaces_message_id,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// How text is written: MARKDOWN for the answers to commands (Hermes's
+	// command replies use **bold** and `code`, which each platform's
+	// renderer turns into its markup); unspecified is plain text.
+	Format        v1.TextFormat `protobuf:"varint,4,opt,name=format,proto3,enum=switchboard.delivery.v1.TextFormat" json:"format,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Notice) Reset() {
@@ -769,6 +773,13 @@ func (x *Notice) GetReplacesMessageId() string {
 		return x.ReplacesMessageId
 	}
 	return ""
+}
+
+func (x *Notice) GetFormat() v1.TextFormat {
+	if x != nil {
+		return x.Format
+	}
+	return v1.TextFormat(0)
 }
 
 var File_switchboard_replies_v1_replies_proto protoreflect.FileDescriptor
@@ -829,11 +840,12 @@ const file_switchboard_replies_v1_replies_proto_rawDesc = "" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\" \n" +
 	"\x06Typing\x12\x16\n" +
-	"\x06active\x18\x01 \x01(\bR\x06active\"`\n" +
+	"\x06active\x18\x01 \x01(\bR\x06active\"\x9d\x01\n" +
 	"\x06Notice\x12\x12\n" +
 	"\x04text\x18\x01 \x01(\tR\x04text\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12.\n" +
-	"\x13replaces_message_id\x18\x03 \x01(\tR\x11replacesMessageId*\x91\x01\n" +
+	"\x13replaces_message_id\x18\x03 \x01(\tR\x11replacesMessageId\x12;\n" +
+	"\x06format\x18\x04 \x01(\x0e2#.switchboard.delivery.v1.TextFormatR\x06format*\x91\x01\n" +
 	"\tToolPhase\x12\x1a\n" +
 	"\x16TOOL_PHASE_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12TOOL_PHASE_STARTED\x10\x01\x12\x17\n" +
@@ -887,11 +899,12 @@ var file_switchboard_replies_v1_replies_proto_depIdxs = []int32{
 	11, // 11: switchboard.replies.v1.FinalText.format:type_name -> switchboard.delivery.v1.TextFormat
 	12, // 12: switchboard.replies.v1.FinalText.usage:type_name -> switchboard.delivery.v1.TokenUsage
 	13, // 13: switchboard.replies.v1.Media.attachment:type_name -> switchboard.events.v1.Attachment
-	14, // [14:14] is the sub-list for method output_type
-	14, // [14:14] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	11, // 14: switchboard.replies.v1.Notice.format:type_name -> switchboard.delivery.v1.TextFormat
+	15, // [15:15] is the sub-list for method output_type
+	15, // [15:15] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_switchboard_replies_v1_replies_proto_init() }
