@@ -4,9 +4,11 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/switchboard-chat/switchboard/pkg/sessionkey"
@@ -52,6 +54,9 @@ func (s *Service) background(ctx context.Context, m *msgCtx, sess sessionstore.S
 	id := backgroundTaskID(m, s.now())
 	bg := *m
 	bg.key = sessionkey.Background(m.key, s.cfg.Profile, id)
+	if refused, err := s.admitBackground(ctx, m, sess, bg.key); err != nil || refused {
+		return err
+	}
 	bg.ev = proto.CloneOf(m.ev)
 	bg.ev.Text = prompt
 	bg.ev.AnswerOnly = true
@@ -85,4 +90,108 @@ func (s *Service) background(ctx context.Context, m *msgCtx, sess sessionstore.S
 	err = s.route(ctx, &bg, task, routeOpts{ownTurn: true, mode: BusyQueue, command: "background"})
 	m.notices, m.marked = bg.notices, bg.marked
 	return err
+}
+
+// backgroundTasksTTL is how long a chat's list of background tasks
+// (backgroundTasksKey) outlives its last /background: a task still
+// running that long after it was asked for no longer counts.
+const backgroundTasksTTL = 7 * 24 * time.Hour
+
+// backgroundTasksKey is the Redis sorted set of the session keys of the
+// background tasks asked for in the chat chatKey, scored by when (Unix
+// ms). It only says which tasks to look at: whether one is running is
+// read from its session lock and queue (runningBackground).
+func (s *Service) backgroundTasksKey(chatKey string) string {
+	return s.prefix + "bgtasks:" + chatKey
+}
+
+// admitBackground applies router.background.max_running to the task
+// whose session key is taskKey, asked for in m's chat: over the cap it
+// answers how many run and reports refused, starting nothing; else it
+// records the task in the chat's list before its session exists, so a
+// crash after that leaves it counted once it runs. A task whose session
+// exists already (a redelivery of the command) was admitted before. The
+// chat's messages are handled one at a time (its inbound partition), so
+// two /bg of one chat never pass the cap together.
+func (s *Service) admitBackground(ctx context.Context, m *msgCtx, sess sessionstore.Session, taskKey string) (refused bool, err error) {
+	limit := s.cfg.Background.MaxRunning
+	if limit <= 0 {
+		return false, nil
+	}
+	switch _, err := s.store.Get(ctx, taskKey); {
+	case err == nil:
+		return false, nil
+	case !errors.Is(err, sessionstore.ErrNotFound):
+		return false, fmt.Errorf("background task session: %w", err)
+	}
+	running, err := s.runningBackground(ctx, m.key, taskKey)
+	if err != nil {
+		return false, err
+	}
+	if running >= limit {
+		s.log.InfoContext(ctx, "background task refused", "session_key", m.key, "running", running, "max_running", limit)
+		return true, s.notice(ctx, m, sess.Generation, fmt.Sprintf("⏳ %s already running in this chat (at most %d at a time). "+
+			"Nothing was started: try again when one has finished (its result will appear here).",
+			plural(running, "background task"), limit), "command")
+	}
+	key := s.backgroundTasksKey(m.key)
+	pipe := s.rdb.TxPipeline()
+	pipe.ZAddNX(ctx, key, redis.Z{Score: float64(s.now().UnixMilli()), Member: taskKey})
+	pipe.Expire(ctx, key, backgroundTasksTTL)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return false, fmt.Errorf("record background task: %w", err)
+	}
+	return false, nil
+}
+
+// runningBackground counts the background tasks of the chat chatKey
+// other than self that run or are about to: those whose session lock is
+// held (a router's grant from the turn's start until a worker claims it,
+// then the worker's, renewed while it runs; released when the turn ends
+// or fails, expired when its worker died and nobody took the turn up)
+// and those whose message waits in their queue (the sweep will start
+// it). A task between admitBackground and its start is never seen by
+// another /background of its chat: the chat's messages are handled one
+// at a time, and a crash in between holds the chat's partition until the
+// command's redelivery, which counts itself out (self). Stored state
+// only, so every replica counts the same and a crash forgets nothing;
+// the tasks that no longer run are dropped from the list.
+func (s *Service) runningBackground(ctx context.Context, chatKey, self string) (int, error) {
+	key := s.backgroundTasksKey(chatKey)
+	keys, err := s.rdb.ZRange(ctx, key, 0, -1).Result()
+	if err != nil {
+		return 0, fmt.Errorf("read background tasks: %w", err)
+	}
+	if len(keys) == 0 {
+		return 0, nil
+	}
+	pipe := s.rdb.Pipeline()
+	locks := make([]*redis.IntCmd, len(keys))
+	for i, k := range keys {
+		locks[i] = pipe.Exists(ctx, s.locker.Key(k))
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return 0, fmt.Errorf("read background task locks: %w", err)
+	}
+	queued, err := s.store.QueuedKeys(ctx, keys)
+	if err != nil {
+		return 0, err
+	}
+	running := 0
+	var ended []any
+	for i := range keys {
+		switch {
+		case keys[i] == self:
+		case locks[i].Val() > 0 || queued[keys[i]]:
+			running++
+		default:
+			ended = append(ended, keys[i])
+		}
+	}
+	if len(ended) > 0 {
+		if err := s.rdb.ZRem(ctx, key, ended...).Err(); err != nil {
+			s.log.WarnContext(ctx, "forget ended background tasks", "session_key", chatKey, "err", err)
+		}
+	}
+	return running, nil
 }

@@ -2,9 +2,14 @@ package router
 
 import (
 	"context"
+	"fmt"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
+
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
@@ -216,4 +221,165 @@ func TestBackgroundTaskTakesTheChatsSettings(t *testing.T) {
 	if s, err := store.Get(context.Background(), chatKey); err != nil || !s.ShowReasoning {
 		t.Fatalf("the chat's display: %v, %v", s.ShowReasoning, err)
 	}
+}
+
+// router.background.max_running bounds the background tasks running at
+// once in a chat, counted from stored state: a /background over it
+// answers how many run and starts nothing; a task that ended, or whose
+// worker died and let its lock expire, stops counting; a task whose
+// message waits in its queue counts; another replica counts the same;
+// a redelivered /background of an admitted task is not refused by it;
+// 0 turns the bound off.
+func TestBackgroundTasksCappedPerChat(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	cfg := testConfig()
+	cfg.Background.MaxRunning = 2
+	e.startRouter(cfg, nil, nil)
+	var mu sync.Mutex
+	release := map[string]chan struct{}{}
+	gate := func(prompt string) chan struct{} {
+		mu.Lock()
+		defer mu.Unlock()
+		if release[prompt] == nil {
+			release[prompt] = make(chan struct{})
+		}
+		return release[prompt]
+	}
+	w := e.startWorker(func(tr *turnsv1.TurnRequested) {
+		if tr.GetBackgroundTaskId() != "" {
+			<-gate(tr.GetInputs()[0].GetText())
+		}
+	})
+	defer func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range release {
+			select {
+			case <-c:
+			default:
+				close(c)
+			}
+		}
+	}()
+	ctx := context.Background()
+	const chatKey = "agent:main:telegram:dm:chat-alice"
+	taskKeys := map[string]string{}
+	started := func(prompt string) bool {
+		turns, _ := w.snapshot()
+		for _, tr := range turns {
+			if tr.GetBackgroundTaskId() != "" && tr.GetInputs()[0].GetText() == prompt {
+				taskKeys[prompt] = tr.SessionKey
+				return true
+			}
+		}
+		return false
+	}
+	refusals := func() int { return e.countNotices("alice", "already running in this chat") }
+	ask := func(prompt string) *eventsv1.MessageReceived {
+		t.Helper()
+		ev := dm("alice", "/bg "+prompt)
+		e.publish(ev)
+		waitFor(t, "inbound drained", e.inboundDrained)
+		return ev
+	}
+	mustStart := func(prompt string) *eventsv1.MessageReceived {
+		t.Helper()
+		ev := ask(prompt)
+		waitFor(t, prompt+" starts", func() bool { return started(prompt) })
+		return ev
+	}
+	mustRefuse := func(prompt string, want int) {
+		t.Helper()
+		ask(prompt)
+		waitFor(t, prompt+" refused", func() bool { return refusals() == want })
+		if started(prompt) {
+			t.Fatalf("%s started over the cap", prompt)
+		}
+	}
+
+	mustStart("task a")
+	evB := dm("alice", "/bg task b")
+	evB.ReceivedAt = timestamppb.Now() // as a gateway stamps it: the task's id
+	e.publish(evB)
+	waitFor(t, "task b starts", func() bool { return started("task b") })
+	mustRefuse("task c", 1)
+	var refusal string
+	for _, n := range e.noticesTo("alice") {
+		if strings.Contains(n, "already running") {
+			refusal = n
+		}
+	}
+	if refusal != "⏳ 2 background tasks already running in this chat (at most 2 at a time). Nothing was started: try again when one has finished (its result will appear here)." {
+		t.Fatalf("refusal %q", refusal)
+	}
+	if e.countNotices("alice", "Background task started") != 2 {
+		t.Fatalf("acknowledgements: %d", e.countNotices("alice", "Background task started"))
+	}
+
+	// A redelivery of an admitted task's command is not refused by it.
+	if err := e.rdb.Del(ctx, e.dedupeKeyOf(evB)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	e.publishID(evB, "redelivered-"+evB.EventId)
+	waitFor(t, "inbound drained", e.inboundDrained)
+	if refusals() != 1 {
+		t.Fatal("the redelivered /bg of an admitted task was refused")
+	}
+
+	// Task a ends: its lock is released and it stops counting.
+	close(gate("task a"))
+	waitFor(t, "task a ends", func() bool {
+		owner, err := redisx.NewLocker(e.rdb, e.prefix).Owner(ctx, taskKeys["task a"])
+		return err == nil && owner == ""
+	})
+	mustStart("task d")
+	mustRefuse("task e", 2)
+
+	// Task b's worker dies: its lock expires (deleted here) and nobody
+	// takes its turn up; it stops counting. A second router replica, with
+	// nothing in memory, counts the same.
+	if err := e.rdb.Del(ctx, redisx.NewLocker(e.rdb, e.prefix).Key(taskKeys["task b"])).Err(); err != nil {
+		t.Fatal(err)
+	}
+	e.startRouter(cfg, nil, nil)
+	mustStart("task f")
+	mustRefuse("task g", 3)
+
+	// A task whose message waits in its queue counts.
+	close(gate("task d"))
+	waitFor(t, "task d ends", func() bool {
+		owner, err := redisx.NewLocker(e.rdb, e.prefix).Owner(ctx, taskKeys["task d"])
+		return err == nil && owner == ""
+	})
+	store := sessionstore.New(e.db)
+	queuedKey := sessionkey.Background(chatKey, "", "bg_000000_queued")
+	if _, _, _, err := store.Arrive(ctx, queuedKey, "", &eventsv1.SessionSource{Platform: "telegram", ChatId: "chat-alice"}, "ev-queued"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Enqueue(ctx, queuedKey, 1, true, dm("alice", "waiting task"), 8); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.rdb.ZAdd(ctx, e.prefix+"bgtasks:"+chatKey, redis.Z{Member: queuedKey}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	mustRefuse("task h", 4)
+
+	// 0: no bound.
+	cfg.Background.MaxRunning = 0
+	e2 := newEnv(t)
+	e2.startRouter(cfg, nil, nil)
+	w2 := e2.startWorker(func(tr *turnsv1.TurnRequested) {
+		if tr.GetBackgroundTaskId() != "" {
+			<-gate("unbounded")
+		}
+	})
+	for i := range 4 {
+		e2.publish(dm("alice", fmt.Sprintf("/bg unbounded %d", i)))
+	}
+	waitFor(t, "four tasks run", func() bool {
+		turns, _ := w2.snapshot()
+		return len(turns) == 4
+	})
+	close(gate("unbounded"))
 }

@@ -105,6 +105,8 @@ type Config struct {
 	// does (home.go). Hermes has no switch for it (a home channel is
 	// what stops it); this is one for operators without scheduled jobs.
 	HomeNotice bool `koanf:"home_notice"`
+	// Background is /background's section (background.go).
+	Background BackgroundConfig `koanf:"background"`
 	// ToolProgressCommand turns /verbose on (Hermes's
 	// display.tool_progress_command, off by default): it sets the tool
 	// progress mode of the platform it is sent from (verbose.go).
@@ -121,6 +123,13 @@ type Config struct {
 	// (agent.reasoning_effort, "" the provider's default); /reasoning
 	// shows it.
 	ReasoningEffort string `koanf:"-"`
+}
+
+// BackgroundConfig is router.background.
+type BackgroundConfig struct {
+	// MaxRunning bounds the background tasks running at once per chat
+	// (0: no bound, as Hermes); a /background over it starts nothing.
+	MaxRunning int `koanf:"max_running"`
 }
 
 // DefaultConfig returns the defaults.
@@ -140,6 +149,7 @@ func DefaultConfig() Config {
 		SessionReset:         ResetConfig{Mode: ResetNone, IdleMinutes: 1440, AtHour: 4, Timezone: "UTC"},
 		DrainTimeout:         10 * time.Second,
 		HomeNotice:           true,
+		Background:           BackgroundConfig{MaxRunning: 3},
 		AckWait:              30 * time.Second,
 		Personalities:        personality.Builtins(),
 	}
@@ -172,6 +182,9 @@ func (c Config) Validate() error {
 	}
 	if c.GrantTTL < 2*c.LockTTL {
 		return fmt.Errorf("grant_ttl: %s is shorter than twice lock_ttl (%s)", c.GrantTTL, c.LockTTL)
+	}
+	if c.Background.MaxRunning < 0 {
+		return fmt.Errorf("background.max_running: %d is negative", c.Background.MaxRunning)
 	}
 	if c.QueueCap < 1 {
 		return fmt.Errorf("queue_cap: %d is below 1", c.QueueCap)
