@@ -77,3 +77,44 @@ func TestSettingsOutliveTheConversation(t *testing.T) {
 		t.Fatalf("unknown key: %v", err)
 	}
 }
+
+// SetTurnSettings writes a key's model, personality and effort at once
+// and leaves its display alone; QueuedKeys names the keys with messages
+// waiting among those asked about.
+func TestSetTurnSettingsAndQueuedKeys(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := New(pgtest.New(t))
+	keys := []string{"agent:main:background:telegram:dm:1:bg_1", "agent:main:background:telegram:dm:1:bg_2", "agent:main:background:telegram:dm:1:bg_3"}
+	for _, key := range keys {
+		if _, _, _, err := s.Arrive(ctx, key, "", &eventsv1.SessionSource{Platform: "telegram", ChatId: "1"}, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.SetShowReasoning(ctx, keys[0], true); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetTurnSettings(ctx, keys[0], "gpt-fast", "coder", "high"); err != nil {
+		t.Fatal(err)
+	}
+	sess, err := s.Get(ctx, keys[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sess.ModelOverride != "gpt-fast" || sess.Personality != "coder" || sess.ReasoningEffort != "high" || !sess.ShowReasoning {
+		t.Fatalf("settings: %q %q %q %v", sess.ModelOverride, sess.Personality, sess.ReasoningEffort, sess.ShowReasoning)
+	}
+	if err := s.SetTurnSettings(ctx, "no such key", "", "", ""); err != ErrNotFound {
+		t.Fatalf("unknown key: %v", err)
+	}
+	if _, err := s.Enqueue(ctx, keys[1], 1, true, &eventsv1.MessageReceived{EventId: "e"}, 32); err != nil {
+		t.Fatal(err)
+	}
+	queued, err := s.QueuedKeys(ctx, append(keys, "no such key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(queued) != 1 || !queued[keys[1]] {
+		t.Fatalf("queued: %v", queued)
+	}
+}
