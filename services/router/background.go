@@ -43,10 +43,12 @@ func backgroundTaskID(m *msgCtx, now time.Time) string {
 // under its own lock and neither waits for the other. It is queued and
 // started as any message is (a crash anywhere leaves it to the
 // redelivery, the sweep or the turn's redelivery, as any turn), with
-// the chat's /model override, answer only (no streaming, no tool
-// progress), and its answer goes to the chat, under Hermes's header
-// (the worker's, by TurnRequested.background_task_id). The user gets
-// Hermes's acknowledgement at once.
+// the chat's /model, /personality and /reasoning effort as they are now,
+// answer only (no streaming, no tool progress, no reasoning shown), and
+// its answer goes to the chat, under Hermes's header (the worker's, by
+// TurnRequested.background_task_id). The user gets Hermes's
+// acknowledgement at once, or, with router.background.max_running tasks
+// of the chat running, a refusal (admitBackground).
 func (s *Service) background(ctx context.Context, m *msgCtx, sess sessionstore.Session, prompt string) error {
 	if prompt == "" {
 		return s.notice(ctx, m, sess.Generation, backgroundUsage, "command")
