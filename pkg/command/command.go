@@ -30,7 +30,7 @@ var names = []string{
 	"new", "stop", "queue", "steer", "status", "help", "whoami", "model",
 	"approve", "deny", "resume", "sessions", "title", "retry", "undo", "sethome",
 	"cron", "usage", "compress", "insights", "provider", "personality", "reasoning",
-	"verbose", "commands", "profile", "version", "background",
+	"verbose", "commands", "profile", "version", "background", "branch", "yolo",
 	// Telegram clients send /start when a user opens the bot; Hermes
 	// acknowledges it with nothing.
 	"start",
@@ -44,6 +44,8 @@ var aliases = map[string]string{
 	// Hermes's /v, /version's alias.
 	"v":  "version",
 	"bg": "background",
+	// Hermes's /fork, /branch's alias.
+	"fork": "branch",
 }
 
 // Names returns the canonical command names.

@@ -63,6 +63,8 @@ func TestParse(t *testing.T) {
 		{"unknown", "/strat", "telegram", "", command.Command{Name: "strat", Typed: "strat"}, true},
 		{"alias bg", "/bg  Summarize the top HN stories today ", "telegram", "", command.Command{Name: "background", Typed: "bg", Args: "Summarize the top HN stories today", Known: true}, true},
 		{"bang bg on slack", "!bg later", "slack", "", command.Command{Name: "background", Typed: "bg", Args: "later", Known: true}, true},
+		{"alias fork", "/fork  Plan B ", "telegram", "", command.Command{Name: "branch", Typed: "fork", Args: "Plan B", Known: true}, true},
+		{"yolo", "/yolo", "telegram", "", command.Command{Name: "yolo", Typed: "yolo", Known: true}, true},
 		{"hermes alias", "/set-home", "telegram", "", command.Command{Name: "sethome", Typed: "set-home", Known: true}, true},
 		{"unknown with args", "/stauts please", "telegram", "", command.Command{Name: "stauts", Typed: "stauts", Args: "please"}, true},
 		{"slash only", "/", "telegram", "", command.Command{}, false},
@@ -93,15 +95,15 @@ func TestParse(t *testing.T) {
 func TestKnownSet(t *testing.T) {
 	want := []string{"new", "reset", "stop", "queue", "q", "steer", "status", "help", "whoami", "model",
 		"approve", "deny", "resume", "sessions", "title", "retry", "undo", "sethome", "set-home", "cron", "usage", "compress", "insights", "provider", "personality", "reasoning", "start",
-		"verbose", "commands", "profile", "version", "v", "background", "bg"}
+		"verbose", "commands", "profile", "version", "v", "background", "bg", "branch", "fork", "yolo"}
 	for _, n := range want {
 		c, ok := command.Parse("/"+n, "telegram", "")
 		if !ok || !c.Known {
 			t.Errorf("/%s: known=%v ok=%v", n, c.Known, ok)
 		}
 	}
-	if got := len(command.Names()); got != len(want)-5 {
-		t.Errorf("Names() has %d, want %d canonical names", got, len(want)-5)
+	if got := len(command.Names()); got != len(want)-6 {
+		t.Errorf("Names() has %d, want %d canonical names", got, len(want)-6)
 	}
 }
 

@@ -46,6 +46,7 @@ const (
 	KindApprovals      = "tool_approvals"
 	KindOutbox         = "delivery_outbox"
 	KindStreamMessages = "delivery_stream_messages"
+	KindYolo           = "session_yolo"
 )
 
 var (
@@ -297,6 +298,7 @@ var deletes = []struct{ kind, sql string }{
 	{KindSummaries, `DELETE FROM transcript_summaries WHERE session_id = ANY($2) AND session_key = ANY($1)`},
 	{KindPrompts, `DELETE FROM session_prompts WHERE session_id = ANY($2) AND session_key = ANY($1)`},
 	{KindTurns, `DELETE FROM worker_turns WHERE session_key = ANY($1)`},
+	{KindYolo, `DELETE FROM session_yolo WHERE session_key = ANY($1)`},
 	{KindHistory, `DELETE FROM session_history WHERE session_key = ANY($1)`},
 	{KindSessions, `DELETE FROM sessions WHERE session_key = ANY($1)`},
 }

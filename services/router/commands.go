@@ -34,11 +34,13 @@ var helpText = strings.Join([]string{
 	"/title [text] — show or name this conversation",
 	"/sessions [page] — list this chat's conversations",
 	"/resume <title or number> — go back to an earlier conversation",
+	"/branch [title] (/fork) — continue in a copy of this conversation; /resume goes back",
 	"/retry — run your last message again",
 	"/undo [n] — remove the last n exchanges",
 	"/compress — summarize the older part of the conversation now",
 	"/personality [name] — list personalities, or set this chat's (none clears it)",
 	"/reasoning [level|show|hide] — reasoning effort (none, minimal, low, medium, high, xhigh, reset) and whether the model's thinking is shown",
+	"/yolo — turn on or off running dangerous commands in this chat without asking",
 	"/verbose [mode] — cycle how tool calls show on this platform: off, new, all, verbose",
 	"/background <prompt> (/bg) — run <prompt> in a separate session; the result comes here when done",
 	"/sethome — send scheduled messages to this chat",
@@ -53,10 +55,10 @@ var helpText = strings.Join([]string{
 // refusedMidTurn are the commands that, as in Hermes, wait for the running
 // task: they would change or read the conversation under it (/resume
 // would even end it without a word). /help, /status, /stop, /new,
-// /queue, /steer, /approve, /deny and /background (a session of its
-// own) work mid-turn, and /model is
+// /queue, /steer, /approve, /deny, /yolo and /background (a session of
+// its own) work mid-turn, and /model is
 // refused with its own text.
-var refusedMidTurn = []string{"whoami", "sessions", "resume", "title", "retry", "undo", "compress", "sethome", "personality", "reasoning"}
+var refusedMidTurn = []string{"whoami", "sessions", "resume", "title", "retry", "undo", "compress", "sethome", "personality", "reasoning", "branch"}
 
 // openCommands stay available to non-admins where an admin list exists.
 var openCommands = []string{"help", "whoami"}
@@ -366,6 +368,10 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 		return s.verboseCommand(ctx, m, sess, cmd.Args)
 	case "commands", "profile", "version":
 		return reply(sess.Generation, s.infoCommand(m, cmd))
+	case "branch":
+		return s.branch(ctx, m, sess, cmd.Args)
+	case "yolo":
+		return s.yolo(ctx, m, sess, cmd.Args)
 	case "background":
 		return s.background(ctx, m, sess, cmd.Args)
 	case "sethome":

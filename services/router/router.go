@@ -111,6 +111,11 @@ type Config struct {
 	// display.tool_progress_command, off by default): it sets the tool
 	// progress mode of the platform it is sent from (verbose.go).
 	ToolProgressCommand bool `koanf:"tool_progress_command"`
+	// YoloCommand allows /yolo (on by default: Hermes offers it to
+	// whoever may run commands, here router.admins where a platform
+	// has a list). Off, /yolo says it is disabled and every turn asks
+	// before dangerous tool calls whatever a chat chose (yolo.go).
+	YoloCommand bool `koanf:"yolo_command"`
 	// AckWait is how long a delivered inbound or turn-completed message may
 	// go unacknowledged before redelivery (handlers extend it while they
 	// run). After a NATS crash that lost recent acks, an inbound partition
@@ -150,6 +155,7 @@ func DefaultConfig() Config {
 		DrainTimeout:         10 * time.Second,
 		HomeNotice:           true,
 		Background:           BackgroundConfig{MaxRunning: 3},
+		YoloCommand:          true,
 		AckWait:              30 * time.Second,
 		Personalities:        personality.Builtins(),
 	}

@@ -151,6 +151,7 @@ func (s *Service) publishTurn(ctx context.Context, key, token, turnID string, t 
 		// /reasoning's choices; an effort an operator's downgrade left
 		// unknown goes as the default.
 		ShowReasoning: t.Session.ShowReasoning,
+		YoloDisabled:  !s.cfg.YoloCommand,
 	}
 	if personality.ValidEffort(t.Session.ReasoningEffort) {
 		req.ReasoningEffort = t.Session.ReasoningEffort

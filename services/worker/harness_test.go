@@ -190,6 +190,7 @@ type turnOpts struct {
 	show        bool                       // the session shows the model's reasoning
 	toolMode    string                     // the tool progress mode /verbose chose
 	background  string                     // the /background task the turn runs
+	noYolo      bool                       // router.yolo_command is off (yolo_disabled)
 }
 
 // requestTurn does what the router does: wait for and take the session
@@ -231,6 +232,7 @@ func (h *harness) requestTurn(key, text string, o turnOpts) *turnsv1.TurnRequest
 		PersonalityPrompt: o.personality, ReasoningEffort: o.effort, ShowReasoning: o.show,
 		ToolProgressMode: o.toolMode,
 		BackgroundTaskId: o.background,
+		YoloDisabled:     o.noYolo,
 	}
 	if _, err := h.bus.Publish(ctx, h.bus.Topology().Subject(bus.SubjectTurnRequested), "turn:"+req.TurnId, req); err != nil {
 		h.t.Fatal(err)

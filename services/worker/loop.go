@@ -678,14 +678,26 @@ func origin(t *deliveryv1.Target) string {
 	return o
 }
 
-// approveOnce reports whether the call may run: approved before for good
-// (pattern, in this conversation or for this user), or now by the user,
+// approveOnce reports whether the call may run: the chat is in YOLO mode
+// (/yolo, unless the turn says router.yolo_command is off), approved
+// before for good (pattern, in this conversation or for this user), or
+// now by the user,
 // whose "/approve session" or "/approve always" makes the approval stand.
 func (r *turnRun) approveOnce(ctx context.Context, tc store.ToolCall, pattern string, ask *repliesv1.ToolProgress) (bool, error) {
 	sessionID, userKey := r.req.GetSessionId(), r.st.UserKey
-	standing, err := r.s.store.Approved(ctx, sessionID, userKey, pattern)
+	yoloKey := r.req.GetSessionKey()
+	if r.req.GetYoloDisabled() {
+		yoloKey = ""
+	}
+	standing, yolo, err := r.s.store.ApprovedOrYolo(ctx, sessionID, userKey, pattern, yoloKey)
 	if err != nil {
 		return false, err
+	}
+	if yolo {
+		// /yolo: the chat runs dangerous calls without asking (read at
+		// each call, so a /yolo mid-turn counts from the next one).
+		r.log.Info("tool call approved: yolo mode", "tool", tc.Name, "pattern", pattern)
+		return true, nil
 	}
 	if standing {
 		r.log.Info("tool call approved before", "tool", tc.Name, "pattern", pattern)

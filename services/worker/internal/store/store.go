@@ -511,16 +511,19 @@ ON CONFLICT DO NOTHING`, scope, subject, pattern); err != nil {
 	return nil
 }
 
-// Approved reports whether pattern stands approved for the conversation
-// sessionID or for the user userKey.
-func (s *Store) Approved(ctx context.Context, sessionID, userKey, pattern string) (bool, error) {
-	var ok bool
-	err := s.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM agent_tool_approvals WHERE pattern = $3
-AND ((scope = 'session' AND subject = $1) OR (scope = 'user' AND subject = $2)))`, sessionID, userKey, pattern).Scan(&ok)
+// ApprovedOrYolo reports whether pattern stands approved for the
+// conversation sessionID or for the user userKey, and in the same query
+// whether /yolo turned YOLO mode on for the chat yoloKey (a session_yolo
+// row, migration 00115; "" reads none): the call then runs without
+// asking, whatever stands approved.
+func (s *Store) ApprovedOrYolo(ctx context.Context, sessionID, userKey, pattern, yoloKey string) (approved, yolo bool, err error) {
+	err = s.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM agent_tool_approvals WHERE pattern = $3
+AND ((scope = 'session' AND subject = $1) OR (scope = 'user' AND subject = $2))),
+EXISTS (SELECT 1 FROM session_yolo WHERE session_key = $4 AND $4 <> '')`, sessionID, userKey, pattern, yoloKey).Scan(&approved, &yolo)
 	if err != nil {
-		return false, fmt.Errorf("read approvals: %w", err)
+		return false, false, fmt.Errorf("read approvals: %w", err)
 	}
-	return ok, nil
+	return approved, yolo, nil
 }
 
 // ErrMemoryFull refuses a note that would take a user's notes past their

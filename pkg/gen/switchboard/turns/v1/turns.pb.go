@@ -200,6 +200,12 @@ type TurnRequested struct {
 	// router.tool_progress_command is on; empty: delivery's configuration.
 	// The worker copies it onto the turn's tool progress events.
 	ToolProgressMode string `protobuf:"bytes,20,opt,name=tool_progress_mode,json=toolProgressMode,proto3" json:"tool_progress_mode,omitempty"`
+	// router.yolo_command is off: the worker asks before every dangerous
+	// tool call even in a chat /yolo turned YOLO mode on for (its
+	// session_yolo row, migration 00115). False, the default: the worker
+	// reads that row when a dangerous call comes and runs it without
+	// asking while it is there.
+	YoloDisabled bool `protobuf:"varint,21,opt,name=yolo_disabled,json=yoloDisabled,proto3" json:"yolo_disabled,omitempty"`
 	// The /background task this turn runs (Hermes's "bg_HHMMSS_xxxxxx"),
 	// in a session of its own whose key sessionkey.Background derives
 	// from the chat's; empty for every other turn. The worker delivers
@@ -364,6 +370,13 @@ func (x *TurnRequested) GetToolProgressMode() string {
 		return x.ToolProgressMode
 	}
 	return ""
+}
+
+func (x *TurnRequested) GetYoloDisabled() bool {
+	if x != nil {
+		return x.YoloDisabled
+	}
+	return false
 }
 
 func (x *TurnRequested) GetBackgroundTaskId() string {
@@ -784,7 +797,7 @@ var File_switchboard_turns_v1_turns_proto protoreflect.FileDescriptor
 
 const file_switchboard_turns_v1_turns_proto_rawDesc = "" +
 	"\n" +
-	" switchboard/turns/v1/turns.proto\x12\x14switchboard.turns.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\"switchboard/events/v1/events.proto\"\xb3\x06\n" +
+	" switchboard/turns/v1/turns.proto\x12\x14switchboard.turns.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\"switchboard/events/v1/events.proto\"\xd8\x06\n" +
 	"\rTurnRequested\x12\x17\n" +
 	"\aturn_id\x18\x01 \x01(\tR\x06turnId\x12\x1f\n" +
 	"\vsession_key\x18\x02 \x01(\tR\n" +
@@ -811,7 +824,8 @@ const file_switchboard_turns_v1_turns_proto_rawDesc = "" +
 	"\x12personality_prompt\x18\x0f \x01(\tR\x11personalityPrompt\x12)\n" +
 	"\x10reasoning_effort\x18\x10 \x01(\tR\x0freasoningEffort\x12%\n" +
 	"\x0eshow_reasoning\x18\x13 \x01(\bR\rshowReasoning\x12,\n" +
-	"\x12tool_progress_mode\x18\x14 \x01(\tR\x10toolProgressMode\x12,\n" +
+	"\x12tool_progress_mode\x18\x14 \x01(\tR\x10toolProgressMode\x12#\n" +
+	"\ryolo_disabled\x18\x15 \x01(\bR\fyoloDisabled\x12,\n" +
 	"\x12background_task_id\x18\x11 \x01(\tR\x10backgroundTaskId\"\xde\x01\n" +
 	"\x14TurnControlRequested\x12\x1f\n" +
 	"\vsession_key\x18\x01 \x01(\tR\n" +
