@@ -3,7 +3,6 @@ package router
 import (
 	"context"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/switchboard-chat/switchboard/pkg/personality"
 	"github.com/switchboard-chat/switchboard/pkg/sessionstore"
@@ -45,15 +44,7 @@ func (s *Service) personalityCommand(ctx context.Context, m *msgCtx, args string
 	for _, n := range append([]string{"none"}, names...) {
 		available = append(available, "`"+n+"`")
 	}
-	return "Unknown personality: `" + clip(args, 64) + "`\n\nAvailable: " + strings.Join(available, ", "), nil
-}
-
-// clip bounds a user's word echoed back to n characters.
-func clip(s string, n int) string {
-	if utf8.RuneCountInString(s) <= n {
-		return s
-	}
-	return string([]rune(s)[:n]) + "…"
+	return "Unknown personality: `" + preview(args, 64) + "`\n\nAvailable: " + strings.Join(available, ", "), nil
 }
 
 // reasoningUsage lists /reasoning's arguments.
@@ -116,7 +107,7 @@ func (s *Service) reasoningCommand(ctx context.Context, m *msgCtx, sess sessions
 		}
 		return "🧠 ✓ Reasoning effort set to `" + arg + "` (this chat only)\n_(takes effect on next message)_", nil
 	}
-	return "⚠️ Unknown argument: `" + clip(arg, 64) + "`\n\n**Valid levels:** none, minimal, low, medium, high, xhigh\n**Display:** show, hide", nil
+	return "⚠️ Unknown argument: `" + preview(arg, 64) + "`\n\n**Valid levels:** none, minimal, low, medium, high, xhigh\n**Display:** show, hide", nil
 }
 
 // chatSettings is /status's lines for the chat's own /personality and
