@@ -77,7 +77,7 @@ func TestSessionsPruneVerb(t *testing.T) {
 		t.Fatalf("dry run deleted: %d sessions left", n)
 	}
 	out, err = run("prune", "--platform", "telegram") // 90 days, as Hermes's default
-	if err != nil || !strings.Contains(out, "deleted 1 sessions") || !strings.Contains(strings.Join(strings.Fields(out), " "), "session_prompts 0 sessions 1") {
+	if err != nil || !strings.Contains(out, "deleted 1 sessions") || !strings.Contains(strings.Join(strings.Fields(out), " "), " sessions 1 ") {
 		t.Fatalf("prune: %v\n%s", err, out)
 	}
 	if n := sessions(); n != 3 {
