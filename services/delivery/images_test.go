@@ -267,10 +267,16 @@ func TestStreamedAnswerHidesImageSyntax(t *testing.T) {
 		if d.want != "" {
 			updates = append(updates, d.want)
 		}
+		// A delta that finds the update before it still being sent is
+		// redelivered a moment later: wait for the sends it makes.
 		var got []string
-		for _, c := range e.gw.sends() {
-			got = append(got, c.Req.GetText())
-		}
+		eventually(t, e.clock, 0, fmt.Sprint("the updates of delta ", i), func() bool {
+			got = got[:0]
+			for _, c := range e.gw.sends() {
+				got = append(got, c.Req.GetText())
+			}
+			return len(got) >= len(updates)
+		})
 		if fmt.Sprint(got) != fmt.Sprint(updates) {
 			t.Fatalf("after delta %d the stream showed\n%q\nwant\n%q", i, got, updates)
 		}
@@ -333,6 +339,9 @@ func TestImageLinkKeepsItsPlaceInTheChat(t *testing.T) {
 			t1, t2 := fmt.Sprint("a", i), fmt.Sprint("b", i)
 			e.publish(t, event(t1, 1, "s1", final("Chart: ![Sales](https://cdn.example.test/sales.png)")))
 			eventually(t, e.clock, 0, "the first answer's text", func() bool { return rowState(t, e.db, t1+":1:0") == "sent" })
+			// The image's row is queued once the text is sent: its expiry
+			// counts from then, so the clock moves only once it is there.
+			eventually(t, e.clock, 0, "the image's row", func() bool { return rowState(t, e.db, t1+":1:img0") != "" })
 			if tc.expires {
 				e.clock.Advance(50 * time.Second) // the later answer expires well after the image
 			}
@@ -342,14 +351,14 @@ func TestImageLinkKeepsItsPlaceInTheChat(t *testing.T) {
 				t.Fatalf("the later answer is %q, want queued behind the image", st)
 			}
 			later.Store(true)
-			step := time.Duration(0)
 			if tc.expires {
-				step = time.Second
+				// Past the image's expiry (a minute after the first
+				// answer's text was sent), well before the later
+				// answer's: the clock then stands while the link goes.
+				e.clock.Advance(11 * time.Second)
 			}
-			// The clock runs until the link is sent (the image expired),
-			// no further: the later answer must not expire.
 			link := t1 + ":1:img0:link"
-			eventually(t, e.clock, step, "the link", func() bool {
+			eventually(t, e.clock, 0, "the link", func() bool {
 				calls, _ := e.gw.snapshot()
 				for _, c := range calls {
 					if c.Key == link {
