@@ -35,51 +35,8 @@ func TestWholeSystemBackgroundTask(t *testing.T) {
 	defer d.stop(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
-	shown := func() []string {
-		var out []string
-		for _, m := range tg.Messages("99") {
-			out = append(out, m.Shown)
-		}
-		return out
-	}
-	index := func(s []string, substr string) int {
-		for i, m := range s {
-			if strings.Contains(m, substr) {
-				return i
-			}
-		}
-		return -1
-	}
-	count := func(s []string, substr string) int {
-		n := 0
-		for _, m := range s {
-			if strings.Contains(m, substr) {
-				n++
-			}
-		}
-		return n
-	}
-	waitFor := func(what string, cond func([]string) bool) []string {
-		t.Helper()
-		for {
-			if got := shown(); cond(got) {
-				return got
-			}
-			if ctx.Err() != nil {
-				t.Fatalf("timed out waiting for %s; the chat shows %q\nstderr:\n%s", what, shown(), d.stderr.String())
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
-	msgID := 0
-	say := func(text string) {
-		msgID++
-		tg.Inject(map[string]any{"message": map[string]any{
-			"message_id": msgID, "date": time.Now().Unix(), "text": text,
-			"chat": map[string]any{"id": 99, "type": "private", "first_name": "Ann"},
-			"from": map[string]any{"id": 99, "is_bot": false, "first_name": "Ann"},
-		}})
-	}
+	chat := &annChat{t: t, ctx: ctx, tg: tg, d: d}
+	shown, waitFor, say, count, index := chat.shown, chat.waitFor, chat.say, countContaining, indexContaining
 
 	say("remember the blue door")
 	waitFor("the first answer", func(s []string) bool { return count(s, "echo: remember the blue door") == 1 })

@@ -41,25 +41,8 @@ func TestWholeSystemToolStepsInAChat(t *testing.T) {
 	defer d.stop(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
-	shown := func() []string {
-		var out []string
-		for _, m := range tg.Messages("99") {
-			out = append(out, m.Shown)
-		}
-		return out
-	}
-	waitFor := func(what string, cond func([]string) bool) []string {
-		t.Helper()
-		for {
-			if got := shown(); cond(got) {
-				return got
-			}
-			if ctx.Err() != nil {
-				t.Fatalf("timed out waiting for %s; the chat shows %q\nstderr:\n%s", what, shown(), d.stderr.String())
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
+	chat := &annChat{t: t, ctx: ctx, tg: tg, d: d}
+	waitFor := chat.waitFor
 	ann := func(id int, text string) map[string]any {
 		return map[string]any{"message": map[string]any{
 			"message_id": id, "date": time.Now().Unix(), "text": text,
