@@ -1,7 +1,8 @@
 // Package hafake is a fake Home Assistant for tests: its WebSocket API
 // (/api/websocket) speaks the real protocol (auth_required, auth with a
 // long-lived token, auth_ok or auth_invalid, subscribe_events and its
-// result, events of the subscription, ping/pong) and its REST services
+// result, events of the subscription, get_states with the entities'
+// current states, ping/pong) and its REST services
 // endpoint (POST /api/services/<domain>/<service>) checks the bearer
 // token and records persistent notifications as Home Assistant keeps
 // them (one per notification id, replaced by a later create).
@@ -13,6 +14,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -35,6 +37,11 @@ type Fake struct {
 	accepted int
 	seq      int
 	events   map[string][]byte // event id → the frame's event, for Replay
+	states   map[string]any    // entity id → its current state object
+	down     bool
+	served   int      // get_states answered
+	before   []func() // run before the next get_states answer
+	after    []func() // run after it
 	notes    map[string]Notification
 	calls    []Notification
 	failures []failure
@@ -58,7 +65,7 @@ type wsConn struct {
 
 // New starts a fake that accepts token.
 func New(token string) *Fake {
-	f := &Fake{token: token, conns: map[*wsConn]bool{}, events: map[string][]byte{}, notes: map[string]Notification{}}
+	f := &Fake{token: token, conns: map[*wsConn]bool{}, events: map[string][]byte{}, states: map[string]any{}, notes: map[string]Notification{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /api/websocket", f.serveWS)
 	mux.HandleFunc("POST /api/services/{domain}/{service}", f.serveService)
@@ -127,7 +134,47 @@ func (f *Fake) Drop() {
 	}
 }
 
+// StatesServed counts the get_states answered (and the AfterStates
+// functions run after them).
+func (f *Fake) StatesServed() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.served
+}
+
+// SetDown makes the websocket endpoint answer 503 (Home Assistant
+// restarting) until SetDown(false); it does not close the connections
+// open (Drop does).
+func (f *Fake) SetDown(down bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.down = down
+}
+
+// BeforeStates runs fn once, on the connection's goroutine, when the
+// next get_states comes in, before the fake answers it: a change fn makes
+// reaches the subscription before the answer and is in it.
+func (f *Fake) BeforeStates(fn func()) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.before = append(f.before, fn)
+}
+
+// AfterStates runs fn once, right after the next get_states answer.
+func (f *Fake) AfterStates(fn func()) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.after = append(f.after, fn)
+}
+
 func (f *Fake) serveWS(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	down := f.down
+	f.mu.Unlock()
+	if down {
+		http.Error(w, "503: Service Unavailable", http.StatusServiceUnavailable)
+		return
+	}
 	ws, err := websocket.Accept(w, r, nil)
 	if err != nil {
 		return
@@ -198,6 +245,34 @@ func (f *Fake) serveWS(w http.ResponseWriter, r *http.Request) {
 			c.sub = cmd.ID
 			f.mu.Unlock()
 			_ = c.write(ctx, map[string]any{"id": cmd.ID, "type": "result", "success": true, "result": nil})
+		case "get_states":
+			f.mu.Lock()
+			before := f.before
+			f.before = nil
+			f.mu.Unlock()
+			for _, fn := range before {
+				fn()
+			}
+			f.mu.Lock()
+			ids := make([]string, 0, len(f.states))
+			for id := range f.states {
+				ids = append(ids, id)
+			}
+			sort.Strings(ids)
+			list := make([]any, 0, len(ids))
+			for _, id := range ids {
+				list = append(list, f.states[id])
+			}
+			after := f.after
+			f.after = nil
+			f.mu.Unlock()
+			_ = c.write(ctx, map[string]any{"id": cmd.ID, "type": "result", "success": true, "result": list})
+			for _, fn := range after {
+				fn()
+			}
+			f.mu.Lock()
+			f.served++
+			f.mu.Unlock()
 		case "ping":
 			_ = c.write(ctx, map[string]any{"id": cmd.ID, "type": "pong"})
 		default:
@@ -246,9 +321,19 @@ type Changed struct {
 	EventID              string
 }
 
-// Change sends a state_changed event to every subscribed connection and
-// returns what identifies it.
+// Change sets the entity's state (New; nil removes it), sends the
+// state_changed event to every subscribed connection and returns what
+// identifies it. With no connection subscribed the state is set all the
+// same, as Home Assistant's is while the gateway is away.
 func (f *Fake) Change(ch Change) Changed {
+	c := f.Record(ch)
+	f.Replay(c.EventID)
+	return c
+}
+
+// Record is Change without the event: the state is set and the event
+// kept for Replay.
+func (f *Fake) Record(ch Change) Changed {
 	f.mu.Lock()
 	f.seq++
 	seq := f.seq
@@ -278,8 +363,18 @@ func (f *Fake) Change(ch Change) Changed {
 	id := ch.ContextID + ":" + ch.EntityID + ":" + firedStr
 	f.mu.Lock()
 	f.events[id] = ev
+	if ch.New != nil {
+		cur := state(ch.New).(map[string]any)
+		// last_changed moves only with the state (an attributes-only
+		// update moves last_updated).
+		if prev, ok := f.states[ch.EntityID].(map[string]any); ok && prev["state"] == cur["state"] {
+			cur["last_changed"] = prev["last_changed"]
+		}
+		f.states[ch.EntityID] = cur
+	} else {
+		delete(f.states, ch.EntityID)
+	}
 	f.mu.Unlock()
-	f.sendEvent(ev)
 	return Changed{ContextID: ch.ContextID, TimeFired: firedStr, Fired: fired, EventID: id}
 }
 
