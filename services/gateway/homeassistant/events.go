@@ -24,6 +24,7 @@ type frame struct {
 	Message string          `json:"message"` // auth_invalid's reason
 	Error   *resultError    `json:"error"`
 	Event   json.RawMessage `json:"event"`
+	Result  json.RawMessage `json:"result"`
 }
 
 // resultError is a failed command's error.
@@ -47,10 +48,14 @@ type stateChange struct {
 }
 
 // entityState is a state object: its state and attributes as JSON
-// values (Home Assistant's states are strings; attributes are any JSON).
+// values (Home Assistant's states are strings; attributes are any JSON),
+// when the state last changed (last_changed, as Home Assistant wrote it:
+// an attributes-only update leaves it) and the context it changed in.
 type entityState struct {
-	State      json.RawMessage
-	Attributes map[string]json.RawMessage
+	State       json.RawMessage
+	Attributes  map[string]json.RawMessage
+	LastChanged string
+	ContextID   string
 }
 
 // parseFrame reads one websocket message. Home Assistant sends one JSON
@@ -122,12 +127,53 @@ func parseState(raw json.RawMessage) (*entityState, error) {
 		return nil, nil
 	}
 	s := &entityState{State: m["state"]}
+	// Both are only compared and shown: a state without them (or with
+	// them of another type) is read without them.
+	_ = json.Unmarshal(m["last_changed"], &s.LastChanged)
+	var ctx struct {
+		ID string `json:"id"`
+	}
+	if json.Unmarshal(m["context"], &ctx) == nil {
+		s.ContextID = ctx.ID
+	}
 	if a, ok := m["attributes"]; ok && string(bytes.TrimSpace(a)) != "null" {
 		if err := json.Unmarshal(a, &s.Attributes); err != nil {
 			return nil, fmt.Errorf("%w: attributes are not an object: %v", errMalformed, err)
 		}
 	}
 	return s, nil
+}
+
+// currentState is one entity of a get_states answer.
+type currentState struct {
+	EntityID string
+	*entityState
+}
+
+// parseStates reads a get_states answer's result: an array of state
+// objects. One without an entity id, or that is not a state object, is
+// left out (and counted in bad); the array itself must be one.
+func parseStates(raw json.RawMessage) (states []currentState, bad int, err error) {
+	var items []json.RawMessage
+	if err := json.Unmarshal(raw, &items); err != nil {
+		return nil, 0, fmt.Errorf("%w: get_states result: %v", errMalformed, err)
+	}
+	for _, it := range items {
+		var id struct {
+			EntityID string `json:"entity_id"`
+		}
+		if json.Unmarshal(it, &id) != nil || id.EntityID == "" {
+			bad++
+			continue
+		}
+		st, err := parseState(it)
+		if err != nil || st == nil {
+			bad++
+			continue
+		}
+		states = append(states, currentState{EntityID: id.EntityID, entityState: st})
+	}
+	return states, bad, nil
 }
 
 // EventID is the change's id for the kit's dedupe: the context id, the

@@ -1,6 +1,7 @@
 package homeassistant
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -68,6 +69,55 @@ func FuzzFrame(f *testing.F) {
 		if utf8.Valid(raw) {
 			if err := platform.CheckEvent(m, "homeassistant", "ha.local:8123", 1<<20); err != nil && !strings.Contains(err.Error(), "event id") {
 				t.Fatalf("event %v not publishable: %v", m, err)
+			}
+		}
+	})
+}
+
+// FuzzStates feeds the get_states answer's parser and the catch-up's
+// comparison arbitrary results: they never panic; every state read has
+// an entity id; a state compared with itself is unchanged, and a change
+// from a state read before to it that the description takes is named by
+// the state's context, entity and last_changed. The committed corpus
+// (testdata/fuzz/FuzzStates) holds Home Assistant's answers.
+func FuzzStates(f *testing.F) {
+	states := func(items ...string) string { return "[" + strings.Join(items, ",") + "]" }
+	door := `{"entity_id":"binary_sensor.front_door","state":"on","attributes":{"friendly_name":"Front Door","device_class":"door"},` +
+		`"last_changed":"2025-01-02T03:04:05.123456+00:00","last_reported":"2025-01-02T03:04:05.123456+00:00",` +
+		`"last_updated":"2025-01-02T03:04:05.123456+00:00","context":{"id":"01JCTX0001","parent_id":null,"user_id":null}}`
+	climate := `{"entity_id":"climate.hall","state":"heat","attributes":{"current_temperature":21.5,"temperature":23},` +
+		`"last_changed":"2025-01-02T03:04:05+00:00","last_updated":"2025-01-02T03:04:06+00:00","context":{"id":"01JCTX0002"}}`
+	for _, s := range []string{
+		states(),
+		states(door),
+		states(door, climate),
+		states(`{"entity_id":"sensor.t","state":null}`, `{"state":"on"}`, `"x"`, `null`, `{}`),
+		states(`{"entity_id":"light.k","state":"on","last_changed":5,"context":"c"}`),
+		`{"id":2}`,
+		`null`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		got, bad, err := parseStates(raw)
+		if err != nil {
+			return
+		}
+		if bad < 0 {
+			t.Fatalf("bad %d", bad)
+		}
+		for _, cs := range got {
+			if cs.EntityID == "" || cs.entityState == nil {
+				t.Fatalf("state %+v without an entity id", cs)
+			}
+			if !seenOf(cs.entityState).equal(seenOf(cs.entityState)) {
+				t.Fatalf("state %+v differs from itself", cs)
+			}
+			sc := &stateChange{EntityID: cs.EntityID, Old: &entityState{State: json.RawMessage(`"before"`)}, New: cs.entityState,
+				ContextID: cs.ContextID, TimeFired: cs.LastChanged}
+			m, why := normalize(sc, "ha.local:8123")
+			if why == skipNone && m.GetEventId() != cs.ContextID+":"+cs.EntityID+":"+cs.LastChanged && cs.LastChanged != "" {
+				t.Fatalf("event id %q for %+v", m.GetEventId(), cs)
 			}
 		}
 	})

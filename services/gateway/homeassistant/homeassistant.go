@@ -17,8 +17,13 @@
 // all events share one session, and is trusted as the transport's: the
 // token authenticated the connection and there is no person to allow.
 //
-// Home Assistant replays nothing: a state change made while no
-// connection is subscribed reaches no one (docs/chat-gateways.md).
+// Home Assistant replays nothing to a new subscription, and Hermes
+// loses the changes made while it was not subscribed. Here each
+// connection, once subscribed, asks for the current states (get_states)
+// and publishes every watched entity whose state differs from the last
+// one the gateway read, which it keeps in a KV bucket (BucketStates) so
+// a restarted process or another replica knows it
+// (docs/chat-gateways.md).
 package homeassistant
 
 import (
@@ -135,6 +140,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	if opts.Backoff == nil {
 		opts.Backoff = platform.QuickBackoff
 	}
+	p.states = newStateStore(deps.Bus, p.account)
 	svc, err := platform.NewService(p, deps.Bus, deps.Log, opts)
 	if err != nil {
 		return nil, err
@@ -159,6 +165,13 @@ type Platform struct {
 	// Connect's read loop touches it, and Connect never runs twice at
 	// once.
 	last map[string]time.Time
+	// states are the watched entities' last states read (in the bus's
+	// bucket once New attached it); statesPending: this connection's
+	// get_states is not answered yet; noCatchUp: an answer was too
+	// large to read, do not ask again. Only Connect touches them.
+	states        *stateStore
+	statesPending bool
+	noCatchUp     bool
 }
 
 // NewPlatform builds the platform.
@@ -185,7 +198,7 @@ func NewPlatform(cfg Config, log *slog.Logger, hc *http.Client) (*Platform, erro
 	p := &Platform{
 		cfg: cfg, log: log.With("platform", "homeassistant"), hc: hc,
 		base: strings.TrimRight(cfg.URL, "/"), account: strings.ToLower(u.Host),
-		rules: newRules(cfg), now: time.Now, last: map[string]time.Time{},
+		rules: newRules(cfg), now: time.Now, last: map[string]time.Time{}, states: newStateStore(nil, strings.ToLower(u.Host)),
 		handshakeTimeout: handshakeTimeout,
 	}
 	if !p.rules.watching() {
@@ -204,8 +217,9 @@ func (p *Platform) Account() string { return p.account }
 // be per replica).
 func (p *Platform) SingleConsumer() bool { return true }
 
-// Ephemeral: Home Assistant replays nothing to a new subscription, so
-// the holder keeps its connection while NATS is out of reach.
+// Ephemeral: Home Assistant replays nothing to a new subscription (the
+// catch-up publishes one change per entity, not each of them), so the
+// holder keeps its connection while NATS is out of reach.
 func (p *Platform) Ephemeral() bool { return true }
 
 // Capabilities: sends only. A notification cannot be threaded, typed
@@ -218,5 +232,5 @@ func (p *Platform) Capabilities() platform.Capabilities {
 
 var skipped = promauto.NewCounterVec(prometheus.CounterOpts{
 	Name: "switchboard_homeassistant_changes_skipped_total",
-	Help: "Home Assistant state changes read without a message to publish, by reason (ignored, not watched, unchanged, cooldown).",
+	Help: "Home Assistant state changes read without a message to publish, by reason (ignored, not watched, unchanged, cooldown, seen: published already).",
 }, []string{"reason"})

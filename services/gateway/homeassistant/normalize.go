@@ -30,6 +30,7 @@ const (
 	skipNotWatched skip = "not watched"
 	skipUnchanged  skip = "unchanged"
 	skipCooldown   skip = "cooldown"
+	skipSeen       skip = "seen"
 )
 
 // rules are Hermes's filters.

@@ -1,6 +1,7 @@
 package homeassistant
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -15,8 +16,15 @@ import (
 )
 
 // maxFrameBytes bounds one websocket message; a larger one closes the
-// connection (the kit reconnects; what changed meanwhile is lost).
+// connection (the kit reconnects and catches up with get_states).
 const maxFrameBytes = 1 << 20
+
+// maxStatesBytes bounds the get_states answer, every entity's state in
+// one message (about 1 KB an entity). A larger one closes the
+// connection, and the process stops asking for it: the changes made
+// while disconnected are then lost, as they were before there was a
+// catch-up.
+const maxStatesBytes = 32 << 20
 
 // maxEventBytes bounds a state change the gateway publishes; a larger one
 // (an entity with huge attributes) is rejected with the reason.
@@ -27,14 +35,32 @@ const maxEventBytes = 256 << 10
 const handshakeTimeout = 30 * time.Second
 
 // subscribeID is the id of the subscribe_events command, the first
-// command on every connection; its events carry it.
-const subscribeID = 1
+// command on every connection; its events carry it. statesID is the
+// get_states that follows it.
+const (
+	subscribeID = 1
+	statesID    = 2
+)
 
 // Connect opens the websocket, authenticates (auth_required → auth →
-// auth_ok), subscribes to state_changed and publishes the watched
-// changes until ctx ends or the connection fails. A refused token
-// (auth_invalid) is fatal: the gateway turns unready with the reason.
+// auth_ok), subscribes to state_changed, asks for the current states
+// (get_states) and publishes the watched changes until ctx ends or the
+// connection fails. A refused token (auth_invalid) is fatal: the gateway
+// turns unready with the reason.
+//
+// Home Assistant replays nothing to a new subscription, so the current
+// states, asked for once the subscription stands (a change made between
+// the two is in both, and published once), are compared with the last
+// states the gateway read (the states bucket): each watched entity whose
+// state differs is published as the change it missed, with Home
+// Assistant's last_changed.
 func (p *Platform) Connect(ctx context.Context, conn platform.Conn) error {
+	if err := p.states.load(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
 	dctx, cancelDial := context.WithTimeout(ctx, p.handshakeTimeout)
 	ws, _, err := websocket.Dial(dctx, p.wsURL(), &websocket.DialOptions{HTTPClient: p.hc})
 	cancelDial()
@@ -52,6 +78,20 @@ func (p *Platform) Connect(ctx context.Context, conn platform.Conn) error {
 		}
 		return err
 	}
+	p.statesPending = false
+	if !p.noCatchUp {
+		wctx, cancelWrite := context.WithTimeout(ctx, p.handshakeTimeout)
+		err := writeJSON(wctx, ws, map[string]any{"id": statesID, "type": "get_states"})
+		cancelWrite()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("homeassistant websocket: get_states: %w", err)
+		}
+		p.statesPending = true
+		ws.SetReadLimit(maxStatesBytes)
+	}
 	conn.Connected()
 	p.log.Info("homeassistant: subscribed to state_changed", "url", p.base)
 
@@ -68,12 +108,28 @@ func (p *Platform) Connect(ctx context.Context, conn platform.Conn) error {
 			if cause := context.Cause(rctx); cause != nil && !errors.Is(cause, context.Canceled) {
 				err = cause
 			}
+			if p.statesPending && readLimited(err) {
+				p.noCatchUp = true
+				p.log.Error("homeassistant: the get_states answer is larger than the gateway reads; changes made while disconnected will not be caught up until the gateway restarts",
+					"limit_bytes", maxStatesBytes)
+			}
 			return fmt.Errorf("homeassistant websocket: %w", err)
 		}
+		pending := p.statesPending
 		// A message whose handling panics is skipped (logged, counted);
 		// the connection and the state changes after it go on.
 		platform.Receive(rctx, conn, p.log, "homeassistant", "", raw, func() { p.handle(rctx, conn, raw) })
+		if pending && !p.statesPending {
+			ws.SetReadLimit(maxFrameBytes)
+		}
 	}
+}
+
+// readLimited reports whether a read failed on the websocket's read
+// limit: the library says so only in the error's text (and closes the
+// connection with 1009, message too big).
+func readLimited(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "read limited at")
 }
 
 // handshake reads auth_required, sends the token, reads auth_ok and
@@ -180,6 +236,11 @@ func (p *Platform) handle(ctx context.Context, conn platform.Conn, raw []byte) {
 		conn.Reject(ctx, "malformed websocket message", err)
 		return
 	}
+	if f.Type == "result" && f.ID == statesID {
+		p.statesPending = false // before anything that could panic
+		p.catchUp(ctx, conn, f)
+		return
+	}
 	if f.Type != "event" || f.ID != subscribeID {
 		return
 	}
@@ -209,15 +270,28 @@ func (p *Platform) handle(ctx context.Context, conn platform.Conn, raw []byte) {
 	if !ok {
 		return
 	}
+	p.publish(ctx, conn, sc)
+}
+
+// publish filters, describes and publishes one state change, read live
+// or made up by the catch-up, and records the entity's new state as
+// read: a change the filters let through is remembered whether it was
+// published or skipped (cooldown, unchanged), so that the next catch-up
+// compares with what the live subscription saw.
+func (p *Platform) publish(ctx context.Context, conn platform.Conn, sc *stateChange) {
 	m, why := p.accept(sc)
 	if why != skipNone {
 		skipped.WithLabelValues(string(why)).Inc()
 		p.log.Debug("homeassistant state change skipped", "why", string(why), "entity_id", sc.EntityID)
+		if why != skipIgnored && why != skipNotWatched {
+			p.remember(ctx, sc)
+		}
 		return
 	}
 	for ctx.Err() == nil {
 		_, err := conn.Deliver(ctx, m)
 		if err == nil || errors.Is(err, platform.ErrRejected) {
+			p.remember(ctx, sc)
 			return
 		}
 		p.log.Warn("homeassistant state change not published; retrying", "entity_id", sc.EntityID, "err", err)
@@ -226,6 +300,64 @@ func (p *Platform) handle(ctx context.Context, conn platform.Conn, raw []byte) {
 		case <-time.After(time.Second):
 		}
 	}
+}
+
+// remember records the change's new state; a failed write is logged
+// (the state stays in memory for this process).
+func (p *Platform) remember(ctx context.Context, sc *stateChange) {
+	if err := p.states.remember(ctx, sc.EntityID, sc.New); err != nil {
+		p.log.Warn("homeassistant state not stored", "entity_id", sc.EntityID, "err", err)
+	}
+}
+
+// catchUp handles the get_states answer: every watched entity whose
+// state differs from the one last read is published as a change from
+// that state to the current one, through the filters, dedupe and
+// cooldown of a live change; an entity without a state read before (a
+// first start, a newly watched entity) is only recorded. Entities no
+// longer watched or gone are forgotten.
+func (p *Platform) catchUp(ctx context.Context, conn platform.Conn, f *frame) {
+	if !f.Success {
+		reason := "no reason given"
+		if f.Error != nil {
+			reason = f.Error.Code + ": " + f.Error.Message
+		}
+		p.log.Warn("homeassistant: get_states refused; changes made while disconnected are not caught up", "reason", reason)
+		return
+	}
+	states, bad, err := parseStates(f.Result)
+	if err != nil {
+		conn.Reject(ctx, "malformed get_states answer", err)
+		return
+	}
+	if bad > 0 {
+		p.log.Warn("homeassistant: get_states answer with unreadable states left out", "count", bad)
+	}
+	watched := make(map[string]bool, len(states))
+	changed := 0
+	for _, cs := range states {
+		if p.rules.filter(cs.EntityID) != skipNone {
+			continue
+		}
+		watched[cs.EntityID] = true
+		prev, ok := p.states.lookup(cs.EntityID)
+		if !ok {
+			p.remember(ctx, &stateChange{EntityID: cs.EntityID, New: cs.entityState})
+			continue
+		}
+		if prev.equal(seenOf(cs.entityState)) {
+			continue
+		}
+		changed++
+		p.publish(ctx, conn, &stateChange{EntityID: cs.EntityID, Old: &entityState{State: prev.State},
+			New: cs.entityState, ContextID: cs.ContextID, TimeFired: cs.LastChanged})
+	}
+	for id := range p.states.seen {
+		if !watched[id] {
+			p.remember(ctx, &stateChange{EntityID: id})
+		}
+	}
+	p.log.Info("homeassistant: caught up with the current states", "entities", len(states), "watched", len(watched), "changed", changed)
 }
 
 // maxCooldowns bounds the entities whose last message time is kept; past
@@ -239,6 +371,9 @@ const maxCooldowns = 10000
 func (p *Platform) accept(sc *stateChange) (*eventsv1.MessageReceived, skip) {
 	if why := p.rules.filter(sc.EntityID); why != skipNone {
 		return nil, why
+	}
+	if p.published(sc) {
+		return nil, skipSeen
 	}
 	m, why := normalize(sc, p.account)
 	if why != skipNone {
@@ -258,4 +393,15 @@ func (p *Platform) accept(sc *stateChange) (*eventsv1.MessageReceived, skip) {
 	}
 	p.last[sc.EntityID] = now
 	return m, skipNone
+}
+
+// published reports whether the change's new state is the one last read
+// of its entity, with the same last_changed: the catch-up published it
+// before its live event arrived (or the live event came twice).
+func (p *Platform) published(sc *stateChange) bool {
+	if sc.New == nil || sc.New.LastChanged == "" {
+		return false
+	}
+	prev, ok := p.states.lookup(sc.EntityID)
+	return ok && prev.LastChanged == sc.New.LastChanged && bytes.Equal(prev.State, sc.New.State)
 }
