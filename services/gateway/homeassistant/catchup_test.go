@@ -1,14 +1,18 @@
 package homeassistant
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/switchboard-chat/switchboard/pkg/bus/bustest"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+	"github.com/switchboard-chat/switchboard/pkg/platform"
 	"github.com/switchboard-chat/switchboard/pkg/platform/platformtest"
 	"github.com/switchboard-chat/switchboard/services/gateway/homeassistant/hafake"
 )
@@ -270,4 +274,42 @@ func TestCatchUpCooldown(t *testing.T) {
 	b := f.Change(change("binary_sensor.front_door", "off", "on", map[string]any{"friendly_name": "Front Door"}))
 	reconnect()
 	checkEvents(t, g.sync(t, &s, 3), []wantEvent{{b, "[Home Assistant] Front Door: triggered (was cleared)"}})
+}
+
+// A get_states answer larger than the gateway reads closes that
+// connection once; the next ones subscribe without asking for the
+// states again (instead of reconnecting for ever), and live changes get
+// through.
+func TestCatchUpAnswerTooLarge(t *testing.T) {
+	t.Parallel()
+	f := hafake.New(token)
+	t.Cleanup(f.Close)
+	seed(f)
+	f.Record(change("media_player.living_room", "", "playing", map[string]any{"playlist": strings.Repeat("x", 100<<10)}))
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	t.Cleanup(func() { platformtest.DeleteBuckets(b) })
+	g := &gw{f: f, b: b, evs: platformtest.InboundEvents(t, b)}
+	s, err := New(testConfig(f), Deps{Log: slog.New(slog.DiscardHandler), Bus: b,
+		Runner: platform.Options{Backoff: platform.Schedule(10 * time.Millisecond), LeaseTTL: time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.p.statesLimit = 64 << 10
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("run: %v", err)
+		}
+	})
+	platformtest.WaitFor(t, "the second connection to subscribe", func() bool { return f.Connections() >= 2 && f.Subscribed() == 1 })
+	door := f.Change(change("binary_sensor.front_door", "off", "on", map[string]any{"friendly_name": "Front Door"}))
+	if ev := platformtest.NextEvent(t, g.evs); ev.GetEventId() != door.EventID {
+		t.Fatalf("event %s %q, want the door's %s", ev.GetEventId(), ev.GetText(), door.EventID)
+	}
+	if n, served := f.Connections(), f.StatesServed(); n != 2 || served != 1 {
+		t.Fatalf("%d connections, %d get_states answered; want 2 and 1 (no asking again)", n, served)
+	}
 }

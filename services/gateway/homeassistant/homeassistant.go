@@ -161,6 +161,9 @@ type Platform struct {
 	// handshakeTimeout bounds a connection's setup: the websocket's HTTP
 	// upgrade, then auth and the subscription (tests shorten it).
 	handshakeTimeout time.Duration
+	// statesLimit bounds the get_states answer (maxStatesBytes; tests
+	// shrink it).
+	statesLimit int64
 	// last is when each entity was last published (the cooldown); only
 	// Connect's read loop touches it, and Connect never runs twice at
 	// once.
@@ -199,7 +202,7 @@ func NewPlatform(cfg Config, log *slog.Logger, hc *http.Client) (*Platform, erro
 		cfg: cfg, log: log.With("platform", "homeassistant"), hc: hc,
 		base: strings.TrimRight(cfg.URL, "/"), account: strings.ToLower(u.Host),
 		rules: newRules(cfg), now: time.Now, last: map[string]time.Time{}, states: newStateStore(nil, strings.ToLower(u.Host)),
-		handshakeTimeout: handshakeTimeout,
+		handshakeTimeout: handshakeTimeout, statesLimit: maxStatesBytes,
 	}
 	if !p.rules.watching() {
 		p.log.Warn("homeassistant: no watch_domains, watch_entities or watch_all: every state change will be dropped")

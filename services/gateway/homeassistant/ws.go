@@ -90,7 +90,7 @@ func (p *Platform) Connect(ctx context.Context, conn platform.Conn) error {
 			return fmt.Errorf("homeassistant websocket: get_states: %w", err)
 		}
 		p.statesPending = true
-		ws.SetReadLimit(maxStatesBytes)
+		ws.SetReadLimit(p.statesLimit)
 	}
 	conn.Connected()
 	p.log.Info("homeassistant: subscribed to state_changed", "url", p.base)
@@ -108,10 +108,10 @@ func (p *Platform) Connect(ctx context.Context, conn platform.Conn) error {
 			if cause := context.Cause(rctx); cause != nil && !errors.Is(cause, context.Canceled) {
 				err = cause
 			}
-			if p.statesPending && readLimited(err) {
+			if p.statesPending && errors.Is(err, websocket.ErrMessageTooBig) {
 				p.noCatchUp = true
 				p.log.Error("homeassistant: the get_states answer is larger than the gateway reads; changes made while disconnected will not be caught up until the gateway restarts",
-					"limit_bytes", maxStatesBytes)
+					"limit_bytes", p.statesLimit)
 			}
 			return fmt.Errorf("homeassistant websocket: %w", err)
 		}
@@ -123,13 +123,6 @@ func (p *Platform) Connect(ctx context.Context, conn platform.Conn) error {
 			ws.SetReadLimit(maxFrameBytes)
 		}
 	}
-}
-
-// readLimited reports whether a read failed on the websocket's read
-// limit: the library says so only in the error's text (and closes the
-// connection with 1009, message too big).
-func readLimited(err error) bool {
-	return err != nil && strings.Contains(err.Error(), "read limited at")
 }
 
 // handshake reads auth_required, sends the token, reads auth_ok and
