@@ -82,9 +82,18 @@ type Job struct {
 	PausedReason string
 	// FireFailures counts the failures to fire the job in a row;
 	// FireRetryAt is when the scheduler may try again (zero: any tick).
-	FireFailures         int
-	FireRetryAt          time.Time
+	FireFailures int
+	FireRetryAt  time.Time
+	// RunningRunID is the run in flight, which holds the job's next fire
+	// until its turn ends (RunEnded) or RunningUntil passes ("": none).
+	RunningRunID         string
+	RunningUntil         time.Time
 	CreatedAt, UpdatedAt time.Time
+}
+
+// Running: a run of the job is in flight at now and holds its next fire.
+func (j Job) Running(now time.Time) bool {
+	return j.RunningRunID != "" && j.RunningUntil.After(now)
 }
 
 // Schedule loads the job's schedule in loc.
@@ -137,15 +146,15 @@ func (s *Store) Location() *time.Location { return s.loc }
 const columns = `id, owner, name, prompt, schedule_kind, schedule_expr, schedule_display, deliver,
 origin_platform, origin_account, origin_chat_id, origin_thread_id, coalesce(repeat_times, 0), repeat_completed,
 state, next_run_at, manual_run_at, last_run_at, last_status, last_error, last_delivery_error, last_run_id,
-paused_reason, fire_failures, fire_retry_at, created_at, updated_at`
+paused_reason, fire_failures, fire_retry_at, running_run_id, running_until, created_at, updated_at`
 
 func scan(row pgx.Row) (Job, error) {
 	var j Job
-	var next, manual, last, retry *time.Time
+	var next, manual, last, retry, until *time.Time
 	err := row.Scan(&j.ID, &j.Owner, &j.Name, &j.Prompt, &j.Kind, &j.Expr, &j.Display, &j.Deliver,
 		&j.Origin.Platform, &j.Origin.Account, &j.Origin.ChatID, &j.Origin.ThreadID, &j.RepeatTimes, &j.RepeatCompleted,
 		&j.State, &next, &manual, &last, &j.LastStatus, &j.LastError, &j.LastDeliveryError, &j.LastRunID,
-		&j.PausedReason, &j.FireFailures, &retry, &j.CreatedAt, &j.UpdatedAt)
+		&j.PausedReason, &j.FireFailures, &retry, &j.RunningRunID, &until, &j.CreatedAt, &j.UpdatedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Job{}, ErrNotFound
 	}
@@ -155,7 +164,7 @@ func scan(row pgx.Row) (Job, error) {
 	for _, p := range []struct {
 		src *time.Time
 		dst *time.Time
-	}{{next, &j.NextRunAt}, {manual, &j.ManualRunAt}, {last, &j.LastRunAt}, {retry, &j.FireRetryAt}} {
+	}{{next, &j.NextRunAt}, {manual, &j.ManualRunAt}, {last, &j.LastRunAt}, {retry, &j.FireRetryAt}, {until, &j.RunningUntil}} {
 		if p.src != nil {
 			*p.dst = *p.src
 		}
@@ -600,8 +609,9 @@ func (s *Store) Remove(ctx context.Context, owner, id string) (Job, error) {
 }
 
 // ClaimDue locks one job that is due at now (a scheduled run or a run
-// asked for) in tx, skipping rows other transactions hold and the ids in
-// skip; false when there is none.
+// asked for) in tx, skipping rows other transactions hold, jobs whose
+// last run is still in flight (Job.Running: its turn has not ended and
+// its hold has not lapsed) and the ids in skip; false when there is none.
 func ClaimDue(ctx context.Context, tx DBTX, now time.Time, skip []string) (Job, bool, error) {
 	if skip == nil {
 		skip = []string{}
@@ -609,6 +619,7 @@ func ClaimDue(ctx context.Context, tx DBTX, now time.Time, skip []string) (Job, 
 	j, err := scan(tx.QueryRow(ctx, `SELECT `+columns+` FROM cron_jobs
 WHERE ((state = 'scheduled' AND next_run_at <= $1) OR manual_run_at <= $1) AND NOT (id = ANY($2))
   AND (fire_retry_at IS NULL OR fire_retry_at <= $1)
+  AND (running_run_id = '' OR running_until IS NULL OR running_until <= $1)
 ORDER BY LEAST(CASE WHEN state = 'scheduled' THEN next_run_at END, manual_run_at), id
 LIMIT 1 FOR UPDATE SKIP LOCKED`, now, skip))
 	if errors.Is(err, ErrNotFound) {
@@ -626,7 +637,8 @@ LIMIT 1 FOR UPDATE SKIP LOCKED`, now, skip))
 // skipped instant). When the row already holds runID's outcome (its turn
 // ended, or its answer failed to deliver, before a retry of a failed
 // commit recorded it), that stays; a new run clears the last delivery
-// error.
+// error. The job's run in flight becomes j.RunningRunID, holding its next
+// fire until j.RunningUntil ("": none: a run blocked, an instant skipped).
 func SaveRun(ctx context.Context, tx DBTX, j Job, runID string, now time.Time) error {
 	_, err := tx.Exec(ctx, `
 UPDATE cron_jobs SET next_run_at = $2, manual_run_at = $3, state = $4, repeat_completed = $5, last_run_at = $6,
@@ -635,9 +647,11 @@ UPDATE cron_jobs SET next_run_at = $2, manual_run_at = $3, state = $4, repeat_co
   last_delivery_error = CASE WHEN $10 = '' OR last_run_id = $10 THEN last_delivery_error ELSE '' END,
   last_run_id = CASE WHEN $10 = '' THEN last_run_id ELSE $10 END, updated_at = $9,
   fire_failures = 0, fire_retry_at = NULL,
-  paused_reason = CASE WHEN $4 = 'paused' THEN $11 ELSE '' END
+  paused_reason = CASE WHEN $4 = 'paused' THEN $11 ELSE '' END,
+  running_run_id = $12, running_until = $13
 WHERE id = $1`, j.ID, nullTime(j.NextRunAt), nullTime(j.ManualRunAt), j.State, j.RepeatCompleted,
-		nullTime(j.LastRunAt), j.LastStatus, truncate(j.LastError, 2000), now, runID, truncate(j.PausedReason, 2000))
+		nullTime(j.LastRunAt), j.LastStatus, truncate(j.LastError, 2000), now, runID, truncate(j.PausedReason, 2000),
+		j.RunningRunID, nullTime(j.RunningUntil))
 	if err != nil {
 		return fmt.Errorf("save cron run of %s: %w", j.ID, err)
 	}
@@ -704,18 +718,26 @@ WHERE id = $1`, id, truncate(out.LastError, 2000), n, nullTime(out.RetryAt), out
 	return n, out, nil
 }
 
-// RunEnded moves the next run of the job of the run runID (RunID), an
-// interval job, to a period after end, the instant the run's turn ended,
-// as Hermes's mark_job_run does (its interval counts from the end of each
-// run: a run of ten minutes every hour starts an hour after the last one
-// ended, not after it started). The scheduler moved it on to a period
-// after the run fired; this applies only while that still stands: the
-// job is scheduled, runID is its last run, and its next run is the one
-// the scheduler set. So it applies once however often the turn's end is
-// redelivered and whichever router replica handles it, and never over a
-// change made since (a new schedule, a resume, a later run, a run that
-// outlasted its period, which the scheduler has fired again). False: not
-// applied.
+// RunEnded records on the job of the run runID (RunID) that the run's
+// turn ended at end, as Hermes's mark_job_run after a run:
+//
+//   - the run no longer holds the job (ClaimDue skips a job whose run is
+//     in flight, as Hermes's tick does not fire a job while its run
+//     goes on): the next fire may be made;
+//   - the job's next run is computed from end: an interval's is a period
+//     after it (a run of ten minutes every hour starts an hour after the
+//     last one ended, not after it started), a cron expression's is its
+//     first instant after it (instants that passed while the run went on
+//     are skipped, not caught up).
+//
+// The scheduler moved the job on from the instant the run fired; the
+// next run is moved only while that still stands: the job is scheduled,
+// runID is its last run, and its next run is the one the scheduler set.
+// The hold is released only while runID is the run that holds it. So it
+// applies once however often the turn's end is redelivered and whichever
+// router replica handles it, and never over a change made since (a new
+// schedule, a resume, a later run fired once the hold lapsed after
+// cron.max_run_duration). False: nothing applied.
 func (s *Store) RunEnded(ctx context.Context, runID string, end time.Time) (bool, error) {
 	id, _, _, err := ParseRunID(runID)
 	if err != nil {
@@ -730,26 +752,30 @@ func (s *Store) RunEnded(ctx context.Context, runID string, end time.Time) (bool
 		if err != nil {
 			return err
 		}
-		if j.Kind != schedule.Interval || j.State != StateScheduled || j.LastRunID != runID || j.LastRunAt.IsZero() {
+		release := j.RunningRunID == runID
+		next := j.NextRunAt
+		if j.Kind != schedule.Once && j.State == StateScheduled && j.LastRunID == runID && !j.LastRunAt.IsZero() && end.After(j.LastRunAt) {
+			if sched, err := j.Schedule(s.loc); err == nil { // else the scheduler pauses it
+				if fired, _ := sched.Next(j.LastRunAt); j.NextRunAt.Equal(fired) {
+					next, _ = sched.Next(end)
+				}
+			}
+		}
+		if !release && next.Equal(j.NextRunAt) {
 			return nil
 		}
-		sched, err := j.Schedule(s.loc)
-		if err != nil {
-			return nil // the scheduler pauses it
-		}
-		fired, _ := sched.Next(j.LastRunAt)
-		if !j.NextRunAt.Equal(fired) || !end.After(j.LastRunAt) {
-			return nil
-		}
-		next, _ := sched.Next(end)
-		if _, err := tx.Exec(ctx, `UPDATE cron_jobs SET next_run_at = $2, updated_at = $3 WHERE id = $1`, id, next, s.now()); err != nil {
+		if _, err := tx.Exec(ctx, `
+UPDATE cron_jobs SET next_run_at = $2, updated_at = $3,
+  running_run_id = CASE WHEN $4 THEN '' ELSE running_run_id END,
+  running_until = CASE WHEN $4 THEN NULL ELSE running_until END
+WHERE id = $1`, id, nullTime(next), s.now(), release); err != nil {
 			return err
 		}
 		applied = true
 		return nil
 	})
 	if err != nil {
-		return false, fmt.Errorf("move cron job %s on from the end of run %s: %w", id, runID, err)
+		return false, fmt.Errorf("record the end of cron run %s: %w", runID, err)
 	}
 	return applied, nil
 }

@@ -98,6 +98,10 @@ func (s *Service) cronCommand(ctx context.Context, m *msgCtx, args string) strin
 		case "resume":
 			return fmt.Sprintf("Resumed job: %s (%s)\n  Next run: %s", j.Name, j.ID, s.when(j.NextRunAt))
 		case "run":
+			if j.Running(s.now()) {
+				// Held by its run in flight (cron.max_run_duration bounds it).
+				return fmt.Sprintf("Triggered job: %s (%s)\n  It will run once its current run ends.", j.Name, j.ID)
+			}
 			return fmt.Sprintf("Triggered job: %s (%s)\n  It will run on the next scheduler tick.", j.Name, j.ID)
 		}
 		return fmt.Sprintf("Removed job: %s (%s)", j.Name, j.ID)
@@ -377,9 +381,9 @@ func unquote(s string) string {
 }
 
 // cronOutcome records how a cron run ended on its job (Hermes's
-// mark_job_run): an interval job's next run counts from the end of the
-// run's turn (cron.Store.RunEnded: once, however often the completion is
-// redelivered); the scheduler wrote ok when it started the run, and a
+// mark_job_run): the run no longer holds the job and its next run counts
+// from the end of the run's turn (cron.Store.RunEnded: once, however
+// often the completion is redelivered); the scheduler wrote ok when it started the run, and a
 // turn that failed or was stopped makes it error, with the reason,
 // unless the job has fired a newer run since (cron.Store.RecordOutcome).
 // A stale turn (a newer generation took the session over) did not end

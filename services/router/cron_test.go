@@ -251,10 +251,11 @@ func TestCronOutcome(t *testing.T) {
 }
 
 // TestCronRunEndMovesInterval: the completed turn of an interval job's
-// run moves the job's next run to a period after the turn ended (its
-// completed_at), as Hermes counts an interval from the end of each run;
-// the completion redelivered (later) moves it no further. A stale turn
-// ends nothing.
+// run ends the run's hold on the job (a run asked for meanwhile waits for
+// it, and /cron run says so) and moves the job's next run to a period
+// after the turn ended (its completed_at), as Hermes counts an interval
+// from the end of each run; the completion redelivered (later) moves it
+// no further. A stale turn ends nothing.
 func TestCronRunEndMovesInterval(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -268,9 +269,20 @@ func TestCronRunEndMovesInterval(t *testing.T) {
 	// The scheduler fired it (as SaveRun leaves it).
 	fired := time.Date(2026, 5, 1, 9, 0, 0, 0, time.UTC)
 	run := cron.RunID(j.ID, fired, false)
-	if _, err := e.db.Exec(ctx, `UPDATE cron_jobs SET last_run_at = $2, last_run_id = $3, next_run_at = $4, last_status = 'ok' WHERE id = $1`,
-		j.ID, fired, run, fired.Add(time.Hour)); err != nil {
+	if _, err := e.db.Exec(ctx, `UPDATE cron_jobs SET last_run_at = $2, last_run_id = $3, next_run_at = $4, last_status = 'ok',
+  running_run_id = $3, running_until = $5 WHERE id = $1`,
+		j.ID, fired, run, fired.Add(time.Hour), time.Now().Add(time.Hour)); err != nil {
 		t.Fatal(err)
+	}
+	if got := e.ask("alice", "/cron run "+j.ID); !strings.Contains(got, "It will run once its current run ends.") {
+		t.Errorf("/cron run of a job whose run is in flight: %q", got)
+	}
+	inFlight := func() string {
+		got, err := s.cron.Resolve(ctx, "telegram:alice", j.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got.RunningRunID
 	}
 	next := func() time.Time {
 		got, err := s.cron.Resolve(ctx, "telegram:alice", j.ID)
@@ -284,16 +296,16 @@ func TestCronRunEndMovesInterval(t *testing.T) {
 		Status: turnsv1.TurnStatus_TURN_STATUS_STALE, CompletedAt: timestamppb.New(fired.Add(time.Minute))}); err != nil {
 		t.Fatal(err)
 	}
-	if got := next(); !got.Equal(fired.Add(time.Hour)) {
-		t.Fatalf("a stale turn moved the next run to %v", got)
+	if got := next(); !got.Equal(fired.Add(time.Hour)) || inFlight() != run {
+		t.Fatalf("a stale turn moved the next run to %v or ended the run (in flight %q)", got, inFlight())
 	}
 	for i := range 2 { // delivered, then redelivered
 		if err := s.cronOutcome(ctx, &turnsv1.TurnCompleted{SessionKey: "agent:main:cron:dm:" + run,
 			Status: turnsv1.TurnStatus_TURN_STATUS_COMPLETED, CompletedAt: timestamppb.New(end)}); err != nil {
 			t.Fatal(err)
 		}
-		if got := next(); !got.Equal(end.Add(time.Hour)) {
-			t.Errorf("delivery %d: next run %v, want an hour after the run ended (%v)", i+1, got, end.Add(time.Hour))
+		if got := next(); !got.Equal(end.Add(time.Hour)) || inFlight() != "" {
+			t.Errorf("delivery %d: next run %v, in flight %q; want an hour after the run ended (%v), none", i+1, got, inFlight(), end.Add(time.Hour))
 		}
 	}
 }

@@ -8,6 +8,12 @@
 // (or a failed commit) between the publish and the commit re-publishes
 // the same id on the next tick: the bus's dedupe window and the router's
 // longer-lived dedupe record make it one run.
+//
+// A published run holds its job until the run's turn ends (as Hermes's
+// tick, which does not fire a job whose run is still going): ClaimDue
+// skips the job while its running_run_id stands, the router releases it
+// when the turn's TurnCompleted arrives (cron.Store.RunEnded), and a run
+// whose turn never ends releases it cron.max_run_duration after firing.
 package scheduler
 
 import (
@@ -54,7 +60,7 @@ const (
 
 var runs = promauto.NewCounterVec(prometheus.CounterOpts{
 	Name: "switchboard_cron_runs_total",
-	Help: "Cron job runs by outcome: published (scheduled, late or catch_up), manual, missed (a one-shot past its grace, or a catch-up skipped by cron.catch_up_missed=false), blocked (no deliver target), failed (firing failed: a panic, or publish or commit failed; retried under the same id after a delay that doubles with each failure in a row), paused (a panic that was the job's cron.pause_after_fire_failures-th failure in a row paused it).",
+	Help: "Cron job runs by outcome: published (scheduled, late or catch_up), manual, missed (a one-shot past its grace, or a catch-up skipped by cron.catch_up_missed=false), blocked (no deliver target), failed (firing failed: a panic, or publish or commit failed; retried under the same id after a delay that doubles with each failure in a row), paused (a panic that was the job's cron.pause_after_fire_failures-th failure in a row paused it), overran (a job's run in flight outlasted cron.max_run_duration without its turn ending: its hold lapsed and the job fires again).",
 }, []string{"outcome"})
 
 // Config is the `cron` section.
@@ -87,12 +93,19 @@ type Config struct {
 	// PauseAfterFireFailures-th failure in a row pauses it, with the
 	// reason /cron list shows. 0 never pauses.
 	PauseAfterFireFailures int `koanf:"pause_after_fire_failures"`
+	// MaxRunDuration bounds how long a run in flight holds its job: as
+	// Hermes's tick, a job whose run has not ended does not fire again
+	// (a run of 3 minutes every minute runs back to back, not three at
+	// once); the run's end (its TurnCompleted, cron.Store.RunEnded)
+	// releases it. A run whose turn never ends (lost for good) releases
+	// it this long after it fired, and the job fires again.
+	MaxRunDuration time.Duration `koanf:"max_run_duration"`
 }
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
 	return Config{Enabled: true, Tick: time.Minute, CatchUpMissed: true, MaxPerTick: 100, SessionRetention: retention.Age(7 * 24 * time.Hour), CompletedRetention: retention.Age(7 * 24 * time.Hour),
-		PauseAfterFireFailures: 5}
+		PauseAfterFireFailures: 5, MaxRunDuration: 2 * time.Hour}
 }
 
 // Location is the configured time zone.
@@ -120,6 +133,9 @@ func (c Config) Validate() error {
 	}
 	if c.PauseAfterFireFailures < 0 {
 		return config.Invalid("cron.pause_after_fire_failures", fmt.Sprint(c.PauseAfterFireFailures), "0 (never) or a count of failures")
+	}
+	if c.MaxRunDuration < c.Tick {
+		return config.Invalid("cron.max_run_duration", c.MaxRunDuration.String(), "a duration of at least cron.tick ("+c.Tick.String()+")")
 	}
 	if c.CompletedRetention < 0 {
 		return config.Invalid("cron.completed_retention", c.CompletedRetention.String(), "0 or a period such as 7d")
@@ -367,6 +383,16 @@ func (s *Scheduler) fireFailed(ctx context.Context, id string, ferr error) {
 // changed as the run leaves it, for SaveRun, with the id of the run it
 // fired or blocked ("" for none).
 func (s *Scheduler) handle(ctx context.Context, j *cron.Job, now time.Time) (bool, string, error) {
+	if j.RunningRunID != "" {
+		// Claimed with a run in flight: its hold lapsed (ClaimDue), the
+		// turn of that run never ended (lost: a crash no redelivery
+		// recovered). The job fires again as if it had ended.
+		runs.WithLabelValues("overran").Inc()
+		s.log.Warn("cron run did not end within cron.max_run_duration; its job fires again", "job", j.ID,
+			"run", j.RunningRunID, "max_run_duration", s.cfg.MaxRunDuration)
+	}
+	// Only a run published below holds the job.
+	j.RunningRunID, j.RunningUntil = "", time.Time{}
 	sched, err := j.Schedule(s.loc)
 	if err != nil {
 		// A row no schedule reads back from: stop it rather than loop.
@@ -478,9 +504,11 @@ func ranByHandSince(lastRunID string, due time.Time) bool {
 // instant after now, so missed ones collapse into the run just made
 // (Hermes's catch-up fires once, not per slot). This is the provisional
 // next run, as Hermes's advance before the run (advance_next_run): the
-// scheduler does not wait for the run's turn. When the turn ends, the
-// router moves an interval job's next run to a period after that end
-// (cron.Store.RunEnded), as Hermes's mark_job_run does.
+// run holds the job until its turn ends (or cron.max_run_duration
+// passes), and when it ends the router computes the next run from that
+// end (cron.Store.RunEnded), as Hermes's mark_job_run does: an
+// interval's a period after it, a cron expression's its first instant
+// after it.
 func (s *Scheduler) next(sched schedule.Schedule, now time.Time) time.Time {
 	t, _ := sched.Next(now)
 	return t
@@ -513,6 +541,9 @@ func (s *Scheduler) run(ctx context.Context, j *cron.Job, due time.Time, eventID
 		return false, fmt.Errorf("publish cron run %s: %w", eventID, err)
 	}
 	j.LastRunAt, j.LastStatus, j.LastError = now, StatusOK, ""
+	// It holds the job until its turn ends (cron.Store.RunEnded) or
+	// cron.max_run_duration passes.
+	j.RunningRunID, j.RunningUntil = eventID, now.Add(s.cfg.MaxRunDuration)
 	return true, nil
 }
 

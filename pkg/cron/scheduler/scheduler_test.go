@@ -305,6 +305,7 @@ func TestNotFiring(t *testing.T) {
 		t.Errorf("fired %d more", n)
 	}
 	platformtest.NoEvent(t, evs, 200*time.Millisecond)
+	e.ended(t)
 	e.clock.Set(asked.Add(time.Hour))
 	if n := tick(t, s); n != 1 {
 		t.Errorf("the resumed job's next run fired %d", n)
@@ -409,6 +410,7 @@ func TestIntervalFromEachRun(t *testing.T) {
 			if n := tick(t, s); n != tc.runs {
 				t.Fatalf("fired %d, want %d", n, tc.runs)
 			}
+			e.ended(t) // at once: the next run stays the one from the firing
 			got := e.job(t, j.ID)
 			if !got.NextRunAt.Equal(tc.wantNext) || got.RepeatCompleted != tc.runs || got.State != cron.StateScheduled {
 				t.Errorf("next %v, %d runs, %s; want %v, %d, scheduled", got.NextRunAt, got.RepeatCompleted, got.State, tc.wantNext, tc.runs)
@@ -531,6 +533,7 @@ func TestRunTicks(t *testing.T) {
 		}
 	}
 	wait(1)
+	e.ended(t)
 	e.clock.Set(t0.Add(2 * time.Hour))
 	wait(2)
 	cancel()
@@ -571,11 +574,13 @@ func TestOutcomesOutOfOrder(t *testing.T) {
 	if n := tick(t, s); n != 1 {
 		t.Fatalf("fired %d", n)
 	}
+	// The first run's turn ends (its end recorded, not yet its failure).
+	e.ended(t)
 	e.clock.Set(t0.Add(2 * time.Hour))
 	if n := tick(t, s); n != 1 {
 		t.Fatalf("fired %d", n)
 	}
-	// The first run's turn ends (failed) after the second run fired.
+	// The first run's failure is recorded after the second run fired.
 	if e.fail(t, first, "first run failed") {
 		t.Error("an older run's outcome applied")
 	}
@@ -595,6 +600,7 @@ func TestOutcomesOutOfOrder(t *testing.T) {
 	if _, err := e.store.Trigger(context.Background(), "telegram:99", j.ID); err != nil {
 		t.Fatal(err)
 	}
+	e.ended(t)
 	if n := tick(t, s); n != 1 {
 		t.Fatalf("manual run fired %d", n)
 	}
@@ -675,7 +681,7 @@ func TestDeliveryFailures(t *testing.T) {
 			true, "delivery_failed", "gave up after 5 attempts: no gateway serves telegram", ""},
 		{"the turn failed as well", func() bool { return e.fail(t, first, "the model is unavailable") },
 			true, "error", "gave up after 5 attempts: no gateway serves telegram", "the model is unavailable"},
-		{"the next run", func() bool { e.clock.Set(t0.Add(2 * time.Hour)); return tick(t, s) == 1 },
+		{"the next run", func() bool { e.ended(t); e.clock.Set(t0.Add(2 * time.Hour)); return tick(t, s) == 1 },
 			true, "ok", "", ""},
 		{"the older run's failure", func() bool { return record(first, "late") },
 			false, "ok", "", ""},
@@ -777,6 +783,7 @@ func TestManualRunsWithinASecond(t *testing.T) {
 		t.Fatalf("second run asked for at %v, not after the first's %v", c.ManualRunAt, a.ManualRunAt)
 	}
 	e.clock.Set(t0.Add(time.Hour + 900*time.Millisecond))
+	e.ended(t) // the first run's turn ended
 	if n := tick(t, s); n != 1 {
 		t.Fatalf("the second run fired %d", n)
 	}
@@ -1061,6 +1068,7 @@ func TestFiringFailuresBackOff(t *testing.T) {
 			for m := 0; m <= 40; m++ {
 				e.clock.Set(due.Add(time.Duration(m)*time.Minute + 2*time.Second))
 				_, _ = s.Tick(ctx)
+				e.ended(t)
 			}
 			mu.Lock()
 			got := fmt.Sprint(tries)
@@ -1112,14 +1120,15 @@ func TestFiringFailuresBackOff(t *testing.T) {
 // period from the firing, and the run's end (cron.Store.RunEnded, which
 // the router calls for the run's completed turn) a period from the end.
 // A redelivered end, or one handled by two router replicas at once,
-// applies once; an end that comes after the schedule was changed, after
-// the next run fired (a run longer than its period), or of a job that is
-// not an interval changes nothing.
+// applies once; an end that comes after the schedule was changed, or
+// after the next run fired (a run whose turn was lost, past
+// cron.max_run_duration), does not move the next run; a cron
+// expression's next run stays while the run ended before it.
 func TestIntervalFromRunEnd(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	e := newEnv(t)
-	s := e.scheduler(t, nil)
+	s := e.scheduler(t, func(c *scheduler.Config) { c.MaxRunDuration = time.Hour })
 	j := e.create(t, cron.NewJob{Prompt: "hourly", Schedule: "every 1h"})
 	daily := e.create(t, cron.NewJob{Prompt: "daily", Schedule: "30 9 * * *"})
 	due := t0.Add(time.Hour)
@@ -1173,8 +1182,8 @@ func TestIntervalFromRunEnd(t *testing.T) {
 		t.Fatalf("the next run fired %d", n)
 	}
 	second := cron.RunID(j.ID, end.Add(time.Hour), false)
-	// It outlasts its period: the scheduler fires the one after, and its
-	// end changes nothing.
+	// Its turn is lost: cron.max_run_duration after it fired the scheduler
+	// fires the one after, and its end, should it come, changes nothing.
 	e.clock.Set(end.Add(2 * time.Hour))
 	if n := tick(t, s); n != 1 {
 		t.Fatalf("the third run fired %d", n)
@@ -1193,18 +1202,228 @@ func TestIntervalFromRunEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := e.store.RunEnded(ctx, third, end.Add(2*time.Hour+time.Minute)); err != nil || ok {
-		t.Errorf("the end applied over a new schedule: %v %v", ok, err)
+	// (It ends the run's hold all the same.)
+	if ok, err := e.store.RunEnded(ctx, third, end.Add(2*time.Hour+time.Minute)); err != nil || !ok {
+		t.Errorf("the end of the run in flight did not release it: %v %v", ok, err)
 	}
-	if got := e.job(t, j.ID).NextRunAt; !got.Equal(u.NextRunAt) {
-		t.Errorf("next run %v, want the new schedule's %v", got, u.NextRunAt)
+	if got := e.job(t, j.ID); !got.NextRunAt.Equal(u.NextRunAt) || got.RunningRunID != "" {
+		t.Errorf("next run %v, in flight %q; want the new schedule's %v, none", got.NextRunAt, got.RunningRunID, u.NextRunAt)
 	}
-	// A cron expression keeps its times.
+	// A cron expression keeps its times when its run ends before the next.
 	before := e.job(t, daily.ID).NextRunAt
-	if ok, err := e.store.RunEnded(ctx, e.job(t, daily.ID).LastRunID, due.Add(30*time.Minute)); err != nil || ok {
-		t.Errorf("the end of a cron expression's run applied: %v %v", ok, err)
+	if ok, err := e.store.RunEnded(ctx, e.job(t, daily.ID).LastRunID, due.Add(30*time.Minute)); err != nil || !ok {
+		t.Errorf("the end of a cron expression's run did not release it: %v %v", ok, err)
 	}
-	if got := e.job(t, daily.ID).NextRunAt; !got.Equal(before) {
-		t.Errorf("a cron expression's next run moved: %v, was %v", got, before)
+	if got := e.job(t, daily.ID); !got.NextRunAt.Equal(before) || got.RunningRunID != "" {
+		t.Errorf("a cron expression's next run moved: %v, was %v (in flight %q)", got.NextRunAt, before, got.RunningRunID)
+	}
+}
+
+// end is the router's record of a run whose turn ended at end
+// (cronOutcome: cron.Store.RunEnded).
+func (e *env) end(t *testing.T, runID string, end time.Time) bool {
+	t.Helper()
+	applied, err := e.store.RunEnded(context.Background(), runID, end)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return applied
+}
+
+// ticks ticks every scheduler given (replicas) at once, n times each,
+// and returns the runs they fired between them.
+func ticks(t *testing.T, n int, ss ...*scheduler.Scheduler) int {
+	t.Helper()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	total := 0
+	for i := range n * len(ss) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			fired, err := ss[i%len(ss)].Tick(context.Background())
+			if err != nil {
+				t.Error(err)
+			}
+			mu.Lock()
+			total += fired
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return total
+}
+
+// TestRunHoldsItsJob: as Hermes's tick, a job whose run takes longer
+// than its period (every minute, a run of three) does not fire again
+// while the run goes on, whichever replica ticks, a new one included (a
+// router restarted); when the run's turn ends its next run is computed
+// from the end (an interval's a period after it, a cron expression's its
+// first instant after it: the instants that passed meanwhile are not
+// caught up), and it fires then.
+func TestRunHoldsItsJob(t *testing.T) {
+	t.Parallel()
+	due := t0.Add(time.Minute)
+	for _, tc := range []struct {
+		name, schedule string
+		next           func(end time.Time) time.Time
+	}{
+		{"an interval", "every 1m", func(end time.Time) time.Time { return end.Add(time.Minute) }},
+		{"a cron expression", "* * * * *", func(end time.Time) time.Time { return end.Truncate(time.Minute).Add(time.Minute) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			j := e.create(t, cron.NewJob{Prompt: "a long report", Schedule: tc.schedule})
+			if !j.NextRunAt.Equal(due) {
+				t.Fatalf("first run %v, want %v", j.NextRunAt, due)
+			}
+			e.clock.Set(due.Add(20 * time.Second))
+			if n := tick(t, e.scheduler(t, nil)); n != 1 {
+				t.Fatalf("fired %d, want 1", n)
+			}
+			first := cron.RunID(j.ID, due, false)
+			if got := e.job(t, j.ID); got.RunningRunID != first || !got.Running(e.clock.Now()) {
+				t.Fatalf("the run in flight: %q until %v", got.RunningRunID, got.RunningUntil)
+			}
+			for m := 1; m <= 3; m++ {
+				e.clock.Set(due.Add(time.Duration(m)*time.Minute + 20*time.Second))
+				if n := ticks(t, 2, e.scheduler(t, nil), e.scheduler(t, nil)); n != 0 {
+					t.Fatalf("%d min after the run fired, still in flight: fired %d more", m, n)
+				}
+			}
+			if n := e.published(t); n != 1 {
+				t.Fatalf("%d runs on the bus while the first went on, want 1", n)
+			}
+			end := due.Add(3*time.Minute + 5*time.Second)
+			if !e.end(t, first, end) {
+				t.Fatal("the run's end did not apply")
+			}
+			if e.end(t, first, end) {
+				t.Error("the run's end, redelivered, applied again")
+			}
+			next := tc.next(end)
+			got := e.job(t, j.ID)
+			if got.RunningRunID != "" || !got.RunningUntil.IsZero() || !got.NextRunAt.Equal(next) {
+				t.Fatalf("after the run ended: in flight %q until %v, next %v; want none, next %v", got.RunningRunID, got.RunningUntil, got.NextRunAt, next)
+			}
+			s := e.scheduler(t, nil)
+			e.clock.Set(next.Add(-time.Second))
+			if n := tick(t, s); n != 0 {
+				t.Errorf("fired %d before the next run", n)
+			}
+			e.clock.Set(next)
+			if n := tick(t, s); n != 1 {
+				t.Fatalf("the next run fired %d, want 1", n)
+			}
+			if got := e.job(t, j.ID); got.LastRunID != cron.RunID(j.ID, next, false) || got.RunningRunID != got.LastRunID || got.RepeatCompleted != 2 {
+				t.Errorf("after the second run: last %q, in flight %q, %d runs", got.LastRunID, got.RunningRunID, got.RepeatCompleted)
+			}
+			// A run asked for waits for the run in flight, too.
+			if _, err := e.store.Trigger(context.Background(), "telegram:99", j.ID); err != nil {
+				t.Fatal(err)
+			}
+			if n := tick(t, s); n != 0 {
+				t.Errorf("a run asked for fired %d while a run was in flight", n)
+			}
+			e.end(t, cron.RunID(j.ID, next, false), next.Add(10*time.Second))
+			if n := tick(t, s); n != 1 {
+				t.Errorf("the run asked for fired %d once the run in flight ended", n)
+			}
+		})
+	}
+}
+
+// TestLostRunReleasedAfterMaxRunDuration: a run whose turn never ends
+// (lost for good) holds its job cron.max_run_duration after it fired,
+// not for ever: then the job fires again (its missed instants collapsed
+// into one run, as after downtime), and the lost run's end, should it
+// come after all, changes nothing of the newer run.
+func TestLostRunReleasedAfterMaxRunDuration(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	j := e.create(t, cron.NewJob{Prompt: "report", Schedule: "every 1m"})
+	bound := func(c *scheduler.Config) { c.MaxRunDuration = 10 * time.Minute }
+	due := t0.Add(time.Minute)
+	fired := due.Add(20 * time.Second)
+	e.clock.Set(fired)
+	if n := tick(t, e.scheduler(t, bound)); n != 1 {
+		t.Fatalf("fired %d", n)
+	}
+	lost := cron.RunID(j.ID, due, false)
+	overran, _ := telemetrytest.Lookup(t, "switchboard_cron_runs_total", map[string]string{"outcome": "overran"})
+	e.clock.Set(fired.Add(10*time.Minute - time.Second))
+	if n := ticks(t, 2, e.scheduler(t, bound), e.scheduler(t, bound)); n != 0 {
+		t.Fatalf("fired %d within cron.max_run_duration of a run in flight", n)
+	}
+	e.clock.Set(fired.Add(10 * time.Minute))
+	if n := ticks(t, 2, e.scheduler(t, bound), e.scheduler(t, bound)); n != 1 {
+		t.Fatalf("fired %d once the lost run's hold lapsed, want 1", n)
+	}
+	if v := telemetrytest.Value(t, "switchboard_cron_runs_total", map[string]string{"outcome": "overran"}); v < overran+1 {
+		t.Errorf("overran runs %v, was %v", v, overran)
+	}
+	catchUp := cron.RunID(j.ID, fired.Add(time.Minute), false)
+	got := e.job(t, j.ID)
+	if got.LastRunID != catchUp || got.RunningRunID != catchUp || !got.RunningUntil.Equal(fired.Add(20*time.Minute)) {
+		t.Fatalf("after the hold lapsed: last %q, in flight %q until %v; want %q until %v", got.LastRunID, got.RunningRunID, got.RunningUntil,
+			catchUp, fired.Add(20*time.Minute))
+	}
+	if e.end(t, lost, fired.Add(11*time.Minute)) {
+		t.Error("the lost run's late end applied")
+	}
+	if after := e.job(t, j.ID); after.RunningRunID != catchUp || !after.NextRunAt.Equal(got.NextRunAt) {
+		t.Errorf("the lost run's late end changed the job: in flight %q, next %v", after.RunningRunID, after.NextRunAt)
+	}
+	if n := e.published(t); n != 2 {
+		t.Errorf("%d runs on the bus, want 2", n)
+	}
+}
+
+// TestRunHeldAcrossReplicas: two replicas' schedulers ticking at once
+// fire a due job once; while its run goes on neither fires it (the hold
+// is the job's row, not a replica's memory); once it ended, once again.
+func TestRunHeldAcrossReplicas(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	j := e.create(t, cron.NewJob{Prompt: "report", Schedule: "every 1m"})
+	a, b := e.scheduler(t, nil), e.scheduler(t, nil)
+	due := t0.Add(time.Minute)
+	e.clock.Set(due)
+	if n := ticks(t, 3, a, b); n != 1 {
+		t.Fatalf("the due run fired %d times between the replicas, want 1", n)
+	}
+	for _, m := range []time.Duration{time.Minute, 2 * time.Minute, 5 * time.Minute} {
+		e.clock.Set(due.Add(m))
+		if n := ticks(t, 3, a, b); n != 0 {
+			t.Fatalf("%v after the run fired, in flight: the replicas fired %d more", m, n)
+		}
+	}
+	end := due.Add(5*time.Minute + 30*time.Second)
+	e.end(t, cron.RunID(j.ID, due, false), end)
+	e.clock.Set(end.Add(time.Minute))
+	if n := ticks(t, 3, a, b); n != 1 {
+		t.Fatalf("after the run ended the replicas fired %d, want 1", n)
+	}
+	if n := e.published(t); n != 2 {
+		t.Errorf("%d runs on the bus, want 2", n)
+	}
+}
+
+// ended ends every run in flight now, as the router does when their
+// turns complete (cron.Store.RunEnded): the tests whose subject is not
+// the hold have their runs end as soon as they fired.
+func (e *env) ended(t *testing.T) {
+	t.Helper()
+	rows, err := e.db.Query(context.Background(), `SELECT running_run_id FROM cron_jobs WHERE running_run_id <> ''`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range runs {
+		e.end(t, r, e.clock.Now())
 	}
 }
