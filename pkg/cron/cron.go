@@ -638,7 +638,9 @@ LIMIT 1 FOR UPDATE SKIP LOCKED`, now, skip))
 // ended, or its answer failed to deliver, before a retry of a failed
 // commit recorded it), that stays; a new run clears the last delivery
 // error. The job's run in flight becomes j.RunningRunID, holding its next
-// fire until j.RunningUntil ("": none: a run blocked, an instant skipped).
+// fire until j.RunningUntil ("": none: a run blocked, an instant skipped),
+// unless the row already holds runID's end (RunEnded of a run not yet
+// recorded): then nothing holds it.
 func SaveRun(ctx context.Context, tx DBTX, j Job, runID string, now time.Time) error {
 	_, err := tx.Exec(ctx, `
 UPDATE cron_jobs SET next_run_at = $2, manual_run_at = $3, state = $4, repeat_completed = $5, last_run_at = $6,
@@ -648,7 +650,8 @@ UPDATE cron_jobs SET next_run_at = $2, manual_run_at = $3, state = $4, repeat_co
   last_run_id = CASE WHEN $10 = '' THEN last_run_id ELSE $10 END, updated_at = $9,
   fire_failures = 0, fire_retry_at = NULL,
   paused_reason = CASE WHEN $4 = 'paused' THEN $11 ELSE '' END,
-  running_run_id = $12, running_until = $13
+  running_run_id = CASE WHEN $10 <> '' AND last_run_id = $10 THEN '' ELSE $12 END,
+  running_until = CASE WHEN $10 <> '' AND last_run_id = $10 THEN NULL ELSE $13::timestamptz END
 WHERE id = $1`, j.ID, nullTime(j.NextRunAt), nullTime(j.ManualRunAt), j.State, j.RepeatCompleted,
 		nullTime(j.LastRunAt), j.LastStatus, truncate(j.LastError, 2000), now, runID, truncate(j.PausedReason, 2000),
 		j.RunningRunID, nullTime(j.RunningUntil))
@@ -737,15 +740,26 @@ WHERE id = $1`, id, truncate(out.LastError, 2000), n, nullTime(out.RetryAt), out
 // applies once however often the turn's end is redelivered and whichever
 // router replica handles it, and never over a change made since (a new
 // schedule, a resume, a later run fired once the hold lapsed after
-// cron.max_run_duration). False: nothing applied.
+// cron.max_run_duration). A run not yet recorded (the commit after its
+// publish failed, and its turn ended before the retry) becomes the job's
+// last run, ok (RecordOutcome then records a failure), so that the retry
+// that records it holds nothing (SaveRun). False: nothing applied.
 func (s *Store) RunEnded(ctx context.Context, runID string, end time.Time) (bool, error) {
-	id, _, _, err := ParseRunID(runID)
+	id, at, manual, err := ParseRunID(runID)
 	if err != nil {
 		return false, err
 	}
 	applied := false
 	err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
 		j, err := scan(tx.QueryRow(ctx, `SELECT `+columns+` FROM cron_jobs WHERE id = $1 FOR UPDATE`, id))
+		if err == nil && j.LastRunID != runID && ((manual && j.ManualRunAt.Equal(at)) ||
+			(!manual && !j.NextRunAt.IsZero() && j.NextRunAt.Truncate(time.Second).Equal(at))) {
+			// Not recorded yet: the retry of its commit will be.
+			_, err := tx.Exec(ctx, `UPDATE cron_jobs SET last_run_id = $2, last_status = 'ok', last_error = '', last_delivery_error = '',
+  updated_at = $3 WHERE id = $1`, id, runID, s.now())
+			applied = err == nil
+			return err
+		}
 		if errors.Is(err, ErrNotFound) {
 			return nil
 		}

@@ -238,8 +238,9 @@ func TestCronOutcome(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if got, _ := s.cron.Resolve(ctx, "telegram:alice", j.ID); got.LastStatus != "" {
-		t.Fatalf("status %q %q", got.LastStatus, got.LastError)
+	// Only the pending run's completion counts: it is the job's last run, ok.
+	if got, _ := s.cron.Resolve(ctx, "telegram:alice", j.ID); got.LastStatus != "ok" || got.LastError != "" || got.LastRunID != run {
+		t.Fatalf("status %q %q, last run %q", got.LastStatus, got.LastError, got.LastRunID)
 	}
 	if err := s.cronOutcome(ctx, &turnsv1.TurnCompleted{SessionKey: "agent:main:cron:dm:" + run,
 		Status: turnsv1.TurnStatus_TURN_STATUS_FAILED, Error: "the model is unavailable"}); err != nil {

@@ -1427,3 +1427,44 @@ func (e *env) ended(t *testing.T) {
 		e.end(t, r, e.clock.Now())
 	}
 }
+
+// TestRunEndedBeforeItsRunIsRecorded: the commit that records a run fails
+// after its publish, and the run's turn ends before the retry records it:
+// the retry holds nothing (there is no end left to come), so the job
+// fires again at its next run rather than cron.max_run_duration later.
+func TestRunEndedBeforeItsRunIsRecorded(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	j := e.create(t, cron.NewJob{Prompt: "report", Schedule: "every 1m"})
+	due := t0.Add(time.Minute)
+	e.clock.Set(due)
+	crashing := e.scheduler(t, nil)
+	scheduler.SetCommit(crashing, func(ctx context.Context, tx pgx.Tx) error {
+		_ = tx.Rollback(ctx)
+		return errors.New("connection lost")
+	})
+	if _, err := crashing.Tick(context.Background()); err == nil {
+		t.Fatal("the crashing tick succeeded")
+	}
+	run := cron.RunID(j.ID, due, false)
+	if !e.end(t, run, due.Add(20*time.Second)) {
+		t.Fatal("the end of the run not yet recorded did not apply")
+	}
+	e.clock.Set(due.Add(time.Minute))
+	s := e.scheduler(t, nil)
+	if n := tick(t, s); n != 1 {
+		t.Fatalf("the retry published %d", n)
+	}
+	got := e.job(t, j.ID)
+	if got.RunningRunID != "" || got.LastRunID != run || got.LastStatus != "ok" || got.RepeatCompleted != 1 {
+		t.Fatalf("after the retry: in flight %q, last %q (%s), %d runs; want none, %q (ok), 1", got.RunningRunID, got.LastRunID, got.LastStatus,
+			got.RepeatCompleted, run)
+	}
+	e.clock.Set(got.NextRunAt)
+	if n := tick(t, s); n != 1 {
+		t.Errorf("the next run fired %d", n)
+	}
+	if n := e.published(t); n != 2 {
+		t.Errorf("%d runs on the bus, want 2", n)
+	}
+}
