@@ -56,6 +56,7 @@ func TestConfigRefusesWhatItCannotRun(t *testing.T) {
 		{"dev.gc_percent", func(c *Config) { c.Dev.GCPercent = -1 }},
 		{"postgres.max_conns", func(c *Config) { c.Postgres.MaxConns = -1 }},
 		{"llm.stream_idle_timeout", func(c *Config) { c.LLM.StreamIdleTimeout = -time.Second }},
+		{"cron.max_run_duration", func(c *Config) { c.Cron.MaxRunDuration = c.Cron.Tick / 2 }},
 	} {
 		c := defaultConfig()
 		tc.change(c)
