@@ -509,6 +509,38 @@ func TestStreamingByEdit(t *testing.T) {
 	}
 }
 
+// A streamed delta the bus hands over again (its ack was lost, or came
+// after the ack wait on a loaded replica) is not taken twice: once the
+// update interval has passed it would make an edit early, showing its
+// text twice, before the delta that is due.
+func TestRedeliveredDeltaMakesNoEdit(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.start(t, streamConfig(), "a")
+	ops := e.gw.sends
+	chunk := strings.Repeat("x", 30)
+	e.publishStream(t, "t1", 1, "s1", &repliesv1.TextDelta{Text: chunk})
+	eventually(t, e.clock, 0, "first message", func() bool { return len(ops()) == 1 })
+	e.publishStream(t, "t1", 2, "s1", &repliesv1.TextDelta{Text: chunk}) // buffered
+	e.consumed(t, "s1")
+	e.clock.Advance(time.Second)
+	// Delta 2 again, as the consumer gets a redelivery: same turn and seq.
+	again := event("t1", 2, "s1", &repliesv1.TextDelta{Text: chunk})
+	again.Target.Platform = "stream"
+	if _, err := e.bus.Publish(context.Background(), e.bus.Topology().ReplySubject("s1"), "reply:t1:2:again", again); err != nil {
+		t.Fatal(err)
+	}
+	e.consumed(t, "s1")
+	if got := ops(); len(got) != 1 {
+		t.Fatalf("the redelivered delta made %d more updates (%q)", len(got)-1, got[len(got)-1].Req.GetText())
+	}
+	e.publishStream(t, "t1", 3, "s1", &repliesv1.TextDelta{Text: chunk})
+	eventually(t, e.clock, 0, "edit", func() bool { return len(ops()) == 2 })
+	if got, want := ops()[1].Req.GetText(), strings.Repeat("x", 90)+" ▉"; got != want {
+		t.Fatalf("edit %q, want %q", got, want)
+	}
+}
+
 // The end of a failed turn reaches the gateway, which marks the user's
 // message with the outcome: every message of the failure carries its
 // code (the edit that takes the cursor off the streamed text too), and

@@ -44,6 +44,10 @@ type turnState struct {
 	// its partition; nothing more is streamed here, and the final writes
 	// over the messages it recorded.
 	foreign bool
+	// seq is the seq of the last delta taken into the stream: a delta
+	// the bus hands over again (its ack was lost or came after the ack
+	// wait) has a seq no greater, and is not taken a second time.
+	seq     int64
 	done    bool
 	touched time.Time
 }
@@ -400,6 +404,13 @@ func (s *Service) delta(ctx context.Context, ev *repliesv1.ReplyEvent, text stri
 		if st.done || st.foreign {
 			return // the final answer was already sent (it wins), or goes over another replica's stream
 		}
+		if ev.GetSeq() > 0 && ev.GetSeq() <= st.seq {
+			// Redelivered: its text is in the stream already, and it
+			// makes no update (a clock that moved since would make one
+			// early, with the text twice).
+			return
+		}
+		st.seq = max(st.seq, ev.GetSeq())
 		// While a stream update is unanswered the text is only buffered:
 		// the final settles that update first.
 		var acts []streamedit.Action
