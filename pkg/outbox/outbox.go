@@ -449,84 +449,104 @@ type Querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// ReplaceExpiring offers each row due to expire (as Expire takes them)
-// whose idempotency key contains part to replace, in one transaction
-// that holds the rows: the request replace returns takes the row's place
-// as Replace has it (queued at once, its own expiry, attempts from zero,
-// its place in the chat's order); nil leaves the row to Expire. Until the
-// commit the rows are still waiting, so no row of their chats behind
-// them is claimed in between. replace may read the outbox through q. It
-// returns how many rows were replaced.
-func (s *Store) ReplaceExpiring(ctx context.Context, now time.Time, ttl time.Duration, part string,
-	replace func(ctx context.Context, q Querier, r Row) (*deliveryv1.SendRequested, string)) (int, error) {
+// Expiry is what one expiry pass did.
+type Expiry struct {
+	// Expired are the rows dead-lettered as expired.
+	Expired []Row
+	// Replaced are the rows whose request replace took the place of, as
+	// they were before.
+	Replaced []Row
+	// Next is when the earliest row still waiting can expire (its
+	// expiry, or its lease's end when later); zero when nothing waits.
+	Next time.Time
+}
+
+// Expire dead-letters every row still waiting after its expiry time (a
+// sending row once its lease ran out), except those replace takes over:
+// replace (nil: none) is offered each such row, and the request it
+// returns takes the row's place as Replace has it (queued at once, its
+// own expiry now+ttl, attempts from zero, its place in the chat's
+// order); nil expires the row. One transaction holds the rows (others
+// claiming or expiring at the same moment skip them) and decides for
+// all of them: when it fails (an error of replace's, a statement the
+// database refused, a connection lost), nothing changed and every row
+// is still due, for the next pass of any replica; no row is expired
+// without replace having been asked, in the transaction that expires
+// it. Until the commit the rows are still waiting, so no row of their
+// chats behind them is claimed in between. replace may read the outbox
+// through q; an error it returns aborts the pass. Next is read in the
+// same transaction.
+func (s *Store) Expire(ctx context.Context, now time.Time, ttl time.Duration,
+	replace func(ctx context.Context, q Querier, r Row) (*deliveryv1.SendRequested, string, error)) (Expiry, error) {
+	var out Expiry
 	tx, err := s.db.Begin(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("replace expiring deliveries: %w", err)
+		return Expiry{}, fmt.Errorf("expire deliveries: %w", err)
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 	rows, err := tx.Query(ctx, `
 SELECT `+rowColumns+` FROM delivery_outbox
 WHERE state IN ('queued', 'sending') AND expires_at <= $1
   AND (state = 'queued' OR lease_until < $1)
-  AND position($2 in idempotency_key) > 0
 ORDER BY id
-FOR UPDATE SKIP LOCKED`, now, part)
+FOR UPDATE SKIP LOCKED`, now)
 	if err != nil {
-		return 0, fmt.Errorf("replace expiring deliveries: %w", err)
+		return Expiry{}, fmt.Errorf("expire deliveries: %w", err)
 	}
 	due, err := collect(rows)
-	if err != nil || len(due) == 0 {
-		if err != nil {
-			err = fmt.Errorf("replace expiring deliveries: %w", err)
-		}
-		return 0, err
+	if err != nil {
+		return Expiry{}, fmt.Errorf("expire deliveries: %w", err)
 	}
-	n := 0
+	var expire []int64
 	for _, r := range due {
-		req, lastErr := replace(ctx, tx, r)
+		var req *deliveryv1.SendRequested
+		var lastErr string
+		if replace != nil {
+			if req, lastErr, err = replace(ctx, tx, r); err != nil {
+				return Expiry{}, fmt.Errorf("expire delivery %d: %w", r.ID, err)
+			}
+		}
 		if req == nil {
+			expire = append(expire, r.ID)
 			continue
 		}
 		payload, err := proto.Marshal(req)
 		if err != nil {
-			return 0, fmt.Errorf("encode send request: %w", err)
+			return Expiry{}, fmt.Errorf("encode send request: %w", err)
 		}
 		if _, err := tx.Exec(ctx, `
 UPDATE delivery_outbox SET state = 'queued', payload = $2, last_error = $3, attempts = 0, next_attempt_at = $4,
 	expires_at = $5, updated_at = $4, lease_until = NULL, claimed_by = ''
 WHERE id = $1`, r.ID, payload, lastErr, now, now.Add(ttl)); err != nil {
-			return 0, fmt.Errorf("replace delivery %d: %w", r.ID, err)
+			return Expiry{}, fmt.Errorf("replace delivery %d: %w", r.ID, err)
 		}
-		n++
+		out.Replaced = append(out.Replaced, r)
 	}
-	if n == 0 {
-		return 0, nil
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return 0, fmt.Errorf("replace expiring deliveries: %w", err)
-	}
-	return n, nil
-}
-
-// Expire dead-letters every row still waiting after its expiry time and
-// returns them. A sending row is expired only once its lease ran out.
-func (s *Store) Expire(ctx context.Context, now time.Time) ([]Row, error) {
-	rows, err := s.db.Query(ctx, `
+	if len(expire) > 0 {
+		rows, err := tx.Query(ctx, `
 UPDATE delivery_outbox
 SET state = 'expired', updated_at = $1, lease_until = NULL,
 	last_error = CASE WHEN last_error = '' THEN 'expired before it could be sent' ELSE 'expired: ' || last_error END
-WHERE id IN (
-	SELECT id FROM delivery_outbox
-	WHERE state IN ('queued', 'sending') AND expires_at <= $1
-	  AND (state = 'queued' OR lease_until < $1)
-	FOR UPDATE SKIP LOCKED)
-RETURNING `+rowColumns, now)
-	if err != nil {
-		return nil, fmt.Errorf("expire deliveries: %w", err)
+WHERE id = ANY($2)
+RETURNING `+rowColumns, now, expire)
+		if err != nil {
+			return Expiry{}, fmt.Errorf("expire deliveries: %w", err)
+		}
+		if out.Expired, err = collect(rows); err != nil {
+			return Expiry{}, fmt.Errorf("expire deliveries: %w", err)
+		}
 	}
-	out, err := collect(rows)
-	if err != nil {
-		return nil, fmt.Errorf("expire deliveries: %w", err)
+	var next *time.Time
+	if err := tx.QueryRow(ctx, `
+SELECT min(CASE WHEN state = 'sending' AND lease_until > expires_at THEN lease_until ELSE expires_at END)
+FROM delivery_outbox WHERE state IN ('queued', 'sending')`).Scan(&next); err != nil {
+		return Expiry{}, fmt.Errorf("next expiry: %w", err)
+	}
+	if next != nil {
+		out.Next = *next
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return Expiry{}, fmt.Errorf("expire deliveries: %w", err)
 	}
 	return out, nil
 }

@@ -124,28 +124,50 @@ func TestClaimOrderAndLifecycle(t *testing.T) {
 	}
 }
 
+// Expire dead-letters the rows past their expiry, a sending one only
+// once its lease ran out, and tells when the next row can expire.
 func TestExpire(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := outbox.New(pgtest.New(t))
+	// "sending" is claimed until well past its expiry.
+	if _, err := s.Enqueue(ctx, t0, time.Minute, req("sending", "B")); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.Claim(ctx, t0, 70*time.Second, "me", 10); err != nil || len(got) != 1 {
+		t.Fatalf("claim %v %v", keys(got), err)
+	}
 	if _, err := s.Enqueue(ctx, t0, time.Minute, req("old", "A")); err != nil {
 		t.Fatal(err)
 	}
-	if got, _ := s.Expire(ctx, t0.Add(59*time.Second)); len(got) != 0 {
-		t.Fatal("expired early")
+	if _, err := s.Enqueue(ctx, t0.Add(30*time.Second), time.Minute, req("new", "C")); err != nil {
+		t.Fatal(err)
 	}
-	if got, _ := s.Claim(ctx, t0.Add(61*time.Second), time.Second, "me", 10); len(got) != 0 {
-		t.Fatal("claimed an expired row")
+	got, err := s.Expire(ctx, t0.Add(59*time.Second), time.Minute, nil)
+	if err != nil || len(got.Expired)+len(got.Replaced) != 0 || !got.Next.Equal(t0.Add(time.Minute)) {
+		t.Fatalf("expire early: %v, next %v, %v", keys(got.Expired), got.Next, err)
 	}
-	got, err := s.Expire(ctx, t0.Add(61*time.Second))
-	if err != nil || len(got) != 1 || got[0].State != outbox.Expired {
-		t.Fatalf("expire %+v %v", got, err)
+	if got, _ := s.Claim(ctx, t0.Add(61*time.Second), time.Second, "me", 10); fmt.Sprint(keys(got)) != "[new]" {
+		t.Fatalf("claimed %v, want only the row not expired", keys(got))
+	}
+	got, err = s.Expire(ctx, t0.Add(61*time.Second), time.Minute, nil)
+	if err != nil || fmt.Sprint(keys(got.Expired)) != "[old]" || got.Expired[0].State != outbox.Expired {
+		t.Fatalf("expired %v %v, want the queued row past its expiry", keys(got.Expired), err)
+	}
+	// Next: the sending row once its lease is over (t0+70s), before the
+	// new row's expiry (t0+90s).
+	if !got.Next.Equal(t0.Add(70 * time.Second)) {
+		t.Fatalf("next %v, want the lease's end %v", got.Next, t0.Add(70*time.Second))
+	}
+	got, err = s.Expire(ctx, t0.Add(91*time.Second), time.Minute, nil)
+	if err != nil || fmt.Sprint(keys(got.Expired)) != "[sending new]" || !got.Next.IsZero() {
+		t.Fatalf("expired %v, next %v, %v; want the rest and nothing waiting", keys(got.Expired), got.Next, err)
 	}
 }
 
-// A row taken over by ReplaceExpiring or Replace keeps its place in its
-// chat: the row queued after it is claimed only after the replacement
-// went; a row replace declines expires with Expire.
+// A row replace takes over keeps its place in its chat: the row queued
+// after it is claimed only after the replacement went; a row replace
+// declines expires. An error of replace's leaves every row as it was.
 func TestReplaceKeepsThePlace(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -157,38 +179,45 @@ func TestReplaceKeepsThePlace(t *testing.T) {
 		t.Fatal(err)
 	}
 	at := t0.Add(61 * time.Second)
-	n, err := s.ReplaceExpiring(ctx, at, time.Minute, ":img", func(_ context.Context, q outbox.Querier, r outbox.Row) (*deliveryv1.SendRequested, string) {
+	if _, err := s.Expire(ctx, at, time.Minute, func(context.Context, outbox.Querier, outbox.Row) (*deliveryv1.SendRequested, string, error) {
+		return nil, "", errors.New("look-up failed")
+	}); err == nil {
+		t.Fatal("a pass whose replace failed succeeded")
+	}
+	for _, k := range []string{"a:img0", "b:img0"} {
+		if r, err := s.GetByKey(ctx, k); err != nil || r.State != outbox.Queued {
+			t.Fatalf("%s after a failed pass: %v %v, want still queued", k, r.State, err)
+		}
+	}
+	got, err := s.Expire(ctx, at, time.Minute, func(_ context.Context, q outbox.Querier, r outbox.Row) (*deliveryv1.SendRequested, string, error) {
 		var n int
 		if err := q.QueryRow(ctx, `SELECT count(*) FROM delivery_outbox`).Scan(&n); err != nil || n != 3 {
 			t.Errorf("read through the transaction: %d rows, %v", n, err)
 		}
 		if r.ChatID != "A" {
-			return nil, ""
+			return nil, "", nil
 		}
 		link := req(r.Key+":link", "A")
 		link.Text = "the link"
-		return link, "expired, link instead"
+		return link, "expired, link instead", nil
 	})
-	if err != nil || n != 1 {
-		t.Fatalf("replaced %d, %v; want 1", n, err)
+	if err != nil || fmt.Sprint(keys(got.Replaced)) != "[a:img0]" || fmt.Sprint(keys(got.Expired)) != "[b:img0]" {
+		t.Fatalf("replaced %v, expired %v, %v; want the image of A replaced, the declined row expired", keys(got.Replaced), keys(got.Expired), err)
 	}
-	if got, _ := s.Expire(ctx, at); len(got) != 1 || got[0].Key != "b:img0" {
-		t.Fatalf("expired %v, want the declined row", keys(got))
-	}
-	got, err := s.Claim(ctx, at, time.Second, "me", 10)
-	if err != nil || len(got) != 1 || got[0].Key != "a:img0" || got[0].Request.GetText() != "the link" ||
-		got[0].Request.GetIdempotencyKey() != "a:img0:link" || got[0].Attempts != 1 {
-		t.Fatalf("claimed %+v %v, want the link in the image's row, before the later row", got, err)
+	claimed, err := s.Claim(ctx, at, time.Second, "me", 10)
+	if err != nil || len(claimed) != 1 || claimed[0].Key != "a:img0" || claimed[0].Request.GetText() != "the link" ||
+		claimed[0].Request.GetIdempotencyKey() != "a:img0:link" || claimed[0].Attempts != 1 {
+		t.Fatalf("claimed %+v %v, want the link in the image's row, before the later row", claimed, err)
 	}
 	// Given up once claimed: Replace puts another request in its place.
 	other := req("a:img0:other", "A")
-	if err := s.Replace(ctx, got[0].ID, "me", other, "gave up", at, time.Minute); err != nil {
+	if err := s.Replace(ctx, claimed[0].ID, "me", other, "gave up", at, time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	if got, _ := s.Claim(ctx, at, time.Second, "me", 10); len(got) != 1 || got[0].Request.GetIdempotencyKey() != "a:img0:other" {
 		t.Fatalf("claimed %v, want the replacement first", keys(got))
 	}
-	if err := s.Replace(ctx, got[0].ID, "someone else", other, "gave up", at, time.Minute); !errors.Is(err, outbox.ErrLostClaim) {
+	if err := s.Replace(ctx, claimed[0].ID, "someone else", other, "gave up", at, time.Minute); !errors.Is(err, outbox.ErrLostClaim) {
 		t.Fatalf("replace of a row another sender holds: %v", err)
 	}
 }
@@ -345,7 +374,7 @@ func TestCountsAndPrune(t *testing.T) {
 	if _, err := s.Enqueue(ctx, t0.Add(10*day), time.Hour, req("a1", "A"), req("a2", "A"), req("late", "L")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Expire(ctx, t0.Add(10*day+2*time.Hour)); err != nil {
+	if _, err := s.Expire(ctx, t0.Add(10*day+2*time.Hour), time.Hour, nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Enqueue(ctx, t0.Add(10*day+2*time.Hour), time.Hour, req("b1", "B"), req("b2", "B")); err != nil {

@@ -59,6 +59,8 @@ type Service struct {
 	share   *share
 
 	kickCh chan struct{}
+	// expiry is when the send loop next looks for rows to expire.
+	expiry expiryClock
 	turns  *turns
 	tools  *toolTurns
 	media  *mediaTurns

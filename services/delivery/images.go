@@ -369,58 +369,45 @@ func (s *Service) imageFallback(ctx context.Context, log warner, r outbox.Row, r
 	return true
 }
 
-// expireImages sends the link of each answer's image whose row is due to
-// expire (delivery.ttl went by before the gateway could post it: its URL
-// kept answering 5xx, the platform kept rate limiting), in the image's
-// place in the chat's order, when the answer's other messages were not
-// given up (nor are due to expire): the text arrived, or is still on its
-// way, and without the link the user would lose the image silently.
+// expiringImage decides, in the transaction of the expiry pass at now,
+// what becomes of row r, due to expire: an answer's image whose answer's other
+// messages were not given up (nor are due to expire) — the text
+// arrived, or is still on its way — takes its link instead (delivery.ttl
+// went by before the gateway could post it: its URL kept answering 5xx,
+// the platform kept rate limiting), in the image's place in the chat's
+// order, and without the link the user would lose the image silently.
 // When one of them expired or was dead-lettered too, the answer as a
 // whole is stale (the chat was unreachable for the TTL): a link on its
 // own, long after, would come out of nowhere, so none is sent, and the
-// image row expires with the others; an operator can requeue it. The
-// link gets its own TTL. It runs before the expiry proper, in one
-// transaction with the rows held, so that no later message of the chat
-// is claimed before the link takes the image's place. Hermes keeps no
-// outbox, so it has no expiry: its send_image falls back to the link
-// only when the upload fails.
-func (s *Service) expireImages(ctx context.Context, now time.Time) {
-	n, err := s.store.ReplaceExpiring(ctx, now, s.cfg.TTL, imageKeyPart, func(ctx context.Context, q outbox.Querier, r outbox.Row) (*deliveryv1.SendRequested, string) {
-		if !isImageRow(r) {
-			return nil, ""
-		}
-		log := s.log.With("delivery_id", r.ID, "key", r.Key)
-		if turn := r.Request.GetTurnId(); turn != "" {
-			var lost bool
-			// The answer's other rows: its text, its streamed messages and
-			// their edits (keys "<turn>:<seq>…" without ":img"); typing and
-			// links excluded.
-			err := q.QueryRow(ctx, `
+// image row expires with the others; an operator can requeue it. Any
+// other row expires. The link gets its own TTL. An error (the look-up of
+// the answer failed) aborts the pass: nothing expires, and the next pass
+// decides again. Hermes keeps no outbox, so it has no expiry: its
+// send_image falls back to the link only when the upload fails.
+func (s *Service) expiringImage(ctx context.Context, q outbox.Querier, r outbox.Row, now time.Time) (*deliveryv1.SendRequested, string, error) {
+	if !isImageRow(r) {
+		return nil, "", nil
+	}
+	if turn := r.Request.GetTurnId(); turn != "" {
+		var lost bool
+		// The answer's other rows: its text, its streamed messages and
+		// their edits (keys "<turn>:<seq>…" without ":img"); typing and
+		// links excluded.
+		err := q.QueryRow(ctx, `
 SELECT EXISTS (SELECT 1 FROM delivery_outbox
 	WHERE turn_id = $1 AND id <> $2
 	  AND (state IN ('failed', 'expired') OR state IN ('queued', 'sending') AND expires_at <= $4)
 	  AND position(':img' in idempotency_key) = 0
 	  AND right(idempotency_key, length($3)) <> $3)`, turn, r.ID, undeliveredSuffix, now).Scan(&lost)
-			if err != nil {
-				log.Warn("look up an expired image's answer failed; sending its link", "err", err)
-			} else if lost {
-				log.Warn("an expired image's answer was given up too; its link is not sent", "turn_id", turn)
-				return nil, ""
-			}
+		if err != nil {
+			return nil, "", fmt.Errorf("look up the answer of expiring image %s: %w", r.Key, err)
 		}
-		expired.WithLabelValues(r.Platform).Inc()
-		log.Warn("image expired before it could be sent; its link takes its place", "last_error", r.LastError)
-		return imageLink(r), "image expired, its link sent instead: " + r.LastError
-	})
-	if err != nil {
-		if ctx.Err() == nil {
-			s.log.Warn("replace expiring images with their links failed", "err", err)
+		if lost {
+			s.log.Warn("an expired image's answer was given up too; its link is not sent", "delivery_id", r.ID, "key", r.Key, "turn_id", turn)
+			return nil, "", nil
 		}
-		return
 	}
-	if n > 0 {
-		s.kick()
-	}
+	return imageLink(r), "image expired, its link sent instead: " + r.LastError, nil
 }
 
 // queueImageLink queues the link of image row r as a row of its own,

@@ -31,8 +31,9 @@ const directSendTimeout = 2 * time.Second
 
 // sendLoop sends due outbox rows until ctx ends: woken by new rows and
 // finished sends, and every PollInterval for retries that came due. It
-// also expires rows older than their TTL. Sends in flight when ctx ends
-// finish (within SendTimeout) before it returns.
+// also expires rows older than their TTL, when one can be (expiryClock):
+// not a query while nothing does. Sends in flight when ctx ends finish
+// (within SendTimeout) before it returns.
 func (s *Service) sendLoop(ctx context.Context) error {
 	slots := make(chan struct{}, s.cfg.Senders)
 	var wg sync.WaitGroup
@@ -41,7 +42,6 @@ func (s *Service) sendLoop(ctx context.Context) error {
 	sctx := context.WithoutCancel(ctx)
 	t := time.NewTicker(s.cfg.PollInterval)
 	defer t.Stop()
-	lastExpire := time.Time{}
 	for {
 		select {
 		case <-ctx.Done():
@@ -49,9 +49,7 @@ func (s *Service) sendLoop(ctx context.Context) error {
 		case <-s.kickCh:
 		case <-t.C:
 		}
-		now := s.now()
-		if now.Sub(lastExpire) >= s.cfg.PollInterval {
-			lastExpire = now
+		if now := s.now(); s.expiry.due(now) {
 			s.expire(ctx, now)
 		}
 		for ctx.Err() == nil {
@@ -105,23 +103,92 @@ func (s *Service) sendRecovered(ctx, life context.Context, r outbox.Row) {
 // sendHook, when set (tests only), runs before each outbox send.
 var sendHook atomic.Pointer[func(outbox.Row)]
 
+// expire runs an expiry pass (outbox.Store.Expire): an answer's image
+// takes its link instead of expiring (expiringImage), in the same
+// transaction that expires the other rows, so a pass that fails or
+// dies midway changes nothing and the next one, on this replica or
+// another, does it all again; the link replaces the image's row, so it
+// is queued once however many passes tried. The pass also tells when
+// the next row can expire.
 func (s *Service) expire(ctx context.Context, now time.Time) {
-	// An answer's image takes its link instead of expiring, in its place.
-	s.expireImages(ctx, now)
-	rows, err := s.store.Expire(ctx, now)
+	res, err := s.store.Expire(ctx, now, s.cfg.TTL, func(ctx context.Context, q outbox.Querier, r outbox.Row) (*deliveryv1.SendRequested, string, error) {
+		return s.expiringImage(ctx, q, r, now)
+	})
 	if err != nil {
 		if ctx.Err() == nil {
-			s.log.Warn("expire deliveries failed", "err", err)
+			s.log.Warn("expire deliveries failed; trying again", "err", err)
 		}
-		return
+		return // still due: the next round of the send loop tries again
 	}
-	for _, r := range rows {
+	s.expiry.passed(now, res.Next, s.cfg.TTL)
+	for _, r := range res.Replaced {
+		expired.WithLabelValues(r.Platform).Inc()
+		s.log.Warn("image expired before it could be sent; its link takes its place", "delivery_id", r.ID, "key", r.Key,
+			"last_error", r.LastError)
+	}
+	if len(res.Replaced) > 0 {
+		s.kick()
+	}
+	for _, r := range res.Expired {
 		expired.WithLabelValues(r.Platform).Inc()
 		deadLetters.WithLabelValues(r.Platform, "expired").Inc()
 		s.log.Warn("delivery expired before it could be sent", "delivery_id", r.ID, "key", r.Key,
 			"platform", r.Platform, "chat_id", r.ChatID, "attempts", r.Attempts,
 			"age", now.Sub(r.CreatedAt).Round(time.Second), "last_error", r.LastError)
 		s.cronUndelivered(ctx, s.log, r, r.LastError) // "expired: <the last attempt's error>"
+	}
+}
+
+// expiryClock is when this replica runs its next expiry pass: when the
+// earliest waiting row can expire, as the last pass read it from the
+// rows, and at the latest delivery.ttl after that pass. Every row queued
+// since (here or on another replica, or requeued by an operator) expires
+// delivery.ttl after it was queued, so not before: no query runs to
+// look for expired rows while none can be, and none is missed. A row
+// whose sender put it back in the queue after its expiry (a retry, a
+// deferral) is noted at once: the pass saw it sending under its lease.
+// The zero value runs a pass at once (a replica that starts reads the
+// rows), as does a pass that failed.
+type expiryClock struct {
+	mu   sync.Mutex
+	next time.Time
+	// noted is the earliest time noted since the pass under way began
+	// (zero: none), which the pass may not have seen.
+	noted time.Time
+}
+
+// due reports whether a pass is due at now; when it is, the pass begins.
+func (c *expiryClock) due(now time.Time) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if now.Before(c.next) {
+		return false
+	}
+	c.noted = time.Time{}
+	return true
+}
+
+// passed records a pass at now that read next (zero: nothing waits).
+func (c *expiryClock) passed(now, next time.Time, ttl time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.next = now.Add(ttl)
+	for _, t := range []time.Time{next, c.noted} {
+		if !t.IsZero() && t.Before(c.next) {
+			c.next = t
+		}
+	}
+}
+
+// note brings the next pass forward to t, when earlier.
+func (c *expiryClock) note(t time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if t.Before(c.next) {
+		c.next = t
+	}
+	if c.noted.IsZero() || t.Before(c.noted) {
+		c.noted = t
 	}
 }
 
@@ -151,6 +218,7 @@ func (s *Service) send(ctx, life context.Context, r outbox.Row) {
 		log.Warn("rate limiter unavailable; sending unpaced", "err", err)
 	} else if wait > 0 {
 		s.record(log, "defer", s.store.Defer(ctx, r.ID, s.owner, now.Add(wait), now))
+		s.expiry.note(r.ExpiresAt)
 		return
 	}
 
@@ -306,6 +374,7 @@ func (s *Service) retry(ctx context.Context, log warner, r outbox.Row, result, m
 	now := s.now()
 	log.Warn("send failed; will retry", "result", result, "retry_in", delay, "err", msg)
 	s.record(log, "retry", s.store.Retry(ctx, r.ID, s.owner, now.Add(delay), msg, req, now))
+	s.expiry.note(r.ExpiresAt)
 }
 
 func (s *Service) fail(ctx context.Context, log warner, r outbox.Row, reason, msg string) {
