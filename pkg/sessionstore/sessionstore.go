@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/propagation"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -91,12 +92,24 @@ type Queued struct {
 
 // Store reads and writes sessions.
 type Store struct {
-	db  *pgxpool.Pool
-	now func() time.Time
+	// db is pool, or the transaction of Once's effect.
+	db   dbtx
+	pool *pgxpool.Pool
+	now  func() time.Time
+}
+
+// dbtx is what the store's statements run on: the pool, or a
+// transaction (whose BeginFunc is a savepoint).
+type dbtx interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 }
 
 // New returns a Store on db.
-func New(db *pgxpool.Pool) *Store { return &Store{db: db, now: time.Now} }
+func New(db *pgxpool.Pool) *Store { return &Store{db: db, pool: db, now: time.Now} }
 
 // WithClock returns a copy of s that reads the time from now (tests).
 func (s *Store) WithClock(now func() time.Time) *Store {
@@ -564,7 +577,7 @@ type FreeStart struct {
 // writes of the session wait.
 func (s *Store) BeginFree(ctx context.Context, key, profile string, src *eventsv1.SessionSource, msg *eventsv1.MessageReceived, turnID string) *FreeStart {
 	f := &FreeStart{msg: msg, turn: turnID}
-	f.conn, f.err = s.db.Acquire(ctx)
+	f.conn, f.err = s.pool.Acquire(ctx)
 	if f.err != nil {
 		f.err = fmt.Errorf("start turn: %w", f.err)
 		return f
@@ -668,7 +681,7 @@ type Turn struct {
 // the queue and the session at the old generation, so the published turn
 // fails its fence and the sweep starts them again.
 func (s *Store) StartTurn(ctx context.Context, key, turnID string, maxInputs, maxBytes int, publish func(context.Context, Turn) error) (started bool, err error) {
-	conn, err := s.db.Acquire(ctx)
+	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return false, fmt.Errorf("start turn: %w", err)
 	}
