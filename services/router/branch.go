@@ -14,22 +14,24 @@ import (
 // one transaction that also advances the generation, so a turn that
 // started after the check is fenced as by /new.
 func (s *Service) branch(ctx context.Context, m *msgCtx, sess sessionstore.Session, args string) error {
-	reply := func(gen int64, text string) error { return s.notice(ctx, m, gen, text, "command") }
 	var title string
 	if args != "" {
 		var problem string
 		if title, problem = cleanTitle(args); problem != "" {
-			return reply(sess.Generation, problem)
+			return s.notice(ctx, m, sess.Generation, problem, "command")
 		}
 	}
-	b, err := s.store.Branch(ctx, m.key, title, maxTitle)
-	if errors.Is(err, sessionstore.ErrNothingToBranch) {
-		return reply(sess.Generation, "No conversation to branch — send a message first.")
-	}
-	if err != nil {
-		return err
-	}
-	resets.WithLabelValues("branch").Inc()
-	return reply(b.Session.Generation, fmt.Sprintf("⑂ Branched to **%s** (%s copied)\nOriginal: `%s`\nBranch: `%s`\nUse `/resume` to switch back to the original.",
-		b.Session.Title, plural(b.Messages, "message"), b.ParentID, b.Session.ID))
+	// Once per inbound event: a redelivery answers again, and copies nothing.
+	return s.once(ctx, m, "branch", func(ctx context.Context, st *sessionstore.Store) (string, int64, error) {
+		b, err := st.Branch(ctx, m.key, title, maxTitle)
+		if errors.Is(err, sessionstore.ErrNothingToBranch) {
+			return "No conversation to branch — send a message first.", sess.Generation, nil
+		}
+		if err != nil {
+			return "", 0, err
+		}
+		resets.WithLabelValues("branch").Inc()
+		return fmt.Sprintf("⑂ Branched to **%s** (%s copied)\nOriginal: `%s`\nBranch: `%s`\nUse `/resume` to switch back to the original.",
+			b.Session.Title, plural(b.Messages, "message"), b.ParentID, b.Session.ID), b.Session.Generation, nil
+	})
 }

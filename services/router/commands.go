@@ -123,30 +123,32 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 
 	switch cmd.Name {
 	case "new":
-		if _, err := s.forceUnlock(ctx, m); err != nil {
-			return err
-		}
-		sess, err := s.store.Reset(ctx, m.key, "new")
-		if err != nil {
-			return err
-		}
-		resets.WithLabelValues("new").Inc()
-		if cmd.Args == "" {
-			return reply(sess.Generation, "✨ New session started.")
-		}
-		// As Hermes: /new <title> names the new conversation.
-		title, problem := cleanTitle(cmd.Args)
-		if problem != "" {
-			return reply(sess.Generation, "✨ New session started. "+problem)
-		}
-		// A title another conversation has continues its lineage
-		// ("Plan #2"), as Hermes names a conversation it titles itself:
-		// the new conversation is started either way.
-		title, err = s.store.SetTitleInLineage(ctx, m.key, title, maxTitle)
-		if err != nil {
-			return err
-		}
-		return reply(sess.Generation, "✨ New session started: "+title)
+		return s.once(ctx, m, cmd.Name, func(ctx context.Context, st *sessionstore.Store) (string, int64, error) {
+			if _, err := s.forceUnlock(ctx, m); err != nil {
+				return "", 0, err
+			}
+			sess, err := st.Reset(ctx, m.key, "new")
+			if err != nil {
+				return "", 0, err
+			}
+			resets.WithLabelValues("new").Inc()
+			if cmd.Args == "" {
+				return "✨ New session started.", sess.Generation, nil
+			}
+			// As Hermes: /new <title> names the new conversation.
+			title, problem := cleanTitle(cmd.Args)
+			if problem != "" {
+				return "✨ New session started. " + problem, sess.Generation, nil
+			}
+			// A title another conversation has continues its lineage
+			// ("Plan #2"), as Hermes names a conversation it titles itself:
+			// the new conversation is started either way.
+			title, err = st.SetTitleInLineage(ctx, m.key, title, maxTitle)
+			if err != nil {
+				return "", 0, err
+			}
+			return "✨ New session started: " + title, sess.Generation, nil
+		})
 	case "stop":
 		gen, dropped, err := s.store.Stop(ctx, m.key)
 		if err != nil {
@@ -276,14 +278,16 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 		if problem != "" {
 			return reply(sess.Generation, problem)
 		}
-		var taken *sessionstore.TitleTakenError
-		if err := s.store.SetTitle(ctx, m.key, title); errors.As(err, &taken) {
-			// As Hermes: titles are unique, a taken one is refused.
-			return reply(sess.Generation, fmt.Sprintf("⚠️ Title '%s' is already in use by session %s. /resume %s goes back to it.", taken.Title, taken.SessionID, taken.Title))
-		} else if err != nil {
-			return err
-		}
-		return reply(sess.Generation, "Title set: "+title)
+		return s.once(ctx, m, cmd.Name, func(ctx context.Context, st *sessionstore.Store) (string, int64, error) {
+			var taken *sessionstore.TitleTakenError
+			if err := st.SetTitle(ctx, m.key, title); errors.As(err, &taken) {
+				// As Hermes: titles are unique, a taken one is refused.
+				return fmt.Sprintf("⚠️ Title '%s' is already in use by session %s. /resume %s goes back to it.", taken.Title, taken.SessionID, taken.Title), sess.Generation, nil
+			} else if err != nil {
+				return "", 0, err
+			}
+			return "Title set: " + title, sess.Generation, nil
+		})
 	case "sessions":
 		page, err := strconv.Atoi(cmd.Args)
 		if err != nil || page < 1 {
@@ -294,40 +298,9 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 		if cmd.Args == "" {
 			return s.listSessions(ctx, m, sess, 1)
 		}
-		name, problem := cleanTitle(cmd.Args)
-		if problem != "" {
-			// No conversation is called that: titles are stored clean.
-			return reply(sess.Generation, "No earlier conversation is called that. /sessions lists them.")
-		}
-		if n, err := strconv.Atoi(name); err == nil && n >= 1 {
-			// A number counts in the /sessions list, on any of its pages.
-			hist, err := s.store.History(ctx, m.key, min(n, maxResumeNumber))
-			if err != nil {
-				return err
-			}
-			if n > len(hist) {
-				return reply(sess.Generation, fmt.Sprintf("There is no conversation %d. /sessions lists them.", n))
-			}
-			if hist[n-1].SessionID == sess.ID {
-				return reply(sess.Generation, "📌 Already on that conversation.")
-			}
-			name = hist[n-1].SessionID
-		} else if sess.Title != "" && strings.EqualFold(name, sess.Title) {
-			// As by number: Resume looks for an earlier conversation only.
-			return reply(sess.Generation, "📌 Already on that conversation.")
-		}
-		resumed, err := s.store.Resume(ctx, m.key, name)
-		if errors.Is(err, sessionstore.ErrNotFound) {
-			return reply(sess.Generation, "No earlier conversation is called that. /sessions lists them.")
-		}
-		if err != nil {
-			return err
-		}
-		shown := resumed.Title
-		if shown == "" {
-			shown = resumed.ID
-		}
-		return reply(resumed.Generation, "↩️ Resumed "+shown+".")
+		return s.once(ctx, m, cmd.Name, func(ctx context.Context, st *sessionstore.Store) (string, int64, error) {
+			return s.resume(ctx, st, m, sess, cmd.Args)
+		})
 	case "retry", "undo", "compress":
 		// "/compress <focus>": Hermes steers the summary with the focus;
 		// the worker does not, and the words are dropped.
@@ -353,17 +326,15 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 	case "cron":
 		return reply(sess.Generation, s.cronCommand(ctx, m, cmd.Args))
 	case "personality":
-		text, err := s.personalityCommand(ctx, m, cmd.Args)
-		if err != nil {
-			return err
-		}
-		return reply(sess.Generation, text)
+		return s.once(ctx, m, cmd.Name, func(ctx context.Context, st *sessionstore.Store) (string, int64, error) {
+			text, err := s.personalityCommand(ctx, st, m, cmd.Args)
+			return text, sess.Generation, err
+		})
 	case "reasoning":
-		text, err := s.reasoningCommand(ctx, m, sess, cmd.Args)
-		if err != nil {
-			return err
-		}
-		return reply(sess.Generation, text)
+		return s.once(ctx, m, cmd.Name, func(ctx context.Context, st *sessionstore.Store) (string, int64, error) {
+			text, err := s.reasoningCommand(ctx, st, m, sess, cmd.Args)
+			return text, sess.Generation, err
+		})
 	case "verbose":
 		return s.verboseCommand(ctx, m, sess, cmd.Args)
 	case "commands", "profile", "version":
@@ -384,6 +355,47 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 		return reply(sess.Generation, "🏠 This chat is now the home channel for "+m.platform+".")
 	}
 	return reply(sess.Generation, "/"+cmd.Name+" is not available.")
+}
+
+// resume is /resume <title or number>: the chat goes back to an earlier
+// conversation. It reads the list a number counts in with st, in the
+// transaction of the switch (a redelivery must not count in the list the
+// switch changed).
+func (s *Service) resume(ctx context.Context, st *sessionstore.Store, m *msgCtx, sess sessionstore.Session, args string) (string, int64, error) {
+	name, problem := cleanTitle(args)
+	if problem != "" {
+		// No conversation is called that: titles are stored clean.
+		return "No earlier conversation is called that. /sessions lists them.", sess.Generation, nil
+	}
+	if n, err := strconv.Atoi(name); err == nil && n >= 1 {
+		// A number counts in the /sessions list, on any of its pages.
+		hist, err := st.History(ctx, m.key, min(n, maxResumeNumber))
+		if err != nil {
+			return "", 0, err
+		}
+		if n > len(hist) {
+			return fmt.Sprintf("There is no conversation %d. /sessions lists them.", n), sess.Generation, nil
+		}
+		if hist[n-1].SessionID == sess.ID {
+			return "📌 Already on that conversation.", sess.Generation, nil
+		}
+		name = hist[n-1].SessionID
+	} else if sess.Title != "" && strings.EqualFold(name, sess.Title) {
+		// As by number: Resume looks for an earlier conversation only.
+		return "📌 Already on that conversation.", sess.Generation, nil
+	}
+	resumed, err := st.Resume(ctx, m.key, name)
+	if errors.Is(err, sessionstore.ErrNotFound) {
+		return "No earlier conversation is called that. /sessions lists them.", sess.Generation, nil
+	}
+	if err != nil {
+		return "", 0, err
+	}
+	shown := resumed.Title
+	if shown == "" {
+		shown = resumed.ID
+	}
+	return "↩️ Resumed " + shown + ".", resumed.Generation, nil
 }
 
 // listSessions answers /sessions: page (from 1) of this chat's

@@ -8,12 +8,13 @@ import (
 	"github.com/switchboard-chat/switchboard/pkg/sessionstore"
 )
 
-// personalityCommand answers /personality as Hermes does: no argument
+// personalityCommand answers /personality as Hermes does (writing with
+// st, the transaction of once): no argument
 // lists the personalities, none|default|neutral clears the chat's, a
 // name sets it. Unlike Hermes, which writes the choice into its one
 // config (every chat takes it), the choice is the session key's: it
 // outlives /new and /resume, as /reasoning's does.
-func (s *Service) personalityCommand(ctx context.Context, m *msgCtx, args string) (string, error) {
+func (s *Service) personalityCommand(ctx context.Context, st *sessionstore.Store, m *msgCtx, args string) (string, error) {
 	args = strings.ToLower(strings.TrimSpace(args))
 	names := personality.Names(s.cfg.Personalities)
 	if len(names) == 0 {
@@ -29,13 +30,13 @@ func (s *Service) personalityCommand(ctx context.Context, m *msgCtx, args string
 		return strings.Join(lines, "\n"), nil
 	}
 	if personality.Clears(args) {
-		if err := s.store.SetPersonality(ctx, m.key, ""); err != nil {
+		if err := st.SetPersonality(ctx, m.key, ""); err != nil {
 			return "", err
 		}
 		return "🎭 Personality cleared — using base agent behavior.\n_(takes effect on next message)_", nil
 	}
 	if _, ok := personality.Lookup(s.cfg.Personalities, args); ok {
-		if err := s.store.SetPersonality(ctx, m.key, args); err != nil {
+		if err := st.SetPersonality(ctx, m.key, args); err != nil {
 			return "", err
 		}
 		return "🎭 Personality set to **" + args + "**\n_(takes effect on next message)_", nil
@@ -50,7 +51,8 @@ func (s *Service) personalityCommand(ctx context.Context, m *msgCtx, args string
 // reasoningUsage lists /reasoning's arguments.
 const reasoningUsage = "`/reasoning <none|minimal|low|medium|high|xhigh|reset|show|hide>`"
 
-// reasoningCommand answers /reasoning as Hermes does: no argument shows
+// reasoningCommand answers /reasoning as Hermes does (writing with st,
+// the transaction of once): no argument shows
 // the effort, where it comes from and whether the model's reasoning is
 // shown; a level sets the chat's effort, reset goes back to
 // agent.reasoning_effort, show|on and hide|off turn the display on and
@@ -58,7 +60,7 @@ const reasoningUsage = "`/reasoning <none|minimal|low|medium|high|xhigh|reset|sh
 // counterpart: replicas do not write their config, so it is refused.
 // The display is the session key's too, where Hermes keeps one per
 // platform.
-func (s *Service) reasoningCommand(ctx context.Context, m *msgCtx, sess sessionstore.Session, args string) (string, error) {
+func (s *Service) reasoningCommand(ctx context.Context, st *sessionstore.Store, m *msgCtx, sess sessionstore.Session, args string) (string, error) {
 	words := strings.Fields(strings.ToLower(args))
 	if len(words) == 0 {
 		level, scope := "provider default", "global config"
@@ -87,22 +89,22 @@ func (s *Service) reasoningCommand(ctx context.Context, m *msgCtx, sess sessions
 	arg := strings.Join(words, " ")
 	switch {
 	case arg == "show" || arg == "on":
-		if err := s.store.SetShowReasoning(ctx, m.key, true); err != nil {
+		if err := st.SetShowReasoning(ctx, m.key, true); err != nil {
 			return "", err
 		}
 		return "🧠 ✓ Reasoning display: **ON**\nModel thinking will be shown before each response in this chat.", nil
 	case arg == "hide" || arg == "off":
-		if err := s.store.SetShowReasoning(ctx, m.key, false); err != nil {
+		if err := st.SetShowReasoning(ctx, m.key, false); err != nil {
 			return "", err
 		}
 		return "🧠 ✓ Reasoning display: **OFF** for this chat", nil
 	case arg == "reset":
-		if err := s.store.SetReasoningEffort(ctx, m.key, ""); err != nil {
+		if err := st.SetReasoningEffort(ctx, m.key, ""); err != nil {
 			return "", err
 		}
 		return "🧠 ✓ Session reasoning override cleared; falling back to global config.", nil
 	case personality.ValidEffort(arg):
-		if err := s.store.SetReasoningEffort(ctx, m.key, arg); err != nil {
+		if err := st.SetReasoningEffort(ctx, m.key, arg); err != nil {
 			return "", err
 		}
 		return "🧠 ✓ Reasoning effort set to `" + arg + "` (this chat only)\n_(takes effect on next message)_", nil

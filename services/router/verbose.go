@@ -78,26 +78,28 @@ func nextToolProgress(current, args string) (mode string, ok bool) {
 
 // verboseCommand answers /verbose.
 func (s *Service) verboseCommand(ctx context.Context, m *msgCtx, sess sessionstore.Session, args string) error {
-	reply := func(text string) error { return s.notice(ctx, m, sess.Generation, text, "command") }
 	if !s.cfg.ToolProgressCommand {
-		return reply(verboseDisabled)
+		return s.notice(ctx, m, sess.Generation, verboseDisabled, "command")
 	}
-	platform := strings.ToLower(m.platform)
-	current, err := s.store.ToolProgressMode(ctx, sess.Profile, platform)
-	if err != nil {
-		return err
-	}
-	if current == "" {
-		current = s.toolProgress(platform)
-	}
-	mode, ok := nextToolProgress(current, args)
-	if !ok {
-		return reply(verboseUsage)
-	}
-	if err := s.store.SetToolProgressMode(ctx, sess.Profile, platform, mode, m.platform+":"+m.src.GetUserId()); err != nil {
-		return err
-	}
-	return reply(verboseDescriptions[mode] + "\n_(saved for **" + platform + "** — takes effect on next message)_")
+	// Once per inbound event: a redelivered /verbose does not cycle on.
+	return s.once(ctx, m, "verbose", func(ctx context.Context, st *sessionstore.Store) (string, int64, error) {
+		platform := strings.ToLower(m.platform)
+		current, err := st.ToolProgressMode(ctx, sess.Profile, platform)
+		if err != nil {
+			return "", 0, err
+		}
+		if current == "" {
+			current = s.toolProgress(platform)
+		}
+		mode, ok := nextToolProgress(current, args)
+		if !ok {
+			return verboseUsage, sess.Generation, nil
+		}
+		if err := st.SetToolProgressMode(ctx, sess.Profile, platform, mode, m.platform+":"+m.src.GetUserId()); err != nil {
+			return "", 0, err
+		}
+		return verboseDescriptions[mode] + "\n_(saved for **" + platform + "** — takes effect on next message)_", sess.Generation, nil
+	})
 }
 
 // chosenToolProgress is the tool progress mode /verbose chose for the

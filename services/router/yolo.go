@@ -22,47 +22,60 @@ const (
 // tool calls without asking (its approval check reads the session_yolo
 // row when such a call comes, so a change mid-turn counts from the
 // turn's next dangerous call, as in Hermes). Hermes's /yolo takes no
-// argument; here "on" and "off" set the mode whatever it was (a message
-// handled twice then changes nothing) and "status" shows it. It runs
+// argument; here "on" and "off" set the mode whatever it was and
+// "status" shows it. A change is made once per inbound event (once): a
+// redelivered /yolo does not toggle the mode back. It runs
 // mid-turn, as Hermes's. Off with router.yolo_command false: the
 // command says so and turns the chat's mode off, and turns carry
 // yolo_disabled, so no chat's mode counts.
 func (s *Service) yolo(ctx context.Context, m *msgCtx, sess sessionstore.Session, args string) error {
+	switch a := strings.ToLower(args); {
+	case !s.cfg.YoloCommand, a == "", a == "on", a == "off":
+		// Once per inbound event: a redelivered /yolo does not toggle back.
+		return s.once(ctx, m, "yolo", func(ctx context.Context, st *sessionstore.Store) (string, int64, error) {
+			text, err := s.setYolo(ctx, st, m, a)
+			return text, sess.Generation, err
+		})
+	}
 	reply := func(text string) error { return s.notice(ctx, m, sess.Generation, text, "command") }
+	if !strings.EqualFold(args, "status") {
+		return reply(yoloUsage)
+	}
+	on, err := s.store.Yolo(ctx, m.key)
+	if err != nil {
+		return err
+	}
+	if on {
+		return reply("⚡ YOLO mode is ON for this chat: dangerous commands run without asking for approval. /yolo turns it off.")
+	}
+	return reply("YOLO mode is off for this chat: dangerous commands ask for approval. /yolo turns it on.")
+}
+
+// setYolo changes the chat's YOLO mode with st as /yolo's args ("", on,
+// off; lower case) say, and returns the answer.
+func (s *Service) setYolo(ctx context.Context, st *sessionstore.Store, m *msgCtx, args string) (string, error) {
 	by := m.platform + ":" + m.src.GetUserId()
 	if !s.cfg.YoloCommand {
-		if err := s.store.SetYolo(ctx, m.key, false, by); err != nil {
-			return err
+		if err := st.SetYolo(ctx, m.key, false, by); err != nil {
+			return "", err
 		}
-		return reply(yoloDisabledText)
+		return yoloDisabledText, nil
 	}
 	var on bool
-	switch strings.ToLower(args) {
-	case "":
+	if args == "" {
 		var err error
-		if on, err = s.store.ToggleYolo(ctx, m.key, by); err != nil {
-			return err
+		if on, err = st.ToggleYolo(ctx, m.key, by); err != nil {
+			return "", err
 		}
-	case "on", "off":
-		on = strings.EqualFold(args, "on")
-		if err := s.store.SetYolo(ctx, m.key, on, by); err != nil {
-			return err
+	} else {
+		on = args == "on"
+		if err := st.SetYolo(ctx, m.key, on, by); err != nil {
+			return "", err
 		}
-	case "status":
-		on, err := s.store.Yolo(ctx, m.key)
-		if err != nil {
-			return err
-		}
-		if on {
-			return reply("⚡ YOLO mode is ON for this chat: dangerous commands run without asking for approval. /yolo turns it off.")
-		}
-		return reply("YOLO mode is off for this chat: dangerous commands ask for approval. /yolo turns it on.")
-	default:
-		return reply(yoloUsage)
 	}
 	s.log.InfoContext(ctx, "yolo mode changed", "session_key", m.key, "on", on, "by", by)
 	if on {
-		return reply(yoloOnText)
+		return yoloOnText, nil
 	}
-	return reply(yoloOffText)
+	return yoloOffText, nil
 }

@@ -1,0 +1,35 @@
+package router
+
+import (
+	"context"
+
+	"github.com/switchboard-chat/switchboard/pkg/sessionstore"
+)
+
+// once runs a command that changes durable state (/new, /branch,
+// /resume, /title, /yolo, /verbose, /personality, /reasoning) exactly
+// once per inbound event and sends its answer. do applies the command
+// with st, whose writes commit in one transaction with the record of the
+// event and of the answer do returns (sessionstore.Once). A redelivery of
+// the event after a crash between that commit and the record that the
+// message was handled (the Redis dedupe record) finds the record: the
+// command is not applied again, and the recorded answer is published
+// again with the first one's generation, turn id and seq, so its bus
+// message id and delivery's idempotency key are the first one's and the
+// user gets one answer.
+func (s *Service) once(ctx context.Context, m *msgCtx, name string, do func(ctx context.Context, st *sessionstore.Store) (text string, gen int64, err error)) error {
+	a, done, err := s.store.Once(ctx, m.dedupeID, m.key, func(ctx context.Context, st *sessionstore.Store) (sessionstore.Answer, error) {
+		text, gen, err := do(ctx, st)
+		// The answer is the next notice about the event: do publishes none.
+		return sessionstore.Answer{Text: text, Generation: gen, Seq: m.notices + 1}, err
+	})
+	if err != nil {
+		return err
+	}
+	if done {
+		s.log.InfoContext(ctx, "redelivered command applied already; answer sent again", "command", name,
+			"session_key", m.key, "event", m.dedupeID)
+		m.notices = a.Seq - 1
+	}
+	return s.notice(ctx, m, a.Generation, a.Text, "command")
+}

@@ -1,0 +1,155 @@
+package router
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/switchboard-chat/switchboard/pkg/bus"
+	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
+	"github.com/switchboard-chat/switchboard/pkg/sessionstore"
+)
+
+// A command that changes durable state, redelivered after the router
+// crashed between committing its effect and recording the message as
+// handled (the Redis dedupe record is lost with the crash here), is
+// applied once: the redelivery finds the record written with the effect
+// and sends the first answer again, same text, same turn id and seq
+// (delivery's idempotency key) and same bus message id (the replies
+// stream keeps one), so the user sees one answer.
+func TestCommandRedeliveredAfterACrashIsAppliedOnce(t *testing.T) {
+	t.Parallel()
+	const key = "agent:main:telegram:dm:chat-alice"
+	count := func(t *testing.T, e *env, q string) int {
+		t.Helper()
+		var n int
+		if err := e.db.QueryRow(context.Background(), q, key).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	current := func(t *testing.T, e *env) sessionstore.Session {
+		t.Helper()
+		sess, err := sessionstore.New(e.db).Get(context.Background(), key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sess
+	}
+	conversations := `SELECT count(*) FROM session_history WHERE session_key = $1`
+	for _, tt := range []struct {
+		name, text string
+		setup      func(t *testing.T, e *env)
+		answer     string // the answer's beginning
+		check      func(t *testing.T, e *env)
+	}{
+		{name: "new", text: "/new", answer: "✨ New session started.", check: func(t *testing.T, e *env) {
+			if n := count(t, e, conversations); n != 2 {
+				t.Errorf("%d conversations, want 2: the first and one new", n)
+			}
+		}},
+		{name: "new with a title", text: "/new Plan", answer: "✨ New session started: Plan", check: func(t *testing.T, e *env) {
+			if n, title := count(t, e, conversations), current(t, e).Title; n != 2 || title != "Plan" {
+				t.Errorf("%d conversations, the current titled %q; want 2, Plan", n, title)
+			}
+		}},
+		{name: "branch", text: "/branch", setup: func(t *testing.T, e *env) {
+			e.ask("alice", "/title Plan")
+			sess := current(t, e)
+			if _, err := e.db.Exec(context.Background(), `INSERT INTO transcript_messages (session_key, session_id, user_key, turn_id, generation, step, role, content)
+				VALUES ($1, $2, 'telegram:alice', 't1', $3, 0, 'user', 'hello'), ($1, $2, 'telegram:alice', 't1', $3, 1, 'assistant', 'hi there')`,
+				key, sess.ID, sess.Generation); err != nil {
+				t.Fatal(err)
+			}
+		}, answer: "⑂ Branched to **Plan #2** (1 message copied)", check: func(t *testing.T, e *env) {
+			msgs := count(t, e, `SELECT count(*) FROM transcript_messages WHERE session_key = $1`)
+			if n, title := count(t, e, conversations), current(t, e).Title; n != 2 || msgs != 4 || title != "Plan #2" {
+				t.Errorf("%d conversations, %d messages, the current titled %q; want 2, 4 (one copy), Plan #2", n, msgs, title)
+			}
+		}},
+		{name: "resume by number", text: "/resume 2", setup: func(t *testing.T, e *env) {
+			e.ask("alice", "/title Old")
+			e.ask("alice", "/new")
+		}, answer: "↩️ Resumed Old.", check: func(t *testing.T, e *env) {
+			if title := current(t, e).Title; title != "Old" {
+				t.Errorf("current conversation %q, want Old", title)
+			}
+		}},
+		{name: "yolo", text: "/yolo", answer: yoloOnText, check: func(t *testing.T, e *env) {
+			if n := count(t, e, `SELECT count(*) FROM session_yolo WHERE session_key = $1`); n != 1 {
+				t.Errorf("YOLO mode toggled back off")
+			}
+		}},
+		{name: "verbose", text: "/verbose", answer: verboseDescriptions["new"], check: func(t *testing.T, e *env) {
+			var mode string
+			if err := e.db.QueryRow(context.Background(), `SELECT mode FROM tool_progress_modes WHERE platform = 'telegram'`).Scan(&mode); err != nil || mode != "new" {
+				t.Errorf("tool progress mode %q (%v), want new: cycled once from off", mode, err)
+			}
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			e := newEnv(t)
+			cfg := testConfig()
+			cfg.ToolProgressCommand = true
+			e.startToolProgressRouter(cfg, nil)
+			if tt.setup != nil {
+				tt.setup(t, e)
+			}
+			ev := dm("alice", tt.text)
+			answers := func() []*repliesv1.ReplyEvent {
+				e.mu.Lock()
+				defer e.mu.Unlock()
+				var out []*repliesv1.ReplyEvent
+				for _, n := range e.notices {
+					if n.GetTurnId() == "notice:telegram:bot1:"+ev.EventId {
+						out = append(out, n)
+					}
+				}
+				return out
+			}
+			e.publish(ev)
+			waitFor(t, "the answer", func() bool { return len(answers()) == 1 })
+			waitFor(t, "inbound drained", e.inboundDrained)
+			stored := func() uint64 {
+				t.Helper()
+				st, err := e.bus.JetStream().Stream(ctx, e.bus.Topology().Stream(bus.StreamReplies))
+				if err != nil {
+					t.Fatal(err)
+				}
+				info, err := st.Info(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return info.State.Msgs
+			}
+			before := stored()
+
+			// The crash: the effect is committed, the message not recorded
+			// as handled; the bus delivers it again.
+			if err := e.rdb.Del(ctx, e.dedupeKeyOf(ev)).Err(); err != nil {
+				t.Fatal(err)
+			}
+			e.publishID(ev, "redelivered-"+ev.EventId)
+			waitFor(t, "inbound drained", e.inboundDrained)
+			waitFor(t, "the redelivery's answer", func() bool { return len(answers()) == 2 })
+
+			tt.check(t, e)
+			got := answers()
+			first := got[0]
+			if !strings.HasPrefix(first.GetNotice().GetText(), tt.answer) {
+				t.Errorf("answer %q, want it to begin with %q", first.GetNotice().GetText(), tt.answer)
+			}
+			for _, a := range got[1:] {
+				if a.GetSeq() != first.GetSeq() || a.GetNotice().GetText() != first.GetNotice().GetText() {
+					t.Errorf("the redelivery answered %q (seq %d), the first delivery %q (seq %d): want the same answer under the same ids",
+						a.GetNotice().GetText(), a.GetSeq(), first.GetNotice().GetText(), first.GetSeq())
+				}
+			}
+			if after := stored(); after != before {
+				t.Errorf("replies stream holds %d messages after the redelivery, %d before: want the answer once", after, before)
+			}
+		})
+	}
+}
