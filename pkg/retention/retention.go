@@ -1,6 +1,7 @@
 // Package retention deletes idle sessions with everything that hangs off
 // them (history, turns, transcripts and their search index entries,
-// summaries, stored prompts, session approvals, finished outbox rows)
+// summaries, stored prompts, session approvals, finished outbox rows,
+// YOLO mode, the records of applied chat commands)
 // once their last activity is older than the configured retention.
 //
 // Any number of replicas sweep at once: each batch is one transaction
@@ -47,18 +48,26 @@ const (
 	KindOutbox         = "delivery_outbox"
 	KindStreamMessages = "delivery_stream_messages"
 	KindYolo           = "session_yolo"
+	KindCommandEffects = "command_effects"
 )
 
 var (
 	deletedRows = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "switchboard_retention_deleted_rows_total",
-		Help: "Rows the session retention deleted, by kind (sessions, session_history, worker_turns, transcript_messages, transcript_summaries, session_prompts, tool_approvals, delivery_outbox, delivery_stream_messages).",
+		Help: "Rows the session retention deleted, by kind (sessions, session_history, worker_turns, transcript_messages, transcript_summaries, session_prompts, tool_approvals, delivery_outbox, delivery_stream_messages, session_yolo, command_effects).",
 	}, []string{"kind"})
 	skipped = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "switchboard_retention_skipped_total",
 		Help: "Expired sessions a batch left for later: lock_held (a turn holds the session's Redis lock), fenced_write (a transcript write of the session is in flight).",
 	}, []string{"reason"})
 )
+
+// CommandEffectsAge is how long the record of an applied chat command
+// (command_effects, sessionstore.Once) is kept when its session is not
+// deleted first: far longer than its inbound event can be redelivered
+// (an event stays on the bus nats.retention, 24 hours by default), after
+// which nothing reads it.
+const CommandEffectsAge = 30 * 24 * time.Hour
 
 // Config is the `sessions` section.
 type Config struct {
@@ -191,12 +200,8 @@ func (s *Sweeper) Policies() []Criteria {
 }
 
 // Run sweeps at once and then every sweep interval until ctx ends. With
-// no retention configured it only waits.
+// no retention configured a sweep only deletes old command records.
 func (s *Sweeper) Run(ctx context.Context) error {
-	if len(s.Policies()) == 0 {
-		<-ctx.Done()
-		return nil
-	}
 	t := time.NewTicker(s.cfg.SweepInterval)
 	defer t.Stop()
 	for {
@@ -215,7 +220,8 @@ func (s *Sweeper) Run(ctx context.Context) error {
 	}
 }
 
-// Sweep runs every policy once.
+// Sweep runs every policy once, then deletes the command records older
+// than CommandEffectsAge.
 func (s *Sweeper) Sweep(ctx context.Context) (Result, error) {
 	var total Result
 	for _, c := range s.Policies() {
@@ -225,7 +231,27 @@ func (s *Sweeper) Sweep(ctx context.Context) (Result, error) {
 			return total, err
 		}
 	}
-	return total, nil
+	n, err := s.pruneCommandEffects(ctx, s.now().Add(-CommandEffectsAge))
+	total.add(Result{Rows: map[string]int64{KindCommandEffects: n}})
+	return total, err
+}
+
+// pruneCommandEffects deletes the records of chat commands applied
+// before cutoff (of sessions still kept), a batch at a time.
+func (s *Sweeper) pruneCommandEffects(ctx context.Context, cutoff time.Time) (int64, error) {
+	var total int64
+	for {
+		tag, err := s.db.Exec(ctx, `DELETE FROM command_effects WHERE event_id IN
+			(SELECT event_id FROM command_effects WHERE created_at < $1 LIMIT $2)`, cutoff, s.cfg.BatchSize)
+		if err != nil {
+			return total, fmt.Errorf("retention: delete old command records: %w", err)
+		}
+		total += tag.RowsAffected()
+		deletedRows.WithLabelValues(KindCommandEffects).Add(float64(tag.RowsAffected()))
+		if tag.RowsAffected() < int64(s.cfg.BatchSize) {
+			return total, nil
+		}
+	}
 }
 
 // Prune deletes the sessions c selects, a batch per transaction, walking
@@ -299,6 +325,7 @@ var deletes = []struct{ kind, sql string }{
 	{KindPrompts, `DELETE FROM session_prompts WHERE session_id = ANY($2) AND session_key = ANY($1)`},
 	{KindTurns, `DELETE FROM worker_turns WHERE session_key = ANY($1)`},
 	{KindYolo, `DELETE FROM session_yolo WHERE session_key = ANY($1)`},
+	{KindCommandEffects, `DELETE FROM command_effects WHERE session_key = ANY($1)`},
 	{KindHistory, `DELETE FROM session_history WHERE session_key = ANY($1)`},
 	{KindSessions, `DELETE FROM sessions WHERE session_key = ANY($1)`},
 }

@@ -38,11 +38,13 @@ var tables = map[string]string{
 	"delivery_outbox":          `SELECT count(*) FROM delivery_outbox WHERE session_key = $1`,
 	"delivery_stream_messages": `SELECT count(*) FROM delivery_stream_messages WHERE turn_id LIKE 't%-' || $1`,
 	"session_yolo":             `SELECT count(*) FROM session_yolo WHERE session_key = $1`,
+	"command_effects":          `SELECT count(*) FROM command_effects WHERE session_key = $1`,
 }
 
 // seed writes a session idle for age with two conversations, a turn in
 // each, transcript messages (searchable), a summary, a prompt, a session
-// approval, a sent outbox row and a streamed message.
+// approval, a sent outbox row, a streamed message, YOLO mode and the
+// record of an applied chat command.
 func seed(t *testing.T, db *pgxpool.Pool, key, platform string, age time.Duration) {
 	t.Helper()
 	ctx := context.Background()
@@ -74,6 +76,12 @@ func seed(t *testing.T, db *pgxpool.Pool, key, platform string, age time.Duratio
 		if _, err := db.Exec(ctx, q, args...); err != nil {
 			t.Fatalf("seed %s: %v\n%s", key, err, q)
 		}
+	}
+	// A command (/new) of the last few days, when the session was last
+	// active.
+	if _, err := db.Exec(ctx, `INSERT INTO command_effects (event_id, session_key, answer, created_at) VALUES ('telegram:bot:new-' || $1, $1, 'x', $2)`,
+		key, time.Now().Add(-min(age, 3*day))); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -188,7 +196,7 @@ func TestSweep(t *testing.T) {
 	}
 	want := map[string]int64{retention.KindSessions: 2, retention.KindHistory: 4, retention.KindTurns: 4, retention.KindMessages: 4,
 		retention.KindSummaries: 2, retention.KindPrompts: 2, retention.KindApprovals: 2, retention.KindOutbox: 2, retention.KindStreamMessages: 2,
-		retention.KindYolo: 2}
+		retention.KindYolo: 2, retention.KindCommandEffects: 2}
 	for k, v := range want {
 		if res.Rows[k] != v {
 			t.Errorf("rows %s = %d, want %d", k, res.Rows[k], v)
@@ -204,6 +212,35 @@ func TestSweep(t *testing.T) {
 	}
 }
 
+// The record of an applied chat command is deleted with its session, and
+// on its own once older than CommandEffectsAge (no redelivery of its
+// event can come), also with session retention off.
+func TestSweepDeletesOldCommandRecords(t *testing.T) {
+	ctx := context.Background()
+	db := pgtest.New(t)
+	cfg := retention.DefaultConfig()
+	cfg.BatchSize = 2 // several batches
+	s, _ := sweeper(t, db, cfg, 0)
+	const key = "agent:main:telegram:dm:1"
+	seed(t, db, key, "telegram", 1000*day)
+	for i, age := range []time.Duration{retention.CommandEffectsAge + time.Hour, retention.CommandEffectsAge + day, 40 * day, day, 0} {
+		if _, err := db.Exec(ctx, `INSERT INTO command_effects (event_id, session_key, answer, created_at) VALUES ($1, $2, 'x', $3)`,
+			fmt.Sprintf("telegram:bot:e%d", i), key, time.Now().Add(-age)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res, err := s.Sweep(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := res.Rows[retention.KindCommandEffects]; got != 3 {
+		t.Errorf("deleted %d command records, want the 3 older than %v", got, retention.CommandEffectsAge)
+	}
+	if c := counts(t, db, key); c["command_effects"] != 3 || c["sessions"] != 1 {
+		t.Errorf("left %d command records and %d sessions, want the 3 recent records and the session", c["command_effects"], c["sessions"])
+	}
+}
+
 func TestRetentionOffKeepsEverything(t *testing.T) {
 	db := pgtest.New(t)
 	s, _ := sweeper(t, db, retention.DefaultConfig(), 0)
@@ -216,7 +253,7 @@ func TestRetentionOffKeepsEverything(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, k := range []string{"agent:main:telegram:dm:1", "agent:main:cron:dm:j_1"} {
-		if counts(t, db, k)["sessions"] != 1 {
+		if c := counts(t, db, k); c["sessions"] != 1 || c["session_history"] != 2 {
 			t.Errorf("%s deleted", k)
 		}
 	}
