@@ -1,6 +1,7 @@
 package fakellm
 
 import (
+	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
 	"net/http"
@@ -15,6 +16,14 @@ type anRequest struct {
 	Tools       []anTool        `json:"tools"`
 	Stream      bool            `json:"stream"`
 	Temperature *float64        `json:"temperature"`
+	Thinking    *struct {
+		Type         string `json:"type"`
+		BudgetTokens int    `json:"budget_tokens"`
+		Display      string `json:"display"`
+	} `json:"thinking"`
+	OutputConfig *struct {
+		Effort string `json:"effort"`
+	} `json:"output_config"`
 }
 
 type anMessage struct {
@@ -31,6 +40,9 @@ type anBlock struct {
 	ToolUseID    string          `json:"tool_use_id"`
 	Content      json.RawMessage `json:"content"`
 	CacheControl json.RawMessage `json:"cache_control"`
+	Thinking     string          `json:"thinking"`
+	Signature    string          `json:"signature"`
+	Data         string          `json:"data"`
 	Source       *struct {
 		Type      string `json:"type"`
 		MediaType string `json:"media_type"`
@@ -64,6 +76,12 @@ func (s *Server) handleAnthropic(w http.ResponseWriter, r *http.Request) {
 		Temperature: in.Temperature,
 		Header:      r.Header.Clone(),
 		Messages:    make([]Message, 0, len(in.Messages)),
+	}
+	if t := in.Thinking; t != nil {
+		req.Thinking = &ThinkingConfig{Type: t.Type, BudgetTokens: t.BudgetTokens, Display: t.Display}
+	}
+	if o := in.OutputConfig; o != nil && o.Effort != "" {
+		req.ReasoningEffort, req.ReasoningField = o.Effort, "output_config"
 	}
 	if len(in.System) > 0 && in.System[0] == '"' {
 		_ = json.Unmarshal(in.System, &req.System)
@@ -100,6 +118,10 @@ func (s *Server) handleAnthropic(w http.ResponseWriter, r *http.Request) {
 					data, _ := base64.StdEncoding.DecodeString(src.Data)
 					msg.Images = append(msg.Images, Image{MediaType: src.MediaType, Data: data})
 				}
+			case "thinking":
+				msg.Thinking = append(msg.Thinking, Thinking{Text: bl.Thinking, Signature: bl.Signature})
+			case "redacted_thinking":
+				msg.Thinking = append(msg.Thinking, Thinking{Redacted: bl.Data})
 			case "tool_use":
 				args := string(bl.Input)
 				if args == "" {
@@ -119,7 +141,14 @@ func (s *Server) handleAnthropic(w http.ResponseWriter, r *http.Request) {
 		req.Tools = append(req.Tools, Tool{Name: t.Name, Description: t.Description, Parameters: t.InputSchema, Cached: len(t.CacheControl) > 0})
 	}
 	s.record(&req)
+	if msg := refuseThinking(&in, &req); msg != "" {
+		writeFailure(w, "anthropic", &Failure{Status: http.StatusBadRequest, Message: msg})
+		return
+	}
 	p := s.decide(&req)
+	if !thinks(&req) {
+		p.reply.Reasoning = "" // a model thinks aloud only when asked to
+	}
 	if !wait(r.Context(), p.latency) {
 		return
 	}
@@ -183,7 +212,18 @@ func anthropicWhole(w http.ResponseWriter, model string, p *plan) {
 	b := appendANMessageHead((*buf)[:0], p.id, model)
 	b = append(b, `,"content":[`...)
 	n := 0
+	if p.reply.Reasoning != "" {
+		b = append(b, `{"type":"thinking","thinking":`...)
+		b = appendString(b, p.reply.Reasoning)
+		b = append(b, `,"signature":`...)
+		b = appendString(b, ThinkingSignature(p.reply.Reasoning))
+		b = append(b, '}')
+		n++
+	}
 	if p.reply.Text != "" {
+		if n > 0 {
+			b = append(b, ',')
+		}
 		b = append(b, `{"type":"text","text":`...)
 		b = appendString(b, p.reply.Text)
 		b = append(b, '}')
@@ -255,6 +295,15 @@ func anthropicStream(w http.ResponseWriter, r *http.Request, model string, p *pl
 		index++
 		return st.send(b, false)
 	}
+	if p.reply.Reasoning != "" {
+		if !block(`{"type":"thinking","thinking":"","signature":""}`) {
+			return
+		}
+		split(p.reply.Reasoning, 2, func(piece string) bool { return delta("thinking_delta", "thinking", piece) })
+		if !ok || !delta("signature_delta", "signature", ThinkingSignature(p.reply.Reasoning)) || !stop() {
+			return
+		}
+	}
 	if p.reply.Text != "" || len(p.reply.ToolCalls) == 0 {
 		if !block(`{"type":"text","text":""}`) {
 			return
@@ -293,4 +342,62 @@ func anthropicStream(w http.ResponseWriter, r *http.Request, model string, p *pl
 	b = append(b[:0], "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"...)
 	st.send(b, false)
 	*buf = b
+}
+
+// ThinkingSignature is the signature the fake gives a thinking block
+// with text: it refuses a block sent back whose signature differs, as
+// Anthropic does a block changed or not its own.
+func ThinkingSignature(text string) string {
+	sum := sha256.Sum256([]byte("fakellm thinking\x00" + text))
+	return base64.StdEncoding.EncodeToString(sum[:])
+}
+
+// thinks reports whether req turned thinking on.
+func thinks(req *Request) bool {
+	return req.Thinking != nil && (req.Thinking.Type == "enabled" || req.Thinking.Type == "adaptive")
+}
+
+// refuseThinking is why Anthropic would refuse req's thinking (its
+// invalid_request_error message), or "": a budget below 1024 or not
+// below max_tokens, a temperature other than 1 with thinking, a thinking
+// block whose signature is not the fake's, and, with a thinking budget,
+// a last assistant message that calls tools without starting with its
+// thinking.
+func refuseThinking(in *anRequest, req *Request) string {
+	for i := range req.Messages {
+		for _, t := range req.Messages[i].Thinking {
+			if t.Redacted == "" && t.Signature != ThinkingSignature(t.Text) {
+				return "messages." + strconv.Itoa(i) + ": Invalid `signature` in `thinking` block"
+			}
+		}
+	}
+	t := req.Thinking
+	if t == nil || t.Type != "enabled" {
+		return ""
+	}
+	switch {
+	case t.BudgetTokens < 1024:
+		return "thinking.enabled.budget_tokens: Input should be greater than or equal to 1024"
+	case t.BudgetTokens >= req.MaxTokens:
+		return "`max_tokens` must be greater than `thinking.budget_tokens`."
+	case req.Temperature != nil && *req.Temperature != 1:
+		return "`temperature` may only be set to 1 when thinking is enabled or in streaming mode."
+	}
+	for i := len(in.Messages) - 1; i >= 0; i-- {
+		if in.Messages[i].Role != "assistant" {
+			continue
+		}
+		var blocks []anBlock
+		_ = json.Unmarshal(in.Messages[i].Content, &blocks)
+		calls := false
+		for _, bl := range blocks {
+			calls = calls || bl.Type == "tool_use"
+		}
+		if calls && blocks[0].Type != "thinking" && blocks[0].Type != "redacted_thinking" {
+			return "messages." + strconv.Itoa(i) + ".content.0.type: Expected `thinking` or `redacted_thinking`, but found `" + blocks[0].Type +
+				"`. When `thinking` is enabled, a final `assistant` message must start with a thinking block."
+		}
+		break
+	}
+	return ""
 }

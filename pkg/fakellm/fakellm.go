@@ -70,6 +70,24 @@ type Message struct {
 	ToolCalls  []ToolCall
 	ToolCallID string
 	Images     []Image // pictures of a user message
+	// Thinking is an Anthropic assistant message's thinking blocks, in
+	// the order they came.
+	Thinking []Thinking
+}
+
+// Thinking is an Anthropic thinking block: its text and signature, or
+// a redacted block's data.
+type Thinking struct {
+	Text      string
+	Signature string
+	Redacted  string
+}
+
+// ThinkingConfig is an Anthropic request's thinking parameter.
+type ThinkingConfig struct {
+	Type         string // enabled, adaptive or disabled
+	BudgetTokens int    // enabled
+	Display      string // summarized, omitted or ""
 }
 
 // Image is a picture the fake received: decoded bytes, or a URL.
@@ -129,11 +147,15 @@ type Request struct {
 	MaxTokens    int
 	Temperature  *float64
 	// ReasoningEffort is the effort the request asked for ("" none),
-	// from ReasoningField: "reasoning_effort" (OpenAI's field) or
-	// "reasoning" (OpenRouter's object; "none" when it is disabled).
+	// from ReasoningField: "reasoning_effort" (OpenAI's field),
+	// "reasoning" (OpenRouter's object; "none" when it is disabled) or
+	// "output_config" (Anthropic's output_config.effort).
 	ReasoningEffort string
 	ReasoningField  string
-	Header          http.Header
+	// Thinking is an Anthropic request's thinking parameter, nil when
+	// it sent none.
+	Thinking *ThinkingConfig
+	Header   http.Header
 }
 
 // LastUserText returns the content of the last user message.
@@ -166,7 +188,9 @@ type Reply struct {
 	Text      string
 	ToolCalls []ToolCall
 	// Reasoning is the model's thinking, sent before the text as
-	// reasoning_content (OpenAI-compatible servers: DeepSeek, vLLM …).
+	// reasoning_content (OpenAI-compatible servers: DeepSeek, vLLM …),
+	// or as a signed thinking block to an Anthropic request that turned
+	// thinking on (ThinkingSignature).
 	Reasoning string
 	// Failure, when set, replaces the answer.
 	Failure *Failure
