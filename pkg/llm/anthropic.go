@@ -78,8 +78,10 @@ func (a *Anthropic) Stream(ctx context.Context, req Request, fn func(Delta) erro
 	resp := &Response{}
 	var text strings.Builder
 	type block struct {
-		tool int // index into resp.ToolCalls, -1 for text
-		args strings.Builder
+		tool  int // index into resp.ToolCalls, -1 for text
+		think int // index into resp.Thinking, -1 for others
+		args  strings.Builder
+		text  strings.Builder // a thinking block's text
 	}
 	var blocks []*block
 	stopped := false
@@ -97,8 +99,16 @@ func (a *Anthropic) Stream(ctx context.Context, req Request, fn func(Delta) erro
 				CacheWriteTokens: int(u.CacheCreationInputTokens),
 			}
 		case "content_block_start":
-			b := &block{tool: -1}
-			if ev.ContentBlock.Type == "tool_use" {
+			b := &block{tool: -1, think: -1}
+			switch ev.ContentBlock.Type {
+			case "thinking":
+				b.think = len(resp.Thinking)
+				resp.Thinking = append(resp.Thinking, Thinking{Signature: ev.ContentBlock.Signature})
+				b.text.WriteString(ev.ContentBlock.Thinking)
+			case "redacted_thinking":
+				b.think = len(resp.Thinking)
+				resp.Thinking = append(resp.Thinking, Thinking{Redacted: ev.ContentBlock.Data})
+			case "tool_use":
 				b.tool = len(resp.ToolCalls)
 				resp.ToolCalls = append(resp.ToolCalls, ToolCall{ID: ev.ContentBlock.ID, Name: ev.ContentBlock.Name})
 				start := resp.ToolCalls[b.tool]
@@ -107,7 +117,7 @@ func (a *Anthropic) Stream(ctx context.Context, req Request, fn func(Delta) erro
 				}
 			}
 			for int64(len(blocks)) < ev.Index {
-				blocks = append(blocks, &block{tool: -1})
+				blocks = append(blocks, &block{tool: -1, think: -1})
 			}
 			if int64(len(blocks)) == ev.Index {
 				blocks = append(blocks, b)
@@ -124,6 +134,14 @@ func (a *Anthropic) Stream(ctx context.Context, req Request, fn func(Delta) erro
 			case "input_json_delta":
 				if ev.Index >= 0 && ev.Index < int64(len(blocks)) {
 					blocks[ev.Index].args.WriteString(ev.Delta.PartialJSON)
+				}
+			case "thinking_delta":
+				if ev.Index >= 0 && ev.Index < int64(len(blocks)) {
+					blocks[ev.Index].text.WriteString(ev.Delta.Thinking)
+				}
+			case "signature_delta":
+				if ev.Index >= 0 && ev.Index < int64(len(blocks)) && blocks[ev.Index].think >= 0 {
+					resp.Thinking[blocks[ev.Index].think].Signature += ev.Delta.Signature
 				}
 			}
 		case "message_delta":
@@ -150,6 +168,9 @@ func (a *Anthropic) Stream(ctx context.Context, req Request, fn func(Delta) erro
 	}
 	resp.Text = text.String()
 	for _, b := range blocks {
+		if b.think >= 0 && resp.Thinking[b.think].Redacted == "" {
+			resp.Thinking[b.think].Text = b.text.String()
+		}
 		if b.tool >= 0 {
 			args := b.args.String()
 			if args == "" {
@@ -158,6 +179,7 @@ func (a *Anthropic) Stream(ctx context.Context, req Request, fn func(Delta) erro
 			resp.ToolCalls[b.tool].Arguments = args
 		}
 	}
+	resp.Reasoning = thinkingText(resp.Thinking)
 	return resp, nil
 }
 
@@ -177,6 +199,10 @@ func anthropicResponse(msg *anthropic.Message) *Response {
 		switch c.Type {
 		case "text":
 			text.WriteString(c.Text)
+		case "thinking":
+			resp.Thinking = append(resp.Thinking, Thinking{Text: c.Thinking, Signature: c.Signature})
+		case "redacted_thinking":
+			resp.Thinking = append(resp.Thinking, Thinking{Redacted: c.Data})
 		case "tool_use":
 			args := string(c.Input)
 			if args == "" {
@@ -186,6 +212,7 @@ func anthropicResponse(msg *anthropic.Message) *Response {
 		}
 	}
 	resp.Text = text.String()
+	resp.Reasoning = thinkingText(resp.Thinking)
 	return resp
 }
 
@@ -198,8 +225,19 @@ func (a *Anthropic) params(req Request) (anthropic.MessageNewParams, []option.Re
 	if p.MaxTokens <= 0 {
 		p.MaxTokens = DefaultAnthropicMaxTokens
 	}
+	think := anthropicThinking(model, req.ReasoningEffort)
+	if think.thinks() && unthinkingToolUse(req.Messages) {
+		// Thinking would be refused: this call goes without it.
+		think = anthropicThinking(model, "none")
+	}
+	p.Thinking = think.thinking
+	if think.effort != "" {
+		p.OutputConfig.Effort = think.effort
+	}
+	// The budget must stay below max_tokens, with room for the answer.
+	p.MaxTokens = max(p.MaxTokens, think.minMaxTokens)
 	var opts []option.RequestOption
-	if req.Temperature != nil {
+	if req.Temperature != nil && !think.noTemperature {
 		// This SDK version has no temperature field; the API still takes it.
 		opts = append(opts, option.WithJSONSet("temperature", *req.Temperature))
 	}
@@ -253,7 +291,8 @@ func (a *Anthropic) params(req Request) (anthropic.MessageNewParams, []option.Re
 		case RoleTool:
 			appendBlocks(RoleUser, anthropic.NewToolResultBlock(m.ToolCallID, m.Content, false))
 		case RoleAssistant:
-			var blocks []anthropic.ContentBlockParamUnion
+			// Thinking first, as the model wrote it.
+			blocks := thinkingBlocks(m.Thinking)
 			if m.Content != "" {
 				blocks = append(blocks, anthropic.NewTextBlock(m.Content))
 			}

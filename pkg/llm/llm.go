@@ -33,6 +33,19 @@ type Message struct {
 	ToolCallID string     // tool messages: the call answered
 	Name       string     // tool messages: the tool's name (optional)
 	Images     []Image    // user messages: pictures shown with the text
+	// Thinking is an assistant message's thinking blocks as the model
+	// returned them (Response.Thinking): Anthropic wants them back,
+	// signed and unchanged, when the tool calls' results follow.
+	Thinking []Thinking
+}
+
+// Thinking is one block of a model's extended thinking (Anthropic): its
+// text and the signature that vouches for it, or, for a block the
+// provider hid, the encrypted Redacted data.
+type Thinking struct {
+	Text      string
+	Signature string
+	Redacted  string
 }
 
 // Image is a picture in a user message: its bytes, or a URL the provider
@@ -81,8 +94,9 @@ type Request struct {
 	CacheSystem bool
 	// ReasoningEffort asks a reasoning model to think this hard: none,
 	// minimal, low, medium, high or xhigh; empty sends nothing (the
-	// provider's default). OpenAI-compatible providers only: it goes as
-	// reasoning_effort, or to OpenRouter as its reasoning object.
+	// provider's default). OpenAI-compatible providers get it as
+	// reasoning_effort, OpenRouter as its reasoning object, Anthropic as
+	// extended thinking (anthropicThinking).
 	ReasoningEffort string
 }
 
@@ -103,9 +117,12 @@ type Response struct {
 	StopReason string // StopEndTurn, StopToolUse, StopMaxTokens or the provider's own
 	Model      string
 	// Reasoning is the thinking the model showed with its answer, when
-	// the provider sends it (OpenAI-compatible reasoning_content, or
-	// OpenRouter's reasoning); never sent back to the model.
+	// the provider sends it (OpenAI-compatible reasoning_content,
+	// OpenRouter's reasoning, the text of Anthropic's thinking blocks).
 	Reasoning string
+	// Thinking is Anthropic's thinking blocks with their signatures, for
+	// the assistant message that carries the answer's tool calls back.
+	Thinking []Thinking
 }
 
 // Delta is an increment of a streamed answer: text, or the start of a tool

@@ -793,3 +793,145 @@ func TestReasoningIsRead(t *testing.T) {
 		}
 	}
 }
+
+// A request's reasoning effort reaches Anthropic as extended thinking,
+// mapped as Hermes maps it: a thinking budget for the older Claude
+// models (and others behind an Anthropic endpoint), adaptive thinking
+// with output_config.effort from Claude 4.6 on, none for Haiku; with
+// thinking on, max_tokens leaves room above the budget and no
+// temperature is sent. No effort sends no thinking.
+func TestAnthropicThinking(t *testing.T) {
+	srv := startFake(t, fakellm.Config{})
+	p := llm.NewAnthropic(llm.AnthropicConfig{APIKey: "test", BaseURL: srv.URL(), Model: "claude-test"})
+	temp := 0.5
+	tests := []struct {
+		model, effort string
+		maxTokens     int
+		want          *fakellm.ThinkingConfig
+		wantEffort    string
+		wantMax       int
+		wantTemp      bool
+	}{
+		{"claude-sonnet-4-5", "", 0, nil, "", 4096, true},
+		{"claude-sonnet-4-5", "none", 0, nil, "", 4096, true},
+		{"claude-sonnet-4-5", "minimal", 0, &fakellm.ThinkingConfig{Type: "enabled", BudgetTokens: 4000}, "", 8096, false},
+		{"claude-sonnet-4-5", "low", 0, &fakellm.ThinkingConfig{Type: "enabled", BudgetTokens: 4000}, "", 8096, false},
+		{"claude-sonnet-4-5-20250929", "medium", 0, &fakellm.ThinkingConfig{Type: "enabled", BudgetTokens: 8000}, "", 12096, false},
+		{"claude-opus-4-1", "high", 0, &fakellm.ThinkingConfig{Type: "enabled", BudgetTokens: 16000}, "", 20096, false},
+		{"claude-3-7-sonnet-latest", "xhigh", 0, &fakellm.ThinkingConfig{Type: "enabled", BudgetTokens: 32000}, "", 36096, false},
+		{"claude-sonnet-4-5", "high", 64000, &fakellm.ThinkingConfig{Type: "enabled", BudgetTokens: 16000}, "", 64000, false},
+		{"claude-opus-4-6", "xhigh", 0, &fakellm.ThinkingConfig{Type: "adaptive", Display: "summarized"}, "max", 36096, false},
+		{"claude-sonnet-4-6", "low", 0, &fakellm.ThinkingConfig{Type: "adaptive", Display: "summarized"}, "low", 8096, false},
+		{"claude-opus-4-6", "none", 0, &fakellm.ThinkingConfig{Type: "disabled"}, "", 4096, true},
+		{"claude-opus-4-7", "xhigh", 0, &fakellm.ThinkingConfig{Type: "adaptive", Display: "summarized"}, "xhigh", 36096, false},
+		{"claude-opus-4-7", "minimal", 0, &fakellm.ThinkingConfig{Type: "adaptive", Display: "summarized"}, "low", 8096, false},
+		{"claude-opus-4-7", "none", 0, &fakellm.ThinkingConfig{Type: "disabled"}, "", 4096, false},
+		{"claude-opus-4-7", "", 0, nil, "", 4096, false},
+		{"claude-haiku-4-5", "high", 0, nil, "", 4096, true},
+		{"MiniMax-M2", "medium", 0, &fakellm.ThinkingConfig{Type: "enabled", BudgetTokens: 8000}, "", 12096, false},
+		{"kimi-k2-thinking", "high", 0, &fakellm.ThinkingConfig{Type: "adaptive", Display: "summarized"}, "high", 20096, false},
+		{"kimi-k2-thinking", "none", 0, nil, "", 4096, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.model+"/"+tt.effort, func(t *testing.T) {
+			for _, stream := range []bool{false, true} {
+				srv.Reset()
+				req := userReq("think")
+				req.Model, req.ReasoningEffort, req.MaxTokens, req.Temperature = tt.model, tt.effort, tt.maxTokens, &temp
+				var err error
+				if stream {
+					_, _, err = collect(context.Background(), p, req)
+				} else {
+					_, err = llm.Complete(context.Background(), p, req)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				got := srv.Requests()[0]
+				if !reflect.DeepEqual(got.Thinking, tt.want) {
+					t.Errorf("stream=%v: thinking %+v, want %+v", stream, got.Thinking, tt.want)
+				}
+				if got.ReasoningEffort != tt.wantEffort {
+					t.Errorf("stream=%v: effort %q, want %q", stream, got.ReasoningEffort, tt.wantEffort)
+				}
+				if got.MaxTokens != tt.wantMax {
+					t.Errorf("stream=%v: max_tokens %d, want %d", stream, got.MaxTokens, tt.wantMax)
+				}
+				if (got.Temperature != nil) != tt.wantTemp {
+					t.Errorf("stream=%v: temperature %v, want one sent: %v", stream, got.Temperature, tt.wantTemp)
+				}
+			}
+		})
+	}
+}
+
+// Anthropic's thinking comes back as the answer's reasoning, and its
+// signed blocks go back unchanged at the head of the assistant message
+// whose tool calls' results follow, or the API refuses the next request.
+// A tool-use message without its thinking (a resumed turn) makes that
+// call go without thinking instead.
+func TestAnthropicThinkingRoundTrip(t *testing.T) {
+	srv := startFake(t, fakellm.Config{})
+	p := llm.NewAnthropic(llm.AnthropicConfig{APIKey: "test", BaseURL: srv.URL(), Model: "claude-sonnet-4-5"})
+	const thought = "The user wants the time.\nI should call the clock."
+	for _, stream := range []bool{false, true} {
+		for _, model := range []string{"claude-sonnet-4-5", "claude-opus-4-7"} {
+			srv.Reset()
+			srv.Enqueue(fakellm.Reply{Reasoning: thought, ToolCalls: []fakellm.ToolCall{{Name: "clock", Arguments: `{"tz":"UTC"}`}}},
+				fakellm.Reply{Text: "It is noon.", Reasoning: "Now answer."})
+			call := func(req llm.Request) (*llm.Response, error) {
+				req.Model, req.ReasoningEffort = model, "high"
+				req.Tools = []llm.ToolSpec{{Name: "clock", Parameters: json.RawMessage(`{"type":"object"}`)}}
+				if stream {
+					resp, _, err := collect(context.Background(), p, req)
+					return resp, err
+				}
+				return llm.Complete(context.Background(), p, req)
+			}
+			req := userReq("what time is it?")
+			first, err := call(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantThinking := []llm.Thinking{{Text: thought, Signature: fakellm.ThinkingSignature(thought)}}
+			if first.Reasoning != thought || !reflect.DeepEqual(first.Thinking, wantThinking) || len(first.ToolCalls) != 1 {
+				t.Fatalf("stream=%v %s: reasoning %q, thinking %+v, calls %+v", stream, model, first.Reasoning, first.Thinking, first.ToolCalls)
+			}
+			req.Messages = append(req.Messages,
+				llm.Message{Role: llm.RoleAssistant, ToolCalls: first.ToolCalls, Thinking: first.Thinking},
+				llm.Message{Role: llm.RoleTool, ToolCallID: first.ToolCalls[0].ID, Content: "12:00"})
+			second, err := call(req)
+			if err != nil {
+				t.Fatalf("stream=%v %s: tool-use continuation: %v", stream, model, err)
+			}
+			if second.Text != "It is noon." || second.Reasoning != "Now answer." {
+				t.Errorf("stream=%v %s: answer %q, reasoning %q", stream, model, second.Text, second.Reasoning)
+			}
+			got := srv.Requests()[1]
+			if got.Thinking == nil || got.Thinking.Type == "disabled" {
+				t.Errorf("stream=%v %s: continuation without thinking: %+v", stream, model, got.Thinking)
+			}
+			sent := got.Messages[1]
+			if sent.Role != "assistant" || !reflect.DeepEqual(sent.Thinking, []fakellm.Thinking{{Text: thought, Signature: fakellm.ThinkingSignature(thought)}}) {
+				t.Errorf("stream=%v %s: assistant message sent back as %+v", stream, model, sent)
+			}
+
+			// The same continuation with the thinking lost.
+			srv.Reset()
+			req.Messages[1].Thinking = nil
+			if _, err := call(req); err != nil {
+				t.Fatalf("stream=%v %s: continuation without its thinking: %v", stream, model, err)
+			}
+			if th := srv.Requests()[0].Thinking; th != nil && th.Type != "disabled" {
+				t.Errorf("stream=%v %s: thinking %+v on a tool-use message without its thinking", stream, model, th)
+			}
+
+			// A changed block is refused, as Anthropic refuses it.
+			srv.Reset()
+			req.Messages[1].Thinking = []llm.Thinking{{Text: thought + " (edited)", Signature: fakellm.ThinkingSignature(thought)}}
+			if _, err := call(req); llm.ClassOf(err) != llm.BadRequest {
+				t.Errorf("stream=%v %s: edited thinking block: %v, want a bad request", stream, model, err)
+			}
+		}
+	}
+}
