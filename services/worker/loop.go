@@ -254,7 +254,7 @@ func (r *turnRun) runLoop(ctx context.Context) (store.Final, error) {
 			return r.finish(ctx, ls, nil, store.Final{Status: store.StatusFailed, Kind: store.FinalError,
 				ErrorCode: errorCode(err), Text: llm.UserMessage(err)})
 		}
-		msg := store.Message{Role: llm.RoleAssistant, Content: resp.Text}
+		msg := store.Message{Role: llm.RoleAssistant, Content: resp.Text, Thinking: resp.Thinking}
 		for _, tc := range resp.ToolCalls {
 			msg.ToolCalls = append(msg.ToolCalls, store.ToolCall{ID: tc.ID, Name: tc.Name, Arguments: tc.Arguments})
 		}
@@ -926,7 +926,7 @@ func toLLM(summary string, parts ...[]store.Message) []llm.Message {
 				out = append(out, llm.Message{Role: llm.RoleTool, ToolCallID: m.ToolCallID, Name: m.ToolName, Content: m.Content})
 			case llm.RoleAssistant:
 				closeOpen()
-				lm := llm.Message{Role: llm.RoleAssistant, Content: m.Content}
+				lm := llm.Message{Role: llm.RoleAssistant, Content: m.Content, Thinking: m.Thinking}
 				for _, tc := range m.ToolCalls {
 					args := tc.Arguments
 					if !isObject(args) {

@@ -2,11 +2,15 @@ package worker_test
 
 import (
 	"context"
+	"encoding/json"
+	"reflect"
 	"strings"
 	"testing"
 
 	"github.com/switchboard-chat/switchboard/pkg/fakellm"
+	"github.com/switchboard-chat/switchboard/pkg/llm"
 	"github.com/switchboard-chat/switchboard/services/worker"
+	"github.com/switchboard-chat/switchboard/services/worker/internal/tools"
 )
 
 // A session's /personality joins its system prompt after the base prompt
@@ -112,5 +116,62 @@ func TestShowReasoning(t *testing.T) {
 		if stored != "The answer is 42." {
 			t.Errorf("%s: transcript %q, want the answer alone", tt.name, stored)
 		}
+	}
+}
+
+// A session's /reasoning reaches an Anthropic model as extended thinking;
+// the signed thinking of a step that called tools goes back with the
+// calls' results (Anthropic refuses the next call otherwise), and with
+// /reasoning show the chat sees the answer's thinking before it.
+func TestAnthropicThinkingThroughATurn(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.setGeneration("s1", 1)
+	p := llm.WithRetry(llm.NewAnthropic(llm.AnthropicConfig{BaseURL: h.fakeURL, Model: "claude-sonnet-4-5", APIKey: "k"}),
+		llm.RetryPolicy{MaxAttempts: 1, CallTimeout: callTimeout})
+	w := h.startWorker("w1", func(c *worker.Config, d *worker.Deps) {
+		d.LLM = worker.Backend{Provider: p, Kind: "anthropic", Model: "claude-sonnet-4-5", BaseURL: h.fakeURL, KeyHash: "k"}
+		d.Tools = []tools.Tool{{Name: "clock", Run: func(context.Context, tools.Call, json.RawMessage) (string, error) {
+			return "12:00", nil
+		}}}
+	})
+	defer w.stop(t)
+	const looked = "The user wants the time: the clock tells it."
+	h.fake.Enqueue(
+		fakellm.Reply{Reasoning: looked, ToolCalls: []fakellm.ToolCall{{ID: "c1", Name: "clock", Arguments: `{}`}}},
+		fakellm.Reply{Text: "It is noon.", Reasoning: "The clock said 12:00."},
+	)
+	req := h.requestTurn("s1", "what time is it?", turnOpts{effort: "high", show: true})
+	if c := h.waitCompleted(req.TurnId); c.GetError() != "" {
+		t.Fatal(c.GetError())
+	}
+	final := checkReplies(t, h.replies(req.TurnId)).GetFinalText().GetText()
+	if want := "💭 **Reasoning:**\n```\nThe clock said 12:00.\n```\n\nIt is noon."; final != want {
+		t.Errorf("final %q, want %q", final, want)
+	}
+	reqs := h.fake.Requests()
+	if len(reqs) != 2 {
+		t.Fatalf("%d model requests", len(reqs))
+	}
+	for i, r := range reqs {
+		if r.Thinking == nil || r.Thinking.Type != "enabled" || r.Thinking.BudgetTokens != 16000 {
+			t.Errorf("request %d: thinking %+v, want a budget of 16000", i, r.Thinking)
+		}
+	}
+	var back *fakellm.Message
+	for i := range reqs[1].Messages {
+		if len(reqs[1].Messages[i].ToolCalls) > 0 {
+			back = &reqs[1].Messages[i]
+		}
+	}
+	if back == nil || !reflect.DeepEqual(back.Thinking, []fakellm.Thinking{{Text: looked, Signature: fakellm.ThinkingSignature(looked)}}) {
+		t.Errorf("the tool-use step went back as %+v, want it with its signed thinking", back)
+	}
+
+	// Without an effort the session's turns ask for no thinking.
+	h.waitCompleted(h.requestTurn("s1", "and now?", turnOpts{}).TurnId)
+	reqs = h.fake.Requests()
+	if th := reqs[len(reqs)-1].Thinking; th != nil {
+		t.Errorf("thinking %+v without an effort", th)
 	}
 }

@@ -70,6 +70,11 @@ type Message struct {
 	// store for each attempt and shown to the model with it; they are not
 	// stored (the stored content names them).
 	Images []llm.Image
+	// Thinking is an assistant step's signed thinking (Anthropic), kept
+	// in memory for the turn's next model call, which must send it back
+	// with the calls' results; not stored, so a resumed turn's next call
+	// goes without thinking (llm drops it there).
+	Thinking []llm.Thinking
 }
 
 // Turn statuses as stored. A turn's row is written when the turn is
