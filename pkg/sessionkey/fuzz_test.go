@@ -102,7 +102,7 @@ func FuzzParseRequest(f *testing.F) {
 // FuzzBackground checks that no chat's key (every source a gateway may
 // send, whatever its ids hold, under any profile) reads as a /background
 // task's, and that a task's key keeps its chat's key and gives its id
-// back.
+// and its chat's key back.
 func FuzzBackground(f *testing.F) {
 	f.Add("telegram", "dm", "99", "99", "", "", "bg_072011_a1b2c3")
 	f.Add("matrix", "group", "!r:example.org", "@ann:example.org", "$t:x", "main", "bg_1")
@@ -119,6 +119,9 @@ func FuzzBackground(f *testing.F) {
 		key := Background(chat, profile, task)
 		if id, ok := BackgroundTask(key, profile); !ok || id != task {
 			t.Fatalf("BackgroundTask(%q) = %q, %v; want %q", key, id, ok, task)
+		}
+		if c, ok := BackgroundChat(key, profile); strings.HasPrefix(chat, namespace(profile)+":") && (!ok || c != chat) {
+			t.Fatalf("BackgroundChat(%q) = %q, %v; want %q", key, c, ok, chat)
 		}
 		if key == chat || !strings.HasSuffix(key, strings.TrimPrefix(chat, namespace(profile)+":")+":"+task) {
 			t.Fatalf("task key %q does not keep the chat key %q", key, chat)

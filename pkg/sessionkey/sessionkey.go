@@ -232,3 +232,20 @@ func BackgroundTask(key, profile string) (string, bool) {
 	}
 	return rest[i+1:], true
 }
+
+// BackgroundChat returns the session key of the chat in which the task
+// of a key Background made under profile was asked (Background's
+// chatKey), or false for any other key. What the chat chose for itself
+// and its tasks too (/yolo) is read under it.
+func BackgroundChat(key, profile string) (string, bool) {
+	ns := namespace(profile) + ":"
+	rest, ok := strings.CutPrefix(key, ns+BackgroundPlatform+":")
+	if !ok {
+		return "", false
+	}
+	i := strings.LastIndexByte(rest, ':')
+	if i <= 0 || i == len(rest)-1 {
+		return "", false
+	}
+	return ns + rest[:i], true
+}

@@ -229,12 +229,21 @@ func TestBackground(t *testing.T) {
 			if _, ok := BackgroundTask(tt.chatKey, tt.profile); ok {
 				t.Errorf("the chat's key %q reads as a background task's", tt.chatKey)
 			}
+			if chat, ok := BackgroundChat(got, tt.profile); !ok || chat != tt.chatKey {
+				t.Errorf("BackgroundChat(%q) = %q, %v; want %q", got, chat, ok, tt.chatKey)
+			}
+			if chat, ok := BackgroundChat(tt.chatKey, tt.profile); ok {
+				t.Errorf("BackgroundChat(%q) = %q: the chat's key reads as a task's", tt.chatKey, chat)
+			}
 		})
 	}
 	for _, key := range []string{"agent:main:background:", "agent:main:background:x:", "agent:main:backgroundx:telegram:dm:1:bg",
 		"agent:coder:background:telegram:dm:99:bg_1", "agent:main:cron:dm:job_20260101_000000"} {
 		if id, ok := BackgroundTask(key, ""); ok {
 			t.Errorf("BackgroundTask(%q) = %q; want none", key, id)
+		}
+		if chat, ok := BackgroundChat(key, ""); ok {
+			t.Errorf("BackgroundChat(%q) = %q; want none", key, chat)
 		}
 	}
 }
