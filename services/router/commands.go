@@ -37,7 +37,7 @@ var helpText = strings.Join([]string{
 	"/branch [title] (/fork) — continue in a copy of this conversation; /resume goes back",
 	"/retry — run your last message again",
 	"/undo [n] — remove the last n exchanges",
-	"/compress — summarize the older part of the conversation now",
+	"/compress [focus] — summarize the older part of the conversation now",
 	"/personality [name] — list personalities, or set this chat's (none clears it)",
 	"/reasoning [level|show|hide] — reasoning effort (none, minimal, low, medium, high, xhigh, reset) and whether the model's thinking is shown",
 	"/yolo — turn on or off running dangerous commands in this chat without asking",
@@ -302,9 +302,13 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 			return s.resume(ctx, st, m, sess, cmd.Args)
 		})
 	case "retry", "undo", "compress":
-		// "/compress <focus>": Hermes steers the summary with the focus;
-		// the worker does not, and the words are dropped.
 		m.ev.TranscriptCommand = cmd.Name
+		if focus := command.CompressFocus(cmd.Args); cmd.Name == "compress" && focus != "" {
+			// "/compress <focus>", Hermes's focus topic: it waits in the
+			// queue with the command and goes to the worker on the turn
+			// (publishTurn: TurnRequested.compress_focus).
+			m.ev.TranscriptCommand = "compress " + focus
+		}
 		if cmd.Name == "undo" && cmd.Args != "" {
 			n, err := strconv.Atoi(cmd.Args)
 			if err != nil || n < 1 || n > 50 {

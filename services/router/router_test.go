@@ -1067,7 +1067,8 @@ func TestStartPingAndBangText(t *testing.T) {
 
 // /retry, /undo and /compress run as turns of their own whose input the router
 // marks, in canonical form, for the worker to perform; a mark that
-// arrives from outside is cleared.
+// arrives from outside is cleared. The focus of /compress <focus>
+// (Hermes's focus topic) goes on the turn (compress_focus), on one line.
 func TestTranscriptCommandsAreMarkedTurns(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -1076,7 +1077,7 @@ func TestTranscriptCommandsAreMarkedTurns(t *testing.T) {
 	forged := dm("alice", "just text")
 	forged.TranscriptCommand = "undo 50"
 	locker := redisx.NewLocker(e.rdb, e.prefix)
-	for i, ev := range []*eventsv1.MessageReceived{dm("alice", "/retry"), dm("alice", "/UNDO 3"), dm("alice", "/undo"), dm("alice", "/compress travel plans"), forged} {
+	for i, ev := range []*eventsv1.MessageReceived{dm("alice", "/retry"), dm("alice", "/UNDO 3"), dm("alice", "/undo"), dm("alice", "/compress travel plans"), dm("alice", "/compress"), dm("alice", "/compress  the\n\"db\"   migration "), forged} {
 		// One at a time: /retry and /undo are refused while a turn runs.
 		e.publish(ev)
 		waitFor(t, fmt.Sprintf("turn %d", i+1), func() bool { turns, _ := w.snapshot(); return len(turns) == i+1 })
@@ -1086,7 +1087,9 @@ func TestTranscriptCommandsAreMarkedTurns(t *testing.T) {
 		})
 	}
 	turns, _ := w.snapshot()
-	want := map[string]string{"/retry": "retry", "/UNDO 3": "undo 3", "/undo": "undo", "/compress travel plans": "compress", "just text": ""}
+	want := map[string]string{"/retry": "retry", "/UNDO 3": "undo 3", "/undo": "undo", "/compress travel plans": "compress",
+		"/compress": "compress", "/compress  the\n\"db\"   migration ": "compress", "just text": ""}
+	focus := map[string]string{"/compress travel plans": "travel plans", "/compress  the\n\"db\"   migration ": `the "db" migration`}
 	for _, tr := range turns {
 		in := tr.GetInputs()
 		if len(in) != 1 {
@@ -1094,6 +1097,9 @@ func TestTranscriptCommandsAreMarkedTurns(t *testing.T) {
 		}
 		if got, w := in[0].GetTranscriptCommand(), want[in[0].GetText()]; got != w {
 			t.Errorf("%q: marked %q, want %q", in[0].GetText(), got, w)
+		}
+		if got, w := tr.GetCompressFocus(), focus[in[0].GetText()]; got != w {
+			t.Errorf("%q: compress focus %q, want %q", in[0].GetText(), got, w)
 		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
@@ -168,6 +169,15 @@ func (s *Service) publishTurn(ctx context.Context, key, token, turnID string, t 
 		req.Inputs = append(req.Inputs, q.Event)
 		if req.ReplyRoute == nil && q.Event.GetReplyRoute() != nil {
 			req.ReplyRoute = q.Event.GetReplyRoute()
+		}
+	}
+	if len(req.Inputs) == 1 {
+		if focus, ok := strings.CutPrefix(req.Inputs[0].GetTranscriptCommand(), "compress "); ok {
+			// The focus of /compress <focus> rides on the turn, the
+			// command on its input.
+			in := proto.CloneOf(req.Inputs[0])
+			in.TranscriptCommand = "compress"
+			req.Inputs[0], req.CompressFocus = in, focus
 		}
 	}
 	if len(t.Inputs) > 0 {

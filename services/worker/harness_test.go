@@ -191,6 +191,7 @@ type turnOpts struct {
 	toolMode    string                     // the tool progress mode /verbose chose
 	background  string                     // the /background task the turn runs
 	noYolo      bool                       // router.yolo_command is off (yolo_disabled)
+	focus       string                     // the focus topic of /compress <focus>
 }
 
 // requestTurn does what the router does: wait for and take the session
@@ -233,6 +234,7 @@ func (h *harness) requestTurn(key, text string, o turnOpts) *turnsv1.TurnRequest
 		ToolProgressMode: o.toolMode,
 		BackgroundTaskId: o.background,
 		YoloDisabled:     o.noYolo,
+		CompressFocus:    o.focus,
 	}
 	if _, err := h.bus.Publish(ctx, h.bus.Topology().Subject(bus.SubjectTurnRequested), "turn:"+req.TurnId, req); err != nil {
 		h.t.Fatal(err)

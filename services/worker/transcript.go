@@ -98,9 +98,10 @@ func (r *turnRun) beginTranscriptCommand(ls *loopState, cmd transcriptCommand) {
 // conversation's older messages are summarised now, as they would be once
 // the prompt outgrew agent.compress_at of the window, keeping the last
 // agent.protect_last verbatim, and the turn answers with what it did, in
-// Hermes's words, without a call to the model as the user's input.
-// Differs from Hermes: its "/compress <focus>" steers the summary; the
-// focus is not read here.
+// Hermes's words, without a call to the model as the user's input. As
+// Hermes's, "/compress <focus>" (TurnRequested.compress_focus) asks the
+// summary to keep what concerns the focus topic in full detail, and the
+// answer names it.
 func (r *turnRun) compressCommand(ctx context.Context, b Backend, model, system string, ls *loopState) (store.Final, error) {
 	// As in Hermes, an earlier summary counts as a message.
 	before, tokens := len(ls.prior), estimateTokens(system, ls.summary, ls.prior)
@@ -110,7 +111,8 @@ func (r *turnRun) compressCommand(ctx context.Context, b Backend, model, system 
 	if before < 4 {
 		return r.finishWith(ctx, ls, "Not enough conversation to compress (need at least 4 messages).")
 	}
-	done, err := r.compress(ctx, b, model, system, ls, true)
+	focus := compressFocusOf(r.req)
+	done, err := r.compress(ctx, b, model, system, ls, true, focus)
 	if err != nil {
 		return store.Final{}, err
 	}
@@ -121,8 +123,12 @@ func (r *turnRun) compressCommand(ctx context.Context, b Backend, model, system 
 		return r.finishWith(ctx, ls, "Compression failed: the model gave no summary. Try again later.")
 	}
 	after := len(ls.prior) + 1 // the summary stands for the rest
-	return r.finishWith(ctx, ls, fmt.Sprintf("🗜️ Compressed: %d → %d messages\n~%s → ~%s tokens",
-		before, after, thousands(tokens), thousands(estimateTokens(system, ls.summary, ls.prior))))
+	lines := fmt.Sprintf("🗜️ Compressed: %d → %d messages\n", before, after)
+	if focus != "" {
+		lines += fmt.Sprintf("Focus: \"%s\"\n", focus)
+	}
+	return r.finishWith(ctx, ls, lines+fmt.Sprintf("~%s → ~%s tokens",
+		thousands(tokens), thousands(estimateTokens(system, ls.summary, ls.prior))))
 }
 
 // thousands writes n with comma separators, as Python's {n:,}.

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/switchboard-chat/switchboard/pkg/command"
 	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
 	"github.com/switchboard-chat/switchboard/services/worker"
 )
@@ -193,5 +194,59 @@ func TestCompressCommandKeepsTheLastMessages(t *testing.T) {
 	}
 	if n := len(h.fake.Requests()) - calls; n != 0 {
 		t.Errorf("/compress made %d model calls, want none", n)
+	}
+}
+
+// /compress <focus> (TurnRequested.compress_focus), Hermes's focus
+// topic: the summary request asks to keep what concerns it in full
+// detail, the topic quoted so that it cannot end the quotes, on one line
+// and cut to command.CompressFocusMax characters; the answer names it on
+// Hermes's "Focus:" line. Without a focus the request has no such part.
+func TestCompressCommandFocus(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.startWorker("w1", func(c *worker.Config, _ *worker.Deps) { c.Agent.ProtectLast = 2 })
+	long := strings.Repeat("x", 250)
+	for _, tt := range []struct {
+		name, focus, inPrompt, answer string
+	}{
+		{"focus", "the database migration", `FOCUS TOPIC: "the database migration"`, "Focus: \"the database migration\"\n"},
+		{"quotes and lines", "the \"db\"\nmigration", `FOCUS TOPIC: "the \"db\" migration"` + "\n", "Focus: \"the \"db\" migration\"\n"},
+		{"too long", long, `FOCUS TOPIC: "` + long[:command.CompressFocusMax] + `"`, "Focus: \"" + long[:command.CompressFocusMax] + "\"\n"},
+		{"none", "", "", ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			key := "s-" + strings.ReplaceAll(tt.name, " ", "-")
+			h.setGeneration(key, 1)
+			for _, text := range []string{"one", "two"} {
+				h.waitCompleted(h.requestTurn(key, text, turnOpts{}).TurnId)
+			}
+			calls := len(h.fake.Requests())
+			req := h.requestTurn(key, "/compress", turnOpts{command: "compress", focus: tt.focus})
+			if done := h.waitCompleted(req.TurnId); done.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED {
+				t.Fatalf("/compress: %v %s", done.GetStatus(), done.GetError())
+			}
+			got := checkReplies(t, h.replies(req.TurnId)).GetFinalText().GetText()
+			if want := "🗜️ Compressed: 4 → 3 messages\n" + tt.answer + "~"; !strings.HasPrefix(got, want) {
+				t.Errorf("/compress answered %q, want it to start %q", got, want)
+			}
+			reqs := h.fake.Requests()[calls:]
+			if len(reqs) != 1 {
+				t.Fatalf("/compress made %d model calls, want the summary's", len(reqs))
+			}
+			system := reqs[0].System
+			if tt.inPrompt == "" {
+				if strings.Contains(system, "FOCUS TOPIC") {
+					t.Errorf("the summary request has a focus topic without one asked for: %q", system)
+				}
+				return
+			}
+			if !strings.Contains(system, tt.inPrompt) || !strings.Contains(system, "PRIORITISE preserving all information related to the focus topic") {
+				t.Errorf("the summary request's instructions %q, want %q and Hermes's focus instructions", system, tt.inPrompt)
+			}
+			if strings.Contains(system, long[:command.CompressFocusMax+1]) {
+				t.Errorf("the summary request holds a focus longer than %d characters", command.CompressFocusMax)
+			}
+		})
 	}
 }

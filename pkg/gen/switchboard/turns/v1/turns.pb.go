@@ -212,8 +212,15 @@ type TurnRequested struct {
 	// its answer, to the chat it was asked in, under Hermes's "✅
 	// Background task complete" header.
 	BackgroundTaskId string `protobuf:"bytes,17,opt,name=background_task_id,json=backgroundTaskId,proto3" json:"background_task_id,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// The focus topic of a /compress <focus> (the turn's one input is the
+	// compress transcript command): the words after the command, white
+	// space collapsed, at most 200 characters (the router cuts longer
+	// ones). The worker asks the summary to keep what concerns it in full
+	// detail, as Hermes's focus topic does, and names it in its answer.
+	// Empty: no focus, and on every other turn.
+	CompressFocus string `protobuf:"bytes,23,opt,name=compress_focus,json=compressFocus,proto3" json:"compress_focus,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TurnRequested) Reset() {
@@ -382,6 +389,13 @@ func (x *TurnRequested) GetYoloDisabled() bool {
 func (x *TurnRequested) GetBackgroundTaskId() string {
 	if x != nil {
 		return x.BackgroundTaskId
+	}
+	return ""
+}
+
+func (x *TurnRequested) GetCompressFocus() string {
+	if x != nil {
+		return x.CompressFocus
 	}
 	return ""
 }
@@ -797,7 +811,7 @@ var File_switchboard_turns_v1_turns_proto protoreflect.FileDescriptor
 
 const file_switchboard_turns_v1_turns_proto_rawDesc = "" +
 	"\n" +
-	" switchboard/turns/v1/turns.proto\x12\x14switchboard.turns.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\"switchboard/events/v1/events.proto\"\xd8\x06\n" +
+	" switchboard/turns/v1/turns.proto\x12\x14switchboard.turns.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\"switchboard/events/v1/events.proto\"\xff\x06\n" +
 	"\rTurnRequested\x12\x17\n" +
 	"\aturn_id\x18\x01 \x01(\tR\x06turnId\x12\x1f\n" +
 	"\vsession_key\x18\x02 \x01(\tR\n" +
@@ -826,7 +840,8 @@ const file_switchboard_turns_v1_turns_proto_rawDesc = "" +
 	"\x0eshow_reasoning\x18\x13 \x01(\bR\rshowReasoning\x12,\n" +
 	"\x12tool_progress_mode\x18\x14 \x01(\tR\x10toolProgressMode\x12#\n" +
 	"\ryolo_disabled\x18\x15 \x01(\bR\fyoloDisabled\x12,\n" +
-	"\x12background_task_id\x18\x11 \x01(\tR\x10backgroundTaskId\"\xde\x01\n" +
+	"\x12background_task_id\x18\x11 \x01(\tR\x10backgroundTaskId\x12%\n" +
+	"\x0ecompress_focus\x18\x17 \x01(\tR\rcompressFocus\"\xde\x01\n" +
 	"\x14TurnControlRequested\x12\x1f\n" +
 	"\vsession_key\x18\x01 \x01(\tR\n" +
 	"sessionKey\x12\x17\n" +
