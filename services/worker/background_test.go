@@ -3,12 +3,14 @@ package worker_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
+	"github.com/switchboard-chat/switchboard/pkg/sessionkey"
 	"github.com/switchboard-chat/switchboard/services/worker"
 	"github.com/switchboard-chat/switchboard/services/worker/internal/tools"
 )
@@ -91,5 +93,57 @@ func TestBackgroundTaskDeniesApprovalsAtOnce(t *testing.T) {
 	final := checkReplies(t, evs)
 	if len(evs) != 1 || !strings.HasPrefix(final.GetFinalText().GetText(), "✅ Background task complete\n") {
 		t.Errorf("replies %v, want the task's answer alone", evs)
+	}
+}
+
+// A /background task follows the /yolo of the chat it was asked in: the
+// worker reads the chat's session_yolo row (under the chat's key,
+// sessionkey.BackgroundChat, not the task's own), so a task of a chat in
+// YOLO mode runs its dangerous call without asking, while a task of a
+// chat that is not, or any task while router.yolo_command is off
+// (yolo_disabled), is denied at once as before.
+func TestBackgroundTaskFollowsTheChatsYolo(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	var runs atomic.Int32
+	h.startWorker("w1", func(c *worker.Config, d *worker.Deps) {
+		c.Agent.ApprovalTimeout = time.Hour
+		c.Agent.DangerousTools = []string{"rm"}
+		d.Tools = []tools.Tool{{Name: "rm", Description: "Remove a file.",
+			Run: func(context.Context, tools.Call, json.RawMessage) (string, error) {
+				runs.Add(1)
+				return "removed", nil
+			}}}
+	})
+	yoloChat, plainChat := "agent:main:telegram:dm:99", "agent:main:telegram:dm:100"
+	if _, err := h.db.Exec(t.Context(), `INSERT INTO session_yolo (session_key, set_by) VALUES ($1, 'telegram:alice')`, yoloChat); err != nil {
+		t.Fatal(err)
+	}
+	for i, tt := range []struct {
+		name, chat string
+		noYolo     bool
+		ran        bool
+	}{
+		{"chat in yolo mode", yoloChat, false, true},
+		{"chat not in yolo mode", plainChat, false, false},
+		{"chat in yolo mode, router.yolo_command off", yoloChat, true, false},
+	} {
+		task := fmt.Sprintf("bg_07201%d_a1b2c3", i)
+		key := sessionkey.Background(tt.chat, "", task)
+		h.setGeneration(key, 1)
+		before := runs.Load()
+		req := h.requestTurn(key, `[[tool:rm {"path": "/tmp/x"}]] clean up`, turnOpts{answerOnly: true, background: task, noYolo: tt.noYolo})
+		done := h.waitCompleted(req.TurnId)
+		if done.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED {
+			t.Fatalf("%s: status %v (%s)", tt.name, done.GetStatus(), done.GetError())
+		}
+		if ran := runs.Load() > before; ran != tt.ran {
+			t.Errorf("%s: the tool ran %v, want %v", tt.name, ran, tt.ran)
+		}
+		evs := h.replies(req.TurnId)
+		final := checkReplies(t, evs)
+		if len(evs) != 1 || !strings.HasPrefix(final.GetFinalText().GetText(), "✅ Background task complete\n") {
+			t.Errorf("%s: replies %v, want the task's answer alone (no approval prompt, no tool progress)", tt.name, evs)
+		}
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/switchboard-chat/switchboard/pkg/llm"
+	"github.com/switchboard-chat/switchboard/pkg/sessionkey"
 	"github.com/switchboard-chat/switchboard/services/worker/internal/store"
 	"github.com/switchboard-chat/switchboard/services/worker/internal/tools"
 )
@@ -685,11 +686,7 @@ func origin(t *deliveryv1.Target) string {
 // whose "/approve session" or "/approve always" makes the approval stand.
 func (r *turnRun) approveOnce(ctx context.Context, tc store.ToolCall, pattern string, ask *repliesv1.ToolProgress) (bool, error) {
 	sessionID, userKey := r.req.GetSessionId(), r.st.UserKey
-	yoloKey := r.req.GetSessionKey()
-	if r.req.GetYoloDisabled() {
-		yoloKey = ""
-	}
-	standing, yolo, err := r.s.store.ApprovedOrYolo(ctx, sessionID, userKey, pattern, yoloKey)
+	standing, yolo, err := r.s.store.ApprovedOrYolo(ctx, sessionID, userKey, pattern, r.yoloKey())
 	if err != nil {
 		return false, err
 	}
@@ -716,6 +713,29 @@ func (r *turnRun) approveOnce(ctx context.Context, tc store.ToolCall, pattern st
 	return true, nil
 }
 
+// yoloKey is the session key whose /yolo the turn's dangerous calls
+// follow: the turn's own, or, for a /background task, the chat's it was
+// asked in (sessionkey.BackgroundChat), as it is when each call comes,
+// so a task of a chat in YOLO mode runs them without asking, and a /yolo
+// off in the chat counts from the task's next one; "" (none) while
+// router.yolo_command is off.
+func (r *turnRun) yoloKey() string {
+	key := r.req.GetSessionKey()
+	switch {
+	case r.req.GetYoloDisabled():
+		return ""
+	case r.req.GetBackgroundTaskId() != "":
+		chat, ok := sessionkey.BackgroundChat(key, r.req.GetProfile())
+		if !ok {
+			// Not a key the router derives: no chat's mode to follow.
+			r.log.Warn("background task key names no chat; yolo mode not followed", "session_key", key)
+			return ""
+		}
+		return chat
+	}
+	return key
+}
+
 // approve asks the user (ask, an AWAITING_APPROVAL step that delivery
 // turns into the chat's approval prompt; the router takes /approve and
 // /deny) and waits; no answer within the timeout is a denial.
@@ -724,7 +744,8 @@ func (r *turnRun) approve(ctx context.Context, tc store.ToolCall, ask *repliesv1
 		// A /background task shows no prompt (it publishes its answer
 		// alone) and the chat's /approve goes to the chat's session: no
 		// answer can come, so it is a denial now rather than at the
-		// timeout.
+		// timeout. (A task of a chat in YOLO mode does not get here:
+		// approveOnce, yoloKey.)
 		r.log.Info("tool approval denied: a background task cannot ask", "tool", tc.Name)
 		return answer{}, nil
 	}
