@@ -14,14 +14,15 @@ import (
 )
 
 // runBehind runs a gateway pointed at o, which forwards to the daemon
-// once ended; it stops at the end of the test.
-func runBehind(t *testing.T, o *platformtest.Outage, cfg Config) (*Service, chan *eventsv1.MessageReceived) {
+// once ended, with the runner's opts (a fast backoff schedule added);
+// it stops at the end of the test.
+func runBehind(t *testing.T, o *platformtest.Outage, cfg Config, opts platform.Options) (*Service, chan *eventsv1.MessageReceived) {
 	t.Helper()
 	b := bustest.New(t, bustest.EmbeddedURL(t))
 	evs := platformtest.InboundEvents(t, b)
 	cfg.HTTPURL, cfg.Account = "http://"+o.Addr(), bot
-	s, err := New(cfg, Deps{Log: slog.New(slog.DiscardHandler), Bus: b,
-		Runner: platform.Options{Backoff: platform.Schedule(20 * time.Millisecond), LeaseTTL: time.Second}})
+	opts.Backoff = platform.Schedule(20 * time.Millisecond)
+	s, err := New(cfg, Deps{Log: slog.New(slog.DiscardHandler), Bus: b, Runner: opts})
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -45,7 +46,7 @@ func TestDaemonDownAtStart(t *testing.T) {
 			down := platformtest.NewOutage(t)
 			cfg := DefaultConfig()
 			cfg.ReceiveMode, cfg.PollTimeout = mode, 300*time.Millisecond
-			s, evs := runBehind(t, down, cfg)
+			s, evs := runBehind(t, down, cfg, platform.Options{LeaseTTL: time.Second})
 			down.ComeUp(t, s, "not reachable", strings.TrimPrefix(f.URL, "http://"))
 			waitReceiving(t, s, f, mode)
 			f.Receive(signalfake.Message{From: ann, Text: "are you there?"})
@@ -60,8 +61,16 @@ func TestDaemonDownAtStart(t *testing.T) {
 // (manual mode) goes over the kept-alive connection, an idle event
 // stream (sse mode) with the daemon's keepalives stays open; neither is
 // torn down and dialled again every poll.
+//
+// The idle timeout is twenty keepalives: a stream that goes without one
+// for that long is dropped and dialled again, as it should be, and a
+// loaded machine that stalls the test's process (the race detector, busy
+// CPUs) for a few keepalives must not look like it. The lease's default
+// TTL is kept for the same reason: a lease that lapses in a stall ends
+// the stream too.
 func TestIdleConnectionKept(t *testing.T) {
 	t.Parallel()
+	const keepalive, idle = 50 * time.Millisecond, time.Second
 	for _, mode := range []string{ReceiveManual, ReceiveSSE} {
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
@@ -70,20 +79,26 @@ func TestIdleConnectionKept(t *testing.T) {
 			if mode == ReceiveManual {
 				f.SetReceiveMode(signalfake.Manual)
 			} else {
-				f.SetKeepalive(50 * time.Millisecond)
+				f.SetKeepalive(keepalive)
 			}
 			o := platformtest.NewOutage(t)
 			o.End(t, strings.TrimPrefix(f.URL, "http://"))
 			cfg := DefaultConfig()
-			cfg.ReceiveMode, cfg.PollTimeout, cfg.IdleTimeout = mode, 100*time.Millisecond, 300*time.Millisecond
-			s, evs := runBehind(t, o, cfg)
+			cfg.ReceiveMode, cfg.PollTimeout, cfg.IdleTimeout = mode, 100*time.Millisecond, idle
+			s, evs := runBehind(t, o, cfg, platform.Options{})
 			waitReceiving(t, s, f, mode)
-			time.Sleep(200 * time.Millisecond) // the first calls' connections made
-			before, polls := o.Accepted(), f.Polls()
+			if mode == ReceiveManual {
+				// The probe call answered: the connection it went
+				// over is back in the transport's pool.
+				platformtest.WaitFor(t, "a receive call after the probe", func() bool { return f.Polls() >= 2 })
+			}
+			before, polls, kept := o.Accepted(), f.Polls(), f.Keepalives()
 			if mode == ReceiveManual {
 				platformtest.WaitFor(t, "ten idle receive calls", func() bool { return f.Polls()-polls >= 10 })
 			} else {
-				time.Sleep(2 * time.Second) // six idle timeouts
+				platformtest.WaitFor(t, "keepalives through two idle timeouts", func() bool {
+					return f.Keepalives()-kept >= int(2*idle/keepalive)
+				})
 			}
 			// At most one more: the transport may dial a second
 			// connection when a call starts before the last one's went

@@ -143,6 +143,7 @@ type Fake struct {
 	attachments map[string][]byte
 	clock       int64
 	keepalive   time.Duration
+	keepalives  int // keepalive comments written
 	replay      bool
 
 	mode    ReceiveMode
@@ -203,6 +204,13 @@ func (f *Fake) SetKeepalive(d time.Duration) {
 	f.mu.Lock()
 	f.keepalive = d
 	f.mu.Unlock()
+}
+
+// Keepalives counts the keepalive comments written to streams so far.
+func (f *Fake) Keepalives() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.keepalives
 }
 
 // SetReplay numbers the events and replays the kept ones after a
@@ -593,6 +601,9 @@ func (f *Fake) stream(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 			fl.Flush()
+			f.mu.Lock()
+			f.keepalives++
+			f.mu.Unlock()
 		case ev := <-c.ch:
 			id := ""
 			if replay {
