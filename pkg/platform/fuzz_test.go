@@ -1,6 +1,9 @@
 package platform_test
 
 import (
+	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -83,6 +86,49 @@ func FuzzCheckEvent(f *testing.F) {
 			if !utf8.ValidString(s) {
 				t.Fatalf("accepted invalid UTF-8 %q", s)
 			}
+		}
+	})
+}
+
+// FuzzSummary: whatever a platform sends, the summary of it is short,
+// valid UTF-8, the same each time, made only of the characters of field
+// names, ids and shapes (no spaces inside a value, no @ of an address,
+// no + of a phone number: no text of the payload's values), says valid
+// JSON is JSON, and never panics.
+func FuzzSummary(f *testing.F) {
+	for _, name := range []string{"telegram_update.json", "slack_event.json", "discord_message.json", "matrix_event.json", "email.eml"} {
+		raw, err := os.ReadFile(filepath.Join("testdata", "payloads", name))
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(raw)
+	}
+	f.Add([]byte(`{"update_id":"+15551234567","@ann:x":{"ann@example.com":[1,"two",{"id":"3"}]}}`))
+	f.Add([]byte(`[[[[[[[[[[[[{"a":"b"}]]]]]]]]]]]]`))
+	f.Add([]byte(`{"a":1} {"b":2}`))
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		got := platform.Summary(raw)
+		if got != platform.Summary(raw) {
+			t.Fatalf("two summaries of one payload")
+		}
+		if !utf8.ValidString(got) {
+			t.Fatalf("summary not UTF-8: %q", got)
+		}
+		head, shape, _ := strings.Cut(got, " sha256:")
+		if !strings.HasSuffix(head, " bytes") {
+			t.Fatalf("summary %q does not start with the size", got)
+		}
+		_, shape, _ = strings.Cut(shape, " ")
+		if len(shape) > 400+len("…") {
+			t.Fatalf("shape %d bytes long: %q", len(shape), shape)
+		}
+		for _, r := range shape {
+			if !strings.ContainsRune(`abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-:$!/=<>{}[]()" …`, r) {
+				t.Fatalf("shape %q has %q, which no field name, id or shape has", shape, r)
+			}
+		}
+		if json.Valid(raw) && shape == "not JSON" {
+			t.Fatalf("valid JSON %q summarized as not JSON", raw)
 		}
 	})
 }
