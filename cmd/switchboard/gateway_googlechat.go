@@ -19,6 +19,7 @@ func init() {
 		"GOOGLE_CHAT_KEYS_URL":             "gateways.googlechat.keys_url",
 		"GOOGLE_CHAT_API_BASE_URL":         "gateways.googlechat.api_base_url",
 		"GOOGLE_CHAT_TOKEN_URL":            "gateways.googlechat.token_url",
+		"GOOGLE_CHAT_ALLOW_BOTS":           "gateways.googlechat.allow_bots",
 	} {
 		envAliases[env] = key
 	}
@@ -32,6 +33,7 @@ func init() {
 // pairing.
 func startGoogleChatGateway(ctx context.Context, a *app) (func(context.Context) error, error) {
 	cfg := a.cfg.Gateways.GoogleChat
+	cfg.AllowBots = allowBots(cfg.AllowBots, a.cfg.Router.Auth.AllowBots, googlechat.PlatformName)
 	run, err := startChatGateway(ctx, a, "googlechat", "GOOGLE_CHAT_SERVICE_ACCOUNT_JSON or GOOGLE_CHAT_HTTP_EVENTS_AUDIENCE", cfg.Enabled(), cfg.Validate, func(b *bus.Bus) (chatService, error) {
 		return googlechat.New(cfg, googlechat.Deps{Log: a.log, Bus: b, Runner: platform.Options{Attachments: a.cfg.Attachments}})
 	})

@@ -80,7 +80,7 @@ func (p *Platform) event(w http.ResponseWriter, r *http.Request, conn platform.D
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), p.cfg.AckTimeout)
 	defer cancel()
-	n := normalize(e, p.cfg.Audience)
+	n := normalize(e, p.cfg.Audience, p.bots, p.self.is)
 	if n.ev == nil {
 		skipped.WithLabelValues(n.skip).Inc()
 		p.log.Debug("google chat event skipped", "reason", n.skip, "type", e.Type)

@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 	"unicode"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+	"github.com/switchboard-chat/switchboard/pkg/platform"
 )
 
 // Event is the part of a Google Chat interaction event the gateway reads
@@ -153,14 +155,17 @@ type normalized struct {
 // slash command as /cmd_<id> unless its text is one. The message an
 // ADDED_TO_SPACE event carries (the @mention that added the app) is
 // published as any message; Hermes, which reads only MESSAGE events,
-// drops it.
-func normalize(e *Event, account string) normalized {
+// drops it. A message of another app (sender type BOT) is published,
+// marked is_bot, only as bots admits it; the app's own (self) never,
+// whatever bots says: answering them would loop.
+func normalize(e *Event, account string, bots platform.BotMode, self func(name string) bool) normalized {
 	if !carriesMessage(e) {
 		return normalized{skip: "event_" + reason(e.Type)}
 	}
 	m := e.Message
-	if strings.EqualFold(m.Sender.Type, "BOT") {
-		return normalized{skip: "bot"}
+	bot := strings.EqualFold(m.Sender.Type, "BOT")
+	if bot && self(m.Sender.Name) {
+		return normalized{skip: "own"}
 	}
 	text := m.ArgumentText
 	if text == "" {
@@ -179,6 +184,9 @@ func normalize(e *Event, account string) normalized {
 		if a.Type == "USER_MENTION" && a.UserMention != nil && strings.EqualFold(a.UserMention.User.Type, "BOT") {
 			mentioned = true
 		}
+	}
+	if bot && !bots.Admits(mentioned) {
+		return normalized{skip: "bot"}
 	}
 	chatType, thread := "group", m.Thread.Name
 	if isDM(e.Space) {
@@ -205,7 +213,7 @@ func normalize(e *Event, account string) normalized {
 		Text:      text,
 		Source: &eventsv1.SessionSource{
 			Platform: PlatformName, Account: account, ChatId: e.Space.Name, ChatName: chatName, ChatType: chatType,
-			UserId: user, UserName: name, UserIdAlt: m.Sender.Name, ThreadId: thread,
+			UserId: user, UserName: name, UserIdAlt: m.Sender.Name, ThreadId: thread, IsBot: bot,
 		},
 		Attachments: atts,
 		Mentioned:   mentioned,
@@ -254,4 +262,29 @@ func kindOf(mt string) eventsv1.AttachmentKind {
 		return eventsv1.AttachmentKind_ATTACHMENT_KIND_AUDIO
 	}
 	return eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT
+}
+
+// appAlias is the name the Chat API gives the calling app ("users/app").
+const appAlias = "users/app"
+
+// selfNames are the app's own user names: the alias, and the name the
+// Chat API gave the sender of each message the app created (its numeric
+// users/… id). A replica that has not sent yet knows only the alias; an
+// app's own messages do not come back to it as events, this is the
+// guard should one come.
+type selfNames struct{ names sync.Map }
+
+func (s *selfNames) learn(name string) {
+	if name != "" {
+		s.names.Store(name, true)
+	}
+}
+
+// is reports whether name is the app's.
+func (s *selfNames) is(name string) bool {
+	if name == appAlias {
+		return true
+	}
+	_, ok := s.names.Load(name)
+	return ok
 }

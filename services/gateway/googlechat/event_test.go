@@ -2,8 +2,10 @@ package googlechat
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 
+	"github.com/switchboard-chat/switchboard/pkg/platform"
 	"github.com/switchboard-chat/switchboard/pkg/sessionkey"
 )
 
@@ -30,7 +32,9 @@ func TestNormalizeSessionKeys(t *testing.T) {
 			"agent:main:google_chat:dm:spaces/D2", "x", ""},
 		{"slash command", `{"type":"MESSAGE","space":{"name":"spaces/D1","spaceType":"DIRECT_MESSAGE"},"message":{"name":"spaces/D1/messages/m7",` + sender + `,"text":"/reset now","argumentText":" now","slashCommand":{"commandId":"3"}}}`,
 			"agent:main:google_chat:dm:spaces/D1", "/cmd_3 now", ""},
-		{"bot", `{"type":"MESSAGE","space":{"name":"spaces/D1","spaceType":"DIRECT_MESSAGE"},"message":{"name":"spaces/D1/messages/m8","sender":{"name":"users/app","type":"BOT"},"text":"x"}}`,
+		{"own", `{"type":"MESSAGE","space":{"name":"spaces/D1","spaceType":"DIRECT_MESSAGE"},"message":{"name":"spaces/D1/messages/m8","sender":{"name":"users/app","type":"BOT"},"text":"x"}}`,
+			"", "", "own"},
+		{"other app", `{"type":"MESSAGE","space":{"name":"spaces/D1","spaceType":"DIRECT_MESSAGE"},"message":{"name":"spaces/D1/messages/m9","sender":{"name":"users/999","type":"BOT"},"text":"x"}}`,
 			"", "", "bot"},
 		{"empty", `{"type":"MESSAGE","space":{"name":"spaces/D1","spaceType":"DIRECT_MESSAGE"},"message":{"name":"spaces/D1/messages/m9",` + sender + `,"text":"  "}}`,
 			"", "", "empty"},
@@ -46,7 +50,7 @@ func TestNormalizeSessionKeys(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			n := normalize(e, "123")
+			n := normalize(e, "123", platform.BotsNone, (&selfNames{}).is)
 			if c.skip != "" {
 				if n.ev != nil || n.skip != c.skip {
 					t.Fatalf("normalized to %v (skip %q), want skip %q", n.ev, n.skip, c.skip)
@@ -80,5 +84,46 @@ func TestParseEventRejects(t *testing.T) {
 		if _, err := parseEvent([]byte(body)); !errors.Is(err, ErrMalformed) {
 			t.Errorf("%s: %v, want ErrMalformed", name, err)
 		}
+	}
+}
+
+// TestNormalizeBots: another app's message is published, marked is_bot,
+// as allow_bots says (mentions: when it @mentions an app, as Google Chat
+// delivers space messages); the app's own, by its alias or by the name a
+// send answer gave it, never.
+func TestNormalizeBots(t *testing.T) {
+	const (
+		mention = `,"annotations":[{"type":"USER_MENTION","userMention":{"user":{"name":"users/app","type":"BOT"}}}]`
+		space   = `{"type":"MESSAGE","space":{"name":"spaces/S1","spaceType":"SPACE"},"message":{"name":"spaces/S1/messages/m1","sender":{"name":"%s","displayName":"Other","type":"BOT"},"text":"@Hermes hi","argumentText":" hi"%s}}`
+	)
+	var self selfNames
+	self.learn("users/424242") // the sender of a message the app created
+	for _, c := range []struct {
+		name, sender, annotations string
+		mode                      platform.BotMode
+		skip                      string // "": published
+	}{
+		{"none", "users/999", mention, platform.BotsNone, "bot"},
+		{"mentions, mentioned", "users/999", mention, platform.BotsMentions, ""},
+		{"mentions, not mentioned", "users/999", "", platform.BotsMentions, "bot"},
+		{"all", "users/999", "", platform.BotsAll, ""},
+		{"all, own alias", "users/app", mention, platform.BotsAll, "own"},
+		{"all, own learned name", "users/424242", mention, platform.BotsAll, "own"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e, err := parseEvent([]byte(fmt.Sprintf(space, c.sender, c.annotations)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			n := normalize(e, "123", c.mode, self.is)
+			switch {
+			case c.skip != "" && (n.ev != nil || n.skip != c.skip):
+				t.Fatalf("normalized to %v (skip %q), want skip %q", n.ev, n.skip, c.skip)
+			case c.skip == "" && n.ev == nil:
+				t.Fatalf("skipped: %s", n.skip)
+			case c.skip == "" && (!n.ev.GetSource().GetIsBot() || n.ev.GetText() != "hi" || n.ev.GetSource().GetUserIdAlt() != c.sender):
+				t.Fatalf("published %v, want hi from bot %s", n.ev, c.sender)
+			}
+		})
 	}
 }

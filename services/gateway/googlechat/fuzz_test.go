@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/switchboard-chat/switchboard/pkg/platform"
 )
 
 // FuzzParseEvent: no body panics the parser or the normalizer, and what
@@ -26,7 +28,7 @@ func FuzzParseEvent(f *testing.F) {
 		if err != nil {
 			return
 		}
-		n := normalize(e, "123")
+		n := normalize(e, "123", platform.BotsMentions, (&selfNames{}).is)
 		if n.ev == nil {
 			if n.skip == "" {
 				t.Fatal("no event and no reason")

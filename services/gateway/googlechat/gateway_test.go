@@ -323,3 +323,43 @@ func TestEventRetrySemantics(t *testing.T) {
 		}
 	}
 }
+
+// TestBotMessages: with allow_bots, another app's message that Google
+// Chat posts reaches the bus marked is_bot; without it, it is skipped, as
+// is the app's own message whatever allow_bots says (the sender name the
+// Chat API gave a message the gateway created, users/app at the fake).
+func TestBotMessages(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []string{"none", "all"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			f := googlechatfake.New(t)
+			cfg := testConfig(f)
+			cfg.AllowBots = mode
+			h := start(t, f, cfg)
+			ctx := context.Background()
+			if _, err := h.s.p.Send(ctx, &deliveryv1.SendRequested{Target: &deliveryv1.Target{Platform: PlatformName, ChatId: "spaces/S"}, Text: "hello"}); err != nil {
+				t.Fatalf("send: %v", err)
+			}
+			fromApp := func(sender, text string) map[string]any {
+				ev := f.Message("spaces/S", "SPACE", "other-app@example.com", "Other app", text)
+				ev["message"].(map[string]any)["sender"] = map[string]any{"name": sender, "displayName": "Other app", "type": "BOT"}
+				return ev
+			}
+			for _, ev := range []map[string]any{fromApp("users/app", "my own words"), fromApp("users/777", "from another app")} {
+				if code, err := f.Post(ctx, h.url, ev); err != nil || code != http.StatusOK {
+					t.Fatalf("post: %d %v", code, err)
+				}
+			}
+			if mode == "none" {
+				platformtest.NoEvent(t, h.evs, 300*time.Millisecond)
+				return
+			}
+			ev := platformtest.NextEvent(t, h.evs)
+			if ev.GetText() != "from another app" || !ev.GetSource().GetIsBot() || ev.GetSource().GetUserIdAlt() != "users/777" {
+				t.Fatalf("published %q from %s (is_bot %v), want the other app's message marked as a bot's", ev.GetText(), ev.GetSource().GetUserIdAlt(), ev.GetSource().GetIsBot())
+			}
+			platformtest.NoEvent(t, h.evs, 300*time.Millisecond)
+		})
+	}
+}

@@ -84,6 +84,15 @@ type Config struct {
 	MaxBodyBytes int64 `koanf:"max_body_bytes"`
 	// AckTimeout bounds publishing an event's message before answering.
 	AckTimeout time.Duration `koanf:"ack_timeout"`
+	// AllowBots (GOOGLE_CHAT_ALLOW_BOTS) says which messages of other
+	// apps (sender type BOT) are published, marked is_bot, as the Discord,
+	// Slack and Mattermost gateways' allow_bots: "none" (the default),
+	// "mentions" (those that @mention this app; Google Chat delivers a
+	// space message to an app only when it is mentioned, so in spaces it
+	// is "all") or "all"; true and false are "all" and "none". Unset, it
+	// follows router.auth.allow_bots.google_chat. The app's own messages
+	// are never published. Hermes's adapter has no such setting.
+	AllowBots string `koanf:"allow_bots"`
 }
 
 // DefaultConfig has the defaults.
@@ -125,6 +134,9 @@ func (c *Config) validate() error {
 		if u != "" && !httpURL(u) {
 			return fmt.Errorf("googlechat: %s %q is not an http(s) URL", name, u)
 		}
+	}
+	if _, err := platform.ParseBotMode(c.AllowBots); err != nil {
+		return fmt.Errorf("googlechat: allow_bots (GOOGLE_CHAT_ALLOW_BOTS): %w", err)
 	}
 	if c.Addr == "" {
 		c.Addr = d.Addr
@@ -199,6 +211,8 @@ type Platform struct {
 	tokens   *bearer.Tokens
 	api      *bearer.Client
 	addr     atomic.Value // string
+	bots     platform.BotMode
+	self     selfNames
 }
 
 // NewPlatform validates cfg, reads the service account key and builds
@@ -221,8 +235,9 @@ func NewPlatform(cfg Config, log *slog.Logger, hc *http.Client) (*Platform, erro
 		sa.TokenURI = cfg.TokenURL
 	}
 	tokens := &bearer.Tokens{URL: sa.TokenURI, HC: hc, Form: sa.grant}
+	bots, _ := platform.ParseBotMode(cfg.AllowBots) // validate checked it
 	return &Platform{
-		cfg: cfg, log: log.With("platform", PlatformName),
+		cfg: cfg, log: log.With("platform", PlatformName), bots: bots,
 		verifier: newVerifier(cfg.KeysURL, cfg.Issuer, cfg.Audience, cfg.ClockSkew, hc),
 		base:     strings.TrimRight(cfg.APIBaseURL, "/"), hc: hc, tokens: tokens,
 		api: &bearer.Client{Tokens: tokens, HC: hc, Name: "chat api", Failure: failure},

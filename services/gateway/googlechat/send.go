@@ -28,7 +28,8 @@ type outgoing struct {
 
 // created is the Chat API's answer: the message.
 type created struct {
-	Name string `json:"name"`
+	Name   string `json:"name"`
+	Sender User   `json:"sender"`
 }
 
 // format converts the agent's Markdown to Google Chat's formatting
@@ -106,6 +107,7 @@ func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (str
 	if out.Name == "" {
 		return "", errors.New("chat api answered a create without the message name")
 	}
+	p.self.learn(out.Sender.Name)
 	return out.Name, nil
 }
 

@@ -200,10 +200,10 @@ func New(cfg Config, environ []string) *Rules {
 			// gateways (SIGNAL_GROUP_ALLOWED_USERS lists groups): they
 			// are not a sender allowlist of a platform "signal_group".
 		case k == "DISCORD_ALLOW_BOTS", k == "FEISHU_ALLOW_BOTS", k == "SLACK_ALLOW_BOTS", k == "TELEGRAM_ALLOW_BOTS",
-			k == "MATTERMOST_ALLOW_BOTS":
-			// MATTERMOST_ALLOW_BOTS is not Hermes's (its Mattermost
-			// adapter takes every post as a person's); the Mattermost
-			// gateway marks bots, and reads it as the others do.
+			k == "MATTERMOST_ALLOW_BOTS", k == "GOOGLE_CHAT_ALLOW_BOTS":
+			// MATTERMOST_ALLOW_BOTS and GOOGLE_CHAT_ALLOW_BOTS are not
+			// Hermes's (its adapters take every message as a person's);
+			// those gateways mark bots, and read them as the others do.
 			p := platformOf(k, "_ALLOW_BOTS")
 			r.allowBots[p] = r.allowBots[p] || botsAdmitted(v)
 		case strings.HasSuffix(k, "_ALLOWED_BOTS"):

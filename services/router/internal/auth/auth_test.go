@@ -21,6 +21,8 @@ func TestDecide(t *testing.T) {
 	bot.Source.IsBot = true
 	mmBot := msg("mattermost", "channel", "c", "b2")
 	mmBot.Source.IsBot = true
+	gcBot := msg("google_chat", "group", "spaces/S", "users/9")
+	gcBot.Source.IsBot = true
 	alt := msg("signal", "dm", "c", "+1555")
 	alt.Source.UserIdAlt = "uuid-1"
 
@@ -51,6 +53,7 @@ func TestDecide(t *testing.T) {
 		{"ALLOW_BOTS admits bots only", Config{}, []string{"DISCORD_ALLOW_BOTS=all"}, msg("discord", "group", "g", "u1"), nil, Decision{false, ReasonNoAllowlist}},
 		{"ALLOW_BOTS is per platform", Config{}, []string{"SLACK_ALLOW_BOTS=all"}, bot, nil, Decision{false, ReasonNoAllowlist}},
 		{"MATTERMOST_ALLOW_BOTS admits Mattermost bots", Config{}, []string{"MATTERMOST_ALLOW_BOTS=mentions"}, mmBot, nil, Decision{true, ReasonAllowedBot}},
+		{"GOOGLE_CHAT_ALLOW_BOTS admits Google Chat apps", Config{}, []string{"GOOGLE_CHAT_ALLOW_BOTS=all"}, gcBot, nil, Decision{true, ReasonAllowedBot}},
 		{"allow_bots config", Config{AllowBots: map[string]string{"Discord": "all"}}, nil, bot, nil, Decision{true, ReasonAllowedBot}},
 		{"group chat wildcard", Config{}, []string{"TELEGRAM_GROUP_ALLOWED_CHATS=*"}, msg("telegram", "group", "-300", ""), nil, Decision{true, ReasonGroupChat}},
 		{"group user allowlist in a group", Config{}, []string{"TELEGRAM_GROUP_ALLOWED_USERS=42"}, msg("telegram", "group", "-300", "42"), nil, Decision{true, ReasonAllowlist}},
