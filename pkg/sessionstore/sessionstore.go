@@ -66,6 +66,9 @@ type Session struct {
 	// ShowReasoning shows the model's reasoning before its answer
 	// (/reasoning show).
 	ShowReasoning bool
+	// RuntimeFooter is what /footer chose: "on", "off", or "" (the
+	// router's default, router.runtime_footer).
+	RuntimeFooter string
 }
 
 // History is one past or current conversation of a key.
@@ -128,7 +131,7 @@ func NewSessionID(now time.Time) string {
 const sessionCols = `session_key, session_id, platform, chat_type, origin, display_name, profile, title,
 	created_at, updated_at, last_activity_at, input_tokens, output_tokens, model_override, busy_mode,
 	generation, reset_count, last_reset_reason, suspended, resume_pending, system_prompt_fingerprint, last_turn_id,
-	personality, reasoning_effort, show_reasoning`
+	personality, reasoning_effort, show_reasoning, runtime_footer`
 
 type rowScanner interface{ Scan(dest ...any) error }
 
@@ -139,7 +142,7 @@ func scanSession(r rowScanner, extra ...any) (Session, error) {
 	err := r.Scan(append([]any{&s.Key, &s.ID, &s.Platform, &s.ChatType, &origin, &s.DisplayName, &s.Profile, &s.Title,
 		&s.CreatedAt, &s.UpdatedAt, &s.LastActivityAt, &s.InputTokens, &s.OutputTokens, &s.ModelOverride, &s.BusyMode,
 		&s.Generation, &s.ResetCount, &s.LastResetReason, &s.Suspended, &s.ResumePending, &s.PromptFingerprint, &s.LastTurnID,
-		&s.Personality, &s.ReasoningEffort, &s.ShowReasoning},
+		&s.Personality, &s.ReasoningEffort, &s.ShowReasoning, &s.RuntimeFooter},
 		extra...)...)
 	if err != nil {
 		return Session{}, err
@@ -919,9 +922,18 @@ func (s *Store) SetShowReasoning(ctx context.Context, key string, show bool) err
 	return s.set(ctx, key, "show_reasoning", show)
 }
 
-// SetBusyMode sets the per-chat busy mode override ("" for the default).
+// SetBusyMode sets the key's busy mode (/busy: interrupt, queue or
+// steer; "" for the configured one). It is a column of the key's row,
+// which no reset touches: it outlives /new, /branch and /resume.
 func (s *Store) SetBusyMode(ctx context.Context, key, mode string) error {
 	return s.set(ctx, key, "busy_mode", mode)
+}
+
+// SetRuntimeFooter sets the key's runtime footer (/footer): "on", "off",
+// or "" for the configured default. It outlives /new, /branch and
+// /resume.
+func (s *Store) SetRuntimeFooter(ctx context.Context, key, state string) error {
+	return s.set(ctx, key, "runtime_footer", state)
 }
 
 // TitleTakenError is SetTitle's refusal of a title another of the key's

@@ -192,6 +192,7 @@ type turnOpts struct {
 	background  string                     // the /background task the turn runs
 	noYolo      bool                       // router.yolo_command is off (yolo_disabled)
 	focus       string                     // the focus topic of /compress <focus>
+	footer      bool                       // the chat's runtime footer is on (/footer)
 }
 
 // requestTurn does what the router does: wait for and take the session
@@ -235,6 +236,7 @@ func (h *harness) requestTurn(key, text string, o turnOpts) *turnsv1.TurnRequest
 		BackgroundTaskId: o.background,
 		YoloDisabled:     o.noYolo,
 		CompressFocus:    o.focus,
+		RuntimeFooter:    o.footer,
 	}
 	if _, err := h.bus.Publish(ctx, h.bus.Topology().Subject(bus.SubjectTurnRequested), "turn:"+req.TurnId, req); err != nil {
 		h.t.Fatal(err)

@@ -901,6 +901,9 @@ func (r *turnRun) addUsage(u llm.Usage) {
 	r.usage.OutputTokens += int64(u.OutputTokens)
 	r.usage.CacheReadTokens += int64(u.CacheReadTokens)
 	r.usage.CacheWriteTokens += int64(u.CacheWriteTokens)
+	// The prompt of the latest call is how full the context window is
+	// (the runtime footer's context percentage).
+	r.lastPrompt = int64(u.InputTokens + u.CacheReadTokens + u.CacheWriteTokens)
 }
 
 // messages renders the summary, the transcript and this turn for the

@@ -19,6 +19,7 @@ import (
 
 	"github.com/switchboard-chat/switchboard/pkg/bus"
 	"github.com/switchboard-chat/switchboard/pkg/command"
+	"github.com/switchboard-chat/switchboard/pkg/footer"
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
 	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
@@ -81,6 +82,9 @@ type turnRun struct {
 	// attempt that decided it (TurnCompleted.usage_recorded).
 	usageRecorded bool
 	model         string
+	// lastPrompt is the prompt tokens of this attempt's latest model
+	// call (0: none made): how full the context window is.
+	lastPrompt int64
 	// began is when this attempt was delivered (the wall clock, for
 	// turnSeconds).
 	began time.Time
@@ -690,6 +694,7 @@ func (r *turnRun) publishFinal(ctx context.Context, f store.Final) error {
 			return nil
 		}
 		text = r.backgroundAnswer(text)
+		text = r.withFooter(text, f)
 		ev.Body = &repliesv1.ReplyEvent_FinalText{FinalText: &repliesv1.FinalText{Text: text, Format: deliveryv1.TextFormat_TEXT_FORMAT_MARKDOWN,
 			Usage: &deliveryv1.TokenUsage{PromptTokens: f.Usage.Input + f.Usage.CacheRead + f.Usage.CacheWrite, CompletionTokens: f.Usage.Output}}}
 	case store.FinalError:
@@ -698,6 +703,32 @@ func (r *turnRun) publishFinal(ctx context.Context, f store.Final) error {
 		return nil
 	}
 	return r.publishAt(context.WithoutCancel(ctx), f.Seq, ev)
+}
+
+// withFooter is the answer with Hermes's runtime footer after it when
+// the turn asks for it (TurnRequested.runtime_footer: the chat's /footer,
+// else router.runtime_footer): the model that answered and how full the
+// context window was at the latest model call. Only the final event
+// carries it — streamed text, tool progress and the transcript do not —
+// so the model never reads it back. A final republished by a later
+// attempt that made no model call has the model only.
+func (r *turnRun) withFooter(text string, f store.Final) string {
+	if !r.req.GetRuntimeFooter() {
+		return text
+	}
+	model := f.Model
+	if model == "" {
+		model = r.model
+	}
+	if model == "external" {
+		// An external agent chooses its own model and tells none.
+		model = ""
+	}
+	var window int64
+	if r.s.agent == nil {
+		window = int64(r.s.cfg.Agent.ContextWindow)
+	}
+	return footer.Append(text, footer.Format(model, r.lastPrompt, window))
 }
 
 // backgroundAnswer is what the answer of a /background task's turn

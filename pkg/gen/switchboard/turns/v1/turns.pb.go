@@ -206,6 +206,12 @@ type TurnRequested struct {
 	// reads that row when a dangerous call comes and runs it without
 	// asking while it is there.
 	YoloDisabled bool `protobuf:"varint,21,opt,name=yolo_disabled,json=yoloDisabled,proto3" json:"yolo_disabled,omitempty"`
+	// The worker appends Hermes's runtime footer (the model and how full
+	// the context window is, "gpt-5.4 · 42%") to the turn's final answer,
+	// after a blank line: the chat's /footer choice, else
+	// router.runtime_footer. Never set for api, cron and /background
+	// turns.
+	RuntimeFooter bool `protobuf:"varint,22,opt,name=runtime_footer,json=runtimeFooter,proto3" json:"runtime_footer,omitempty"`
 	// The /background task this turn runs (Hermes's "bg_HHMMSS_xxxxxx"),
 	// in a session of its own whose key sessionkey.Background derives
 	// from the chat's; empty for every other turn. The worker delivers
@@ -382,6 +388,13 @@ func (x *TurnRequested) GetToolProgressMode() string {
 func (x *TurnRequested) GetYoloDisabled() bool {
 	if x != nil {
 		return x.YoloDisabled
+	}
+	return false
+}
+
+func (x *TurnRequested) GetRuntimeFooter() bool {
+	if x != nil {
+		return x.RuntimeFooter
 	}
 	return false
 }
@@ -811,7 +824,7 @@ var File_switchboard_turns_v1_turns_proto protoreflect.FileDescriptor
 
 const file_switchboard_turns_v1_turns_proto_rawDesc = "" +
 	"\n" +
-	" switchboard/turns/v1/turns.proto\x12\x14switchboard.turns.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\"switchboard/events/v1/events.proto\"\xff\x06\n" +
+	" switchboard/turns/v1/turns.proto\x12\x14switchboard.turns.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\"switchboard/events/v1/events.proto\"\xa6\a\n" +
 	"\rTurnRequested\x12\x17\n" +
 	"\aturn_id\x18\x01 \x01(\tR\x06turnId\x12\x1f\n" +
 	"\vsession_key\x18\x02 \x01(\tR\n" +
@@ -839,7 +852,8 @@ const file_switchboard_turns_v1_turns_proto_rawDesc = "" +
 	"\x10reasoning_effort\x18\x10 \x01(\tR\x0freasoningEffort\x12%\n" +
 	"\x0eshow_reasoning\x18\x13 \x01(\bR\rshowReasoning\x12,\n" +
 	"\x12tool_progress_mode\x18\x14 \x01(\tR\x10toolProgressMode\x12#\n" +
-	"\ryolo_disabled\x18\x15 \x01(\bR\fyoloDisabled\x12,\n" +
+	"\ryolo_disabled\x18\x15 \x01(\bR\fyoloDisabled\x12%\n" +
+	"\x0eruntime_footer\x18\x16 \x01(\bR\rruntimeFooter\x12,\n" +
 	"\x12background_task_id\x18\x11 \x01(\tR\x10backgroundTaskId\x12%\n" +
 	"\x0ecompress_focus\x18\x17 \x01(\tR\rcompressFocus\"\xde\x01\n" +
 	"\x14TurnControlRequested\x12\x1f\n" +
