@@ -31,6 +31,7 @@ var names = []string{
 	"approve", "deny", "resume", "sessions", "title", "retry", "undo", "sethome",
 	"cron", "usage", "compress", "insights", "provider", "personality", "reasoning",
 	"verbose", "commands", "profile", "version", "background", "branch", "yolo",
+	"busy", "footer",
 	// Telegram clients send /start when a user opens the bot; Hermes
 	// acknowledges it with nothing.
 	"start",

@@ -42,6 +42,8 @@ var helpText = strings.Join([]string{
 	"/reasoning [level|show|hide] — reasoning effort (none, minimal, low, medium, high, xhigh, reset) and whether the model's thinking is shown",
 	"/yolo — turn on or off running dangerous commands in this chat without asking",
 	"/verbose [mode] — cycle how tool calls show on this platform: off, new, all, verbose",
+	"/busy [queue|steer|interrupt|status] — what a message does while the agent is working, in this chat",
+	"/footer [on|off|status] — show the model and context use under the agent's answers in this chat",
 	"/background <prompt> (/bg) — run <prompt> in a separate session; the result comes here when done",
 	"/sethome — send scheduled messages to this chat",
 	"/cron — scheduled jobs: list, add <schedule> <prompt>, pause, resume, run, remove",
@@ -55,8 +57,8 @@ var helpText = strings.Join([]string{
 // refusedMidTurn are the commands that, as in Hermes, wait for the running
 // task: they would change or read the conversation under it (/resume
 // would even end it without a word). /help, /status, /stop, /new,
-// /queue, /steer, /approve, /deny, /yolo and /background (a session of
-// its own) work mid-turn, and /model is
+// /queue, /steer, /approve, /deny, /yolo, /busy, /footer and
+// /background (a session of its own) work mid-turn, and /model is
 // refused with its own text.
 var refusedMidTurn = []string{"whoami", "sessions", "resume", "title", "retry", "undo", "compress", "sethome", "personality", "reasoning", "branch"}
 
@@ -347,6 +349,10 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 		return s.branch(ctx, m, sess, cmd.Args)
 	case "yolo":
 		return s.yolo(ctx, m, sess, cmd.Args)
+	case "busy":
+		return s.busyCommand(ctx, m, sess, cmd.Args)
+	case "footer":
+		return s.footerCommand(ctx, m, sess, cmd.Args)
 	case "background":
 		return s.background(ctx, m, sess, cmd.Args)
 	case "sethome":

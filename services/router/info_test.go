@@ -18,6 +18,12 @@ func TestCommandsText(t *testing.T) {
 		t.Fatalf("/help has %d lines; the cases below assume 16 to 40", n)
 	}
 	telegramPages := (n + 14) / 15
+	// The second page's links: back to the first, and on to the third
+	// when there is one.
+	secondNav := "`/commands 1` ← prev"
+	if telegramPages > 2 {
+		secondNav += " | next → `/commands 3`"
+	}
 	tests := []struct {
 		name, platform, args, quick string
 		want                        []string // lines the answer has, in order
@@ -27,7 +33,7 @@ func TestCommandsText(t *testing.T) {
 			want: []string{fmt.Sprintf("📚 **Commands** (%d total, page 1/%d)", n, telegramPages), "", entries[0], entries[14], "", "next → `/commands 2`"},
 			not:  []string{entries[15]}},
 		{name: "second page", platform: "telegram", args: "2",
-			want: []string{fmt.Sprintf("📚 **Commands** (%d total, page 2/%d)", n, telegramPages), entries[15], "`/commands 1` ← prev"},
+			want: []string{fmt.Sprintf("📚 **Commands** (%d total, page 2/%d)", n, telegramPages), entries[15], secondNav},
 			not:  []string{entries[14]}},
 		{name: "past the end", platform: "telegram", args: "9",
 			want: []string{fmt.Sprintf("📚 **Commands** (%d total, page %d/%d)", n, telegramPages, telegramPages), entries[n-1],

@@ -116,6 +116,11 @@ type Config struct {
 	// has a list). Off, /yolo says it is disabled and every turn asks
 	// before dangerous tool calls whatever a chat chose (yolo.go).
 	YoloCommand bool `koanf:"yolo_command"`
+	// RuntimeFooter appends Hermes's runtime footer (the model and how
+	// full its context window is) to the final answers of chats that did
+	// not choose with /footer (off by default, as Hermes's
+	// display.runtime_footer.enabled; footer.go).
+	RuntimeFooter bool `koanf:"runtime_footer"`
 	// AckWait is how long a delivered inbound or turn-completed message may
 	// go unacknowledged before redelivery (handlers extend it while they
 	// run). After a NATS crash that lost recent acks, an inbound partition

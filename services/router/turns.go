@@ -192,6 +192,7 @@ func (s *Service) publishTurn(ctx context.Context, key, token, turnID string, t 
 	if id, ok := sessionkey.BackgroundTask(key, s.cfg.Profile); ok {
 		req.BackgroundTaskId = id
 	}
+	req.RuntimeFooter = s.footerFor(key, req.Origin.GetPlatform(), t.Session)
 	if _, err := s.bus.Publish(ctx, s.topo.Subject(bus.SubjectTurnRequested), "turn:"+turnID, req); err != nil {
 		return fmt.Errorf("publish turn: %w", err)
 	}

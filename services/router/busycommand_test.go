@@ -1,0 +1,111 @@
+package router
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/switchboard-chat/switchboard/pkg/sessionstore"
+)
+
+// Hermes's /busy shows and sets the chat's busy input mode in Hermes's
+// words; an unknown mode is refused; /new keeps the choice (a column
+// of the key's row); another chat is not affected; a chat the operator
+// pinned in router.chat_busy_modes is told so and keeps its mode.
+func TestBusyCommand(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	cfg := testConfig()
+	cfg.ChatBusyModes = map[string]string{"telegram:chat-bob": BusySteer}
+	e.startRouter(cfg, nil, nil)
+	e.startWorker(nil)
+	ctx := context.Background()
+	store := sessionstore.New(e.db)
+	mode := func(user string) string {
+		t.Helper()
+		sess, err := store.Get(ctx, "agent:main:telegram:dm:chat-"+user)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sess.BusyMode
+	}
+	for _, tt := range []struct {
+		user, text string
+		want       []string
+		stored     string
+	}{
+		{"alice", "/busy", []string{"**Busy input mode: `interrupt`**\nMessages while busy: _interrupts current run_\nChange with `/busy queue`, `/busy steer`, or `/busy interrupt`."}, ""},
+		{"alice", "/busy queue", []string{"Busy input mode set to **`queue`** for this chat.\n_Messages will be queued for the next turn while the agent is busy._"}, BusyQueue},
+		{"alice", "/busy status", []string{"**Busy input mode: `queue`**", "_queues for next turn_"}, BusyQueue},
+		{"alice", "/new", []string{"New session started"}, BusyQueue},
+		{"alice", "/busy", []string{"Busy input mode: `queue`"}, BusyQueue},
+		{"alice", "/busy STEER", []string{"set to **`steer`**", "_Messages will be steered into the current run (after the next tool call)._"}, BusySteer},
+		{"alice", "/busy status", []string{"_steers into current run (after next tool call)_"}, BusySteer},
+		{"alice", "/busy interrupt", []string{"set to **`interrupt`**", "_Messages will interrupt the current run while the agent is busy._"}, BusyInterrupt},
+		{"alice", "/busy later", []string{"Unknown mode `later`. Use `/busy queue`, `/busy steer`, or `/busy interrupt`."}, BusyInterrupt},
+		{"bob", "/busy", []string{"**Busy input mode: `steer`**", "Set for this chat by the operator (`router.chat_busy_modes`); /busy does not change it."}, ""},
+		{"bob", "/busy queue", []string{"Busy input mode for this chat is set by the operator (`router.chat_busy_modes`): **`steer`**. /busy does not change it."}, ""},
+		{"bob", "/busy nonsense", []string{"Unknown mode `nonsense`."}, ""},
+	} {
+		got := e.ask(tt.user, tt.text)
+		for _, w := range tt.want {
+			if !strings.Contains(got, w) {
+				t.Errorf("%s %s: %q, want it to contain %q", tt.user, tt.text, got, w)
+			}
+		}
+		if m := mode(tt.user); m != tt.stored {
+			t.Errorf("after %s %s: stored mode %q, want %q", tt.user, tt.text, m, tt.stored)
+		}
+	}
+}
+
+// The mode /busy sets decides what a message sent while a turn runs
+// does: queued behind it (no interrupt) after /busy queue, steered into
+// it after /busy steer (set mid-turn), and with /busy interrupt the
+// running turn is interrupted again.
+func TestBusyCommandChangesWhatAMessageDoesMidTurn(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.startRouter(testConfig(), nil, nil) // router.busy_mode: interrupt
+	g := newGate(t, "long")
+	w := e.startWorker(g.hold)
+	if got := e.ask("alice", "/busy queue"); !strings.Contains(got, "set to **`queue`**") {
+		t.Fatalf("/busy queue: %q", got)
+	}
+	e.publish(dm("alice", "long"))
+	waitFor(t, "the turn runs", func() bool { turns, _ := w.snapshot(); return len(turns) == 1 })
+
+	e.publish(dm("alice", "and also this"))
+	waitFor(t, "inbound drained", e.inboundDrained)
+	settled(t, "queued acknowledgement", 1, func() int { return e.countNotices("alice", "⏳ Queued for the next turn") })
+	if n := len(e.controls(controlInterrupt)); n != 0 {
+		t.Fatalf("%d interrupts after /busy queue", n)
+	}
+
+	// Mid-turn, /busy steer: the next message steers the running turn.
+	if got := e.ask("alice", "/busy steer"); !strings.Contains(got, "set to **`steer`**") {
+		t.Fatalf("/busy steer mid-turn: %q", got)
+	}
+	e.publish(dm("alice", "go left"))
+	settled(t, "steer control", 1, func() int { return len(e.controls(controlSteer)) })
+	if steers := e.controls(controlSteer); steers[0].GetText() != "go left" {
+		t.Fatalf("steer controls %v", steers)
+	}
+
+	// /busy interrupt: the next message interrupts it.
+	if got := e.ask("alice", "/busy interrupt"); !strings.Contains(got, "set to **`interrupt`**") {
+		t.Fatalf("/busy interrupt mid-turn: %q", got)
+	}
+	e.publish(dm("alice", "stop that, do this"))
+	settled(t, "interrupt", 1, func() int { return len(e.controls(controlInterrupt)) })
+	if n := len(e.controls(controlInterrupt)); n != 1 {
+		t.Fatalf("%d interrupts after /busy interrupt, want 1", n)
+	}
+
+	g.open()
+	waitFor(t, "the queued turn", func() bool { turns, _ := w.snapshot(); return len(turns) == 2 })
+	turns, _ := w.snapshot()
+	if got := strings.Join(inputsText(turns[1:], "agent:main:telegram:dm:chat-alice"), ","); got != "and also this,stop that, do this" {
+		t.Fatalf("second turn inputs %q", got)
+	}
+}
