@@ -52,9 +52,13 @@ func (s *Service) busyCommand(ctx context.Context, m *msgCtx, sess sessionstore.
 	if isPinned {
 		return reply(fmt.Sprintf("Busy input mode for this chat is set by the operator (`router.chat_busy_modes`): **`%s`**. /busy does not change it.", pinned))
 	}
-	if err := s.store.SetBusyMode(ctx, m.key, arg); err != nil {
-		return err
-	}
-	s.log.InfoContext(ctx, "busy mode changed", "session_key", m.key, "mode", arg, "by", m.platform+":"+m.src.GetUserId())
-	return reply(fmt.Sprintf("Busy input mode set to **`%s`** for this chat.\n_%s_", arg, busyBehavior[arg][1]))
+	// Once per inbound event, as every command that changes a chat's
+	// settings.
+	return s.once(ctx, m, "busy", func(ctx context.Context, st *sessionstore.Store) (string, int64, error) {
+		if err := st.SetBusyMode(ctx, m.key, arg); err != nil {
+			return "", 0, err
+		}
+		s.log.InfoContext(ctx, "busy mode changed", "session_key", m.key, "mode", arg, "by", m.platform+":"+m.src.GetUserId())
+		return fmt.Sprintf("Busy input mode set to **`%s`** for this chat.\n_%s_", arg, busyBehavior[arg][1]), sess.Generation, nil
+	})
 }

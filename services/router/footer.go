@@ -83,10 +83,6 @@ func (s *Service) footerCommand(ctx context.Context, m *msgCtx, sess sessionstor
 	default:
 		return reply(footerUsage)
 	}
-	if err := s.store.SetRuntimeFooter(ctx, m.key, map[bool]string{true: "on", false: "off"}[want]); err != nil {
-		return err
-	}
-	s.log.InfoContext(ctx, "runtime footer changed", "session_key", m.key, "on", want, "by", m.platform+":"+m.src.GetUserId())
 	example := ""
 	if want {
 		model := sess.ModelOverride
@@ -97,5 +93,13 @@ func (s *Service) footerCommand(ctx context.Context, m *msgCtx, sess sessionstor
 			example = "\nExample: `" + p + "`"
 		}
 	}
-	return reply("📎 Runtime footer: **" + state(want) + "**" + example + "\n_(saved for this chat — takes effect on next message)_")
+	// Once per inbound event: a redelivered bare /footer does not
+	// toggle back.
+	return s.once(ctx, m, "footer", func(ctx context.Context, st *sessionstore.Store) (string, int64, error) {
+		if err := st.SetRuntimeFooter(ctx, m.key, map[bool]string{true: "on", false: "off"}[want]); err != nil {
+			return "", 0, err
+		}
+		s.log.InfoContext(ctx, "runtime footer changed", "session_key", m.key, "on", want, "by", m.platform+":"+m.src.GetUserId())
+		return "📎 Runtime footer: **" + state(want) + "**" + example + "\n_(saved for this chat — takes effect on next message)_", sess.Generation, nil
+	})
 }

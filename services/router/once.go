@@ -7,7 +7,8 @@ import (
 )
 
 // once runs a command that changes durable state (/new, /branch,
-// /resume, /title, /yolo, /verbose, /personality, /reasoning) exactly
+// /resume, /title, /yolo, /verbose, /personality, /reasoning, /busy,
+// /footer) exactly
 // once per inbound event and sends its answer. do applies the command
 // with st, whose writes commit in one transaction with the record of the
 // event and of the answer do returns (sessionstore.Once). A redelivery of

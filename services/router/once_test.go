@@ -80,6 +80,16 @@ func TestCommandRedeliveredAfterACrashIsAppliedOnce(t *testing.T) {
 				t.Errorf("YOLO mode toggled back off")
 			}
 		}},
+		{name: "footer", text: "/footer", answer: "📎 Runtime footer: **ON**", check: func(t *testing.T, e *env) {
+			if f := current(t, e).RuntimeFooter; f != "on" {
+				t.Errorf("runtime footer %q, want on: toggled once", f)
+			}
+		}},
+		{name: "busy", text: "/busy queue", answer: "Busy input mode set to **`queue`**", check: func(t *testing.T, e *env) {
+			if b := current(t, e).BusyMode; b != BusyQueue {
+				t.Errorf("busy mode %q, want queue", b)
+			}
+		}},
 		{name: "verbose", text: "/verbose", answer: verboseDescriptions["new"], check: func(t *testing.T, e *env) {
 			var mode string
 			if err := e.db.QueryRow(context.Background(), `SELECT mode FROM tool_progress_modes WHERE platform = 'telegram'`).Scan(&mode); err != nil || mode != "new" {
