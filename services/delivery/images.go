@@ -344,24 +344,29 @@ func isImageRow(r outbox.Row) bool {
 	return n != "" && strings.Trim(n, "0123456789") == ""
 }
 
-// imageFallback sends, in place of an answer's image that was given up
-// (the gateway could not fetch or post it, or every attempt failed), its
-// link as text, as Hermes's send_image does on a platform without native
-// images ("<alt>\n<url>"): the answer never loses it. The link takes the
-// image's row, and so its place in the chat's order: nothing queued
-// behind the image (a later answer) goes before it. It reports whether r
-// was such an image and its link is queued (no undelivered notice is
-// due: the answer's text went on its own).
+// imageFallback sends, in place of an answer's image r that was given
+// up (the gateway could not fetch or post it, or every attempt failed),
+// its link as text, as Hermes's send_image does on a platform without
+// native images ("<alt>\n<url>"): the answer never loses it. The link
+// takes the image's row, and so its place in the chat's order: nothing
+// queued behind the image (a later answer) goes before it. Giving the
+// image up and queueing its link are that one statement (outbox
+// Replace): both happen or neither. When it fails (the database refused
+// it, the connection or the replica died), the row is still the image's,
+// claimed: once its lease runs out it is taken again, like any row whose
+// sender died, the platform refuses the image again and the link takes
+// its place then, queued, and sent, once. It reports whether the link
+// took the image's row (no undelivered notice is due: the answer's text
+// went on its own).
 func (s *Service) imageFallback(ctx context.Context, log warner, r outbox.Row, reason string) bool {
-	if !isImageRow(r) {
-		return false
-	}
 	err := s.store.Replace(ctx, r.ID, s.owner, imageLink(r), "image given up, its link sent instead: "+reason, s.now(), s.cfg.TTL)
 	if errors.Is(err, outbox.ErrLostClaim) {
-		return true // another sender has the row now
+		log.Warn("image given up, but another sender has its row now", "err", reason)
+		return false
 	}
 	if err != nil {
-		log.Warn("put an image's link in its place failed; dead-lettering it and queueing the link", "err", err)
+		log.Warn("put an image's link in its place failed; the image is tried again when its lease runs out", "err", err)
+		s.expiry.note(r.ExpiresAt) // it may expire, with its link, meanwhile
 		return false
 	}
 	log.Warn("image given up; its link takes its place", "err", reason)
@@ -408,17 +413,6 @@ SELECT EXISTS (SELECT 1 FROM delivery_outbox
 		}
 	}
 	return imageLink(r), "image expired, its link sent instead: " + r.LastError, nil
-}
-
-// queueImageLink queues the link of image row r as a row of its own,
-// after whatever its chat has waiting (when it could not take the
-// image's row).
-func (s *Service) queueImageLink(ctx context.Context, log warner, r outbox.Row) {
-	if _, err := s.store.Enqueue(ctx, s.now(), s.cfg.TTL, imageLink(r)); err != nil {
-		log.Warn("queue the link of an image that could not be sent failed", "err", err)
-		return
-	}
-	s.kick()
 }
 
 // imageLink is the text sent in place of image row r: "<alt>\n<url>",

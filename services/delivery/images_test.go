@@ -10,6 +10,7 @@ import (
 
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
+	"github.com/switchboard-chat/switchboard/pkg/outbox"
 	"github.com/switchboard-chat/switchboard/services/delivery"
 )
 
@@ -118,6 +119,100 @@ func TestAnswerImageThatFailsGoesAsLink(t *testing.T) {
 			}
 			if last.GetFinal() != tc.linkFinal {
 				t.Fatalf("link final=%v, want %v", last.GetFinal(), tc.linkFinal)
+			}
+		})
+	}
+}
+
+// An image given up for good (the platform refused it) goes as its link
+// even when the write that gives up the image fails: the database
+// refuses it, or the connection dies (as it does with its replica).
+// Giving up the image and queueing its link are one write, the link put
+// in the image's row: it happens whole or not at all, and when not, the
+// image's row is still claimed, taken again once its lease runs out,
+// refused again, and the link takes its place then. A link queued as a
+// row of its own, a second write after the image's dead letter, fails
+// too here (it is lost when that write fails or the replica dies in
+// between). The link reaches the chat exactly once, the image never, and
+// no row is left a dead letter without its link. The failures are Postgres's
+// own: a trigger on the outbox that fires once for each kind of write.
+func TestGivenUpImageLinkSurvivesAFailedWrite(t *testing.T) {
+	t.Parallel()
+	for i, tc := range []struct {
+		name, failure string
+	}{
+		{"the statement fails", `RAISE EXCEPTION 'injected: the link''s write refused'`},
+		{"the connection dies", `PERFORM pg_terminate_backend(pg_backend_pid())`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			ctx := context.Background()
+			for _, stmt := range []string{
+				`CREATE SEQUENCE replace_failures`,
+				`CREATE SEQUENCE insert_failures`,
+				`CREATE FUNCTION fail_link_once() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	IF TG_OP = 'UPDATE' THEN
+		IF NEW.last_error LIKE 'image given up%' AND OLD.last_error NOT LIKE 'image given up%' THEN
+			IF nextval('replace_failures') = 1 THEN
+				` + tc.failure + `;
+			END IF;
+		END IF;
+	ELSIF NEW.idempotency_key LIKE '%:link' THEN
+		IF nextval('insert_failures') = 1 THEN
+			` + tc.failure + `;
+		END IF;
+	END IF;
+	RETURN NEW;
+END $$`,
+				`CREATE TRIGGER fail_link_once BEFORE INSERT OR UPDATE ON delivery_outbox
+	FOR EACH ROW EXECUTE FUNCTION fail_link_once()`,
+			} {
+				if _, err := e.db.Exec(ctx, stmt); err != nil {
+					t.Fatal(err)
+				}
+			}
+			e.gw.setBehaviour(func(req *deliveryv1.SendRequested, _ int) behaviour {
+				if len(req.GetAttachments()) > 0 {
+					return behaviour{fail: &deliveryv1.SendReceipt{ErrorClass: deliveryv1.ErrorClass_ERROR_CLASS_PERMANENT, Error: "download attachment: 404 Not Found"}}
+				}
+				return behaviour{}
+			})
+			cfg := imagesConfig()
+			cfg.TTL = time.Hour // the image is given up, it does not expire
+			e.start(t, cfg, "a")
+			turn := fmt.Sprint("g", i)
+			e.publish(t, event(turn, 1, "s1", final("Chart: ![Sales](https://cdn.example.test/gone.png)")))
+			img, link := turn+":1:img0", turn+":1:img0:link"
+			// The clock moves by a quarter of the lease a round: a row
+			// whose sender could not record its outcome is taken again.
+			eventually(t, e.clock, 250*time.Millisecond, "the link", func() bool { return rowState(t, e.db, img) == "sent" })
+			var fired int64
+			if err := e.db.QueryRow(ctx, `SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM replace_failures`).Scan(&fired); err != nil || fired == 0 {
+				t.Fatalf("the injected failure did not happen (%d, %v)", fired, err)
+			}
+			e.consumed(t, "s1")
+			r, err := outbox.New(e.db).GetByKey(ctx, img)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Request.GetIdempotencyKey() != link || len(r.Request.GetAttachments()) != 0 {
+				t.Errorf("the image's row sends %q with %d attachments, want its link", r.Request.GetIdempotencyKey(), len(r.Request.GetAttachments()))
+			}
+			if n, err := outbox.New(e.db).List(ctx, nil, 100); err != nil || len(n) != 0 {
+				t.Errorf("dead letters %v, %v; want none: the image's row is the link's", len(n), err)
+			}
+			_, posted := e.gw.snapshot()
+			var texts []string
+			for _, p := range posted {
+				if p.Key == img {
+					t.Error("the image was posted")
+				}
+				texts = append(texts, p.Key+" "+p.Req.GetText())
+			}
+			if want := []string{turn + ":1:0 Chart:", link + " Sales\nhttps://cdn.example.test/gone.png"}; fmt.Sprint(texts) != fmt.Sprint(want) {
+				t.Fatalf("posted %q, want %q: the text, then the link once", texts, want)
 			}
 		})
 	}

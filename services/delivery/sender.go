@@ -379,9 +379,12 @@ func (s *Service) retry(ctx context.Context, log warner, r outbox.Row, result, m
 
 func (s *Service) fail(ctx context.Context, log warner, r outbox.Row, reason, msg string) {
 	sends.WithLabelValues(r.Platform, "failed").Inc()
-	if s.imageFallback(ctx, log, r, msg) {
-		// The answer's image goes as its link, in its place.
-		s.cronUndelivered(ctx, log, r, msg)
+	if isImageRow(r) {
+		// The answer's image goes as its link, in its place: no dead
+		// letter of its own, which would be a second write.
+		if s.imageFallback(ctx, log, r, msg) {
+			s.cronUndelivered(ctx, log, r, msg)
+		}
 		return
 	}
 	deadLetters.WithLabelValues(r.Platform, reason).Inc()
@@ -392,10 +395,6 @@ func (s *Service) fail(ctx context.Context, log warner, r outbox.Row, reason, ms
 		return
 	}
 	s.cronUndelivered(ctx, log, r, msg)
-	if isImageRow(r) {
-		s.queueImageLink(ctx, log, r) // the link could not take its place
-		return
-	}
 	if reason == "max_attempts" {
 		s.undelivered(ctx, log, r)
 	}
