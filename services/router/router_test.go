@@ -649,7 +649,11 @@ func TestSweepTakesOverAbandonedLocks(t *testing.T) {
 			e := newEnv(t)
 			cfg := testConfig()
 			cfg.LockTTL = time.Second
-			e.startRouter(cfg, nil, nil)
+			// This router's own log says which path started the message:
+			// the takeover counter is process-wide, shared with the other
+			// tests running in parallel.
+			var logs lockedBuffer
+			e.startRouterWith(cfg, nil, func(d *Deps) { d.Log = slog.New(slog.NewTextHandler(&logs, nil)) })
 			w := e.startWorker(nil)
 			key := "agent:main:telegram:dm:chat-bob"
 			lock := redisx.NewLocker(e.rdb, e.prefix).Key(key)
@@ -675,8 +679,16 @@ func TestSweepTakesOverAbandonedLocks(t *testing.T) {
 				turns, _ := w.snapshot()
 				return len(inputsText(turns, key)) == 1
 			})
+			// The sweep counts a takeover, then logs the swept session,
+			// after it published the turn: the worker may run it first.
+			waitFor(t, "the sweep logs the session it started", func() bool {
+				return strings.Contains(logs.String(), `msg="swept waiting session"`)
+			})
 			if got := testutil.ToFloat64(lockTakeovers.WithLabelValues(tt.kind)); got < before+1 {
 				t.Errorf("%s takeovers %v, want at least %v", tt.kind, got, before+1)
+			}
+			if took := strings.Contains(logs.String(), `msg="took over an orphaned session lock"`); took != (tt.kind == "orphaned_grant") {
+				t.Errorf("took over an orphaned grant: %v, want %v; router log:\n%s", took, !took, logs.String())
 			}
 		})
 	}
@@ -1211,6 +1223,24 @@ func TestWarnsOnceWithoutAllowlist(t *testing.T) {
 }
 
 type writerFunc func([]byte) (int, error)
+
+// lockedBuffer is a log the router's goroutines write while the test reads.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf strings.Builder
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 
