@@ -68,15 +68,35 @@ func provider(db *sql.DB, opts ...goose.ProviderOption) (*goose.Provider, error)
 	return p, nil
 }
 
+// MigrateOption changes how Migrate runs.
+type MigrateOption func(*migrateConfig)
+
+type migrateConfig struct {
+	lockID int64
+}
+
+// MigrateLockID makes Migrate serialize on advisory lock id instead of
+// goose's default. The default lock is one per database, whatever the
+// schema: pgtest, which migrates a fresh schema per test, takes one per
+// schema so that parallel tests (and test binaries) do not queue behind
+// each other's migrations.
+func MigrateLockID(id int64) MigrateOption {
+	return func(c *migrateConfig) { c.lockID = id }
+}
+
 // Migrate applies every pending migration. Replicas may run it at once: a
 // Postgres advisory lock serializes them.
-func Migrate(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger) error {
+func Migrate(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger, opts ...MigrateOption) error {
+	cfg := migrateConfig{lockID: lock.DefaultLockID}
+	for _, o := range opts {
+		o(&cfg)
+	}
 	db := stdlib.OpenDBFromPool(pool)
 	defer db.Close()
 	// The lock is tried every second (goose's default: every 5 s) for up
-	// to 5 minutes: a replica, or a test migrating its own schema, starts
-	// soon after the migration ahead of it ends.
-	locker, err := lock.NewPostgresSessionLocker(lock.WithLockTimeout(1, 300))
+	// to 5 minutes: a replica starts soon after the migration ahead of it
+	// ends.
+	locker, err := lock.NewPostgresSessionLocker(lock.WithLockID(cfg.lockID), lock.WithLockTimeout(1, 300))
 	if err != nil {
 		return fmt.Errorf("migration locker: %w", err)
 	}

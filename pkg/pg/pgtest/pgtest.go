@@ -7,6 +7,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"hash/fnv"
 	"os"
 	"testing"
 	"time"
@@ -36,7 +37,9 @@ func New(t testing.TB) *pgxpool.Pool {
 // for code under test that opens its own pool (another process, a CLI).
 func NewWithURL(t testing.TB) (*pgxpool.Pool, string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	// Generous: a loaded CI machine (two cores, -race, every package's
+	// tests at once) must slow a test down, never fail it here.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	b := make([]byte, 5)
 	_, _ = rand.Read(b)
@@ -75,10 +78,20 @@ func NewWithURL(t testing.TB) (*pgxpool.Pool, string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	if err := pg.Migrate(ctx, pool, nil); err != nil {
+	// The schema's own migration lock: goose's default is one per
+	// database, which queued every parallel test's migrations (in every
+	// test binary) behind each other's, a second's poll apiece.
+	if err := pg.Migrate(ctx, pool, nil, pg.MigrateLockID(lockID(schema))); err != nil {
 		t.Fatalf("migrate schema %s: %v", schema, err)
 	}
 	return pool, withSearchPath(URL(), schema)
+}
+
+// lockID is schema's migration advisory lock.
+func lockID(schema string) int64 {
+	h := fnv.New64a()
+	h.Write([]byte(schema))
+	return int64(h.Sum64())
 }
 
 func withSearchPath(url, schema string) string {
