@@ -123,9 +123,17 @@ type DBTX interface {
 // Store reads and changes cron jobs. Every method that takes an owner
 // only sees that owner's jobs.
 type Store struct {
-	db  *pgxpool.Pool
+	// db is the pool, or the transaction InTx was given.
+	db  beginner
 	now func() time.Time
 	loc *time.Location
+}
+
+// beginner is what the store runs its statements on: the pool, or a
+// transaction (whose BeginFunc is a savepoint).
+type beginner interface {
+	DBTX
+	Begin(ctx context.Context) (pgx.Tx, error)
 }
 
 // New returns a store; loc is the time zone of naive timestamps and cron
@@ -138,6 +146,17 @@ func New(db *pgxpool.Pool, loc *time.Location, now func() time.Time) *Store {
 		now = time.Now
 	}
 	return &Store{db: db, now: now, loc: loc}
+}
+
+// InTx returns a copy of s whose statements run in tx, so that a change
+// commits or rolls back with the rest of tx: the router applies a /cron
+// command in the transaction that records the inbound event as applied
+// (sessionstore.Once). A failed statement of a method that opens a
+// transaction of its own rolls back to its savepoint only.
+func (s *Store) InTx(tx pgx.Tx) *Store {
+	c := *s
+	c.db = tx
+	return &c
 }
 
 // Location is the store's time zone.

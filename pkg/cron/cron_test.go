@@ -623,3 +623,64 @@ func TestScheduleChangeRepeat(t *testing.T) {
 		})
 	}
 }
+
+// TestInTx: a store in a transaction (InTx) changes jobs with the rest of
+// it: a rollback leaves no job and no change, a commit keeps them, and a
+// refused change (its savepoint rolled back) leaves the transaction
+// usable.
+func TestInTx(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	now := t0
+	db := pgtest.New(t)
+	s := cron.New(db, time.UTC, func() time.Time { return now })
+	kept, err := s.Create(ctx, cron.NewJob{Owner: "telegram:99", Prompt: "Kept", Schedule: "every 2h", Origin: tg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, commit := range []bool{false, true} {
+		t.Run(fmt.Sprint("commit=", commit), func(t *testing.T) {
+			tx, err := db.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = tx.Rollback(ctx) }()
+			in := s.InTx(tx)
+			if _, err := in.Create(ctx, cron.NewJob{Owner: "telegram:99", Prompt: "New", Schedule: "nonsense", Origin: tg}); !errors.Is(err, cron.ErrInvalid) {
+				t.Fatalf("create with a bad schedule: %v", err)
+			}
+			if _, err := in.Create(ctx, cron.NewJob{Owner: "telegram:99", Prompt: "New", Schedule: "30m", Origin: tg}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := in.Pause(ctx, "telegram:99", kept.ID); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := in.Pause(ctx, "telegram:99", "no such job"); !errors.Is(err, cron.ErrNotFound) {
+				t.Fatalf("pause of no job: %v", err)
+			}
+			// Outside the transaction, nothing has changed yet.
+			if js, _ := s.List(ctx, "telegram:99", true); len(js) != 1 || js[0].State != cron.StateScheduled {
+				t.Errorf("before the end of the transaction, jobs %+v", js)
+			}
+			if commit {
+				if err := tx.Commit(ctx); err != nil {
+					t.Fatal(err)
+				}
+			} else if err := tx.Rollback(ctx); err != nil {
+				t.Fatal(err)
+			}
+			js, err := s.List(ctx, "telegram:99", true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := map[bool]int{false: 1, true: 2}[commit]; len(js) != want {
+				t.Errorf("%d jobs, want %d", len(js), want)
+			}
+			for _, j := range js {
+				if paused := j.State == cron.StatePaused; j.ID == kept.ID && paused != commit {
+					t.Errorf("kept job's state %s after commit=%v", j.State, commit)
+				}
+			}
+		})
+	}
+}

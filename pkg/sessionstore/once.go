@@ -29,7 +29,8 @@ type Answer struct {
 // Two deliveries of one event at once are serialised on the record's
 // key: the second waits for the first to commit (then it is done) or
 // roll back (then it applies the effect itself). An error of effect
-// rolls everything back and records nothing.
+// rolls everything back and records nothing. A store of another package
+// (cron's) joins the transaction through tx.Tx.
 func (s *Store) Once(ctx context.Context, eventID, key string, effect func(ctx context.Context, tx *Store) (Answer, error)) (a Answer, done bool, err error) {
 	err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
 		a, done = Answer{}, false
@@ -47,7 +48,7 @@ func (s *Store) Once(ctx context.Context, eventID, key string, effect func(ctx c
 			return nil
 		}
 		c := *s
-		c.db, c.pool = tx, nil
+		c.db, c.pool, c.tx = tx, nil, tx
 		if a, err = effect(ctx, &c); err != nil {
 			return err
 		}
@@ -62,3 +63,8 @@ func (s *Store) Once(ctx context.Context, eventID, key string, effect func(ctx c
 	})
 	return a, done, err
 }
+
+// Tx is the transaction of Once's effect, for the stores of other
+// packages to run their statements in (cron.Store.InTx), so that their
+// changes commit with the record of the event; nil outside an effect.
+func (s *Store) Tx() pgx.Tx { return s.tx }

@@ -98,7 +98,9 @@ type Store struct {
 	// db is pool, or the transaction of Once's effect.
 	db   dbtx
 	pool *pgxpool.Pool
-	now  func() time.Time
+	// tx is the transaction of Once's effect; nil outside it.
+	tx  pgx.Tx
+	now func() time.Time
 }
 
 // dbtx is what the store's statements run on: the pool, or a

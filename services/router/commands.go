@@ -152,29 +152,36 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 			return "✨ New session started: " + title, sess.Generation, nil
 		})
 	case "stop":
-		gen, dropped, err := s.store.Stop(ctx, m.key)
-		if err != nil {
-			return err
-		}
-		owner, err := s.forceUnlock(ctx, m)
-		if err != nil {
-			return err
-		}
-		if err := s.answerDropped(ctx, m, gen, dropped); err != nil {
-			return err
-		}
-		// Hermes's words, and what became of the waiting messages.
-		text := "No active task to stop."
-		switch {
-		case owner != "" && redisx.GrantOf(owner) == owner:
-			text = "⚡ Stopped. The agent hadn't started yet — you can continue this session."
-		case owner != "":
-			text = "⚡ Stopped. You can continue this session."
-		}
-		if len(dropped) > 0 {
-			text += fmt.Sprintf(" %s dropped.", plural(len(dropped), "waiting message"))
-		}
-		return reply(gen, text)
+		// Once: a redelivered /stop steps no generation (it would fence
+		// a turn started since) and empties no queue again.
+		return s.once(ctx, m, cmd.Name, func(ctx context.Context, st *sessionstore.Store) (string, int64, error) {
+			gen, dropped, err := st.Stop(ctx, m.key)
+			if err != nil {
+				return "", 0, err
+			}
+			owner, err := s.forceUnlock(ctx, m)
+			if err != nil {
+				return "", 0, err
+			}
+			// Before the commit: a crash after it would leave the dropped
+			// messages unanswered (the redelivery drops nothing); a
+			// rollback answers them again under the same ids.
+			if err := s.answerDropped(ctx, m, gen, dropped); err != nil {
+				return "", 0, err
+			}
+			// Hermes's words, and what became of the waiting messages.
+			text := "No active task to stop."
+			switch {
+			case owner != "" && redisx.GrantOf(owner) == owner:
+				text = "⚡ Stopped. The agent hadn't started yet — you can continue this session."
+			case owner != "":
+				text = "⚡ Stopped. You can continue this session."
+			}
+			if len(dropped) > 0 {
+				text += fmt.Sprintf(" %s dropped.", plural(len(dropped), "waiting message"))
+			}
+			return text, gen, nil
+		})
 	case "queue":
 		if cmd.Args == "" && len(m.ev.GetAttachments()) == 0 {
 			return reply(sess.Generation, "Usage: /queue <prompt>")
@@ -330,7 +337,14 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 	case "provider":
 		return reply(sess.Generation, s.providerText(sess))
 	case "cron":
-		return reply(sess.Generation, s.cronCommand(ctx, m, cmd.Args))
+		if !cronChanges(cmd.Args) {
+			return reply(sess.Generation, s.cronCommand(ctx, m, s.cron, cmd.Args))
+		}
+		// The job's change commits with the record of the event: a
+		// redelivered /cron add makes no second job.
+		return s.once(ctx, m, cmd.Name, func(ctx context.Context, st *sessionstore.Store) (string, int64, error) {
+			return s.cronCommand(ctx, m, s.cron.InTx(st.Tx()), cmd.Args), sess.Generation, nil
+		})
 	case "personality":
 		return s.once(ctx, m, cmd.Name, func(ctx context.Context, st *sessionstore.Store) (string, int64, error) {
 			text, err := s.personalityCommand(ctx, st, m, cmd.Args)

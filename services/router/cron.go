@@ -24,10 +24,23 @@ const cronUsage = "Commands:\n" +
 	"  /cron edit <job_id> [--schedule S] [--prompt P] [--name N] [--deliver D] [--repeat N]\n" +
 	"  /cron remove <job_id>"
 
-// cronCommand runs /cron for the sender: each user (in a group, each
+// cronChanges tells whether /cron args changes a job (add, edit, pause,
+// resume, run, remove and their aliases): those run once per inbound
+// event (Service.once), the others only read.
+func cronChanges(args string) bool {
+	sub, _, _ := strings.Cut(strings.TrimSpace(args), " ")
+	switch strings.ToLower(sub) {
+	case "add", "create", "edit", "update", "pause", "resume", "run", "remove", "rm", "delete":
+		return true
+	}
+	return false
+}
+
+// cronCommand runs /cron for the sender on jobs (s.cron, or a copy of it
+// in the transaction of Service.once): each user (in a group, each
 // session) sees and changes only their own jobs, as the agent's cronjob
 // tool does for the same owner.
-func (s *Service) cronCommand(ctx context.Context, m *msgCtx, args string) string {
+func (s *Service) cronCommand(ctx context.Context, m *msgCtx, jobs *cron.Store, args string) string {
 	owner := cron.Owner(m.src.GetPlatform(), m.src.GetChatType(), m.src.GetUserId(), m.src.GetUserIdAlt(), m.key)
 	sub, rest, _ := strings.Cut(strings.TrimSpace(args), " ")
 	rest = strings.TrimSpace(rest)
@@ -37,35 +50,35 @@ func (s *Service) cronCommand(ctx context.Context, m *msgCtx, args string) strin
 		return cronUsage
 	case "":
 		// As Hermes: the commands, then the current jobs.
-		jobs, err := s.cron.List(ctx, owner, false)
+		list, err := jobs.List(ctx, owner, false)
 		if err != nil {
 			s.log.WarnContext(ctx, "list cron jobs", "err", err)
 			return cronUsage
 		}
-		if len(jobs) == 0 {
+		if len(list) == 0 {
 			return cronUsage + "\n\nNo scheduled jobs. Use '/cron add' to create one."
 		}
-		return cronUsage + "\n\n" + s.cronList(jobs)
+		return cronUsage + "\n\n" + s.cronList(list)
 	case "list", "ls":
-		jobs, err := s.cron.List(ctx, owner, strings.EqualFold(rest, "all"))
+		list, err := jobs.List(ctx, owner, strings.EqualFold(rest, "all"))
 		if err != nil {
 			s.log.WarnContext(ctx, "list cron jobs", "err", err)
 			return "Failed to list jobs: the job store is unavailable."
 		}
-		return s.cronList(jobs)
+		return s.cronList(list)
 	case "add", "create":
 		sched, prompt := splitSchedule(rest)
 		if sched == "" || prompt == "" {
 			return "Usage: /cron add <schedule> <prompt>"
 		}
-		j, err := s.cron.Create(ctx, cron.NewJob{Owner: owner, Prompt: prompt, Schedule: sched,
+		j, err := jobs.Create(ctx, cron.NewJob{Owner: owner, Prompt: prompt, Schedule: sched,
 			Origin: cron.Origin{Platform: m.src.GetPlatform(), Account: m.src.GetAccount(), ChatID: m.src.GetChatId(), ThreadID: m.src.GetThreadId()}})
 		if err != nil {
 			return "Failed to create job: " + s.cronError(ctx, err)
 		}
 		return fmt.Sprintf("Created job: %s\n  Schedule: %s\n  Next run: %s", j.ID, j.Display, s.when(j.NextRunAt))
 	case "edit", "update":
-		return s.cronEdit(ctx, owner, rest)
+		return s.cronEdit(ctx, jobs, owner, rest)
 	case "pause", "resume", "run", "remove", "rm", "delete":
 		if rest == "" {
 			return "Usage: /cron " + sub + " <job_id>"
@@ -77,14 +90,14 @@ func (s *Service) cronCommand(ctx context.Context, m *msgCtx, args string) strin
 		action := sub
 		switch sub {
 		case "pause":
-			j, err = s.cron.Pause(ctx, owner, rest)
+			j, err = jobs.Pause(ctx, owner, rest)
 		case "resume":
-			j, err = s.cron.Resume(ctx, owner, rest)
+			j, err = jobs.Resume(ctx, owner, rest)
 		case "run":
-			j, err = s.cron.Trigger(ctx, owner, rest)
+			j, err = jobs.Trigger(ctx, owner, rest)
 		default:
 			action = "remove"
-			j, err = s.cron.Remove(ctx, owner, rest)
+			j, err = jobs.Remove(ctx, owner, rest)
 		}
 		if errors.Is(err, cron.ErrNotFound) {
 			return fmt.Sprintf("Failed to %s job: Job with ID or name '%s' not found. Use /cron list to see your jobs.", action, rest)
@@ -113,7 +126,7 @@ func (s *Service) cronCommand(ctx context.Context, m *msgCtx, args string) strin
 // prompt, name, deliver target or repeat count, each a flag; the rest of
 // the words name the job. Skills, models and scripts are Hermes's per-job
 // settings Switchboard has no counterpart for: refused, not ignored.
-func (s *Service) cronEdit(ctx context.Context, owner, args string) string {
+func (s *Service) cronEdit(ctx context.Context, jobs *cron.Store, owner, args string) string {
 	ref, u, err := parseCronEdit(args)
 	if err != nil {
 		return "Failed to update job: " + err.Error()
@@ -124,7 +137,7 @@ func (s *Service) cronEdit(ctx context.Context, owner, args string) string {
 	if u == (cron.Update{}) {
 		return "Failed to update job: No updates provided."
 	}
-	j, err := s.cron.Update(ctx, owner, ref, u)
+	j, err := jobs.Update(ctx, owner, ref, u)
 	if errors.Is(err, cron.ErrNotFound) {
 		return fmt.Sprintf("Failed to update job: Job with ID or name '%s' not found. Use /cron list to see your jobs.", ref)
 	}

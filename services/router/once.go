@@ -8,8 +8,9 @@ import (
 
 // once runs a command that changes durable state (/new, /branch,
 // /resume, /title, /yolo, /verbose, /personality, /reasoning, /busy,
-// /footer) exactly
-// once per inbound event and sends its answer. do applies the command
+// /footer, /stop, and /cron's verbs that change a job, whose store joins
+// st's transaction through st.Tx) exactly once per inbound event and
+// sends its answer. do applies the command
 // with st, whose writes commit in one transaction with the record of the
 // event and of the answer do returns (sessionstore.Once). A redelivery of
 // the event after a crash between that commit and the record that the

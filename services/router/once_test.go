@@ -37,11 +37,38 @@ func TestCommandRedeliveredAfterACrashIsAppliedOnce(t *testing.T) {
 		return sess
 	}
 	conversations := `SELECT count(*) FROM session_history WHERE session_key = $1`
+	// snapshot is a query's rows as text: the state a redelivery must
+	// leave as the first delivery left it.
+	snapshot := func(q string, args ...any) func(t *testing.T, e *env) string {
+		return func(t *testing.T, e *env) string {
+			t.Helper()
+			var out string
+			if err := e.db.QueryRow(context.Background(), q, args...).Scan(&out); err != nil {
+				t.Fatal(err)
+			}
+			return out
+		}
+	}
+	// The session's generation (a /stop steps it, fencing a turn started
+	// since) and its waiting messages.
+	stopState := snapshot(`SELECT s.generation || ' ' || (SELECT count(*) FROM session_queue q WHERE q.session_key = s.session_key)
+		FROM sessions s WHERE s.session_key = $1`, key)
+	// Every cron job, as each change leaves it (a change writes updated_at).
+	cronState := snapshot(`SELECT coalesce(string_agg(concat_ws(' ', id, name, state, next_run_at, manual_run_at, repeat_times, updated_at), E'\n'
+		ORDER BY created_at, id), '') FROM cron_jobs`)
+	addJob := func(t *testing.T, e *env) {
+		if got := e.ask("alice", "/cron add 30m Check the build"); !strings.HasPrefix(got, "Created job: ") {
+			t.Fatalf("/cron add answered %q", got)
+		}
+	}
 	for _, tt := range []struct {
 		name, text string
 		setup      func(t *testing.T, e *env)
-		answer     string // the answer's beginning
-		check      func(t *testing.T, e *env)
+		answer     string                     // the answer's beginning
+		check      func(t *testing.T, e *env) // nil: none
+		// state, when set, is the durable state the first delivery left,
+		// which the redelivery must leave as it is.
+		state func(t *testing.T, e *env) string
 	}{
 		{name: "new", text: "/new", answer: "✨ New session started.", check: func(t *testing.T, e *env) {
 			if n := count(t, e, conversations); n != 2 {
@@ -96,6 +123,20 @@ func TestCommandRedeliveredAfterACrashIsAppliedOnce(t *testing.T) {
 				t.Errorf("tool progress mode %q (%v), want new: cycled once from off", mode, err)
 			}
 		}},
+		{name: "stop", text: "/stop", answer: "No active task to stop.", state: stopState},
+		{name: "cron add", text: "/cron add 30m Check the build", answer: "Created job: ", state: cronState, check: func(t *testing.T, e *env) {
+			if n := snapshot(`SELECT count(*)::text FROM cron_jobs`)(t, e); n != "1" {
+				t.Errorf("%s cron jobs, want 1", n)
+			}
+		}},
+		{name: "cron edit", text: "/cron edit Check the build --repeat 3", setup: addJob, answer: "Updated job: ", state: cronState},
+		{name: "cron pause", text: "/cron pause Check the build", setup: addJob, answer: "Paused job: Check the build", state: cronState},
+		{name: "cron resume", text: "/cron resume Check the build", setup: func(t *testing.T, e *env) {
+			addJob(t, e)
+			e.ask("alice", "/cron pause Check the build")
+		}, answer: "Resumed job: Check the build", state: cronState},
+		{name: "cron run", text: "/cron run Check the build", setup: addJob, answer: "Triggered job: Check the build", state: cronState},
+		{name: "cron remove", text: "/cron remove Check the build", setup: addJob, answer: "Removed job: Check the build", state: cronState},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
@@ -135,6 +176,10 @@ func TestCommandRedeliveredAfterACrashIsAppliedOnce(t *testing.T) {
 				return info.State.Msgs
 			}
 			before := stored()
+			var was string
+			if tt.state != nil {
+				was = tt.state(t, e)
+			}
 
 			// The crash: the effect is committed, the message not recorded
 			// as handled; the bus delivers it again.
@@ -145,7 +190,14 @@ func TestCommandRedeliveredAfterACrashIsAppliedOnce(t *testing.T) {
 			waitFor(t, "inbound drained", e.inboundDrained)
 			waitFor(t, "the redelivery's answer", func() bool { return len(answers()) == 2 })
 
-			tt.check(t, e)
+			if tt.check != nil {
+				tt.check(t, e)
+			}
+			if tt.state != nil {
+				if is := tt.state(t, e); is != was {
+					t.Errorf("the redelivery changed the state:\n%s\nwas, after the first delivery:\n%s", is, was)
+				}
+			}
 			got := answers()
 			first := got[0]
 			if !strings.HasPrefix(first.GetNotice().GetText(), tt.answer) {
