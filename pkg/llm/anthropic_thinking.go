@@ -124,9 +124,9 @@ func (p thinkingPlan) thinks() bool {
 
 // unthinkingToolUse reports whether the conversation's last assistant
 // message called tools without the thinking that came with the calls
-// (a turn resumed from the transcript, which keeps no thinking, or an
-// answer the model gave without thinking): Anthropic refuses thinking
-// then, as the message must start with its thinking block.
+// (an answer the model gave without thinking, or a step stored before
+// the transcript kept thinking): Anthropic refuses thinking then, as the
+// message must start with its thinking block.
 func unthinkingToolUse(msgs []Message) bool {
 	for i := len(msgs) - 1; i >= 0; i-- {
 		if msgs[i].Role == RoleAssistant {

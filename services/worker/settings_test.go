@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/switchboard-chat/switchboard/pkg/fakellm"
 	"github.com/switchboard-chat/switchboard/pkg/llm"
@@ -173,5 +174,81 @@ func TestAnthropicThinkingThroughATurn(t *testing.T) {
 	reqs = h.fake.Requests()
 	if th := reqs[len(reqs)-1].Thinking; th != nil {
 		t.Errorf("thinking %+v without an effort", th)
+	}
+}
+
+// A turn with /reasoning on Anthropic whose worker dies after the tool-use
+// step was committed resumes on another worker from the transcript: the
+// step's signed thinking was stored with it, so the next call still asks
+// for thinking and sends the step back with its thinking, unchanged (the
+// fake refuses a wrong signature, and a tool-use step without thinking
+// would make the call go without thinking).
+func TestAnthropicThinkingSurvivesAResume(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.setGeneration("s1", 1)
+	p := llm.WithRetry(llm.NewAnthropic(llm.AnthropicConfig{BaseURL: h.fakeURL, Model: "claude-sonnet-4-5", APIKey: "k"}),
+		llm.RetryPolicy{MaxAttempts: 1, CallTimeout: callTimeout})
+	backend := worker.Backend{Provider: p, Kind: "anthropic", Model: "claude-sonnet-4-5", BaseURL: h.fakeURL, KeyHash: "k"}
+	entered := make(chan struct{}, 1)
+	blocking := tools.Tool{Name: "clock", Run: func(ctx context.Context, _ tools.Call, _ json.RawMessage) (string, error) {
+		entered <- struct{}{}
+		<-ctx.Done() // the first worker dies here, after the step was committed
+		return "", ctx.Err()
+	}}
+	answering := blocking
+	answering.Run = func(context.Context, tools.Call, json.RawMessage) (string, error) { return "12:00", nil }
+
+	w1 := h.startWorker("w1", func(c *worker.Config, d *worker.Deps) {
+		c.DrainTimeout = 50 * time.Millisecond // "kill": handlers are cut off at once
+		d.LLM = backend
+		d.Tools = []tools.Tool{blocking}
+	})
+	const looked = "The user wants the time: the clock tells it."
+	h.fake.Enqueue(
+		fakellm.Reply{Reasoning: looked, ToolCalls: []fakellm.ToolCall{{ID: "c1", Name: "clock", Arguments: `{}`}}},
+		fakellm.Reply{Text: "It is noon."},
+	)
+	req := h.requestTurn("s1", "what time is it?", turnOpts{effort: "high"})
+	select {
+	case <-entered:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the tool never ran")
+	}
+	w1.stop(t)
+	if h.completed(req.TurnId) != nil {
+		t.Fatal("the killed worker completed the turn")
+	}
+	if err := h.rdb.Del(context.Background(), h.locker.Key("s1")).Err(); err != nil {
+		t.Fatal(err)
+	}
+	w2 := h.startWorker("w2", func(_ *worker.Config, d *worker.Deps) {
+		d.LLM = backend
+		d.Tools = []tools.Tool{answering}
+	})
+	defer w2.stop(t)
+	done := h.waitCompleted(req.TurnId)
+	if done.GetError() != "" || done.GetWorkerId() != "w2" {
+		t.Fatalf("completed by %s: %s", done.GetWorkerId(), done.GetError())
+	}
+	if final := checkReplies(t, h.replies(req.TurnId)).GetFinalText().GetText(); final != "It is noon." {
+		t.Errorf("final %q", final)
+	}
+	reqs := h.fake.Requests()
+	if len(reqs) != 2 {
+		t.Fatalf("%d model requests, want 2", len(reqs))
+	}
+	resumed := reqs[1]
+	if resumed.Thinking == nil || resumed.Thinking.Type != "enabled" || resumed.Thinking.BudgetTokens != 16000 {
+		t.Errorf("the resumed call's thinking %+v, want a budget of 16000", resumed.Thinking)
+	}
+	var back *fakellm.Message
+	for i := range resumed.Messages {
+		if len(resumed.Messages[i].ToolCalls) > 0 {
+			back = &resumed.Messages[i]
+		}
+	}
+	if back == nil || !reflect.DeepEqual(back.Thinking, []fakellm.Thinking{{Text: looked, Signature: fakellm.ThinkingSignature(looked)}}) {
+		t.Errorf("the resumed turn sent the tool-use step back as %+v, want it with its signed thinking", back)
 	}
 }

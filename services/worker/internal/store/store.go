@@ -70,10 +70,12 @@ type Message struct {
 	// store for each attempt and shown to the model with it; they are not
 	// stored (the stored content names them).
 	Images []llm.Image
-	// Thinking is an assistant step's signed thinking (Anthropic), kept
-	// in memory for the turn's next model call, which must send it back
-	// with the calls' results; not stored, so a resumed turn's next call
-	// goes without thinking (llm drops it there).
+	// Thinking is an assistant tool-use step's signed thinking
+	// (Anthropic), which the turn's next model call must send back,
+	// unchanged, with the calls' results. It is stored with the step
+	// (transcript_messages.thinking), so a turn resumed from the
+	// transcript sends it back too; an answer without tool calls keeps
+	// none (Anthropic drops earlier turns' thinking anyway).
 	Thinking []llm.Thinking
 }
 
@@ -229,7 +231,7 @@ func scanFinal(r pgx.Row) (Final, error) {
 	return f, err
 }
 
-const messageCols = `id, turn_id, step, role, content, tool_calls, tool_call_id, tool_name, created_at`
+const messageCols = `id, turn_id, step, role, content, tool_calls, tool_call_id, tool_name, created_at, thinking`
 
 // summarySQL reads a conversation's latest summary; historySQL its
 // messages after that summary, oldest first.
@@ -254,13 +256,23 @@ const beginSQL = `SELECT f.turn_id IS NOT NULL,
 
 func scanMessage(r pgx.Row) (Message, error) {
 	var m Message
-	var calls []byte
-	if err := r.Scan(&m.ID, &m.TurnID, &m.Step, &m.Role, &m.Content, &calls, &m.ToolCallID, &m.ToolName, &m.CreatedAt); err != nil {
+	var calls, thinking []byte
+	if err := r.Scan(&m.ID, &m.TurnID, &m.Step, &m.Role, &m.Content, &calls, &m.ToolCallID, &m.ToolName, &m.CreatedAt, &thinking); err != nil {
 		return m, fmt.Errorf("scan transcript: %w", err)
 	}
 	if len(calls) > 0 {
 		if err := json.Unmarshal(calls, &m.ToolCalls); err != nil {
 			return m, fmt.Errorf("decode tool calls of message %d: %w", m.ID, err)
+		}
+	}
+	if len(thinking) > 0 {
+		var ts []storedThinking
+		if err := json.Unmarshal(thinking, &ts); err != nil {
+			return m, fmt.Errorf("decode thinking of message %d: %w", m.ID, err)
+		}
+		m.Thinking = make([]llm.Thinking, len(ts))
+		for i, t := range ts {
+			m.Thinking[i] = llm.Thinking(t)
 		}
 	}
 	return m, nil
@@ -357,14 +369,36 @@ func (s *Store) Append(ctx context.Context, t Turn, d Durability, first int, msg
 }
 
 const insertMessageSQL = `INSERT INTO transcript_messages
-		(session_key, session_id, user_key, turn_id, generation, step, role, content, tool_calls, tool_call_id, tool_name)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING id, created_at`
+		(session_key, session_id, user_key, turn_id, generation, step, role, content, tool_calls, tool_call_id, tool_name, thinking)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) RETURNING id, created_at`
 
 func toolCallsJSON(m *Message) []byte {
 	if len(m.ToolCalls) == 0 {
 		return nil
 	}
 	b, _ := json.Marshal(m.ToolCalls) // strings only: cannot fail
+	return b
+}
+
+// storedThinking is a thinking block as transcript_messages.thinking
+// keeps it (llm.Thinking with stable names).
+type storedThinking struct {
+	Text      string `json:"text,omitempty"`
+	Signature string `json:"signature,omitempty"`
+	Redacted  string `json:"redacted,omitempty"`
+}
+
+// thinkingJSON is m's thinking as stored: NULL unless a step that called
+// tools came with thinking (only that step's thinking is sent back).
+func thinkingJSON(m *Message) []byte {
+	if len(m.Thinking) == 0 || len(m.ToolCalls) == 0 {
+		return nil
+	}
+	ts := make([]storedThinking, len(m.Thinking))
+	for i, t := range m.Thinking {
+		ts[i] = storedThinking(t)
+	}
+	b, _ := json.Marshal(ts) // strings only: cannot fail
 	return b
 }
 
@@ -378,7 +412,7 @@ func startedAt(t Turn) *time.Time {
 
 func queueInsert(b *pgx.Batch, t Turn, m *Message) {
 	b.Queue(insertMessageSQL, t.SessionKey, t.SessionID, t.UserKey, t.TurnID, t.Generation, m.Step, m.Role, m.Content,
-		toolCallsJSON(m), m.ToolCallID, m.ToolName)
+		toolCallsJSON(m), m.ToolCallID, m.ToolName, thinkingJSON(m))
 }
 
 // Finish durably commits the turn's decided end — after the steps in

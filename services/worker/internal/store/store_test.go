@@ -3,10 +3,12 @@ package store_test
 import (
 	"context"
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/switchboard-chat/switchboard/pkg/llm"
 	"github.com/switchboard-chat/switchboard/pkg/pg/pgtest"
 	"github.com/switchboard-chat/switchboard/services/worker/internal/store"
 )
@@ -336,5 +338,61 @@ func TestMemoriesStayWithinTheirLimit(t *testing.T) {
 	}
 	if deleted, err := s.DeleteMemory(ctx, "telegram:bob", alice[0].ID); err != nil || deleted {
 		t.Errorf("bob removed alice's note: %v %v", deleted, err)
+	}
+}
+
+// A tool-use step's signed thinking is stored with it, as the model
+// returned it (redacted blocks too), and read back by BeginTurn and
+// History, so a resumed turn can send it back unchanged; any other
+// message stores none (the column stays NULL).
+func TestThinkingOfAToolUseStepIsStored(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	if _, err := db.Exec(ctx, `INSERT INTO sessions (session_key, session_id, platform, generation) VALUES ('k', 'sid', 'x', 1)`); err != nil {
+		t.Fatal(err)
+	}
+	s := store.New(db)
+	turn := store.Turn{TurnID: "t1", SessionKey: "k", SessionID: "sid", Generation: 1}
+	signed := []llm.Thinking{{Text: "Look at the clock.", Signature: "sig-1"}, {Redacted: "ZW5jcnlwdGVk"}}
+	call := []store.ToolCall{{ID: "c1", Name: "clock", Arguments: `{}`}}
+	if _, err := s.Append(ctx, turn, store.Durable, 0,
+		store.Message{Role: "user", Content: "time?"},
+		store.Message{Role: "assistant", ToolCalls: call, Thinking: signed},
+		store.Message{Role: "tool", ToolCallID: "c1", ToolName: "clock", Content: "12:00"},
+		store.Message{Role: "assistant", ToolCalls: []store.ToolCall{{ID: "c2", Name: "clock", Arguments: `{}`}}},
+	); err != nil {
+		t.Fatal(err)
+	}
+	// The final answer's thinking is not sent back: not stored either.
+	if _, err := s.Finish(ctx, turn, nil, 4, &store.Message{Role: "assistant", Content: "noon", Thinking: signed},
+		store.Final{Status: store.StatusCompleted, Kind: store.FinalText, Text: "noon", Seq: 1}); err != nil {
+		t.Fatal(err)
+	}
+	want := [][]llm.Thinking{nil, signed, nil, nil, nil}
+	check := func(how string, msgs []store.Message) {
+		t.Helper()
+		if len(msgs) != len(want) {
+			t.Fatalf("%s: %d messages, want %d", how, len(msgs), len(want))
+		}
+		for i, m := range msgs {
+			if !reflect.DeepEqual(m.Thinking, want[i]) {
+				t.Errorf("%s: step %d (%s) thinking %+v, want %+v", how, m.Step, m.Role, m.Thinking, want[i])
+			}
+		}
+	}
+	_, msgs, err := s.History(ctx, "sid")
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("History", msgs)
+	st, err := s.BeginTurn(ctx, store.Turn{TurnID: "t2", SessionKey: "k", SessionID: "sid", Generation: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("BeginTurn", st.History)
+	var stored int
+	if err := db.QueryRow(ctx, `SELECT count(*) FROM transcript_messages WHERE thinking IS NOT NULL`).Scan(&stored); err != nil || stored != 1 {
+		t.Errorf("%d messages store thinking (%v), want 1", stored, err)
 	}
 }
