@@ -111,8 +111,8 @@ func (a *answers) key(id string) string { return kvKey(id) }
 // its configuration) on first use.
 type kvBucket struct {
 	bus *bus.Bus
-	// cfg names the bucket before the topology prefix; the replicas are
-	// the topology's.
+	// cfg names the bucket before the topology prefix; the replicas and
+	// the storage are the topology's.
 	cfg jetstream.KeyValueConfig
 	// discardOld: when the bucket is full (cfg.MaxBytes), the least
 	// recently written records make room for a new one, rather than the
@@ -132,6 +132,10 @@ func (b *kvBucket) open(ctx context.Context) (jetstream.KeyValue, error) {
 	cfg := b.cfg
 	cfg.Bucket = b.bus.Topology().Stream(cfg.Bucket)
 	cfg.Replicas = max(b.bus.Topology().Replicas, 1)
+	// File in every deployment; memory in tests, where creating many
+	// file-backed buckets at once in the embedded server now and then
+	// failed ("error creating store for stream").
+	cfg.Storage = b.bus.Topology().Storage
 	js := b.bus.JetStream()
 	kv, err := js.CreateOrUpdateKeyValue(ctx, cfg)
 	if err != nil {

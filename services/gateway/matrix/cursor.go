@@ -43,7 +43,7 @@ func (c *cursor) open(ctx context.Context) error {
 	}
 	kv, err := c.bus.JetStream().CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket: c.bus.Topology().Stream(BucketCursors), Description: "sync position per platform account (Matrix next_batch)",
-		History: 1, Replicas: max(c.bus.Topology().Replicas, 1),
+		History: 1, Replicas: max(c.bus.Topology().Replicas, 1), Storage: c.bus.Topology().Storage,
 	})
 	if err != nil {
 		return fmt.Errorf("cursors bucket: %w", err)
