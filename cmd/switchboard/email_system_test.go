@@ -73,6 +73,12 @@ func TestEmailEndToEnd(t *testing.T) {
 		return hs
 	}
 
+	// The gateway's first read of the mailbox leaves the mail already
+	// there alone (as Hermes does), and readiness does not wait for it:
+	// deliver once the gateway has read the mailbox.
+	waitFor("the first read of the mailbox", func() bool {
+		return strings.Contains(d.stderr.String(), "email: reading the mailbox")
+	})
 	f.FailNext(451)
 	msg := []string{"From: Ann <ann@example.com>", "To: " + agent, "Subject: Re: lunch", "Message-ID: <e2e-1@example.com>",
 		"References: <e2e-0@example.com>", "", "hello email"}
