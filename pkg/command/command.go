@@ -31,7 +31,7 @@ var names = []string{
 	"approve", "deny", "resume", "sessions", "title", "retry", "undo", "sethome",
 	"cron", "usage", "compress", "insights", "provider", "personality", "reasoning",
 	"verbose", "commands", "profile", "version", "background", "branch", "yolo",
-	"busy", "footer",
+	"busy", "footer", "agents",
 	// Telegram clients send /start when a user opens the bot; Hermes
 	// acknowledges it with nothing.
 	"start",
@@ -47,6 +47,8 @@ var aliases = map[string]string{
 	"bg": "background",
 	// Hermes's /fork, /branch's alias.
 	"fork": "branch",
+	// Hermes's /tasks, /agents's alias.
+	"tasks": "agents",
 }
 
 // Names returns the canonical command names.

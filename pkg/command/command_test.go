@@ -63,6 +63,8 @@ func TestParse(t *testing.T) {
 		{"unknown", "/strat", "telegram", "", command.Command{Name: "strat", Typed: "strat"}, true},
 		{"alias bg", "/bg  Summarize the top HN stories today ", "telegram", "", command.Command{Name: "background", Typed: "bg", Args: "Summarize the top HN stories today", Known: true}, true},
 		{"bang bg on slack", "!bg later", "slack", "", command.Command{Name: "background", Typed: "bg", Args: "later", Known: true}, true},
+		{"alias tasks", "/tasks", "telegram", "", command.Command{Name: "agents", Typed: "tasks", Known: true}, true},
+		{"agents on slack", "!agents", "slack", "", command.Command{Name: "agents", Typed: "agents", Known: true}, true},
 		{"alias fork", "/fork  Plan B ", "telegram", "", command.Command{Name: "branch", Typed: "fork", Args: "Plan B", Known: true}, true},
 		{"yolo", "/yolo", "telegram", "", command.Command{Name: "yolo", Typed: "yolo", Known: true}, true},
 		{"hermes alias", "/set-home", "telegram", "", command.Command{Name: "sethome", Typed: "set-home", Known: true}, true},
@@ -95,15 +97,15 @@ func TestParse(t *testing.T) {
 func TestKnownSet(t *testing.T) {
 	want := []string{"new", "reset", "stop", "queue", "q", "steer", "status", "help", "whoami", "model",
 		"approve", "deny", "resume", "sessions", "title", "retry", "undo", "sethome", "set-home", "cron", "usage", "compress", "insights", "provider", "personality", "reasoning", "start",
-		"verbose", "commands", "profile", "version", "v", "background", "bg", "branch", "fork", "yolo", "busy", "footer"}
+		"verbose", "commands", "profile", "version", "v", "background", "bg", "branch", "fork", "yolo", "busy", "footer", "agents", "tasks"}
 	for _, n := range want {
 		c, ok := command.Parse("/"+n, "telegram", "")
 		if !ok || !c.Known {
 			t.Errorf("/%s: known=%v ok=%v", n, c.Known, ok)
 		}
 	}
-	if got := len(command.Names()); got != len(want)-6 {
-		t.Errorf("Names() has %d, want %d canonical names", got, len(want)-6)
+	if got := len(command.Names()); got != len(want)-7 {
+		t.Errorf("Names() has %d, want %d canonical names", got, len(want)-7)
 	}
 }
 
@@ -130,6 +132,7 @@ func TestSuggest(t *testing.T) {
 		{"persona", []string{"personality"}},
 		{"reason", []string{"reasoning"}},
 		{"backgroud", []string{"background"}},
+		{"agent", []string{"agents"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {

@@ -91,6 +91,8 @@ type Queued struct {
 	// ("" for rows queued before migration 00108): the turn that takes
 	// it continues that trace (router.publishTurn).
 	TraceParent string
+	// EnqueuedAt is when the message was queued (set by Peek only).
+	EnqueuedAt time.Time
 }
 
 // Store reads and writes sessions.
@@ -550,6 +552,36 @@ func (s *Store) QueueLen(ctx context.Context, key string) (int, error) {
 		return 0, fmt.Errorf("count queue: %w", err)
 	}
 	return n, nil
+}
+
+// Peek reads the session's queue without changing it: how many messages
+// wait, and the first limit of them in the order their turns will take
+// them, in one round trip. It takes no lock, so a turn starting meanwhile
+// may already have taken some of them. limit must be at least 1 (the
+// count rides on the rows read).
+func (s *Store) Peek(ctx context.Context, key string, limit int) (total int, head []Queued, err error) {
+	rows, err := s.db.Query(ctx, `SELECT id, stream_seq, event_id, own_turn, event, traceparent, enqueued_at,
+			count(*) OVER () FROM session_queue WHERE session_key = $1 ORDER BY stream_seq, id LIMIT $2`, key, limit)
+	if err != nil {
+		return 0, nil, fmt.Errorf("read queue: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var q Queued
+		var data []byte
+		if err := rows.Scan(&q.ID, &q.StreamSeq, &q.EventID, &q.OwnTurn, &data, &q.TraceParent, &q.EnqueuedAt, &total); err != nil {
+			return 0, nil, fmt.Errorf("read queue: %w", err)
+		}
+		q.Event = &eventsv1.MessageReceived{}
+		if err := proto.Unmarshal(data, q.Event); err != nil {
+			return 0, nil, fmt.Errorf("decode queued message %d: %w", q.ID, err)
+		}
+		head = append(head, q)
+	}
+	if err := rows.Err(); err != nil {
+		return 0, nil, fmt.Errorf("read queue: %w", err)
+	}
+	return total, head, nil
 }
 
 // FreeStart is a free start (BeginFree) whose transaction is open: it

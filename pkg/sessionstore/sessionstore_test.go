@@ -608,3 +608,61 @@ func TestWaitingKeysPages(t *testing.T) {
 		t.Fatalf("visited %q, want %q", got, want)
 	}
 }
+
+// Peek reads the queue in the order turns take it (the stream sequence,
+// whatever order the messages were queued in), with the total however
+// few it returns, and changes nothing: a turn started after it takes the
+// same head.
+func TestPeek(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	s := New(pgtest.New(t)).WithClock(func() time.Time { return at })
+	key := "agent:main:telegram:dm:1"
+	if total, head, err := s.Peek(ctx, key, 5); err != nil || total != 0 || len(head) != 0 {
+		t.Fatalf("empty queue: %d, %v, %v", total, head, err)
+	}
+	if _, _, _, err := s.Arrive(ctx, key, "", &eventsv1.SessionSource{Platform: "telegram", ChatId: "1"}, ""); err != nil {
+		t.Fatal(err)
+	}
+	for i := 2; i >= 0; i-- {
+		ev := &eventsv1.MessageReceived{EventId: fmt.Sprint(i), Text: "message " + fmt.Sprint(i)}
+		if _, err := s.Enqueue(ctx, key, int64(100+i), i == 1, ev, 32); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tt := range []struct {
+		limit int
+		want  []string
+	}{{1, []string{"message 0"}}, {2, []string{"message 0", "message 1"}}, {10, []string{"message 0", "message 1", "message 2"}}} {
+		total, head, err := s.Peek(ctx, key, tt.limit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, q := range head {
+			got = append(got, q.Event.GetText())
+			if !q.EnqueuedAt.Equal(at) {
+				t.Errorf("enqueued at %v, want %v", q.EnqueuedAt, at)
+			}
+		}
+		if total != 3 || !slices.Equal(got, tt.want) {
+			t.Errorf("Peek(%d) = %d, %q; want 3, %q", tt.limit, total, got, tt.want)
+		}
+		if head[0].OwnTurn || (len(head) > 1 && !head[1].OwnTurn) {
+			t.Errorf("own turn flags %v", head)
+		}
+	}
+	started, err := s.StartTurn(ctx, key, "t1", 32, 0, func(ctx context.Context, tr Turn) error {
+		if len(tr.Inputs) != 1 || tr.Inputs[0].Event.GetText() != "message 0" {
+			t.Errorf("turn after Peek took %v", tr.Inputs)
+		}
+		return nil
+	})
+	if err != nil || !started {
+		t.Fatalf("start turn: %v, %v", started, err)
+	}
+	if total, head, err := s.Peek(ctx, key, 10); err != nil || total != 2 || head[0].Event.GetText() != "message 1" {
+		t.Fatalf("after the turn's start: %d, %v, %v", total, head, err)
+	}
+}

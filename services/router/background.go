@@ -56,7 +56,7 @@ func (s *Service) background(ctx context.Context, m *msgCtx, sess sessionstore.S
 	id := backgroundTaskID(m, s.now())
 	bg := *m
 	bg.key = sessionkey.Background(m.key, s.cfg.Profile, id)
-	if refused, err := s.admitBackground(ctx, m, sess, bg.key); err != nil || refused {
+	if refused, err := s.admitBackground(ctx, m, sess, bg.key, prompt); err != nil || refused {
 		return err
 	}
 	bg.ev = proto.CloneOf(m.ev)
@@ -110,36 +110,38 @@ func (s *Service) backgroundTasksKey(chatKey string) string {
 // admitBackground applies router.background.max_running to the task
 // whose session key is taskKey, asked for in m's chat: over the cap it
 // answers how many run and reports refused, starting nothing; else it
-// records the task in the chat's list before its session exists, so a
-// crash after that leaves it counted once it runs. A task whose session
-// exists already (a redelivery of the command) was admitted before. The
-// chat's messages are handled one at a time (its inbound partition), so
-// two /bg of one chat never pass the cap together.
-func (s *Service) admitBackground(ctx context.Context, m *msgCtx, sess sessionstore.Session, taskKey string) (refused bool, err error) {
-	limit := s.cfg.Background.MaxRunning
-	if limit <= 0 {
-		return false, nil
-	}
+// records the task in the chat's list, with the first words of its
+// prompt (/agents shows them), before its session exists, so a crash
+// after that leaves it counted once it runs. The list is kept, and
+// pruned, with no cap too: /agents reads it. A task whose session exists already (a
+// redelivery of the command) was admitted before. The chat's messages
+// are handled one at a time (its inbound partition), so two /bg of one
+// chat never pass the cap together.
+func (s *Service) admitBackground(ctx context.Context, m *msgCtx, sess sessionstore.Session, taskKey, prompt string) (refused bool, err error) {
 	switch _, err := s.store.Get(ctx, taskKey); {
 	case err == nil:
 		return false, nil
 	case !errors.Is(err, sessionstore.ErrNotFound):
 		return false, fmt.Errorf("background task session: %w", err)
 	}
+	// Counted with no cap too: the count prunes the tasks that ended,
+	// which keeps the list /agents reads short.
 	running, err := s.runningBackground(ctx, m.key, taskKey)
 	if err != nil {
 		return false, err
 	}
-	if running >= limit {
+	if limit := s.cfg.Background.MaxRunning; limit > 0 && running >= limit {
 		s.log.InfoContext(ctx, "background task refused", "session_key", m.key, "running", running, "max_running", limit)
 		return true, s.notice(ctx, m, sess.Generation, fmt.Sprintf("⏳ %s already running in this chat (at most %d at a time). "+
 			"Nothing was started: try again when one has finished (its result will appear here).",
 			plural(running, "background task"), limit), "command")
 	}
-	key := s.backgroundTasksKey(m.key)
+	key, prompts := s.backgroundTasksKey(m.key), s.backgroundPromptsKey(m.key)
 	pipe := s.rdb.TxPipeline()
 	pipe.ZAddNX(ctx, key, redis.Z{Score: float64(s.now().UnixMilli()), Member: taskKey})
+	pipe.HSetNX(ctx, prompts, taskKey, oneLine(prompt, 60))
 	pipe.Expire(ctx, key, backgroundTasksTTL)
+	pipe.Expire(ctx, prompts, backgroundTasksTTL)
 	if _, err := pipe.Exec(ctx); err != nil {
 		return false, fmt.Errorf("record background task: %w", err)
 	}
@@ -191,9 +193,21 @@ func (s *Service) runningBackground(ctx context.Context, chatKey, self string) (
 		}
 	}
 	if len(ended) > 0 {
-		if err := s.rdb.ZRem(ctx, key, ended...).Err(); err != nil {
+		pipe := s.rdb.TxPipeline()
+		pipe.ZRem(ctx, key, ended...)
+		pipe.HDel(ctx, s.backgroundPromptsKey(chatKey), anyStrings(ended)...)
+		if _, err := pipe.Exec(ctx); err != nil {
 			s.log.WarnContext(ctx, "forget ended background tasks", "session_key", chatKey, "err", err)
 		}
 	}
 	return running, nil
+}
+
+// anyStrings are the strings of vs.
+func anyStrings(vs []any) []string {
+	out := make([]string, len(vs))
+	for i, v := range vs {
+		out[i], _ = v.(string)
+	}
+	return out
 }

@@ -45,6 +45,7 @@ var helpText = strings.Join([]string{
 	"/busy [queue|steer|interrupt|status] — what a message does while the agent is working, in this chat",
 	"/footer [on|off|status] — show the model and context use under the agent's answers in this chat",
 	"/background <prompt> (/bg) — run <prompt> in a separate session; the result comes here when done",
+	"/agents (/tasks) — what is running for this chat: the agent's turn, waiting messages, background tasks",
 	"/sethome — send scheduled messages to this chat",
 	"/cron — scheduled jobs: list, add <schedule> <prompt>, pause, resume, run, remove",
 	"/whoami — who the gateway thinks you are",
@@ -57,7 +58,7 @@ var helpText = strings.Join([]string{
 // refusedMidTurn are the commands that, as in Hermes, wait for the running
 // task: they would change or read the conversation under it (/resume
 // would even end it without a word). /help, /status, /stop, /new,
-// /queue, /steer, /approve, /deny, /yolo, /busy, /footer and
+// /queue, /steer, /approve, /deny, /yolo, /busy, /footer, /agents and
 // /background (a session of its own) work mid-turn, and /model is
 // refused with its own text.
 var refusedMidTurn = []string{"whoami", "sessions", "resume", "title", "retry", "undo", "compress", "sethome", "personality", "reasoning", "branch"}
@@ -107,6 +108,11 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 	busy := owner != ""
 	if busy && slices.Contains(refusedMidTurn, cmd.Name) {
 		return reply(0, fmt.Sprintf("⏳ Agent is running — `/%s` can't run mid-turn. Wait for the current response or `/stop` first.", cmd.Name))
+	}
+	if cmd.Name == "agents" {
+		// Read-only, mid-turn too (Hermes's busy_policy dispatch): it
+		// resolves no session, so it neither creates nor resets one.
+		return s.agents(ctx, m, owner)
 	}
 	if cmd.Name == "whoami" {
 		admin, restricted := s.isAdmin(m)
