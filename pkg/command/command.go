@@ -265,14 +265,18 @@ const (
 	ApproveAlways  = "always"  // from now on: "always", "permanent", "permanently"
 )
 
-// ApprovalScope reads /approve's argument; any other word approves the
-// call alone.
+// ApprovalScope reads /approve's argument as Hermes does: "always"
+// (or "permanent", "permanently") anywhere in it beats "session" (or
+// "ses") anywhere, whatever their order; any other word, "all"
+// included, approves the call alone.
 func ApprovalScope(args string) string {
 	scope := ApproveOnce
 	for _, w := range strings.Fields(strings.ToLower(args)) {
 		switch w {
 		case "session", "ses":
-			scope = ApproveSession
+			if scope == ApproveOnce {
+				scope = ApproveSession
+			}
 		case "always", "permanent", "permanently":
 			scope = ApproveAlways
 		}

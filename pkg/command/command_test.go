@@ -211,6 +211,11 @@ func TestApprovalScope(t *testing.T) {
 		"always":          command.ApproveAlways,
 		"all permanently": command.ApproveAlways,
 		"permanent":       command.ApproveAlways,
+		// As Hermes: "always" beats "session" in either order.
+		"session always":    command.ApproveAlways,
+		"always session":    command.ApproveAlways,
+		"all ses permanent": command.ApproveAlways,
+		"all":               command.ApproveOnce,
 	}
 	for args, want := range tests {
 		if got := command.ApprovalScope(args); got != want {
