@@ -3,12 +3,15 @@ package pg_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
+	"github.com/pressly/goose/v3/lock"
 
 	"github.com/switchboard-chat/switchboard/pkg/pg"
 	"github.com/switchboard-chat/switchboard/pkg/pg/pgtest"
@@ -74,9 +77,16 @@ func TestMigrateAppliesAMigrationNumberedBelowTheNewest(t *testing.T) {
 	if err := pg.CheckSchema(ctx, pool); !errors.Is(err, pg.ErrSchemaBehind) {
 		t.Fatalf("a schema missing %d: CheckSchema = %v, want ErrSchemaBehind", older, err)
 	}
-	if err := pg.Migrate(ctx, pool, nil); err != nil {
+	// Under the schema's own lock: goose's default one, here held as
+	// another binary's migration of the database holds it, would make
+	// the test wait for that (and that for the test).
+	release := holdMigrationLock(t)
+	upgrade, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	if err := pg.Migrate(upgrade, pool, nil, pgtest.MigrateLock(t, pool)); err != nil {
 		t.Fatalf("upgrade: %v", err)
 	}
+	release()
 	var ok bool
 	if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM goose_db_version WHERE version_id = $1 AND is_applied)`, older).Scan(&ok); err != nil || !ok {
 		t.Fatalf("migration %d not applied on upgrade (%v)", older, err)
@@ -84,6 +94,55 @@ func TestMigrateAppliesAMigrationNumberedBelowTheNewest(t *testing.T) {
 	if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_indexes WHERE schemaname = current_schema() AND indexname = 'sessions_platform_key_idx')`).Scan(&ok); err != nil || !ok {
 		t.Fatalf("its index is missing (%v)", err)
 	}
+}
+
+// A migration with nothing to apply (a replica's start, a restart of
+// `switchboard dev`, the `switchboard dev` a test starts on a schema
+// pgtest migrated) takes no lock (goose's Up asks HasPending first,
+// without it): it does not wait for another process migrating the
+// database meanwhile under goose's database-wide lock. The tests that
+// start dev processes rely on it; a goose upgrade that changed it would
+// queue them behind each other again.
+func TestMigrateWithNothingPendingTakesNoLock(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.New(t)
+	release := holdMigrationLock(t)
+	defer release()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := pg.Migrate(ctx, pool, nil); err != nil {
+		t.Fatalf("migrate an up-to-date schema while another process holds the migration lock: %v", err)
+	}
+}
+
+// holdMigrationLock takes goose's default migration lock, as another
+// process migrating the database does, until release (or the test's
+// end). It is tried until taken, not waited for in Postgres: a process
+// elsewhere may be migrating under it; it holds it briefly.
+func holdMigrationLock(t *testing.T) (release func()) {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, pgtest.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for locked := false; !locked; {
+		if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, lock.DefaultLockID).Scan(&locked); err != nil {
+			t.Fatal(err)
+		}
+		if !locked {
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	var once sync.Once
+	release = func() {
+		once.Do(func() {
+			_, _ = conn.Exec(ctx, `SELECT pg_advisory_unlock($1)`, lock.DefaultLockID)
+			_ = conn.Close(ctx)
+		})
+	}
+	t.Cleanup(release)
+	return release
 }
 
 func TestSchemasAreIsolated(t *testing.T) {

@@ -87,6 +87,21 @@ func NewWithURL(t testing.TB) (*pgxpool.Pool, string) {
 	return pool, withSearchPath(URL(), schema)
 }
 
+// MigrateLock is the migration lock of pool's schema (a pool of New), the
+// one New migrated it under, for a test that runs pg.Migrate on it
+// itself and has something to apply: under goose's default lock, one
+// per database, it would wait for any other process migrating the shared
+// database meanwhile (another test binary's, a deploy's), and they for
+// it. (With nothing to apply, Migrate takes no lock.)
+func MigrateLock(t testing.TB, pool *pgxpool.Pool) pg.MigrateOption {
+	t.Helper()
+	var schema string
+	if err := pool.QueryRow(context.Background(), `SELECT current_schema()`).Scan(&schema); err != nil {
+		t.Fatalf("the pool's schema: %v", err)
+	}
+	return pg.MigrateLockID(lockID(schema))
+}
+
 // lockID is schema's migration advisory lock.
 func lockID(schema string) int64 {
 	h := fnv.New64a()
