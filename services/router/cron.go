@@ -297,6 +297,7 @@ func (s *Service) cronList(jobs []cron.Job) string {
 	if len(jobs) == 0 {
 		return "No scheduled jobs."
 	}
+	now := s.now()
 	var b strings.Builder
 	b.WriteString("Scheduled Jobs:")
 	for _, j := range jobs {
@@ -304,6 +305,15 @@ func (s *Service) cronList(jobs []cron.Job) string {
 			j.ID, j.Name, j.State, j.Display, j.RepeatDisplay(), s.when(j.NextRunAt), promptPreview(j.Prompt, 100))
 		if !j.LastRunAt.IsZero() {
 			fmt.Fprintf(&b, "\n  Last run: %s (%s)", s.when(j.LastRunAt), j.LastStatus)
+		}
+		// A run in flight holds the next one (cron.max_run_duration at
+		// most): say so, or "Next run" in the past reads as a stuck job.
+		if j.Running(now) {
+			if j.LastRunID == j.RunningRunID && !j.LastRunAt.IsZero() {
+				fmt.Fprintf(&b, "\n  Running since: %s", s.when(j.LastRunAt))
+			} else {
+				fmt.Fprintf(&b, "\n  Running: a run is in flight (until %s at most)", s.when(j.RunningUntil))
+			}
 		}
 		// As Hermes's job list: why the last run failed, and why its
 		// answer did not arrive (last_delivery_error).

@@ -340,3 +340,51 @@ func TestCronListPausedReason(t *testing.T) {
 		t.Errorf("list after resume: %q", got)
 	}
 }
+
+// TestCronListRunningRun: a job whose run is in flight (its turn has
+// not ended, and the hold of cron.max_run_duration has not lapsed) says
+// since when in /cron list: its next run waits for it.
+func TestCronListRunningRun(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	s := e.startRouter(testConfig(), nil, nil)
+	ctx := context.Background()
+	j, err := s.cron.Create(ctx, cron.NewJob{Owner: "telegram:alice", Prompt: "p", Schedule: "every 1h",
+		Origin: cron.Origin{Platform: "telegram", ChatID: "chat-alice"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := j.ID + "_20260101_090000"
+	fired := time.Now().Add(-3 * time.Minute).UTC().Truncate(time.Minute)
+	for _, c := range []struct {
+		name          string
+		running       string        // running_run_id
+		until         time.Duration // running_until, from now
+		want, wantNot string
+	}{
+		{name: "in flight", running: run, until: time.Hour, want: "\n  Last run: " + s.when(fired) + " (ok)\n  Running since: " + s.when(fired)},
+		{name: "another run in flight than the last recorded", running: j.ID + "_20260101_100000", until: time.Hour,
+			want: "\n  Running: a run is in flight (until "},
+		{name: "its turn ended", running: "", wantNot: "Running"},
+		{name: "its hold lapsed", running: run, until: -time.Second, wantNot: "Running"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var until *time.Time
+			if c.running != "" {
+				u := time.Now().Add(c.until)
+				until = &u
+			}
+			if _, err := e.db.Exec(ctx, `UPDATE cron_jobs SET last_run_at = $2, last_status = 'ok', last_run_id = $3,
+  running_run_id = $4, running_until = $5 WHERE id = $1`, j.ID, fired, run, c.running, until); err != nil {
+				t.Fatal(err)
+			}
+			got := e.ask("alice", "/cron list")
+			if c.want != "" && !strings.Contains(got, c.want) {
+				t.Errorf("list: %q, want %q", got, c.want)
+			}
+			if c.wantNot != "" && strings.Contains(got, c.wantNot) {
+				t.Errorf("list: %q, want no %q", got, c.wantNot)
+			}
+		})
+	}
+}
