@@ -38,6 +38,10 @@ var (
 		Name: "switchboard_router_commands_total",
 		Help: "Commands handled, by name.",
 	}, []string{"command"})
+	commandsReplayed = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "switchboard_router_commands_replayed_total",
+		Help: "Commands that change durable state whose inbound event came again after their effect committed (redelivered after a router died or its ack came too late): not applied again, the recorded answer sent again; by name.",
+	}, []string{"command"})
 	homeNotices = promauto.NewCounter(prometheus.CounterOpts{
 		Name: "switchboard_router_home_notices_total",
 		Help: "Home channel notices sent (the first message of a conversation on a platform with no home channel).",

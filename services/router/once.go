@@ -18,7 +18,8 @@ import (
 // command is not applied again, and the recorded answer is published
 // again with the first one's generation, turn id and seq, so its bus
 // message id and delivery's idempotency key are the first one's and the
-// user gets one answer.
+// user gets one answer. Each such replay is counted
+// (switchboard_router_commands_replayed_total{command}).
 func (s *Service) once(ctx context.Context, m *msgCtx, name string, do func(ctx context.Context, st *sessionstore.Store) (text string, gen int64, err error)) error {
 	a, done, err := s.store.Once(ctx, m.dedupeID, m.key, func(ctx context.Context, st *sessionstore.Store) (sessionstore.Answer, error) {
 		text, gen, err := do(ctx, st)
@@ -29,6 +30,7 @@ func (s *Service) once(ctx context.Context, m *msgCtx, name string, do func(ctx 
 		return err
 	}
 	if done {
+		commandsReplayed.WithLabelValues(name).Inc()
 		s.log.InfoContext(ctx, "redelivered command applied already; answer sent again", "command", name,
 			"session_key", m.key, "event", m.dedupeID)
 		m.notices = a.Seq - 1

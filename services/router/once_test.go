@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/switchboard-chat/switchboard/pkg/bus"
 	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
 	"github.com/switchboard-chat/switchboard/pkg/sessionstore"
@@ -63,6 +65,7 @@ func TestCommandRedeliveredAfterACrashIsAppliedOnce(t *testing.T) {
 	}
 	for _, tt := range []struct {
 		name, text string
+		command    string // its switchboard_router_commands_replayed_total label
 		setup      func(t *testing.T, e *env)
 		answer     string                     // the answer's beginning
 		check      func(t *testing.T, e *env) // nil: none
@@ -70,17 +73,17 @@ func TestCommandRedeliveredAfterACrashIsAppliedOnce(t *testing.T) {
 		// which the redelivery must leave as it is.
 		state func(t *testing.T, e *env) string
 	}{
-		{name: "new", text: "/new", answer: "✨ New session started.", check: func(t *testing.T, e *env) {
+		{name: "new", command: "new", text: "/new", answer: "✨ New session started.", check: func(t *testing.T, e *env) {
 			if n := count(t, e, conversations); n != 2 {
 				t.Errorf("%d conversations, want 2: the first and one new", n)
 			}
 		}},
-		{name: "new with a title", text: "/new Plan", answer: "✨ New session started: Plan", check: func(t *testing.T, e *env) {
+		{name: "new with a title", command: "new", text: "/new Plan", answer: "✨ New session started: Plan", check: func(t *testing.T, e *env) {
 			if n, title := count(t, e, conversations), current(t, e).Title; n != 2 || title != "Plan" {
 				t.Errorf("%d conversations, the current titled %q; want 2, Plan", n, title)
 			}
 		}},
-		{name: "branch", text: "/branch", setup: func(t *testing.T, e *env) {
+		{name: "branch", command: "branch", text: "/branch", setup: func(t *testing.T, e *env) {
 			e.ask("alice", "/title Plan")
 			sess := current(t, e)
 			if _, err := e.db.Exec(context.Background(), `INSERT INTO transcript_messages (session_key, session_id, user_key, turn_id, generation, step, role, content)
@@ -94,7 +97,7 @@ func TestCommandRedeliveredAfterACrashIsAppliedOnce(t *testing.T) {
 				t.Errorf("%d conversations, %d messages, the current titled %q; want 2, 4 (one copy), Plan #2", n, msgs, title)
 			}
 		}},
-		{name: "resume by number", text: "/resume 2", setup: func(t *testing.T, e *env) {
+		{name: "resume by number", command: "resume", text: "/resume 2", setup: func(t *testing.T, e *env) {
 			e.ask("alice", "/title Old")
 			e.ask("alice", "/new")
 		}, answer: "↩️ Resumed Old.", check: func(t *testing.T, e *env) {
@@ -102,41 +105,41 @@ func TestCommandRedeliveredAfterACrashIsAppliedOnce(t *testing.T) {
 				t.Errorf("current conversation %q, want Old", title)
 			}
 		}},
-		{name: "yolo", text: "/yolo", answer: yoloOnText, check: func(t *testing.T, e *env) {
+		{name: "yolo", command: "yolo", text: "/yolo", answer: yoloOnText, check: func(t *testing.T, e *env) {
 			if n := count(t, e, `SELECT count(*) FROM session_yolo WHERE session_key = $1`); n != 1 {
 				t.Errorf("YOLO mode toggled back off")
 			}
 		}},
-		{name: "footer", text: "/footer", answer: "📎 Runtime footer: **ON**", check: func(t *testing.T, e *env) {
+		{name: "footer", command: "footer", text: "/footer", answer: "📎 Runtime footer: **ON**", check: func(t *testing.T, e *env) {
 			if f := current(t, e).RuntimeFooter; f != "on" {
 				t.Errorf("runtime footer %q, want on: toggled once", f)
 			}
 		}},
-		{name: "busy", text: "/busy queue", answer: "Busy input mode set to **`queue`**", check: func(t *testing.T, e *env) {
+		{name: "busy", command: "busy", text: "/busy queue", answer: "Busy input mode set to **`queue`**", check: func(t *testing.T, e *env) {
 			if b := current(t, e).BusyMode; b != BusyQueue {
 				t.Errorf("busy mode %q, want queue", b)
 			}
 		}},
-		{name: "verbose", text: "/verbose", answer: verboseDescriptions["new"], check: func(t *testing.T, e *env) {
+		{name: "verbose", command: "verbose", text: "/verbose", answer: verboseDescriptions["new"], check: func(t *testing.T, e *env) {
 			var mode string
 			if err := e.db.QueryRow(context.Background(), `SELECT mode FROM tool_progress_modes WHERE platform = 'telegram'`).Scan(&mode); err != nil || mode != "new" {
 				t.Errorf("tool progress mode %q (%v), want new: cycled once from off", mode, err)
 			}
 		}},
-		{name: "stop", text: "/stop", answer: "No active task to stop.", state: stopState},
-		{name: "cron add", text: "/cron add 30m Check the build", answer: "Created job: ", state: cronState, check: func(t *testing.T, e *env) {
+		{name: "stop", command: "stop", text: "/stop", answer: "No active task to stop.", state: stopState},
+		{name: "cron add", command: "cron", text: "/cron add 30m Check the build", answer: "Created job: ", state: cronState, check: func(t *testing.T, e *env) {
 			if n := snapshot(`SELECT count(*)::text FROM cron_jobs`)(t, e); n != "1" {
 				t.Errorf("%s cron jobs, want 1", n)
 			}
 		}},
-		{name: "cron edit", text: "/cron edit Check the build --repeat 3", setup: addJob, answer: "Updated job: ", state: cronState},
-		{name: "cron pause", text: "/cron pause Check the build", setup: addJob, answer: "Paused job: Check the build", state: cronState},
-		{name: "cron resume", text: "/cron resume Check the build", setup: func(t *testing.T, e *env) {
+		{name: "cron edit", command: "cron", text: "/cron edit Check the build --repeat 3", setup: addJob, answer: "Updated job: ", state: cronState},
+		{name: "cron pause", command: "cron", text: "/cron pause Check the build", setup: addJob, answer: "Paused job: Check the build", state: cronState},
+		{name: "cron resume", command: "cron", text: "/cron resume Check the build", setup: func(t *testing.T, e *env) {
 			addJob(t, e)
 			e.ask("alice", "/cron pause Check the build")
 		}, answer: "Resumed job: Check the build", state: cronState},
-		{name: "cron run", text: "/cron run Check the build", setup: addJob, answer: "Triggered job: Check the build", state: cronState},
-		{name: "cron remove", text: "/cron remove Check the build", setup: addJob, answer: "Removed job: Check the build", state: cronState},
+		{name: "cron run", command: "cron", text: "/cron run Check the build", setup: addJob, answer: "Triggered job: Check the build", state: cronState},
+		{name: "cron remove", command: "cron", text: "/cron remove Check the build", setup: addJob, answer: "Removed job: Check the build", state: cronState},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
@@ -181,6 +184,8 @@ func TestCommandRedeliveredAfterACrashIsAppliedOnce(t *testing.T) {
 				was = tt.state(t, e)
 			}
 
+			replayed := testutil.ToFloat64(commandsReplayed.WithLabelValues(tt.command))
+
 			// The crash: the effect is committed, the message not recorded
 			// as handled; the bus delivers it again.
 			if err := e.rdb.Del(ctx, e.dedupeKeyOf(ev)).Err(); err != nil {
@@ -192,6 +197,11 @@ func TestCommandRedeliveredAfterACrashIsAppliedOnce(t *testing.T) {
 
 			if tt.check != nil {
 				tt.check(t, e)
+			}
+			// At least: another case of the same command may replay
+			// meanwhile.
+			if n := testutil.ToFloat64(commandsReplayed.WithLabelValues(tt.command)); n < replayed+1 {
+				t.Errorf("switchboard_router_commands_replayed_total{command=%q} %v after the redelivery, %v before: want it counted", tt.command, n, replayed)
 			}
 			if tt.state != nil {
 				if is := tt.state(t, e); is != was {
@@ -213,5 +223,21 @@ func TestCommandRedeliveredAfterACrashIsAppliedOnce(t *testing.T) {
 				t.Errorf("replies stream holds %d messages after the redelivery, %d before: want the answer once", after, before)
 			}
 		})
+	}
+}
+
+// A command applied the first time is not a replay: only the redelivery
+// of an event whose effect committed counts (/title is in no case of
+// the crash table above, so nothing else counts it meanwhile).
+func TestCommandAppliedOnceIsNotCountedAsReplayed(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.startRouter(testConfig(), nil, nil)
+	before := testutil.ToFloat64(commandsReplayed.WithLabelValues("title"))
+	if got := e.ask("alice", "/title Plan"); !strings.Contains(got, "Plan") {
+		t.Fatalf("/title answered %q", got)
+	}
+	if n := testutil.ToFloat64(commandsReplayed.WithLabelValues("title")); n != before {
+		t.Errorf("switchboard_router_commands_replayed_total{command=\"title\"} %v after a first delivery, %v before", n, before)
 	}
 }
