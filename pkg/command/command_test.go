@@ -65,6 +65,7 @@ func TestParse(t *testing.T) {
 		{"bang bg on slack", "!bg later", "slack", "", command.Command{Name: "background", Typed: "bg", Args: "later", Known: true}, true},
 		{"alias tasks", "/tasks", "telegram", "", command.Command{Name: "agents", Typed: "tasks", Known: true}, true},
 		{"agents on slack", "!agents", "slack", "", command.Command{Name: "agents", Typed: "agents", Known: true}, true},
+		{"btw is its own command", "/btw which file was it?", "telegram", "", command.Command{Name: "btw", Typed: "btw", Args: "which file was it?", Known: true}, true},
 		{"alias fork", "/fork  Plan B ", "telegram", "", command.Command{Name: "branch", Typed: "fork", Args: "Plan B", Known: true}, true},
 		{"yolo", "/yolo", "telegram", "", command.Command{Name: "yolo", Typed: "yolo", Known: true}, true},
 		{"hermes alias", "/set-home", "telegram", "", command.Command{Name: "sethome", Typed: "set-home", Known: true}, true},
@@ -97,7 +98,7 @@ func TestParse(t *testing.T) {
 func TestKnownSet(t *testing.T) {
 	want := []string{"new", "reset", "stop", "queue", "q", "steer", "status", "help", "whoami", "model",
 		"approve", "deny", "resume", "sessions", "title", "retry", "undo", "sethome", "set-home", "cron", "usage", "compress", "insights", "provider", "personality", "reasoning", "start",
-		"verbose", "commands", "profile", "version", "v", "background", "bg", "branch", "fork", "yolo", "busy", "footer", "agents", "tasks"}
+		"verbose", "commands", "profile", "version", "v", "background", "bg", "btw", "branch", "fork", "yolo", "busy", "footer", "agents", "tasks"}
 	for _, n := range want {
 		c, ok := command.Parse("/"+n, "telegram", "")
 		if !ok || !c.Known {

@@ -25,6 +25,12 @@ const backgroundUsage = "Usage: /background <prompt>\n" +
 // received the message (UTC) and a hash of its event's id, so a
 // redelivered message names the same task, and with it the same session.
 func backgroundTaskID(m *msgCtx, now time.Time) string {
+	return taskID("bg", m, now)
+}
+
+// taskID is the id, <prefix>_<HHMMSS>_<6 hex digits>, of the task
+// (/background's "bg", /btw's "btw") m asks for: see backgroundTaskID.
+func taskID(prefix string, m *msgCtx, now time.Time) string {
 	at := now
 	switch {
 	case m.ev.GetReceivedAt().IsValid() && m.ev.GetReceivedAt().AsTime().Unix() > 0:
@@ -33,7 +39,7 @@ func backgroundTaskID(m *msgCtx, now time.Time) string {
 		at = m.ev.GetSentAt().AsTime()
 	}
 	sum := sha256.Sum256([]byte(m.dedupeID))
-	return "bg_" + at.UTC().Format("150405") + "_" + hex.EncodeToString(sum[:3])
+	return prefix + "_" + at.UTC().Format("150405") + "_" + hex.EncodeToString(sum[:3])
 }
 
 // background handles /background <prompt>, Hermes's background task: the

@@ -46,6 +46,7 @@ var helpText = strings.Join([]string{
 	"/footer [on|off|status] — show the model and context use under the agent's answers in this chat",
 	"/background <prompt> (/bg) — run <prompt> in a separate session; the result comes here when done",
 	"/agents (/tasks) — what is running for this chat: the agent's turn, waiting messages, background tasks",
+	"/btw <question> — ask a side question about this conversation without interrupting it (no tools, not saved)",
 	"/sethome — send scheduled messages to this chat",
 	"/cron — scheduled jobs: list, add <schedule> <prompt>, pause, resume, run, remove",
 	"/whoami — who the gateway thinks you are",
@@ -58,8 +59,8 @@ var helpText = strings.Join([]string{
 // refusedMidTurn are the commands that, as in Hermes, wait for the running
 // task: they would change or read the conversation under it (/resume
 // would even end it without a word). /help, /status, /stop, /new,
-// /queue, /steer, /approve, /deny, /yolo, /busy, /footer, /agents and
-// /background (a session of its own) work mid-turn, and /model is
+// /queue, /steer, /approve, /deny, /yolo, /busy, /footer, /agents,
+// /background and /btw (sessions of their own) work mid-turn, and /model is
 // refused with its own text.
 var refusedMidTurn = []string{"whoami", "sessions", "resume", "title", "retry", "undo", "compress", "sethome", "personality", "reasoning", "branch"}
 
@@ -375,6 +376,8 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 		return s.footerCommand(ctx, m, sess, cmd.Args)
 	case "background":
 		return s.background(ctx, m, sess, cmd.Args)
+	case "btw":
+		return s.btw(ctx, m, sess, cmd.Args)
 	case "sethome":
 		if s.homes(m.platform) != "" {
 			return reply(sess.Generation, "🏠 The home channel for "+m.platform+" is set by the operator (delivery.platforms."+m.platform+".home); /sethome does not change it.")

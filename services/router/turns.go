@@ -189,9 +189,14 @@ func (s *Service) publishTurn(ctx context.Context, key, token, turnID string, t 
 		return err
 	}
 	req.ToolProgressMode = mode
-	if id, ok := sessionkey.BackgroundTask(key, s.cfg.Profile); ok {
+	sq, side, err := s.sideQuestion(ctx, key)
+	if err != nil {
+		return err
+	}
+	if id, ok := sessionkey.BackgroundTask(key, s.cfg.Profile); ok && !side {
 		req.BackgroundTaskId = id
 	}
+	req.SideQuestion = sq
 	req.RuntimeFooter = s.footerFor(key, req.Origin.GetPlatform(), t.Session)
 	if _, err := s.bus.Publish(ctx, s.topo.Subject(bus.SubjectTurnRequested), "turn:"+turnID, req); err != nil {
 		return fmt.Errorf("publish turn: %w", err)

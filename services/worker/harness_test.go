@@ -193,6 +193,7 @@ type turnOpts struct {
 	noYolo      bool                       // router.yolo_command is off (yolo_disabled)
 	focus       string                     // the focus topic of /compress <focus>
 	footer      bool                       // the chat's runtime footer is on (/footer)
+	side        string                     // a /btw side question about this conversation (session id)
 }
 
 // requestTurn does what the router does: wait for and take the session
@@ -237,6 +238,9 @@ func (h *harness) requestTurn(key, text string, o turnOpts) *turnsv1.TurnRequest
 		YoloDisabled:     o.noYolo,
 		CompressFocus:    o.focus,
 		RuntimeFooter:    o.footer,
+	}
+	if o.side != "" {
+		req.SideQuestion = &turnsv1.SideQuestion{SessionId: o.side}
 	}
 	if _, err := h.bus.Publish(ctx, h.bus.Topology().Subject(bus.SubjectTurnRequested), "turn:"+req.TurnId, req); err != nil {
 		h.t.Fatal(err)

@@ -70,6 +70,16 @@ func (r *turnRun) begin(ctx context.Context) (*loopState, *store.Final, error) {
 			ls.prior = append(ls.prior, m)
 		}
 	}
+	if sq := r.req.GetSideQuestion(); sq != nil {
+		// A /btw side question's context is the chat's conversation as
+		// committed now (its own session has nothing: it writes nothing).
+		ls.summary, ls.prior, ls.turn = "", nil, nil
+		if id := sq.GetSessionId(); id != "" {
+			if ls.summary, ls.prior, err = r.s.store.History(ctx, id); err != nil {
+				return nil, nil, err
+			}
+		}
+	}
 	if len(ls.turn) > 0 {
 		r.log.Info("resuming turn from committed steps", "steps", len(ls.turn))
 		return ls, nil, nil
@@ -159,6 +169,9 @@ func (r *turnRun) runLoop(ctx context.Context) (store.Final, error) {
 	}
 	if ls.reply != "" {
 		return r.finishWith(ctx, ls, ls.reply)
+	}
+	if r.req.GetSideQuestion() != nil {
+		return r.sideQuestion(ctx, ls)
 	}
 	if r.hasAttachments() {
 		if err := r.cancellable(ctx, func(ctx context.Context) error { return r.attachImages(ctx, ls) }); err != nil {
@@ -378,6 +391,11 @@ func (r *turnRun) finishAfter(ctx context.Context, ls *loopState, steps []store.
 		f.Text = "(no answer)"
 	}
 	before := ls.unsavedInputs()
+	if r.req.GetSideQuestion() != nil {
+		// A /btw side question writes nothing to any transcript: its
+		// final alone is stored (worker_turns), so that it answers once.
+		before, steps, last = nil, nil, nil
+	}
 	next := ls.nextStep()
 	if len(steps) > 0 {
 		before = append(append([]store.Message(nil), before...), steps...)

@@ -737,6 +737,9 @@ func (r *turnRun) withFooter(text string, f store.Final) string {
 // characters, and the answer, or "(No response generated)". Other
 // turns' answers go as they are.
 func (r *turnRun) backgroundAnswer(text string) string {
+	if r.req.GetSideQuestion() != nil {
+		return r.sideAnswer(text)
+	}
 	if r.req.GetBackgroundTaskId() == "" {
 		return text
 	}
@@ -751,6 +754,13 @@ func (r *turnRun) backgroundAnswer(text string) string {
 // ⚠️ before every failure, where Hermes has ❌). Other turns' go as
 // they are.
 func (r *turnRun) backgroundFailure(reason string) string {
+	if r.req.GetSideQuestion() != nil {
+		// Hermes's "❌ /btw failed: …" (delivery puts its ⚠️ first).
+		if reason == "" {
+			reason = "no answer"
+		}
+		return "/btw failed: " + reason
+	}
 	id := r.req.GetBackgroundTaskId()
 	if id == "" {
 		return reason
@@ -761,7 +771,8 @@ func (r *turnRun) backgroundFailure(reason string) string {
 	return "Background task " + id + " failed: " + reason
 }
 
-// backgroundPrompt is the task's prompt (its turn's one input) cut to 60
+// backgroundPrompt is the task's prompt (its turn's one input; a /btw's
+// question) cut to 60
 // characters with "...", as Hermes previews it.
 func (r *turnRun) backgroundPrompt() string {
 	ins := r.req.GetInputs()

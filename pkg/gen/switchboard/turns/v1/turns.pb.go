@@ -225,6 +225,13 @@ type TurnRequested struct {
 	// detail, as Hermes's focus topic does, and names it in its answer.
 	// Empty: no focus, and on every other turn.
 	CompressFocus string `protobuf:"bytes,23,opt,name=compress_focus,json=compressFocus,proto3" json:"compress_focus,omitempty"`
+	// Set on the turn of a /btw side question, unset on every other turn.
+	// The turn runs in a session of its own (the key sessionkey.Background
+	// derives from the chat's, with a "btw_" task id), beside the chat's
+	// turns; it reads the conversation side_question names as its context,
+	// offers the model no tools, writes nothing to any transcript, and
+	// delivers its answer to the chat under Hermes's "💬 /btw:" header.
+	SideQuestion  *SideQuestion `protobuf:"bytes,26,opt,name=side_question,json=sideQuestion,proto3" json:"side_question,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -413,6 +420,62 @@ func (x *TurnRequested) GetCompressFocus() string {
 	return ""
 }
 
+func (x *TurnRequested) GetSideQuestion() *SideQuestion {
+	if x != nil {
+		return x.SideQuestion
+	}
+	return nil
+}
+
+// SideQuestion is what a /btw turn asks about.
+type SideQuestion struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The conversation (session id) of the chat the question was asked in,
+	// as the router read it when the turn started; the worker reads its
+	// transcript, as committed when the attempt begins. Empty: the chat has
+	// no conversation any more, and the question has no context.
+	SessionId     string `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SideQuestion) Reset() {
+	*x = SideQuestion{}
+	mi := &file_switchboard_turns_v1_turns_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SideQuestion) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SideQuestion) ProtoMessage() {}
+
+func (x *SideQuestion) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_turns_v1_turns_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SideQuestion.ProtoReflect.Descriptor instead.
+func (*SideQuestion) Descriptor() ([]byte, []int) {
+	return file_switchboard_turns_v1_turns_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *SideQuestion) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
 // TurnControlRequested is sent by the router to the worker running a turn.
 // Subject (core NATS, not persisted): turns.control.<session hash>.
 type TurnControlRequested struct {
@@ -434,7 +497,7 @@ type TurnControlRequested struct {
 
 func (x *TurnControlRequested) Reset() {
 	*x = TurnControlRequested{}
-	mi := &file_switchboard_turns_v1_turns_proto_msgTypes[1]
+	mi := &file_switchboard_turns_v1_turns_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -446,7 +509,7 @@ func (x *TurnControlRequested) String() string {
 func (*TurnControlRequested) ProtoMessage() {}
 
 func (x *TurnControlRequested) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_turns_v1_turns_proto_msgTypes[1]
+	mi := &file_switchboard_turns_v1_turns_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -459,7 +522,7 @@ func (x *TurnControlRequested) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TurnControlRequested.ProtoReflect.Descriptor instead.
 func (*TurnControlRequested) Descriptor() ([]byte, []int) {
-	return file_switchboard_turns_v1_turns_proto_rawDescGZIP(), []int{1}
+	return file_switchboard_turns_v1_turns_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *TurnControlRequested) GetSessionKey() string {
@@ -521,7 +584,7 @@ type TurnStarted struct {
 
 func (x *TurnStarted) Reset() {
 	*x = TurnStarted{}
-	mi := &file_switchboard_turns_v1_turns_proto_msgTypes[2]
+	mi := &file_switchboard_turns_v1_turns_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -533,7 +596,7 @@ func (x *TurnStarted) String() string {
 func (*TurnStarted) ProtoMessage() {}
 
 func (x *TurnStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_turns_v1_turns_proto_msgTypes[2]
+	mi := &file_switchboard_turns_v1_turns_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -546,7 +609,7 @@ func (x *TurnStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TurnStarted.ProtoReflect.Descriptor instead.
 func (*TurnStarted) Descriptor() ([]byte, []int) {
-	return file_switchboard_turns_v1_turns_proto_rawDescGZIP(), []int{2}
+	return file_switchboard_turns_v1_turns_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *TurnStarted) GetTurnId() string {
@@ -605,7 +668,7 @@ type Usage struct {
 
 func (x *Usage) Reset() {
 	*x = Usage{}
-	mi := &file_switchboard_turns_v1_turns_proto_msgTypes[3]
+	mi := &file_switchboard_turns_v1_turns_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -617,7 +680,7 @@ func (x *Usage) String() string {
 func (*Usage) ProtoMessage() {}
 
 func (x *Usage) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_turns_v1_turns_proto_msgTypes[3]
+	mi := &file_switchboard_turns_v1_turns_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -630,7 +693,7 @@ func (x *Usage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Usage.ProtoReflect.Descriptor instead.
 func (*Usage) Descriptor() ([]byte, []int) {
-	return file_switchboard_turns_v1_turns_proto_rawDescGZIP(), []int{3}
+	return file_switchboard_turns_v1_turns_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Usage) GetInputTokens() int64 {
@@ -708,7 +771,7 @@ type TurnCompleted struct {
 
 func (x *TurnCompleted) Reset() {
 	*x = TurnCompleted{}
-	mi := &file_switchboard_turns_v1_turns_proto_msgTypes[4]
+	mi := &file_switchboard_turns_v1_turns_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -720,7 +783,7 @@ func (x *TurnCompleted) String() string {
 func (*TurnCompleted) ProtoMessage() {}
 
 func (x *TurnCompleted) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_turns_v1_turns_proto_msgTypes[4]
+	mi := &file_switchboard_turns_v1_turns_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -733,7 +796,7 @@ func (x *TurnCompleted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TurnCompleted.ProtoReflect.Descriptor instead.
 func (*TurnCompleted) Descriptor() ([]byte, []int) {
-	return file_switchboard_turns_v1_turns_proto_rawDescGZIP(), []int{4}
+	return file_switchboard_turns_v1_turns_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *TurnCompleted) GetTurnId() string {
@@ -824,7 +887,7 @@ var File_switchboard_turns_v1_turns_proto protoreflect.FileDescriptor
 
 const file_switchboard_turns_v1_turns_proto_rawDesc = "" +
 	"\n" +
-	" switchboard/turns/v1/turns.proto\x12\x14switchboard.turns.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\"switchboard/events/v1/events.proto\"\xa6\a\n" +
+	" switchboard/turns/v1/turns.proto\x12\x14switchboard.turns.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\"switchboard/events/v1/events.proto\"\xef\a\n" +
 	"\rTurnRequested\x12\x17\n" +
 	"\aturn_id\x18\x01 \x01(\tR\x06turnId\x12\x1f\n" +
 	"\vsession_key\x18\x02 \x01(\tR\n" +
@@ -855,7 +918,11 @@ const file_switchboard_turns_v1_turns_proto_rawDesc = "" +
 	"\ryolo_disabled\x18\x15 \x01(\bR\fyoloDisabled\x12%\n" +
 	"\x0eruntime_footer\x18\x16 \x01(\bR\rruntimeFooter\x12,\n" +
 	"\x12background_task_id\x18\x11 \x01(\tR\x10backgroundTaskId\x12%\n" +
-	"\x0ecompress_focus\x18\x17 \x01(\tR\rcompressFocus\"\xde\x01\n" +
+	"\x0ecompress_focus\x18\x17 \x01(\tR\rcompressFocus\x12G\n" +
+	"\rside_question\x18\x1a \x01(\v2\".switchboard.turns.v1.SideQuestionR\fsideQuestion\"-\n" +
+	"\fSideQuestion\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\"\xde\x01\n" +
 	"\x14TurnControlRequested\x12\x1f\n" +
 	"\vsession_key\x18\x01 \x01(\tR\n" +
 	"sessionKey\x12\x17\n" +
@@ -934,35 +1001,37 @@ func file_switchboard_turns_v1_turns_proto_rawDescGZIP() []byte {
 }
 
 var file_switchboard_turns_v1_turns_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_switchboard_turns_v1_turns_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_switchboard_turns_v1_turns_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
 var file_switchboard_turns_v1_turns_proto_goTypes = []any{
 	(ControlAction)(0),            // 0: switchboard.turns.v1.ControlAction
 	(TurnStatus)(0),               // 1: switchboard.turns.v1.TurnStatus
 	(*TurnRequested)(nil),         // 2: switchboard.turns.v1.TurnRequested
-	(*TurnControlRequested)(nil),  // 3: switchboard.turns.v1.TurnControlRequested
-	(*TurnStarted)(nil),           // 4: switchboard.turns.v1.TurnStarted
-	(*Usage)(nil),                 // 5: switchboard.turns.v1.Usage
-	(*TurnCompleted)(nil),         // 6: switchboard.turns.v1.TurnCompleted
-	(*v1.MessageReceived)(nil),    // 7: switchboard.events.v1.MessageReceived
-	(*v1.SessionSource)(nil),      // 8: switchboard.events.v1.SessionSource
-	(*timestamppb.Timestamp)(nil), // 9: google.protobuf.Timestamp
-	(*v1.ReplyRoute)(nil),         // 10: switchboard.events.v1.ReplyRoute
+	(*SideQuestion)(nil),          // 3: switchboard.turns.v1.SideQuestion
+	(*TurnControlRequested)(nil),  // 4: switchboard.turns.v1.TurnControlRequested
+	(*TurnStarted)(nil),           // 5: switchboard.turns.v1.TurnStarted
+	(*Usage)(nil),                 // 6: switchboard.turns.v1.Usage
+	(*TurnCompleted)(nil),         // 7: switchboard.turns.v1.TurnCompleted
+	(*v1.MessageReceived)(nil),    // 8: switchboard.events.v1.MessageReceived
+	(*v1.SessionSource)(nil),      // 9: switchboard.events.v1.SessionSource
+	(*timestamppb.Timestamp)(nil), // 10: google.protobuf.Timestamp
+	(*v1.ReplyRoute)(nil),         // 11: switchboard.events.v1.ReplyRoute
 }
 var file_switchboard_turns_v1_turns_proto_depIdxs = []int32{
-	7,  // 0: switchboard.turns.v1.TurnRequested.inputs:type_name -> switchboard.events.v1.MessageReceived
-	8,  // 1: switchboard.turns.v1.TurnRequested.origin:type_name -> switchboard.events.v1.SessionSource
-	9,  // 2: switchboard.turns.v1.TurnRequested.requested_at:type_name -> google.protobuf.Timestamp
-	10, // 3: switchboard.turns.v1.TurnRequested.reply_route:type_name -> switchboard.events.v1.ReplyRoute
-	0,  // 4: switchboard.turns.v1.TurnControlRequested.action:type_name -> switchboard.turns.v1.ControlAction
-	9,  // 5: switchboard.turns.v1.TurnStarted.started_at:type_name -> google.protobuf.Timestamp
-	1,  // 6: switchboard.turns.v1.TurnCompleted.status:type_name -> switchboard.turns.v1.TurnStatus
-	5,  // 7: switchboard.turns.v1.TurnCompleted.usage:type_name -> switchboard.turns.v1.Usage
-	9,  // 8: switchboard.turns.v1.TurnCompleted.completed_at:type_name -> google.protobuf.Timestamp
-	9,  // [9:9] is the sub-list for method output_type
-	9,  // [9:9] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	8,  // 0: switchboard.turns.v1.TurnRequested.inputs:type_name -> switchboard.events.v1.MessageReceived
+	9,  // 1: switchboard.turns.v1.TurnRequested.origin:type_name -> switchboard.events.v1.SessionSource
+	10, // 2: switchboard.turns.v1.TurnRequested.requested_at:type_name -> google.protobuf.Timestamp
+	11, // 3: switchboard.turns.v1.TurnRequested.reply_route:type_name -> switchboard.events.v1.ReplyRoute
+	3,  // 4: switchboard.turns.v1.TurnRequested.side_question:type_name -> switchboard.turns.v1.SideQuestion
+	0,  // 5: switchboard.turns.v1.TurnControlRequested.action:type_name -> switchboard.turns.v1.ControlAction
+	10, // 6: switchboard.turns.v1.TurnStarted.started_at:type_name -> google.protobuf.Timestamp
+	1,  // 7: switchboard.turns.v1.TurnCompleted.status:type_name -> switchboard.turns.v1.TurnStatus
+	6,  // 8: switchboard.turns.v1.TurnCompleted.usage:type_name -> switchboard.turns.v1.Usage
+	10, // 9: switchboard.turns.v1.TurnCompleted.completed_at:type_name -> google.protobuf.Timestamp
+	10, // [10:10] is the sub-list for method output_type
+	10, // [10:10] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_switchboard_turns_v1_turns_proto_init() }
@@ -976,7 +1045,7 @@ func file_switchboard_turns_v1_turns_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_switchboard_turns_v1_turns_proto_rawDesc), len(file_switchboard_turns_v1_turns_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   5,
+			NumMessages:   6,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
