@@ -2,6 +2,7 @@ package router
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -324,6 +325,11 @@ func TestCommandsMidTurnAnswerAsHermes(t *testing.T) {
 		{"yes", "✅ Command approved. The agent is resuming...", false},
 		{"Always!", "✅ Command approved (pattern approved permanently). The agent is resuming...", false},
 		{"👎", "❌ Command denied.", false},
+		// Hermes's /deny [all] [reason]: the reason goes to the agent.
+		{"/deny use the trash instead", `❌ Command denied. Reason relayed to the agent: "use the trash instead"`, false},
+		{"/deny all", "❌ Command denied.", false},
+		{"/deny ALL wrong\n  folder", `❌ Command denied. Reason relayed to the agent: "wrong folder"`, false},
+		{"/approve always session", "✅ Command approved (pattern approved permanently). The agent is resuming...", false},
 		{"/approve", "No pending command to approve.", true},
 		{"/deny", "No pending command to deny.", true},
 		{"/status", "State: working", false},
@@ -338,6 +344,14 @@ func TestCommandsMidTurnAnswerAsHermes(t *testing.T) {
 	}
 	if n := len(e.controls(controlStop)); n != 0 {
 		t.Fatalf("%d stops sent", n)
+	}
+	// The worker reads the argument itself (command.Deny): it goes as typed.
+	var denials []string
+	for _, c := range e.controls(controlDeny) {
+		denials = append(denials, c.GetText())
+	}
+	if want := []string{"", "", "use the trash instead", "all", "ALL wrong\n  folder", ""}; !slices.Equal(denials, want) {
+		t.Errorf("deny controls %q, want %q", denials, want)
 	}
 	// /resume would have ended the task without a word: it kept its lock.
 	owner, err := redisx.NewLocker(e.rdb, e.prefix).Owner(context.Background(), "agent:main:telegram:dm:chat-bob")

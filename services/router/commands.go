@@ -30,7 +30,8 @@ var helpText = strings.Join([]string{
 	"/insights [days] — usage report of this chat's conversations (default 30 days)",
 	"/model [name] — show or set the model for this session",
 	"/provider — the model provider and this session's model",
-	"/approve, /deny — answer a pending tool approval",
+	"/approve [session|always] — run the pending tool call; session or always: without asking again in this conversation, or ever",
+	"/deny [all] [reason] — refuse the pending tool call, telling the agent why; all: the agent's other calls of this step that need approval too",
 	"/title [text] — show or name this conversation",
 	"/sessions [page] — list this chat's conversations",
 	"/resume <title or number> — go back to an earlier conversation",
@@ -537,9 +538,15 @@ func invisible(r rune) bool {
 }
 
 // approvalReply is Hermes's confirmation of an answer to an approval;
-// args is /approve's argument: "session" or "always" make it stand.
+// args is /approve's argument ("session" or "always" make it stand) or
+// /deny's ("[all] [reason]": the reason is relayed to the agent in the
+// denied call's result, command.Deny). One call waits at a time, so the
+// answer is Hermes's for one command even after "/deny all".
 func approvalReply(action turnsv1.ControlAction, args string) string {
 	if action != controlApprove {
+		if _, reason := command.Deny(args); reason != "" {
+			return fmt.Sprintf("❌ Command denied. Reason relayed to the agent: \"%s\"", reason)
+		}
 		return "❌ Command denied."
 	}
 	scope := map[string]string{

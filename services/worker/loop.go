@@ -521,6 +521,7 @@ func pendingCalls(msgs []store.Message) []store.ToolCall {
 // one call at a time. docs/architecture.md (agent loop) has the plan for
 // when slow read-only tools arrive.
 func (r *turnRun) runTools(ctx context.Context, ls *loopState, pending []store.ToolCall) error {
+	r.deniedAll = nil // a "/deny all" covers the calls of one answer
 	for _, tc := range pending {
 		if err := r.checkpoint(ctx); err != nil {
 			return err
@@ -566,7 +567,7 @@ func (r *turnRun) runTool(ctx context.Context, tc store.ToolCall) (result string
 		SessionID: r.req.GetSessionId(), UserKey: r.st.UserKey, Origin: origin(r.target), Target: r.target}
 	args := json.RawMessage(tc.Arguments)
 	if reason, ask := t.Approval(call, args); ask {
-		approved, err := r.approveOnce(ctx, tc, t.ApprovalPattern(args), &repliesv1.ToolProgress{
+		approved, reason, err := r.approveOnce(ctx, tc, t.ApprovalPattern(args), &repliesv1.ToolProgress{
 			ToolCallId: tc.ID, ToolName: tc.Name, Phase: repliesv1.ToolPhase_TOOL_PHASE_AWAITING_APPROVAL,
 			Detail:  fmt.Sprintf("%s %s — reply /approve or /deny", tc.Name, preview(tc.Arguments)),
 			Command: truncate(tc.Name+" "+compact(tc.Arguments), 1000), Reason: truncate(reason, 300),
@@ -577,7 +578,7 @@ func (r *turnRun) runTool(ctx context.Context, tc store.ToolCall) (result string
 		}
 		if !approved {
 			toolCalls.WithLabelValues(tc.Name, "denied").Inc()
-			return "The user denied this tool call. Do not retry it; continue without it.", true, nil
+			return deniedResult(reason), true, nil
 		}
 	}
 	if err := r.toolProgress(ctx, &repliesv1.ToolProgress{ToolCallId: tc.ID, ToolName: tc.Name, Phase: repliesv1.ToolPhase_TOOL_PHASE_STARTED,
@@ -697,38 +698,62 @@ func origin(t *deliveryv1.Target) string {
 	return o
 }
 
+// deniedResult is what the model reads for a call the user denied (or
+// did not answer in time): with the reason of "/deny <reason>", in
+// Hermes's words, so that the agent can adapt instead of only hearing
+// "denied".
+func deniedResult(reason string) string {
+	if reason == "" {
+		return "The user denied this tool call. Do not retry it; continue without it."
+	}
+	return fmt.Sprintf("The user denied this tool call. Reason given by the user: \"%s\". Do not retry it; continue without it, taking the reason into account.", reason)
+}
+
 // approveOnce reports whether the call may run: the chat is in YOLO mode
 // (/yolo, unless the turn says router.yolo_command is off), approved
 // before for good (pattern, in this conversation or for this user), or
 // now by the user,
 // whose "/approve session" or "/approve always" makes the approval stand.
-func (r *turnRun) approveOnce(ctx context.Context, tc store.ToolCall, pattern string, ask *repliesv1.ToolProgress) (bool, error) {
+// A denied call comes with the reason the user gave ("" for none). After
+// a "/deny all", the rest of the model's calls of that answer that would
+// ask are denied at once with the same reason (r.deniedAll).
+func (r *turnRun) approveOnce(ctx context.Context, tc store.ToolCall, pattern string, ask *repliesv1.ToolProgress) (approved bool, reason string, err error) {
 	sessionID, userKey := r.req.GetSessionId(), r.st.UserKey
 	standing, yolo, err := r.s.store.ApprovedOrYolo(ctx, sessionID, userKey, pattern, r.yoloKey())
 	if err != nil {
-		return false, err
+		return false, "", err
 	}
 	if yolo {
 		// /yolo: the chat runs dangerous calls without asking (read at
 		// each call, so a /yolo mid-turn counts from the next one).
 		r.log.Info("tool call approved: yolo mode", "tool", tc.Name, "pattern", pattern)
-		return true, nil
+		return true, "", nil
 	}
 	if standing {
 		r.log.Info("tool call approved before", "tool", tc.Name, "pattern", pattern)
-		return true, nil
+		return true, "", nil
+	}
+	if r.deniedAll != nil {
+		r.log.Info("tool call denied: /deny all", "tool", tc.Name, "pattern", pattern)
+		return false, r.deniedAll.reason, nil
 	}
 	a, err := r.approve(ctx, tc, ask)
-	if err != nil || !a.approved {
-		return false, err
+	if err != nil {
+		return false, "", err
+	}
+	if !a.approved {
+		if a.all {
+			r.deniedAll = &a
+		}
+		return false, a.reason, nil
 	}
 	subject := map[string]string{store.ApproveSession: sessionID, store.ApproveUser: userKey}[a.scope]
 	if a.scope != "" && subject != "" {
 		if err := r.s.store.GrantApproval(ctx, a.scope, subject, pattern); err != nil {
-			return false, err
+			return false, "", err
 		}
 	}
-	return true, nil
+	return true, "", nil
 }
 
 // yoloKey is the session key whose /yolo the turn's dangerous calls
@@ -777,7 +802,7 @@ func (r *turnRun) approve(ctx context.Context, tc store.ToolCall, ask *repliesv1
 	for {
 		select {
 		case a := <-r.ctl.approvals:
-			r.log.Info("tool approval answered", "tool", tc.Name, "approved", a.approved, "scope", a.scope)
+			r.log.Info("tool approval answered", "tool", tc.Name, "approved", a.approved, "scope", a.scope, "all", a.all, "reason_given", a.reason != "")
 			return a, nil
 		case <-timer.C:
 			r.log.Info("tool approval timed out", "tool", tc.Name)

@@ -77,7 +77,11 @@ type turnRun struct {
 	// toolRunning is the id of the tool call a stop cut short ("" when
 	// none was running).
 	toolRunning string
-	usage       turnsv1.Usage
+	// deniedAll is the "/deny all" answer given to a call of the model's
+	// current answer: its other calls that would ask are denied with
+	// its reason instead (nil: none; runTools clears it).
+	deniedAll *answer
+	usage     turnsv1.Usage
 	// usageRecorded: the turn's final is stored, with the usage of the
 	// attempt that decided it (TurnCompleted.usage_recorded).
 	usageRecorded bool
@@ -953,17 +957,22 @@ func (c *control) apply(m *turnsv1.TurnControlRequested) bool {
 
 // answer is the user's answer to an approval: approved or denied, and
 // for how long an approval stands (store.ApproveSession, ApproveUser;
-// "" for this call alone).
+// "" for this call alone); a denial's reason for the agent ("" for
+// none) and whether it denies the rest of the model's calls that would
+// ask too (/deny all).
 type answer struct {
 	approved bool
 	scope    string
+	reason   string
+	all      bool
 }
 
 // answerOf reads an approval control: its text is /approve's argument
-// (command.ApprovalScope).
+// (command.ApprovalScope) or /deny's (command.Deny).
 func answerOf(m *turnsv1.TurnControlRequested) answer {
 	if m.GetAction() != turnsv1.ControlAction_CONTROL_ACTION_APPROVE {
-		return answer{}
+		all, reason := command.Deny(m.GetText())
+		return answer{reason: reason, all: all}
 	}
 	scope := map[string]string{
 		command.ApproveSession: store.ApproveSession,

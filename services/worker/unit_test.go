@@ -217,7 +217,13 @@ func TestApprovalScopes(t *testing.T) {
 		{turnsv1.ControlAction_CONTROL_ACTION_APPROVE, "always", answer{approved: true, scope: store.ApproveUser}},
 		{turnsv1.ControlAction_CONTROL_ACTION_APPROVE, "all permanently", answer{approved: true, scope: store.ApproveUser}},
 		{turnsv1.ControlAction_CONTROL_ACTION_APPROVE, "please", answer{approved: true}},
-		{turnsv1.ControlAction_CONTROL_ACTION_DENY, "always", answer{}},
+		{turnsv1.ControlAction_CONTROL_ACTION_APPROVE, "always session", answer{approved: true, scope: store.ApproveUser}},
+		// As Hermes's /deny [all] [reason]: any text but a first "all" is
+		// the reason the model is told.
+		{turnsv1.ControlAction_CONTROL_ACTION_DENY, "", answer{}},
+		{turnsv1.ControlAction_CONTROL_ACTION_DENY, "always", answer{reason: "always"}},
+		{turnsv1.ControlAction_CONTROL_ACTION_DENY, "all", answer{all: true}},
+		{turnsv1.ControlAction_CONTROL_ACTION_DENY, "All not   now", answer{all: true, reason: "not now"}},
 	}
 	for _, tt := range tests {
 		if got := answerOf(&turnsv1.TurnControlRequested{Action: tt.action, Text: tt.text}); got != tt.want {

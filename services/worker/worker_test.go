@@ -6,6 +6,7 @@ import (
 	"errors"
 	"github.com/nats-io/nats.go"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -1407,6 +1408,89 @@ func TestStopBeforeAnyTextAnswersOnlyTheAPI(t *testing.T) {
 				t.Fatalf("replies %v, want none", errs)
 			case tt.want != "" && (len(errs) != 1 || errs[0].GetCode() != "interrupted" || errs[0].GetMessage() != tt.want):
 				t.Fatalf("replies %v, want one interrupted error saying %q", errs, tt.want)
+			}
+		})
+	}
+}
+
+// "/deny <reason>" relays the reason to the model in the denied call's
+// result, as Hermes's BLOCKED message does; "/deny all" denies the other
+// calls of the model's answer that would ask too, without asking, while
+// a plain /deny covers one call.
+func TestDenyReasonAndAllReachTheModel(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		calls   int      // rm calls in the model's one answer
+		answers []string // /deny's argument for each prompt, in order
+		asks    int      // prompts shown
+		reason  string   // in every result ("" none)
+	}{
+		{"reason", 1, []string{"use the trash instead"}, 1, "use the trash instead"},
+		{"all with a reason", 2, []string{"ALL not now, I am backing up"}, 1, "not now, I am backing up"},
+		{"all", 2, []string{"all"}, 1, ""},
+		{"one at a time", 2, []string{"", "wrong folder"}, 2, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t)
+			h.setGeneration("s1", 1)
+			var runs atomic.Int32
+			h.startWorker("w1", func(c *worker.Config, d *worker.Deps) {
+				c.Agent.ApprovalTimeout = time.Minute
+				c.Agent.DangerousTools = []string{"rm"}
+				d.Tools = []tools.Tool{{Name: "rm", Run: func(context.Context, tools.Call, json.RawMessage) (string, error) {
+					runs.Add(1)
+					return "removed", nil
+				}}}
+			})
+			var calls []fakellm.ToolCall
+			for i := range tt.calls {
+				calls = append(calls, fakellm.ToolCall{ID: "call-" + strconv.Itoa(i), Name: "rm", Arguments: `{"path": "/tmp/` + strconv.Itoa(i) + `"}`})
+			}
+			h.fake.Enqueue(fakellm.Reply{ToolCalls: calls})
+			req := h.requestTurn("s1", "clean up", turnOpts{})
+			asks := func() int {
+				n := 0
+				for _, ev := range h.replies(req.TurnId) {
+					if ev.GetToolProgress().GetPhase() == repliesv1.ToolPhase_TOOL_PHASE_AWAITING_APPROVAL {
+						n++
+					}
+				}
+				return n
+			}
+			for i, a := range tt.answers {
+				waitFor(t, 30*time.Second, "approval request "+strconv.Itoa(i+1), func() bool { return asks() == i+1 })
+				h.control("s1", turnsv1.ControlAction_CONTROL_ACTION_DENY, a)
+			}
+			if c := h.waitCompleted(req.TurnId); c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED {
+				t.Fatalf("turn %v", c.GetStatus())
+			}
+			if n := asks(); n != tt.asks || runs.Load() != 0 {
+				t.Errorf("%d prompts, the tool ran %d times; want %d, 0", n, runs.Load(), tt.asks)
+			}
+			reqs := h.fake.Requests()
+			var results []string
+			for _, m := range reqs[len(reqs)-1].Messages {
+				if m.Role == "tool" {
+					results = append(results, m.Content)
+				}
+			}
+			if len(results) != tt.calls {
+				t.Fatalf("tool results in the model's last request: %q", results)
+			}
+			for i, r := range results {
+				want := "The user denied this tool call. Do not retry it; continue without it."
+				switch {
+				case tt.reason != "":
+					want = `The user denied this tool call. Reason given by the user: "` + tt.reason + `". Do not retry it; continue without it, taking the reason into account.`
+				case tt.name == "one at a time" && i == 1:
+					want = `The user denied this tool call. Reason given by the user: "wrong folder". Do not retry it; continue without it, taking the reason into account.`
+				}
+				if r != want {
+					t.Errorf("result %d = %q, want %q", i, r, want)
+				}
 			}
 		})
 	}

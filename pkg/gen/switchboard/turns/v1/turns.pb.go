@@ -484,7 +484,13 @@ type TurnControlRequested struct {
 	// Empty: whatever turn is running for the session.
 	TurnId string        `protobuf:"bytes,2,opt,name=turn_id,json=turnId,proto3" json:"turn_id,omitempty"`
 	Action ControlAction `protobuf:"varint,3,opt,name=action,proto3,enum=switchboard.turns.v1.ControlAction" json:"action,omitempty"`
-	Text   string        `protobuf:"bytes,4,opt,name=text,proto3" json:"text,omitempty"`
+	// STEER: the text to inject. APPROVE: /approve's argument as typed
+	// ("session", "always"; pkg/command ApprovalScope reads it). DENY:
+	// /deny's argument as typed ("[all] [reason]"; pkg/command Deny reads
+	// it): the reason goes to the model in the denied call's result, and
+	// "all" denies the model's other calls of the same answer that would
+	// ask too. An external agent (agent.v1) gets it unchanged.
+	Text string `protobuf:"bytes,4,opt,name=text,proto3" json:"text,omitempty"`
 	// The event that caused it (for tracing and acknowledgement).
 	EventId string `protobuf:"bytes,5,opt,name=event_id,json=eventId,proto3" json:"event_id,omitempty"`
 	// APPROVE and DENY: the tool call the answer is for (a pressed
