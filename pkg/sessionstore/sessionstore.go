@@ -69,6 +69,10 @@ type Session struct {
 	// RuntimeFooter is what /footer chose: "on", "off", or "" (the
 	// router's default, router.runtime_footer).
 	RuntimeFooter string
+	// VoiceMode is what /voice chose: "voice_only" (a spoken answer to
+	// a voice message), "all" (every answer also spoken), "off" or ""
+	// (text only).
+	VoiceMode string
 }
 
 // History is one past or current conversation of a key.
@@ -135,7 +139,7 @@ func NewSessionID(now time.Time) string {
 const sessionCols = `session_key, session_id, platform, chat_type, origin, display_name, profile, title,
 	created_at, updated_at, last_activity_at, input_tokens, output_tokens, model_override, busy_mode,
 	generation, reset_count, last_reset_reason, suspended, resume_pending, system_prompt_fingerprint, last_turn_id,
-	personality, reasoning_effort, show_reasoning, runtime_footer`
+	personality, reasoning_effort, show_reasoning, runtime_footer, voice_mode`
 
 type rowScanner interface{ Scan(dest ...any) error }
 
@@ -146,7 +150,7 @@ func scanSession(r rowScanner, extra ...any) (Session, error) {
 	err := r.Scan(append([]any{&s.Key, &s.ID, &s.Platform, &s.ChatType, &origin, &s.DisplayName, &s.Profile, &s.Title,
 		&s.CreatedAt, &s.UpdatedAt, &s.LastActivityAt, &s.InputTokens, &s.OutputTokens, &s.ModelOverride, &s.BusyMode,
 		&s.Generation, &s.ResetCount, &s.LastResetReason, &s.Suspended, &s.ResumePending, &s.PromptFingerprint, &s.LastTurnID,
-		&s.Personality, &s.ReasoningEffort, &s.ShowReasoning, &s.RuntimeFooter},
+		&s.Personality, &s.ReasoningEffort, &s.ShowReasoning, &s.RuntimeFooter, &s.VoiceMode},
 		extra...)...)
 	if err != nil {
 		return Session{}, err
@@ -968,6 +972,12 @@ func (s *Store) SetBusyMode(ctx context.Context, key, mode string) error {
 // /resume.
 func (s *Store) SetRuntimeFooter(ctx context.Context, key, state string) error {
 	return s.set(ctx, key, "runtime_footer", state)
+}
+
+// SetVoiceMode sets the key's voice reply mode (/voice): "voice_only",
+// "all" or "off". It outlives /new, /branch and /resume.
+func (s *Store) SetVoiceMode(ctx context.Context, key, mode string) error {
+	return s.set(ctx, key, "voice_mode", mode)
 }
 
 // TitleTakenError is SetTitle's refusal of a title another of the key's

@@ -115,6 +115,11 @@ func TestCommandRedeliveredAfterACrashIsAppliedOnce(t *testing.T) {
 				t.Errorf("runtime footer %q, want on: toggled once", f)
 			}
 		}},
+		{name: "voice", command: "voice", text: "/voice", answer: "Voice mode enabled.", check: func(t *testing.T, e *env) {
+			if v := current(t, e).VoiceMode; v != "voice_only" {
+				t.Errorf("voice mode %q, want voice_only: toggled once", v)
+			}
+		}},
 		{name: "busy", command: "busy", text: "/busy queue", answer: "Busy input mode set to **`queue`**", check: func(t *testing.T, e *env) {
 			if b := current(t, e).BusyMode; b != BusyQueue {
 				t.Errorf("busy mode %q, want queue", b)
@@ -147,6 +152,7 @@ func TestCommandRedeliveredAfterACrashIsAppliedOnce(t *testing.T) {
 			e := newEnv(t)
 			cfg := testConfig()
 			cfg.ToolProgressCommand = true
+			cfg.VoiceReplies = true
 			e.startToolProgressRouter(cfg, nil)
 			if tt.setup != nil {
 				tt.setup(t, e)

@@ -133,6 +133,11 @@ type Config struct {
 	// (agent.reasoning_effort, "" the provider's default); /reasoning
 	// shows it.
 	ReasoningEffort string `koanf:"-"`
+	// VoiceReplies is set when a text-to-speech provider is configured
+	// (the tts section): /voice then chooses a chat's voice reply mode
+	// and turns carry it; without one /voice says voice replies are not
+	// configured and turns carry none (voice.go).
+	VoiceReplies bool `koanf:"-"`
 }
 
 // BackgroundConfig is router.background.

@@ -198,6 +198,7 @@ func (s *Service) publishTurn(ctx context.Context, key, token, turnID string, t 
 	}
 	req.SideQuestion = sq
 	req.RuntimeFooter = s.footerFor(key, req.Origin.GetPlatform(), t.Session)
+	req.VoiceMode = s.voiceFor(key, req.Origin.GetPlatform(), t.Session)
 	if _, err := s.bus.Publish(ctx, s.topo.Subject(bus.SubjectTurnRequested), "turn:"+turnID, req); err != nil {
 		return fmt.Errorf("publish turn: %w", err)
 	}

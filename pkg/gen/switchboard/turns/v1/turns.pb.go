@@ -225,6 +225,15 @@ type TurnRequested struct {
 	// detail, as Hermes's focus topic does, and names it in its answer.
 	// Empty: no focus, and on every other turn.
 	CompressFocus string `protobuf:"bytes,23,opt,name=compress_focus,json=compressFocus,proto3" json:"compress_focus,omitempty"`
+	// The chat's voice reply mode, set with /voice (sessions.voice_mode):
+	// "voice_only" (/voice on: the final answer is also spoken when an
+	// input of the turn is a voice message), "all" (/voice tts: every
+	// final answer is also spoken), empty: text only. The worker
+	// synthesizes the answer (tts config) and publishes it as a Media
+	// reply event after the text. The router leaves it empty when no
+	// text-to-speech provider is configured, and for api, cron and
+	// /background turns.
+	VoiceMode string `protobuf:"bytes,24,opt,name=voice_mode,json=voiceMode,proto3" json:"voice_mode,omitempty"`
 	// Set on the turn of a /btw side question, unset on every other turn.
 	// The turn runs in a session of its own (the key sessionkey.Background
 	// derives from the chat's, with a "btw_" task id), beside the chat's
@@ -416,6 +425,13 @@ func (x *TurnRequested) GetBackgroundTaskId() string {
 func (x *TurnRequested) GetCompressFocus() string {
 	if x != nil {
 		return x.CompressFocus
+	}
+	return ""
+}
+
+func (x *TurnRequested) GetVoiceMode() string {
+	if x != nil {
+		return x.VoiceMode
 	}
 	return ""
 }
@@ -893,7 +909,7 @@ var File_switchboard_turns_v1_turns_proto protoreflect.FileDescriptor
 
 const file_switchboard_turns_v1_turns_proto_rawDesc = "" +
 	"\n" +
-	" switchboard/turns/v1/turns.proto\x12\x14switchboard.turns.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\"switchboard/events/v1/events.proto\"\xef\a\n" +
+	" switchboard/turns/v1/turns.proto\x12\x14switchboard.turns.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\"switchboard/events/v1/events.proto\"\x8e\b\n" +
 	"\rTurnRequested\x12\x17\n" +
 	"\aturn_id\x18\x01 \x01(\tR\x06turnId\x12\x1f\n" +
 	"\vsession_key\x18\x02 \x01(\tR\n" +
@@ -924,7 +940,9 @@ const file_switchboard_turns_v1_turns_proto_rawDesc = "" +
 	"\ryolo_disabled\x18\x15 \x01(\bR\fyoloDisabled\x12%\n" +
 	"\x0eruntime_footer\x18\x16 \x01(\bR\rruntimeFooter\x12,\n" +
 	"\x12background_task_id\x18\x11 \x01(\tR\x10backgroundTaskId\x12%\n" +
-	"\x0ecompress_focus\x18\x17 \x01(\tR\rcompressFocus\x12G\n" +
+	"\x0ecompress_focus\x18\x17 \x01(\tR\rcompressFocus\x12\x1d\n" +
+	"\n" +
+	"voice_mode\x18\x18 \x01(\tR\tvoiceMode\x12G\n" +
 	"\rside_question\x18\x1a \x01(\v2\".switchboard.turns.v1.SideQuestionR\fsideQuestion\"-\n" +
 	"\fSideQuestion\x12\x1d\n" +
 	"\n" +
