@@ -239,6 +239,8 @@ type Server struct {
 	times          map[uint64]int      // directive+text hash → uses
 	systems        map[uint64]struct{} // system prompts seen, for cache accounting
 	transcriptions []Transcription
+	speeches       []Speech
+	speechFails    []pendingFailure
 
 	hs   *http.Server
 	url  string
@@ -280,6 +282,8 @@ func New(cfg Config) *Server {
 	s.mux.HandleFunc("POST /chat/completions", s.handleOpenAI)
 	s.mux.HandleFunc("POST /v1/audio/transcriptions", s.handleTranscription)
 	s.mux.HandleFunc("POST /audio/transcriptions", s.handleTranscription)
+	s.mux.HandleFunc("POST /v1/audio/speech", s.handleSpeech)
+	s.mux.HandleFunc("POST /audio/speech", s.handleSpeech)
 	s.mux.HandleFunc("GET /v1/models", s.handleModels)
 	s.mux.HandleFunc("GET /models", s.handleModels)
 	s.mux.HandleFunc("POST /v1/messages", s.handleAnthropic)
@@ -369,6 +373,8 @@ func (s *Server) Reset() {
 	clear(s.times)
 	clear(s.systems)
 	s.transcriptions = nil
+	s.speeches = nil
+	s.speechFails = nil
 }
 
 // FailNext makes the next n requests fail with f.

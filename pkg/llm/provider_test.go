@@ -1,6 +1,7 @@
 package llm_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -933,5 +934,43 @@ func TestAnthropicThinkingRoundTrip(t *testing.T) {
 				t.Errorf("stream=%v %s: edited thinking block: %v, want a bad request", stream, model, err)
 			}
 		}
+	}
+}
+
+// Text goes to the OpenAI-compatible speech endpoint with the defaults
+// (Hermes's OpenAI TTS model and voice, Opus) and comes back as Ogg/Opus;
+// the server's failures are classified as the chat calls' are.
+func TestSpeak(t *testing.T) {
+	srv := startFake(t, fakellm.Config{})
+	p := llm.NewOpenAI(llm.OpenAIConfig{APIKey: "test", BaseURL: srv.URL() + "/v1"})
+	ctx := context.Background()
+	audio, mt, err := p.Speak(ctx, "", "", "", "Hello there.")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mt != "audio/ogg" || !bytes.HasPrefix(audio, []byte("OggS")) || !bytes.Contains(audio, []byte("OpusHead")) {
+		t.Fatalf("speech %q, %d bytes starting %q", mt, len(audio), audio[:min(len(audio), 40)])
+	}
+	got := srv.Speeches()
+	if len(got) != 1 || got[0] != (fakellm.Speech{Model: llm.DefaultSpeechModel, Voice: llm.DefaultSpeechVoice, Format: "opus", Input: "Hello there."}) {
+		t.Fatalf("the server received %+v", got)
+	}
+	if audio, mt, err := p.Speak(ctx, "tts-1", "nova", "mp3", "Hi"); err != nil || mt != "audio/mpeg" || audio[0] != 0xFF {
+		t.Fatalf("mp3 speech %q, %v", mt, err)
+	}
+	for _, tt := range []struct {
+		f    fakellm.Failure
+		want llm.Class
+	}{
+		{fakellm.Failure{Status: 429}, llm.RateLimited},
+		{fakellm.Failure{Status: 500}, llm.Server},
+	} {
+		srv.FailSpeech(1, tt.f)
+		if _, _, err := p.Speak(ctx, "", "", "", "Hi"); llm.ClassOf(err) != tt.want {
+			t.Errorf("status %d: %v (class %q), want %q", tt.f.Status, err, llm.ClassOf(err), tt.want)
+		}
+	}
+	if _, _, err := p.Speak(ctx, "", "", "", strings.Repeat("a", llm.MaxSpeechInput+1)); llm.ClassOf(err) != llm.BadRequest {
+		t.Errorf("input over the limit: %v", err)
 	}
 }

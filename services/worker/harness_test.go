@@ -194,6 +194,7 @@ type turnOpts struct {
 	focus       string                     // the focus topic of /compress <focus>
 	footer      bool                       // the chat's runtime footer is on (/footer)
 	side        string                     // a /btw side question about this conversation (session id)
+	voiceMode   string                     // the chat's voice reply mode (/voice)
 }
 
 // requestTurn does what the router does: wait for and take the session
@@ -238,6 +239,7 @@ func (h *harness) requestTurn(key, text string, o turnOpts) *turnsv1.TurnRequest
 		YoloDisabled:     o.noYolo,
 		CompressFocus:    o.focus,
 		RuntimeFooter:    o.footer,
+		VoiceMode:        o.voiceMode,
 	}
 	if o.side != "" {
 		req.SideQuestion = &turnsv1.SideQuestion{SessionId: o.side}

@@ -308,6 +308,9 @@ func (r *turnRun) run(ctx context.Context) error {
 		if err := r.publishFinal(ctx, fin); err != nil {
 			return err
 		}
+		// A voice reply (/voice) follows the text, before the turn ends
+		// (the next turn's replies come after it).
+		r.voiceReply(ctx, fin)
 	}
 	return r.complete(ctx, statusOf(fin.Status), fin.ErrorCode, true)
 }
@@ -647,6 +650,11 @@ func (r *turnRun) publish(ctx context.Context, ev *repliesv1.ReplyEvent) error {
 }
 
 func (r *turnRun) publishAt(ctx context.Context, seq int64, ev *repliesv1.ReplyEvent) error {
+	return r.publishAtID(ctx, seq, fmt.Sprintf("reply:%s:%d", r.req.GetTurnId(), seq), ev)
+}
+
+// publishAtID publishes ev at seq under the bus message id id.
+func (r *turnRun) publishAtID(ctx context.Context, seq int64, id string, ev *repliesv1.ReplyEvent) error {
 	if r.target == nil {
 		return nil
 	}
@@ -663,7 +671,7 @@ func (r *turnRun) publishAt(ctx context.Context, seq int64, ev *repliesv1.ReplyE
 		// The mode /verbose chose, for delivery to show the step by.
 		ev.ToolProgressMode = r.req.GetToolProgressMode()
 	}
-	subject, id := r.s.bus.Topology().ReplySubject(r.req.GetSessionKey()), fmt.Sprintf("reply:%s:%d", r.req.GetTurnId(), seq)
+	subject := r.s.bus.Topology().ReplySubject(r.req.GetSessionKey())
 	var err error
 	if isProgress(ev) {
 		// Progress: no need to wait for the stream; the final event,

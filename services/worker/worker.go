@@ -220,6 +220,9 @@ type Deps struct {
 	// Transcriber turns voice messages into text (nil: they are only
 	// named to the model).
 	Transcriber Transcriber
+	// Speaker speaks final answers for the chats that chose /voice (nil:
+	// no text-to-speech provider, answers stay text).
+	Speaker Speaker
 	// Agent is the external agent for agent.backend (nil: dial it).
 	Agent AgentClient
 	Now   func() time.Time
@@ -243,7 +246,9 @@ type Service struct {
 	// fitting admits one picture at a time to be scaled down (fit).
 	fitting chan struct{}
 	// stt transcribes voice messages; nil: none configured.
-	stt    Transcriber
+	stt Transcriber
+	// tts speaks final answers (/voice); nil: none configured.
+	tts    Speaker
 	now    func() time.Time
 	closer func() error
 	// controls routes control messages to the running turns.
@@ -346,6 +351,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		now:    deps.Now,
 		media:  attachment.Open(deps.Bus.JetStream(), deps.Bus.Topology(), attachment.Config{}),
 		stt:    deps.Transcriber,
+		tts:    deps.Speaker,
 	}
 	s.controls = newControls(s.log)
 	s.fitting = make(chan struct{}, fitsAtOnce)

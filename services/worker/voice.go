@@ -1,0 +1,134 @@
+package worker
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"fmt"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
+	"github.com/switchboard-chat/switchboard/pkg/spoken"
+	"github.com/switchboard-chat/switchboard/services/worker/internal/store"
+)
+
+// Speaker turns text into speech (an OpenAI-compatible /audio/speech
+// endpoint): the audio and its media type.
+type Speaker interface {
+	Speak(ctx context.Context, text string) (audio []byte, mime string, err error)
+}
+
+var voiceReplies = promauto.NewCounterVec(prometheus.CounterOpts{
+	Name: "switchboard_worker_voice_replies_total",
+	Help: "Voice replies (/voice) to final answers, by result: sent (published after the text), failed (the text-to-speech provider or the attachment store failed; the text answer went alone), empty (nothing left to speak once the Markdown came off).",
+}, []string{"result"})
+
+// Voice modes a turn carries (TurnRequested.voice_mode, Hermes's names).
+const (
+	voiceOnly = "voice_only"
+	voiceAll  = "all"
+)
+
+// maxInlineVoice bounds audio sent inline as a data: URL when the
+// attachment store cannot keep it: a bus message holds 1 MB by default.
+const maxInlineVoice = 512 << 10
+
+// wantsVoice reports whether the turn's final answer is also spoken, as
+// Hermes's _should_send_voice_reply decides: the chat chose /voice tts
+// (all), or /voice on (voice_only) and an input of the turn is a voice
+// message; never without a speaker, a target, or for an answer that is
+// not the completed turn's text.
+func (r *turnRun) wantsVoice(f store.Final) bool {
+	if r.s.tts == nil || r.target == nil || f.Kind != store.FinalText || f.Status != store.StatusCompleted ||
+		strings.TrimSpace(f.Text) == "" || strings.HasPrefix(f.Text, "Error:") {
+		return false
+	}
+	switch r.req.GetVoiceMode() {
+	case voiceAll:
+		return true
+	case voiceOnly:
+		return r.voiceInput()
+	}
+	return false
+}
+
+// voiceInput reports whether an input of the turn is a voice message
+// (Hermes's MessageType.VOICE: a voice note, not an audio file).
+func (r *turnRun) voiceInput() bool {
+	for _, in := range r.req.GetInputs() {
+		for _, a := range in.GetAttachments() {
+			if a.GetKind() == eventsv1.AttachmentKind_ATTACHMENT_KIND_VOICE {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// voiceReply speaks the final answer f, when the turn wants it, and
+// publishes the audio as a voice message after the text (which is
+// already on the bus: it never waits for, or depends on, the speech).
+// Its seq is the final's next, allocated from no counter, and its bus
+// message id is its own, so an attempt that republishes the final
+// republishes the same voice message, which the bus and delivery's
+// idempotency key (turn:seq) deduplicate. A failure is logged and
+// counted, never the turn's: the user has the text.
+func (r *turnRun) voiceReply(ctx context.Context, f store.Final) {
+	if !r.wantsVoice(f) {
+		return
+	}
+	text := spoken.Text(f.Text)
+	if text == "" {
+		voiceReplies.WithLabelValues("empty").Inc()
+		return
+	}
+	a, err := r.speak(ctx, text)
+	if err == nil {
+		seq := f.Seq + 1
+		err = r.publishAtID(ctx, seq, fmt.Sprintf("reply:%s:%d:voice", r.req.GetTurnId(), seq),
+			&repliesv1.ReplyEvent{Body: &repliesv1.ReplyEvent_Media{Media: &repliesv1.Media{Attachment: a}}})
+	}
+	if err != nil {
+		voiceReplies.WithLabelValues("failed").Inc()
+		r.log.Warn("voice reply not sent; the text answer goes alone", "err", err)
+		return
+	}
+	voiceReplies.WithLabelValues("sent").Inc()
+	r.log.Info("voice reply published", "bytes", a.GetSizeBytes(), "chars", len([]rune(text)))
+}
+
+// speak synthesizes text and keeps the audio in the attachment store
+// (under the turn's name, so a second attempt overwrites the first's),
+// or, when the store cannot keep it, inlines a small one as a data: URL.
+func (r *turnRun) speak(ctx context.Context, text string) (*eventsv1.Attachment, error) {
+	audio, mime, err := r.s.tts.Speak(ctx, text)
+	if err != nil {
+		return nil, fmt.Errorf("text to speech: %w", err)
+	}
+	// Opus in Ogg is what the platforms play as a voice message; another
+	// format goes as an audio file.
+	kind, ext := eventsv1.AttachmentKind_ATTACHMENT_KIND_AUDIO, audioExt(mime)
+	switch {
+	case strings.HasPrefix(mime, "audio/ogg"), strings.HasPrefix(mime, "audio/opus"):
+		kind = eventsv1.AttachmentKind_ATTACHMENT_KIND_VOICE
+	case strings.HasPrefix(mime, "audio/L16"), strings.HasPrefix(mime, "audio/pcm"):
+		ext = ".pcm"
+	}
+	a := &eventsv1.Attachment{Kind: kind, MimeType: mime, SizeBytes: int64(len(audio)), FileName: "voice-reply" + ext}
+	name := "voice-reply/" + r.req.GetTurnId()
+	_, kerr := r.s.media.Keep(ctx, name, mime, bytes.NewReader(audio))
+	switch {
+	case kerr == nil:
+		a.Location = &eventsv1.Attachment_BytesRef{BytesRef: name}
+	case len(audio) <= maxInlineVoice:
+		r.log.Info("voice reply inlined: the attachment store did not keep it", "err", kerr)
+		a.Location = &eventsv1.Attachment_Url{Url: "data:" + mime + ";base64," + base64.StdEncoding.EncodeToString(audio)}
+	default:
+		return nil, fmt.Errorf("keep voice reply (%d bytes): %w", len(audio), kerr)
+	}
+	return a, nil
+}

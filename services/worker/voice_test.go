@@ -1,0 +1,188 @@
+package worker_test
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/switchboard-chat/switchboard/pkg/attachment"
+	"github.com/switchboard-chat/switchboard/pkg/fakellm"
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
+	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
+	"github.com/switchboard-chat/switchboard/pkg/llm"
+	"github.com/switchboard-chat/switchboard/services/worker"
+)
+
+// speakFunc is a Speaker over the harness's fake model server.
+type speakFunc func(ctx context.Context, text string) ([]byte, string, error)
+
+func (f speakFunc) Speak(ctx context.Context, text string) ([]byte, string, error) {
+	return f(ctx, text)
+}
+
+// withSpeaker gives the worker a Speaker on the fake's /audio/speech
+// with the defaults (Hermes's OpenAI model and voice, Opus).
+func (h *harness) withSpeaker(_ *worker.Config, d *worker.Deps) {
+	tts := llm.NewOpenAI(llm.OpenAIConfig{BaseURL: h.fakeURL + "/v1"})
+	d.Speaker = speakFunc(func(ctx context.Context, text string) ([]byte, string, error) {
+		return tts.Speak(ctx, "", "", "", text)
+	})
+}
+
+// split is a finished turn's final and the media events after it.
+func split(t *testing.T, evs []*repliesv1.ReplyEvent) (final *repliesv1.ReplyEvent, media []*repliesv1.ReplyEvent) {
+	t.Helper()
+	for _, ev := range evs {
+		switch {
+		case ev.GetFinalText() != nil || ev.GetError() != nil:
+			final = ev
+		case ev.GetMedia() != nil:
+			if final == nil {
+				t.Fatalf("media before the final: %v", ev)
+			}
+			media = append(media, ev)
+		}
+	}
+	if final == nil {
+		t.Fatal("no final")
+	}
+	return final, media
+}
+
+// Hermes's voice modes: /voice on (voice_only) speaks the answer to a
+// voice message only, /voice tts (all) every answer, off none; the
+// voice message follows the text answer (which is unchanged) at the next
+// seq, Opus in Ogg kept in the attachment store, what was spoken the
+// answer without its Markdown.
+func TestVoiceReplyModes(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	store := attachment.New(h.bus.JetStream(), h.bus.Topology(), attachment.Config{})
+	if _, err := store.Keep(context.Background(), "speech", "audio/ogg", strings.NewReader("what is the answer")); err != nil {
+		t.Fatal(err)
+	}
+	h.setGeneration("s1", 1)
+	w := h.startWorker("w1", h.withSpeaker)
+	defer w.stop(t)
+	voiceNote := []*eventsv1.Attachment{{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_VOICE, MimeType: "audio/ogg",
+		Location: &eventsv1.Attachment_BytesRef{BytesRef: "speech"}}}
+	audioFile := []*eventsv1.Attachment{{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_AUDIO, MimeType: "audio/mpeg", FileName: "song.mp3",
+		Location: &eventsv1.Attachment_BytesRef{BytesRef: "speech"}}}
+	for _, tt := range []struct {
+		name   string
+		mode   string
+		attach []*eventsv1.Attachment
+		voice  bool
+	}{
+		{"off, voice in", "", voiceNote, false},
+		{"off, text in", "", nil, false},
+		{"on, voice in", "voice_only", voiceNote, true},
+		{"on, text in", "voice_only", nil, false},
+		{"on, audio file in", "voice_only", audioFile, false},
+		{"tts, text in", "all", nil, true},
+		{"tts, voice in", "all", voiceNote, true},
+	} {
+		before := len(h.fake.Speeches())
+		h.fake.Enqueue(fakellm.Reply{Text: "The **answer** is `42`.\n\n```\nprint(42)\n```"})
+		req := h.requestTurn("s1", "tell me "+tt.name, turnOpts{attachments: tt.attach, voiceMode: tt.mode})
+		if c := h.waitCompleted(req.TurnId); c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED {
+			t.Fatalf("%s: status %v (%s)", tt.name, c.GetStatus(), c.GetError())
+		}
+		final, media := split(t, h.replies(req.TurnId))
+		if got := final.GetFinalText().GetText(); got != "The **answer** is `42`.\n\n```\nprint(42)\n```" {
+			t.Errorf("%s: final %q", tt.name, got)
+		}
+		speeches := h.fake.Speeches()[before:]
+		if !tt.voice {
+			if len(media) != 0 || len(speeches) != 0 {
+				t.Errorf("%s: %d voice replies, %d speech requests, want none", tt.name, len(media), len(speeches))
+			}
+			continue
+		}
+		if len(media) != 1 || len(speeches) != 1 {
+			t.Fatalf("%s: %d voice replies, %d speech requests, want one", tt.name, len(media), len(speeches))
+		}
+		if sp := speeches[0]; sp.Input != "The answer is 42." || sp.Model != "gpt-4o-mini-tts" || sp.Voice != "alloy" || sp.Format != "opus" {
+			t.Errorf("%s: spoke %+v", tt.name, sp)
+		}
+		ev := media[0]
+		if ev.GetSeq() != final.GetSeq()+1 || ev.GetGeneration() != final.GetGeneration() || ev.GetTarget().GetChatId() != "99" {
+			t.Errorf("%s: voice reply seq %d gen %d target %v after final seq %d", tt.name, ev.GetSeq(), ev.GetGeneration(), ev.GetTarget(), final.GetSeq())
+		}
+		a := ev.GetMedia().GetAttachment()
+		if a.GetKind() != eventsv1.AttachmentKind_ATTACHMENT_KIND_VOICE || a.GetMimeType() != "audio/ogg" || a.GetFileName() != "voice-reply.ogg" {
+			t.Errorf("%s: attachment %v", tt.name, a)
+		}
+		data, _, err := store.Get(context.Background(), a.GetBytesRef(), 1<<20)
+		if err != nil || !bytes.HasPrefix(data, []byte("OggS")) || int64(len(data)) != a.GetSizeBytes() {
+			t.Errorf("%s: kept audio %d bytes %q, %v", tt.name, len(data), data[:min(len(data), 8)], err)
+		}
+	}
+}
+
+// A text-to-speech provider that fails (rate limited, down) or a reply
+// with nothing to speak loses nothing: the text answer is delivered, the
+// turn completes, and no voice message follows.
+func TestVoiceReplyFailureKeepsTheText(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.setGeneration("s1", 1)
+	w := h.startWorker("w1", h.withSpeaker)
+	defer w.stop(t)
+	for _, tt := range []struct {
+		name   string
+		fail   *fakellm.Failure
+		answer string
+	}{
+		{"rate limited", &fakellm.Failure{Status: 429}, "Here you go."},
+		{"server error", &fakellm.Failure{Status: 500}, "Here you go."},
+		{"only code", nil, "```\nls -la\n```"},
+	} {
+		if tt.fail != nil {
+			h.fake.FailSpeech(1, *tt.fail)
+		}
+		h.fake.Enqueue(fakellm.Reply{Text: tt.answer})
+		req := h.requestTurn("s1", "hi "+tt.name, turnOpts{voiceMode: "all"})
+		if c := h.waitCompleted(req.TurnId); c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED {
+			t.Fatalf("%s: status %v (%s)", tt.name, c.GetStatus(), c.GetError())
+		}
+		final, media := split(t, h.replies(req.TurnId))
+		if got := final.GetFinalText().GetText(); got != tt.answer {
+			t.Errorf("%s: final %q, want %q", tt.name, got, tt.answer)
+		}
+		if len(media) != 0 {
+			t.Errorf("%s: %d voice replies", tt.name, len(media))
+		}
+	}
+	// The provider is back: the next answer is spoken.
+	h.fake.Enqueue(fakellm.Reply{Text: "Back."})
+	req := h.requestTurn("s1", "again", turnOpts{voiceMode: "all"})
+	h.waitCompleted(req.TurnId)
+	if _, media := split(t, h.replies(req.TurnId)); len(media) != 1 {
+		t.Errorf("%d voice replies after the provider recovered, want 1", len(media))
+	}
+}
+
+// Where the attachment store is off (no gateway created it), a small
+// voice reply goes inline as a data: URL.
+func TestVoiceReplyInlineWithoutTheStore(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.setGeneration("s1", 1)
+	w := h.startWorker("w1", h.withSpeaker)
+	defer w.stop(t)
+	h.fake.Enqueue(fakellm.Reply{Text: "Short."})
+	req := h.requestTurn("s1", "hi", turnOpts{voiceMode: "all"})
+	h.waitCompleted(req.TurnId)
+	_, media := split(t, h.replies(req.TurnId))
+	if len(media) != 1 {
+		t.Fatalf("%d voice replies, want 1", len(media))
+	}
+	u := media[0].GetMedia().GetAttachment().GetUrl()
+	data, mime, ok, err := attachment.ParseDataURL(u)
+	if !ok || err != nil || mime != "audio/ogg" || !bytes.HasPrefix(data, []byte("OggS")) {
+		t.Errorf("inline voice reply %.60q: %q %v %v", u, mime, ok, err)
+	}
+}
