@@ -63,8 +63,8 @@ type Message struct {
 	ID       int
 	ChatID   string
 	ThreadID int
-	// Kind is text, photo, animation (sendAnimation: a GIF that plays)
-	// or document.
+	// Kind is text, photo, animation (sendAnimation: a GIF that plays),
+	// voice (sendVoice), audio (sendAudio) or document.
 	Kind string
 	// Text is the text or caption as sent; Shown is what a user sees
 	// (MarkdownV2 markers and escapes removed).
@@ -74,7 +74,9 @@ type Message struct {
 	ReplyTo   int
 	// File is the photo, animation or document: a URL, a file_id, or
 	// "upload:<name>".
-	File    string
+	File string
+	// Data is an uploaded file's bytes (nil for a URL or a file_id).
+	Data    []byte
 	Edits   int
 	Deleted bool
 	// Buttons is the inline keyboard under the message, row by row; an
@@ -138,6 +140,7 @@ type Server struct {
 	maxConns     int // setWebhook's max_connections (0: not given)
 	// unfetchable are URLs Telegram cannot fetch a photo or document from.
 	unfetchable  map[string]bool
+	noVoice      map[string]bool // chats whose user refuses voice messages
 	conflicts    int
 	files        map[string]file   // by file_id
 	paths        map[string]string // file_path → file_id
@@ -498,6 +501,18 @@ func (s *Server) Webhook() (string, string) {
 // Unfetchable makes a photo or document given by this URL fail as
 // Telegram fails a URL it cannot fetch (400 "failed to get HTTP URL
 // content").
+// ForbidVoice makes the chat's user refuse voice messages, as Telegram
+// users may in their privacy settings: sendVoice to it fails with
+// Telegram's VOICE_MESSAGES_FORBIDDEN.
+func (s *Server) ForbidVoice(chatID string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.noVoice == nil {
+		s.noVoice = map[string]bool{}
+	}
+	s.noVoice[chatID] = true
+}
+
 func (s *Server) Unfetchable(url string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -633,6 +648,11 @@ func readParams(r *http.Request) (params, error) {
 		}
 		for k, fs := range r.MultipartForm.File {
 			p[k] = "upload:" + fs[0].Filename
+			if f, err := fs[0].Open(); err == nil {
+				data, _ := io.ReadAll(f)
+				_ = f.Close()
+				p[uploadData+k] = string(data)
+			}
 		}
 	case "application/x-www-form-urlencoded":
 		if err := r.ParseForm(); err != nil {
@@ -755,7 +775,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		s.mu.Unlock()
 	case "getfile":
 		s.getFile(w, p)
-	case "sendmessage", "sendphoto", "sendanimation", "senddocument":
+	case "sendmessage", "sendphoto", "sendanimation", "senddocument", "sendvoice", "sendaudio":
 		s.send(w, method, p)
 	case "answercallbackquery":
 		s.answerCallback(w, p)
@@ -913,6 +933,10 @@ func (s *Server) download(w http.ResponseWriter, r *http.Request, rest string) {
 	}
 }
 
+// uploadData prefixes the parameter that holds a multipart upload's
+// bytes (params are strings; a method's real names have no NUL).
+const uploadData = "\x00data:"
+
 func (s *Server) send(w http.ResponseWriter, method string, p params) {
 	chat := p["chat_id"]
 	if chat == "" {
@@ -940,6 +964,20 @@ func (s *Server) send(w http.ResponseWriter, method string, p params) {
 		m.Kind, m.Text, m.File = "animation", p["caption"], p["animation"]
 	case "senddocument":
 		m.Kind, m.Text, m.File = "document", p["caption"], p["document"]
+	case "sendvoice":
+		m.Kind, m.Text, m.File = "voice", p["caption"], p["voice"]
+	case "sendaudio":
+		m.Kind, m.Text, m.File = "audio", p["caption"], p["audio"]
+	}
+	if d, ok := p[uploadData+m.Kind]; ok {
+		m.Data = []byte(d)
+	}
+	s.mu.Lock()
+	noVoice := s.noVoice[chat]
+	s.mu.Unlock()
+	if m.Kind == "voice" && noVoice {
+		writeErr(w, APIError{Code: 400, Description: "Bad Request: VOICE_MESSAGES_FORBIDDEN"})
+		return
 	}
 	if m.Kind != "text" && m.File == "" {
 		writeErr(w, APIError{Code: 400, Description: "Bad Request: there is no " + m.Kind + " in the request"})
@@ -1116,6 +1154,12 @@ func (s *Server) wireMessage(m *Message) map[string]any {
 		out["caption"] = m.Shown
 	case "document":
 		out["document"] = map[string]any{"file_id": "sent-doc", "file_unique_id": "u2"}
+		out["caption"] = m.Shown
+	case "voice":
+		out["voice"] = map[string]any{"file_id": "sent-voice", "file_unique_id": "u4", "duration": 1, "mime_type": "audio/ogg"}
+		out["caption"] = m.Shown
+	case "audio":
+		out["audio"] = map[string]any{"file_id": "sent-audio", "file_unique_id": "u5", "duration": 1}
 		out["caption"] = m.Shown
 	case "animation":
 		// Telegram gives an animation's message its document too.

@@ -1,7 +1,9 @@
 package telegram
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -12,6 +14,7 @@ import (
 	"github.com/switchboard-chat/switchboard/pkg/attachment"
 	"github.com/switchboard-chat/switchboard/pkg/bus/bustest"
 	"github.com/switchboard-chat/switchboard/pkg/egress"
+	"github.com/switchboard-chat/switchboard/pkg/fakellm"
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/platform"
@@ -127,6 +130,73 @@ func TestGIFsGoAsAnimations(t *testing.T) {
 			ms := f.Messages(chat)
 			if len(ms) != 1 || ms[0].Kind != tc.kind || !strings.HasPrefix(ms[0].File, tc.file) || ms[0].Shown != "a cat" {
 				t.Fatalf("chat has %+v, want a %s of %s captioned", ms, tc.kind, tc.file)
+			}
+		})
+	}
+}
+
+// A voice reply (an ATTACHMENT_KIND_VOICE in Opus, MP3 or M4A) goes with
+// sendVoice, so that Telegram shows it as a voice message, as Hermes's
+// send_voice; an audio file in MP3 or M4A with sendAudio; other audio as
+// a document; and a voice message the user's privacy settings refuse
+// (VOICE_MESSAGES_FORBIDDEN) as a document, so the audio still arrives.
+func TestVoiceAndAudio(t *testing.T) {
+	t.Parallel()
+	f := newFake(t)
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	s, err := New(testConfig(f), Deps{Log: quietLog(), Bus: b, Instance: "a", Backoff: platform.Schedule(50 * time.Millisecond)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("run: %v", err)
+		}
+	})
+	waitFor(t, "connected", 20*time.Second, func() bool { st, _ := s.Runner().State(); return st == platform.StateConnected })
+	ogg := fakellm.OggOpus(3)
+	dataURL := func(mime string, b []byte) string {
+		return "data:" + mime + ";base64," + base64.StdEncoding.EncodeToString(b)
+	}
+	voice, audio := eventsv1.AttachmentKind_ATTACHMENT_KIND_VOICE, eventsv1.AttachmentKind_ATTACHMENT_KIND_AUDIO
+	for i, tc := range []struct {
+		name     string
+		kind     eventsv1.AttachmentKind
+		mime     string
+		file     string
+		data     []byte
+		noVoice  bool
+		want     string
+		wantData bool
+	}{
+		{name: "opus voice reply", kind: voice, mime: "audio/ogg", file: "voice-reply.ogg", data: ogg, want: "voice", wantData: true},
+		{name: "mp3 voice", kind: voice, mime: "audio/mpeg", file: "voice-reply.mp3", data: []byte{0xFF, 0xFB, 0x90, 0x64}, want: "voice"},
+		{name: "mp3 audio file", kind: audio, mime: "audio/mpeg", file: "song.mp3", data: []byte{0xFF, 0xFB, 0x90, 0x64}, want: "audio"},
+		{name: "wav voice", kind: voice, mime: "audio/wav", file: "voice-reply.wav", data: []byte("RIFF\x00\x00\x00\x00WAVE"), want: "document"},
+		{name: "voice refused by the user", kind: voice, mime: "audio/ogg", file: "voice-reply.ogg", data: ogg, noVoice: true, want: "document", wantData: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			chat := fmt.Sprint(80 + i)
+			if tc.noVoice {
+				f.ForbidVoice(chat)
+			}
+			r := sendReq(t, b, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "voice" + chat,
+				Target: &deliveryv1.Target{Platform: "telegram", Account: "4242", ChatId: chat},
+				Attachments: []*eventsv1.Attachment{{Kind: tc.kind, MimeType: tc.mime, FileName: tc.file,
+					Location: &eventsv1.Attachment_Url{Url: dataURL(tc.mime, tc.data)}}}})
+			if !r.GetOk() {
+				t.Fatalf("receipt %v, want ok", r)
+			}
+			ms := f.Messages(chat)
+			if len(ms) != 1 || ms[0].Kind != tc.want || ms[0].File != "upload:"+tc.file {
+				t.Fatalf("chat has %+v, want a %s of %s", ms, tc.want, tc.file)
+			}
+			if tc.wantData && !bytes.Equal(ms[0].Data, tc.data) {
+				t.Errorf("uploaded %d bytes, want the %d of the Ogg/Opus file", len(ms[0].Data), len(tc.data))
 			}
 		})
 	}

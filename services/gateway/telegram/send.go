@@ -160,7 +160,8 @@ func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (str
 	return strconv.Itoa(msg.ID), nil
 }
 
-// sendMedia sends each attachment (photo, animation or document); the text rides as
+// sendMedia sends each attachment (photo, animation, voice message, audio
+// or document); the text rides as
 // the first one's caption when it fits, else it goes first on its own.
 // Each message is a part of the send (the text 0, attachment i i+1): a
 // retry after a later part failed skips the parts already sent
@@ -226,7 +227,42 @@ const (
 	// the chat (sendPhoto would make a still picture of it), as Hermes's
 	// send_animation does.
 	asAnimation
+	// asVoice: a voice message (sendVoice: Opus in Ogg, MP3 or M4A),
+	// which Telegram shows with a waveform and plays in place, as
+	// Hermes's send_voice does for its voice replies.
+	asVoice
+	// asAudio: an audio file (sendAudio: MP3 or M4A), shown in the
+	// chat's music player.
+	asAudio
 )
+
+// fileKindOf is how an attachment whose bytes are of mimeType and size
+// (0: unknown, a URL) goes: a voice message (ATTACHMENT_KIND_VOICE) in a
+// format Telegram plays as one with sendVoice, an audio file in MP3 or
+// M4A with sendAudio, a picture as pictureKind says, anything else as a
+// document.
+func fileKindOf(a *eventsv1.Attachment, mimeType string, size int) fileKind {
+	mt := strings.ToLower(a.GetMimeType())
+	if mt == "" {
+		mt = strings.ToLower(mimeType)
+	}
+	mt, _, _ = strings.Cut(mt, ";")
+	name := strings.ToLower(a.GetFileName())
+	voiceFormat := mt == "audio/ogg" || mt == "audio/opus" || strings.HasSuffix(name, ".ogg") || strings.HasSuffix(name, ".oga") || strings.HasSuffix(name, ".opus")
+	audioFormat := mt == "audio/mpeg" || mt == "audio/mp3" || mt == "audio/mp4" || mt == "audio/m4a" || mt == "audio/x-m4a" ||
+		strings.HasSuffix(name, ".mp3") || strings.HasSuffix(name, ".m4a")
+	switch a.GetKind() {
+	case eventsv1.AttachmentKind_ATTACHMENT_KIND_VOICE:
+		if voiceFormat || audioFormat {
+			return asVoice
+		}
+	case eventsv1.AttachmentKind_ATTACHMENT_KIND_AUDIO:
+		if audioFormat {
+			return asAudio
+		}
+	}
+	return pictureKind(a, mimeType, size)
+}
 
 // isGIF reports whether a picture is a GIF: its type says so, or its
 // URL's path ends in .gif (Hermes's _is_animation_url: the query left
@@ -261,9 +297,17 @@ func pictureKind(a *eventsv1.Attachment, mimeType string, size int) fileKind {
 // play) goes as a photo, as Hermes's send_animation falls back.
 func (p *Platform) sendFile(ctx context.Context, sub *deliveryv1.SendRequested, input func() models.InputFile, kind fileKind) (string, error) {
 	id, err := p.sendFileAs(ctx, sub, input, kind)
-	if kind == asAnimation && err != nil && errors.Is(err, bot.ErrorBadRequest) && !urlRefused(err) && !isTopicGone(err) && !isEntityError(err) {
+	refused := err != nil && errors.Is(err, bot.ErrorBadRequest) && !urlRefused(err) && !isTopicGone(err) && !isEntityError(err)
+	switch {
+	case kind == asAnimation && refused:
 		p.log.Info("telegram refused the animation; sending it as a photo", "err", err)
 		return p.sendFileAs(ctx, sub, input, asPhoto)
+	case (kind == asVoice || kind == asAudio) && refused:
+		// A user whose privacy settings refuse voice messages
+		// (VOICE_MESSAGES_FORBIDDEN), or audio Telegram cannot play:
+		// the file still arrives, as a document.
+		p.log.Info("telegram refused the voice message or audio; sending it as a file", "err", err)
+		return p.sendFileAs(ctx, sub, input, asDocument)
 	}
 	return id, err
 }
@@ -282,6 +326,12 @@ func (p *Platform) sendFileAs(ctx context.Context, sub *deliveryv1.SendRequested
 			case asAnimation:
 				msg, err = p.api.SendAnimation(ctx, &bot.SendAnimationParams{ChatID: chatID(t.GetChatId()), MessageThreadID: thread,
 					Animation: in, Caption: text, ParseMode: mode, ReplyParameters: p.replyTo(sub)})
+			case asVoice:
+				msg, err = p.api.SendVoice(ctx, &bot.SendVoiceParams{ChatID: chatID(t.GetChatId()), MessageThreadID: thread,
+					Voice: in, Caption: text, ParseMode: mode, ReplyParameters: p.replyTo(sub)})
+			case asAudio:
+				msg, err = p.api.SendAudio(ctx, &bot.SendAudioParams{ChatID: chatID(t.GetChatId()), MessageThreadID: thread,
+					Audio: in, Caption: text, ParseMode: mode, ReplyParameters: p.replyTo(sub)})
 			default:
 				msg, err = p.api.SendDocument(ctx, &bot.SendDocumentParams{ChatID: chatID(t.GetChatId()), MessageThreadID: thread,
 					Document: in, Caption: text, ParseMode: mode, ReplyParameters: p.replyTo(sub)})
@@ -327,7 +377,7 @@ func (p *Platform) sendFetched(ctx context.Context, sub *deliveryv1.SendRequeste
 	src := &eventsv1.Attachment{Location: &eventsv1.Attachment_Url{Url: a.GetUrl()}, MimeType: a.GetMimeType()}
 	data, mimeType, err := platform.ReadOutbound(ctx, src, nil, p.downloads, maxDocumentUpload)
 	if err == nil {
-		kind := pictureKind(a, mimeType, len(data))
+		kind := fileKindOf(a, mimeType, len(data))
 		name := platform.FileName(a, mimeType)
 		id, err := p.sendFile(ctx, sub, func() models.InputFile { return &models.InputFileUpload{Filename: name, Data: bytes.NewReader(data)} }, kind)
 		if err == nil || !errors.Is(err, bot.ErrorBadRequest) || isTopicGone(err) {
@@ -361,7 +411,7 @@ func (p *Platform) inputFile(ctx context.Context, a *eventsv1.Attachment) (input
 		if file == "" {
 			file = a.GetPlatformFileId()
 		}
-		return func() models.InputFile { return &models.InputFileString{Data: file} }, pictureKind(a, "", 0), nil
+		return func() models.InputFile { return &models.InputFileString{Data: file} }, fileKindOf(a, "", 0), nil
 	}
 	if u == "" && a.GetBytesRef() == "" {
 		return nil, asDocument, platform.Permanent(errors.New("no url, kept bytes or telegram file id"))
@@ -371,7 +421,7 @@ func (p *Platform) inputFile(ctx context.Context, a *eventsv1.Attachment) (input
 		return nil, asDocument, err
 	}
 	name := platform.FileName(a, mimeType)
-	return func() models.InputFile { return &models.InputFileUpload{Filename: name, Data: bytes.NewReader(data)} }, pictureKind(a, mimeType, len(data)), nil
+	return func() models.InputFile { return &models.InputFileUpload{Filename: name, Data: bytes.NewReader(data)} }, fileKindOf(a, mimeType, len(data)), nil
 }
 
 // Edit replaces a message's text (streaming, an approval prompt's
