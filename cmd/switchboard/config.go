@@ -9,6 +9,7 @@ import (
 	"github.com/switchboard-chat/switchboard/pkg/bus"
 	"github.com/switchboard-chat/switchboard/pkg/config"
 	"github.com/switchboard-chat/switchboard/pkg/cron/scheduler"
+	"github.com/switchboard-chat/switchboard/pkg/llm"
 	"github.com/switchboard-chat/switchboard/pkg/personality"
 	"github.com/switchboard-chat/switchboard/pkg/pg"
 	"github.com/switchboard-chat/switchboard/pkg/redisx"
@@ -59,6 +60,8 @@ type Config struct {
 	Attachments attachment.Config `koanf:"attachments"`
 	// STT transcribes voice messages for the agent.
 	STT STTConfig `koanf:"stt"`
+	// TTS speaks the agent's answers in the chats that chose /voice.
+	TTS TTSConfig `koanf:"tts"`
 	// Cron is the scheduler of cron jobs, which runs in the router.
 	Cron scheduler.Config `koanf:"cron"`
 	// Sessions is the retention of idle sessions, swept by the router.
@@ -78,6 +81,29 @@ type STTConfig struct {
 	// BaseURL including /v1; empty: as Provider says.
 	BaseURL string `koanf:"base_url"`
 	APIKey  string `koanf:"api_key"`
+}
+
+// TTSConfig selects text-to-speech for voice replies (/voice).
+type TTSConfig struct {
+	// Provider is openai (any OpenAI-compatible /audio/speech endpoint)
+	// or off. Empty: the model provider's own endpoint when it is
+	// OpenAI-compatible (the fake model included), else off: /voice
+	// then says voice replies are not configured.
+	Provider string `koanf:"provider"`
+	// Model, default gpt-4o-mini-tts; Voice, default alloy (Hermes's
+	// OpenAI TTS defaults).
+	Model string `koanf:"model"`
+	Voice string `koanf:"voice"`
+	// Format is the response_format asked for: opus (the default: Opus
+	// in Ogg, which Telegram, WhatsApp and Signal play as a voice
+	// message without converting), mp3, aac, flac, wav or pcm.
+	Format string `koanf:"format"`
+	// BaseURL including /v1; empty: as Provider says.
+	BaseURL string `koanf:"base_url"`
+	APIKey  string `koanf:"api_key"`
+	// Timeout bounds one synthesis (default 60 s); the text answer is
+	// already delivered, and a voice reply that takes longer is dropped.
+	Timeout time.Duration `koanf:"timeout"`
 }
 
 // LLMConfig selects the model provider. Empty provider: the environment
@@ -188,6 +214,7 @@ func defaultConfig() *Config {
 		Agent:       worker.DefaultConfig().Agent,
 		LLM:         LLMConfig{MaxAttempts: 4, CallTimeout: 10 * time.Minute, StreamIdleTimeout: 3 * time.Minute},
 		Attachments: attachment.DefaultConfig(),
+		TTS:         TTSConfig{Model: llm.DefaultSpeechModel, Voice: llm.DefaultSpeechVoice, Format: llm.DefaultSpeechFormat, Timeout: time.Minute},
 		Cron:        scheduler.DefaultConfig(),
 		Sessions:    retention.DefaultConfig(),
 	}
@@ -255,6 +282,19 @@ func (c *Config) Validate() error {
 	case "", "openai", "off":
 	default:
 		return config.Invalid("stt.provider", c.STT.Provider, "openai or off")
+	}
+	switch c.TTS.Provider {
+	case "", "openai", "off":
+	default:
+		return config.Invalid("tts.provider", c.TTS.Provider, "openai or off")
+	}
+	switch c.TTS.Format {
+	case "mp3", "opus", "aac", "flac", "wav", "pcm":
+	default:
+		return config.Invalid("tts.format", c.TTS.Format, "opus, mp3, aac, flac, wav or pcm")
+	}
+	if c.TTS.Timeout <= 0 {
+		return config.Invalid("tts.timeout", c.TTS.Timeout, "more than 0")
 	}
 	if err := c.Delivery.Validate(); err != nil {
 		return err

@@ -34,8 +34,12 @@ func startRouter(ctx context.Context, a *app) (func(context.Context) error, erro
 	cfg := a.cfg.Router
 	// /personality and /reasoning read the agent section.
 	cfg.Personalities, cfg.ReasoningEffort = a.cfg.Agent.Personalities, a.cfg.Agent.ReasoningEffort
+	// /voice is offered where the workers can speak (ttsSource).
+	prov := a.routerProvider()
+	cfg.VoiceReplies = a.cfg.Agent.Backend == "" && ttsSource(a.cfg.TTS, prov.Kind, a.cfg.LLM.Provider) != "" ||
+		a.cfg.Agent.Backend != "" && ttsSource(a.cfg.TTS, "", "") != ""
 	s, err := router.New(cfg, router.Deps{Log: a.log, Bus: b, DB: db, Redis: rdb, RedisPrefix: a.cfg.Redis.Prefix,
-		Homes: a.cfg.Delivery.HomeOf, ToolProgress: a.cfg.Delivery.ToolProgressOf, Version: version, Cron: jobs, Provider: a.routerProvider()})
+		Homes: a.cfg.Delivery.HomeOf, ToolProgress: a.cfg.Delivery.ToolProgressOf, Version: version, Cron: jobs, Provider: prov})
 	if err != nil {
 		return nil, err
 	}

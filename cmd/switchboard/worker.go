@@ -50,6 +50,7 @@ func startWorker(ctx context.Context, a *app) (func(context.Context) error, erro
 	if deps.Transcriber, err = a.transcriber(deps.LLM.Kind); err != nil {
 		return nil, err
 	}
+	deps.Speaker = a.speaker(deps.LLM.Kind)
 	w, err := worker.New(cfg, deps)
 	if err != nil {
 		return nil, err
@@ -203,4 +204,67 @@ func (t transcriber) Transcribe(ctx context.Context, audio []byte, filename, mim
 		defer cancel()
 	}
 	return t.p.Transcribe(ctx, t.model, bytes.NewReader(audio), filename, mime)
+}
+
+// ttsSource is where the tts section (TTSConfig) sends text to speak for
+// a model provider of kind llmKind (llm.provider for llmProvider): "tts"
+// (its own provider, key or URL), "fake" (the fake model's endpoint),
+// "llm" (the llm section's OpenAI endpoint), "env" (OPENAI_API_KEY), or
+// "" (none: voice replies are off). The router and the worker resolve it
+// alike, so /voice is offered exactly where the workers can speak.
+func ttsSource(c TTSConfig, llmKind, llmProvider string) string {
+	switch {
+	case c.Provider == "off":
+		return ""
+	case c.Provider != "" || c.APIKey != "" || c.BaseURL != "":
+		return "tts"
+	case llmKind == "fake":
+		return "fake"
+	case llmKind == llm.KindOpenAI && llmProvider == llm.KindOpenAI:
+		return "llm"
+	case llmKind == llm.KindOpenAI:
+		return "env"
+	}
+	return ""
+}
+
+// speaker builds text-to-speech from the tts section; nil means voice
+// replies are off (/voice says they are not configured).
+func (a *app) speaker(llmKind string) worker.Speaker {
+	c := a.cfg.TTS
+	var cfg llm.OpenAIConfig
+	switch from := ttsSource(c, llmKind, a.cfg.LLM.Provider); from {
+	case "":
+		a.log.Info("voice replies off: no text-to-speech provider (tts.provider, tts.api_key)")
+		return nil
+	case "tts":
+		cfg = llm.OpenAIConfig{APIKey: c.APIKey, BaseURL: c.BaseURL}
+		if cfg.APIKey == "" && cfg.BaseURL == "" {
+			cfg.APIKey = os.Getenv("OPENAI_API_KEY")
+		}
+	case "fake":
+		if a.fake == nil {
+			a.log.Info("voice replies off: the fake model runs in another process (set tts.base_url)")
+			return nil
+		}
+		cfg = llm.OpenAIConfig{BaseURL: a.fake.URL() + "/v1", HTTPClient: a.fake.HTTPClient()}
+	case "llm":
+		cfg = llm.OpenAIConfig{APIKey: a.cfg.LLM.APIKey, BaseURL: a.cfg.LLM.BaseURL}
+	case "env":
+		cfg = llm.OpenAIConfig{APIKey: os.Getenv("OPENAI_API_KEY"), BaseURL: os.Getenv("OPENAI_BASE_URL")}
+	}
+	a.log.Info("text-to-speech configured", "model", c.Model, "voice", c.Voice, "format", c.Format, "base_url", cfg.BaseURL)
+	return speaker{p: llm.NewOpenAI(cfg), cfg: c}
+}
+
+// speaker adapts llm.OpenAI's speech to worker.Speaker.
+type speaker struct {
+	p   *llm.OpenAI
+	cfg TTSConfig
+}
+
+func (s speaker) Speak(ctx context.Context, text string) ([]byte, string, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	defer cancel()
+	return s.p.Speak(ctx, s.cfg.Model, s.cfg.Voice, s.cfg.Format, text)
 }
