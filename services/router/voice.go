@@ -54,6 +54,18 @@ const voiceHelp = "\n\n**How /voice works**\n" +
 	"• `/voice status` — show the current mode\n" +
 	"• `/voice` (no argument) — quick toggle between on and off"
 
+// voicePlatforms are the platforms whose gateways upload a voice reply
+// (the audio kept in the attachment store): Telegram (sendVoice), WhatsApp
+// (audio: a voice note), Signal, Matrix (a voice message, MSC3245),
+// Discord, Slack, Mattermost, BlueBubbles and email (an audio file). The
+// others send media only by public URL (LINE, Google Chat, SMS), show no
+// files (Home Assistant), take no kept bytes (Teams) or are not chats
+// (api, webhook, cron).
+var voicePlatforms = map[string]bool{
+	"telegram": true, "whatsapp": true, "signal": true, "matrix": true, "discord": true,
+	"slack": true, "mattermost": true, "bluebubbles": true, "email": true,
+}
+
 // voiceLabel is how /voice status names a mode (Hermes's labels).
 func voiceLabel(mode string) string {
 	switch mode {
@@ -67,10 +79,11 @@ func voiceLabel(mode string) string {
 
 // voiceFor is the voice mode the turn of key, answering on platform,
 // carries: the chat's, or none when no text-to-speech provider is
-// configured, and for the API (a program's response body), cron runs
-// and /background tasks, which are not answers in a chat.
+// configured, on a platform that cannot carry one (voicePlatforms: not
+// the API, a program's response body, nor cron runs), and for
+// /background tasks, which are not answers in a chat.
 func (s *Service) voiceFor(key, platform string, sess sessionstore.Session) string {
-	if !s.cfg.VoiceReplies || platform == "api" || platform == "cron" {
+	if !s.cfg.VoiceReplies || !voicePlatforms[platform] {
 		return ""
 	}
 	if _, ok := sessionkey.BackgroundTask(key, s.cfg.Profile); ok {
@@ -88,6 +101,9 @@ func (s *Service) voiceCommand(ctx context.Context, m *msgCtx, sess sessionstore
 	reply := func(text string) error { return s.notice(ctx, m, sess.Generation, text, "command") }
 	if !s.cfg.VoiceReplies {
 		return reply(voiceNotConfigured)
+	}
+	if !voicePlatforms[m.platform] {
+		return reply("🔇 Voice replies are not available on " + m.platform + ": it cannot send an uploaded voice message. Answers stay text.")
 	}
 	current := sess.VoiceMode
 	if current == "" {

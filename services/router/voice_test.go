@@ -18,6 +18,7 @@ func TestVoiceCommand(t *testing.T) {
 	e := newEnv(t)
 	cfg := testConfig()
 	cfg.VoiceReplies = true
+	cfg.Auth.GatewayAllowedUsers = append(cfg.Auth.GatewayAllowedUsers, "carol")
 	e.startRouter(cfg, nil, nil)
 	w := e.startWorker(nil)
 	n := 0
@@ -62,6 +63,15 @@ func TestVoiceCommand(t *testing.T) {
 	}
 	if mode := modeOf("alice"); mode != "" {
 		t.Errorf("alice's turn carries voice mode %q bob chose", mode)
+	}
+	// LINE sends media only by public URL: /voice says so there, and
+	// its turns carry no voice mode.
+	line := dm("carol", "/voice tts")
+	line.Source.Platform = "line"
+	e.publish(line)
+	waitFor(t, "the answer on LINE", func() bool { return len(e.noticesTo("carol")) > 0 })
+	if got := e.noticesTo("carol")[0]; !strings.Contains(got, "Voice replies are not available on line") {
+		t.Errorf("/voice tts on LINE: %q", got)
 	}
 	// API requests (a program's response body) never carry it.
 	api := dm("x", "from the api")

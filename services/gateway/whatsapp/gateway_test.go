@@ -20,6 +20,7 @@ import (
 	"github.com/switchboard-chat/switchboard/pkg/attachment"
 	"github.com/switchboard-chat/switchboard/pkg/bus"
 	"github.com/switchboard-chat/switchboard/pkg/bus/bustest"
+	"github.com/switchboard-chat/switchboard/pkg/fakellm"
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/platform"
@@ -506,5 +507,31 @@ func TestConfigValidate(t *testing.T) {
 		if err := c.Validate(); err == nil {
 			t.Errorf("%s: valid", name)
 		}
+	}
+}
+
+// A voice reply (/voice) kept in the attachment store goes as uploaded
+// audio, which WhatsApp plays as a voice note when it is Opus in Ogg.
+func TestKeptVoiceReply(t *testing.T) {
+	t.Parallel()
+	f := whatsappfake.New(t)
+	h := start(t, f, testConfig(f), platform.Options{Attachments: attachment.DefaultConfig()})
+	ogg := fakellm.OggOpus(4)
+	store := attachment.New(h.b.JetStream(), h.b.Topology(), attachment.DefaultConfig())
+	if _, err := store.Keep(context.Background(), "voice-reply/turn-1", "audio/ogg", bytes.NewReader(ogg)); err != nil {
+		t.Fatal(err)
+	}
+	r := h.send(t, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "v1", Target: target(),
+		Attachments: []*eventsv1.Attachment{{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_VOICE, MimeType: "audio/ogg", FileName: "voice-reply.ogg",
+			Location: &eventsv1.Attachment_BytesRef{BytesRef: "voice-reply/turn-1"}}}})
+	if !r.GetOk() {
+		t.Fatalf("receipt %v", r)
+	}
+	got := f.Messages(ann)
+	if len(got) != 1 || got[0].Type != "audio" {
+		t.Fatalf("sent %+v, want one audio message", got)
+	}
+	if up, ok := f.MediaByID(got[0].MediaID); !ok || !bytes.Equal(up.Data, ogg) || up.MimeType != "audio/ogg" {
+		t.Fatalf("uploaded %+v", up)
 	}
 }

@@ -220,11 +220,28 @@ func (p *Platform) mediaObject(ctx context.Context, a *eventsv1.Attachment) (map
 			return nil, err
 		}
 		return map[string]any{"id": id}, nil
+	case a.GetBytesRef() != "":
+		// Kept in the attachment store (a voice reply, /voice):
+		// uploaded as a data: URL's bytes are. Opus in Ogg sent as audio plays
+		// as a voice note.
+		data, mt, err := platform.ReadOutbound(ctx, a, p.store, nil, maxMediaUpload)
+		if err != nil {
+			return nil, err
+		}
+		id, err := p.upload(ctx, data, mt, a.GetFileName())
+		if err != nil {
+			return nil, err
+		}
+		return map[string]any{"id": id}, nil
 	case a.GetPlatformFileId() != "":
 		return map[string]any{"id": a.GetPlatformFileId()}, nil
 	}
-	return nil, platform.Permanent(errors.New("attachment has no url, data or whatsapp media id"))
+	return nil, platform.Permanent(errors.New("attachment has no url, data, kept bytes or whatsapp media id"))
 }
+
+// maxMediaUpload is the largest file the Cloud API takes (a document's
+// 100 MB; audio's is 16 MB, which it enforces itself).
+const maxMediaUpload = 100 << 20
 
 // upload stores data as media of the phone number (POST
 // /{phone-number-id}/media, multipart) and returns its id.

@@ -29,6 +29,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/switchboard-chat/switchboard/pkg/attachment"
 	"github.com/switchboard-chat/switchboard/pkg/bus"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/platform"
@@ -174,6 +175,9 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
+	if deps.Runner.Attachments.Enabled {
+		p.store = attachment.Open(deps.Bus.JetStream(), deps.Bus.Topology(), deps.Runner.Attachments)
+	}
 	return &Service{Service: svc, p: p}, nil
 }
 
@@ -186,6 +190,9 @@ type Platform struct {
 	log   *slog.Logger
 	graph *graph
 	addr  atomic.Value // string: the webhook listener's address
+	// store holds the attachments a send refers to by bytes_ref (a
+	// voice reply); nil when attachments are off.
+	store *attachment.Store
 }
 
 // NewPlatform validates cfg and builds the platform without a bus (the
