@@ -55,9 +55,9 @@ const voiceHelp = "\n\n**How /voice works**\n" +
 	"• `/voice` (no argument) — quick toggle between on and off"
 
 // voicePlatforms are the platforms whose gateways upload a voice reply
-// (the audio kept in the attachment store): Telegram (sendVoice), WhatsApp
-// (audio: a voice note), Signal, Matrix (a voice message, MSC3245),
-// Discord, Slack, Mattermost, BlueBubbles and email (an audio file). The
+// (the audio kept in the attachment store): Telegram (sendVoice) and
+// Matrix (MSC3245) as a voice message; WhatsApp, Signal, Discord, Slack,
+// Mattermost, BlueBubbles and email as an audio attachment. The
 // others send media only by public URL (LINE, Google Chat, SMS), show no
 // files (Home Assistant), take no kept bytes (Teams) or are not chats
 // (api, webhook, cron).

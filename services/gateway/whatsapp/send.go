@@ -222,8 +222,7 @@ func (p *Platform) mediaObject(ctx context.Context, a *eventsv1.Attachment) (map
 		return map[string]any{"id": id}, nil
 	case a.GetBytesRef() != "":
 		// Kept in the attachment store (a voice reply, /voice):
-		// uploaded as a data: URL's bytes are. Opus in Ogg sent as audio plays
-		// as a voice note.
+		// uploaded as a data: URL's bytes are, as audio.
 		data, mt, err := platform.ReadOutbound(ctx, a, p.store, nil, maxMediaUpload)
 		if err != nil {
 			return nil, err
