@@ -325,6 +325,9 @@ func (c *Config) Validate() error {
 	if e := c.Agent.ReasoningEffort; e != "" && !personality.ValidEffort(e) {
 		return config.Invalid("agent.reasoning_effort", e, "empty, none, minimal, low, medium, high or xhigh")
 	}
+	if _, ok := llm.ParseServiceTier(c.Agent.ServiceTier); !ok {
+		return config.Invalid("agent.service_tier", c.Agent.ServiceTier, "empty, normal or fast")
+	}
 	return nil
 }
 

@@ -32,12 +32,13 @@ func startRouter(ctx context.Context, a *app) (func(context.Context) error, erro
 	}
 	jobs := cron.New(db, loc, nil)
 	cfg := a.cfg.Router
-	// /personality and /reasoning read the agent section.
+	// /personality, /reasoning and /fast read the agent section.
 	cfg.Personalities, cfg.ReasoningEffort = a.cfg.Agent.Personalities, a.cfg.Agent.ReasoningEffort
 	// /voice is offered where the workers can speak (ttsSource).
 	prov := a.routerProvider()
 	cfg.VoiceReplies = a.cfg.Agent.Backend == "" && ttsSource(a.cfg.TTS, prov.Kind, a.cfg.LLM.Provider) != "" ||
 		a.cfg.Agent.Backend != "" && ttsSource(a.cfg.TTS, "", "") != ""
+	cfg.ServiceTier = a.cfg.Agent.ServiceTier
 	s, err := router.New(cfg, router.Deps{Log: a.log, Bus: b, DB: db, Redis: rdb, RedisPrefix: a.cfg.Redis.Prefix,
 		Homes: a.cfg.Delivery.HomeOf, ToolProgress: a.cfg.Delivery.ToolProgressOf, Version: version, Cron: jobs, Provider: prov})
 	if err != nil {

@@ -37,3 +37,21 @@ func TestAgentPersonalitiesAndReasoningEffortConfig(t *testing.T) {
 		t.Fatalf("defaults: %v, %q, %d personalities", err, cfg.Agent.ReasoningEffort, len(cfg.Agent.Personalities))
 	}
 }
+
+// agent.service_tier takes Hermes's values (normal, fast and their
+// aliases) and nothing else.
+func TestAgentServiceTierConfig(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "c.yaml")
+	for yaml, ok := range map[string]bool{"": true, "normal": true, "fast": true, "priority": true, "flex": false, "turbo": false} {
+		if err := os.WriteFile(p, []byte("agent:\n  service_tier: \""+yaml+"\"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		cfg, _, err := loadConfig(p)
+		if ok && (err != nil || cfg.Agent.ServiceTier != yaml) {
+			t.Errorf("service_tier %q: %v", yaml, err)
+		}
+		if !ok && (err == nil || !strings.Contains(err.Error(), "agent.service_tier")) {
+			t.Errorf("service_tier %q accepted: %v", yaml, err)
+		}
+	}
+}

@@ -16,6 +16,7 @@ type anRequest struct {
 	Tools       []anTool        `json:"tools"`
 	Stream      bool            `json:"stream"`
 	Temperature *float64        `json:"temperature"`
+	Speed       string          `json:"speed"`
 	Thinking    *struct {
 		Type         string `json:"type"`
 		BudgetTokens int    `json:"budget_tokens"`
@@ -74,6 +75,7 @@ func (s *Server) handleAnthropic(w http.ResponseWriter, r *http.Request) {
 		Stream:      in.Stream,
 		MaxTokens:   in.MaxTokens,
 		Temperature: in.Temperature,
+		Speed:       in.Speed,
 		Header:      r.Header.Clone(),
 		Messages:    make([]Message, 0, len(in.Messages)),
 	}
@@ -141,7 +143,11 @@ func (s *Server) handleAnthropic(w http.ResponseWriter, r *http.Request) {
 		req.Tools = append(req.Tools, Tool{Name: t.Name, Description: t.Description, Parameters: t.InputSchema, Cached: len(t.CacheControl) > 0})
 	}
 	s.record(&req)
-	if msg := refuseThinking(&in, &req); msg != "" {
+	msg := refuseThinking(&in, &req)
+	if msg == "" {
+		msg = s.refuseFast(&req)
+	}
+	if msg != "" {
 		writeFailure(w, "anthropic", &Failure{Status: http.StatusBadRequest, Message: msg})
 		return
 	}

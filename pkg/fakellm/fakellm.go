@@ -30,6 +30,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -60,6 +61,12 @@ type Config struct {
 	// TextOnly refuses requests with images as a model without vision
 	// does (400, invalid_request_error).
 	TextOnly bool
+	// FastModels, when set, are the only models that take OpenAI's
+	// service_tier "priority" or Anthropic's speed "fast": a request
+	// asking either for another model is refused (400,
+	// invalid_request_error), as a provider refuses a tier or speed the
+	// model does not offer. Empty: every model takes them.
+	FastModels []string
 }
 
 // Message is one decoded conversation message, the same for both wire
@@ -155,7 +162,11 @@ type Request struct {
 	// Thinking is an Anthropic request's thinking parameter, nil when
 	// it sent none.
 	Thinking *ThinkingConfig
-	Header   http.Header
+	// ServiceTier is an OpenAI request's service_tier ("" none sent);
+	// Speed an Anthropic request's speed ("" none sent).
+	ServiceTier string
+	Speed       string
+	Header      http.Header
 }
 
 // LastUserText returns the content of the last user message.
@@ -676,4 +687,47 @@ func (s *Server) handleModels(w http.ResponseWriter, _ *http.Request) {
 	b = append(b, `,"object":"model","created":1700000000,"owned_by":"fakellm"}]}`...)
 	w.Header().Set("Content-Type", "application/json")
 	_, _ = w.Write(b)
+}
+
+// openAIServiceTiers are the service_tier values OpenAI's chat
+// completions take.
+var openAIServiceTiers = []string{"auto", "default", "flex", "scale", "priority"}
+
+// refuseFast is why the provider would refuse req's service_tier or
+// speed (its invalid_request_error message), or "": a value the API does
+// not know, Anthropic's speed without the fast mode beta, and a fast
+// tier for a model outside Config.FastModels.
+func (s *Server) refuseFast(req *Request) string {
+	switch req.API {
+	case "openai":
+		if req.ServiceTier == "" {
+			return ""
+		}
+		if !slices.Contains(openAIServiceTiers, req.ServiceTier) {
+			return "Invalid value: '" + req.ServiceTier + "'. Supported values are: 'auto', 'default', 'flex', 'scale', and 'priority'."
+		}
+		if req.ServiceTier == "priority" && len(s.cfg.FastModels) > 0 && !slices.Contains(s.cfg.FastModels, req.Model) {
+			return "The requested service tier 'priority' is not available for model '" + req.Model + "'."
+		}
+	case "anthropic":
+		if req.Speed == "" {
+			return ""
+		}
+		if req.Speed != "standard" && req.Speed != "fast" {
+			return "speed: Input should be 'standard' or 'fast'"
+		}
+		beta := false
+		for _, v := range req.Header.Values("anthropic-beta") {
+			for _, b := range strings.Split(v, ",") {
+				beta = beta || strings.TrimSpace(b) == "fast-mode-2026-02-01"
+			}
+		}
+		if !beta {
+			return "speed: the fast-mode-2026-02-01 beta is required to set speed"
+		}
+		if req.Speed == "fast" && len(s.cfg.FastModels) > 0 && !slices.Contains(s.cfg.FastModels, req.Model) {
+			return "speed: fast mode is not supported for model '" + req.Model + "'"
+		}
+	}
+	return ""
 }

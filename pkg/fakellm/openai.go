@@ -19,6 +19,7 @@ type oaRequest struct {
 	MaxCompletionTokens int      `json:"max_completion_tokens"`
 	Temperature         *float64 `json:"temperature"`
 	ReasoningEffort     string   `json:"reasoning_effort"`
+	ServiceTier         string   `json:"service_tier"`
 	// Reasoning is OpenRouter's reasoning object.
 	Reasoning *struct {
 		Enabled *bool  `json:"enabled"`
@@ -63,6 +64,7 @@ func (s *Server) handleOpenAI(w http.ResponseWriter, r *http.Request) {
 		Stream:      in.Stream,
 		MaxTokens:   max(in.MaxTokens, in.MaxCompletionTokens),
 		Temperature: in.Temperature,
+		ServiceTier: in.ServiceTier,
 		Header:      r.Header.Clone(),
 		Messages:    make([]Message, 0, len(in.Messages)),
 	}
@@ -97,6 +99,10 @@ func (s *Server) handleOpenAI(w http.ResponseWriter, r *http.Request) {
 		req.Tools = append(req.Tools, Tool{Name: t.Function.Name, Description: t.Function.Description, Parameters: t.Function.Parameters})
 	}
 	s.record(&req)
+	if msg := s.refuseFast(&req); msg != "" {
+		writeFailure(w, "openai", &Failure{Status: http.StatusBadRequest, Message: msg})
+		return
+	}
 	p := s.decide(&req)
 	if !wait(r.Context(), p.latency) {
 		return

@@ -237,6 +237,12 @@ func (a *Anthropic) params(req Request) (anthropic.MessageNewParams, []option.Re
 	// The budget must stay below max_tokens, with room for the answer.
 	p.MaxTokens = max(p.MaxTokens, think.minMaxTokens)
 	var opts []option.RequestOption
+	if req.Fast && anthropicFastModel(model) {
+		// Fast mode, as Hermes asks for it: speed and the beta that
+		// admits it, added to any beta the operator configured.
+		p.Speed = anthropic.MessageNewParamsSpeedFast
+		opts = append(opts, option.WithHeader("anthropic-beta", a.betas(AnthropicFastModeBeta)))
+	}
 	if req.Temperature != nil && !think.noTemperature {
 		// This SDK version has no temperature field; the API still takes it.
 		opts = append(opts, option.WithJSONSet("temperature", *req.Temperature))
@@ -324,6 +330,22 @@ func (a *Anthropic) params(req Request) (anthropic.MessageNewParams, []option.Re
 		opts = append(opts, option.WithJSONSet("tools", tools))
 	}
 	return p, opts, nil
+}
+
+// betas is the anthropic-beta header of a request that needs beta: the
+// betas configured in AnthropicConfig.Headers, then beta.
+func (a *Anthropic) betas(beta string) string {
+	for k, v := range a.cfg.Headers {
+		if strings.EqualFold(k, "anthropic-beta") && strings.TrimSpace(v) != "" {
+			for _, b := range strings.Split(v, ",") {
+				if strings.TrimSpace(b) == beta {
+					return v
+				}
+			}
+			return v + "," + beta
+		}
+	}
+	return beta
 }
 
 // anthropicError classifies an error from the Anthropic SDK.

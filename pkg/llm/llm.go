@@ -98,6 +98,10 @@ type Request struct {
 	// reasoning_effort, OpenRouter as its reasoning object, Anthropic as
 	// extended thinking (anthropicThinking).
 	ReasoningEffort string
+	// Fast asks for the provider's fast processing (/fast): OpenAI's
+	// service_tier "priority", Anthropic's speed "fast" with its beta
+	// header; sent only for the models FastModeSupported names.
+	Fast bool
 }
 
 // Usage is the token accounting of one call. InputTokens excludes cached

@@ -343,6 +343,10 @@ func (o *OpenAI) body(req Request, tools json.RawMessage, stream bool) ([]byte, 
 			b = append(append(append(b, `,"reasoning":{"enabled":true,"effort":`...), effort...), '}')
 		}
 	}
+	if req.Fast && openAIFastModel(model) {
+		// Priority Processing, as Hermes asks for it.
+		b = append(b, `,"service_tier":"priority"`...)
+	}
 	if stream {
 		b = append(b, `,"stream_options":{"include_usage":true}`...)
 	}

@@ -73,6 +73,9 @@ type Session struct {
 	// a voice message), "all" (every answer also spoken), "off" or ""
 	// (text only).
 	VoiceMode string
+	// ServiceTier is what /fast chose: "fast", "normal", or "" (the
+	// default, agent.service_tier).
+	ServiceTier string
 }
 
 // History is one past or current conversation of a key.
@@ -139,7 +142,7 @@ func NewSessionID(now time.Time) string {
 const sessionCols = `session_key, session_id, platform, chat_type, origin, display_name, profile, title,
 	created_at, updated_at, last_activity_at, input_tokens, output_tokens, model_override, busy_mode,
 	generation, reset_count, last_reset_reason, suspended, resume_pending, system_prompt_fingerprint, last_turn_id,
-	personality, reasoning_effort, show_reasoning, runtime_footer, voice_mode`
+	personality, reasoning_effort, show_reasoning, runtime_footer, voice_mode, service_tier`
 
 type rowScanner interface{ Scan(dest ...any) error }
 
@@ -150,7 +153,7 @@ func scanSession(r rowScanner, extra ...any) (Session, error) {
 	err := r.Scan(append([]any{&s.Key, &s.ID, &s.Platform, &s.ChatType, &origin, &s.DisplayName, &s.Profile, &s.Title,
 		&s.CreatedAt, &s.UpdatedAt, &s.LastActivityAt, &s.InputTokens, &s.OutputTokens, &s.ModelOverride, &s.BusyMode,
 		&s.Generation, &s.ResetCount, &s.LastResetReason, &s.Suspended, &s.ResumePending, &s.PromptFingerprint, &s.LastTurnID,
-		&s.Personality, &s.ReasoningEffort, &s.ShowReasoning, &s.RuntimeFooter, &s.VoiceMode},
+		&s.Personality, &s.ReasoningEffort, &s.ShowReasoning, &s.RuntimeFooter, &s.VoiceMode, &s.ServiceTier},
 		extra...)...)
 	if err != nil {
 		return Session{}, err
@@ -965,6 +968,12 @@ func (s *Store) SetShowReasoning(ctx context.Context, key string, show bool) err
 // which no reset touches: it outlives /new, /branch and /resume.
 func (s *Store) SetBusyMode(ctx context.Context, key, mode string) error {
 	return s.set(ctx, key, "busy_mode", mode)
+}
+
+// SetServiceTier sets the key's fast mode (/fast): "fast", "normal", or
+// "" for the default (agent.service_tier).
+func (s *Store) SetServiceTier(ctx context.Context, key, tier string) error {
+	return s.set(ctx, key, "service_tier", tier)
 }
 
 // SetRuntimeFooter sets the key's runtime footer (/footer): "on", "off",

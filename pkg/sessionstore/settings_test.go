@@ -31,10 +31,14 @@ func TestSettingsOutliveTheConversation(t *testing.T) {
 	if err := s.SetShowReasoning(ctx, key, true); err != nil {
 		t.Fatal(err)
 	}
+	if err := s.SetServiceTier(ctx, key, "fast"); err != nil {
+		t.Fatal(err)
+	}
 	check := func(step string, sess Session) {
 		t.Helper()
-		if sess.Personality != "pirate" || sess.ReasoningEffort != "high" || !sess.ShowReasoning {
-			t.Fatalf("%s: personality %q, effort %q, show %v; want pirate, high, true", step, sess.Personality, sess.ReasoningEffort, sess.ShowReasoning)
+		if sess.Personality != "pirate" || sess.ReasoningEffort != "high" || !sess.ShowReasoning || sess.ServiceTier != "fast" {
+			t.Fatalf("%s: personality %q, effort %q, show %v, tier %q; want pirate, high, true, fast", step,
+				sess.Personality, sess.ReasoningEffort, sess.ShowReasoning, sess.ServiceTier)
 		}
 	}
 	sess, err := s.Get(ctx, key)
@@ -62,6 +66,7 @@ func TestSettingsOutliveTheConversation(t *testing.T) {
 		func() error { return s.SetPersonality(ctx, key, "") },
 		func() error { return s.SetReasoningEffort(ctx, key, "") },
 		func() error { return s.SetShowReasoning(ctx, key, false) },
+		func() error { return s.SetServiceTier(ctx, key, "") },
 	} {
 		if err := set(); err != nil {
 			t.Fatal(err)
@@ -70,8 +75,11 @@ func TestSettingsOutliveTheConversation(t *testing.T) {
 	if sess, err = s.Get(ctx, key); err != nil {
 		t.Fatal(err)
 	}
-	if sess.Personality != "" || sess.ReasoningEffort != "" || sess.ShowReasoning {
-		t.Fatalf("cleared: %q %q %v", sess.Personality, sess.ReasoningEffort, sess.ShowReasoning)
+	if sess.Personality != "" || sess.ReasoningEffort != "" || sess.ShowReasoning || sess.ServiceTier != "" {
+		t.Fatalf("cleared: %q %q %v %q", sess.Personality, sess.ReasoningEffort, sess.ShowReasoning, sess.ServiceTier)
+	}
+	if err := s.SetServiceTier(ctx, key, "priority"); err == nil {
+		t.Fatal("service_tier 'priority' stored; the column takes '', fast and normal")
 	}
 	if err := s.SetPersonality(ctx, "no such key", "x"); err != ErrNotFound {
 		t.Fatalf("unknown key: %v", err)

@@ -49,7 +49,7 @@ func taskID(prefix string, m *msgCtx, now time.Time) string {
 // under its own lock and neither waits for the other. It is queued and
 // started as any message is (a crash anywhere leaves it to the
 // redelivery, the sweep or the turn's redelivery, as any turn), with
-// the chat's /model, /personality and /reasoning effort as they are now,
+// the chat's /model, /personality, /reasoning effort and /fast as they are now,
 // answer only (no streaming, no tool progress, no reasoning shown), and
 // its answer goes to the chat, under Hermes's header (the worker's, by
 // TurnRequested.background_task_id). The user gets Hermes's
@@ -93,6 +93,14 @@ func (s *Service) background(ctx context.Context, m *msgCtx, sess sessionstore.S
 			return fmt.Errorf("background task settings: %w", err)
 		}
 		task.ModelOverride, task.Personality, task.ReasoningEffort = sess.ModelOverride, sess.Personality, sess.ReasoningEffort
+	}
+	if sess.ServiceTier != task.ServiceTier {
+		// The chat's /fast too, as Hermes's task runs at the gateway's
+		// service tier.
+		if err := s.store.SetServiceTier(ctx, bg.key, sess.ServiceTier); err != nil {
+			return fmt.Errorf("background task fast mode: %w", err)
+		}
+		task.ServiceTier = sess.ServiceTier
 	}
 	s.log.InfoContext(ctx, "background task", "session_key", m.key, "task_session_key", bg.key, "task_id", id)
 	err = s.route(ctx, &bg, task, routeOpts{ownTurn: true, mode: BusyQueue, command: "background"})

@@ -164,7 +164,7 @@ func (e *env) dedupeKeyOf(ev *eventsv1.MessageReceived) string {
 	return e.prefix + "inbound:" + ev.Source.Platform + ":" + ev.Source.Account + ":" + ev.EventId
 }
 
-// A task runs with the personality and reasoning effort its chat had when
+// A task runs with the personality, reasoning effort and fast mode its chat had when
 // it was asked for (Hermes's are the agent's, so its task has them), not
 // with /reasoning show (a task answers with its final answer alone, as
 // Hermes's), and a later change in the chat leaves an asked-for task as
@@ -174,10 +174,11 @@ func TestBackgroundTaskTakesTheChatsSettings(t *testing.T) {
 	e := newEnv(t)
 	cfg := testConfig()
 	cfg.Personalities["coder"] = "You are an expert programmer."
+	e.provider = Provider{Kind: "openai", Model: "gpt-5.4"}
 	e.startRouter(cfg, nil, nil)
 	w := e.startWorker(nil)
 	const chatKey = "agent:main:telegram:dm:chat-alice"
-	for _, cmd := range []string{"/personality coder", "/reasoning high", "/reasoning show"} {
+	for _, cmd := range []string{"/personality coder", "/reasoning high", "/reasoning show", "/fast fast"} {
 		if got := e.ask("alice", cmd); !strings.Contains(got, "✓") && !strings.Contains(got, "set to") {
 			t.Fatalf("%s: %q", cmd, got)
 		}
@@ -199,24 +200,25 @@ func TestBackgroundTaskTakesTheChatsSettings(t *testing.T) {
 		return turn, turn.SessionKey
 	}
 	turn, taskKey := task("first task")
-	if turn.PersonalityPrompt != "You are an expert programmer." || turn.ReasoningEffort != "high" || turn.ShowReasoning {
-		t.Fatalf("the task's turn: personality %q, effort %q, show %v", turn.PersonalityPrompt, turn.ReasoningEffort, turn.ShowReasoning)
+	if turn.PersonalityPrompt != "You are an expert programmer." || turn.ReasoningEffort != "high" || turn.ShowReasoning || turn.ServiceTier != "fast" {
+		t.Fatalf("the task's turn: personality %q, effort %q, show %v, tier %q", turn.PersonalityPrompt, turn.ReasoningEffort, turn.ShowReasoning, turn.ServiceTier)
 	}
 	// The chat changes its mind: the task asked for keeps what it had.
 	e.ask("alice", "/personality none")
 	e.ask("alice", "/reasoning reset")
+	e.ask("alice", "/fast normal")
 	store := sessionstore.New(e.db)
 	sess, err := store.Get(context.Background(), taskKey)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sess.Personality != "coder" || sess.ReasoningEffort != "high" || sess.ShowReasoning {
-		t.Fatalf("the task's session after the chat's change: %q, %q, %v", sess.Personality, sess.ReasoningEffort, sess.ShowReasoning)
+	if sess.Personality != "coder" || sess.ReasoningEffort != "high" || sess.ShowReasoning || sess.ServiceTier != "fast" {
+		t.Fatalf("the task's session after the chat's change: %q, %q, %v, %q", sess.Personality, sess.ReasoningEffort, sess.ShowReasoning, sess.ServiceTier)
 	}
 	// A task asked for after it takes the chat's new (no) settings.
 	turn, _ = task("second task")
-	if turn.PersonalityPrompt != "" || turn.ReasoningEffort != "" || turn.ShowReasoning {
-		t.Fatalf("the second task's turn: personality %q, effort %q, show %v", turn.PersonalityPrompt, turn.ReasoningEffort, turn.ShowReasoning)
+	if turn.PersonalityPrompt != "" || turn.ReasoningEffort != "" || turn.ShowReasoning || turn.ServiceTier != "normal" {
+		t.Fatalf("the second task's turn: personality %q, effort %q, show %v, tier %q", turn.PersonalityPrompt, turn.ReasoningEffort, turn.ShowReasoning, turn.ServiceTier)
 	}
 	if s, err := store.Get(context.Background(), chatKey); err != nil || !s.ShowReasoning {
 		t.Fatalf("the chat's display: %v, %v", s.ShowReasoning, err)

@@ -74,6 +74,13 @@ func (s *Service) btw(ctx context.Context, m *msgCtx, sess sessionstore.Session,
 		}
 		task.ModelOverride, task.ReasoningEffort = sess.ModelOverride, sess.ReasoningEffort
 	}
+	if sess.ServiceTier != task.ServiceTier {
+		// And its /fast, as /background's task takes it.
+		if err := s.store.SetServiceTier(ctx, side.key, sess.ServiceTier); err != nil {
+			return fmt.Errorf("side question fast mode: %w", err)
+		}
+		task.ServiceTier = sess.ServiceTier
+	}
 	s.log.InfoContext(ctx, "side question", "session_key", m.key, "task_session_key", side.key, "task_id", id)
 	err = s.route(ctx, &side, task, routeOpts{ownTurn: true, mode: BusyQueue, command: "btw"})
 	m.notices, m.marked = side.notices, side.marked

@@ -17,7 +17,7 @@ var btwTaskRe = regexp.MustCompile(`^btw_\d{6}_[0-9a-f]{6}$`)
 // /btw runs its question as a turn of a session of its own, beside the
 // chat's running turn, as /background does: Hermes's acknowledgement at
 // once, the turn under a key derived from the chat's (its own lock) with
-// side_question naming the chat's conversation, the chat's model, answer
+// side_question naming the chat's conversation, the chat's model and /fast, answer
 // only, no background task id; the chat's turn is neither interrupted nor
 // queued behind, and a redelivery starts nothing more. Without a question
 // it answers Hermes's usage, and in a chat that never had a turn it says
@@ -43,6 +43,9 @@ func TestBtwRunsBesideTheChat(t *testing.T) {
 	const chatKey = "agent:main:telegram:dm:chat-alice"
 	waitFor(t, "the chat's session", func() bool { _, err := store.Get(ctx, chatKey); return err == nil })
 	if err := store.SetModel(ctx, chatKey, "gpt-fast"); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.SetServiceTier(ctx, chatKey, "fast"); err != nil {
 		t.Fatal(err)
 	}
 	if got := e.ask("alice", "/btw"); got != btwUsage {
@@ -73,6 +76,9 @@ func TestBtwRunsBesideTheChat(t *testing.T) {
 		t.Fatal(err)
 	}
 	in := side.GetInputs()[0]
+	if side.GetServiceTier() != "fast" {
+		t.Errorf("the side question's turn carries service_tier %q, want the chat's fast", side.GetServiceTier())
+	}
 	if side.GetSideQuestion().GetSessionId() != sess.ID || side.GetSessionId() == sess.ID || side.GetBackgroundTaskId() != "" ||
 		in.GetText() != question || !in.GetAnswerOnly() || side.GetModelOverride() != "gpt-fast" || side.GetRuntimeFooter() ||
 		side.GetOrigin().GetChatId() != "chat-alice" || in.GetMessageId() != ev.GetMessageId() {

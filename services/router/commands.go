@@ -46,6 +46,7 @@ var helpText = strings.Join([]string{
 	"/busy [queue|steer|interrupt|status] — what a message does while the agent is working, in this chat",
 	"/footer [on|off|status] — show the model and context use under the agent's answers in this chat",
 	"/voice [on|off|tts|status] — voice replies in this chat: on, to your voice messages; tts, to every message; off, text only",
+	"/fast [normal|fast|status] — fast mode (OpenAI Priority Processing, Anthropic Fast Mode) for this chat: faster answers, at a higher price",
 	"/background <prompt> (/bg) — run <prompt> in a separate session; the result comes here when done",
 	"/agents (/tasks) — what is running for this chat: the agent's turn, waiting messages, background tasks",
 	"/btw <question> — ask a side question about this conversation without interrupting it (no tools, not saved)",
@@ -61,7 +62,7 @@ var helpText = strings.Join([]string{
 // refusedMidTurn are the commands that, as in Hermes, wait for the running
 // task: they would change or read the conversation under it (/resume
 // would even end it without a word). /help, /status, /stop, /new,
-// /queue, /steer, /approve, /deny, /yolo, /busy, /footer, /voice, /agents,
+// /queue, /steer, /approve, /deny, /yolo, /busy, /footer, /voice, /fast, /agents,
 // /background and /btw (sessions of their own) work mid-turn, and /model is
 // refused with its own text.
 var refusedMidTurn = []string{"whoami", "sessions", "resume", "title", "retry", "undo", "compress", "sethome", "personality", "reasoning", "branch"}
@@ -378,6 +379,8 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 		return s.footerCommand(ctx, m, sess, cmd.Args)
 	case "voice":
 		return s.voiceCommand(ctx, m, sess, cmd.Args)
+	case "fast":
+		return s.fastCommand(ctx, m, sess, cmd.Args)
 	case "background":
 		return s.background(ctx, m, sess, cmd.Args)
 	case "btw":

@@ -72,6 +72,11 @@ func TestCommandRedeliveredAfterACrashIsAppliedOnce(t *testing.T) {
 		// state, when set, is the durable state the first delivery left,
 		// which the redelivery must leave as it is.
 		state func(t *testing.T, e *env) string
+		// provider is the router's model provider (none by default).
+		provider Provider
+		// between, when set, runs after the first delivery, before the
+		// redelivery: a later command the redelivery must not undo.
+		between func(t *testing.T, e *env)
 	}{
 		{name: "new", command: "new", text: "/new", answer: "✨ New session started.", check: func(t *testing.T, e *env) {
 			if n := count(t, e, conversations); n != 2 {
@@ -131,6 +136,14 @@ func TestCommandRedeliveredAfterACrashIsAppliedOnce(t *testing.T) {
 				t.Errorf("tool progress mode %q (%v), want new: cycled once from off", mode, err)
 			}
 		}},
+		{name: "fast", command: "fast", text: "/fast fast", provider: Provider{Kind: "openai", Model: "gpt-5.4"},
+			answer: "⚡ ✓ Priority Processing: **FAST**",
+			between: func(t *testing.T, e *env) {
+				if got := e.ask("alice", "/fast normal"); !strings.HasPrefix(got, "⚡ ✓ Priority Processing: **NORMAL**") {
+					t.Fatalf("/fast normal answered %q", got)
+				}
+			},
+			state: snapshot(`SELECT service_tier FROM sessions WHERE session_key = $1`, key)},
 		{name: "stop", command: "stop", text: "/stop", answer: "No active task to stop.", state: stopState},
 		{name: "cron add", command: "cron", text: "/cron add 30m Check the build", answer: "Created job: ", state: cronState, check: func(t *testing.T, e *env) {
 			if n := snapshot(`SELECT count(*)::text FROM cron_jobs`)(t, e); n != "1" {
@@ -153,6 +166,7 @@ func TestCommandRedeliveredAfterACrashIsAppliedOnce(t *testing.T) {
 			cfg := testConfig()
 			cfg.ToolProgressCommand = true
 			cfg.VoiceReplies = true
+			e.provider = tt.provider
 			e.startToolProgressRouter(cfg, nil)
 			if tt.setup != nil {
 				tt.setup(t, e)
@@ -172,6 +186,10 @@ func TestCommandRedeliveredAfterACrashIsAppliedOnce(t *testing.T) {
 			e.publish(ev)
 			waitFor(t, "the answer", func() bool { return len(answers()) == 1 })
 			waitFor(t, "inbound drained", e.inboundDrained)
+			if tt.between != nil {
+				tt.between(t, e)
+				waitFor(t, "inbound drained", e.inboundDrained)
+			}
 			stored := func() uint64 {
 				t.Helper()
 				st, err := e.bus.JetStream().Stream(ctx, e.bus.Topology().Stream(bus.StreamReplies))

@@ -14,7 +14,7 @@ func TestQuickCommandConfig(t *testing.T) {
 		qc   map[string]QuickCommand
 		want string // "" when valid
 	}{
-		{"alias", map[string]QuickCommand{"fast": {Type: "alias", Target: "/model gpt-4o-mini"}}, ""},
+		{"alias", map[string]QuickCommand{"mini": {Type: "alias", Target: "/model gpt-4o-mini"}}, ""},
 		{"target without slash", map[string]QuickCommand{"later": {Type: "alias", Target: "queue"}}, ""},
 		{"target an alias of a built-in", map[string]QuickCommand{"fresh": {Type: "alias", Target: "/reset"}}, ""},
 		{"exec", map[string]QuickCommand{"disk": {Type: "exec", Command: "df -h"}}, "type exec"},
@@ -55,7 +55,7 @@ func TestQuickCommands(t *testing.T) {
 	cfg := testConfig()
 	cfg.Admins = map[string][]string{"telegram": {"alice"}}
 	cfg.QuickCommands = map[string]QuickCommand{
-		"fast":  {Type: "alias", Target: "/model gpt-4o-mini"},
+		"mini":  {Type: "alias", Target: "/model gpt-4o-mini"},
 		"m":     {Type: "alias", Target: "model"},
 		"later": {Type: "alias", Target: "/queue"},
 	}
@@ -63,13 +63,13 @@ func TestQuickCommands(t *testing.T) {
 	tests := []struct {
 		user, text, want string
 	}{
-		{"alice", "/help", "Quick commands:\n/fast — /model gpt-4o-mini\n/later — /queue\n/m — /model"},
-		{"alice", "/fast", "This session now uses gpt-4o-mini."},
+		{"alice", "/help", "Quick commands:\n/later — /queue\n/m — /model\n/mini — /model gpt-4o-mini"},
+		{"alice", "/mini", "This session now uses gpt-4o-mini."},
 		{"alice", "/status", "Model: gpt-4o-mini"},
 		{"alice", "/M  claude-x", "This session now uses claude-x."},
 		{"alice", "/m", "This session uses claude-x."},
 		{"alice", "/later", "Usage: /queue <prompt>"},
-		{"bob", "/fast", "/model is reserved for admins here."},
+		{"bob", "/mini", "/model is reserved for admins here."},
 		{"alice", "/fats", "Unknown command /fats."},
 	}
 	for _, tt := range tests {

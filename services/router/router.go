@@ -138,6 +138,10 @@ type Config struct {
 	// and turns carry it; without one /voice says voice replies are not
 	// configured and turns carry none (voice.go).
 	VoiceReplies bool `koanf:"-"`
+	// ServiceTier is the fast mode of sessions that did not choose with
+	// /fast (agent.service_tier: normal, the default, or fast); /fast
+	// shows it (fast.go).
+	ServiceTier string `koanf:"-"`
 }
 
 // BackgroundConfig is router.background.

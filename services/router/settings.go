@@ -112,8 +112,8 @@ func (s *Service) reasoningCommand(ctx context.Context, st *sessionstore.Store, 
 	return "⚠️ Unknown argument: `" + preview(arg, 64) + "`\n\n**Valid levels:** none, minimal, low, medium, high, xhigh\n**Display:** show, hide", nil
 }
 
-// chatSettings is /status's lines for the chat's own /personality and
-// /reasoning, each only when the chat set it (a line a line, each ending
+// chatSettings is /status's lines for the chat's own /personality,
+// /reasoning and /fast, each only when the chat set it (a line a line, each ending
 // in a newline; "" when none is set).
 func chatSettings(sess sessionstore.Session) string {
 	var b strings.Builder
@@ -125,6 +125,9 @@ func chatSettings(sess sessionstore.Session) string {
 	}
 	if sess.ShowReasoning {
 		b.WriteString("Reasoning display: on\n")
+	}
+	if sess.ServiceTier != "" {
+		b.WriteString("Fast mode: " + sess.ServiceTier + "\n")
 	}
 	return b.String()
 }

@@ -21,6 +21,7 @@ import (
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
 	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
+	"github.com/switchboard-chat/switchboard/pkg/llm"
 	"github.com/switchboard-chat/switchboard/pkg/personality"
 	"github.com/switchboard-chat/switchboard/pkg/redisx"
 	"github.com/switchboard-chat/switchboard/pkg/sessionkey"
@@ -156,6 +157,10 @@ func (s *Service) publishTurn(ctx context.Context, key, token, turnID string, t 
 	}
 	if personality.ValidEffort(t.Session.ReasoningEffort) {
 		req.ReasoningEffort = t.Session.ReasoningEffort
+	}
+	// /fast's choice; none: the worker's agent.service_tier.
+	if tier := t.Session.ServiceTier; tier == llm.TierFast || tier == llm.TierNormal {
+		req.ServiceTier = tier
 	}
 	if name := t.Session.Personality; name != "" {
 		prompt, ok := personality.Lookup(s.cfg.Personalities, name)

@@ -29,7 +29,7 @@ func (e *env) startRouterWith(cfg Config, b *bus.Bus, edit func(*Deps)) {
 	if b == nil {
 		b = e.bus
 	}
-	deps := Deps{Bus: b, DB: e.db, Redis: e.rdb, RedisPrefix: e.prefix, Environ: []string{}, Homes: e.homes}
+	deps := Deps{Bus: b, DB: e.db, Redis: e.rdb, RedisPrefix: e.prefix, Environ: []string{}, Homes: e.homes, Provider: e.provider}
 	edit(&deps)
 	s, err := New(cfg, deps)
 	if err != nil {

@@ -195,6 +195,7 @@ type turnOpts struct {
 	footer      bool                       // the chat's runtime footer is on (/footer)
 	side        string                     // a /btw side question about this conversation (session id)
 	voiceMode   string                     // the chat's voice reply mode (/voice)
+	tier        string                     // the session's fast mode (/fast)
 }
 
 // requestTurn does what the router does: wait for and take the session
@@ -240,6 +241,7 @@ func (h *harness) requestTurn(key, text string, o turnOpts) *turnsv1.TurnRequest
 		CompressFocus:    o.focus,
 		RuntimeFooter:    o.footer,
 		VoiceMode:        o.voiceMode,
+		ServiceTier:      o.tier,
 	}
 	if o.side != "" {
 		req.SideQuestion = &turnsv1.SideQuestion{SessionId: o.side}

@@ -266,7 +266,7 @@ func (r *turnRun) runLoop(ctx context.Context) (store.Final, error) {
 			}
 			r.log.Warn("model call failed; ending the turn", "class", string(llm.ClassOf(err)), "err", err)
 			return r.finish(ctx, ls, nil, store.Final{Status: store.StatusFailed, Kind: store.FinalError,
-				ErrorCode: errorCode(err), Text: llm.UserMessage(err)})
+				ErrorCode: errorCode(err), Text: r.failureText(err, model)})
 		}
 		msg := store.Message{Role: llm.RoleAssistant, Content: resp.Text, Thinking: resp.Thinking}
 		for _, tc := range resp.ToolCalls {
@@ -823,7 +823,7 @@ const tracerName = "github.com/switchboard-chat/switchboard/services/worker"
 // arrive (coalesced to one event per DeltaInterval); offers the model the tools (not when it must answer).
 func (r *turnRun) callModel(ctx context.Context, b Backend, model, system string, ls *loopState, withTools bool) (*llm.Response, error) {
 	req := llm.Request{Model: model, System: system, Messages: r.messages(ls),
-		MaxTokens: r.s.cfg.Agent.MaxTokens, CacheSystem: true, ReasoningEffort: r.reasoningEffort()}
+		MaxTokens: r.s.cfg.Agent.MaxTokens, CacheSystem: true, ReasoningEffort: r.reasoningEffort(), Fast: r.fast()}
 	if withTools {
 		req.Tools = r.s.tools.Specs()
 	}
@@ -936,6 +936,38 @@ func (r *turnRun) reasoningEffort() string {
 		return e
 	}
 	return r.s.cfg.Agent.ReasoningEffort
+}
+
+// fast reports whether the turn's model calls ask for fast processing:
+// the session's /fast, else agent.service_tier. The provider sends it
+// only for a model that has it (llm.FastModeSupported).
+func (r *turnRun) fast() bool {
+	tier := r.req.GetServiceTier()
+	if tier == "" {
+		tier = r.s.cfg.Agent.ServiceTier
+	}
+	t, _ := llm.ParseServiceTier(tier)
+	return t == llm.TierFast
+}
+
+// failureText is what the user is told of a model call that failed with
+// err. A provider refusing the fast tier (a 400 naming service_tier or
+// speed) is named as such, with how to turn /fast off: the turn fails
+// rather than run at the standard tier unasked, which Hermes's users
+// would not see either (Hermes offers /fast only for the models that
+// have it; a provider that refuses it still fails the turn there).
+func (r *turnRun) failureText(err error, model string) string {
+	if !r.fast() || llm.ClassOf(err) != llm.BadRequest {
+		return llm.UserMessage(err)
+	}
+	if model == "" {
+		model = r.s.llm.Model
+	}
+	if llm.FastRefused(err) {
+		return "⚡ The AI service refused fast mode (Priority Processing) for `" + model + "`, so this message was not answered. " +
+			"Send `/fast normal` to turn it off for this chat, then send your message again."
+	}
+	return llm.UserMessage(err) + " Fast mode is on for this chat (`/fast`); if the model does not offer it, `/fast normal` turns it off."
 }
 
 // addUsage counts a model call's tokens for the turn.

@@ -140,6 +140,13 @@ type AgentConfig struct {
 	// did not choose its own with /reasoning: none, minimal, low,
 	// medium, high or xhigh; empty sends none (the provider's default).
 	ReasoningEffort string `koanf:"reasoning_effort"`
+	// ServiceTier is the fast mode of sessions that did not choose with
+	// /fast (Hermes's agent.service_tier): normal (the default, also
+	// "") or fast, which asks OpenAI for Priority Processing
+	// (service_tier "priority") and Anthropic for fast mode (speed
+	// "fast") on the models that have it. Hermes's aliases (priority,
+	// on; standard, default, off, none) are read too.
+	ServiceTier string `koanf:"service_tier"`
 }
 
 // Client system modes (AgentConfig.ClientSystem).

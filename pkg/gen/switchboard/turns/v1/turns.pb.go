@@ -240,7 +240,12 @@ type TurnRequested struct {
 	// turns; it reads the conversation side_question names as its context,
 	// offers the model no tools, writes nothing to any transcript, and
 	// delivers its answer to the chat under Hermes's "💬 /btw:" header.
-	SideQuestion  *SideQuestion `protobuf:"bytes,26,opt,name=side_question,json=sideQuestion,proto3" json:"side_question,omitempty"`
+	SideQuestion *SideQuestion `protobuf:"bytes,26,opt,name=side_question,json=sideQuestion,proto3" json:"side_question,omitempty"`
+	// The session's fast mode set with /fast: "fast" (OpenAI's
+	// service_tier "priority", Anthropic's speed "fast") or "normal".
+	// Empty: agent.service_tier. The worker asks for it on the turn's
+	// model calls when the model has it (llm.FastModeSupported).
+	ServiceTier   string `protobuf:"bytes,27,opt,name=service_tier,json=serviceTier,proto3" json:"service_tier,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -441,6 +446,13 @@ func (x *TurnRequested) GetSideQuestion() *SideQuestion {
 		return x.SideQuestion
 	}
 	return nil
+}
+
+func (x *TurnRequested) GetServiceTier() string {
+	if x != nil {
+		return x.ServiceTier
+	}
+	return ""
 }
 
 // SideQuestion is what a /btw turn asks about.
@@ -909,7 +921,7 @@ var File_switchboard_turns_v1_turns_proto protoreflect.FileDescriptor
 
 const file_switchboard_turns_v1_turns_proto_rawDesc = "" +
 	"\n" +
-	" switchboard/turns/v1/turns.proto\x12\x14switchboard.turns.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\"switchboard/events/v1/events.proto\"\x8e\b\n" +
+	" switchboard/turns/v1/turns.proto\x12\x14switchboard.turns.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\"switchboard/events/v1/events.proto\"\xb1\b\n" +
 	"\rTurnRequested\x12\x17\n" +
 	"\aturn_id\x18\x01 \x01(\tR\x06turnId\x12\x1f\n" +
 	"\vsession_key\x18\x02 \x01(\tR\n" +
@@ -943,7 +955,8 @@ const file_switchboard_turns_v1_turns_proto_rawDesc = "" +
 	"\x0ecompress_focus\x18\x17 \x01(\tR\rcompressFocus\x12\x1d\n" +
 	"\n" +
 	"voice_mode\x18\x18 \x01(\tR\tvoiceMode\x12G\n" +
-	"\rside_question\x18\x1a \x01(\v2\".switchboard.turns.v1.SideQuestionR\fsideQuestion\"-\n" +
+	"\rside_question\x18\x1a \x01(\v2\".switchboard.turns.v1.SideQuestionR\fsideQuestion\x12!\n" +
+	"\fservice_tier\x18\x1b \x01(\tR\vserviceTier\"-\n" +
 	"\fSideQuestion\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\"\xde\x01\n" +
