@@ -38,7 +38,7 @@ var helpText = strings.Join([]string{
 	"/branch [title] (/fork) — continue in a copy of this conversation; /resume goes back",
 	"/retry — run your last message again",
 	"/undo [n] — remove the last n exchanges",
-	"/compress [focus] — summarize the older part of the conversation now",
+	"/compress [here [N] | focus | --preview] — summarize the older part of the conversation now; here N: all but the last N exchanges (default 2); focus: keep what concerns it in detail; --preview: only say what it would do",
 	"/personality [name] — list personalities, or set this chat's (none clears it)",
 	"/reasoning [level|show|hide] — reasoning effort (none, minimal, low, medium, high, xhigh, reset) and whether the model's thinking is shown",
 	"/yolo — turn on or off running dangerous commands in this chat without asking",
@@ -322,11 +322,19 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 		})
 	case "retry", "undo", "compress":
 		m.ev.TranscriptCommand = cmd.Name
-		if focus := command.CompressFocus(cmd.Args); cmd.Name == "compress" && focus != "" {
-			// "/compress <focus>", Hermes's focus topic: it waits in the
-			// queue with the command and goes to the worker on the turn
-			// (publishTurn: TurnRequested.compress_focus).
-			m.ev.TranscriptCommand = "compress " + focus
+		if cmd.Name == "compress" {
+			// Hermes's "/compress [here [N] | focus topic | --preview]":
+			// the argument waits in the queue with the command, as
+			// ParseCompress reads it, and goes to the worker on the turn
+			// (publishTurn: TurnRequested.compress_focus,
+			// compress_keep_last, compress_preview).
+			c := command.ParseCompress(cmd.Args)
+			if c.Aggressive {
+				return reply(sess.Generation, compressAggressive)
+			}
+			if arg := c.String(); arg != "" {
+				m.ev.TranscriptCommand = "compress " + arg
+			}
 		}
 		if cmd.Name == "undo" && cmd.Args != "" {
 			n, err := strconv.Atoi(cmd.Args)
@@ -542,6 +550,10 @@ func invisible(r rune) bool {
 	}
 	return false
 }
+
+// compressAggressive is Hermes's refusal of "/compress --aggressive",
+// which it has no way to carry out (nor has Switchboard).
+const compressAggressive = "--aggressive is not supported; use '/compress here [N]' to keep only recent exchanges, or /undo to drop turns."
 
 // approvalReply is Hermes's confirmation of an answer to an approval;
 // args is /approve's argument ("session" or "always" make it stand) or

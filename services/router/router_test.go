@@ -1089,7 +1089,8 @@ func TestTranscriptCommandsAreMarkedTurns(t *testing.T) {
 	forged := dm("alice", "just text")
 	forged.TranscriptCommand = "undo 50"
 	locker := redisx.NewLocker(e.rdb, e.prefix)
-	for i, ev := range []*eventsv1.MessageReceived{dm("alice", "/retry"), dm("alice", "/UNDO 3"), dm("alice", "/undo"), dm("alice", "/compress travel plans"), dm("alice", "/compress"), dm("alice", "/compress  the\n\"db\"   migration "), forged} {
+	for i, ev := range []*eventsv1.MessageReceived{dm("alice", "/retry"), dm("alice", "/UNDO 3"), dm("alice", "/undo"), dm("alice", "/compress travel plans"), dm("alice", "/compress"), dm("alice", "/compress  the\n\"db\"   migration "),
+		dm("alice", "/compress here"), dm("alice", "/compress HERE 5 --dry-run"), dm("alice", "/compress —preview auth bugs"), dm("alice", "/compress up to here 500"), forged} {
 		// One at a time: /retry and /undo are refused while a turn runs.
 		e.publish(ev)
 		waitFor(t, fmt.Sprintf("turn %d", i+1), func() bool { turns, _ := w.snapshot(); return len(turns) == i+1 })
@@ -1100,8 +1101,13 @@ func TestTranscriptCommandsAreMarkedTurns(t *testing.T) {
 	}
 	turns, _ := w.snapshot()
 	want := map[string]string{"/retry": "retry", "/UNDO 3": "undo 3", "/undo": "undo", "/compress travel plans": "compress",
-		"/compress": "compress", "/compress  the\n\"db\"   migration ": "compress", "just text": ""}
-	focus := map[string]string{"/compress travel plans": "travel plans", "/compress  the\n\"db\"   migration ": `the "db" migration`}
+		"/compress": "compress", "/compress  the\n\"db\"   migration ": "compress", "just text": "",
+		"/compress here": "compress", "/compress HERE 5 --dry-run": "compress", "/compress —preview auth bugs": "compress", "/compress up to here 500": "compress"}
+	focus := map[string]string{"/compress travel plans": "travel plans", "/compress  the\n\"db\"   migration ": `the "db" migration`,
+		"/compress —preview auth bugs": "auth bugs"}
+	// Hermes's "here [N]" (2 by default, at most 100) and --preview.
+	keep := map[string]int32{"/compress here": 2, "/compress HERE 5 --dry-run": 5, "/compress up to here 500": 100}
+	preview := map[string]bool{"/compress HERE 5 --dry-run": true, "/compress —preview auth bugs": true}
 	for _, tr := range turns {
 		in := tr.GetInputs()
 		if len(in) != 1 {
@@ -1113,6 +1119,18 @@ func TestTranscriptCommandsAreMarkedTurns(t *testing.T) {
 		if got, w := tr.GetCompressFocus(), focus[in[0].GetText()]; got != w {
 			t.Errorf("%q: compress focus %q, want %q", in[0].GetText(), got, w)
 		}
+		if k, p := tr.GetCompressKeepLast(), tr.GetCompressPreview(); k != keep[in[0].GetText()] || p != preview[in[0].GetText()] {
+			t.Errorf("%q: compress keep_last %d, preview %v; want %d, %v", in[0].GetText(), k, p, keep[in[0].GetText()], preview[in[0].GetText()])
+		}
+	}
+	// Hermes refuses --aggressive, preview or not; nothing is queued.
+	for _, text := range []string{"/compress --aggressive", "/compress --preview --aggressive here"} {
+		if got := e.ask("alice", text); got != compressAggressive {
+			t.Errorf("%s: answered %q, want %q", text, got, compressAggressive)
+		}
+	}
+	if turns, _ := w.snapshot(); len(turns) != 11 {
+		t.Errorf("%d turns, want 11: --aggressive runs none", len(turns))
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/switchboard-chat/switchboard/pkg/bus"
+	"github.com/switchboard-chat/switchboard/pkg/command"
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
@@ -177,12 +178,14 @@ func (s *Service) publishTurn(ctx context.Context, key, token, turnID string, t 
 		}
 	}
 	if len(req.Inputs) == 1 {
-		if focus, ok := strings.CutPrefix(req.Inputs[0].GetTranscriptCommand(), "compress "); ok {
-			// The focus of /compress <focus> rides on the turn, the
-			// command on its input.
+		if arg, ok := strings.CutPrefix(req.Inputs[0].GetTranscriptCommand(), "compress "); ok {
+			// /compress's argument rides on the turn, the command on
+			// its input.
+			c := command.ParseCompress(arg)
 			in := proto.CloneOf(req.Inputs[0])
 			in.TranscriptCommand = "compress"
-			req.Inputs[0], req.CompressFocus = in, focus
+			req.Inputs[0] = in
+			req.CompressFocus, req.CompressKeepLast, req.CompressPreview = c.Focus, int32(c.Keep), c.Preview
 		}
 	}
 	if len(t.Inputs) > 0 {

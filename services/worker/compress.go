@@ -62,17 +62,16 @@ func estimateTokens(system string, summary string, parts ...[]store.Message) int
 // summary is stored under the turn's generation and replaces the
 // summarised messages from then on. done reports whether the prompt got
 // shorter.
-func (r *turnRun) compress(ctx context.Context, b Backend, model, system string, ls *loopState, force bool, focus string) (done bool, err error) {
+//
+// keep > 0 is "/compress here N": the last keep exchanges are kept
+// instead (compressCut).
+func (r *turnRun) compress(ctx context.Context, b Backend, model, system string, ls *loopState, force bool, focus string, keep int) (done bool, err error) {
 	a := r.s.cfg.Agent
 	limit := int(float64(a.ContextWindow) * a.CompressAt)
 	if !force && estimateTokens(system, ls.summary, ls.prior, ls.turn) <= limit {
 		return false, nil
 	}
-	cut := len(ls.prior) - a.ProtectLast
-	// Never separate a tool result from its call: keep from a non-tool message.
-	for cut > 0 && cut < len(ls.prior) && ls.prior[cut].Role == llm.RoleTool {
-		cut--
-	}
+	cut, _ := r.compressCut(ls, keep)
 	if cut <= 0 {
 		return false, nil
 	}
@@ -97,6 +96,27 @@ func (r *turnRun) compress(ctx context.Context, b Backend, model, system string,
 	ls.summary = summary
 	ls.prior = ls.prior[cut:]
 	return true, nil
+}
+
+// compressCut is where compression cuts ls.prior: the messages before
+// cut are summarised, the rest kept verbatim; cut <= 0 leaves nothing to
+// summarise. keep > 0 ("/compress here N", Hermes's "summarise up to
+// here") keeps the last keep exchanges, from the keep-th last user
+// message; when that would keep everything (fewer exchanges than keep)
+// it falls back to the full form, as Hermes does, and partial is false.
+// The full form keeps the last agent.protect_last messages and never
+// separates a tool result from its call.
+func (r *turnRun) compressCut(ls *loopState, keep int) (cut int, partial bool) {
+	if keep > 0 {
+		if i, _ := cutAt(ls.prior, keep); i > 0 {
+			return i, true
+		}
+	}
+	cut = len(ls.prior) - r.s.cfg.Agent.ProtectLast
+	for cut > 0 && cut < len(ls.prior) && ls.prior[cut].Role == llm.RoleTool {
+		cut--
+	}
+	return cut, false
 }
 
 // summaryInput is what the summary call reads: the earlier summary and the

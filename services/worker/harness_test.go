@@ -192,6 +192,8 @@ type turnOpts struct {
 	background  string                     // the /background task the turn runs
 	noYolo      bool                       // router.yolo_command is off (yolo_disabled)
 	focus       string                     // the focus topic of /compress <focus>
+	keep        int32                      // /compress here N
+	preview     bool                       // /compress --preview
 	footer      bool                       // the chat's runtime footer is on (/footer)
 	side        string                     // a /btw side question about this conversation (session id)
 	voiceMode   string                     // the chat's voice reply mode (/voice)
@@ -239,6 +241,8 @@ func (h *harness) requestTurn(key, text string, o turnOpts) *turnsv1.TurnRequest
 		BackgroundTaskId: o.background,
 		YoloDisabled:     o.noYolo,
 		CompressFocus:    o.focus,
+		CompressKeepLast: o.keep,
+		CompressPreview:  o.preview,
 		RuntimeFooter:    o.footer,
 		VoiceMode:        o.voiceMode,
 		ServiceTier:      o.tier,

@@ -203,7 +203,7 @@ func (r *turnRun) runLoop(ctx context.Context) (store.Final, error) {
 			return store.Final{}, err
 		}
 	}
-	if _, err := r.compress(ctx, backend, model, system, ls, false, ""); err != nil {
+	if _, err := r.compress(ctx, backend, model, system, ls, false, "", 0); err != nil {
 		return store.Final{}, err
 	}
 	// The provider refused the prompt as too long once in this turn: a
@@ -247,7 +247,7 @@ func (r *turnRun) runLoop(ctx context.Context) (store.Final, error) {
 			// The estimate was short of the provider's count: summarise
 			// the older messages now and ask once more, as Hermes does.
 			overflowed = true
-			shorter, cerr := r.compress(ctx, backend, model, system, ls, true, "")
+			shorter, cerr := r.compress(ctx, backend, model, system, ls, true, "", 0)
 			if cerr != nil {
 				return store.Final{}, cerr
 			}

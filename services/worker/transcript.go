@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/switchboard-chat/switchboard/pkg/command"
 	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
 	"github.com/switchboard-chat/switchboard/pkg/llm"
 	"github.com/switchboard-chat/switchboard/services/worker/internal/store"
@@ -101,7 +102,9 @@ func (r *turnRun) beginTranscriptCommand(ls *loopState, cmd transcriptCommand) {
 // Hermes's words, without a call to the model as the user's input. As
 // Hermes's, "/compress <focus>" (TurnRequested.compress_focus) asks the
 // summary to keep what concerns the focus topic in full detail, and the
-// answer names it.
+// answer names it; "/compress here N" (compress_keep_last) keeps the
+// last N exchanges instead and summarises everything before them; and
+// "/compress --preview" (compress_preview) only says what it would do.
 func (r *turnRun) compressCommand(ctx context.Context, b Backend, model, system string, ls *loopState) (store.Final, error) {
 	// As in Hermes, an earlier summary counts as a message.
 	before, tokens := len(ls.prior), estimateTokens(system, ls.summary, ls.prior)
@@ -111,24 +114,70 @@ func (r *turnRun) compressCommand(ctx context.Context, b Backend, model, system 
 	if before < 4 {
 		return r.finishWith(ctx, ls, "Not enough conversation to compress (need at least 4 messages).")
 	}
-	focus := compressFocusOf(r.req)
-	done, err := r.compress(ctx, b, model, system, ls, true, focus)
+	focus, keep := compressFocusOf(r.req), compressKeepOf(r.req)
+	if r.req.GetCompressPreview() {
+		return r.finishWith(ctx, ls, r.compressPreview(ls, before, tokens, keep, focus))
+	}
+	cut, partial := r.compressCut(ls, keep)
+	if cut <= 0 {
+		return r.finishWith(ctx, ls, fmt.Sprintf("Nothing to compress yet: the last %d messages are always kept as they are.", r.s.cfg.Agent.ProtectLast))
+	}
+	kept := len(ls.prior) - cut
+	done, err := r.compress(ctx, b, model, system, ls, true, focus, keep)
 	if err != nil {
 		return store.Final{}, err
 	}
 	if !done {
-		if len(ls.prior) <= r.s.cfg.Agent.ProtectLast {
-			return r.finishWith(ctx, ls, fmt.Sprintf("Nothing to compress yet: the last %d messages are always kept as they are.", r.s.cfg.Agent.ProtectLast))
-		}
 		return r.finishWith(ctx, ls, "Compression failed: the model gave no summary. Try again later.")
 	}
 	after := len(ls.prior) + 1 // the summary stands for the rest
 	lines := fmt.Sprintf("🗜️ Compressed: %d → %d messages\n", before, after)
+	if partial {
+		lines += fmt.Sprintf("Kept the last %d exchange(s) (%d message(s)) verbatim.\n", keep, kept)
+	}
 	if focus != "" {
 		lines += fmt.Sprintf("Focus: \"%s\"\n", focus)
 	}
 	return r.finishWith(ctx, ls, lines+fmt.Sprintf("~%s → ~%s tokens",
 		thousands(tokens), thousands(estimateTokens(system, ls.summary, ls.prior))))
+}
+
+// compressKeepOf is the turn's "/compress here N" (0: the full form),
+// within the bounds the router gives it, so a turn from elsewhere keeps
+// no more than command.CompressKeepMax exchanges.
+func compressKeepOf(req *turnsv1.TurnRequested) int {
+	return min(max(int(req.GetCompressKeepLast()), 0), command.CompressKeepMax)
+}
+
+// compressPreview is Hermes's answer to "/compress --preview": what the
+// compression would summarise and keep, each line under 🗜️, with no
+// model call and nothing written (the command's turn stores its answer
+// alone, never in the transcript). before and tokens are the
+// conversation's messages (an earlier summary counting as one) and its
+// estimated tokens.
+func (r *turnRun) compressPreview(ls *loopState, before, tokens, keep int, focus string) string {
+	cut, partial := r.compressCut(ls, keep)
+	lines := []string{"Preview — no changes made."}
+	if cut <= 0 {
+		lines = append(lines, fmt.Sprintf("Nothing to compress yet: the last %d messages are always kept as they are.", r.s.cfg.Agent.ProtectLast))
+	} else {
+		head := cut
+		if ls.summary != "" {
+			head++ // the earlier summary is folded into the new one
+		}
+		lines = append(lines, fmt.Sprintf("Would compress %d of %d message(s) (~%s tokens currently in context).", head, before, thousands(tokens)))
+	}
+	switch {
+	case partial:
+		lines = append(lines, fmt.Sprintf("Boundary: keeping the last %d exchange(s) (%d message(s)) verbatim.", keep, len(ls.prior)-cut))
+	case keep > 0:
+		lines = append(lines, "Boundary: 'here' split would keep everything — falling back to full compression.")
+	}
+	if focus != "" {
+		lines = append(lines, fmt.Sprintf("Focus topic: \"%s\"", focus))
+	}
+	lines = append(lines, "Run the command again without --preview to apply.")
+	return "🗜️ " + strings.Join(lines, "\n🗜️ ")
 }
 
 // thousands writes n with comma separators, as Python's {n:,}.

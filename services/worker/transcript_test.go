@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -248,5 +249,87 @@ func TestCompressCommandFocus(t *testing.T) {
 				t.Errorf("the summary request holds a focus longer than %d characters", command.CompressFocusMax)
 			}
 		})
+	}
+}
+
+// "/compress here N" (compress_keep_last) keeps the last N exchanges
+// verbatim and summarises everything before them, falling back to the
+// full form when N exchanges are all there is; "/compress --preview"
+// (compress_preview) answers what either would do in Hermes's words and
+// changes nothing: no model call, no summary, the transcript as it was.
+func TestCompressCommandHereAndPreview(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.setGeneration("s1", 1)
+	h.startWorker("w1", func(c *worker.Config, _ *worker.Deps) { c.Agent.ProtectLast = 2 })
+	turn := func(o turnOpts) string {
+		t.Helper()
+		req := h.requestTurn("s1", "/compress", o)
+		if done := h.waitCompleted(req.TurnId); done.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED {
+			t.Fatalf("%+v: %v %s", o, done.GetStatus(), done.GetError())
+		}
+		return checkReplies(t, h.replies(req.TurnId)).GetFinalText().GetText()
+	}
+	state := func() string {
+		t.Helper()
+		var s string
+		if err := h.db.QueryRow(context.Background(), `SELECT (SELECT count(*) FROM transcript_messages WHERE session_id = 'sid-s1') || ' ' ||
+			(SELECT count(*) FROM transcript_summaries WHERE session_id = 'sid-s1')`).Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	for _, text := range []string{"one", "two", "three", "four"} {
+		h.waitCompleted(h.requestTurn("s1", text, turnOpts{}).TurnId)
+	}
+	before, calls := state(), len(h.fake.Requests())
+	const (
+		head  = "🗜️ Preview — no changes made.\n🗜️ Would compress 6 of 8 message(s) (~"
+		apply = "🗜️ Run the command again without --preview to apply."
+	)
+	for _, tt := range []struct {
+		name  string
+		o     turnOpts
+		lines []string // after the head's line
+	}{
+		{"full", turnOpts{preview: true}, []string{apply}},
+		{"focus", turnOpts{preview: true, focus: "auth bugs"}, []string{`🗜️ Focus topic: "auth bugs"`, apply}},
+		{"here 1", turnOpts{preview: true, keep: 1}, []string{"🗜️ Boundary: keeping the last 1 exchange(s) (2 message(s)) verbatim.", apply}},
+		{"here 4: everything", turnOpts{preview: true, keep: 4},
+			[]string{"🗜️ Boundary: 'here' split would keep everything — falling back to full compression.", apply}},
+	} {
+		o := tt.o
+		o.command = "compress"
+		got := turn(o)
+		lines := strings.Split(got, "\n")
+		if !strings.HasPrefix(got, head) || len(lines) != 2+len(tt.lines) || !slices.Equal(lines[2:], tt.lines) ||
+			!strings.HasSuffix(lines[1], " tokens currently in context).") {
+			t.Errorf("%s: preview %q, want %q… then %q", tt.name, got, head, tt.lines)
+		}
+	}
+	if after, n := state(), len(h.fake.Requests())-calls; after != before || n != 0 {
+		t.Fatalf("the previews changed the transcript (%s → %s messages, summaries) or called the model %d times", before, after, n)
+	}
+
+	// here 3: the first exchange is summarised, the last three kept.
+	got := turn(turnOpts{command: "compress", keep: 3})
+	if want := "🗜️ Compressed: 8 → 7 messages\nKept the last 3 exchange(s) (6 message(s)) verbatim.\n~"; !strings.HasPrefix(got, want) {
+		t.Errorf("/compress here 3 answered %q, want it to start %q", got, want)
+	}
+	reqs := h.fake.Requests()[calls:]
+	if len(reqs) != 1 || !strings.Contains(reqs[0].Messages[0].Content, "user: one") || strings.Contains(reqs[0].Messages[0].Content, "two") {
+		t.Fatalf("/compress here 3 made %d model calls (%+v), want the summary's of the first exchange alone", len(reqs), reqs)
+	}
+	calls = len(h.fake.Requests())
+	h.waitCompleted(h.requestTurn("s1", "five", turnOpts{}).TurnId)
+	next := h.fake.Requests()[calls]
+	var users []string
+	for _, m := range next.Messages {
+		if m.Role == "user" {
+			users = append(users, m.Content)
+		}
+	}
+	if len(users) != 5 || !strings.HasPrefix(users[0], "[Summary of the earlier conversation]") || !slices.Equal(users[1:], []string{"two", "three", "four", "five"}) {
+		t.Errorf("the turn after /compress here 3 sent the user messages %q, want the summary, then two to five verbatim", users)
 	}
 }

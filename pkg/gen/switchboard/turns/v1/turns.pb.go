@@ -245,9 +245,20 @@ type TurnRequested struct {
 	// service_tier "priority", Anthropic's speed "fast") or "normal".
 	// Empty: agent.service_tier. The worker asks for it on the turn's
 	// model calls when the model has it (llm.FastModeSupported).
-	ServiceTier   string `protobuf:"bytes,27,opt,name=service_tier,json=serviceTier,proto3" json:"service_tier,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ServiceTier string `protobuf:"bytes,27,opt,name=service_tier,json=serviceTier,proto3" json:"service_tier,omitempty"`
+	// "/compress here [N]" (Hermes's; also "up to here [N]", "--keep N"):
+	// the N most recent exchanges (a user message and what followed it)
+	// are kept verbatim and everything before them is summarised, N from
+	// 1 to 100 (pkg/command ParseCompress). 0: the full form, which keeps
+	// the last agent.protect_last messages; and on every other turn.
+	CompressKeepLast int32 `protobuf:"varint,28,opt,name=compress_keep_last,json=compressKeepLast,proto3" json:"compress_keep_last,omitempty"`
+	// "/compress --preview" (or --dry-run): the worker answers what the
+	// compression would do and changes nothing (no summary, no model
+	// call). A worker of an older release does not know this field and
+	// would compress: upgrade workers before routers.
+	CompressPreview bool `protobuf:"varint,29,opt,name=compress_preview,json=compressPreview,proto3" json:"compress_preview,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *TurnRequested) Reset() {
@@ -453,6 +464,20 @@ func (x *TurnRequested) GetServiceTier() string {
 		return x.ServiceTier
 	}
 	return ""
+}
+
+func (x *TurnRequested) GetCompressKeepLast() int32 {
+	if x != nil {
+		return x.CompressKeepLast
+	}
+	return 0
+}
+
+func (x *TurnRequested) GetCompressPreview() bool {
+	if x != nil {
+		return x.CompressPreview
+	}
+	return false
 }
 
 // SideQuestion is what a /btw turn asks about.
@@ -921,7 +946,7 @@ var File_switchboard_turns_v1_turns_proto protoreflect.FileDescriptor
 
 const file_switchboard_turns_v1_turns_proto_rawDesc = "" +
 	"\n" +
-	" switchboard/turns/v1/turns.proto\x12\x14switchboard.turns.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\"switchboard/events/v1/events.proto\"\xb1\b\n" +
+	" switchboard/turns/v1/turns.proto\x12\x14switchboard.turns.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\"switchboard/events/v1/events.proto\"\x8a\t\n" +
 	"\rTurnRequested\x12\x17\n" +
 	"\aturn_id\x18\x01 \x01(\tR\x06turnId\x12\x1f\n" +
 	"\vsession_key\x18\x02 \x01(\tR\n" +
@@ -956,7 +981,9 @@ const file_switchboard_turns_v1_turns_proto_rawDesc = "" +
 	"\n" +
 	"voice_mode\x18\x18 \x01(\tR\tvoiceMode\x12G\n" +
 	"\rside_question\x18\x1a \x01(\v2\".switchboard.turns.v1.SideQuestionR\fsideQuestion\x12!\n" +
-	"\fservice_tier\x18\x1b \x01(\tR\vserviceTier\"-\n" +
+	"\fservice_tier\x18\x1b \x01(\tR\vserviceTier\x12,\n" +
+	"\x12compress_keep_last\x18\x1c \x01(\x05R\x10compressKeepLast\x12)\n" +
+	"\x10compress_preview\x18\x1d \x01(\bR\x0fcompressPreview\"-\n" +
 	"\fSideQuestion\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\"\xde\x01\n" +
