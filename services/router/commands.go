@@ -228,7 +228,7 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 		}
 		sess = counted[0]
 		return reply(sess.Generation, fmt.Sprintf("Session: %s\nTitle: %s\nKey: %s\nState: %s, %s waiting\nModel: %s\n%sTokens: %d in, %d out\nStarted: %s",
-			sess.ID, title, m.key, state, plural(n, "message"), model, chatSettings(sess), sess.InputTokens, sess.OutputTokens, sess.CreatedAt.UTC().Format("2006-01-02 15:04 MST")))
+			sess.ID, title, m.key, state, plural(n, "message"), model, s.chatSettings(sess, m.key, m.platform), sess.InputTokens, sess.OutputTokens, sess.CreatedAt.UTC().Format("2006-01-02 15:04 MST")))
 	case "usage":
 		// Hermes's /usage: the conversation's token counts, mid-turn too.
 		counted := []sessionstore.Session{sess}

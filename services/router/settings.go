@@ -113,9 +113,12 @@ func (s *Service) reasoningCommand(ctx context.Context, st *sessionstore.Store, 
 }
 
 // chatSettings is /status's lines for the chat's own /personality,
-// /reasoning and /fast, each only when the chat set it (a line a line, each ending
-// in a newline; "" when none is set).
-func chatSettings(sess sessionstore.Session) string {
+// /reasoning, /fast and /voice, each only when the chat set it (a line a
+// line, each ending in a newline; "" when none is set). The voice mode
+// is the one its turns carry (voiceFor: none where voice replies are not
+// configured or the platform cannot send them), named as /voice status
+// names it, Hermes's "Voice mode: On (voice reply to voice messages)".
+func (s *Service) chatSettings(sess sessionstore.Session, key, platform string) string {
 	var b strings.Builder
 	if sess.Personality != "" {
 		b.WriteString("Personality: " + sess.Personality + "\n")
@@ -128,6 +131,9 @@ func chatSettings(sess sessionstore.Session) string {
 	}
 	if sess.ServiceTier != "" {
 		b.WriteString("Fast mode: " + sess.ServiceTier + "\n")
+	}
+	if mode := s.voiceFor(key, platform, sess); mode != "" {
+		b.WriteString("Voice mode: " + voiceLabel(mode) + "\n")
 	}
 	return b.String()
 }

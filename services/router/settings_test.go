@@ -169,3 +169,60 @@ func TestStatusShowsChatSettings(t *testing.T) {
 		}
 	}
 }
+
+// /status shows the chat's /fast and /voice beside /personality and
+// /reasoning, each only while set: the voice mode in /voice status's
+// words (Hermes's), and only as the chat's turns carry it, so a chat on
+// a gateway without voice replies configured shows none.
+func TestStatusShowsFastAndVoice(t *testing.T) {
+	t.Parallel()
+	for _, configured := range []bool{true, false} {
+		e := newEnv(t)
+		e.provider = Provider{Kind: "openai", Model: "gpt-5.4"}
+		cfg := testConfig()
+		cfg.VoiceReplies = configured
+		e.startRouter(cfg, nil, nil)
+		e.startWorker(nil)
+		steps := []struct {
+			cmd        string
+			want, hide []string
+		}{
+			{"", []string{"Model: default\nTokens: "}, []string{"Fast mode", "Voice mode"}},
+			{"/voice on", []string{"Model: default\nVoice mode: On (voice reply to voice messages)\nTokens: "}, []string{"Fast mode"}},
+			{"/fast fast", []string{"Fast mode: fast\nVoice mode: On (voice reply to voice messages)\nTokens: "}, nil},
+			{"/voice tts", []string{"Fast mode: fast\nVoice mode: TTS (voice reply to all messages)\nTokens: "}, nil},
+			{"/voice off", []string{"Fast mode: fast\nTokens: "}, []string{"Voice mode"}},
+			{"/fast normal", []string{"Fast mode: normal\nTokens: "}, []string{"Voice mode"}},
+			{"/voice", []string{"Voice mode: On (voice reply to voice messages)\nTokens: "}, nil},
+		}
+		for _, st := range steps {
+			if st.cmd != "" {
+				e.ask("alice", st.cmd)
+			}
+			got := e.ask("alice", "/status")
+			want, hide := st.want, st.hide
+			if !configured {
+				// /voice stores nothing: no voice line ever.
+				want, hide = nil, []string{"Voice mode"}
+				for _, w := range st.want {
+					if !strings.Contains(w, "Voice mode") {
+						want = append(want, w)
+					}
+				}
+			}
+			for _, w := range want {
+				if !strings.Contains(got, w) {
+					t.Errorf("voice configured %v, after %q: /status %q lacks %q", configured, st.cmd, got, w)
+				}
+			}
+			for _, h := range hide {
+				if strings.Contains(got, h) {
+					t.Errorf("voice configured %v, after %q: /status %q shows %q", configured, st.cmd, got, h)
+				}
+			}
+		}
+		if got := e.ask("bob", "/status"); strings.Contains(got, "Voice mode") || strings.Contains(got, "Fast mode") {
+			t.Errorf("bob's /status shows alice's settings: %q", got)
+		}
+	}
+}
