@@ -35,6 +35,9 @@ import (
 //     (backgroundTasksKey), each task's lock and queue as
 //     runningBackground counts them, with the first words of its prompt
 //     (backgroundPromptsKey) and how long ago it was asked for;
+//   - the chat's /btw side questions in flight, listed with its
+//     /background tasks (recordTask) and shown apart, with the first
+//     words of the question;
 //   - the chat's cron jobs with a run in flight (running_run_id before
 //     running_until; cron_jobs), when there are any.
 //
@@ -74,6 +77,7 @@ func (s *Service) agents(ctx context.Context, m *msgCtx, owner string) error {
 type bgTask struct {
 	id, state, prompt string
 	asked             time.Time
+	side              bool // a /btw side question
 }
 
 // agentsText reads the chat's activity and writes /agents' answer. It
@@ -93,9 +97,17 @@ func (s *Service) agentsText(ctx context.Context, m *msgCtx, owner string) (stri
 	if err != nil {
 		return "", err
 	}
-	tasks, err := s.tasksInFlight(ctx, tasksCmd.Val(), promptsCmd.Val())
+	all, err := s.tasksInFlight(ctx, tasksCmd.Val(), promptsCmd.Val())
 	if err != nil {
 		return "", err
+	}
+	var tasks, sides []bgTask
+	for _, t := range all {
+		if t.side {
+			sides = append(sides, t)
+		} else {
+			tasks = append(tasks, t)
+		}
 	}
 	jobs := s.cronRunning(ctx, m, now)
 
@@ -117,16 +129,10 @@ func (s *Service) agentsText(ctx context.Context, m *msgCtx, owner string) (stri
 		}
 	}
 	fmt.Fprintf(&b, "\n**Background tasks:** %d\n", len(tasks))
-	for i, t := range tasks {
-		if i == agentsListed {
-			fmt.Fprintf(&b, "... and %d more\n", len(tasks)-agentsListed)
-			break
-		}
-		row := fmt.Sprintf("- `%s` · %s · %s", t.id, t.state, uptime(now.Sub(t.asked)))
-		if t.prompt != "" {
-			row += " · " + t.prompt
-		}
-		b.WriteString(row + "\n")
+	writeTasks(&b, tasks, now)
+	if len(sides) > 0 {
+		fmt.Fprintf(&b, "\n**Side questions (/btw):** %d\n", len(sides))
+		writeTasks(&b, sides, now)
 	}
 	if len(jobs) > 0 {
 		fmt.Fprintf(&b, "\n**Cron jobs running:** %d\n", len(jobs))
@@ -142,10 +148,26 @@ func (s *Service) agentsText(ctx context.Context, m *msgCtx, owner string) (stri
 			b.WriteString(row + "\n")
 		}
 	}
-	if owner == "" && waiting == 0 && len(tasks) == 0 && len(jobs) == 0 {
+	if owner == "" && waiting == 0 && len(all) == 0 && len(jobs) == 0 {
 		b.WriteString("\n" + agentsNone + "\n")
 	}
 	return strings.TrimRight(b.String(), "\n"), nil
+}
+
+// writeTasks writes a row a task, the first agentsListed: its id, state,
+// age and the first words of its prompt.
+func writeTasks(b *strings.Builder, tasks []bgTask, now time.Time) {
+	for i, t := range tasks {
+		if i == agentsListed {
+			fmt.Fprintf(b, "... and %d more\n", len(tasks)-agentsListed)
+			return
+		}
+		row := fmt.Sprintf("- `%s` · %s · %s", t.id, t.state, uptime(now.Sub(t.asked)))
+		if t.prompt != "" {
+			row += " · " + t.prompt
+		}
+		b.WriteString(row + "\n")
+	}
 }
 
 // turnRow is the row of the chat's running turn, in Hermes's shape:
@@ -237,7 +259,7 @@ func (s *Service) tasksInFlight(ctx context.Context, list []redis.Z, prompts map
 		if !ok {
 			continue
 		}
-		t.id = id
+		t.id, t.side = id, strings.HasPrefix(id, btwTaskPrefix)
 		switch v := locks[i].Val(); {
 		case strings.Contains(v, "/"):
 			t.state = "running"

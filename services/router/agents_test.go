@@ -11,6 +11,7 @@ import (
 	"github.com/switchboard-chat/switchboard/pkg/cron"
 	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
 	"github.com/switchboard-chat/switchboard/pkg/redisx"
+	"github.com/switchboard-chat/switchboard/pkg/sessionkey"
 	"github.com/switchboard-chat/switchboard/pkg/sessionstore"
 )
 
@@ -280,5 +281,83 @@ func TestAgentsFormatting(t *testing.T) {
 		if got := workerOf(holder); got != want {
 			t.Errorf("workerOf(%q) = %q, want %q", holder, got, want)
 		}
+	}
+}
+
+// A /btw side question in flight is listed apart from the /background
+// tasks, with its question's first words, while its turn runs (the
+// worker holds it, as a slow model would); it is not counted against
+// router.background.max_running (a /bg beside it starts), and once both
+// ended /agents is idle again.
+func TestAgentsShowsSideQuestions(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	cfg := testConfig()
+	cfg.Background.MaxRunning = 1
+	e.startRouter(cfg, nil, nil)
+	release := make(chan struct{})
+	released := false
+	defer func() {
+		if !released {
+			close(release)
+		}
+	}()
+	w := e.startWorker(func(t *turnsv1.TurnRequested) {
+		if t.GetSideQuestion() != nil || t.GetBackgroundTaskId() != "" {
+			<-release
+		}
+	})
+	e.publish(dm("alice", "first"))
+	waitFor(t, "the chat's first turn ends", func() bool {
+		turns, _ := w.snapshot()
+		return len(turns) == 1 && e.lockOf(aliceKey) == ""
+	})
+	question := "which file was it again, the one with the runtime settings for the gateway?"
+	e.publish(dm("alice", "/btw "+question))
+	var side *turnsv1.TurnRequested
+	waitFor(t, "the side question runs", func() bool {
+		turns, _ := w.snapshot()
+		for _, tr := range turns {
+			if tr.GetSideQuestion() != nil {
+				side = tr
+			}
+		}
+		return side != nil && strings.Contains(e.lockOf(side.SessionKey), "/")
+	})
+	id, _ := sessionkey.BackgroundTask(side.SessionKey, "")
+	sideRow := `\*\*Side questions \(/btw\):\*\* 1\n- ` + "`" + regexp.QuoteMeta(id) + "`" + ` · running · \d+s · ` +
+		regexp.QuoteMeta(question[:60]) + `\.\.\.`
+	got := e.ask("alice", "/agents")
+	want := regexp.MustCompile(`^🤖 \*\*Active Agents & Tasks\*\*\n\n\*\*Active agents:\*\* 0\n\n` +
+		`\*\*Background tasks:\*\* 0\n\n` + sideRow + `$`)
+	if !want.MatchString(got) {
+		t.Fatalf("/agents with a side question:\n%s", got)
+	}
+	// max_running 1: the side question does not count.
+	e.publish(dm("alice", "/bg summarize the logs"))
+	var bg *turnsv1.TurnRequested
+	waitFor(t, "the background task runs", func() bool {
+		turns, _ := w.snapshot()
+		for _, tr := range turns {
+			if tr.GetBackgroundTaskId() != "" {
+				bg = tr
+			}
+		}
+		return bg != nil && strings.Contains(e.lockOf(bg.SessionKey), "/")
+	})
+	got = e.ask("alice", "/agents")
+	want = regexp.MustCompile(`\*\*Background tasks:\*\* 1\n- ` + "`" + regexp.QuoteMeta(bg.GetBackgroundTaskId()) + "`" +
+		` · running · \d+s · summarize the logs\n\n` + sideRow + `$`)
+	if !want.MatchString(got) {
+		t.Fatalf("/agents with a background task and a side question:\n%s", got)
+	}
+	if e.countNotices("alice", "already running in this chat") != 0 {
+		t.Fatal("the side question was counted against max_running")
+	}
+	close(release)
+	released = true
+	waitFor(t, "both ended", func() bool { return e.lockOf(side.SessionKey) == "" && e.lockOf(bg.SessionKey) == "" })
+	if got := e.ask("alice", "/agents"); got != idleAgents {
+		t.Fatalf("/agents once both ended:\n%s", got)
 	}
 }

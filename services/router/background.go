@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -150,16 +151,31 @@ func (s *Service) admitBackground(ctx context.Context, m *msgCtx, sess sessionst
 			"Nothing was started: try again when one has finished (its result will appear here).",
 			plural(running, "background task"), limit), "command")
 	}
-	key, prompts := s.backgroundTasksKey(m.key), s.backgroundPromptsKey(m.key)
+	return false, s.recordTask(ctx, m.key, taskKey, prompt)
+}
+
+// recordTask adds the task (a /background task or a /btw side question)
+// whose session key is taskKey to the list of the chat chatKey, with the
+// first words of its prompt, for /agents. A task already listed (a
+// redelivery of its command) keeps when it was first asked for.
+func (s *Service) recordTask(ctx context.Context, chatKey, taskKey, prompt string) error {
+	key, prompts := s.backgroundTasksKey(chatKey), s.backgroundPromptsKey(chatKey)
 	pipe := s.rdb.TxPipeline()
 	pipe.ZAddNX(ctx, key, redis.Z{Score: float64(s.now().UnixMilli()), Member: taskKey})
 	pipe.HSetNX(ctx, prompts, taskKey, oneLine(prompt, 60))
 	pipe.Expire(ctx, key, backgroundTasksTTL)
 	pipe.Expire(ctx, prompts, backgroundTasksTTL)
 	if _, err := pipe.Exec(ctx); err != nil {
-		return false, fmt.Errorf("record background task: %w", err)
+		return fmt.Errorf("record background task: %w", err)
 	}
-	return false, nil
+	return nil
+}
+
+// isSideQuestion reports whether the session key is a /btw side
+// question's (its task id starts with btw_).
+func (s *Service) isSideQuestion(key string) bool {
+	id, ok := sessionkey.BackgroundTask(key, s.cfg.Profile)
+	return ok && strings.HasPrefix(id, btwTaskPrefix)
 }
 
 // runningBackground counts the background tasks of the chat chatKey
@@ -173,7 +189,9 @@ func (s *Service) admitBackground(ctx context.Context, m *msgCtx, sess sessionst
 // at a time, and a crash in between holds the chat's partition until the
 // command's redelivery, which counts itself out (self). Stored state
 // only, so every replica counts the same and a crash forgets nothing;
-// the tasks that no longer run are dropped from the list.
+// the tasks that no longer run are dropped from the list. The chat's
+// /btw side questions share the list (/agents shows them) but are not
+// counted: router.background.max_running is about /background tasks.
 func (s *Service) runningBackground(ctx context.Context, chatKey, self string) (int, error) {
 	key := s.backgroundTasksKey(chatKey)
 	keys, err := s.rdb.ZRange(ctx, key, 0, -1).Result()
@@ -201,7 +219,9 @@ func (s *Service) runningBackground(ctx context.Context, chatKey, self string) (
 		switch {
 		case keys[i] == self:
 		case locks[i].Val() > 0 || queued[keys[i]]:
-			running++
+			if !s.isSideQuestion(keys[i]) {
+				running++
+			}
 		default:
 			ended = append(ended, keys[i])
 		}

@@ -61,6 +61,16 @@ func (s *Service) btw(ctx context.Context, m *msgCtx, sess sessionstore.Session,
 		return err
 	}
 	side.notices = m.notices
+	// Listed with the chat's /background tasks, for /agents, before its
+	// session exists (a crash after this leaves it listed once it runs),
+	// pruning the ended ones as /background does; not counted against
+	// router.background.max_running (runningBackground).
+	if _, err := s.runningBackground(ctx, m.key, side.key); err != nil {
+		return err
+	}
+	if err := s.recordTask(ctx, m.key, side.key, question); err != nil {
+		return err
+	}
 	task, _, _, err := s.store.ArriveFork(ctx, side.key, s.cfg.Profile, m.src, m.ev.GetEventId(), nil)
 	if err != nil {
 		return fmt.Errorf("side question session: %w", err)
