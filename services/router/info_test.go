@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/switchboard-chat/switchboard/pkg/command"
 )
 
 // /commands pages /help's lines as Hermes does: 15 a page on Telegram,
@@ -88,5 +90,41 @@ func TestInfoCommands(t *testing.T) {
 	}
 	if got := profileText("", "agent:main:x"); !strings.HasPrefix(got, "👤 **Profile:** `default`\n") {
 		t.Errorf("the default profile shows as %q", got)
+	}
+}
+
+// /help (and /commands, which pages its lines) lists every command
+// pkg/command parses, one line each; the commands added beside Hermes's
+// (/voice, /fast, /btw, /agents) are described in Hermes's words
+// (hermes_cli/commands.py) before what is this gateway's own.
+func TestHelpListsEveryCommand(t *testing.T) {
+	t.Parallel()
+	lines := strings.Split(helpText, "\n")[1:]
+	lineOf := func(name string) string {
+		for _, l := range lines {
+			if rest, ok := strings.CutPrefix(l, "/"+name); ok && (rest == "" || rest[0] == ' ') {
+				return l
+			}
+		}
+		return ""
+	}
+	for _, name := range command.Names() {
+		if name == "start" { // Telegram's, answered with nothing
+			continue
+		}
+		if lineOf(name) == "" {
+			t.Errorf("/help has no line for /%s", name)
+		}
+	}
+	for name, hermes := range map[string]string{
+		"voice":  "toggle voice mode",
+		"fast":   "fast mode: OpenAI Priority Processing / Anthropic Fast Mode",
+		"btw":    "ask a side question about the current conversation without interrupting it",
+		"agents": "show active agents and running tasks",
+	} {
+		l := lineOf(name)
+		if _, desc, _ := strings.Cut(l, " — "); !strings.HasPrefix(desc, hermes) {
+			t.Errorf("/help's /%s line %q does not start with Hermes's %q", name, l, hermes)
+		}
 	}
 }
