@@ -26,12 +26,14 @@ import (
 	"mime"
 	"net"
 	"net/http"
+	"regexp"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 )
 
 // APIError is an error answer: error_code, description and, for 429,
@@ -148,6 +150,7 @@ type Server struct {
 	failDownload []APIError
 	downloads    int
 	reactions    map[string][]string // chat/message id → the bot's reaction
+	commands     []BotCommand        // the bot's command menu (setMyCommands)
 	// allowed are the update kinds the bot last asked for
 	// (allowed_updates of getUpdates or setWebhook; nil: all).
 	allowed  []string
@@ -775,6 +778,12 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		s.mu.Unlock()
 	case "getfile":
 		s.getFile(w, p)
+	case "setmycommands":
+		s.setMyCommands(w, p)
+	case "getmycommands":
+		s.mu.Lock()
+		writeOK(w, append([]BotCommand{}, s.commands...))
+		s.mu.Unlock()
 	case "sendmessage", "sendphoto", "sendanimation", "senddocument", "sendvoice", "sendaudio":
 		s.send(w, method, p)
 	case "answercallbackquery":
@@ -1267,4 +1276,50 @@ func (s *Server) allowedLocked(raw json.RawMessage) bool {
 		}
 	}
 	return true
+}
+
+// BotCommand is an entry of the bot's command menu.
+type BotCommand struct {
+	Command     string `json:"command"`
+	Description string `json:"description"`
+}
+
+// botCommandName is Telegram's rule for a menu command's name.
+var botCommandName = regexp.MustCompile(`^[a-z0-9_]{1,32}$`)
+
+// setMyCommands replaces the bot's command menu, refusing as Telegram
+// does a list of more than 100, a name not of 1-32 lowercase letters,
+// digits and underscores, or a description not of 1-256 characters.
+func (s *Server) setMyCommands(w http.ResponseWriter, p params) {
+	var cmds []BotCommand
+	if err := json.Unmarshal([]byte(p["commands"]), &cmds); err != nil {
+		writeErr(w, APIError{Code: 400, Description: "Bad Request: can't parse commands JSON object"})
+		return
+	}
+	if len(cmds) > 100 {
+		writeErr(w, APIError{Code: 400, Description: "Bad Request: too many commands specified"})
+		return
+	}
+	for _, c := range cmds {
+		if !botCommandName.MatchString(c.Command) {
+			writeErr(w, APIError{Code: 400, Description: "Bad Request: BOT_COMMAND_INVALID"})
+			return
+		}
+		if n := utf8.RuneCountInString(c.Description); n < 1 || n > 256 {
+			writeErr(w, APIError{Code: 400, Description: "Bad Request: BOT_COMMAND_DESCRIPTION_INVALID"})
+			return
+		}
+	}
+	s.mu.Lock()
+	s.commands = cmds
+	s.notifyLocked()
+	s.mu.Unlock()
+	writeOK(w, true)
+}
+
+// Commands is the bot's command menu, as setMyCommands last set it.
+func (s *Server) Commands() []BotCommand {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]BotCommand{}, s.commands...)
 }

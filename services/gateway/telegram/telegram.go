@@ -30,9 +30,11 @@ import (
 	"time"
 
 	"github.com/go-telegram/bot"
+	"github.com/go-telegram/bot/models"
 
 	"github.com/switchboard-chat/switchboard/pkg/attachment"
 	"github.com/switchboard-chat/switchboard/pkg/bus"
+	"github.com/switchboard-chat/switchboard/pkg/command"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/platform"
 )
@@ -206,6 +208,7 @@ type Platform struct {
 
 	mu       sync.Mutex
 	username string
+	menuSet  bool // the command menu was set (setCommands)
 }
 
 // NewPlatform builds the platform without a bus (the Runner adds it).
@@ -287,11 +290,38 @@ func (p *Platform) learnUsername(ctx context.Context) error {
 	return nil
 }
 
-// Connect runs long polling or the webhook server.
+// setCommands sets the bot's command menu (Telegram's "/" list) to the
+// gateway's commands (command.Menu: every command with Hermes's
+// description, within Telegram's limits), as Hermes does at start, once
+// per process: a failure is logged and tried again at the next connect,
+// never keeps the bot from serving (typed commands work without a menu).
+func (p *Platform) setCommands(ctx context.Context) {
+	p.mu.Lock()
+	done := p.menuSet
+	p.mu.Unlock()
+	if done {
+		return
+	}
+	var cmds []models.BotCommand
+	for _, e := range command.Menu() {
+		cmds = append(cmds, models.BotCommand{Command: e.Name, Description: e.Description})
+	}
+	if _, err := p.api.SetMyCommands(ctx, &bot.SetMyCommandsParams{Commands: cmds}); err != nil {
+		p.log.WarnContext(ctx, "set the bot's command menu", "err", err)
+		return
+	}
+	p.mu.Lock()
+	p.menuSet = true
+	p.mu.Unlock()
+}
+
+// Connect sets the command menu, then runs long polling or the webhook
+// server.
 func (p *Platform) Connect(ctx context.Context, conn platform.Conn) error {
 	if err := p.learnUsername(ctx); err != nil {
 		return err
 	}
+	p.setCommands(ctx)
 	if p.cfg.WebhookURL != "" {
 		return p.serveWebhook(ctx, conn)
 	}
