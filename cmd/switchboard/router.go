@@ -11,6 +11,7 @@ import (
 	"github.com/switchboard-chat/switchboard/pkg/outbox"
 	"github.com/switchboard-chat/switchboard/pkg/retention"
 	"github.com/switchboard-chat/switchboard/services/router"
+	"github.com/switchboard-chat/switchboard/services/worker"
 )
 
 func init() {
@@ -39,6 +40,8 @@ func startRouter(ctx context.Context, a *app) (func(context.Context) error, erro
 	cfg.VoiceReplies = a.cfg.Agent.Backend == "" && ttsSource(a.cfg.TTS, prov.Kind, a.cfg.LLM.Provider) != "" ||
 		a.cfg.Agent.Backend != "" && ttsSource(a.cfg.TTS, "", "") != ""
 	cfg.ServiceTier = a.cfg.Agent.ServiceTier
+	// /context shows the window and compression settings the workers use.
+	cfg.ContextWindow, cfg.CompressAt, cfg.ProtectLast = agentContext(a.cfg.Agent)
 	s, err := router.New(cfg, router.Deps{Log: a.log, Bus: b, DB: db, Redis: rdb, RedisPrefix: a.cfg.Redis.Prefix,
 		Homes: a.cfg.Delivery.HomeOf, ToolProgress: a.cfg.Delivery.ToolProgressOf, Version: version, Cron: jobs, Provider: prov})
 	if err != nil {
@@ -72,4 +75,26 @@ func startRouter(ctx context.Context, a *app) (func(context.Context) error, erro
 		}
 		return g.Wait()
 	}, nil
+}
+
+// agentContext is agent.context_window, agent.compress_at and
+// agent.protect_last as the workers apply them: an unset or invalid value
+// is its default. The window is 0 when an external agent runs the turns
+// (agent.backend), as the runtime footer then shows no percentage.
+func agentContext(a worker.AgentConfig) (window int, compressAt float64, protectLast int) {
+	d := worker.DefaultConfig().Agent
+	window, compressAt, protectLast = a.ContextWindow, a.CompressAt, a.ProtectLast
+	if window <= 0 {
+		window = d.ContextWindow
+	}
+	if compressAt <= 0 || compressAt > 1 {
+		compressAt = d.CompressAt
+	}
+	if protectLast <= 0 {
+		protectLast = d.ProtectLast
+	}
+	if a.Backend != "" {
+		window = 0
+	}
+	return window, compressAt, protectLast
 }

@@ -31,7 +31,7 @@ var names = []string{
 	"approve", "deny", "resume", "sessions", "title", "retry", "undo", "sethome",
 	"cron", "usage", "compress", "insights", "provider", "personality", "reasoning",
 	"verbose", "commands", "profile", "version", "background", "btw", "branch", "yolo",
-	"busy", "footer", "agents", "voice", "fast",
+	"busy", "footer", "agents", "voice", "fast", "context",
 	// Telegram clients send /start when a user opens the bot; Hermes
 	// acknowledges it with nothing.
 	"start",
@@ -49,6 +49,8 @@ var aliases = map[string]string{
 	"fork": "branch",
 	// Hermes's /tasks, /agents's alias.
 	"tasks": "agents",
+	// Hermes's /ctx, /context's alias.
+	"ctx": "context",
 }
 
 // Names returns the canonical command names.

@@ -65,6 +65,7 @@ func TestParse(t *testing.T) {
 		{"bang bg on slack", "!bg later", "slack", "", command.Command{Name: "background", Typed: "bg", Args: "later", Known: true}, true},
 		{"alias tasks", "/tasks", "telegram", "", command.Command{Name: "agents", Typed: "tasks", Known: true}, true},
 		{"agents on slack", "!agents", "slack", "", command.Command{Name: "agents", Typed: "agents", Known: true}, true},
+		{"alias ctx", "/ctx all", "telegram", "", command.Command{Name: "context", Typed: "ctx", Args: "all", Known: true}, true},
 		{"btw is its own command", "/btw which file was it?", "telegram", "", command.Command{Name: "btw", Typed: "btw", Args: "which file was it?", Known: true}, true},
 		{"alias fork", "/fork  Plan B ", "telegram", "", command.Command{Name: "branch", Typed: "fork", Args: "Plan B", Known: true}, true},
 		{"yolo", "/yolo", "telegram", "", command.Command{Name: "yolo", Typed: "yolo", Known: true}, true},
@@ -98,15 +99,15 @@ func TestParse(t *testing.T) {
 func TestKnownSet(t *testing.T) {
 	want := []string{"new", "reset", "stop", "queue", "q", "steer", "status", "help", "whoami", "model",
 		"approve", "deny", "resume", "sessions", "title", "retry", "undo", "sethome", "set-home", "cron", "usage", "compress", "insights", "provider", "personality", "reasoning", "start",
-		"verbose", "commands", "profile", "version", "v", "background", "bg", "btw", "branch", "fork", "yolo", "busy", "footer", "agents", "tasks", "voice", "fast"}
+		"verbose", "commands", "profile", "version", "v", "background", "bg", "btw", "branch", "fork", "yolo", "busy", "footer", "agents", "tasks", "voice", "fast", "context", "ctx"}
 	for _, n := range want {
 		c, ok := command.Parse("/"+n, "telegram", "")
 		if !ok || !c.Known {
 			t.Errorf("/%s: known=%v ok=%v", n, c.Known, ok)
 		}
 	}
-	if got := len(command.Names()); got != len(want)-7 {
-		t.Errorf("Names() has %d, want %d canonical names", got, len(want)-7)
+	if got := len(command.Names()); got != len(want)-8 {
+		t.Errorf("Names() has %d, want %d canonical names", got, len(want)-8)
 	}
 }
 

@@ -29,11 +29,20 @@ func Format(model string, contextTokens, window int64) string {
 	if m := model[strings.LastIndex(model, "/")+1:]; m != "" {
 		parts = append(parts, m)
 	}
-	if window > 0 && contextTokens > 0 {
-		pct := math.Round(float64(contextTokens) / float64(window) * 100)
-		parts = append(parts, strconv.Itoa(int(max(0, min(100, pct))))+"%")
+	if pct, ok := Percent(contextTokens, window); ok {
+		parts = append(parts, strconv.Itoa(pct)+"%")
 	}
 	return strings.Join(parts, sep)
+}
+
+// Percent is how full a window of window tokens is with contextTokens
+// in it, as a whole percentage from 0 to 100: the footer's figure, which
+// /context shows too. ok is false without data (either is 0 or less).
+func Percent(contextTokens, window int64) (pct int, ok bool) {
+	if window <= 0 || contextTokens <= 0 {
+		return 0, false
+	}
+	return int(max(0, min(100, math.Round(float64(contextTokens)/float64(window)*100)))), true
 }
 
 // Append is answer with the footer after a blank line, as Hermes appends

@@ -27,6 +27,7 @@ var helpText = strings.Join([]string{
 	"/steer <text> — add <text> to the current task",
 	"/status — session status",
 	"/usage — tokens this conversation used",
+	"/context [all] (/ctx) — how full the context window is: gauge, compression, what the next prompt is made of; all: tool results by tool and each compression",
 	"/insights [days] — usage report of this chat's conversations (default 30 days)",
 	"/model [name] — show or set the model for this session",
 	"/provider — the model provider and this session's model",
@@ -63,6 +64,7 @@ var helpText = strings.Join([]string{
 // task: they would change or read the conversation under it (/resume
 // would even end it without a word). /help, /status, /stop, /new,
 // /queue, /steer, /approve, /deny, /yolo, /busy, /footer, /voice, /fast, /agents,
+// /usage, /context,
 // /background and /btw (sessions of their own) work mid-turn, and /model is
 // refused with its own text.
 var refusedMidTurn = []string{"whoami", "sessions", "resume", "title", "retry", "undo", "compress", "sethome", "personality", "reasoning", "branch"}
@@ -229,6 +231,9 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 		sess = counted[0]
 		return reply(sess.Generation, fmt.Sprintf("Session: %s\nTitle: %s\nKey: %s\nState: %s, %s waiting\nModel: %s\n%sTokens: %d in, %d out\nStarted: %s",
 			sess.ID, title, m.key, state, plural(n, "message"), model, s.chatSettings(sess, m.key, m.platform), sess.InputTokens, sess.OutputTokens, sess.CreatedAt.UTC().Format("2006-01-02 15:04 MST")))
+	case "context":
+		// Read-only, mid-turn too (context.go).
+		return s.contextCommand(ctx, m, sess, cmd.Args, busy)
 	case "usage":
 		// Hermes's /usage: the conversation's token counts, mid-turn too.
 		counted := []sessionstore.Session{sess}

@@ -142,6 +142,14 @@ type Config struct {
 	// /fast (agent.service_tier: normal, the default, or fast); /fast
 	// shows it (fast.go).
 	ServiceTier string `koanf:"-"`
+	// ContextWindow, CompressAt and ProtectLast are the workers'
+	// agent.context_window, agent.compress_at and agent.protect_last as
+	// they apply them (defaults for unset or invalid values); /context
+	// shows them (context.go). ContextWindow is 0 when an external agent
+	// (agent.backend) runs the turns: it has its own window.
+	ContextWindow int     `koanf:"-"`
+	CompressAt    float64 `koanf:"-"`
+	ProtectLast   int     `koanf:"-"`
 }
 
 // BackgroundConfig is router.background.

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/switchboard-chat/switchboard/pkg/fakellm"
+	"github.com/switchboard-chat/switchboard/pkg/footer"
+	"github.com/switchboard-chat/switchboard/pkg/sessionstore"
 )
 
 // With the runtime footer on (TurnRequested.runtime_footer: /footer), the
@@ -52,6 +54,15 @@ func TestRuntimeFooterOnTheFinalAnswer(t *testing.T) {
 		}
 		if stored != "The answer is 42." {
 			t.Errorf("%s: transcript %q, want the answer alone", tt.name, stored)
+		}
+		// The same figure is stored with the final, on or off, for
+		// /context (session_context, read by the router's store).
+		view, err := sessionstore.New(h.db).Context(context.Background(), req.SessionKey, req.SessionId)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pct, _ := footer.Percent(view.Tokens, 128000); view.Tokens != 32000 || view.Model != "fake-model" || pct != 25 {
+			t.Errorf("%s: /context reads %d tokens (%d%%) of %q, want the footer's 32000 (25%%) of fake-model", tt.name, view.Tokens, pct, view.Model)
 		}
 	}
 }

@@ -596,7 +596,7 @@ func (r *turnRun) nextSeq(ctx context.Context) (int64, error) {
 func (r *turnRun) withUsage() store.Turn {
 	t := r.st
 	t.Usage = store.Usage{Input: r.usage.GetInputTokens(), Output: r.usage.GetOutputTokens(),
-		CacheRead: r.usage.GetCacheReadTokens(), CacheWrite: r.usage.GetCacheWriteTokens()}
+		CacheRead: r.usage.GetCacheReadTokens(), CacheWrite: r.usage.GetCacheWriteTokens(), Context: r.lastPrompt}
 	return t
 }
 

@@ -46,6 +46,11 @@ type Turn struct {
 // Usage is a turn's token counts.
 type Usage struct {
 	Input, Output, CacheRead, CacheWrite int64
+	// Context is the prompt of the attempt's latest model call (input,
+	// cache read and cache write): how full the context window is, as
+	// the runtime footer shows it. Finish stores it in session_context
+	// (migration 00125) for /context; 0 (no model call) stores nothing.
+	Context int64
 }
 
 // ToolCall is an assistant's tool invocation as stored.
@@ -451,11 +456,16 @@ func (s *Store) Finish(ctx context.Context, t Turn, before []Message, step int, 
 				INSERT INTO transcript_messages
 					(session_key, session_id, user_key, turn_id, generation, step, role, content, tool_calls, tool_call_id, tool_name)
 				SELECT $2, $3, $12, $1, $4, $13, $14, $15, $16, $17, $18 WHERE $11 AND EXISTS (SELECT 1 FROM t)
-				RETURNING 1)
+				RETURNING 1),
+			c AS (
+				INSERT INTO session_context (session_key, session_id, turn_id, context_tokens, model)
+				SELECT $2, $3, $1, $24::bigint, $10 WHERE $24::bigint > 0 AND EXISTS (SELECT 1 FROM t)
+				ON CONFLICT (session_key) DO UPDATE SET session_id = EXCLUDED.session_id, turn_id = EXCLUDED.turn_id,
+					context_tokens = EXCLUDED.context_tokens, model = EXCLUDED.model, updated_at = now())
 			SELECT EXISTS (SELECT 1 FROM t), (SELECT count(*) FROM m)`,
 			t.TurnID, t.SessionKey, t.SessionID, t.Generation, f.Status, f.Kind, f.Text, f.ErrorCode, f.Seq, f.Model,
 			last != nil, t.UserKey, m.Step, m.Role, m.Content, toolCallsJSON(&m), m.ToolCallID, m.ToolName, startedAt(t),
-			t.Usage.Input, t.Usage.Output, t.Usage.CacheRead, t.Usage.CacheWrite)
+			t.Usage.Input, t.Usage.Output, t.Usage.CacheRead, t.Usage.CacheWrite, t.Usage.Context)
 	}, func(br pgx.BatchResults) error {
 		if err := readCut(br, cut); err != nil {
 			return err
