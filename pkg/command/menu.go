@@ -20,6 +20,7 @@ var menu = []MenuEntry{
 	{"steer", "Inject a message after the next tool call without interrupting"},
 	{"status", "Show session, model, token, and context info"},
 	{"usage", "Show token usage for the current session"},
+	{"context", "Show the context window: usage gauge, category breakdown, compression stats, throughput"},
 	{"insights", "Show usage insights and analytics (last 30 days)"},
 	{"model", "Show or switch the model (session-scoped)"},
 	{"provider", "Show the model provider and this session's model"},

@@ -27,7 +27,7 @@ var helpText = strings.Join([]string{
 	"/steer <text> — add <text> to the current task",
 	"/status — session status",
 	"/usage — tokens this conversation used",
-	"/context [all] (/ctx) — how full the context window is: gauge, compression, what the next prompt is made of; all: tool results by tool and each compression",
+	"/context [all] (/ctx) — detailed context window view: usage gauge, category breakdown, compression stats and throughput; all: tool results by tool and each compression",
 	"/insights [days] — usage report of this chat's conversations (default 30 days)",
 	"/model [name] — show or set the model for this session",
 	"/provider — the model provider and this session's model",
