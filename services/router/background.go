@@ -83,25 +83,15 @@ func (s *Service) background(ctx context.Context, m *msgCtx, sess sessionstore.S
 	if err != nil {
 		return fmt.Errorf("background task session: %w", err)
 	}
-	if sess.ModelOverride != task.ModelOverride || sess.Personality != task.Personality || sess.ReasoningEffort != task.ReasoningEffort {
-		// The chat's model (as Hermes resolves the task's from its
-		// source), personality and reasoning effort (Hermes's are the
-		// agent's, so its task has them), as they are now: a later
-		// /personality or /reasoning in the chat is for the chat's next
-		// message, not for a task already asked for. Not /reasoning show:
-		// a task answers with its final answer alone, as Hermes's.
-		if err := s.store.SetTurnSettings(ctx, bg.key, sess.ModelOverride, sess.Personality, sess.ReasoningEffort); err != nil {
-			return fmt.Errorf("background task settings: %w", err)
-		}
-		task.ModelOverride, task.Personality, task.ReasoningEffort = sess.ModelOverride, sess.Personality, sess.ReasoningEffort
-	}
-	if sess.ServiceTier != task.ServiceTier {
-		// The chat's /fast too, as Hermes's task runs at the gateway's
-		// service tier.
-		if err := s.store.SetServiceTier(ctx, bg.key, sess.ServiceTier); err != nil {
-			return fmt.Errorf("background task fast mode: %w", err)
-		}
-		task.ServiceTier = sess.ServiceTier
+	// The chat's model (as Hermes resolves the task's from its source),
+	// personality and reasoning effort (Hermes's are the agent's, so its
+	// task has them) and /fast (Hermes's task runs at the gateway's
+	// service tier), as they are now: a later /personality or /reasoning
+	// in the chat is for the chat's next message, not for a task already
+	// asked for. Not /reasoning show: a task answers with its final
+	// answer alone, as Hermes's.
+	if err := s.takeChatSettings(ctx, bg.key, sess, &task, true); err != nil {
+		return fmt.Errorf("background task: %w", err)
 	}
 	s.log.InfoContext(ctx, "background task", "session_key", m.key, "task_session_key", bg.key, "task_id", id)
 	err = s.route(ctx, &bg, task, routeOpts{ownTurn: true, mode: BusyQueue, command: "background"})
@@ -244,4 +234,27 @@ func anyStrings(vs []any) []string {
 		out[i], _ = v.(string)
 	}
 	return out
+}
+
+// takeChatSettings gives the task session task (key) the chat session's
+// turn settings where they differ: its model, reasoning effort, /fast
+// and, with personality, its personality.
+func (s *Service) takeChatSettings(ctx context.Context, key string, chat sessionstore.Session, task *sessionstore.Session, personality bool) error {
+	want := ""
+	if personality {
+		want = chat.Personality
+	}
+	if chat.ModelOverride != task.ModelOverride || want != task.Personality || chat.ReasoningEffort != task.ReasoningEffort {
+		if err := s.store.SetTurnSettings(ctx, key, chat.ModelOverride, want, chat.ReasoningEffort); err != nil {
+			return fmt.Errorf("settings: %w", err)
+		}
+		task.ModelOverride, task.Personality, task.ReasoningEffort = chat.ModelOverride, want, chat.ReasoningEffort
+	}
+	if chat.ServiceTier != task.ServiceTier {
+		if err := s.store.SetServiceTier(ctx, key, chat.ServiceTier); err != nil {
+			return fmt.Errorf("fast mode: %w", err)
+		}
+		task.ServiceTier = chat.ServiceTier
+	}
+	return nil
 }

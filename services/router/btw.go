@@ -75,21 +75,11 @@ func (s *Service) btw(ctx context.Context, m *msgCtx, sess sessionstore.Session,
 	if err != nil {
 		return fmt.Errorf("side question session: %w", err)
 	}
-	if sess.ModelOverride != task.ModelOverride || sess.ReasoningEffort != task.ReasoningEffort {
-		// The chat's model and reasoning effort, as they are now; not its
-		// personality (the side question has instructions of its own) nor
-		// /reasoning show (it answers with its answer alone).
-		if err := s.store.SetTurnSettings(ctx, side.key, sess.ModelOverride, "", sess.ReasoningEffort); err != nil {
-			return fmt.Errorf("side question settings: %w", err)
-		}
-		task.ModelOverride, task.ReasoningEffort = sess.ModelOverride, sess.ReasoningEffort
-	}
-	if sess.ServiceTier != task.ServiceTier {
-		// And its /fast, as /background's task takes it.
-		if err := s.store.SetServiceTier(ctx, side.key, sess.ServiceTier); err != nil {
-			return fmt.Errorf("side question fast mode: %w", err)
-		}
-		task.ServiceTier = sess.ServiceTier
+	// The chat's model, reasoning effort and /fast, as they are now; not
+	// its personality (the side question has instructions of its own)
+	// nor /reasoning show (it answers with its answer alone).
+	if err := s.takeChatSettings(ctx, side.key, sess, &task, false); err != nil {
+		return fmt.Errorf("side question: %w", err)
 	}
 	s.log.InfoContext(ctx, "side question", "session_key", m.key, "task_session_key", side.key, "task_id", id)
 	err = s.route(ctx, &side, task, routeOpts{ownTurn: true, mode: BusyQueue, command: "btw"})
