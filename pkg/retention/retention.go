@@ -321,6 +321,7 @@ var deletes = []struct{ kind, sql string }{
 		(SELECT turn_id FROM worker_turns WHERE session_key = ANY($1))`},
 	{KindOutbox, `DELETE FROM delivery_outbox WHERE session_key = ANY($1) AND session_key <> '' AND state IN ('sent', 'failed', 'expired')`},
 	{KindApprovals, `DELETE FROM agent_tool_approvals WHERE scope = 'session' AND subject = ANY($2) AND $1::text[] IS NOT NULL`},
+	{KindApprovals, `DELETE FROM agent_tool_denials WHERE session_id = ANY($2) AND $1::text[] IS NOT NULL`},
 	{KindMessages, `DELETE FROM transcript_messages WHERE session_id = ANY($2) AND session_key = ANY($1)`},
 	{KindSummaries, `DELETE FROM transcript_summaries WHERE session_id = ANY($2) AND session_key = ANY($1)`},
 	{KindPrompts, `DELETE FROM session_prompts WHERE session_id = ANY($2) AND session_key = ANY($1)`},
@@ -410,7 +411,7 @@ func (s *Sweeper) batch(ctx context.Context, c Criteria, cutoff time.Time, after
 		if err != nil {
 			return Result{Skipped: res.Skipped}, last, n, fmt.Errorf("retention: delete %s: %w", d.kind, err)
 		}
-		res.Rows[d.kind] = tag.RowsAffected()
+		res.Rows[d.kind] += tag.RowsAffected()
 	}
 	res.Sessions = res.Rows[KindSessions]
 	if c.DryRun {

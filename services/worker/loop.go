@@ -522,6 +522,10 @@ func pendingCalls(msgs []store.Message) []store.ToolCall {
 // when slow read-only tools arrive.
 func (r *turnRun) runTools(ctx context.Context, ls *loopState, pending []store.ToolCall) error {
 	r.deniedAll = nil // a "/deny all" covers the calls of one answer
+	r.stepCalls = r.stepCalls[:0]
+	for _, tc := range pending {
+		r.stepCalls = append(r.stepCalls, tc.ID)
+	}
 	for _, tc := range pending {
 		if err := r.checkpoint(ctx); err != nil {
 			return err
@@ -716,7 +720,9 @@ func deniedResult(reason string) string {
 // whose "/approve session" or "/approve always" makes the approval stand.
 // A denied call comes with the reason the user gave ("" for none). After
 // a "/deny all", the rest of the model's calls of that answer that would
-// ask are denied at once with the same reason (r.deniedAll).
+// ask are denied at once with the same reason (r.deniedAll), also by a
+// worker that resumes the turn after this one died: the answer is stored
+// for those calls (store.DenyAll) before the first denial is committed.
 func (r *turnRun) approveOnce(ctx context.Context, tc store.ToolCall, pattern string, ask *repliesv1.ToolProgress) (approved bool, reason string, err error) {
 	sessionID, userKey := r.req.GetSessionId(), r.st.UserKey
 	standing, yolo, err := r.s.store.ApprovedOrYolo(ctx, sessionID, userKey, pattern, r.yoloKey())
@@ -733,6 +739,17 @@ func (r *turnRun) approveOnce(ctx context.Context, tc store.ToolCall, pattern st
 		r.log.Info("tool call approved before", "tool", tc.Name, "pattern", pattern)
 		return true, "", nil
 	}
+	if r.deniedAll == nil {
+		// Given to an earlier call of this answer before the turn
+		// moved to this worker?
+		denied, reason, err := r.s.store.DeniedAll(ctx, r.req.GetTurnId(), tc.ID)
+		if err != nil {
+			return false, "", err
+		}
+		if denied {
+			r.deniedAll = &answer{all: true, reason: reason}
+		}
+	}
 	if r.deniedAll != nil {
 		r.log.Info("tool call denied: /deny all", "tool", tc.Name, "pattern", pattern)
 		return false, r.deniedAll.reason, nil
@@ -743,6 +760,9 @@ func (r *turnRun) approveOnce(ctx context.Context, tc store.ToolCall, pattern st
 	}
 	if !a.approved {
 		if a.all {
+			if err := r.s.store.DenyAll(ctx, r.req.GetTurnId(), r.req.GetSessionId(), a.reason, r.stepCalls); err != nil {
+				return false, "", err
+			}
 			r.deniedAll = &a
 		}
 		return false, a.reason, nil

@@ -81,6 +81,9 @@ type turnRun struct {
 	// current answer: its other calls that would ask are denied with
 	// its reason instead (nil: none; runTools clears it).
 	deniedAll *answer
+	// stepCalls are the ids of the calls runTools runs (the model's
+	// answer's calls without a result yet): those a "/deny all" covers.
+	stepCalls []string
 	usage     turnsv1.Usage
 	// usageRecorded: the turn's final is stored, with the usage of the
 	// attempt that decided it (TurnCompleted.usage_recorded).

@@ -1417,6 +1417,90 @@ func TestStopBeforeAnyTextAnswersOnlyTheAPI(t *testing.T) {
 // result, as Hermes's BLOCKED message does; "/deny all" denies the other
 // calls of the model's answer that would ask too, without asking, while
 // a plain /deny covers one call.
+// TestDenyAllSurvivesARestart: a "/deny all" given to the first call of
+// an answer still denies the answer's later calls when the worker dies
+// between them and another resumes the turn: without asking again, with
+// the same reason.
+func TestDenyAllSurvivesARestart(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.setGeneration("s1", 1)
+	var rmRuns atomic.Int32
+	rm := tools.Tool{Name: "rm", Run: func(context.Context, tools.Call, json.RawMessage) (string, error) {
+		rmRuns.Add(1)
+		return "removed", nil
+	}}
+	entered := make(chan struct{}, 4)
+	blocking := tools.Tool{Name: "block_b", Run: func(ctx context.Context, _ tools.Call, _ json.RawMessage) (string, error) {
+		entered <- struct{}{}
+		<-ctx.Done() // the first worker dies here
+		return "", ctx.Err()
+	}}
+	finishing := blocking
+	finishing.Run = func(context.Context, tools.Call, json.RawMessage) (string, error) { return "b-done", nil }
+	w1 := h.startWorker("w1", func(c *worker.Config, d *worker.Deps) {
+		c.DrainTimeout = 50 * time.Millisecond // "kill": handlers are cut off at once
+		c.Agent.ApprovalTimeout = time.Minute
+		c.Agent.DangerousTools = []string{"rm"}
+		d.Tools = []tools.Tool{rm, blocking}
+	})
+	h.fake.Enqueue(fakellm.Reply{ToolCalls: []fakellm.ToolCall{
+		{ID: "call-0", Name: "rm", Arguments: `{"path": "/tmp/0"}`},
+		{ID: "call-1", Name: "block_b", Arguments: `{}`},
+		{ID: "call-2", Name: "rm", Arguments: `{"path": "/tmp/2"}`},
+	}})
+	req := h.requestTurn("s1", "clean up", turnOpts{})
+	asks := func() int {
+		n := 0
+		for _, ev := range h.replies(req.TurnId) {
+			if ev.GetToolProgress().GetPhase() == repliesv1.ToolPhase_TOOL_PHASE_AWAITING_APPROVAL {
+				n++
+			}
+		}
+		return n
+	}
+	waitFor(t, 30*time.Second, "the approval request", func() bool { return asks() == 1 })
+	h.control("s1", turnsv1.ControlAction_CONTROL_ACTION_DENY, "all keep my files")
+	select {
+	case <-entered:
+	case <-time.After(30 * time.Second):
+		t.Fatal("block_b never ran")
+	}
+	w1.stop(t)
+	if h.completed(req.TurnId) != nil {
+		t.Fatal("the killed worker completed the turn")
+	}
+	// The lock expired meanwhile (a real crash stops renewals).
+	if err := h.rdb.Del(context.Background(), h.locker.Key("s1")).Err(); err != nil {
+		t.Fatal(err)
+	}
+	h.startWorker("w2", func(c *worker.Config, d *worker.Deps) {
+		// Asked again, the old code waited for this and denied without
+		// the reason.
+		c.Agent.ApprovalTimeout = 2 * time.Second
+		c.Agent.DangerousTools = []string{"rm"}
+		d.Tools = []tools.Tool{rm, finishing}
+	})
+	done := h.waitCompleted(req.TurnId)
+	if done.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED || done.GetWorkerId() != "w2" {
+		t.Fatalf("completed %v by %s", done.GetStatus(), done.GetWorkerId())
+	}
+	if n := asks(); n != 1 || rmRuns.Load() != 0 {
+		t.Errorf("%d prompts, rm ran %d times; want 1, 0", n, rmRuns.Load())
+	}
+	reqs := h.fake.Requests()
+	var results []string
+	for _, m := range reqs[len(reqs)-1].Messages {
+		if m.Role == "tool" {
+			results = append(results, m.Content)
+		}
+	}
+	denied := `The user denied this tool call. Reason given by the user: "keep my files". Do not retry it; continue without it, taking the reason into account.`
+	if want := []string{denied, "b-done", denied}; !slices.Equal(results, want) {
+		t.Errorf("tool results in the model's last request:\n%q\nwant\n%q", results, want)
+	}
+}
+
 func TestDenyReasonAndAllReachTheModel(t *testing.T) {
 	t.Parallel()
 	tests := []struct {

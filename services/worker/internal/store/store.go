@@ -575,6 +575,31 @@ EXISTS (SELECT 1 FROM session_yolo WHERE session_key = $4 AND $4 <> '')`, sessio
 	return approved, yolo, nil
 }
 
+// DenyAll records a "/deny all" answer given in turn turnID: every call
+// of callIDs (the calls of the model's answer not yet run) is denied
+// with reason without asking, by this worker and by one that resumes
+// the turn after it. Recording it again changes nothing.
+func (s *Store) DenyAll(ctx context.Context, turnID, sessionID, reason string, callIDs []string) error {
+	if _, err := s.db.Exec(ctx, `INSERT INTO agent_tool_denials (turn_id, call_id, session_id, reason)
+SELECT $1, c, $2, $3 FROM unnest($4::text[]) AS c ON CONFLICT DO NOTHING`, turnID, sessionID, reason, callIDs); err != nil {
+		return fmt.Errorf("record deny all: %w", err)
+	}
+	return nil
+}
+
+// DeniedAll reports whether a "/deny all" of turn turnID covers call
+// callID, and its reason.
+func (s *Store) DeniedAll(ctx context.Context, turnID, callID string) (denied bool, reason string, err error) {
+	err = s.db.QueryRow(ctx, `SELECT reason FROM agent_tool_denials WHERE turn_id = $1 AND call_id = $2`, turnID, callID).Scan(&reason)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, "", nil
+	}
+	if err != nil {
+		return false, "", fmt.Errorf("read deny all: %w", err)
+	}
+	return true, reason, nil
+}
+
 // ErrMemoryFull refuses a note that would take a user's notes past their
 // limit.
 var ErrMemoryFull = errors.New("memory full")
