@@ -139,6 +139,11 @@ func (a *Anthropic) Stream(ctx context.Context, req Request, fn func(Delta) erro
 				if ev.Index >= 0 && ev.Index < int64(len(blocks)) {
 					blocks[ev.Index].text.WriteString(ev.Delta.Thinking)
 				}
+				if req.StreamReasoning && ev.Delta.Thinking != "" {
+					if err := fn(Delta{Reasoning: ev.Delta.Thinking}); err != nil {
+						return nil, err
+					}
+				}
 			case "signature_delta":
 				if ev.Index >= 0 && ev.Index < int64(len(blocks)) && blocks[ev.Index].think >= 0 {
 					resp.Thinking[blocks[ev.Index].think].Signature += ev.Delta.Signature

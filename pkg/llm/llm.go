@@ -102,6 +102,11 @@ type Request struct {
 	// service_tier "priority", Anthropic's speed "fast" with its beta
 	// header; sent only for the models FastModeSupported names.
 	Fast bool
+	// StreamReasoning asks for the model's thinking as deltas too
+	// (Delta.Reasoning), as it arrives: a chat that shows the reasoning
+	// (/reasoning show) sees it while the model thinks. Without it no
+	// delta carries reasoning.
+	StreamReasoning bool
 }
 
 // Usage is the token accounting of one call. InputTokens excludes cached
@@ -129,11 +134,14 @@ type Response struct {
 	Thinking []Thinking
 }
 
-// Delta is an increment of a streamed answer: text, or the start of a tool
-// call (ID and Name set, Arguments still empty).
+// Delta is an increment of a streamed answer: text, the start of a tool
+// call (ID and Name set, Arguments still empty), or, when the request
+// asked for it (StreamReasoning), a piece of the model's thinking.
 type Delta struct {
 	Text     string
 	ToolCall *ToolCall
+	// Reasoning is a piece of Response.Reasoning.
+	Reasoning string
 }
 
 // Provider calls a model. Stream calls fn for every delta as it arrives and

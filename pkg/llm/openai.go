@@ -103,7 +103,7 @@ func (o *OpenAI) Stream(ctx context.Context, req Request, fn func(Delta) error) 
 	err = o.client.Post(ctx, "chat/completions", body, &raw, o.auth)
 	stream := ssestream.NewStream[openai.ChatCompletionChunk](ssestream.NewDecoder(raw), err)
 	defer stream.Close()
-	resp, err := consumeOpenAI(ctx, stream, fn)
+	resp, err := consumeOpenAI(ctx, stream, req.StreamReasoning, fn)
 	if err != nil {
 		return nil, openAIError(ctx, err)
 	}
@@ -116,7 +116,7 @@ type errCallback struct{ err error }
 
 func (e errCallback) Error() string { return e.err.Error() }
 
-func consumeOpenAI(ctx context.Context, stream *ssestream.Stream[openai.ChatCompletionChunk], fn func(Delta) error) (*Response, error) {
+func consumeOpenAI(ctx context.Context, stream *ssestream.Stream[openai.ChatCompletionChunk], withReasoning bool, fn func(Delta) error) (*Response, error) {
 	resp := &Response{}
 	var text, reasoning strings.Builder
 	var args []strings.Builder
@@ -140,7 +140,14 @@ func consumeOpenAI(ctx context.Context, stream *ssestream.Stream[openai.ChatComp
 			if ch.Index != 0 {
 				continue
 			}
-			reasoning.WriteString(reasoningOf(ch.Delta.JSON.ExtraFields))
+			if r := reasoningOf(ch.Delta.JSON.ExtraFields); r != "" {
+				reasoning.WriteString(r)
+				if withReasoning {
+					if err := fn(Delta{Reasoning: r}); err != nil {
+						return nil, errCallback{err}
+					}
+				}
+			}
 			if ch.Delta.Content != "" {
 				text.WriteString(ch.Delta.Content)
 				if err := fn(Delta{Text: ch.Delta.Content}); err != nil {

@@ -795,6 +795,47 @@ func TestReasoningIsRead(t *testing.T) {
 	}
 }
 
+// With StreamReasoning, the thinking streams too, as Reasoning deltas
+// before the text's, from an OpenAI-compatible server and from Anthropic;
+// without it no delta carries reasoning.
+func TestReasoningStreams(t *testing.T) {
+	srv := startFake(t, fakellm.Config{})
+	providers := []struct {
+		name string
+		p    llm.Provider
+	}{
+		{"openai", llm.NewOpenAI(llm.OpenAIConfig{BaseURL: srv.URL() + "/v1", Model: "gpt-test"})},
+		{"anthropic", llm.NewAnthropic(llm.AnthropicConfig{APIKey: "test", BaseURL: srv.URL(), Model: "claude-sonnet-4-5"})},
+	}
+	const thought = "Six times seven.\nThat is 42."
+	for _, pr := range providers {
+		for _, asked := range []bool{false, true} {
+			srv.Enqueue(fakellm.Reply{Text: "The answer is 42.", Reasoning: thought})
+			req := userReq("the answer?")
+			req.ReasoningEffort, req.StreamReasoning = "high", asked
+			resp, deltas, err := collect(context.Background(), pr.p, req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var reasoning, text strings.Builder
+			for _, d := range deltas {
+				if d.Reasoning != "" && text.Len() > 0 {
+					t.Errorf("%s: reasoning delta %q after the text", pr.name, d.Reasoning)
+				}
+				reasoning.WriteString(d.Reasoning)
+				text.WriteString(d.Text)
+			}
+			want := ""
+			if asked {
+				want = thought
+			}
+			if reasoning.String() != want || text.String() != "The answer is 42." || resp.Reasoning != thought {
+				t.Errorf("%s asked=%v: streamed reasoning %q, text %q, response's reasoning %q", pr.name, asked, reasoning.String(), text.String(), resp.Reasoning)
+			}
+		}
+	}
+}
+
 // A request's reasoning effort reaches Anthropic as extended thinking,
 // mapped as Hermes maps it: a thinking budget for the older Claude
 // models (and others behind an Anthropic endpoint), adaptive thinking

@@ -24,6 +24,7 @@ import (
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
 	"github.com/switchboard-chat/switchboard/pkg/outbox"
+	"github.com/switchboard-chat/switchboard/pkg/reasoning"
 	"github.com/switchboard-chat/switchboard/pkg/redisx"
 	"github.com/switchboard-chat/switchboard/pkg/telemetry/telemetrytest"
 	"github.com/switchboard-chat/switchboard/services/delivery"
@@ -506,6 +507,82 @@ func TestStreamingByEdit(t *testing.T) {
 	time.Sleep(200 * time.Millisecond)
 	if n := len(ops()); n != 3 {
 		t.Errorf("%d ops after the final", n)
+	}
+}
+
+// A turn with /reasoning show streams like any other: the message shows
+// the reasoning's block (Hermes's "💭 **Reasoning:**") while the model
+// thinks, then the answer after it, and the final edit writes the final
+// text, the same a turn that streamed nothing gets in one message, over
+// that one message: nothing is sent twice. An API stream gets the
+// answer's text deltas and never the reasoning.
+func TestStreamingReasoningByEdit(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.start(t, streamConfig(), "a")
+	stream := func(seq int64, body any) { e.publishStream(t, "t1", seq, "s1", body) }
+	ops := e.gw.sends
+	thought := "Six times seven: count it out.\nThat is 42."
+	answer := "The answer is 42, six times seven."
+	stream(1, &repliesv1.ReasoningDelta{Text: thought[:20]})
+	eventually(t, e.clock, 0, "first message", func() bool { return len(ops()) == 1 })
+	e.clock.Advance(time.Second)
+	stream(2, &repliesv1.ReasoningDelta{Text: thought[20:]})
+	eventually(t, e.clock, 0, "the reasoning", func() bool { return len(ops()) == 2 })
+	e.clock.Advance(time.Second)
+	stream(3, &repliesv1.TextDelta{Text: answer})
+	eventually(t, e.clock, 0, "the answer", func() bool { return len(ops()) == 3 })
+	finalText := reasoning.WithAnswer(thought, answer)
+	stream(4, final(finalText))
+	eventually(t, e.clock, 0, "final edit", func() bool { return len(ops()) == 4 })
+	block := "💭 **Reasoning:**\n```\n"
+	want := []struct {
+		op   deliveryv1.SendOp
+		text string
+	}{
+		{deliveryv1.SendOp_SEND_OP_SEND, block + thought[:20] + "\n```" + " ▉"},
+		{deliveryv1.SendOp_SEND_OP_EDIT, block + thought + "\n```" + " ▉"},
+		{deliveryv1.SendOp_SEND_OP_EDIT, block + thought + "\n```\n\n" + answer + " ▉"},
+		{deliveryv1.SendOp_SEND_OP_EDIT, finalText},
+	}
+	got := ops()
+	for i, w := range want {
+		if got[i].Op != w.op || got[i].Req.GetText() != w.text {
+			t.Errorf("op %d: %v %q, want %v %q", i, got[i].Op, got[i].Req.GetText(), w.op, w.text)
+		}
+	}
+	if got[3].Req.GetMessageId() != "m1" || !got[3].Req.GetFinal() {
+		t.Errorf("final edit of %q final=%v", got[3].Req.GetMessageId(), got[3].Req.GetFinal())
+	}
+	time.Sleep(200 * time.Millisecond)
+	if n := len(ops()); n != 4 {
+		t.Errorf("%d ops, want the 4 above", n)
+	}
+
+	// The API: text deltas only.
+	for i, body := range []any{&repliesv1.ReasoningDelta{Text: thought}, &repliesv1.TextDelta{Text: answer}, final(finalText)} {
+		ev := event("t-api", int64(i+1), "s2", body)
+		ev.Target.Platform = "api"
+		e.publish(t, ev)
+	}
+	eventually(t, e.clock, 0, "the API's answer", func() bool {
+		calls, _ := e.gw.snapshot()
+		for _, c := range calls {
+			if c.Req.GetTurnId() == "t-api" && c.Req.GetFinal() {
+				return true
+			}
+		}
+		return false
+	})
+	calls, _ := e.gw.snapshot()
+	var deltas []string
+	for _, c := range calls {
+		if c.Req.GetTurnId() == "t-api" && c.Op == deliveryv1.SendOp_SEND_OP_STREAM_DELTA {
+			deltas = append(deltas, c.Req.GetText())
+		}
+	}
+	if len(deltas) != 1 || deltas[0] != answer {
+		t.Errorf("API stream deltas %q, want the answer's text alone", deltas)
 	}
 }
 

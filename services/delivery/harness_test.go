@@ -301,6 +301,8 @@ func event(turn string, seq int64, session string, body any) *repliesv1.ReplyEve
 		ev.Body = &repliesv1.ReplyEvent_FinalText{FinalText: b}
 	case *repliesv1.TextDelta:
 		ev.Body = &repliesv1.ReplyEvent_TextDelta{TextDelta: b}
+	case *repliesv1.ReasoningDelta:
+		ev.Body = &repliesv1.ReplyEvent_ReasoningDelta{ReasoningDelta: b}
 	case *repliesv1.Typing:
 		ev.Body = &repliesv1.ReplyEvent_Typing{Typing: b}
 	case *repliesv1.ReplyError:

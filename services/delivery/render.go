@@ -17,6 +17,7 @@ import (
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
 	"github.com/switchboard-chat/switchboard/pkg/outbox"
+	"github.com/switchboard-chat/switchboard/pkg/reasoning"
 	"github.com/switchboard-chat/switchboard/pkg/streamedit"
 )
 
@@ -24,10 +25,13 @@ import (
 // being streamed.
 type turnState struct {
 	stream *streamedit.Stream
-	// raw is the streamed text as the agent wrote it, when the final's
-	// images go natively: the stream shows it as the final will
-	// (streamedText).
+	// raw is the streamed text as the agent wrote it: when the final's
+	// images go natively, or the model's reasoning streams before it,
+	// the stream shows it as the final will (streamedText, shown).
 	raw strings.Builder
+	// thought is the model's reasoning streamed so far (/reasoning
+	// show): the stream shows its block before the text.
+	thought strings.Builder
 	// ids are the platform message ids of the stream's messages.
 	ids map[int]string
 	// final holds the final's outbox rows once planned: the stream plans
@@ -141,7 +145,10 @@ func (s *Service) handle(ctx context.Context, ev *repliesv1.ReplyEvent) error {
 		}
 		return nil
 	case *repliesv1.ReplyEvent_TextDelta:
-		s.delta(ctx, ev, b.TextDelta.GetText())
+		s.delta(ctx, ev, b.TextDelta.GetText(), "")
+		return nil
+	case *repliesv1.ReplyEvent_ReasoningDelta:
+		s.delta(ctx, ev, "", b.ReasoningDelta.GetText())
 		return nil
 	case *repliesv1.ReplyEvent_ToolProgress:
 		return s.toolProgress(ctx, ev, b.ToolProgress)
@@ -378,13 +385,18 @@ func (s *Service) textRequests(ev *repliesv1.ReplyEvent, base, text string, form
 	return reqs
 }
 
-// delta streams a piece of the answer: by editing one message on
+// delta streams a piece of the answer (text) or of the model's reasoning
+// before it (thought, with /reasoning show): by editing one message on
 // platforms that can edit, as a stream delta on platforms that stream
-// natively, not at all elsewhere (they get the final text).
-func (s *Service) delta(ctx context.Context, ev *repliesv1.ReplyEvent, text string) {
+// natively (text only: reasoning never goes into an API stream's
+// content), not at all elsewhere (they get the final text).
+func (s *Service) delta(ctx context.Context, ev *repliesv1.ReplyEvent, text, thought string) {
 	platform := ev.GetTarget().GetPlatform()
 	switch s.cfg.platform(platform).Streaming {
 	case StreamNative:
+		if text == "" {
+			return
+		}
 		req := s.request(ev, keyBase(ctx, ev)+":d", deliveryv1.SendOp_SEND_OP_STREAM_DELTA)
 		req.Text = text
 		s.progress(ctx, req)
@@ -414,13 +426,19 @@ func (s *Service) delta(ctx context.Context, ev *repliesv1.ReplyEvent, text stri
 		// While a stream update is unanswered the text is only buffered:
 		// the final settles that update first.
 		var acts []streamedit.Action
-		if s.cfg.nativeImages(platform) {
+		st.raw.WriteString(text)
+		st.thought.WriteString(thought)
+		if native := s.cfg.nativeImages(platform); native || st.thought.Len() > 0 {
 			// The image syntax the final takes out (the images follow
 			// it) does not show while the text streams, nor an image
-			// being written at its end: each update shows what the final
-			// will.
-			st.raw.WriteString(text)
-			acts = st.stream.Replace(streamedText(st.raw.String()))
+			// being written at its end; the reasoning shows as the
+			// block the final starts with: each update shows what the
+			// final will.
+			answer := st.raw.String()
+			if native {
+				answer = streamedText(answer)
+			}
+			acts = st.stream.Replace(shown(st.thought.String(), answer))
 		} else {
 			acts = st.stream.Append(text)
 		}
@@ -429,6 +447,17 @@ func (s *Service) delta(ctx context.Context, ev *repliesv1.ReplyEvent, text stri
 		}
 		s.flushTools(ctx, ev.GetTurnId())
 	}
+}
+
+// shown is what a streaming message shows of the reasoning and the
+// answer so far: the answer after the reasoning's block, as the final
+// text (reasoning.WithAnswer) will, the block alone while the model
+// still thinks. The final edit writes the final text over it.
+func shown(thought, answer string) string {
+	if strings.TrimSpace(answer) == "" {
+		return reasoning.Block(thought)
+	}
+	return reasoning.WithAnswer(thought, answer)
 }
 
 // toolPhases name the steps of a tool call as a gateway gets them.
@@ -551,7 +580,7 @@ func (s *Service) final(ctx context.Context, ev *repliesv1.ReplyEvent, text stri
 		}
 		queued = len(st.final) > 0
 		st.done, st.final = true, nil
-		st.raw = strings.Builder{} // the marker stays for doneKeep, its text is not needed
+		st.raw, st.thought = strings.Builder{}, strings.Builder{} // the marker stays for doneKeep, its text is not needed
 		return queued, nil
 	}
 	if st != nil && st.done {

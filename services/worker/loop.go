@@ -20,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/switchboard-chat/switchboard/pkg/llm"
+	"github.com/switchboard-chat/switchboard/pkg/reasoning"
 	"github.com/switchboard-chat/switchboard/pkg/sessionkey"
 	"github.com/switchboard-chat/switchboard/services/worker/internal/store"
 	"github.com/switchboard-chat/switchboard/services/worker/internal/tools"
@@ -847,9 +848,19 @@ func (r *turnRun) callModel(ctx context.Context, b Backend, model, system string
 	if withTools {
 		req.Tools = r.s.tools.Specs()
 	}
-	var buf, streamed strings.Builder
+	var buf, thinking, streamed strings.Builder
 	var last time.Time
 	flush := func() error {
+		if thinking.Len() > 0 {
+			// The reasoning came first: it goes first.
+			text := thinking.String()
+			thinking.Reset()
+			last = time.Now()
+			r.textStreamed = true
+			if err := r.publish(ctx, &repliesv1.ReplyEvent{Body: &repliesv1.ReplyEvent_ReasoningDelta{ReasoningDelta: &repliesv1.ReasoningDelta{Text: text}}}); err != nil {
+				return err
+			}
+		}
 		if buf.Len() == 0 {
 			return nil
 		}
@@ -868,10 +879,11 @@ func (r *turnRun) callModel(ctx context.Context, b Backend, model, system string
 		trace.WithAttributes(attribute.String("gen_ai.system", b.Kind), attribute.String("gen_ai.request.model", model)))
 	defer span.End()
 	onDelta := func(d llm.Delta) error {
-		if d.Text == "" {
+		if d.Text == "" && d.Reasoning == "" {
 			return nil
 		}
 		buf.WriteString(d.Text)
+		thinking.WriteString(d.Reasoning)
 		if time.Since(last) >= r.s.cfg.DeltaInterval {
 			return flush()
 		}
@@ -880,17 +892,24 @@ func (r *turnRun) callModel(ctx context.Context, b Backend, model, system string
 	switch {
 	case r.answerOnly:
 		onDelta = nil // nobody reads the deltas: one response, not a stream
-	case r.req.GetShowReasoning():
-		// The chat sees the model's reasoning before the answer
-		// (withReasoning): the answer comes whole, as one message,
-		// since what a stream showed could not be put after it.
-		onDelta = nil
 	case r.attempt > 1:
 		// An earlier attempt may have streamed part of another answer:
 		// deltas now would be spliced onto it. The final carries the
 		// whole answer (edits rewrite the message; an API stream ends
 		// with an error when the final does not continue it).
 		onDelta = nil
+	case r.req.GetShowReasoning() && r.target.GetPlatform() == "api":
+		// The answer's final text starts with the reasoning's block
+		// (withReasoning): an API stream, whose content the final must
+		// continue, gets it whole, as before, and no reasoning delta
+		// (reasoning is never streamed into an API's content).
+		onDelta = nil
+	case r.req.GetShowReasoning():
+		// The chat sees the model's reasoning before the answer: it
+		// streams too (ReasoningDelta, before the text's deltas), and
+		// delivery shows the block the final text starts with while
+		// both stream; the final edit completes it.
+		req.StreamReasoning = true
 	}
 	callCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -931,23 +950,14 @@ func (r *turnRun) callModel(ctx context.Context, b Backend, model, system string
 
 // withReasoning is the answer's text as the chat gets it: with the
 // session's /reasoning show, Hermes's block of the model's reasoning
-// (cut to 15 lines, its code fences broken so that they do not close
-// the block) before the answer. The transcript keeps the answer alone,
-// and the model never sees its reasoning again.
+// before the answer (reasoning.WithAnswer). The transcript keeps the
+// answer alone, and the model never sees its reasoning again.
 func (r *turnRun) withReasoning(resp *llm.Response) string {
-	thinking := strings.TrimSpace(resp.Reasoning)
-	if !r.req.GetShowReasoning() || thinking == "" || strings.TrimSpace(resp.Text) == "" {
+	if !r.req.GetShowReasoning() {
 		return resp.Text
 	}
-	if lines := strings.Split(thinking, "\n"); len(lines) > maxReasoningLines {
-		thinking = strings.Join(lines[:maxReasoningLines], "\n") + fmt.Sprintf("\n_... (%d more lines)_", len(lines)-maxReasoningLines)
-	}
-	thinking = strings.ReplaceAll(thinking, "```", "`\u200b``")
-	return "💭 **Reasoning:**\n```\n" + thinking + "\n```\n\n" + resp.Text
+	return reasoning.WithAnswer(resp.Reasoning, resp.Text)
 }
-
-// maxReasoningLines of the model's reasoning are shown (Hermes's 15).
-const maxReasoningLines = 15
 
 // reasoningEffort is the effort of the turn's model calls: the session's
 // (/reasoning), else agent.reasoning_effort ("" sends none).

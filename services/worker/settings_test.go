@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/switchboard-chat/switchboard/pkg/fakellm"
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/llm"
 	"github.com/switchboard-chat/switchboard/services/worker"
 	"github.com/switchboard-chat/switchboard/services/worker/internal/tools"
@@ -74,9 +75,13 @@ func TestPersonalityAndReasoningEffortReachTheModel(t *testing.T) {
 }
 
 // With /reasoning show the chat gets the model's reasoning in Hermes's
-// block before the answer, in one message (no text deltas), cut to 15
-// lines; the transcript keeps the answer alone. Without it, or without
-// reasoning, the answer comes as before.
+// block before the answer, cut to 15 lines; the transcript keeps the
+// answer alone. The turn streams like any other: the reasoning as
+// reasoning deltas, before the answer's text deltas (delivery shows the
+// block while they stream), and the final text is the same as before.
+// An API turn streams neither (its final carries the block, as before).
+// Without /reasoning show, or without reasoning, the answer comes as
+// before.
 func TestShowReasoning(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
@@ -84,31 +89,49 @@ func TestShowReasoning(t *testing.T) {
 	w := h.startWorker("w1", nil)
 	defer w.stop(t)
 	long := strings.TrimSuffix(strings.Repeat("step\n", 17), "\n")
+	api := &eventsv1.SessionSource{Platform: "api", Account: "default", ChatId: "c1", ChatType: "dm", UserId: "u-s1"}
 	tests := []struct {
 		name, reasoning string
 		show            bool
+		origin          *eventsv1.SessionSource
 		want            string
 	}{
-		{"shown", "Six times seven.", true, "💭 **Reasoning:**\n```\nSix times seven.\n```\n\nThe answer is 42."},
-		{"hidden", "Six times seven.", false, "The answer is 42."},
-		{"no reasoning", "", true, "The answer is 42."},
-		{"cut", long, true, "💭 **Reasoning:**\n```\n" + strings.TrimSuffix(strings.Repeat("step\n", 15), "\n") +
+		{"shown", "Six times seven.", true, nil, "💭 **Reasoning:**\n```\nSix times seven.\n```\n\nThe answer is 42."},
+		{"hidden", "Six times seven.", false, nil, "The answer is 42."},
+		{"no reasoning", "", true, nil, "The answer is 42."},
+		{"cut", long, true, nil, "💭 **Reasoning:**\n```\n" + strings.TrimSuffix(strings.Repeat("step\n", 15), "\n") +
 			"\n_... (2 more lines)_\n```\n\nThe answer is 42."},
-		{"fenced", "```go\nx := 42\n```", true, "💭 **Reasoning:**\n```\n`\u200b``go\nx := 42\n`\u200b``\n```\n\nThe answer is 42."},
+		{"fenced", "```go\nx := 42\n```", true, nil, "💭 **Reasoning:**\n```\n`\u200b``go\nx := 42\n`\u200b``\n```\n\nThe answer is 42."},
+		{"api", "Six times seven.", true, api, "💭 **Reasoning:**\n```\nSix times seven.\n```\n\nThe answer is 42."},
 	}
 	for _, tt := range tests {
 		h.fake.Enqueue(fakellm.Reply{Text: "The answer is 42.", Reasoning: tt.reasoning})
-		req := h.requestTurn("s1", "what is six times seven? "+tt.name, turnOpts{show: tt.show})
+		req := h.requestTurn("s1", "what is six times seven? "+tt.name, turnOpts{show: tt.show, origin: tt.origin})
 		h.waitCompleted(req.TurnId)
 		evs := h.replies(req.TurnId)
 		final := checkReplies(t, evs)
 		if got := final.GetFinalText().GetText(); got != tt.want {
 			t.Errorf("%s: final %q, want %q", tt.name, got, tt.want)
 		}
+		var thought, text strings.Builder
 		for _, ev := range evs {
-			if tt.show && ev.GetTextDelta() != nil {
-				t.Errorf("%s: a text delta while the reasoning is shown: %q", tt.name, ev.GetTextDelta().GetText())
+			if d := ev.GetReasoningDelta(); d != nil {
+				if text.Len() > 0 {
+					t.Errorf("%s: a reasoning delta after the answer's text: %q", tt.name, d.GetText())
+				}
+				thought.WriteString(d.GetText())
 			}
+			text.WriteString(ev.GetTextDelta().GetText())
+		}
+		wantThought, wantText := "", "The answer is 42."
+		if tt.show {
+			wantThought = tt.reasoning
+		}
+		if tt.origin != nil {
+			wantThought, wantText = "", ""
+		}
+		if thought.String() != wantThought || text.String() != wantText {
+			t.Errorf("%s: streamed reasoning %q and text %q, want %q and %q", tt.name, thought.String(), text.String(), wantThought, wantText)
 		}
 		var stored string
 		if err := h.db.QueryRow(context.Background(), `SELECT content FROM transcript_messages WHERE turn_id = $1 AND role = 'assistant'`, req.TurnId).Scan(&stored); err != nil {

@@ -693,7 +693,7 @@ func (r *turnRun) publishAtID(ctx context.Context, seq int64, id string, ev *rep
 // text, tool steps): nothing the user must get.
 func isProgress(ev *repliesv1.ReplyEvent) bool {
 	switch ev.GetBody().(type) {
-	case *repliesv1.ReplyEvent_Typing, *repliesv1.ReplyEvent_TextDelta, *repliesv1.ReplyEvent_ToolProgress:
+	case *repliesv1.ReplyEvent_Typing, *repliesv1.ReplyEvent_TextDelta, *repliesv1.ReplyEvent_ReasoningDelta, *repliesv1.ReplyEvent_ToolProgress:
 		return true
 	}
 	return false

@@ -115,6 +115,7 @@ type ReplyEvent struct {
 	//	*ReplyEvent_Error
 	//	*ReplyEvent_Typing
 	//	*ReplyEvent_Notice
+	//	*ReplyEvent_ReasoningDelta
 	Body          isReplyEvent_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -290,6 +291,15 @@ func (x *ReplyEvent) GetNotice() *Notice {
 	return nil
 }
 
+func (x *ReplyEvent) GetReasoningDelta() *ReasoningDelta {
+	if x != nil {
+		if x, ok := x.Body.(*ReplyEvent_ReasoningDelta); ok {
+			return x.ReasoningDelta
+		}
+	}
+	return nil
+}
+
 type isReplyEvent_Body interface {
 	isReplyEvent_Body()
 }
@@ -322,6 +332,10 @@ type ReplyEvent_Notice struct {
 	Notice *Notice `protobuf:"bytes,16,opt,name=notice,proto3,oneof"`
 }
 
+type ReplyEvent_ReasoningDelta struct {
+	ReasoningDelta *ReasoningDelta `protobuf:"bytes,18,opt,name=reasoning_delta,json=reasoningDelta,proto3,oneof"`
+}
+
 func (*ReplyEvent_TextDelta) isReplyEvent_Body() {}
 
 func (*ReplyEvent_ToolProgress) isReplyEvent_Body() {}
@@ -335,6 +349,8 @@ func (*ReplyEvent_Error) isReplyEvent_Body() {}
 func (*ReplyEvent_Typing) isReplyEvent_Body() {}
 
 func (*ReplyEvent_Notice) isReplyEvent_Body() {}
+
+func (*ReplyEvent_ReasoningDelta) isReplyEvent_Body() {}
 
 // TextDelta is a piece of streamed answer text.
 type TextDelta struct {
@@ -381,6 +397,55 @@ func (x *TextDelta) GetText() string {
 	return ""
 }
 
+// ReasoningDelta is a piece of the model's reasoning, streamed before its
+// answer's text deltas to a chat that shows reasoning (/reasoning show):
+// delivery shows it as the block the final text starts with, on
+// platforms that stream by editing a message; elsewhere it is dropped
+// (never into an API stream's content). The final text supersedes it.
+type ReasoningDelta struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Text          string                 `protobuf:"bytes,1,opt,name=text,proto3" json:"text,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReasoningDelta) Reset() {
+	*x = ReasoningDelta{}
+	mi := &file_switchboard_replies_v1_replies_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReasoningDelta) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReasoningDelta) ProtoMessage() {}
+
+func (x *ReasoningDelta) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_replies_v1_replies_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReasoningDelta.ProtoReflect.Descriptor instead.
+func (*ReasoningDelta) Descriptor() ([]byte, []int) {
+	return file_switchboard_replies_v1_replies_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ReasoningDelta) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
+}
+
 type ToolProgress struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
 	ToolCallId string                 `protobuf:"bytes,1,opt,name=tool_call_id,json=toolCallId,proto3" json:"tool_call_id,omitempty"`
@@ -408,7 +473,7 @@ type ToolProgress struct {
 
 func (x *ToolProgress) Reset() {
 	*x = ToolProgress{}
-	mi := &file_switchboard_replies_v1_replies_proto_msgTypes[2]
+	mi := &file_switchboard_replies_v1_replies_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -420,7 +485,7 @@ func (x *ToolProgress) String() string {
 func (*ToolProgress) ProtoMessage() {}
 
 func (x *ToolProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_replies_v1_replies_proto_msgTypes[2]
+	mi := &file_switchboard_replies_v1_replies_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -433,7 +498,7 @@ func (x *ToolProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolProgress.ProtoReflect.Descriptor instead.
 func (*ToolProgress) Descriptor() ([]byte, []int) {
-	return file_switchboard_replies_v1_replies_proto_rawDescGZIP(), []int{2}
+	return file_switchboard_replies_v1_replies_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ToolProgress) GetToolCallId() string {
@@ -513,7 +578,7 @@ type FinalText struct {
 
 func (x *FinalText) Reset() {
 	*x = FinalText{}
-	mi := &file_switchboard_replies_v1_replies_proto_msgTypes[3]
+	mi := &file_switchboard_replies_v1_replies_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -525,7 +590,7 @@ func (x *FinalText) String() string {
 func (*FinalText) ProtoMessage() {}
 
 func (x *FinalText) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_replies_v1_replies_proto_msgTypes[3]
+	mi := &file_switchboard_replies_v1_replies_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -538,7 +603,7 @@ func (x *FinalText) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinalText.ProtoReflect.Descriptor instead.
 func (*FinalText) Descriptor() ([]byte, []int) {
-	return file_switchboard_replies_v1_replies_proto_rawDescGZIP(), []int{3}
+	return file_switchboard_replies_v1_replies_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *FinalText) GetText() string {
@@ -571,7 +636,7 @@ type Media struct {
 
 func (x *Media) Reset() {
 	*x = Media{}
-	mi := &file_switchboard_replies_v1_replies_proto_msgTypes[4]
+	mi := &file_switchboard_replies_v1_replies_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -583,7 +648,7 @@ func (x *Media) String() string {
 func (*Media) ProtoMessage() {}
 
 func (x *Media) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_replies_v1_replies_proto_msgTypes[4]
+	mi := &file_switchboard_replies_v1_replies_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -596,7 +661,7 @@ func (x *Media) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Media.ProtoReflect.Descriptor instead.
 func (*Media) Descriptor() ([]byte, []int) {
-	return file_switchboard_replies_v1_replies_proto_rawDescGZIP(), []int{4}
+	return file_switchboard_replies_v1_replies_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Media) GetAttachment() *v11.Attachment {
@@ -620,7 +685,7 @@ type ReplyError struct {
 
 func (x *ReplyError) Reset() {
 	*x = ReplyError{}
-	mi := &file_switchboard_replies_v1_replies_proto_msgTypes[5]
+	mi := &file_switchboard_replies_v1_replies_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -632,7 +697,7 @@ func (x *ReplyError) String() string {
 func (*ReplyError) ProtoMessage() {}
 
 func (x *ReplyError) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_replies_v1_replies_proto_msgTypes[5]
+	mi := &file_switchboard_replies_v1_replies_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -645,7 +710,7 @@ func (x *ReplyError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplyError.ProtoReflect.Descriptor instead.
 func (*ReplyError) Descriptor() ([]byte, []int) {
-	return file_switchboard_replies_v1_replies_proto_rawDescGZIP(), []int{5}
+	return file_switchboard_replies_v1_replies_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ReplyError) GetCode() string {
@@ -671,7 +736,7 @@ type Typing struct {
 
 func (x *Typing) Reset() {
 	*x = Typing{}
-	mi := &file_switchboard_replies_v1_replies_proto_msgTypes[6]
+	mi := &file_switchboard_replies_v1_replies_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -683,7 +748,7 @@ func (x *Typing) String() string {
 func (*Typing) ProtoMessage() {}
 
 func (x *Typing) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_replies_v1_replies_proto_msgTypes[6]
+	mi := &file_switchboard_replies_v1_replies_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -696,7 +761,7 @@ func (x *Typing) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Typing.ProtoReflect.Descriptor instead.
 func (*Typing) Descriptor() ([]byte, []int) {
-	return file_switchboard_replies_v1_replies_proto_rawDescGZIP(), []int{6}
+	return file_switchboard_replies_v1_replies_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Typing) GetActive() bool {
@@ -726,7 +791,7 @@ type Notice struct {
 
 func (x *Notice) Reset() {
 	*x = Notice{}
-	mi := &file_switchboard_replies_v1_replies_proto_msgTypes[7]
+	mi := &file_switchboard_replies_v1_replies_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -738,7 +803,7 @@ func (x *Notice) String() string {
 func (*Notice) ProtoMessage() {}
 
 func (x *Notice) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_replies_v1_replies_proto_msgTypes[7]
+	mi := &file_switchboard_replies_v1_replies_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -751,7 +816,7 @@ func (x *Notice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Notice.ProtoReflect.Descriptor instead.
 func (*Notice) Descriptor() ([]byte, []int) {
-	return file_switchboard_replies_v1_replies_proto_rawDescGZIP(), []int{7}
+	return file_switchboard_replies_v1_replies_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Notice) GetText() string {
@@ -786,7 +851,7 @@ var File_switchboard_replies_v1_replies_proto protoreflect.FileDescriptor
 
 const file_switchboard_replies_v1_replies_proto_rawDesc = "" +
 	"\n" +
-	"$switchboard/replies/v1/replies.proto\x12\x16switchboard.replies.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a&switchboard/delivery/v1/delivery.proto\x1a\"switchboard/events/v1/events.proto\"\x89\a\n" +
+	"$switchboard/replies/v1/replies.proto\x12\x16switchboard.replies.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a&switchboard/delivery/v1/delivery.proto\x1a\"switchboard/events/v1/events.proto\"\xdc\a\n" +
 	"\n" +
 	"ReplyEvent\x12\x17\n" +
 	"\aturn_id\x18\x01 \x01(\tR\x06turnId\x12\x1f\n" +
@@ -812,9 +877,12 @@ const file_switchboard_replies_v1_replies_proto_rawDesc = "" +
 	"\x05media\x18\r \x01(\v2\x1d.switchboard.replies.v1.MediaH\x00R\x05media\x12:\n" +
 	"\x05error\x18\x0e \x01(\v2\".switchboard.replies.v1.ReplyErrorH\x00R\x05error\x128\n" +
 	"\x06typing\x18\x0f \x01(\v2\x1e.switchboard.replies.v1.TypingH\x00R\x06typing\x128\n" +
-	"\x06notice\x18\x10 \x01(\v2\x1e.switchboard.replies.v1.NoticeH\x00R\x06noticeB\x06\n" +
+	"\x06notice\x18\x10 \x01(\v2\x1e.switchboard.replies.v1.NoticeH\x00R\x06notice\x12Q\n" +
+	"\x0freasoning_delta\x18\x12 \x01(\v2&.switchboard.replies.v1.ReasoningDeltaH\x00R\x0ereasoningDeltaB\x06\n" +
 	"\x04body\"\x1f\n" +
 	"\tTextDelta\x12\x12\n" +
+	"\x04text\x18\x01 \x01(\tR\x04text\"$\n" +
+	"\x0eReasoningDelta\x12\x12\n" +
 	"\x04text\x18\x01 \x01(\tR\x04text\"\x9e\x02\n" +
 	"\fToolProgress\x12 \n" +
 	"\ftool_call_id\x18\x01 \x01(\tR\n" +
@@ -867,44 +935,46 @@ func file_switchboard_replies_v1_replies_proto_rawDescGZIP() []byte {
 }
 
 var file_switchboard_replies_v1_replies_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_switchboard_replies_v1_replies_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_switchboard_replies_v1_replies_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_switchboard_replies_v1_replies_proto_goTypes = []any{
 	(ToolPhase)(0),                // 0: switchboard.replies.v1.ToolPhase
 	(*ReplyEvent)(nil),            // 1: switchboard.replies.v1.ReplyEvent
 	(*TextDelta)(nil),             // 2: switchboard.replies.v1.TextDelta
-	(*ToolProgress)(nil),          // 3: switchboard.replies.v1.ToolProgress
-	(*FinalText)(nil),             // 4: switchboard.replies.v1.FinalText
-	(*Media)(nil),                 // 5: switchboard.replies.v1.Media
-	(*ReplyError)(nil),            // 6: switchboard.replies.v1.ReplyError
-	(*Typing)(nil),                // 7: switchboard.replies.v1.Typing
-	(*Notice)(nil),                // 8: switchboard.replies.v1.Notice
-	(*v1.Target)(nil),             // 9: switchboard.delivery.v1.Target
-	(*timestamppb.Timestamp)(nil), // 10: google.protobuf.Timestamp
-	(v1.TextFormat)(0),            // 11: switchboard.delivery.v1.TextFormat
-	(*v1.TokenUsage)(nil),         // 12: switchboard.delivery.v1.TokenUsage
-	(*v11.Attachment)(nil),        // 13: switchboard.events.v1.Attachment
+	(*ReasoningDelta)(nil),        // 3: switchboard.replies.v1.ReasoningDelta
+	(*ToolProgress)(nil),          // 4: switchboard.replies.v1.ToolProgress
+	(*FinalText)(nil),             // 5: switchboard.replies.v1.FinalText
+	(*Media)(nil),                 // 6: switchboard.replies.v1.Media
+	(*ReplyError)(nil),            // 7: switchboard.replies.v1.ReplyError
+	(*Typing)(nil),                // 8: switchboard.replies.v1.Typing
+	(*Notice)(nil),                // 9: switchboard.replies.v1.Notice
+	(*v1.Target)(nil),             // 10: switchboard.delivery.v1.Target
+	(*timestamppb.Timestamp)(nil), // 11: google.protobuf.Timestamp
+	(v1.TextFormat)(0),            // 12: switchboard.delivery.v1.TextFormat
+	(*v1.TokenUsage)(nil),         // 13: switchboard.delivery.v1.TokenUsage
+	(*v11.Attachment)(nil),        // 14: switchboard.events.v1.Attachment
 }
 var file_switchboard_replies_v1_replies_proto_depIdxs = []int32{
-	9,  // 0: switchboard.replies.v1.ReplyEvent.target:type_name -> switchboard.delivery.v1.Target
-	10, // 1: switchboard.replies.v1.ReplyEvent.created_at:type_name -> google.protobuf.Timestamp
-	10, // 2: switchboard.replies.v1.ReplyEvent.turn_requested_at:type_name -> google.protobuf.Timestamp
+	10, // 0: switchboard.replies.v1.ReplyEvent.target:type_name -> switchboard.delivery.v1.Target
+	11, // 1: switchboard.replies.v1.ReplyEvent.created_at:type_name -> google.protobuf.Timestamp
+	11, // 2: switchboard.replies.v1.ReplyEvent.turn_requested_at:type_name -> google.protobuf.Timestamp
 	2,  // 3: switchboard.replies.v1.ReplyEvent.text_delta:type_name -> switchboard.replies.v1.TextDelta
-	3,  // 4: switchboard.replies.v1.ReplyEvent.tool_progress:type_name -> switchboard.replies.v1.ToolProgress
-	4,  // 5: switchboard.replies.v1.ReplyEvent.final_text:type_name -> switchboard.replies.v1.FinalText
-	5,  // 6: switchboard.replies.v1.ReplyEvent.media:type_name -> switchboard.replies.v1.Media
-	6,  // 7: switchboard.replies.v1.ReplyEvent.error:type_name -> switchboard.replies.v1.ReplyError
-	7,  // 8: switchboard.replies.v1.ReplyEvent.typing:type_name -> switchboard.replies.v1.Typing
-	8,  // 9: switchboard.replies.v1.ReplyEvent.notice:type_name -> switchboard.replies.v1.Notice
-	0,  // 10: switchboard.replies.v1.ToolProgress.phase:type_name -> switchboard.replies.v1.ToolPhase
-	11, // 11: switchboard.replies.v1.FinalText.format:type_name -> switchboard.delivery.v1.TextFormat
-	12, // 12: switchboard.replies.v1.FinalText.usage:type_name -> switchboard.delivery.v1.TokenUsage
-	13, // 13: switchboard.replies.v1.Media.attachment:type_name -> switchboard.events.v1.Attachment
-	11, // 14: switchboard.replies.v1.Notice.format:type_name -> switchboard.delivery.v1.TextFormat
-	15, // [15:15] is the sub-list for method output_type
-	15, // [15:15] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	4,  // 4: switchboard.replies.v1.ReplyEvent.tool_progress:type_name -> switchboard.replies.v1.ToolProgress
+	5,  // 5: switchboard.replies.v1.ReplyEvent.final_text:type_name -> switchboard.replies.v1.FinalText
+	6,  // 6: switchboard.replies.v1.ReplyEvent.media:type_name -> switchboard.replies.v1.Media
+	7,  // 7: switchboard.replies.v1.ReplyEvent.error:type_name -> switchboard.replies.v1.ReplyError
+	8,  // 8: switchboard.replies.v1.ReplyEvent.typing:type_name -> switchboard.replies.v1.Typing
+	9,  // 9: switchboard.replies.v1.ReplyEvent.notice:type_name -> switchboard.replies.v1.Notice
+	3,  // 10: switchboard.replies.v1.ReplyEvent.reasoning_delta:type_name -> switchboard.replies.v1.ReasoningDelta
+	0,  // 11: switchboard.replies.v1.ToolProgress.phase:type_name -> switchboard.replies.v1.ToolPhase
+	12, // 12: switchboard.replies.v1.FinalText.format:type_name -> switchboard.delivery.v1.TextFormat
+	13, // 13: switchboard.replies.v1.FinalText.usage:type_name -> switchboard.delivery.v1.TokenUsage
+	14, // 14: switchboard.replies.v1.Media.attachment:type_name -> switchboard.events.v1.Attachment
+	12, // 15: switchboard.replies.v1.Notice.format:type_name -> switchboard.delivery.v1.TextFormat
+	16, // [16:16] is the sub-list for method output_type
+	16, // [16:16] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_switchboard_replies_v1_replies_proto_init() }
@@ -920,6 +990,7 @@ func file_switchboard_replies_v1_replies_proto_init() {
 		(*ReplyEvent_Error)(nil),
 		(*ReplyEvent_Typing)(nil),
 		(*ReplyEvent_Notice)(nil),
+		(*ReplyEvent_ReasoningDelta)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -927,7 +998,7 @@ func file_switchboard_replies_v1_replies_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_switchboard_replies_v1_replies_proto_rawDesc), len(file_switchboard_replies_v1_replies_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   8,
+			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
