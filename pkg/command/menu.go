@@ -46,6 +46,7 @@ var menu = []MenuEntry{
 	{"btw", "Ask a side question about the current conversation without interrupting it"},
 	{"sethome", "Set this chat as the home channel"},
 	{"cron", "Manage scheduled tasks"},
+	{"platform", "Pause, resume, or list a failing gateway platform"},
 	{"whoami", "Show who the gateway thinks you are"},
 	{"profile", "Show the agent profile this chat talks to"},
 	{"version", "Show the running Switchboard release"},

@@ -35,6 +35,10 @@ var (
 		Name: "switchboard_gateway_fatal",
 		Help: "1 when the connection failed fatally (bad token, second poller) and the gateway stopped retrying.",
 	}, []string{"platform"})
+	pausedGauge = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "switchboard_gateway_paused",
+		Help: "1 while an operator has this platform paused (/platform pause): the replica holds no connection and no lease.",
+	}, []string{"platform"})
 	reconnectsTotal = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "switchboard_gateway_reconnects_total",
 		Help: "Connection attempts after a retryable failure.",

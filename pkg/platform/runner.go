@@ -24,6 +24,7 @@ import (
 
 	"github.com/switchboard-chat/switchboard/pkg/attachment"
 	"github.com/switchboard-chat/switchboard/pkg/bus"
+	"github.com/switchboard-chat/switchboard/pkg/gatewaystatus"
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/panics"
@@ -62,6 +63,11 @@ type Options struct {
 	SendConcurrency int
 	// SendTimeout bounds one platform operation (default 30 s).
 	SendTimeout time.Duration
+	// PresenceTTL is the presence bucket's max age
+	// (gatewaystatus.PresenceTTL by default; every replica of a
+	// deployment must use the same). The replica's entry is rewritten
+	// every PresenceTTL/3.
+	PresenceTTL time.Duration
 	// Attachments: when enabled, a data: URL is kept in the attachment
 	// store before its event is published, and a Fetcher platform's
 	// gateway downloads the attachments the workers ask for.
@@ -96,6 +102,9 @@ func (o *Options) defaults() {
 		_, _ = rand.Read(b)
 		o.Instance = host + "-" + hex.EncodeToString(b)
 	}
+	if o.PresenceTTL <= 0 {
+		o.PresenceTTL = gatewaystatus.PresenceTTL
+	}
 	if o.SendConcurrency <= 0 {
 		o.SendConcurrency = 32
 	}
@@ -114,6 +123,9 @@ const (
 	StateStandby    State = "standby"
 	StateFatal      State = "fatal"
 	StateStopped    State = "stopped"
+	// StatePaused: an operator paused the platform (/platform pause): no
+	// connection, no lease; sends are still served.
+	StatePaused State = "paused"
 )
 
 // Runner runs one Platform: connection lifecycle, inbound publishing,
@@ -130,10 +142,19 @@ type Runner struct {
 	attachments *attachment.Store // nil: attachments are not kept
 	react       *reactions        // nil: the platform does not react, or reactions are off
 
-	mu      sync.Mutex
-	state   State
-	reason  string
-	started atomic.Bool
+	mu     sync.Mutex
+	state  State
+	reason string
+	// since is when state began; attempts counts failed connections
+	// since the last success (the presence entry shows both).
+	since    time.Time
+	attempts int
+	started  atomic.Bool
+
+	// pause is the operator's pause of this platform (/platform).
+	pause *pauseGate
+	// changed wakes the presence writer after a state change.
+	changed chan struct{}
 }
 
 // NewRunner wraps p; Run starts it.
@@ -146,7 +167,8 @@ func NewRunner(p Platform, b *bus.Bus, opts Options) (*Runner, error) {
 	if name == "" {
 		return nil, errors.New("platform runner: empty platform name")
 	}
-	r := &Runner{p: p, name: name, bus: b, opts: opts, log: opts.Log.With("platform", name), state: StateStarting}
+	r := &Runner{p: p, name: name, bus: b, opts: opts, log: opts.Log.With("platform", name), state: StateStarting,
+		since: time.Now(), pause: newPauseGate(), changed: make(chan struct{}, 1)}
 	if acct := p.Account(); acct != "" {
 		r.log = r.log.With("account", acct)
 	}
@@ -170,10 +192,24 @@ func (r *Runner) State() (State, string) {
 
 func (r *Runner) setState(s State, reason string) {
 	r.mu.Lock()
+	if s != r.state {
+		r.since = time.Now()
+	}
 	r.state, r.reason = s, reason
 	r.mu.Unlock()
 	connectedGauge.WithLabelValues(r.name).Set(b2f(s == StateConnected))
 	fatalGauge.WithLabelValues(r.name).Set(b2f(s == StateFatal))
+	pausedGauge.WithLabelValues(r.name).Set(b2f(s == StatePaused))
+	select {
+	case r.changed <- struct{}{}:
+	default:
+	}
+}
+
+func (r *Runner) setAttempts(n int) {
+	r.mu.Lock()
+	r.attempts = n
+	r.mu.Unlock()
 }
 
 func b2f(b bool) float64 {
@@ -183,12 +219,13 @@ func b2f(b bool) float64 {
 	return 0
 }
 
-// Ready is a readiness check: ready while connected, or while standing by
-// for the single-consumer lease (a standby serves sends).
+// Ready is a readiness check: ready while connected, while standing by
+// for the single-consumer lease, or paused by an operator (a standby and
+// a paused replica serve sends).
 func (r *Runner) Ready(context.Context) error {
 	s, reason := r.State()
 	switch s {
-	case StateConnected, StateStandby:
+	case StateConnected, StateStandby, StatePaused:
 		return nil
 	case StateFatal:
 		return fmt.Errorf("%s gateway stopped: %s", r.name, reason)
@@ -243,6 +280,11 @@ func (r *Runner) Run(ctx context.Context) error {
 	if err := r.openBuckets(ctx); err != nil {
 		return err
 	}
+	stopStatus, err := r.startStatus(ctx)
+	if err != nil {
+		return err
+	}
+	defer stopStatus()
 	if r.react != nil {
 		// Stopped as Run returns: after the sends in flight, which may
 		// queue reactions, finished.
@@ -329,10 +371,12 @@ func (r *Runner) Run(ctx context.Context) error {
 				}
 			},
 		}
-		r.setState(StateStandby, "")
-		l.run(ctx, r.connectLoop)
+		r.unpaused(ctx, func(ctx context.Context) {
+			r.setState(StateStandby, "")
+			l.run(ctx, r.connectLoop)
+		})
 	} else {
-		r.connectLoop(ctx)
+		r.unpaused(ctx, r.connectLoop)
 	}
 
 	// Shutdown: stop taking sends and fetches, let in-flight ones finish.
@@ -436,6 +480,7 @@ func (r *Runner) connectLoop(ctx context.Context) {
 		}
 		wait := r.opts.Backoff(attempt)
 		attempt++
+		r.setAttempts(attempt)
 		reconnectsTotal.WithLabelValues(r.name).Inc()
 		r.log.Warn("platform connection lost; reconnecting", "err", err, "attempt", attempt, "wait", wait)
 		r.setState(StateConnecting, err.Error())
@@ -458,6 +503,7 @@ type conn struct {
 
 func (c *conn) Connected() {
 	c.connectedAt.CompareAndSwap(0, time.Now().UnixNano())
+	c.r.setAttempts(0)
 	c.r.setState(StateConnected, "")
 	c.r.log.Info("platform connected")
 }

@@ -53,6 +53,7 @@ var helpText = strings.Join([]string{
 	"/btw <question> — ask a side question about the current conversation without interrupting it (no tools, not saved)",
 	"/sethome — send scheduled messages to this chat",
 	"/cron — scheduled jobs: list, add <schedule> <prompt>, pause, resume, run, remove",
+	"/platform [list|pause|resume] [name] — pause, resume, or list a failing gateway platform: list, every gateway replica's state; pause, its connection stops on every replica until resume",
 	"/whoami — who the gateway thinks you are",
 	"/profile — the agent profile this chat talks to",
 	"/version — the running Switchboard release",
@@ -119,6 +120,10 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 		// Read-only, mid-turn too (Hermes's busy_policy dispatch): it
 		// resolves no session, so it neither creates nor resets one.
 		return s.agents(ctx, m, owner)
+	}
+	if cmd.Name == "platform" {
+		// About the gateways, not this chat: no session is resolved.
+		return s.platformCommand(ctx, m, cmd.Args)
 	}
 	if cmd.Name == "whoami" {
 		admin, restricted := s.isAdmin(m)

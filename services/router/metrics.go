@@ -38,6 +38,10 @@ var (
 		Name: "switchboard_router_commands_total",
 		Help: "Commands handled, by name.",
 	}, []string{"command"})
+	platformPauses = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "switchboard_router_platform_pauses_total",
+		Help: "Platforms paused and resumed with /platform, by action (pause, resume).",
+	}, []string{"action"})
 	commandsReplayed = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "switchboard_router_commands_replayed_total",
 		Help: "Commands that change durable state whose inbound event came again after their effect committed (redelivered after a router died or its ack came too late): not applied again, the recorded answer sent again; by name.",

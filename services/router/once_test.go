@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/switchboard-chat/switchboard/pkg/bus"
+	"github.com/switchboard-chat/switchboard/pkg/gatewaystatus"
 	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
 	"github.com/switchboard-chat/switchboard/pkg/sessionstore"
 )
@@ -108,6 +109,15 @@ func TestCommandRedeliveredAfterACrashIsAppliedOnce(t *testing.T) {
 		}, answer: "↩️ Resumed Old.", check: func(t *testing.T, e *env) {
 			if title := current(t, e).Title; title != "Old" {
 				t.Errorf("current conversation %q, want Old", title)
+			}
+		}},
+		{name: "platform pause", command: "platform", text: "/platform pause discord", answer: "✓ discord paused.", check: func(t *testing.T, e *env) {
+			kv, err := gatewaystatus.Pauses(context.Background(), e.bus.JetStream(), e.bus.Topology())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p, err := gatewaystatus.Get(context.Background(), kv, "discord"); err != nil || p == nil {
+				t.Errorf("discord's pause: %v, %v", p, err)
 			}
 		}},
 		{name: "yolo", command: "yolo", text: "/yolo", answer: yoloOnText, check: func(t *testing.T, e *env) {
