@@ -19,6 +19,7 @@ const (
 	KindSlow                    // [[slow:DURATION]]
 	KindLatency                 // [[latency:DURATION]]
 	KindRecall                  // [[recall:user]] answers with the earlier user messages
+	KindVerdict                 // [[verdict:done]] answers a goal judge's request (judge.go)
 )
 
 // maxDelay caps delays that outside text can ask for.
@@ -170,6 +171,14 @@ func parseDirective(body string) (Directive, bool) {
 			return Directive{}, false
 		}
 		d.Kind = KindRecall
+	case "verdict":
+		d.Kind = KindVerdict
+		v, rest, _ := strings.Cut(arg, " ")
+		if !verdicts[v] {
+			return Directive{}, false
+		}
+		d.Name = v
+		opts = rest
 	default:
 		return Directive{}, false
 	}

@@ -15,9 +15,11 @@
 //	[[drop:2]]                    stream two chunks, then drop the connection
 //	[[slow:50ms]]                 wait 50ms between chunks
 //	[[latency:1s]]                wait 1s before answering
+//	[[verdict:continue times=2]]  as a goal judge: continue twice (then the next verdict)
 //
 // Every directive accepts times=N: it then applies to the first N requests
-// carrying the same user text, and later ones get the normal answer.
+// carrying the same user text, and later ones get the normal answer. A
+// verdict's uses are counted by the line it is written in (judge.go).
 package fakellm
 
 import (
@@ -514,10 +516,16 @@ func (s *Server) magic(req *Request, p *plan) Reply {
 	}
 	text := req.Messages[i].Content
 	dirs, clean := ParseDirectives(text)
+	if judgeRequest(req) {
+		return s.verdict(dirs, text)
+	}
 	var tools []Directive
 	var fail *Failure
 	recall := false
 	for _, d := range dirs {
+		if d.Kind == KindVerdict {
+			continue // for a judge's request only
+		}
 		if d.Times > 0 && !s.use(d, text) {
 			continue
 		}
