@@ -44,6 +44,8 @@ var menu = []MenuEntry{
 	{"background", "Run a prompt in a separate background session"},
 	{"agents", "Show active agents and running tasks"},
 	{"btw", "Ask a side question about the current conversation without interrupting it"},
+	{"goal", "Set a standing goal Hermes works on across turns until achieved"},
+	{"subgoal", "Add or manage extra criteria on the active goal"},
 	{"sethome", "Set this chat as the home channel"},
 	{"cron", "Manage scheduled tasks"},
 	{"platform", "Pause, resume, or list a failing gateway platform"},

@@ -50,12 +50,13 @@ const (
 	KindYolo           = "session_yolo"
 	KindContext        = "session_context"
 	KindCommandEffects = "command_effects"
+	KindGoals          = "session_goals"
 )
 
 var (
 	deletedRows = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "switchboard_retention_deleted_rows_total",
-		Help: "Rows the session retention deleted, by kind (sessions, session_history, worker_turns, transcript_messages, transcript_summaries, session_prompts, tool_approvals, delivery_outbox, delivery_stream_messages, session_yolo, session_context, command_effects).",
+		Help: "Rows the session retention deleted, by kind (sessions, session_history, worker_turns, transcript_messages, transcript_summaries, session_prompts, tool_approvals, delivery_outbox, delivery_stream_messages, session_yolo, session_context, command_effects, session_goals).",
 	}, []string{"kind"})
 	skipped = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "switchboard_retention_skipped_total",
@@ -329,6 +330,7 @@ var deletes = []struct{ kind, sql string }{
 	{KindYolo, `DELETE FROM session_yolo WHERE session_key = ANY($1)`},
 	{KindContext, `DELETE FROM session_context WHERE session_key = ANY($1)`},
 	{KindCommandEffects, `DELETE FROM command_effects WHERE session_key = ANY($1)`},
+	{KindGoals, `DELETE FROM session_goals WHERE session_key = ANY($1)`},
 	{KindHistory, `DELETE FROM session_history WHERE session_key = ANY($1)`},
 	{KindSessions, `DELETE FROM sessions WHERE session_key = ANY($1)`},
 }

@@ -39,6 +39,7 @@ var tables = map[string]string{
 	"delivery_stream_messages": `SELECT count(*) FROM delivery_stream_messages WHERE turn_id LIKE 't%-' || $1`,
 	"session_yolo":             `SELECT count(*) FROM session_yolo WHERE session_key = $1`,
 	"command_effects":          `SELECT count(*) FROM command_effects WHERE session_key = $1`,
+	"session_goals":            `SELECT count(*) FROM session_goals WHERE session_key = $1`,
 }
 
 // seed writes a session idle for age with two conversations, a turn in
@@ -67,6 +68,8 @@ func seed(t *testing.T, db *pgxpool.Pool, key, platform string, age time.Duratio
 			VALUES ('sent-' || $1, 'sent', $2, $1, $1, 't2-' || $1, '\x00', $3, $3, $3, $3)`,
 		`INSERT INTO delivery_stream_messages (turn_id, message_index, platform_message_id, created_at) VALUES ('t2-' || $1, 0, 'm', $3)`,
 		`INSERT INTO session_yolo (session_key, set_at) VALUES ($1, $3)`,
+		`INSERT INTO session_goals (session_key, session_id, goal, status, max_turns, created_at, updated_at)
+			VALUES ($1, 'c2-' || $1, 'ship it', 'paused', 20, $3, $3)`,
 	}
 	for _, q := range stmts {
 		args := []any{key, platform, at}
@@ -196,7 +199,7 @@ func TestSweep(t *testing.T) {
 	}
 	want := map[string]int64{retention.KindSessions: 2, retention.KindHistory: 4, retention.KindTurns: 4, retention.KindMessages: 4,
 		retention.KindSummaries: 2, retention.KindPrompts: 2, retention.KindApprovals: 2, retention.KindOutbox: 2, retention.KindStreamMessages: 2,
-		retention.KindYolo: 2, retention.KindCommandEffects: 2}
+		retention.KindYolo: 2, retention.KindCommandEffects: 2, retention.KindGoals: 2}
 	for k, v := range want {
 		if res.Rows[k] != v {
 			t.Errorf("rows %s = %d, want %d", k, res.Rows[k], v)

@@ -76,7 +76,14 @@ type Session struct {
 	// ServiceTier is what /fast chose: "fast", "normal", or "" (the
 	// default, agent.service_tier).
 	ServiceTier string
+	// GoalSessionID is the conversation whose standing goal (/goal) is
+	// active ("" none): the session has one when it is ID.
+	GoalSessionID string
 }
+
+// GoalActive reports whether the session's current conversation has an
+// active standing goal (/goal).
+func (s Session) GoalActive() bool { return s.GoalSessionID != "" && s.GoalSessionID == s.ID }
 
 // History is one past or current conversation of a key.
 type History struct {
@@ -142,7 +149,7 @@ func NewSessionID(now time.Time) string {
 const sessionCols = `session_key, session_id, platform, chat_type, origin, display_name, profile, title,
 	created_at, updated_at, last_activity_at, input_tokens, output_tokens, model_override, busy_mode,
 	generation, reset_count, last_reset_reason, suspended, resume_pending, system_prompt_fingerprint, last_turn_id,
-	personality, reasoning_effort, show_reasoning, runtime_footer, voice_mode, service_tier`
+	personality, reasoning_effort, show_reasoning, runtime_footer, voice_mode, service_tier, goal_session_id`
 
 type rowScanner interface{ Scan(dest ...any) error }
 
@@ -153,7 +160,7 @@ func scanSession(r rowScanner, extra ...any) (Session, error) {
 	err := r.Scan(append([]any{&s.Key, &s.ID, &s.Platform, &s.ChatType, &origin, &s.DisplayName, &s.Profile, &s.Title,
 		&s.CreatedAt, &s.UpdatedAt, &s.LastActivityAt, &s.InputTokens, &s.OutputTokens, &s.ModelOverride, &s.BusyMode,
 		&s.Generation, &s.ResetCount, &s.LastResetReason, &s.Suspended, &s.ResumePending, &s.PromptFingerprint, &s.LastTurnID,
-		&s.Personality, &s.ReasoningEffort, &s.ShowReasoning, &s.RuntimeFooter, &s.VoiceMode, &s.ServiceTier},
+		&s.Personality, &s.ReasoningEffort, &s.ShowReasoning, &s.RuntimeFooter, &s.VoiceMode, &s.ServiceTier, &s.GoalSessionID},
 		extra...)...)
 	if err != nil {
 		return Session{}, err

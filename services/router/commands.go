@@ -14,6 +14,7 @@ import (
 
 	"github.com/switchboard-chat/switchboard/pkg/command"
 	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
+	"github.com/switchboard-chat/switchboard/pkg/goal"
 	"github.com/switchboard-chat/switchboard/pkg/redisx"
 	"github.com/switchboard-chat/switchboard/pkg/sessionstore"
 )
@@ -51,6 +52,8 @@ var helpText = strings.Join([]string{
 	"/background <prompt> (/bg) — run <prompt> in a separate session; the result comes here when done",
 	"/agents (/tasks) — show active agents and running tasks: this chat's turn, waiting messages, background tasks, side questions, cron runs",
 	"/btw <question> — ask a side question about the current conversation without interrupting it (no tools, not saved)",
+	"/goal [text | status | show | pause | resume | clear] — set a standing goal Hermes works on across turns until achieved: after each turn a judge decides done, blocked or continue",
+	"/subgoal [text | remove N | clear] — add or manage extra criteria on the active goal",
 	"/sethome — send scheduled messages to this chat",
 	"/cron — scheduled jobs: list, add <schedule> <prompt>, pause, resume, run, remove",
 	"/platform [list|pause|resume] [name] — pause, resume, or list a failing gateway platform: list, every gateway replica's state; pause, its connection stops on every replica until resume",
@@ -65,7 +68,7 @@ var helpText = strings.Join([]string{
 // task: they would change or read the conversation under it (/resume
 // would even end it without a word). /help, /status, /stop, /new,
 // /queue, /steer, /approve, /deny, /yolo, /busy, /footer, /voice, /fast, /agents,
-// /usage, /context,
+// /usage, /context, /goal, /subgoal (a goal set mid-turn starts after it),
 // /background and /btw (sessions of their own) work mid-turn, and /model is
 // refused with its own text.
 var refusedMidTurn = []string{"whoami", "sessions", "resume", "title", "retry", "undo", "compress", "sethome", "personality", "reasoning", "branch"}
@@ -194,8 +197,28 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 			case owner != "":
 				text = "⚡ Stopped. You can continue this session."
 			}
-			if len(dropped) > 0 {
-				text += fmt.Sprintf(" %s dropped.", plural(len(dropped), "waiting message"))
+			n := 0
+			for _, ev := range dropped {
+				if !sessionstore.IsGoalContinuation(ev) {
+					n++
+				}
+			}
+			if n > 0 {
+				text += fmt.Sprintf(" %s dropped.", plural(n, "waiting message"))
+			}
+			// An active goal pauses: the stopped turn is not judged, and
+			// the next message must not restart the loop the user
+			// stopped (Hermes's judge rules a turn the user stopped
+			// "blocked", which pauses the goal the same way).
+			if gs, err := st.UpdateGoal(ctx, m.key, sess.ID, func(gs *goal.State) error {
+				if gs.Status == goal.Active {
+					gs.Status, gs.PausedReason = goal.Paused, "stopped by /stop"
+				}
+				return nil
+			}); err != nil {
+				return "", 0, err
+			} else if gs != nil && gs.Status == goal.Paused && gs.PausedReason == "stopped by /stop" {
+				text += "\n⏸ Goal paused: " + gs.Goal + " (/goal resume continues it)"
 			}
 			return text, gen, nil
 		})
@@ -234,8 +257,12 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 			return err
 		}
 		sess = counted[0]
-		return reply(sess.Generation, fmt.Sprintf("Session: %s\nTitle: %s\nKey: %s\nState: %s, %s waiting\nModel: %s\n%sTokens: %d in, %d out\nStarted: %s",
-			sess.ID, title, m.key, state, plural(n, "message"), model, s.chatSettings(sess, m.key, m.platform), sess.InputTokens, sess.OutputTokens, sess.CreatedAt.UTC().Format("2006-01-02 15:04 MST")))
+		goalLine, err := s.goalStatus(ctx, sess, m.key)
+		if err != nil {
+			return err
+		}
+		return reply(sess.Generation, fmt.Sprintf("Session: %s\nTitle: %s\nKey: %s\nState: %s, %s waiting\nModel: %s\n%s%sTokens: %d in, %d out\nStarted: %s",
+			sess.ID, title, m.key, state, plural(n, "message"), model, s.chatSettings(sess, m.key, m.platform), goalLine, sess.InputTokens, sess.OutputTokens, sess.CreatedAt.UTC().Format("2006-01-02 15:04 MST")))
 	case "context":
 		// Read-only, mid-turn too (context.go).
 		return s.contextCommand(ctx, m, sess, cmd.Args, busy)
@@ -403,6 +430,10 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 		return s.background(ctx, m, sess, cmd.Args)
 	case "btw":
 		return s.btw(ctx, m, sess, cmd.Args)
+	case "goal":
+		return s.goalCommand(ctx, m, sess, cmd.Args)
+	case "subgoal":
+		return s.subgoalCommand(ctx, m, sess, cmd.Args)
 	case "sethome":
 		if s.homes(m.platform) != "" {
 			return reply(sess.Generation, "🏠 The home channel for "+m.platform+" is set by the operator (delivery.platforms."+m.platform+".home); /sethome does not change it.")

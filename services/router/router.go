@@ -24,6 +24,7 @@ import (
 	"github.com/switchboard-chat/switchboard/pkg/cron"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
+	"github.com/switchboard-chat/switchboard/pkg/goal"
 	"github.com/switchboard-chat/switchboard/pkg/outbox"
 	"github.com/switchboard-chat/switchboard/pkg/pairing"
 	"github.com/switchboard-chat/switchboard/pkg/personality"
@@ -67,6 +68,9 @@ type Config struct {
 	ChatBusyModes map[string]string `koanf:"chat_busy_modes"`
 	// QueueCap bounds each session's waiting messages.
 	QueueCap int `koanf:"queue_cap"`
+	// GoalMaxTurns is a standing goal's turn budget (/goal; Hermes's
+	// goals.max_turns, default 20; below 1: the default).
+	GoalMaxTurns int `koanf:"goal_max_turns"`
 	// SplitMessages per platform: the length in characters (UTF-16 code
 	// units, as the clients count them) from which a message is taken as
 	// one part of a longer text its client split (Telegram's splits at
@@ -167,6 +171,7 @@ func DefaultConfig() Config {
 		GrantTTL:             time.Hour,
 		BusyMode:             BusyInterrupt,
 		QueueCap:             32,
+		GoalMaxTurns:         goal.DefaultMaxTurns,
 		SplitMessages:        map[string]int{"telegram": 4000, "discord": 1900},
 		SplitWait:            2 * time.Second,
 		AlbumWait:            800 * time.Millisecond,

@@ -155,6 +155,8 @@ func (s *Service) publishTurn(ctx context.Context, key, token, turnID string, t 
 		// unknown goes as the default.
 		ShowReasoning: t.Session.ShowReasoning,
 		YoloDisabled:  !s.cfg.YoloCommand,
+		// The worker judges the turn against the conversation's goal.
+		GoalActive: t.Session.GoalActive(),
 	}
 	if personality.ValidEffort(t.Session.ReasoningEffort) {
 		req.ReasoningEffort = t.Session.ReasoningEffort

@@ -29,3 +29,8 @@ var (
 		Help: "Tool calls run for the model, by tool and result: ok, failed, timeout, denied (by the user or the approval timeout), unknown (the model named no such tool; tool=\"unknown\"), interrupted (/stop, an interrupting message or the lost session lock cut it short).",
 	}, []string{"tool", "result"})
 )
+
+var goalVerdicts = promauto.NewCounterVec(prometheus.CounterOpts{
+	Name: "switchboard_worker_goal_verdicts_total",
+	Help: "Turns of a standing goal (/goal) the goal judge ruled on, by verdict: done, blocked, continue, unparsed (the judge's answer was no verdict: continue), judge_error (the judge could not be asked: continue).",
+}, []string{"verdict"})

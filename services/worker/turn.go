@@ -104,6 +104,9 @@ type turnRun struct {
 	// pictures are the attempt's pictures for the model, by reference,
 	// read once (picture).
 	pictures map[string]shownPicture
+	// goalQueued: the goal judge queued a continuation behind the turn
+	// (goalStep); its completion must start it.
+	goalQueued bool
 }
 
 // beganTurn is the result of the turn's first read.
@@ -314,6 +317,14 @@ func (r *turnRun) run(ctx context.Context) error {
 		// A voice reply (/voice) follows the text, before the turn ends
 		// (the next turn's replies come after it).
 		r.voiceReply(ctx, fin)
+		// The goal judge (/goal), after the answer, under the lock.
+		if err := r.goalStep(ctx, fin); err != nil {
+			if r.spent < r.s.cfg.MaxDeliver {
+				r.log.Warn("goal step failed; the turn will be retried", "err", err)
+				return err
+			}
+			r.log.Error("goal step failed on the turn's last attempt; the goal waits for the next turn", "err", err)
+		}
 	}
 	return r.complete(ctx, statusOf(fin.Status), fin.ErrorCode, true)
 }
@@ -426,7 +437,7 @@ func (r *turnRun) complete(ctx context.Context, status turnsv1.TurnStatus, reaso
 		if err != nil && !errors.Is(err, redisx.ErrNotOwner) {
 			r.log.Warn("release session lock", "err", err)
 		}
-		nothingWaiting = err == nil && !waiting && r.attempt == 1
+		nothingWaiting = err == nil && !waiting && r.attempt == 1 && !r.goalQueued
 	}
 	u := proto.Clone(&r.usage).(*turnsv1.Usage)
 	done := &turnsv1.TurnCompleted{TurnId: r.req.GetTurnId(), SessionKey: r.req.GetSessionKey(),

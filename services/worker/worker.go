@@ -27,6 +27,7 @@ import (
 	"github.com/switchboard-chat/switchboard/pkg/personality"
 	"github.com/switchboard-chat/switchboard/pkg/pg"
 	"github.com/switchboard-chat/switchboard/pkg/redisx"
+	"github.com/switchboard-chat/switchboard/pkg/sessionstore"
 	"github.com/switchboard-chat/switchboard/pkg/telemetry"
 	"github.com/switchboard-chat/switchboard/services/worker/internal/store"
 	"github.com/switchboard-chat/switchboard/services/worker/internal/tools"
@@ -147,6 +148,11 @@ type AgentConfig struct {
 	// "fast") on the models that have it. Hermes's aliases (priority,
 	// on; standard, default, off, none) are read too.
 	ServiceTier string `koanf:"service_tier"`
+	// GoalJudgeModel is the model the goal judge (/goal) asks after each
+	// turn of a goal, as a session's /model names one ("model", or
+	// "kind:model" for another configured provider); empty: the
+	// session's own model (Hermes's auxiliary.goal_judge).
+	GoalJudgeModel string `koanf:"goal_judge_model"`
 }
 
 // Client system modes (AgentConfig.ClientSystem).
@@ -243,6 +249,9 @@ type Service struct {
 	rdb    *redis.Client
 	locker *redisx.Locker
 	store  *store.Store
+	// goals are the standing goals (/goal) the router keeps, which the
+	// goal judge reads and records its verdicts in (goal.go).
+	goals  *sessionstore.Store
 	llm    Backend
 	byKind map[string]Backend
 	tools  *tools.Registry
@@ -352,6 +361,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		rdb:    deps.Redis,
 		locker: redisx.NewLocker(deps.Redis, cfg.RedisPrefix),
 		store:  store.New(deps.DB),
+		goals:  sessionstore.New(deps.DB),
 		llm:    deps.LLM,
 		byKind: deps.Providers,
 		agent:  deps.Agent,

@@ -257,8 +257,16 @@ type TurnRequested struct {
 	// call). A worker of an older release does not know this field and
 	// would compress: upgrade workers before routers.
 	CompressPreview bool `protobuf:"varint,29,opt,name=compress_preview,json=compressPreview,proto3" json:"compress_preview,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The session has an active standing goal (/goal) in its current
+	// conversation, as the router read it when the turn started: after a
+	// completed turn the worker asks the goal judge whether the goal is
+	// done and, if not, queues the continuation (services/worker/goal.go).
+	// The worker checks the goal again before it records the verdict. A
+	// worker of an older release ignores it: the goal then waits, active,
+	// until the next turn is judged.
+	GoalActive    bool `protobuf:"varint,30,opt,name=goal_active,json=goalActive,proto3" json:"goal_active,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TurnRequested) Reset() {
@@ -476,6 +484,13 @@ func (x *TurnRequested) GetCompressKeepLast() int32 {
 func (x *TurnRequested) GetCompressPreview() bool {
 	if x != nil {
 		return x.CompressPreview
+	}
+	return false
+}
+
+func (x *TurnRequested) GetGoalActive() bool {
+	if x != nil {
+		return x.GoalActive
 	}
 	return false
 }
@@ -946,7 +961,7 @@ var File_switchboard_turns_v1_turns_proto protoreflect.FileDescriptor
 
 const file_switchboard_turns_v1_turns_proto_rawDesc = "" +
 	"\n" +
-	" switchboard/turns/v1/turns.proto\x12\x14switchboard.turns.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\"switchboard/events/v1/events.proto\"\x8a\t\n" +
+	" switchboard/turns/v1/turns.proto\x12\x14switchboard.turns.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\"switchboard/events/v1/events.proto\"\xab\t\n" +
 	"\rTurnRequested\x12\x17\n" +
 	"\aturn_id\x18\x01 \x01(\tR\x06turnId\x12\x1f\n" +
 	"\vsession_key\x18\x02 \x01(\tR\n" +
@@ -983,7 +998,9 @@ const file_switchboard_turns_v1_turns_proto_rawDesc = "" +
 	"\rside_question\x18\x1a \x01(\v2\".switchboard.turns.v1.SideQuestionR\fsideQuestion\x12!\n" +
 	"\fservice_tier\x18\x1b \x01(\tR\vserviceTier\x12,\n" +
 	"\x12compress_keep_last\x18\x1c \x01(\x05R\x10compressKeepLast\x12)\n" +
-	"\x10compress_preview\x18\x1d \x01(\bR\x0fcompressPreview\"-\n" +
+	"\x10compress_preview\x18\x1d \x01(\bR\x0fcompressPreview\x12\x1f\n" +
+	"\vgoal_active\x18\x1e \x01(\bR\n" +
+	"goalActive\"-\n" +
 	"\fSideQuestion\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\"\xde\x01\n" +
