@@ -81,3 +81,99 @@ func TestWholeSystemCron(t *testing.T) {
 		t.Errorf("the list %q", list)
 	}
 }
+
+// TestWholeSystemCronRunOutlastsMaxRunDuration runs `switchboard dev`
+// with cron.max_run_duration at one second and a model that takes six to
+// answer: a run of a job goes on well past the bound, on a real worker
+// that renews its session's lock. As Hermes's tick skips a job whose
+// run is still going, a run asked for meanwhile does not start beside
+// it (the scheduler finds the run's lock held and renews the hold); it
+// starts once the first run ended, and each answer comes once.
+func TestWholeSystemCronRunOutlastsMaxRunDuration(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the whole system")
+	}
+	t.Parallel()
+	tg, err := telegramfake.New("4646:telegram-test-token", "switchboard_bot")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tg.Close()
+	d := startDev(t,
+		"GATEWAY_ALLOW_ALL_USERS=true",
+		"TELEGRAM_BOT_TOKEN=4646:telegram-test-token", "TELEGRAM_API_BASE_URL="+tg.URL,
+		"SWITCHBOARD_GATEWAYS__TELEGRAM__POLL_TIMEOUT=1s",
+		"SWITCHBOARD_ROUTER__HOME_NOTICE=false",
+		"SWITCHBOARD_CRON__TICK=1s",
+		"SWITCHBOARD_CRON__MAX_RUN_DURATION=1s",
+		"SWITCHBOARD_CRON__TIMEZONE=UTC",
+	)
+	defer d.stop(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	chat := &annChat{t: t, ctx: ctx, tg: tg, d: d}
+	waitFor, say, count := chat.waitFor, chat.say, countContaining
+
+	say("/cron add every 1d slow report [[latency:6s]]")
+	got := waitFor("the job's creation", func(s []string) bool { return count(s, "Created job: ") == 1 })
+	m := regexp.MustCompile(`Created job: ([0-9a-f]{12})`).FindStringSubmatch(strings.Join(got, "\n"))
+	if m == nil {
+		t.Fatalf("no job id in %q", got)
+	}
+	id := m[1]
+	// runs are the job's runs that have a session: each run that started.
+	runs := func() (n int, holding string) {
+		t.Helper()
+		if err := d.db.QueryRow(ctx, `SELECT (SELECT count(*) FROM sessions WHERE session_key LIKE 'agent:main:cron:dm:' || $1 || '\_%'),
+  running_run_id FROM cron_jobs WHERE id = $1`, id).Scan(&n, &holding); err != nil {
+			t.Fatal(err)
+		}
+		return n, holding
+	}
+	say("/cron run " + id)
+	var first string
+	for first == "" {
+		if ctx.Err() != nil {
+			t.Fatalf("the run did not start; stderr:\n%s", d.stderr.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+		if n, holding := runs(); n == 1 {
+			first = holding
+		}
+	}
+	for {
+		owner, err := d.locker.Owner(ctx, "agent:main:cron:dm:"+first)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(owner, "/") {
+			break // a worker runs it
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("no worker took the run; stderr:\n%s", d.stderr.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// Past cron.max_run_duration, the run still going: asked again, the
+	// job waits.
+	time.Sleep(2 * time.Second)
+	say("/cron run " + id)
+	waitFor("the trigger's answer", func(s []string) bool { return count(s, "It will run once its current run ends.") == 1 })
+	time.Sleep(2500 * time.Millisecond)
+	if n, holding := runs(); n != 1 || holding != first {
+		t.Fatalf("%d runs started while the first went on, the job held by %q; want 1, %q", n, holding, first)
+	}
+	if c := count(chat.shown(), "Cronjob Response: slow report"); c != 0 {
+		t.Fatalf("%d answers before the first run could end", c)
+	}
+	// The first run ends; the run asked for starts then, and ends too.
+	waitFor("the first run's answer", func(s []string) bool { return count(s, "Cronjob Response: slow report") >= 1 })
+	waitFor("the second run's answer", func(s []string) bool { return count(s, "Cronjob Response: slow report") == 2 })
+	if n, _ := runs(); n != 2 {
+		t.Errorf("%d runs, want 2", n)
+	}
+	time.Sleep(2 * time.Second)
+	if c := count(chat.shown(), "Cronjob Response: slow report"); c != 2 {
+		t.Errorf("%d answers, want 2", c)
+	}
+}

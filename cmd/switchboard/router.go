@@ -62,7 +62,10 @@ func startRouter(ctx context.Context, a *app) (func(context.Context) error, erro
 		sched, err := scheduler.New(a.cfg.Cron, scheduler.Deps{Log: a.log, DB: db, Bus: b,
 			Resolve: func(ctx context.Context, raw string) (*deliveryv1.Target, error) {
 				return directory.ResolveTarget(ctx, raw, a.cfg.Delivery.HomeOf)
-			}})
+			},
+			// A run held past cron.max_run_duration keeps its job while
+			// its turn is alive.
+			RunAlive: s.CronRunAlive})
 		if err != nil {
 			return nil, err
 		}

@@ -85,15 +85,26 @@ type Job struct {
 	FireFailures int
 	FireRetryAt  time.Time
 	// RunningRunID is the run in flight, which holds the job's next fire
-	// until its turn ends (RunEnded) or RunningUntil passes ("": none).
-	RunningRunID         string
-	RunningUntil         time.Time
+	// until its turn ends (RunEnded) ("": none). RunningUntil is when the
+	// scheduler next looks whether the run still goes: it renews the hold
+	// while the run's turn is alive and releases it once the run is gone
+	// without an end (pkg/cron/scheduler).
+	RunningRunID string
+	RunningUntil time.Time
+	// NextSkipAt is the first instant of the schedule not yet counted as
+	// a fire skipped while the run in flight held the job (zero: its
+	// NextRunAt); the scheduler logs and counts each once.
+	NextSkipAt           time.Time
 	CreatedAt, UpdatedAt time.Time
 }
 
-// Running: a run of the job is in flight at now and holds its next fire.
-func (j Job) Running(now time.Time) bool {
-	return j.RunningRunID != "" && j.RunningUntil.After(now)
+// Running: a run of the job is in flight and holds its next fire. Its
+// hold is renewed while the run's turn is alive and released when the
+// turn ends or is found gone, so it is not bounded by a time: a hold
+// whose renewal is due (RunningUntil passed) still holds until the
+// scheduler has looked.
+func (j Job) Running() bool {
+	return j.RunningRunID != ""
 }
 
 // Schedule loads the job's schedule in loc.
@@ -165,15 +176,15 @@ func (s *Store) Location() *time.Location { return s.loc }
 const columns = `id, owner, name, prompt, schedule_kind, schedule_expr, schedule_display, deliver,
 origin_platform, origin_account, origin_chat_id, origin_thread_id, coalesce(repeat_times, 0), repeat_completed,
 state, next_run_at, manual_run_at, last_run_at, last_status, last_error, last_delivery_error, last_run_id,
-paused_reason, fire_failures, fire_retry_at, running_run_id, running_until, created_at, updated_at`
+paused_reason, fire_failures, fire_retry_at, running_run_id, running_until, next_skip_at, created_at, updated_at`
 
 func scan(row pgx.Row) (Job, error) {
 	var j Job
-	var next, manual, last, retry, until *time.Time
+	var next, manual, last, retry, until, skip *time.Time
 	err := row.Scan(&j.ID, &j.Owner, &j.Name, &j.Prompt, &j.Kind, &j.Expr, &j.Display, &j.Deliver,
 		&j.Origin.Platform, &j.Origin.Account, &j.Origin.ChatID, &j.Origin.ThreadID, &j.RepeatTimes, &j.RepeatCompleted,
 		&j.State, &next, &manual, &last, &j.LastStatus, &j.LastError, &j.LastDeliveryError, &j.LastRunID,
-		&j.PausedReason, &j.FireFailures, &retry, &j.RunningRunID, &until, &j.CreatedAt, &j.UpdatedAt)
+		&j.PausedReason, &j.FireFailures, &retry, &j.RunningRunID, &until, &skip, &j.CreatedAt, &j.UpdatedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Job{}, ErrNotFound
 	}
@@ -183,7 +194,7 @@ func scan(row pgx.Row) (Job, error) {
 	for _, p := range []struct {
 		src *time.Time
 		dst *time.Time
-	}{{next, &j.NextRunAt}, {manual, &j.ManualRunAt}, {last, &j.LastRunAt}, {retry, &j.FireRetryAt}, {until, &j.RunningUntil}} {
+	}{{next, &j.NextRunAt}, {manual, &j.ManualRunAt}, {last, &j.LastRunAt}, {retry, &j.FireRetryAt}, {until, &j.RunningUntil}, {skip, &j.NextSkipAt}} {
 		if p.src != nil {
 			*p.dst = *p.src
 		}
@@ -627,19 +638,29 @@ func (s *Store) Remove(ctx context.Context, owner, id string) (Job, error) {
 	return j, nil
 }
 
-// ClaimDue locks one job that is due at now (a scheduled run or a run
-// asked for) in tx, skipping rows other transactions hold, jobs whose
-// last run is still in flight (Job.Running: its turn has not ended and
-// its hold has not lapsed) and the ids in skip; false when there is none.
+// ClaimDue locks one job the scheduler has something to do with at now
+// in tx, skipping rows other transactions hold and the ids in skip;
+// false when there is none. That is a job:
+//
+//   - without a run in flight, due at now (a scheduled run or a run
+//     asked for): it fires;
+//   - whose run in flight holds it and whose hold is due for renewal
+//     (running_until passed): the scheduler looks whether the run still
+//     goes, renews the hold or releases it;
+//   - whose run in flight holds it while one of its scheduled instants
+//     came due that was not counted yet (NextSkipAt, else NextRunAt):
+//     that fire is skipped, as Hermes's tick skips a job whose run is
+//     still going.
 func ClaimDue(ctx context.Context, tx DBTX, now time.Time, skip []string) (Job, bool, error) {
 	if skip == nil {
 		skip = []string{}
 	}
 	j, err := scan(tx.QueryRow(ctx, `SELECT `+columns+` FROM cron_jobs
-WHERE ((state = 'scheduled' AND next_run_at <= $1) OR manual_run_at <= $1) AND NOT (id = ANY($2))
-  AND (fire_retry_at IS NULL OR fire_retry_at <= $1)
-  AND (running_run_id = '' OR running_until IS NULL OR running_until <= $1)
-ORDER BY LEAST(CASE WHEN state = 'scheduled' THEN next_run_at END, manual_run_at), id
+WHERE NOT (id = ANY($2)) AND (fire_retry_at IS NULL OR fire_retry_at <= $1) AND (
+  (running_run_id = '' AND ((state = 'scheduled' AND next_run_at <= $1) OR manual_run_at <= $1))
+  OR (running_run_id <> '' AND (running_until IS NULL OR running_until <= $1))
+  OR (running_run_id <> '' AND state = 'scheduled' AND coalesce(next_skip_at, next_run_at) <= $1))
+ORDER BY LEAST(CASE WHEN state = 'scheduled' THEN next_run_at END, manual_run_at, running_until), id
 LIMIT 1 FOR UPDATE SKIP LOCKED`, now, skip))
 	if errors.Is(err, ErrNotFound) {
 		return Job{}, false, nil
@@ -657,9 +678,9 @@ LIMIT 1 FOR UPDATE SKIP LOCKED`, now, skip))
 // ended, or its answer failed to deliver, before a retry of a failed
 // commit recorded it), that stays; a new run clears the last delivery
 // error. The job's run in flight becomes j.RunningRunID, holding its next
-// fire until j.RunningUntil ("": none: a run blocked, an instant skipped),
-// unless the row already holds runID's end (RunEnded of a run not yet
-// recorded): then nothing holds it.
+// fire, looked at again at j.RunningUntil ("": none: a run blocked, an
+// instant missed), with j.NextSkipAt, unless the row already holds
+// runID's end (RunEnded of a run not yet recorded): then nothing holds it.
 func SaveRun(ctx context.Context, tx DBTX, j Job, runID string, now time.Time) error {
 	_, err := tx.Exec(ctx, `
 UPDATE cron_jobs SET next_run_at = $2, manual_run_at = $3, state = $4, repeat_completed = $5, last_run_at = $6,
@@ -670,10 +691,11 @@ UPDATE cron_jobs SET next_run_at = $2, manual_run_at = $3, state = $4, repeat_co
   fire_failures = 0, fire_retry_at = NULL,
   paused_reason = CASE WHEN $4 = 'paused' THEN $11 ELSE '' END,
   running_run_id = CASE WHEN $10 <> '' AND last_run_id = $10 THEN '' ELSE $12 END,
-  running_until = CASE WHEN $10 <> '' AND last_run_id = $10 THEN NULL ELSE $13::timestamptz END
+  running_until = CASE WHEN $10 <> '' AND last_run_id = $10 THEN NULL ELSE $13::timestamptz END,
+  next_skip_at = CASE WHEN $10 <> '' AND last_run_id = $10 THEN NULL ELSE $14::timestamptz END
 WHERE id = $1`, j.ID, nullTime(j.NextRunAt), nullTime(j.ManualRunAt), j.State, j.RepeatCompleted,
 		nullTime(j.LastRunAt), j.LastStatus, truncate(j.LastError, 2000), now, runID, truncate(j.PausedReason, 2000),
-		j.RunningRunID, nullTime(j.RunningUntil))
+		j.RunningRunID, nullTime(j.RunningUntil), nullTime(j.NextSkipAt))
 	if err != nil {
 		return fmt.Errorf("save cron run of %s: %w", j.ID, err)
 	}
@@ -758,8 +780,8 @@ WHERE id = $1`, id, truncate(out.LastError, 2000), n, nullTime(out.RetryAt), out
 // The hold is released only while runID is the run that holds it. So it
 // applies once however often the turn's end is redelivered and whichever
 // router replica handles it, and never over a change made since (a new
-// schedule, a resume, a later run fired once the hold lapsed after
-// cron.max_run_duration). A run not yet recorded (the commit after its
+// schedule, a resume, a later run fired once the scheduler found this
+// one gone). A run not yet recorded (the commit after its
 // publish failed, and its turn ended before the retry) becomes the job's
 // last run, ok (RecordOutcome then records a failure), so that the retry
 // that records it holds nothing (SaveRun). False: nothing applied.
@@ -800,7 +822,8 @@ func (s *Store) RunEnded(ctx context.Context, runID string, end time.Time) (bool
 		if _, err := tx.Exec(ctx, `
 UPDATE cron_jobs SET next_run_at = $2, updated_at = $3,
   running_run_id = CASE WHEN $4 THEN '' ELSE running_run_id END,
-  running_until = CASE WHEN $4 THEN NULL ELSE running_until END
+  running_until = CASE WHEN $4 THEN NULL ELSE running_until END,
+  next_skip_at = CASE WHEN $4 THEN NULL ELSE next_skip_at END
 WHERE id = $1`, id, nullTime(next), s.now(), release); err != nil {
 			return err
 		}

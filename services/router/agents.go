@@ -28,8 +28,9 @@ import (
 //     router grants the lock to a turn under a token that records when
 //     the turn was started (redisx.NewGrant), and the worker that takes
 //     the turn claims it as "<grant>/<worker id>.<attempt>". A bare grant
-//     is a turn no worker has taken yet (Hermes's "starting"), a claimed
-//     one runs on that worker;
+//     is a turn no worker has taken yet (Hermes's "starting"; "stalled"
+//     when its router stopped before handing it over: see turnRow), a
+//     claimed one runs on that worker;
 //   - the messages waiting behind it: the session's queue (Postgres);
 //   - the chat's /background tasks in flight: the chat's task list
 //     (backgroundTasksKey), each task's lock and queue as
@@ -38,8 +39,8 @@ import (
 //   - the chat's /btw side questions in flight, listed with its
 //     /background tasks (recordTask) and shown apart, with the first
 //     words of the question;
-//   - the chat's cron jobs with a run in flight (running_run_id before
-//     running_until; cron_jobs), when there are any.
+//   - the chat's cron jobs with a run in flight (running_run_id;
+//     cron_jobs), when there are any.
 //
 // Hermes lists every session of the gateway to a configured admin with
 // --all, and the caller's session only to anyone else (and, older, to
@@ -109,7 +110,7 @@ func (s *Service) agentsText(ctx context.Context, m *msgCtx, owner string) (stri
 			tasks = append(tasks, t)
 		}
 	}
-	jobs := s.cronRunning(ctx, m, now)
+	jobs := s.cronRunning(ctx, m)
 
 	var b strings.Builder
 	b.WriteString(agentsHeader + "\n\n")
@@ -175,18 +176,37 @@ func writeTasks(b *strings.Builder, tasks []bgTask, now time.Time) {
 // `<model>`]", here with the worker that runs it. The uptime counts from
 // the turn's start (its grant's time); a lock value without one (a
 // release before grants recorded it) shows none.
+//
+// A turn no worker has taken is "starting" (Hermes's pending agent),
+// unless its grant is orphaned (Service.orphaned, the sweep's own test:
+// older than router.lock_ttl and its start never committed, so the
+// router that took the lock stopped before handing the turn to the
+// workers): then it is "stalled", and the router's sweep will start the
+// chat's waiting messages again under a grant of its own (its message,
+// unacknowledged, comes back to a router within router.ack_wait if it
+// was not queued yet). The look costs one session read, made only for
+// /agents and only for a turn that has stood unclaimed past
+// router.lock_ttl: nothing is added to any turn's start.
 func (s *Service) turnRow(ctx context.Context, m *msgCtx, owner string, now time.Time) string {
 	grant, holder, claimed := strings.Cut(owner, "/")
-	row := "1. `" + m.key + "` · "
-	if claimed {
-		row += "running"
-	} else {
-		row += "starting"
+	at, timed := redisx.GrantTime(grant)
+	state := "running"
+	if !claimed {
+		state = "starting"
+		if stalled, err := s.orphaned(ctx, m.key, grant); err != nil {
+			s.log.WarnContext(ctx, "agents: read session", "session_key", m.key, "err", err)
+		} else if stalled {
+			state = "stalled"
+		}
 	}
-	if at, ok := redisx.GrantTime(grant); ok {
+	row := "1. `" + m.key + "` · " + state
+	if timed {
 		row += " · " + uptime(now.Sub(at))
 	}
-	if !claimed {
+	switch state {
+	case "stalled":
+		return row + " · the router that started it stopped before a worker took it; it will be started again"
+	case "starting":
 		// As Hermes's pending agent: no session or model yet, and no
 		// worker has taken the turn.
 		return row + " · waiting for a worker"
@@ -280,7 +300,7 @@ func (s *Service) tasksInFlight(ctx context.Context, list []redis.Z, prompts map
 // lists them) with a run in flight. The jobs are optional to the
 // answer: a failed read is logged and leaves them out, as Hermes leaves
 // out a source it cannot read.
-func (s *Service) cronRunning(ctx context.Context, m *msgCtx, now time.Time) []cron.Job {
+func (s *Service) cronRunning(ctx context.Context, m *msgCtx) []cron.Job {
 	owner := cron.Owner(m.src.GetPlatform(), m.src.GetChatType(), m.src.GetUserId(), m.src.GetUserIdAlt(), m.key)
 	list, err := s.cron.List(ctx, owner, true)
 	if err != nil {
@@ -289,7 +309,7 @@ func (s *Service) cronRunning(ctx context.Context, m *msgCtx, now time.Time) []c
 	}
 	var out []cron.Job
 	for _, j := range list {
-		if j.Running(now) {
+		if j.Running() {
 			out = append(out, j)
 		}
 	}

@@ -361,3 +361,43 @@ func TestAgentsShowsSideQuestions(t *testing.T) {
 		t.Fatalf("/agents once both ended:\n%s", got)
 	}
 }
+
+// A turn whose router stopped right after taking the chat's lock (its
+// grant older than router.lock_ttl names a turn that never committed)
+// shows as "stalled", not as starting for ever, and is started again: a
+// message queued behind it runs once the sweep takes the lock over. A
+// fresh grant (a start still committing) is "starting".
+func TestAgentsShowsAStalledStart(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	cfg := testConfig()
+	cfg.BusyMode = BusyQueue
+	e.startRouter(cfg, nil, nil)
+	ctx := context.Background()
+	lockKey := redisx.NewLocker(e.rdb, e.prefix).Key(aliceKey)
+	for _, tc := range []struct {
+		name, age, row string
+		made           time.Time
+	}{
+		{"a start committing", `\ds`, "starting · %s · waiting for a worker", time.Now()},
+		{"its router gone", `4\ds`, "stalled · %s · the router that started it stopped before a worker took it; it will be started again",
+			time.Now().Add(-cfg.LockTTL - 15*time.Second)},
+	} {
+		if err := e.rdb.Set(ctx, lockKey, redisx.NewGrant(tc.made), cfg.GrantTTL).Err(); err != nil {
+			t.Fatal(err)
+		}
+		got := e.ask("alice", "/agents")
+		want := regexp.MustCompile(`^🤖 \*\*Active Agents & Tasks\*\*\n\n\*\*Active agents:\*\* 1\n` +
+			"1\\. `" + regexp.QuoteMeta(aliceKey) + "` · " + strings.ReplaceAll(regexp.QuoteMeta(tc.row), "%s", tc.age) + "\n\n" +
+			`\*\*Background tasks:\*\* 0$`)
+		if !want.MatchString(got) {
+			t.Fatalf("/agents, %s:\n%s", tc.name, got)
+		}
+	}
+	w := e.startWorker(nil)
+	e.publish(dm("alice", "hello"))
+	waitFor(t, "the stalled chat's next turn", func() bool { turns, _ := w.snapshot(); return len(turns) == 1 })
+	if turns, _ := w.snapshot(); turns[0].GetInputs()[0].GetText() != "hello" {
+		t.Fatalf("started %v", turns[0].GetInputs())
+	}
+}

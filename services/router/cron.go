@@ -11,7 +11,10 @@ import (
 
 	"github.com/switchboard-chat/switchboard/pkg/cron"
 	"github.com/switchboard-chat/switchboard/pkg/cron/schedule"
+	"github.com/switchboard-chat/switchboard/pkg/cron/scheduler"
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
+	"github.com/switchboard-chat/switchboard/pkg/sessionkey"
 )
 
 // cronUsage is the /cron command's list, as Hermes's.
@@ -111,8 +114,8 @@ func (s *Service) cronCommand(ctx context.Context, m *msgCtx, jobs *cron.Store, 
 		case "resume":
 			return fmt.Sprintf("Resumed job: %s (%s)\n  Next run: %s", j.Name, j.ID, s.when(j.NextRunAt))
 		case "run":
-			if j.Running(s.now()) {
-				// Held by its run in flight (cron.max_run_duration bounds it).
+			if j.Running() {
+				// Held by its run in flight until the run ends.
 				return fmt.Sprintf("Triggered job: %s (%s)\n  It will run once its current run ends.", j.Name, j.ID)
 			}
 			return fmt.Sprintf("Triggered job: %s (%s)\n  It will run on the next scheduler tick.", j.Name, j.ID)
@@ -297,7 +300,6 @@ func (s *Service) cronList(jobs []cron.Job) string {
 	if len(jobs) == 0 {
 		return "No scheduled jobs."
 	}
-	now := s.now()
 	var b strings.Builder
 	b.WriteString("Scheduled Jobs:")
 	for _, j := range jobs {
@@ -306,13 +308,16 @@ func (s *Service) cronList(jobs []cron.Job) string {
 		if !j.LastRunAt.IsZero() {
 			fmt.Fprintf(&b, "\n  Last run: %s (%s)", s.when(j.LastRunAt), j.LastStatus)
 		}
-		// A run in flight holds the next one (cron.max_run_duration at
-		// most): say so, or "Next run" in the past reads as a stuck job.
-		if j.Running(now) {
+		// A run in flight holds the next one until it ends: say so, or
+		// "Next run" in the past reads as a stuck job.
+		if j.Running() {
 			if j.LastRunID == j.RunningRunID && !j.LastRunAt.IsZero() {
 				fmt.Fprintf(&b, "\n  Running since: %s", s.when(j.LastRunAt))
 			} else {
-				fmt.Fprintf(&b, "\n  Running: a run is in flight (until %s at most)", s.when(j.RunningUntil))
+				b.WriteString("\n  Running: a run is in flight")
+			}
+			if !j.NextSkipAt.IsZero() {
+				b.WriteString(" (runs due meanwhile are skipped)")
 			}
 		}
 		// As Hermes's job list: why the last run failed, and why its
@@ -401,6 +406,32 @@ func unquote(s string) string {
 		return strings.TrimSpace(s[1 : len(s)-1])
 	}
 	return s
+}
+
+// CronRunAlive reports whether the cron run runID (cron.RunID) still
+// goes, for the scheduler (scheduler.Deps.RunAlive), which asks only
+// about runs that have held their job for cron.max_run_duration or more:
+// its session's lock is held (the router's grant of its turn, which a
+// stopped router's sweep takes over, or the claim of the worker that
+// runs it, renewed every third of router.lock_ttl: a dead worker's
+// lapses, and the bus hands the turn to another), or messages wait in
+// its session's queue (the sweep starts them). Nothing of it left: its
+// turn is gone, and its end (TurnCompleted) never came.
+func (s *Service) CronRunAlive(ctx context.Context, runID string) (bool, error) {
+	key := sessionkey.Build(&eventsv1.SessionSource{Platform: scheduler.Platform, Account: scheduler.Account,
+		ChatId: runID, ChatType: "dm"}, s.keyOpts)
+	owner, err := s.locker.Owner(ctx, key)
+	if err != nil {
+		return false, fmt.Errorf("read cron run's session lock: %w", err)
+	}
+	if owner != "" {
+		return true, nil
+	}
+	n, err := s.store.QueueLen(ctx, key)
+	if err != nil {
+		return false, fmt.Errorf("read cron run's queue: %w", err)
+	}
+	return n > 0, nil
 }
 
 // cronOutcome records how a cron run ended on its job (Hermes's

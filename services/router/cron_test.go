@@ -11,7 +11,10 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/switchboard-chat/switchboard/pkg/cron"
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
+	"github.com/switchboard-chat/switchboard/pkg/redisx"
+	"github.com/switchboard-chat/switchboard/pkg/sessionstore"
 )
 
 func TestSplitSchedule(t *testing.T) {
@@ -360,13 +363,18 @@ func TestCronListRunningRun(t *testing.T) {
 		name          string
 		running       string        // running_run_id
 		until         time.Duration // running_until, from now
+		skipped       bool          // next_skip_at set: a fire was skipped
 		want, wantNot string
 	}{
-		{name: "in flight", running: run, until: time.Hour, want: "\n  Last run: " + s.when(fired) + " (ok)\n  Running since: " + s.when(fired)},
+		{name: "in flight", running: run, until: time.Hour, want: "\n  Last run: " + s.when(fired) + " (ok)\n  Running since: " + s.when(fired),
+			wantNot: "skipped"},
 		{name: "another run in flight than the last recorded", running: j.ID + "_20260101_100000", until: time.Hour,
-			want: "\n  Running: a run is in flight (until "},
+			want: "\n  Running: a run is in flight"},
+		{name: "fires skipped meanwhile", running: run, until: time.Hour, skipped: true,
+			want: "\n  Running since: " + s.when(fired) + " (runs due meanwhile are skipped)"},
 		{name: "its turn ended", running: "", wantNot: "Running"},
-		{name: "its hold lapsed", running: run, until: -time.Second, wantNot: "Running"},
+		// Held until the scheduler has looked whether it still goes.
+		{name: "its hold due for a look", running: run, until: -time.Second, want: "\n  Running since: " + s.when(fired)},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var until *time.Time
@@ -374,8 +382,13 @@ func TestCronListRunningRun(t *testing.T) {
 				u := time.Now().Add(c.until)
 				until = &u
 			}
+			var skip *time.Time
+			if c.skipped {
+				u := time.Now().Add(time.Minute)
+				skip = &u
+			}
 			if _, err := e.db.Exec(ctx, `UPDATE cron_jobs SET last_run_at = $2, last_status = 'ok', last_run_id = $3,
-  running_run_id = $4, running_until = $5 WHERE id = $1`, j.ID, fired, run, c.running, until); err != nil {
+  running_run_id = $4, running_until = $5, next_skip_at = $6 WHERE id = $1`, j.ID, fired, run, c.running, until, skip); err != nil {
 				t.Fatal(err)
 			}
 			got := e.ask("alice", "/cron list")
@@ -387,4 +400,49 @@ func TestCronListRunningRun(t *testing.T) {
 			}
 		})
 	}
+}
+
+// CronRunAlive, the scheduler's look at a run held past
+// cron.max_run_duration: alive while its session's lock is held (the
+// router's grant, a worker's claim) or messages wait in its queue; gone
+// once nothing is left, a dead worker's claim lapsing by its TTL.
+func TestCronRunAlive(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	cfg := testConfig()
+	s := e.startRouter(cfg, nil, nil)
+	ctx := context.Background()
+	run := cron.RunID("0123456789ab", time.Now(), false)
+	key := "agent:main:cron:dm:" + run
+	locker := redisx.NewLocker(e.rdb, e.prefix)
+	alive := func(what string, want bool) {
+		t.Helper()
+		got, err := s.CronRunAlive(ctx, run)
+		if err != nil || got != want {
+			t.Fatalf("%s: alive %v (%v), want %v", what, got, err, want)
+		}
+	}
+	alive("nothing of it", false)
+
+	src := &eventsv1.SessionSource{Platform: "cron", Account: "default", ChatId: run, ChatType: "dm", UserId: "0123456789ab"}
+	msg := &eventsv1.MessageReceived{EventId: run, MessageId: run, Text: "report", Source: src, Internal: true}
+	if _, _, err := sessionstore.New(e.db).ArriveAndEnqueue(ctx, key, cfg.Profile, src, 1, false, msg, 10); err != nil {
+		t.Fatal(err)
+	}
+	alive("its message queued", true)
+	if _, err := e.db.Exec(ctx, `DELETE FROM session_queue WHERE session_key = $1`, key); err != nil {
+		t.Fatal(err)
+	}
+	grant := redisx.NewGrant(time.Now())
+	if ok, err := locker.Acquire(ctx, key, grant, time.Minute); err != nil || !ok {
+		t.Fatalf("grant: %v %v", ok, err)
+	}
+	alive("granted to its turn", true)
+	// A worker claims it under a short TTL and dies: no renewal.
+	if c, err := locker.Claim(ctx, key, grant, redisx.Holder(grant, "w.1"), 300*time.Millisecond); err != nil || c == redisx.ClaimLost {
+		t.Fatalf("claim: %v %v", c, err)
+	}
+	alive("run by a worker", true)
+	waitFor(t, "the dead worker's claim to lapse", func() bool { v, _ := locker.Owner(ctx, key); return v == "" })
+	alive("its worker dead", false)
 }

@@ -10,10 +10,17 @@
 // longer-lived dedupe record make it one run.
 //
 // A published run holds its job until the run's turn ends (as Hermes's
-// tick, which does not fire a job whose run is still going): ClaimDue
-// skips the job while its running_run_id stands, the router releases it
-// when the turn's TurnCompleted arrives (cron.Store.RunEnded), and a run
-// whose turn never ends releases it cron.max_run_duration after firing.
+// tick, which skips a job whose run is still going): its running_run_id
+// stands until the router handles the turn's TurnCompleted
+// (cron.Store.RunEnded), and each of the job's instants that comes due
+// meanwhile is a fire skipped, logged and counted, not made later. The
+// hold is not bounded by a time but by the run's liveness:
+// cron.max_run_duration after firing, and every tick after that, the
+// scheduler looks whether the run still goes (Deps.RunAlive: its
+// session's lock is held, by the router's grant or by the worker that
+// renews it; a dead worker's lapses within router.lock_ttl) and renews
+// the hold, or releases it when the run is gone without an end (lost),
+// so that the job fires again.
 package scheduler
 
 import (
@@ -60,7 +67,7 @@ const (
 
 var runs = promauto.NewCounterVec(prometheus.CounterOpts{
 	Name: "switchboard_cron_runs_total",
-	Help: "Cron job runs by outcome: published (scheduled, late or catch_up), manual, missed (a one-shot past its grace, or a catch-up skipped by cron.catch_up_missed=false), blocked (no deliver target), failed (firing failed: a panic, or publish or commit failed; retried under the same id after a delay that doubles with each failure in a row), paused (a panic that was the job's cron.pause_after_fire_failures-th failure in a row paused it), overran (a job's run in flight outlasted cron.max_run_duration without its turn ending: its hold lapsed and the job fires again).",
+	Help: "Cron job runs by outcome: published (scheduled, late or catch_up), manual, missed (a one-shot past its grace, or a catch-up skipped by cron.catch_up_missed=false), blocked (no deliver target), failed (firing failed: a panic, or publish or commit failed; retried under the same id after a delay that doubles with each failure in a row), paused (a panic that was the job's cron.pause_after_fire_failures-th failure in a row paused it), overran (a job's run in flight was found gone, cron.max_run_duration or more after it fired, without its turn's end: its hold is released and the job fires again), skipped (an instant of the job came due while its previous run was still going: that fire is not made, as Hermes's tick skips a job whose run is in flight).",
 }, []string{"outcome"})
 
 // Config is the `cron` section.
@@ -93,12 +100,17 @@ type Config struct {
 	// PauseAfterFireFailures-th failure in a row pauses it, with the
 	// reason /cron list shows. 0 never pauses.
 	PauseAfterFireFailures int `koanf:"pause_after_fire_failures"`
-	// MaxRunDuration bounds how long a run in flight holds its job: as
-	// Hermes's tick, a job whose run has not ended does not fire again
-	// (a run of 3 minutes every minute runs back to back, not three at
-	// once); the run's end (its TurnCompleted, cron.Store.RunEnded)
-	// releases it. A run whose turn never ends (lost for good) releases
-	// it this long after it fired, and the job fires again.
+	// MaxRunDuration: as Hermes's tick, a job whose run has not ended
+	// does not fire again (a run of 3 minutes every minute runs back to
+	// back, not three at once; the fires due meanwhile are skipped); the
+	// run's end (its TurnCompleted, cron.Store.RunEnded) releases it.
+	// This long after a run fired, and every tick after that, the
+	// scheduler looks whether the run still goes (Deps.RunAlive): a run
+	// whose turn is alive keeps holding its job, however long it takes;
+	// one that is gone without an end (lost for good) releases it, and
+	// the job fires again. Set it above the time a run's message may
+	// take to reach a worker (a run not yet started shows no sign of
+	// life).
 	MaxRunDuration time.Duration `koanf:"max_run_duration"`
 }
 
@@ -153,7 +165,12 @@ type Deps struct {
 	// chat (outbox.Store.ResolveTarget with the configured homes); its
 	// errors wrapping outbox.ErrBadTarget block the run.
 	Resolve func(ctx context.Context, raw string) (*deliveryv1.Target, error)
-	Now     func() time.Time
+	// RunAlive reports whether the run runID (cron.RunID) still goes: its
+	// session's lock is held (a router's grant, or a worker's claim that
+	// the worker renews) or messages wait in its session's queue. Nil:
+	// a run whose hold is due for a look is taken as gone.
+	RunAlive func(ctx context.Context, runID string) (bool, error)
+	Now      func() time.Time
 }
 
 // Scheduler fires due cron jobs.
@@ -163,6 +180,7 @@ type Scheduler struct {
 	db      *pgxpool.Pool
 	bus     *bus.Bus
 	resolve func(ctx context.Context, raw string) (*deliveryv1.Target, error)
+	alive   func(ctx context.Context, runID string) (bool, error)
 	now     func() time.Time
 	loc     *time.Location
 	// commit ends a run's transaction (tests make it fail).
@@ -185,7 +203,7 @@ func New(cfg Config, deps Deps) (*Scheduler, error) {
 	}
 	loc, _ := cfg.Location()
 	return &Scheduler{cfg: cfg, log: deps.Log.With("component", "cron"), db: deps.DB, bus: deps.Bus,
-		resolve: deps.Resolve, now: deps.Now, loc: loc,
+		resolve: deps.Resolve, alive: deps.RunAlive, now: deps.Now, loc: loc,
 		commit: func(ctx context.Context, tx pgx.Tx) error { return tx.Commit(ctx) }}, nil
 }
 
@@ -262,6 +280,9 @@ func (s *Scheduler) fire(ctx context.Context) (int, error) {
 		if !ok {
 			break
 		}
+		// One look at a job a tick: a job held by its run may be
+		// claimed again at once.
+		skip = append(skip, id)
 		if published {
 			fired++
 		}
@@ -383,18 +404,31 @@ func (s *Scheduler) fireFailed(ctx context.Context, id string, ferr error) {
 // changed as the run leaves it, for SaveRun, with the id of the run it
 // fired or blocked ("" for none).
 func (s *Scheduler) handle(ctx context.Context, j *cron.Job, now time.Time) (bool, string, error) {
-	if j.RunningRunID != "" {
-		// Claimed with a run in flight: its hold lapsed (ClaimDue), the
-		// turn of that run never ended (lost: a crash no redelivery
-		// recovered). The job fires again as if it had ended.
+	sched, schedErr := j.Schedule(s.loc)
+	if j.RunningRunID != "" && !j.RunningUntil.After(now) && !s.runAlive(ctx, j, now) {
+		// Its turn is gone and its end never came (lost: a crash no
+		// redelivery recovered): the job is free to fire again.
 		runs.WithLabelValues("overran").Inc()
-		s.log.Warn("cron run did not end within cron.max_run_duration; its job fires again", "job", j.ID,
+		s.log.Warn("cron run is gone without its end; its job fires again", "job", j.ID,
 			"run", j.RunningRunID, "max_run_duration", s.cfg.MaxRunDuration)
+		j.RunningRunID, j.RunningUntil, j.NextSkipAt = "", time.Time{}, time.Time{}
+	}
+	if j.RunningRunID != "" {
+		// Its run still goes: the job does not fire.
+		if schedErr == nil {
+			s.skipFires(j, sched, now)
+		} else {
+			j.NextSkipAt = now.Add(s.cfg.Tick) // paused once the run ends
+		}
+		return false, "", nil
+	}
+	if due := (j.State == cron.StateScheduled && !j.NextRunAt.IsZero() && !j.NextRunAt.After(now)) ||
+		(!j.ManualRunAt.IsZero() && !j.ManualRunAt.After(now)); !due {
+		return false, "", nil // claimed for its hold, released above
 	}
 	// Only a run published below holds the job.
-	j.RunningRunID, j.RunningUntil = "", time.Time{}
-	sched, err := j.Schedule(s.loc)
-	if err != nil {
+	j.RunningRunID, j.RunningUntil, j.NextSkipAt = "", time.Time{}, time.Time{}
+	if err := schedErr; err != nil {
 		// A row no schedule reads back from: stop it rather than loop.
 		s.log.Error("cron job has an unreadable schedule; paused", "job", j.ID, "err", err)
 		j.State, j.LastStatus, j.LastError, j.ManualRunAt = cron.StatePaused, StatusError, err.Error(), time.Time{}
@@ -471,6 +505,68 @@ func (s *Scheduler) handle(ctx context.Context, j *cron.Job, now time.Time) (boo
 	// A blocked run counts as the scheduled one.
 	s.advance(j, sched, now)
 	return ok, runID, nil
+}
+
+// runAlive looks whether j's run in flight, whose hold is due for a
+// look, still goes, and renews the hold until the next tick when it
+// does. A run the scheduler cannot look at (Redis failing) is taken as
+// alive: firing a second run beside one that may still go is what the
+// hold is for.
+func (s *Scheduler) runAlive(ctx context.Context, j *cron.Job, now time.Time) bool {
+	if s.alive == nil {
+		return false
+	}
+	alive, err := s.alive(ctx, j.RunningRunID)
+	if err != nil {
+		s.log.Warn("cannot look whether a cron run still goes; its job keeps waiting", "job", j.ID, "run", j.RunningRunID, "err", err)
+		alive = true
+	}
+	if alive {
+		j.RunningUntil = now.Add(s.cfg.Tick)
+		s.log.Debug("cron run still goes; its hold is renewed", "job", j.ID, "run", j.RunningRunID, "until", j.RunningUntil)
+	}
+	return alive
+}
+
+// maxSkipCount bounds the instants one look counts as skipped (a job
+// every minute held for a day is 1,440).
+const maxSkipCount = 100_000
+
+// skipFires logs and counts the instants of j that came due while its
+// run in flight held it (from NextSkipAt, else NextRunAt, up to now),
+// each once: as Hermes's tick, a fire due while the job's previous run
+// goes on is skipped, not queued; the run's end computes the next run
+// (cron.Store.RunEnded). Nothing is announced to the job's chat.
+func (s *Scheduler) skipFires(j *cron.Job, sched schedule.Schedule, now time.Time) {
+	if j.State != cron.StateScheduled || j.NextRunAt.IsZero() {
+		return
+	}
+	from := j.NextSkipAt
+	if from.IsZero() || from.Before(j.NextRunAt) {
+		from = j.NextRunAt
+	}
+	n, t := 0, from
+	for !t.After(now) && n < maxSkipCount {
+		n++
+		next, ok := sched.Next(t)
+		if !ok || !next.After(t) {
+			t = time.Time{}
+			break
+		}
+		t = next
+	}
+	if n == 0 {
+		return
+	}
+	if t.IsZero() || t.Before(now) {
+		// No instant after now (a one-shot), or more than the bound: the
+		// next look counts from the next tick.
+		t = now.Add(s.cfg.Tick)
+	}
+	j.NextSkipAt = t
+	runs.WithLabelValues("skipped").Add(float64(n))
+	s.log.Info("cron job already running; fire skipped", "job", j.ID, "name", j.Name, "run", j.RunningRunID,
+		"due", from, "skipped", n)
 }
 
 // advance counts the run just made (scheduled, or asked for with "run")

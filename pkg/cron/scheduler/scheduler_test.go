@@ -61,12 +61,19 @@ func resolve(_ context.Context, raw string) (*deliveryv1.Target, error) {
 
 func (e *env) scheduler(t *testing.T, mod func(*scheduler.Config)) *scheduler.Scheduler {
 	t.Helper()
+	return e.schedulerWith(t, mod, nil)
+}
+
+// schedulerWith is scheduler with the look at runs in flight (nil: none,
+// a run held past cron.max_run_duration is gone).
+func (e *env) schedulerWith(t *testing.T, mod func(*scheduler.Config), alive func(context.Context, string) (bool, error)) *scheduler.Scheduler {
+	t.Helper()
 	cfg := scheduler.DefaultConfig()
 	cfg.Timezone = "UTC"
 	if mod != nil {
 		mod(&cfg)
 	}
-	s, err := scheduler.New(cfg, scheduler.Deps{DB: e.db, Bus: e.bus, Resolve: resolve, Now: e.clock.Now})
+	s, err := scheduler.New(cfg, scheduler.Deps{DB: e.db, Bus: e.bus, Resolve: resolve, Now: e.clock.Now, RunAlive: alive})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1128,7 +1135,9 @@ func TestIntervalFromRunEnd(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	e := newEnv(t)
-	s := e.scheduler(t, func(c *scheduler.Config) { c.MaxRunDuration = time.Hour })
+	lost := "" // the run whose turn is gone; the others go on
+	s := e.schedulerWith(t, func(c *scheduler.Config) { c.MaxRunDuration = time.Hour },
+		func(_ context.Context, run string) (bool, error) { return run != lost, nil })
 	j := e.create(t, cron.NewJob{Prompt: "hourly", Schedule: "every 1h"})
 	daily := e.create(t, cron.NewJob{Prompt: "daily", Schedule: "30 9 * * *"})
 	due := t0.Add(time.Hour)
@@ -1183,7 +1192,9 @@ func TestIntervalFromRunEnd(t *testing.T) {
 	}
 	second := cron.RunID(j.ID, end.Add(time.Hour), false)
 	// Its turn is lost: cron.max_run_duration after it fired the scheduler
-	// fires the one after, and its end, should it come, changes nothing.
+	// finds it gone and fires the one after, and its end, should it come,
+	// changes nothing.
+	lost = second
 	e.clock.Set(end.Add(2 * time.Hour))
 	if n := tick(t, s); n != 1 {
 		t.Fatalf("the third run fired %d", n)
@@ -1283,7 +1294,7 @@ func TestRunHoldsItsJob(t *testing.T) {
 				t.Fatalf("fired %d, want 1", n)
 			}
 			first := cron.RunID(j.ID, due, false)
-			if got := e.job(t, j.ID); got.RunningRunID != first || !got.Running(e.clock.Now()) {
+			if got := e.job(t, j.ID); got.RunningRunID != first || !got.Running() {
 				t.Fatalf("the run in flight: %q until %v", got.RunningRunID, got.RunningUntil)
 			}
 			for m := 1; m <= 3; m++ {
@@ -1377,6 +1388,116 @@ func TestLostRunReleasedAfterMaxRunDuration(t *testing.T) {
 	}
 	if n := e.published(t); n != 2 {
 		t.Errorf("%d runs on the bus, want 2", n)
+	}
+}
+
+// TestRunOutlastingMaxRunDuration: a run whose turn goes on past
+// cron.max_run_duration (a slow model) still holds its job: the
+// scheduler, finding the run alive, renews its hold a tick at a time
+// instead of firing beside it, on every replica; each instant that came
+// due meanwhile is a fire skipped, counted once (as Hermes's tick skips
+// a job whose run is in flight, rather than queueing it), and so is a
+// run asked for. Once the turn ended the job fires again. A look that
+// fails (Redis down) keeps the hold too; a run found gone releases it.
+func TestRunOutlastingMaxRunDuration(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	j := e.create(t, cron.NewJob{Prompt: "a slow report", Schedule: "every 1m"})
+	var mu sync.Mutex
+	answer := map[string]error{} // the runs alive: nil, or the look's error
+	looks := 0
+	alive := func(_ context.Context, run string) (bool, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		looks++
+		err, ok := answer[run]
+		return ok, err
+	}
+	set := func(run string, alive bool, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if alive {
+			answer[run] = err
+		} else {
+			delete(answer, run)
+		}
+	}
+	bound := func(c *scheduler.Config) { c.MaxRunDuration = 10 * time.Minute }
+	a, b := e.schedulerWith(t, bound, alive), e.schedulerWith(t, bound, alive)
+	due := t0.Add(time.Minute)
+	fired := due.Add(20 * time.Second)
+	e.clock.Set(fired)
+	if n := ticks(t, 1, a); n != 1 {
+		t.Fatalf("fired %d", n)
+	}
+	first := cron.RunID(j.ID, due, false)
+	set(first, true, nil)
+	skipped, _ := telemetrytest.Lookup(t, "switchboard_cron_runs_total", map[string]string{"outcome": "skipped"})
+	skippedBy := func(want float64) {
+		t.Helper()
+		if v := telemetrytest.Value(t, "switchboard_cron_runs_total", map[string]string{"outcome": "skipped"}); v < skipped+want {
+			t.Errorf("skipped fires %v, want at least %v more than %v", v, want, skipped)
+		}
+	}
+	// Within the bound the run is not looked at; its instants are skipped.
+	e.clock.Set(fired.Add(5 * time.Minute))
+	if n := ticks(t, 2, a, b); n != 0 {
+		t.Fatalf("fired %d beside the run in flight", n)
+	}
+	if looks != 0 {
+		t.Errorf("%d looks at a run within cron.max_run_duration", looks)
+	}
+	skippedBy(5)
+	// Past it: alive, held, the hold renewed until the next tick.
+	for _, after := range []time.Duration{10 * time.Minute, 30 * time.Minute, 3 * time.Hour} {
+		e.clock.Set(fired.Add(after))
+		if n := ticks(t, 2, a, b); n != 0 {
+			t.Fatalf("%v after it fired, the run alive: fired %d beside it", after, n)
+		}
+		got := e.job(t, j.ID)
+		if got.RunningRunID != first || !got.RunningUntil.Equal(fired.Add(after+time.Minute)) || !got.Running() {
+			t.Fatalf("%v after it fired: held by %q until %v; want %q until %v", after, got.RunningRunID, got.RunningUntil,
+				first, fired.Add(after+time.Minute))
+		}
+	}
+	skippedBy(180)
+	// A look that fails holds, as does the run's own hold.
+	set(first, true, errors.New("redis: connection refused"))
+	if _, err := e.store.Trigger(context.Background(), "telegram:99", j.ID); err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Set(fired.Add(4 * time.Hour))
+	if n := ticks(t, 2, a, b); n != 0 {
+		t.Fatalf("fired %d when the run could not be looked at", n)
+	}
+	if n := e.published(t); n != 1 {
+		t.Fatalf("%d runs on the bus, want 1", n)
+	}
+	// The turn ends: the run asked for fires at the next tick.
+	set(first, false, nil)
+	end := fired.Add(4*time.Hour + 30*time.Second)
+	if !e.end(t, first, end) {
+		t.Fatal("the run's end did not apply")
+	}
+	if got := e.job(t, j.ID); got.RunningRunID != "" || !got.NextSkipAt.IsZero() {
+		t.Fatalf("after the run ended: held by %q, skips from %v", got.RunningRunID, got.NextSkipAt)
+	}
+	e.clock.Set(end.Add(time.Second))
+	if n := ticks(t, 2, a, b); n != 1 {
+		t.Fatalf("fired %d once the run ended, want 1", n)
+	}
+	second := e.job(t, j.ID).RunningRunID
+	if second == "" || second == first {
+		t.Fatalf("the next run in flight %q", second)
+	}
+	// Its worker dies and no end comes: past the bound, found gone, the
+	// job is released and fires again.
+	e.clock.Set(end.Add(11 * time.Minute))
+	if n := ticks(t, 2, a, b); n != 1 {
+		t.Fatalf("fired %d once the run in flight was gone, want 1", n)
+	}
+	if n := e.published(t); n != 3 {
+		t.Errorf("%d runs on the bus, want 3", n)
 	}
 }
 

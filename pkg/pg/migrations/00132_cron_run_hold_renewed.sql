@@ -1,0 +1,15 @@
+-- +goose Up
+-- A run in flight holds its job for as long as its turn is alive
+-- (migration 00118 bounded the hold by a time, so a turn that outlasted
+-- cron.max_run_duration overlapped the job's next run): running_until is
+-- now when the scheduler next looks whether the run still goes (renewed
+-- while it does, released once it is gone without an end), and
+-- next_skip_at the first instant of the schedule not yet counted as a
+-- fire skipped while the run held the job (NULL: next_run_at).
+ALTER TABLE cron_jobs ADD COLUMN next_skip_at timestamptz;
+-- The scheduler's look at held jobs, apart from the due ones.
+CREATE INDEX cron_jobs_running ON cron_jobs (running_until) WHERE running_run_id <> '';
+
+-- +goose Down
+DROP INDEX cron_jobs_running;
+ALTER TABLE cron_jobs DROP COLUMN next_skip_at;
