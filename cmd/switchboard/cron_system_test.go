@@ -158,10 +158,13 @@ func TestWholeSystemCronRunOutlastsMaxRunDuration(t *testing.T) {
 	// job waits.
 	time.Sleep(2 * time.Second)
 	say("/cron run " + id)
-	waitFor("the trigger's answer", func(s []string) bool { return count(s, "It will run once its current run ends.") == 1 })
+	got = waitFor("the trigger's answer", func(s []string) bool { return count(s, "Triggered job: ") == 2 })
 	time.Sleep(2500 * time.Millisecond)
 	if n, holding := runs(); n != 1 || holding != first {
 		t.Fatalf("%d runs started while the first went on, the job held by %q; want 1, %q", n, holding, first)
+	}
+	if count(got, "It will run once its current run ends.") != 1 {
+		t.Errorf("the trigger's answer: %q", got)
 	}
 	if c := count(chat.shown(), "Cronjob Response: slow report"); c != 0 {
 		t.Fatalf("%d answers before the first run could end", c)

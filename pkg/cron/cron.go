@@ -94,7 +94,11 @@ type Job struct {
 	// NextSkipAt is the first instant of the schedule not yet counted as
 	// a fire skipped while the run in flight held the job (zero: its
 	// NextRunAt); the scheduler logs and counts each once.
-	NextSkipAt           time.Time
+	NextSkipAt time.Time
+	// RunGoneAt is when the scheduler first found the run in flight
+	// showing no sign of life (zero: it has not, or it showed one
+	// since); it is released only when it still shows none a tick later.
+	RunGoneAt            time.Time
 	CreatedAt, UpdatedAt time.Time
 }
 
@@ -176,15 +180,15 @@ func (s *Store) Location() *time.Location { return s.loc }
 const columns = `id, owner, name, prompt, schedule_kind, schedule_expr, schedule_display, deliver,
 origin_platform, origin_account, origin_chat_id, origin_thread_id, coalesce(repeat_times, 0), repeat_completed,
 state, next_run_at, manual_run_at, last_run_at, last_status, last_error, last_delivery_error, last_run_id,
-paused_reason, fire_failures, fire_retry_at, running_run_id, running_until, next_skip_at, created_at, updated_at`
+paused_reason, fire_failures, fire_retry_at, running_run_id, running_until, next_skip_at, run_gone_at, created_at, updated_at`
 
 func scan(row pgx.Row) (Job, error) {
 	var j Job
-	var next, manual, last, retry, until, skip *time.Time
+	var next, manual, last, retry, until, skip, gone *time.Time
 	err := row.Scan(&j.ID, &j.Owner, &j.Name, &j.Prompt, &j.Kind, &j.Expr, &j.Display, &j.Deliver,
 		&j.Origin.Platform, &j.Origin.Account, &j.Origin.ChatID, &j.Origin.ThreadID, &j.RepeatTimes, &j.RepeatCompleted,
 		&j.State, &next, &manual, &last, &j.LastStatus, &j.LastError, &j.LastDeliveryError, &j.LastRunID,
-		&j.PausedReason, &j.FireFailures, &retry, &j.RunningRunID, &until, &skip, &j.CreatedAt, &j.UpdatedAt)
+		&j.PausedReason, &j.FireFailures, &retry, &j.RunningRunID, &until, &skip, &gone, &j.CreatedAt, &j.UpdatedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Job{}, ErrNotFound
 	}
@@ -194,7 +198,7 @@ func scan(row pgx.Row) (Job, error) {
 	for _, p := range []struct {
 		src *time.Time
 		dst *time.Time
-	}{{next, &j.NextRunAt}, {manual, &j.ManualRunAt}, {last, &j.LastRunAt}, {retry, &j.FireRetryAt}, {until, &j.RunningUntil}, {skip, &j.NextSkipAt}} {
+	}{{next, &j.NextRunAt}, {manual, &j.ManualRunAt}, {last, &j.LastRunAt}, {retry, &j.FireRetryAt}, {until, &j.RunningUntil}, {skip, &j.NextSkipAt}, {gone, &j.RunGoneAt}} {
 		if p.src != nil {
 			*p.dst = *p.src
 		}
@@ -692,10 +696,11 @@ UPDATE cron_jobs SET next_run_at = $2, manual_run_at = $3, state = $4, repeat_co
   paused_reason = CASE WHEN $4 = 'paused' THEN $11 ELSE '' END,
   running_run_id = CASE WHEN $10 <> '' AND last_run_id = $10 THEN '' ELSE $12 END,
   running_until = CASE WHEN $10 <> '' AND last_run_id = $10 THEN NULL ELSE $13::timestamptz END,
-  next_skip_at = CASE WHEN $10 <> '' AND last_run_id = $10 THEN NULL ELSE $14::timestamptz END
+  next_skip_at = CASE WHEN $10 <> '' AND last_run_id = $10 THEN NULL ELSE $14::timestamptz END,
+  run_gone_at = CASE WHEN $10 <> '' AND last_run_id = $10 THEN NULL ELSE $15::timestamptz END
 WHERE id = $1`, j.ID, nullTime(j.NextRunAt), nullTime(j.ManualRunAt), j.State, j.RepeatCompleted,
 		nullTime(j.LastRunAt), j.LastStatus, truncate(j.LastError, 2000), now, runID, truncate(j.PausedReason, 2000),
-		j.RunningRunID, nullTime(j.RunningUntil), nullTime(j.NextSkipAt))
+		j.RunningRunID, nullTime(j.RunningUntil), nullTime(j.NextSkipAt), nullTime(j.RunGoneAt))
 	if err != nil {
 		return fmt.Errorf("save cron run of %s: %w", j.ID, err)
 	}
@@ -823,7 +828,8 @@ func (s *Store) RunEnded(ctx context.Context, runID string, end time.Time) (bool
 UPDATE cron_jobs SET next_run_at = $2, updated_at = $3,
   running_run_id = CASE WHEN $4 THEN '' ELSE running_run_id END,
   running_until = CASE WHEN $4 THEN NULL ELSE running_until END,
-  next_skip_at = CASE WHEN $4 THEN NULL ELSE next_skip_at END
+  next_skip_at = CASE WHEN $4 THEN NULL ELSE next_skip_at END,
+  run_gone_at = CASE WHEN $4 THEN NULL ELSE run_gone_at END
 WHERE id = $1`, id, nullTime(next), s.now(), release); err != nil {
 			return err
 		}

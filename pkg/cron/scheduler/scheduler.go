@@ -19,8 +19,9 @@
 // scheduler looks whether the run still goes (Deps.RunAlive: its
 // session's lock is held, by the router's grant or by the worker that
 // renews it; a dead worker's lapses within router.lock_ttl) and renews
-// the hold, or releases it when the run is gone without an end (lost),
-// so that the job fires again.
+// the hold, or releases it when the run is gone without an end (lost:
+// no sign of life at two looks a tick apart), so that the job fires
+// again.
 package scheduler
 
 import (
@@ -411,7 +412,7 @@ func (s *Scheduler) handle(ctx context.Context, j *cron.Job, now time.Time) (boo
 		runs.WithLabelValues("overran").Inc()
 		s.log.Warn("cron run is gone without its end; its job fires again", "job", j.ID,
 			"run", j.RunningRunID, "max_run_duration", s.cfg.MaxRunDuration)
-		j.RunningRunID, j.RunningUntil, j.NextSkipAt = "", time.Time{}, time.Time{}
+		j.RunningRunID, j.RunningUntil, j.NextSkipAt, j.RunGoneAt = "", time.Time{}, time.Time{}, time.Time{}
 	}
 	if j.RunningRunID != "" {
 		// Its run still goes: the job does not fire.
@@ -427,7 +428,7 @@ func (s *Scheduler) handle(ctx context.Context, j *cron.Job, now time.Time) (boo
 		return false, "", nil // claimed for its hold, released above
 	}
 	// Only a run published below holds the job.
-	j.RunningRunID, j.RunningUntil, j.NextSkipAt = "", time.Time{}, time.Time{}
+	j.RunningRunID, j.RunningUntil, j.NextSkipAt, j.RunGoneAt = "", time.Time{}, time.Time{}, time.Time{}
 	if err := schedErr; err != nil {
 		// A row no schedule reads back from: stop it rather than loop.
 		s.log.Error("cron job has an unreadable schedule; paused", "job", j.ID, "err", err)
@@ -511,7 +512,10 @@ func (s *Scheduler) handle(ctx context.Context, j *cron.Job, now time.Time) (boo
 // look, still goes, and renews the hold until the next tick when it
 // does. A run the scheduler cannot look at (Redis failing) is taken as
 // alive: firing a second run beside one that may still go is what the
-// hold is for.
+// hold is for. A run that shows no sign of life is looked at once more
+// a tick later (RunGoneAt) before it counts as gone: a dead worker's
+// claim lapses a moment before the bus hands the turn to the next
+// attempt, and a TurnCompleted may still wait for a router.
 func (s *Scheduler) runAlive(ctx context.Context, j *cron.Job, now time.Time) bool {
 	if s.alive == nil {
 		return false
@@ -521,11 +525,20 @@ func (s *Scheduler) runAlive(ctx context.Context, j *cron.Job, now time.Time) bo
 		s.log.Warn("cannot look whether a cron run still goes; its job keeps waiting", "job", j.ID, "run", j.RunningRunID, "err", err)
 		alive = true
 	}
-	if alive {
-		j.RunningUntil = now.Add(s.cfg.Tick)
-		s.log.Debug("cron run still goes; its hold is renewed", "job", j.ID, "run", j.RunningRunID, "until", j.RunningUntil)
+	switch {
+	case alive:
+		j.RunGoneAt = time.Time{}
+		s.log.Debug("cron run still goes; its hold is renewed", "job", j.ID, "run", j.RunningRunID)
+	case j.RunGoneAt.IsZero() || now.Sub(j.RunGoneAt) < s.cfg.Tick:
+		if j.RunGoneAt.IsZero() {
+			j.RunGoneAt = now
+		}
+		s.log.Info("cron run shows no sign of life; looked at again next tick", "job", j.ID, "run", j.RunningRunID)
+	default:
+		return false
 	}
-	return alive
+	j.RunningUntil = now.Add(s.cfg.Tick)
+	return true
 }
 
 // maxSkipCount bounds the instants one look counts as skipped (a job

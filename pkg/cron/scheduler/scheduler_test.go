@@ -1192,29 +1192,33 @@ func TestIntervalFromRunEnd(t *testing.T) {
 	}
 	second := cron.RunID(j.ID, end.Add(time.Hour), false)
 	// Its turn is lost: cron.max_run_duration after it fired the scheduler
-	// finds it gone and fires the one after, and its end, should it come,
-	// changes nothing.
+	// finds it gone, and still gone a tick later fires the one after (due
+	// at end+2h); its end, should it come, changes nothing.
 	lost = second
 	e.clock.Set(end.Add(2 * time.Hour))
+	if n := tick(t, s); n != 0 {
+		t.Fatalf("fired %d at the first look at the lost run", n)
+	}
+	e.clock.Set(end.Add(2*time.Hour + time.Minute))
 	if n := tick(t, s); n != 1 {
 		t.Fatalf("the third run fired %d", n)
 	}
 	if ok, err := e.store.RunEnded(ctx, second, end.Add(2*time.Hour+5*time.Minute)); err != nil || ok {
 		t.Errorf("the end of a run after which another fired applied: %v %v", ok, err)
 	}
-	if got := e.job(t, j.ID).NextRunAt; !got.Equal(end.Add(3 * time.Hour)) {
+	if got := e.job(t, j.ID).NextRunAt; !got.Equal(end.Add(3*time.Hour + time.Minute)) {
 		t.Errorf("next run %v after the overlapping end", got)
 	}
 	// A schedule changed while the run went on wins over its end.
 	third := cron.RunID(j.ID, end.Add(2*time.Hour), false)
 	every2h := "every 2h"
-	e.clock.Set(end.Add(2*time.Hour + 30*time.Second))
+	e.clock.Set(end.Add(2*time.Hour + 90*time.Second))
 	u, err := e.store.Update(ctx, "telegram:99", j.ID, cron.Update{Schedule: &every2h})
 	if err != nil {
 		t.Fatal(err)
 	}
 	// (It ends the run's hold all the same.)
-	if ok, err := e.store.RunEnded(ctx, third, end.Add(2*time.Hour+time.Minute)); err != nil || !ok {
+	if ok, err := e.store.RunEnded(ctx, third, end.Add(2*time.Hour+2*time.Minute)); err != nil || !ok {
 		t.Errorf("the end of the run in flight did not release it: %v %v", ok, err)
 	}
 	if got := e.job(t, j.ID); !got.NextRunAt.Equal(u.NextRunAt) || got.RunningRunID != "" {
@@ -1490,11 +1494,33 @@ func TestRunOutlastingMaxRunDuration(t *testing.T) {
 	if second == "" || second == first {
 		t.Fatalf("the next run in flight %q", second)
 	}
-	// Its worker dies and no end comes: past the bound, found gone, the
-	// job is released and fires again.
+	// Its worker dies and no end comes: past the bound it shows no sign
+	// of life, and a tick later still none (no next attempt took it
+	// meanwhile): the job is released and fires again.
 	e.clock.Set(end.Add(11 * time.Minute))
+	if n := ticks(t, 2, a, b); n != 0 {
+		t.Fatalf("fired %d at the first look that found the run without a sign of life, want 0", n)
+	}
+	if got := e.job(t, j.ID); got.RunningRunID != second || !got.RunGoneAt.Equal(end.Add(11*time.Minute)) {
+		t.Fatalf("after the first look: held by %q, gone since %v", got.RunningRunID, got.RunGoneAt)
+	}
+	// A sign of life meanwhile (the next attempt claimed the lock) resets it.
+	set(second, true, nil)
+	e.clock.Set(end.Add(12 * time.Minute))
+	if n := ticks(t, 2, a, b); n != 0 {
+		t.Fatalf("fired %d beside the run's next attempt", n)
+	}
+	if got := e.job(t, j.ID); got.RunningRunID != second || !got.RunGoneAt.IsZero() {
+		t.Fatalf("after a sign of life: held by %q, gone since %v", got.RunningRunID, got.RunGoneAt)
+	}
+	set(second, false, nil)
+	e.clock.Set(end.Add(13 * time.Minute))
+	if n := ticks(t, 2, a, b); n != 0 {
+		t.Fatalf("fired %d at the first look that found it gone again", n)
+	}
+	e.clock.Set(end.Add(14 * time.Minute))
 	if n := ticks(t, 2, a, b); n != 1 {
-		t.Fatalf("fired %d once the run in flight was gone, want 1", n)
+		t.Fatalf("fired %d once the run in flight was gone a tick apart, want 1", n)
 	}
 	if n := e.published(t); n != 3 {
 		t.Errorf("%d runs on the bus, want 3", n)
