@@ -46,6 +46,7 @@ var menu = []MenuEntry{
 	{"btw", "Ask a side question about the current conversation without interrupting it"},
 	{"goal", "Set a standing goal Hermes works on across turns until achieved"},
 	{"subgoal", "Add or manage extra criteria on the active goal"},
+	{"topic", "Enable or inspect Telegram DM topic sessions"},
 	{"sethome", "Set this chat as the home channel"},
 	{"cron", "Manage scheduled tasks"},
 	{"platform", "Pause, resume, or list a failing gateway platform"},

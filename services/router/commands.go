@@ -54,6 +54,7 @@ var helpText = strings.Join([]string{
 	"/btw <question> — ask a side question about the current conversation without interrupting it (no tools, not saved)",
 	"/goal [text | status | show | pause | resume | clear] — set a standing goal Hermes works on across turns until achieved: after each turn a judge decides done, blocked or continue",
 	"/subgoal [text | remove N | clear] — add or manage extra criteria on the active goal",
+	"/topic [off|help|session-id] — enable or inspect Telegram DM topic sessions: each topic of this private chat its own conversation; off: one conversation again; a session id, inside a topic: restore that conversation there",
 	"/sethome — send scheduled messages to this chat",
 	"/cron — scheduled jobs: list, add <schedule> <prompt>, pause, resume, run, remove",
 	"/platform [list|pause|resume] [name] — pause, resume, or list a failing gateway platform: list, every gateway replica's state; pause, its connection stops on every replica until resume",
@@ -145,6 +146,10 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 
 	switch cmd.Name {
 	case "new":
+		if m.place == topicLobby {
+			// As Hermes: the lobby has no conversation to replace.
+			return reply(sess.Generation, topicRootNew)
+		}
 		return s.once(ctx, m, cmd.Name, func(ctx context.Context, st *sessionstore.Store) (string, int64, error) {
 			if _, err := s.forceUnlock(ctx, m); err != nil {
 				return "", 0, err
@@ -154,6 +159,9 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 				return "", 0, err
 			}
 			resets.WithLabelValues("new").Inc()
+			if cmd.Args == "" && m.place == topicLane {
+				return topicNewHeader, sess.Generation, nil
+			}
 			if cmd.Args == "" {
 				return "✨ New session started.", sess.Generation, nil
 			}
@@ -426,6 +434,8 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 		return s.voiceCommand(ctx, m, sess, cmd.Args)
 	case "fast":
 		return s.fastCommand(ctx, m, sess, cmd.Args)
+	case "topic":
+		return s.topicCommand(ctx, m, sess, cmd.Args, busy)
 	case "background":
 		return s.background(ctx, m, sess, cmd.Args)
 	case "btw":

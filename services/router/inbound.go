@@ -63,6 +63,10 @@ type msgCtx struct {
 	// sessionID is the conversation it arrived in (home.go).
 	home      *string
 	sessionID string
+	// rootKey is a Telegram DM's session key without a thread and place
+	// where the message is in topic mode (topic.go).
+	rootKey string
+	place   topicPlace
 }
 
 // quietPlatforms get no notices about resets and busy sessions: their
@@ -123,7 +127,11 @@ func (s *Service) handleInbound(ctx context.Context, ev *eventsv1.MessageReceive
 		m.cmd, m.isCmd = s.parseCommand(ev.GetText(), m.platform)
 	}
 	m.hold = s.holdFor(m)
-	key := sessionkey.Build(src, s.keyOpts)
+	key, root, place, err := s.keyFor(ctx, src)
+	if err != nil {
+		return fmt.Errorf("session key: %w", err)
+	}
+	m.rootKey, m.place = root, place
 	s.beginEarly(ctx, m, key)
 	defer s.dropEarly(context.WithoutCancel(ctx), m)
 	// One round trip: the dedupe record, and the lock of the session the
@@ -257,6 +265,12 @@ func (s *Service) handle(ctx context.Context, m *msgCtx, key string) error {
 	}
 
 	m.key = key
+	if m.place == topicLobby && !m.isCmd && !m.ev.GetInternal() {
+		// The main view of a chat in topic mode takes commands only.
+		s.giveBack(ctx, m, true)
+		inbound.WithLabelValues("lobby").Inc()
+		return s.lobby(ctx, m)
+	}
 	if m.isCmd {
 		// The lock taken for nothing may have turned away the start of
 		// the messages queued behind a turn that just completed: start

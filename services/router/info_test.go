@@ -96,7 +96,7 @@ func TestInfoCommands(t *testing.T) {
 
 // /help (and /commands, which pages its lines) lists every command
 // pkg/command parses, one line each; the commands added beside Hermes's
-// (/voice, /fast, /btw, /agents) are described in Hermes's words
+// (/voice, /fast, /btw, /agents, /topic) are described in Hermes's words
 // (hermes_cli/commands.py) before what is this gateway's own.
 func TestHelpListsEveryCommand(t *testing.T) {
 	t.Parallel()
@@ -122,6 +122,7 @@ func TestHelpListsEveryCommand(t *testing.T) {
 		"fast":   "fast mode: OpenAI Priority Processing / Anthropic Fast Mode",
 		"btw":    "ask a side question about the current conversation without interrupting it",
 		"agents": "show active agents and running tasks",
+		"topic":  "enable or inspect Telegram DM topic sessions",
 	} {
 		l := lineOf(name)
 		if _, desc, _ := strings.Cut(l, " — "); !strings.HasPrefix(desc, hermes) {

@@ -155,6 +155,11 @@ func TestCommandRedeliveredAfterACrashIsAppliedOnce(t *testing.T) {
 			},
 			state: snapshot(`SELECT service_tier FROM sessions WHERE session_key = $1`, key)},
 		{name: "stop", command: "stop", text: "/stop", answer: "No active task to stop.", state: stopState},
+		{name: "topic", command: "topic", text: "/topic", answer: "Telegram multi-session topics are enabled.",
+			state: snapshot(`SELECT count(*)::text || ' ' || coalesce(max(enabled_at)::text, '') FROM telegram_topic_modes`)},
+		{name: "topic off", command: "topic", text: "/topic off", setup: func(t *testing.T, e *env) {
+			e.ask("alice", "/topic")
+		}, answer: "Multi-session topic mode is now OFF for this chat.", state: snapshot(`SELECT count(*)::text FROM telegram_topic_modes`)},
 		{name: "cron add", command: "cron", text: "/cron add 30m Check the build", answer: "Created job: ", state: cronState, check: func(t *testing.T, e *env) {
 			if n := snapshot(`SELECT count(*)::text FROM cron_jobs`)(t, e); n != "1" {
 				t.Errorf("%s cron jobs, want 1", n)

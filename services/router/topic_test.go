@@ -1,0 +1,190 @@
+package router
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+	"github.com/switchboard-chat/switchboard/pkg/sessionstore"
+)
+
+// topicMsg is user's DM message in the topic thread of their private
+// chat ("" for the main view).
+func topicMsg(user, thread, text string) *eventsv1.MessageReceived {
+	ev := dm(user, text)
+	ev.Source.ThreadId = thread
+	return ev
+}
+
+// Hermes's /topic: off (the default), a Telegram DM is one conversation
+// whatever topic a message comes from, each answered in its own topic;
+// on, each topic is a conversation of its own (Hermes's key for a DM
+// with a thread), the main view a lobby for commands, /new there
+// explains, /new in a topic replaces its conversation; /topic in a topic
+// shows it ready or linked; /topic <session-id> restores one of the
+// chat's earlier conversations into a topic, once; /topic off goes back.
+func TestTopicMode(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newEnv(t)
+	e.startRouter(testConfig(), nil, nil)
+	w := e.startWorker(nil)
+	const root = "agent:main:telegram:dm:chat-alice"
+	askIn := func(thread, text string) string {
+		t.Helper()
+		before := len(e.noticesTo("alice"))
+		e.publish(topicMsg("alice", thread, text))
+		waitFor(t, "reply to "+text, func() bool { return len(e.noticesTo("alice")) > before })
+		return e.noticesTo("alice")[before]
+	}
+	turnIn := func(thread, text string) (key, replyThread string) {
+		t.Helper()
+		e.publish(topicMsg("alice", thread, text))
+		tr := turnOf(t, w, text)
+		return tr.GetSessionKey(), tr.GetOrigin().GetThreadId()
+	}
+
+	// Off: one conversation, answers in their topics.
+	for _, tt := range []struct{ thread, text string }{{"10", "in ten"}, {"20", "in twenty"}, {"", "in the main view"}} {
+		if key, reply := turnIn(tt.thread, tt.text); key != root || reply != tt.thread {
+			t.Errorf("topic mode off, %q: key %s, answered in thread %q; want %s, %q", tt.text, key, reply, root, tt.thread)
+		}
+	}
+	rootSess, err := sessionstore.New(e.db).Get(ctx, root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := askIn("", "/topic help"); !strings.HasPrefix(got, "/topic — enable multi-session DM mode (one bot, many parallel chats)") {
+		t.Errorf("/topic help: %q", got)
+	}
+	if got := askIn("", "/topic off"); got != topicNotEnabled {
+		t.Errorf("/topic off while off: %q", got)
+	}
+	if got := askIn("", "/topic "+rootSess.ID); got != topicRestoreNeedTopic {
+		t.Errorf("/topic <id> in the main view: %q", got)
+	}
+	if got := askIn("10", "/topic "+rootSess.ID); got != topicRestoreNeedsMode {
+		t.Errorf("/topic <id> in a topic while off: %q", got)
+	}
+
+	// On.
+	got := askIn("", "/topic")
+	for _, want := range []string{"Telegram multi-session topics are enabled.", "Previous unlinked sessions:",
+		"- Untitled session — `" + rootSess.ID + "`", "Example: Send /topic " + rootSess.ID + " inside a topic."} {
+		if !strings.Contains(got, want) {
+			t.Errorf("/topic: %q, want it to contain %q", got, want)
+		}
+	}
+	for _, tt := range []struct{ thread, text string }{{"10", "ten again"}, {"20", "twenty again"}} {
+		if key, reply := turnIn(tt.thread, tt.text); key != root+":"+tt.thread || reply != tt.thread {
+			t.Errorf("topic mode on, %q: key %s, answered in thread %q", tt.text, key, reply)
+		}
+	}
+	// The main view (no thread, or General's 1) takes commands only.
+	if got := askIn("", "hello lobby"); got != topicLobbyText {
+		t.Errorf("a prompt in the lobby: %q", got)
+	}
+	before := len(e.noticesTo("alice"))
+	e.publish(topicMsg("alice", "1", "hello again lobby"))
+	waitFor(t, "inbound drained", e.inboundDrained)
+	if n := len(e.noticesTo("alice")); n != before {
+		t.Errorf("a second lobby reminder within %v: %q", lobbyReminderEvery, e.noticesTo("alice")[before:])
+	}
+	turns, _ := w.snapshot()
+	for _, tr := range turns {
+		for _, in := range tr.GetInputs() {
+			if strings.Contains(in.GetText(), "lobby") {
+				t.Errorf("a lobby message started a turn: %q", in.GetText())
+			}
+		}
+	}
+	if got := askIn("", "/new"); got != topicRootNew {
+		t.Errorf("/new in the lobby: %q", got)
+	}
+	if got := askIn("", "/status"); !strings.Contains(got, "Key: "+root) {
+		t.Errorf("/status in the lobby: %q", got)
+	}
+	if got := askIn("10", "/topic"); !strings.HasPrefix(got, "This topic is linked to:\nSession: Untitled session\nID: ") {
+		t.Errorf("/topic in a topic with a conversation: %q", got)
+	}
+	if got := askIn("30", "/topic"); got != topicThreadReady {
+		t.Errorf("/topic in a new topic: %q", got)
+	}
+	if got := askIn("10", "/new"); got != topicNewHeader {
+		t.Errorf("/new in a topic: %q", got)
+	}
+
+	// Restore the main view's conversation into topic 30, once.
+	e.ask("alice", "/title Old plan")
+	if got := askIn("30", "/topic "+rootSess.ID); got != "Session restored: Old plan" {
+		t.Errorf("/topic <id>: %q", got)
+	}
+	if key, _ := turnIn("30", "continue the plan"); key != root+":30" {
+		t.Errorf("restored topic's key %s", key)
+	}
+	if tr := turnOf(t, w, "continue the plan"); tr.GetSessionId() != rootSess.ID {
+		t.Errorf("restored topic's turn in conversation %s, want %s", tr.GetSessionId(), rootSess.ID)
+	}
+	if got := askIn("40", "/topic "+rootSess.ID); got != topicAlreadyLinked {
+		t.Errorf("the same conversation into a second topic: %q", got)
+	}
+	if got := askIn("30", "/topic"); !strings.HasPrefix(got, "This topic is linked to:\nSession: Old plan\nID: "+rootSess.ID) {
+		t.Errorf("/topic in the restored topic: %q", got)
+	}
+	if got := askIn("40", "/topic 20990101_000000_deadbeef"); got != "Session not found: 20990101_000000_deadbeef" {
+		t.Errorf("an unknown id: %q", got)
+	}
+	bob := sessionstore.New(e.db)
+	if _, _, _, err := bob.Arrive(ctx, "agent:main:telegram:dm:chat-bob", "", topicMsg("bob", "", "x").Source, "b1"); err != nil {
+		t.Fatal(err)
+	}
+	bobSess, _ := bob.Get(ctx, "agent:main:telegram:dm:chat-bob")
+	if got := askIn("40", "/topic "+bobSess.ID); got != topicNotYours {
+		t.Errorf("another user's conversation: %q", got)
+	}
+	slack := &eventsv1.SessionSource{Platform: "slack", ChatId: "D1", ChatType: "dm", UserId: "alice"}
+	if _, _, _, err := bob.Arrive(ctx, "agent:main:slack:dm:D1", "", slack, "s1"); err != nil {
+		t.Fatal(err)
+	}
+	slackSess, _ := bob.Get(ctx, "agent:main:slack:dm:D1")
+	if got := askIn("40", "/topic "+slackSess.ID); got != topicNotTelegram {
+		t.Errorf("a Slack conversation: %q", got)
+	}
+
+	// Off again: one conversation, bindings gone.
+	if got := askIn("", "/topic off"); got != topicOffDone {
+		t.Errorf("/topic off: %q", got)
+	}
+	var bindings int
+	if err := e.db.QueryRow(ctx, `SELECT count(*) FROM telegram_topic_bindings`).Scan(&bindings); err != nil || bindings != 0 {
+		t.Errorf("%d bindings after /topic off (%v)", bindings, err)
+	}
+	if key, reply := turnIn("20", "back to one"); key != root || reply != "20" {
+		t.Errorf("after /topic off: key %s, thread %q", key, reply)
+	}
+}
+
+// /topic is Telegram's, in private chats: anywhere else it gets Hermes's
+// refusal and changes nothing.
+func TestTopicRefusedOutsideTelegramDMs(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.startRouter(testConfig(), nil, nil)
+	group := dm("alice", "/topic")
+	group.Source.ChatType, group.Source.ChatId = "group", "chat-alice"
+	slack := dm("alice", "/topic")
+	slack.Source.Platform = "slack"
+	for _, ev := range []*eventsv1.MessageReceived{group, slack} {
+		before := len(e.noticesTo("alice"))
+		e.publish(ev)
+		waitFor(t, "the refusal", func() bool { return len(e.noticesTo("alice")) > before })
+		if got := e.noticesTo("alice")[before]; got != topicNotTelegramDM {
+			t.Errorf("/topic on %s %s: %q", ev.Source.Platform, ev.Source.ChatType, got)
+		}
+	}
+	var n int
+	if err := e.db.QueryRow(context.Background(), `SELECT count(*) FROM telegram_topic_modes`).Scan(&n); err != nil || n != 0 {
+		t.Errorf("%d topic modes (%v)", n, err)
+	}
+}
