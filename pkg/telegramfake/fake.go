@@ -160,6 +160,15 @@ type Server struct {
 	// deletedTopics are forum topics (chat/thread id) that are gone:
 	// sends naming one are refused with "message thread not found".
 	deletedTopics map[string]bool
+	// Private-chat topics (Bot API 9.3, 9.4): whether the bot has topic
+	// mode (BotFather's Threaded Mode: getMe's has_topics_enabled) and
+	// lets users create topics (allows_users_to_create_topics), and
+	// the topics of each private chat (chat → thread → name). A send
+	// into a private chat naming a thread that is not one of its
+	// topics is refused, as Telegram refuses it.
+	privateTopics, usersCreateTopics bool
+	dmTopics                         map[string]map[int]string
+	nextTopic                        int
 }
 
 // file is one file a user sent, as getFile describes it.
@@ -184,6 +193,7 @@ func New(token, username string) (*Server, error) {
 		changed: make(chan struct{}), drop: make(chan struct{}), nextID: 100000, nextMsgID: 1,
 		fail: map[string][]APIError{}, calls: map[string]int{}, files: map[string]file{}, paths: map[string]string{},
 		reactions: map[string][]string{}, queries: map[string]bool{}, deletedTopics: map[string]bool{},
+		dmTopics: map[string]map[int]string{}, nextTopic: 100,
 	}
 	s.srv = &http.Server{Handler: http.HandlerFunc(s.serve), ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = s.srv.Serve(ln) }()
@@ -420,10 +430,97 @@ func (s *Server) DeleteTopic(chatID string, threadID int) {
 	s.deletedTopics[chatID+"/"+strconv.Itoa(threadID)] = true
 }
 
-// topicGoneLocked reports whether p names a deleted topic of its chat.
+// topicGoneLocked reports whether p names a deleted topic of its chat,
+// or, in a private chat, a thread that is not one of its topics.
 func (s *Server) topicGoneLocked(p params) bool {
 	thread := p.int("message_thread_id")
-	return thread != 0 && s.deletedTopics[p["chat_id"]+"/"+strconv.Itoa(thread)]
+	if thread == 0 {
+		return false
+	}
+	if s.deletedTopics[p["chat_id"]+"/"+strconv.Itoa(thread)] {
+		return true
+	}
+	if private(p["chat_id"]) {
+		_, ok := s.dmTopics[p["chat_id"]][thread]
+		return !ok
+	}
+	return false
+}
+
+// private reports whether chat is a private chat's id (a user's:
+// positive; groups and channels are negative).
+func private(chat string) bool {
+	id, err := strconv.ParseInt(chat, 10, 64)
+	return err == nil && id > 0
+}
+
+// SetPrivateTopics sets the bot's topic mode in private chats, as
+// BotFather's Threads Settings do: enabled is getMe's
+// has_topics_enabled, usersCreate its allows_users_to_create_topics
+// (users may create and delete topics). Without it a private chat has
+// no topics.
+func (s *Server) SetPrivateTopics(enabled, usersCreate bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.privateTopics, s.usersCreateTopics = enabled, usersCreate
+}
+
+// OpenTopic is the user of private chat creating a topic named name
+// (Telegram's "All Messages" → a new topic): it returns its
+// message_thread_id, which the user's messages in it carry with
+// is_topic_message. It fails when the bot has no topic mode or does not
+// let users create topics.
+func (s *Server) OpenTopic(chat, name string) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.privateTopics || !s.usersCreateTopics {
+		return 0, fmt.Errorf("the bot does not let users create topics in private chats")
+	}
+	return s.addTopicLocked(chat, name), nil
+}
+
+func (s *Server) addTopicLocked(chat, name string) int {
+	s.nextTopic++
+	if s.dmTopics[chat] == nil {
+		s.dmTopics[chat] = map[int]string{}
+	}
+	s.dmTopics[chat][s.nextTopic] = name
+	return s.nextTopic
+}
+
+// TopicMessage is a user's text message in thread of private chat, for
+// Inject: message_thread_id with is_topic_message, as Telegram sends a
+// message in a private chat's topic (thread 0: the main view, none).
+func TopicMessage(chat int64, messageID, thread int, text string) map[string]any {
+	m := map[string]any{"message_id": messageID, "date": time.Now().Unix(), "text": text,
+		"chat": map[string]any{"id": chat, "type": "private", "first_name": "User"},
+		"from": map[string]any{"id": chat, "is_bot": false, "first_name": "User"}}
+	if thread != 0 {
+		m["message_thread_id"], m["is_topic_message"] = thread, true
+	}
+	return map[string]any{"message": m}
+}
+
+// createForumTopic: in a private chat (Bot API 9.4) only when the bot has
+// topic mode; in a group, always (the fake does not model forum rights).
+func (s *Server) createForumTopic(w http.ResponseWriter, p params) {
+	chat, name := p["chat_id"], p["name"]
+	if chat == "" {
+		writeErr(w, APIError{Code: 400, Description: "Bad Request: chat_id is empty"})
+		return
+	}
+	if n := utf8.RuneCountInString(name); n < 1 || n > 128 {
+		writeErr(w, APIError{Code: 400, Description: "Bad Request: TOPIC_TITLE_EMPTY"})
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if private(chat) && !s.privateTopics {
+		writeErr(w, APIError{Code: 400, Description: "Bad Request: the chat is not a forum"})
+		return
+	}
+	id := s.addTopicLocked(chat, name)
+	writeOK(w, map[string]any{"message_thread_id": id, "name": name, "icon_color": 7322096})
 }
 
 // ErrThreadNotFound is Telegram's answer to a send into a deleted topic.
@@ -754,8 +851,19 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 
 	switch method {
 	case "getme":
-		writeOK(w, map[string]any{"id": s.botID, "is_bot": true, "first_name": s.username, "username": s.username,
-			"can_join_groups": true, "can_read_all_group_messages": false, "supports_inline_queries": false})
+		me := map[string]any{"id": s.botID, "is_bot": true, "first_name": s.username, "username": s.username,
+			"can_join_groups": true, "can_read_all_group_messages": false, "supports_inline_queries": false}
+		s.mu.Lock()
+		if s.privateTopics {
+			me["has_topics_enabled"] = true
+		}
+		if s.privateTopics && s.usersCreateTopics {
+			me["allows_users_to_create_topics"] = true
+		}
+		s.mu.Unlock()
+		writeOK(w, me)
+	case "createforumtopic":
+		s.createForumTopic(w, p)
 	case "getupdates":
 		s.getUpdates(w, r, p, drop)
 	case "setwebhook":
@@ -1153,6 +1261,10 @@ func (s *Server) wireMessage(m *Message) map[string]any {
 	}
 	if m.ThreadID != 0 {
 		out["message_thread_id"] = m.ThreadID
+		if chatType == "private" {
+			// A message in a private chat's topic (Bot API 9.3).
+			out["is_topic_message"] = true
+		}
 	}
 	if len(m.Buttons) > 0 {
 		out["reply_markup"] = map[string]any{"inline_keyboard": m.Buttons}

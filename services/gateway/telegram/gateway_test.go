@@ -378,6 +378,17 @@ func TestSending(t *testing.T) {
 			t.Fatalf("receipt %v messages %+v", r, f.Messages("77"))
 		}
 	})
+	t.Run("an answer in a private chat's topic stays in the topic", func(t *testing.T) {
+		f.SetPrivateTopics(true, true)
+		thread, err := f.OpenTopic("78", "Ideas")
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := send(target("78", strconv.Itoa(thread), "7"), "in the topic", nil)
+		if m := last("78"); !r.GetOk() || m.ThreadID != thread || m.ReplyTo != 7 || m.Shown != "in the topic" {
+			t.Fatalf("receipt %v message %+v", r, m)
+		}
+	})
 	t.Run("flood wait is RATE_LIMITED with retry_after", func(t *testing.T) {
 		f.FailNext("sendMessage", telegramfake.FloodWait(7))
 		r := send(target("3", "", ""), "hi", nil)

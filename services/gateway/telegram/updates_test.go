@@ -82,6 +82,15 @@ func kindCases() []kindCase {
 			"message_thread_id": 17585, "is_topic_message": true,
 			"entities": []obj{{"type": "mention", "offset": 0, "length": len(testUsername) + 1}}})},
 			ev(src("-1002285219668", "Forum", "group", "99", "Alice Liddell", "17585"), "@"+testUsername+" in topic", mention)},
+		// A private chat's topic (Bot API 9.3): the thread is kept, so
+		// the router can key it (topic mode) and answer into it.
+		{"dm_topic", obj{"message": msg(obj{"from": alice, "chat": dmChat, "text": "in a topic",
+			"message_thread_id": 211916, "is_topic_message": true})},
+			ev(src("99", "Alice Liddell", "dm", "99", "Alice Liddell", "211916"), "in a topic", nil)},
+		// A thread id without is_topic_message (a reply chain) is no topic.
+		{"dm_reply_thread", obj{"message": msg(obj{"from": alice, "chat": dmChat, "text": "not a topic",
+			"message_thread_id": 5})},
+			ev(dm, "not a topic", nil)},
 		{"forum_general", obj{"message": msg(obj{"from": alice, "chat": forum, "text": "/help",
 			"entities": []obj{{"type": "bot_command", "offset": 0, "length": 5}}})},
 			ev(src("-1002285219668", "Forum", "group", "99", "Alice Liddell", "1"), "/help", nil)},
