@@ -12,7 +12,7 @@ var (
 	}, []string{"platform", "decision", "reason"})
 	inbound = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "switchboard_router_inbound_total",
-		Help: "Inbound messages by outcome (started: as a turn of its own at once; queued, held: a part of a split text waiting for the rest, command, denied, duplicate, dropped, steered, approval: a plain yes or no that answered a waiting approval).",
+		Help: "Inbound messages by outcome (started: as a turn of its own at once; queued, held: a part of a split text waiting for the rest, command, denied, duplicate, dropped, steered, approval: a plain yes or no that answered a waiting approval, lobby: a prompt in the main view of a Telegram DM in /topic mode, which starts no turn).",
 	}, []string{"outcome"})
 	turnsStarted = promauto.NewCounter(prometheus.CounterOpts{
 		Name: "switchboard_router_turns_started_total",
