@@ -12,11 +12,10 @@ import (
 // Hermes's /topic end to end: switchboard dev with Telegram's fake, the
 // bot in Threaded Mode (private-chat topics) and the fake model, whose
 // [[recall:user]] answers with the earlier user messages its
-// conversation carried. With topic mode off, two topics of one DM are one
-// conversation (the second recalls the first), each answered in its own
-// topic; after /topic, each topic is a conversation of its own (nothing
-// of the other topic is recalled), still answered in its topic, and the
-// main view takes commands only.
+// conversation carried. Each topic of the DM is a conversation of its
+// own (nothing of the other topic is recalled), answered in its topic,
+// with topic mode off as on; after /topic the main view takes commands
+// only, after /topic off it is a chat again.
 func TestTopicSessionsEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the whole system")
@@ -57,6 +56,15 @@ func TestTopicSessionsEndToEnd(t *testing.T) {
 			t.Fatalf("%q in thread %d: answered %q in thread %d, want %q… in thread %d", text, thread, m.Shown, m.ThreadID, want, thread)
 		}
 	}
+	// recall checks what the fake model saw of the conversation: exactly.
+	recall := func(thread int, text, want string) {
+		t.Helper()
+		say(thread, text+" [[recall:user]]", want)
+		msgs := tg.Messages("99")
+		if got := msgs[len(msgs)-1].Shown; got != want {
+			t.Fatalf("%q in thread %d: the model saw %q, want %q", text, thread, got, want)
+		}
+	}
 	work, err := tg.OpenTopic("99", "Work")
 	if err != nil {
 		t.Fatal(err)
@@ -66,23 +74,23 @@ func TestTopicSessionsEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// Off (the default): the DM is one conversation.
+	// Off (the default): each topic a conversation of its own (the
+	// second recalls nothing of the first), the main view a chat too.
 	say(work, "alpha", "echo: alpha")
-	say(home, "beta [[recall:user]]", "recall: alpha")
+	say(home, "beta", "echo: beta")
+	recall(work, "gamma", "recall: alpha")
+	say(0, "in the main view", "echo: in the main view")
 
-	// On: a conversation per topic; the main view takes commands.
+	// On: the topics go on as they were; the main view takes commands.
 	say(0, "/topic", "Telegram multi-session topics are enabled.")
-	say(work, "gamma", "echo: gamma")
-	say(home, "delta", "echo: delta")
-	say(home, "epsilon [[recall:user]]", "recall: delta")
-	say(work, "zeta [[recall:user]]", "recall: gamma")
+	recall(home, "delta", "recall: beta")
 	say(0, "a prompt in the lobby", "This main chat is reserved for system commands.")
 
-	// Off again: back to the DM's one conversation.
+	// Off again: the main view's conversation goes on.
 	say(0, "/topic off", "Multi-session topic mode is now OFF for this chat.")
-	say(home, "eta [[recall:user]]", "recall: alpha | beta")
+	recall(0, "epsilon", "recall: in the main view")
 	time.Sleep(500 * time.Millisecond)
-	if n := len(tg.Messages("99")); n != 10 {
-		t.Fatalf("the chat has %d messages, want 10: %+v", n, tg.Messages("99"))
+	if n := len(tg.Messages("99")); n != 9 {
+		t.Fatalf("the chat has %d messages, want 9: %+v", n, tg.Messages("99"))
 	}
 }

@@ -20,31 +20,32 @@ import (
 // _handle_topic_command and its telegram topic mixin): Telegram lets a
 // user open topics in their private chat with a bot (Bot API 9.3: the
 // messages carry message_thread_id and is_topic_message; the bot's
-// getMe has_topics_enabled, allows_users_to_create_topics in 9.4). With
-// /topic on, each topic of the chat is a conversation of its own and the
-// chat's main view ("All Messages", no thread, or the General topic's
-// thread 1) becomes a lobby for commands; /topic <session-id> inside a
+// getMe has_topics_enabled, allows_users_to_create_topics in 9.4). Each
+// topic of the chat is a conversation of its own either way; with
+// /topic on, the chat's main view ("All Messages", no thread, or the
+// General topic's thread 1) becomes a lobby for commands; /topic <session-id> inside a
 // topic restores an earlier conversation into it; /topic off goes back
-// to one conversation per DM.
+// (the main view a normal chat again).
 //
-// Session keys: a Telegram DM's key is its DM key without a thread
-// (agent:main:telegram:dm:<chat>) whatever topic a message comes from,
-// unless the chat has topic mode on (telegram_topic_modes, migration
-// 00128): then a topic's messages take Hermes's key for a DM with a
-// thread, agent:main:telegram:dm:<chat>:<thread>, and the main view
-// keeps the DM key. Either way the answers go back into the topic the
-// message came from (its source keeps the thread). The mode is read
-// from Postgres for each Telegram DM message, before its key is used,
-// so every router replica keys the chat alike from the message after
-// the one that changed it (a chat's messages are handled in order).
+// Session keys: topic mode changes one only. A Telegram DM's key follows
+// DESIGN.md's rule for DMs whatever the mode (as Hermes's
+// build_session_key): agent:main:telegram:dm:<chat>, then :<thread> for a
+// message in a topic, so each topic is a conversation of its own and
+// the main view the DM's. Topic mode (telegram_topic_modes, migration
+// 00128) makes the main view (no thread, or the General topic's thread
+// 1, which then keys as the main view) a lobby that takes commands
+// only, and lets /topic <session-id> restore an earlier conversation
+// into a topic. The mode is read from Postgres for each Telegram DM
+// message, before its key is used, so every router replica treats the
+// chat alike from the message after the one that changed it (a chat's
+// messages are handled in order). Answers go back into the topic the
+// message came from (its source keeps the thread).
 //
-// Differs from Hermes: Hermes keys every DM topic apart even without
-// topic mode (its default); here a DM stays one conversation until
-// /topic, as it was before topics. Hermes reads the bot's BotFather
-// Threads Settings (getMe) before enabling and creates a pinned System
-// topic; the router has no Telegram connection, so /topic enables
-// without that check and creates no topic. A session id must be given
-// whole (Hermes also takes an unambiguous prefix).
+// Differs from Hermes: Hermes reads the bot's BotFather Threads
+// Settings (getMe) before enabling and creates a pinned System topic;
+// the router has no Telegram connection, so /topic enables without that
+// check and creates no topic. A session id must be given whole (Hermes
+// also takes an unambiguous prefix).
 
 // topicPlace is where a Telegram DM message is, for topic mode.
 type topicPlace int
@@ -84,7 +85,7 @@ func (s *Service) keyFor(ctx context.Context, src *eventsv1.SessionSource) (key,
 	}
 	switch {
 	case !on:
-		return root, root, topicOff, nil
+		return sessionkey.Build(src, s.keyOpts), root, topicOff, nil
 	case thread == "" || thread == generalThread:
 		return root, root, topicLobby, nil
 	}

@@ -17,10 +17,10 @@ func topicMsg(user, thread, text string) *eventsv1.MessageReceived {
 	return ev
 }
 
-// Hermes's /topic: off (the default), a Telegram DM is one conversation
-// whatever topic a message comes from, each answered in its own topic;
-// on, each topic is a conversation of its own (Hermes's key for a DM
-// with a thread), the main view a lobby for commands, /new there
+// Hermes's /topic: off (the default) or on, each topic of a Telegram DM
+// is a conversation of its own (DESIGN.md's key for a DM with a thread,
+// as Hermes's), answered in its own topic; on, the main view is a lobby
+// for commands, /new there
 // explains, /new in a topic replaces its conversation; /topic in a topic
 // shows it ready or linked; /topic <session-id> restores one of the
 // chat's earlier conversations into a topic, once; /topic off goes back.
@@ -45,10 +45,13 @@ func TestTopicMode(t *testing.T) {
 		return tr.GetSessionKey(), tr.GetOrigin().GetThreadId()
 	}
 
-	// Off: one conversation, answers in their topics.
-	for _, tt := range []struct{ thread, text string }{{"10", "in ten"}, {"20", "in twenty"}, {"", "in the main view"}} {
-		if key, reply := turnIn(tt.thread, tt.text); key != root || reply != tt.thread {
-			t.Errorf("topic mode off, %q: key %s, answered in thread %q; want %s, %q", tt.text, key, reply, root, tt.thread)
+	// Off: DESIGN.md's keys, a conversation per topic (as Hermes's), the
+	// main view a chat like any other; answers in their topics.
+	for _, tt := range []struct{ thread, text, key string }{
+		{"10", "in ten", root + ":10"}, {"20", "in twenty", root + ":20"}, {"", "in the main view", root}, {"1", "in General", root + ":1"},
+	} {
+		if key, reply := turnIn(tt.thread, tt.text); key != tt.key || reply != tt.thread {
+			t.Errorf("topic mode off, %q: key %s, answered in thread %q; want %s, %q", tt.text, key, reply, tt.key, tt.thread)
 		}
 	}
 	rootSess, err := sessionstore.New(e.db).Get(ctx, root)
@@ -152,7 +155,8 @@ func TestTopicMode(t *testing.T) {
 		t.Errorf("a Slack conversation: %q", got)
 	}
 
-	// Off again: one conversation, bindings gone.
+	// Off again: the main view a chat again, bindings gone, topics still
+	// conversations of their own.
 	if got := askIn("", "/topic off"); got != topicOffDone {
 		t.Errorf("/topic off: %q", got)
 	}
@@ -160,8 +164,11 @@ func TestTopicMode(t *testing.T) {
 	if err := e.db.QueryRow(ctx, `SELECT count(*) FROM telegram_topic_bindings`).Scan(&bindings); err != nil || bindings != 0 {
 		t.Errorf("%d bindings after /topic off (%v)", bindings, err)
 	}
-	if key, reply := turnIn("20", "back to one"); key != root || reply != "20" {
+	if key, reply := turnIn("20", "back in twenty"); key != root+":20" || reply != "20" {
 		t.Errorf("after /topic off: key %s, thread %q", key, reply)
+	}
+	if key, _ := turnIn("", "back in the main view"); key != root {
+		t.Errorf("after /topic off, the main view: key %s", key)
 	}
 }
 
