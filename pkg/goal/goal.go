@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 )
 
@@ -152,9 +153,15 @@ const JudgeSystem = "You judge whether an autonomous agent has achieved the goal
 	`{"verdict": "blocked", "reason": "<one sentence>"}` + "\n" +
 	`{"verdict": "continue", "reason": "<one sentence>"}`
 
+// TimeLayout is how the judge's prompt gives the current time (Hermes's
+// "%Y-%m-%d %H:%M:%S %Z", in the judging process's time zone).
+const TimeLayout = "2006-01-02 15:04:05 MST"
+
 // JudgePrompt is the judge's user message about response, the agent's
-// latest answer.
-func (s *State) JudgePrompt(response string) string {
+// latest answer, asked at now (the judge's clock: Hermes tells the
+// judge the current time, so that a goal about time, such as "by 5 pm",
+// can be judged).
+func (s *State) JudgePrompt(response string, now time.Time) string {
 	var b strings.Builder
 	b.WriteString("Goal:\n")
 	b.WriteString(Truncate(s.Goal, GoalChars))
@@ -166,6 +173,9 @@ func (s *State) JudgePrompt(response string) string {
 	}
 	b.WriteString("Agent's most recent response:\n")
 	b.WriteString(Truncate(response, ResponseChars))
+	b.WriteString("\n\n")
+	b.WriteString("Current time: ")
+	b.WriteString(now.Format(TimeLayout))
 	b.WriteString("\n\n")
 	if len(s.Subgoals) > 0 {
 		b.WriteString("For each numbered criterion, find concrete evidence in the response that it is met " +

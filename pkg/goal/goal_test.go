@@ -3,6 +3,7 @@ package goal
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParseVerdict(t *testing.T) {
@@ -124,8 +125,46 @@ func TestStatusLineAndPrompts(t *testing.T) {
 	if !strings.Contains(p, "Additional criteria the user added mid-loop:\n- 1. tests pass\n\n") {
 		t.Errorf("prompt with subgoals: %q", p)
 	}
-	jp := s.JudgePrompt(strings.Repeat("x", ResponseChars+5))
+	jp := s.JudgePrompt(strings.Repeat("x", ResponseChars+5), time.Now())
 	if !strings.Contains(jp, strings.Repeat("x", ResponseChars)+"… [truncated]") || !strings.Contains(jp, "- 1. tests pass") {
 		t.Errorf("judge prompt: %q", jp[:200])
+	}
+}
+
+// The judge's prompt tells it the current time on the judge's clock, in
+// its time zone, as Hermes's does ("Current time: 2026-12-03 17:58:35
+// UTC"), after the response and before the question.
+func TestJudgePromptCurrentTime(t *testing.T) {
+	at := time.Date(2026, 12, 3, 17, 58, 35, 0, time.UTC)
+	cases := []struct {
+		name string
+		s    State
+		now  time.Time
+		want string
+	}{
+		{name: "plain", s: State{Goal: "ship it"}, now: at,
+			want: "Goal:\nship it\n\nAgent's most recent response:\nshipped\n\n" +
+				"Current time: 2026-12-03 17:58:35 UTC\n\n" +
+				"Is the goal satisfied — done, blocked, or continue?"},
+		{name: "subgoals", s: State{Goal: "ship it", Subgoals: []string{"tests pass"}}, now: at,
+			want: "Goal:\nship it\n\n" +
+				"Additional criteria the user added mid-loop (all must also be satisfied for the goal to be done):\n- 1. tests pass\n\n" +
+				"Agent's most recent response:\nshipped\n\n" +
+				"Current time: 2026-12-03 17:58:35 UTC\n\n" +
+				"For each numbered criterion, find concrete evidence in the response that it is met " +
+				"(a file excerpt, an output line, a command result), not a general claim. " +
+				"If any criterion lacks it, the goal is not done: continue.\n\n" +
+				"Is the goal AND every additional criterion satisfied?"},
+		{name: "the clock's zone", s: State{Goal: "ship it"}, now: at.In(time.FixedZone("CET", 3600)),
+			want: "Goal:\nship it\n\nAgent's most recent response:\nshipped\n\n" +
+				"Current time: 2026-12-03 18:58:35 CET\n\n" +
+				"Is the goal satisfied — done, blocked, or continue?"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if got := c.s.JudgePrompt("shipped", c.now); got != c.want {
+				t.Errorf("judge prompt:\n%s\nwant:\n%s", got, c.want)
+			}
+		})
 	}
 }

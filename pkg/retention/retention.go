@@ -1,8 +1,12 @@
 // Package retention deletes idle sessions with everything that hangs off
 // them (history, turns, transcripts and their search index entries,
 // summaries, stored prompts, session approvals, finished outbox rows,
-// YOLO mode, the records of applied chat commands)
-// once their last activity is older than the configured retention.
+// YOLO mode, the records of applied chat commands, standing goals and
+// the goal judge's verdicts)
+// once their last activity is older than the configured retention, and,
+// whatever the retention, the per-turn and per-command records that have
+// outlived their use: applied chat commands after CommandEffectsAge, goal
+// verdicts after GoalVerdictsAge.
 //
 // Any number of replicas sweep at once: each batch is one transaction
 // that locks its sessions' rows with FOR UPDATE SKIP LOCKED, so two
@@ -51,12 +55,13 @@ const (
 	KindContext        = "session_context"
 	KindCommandEffects = "command_effects"
 	KindGoals          = "session_goals"
+	KindGoalVerdicts   = "goal_verdicts"
 )
 
 var (
 	deletedRows = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "switchboard_retention_deleted_rows_total",
-		Help: "Rows the session retention deleted, by kind (sessions, session_history, worker_turns, transcript_messages, transcript_summaries, session_prompts, tool_approvals, delivery_outbox, delivery_stream_messages, session_yolo, session_context, command_effects, session_goals).",
+		Help: "Rows the session retention deleted, by kind (sessions, session_history, worker_turns, transcript_messages, transcript_summaries, session_prompts, tool_approvals, delivery_outbox, delivery_stream_messages, session_yolo, session_context, command_effects, session_goals, goal_verdicts).",
 	}, []string{"kind"})
 	skipped = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "switchboard_retention_skipped_total",
@@ -70,6 +75,13 @@ var (
 // (an event stays on the bus nats.retention, 24 hours by default), after
 // which nothing reads it.
 const CommandEffectsAge = 30 * 24 * time.Hour
+
+// GoalVerdictsAge is how long the goal judge's verdict on a turn
+// (goal_verdicts, sessionstore.RecordVerdict) is kept when its session
+// is not deleted first: it only serves a retry or redelivery of that
+// turn, which finds the verdict rather than judging the turn again, and
+// a day is far past any of them.
+const GoalVerdictsAge = 24 * time.Hour
 
 // Config is the `sessions` section.
 type Config struct {
@@ -202,7 +214,8 @@ func (s *Sweeper) Policies() []Criteria {
 }
 
 // Run sweeps at once and then every sweep interval until ctx ends. With
-// no retention configured a sweep only deletes old command records.
+// no retention configured a sweep only deletes old command records and
+// goal verdicts.
 func (s *Sweeper) Run(ctx context.Context) error {
 	t := time.NewTicker(s.cfg.SweepInterval)
 	defer t.Stop()
@@ -222,8 +235,22 @@ func (s *Sweeper) Run(ctx context.Context) error {
 	}
 }
 
+// aged are the records deleted on their own once older than their age,
+// whether or not their session is kept: each statement deletes up to $2
+// rows created before $1 (by the table's created_at index).
+var aged = []struct {
+	kind, sql string
+	age       time.Duration
+}{
+	{KindCommandEffects, `DELETE FROM command_effects WHERE event_id IN
+		(SELECT event_id FROM command_effects WHERE created_at < $1 LIMIT $2)`, CommandEffectsAge},
+	{KindGoalVerdicts, `DELETE FROM goal_verdicts WHERE turn_id IN
+		(SELECT turn_id FROM goal_verdicts WHERE created_at < $1 LIMIT $2)`, GoalVerdictsAge},
+}
+
 // Sweep runs every policy once, then deletes the command records older
-// than CommandEffectsAge.
+// than CommandEffectsAge and the goal verdicts older than
+// GoalVerdictsAge.
 func (s *Sweeper) Sweep(ctx context.Context) (Result, error) {
 	var total Result
 	for _, c := range s.Policies() {
@@ -233,23 +260,27 @@ func (s *Sweeper) Sweep(ctx context.Context) (Result, error) {
 			return total, err
 		}
 	}
-	n, err := s.pruneCommandEffects(ctx, s.now().Add(-CommandEffectsAge))
-	total.add(Result{Rows: map[string]int64{KindCommandEffects: n}})
-	return total, err
+	for _, a := range aged {
+		n, err := s.pruneAged(ctx, a.kind, a.sql, s.now().Add(-a.age))
+		total.add(Result{Rows: map[string]int64{a.kind: n}})
+		if err != nil {
+			return total, err
+		}
+	}
+	return total, nil
 }
 
-// pruneCommandEffects deletes the records of chat commands applied
-// before cutoff (of sessions still kept), a batch at a time.
-func (s *Sweeper) pruneCommandEffects(ctx context.Context, cutoff time.Time) (int64, error) {
+// pruneAged deletes the records of kind created before cutoff (of
+// sessions still kept), a batch at a time.
+func (s *Sweeper) pruneAged(ctx context.Context, kind, sql string, cutoff time.Time) (int64, error) {
 	var total int64
 	for {
-		tag, err := s.db.Exec(ctx, `DELETE FROM command_effects WHERE event_id IN
-			(SELECT event_id FROM command_effects WHERE created_at < $1 LIMIT $2)`, cutoff, s.cfg.BatchSize)
+		tag, err := s.db.Exec(ctx, sql, cutoff, s.cfg.BatchSize)
 		if err != nil {
-			return total, fmt.Errorf("retention: delete old command records: %w", err)
+			return total, fmt.Errorf("retention: delete old %s: %w", kind, err)
 		}
 		total += tag.RowsAffected()
-		deletedRows.WithLabelValues(KindCommandEffects).Add(float64(tag.RowsAffected()))
+		deletedRows.WithLabelValues(kind).Add(float64(tag.RowsAffected()))
 		if tag.RowsAffected() < int64(s.cfg.BatchSize) {
 			return total, nil
 		}
@@ -331,6 +362,7 @@ var deletes = []struct{ kind, sql string }{
 	{KindContext, `DELETE FROM session_context WHERE session_key = ANY($1)`},
 	{KindCommandEffects, `DELETE FROM command_effects WHERE session_key = ANY($1)`},
 	{KindGoals, `DELETE FROM session_goals WHERE session_key = ANY($1)`},
+	{KindGoalVerdicts, `DELETE FROM goal_verdicts WHERE session_key = ANY($1)`},
 	{KindHistory, `DELETE FROM session_history WHERE session_key = ANY($1)`},
 	{KindSessions, `DELETE FROM sessions WHERE session_key = ANY($1)`},
 }

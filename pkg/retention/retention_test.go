@@ -40,12 +40,13 @@ var tables = map[string]string{
 	"session_yolo":             `SELECT count(*) FROM session_yolo WHERE session_key = $1`,
 	"command_effects":          `SELECT count(*) FROM command_effects WHERE session_key = $1`,
 	"session_goals":            `SELECT count(*) FROM session_goals WHERE session_key = $1`,
+	"goal_verdicts":            `SELECT count(*) FROM goal_verdicts WHERE session_key = $1`,
 }
 
 // seed writes a session idle for age with two conversations, a turn in
 // each, transcript messages (searchable), a summary, a prompt, a session
-// approval, a sent outbox row, a streamed message, YOLO mode and the
-// record of an applied chat command.
+// approval, a sent outbox row, a streamed message, YOLO mode, the
+// record of an applied chat command and a goal judge's verdict.
 func seed(t *testing.T, db *pgxpool.Pool, key, platform string, age time.Duration) {
 	t.Helper()
 	ctx := context.Background()
@@ -84,6 +85,11 @@ func seed(t *testing.T, db *pgxpool.Pool, key, platform string, age time.Duratio
 	// active.
 	if _, err := db.Exec(ctx, `INSERT INTO command_effects (event_id, session_key, answer, created_at) VALUES ('telegram:bot:new-' || $1, $1, 'x', $2)`,
 		key, time.Now().Add(-min(age, 3*day))); err != nil {
+		t.Fatal(err)
+	}
+	// The goal judge's verdict on a turn of the last hour.
+	if _, err := db.Exec(ctx, `INSERT INTO goal_verdicts (turn_id, session_key, verdict, reason, message, continued, created_at)
+		VALUES ('t2-' || $1, $1, 'continue', 'r', 'm', true, $2)`, key, time.Now().Add(-min(age, time.Hour))); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -199,7 +205,7 @@ func TestSweep(t *testing.T) {
 	}
 	want := map[string]int64{retention.KindSessions: 2, retention.KindHistory: 4, retention.KindTurns: 4, retention.KindMessages: 4,
 		retention.KindSummaries: 2, retention.KindPrompts: 2, retention.KindApprovals: 2, retention.KindOutbox: 2, retention.KindStreamMessages: 2,
-		retention.KindYolo: 2, retention.KindCommandEffects: 2, retention.KindGoals: 2}
+		retention.KindYolo: 2, retention.KindCommandEffects: 2, retention.KindGoals: 2, retention.KindGoalVerdicts: 2}
 	for k, v := range want {
 		if res.Rows[k] != v {
 			t.Errorf("rows %s = %d, want %d", k, res.Rows[k], v)
@@ -241,6 +247,38 @@ func TestSweepDeletesOldCommandRecords(t *testing.T) {
 	}
 	if c := counts(t, db, key); c["command_effects"] != 3 || c["sessions"] != 1 {
 		t.Errorf("left %d command records and %d sessions, want the 3 recent records and the session", c["command_effects"], c["sessions"])
+	}
+}
+
+// The goal judge's verdict on a turn is deleted with its session, and on
+// its own once older than GoalVerdictsAge (a day: no retry of its turn
+// comes that late), also with session retention off.
+func TestSweepDeletesOldGoalVerdicts(t *testing.T) {
+	ctx := context.Background()
+	db := pgtest.New(t)
+	cfg := retention.DefaultConfig()
+	cfg.BatchSize = 2 // several batches
+	s, _ := sweeper(t, db, cfg, 0)
+	const key = "agent:main:telegram:dm:1"
+	seed(t, db, key, "telegram", 1000*day)
+	ages := []time.Duration{retention.GoalVerdictsAge + time.Minute, retention.GoalVerdictsAge + day, 40 * day,
+		retention.GoalVerdictsAge - time.Minute, time.Minute}
+	for i, age := range ages {
+		if _, err := db.Exec(ctx, `INSERT INTO goal_verdicts (turn_id, session_key, verdict, reason, message, continued, created_at)
+			VALUES ($1, $2, 'continue', 'r', 'm', true, $3)`, fmt.Sprintf("v%d", i), key, time.Now().Add(-age)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res, err := s.Sweep(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := res.Rows[retention.KindGoalVerdicts]; got != 3 {
+		t.Errorf("deleted %d goal verdicts, want the 3 older than %v", got, retention.GoalVerdictsAge)
+	}
+	// Left: the two recent ones and the seed's, of the last hour.
+	if c := counts(t, db, key); c["goal_verdicts"] != 3 || c["sessions"] != 1 {
+		t.Errorf("left %d goal verdicts and %d sessions, want the 3 recent verdicts and the session", c["goal_verdicts"], c["sessions"])
 	}
 }
 

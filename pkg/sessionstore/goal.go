@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"google.golang.org/protobuf/proto"
@@ -142,9 +141,6 @@ type Verdict struct {
 	Replayed bool
 }
 
-// verdictRetention is how long a turn's verdict is kept for its retries.
-const verdictRetention = 24 * time.Hour
-
 // RecordVerdict records the judge's verdict j on the turn turnID of the
 // key's conversation sessionID, in one transaction: the verdict's
 // record, the goal's new state (goal.Evaluate) and, when it continues,
@@ -156,7 +152,8 @@ const verdictRetention = 24 * time.Hour
 // a continuation waits already (the judge of a turn before queued it and
 // a user's message went ahead of it) none more is queued. A goal that is
 // no longer active (paused, cleared, another conversation) takes no
-// verdict: the Verdict is empty.
+// verdict: the Verdict is empty. The records are deleted by the session
+// retention (pkg/retention) once a day old, or with their session.
 func (s *Store) RecordVerdict(ctx context.Context, key, sessionID, turnID string, j goal.Judged,
 	cont func(goal.State) *eventsv1.MessageReceived) (Verdict, error) {
 	var v Verdict
@@ -191,9 +188,6 @@ func (s *Store) RecordVerdict(ctx context.Context, key, sessionID, turnID string
 		if _, err := tx.Exec(ctx, `INSERT INTO goal_verdicts (turn_id, session_key, verdict, reason, message, continued, created_at)
 			VALUES ($1, $2, $3, $4, $5, $6, $7)`, turnID, key, j.Verdict, j.Reason, d.Message, d.Continue, s.now()); err != nil {
 			return fmt.Errorf("record goal verdict: %w", err)
-		}
-		if _, err := tx.Exec(ctx, `DELETE FROM goal_verdicts WHERE created_at < $1`, s.now().Add(-verdictRetention)); err != nil {
-			return fmt.Errorf("forget old goal verdicts: %w", err)
 		}
 		return nil
 	})

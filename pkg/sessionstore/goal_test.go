@@ -13,11 +13,13 @@ import (
 // (RecordVerdict again, another verdict even) finds the first, counts
 // nothing more and queues no second continuation; the continuation goes
 // after the user's messages; a goal that is done drops the continuation
-// that waits, and the session row says whether a goal is active.
+// that waits, and the session row says whether a goal is active. It
+// deletes no old verdicts on the turn's path: pkg/retention does.
 func TestRecordVerdictOnce(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s := New(pgtest.New(t))
+	db := pgtest.New(t)
+	s := New(db)
 	key := "agent:main:telegram:dm:1"
 	src := &eventsv1.SessionSource{Platform: "telegram", ChatId: "1", ChatType: "dm", UserId: "1"}
 	sess, _, _, err := s.Arrive(ctx, key, "", src, "")
@@ -33,9 +35,16 @@ func TestRecordVerdictOnce(t *testing.T) {
 	cont := func(g goal.State) *eventsv1.MessageReceived {
 		return &eventsv1.MessageReceived{Text: g.ContinuationPrompt(), Source: src}
 	}
+	if _, err := db.Exec(ctx, `INSERT INTO goal_verdicts (turn_id, session_key, verdict, reason, message, continued, created_at)
+		VALUES ('t0', $1, 'continue', 'r', 'm', false, now() - interval '2 days')`, key); err != nil {
+		t.Fatal(err)
+	}
 	v, err := s.RecordVerdict(ctx, key, sess.ID, "t1", goal.Judged{Verdict: goal.VerdictContinue, Reason: "more"}, cont)
 	if err != nil || !v.Continued || v.Replayed || v.Message != "↻ Continuing toward goal (1/20): more" {
 		t.Fatalf("first verdict: %+v, %v", v, err)
+	}
+	if _, found, err := s.TurnVerdict(ctx, "t0"); err != nil || !found {
+		t.Fatalf("a day-old verdict was deleted on the turn's path (found %v, %v); retention deletes it", found, err)
 	}
 	// A retry of the turn, whose judge said something else this time.
 	v, err = s.RecordVerdict(ctx, key, sess.ID, "t1", goal.Judged{Verdict: goal.VerdictDone, Reason: "now done"}, cont)

@@ -129,7 +129,7 @@ func (r *turnRun) askJudge(ctx context.Context, g *goal.State, response string) 
 	cctx, cancel := context.WithTimeout(ctx, judgeTimeout)
 	defer cancel()
 	resp, err := llm.Complete(cctx, backend.Provider, llm.Request{Model: model, System: goal.JudgeSystem,
-		Messages:  []llm.Message{{Role: llm.RoleUser, Content: g.JudgePrompt(response)}},
+		Messages:  []llm.Message{{Role: llm.RoleUser, Content: g.JudgePrompt(response, r.s.now())}},
 		MaxTokens: judgeMaxTokens, Temperature: &zero})
 	if err != nil {
 		if ctx.Err() != nil {

@@ -6,7 +6,8 @@
 -- counts the turn twice nor queues a second continuation, and it
 -- announces the same status line (message) again, under the same bus
 -- id, which delivery takes once. Rows older than a day are of no use to
--- any retry; the worker deletes them as it writes new ones.
+-- any retry; the retention sweep (pkg/retention) deletes them, and those
+-- of deleted sessions.
 CREATE TABLE goal_verdicts (
     turn_id     text PRIMARY KEY,
     session_key text NOT NULL,
