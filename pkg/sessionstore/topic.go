@@ -13,6 +13,9 @@ import (
 // <session-id>).
 var ErrTopicLinked = errors.New("session is linked to another topic")
 
+// ErrAmbiguous: a session id prefix names more than one conversation.
+var ErrAmbiguous = errors.New("session id prefix is ambiguous")
+
 // Telegram DM topic mode (/topic): per private chat, named by its DM
 // session key without a thread (rootKey, migration 00128), and the
 // conversations restored into its topics (migration 00129). A topic's
@@ -69,6 +72,34 @@ func (s *Store) Owner(ctx context.Context, sessionID string) (key, title string,
 		return "", "", fmt.Errorf("find session: %w", err)
 	}
 	return key, title, nil
+}
+
+// ChatSessionByPrefix is the one conversation of rootKey's chat (its DM
+// key and its topics' keys, as Unlinked) whose id starts with prefix:
+// ErrNotFound when none does, ErrAmbiguous when more than one does.
+// Other chats' conversations never count, so a prefix tells nothing of
+// them.
+func (s *Store) ChatSessionByPrefix(ctx context.Context, rootKey, prefix string) (string, error) {
+	if prefix == "" {
+		return "", ErrNotFound
+	}
+	rows, err := s.db.Query(ctx, `SELECT DISTINCT session_id FROM session_history
+		WHERE (session_key = $1 OR starts_with(session_key, $1 || ':')) AND starts_with(session_id, $2)
+		ORDER BY session_id LIMIT 2`, rootKey, prefix)
+	if err != nil {
+		return "", fmt.Errorf("find session by prefix: %w", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return "", fmt.Errorf("find session by prefix: %w", err)
+	}
+	switch len(ids) {
+	case 0:
+		return "", ErrNotFound
+	case 1:
+		return ids[0], nil
+	}
+	return "", ErrAmbiguous
 }
 
 // LastAnswer is the text of the conversation's latest assistant message

@@ -44,8 +44,17 @@ import (
 // Differs from Hermes: Hermes reads the bot's BotFather Threads
 // Settings (getMe) before enabling and creates a pinned System topic;
 // the router has no Telegram connection, so /topic enables without that
-// check and creates no topic. A session id must be given whole (Hermes
-// also takes an unambiguous prefix).
+// check and creates no topic.
+//
+// /topic <session-id> takes a whole id or, as Hermes's resolve_session_id,
+// a prefix of exactly one conversation; a prefix of none or of several
+// gets Hermes's "Session not found: <id>". Differs from Hermes, which
+// matches a prefix against every user's conversations (so it can answer
+// "does not belong to this Telegram user" for a prefix, or find a prefix
+// ambiguous because of someone else's): a prefix here matches only the
+// chat's own conversations (its DM's and its topics'), so it reveals
+// nothing of other users'. A whole id of another user's conversation
+// still gets "does not belong to this Telegram user", as in Hermes.
 
 // topicPlace is where a Telegram DM message is, for topic mode.
 type topicPlace int
@@ -260,12 +269,22 @@ func (s *Service) topicRootStatus(ctx context.Context, st *sessionstore.Store, r
 }
 
 // restoreTopic is Hermes's _restore_telegram_topic_session: the
-// conversation id, one of this chat's (its DM or its topics), becomes
-// the topic's, unless another topic of the chat is on it.
-func (s *Service) restoreTopic(ctx context.Context, st *sessionstore.Store, m *msgCtx, sess sessionstore.Session, thread, id string) (string, int64, error) {
+// conversation id (whole, or a prefix of one of this chat's), one of this
+// chat's (its DM or its topics), becomes the topic's, unless another
+// topic of the chat is on it.
+func (s *Service) restoreTopic(ctx context.Context, st *sessionstore.Store, m *msgCtx, sess sessionstore.Session, thread, raw string) (string, int64, error) {
+	id := raw
 	owner, _, err := st.Owner(ctx, id)
 	if errors.Is(err, sessionstore.ErrNotFound) {
-		return "Session not found: " + id, sess.Generation, nil
+		// A whole id wins; else a prefix of exactly one of the chat's.
+		id, err = st.ChatSessionByPrefix(ctx, m.rootKey, raw)
+		if errors.Is(err, sessionstore.ErrNotFound) || errors.Is(err, sessionstore.ErrAmbiguous) {
+			return "Session not found: " + raw, sess.Generation, nil
+		}
+		if err != nil {
+			return "", 0, err
+		}
+		owner, _, err = st.Owner(ctx, id)
 	}
 	if err != nil {
 		return "", 0, err

@@ -195,3 +195,89 @@ func TestTopicRefusedOutsideTelegramDMs(t *testing.T) {
 		t.Errorf("%d topic modes (%v)", n, err)
 	}
 }
+
+// /topic <prefix> restores the one conversation of the chat whose id
+// starts so (as Hermes's resolve_session_id); a prefix of several of the
+// chat's gets Hermes's "Session not found", and so does a prefix of
+// another user's conversation: only the chat's own count.
+func TestTopicRestoreByPrefix(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newEnv(t)
+	e.startRouter(testConfig(), nil, nil)
+	const root = "agent:main:telegram:dm:chat-alice"
+	st := sessionstore.New(e.db)
+	for _, user := range []string{"alice", "bob"} {
+		if _, _, _, err := st.Arrive(ctx, "agent:main:telegram:dm:chat-"+user, "", topicMsg(user, "", "x").Source, user+"1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first, _ := st.Get(ctx, root)
+	second, err := st.Reset(ctx, root, "new")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bob, _ := st.Get(ctx, "agent:main:telegram:dm:chat-bob")
+	askIn := func(thread, text string) string {
+		t.Helper()
+		before := len(e.noticesTo("alice"))
+		e.publish(topicMsg("alice", thread, text))
+		waitFor(t, "reply to "+text, func() bool { return len(e.noticesTo("alice")) > before })
+		return e.noticesTo("alice")[before]
+	}
+	askIn("", "/topic")
+	askIn("10", "/topic") // topic 10's own conversation, one more of the chat's
+
+	var ids []string
+	rows, err := e.db.Query(ctx, `SELECT DISTINCT session_id FROM session_history WHERE session_key = $1 OR starts_with(session_key, $1 || ':')`, root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	// common is a prefix of both of alice's first conversations;
+	// unique, of the first only among all of the chat's.
+	common := first.ID[:1]
+	for n := 1; n < len(first.ID) && first.ID[:n] == second.ID[:n]; n++ {
+		common = first.ID[:n]
+	}
+	unique := ""
+	for n := 1; n < len(first.ID) && unique == ""; n++ {
+		shared := false
+		for _, id := range ids {
+			shared = shared || id != first.ID && strings.HasPrefix(id, first.ID[:n])
+		}
+		if !shared {
+			unique = first.ID[:n]
+		}
+	}
+	if unique == "" || unique == first.ID {
+		t.Fatalf("no unique prefix of %s among %q", first.ID, ids)
+	}
+	bobPrefix := bob.ID[:len(bob.ID)-1]
+
+	for _, tt := range []struct{ arg, want string }{
+		{common, "Session not found: " + common},
+		{bobPrefix, "Session not found: " + bobPrefix},
+		{unique, "Session restored: " + first.ID},
+	} {
+		if got := askIn("10", "/topic "+tt.arg); got != tt.want {
+			t.Errorf("/topic %s: %q, want %q", tt.arg, got, tt.want)
+		}
+	}
+	if got, _ := st.Get(ctx, root+":10"); got.ID != first.ID {
+		t.Errorf("topic 10 is on %s, want %s", got.ID, first.ID)
+	}
+	var bound string
+	if err := e.db.QueryRow(ctx, `SELECT string_agg(session_id, ',') FROM telegram_topic_bindings`).Scan(&bound); err != nil || bound != first.ID {
+		t.Errorf("bindings %q (%v), want only %s", bound, err, first.ID)
+	}
+}
