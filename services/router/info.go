@@ -2,6 +2,7 @@ package router
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -26,8 +27,9 @@ func (s *Service) infoCommand(m *msgCtx, cmd command.Command) string {
 // commandsText answers /commands [page] on platform: Hermes's paginated
 // list of every command (here /help's lines, then the quick commands),
 // 15 a page on Telegram (shorter messages), 20 elsewhere, with links to
-// the pages before and after. A page past the end shows the last, and
-// says so; a page that is no number gets the usage.
+// the pages before and after (the quick commands' heading kept with its
+// entries, commandsPages). A page past the end shows the last, and says
+// so; a page that is no number gets the usage.
 func commandsText(platform, args, quick string) string {
 	requested := 1
 	if a := strings.TrimSpace(args); a != "" {
@@ -41,14 +43,25 @@ func commandsText(platform, args, quick string) string {
 	if quick != "" {
 		entries = append(entries, strings.Split(quick, "\n")...)
 	}
+	return commandsPage(platform, requested, entries)
+}
+
+// commandsPage is page requested of /commands listing entries on
+// platform.
+func commandsPage(platform string, requested int, entries []string) string {
 	size := 20
 	if strings.EqualFold(platform, "telegram") {
 		size = 15
 	}
-	pages := max(1, (len(entries)+size-1)/size)
+	bounds := commandsPages(entries, size)
+	pages := len(bounds)
 	page := max(1, min(requested, pages))
 	lines := []string{fmt.Sprintf("📚 **Commands** (%d total, page %d/%d)", len(entries), page, pages), ""}
-	lines = append(lines, entries[(page-1)*size:min(page*size, len(entries))]...)
+	body := entries[bounds[page-1][0]:bounds[page-1][1]]
+	if len(body) > 0 && body[0] == "" { // the header's blank line is enough
+		body = body[1:]
+	}
+	lines = append(lines, body...)
 	if pages > 1 {
 		p := command.TypedPrefix(platform)
 		var nav []string
@@ -64,6 +77,29 @@ func commandsText(platform, args, quick string) string {
 		lines = append(lines, fmt.Sprintf("_(Requested page %d was out of range, showing page %d.)_", requested, page))
 	}
 	return strings.Join(lines, "\n")
+}
+
+// commandsPages cuts entries into pages of at most size lines, as
+// Hermes's /commands, except that the quick commands' heading (and the
+// blank line before it) never ends a page: a page that would end with
+// either ends before the blank line, and the heading starts the next
+// page with its entries. Each page is a [start, end) range; there is at
+// least one.
+func commandsPages(entries []string, size int) [][2]int {
+	heading := slices.Index(entries, quickHeading)
+	var pages [][2]int
+	for start := 0; start < len(entries); {
+		end := min(start+size, len(entries))
+		if heading > 0 && end < len(entries) && (end == heading || end == heading+1) && heading-1 > start {
+			end = heading - 1
+		}
+		pages = append(pages, [2]int{start, end})
+		start = end
+	}
+	if len(pages) == 0 {
+		pages = append(pages, [2]int{0, 0})
+	}
+	return pages
 }
 
 // profileText answers /profile: Hermes's "👤 **Profile:** `name`" (the

@@ -131,3 +131,72 @@ func TestHelpListsEveryCommand(t *testing.T) {
 		}
 	}
 }
+
+// The quick commands' heading never ends a /commands page: wherever the
+// page boundary falls (just after the heading, or between the blank line
+// before it and the heading), the heading starts a page with its first
+// entry. Every entry is listed once, in order, and the pages link up.
+func TestCommandsQuickHeadingKeepsItsEntries(t *testing.T) {
+	t.Parallel()
+	quick := []string{"", quickHeading, "/a — /model a", "/b — /model b", "/c — /model c"}
+	for _, tt := range []struct {
+		platform string
+		size     int
+	}{{"telegram", 15}, {"discord", 20}} {
+		// filler lines before the quick commands: the heading as the last
+		// line of page 1, the blank line before it as the last, and both
+		// well inside a page.
+		for _, filler := range []int{tt.size - 2, tt.size - 1, tt.size - 3, 2*tt.size - 2, 3} {
+			t.Run(fmt.Sprintf("%s/%d", tt.platform, filler), func(t *testing.T) {
+				var entries []string
+				for i := range filler {
+					entries = append(entries, fmt.Sprintf("/cmd%d — built in", i))
+				}
+				entries = append(entries, quick...)
+				var listed []string
+				pages := 0
+				for page := 1; ; page++ {
+					lines := strings.Split(commandsPage(tt.platform, page, entries), "\n")
+					if page == 1 {
+						if _, err := fmt.Sscanf(lines[0], "📚 **Commands** (%d total, page 1/%d)", new(int), &pages); err != nil {
+							t.Fatalf("header %q: %v", lines[0], err)
+						}
+					}
+					if want := fmt.Sprintf("📚 **Commands** (%d total, page %d/%d)", len(entries), page, pages); lines[0] != want {
+						t.Errorf("page %d header %q, want %q", page, lines[0], want)
+					}
+					body := lines[2:]
+					if pages > 1 {
+						body = body[:len(body)-2] // the blank line and the links
+					}
+					if len(body) > tt.size {
+						t.Errorf("page %d has %d lines, more than %d", page, len(body), tt.size)
+					}
+					for i, l := range body {
+						if l == quickHeading && (i == len(body)-1 || body[i+1] != quick[2]) {
+							t.Errorf("page %d: the heading without its first entry after it:\n%s", page, strings.Join(body, "\n"))
+						}
+						if l != "" {
+							listed = append(listed, l)
+						}
+					}
+					if len(body) > 0 && (body[len(body)-1] == "" || body[0] == "") {
+						t.Errorf("page %d begins or ends with a blank line:\n%s", page, strings.Join(body, "\n"))
+					}
+					if page >= pages {
+						break
+					}
+				}
+				var want []string
+				for _, e := range entries {
+					if e != "" {
+						want = append(want, e)
+					}
+				}
+				if strings.Join(listed, "\n") != strings.Join(want, "\n") {
+					t.Errorf("listed across %d pages:\n%s\nwant:\n%s", pages, strings.Join(listed, "\n"), strings.Join(want, "\n"))
+				}
+			})
+		}
+	}
+}

@@ -94,6 +94,9 @@ func (s *Service) parseCommand(text, platform string) (command.Command, bool) {
 	return command.Parse(quickText(q.Target, cmd.Args), "", "")
 }
 
+// quickHeading heads the quick commands in /help and /commands.
+const quickHeading = "Quick commands:"
+
 // quickHelp lists the quick commands for /help, by name.
 func (s *Service) quickHelp() string {
 	if len(s.cfg.QuickCommands) == 0 {
@@ -104,7 +107,7 @@ func (s *Service) quickHelp() string {
 		names = append(names, n)
 	}
 	slices.Sort(names)
-	lines := []string{"", "Quick commands:"}
+	lines := []string{"", quickHeading}
 	for _, n := range names {
 		lines = append(lines, fmt.Sprintf("/%s — %s", n, quickText(s.cfg.QuickCommands[n].Target, "")))
 	}
