@@ -54,7 +54,7 @@ var helpText = strings.Join([]string{
 	"/btw <question> — ask a side question about the current conversation without interrupting it (no tools, not saved)",
 	"/goal [text | status | show | pause | resume | clear] — set a standing goal Hermes works on across turns until achieved: after each turn a judge decides done, blocked or continue",
 	"/subgoal [text | remove N | clear] — add or manage extra criteria on the active goal",
-	"/topic [off|help|session-id] — enable or inspect Telegram DM topic sessions: each topic of this private chat its own conversation; off: one conversation again; a session id, inside a topic: restore that conversation there",
+	"/topic [off|help|session-id] — enable or inspect Telegram DM topic sessions: the main view of this private chat a lobby for commands, each topic its own conversation; off: the main view a chat again; a session id (or its prefix), inside a topic: restore that conversation there",
 	"/sethome — send scheduled messages to this chat",
 	"/cron — scheduled jobs: list, add <schedule> <prompt>, pause, resume, run, remove",
 	"/platform [list|pause|resume] [name] — pause, resume, or list a failing gateway platform: list, every gateway replica's state; pause, its connection stops on every replica until resume",
