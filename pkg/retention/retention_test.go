@@ -596,3 +596,55 @@ func TestArrivalDuringBatchMakesAFreshSession(t *testing.T) {
 		t.Fatalf("history of the fresh session: %d, %v", history, err)
 	}
 }
+
+// The sweep deletes a deleted session's goal verdicts by its key: the
+// delete must find them by the session_key index (migration 00138), not
+// read the whole table, and must take only that session's verdicts.
+func TestGoalVerdictsDeleteUsesSessionIndex(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.New(t)
+	// A day of verdicts of 2 000 sessions, 10 each.
+	if _, err := db.Exec(ctx, `INSERT INTO goal_verdicts (turn_id, session_key, verdict, reason, message, continued, created_at)
+SELECT 'v' || i, 'agent:main:telegram:dm:' || (i % 2000), 'continue', 'r', 'm', true, now() - make_interval(secs => i)
+FROM generate_series(1, 20000) AS i`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(ctx, `ANALYZE goal_verdicts`); err != nil {
+		t.Fatal(err)
+	}
+	keys := []string{"agent:main:telegram:dm:7", "agent:main:telegram:dm:8"}
+	const del = `DELETE FROM goal_verdicts WHERE session_key = ANY($1)`
+	rows, err := db.Query(ctx, `EXPLAIN `+del, keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var plan []string
+	for rows.Next() {
+		var line string
+		if err := rows.Scan(&line); err != nil {
+			t.Fatal(err)
+		}
+		plan = append(plan, line)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if p := strings.Join(plan, "\n"); !strings.Contains(p, "goal_verdicts_session") {
+		t.Fatalf("the delete reads the table without its index:\n%s", p)
+	}
+	tag, err := db.Exec(ctx, del, keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tag.RowsAffected() != 20 {
+		t.Errorf("deleted %d verdicts, want the two sessions' 20", tag.RowsAffected())
+	}
+	var left int
+	if err := db.QueryRow(ctx, `SELECT count(*) FROM goal_verdicts`).Scan(&left); err != nil {
+		t.Fatal(err)
+	}
+	if left != 20000-20 {
+		t.Errorf("%d verdicts left, want the other sessions' %d", left, 20000-20)
+	}
+}
