@@ -147,8 +147,10 @@ type Config struct {
 	// Lease is how long a claimed row belongs to its sender; after it
 	// another replica takes the row over. Must exceed SendTimeout.
 	Lease time.Duration `koanf:"lease"`
-	// PollInterval is how often the outbox is checked for due rows
-	// besides being woken by new rows.
+	// PollInterval is how often the outbox is checked for due rows that
+	// no replica's clock knows of (another replica's retries, rows left by
+	// a process that ended); new rows, finished sends and this replica's
+	// own retries and deferrals wake the send loop when they come due.
 	PollInterval time.Duration `koanf:"poll_interval"`
 	// Senders is how many sends one replica runs at once.
 	Senders int `koanf:"senders"`
@@ -197,7 +199,7 @@ func DefaultConfig() Config {
 		GRPCAddr:       "127.0.0.1:7071",
 		SendTimeout:    10 * time.Second,
 		Lease:          30 * time.Second,
-		PollInterval:   time.Second,
+		PollInterval:   5 * time.Second,
 		Senders:        16,
 		MaxAttempts:    12,
 		RetryBase:      time.Second,

@@ -61,6 +61,8 @@ type Service struct {
 	kickCh chan struct{}
 	// expiry is when the send loop next looks for rows to expire.
 	expiry expiryClock
+	// due is when the rows this replica queued again come due.
+	due    dueClock
 	turns  *turns
 	tools  *toolTurns
 	media  *mediaTurns

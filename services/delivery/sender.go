@@ -1,6 +1,7 @@
 package delivery
 
 import (
+	"container/heap"
 	"context"
 	"errors"
 	"fmt"
@@ -30,17 +31,22 @@ const tracerName = "github.com/switchboard-chat/switchboard/services/delivery"
 const directSendTimeout = 2 * time.Second
 
 // sendLoop sends due outbox rows until ctx ends: woken by new rows and
-// finished sends, and every PollInterval for retries that came due. It
-// also expires rows older than their TTL, when one can be (expiryClock):
-// not a query while nothing does. Sends in flight when ctx ends finish
-// (within SendTimeout) before it returns.
+// finished sends, when the earliest row this replica put back in the
+// queue comes due (a retry, a deferral: dueClock) or the next expiry
+// pass is due (expiryClock), and otherwise after PollInterval, for rows
+// no clock of this replica knows (another replica's retries, rows left
+// by a process that ended). It also expires rows older than their TTL,
+// when one can be: not a query while nothing does. Sends in flight when
+// ctx ends finish (within SendTimeout) before it returns.
 func (s *Service) sendLoop(ctx context.Context) error {
 	slots := make(chan struct{}, s.cfg.Senders)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	// Sends outlive ctx by up to SendTimeout so their outcome is recorded.
 	sctx := context.WithoutCancel(ctx)
-	t := time.NewTicker(s.cfg.PollInterval)
+	// The first round runs at once: a replica that starts sends what
+	// waits.
+	t := time.NewTimer(0)
 	defer t.Stop()
 	for {
 		select {
@@ -49,8 +55,9 @@ func (s *Service) sendLoop(ctx context.Context) error {
 		case <-s.kickCh:
 		case <-t.C:
 		}
-		if now := s.now(); s.expiry.due(now) {
-			s.expire(ctx, now)
+		round := s.now()
+		if s.expiry.due(round) {
+			s.expire(ctx, round)
 		}
 		for ctx.Err() == nil {
 			free := s.cfg.Senders - len(slots)
@@ -77,7 +84,76 @@ func (s *Service) sendLoop(ctx context.Context) error {
 				break
 			}
 		}
+		// Reset on a timer that has not fired drops it (Go 1.23 timers).
+		t.Reset(s.nextWake(round))
 	}
+}
+
+// nextWake is how long the send loop may sleep after a round that began
+// at round: until the earliest row this replica queued again comes due
+// or the next expiry pass, and PollInterval at most. The round claimed
+// what came due before it began, so those times are forgotten (a row
+// that waited for a free sender is claimed when a send finishes). A time
+// already past (an expiry pass that failed) is left to the poll: never a
+// busy loop.
+func (s *Service) nextWake(round time.Time) time.Duration {
+	d := s.cfg.PollInterval
+	now := s.now()
+	for _, at := range []time.Time{s.due.next(round), s.expiry.at()} {
+		if at.After(now) && at.Sub(now) < d {
+			d = at.Sub(now)
+		}
+	}
+	return d
+}
+
+// maxDue bounds how many due times dueClock holds: beyond them (a long
+// outage, thousands of rows retrying) a retry waits for the poll.
+const maxDue = 4096
+
+// dueClock holds when the rows this replica put back in the queue (a
+// retry after a failed send, a deferral for a rate limit) come due, so
+// the send loop wakes then rather than at its next poll.
+type dueClock struct {
+	mu sync.Mutex
+	h  timeHeap
+}
+
+// note records that a row comes due at t.
+func (c *dueClock) note(t time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.h) < maxDue {
+		heap.Push(&c.h, t)
+	}
+}
+
+// next forgets the times up to round and returns the earliest later one
+// (zero: none).
+func (c *dueClock) next(round time.Time) time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for len(c.h) > 0 && !c.h[0].After(round) {
+		heap.Pop(&c.h)
+	}
+	if len(c.h) == 0 {
+		return time.Time{}
+	}
+	return c.h[0]
+}
+
+// timeHeap is a min-heap of times (container/heap).
+type timeHeap []time.Time
+
+func (h timeHeap) Len() int           { return len(h) }
+func (h timeHeap) Less(i, j int) bool { return h[i].Before(h[j]) }
+func (h timeHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *timeHeap) Push(x any)        { *h = append(*h, x.(time.Time)) }
+func (h *timeHeap) Pop() any {
+	old := *h
+	t := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return t
 }
 
 // sendRecovered is send, with a panic recovered (logged with its stack and
@@ -180,6 +256,13 @@ func (c *expiryClock) passed(now, next time.Time, ttl time.Duration) {
 	}
 }
 
+// at is when the next pass is due (zero: at once).
+func (c *expiryClock) at() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.next
+}
+
 // note brings the next pass forward to t, when earlier.
 func (c *expiryClock) note(t time.Time) {
 	c.mu.Lock()
@@ -217,7 +300,11 @@ func (s *Service) send(ctx, life context.Context, r outbox.Row) {
 	if err != nil {
 		log.Warn("rate limiter unavailable; sending unpaced", "err", err)
 	} else if wait > 0 {
-		s.record(log, "defer", s.store.Defer(ctx, r.ID, s.owner, now.Add(wait), now))
+		derr := s.store.Defer(ctx, r.ID, s.owner, now.Add(wait), now)
+		s.record(log, "defer", derr)
+		if derr == nil {
+			s.due.note(now.Add(wait))
+		}
 		s.expiry.note(r.ExpiresAt)
 		return
 	}
@@ -373,7 +460,13 @@ func (s *Service) retry(ctx context.Context, log warner, r outbox.Row, result, m
 	}
 	now := s.now()
 	log.Warn("send failed; will retry", "result", result, "retry_in", delay, "err", msg)
-	s.record(log, "retry", s.store.Retry(ctx, r.ID, s.owner, now.Add(delay), msg, req, now))
+	err := s.store.Retry(ctx, r.ID, s.owner, now.Add(delay), msg, req, now)
+	s.record(log, "retry", err)
+	if err == nil {
+		// The send loop wakes then: its caller's deferred kick (or
+		// sendThrough's) makes it read the time.
+		s.due.note(now.Add(delay))
+	}
 	s.expiry.note(r.ExpiresAt)
 }
 

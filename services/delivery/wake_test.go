@@ -1,0 +1,107 @@
+package delivery_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
+	"github.com/switchboard-chat/switchboard/pkg/outbox"
+)
+
+// failFirst fails the first tries of every request with a retryable
+// error that names no retry-after, so the row waits its backoff.
+func failFirst(tries int) func(*deliveryv1.SendRequested, int) behaviour {
+	return func(_ *deliveryv1.SendRequested, try int) behaviour {
+		if try <= tries {
+			return behaviour{fail: &deliveryv1.SendReceipt{ErrorClass: deliveryv1.ErrorClass_ERROR_CLASS_RETRYABLE, Error: "bad gateway"}}
+		}
+		return behaviour{}
+	}
+}
+
+// A retry is sent when it comes due, not at the next poll: with a poll
+// interval of an hour, rows retried a few times after 75–300 ms backoffs
+// are all sent (nothing else wakes the send loop once the last failure
+// is recorded), each exactly once.
+func TestRetryWakesTheSendLoop(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.gw.setBehaviour(failFirst(2))
+	cfg := testConfig()
+	cfg.PollInterval = time.Hour
+	cfg.RetryBase, cfg.RetryMax = 150*time.Millisecond, 300*time.Millisecond
+	e.start(t, cfg, "a")
+	const n = 3
+	for i := range n {
+		e.publish(t, event(fmt.Sprint("t", i), 1, fmt.Sprint("s", i), final(fmt.Sprint("answer ", i))))
+	}
+	eventually(t, e.clock, 0, "every answer after its retries", func() bool { return len(e.gw.postedTexts()) == n })
+	for text, c := range e.gw.postedTexts() {
+		if c != 1 {
+			t.Errorf("%q posted %d times", text, c)
+		}
+	}
+	calls, _ := e.gw.snapshot()
+	perKey := map[string]int{}
+	for _, c := range calls {
+		perKey[c.Key]++
+	}
+	for k, c := range perKey {
+		if c != 3 {
+			t.Errorf("%s requested %d times, want 3 (two failures, then sent)", k, c)
+		}
+	}
+	for i := range n {
+		if st := rowState(t, e.db, fmt.Sprintf("t%d:1:0", i)); st != "sent" {
+			t.Errorf("row of t%d is %q, want sent", i, st)
+		}
+	}
+}
+
+// Rows no replica's clock knows of (due a moment later, as a retry of a
+// replica that went away) are taken by the poll fallback; with two
+// replicas polling, each is claimed and sent once, and the half whose
+// first attempt fails is retried once.
+func TestPollTakesRowsNoReplicaKnows(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.gw.setBehaviour(func(req *deliveryv1.SendRequested, try int) behaviour {
+		if req.GetChunkIndex() == 0 && try == 1 && req.GetText()[len(req.GetText())-1]%2 == 0 {
+			return failFirst(1)(req, try)
+		}
+		return behaviour{}
+	})
+	cfg := testConfig()
+	cfg.PollInterval = 200 * time.Millisecond
+	cfg.Senders = 2
+	e.start(t, cfg, "a")
+	e.start(t, cfg, "b")
+	store := outbox.New(e.db)
+	// Due in a moment, as another replica's retries are: no round a
+	// replica runs when it starts or is woken now can take them.
+	due := e.clock.Now().Add(300 * time.Millisecond)
+	const n = 20
+	var reqs []*deliveryv1.SendRequested
+	for i := range n {
+		reqs = append(reqs, &deliveryv1.SendRequested{
+			IdempotencyKey: fmt.Sprint("elsewhere-", i), Op: deliveryv1.SendOp_SEND_OP_SEND,
+			Target: &deliveryv1.Target{Platform: "test", ChatId: fmt.Sprint("chat-", i%5)},
+			Text:   fmt.Sprint("queued elsewhere ", i),
+		})
+	}
+	if _, err := store.Enqueue(context.Background(), due, time.Hour, reqs...); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, e.clock, 0, "every row", func() bool { return len(e.gw.postedTexts()) == n })
+	for text, c := range e.gw.postedTexts() {
+		if c != 1 {
+			t.Errorf("%q posted %d times", text, c)
+		}
+	}
+	calls, _ := e.gw.snapshot()
+	if want := n + n/2; len(calls) != want {
+		t.Errorf("%d requests, want %d: each row once, and the failed half once more", len(calls), want)
+	}
+}
