@@ -24,6 +24,7 @@ func init() {
 		"DISCORD_ALLOWED_ROLES":          "gateways.discord.allowed_roles",
 		"DISCORD_REACTIONS":              "gateways.discord.reactions",
 		"DISCORD_ALLOW_BOTS":             "gateways.discord.allow_bots",
+		"DISCORD_REGISTER_COMMANDS":      "gateways.discord.register_commands",
 		"SLACK_REQUIRE_MENTION":          "gateways.slack.require_mention",
 		"SLACK_FREE_RESPONSE_CHANNELS":   "gateways.slack.free_response_channels",
 		"SLACK_REACTIONS":                "gateways.slack.reactions",

@@ -147,15 +147,40 @@ func pressed(in *discordgo.Interaction, ch channelInfo, r rules) (*eventsv1.Mess
 	if !ok {
 		return nil, "unknown button"
 	}
+	if in.Message == nil || !snowflake(in.Message.ID) {
+		return nil, "button press without its message, user or channel"
+	}
+	src, u, why := interactionSource(in, ch, r)
+	if src == nil {
+		return nil, why
+	}
+	dm := src.GetChatType() == "dm"
+	id := "press:" + in.ID
+	return &eventsv1.MessageReceived{
+		EventId: id, MessageId: id, Source: src, Text: command, Mentioned: true,
+		TransportAuthenticated: !dm && !u.Bot && hasRole(in.Member, r.AllowedRoles),
+		SentAt:                 timestamppb.Now(),
+		ButtonPress:            &eventsv1.ButtonPress{MessageId: in.Message.ID, ToolCallId: call},
+		// Its message id names no Discord message to react to.
+		NoReaction: true,
+	}, ""
+}
+
+// interactionSource is the session source of an interaction (a button
+// press or a slash command): its user in the channel, thread or DM it
+// came from, as a message there would have, or why it is skipped (no
+// user or channel, the bot's own, a channel not allowed or ignored).
+// ch describes the channel (guild interactions only).
+func interactionSource(in *discordgo.Interaction, ch channelInfo, r rules) (*eventsv1.SessionSource, *discordgo.User, skip) {
 	u := in.User
 	if in.Member != nil && in.Member.User != nil {
 		u = in.Member.User
 	}
-	if u == nil || u.ID == "" || in.ChannelID == "" || in.Message == nil || !snowflake(in.Message.ID) {
-		return nil, "button press without its message, user or channel"
+	if u == nil || u.ID == "" || in.ChannelID == "" {
+		return nil, nil, "interaction without its user or channel"
 	}
 	if u.ID == r.BotID {
-		return nil, "own press"
+		return nil, nil, "own interaction"
 	}
 	dm := in.GuildID == ""
 	src := &eventsv1.SessionSource{
@@ -171,18 +196,10 @@ func pressed(in *discordgo.Interaction, ch channelInfo, r rules) (*eventsv1.Mess
 		src.ChatType = "group"
 	}
 	if !dm && len(r.AllowedChannels) > 0 && !r.AllowedChannels[in.ChannelID] && !(ch.Thread && r.AllowedChannels[ch.Parent]) {
-		return nil, "channel not allowed"
+		return nil, nil, "channel not allowed"
 	}
 	if !dm && (r.IgnoredChannels["*"] || r.IgnoredChannels[in.ChannelID] || (ch.Thread && r.IgnoredChannels[ch.Parent])) {
-		return nil, "channel ignored"
+		return nil, nil, "channel ignored"
 	}
-	id := "press:" + in.ID
-	return &eventsv1.MessageReceived{
-		EventId: id, MessageId: id, Source: src, Text: command, Mentioned: true,
-		TransportAuthenticated: !dm && !u.Bot && hasRole(in.Member, r.AllowedRoles),
-		SentAt:                 timestamppb.Now(),
-		ButtonPress:            &eventsv1.ButtonPress{MessageId: in.Message.ID, ToolCallId: call},
-		// Its message id names no Discord message to react to.
-		NoReaction: true,
-	}, ""
+	return src, u, ""
 }

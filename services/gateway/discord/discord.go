@@ -20,6 +20,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/bwmarrin/discordgo"
@@ -90,11 +91,18 @@ type Config struct {
 	// Hermes, users by id and the author replied to, never @everyone,
 	// @here or a role.
 	AllowMentions AllowMentions `koanf:"allow_mentions"`
+	// RegisterCommands (DISCORD_REGISTER_COMMANDS, default true): at
+	// connect, the replica holding the connection makes the
+	// application's global slash commands the command menu's (a GET,
+	// and a bulk overwrite only when they differ), as Hermes syncs its
+	// command tree. The bot needs the applications.commands scope.
+	RegisterCommands bool `koanf:"register_commands"`
 }
 
 // DefaultConfig is Hermes's defaults.
 func DefaultConfig() Config {
-	return Config{AutoThread: true, RequireMention: true, IgnoreNoMention: true, Reactions: true, AllowMentions: DefaultAllowMentions()}
+	return Config{AutoThread: true, RequireMention: true, IgnoreNoMention: true, Reactions: true, AllowMentions: DefaultAllowMentions(),
+		RegisterCommands: true}
 }
 
 // Enabled reports whether dev should start the gateway.
@@ -164,6 +172,9 @@ type Platform struct {
 	// store holds the attachments a send refers to by bytes_ref (nil:
 	// attachments are off).
 	store *attachment.Store
+
+	// registered: this process made the slash commands the menu's.
+	registered atomic.Bool
 
 	connMu sync.Mutex
 	conn   platform.Conn
@@ -305,6 +316,7 @@ func (p *Platform) Connect(ctx context.Context, conn platform.Conn) error {
 	p.connMu.Lock()
 	p.conn, p.ctx, p.lost = conn, ctx, lost
 	p.connMu.Unlock()
+	go p.syncCommands(ctx) // REST, beside the websocket
 	for quick := 0; ; quick++ {
 		select { // a loss reported twice is one loss
 		case <-lost:
@@ -375,7 +387,16 @@ func (p *Platform) onEvent(_ *discordgo.Session, e *discordgo.Event) {
 	// (Discord takes no acknowledgements and resends nothing).
 	platform.Receive(ctx, conn, p.log, "discord", e.Type+" "+strconv.FormatInt(e.Sequence, 10), e.RawData, func() {
 		if e.Type == "INTERACTION_CREATE" {
-			p.handlePress(ctx, conn, e.RawData)
+			in, err := parseInteraction(e.RawData)
+			if err != nil {
+				conn.Reject(ctx, "malformed INTERACTION_CREATE", err)
+				return
+			}
+			if in.Type == discordgo.InteractionApplicationCommand {
+				p.handleCommand(ctx, conn, in)
+				return
+			}
+			p.handlePress(ctx, conn, in)
 			return
 		}
 		p.handle(ctx, conn, e.RawData)
@@ -393,12 +414,8 @@ const ackWithin = 2500 * time.Millisecond
 // shows "This interaction failed" and the user presses again. A
 // redelivered interaction is published once (its event id) and answered
 // again, which Discord refuses as already acknowledged.
-func (p *Platform) handlePress(ctx context.Context, conn platform.Conn, raw []byte) {
-	in, err := parseInteraction(raw)
-	if err != nil {
-		conn.Reject(ctx, "malformed INTERACTION_CREATE", err)
-		return
-	}
+func (p *Platform) handlePress(ctx context.Context, conn platform.Conn, in *discordgo.Interaction) {
+	var err error
 	pctx, cancel := context.WithTimeout(ctx, ackWithin)
 	defer cancel()
 	published := false

@@ -1,11 +1,13 @@
 // Package discordfake is a local Discord for tests: the REST calls the
 // gateway makes (gateway URL, current user, channels, create/edit/delete
 // message (with button components), typing, thread start, the bot's own
-// reactions, interaction callbacks, 429s with
+// reactions, interaction callbacks, the application's global commands
+// (list, bulk overwrite validated as Discord validates it), an
+// interaction's response message (edit, delete, followups), 429s with
 // rate-limit bucket headers and retry_after) and a gateway websocket (HELLO, IDENTIFY, READY with
 // session_id and resume_gateway_url, HEARTBEAT/ACK, dispatches with
 // sequence numbers, RESUME replaying missed events, drops on demand,
-// button presses as INTERACTION_CREATE), and a CDN serving message
+// button presses and slash commands as INTERACTION_CREATE), and a CDN serving message
 // attachments at signed URLs.
 package discordfake
 
@@ -70,6 +72,9 @@ type Fake struct {
 	reactFail    int                     // reaction requests answer this status (429, 500 …); 0: they succeed
 	interactions map[string]*interaction // id → a press the fake dispatched
 	noThreads    map[string]bool         // channels where the bot may not open threads
+	commands     []map[string]any        // the application's global commands
+	overwrites   int                     // bulk overwrites Discord accepted
+	refusedPuts  int                     // bulk overwrites refused (400)
 }
 
 // DenyThreads takes the bot's permission to open threads in channel:
@@ -83,11 +88,16 @@ func (f *Fake) DenyThreads(channel string) {
 	f.noThreads[channel] = true
 }
 
-// interaction is a press and the callbacks it got.
+// interaction is a press or a slash command and the callbacks it got.
 type interaction struct {
 	token     string
 	callbacks []int // response types Discord accepted (one at most)
+	flags     int   // the accepted callback's data.flags (64: ephemeral)
 	refused   int   // callbacks refused as already acknowledged
+	// original is the response message: "" none, "deferred" (type 5
+	// acknowledged), "deleted", or its content after an edit.
+	original  string
+	followups []string
 }
 
 // cdnFile is an attachment the CDN serves.
@@ -229,6 +239,11 @@ func New(t testing.TB) *Fake {
 	mux.HandleFunc("PUT /api/v9/channels/{id}/messages/{mid}/reactions/{emoji}/@me", f.react)
 	mux.HandleFunc("DELETE /api/v9/channels/{id}/messages/{mid}/reactions/{emoji}/@me", f.react)
 	mux.HandleFunc("POST /api/v9/interactions/{id}/{token}/callback", f.callback)
+	mux.HandleFunc("GET /api/v9/applications/{app}/commands", f.listCommands)
+	mux.HandleFunc("PUT /api/v9/applications/{app}/commands", f.overwriteCommands)
+	mux.HandleFunc("PATCH /api/v9/webhooks/{app}/{token}/messages/@original", f.original)
+	mux.HandleFunc("DELETE /api/v9/webhooks/{app}/{token}/messages/@original", f.original)
+	mux.HandleFunc("POST /api/v9/webhooks/{app}/{token}", f.followup)
 	mux.HandleFunc("GET /attachments/{channel}/{id}/{name}", f.cdn)
 	mux.HandleFunc("/ws/", f.ws)
 	f.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -985,6 +1000,9 @@ func (f *Fake) Acks(interactionID string) (accepted []int, refused int) {
 func (f *Fake) callback(w http.ResponseWriter, r *http.Request) {
 	var body struct {
 		Type int `json:"type"`
+		Data *struct {
+			Flags int `json:"flags"`
+		} `json:"data"`
 	}
 	if err := json.NewDecoder(r.Body).Decode(&body); err != nil || body.Type == 0 {
 		writeJSON(w, 400, map[string]any{"message": "Invalid Form Body", "code": 50035})
@@ -1003,5 +1021,345 @@ func (f *Fake) callback(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	in.callbacks = append(in.callbacks, body.Type)
+	if body.Data != nil {
+		in.flags = body.Data.Flags
+	}
+	if body.Type == 5 {
+		in.original = "deferred"
+	}
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// Option is a slash command option as the invoker filled it in.
+type Option struct {
+	Name  string
+	Type  int // 3 string, 4 integer, 5 boolean, 10 number; 1 a subcommand
+	Value any
+	// Options are a subcommand's.
+	Options []Option
+}
+
+func (o Option) payload() map[string]any {
+	m := map[string]any{"name": o.Name, "type": o.Type}
+	if o.Type == 1 || o.Type == 2 {
+		os := []map[string]any{}
+		for _, s := range o.Options {
+			os = append(os, s.payload())
+		}
+		m["options"] = os
+	} else {
+		m["value"] = o.Value
+	}
+	return m
+}
+
+// Invoke is a use of a slash command.
+type Invoke struct {
+	ChannelID, GuildID, UserID, UserName, Name string
+	Options                                    []Option
+	Roles                                      []string
+}
+
+// Invoke dispatches the INTERACTION_CREATE of a slash command (type
+// APPLICATION_COMMAND with data.name and data.options, a fresh
+// interaction id and token; member.user in a guild, user in a DM) and
+// returns its d, for a test to dispatch again as a redelivery. As on
+// Discord, only a registered command can be invoked.
+func (f *Fake) Invoke(ctx context.Context, in Invoke) (map[string]any, error) {
+	id, token := f.NewID(), "token-"+f.NewID()
+	f.mu.Lock()
+	cmdID := ""
+	for _, c := range f.commands {
+		if c["name"] == in.Name {
+			cmdID, _ = c["id"].(string)
+		}
+	}
+	if cmdID == "" {
+		f.mu.Unlock()
+		return nil, fmt.Errorf("no registered command %q", in.Name)
+	}
+	f.interactions[id] = &interaction{token: token}
+	f.mu.Unlock()
+	os := []map[string]any{}
+	for _, o := range in.Options {
+		os = append(os, o.payload())
+	}
+	u := map[string]any{"id": in.UserID, "username": in.UserName, "discriminator": "0"}
+	d := map[string]any{
+		"id": id, "application_id": f.BotID, "type": 2, "token": token, "version": 1, "channel_id": in.ChannelID,
+		"data": map[string]any{"id": cmdID, "name": in.Name, "type": 1, "options": os},
+	}
+	if in.GuildID != "" {
+		roles := in.Roles
+		if roles == nil {
+			roles = []string{}
+		}
+		d["guild_id"] = in.GuildID
+		d["member"] = map[string]any{"user": u, "roles": roles}
+	} else {
+		d["user"] = u
+	}
+	return d, f.Dispatch(ctx, "INTERACTION_CREATE", d)
+}
+
+// Interaction is what became of an interaction's response.
+type Interaction struct {
+	// Callbacks are the response types its callback accepted (one at
+	// most) and Flags that callback's flags (64: ephemeral); Refused
+	// counts callbacks refused as already acknowledged.
+	Callbacks []int
+	Flags     int
+	Refused   int
+	// Original is the response message: "" none, "deferred", "deleted",
+	// or its content after an edit; Followups the followup messages.
+	Original  string
+	Followups []string
+}
+
+// InteractionState returns what became of an interaction's response.
+func (f *Fake) InteractionState(id string) Interaction {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	in := f.interactions[id]
+	if in == nil {
+		return Interaction{}
+	}
+	return Interaction{Callbacks: slices.Clone(in.callbacks), Flags: in.flags, Refused: in.refused,
+		Original: in.original, Followups: slices.Clone(in.followups)}
+}
+
+// Commands returns the application's global commands (name →
+// description) and how many bulk overwrites Discord accepted and
+// refused.
+func (f *Fake) Commands() (cmds map[string]string, overwrites, refused int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	cmds = map[string]string{}
+	for _, c := range f.commands {
+		cmds[c["name"].(string)], _ = c["description"].(string)
+	}
+	return cmds, f.overwrites, f.refusedPuts
+}
+
+// SetCommands replaces the application's global commands, as another
+// deployment (or an older release) registering its own would.
+func (f *Fake) SetCommands(cmds map[string]string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.commands = nil
+	for name, desc := range cmds {
+		f.commands = append(f.commands, map[string]any{"id": f.NewID(), "application_id": f.BotID, "version": f.NewID(),
+			"type": 1, "name": name, "description": desc, "options": []any{}})
+	}
+}
+
+func (f *Fake) app(w http.ResponseWriter, r *http.Request) bool {
+	if !f.authorized(w, r) {
+		return false
+	}
+	if r.PathValue("app") != f.BotID {
+		writeJSON(w, 403, map[string]any{"message": "Missing Access", "code": 50001})
+		return false
+	}
+	return true
+}
+
+func (f *Fake) listCommands(w http.ResponseWriter, r *http.Request) {
+	if !f.app(w, r) {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := f.commands
+	if out == nil {
+		out = []map[string]any{}
+	}
+	writeJSON(w, 200, out)
+}
+
+var commandName = regexp.MustCompile(`^[-_\p{L}\p{N}]{1,32}$`)
+
+// appCommand is a chat-input command as a bulk overwrite carries it.
+type appCommand struct {
+	Type        int         `json:"type"`
+	Name        string      `json:"name"`
+	Description string      `json:"description"`
+	Options     []appOption `json:"options"`
+}
+
+type appOption struct {
+	Type        int         `json:"type"`
+	Name        string      `json:"name"`
+	Description string      `json:"description"`
+	Required    bool        `json:"required"`
+	Options     []appOption `json:"options"`
+}
+
+// checkName and checkDescription are Discord's rules: a lowercase name
+// of 1–32 letters, digits, '-' and '_'; a description of 1–100
+// characters.
+func checkName(name string) string {
+	if !commandName.MatchString(name) || strings.ToLower(name) != name {
+		return "name " + strconv.Quote(name) + " does not match ^[-_\\p{L}\\p{N}]{1,32}$ in lowercase"
+	}
+	return ""
+}
+
+func checkDescription(d string) string {
+	if n := len([]rune(d)); n < 1 || n > 100 {
+		return fmt.Sprintf("description must be 1 to 100 characters, not %d", n)
+	}
+	return ""
+}
+
+func checkOptions(os []appOption, depth int) string {
+	if len(os) > 25 {
+		return "more than 25 options"
+	}
+	seen, optional := map[string]bool{}, false
+	for _, o := range os {
+		if why := checkName(o.Name); why != "" {
+			return "option " + why
+		}
+		if why := checkDescription(o.Description); why != "" {
+			return "option " + o.Name + ": " + why
+		}
+		if o.Type < 1 || o.Type > 11 || ((o.Type == 1 || o.Type == 2) && depth > 2) {
+			return fmt.Sprintf("option %s: type %d", o.Name, o.Type)
+		}
+		if seen[o.Name] {
+			return "duplicate option " + o.Name
+		}
+		seen[o.Name] = true
+		if o.Required && optional {
+			return "required options must be placed before non-required options"
+		}
+		optional = optional || !o.Required
+		if why := checkOptions(o.Options, depth+1); why != "" {
+			return why
+		}
+	}
+	return ""
+}
+
+// overwriteCommands is the bulk overwrite: Discord checks every command
+// (at most 100, valid names, descriptions and options, no duplicate)
+// and refuses the whole request with 400 Invalid Form Body when one is
+// wrong, leaving the commands as they were.
+func (f *Fake) overwriteCommands(w http.ResponseWriter, r *http.Request) {
+	if !f.app(w, r) {
+		return
+	}
+	var cmds []appCommand
+	err := json.NewDecoder(r.Body).Decode(&cmds)
+	why := ""
+	switch {
+	case err != nil:
+		why = err.Error()
+	case len(cmds) > 100:
+		why = "more than 100 commands"
+	}
+	seen := map[string]bool{}
+	for _, c := range cmds {
+		if why != "" {
+			break
+		}
+		if c.Type != 0 && c.Type != 1 {
+			why = fmt.Sprintf("command %s: type %d", c.Name, c.Type)
+		} else if why = checkName(c.Name); why == "" {
+			if why = checkDescription(c.Description); why == "" {
+				if why = checkOptions(c.Options, 1); why == "" && seen[c.Name] {
+					why = "duplicate command " + c.Name
+				}
+			}
+		}
+		seen[c.Name] = true
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if why != "" {
+		f.refusedPuts++
+		writeJSON(w, 400, map[string]any{"message": "Invalid Form Body: " + why, "code": 50035})
+		return
+	}
+	f.overwrites++
+	f.commands = nil
+	for _, c := range cmds {
+		raw, _ := json.Marshal(c)
+		m := map[string]any{}
+		_ = json.Unmarshal(raw, &m)
+		m["type"] = 1
+		m["id"], m["application_id"], m["version"] = f.NewID(), f.BotID, f.NewID()
+		f.commands = append(f.commands, m)
+	}
+	writeJSON(w, 200, f.commands)
+}
+
+// byToken is the interaction with this token; f.mu held.
+func (f *Fake) byToken(app, token string) *interaction {
+	if app != f.BotID {
+		return nil
+	}
+	for _, in := range f.interactions {
+		if in.token == token {
+			return in
+		}
+	}
+	return nil
+}
+
+// original edits (PATCH) or deletes (DELETE) an interaction's response
+// message; with none (not yet acknowledged with a message, or deleted)
+// it is 404 Unknown Message, and an unknown token 404 Unknown Webhook.
+// Webhook calls take no Authorization: the token is the credential.
+func (f *Fake) original(w http.ResponseWriter, r *http.Request) {
+	var body struct {
+		Content *string `json:"content"`
+	}
+	if r.Method == http.MethodPatch {
+		if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
+			writeJSON(w, 400, map[string]any{"message": "Invalid Form Body", "code": 50035})
+			return
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	in := f.byToken(r.PathValue("app"), r.PathValue("token"))
+	if in == nil {
+		writeJSON(w, 404, map[string]any{"message": "Unknown Webhook", "code": 10015})
+		return
+	}
+	if in.original == "" || in.original == "deleted" {
+		writeJSON(w, 404, map[string]any{"message": "Unknown Message", "code": 10008})
+		return
+	}
+	if r.Method == http.MethodDelete {
+		in.original = "deleted"
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	if body.Content != nil {
+		in.original = *body.Content
+	}
+	writeJSON(w, 200, map[string]any{"id": f.NewID(), "content": in.original, "channel_id": "0", "type": 0})
+}
+
+// followup posts a followup message of an acknowledged interaction.
+func (f *Fake) followup(w http.ResponseWriter, r *http.Request) {
+	var body struct {
+		Content string `json:"content"`
+	}
+	if err := json.NewDecoder(r.Body).Decode(&body); err != nil || body.Content == "" {
+		writeJSON(w, 400, map[string]any{"message": "Invalid Form Body", "code": 50035})
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	in := f.byToken(r.PathValue("app"), r.PathValue("token"))
+	if in == nil || len(in.callbacks) == 0 {
+		writeJSON(w, 404, map[string]any{"message": "Unknown Webhook", "code": 10015})
+		return
+	}
+	in.followups = append(in.followups, body.Content)
+	writeJSON(w, 200, map[string]any{"id": f.NewID(), "content": body.Content, "channel_id": "0", "type": 0})
 }
