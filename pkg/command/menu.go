@@ -50,6 +50,7 @@ var menu = []MenuEntry{
 	{"sethome", "Set this chat as the home channel"},
 	{"cron", "Manage scheduled tasks"},
 	{"platform", "Pause, resume, or list a failing gateway platform"},
+	{"pause", "Pause new work globally (emergency stop); '/pause off' resumes"},
 	{"whoami", "Show who the gateway thinks you are"},
 	{"profile", "Show the agent profile this chat talks to"},
 	{"version", "Show the running Switchboard release"},
