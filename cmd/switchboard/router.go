@@ -65,7 +65,9 @@ func startRouter(ctx context.Context, a *app) (func(context.Context) error, erro
 			},
 			// A run held past cron.max_run_duration keeps its job while
 			// its turn is alive.
-			RunAlive: s.CronRunAlive})
+			RunAlive: s.CronRunAlive,
+			// The emergency stop (/pause) holds the fires.
+			Paused: s.Paused})
 		if err != nil {
 			return nil, err
 		}

@@ -33,7 +33,7 @@ type State struct {
 	// Reason is the operator's, "" for none.
 	Reason string `json:"reason,omitempty"`
 	// By is who paused: <platform>:<user id>, or admin for the admin API.
-	By string `json:"by,omitempty"`
+	By string    `json:"by,omitempty"`
 	At time.Time `json:"at"`
 }
 

@@ -58,6 +58,7 @@ var helpText = strings.Join([]string{
 	"/sethome — send scheduled messages to this chat",
 	"/cron — scheduled jobs: list, add <schedule> <prompt>, pause, resume, run, remove",
 	"/platform [list|pause|resume] [name] — pause, resume, or list a failing gateway platform: list, every gateway replica's state; pause, its connection stops on every replica until resume",
+	"/pause [reason | off] — pause new work globally (emergency stop): new messages, cron runs, goal continuations and background tasks wait on every replica, running turns finish; /pause off resumes",
 	"/whoami — who the gateway thinks you are",
 	"/profile — the agent profile this chat talks to",
 	"/version — the running Switchboard release",
@@ -111,6 +112,16 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 	}
 	if cmd.Name == "help" {
 		return reply(0, helpText+s.quickHelp())
+	}
+	if cmd.Name == "pause" {
+		// About the whole gateway, not this chat, and mid-turn too
+		// (Hermes's busy_policy dispatch): no session is resolved.
+		return s.pauseCommand(ctx, m, cmd.Args)
+	}
+	if st := s.paused(); st != nil && (startsWork[cmd.Name] || cmd.Name == "goal" && startsGoal(cmd.Args)) {
+		// New work, held as a new message is (pause.go).
+		inbound.WithLabelValues("paused").Inc()
+		return reply(0, pausedText(st))
 	}
 	owner, err := s.locker.Owner(ctx, m.key)
 	if err != nil {
@@ -269,8 +280,8 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 		if err != nil {
 			return err
 		}
-		return reply(sess.Generation, fmt.Sprintf("Session: %s\nTitle: %s\nKey: %s\nState: %s, %s waiting\nModel: %s\n%s%sTokens: %d in, %d out\nStarted: %s",
-			sess.ID, title, m.key, state, plural(n, "message"), model, s.chatSettings(sess, m.key, m.platform), goalLine, sess.InputTokens, sess.OutputTokens, sess.CreatedAt.UTC().Format("2006-01-02 15:04 MST")))
+		return reply(sess.Generation, fmt.Sprintf("Session: %s\nTitle: %s\nKey: %s\nState: %s, %s waiting\nModel: %s\n%s%sTokens: %d in, %d out\nStarted: %s%s",
+			sess.ID, title, m.key, state, plural(n, "message"), model, s.chatSettings(sess, m.key, m.platform), goalLine, sess.InputTokens, sess.OutputTokens, sess.CreatedAt.UTC().Format("2006-01-02 15:04 MST"), pauseStatus(s.paused())))
 	case "context":
 		// Read-only, mid-turn too (context.go).
 		return s.contextCommand(ctx, m, sess, cmd.Args, busy)

@@ -280,6 +280,14 @@ func (s *Service) handle(ctx context.Context, m *msgCtx, key string) error {
 		m.holder = nil // commands change the lock themselves: they read it fresh
 		return s.command(ctx, m, m.cmd)
 	}
+	if st := s.paused(); st != nil && m.platform != "cron" {
+		// The emergency stop (pause.go): new work is answered, not
+		// queued, as Hermes's paused_reply. A cron run fired before the
+		// pause is work in flight: it runs.
+		s.giveBack(ctx, m, true)
+		inbound.WithLabelValues("paused").Inc()
+		return s.notice(ctx, m, 0, pausedText(st), "command")
+	}
 	if m.token != "" {
 		return s.routeToFree(ctx, m)
 	}

@@ -12,7 +12,7 @@ var (
 	}, []string{"platform", "decision", "reason"})
 	inbound = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "switchboard_router_inbound_total",
-		Help: "Inbound messages by outcome (started: as a turn of its own at once; queued, held: a part of a split text waiting for the rest, command, denied, duplicate, dropped, steered, approval: a plain yes or no that answered a waiting approval, lobby: a prompt in the main view of a Telegram DM in /topic mode, which starts no turn).",
+		Help: "Inbound messages by outcome (started: as a turn of its own at once; queued, held: a part of a split text waiting for the rest, command, denied, duplicate, dropped, steered, approval: a plain yes or no that answered a waiting approval, lobby: a prompt in the main view of a Telegram DM in /topic mode, which starts no turn; paused: a message or a command that would start new work, answered with the paused notice while the emergency stop (/pause) holds).",
 	}, []string{"outcome"})
 	turnsStarted = promauto.NewCounter(prometheus.CounterOpts{
 		Name: "switchboard_router_turns_started_total",
@@ -42,6 +42,18 @@ var (
 		Name: "switchboard_router_platform_pauses_total",
 		Help: "Platforms paused and resumed with /platform, by action (pause, resume).",
 	}, []string{"action"})
+	routerPaused = promauto.NewGauge(prometheus.GaugeOpts{
+		Name: "switchboard_router_paused",
+		Help: "1 while the global emergency stop (/pause) holds new work, as this router replica sees it; 0 otherwise.",
+	})
+	pauseActions = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "switchboard_router_pause_actions_total",
+		Help: "Global emergency stops engaged and lifted with /pause, by action (pause, resume).",
+	}, []string{"action"})
+	goalsHeld = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "switchboard_router_goals_held_total",
+		Help: "Goals paused because their continuation came due while the emergency stop (/pause) held new work.",
+	})
 	commandsReplayed = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "switchboard_router_commands_replayed_total",
 		Help: "Commands that change durable state whose inbound event came again after their effect committed (redelivered after a router died or its ack came too late): not applied again, the recorded answer sent again; by name.",

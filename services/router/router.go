@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/switchboard-chat/switchboard/pkg/bus"
 	"github.com/switchboard-chat/switchboard/pkg/cron"
+	"github.com/switchboard-chat/switchboard/pkg/estop"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
 	"github.com/switchboard-chat/switchboard/pkg/goal"
@@ -309,6 +311,10 @@ type Service struct {
 	toolProgress func(platform string) string
 	// version is Deps.Version.
 	version string
+	// pause is the emergency stop as Run watches it (pause.go), set
+	// before pauseReady closes.
+	pause      atomic.Pointer[estop.View]
+	pauseReady chan struct{}
 }
 
 // New builds a router.
@@ -342,23 +348,24 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		}
 	}
 	s := &Service{
-		cfg:      cfg,
-		log:      log.With("service", "router"),
-		bus:      deps.Bus,
-		topo:     deps.Bus.Topology(),
-		rdb:      deps.Redis,
-		prefix:   deps.RedisPrefix,
-		locker:   redisx.NewLocker(deps.Redis, deps.RedisPrefix),
-		store:    sessionstore.New(deps.DB).WithClock(now),
-		pairing:  pairing.NewStore(deps.DB).WithClock(now),
-		rules:    auth.New(cfg.Auth, env),
-		keyOpts:  sessionkey.Options{Profile: cfg.Profile, GroupSessionsPerUser: cfg.GroupSessionsPerUser, ThreadSessionsPerUser: cfg.ThreadSessionsPerUser},
-		now:      now,
-		parts:    parts,
-		homes:    homes,
-		maxInput: cfg.QueueCap,
-		holds:    newHolds(),
-		provider: deps.Provider,
+		cfg:        cfg,
+		log:        log.With("service", "router"),
+		bus:        deps.Bus,
+		topo:       deps.Bus.Topology(),
+		rdb:        deps.Redis,
+		prefix:     deps.RedisPrefix,
+		locker:     redisx.NewLocker(deps.Redis, deps.RedisPrefix),
+		store:      sessionstore.New(deps.DB).WithClock(now),
+		pairing:    pairing.NewStore(deps.DB).WithClock(now),
+		rules:      auth.New(cfg.Auth, env),
+		keyOpts:    sessionkey.Options{Profile: cfg.Profile, GroupSessionsPerUser: cfg.GroupSessionsPerUser, ThreadSessionsPerUser: cfg.ThreadSessionsPerUser},
+		now:        now,
+		parts:      parts,
+		homes:      homes,
+		maxInput:   cfg.QueueCap,
+		holds:      newHolds(),
+		provider:   deps.Provider,
+		pauseReady: make(chan struct{}),
 	}
 	s.directory = outbox.New(deps.DB)
 	s.toolProgress = deps.ToolProgress
@@ -384,6 +391,13 @@ func New(cfg Config, deps Deps) (*Service, error) {
 // stranded queues until ctx ends. On shutdown it stops pulling and lets the
 // message in hand finish.
 func (s *Service) Run(ctx context.Context) error {
+	// The pause is in memory before the first message is handled.
+	if err := s.watchPause(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
 	g, gctx := errgroup.WithContext(ctx)
 	for _, p := range s.parts {
 		c := bus.NewConsumer(s.bus, bus.ConsumerSpec{

@@ -74,6 +74,9 @@ func (s *Service) startLocked(ctx context.Context, key, token string) (bool, err
 	turnID := token
 	turnCtx := ctx
 	started, err := s.store.StartTurn(ctx, key, turnID, s.maxInput, s.maxInputBytes, func(ctx context.Context, t sessionstore.Turn) error {
+		if err := s.holdGoal(t); err != nil {
+			return err
+		}
 		ctx, span := inputTrace(ctx, t.Inputs)
 		defer span.End()
 		turnCtx = ctx
@@ -88,6 +91,10 @@ func (s *Service) startLocked(ctx context.Context, key, token string) (bool, err
 	})
 	if err != nil || !started {
 		s.releaseUnused(ctx, key, token)
+		if errors.Is(err, errGoalHeld) {
+			// While paused a goal does not go on by itself (pause.go).
+			return false, s.pauseGoal(ctx, key)
+		}
 		return false, err
 	}
 	s.turnRequested(turnCtx, key, turnID)

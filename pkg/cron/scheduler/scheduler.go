@@ -171,7 +171,11 @@ type Deps struct {
 	// the worker renews) or messages wait in its session's queue. Nil:
 	// a run whose hold is due for a look is taken as gone.
 	RunAlive func(ctx context.Context, runID string) (bool, error)
-	Now      func() time.Time
+	// Paused reports whether the global emergency stop (/pause) holds
+	// new work: a tick then fires nothing, as Hermes's skips its due-job
+	// scan. Nil: never paused.
+	Paused func(ctx context.Context) (bool, error)
+	Now    func() time.Time
 }
 
 // Scheduler fires due cron jobs.
@@ -182,8 +186,11 @@ type Scheduler struct {
 	bus     *bus.Bus
 	resolve func(ctx context.Context, raw string) (*deliveryv1.Target, error)
 	alive   func(ctx context.Context, runID string) (bool, error)
-	now     func() time.Time
-	loc     *time.Location
+	paused  func(ctx context.Context) (bool, error)
+	// held: the last tick was paused (logged once per pause).
+	held bool
+	now  func() time.Time
+	loc  *time.Location
 	// commit ends a run's transaction (tests make it fail).
 	commit func(ctx context.Context, tx pgx.Tx) error
 }
@@ -204,7 +211,7 @@ func New(cfg Config, deps Deps) (*Scheduler, error) {
 	}
 	loc, _ := cfg.Location()
 	return &Scheduler{cfg: cfg, log: deps.Log.With("component", "cron"), db: deps.DB, bus: deps.Bus,
-		resolve: deps.Resolve, alive: deps.RunAlive, now: deps.Now, loc: loc,
+		resolve: deps.Resolve, alive: deps.RunAlive, paused: deps.Paused, now: deps.Now, loc: loc,
 		commit: func(ctx context.Context, tx pgx.Tx) error { return tx.Commit(ctx) }}, nil
 }
 
@@ -231,6 +238,23 @@ func (s *Scheduler) Run(ctx context.Context) error {
 // of this tick and tried again after a delay (fireFailed); the first such
 // error is returned.
 func (s *Scheduler) Tick(ctx context.Context) (int, error) {
+	if s.paused != nil {
+		paused, err := s.paused(ctx)
+		if err != nil {
+			return 0, fmt.Errorf("read the emergency stop: %w", err)
+		}
+		if paused != s.held {
+			s.held = paused
+			if paused {
+				s.log.Warn("cron dispatch paused by the global emergency stop (/pause); /pause off resumes it")
+			} else {
+				s.log.Info("cron dispatch resumed: the global emergency stop was lifted")
+			}
+		}
+		if paused {
+			return 0, s.sweep(ctx)
+		}
+	}
 	fired, err := s.fire(ctx)
 	if serr := s.sweep(ctx); err == nil {
 		err = serr
