@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/switchboard-chat/switchboard/pkg/bus"
+	"github.com/switchboard-chat/switchboard/pkg/estop"
 	"github.com/switchboard-chat/switchboard/pkg/gatewaystatus"
 	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
 	"github.com/switchboard-chat/switchboard/pkg/sessionstore"
@@ -120,6 +121,21 @@ func TestCommandRedeliveredAfterACrashIsAppliedOnce(t *testing.T) {
 				t.Errorf("discord's pause: %v, %v", p, err)
 			}
 		}},
+		// A redelivered /pause after /pause off must not pause again.
+		{name: "pause", command: "pause", text: "/pause deploy window", answer: "⏸️ Paused (reason: deploy window).",
+			between: func(t *testing.T, e *env) {
+				if got := e.ask("alice", "/pause off"); got != "▶️ Resumed — new work is accepted again." {
+					t.Fatalf("/pause off answered %q", got)
+				}
+			}, check: func(t *testing.T, e *env) {
+				kv, err := estop.Open(context.Background(), e.bus.JetStream(), e.bus.Topology())
+				if err != nil {
+					t.Fatal(err)
+				}
+				if st, err := estop.Get(context.Background(), kv); err != nil || st != nil {
+					t.Errorf("pause after the redelivery: %+v, %v; want none (lifted by /pause off)", st, err)
+				}
+			}},
 		{name: "yolo", command: "yolo", text: "/yolo", answer: yoloOnText, check: func(t *testing.T, e *env) {
 			if n := count(t, e, `SELECT count(*) FROM session_yolo WHERE session_key = $1`); n != 1 {
 				t.Errorf("YOLO mode toggled back off")

@@ -1,0 +1,167 @@
+package router
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/switchboard-chat/switchboard/pkg/estop"
+	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
+	"github.com/switchboard-chat/switchboard/pkg/goal"
+	"github.com/switchboard-chat/switchboard/pkg/sessionstore"
+)
+
+// TestPauseCommand: /pause is for admins where a platform lists them;
+// it pauses every replica, a user's message is then answered with
+// Hermes's paused notice and starts no turn, commands still work but
+// those that start work are answered the same, /status shows the pause,
+// /pause off resumes, all in Hermes's words.
+func TestPauseCommand(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	cfg := testConfig()
+	cfg.Admins = map[string][]string{"telegram": {"alice"}}
+	e.startRouter(cfg, nil, nil)
+	w := e.startWorker(nil)
+	actions := testutil.ToFloat64(pauseActions.WithLabelValues("pause"))
+
+	for _, tt := range []struct {
+		user, text string
+		want       string // the answer's beginning
+	}{
+		{"bob", "/pause", "/pause is reserved for admins here."},
+		{"alice", "/pause off", "Switchboard wasn't paused."},
+		{"alice", "/pause deploy window", "⏸️ Paused (reason: deploy window). New cron/goal/gateway work is on hold; in-flight work finishes normally. Use `/pause off` to resume."},
+		{"bob", "hello", "⏸️ Switchboard is paused (deploy window). New work is on hold; an admin can send `/pause off` to pick things back up."},
+		{"alice", "/pause", "⏸️ Switchboard is already paused (reason: deploy window). Use `/pause off` to resume."},
+		{"bob", "/pause off", "/pause is reserved for admins here."},
+		{"alice", "/background look at the logs", "⏸️ Switchboard is paused (deploy window)."},
+		{"alice", "/goal tidy the garden", "⏸️ Switchboard is paused (deploy window)."},
+		{"alice", "/queue later", "⏸️ Switchboard is paused (deploy window)."},
+		{"alice", "/help", "Commands:"},
+		{"alice", "/pause rotating keys", "⏸️ Paused (reason: rotating keys)."},
+		{"bob", "still there?", "⏸️ Switchboard is paused (rotating keys)."},
+	} {
+		if got := e.ask(tt.user, tt.text); !strings.HasPrefix(got, tt.want) {
+			t.Errorf("%s %q: %q, want it to begin with %q", tt.user, tt.text, got, tt.want)
+		}
+	}
+	if got := e.ask("alice", "/status"); !strings.Contains(got, "⏸️ Paused (reason: rotating keys): new work is on hold. /pause off resumes.") {
+		t.Errorf("/status while paused: %q", got)
+	}
+	if n := testutil.ToFloat64(pauseActions.WithLabelValues("pause")); n < actions+2 {
+		t.Errorf("switchboard_router_pause_actions_total{action=pause} %v, was %v: want two more", n, actions)
+	}
+	e.settle()
+	if turns, _ := w.snapshot(); len(turns) != 0 {
+		t.Fatalf("%d turns started while paused", len(turns))
+	}
+	kv, err := estop.Open(context.Background(), e.bus.JetStream(), e.bus.Topology())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := estop.Get(context.Background(), kv); err != nil || st == nil || st.By != "telegram:alice" || st.Reason != "rotating keys" {
+		t.Errorf("stored pause %+v, %v", st, err)
+	}
+
+	if got := e.ask("alice", "/pause off"); got != "▶️ Resumed — new work is accepted again." {
+		t.Errorf("/pause off: %q", got)
+	}
+	if got := e.ask("alice", "/status"); strings.Contains(got, "Paused") {
+		t.Errorf("/status after /pause off: %q", got)
+	}
+	e.publish(dm("bob", "hello again"))
+	turnOf(t, w, "hello again")
+}
+
+// TestPauseSurvivesRestart: a pause engaged through one router is seen
+// by a router that starts after it stopped (another process: its own
+// connection), from its first message; its switchboard_router_paused
+// says so. Not parallel: the gauge is the process's, which the other
+// tests' routers set too.
+func TestPauseSurvivesRestart(t *testing.T) {
+	e := newEnv(t)
+	first, err := New(testConfig(), Deps{Bus: e.bus, DB: e.db, Redis: e.rdb, RedisPrefix: e.prefix, Environ: []string{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- first.Run(ctx) }()
+	if got := e.ask("alice", "/pause maintenance"); !strings.HasPrefix(got, "⏸️ Paused (reason: maintenance).") {
+		t.Fatalf("/pause: %q", got)
+	}
+	waitFor(t, "inbound drained", e.inboundDrained)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("first router: %v", err)
+	}
+
+	second := e.startRouter(testConfig(), e.secondBus(), nil)
+	paused, err := second.Paused(context.Background())
+	if err != nil || !paused {
+		t.Fatalf("the new router: paused %v, %v", paused, err)
+	}
+	w := e.startWorker(nil)
+	if got := e.ask("bob", "hello"); !strings.HasPrefix(got, "⏸️ Switchboard is paused (maintenance).") {
+		t.Errorf("message to the new router: %q", got)
+	}
+	if testutil.ToFloat64(routerPaused) != 1 {
+		t.Errorf("switchboard_router_paused %v while paused", testutil.ToFloat64(routerPaused))
+	}
+	e.settle()
+	if turns, _ := w.snapshot(); len(turns) != 0 {
+		t.Errorf("%d turns started while paused", len(turns))
+	}
+}
+
+// TestPauseHoldsGoalContinuation: a goal's continuation that comes due
+// while paused is not started: the goal is paused with the reason and
+// its continuation dropped (/goal resume continues it after /pause off);
+// a message queued before the pause still runs (work in flight).
+func TestPauseHoldsGoalContinuation(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.startRouter(testConfig(), nil, nil)
+	release := make(chan struct{})
+	w := e.startWorker(func(tr *turnsv1.TurnRequested) {
+		if tr.GetInputs()[0].GetText() == "hold" {
+			<-release
+		}
+	})
+	e.ask("alice", "/goal tidy the garden")
+	turnOf(t, w, "tidy the garden")
+	e.publish(dm("alice", "hold"))
+	turnOf(t, w, "hold")
+	st := sessionstore.New(e.db)
+	key := "agent:main:telegram:dm:chat-alice"
+	sess, err := st.Get(context.Background(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cont := dm("alice", "[Continuing toward your standing goal]\nGoal: tidy the garden")
+	cont.EventId = sessionstore.GoalEventPrefix + "turn-1"
+	if err := st.EnqueueContinuation(context.Background(), key, cont); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.ask("bob", "/pause"); !strings.HasPrefix(got, "⏸️ Paused.") {
+		t.Fatalf("/pause: %q", got)
+	}
+	close(release)
+	waitFor(t, "the goal paused", func() bool {
+		g, err := st.Goal(context.Background(), key, sess.ID)
+		return err == nil && g != nil && g.Status == goal.Paused && g.PausedReason == pausedGoalReason
+	})
+	if n, err := st.QueueLen(context.Background(), key); err != nil || n != 0 {
+		t.Errorf("queue after the held continuation: %d, %v", n, err)
+	}
+	e.settle()
+	turns, _ := w.snapshot()
+	for _, tr := range turns {
+		if strings.HasPrefix(tr.GetInputs()[0].GetText(), "[Continuing") {
+			t.Errorf("a continuation started while paused: %q", tr.GetInputs()[0].GetText())
+		}
+	}
+}
