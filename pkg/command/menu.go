@@ -33,6 +33,7 @@ var menu = []MenuEntry{
 	{"retry", "Retry the last message (resend to agent)"},
 	{"undo", "Remove the last N exchanges (default 1)"},
 	{"compress", "Compress conversation context"},
+	{"save", "Export the current conversation (bare /save shows usage)"},
 	{"personality", "Set a predefined personality"},
 	{"reasoning", "Manage reasoning effort and display"},
 	{"yolo", "Toggle YOLO mode (skip all dangerous command approvals)"},
