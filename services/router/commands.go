@@ -41,6 +41,7 @@ var helpText = strings.Join([]string{
 	"/retry — run your last message again",
 	"/undo [n] — remove the last n exchanges",
 	"/compress [here [N] | focus | --preview] — summarize the older part of the conversation now; here N: all but the last N exchanges (default 2); focus: keep what concerns it in detail; --preview: only say what it would do",
+	"/save <json|md|html> [filename] [redact] — export this conversation as a file sent here; redact: mask API keys, tokens and credentials (bare /save shows usage)",
 	"/personality [name] — list personalities, or set this chat's (none clears it)",
 	"/reasoning [level|show|hide] — reasoning effort (none, minimal, low, medium, high, xhigh, reset) and whether the model's thinking is shown",
 	"/yolo — turn on or off running dangerous commands in this chat without asking",
@@ -68,12 +69,12 @@ var helpText = strings.Join([]string{
 
 // refusedMidTurn are the commands that, as in Hermes, wait for the running
 // task: they would change or read the conversation under it (/resume
-// would even end it without a word). /help, /status, /stop, /new,
+// would even end it without a word; /save would export half a turn). /help, /status, /stop, /new,
 // /queue, /steer, /approve, /deny, /yolo, /busy, /footer, /voice, /fast, /agents,
 // /usage, /context, /goal, /subgoal (a goal set mid-turn starts after it),
 // /background and /btw (sessions of their own) work mid-turn, and /model is
 // refused with its own text.
-var refusedMidTurn = []string{"whoami", "sessions", "resume", "title", "retry", "undo", "compress", "sethome", "personality", "reasoning", "branch"}
+var refusedMidTurn = []string{"whoami", "sessions", "resume", "title", "retry", "undo", "compress", "sethome", "personality", "reasoning", "branch", "save"}
 
 // openCommands stay available to non-admins where an admin list exists.
 var openCommands = []string{"help", "whoami"}
@@ -455,6 +456,8 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 		return s.goalCommand(ctx, m, sess, cmd.Args)
 	case "subgoal":
 		return s.subgoalCommand(ctx, m, sess, cmd.Args)
+	case "save":
+		return s.saveCommand(ctx, m, sess, cmd.Args)
 	case "sethome":
 		if s.homes(m.platform) != "" {
 			return reply(sess.Generation, "🏠 The home channel for "+m.platform+" is set by the operator (delivery.platforms."+m.platform+".home); /sethome does not change it.")

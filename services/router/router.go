@@ -21,6 +21,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/switchboard-chat/switchboard/pkg/attachment"
 	"github.com/switchboard-chat/switchboard/pkg/bus"
 	"github.com/switchboard-chat/switchboard/pkg/cron"
 	"github.com/switchboard-chat/switchboard/pkg/estop"
@@ -156,6 +157,10 @@ type Config struct {
 	ContextWindow int     `koanf:"-"`
 	CompressAt    float64 `koanf:"-"`
 	ProtectLast   int     `koanf:"-"`
+	// SaveMaxBytes bounds a /save export (default 8 MiB: under Discord's
+	// and Slack's upload limits): a conversation whose stored text, or
+	// whose rendered file, is larger is not sent (save.go).
+	SaveMaxBytes int64 `koanf:"save_max_bytes"`
 }
 
 // BackgroundConfig is router.background.
@@ -187,6 +192,7 @@ func DefaultConfig() Config {
 		YoloCommand:          true,
 		AckWait:              30 * time.Second,
 		Personalities:        personality.Builtins(),
+		SaveMaxBytes:         defaultSaveMaxBytes,
 	}
 }
 
@@ -220,6 +226,9 @@ func (c Config) Validate() error {
 	}
 	if c.Background.MaxRunning < 0 {
 		return fmt.Errorf("background.max_running: %d is negative", c.Background.MaxRunning)
+	}
+	if c.SaveMaxBytes < 0 {
+		return fmt.Errorf("save_max_bytes: %d is negative", c.SaveMaxBytes)
 	}
 	if c.QueueCap < 1 {
 		return fmt.Errorf("queue_cap: %d is below 1", c.QueueCap)
@@ -315,6 +324,9 @@ type Service struct {
 	// before pauseReady closes.
 	pause      atomic.Pointer[estop.View]
 	pauseReady chan struct{}
+	// files keeps the files commands send (/save) in the attachment
+	// store the gateways read them from.
+	files *attachment.Store
 }
 
 // New builds a router.
@@ -368,6 +380,10 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		pauseReady: make(chan struct{}),
 	}
 	s.directory = outbox.New(deps.DB)
+	// Opened, never created: the gateways, which read the files back,
+	// create the store with its bounds (save.go falls back on a data:
+	// URL when there is none).
+	s.files = attachment.Open(deps.Bus.JetStream(), deps.Bus.Topology(), attachment.Config{})
 	s.toolProgress = deps.ToolProgress
 	s.version = deps.Version
 	if s.toolProgress == nil {
