@@ -41,7 +41,7 @@ var helpText = strings.Join([]string{
 	"/retry — run your last message again",
 	"/undo [n] — remove the last n exchanges",
 	"/compress [here [N] | focus | --preview] — summarize the older part of the conversation now; here N: all but the last N exchanges (default 2); focus: keep what concerns it in detail; --preview: only say what it would do",
-	"/save <json|md|html> [filename] [redact] — export this conversation as a file sent here; redact: mask API keys, tokens and credentials (bare /save shows usage)",
+	"/save <json|md|html> [filename] [redact] — export the current conversation (bare /save shows usage): a JSON snapshot, a Markdown transcript or an HTML page, sent here as a file; redact: mask API keys, tokens and credentials",
 	"/personality [name] — list personalities, or set this chat's (none clears it)",
 	"/reasoning [level|show|hide] — reasoning effort (none, minimal, low, medium, high, xhigh, reset) and whether the model's thinking is shown",
 	"/yolo — turn on or off running dangerous commands in this chat without asking",
@@ -69,7 +69,8 @@ var helpText = strings.Join([]string{
 
 // refusedMidTurn are the commands that, as in Hermes, wait for the running
 // task: they would change or read the conversation under it (/resume
-// would even end it without a word; /save would export half a turn). /help, /status, /stop, /new,
+// would even end it without a word; /save would export half a turn).
+// /help, /status, /stop, /new,
 // /queue, /steer, /approve, /deny, /yolo, /busy, /footer, /voice, /fast, /agents,
 // /usage, /context, /goal, /subgoal (a goal set mid-turn starts after it),
 // /background and /btw (sessions of their own) work mid-turn, and /model is

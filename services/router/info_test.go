@@ -124,6 +124,7 @@ func TestHelpListsEveryCommand(t *testing.T) {
 		"btw":    "ask a side question about the current conversation without interrupting it",
 		"agents": "show active agents and running tasks",
 		"topic":  "enable or inspect Telegram DM topic sessions",
+		"save":   "export the current conversation (bare /save shows usage)",
 	} {
 		l := lineOf(name)
 		if _, desc, _ := strings.Cut(l, " — "); !strings.HasPrefix(desc, hermes) {
