@@ -436,6 +436,9 @@ func (s *Service) startedAlready(m *msgCtx) error {
 // the platform's unauthorized DM behaviour is to ignore, silence in a
 // group (a documented drop).
 func (s *Service) unauthorized(ctx context.Context, m *msgCtx) error {
+	if !isDM(m.src) && m.ev.GetSlashCommand() && m.src.GetUserId() != "" && !m.src.GetIsBot() && !m.ev.GetInternal() {
+		return s.slashRefused(ctx, m)
+	}
 	if !isDM(m.src) || m.src.GetUserId() == "" || m.src.GetIsBot() || quietPlatform(m.platform) || m.ev.GetInternal() {
 		return nil
 	}
@@ -483,6 +486,31 @@ func (s *Service) unauthorized(ctx context.Context, m *msgCtx) error {
 		return fmt.Errorf("issue pairing code: %w", err)
 	}
 	return s.notice(ctx, m, 0, text, "pairing")
+}
+
+// slashRefusalWindow is how often a sender not allowed hears that a
+// native command of theirs in a group was refused.
+const slashRefusalWindow = time.Minute
+
+// slashRefused answers a native command (a Discord slash command) in a
+// group from a sender not allowed with Hermes's refusal: they picked it
+// from the bot's own menu, so silence would look like a broken bot.
+// Once a minute per sender, so a stranger cannot make the bot flood a
+// channel; the rest are dropped, as typed messages are.
+func (s *Service) slashRefused(ctx context.Context, m *msgCtx) error {
+	ok, err := s.rdb.SetNX(ctx, s.prefix+"slashdeny:"+m.platform+":"+m.src.GetUserId(), "1", slashRefusalWindow).Result()
+	if err != nil {
+		return fmt.Errorf("slash refusal throttle: %w", err)
+	}
+	if !ok {
+		return nil
+	}
+	if err := s.notice(ctx, m, 0, "You're not authorized to use this command.", "unauthorized"); err != nil {
+		// The redelivery answers instead.
+		_ = s.rdb.Del(context.WithoutCancel(ctx), s.prefix+"slashdeny:"+m.platform+":"+m.src.GetUserId()).Err()
+		return err
+	}
+	return nil
 }
 
 // pairingNotice publishes the notice carrying pending pairing code id,

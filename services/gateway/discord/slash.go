@@ -254,7 +254,8 @@ func invoked(in *discordgo.Interaction, ch channelInfo, r rules) (*eventsv1.Mess
 		TransportAuthenticated: src.GetChatType() != "dm" && !u.Bot && hasRole(in.Member, r.AllowedRoles),
 		SentAt:                 timestamppb.Now(),
 		// Its message id names no Discord message to react to.
-		NoReaction: true,
+		NoReaction:   true,
+		SlashCommand: true,
 	}, ""
 }
 

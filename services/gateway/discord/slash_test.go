@@ -146,7 +146,7 @@ func TestSlashCommandInvoked(t *testing.T) {
 	ev := next(20 * time.Second)
 	src := ev.GetSource()
 	if ev.GetText() != "/model gpt-5 --global" || ev.GetEventId() != "slash:"+id || !ev.GetNoReaction() || !ev.GetMentioned() ||
-		src.GetUserId() != user || src.GetUserName() != "alice" || src.GetChatId() != channel || src.GetChatType() != "group" || src.GetScopeId() != guild {
+		src.GetUserId() != user || src.GetUserName() != "alice" || src.GetChatId() != channel || src.GetChatType() != "group" || src.GetScopeId() != guild || !ev.GetSlashCommand() {
 		t.Fatalf("published %v, want alice's /model gpt-5 --global in the channel", ev)
 	}
 	if k := sessionkey.Build(src, sessionkey.DefaultOptions()); k != "agent:main:discord:group:"+channel+":"+user {

@@ -747,7 +747,12 @@ type MessageReceived struct {
 	// Set when the message is the press of a button the gateway rendered
 	// (an approval prompt's): text is the typed command the button stands
 	// for ("/approve", "/approve session", "/approve always", "/deny").
-	ButtonPress   *ButtonPress `protobuf:"bytes,20,opt,name=button_press,json=buttonPress,proto3" json:"button_press,omitempty"`
+	ButtonPress *ButtonPress `protobuf:"bytes,20,opt,name=button_press,json=buttonPress,proto3" json:"button_press,omitempty"`
+	// Set when the message is the use of a platform's native command (a
+	// Discord slash command): the user picked it from the bot's command
+	// menu, so the router answers a refusal even in a group, where a
+	// typed message from someone not allowed gets silence.
+	SlashCommand  bool `protobuf:"varint,21,opt,name=slash_command,json=slashCommand,proto3" json:"slash_command,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -920,6 +925,13 @@ func (x *MessageReceived) GetButtonPress() *ButtonPress {
 		return x.ButtonPress
 	}
 	return nil
+}
+
+func (x *MessageReceived) GetSlashCommand() bool {
+	if x != nil {
+		return x.SlashCommand
+	}
+	return false
 }
 
 // ButtonPress is a press of one of an approval prompt's buttons.
@@ -1176,7 +1188,7 @@ const file_switchboard_events_v1_events_proto_rawDesc = "" +
 	"\bfrom_bot\x18\x04 \x01(\bR\afromBot\">\n" +
 	"\x0eContextMessage\x12\x12\n" +
 	"\x04role\x18\x01 \x01(\tR\x04role\x12\x18\n" +
-	"\acontent\x18\x02 \x01(\tR\acontent\"\xcf\a\n" +
+	"\acontent\x18\x02 \x01(\tR\acontent\"\xf4\a\n" +
 	"\x0fMessageReceived\x12\x19\n" +
 	"\bevent_id\x18\x01 \x01(\tR\aeventId\x12\x1d\n" +
 	"\n" +
@@ -1203,7 +1215,8 @@ const file_switchboard_events_v1_events_proto_rawDesc = "" +
 	"\vno_reaction\x18\x12 \x01(\bR\n" +
 	"noReaction\x12<\n" +
 	"\tfork_from\x18\x13 \x01(\v2\x1f.switchboard.events.v1.ForkFromR\bforkFrom\x12E\n" +
-	"\fbutton_press\x18\x14 \x01(\v2\".switchboard.events.v1.ButtonPressR\vbuttonPress\"N\n" +
+	"\fbutton_press\x18\x14 \x01(\v2\".switchboard.events.v1.ButtonPressR\vbuttonPress\x12#\n" +
+	"\rslash_command\x18\x15 \x01(\bR\fslashCommand\"N\n" +
 	"\vButtonPress\x12\x1d\n" +
 	"\n" +
 	"message_id\x18\x01 \x01(\tR\tmessageId\x12 \n" +
