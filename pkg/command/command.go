@@ -31,7 +31,7 @@ var names = []string{
 	"approve", "deny", "resume", "sessions", "title", "retry", "undo", "sethome",
 	"cron", "usage", "compress", "insights", "provider", "personality", "reasoning",
 	"verbose", "commands", "profile", "version", "background", "btw", "branch", "yolo",
-	"busy", "footer", "agents", "voice", "fast", "context", "platform", "goal", "subgoal", "topic", "pause", "save",
+	"busy", "footer", "agents", "voice", "fast", "context", "platform", "goal", "subgoal", "loop", "heartbeat", "topic", "pause", "save",
 	// Telegram clients send /start when a user opens the bot; Hermes
 	// acknowledges it with nothing.
 	"start",
@@ -51,6 +51,9 @@ var aliases = map[string]string{
 	"tasks": "agents",
 	// Hermes's /ctx, /context's alias.
 	"ctx": "context",
+	// Hermes's /proactive, /loop's alias, and /hb, /heartbeat's.
+	"proactive": "loop",
+	"hb":        "heartbeat",
 }
 
 // Names returns the canonical command names.

@@ -47,6 +47,8 @@ var menu = []MenuEntry{
 	{"btw", "Ask a side question about the current conversation without interrupting it"},
 	{"goal", "Set a standing goal Hermes works on across turns until achieved"},
 	{"subgoal", "Add or manage extra criteria on the active goal"},
+	{"loop", "Re-run a prompt on a recurring interval in this session"},
+	{"heartbeat", "Set a recurring prompt that re-enters this session when idle"},
 	{"topic", "Enable or inspect Telegram DM topic sessions"},
 	{"sethome", "Set this chat as the home channel"},
 	{"cron", "Manage scheduled tasks"},

@@ -55,6 +55,8 @@ var helpText = strings.Join([]string{
 	"/btw <question> — ask a side question about the current conversation without interrupting it (no tools, not saved)",
 	"/goal [text | status | show | pause | resume | clear] — set a standing goal Hermes works on across turns until achieved: after each turn a judge decides done, blocked or continue",
 	"/subgoal [text | remove N | clear] — add or manage extra criteria on the active goal",
+	"/loop [interval] <prompt> [--times N] [--until <condition>] | status | pause | resume | stop (/proactive) — re-run a prompt on a recurring interval in this conversation (first run now; no interval: self-paced)",
+	"/heartbeat [every <interval> <prompt> | status | pause | resume | clear] (/hb) — a recurring prompt that re-enters this conversation when it is idle",
 	"/topic [off|help|session-id] — enable or inspect Telegram DM topic sessions: the main view of this private chat a lobby for commands, each topic its own conversation; off: the main view a chat again; a session id (or its prefix), inside a topic: restore that conversation there",
 	"/sethome — send scheduled messages to this chat",
 	"/cron — scheduled jobs: list, add <schedule> <prompt>, pause, resume, run, remove",
@@ -282,6 +284,11 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 		if err != nil {
 			return err
 		}
+		loopLines, err := s.loopStatus(ctx, sess, m.key)
+		if err != nil {
+			return err
+		}
+		goalLine += loopLines
 		return reply(sess.Generation, fmt.Sprintf("Session: %s\nTitle: %s\nKey: %s\nState: %s, %s waiting\nModel: %s\n%s%sTokens: %d in, %d out\nStarted: %s%s",
 			sess.ID, title, m.key, state, plural(n, "message"), model, s.chatSettings(sess, m.key, m.platform), goalLine, sess.InputTokens, sess.OutputTokens, sess.CreatedAt.UTC().Format("2006-01-02 15:04 MST"), pauseStatus(s.paused())))
 	case "context":
@@ -459,6 +466,10 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 		return s.subgoalCommand(ctx, m, sess, cmd.Args)
 	case "save":
 		return s.saveCommand(ctx, m, sess, cmd.Args)
+	case "loop":
+		return s.loopCommand(ctx, m, sess, cmd.Args, busy)
+	case "heartbeat":
+		return s.heartbeatCommand(ctx, m, sess, cmd.Args)
 	case "sethome":
 		if s.homes(m.platform) != "" {
 			return reply(sess.Generation, "🏠 The home channel for "+m.platform+" is set by the operator (delivery.platforms."+m.platform+".home); /sethome does not change it.")

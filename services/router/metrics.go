@@ -34,6 +34,10 @@ var (
 		Name: "switchboard_router_pairing_codes_total",
 		Help: "Pairing code requests, by result.",
 	}, []string{"result"})
+	loopFires = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "switchboard_router_loop_fires_total",
+		Help: "Due /loop and /heartbeat ticks, by kind (loop, heartbeat) and outcome: fired (its wakeup queued), busy (a turn ran or messages waited: it fires when the session is idle), goal (a loop waits while a goal of its conversation is active), ended (its conversation ended: cleared).",
+	}, []string{"kind", "outcome"})
 	commandsHandled = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "switchboard_router_commands_total",
 		Help: "Commands handled, by name.",

@@ -28,6 +28,7 @@ import (
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
 	"github.com/switchboard-chat/switchboard/pkg/goal"
+	"github.com/switchboard-chat/switchboard/pkg/loop"
 	"github.com/switchboard-chat/switchboard/pkg/outbox"
 	"github.com/switchboard-chat/switchboard/pkg/pairing"
 	"github.com/switchboard-chat/switchboard/pkg/personality"
@@ -74,6 +75,15 @@ type Config struct {
 	// GoalMaxTurns is a standing goal's turn budget (/goal; Hermes's
 	// goals.max_turns, default 20; below 1: the default).
 	GoalMaxTurns int `koanf:"goal_max_turns"`
+	// LoopMinInterval is the floor of a /loop's interval (Hermes's
+	// loops.min_interval_seconds, 30s; no less than 5s).
+	LoopMinInterval time.Duration `koanf:"loop_min_interval"`
+	// LoopMaxTicks is a /loop's backstop budget: after that many
+	// wakeups it pauses (Hermes's loops.max_ticks, 100; 0 unlimited).
+	LoopMaxTicks int `koanf:"loop_max_ticks"`
+	// LoopPollInterval is how often each replica fires the due /loop
+	// and /heartbeat ticks (Hermes polls every 5s).
+	LoopPollInterval time.Duration `koanf:"loop_poll_interval"`
 	// SplitMessages per platform: the length in characters (UTF-16 code
 	// units, as the clients count them) from which a message is taken as
 	// one part of a longer text its client split (Telegram's splits at
@@ -179,6 +189,9 @@ func DefaultConfig() Config {
 		BusyMode:             BusyInterrupt,
 		QueueCap:             32,
 		GoalMaxTurns:         goal.DefaultMaxTurns,
+		LoopMinInterval:      loop.DefaultMinInterval,
+		LoopMaxTicks:         loop.DefaultMaxTicks,
+		LoopPollInterval:     5 * time.Second,
 		SplitMessages:        map[string]int{"telegram": 4000, "discord": 1900},
 		SplitWait:            2 * time.Second,
 		AlbumWait:            800 * time.Millisecond,
@@ -441,6 +454,7 @@ func (s *Service) Run(ctx context.Context) error {
 	g.Go(func() error { return done.Run(gctx) })
 	g.Go(func() error { return s.sweep(gctx) })
 	g.Go(func() error { return s.startHeld(gctx) })
+	g.Go(func() error { return s.scheduleLoops(gctx) })
 	if err := g.Wait(); err != nil && ctx.Err() == nil {
 		return err
 	}

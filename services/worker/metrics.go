@@ -30,6 +30,11 @@ var (
 	}, []string{"tool", "result"})
 )
 
+var loopTicks = promauto.NewCounterVec(prometheus.CounterOpts{
+	Name: "switchboard_worker_loop_ticks_total",
+	Help: "Answers to /loop wakeups evaluated, by outcome: continued, complete (the agent's LOOP_COMPLETE), condition_met (the judge ruled the --until condition met), blocked (judged unachievable: paused), times (the --times runs done), budget (router.loop_max_ticks used: paused).",
+}, []string{"outcome"})
+
 var goalVerdicts = promauto.NewCounterVec(prometheus.CounterOpts{
 	Name: "switchboard_worker_goal_verdicts_total",
 	Help: "Turns of a standing goal (/goal) the goal judge ruled on, by verdict: done, blocked, continue, unparsed (the judge's answer was no verdict: continue), judge_error (the judge could not be asked: continue).",

@@ -325,6 +325,14 @@ func (r *turnRun) run(ctx context.Context) error {
 			}
 			r.log.Error("goal step failed on the turn's last attempt; the goal waits for the next turn", "err", err)
 		}
+		// A /loop wakeup's answer, likewise.
+		if err := r.loopStep(ctx, fin); err != nil {
+			if r.spent < r.s.cfg.MaxDeliver {
+				r.log.Warn("loop step failed; the turn will be retried", "err", err)
+				return err
+			}
+			r.log.Error("loop step failed on the turn's last attempt; the loop goes on by its schedule", "err", err)
+		}
 	}
 	return r.complete(ctx, statusOf(fin.Status), fin.ErrorCode, true)
 }
