@@ -267,6 +267,13 @@ func (s *Service) heartbeatCommand(ctx context.Context, m *msgCtx, sess sessions
 	})
 }
 
+// startsLoop reports whether /loop's args would fire a wakeup now (a new
+// loop, or resume): held while /pause is engaged.
+func startsLoop(args string) bool {
+	c := loop.Control(loop.KindLoop, args)
+	return c == "" || c == "resume"
+}
+
 // loopFireLimit is how many due ticks one scheduler pass claims.
 const loopFireLimit = 100
 
@@ -290,9 +297,14 @@ func (s *Service) scheduleLoops(ctx context.Context) error {
 }
 
 // fireLoops fires the due ticks (sessionstore.FireDue) and starts the
-// turns of their wakeups. A wakeup that does not start now (the session
+// turns of their wakeups, unless /pause holds new work. A wakeup that does not start now (the session
 // became busy) starts as any queued message does.
 func (s *Service) fireLoops(ctx context.Context) {
+	if s.paused() != nil {
+		// /pause: nothing fires (as the cron scheduler); the ticks due
+		// meanwhile fire, coalesced, after /pause off.
+		return
+	}
 	busy := func(ctx context.Context, key string) (bool, error) {
 		owner, err := s.locker.Owner(ctx, key)
 		return owner != "", err
