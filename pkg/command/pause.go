@@ -20,9 +20,10 @@ type PauseArgs struct {
 
 // Pause reads /pause's argument as Hermes does: off, resume, stop or
 // disengage alone resume; any other text is the pause's reason, here
-// made one line and cut to PauseReasonMax characters.
+// made one line of valid UTF-8 and cut to PauseReasonMax characters.
 func Pause(args string) PauseArgs {
-	reason := strings.Join(strings.Fields(args), " ")
+	// Valid UTF-8 (a byte that is not is U+FFFD), as the record keeps it.
+	reason := strings.Join(strings.Fields(strings.ToValidUTF8(args, "\uFFFD")), " ")
 	switch strings.ToLower(reason) {
 	case "off", "resume", "stop", "disengage":
 		return PauseArgs{Off: true}

@@ -31,15 +31,15 @@ func TestPause(t *testing.T) {
 }
 
 // FuzzPause: an argument resumes only when it is one of Hermes's words;
-// otherwise the reason is the argument's words on one line, at most
-// PauseReasonMax characters.
+// otherwise the reason is the argument's words on one line of valid
+// UTF-8, at most PauseReasonMax characters.
 func FuzzPause(f *testing.F) {
 	for _, s := range []string{"", "off", "RESUME", "deploy window", "off now", "a\x00\u00a0b", strings.Repeat("x ", 150)} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, args string) {
 		a := Pause(args)
-		words := strings.Join(strings.Fields(args), " ")
+		words := strings.Join(strings.Fields(strings.ToValidUTF8(args, "\uFFFD")), " ")
 		switch strings.ToLower(words) {
 		case "off", "resume", "stop", "disengage":
 			if !a.Off || a.Reason != "" {
@@ -53,7 +53,7 @@ func FuzzPause(f *testing.F) {
 		if n := utf8.RuneCountInString(a.Reason); n > PauseReasonMax {
 			t.Fatalf("Pause(%q): reason of %d characters", args, n)
 		}
-		if a.Reason != strings.Join(strings.Fields(a.Reason), " ") {
+		if !utf8.ValidString(a.Reason) || a.Reason != strings.Join(strings.Fields(a.Reason), " ") {
 			t.Fatalf("Pause(%q): reason %q is not one line", args, a.Reason)
 		}
 		if !strings.HasPrefix(words, a.Reason) {

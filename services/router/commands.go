@@ -61,7 +61,7 @@ var helpText = strings.Join([]string{
 	"/sethome — send scheduled messages to this chat",
 	"/cron — scheduled jobs: list, add <schedule> <prompt>, pause, resume, run, remove",
 	"/platform [list|pause|resume] [name] — pause, resume, or list a failing gateway platform: list, every gateway replica's state; pause, its connection stops on every replica until resume",
-	"/pause [reason | off] — pause new work globally (emergency stop): new messages, cron runs, goal continuations and background tasks wait on every replica, running turns finish; /pause off resumes",
+	"/pause [reason | off] — pause new work globally (emergency stop): on every replica new messages (and /queue, /retry, /background, /btw) are answered, not run, cron and goals hold, running turns finish; /pause off resumes",
 	"/whoami — who the gateway thinks you are",
 	"/profile — the agent profile this chat talks to",
 	"/version — the running Switchboard release",
