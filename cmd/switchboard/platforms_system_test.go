@@ -621,5 +621,23 @@ func TestChatPlatformsEndToEnd(t *testing.T) {
 		if len(texts) != 2 || texts[1] != "echo: second" {
 			t.Fatalf("answers after a replay = %q, want exactly one more", strings.Join(texts, " | "))
 		}
+
+		// A slash command from the registered menu: acknowledged, its
+		// "thinking…" cleared, answered in the channel as the typed one.
+		waitFor("discord slash commands registered", func() bool {
+			cmds, _, _ := dc.Commands()
+			return cmds["help"] != ""
+		})
+		in, err := dc.Invoke(ctx, discordfake.Invoke{ChannelID: channel, UserID: "555000000000000001", UserName: "ann", Name: "help"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitFor("the /help answer", func() bool {
+			as := answers()
+			return len(as) > 2 && strings.Contains(as[2].Content, "/new")
+		})
+		waitFor("the deferred response cleared", func() bool {
+			return dc.InteractionState(in["id"].(string)).Original == "deleted"
+		})
 	})
 }
