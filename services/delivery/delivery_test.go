@@ -586,6 +586,87 @@ func TestStreamingReasoningByEdit(t *testing.T) {
 	}
 }
 
+// In a turn that called tools, each model call's reasoning restarts the
+// block (ReasoningDelta.restart): the stream shows the current call's
+// reasoning, never the earlier calls' added up, as the final shows the
+// last call's; a last call without reasoning takes the block away.
+func TestStreamingReasoningRestartsWithEachCall(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.start(t, streamConfig(), "a")
+	ops := func(turn string) []call {
+		var out []call
+		for _, c := range e.gw.sends() {
+			if c.Req.GetTurnId() == turn {
+				out = append(out, c)
+			}
+		}
+		return out
+	}
+	const (
+		looked = "I should look at the clock first."
+		said   = "The clock said 12:00."
+		asked  = "Let me check the clock for you."
+		answer = "It is noon, twelve o'clock sharp."
+	)
+	block := func(thought string) string { return "💭 **Reasoning:**\n```\n" + thought + "\n```" }
+	type op struct {
+		op   deliveryv1.SendOp
+		text string
+	}
+	tests := []struct {
+		name   string
+		events []any
+		want   []op
+	}{
+		{"the last call reasons", []any{
+			&repliesv1.ReasoningDelta{Text: looked},
+			&repliesv1.TextDelta{Text: asked},
+			&repliesv1.ReasoningDelta{Text: said, Restart: true},
+			&repliesv1.TextDelta{Text: " " + answer},
+			final(reasoning.WithAnswer(said, answer)),
+		}, []op{
+			{deliveryv1.SendOp_SEND_OP_SEND, block(looked) + " ▉"},
+			{deliveryv1.SendOp_SEND_OP_EDIT, block(looked) + "\n\n" + asked + " ▉"},
+			{deliveryv1.SendOp_SEND_OP_EDIT, block(said) + "\n\n" + asked + " ▉"},
+			{deliveryv1.SendOp_SEND_OP_EDIT, block(said) + "\n\n" + asked + " " + answer + " ▉"},
+			{deliveryv1.SendOp_SEND_OP_EDIT, block(said) + "\n\n" + answer},
+		}},
+		{"the last call does not", []any{
+			&repliesv1.ReasoningDelta{Text: looked},
+			&repliesv1.ReasoningDelta{Restart: true},
+			&repliesv1.TextDelta{Text: answer},
+			final(answer),
+		}, []op{
+			{deliveryv1.SendOp_SEND_OP_SEND, block(looked) + " ▉"},
+			// The emptied stream makes no edit; the answer's text does.
+			{deliveryv1.SendOp_SEND_OP_EDIT, answer + " ▉"},
+			{deliveryv1.SendOp_SEND_OP_EDIT, answer},
+		}},
+	}
+	for i, tt := range tests {
+		turn, session := fmt.Sprint("t", i), fmt.Sprint("s", i)
+		for j, body := range tt.events {
+			e.publishStream(t, turn, int64(j+1), session, body)
+			e.consumed(t, session)
+			e.clock.Advance(time.Second)
+		}
+		eventually(t, e.clock, 0, tt.name+": final edit", func() bool {
+			got := ops(turn)
+			return len(got) > 0 && got[len(got)-1].Req.GetFinal()
+		})
+		got := ops(turn)
+		if len(got) != len(tt.want) {
+			t.Errorf("%s: %d ops, want %d", tt.name, len(got), len(tt.want))
+		}
+		for k, w := range tt.want {
+			if k < len(got) && (got[k].Op != w.op || got[k].Req.GetText() != w.text) {
+				t.Errorf("%s: op %d: %v %q, want %v %q", tt.name, k, got[k].Op, got[k].Req.GetText(), w.op, w.text)
+			}
+		}
+	}
+}
+
 // A streamed delta the bus hands over again (its ack was lost, or came
 // after the ack wait on a loaded replica) is not taken twice: once the
 // update interval has passed it would make an edit early, showing its

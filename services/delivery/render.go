@@ -30,8 +30,13 @@ type turnState struct {
 	// the stream shows it as the final will (streamedText, shown).
 	raw strings.Builder
 	// thought is the model's reasoning streamed so far (/reasoning
-	// show): the stream shows its block before the text.
+	// show), of the current model call alone (a restart empties it): the
+	// stream shows its block before the text, as the final does the
+	// last call's.
 	thought strings.Builder
+	// reasoned: the stream showed a reasoning block, so it keeps
+	// showing what the final will (shown) after a restart emptied it.
+	reasoned bool
 	// ids are the platform message ids of the stream's messages.
 	ids map[int]string
 	// final holds the final's outbox rows once planned: the stream plans
@@ -145,10 +150,10 @@ func (s *Service) handle(ctx context.Context, ev *repliesv1.ReplyEvent) error {
 		}
 		return nil
 	case *repliesv1.ReplyEvent_TextDelta:
-		s.delta(ctx, ev, b.TextDelta.GetText(), "")
+		s.delta(ctx, ev, b.TextDelta.GetText(), "", false)
 		return nil
 	case *repliesv1.ReplyEvent_ReasoningDelta:
-		s.delta(ctx, ev, "", b.ReasoningDelta.GetText())
+		s.delta(ctx, ev, "", b.ReasoningDelta.GetText(), b.ReasoningDelta.GetRestart())
 		return nil
 	case *repliesv1.ReplyEvent_ToolProgress:
 		return s.toolProgress(ctx, ev, b.ToolProgress)
@@ -389,8 +394,11 @@ func (s *Service) textRequests(ev *repliesv1.ReplyEvent, base, text string, form
 // before it (thought, with /reasoning show): by editing one message on
 // platforms that can edit, as a stream delta on platforms that stream
 // natively (text only: reasoning never goes into an API stream's
-// content), not at all elsewhere (they get the final text).
-func (s *Service) delta(ctx context.Context, ev *repliesv1.ReplyEvent, text, thought string) {
+// content), not at all elsewhere (they get the final text). restart
+// (a later model call's first reasoning) drops the reasoning streamed
+// before: the block shows the current call's, as the final shows the
+// last call's.
+func (s *Service) delta(ctx context.Context, ev *repliesv1.ReplyEvent, text, thought string, restart bool) {
 	platform := ev.GetTarget().GetPlatform()
 	switch s.cfg.platform(platform).Streaming {
 	case StreamNative:
@@ -427,8 +435,12 @@ func (s *Service) delta(ctx context.Context, ev *repliesv1.ReplyEvent, text, tho
 		// the final settles that update first.
 		var acts []streamedit.Action
 		st.raw.WriteString(text)
+		if restart {
+			st.thought.Reset()
+		}
 		st.thought.WriteString(thought)
-		if native := s.cfg.nativeImages(platform); native || st.thought.Len() > 0 {
+		st.reasoned = st.reasoned || st.thought.Len() > 0
+		if native := s.cfg.nativeImages(platform); native || st.reasoned {
 			// The image syntax the final takes out (the images follow
 			// it) does not show while the text streams, nor an image
 			// being written at its end; the reasoning shows as the

@@ -850,14 +850,23 @@ func (r *turnRun) callModel(ctx context.Context, b Backend, model, system string
 	}
 	var buf, thinking, streamed strings.Builder
 	var last time.Time
+	// The final shows the last call's reasoning alone: after a call that
+	// streamed reasoning, this call's first delta restarts the block,
+	// emptied when this call streams text without reasoning.
+	restart := r.reasoningStreamed
 	flush := func() error {
-		if thinking.Len() > 0 {
+		if thinking.Len() > 0 || restart && buf.Len() > 0 {
 			// The reasoning came first: it goes first.
 			text := thinking.String()
 			thinking.Reset()
 			last = time.Now()
 			r.textStreamed = true
-			if err := r.publish(ctx, &repliesv1.ReplyEvent{Body: &repliesv1.ReplyEvent_ReasoningDelta{ReasoningDelta: &repliesv1.ReasoningDelta{Text: text}}}); err != nil {
+			if text != "" {
+				r.reasoningStreamed = true
+			}
+			d := &repliesv1.ReasoningDelta{Text: text, Restart: restart}
+			restart = false
+			if err := r.publish(ctx, &repliesv1.ReplyEvent{Body: &repliesv1.ReplyEvent_ReasoningDelta{ReasoningDelta: d}}); err != nil {
 				return err
 			}
 		}

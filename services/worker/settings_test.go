@@ -143,6 +143,63 @@ func TestShowReasoning(t *testing.T) {
 	}
 }
 
+// In a turn that calls tools, each model call after one that streamed
+// reasoning restarts the streamed block (ReasoningDelta.restart), so the
+// chat sees the current call's reasoning as the final shows the last
+// call's; a last call without reasoning restarts it empty before its
+// text.
+func TestShowReasoningRestartsWithEachCall(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.setGeneration("s1", 1)
+	w := h.startWorker("w1", func(_ *worker.Config, d *worker.Deps) {
+		d.Tools = []tools.Tool{{Name: "clock", Run: func(context.Context, tools.Call, json.RawMessage) (string, error) {
+			return "12:00", nil
+		}}}
+	})
+	defer w.stop(t)
+	const looked, said, answer = "The user wants the time: the clock tells it.", "The clock said 12:00.", "It is noon."
+	tests := []struct {
+		name, last, final string
+	}{
+		{"the last call reasons", said, "💭 **Reasoning:**\n```\n" + said + "\n```\n\n" + answer},
+		{"the last call does not", "", answer},
+	}
+	for _, tt := range tests {
+		h.fake.Enqueue(
+			fakellm.Reply{Reasoning: looked, ToolCalls: []fakellm.ToolCall{{ID: "c1", Name: "clock", Arguments: `{}`}}},
+			fakellm.Reply{Text: answer, Reasoning: tt.last},
+		)
+		req := h.requestTurn("s1", "what time is it? "+tt.name, turnOpts{show: true})
+		if c := h.waitCompleted(req.TurnId); c.GetError() != "" {
+			t.Fatal(c.GetError())
+		}
+		evs := h.replies(req.TurnId)
+		if got := checkReplies(t, evs).GetFinalText().GetText(); got != tt.final {
+			t.Errorf("%s: final %q, want %q", tt.name, got, tt.final)
+		}
+		// What the chat's block shows, delta by delta: a restart empties it.
+		var block, text strings.Builder
+		restarts := 0
+		for _, ev := range evs {
+			if d := ev.GetReasoningDelta(); d != nil {
+				if d.GetRestart() {
+					restarts++
+					block.Reset()
+				}
+				block.WriteString(d.GetText())
+			}
+			text.WriteString(ev.GetTextDelta().GetText())
+		}
+		if restarts != 1 || block.String() != tt.last {
+			t.Errorf("%s: %d restarts, the block ends showing %q; want 1 restart and %q", tt.name, restarts, block.String(), tt.last)
+		}
+		if text.String() != answer {
+			t.Errorf("%s: streamed text %q, want %q", tt.name, text.String(), answer)
+		}
+	}
+}
+
 // A session's /reasoning reaches an Anthropic model as extended thinking;
 // the signed thinking of a step that called tools goes back with the
 // calls' results (Anthropic refuses the next call otherwise), and with

@@ -74,6 +74,9 @@ type turnRun struct {
 	seqUsed atomic.Bool
 	// textStreamed: this attempt published a text delta.
 	textStreamed bool
+	// reasoningStreamed: a model call of this attempt published a
+	// reasoning delta; the next call's first delta restarts the block.
+	reasoningStreamed bool
 	// toolRunning is the id of the tool call a stop cut short ("" when
 	// none was running).
 	toolRunning string

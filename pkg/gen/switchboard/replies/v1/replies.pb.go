@@ -403,8 +403,13 @@ func (x *TextDelta) GetText() string {
 // platforms that stream by editing a message; elsewhere it is dropped
 // (never into an API stream's content). The final text supersedes it.
 type ReasoningDelta struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Text          string                 `protobuf:"bytes,1,opt,name=text,proto3" json:"text,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Text  string                 `protobuf:"bytes,1,opt,name=text,proto3" json:"text,omitempty"`
+	// restart marks the first reasoning delta of a model call after one
+	// that streamed reasoning (a turn that called tools): the block starts
+	// again with text (which may be empty: this call has no reasoning), as
+	// the final shows only the last call's reasoning.
+	Restart       bool `protobuf:"varint,2,opt,name=restart,proto3" json:"restart,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -444,6 +449,13 @@ func (x *ReasoningDelta) GetText() string {
 		return x.Text
 	}
 	return ""
+}
+
+func (x *ReasoningDelta) GetRestart() bool {
+	if x != nil {
+		return x.Restart
+	}
+	return false
 }
 
 type ToolProgress struct {
@@ -881,9 +893,10 @@ const file_switchboard_replies_v1_replies_proto_rawDesc = "" +
 	"\x0freasoning_delta\x18\x12 \x01(\v2&.switchboard.replies.v1.ReasoningDeltaH\x00R\x0ereasoningDeltaB\x06\n" +
 	"\x04body\"\x1f\n" +
 	"\tTextDelta\x12\x12\n" +
-	"\x04text\x18\x01 \x01(\tR\x04text\"$\n" +
+	"\x04text\x18\x01 \x01(\tR\x04text\">\n" +
 	"\x0eReasoningDelta\x12\x12\n" +
-	"\x04text\x18\x01 \x01(\tR\x04text\"\x9e\x02\n" +
+	"\x04text\x18\x01 \x01(\tR\x04text\x12\x18\n" +
+	"\arestart\x18\x02 \x01(\bR\arestart\"\x9e\x02\n" +
 	"\fToolProgress\x12 \n" +
 	"\ftool_call_id\x18\x01 \x01(\tR\n" +
 	"toolCallId\x12\x1b\n" +
