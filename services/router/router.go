@@ -167,8 +167,8 @@ type Config struct {
 	ContextWindow int     `koanf:"-"`
 	CompressAt    float64 `koanf:"-"`
 	ProtectLast   int     `koanf:"-"`
-	// SaveMaxBytes bounds a /save export (default 8 MiB: under Discord's
-	// and Slack's upload limits): a conversation whose stored text, or
+	// SaveMaxBytes bounds a /save export (default 8 MiB: under the
+	// Discord gateway's 10 MiB uploads): a conversation whose stored text, or
 	// whose rendered file, is larger is not sent (save.go).
 	SaveMaxBytes int64 `koanf:"save_max_bytes"`
 }
