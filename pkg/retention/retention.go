@@ -55,13 +55,14 @@ const (
 	KindContext        = "session_context"
 	KindCommandEffects = "command_effects"
 	KindGoals          = "session_goals"
+	KindLoops          = "session_loops"
 	KindGoalVerdicts   = "goal_verdicts"
 )
 
 var (
 	deletedRows = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "switchboard_retention_deleted_rows_total",
-		Help: "Rows the session retention deleted, by kind (sessions, session_history, worker_turns, transcript_messages, transcript_summaries, session_prompts, tool_approvals, delivery_outbox, delivery_stream_messages, session_yolo, session_context, command_effects, session_goals, goal_verdicts).",
+		Help: "Rows the session retention deleted, by kind (sessions, session_history, worker_turns, transcript_messages, transcript_summaries, session_prompts, tool_approvals, delivery_outbox, delivery_stream_messages, session_yolo, session_context, command_effects, session_goals, goal_verdicts, session_loops).",
 	}, []string{"kind"})
 	skipped = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "switchboard_retention_skipped_total",
@@ -362,6 +363,7 @@ var deletes = []struct{ kind, sql string }{
 	{KindContext, `DELETE FROM session_context WHERE session_key = ANY($1)`},
 	{KindCommandEffects, `DELETE FROM command_effects WHERE session_key = ANY($1)`},
 	{KindGoals, `DELETE FROM session_goals WHERE session_key = ANY($1)`},
+	{KindLoops, `DELETE FROM session_loops WHERE session_key = ANY($1)`},
 	{KindGoalVerdicts, `DELETE FROM goal_verdicts WHERE session_key = ANY($1)`},
 	{KindHistory, `DELETE FROM session_history WHERE session_key = ANY($1)`},
 	{KindSessions, `DELETE FROM sessions WHERE session_key = ANY($1)`},

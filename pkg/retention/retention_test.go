@@ -41,6 +41,7 @@ var tables = map[string]string{
 	"command_effects":          `SELECT count(*) FROM command_effects WHERE session_key = $1`,
 	"session_goals":            `SELECT count(*) FROM session_goals WHERE session_key = $1`,
 	"goal_verdicts":            `SELECT count(*) FROM goal_verdicts WHERE session_key = $1`,
+	"session_loops":            `SELECT count(*) FROM session_loops WHERE session_key = $1`,
 }
 
 // seed writes a session idle for age with two conversations, a turn in
@@ -71,6 +72,8 @@ func seed(t *testing.T, db *pgxpool.Pool, key, platform string, age time.Duratio
 		`INSERT INTO session_yolo (session_key, set_at) VALUES ($1, $3)`,
 		`INSERT INTO session_goals (session_key, session_id, goal, status, max_turns, created_at, updated_at)
 			VALUES ($1, 'c2-' || $1, 'ship it', 'paused', 20, $3, $3)`,
+		`INSERT INTO session_loops (session_key, kind, id, session_id, prompt, status, interval_ms, next_due_at, template, created_at, updated_at)
+			VALUES ($1, 'loop', 'l', 'c2-' || $1, 'check', 'active', 60000, $3, '\x', $3, $3)`,
 	}
 	for _, q := range stmts {
 		args := []any{key, platform, at}
@@ -205,7 +208,8 @@ func TestSweep(t *testing.T) {
 	}
 	want := map[string]int64{retention.KindSessions: 2, retention.KindHistory: 4, retention.KindTurns: 4, retention.KindMessages: 4,
 		retention.KindSummaries: 2, retention.KindPrompts: 2, retention.KindApprovals: 2, retention.KindOutbox: 2, retention.KindStreamMessages: 2,
-		retention.KindYolo: 2, retention.KindCommandEffects: 2, retention.KindGoals: 2, retention.KindGoalVerdicts: 2}
+		retention.KindYolo: 2, retention.KindCommandEffects: 2, retention.KindGoals: 2, retention.KindGoalVerdicts: 2,
+		retention.KindLoops: 2}
 	for k, v := range want {
 		if res.Rows[k] != v {
 			t.Errorf("rows %s = %d, want %d", k, res.Rows[k], v)
