@@ -8,7 +8,7 @@ import (
 
 // once runs a command that changes durable state (/new, /branch,
 // /resume, /title, /yolo, /verbose, /personality, /reasoning, /busy,
-// /footer, /voice, /fast, /stop, and /cron's verbs that change a job, whose store joins
+// /footer, /voice, /fast, /loop, /heartbeat, /stop, and /cron's verbs that change a job, whose store joins
 // st's transaction through st.Tx) exactly once per inbound event and
 // sends its answer. do applies the command
 // with st, whose writes commit in one transaction with the record of the
