@@ -410,10 +410,11 @@ func (s *State) HeartbeatStatusLine(now time.Time) string {
 	return fmt.Sprintf("%sHeartbeat (%s, every %s%s): %s", icon, s.Status, every, fired, s.Prompt)
 }
 
-// Help is Hermes's /loop help.
+// Help is Hermes's /loop help, but for its line about looping a slash
+// command (see WakeupPrompt).
 const Help = "Usage: /loop [interval] <prompt> [--times N] [--until <condition>]\n" +
 	"  /loop 5m check the deploy status      — first run now, then every 5m\n" +
-	"  /loop every 10m /recap                — loop a slash command\n" +
+	"  /loop every 10m check the inbox       — the same, with every\n" +
 	"  /loop keep fixing tests until green   — self-paced (backs off while output is unchanged)\n" +
 	"  /loop 2m poll CI --times 30           — stop after 30 runs\n" +
 	"  /loop 5m watch the queue --until queue is empty\n" +
@@ -457,12 +458,11 @@ func HeartbeatSetText(s State) string {
 		FormatHeartbeatInterval(s.Interval), s.Prompt)
 }
 
-// WakeupPrompt is the message a loop's tick n runs as: the prompt
-// itself when it is a slash command, else Hermes's wakeup frame.
+// WakeupPrompt is the message a loop's tick runs as: Hermes's wakeup
+// frame. Hermes injects a prompt that is a slash command as the command
+// itself; here a wakeup is queued as a turn's input, which no command
+// handler reads, so every prompt is framed (the agent reads it).
 func (s *State) WakeupPrompt() string {
-	if strings.HasPrefix(strings.TrimLeft(s.Prompt, " \t\n"), "/") {
-		return strings.TrimSpace(s.Prompt)
-	}
 	cadence := ", self-paced"
 	if !s.SelfPaced() {
 		cadence = ", " + s.Cadence()
