@@ -268,3 +268,35 @@ func TestLoopNotDoubledByTwoSchedulers(t *testing.T) {
 		}
 	}
 }
+
+// /pause holds loops: a due tick does not fire and a new loop is
+// answered with the paused notice; after /pause off the due tick fires,
+// once.
+func TestPauseHoldsLoops(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	s := e.startRouter(loopTestConfig(), nil, nil)
+	w := e.startWorker(nil)
+	ctx := context.Background()
+	e.ask("alice", "/loop 1m check")
+	waitFor(t, "the first wakeup", func() bool { return len(wakeupTurns(w, "loop")) == 1 })
+	key := wakeupTurns(w, "loop")[0].GetSessionKey()
+	e.ask("alice", "/pause")
+	waitFor(t, "the pause", func() bool { return s.paused() != nil })
+	e.makeDue(key)
+	s.fireLoops(ctx)
+	if got := e.ask("alice", "/loop 2m other"); !strings.Contains(got, "paused") {
+		t.Errorf("/loop while paused: %q", got)
+	}
+	if n := len(wakeupTurns(w, "loop")); n != 1 {
+		t.Fatalf("%d wakeups while paused, want 1", n)
+	}
+	e.ask("alice", "/pause off")
+	waitFor(t, "the resume", func() bool { return s.paused() == nil })
+	s.fireLoops(ctx)
+	s.fireLoops(ctx)
+	waitFor(t, "the held wakeup", func() bool { return len(wakeupTurns(w, "loop")) == 2 })
+	if got := e.ask("alice", "/loop"); !strings.HasSuffix(got, "): check") {
+		t.Errorf("the loop after /pause off: %q", got)
+	}
+}
