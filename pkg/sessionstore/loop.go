@@ -179,14 +179,32 @@ const (
 // skipped gets every due row not fired and why.
 func (s *Store) FireDue(ctx context.Context, now time.Time, limit int, busy func(ctx context.Context, key string) (bool, error),
 	skipped func(key, kind string, why Skip)) ([]Fired, error) {
-	var fired []Fired
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		fired = nil
+	fired, _, err := s.FireDuePage(ctx, now, limit, nil, busy, skipped)
+	return fired, err
+}
+
+// DueCursor is where a page of due loops ended.
+type DueCursor struct {
+	At        time.Time
+	Key, Kind string
+}
+
+// FireDuePage is FireDue over the page of due rows after after (nil:
+// the first), in (due time, key, kind) order; next is the cursor of
+// the page that follows, nil when this one was the last. Paging keeps
+// the due rows of busy sessions, which stay due, from hiding the others.
+func (s *Store) FireDuePage(ctx context.Context, now time.Time, limit int, after *DueCursor, busy func(ctx context.Context, key string) (bool, error),
+	skipped func(key, kind string, why Skip)) (fired []Fired, next *DueCursor, err error) {
+	if after == nil {
+		after = &DueCursor{}
+	}
+	err = s.inTx(ctx, func(tx pgx.Tx) error {
+		fired, next = nil, nil
 		rows, err := tx.Query(ctx, `SELECT `+loopColsL+`, l.session_key, l.session_id, coalesce(s.session_id, ''),
 			coalesce(s.goal_session_id, ''), l.template, EXISTS (SELECT 1 FROM session_queue q WHERE q.session_key = l.session_key)
 			FROM session_loops l LEFT JOIN sessions s ON s.session_key = l.session_key
-			WHERE l.status = 'active' AND l.next_due_at <= $1
-			ORDER BY l.next_due_at LIMIT $2 FOR UPDATE OF l SKIP LOCKED`, now, limit)
+			WHERE l.status = 'active' AND l.next_due_at <= $1 AND (l.next_due_at, l.session_key, l.kind) > ($3, $4, $5)
+			ORDER BY l.next_due_at, l.session_key, l.kind LIMIT $2 FOR UPDATE OF l SKIP LOCKED`, now, limit, after.At, after.Key, after.Kind)
 		if err != nil {
 			return fmt.Errorf("read due loops: %w", err)
 		}
@@ -210,6 +228,10 @@ func (s *Store) FireDue(ctx context.Context, now time.Time, limit int, busy func
 		rows.Close()
 		if err := rows.Err(); err != nil {
 			return fmt.Errorf("read due loops: %w", err)
+		}
+		if len(all) == limit {
+			last := all[len(all)-1]
+			next = &DueCursor{At: last.l.NextDue, Key: last.key, Kind: last.l.Kind}
 		}
 		for _, d := range all {
 			switch {
@@ -235,12 +257,12 @@ func (s *Store) FireDue(ctx context.Context, now time.Time, limit int, busy func
 				skipped(d.key, d.l.Kind, SkipBusy)
 				continue
 			}
-			next, text := loop.Fire(*d.l, now)
+			tick, text := loop.Fire(*d.l, now)
 			var ev eventsv1.MessageReceived
 			if err := proto.Unmarshal(d.template, &ev); err != nil {
 				return fmt.Errorf("decode loop template: %w", err)
 			}
-			ev.EventId = next.Kind + ":" + next.ID + ":" + strconv.Itoa(next.Ticks)
+			ev.EventId = tick.Kind + ":" + tick.ID + ":" + strconv.Itoa(tick.Ticks)
 			ev.MessageId = ""
 			ev.Text = text
 			ev.ReceivedAt = timestamppb.New(now)
@@ -248,11 +270,11 @@ func (s *Store) FireDue(ctx context.Context, now time.Time, limit int, busy func
 			if err != nil {
 				return fmt.Errorf("encode wakeup: %w", err)
 			}
-			if err := s.writeLoop(ctx, tx, d.key, next, "", ""); err != nil {
+			if err := s.writeLoop(ctx, tx, d.key, tick, "", ""); err != nil {
 				return err
 			}
 			if _, err := tx.Exec(ctx, `UPDATE session_loops SET last_event_id = $3 WHERE session_key = $1 AND kind = $2`,
-				d.key, next.Kind, ev.EventId); err != nil {
+				d.key, tick.Kind, ev.EventId); err != nil {
 				return fmt.Errorf("record wakeup: %w", err)
 			}
 			if _, err := tx.Exec(ctx, `INSERT INTO session_queue (session_key, stream_seq, event_id, own_turn, event, enqueued_at, traceparent)
@@ -260,11 +282,11 @@ func (s *Store) FireDue(ctx context.Context, now time.Time, limit int, busy func
 				d.key, int64(continuationSeq), ev.EventId, data, now); err != nil {
 				return fmt.Errorf("queue wakeup: %w", err)
 			}
-			fired = append(fired, Fired{Key: d.key, Kind: next.Kind, EventID: ev.EventId, Tick: next.Ticks})
+			fired = append(fired, Fired{Key: d.key, Kind: tick.Kind, EventID: ev.EventId, Tick: tick.Ticks})
 		}
 		return nil
 	})
-	return fired, err
+	return fired, next, err
 }
 
 // Completion is what the evaluation of a wakeup's answer did.

@@ -14,7 +14,7 @@ import (
 )
 
 func notBusy(context.Context, string) (bool, error) { return false, nil }
-func noSkip(string, string, Skip)                    {}
+func noSkip(string, string, Skip)                   {}
 
 // Schedulers racing over the same due loops (as router replicas do)
 // fire each tick once: every due loop gets one wakeup queued and one
@@ -173,5 +173,49 @@ func TestFireDueIdleOnlyAndCompleteOnce(t *testing.T) {
 	var status string
 	if err := db.QueryRow(ctx, `SELECT status FROM session_loops WHERE session_key = $1 AND kind = 'loop'`, key).Scan(&status); err != nil || status != loop.Cleared {
 		t.Fatalf("ended loop: %q %v", status, err)
+	}
+}
+
+// Due ticks of busy sessions, which stay due, do not hide the others:
+// the pages after them are fired too.
+func TestFireDuePagesPastBusySessions(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.New(t)
+	s := New(db)
+	now := time.Now()
+	for i := range 5 {
+		key := fmt.Sprintf("agent:main:telegram:dm:%d", i)
+		src := &eventsv1.SessionSource{Platform: "telegram", ChatId: fmt.Sprint(i), ChatType: "dm", UserId: fmt.Sprint(i)}
+		sess, _, _, err := s.Arrive(ctx, key, "", src, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The idle session's tick is the latest due.
+		l := loop.State{Kind: loop.KindLoop, ID: fmt.Sprint(i), Prompt: "p", Status: loop.Active, Interval: time.Minute,
+			NextDue: now.Add(-time.Duration(10-i) * time.Second)}
+		if _, err := s.SetLoop(ctx, key, sess.ID, l, &eventsv1.MessageReceived{Source: src}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	idle := "agent:main:telegram:dm:4"
+	busy := func(_ context.Context, key string) (bool, error) { return key != idle, nil }
+	var all []Fired
+	var after *DueCursor
+	pages := 0
+	for {
+		f, next, err := s.FireDuePage(ctx, now, 2, after, busy, noSkip)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pages++
+		all = append(all, f...)
+		if next == nil {
+			break
+		}
+		after = next
+	}
+	if len(all) != 1 || all[0].Key != idle || pages != 3 {
+		t.Errorf("fired %+v in %d pages; want the idle session's tick, in 3 pages", all, pages)
 	}
 }

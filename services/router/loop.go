@@ -312,13 +312,26 @@ func (s *Service) fireLoops(ctx context.Context) {
 	skipped := func(_, kind string, why sessionstore.Skip) {
 		loopFires.WithLabelValues(kind, string(why)).Inc()
 	}
-	fired, err := s.store.FireDue(ctx, s.now(), loopFireLimit, busy, skipped)
-	if err != nil {
-		if ctx.Err() == nil {
-			s.log.Warn("fire loops failed", "err", err)
+	now := s.now()
+	var after *sessionstore.DueCursor
+	for {
+		fired, next, err := s.store.FireDuePage(ctx, now, loopFireLimit, after, busy, skipped)
+		if err != nil {
+			if ctx.Err() == nil {
+				s.log.Warn("fire loops failed", "err", err)
+			}
+			return
 		}
-		return
+		s.startWakeups(ctx, fired)
+		if next == nil {
+			return
+		}
+		after = next
 	}
+}
+
+// startWakeups starts the turns of the wakeups fired.
+func (s *Service) startWakeups(ctx context.Context, fired []sessionstore.Fired) {
 	for _, f := range fired {
 		loopFires.WithLabelValues(f.Kind, "fired").Inc()
 		s.log.Info("loop fired", "session_key", f.Key, "kind", f.Kind, "tick", f.Tick)

@@ -80,6 +80,9 @@ func TestLoopCommands(t *testing.T) {
 	if got := e.ask("alice", "/loop status"); !strings.HasPrefix(got, "↻ Loop (active, every 30s, 1/3 runs, next in ") || !strings.HasSuffix(got, "): check the deploy") {
 		t.Errorf("/loop status: %q", got)
 	}
+	if got := e.ask("alice", "/status"); !strings.Contains(got, "\n↻ Loop (active, every 30s, 1/3 runs, next in ") {
+		t.Errorf("/status: %q", got)
+	}
 	if got := e.ask("alice", "/loop pause"); got != "⏸ Loop paused: check the deploy\nUse /loop resume to continue." {
 		t.Errorf("/loop pause: %q", got)
 	}
