@@ -61,7 +61,9 @@ func TestWholeSystemLoop(t *testing.T) {
 			t.Parallel()
 			c := chat(t, 402)
 			c.say("/loop 5s look at the fence --until the fence is painted [[verdict:continue times=1]] [[verdict:done]]")
-			c.waitFor("the loop finished", func(s []string) bool { return countContaining(s, "✓ Loop finished after 2 ticks — fake judge: done") == 1 })
+			c.waitFor("the loop finished", func(s []string) bool {
+				return countContaining(s, "✓ Loop finished after 2 ticks — fake judge: done") == 1
+			})
 			got := c.settled(7 * time.Second)
 			if !inOrder(got, "↻ Loop set (every 5s): look at the fence\nStops when: the fence is painted",
 				"echo: [/loop wakeup #1, every 5s]", "echo: [/loop wakeup #2, every 5s]", "✓ Loop finished after 2 ticks") ||
@@ -73,7 +75,9 @@ func TestWholeSystemLoop(t *testing.T) {
 			t.Parallel()
 			c := chat(t, 403)
 			c.say("/loop 5s wrap up\nLOOP_COMPLETE")
-			c.waitFor("the loop finished", func(s []string) bool { return countContaining(s, "✓ Loop finished after 1 tick — task complete.") == 1 })
+			c.waitFor("the loop finished", func(s []string) bool {
+				return countContaining(s, "✓ Loop finished after 1 tick — task complete.") == 1
+			})
 			if got := c.settled(7 * time.Second); countContaining(got, "echo: [/loop wakeup") != 1 {
 				t.Errorf("the loop went on after LOOP_COMPLETE: %q", got)
 			}

@@ -158,7 +158,9 @@ func splitWord(text string) (first, rest string) {
 	return text[:i], strings.TrimSpace(text[i:])
 }
 
-func isSpace(r rune) bool { return r == ' ' || r == '\t' || r == '\n' || r == '\r' || r == '\v' || r == '\f' }
+func isSpace(r rune) bool {
+	return r == ' ' || r == '\t' || r == '\n' || r == '\r' || r == '\v' || r == '\f'
+}
 
 // pyRepr quotes s as Python's repr of a str does for plain text.
 func pyRepr(s string) string {
