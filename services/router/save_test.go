@@ -221,4 +221,28 @@ func TestSaveTooLarge(t *testing.T) {
 	if n := len(e.mediaTo("alice")); n != 0 {
 		t.Errorf("%d files sent", n)
 	}
+
+	// No gateway created the attachment store here: a small file goes
+	// inline, as a data: URL.
+	const bob = "agent:main:telegram:dm:chat-bob"
+	e.ask("bob", "/save")
+	bs, err := sessionstore.New(e.db).Get(ctx, bob)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.db.Exec(ctx, `INSERT INTO transcript_messages (session_key, session_id, turn_id, generation, step, role, content)
+		VALUES ($1, $2, 'turn-b', $3, 0, 'user', 'hi')`, bob, bs.ID, bs.Generation); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.ask("bob", "/save json"); !strings.HasPrefix(got, "💾 Saved 1 message: ") {
+		t.Errorf("/save json: %q", got)
+	}
+	files := e.mediaTo("bob")
+	if len(files) != 1 {
+		t.Fatalf("%d files sent to bob", len(files))
+	}
+	data, mime, ok, err := attachment.ParseDataURL(files[0].GetMedia().GetAttachment().GetUrl())
+	if !ok || err != nil || mime != "application/json" || !strings.Contains(string(data), `"content": "hi"`) {
+		t.Errorf("inline file: %q %q %v %v", data, mime, ok, err)
+	}
 }
