@@ -2,7 +2,6 @@ package command
 
 import (
 	"errors"
-	"fmt"
 	"strings"
 	"unicode"
 )
@@ -64,13 +63,23 @@ func ParseSave(args string) (Save, error) {
 	token := strings.ToLower(parts[0])
 	f, ok := saveFormats[token]
 	if !ok {
-		return s, fmt.Errorf("Unknown format '%s' — expected one of: json, md, html", truncateRunes(token, 40))
+		return s, UnknownSaveFormatError{Format: truncateRunes(token, 40)}
 	}
 	s.Format = f
 	if len(parts) > 1 {
 		s.FileName = parts[1]
 	}
 	return s, nil
+}
+
+// UnknownSaveFormatError is a /save format that is none of json, md and
+// html; its text is Hermes's answer, shown to the user as it is.
+type UnknownSaveFormatError struct {
+	Format string
+}
+
+func (e UnknownSaveFormatError) Error() string {
+	return "Unknown format '" + e.Format + "' — expected one of: json, md, html"
 }
 
 // truncateRunes cuts s to at most n runes.
