@@ -129,7 +129,7 @@ func Watch(ctx context.Context, kv jetstream.KeyValue, log *slog.Logger, changed
 			}
 			if e == nil { // the stored value is in
 				v.notify()
-				go v.follow(ctx, w, log)
+				go v.follow(ctx, kv, w, log)
 				return v, nil
 			}
 			v.apply(e)
@@ -137,23 +137,40 @@ func Watch(ctx context.Context, kv jetstream.KeyValue, log *slog.Logger, changed
 	}
 }
 
-// follow applies the watch's updates until ctx ends.
-func (v *View) follow(ctx context.Context, w jetstream.KeyWatcher, log *slog.Logger) {
+// follow applies the watch's updates until ctx ends. A watcher that
+// closes (its consumer lost for good) is replaced by a new watch, which
+// replays the stored value first: the view never stops following.
+func (v *View) follow(ctx context.Context, kv jetstream.KeyValue, w jetstream.KeyWatcher, log *slog.Logger) {
 	defer func() { _ = w.Stop() }()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case e, ok := <-w.Updates():
-			if !ok {
-				if ctx.Err() == nil && log != nil {
-					log.Error("pause watcher closed; the pause state is no longer followed")
+			if ok {
+				if e != nil {
+					v.apply(e)
+					v.notify()
 				}
-				return
+				continue
 			}
-			if e != nil {
-				v.apply(e)
-				v.notify()
+			if log != nil {
+				log.Warn("pause watcher closed; watching again")
+			}
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(time.Second):
+				}
+				nw, err := kv.Watch(ctx, key)
+				if err == nil {
+					w = nw
+					break
+				}
+				if ctx.Err() == nil && log != nil {
+					log.Warn("watch pause again", "err", err)
+				}
 			}
 		}
 	}
