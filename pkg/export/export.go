@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/switchboard-chat/switchboard/pkg/secret"
+	"github.com/switchboard-chat/switchboard/pkg/skill"
 )
 
 // Session is the conversation to render.
@@ -74,17 +75,36 @@ func MediaType(format string) string {
 	return "application/octet-stream"
 }
 
-// Render renders s in format (json, md or html).
+// Render renders s in format (json, md or html). The transcripts for
+// people to read (md and html) show a user message that invoked a skill
+// as the user typed it ("/<skill> <instruction>", pkg/skill's Describe,
+// as Hermes's chat transcripts do) instead of the skill's whole file,
+// which the JSON snapshot keeps as the model read it.
 func Render(s Session, format string) ([]byte, error) {
 	switch format {
 	case "json":
 		return renderJSON(s)
 	case "md":
-		return []byte(renderMarkdown(s)), nil
+		return []byte(renderMarkdown(typed(s))), nil
 	case "html":
-		return renderHTML(s)
+		return renderHTML(typed(s))
 	}
 	return nil, fmt.Errorf("export: unknown format %q", format)
+}
+
+// typed returns s with each user message that invoked a skill as typed.
+func typed(s Session) Session {
+	out := s
+	out.Messages = make([]Message, len(s.Messages))
+	for i, m := range s.Messages {
+		if m.Role == "user" {
+			if t, ok := skill.Describe(m.Content, " "); ok {
+				m.Content = t
+			}
+		}
+		out.Messages[i] = m
+	}
+	return out
 }
 
 // Redacted returns a copy of s whose texts — the title, the messages'

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/switchboard-chat/switchboard/pkg/export"
+	"github.com/switchboard-chat/switchboard/pkg/skill"
 )
 
 func sample() export.Session {
@@ -169,5 +170,36 @@ func TestRenderUnknownFormat(t *testing.T) {
 		if export.MediaType(f) == "application/octet-stream" {
 			t.Errorf("%s has no media type", f)
 		}
+	}
+}
+
+// The transcripts people read show a skill's invocation as the user typed
+// it; the JSON snapshot keeps what the model read.
+func TestRenderSkillInvocationAsTyped(t *testing.T) {
+	t.Parallel()
+	sk, err := skill.Parse([]byte("---\nname: code-review\n---\nSECRET SKILL BODY\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := sample()
+	s.Messages[1].Content = sk.Invocation("fix the bug")
+	for _, format := range []string{"md", "html"} {
+		b, err := export.Render(s, format)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out := string(b); strings.Contains(out, "SECRET SKILL BODY") || !strings.Contains(out, "/code-review fix the bug") {
+			t.Errorf("%s shows the invocation so:\n%s", format, out)
+		}
+	}
+	b, err := export.Render(s, "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), "SECRET SKILL BODY") {
+		t.Error("the JSON snapshot lost the invocation")
+	}
+	if s.Messages[1].Content != sk.Invocation("fix the bug") {
+		t.Error("Render changed the session it was given")
 	}
 }
