@@ -319,7 +319,7 @@ func (s *Service) cronRunning(ctx context.Context, m *msgCtx) []cron.Job {
 // queuedPreview is a waiting message as /agents shows it: its first 60
 // characters on one line, or what it carries when it has no text.
 func queuedPreview(q sessionstore.Queued) string {
-	if t := oneLine(q.Event.GetText(), 60); t != "" {
+	if t := oneLine(shownText(q.Event.GetText()), 60); t != "" {
 		return t
 	}
 	if n := len(q.Event.GetAttachments()); n > 0 {

@@ -94,6 +94,11 @@ func (s *Service) isAdmin(m *msgCtx) (admin, restricted bool) {
 func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) error {
 	reply := func(gen int64, text string) error { return s.notice(ctx, m, gen, text, "command") }
 	if !cmd.Known {
+		if text, ok := s.skillRefusal(cmd.Typed, m.platform); ok {
+			// A skill that does not run here (skills.go).
+			commandsHandled.WithLabelValues("skill_disabled").Inc()
+			return reply(0, text)
+		}
 		commandsHandled.WithLabelValues("unknown").Inc()
 		text := fmt.Sprintf("Unknown command /%s.", cmd.Typed)
 		if sug := command.Suggest(cmd.Typed); len(sug) > 0 {
@@ -115,7 +120,7 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 		return reply(0, fmt.Sprintf("/%s is reserved for admins here. /help and /whoami are available.", cmd.Name))
 	}
 	if cmd.Name == "help" {
-		return reply(0, helpText+s.quickHelp())
+		return reply(0, helpText+s.quickHelp()+s.skillsHelp(m.platform))
 	}
 	if cmd.Name == "pause" {
 		// About the whole gateway, not this chat, and mid-turn too

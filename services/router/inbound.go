@@ -55,6 +55,9 @@ type msgCtx struct {
 	// (isCmd: it is one).
 	cmd   command.Command
 	isCmd bool
+	// skill is the command of the skill the message invokes (its text
+	// is the skill's invocation; skills.go), "" for any other message.
+	skill string
 	// hold: the message looks like one part of what the user sent at
 	// once (holdFor); a free session waits this long for the rest.
 	hold time.Duration
@@ -125,6 +128,8 @@ func (s *Service) handleInbound(ctx context.Context, ev *eventsv1.MessageReceive
 		// text, such as an issue's title: a leading "/" is not a command
 		// of a chat user (an "/approve" would answer a tool's approval).
 		m.cmd, m.isCmd = s.parseCommand(ev.GetText(), m.platform)
+		// "/<skill> [instruction]" is a message from here on (skills.go).
+		s.expandSkill(m)
 	}
 	m.hold = s.holdFor(m)
 	key, root, place, err := s.keyFor(ctx, src)
@@ -265,6 +270,9 @@ func (s *Service) handle(ctx context.Context, m *msgCtx, key string) error {
 	}
 
 	m.key = key
+	if m.skill != "" {
+		skillInvocations.WithLabelValues(m.skill).Inc()
+	}
 	if m.place == topicLobby && !m.isCmd && !m.ev.GetInternal() {
 		// The main view of a chat in topic mode takes commands only.
 		s.giveBack(ctx, m, true)

@@ -17,7 +17,7 @@ import (
 func (s *Service) infoCommand(m *msgCtx, cmd command.Command) string {
 	switch cmd.Name {
 	case "commands":
-		return commandsText(m.platform, cmd.Args, s.quickHelp())
+		return commandsText(m.platform, cmd.Args, s.quickHelp()+s.skillsCommands(m.platform))
 	case "profile":
 		return profileText(s.cfg.Profile, m.key)
 	}
@@ -25,7 +25,8 @@ func (s *Service) infoCommand(m *msgCtx, cmd command.Command) string {
 }
 
 // commandsText answers /commands [page] on platform: Hermes's paginated
-// list of every command (here /help's lines, then the quick commands),
+// list of every command (here /help's lines, then the quick commands and
+// the skills that run on platform),
 // 15 a page on Telegram (shorter messages), 20 elsewhere, with links to
 // the pages before and after (the quick commands' heading kept with its
 // entries, commandsPages). A page past the end shows the last, and says
@@ -80,18 +81,20 @@ func commandsPage(platform string, requested int, entries []string) string {
 }
 
 // commandsPages cuts entries into pages of at most size lines, as
-// Hermes's /commands, except that the quick commands' heading (and the
-// blank line before it) never ends a page: a page that would end with
+// Hermes's /commands, except that the quick commands' heading and the
+// skills' (and the blank line before each) never end a page: a page that would end with
 // either ends before the blank line, and the heading starts the next
 // page with its entries. Each page is a [start, end) range; there is at
 // least one.
 func commandsPages(entries []string, size int) [][2]int {
-	heading := slices.Index(entries, quickHeading)
+	headings := []int{slices.Index(entries, quickHeading), slices.Index(entries, skillsHeading)}
 	var pages [][2]int
 	for start := 0; start < len(entries); {
 		end := min(start+size, len(entries))
-		if heading > 0 && end < len(entries) && (end == heading || end == heading+1) && heading-1 > start {
-			end = heading - 1
+		for _, heading := range headings {
+			if heading > 0 && end < len(entries) && (end == heading || end == heading+1) && heading-1 > start {
+				end = heading - 1
+			}
 		}
 		pages = append(pages, [2]int{start, end})
 		start = end

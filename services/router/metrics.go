@@ -14,6 +14,10 @@ var (
 		Name: "switchboard_router_inbound_total",
 		Help: "Inbound messages by outcome (started: as a turn of its own at once; queued, held: a part of a split text waiting for the rest, command, denied, duplicate, dropped, steered, approval: a plain yes or no that answered a waiting approval, lobby: a prompt in the main view of a Telegram DM in /topic mode, which starts no turn; paused: a message or a command that would start new work, answered with the paused notice while the emergency stop (/pause) holds).",
 	}, []string{"outcome"})
+	skillInvocations = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "switchboard_router_skill_invocations_total",
+		Help: "Skill slash commands (/<skill> [instruction]) that became a message to the agent, by skill command (one of the configured skills).",
+	}, []string{"skill"})
 	turnsStarted = promauto.NewCounter(prometheus.CounterOpts{
 		Name: "switchboard_router_turns_started_total",
 		Help: "Turns published.",

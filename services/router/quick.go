@@ -21,8 +21,9 @@ import (
 //     rather than answered "unsupported type" at every use.
 //   - Hermes silently lets a built-in command win over a quick command of
 //     the same name, and lets a target name a skill or plugin command;
-//     both are config errors here (Switchboard has no skill or plugin
-//     commands), so an alias never turns into text for the agent.
+//     both are config errors here (a target is a built-in command; a
+//     skill is typed as itself, skills.go), so an alias never turns into
+//     text for the agent.
 type QuickCommand struct {
 	// Type is "alias", the only type Switchboard runs.
 	Type string `koanf:"type"`
@@ -78,11 +79,17 @@ func (s *Service) isQuick(name string) bool {
 	return ok
 }
 
+// isQuickOrSkill reports whether name is a quick command or a skill's
+// command: "!" starts them on Slack and Matrix, as it starts built-ins.
+func (s *Service) isQuickOrSkill(name string) bool {
+	return s.isQuick(name) || s.skills.Has(name)
+}
+
 // parseCommand reads a command from text, the operator's quick commands
 // included: an alias comes back as the built-in command it runs, with
 // the user's arguments after the target's.
 func (s *Service) parseCommand(text, platform string) (command.Command, bool) {
-	cmd, ok := command.ParseWith(text, platform, s.cfg.BotNames[platform], s.isQuick)
+	cmd, ok := command.ParseWith(text, platform, s.cfg.BotNames[platform], s.isQuickOrSkill)
 	if !ok || cmd.Known {
 		return cmd, ok
 	}

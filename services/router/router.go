@@ -36,6 +36,7 @@ import (
 	"github.com/switchboard-chat/switchboard/pkg/redisx"
 	"github.com/switchboard-chat/switchboard/pkg/sessionkey"
 	"github.com/switchboard-chat/switchboard/pkg/sessionstore"
+	"github.com/switchboard-chat/switchboard/pkg/skill"
 	"github.com/switchboard-chat/switchboard/services/router/internal/auth"
 )
 
@@ -295,6 +296,9 @@ type Deps struct {
 	Cron *cron.Store
 	// Provider is the model provider /provider tells of (no key).
 	Provider Provider
+	// Skills are the skills "/<skill> [instruction]" invokes (skills.go),
+	// loaded with the quick commands reserved; nil: none.
+	Skills *skill.Set
 }
 
 // Service is a running router.
@@ -340,6 +344,8 @@ type Service struct {
 	// files keeps the files commands send (/save) in the attachment
 	// store the gateways read them from.
 	files *attachment.Store
+	// skills is Deps.Skills.
+	skills *skill.Set
 }
 
 // New builds a router.
@@ -391,6 +397,13 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		holds:      newHolds(),
 		provider:   deps.Provider,
 		pauseReady: make(chan struct{}),
+		skills:     deps.Skills,
+	}
+	for name := range cfg.QuickCommands {
+		if s.skills.Has(name) {
+			// Built-ins and quick commands win over skills (skills.go).
+			s.log.Warn("a quick command shadows a skill of the same command", "command", name)
+		}
 	}
 	s.directory = outbox.New(deps.DB)
 	// Opened, never created: the gateways, which read the files back,

@@ -31,6 +31,7 @@ import (
 	"github.com/switchboard-chat/switchboard/pkg/redisx/redistest"
 	"github.com/switchboard-chat/switchboard/pkg/sessionkey"
 	"github.com/switchboard-chat/switchboard/pkg/sessionstore"
+	"github.com/switchboard-chat/switchboard/pkg/skill"
 	"github.com/switchboard-chat/switchboard/services/router/internal/auth"
 )
 
@@ -46,6 +47,8 @@ type env struct {
 	homes func(platform string) string
 	// provider is the model provider the router is started with.
 	provider Provider
+	// skills are the skills the router is started with.
+	skills *skill.Set
 
 	mu      sync.Mutex
 	notices []*repliesv1.ReplyEvent
@@ -128,7 +131,7 @@ func (e *env) startRouter(cfg Config, b *bus.Bus, parts []int) *Service {
 	if b == nil {
 		b = e.bus
 	}
-	s, err := New(cfg, Deps{Bus: b, DB: e.db, Redis: e.rdb, RedisPrefix: e.prefix, Environ: []string{}, Partitions: parts, Homes: e.homes, Provider: e.provider})
+	s, err := New(cfg, Deps{Bus: b, DB: e.db, Redis: e.rdb, RedisPrefix: e.prefix, Environ: []string{}, Partitions: parts, Homes: e.homes, Provider: e.provider, Skills: e.skills})
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -1,0 +1,128 @@
+package router
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+	"github.com/switchboard-chat/switchboard/pkg/skill"
+)
+
+// testSkills loads skills from a temporary directory: name → SKILL.md.
+func testSkills(t *testing.T, cfg skill.Config, files map[string]string) *skill.Set {
+	t.Helper()
+	dir := t.TempDir()
+	for name, text := range files {
+		if err := os.MkdirAll(filepath.Join(dir, name), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name, skill.File), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg.Dirs = []string{dir}
+	if cfg.MaxBytes == 0 {
+		cfg.MaxBytes = skill.DefaultMaxBytes
+	}
+	set, problems := skill.Load(cfg, nil)
+	if len(problems) > 0 {
+		t.Fatal(problems)
+	}
+	return set
+}
+
+const reviewSkill = "---\nname: code-review\ndescription: Review a diff\n---\n\n# Review\nRead the diff twice.\n"
+
+// "/<skill> [instruction]" reaches the worker as an ordinary message
+// whose text is Hermes's invocation — from a user who is no admin too, as
+// a typed message — while an unknown command, a disabled skill and one
+// disabled for the platform are answered.
+func TestSkillCommands(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.skills = testSkills(t, skill.Config{Disabled: []string{"off"}, PlatformDisabled: map[string][]string{"telegram": {"tg-off"}}},
+		map[string]string{
+			"review": reviewSkill,
+			"off":    "---\nname: off\n---\nnever\n",
+			"tg-off": "---\nname: tg-off\n---\nnot on telegram\n",
+		})
+	cfg := testConfig()
+	cfg.Admins = map[string][]string{"telegram": {"alice"}}
+	e.startRouter(cfg, nil, nil)
+	w := e.startWorker(nil)
+
+	answers := []struct{ user, text, want string }{
+		{"alice", "/foo bar", "Unknown command /foo."},
+		{"alice", "/off now", "The **off** skill is installed but disabled."},
+		{"alice", "/tg_off now", "The **tg-off** skill is disabled for telegram."},
+		{"bob", "/model x", "/model is reserved for admins here."},
+		{"alice", "/help", "⚡ **Skill Commands** (1 active):\n/code-review — Review a diff"},
+		{"bob", "/help", "/code-review — Review a diff"},
+		{"alice", "/commands 99", "⚡ **Skill Commands**:\n/code-review — Review a diff"},
+	}
+	for _, a := range answers {
+		if got := e.ask(a.user, a.text); !strings.Contains(got, a.want) {
+			t.Errorf("%s %q: got %q, want it to contain %q", a.user, a.text, got, a.want)
+		}
+	}
+	if got := e.ask("alice", "/help"); strings.Contains(got, "/off") || strings.Contains(got, "/tg-off") {
+		t.Errorf("/help on telegram lists a disabled skill: %q", got)
+	}
+
+	sk, _ := e.skills.Lookup("code-review", "telegram")
+	// Telegram's menu shows /code_review: it arrives so.
+	e.publish(dm("bob", "/code_review fix the bug — carefully"))
+	want := sk.Invocation("fix the bug — carefully")
+	waitFor(t, "the skill's turn", func() bool {
+		turns, _ := w.snapshot()
+		return slices.Contains(inputsText(turns, "agent:main:telegram:dm:chat-bob"), want)
+	})
+	if !strings.HasPrefix(want, `[IMPORTANT: The user has invoked the "code-review" skill`) ||
+		!strings.HasSuffix(want, "\n\nThe user has provided the following instruction alongside the skill invocation: fix the bug — carefully") ||
+		!strings.Contains(want, "Read the diff twice.") {
+		t.Fatalf("invocation:\n%s", want)
+	}
+	// A bare invocation has no instruction line; "!" starts a skill on Slack.
+	src := &eventsv1.SessionSource{Platform: "slack", Account: "T1", ChatId: "D1", ChatType: "dm", UserId: "bob", UserName: "bob"}
+	e.publish(&eventsv1.MessageReceived{EventId: nextEventID(), Text: "!code-review", Source: src})
+	waitFor(t, "the bare invocation's turn", func() bool {
+		var got []string
+		turns, _ := w.snapshot()
+		for _, tr := range turns {
+			if tr.GetOrigin().GetPlatform() == "slack" {
+				for _, in := range tr.GetInputs() {
+					got = append(got, in.GetText())
+				}
+			}
+		}
+		return slices.Equal(got, []string{sk.Invocation("")})
+	})
+	turns, _ := w.snapshot()
+	for _, tr := range turns {
+		for _, in := range tr.GetInputs() {
+			if strings.Contains(in.GetText(), "never") || strings.Contains(in.GetText(), "not on telegram") || strings.HasPrefix(in.GetText(), "/foo") {
+				t.Fatalf("a refused command reached the worker: %q", in.GetText())
+			}
+		}
+	}
+}
+
+func TestShownText(t *testing.T) {
+	set := testSkills(t, skill.Config{}, map[string]string{"review": reviewSkill})
+	sk, _ := set.Lookup("code-review", "")
+	for in, want := range map[string]string{
+		sk.Invocation("do x\nnow"): "/code-review do x now",
+		sk.Invocation(""):          "/code-review",
+		"plain text":               "plain text",
+	} {
+		if got := shownText(in); got != want {
+			t.Errorf("shownText = %q, want %q", got, want)
+		}
+	}
+	if skillInstruction("  /code-review   fix  it — now ") != "fix  it — now" || skillInstruction("/code-review") != "" {
+		t.Error("skillInstruction")
+	}
+}
