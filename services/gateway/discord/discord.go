@@ -28,6 +28,7 @@ import (
 
 	"github.com/switchboard-chat/switchboard/pkg/attachment"
 	"github.com/switchboard-chat/switchboard/pkg/bus"
+	"github.com/switchboard-chat/switchboard/pkg/command"
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/platform"
@@ -124,6 +125,10 @@ type Deps struct {
 	Log    *slog.Logger
 	Bus    *bus.Bus
 	Runner platform.Options
+	// Menu is what the slash commands are registered from; nil:
+	// command.Menu, the built-in commands. The skills that run on Discord
+	// follow them when the gateway loads skills (pkg/skill's Menu).
+	Menu []command.MenuEntry
 }
 
 // Service runs the Discord gateway.
@@ -155,6 +160,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	if deps.Runner.Attachments.Enabled {
 		p.store = attachment.Open(deps.Bus.JetStream(), deps.Bus.Topology(), deps.Runner.Attachments)
 	}
+	p.menu = deps.Menu
 	return &Service{Service: svc, p: p}, nil
 }
 
@@ -175,6 +181,8 @@ type Platform struct {
 
 	// registered: this process made the slash commands the menu's.
 	registered atomic.Bool
+	// menu is Deps.Menu (nil: command.Menu).
+	menu []command.MenuEntry
 
 	connMu sync.Mutex
 	conn   platform.Conn

@@ -115,7 +115,11 @@ func (p *Platform) registerCommands(ctx context.Context) (bool, error) {
 	if !snowflake(app) {
 		return false, errors.New("discord application id unknown")
 	}
-	want, dropped := slashCommands(command.Menu())
+	menu := p.menu
+	if menu == nil {
+		menu = command.Menu()
+	}
+	want, dropped := slashCommands(menu)
 	if len(dropped) > 0 {
 		p.log.Warn("discord slash commands Discord would refuse are not registered", "commands", dropped)
 	}

@@ -157,6 +157,10 @@ type Deps struct {
 	// into the attachment store. Nothing is downloaded as a message is
 	// published; one declared larger than max_bytes is marked so.
 	Attachments attachment.Config
+	// Menu is the bot's command menu (setMyCommands); nil: command.Menu,
+	// the built-in commands. The skills that run on Telegram follow them
+	// when the gateway loads skills (pkg/skill's Menu).
+	Menu []command.MenuEntry
 }
 
 // Service is the Telegram gateway. It is unready with the reason after
@@ -181,6 +185,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
+	p.menu = deps.Menu
 	p.downloads = platform.NewDownloader(deps.Attachments.URLs)
 	if deps.Attachments.Enabled {
 		p.store = attachment.Open(deps.Bus.JetStream(), deps.Bus.Topology(), deps.Attachments)
@@ -209,6 +214,8 @@ type Platform struct {
 	mu       sync.Mutex
 	username string
 	menuSet  bool // the command menu was set (setCommands)
+	// menu is Deps.Menu (nil: command.Menu).
+	menu []command.MenuEntry
 }
 
 // NewPlatform builds the platform without a bus (the Runner adds it).
@@ -302,8 +309,12 @@ func (p *Platform) setCommands(ctx context.Context) {
 	if done {
 		return
 	}
+	menu := p.menu
+	if menu == nil {
+		menu = command.Menu()
+	}
 	var cmds []models.BotCommand
-	for _, e := range command.Menu() {
+	for _, e := range menu {
 		cmds = append(cmds, models.BotCommand{Command: e.Name, Description: e.Description})
 	}
 	if _, err := p.api.SetMyCommands(ctx, &bot.SetMyCommandsParams{Commands: cmds}); err != nil {
