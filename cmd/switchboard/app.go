@@ -18,6 +18,7 @@ import (
 	"github.com/switchboard-chat/switchboard/pkg/fakellm"
 	"github.com/switchboard-chat/switchboard/pkg/pg"
 	"github.com/switchboard-chat/switchboard/pkg/redisx"
+	"github.com/switchboard-chat/switchboard/pkg/skill"
 	"github.com/switchboard-chat/switchboard/pkg/telemetry"
 )
 
@@ -35,6 +36,9 @@ type app struct {
 	// natsOptions are added to the NATS connection's (dev connects to
 	// its embedded server in-process).
 	natsOptions []nats.Option
+	// skills are loaded once (loadSkills).
+	skillsOnce sync.Once
+	skills     *skill.Set
 
 	mu        sync.Mutex
 	closers   []func()

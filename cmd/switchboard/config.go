@@ -14,6 +14,7 @@ import (
 	"github.com/switchboard-chat/switchboard/pkg/pg"
 	"github.com/switchboard-chat/switchboard/pkg/redisx"
 	"github.com/switchboard-chat/switchboard/pkg/retention"
+	"github.com/switchboard-chat/switchboard/pkg/skill"
 	"github.com/switchboard-chat/switchboard/pkg/telemetry"
 	"github.com/switchboard-chat/switchboard/services/admin"
 	"github.com/switchboard-chat/switchboard/services/delivery"
@@ -66,6 +67,9 @@ type Config struct {
 	Cron scheduler.Config `koanf:"cron"`
 	// Sessions is the retention of idle sessions, swept by the router.
 	Sessions retention.Config `koanf:"sessions"`
+	// Skills are the operator's skills, which "/<skill> [instruction]"
+	// invokes; the router loads them (every replica the same dirs).
+	Skills skill.Config `koanf:"skills"`
 }
 
 // STTConfig selects speech-to-text for voice messages and audio files.
@@ -217,6 +221,7 @@ func defaultConfig() *Config {
 		TTS:         TTSConfig{Model: llm.DefaultSpeechModel, Voice: llm.DefaultSpeechVoice, Format: llm.DefaultSpeechFormat, Timeout: time.Minute},
 		Cron:        scheduler.DefaultConfig(),
 		Sessions:    retention.DefaultConfig(),
+		Skills:      skill.DefaultConfig(),
 	}
 }
 
@@ -304,6 +309,9 @@ func (c *Config) Validate() error {
 	}
 	if err := c.Sessions.Validate(); err != nil {
 		return err
+	}
+	if err := c.Skills.Validate(); err != nil {
+		return fmt.Errorf("%w for %v", config.ErrInvalid, err)
 	}
 	if err := c.Router.Validate(); err != nil {
 		return fmt.Errorf("%w for router.%v", config.ErrInvalid, err)

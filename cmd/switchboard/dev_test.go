@@ -57,6 +57,7 @@ func TestConfigRefusesWhatItCannotRun(t *testing.T) {
 		{"postgres.max_conns", func(c *Config) { c.Postgres.MaxConns = -1 }},
 		{"llm.stream_idle_timeout", func(c *Config) { c.LLM.StreamIdleTimeout = -time.Second }},
 		{"cron.max_run_duration", func(c *Config) { c.Cron.MaxRunDuration = c.Cron.Tick / 2 }},
+		{"skills.max_bytes", func(c *Config) { c.Skills.MaxBytes = 0 }},
 	} {
 		c := defaultConfig()
 		tc.change(c)

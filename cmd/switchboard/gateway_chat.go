@@ -103,7 +103,7 @@ func startDiscordGateway(ctx context.Context, a *app) (func(context.Context) err
 	cfg := a.cfg.Gateways.Discord
 	cfg.AllowBots = allowBots(cfg.AllowBots, a.cfg.Router.Auth.AllowBots, "discord")
 	return startChatGateway(ctx, a, "discord", "DISCORD_BOT_TOKEN", cfg.Enabled(), cfg.Validate, func(b *bus.Bus) (chatService, error) {
-		return discord.New(cfg, discord.Deps{Log: a.log, Bus: b, Runner: platform.Options{Attachments: a.cfg.Attachments}})
+		return discord.New(cfg, discord.Deps{Log: a.log, Bus: b, Runner: platform.Options{Attachments: a.cfg.Attachments}, Menu: a.menu("discord")})
 	})
 }
 

@@ -23,7 +23,8 @@ func startTelegram(ctx context.Context, a *app) (func(context.Context) error, er
 	if err != nil {
 		return nil, err
 	}
-	s, err := telegram.New(cfg, telegram.Deps{Log: a.log.With("service", "gateway-telegram"), Bus: b, Attachments: a.cfg.Attachments})
+	s, err := telegram.New(cfg, telegram.Deps{Log: a.log.With("service", "gateway-telegram"), Bus: b, Attachments: a.cfg.Attachments,
+		Menu: a.menu("telegram")})
 	if err != nil {
 		return nil, err
 	}

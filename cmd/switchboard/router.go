@@ -5,11 +5,13 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	slashcmd "github.com/switchboard-chat/switchboard/pkg/command"
 	"github.com/switchboard-chat/switchboard/pkg/cron"
 	"github.com/switchboard-chat/switchboard/pkg/cron/scheduler"
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	"github.com/switchboard-chat/switchboard/pkg/outbox"
 	"github.com/switchboard-chat/switchboard/pkg/retention"
+	"github.com/switchboard-chat/switchboard/pkg/skill"
 	"github.com/switchboard-chat/switchboard/services/router"
 	"github.com/switchboard-chat/switchboard/services/worker"
 )
@@ -43,7 +45,8 @@ func startRouter(ctx context.Context, a *app) (func(context.Context) error, erro
 	// /context shows the window and compression settings the workers use.
 	cfg.ContextWindow, cfg.CompressAt, cfg.ProtectLast = agentContext(a.cfg.Agent)
 	s, err := router.New(cfg, router.Deps{Log: a.log, Bus: b, DB: db, Redis: rdb, RedisPrefix: a.cfg.Redis.Prefix,
-		Homes: a.cfg.Delivery.HomeOf, ToolProgress: a.cfg.Delivery.ToolProgressOf, Version: version, Cron: jobs, Provider: prov})
+		Homes: a.cfg.Delivery.HomeOf, ToolProgress: a.cfg.Delivery.ToolProgressOf, Version: version, Cron: jobs, Provider: prov,
+		Skills: a.loadSkills()})
 	if err != nil {
 		return nil, err
 	}
@@ -102,4 +105,35 @@ func agentContext(a worker.AgentConfig) (window int, compressAt float64, protect
 		window = 0
 	}
 	return window, compressAt, protectLast
+}
+
+// loadSkills loads the skills (skills.dirs) with the router's quick
+// commands reserved, once per process (dev runs the router and the
+// gateways in one), logging each one that does not load.
+func (a *app) loadSkills() *skill.Set {
+	a.skillsOnce.Do(func() {
+		set, problems := skill.Load(a.cfg.Skills, func(name string) bool {
+			_, quick := a.cfg.Router.QuickCommands[name]
+			return quick
+		})
+		for _, p := range problems {
+			a.log.Warn("skill not loaded", "path", p.Path, "reason", p.Reason)
+		}
+		if len(a.cfg.Skills.Dirs) > 0 {
+			a.log.Info("skills loaded", "skills", set.Len(), "skipped", len(problems))
+		}
+		a.skills = set
+	})
+	return a.skills
+}
+
+// menu is the command menu of a gateway's platform (Telegram's
+// setMyCommands, Discord's slash commands): the built-in commands, then
+// the skills that run there, within the platforms' 100 entries; nil (the
+// built-in commands) when no skills are configured.
+func (a *app) menu(platform string) []slashcmd.MenuEntry {
+	if len(a.cfg.Skills.Dirs) == 0 {
+		return nil
+	}
+	return a.loadSkills().Menu(platform, slashcmd.Menu(), 100)
 }
