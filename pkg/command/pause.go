@@ -22,14 +22,21 @@ type PauseArgs struct {
 // disengage alone resume; any other text is the pause's reason, here
 // made one line of valid UTF-8 and cut to PauseReasonMax characters.
 func Pause(args string) PauseArgs {
-	// Valid UTF-8 (a byte that is not is U+FFFD), as the record keeps it.
-	reason := strings.Join(strings.Fields(strings.ToValidUTF8(args, "\uFFFD")), " ")
+	reason := PauseReason(args)
 	switch strings.ToLower(reason) {
 	case "off", "resume", "stop", "disengage":
 		return PauseArgs{Off: true}
 	}
+	return PauseArgs{Reason: reason}
+}
+
+// PauseReason makes s a pause's reason, as /pause keeps it: one line of
+// valid UTF-8 (a byte that is not is U+FFFD) with its spaces collapsed,
+// cut to PauseReasonMax characters. The admin API's SetPause uses it too.
+func PauseReason(s string) string {
+	reason := strings.Join(strings.Fields(strings.ToValidUTF8(s, "\uFFFD")), " ")
 	if utf8.RuneCountInString(reason) > PauseReasonMax {
 		reason = strings.TrimSpace(string([]rune(reason)[:PauseReasonMax]))
 	}
-	return PauseArgs{Reason: reason}
+	return reason
 }

@@ -4,8 +4,16 @@
 //
 // The bucket ESTOP has no max age and is stored as the bus's streams are
 // (file by default): a pause outlives every restart until /pause off
-// deletes it. As Hermes's sentinel, an entry that cannot be read still
-// pauses (fail safe).
+// deletes it, or until its expiry (Hermes's deadman, expires_at) when it
+// was engaged with a TTL. As Hermes's sentinel, an entry that cannot be
+// read still pauses (fail safe).
+//
+// An expiry is a time in the entry, not a TTL of the KV message: every
+// reader (Get, each router's View) compares it with its own clock, so
+// every replica lifts the pause at the same instant (give or take clock
+// skew) without anyone deleting the entry; a View's timer tells its
+// owner when that instant passes. The expired entry stays, inert, until
+// the next /pause or /pause off replaces or deletes it.
 package estop
 
 import (
@@ -14,12 +22,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/switchboard-chat/switchboard/pkg/bus"
+	"github.com/switchboard-chat/switchboard/pkg/kvwatch"
 )
 
 // Bucket is the bucket's name (before the topology prefix).
@@ -32,9 +42,18 @@ const key = "global"
 type State struct {
 	// Reason is the operator's, "" for none.
 	Reason string `json:"reason,omitempty"`
-	// By is who paused: <platform>:<user id>, or admin for the admin API.
+	// By is who paused: <platform>:<user id> from a chat; admin, or
+	// admin:<operator> when the caller names one, from the admin API.
 	By string    `json:"by,omitempty"`
 	At time.Time `json:"at"`
+	// Until is when the pause lifts by itself (Hermes's expires_at); zero
+	// for a pause that holds until it is lifted.
+	Until time.Time `json:"until,omitzero"`
+}
+
+// Expired reports whether the pause lifted by itself at now.
+func (st *State) Expired(now time.Time) bool {
+	return !st.Until.IsZero() && !now.Before(st.Until)
 }
 
 // Open opens the bucket, creating it when absent.
@@ -59,8 +78,17 @@ func Decode(data []byte) *State {
 	return &st
 }
 
-// Get returns the pause, nil when none is engaged.
+// Get returns the pause, nil when none is engaged (an expired one is not).
 func Get(ctx context.Context, kv jetstream.KeyValue) (*State, error) {
+	st, err := stored(ctx, kv)
+	if st != nil && st.Expired(time.Now()) {
+		return nil, err
+	}
+	return st, err
+}
+
+// stored returns the entry, expired or not; nil when there is none.
+func stored(ctx context.Context, kv jetstream.KeyValue) (*State, error) {
 	e, err := kv.Get(ctx, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, nil
@@ -87,106 +115,115 @@ func Engage(ctx context.Context, kv jetstream.KeyValue, st State) error {
 	return nil
 }
 
-// Disengage deletes the pause; it reports false when none was engaged.
+// Disengage deletes the pause; it reports false when none was engaged
+// (an expired entry is deleted all the same).
 func Disengage(ctx context.Context, kv jetstream.KeyValue) (bool, error) {
-	st, err := Get(ctx, kv)
+	st, err := stored(ctx, kv)
 	if err != nil || st == nil {
 		return false, err
 	}
 	if err := kv.Delete(ctx, key); err != nil {
 		return false, fmt.Errorf("disengage pause: %w", err)
 	}
-	return true, nil
+	return !st.Expired(time.Now()), nil
 }
 
 // View is the pause as a watch keeps it in memory.
 type View struct {
+	// cur is the stored entry, expired or not; nil for none.
 	cur     atomic.Pointer[State]
+	log     *slog.Logger
 	changed func(*State)
+
+	mu sync.Mutex // serializes set and expire, and guards timer
+	// timer fires at cur's expiry.
+	timer *time.Timer
 }
 
-// Current returns the pause, nil when none is engaged.
-func (v *View) Current() *State { return v.cur.Load() }
+// Current returns the pause, nil when none is engaged (or it expired).
+func (v *View) Current() *State {
+	st := v.cur.Load()
+	if st == nil || st.Expired(time.Now()) {
+		return nil
+	}
+	return st
+}
 
 // Watch reads the pause and keeps a View of it current until ctx ends.
 // It returns once the stored value is in the view, so a process that
 // starts while paused is paused from its first message. changed, when
-// not nil, is called with each value the view takes (nil: resumed).
+// not nil, is called with each value the view takes (nil: resumed),
+// the lifting of a pause at its expiry included. A watcher that closes
+// is replaced by a new watch whose stored value replaces the view's, a
+// value purged meanwhile included (pkg/kvwatch).
 func Watch(ctx context.Context, kv jetstream.KeyValue, log *slog.Logger, changed func(*State)) (*View, error) {
-	w, err := kv.Watch(ctx, key)
+	v := &View{log: log, changed: changed}
+	done, err := kvwatch.Follow(ctx, kv, key, kvwatch.Options{Log: log}, func(value []byte, ok bool) {
+		if ok {
+			v.set(Decode(value))
+			return
+		}
+		v.set(nil)
+	})
 	if err != nil {
 		return nil, fmt.Errorf("watch pause: %w", err)
 	}
-	v := &View{changed: changed}
-	for {
-		select {
-		case <-ctx.Done():
-			_ = w.Stop()
-			return nil, ctx.Err()
-		case e, ok := <-w.Updates():
-			if !ok {
-				return nil, errors.New("watch pause: watcher closed")
-			}
-			if e == nil { // the stored value is in
-				v.notify()
-				go v.follow(ctx, kv, w, log)
-				return v, nil
-			}
-			v.apply(e)
+	go func() {
+		<-done
+		v.mu.Lock()
+		defer v.mu.Unlock()
+		if v.timer != nil {
+			v.timer.Stop()
 		}
-	}
+	}()
+	return v, nil
 }
 
-// follow applies the watch's updates until ctx ends. A watcher that
-// closes (its consumer lost for good) is replaced by a new watch, which
-// replays the stored value first: the view never stops following.
-func (v *View) follow(ctx context.Context, kv jetstream.KeyValue, w jetstream.KeyWatcher, log *slog.Logger) {
-	defer func() { _ = w.Stop() }()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case e, ok := <-w.Updates():
-			if ok {
-				if e != nil {
-					v.apply(e)
-					v.notify()
-				}
-				continue
-			}
-			if log != nil {
-				log.Warn("pause watcher closed; watching again")
-			}
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case <-time.After(time.Second):
-				}
-				nw, err := kv.Watch(ctx, key)
-				if err == nil {
-					w = nw
-					break
-				}
-				if ctx.Err() == nil && log != nil {
-					log.Warn("watch pause again", "err", err)
-				}
-			}
-		}
-	}
+// set takes the stored entry st (nil: none) and tells changed; a pause
+// with an expiry to come arms the timer that tells it again then.
+func (v *View) set(st *State) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.cur.Store(st)
+	v.arm(st)
+	v.notify()
 }
 
-// apply takes the entry e: a put engages, a delete or purge resumes.
-func (v *View) apply(e jetstream.KeyValueEntry) {
-	if e.Operation() == jetstream.KeyValuePut {
-		v.cur.Store(Decode(e.Value()))
+// arm sets the timer for st's expiry, stopping the one of the entry it
+// replaces. v.mu is held.
+func (v *View) arm(st *State) {
+	if v.timer != nil {
+		v.timer.Stop()
+		v.timer = nil
+	}
+	if st == nil || st.Until.IsZero() || st.Expired(time.Now()) {
 		return
 	}
-	v.cur.Store(nil)
+	v.timer = time.AfterFunc(time.Until(st.Until), func() { v.expire(st) })
 }
 
+// expire is st's timer: unless another entry replaced it, the pause has
+// lifted (or, after the wall clock moved back, the timer is armed again).
+func (v *View) expire(st *State) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.cur.Load() != st {
+		return
+	}
+	if !st.Expired(time.Now()) {
+		v.arm(st)
+		return
+	}
+	v.timer = nil
+	if v.log != nil {
+		v.log.Warn("emergency stop expired: new work accepted again", "reason", st.Reason, "by", st.By, "until", st.Until)
+	}
+	v.notify()
+}
+
+// notify tells changed the view's pause. v.mu is held.
 func (v *View) notify() {
 	if v.changed != nil {
-		v.changed(v.cur.Load())
+		v.changed(v.Current())
 	}
 }

@@ -2,12 +2,14 @@ package platform
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/switchboard-chat/switchboard/pkg/gatewaystatus"
+	"github.com/switchboard-chat/switchboard/pkg/kvwatch"
 )
 
 // pauseGate holds whether an operator paused this platform. changed is
@@ -106,54 +108,26 @@ func (r *Runner) startStatus(ctx context.Context) (stop func(), err error) {
 	if err != nil {
 		return nil, err
 	}
-	p, err := gatewaystatus.Get(ctx, pauses, r.name)
-	if err != nil {
-		return nil, err
-	}
-	r.pause.set(p)
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	// The watch returns once this platform's pause is read; ctx ending
+	// meanwhile ends it.
+	stopEarly := context.AfterFunc(ctx, cancel)
+	defer stopEarly()
+	watched, err := kvwatch.Follow(sctx, pauses, r.name, kvwatch.Options{Log: r.log}, func(value []byte, ok bool) {
+		var p *gatewaystatus.Pause
+		if ok {
+			p = gatewaystatus.Decode(value)
+		}
+		r.pause.set(p)
+	})
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("watch pause of %s: %w", r.name, err)
+	}
 	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() { defer wg.Done(); r.watchPause(sctx, pauses) }()
+	wg.Add(1)
 	go func() { defer wg.Done(); r.writePresence(sctx, presence, pauses) }()
-	return func() { cancel(); wg.Wait() }, nil
-}
-
-// watchPause follows this platform's key in the pauses bucket.
-func (r *Runner) watchPause(ctx context.Context, kv jetstream.KeyValue) {
-	for ctx.Err() == nil {
-		w, err := kv.Watch(ctx, r.name)
-		if err != nil {
-			r.log.Warn("watch platform pause failed; retrying", "err", err)
-			sleep(ctx, time.Second)
-			continue
-		}
-		r.followPause(ctx, w)
-		_ = w.Stop()
-		sleep(ctx, 100*time.Millisecond)
-	}
-}
-
-// followPause applies what w reports until ctx ends or w closes.
-func (r *Runner) followPause(ctx context.Context, w jetstream.KeyWatcher) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case e, ok := <-w.Updates():
-			if !ok {
-				return
-			}
-			if e == nil {
-				continue
-			}
-			var p *gatewaystatus.Pause
-			if e.Operation() == jetstream.KeyValuePut {
-				p = gatewaystatus.Decode(e.Value())
-			}
-			r.pause.set(p)
-		}
-	}
+	return func() { cancel(); wg.Wait(); <-watched }, nil
 }
 
 // writePresence keeps this replica's presence entry: at once, after every

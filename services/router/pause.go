@@ -19,7 +19,11 @@ import (
 // before each new turn and cron tick; here the pause is one entry of a
 // NATS KV bucket (pkg/estop) that every router replica watches into
 // memory: no round trip per message, every replica sees it within the
-// watch's delay, and it outlives restarts (no max age) until /pause off.
+// watch's delay, and it outlives restarts (no max age) until /pause off,
+// or until its expiry when it was set with a TTL (Hermes's `hermes pause
+// --ttl`; here `switchboard pause --ttl` over the admin API): every
+// replica reads an expired pause as none, and a /pause <reason> that
+// re-arms a pause keeps its expiry, as Hermes's does.
 //
 // While paused, as in Hermes:
 //   - a new message of a user is not queued: it is answered with the
@@ -95,7 +99,17 @@ func pausedText(st *estop.State) string {
 	if st.Reason != "" {
 		tag = " (" + st.Reason + ")"
 	}
-	return "⏸️ Switchboard is paused" + tag + ". New work is on hold; an admin can send `/pause off` to pick things back up."
+	return "⏸️ Switchboard is paused" + tag + ". New work is on hold; an admin can send `/pause off` to pick things back up." +
+		autoResumes(st)
+}
+
+// autoResumes is Hermes's " Auto-resumes <expires_at>." for a pause with
+// an expiry (set through the admin API), "" for one without.
+func autoResumes(st *estop.State) string {
+	if st.Until.IsZero() {
+		return ""
+	}
+	return " Auto-resumes " + st.Until.UTC().Format("2006-01-02 15:04:05 UTC") + "."
 }
 
 // startsWork are the commands refused while paused: each would start a
@@ -140,7 +154,12 @@ func (s *Service) pauseCommand(ctx context.Context, m *msgCtx, args string) erro
 			}
 			return "⏸️ Switchboard is already paused" + suffix + ". Use `/pause off` to resume.", 0, nil
 		}
-		if err := estop.Engage(ctx, kv, estop.State{Reason: a.Reason, By: by, At: s.now().UTC()}); err != nil {
+		st := estop.State{Reason: a.Reason, By: by, At: s.now().UTC()}
+		if cur != nil {
+			// As Hermes's re-arm without a TTL: the standing expiry stays.
+			st.Until = cur.Until
+		}
+		if err := estop.Engage(ctx, kv, st); err != nil {
 			return "", 0, err
 		}
 		pauseActions.WithLabelValues("pause").Inc()
@@ -150,7 +169,7 @@ func (s *Service) pauseCommand(ctx context.Context, m *msgCtx, args string) erro
 			suffix = " (reason: " + a.Reason + ")"
 		}
 		return "⏸️ Paused" + suffix + ". New cron/goal/gateway work is on hold; in-flight work finishes normally. " +
-			"Use `/pause off` to resume.", 0, nil
+			"Use `/pause off` to resume." + autoResumes(&st), 0, nil
 	})
 }
 
@@ -201,5 +220,5 @@ func pauseStatus(st *estop.State) string {
 	if st.Reason != "" {
 		reason = " (reason: " + st.Reason + ")"
 	}
-	return "\n⏸️ Paused" + reason + ": new work is on hold. /pause off resumes."
+	return "\n⏸️ Paused" + reason + ": new work is on hold. /pause off resumes." + autoResumes(st)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -164,4 +165,41 @@ func TestPauseHoldsGoalContinuation(t *testing.T) {
 			t.Errorf("a continuation started while paused: %q", tr.GetInputs()[0].GetText())
 		}
 	}
+}
+
+// TestPauseExpiry: a pause with an expiry, as the admin API writes it
+// (`switchboard pause --ttl`), adds Hermes's "Auto-resumes" to the paused
+// notice, a /pause <reason> re-arm keeps the expiry, and once it passed
+// the router takes new work again without any /pause off.
+func TestPauseExpiry(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newEnv(t)
+	r := e.startRouter(testConfig(), nil, nil)
+	w := e.startWorker(nil)
+	kv, err := estop.Open(ctx, e.bus.JetStream(), e.bus.Topology())
+	if err != nil {
+		t.Fatal(err)
+	}
+	until := time.Now().Add(6 * time.Second).UTC().Truncate(time.Second)
+	if err := estop.Engage(ctx, kv, estop.State{Reason: "window", By: "admin:ops", Until: until}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the router to pause", func() bool { p, _ := r.Paused(ctx); return p })
+	resumes := " Auto-resumes " + until.Format("2006-01-02 15:04:05 UTC") + "."
+	if got := e.ask("bob", "hello"); !strings.HasPrefix(got, "⏸️ Switchboard is paused (window).") || !strings.HasSuffix(got, resumes) {
+		t.Errorf("paused notice %q, want it to end with %q", got, resumes)
+	}
+	if got := e.ask("alice", "/pause longer window"); !strings.HasPrefix(got, "⏸️ Paused (reason: longer window).") || !strings.HasSuffix(got, resumes) {
+		t.Errorf("re-arm %q", got)
+	}
+	if st, err := estop.Get(ctx, kv); err != nil || st == nil || !st.Until.Equal(until) || st.By != "telegram:alice" {
+		t.Fatalf("re-armed pause %+v, %v: want the expiry kept", st, err)
+	}
+	waitFor(t, "the pause to expire", func() bool { p, _ := r.Paused(ctx); return !p })
+	if time.Now().Before(until) {
+		t.Fatal("resumed before the expiry")
+	}
+	e.publish(dm("bob", "after the window"))
+	turnOf(t, w, "after the window")
 }
