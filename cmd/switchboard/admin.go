@@ -17,7 +17,7 @@ import (
 
 func init() {
 	registerService(service{name: "admin", start: startAdmin}, true)
-	register(command{name: "admin", summary: "run the admin gRPC API (sessions, pairing, deliveries) on admin.addr",
+	register(command{name: "admin", summary: "run the admin gRPC API (sessions, pairing, deliveries, pause) on admin.addr",
 		run: func(ctx context.Context, args []string) error { return runServiceCommand(ctx, "admin", args, "admin") }})
 }
 
@@ -27,8 +27,9 @@ func startAdmin(ctx context.Context, a *app) (func(context.Context) error, error
 		return nil, err
 	}
 	pruner := &lazyPruner{a: a, db: db}
+	pause := &lazyPause{a: a}
 	deps := admin.Deps{Log: a.log, DB: db, Token: os.Getenv("SWITCHBOARD_ADMIN_TOKEN"), Health: a.health,
-		Deliveries: &outbox.Admin{Store: outbox.New(db), TTL: a.cfg.Delivery.TTL}, Pruner: pruner}
+		Deliveries: &outbox.Admin{Store: outbox.New(db), TTL: a.cfg.Delivery.TTL}, Pruner: pruner, Pause: pause.open}
 	s, err := admin.New(a.cfg.Admin, deps)
 	if err != nil {
 		return nil, err
@@ -39,6 +40,7 @@ func startAdmin(ctx context.Context, a *app) (func(context.Context) error, error
 	a.announce("Admin API (gRPC)", s.Addr())
 	return func(ctx context.Context) error {
 		defer pruner.close()
+		defer pause.close()
 		return s.Run(ctx)
 	}, nil
 }

@@ -20,6 +20,10 @@ func main() {
 	if errors.Is(err, errUsage) {
 		os.Exit(2)
 	}
+	var code exitCode
+	if errors.As(err, &code) {
+		os.Exit(int(code))
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "switchboard:", err)
 		os.Exit(1)

@@ -1,6 +1,7 @@
 // Package admin serves the operator API (switchboard.admin.v1.AdminService)
-// over gRPC on its own port: sessions and pairing against Postgres, and
-// deliveries through the delivery engine's implementation. Every call
+// over gRPC on its own port: sessions and pairing against Postgres,
+// deliveries through the delivery engine's implementation, and the global
+// emergency stop (/pause) in its NATS KV bucket (pkg/estop). Every call
 // carries the bearer token from SWITCHBOARD_ADMIN_TOKEN; every action that
 // changes state is written to the audit log.
 package admin
@@ -13,13 +14,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/switchboard-chat/switchboard/pkg/loopback"
 	"log/slog"
 	"net"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -31,6 +32,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	adminv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/admin/v1"
+	"github.com/switchboard-chat/switchboard/pkg/loopback"
 	"github.com/switchboard-chat/switchboard/pkg/pairing"
 	"github.com/switchboard-chat/switchboard/pkg/panics"
 	"github.com/switchboard-chat/switchboard/pkg/retention"
@@ -74,6 +76,9 @@ type Deps struct {
 	Deliveries Deliveries
 	// Pruner implements PruneSessions; nil answers Unimplemented.
 	Pruner Pruner
+	// Pause opens the emergency stop's bucket (estop.Open on the bus),
+	// called by each pause RPC; nil answers Unimplemented.
+	Pause func(context.Context) (jetstream.KeyValue, error)
 	// Health drives the gRPC health service; nil reports SERVING.
 	Health *telemetry.Health
 }
@@ -87,6 +92,7 @@ type Service struct {
 	tokenSum   [32]byte
 	deliveries Deliveries
 	pruner     Pruner
+	pause      func(context.Context) (jetstream.KeyValue, error)
 	health     *telemetry.Health
 	sessions   *sessionstore.Store
 	pairing    *pairing.Store
@@ -114,7 +120,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	}
 	s := &Service{
 		cfg: cfg, log: log.With("service", "admin"), db: deps.DB, tokenSum: sha256.Sum256([]byte(deps.Token)),
-		deliveries: deps.Deliveries, pruner: deps.Pruner, health: deps.Health,
+		deliveries: deps.Deliveries, pruner: deps.Pruner, pause: deps.Pause, health: deps.Health,
 		sessions: sessionstore.New(deps.DB), pairing: pairing.NewStore(deps.DB),
 		hs: health.NewServer(),
 	}

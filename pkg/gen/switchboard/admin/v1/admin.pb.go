@@ -1255,6 +1255,362 @@ func (x *PurgeDeliveriesResponse) GetPurged() int32 {
 	return 0
 }
 
+// Pause is an engaged emergency stop.
+type Pause struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The operator's reason; empty for none.
+	Reason string `protobuf:"bytes,1,opt,name=reason,proto3" json:"reason,omitempty"`
+	// Who paused: <platform>:<user id> from a chat (/pause), admin or
+	// admin:<operator> from this API.
+	By       string                 `protobuf:"bytes,2,opt,name=by,proto3" json:"by,omitempty"`
+	PausedAt *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=paused_at,json=pausedAt,proto3" json:"paused_at,omitempty"`
+	// When the pause lifts by itself (Hermes's expires_at); unset for a
+	// pause that holds until it is cleared.
+	ExpiresAt     *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Pause) Reset() {
+	*x = Pause{}
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Pause) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Pause) ProtoMessage() {}
+
+func (x *Pause) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Pause.ProtoReflect.Descriptor instead.
+func (*Pause) Descriptor() ([]byte, []int) {
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *Pause) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *Pause) GetBy() string {
+	if x != nil {
+		return x.By
+	}
+	return ""
+}
+
+func (x *Pause) GetPausedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.PausedAt
+	}
+	return nil
+}
+
+func (x *Pause) GetExpiresAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpiresAt
+	}
+	return nil
+}
+
+type GetPauseRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetPauseRequest) Reset() {
+	*x = GetPauseRequest{}
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetPauseRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetPauseRequest) ProtoMessage() {}
+
+func (x *GetPauseRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetPauseRequest.ProtoReflect.Descriptor instead.
+func (*GetPauseRequest) Descriptor() ([]byte, []int) {
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{23}
+}
+
+type GetPauseResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Unset when Switchboard is not paused (an expired pause is not).
+	Pause         *Pause `protobuf:"bytes,1,opt,name=pause,proto3" json:"pause,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetPauseResponse) Reset() {
+	*x = GetPauseResponse{}
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetPauseResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetPauseResponse) ProtoMessage() {}
+
+func (x *GetPauseResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetPauseResponse.ProtoReflect.Descriptor instead.
+func (*GetPauseResponse) Descriptor() ([]byte, []int) {
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *GetPauseResponse) GetPause() *Pause {
+	if x != nil {
+		return x.Pause
+	}
+	return nil
+}
+
+// SetPauseRequest engages the pause, or re-arms the one engaged.
+type SetPauseRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One line, at most 200 characters (longer is cut), as /pause's. Empty
+	// keeps the reason of a pause engaged already.
+	Reason string `protobuf:"bytes,1,opt,name=reason,proto3" json:"reason,omitempty"`
+	// Seconds until the pause lifts by itself. Unset keeps the expiry of a
+	// pause engaged already (none for a new one), 0 sets none, as Hermes's
+	// `hermes pause --ttl`; more than 100 years sets none too.
+	TtlSeconds    *int64 `protobuf:"varint,2,opt,name=ttl_seconds,json=ttlSeconds,proto3,oneof" json:"ttl_seconds,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetPauseRequest) Reset() {
+	*x = SetPauseRequest{}
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetPauseRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetPauseRequest) ProtoMessage() {}
+
+func (x *SetPauseRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetPauseRequest.ProtoReflect.Descriptor instead.
+func (*SetPauseRequest) Descriptor() ([]byte, []int) {
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *SetPauseRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *SetPauseRequest) GetTtlSeconds() int64 {
+	if x != nil && x.TtlSeconds != nil {
+		return *x.TtlSeconds
+	}
+	return 0
+}
+
+type SetPauseResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Pause *Pause                 `protobuf:"bytes,1,opt,name=pause,proto3" json:"pause,omitempty"`
+	// A pause was engaged already: this one replaced it.
+	AlreadyPaused bool `protobuf:"varint,2,opt,name=already_paused,json=alreadyPaused,proto3" json:"already_paused,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetPauseResponse) Reset() {
+	*x = SetPauseResponse{}
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetPauseResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetPauseResponse) ProtoMessage() {}
+
+func (x *SetPauseResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetPauseResponse.ProtoReflect.Descriptor instead.
+func (*SetPauseResponse) Descriptor() ([]byte, []int) {
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *SetPauseResponse) GetPause() *Pause {
+	if x != nil {
+		return x.Pause
+	}
+	return nil
+}
+
+func (x *SetPauseResponse) GetAlreadyPaused() bool {
+	if x != nil {
+		return x.AlreadyPaused
+	}
+	return false
+}
+
+type ClearPauseRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClearPauseRequest) Reset() {
+	*x = ClearPauseRequest{}
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClearPauseRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClearPauseRequest) ProtoMessage() {}
+
+func (x *ClearPauseRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClearPauseRequest.ProtoReflect.Descriptor instead.
+func (*ClearPauseRequest) Descriptor() ([]byte, []int) {
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{27}
+}
+
+type ClearPauseResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// False when Switchboard was not paused.
+	Cleared bool `protobuf:"varint,1,opt,name=cleared,proto3" json:"cleared,omitempty"`
+	// The pause cleared, when one was.
+	Pause         *Pause `protobuf:"bytes,2,opt,name=pause,proto3" json:"pause,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClearPauseResponse) Reset() {
+	*x = ClearPauseResponse{}
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClearPauseResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClearPauseResponse) ProtoMessage() {}
+
+func (x *ClearPauseResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClearPauseResponse.ProtoReflect.Descriptor instead.
+func (*ClearPauseResponse) Descriptor() ([]byte, []int) {
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *ClearPauseResponse) GetCleared() bool {
+	if x != nil {
+		return x.Cleared
+	}
+	return false
+}
+
+func (x *ClearPauseResponse) GetPause() *Pause {
+	if x != nil {
+		return x.Pause
+	}
+	return nil
+}
+
 var File_switchboard_admin_v1_admin_proto protoreflect.FileDescriptor
 
 const file_switchboard_admin_v1_admin_proto_rawDesc = "" +
@@ -1352,7 +1708,29 @@ const file_switchboard_admin_v1_admin_proto_rawDesc = "" +
 	"\x03ids\x18\x01 \x03(\tR\x03ids\x12\x10\n" +
 	"\x03all\x18\x02 \x01(\bR\x03all\"1\n" +
 	"\x17PurgeDeliveriesResponse\x12\x16\n" +
-	"\x06purged\x18\x01 \x01(\x05R\x06purged2\xb2\b\n" +
+	"\x06purged\x18\x01 \x01(\x05R\x06purged\"\xa3\x01\n" +
+	"\x05Pause\x12\x16\n" +
+	"\x06reason\x18\x01 \x01(\tR\x06reason\x12\x0e\n" +
+	"\x02by\x18\x02 \x01(\tR\x02by\x127\n" +
+	"\tpaused_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\bpausedAt\x129\n" +
+	"\n" +
+	"expires_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\"\x11\n" +
+	"\x0fGetPauseRequest\"E\n" +
+	"\x10GetPauseResponse\x121\n" +
+	"\x05pause\x18\x01 \x01(\v2\x1b.switchboard.admin.v1.PauseR\x05pause\"_\n" +
+	"\x0fSetPauseRequest\x12\x16\n" +
+	"\x06reason\x18\x01 \x01(\tR\x06reason\x12$\n" +
+	"\vttl_seconds\x18\x02 \x01(\x03H\x00R\n" +
+	"ttlSeconds\x88\x01\x01B\x0e\n" +
+	"\f_ttl_seconds\"l\n" +
+	"\x10SetPauseResponse\x121\n" +
+	"\x05pause\x18\x01 \x01(\v2\x1b.switchboard.admin.v1.PauseR\x05pause\x12%\n" +
+	"\x0ealready_paused\x18\x02 \x01(\bR\ralreadyPaused\"\x13\n" +
+	"\x11ClearPauseRequest\"a\n" +
+	"\x12ClearPauseResponse\x12\x18\n" +
+	"\acleared\x18\x01 \x01(\bR\acleared\x121\n" +
+	"\x05pause\x18\x02 \x01(\v2\x1b.switchboard.admin.v1.PauseR\x05pause2\xc9\n" +
+	"\n" +
 	"\fAdminService\x12e\n" +
 	"\fListSessions\x12).switchboard.admin.v1.ListSessionsRequest\x1a*.switchboard.admin.v1.ListSessionsResponse\x12_\n" +
 	"\n" +
@@ -1364,7 +1742,11 @@ const file_switchboard_admin_v1_admin_proto_rawDesc = "" +
 	"\rRevokePairing\x12*.switchboard.admin.v1.RevokePairingRequest\x1a+.switchboard.admin.v1.RevokePairingResponse\x12k\n" +
 	"\x0eListDeliveries\x12+.switchboard.admin.v1.ListDeliveriesRequest\x1a,.switchboard.admin.v1.ListDeliveriesResponse\x12n\n" +
 	"\x0fRetryDeliveries\x12,.switchboard.admin.v1.RetryDeliveriesRequest\x1a-.switchboard.admin.v1.RetryDeliveriesResponse\x12n\n" +
-	"\x0fPurgeDeliveries\x12,.switchboard.admin.v1.PurgeDeliveriesRequest\x1a-.switchboard.admin.v1.PurgeDeliveriesResponseB\xe6\x01\n" +
+	"\x0fPurgeDeliveries\x12,.switchboard.admin.v1.PurgeDeliveriesRequest\x1a-.switchboard.admin.v1.PurgeDeliveriesResponse\x12Y\n" +
+	"\bGetPause\x12%.switchboard.admin.v1.GetPauseRequest\x1a&.switchboard.admin.v1.GetPauseResponse\x12Y\n" +
+	"\bSetPause\x12%.switchboard.admin.v1.SetPauseRequest\x1a&.switchboard.admin.v1.SetPauseResponse\x12_\n" +
+	"\n" +
+	"ClearPause\x12'.switchboard.admin.v1.ClearPauseRequest\x1a(.switchboard.admin.v1.ClearPauseResponseB\xe6\x01\n" +
 	"\x18com.switchboard.admin.v1B\n" +
 	"AdminProtoP\x01ZLgithub.com/switchboard-chat/switchboard/pkg/gen/switchboard/admin/v1;adminv1\xa2\x02\x03SAX\xaa\x02\x14Switchboard.Admin.V1\xca\x02\x14Switchboard\\Admin\\V1\xe2\x02 Switchboard\\Admin\\V1\\GPBMetadata\xea\x02\x16Switchboard::Admin::V1b\x06proto3"
 
@@ -1380,7 +1762,7 @@ func file_switchboard_admin_v1_admin_proto_rawDescGZIP() []byte {
 	return file_switchboard_admin_v1_admin_proto_rawDescData
 }
 
-var file_switchboard_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_switchboard_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_switchboard_admin_v1_admin_proto_goTypes = []any{
 	(*Session)(nil),                 // 0: switchboard.admin.v1.Session
 	(*ListSessionsRequest)(nil),     // 1: switchboard.admin.v1.ListSessionsRequest
@@ -1404,52 +1786,70 @@ var file_switchboard_admin_v1_admin_proto_goTypes = []any{
 	(*RetryDeliveriesResponse)(nil), // 19: switchboard.admin.v1.RetryDeliveriesResponse
 	(*PurgeDeliveriesRequest)(nil),  // 20: switchboard.admin.v1.PurgeDeliveriesRequest
 	(*PurgeDeliveriesResponse)(nil), // 21: switchboard.admin.v1.PurgeDeliveriesResponse
-	nil,                             // 22: switchboard.admin.v1.PruneSessionsResponse.RowsEntry
-	(*v1.SessionSource)(nil),        // 23: switchboard.events.v1.SessionSource
-	(*timestamppb.Timestamp)(nil),   // 24: google.protobuf.Timestamp
-	(v11.DeliveryState)(0),          // 25: switchboard.delivery.v1.DeliveryState
-	(*v11.Delivery)(nil),            // 26: switchboard.delivery.v1.Delivery
+	(*Pause)(nil),                   // 22: switchboard.admin.v1.Pause
+	(*GetPauseRequest)(nil),         // 23: switchboard.admin.v1.GetPauseRequest
+	(*GetPauseResponse)(nil),        // 24: switchboard.admin.v1.GetPauseResponse
+	(*SetPauseRequest)(nil),         // 25: switchboard.admin.v1.SetPauseRequest
+	(*SetPauseResponse)(nil),        // 26: switchboard.admin.v1.SetPauseResponse
+	(*ClearPauseRequest)(nil),       // 27: switchboard.admin.v1.ClearPauseRequest
+	(*ClearPauseResponse)(nil),      // 28: switchboard.admin.v1.ClearPauseResponse
+	nil,                             // 29: switchboard.admin.v1.PruneSessionsResponse.RowsEntry
+	(*v1.SessionSource)(nil),        // 30: switchboard.events.v1.SessionSource
+	(*timestamppb.Timestamp)(nil),   // 31: google.protobuf.Timestamp
+	(v11.DeliveryState)(0),          // 32: switchboard.delivery.v1.DeliveryState
+	(*v11.Delivery)(nil),            // 33: switchboard.delivery.v1.Delivery
 }
 var file_switchboard_admin_v1_admin_proto_depIdxs = []int32{
-	23, // 0: switchboard.admin.v1.Session.origin:type_name -> switchboard.events.v1.SessionSource
-	24, // 1: switchboard.admin.v1.Session.created_at:type_name -> google.protobuf.Timestamp
-	24, // 2: switchboard.admin.v1.Session.updated_at:type_name -> google.protobuf.Timestamp
+	30, // 0: switchboard.admin.v1.Session.origin:type_name -> switchboard.events.v1.SessionSource
+	31, // 1: switchboard.admin.v1.Session.created_at:type_name -> google.protobuf.Timestamp
+	31, // 2: switchboard.admin.v1.Session.updated_at:type_name -> google.protobuf.Timestamp
 	0,  // 3: switchboard.admin.v1.ListSessionsResponse.sessions:type_name -> switchboard.admin.v1.Session
 	0,  // 4: switchboard.admin.v1.GetSessionResponse.session:type_name -> switchboard.admin.v1.Session
 	0,  // 5: switchboard.admin.v1.ResetSessionResponse.session:type_name -> switchboard.admin.v1.Session
-	22, // 6: switchboard.admin.v1.PruneSessionsResponse.rows:type_name -> switchboard.admin.v1.PruneSessionsResponse.RowsEntry
-	24, // 7: switchboard.admin.v1.Pairing.created_at:type_name -> google.protobuf.Timestamp
-	24, // 8: switchboard.admin.v1.Pairing.expires_at:type_name -> google.protobuf.Timestamp
-	24, // 9: switchboard.admin.v1.Pairing.approved_at:type_name -> google.protobuf.Timestamp
+	29, // 6: switchboard.admin.v1.PruneSessionsResponse.rows:type_name -> switchboard.admin.v1.PruneSessionsResponse.RowsEntry
+	31, // 7: switchboard.admin.v1.Pairing.created_at:type_name -> google.protobuf.Timestamp
+	31, // 8: switchboard.admin.v1.Pairing.expires_at:type_name -> google.protobuf.Timestamp
+	31, // 9: switchboard.admin.v1.Pairing.approved_at:type_name -> google.protobuf.Timestamp
 	9,  // 10: switchboard.admin.v1.ListPairingsResponse.pairings:type_name -> switchboard.admin.v1.Pairing
 	9,  // 11: switchboard.admin.v1.ApprovePairingResponse.pairing:type_name -> switchboard.admin.v1.Pairing
-	25, // 12: switchboard.admin.v1.ListDeliveriesRequest.states:type_name -> switchboard.delivery.v1.DeliveryState
-	26, // 13: switchboard.admin.v1.ListDeliveriesResponse.deliveries:type_name -> switchboard.delivery.v1.Delivery
-	1,  // 14: switchboard.admin.v1.AdminService.ListSessions:input_type -> switchboard.admin.v1.ListSessionsRequest
-	3,  // 15: switchboard.admin.v1.AdminService.GetSession:input_type -> switchboard.admin.v1.GetSessionRequest
-	5,  // 16: switchboard.admin.v1.AdminService.ResetSession:input_type -> switchboard.admin.v1.ResetSessionRequest
-	7,  // 17: switchboard.admin.v1.AdminService.PruneSessions:input_type -> switchboard.admin.v1.PruneSessionsRequest
-	10, // 18: switchboard.admin.v1.AdminService.ListPairings:input_type -> switchboard.admin.v1.ListPairingsRequest
-	12, // 19: switchboard.admin.v1.AdminService.ApprovePairing:input_type -> switchboard.admin.v1.ApprovePairingRequest
-	14, // 20: switchboard.admin.v1.AdminService.RevokePairing:input_type -> switchboard.admin.v1.RevokePairingRequest
-	16, // 21: switchboard.admin.v1.AdminService.ListDeliveries:input_type -> switchboard.admin.v1.ListDeliveriesRequest
-	18, // 22: switchboard.admin.v1.AdminService.RetryDeliveries:input_type -> switchboard.admin.v1.RetryDeliveriesRequest
-	20, // 23: switchboard.admin.v1.AdminService.PurgeDeliveries:input_type -> switchboard.admin.v1.PurgeDeliveriesRequest
-	2,  // 24: switchboard.admin.v1.AdminService.ListSessions:output_type -> switchboard.admin.v1.ListSessionsResponse
-	4,  // 25: switchboard.admin.v1.AdminService.GetSession:output_type -> switchboard.admin.v1.GetSessionResponse
-	6,  // 26: switchboard.admin.v1.AdminService.ResetSession:output_type -> switchboard.admin.v1.ResetSessionResponse
-	8,  // 27: switchboard.admin.v1.AdminService.PruneSessions:output_type -> switchboard.admin.v1.PruneSessionsResponse
-	11, // 28: switchboard.admin.v1.AdminService.ListPairings:output_type -> switchboard.admin.v1.ListPairingsResponse
-	13, // 29: switchboard.admin.v1.AdminService.ApprovePairing:output_type -> switchboard.admin.v1.ApprovePairingResponse
-	15, // 30: switchboard.admin.v1.AdminService.RevokePairing:output_type -> switchboard.admin.v1.RevokePairingResponse
-	17, // 31: switchboard.admin.v1.AdminService.ListDeliveries:output_type -> switchboard.admin.v1.ListDeliveriesResponse
-	19, // 32: switchboard.admin.v1.AdminService.RetryDeliveries:output_type -> switchboard.admin.v1.RetryDeliveriesResponse
-	21, // 33: switchboard.admin.v1.AdminService.PurgeDeliveries:output_type -> switchboard.admin.v1.PurgeDeliveriesResponse
-	24, // [24:34] is the sub-list for method output_type
-	14, // [14:24] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	32, // 12: switchboard.admin.v1.ListDeliveriesRequest.states:type_name -> switchboard.delivery.v1.DeliveryState
+	33, // 13: switchboard.admin.v1.ListDeliveriesResponse.deliveries:type_name -> switchboard.delivery.v1.Delivery
+	31, // 14: switchboard.admin.v1.Pause.paused_at:type_name -> google.protobuf.Timestamp
+	31, // 15: switchboard.admin.v1.Pause.expires_at:type_name -> google.protobuf.Timestamp
+	22, // 16: switchboard.admin.v1.GetPauseResponse.pause:type_name -> switchboard.admin.v1.Pause
+	22, // 17: switchboard.admin.v1.SetPauseResponse.pause:type_name -> switchboard.admin.v1.Pause
+	22, // 18: switchboard.admin.v1.ClearPauseResponse.pause:type_name -> switchboard.admin.v1.Pause
+	1,  // 19: switchboard.admin.v1.AdminService.ListSessions:input_type -> switchboard.admin.v1.ListSessionsRequest
+	3,  // 20: switchboard.admin.v1.AdminService.GetSession:input_type -> switchboard.admin.v1.GetSessionRequest
+	5,  // 21: switchboard.admin.v1.AdminService.ResetSession:input_type -> switchboard.admin.v1.ResetSessionRequest
+	7,  // 22: switchboard.admin.v1.AdminService.PruneSessions:input_type -> switchboard.admin.v1.PruneSessionsRequest
+	10, // 23: switchboard.admin.v1.AdminService.ListPairings:input_type -> switchboard.admin.v1.ListPairingsRequest
+	12, // 24: switchboard.admin.v1.AdminService.ApprovePairing:input_type -> switchboard.admin.v1.ApprovePairingRequest
+	14, // 25: switchboard.admin.v1.AdminService.RevokePairing:input_type -> switchboard.admin.v1.RevokePairingRequest
+	16, // 26: switchboard.admin.v1.AdminService.ListDeliveries:input_type -> switchboard.admin.v1.ListDeliveriesRequest
+	18, // 27: switchboard.admin.v1.AdminService.RetryDeliveries:input_type -> switchboard.admin.v1.RetryDeliveriesRequest
+	20, // 28: switchboard.admin.v1.AdminService.PurgeDeliveries:input_type -> switchboard.admin.v1.PurgeDeliveriesRequest
+	23, // 29: switchboard.admin.v1.AdminService.GetPause:input_type -> switchboard.admin.v1.GetPauseRequest
+	25, // 30: switchboard.admin.v1.AdminService.SetPause:input_type -> switchboard.admin.v1.SetPauseRequest
+	27, // 31: switchboard.admin.v1.AdminService.ClearPause:input_type -> switchboard.admin.v1.ClearPauseRequest
+	2,  // 32: switchboard.admin.v1.AdminService.ListSessions:output_type -> switchboard.admin.v1.ListSessionsResponse
+	4,  // 33: switchboard.admin.v1.AdminService.GetSession:output_type -> switchboard.admin.v1.GetSessionResponse
+	6,  // 34: switchboard.admin.v1.AdminService.ResetSession:output_type -> switchboard.admin.v1.ResetSessionResponse
+	8,  // 35: switchboard.admin.v1.AdminService.PruneSessions:output_type -> switchboard.admin.v1.PruneSessionsResponse
+	11, // 36: switchboard.admin.v1.AdminService.ListPairings:output_type -> switchboard.admin.v1.ListPairingsResponse
+	13, // 37: switchboard.admin.v1.AdminService.ApprovePairing:output_type -> switchboard.admin.v1.ApprovePairingResponse
+	15, // 38: switchboard.admin.v1.AdminService.RevokePairing:output_type -> switchboard.admin.v1.RevokePairingResponse
+	17, // 39: switchboard.admin.v1.AdminService.ListDeliveries:output_type -> switchboard.admin.v1.ListDeliveriesResponse
+	19, // 40: switchboard.admin.v1.AdminService.RetryDeliveries:output_type -> switchboard.admin.v1.RetryDeliveriesResponse
+	21, // 41: switchboard.admin.v1.AdminService.PurgeDeliveries:output_type -> switchboard.admin.v1.PurgeDeliveriesResponse
+	24, // 42: switchboard.admin.v1.AdminService.GetPause:output_type -> switchboard.admin.v1.GetPauseResponse
+	26, // 43: switchboard.admin.v1.AdminService.SetPause:output_type -> switchboard.admin.v1.SetPauseResponse
+	28, // 44: switchboard.admin.v1.AdminService.ClearPause:output_type -> switchboard.admin.v1.ClearPauseResponse
+	32, // [32:45] is the sub-list for method output_type
+	19, // [19:32] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_switchboard_admin_v1_admin_proto_init() }
@@ -1457,13 +1857,14 @@ func file_switchboard_admin_v1_admin_proto_init() {
 	if File_switchboard_admin_v1_admin_proto != nil {
 		return
 	}
+	file_switchboard_admin_v1_admin_proto_msgTypes[25].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_switchboard_admin_v1_admin_proto_rawDesc), len(file_switchboard_admin_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   23,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

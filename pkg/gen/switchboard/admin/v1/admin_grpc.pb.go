@@ -29,6 +29,9 @@ const (
 	AdminService_ListDeliveries_FullMethodName  = "/switchboard.admin.v1.AdminService/ListDeliveries"
 	AdminService_RetryDeliveries_FullMethodName = "/switchboard.admin.v1.AdminService/RetryDeliveries"
 	AdminService_PurgeDeliveries_FullMethodName = "/switchboard.admin.v1.AdminService/PurgeDeliveries"
+	AdminService_GetPause_FullMethodName        = "/switchboard.admin.v1.AdminService/GetPause"
+	AdminService_SetPause_FullMethodName        = "/switchboard.admin.v1.AdminService/SetPause"
+	AdminService_ClearPause_FullMethodName      = "/switchboard.admin.v1.AdminService/ClearPause"
 )
 
 // AdminServiceClient is the client API for AdminService service.
@@ -49,6 +52,12 @@ type AdminServiceClient interface {
 	ListDeliveries(ctx context.Context, in *ListDeliveriesRequest, opts ...grpc.CallOption) (*ListDeliveriesResponse, error)
 	RetryDeliveries(ctx context.Context, in *RetryDeliveriesRequest, opts ...grpc.CallOption) (*RetryDeliveriesResponse, error)
 	PurgeDeliveries(ctx context.Context, in *PurgeDeliveriesRequest, opts ...grpc.CallOption) (*PurgeDeliveriesResponse, error)
+	// The global emergency stop, as /pause [reason | off] sets it from a
+	// chat (pkg/estop): every router replica holds new work while it is
+	// engaged.
+	GetPause(ctx context.Context, in *GetPauseRequest, opts ...grpc.CallOption) (*GetPauseResponse, error)
+	SetPause(ctx context.Context, in *SetPauseRequest, opts ...grpc.CallOption) (*SetPauseResponse, error)
+	ClearPause(ctx context.Context, in *ClearPauseRequest, opts ...grpc.CallOption) (*ClearPauseResponse, error)
 }
 
 type adminServiceClient struct {
@@ -159,6 +168,36 @@ func (c *adminServiceClient) PurgeDeliveries(ctx context.Context, in *PurgeDeliv
 	return out, nil
 }
 
+func (c *adminServiceClient) GetPause(ctx context.Context, in *GetPauseRequest, opts ...grpc.CallOption) (*GetPauseResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetPauseResponse)
+	err := c.cc.Invoke(ctx, AdminService_GetPause_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) SetPause(ctx context.Context, in *SetPauseRequest, opts ...grpc.CallOption) (*SetPauseResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetPauseResponse)
+	err := c.cc.Invoke(ctx, AdminService_SetPause_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) ClearPause(ctx context.Context, in *ClearPauseRequest, opts ...grpc.CallOption) (*ClearPauseResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ClearPauseResponse)
+	err := c.cc.Invoke(ctx, AdminService_ClearPause_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServiceServer is the server API for AdminService service.
 // All implementations must embed UnimplementedAdminServiceServer
 // for forward compatibility.
@@ -177,6 +216,12 @@ type AdminServiceServer interface {
 	ListDeliveries(context.Context, *ListDeliveriesRequest) (*ListDeliveriesResponse, error)
 	RetryDeliveries(context.Context, *RetryDeliveriesRequest) (*RetryDeliveriesResponse, error)
 	PurgeDeliveries(context.Context, *PurgeDeliveriesRequest) (*PurgeDeliveriesResponse, error)
+	// The global emergency stop, as /pause [reason | off] sets it from a
+	// chat (pkg/estop): every router replica holds new work while it is
+	// engaged.
+	GetPause(context.Context, *GetPauseRequest) (*GetPauseResponse, error)
+	SetPause(context.Context, *SetPauseRequest) (*SetPauseResponse, error)
+	ClearPause(context.Context, *ClearPauseRequest) (*ClearPauseResponse, error)
 	mustEmbedUnimplementedAdminServiceServer()
 }
 
@@ -216,6 +261,15 @@ func (UnimplementedAdminServiceServer) RetryDeliveries(context.Context, *RetryDe
 }
 func (UnimplementedAdminServiceServer) PurgeDeliveries(context.Context, *PurgeDeliveriesRequest) (*PurgeDeliveriesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method PurgeDeliveries not implemented")
+}
+func (UnimplementedAdminServiceServer) GetPause(context.Context, *GetPauseRequest) (*GetPauseResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetPause not implemented")
+}
+func (UnimplementedAdminServiceServer) SetPause(context.Context, *SetPauseRequest) (*SetPauseResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetPause not implemented")
+}
+func (UnimplementedAdminServiceServer) ClearPause(context.Context, *ClearPauseRequest) (*ClearPauseResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ClearPause not implemented")
 }
 func (UnimplementedAdminServiceServer) mustEmbedUnimplementedAdminServiceServer() {}
 func (UnimplementedAdminServiceServer) testEmbeddedByValue()                      {}
@@ -418,6 +472,60 @@ func _AdminService_PurgeDeliveries_Handler(srv interface{}, ctx context.Context,
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AdminService_GetPause_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetPauseRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).GetPause(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_GetPause_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).GetPause(ctx, req.(*GetPauseRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_SetPause_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetPauseRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).SetPause(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_SetPause_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).SetPause(ctx, req.(*SetPauseRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_ClearPause_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ClearPauseRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).ClearPause(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_ClearPause_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).ClearPause(ctx, req.(*ClearPauseRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AdminService_ServiceDesc is the grpc.ServiceDesc for AdminService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -464,6 +572,18 @@ var AdminService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "PurgeDeliveries",
 			Handler:    _AdminService_PurgeDeliveries_Handler,
+		},
+		{
+			MethodName: "GetPause",
+			Handler:    _AdminService_GetPause_Handler,
+		},
+		{
+			MethodName: "SetPause",
+			Handler:    _AdminService_SetPause_Handler,
+		},
+		{
+			MethodName: "ClearPause",
+			Handler:    _AdminService_ClearPause_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
