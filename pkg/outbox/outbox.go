@@ -126,7 +126,7 @@ func (r Row) Proto() *deliveryv1.Delivery {
 		Id:                strconv.FormatInt(r.ID, 10),
 		IdempotencyKey:    r.Key,
 		State:             r.State.Proto(),
-		Target:            r.Request.GetTarget(),
+		Target:            withoutInteraction(r.Request).GetTarget(), // never shown: a credential
 		Attempts:          int32(r.Attempts),
 		LastError:         r.LastError,
 		PlatformMessageId: r.PlatformMessageID,
@@ -213,13 +213,17 @@ func rowArgs(ctx context.Context, now time.Time, ttl time.Duration, req *deliver
 	if req.GetIdempotencyKey() == "" {
 		return nil, errors.New("enqueue: empty idempotency key")
 	}
-	payload, err := proto.Marshal(req)
-	if err != nil {
-		return nil, fmt.Errorf("encode send request: %w", err)
-	}
 	state := nr.state
 	if state == "" {
 		state = Queued
+	}
+	stored := req
+	if state == Sent {
+		stored = withoutInteraction(req) // sent: nothing needs it any more
+	}
+	payload, err := proto.Marshal(stored)
+	if err != nil {
+		return nil, fmt.Errorf("encode send request: %w", err)
 	}
 	var lease, sent *time.Time
 	if state == Sending {
@@ -388,6 +392,39 @@ WHERE id = $1 AND state = 'sending' AND claimed_by = $2`, args...)
 	return nil
 }
 
+// withoutInteraction is req without its interaction (Target.interaction:
+// a short-lived credential for answering a native command privately),
+// or req itself when it has none.
+func withoutInteraction(req *deliveryv1.SendRequested) *deliveryv1.SendRequested {
+	if req.GetTarget().GetInteraction() == nil {
+		return req
+	}
+	c := proto.Clone(req).(*deliveryv1.SendRequested)
+	c.Target.Interaction = nil
+	return c
+}
+
+// ForgetInteraction drops the interaction of row id's request req (the
+// row's Request), once the row no longer needs it: sent or
+// dead-lettered. A row is kept for days (delivery.sent_retention); the
+// token is good for minutes and answers only one retry, so it stays in
+// a row only while the row may still be sent. A request without one is
+// left as it is, without a round trip.
+func (s *Store) ForgetInteraction(ctx context.Context, id int64, req *deliveryv1.SendRequested) error {
+	if req.GetTarget().GetInteraction() == nil {
+		return nil
+	}
+	payload, err := proto.Marshal(withoutInteraction(req))
+	if err != nil {
+		return fmt.Errorf("encode send request: %w", err)
+	}
+	if _, err := s.db.Exec(ctx, `
+UPDATE delivery_outbox SET payload = $2 WHERE id = $1 AND state IN ('sent', 'failed', 'expired')`, id, payload); err != nil {
+		return fmt.Errorf("forget interaction of delivery %d: %w", id, err)
+	}
+	return nil
+}
+
 // MarkSent records a successful send and the platform's message id.
 func (s *Store) MarkSent(ctx context.Context, id int64, owner, platformMessageID string, now time.Time) error {
 	return s.update(ctx, "mark sent", id, owner,
@@ -534,6 +571,19 @@ RETURNING `+rowColumns, now, expire)
 		}
 		if out.Expired, err = collect(rows); err != nil {
 			return Expiry{}, fmt.Errorf("expire deliveries: %w", err)
+		}
+		for _, r := range out.Expired {
+			if r.Request.GetTarget().GetInteraction() == nil {
+				continue
+			}
+			// Expired: nothing sends it any more (ForgetInteraction).
+			payload, err := proto.Marshal(withoutInteraction(r.Request))
+			if err != nil {
+				return Expiry{}, fmt.Errorf("encode send request: %w", err)
+			}
+			if _, err := tx.Exec(ctx, `UPDATE delivery_outbox SET payload = $2 WHERE id = $1`, r.ID, payload); err != nil {
+				return Expiry{}, fmt.Errorf("forget interaction of delivery %d: %w", r.ID, err)
+			}
 		}
 	}
 	var next *time.Time

@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/outbox"
 	"github.com/switchboard-chat/switchboard/pkg/pg/pgtest"
 )
@@ -409,5 +410,92 @@ func TestCountsAndPrune(t *testing.T) {
 		if _, err := s.GetByKey(ctx, key); err != nil {
 			t.Errorf("%s pruned: %v", key, err)
 		}
+	}
+}
+
+// A request's interaction (a short-lived credential for a private
+// answer) is kept while its row may still be sent, and dropped from a
+// row that is sent (at once, or from the queue), dead-lettered or
+// expired; the admin view never shows it.
+func TestInteractionForgotten(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := outbox.New(pgtest.New(t))
+	private := func(key, chat string) *deliveryv1.SendRequested {
+		r := req(key, chat)
+		r.Target.Interaction = &eventsv1.Interaction{Id: "8", ApplicationId: "1", Token: "secret-token"}
+		return r
+	}
+	stored := func(id int64) *eventsv1.Interaction {
+		t.Helper()
+		r, err := s.Get(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Proto().GetTarget().GetInteraction() != nil || r.Proto().GetTarget().GetChatId() != r.ChatID {
+			t.Fatalf("the admin view shows %v", r.Proto().GetTarget())
+		}
+		return r.Request.GetTarget().GetInteraction()
+	}
+
+	// Sent at once: recorded without it.
+	if err := s.RecordSent(ctx, t0, time.Hour, private("direct", "D"), "me", "pm-0"); err != nil {
+		t.Fatal(err)
+	}
+	direct, err := s.GetByKey(ctx, "direct")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ia := stored(direct.ID); ia != nil {
+		t.Fatalf("a sent row keeps %v", ia)
+	}
+
+	// Queued: kept for the send; sent or dead-lettered: dropped.
+	ids, err := s.Enqueue(ctx, t0, time.Hour, private("sent", "A"), private("failed", "B"), private("expired", "C"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range ids {
+		if ia := stored(id); ia.GetToken() != "secret-token" {
+			t.Fatalf("queued row %d has %v, want its interaction", id, ia)
+		}
+	}
+	rows, err := s.Claim(ctx, t0, 10*time.Second, "me", 2)
+	if err != nil || len(rows) != 2 {
+		t.Fatalf("claimed %v (%v)", keys(rows), err)
+	}
+	for _, r := range rows {
+		switch r.Key {
+		case "sent":
+			err = s.MarkSent(ctx, r.ID, "me", "pm-1", t0)
+		case "failed":
+			err = s.Fail(ctx, r.ID, "me", "chat not found", t0)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ia := stored(r.ID); ia.GetToken() != "secret-token" {
+			t.Fatalf("%s before ForgetInteraction: %v", r.Key, ia)
+		}
+		if err := s.ForgetInteraction(ctx, r.ID, r.Request); err != nil {
+			t.Fatal(err)
+		}
+		if ia := stored(r.ID); ia != nil {
+			t.Fatalf("%s row keeps %v", r.Key, ia)
+		}
+	}
+	// Not on a row still waiting.
+	if err := s.ForgetInteraction(ctx, ids[2], private("expired", "C")); err != nil {
+		t.Fatal(err)
+	}
+	if ia := stored(ids[2]); ia.GetToken() != "secret-token" {
+		t.Fatalf("a queued row lost its interaction: %v", ia)
+	}
+	res, err := s.Expire(ctx, t0.Add(2*time.Hour), time.Hour, nil)
+	if err != nil || len(res.Expired) != 1 {
+		t.Fatalf("expired %+v (%v)", res, err)
+	}
+	if ia := stored(ids[2]); ia != nil {
+		t.Fatalf("an expired row keeps %v", ia)
 	}
 }

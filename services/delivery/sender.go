@@ -331,7 +331,11 @@ func (s *Service) outcome(ctx context.Context, log warner, r outbox.Row, rec *de
 			result = "duplicate"
 		}
 		sends.WithLabelValues(r.Platform, result).Inc()
-		s.record(log, "mark sent", s.store.MarkSent(ctx, r.ID, s.owner, rec.GetPlatformMessageId(), now))
+		if err := s.store.MarkSent(ctx, r.ID, s.owner, rec.GetPlatformMessageId(), now); err != nil {
+			s.record(log, "mark sent", err)
+			return
+		}
+		s.record(log, "forget interaction", s.store.ForgetInteraction(ctx, r.ID, r.Request))
 	case errors.Is(err, nats.ErrNoResponders):
 		s.retry(ctx, log, r, "no_gateway", fmt.Sprintf("no gateway serves %s", r.Platform), s.backoff(r.Attempts), nil)
 	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout):
@@ -487,6 +491,7 @@ func (s *Service) fail(ctx context.Context, log warner, r outbox.Row, reason, ms
 	if err != nil {
 		return
 	}
+	s.record(log, "forget interaction", s.store.ForgetInteraction(ctx, r.ID, r.Request))
 	s.cronUndelivered(ctx, log, r, msg)
 	if reason == "max_attempts" {
 		s.undelivered(ctx, log, r)

@@ -34,6 +34,11 @@ type msgCtx struct {
 	decision auth.Decision
 	notices  int
 	marked   bool // the dedupe record is written
+	// interaction is a native command's private answer channel (a
+	// Discord interaction's token), taken off the event on arrival: only
+	// a refusal of the command uses it (slashRefused), and it goes into
+	// no turn, queue or transcript.
+	interaction *eventsv1.Interaction
 	// holder is the session lock's value, read in the same round trip as
 	// the dedupe record ("" when free); nil once used or never read.
 	holder *string
@@ -105,6 +110,10 @@ func (s *Service) handleInbound(ctx context.Context, ev *eventsv1.MessageReceive
 	}
 	m := &msgCtx{ev: ev, src: src, platform: strings.ToLower(src.GetPlatform()),
 		dedupeID: src.GetPlatform() + ":" + src.GetAccount() + ":" + ev.GetEventId()}
+	if ev.GetSlashCommand() {
+		m.interaction = ev.GetInteraction()
+	}
+	ev.Interaction = nil
 	if d, ok := bus.DeliveryFrom(ctx); ok {
 		m.seq = int64(d.StreamSeq)
 	}
@@ -503,8 +512,11 @@ const slashRefusalWindow = time.Minute
 // slashRefused answers a native command (a Discord slash command) in a
 // group from a sender not allowed with Hermes's refusal: they picked it
 // from the bot's own menu, so silence would look like a broken bot.
-// Once a minute per sender, so a stranger cannot make the bot flood a
-// channel; the rest are dropped, as typed messages are.
+// The refusal carries the command's interaction (Target.interaction),
+// so the gateway shows it to the sender only, as Hermes's ephemeral
+// answer is (or in the channel when it no longer can). Once a minute
+// per sender, so a stranger cannot make the bot flood a channel; the
+// rest are dropped, as typed messages are.
 func (s *Service) slashRefused(ctx context.Context, m *msgCtx) error {
 	ok, err := s.rdb.SetNX(ctx, s.prefix+"slashdeny:"+m.platform+":"+m.src.GetUserId(), "1", slashRefusalWindow).Result()
 	if err != nil {
@@ -513,7 +525,9 @@ func (s *Service) slashRefused(ctx context.Context, m *msgCtx) error {
 	if !ok {
 		return nil
 	}
-	if err := s.notice(ctx, m, 0, "You're not authorized to use this command.", "unauthorized"); err != nil {
+	t := target(m.ev)
+	t.Interaction = m.interaction
+	if err := s.publishNoticeTo(ctx, m, 0, t, "You're not authorized to use this command.", "unauthorized", ""); err != nil {
 		// The redelivery answers instead.
 		_ = s.rdb.Del(context.WithoutCancel(ctx), s.prefix+"slashdeny:"+m.platform+":"+m.src.GetUserId()).Err()
 		return err

@@ -334,6 +334,11 @@ func (s *Service) notice(ctx context.Context, m *msgCtx, gen int64, text, kind s
 // publishNotice publishes a notice; replaces names the platform message
 // whose text it replaces ("": a message of its own).
 func (s *Service) publishNotice(ctx context.Context, m *msgCtx, gen int64, text, kind, replaces string) error {
+	return s.publishNoticeTo(ctx, m, gen, target(m.ev), text, kind, replaces)
+}
+
+// publishNoticeTo is publishNotice to target t.
+func (s *Service) publishNoticeTo(ctx context.Context, m *msgCtx, gen int64, t *deliveryv1.Target, text, kind, replaces string) error {
 	m.notices++
 	key := m.key
 	if key == "" {
@@ -348,7 +353,7 @@ func (s *Service) publishNotice(ctx context.Context, m *msgCtx, gen int64, text,
 		SessionKey: key,
 		Generation: gen,
 		Seq:        int64(m.notices),
-		Target:     target(m.ev),
+		Target:     t,
 		CreatedAt:  timestamppb.New(s.now()),
 		Body:       &repliesv1.ReplyEvent_Notice{Notice: &repliesv1.Notice{Text: text, Kind: kind, ReplacesMessageId: replaces}},
 	}

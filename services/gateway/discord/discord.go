@@ -423,41 +423,24 @@ const ackWithin = 2500 * time.Millisecond
 // redelivered interaction is published once (its event id) and answered
 // again, which Discord refuses as already acknowledged.
 func (p *Platform) handlePress(ctx context.Context, conn platform.Conn, in *discordgo.Interaction) {
-	var err error
 	pctx, cancel := context.WithTimeout(ctx, ackWithin)
 	defer cancel()
-	published := false
-	for attempt := 0; pctx.Err() == nil; attempt++ {
-		if attempt > 0 {
-			select {
-			case <-pctx.Done():
-			case <-time.After(min(time.Duration(attempt)*100*time.Millisecond, time.Second)):
-			}
-		}
-		var ch channelInfo
-		if in.GuildID != "" && in.Type == discordgo.InteractionMessageComponent {
-			if ch, err = p.channel(pctx, in.ChannelID); err != nil {
-				if refused(err) {
-					conn.Reject(ctx, "channel lookup refused", err)
-					published = true
-					break
-				}
-				p.log.Warn("discord channel lookup failed; retrying", "channel", in.ChannelID, "err", err)
-				continue
-			}
+	guild := in.GuildID
+	if in.Type != discordgo.InteractionMessageComponent {
+		guild = "" // no channel lookup: pressed skips it anyway
+	}
+	published := untilDone(pctx, 100*time.Millisecond, time.Second, func() bool {
+		ch, settled, err := p.channelOf(pctx, conn, guild, in.ChannelID)
+		if settled || err != nil {
+			return settled
 		}
 		ev, why := pressed(in, ch, p.rules)
 		if ev == nil {
 			p.log.Debug("discord interaction skipped", "why", string(why), "interaction_id", in.ID)
-			published = true
-			break
+			return true
 		}
-		if _, err = conn.Deliver(pctx, ev); err == nil || errors.Is(err, platform.ErrRejected) {
-			published = true
-			break
-		}
-		p.log.Warn("discord button press not published; retrying", "interaction_id", in.ID, "err", err)
-	}
+		return p.delivered(pctx, conn, ev, "button press", in.ID)
+	})
 	if !published {
 		p.log.Warn("discord button press not published in time; leaving it unacknowledged", "interaction_id", in.ID)
 		return
@@ -468,7 +451,7 @@ func (p *Platform) handlePress(ctx context.Context, conn platform.Conn, in *disc
 			p.log.Debug("discord interaction already acknowledged", "interaction_id", in.ID)
 			return
 		}
-		p.log.Warn("acknowledge discord interaction", "interaction_id", in.ID, "err", err)
+		p.log.Warn("acknowledge discord interaction", "interaction_id", in.ID, "err", redact(err, in.Token))
 	}
 }
 
@@ -482,34 +465,19 @@ func (p *Platform) handle(ctx context.Context, conn platform.Conn, raw []byte) {
 		conn.Reject(ctx, "malformed MESSAGE_CREATE", err)
 		return
 	}
-	for attempt := 0; ctx.Err() == nil; attempt++ {
-		if attempt > 0 {
-			select {
-			case <-ctx.Done():
-			case <-time.After(min(time.Duration(attempt)*200*time.Millisecond, 5*time.Second)):
-			}
-		}
-		var ch channelInfo
-		if m.GuildID != "" {
-			if ch, err = p.channel(ctx, m.ChannelID); err != nil {
-				if refused(err) {
-					// Deleted, or out of the bot's reach: asking again
-					// would stall every later message on this connection.
-					conn.Reject(ctx, "channel lookup refused", err)
-					return
-				}
-				p.log.Warn("discord channel lookup failed; retrying", "channel", m.ChannelID, "err", err)
-				continue
-			}
+	untilDone(ctx, 200*time.Millisecond, 5*time.Second, func() bool {
+		ch, settled, err := p.channelOf(ctx, conn, m.GuildID, m.ChannelID)
+		if settled || err != nil {
+			return settled
 		}
 		ev, why := normalize(m, ch, p.rules)
 		if why == skipUnaddressed && ev.GetSource().GetThreadId() != "" {
 			// A thread opened from a message has the message's id: the
 			// bot takes part when that message was addressed to it.
-			var known bool
-			if known, err = conn.Seen(ctx, ev.GetSource().GetThreadId()); err != nil {
+			known, err := conn.Seen(ctx, ev.GetSource().GetThreadId())
+			if err != nil {
 				p.log.Warn("discord thread lookup failed; retrying", "thread", ev.GetSource().GetThreadId(), "err", err)
-				continue
+				return false
 			}
 			if known {
 				why = ""
@@ -517,19 +485,72 @@ func (p *Platform) handle(ctx context.Context, conn platform.Conn, raw []byte) {
 		}
 		if why != "" {
 			p.log.Debug("discord message skipped", "why", string(why), "message_id", m.ID)
-			return
+			return true
 		}
 		if ev.GetSource().GetProspectiveThreadId() != "" {
-			if err = p.openThread(ctx, m, ev.GetSource()); err != nil {
+			if err := p.openThread(ctx, m, ev.GetSource()); err != nil {
 				p.log.Warn("discord auto-thread not opened; retrying", "message_id", m.ID, "err", err)
-				continue
+				return false
 			}
 		}
-		if _, err = conn.Deliver(ctx, ev); err == nil || errors.Is(err, platform.ErrRejected) {
-			return
+		return p.delivered(ctx, conn, ev, "message", m.ID)
+	})
+}
+
+// untilDone runs attempt until it reports the dispatch done with (on
+// the bus, rejected, skipped) or ctx ends, waiting between attempts a
+// little longer each time (pace more, at most most): Discord takes no
+// acknowledgements and resends nothing, so the reading goroutine waits
+// (Discord buffers) rather than a dispatch being lost. It reports
+// whether an attempt was done.
+func untilDone(ctx context.Context, pace, most time.Duration, attempt func() bool) bool {
+	for n := 0; ctx.Err() == nil; n++ {
+		if n > 0 {
+			select {
+			case <-ctx.Done():
+				return false
+			case <-time.After(min(time.Duration(n)*pace, most)):
+			}
 		}
-		p.log.Warn("discord message not published; retrying", "message_id", m.ID, "err", err)
+		if attempt() {
+			return true
+		}
 	}
+	return false
+}
+
+// channelOf is what a dispatch in a guild needs to know about its
+// channel (nothing to look up in a DM: guild is empty). settled is true
+// when Discord refused the lookup (a channel deleted, or out of the
+// bot's reach): the payload is rejected, since asking again would stall
+// every later dispatch on this connection. err is a failure worth
+// another try, logged here.
+func (p *Platform) channelOf(ctx context.Context, conn platform.Conn, guild, channel string) (ci channelInfo, settled bool, err error) {
+	if guild == "" {
+		return channelInfo{}, false, nil
+	}
+	ci, err = p.channel(ctx, channel)
+	switch {
+	case err == nil:
+		return ci, false, nil
+	case refused(err):
+		conn.Reject(ctx, "channel lookup refused", err)
+		return channelInfo{}, true, nil
+	}
+	p.log.Warn("discord channel lookup failed; retrying", "channel", channel, "err", err)
+	return channelInfo{}, false, err
+}
+
+// delivered publishes ev and reports whether it is done with: on the
+// bus, or rejected by the kit's check (which no retry changes). Another
+// failure is logged, for the caller to try again.
+func (p *Platform) delivered(ctx context.Context, conn platform.Conn, ev *eventsv1.MessageReceived, kind, id string) bool {
+	_, err := conn.Deliver(ctx, ev)
+	if err == nil || errors.Is(err, platform.ErrRejected) {
+		return true
+	}
+	p.log.Warn("discord event not published; retrying", "kind", kind, "id", id, "err", err)
+	return false
 }
 
 // openThread opens the auto-thread of a channel message that mentions
@@ -661,11 +682,19 @@ func checkIDs(req *deliveryv1.SendRequested, withMessage bool) error {
 
 // Send posts a message. The first chunk replies to the user's message.
 // A thread id that does not exist yet (a prospective auto-thread) is
-// opened from the message with that id, then posted into.
+// opened from the message with that id, then posted into. A target
+// with an interaction (a slash command's refusal) is answered with an
+// ephemeral followup, seen by the invoker only, and with a message in
+// the channel where that cannot be done (see followup).
 func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (string, error) {
 	t := req.GetTarget()
 	if err := checkIDs(req, false); err != nil {
 		return "", err
+	}
+	if t.GetInteraction() != nil {
+		if id, done, err := p.followup(ctx, req); done {
+			return id, err
+		}
 	}
 	content, files, err := p.media(ctx, req)
 	if err != nil {

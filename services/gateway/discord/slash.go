@@ -23,28 +23,114 @@ import (
 
 // Discord's native slash commands (application commands), as Hermes
 // registers them (gateway/platforms/discord.py): every command of the
-// menu (pkg/command, /help's order) is a global chat-input command with
-// one optional free-text option, "args". At connect, the replica that
-// holds the connection reads the application's global commands and
-// overwrites them in bulk only when they differ from the menu, so
-// restarts and failovers do not spend Discord's daily command-create
+// menu (pkg/command, /help's order) is a global chat-input command. The
+// commands Hermes registers with options of their own have those
+// options (commandOptions: /model's name, /reasoning's effort, /voice's
+// mode with its choices …); every other one takes one optional
+// free-text option, "args", as Hermes's auto-registered commands do. At
+// connect, the replica that holds the connection reads the
+// application's global commands and overwrites them in bulk only when
+// they differ from the menu (names, descriptions, options and choices),
+// so restarts and failovers do not spend Discord's daily command-create
 // budget (Hermes's "safe" sync policy diffs the same way).
 //
 // An invocation (INTERACTION_CREATE of type APPLICATION_COMMAND) is
 // acknowledged at once with a deferred ephemeral response ("thinking…",
 // seen by the invoker only), then published as the typed command
-// "/<name> <args>" from the invoker in the channel, thread or DM it was
-// used in, so it gets a typed command's session key, authorization,
-// pairing and answers; the deferred response is then deleted, as Hermes
-// does, and the router's answer arrives as an ordinary message in the
-// channel. No interaction token leaves the gateway.
+// "/<name> <option values>" from the invoker in the channel, thread or
+// DM it was used in, so it gets a typed command's session key,
+// authorization, pairing and answers; the deferred response is then
+// deleted, as Hermes does, and the router's answer arrives as an
+// ordinary message in the channel. The one answer that is private is
+// the refusal of a sender who is not allowed ("You're not authorized to
+// use this command.", ephemeral in Hermes too): the event carries the
+// interaction (id, application id, token, when the token ends), the
+// router puts it on the refusal's target only, and Send posts the
+// refusal as an ephemeral followup (POST /webhooks/<app>/<token>, flags
+// 64), after deleting the deferred response itself (a followup sent
+// while the response is still deferred would take its place, and the
+// connection's own deletion would take the refusal with it; any replica
+// may send it). An expired or refused token sends the refusal to the
+// channel instead. The token is a credential: it is kept out of logs
+// and error texts (redact).
 
 const (
 	maxCommands    = 100 // global chat-input commands an application may have
 	maxDescription = 100
 	argsOption     = "args"
 	argsDesc       = "Arguments (optional)"
+	// interactionTTL is how long Discord takes an interaction's token.
+	interactionTTL = 15 * time.Minute
 )
+
+// commandOption is a command's option of its own, as Hermes registers
+// it: its name, description, type (a string when zero), whether it is
+// required, and its choices (display name and value).
+type commandOption struct {
+	name, desc string
+	typ        discordgo.ApplicationCommandOptionType
+	required   bool
+	choices    [][2]string
+}
+
+// commandOptions are the options Hermes's Discord adapter gives the
+// commands it registers by hand (_register_slash_commands), with its
+// names, descriptions and choices; each is a command's only option, so
+// its value follows the command's name in the typed text. /insights
+// keeps Hermes's integer "days", described with this gateway's default
+// (30 days; Hermes sends 7 when it is left out, this gateway sends
+// nothing, and the command's own default applies).
+var commandOptions = map[string]commandOption{
+	"model":       {name: "name", desc: "Model name (e.g. anthropic/claude-sonnet-4). Leave empty to see current."},
+	"reasoning":   {name: "effort", desc: "Reasoning effort: none, minimal, low, medium, high, or xhigh."},
+	"personality": {name: "name", desc: "Personality name. Leave empty to list available."},
+	"steer":       {name: "prompt", desc: "Text to inject into the agent's next tool result", required: true},
+	"title":       {name: "name", desc: "Session title. Leave empty to show current."},
+	"resume":      {name: "name", desc: "Session name to resume. Leave empty to list sessions."},
+	"insights":    {name: "days", desc: "Number of days to analyze (default: 30)", typ: discordgo.ApplicationCommandOptionInteger},
+	"voice": {name: "mode", desc: "Voice mode: join, channel, leave, on, tts, off, or status", choices: [][2]string{
+		{"join — join your voice channel", "join"},
+		{"channel — join your voice channel (alias)", "channel"},
+		{"leave — leave voice channel", "leave"},
+		{"on — voice reply to voice messages", "on"},
+		{"tts — voice reply to all messages", "tts"},
+		{"off — text only", "off"},
+		{"status — show current mode", "status"},
+	}},
+	"approve":    {name: "scope", desc: "Optional: 'all', 'session', 'always', 'all session', 'all always'"},
+	"deny":       {name: "scope", desc: "Optional: 'all' to deny all pending commands"},
+	"queue":      {name: "prompt", desc: "The prompt to queue", required: true},
+	"background": {name: "prompt", desc: "The prompt to run in the background", required: true},
+}
+
+// argsHints are the arguments Hermes's command registry names for
+// commands it registers with "args" (args_hint): their "args" is
+// described "Arguments: <hint>", as Hermes's auto-registration does.
+var argsHints = map[string]string{
+	"fast": "[normal|fast|status]",
+	"busy": "[queue|steer|interrupt|status]",
+}
+
+// options are the options of the command name.
+func options(name string) []*discordgo.ApplicationCommandOption {
+	o, ok := commandOptions[name]
+	if !ok {
+		desc := argsDesc
+		if h := argsHints[name]; h != "" {
+			desc = "Arguments: " + h
+		}
+		return []*discordgo.ApplicationCommandOption{{Type: discordgo.ApplicationCommandOptionString, Name: argsOption, Description: desc}}
+	}
+	typ := o.typ
+	if typ == 0 {
+		typ = discordgo.ApplicationCommandOptionString
+	}
+	opt := &discordgo.ApplicationCommandOption{Type: typ, Name: o.name, Description: o.desc, Required: o.required}
+	for _, c := range o.choices {
+		opt.Choices = append(opt.Choices, &discordgo.ApplicationCommandOptionChoice{Name: c[0], Value: c[1]})
+	}
+	return []*discordgo.ApplicationCommandOption{opt}
+}
 
 // commandName is Discord's rule for a chat-input command's and an
 // option's name (lowercase where the script has case).
@@ -61,8 +147,8 @@ func validDescription(d string) bool {
 	return n >= 1 && n <= maxDescription && utf8.ValidString(d)
 }
 
-// slashCommands are the application commands of the menu entries: each
-// with an optional string option "args". An entry Discord would refuse
+// slashCommands are the application commands of the menu entries, each
+// with its options (options). An entry Discord would refuse
 // (a bad name or description, a duplicate, past the 100th) is left out
 // and returned in dropped, so that one bad entry does not fail the whole
 // overwrite.
@@ -76,17 +162,34 @@ func slashCommands(menu []command.MenuEntry) (cmds []*discordgo.ApplicationComma
 		seen[e.Name] = true
 		cmds = append(cmds, &discordgo.ApplicationCommand{
 			Type: discordgo.ChatApplicationCommand, Name: e.Name, Description: e.Description,
-			Options: []*discordgo.ApplicationCommandOption{{
-				Type: discordgo.ApplicationCommandOptionString, Name: argsOption, Description: argsDesc,
-			}},
+			Options: options(e.Name),
 		})
 	}
 	return cmds, dropped
 }
 
 // sameCommands reports whether the registered commands are the wanted
-// ones: the same names, types, descriptions and options, in any order.
+// ones: the same names, types, descriptions and options (their types,
+// names, descriptions, whether required, choices and nested options, in
+// order), the commands in any order.
 func sameCommands(have, want []*discordgo.ApplicationCommand) bool {
+	var optionKey func(b *strings.Builder, list []*discordgo.ApplicationCommandOption)
+	optionKey = func(b *strings.Builder, list []*discordgo.ApplicationCommandOption) {
+		for _, o := range list {
+			if o == nil {
+				b.WriteString("\x00nil")
+				continue
+			}
+			fmt.Fprintf(b, "\x00(%d\x00%s\x00%s\x00%t", o.Type, o.Name, o.Description, o.Required)
+			for _, c := range o.Choices {
+				if c != nil {
+					fmt.Fprintf(b, "\x00%s=%v", c.Name, c.Value)
+				}
+			}
+			optionKey(b, o.Options)
+			b.WriteString("\x00)")
+		}
+	}
 	key := func(cs []*discordgo.ApplicationCommand) []string {
 		out := make([]string, 0, len(cs))
 		for _, c := range cs {
@@ -96,9 +199,7 @@ func sameCommands(have, want []*discordgo.ApplicationCommand) bool {
 			}
 			var b strings.Builder
 			fmt.Fprintf(&b, "%d\x00%s\x00%s", typ, c.Name, c.Description)
-			for _, o := range c.Options {
-				fmt.Fprintf(&b, "\x00%d\x00%s\x00%s\x00%t", o.Type, o.Name, o.Description, o.Required)
-			}
+			optionKey(&b, c.Options)
 			out = append(out, b.String())
 		}
 		slices.Sort(out)
@@ -235,8 +336,9 @@ func optionValue(v any) string {
 
 // invoked turns an application command interaction into the typed
 // command it stands for, or says why it is skipped. The event id is
-// the interaction's id, the same in every delivery of the dispatch.
-func invoked(in *discordgo.Interaction, ch channelInfo, r rules) (*eventsv1.MessageReceived, skip) {
+// the interaction's id, the same in every delivery of the dispatch. now
+// is when the interaction arrived: its token ends interactionTTL later.
+func invoked(in *discordgo.Interaction, ch channelInfo, r rules, now time.Time) (*eventsv1.MessageReceived, skip) {
 	if in.Type != discordgo.InteractionApplicationCommand {
 		return nil, skip(fmt.Sprintf("interaction type %d", in.Type))
 	}
@@ -256,11 +358,23 @@ func invoked(in *discordgo.Interaction, ch channelInfo, r rules) (*eventsv1.Mess
 	return &eventsv1.MessageReceived{
 		EventId: id, MessageId: id, Source: src, Text: text, Mentioned: true,
 		TransportAuthenticated: src.GetChatType() != "dm" && !u.Bot && hasRole(in.Member, r.AllowedRoles),
-		SentAt:                 timestamppb.Now(),
+		SentAt:                 timestamppb.New(now),
 		// Its message id names no Discord message to react to.
 		NoReaction:   true,
 		SlashCommand: true,
+		Interaction:  interactionOf(in, now),
 	}, ""
+}
+
+// interactionOf is what answering in only the invoker's sight takes
+// (see Send), or nil when the interaction lacks it: an application id
+// that is a snowflake and a token that can go into a REST path.
+func interactionOf(in *discordgo.Interaction, now time.Time) *eventsv1.Interaction {
+	if !snowflake(in.ID) || !snowflake(in.AppID) || !urlSafe(in.Token) {
+		return nil
+	}
+	return &eventsv1.Interaction{Id: in.ID, ApplicationId: in.AppID, Token: in.Token,
+		ExpiresAt: timestamppb.New(now.Add(interactionTTL))}
 }
 
 // handleCommand acknowledges a slash command with a deferred ephemeral
@@ -271,6 +385,7 @@ func invoked(in *discordgo.Interaction, ch channelInfo, r rules) (*eventsv1.Mess
 // is published once (its event id); its second acknowledgement is
 // refused by Discord as already given, which is fine.
 func (p *Platform) handleCommand(ctx context.Context, conn platform.Conn, in *discordgo.Interaction) {
+	arrived := time.Now()
 	actx, cancel := context.WithTimeout(ctx, ackWithin)
 	ack := &discordgo.InteractionResponse{Type: discordgo.InteractionResponseDeferredChannelMessageWithSource,
 		Data: &discordgo.InteractionResponseData{Flags: discordgo.MessageFlagsEphemeral}}
@@ -281,42 +396,102 @@ func (p *Platform) handleCommand(ctx context.Context, conn platform.Conn, in *di
 	case isCode(err, discordgo.ErrCodeInteractionHasAlreadyBeenAcknowledged):
 		p.log.Debug("discord interaction already acknowledged", "interaction_id", in.ID)
 	default:
-		p.log.Warn("acknowledge discord slash command", "interaction_id", in.ID, "err", err)
+		p.log.Warn("acknowledge discord slash command", "interaction_id", in.ID, "err", redact(err, in.Token))
 	}
-	for attempt := 0; ctx.Err() == nil; attempt++ {
-		if attempt > 0 {
-			select {
-			case <-ctx.Done():
-			case <-time.After(min(time.Duration(attempt)*200*time.Millisecond, 5*time.Second)):
-			}
+	untilDone(ctx, 200*time.Millisecond, 5*time.Second, func() bool {
+		ch, settled, err := p.channelOf(ctx, conn, in.GuildID, in.ChannelID)
+		if settled || err != nil {
+			return settled
 		}
-		var ch channelInfo
-		if in.GuildID != "" {
-			if ch, err = p.channel(ctx, in.ChannelID); err != nil {
-				if refused(err) {
-					conn.Reject(ctx, "channel lookup refused", err)
-					break
-				}
-				p.log.Warn("discord channel lookup failed; retrying", "channel", in.ChannelID, "err", err)
-				continue
-			}
-		}
-		ev, why := invoked(in, ch, p.rules)
+		ev, why := invoked(in, ch, p.rules, arrived)
 		if ev == nil {
 			p.log.Debug("discord slash command skipped", "why", string(why), "interaction_id", in.ID)
-			break
+			return true
 		}
-		if _, err = conn.Deliver(ctx, ev); err == nil || errors.Is(err, platform.ErrRejected) {
-			break
-		}
-		p.log.Warn("discord slash command not published; retrying", "interaction_id", in.ID, "err", err)
-	}
+		return p.delivered(ctx, conn, ev, "slash command", in.ID)
+	})
 	// Off the reading goroutine: the next dispatch need not wait for it.
 	go func() {
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
 		if err := p.s.InteractionResponseDelete(in, opts(dctx)...); err != nil && !isCode(err, discordgo.ErrCodeUnknownMessage) {
-			p.log.Debug("delete discord deferred response", "interaction_id", in.ID, "err", err)
+			p.log.Debug("delete discord deferred response", "interaction_id", in.ID, "err", redact(err, in.Token))
 		}
 	}()
+}
+
+// followupGrace: a token that ends within it is not used (the followup
+// would race its end); the answer goes to the channel.
+const followupGrace = 30 * time.Second
+
+// followup sends req as an ephemeral followup of the interaction on its
+// target (Target.interaction), seen by the invoker only, once the
+// command's deferred response is deleted, and reports whether it took
+// care of req: false when the followup cannot be sent (an interaction
+// without a usable token, a token that has ended or that Discord
+// refuses, a followup Discord refuses for good, a request with
+// attachments), and the caller posts req to the channel instead. A
+// failure worth another try (429, 5xx, the network) is returned, and
+// delivery tries again with the token while it lasts. Errors have the
+// token blanked out: delivery logs and stores their texts.
+func (p *Platform) followup(ctx context.Context, req *deliveryv1.SendRequested) (string, bool, error) {
+	ia := req.GetTarget().GetInteraction()
+	text := req.GetText()
+	if n := utf8.RuneCountInString(text); len(req.GetAttachments()) > 0 || n == 0 || n > 2000 {
+		return "", false, nil
+	}
+	if !snowflake(ia.GetId()) || !snowflake(ia.GetApplicationId()) || !urlSafe(ia.GetToken()) {
+		p.log.Warn("discord interaction unusable; answering in the channel", "interaction_id", ia.GetId())
+		return "", false, nil
+	}
+	if ia.GetExpiresAt() == nil || time.Now().Add(followupGrace).After(ia.GetExpiresAt().AsTime()) {
+		p.log.Info("discord interaction token expired; answering in the channel", "interaction_id", ia.GetId())
+		return "", false, nil
+	}
+	in := &discordgo.Interaction{ID: ia.GetId(), AppID: ia.GetApplicationId(), Token: ia.GetToken()}
+	// The deferred response goes first: a followup sent while it is
+	// still deferred would take its place, and the deletion the
+	// connection's replica makes after publishing the command would take
+	// the followup with it. Whichever of the two deletions comes second
+	// is answered Unknown Message.
+	if err := p.s.InteractionResponseDelete(in, opts(ctx)...); err != nil && !isCode(err, discordgo.ErrCodeUnknownMessage) {
+		if refused(err) {
+			p.log.Warn("discord interaction refused; answering in the channel", "interaction_id", ia.GetId(), "err", redact(err, ia.GetToken()))
+			return "", false, nil
+		}
+		return "", true, redact(sendError("delete deferred response", err), ia.GetToken())
+	}
+	m, err := p.s.FollowupMessageCreate(in, true, &discordgo.WebhookParams{Content: text,
+		Flags: discordgo.MessageFlagsEphemeral, AllowedMentions: p.cfg.AllowMentions.allowed()}, opts(ctx)...)
+	switch {
+	case err == nil:
+		if m == nil {
+			return "", true, nil
+		}
+		return m.ID, true, nil
+	case refused(err):
+		p.log.Warn("discord followup refused; answering in the channel", "interaction_id", ia.GetId(), "err", redact(err, ia.GetToken()))
+		return "", false, nil
+	}
+	return "", true, redact(sendError("create followup", err), ia.GetToken())
+}
+
+// redacted is an error whose text has a secret blanked out: discordgo
+// puts an interaction's token into request URLs and rate-limit buckets,
+// and so into the texts of its errors, which are logged and stored
+// (delivery's last_error). errors.Is and errors.As see what it wraps.
+type redacted struct {
+	err    error
+	secret string
+}
+
+func (r redacted) Error() string { return strings.ReplaceAll(r.err.Error(), r.secret, "<token>") }
+func (r redacted) Unwrap() error { return r.err }
+
+// redact blanks secret out of err's text.
+func redact(err error, secret string) error {
+	if err == nil || secret == "" {
+		return err
+	}
+	return redacted{err: err, secret: secret}
 }

@@ -3,15 +3,19 @@ package discord
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/bwmarrin/discordgo"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/switchboard-chat/switchboard/pkg/command"
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/platform"
 	"github.com/switchboard-chat/switchboard/pkg/platform/platformtest"
 	"github.com/switchboard-chat/switchboard/pkg/sessionkey"
@@ -26,6 +30,70 @@ func TestSlashCommands(t *testing.T) {
 	if len(dropped) > 0 || len(cmds) != len(command.Menu()) {
 		t.Fatalf("the menu's commands %v dropped", dropped)
 	}
+	// Hermes's options where it has its own, "args" for the rest; each
+	// names a command of the menu and passes Discord's rules.
+	names := map[string]bool{}
+	for _, e := range command.Menu() {
+		names[e.Name] = true
+	}
+	for name := range commandOptions {
+		if !names[name] {
+			t.Fatalf("options for %s, which is not in the menu", name)
+		}
+	}
+	for name := range argsHints {
+		if !names[name] {
+			t.Fatalf("an args hint for %s, which is not in the menu", name)
+		}
+	}
+	for _, c := range cmds {
+		for _, o := range c.Options {
+			if !validName(o.Name) || !validDescription(o.Description) || len(o.Choices) > 25 {
+				t.Fatalf("%s: option %+v Discord would refuse", c.Name, o)
+			}
+			for _, ch := range o.Choices {
+				if v, _ := ch.Value.(string); !validDescription(ch.Name) || v == "" {
+					t.Fatalf("%s: choice %+v", c.Name, ch)
+				}
+			}
+		}
+	}
+	byName := map[string]*discordgo.ApplicationCommand{}
+	for _, c := range cmds {
+		byName[c.Name] = c
+	}
+	for _, tc := range []struct {
+		cmd, opt, desc string
+		typ            discordgo.ApplicationCommandOptionType
+		required       bool
+		choices        int
+	}{
+		{"model", "name", "Model name (e.g. anthropic/claude-sonnet-4). Leave empty to see current.", 3, false, 0},
+		{"reasoning", "effort", "Reasoning effort: none, minimal, low, medium, high, or xhigh.", 3, false, 0},
+		{"voice", "mode", "Voice mode: join, channel, leave, on, tts, off, or status", 3, false, 7},
+		{"insights", "days", "Number of days to analyze (default: 30)", 4, false, 0},
+		{"steer", "prompt", "Text to inject into the agent's next tool result", 3, true, 0},
+		{"queue", "prompt", "The prompt to queue", 3, true, 0},
+		{"background", "prompt", "The prompt to run in the background", 3, true, 0},
+		{"approve", "scope", "Optional: 'all', 'session', 'always', 'all session', 'all always'", 3, false, 0},
+		{"fast", "args", "Arguments: [normal|fast|status]", 3, false, 0},
+		{"busy", "args", "Arguments: [queue|steer|interrupt|status]", 3, false, 0},
+		{"status", "args", "Arguments (optional)", 3, false, 0},
+		{"new", "args", "Arguments (optional)", 3, false, 0},
+	} {
+		c := byName[tc.cmd]
+		if c == nil || len(c.Options) != 1 {
+			t.Fatalf("%s: %+v, want one option", tc.cmd, c)
+		}
+		o := c.Options[0]
+		if o.Name != tc.opt || o.Description != tc.desc || o.Type != tc.typ || o.Required != tc.required || len(o.Choices) != tc.choices {
+			t.Fatalf("%s: option %+v, want %+v", tc.cmd, o, tc)
+		}
+	}
+	if v := byName["voice"].Options[0].Choices; v[0].Name != "join — join your voice channel" || v[0].Value != "join" || v[6].Value != "status" {
+		t.Fatalf("voice choices %+v", v)
+	}
+
 	for _, tc := range []struct {
 		name string
 		menu []command.MenuEntry
@@ -43,8 +111,8 @@ func TestSlashCommands(t *testing.T) {
 			var kept []string
 			for _, c := range cmds {
 				kept = append(kept, c.Name)
-				if len(c.Options) != 1 || c.Options[0].Name != argsOption || c.Options[0].Required || c.Options[0].Type != discordgo.ApplicationCommandOptionString {
-					t.Fatalf("%s options %+v, want one optional string args", c.Name, c.Options)
+				if !sameCommands([]*discordgo.ApplicationCommand{c}, []*discordgo.ApplicationCommand{{Name: c.Name, Description: c.Description, Options: options(c.Name)}}) {
+					t.Fatalf("%s options %+v, want %+v", c.Name, c.Options, options(c.Name))
 				}
 			}
 			if strings.Join(kept, ",") != strings.Join(tc.kept, ",") {
@@ -86,11 +154,41 @@ func TestRegisterCommandsOnlyWhenChanged(t *testing.T) {
 	if overwrites != 1 || refused != 0 || len(cmds) != len(command.Menu()) || cmds["model"] != "Show or switch the model (session-scoped)" {
 		t.Fatalf("%d overwrites (%d refused), commands %v", overwrites, refused, cmds)
 	}
+	// Discord keeps the options and choices as sent, so the restarts
+	// above found them equal.
+	if os := f.CommandOptions("voice"); len(os) != 1 || os[0].Name != "mode" || len(os[0].Choices) != 7 || os[0].Choices[2].Value != "leave" {
+		t.Fatalf("voice options %+v", os)
+	}
+	if os := f.CommandOptions("insights"); len(os) != 1 || os[0].Name != "days" || os[0].Type != 4 {
+		t.Fatalf("insights options %+v", os)
+	}
+	if os := f.CommandOptions("queue"); len(os) != 1 || os[0].Name != "prompt" || !os[0].Required {
+		t.Fatalf("queue options %+v", os)
+	}
+	if os := f.CommandOptions("fast"); len(os) != 1 || os[0].Name != "args" || os[0].Description != "Arguments: [normal|fast|status]" {
+		t.Fatalf("fast options %+v", os)
+	}
+	// The same names and descriptions with other options (a release
+	// that gave every command "args"): overwritten.
+	old := map[string]string{}
+	for _, e := range command.Menu() {
+		old[e.Name] = e.Description
+	}
+	f.SetCommands(old)
+	if changed, err := start().registerCommands(ctx); err != nil || !changed {
+		t.Fatalf("stale options: overwrote %v (%v)", changed, err)
+	}
+	if os := f.CommandOptions("voice"); len(os) != 1 || len(os[0].Choices) != 7 {
+		t.Fatalf("voice options after the overwrite %+v", os)
+	}
+	if changed, err := start().registerCommands(ctx); err != nil || changed {
+		t.Fatalf("after the overwrite: overwrote %v (%v)", changed, err)
+	}
 	f.SetCommands(map[string]string{"ask": "Ask Hermes a question", "model": "Show or switch the model (session-scoped)"})
 	if changed, err := start().registerCommands(ctx); err != nil || !changed {
 		t.Fatalf("stale commands: overwrote %v (%v)", changed, err)
 	}
-	if cmds, overwrites, _ := f.Commands(); overwrites != 2 || cmds["ask"] != "" || len(cmds) != len(command.Menu()) {
+	if cmds, overwrites, _ := f.Commands(); overwrites != 3 || cmds["ask"] != "" || len(cmds) != len(command.Menu()) {
 		t.Fatalf("after a stale set: %d overwrites, commands %v", overwrites, cmds)
 	}
 
@@ -103,14 +201,15 @@ func TestRegisterCommandsOnlyWhenChanged(t *testing.T) {
 		{Name: "ok", Description: strings.Repeat("d", 101)},
 		{Name: "ok", Description: "x", Options: []*discordgo.ApplicationCommandOption{{Type: 3, Name: "Args", Description: "x"}}},
 		{Name: "ok", Description: "x", Options: []*discordgo.ApplicationCommandOption{{Type: 3, Name: "a", Description: "x"}, {Type: 3, Name: "b", Description: "x", Required: true}}},
+		{Name: "ok", Description: "x", Options: []*discordgo.ApplicationCommandOption{{Type: 3, Name: "a", Description: "x", Choices: []*discordgo.ApplicationCommandOptionChoice{{Name: "one", Value: 1.0}}}}},
 	} {
 		_, err := p.s.ApplicationCommandBulkOverwrite(f.BotID, "", []*discordgo.ApplicationCommand{{Name: "fine", Description: "x"}, bad})
 		if !isCode(err, discordgo.ErrCodeInvalidFormBody) {
 			t.Fatalf("overwrite with %+v: %v, want 400 Invalid Form Body", bad, err)
 		}
 	}
-	if _, overwrites, refused := f.Commands(); overwrites != 2 || refused != 6 {
-		t.Fatalf("%d overwrites, %d refused, want 2 and 6", overwrites, refused)
+	if _, overwrites, refused := f.Commands(); overwrites != 3 || refused != 7 {
+		t.Fatalf("%d overwrites, %d refused, want 3 and 7", overwrites, refused)
 	}
 	too := make([]*discordgo.ApplicationCommand, 101)
 	for i := range too {
@@ -138,7 +237,7 @@ func TestSlashCommandInvoked(t *testing.T) {
 	})
 
 	d, err := f.Invoke(ctx, discordfake.Invoke{ChannelID: channel, GuildID: guild, UserID: user, UserName: "alice", Name: "model",
-		Options: []discordfake.Option{{Name: "args", Type: 3, Value: "  gpt-5 --global "}}})
+		Options: []discordfake.Option{{Name: "name", Type: 3, Value: "  gpt-5 --global "}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,6 +247,12 @@ func TestSlashCommandInvoked(t *testing.T) {
 	if ev.GetText() != "/model gpt-5 --global" || ev.GetEventId() != "slash:"+id || !ev.GetNoReaction() || !ev.GetMentioned() ||
 		src.GetUserId() != user || src.GetUserName() != "alice" || src.GetChatId() != channel || src.GetChatType() != "group" || src.GetScopeId() != guild || !ev.GetSlashCommand() {
 		t.Fatalf("published %v, want alice's /model gpt-5 --global in the channel", ev)
+	}
+	// The interaction rides along, for a private refusal (see
+	// TestSlashRefusalEphemeral); its token ends 15 minutes on.
+	if ia := ev.GetInteraction(); ia.GetId() != id || ia.GetApplicationId() != f.BotID || ia.GetToken() != d["token"] ||
+		time.Until(ia.GetExpiresAt().AsTime()) < 14*time.Minute || time.Until(ia.GetExpiresAt().AsTime()) > 15*time.Minute {
+		t.Fatalf("interaction %v, want %s's with its token, ending in 15 minutes", ia, id)
 	}
 	if k := sessionkey.Build(src, sessionkey.DefaultOptions()); k != "agent:main:discord:group:"+channel+":"+user {
 		t.Fatalf("session key %s", k)
@@ -190,6 +295,11 @@ func TestSlashCommandInvoked(t *testing.T) {
 	}{
 		{discordfake.Invoke{ChannelID: thread, GuildID: guild, UserID: user, Name: "status"}, "/status", "thread", "agent:main:discord:thread:" + thread + ":" + thread},
 		{discordfake.Invoke{ChannelID: dmChan, UserID: user, Name: "new", Options: []discordfake.Option{{Name: "args", Type: 3, Value: ""}}}, "/new", "dm", "agent:main:discord:dm:" + dmChan},
+		// Options of their own: an integer, a choice, Hermes's args.
+		{discordfake.Invoke{ChannelID: dmChan, UserID: user, Name: "insights", Options: []discordfake.Option{{Name: "days", Type: 4, Value: 7}}}, "/insights 7", "dm", "agent:main:discord:dm:" + dmChan},
+		{discordfake.Invoke{ChannelID: dmChan, UserID: user, Name: "voice", Options: []discordfake.Option{{Name: "mode", Type: 3, Value: "tts"}}}, "/voice tts", "dm", "agent:main:discord:dm:" + dmChan},
+		{discordfake.Invoke{ChannelID: thread, GuildID: guild, UserID: user, Name: "fast", Options: []discordfake.Option{{Name: "args", Type: 3, Value: "status"}}}, "/fast status", "thread", "agent:main:discord:thread:" + thread + ":" + thread},
+		{discordfake.Invoke{ChannelID: channel, GuildID: guild, UserID: user, Name: "queue", Options: []discordfake.Option{{Name: "prompt", Type: 3, Value: "then summarize"}}}, "/queue then summarize", "group", "agent:main:discord:group:" + channel + ":" + user},
 	} {
 		if _, err := f.Invoke(ctx, tc.in); err != nil {
 			t.Fatal(err)
@@ -258,7 +368,7 @@ func FuzzSlashCommand(f *testing.F) {
 			}
 			return
 		}
-		ev, why := invoked(in, channelInfo{Thread: thread, Parent: "P"}, rules{Account: bot, BotID: bot})
+		ev, why := invoked(in, channelInfo{Thread: thread, Parent: "P"}, rules{Account: bot, BotID: bot}, time.Now())
 		if ev == nil {
 			if why == "" {
 				t.Fatal("skipped without a reason")
@@ -275,5 +385,137 @@ func FuzzSlashCommand(f *testing.F) {
 		if err := platform.CheckEvent(ev, "discord", "", 1<<20); err != nil {
 			t.Fatalf("command fails the kit's check: %v", err)
 		}
+		// The interaction only when its ids and token can go into a
+		// REST path; its token the interaction's.
+		if ia := ev.GetInteraction(); ia != nil && (ia.GetToken() != in.Token || !urlSafe(ia.GetToken()) || !snowflake(ia.GetApplicationId()) || ia.GetId() != in.ID) {
+			t.Fatalf("interaction %v of %+v", ia, in)
+		}
+		if ev.GetInteraction() == nil && snowflake(in.AppID) && urlSafe(in.Token) {
+			t.Fatalf("no interaction for application %q", in.AppID)
+		}
 	})
+}
+
+// A refusal that carries the command's interaction is an ephemeral
+// followup (flags 64, seen by the invoker only), posted once the
+// deferred response is deleted, even while the connection's own slow
+// deletion is still going on: sent before, it would take the response's
+// place and be deleted with it. A token Discord refuses, or one past its end, sends the refusal
+// to the channel instead (Discord is not asked with an ended one); a
+// rate-limited followup is returned for delivery to retry, the token
+// blanked out of the error's text.
+func TestSlashRefusalEphemeral(t *testing.T) {
+	t.Parallel()
+	f := newFake(t)
+	f.SlowDeletes(300 * time.Millisecond)
+	b, next := run(t, f, Config{RegisterCommands: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	platformtest.WaitFor(t, "the commands to be registered", func() bool {
+		cmds, _, _ := f.Commands()
+		return len(cmds) == len(command.Menu())
+	})
+	const refusal = "You're not authorized to use this command."
+	n := 0
+	refuse := func(ev *eventsv1.MessageReceived, ia *eventsv1.Interaction) *deliveryv1.SendReceipt {
+		t.Helper()
+		n++
+		src := ev.GetSource()
+		target := &deliveryv1.Target{Platform: "discord", Account: src.GetAccount(), ChatId: src.GetChatId(), ReplyToMessageId: ev.GetMessageId(), Interaction: ia}
+		r := &deliveryv1.SendReceipt{}
+		if err := b.Request(ctx, b.Topology().SendSubject("discord"), &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND,
+			IdempotencyKey: fmt.Sprintf("refusal-%d", n), Target: target, Text: refusal, Final: true}, r); err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	invoke := func() (string, *eventsv1.MessageReceived) {
+		t.Helper()
+		d, err := f.Invoke(ctx, discordfake.Invoke{ChannelID: channel, GuildID: guild, UserID: user, UserName: "mallory", Name: "status"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ev := next(20 * time.Second)
+		if ev.GetInteraction().GetId() != d["id"] {
+			t.Fatalf("published %v without its interaction", ev)
+		}
+		return d["id"].(string), ev
+	}
+
+	// At once, while the deferred response is still being deleted.
+	id, ev := invoke()
+	if r := refuse(ev, ev.GetInteraction()); !r.GetOk() || r.GetPlatformMessageId() == "" {
+		t.Fatalf("refusal: %v", r)
+	}
+	if st := f.InteractionState(id); st.Original != "deleted" || len(st.Followups) != 1 || st.Followups[0].Content != refusal || st.Followups[0].Flags != 64 {
+		t.Fatalf("interaction %+v, want its response deleted and the refusal as an ephemeral followup", st)
+	}
+	if ms := f.Messages(channel); len(ms) != 0 {
+		t.Fatalf("the channel got %+v", ms)
+	}
+
+	// Rate limited: retryable, no token in the error; the retry goes.
+	f.SlowDeletes(0)
+	id, ev = invoke()
+	token := ev.GetInteraction().GetToken()
+	f.FailNextFollowup(http.StatusTooManyRequests)
+	if r := refuse(ev, ev.GetInteraction()); r.GetOk() || r.GetErrorClass() != deliveryv1.ErrorClass_ERROR_CLASS_RATE_LIMITED || strings.Contains(r.GetError(), token) {
+		t.Fatalf("rate-limited followup: %v", r)
+	}
+	f.FailNextFollowup(http.StatusInternalServerError)
+	if r := refuse(ev, ev.GetInteraction()); r.GetOk() || r.GetErrorClass() == deliveryv1.ErrorClass_ERROR_CLASS_PERMANENT || strings.Contains(r.GetError(), token) {
+		t.Fatalf("failed followup: %v", r)
+	}
+	if r := refuse(ev, ev.GetInteraction()); !r.GetOk() {
+		t.Fatalf("retried refusal: %v", r)
+	}
+	if st := f.InteractionState(id); len(st.Followups) != 1 || st.Followups[0].Flags != 64 {
+		t.Fatalf("interaction %+v, want the retried refusal as an ephemeral followup", st)
+	}
+
+	// A token Discord refuses: in the channel.
+	id, ev = invoke()
+	f.ExpireInteraction(id)
+	if r := refuse(ev, ev.GetInteraction()); !r.GetOk() {
+		t.Fatalf("refusal with a refused token: %v", r)
+	}
+	if st := f.InteractionState(id); len(st.Followups) != 0 {
+		t.Fatalf("followups %+v with a refused token", st.Followups)
+	}
+	if ms := f.Messages(channel); len(ms) != 1 || ms[0].Content != refusal {
+		t.Fatalf("the channel has %+v, want the refusal", ms)
+	}
+
+	// A token past its end: in the channel, Discord not asked.
+	id, ev = invoke()
+	ia := ev.GetInteraction()
+	ended := &eventsv1.Interaction{Id: ia.GetId(), ApplicationId: ia.GetApplicationId(), Token: ia.GetToken(),
+		ExpiresAt: timestamppb.New(time.Now().Add(-time.Second))}
+	if r := refuse(ev, ended); !r.GetOk() {
+		t.Fatalf("refusal with an ended token: %v", r)
+	}
+	for _, req := range f.Requests() {
+		if strings.HasPrefix(req, "POST /api/v9/webhooks/"+f.BotID+"/"+ended.GetToken()) {
+			t.Fatalf("a followup was tried with an ended token: %s", req)
+		}
+	}
+	if ms := f.Messages(channel); len(ms) != 2 || ms[1].Content != refusal || len(f.InteractionState(id).Followups) != 0 {
+		t.Fatalf("the channel has %+v, want the second refusal", ms)
+	}
+}
+
+func TestRedact(t *testing.T) {
+	t.Parallel()
+	base := platform.Permanent(fmt.Errorf("post https://discord.com/api/v9/webhooks/1/tok.en_1?wait=true: %w", errMalformed))
+	err := redact(base, "tok.en_1")
+	if strings.Contains(err.Error(), "tok.en_1") || !strings.Contains(err.Error(), "<token>") || !errors.Is(err, errMalformed) {
+		t.Fatalf("redacted %q", err)
+	}
+	var se *platform.SendError
+	if !errors.As(err, &se) || se.Class != deliveryv1.ErrorClass_ERROR_CLASS_PERMANENT {
+		t.Fatalf("the class is lost: %v", err)
+	}
+	if redact(nil, "x") != nil || redact(base, "") != base {
+		t.Fatal("redact of nothing")
+	}
 }

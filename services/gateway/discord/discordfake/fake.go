@@ -2,8 +2,10 @@
 // gateway makes (gateway URL, current user, channels, create/edit/delete
 // message (with button components), typing, thread start, the bot's own
 // reactions, interaction callbacks, the application's global commands
-// (list, bulk overwrite validated as Discord validates it), an
-// interaction's response message (edit, delete, followups), 429s with
+// (list, bulk overwrite validated as Discord validates it, options and
+// choices kept), an interaction's response message (edit, delete,
+// followups with their flags, the first followup of a deferred response
+// taking its place, tokens that expire), 429s with
 // rate-limit bucket headers and retry_after) and a gateway websocket (HELLO, IDENTIFY, READY with
 // session_id and resume_gateway_url, HEARTBEAT/ACK, dispatches with
 // sequence numbers, RESUME replaying missed events, drops on demand,
@@ -75,6 +77,25 @@ type Fake struct {
 	commands     []map[string]any        // the application's global commands
 	overwrites   int                     // bulk overwrites Discord accepted
 	refusedPuts  int                     // bulk overwrites refused (400)
+	followupFail int                     // the next followup answers this status (429, 500); 0: none
+	deleteDelay  time.Duration           // deleting a response message takes this long
+}
+
+// FailNextFollowup makes the next followup answer status: 429 (rate
+// limited, retry_after 0.05 s, as Discord answers it) or another error
+// (500 …).
+func (f *Fake) FailNextFollowup(status int) {
+	f.mu.Lock()
+	f.followupFail = status
+	f.mu.Unlock()
+}
+
+// SlowDeletes makes deleting an interaction's response message take d
+// (the request is answered after d), as a slow Discord would.
+func (f *Fake) SlowDeletes(d time.Duration) {
+	f.mu.Lock()
+	f.deleteDelay = d
+	f.mu.Unlock()
 }
 
 // DenyThreads takes the bot's permission to open threads in channel:
@@ -95,9 +116,17 @@ type interaction struct {
 	flags     int   // the accepted callback's data.flags (64: ephemeral)
 	refused   int   // callbacks refused as already acknowledged
 	// original is the response message: "" none, "deferred" (type 5
-	// acknowledged), "deleted", or its content after an edit.
+	// acknowledged), "deleted", or its content after an edit (or after
+	// the first followup of a deferred response, which takes its place).
 	original  string
-	followups []string
+	followups []Followup
+	expired   bool // the token no longer works (ExpireInteraction)
+}
+
+// Followup is a followup message of an interaction, as Discord took it.
+type Followup struct {
+	ID, Content string
+	Flags       int // 64: ephemeral, seen by the invoker only
 }
 
 // cdnFile is an attachment the CDN serves.
@@ -1111,9 +1140,22 @@ type Interaction struct {
 	Flags     int
 	Refused   int
 	// Original is the response message: "" none, "deferred", "deleted",
-	// or its content after an edit; Followups the followup messages.
+	// or its content after an edit (or the first followup of a deferred
+	// response, which takes its place); Followups the followup messages
+	// posted as messages of their own.
 	Original  string
-	Followups []string
+	Followups []Followup
+}
+
+// ExpireInteraction ends an interaction's token, as Discord does 15
+// minutes after the interaction: its webhook calls (followups, the
+// response message) answer 401 Invalid Webhook Token (50027).
+func (f *Fake) ExpireInteraction(id string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if in := f.interactions[id]; in != nil {
+		in.expired = true
+	}
 }
 
 // InteractionState returns what became of an interaction's response.
@@ -1192,7 +1234,24 @@ type appOption struct {
 	Name        string      `json:"name"`
 	Description string      `json:"description"`
 	Required    bool        `json:"required"`
-	Options     []appOption `json:"options"`
+	Options     []appOption `json:"options,omitempty"`
+	Choices     []Choice    `json:"choices,omitempty"`
+}
+
+// Choice is one of an option's choices: what the picker shows, and the
+// value the interaction carries.
+type Choice struct {
+	Name  string `json:"name"`
+	Value any    `json:"value"`
+}
+
+// CommandOption is a registered command's option.
+type CommandOption struct {
+	Type        int
+	Name        string
+	Description string
+	Required    bool
+	Choices     []Choice
 }
 
 // checkName and checkDescription are Discord's rules: a lowercase name
@@ -1230,6 +1289,9 @@ func checkOptions(os []appOption, depth int) string {
 		if seen[o.Name] {
 			return "duplicate option " + o.Name
 		}
+		if why := checkChoices(o); why != "" {
+			return "option " + o.Name + ": " + why
+		}
 		seen[o.Name] = true
 		if o.Required && optional {
 			return "required options must be placed before non-required options"
@@ -1240,6 +1302,61 @@ func checkOptions(os []appOption, depth int) string {
 		}
 	}
 	return ""
+}
+
+// checkChoices is Discord's rule for an option's choices: at most 25,
+// only on string, integer and number options, each named with 1 to 100
+// characters, its value of the option's type (a string of at most 100
+// characters, or a number).
+func checkChoices(o appOption) string {
+	if len(o.Choices) == 0 {
+		return ""
+	}
+	if len(o.Choices) > 25 {
+		return "more than 25 choices"
+	}
+	if o.Type != 3 && o.Type != 4 && o.Type != 10 {
+		return fmt.Sprintf("choices on an option of type %d", o.Type)
+	}
+	for _, c := range o.Choices {
+		if n := len([]rune(c.Name)); n < 1 || n > 100 {
+			return fmt.Sprintf("choice name of %d characters", n)
+		}
+		switch v := c.Value.(type) {
+		case string:
+			if o.Type != 3 || len([]rune(v)) < 1 || len([]rune(v)) > 100 {
+				return fmt.Sprintf("choice value %q", v)
+			}
+		case float64:
+			if o.Type == 3 {
+				return "a number choice on a string option"
+			}
+		default:
+			return fmt.Sprintf("choice value %v", c.Value)
+		}
+	}
+	return ""
+}
+
+// CommandOptions returns the options of the registered command name, as
+// Discord keeps them (nil: no such command, or none).
+func (f *Fake) CommandOptions(name string) []CommandOption {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, c := range f.commands {
+		if c["name"] != name {
+			continue
+		}
+		raw, _ := json.Marshal(c["options"])
+		var os []appOption
+		_ = json.Unmarshal(raw, &os)
+		var out []CommandOption
+		for _, o := range os {
+			out = append(out, CommandOption{Type: o.Type, Name: o.Name, Description: o.Description, Required: o.Required, Choices: o.Choices})
+		}
+		return out
+	}
+	return nil
 }
 
 // overwriteCommands is the bulk overwrite: Discord checks every command
@@ -1322,11 +1439,21 @@ func (f *Fake) original(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	if r.Method == http.MethodDelete {
+		f.mu.Lock()
+		d := f.deleteDelay
+		f.mu.Unlock()
+		time.Sleep(d)
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	in := f.byToken(r.PathValue("app"), r.PathValue("token"))
 	if in == nil {
 		writeJSON(w, 404, map[string]any{"message": "Unknown Webhook", "code": 10015})
+		return
+	}
+	if in.expired {
+		writeJSON(w, 401, map[string]any{"message": "Invalid Webhook Token", "code": 50027})
 		return
 	}
 	if in.original == "" || in.original == "deleted" {
@@ -1344,12 +1471,20 @@ func (f *Fake) original(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, 200, map[string]any{"id": f.NewID(), "content": in.original, "channel_id": "0", "type": 0})
 }
 
-// followup posts a followup message of an acknowledged interaction.
+// followup posts a followup message of an acknowledged interaction
+// (?wait=true answers the message). As on Discord, the first followup
+// of a deferred response that is still deferred takes the response's
+// place (it edits the "thinking…" message, keeping the response's
+// ephemeral flag, whatever its own flags); later followups, or one
+// after the response was deleted or edited, are messages of their own
+// with their own flags (only 64, ephemeral, is kept). An expired token
+// is 401 Invalid Webhook Token (50027).
 func (f *Fake) followup(w http.ResponseWriter, r *http.Request) {
 	var body struct {
 		Content string `json:"content"`
+		Flags   int    `json:"flags"`
 	}
-	if err := json.NewDecoder(r.Body).Decode(&body); err != nil || body.Content == "" {
+	if err := json.NewDecoder(r.Body).Decode(&body); err != nil || body.Content == "" || len([]rune(body.Content)) > 2000 {
 		writeJSON(w, 400, map[string]any{"message": "Invalid Form Body", "code": 50035})
 		return
 	}
@@ -1360,6 +1495,36 @@ func (f *Fake) followup(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, 404, map[string]any{"message": "Unknown Webhook", "code": 10015})
 		return
 	}
-	in.followups = append(in.followups, body.Content)
-	writeJSON(w, 200, map[string]any{"id": f.NewID(), "content": body.Content, "channel_id": "0", "type": 0})
+	if in.expired {
+		writeJSON(w, 401, map[string]any{"message": "Invalid Webhook Token", "code": 50027})
+		return
+	}
+	switch status := f.followupFail; status {
+	case 0:
+	case http.StatusTooManyRequests:
+		f.followupFail = 0
+		w.Header().Set("X-RateLimit-Bucket", "followup")
+		w.Header().Set("X-RateLimit-Limit", "5")
+		w.Header().Set("X-RateLimit-Remaining", "0")
+		w.Header().Set("X-RateLimit-Reset-After", "0.050")
+		w.Header().Set("X-RateLimit-Scope", "user")
+		w.Header().Set("Retry-After", "1")
+		writeJSON(w, 429, map[string]any{"message": "You are being rate limited.", "retry_after": 0.05, "global": false})
+		return
+	default:
+		f.followupFail = 0
+		writeJSON(w, status, map[string]any{"message": http.StatusText(status), "code": 0})
+		return
+	}
+	id := f.NewID()
+	if in.original == "deferred" {
+		in.original = body.Content
+	} else {
+		in.followups = append(in.followups, Followup{ID: id, Content: body.Content, Flags: body.Flags & 64})
+	}
+	if r.URL.Query().Get("wait") != "true" {
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	writeJSON(w, 200, map[string]any{"id": id, "content": body.Content, "channel_id": "0", "type": 0, "flags": body.Flags & 64})
 }

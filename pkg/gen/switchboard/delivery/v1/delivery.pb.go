@@ -264,8 +264,15 @@ type Target struct {
 	ThreadId string                 `protobuf:"bytes,4,opt,name=thread_id,json=threadId,proto3" json:"thread_id,omitempty"`
 	// Reply threading: the user's message this answers.
 	ReplyToMessageId string `protobuf:"bytes,5,opt,name=reply_to_message_id,json=replyToMessageId,proto3" json:"reply_to_message_id,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Answer privately, to the invoker of a native command only (a
+	// Discord ephemeral interaction followup); when the platform no longer
+	// takes it (expired, refused), the gateway sends an ordinary message
+	// to the chat. Set only on a refusal of a native command. Delivery
+	// drops it from the outbox row once the row is sent or dead-lettered,
+	// and the admin API never shows it.
+	Interaction   *v1.Interaction `protobuf:"bytes,6,opt,name=interaction,proto3" json:"interaction,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Target) Reset() {
@@ -331,6 +338,13 @@ func (x *Target) GetReplyToMessageId() string {
 		return x.ReplyToMessageId
 	}
 	return ""
+}
+
+func (x *Target) GetInteraction() *v1.Interaction {
+	if x != nil {
+		return x.Interaction
+	}
+	return nil
 }
 
 // SendRequested asks a platform gateway to perform one platform operation.
@@ -1166,13 +1180,14 @@ var File_switchboard_delivery_v1_delivery_proto protoreflect.FileDescriptor
 
 const file_switchboard_delivery_v1_delivery_proto_rawDesc = "" +
 	"\n" +
-	"&switchboard/delivery/v1/delivery.proto\x12\x17switchboard.delivery.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\"switchboard/events/v1/events.proto\"\xa3\x01\n" +
+	"&switchboard/delivery/v1/delivery.proto\x12\x17switchboard.delivery.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\"switchboard/events/v1/events.proto\"\xe9\x01\n" +
 	"\x06Target\x12\x1a\n" +
 	"\bplatform\x18\x01 \x01(\tR\bplatform\x12\x18\n" +
 	"\aaccount\x18\x02 \x01(\tR\aaccount\x12\x17\n" +
 	"\achat_id\x18\x03 \x01(\tR\x06chatId\x12\x1b\n" +
 	"\tthread_id\x18\x04 \x01(\tR\bthreadId\x12-\n" +
-	"\x13reply_to_message_id\x18\x05 \x01(\tR\x10replyToMessageId\"\xe5\x06\n" +
+	"\x13reply_to_message_id\x18\x05 \x01(\tR\x10replyToMessageId\x12D\n" +
+	"\vinteraction\x18\x06 \x01(\v2\".switchboard.events.v1.InteractionR\vinteraction\"\xe5\x06\n" +
 	"\rSendRequested\x12'\n" +
 	"\x0fidempotency_key\x18\x01 \x01(\tR\x0eidempotencyKey\x12/\n" +
 	"\x02op\x18\x02 \x01(\x0e2\x1f.switchboard.delivery.v1.SendOpR\x02op\x127\n" +
@@ -1313,38 +1328,40 @@ var file_switchboard_delivery_v1_delivery_proto_goTypes = []any{
 	(*SendRequest)(nil),           // 11: switchboard.delivery.v1.SendRequest
 	(*SendResponse)(nil),          // 12: switchboard.delivery.v1.SendResponse
 	(*Delivery)(nil),              // 13: switchboard.delivery.v1.Delivery
-	(*v1.Attachment)(nil),         // 14: switchboard.events.v1.Attachment
-	(*timestamppb.Timestamp)(nil), // 15: google.protobuf.Timestamp
+	(*v1.Interaction)(nil),        // 14: switchboard.events.v1.Interaction
+	(*v1.Attachment)(nil),         // 15: switchboard.events.v1.Attachment
+	(*timestamppb.Timestamp)(nil), // 16: google.protobuf.Timestamp
 }
 var file_switchboard_delivery_v1_delivery_proto_depIdxs = []int32{
-	0,  // 0: switchboard.delivery.v1.SendRequested.op:type_name -> switchboard.delivery.v1.SendOp
-	4,  // 1: switchboard.delivery.v1.SendRequested.target:type_name -> switchboard.delivery.v1.Target
-	1,  // 2: switchboard.delivery.v1.SendRequested.format:type_name -> switchboard.delivery.v1.TextFormat
-	14, // 3: switchboard.delivery.v1.SendRequested.attachments:type_name -> switchboard.events.v1.Attachment
-	9,  // 4: switchboard.delivery.v1.SendRequested.hop_times:type_name -> switchboard.delivery.v1.HopTimes
-	8,  // 5: switchboard.delivery.v1.SendRequested.usage:type_name -> switchboard.delivery.v1.TokenUsage
-	7,  // 6: switchboard.delivery.v1.SendRequested.tool_step:type_name -> switchboard.delivery.v1.ToolStep
-	6,  // 7: switchboard.delivery.v1.SendRequested.approval:type_name -> switchboard.delivery.v1.Approval
-	15, // 8: switchboard.delivery.v1.HopTimes.turn_requested_at:type_name -> google.protobuf.Timestamp
-	15, // 9: switchboard.delivery.v1.HopTimes.reply_created_at:type_name -> google.protobuf.Timestamp
-	15, // 10: switchboard.delivery.v1.HopTimes.dispatched_at:type_name -> google.protobuf.Timestamp
-	2,  // 11: switchboard.delivery.v1.SendReceipt.error_class:type_name -> switchboard.delivery.v1.ErrorClass
-	15, // 12: switchboard.delivery.v1.SendReceipt.sent_at:type_name -> google.protobuf.Timestamp
-	14, // 13: switchboard.delivery.v1.SendRequest.attachments:type_name -> switchboard.events.v1.Attachment
-	1,  // 14: switchboard.delivery.v1.SendRequest.format:type_name -> switchboard.delivery.v1.TextFormat
-	3,  // 15: switchboard.delivery.v1.SendResponse.state:type_name -> switchboard.delivery.v1.DeliveryState
-	4,  // 16: switchboard.delivery.v1.SendResponse.resolved_target:type_name -> switchboard.delivery.v1.Target
-	3,  // 17: switchboard.delivery.v1.Delivery.state:type_name -> switchboard.delivery.v1.DeliveryState
-	4,  // 18: switchboard.delivery.v1.Delivery.target:type_name -> switchboard.delivery.v1.Target
-	15, // 19: switchboard.delivery.v1.Delivery.created_at:type_name -> google.protobuf.Timestamp
-	15, // 20: switchboard.delivery.v1.Delivery.updated_at:type_name -> google.protobuf.Timestamp
-	11, // 21: switchboard.delivery.v1.DeliveryService.Send:input_type -> switchboard.delivery.v1.SendRequest
-	12, // 22: switchboard.delivery.v1.DeliveryService.Send:output_type -> switchboard.delivery.v1.SendResponse
-	22, // [22:23] is the sub-list for method output_type
-	21, // [21:22] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	14, // 0: switchboard.delivery.v1.Target.interaction:type_name -> switchboard.events.v1.Interaction
+	0,  // 1: switchboard.delivery.v1.SendRequested.op:type_name -> switchboard.delivery.v1.SendOp
+	4,  // 2: switchboard.delivery.v1.SendRequested.target:type_name -> switchboard.delivery.v1.Target
+	1,  // 3: switchboard.delivery.v1.SendRequested.format:type_name -> switchboard.delivery.v1.TextFormat
+	15, // 4: switchboard.delivery.v1.SendRequested.attachments:type_name -> switchboard.events.v1.Attachment
+	9,  // 5: switchboard.delivery.v1.SendRequested.hop_times:type_name -> switchboard.delivery.v1.HopTimes
+	8,  // 6: switchboard.delivery.v1.SendRequested.usage:type_name -> switchboard.delivery.v1.TokenUsage
+	7,  // 7: switchboard.delivery.v1.SendRequested.tool_step:type_name -> switchboard.delivery.v1.ToolStep
+	6,  // 8: switchboard.delivery.v1.SendRequested.approval:type_name -> switchboard.delivery.v1.Approval
+	16, // 9: switchboard.delivery.v1.HopTimes.turn_requested_at:type_name -> google.protobuf.Timestamp
+	16, // 10: switchboard.delivery.v1.HopTimes.reply_created_at:type_name -> google.protobuf.Timestamp
+	16, // 11: switchboard.delivery.v1.HopTimes.dispatched_at:type_name -> google.protobuf.Timestamp
+	2,  // 12: switchboard.delivery.v1.SendReceipt.error_class:type_name -> switchboard.delivery.v1.ErrorClass
+	16, // 13: switchboard.delivery.v1.SendReceipt.sent_at:type_name -> google.protobuf.Timestamp
+	15, // 14: switchboard.delivery.v1.SendRequest.attachments:type_name -> switchboard.events.v1.Attachment
+	1,  // 15: switchboard.delivery.v1.SendRequest.format:type_name -> switchboard.delivery.v1.TextFormat
+	3,  // 16: switchboard.delivery.v1.SendResponse.state:type_name -> switchboard.delivery.v1.DeliveryState
+	4,  // 17: switchboard.delivery.v1.SendResponse.resolved_target:type_name -> switchboard.delivery.v1.Target
+	3,  // 18: switchboard.delivery.v1.Delivery.state:type_name -> switchboard.delivery.v1.DeliveryState
+	4,  // 19: switchboard.delivery.v1.Delivery.target:type_name -> switchboard.delivery.v1.Target
+	16, // 20: switchboard.delivery.v1.Delivery.created_at:type_name -> google.protobuf.Timestamp
+	16, // 21: switchboard.delivery.v1.Delivery.updated_at:type_name -> google.protobuf.Timestamp
+	11, // 22: switchboard.delivery.v1.DeliveryService.Send:input_type -> switchboard.delivery.v1.SendRequest
+	12, // 23: switchboard.delivery.v1.DeliveryService.Send:output_type -> switchboard.delivery.v1.SendResponse
+	23, // [23:24] is the sub-list for method output_type
+	22, // [22:23] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_switchboard_delivery_v1_delivery_proto_init() }

@@ -752,7 +752,13 @@ type MessageReceived struct {
 	// Discord slash command): the user picked it from the bot's command
 	// menu, so the router answers a refusal even in a group, where a
 	// typed message from someone not allowed gets silence.
-	SlashCommand  bool `protobuf:"varint,21,opt,name=slash_command,json=slashCommand,proto3" json:"slash_command,omitempty"`
+	SlashCommand bool `protobuf:"varint,21,opt,name=slash_command,json=slashCommand,proto3" json:"slash_command,omitempty"`
+	// Set with slash_command where the platform can answer the invoker
+	// privately (a Discord interaction): the router takes it off the event
+	// on arrival, so it goes into no turn, queue or transcript, and puts it
+	// only on a refusal's target (Target.interaction), which the gateway
+	// sends as a message only the invoker sees.
+	Interaction   *Interaction `protobuf:"bytes,22,opt,name=interaction,proto3" json:"interaction,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -934,6 +940,92 @@ func (x *MessageReceived) GetSlashCommand() bool {
 	return false
 }
 
+func (x *MessageReceived) GetInteraction() *Interaction {
+	if x != nil {
+		return x.Interaction
+	}
+	return nil
+}
+
+// Interaction is what a platform needs to answer one use of a native
+// command privately: for Discord, an ephemeral followup (POST
+// /webhooks/<application_id>/<token>, flags 64). The token is a
+// short-lived credential (Discord's lasts 15 minutes): it is never
+// logged, and kept no longer than the answer needs it.
+type Interaction struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The interaction's id.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// The application the interaction was made for.
+	ApplicationId string `protobuf:"bytes,2,opt,name=application_id,json=applicationId,proto3" json:"application_id,omitempty"`
+	// The interaction's token (the followup webhook's credential).
+	Token string `protobuf:"bytes,3,opt,name=token,proto3" json:"token,omitempty"`
+	// When the token stops working (the gateway sets it from when the
+	// interaction arrived); after it the answer goes to the chat as a
+	// message instead.
+	ExpiresAt     *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Interaction) Reset() {
+	*x = Interaction{}
+	mi := &file_switchboard_events_v1_events_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Interaction) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Interaction) ProtoMessage() {}
+
+func (x *Interaction) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_events_v1_events_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Interaction.ProtoReflect.Descriptor instead.
+func (*Interaction) Descriptor() ([]byte, []int) {
+	return file_switchboard_events_v1_events_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *Interaction) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Interaction) GetApplicationId() string {
+	if x != nil {
+		return x.ApplicationId
+	}
+	return ""
+}
+
+func (x *Interaction) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
+}
+
+func (x *Interaction) GetExpiresAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpiresAt
+	}
+	return nil
+}
+
 // ButtonPress is a press of one of an approval prompt's buttons.
 type ButtonPress struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -949,7 +1041,7 @@ type ButtonPress struct {
 
 func (x *ButtonPress) Reset() {
 	*x = ButtonPress{}
-	mi := &file_switchboard_events_v1_events_proto_msgTypes[7]
+	mi := &file_switchboard_events_v1_events_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -961,7 +1053,7 @@ func (x *ButtonPress) String() string {
 func (*ButtonPress) ProtoMessage() {}
 
 func (x *ButtonPress) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_events_v1_events_proto_msgTypes[7]
+	mi := &file_switchboard_events_v1_events_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -974,7 +1066,7 @@ func (x *ButtonPress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ButtonPress.ProtoReflect.Descriptor instead.
 func (*ButtonPress) Descriptor() ([]byte, []int) {
-	return file_switchboard_events_v1_events_proto_rawDescGZIP(), []int{7}
+	return file_switchboard_events_v1_events_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ButtonPress) GetMessageId() string {
@@ -1006,7 +1098,7 @@ type ForkFrom struct {
 
 func (x *ForkFrom) Reset() {
 	*x = ForkFrom{}
-	mi := &file_switchboard_events_v1_events_proto_msgTypes[8]
+	mi := &file_switchboard_events_v1_events_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1018,7 +1110,7 @@ func (x *ForkFrom) String() string {
 func (*ForkFrom) ProtoMessage() {}
 
 func (x *ForkFrom) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_events_v1_events_proto_msgTypes[8]
+	mi := &file_switchboard_events_v1_events_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1031,7 +1123,7 @@ func (x *ForkFrom) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForkFrom.ProtoReflect.Descriptor instead.
 func (*ForkFrom) Descriptor() ([]byte, []int) {
-	return file_switchboard_events_v1_events_proto_rawDescGZIP(), []int{8}
+	return file_switchboard_events_v1_events_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ForkFrom) GetSessionKey() string {
@@ -1063,7 +1155,7 @@ type ReplyRoute struct {
 
 func (x *ReplyRoute) Reset() {
 	*x = ReplyRoute{}
-	mi := &file_switchboard_events_v1_events_proto_msgTypes[9]
+	mi := &file_switchboard_events_v1_events_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1075,7 +1167,7 @@ func (x *ReplyRoute) String() string {
 func (*ReplyRoute) ProtoMessage() {}
 
 func (x *ReplyRoute) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_events_v1_events_proto_msgTypes[9]
+	mi := &file_switchboard_events_v1_events_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1088,7 +1180,7 @@ func (x *ReplyRoute) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplyRoute.ProtoReflect.Descriptor instead.
 func (*ReplyRoute) Descriptor() ([]byte, []int) {
-	return file_switchboard_events_v1_events_proto_rawDescGZIP(), []int{9}
+	return file_switchboard_events_v1_events_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ReplyRoute) GetPlatform() string {
@@ -1188,7 +1280,7 @@ const file_switchboard_events_v1_events_proto_rawDesc = "" +
 	"\bfrom_bot\x18\x04 \x01(\bR\afromBot\">\n" +
 	"\x0eContextMessage\x12\x12\n" +
 	"\x04role\x18\x01 \x01(\tR\x04role\x12\x18\n" +
-	"\acontent\x18\x02 \x01(\tR\acontent\"\xf4\a\n" +
+	"\acontent\x18\x02 \x01(\tR\acontent\"\xba\b\n" +
 	"\x0fMessageReceived\x12\x19\n" +
 	"\bevent_id\x18\x01 \x01(\tR\aeventId\x12\x1d\n" +
 	"\n" +
@@ -1216,7 +1308,14 @@ const file_switchboard_events_v1_events_proto_rawDesc = "" +
 	"noReaction\x12<\n" +
 	"\tfork_from\x18\x13 \x01(\v2\x1f.switchboard.events.v1.ForkFromR\bforkFrom\x12E\n" +
 	"\fbutton_press\x18\x14 \x01(\v2\".switchboard.events.v1.ButtonPressR\vbuttonPress\x12#\n" +
-	"\rslash_command\x18\x15 \x01(\bR\fslashCommand\"N\n" +
+	"\rslash_command\x18\x15 \x01(\bR\fslashCommand\x12D\n" +
+	"\vinteraction\x18\x16 \x01(\v2\".switchboard.events.v1.InteractionR\vinteraction\"\x95\x01\n" +
+	"\vInteraction\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12%\n" +
+	"\x0eapplication_id\x18\x02 \x01(\tR\rapplicationId\x12\x14\n" +
+	"\x05token\x18\x03 \x01(\tR\x05token\x129\n" +
+	"\n" +
+	"expires_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\"N\n" +
 	"\vButtonPress\x12\x1d\n" +
 	"\n" +
 	"message_id\x18\x01 \x01(\tR\tmessageId\x12 \n" +
@@ -1256,7 +1355,7 @@ func file_switchboard_events_v1_events_proto_rawDescGZIP() []byte {
 }
 
 var file_switchboard_events_v1_events_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_switchboard_events_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_switchboard_events_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_switchboard_events_v1_events_proto_goTypes = []any{
 	(AttachmentKind)(0),              // 0: switchboard.events.v1.AttachmentKind
 	(*SessionSource)(nil),            // 1: switchboard.events.v1.SessionSource
@@ -1266,10 +1365,11 @@ var file_switchboard_events_v1_events_proto_goTypes = []any{
 	(*ReplyTo)(nil),                  // 5: switchboard.events.v1.ReplyTo
 	(*ContextMessage)(nil),           // 6: switchboard.events.v1.ContextMessage
 	(*MessageReceived)(nil),          // 7: switchboard.events.v1.MessageReceived
-	(*ButtonPress)(nil),              // 8: switchboard.events.v1.ButtonPress
-	(*ForkFrom)(nil),                 // 9: switchboard.events.v1.ForkFrom
-	(*ReplyRoute)(nil),               // 10: switchboard.events.v1.ReplyRoute
-	(*timestamppb.Timestamp)(nil),    // 11: google.protobuf.Timestamp
+	(*Interaction)(nil),              // 8: switchboard.events.v1.Interaction
+	(*ButtonPress)(nil),              // 9: switchboard.events.v1.ButtonPress
+	(*ForkFrom)(nil),                 // 10: switchboard.events.v1.ForkFrom
+	(*ReplyRoute)(nil),               // 11: switchboard.events.v1.ReplyRoute
+	(*timestamppb.Timestamp)(nil),    // 12: google.protobuf.Timestamp
 }
 var file_switchboard_events_v1_events_proto_depIdxs = []int32{
 	0,  // 0: switchboard.events.v1.Attachment.kind:type_name -> switchboard.events.v1.AttachmentKind
@@ -1277,17 +1377,19 @@ var file_switchboard_events_v1_events_proto_depIdxs = []int32{
 	1,  // 2: switchboard.events.v1.MessageReceived.source:type_name -> switchboard.events.v1.SessionSource
 	2,  // 3: switchboard.events.v1.MessageReceived.attachments:type_name -> switchboard.events.v1.Attachment
 	5,  // 4: switchboard.events.v1.MessageReceived.reply_to:type_name -> switchboard.events.v1.ReplyTo
-	11, // 5: switchboard.events.v1.MessageReceived.sent_at:type_name -> google.protobuf.Timestamp
-	11, // 6: switchboard.events.v1.MessageReceived.received_at:type_name -> google.protobuf.Timestamp
+	12, // 5: switchboard.events.v1.MessageReceived.sent_at:type_name -> google.protobuf.Timestamp
+	12, // 6: switchboard.events.v1.MessageReceived.received_at:type_name -> google.protobuf.Timestamp
 	6,  // 7: switchboard.events.v1.MessageReceived.context:type_name -> switchboard.events.v1.ContextMessage
-	10, // 8: switchboard.events.v1.MessageReceived.reply_route:type_name -> switchboard.events.v1.ReplyRoute
-	9,  // 9: switchboard.events.v1.MessageReceived.fork_from:type_name -> switchboard.events.v1.ForkFrom
-	8,  // 10: switchboard.events.v1.MessageReceived.button_press:type_name -> switchboard.events.v1.ButtonPress
-	11, // [11:11] is the sub-list for method output_type
-	11, // [11:11] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	11, // 8: switchboard.events.v1.MessageReceived.reply_route:type_name -> switchboard.events.v1.ReplyRoute
+	10, // 9: switchboard.events.v1.MessageReceived.fork_from:type_name -> switchboard.events.v1.ForkFrom
+	9,  // 10: switchboard.events.v1.MessageReceived.button_press:type_name -> switchboard.events.v1.ButtonPress
+	8,  // 11: switchboard.events.v1.MessageReceived.interaction:type_name -> switchboard.events.v1.Interaction
+	12, // 12: switchboard.events.v1.Interaction.expires_at:type_name -> google.protobuf.Timestamp
+	13, // [13:13] is the sub-list for method output_type
+	13, // [13:13] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_switchboard_events_v1_events_proto_init() }
@@ -1305,7 +1407,7 @@ func file_switchboard_events_v1_events_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_switchboard_events_v1_events_proto_rawDesc), len(file_switchboard_events_v1_events_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   10,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
