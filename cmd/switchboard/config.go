@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/switchboard-chat/switchboard/pkg/attachment"
 	"github.com/switchboard-chat/switchboard/pkg/bus"
@@ -335,6 +336,14 @@ func (c *Config) Validate() error {
 	}
 	if _, ok := llm.ParseServiceTier(c.Agent.ServiceTier); !ok {
 		return config.Invalid("agent.service_tier", c.Agent.ServiceTier, "empty, normal or fast")
+	}
+	for _, id := range c.Agent.Models {
+		// What /model <name> takes: default and reset go back to the
+		// default model instead.
+		if id == "" || len(id) > 128 || id == "default" || id == "reset" ||
+			strings.IndexFunc(id, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) >= 0 {
+			return config.Invalid("agent.models", id, "model ids of 1 to 128 bytes without spaces (not default or reset)")
+		}
 	}
 	return nil
 }

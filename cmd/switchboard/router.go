@@ -42,6 +42,8 @@ func startRouter(ctx context.Context, a *app) (func(context.Context) error, erro
 	cfg.VoiceReplies = a.cfg.Agent.Backend == "" && ttsSource(a.cfg.TTS, prov.Kind, a.cfg.LLM.Provider) != "" ||
 		a.cfg.Agent.Backend != "" && ttsSource(a.cfg.TTS, "", "") != ""
 	cfg.ServiceTier = a.cfg.Agent.ServiceTier
+	// A bare /model offers agent.models (a picker where buttons render).
+	cfg.Models = a.cfg.Agent.Models
 	// /context shows the window and compression settings the workers use.
 	cfg.ContextWindow, cfg.CompressAt, cfg.ProtectLast = agentContext(a.cfg.Agent)
 	s, err := router.New(cfg, router.Deps{Log: a.log, Bus: b, DB: db, Redis: rdb, RedisPrefix: a.cfg.Redis.Prefix,

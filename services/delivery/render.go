@@ -217,11 +217,20 @@ func (s *Service) handle(ctx context.Context, ev *repliesv1.ReplyEvent) error {
 		return s.enqueue(ctx, s.textRequests(ev, keyBase(ctx, ev)+":e", "⚠️ "+text, deliveryv1.TextFormat_TEXT_FORMAT_PLAIN, true)...)
 	case *repliesv1.ReplyEvent_Notice:
 		if id := b.Notice.GetReplacesMessageId(); id != "" && b.Notice.GetText() != "" {
-			// The answer to an approval prompt's button: it replaces the
-			// prompt's text, and the edit takes the buttons off.
+			// The answer to a button's press (an approval prompt's, a
+			// picker's): it replaces the message's text, and the edit
+			// takes the buttons off, or shows the notice's (a picker's
+			// next page).
 			req := s.request(ev, keyBase(ctx, ev)+":r", deliveryv1.SendOp_SEND_OP_EDIT)
 			req.Text, req.Format, req.MessageId, req.Final = b.Notice.GetText(), noticeFormat(b.Notice), id, answers(b.Notice)
+			req.Picker = b.Notice.GetPicker()
 			return s.enqueue(ctx, req)
+		}
+		if p := b.Notice.GetPicker(); p != nil && b.Notice.GetText() != "" {
+			// A gateway that renders buttons puts them under the end.
+			reqs := s.textRequests(ev, keyBase(ctx, ev), b.Notice.GetText(), noticeFormat(b.Notice), answers(b.Notice))
+			reqs[len(reqs)-1].Picker = p
+			return s.enqueue(ctx, reqs...)
 		}
 		return s.enqueueText(ctx, ev, keyBase(ctx, ev), b.Notice.GetText(), noticeFormat(b.Notice), answers(b.Notice))
 	case *repliesv1.ReplyEvent_Media:

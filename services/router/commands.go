@@ -312,31 +312,7 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 		return reply(sess.Generation, fmt.Sprintf("📊 Session token usage\nInput: %s\nOutput: %s\nTotal: %s",
 			thousands(in), thousands(out), thousands(in+out)))
 	case "model":
-		if busy {
-			// As Hermes, even a question about the model waits.
-			return reply(sess.Generation, "Agent is running — wait or /stop first, then switch models.")
-		}
-		if cmd.Args == "" {
-			model := sess.ModelOverride
-			if model == "" {
-				model = "the default model"
-			}
-			return reply(sess.Generation, "This session uses "+model+". /model <name> changes it; /model default goes back.")
-		}
-		name := cmd.Args
-		if !validModelName(name) {
-			return reply(sess.Generation, "That doesn't look like a model name.")
-		}
-		if name == "default" || name == "reset" {
-			name = ""
-		}
-		if err := s.store.SetModel(ctx, m.key, name); err != nil {
-			return err
-		}
-		if name == "" {
-			return reply(sess.Generation, "This session uses the default model again.")
-		}
-		return reply(sess.Generation, "This session now uses "+name+".")
+		return s.modelCommand(ctx, m, sess, cmd.Args, busy)
 	case "approve", "deny":
 		action := controlApprove
 		if cmd.Name == "deny" {

@@ -160,6 +160,10 @@ type Config struct {
 	// /fast (agent.service_tier: normal, the default, or fast); /fast
 	// shows it (fast.go).
 	ServiceTier string `koanf:"-"`
+	// Models are the model ids a bare /model offers (agent.models): a
+	// picker of buttons on the platforms that render one, a list
+	// elsewhere (picker.go); empty offers none.
+	Models []string `koanf:"-"`
 	// ContextWindow, CompressAt and ProtectLast are the workers'
 	// agent.context_window, agent.compress_at and agent.protect_last as
 	// they apply them (defaults for unset or invalid values); /context

@@ -339,6 +339,24 @@ func (s *Service) publishNotice(ctx context.Context, m *msgCtx, gen int64, text,
 
 // publishNoticeTo is publishNotice to target t.
 func (s *Service) publishNoticeTo(ctx context.Context, m *msgCtx, gen int64, t *deliveryv1.Target, text, kind, replaces string) error {
+	n := &repliesv1.Notice{Text: text, Kind: kind, ReplacesMessageId: replaces}
+	if kind == "command" {
+		// Command answers are written in Markdown, as Hermes's are.
+		n.Format = deliveryv1.TextFormat_TEXT_FORMAT_MARKDOWN
+	}
+	return s.publishNoticeBody(ctx, m, gen, t, n)
+}
+
+// publishCommandNotice publishes n as a command's answer (kind command,
+// in Markdown) to the message's chat: one with buttons (n.Picker) or
+// replacing a message.
+func (s *Service) publishCommandNotice(ctx context.Context, m *msgCtx, gen int64, n *repliesv1.Notice) error {
+	n.Kind, n.Format = "command", deliveryv1.TextFormat_TEXT_FORMAT_MARKDOWN
+	return s.publishNoticeBody(ctx, m, gen, target(m.ev), n)
+}
+
+// publishNoticeBody publishes the notice n about m to target t.
+func (s *Service) publishNoticeBody(ctx context.Context, m *msgCtx, gen int64, t *deliveryv1.Target, n *repliesv1.Notice) error {
 	m.notices++
 	key := m.key
 	if key == "" {
@@ -355,11 +373,7 @@ func (s *Service) publishNoticeTo(ctx context.Context, m *msgCtx, gen int64, t *
 		Seq:        int64(m.notices),
 		Target:     t,
 		CreatedAt:  timestamppb.New(s.now()),
-		Body:       &repliesv1.ReplyEvent_Notice{Notice: &repliesv1.Notice{Text: text, Kind: kind, ReplacesMessageId: replaces}},
-	}
-	if kind == "command" {
-		// Command answers are written in Markdown, as Hermes's are.
-		ev.GetNotice().Format = deliveryv1.TextFormat_TEXT_FORMAT_MARKDOWN
+		Body:       &repliesv1.ReplyEvent_Notice{Notice: n},
 	}
 	if id := m.ev.GetMessageId(); id != "" {
 		ev.InputMessageIds = []string{id}

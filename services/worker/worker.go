@@ -65,6 +65,11 @@ type AgentConfig struct {
 	// Backend is empty for the built-in loop, or grpc://host:port of an
 	// AgentService.
 	Backend string `koanf:"backend"`
+	// Models are the model ids a bare /model offers, as buttons on
+	// Telegram and Discord and as a list elsewhere (the router reads
+	// them); empty offers none. The workers do not read it: a session's
+	// model is whatever /model set.
+	Models []string `koanf:"models"`
 	// MaxIterations bounds model calls per turn.
 	MaxIterations int `koanf:"max_iterations"`
 	// SystemPrompt is the base of every session's system prompt.

@@ -11,6 +11,7 @@ import (
 
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+	"github.com/switchboard-chat/switchboard/pkg/platform"
 )
 
 // An approval prompt is posted with one row of Hermes's four buttons:
@@ -26,6 +27,12 @@ import (
 // A button's custom_id is "ea:<choice>" or "ea:<choice>:<tool call id>"
 // (as on Telegram and Slack), the call's id only where it is printable
 // ASCII and the whole fits Discord's 100 characters.
+//
+// A picker (the /model picker, SendRequested.picker) is rows of grey
+// buttons the same way, each custom_id platform.PickerPayload (as on
+// Telegram), a page counter disabled. Hermes's picker is two select
+// menus (provider, then model); buttons keep one press a choice, as on
+// Telegram, with the same pages.
 
 const (
 	customIDPrefix = "ea:"
@@ -73,6 +80,71 @@ func approvalComponents(a *deliveryv1.Approval) []discordgo.MessageComponent {
 		buttons = append(buttons, discordgo.Button{Label: b.label, Style: b.style, CustomID: id})
 	}
 	return []discordgo.MessageComponent{discordgo.ActionsRow{Components: buttons}}
+}
+
+// Discord's limits on a message's buttons.
+const (
+	maxRows        = 5
+	maxRowButtons  = 5
+	maxButtonLabel = 80
+)
+
+// pickerComponents are the components of a picker (the /model picker):
+// the router's rows of buttons, each button's custom_id
+// platform.PickerPayload, a button that does nothing shown disabled.
+// Discord takes five rows of five: past five rows, neighbouring rows
+// are joined where they fit, and what still does not fit is left out,
+// as is a choice that cannot be carried. nil for no picker.
+func pickerComponents(pk *deliveryv1.Picker) []discordgo.MessageComponent {
+	var rows [][]discordgo.MessageComponent
+	place := 0
+	for _, r := range pk.GetRows() {
+		var row []discordgo.MessageComponent
+		for _, c := range r.GetChoices() {
+			id := platform.PickerPayload(c, place)
+			place++
+			label := c.GetLabel()
+			if id == "" || label == "" || len(id) > maxCustomID || len(row) == maxRowButtons {
+				continue
+			}
+			if n := []rune(label); len(n) > maxButtonLabel {
+				label = string(n[:maxButtonLabel-1]) + "…"
+			}
+			b := discordgo.Button{Label: label, Style: discordgo.SecondaryButton, CustomID: id}
+			if c.GetCommand() == "" && c.GetData() == "" {
+				b.Disabled = true
+			}
+			row = append(row, b)
+		}
+		if len(row) > 0 {
+			rows = append(rows, row)
+		}
+	}
+	for i := 0; len(rows) > maxRows && i < len(rows)-1; {
+		if len(rows[i])+len(rows[i+1]) <= maxRowButtons {
+			rows[i] = append(rows[i], rows[i+1]...)
+			rows = append(rows[:i+1], rows[i+2:]...)
+			continue
+		}
+		i++
+	}
+	if len(rows) > maxRows {
+		rows = rows[:maxRows]
+	}
+	var out []discordgo.MessageComponent
+	for _, row := range rows {
+		out = append(out, discordgo.ActionsRow{Components: row})
+	}
+	return out
+}
+
+// components are the buttons a send or an edit shows: an approval
+// prompt's or a picker's; nil for none.
+func components(req *deliveryv1.SendRequested) []discordgo.MessageComponent {
+	if c := approvalComponents(req.GetApproval()); c != nil {
+		return c
+	}
+	return pickerComponents(req.GetPicker())
 }
 
 // validCall reports whether a tool call id can ride in a custom_id.
@@ -131,7 +203,7 @@ func urlSafe(s string) bool {
 }
 
 // pressed turns a component interaction into the press of an approval
-// button, or says why it is skipped. ch describes the interaction's
+// button or a picker's, or says why it is skipped. ch describes the interaction's
 // channel (guild presses only). The event id is the interaction's id,
 // the same in every delivery of the dispatch; the press names the
 // prompt (the message the button is on) and the tool call.
@@ -144,6 +216,14 @@ func pressed(in *discordgo.Interaction, ch channelInfo, r rules) (*eventsv1.Mess
 		return nil, "not a button"
 	}
 	command, call, ok := parseCustomID(data.CustomID)
+	choice := ""
+	if !ok {
+		var inert bool
+		command, choice, inert, ok = platform.ParsePickerPayload(data.CustomID)
+		if inert {
+			return nil, "inert button"
+		}
+	}
 	if !ok {
 		return nil, "unknown button"
 	}
@@ -160,7 +240,7 @@ func pressed(in *discordgo.Interaction, ch channelInfo, r rules) (*eventsv1.Mess
 		EventId: id, MessageId: id, Source: src, Text: command, Mentioned: true,
 		TransportAuthenticated: !dm && !u.Bot && hasRole(in.Member, r.AllowedRoles),
 		SentAt:                 timestamppb.Now(),
-		ButtonPress:            &eventsv1.ButtonPress{MessageId: in.Message.ID, ToolCallId: call},
+		ButtonPress:            &eventsv1.ButtonPress{MessageId: in.Message.ID, ToolCallId: call, Data: choice},
 		// Its message id names no Discord message to react to.
 		NoReaction: true,
 	}, ""

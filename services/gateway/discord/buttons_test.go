@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -236,4 +237,87 @@ func FuzzCustomID(f *testing.F) {
 			t.Fatalf("%q parsed as %q %q", id, command, call)
 		}
 	})
+}
+
+// A picker (the /model picker) is posted as rows of buttons, a page
+// counter disabled, Hermes's eight models a page joined into Discord's
+// five rows; a press of a model is published as the presser's typed
+// command, a press with data as "/model" and the data; an edit with a
+// picker shows its buttons (the next page), one without takes them off.
+func TestPickerButtons(t *testing.T) {
+	t.Parallel()
+	f := newFake(t)
+	b, next := run(t, f, Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	send := func(req *deliveryv1.SendRequested) {
+		t.Helper()
+		r := &deliveryv1.SendReceipt{}
+		if err := b.Request(ctx, b.Topology().SendSubject("discord"), req, r); err != nil {
+			t.Fatal(err)
+		}
+		if !r.GetOk() {
+			t.Fatalf("receipt %v, want ok", r)
+		}
+	}
+	picker := &deliveryv1.Picker{}
+	var want []discordfake.Button
+	for i := 0; i < 8; i += 2 {
+		row := &deliveryv1.PickerRow{}
+		for j := i; j < i+2; j++ {
+			m := fmt.Sprintf("model-%d", j)
+			row.Choices = append(row.Choices, &deliveryv1.PickerChoice{Label: m, Command: "/model " + m})
+			want = append(want, discordfake.Button{Label: m, Style: 2, CustomID: "pc:/model " + m})
+		}
+		picker.Rows = append(picker.Rows, row)
+	}
+	picker.Rows = append(picker.Rows,
+		&deliveryv1.PickerRow{Choices: []*deliveryv1.PickerChoice{{Label: "1/2"}, {Label: "Next ▶", Command: "/model", Data: "p1"}}},
+		&deliveryv1.PickerRow{Choices: []*deliveryv1.PickerChoice{{Label: "✗ Cancel", Command: "/model", Data: "x"}}})
+	want = append(want, discordfake.Button{Label: "1/2", Style: 2, CustomID: "pn:8", Disabled: true},
+		discordfake.Button{Label: "Next ▶", Style: 2, CustomID: "pd:p1:model"}, discordfake.Button{Label: "✗ Cancel", Style: 2, CustomID: "pd:x:model"})
+	target := &deliveryv1.Target{Platform: "discord", ChatId: channel, ThreadId: thread}
+	send(&deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "picker", Target: target,
+		Text: "⚙ **Model Configuration**\n\nSelect a model:", Picker: picker})
+	ms := f.Messages(thread)
+	if len(ms) != 1 || !slices.Equal(ms[0].Buttons, want) {
+		t.Fatalf("thread has %+v, want the picker with %+v", ms, want)
+	}
+	card := ms[0]
+	if rows := pickerComponents(picker); len(rows) != 5 || len(rows[0].(discordgo.ActionsRow).Components) != 4 {
+		t.Fatalf("action rows %+v, want six rows joined into five, the first two into one", rows)
+	}
+
+	for _, tc := range []struct{ id, text, data string }{{"pc:/model model-3", "/model model-3", ""}, {"pd:p1:model", "/model", "p1"}} {
+		if _, err := f.Press(ctx, discordfake.Press{ChannelID: thread, GuildID: guild, MessageID: card.ID, UserID: user, UserName: "alice", CustomID: tc.id}); err != nil {
+			t.Fatal(err)
+		}
+		ev := next(20 * time.Second)
+		if ev.GetText() != tc.text || ev.GetButtonPress().GetData() != tc.data || ev.GetSource().GetUserId() != user || ev.GetButtonPress().GetMessageId() != card.ID {
+			t.Fatalf("published %v, want %q with data %q from %s pressing the picker", ev, tc.text, tc.data, user)
+		}
+	}
+	d, err := f.Press(ctx, discordfake.Press{ChannelID: thread, GuildID: guild, MessageID: card.ID, UserID: user, UserName: "alice", CustomID: "pn:8"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	platformtest.WaitFor(t, "the counter's press to be acknowledged", func() bool {
+		acks, _ := f.Acks(d["id"].(string))
+		return len(acks) == 1
+	})
+	if ev := next(300 * time.Millisecond); ev != nil {
+		t.Fatalf("the counter's press was published: %v", ev)
+	}
+
+	page := &deliveryv1.Picker{Rows: []*deliveryv1.PickerRow{{Choices: []*deliveryv1.PickerChoice{{Label: "◀ Prev", Command: "/model", Data: "p0"}}}}}
+	send(&deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_EDIT, IdempotencyKey: "page", Target: target, MessageId: card.ID,
+		Text: "Select a model (9–9 of 9):", Picker: page})
+	if ms := f.Messages(thread); !slices.Equal(ms[0].Buttons, []discordfake.Button{{Label: "◀ Prev", Style: 2, CustomID: "pd:p0:model"}}) {
+		t.Fatalf("page 2 shows %+v", ms[0].Buttons)
+	}
+	send(&deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_EDIT, IdempotencyKey: "answer", Target: target, MessageId: card.ID,
+		Text: "Model switched to `model-3`"})
+	if ms := f.Messages(thread); ms[0].Content != "Model switched to `model-3`" || len(ms[0].Buttons) != 0 {
+		t.Fatalf("after the answer the picker is %+v, want it without buttons", ms[0])
+	}
 }

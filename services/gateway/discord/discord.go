@@ -705,7 +705,7 @@ func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (str
 	}
 	ms := &discordgo.MessageSend{Content: content,
 		AllowedMentions: p.cfg.AllowMentions.allowed(),
-		Components:      approvalComponents(req.GetApproval())}
+		Components:      components(req)}
 	ch := where(t)
 	// A button press's id (press:…) names no message to reply to, and an
 	// auto-thread's first message (its id is the thread's) is in the
@@ -810,8 +810,9 @@ func threadName(req *deliveryv1.SendRequested) string {
 	return name
 }
 
-// Edit replaces a message's text, for streaming and an approval
-// prompt's answer. components=[] takes an approval card's buttons off.
+// Edit replaces a message's text, for streaming, an approval prompt's
+// answer and a picker's page or answer. components=[] takes the buttons
+// off; a picker's page shows its own.
 func (p *Platform) Edit(ctx context.Context, req *deliveryv1.SendRequested) error {
 	if err := checkIDs(req, true); err != nil {
 		return err
@@ -819,11 +820,14 @@ func (p *Platform) Edit(ctx context.Context, req *deliveryv1.SendRequested) erro
 	if n := len([]rune(req.GetText())); n == 0 || n > 2000 {
 		return platform.Permanent(fmt.Errorf("discord edit of %d characters (1 to 2000)", n))
 	}
-	text, none := req.GetText(), []discordgo.MessageComponent{}
+	text, shown := req.GetText(), []discordgo.MessageComponent{}
+	if c := components(req); c != nil {
+		shown = c // a picker's next page
+	}
 	// An edit's mentions are parsed afresh, by Discord's defaults unless
 	// the edit says otherwise: a streamed answer reaches its final text
 	// by edits, so they carry the same allowed_mentions as a send.
-	me := &discordgo.MessageEdit{ID: req.GetMessageId(), Channel: where(req.GetTarget()), Content: &text, Components: &none,
+	me := &discordgo.MessageEdit{ID: req.GetMessageId(), Channel: where(req.GetTarget()), Content: &text, Components: &shown,
 		AllowedMentions: p.cfg.AllowMentions.allowed()}
 	if _, err := p.s.ChannelMessageEditComplex(me, opts(ctx)...); err != nil {
 		return sendError("edit message", err)

@@ -11,6 +11,7 @@ import (
 
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+	"github.com/switchboard-chat/switchboard/pkg/platform"
 )
 
 // An approval prompt shows Hermes's inline keyboard under its text, two
@@ -24,6 +25,11 @@ import (
 // Callback data is "ea:<choice>" or "ea:<choice>:<tool call id>" (as
 // Hermes's "ea:<choice>:<approval id>"), the call's id only where it
 // fits Telegram's 64 bytes.
+//
+// A picker (the /model picker, SendRequested.picker) is an inline
+// keyboard the same way, its buttons' callback data
+// platform.PickerPayload; an edit that carries a picker shows its
+// buttons (another page), one without takes them off.
 
 const (
 	callbackPrefix  = "ea:"
@@ -66,6 +72,45 @@ func keyboard(a *deliveryv1.Approval) *models.InlineKeyboardMarkup {
 	return &models.InlineKeyboardMarkup{InlineKeyboard: rows}
 }
 
+// pickerKeyboard is the inline keyboard of a picker (the /model
+// picker), row by row as the router laid it out: each button's callback
+// data is platform.PickerPayload (a choice that cannot be carried is
+// left out). nil for no picker.
+func pickerKeyboard(pk *deliveryv1.Picker) *models.InlineKeyboardMarkup {
+	var rows [][]models.InlineKeyboardButton
+	place := 0
+	for _, r := range pk.GetRows() {
+		var row []models.InlineKeyboardButton
+		for _, c := range r.GetChoices() {
+			data := platform.PickerPayload(c, place)
+			place++
+			if data == "" || c.GetLabel() == "" || len(data) > maxCallbackData {
+				continue
+			}
+			row = append(row, models.InlineKeyboardButton{Text: c.GetLabel(), CallbackData: data})
+		}
+		if len(row) > 0 {
+			rows = append(rows, row)
+		}
+	}
+	if len(rows) == 0 {
+		return nil
+	}
+	return &models.InlineKeyboardMarkup{InlineKeyboard: rows}
+}
+
+// replyMarkup is the keyboard a send or an edit shows: an approval
+// prompt's or a picker's; nil for none.
+func replyMarkup(req *deliveryv1.SendRequested) models.ReplyMarkup {
+	if kb := keyboard(req.GetApproval()); kb != nil {
+		return kb
+	}
+	if kb := pickerKeyboard(req.GetPicker()); kb != nil {
+		return kb
+	}
+	return nil
+}
+
 // validCall reports whether a tool call id can ride in callback data.
 func validCall(id string) bool {
 	return id != "" && len(id) <= maxCallbackData && strings.IndexFunc(id, func(r rune) bool {
@@ -89,12 +134,23 @@ func parseCallback(data string) (command, call string, ok bool) {
 	return command, call, true
 }
 
-// pressed normalizes a callback query: an approval button's press is the
-// command from the presser in the prompt's chat.
+// pressed normalizes a callback query: an approval button's or a
+// picker's press is the command from the presser in the message's chat
+// (a picker's with the choice's data); a picker's button that does
+// nothing (a page counter) is skipped, its query answered.
 func pressed(u *models.Update, me identity) (outcome, error) {
 	q := u.CallbackQuery
 	out := outcome{callbackID: q.ID}
 	command, call, ok := parseCallback(q.Data)
+	data := ""
+	if !ok {
+		var inert bool
+		command, data, inert, ok = platform.ParsePickerPayload(q.Data)
+		if inert {
+			out.skip = "inert button"
+			return out, nil
+		}
+	}
 	if !ok {
 		out.skip = "unknown button"
 		return out, nil
@@ -128,7 +184,7 @@ func pressed(u *models.Update, me identity) (outcome, error) {
 	}
 	out.ev = &eventsv1.MessageReceived{
 		EventId: strconv.FormatInt(u.ID, 10), Source: src, Text: command, Mentioned: src.ChatType == "group",
-		ButtonPress: &eventsv1.ButtonPress{MessageId: strconv.Itoa(cardID), ToolCallId: call},
+		ButtonPress: &eventsv1.ButtonPress{MessageId: strconv.Itoa(cardID), ToolCallId: call, Data: data},
 	}
 	return out, nil
 }

@@ -142,3 +142,79 @@ func equalButtons(a, b [][]telegramfake.Button) bool {
 	}
 	return true
 }
+
+// A picker (the /model picker) is an inline keyboard row by row; a press
+// of a model is published once as the presser's typed command, a press
+// of a page as "/model" with the choice's data, a page counter's press
+// is answered and not published; an edit with a picker shows its
+// buttons (the next page), one without takes them off.
+func TestPickerButtons(t *testing.T) {
+	t.Parallel()
+	f := newFake(t)
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	s, _ := startService(t, testConfig(f), b, "a")
+	waitFor(t, "connected", 20*time.Second, func() bool { st, _ := s.Runner().State(); return st == platform.StateConnected })
+
+	target := &deliveryv1.Target{Platform: "telegram", Account: "4242", ChatId: "99"}
+	long := "/model org/" + strings.Repeat("x", 60)
+	picker := &deliveryv1.Picker{Rows: []*deliveryv1.PickerRow{
+		{Choices: []*deliveryv1.PickerChoice{{Label: "✓ gpt-4o", Command: "/model gpt-4o"}, {Label: "o3", Command: "/model openai/o3"}}},
+		{Choices: []*deliveryv1.PickerChoice{{Label: "xxx...", Command: long, Data: "m2-0a1b2c3d"}}},
+		{Choices: []*deliveryv1.PickerChoice{{Label: "1/2"}, {Label: "Next ▶", Command: "/model", Data: "p1"}}},
+		{Choices: []*deliveryv1.PickerChoice{{Label: "✗ Cancel", Command: "/model", Data: "x"}}},
+	}}
+	text := "⚙ **Model Configuration**\n\nThis session uses the default model.\nSelect a model:"
+	r := sendReq(t, b, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "k1", Target: target, Text: text,
+		Format: deliveryv1.TextFormat_TEXT_FORMAT_MARKDOWN, Picker: picker})
+	if !r.GetOk() {
+		t.Fatalf("picker not sent: %v", r)
+	}
+	card := f.Messages("99")[0]
+	want := [][]telegramfake.Button{
+		{{Text: "✓ gpt-4o", Data: "pc:/model gpt-4o"}, {Text: "o3", Data: "pc:/model openai/o3"}},
+		{{Text: "xxx...", Data: "pd:m2-0a1b2c3d:model"}},
+		{{Text: "1/2", Data: "pn:3"}, {Text: "Next ▶", Data: "pd:p1:model"}},
+		{{Text: "✗ Cancel", Data: "pd:x:model"}},
+	}
+	if !equalButtons(card.Buttons, want) || !strings.Contains(card.Shown, "Model Configuration") {
+		t.Fatalf("picker shows %q with buttons %v, want its text and %v", card.Shown, card.Buttons, want)
+	}
+
+	id, _, err := f.Press("99", card.ID, alice, "pc:/model openai/o3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := f.Press("99", card.ID, alice, "pn:3"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := f.Press("99", card.ID, alice, "pd:m2-0a1b2c3d:model"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the presses answered", 10*time.Second, func() bool { return len(f.CallbackAnswers()) == 3 })
+	f.Redeliver(id)
+	waitFor(t, "the redelivery confirmed", 10*time.Second, func() bool { return f.Confirmed() > id+2 && f.Pending() == 0 })
+	evs := inbound(t, b)
+	if len(evs) != 2 {
+		t.Fatalf("%d events, want the model's press once and the long one's: %v", len(evs), evs)
+	}
+	for i, w := range []struct{ text, data string }{{"/model openai/o3", ""}, {"/model", "m2-0a1b2c3d"}} {
+		ev := evs[i]
+		if ev.GetText() != w.text || ev.GetButtonPress().GetData() != w.data || ev.GetSource().GetUserId() != "99" ||
+			ev.GetButtonPress().GetMessageId() != strconv.Itoa(card.ID) || ev.GetButtonPress().GetToolCallId() != "" {
+			t.Fatalf("published %v, want %q with data %q from 99 pressing the picker", ev, w.text, w.data)
+		}
+	}
+
+	// The next page replaces the buttons; the answer takes them off.
+	next := &deliveryv1.Picker{Rows: []*deliveryv1.PickerRow{{Choices: []*deliveryv1.PickerChoice{{Label: "◀ Prev", Command: "/model", Data: "p0"}}}}}
+	r = sendReq(t, b, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_EDIT, IdempotencyKey: "k1p", Target: target,
+		MessageId: strconv.Itoa(card.ID), Text: text + " (page 2)", Format: deliveryv1.TextFormat_TEXT_FORMAT_MARKDOWN, Picker: next})
+	if after := f.Message("99", card.ID); !r.GetOk() || !equalButtons(after.Buttons, [][]telegramfake.Button{{{Text: "◀ Prev", Data: "pd:p0:model"}}}) {
+		t.Fatalf("page 2 (%v) shows buttons %v", r, after.Buttons)
+	}
+	r = sendReq(t, b, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_EDIT, IdempotencyKey: "k1r", Target: target,
+		MessageId: strconv.Itoa(card.ID), Text: "Model switched to `openai/o3`", Format: deliveryv1.TextFormat_TEXT_FORMAT_MARKDOWN})
+	if after := f.Message("99", card.ID); !r.GetOk() || len(after.Buttons) != 0 || !strings.Contains(after.Shown, "Model switched to") {
+		t.Fatalf("the answer (%v) shows %q with buttons %v, want it without buttons", r, after.Shown, after.Buttons)
+	}
+}

@@ -147,7 +147,7 @@ func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (str
 				ChatID: chatID(t.GetChatId()), MessageThreadID: thread, Text: text, ParseMode: mode,
 				ReplyParameters: p.replyTo(req),
 			}
-			if kb := keyboard(req.GetApproval()); kb != nil {
+			if kb := replyMarkup(req); kb != nil {
 				params.ReplyMarkup = kb
 			}
 			msg, err = p.api.SendMessage(ctx, params)
@@ -425,8 +425,8 @@ func (p *Platform) inputFile(ctx context.Context, a *eventsv1.Attachment) (input
 }
 
 // Edit replaces a message's text (streaming, an approval prompt's
-// answer). Sent without reply_markup, the edit takes an inline keyboard
-// off. "message is not modified" counts as success.
+// answer, a picker's page or answer). Sent without reply_markup, the
+// edit takes an inline keyboard off. "message is not modified" counts as success.
 func (p *Platform) Edit(ctx context.Context, req *deliveryv1.SendRequested) error {
 	id, err := strconv.Atoi(req.GetMessageId())
 	if err != nil {
@@ -439,7 +439,11 @@ func (p *Platform) Edit(ctx context.Context, req *deliveryv1.SendRequested) erro
 		return err
 	}
 	err = p.withPlainFallback(req, func(text string, mode models.ParseMode) error {
-		_, err := p.api.EditMessageText(ctx, &bot.EditMessageTextParams{ChatID: chatID(req.GetTarget().GetChatId()), MessageID: id, Text: text, ParseMode: mode})
+		params := &bot.EditMessageTextParams{ChatID: chatID(req.GetTarget().GetChatId()), MessageID: id, Text: text, ParseMode: mode}
+		if kb := replyMarkup(req); kb != nil {
+			params.ReplyMarkup = kb // a picker's next page
+		}
+		_, err := p.api.EditMessageText(ctx, params)
 		return err
 	})
 	if err != nil && errors.Is(err, bot.ErrorBadRequest) && strings.Contains(err.Error(), "message is not modified") {

@@ -215,6 +215,7 @@ type Button struct {
 	Label    string
 	Style    int
 	CustomID string
+	Disabled bool
 }
 
 // components is the components field of a create or edit message body.
@@ -225,7 +226,34 @@ type components []struct {
 		Label    string `json:"label"`
 		Style    int    `json:"style"`
 		CustomID string `json:"custom_id"`
+		Disabled bool   `json:"disabled"`
 	} `json:"components"`
+}
+
+// valid reports what Discord refuses with 400: more than five action
+// rows or five buttons in a row, a button without a label or with one
+// past 80 characters, a custom_id empty, past 100 characters or used
+// twice in the message.
+func (cs components) valid() bool {
+	if len(cs) > 5 {
+		return false
+	}
+	seen := map[string]bool{}
+	for _, row := range cs {
+		if len(row.Components) > 5 {
+			return false
+		}
+		for _, c := range row.Components {
+			if c.Type != 2 {
+				continue
+			}
+			if n := len([]rune(c.Label)); n == 0 || n > 80 || c.CustomID == "" || len(c.CustomID) > 100 || seen[c.CustomID] {
+				return false
+			}
+			seen[c.CustomID] = true
+		}
+	}
+	return true
 }
 
 // buttons lists the buttons of action rows.
@@ -234,7 +262,7 @@ func (cs components) buttons() []Button {
 	for _, row := range cs {
 		for _, c := range row.Components {
 			if row.Type == 1 && c.Type == 2 {
-				out = append(out, Button{Label: c.Label, Style: c.Style, CustomID: c.CustomID})
+				out = append(out, Button{Label: c.Label, Style: c.Style, CustomID: c.CustomID, Disabled: c.Disabled})
 			}
 		}
 	}
@@ -554,6 +582,10 @@ func (f *Fake) createMessage(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, 400, map[string]any{"message": "Invalid Form Body", "code": 50035})
 		return
 	}
+	if !body.Components.valid() {
+		writeJSON(w, 400, map[string]any{"message": "Invalid Form Body", "code": 50035})
+		return
+	}
 	if !body.AllowedMentions.valid() {
 		writeJSON(w, 400, map[string]any{"message": "Invalid Form Body", "code": 50035})
 		return
@@ -587,7 +619,7 @@ func (f *Fake) editMessage(w http.ResponseWriter, r *http.Request) {
 		AllowedMentions *allowedMentions `json:"allowed_mentions"`
 	}
 	_ = json.NewDecoder(r.Body).Decode(&body)
-	if !body.AllowedMentions.valid() {
+	if !body.AllowedMentions.valid() || body.Components != nil && !body.Components.valid() {
 		writeJSON(w, 400, map[string]any{"message": "Invalid Form Body", "code": 50035})
 		return
 	}

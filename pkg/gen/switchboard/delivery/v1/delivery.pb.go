@@ -396,7 +396,12 @@ type SendRequested struct {
 	// Set on an approval prompt (Hermes's "Dangerous command requires
 	// approval" text): a gateway that renders buttons attaches one per
 	// choice under the text; others send the text, which says what to type.
-	Approval      *Approval `protobuf:"bytes,19,opt,name=approval,proto3" json:"approval,omitempty"`
+	Approval *Approval `protobuf:"bytes,19,opt,name=approval,proto3" json:"approval,omitempty"`
+	// Set on a message that offers a choice among buttons (the /model
+	// picker): a gateway that renders buttons attaches them under the
+	// text, on a send and on an edit; others send the text, which says
+	// what to type. An edit without it takes the buttons off.
+	Picker        *Picker `protobuf:"bytes,20,opt,name=picker,proto3" json:"picker,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -564,6 +569,13 @@ func (x *SendRequested) GetApproval() *Approval {
 	return nil
 }
 
+func (x *SendRequested) GetPicker() *Picker {
+	if x != nil {
+		return x.Picker
+	}
+	return nil
+}
+
 // Approval is what a gateway needs to render an approval prompt's
 // buttons. A press is published as the typed command it stands for
 // (MessageReceived.button_press).
@@ -624,6 +636,173 @@ func (x *Approval) GetToolCallId() string {
 	return ""
 }
 
+// Picker is a choice among buttons under a message's text (the /model
+// picker's models, pages and cancel), row by row. A press is published
+// as the typed command its choice stands for, from whoever pressed
+// (MessageReceived.button_press, with ButtonPress.data when the choice
+// has data), so allowlists and admin rules apply as to
+// typing.
+type Picker struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Rows          []*PickerRow           `protobuf:"bytes,1,rep,name=rows,proto3" json:"rows,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Picker) Reset() {
+	*x = Picker{}
+	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Picker) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Picker) ProtoMessage() {}
+
+func (x *Picker) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Picker.ProtoReflect.Descriptor instead.
+func (*Picker) Descriptor() ([]byte, []int) {
+	return file_switchboard_delivery_v1_delivery_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *Picker) GetRows() []*PickerRow {
+	if x != nil {
+		return x.Rows
+	}
+	return nil
+}
+
+// PickerRow is one row of a picker's buttons. A gateway whose platform
+// takes fewer rows joins neighbouring rows where they fit.
+type PickerRow struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Choices       []*PickerChoice        `protobuf:"bytes,1,rep,name=choices,proto3" json:"choices,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PickerRow) Reset() {
+	*x = PickerRow{}
+	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PickerRow) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PickerRow) ProtoMessage() {}
+
+func (x *PickerRow) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PickerRow.ProtoReflect.Descriptor instead.
+func (*PickerRow) Descriptor() ([]byte, []int) {
+	return file_switchboard_delivery_v1_delivery_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *PickerRow) GetChoices() []*PickerChoice {
+	if x != nil {
+		return x.Choices
+	}
+	return nil
+}
+
+// PickerChoice is one button of a picker.
+type PickerChoice struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The button's text.
+	Label string `protobuf:"bytes,1,opt,name=label,proto3" json:"label,omitempty"`
+	// The typed command a press stands for ("/model gpt-4o"); empty for a
+	// button that does nothing (a page counter). Every gateway carries a
+	// command of at most 60 bytes whole in the button's payload; a longer
+	// one needs data.
+	Command string `protobuf:"bytes,2,opt,name=command,proto3" json:"command,omitempty"`
+	// The router's name for the choice, 1 to 24 bytes of letters, digits,
+	// '.', '_' and '-', for a choice its command alone does not say (a
+	// page of the picker, a command too long for a payload). When set the
+	// press carries data and the command's name alone ("/model"), which
+	// the router reads against its current configuration.
+	Data          string `protobuf:"bytes,3,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PickerChoice) Reset() {
+	*x = PickerChoice{}
+	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PickerChoice) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PickerChoice) ProtoMessage() {}
+
+func (x *PickerChoice) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PickerChoice.ProtoReflect.Descriptor instead.
+func (*PickerChoice) Descriptor() ([]byte, []int) {
+	return file_switchboard_delivery_v1_delivery_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *PickerChoice) GetLabel() string {
+	if x != nil {
+		return x.Label
+	}
+	return ""
+}
+
+func (x *PickerChoice) GetCommand() string {
+	if x != nil {
+		return x.Command
+	}
+	return ""
+}
+
+func (x *PickerChoice) GetData() string {
+	if x != nil {
+		return x.Data
+	}
+	return ""
+}
+
 // ToolStep is a step of a tool call the agent makes (the reply event's
 // ToolProgress, as a gateway gets it).
 type ToolStep struct {
@@ -641,7 +820,7 @@ type ToolStep struct {
 
 func (x *ToolStep) Reset() {
 	*x = ToolStep{}
-	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[3]
+	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -653,7 +832,7 @@ func (x *ToolStep) String() string {
 func (*ToolStep) ProtoMessage() {}
 
 func (x *ToolStep) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[3]
+	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -666,7 +845,7 @@ func (x *ToolStep) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolStep.ProtoReflect.Descriptor instead.
 func (*ToolStep) Descriptor() ([]byte, []int) {
-	return file_switchboard_delivery_v1_delivery_proto_rawDescGZIP(), []int{3}
+	return file_switchboard_delivery_v1_delivery_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ToolStep) GetToolCallId() string {
@@ -709,7 +888,7 @@ type TokenUsage struct {
 
 func (x *TokenUsage) Reset() {
 	*x = TokenUsage{}
-	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[4]
+	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -721,7 +900,7 @@ func (x *TokenUsage) String() string {
 func (*TokenUsage) ProtoMessage() {}
 
 func (x *TokenUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[4]
+	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -734,7 +913,7 @@ func (x *TokenUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenUsage.ProtoReflect.Descriptor instead.
 func (*TokenUsage) Descriptor() ([]byte, []int) {
-	return file_switchboard_delivery_v1_delivery_proto_rawDescGZIP(), []int{4}
+	return file_switchboard_delivery_v1_delivery_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *TokenUsage) GetPromptTokens() int64 {
@@ -768,7 +947,7 @@ type HopTimes struct {
 
 func (x *HopTimes) Reset() {
 	*x = HopTimes{}
-	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[5]
+	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -780,7 +959,7 @@ func (x *HopTimes) String() string {
 func (*HopTimes) ProtoMessage() {}
 
 func (x *HopTimes) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[5]
+	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -793,7 +972,7 @@ func (x *HopTimes) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HopTimes.ProtoReflect.Descriptor instead.
 func (*HopTimes) Descriptor() ([]byte, []int) {
-	return file_switchboard_delivery_v1_delivery_proto_rawDescGZIP(), []int{5}
+	return file_switchboard_delivery_v1_delivery_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *HopTimes) GetTurnRequestedAt() *timestamppb.Timestamp {
@@ -835,7 +1014,7 @@ type SendReceipt struct {
 
 func (x *SendReceipt) Reset() {
 	*x = SendReceipt{}
-	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[6]
+	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -847,7 +1026,7 @@ func (x *SendReceipt) String() string {
 func (*SendReceipt) ProtoMessage() {}
 
 func (x *SendReceipt) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[6]
+	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -860,7 +1039,7 @@ func (x *SendReceipt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendReceipt.ProtoReflect.Descriptor instead.
 func (*SendReceipt) Descriptor() ([]byte, []int) {
-	return file_switchboard_delivery_v1_delivery_proto_rawDescGZIP(), []int{6}
+	return file_switchboard_delivery_v1_delivery_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *SendReceipt) GetIdempotencyKey() string {
@@ -936,7 +1115,7 @@ type SendRequest struct {
 
 func (x *SendRequest) Reset() {
 	*x = SendRequest{}
-	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[7]
+	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -948,7 +1127,7 @@ func (x *SendRequest) String() string {
 func (*SendRequest) ProtoMessage() {}
 
 func (x *SendRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[7]
+	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -961,7 +1140,7 @@ func (x *SendRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendRequest.ProtoReflect.Descriptor instead.
 func (*SendRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_delivery_v1_delivery_proto_rawDescGZIP(), []int{7}
+	return file_switchboard_delivery_v1_delivery_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *SendRequest) GetTarget() string {
@@ -1010,7 +1189,7 @@ type SendResponse struct {
 
 func (x *SendResponse) Reset() {
 	*x = SendResponse{}
-	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[8]
+	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1022,7 +1201,7 @@ func (x *SendResponse) String() string {
 func (*SendResponse) ProtoMessage() {}
 
 func (x *SendResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[8]
+	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1035,7 +1214,7 @@ func (x *SendResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendResponse.ProtoReflect.Descriptor instead.
 func (*SendResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_delivery_v1_delivery_proto_rawDescGZIP(), []int{8}
+	return file_switchboard_delivery_v1_delivery_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *SendResponse) GetDeliveryId() string {
@@ -1078,7 +1257,7 @@ type Delivery struct {
 
 func (x *Delivery) Reset() {
 	*x = Delivery{}
-	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[9]
+	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1090,7 +1269,7 @@ func (x *Delivery) String() string {
 func (*Delivery) ProtoMessage() {}
 
 func (x *Delivery) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[9]
+	mi := &file_switchboard_delivery_v1_delivery_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1103,7 +1282,7 @@ func (x *Delivery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Delivery.ProtoReflect.Descriptor instead.
 func (*Delivery) Descriptor() ([]byte, []int) {
-	return file_switchboard_delivery_v1_delivery_proto_rawDescGZIP(), []int{9}
+	return file_switchboard_delivery_v1_delivery_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Delivery) GetId() string {
@@ -1187,7 +1366,7 @@ const file_switchboard_delivery_v1_delivery_proto_rawDesc = "" +
 	"\achat_id\x18\x03 \x01(\tR\x06chatId\x12\x1b\n" +
 	"\tthread_id\x18\x04 \x01(\tR\bthreadId\x12-\n" +
 	"\x13reply_to_message_id\x18\x05 \x01(\tR\x10replyToMessageId\x12D\n" +
-	"\vinteraction\x18\x06 \x01(\v2\".switchboard.events.v1.InteractionR\vinteraction\"\xe5\x06\n" +
+	"\vinteraction\x18\x06 \x01(\v2\".switchboard.events.v1.InteractionR\vinteraction\"\x9e\a\n" +
 	"\rSendRequested\x12'\n" +
 	"\x0fidempotency_key\x18\x01 \x01(\tR\x0eidempotencyKey\x12/\n" +
 	"\x02op\x18\x02 \x01(\x0e2\x1f.switchboard.delivery.v1.SendOpR\x02op\x127\n" +
@@ -1213,11 +1392,20 @@ const file_switchboard_delivery_v1_delivery_proto_rawDesc = "" +
 	"\x05usage\x18\x10 \x01(\v2#.switchboard.delivery.v1.TokenUsageR\x05usage\x12>\n" +
 	"\ttool_step\x18\x11 \x01(\v2!.switchboard.delivery.v1.ToolStepR\btoolStep\x125\n" +
 	"\x17no_reaction_message_ids\x18\x12 \x03(\tR\x14noReactionMessageIds\x12=\n" +
-	"\bapproval\x18\x13 \x01(\v2!.switchboard.delivery.v1.ApprovalR\bapproval\"F\n" +
+	"\bapproval\x18\x13 \x01(\v2!.switchboard.delivery.v1.ApprovalR\bapproval\x127\n" +
+	"\x06picker\x18\x14 \x01(\v2\x1f.switchboard.delivery.v1.PickerR\x06picker\"F\n" +
 	"\bApproval\x12\x18\n" +
 	"\achoices\x18\x01 \x03(\tR\achoices\x12 \n" +
 	"\ftool_call_id\x18\x02 \x01(\tR\n" +
-	"toolCallId\"w\n" +
+	"toolCallId\"@\n" +
+	"\x06Picker\x126\n" +
+	"\x04rows\x18\x01 \x03(\v2\".switchboard.delivery.v1.PickerRowR\x04rows\"L\n" +
+	"\tPickerRow\x12?\n" +
+	"\achoices\x18\x01 \x03(\v2%.switchboard.delivery.v1.PickerChoiceR\achoices\"R\n" +
+	"\fPickerChoice\x12\x14\n" +
+	"\x05label\x18\x01 \x01(\tR\x05label\x12\x18\n" +
+	"\acommand\x18\x02 \x01(\tR\acommand\x12\x12\n" +
+	"\x04data\x18\x03 \x01(\tR\x04data\"w\n" +
 	"\bToolStep\x12 \n" +
 	"\ftool_call_id\x18\x01 \x01(\tR\n" +
 	"toolCallId\x12\x1b\n" +
@@ -1312,7 +1500,7 @@ func file_switchboard_delivery_v1_delivery_proto_rawDescGZIP() []byte {
 }
 
 var file_switchboard_delivery_v1_delivery_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_switchboard_delivery_v1_delivery_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_switchboard_delivery_v1_delivery_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_switchboard_delivery_v1_delivery_proto_goTypes = []any{
 	(SendOp)(0),                   // 0: switchboard.delivery.v1.SendOp
 	(TextFormat)(0),               // 1: switchboard.delivery.v1.TextFormat
@@ -1321,47 +1509,53 @@ var file_switchboard_delivery_v1_delivery_proto_goTypes = []any{
 	(*Target)(nil),                // 4: switchboard.delivery.v1.Target
 	(*SendRequested)(nil),         // 5: switchboard.delivery.v1.SendRequested
 	(*Approval)(nil),              // 6: switchboard.delivery.v1.Approval
-	(*ToolStep)(nil),              // 7: switchboard.delivery.v1.ToolStep
-	(*TokenUsage)(nil),            // 8: switchboard.delivery.v1.TokenUsage
-	(*HopTimes)(nil),              // 9: switchboard.delivery.v1.HopTimes
-	(*SendReceipt)(nil),           // 10: switchboard.delivery.v1.SendReceipt
-	(*SendRequest)(nil),           // 11: switchboard.delivery.v1.SendRequest
-	(*SendResponse)(nil),          // 12: switchboard.delivery.v1.SendResponse
-	(*Delivery)(nil),              // 13: switchboard.delivery.v1.Delivery
-	(*v1.Interaction)(nil),        // 14: switchboard.events.v1.Interaction
-	(*v1.Attachment)(nil),         // 15: switchboard.events.v1.Attachment
-	(*timestamppb.Timestamp)(nil), // 16: google.protobuf.Timestamp
+	(*Picker)(nil),                // 7: switchboard.delivery.v1.Picker
+	(*PickerRow)(nil),             // 8: switchboard.delivery.v1.PickerRow
+	(*PickerChoice)(nil),          // 9: switchboard.delivery.v1.PickerChoice
+	(*ToolStep)(nil),              // 10: switchboard.delivery.v1.ToolStep
+	(*TokenUsage)(nil),            // 11: switchboard.delivery.v1.TokenUsage
+	(*HopTimes)(nil),              // 12: switchboard.delivery.v1.HopTimes
+	(*SendReceipt)(nil),           // 13: switchboard.delivery.v1.SendReceipt
+	(*SendRequest)(nil),           // 14: switchboard.delivery.v1.SendRequest
+	(*SendResponse)(nil),          // 15: switchboard.delivery.v1.SendResponse
+	(*Delivery)(nil),              // 16: switchboard.delivery.v1.Delivery
+	(*v1.Interaction)(nil),        // 17: switchboard.events.v1.Interaction
+	(*v1.Attachment)(nil),         // 18: switchboard.events.v1.Attachment
+	(*timestamppb.Timestamp)(nil), // 19: google.protobuf.Timestamp
 }
 var file_switchboard_delivery_v1_delivery_proto_depIdxs = []int32{
-	14, // 0: switchboard.delivery.v1.Target.interaction:type_name -> switchboard.events.v1.Interaction
+	17, // 0: switchboard.delivery.v1.Target.interaction:type_name -> switchboard.events.v1.Interaction
 	0,  // 1: switchboard.delivery.v1.SendRequested.op:type_name -> switchboard.delivery.v1.SendOp
 	4,  // 2: switchboard.delivery.v1.SendRequested.target:type_name -> switchboard.delivery.v1.Target
 	1,  // 3: switchboard.delivery.v1.SendRequested.format:type_name -> switchboard.delivery.v1.TextFormat
-	15, // 4: switchboard.delivery.v1.SendRequested.attachments:type_name -> switchboard.events.v1.Attachment
-	9,  // 5: switchboard.delivery.v1.SendRequested.hop_times:type_name -> switchboard.delivery.v1.HopTimes
-	8,  // 6: switchboard.delivery.v1.SendRequested.usage:type_name -> switchboard.delivery.v1.TokenUsage
-	7,  // 7: switchboard.delivery.v1.SendRequested.tool_step:type_name -> switchboard.delivery.v1.ToolStep
+	18, // 4: switchboard.delivery.v1.SendRequested.attachments:type_name -> switchboard.events.v1.Attachment
+	12, // 5: switchboard.delivery.v1.SendRequested.hop_times:type_name -> switchboard.delivery.v1.HopTimes
+	11, // 6: switchboard.delivery.v1.SendRequested.usage:type_name -> switchboard.delivery.v1.TokenUsage
+	10, // 7: switchboard.delivery.v1.SendRequested.tool_step:type_name -> switchboard.delivery.v1.ToolStep
 	6,  // 8: switchboard.delivery.v1.SendRequested.approval:type_name -> switchboard.delivery.v1.Approval
-	16, // 9: switchboard.delivery.v1.HopTimes.turn_requested_at:type_name -> google.protobuf.Timestamp
-	16, // 10: switchboard.delivery.v1.HopTimes.reply_created_at:type_name -> google.protobuf.Timestamp
-	16, // 11: switchboard.delivery.v1.HopTimes.dispatched_at:type_name -> google.protobuf.Timestamp
-	2,  // 12: switchboard.delivery.v1.SendReceipt.error_class:type_name -> switchboard.delivery.v1.ErrorClass
-	16, // 13: switchboard.delivery.v1.SendReceipt.sent_at:type_name -> google.protobuf.Timestamp
-	15, // 14: switchboard.delivery.v1.SendRequest.attachments:type_name -> switchboard.events.v1.Attachment
-	1,  // 15: switchboard.delivery.v1.SendRequest.format:type_name -> switchboard.delivery.v1.TextFormat
-	3,  // 16: switchboard.delivery.v1.SendResponse.state:type_name -> switchboard.delivery.v1.DeliveryState
-	4,  // 17: switchboard.delivery.v1.SendResponse.resolved_target:type_name -> switchboard.delivery.v1.Target
-	3,  // 18: switchboard.delivery.v1.Delivery.state:type_name -> switchboard.delivery.v1.DeliveryState
-	4,  // 19: switchboard.delivery.v1.Delivery.target:type_name -> switchboard.delivery.v1.Target
-	16, // 20: switchboard.delivery.v1.Delivery.created_at:type_name -> google.protobuf.Timestamp
-	16, // 21: switchboard.delivery.v1.Delivery.updated_at:type_name -> google.protobuf.Timestamp
-	11, // 22: switchboard.delivery.v1.DeliveryService.Send:input_type -> switchboard.delivery.v1.SendRequest
-	12, // 23: switchboard.delivery.v1.DeliveryService.Send:output_type -> switchboard.delivery.v1.SendResponse
-	23, // [23:24] is the sub-list for method output_type
-	22, // [22:23] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	7,  // 9: switchboard.delivery.v1.SendRequested.picker:type_name -> switchboard.delivery.v1.Picker
+	8,  // 10: switchboard.delivery.v1.Picker.rows:type_name -> switchboard.delivery.v1.PickerRow
+	9,  // 11: switchboard.delivery.v1.PickerRow.choices:type_name -> switchboard.delivery.v1.PickerChoice
+	19, // 12: switchboard.delivery.v1.HopTimes.turn_requested_at:type_name -> google.protobuf.Timestamp
+	19, // 13: switchboard.delivery.v1.HopTimes.reply_created_at:type_name -> google.protobuf.Timestamp
+	19, // 14: switchboard.delivery.v1.HopTimes.dispatched_at:type_name -> google.protobuf.Timestamp
+	2,  // 15: switchboard.delivery.v1.SendReceipt.error_class:type_name -> switchboard.delivery.v1.ErrorClass
+	19, // 16: switchboard.delivery.v1.SendReceipt.sent_at:type_name -> google.protobuf.Timestamp
+	18, // 17: switchboard.delivery.v1.SendRequest.attachments:type_name -> switchboard.events.v1.Attachment
+	1,  // 18: switchboard.delivery.v1.SendRequest.format:type_name -> switchboard.delivery.v1.TextFormat
+	3,  // 19: switchboard.delivery.v1.SendResponse.state:type_name -> switchboard.delivery.v1.DeliveryState
+	4,  // 20: switchboard.delivery.v1.SendResponse.resolved_target:type_name -> switchboard.delivery.v1.Target
+	3,  // 21: switchboard.delivery.v1.Delivery.state:type_name -> switchboard.delivery.v1.DeliveryState
+	4,  // 22: switchboard.delivery.v1.Delivery.target:type_name -> switchboard.delivery.v1.Target
+	19, // 23: switchboard.delivery.v1.Delivery.created_at:type_name -> google.protobuf.Timestamp
+	19, // 24: switchboard.delivery.v1.Delivery.updated_at:type_name -> google.protobuf.Timestamp
+	14, // 25: switchboard.delivery.v1.DeliveryService.Send:input_type -> switchboard.delivery.v1.SendRequest
+	15, // 26: switchboard.delivery.v1.DeliveryService.Send:output_type -> switchboard.delivery.v1.SendResponse
+	26, // [26:27] is the sub-list for method output_type
+	25, // [25:26] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_switchboard_delivery_v1_delivery_proto_init() }
@@ -1375,7 +1569,7 @@ func file_switchboard_delivery_v1_delivery_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_switchboard_delivery_v1_delivery_proto_rawDesc), len(file_switchboard_delivery_v1_delivery_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   10,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -745,8 +745,9 @@ type MessageReceived struct {
 	// a session that exists already.
 	ForkFrom *ForkFrom `protobuf:"bytes,19,opt,name=fork_from,json=forkFrom,proto3" json:"fork_from,omitempty"`
 	// Set when the message is the press of a button the gateway rendered
-	// (an approval prompt's): text is the typed command the button stands
-	// for ("/approve", "/approve session", "/approve always", "/deny").
+	// (an approval prompt's, a picker's): text is the typed command the
+	// button stands for ("/approve", "/approve session", "/approve
+	// always", "/deny", "/model gpt-4o").
 	ButtonPress *ButtonPress `protobuf:"bytes,20,opt,name=button_press,json=buttonPress,proto3" json:"button_press,omitempty"`
 	// Set when the message is the use of a platform's native command (a
 	// Discord slash command): the user picked it from the bot's command
@@ -1026,7 +1027,8 @@ func (x *Interaction) GetExpiresAt() *timestamppb.Timestamp {
 	return nil
 }
 
-// ButtonPress is a press of one of an approval prompt's buttons.
+// ButtonPress is a press of one of the buttons a gateway rendered (an
+// approval prompt's, a picker's).
 type ButtonPress struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The platform message that carries the buttons: the router's answer
@@ -1034,7 +1036,13 @@ type ButtonPress struct {
 	MessageId string `protobuf:"bytes,1,opt,name=message_id,json=messageId,proto3" json:"message_id,omitempty"`
 	// The tool call the prompt asked about (Approval.tool_call_id); empty
 	// when the platform's payload had no room for it.
-	ToolCallId    string `protobuf:"bytes,2,opt,name=tool_call_id,json=toolCallId,proto3" json:"tool_call_id,omitempty"`
+	ToolCallId string `protobuf:"bytes,2,opt,name=tool_call_id,json=toolCallId,proto3" json:"tool_call_id,omitempty"`
+	// The data of the picker's choice pressed (delivery.v1.PickerChoice.data):
+	// the router's name for the choice, which it reads against its current
+	// configuration; the message's text is then the command's name alone
+	// ("/model"). Empty for a choice without data and for an approval's
+	// button.
+	Data          string `protobuf:"bytes,3,opt,name=data,proto3" json:"data,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1079,6 +1087,13 @@ func (x *ButtonPress) GetMessageId() string {
 func (x *ButtonPress) GetToolCallId() string {
 	if x != nil {
 		return x.ToolCallId
+	}
+	return ""
+}
+
+func (x *ButtonPress) GetData() string {
+	if x != nil {
+		return x.Data
 	}
 	return ""
 }
@@ -1315,12 +1330,13 @@ const file_switchboard_events_v1_events_proto_rawDesc = "" +
 	"\x0eapplication_id\x18\x02 \x01(\tR\rapplicationId\x12\x14\n" +
 	"\x05token\x18\x03 \x01(\tR\x05token\x129\n" +
 	"\n" +
-	"expires_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\"N\n" +
+	"expires_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\"b\n" +
 	"\vButtonPress\x12\x1d\n" +
 	"\n" +
 	"message_id\x18\x01 \x01(\tR\tmessageId\x12 \n" +
 	"\ftool_call_id\x18\x02 \x01(\tR\n" +
-	"toolCallId\"D\n" +
+	"toolCallId\x12\x12\n" +
+	"\x04data\x18\x03 \x01(\tR\x04data\"D\n" +
 	"\bForkFrom\x12\x1f\n" +
 	"\vsession_key\x18\x01 \x01(\tR\n" +
 	"sessionKey\x12\x17\n" +

@@ -796,7 +796,11 @@ type Notice struct {
 	// How text is written: MARKDOWN for the answers to commands (Hermes's
 	// command replies use **bold** and `code`, which each platform's
 	// renderer turns into its markup); unspecified is plain text.
-	Format        v1.TextFormat `protobuf:"varint,4,opt,name=format,proto3,enum=switchboard.delivery.v1.TextFormat" json:"format,omitempty"`
+	Format v1.TextFormat `protobuf:"varint,4,opt,name=format,proto3,enum=switchboard.delivery.v1.TextFormat" json:"format,omitempty"`
+	// Buttons under the text (the /model picker), for the gateways that
+	// render them (SendRequested.picker); on a notice that replaces a
+	// message, the buttons the edited message shows.
+	Picker        *v1.Picker `protobuf:"bytes,5,opt,name=picker,proto3" json:"picker,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -857,6 +861,13 @@ func (x *Notice) GetFormat() v1.TextFormat {
 		return x.Format
 	}
 	return v1.TextFormat(0)
+}
+
+func (x *Notice) GetPicker() *v1.Picker {
+	if x != nil {
+		return x.Picker
+	}
+	return nil
 }
 
 var File_switchboard_replies_v1_replies_proto protoreflect.FileDescriptor
@@ -921,12 +932,13 @@ const file_switchboard_replies_v1_replies_proto_rawDesc = "" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\" \n" +
 	"\x06Typing\x12\x16\n" +
-	"\x06active\x18\x01 \x01(\bR\x06active\"\x9d\x01\n" +
+	"\x06active\x18\x01 \x01(\bR\x06active\"\xd6\x01\n" +
 	"\x06Notice\x12\x12\n" +
 	"\x04text\x18\x01 \x01(\tR\x04text\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12.\n" +
 	"\x13replaces_message_id\x18\x03 \x01(\tR\x11replacesMessageId\x12;\n" +
-	"\x06format\x18\x04 \x01(\x0e2#.switchboard.delivery.v1.TextFormatR\x06format*\x91\x01\n" +
+	"\x06format\x18\x04 \x01(\x0e2#.switchboard.delivery.v1.TextFormatR\x06format\x127\n" +
+	"\x06picker\x18\x05 \x01(\v2\x1f.switchboard.delivery.v1.PickerR\x06picker*\x91\x01\n" +
 	"\tToolPhase\x12\x1a\n" +
 	"\x16TOOL_PHASE_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12TOOL_PHASE_STARTED\x10\x01\x12\x17\n" +
@@ -965,6 +977,7 @@ var file_switchboard_replies_v1_replies_proto_goTypes = []any{
 	(v1.TextFormat)(0),            // 12: switchboard.delivery.v1.TextFormat
 	(*v1.TokenUsage)(nil),         // 13: switchboard.delivery.v1.TokenUsage
 	(*v11.Attachment)(nil),        // 14: switchboard.events.v1.Attachment
+	(*v1.Picker)(nil),             // 15: switchboard.delivery.v1.Picker
 }
 var file_switchboard_replies_v1_replies_proto_depIdxs = []int32{
 	10, // 0: switchboard.replies.v1.ReplyEvent.target:type_name -> switchboard.delivery.v1.Target
@@ -983,11 +996,12 @@ var file_switchboard_replies_v1_replies_proto_depIdxs = []int32{
 	13, // 13: switchboard.replies.v1.FinalText.usage:type_name -> switchboard.delivery.v1.TokenUsage
 	14, // 14: switchboard.replies.v1.Media.attachment:type_name -> switchboard.events.v1.Attachment
 	12, // 15: switchboard.replies.v1.Notice.format:type_name -> switchboard.delivery.v1.TextFormat
-	16, // [16:16] is the sub-list for method output_type
-	16, // [16:16] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	15, // 16: switchboard.replies.v1.Notice.picker:type_name -> switchboard.delivery.v1.Picker
+	17, // [17:17] is the sub-list for method output_type
+	17, // [17:17] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_switchboard_replies_v1_replies_proto_init() }

@@ -1,0 +1,313 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"slices"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/redis/go-redis/v9"
+
+	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
+	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
+	"github.com/switchboard-chat/switchboard/pkg/sessionstore"
+)
+
+// The /model picker (Hermes's send_model_picker). A bare /model, where
+// agent.models lists models and the platform's gateway renders buttons
+// (pickerPlatforms), answers with the session's model and Hermes's
+// keyboard: one button per model, two a row, eight a page, the current
+// one marked "✓", a "◀ Prev", "n/N", "Next ▶" row when there are
+// pages, and "✗ Cancel". Switchboard has one provider, so the picker
+// opens on its models, as Hermes's does for a single provider.
+//
+// A button is the typed command it stands for ("/model gpt-4o"), from
+// whoever presses it, so allowlists and admin rules apply as to typing;
+// where a command is too long for a button's payload, and for the
+// pages and cancel, it is "/model" with the choice's data
+// (ButtonPress.data: "m<index>-<checksum>", "p<page>", "x"),
+// read against agent.models as it is now. The answer replaces the
+// picker: Hermes's "Model switched to …" after a switch (the session's
+// model, as /model <name> sets it), another page of buttons, "Model
+// selection cancelled.", or "Picker expired — use /model again." for a
+// model no longer offered. A picker a press answered stays answered
+// (Redis <prefix>pickercard:…, a day): a later press changes nothing.
+// Elsewhere a bare /model lists the models as text.
+
+// pickerPlatforms are the platforms whose gateways render a picker.
+var pickerPlatforms = map[string]bool{"telegram": true, "discord": true}
+
+const (
+	// modelPageSize is how many models a page of the picker shows.
+	modelPageSize = 8
+	// maxChoiceCommand is the longest command a button carries whole
+	// (delivery.v1.PickerChoice); a longer one is sent as data.
+	maxChoiceCommand = 60
+	// maxModelLabel is the longest label, in characters, Hermes gives a
+	// model's button; a longer one is cut to 35 and "...".
+	maxModelLabel = 38
+
+	pickerHeader    = "⚙ **Model Configuration**"
+	pickerCancelled = "Model selection cancelled."
+	pickerExpired   = "Picker expired — use /model again."
+)
+
+// modelSentence is what /model says of the session's model.
+func modelSentence(sess sessionstore.Session) string {
+	model := sess.ModelOverride
+	if model == "" {
+		model = "the default model"
+	}
+	return "This session uses " + model + ". /model <name> changes it; /model default goes back."
+}
+
+// currentModel is the model the session's turns use: its own, else the
+// provider's default ("" when unknown).
+func (s *Service) currentModel(sess sessionstore.Session) string {
+	if sess.ModelOverride != "" {
+		return sess.ModelOverride
+	}
+	return s.provider.Model
+}
+
+// providerLabel names the provider as the picker's texts do.
+func (s *Service) providerLabel() string {
+	p := s.provider
+	switch {
+	case p.Agent != "":
+		return "external agent"
+	case p.Kind == "":
+		return "none configured"
+	}
+	for _, k := range providerKinds {
+		if k[0] == p.Kind {
+			return k[1]
+		}
+	}
+	return p.Kind
+}
+
+// modelLabel is a model's button: Hermes's short name (after the last
+// '/'), cut at maxModelLabel characters, "✓ " before the current one.
+func modelLabel(id string, current bool) string {
+	short := id
+	if i := strings.LastIndexByte(id, '/'); i >= 0 && i < len(id)-1 {
+		short = id[i+1:]
+	}
+	if utf8.RuneCountInString(short) > maxModelLabel {
+		short = string([]rune(short)[:maxModelLabel-3]) + "..."
+	}
+	if current {
+		short = "✓ " + short
+	}
+	return short
+}
+
+// modelSum is the checksum that binds a model's data to its id, so a
+// press of an old picker never picks another model that took its place
+// in agent.models.
+func modelSum(id string) string {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(id))
+	return fmt.Sprintf("%08x", h.Sum32())
+}
+
+// modelChoice is the button of model i of agent.models.
+func (s *Service) modelChoice(i int, current string) *deliveryv1.PickerChoice {
+	id := s.cfg.Models[i]
+	c := &deliveryv1.PickerChoice{Label: modelLabel(id, id == current), Command: "/model " + id}
+	if len(c.Command) > maxChoiceCommand {
+		c.Data = fmt.Sprintf("m%d-%s", i, modelSum(id))
+	}
+	return c
+}
+
+// modelPage is the picker's text and buttons at page (clamped to the
+// pages there are).
+func (s *Service) modelPage(sess sessionstore.Session, page int) (string, *deliveryv1.Picker) {
+	models := s.cfg.Models
+	pages := (len(models) + modelPageSize - 1) / modelPageSize
+	page = max(0, min(page, pages-1))
+	start, end := page*modelPageSize, min((page+1)*modelPageSize, len(models))
+	current := s.currentModel(sess)
+	picker := &deliveryv1.Picker{}
+	for i := start; i < end; i += 2 {
+		row := &deliveryv1.PickerRow{}
+		for j := i; j < min(i+2, end); j++ {
+			row.Choices = append(row.Choices, s.modelChoice(j, current))
+		}
+		picker.Rows = append(picker.Rows, row)
+	}
+	info := ""
+	if pages > 1 {
+		nav := &deliveryv1.PickerRow{}
+		if page > 0 {
+			nav.Choices = append(nav.Choices, &deliveryv1.PickerChoice{Label: "◀ Prev", Command: "/model", Data: "p" + strconv.Itoa(page-1)})
+		}
+		nav.Choices = append(nav.Choices, &deliveryv1.PickerChoice{Label: fmt.Sprintf("%d/%d", page+1, pages)})
+		if page < pages-1 {
+			nav.Choices = append(nav.Choices, &deliveryv1.PickerChoice{Label: "Next ▶", Command: "/model", Data: "p" + strconv.Itoa(page+1)})
+		}
+		picker.Rows = append(picker.Rows, nav)
+		info = fmt.Sprintf(" (%d–%d of %d)", start+1, end, len(models))
+	}
+	picker.Rows = append(picker.Rows, &deliveryv1.PickerRow{Choices: []*deliveryv1.PickerChoice{{Label: "✗ Cancel", Command: "/model", Data: "x"}}})
+	text := fmt.Sprintf("%s\n\n%s\nProvider: **%s**%s\nSelect a model:", pickerHeader, modelSentence(sess), s.providerLabel(), info)
+	return text, picker
+}
+
+// modelList answers a bare /model where no picker is shown: the
+// session's model and, as Hermes's text fallback, the models offered
+// and how to switch.
+func (s *Service) modelList(sess sessionstore.Session) string {
+	text := modelSentence(sess)
+	if len(s.cfg.Models) == 0 {
+		return text
+	}
+	quoted := make([]string, len(s.cfg.Models))
+	for i, id := range s.cfg.Models {
+		quoted[i] = "`" + id + "`"
+	}
+	return fmt.Sprintf("%s\n\n**%s** (current):\n  %s\n\n`/model <name>` — switch model", text, s.providerLabel(), strings.Join(quoted, ", "))
+}
+
+// pickerData is a picker button's data as the router reads it.
+type pickerData struct {
+	// kind is 'p' (a page), 'x' (cancel) or 'm' (a model); 0 for data
+	// the router does not know.
+	kind byte
+	page int
+	// model is the model's id, "" when agent.models no longer has it
+	// where the button said.
+	model string
+}
+
+// parsePickerData reads a picker button's data against models (which a
+// press carries from the platform: outside input).
+func parsePickerData(data string, models []string) pickerData {
+	if data == "x" {
+		return pickerData{kind: 'x'}
+	}
+	if len(data) < 2 || len(data) > 24 {
+		return pickerData{}
+	}
+	switch data[0] {
+	case 'p':
+		n, err := strconv.Atoi(data[1:])
+		if err != nil || n < 0 || strconv.Itoa(n) != data[1:] {
+			return pickerData{}
+		}
+		return pickerData{kind: 'p', page: n}
+	case 'm':
+		idx, sum, found := strings.Cut(data[1:], "-")
+		i, err := strconv.Atoi(idx)
+		if !found || err != nil || i < 0 || strconv.Itoa(i) != idx || len(sum) != 8 {
+			return pickerData{}
+		}
+		if i < len(models) && modelSum(models[i]) == sum {
+			return pickerData{kind: 'm', model: models[i]}
+		}
+		return pickerData{kind: 'm'}
+	}
+	return pickerData{}
+}
+
+// modelCommand answers /model: the session's model (with the picker or
+// the list of agent.models), a switch, or a picker's press.
+func (s *Service) modelCommand(ctx context.Context, m *msgCtx, sess sessionstore.Session, args string, busy bool) error {
+	reply := func(text string) error { return s.notice(ctx, m, sess.Generation, text, "command") }
+	if card := m.ev.GetButtonPress().GetMessageId(); card != "" {
+		return s.modelPress(ctx, m, sess, card, args, busy)
+	}
+	if busy {
+		// As Hermes, even a question about the model waits.
+		return reply("Agent is running — wait or /stop first, then switch models.")
+	}
+	if args == "" {
+		if len(s.cfg.Models) > 0 && pickerPlatforms[m.platform] {
+			text, picker := s.modelPage(sess, 0)
+			return s.publishCommandNotice(ctx, m, sess.Generation, &repliesv1.Notice{Text: text, Picker: picker})
+		}
+		return reply(s.modelList(sess))
+	}
+	name := args
+	if !validModelName(name) {
+		return reply("That doesn't look like a model name.")
+	}
+	if name == "default" || name == "reset" {
+		name = ""
+	}
+	if err := s.store.SetModel(ctx, m.key, name); err != nil {
+		return err
+	}
+	if name == "" {
+		return reply("This session uses the default model again.")
+	}
+	return reply("This session now uses " + name + ".")
+}
+
+// modelPress answers the press of a picker's button: card is the
+// picker's message, args the model a button names whole.
+func (s *Service) modelPress(ctx context.Context, m *msgCtx, sess sessionstore.Session, card, args string, busy bool) error {
+	key := fmt.Sprintf("%spickercard:%s:%s:%s:%s", s.prefix, m.src.GetPlatform(), m.src.GetAccount(), m.src.GetChatId(), card)
+	replace := func(text string, picker *deliveryv1.Picker) error {
+		return s.publishCommandNotice(ctx, m, sess.Generation, &repliesv1.Notice{Text: text, ReplacesMessageId: card, Picker: picker})
+	}
+	// answered takes the picker for this press; false when an earlier
+	// press answered it (a redelivery of that press takes it again).
+	answered := func() (bool, error) {
+		ok, err := s.rdb.SetNX(ctx, key, m.dedupeID, decidedTTL).Result()
+		if err != nil {
+			return false, fmt.Errorf("remember answered picker: %w", err)
+		}
+		if ok {
+			return true, nil
+		}
+		by, err := s.rdb.Get(ctx, key).Result()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return false, fmt.Errorf("read answered picker: %w", err)
+		}
+		return by == m.dedupeID, nil
+	}
+	if by, err := s.rdb.Get(ctx, key).Result(); err == nil && by != m.dedupeID {
+		return nil // answered by an earlier press: it keeps that answer
+	} else if err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("read answered picker: %w", err)
+	}
+	model := args
+	if data := m.ev.GetButtonPress().GetData(); data != "" {
+		d := parsePickerData(data, s.cfg.Models)
+		switch d.kind {
+		case 'p':
+			if len(s.cfg.Models) == 0 {
+				return replace(pickerExpired, nil)
+			}
+			text, picker := s.modelPage(sess, d.page)
+			return replace(text, picker)
+		case 'x':
+			if ok, err := answered(); err != nil || !ok {
+				return err
+			}
+			return replace(pickerCancelled, nil)
+		}
+		model = d.model
+	}
+	if model == "" || !slices.Contains(s.cfg.Models, model) {
+		return replace(pickerExpired, nil)
+	}
+	if busy {
+		// As the typed command: the picker stays for a press after.
+		return s.notice(ctx, m, sess.Generation, "Agent is running — wait or /stop first, then switch models.", "command")
+	}
+	if ok, err := answered(); err != nil || !ok {
+		return err
+	}
+	if err := s.store.SetModel(ctx, m.key, model); err != nil {
+		return err
+	}
+	return replace(fmt.Sprintf("Model switched to `%s`\nProvider: %s\n_(this session only — /model default goes back)_", model, s.providerLabel()), nil)
+}

@@ -1,0 +1,208 @@
+package router
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+
+	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+)
+
+// pickerPress is user's press of a picker's button that carries data.
+func pickerPress(user, card, data string) *eventsv1.MessageReceived {
+	ev := press(user, "/model", card, "")
+	ev.ButtonPress.Data = data
+	return ev
+}
+
+// choices lists a picker's buttons row by row as "label|command|data".
+func choices(p *deliveryv1.Picker) [][]string {
+	var out [][]string
+	for _, r := range p.GetRows() {
+		var row []string
+		for _, c := range r.GetChoices() {
+			row = append(row, c.GetLabel()+"|"+c.GetCommand()+"|"+c.GetData())
+		}
+		out = append(out, row)
+	}
+	return out
+}
+
+// A bare /model on Telegram with agent.models set shows Hermes's picker:
+// the models two a row, eight a page, the current one marked, pages and
+// cancel. A press of a page replaces the picker with that page; a press
+// of a model switches the session's model once (a redelivery and a later
+// press change nothing) and replaces the picker with Hermes's
+// confirmation; a model no longer offered is "expired"; cancel says so;
+// a non-admin's press is refused as typing is.
+func TestModelPicker(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.provider = Provider{Kind: "openai", Model: "gpt-4o"}
+	cfg := testConfig()
+	cfg.Admins = map[string][]string{"telegram": {"alice"}}
+	long := "org/" + strings.Repeat("x", 60)
+	cfg.Models = []string{"gpt-4o", "gpt-4o-mini", "openai/o3", "o4-mini", "m5", "m6", "m7", "m8", long}
+	e.startRouter(cfg, nil, nil)
+
+	e.publish(dm("alice", "/model"))
+	waitFor(t, "the picker", func() bool { return len(e.noticeEvents("alice")) == 1 })
+	n := e.noticeEvents("alice")[0]
+	wantText := "⚙ **Model Configuration**\n\nThis session uses the default model. /model <name> changes it; /model default goes back.\n" +
+		"Provider: **OpenAI-compatible** (1–8 of 9)\nSelect a model:"
+	if n.GetText() != wantText || n.GetReplacesMessageId() != "" || n.GetFormat() != deliveryv1.TextFormat_TEXT_FORMAT_MARKDOWN {
+		t.Fatalf("picker text %q replacing %q, want %q", n.GetText(), n.GetReplacesMessageId(), wantText)
+	}
+	want := [][]string{
+		{"✓ gpt-4o|/model gpt-4o|", "gpt-4o-mini|/model gpt-4o-mini|"},
+		{"o3|/model openai/o3|", "o4-mini|/model o4-mini|"},
+		{"m5|/model m5|", "m6|/model m6|"},
+		{"m7|/model m7|", "m8|/model m8|"},
+		{"1/2||", "Next ▶|/model|p1"},
+		{"✗ Cancel|/model|x"},
+	}
+	if got := choices(n.GetPicker()); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("picker %q, want %q", got, want)
+	}
+
+	e.publish(pickerPress("alice", "card-1", "p1"))
+	waitFor(t, "page 2", func() bool { return len(e.noticeEvents("alice")) == 2 })
+	n = e.noticeEvents("alice")[1]
+	sum := modelSum(long)
+	want = [][]string{
+		{strings.Repeat("x", 35) + "...|/model " + long + "|m8-" + sum},
+		{"◀ Prev|/model|p0", "2/2||"},
+		{"✗ Cancel|/model|x"},
+	}
+	if got := choices(n.GetPicker()); n.GetReplacesMessageId() != "card-1" || !strings.Contains(n.GetText(), "(9–9 of 9)") || fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("page 2 %q replacing %q with %q, want %q replacing card-1", n.GetText(), n.GetReplacesMessageId(), got, want)
+	}
+
+	// A non-admin's press is refused as the typed command is; the picker
+	// stays for those who may.
+	e.publish(press("bob", "/model gpt-4o-mini", "card-1", ""))
+	waitFor(t, "the refusal", func() bool { return len(e.noticeEvents("bob")) == 1 })
+	if n := e.noticeEvents("bob")[0]; n.GetReplacesMessageId() != "" || !strings.Contains(n.GetText(), "reserved for admins") {
+		t.Fatalf("bob's press answered %q replacing %q", n.GetText(), n.GetReplacesMessageId())
+	}
+
+	first := pickerPress("alice", "card-1", "m8-"+sum)
+	e.publish(first)
+	waitFor(t, "the switch", func() bool { return len(e.noticeEvents("alice")) == 3 })
+	n = e.noticeEvents("alice")[2]
+	wantText = "Model switched to `" + long + "`\nProvider: OpenAI-compatible\n_(this session only — /model default goes back)_"
+	if n.GetText() != wantText || n.GetReplacesMessageId() != "card-1" || n.GetPicker() != nil {
+		t.Fatalf("answer %q replacing %q with %v, want %q replacing card-1 without buttons", n.GetText(), n.GetReplacesMessageId(), n.GetPicker(), wantText)
+	}
+	// The same press again, and a later press on the answered picker.
+	e.publishID(first, "redelivered-"+first.EventId)
+	e.publish(press("alice", "/model gpt-4o-mini", "card-1", ""))
+	waitFor(t, "inbound drained", e.inboundDrained)
+	if got := e.noticeEvents("alice"); len(got) != 3 {
+		t.Fatalf("%d notices after a redelivery and a late press, want the first answer alone: %v", len(got), got[3:])
+	}
+	if got := e.ask("alice", "/status"); !strings.Contains(got, "Model: "+long+"\n") {
+		t.Fatalf("status %q, want the model pressed", got)
+	}
+
+	// A new picker marks the session's model.
+	e.publish(pickerPress("alice", "card-2", "p1"))
+	waitFor(t, "page 2 of another picker", func() bool { return len(e.noticeEvents("alice")) == 5 })
+	if got := e.noticeEvents("alice")[4].GetPicker().GetRows()[0].GetChoices()[0].GetLabel(); !strings.HasPrefix(got, "✓ ") {
+		t.Fatalf("the session's model shows %q, want it marked", got)
+	}
+
+	for i, tt := range []struct{ ev *eventsv1.MessageReceived }{
+		{press("alice", "/model gpt-5", "card-3", "")},  // not offered (any more)
+		{pickerPress("alice", "card-4", "m1-00000000")}, // another model took its place
+		{pickerPress("alice", "card-5", "m99-"+sum)},    // past the list's end
+		{pickerPress("alice", "card-6", "zz")},          // data the router does not know
+	} {
+		e.publish(tt.ev)
+		waitFor(t, "the expired picker", func() bool { return len(e.noticeEvents("alice")) == 6+i })
+		n := e.noticeEvents("alice")[5+i]
+		if card := "card-" + strconv.Itoa(3+i); n.GetText() != pickerExpired || n.GetReplacesMessageId() != card {
+			t.Fatalf("press %d answered %q replacing %q, want the expired text replacing %s", i, n.GetText(), n.GetReplacesMessageId(), card)
+		}
+	}
+	e.publish(pickerPress("alice", "card-7", "x"))
+	waitFor(t, "the cancel", func() bool { return len(e.noticeEvents("alice")) == 10 })
+	if n := e.noticeEvents("alice")[9]; n.GetText() != pickerCancelled || n.GetReplacesMessageId() != "card-7" || n.GetPicker() != nil {
+		t.Fatalf("cancel answered %q replacing %q", n.GetText(), n.GetReplacesMessageId())
+	}
+	if got := e.ask("alice", "/status"); !strings.Contains(got, "Model: "+long+"\n") {
+		t.Fatalf("status %q, want the model unchanged by expired presses and cancel", got)
+	}
+}
+
+// Where no picker renders, a bare /model lists agent.models as Hermes's
+// text fallback does; without agent.models it says what it said before.
+func TestModelWithoutPicker(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.provider = Provider{Kind: "anthropic"}
+	cfg := testConfig()
+	cfg.Models = []string{"claude-sonnet-4-5", "claude-haiku-4-5"}
+	e.startRouter(cfg, nil, nil)
+	ev := dm("alice", "/model")
+	ev.Source.Platform = "signal"
+	e.publish(ev)
+	waitFor(t, "the list", func() bool { return len(e.noticeEvents("alice")) == 1 })
+	n := e.noticeEvents("alice")[0]
+	want := "This session uses the default model. /model <name> changes it; /model default goes back.\n\n" +
+		"**Anthropic** (current):\n  `claude-sonnet-4-5`, `claude-haiku-4-5`\n\n`/model <name>` — switch model"
+	if n.GetText() != want || n.GetPicker() != nil {
+		t.Fatalf("signal's /model %q with picker %v, want %q", n.GetText(), n.GetPicker(), want)
+	}
+
+	e2 := newEnv(t)
+	e2.startRouter(testConfig(), nil, nil)
+	if got := e2.ask("bob", "/model"); got != "This session uses the default model. /model <name> changes it; /model default goes back." {
+		t.Fatalf("/model without agent.models: %q", got)
+	}
+	if n := e2.noticeEvents("bob")[0]; n.GetPicker() != nil {
+		t.Fatalf("a picker without agent.models: %v", n.GetPicker())
+	}
+}
+
+// FuzzPickerData: any data a press carries is read without panicking; a
+// model is read only where agent.models has it at the index the data
+// names, with its checksum, and a page only from its canonical form.
+func FuzzPickerData(f *testing.F) {
+	models := []string{"gpt-4o", "openai/o3", "org/" + strings.Repeat("x", 60)}
+	for _, s := range []string{"x", "p0", "p12", "p01", "p-1", "m0-" + modelSum("gpt-4o"), "m2-" + modelSum(models[2]), "m1-00000000", "m9-" + modelSum("gpt-4o"), "m01-" + modelSum("openai/o3"), "zz", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, data string) {
+		d := parsePickerData(data, models)
+		switch d.kind {
+		case 0:
+			if d.model != "" || d.page != 0 {
+				t.Fatalf("%q: unknown data read as %+v", data, d)
+			}
+		case 'x':
+			if data != "x" {
+				t.Fatalf("%q read as cancel", data)
+			}
+		case 'p':
+			if "p"+strconv.Itoa(d.page) != data || d.page < 0 {
+				t.Fatalf("%q read as page %d", data, d.page)
+			}
+		case 'm':
+			if d.model == "" {
+				return
+			}
+			found := false
+			for i, id := range models {
+				found = found || id == d.model && data == fmt.Sprintf("m%d-%s", i, modelSum(id))
+			}
+			if !found {
+				t.Fatalf("%q read as model %q", data, d.model)
+			}
+		default:
+			t.Fatalf("%q read as kind %q", data, d.kind)
+		}
+	})
+}
