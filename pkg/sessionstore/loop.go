@@ -327,3 +327,33 @@ func (s *Store) CompleteWakeup(ctx context.Context, key, eventID, response strin
 	})
 	return c, err
 }
+
+// StopWakeup ends the key's loop wakeup that /stop stopped — running,
+// or waiting in the queue /stop emptied — as Hermes's gateway does
+// after an interrupted turn: the loop goes on, the stopped wakeup
+// counts as a run with an empty answer (loop.Complete: --times and the
+// backstop budget apply, the next wakeup is scheduled from now). It
+// changes nothing when the loop's latest wakeup was evaluated already
+// (the turn finished first, or a redelivered /stop), or the loop is not
+// active. The line it returns goes in /stop's answer, so the wakeup's
+// record keeps none: a worker that finished the wakeup after all
+// announces nothing again.
+func (s *Store) StopWakeup(ctx context.Context, key string) (Completion, error) {
+	var c Completion
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		c = Completion{}
+		var last, completed string
+		l, err := scanLoop(tx.QueryRow(ctx, `SELECT `+loopCols+`, coalesce(last_event_id, ''), coalesce(completed_event_id, '')
+			FROM session_loops WHERE session_key = $1 AND kind = 'loop' FOR UPDATE`, key), &last, &completed)
+		if err != nil || l == nil {
+			return err
+		}
+		if last == "" || last == completed || l.Status != loop.Active {
+			return nil
+		}
+		o := loop.Complete(*l, "", loop.Verdict{}, s.now())
+		c = Completion{Message: o.Message, Label: o.Label}
+		return s.writeLoop(ctx, tx, key, o.State, last, "")
+	})
+	return c, err
+}

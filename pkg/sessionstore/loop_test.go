@@ -219,3 +219,101 @@ func TestFireDuePagesPastBusySessions(t *testing.T) {
 		t.Errorf("fired %+v in %d pages; want the idle session's tick, in 3 pages", all, pages)
 	}
 }
+
+// /stop ends the loop's wakeup in flight once, whatever number of
+// router replicas handle a /stop at once: one evaluation (an empty
+// answer, Hermes's complete_tick after an interrupted turn), the rest
+// change nothing, and the worker that finishes the wakeup after all
+// announces nothing again.
+func TestStopWakeupOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.New(t)
+	s := New(db)
+	src := &eventsv1.SessionSource{Platform: "telegram", ChatId: "8", ChatType: "dm", UserId: "8"}
+	now := time.Now()
+	for _, tc := range []struct {
+		name      string
+		times     int
+		evaluated bool // the wakeup's turn finished before the /stop
+		wantLabel string
+		wantMsg   string
+		status    string
+	}{
+		{name: "continues", wantLabel: "continued", status: loop.Active},
+		{name: "last run", times: 1, wantLabel: "times", wantMsg: "✓ Loop finished — ran 1/1 times.", status: loop.Done},
+		{name: "evaluated before", times: 1, evaluated: true, status: loop.Done},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			key := "agent:main:telegram:dm:stop-" + strings.ReplaceAll(tc.name, " ", "-")
+			sess, _, _, err := s.Arrive(ctx, key, "", src, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, err := s.StopWakeup(ctx, key); err != nil || got != (Completion{}) {
+				t.Fatalf("no loop: %+v %v", got, err)
+			}
+			l := loop.State{Kind: loop.KindLoop, ID: "s", Prompt: "check", Status: loop.Active, Interval: time.Minute, Delay: time.Minute,
+				Times: tc.times, NextDue: now.Add(-time.Second)}
+			if _, err := s.SetLoop(ctx, key, sess.ID, l, &eventsv1.MessageReceived{Source: src}); err != nil {
+				t.Fatal(err)
+			}
+			if got, err := s.StopWakeup(ctx, key); err != nil || got != (Completion{}) {
+				t.Fatalf("nothing fired yet: %+v %v", got, err)
+			}
+			f, err := s.FireDue(ctx, now, 10, func(_ context.Context, k string) (bool, error) { return k != key, nil }, noSkip)
+			if err != nil || len(f) != 1 {
+				t.Fatalf("fire: %v %v", f, err)
+			}
+			if tc.evaluated {
+				if _, err := s.CompleteWakeup(ctx, key, f[0].EventID, "done", loop.Verdict{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			const replicas = 4
+			got := make([]Completion, replicas)
+			var wg sync.WaitGroup
+			for i := range replicas {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					c, err := s.StopWakeup(ctx, key)
+					if err != nil {
+						t.Error(err)
+					}
+					got[i] = c
+				}()
+			}
+			wg.Wait()
+			evaluated := 0
+			for _, c := range got {
+				if c.Label == "" {
+					continue
+				}
+				evaluated++
+				if c.Label != tc.wantLabel || c.Message != tc.wantMsg {
+					t.Errorf("stop: %+v, want label %q message %q", c, tc.wantLabel, tc.wantMsg)
+				}
+			}
+			if want := map[bool]int{true: 0, false: 1}[tc.evaluated]; evaluated != want {
+				t.Errorf("%d replicas evaluated the wakeup, want %d: %+v", evaluated, want, got)
+			}
+			after, err := s.Loop(ctx, key, sess.ID, loop.KindLoop)
+			if err != nil || after.Status != tc.status || after.Ticks != 1 {
+				t.Fatalf("loop after /stop: %+v %v", after, err)
+			}
+			if tc.status == loop.Active && after.NextDue.Before(time.Now().Add(50*time.Second)) {
+				t.Errorf("next wakeup due %v: want a minute from the stop", after.NextDue)
+			}
+			if tc.evaluated {
+				return
+			}
+			// The worker finishes the stopped wakeup after all: nothing
+			// changes, nothing to announce.
+			c, err := s.CompleteWakeup(ctx, key, f[0].EventID, "LOOP_COMPLETE", loop.Verdict{})
+			if err != nil || !c.Replayed || c.Message != "" || c.Label != "" {
+				t.Errorf("worker after /stop: %+v %v", c, err)
+			}
+		})
+	}
+}

@@ -227,12 +227,21 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 			}
 			n := 0
 			for _, ev := range dropped {
-				if !sessionstore.IsGoalContinuation(ev) {
+				if _, _, wakeup := sessionstore.WakeupOf(ev.GetEventId()); !wakeup && !sessionstore.IsGoalContinuation(ev) {
 					n++
 				}
 			}
 			if n > 0 {
 				text += fmt.Sprintf(" %s dropped.", plural(n, "waiting message"))
+			}
+			// As Hermes's: /stop stops the loop's wakeup, not the loop
+			// (/loop stop does): the stopped wakeup counts as a run and
+			// the next is scheduled from now; a heartbeat goes on as it
+			// was.
+			if c, err := st.StopWakeup(ctx, m.key); err != nil {
+				return "", 0, err
+			} else if c.Message != "" {
+				text += "\n" + c.Message
 			}
 			// An active goal pauses: the stopped turn is not judged, and
 			// the next message must not restart the loop the user

@@ -303,3 +303,72 @@ func TestPauseHoldsLoops(t *testing.T) {
 		t.Errorf("the loop after /pause off: %q", got)
 	}
 }
+
+// Hermes's /stop stops the loop's wakeup that runs, not the loop: the
+// stopped wakeup counts as a run (the next is scheduled from the stop,
+// --times ends the loop when it was the last), a heartbeat goes on,
+// and a redelivered /stop counts nothing twice.
+func TestStopStopsTheWakeupNotTheLoop(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	s := e.startRouter(loopTestConfig(), nil, nil)
+	release := make(chan struct{})
+	w := e.startWorker(func(tr *turnsv1.TurnRequested) {
+		if strings.HasPrefix(tr.GetInputs()[0].GetEventId(), "loop:") {
+			<-release
+		}
+	})
+	defer close(release)
+	ctx := context.Background()
+	user := turnOf(t, w, func() string { e.publish(dm("alice", "hello")); return "hello" }())
+	key := user.GetSessionKey()
+	if got := e.ask("alice", "/heartbeat every 10m ping"); !strings.HasPrefix(got, "♥ Heartbeat set (every 10m): ping") {
+		t.Fatalf("/heartbeat: %q", got)
+	}
+	e.ask("alice", "/loop 1m check the deploy --times 2")
+	waitFor(t, "the first wakeup", func() bool { return len(wakeupTurns(w, "loop")) == 1 })
+
+	stop := dm("alice", "/stop")
+	for i, tc := range []struct {
+		name, want, status string
+	}{
+		{"first wakeup stopped", "⚡ Stopped. You can continue this session.", "↻ Loop (active, every 1m, 1/2 runs, next in "},
+		{"last wakeup stopped", "⚡ Stopped. You can continue this session.\n✓ Loop finished — ran 2/2 times.",
+			"✓ Loop finished (2 ticks — completed the requested 2 runs): check the deploy"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if i == 1 {
+				stop = dm("alice", "/stop")
+				e.makeDue(key)
+				s.fireLoops(ctx)
+				waitFor(t, "the second wakeup", func() bool { return len(wakeupTurns(w, "loop")) == 2 })
+			}
+			before := len(e.noticesTo("alice"))
+			e.publish(stop)
+			waitFor(t, "/stop's answer", func() bool { return len(e.noticesTo("alice")) > before })
+			if got := e.noticesTo("alice")[before]; got != tc.want {
+				t.Errorf("/stop: %q, want %q", got, tc.want)
+			}
+			// A redelivered /stop (the router crashed before recording it
+			// handled) counts the wakeup once.
+			if err := e.rdb.Del(ctx, e.dedupeKeyOf(stop)).Err(); err != nil {
+				t.Fatal(err)
+			}
+			e.publishID(stop, "redelivered-"+stop.EventId)
+			waitFor(t, "inbound drained", e.inboundDrained)
+			if got := e.ask("alice", "/loop status"); !strings.HasPrefix(got, tc.status) {
+				t.Errorf("/loop status: %q, want %q…", got, tc.status)
+			}
+			if got := e.ask("alice", "/heartbeat status"); !strings.HasPrefix(got, "♥ Heartbeat (every 10m, next in ~") {
+				t.Errorf("/heartbeat status: %q", got)
+			}
+		})
+	}
+	// The stopped loop's first wakeup was rescheduled from the stop, not
+	// fired again at once; the finished one fires no more.
+	e.makeDue(key)
+	s.fireLoops(ctx)
+	if n := len(wakeupTurns(w, "loop")); n != 2 {
+		t.Errorf("%d wakeups after the loop finished", n)
+	}
+}
