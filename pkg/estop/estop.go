@@ -11,9 +11,13 @@
 // An expiry is a time in the entry, not a TTL of the KV message: every
 // reader (Get, each router's View) compares it with its own clock, so
 // every replica lifts the pause at the same instant (give or take clock
-// skew) without anyone deleting the entry; a View's timer tells its
-// owner when that instant passes. The expired entry stays, inert, until
-// the next /pause or /pause off replaces or deletes it.
+// skew); a View's timer tells its owner when that instant passes. The
+// expired entry is then deleted (DeleteExpired), by every View that saw
+// it expire (each router replica's, at the expiry or, for one that
+// starts later, when it reads it): the delete is conditional on the
+// revision of the entry read as expired, so one replica deletes it and
+// the others' deletes are no-ops, and a pause re-armed meanwhile (a new
+// revision) is never removed.
 package estop
 
 import (
@@ -128,12 +132,45 @@ func Disengage(ctx context.Context, kv jetstream.KeyValue) (bool, error) {
 	return !st.Expired(time.Now()), nil
 }
 
+// DeleteExpired deletes the stored entry if it expired at now, on the
+// condition that it is still the revision read (jetstream.LastRevision):
+// an entry engaged or re-armed since, or deleted already (by another
+// replica, by /pause off), stays as it is. It reports whether it deleted
+// the entry; an unreadable entry never expires (fail safe).
+func DeleteExpired(ctx context.Context, kv jetstream.KeyValue, now time.Time) (bool, error) {
+	e, err := kv.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("read pause: %w", err)
+	}
+	if !Decode(e.Value()).Expired(now) {
+		return false, nil
+	}
+	err = kv.Delete(ctx, key, jetstream.LastRevision(e.Revision()))
+	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("delete expired pause: %w", err)
+	}
+	return true, nil
+}
+
+// retireTimeout bounds a View's delete of an expired entry.
+const retireTimeout = 10 * time.Second
+
 // View is the pause as a watch keeps it in memory.
 type View struct {
 	// cur is the stored entry, expired or not; nil for none.
 	cur     atomic.Pointer[State]
 	log     *slog.Logger
 	changed func(*State)
+	// kv is where an expired entry is deleted (nil: left as it is).
+	kv jetstream.KeyValue
+	// ctx is the watch's: a delete started after it ended is not made.
+	ctx context.Context
 
 	mu sync.Mutex // serializes set and expire, and guards timer
 	// timer fires at cur's expiry.
@@ -157,7 +194,7 @@ func (v *View) Current() *State {
 // is replaced by a new watch whose stored value replaces the view's, a
 // value purged meanwhile included (pkg/kvwatch).
 func Watch(ctx context.Context, kv jetstream.KeyValue, log *slog.Logger, changed func(*State)) (*View, error) {
-	v := &View{log: log, changed: changed}
+	v := &View{log: log, changed: changed, kv: kv, ctx: ctx}
 	done, err := kvwatch.Follow(ctx, kv, key, kvwatch.Options{Log: log}, func(value []byte, ok bool) {
 		if ok {
 			v.set(Decode(value))
@@ -187,6 +224,28 @@ func (v *View) set(st *State) {
 	v.cur.Store(st)
 	v.arm(st)
 	v.notify()
+	if st != nil && st.Expired(time.Now()) {
+		go v.retire()
+	}
+}
+
+// retire deletes the entry that expired (DeleteExpired), outside v.mu:
+// the watch then brings the delete back as no pause. A failed delete
+// leaves the entry inert (it reads as lifted); the next View to read
+// it, or the next /pause, replaces it.
+func (v *View) retire() {
+	if v.kv == nil || v.ctx == nil || v.ctx.Err() != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(v.ctx, retireTimeout)
+	defer cancel()
+	deleted, err := DeleteExpired(ctx, v.kv, time.Now())
+	switch {
+	case err != nil && ctx.Err() == nil && v.log != nil:
+		v.log.Warn("delete expired emergency stop; it stays, inert", "err", err)
+	case deleted && v.log != nil:
+		v.log.Info("expired emergency stop deleted")
+	}
 }
 
 // arm sets the timer for st's expiry, stopping the one of the entry it
@@ -219,6 +278,7 @@ func (v *View) expire(st *State) {
 		v.log.Warn("emergency stop expired: new work accepted again", "reason", st.Reason, "by", st.By, "until", st.Until)
 	}
 	v.notify()
+	go v.retire()
 }
 
 // notify tells changed the view's pause. v.mu is held.

@@ -236,15 +236,30 @@ func TestPauseExpires(t *testing.T) {
 	if time.Now().Before(until) {
 		t.Fatal("lifted before its expiry")
 	}
-	mu.Lock()
-	if len(seen) != 3 || seen[0] != nil || seen[1] == nil {
-		t.Errorf("changes %v: want none, the pause, none", seen)
-	}
-	mu.Unlock()
 	if st, err := Get(ctx, kv); err != nil || st != nil {
 		t.Errorf("get after expiry: %+v, %v", st, err)
 	}
-	// A new view of the expired entry starts resumed.
+	// The view deletes the expired entry; the watch brings the delete
+	// back as no pause again.
+	waitFor(t, "the expired entry to be deleted", func() bool {
+		_, err := kv.Get(ctx, key)
+		return errors.Is(err, jetstream.ErrKeyNotFound)
+	})
+	mu.Lock()
+	if len(seen) < 3 || seen[0] != nil || seen[1] == nil {
+		t.Errorf("changes %v: want none, the pause, none", seen)
+	}
+	for _, st := range seen[2:] {
+		if st != nil {
+			t.Errorf("changes %v: a pause after the expiry", seen)
+		}
+	}
+	mu.Unlock()
+	// An expired entry a new view finds (written while no view ran) is
+	// read as resumed and deleted too.
+	if err := Engage(ctx, kv, State{Reason: "old", Until: time.Now().Add(-time.Minute)}); err != nil {
+		t.Fatal(err)
+	}
 	v2, err := Watch(ctx, kv, nil, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -252,11 +267,94 @@ func TestPauseExpires(t *testing.T) {
 	if v2.Current() != nil {
 		t.Error("a new view of an expired pause is paused")
 	}
+	waitFor(t, "the stale expired entry to be deleted", func() bool {
+		_, err := kv.Get(ctx, key)
+		return errors.Is(err, jetstream.ErrKeyNotFound)
+	})
 	if ok, err := Disengage(ctx, kv); err != nil || ok {
-		t.Errorf("disengage of an expired pause: %v, %v; want false", ok, err)
+		t.Errorf("disengage after the expiry: %v, %v; want false", ok, err)
 	}
-	if _, err := kv.Get(ctx, key); !errors.Is(err, jetstream.ErrKeyNotFound) {
-		t.Errorf("expired entry after disengage: %v", err)
+}
+
+// DeleteExpired deletes only an entry that expired, once however many
+// replicas try at once, and never a pause re-armed after the read: the
+// delete is conditional on the revision read as expired.
+func TestDeleteExpired(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	kv, err := Open(ctx, b.JetStream(), b.Topology())
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	for _, tt := range []struct {
+		name    string
+		put     []byte // nil: no entry
+		deleted bool
+	}{
+		{name: "no pause"},
+		{name: "no expiry", put: []byte(`{"reason":"hold"}`)},
+		{name: "expiry to come", put: []byte(`{"until":"` + now.Add(time.Hour).UTC().Format(time.RFC3339Nano) + `"}`)},
+		{name: "unreadable", put: []byte("not json")},
+		{name: "expired", put: []byte(`{"reason":"window","until":"` + now.Add(-time.Second).UTC().Format(time.RFC3339Nano) + `"}`), deleted: true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_ = kv.Purge(ctx, key)
+			if tt.put != nil {
+				if _, err := kv.Put(ctx, key, tt.put); err != nil {
+					t.Fatal(err)
+				}
+			}
+			const replicas = 5
+			var wg sync.WaitGroup
+			var n atomic.Int32
+			for range replicas {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					ok, err := DeleteExpired(ctx, kv, now)
+					if err != nil {
+						t.Error(err)
+					}
+					if ok {
+						n.Add(1)
+					}
+				}()
+			}
+			wg.Wait()
+			if want := map[bool]int32{true: 1, false: 0}[tt.deleted]; n.Load() != want {
+				t.Errorf("%d replicas deleted the entry, want %d", n.Load(), want)
+			}
+			_, err := kv.Get(ctx, key)
+			if gone := errors.Is(err, jetstream.ErrKeyNotFound); gone != (tt.deleted || tt.put == nil) {
+				t.Errorf("entry gone %v (%v), want %v", gone, err, tt.deleted || tt.put == nil)
+			}
+		})
+	}
+	// A re-arm racing the deletes of the expired entry always survives.
+	for i := range 20 {
+		if err := Engage(ctx, kv, State{Reason: "expired", Until: now.Add(-time.Second)}); err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		for range 3 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if _, err := DeleteExpired(ctx, kv, now); err != nil {
+					t.Error(err)
+				}
+			}()
+		}
+		if err := Engage(ctx, kv, State{Reason: "re-armed"}); err != nil {
+			t.Fatal(err)
+		}
+		wg.Wait()
+		if st, err := Get(ctx, kv); err != nil || st == nil || st.Reason != "re-armed" {
+			t.Fatalf("round %d: after the re-arm %+v, %v; want the re-armed pause", i, st, err)
+		}
 	}
 }
 
