@@ -9,8 +9,6 @@ import (
 	"errors"
 	"fmt"
 
-	"google.golang.org/protobuf/types/known/timestamppb"
-
 	"github.com/switchboard-chat/switchboard/pkg/attachment"
 	"github.com/switchboard-chat/switchboard/pkg/command"
 	"github.com/switchboard-chat/switchboard/pkg/export"
@@ -166,26 +164,8 @@ func (s *Service) keepFile(ctx context.Context, m *msgCtx, name, mime, caption s
 }
 
 // publishMedia publishes a file as the next reply about the inbound
-// event, as publishNotice a text: its turn id, seq and bus message id
-// come from the event, so a redelivery's file is the first one's.
+// event, as publishNotice a text (publishNext).
 func (s *Service) publishMedia(ctx context.Context, m *msgCtx, gen int64, a *eventsv1.Attachment) error {
-	m.notices++
-	key := m.key
-	if cur, err := s.store.Generation(ctx, key); err == nil && cur > gen {
-		gen = cur // delivery drops events older than the newest generation it saw
-	}
-	ev := &repliesv1.ReplyEvent{
-		TurnId:     "notice:" + m.dedupeID,
-		SessionKey: key,
-		Generation: gen,
-		Seq:        int64(m.notices),
-		Target:     target(m.ev),
-		CreatedAt:  timestamppb.New(s.now()),
-		Body:       &repliesv1.ReplyEvent_Media{Media: &repliesv1.Media{Attachment: a}},
-	}
-	id := fmt.Sprintf("notice:%s:%d", m.dedupeID, m.notices)
-	if _, err := s.bus.Publish(ctx, s.topo.ReplySubject(key), id, ev); err != nil {
-		return fmt.Errorf("publish file: %w", err)
-	}
-	return nil
+	ev := &repliesv1.ReplyEvent{Body: &repliesv1.ReplyEvent_Media{Media: &repliesv1.Media{Attachment: a}}}
+	return s.publishNext(ctx, m, gen, target(m.ev), ev, "file")
 }

@@ -357,33 +357,37 @@ func (s *Service) publishCommandNotice(ctx context.Context, m *msgCtx, gen int64
 
 // publishNoticeBody publishes the notice n about m to target t.
 func (s *Service) publishNoticeBody(ctx context.Context, m *msgCtx, gen int64, t *deliveryv1.Target, n *repliesv1.Notice) error {
-	m.notices++
-	key := m.key
-	if key == "" {
-		key = "pairing:" + m.platform + ":" + m.src.GetUserId()
-	} else if cur, err := s.store.Generation(ctx, key); err == nil && cur > gen {
-		// Delivery drops events older than the newest generation it saw
-		// for the session: a notice carries the generation of the moment.
-		gen = cur
-	}
-	ev := &repliesv1.ReplyEvent{
-		TurnId:     "notice:" + m.dedupeID,
-		SessionKey: key,
-		Generation: gen,
-		Seq:        int64(m.notices),
-		Target:     t,
-		CreatedAt:  timestamppb.New(s.now()),
-		Body:       &repliesv1.ReplyEvent_Notice{Notice: n},
-	}
+	ev := &repliesv1.ReplyEvent{Body: &repliesv1.ReplyEvent_Notice{Notice: n}}
 	if id := m.ev.GetMessageId(); id != "" {
 		ev.InputMessageIds = []string{id}
 		if m.ev.GetNoReaction() {
 			ev.NoReactionMessageIds = ev.InputMessageIds
 		}
 	}
+	return s.publishNext(ctx, m, gen, t, ev, "notice")
+}
+
+// publishNext publishes ev, whose body is set, as the next reply about
+// the inbound event m (a notice, a file) to target t: its turn id
+// (notice:<event>), seq and bus message id (notice:<event>:<n>) come
+// from the event and the replies sent about it so far, so a redelivery's
+// replies are the first one's. A message without a session (pairing)
+// goes on the sender's pairing key. what names the reply in the error.
+func (s *Service) publishNext(ctx context.Context, m *msgCtx, gen int64, t *deliveryv1.Target, ev *repliesv1.ReplyEvent, what string) error {
+	m.notices++
+	key := m.key
+	if key == "" {
+		key = "pairing:" + m.platform + ":" + m.src.GetUserId()
+	} else if cur, err := s.store.Generation(ctx, key); err == nil && cur > gen {
+		// Delivery drops events older than the newest generation it saw
+		// for the session: a reply carries the generation of the moment.
+		gen = cur
+	}
+	ev.TurnId, ev.SessionKey, ev.Generation, ev.Seq = "notice:"+m.dedupeID, key, gen, int64(m.notices)
+	ev.Target, ev.CreatedAt = t, timestamppb.New(s.now())
 	id := fmt.Sprintf("notice:%s:%d", m.dedupeID, m.notices)
 	if _, err := s.bus.Publish(ctx, s.topo.ReplySubject(key), id, ev); err != nil {
-		return fmt.Errorf("publish notice: %w", err)
+		return fmt.Errorf("publish %s: %w", what, err)
 	}
 	return nil
 }
