@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 	"unicode"
@@ -344,6 +345,33 @@ func (c *Config) Validate() error {
 			strings.IndexFunc(id, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) >= 0 {
 			return config.Invalid("agent.models", id, "model ids of 1 to 128 bytes without spaces (not default or reset)")
 		}
+	}
+	return validMoA(c.Agent.MoA)
+}
+
+// validMoA checks agent.moa, /moa's Mixture of Agents preset.
+func validMoA(m worker.MoAConfig) error {
+	for _, id := range append(slices.Clone(m.ReferenceModels), m.AggregatorModel) {
+		if strings.IndexFunc(id, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) >= 0 {
+			return config.Invalid("agent.moa", id, "model names without spaces")
+		}
+	}
+	if slices.Contains(m.ReferenceModels, "") {
+		return config.Invalid("agent.moa.reference_models", m.ReferenceModels, "model names, none empty")
+	}
+	for key, t := range map[string]float64{"reference_temperature": m.ReferenceTemperature, "aggregator_temperature": m.AggregatorTemperature} {
+		if t < 0 || t > 2 {
+			return config.Invalid("agent.moa."+key, t, "from 0 to 2")
+		}
+	}
+	if m.MinSuccessfulReferences < 1 || len(m.ReferenceModels) > 0 && m.MinSuccessfulReferences > len(m.ReferenceModels) {
+		return config.Invalid("agent.moa.min_successful_references", m.MinSuccessfulReferences, "from 1 to the number of reference_models")
+	}
+	if m.MaxConcurrency < 1 {
+		return config.Invalid("agent.moa.max_concurrency", m.MaxConcurrency, "at least 1")
+	}
+	if m.ReferenceTimeout < 0 || m.ReferenceMaxTokens < 0 {
+		return config.Invalid("agent.moa", m.ReferenceTimeout, "reference_timeout and reference_max_tokens of 0 or more")
 	}
 	return nil
 }

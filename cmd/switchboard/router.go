@@ -44,6 +44,10 @@ func startRouter(ctx context.Context, a *app) (func(context.Context) error, erro
 	cfg.ServiceTier = a.cfg.Agent.ServiceTier
 	// A bare /model offers agent.models (a picker where buttons render).
 	cfg.Models = a.cfg.Agent.Models
+	// /moa runs agent.moa's preset, which only the built-in loop has.
+	if a.cfg.Agent.Backend == "" && a.cfg.Agent.MoA.Configured() {
+		cfg.MoAReferences, cfg.MoAAggregator = a.cfg.Agent.MoA.ReferenceModels, a.cfg.Agent.MoA.AggregatorModel
+	}
 	// /context shows the window and compression settings the workers use.
 	cfg.ContextWindow, cfg.CompressAt, cfg.ProtectLast = agentContext(a.cfg.Agent)
 	s, err := router.New(cfg, router.Deps{Log: a.log, Bus: b, DB: db, Redis: rdb, RedisPrefix: a.cfg.Redis.Prefix,

@@ -55,3 +55,34 @@ func TestAgentServiceTierConfig(t *testing.T) {
 		}
 	}
 }
+
+// agent.moa is /moa's preset: Hermes's tuning by default, no models (so
+// no /moa) until named; a minimum above the references, a temperature
+// out of range or an empty model name stops the start.
+func TestAgentMoAConfig(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "c.yaml")
+	cfg, _, err := loadConfig("")
+	if m := cfg.Agent.MoA; err != nil || m.Configured() || m.ReferenceTemperature != 0.6 || m.AggregatorTemperature != 0.4 ||
+		m.MinSuccessfulReferences != 1 || m.MaxConcurrency != 8 {
+		t.Fatalf("defaults: %v, %+v", err, m)
+	}
+	for yaml, want := range map[string]string{
+		"reference_models: [a, 'anthropic:b']\n    aggregator_model: c\n    min_successful_references: 2": "",
+		"reference_models: [a]\n    min_successful_references: 2":                                         "agent.moa.min_successful_references",
+		"reference_models: [a, '']":                            "agent.moa.reference_models",
+		"reference_models: [a]\n    aggregator_temperature: 3": "agent.moa.aggregator_temperature",
+		"reference_models: ['a b']":                            "agent.moa",
+		"max_concurrency: 0":                                   "agent.moa.max_concurrency",
+	} {
+		if err := os.WriteFile(p, []byte("agent:\n  moa:\n    "+yaml+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		cfg, _, err := loadConfig(p)
+		switch {
+		case want == "" && (err != nil || !cfg.Agent.MoA.Configured() || cfg.Agent.MoA.AggregatorModel != "c"):
+			t.Errorf("%q: %v, %+v", yaml, err, cfg.Agent.MoA)
+		case want != "" && (err == nil || !strings.Contains(err.Error(), want)):
+			t.Errorf("%q: %v, want an error naming %s", yaml, err, want)
+		}
+	}
+}

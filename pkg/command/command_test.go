@@ -67,6 +67,8 @@ func TestParse(t *testing.T) {
 		{"agents on slack", "!agents", "slack", "", command.Command{Name: "agents", Typed: "agents", Known: true}, true},
 		{"alias ctx", "/ctx all", "telegram", "", command.Command{Name: "context", Typed: "ctx", Args: "all", Known: true}, true},
 		{"btw is its own command", "/btw which file was it?", "telegram", "", command.Command{Name: "btw", Typed: "btw", Args: "which file was it?", Known: true}, true},
+		{"moa takes the rest as its prompt", "/moa compare\nthese two", "telegram", "", command.Command{Name: "moa", Typed: "moa", Args: "compare\nthese two", Known: true}, true},
+		{"bang moa on slack", "!moa why?", "slack", "", command.Command{Name: "moa", Typed: "moa", Args: "why?", Known: true}, true},
 		{"alias fork", "/fork  Plan B ", "telegram", "", command.Command{Name: "branch", Typed: "fork", Args: "Plan B", Known: true}, true},
 		{"yolo", "/yolo", "telegram", "", command.Command{Name: "yolo", Typed: "yolo", Known: true}, true},
 		{"hermes alias", "/set-home", "telegram", "", command.Command{Name: "sethome", Typed: "set-home", Known: true}, true},
@@ -99,7 +101,7 @@ func TestParse(t *testing.T) {
 func TestKnownSet(t *testing.T) {
 	want := []string{"new", "reset", "stop", "queue", "q", "steer", "status", "help", "whoami", "model",
 		"approve", "deny", "resume", "sessions", "title", "retry", "undo", "sethome", "set-home", "cron", "usage", "compress", "insights", "provider", "personality", "reasoning", "start",
-		"verbose", "commands", "profile", "version", "v", "background", "bg", "btw", "branch", "fork", "yolo", "busy", "footer", "agents", "tasks", "voice", "fast", "context", "ctx", "platform", "goal", "subgoal", "loop", "proactive", "heartbeat", "hb", "topic", "pause", "save"}
+		"verbose", "commands", "profile", "version", "v", "background", "bg", "btw", "branch", "fork", "yolo", "busy", "footer", "agents", "tasks", "voice", "fast", "context", "ctx", "platform", "goal", "subgoal", "loop", "proactive", "heartbeat", "hb", "topic", "pause", "save", "moa"}
 	for _, n := range want {
 		c, ok := command.Parse("/"+n, "telegram", "")
 		if !ok || !c.Known {

@@ -45,6 +45,7 @@ var menu = []MenuEntry{
 	{"background", "Run a prompt in a separate background session"},
 	{"agents", "Show active agents and running tasks"},
 	{"btw", "Ask a side question about the current conversation without interrupting it"},
+	{"moa", "Run one prompt through the default Mixture of Agents preset, then restore your model"},
 	{"goal", "Set a standing goal Hermes works on across turns until achieved"},
 	{"subgoal", "Add or manage extra criteria on the active goal"},
 	{"loop", "Re-run a prompt on a recurring interval in this session"},

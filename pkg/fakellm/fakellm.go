@@ -248,6 +248,7 @@ type Server struct {
 	recorded       []Request
 	fails          []pendingFailure
 	queue          []Reply
+	modelQueues    map[string][]Reply // EnqueueFor's, by the model asked for
 	script         ScriptFunc
 	times          map[uint64]int      // directive+text hash → uses
 	systems        map[uint64]struct{} // system prompts seen, for cache accounting
@@ -383,6 +384,7 @@ func (s *Server) Reset() {
 	s.recorded = nil
 	s.fails = nil
 	s.queue = nil
+	s.modelQueues = nil
 	clear(s.times)
 	clear(s.systems)
 	s.transcriptions = nil
@@ -403,6 +405,20 @@ func (s *Server) Enqueue(replies ...Reply) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.queue = append(s.queue, replies...)
+}
+
+// EnqueueFor queues replies used, in order, by the next requests that
+// name model, before the replies Enqueue queued (which requests for
+// other models still take): a test of several models called at once
+// (a Mixture of Agents) decides each one's answer whatever the order
+// the calls arrive in.
+func (s *Server) EnqueueFor(model string, replies ...Reply) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.modelQueues == nil {
+		s.modelQueues = map[string][]Reply{}
+	}
+	s.modelQueues[model] = append(s.modelQueues[model], replies...)
 }
 
 // SetScript installs fn (nil removes it).
@@ -437,8 +453,8 @@ type plan struct {
 	id         uint64
 }
 
-// decide picks the answer: pending failures, queued replies, the script,
-// magic text, then echo.
+// decide picks the answer: pending failures, replies queued for the
+// model asked for, queued replies, the script, magic text, then echo.
 func (s *Server) decide(req *Request) plan {
 	p := plan{latency: s.cfg.Latency, chunkDelay: s.cfg.ChunkDelay, chunks: s.cfg.Chunks, id: s.seq.Add(1)}
 	s.mu.Lock()
@@ -450,6 +466,10 @@ func (s *Server) decide(req *Request) plan {
 		if s.fails[0].n--; s.fails[0].n <= 0 {
 			s.fails = s.fails[1:]
 		}
+		decided = true
+	} else if q := s.modelQueues[req.Model]; len(q) > 0 {
+		p.reply = q[0]
+		s.modelQueues[req.Model] = q[1:]
 		decided = true
 	} else if len(s.queue) > 0 {
 		p.reply = s.queue[0]

@@ -340,3 +340,43 @@ func TestHTTPClientReachesTheServerInProcess(t *testing.T) {
 		t.Fatal("a call after Close succeeded")
 	}
 }
+
+// EnqueueFor answers each model its own replies, whatever order the
+// requests come in, before the shared queue; other models take the
+// shared queue, then echo.
+func TestEnqueueForAnswersPerModel(t *testing.T) {
+	s := New(Config{})
+	s.EnqueueFor("a", Reply{Text: "from a"})
+	s.EnqueueFor("b", Reply{Failure: &Failure{Status: http.StatusTooManyRequests, Message: "slow down"}}, Reply{Text: "from b"})
+	s.Enqueue(Reply{Text: "shared"})
+	ask := func(model, api string) (int, string) {
+		body := `{"model":"` + model + `","messages":[{"role":"user","content":"hi"}]`
+		path := "/v1/chat/completions"
+		if api == "anthropic" {
+			body += `,"max_tokens":10`
+			path = "/v1/messages"
+		}
+		rec := post(t, s, path, body+"}")
+		return rec.Code, rec.Body.String()
+	}
+	for _, tc := range []struct {
+		model, api, want string
+		code             int
+	}{
+		{"b", "openai", "slow down", http.StatusTooManyRequests},
+		{"c", "openai", "shared", 200},
+		{"a", "anthropic", "from a", 200},
+		{"b", "openai", "from b", 200},
+		{"a", "openai", "echo: hi", 200},
+	} {
+		code, body := ask(tc.model, tc.api)
+		if code != tc.code || !strings.Contains(body, tc.want) {
+			t.Fatalf("model %s: %d %s, want %d with %q", tc.model, code, body, tc.code, tc.want)
+		}
+	}
+	s.EnqueueFor("a", Reply{Text: "forgotten"})
+	s.Reset()
+	if _, body := ask("a", "openai"); !strings.Contains(body, "echo: hi") {
+		t.Fatalf("after Reset: %s", body)
+	}
+}

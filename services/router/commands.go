@@ -53,6 +53,7 @@ var helpText = strings.Join([]string{
 	"/background <prompt> (/bg) — run <prompt> in a separate session; the result comes here when done",
 	"/agents (/tasks) — show active agents and running tasks: this chat's turn, waiting messages, background tasks, side questions, cron runs",
 	"/btw <question> — ask a side question about the current conversation without interrupting it (no tools, not saved)",
+	"/moa <prompt> — run one prompt through the default Mixture of Agents preset, then restore your model: reference models answer in parallel, an aggregator writes the answer",
 	"/goal [text | status | show | pause | resume | clear] — set a standing goal Hermes works on across turns until achieved: after each turn a judge decides done, blocked or continue",
 	"/subgoal [text | remove N | clear] — add or manage extra criteria on the active goal",
 	"/loop [interval] <prompt> [--times N] [--until <condition>] | status | pause | resume | stop (/proactive) — re-run a prompt on a recurring interval in this conversation (first run now; no interval: self-paced)",
@@ -75,8 +76,8 @@ var helpText = strings.Join([]string{
 // /help, /status, /stop, /new,
 // /queue, /steer, /approve, /deny, /yolo, /busy, /footer, /voice, /fast, /agents,
 // /usage, /context, /goal, /subgoal (a goal set mid-turn starts after it),
-// /background and /btw (sessions of their own) work mid-turn, and /model is
-// refused with its own text.
+// /background and /btw (sessions of their own) work mid-turn, and /model
+// and /moa are refused with their own texts.
 var refusedMidTurn = []string{"whoami", "sessions", "resume", "title", "retry", "undo", "compress", "sethome", "personality", "reasoning", "branch", "save"}
 
 // openCommands stay available to non-admins where an admin list exists.
@@ -450,6 +451,8 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 		return s.background(ctx, m, sess, cmd.Args)
 	case "btw":
 		return s.btw(ctx, m, sess, cmd.Args)
+	case "moa":
+		return s.moa(ctx, m, sess, cmd.Args, busy)
 	case "goal":
 		return s.goalCommand(ctx, m, sess, cmd.Args)
 	case "subgoal":

@@ -114,7 +114,7 @@ func autoResumes(st *estop.State) string {
 
 // startsWork are the commands refused while paused: each would start a
 // new turn. /goal only when it sets a goal or resumes one (startsGoal).
-var startsWork = map[string]bool{"queue": true, "retry": true, "background": true, "btw": true}
+var startsWork = map[string]bool{"queue": true, "retry": true, "background": true, "btw": true, "moa": true}
 
 // startsGoal reports whether /goal's argument starts a turn.
 func startsGoal(args string) bool {

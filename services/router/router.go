@@ -164,6 +164,12 @@ type Config struct {
 	// picker of buttons on the platforms that render one, a list
 	// elsewhere (picker.go); empty offers none.
 	Models []string `koanf:"-"`
+	// MoAReferences and MoAAggregator are the Mixture of Agents preset
+	// /moa runs one prompt through (agent.moa's reference_models and
+	// aggregator_model, the latter empty for the session's own model);
+	// without references /moa says it is not configured (moa.go).
+	MoAReferences []string `koanf:"-"`
+	MoAAggregator string   `koanf:"-"`
 	// ContextWindow, CompressAt and ProtectLast are the workers'
 	// agent.context_window, agent.compress_at and agent.protect_last as
 	// they apply them (defaults for unset or invalid values); /context

@@ -186,6 +186,13 @@ func (s *Service) publishTurn(ctx context.Context, key, token, turnID string, t 
 			req.ReplyRoute = q.Event.GetReplyRoute()
 		}
 	}
+	if len(req.Inputs) == 1 && req.Inputs[0].GetTranscriptCommand() == moaCommand {
+		// /moa's prompt: the mixture rides on the turn, the input is
+		// the prompt alone.
+		in := proto.CloneOf(req.Inputs[0])
+		in.TranscriptCommand = ""
+		req.Inputs[0], req.Moa = in, true
+	}
 	if len(req.Inputs) == 1 {
 		if arg, ok := strings.CutPrefix(req.Inputs[0].GetTranscriptCommand(), "compress "); ok {
 			// /compress's argument rides on the turn, the command on

@@ -198,6 +198,7 @@ type turnOpts struct {
 	side        string                     // a /btw side question about this conversation (session id)
 	voiceMode   string                     // the chat's voice reply mode (/voice)
 	tier        string                     // the session's fast mode (/fast)
+	moa         bool                       // a /moa prompt: answered by the Mixture of Agents
 }
 
 // requestTurn does what the router does: wait for and take the session
@@ -246,6 +247,7 @@ func (h *harness) requestTurn(key, text string, o turnOpts) *turnsv1.TurnRequest
 		RuntimeFooter:    o.footer,
 		VoiceMode:        o.voiceMode,
 		ServiceTier:      o.tier,
+		Moa:              o.moa,
 	}
 	if o.side != "" {
 		req.SideQuestion = &turnsv1.SideQuestion{SessionId: o.side}

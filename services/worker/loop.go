@@ -207,6 +207,9 @@ func (r *turnRun) runLoop(ctx context.Context) (store.Final, error) {
 	if _, err := r.compress(ctx, backend, model, system, ls, false, "", 0); err != nil {
 		return store.Final{}, err
 	}
+	if r.req.GetMoa() {
+		return r.mixture(ctx, system, ls)
+	}
 	// The provider refused the prompt as too long once in this turn: a
 	// second refusal, after compressing, ends it.
 	overflowed := false
@@ -844,7 +847,8 @@ const tracerName = "github.com/switchboard-chat/switchboard/services/worker"
 // arrive (coalesced to one event per DeltaInterval); offers the model the tools (not when it must answer).
 func (r *turnRun) callModel(ctx context.Context, b Backend, model, system string, ls *loopState, withTools bool) (*llm.Response, error) {
 	req := llm.Request{Model: model, System: system, Messages: r.messages(ls),
-		MaxTokens: r.s.cfg.Agent.MaxTokens, CacheSystem: true, ReasoningEffort: r.reasoningEffort(), Fast: r.fast()}
+		MaxTokens: r.s.cfg.Agent.MaxTokens, CacheSystem: true, ReasoningEffort: r.reasoningEffort(), Fast: r.fast(),
+		Temperature: r.temperature}
 	if withTools {
 		req.Tools = r.s.tools.Specs()
 	}

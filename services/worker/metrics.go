@@ -39,3 +39,8 @@ var goalVerdicts = promauto.NewCounterVec(prometheus.CounterOpts{
 	Name: "switchboard_worker_goal_verdicts_total",
 	Help: "Turns of a standing goal (/goal) the goal judge ruled on, by verdict: done, blocked, continue, unparsed (the judge's answer was no verdict: continue), judge_error (the judge could not be asked: continue).",
 }, []string{"verdict"})
+
+var moaReferenceCalls = promauto.NewCounterVec(prometheus.CounterOpts{
+	Name: "switchboard_worker_moa_reference_calls_total",
+	Help: "Reference model calls of /moa turns (Mixture of Agents), by outcome: ok, empty (an answer without text: counted as failed), failed (the provider refused or erred, retries included), timeout (agent.moa.reference_timeout), cancelled (/stop, a newer message or the lost session lock ended the turn).",
+}, []string{"outcome"})

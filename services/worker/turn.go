@@ -49,6 +49,9 @@ type turnRun struct {
 	s       *Service
 	req     *turnsv1.TurnRequested
 	attempt int // the delivery's number: 1 is the first, later ones may follow a streamed part
+	// temperature of the turn's model calls; nil: the provider's default
+	// (a /moa turn's aggregator: agent.moa.aggregator_temperature).
+	temperature *float64
 	// spent counts the deliveries that used up an attempt (hand-backs of
 	// stopping workers do not): the budget MaxDeliver bounds.
 	spent    int

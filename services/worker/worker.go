@@ -158,6 +158,49 @@ type AgentConfig struct {
 	// "kind:model" for another configured provider); empty: the
 	// session's own model (Hermes's auxiliary.goal_judge).
 	GoalJudgeModel string `koanf:"goal_judge_model"`
+	// MoA is the Mixture of Agents preset /moa runs one prompt through.
+	MoA MoAConfig `koanf:"moa"`
+}
+
+// MoAConfig is /moa's Mixture of Agents preset (Hermes's default moa
+// preset): the reference models answer the prompt in parallel, then the
+// aggregator model synthesises their answers into the turn's answer.
+// Models are named as a session's /model names one: "model", or
+// "kind:model" for another configured provider.
+type MoAConfig struct {
+	// ReferenceModels answer the prompt first, in parallel; empty: /moa
+	// is not configured and says so.
+	ReferenceModels []string `koanf:"reference_models"`
+	// AggregatorModel writes the answer from theirs; empty: the
+	// session's own model.
+	AggregatorModel string `koanf:"aggregator_model"`
+	// ReferenceTemperature and AggregatorTemperature are the sampling
+	// temperatures of the two layers (Hermes's 0.6 and 0.4).
+	ReferenceTemperature  float64 `koanf:"reference_temperature"`
+	AggregatorTemperature float64 `koanf:"aggregator_temperature"`
+	// MinSuccessfulReferences must answer for the aggregator to run
+	// (Hermes's MIN_SUCCESSFUL_REFERENCES, 1); fewer fail the turn.
+	MinSuccessfulReferences int `koanf:"min_successful_references"`
+	// MaxConcurrency bounds the reference calls in flight at once
+	// (Hermes's 8).
+	MaxConcurrency int `koanf:"max_concurrency"`
+	// ReferenceTimeout bounds one reference call (its retries included);
+	// one that takes longer counts as failed. 0: no bound of its own
+	// (llm.call_timeout still bounds each attempt).
+	ReferenceTimeout time.Duration `koanf:"reference_timeout"`
+	// ReferenceMaxTokens caps each reference's answer; 0:
+	// agent.max_tokens.
+	ReferenceMaxTokens int `koanf:"reference_max_tokens"`
+}
+
+// Configured reports whether /moa has a preset to run.
+func (c MoAConfig) Configured() bool { return len(c.ReferenceModels) > 0 }
+
+// DefaultMoAConfig is Hermes's tuning, with no models: an operator names
+// them.
+func DefaultMoAConfig() MoAConfig {
+	return MoAConfig{ReferenceTemperature: 0.6, AggregatorTemperature: 0.4, MinSuccessfulReferences: 1,
+		MaxConcurrency: 8, ReferenceTimeout: 5 * time.Minute}
 }
 
 // Client system modes (AgentConfig.ClientSystem).
@@ -198,6 +241,7 @@ func DefaultConfig() Config {
 			MaxDocumentBytes:    64 << 10,
 			ClientSystem:        ClientSystemAppend,
 			Personalities:       personality.Builtins(),
+			MoA:                 DefaultMoAConfig(),
 		},
 	}
 }

@@ -109,6 +109,7 @@ var commandOptions = map[string]commandOption{
 var argsHints = map[string]string{
 	"fast": "[normal|fast|status]",
 	"busy": "[queue|steer|interrupt|status]",
+	"moa":  "<prompt>",
 }
 
 // options are the options of the command name.

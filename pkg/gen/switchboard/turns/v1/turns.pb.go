@@ -264,7 +264,16 @@ type TurnRequested struct {
 	// The worker checks the goal again before it records the verdict. A
 	// worker of an older release ignores it: the goal then waits, active,
 	// until the next turn is judged.
-	GoalActive    bool `protobuf:"varint,30,opt,name=goal_active,json=goalActive,proto3" json:"goal_active,omitempty"`
+	GoalActive bool `protobuf:"varint,30,opt,name=goal_active,json=goalActive,proto3" json:"goal_active,omitempty"`
+	// Set on the turn of a /moa <prompt> (Hermes's one-shot Mixture of
+	// Agents): its one input is the prompt. The worker answers it with the
+	// mixture of agent.moa instead of one call to the session's model: the
+	// reference models in parallel, then the aggregator, which synthesises
+	// their answers. The turn is recorded like any other (the prompt, then
+	// the aggregator's answer); the session's model is left as it was. A
+	// worker of an older release ignores it and answers with the session's
+	// model: upgrade workers before routers.
+	Moa           bool `protobuf:"varint,36,opt,name=moa,proto3" json:"moa,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -491,6 +500,13 @@ func (x *TurnRequested) GetCompressPreview() bool {
 func (x *TurnRequested) GetGoalActive() bool {
 	if x != nil {
 		return x.GoalActive
+	}
+	return false
+}
+
+func (x *TurnRequested) GetMoa() bool {
+	if x != nil {
+		return x.Moa
 	}
 	return false
 }
@@ -961,7 +977,7 @@ var File_switchboard_turns_v1_turns_proto protoreflect.FileDescriptor
 
 const file_switchboard_turns_v1_turns_proto_rawDesc = "" +
 	"\n" +
-	" switchboard/turns/v1/turns.proto\x12\x14switchboard.turns.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\"switchboard/events/v1/events.proto\"\xab\t\n" +
+	" switchboard/turns/v1/turns.proto\x12\x14switchboard.turns.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\"switchboard/events/v1/events.proto\"\xbd\t\n" +
 	"\rTurnRequested\x12\x17\n" +
 	"\aturn_id\x18\x01 \x01(\tR\x06turnId\x12\x1f\n" +
 	"\vsession_key\x18\x02 \x01(\tR\n" +
@@ -1000,7 +1016,8 @@ const file_switchboard_turns_v1_turns_proto_rawDesc = "" +
 	"\x12compress_keep_last\x18\x1c \x01(\x05R\x10compressKeepLast\x12)\n" +
 	"\x10compress_preview\x18\x1d \x01(\bR\x0fcompressPreview\x12\x1f\n" +
 	"\vgoal_active\x18\x1e \x01(\bR\n" +
-	"goalActive\"-\n" +
+	"goalActive\x12\x10\n" +
+	"\x03moa\x18$ \x01(\bR\x03moa\"-\n" +
 	"\fSideQuestion\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\"\xde\x01\n" +
