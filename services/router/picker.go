@@ -37,6 +37,16 @@ import (
 // model no longer offered. A picker a press answered stays answered
 // (Redis <prefix>pickercard:…, a day): a later press changes nothing.
 // Elsewhere a bare /model lists the models as text.
+//
+// Outside a DM the picker belongs to the conversation of whoever opened
+// it, as Hermes's (its picker's callback switches the session of the
+// /model that opened it, whoever presses): every button then carries
+// data, ending in ".<owner tag>", the checksum of the opener's session
+// key, which Redis maps back to the key (<prefix>pickerowner:…, a
+// day). A press switches, pages or cancels that conversation's picker —
+// in a group whose sessions are per user, Alice's model when Bob
+// presses Alice's picker, not Bob's; a tag Redis no longer knows is an
+// expired picker.
 
 // pickerPlatforms are the platforms whose gateways render a picker.
 var pickerPlatforms = map[string]bool{"telegram": true, "discord": true}
@@ -116,19 +126,28 @@ func modelSum(id string) string {
 	return fmt.Sprintf("%08x", h.Sum32())
 }
 
-// modelChoice is the button of model i of agent.models.
-func (s *Service) modelChoice(i int, current string) *deliveryv1.PickerChoice {
+// modelChoice is the button of model i of agent.models in a picker of
+// owner tag ("" a DM's).
+func (s *Service) modelChoice(i int, current, tag string) *deliveryv1.PickerChoice {
 	id := s.cfg.Models[i]
 	c := &deliveryv1.PickerChoice{Label: modelLabel(id, id == current), Command: "/model " + id}
-	if len(c.Command) > maxChoiceCommand {
-		c.Data = fmt.Sprintf("m%d-%s", i, modelSum(id))
+	if len(c.Command) > maxChoiceCommand || tag != "" {
+		c.Data = tagged(fmt.Sprintf("m%d-%s", i, modelSum(id)), tag)
 	}
 	return c
 }
 
+// tagged is a button's data in a picker of owner tag.
+func tagged(data, tag string) string {
+	if tag == "" {
+		return data
+	}
+	return data + "." + tag
+}
+
 // modelPage is the picker's text and buttons at page (clamped to the
-// pages there are).
-func (s *Service) modelPage(sess sessionstore.Session, page int) (string, *deliveryv1.Picker) {
+// pages there are), for the owner tag's conversation ("" a DM's).
+func (s *Service) modelPage(sess sessionstore.Session, page int, tag string) (string, *deliveryv1.Picker) {
 	models := s.cfg.Models
 	pages := (len(models) + modelPageSize - 1) / modelPageSize
 	page = max(0, min(page, pages-1))
@@ -138,7 +157,7 @@ func (s *Service) modelPage(sess sessionstore.Session, page int) (string, *deliv
 	for i := start; i < end; i += 2 {
 		row := &deliveryv1.PickerRow{}
 		for j := i; j < min(i+2, end); j++ {
-			row.Choices = append(row.Choices, s.modelChoice(j, current))
+			row.Choices = append(row.Choices, s.modelChoice(j, current, tag))
 		}
 		picker.Rows = append(picker.Rows, row)
 	}
@@ -146,16 +165,16 @@ func (s *Service) modelPage(sess sessionstore.Session, page int) (string, *deliv
 	if pages > 1 {
 		nav := &deliveryv1.PickerRow{}
 		if page > 0 {
-			nav.Choices = append(nav.Choices, &deliveryv1.PickerChoice{Label: "◀ Prev", Command: "/model", Data: "p" + strconv.Itoa(page-1)})
+			nav.Choices = append(nav.Choices, &deliveryv1.PickerChoice{Label: "◀ Prev", Command: "/model", Data: tagged("p"+strconv.Itoa(page-1), tag)})
 		}
 		nav.Choices = append(nav.Choices, &deliveryv1.PickerChoice{Label: fmt.Sprintf("%d/%d", page+1, pages)})
 		if page < pages-1 {
-			nav.Choices = append(nav.Choices, &deliveryv1.PickerChoice{Label: "Next ▶", Command: "/model", Data: "p" + strconv.Itoa(page+1)})
+			nav.Choices = append(nav.Choices, &deliveryv1.PickerChoice{Label: "Next ▶", Command: "/model", Data: tagged("p"+strconv.Itoa(page+1), tag)})
 		}
 		picker.Rows = append(picker.Rows, nav)
 		info = fmt.Sprintf(" (%d–%d of %d)", start+1, end, len(models))
 	}
-	picker.Rows = append(picker.Rows, &deliveryv1.PickerRow{Choices: []*deliveryv1.PickerChoice{{Label: "✗ Cancel", Command: "/model", Data: "x"}}})
+	picker.Rows = append(picker.Rows, &deliveryv1.PickerRow{Choices: []*deliveryv1.PickerChoice{{Label: "✗ Cancel", Command: "/model", Data: tagged("x", tag)}}})
 	text := fmt.Sprintf("%s\n\n%s\nProvider: **%s**%s\nSelect a model:", pickerHeader, modelSentence(sess), s.providerLabel(), info)
 	return text, picker
 }
@@ -184,15 +203,46 @@ type pickerData struct {
 	// model is the model's id, "" when agent.models no longer has it
 	// where the button said.
 	model string
+	// owner is the picker's owner tag (ownerTag), "" for a DM's picker.
+	owner string
+}
+
+// ownerTag names the session key a picker outside a DM belongs to.
+func ownerTag(key string) string { return modelSum(key) }
+
+// isTag reports whether t is an owner tag: 8 lowercase hex digits.
+func isTag(t string) bool {
+	if len(t) != 8 {
+		return false
+	}
+	for _, c := range []byte(t) {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // parsePickerData reads a picker button's data against models (which a
 // press carries from the platform: outside input).
 func parsePickerData(data string, models []string) pickerData {
+	if len(data) > 24 {
+		return pickerData{}
+	}
+	if base, tag, found := strings.Cut(data, "."); found {
+		if !isTag(tag) {
+			return pickerData{}
+		}
+		d := parsePickerData(base, models)
+		if d.kind != 0 {
+			d.owner = tag
+		}
+		return d
+	}
 	if data == "x" {
 		return pickerData{kind: 'x'}
 	}
-	if len(data) < 2 || len(data) > 24 {
+	if len(data) < 2 {
 		return pickerData{}
 	}
 	switch data[0] {
@@ -229,7 +279,14 @@ func (s *Service) modelCommand(ctx context.Context, m *msgCtx, sess sessionstore
 	}
 	if args == "" {
 		if len(s.cfg.Models) > 0 && pickerPlatforms[m.platform] {
-			text, picker := s.modelPage(sess, 0)
+			tag := ""
+			if orDM(m.src.GetChatType()) != "dm" {
+				tag = ownerTag(m.key)
+				if err := s.rdb.Set(ctx, s.pickerOwnerKey(m, tag), m.key, decidedTTL).Err(); err != nil {
+					return fmt.Errorf("remember picker owner: %w", err)
+				}
+			}
+			text, picker := s.modelPage(sess, 0, tag)
 			return s.publishCommandNotice(ctx, m, sess.Generation, &repliesv1.Notice{Text: text, Picker: picker})
 		}
 		return reply(s.modelList(sess))
@@ -250,12 +307,50 @@ func (s *Service) modelCommand(ctx context.Context, m *msgCtx, sess sessionstore
 	return reply("This session now uses " + name + ".")
 }
 
+// pickerOwnerKey is the Redis key of the session key a picker of owner
+// tag in m's chat belongs to.
+func (s *Service) pickerOwnerKey(m *msgCtx, tag string) string {
+	return fmt.Sprintf("%spickerowner:%s:%s:%s:%s", s.prefix, m.src.GetPlatform(), m.src.GetAccount(), m.src.GetChatId(), tag)
+}
+
+// pickerOwner is the session a press of a picker of owner tag acts on,
+// and whether a turn runs in it: the presser's (sess, busy) for a DM's
+// picker or the presser's own; ok false when Redis no longer knows the
+// tag (an expired picker).
+func (s *Service) pickerOwner(ctx context.Context, m *msgCtx, sess sessionstore.Session, busy bool, tag string) (key string, owner sessionstore.Session, ownerBusy, ok bool, err error) {
+	if tag == "" || tag == ownerTag(m.key) {
+		return m.key, sess, busy, true, nil
+	}
+	key, err = s.rdb.Get(ctx, s.pickerOwnerKey(m, tag)).Result()
+	if errors.Is(err, redis.Nil) {
+		return "", sess, false, false, nil
+	}
+	if err != nil {
+		return "", sess, false, false, fmt.Errorf("read picker owner: %w", err)
+	}
+	owner, err = s.store.Get(ctx, key)
+	if errors.Is(err, sessionstore.ErrNotFound) {
+		return "", sess, false, false, nil
+	}
+	if err != nil {
+		return "", sess, false, false, err
+	}
+	holder, err := s.locker.Owner(ctx, key)
+	if err != nil {
+		return "", sess, false, false, fmt.Errorf("read picker owner's lock: %w", err)
+	}
+	return key, owner, holder != "", true, nil
+}
+
 // modelPress answers the press of a picker's button: card is the
 // picker's message, args the model a button names whole.
 func (s *Service) modelPress(ctx context.Context, m *msgCtx, sess sessionstore.Session, card, args string, busy bool) error {
 	key := fmt.Sprintf("%spickercard:%s:%s:%s:%s", s.prefix, m.src.GetPlatform(), m.src.GetAccount(), m.src.GetChatId(), card)
+	// The answers go on the presser's session, at its generation: the
+	// session a press acts on may be another (a group's picker).
+	gen := sess.Generation
 	replace := func(text string, picker *deliveryv1.Picker) error {
-		return s.publishCommandNotice(ctx, m, sess.Generation, &repliesv1.Notice{Text: text, ReplacesMessageId: card, Picker: picker})
+		return s.publishCommandNotice(ctx, m, gen, &repliesv1.Notice{Text: text, ReplacesMessageId: card, Picker: picker})
 	}
 	// answered takes the picker for this press; false when an earlier
 	// press answered it (a redelivery of that press takes it again).
@@ -278,15 +373,24 @@ func (s *Service) modelPress(ctx context.Context, m *msgCtx, sess sessionstore.S
 	} else if err != nil && !errors.Is(err, redis.Nil) {
 		return fmt.Errorf("read answered picker: %w", err)
 	}
-	model := args
+	model, target := args, m.key
 	if data := m.ev.GetButtonPress().GetData(); data != "" {
 		d := parsePickerData(data, s.cfg.Models)
+		if d.kind != 0 {
+			var ok bool
+			var err error
+			if target, sess, busy, ok, err = s.pickerOwner(ctx, m, sess, busy, d.owner); err != nil {
+				return err
+			} else if !ok {
+				return replace(pickerExpired, nil)
+			}
+		}
 		switch d.kind {
 		case 'p':
 			if len(s.cfg.Models) == 0 {
 				return replace(pickerExpired, nil)
 			}
-			text, picker := s.modelPage(sess, d.page)
+			text, picker := s.modelPage(sess, d.page, d.owner)
 			return replace(text, picker)
 		case 'x':
 			if ok, err := answered(); err != nil || !ok {
@@ -301,12 +405,12 @@ func (s *Service) modelPress(ctx context.Context, m *msgCtx, sess sessionstore.S
 	}
 	if busy {
 		// As the typed command: the picker stays for a press after.
-		return s.notice(ctx, m, sess.Generation, "Agent is running — wait or /stop first, then switch models.", "command")
+		return s.notice(ctx, m, gen, "Agent is running — wait or /stop first, then switch models.", "command")
 	}
 	if ok, err := answered(); err != nil || !ok {
 		return err
 	}
-	if err := s.store.SetModel(ctx, m.key, model); err != nil {
+	if err := s.store.SetModel(ctx, target, model); err != nil {
 		return err
 	}
 	return replace(fmt.Sprintf("Model switched to `%s`\nProvider: %s\n_(this session only — /model default goes back)_", model, s.providerLabel()), nil)

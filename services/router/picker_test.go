@@ -1,6 +1,7 @@
 package router
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 	"strings"
@@ -8,6 +9,8 @@ import (
 
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
+	"github.com/switchboard-chat/switchboard/pkg/sessionstore"
 )
 
 // pickerPress is user's press of a picker's button that carries data.
@@ -172,11 +175,20 @@ func TestModelWithoutPicker(t *testing.T) {
 // names, with its checksum, and a page only from its canonical form.
 func FuzzPickerData(f *testing.F) {
 	models := []string{"gpt-4o", "openai/o3", "org/" + strings.Repeat("x", 60)}
-	for _, s := range []string{"x", "p0", "p12", "p01", "p-1", "m0-" + modelSum("gpt-4o"), "m2-" + modelSum(models[2]), "m1-00000000", "m9-" + modelSum("gpt-4o"), "m01-" + modelSum("openai/o3"), "zz", ""} {
+	tag := ownerTag("agent:main:telegram:group:-100:alice")
+	for _, s := range []string{"x", "p0", "p12", "p01", "p-1", "m0-" + modelSum("gpt-4o"), "m2-" + modelSum(models[2]), "m1-00000000", "m9-" + modelSum("gpt-4o"), "m01-" + modelSum("openai/o3"), "zz", "",
+		"x." + tag, "p1." + tag, "m2-" + modelSum(models[2]) + "." + tag, "x.ABCDEF12", "x.", ".x", "p1." + tag + "." + tag} {
 		f.Add(s)
 	}
-	f.Fuzz(func(t *testing.T, data string) {
-		d := parsePickerData(data, models)
+	f.Fuzz(func(t *testing.T, full string) {
+		d := parsePickerData(full, models)
+		data := full
+		if d.owner != "" {
+			if !isTag(d.owner) || !strings.HasSuffix(full, "."+d.owner) {
+				t.Fatalf("%q read with owner tag %q", full, d.owner)
+			}
+			data = strings.TrimSuffix(full, "."+d.owner)
+		}
 		switch d.kind {
 		case 0:
 			if d.model != "" || d.page != 0 {
@@ -205,4 +217,78 @@ func FuzzPickerData(f *testing.F) {
 			t.Fatalf("%q read as kind %q", data, d.kind)
 		}
 	})
+}
+
+// groupMsg is user's message in the group chat-grp (sessions per user,
+// the default).
+func groupMsg(user, text string) *eventsv1.MessageReceived {
+	ev := dm(user, text)
+	ev.Source.ChatType, ev.Source.ChatId = "group", "chat-grp"
+	return ev
+}
+
+// In a group whose sessions are per user, a picker belongs to whoever
+// opened it, as Hermes's (its callback switches the opener's session):
+// Bob's press of Alice's picker pages, switches or cancels Alice's
+// conversation's model, not Bob's; a tag the router no longer knows is
+// an expired picker.
+func TestModelPickerInPerUserGroup(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.provider = Provider{Kind: "openai", Model: "gpt-4o"}
+	cfg := testConfig()
+	cfg.Models = []string{"gpt-4o", "gpt-4o-mini", "o3", "o4-mini", "m5", "m6", "m7", "m8", "m9"}
+	e.startRouter(cfg, nil, nil)
+	ctx := context.Background()
+	store := sessionstore.New(e.db)
+
+	e.publish(groupMsg("alice", "/model"))
+	waitFor(t, "alice's picker", func() bool { return len(e.noticeEvents("grp")) == 1 })
+	aliceKey := "agent:main:telegram:group:chat-grp:alice"
+	tag := ownerTag(aliceKey)
+	rows := choices(e.noticeEvents("grp")[0].GetPicker())
+	if got, want := rows[0][1], "gpt-4o-mini|/model gpt-4o-mini|m1-"+modelSum("gpt-4o-mini")+"."+tag; got != want {
+		t.Fatalf("a model's button %q, want %q", got, want)
+	}
+	if got, want := rows[len(rows)-1][0], "✗ Cancel|/model|x."+tag; got != want {
+		t.Fatalf("cancel %q, want %q", got, want)
+	}
+	bobPress := func(card, data string) *eventsv1.MessageReceived {
+		ev := pickerPress("bob", card, data)
+		ev.Source.ChatType, ev.Source.ChatId = "group", "chat-grp"
+		return ev
+	}
+	for i, tt := range []struct {
+		name, card, data string
+		check            func(t *testing.T, n *repliesv1.Notice)
+	}{
+		{"bob pages alice's picker", "card-1", "p1." + tag, func(t *testing.T, n *repliesv1.Notice) {
+			if got := choices(n.GetPicker()); n.GetReplacesMessageId() != "card-1" || got[0][0] != "m9|/model m9|m8-"+modelSum("m9")+"."+tag {
+				t.Errorf("page 2 replacing %q: %q", n.GetReplacesMessageId(), got)
+			}
+		}},
+		{"bob picks a model on alice's picker", "card-1", "m1-" + modelSum("gpt-4o-mini") + "." + tag, func(t *testing.T, n *repliesv1.Notice) {
+			if !strings.HasPrefix(n.GetText(), "Model switched to `gpt-4o-mini`") || n.GetReplacesMessageId() != "card-1" {
+				t.Errorf("switch answered %q replacing %q", n.GetText(), n.GetReplacesMessageId())
+			}
+		}},
+		{"a picker whose owner is unknown", "card-2", "x.0badf00d", func(t *testing.T, n *repliesv1.Notice) {
+			if n.GetText() != pickerExpired || n.GetReplacesMessageId() != "card-2" {
+				t.Errorf("unknown owner answered %q replacing %q", n.GetText(), n.GetReplacesMessageId())
+			}
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			e.publish(bobPress(tt.card, tt.data))
+			waitFor(t, "the answer", func() bool { return len(e.noticeEvents("grp")) == 2+i })
+			tt.check(t, e.noticeEvents("grp")[1+i])
+		})
+	}
+	alice, err := store.Get(ctx, aliceKey)
+	if err != nil || alice.ModelOverride != "gpt-4o-mini" {
+		t.Fatalf("alice's session: %+v, %v; want the model bob pressed on her picker", alice, err)
+	}
+	if bob, err := store.Get(ctx, "agent:main:telegram:group:chat-grp:bob"); err == nil && bob.ModelOverride != "" {
+		t.Fatalf("bob's session switched to %q by alice's picker", bob.ModelOverride)
+	}
 }
