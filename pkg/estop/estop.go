@@ -26,6 +26,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -53,6 +56,60 @@ type State struct {
 	// Until is when the pause lifts by itself (Hermes's expires_at); zero
 	// for a pause that holds until it is lifted.
 	Until time.Time `json:"until,omitzero"`
+	// Allow is who keeps working through the pause (Hermes's allow); nil:
+	// nobody.
+	Allow *Allow `json:"allow,omitempty"`
+}
+
+// Allow is Hermes's allowlist of a pause: UserIDs (the sender's user id
+// on its platform) is the only grant; Profiles, when set, narrows it to
+// routers serving those profiles and never grants on its own.
+type Allow struct {
+	UserIDs  IDs `json:"user_ids,omitempty"`
+	Profiles IDs `json:"profiles,omitempty"`
+}
+
+// IDs is a list of ids as Hermes normalizes them: a single string or
+// number reads as a list of one, numbers as their decimal text, blanks
+// trimmed and empty ones dropped.
+type IDs []string
+
+// UnmarshalJSON reads a list, a string or a number.
+func (l *IDs) UnmarshalJSON(data []byte) error {
+	var raw any
+	if err := json.Unmarshal(data, &raw); err != nil {
+		return err
+	}
+	items, ok := raw.([]any)
+	if !ok {
+		items = []any{raw}
+	}
+	*l = nil
+	for _, it := range items {
+		var v string
+		switch x := it.(type) {
+		case string:
+			v = x
+		case float64:
+			v = strconv.FormatFloat(x, 'f', -1, 64)
+		default:
+			continue
+		}
+		if v = strings.TrimSpace(v); v != "" {
+			*l = append(*l, v)
+		}
+	}
+	return nil
+}
+
+// Admits reports whether the pause lets userID's new work through on a
+// router serving profile (Hermes's is_allowed): userID must be listed,
+// and profile too when profiles are. No allowlist admits nobody.
+func (st *State) Admits(userID, profile string) bool {
+	if st == nil || st.Allow == nil || userID == "" || !slices.Contains(st.Allow.UserIDs, userID) {
+		return false
+	}
+	return len(st.Allow.Profiles) == 0 || slices.Contains(st.Allow.Profiles, profile)
 }
 
 // Expired reports whether the pause lifted by itself at now.

@@ -3,6 +3,7 @@ package estop
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -373,4 +374,52 @@ func TestExpired(t *testing.T) {
 			t.Errorf("until %v: expired %v, want %v", tt.until, got, tt.want)
 		}
 	}
+}
+
+// Hermes's allowlist, as an entry written by hand may hold it: ids as
+// a list, a string or numbers, blanks dropped; user ids grant, profiles
+// narrow, nothing else admits.
+func TestAdmits(t *testing.T) {
+	for _, tt := range []struct {
+		name, entry, user, profile string
+		want                       bool
+	}{
+		{"no allowlist", `{"reason":"r"}`, "42", "default", false},
+		{"listed", `{"allow":{"user_ids":["42","7"]}}`, "42", "default", true},
+		{"not listed", `{"allow":{"user_ids":["42"]}}`, "7", "default", false},
+		{"no user id", `{"allow":{"user_ids":["42"]}}`, "", "default", false},
+		{"a string", `{"allow":{"user_ids":"42"}}`, "42", "default", true},
+		{"a number", `{"allow":{"user_ids":[42, 1e3]}}`, "1000", "default", true},
+		{"blanks", `{"allow":{"user_ids":["  ", " 42 "]}}`, "42", "default", true},
+		{"blank user never", `{"allow":{"user_ids":["", " "]}}`, "", "default", false},
+		{"profile narrows in", `{"allow":{"user_ids":["42"],"profiles":["default"]}}`, "42", "default", true},
+		{"profile narrows out", `{"allow":{"user_ids":["42"],"profiles":["coder"]}}`, "42", "default", false},
+		{"profile alone grants nothing", `{"allow":{"profiles":["default"]}}`, "42", "default", false},
+		{"unreadable entry", `not json`, "42", "default", false},
+		{"unreadable allowlist", `{"allow":{"user_ids":{"a":1}}}`, "42", "default", false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := Decode([]byte(tt.entry)).Admits(tt.user, tt.profile); got != tt.want {
+				t.Errorf("%s admits %q on %q: %v, want %v", tt.entry, tt.user, tt.profile, got, tt.want)
+			}
+		})
+	}
+}
+
+// An entry is outside input (an operator may write it by hand): any
+// bytes decode to a pause, and only a listed, non-empty user id is
+// admitted.
+func FuzzDecode(f *testing.F) {
+	for _, s := range []string{`{"reason":"r"}`, `{"allow":{"user_ids":["42"],"profiles":"p"}}`, `{"allow":{"user_ids":[1,"x",null,true]}}`, `not json`, `{"until":"2026-12-04T05:00:00Z"}`, ``} {
+		f.Add([]byte(s), "42", "p")
+	}
+	f.Fuzz(func(t *testing.T, data []byte, user, profile string) {
+		st := Decode(data)
+		if st == nil {
+			t.Fatal("decoded to no pause")
+		}
+		if st.Admits(user, profile) && (user == "" || st.Allow == nil || !slices.Contains(st.Allow.UserIDs, user)) {
+			t.Fatalf("%q admits %q on %q", data, user, profile)
+		}
+	})
 }

@@ -101,6 +101,11 @@ func (s *Service) SetPause(ctx context.Context, req *adminv1.SetPauseRequest) (*
 	case ttl > 0 && ttl <= int64(maxPauseTTL/time.Second):
 		st.Until = now.Add(time.Duration(ttl) * time.Second)
 	}
+	if cur != nil {
+		// As Hermes's re-arm: the standing allowlist stays (it is set in
+		// the bucket, docs/operations.md).
+		st.Allow = cur.Allow
+	}
 	if err := estop.Engage(ctx, kv, st); err != nil {
 		return nil, err
 	}

@@ -128,7 +128,7 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 		// (Hermes's busy_policy dispatch): no session is resolved.
 		return s.pauseCommand(ctx, m, cmd.Args)
 	}
-	if st := s.paused(); st != nil && (startsWork[cmd.Name] || cmd.Name == "goal" && startsGoal(cmd.Args) || cmd.Name == "loop" && startsLoop(cmd.Args)) {
+	if st := s.pausedFor(m); st != nil && (startsWork[cmd.Name] || cmd.Name == "goal" && startsGoal(cmd.Args) || cmd.Name == "loop" && startsLoop(cmd.Args)) {
 		// New work, held as a new message is (pause.go).
 		inbound.WithLabelValues("paused").Inc()
 		return reply(0, pausedText(st))

@@ -297,7 +297,7 @@ func (s *Service) handle(ctx context.Context, m *msgCtx, key string) error {
 		m.holder = nil // commands change the lock themselves: they read it fresh
 		return s.command(ctx, m, m.cmd)
 	}
-	if st := s.paused(); st != nil && m.platform != "cron" {
+	if st := s.pausedFor(m); st != nil && m.platform != "cron" {
 		// The emergency stop (pause.go): new work is answered, not
 		// queued, as Hermes's paused_reply. A cron run fired before the
 		// pause is work in flight: it runs.

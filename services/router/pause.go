@@ -74,6 +74,22 @@ func (s *Service) watchPause(ctx context.Context) error {
 	return nil
 }
 
+// pausedFor is the pause as it holds m's new work: nil when none is
+// engaged or its allowlist (Hermes's allow: the sender's user id, on a
+// router serving one of its profiles when it names some) lets m's
+// sender through.
+func (s *Service) pausedFor(m *msgCtx) *estop.State {
+	st := s.paused()
+	profile := s.cfg.Profile
+	if profile == "" {
+		profile = "default"
+	}
+	if st.Admits(m.src.GetUserId(), profile) {
+		return nil
+	}
+	return st
+}
+
 // paused returns the pause, nil when none is engaged (or before Run).
 func (s *Service) paused() *estop.State {
 	if v := s.pause.Load(); v != nil {
@@ -156,8 +172,9 @@ func (s *Service) pauseCommand(ctx context.Context, m *msgCtx, args string) erro
 		}
 		st := estop.State{Reason: a.Reason, By: by, At: s.now().UTC()}
 		if cur != nil {
-			// As Hermes's re-arm without a TTL: the standing expiry stays.
-			st.Until = cur.Until
+			// As Hermes's re-arm without a TTL: the standing expiry stays,
+			// and so does the allowlist.
+			st.Until, st.Allow = cur.Until, cur.Allow
 		}
 		if err := estop.Engage(ctx, kv, st); err != nil {
 			return "", 0, err

@@ -2,6 +2,7 @@ package router
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -202,4 +203,61 @@ func TestPauseExpiry(t *testing.T) {
 	}
 	e.publish(dm("bob", "after the window"))
 	turnOf(t, w, "after the window")
+}
+
+// Hermes's allowlist: a pause whose entry lets user ids through (set in
+// the bucket) lets their new messages and work-starting commands
+// through, refuses everyone else's, names no profile or this router's,
+// and a /pause <reason> re-arm keeps it.
+func TestPauseAllowlist(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newEnv(t)
+	r := e.startRouter(testConfig(), nil, nil)
+	w := e.startWorker(nil)
+	kv, err := estop.Open(ctx, e.bus.JetStream(), e.bus.Topology())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name, entry string
+		through     bool // alice's new work goes through
+	}{
+		{"no allowlist", `{"reason":"window"}`, false},
+		{"alice allowed", `{"reason":"window","allow":{"user_ids":["alice"]}}`, true},
+		{"alice allowed on this profile", `{"reason":"window","allow":{"user_ids":"alice","profiles":["default"]}}`, true},
+		{"alice allowed on another profile", `{"reason":"window","allow":{"user_ids":["alice"],"profiles":["coder"]}}`, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if _, err := kv.Put(ctx, "global", []byte(tt.entry)); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, "the router to take the entry", func() bool {
+				st := r.paused()
+				return st != nil && fmt.Sprint(st.Allow) == fmt.Sprint(estop.Decode([]byte(tt.entry)).Allow)
+			})
+			if got := e.ask("bob", "bob's "+tt.name); !strings.HasPrefix(got, "⏸️ Switchboard is paused (window).") {
+				t.Errorf("bob: %q, want the paused notice", got)
+			}
+			text := "alice's " + tt.name
+			if !tt.through {
+				if got := e.ask("alice", text); !strings.HasPrefix(got, "⏸️ Switchboard is paused (window).") {
+					t.Errorf("alice: %q, want the paused notice", got)
+				}
+				return
+			}
+			e.publish(dm("alice", text))
+			turnOf(t, w, text)
+			e.publish(dm("alice", "/queue queued "+tt.name))
+			turnOf(t, w, "queued "+tt.name)
+		})
+	}
+	// A re-arm from a chat keeps the standing allowlist.
+	if got := e.ask("alice", "/pause new reason"); !strings.HasPrefix(got, "⏸️ Paused (reason: new reason).") {
+		t.Fatalf("re-arm: %q", got)
+	}
+	st, err := estop.Get(ctx, kv)
+	if err != nil || st == nil || st.Allow == nil || fmt.Sprint(st.Allow.UserIDs) != "[alice]" || fmt.Sprint(st.Allow.Profiles) != "[coder]" {
+		t.Fatalf("re-armed pause %+v, %v: want the allowlist kept", st, err)
+	}
 }
