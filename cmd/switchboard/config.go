@@ -72,6 +72,18 @@ type Config struct {
 	// Skills are the operator's skills, which "/<skill> [instruction]"
 	// invokes; the router loads them (every replica the same dirs).
 	Skills skill.Config `koanf:"skills"`
+	// Memory is Hermes's memory section: write_approval.
+	Memory MemoryConfig `koanf:"memory"`
+}
+
+// MemoryConfig is the memory section.
+type MemoryConfig struct {
+	// WriteApproval is Hermes's memory.write_approval: when true, the
+	// memory tool's writes (add, remove) are held until the user
+	// approves them with /memory approve; /memory approval on|off
+	// overrides it for one memory owner (a DM's user, a group chat).
+	// Default false: writes apply at once.
+	WriteApproval bool `koanf:"write_approval"`
 }
 
 // STTConfig selects speech-to-text for voice messages and audio files.

@@ -50,6 +50,12 @@ func startRouter(ctx context.Context, a *app) (func(context.Context) error, erro
 	}
 	// /context shows the window and compression settings the workers use.
 	cfg.ContextWindow, cfg.CompressAt, cfg.ProtectLast = agentContext(a.cfg.Agent)
+	// /memory: the gate's default, and the notes' limit an approved
+	// write passes.
+	cfg.MemoryWriteApproval, cfg.MemoryCharLimit = a.cfg.Memory.WriteApproval, a.cfg.Agent.MemoryCharLimit
+	if cfg.MemoryCharLimit <= 0 {
+		cfg.MemoryCharLimit = worker.DefaultConfig().Agent.MemoryCharLimit
+	}
 	s, err := router.New(cfg, router.Deps{Log: a.log, Bus: b, DB: db, Redis: rdb, RedisPrefix: a.cfg.Redis.Prefix,
 		Homes: a.cfg.Delivery.HomeOf, ToolProgress: a.cfg.Delivery.ToolProgressOf, Version: version, Cron: jobs, Provider: prov,
 		Skills: a.loadSkills()})

@@ -30,7 +30,7 @@ var names = []string{
 	"new", "stop", "queue", "steer", "status", "help", "whoami", "model",
 	"approve", "deny", "resume", "sessions", "title", "retry", "undo", "sethome",
 	"cron", "usage", "compress", "insights", "provider", "personality", "reasoning",
-	"verbose", "commands", "profile", "version", "background", "btw", "branch", "yolo",
+	"verbose", "commands", "profile", "version", "background", "btw", "branch", "yolo", "memory",
 	"busy", "footer", "agents", "voice", "fast", "context", "platform", "goal", "subgoal", "loop", "heartbeat", "topic", "pause", "save", "moa",
 	// Telegram clients send /start when a user opens the bot; Hermes
 	// acknowledges it with nothing.

@@ -53,6 +53,7 @@ var menu = []MenuEntry{
 	{"topic", "Enable or inspect Telegram DM topic sessions"},
 	{"sethome", "Set this chat as the home channel"},
 	{"cron", "Manage scheduled tasks"},
+	{"memory", "Review pending memory writes / toggle the approval gate"},
 	{"platform", "Pause, resume, or list a failing gateway platform"},
 	{"pause", "Pause new work globally (emergency stop); '/pause off' resumes"},
 	{"whoami", "Show who the gateway thinks you are"},

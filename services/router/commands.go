@@ -61,6 +61,7 @@ var helpText = strings.Join([]string{
 	"/topic [off|help|session-id] — enable or inspect Telegram DM topic sessions: the main view of this private chat a lobby for commands, each topic its own conversation; off: the main view a chat again; a session id (or its prefix), inside a topic: restore that conversation there",
 	"/sethome — send scheduled messages to this chat",
 	"/cron — scheduled jobs: list, add <schedule> <prompt>, pause, resume, run, remove",
+	"/memory [pending|approve|reject|approval] [id|on|off] — review pending memory writes / toggle the approval gate: with it on, the agent's memory writes wait for /memory approve <id|all> or /memory reject <id|all>",
 	"/platform [list|pause|resume] [name] — pause, resume, or list a failing gateway platform: list, every gateway replica's state; pause, its connection stops on every replica until resume",
 	"/pause [reason | off] — pause new work globally (emergency stop): on every replica new messages (and /queue, /retry, /background, /btw) are answered, not run, cron and goals hold, running turns finish; /pause off resumes",
 	"/whoami — who the gateway thinks you are",
@@ -72,13 +73,14 @@ var helpText = strings.Join([]string{
 
 // refusedMidTurn are the commands that, as in Hermes, wait for the running
 // task: they would change or read the conversation under it (/resume
-// would even end it without a word; /save would export half a turn).
-// /help, /status, /stop, /new,
+// would even end it without a word; /save would export half a turn;
+// /memory is Hermes's busy_policy reject: the running turn's own memory
+// writes are the ones it reviews). /help, /status, /stop, /new,
 // /queue, /steer, /approve, /deny, /yolo, /busy, /footer, /voice, /fast, /agents,
 // /usage, /context, /goal, /subgoal (a goal set mid-turn starts after it),
 // /background and /btw (sessions of their own) work mid-turn, and /model
 // and /moa are refused with their own texts.
-var refusedMidTurn = []string{"whoami", "sessions", "resume", "title", "retry", "undo", "compress", "sethome", "personality", "reasoning", "branch", "save"}
+var refusedMidTurn = []string{"whoami", "sessions", "resume", "title", "retry", "undo", "compress", "sethome", "personality", "reasoning", "branch", "save", "memory"}
 
 // openCommands stay available to non-admins where an admin list exists.
 var openCommands = []string{"help", "whoami"}
@@ -323,6 +325,8 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 			thousands(in), thousands(out), thousands(in+out)))
 	case "model":
 		return s.modelCommand(ctx, m, sess, cmd.Args, busy)
+	case "memory":
+		return s.memoryCommand(ctx, m, sess, cmd.Args)
 	case "approve", "deny":
 		action := controlApprove
 		if cmd.Name == "deny" {

@@ -62,6 +62,10 @@ var (
 		Name: "switchboard_router_goals_held_total",
 		Help: "Goals paused because their continuation came due while the emergency stop (/pause) held new work.",
 	})
+	memoryDecisions = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "switchboard_router_memory_writes_total",
+		Help: "Pending memory writes (memory.write_approval) decided with /memory: approved (applied), rejected, or failed (could not apply: the notes are full, it stays pending; or its note is gone); by outcome.",
+	}, []string{"outcome"})
 	commandsReplayed = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "switchboard_router_commands_replayed_total",
 		Help: "Commands that change durable state whose inbound event came again after their effect committed (redelivered after a router died or its ack came too late): not applied again, the recorded answer sent again; by name.",

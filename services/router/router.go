@@ -29,6 +29,7 @@ import (
 	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
 	"github.com/switchboard-chat/switchboard/pkg/goal"
 	"github.com/switchboard-chat/switchboard/pkg/loop"
+	"github.com/switchboard-chat/switchboard/pkg/memorygate"
 	"github.com/switchboard-chat/switchboard/pkg/outbox"
 	"github.com/switchboard-chat/switchboard/pkg/pairing"
 	"github.com/switchboard-chat/switchboard/pkg/personality"
@@ -178,6 +179,12 @@ type Config struct {
 	ContextWindow int     `koanf:"-"`
 	CompressAt    float64 `koanf:"-"`
 	ProtectLast   int     `koanf:"-"`
+	// MemoryWriteApproval is memory.write_approval, the gate of a memory
+	// owner who did not choose with /memory approval; MemoryCharLimit is
+	// agent.memory_char_limit, which a write /memory approve applies
+	// passes as the memory tool's own writes do (memory.go).
+	MemoryWriteApproval bool `koanf:"-"`
+	MemoryCharLimit     int  `koanf:"-"`
 	// SaveMaxBytes bounds a /save export (default 8 MiB: under the
 	// Discord gateway's 10 MiB uploads): a conversation whose stored text, or
 	// whose rendered file, is larger is not sent (save.go).
@@ -313,14 +320,16 @@ type Deps struct {
 
 // Service is a running router.
 type Service struct {
-	cfg     Config
-	log     *slog.Logger
-	bus     *bus.Bus
-	topo    bus.Topology
-	rdb     *redis.Client
-	prefix  string
-	locker  *redisx.Locker
-	store   *sessionstore.Store
+	cfg    Config
+	log    *slog.Logger
+	bus    *bus.Bus
+	topo   bus.Topology
+	rdb    *redis.Client
+	prefix string
+	locker *redisx.Locker
+	store  *sessionstore.Store
+	// memory is the memory write-approval gate (/memory).
+	memory  *memorygate.Store
 	pairing *pairing.Store
 	rules   *auth.Rules
 	keyOpts sessionkey.Options
@@ -397,6 +406,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		prefix:     deps.RedisPrefix,
 		locker:     redisx.NewLocker(deps.Redis, deps.RedisPrefix),
 		store:      sessionstore.New(deps.DB).WithClock(now),
+		memory:     memorygate.New(deps.DB, cfg.MemoryWriteApproval, cfg.MemoryCharLimit),
 		pairing:    pairing.NewStore(deps.DB).WithClock(now),
 		rules:      auth.New(cfg.Auth, env),
 		keyOpts:    sessionkey.Options{Profile: cfg.Profile, GroupSessionsPerUser: cfg.GroupSessionsPerUser, ThreadSessionsPerUser: cfg.ThreadSessionsPerUser},

@@ -12,6 +12,7 @@ import (
 	"github.com/switchboard-chat/switchboard/pkg/bus"
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
+	"github.com/switchboard-chat/switchboard/pkg/memorygate"
 	"github.com/switchboard-chat/switchboard/services/worker/internal/store"
 )
 
@@ -22,6 +23,20 @@ type memoryAdapter struct {
 	// limit bounds the characters of one user's notes
 	// (agent.memory_char_limit).
 	limit int
+	// gate holds writes while the owner's memory.write_approval is on.
+	gate *memorygate.Store
+}
+
+func (m memoryAdapter) WriteApproval(ctx context.Context, userKey string) (bool, error) {
+	return m.gate.Enabled(ctx, userKey)
+}
+
+func (m memoryAdapter) StageMemory(ctx context.Context, w memorygate.Write) (string, error) {
+	return m.gate.Stage(ctx, w)
+}
+
+func (m memoryAdapter) MemoryNote(ctx context.Context, userKey string, id int64) (string, bool, error) {
+	return m.gate.Note(ctx, userKey, id)
 }
 
 func (m memoryAdapter) AddMemory(ctx context.Context, userKey, content string) (int64, error) {

@@ -23,6 +23,7 @@ import (
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
 	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
+	"github.com/switchboard-chat/switchboard/pkg/memorygate"
 	"github.com/switchboard-chat/switchboard/pkg/pg"
 	"github.com/switchboard-chat/switchboard/pkg/redisx"
 	"github.com/switchboard-chat/switchboard/pkg/sessionkey"
@@ -194,17 +195,8 @@ func userKey(req *turnsv1.TurnRequested) string {
 	if len(req.GetInputs()) > 0 && req.GetInputs()[len(req.GetInputs())-1].GetSource() != nil {
 		src = req.GetInputs()[len(req.GetInputs())-1].GetSource()
 	}
-	if t := src.GetChatType(); t != "" && t != "dm" {
-		return "session:" + req.GetSessionKey()
-	}
-	user := src.GetUserIdAlt()
-	if user == "" {
-		user = src.GetUserId()
-	}
-	if user == "" {
-		return ""
-	}
-	return src.GetPlatform() + ":" + user
+	// The router's /memory finds the owner of a chat's notes the same way.
+	return memorygate.Owner(req.GetSessionKey(), src)
 }
 
 // replyTarget is where replies go: the reply route when set (an empty

@@ -23,6 +23,7 @@ import (
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
 	"github.com/switchboard-chat/switchboard/pkg/llm"
+	"github.com/switchboard-chat/switchboard/pkg/memorygate"
 	"github.com/switchboard-chat/switchboard/pkg/outbox"
 	"github.com/switchboard-chat/switchboard/pkg/personality"
 	"github.com/switchboard-chat/switchboard/pkg/pg"
@@ -58,6 +59,10 @@ type Config struct {
 	RedisPrefix string `koanf:"-"`
 	// RedactPII hashes user and chat ids in prompts (privacy.redact_pii).
 	RedactPII bool `koanf:"-"`
+	// MemoryWriteApproval is memory.write_approval, Hermes's gate: the
+	// memory tool's writes of an owner who did not choose with /memory
+	// approval are held for /memory approve when true.
+	MemoryWriteApproval bool `koanf:"-"`
 }
 
 // AgentConfig is the agent section.
@@ -462,7 +467,8 @@ func (s *Service) registry(deps Deps) (*tools.Registry, error) {
 	}
 	builtins := []tools.Tool{
 		tools.Clock(s.now),
-		tools.Memory(memoryAdapter{s.store, s.cfg.Agent.MemoryCharLimit}),
+		tools.Memory(memoryAdapter{s: s.store, limit: s.cfg.Agent.MemoryCharLimit,
+			gate: memorygate.New(deps.DB, s.cfg.MemoryWriteApproval, s.cfg.Agent.MemoryCharLimit)}),
 		tools.SessionSearch(memoryAdapter{s: s.store}),
 		tools.SendMessage(sender, s.cfg.Agent.SendMessageTargets),
 		tools.Cronjob(jobs, s.cfg.Agent.SendMessageTargets),

@@ -107,9 +107,10 @@ var commandOptions = map[string]commandOption{
 // commands it registers with "args" (args_hint): their "args" is
 // described "Arguments: <hint>", as Hermes's auto-registration does.
 var argsHints = map[string]string{
-	"fast": "[normal|fast|status]",
-	"busy": "[queue|steer|interrupt|status]",
-	"moa":  "<prompt>",
+	"fast":   "[normal|fast|status]",
+	"busy":   "[queue|steer|interrupt|status]",
+	"moa":    "<prompt>",
+	"memory": "[pending|approve|reject|approval] [id|on|off]",
 }
 
 // options are the options of the command name.

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/switchboard-chat/switchboard/pkg/llm"
+	"github.com/switchboard-chat/switchboard/pkg/memorygate"
 	"github.com/switchboard-chat/switchboard/pkg/pg"
 )
 
@@ -602,34 +603,14 @@ func (s *Store) DeniedAll(ctx context.Context, turnID, callID string) (denied bo
 
 // ErrMemoryFull refuses a note that would take a user's notes past their
 // limit.
-var ErrMemoryFull = errors.New("memory full")
+var ErrMemoryFull = memorygate.ErrFull
 
 // AddMemory stores a note for a user, unless the user's notes would then
 // hold more than limit characters (0: no limit). Adds of one user take
-// turns, so two turns at once cannot both fill the last room.
+// turns, so two turns at once cannot both fill the last room; an add
+// /memory approve applies takes its turn the same way (memorygate).
 func (s *Store) AddMemory(ctx context.Context, userKey, content string, limit int) (int64, error) {
-	var id int64
-	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('agent_memories:' || $1, 0))`, userKey); err != nil {
-			return err
-		}
-		var used, adding int
-		if err := tx.QueryRow(ctx, `SELECT coalesce(sum(length(content)), 0), length($2) FROM agent_memories WHERE user_key = $1`,
-			userKey, content).Scan(&used, &adding); err != nil {
-			return err
-		}
-		if limit > 0 && used+adding > limit {
-			return fmt.Errorf("%w: notes at %d/%d characters; this one (%d) would pass the limit", ErrMemoryFull, used, limit, adding)
-		}
-		return tx.QueryRow(ctx, `INSERT INTO agent_memories (user_key, content) VALUES ($1, $2) RETURNING id`, userKey, content).Scan(&id)
-	})
-	if errors.Is(err, ErrMemoryFull) {
-		return 0, err
-	}
-	if err != nil {
-		return 0, fmt.Errorf("add memory: %w", err)
-	}
-	return id, nil
+	return memorygate.AddNote(ctx, s.db, userKey, content, limit)
 }
 
 // Memories lists a user's notes, oldest first.

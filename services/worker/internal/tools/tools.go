@@ -14,6 +14,7 @@ import (
 
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	"github.com/switchboard-chat/switchboard/pkg/llm"
+	"github.com/switchboard-chat/switchboard/pkg/memorygate"
 )
 
 // Call is the context a tool runs in.
@@ -218,11 +219,46 @@ func Clock(now func() time.Time) Tool {
 	}
 }
 
-// MemoryStore keeps durable per-user notes.
+// MemoryStore keeps durable per-user notes, and holds their writes
+// while the user's memory.write_approval gate is on.
 type MemoryStore interface {
 	AddMemory(ctx context.Context, userKey, content string) (int64, error)
 	MemoryList(ctx context.Context, userKey string) (string, error)
 	DeleteMemory(ctx context.Context, userKey string, id int64) (bool, error)
+	// MemoryNote is the text of one note; false when there is none.
+	MemoryNote(ctx context.Context, userKey string, id int64) (string, bool, error)
+	// WriteApproval reports the user's memory.write_approval.
+	WriteApproval(ctx context.Context, userKey string) (bool, error)
+	// StageMemory holds a write for /memory approve and returns its id.
+	StageMemory(ctx context.Context, w memorygate.Write) (string, error)
+}
+
+// staged is the tool's answer when the gate holds a write, Hermes's
+// JSON.
+func staged(id string) (string, error) {
+	b, err := json.Marshal(struct {
+		Success   bool   `json:"success"`
+		Staged    bool   `json:"staged"`
+		PendingID string `json:"pending_id"`
+		Message   string `json:"message"`
+	}{true, true, id, memorygate.StagedText})
+	return string(b), err
+}
+
+// hold stages w when call's user has the gate on: the answer to give
+// the model and true, or false when the write goes ahead.
+func hold(ctx context.Context, s MemoryStore, call Call, w memorygate.Write) (string, bool, error) {
+	on, err := s.WriteApproval(ctx, call.UserKey)
+	if err != nil || !on {
+		return "", false, err
+	}
+	w.Owner, w.SessionKey, w.TurnID, w.CallID = call.UserKey, call.SessionKey, call.TurnID, call.ID
+	id, err := s.StageMemory(ctx, w)
+	if err != nil {
+		return "", false, err
+	}
+	text, err := staged(id)
+	return text, true, err
 }
 
 // Memory is the memory tool.
@@ -263,6 +299,14 @@ func Memory(s MemoryStore) Tool {
 				if strings.TrimSpace(a.Content) == "" {
 					return "", errors.New("content is empty")
 				}
+				if call.UserKey == "" {
+					return "", errors.New("no user to remember for")
+				}
+				// With memory.write_approval on, the write waits for
+				// /memory approve (Hermes's gate).
+				if text, held, err := hold(ctx, s, call, memorygate.Write{Action: memorygate.ActionAdd, Content: a.Content}); err != nil || held {
+					return text, err
+				}
 				id, err := s.AddMemory(ctx, call.UserKey, a.Content)
 				if err != nil {
 					return "", err
@@ -271,6 +315,21 @@ func Memory(s MemoryStore) Tool {
 			case "list":
 				return s.MemoryList(ctx, call.UserKey)
 			case "remove":
+				// As Hermes, a removal is held too; one of a note that is
+				// not there is answered at once, not staged.
+				if on, err := s.WriteApproval(ctx, call.UserKey); err != nil {
+					return "", err
+				} else if on {
+					content, ok, err := s.MemoryNote(ctx, call.UserKey, a.ID)
+					if err != nil {
+						return "", err
+					}
+					if !ok {
+						return fmt.Sprintf("no note %d", a.ID), nil
+					}
+					text, _, err := hold(ctx, s, call, memorygate.Write{Action: memorygate.ActionRemove, Content: content, NoteID: a.ID})
+					return text, err
+				}
 				ok, err := s.DeleteMemory(ctx, call.UserKey, a.ID)
 				if err != nil {
 					return "", err

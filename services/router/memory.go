@@ -1,0 +1,219 @@
+package router
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/switchboard-chat/switchboard/pkg/command"
+	"github.com/switchboard-chat/switchboard/pkg/memorygate"
+	"github.com/switchboard-chat/switchboard/pkg/sessionstore"
+)
+
+// /memory is Hermes's (gateway _handle_memory_command over
+// hermes_cli/write_approval_commands.py): it lists the memory writes the
+// approval gate holds, approves or rejects them by id (or all), and
+// shows or sets the gate, in Hermes's words. As Hermes's (busy_policy
+// reject), it waits for the running turn (refusedMidTurn).
+//
+// Differs from Hermes: Hermes keeps one memory per profile and writes
+// memory.write_approval into the profile's config.yaml. Here memories
+// belong to their owner, the user key the memory tool files them under
+// (a DM's user, or a group chat as a whole: memorygate.Owner), so the
+// gate and the pending writes are the owner's: memory.write_approval is
+// the default, /memory approval on|off sets it for the owner alone
+// (memory_write_approval), and each chat sees only its owner's pending
+// writes (memory_pending_writes). Approving applies a write exactly
+// once: its claim is a conditional UPDATE that one of any number of
+// racing replicas wins, and the command, its effect and its answer
+// commit together (once), so a redelivered /memory approve answers
+// again without applying anything again.
+
+// Hermes's texts.
+const (
+	memoryNoPending = "No pending memory writes."
+	memoryUnknown   = "Unknown /memory subcommand. Use: pending, approve <id>, reject <id>, approval <on|off>."
+	memoryUsage     = "Usage: /memory approve|reject <id>  (or 'all')"
+	memoryRaced     = "no longer pending or already being processed"
+)
+
+// memoryCommand answers /memory [pending|approve|reject|approval] [id|on|off].
+func (s *Service) memoryCommand(ctx context.Context, m *msgCtx, sess sessionstore.Session, args string) error {
+	reply := func(text string) error { return s.notice(ctx, m, sess.Generation, text, "command") }
+	owner := memorygate.Owner(m.key, m.src)
+	by := m.platform + ":" + m.src.GetUserId()
+	a := command.Memory(args)
+	switch a.Sub {
+	case command.MemoryShow:
+		state, err := s.memoryState(ctx, owner)
+		if err != nil {
+			return err
+		}
+		list, err := s.memoryPending(ctx, s.memory, owner)
+		if err != nil {
+			return err
+		}
+		return reply(state + "\n\n" + list)
+	case command.MemoryPending:
+		list, err := s.memoryPending(ctx, s.memory, owner)
+		if err != nil {
+			return err
+		}
+		return reply(list)
+	case command.MemoryApprove, command.MemoryReject:
+		if a.Target == "" {
+			return reply(memoryUsage)
+		}
+		// Once per inbound event: the decisions commit with the answer.
+		return s.once(ctx, m, "memory", func(ctx context.Context, st *sessionstore.Store) (string, int64, error) {
+			gate := s.memory.InTx(st.Tx())
+			var text string
+			var err error
+			if a.Sub == command.MemoryApprove {
+				text, err = s.memoryApprove(ctx, gate, owner, a.Target, by)
+			} else {
+				text, err = memoryReject(ctx, gate, owner, a.Target, by)
+			}
+			return text, sess.Generation, err
+		})
+	case command.MemoryApproval:
+		if a.Gate == "" {
+			state, err := s.memoryState(ctx, owner)
+			if err != nil {
+				return err
+			}
+			return reply(state + "\nSet with: /memory approval <on|off>")
+		}
+		if a.Gate != "on" && a.Gate != "off" {
+			return reply(fmt.Sprintf("Invalid value '%s'. Use: on or off.", a.Gate))
+		}
+		return s.once(ctx, m, "memory", func(ctx context.Context, st *sessionstore.Store) (string, int64, error) {
+			if err := s.memory.InTx(st.Tx()).SetEnabled(ctx, owner, a.Gate == "on", by); err != nil {
+				return "", 0, err
+			}
+			s.log.InfoContext(ctx, "memory write approval changed", "owner", owner, "on", a.Gate == "on", "by", by)
+			return fmt.Sprintf("memory.write_approval set to '%s'.", a.Gate), sess.Generation, nil
+		})
+	}
+	return reply(memoryUnknown)
+}
+
+// memoryState is Hermes's line for the owner's gate.
+func (s *Service) memoryState(ctx context.Context, owner string) (string, error) {
+	on, err := s.memory.Enabled(ctx, owner)
+	if err != nil {
+		return "", err
+	}
+	return "memory.write_approval = " + onOff(on), nil
+}
+
+func onOff(on bool) string {
+	if on {
+		return "on"
+	}
+	return "off"
+}
+
+// memoryPending is Hermes's list of the owner's pending writes.
+func (s *Service) memoryPending(ctx context.Context, gate *memorygate.Store, owner string) (string, error) {
+	list, err := gate.Pending(ctx, owner)
+	if err != nil {
+		return "", err
+	}
+	if len(list) == 0 {
+		return memoryNoPending, nil
+	}
+	lines := []string{fmt.Sprintf("Pending memory writes (%d):", len(list))}
+	for _, p := range list {
+		lines = append(lines, fmt.Sprintf("  %s  %s", p.ID, p.Summary))
+	}
+	lines = append(lines, "", "Apply: /memory approve <id>   Reject: /memory reject <id>")
+	return strings.Join(lines, "\n"), nil
+}
+
+// memoryApprove applies the owner's pending write target, or all of
+// them, and says what became of each, as Hermes's _approve.
+func (s *Service) memoryApprove(ctx context.Context, gate *memorygate.Store, owner, target, by string) (string, error) {
+	list, err := gate.Pending(ctx, owner)
+	if err != nil {
+		return "", err
+	}
+	if len(list) == 0 {
+		return memoryNoPending, nil
+	}
+	var ids []string
+	if target == "all" {
+		for _, p := range list {
+			ids = append(ids, p.ID)
+		}
+	} else {
+		id := strings.ToLower(target)
+		for _, p := range list {
+			if p.ID == id {
+				ids = append(ids, id)
+			}
+		}
+		if len(ids) == 0 {
+			return fmt.Sprintf("No pending memory write with id '%s'.", target), nil
+		}
+	}
+	applied := 0
+	var failed []string
+	for _, id := range ids {
+		o, msg, err := gate.Approve(ctx, owner, id, by)
+		if err != nil {
+			return "", err
+		}
+		switch o {
+		case memorygate.Applied:
+			applied++
+			memoryDecisions.WithLabelValues("approved").Inc()
+		case memorygate.NotPending:
+			failed = append(failed, id+": "+memoryRaced)
+		default:
+			memoryDecisions.WithLabelValues("failed").Inc()
+			failed = append(failed, id+": "+msg)
+		}
+	}
+	s.log.InfoContext(ctx, "memory writes approved", "owner", owner, "applied", applied, "failed", len(failed), "by", by)
+	out := fmt.Sprintf("Approved %d memory write(s).", applied)
+	if len(failed) > 0 {
+		out += "\nFailed:\n  " + strings.Join(failed, "\n  ")
+	}
+	return out, nil
+}
+
+// memoryReject drops the owner's pending write target, or all of them,
+// as Hermes's _reject.
+func memoryReject(ctx context.Context, gate *memorygate.Store, owner, target, by string) (string, error) {
+	if target == "all" {
+		list, err := gate.Pending(ctx, owner)
+		if err != nil {
+			return "", err
+		}
+		n := 0
+		for _, p := range list {
+			ok, err := gate.Reject(ctx, owner, p.ID, by)
+			if err != nil {
+				return "", err
+			}
+			if ok {
+				n++
+				memoryDecisions.WithLabelValues("rejected").Inc()
+			}
+		}
+		return fmt.Sprintf("Rejected %d pending memory write(s).", n), nil
+	}
+	ok := false
+	if memorygate.ValidID(strings.ToLower(target)) {
+		var err error
+		if ok, err = gate.Reject(ctx, owner, strings.ToLower(target), by); err != nil {
+			return "", err
+		}
+	}
+	if !ok {
+		return fmt.Sprintf("No pending memory write with id '%s'.", target), nil
+	}
+	memoryDecisions.WithLabelValues("rejected").Inc()
+	return fmt.Sprintf("Rejected pending memory write '%s'.", target), nil
+}

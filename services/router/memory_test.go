@@ -1,0 +1,228 @@
+package router
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+
+	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
+	"github.com/switchboard-chat/switchboard/pkg/memorygate"
+)
+
+// notes are owner's notes' texts, oldest first.
+func notes(t *testing.T, e *env, owner string) []string {
+	t.Helper()
+	rows, err := e.db.Query(context.Background(), `SELECT content FROM agent_memories WHERE user_key = $1 ORDER BY id`, owner)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// Hermes's /memory: the gate's state and the pending writes, approve
+// and reject by id, approval on|off; in Hermes's words; each chat's
+// owner sees its own; a redelivered approve applies nothing again; it
+// waits for a running turn (busy_policy reject).
+func TestMemoryCommand(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.startRouter(testConfig(), nil, nil)
+	ctx := context.Background()
+	gate := memorygate.New(e.db, false, 2200)
+	const alice = "telegram:alice"
+	stage := func(w memorygate.Write) string {
+		t.Helper()
+		w.Owner = alice
+		id, err := gate.Stage(ctx, w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	old, err := memorygate.AddNote(ctx, e.db, alice, "old note", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	for _, tt := range []struct{ text, want string }{
+		{"/memory", "memory.write_approval = off\n\nNo pending memory writes."},
+		{"/memory approval", "memory.write_approval = off\nSet with: /memory approval <on|off>"},
+		{"/memory approval maybe", "Invalid value 'maybe'. Use: on or off."},
+		{"/memory approval on", "memory.write_approval set to 'on'."},
+		{"/memory mode", "memory.write_approval = on\nSet with: /memory approval <on|off>"},
+		{"/memory frob", "Unknown /memory subcommand. Use: pending, approve <id>, reject <id>, approval <on|off>."},
+		{"/memory approve", "Usage: /memory approve|reject <id>  (or 'all')"},
+		{"/memory approve abc12345", "No pending memory writes."},
+	} {
+		if got := e.ask("alice", tt.text); got != tt.want {
+			t.Errorf("%s: %q, want %q", tt.text, got, tt.want)
+		}
+	}
+	if on, err := gate.Enabled(ctx, alice); err != nil || !on {
+		t.Fatalf("alice's gate %v (%v), want on", on, err)
+	}
+	if on, err := gate.Enabled(ctx, "telegram:bob"); err != nil || on {
+		t.Fatalf("bob's gate %v (%v), want off", on, err)
+	}
+
+	add := stage(memorygate.Write{Action: memorygate.ActionAdd, Content: "likes tea", TurnID: "t1", CallID: "c1"})
+	rm := stage(memorygate.Write{Action: memorygate.ActionRemove, Content: "old note", NoteID: old, TurnID: "t1", CallID: "c2"})
+	want := fmt.Sprintf("Pending memory writes (2):\n  %s  add to memory: likes tea\n  %s  remove from memory: old note\n\nApply: /memory approve <id>   Reject: /memory reject <id>", add, rm)
+	if got := e.ask("alice", "/memory pending"); got != want {
+		t.Errorf("/memory pending: %q, want %q", got, want)
+	}
+	if got := e.ask("alice", "/memory"); got != "memory.write_approval = on\n\n"+want {
+		t.Errorf("/memory: %q", got)
+	}
+	if got := e.ask("bob", "/memory pending"); got != "No pending memory writes." {
+		t.Errorf("bob's /memory pending: %q", got)
+	}
+	for _, tt := range []struct{ text, want string }{
+		{"/memory approve zzzzzzzz", "No pending memory write with id 'zzzzzzzz'."},
+		{"/memory approve " + add, "Approved 1 memory write(s)."},
+		{"/memory approve " + add, "No pending memory write with id '" + add + "'."},
+		{"/memory reject " + rm, "Rejected pending memory write '" + rm + "'."},
+		{"/memory reject " + rm, "No pending memory write with id '" + rm + "'."},
+		{"/memory pending", "No pending memory writes."},
+	} {
+		if got := e.ask("alice", tt.text); got != tt.want {
+			t.Errorf("%s: %q, want %q", tt.text, got, tt.want)
+		}
+	}
+	if got := notes(t, e, alice); strings.Join(got, "|") != "old note|likes tea" {
+		t.Errorf("notes %q, want the old note kept and the approved one added", got)
+	}
+
+	// approve all: one applies, one whose note is gone is closed.
+	gone := stage(memorygate.Write{Action: memorygate.ActionRemove, Content: "ghost", NoteID: old + 1000})
+	stage(memorygate.Write{Action: memorygate.ActionAdd, Content: "walks at dawn"})
+	got := e.ask("alice", "/memory approve all")
+	if wantAll := fmt.Sprintf("Approved 1 memory write(s).\nFailed:\n  %s: no note %d", gone, old+1000); got != wantAll {
+		t.Errorf("/memory approve all: %q, want %q", got, wantAll)
+	}
+	if got := notes(t, e, alice); strings.Join(got, "|") != "old note|likes tea|walks at dawn" {
+		t.Errorf("notes after approve all: %q", got)
+	}
+	stage(memorygate.Write{Action: memorygate.ActionAdd, Content: "a"})
+	stage(memorygate.Write{Action: memorygate.ActionAdd, Content: "b"})
+	if got := e.ask("alice", "/memory reject ALL"); got != "Rejected 2 pending memory write(s)." {
+		t.Errorf("/memory reject all: %q", got)
+	}
+
+	// A redelivered approve (the router died before it recorded the
+	// event as handled) answers again and applies nothing again.
+	fourth := stage(memorygate.Write{Action: memorygate.ActionAdd, Content: "once only"})
+	before := len(e.noticesTo("alice"))
+	ev := dm("alice", "/memory approve "+fourth)
+	e.publish(ev)
+	waitFor(t, "the approval", func() bool { return len(e.noticesTo("alice")) > before })
+	waitFor(t, "the event recorded as handled", func() bool { return e.rdb.Exists(ctx, e.dedupeKeyOf(ev)).Val() == 1 })
+	if err := e.rdb.Del(ctx, e.dedupeKeyOf(ev)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	e.publishID(ev, "redelivered-"+ev.EventId)
+	waitFor(t, "the replayed answer", func() bool { return len(e.noticesTo("alice")) > before+1 })
+	if got := e.noticesTo("alice")[before:]; len(got) != 2 || got[0] != "Approved 1 memory write(s)." || got[1] != got[0] {
+		t.Errorf("answers %q, want the first one again", got)
+	}
+	n := 0
+	for _, s := range notes(t, e, alice) {
+		if s == "once only" {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Errorf("the approved note stored %d times", n)
+	}
+
+	// Mid-turn it waits, as Hermes's.
+	release := make(chan struct{})
+	w := e.startWorker(func(tr *turnsv1.TurnRequested) {
+		if tr.Inputs[0].GetText() == "long task" {
+			<-release
+		}
+	})
+	e.publish(dm("alice", "long task"))
+	turnOf(t, w, "long task")
+	if got := e.ask("alice", "/memory pending"); got != "⏳ Agent is running — `/memory` can't run mid-turn. Wait for the current response or `/stop` first." {
+		t.Errorf("/memory mid-turn: %q", got)
+	}
+	close(release)
+}
+
+// Two router replicas approving the same writes at once apply each
+// exactly once: one wins each claim, the other is told it is no longer
+// pending.
+func TestMemoryApproveRace(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	a := e.startRouter(testConfig(), nil, nil)
+	b := e.startRouter(testConfig(), nil, nil)
+	ctx := context.Background()
+	const owner = "telegram:carol"
+	gate := memorygate.New(e.db, true, 2200)
+	var ids []string
+	for i := range 5 {
+		id, err := gate.Stage(ctx, memorygate.Write{Owner: owner, Action: memorygate.ActionAdd, Content: fmt.Sprintf("fact %d", i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	var wg sync.WaitGroup
+	answers := make([]string, 6)
+	for i := range answers {
+		s := a
+		if i%2 == 1 {
+			s = b
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			target := "all"
+			if i >= 2 {
+				target = ids[i-1]
+			}
+			text, err := s.memoryApprove(ctx, s.memory, owner, target, "test")
+			if err != nil {
+				t.Error(err)
+			}
+			answers[i] = text
+		}()
+	}
+	wg.Wait()
+	got := notes(t, e, owner)
+	if len(got) != len(ids) {
+		t.Fatalf("notes %q after racing approvals, want each of %d once; answers %q", got, len(ids), answers)
+	}
+	seen := map[string]bool{}
+	for _, n := range got {
+		if seen[n] {
+			t.Fatalf("note %q applied twice; answers %q", n, answers)
+		}
+		seen[n] = true
+	}
+	applied := 0
+	for _, ans := range answers {
+		var k int
+		if _, err := fmt.Sscanf(ans, "Approved %d memory write(s).", &k); err == nil {
+			applied += k
+		} else if !strings.HasPrefix(ans, "No pending memory write") {
+			t.Errorf("answer %q", ans)
+		}
+	}
+	if applied != len(ids) {
+		t.Errorf("answers count %d writes applied, want %d: %q", applied, len(ids), answers)
+	}
+}
