@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"github.com/switchboard-chat/switchboard/pkg/command"
+	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
+	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
 	"github.com/switchboard-chat/switchboard/pkg/memorygate"
 	"github.com/switchboard-chat/switchboard/pkg/sessionstore"
 )
@@ -49,17 +51,9 @@ func (s *Service) memoryCommand(ctx context.Context, m *msgCtx, sess sessionstor
 		if err != nil {
 			return err
 		}
-		list, err := s.memoryPending(ctx, s.memory, owner)
-		if err != nil {
-			return err
-		}
-		return reply(state + "\n\n" + list)
+		return s.memoryList(ctx, m, sess, owner, state+"\n\n")
 	case command.MemoryPending:
-		list, err := s.memoryPending(ctx, s.memory, owner)
-		if err != nil {
-			return err
-		}
-		return reply(list)
+		return s.memoryList(ctx, m, sess, owner, "")
 	case command.MemoryApprove, command.MemoryReject:
 		if a.Target == "" {
 			return reply(memoryUsage)
@@ -114,21 +108,52 @@ func onOff(on bool) string {
 	return "off"
 }
 
-// memoryPending is Hermes's list of the owner's pending writes.
-func (s *Service) memoryPending(ctx context.Context, gate *memorygate.Store, owner string) (string, error) {
-	list, err := gate.Pending(ctx, owner)
+// memoryButtons bounds the pending writes that get buttons of their
+// own in one answer; the list itself shows them all.
+const memoryButtons = 8
+
+// memoryList answers with head and Hermes's list of the owner's pending
+// writes. Where buttons render (Telegram, Discord) each listed write
+// gets Approve and Reject buttons (up to memoryButtons of them, then
+// Approve all and Reject all when there are several), as Hermes's
+// Telegram surface: a press sends the typed command ("/memory approve
+// abc12345"), which is handled as if typed, so it applies once too.
+func (s *Service) memoryList(ctx context.Context, m *msgCtx, sess sessionstore.Session, owner, head string) error {
+	list, err := s.memory.Pending(ctx, owner)
 	if err != nil {
-		return "", err
+		return err
 	}
 	if len(list) == 0 {
-		return memoryNoPending, nil
+		return s.notice(ctx, m, sess.Generation, head+memoryNoPending, "command")
 	}
 	lines := []string{fmt.Sprintf("Pending memory writes (%d):", len(list))}
 	for _, p := range list {
 		lines = append(lines, fmt.Sprintf("  %s  %s", p.ID, p.Summary))
 	}
 	lines = append(lines, "", "Apply: /memory approve <id>   Reject: /memory reject <id>")
-	return strings.Join(lines, "\n"), nil
+	text := head + strings.Join(lines, "\n")
+	if !pickerPlatforms[m.platform] {
+		return s.notice(ctx, m, sess.Generation, text, "command")
+	}
+	return s.publishCommandNotice(ctx, m, sess.Generation, &repliesv1.Notice{Text: text, Picker: memoryPicker(list)})
+}
+
+// memoryPicker is the buttons of a pending-writes list.
+func memoryPicker(list []memorygate.Pending) *deliveryv1.Picker {
+	p := &deliveryv1.Picker{}
+	for _, w := range list[:min(len(list), memoryButtons)] {
+		p.Rows = append(p.Rows, &deliveryv1.PickerRow{Choices: []*deliveryv1.PickerChoice{
+			{Label: "✅ Approve " + w.ID, Command: "/memory approve " + w.ID},
+			{Label: "❌ Reject " + w.ID, Command: "/memory reject " + w.ID},
+		}})
+	}
+	if len(list) > 1 {
+		p.Rows = append(p.Rows, &deliveryv1.PickerRow{Choices: []*deliveryv1.PickerChoice{
+			{Label: "✅ Approve all", Command: "/memory approve all"},
+			{Label: "❌ Reject all", Command: "/memory reject all"},
+		}})
+	}
+	return p
 }
 
 // memoryApprove applies the owner's pending write target, or all of

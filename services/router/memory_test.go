@@ -82,6 +82,16 @@ func TestMemoryCommand(t *testing.T) {
 	if got := e.ask("alice", "/memory pending"); got != want {
 		t.Errorf("/memory pending: %q, want %q", got, want)
 	}
+	// On Telegram, buttons for each write and for all of them.
+	ns := e.noticeEvents("alice")
+	wantButtons := [][]string{
+		{"✅ Approve " + add + "|/memory approve " + add + "|", "❌ Reject " + add + "|/memory reject " + add + "|"},
+		{"✅ Approve " + rm + "|/memory approve " + rm + "|", "❌ Reject " + rm + "|/memory reject " + rm + "|"},
+		{"✅ Approve all|/memory approve all|", "❌ Reject all|/memory reject all|"},
+	}
+	if got := choices(ns[len(ns)-1].GetPicker()); fmt.Sprint(got) != fmt.Sprint(wantButtons) {
+		t.Errorf("/memory pending buttons %q, want %q", got, wantButtons)
+	}
 	if got := e.ask("alice", "/memory"); got != "memory.write_approval = on\n\n"+want {
 		t.Errorf("/memory: %q", got)
 	}
@@ -92,7 +102,23 @@ func TestMemoryCommand(t *testing.T) {
 		{"/memory approve zzzzzzzz", "No pending memory write with id 'zzzzzzzz'."},
 		{"/memory approve " + add, "Approved 1 memory write(s)."},
 		{"/memory approve " + add, "No pending memory write with id '" + add + "'."},
-		{"/memory reject " + rm, "Rejected pending memory write '" + rm + "'."},
+		{"/memory pending", "Pending memory writes (1):\n  " + rm + "  remove from memory: old note\n\nApply: /memory approve <id>   Reject: /memory reject <id>"},
+	} {
+		if got := e.ask("alice", tt.text); got != tt.want {
+			t.Errorf("%s: %q, want %q", tt.text, got, tt.want)
+		}
+	}
+	if ns := e.noticeEvents("alice"); len(choices(ns[len(ns)-1].GetPicker())) != 1 {
+		t.Errorf("one pending write: buttons %q, want its row alone", choices(ns[len(ns)-1].GetPicker()))
+	}
+	// A press of its Reject button is the typed command.
+	before := len(e.noticesTo("alice"))
+	e.publish(press("alice", "/memory reject "+rm, "card-1", ""))
+	waitFor(t, "the press's answer", func() bool { return len(e.noticesTo("alice")) > before })
+	if got := e.noticesTo("alice")[before]; got != "Rejected pending memory write '"+rm+"'." {
+		t.Errorf("Reject press: %q", got)
+	}
+	for _, tt := range []struct{ text, want string }{
 		{"/memory reject " + rm, "No pending memory write with id '" + rm + "'."},
 		{"/memory pending", "No pending memory writes."},
 	} {
@@ -123,7 +149,7 @@ func TestMemoryCommand(t *testing.T) {
 	// A redelivered approve (the router died before it recorded the
 	// event as handled) answers again and applies nothing again.
 	fourth := stage(memorygate.Write{Action: memorygate.ActionAdd, Content: "once only"})
-	before := len(e.noticesTo("alice"))
+	before = len(e.noticesTo("alice"))
 	ev := dm("alice", "/memory approve "+fourth)
 	e.publish(ev)
 	waitFor(t, "the approval", func() bool { return len(e.noticesTo("alice")) > before })
