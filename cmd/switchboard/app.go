@@ -36,9 +36,11 @@ type app struct {
 	// natsOptions are added to the NATS connection's (dev connects to
 	// its embedded server in-process).
 	natsOptions []nats.Option
-	// skills are loaded once (loadSkills).
+	// skills are loaded once (loadSkills), reloaded by /reload-skills.
 	skillsOnce sync.Once
-	skills     *skill.Set
+	skills     *skill.Library
+	// hupOnce: one process listens for SIGHUP (skillSignals).
+	hupOnce sync.Once
 
 	mu        sync.Mutex
 	closers   []func()

@@ -102,9 +102,18 @@ func startChatGateway(ctx context.Context, a *app, name, tokenEnv string, enable
 func startDiscordGateway(ctx context.Context, a *app) (func(context.Context) error, error) {
 	cfg := a.cfg.Gateways.Discord
 	cfg.AllowBots = allowBots(cfg.AllowBots, a.cfg.Router.Auth.AllowBots, "discord")
-	return startChatGateway(ctx, a, "discord", "DISCORD_BOT_TOKEN", cfg.Enabled(), cfg.Validate, func(b *bus.Bus) (chatService, error) {
-		return discord.New(cfg, discord.Deps{Log: a.log, Bus: b, Runner: platform.Options{Attachments: a.cfg.Attachments}, Menu: a.menu("discord")})
+	var svc *discord.Service
+	var sb *bus.Bus
+	run, err := startChatGateway(ctx, a, "discord", "DISCORD_BOT_TOKEN", cfg.Enabled(), cfg.Validate, func(b *bus.Bus) (chatService, error) {
+		s, err := discord.New(cfg, discord.Deps{Log: a.log, Bus: b, Runner: platform.Options{Attachments: a.cfg.Attachments}, Menu: a.menu("discord")})
+		svc, sb = s, b
+		return s, err
 	})
+	if err != nil || svc == nil {
+		return run, err
+	}
+	// A skill reload registers the new menu (skills.go).
+	return a.followMenu(sb, "discord", svc, run), nil
 }
 
 func startSlackGateway(ctx context.Context, a *app) (func(context.Context) error, error) {

@@ -29,5 +29,5 @@ func startTelegram(ctx context.Context, a *app) (func(context.Context) error, er
 		return nil, err
 	}
 	a.health.Add("telegram", s.Ready)
-	return s.Run, nil
+	return a.followMenu(b, "telegram", s, s.Run), nil
 }

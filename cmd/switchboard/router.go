@@ -5,13 +5,11 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
-	slashcmd "github.com/switchboard-chat/switchboard/pkg/command"
 	"github.com/switchboard-chat/switchboard/pkg/cron"
 	"github.com/switchboard-chat/switchboard/pkg/cron/scheduler"
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	"github.com/switchboard-chat/switchboard/pkg/outbox"
 	"github.com/switchboard-chat/switchboard/pkg/retention"
-	"github.com/switchboard-chat/switchboard/pkg/skill"
 	"github.com/switchboard-chat/switchboard/services/router"
 	"github.com/switchboard-chat/switchboard/services/worker"
 )
@@ -69,7 +67,7 @@ func startRouter(ctx context.Context, a *app) (func(context.Context) error, erro
 	if err != nil {
 		return nil, err
 	}
-	runs := []func(context.Context) error{s.Run, sweeper.Run}
+	runs := []func(context.Context) error{s.Run, sweeper.Run, a.skillSignals(b)}
 	if a.cfg.Cron.Enabled {
 		// Every router replica runs the scheduler: SKIP LOCKED gives each
 		// due job to one of them.
@@ -117,35 +115,4 @@ func agentContext(a worker.AgentConfig) (window int, compressAt float64, protect
 		window = 0
 	}
 	return window, compressAt, protectLast
-}
-
-// loadSkills loads the skills (skills.dirs) with the router's quick
-// commands reserved, once per process (dev runs the router and the
-// gateways in one), logging each one that does not load.
-func (a *app) loadSkills() *skill.Set {
-	a.skillsOnce.Do(func() {
-		set, problems := skill.Load(a.cfg.Skills, func(name string) bool {
-			_, quick := a.cfg.Router.QuickCommands[name]
-			return quick
-		})
-		for _, p := range problems {
-			a.log.Warn("skill not loaded", "path", p.Path, "reason", p.Reason)
-		}
-		if len(a.cfg.Skills.Dirs) > 0 {
-			a.log.Info("skills loaded", "skills", set.Len(), "skipped", len(problems))
-		}
-		a.skills = set
-	})
-	return a.skills
-}
-
-// menu is the command menu of a gateway's platform (Telegram's
-// setMyCommands, Discord's slash commands): the built-in commands, then
-// the skills that run there, within the platforms' 100 entries; nil (the
-// built-in commands) when no skills are configured.
-func (a *app) menu(platform string) []slashcmd.MenuEntry {
-	if len(a.cfg.Skills.Dirs) == 0 {
-		return nil
-	}
-	return a.loadSkills().Menu(platform, slashcmd.Menu(), 100)
 }

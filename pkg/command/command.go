@@ -32,6 +32,7 @@ var names = []string{
 	"cron", "usage", "compress", "insights", "provider", "personality", "reasoning",
 	"verbose", "commands", "profile", "version", "background", "btw", "branch", "yolo", "memory",
 	"busy", "footer", "agents", "voice", "fast", "context", "platform", "goal", "subgoal", "loop", "heartbeat", "topic", "pause", "save", "moa",
+	"reload-skills",
 	// Telegram clients send /start when a user opens the bot; Hermes
 	// acknowledges it with nothing.
 	"start",
@@ -54,6 +55,8 @@ var aliases = map[string]string{
 	// Hermes's /proactive, /loop's alias, and /hb, /heartbeat's.
 	"proactive": "loop",
 	"hb":        "heartbeat",
+	// Hermes's /reload_skills, the form Telegram's menu takes.
+	"reload_skills": "reload-skills",
 }
 
 // Names returns the canonical command names.

@@ -101,15 +101,15 @@ func TestParse(t *testing.T) {
 func TestKnownSet(t *testing.T) {
 	want := []string{"new", "reset", "stop", "queue", "q", "steer", "status", "help", "whoami", "model",
 		"approve", "deny", "resume", "sessions", "title", "retry", "undo", "sethome", "set-home", "cron", "usage", "compress", "insights", "provider", "personality", "reasoning", "start",
-		"verbose", "commands", "profile", "version", "v", "background", "bg", "btw", "branch", "fork", "yolo", "busy", "footer", "agents", "tasks", "voice", "fast", "context", "ctx", "platform", "goal", "subgoal", "loop", "proactive", "heartbeat", "hb", "topic", "pause", "save", "moa", "memory"}
+		"verbose", "commands", "profile", "version", "v", "background", "bg", "btw", "branch", "fork", "yolo", "busy", "footer", "agents", "tasks", "voice", "fast", "context", "ctx", "platform", "goal", "subgoal", "loop", "proactive", "heartbeat", "hb", "topic", "pause", "save", "moa", "memory", "reload-skills", "reload_skills"}
 	for _, n := range want {
 		c, ok := command.Parse("/"+n, "telegram", "")
 		if !ok || !c.Known {
 			t.Errorf("/%s: known=%v ok=%v", n, c.Known, ok)
 		}
 	}
-	if got := len(command.Names()); got != len(want)-10 {
-		t.Errorf("Names() has %d, want %d canonical names", got, len(want)-10)
+	if got := len(command.Names()); got != len(want)-11 {
+		t.Errorf("Names() has %d, want %d canonical names", got, len(want)-11)
 	}
 }
 

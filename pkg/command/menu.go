@@ -56,6 +56,8 @@ var menu = []MenuEntry{
 	{"memory", "Review pending memory writes / toggle the approval gate"},
 	{"platform", "Pause, resume, or list a failing gateway platform"},
 	{"pause", "Pause new work globally (emergency stop); '/pause off' resumes"},
+	// Named as Telegram takes it (no "-"): /reload_skills is its alias.
+	{"reload_skills", "Re-scan skills.dirs for newly installed or removed skills"},
 	{"whoami", "Show who the gateway thinks you are"},
 	{"profile", "Show the agent profile this chat talks to"},
 	{"version", "Show the running Switchboard release"},
@@ -64,7 +66,8 @@ var menu = []MenuEntry{
 }
 
 // Menu returns the commands for a platform's command menu, in /help's
-// order: every command Names lists but Telegram's /start.
+// order: every command Names lists but Telegram's /start, a name with
+// "-" under its alias with "_".
 func Menu() []MenuEntry {
 	out := make([]MenuEntry, len(menu))
 	copy(out, menu)

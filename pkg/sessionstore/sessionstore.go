@@ -606,6 +606,8 @@ type FreeStart struct {
 	turn string
 	a    Arrival
 	gen  int64
+	// note is the /reload-skills note the turn takes (SetSkillsNote).
+	note string
 	err  error
 }
 
@@ -641,13 +643,17 @@ func (s *Store) BeginFree(ctx context.Context, key, profile string, src *eventsv
 	// started; the update below, a statement of its own, sees every
 	// enqueue that committed before.
 	s.queueArriveLocking(b, key, profile, src, msg.GetEventId(), msg.GetForkFrom(), true)
-	b.Queue(`UPDATE sessions SET generation = generation + 1, last_turn_id = $2, last_turn_at = $3, updated_at = $3,
-			last_started_event_id = $4
+	// The turn takes the conversation's /reload-skills note (SetSkillsNote).
+	b.Queue(`WITH note AS (
+			SELECT CASE WHEN skills_note_session = session_id THEN skills_note END AS text
+			FROM sessions WHERE session_key = $1)
+		UPDATE sessions SET generation = generation + 1, last_turn_id = $2, last_turn_at = $3, updated_at = $3,
+			last_started_event_id = $4, skills_note = NULL, skills_note_session = NULL
 		WHERE session_key = $1 AND last_started_event_id IS DISTINCT FROM $4
 		  AND NOT EXISTS (SELECT 1 FROM session_queue WHERE session_key = $1)
-		RETURNING generation`,
+		RETURNING generation, coalesce((SELECT text FROM note), '')`,
 		key, turnID, now, msg.GetEventId())
-	f.gen, f.err = readFreeStart(f.conn.SendBatch(ctx, b), &f.a)
+	f.gen, f.note, f.err = readFreeStart(f.conn.SendBatch(ctx, b), &f.a)
 	return f
 }
 
@@ -665,7 +671,7 @@ func (f *FreeStart) Start(ctx context.Context, proceed func(Arrival) bool, publi
 	}
 	a = f.a
 	a.Session.Generation, a.Session.LastTurnID = f.gen, f.turn
-	turn := Turn{Session: a.Session, Generation: f.gen, Inputs: []Queued{{EventID: f.msg.GetEventId(), Event: f.msg}}}
+	turn := Turn{Session: a.Session, Generation: f.gen, Inputs: []Queued{{EventID: f.msg.GetEventId(), Event: f.msg}}, SkillsNote: f.note}
 	if err := publish(ctx, turn); err != nil {
 		return a, false, err
 	}
@@ -694,21 +700,21 @@ func (f *FreeStart) release() {
 
 // readFreeStart reads BeginFree's batch into a; gen is 0 when nothing
 // could be started.
-func readFreeStart(br pgx.BatchResults, a *Arrival) (gen int64, err error) {
+func readFreeStart(br pgx.BatchResults, a *Arrival) (gen int64, note string, err error) {
 	defer br.Close()
 	if _, err := br.Exec(); err != nil {
-		return 0, fmt.Errorf("start turn: begin: %w", err)
+		return 0, "", fmt.Errorf("start turn: begin: %w", err)
 	}
 	if a.Session, a.Created, a.Prev, err = readArrival(br); err != nil {
-		return 0, err
+		return 0, "", err
 	}
-	switch err := br.QueryRow().Scan(&gen); {
+	switch err := br.QueryRow().Scan(&gen, &note); {
 	case errors.Is(err, pgx.ErrNoRows):
 		gen = 0
 	case err != nil:
-		return 0, fmt.Errorf("start turn: %w", err)
+		return 0, "", fmt.Errorf("start turn: %w", err)
 	}
-	return gen, br.Close()
+	return gen, note, br.Close()
 }
 
 // Turn is what StartTurn hands to its publish callback.
@@ -716,6 +722,9 @@ type Turn struct {
 	Session    Session
 	Generation int64
 	Inputs     []Queued
+	// SkillsNote is the /reload-skills note the turn takes (SetSkillsNote),
+	// "" for none.
+	SkillsNote string
 	// More: messages stay queued behind the turn (StartTurn).
 	More bool
 }
@@ -776,7 +785,9 @@ func (s *Store) StartTurn(ctx context.Context, key, turnID string, maxInputs, ma
 // mergeable messages before the first own-turn one; at most $2 messages
 // and, beyond the first, $5 bytes of encoded events (the turn must fit a
 // bus message: a head too big to publish would be picked, and fail, for
-// ever). The newest message taken becomes the last started: a redelivery
+// ever). The /reload-skills note made in the session's current
+// conversation, if any, goes with them (SetSkillsNote); the turn clears
+// it, one made in an earlier conversation too. The newest message taken becomes the last started: a redelivery
 // of it (the router died after queueing it, before recording it as
 // handled, and its partition delivers nothing newer until it is acked) is
 // then recognised as started, by Enqueue and by BeginFree.
@@ -795,13 +806,18 @@ take AS (
 d AS (
 	DELETE FROM session_queue q USING take WHERE q.id = take.id
 	RETURNING q.id, q.stream_seq, q.event_id, q.own_turn, q.event, q.traceparent),
+note AS (
+	SELECT CASE WHEN skills_note_session = session_id THEN skills_note END AS text
+	FROM sessions WHERE session_key = $1),
 u AS (
 	UPDATE sessions SET generation = generation + 1, last_turn_id = $3, last_turn_at = $4, updated_at = $4,
-		last_started_event_id = (SELECT event_id FROM d ORDER BY stream_seq DESC, id DESC LIMIT 1)
+		last_started_event_id = (SELECT event_id FROM d ORDER BY stream_seq DESC, id DESC LIMIT 1),
+		skills_note = NULL, skills_note_session = NULL
 	WHERE session_key = $1 AND EXISTS (SELECT 1 FROM take)
 	RETURNING generation)
 SELECT d.id, d.stream_seq, d.event_id, d.own_turn, d.event, d.traceparent, u.generation,
-	EXISTS (SELECT 1 FROM session_queue q WHERE q.session_key = $1 AND q.id NOT IN (SELECT id FROM take)) AS more
+	EXISTS (SELECT 1 FROM session_queue q WHERE q.session_key = $1 AND q.id NOT IN (SELECT id FROM take)) AS more,
+	coalesce((SELECT text FROM note), '')
 FROM d, u
 ORDER BY d.stream_seq, d.id`
 
@@ -828,10 +844,11 @@ func readHead(br pgx.BatchResults, key string) (Turn, error) {
 	defer rows.Close()
 	var take []Queued
 	var more bool
+	var note string
 	for rows.Next() {
 		var q Queued
 		var data []byte
-		if err := rows.Scan(&q.ID, &q.StreamSeq, &q.EventID, &q.OwnTurn, &data, &q.TraceParent, &sess.Generation, &more); err != nil {
+		if err := rows.Scan(&q.ID, &q.StreamSeq, &q.EventID, &q.OwnTurn, &data, &q.TraceParent, &sess.Generation, &more, &note); err != nil {
 			return Turn{}, fmt.Errorf("scan queue: %w", err)
 		}
 		q.Event = &eventsv1.MessageReceived{}
@@ -844,7 +861,7 @@ func readHead(br pgx.BatchResults, key string) (Turn, error) {
 	if err := rows.Err(); err != nil {
 		return Turn{}, fmt.Errorf("dequeue: %w", err)
 	}
-	return Turn{Session: sess, Generation: sess.Generation, Inputs: take, More: more}, br.Close()
+	return Turn{Session: sess, Generation: sess.Generation, Inputs: take, More: more, SkillsNote: note}, br.Close()
 }
 
 // Waiting is a session with messages queued, by its oldest message.

@@ -123,7 +123,8 @@ const File = "SKILL.md"
 // What cannot load is returned in problems, each skipped, in a
 // deterministic order: a directory that cannot be read; a SKILL.md
 // larger than cfg.MaxBytes, not UTF-8, holding a NUL, or whose
-// frontmatter has no name; a name whose command is empty, a built-in or
+// frontmatter's name key has no text (a file without one is named after
+// its folder, ParseIn); a name whose command is empty, a built-in or
 // reserved one, or that of a skill loaded before it — the first
 // directory of cfg.Dirs wins, and within one, the first path in byte
 // order; a name loaded before (Hermes skips it without a word).
@@ -245,7 +246,7 @@ func read(path string, maxBytes int) (*Skill, error) {
 	if len(data) > maxBytes {
 		return nil, fmt.Errorf("larger than skills.max_bytes (%d bytes)", maxBytes)
 	}
-	sk, err := Parse(data)
+	sk, err := parse(data, filepath.Base(filepath.Dir(path)))
 	if err != nil {
 		return nil, err
 	}
@@ -268,8 +269,18 @@ var (
 // (trailing blanks allowed); it is YAML, or when that fails, lines of
 // "key: value". name is required text; description is optional text.
 // YAML 1.2 reads it: "name: off" is the text "off" (Hermes's YAML 1.1
-// reader makes it false and drops the skill).
-func Parse(data []byte) (*Skill, error) {
+// reader makes it false and drops the skill). Load reads a file whose
+// frontmatter has no name key under its folder's name (ParseIn).
+func Parse(data []byte) (*Skill, error) { return parse(data, "") }
+
+// ParseIn is Parse for a SKILL.md in the folder named folder: as Hermes's
+// scan_skill_commands (frontmatter.get("name", folder)), a frontmatter
+// without a name key — or a file without frontmatter — names the skill
+// after its folder. A name key with no text ("name:", "name: ”") is
+// still ErrNoName: Hermes skips that file too.
+func ParseIn(data []byte, folder string) (*Skill, error) { return parse(data, folder) }
+
+func parse(data []byte, folder string) (*Skill, error) {
 	if !utf8.Valid(data) {
 		return nil, ErrNotUTF8
 	}
@@ -278,6 +289,9 @@ func Parse(data []byte) (*Skill, error) {
 	}
 	content := strings.TrimPrefix(string(data), "\uFEFF")
 	front, body := frontmatter(content)
+	if _, has := front["name"]; !has && folder != "" && folder != "." && folder != string(filepath.Separator) {
+		front["name"] = folder
+	}
 	name, ok := front["name"].(string)
 	if !ok && front["name"] != nil {
 		return nil, ErrBadName

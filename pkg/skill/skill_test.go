@@ -119,7 +119,10 @@ func TestLoad(t *testing.T) {
 	writeSkill(t, filepath.Join(first, "a-dup"), md("Dup Name", "the first of a command"))
 	writeSkill(t, filepath.Join(first, "b-dup"), md("dup-name", "the same command, later"))
 	writeSkill(t, filepath.Join(first, "big"), md("big", strings.Repeat("x", 300)))
-	writeSkill(t, filepath.Join(first, "noname"), "---\ndescription: none\n---\n")
+	// No name key: the folder names it, as in Hermes.
+	writeSkill(t, filepath.Join(first, "noname"), "---\ndescription: named by its folder\n---\n")
+	// A name key without text is still refused.
+	writeSkill(t, filepath.Join(first, "emptyname"), "---\nname:\ndescription: none\n---\n")
 	writeSkill(t, filepath.Join(first, "utf"), "---\nname: utf\n---\n\xc3\x28")
 	writeSkill(t, filepath.Join(first, ".hidden"), md("hidden", "never read"))
 	writeSkill(t, filepath.Join(first, "review", "references", "old"), md("old", "a skill's own files are no skills"))
@@ -143,7 +146,7 @@ func TestLoad(t *testing.T) {
 		got = append(got, sk.Command+"="+sk.Description)
 	}
 	want := []string{"deploy=nested in a category", "dup-name=the first of a command", "linked=through a symlink",
-		"other=from the second dir", "review=first review", "tgoff=disabled on telegram"}
+		"noname=named by its folder", "other=from the second dir", "review=first review", "tgoff=disabled on telegram"}
 	if strings.Join(got, "|") != strings.Join(want, "|") {
 		t.Fatalf("enabled:\n got %v\nwant %v", got, want)
 	}
@@ -159,14 +162,14 @@ func TestLoad(t *testing.T) {
 		reasons[p.Path] = p.Reason
 	}
 	for path, part := range map[string]string{
-		filepath.Join(first, "new", skill.File):     "built-in",
-		filepath.Join(first, "reset", skill.File):   "built-in",
-		filepath.Join(first, "gpt", skill.File):     "quick",
-		filepath.Join(first, "b-dup", skill.File):   `/dup-name is skill "Dup Name"'s`,
-		filepath.Join(first, "big", skill.File):     "max_bytes",
-		filepath.Join(first, "noname", skill.File):  "no name",
-		filepath.Join(first, "utf", skill.File):     "UTF-8",
-		filepath.Join(second, "review", skill.File): "loaded before",
+		filepath.Join(first, "new", skill.File):       "built-in",
+		filepath.Join(first, "reset", skill.File):     "built-in",
+		filepath.Join(first, "gpt", skill.File):       "quick",
+		filepath.Join(first, "b-dup", skill.File):     `/dup-name is skill "Dup Name"'s`,
+		filepath.Join(first, "big", skill.File):       "max_bytes",
+		filepath.Join(first, "emptyname", skill.File): "no name",
+		filepath.Join(first, "utf", skill.File):       "UTF-8",
+		filepath.Join(second, "review", skill.File):   "loaded before",
 		missing: "not read",
 	} {
 		if !strings.Contains(reasons[path], part) {

@@ -64,6 +64,7 @@ var helpText = strings.Join([]string{
 	"/memory [pending|approve|reject|approval] [id|on|off] — review pending memory writes / toggle the approval gate: with it on, the agent's memory writes wait for /memory approve <id|all> or /memory reject <id|all>",
 	"/platform [list|pause|resume] [name] — pause, resume, or list a failing gateway platform: list, every gateway replica's state; pause, its connection stops on every replica until resume",
 	"/pause [reason | off] — pause new work globally (emergency stop): on every replica new messages (and /queue, /retry, /background, /btw) are answered, not run, cron and goals hold, running turns finish; /pause off resumes",
+	"/reload-skills — re-scan skills.dirs for newly installed or removed skills, on every replica and gateway; the next message of this chat tells the agent what changed",
 	"/whoami — who the gateway thinks you are",
 	"/profile — the agent profile this chat talks to",
 	"/version — the running Switchboard release",
@@ -168,6 +169,8 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 	}
 
 	switch cmd.Name {
+	case "reload-skills":
+		return s.reloadSkillsCommand(ctx, m, sess)
 	case "new":
 		if m.place == topicLobby {
 			// As Hermes: the lobby has no conversation to replace.

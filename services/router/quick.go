@@ -82,7 +82,7 @@ func (s *Service) isQuick(name string) bool {
 // isQuickOrSkill reports whether name is a quick command or a skill's
 // command: "!" starts them on Slack and Matrix, as it starts built-ins.
 func (s *Service) isQuickOrSkill(name string) bool {
-	return s.isQuick(name) || s.skills.Has(name)
+	return s.isQuick(name) || s.skillSet().Has(name)
 }
 
 // parseCommand reads a command from text, the operator's quick commands

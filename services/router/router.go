@@ -314,8 +314,9 @@ type Deps struct {
 	// Provider is the model provider /provider tells of (no key).
 	Provider Provider
 	// Skills are the skills "/<skill> [instruction]" invokes (skills.go),
-	// loaded with the quick commands reserved; nil: none.
-	Skills *skill.Set
+	// loaded with the quick commands reserved; nil: none. /reload-skills
+	// and the reloads other processes announce scan them again.
+	Skills *skill.Library
 }
 
 // Service is a running router.
@@ -364,7 +365,7 @@ type Service struct {
 	// store the gateways read them from.
 	files *attachment.Store
 	// skills is Deps.Skills.
-	skills *skill.Set
+	skills *skill.Library
 }
 
 // New builds a router.
@@ -420,7 +421,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		skills:     deps.Skills,
 	}
 	for name := range cfg.QuickCommands {
-		if s.skills.Has(name) {
+		if s.skillSet().Has(name) {
 			// Built-ins and quick commands win over skills (skills.go).
 			s.log.Warn("a quick command shadows a skill of the same command", "command", name)
 		}
@@ -455,6 +456,13 @@ func New(cfg Config, deps Deps) (*Service, error) {
 func (s *Service) Run(ctx context.Context) error {
 	// The pause is in memory before the first message is handled.
 	if err := s.watchPause(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	// So are the reloads announced while this replica was away.
+	if err := s.followSkills(ctx); err != nil {
 		if ctx.Err() != nil {
 			return nil
 		}

@@ -49,6 +49,9 @@ type env struct {
 	provider Provider
 	// skills are the skills the router is started with.
 	skills *skill.Set
+	// skillsCfg, when set, is where each router started loads its own
+	// skills from (a process's skill.Library), instead of skills.
+	skillsCfg *skill.Config
 
 	mu      sync.Mutex
 	notices []*repliesv1.ReplyEvent
@@ -131,7 +134,14 @@ func (e *env) startRouter(cfg Config, b *bus.Bus, parts []int) *Service {
 	if b == nil {
 		b = e.bus
 	}
-	s, err := New(cfg, Deps{Bus: b, DB: e.db, Redis: e.rdb, RedisPrefix: e.prefix, Environ: []string{}, Partitions: parts, Homes: e.homes, Provider: e.provider, Skills: e.skills})
+	var lib *skill.Library
+	switch {
+	case e.skillsCfg != nil:
+		lib = skill.NewLibrary(*e.skillsCfg, nil, nil)
+	case e.skills != nil:
+		lib = skill.Fixed(e.skills)
+	}
+	s, err := New(cfg, Deps{Bus: b, DB: e.db, Redis: e.rdb, RedisPrefix: e.prefix, Environ: []string{}, Partitions: parts, Homes: e.homes, Provider: e.provider, Skills: lib})
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -22,16 +22,20 @@ import (
 // parseCommand (built-ins, then quick commands) and expandSkill (only a
 // command neither of them knows) keeps it so.
 
+// skillSet is the skills as last loaded (nil: none). A message reads
+// it once per use; a reload replaces it whole (skill.Library).
+func (s *Service) skillSet() *skill.Set { return s.skills.Current() }
+
 // expandSkill makes m, a command no built-in or quick command knows, the
 // invocation of the skill it names when that skill runs on m's platform:
 // its text becomes the invocation and it is a command no more. A skill
 // that does not run there stays a command, which command answers
 // (skillRefusal).
 func (s *Service) expandSkill(m *msgCtx) {
-	if !m.isCmd || m.cmd.Known || s.skills == nil {
+	if !m.isCmd || m.cmd.Known {
 		return
 	}
-	sk, st := s.skills.Lookup(m.cmd.Typed, m.platform)
+	sk, st := s.skillSet().Lookup(m.cmd.Typed, m.platform)
 	if st != skill.Enabled {
 		return
 	}
@@ -55,7 +59,7 @@ func skillInstruction(text string) string {
 // config`" is an operator's setting here); ok is false when no skill has
 // the command.
 func (s *Service) skillRefusal(typed, platform string) (string, bool) {
-	sk, st := s.skills.Lookup(typed, platform)
+	sk, st := s.skillSet().Lookup(typed, platform)
 	switch st {
 	case skill.Disabled:
 		return fmt.Sprintf("The **%s** skill is installed but disabled.\nAn operator enables it in the configuration (skills.disabled).", typed), true
@@ -87,7 +91,7 @@ const (
 // <description>" line each, by command.
 func (s *Service) skillLines(platform string) []string {
 	var lines []string
-	for _, sk := range s.skills.Enabled(platform) {
+	for _, sk := range s.skillSet().Enabled(platform) {
 		lines = append(lines, "/"+sk.Command+" — "+sk.Description)
 	}
 	return lines

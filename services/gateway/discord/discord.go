@@ -137,6 +137,9 @@ type Service struct {
 	p *Platform
 }
 
+// SetMenu replaces the slash commands' menu (Platform.SetMenu).
+func (s *Service) SetMenu(ctx context.Context, menu []command.MenuEntry) { s.p.SetMenu(ctx, menu) }
+
 // New builds the gateway without calling Discord: Run learns the bot's
 // identity (SignIn, GET /users/@me) until Discord answers, unready
 // meanwhile, so a gateway started while Discord is out of reach waits for
@@ -181,7 +184,12 @@ type Platform struct {
 
 	// registered: this process made the slash commands the menu's.
 	registered atomic.Bool
-	// menu is Deps.Menu (nil: command.Menu).
+	// signedIn: SignIn learnt the bot's identity (rules.BotID is set,
+	// and read after this from any goroutine).
+	signedIn atomic.Bool
+	// menuMu guards menu.
+	menuMu sync.Mutex
+	// menu is Deps.Menu (nil: command.Menu), or what SetMenu set since.
 	menu []command.MenuEntry
 
 	connMu sync.Mutex
@@ -273,6 +281,7 @@ func (p *Platform) SignIn(ctx context.Context) error {
 		return fmt.Errorf("discord users/@me: %w", err)
 	}
 	p.rules.Account, p.rules.BotID = me.ID, me.ID
+	p.signedIn.Store(true)
 	return nil
 }
 

@@ -218,7 +218,9 @@ func (p *Platform) registerCommands(ctx context.Context) (bool, error) {
 	if !snowflake(app) {
 		return false, errors.New("discord application id unknown")
 	}
+	p.menuMu.Lock()
 	menu := p.menu
+	p.menuMu.Unlock()
 	if menu == nil {
 		menu = command.Menu()
 	}
@@ -239,6 +241,30 @@ func (p *Platform) registerCommands(ctx context.Context) (bool, error) {
 	}
 	p.log.Info("discord slash commands registered", "commands", len(want))
 	return true, nil
+}
+
+// SetMenu replaces the menu the slash commands are registered from (a
+// skill reload changed the skills that run on Discord) and registers it
+// at once when the bot's identity is known, as Hermes's
+// refresh_skill_group re-registers its skill commands; otherwise, or when
+// Discord refuses, the next connect registers it (syncCommands). Every
+// replica registers the same menu: the GET-and-compare makes the others'
+// calls no-ops.
+func (p *Platform) SetMenu(ctx context.Context, menu []command.MenuEntry) {
+	p.menuMu.Lock()
+	p.menu = slices.Clone(menu)
+	p.menuMu.Unlock()
+	p.registered.Store(false)
+	if !p.cfg.RegisterCommands || !p.signedIn.Load() {
+		return
+	}
+	rctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	if _, err := p.registerCommands(rctx); err != nil {
+		p.log.Warn("discord slash commands not refreshed; the next connect registers them", "err", err)
+		return
+	}
+	p.registered.Store(true)
 }
 
 // syncCommands runs registerCommands once per process, retrying a

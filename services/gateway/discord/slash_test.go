@@ -519,3 +519,42 @@ func TestRedact(t *testing.T) {
 		t.Fatal("redact of nothing")
 	}
 }
+
+// A skill reload's new menu (SetMenu) is registered at once once the
+// bot's identity is known; before, it is left for the connect's sync;
+// a refused one leaves the next connect to register it.
+func TestSetMenuRegistersTheNewMenu(t *testing.T) {
+	t.Parallel()
+	f := newFake(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	p, err := newPlatform(Config{BotToken: f.Token, APIBaseURL: f.URL(), RegisterCommands: true}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	menu := append(command.Menu(), command.MenuEntry{Name: "deploy", Description: "Ship the build"})
+	p.SetMenu(ctx, menu) // not signed in: nothing sent
+	if _, overwrites, _ := f.Commands(); overwrites != 0 {
+		t.Fatalf("%d overwrites before signing in", overwrites)
+	}
+	if err := p.SignIn(ctx); err != nil {
+		t.Fatal(err)
+	}
+	p.syncCommands(ctx) // the connect registers the menu set before
+	if cmds, overwrites, _ := f.Commands(); overwrites != 1 || cmds["deploy"] != "Ship the build" || !p.registered.Load() {
+		t.Fatalf("%d overwrites, commands %v", overwrites, cmds)
+	}
+	p.SetMenu(ctx, command.Menu()) // the skill removed: at once
+	if cmds, overwrites, _ := f.Commands(); overwrites != 2 || cmds["deploy"] != "" || len(cmds) != len(command.Menu()) || !p.registered.Load() {
+		t.Fatalf("after the reload: %d overwrites, commands %v", overwrites, cmds)
+	}
+	p.SetMenu(ctx, command.Menu()) // unchanged: compared, not overwritten
+	if _, overwrites, _ := f.Commands(); overwrites != 2 {
+		t.Fatalf("an unchanged menu was overwritten (%d)", overwrites)
+	}
+	// An entry Discord would refuse is left out, the rest registered.
+	p.SetMenu(ctx, append(command.Menu(), command.MenuEntry{Name: "ok", Description: strings.Repeat("d", 101)}))
+	if cmds, overwrites, refused := f.Commands(); overwrites != 2 || refused != 0 || cmds["ok"] != "" || !p.registered.Load() {
+		t.Fatalf("a menu with a bad entry: %d overwrites, %d refused, commands %v", overwrites, refused, cmds)
+	}
+}

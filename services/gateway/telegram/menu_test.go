@@ -1,6 +1,7 @@
 package telegram
 
 import (
+	"context"
 	"slices"
 	"testing"
 	"time"
@@ -42,5 +43,46 @@ func TestCommandMenu(t *testing.T) {
 		if !slices.ContainsFunc(got, func(c telegramfake.BotCommand) bool { return c.Command == name }) {
 			t.Errorf("/%s missing from the menu", name)
 		}
+	}
+}
+
+// A skill reload's new menu (SetMenu) is set at once, on a connected
+// gateway; a refused one is set again at the next connect.
+func TestSetMenuRefreshesTheMenu(t *testing.T) {
+	t.Parallel()
+	f := newFake(t)
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	s, stop := startService(t, testConfig(f), b, "a")
+	waitFor(t, "the start-up menu", 20*time.Second, func() bool { return len(f.Commands()) == len(command.Menu()) })
+	names := func() []string {
+		var out []string
+		for _, c := range f.Commands() {
+			out = append(out, c.Command)
+		}
+		return out
+	}
+	menu := append(command.Menu(), command.MenuEntry{Name: "deploy", Description: "Ship the build"})
+	s.SetMenu(context.Background(), menu)
+	if got := names(); len(got) != len(menu) || got[len(got)-1] != "deploy" {
+		t.Fatalf("menu after a reload: %v", got)
+	}
+	if n := f.Calls("setMyCommands"); n != 2 {
+		t.Fatalf("%d setMyCommands calls, want 2", n)
+	}
+
+	// A refused refresh is set by the next connect (Connect's setCommands).
+	f.FailNext("setMyCommands", telegramfake.APIError{Code: 500, Description: "Internal Server Error"})
+	s.SetMenu(context.Background(), command.Menu())
+	if got := names(); got[len(got)-1] != "deploy" {
+		t.Fatalf("a refused refresh changed the menu: %v", got)
+	}
+	stop()
+	s.p.setCommands(context.Background())
+	if got := names(); slices.Contains(got, "deploy") || len(got) != len(command.Menu()) {
+		t.Fatalf("menu %v after the next connect, want deploy gone", got)
+	}
+	s.p.setCommands(context.Background()) // set: not sent again
+	if n := f.Calls("setMyCommands"); n != 4 {
+		t.Fatalf("%d setMyCommands calls, want 4", n)
 	}
 }

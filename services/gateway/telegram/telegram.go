@@ -24,6 +24,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -170,6 +171,9 @@ type Service struct {
 	p *Platform
 }
 
+// SetMenu replaces the bot's command menu (Platform.SetMenu).
+func (s *Service) SetMenu(ctx context.Context, menu []command.MenuEntry) { s.p.SetMenu(ctx, menu) }
+
 // New builds the gateway.
 func New(cfg Config, deps Deps) (*Service, error) {
 	if deps.Bus == nil {
@@ -304,12 +308,12 @@ func (p *Platform) learnUsername(ctx context.Context) error {
 // never keeps the bot from serving (typed commands work without a menu).
 func (p *Platform) setCommands(ctx context.Context) {
 	p.mu.Lock()
-	done := p.menuSet
+	done, want := p.menuSet, p.menu
 	p.mu.Unlock()
 	if done {
 		return
 	}
-	menu := p.menu
+	menu := want
 	if menu == nil {
 		menu = command.Menu()
 	}
@@ -322,8 +326,21 @@ func (p *Platform) setCommands(ctx context.Context) {
 		return
 	}
 	p.mu.Lock()
-	p.menuSet = true
+	// A menu replaced meanwhile (SetMenu) is set by its own call.
+	p.menuSet = slices.Equal(p.menu, want)
 	p.mu.Unlock()
+}
+
+// SetMenu replaces the bot's command menu (a skill reload changed the
+// skills that run on Telegram) and sets it at once, as Hermes's
+// /reload-skills leaves each adapter to refresh what it registered: every
+// replica sets the same menu, so whichever holds the connection agrees.
+// A failure is logged; the next connect tries again.
+func (p *Platform) SetMenu(ctx context.Context, menu []command.MenuEntry) {
+	p.mu.Lock()
+	p.menu, p.menuSet = slices.Clone(menu), false
+	p.mu.Unlock()
+	p.setCommands(ctx)
 }
 
 // Connect sets the command menu, then runs long polling or the webhook

@@ -1,0 +1,127 @@
+package router
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/switchboard-chat/switchboard/pkg/sessionstore"
+	"github.com/switchboard-chat/switchboard/pkg/skill"
+)
+
+// Hermes's /reload-skills (gateway/run.py _handle_reload_skills_command,
+// agent/skill_commands.py reload_skills): skills.dirs is scanned again
+// and the answer lists the skills added and removed, and how many there
+// are. Hermes is one process; here every process that holds skills
+// must scan: the replica that got the command announces the reload in
+// the SKILLS bucket (pkg/skill), which every router replica and the
+// Telegram and Discord gateways follow (the gateways refresh their
+// platform's command menu), then scans itself and answers from its own
+// scan. A replica that was down or re-watching reads the announcement
+// when its watch replays it; one that starts scans anyway.
+
+// skillsKV opens the bucket of skill reload announcements.
+func (s *Service) skillsKV(ctx context.Context) (jetstream.KeyValue, error) {
+	return skill.OpenBucket(ctx, s.bus.JetStream(), s.topo)
+}
+
+// followSkills scans the skills again for each reload another process
+// announces, until ctx ends (no skills: nothing to follow).
+func (s *Service) followSkills(ctx context.Context) error {
+	if s.skills == nil {
+		return nil
+	}
+	kv, err := s.skillsKV(ctx)
+	if err != nil {
+		return err
+	}
+	return s.skills.Follow(ctx, kv)
+}
+
+// reloadSkillsCommand answers /reload-skills, exactly once per inbound
+// event (once). The announcement comes first: a failure changes nothing
+// anywhere and is answered in Hermes's words. The diff is this replica's
+// scan against the skills it held when the command arrived. When skills
+// changed, Hermes's one-shot note waits for the session's next turn
+// (sessionstore.SetSkillsNote), in the same transaction as the answer.
+func (s *Service) reloadSkillsCommand(ctx context.Context, m *msgCtx, sess sessionstore.Session) error {
+	by := m.platform + ":" + m.src.GetUserId()
+	return s.once(ctx, m, "reload-skills", func(ctx context.Context, st *sessionstore.Store) (string, int64, error) {
+		before := s.skillSet()
+		if s.skills != nil {
+			kv, err := s.skillsKV(ctx)
+			if err == nil {
+				err = s.skills.Announce(ctx, kv, by)
+			}
+			if err != nil {
+				s.log.WarnContext(ctx, "skill reload not announced", "by", by, "err", err)
+				return "❌ Skills reload failed: " + err.Error(), sess.Generation, nil
+			}
+		}
+		var after *skill.Set
+		if s.skills != nil {
+			_, after = s.skills.Reload(skill.SourceCommand)
+		}
+		added, removed, total := skill.Diff(before, after, m.platform)
+		s.log.InfoContext(ctx, "skills reloaded by command", "by", by, "added", len(added), "removed", len(removed), "total", total)
+		if len(added)+len(removed) > 0 {
+			if err := st.SetSkillsNote(ctx, m.key, reloadNote(added, removed)); err != nil {
+				return "", 0, err
+			}
+		}
+		return reloadAnswer(added, removed, total), sess.Generation, nil
+	})
+}
+
+// reloadItem is one skill of the answer and the note, as Hermes's.
+func reloadItem(it skill.Item) string {
+	if it.Description == "" {
+		return "    - " + it.Command
+	}
+	return "    - " + it.Command + ": " + it.Description
+}
+
+// reloadAnswer is Hermes's answer (locales gateway.reload_skills).
+func reloadAnswer(added, removed []skill.Item, total int) string {
+	lines := []string{"🔄 **Skills Reloaded**\n"}
+	if len(added) == 0 && len(removed) == 0 {
+		lines = append(lines, "No new skills detected.")
+	}
+	if len(added) > 0 {
+		lines = append(lines, "➕ **Added Skills:**")
+		for _, it := range added {
+			lines = append(lines, reloadItem(it))
+		}
+	}
+	if len(removed) > 0 {
+		lines = append(lines, "➖ **Removed Skills:**")
+		for _, it := range removed {
+			lines = append(lines, reloadItem(it))
+		}
+	}
+	lines = append(lines, fmt.Sprintf("\n📚 %d skill(s) available", total))
+	return strings.Join(lines, "\n")
+}
+
+// reloadNote is Hermes's one-shot note for the session's next turn,
+// prepended to its user message. Hermes's last line points the model to
+// its skills_list tool; Switchboard's agent has none (a skill runs when
+// the user types its command), so the line says that instead.
+func reloadNote(added, removed []skill.Item) string {
+	sections := []string{"[USER INITIATED SKILLS RELOAD:"}
+	if len(added) > 0 {
+		sections = append(sections, "", "Added Skills:")
+		for _, it := range added {
+			sections = append(sections, reloadItem(it))
+		}
+	}
+	if len(removed) > 0 {
+		sections = append(sections, "", "Removed Skills:")
+		for _, it := range removed {
+			sections = append(sections, reloadItem(it))
+		}
+	}
+	return strings.Join(append(sections, "", "The user runs a skill by typing /<name>.]"), "\n")
+}

@@ -1,0 +1,122 @@
+package router
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/switchboard-chat/switchboard/pkg/sessionkey"
+	"github.com/switchboard-chat/switchboard/pkg/skill"
+)
+
+func writeTestSkill(t *testing.T, dir, name, text string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Join(dir, name), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, name, skill.File), []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Two router replicas, each with its own skills (two processes over one
+// skills.dirs), each consuming its own inbound partitions: one
+// /reload-skills on the first makes both serve the skill installed
+// since; the answer is Hermes's, from the first one's scan; the chat's
+// next message carries Hermes's note to the agent, once.
+func TestReloadSkillsReachesEveryReplica(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	dir := t.TempDir()
+	writeTestSkill(t, dir, "review", reviewSkill)
+	e.skillsCfg = &skill.Config{Dirs: []string{dir}, MaxBytes: skill.DefaultMaxBytes}
+	cfg := testConfig()
+
+	// alice's chat on the first replica's partition, another user's on
+	// the second's (one partition each when the topology has one).
+	topo := e.bus.Topology()
+	partOf := func(user string) int { return topo.Partition(sessionkey.ChatKey(dm(user, "").Source)) }
+	other := ""
+	for i := range 200 {
+		u := "user" + strings.Repeat("x", i%7) + string(rune('a'+i%26))
+		if partOf(u) != partOf("alice") {
+			other = u
+			break
+		}
+	}
+	var firstParts, secondParts []int
+	if other == "" || topo.PartitionCount() < 2 {
+		t.Fatal("the test topology has one inbound partition")
+	}
+	firstParts = []int{partOf("alice")}
+	for p := range topo.PartitionCount() {
+		if p != partOf("alice") {
+			secondParts = append(secondParts, p)
+		}
+	}
+	cfg.Auth.GatewayAllowedUsers = append(cfg.Auth.GatewayAllowedUsers, other)
+	first := e.startRouter(cfg, nil, firstParts)
+	second := e.startRouter(cfg, e.secondBus(), secondParts)
+	w := e.startWorker(nil)
+
+	if got := e.ask(other, "/deploy now"); !strings.HasPrefix(got, "Unknown command /deploy.") {
+		t.Fatalf("before the reload: %q", got)
+	}
+	if got := e.ask("alice", "/reload-skills"); got != "🔄 **Skills Reloaded**\n\nNo new skills detected.\n\n📚 1 skill(s) available" {
+		t.Fatalf("a reload with nothing new: %q", got)
+	}
+
+	// Installed and removed on disk; Telegram's menu sends /reload_skills.
+	writeTestSkill(t, dir, "deploy", "---\ndescription: Ship the build\n---\nDeploy it.\n") // named by its folder
+	if err := os.RemoveAll(filepath.Join(dir, "review")); err != nil {
+		t.Fatal(err)
+	}
+	want := "🔄 **Skills Reloaded**\n\n➕ **Added Skills:**\n    - deploy: Ship the build\n➖ **Removed Skills:**\n    - code-review: Review a diff\n\n📚 1 skill(s) available"
+	if got := e.ask("alice", "/reload_skills"); got != want {
+		t.Fatalf("answer:\n%s\nwant:\n%s", got, want)
+	}
+	if !first.skillSet().Has("deploy") || first.skillSet().Has("code-review") {
+		t.Fatal("the answering replica did not reload")
+	}
+	waitFor(t, "the other replica to reload", func() bool {
+		return second.skillSet().Has("deploy") && !second.skillSet().Has("code-review")
+	})
+
+	// The other replica runs the new skill and knows no more the old.
+	sk, _ := second.skillSet().Lookup("deploy", "telegram")
+	e.publish(dm(other, "/deploy now"))
+	otherKey := "agent:main:telegram:dm:chat-" + other
+	waitFor(t, "the new skill's turn on the other replica", func() bool {
+		turns, _ := w.snapshot()
+		return slices.Contains(inputsText(turns, otherKey), sk.Invocation("now"))
+	})
+	if got := e.ask(other, "/code-review"); !strings.HasPrefix(got, "Unknown command /code-review.") {
+		t.Fatalf("the removed skill: %q", got)
+	}
+
+	// Hermes's note rides alice's next message, once.
+	note := "[USER INITIATED SKILLS RELOAD:\n\nAdded Skills:\n    - deploy: Ship the build\n\nRemoved Skills:\n    - code-review: Review a diff\n\nThe user runs a skill by typing /<name>.]"
+	aliceKey := "agent:main:telegram:dm:chat-alice"
+	e.publish(dm("alice", "hello"))
+	waitFor(t, "alice's turn", func() bool {
+		turns, _ := w.snapshot()
+		return len(inputsText(turns, aliceKey)) == 1
+	})
+	e.publish(dm("alice", "again"))
+	waitFor(t, "alice's second turn", func() bool {
+		turns, _ := w.snapshot()
+		return len(inputsText(turns, aliceKey)) == 2
+	})
+	turns, _ := w.snapshot()
+	if got := inputsText(turns, aliceKey); got[0] != note+"\n\nhello" || got[1] != "again" {
+		t.Fatalf("alice's inputs %q", got)
+	}
+	// The other chat got no note: its turn carried the invocation alone.
+	for _, text := range inputsText(turns, otherKey) {
+		if strings.Contains(text, "SKILLS RELOAD") {
+			t.Fatalf("another chat got the note: %q", text)
+		}
+	}
+}
