@@ -7,6 +7,7 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/switchboard-chat/switchboard/pkg/approvalmode"
 	"github.com/switchboard-chat/switchboard/pkg/attachment"
 	"github.com/switchboard-chat/switchboard/pkg/bus"
 	"github.com/switchboard-chat/switchboard/pkg/config"
@@ -58,6 +59,8 @@ type Config struct {
 	Agent    worker.AgentConfig  `koanf:"agent"`
 	LLM      LLMConfig           `koanf:"llm"`
 	Privacy  PrivacyConfig       `koanf:"privacy"`
+	// Approvals is the dangerous-command approval mode's default.
+	Approvals ApprovalsConfig `koanf:"approvals"`
 	// Attachments bounds the users' attachments the gateways keep for
 	// the agent (pictures, voice messages, text documents).
 	Attachments attachment.Config `koanf:"attachments"`
@@ -144,6 +147,16 @@ type LLMConfig struct {
 	// a retryable provider error. 0 turns it off. Hermes's stale-stream
 	// timeout, 180 s by default.
 	StreamIdleTimeout time.Duration `koanf:"stream_idle_timeout"`
+}
+
+// ApprovalsConfig is Hermes's approvals section.
+type ApprovalsConfig struct {
+	// Mode is the dangerous-command approval mode while no one has set
+	// one with /approvals (Hermes's approvals.mode): manual (the
+	// default) asks the user before every dangerous tool call, smart
+	// lets a judge model (agent.approval_judge_model) approve the calls
+	// it finds harmless and asks about the rest, off never asks.
+	Mode string `koanf:"mode"`
 }
 
 // PrivacyConfig controls what personal data reaches the model.
@@ -326,6 +339,9 @@ func (c *Config) Validate() error {
 	}
 	if err := c.Skills.Validate(); err != nil {
 		return fmt.Errorf("%w for %v", config.ErrInvalid, err)
+	}
+	if _, err := approvalmode.FromConfig(c.Approvals.Mode); err != nil {
+		return config.Invalid("approvals.mode", c.Approvals.Mode, "manual, smart or off")
 	}
 	if err := c.Router.Validate(); err != nil {
 		return fmt.Errorf("%w for router.%v", config.ErrInvalid, err)

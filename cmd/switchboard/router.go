@@ -40,6 +40,8 @@ func startRouter(ctx context.Context, a *app) (func(context.Context) error, erro
 	cfg.VoiceReplies = a.cfg.Agent.Backend == "" && ttsSource(a.cfg.TTS, prov.Kind, a.cfg.LLM.Provider) != "" ||
 		a.cfg.Agent.Backend != "" && ttsSource(a.cfg.TTS, "", "") != ""
 	cfg.ServiceTier = a.cfg.Agent.ServiceTier
+	// /approvals shows approvals.mode while no one has set one.
+	cfg.ApprovalsMode = a.cfg.Approvals.Mode
 	// A bare /model offers agent.models (a picker where buttons render).
 	cfg.Models = a.cfg.Agent.Models
 	// /moa runs agent.moa's preset, which only the built-in loop has.

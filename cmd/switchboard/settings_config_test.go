@@ -86,3 +86,21 @@ func TestAgentMoAConfig(t *testing.T) {
 		}
 	}
 }
+
+// approvals.mode takes Hermes's modes (a YAML off included), and the
+// agent.approval_judge_model names the judge's model.
+func TestApprovalsModeConfig(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "c.yaml")
+	for yaml, ok := range map[string]bool{"": true, "manual": true, "smart": true, "off": true, "OFF": true, "auto": false, "ask": false} {
+		if err := os.WriteFile(p, []byte("approvals:\n  mode: "+yaml+"\nagent:\n  approval_judge_model: judge-mini\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		cfg, _, err := loadConfig(p)
+		if ok && (err != nil || cfg.Approvals.Mode != yaml || cfg.Agent.ApprovalJudgeModel != "judge-mini") {
+			t.Errorf("approvals.mode %q: %v", yaml, err)
+		}
+		if !ok && (err == nil || !strings.Contains(err.Error(), "approvals.mode")) {
+			t.Errorf("approvals.mode %q accepted: %v", yaml, err)
+		}
+	}
+}

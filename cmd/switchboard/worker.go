@@ -35,6 +35,7 @@ func startWorker(ctx context.Context, a *app) (func(context.Context) error, erro
 	cfg.RedisPrefix = a.cfg.Redis.Prefix
 	cfg.RedactPII = a.cfg.Privacy.RedactPII
 	cfg.MemoryWriteApproval = a.cfg.Memory.WriteApproval
+	cfg.ApprovalsMode = a.cfg.Approvals.Mode
 	// A picture the gateways may keep is one the worker may read to fit it.
 	cfg.Agent.MaxImageSourceBytes = max(cfg.Agent.MaxImageSourceBytes, a.cfg.Attachments.MaxBytes)
 	loc, err := a.cfg.Cron.Location()

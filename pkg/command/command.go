@@ -30,7 +30,7 @@ var names = []string{
 	"new", "stop", "queue", "steer", "status", "help", "whoami", "model",
 	"approve", "deny", "resume", "sessions", "title", "retry", "undo", "sethome",
 	"cron", "usage", "compress", "insights", "provider", "personality", "reasoning",
-	"verbose", "commands", "profile", "version", "background", "btw", "branch", "yolo", "memory",
+	"verbose", "commands", "profile", "version", "background", "btw", "branch", "yolo", "approvals", "memory",
 	"busy", "footer", "agents", "voice", "fast", "context", "platform", "goal", "subgoal", "loop", "heartbeat", "topic", "pause", "save", "moa",
 	"reload-skills",
 	// Telegram clients send /start when a user opens the bot; Hermes

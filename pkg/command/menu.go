@@ -37,6 +37,7 @@ var menu = []MenuEntry{
 	{"personality", "Set a predefined personality"},
 	{"reasoning", "Manage reasoning effort and display"},
 	{"yolo", "Toggle YOLO mode (skip all dangerous command approvals)"},
+	{"approvals", "Show or set the persistent dangerous-command approval mode"},
 	{"verbose", "Cycle tool progress display: off -> new -> all -> verbose"},
 	{"busy", "Control how messages behave while the agent is working"},
 	{"footer", "Toggle gateway runtime-metadata footer on final replies"},

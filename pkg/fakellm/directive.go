@@ -20,6 +20,7 @@ const (
 	KindLatency                 // [[latency:DURATION]]
 	KindRecall                  // [[recall:user]] answers with the earlier user messages
 	KindVerdict                 // [[verdict:done]] answers a goal judge's request (judge.go)
+	KindRisk                    // [[risk:approve]] answers a smart-approval judge's request (judge.go)
 )
 
 // maxDelay caps delays that outside text can ask for.
@@ -175,6 +176,14 @@ func parseDirective(body string) (Directive, bool) {
 		d.Kind = KindVerdict
 		v, rest, _ := strings.Cut(arg, " ")
 		if !verdicts[v] {
+			return Directive{}, false
+		}
+		d.Name = v
+		opts = rest
+	case "risk":
+		d.Kind = KindRisk
+		v, rest, _ := strings.Cut(arg, " ")
+		if !risks[v] {
 			return Directive{}, false
 		}
 		d.Name = v

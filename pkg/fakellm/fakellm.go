@@ -16,6 +16,7 @@
 //	[[slow:50ms]]                 wait 50ms between chunks
 //	[[latency:1s]]                wait 1s before answering
 //	[[verdict:continue times=2]]  as a goal judge: continue twice (then the next verdict)
+//	[[risk:approve]]              as a smart-approval judge: APPROVE (deny, escalate, garbage, fail)
 //
 // Every directive accepts times=N: it then applies to the first N requests
 // carrying the same user text, and later ones get the normal answer. A
@@ -539,11 +540,14 @@ func (s *Server) magic(req *Request, p *plan) Reply {
 	if judgeRequest(req) {
 		return s.verdict(dirs, text)
 	}
+	if riskRequest(req) {
+		return s.risk(dirs, text)
+	}
 	var tools []Directive
 	var fail *Failure
 	recall := false
 	for _, d := range dirs {
-		if d.Kind == KindVerdict {
+		if d.Kind == KindVerdict || d.Kind == KindRisk {
 			continue // for a judge's request only
 		}
 		if d.Times > 0 && !s.use(d, text) {

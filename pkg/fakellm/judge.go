@@ -70,3 +70,44 @@ func lineOf(text, marker string) string {
 	}
 	return text[start : i+end]
 }
+
+// The fake as a smart-approval judge (approvals.mode smart, Hermes's
+// _smart_approve): a request that offers no tools and whose system
+// prompt asks for "APPROVE, DENY, or ESCALATE" is the judge's. The test
+// says what it rules in the tool call's arguments, which the judge's
+// prompt quotes:
+//
+//	[[tool:rm {"path":"/tmp/x [[risk:approve]]"}]]
+//
+// Rulings: approve, deny, escalate (the one words); garbage answers a
+// sentence that is no verdict; fail answers 401. With no risk directive
+// the fake escalates (a judge that cannot tell asks the user).
+
+// risks are the words [[risk:...]] takes.
+var risks = map[string]bool{"approve": true, "deny": true, "escalate": true, "garbage": true, "fail": true}
+
+// riskRequest reports whether req is a smart-approval judge's.
+func riskRequest(req *Request) bool {
+	return len(req.Tools) == 0 && strings.Contains(req.System, "APPROVE, DENY, or ESCALATE")
+}
+
+// risk answers a smart-approval judge's request whose last user message
+// is text.
+func (s *Server) risk(dirs []Directive, text string) Reply {
+	for _, d := range dirs {
+		if d.Kind != KindRisk {
+			continue
+		}
+		if d.Times > 0 && !s.use(d, text) {
+			continue
+		}
+		switch d.Name {
+		case "garbage":
+			return Reply{Text: "This looks fine to me, probably."}
+		case "fail":
+			return Reply{Failure: &Failure{Status: http.StatusUnauthorized, Message: "invalid api key for the judge"}}
+		}
+		return Reply{Text: strings.ToUpper(d.Name)}
+	}
+	return Reply{Text: "ESCALATE"}
+}

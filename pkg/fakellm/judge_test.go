@@ -41,3 +41,35 @@ func TestJudgeVerdicts(t *testing.T) {
 		t.Errorf("agent's answer %q", agent.Text)
 	}
 }
+
+// As a smart-approval judge the fake rules what the quoted call's
+// [[risk:...]] says, escalates without one, and an agent's request
+// ignores the directive.
+func TestRiskRulings(t *testing.T) {
+	s := New(Config{})
+	judge := func(call string) Reply {
+		t.Helper()
+		req := &Request{System: "Respond with exactly one word: APPROVE, DENY, or ESCALATE", Messages: []Message{{Role: "user",
+			Content: "<review_data>\n<command>\n" + call + "\n</command>\n</review_data>"}}}
+		return s.decide(req).reply
+	}
+	for _, tc := range []struct{ call, want string }{
+		{`rm {"p":"[[risk:approve]]"}`, "APPROVE"},
+		{`rm {"p":"[[risk:deny]]"}`, "DENY"},
+		{`rm {"p":"[[risk:escalate]]"}`, "ESCALATE"},
+		{`rm {"p":"[[risk:garbage]]"}`, "This looks fine to me, probably."},
+		{`rm {"p":"x"}`, "ESCALATE"},
+	} {
+		if got := judge(tc.call).Text; got != tc.want {
+			t.Errorf("judge(%s) = %q, want %q", tc.call, got, tc.want)
+		}
+	}
+	if f := judge(`rm {"p":"[[risk:fail]]"}`).Failure; f == nil || f.Status != 401 {
+		t.Errorf("fail ruling: %+v", f)
+	}
+	agent := s.decide(&Request{System: "You are helpful.", Tools: []Tool{{Name: "rm"}},
+		Messages: []Message{{Role: "user", Content: "clean [[risk:approve]]"}}}).reply
+	if agent.Text != "echo: clean" {
+		t.Errorf("agent's answer %q", agent.Text)
+	}
+}

@@ -311,6 +311,9 @@ func TestCommandsMidTurnAnswerAsHermes(t *testing.T) {
 		{"/personality pirate", refusal("personality"), false},
 		{"/reasoning", refusal("reasoning"), false},
 		{"/reasoning high", refusal("reasoning"), false},
+		// Hermes's busy_policy for /approvals is the default, reject.
+		{"/approvals", refusal("approvals"), false},
+		{"/approvals off", refusal("approvals"), false},
 		{"/model", "Agent is running — wait or /stop first, then switch models.", false},
 		{"/model gpt-x", "Agent is running — wait or /stop first, then switch models.", false},
 		{"/queue first thing", "Queued for the next turn.", false},

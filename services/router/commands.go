@@ -45,6 +45,7 @@ var helpText = strings.Join([]string{
 	"/personality [name] — list personalities, or set this chat's (none clears it)",
 	"/reasoning [level|show|hide] — reasoning effort (none, minimal, low, medium, high, xhigh, reset) and whether the model's thinking is shown",
 	"/yolo — turn on or off running dangerous commands in this chat without asking",
+	"/approvals [manual|smart|off] — show or set the persistent dangerous-command approval mode, for the whole gateway: manual asks before every dangerous command, smart lets a judge model approve the harmless ones and asks about the rest, off never asks; admins set it",
 	"/verbose [mode] — cycle how tool calls show on this platform: off, new, all, verbose",
 	"/busy [queue|steer|interrupt|status] — what a message does while the agent is working, in this chat",
 	"/footer [on|off|status] — show the model and context use under the agent's answers in this chat",
@@ -81,10 +82,13 @@ var helpText = strings.Join([]string{
 // /usage, /context, /goal, /subgoal (a goal set mid-turn starts after it),
 // /background and /btw (sessions of their own) work mid-turn, and /model
 // and /moa are refused with their own texts.
-var refusedMidTurn = []string{"whoami", "sessions", "resume", "title", "retry", "undo", "compress", "sethome", "personality", "reasoning", "branch", "save", "memory"}
+var refusedMidTurn = []string{"whoami", "sessions", "resume", "title", "retry", "undo", "compress", "sethome", "personality", "reasoning", "branch", "save", "memory", "approvals"}
 
 // openCommands stay available to non-admins where an admin list exists.
-var openCommands = []string{"help", "whoami"}
+// /approvals shows the mode to anyone; a change is refused to
+// non-admins by approvalsCommand (Hermes's second check at the side
+// effect).
+var openCommands = []string{"help", "whoami", "approvals"}
 
 func (s *Service) isAdmin(m *msgCtx) (admin, restricted bool) {
 	list := s.cfg.Admins[m.platform]
@@ -161,6 +165,11 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 		}
 		return reply(0, fmt.Sprintf("Platform: %s\nUser id: %s\nName: %s\nChat: %s (%s)\nAuthorized by: %s\nRole: %s\nSession key: %s",
 			m.platform, m.src.GetUserId(), m.src.GetUserName(), m.src.GetChatId(), orDM(m.src.GetChatType()), m.decision.Reason, role, m.key))
+	}
+
+	if cmd.Name == "approvals" {
+		// About the whole gateway, not this chat: no session is resolved.
+		return s.approvalsCommand(ctx, m, cmd.Args)
 	}
 
 	sess, err := s.session(ctx, m)

@@ -58,6 +58,10 @@ var (
 		Name: "switchboard_router_pause_actions_total",
 		Help: "Global emergency stops engaged and lifted with /pause, by action (pause, resume).",
 	}, []string{"action"})
+	approvalModeChanges = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "switchboard_router_approval_mode_changes_total",
+		Help: "Changes of the gateway-wide dangerous-command approval mode with /approvals, by the mode set (manual, smart, off).",
+	}, []string{"mode"})
 	goalsHeld = promauto.NewCounter(prometheus.CounterOpts{
 		Name: "switchboard_router_goals_held_total",
 		Help: "Goals paused because their continuation came due while the emergency stop (/pause) held new work.",

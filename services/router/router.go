@@ -21,6 +21,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/switchboard-chat/switchboard/pkg/approvalmode"
 	"github.com/switchboard-chat/switchboard/pkg/attachment"
 	"github.com/switchboard-chat/switchboard/pkg/bus"
 	"github.com/switchboard-chat/switchboard/pkg/cron"
@@ -145,6 +146,10 @@ type Config struct {
 	// run). After a NATS crash that lost recent acks, an inbound partition
 	// (MaxAckPending 1) waits this long before it moves again.
 	AckWait time.Duration `koanf:"ack_wait"`
+	// ApprovalsMode is the dangerous-command approval mode while no one
+	// has set one with /approvals (approvals.mode: manual, the default,
+	// smart or off); /approvals shows it (approvals.go).
+	ApprovalsMode string `koanf:"-"`
 	// Personalities are what /personality picks from, name → prompt
 	// (agent.personalities); a turn carries the prompt of its session's.
 	Personalities map[string]string `koanf:"-"`
@@ -263,6 +268,9 @@ func (c Config) Validate() error {
 	}
 	if c.QueueCap < 1 {
 		return fmt.Errorf("queue_cap: %d is below 1", c.QueueCap)
+	}
+	if _, err := approvalmode.FromConfig(c.ApprovalsMode); err != nil {
+		return err
 	}
 	for p, n := range c.SplitMessages {
 		if n < 0 {

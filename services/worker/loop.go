@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/switchboard-chat/switchboard/pkg/approvalmode"
 	"github.com/switchboard-chat/switchboard/pkg/llm"
 	"github.com/switchboard-chat/switchboard/pkg/reasoning"
 	"github.com/switchboard-chat/switchboard/pkg/sessionkey"
@@ -575,7 +576,7 @@ func (r *turnRun) runTool(ctx context.Context, tc store.ToolCall) (result string
 		SessionID: r.req.GetSessionId(), UserKey: r.st.UserKey, Origin: origin(r.target), Target: r.target}
 	args := json.RawMessage(tc.Arguments)
 	if reason, ask := t.Approval(call, args); ask {
-		approved, reason, err := r.approveOnce(ctx, tc, t.ApprovalPattern(args), &repliesv1.ToolProgress{
+		approved, reason, err := r.approveOnce(ctx, tc, t.ApprovalPattern(args), reason, &repliesv1.ToolProgress{
 			ToolCallId: tc.ID, ToolName: tc.Name, Phase: repliesv1.ToolPhase_TOOL_PHASE_AWAITING_APPROVAL,
 			Detail:  fmt.Sprintf("%s %s — reply /approve or /deny", tc.Name, preview(tc.Arguments)),
 			Command: truncate(tc.Name+" "+compact(tc.Arguments), 1000), Reason: truncate(reason, 300),
@@ -718,16 +719,17 @@ func deniedResult(reason string) string {
 }
 
 // approveOnce reports whether the call may run: the chat is in YOLO mode
-// (/yolo, unless the turn says router.yolo_command is off), approved
-// before for good (pattern, in this conversation or for this user), or
-// now by the user,
+// (/yolo, unless the turn says router.yolo_command is off), the approval
+// mode is off (/approvals), approved before for good (pattern, in this
+// conversation or for this user), by the smart-approval judge (mode
+// smart: approvals.go), or now by the user,
 // whose "/approve session" or "/approve always" makes the approval stand.
 // A denied call comes with the reason the user gave ("" for none). After
 // a "/deny all", the rest of the model's calls of that answer that would
 // ask are denied at once with the same reason (r.deniedAll), also by a
 // worker that resumes the turn after this one died: the answer is stored
 // for those calls (store.DenyAll) before the first denial is committed.
-func (r *turnRun) approveOnce(ctx context.Context, tc store.ToolCall, pattern string, ask *repliesv1.ToolProgress) (approved bool, reason string, err error) {
+func (r *turnRun) approveOnce(ctx context.Context, tc store.ToolCall, pattern, flagged string, ask *repliesv1.ToolProgress) (approved bool, reason string, err error) {
 	sessionID, userKey := r.req.GetSessionId(), r.st.UserKey
 	standing, yolo, err := r.s.store.ApprovedOrYolo(ctx, sessionID, userKey, pattern, r.yoloKey())
 	if err != nil {
@@ -737,6 +739,12 @@ func (r *turnRun) approveOnce(ctx context.Context, tc store.ToolCall, pattern st
 		// /yolo: the chat runs dangerous calls without asking (read at
 		// each call, so a /yolo mid-turn counts from the next one).
 		r.log.Info("tool call approved: yolo mode", "tool", tc.Name, "pattern", pattern)
+		return true, "", nil
+	}
+	mode := r.s.approvalMode()
+	if mode == approvalmode.Off {
+		// /approvals off: no dangerous call asks, in any chat (approvals.go).
+		r.log.Info("tool call approved: approval mode off", "tool", tc.Name, "pattern", pattern)
 		return true, "", nil
 	}
 	if standing {
@@ -758,9 +766,33 @@ func (r *turnRun) approveOnce(ctx context.Context, tc store.ToolCall, pattern st
 		r.log.Info("tool call denied: /deny all", "tool", tc.Name, "pattern", pattern)
 		return false, r.deniedAll.reason, nil
 	}
+	judgedDangerous := false
+	if mode == approvalmode.Smart {
+		v, label := r.judgeCall(ctx, tc, flagged)
+		approvalVerdicts.WithLabelValues(label).Inc()
+		if ctx.Err() != nil {
+			return false, "", ctx.Err()
+		}
+		switch v {
+		case approvalmode.Approve:
+			// This call only: no approval stands for later ones.
+			r.log.Info("tool call approved: smart approval", "tool", tc.Name, "pattern", pattern)
+			return true, "", nil
+		case approvalmode.Deny:
+			// The user may still run it, this once (Hermes's owner
+			// override of a smart denial): an /approve session or always
+			// grants nothing.
+			judgedDangerous = true
+			ask.Reason = truncate("the smart-approval judge found it genuinely dangerous; /approve runs it this once. "+flagged, 300)
+		}
+		r.log.Info("smart approval: asking the user", "tool", tc.Name, "verdict", label)
+	}
 	a, err := r.approve(ctx, tc, ask)
 	if err != nil {
 		return false, "", err
+	}
+	if judgedDangerous {
+		a.scope = ""
 	}
 	if !a.approved {
 		if a.all {

@@ -35,6 +35,11 @@ var loopTicks = promauto.NewCounterVec(prometheus.CounterOpts{
 	Help: "Answers to /loop wakeups evaluated, by outcome: continued, complete (the agent's LOOP_COMPLETE), condition_met (the judge ruled the --until condition met), blocked (judged unachievable: paused), times (the --times runs done), budget (router.loop_max_ticks used: paused).",
 }, []string{"outcome"})
 
+var approvalVerdicts = promauto.NewCounterVec(prometheus.CounterOpts{
+	Name: "switchboard_worker_approval_judge_verdicts_total",
+	Help: "Dangerous tool calls the smart-approval judge (approvals.mode smart) assessed, by verdict: approve (run without asking), deny (judged dangerous: the user is asked, for this call only), escalate (the judge is unsure: the user is asked), unclear (the answer was no verdict: the user is asked), error (the judge could not be asked, or the call was too long or unprintable to judge: the user is asked).",
+}, []string{"verdict"})
+
 var goalVerdicts = promauto.NewCounterVec(prometheus.CounterOpts{
 	Name: "switchboard_worker_goal_verdicts_total",
 	Help: "Turns of a standing goal (/goal) the goal judge ruled on, by verdict: done, blocked, continue, unparsed (the judge's answer was no verdict: continue), judge_error (the judge could not be asked: continue).",

@@ -12,11 +12,13 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/switchboard-chat/switchboard/pkg/approvalmode"
 	"github.com/switchboard-chat/switchboard/pkg/attachment"
 	"github.com/switchboard-chat/switchboard/pkg/bus"
 	"github.com/switchboard-chat/switchboard/pkg/cron"
@@ -63,6 +65,10 @@ type Config struct {
 	// memory tool's writes of an owner who did not choose with /memory
 	// approval are held for /memory approve when true.
 	MemoryWriteApproval bool `koanf:"-"`
+	// ApprovalsMode is the dangerous-command approval mode while no one
+	// has set one with /approvals (approvals.mode: manual, the default,
+	// smart or off; approvals.go).
+	ApprovalsMode string `koanf:"-"`
 }
 
 // AgentConfig is the agent section.
@@ -163,6 +169,11 @@ type AgentConfig struct {
 	// "kind:model" for another configured provider); empty: the
 	// session's own model (Hermes's auxiliary.goal_judge).
 	GoalJudgeModel string `koanf:"goal_judge_model"`
+	// ApprovalJudgeModel is the model the smart-approval judge asks
+	// about each dangerous tool call while the approval mode is smart
+	// (/approvals), named as GoalJudgeModel; empty: the session's own
+	// model (Hermes's auxiliary.approval).
+	ApprovalJudgeModel string `koanf:"approval_judge_model"`
 	// MoA is the Mixture of Agents preset /moa runs one prompt through.
 	MoA MoAConfig `koanf:"moa"`
 }
@@ -323,6 +334,10 @@ type Service struct {
 	closer func() error
 	// controls routes control messages to the running turns.
 	controls *controls
+	// approvalsDefault is approvals.mode; approvals is the mode set with
+	// /approvals as Run watches it (nil before Run: the default applies).
+	approvalsDefault approvalmode.Mode
+	approvals        atomic.Pointer[approvalmode.View]
 }
 
 // New builds the worker.
@@ -395,6 +410,10 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	default:
 		return nil, fmt.Errorf("agent.client_system %q: want %q or %q", a.ClientSystem, ClientSystemAppend, ClientSystemIgnore)
 	}
+	mode, err := approvalmode.FromConfig(cfg.ApprovalsMode)
+	if err != nil {
+		return nil, err
+	}
 	if cfg.ID == "" {
 		host, _ := os.Hostname()
 		cfg.ID = fmt.Sprintf("%s-%d", host, os.Getpid())
@@ -424,6 +443,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		stt:    deps.Transcriber,
 		tts:    deps.Speaker,
 	}
+	s.approvalsDefault = mode
 	s.controls = newControls(s.log)
 	s.fitting = make(chan struct{}, fitsAtOnce)
 	if cfg.Agent.Backend != "" && s.agent == nil {
@@ -497,6 +517,13 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	s.log.Info("worker running", "concurrency", s.cfg.Concurrency, "provider", kind, "model", s.llm.Model,
 		"tools", s.tools.Names())
+	// The approval mode is in memory before the first turn runs.
+	if err := s.watchApprovals(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
 	// One subscription for every session's control messages (they are
 	// rare), registered before the first turn starts so none is missed.
 	sub, err := s.bus.Conn().Subscribe(s.bus.Topology().Subject(bus.SubjectControl+".*"), s.controls.deliver)

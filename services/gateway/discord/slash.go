@@ -107,10 +107,11 @@ var commandOptions = map[string]commandOption{
 // commands it registers with "args" (args_hint): their "args" is
 // described "Arguments: <hint>", as Hermes's auto-registration does.
 var argsHints = map[string]string{
-	"fast":   "[normal|fast|status]",
-	"busy":   "[queue|steer|interrupt|status]",
-	"moa":    "<prompt>",
-	"memory": "[pending|approve|reject|approval] [id|on|off]",
+	"fast":      "[normal|fast|status]",
+	"busy":      "[queue|steer|interrupt|status]",
+	"moa":       "<prompt>",
+	"memory":    "[pending|approve|reject|approval] [id|on|off]",
+	"approvals": "[manual|smart|off]",
 }
 
 // options are the options of the command name.

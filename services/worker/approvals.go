@@ -1,0 +1,92 @@
+package worker
+
+import (
+	"context"
+	"strings"
+
+	"github.com/switchboard-chat/switchboard/pkg/approvalmode"
+	"github.com/switchboard-chat/switchboard/pkg/llm"
+	"github.com/switchboard-chat/switchboard/services/worker/internal/store"
+)
+
+// The approval mode (/approvals, Hermes's approvals.mode) decides what a
+// dangerous tool call does that no /yolo and no standing approval lets
+// run (approveOnce):
+//   - manual asks the user;
+//   - off runs it, as /yolo in every chat;
+//   - smart asks the judge model first (one call, agent.approval_judge
+//     _model): APPROVE runs it, this call only; anything else asks the
+//     user: ESCALATE, DENY (the user is told the judge found it
+//     dangerous, and an /approve runs it this once: no approval stands
+//     for later calls), an answer that is no verdict, a judge that
+//     failed or could not be asked (fail safe).
+//
+// Hermes's order: /yolo and off first, then the standing approvals, then
+// the judge, then the user. The mode is read at each call from the
+// watch of the KV entry every replica follows, so a change counts from
+// the next dangerous call, mid-turn too, as Hermes re-reads its config.
+
+// approvalJudgeMaxTokens is the judge's output budget (Hermes's: one word).
+const approvalJudgeMaxTokens = 16
+
+// watchApprovals reads the mode and keeps it current until ctx ends.
+func (s *Service) watchApprovals(ctx context.Context) error {
+	kv, err := approvalmode.Open(ctx, s.bus.JetStream(), s.bus.Topology())
+	if err != nil {
+		return err
+	}
+	v, err := approvalmode.Watch(ctx, kv, s.approvalsDefault, s.log)
+	if err != nil {
+		return err
+	}
+	s.approvals.Store(v)
+	return nil
+}
+
+// approvalMode is the mode in force.
+func (s *Service) approvalMode() approvalmode.Mode {
+	if v := s.approvals.Load(); v != nil {
+		return v.Mode()
+	}
+	return s.approvalsDefault
+}
+
+// judgeCall asks the smart-approval judge about tc, flagged for reason,
+// and returns its verdict and the label it is counted under
+// (switchboard_worker_approval_judge_verdicts_total): approve, deny,
+// escalate, unclear (no verdict: escalate) or error (not asked or the
+// call failed: escalate).
+func (r *turnRun) judgeCall(ctx context.Context, tc store.ToolCall, reason string) (approvalmode.Verdict, string) {
+	prompt, ok := approvalmode.JudgePrompt(tc.Name+" "+compact(tc.Arguments), reason)
+	if !ok {
+		r.log.Warn("smart approval: the call cannot be shown to the judge whole; asking the user", "tool", tc.Name)
+		return approvalmode.Escalate, "error"
+	}
+	override := r.s.cfg.Agent.ApprovalJudgeModel
+	if override == "" {
+		override = r.req.GetModelOverride()
+	}
+	backend, model := r.s.backendFor(override)
+	if backend.Provider == nil {
+		r.log.Warn("smart approval: no model provider for the judge; asking the user", "tool", tc.Name)
+		return approvalmode.Escalate, "error"
+	}
+	zero := 0.0
+	cctx, cancel := context.WithTimeout(ctx, judgeTimeout)
+	defer cancel()
+	resp, err := llm.Complete(cctx, backend.Provider, llm.Request{Model: model, System: approvalmode.JudgeSystem,
+		Messages:  []llm.Message{{Role: llm.RoleUser, Content: prompt}},
+		MaxTokens: approvalJudgeMaxTokens, Temperature: &zero})
+	if err != nil {
+		r.log.Warn("smart approval: the judge call failed; asking the user", "tool", tc.Name,
+			"class", judgeErrorName(err), "err", err)
+		return approvalmode.Escalate, "error"
+	}
+	v, clear := approvalmode.ParseVerdict(resp.Text)
+	if !clear {
+		r.log.Warn("smart approval: the judge's answer is no verdict; asking the user", "tool", tc.Name,
+			"answer", truncate(strings.TrimSpace(resp.Text), 80))
+		return v, "unclear"
+	}
+	return v, string(v)
+}
