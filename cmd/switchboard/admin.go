@@ -2,22 +2,28 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"sync"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/switchboard-chat/switchboard/pkg/approvalmode"
+	"github.com/switchboard-chat/switchboard/pkg/bus"
+	"github.com/switchboard-chat/switchboard/pkg/estop"
 	"github.com/switchboard-chat/switchboard/pkg/outbox"
 	"github.com/switchboard-chat/switchboard/pkg/redisx"
 	"github.com/switchboard-chat/switchboard/pkg/retention"
+	"github.com/switchboard-chat/switchboard/pkg/skill"
 	"github.com/switchboard-chat/switchboard/services/admin"
 )
 
 func init() {
 	registerService(service{name: "admin", start: startAdmin}, true)
-	register(command{name: "admin", summary: "run the admin gRPC API (sessions, pairing, deliveries, pause) on admin.addr",
+	register(command{name: "admin", summary: "run the admin gRPC API (sessions, pairing, deliveries, pause, approval mode, skill reloads) on admin.addr",
 		run: func(ctx context.Context, args []string) error { return runServiceCommand(ctx, "admin", args, "admin") }})
 }
 
@@ -27,10 +33,14 @@ func startAdmin(ctx context.Context, a *app) (func(context.Context) error, error
 		return nil, err
 	}
 	pruner := &lazyPruner{a: a, db: db}
-	pause := &lazyPause{a: a}
+	buckets := &lazyBuckets{a: a}
 	deps := admin.Deps{Log: a.log, DB: db, Token: os.Getenv("SWITCHBOARD_ADMIN_TOKEN"), Health: a.health,
-		Deliveries: &outbox.Admin{Store: outbox.New(db), TTL: a.cfg.Delivery.TTL}, Pruner: pruner, Pause: pause.open}
-	s, err := admin.New(a.cfg.Admin, deps)
+		Deliveries: &outbox.Admin{Store: outbox.New(db), TTL: a.cfg.Delivery.TTL}, Pruner: pruner,
+		Pause: buckets.opener(estop.Open), Approvals: buckets.opener(approvalmode.Open), Skills: buckets.opener(skill.OpenBucket)}
+	cfg := a.cfg.Admin
+	// GetApprovalMode shows approvals.mode while no one has set one.
+	cfg.ApprovalsMode = a.cfg.Approvals.Mode
+	s, err := admin.New(cfg, deps)
 	if err != nil {
 		return nil, err
 	}
@@ -40,7 +50,7 @@ func startAdmin(ctx context.Context, a *app) (func(context.Context) error, error
 	a.announce("Admin API (gRPC)", s.Addr())
 	return func(ctx context.Context) error {
 		defer pruner.close()
-		defer pause.close()
+		defer buckets.close()
 		return s.Run(ctx)
 	}, nil
 }
@@ -81,6 +91,52 @@ func (p *lazyPruner) open(ctx context.Context) (*retention.Sweeper, error) {
 	}
 	p.rdb, p.sweeper = rdb, s
 	return s, nil
+}
+
+// lazyBuckets connects to NATS on the first call that needs one of the
+// operator controls' buckets (the pause, the approval mode, skill
+// reloads), so that the admin API otherwise runs, and stays ready,
+// without it. One connection serves them all; each bucket is opened
+// once.
+type lazyBuckets struct {
+	a  *app
+	mu sync.Mutex // guards b and the openers' buckets
+	b  *bus.Bus
+}
+
+// opener returns a Deps opener of the bucket that open creates.
+func (p *lazyBuckets) opener(open func(context.Context, jetstream.JetStream, bus.Topology) (jetstream.KeyValue, error)) func(context.Context) (jetstream.KeyValue, error) {
+	var kv jetstream.KeyValue
+	return func(ctx context.Context) (jetstream.KeyValue, error) {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if kv != nil {
+			return kv, nil
+		}
+		if p.b == nil {
+			b, err := bus.Connect(p.a.cfg.NATS.URL, "switchboard-"+p.a.name+"-controls", p.a.topology(), p.a.log, p.a.natsOptions...)
+			if err != nil {
+				return nil, err
+			}
+			p.b = b
+		}
+		opened, err := open(ctx, p.b.JetStream(), p.b.Topology())
+		if err != nil {
+			return nil, err
+		}
+		kv = opened
+		return kv, nil
+	}
+}
+
+func (p *lazyBuckets) close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.b != nil {
+		if err := p.b.Close(); err != nil && !errors.Is(err, context.Canceled) {
+			p.a.log.Warn("close nats", "err", err)
+		}
+	}
 }
 
 func (p *lazyPruner) close() {

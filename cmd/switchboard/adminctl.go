@@ -31,6 +31,8 @@ func init() {
 type adminClient struct {
 	addr     string
 	platform string
+	// actor names the operator for the audit log; $USER when empty.
+	actor string
 	// timeout bounds the call; 15s unless a verb needs longer.
 	timeout time.Duration
 }
@@ -54,7 +56,11 @@ func (c *adminClient) dial(ctx context.Context) (adminv1.AdminServiceClient, con
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("dial admin API %s: %w", c.addr, err)
 	}
-	md := metadata.Pairs(admin.ActorHeader, os.Getenv("USER"))
+	actor := c.actor
+	if actor == "" {
+		actor = os.Getenv("USER")
+	}
+	md := metadata.Pairs(admin.ActorHeader, actor)
 	if tok := os.Getenv("SWITCHBOARD_ADMIN_TOKEN"); tok != "" {
 		md.Append("authorization", "Bearer "+tok)
 	}

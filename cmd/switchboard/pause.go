@@ -2,29 +2,24 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/switchboard-chat/switchboard/pkg/bus"
 	chatcommand "github.com/switchboard-chat/switchboard/pkg/command"
-	"github.com/switchboard-chat/switchboard/pkg/estop"
 	adminv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/admin/v1"
 	"github.com/switchboard-chat/switchboard/pkg/retention"
 	"github.com/switchboard-chat/switchboard/services/admin"
 )
 
 func init() {
-	register(command{name: "pause", summary: "pause [--ttl 2h] [reason] | pause off | pause status: the global emergency stop (/pause) over the admin API",
+	register(command{name: "pause", summary: "pause [--ttl 2h] [--allow-user id]... [--allow-profile p]... [--clear-allow] [reason] | pause off | pause status: the global emergency stop (/pause) over the admin API",
 		run: func(ctx context.Context, args []string) error { return pauseCommand(ctx, args, os.Stdout, os.Stderr) }})
 }
 
@@ -47,10 +42,16 @@ func pauseCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	fs.StringVar(&c.addr, "admin-addr", envOr("SWITCHBOARD_ADMIN_ADDR", admin.DefaultAddr),
 		"admin API address (or $SWITCHBOARD_ADMIN_ADDR); the token comes from $SWITCHBOARD_ADMIN_TOKEN")
 	ttlFlag := fs.String("ttl", "", "lift the pause by itself after this long (45m, 2h, 1d, or seconds); 0: never; unset: a pause engaged already keeps its expiry")
+	var allowUsers, allowProfiles repeated
+	fs.Var(&allowUsers, "allow-user", "a sender's user id that keeps working through the pause (repeatable); replaces the allowlist")
+	fs.Var(&allowProfiles, "allow-profile", "with --allow-user: only on routers of this profile (repeatable; default for a router without one)")
+	clearAllow := fs.Bool("clear-allow", false, "remove the allowlist: nobody works through the pause")
 	usage := func() error {
-		fmt.Fprintln(stderr, "usage: switchboard pause [--ttl 2h] [reason]   pause new work on every router (or re-arm the pause)")
+		fmt.Fprintln(stderr, "usage: switchboard pause [--ttl 2h] [--allow-user id]... [--allow-profile p]... [--clear-allow] [reason]")
+		fmt.Fprintln(stderr, "                                                pause new work on every router (or re-arm the pause)")
 		fmt.Fprintln(stderr, "       switchboard pause off                    lift the pause")
 		fmt.Fprintln(stderr, "       switchboard pause status                 exit status 0 when not paused, 3 when paused")
+		fmt.Fprintln(stderr, "A re-arm keeps the reason, expiry and allowlist it is not given; --allow-user replaces the allowlist.")
 		fmt.Fprintln(stderr, "flags: --admin-addr host:port (default 127.0.0.1:7070); token from SWITCHBOARD_ADMIN_TOKEN")
 		return errUsage
 	}
@@ -59,20 +60,31 @@ func pauseCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		_ = usage()
 		return err
 	}
+	setFlags := *ttlFlag != "" || len(allowUsers) > 0 || len(allowProfiles) > 0 || *clearAllow
 	text := strings.Join(pos, " ")
 	switch {
 	case text == "status":
-		if *ttlFlag != "" {
+		if setFlags {
 			return usage()
 		}
 		return pauseStatus(ctx, c, stdout)
 	case chatcommand.Pause(text).Off:
-		if *ttlFlag != "" {
+		if setFlags {
 			return usage()
 		}
 		return pauseOff(ctx, c, stdout)
 	}
-	req := &adminv1.SetPauseRequest{Reason: text}
+	req := &adminv1.SetPauseRequest{Reason: text, ClearAllow: *clearAllow}
+	switch {
+	case *clearAllow && len(allowUsers)+len(allowProfiles) > 0:
+		fmt.Fprintln(stderr, "--clear-allow removes the allowlist; --allow-user and --allow-profile set one: give one or the other")
+		return usage()
+	case len(allowProfiles) > 0 && len(allowUsers) == 0:
+		fmt.Fprintln(stderr, "--allow-profile only narrows --allow-user (it lets nobody through alone): give the user ids too")
+		return usage()
+	case len(allowUsers) > 0:
+		req.Allow = &adminv1.PauseAllowlist{UserIds: allowUsers, Profiles: allowProfiles}
+	}
 	if *ttlFlag != "" {
 		ttl, err := parseTTL(*ttlFlag)
 		if err != nil {
@@ -103,6 +115,9 @@ func pauseCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	fmt.Fprintf(stdout, "⏸️  %s%s\n", verb, detail)
 	if p.GetExpiresAt() != nil {
 		fmt.Fprintf(stdout, "    Auto-resumes %s.\n", stamp(p.GetExpiresAt()))
+	}
+	if a := allowText(p.GetAllow()); a != "" {
+		fmt.Fprintf(stdout, "    Allowed through: %s.\n", a)
 	}
 	fmt.Fprintln(stdout, "    New gateway turns, cron runs and goal continuations are on hold on every router.")
 	fmt.Fprintln(stdout, "    In-flight work keeps running. Run `switchboard pause off` to lift the pause.")
@@ -152,7 +167,32 @@ func pauseStatus(ctx context.Context, c *adminClient, stdout io.Writer) error {
 		fmt.Fprintf(stdout, "; auto-resumes %s", stamp(p.GetExpiresAt()))
 	}
 	fmt.Fprintln(stdout)
+	if a := allowText(p.GetAllow()); a != "" {
+		fmt.Fprintf(stdout, "    allowed through: %s\n", a)
+	}
 	return exitPaused
+}
+
+// allowText is a pause's allowlist in a line ("" for none).
+func allowText(a *adminv1.PauseAllowlist) string {
+	if len(a.GetUserIds()) == 0 {
+		return ""
+	}
+	text := "user ids " + strings.Join(a.GetUserIds(), ", ")
+	if len(a.GetProfiles()) > 0 {
+		text += " (only on routers of profiles " + strings.Join(a.GetProfiles(), ", ") + ")"
+	}
+	return text
+}
+
+// repeated is a flag given once per value.
+type repeated []string
+
+func (r *repeated) String() string { return strings.Join(*r, ",") }
+
+func (r *repeated) Set(v string) error {
+	*r = append(*r, v)
+	return nil
 }
 
 // parseTTL reads --ttl: a number of seconds (Hermes's `--ttl 90`) or an
@@ -176,44 +216,4 @@ func stamp(t *timestamppb.Timestamp) string {
 		return "-"
 	}
 	return t.AsTime().UTC().Format("2006-01-02 15:04:05 UTC")
-}
-
-// lazyPause connects to NATS on the first pause call, so that the admin
-// API otherwise runs, and stays ready, without it.
-type lazyPause struct {
-	a  *app
-	mu sync.Mutex
-	b  *bus.Bus
-	kv jetstream.KeyValue
-}
-
-func (p *lazyPause) open(ctx context.Context) (jetstream.KeyValue, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.kv != nil {
-		return p.kv, nil
-	}
-	if p.b == nil {
-		b, err := bus.Connect(p.a.cfg.NATS.URL, "switchboard-"+p.a.name+"-pause", p.a.topology(), p.a.log, p.a.natsOptions...)
-		if err != nil {
-			return nil, err
-		}
-		p.b = b
-	}
-	kv, err := estop.Open(ctx, p.b.JetStream(), p.b.Topology())
-	if err != nil {
-		return nil, err
-	}
-	p.kv = kv
-	return kv, nil
-}
-
-func (p *lazyPause) close() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.b != nil {
-		if err := p.b.Close(); err != nil && !errors.Is(err, context.Canceled) {
-			p.a.log.Warn("close nats", "err", err)
-		}
-	}
 }

@@ -2,56 +2,56 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"os"
 
-	"github.com/switchboard-chat/switchboard/pkg/skill"
+	adminv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/admin/v1"
+	"github.com/switchboard-chat/switchboard/services/admin"
 )
 
 func init() {
-	register(command{name: "skills", summary: "`skills reload`: every router replica and the Telegram and Discord gateways scan skills.dirs again (as /reload-skills)",
-		run: func(ctx context.Context, args []string) error { return runSkills(ctx, args, os.Stdout) }})
+	register(command{name: "skills", summary: "`skills reload [--by name]`: every router replica and the Telegram and Discord gateways scan skills.dirs again (as /reload-skills), over the admin API",
+		run: func(ctx context.Context, args []string) error { return runSkills(ctx, args, os.Stdout, os.Stderr) }})
 }
 
-// runSkills announces a skill reload in the SKILLS bucket over NATS
-// (pkg/skill), which every process holding skills follows: the operator's
-// /reload-skills without a chat, and without the admin API (nothing is
-// read back; the processes log `skills loaded`).
-func runSkills(ctx context.Context, args []string, out io.Writer) error {
-	var cf commonFlags
-	fs := newFlagSet("skills", &cf)
-	by := fs.String("by", "", "who asks, recorded in the announcement as cli:<by>")
+// runSkills is `switchboard skills reload`: the admin API's ReloadSkills,
+// as every other operator verb, so it carries the admin token and is
+// audited. It announces a reload in the SKILLS bucket (pkg/skill), which
+// every process holding skills follows: the operator's /reload-skills
+// without a chat. What comes back is the stored announcement; the
+// processes scan on their own and each logs `skills loaded`.
+func runSkills(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	c := &adminClient{}
+	fs := flag.NewFlagSet("switchboard skills", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&c.addr, "admin-addr", envOr("SWITCHBOARD_ADMIN_ADDR", admin.DefaultAddr),
+		"admin API address (or $SWITCHBOARD_ADMIN_ADDR); the token comes from $SWITCHBOARD_ADMIN_TOKEN")
+	fs.StringVar(&c.actor, "by", "", "who asks, recorded as admin:<by> (default $USER)")
+	usage := func() error {
+		fmt.Fprintln(stderr, "usage: switchboard skills reload [--by name] [--admin-addr host:port]")
+		fmt.Fprintln(stderr, "every router replica and the Telegram and Discord gateways scan skills.dirs again; token from SWITCHBOARD_ADMIN_TOKEN")
+		return errUsage
+	}
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
+		_ = usage()
 		return err
 	}
 	if len(pos) != 1 || pos[0] != "reload" {
-		fmt.Fprintln(os.Stderr, "usage: switchboard skills reload [--by name] [--config file]")
-		return errUsage
+		return usage()
 	}
-	cfg, _, err := loadConfig(cf.configPath)
+	cl, cctx, closeFn, err := c.dial(ctx)
 	if err != nil {
 		return err
 	}
-	a := newApp("skills", cfg)
-	defer a.close()
-	b, err := a.Bus(ctx)
+	defer closeFn()
+	resp, err := cl.ReloadSkills(cctx, &adminv1.ReloadSkillsRequest{})
 	if err != nil {
-		return err
+		return fmt.Errorf("skills reload: %w", err)
 	}
-	kv, err := skill.OpenBucket(ctx, b.JetStream(), b.Topology())
-	if err != nil {
-		return err
-	}
-	who := "cli"
-	if *by != "" {
-		who += ":" + *by
-	}
-	rev, err := skill.Announce(ctx, kv, who)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(out, "skill reload announced (revision %d): every router replica and the Telegram and Discord gateways scan skills.dirs again\n", rev)
+	fmt.Fprintf(stdout, "skill reload announced (revision %d, by %s at %s): every router replica and the Telegram and Discord gateways scan skills.dirs again; each logs `skills loaded`\n",
+		resp.GetRevision(), resp.GetBy(), stamp(resp.GetAnnouncedAt()))
 	return nil
 }

@@ -84,22 +84,29 @@ func (l *IDs) UnmarshalJSON(data []byte) error {
 	if !ok {
 		items = []any{raw}
 	}
-	*l = nil
+	var raws []string
 	for _, it := range items {
-		var v string
 		switch x := it.(type) {
 		case string:
-			v = x
+			raws = append(raws, x)
 		case float64:
-			v = strconv.FormatFloat(x, 'f', -1, 64)
-		default:
-			continue
-		}
-		if v = strings.TrimSpace(v); v != "" {
-			*l = append(*l, v)
+			raws = append(raws, strconv.FormatFloat(x, 'f', -1, 64))
 		}
 	}
+	*l = NormalizeIDs(raws)
 	return nil
+}
+
+// NormalizeIDs reads ids given as text (the admin API's, the CLI's) as
+// an entry's are read: blanks trimmed, empty ones dropped; nil for none.
+func NormalizeIDs(raw []string) IDs {
+	var l IDs
+	for _, v := range raw {
+		if v = strings.TrimSpace(v); v != "" {
+			l = append(l, v)
+		}
+	}
+	return l
 }
 
 // Admits reports whether the pause lets userID's new work through on a

@@ -2,6 +2,7 @@ package estop
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"slices"
 	"sync"
@@ -401,6 +402,40 @@ func TestAdmits(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			if got := Decode([]byte(tt.entry)).Admits(tt.user, tt.profile); got != tt.want {
 				t.Errorf("%s admits %q on %q: %v, want %v", tt.entry, tt.user, tt.profile, got, tt.want)
+			}
+		})
+	}
+}
+
+// Ids given as text (the admin API's) read as an entry's: trimmed,
+// empty ones dropped, nothing else changed; the same list written in an
+// entry decodes to the same ids.
+func TestNormalizeIDs(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		in   []string
+		want IDs
+	}{
+		{"none", nil, nil},
+		{"only blanks", []string{"", " ", "\t"}, nil},
+		{"trimmed", []string{" 42 ", "alice\n"}, IDs{"42", "alice"}},
+		{"kept as given", []string{"U0ABC", "+15551234567", "42", "42"}, IDs{"U0ABC", "+15551234567", "42", "42"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got := NormalizeIDs(tt.in)
+			if !slices.Equal(got, tt.want) || (got == nil) != (tt.want == nil) {
+				t.Errorf("NormalizeIDs(%q) = %q, want %q", tt.in, got, tt.want)
+			}
+			entry, err := json.Marshal(map[string]any{"allow": map[string]any{"user_ids": tt.in}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var decoded IDs
+			if st := Decode(entry); st.Allow != nil {
+				decoded = st.Allow.UserIDs
+			}
+			if !slices.Equal(decoded, got) {
+				t.Errorf("the entry %s decodes to %q, the API's ids to %q", entry, decoded, got)
 			}
 		})
 	}

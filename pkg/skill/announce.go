@@ -50,39 +50,40 @@ func OpenBucket(ctx context.Context, js jetstream.JetStream, topo bus.Topology) 
 	return kv, nil
 }
 
-// newAnnouncement encodes a new announcement by by.
-func newAnnouncement(by string) ([]byte, error) {
+// newAnnouncement makes a new announcement by by, and its encoding.
+func newAnnouncement(by string) (Announcement, []byte, error) {
 	id := make([]byte, 8)
 	if _, err := rand.Read(id); err != nil {
-		return nil, fmt.Errorf("announcement id: %w", err)
+		return Announcement{}, nil, fmt.Errorf("announcement id: %w", err)
 	}
-	data, err := json.Marshal(Announcement{By: by, At: time.Now().UTC(), ID: hex.EncodeToString(id)})
+	a := Announcement{By: by, At: time.Now().UTC(), ID: hex.EncodeToString(id)}
+	data, err := json.Marshal(a)
 	if err != nil {
-		return nil, fmt.Errorf("encode announcement: %w", err)
+		return Announcement{}, nil, fmt.Errorf("encode announcement: %w", err)
 	}
-	return data, nil
+	return a, data, nil
 }
 
 // Announce asks every process following kv to scan skills.dirs again; by
 // names who asked (<platform>:<user id>, admin[:operator], signal). It
-// returns the announcement's revision.
-func Announce(ctx context.Context, kv jetstream.KeyValue, by string) (uint64, error) {
-	data, err := newAnnouncement(by)
+// returns the announcement as stored and its revision.
+func Announce(ctx context.Context, kv jetstream.KeyValue, by string) (Announcement, uint64, error) {
+	a, data, err := newAnnouncement(by)
 	if err != nil {
-		return 0, err
+		return Announcement{}, 0, err
 	}
 	rev, err := kv.Put(ctx, reloadKey, data)
 	if err != nil {
-		return 0, fmt.Errorf("announce skill reload: %w", err)
+		return Announcement{}, 0, fmt.Errorf("announce skill reload: %w", err)
 	}
-	return rev, nil
+	return a, rev, nil
 }
 
 // Announce is Announce by a process that reloads by itself (the replica
 // that answers /reload-skills): its own Follow does not scan again for
 // this announcement.
 func (l *Library) Announce(ctx context.Context, kv jetstream.KeyValue, by string) error {
-	data, err := newAnnouncement(by)
+	_, data, err := newAnnouncement(by)
 	if err != nil {
 		return err
 	}

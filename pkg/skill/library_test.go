@@ -206,7 +206,7 @@ func TestFollowAnnouncements(t *testing.T) {
 		}
 	}
 	writeSkill(t, filepath.Join(dir, "b"), md("b", "second"))
-	if _, err := skill.Announce(ctx, kv, "admin"); err != nil {
+	if _, _, err := skill.Announce(ctx, kv, "admin"); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "both to load b", func() bool { return one.Current().Has("b") && two.Current().Has("b") })

@@ -1,7 +1,10 @@
 // Package admin serves the operator API (switchboard.admin.v1.AdminService)
 // over gRPC on its own port: sessions and pairing against Postgres,
-// deliveries through the delivery engine's implementation, and the global
-// emergency stop (/pause) in its NATS KV bucket (pkg/estop). Every call
+// deliveries through the delivery engine's implementation, and the
+// operator controls kept in NATS KV buckets: the global emergency stop
+// (/pause, pkg/estop), the dangerous-command approval mode (/approvals,
+// pkg/approvalmode) and skill reload announcements (/reload-skills,
+// pkg/skill). Every call
 // carries the bearer token from SWITCHBOARD_ADMIN_TOKEN; every action that
 // changes state is written to the audit log.
 package admin
@@ -31,6 +34,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/switchboard-chat/switchboard/pkg/approvalmode"
 	adminv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/admin/v1"
 	"github.com/switchboard-chat/switchboard/pkg/loopback"
 	"github.com/switchboard-chat/switchboard/pkg/pairing"
@@ -50,6 +54,9 @@ const ActorHeader = "x-switchboard-actor"
 type Config struct {
 	// Addr is the gRPC listen address.
 	Addr string `koanf:"addr"`
+	// ApprovalsMode is approvals.mode of the configuration, the approval
+	// mode while no one has set one (GetApprovalMode shows it).
+	ApprovalsMode string `koanf:"-"`
 }
 
 // Deliveries is the delivery engine's part of the API (pkg/outbox
@@ -79,6 +86,13 @@ type Deps struct {
 	// Pause opens the emergency stop's bucket (estop.Open on the bus),
 	// called by each pause RPC; nil answers Unimplemented.
 	Pause func(context.Context) (jetstream.KeyValue, error)
+	// Approvals opens the approval mode's bucket (approvalmode.Open),
+	// called by each approval mode RPC; nil answers Unimplemented.
+	Approvals func(context.Context) (jetstream.KeyValue, error)
+	// Skills opens the bucket of skill reload announcements
+	// (skill.OpenBucket), called by ReloadSkills; nil answers
+	// Unimplemented.
+	Skills func(context.Context) (jetstream.KeyValue, error)
 	// Health drives the gRPC health service; nil reports SERVING.
 	Health *telemetry.Health
 }
@@ -93,13 +107,17 @@ type Service struct {
 	deliveries Deliveries
 	pruner     Pruner
 	pause      func(context.Context) (jetstream.KeyValue, error)
-	health     *telemetry.Health
-	sessions   *sessionstore.Store
-	pairing    *pairing.Store
-	srv        *grpc.Server
-	hs         *health.Server
-	lis        net.Listener
-	noToken    bool
+	approvals  func(context.Context) (jetstream.KeyValue, error)
+	skills     func(context.Context) (jetstream.KeyValue, error)
+	// approvalsDefault is cfg.ApprovalsMode, read.
+	approvalsDefault approvalmode.Mode
+	health           *telemetry.Health
+	sessions         *sessionstore.Store
+	pairing          *pairing.Store
+	srv              *grpc.Server
+	hs               *health.Server
+	lis              net.Listener
+	noToken          bool
 }
 
 // New builds the server. Without a token it refuses to start unless Addr
@@ -111,6 +129,10 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	if deps.DB == nil {
 		return nil, errors.New("admin: database required")
 	}
+	approvalsDefault, err := approvalmode.FromConfig(cfg.ApprovalsMode)
+	if err != nil {
+		return nil, fmt.Errorf("admin: %w", err)
+	}
 	if deps.Token == "" && !loopback.Addr(cfg.Addr) {
 		return nil, fmt.Errorf("admin: SWITCHBOARD_ADMIN_TOKEN is not set and admin.addr %s is not a loopback address", cfg.Addr)
 	}
@@ -121,6 +143,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	s := &Service{
 		cfg: cfg, log: log.With("service", "admin"), db: deps.DB, tokenSum: sha256.Sum256([]byte(deps.Token)),
 		deliveries: deps.Deliveries, pruner: deps.Pruner, pause: deps.Pause, health: deps.Health,
+		approvals: deps.Approvals, skills: deps.Skills, approvalsDefault: approvalsDefault,
 		sessions: sessionstore.New(deps.DB), pairing: pairing.NewStore(deps.DB),
 		hs: health.NewServer(),
 	}

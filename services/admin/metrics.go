@@ -17,3 +17,19 @@ var pauseActions = promauto.NewCounterVec(prometheus.CounterOpts{
 	Name: "switchboard_admin_pause_actions_total",
 	Help: "Emergency stops engaged (action=pause) and lifted (action=resume) through the admin API.",
 }, []string{"action"})
+
+// approvalModeChanges counts the approval mode set through the API; the
+// router's switchboard_router_approval_mode_changes_total counts
+// /approvals from chats.
+var approvalModeChanges = promauto.NewCounterVec(prometheus.CounterOpts{
+	Name: "switchboard_admin_approval_mode_changes_total",
+	Help: "Changes of the gateway-wide dangerous-command approval mode through the admin API, by the mode set (manual, smart, off).",
+}, []string{"mode"})
+
+// skillReloads counts skill reloads announced through the API; each
+// process that follows one counts it in switchboard_skill_reloads_total
+// {source="announced"}.
+var skillReloads = promauto.NewCounter(prometheus.CounterOpts{
+	Name: "switchboard_admin_skill_reloads_total",
+	Help: "Skill reloads announced through the admin API (the processes holding skills scan on their own).",
+})

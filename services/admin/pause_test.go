@@ -2,6 +2,8 @@ package admin
 
 import (
 	"context"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -185,4 +187,169 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// serve starts s's API for the test and returns a client and a context
+// carrying the token "s3cret" and the operator ops-jane.
+func serve(t *testing.T, ctx context.Context, cfg Config, deps Deps) (adminv1.AdminServiceClient, context.Context) {
+	t.Helper()
+	cfg.Addr = "127.0.0.1:0"
+	deps.Token = "s3cret"
+	s, err := New(cfg, deps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- s.Run(rctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	conn, err := grpc.NewClient(s.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return adminv1.NewAdminServiceClient(conn), metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer s3cret", ActorHeader, "ops-jane")
+}
+
+// The allowlist over the API: SetPause sets it (ids read as the bucket's
+// entry reads them), replaces it, keeps it when not given (a re-arm, one
+// written in the bucket by hand included), clears it on request, and
+// refuses one that would let nobody through; GetPause and the routers'
+// entry show the same.
+func TestPauseAllowlistRPCs(t *testing.T) {
+	t.Parallel()
+	ctx, cancelAll := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancelAll()
+	db := pgtest.New(t)
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	kv, err := estop.Open(ctx, b.JetStream(), b.Topology())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, authed := serve(t, ctx, Config{}, Deps{DB: db, Pause: func(context.Context) (jetstream.KeyValue, error) { return kv, nil }})
+
+	if _, err := c.SetPause(ctx, &adminv1.SetPauseRequest{Allow: &adminv1.PauseAllowlist{UserIds: []string{"42"}}}); status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("no token: %v, want Unauthenticated", err)
+	}
+	allow := func(users []string, profiles ...string) *adminv1.PauseAllowlist {
+		return &adminv1.PauseAllowlist{UserIds: users, Profiles: profiles}
+	}
+	for _, tt := range []struct {
+		name string
+		// entry, when set, is written in the bucket by hand first.
+		entry string
+		req   *adminv1.SetPauseRequest
+		code  codes.Code
+		// want is the allowlist afterwards (nil: none), users then profiles.
+		want *estop.Allow
+		// admits are user@profile pairs the routers let through; refuses
+		// those they hold.
+		admits, refuses []string
+	}{
+		{name: "set on a new pause, ids read as the entry's",
+			req:  &adminv1.SetPauseRequest{Reason: "incident", Allow: allow([]string{" 42 ", "", "alice"})},
+			want: &estop.Allow{UserIDs: estop.IDs{"42", "alice"}}, admits: []string{"42@default", "alice@coder"}, refuses: []string{"7@default", "@default"}},
+		{name: "a re-arm keeps it",
+			req:  &adminv1.SetPauseRequest{Reason: "still"},
+			want: &estop.Allow{UserIDs: estop.IDs{"42", "alice"}}, admits: []string{"42@default"}},
+		{name: "set replaces it, profiles narrow",
+			req:  &adminv1.SetPauseRequest{Allow: allow([]string{"7"}, " coder ")},
+			want: &estop.Allow{UserIDs: estop.IDs{"7"}, Profiles: estop.IDs{"coder"}}, admits: []string{"7@coder"}, refuses: []string{"7@default", "42@coder"}},
+		{name: "profiles alone refused, nothing changed",
+			req: &adminv1.SetPauseRequest{Allow: allow(nil, "coder")}, code: codes.InvalidArgument,
+			want: &estop.Allow{UserIDs: estop.IDs{"7"}, Profiles: estop.IDs{"coder"}}},
+		{name: "blank user ids refused",
+			req: &adminv1.SetPauseRequest{Allow: allow([]string{" ", ""})}, code: codes.InvalidArgument,
+			want: &estop.Allow{UserIDs: estop.IDs{"7"}, Profiles: estop.IDs{"coder"}}},
+		{name: "set and clear together refused",
+			req: &adminv1.SetPauseRequest{Allow: allow([]string{"8"}), ClearAllow: true}, code: codes.InvalidArgument,
+			want: &estop.Allow{UserIDs: estop.IDs{"7"}, Profiles: estop.IDs{"coder"}}},
+		{name: "too many user ids refused",
+			req: &adminv1.SetPauseRequest{Allow: allow(manyIDs(maxAllowIDs + 1))}, code: codes.InvalidArgument,
+			want: &estop.Allow{UserIDs: estop.IDs{"7"}, Profiles: estop.IDs{"coder"}}},
+		{name: "a too long profile refused",
+			req: &adminv1.SetPauseRequest{Allow: allow([]string{"7"}, strings.Repeat("p", maxAllowIDBytes+1))}, code: codes.InvalidArgument,
+			want: &estop.Allow{UserIDs: estop.IDs{"7"}, Profiles: estop.IDs{"coder"}}},
+		{name: "cleared",
+			req:  &adminv1.SetPauseRequest{ClearAllow: true},
+			want: nil, refuses: []string{"7@coder"}},
+		{name: "one written by hand (numbers, a string) is kept by a re-arm",
+			entry: `{"reason":"by hand","allow":{"user_ids":[42, " 99 "],"profiles":"default"}}`,
+			req:   &adminv1.SetPauseRequest{Reason: "re-armed"},
+			want:  &estop.Allow{UserIDs: estop.IDs{"42", "99"}, Profiles: estop.IDs{"default"}}, admits: []string{"99@default"}, refuses: []string{"99@coder"}},
+		{name: "clear on a new pause",
+			entry: "-",
+			req:   &adminv1.SetPauseRequest{ClearAllow: true},
+			want:  nil},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			switch tt.entry {
+			case "":
+			case "-":
+				if _, err := c.ClearPause(authed, &adminv1.ClearPauseRequest{}); err != nil {
+					t.Fatal(err)
+				}
+			default:
+				if _, err := kv.Put(ctx, "global", []byte(tt.entry)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			set, err := c.SetPause(authed, tt.req)
+			if status.Code(err) != tt.code {
+				t.Fatalf("set: %v, want %v", err, tt.code)
+			}
+			if err != nil && !strings.Contains(status.Convert(err).Message(), "allow") {
+				t.Errorf("refusal %q does not say what is wrong", status.Convert(err).Message())
+			}
+			want := (*adminv1.PauseAllowlist)(nil)
+			if tt.want != nil {
+				want = &adminv1.PauseAllowlist{UserIds: tt.want.UserIDs, Profiles: tt.want.Profiles}
+			}
+			if err == nil && !sameAllow(set.GetPause().GetAllow(), want) {
+				t.Errorf("set answered %v, want %v", set.GetPause().GetAllow(), want)
+			}
+			got, err := c.GetPause(authed, &adminv1.GetPauseRequest{})
+			if err != nil || !sameAllow(got.GetPause().GetAllow(), want) {
+				t.Errorf("get: %v, %v; want the allowlist %v", got, err, want)
+			}
+			st, err := estop.Get(ctx, kv)
+			if err != nil || st == nil {
+				t.Fatalf("stored %+v, %v", st, err)
+			}
+			if (st.Allow == nil) != (tt.want == nil) || st.Allow != nil &&
+				(!slices.Equal(st.Allow.UserIDs, tt.want.UserIDs) || !slices.Equal(st.Allow.Profiles, tt.want.Profiles)) {
+				t.Errorf("the routers' entry has %+v, want %+v", st.Allow, tt.want)
+			}
+			for _, p := range tt.admits {
+				if user, profile, _ := strings.Cut(p, "@"); !st.Admits(user, profile) {
+					t.Errorf("%s held, want it let through", p)
+				}
+			}
+			for _, p := range tt.refuses {
+				if user, profile, _ := strings.Cut(p, "@"); st.Admits(user, profile) {
+					t.Errorf("%s let through, want it held", p)
+				}
+			}
+		})
+	}
+	var detail string
+	if err := db.QueryRow(ctx, `SELECT detail::text FROM audit_log WHERE action = 'pause.set' AND detail ? 'allow' ORDER BY id LIMIT 1`).Scan(&detail); err != nil ||
+		!strings.Contains(detail, `"user_ids": ["42", "alice"]`) {
+		t.Errorf("audited allowlist %s (%v), want the first one set", detail, err)
+	}
+}
+
+func sameAllow(a, b *adminv1.PauseAllowlist) bool {
+	return (a == nil) == (b == nil) && slices.Equal(a.GetUserIds(), b.GetUserIds()) && slices.Equal(a.GetProfiles(), b.GetProfiles())
+}
+
+func manyIDs(n int) []string {
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = strconv.Itoa(i)
+	}
+	return ids
 }

@@ -1266,7 +1266,10 @@ type Pause struct {
 	PausedAt *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=paused_at,json=pausedAt,proto3" json:"paused_at,omitempty"`
 	// When the pause lifts by itself (Hermes's expires_at); unset for a
 	// pause that holds until it is cleared.
-	ExpiresAt     *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	ExpiresAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	// Who keeps working through the pause (Hermes's allow); unset for
+	// nobody.
+	Allow         *PauseAllowlist `protobuf:"bytes,5,opt,name=allow,proto3" json:"allow,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1329,6 +1332,73 @@ func (x *Pause) GetExpiresAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Pause) GetAllow() *PauseAllowlist {
+	if x != nil {
+		return x.Allow
+	}
+	return nil
+}
+
+// PauseAllowlist is Hermes's allowlist of a pause: user_ids is the only
+// grant; profiles, when set, narrows it to routers serving those
+// profiles (`default` for a router without one) and grants nothing on
+// its own. Ids are read as Hermes and the bucket's entry read them:
+// surrounding blanks trimmed, empty ones dropped; at most 1000 of each,
+// each at most 256 bytes.
+type PauseAllowlist struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The senders' user ids as their platform gives them (/whoami shows
+	// them).
+	UserIds       []string `protobuf:"bytes,1,rep,name=user_ids,json=userIds,proto3" json:"user_ids,omitempty"`
+	Profiles      []string `protobuf:"bytes,2,rep,name=profiles,proto3" json:"profiles,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PauseAllowlist) Reset() {
+	*x = PauseAllowlist{}
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PauseAllowlist) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PauseAllowlist) ProtoMessage() {}
+
+func (x *PauseAllowlist) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PauseAllowlist.ProtoReflect.Descriptor instead.
+func (*PauseAllowlist) Descriptor() ([]byte, []int) {
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *PauseAllowlist) GetUserIds() []string {
+	if x != nil {
+		return x.UserIds
+	}
+	return nil
+}
+
+func (x *PauseAllowlist) GetProfiles() []string {
+	if x != nil {
+		return x.Profiles
+	}
+	return nil
+}
+
 type GetPauseRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1337,7 +1407,7 @@ type GetPauseRequest struct {
 
 func (x *GetPauseRequest) Reset() {
 	*x = GetPauseRequest{}
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[23]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1349,7 +1419,7 @@ func (x *GetPauseRequest) String() string {
 func (*GetPauseRequest) ProtoMessage() {}
 
 func (x *GetPauseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[23]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1362,7 +1432,7 @@ func (x *GetPauseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPauseRequest.ProtoReflect.Descriptor instead.
 func (*GetPauseRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{23}
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{24}
 }
 
 type GetPauseResponse struct {
@@ -1375,7 +1445,7 @@ type GetPauseResponse struct {
 
 func (x *GetPauseResponse) Reset() {
 	*x = GetPauseResponse{}
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[24]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1387,7 +1457,7 @@ func (x *GetPauseResponse) String() string {
 func (*GetPauseResponse) ProtoMessage() {}
 
 func (x *GetPauseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[24]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1400,7 +1470,7 @@ func (x *GetPauseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPauseResponse.ProtoReflect.Descriptor instead.
 func (*GetPauseResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{24}
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *GetPauseResponse) GetPause() *Pause {
@@ -1419,14 +1489,21 @@ type SetPauseRequest struct {
 	// Seconds until the pause lifts by itself. Unset keeps the expiry of a
 	// pause engaged already (none for a new one), 0 sets none, as Hermes's
 	// `hermes pause --ttl`; more than 100 years sets none too.
-	TtlSeconds    *int64 `protobuf:"varint,2,opt,name=ttl_seconds,json=ttlSeconds,proto3,oneof" json:"ttl_seconds,omitempty"`
+	TtlSeconds *int64 `protobuf:"varint,2,opt,name=ttl_seconds,json=ttlSeconds,proto3,oneof" json:"ttl_seconds,omitempty"`
+	// The allowlist. Unset keeps the one of a pause engaged already (none
+	// for a new one); set replaces it, and must name at least one user id
+	// (an allowlist without one lets nobody through: clear it instead).
+	Allow *PauseAllowlist `protobuf:"bytes,3,opt,name=allow,proto3" json:"allow,omitempty"`
+	// Removes the allowlist: nobody works through the pause. Not with
+	// allow.
+	ClearAllow    bool `protobuf:"varint,4,opt,name=clear_allow,json=clearAllow,proto3" json:"clear_allow,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SetPauseRequest) Reset() {
 	*x = SetPauseRequest{}
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[25]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1438,7 +1515,7 @@ func (x *SetPauseRequest) String() string {
 func (*SetPauseRequest) ProtoMessage() {}
 
 func (x *SetPauseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[25]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1451,7 +1528,7 @@ func (x *SetPauseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPauseRequest.ProtoReflect.Descriptor instead.
 func (*SetPauseRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{25}
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *SetPauseRequest) GetReason() string {
@@ -1468,6 +1545,20 @@ func (x *SetPauseRequest) GetTtlSeconds() int64 {
 	return 0
 }
 
+func (x *SetPauseRequest) GetAllow() *PauseAllowlist {
+	if x != nil {
+		return x.Allow
+	}
+	return nil
+}
+
+func (x *SetPauseRequest) GetClearAllow() bool {
+	if x != nil {
+		return x.ClearAllow
+	}
+	return false
+}
+
 type SetPauseResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Pause *Pause                 `protobuf:"bytes,1,opt,name=pause,proto3" json:"pause,omitempty"`
@@ -1479,7 +1570,7 @@ type SetPauseResponse struct {
 
 func (x *SetPauseResponse) Reset() {
 	*x = SetPauseResponse{}
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[26]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1491,7 +1582,7 @@ func (x *SetPauseResponse) String() string {
 func (*SetPauseResponse) ProtoMessage() {}
 
 func (x *SetPauseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[26]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1504,7 +1595,7 @@ func (x *SetPauseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPauseResponse.ProtoReflect.Descriptor instead.
 func (*SetPauseResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{26}
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *SetPauseResponse) GetPause() *Pause {
@@ -1529,7 +1620,7 @@ type ClearPauseRequest struct {
 
 func (x *ClearPauseRequest) Reset() {
 	*x = ClearPauseRequest{}
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[27]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1541,7 +1632,7 @@ func (x *ClearPauseRequest) String() string {
 func (*ClearPauseRequest) ProtoMessage() {}
 
 func (x *ClearPauseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[27]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1554,7 +1645,7 @@ func (x *ClearPauseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearPauseRequest.ProtoReflect.Descriptor instead.
 func (*ClearPauseRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{27}
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{28}
 }
 
 type ClearPauseResponse struct {
@@ -1569,7 +1660,7 @@ type ClearPauseResponse struct {
 
 func (x *ClearPauseResponse) Reset() {
 	*x = ClearPauseResponse{}
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[28]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1581,7 +1672,7 @@ func (x *ClearPauseResponse) String() string {
 func (*ClearPauseResponse) ProtoMessage() {}
 
 func (x *ClearPauseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[28]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1594,7 +1685,7 @@ func (x *ClearPauseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearPauseResponse.ProtoReflect.Descriptor instead.
 func (*ClearPauseResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{28}
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ClearPauseResponse) GetCleared() bool {
@@ -1607,6 +1698,366 @@ func (x *ClearPauseResponse) GetCleared() bool {
 func (x *ClearPauseResponse) GetPause() *Pause {
 	if x != nil {
 		return x.Pause
+	}
+	return nil
+}
+
+// ApprovalMode is the dangerous-command approval mode in force.
+type ApprovalMode struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// manual (ask before every dangerous tool call), smart (a judge model
+	// approves the harmless ones, asks about the rest) or off (never ask).
+	Mode string `protobuf:"bytes,1,opt,name=mode,proto3" json:"mode,omitempty"`
+	// No one has set a mode: this is approvals.mode of the configuration
+	// (of the process serving this API; the workers read theirs).
+	ConfiguredDefault bool `protobuf:"varint,2,opt,name=configured_default,json=configuredDefault,proto3" json:"configured_default,omitempty"`
+	// Who set it: <platform>:<user id> from a chat (/approvals), admin or
+	// admin:<operator> from this API; empty for the configured default.
+	By string `protobuf:"bytes,3,opt,name=by,proto3" json:"by,omitempty"`
+	// When it was set; unset for the configured default.
+	SetAt         *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=set_at,json=setAt,proto3" json:"set_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApprovalMode) Reset() {
+	*x = ApprovalMode{}
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApprovalMode) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApprovalMode) ProtoMessage() {}
+
+func (x *ApprovalMode) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApprovalMode.ProtoReflect.Descriptor instead.
+func (*ApprovalMode) Descriptor() ([]byte, []int) {
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *ApprovalMode) GetMode() string {
+	if x != nil {
+		return x.Mode
+	}
+	return ""
+}
+
+func (x *ApprovalMode) GetConfiguredDefault() bool {
+	if x != nil {
+		return x.ConfiguredDefault
+	}
+	return false
+}
+
+func (x *ApprovalMode) GetBy() string {
+	if x != nil {
+		return x.By
+	}
+	return ""
+}
+
+func (x *ApprovalMode) GetSetAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.SetAt
+	}
+	return nil
+}
+
+type GetApprovalModeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetApprovalModeRequest) Reset() {
+	*x = GetApprovalModeRequest{}
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetApprovalModeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetApprovalModeRequest) ProtoMessage() {}
+
+func (x *GetApprovalModeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetApprovalModeRequest.ProtoReflect.Descriptor instead.
+func (*GetApprovalModeRequest) Descriptor() ([]byte, []int) {
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{31}
+}
+
+type GetApprovalModeResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ApprovalMode  *ApprovalMode          `protobuf:"bytes,1,opt,name=approval_mode,json=approvalMode,proto3" json:"approval_mode,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetApprovalModeResponse) Reset() {
+	*x = GetApprovalModeResponse{}
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetApprovalModeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetApprovalModeResponse) ProtoMessage() {}
+
+func (x *GetApprovalModeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetApprovalModeResponse.ProtoReflect.Descriptor instead.
+func (*GetApprovalModeResponse) Descriptor() ([]byte, []int) {
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *GetApprovalModeResponse) GetApprovalMode() *ApprovalMode {
+	if x != nil {
+		return x.ApprovalMode
+	}
+	return nil
+}
+
+// SetApprovalModeRequest sets the mode for the whole gateway, as
+// /approvals <mode> does; it outlives restarts.
+type SetApprovalModeRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// manual, smart or off (any case, surrounding blanks ignored); anything
+	// else is InvalidArgument.
+	Mode          string `protobuf:"bytes,1,opt,name=mode,proto3" json:"mode,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetApprovalModeRequest) Reset() {
+	*x = SetApprovalModeRequest{}
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetApprovalModeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetApprovalModeRequest) ProtoMessage() {}
+
+func (x *SetApprovalModeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetApprovalModeRequest.ProtoReflect.Descriptor instead.
+func (*SetApprovalModeRequest) Descriptor() ([]byte, []int) {
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *SetApprovalModeRequest) GetMode() string {
+	if x != nil {
+		return x.Mode
+	}
+	return ""
+}
+
+type SetApprovalModeResponse struct {
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	ApprovalMode *ApprovalMode          `protobuf:"bytes,1,opt,name=approval_mode,json=approvalMode,proto3" json:"approval_mode,omitempty"`
+	// The mode in force before this call.
+	PreviousMode  string `protobuf:"bytes,2,opt,name=previous_mode,json=previousMode,proto3" json:"previous_mode,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetApprovalModeResponse) Reset() {
+	*x = SetApprovalModeResponse{}
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetApprovalModeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetApprovalModeResponse) ProtoMessage() {}
+
+func (x *SetApprovalModeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetApprovalModeResponse.ProtoReflect.Descriptor instead.
+func (*SetApprovalModeResponse) Descriptor() ([]byte, []int) {
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *SetApprovalModeResponse) GetApprovalMode() *ApprovalMode {
+	if x != nil {
+		return x.ApprovalMode
+	}
+	return nil
+}
+
+func (x *SetApprovalModeResponse) GetPreviousMode() string {
+	if x != nil {
+		return x.PreviousMode
+	}
+	return ""
+}
+
+type ReloadSkillsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReloadSkillsRequest) Reset() {
+	*x = ReloadSkillsRequest{}
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReloadSkillsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReloadSkillsRequest) ProtoMessage() {}
+
+func (x *ReloadSkillsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReloadSkillsRequest.ProtoReflect.Descriptor instead.
+func (*ReloadSkillsRequest) Descriptor() ([]byte, []int) {
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{35}
+}
+
+// ReloadSkillsResponse says what the API can vouch for: the announcement
+// is stored. The processes holding skills (router replicas, the
+// Telegram and Discord gateways) scan when their watch brings it, each
+// logging `skills loaded`; this process holds no skills and waits for
+// none of them.
+type ReloadSkillsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The announcement's revision in the SKILLS bucket.
+	Revision uint64 `protobuf:"varint,1,opt,name=revision,proto3" json:"revision,omitempty"`
+	// Who asked, as recorded: admin or admin:<operator>.
+	By            string                 `protobuf:"bytes,2,opt,name=by,proto3" json:"by,omitempty"`
+	AnnouncedAt   *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=announced_at,json=announcedAt,proto3" json:"announced_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReloadSkillsResponse) Reset() {
+	*x = ReloadSkillsResponse{}
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReloadSkillsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReloadSkillsResponse) ProtoMessage() {}
+
+func (x *ReloadSkillsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReloadSkillsResponse.ProtoReflect.Descriptor instead.
+func (*ReloadSkillsResponse) Descriptor() ([]byte, []int) {
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *ReloadSkillsResponse) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *ReloadSkillsResponse) GetBy() string {
+	if x != nil {
+		return x.By
+	}
+	return ""
+}
+
+func (x *ReloadSkillsResponse) GetAnnouncedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.AnnouncedAt
 	}
 	return nil
 }
@@ -1708,20 +2159,27 @@ const file_switchboard_admin_v1_admin_proto_rawDesc = "" +
 	"\x03ids\x18\x01 \x03(\tR\x03ids\x12\x10\n" +
 	"\x03all\x18\x02 \x01(\bR\x03all\"1\n" +
 	"\x17PurgeDeliveriesResponse\x12\x16\n" +
-	"\x06purged\x18\x01 \x01(\x05R\x06purged\"\xa3\x01\n" +
+	"\x06purged\x18\x01 \x01(\x05R\x06purged\"\xdf\x01\n" +
 	"\x05Pause\x12\x16\n" +
 	"\x06reason\x18\x01 \x01(\tR\x06reason\x12\x0e\n" +
 	"\x02by\x18\x02 \x01(\tR\x02by\x127\n" +
 	"\tpaused_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\bpausedAt\x129\n" +
 	"\n" +
-	"expires_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\"\x11\n" +
+	"expires_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12:\n" +
+	"\x05allow\x18\x05 \x01(\v2$.switchboard.admin.v1.PauseAllowlistR\x05allow\"G\n" +
+	"\x0ePauseAllowlist\x12\x19\n" +
+	"\buser_ids\x18\x01 \x03(\tR\auserIds\x12\x1a\n" +
+	"\bprofiles\x18\x02 \x03(\tR\bprofiles\"\x11\n" +
 	"\x0fGetPauseRequest\"E\n" +
 	"\x10GetPauseResponse\x121\n" +
-	"\x05pause\x18\x01 \x01(\v2\x1b.switchboard.admin.v1.PauseR\x05pause\"_\n" +
+	"\x05pause\x18\x01 \x01(\v2\x1b.switchboard.admin.v1.PauseR\x05pause\"\xbc\x01\n" +
 	"\x0fSetPauseRequest\x12\x16\n" +
 	"\x06reason\x18\x01 \x01(\tR\x06reason\x12$\n" +
 	"\vttl_seconds\x18\x02 \x01(\x03H\x00R\n" +
-	"ttlSeconds\x88\x01\x01B\x0e\n" +
+	"ttlSeconds\x88\x01\x01\x12:\n" +
+	"\x05allow\x18\x03 \x01(\v2$.switchboard.admin.v1.PauseAllowlistR\x05allow\x12\x1f\n" +
+	"\vclear_allow\x18\x04 \x01(\bR\n" +
+	"clearAllowB\x0e\n" +
 	"\f_ttl_seconds\"l\n" +
 	"\x10SetPauseResponse\x121\n" +
 	"\x05pause\x18\x01 \x01(\v2\x1b.switchboard.admin.v1.PauseR\x05pause\x12%\n" +
@@ -1729,8 +2187,25 @@ const file_switchboard_admin_v1_admin_proto_rawDesc = "" +
 	"\x11ClearPauseRequest\"a\n" +
 	"\x12ClearPauseResponse\x12\x18\n" +
 	"\acleared\x18\x01 \x01(\bR\acleared\x121\n" +
-	"\x05pause\x18\x02 \x01(\v2\x1b.switchboard.admin.v1.PauseR\x05pause2\xc9\n" +
-	"\n" +
+	"\x05pause\x18\x02 \x01(\v2\x1b.switchboard.admin.v1.PauseR\x05pause\"\x94\x01\n" +
+	"\fApprovalMode\x12\x12\n" +
+	"\x04mode\x18\x01 \x01(\tR\x04mode\x12-\n" +
+	"\x12configured_default\x18\x02 \x01(\bR\x11configuredDefault\x12\x0e\n" +
+	"\x02by\x18\x03 \x01(\tR\x02by\x121\n" +
+	"\x06set_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x05setAt\"\x18\n" +
+	"\x16GetApprovalModeRequest\"b\n" +
+	"\x17GetApprovalModeResponse\x12G\n" +
+	"\rapproval_mode\x18\x01 \x01(\v2\".switchboard.admin.v1.ApprovalModeR\fapprovalMode\",\n" +
+	"\x16SetApprovalModeRequest\x12\x12\n" +
+	"\x04mode\x18\x01 \x01(\tR\x04mode\"\x87\x01\n" +
+	"\x17SetApprovalModeResponse\x12G\n" +
+	"\rapproval_mode\x18\x01 \x01(\v2\".switchboard.admin.v1.ApprovalModeR\fapprovalMode\x12#\n" +
+	"\rprevious_mode\x18\x02 \x01(\tR\fpreviousMode\"\x15\n" +
+	"\x13ReloadSkillsRequest\"\x81\x01\n" +
+	"\x14ReloadSkillsResponse\x12\x1a\n" +
+	"\brevision\x18\x01 \x01(\x04R\brevision\x12\x0e\n" +
+	"\x02by\x18\x02 \x01(\tR\x02by\x12=\n" +
+	"\fannounced_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\vannouncedAt2\x90\r\n" +
 	"\fAdminService\x12e\n" +
 	"\fListSessions\x12).switchboard.admin.v1.ListSessionsRequest\x1a*.switchboard.admin.v1.ListSessionsResponse\x12_\n" +
 	"\n" +
@@ -1746,7 +2221,10 @@ const file_switchboard_admin_v1_admin_proto_rawDesc = "" +
 	"\bGetPause\x12%.switchboard.admin.v1.GetPauseRequest\x1a&.switchboard.admin.v1.GetPauseResponse\x12Y\n" +
 	"\bSetPause\x12%.switchboard.admin.v1.SetPauseRequest\x1a&.switchboard.admin.v1.SetPauseResponse\x12_\n" +
 	"\n" +
-	"ClearPause\x12'.switchboard.admin.v1.ClearPauseRequest\x1a(.switchboard.admin.v1.ClearPauseResponseB\xe6\x01\n" +
+	"ClearPause\x12'.switchboard.admin.v1.ClearPauseRequest\x1a(.switchboard.admin.v1.ClearPauseResponse\x12n\n" +
+	"\x0fGetApprovalMode\x12,.switchboard.admin.v1.GetApprovalModeRequest\x1a-.switchboard.admin.v1.GetApprovalModeResponse\x12n\n" +
+	"\x0fSetApprovalMode\x12,.switchboard.admin.v1.SetApprovalModeRequest\x1a-.switchboard.admin.v1.SetApprovalModeResponse\x12e\n" +
+	"\fReloadSkills\x12).switchboard.admin.v1.ReloadSkillsRequest\x1a*.switchboard.admin.v1.ReloadSkillsResponseB\xe6\x01\n" +
 	"\x18com.switchboard.admin.v1B\n" +
 	"AdminProtoP\x01ZLgithub.com/switchboard-chat/switchboard/pkg/gen/switchboard/admin/v1;adminv1\xa2\x02\x03SAX\xaa\x02\x14Switchboard.Admin.V1\xca\x02\x14Switchboard\\Admin\\V1\xe2\x02 Switchboard\\Admin\\V1\\GPBMetadata\xea\x02\x16Switchboard::Admin::V1b\x06proto3"
 
@@ -1762,7 +2240,7 @@ func file_switchboard_admin_v1_admin_proto_rawDescGZIP() []byte {
 	return file_switchboard_admin_v1_admin_proto_rawDescData
 }
 
-var file_switchboard_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
+var file_switchboard_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
 var file_switchboard_admin_v1_admin_proto_goTypes = []any{
 	(*Session)(nil),                 // 0: switchboard.admin.v1.Session
 	(*ListSessionsRequest)(nil),     // 1: switchboard.admin.v1.ListSessionsRequest
@@ -1787,69 +2265,89 @@ var file_switchboard_admin_v1_admin_proto_goTypes = []any{
 	(*PurgeDeliveriesRequest)(nil),  // 20: switchboard.admin.v1.PurgeDeliveriesRequest
 	(*PurgeDeliveriesResponse)(nil), // 21: switchboard.admin.v1.PurgeDeliveriesResponse
 	(*Pause)(nil),                   // 22: switchboard.admin.v1.Pause
-	(*GetPauseRequest)(nil),         // 23: switchboard.admin.v1.GetPauseRequest
-	(*GetPauseResponse)(nil),        // 24: switchboard.admin.v1.GetPauseResponse
-	(*SetPauseRequest)(nil),         // 25: switchboard.admin.v1.SetPauseRequest
-	(*SetPauseResponse)(nil),        // 26: switchboard.admin.v1.SetPauseResponse
-	(*ClearPauseRequest)(nil),       // 27: switchboard.admin.v1.ClearPauseRequest
-	(*ClearPauseResponse)(nil),      // 28: switchboard.admin.v1.ClearPauseResponse
-	nil,                             // 29: switchboard.admin.v1.PruneSessionsResponse.RowsEntry
-	(*v1.SessionSource)(nil),        // 30: switchboard.events.v1.SessionSource
-	(*timestamppb.Timestamp)(nil),   // 31: google.protobuf.Timestamp
-	(v11.DeliveryState)(0),          // 32: switchboard.delivery.v1.DeliveryState
-	(*v11.Delivery)(nil),            // 33: switchboard.delivery.v1.Delivery
+	(*PauseAllowlist)(nil),          // 23: switchboard.admin.v1.PauseAllowlist
+	(*GetPauseRequest)(nil),         // 24: switchboard.admin.v1.GetPauseRequest
+	(*GetPauseResponse)(nil),        // 25: switchboard.admin.v1.GetPauseResponse
+	(*SetPauseRequest)(nil),         // 26: switchboard.admin.v1.SetPauseRequest
+	(*SetPauseResponse)(nil),        // 27: switchboard.admin.v1.SetPauseResponse
+	(*ClearPauseRequest)(nil),       // 28: switchboard.admin.v1.ClearPauseRequest
+	(*ClearPauseResponse)(nil),      // 29: switchboard.admin.v1.ClearPauseResponse
+	(*ApprovalMode)(nil),            // 30: switchboard.admin.v1.ApprovalMode
+	(*GetApprovalModeRequest)(nil),  // 31: switchboard.admin.v1.GetApprovalModeRequest
+	(*GetApprovalModeResponse)(nil), // 32: switchboard.admin.v1.GetApprovalModeResponse
+	(*SetApprovalModeRequest)(nil),  // 33: switchboard.admin.v1.SetApprovalModeRequest
+	(*SetApprovalModeResponse)(nil), // 34: switchboard.admin.v1.SetApprovalModeResponse
+	(*ReloadSkillsRequest)(nil),     // 35: switchboard.admin.v1.ReloadSkillsRequest
+	(*ReloadSkillsResponse)(nil),    // 36: switchboard.admin.v1.ReloadSkillsResponse
+	nil,                             // 37: switchboard.admin.v1.PruneSessionsResponse.RowsEntry
+	(*v1.SessionSource)(nil),        // 38: switchboard.events.v1.SessionSource
+	(*timestamppb.Timestamp)(nil),   // 39: google.protobuf.Timestamp
+	(v11.DeliveryState)(0),          // 40: switchboard.delivery.v1.DeliveryState
+	(*v11.Delivery)(nil),            // 41: switchboard.delivery.v1.Delivery
 }
 var file_switchboard_admin_v1_admin_proto_depIdxs = []int32{
-	30, // 0: switchboard.admin.v1.Session.origin:type_name -> switchboard.events.v1.SessionSource
-	31, // 1: switchboard.admin.v1.Session.created_at:type_name -> google.protobuf.Timestamp
-	31, // 2: switchboard.admin.v1.Session.updated_at:type_name -> google.protobuf.Timestamp
+	38, // 0: switchboard.admin.v1.Session.origin:type_name -> switchboard.events.v1.SessionSource
+	39, // 1: switchboard.admin.v1.Session.created_at:type_name -> google.protobuf.Timestamp
+	39, // 2: switchboard.admin.v1.Session.updated_at:type_name -> google.protobuf.Timestamp
 	0,  // 3: switchboard.admin.v1.ListSessionsResponse.sessions:type_name -> switchboard.admin.v1.Session
 	0,  // 4: switchboard.admin.v1.GetSessionResponse.session:type_name -> switchboard.admin.v1.Session
 	0,  // 5: switchboard.admin.v1.ResetSessionResponse.session:type_name -> switchboard.admin.v1.Session
-	29, // 6: switchboard.admin.v1.PruneSessionsResponse.rows:type_name -> switchboard.admin.v1.PruneSessionsResponse.RowsEntry
-	31, // 7: switchboard.admin.v1.Pairing.created_at:type_name -> google.protobuf.Timestamp
-	31, // 8: switchboard.admin.v1.Pairing.expires_at:type_name -> google.protobuf.Timestamp
-	31, // 9: switchboard.admin.v1.Pairing.approved_at:type_name -> google.protobuf.Timestamp
+	37, // 6: switchboard.admin.v1.PruneSessionsResponse.rows:type_name -> switchboard.admin.v1.PruneSessionsResponse.RowsEntry
+	39, // 7: switchboard.admin.v1.Pairing.created_at:type_name -> google.protobuf.Timestamp
+	39, // 8: switchboard.admin.v1.Pairing.expires_at:type_name -> google.protobuf.Timestamp
+	39, // 9: switchboard.admin.v1.Pairing.approved_at:type_name -> google.protobuf.Timestamp
 	9,  // 10: switchboard.admin.v1.ListPairingsResponse.pairings:type_name -> switchboard.admin.v1.Pairing
 	9,  // 11: switchboard.admin.v1.ApprovePairingResponse.pairing:type_name -> switchboard.admin.v1.Pairing
-	32, // 12: switchboard.admin.v1.ListDeliveriesRequest.states:type_name -> switchboard.delivery.v1.DeliveryState
-	33, // 13: switchboard.admin.v1.ListDeliveriesResponse.deliveries:type_name -> switchboard.delivery.v1.Delivery
-	31, // 14: switchboard.admin.v1.Pause.paused_at:type_name -> google.protobuf.Timestamp
-	31, // 15: switchboard.admin.v1.Pause.expires_at:type_name -> google.protobuf.Timestamp
-	22, // 16: switchboard.admin.v1.GetPauseResponse.pause:type_name -> switchboard.admin.v1.Pause
-	22, // 17: switchboard.admin.v1.SetPauseResponse.pause:type_name -> switchboard.admin.v1.Pause
-	22, // 18: switchboard.admin.v1.ClearPauseResponse.pause:type_name -> switchboard.admin.v1.Pause
-	1,  // 19: switchboard.admin.v1.AdminService.ListSessions:input_type -> switchboard.admin.v1.ListSessionsRequest
-	3,  // 20: switchboard.admin.v1.AdminService.GetSession:input_type -> switchboard.admin.v1.GetSessionRequest
-	5,  // 21: switchboard.admin.v1.AdminService.ResetSession:input_type -> switchboard.admin.v1.ResetSessionRequest
-	7,  // 22: switchboard.admin.v1.AdminService.PruneSessions:input_type -> switchboard.admin.v1.PruneSessionsRequest
-	10, // 23: switchboard.admin.v1.AdminService.ListPairings:input_type -> switchboard.admin.v1.ListPairingsRequest
-	12, // 24: switchboard.admin.v1.AdminService.ApprovePairing:input_type -> switchboard.admin.v1.ApprovePairingRequest
-	14, // 25: switchboard.admin.v1.AdminService.RevokePairing:input_type -> switchboard.admin.v1.RevokePairingRequest
-	16, // 26: switchboard.admin.v1.AdminService.ListDeliveries:input_type -> switchboard.admin.v1.ListDeliveriesRequest
-	18, // 27: switchboard.admin.v1.AdminService.RetryDeliveries:input_type -> switchboard.admin.v1.RetryDeliveriesRequest
-	20, // 28: switchboard.admin.v1.AdminService.PurgeDeliveries:input_type -> switchboard.admin.v1.PurgeDeliveriesRequest
-	23, // 29: switchboard.admin.v1.AdminService.GetPause:input_type -> switchboard.admin.v1.GetPauseRequest
-	25, // 30: switchboard.admin.v1.AdminService.SetPause:input_type -> switchboard.admin.v1.SetPauseRequest
-	27, // 31: switchboard.admin.v1.AdminService.ClearPause:input_type -> switchboard.admin.v1.ClearPauseRequest
-	2,  // 32: switchboard.admin.v1.AdminService.ListSessions:output_type -> switchboard.admin.v1.ListSessionsResponse
-	4,  // 33: switchboard.admin.v1.AdminService.GetSession:output_type -> switchboard.admin.v1.GetSessionResponse
-	6,  // 34: switchboard.admin.v1.AdminService.ResetSession:output_type -> switchboard.admin.v1.ResetSessionResponse
-	8,  // 35: switchboard.admin.v1.AdminService.PruneSessions:output_type -> switchboard.admin.v1.PruneSessionsResponse
-	11, // 36: switchboard.admin.v1.AdminService.ListPairings:output_type -> switchboard.admin.v1.ListPairingsResponse
-	13, // 37: switchboard.admin.v1.AdminService.ApprovePairing:output_type -> switchboard.admin.v1.ApprovePairingResponse
-	15, // 38: switchboard.admin.v1.AdminService.RevokePairing:output_type -> switchboard.admin.v1.RevokePairingResponse
-	17, // 39: switchboard.admin.v1.AdminService.ListDeliveries:output_type -> switchboard.admin.v1.ListDeliveriesResponse
-	19, // 40: switchboard.admin.v1.AdminService.RetryDeliveries:output_type -> switchboard.admin.v1.RetryDeliveriesResponse
-	21, // 41: switchboard.admin.v1.AdminService.PurgeDeliveries:output_type -> switchboard.admin.v1.PurgeDeliveriesResponse
-	24, // 42: switchboard.admin.v1.AdminService.GetPause:output_type -> switchboard.admin.v1.GetPauseResponse
-	26, // 43: switchboard.admin.v1.AdminService.SetPause:output_type -> switchboard.admin.v1.SetPauseResponse
-	28, // 44: switchboard.admin.v1.AdminService.ClearPause:output_type -> switchboard.admin.v1.ClearPauseResponse
-	32, // [32:45] is the sub-list for method output_type
-	19, // [19:32] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	40, // 12: switchboard.admin.v1.ListDeliveriesRequest.states:type_name -> switchboard.delivery.v1.DeliveryState
+	41, // 13: switchboard.admin.v1.ListDeliveriesResponse.deliveries:type_name -> switchboard.delivery.v1.Delivery
+	39, // 14: switchboard.admin.v1.Pause.paused_at:type_name -> google.protobuf.Timestamp
+	39, // 15: switchboard.admin.v1.Pause.expires_at:type_name -> google.protobuf.Timestamp
+	23, // 16: switchboard.admin.v1.Pause.allow:type_name -> switchboard.admin.v1.PauseAllowlist
+	22, // 17: switchboard.admin.v1.GetPauseResponse.pause:type_name -> switchboard.admin.v1.Pause
+	23, // 18: switchboard.admin.v1.SetPauseRequest.allow:type_name -> switchboard.admin.v1.PauseAllowlist
+	22, // 19: switchboard.admin.v1.SetPauseResponse.pause:type_name -> switchboard.admin.v1.Pause
+	22, // 20: switchboard.admin.v1.ClearPauseResponse.pause:type_name -> switchboard.admin.v1.Pause
+	39, // 21: switchboard.admin.v1.ApprovalMode.set_at:type_name -> google.protobuf.Timestamp
+	30, // 22: switchboard.admin.v1.GetApprovalModeResponse.approval_mode:type_name -> switchboard.admin.v1.ApprovalMode
+	30, // 23: switchboard.admin.v1.SetApprovalModeResponse.approval_mode:type_name -> switchboard.admin.v1.ApprovalMode
+	39, // 24: switchboard.admin.v1.ReloadSkillsResponse.announced_at:type_name -> google.protobuf.Timestamp
+	1,  // 25: switchboard.admin.v1.AdminService.ListSessions:input_type -> switchboard.admin.v1.ListSessionsRequest
+	3,  // 26: switchboard.admin.v1.AdminService.GetSession:input_type -> switchboard.admin.v1.GetSessionRequest
+	5,  // 27: switchboard.admin.v1.AdminService.ResetSession:input_type -> switchboard.admin.v1.ResetSessionRequest
+	7,  // 28: switchboard.admin.v1.AdminService.PruneSessions:input_type -> switchboard.admin.v1.PruneSessionsRequest
+	10, // 29: switchboard.admin.v1.AdminService.ListPairings:input_type -> switchboard.admin.v1.ListPairingsRequest
+	12, // 30: switchboard.admin.v1.AdminService.ApprovePairing:input_type -> switchboard.admin.v1.ApprovePairingRequest
+	14, // 31: switchboard.admin.v1.AdminService.RevokePairing:input_type -> switchboard.admin.v1.RevokePairingRequest
+	16, // 32: switchboard.admin.v1.AdminService.ListDeliveries:input_type -> switchboard.admin.v1.ListDeliveriesRequest
+	18, // 33: switchboard.admin.v1.AdminService.RetryDeliveries:input_type -> switchboard.admin.v1.RetryDeliveriesRequest
+	20, // 34: switchboard.admin.v1.AdminService.PurgeDeliveries:input_type -> switchboard.admin.v1.PurgeDeliveriesRequest
+	24, // 35: switchboard.admin.v1.AdminService.GetPause:input_type -> switchboard.admin.v1.GetPauseRequest
+	26, // 36: switchboard.admin.v1.AdminService.SetPause:input_type -> switchboard.admin.v1.SetPauseRequest
+	28, // 37: switchboard.admin.v1.AdminService.ClearPause:input_type -> switchboard.admin.v1.ClearPauseRequest
+	31, // 38: switchboard.admin.v1.AdminService.GetApprovalMode:input_type -> switchboard.admin.v1.GetApprovalModeRequest
+	33, // 39: switchboard.admin.v1.AdminService.SetApprovalMode:input_type -> switchboard.admin.v1.SetApprovalModeRequest
+	35, // 40: switchboard.admin.v1.AdminService.ReloadSkills:input_type -> switchboard.admin.v1.ReloadSkillsRequest
+	2,  // 41: switchboard.admin.v1.AdminService.ListSessions:output_type -> switchboard.admin.v1.ListSessionsResponse
+	4,  // 42: switchboard.admin.v1.AdminService.GetSession:output_type -> switchboard.admin.v1.GetSessionResponse
+	6,  // 43: switchboard.admin.v1.AdminService.ResetSession:output_type -> switchboard.admin.v1.ResetSessionResponse
+	8,  // 44: switchboard.admin.v1.AdminService.PruneSessions:output_type -> switchboard.admin.v1.PruneSessionsResponse
+	11, // 45: switchboard.admin.v1.AdminService.ListPairings:output_type -> switchboard.admin.v1.ListPairingsResponse
+	13, // 46: switchboard.admin.v1.AdminService.ApprovePairing:output_type -> switchboard.admin.v1.ApprovePairingResponse
+	15, // 47: switchboard.admin.v1.AdminService.RevokePairing:output_type -> switchboard.admin.v1.RevokePairingResponse
+	17, // 48: switchboard.admin.v1.AdminService.ListDeliveries:output_type -> switchboard.admin.v1.ListDeliveriesResponse
+	19, // 49: switchboard.admin.v1.AdminService.RetryDeliveries:output_type -> switchboard.admin.v1.RetryDeliveriesResponse
+	21, // 50: switchboard.admin.v1.AdminService.PurgeDeliveries:output_type -> switchboard.admin.v1.PurgeDeliveriesResponse
+	25, // 51: switchboard.admin.v1.AdminService.GetPause:output_type -> switchboard.admin.v1.GetPauseResponse
+	27, // 52: switchboard.admin.v1.AdminService.SetPause:output_type -> switchboard.admin.v1.SetPauseResponse
+	29, // 53: switchboard.admin.v1.AdminService.ClearPause:output_type -> switchboard.admin.v1.ClearPauseResponse
+	32, // 54: switchboard.admin.v1.AdminService.GetApprovalMode:output_type -> switchboard.admin.v1.GetApprovalModeResponse
+	34, // 55: switchboard.admin.v1.AdminService.SetApprovalMode:output_type -> switchboard.admin.v1.SetApprovalModeResponse
+	36, // 56: switchboard.admin.v1.AdminService.ReloadSkills:output_type -> switchboard.admin.v1.ReloadSkillsResponse
+	41, // [41:57] is the sub-list for method output_type
+	25, // [25:41] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_switchboard_admin_v1_admin_proto_init() }
@@ -1857,14 +2355,14 @@ func file_switchboard_admin_v1_admin_proto_init() {
 	if File_switchboard_admin_v1_admin_proto != nil {
 		return
 	}
-	file_switchboard_admin_v1_admin_proto_msgTypes[25].OneofWrappers = []any{}
+	file_switchboard_admin_v1_admin_proto_msgTypes[26].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_switchboard_admin_v1_admin_proto_rawDesc), len(file_switchboard_admin_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   30,
+			NumMessages:   38,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

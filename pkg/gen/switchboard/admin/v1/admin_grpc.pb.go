@@ -32,6 +32,9 @@ const (
 	AdminService_GetPause_FullMethodName        = "/switchboard.admin.v1.AdminService/GetPause"
 	AdminService_SetPause_FullMethodName        = "/switchboard.admin.v1.AdminService/SetPause"
 	AdminService_ClearPause_FullMethodName      = "/switchboard.admin.v1.AdminService/ClearPause"
+	AdminService_GetApprovalMode_FullMethodName = "/switchboard.admin.v1.AdminService/GetApprovalMode"
+	AdminService_SetApprovalMode_FullMethodName = "/switchboard.admin.v1.AdminService/SetApprovalMode"
+	AdminService_ReloadSkills_FullMethodName    = "/switchboard.admin.v1.AdminService/ReloadSkills"
 )
 
 // AdminServiceClient is the client API for AdminService service.
@@ -58,6 +61,14 @@ type AdminServiceClient interface {
 	GetPause(ctx context.Context, in *GetPauseRequest, opts ...grpc.CallOption) (*GetPauseResponse, error)
 	SetPause(ctx context.Context, in *SetPauseRequest, opts ...grpc.CallOption) (*SetPauseResponse, error)
 	ClearPause(ctx context.Context, in *ClearPauseRequest, opts ...grpc.CallOption) (*ClearPauseResponse, error)
+	// The gateway-wide dangerous-command approval mode, as /approvals
+	// [manual|smart|off] sets it from a chat (pkg/approvalmode): every
+	// worker follows it from its next dangerous tool call.
+	GetApprovalMode(ctx context.Context, in *GetApprovalModeRequest, opts ...grpc.CallOption) (*GetApprovalModeResponse, error)
+	SetApprovalMode(ctx context.Context, in *SetApprovalModeRequest, opts ...grpc.CallOption) (*SetApprovalModeResponse, error)
+	// Announces a skill reload, as /reload-skills does from a chat
+	// (pkg/skill): every process holding skills scans skills.dirs again.
+	ReloadSkills(ctx context.Context, in *ReloadSkillsRequest, opts ...grpc.CallOption) (*ReloadSkillsResponse, error)
 }
 
 type adminServiceClient struct {
@@ -198,6 +209,36 @@ func (c *adminServiceClient) ClearPause(ctx context.Context, in *ClearPauseReque
 	return out, nil
 }
 
+func (c *adminServiceClient) GetApprovalMode(ctx context.Context, in *GetApprovalModeRequest, opts ...grpc.CallOption) (*GetApprovalModeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetApprovalModeResponse)
+	err := c.cc.Invoke(ctx, AdminService_GetApprovalMode_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) SetApprovalMode(ctx context.Context, in *SetApprovalModeRequest, opts ...grpc.CallOption) (*SetApprovalModeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetApprovalModeResponse)
+	err := c.cc.Invoke(ctx, AdminService_SetApprovalMode_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) ReloadSkills(ctx context.Context, in *ReloadSkillsRequest, opts ...grpc.CallOption) (*ReloadSkillsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReloadSkillsResponse)
+	err := c.cc.Invoke(ctx, AdminService_ReloadSkills_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServiceServer is the server API for AdminService service.
 // All implementations must embed UnimplementedAdminServiceServer
 // for forward compatibility.
@@ -222,6 +263,14 @@ type AdminServiceServer interface {
 	GetPause(context.Context, *GetPauseRequest) (*GetPauseResponse, error)
 	SetPause(context.Context, *SetPauseRequest) (*SetPauseResponse, error)
 	ClearPause(context.Context, *ClearPauseRequest) (*ClearPauseResponse, error)
+	// The gateway-wide dangerous-command approval mode, as /approvals
+	// [manual|smart|off] sets it from a chat (pkg/approvalmode): every
+	// worker follows it from its next dangerous tool call.
+	GetApprovalMode(context.Context, *GetApprovalModeRequest) (*GetApprovalModeResponse, error)
+	SetApprovalMode(context.Context, *SetApprovalModeRequest) (*SetApprovalModeResponse, error)
+	// Announces a skill reload, as /reload-skills does from a chat
+	// (pkg/skill): every process holding skills scans skills.dirs again.
+	ReloadSkills(context.Context, *ReloadSkillsRequest) (*ReloadSkillsResponse, error)
 	mustEmbedUnimplementedAdminServiceServer()
 }
 
@@ -270,6 +319,15 @@ func (UnimplementedAdminServiceServer) SetPause(context.Context, *SetPauseReques
 }
 func (UnimplementedAdminServiceServer) ClearPause(context.Context, *ClearPauseRequest) (*ClearPauseResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ClearPause not implemented")
+}
+func (UnimplementedAdminServiceServer) GetApprovalMode(context.Context, *GetApprovalModeRequest) (*GetApprovalModeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetApprovalMode not implemented")
+}
+func (UnimplementedAdminServiceServer) SetApprovalMode(context.Context, *SetApprovalModeRequest) (*SetApprovalModeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetApprovalMode not implemented")
+}
+func (UnimplementedAdminServiceServer) ReloadSkills(context.Context, *ReloadSkillsRequest) (*ReloadSkillsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReloadSkills not implemented")
 }
 func (UnimplementedAdminServiceServer) mustEmbedUnimplementedAdminServiceServer() {}
 func (UnimplementedAdminServiceServer) testEmbeddedByValue()                      {}
@@ -526,6 +584,60 @@ func _AdminService_ClearPause_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AdminService_GetApprovalMode_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetApprovalModeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).GetApprovalMode(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_GetApprovalMode_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).GetApprovalMode(ctx, req.(*GetApprovalModeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_SetApprovalMode_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetApprovalModeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).SetApprovalMode(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_SetApprovalMode_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).SetApprovalMode(ctx, req.(*SetApprovalModeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_ReloadSkills_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReloadSkillsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).ReloadSkills(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_ReloadSkills_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).ReloadSkills(ctx, req.(*ReloadSkillsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AdminService_ServiceDesc is the grpc.ServiceDesc for AdminService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -584,6 +696,18 @@ var AdminService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ClearPause",
 			Handler:    _AdminService_ClearPause_Handler,
+		},
+		{
+			MethodName: "GetApprovalMode",
+			Handler:    _AdminService_GetApprovalMode_Handler,
+		},
+		{
+			MethodName: "SetApprovalMode",
+			Handler:    _AdminService_SetApprovalMode_Handler,
+		},
+		{
+			MethodName: "ReloadSkills",
+			Handler:    _AdminService_ReloadSkills_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -1,0 +1,87 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/switchboard-chat/switchboard/pkg/approvalmode"
+	adminv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/admin/v1"
+	"github.com/switchboard-chat/switchboard/services/admin"
+)
+
+func init() {
+	register(command{name: "approvals", summary: "approvals [manual|smart|off]: show or set the gateway-wide dangerous-command approval mode (/approvals) over the admin API",
+		run: func(ctx context.Context, args []string) error {
+			return approvalsCommand(ctx, args, os.Stdout, os.Stderr)
+		}})
+}
+
+// approvalsCommand is `switchboard approvals [manual|smart|off]`,
+// Hermes's approval mode command (hermes_cli/approval_mode.py) over the
+// admin API: the entry it sets is the one /approvals sets from a chat,
+// which every worker follows from its next dangerous tool call.
+func approvalsCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	c := &adminClient{}
+	fs := flag.NewFlagSet("switchboard approvals", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&c.addr, "admin-addr", envOr("SWITCHBOARD_ADMIN_ADDR", admin.DefaultAddr),
+		"admin API address (or $SWITCHBOARD_ADMIN_ADDR); the token comes from $SWITCHBOARD_ADMIN_TOKEN")
+	usage := func() error {
+		fmt.Fprintln(stderr, "usage: switchboard approvals                     show the dangerous-command approval mode")
+		fmt.Fprintln(stderr, "       switchboard approvals manual|smart|off    set it for the whole gateway")
+		fmt.Fprintln(stderr, "manual asks before every dangerous tool call, smart lets a judge model approve the harmless ones, off never asks.")
+		fmt.Fprintln(stderr, "flags: --admin-addr host:port (default 127.0.0.1:7070); token from SWITCHBOARD_ADMIN_TOKEN")
+		return errUsage
+	}
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		_ = usage()
+		return err
+	}
+	if len(pos) > 1 {
+		return usage()
+	}
+	var mode approvalmode.Mode
+	if len(pos) == 1 {
+		m, ok := approvalmode.Parse(pos[0])
+		if !ok {
+			fmt.Fprintf(stderr, "%q is no approval mode: want manual, smart or off\n", pos[0])
+			return usage()
+		}
+		mode = m
+	}
+	cl, cctx, closeFn, err := c.dial(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeFn()
+	if mode == "" {
+		resp, err := cl.GetApprovalMode(cctx, &adminv1.GetApprovalModeRequest{})
+		if err != nil {
+			return fmt.Errorf("approvals: %w", err)
+		}
+		printApprovalMode(stdout, resp.GetApprovalMode())
+		return nil
+	}
+	resp, err := cl.SetApprovalMode(cctx, &adminv1.SetApprovalModeRequest{Mode: string(mode)})
+	if err != nil {
+		return fmt.Errorf("approvals %s: %w", mode, err)
+	}
+	printApprovalMode(stdout, resp.GetApprovalMode())
+	fmt.Fprintf(stdout, "    It was %s; every worker follows the new mode from its next dangerous tool call.\n", resp.GetPreviousMode())
+	return nil
+}
+
+// printApprovalMode prints Hermes's line for the mode, then where it
+// comes from.
+func printApprovalMode(out io.Writer, m *adminv1.ApprovalMode) {
+	fmt.Fprintf(out, "Approval mode: %s (persistent gateway-wide setting).\n", m.GetMode())
+	if m.GetConfiguredDefault() {
+		fmt.Fprintln(out, "    No one has set one: this is approvals.mode of the configuration.")
+		return
+	}
+	fmt.Fprintf(out, "    Set by %s at %s.\n", m.GetBy(), stamp(m.GetSetAt()))
+}

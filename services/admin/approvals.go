@@ -1,0 +1,80 @@
+package admin
+
+import (
+	"context"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/switchboard-chat/switchboard/pkg/approvalmode"
+	adminv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/admin/v1"
+)
+
+// The approval mode RPCs read and set the gateway-wide dangerous-command
+// approval mode that /approvals [manual|smart|off] reads and sets from a
+// chat: the same entry (pkg/approvalmode), which every worker follows
+// from its next dangerous tool call (Hermes writes approvals.mode to its
+// profile's config, hermes_cli/approval_mode.py).
+
+// approvalsBucket opens the approval mode's bucket.
+func (s *Service) approvalsBucket(ctx context.Context) (jetstream.KeyValue, error) {
+	return s.bucket(ctx, s.approvals, "the approval mode")
+}
+
+// approvalModeProto is the mode in force: st's, or the configured
+// default while no one has set one.
+func (s *Service) approvalModeProto(st *approvalmode.State) *adminv1.ApprovalMode {
+	if st == nil {
+		return &adminv1.ApprovalMode{Mode: string(s.approvalsDefault), ConfiguredDefault: true}
+	}
+	m := &adminv1.ApprovalMode{Mode: string(st.Mode), By: st.By}
+	if !st.At.IsZero() {
+		m.SetAt = timestamppb.New(st.At)
+	}
+	return m
+}
+
+// GetApprovalMode returns the mode in force.
+func (s *Service) GetApprovalMode(ctx context.Context, _ *adminv1.GetApprovalModeRequest) (*adminv1.GetApprovalModeResponse, error) {
+	kv, err := s.approvalsBucket(ctx)
+	if err != nil {
+		return nil, err
+	}
+	st, err := approvalmode.Get(ctx, kv)
+	if err != nil {
+		return nil, err
+	}
+	return &adminv1.GetApprovalModeResponse{ApprovalMode: s.approvalModeProto(st)}, nil
+}
+
+// SetApprovalMode sets the mode for the whole gateway, recording who set
+// it, and audits and counts the change as /approvals logs and counts its
+// own.
+func (s *Service) SetApprovalMode(ctx context.Context, req *adminv1.SetApprovalModeRequest) (*adminv1.SetApprovalModeResponse, error) {
+	mode, ok := approvalmode.Parse(req.GetMode())
+	if !ok {
+		return nil, status.Errorf(codes.InvalidArgument, "mode %q is no approval mode: want manual, smart or off", truncate(req.GetMode(), 64))
+	}
+	kv, err := s.approvalsBucket(ctx)
+	if err != nil {
+		return nil, err
+	}
+	cur, err := approvalmode.Get(ctx, kv)
+	if err != nil {
+		return nil, err
+	}
+	was := approvalmode.Effective(cur, s.approvalsDefault)
+	st := approvalmode.State{Mode: mode, By: operatorBy(ctx), At: time.Now().UTC()}
+	if err := approvalmode.Set(ctx, kv, st); err != nil {
+		return nil, err
+	}
+	approvalModeChanges.WithLabelValues(string(mode)).Inc()
+	s.log.WarnContext(ctx, "approval mode set from the admin API", "mode", mode, "was", was, "by", st.By)
+	if err := s.audit(ctx, "approvals.set", "global", map[string]any{"mode": mode, "was": was}); err != nil {
+		return nil, err
+	}
+	return &adminv1.SetApprovalModeResponse{ApprovalMode: s.approvalModeProto(&st), PreviousMode: string(was)}, nil
+}
