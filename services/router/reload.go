@@ -105,10 +105,21 @@ func reloadAnswer(added, removed []skill.Item, total int) string {
 	return strings.Join(lines, "\n")
 }
 
-// reloadNote is Hermes's one-shot note for the session's next turn,
-// prepended to its user message. Hermes's last line points the model to
-// its skills_list tool; Switchboard's agent has none (a skill runs when
-// the user types its command), so the line says that instead.
+// reloadNote is Hermes's one-shot note for the session's next turn
+// (gateway/run.py _handle_reload_skills_command): the turn carries it
+// (TurnRequested.skills_note) and the worker prepends it to the model's
+// copy of the turn's user message, as Hermes prepends it to the message
+// of its next agent run; the transcript keeps what the user typed.
+//
+// Hermes's last line is "Use skills_list to see the updated catalog.":
+// Hermes's agent has the skills_list and skill_view tools, and lists
+// the skills in its system prompt. Switchboard's agent has neither (its
+// built-in tools are clock, memory, session_search, send_message and
+// cronjob, services/worker.registry; its system prompt lists no skill):
+// a skill's instructions reach the model only when the user types its
+// command and the router expands it (skill.Invocation). The line would
+// send the model after a tool it cannot call, so it says how a skill
+// runs here instead.
 func reloadNote(added, removed []skill.Item) string {
 	sections := []string{"[USER INITIATED SKILLS RELOAD:"}
 	if len(added) > 0 {

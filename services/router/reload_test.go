@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
 	"github.com/switchboard-chat/switchboard/pkg/sessionkey"
 	"github.com/switchboard-chat/switchboard/pkg/skill"
 )
@@ -109,14 +110,30 @@ func TestReloadSkillsReachesEveryReplica(t *testing.T) {
 		turns, _ := w.snapshot()
 		return len(inputsText(turns, aliceKey)) == 2
 	})
+	// On the turn, for the worker to give the model: the inputs are what
+	// alice sent, so the transcript never holds the note.
 	turns, _ := w.snapshot()
-	if got := inputsText(turns, aliceKey); got[0] != note+"\n\nhello" || got[1] != "again" {
-		t.Fatalf("alice's inputs %q", got)
+	if got := inputsText(turns, aliceKey); got[0] != "hello" || got[1] != "again" {
+		t.Fatalf("alice's inputs %q, want what she sent", got)
+	}
+	if got := skillsNotes(turns, aliceKey); got[0] != note || got[1] != "" {
+		t.Fatalf("alice's turns carried the notes %q, want the note on the first alone", got)
 	}
 	// The other chat got no note: its turn carried the invocation alone.
-	for _, text := range inputsText(turns, otherKey) {
-		if strings.Contains(text, "SKILLS RELOAD") {
-			t.Fatalf("another chat got the note: %q", text)
+	for _, n := range skillsNotes(turns, otherKey) {
+		if n != "" {
+			t.Fatalf("another chat got the note: %q", n)
 		}
 	}
+}
+
+// skillsNotes are the /reload-skills notes of key's turns, in order.
+func skillsNotes(turns []*turnsv1.TurnRequested, key string) []string {
+	var out []string
+	for _, t := range turns {
+		if t.SessionKey == key {
+			out = append(out, t.GetSkillsNote())
+		}
+	}
+	return out
 }

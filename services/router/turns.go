@@ -180,15 +180,12 @@ func (s *Service) publishTurn(ctx context.Context, key, token, turnID string, t 
 		}
 		req.PersonalityPrompt = prompt
 	}
-	for i, q := range t.Inputs {
-		ev := q.Event
-		if i == 0 && t.SkillsNote != "" {
-			// Hermes's one-shot /reload-skills note, prepended to the
-			// next user message (reload.go).
-			ev = proto.CloneOf(ev)
-			ev.Text = t.SkillsNote + "\n\n" + ev.GetText()
-		}
-		req.Inputs = append(req.Inputs, ev)
+	// Hermes's one-shot /reload-skills note (reload.go) rides on the
+	// turn: the worker adds it to the model's copy of the first input,
+	// and the inputs stay what the user sent.
+	req.SkillsNote = t.SkillsNote
+	for _, q := range t.Inputs {
+		req.Inputs = append(req.Inputs, q.Event)
 		if req.ReplyRoute == nil && q.Event.GetReplyRoute() != nil {
 			req.ReplyRoute = q.Event.GetReplyRoute()
 		}

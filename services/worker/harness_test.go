@@ -199,6 +199,7 @@ type turnOpts struct {
 	voiceMode   string                     // the chat's voice reply mode (/voice)
 	tier        string                     // the session's fast mode (/fast)
 	moa         bool                       // a /moa prompt: answered by the Mixture of Agents
+	skillsNote  string                     // Hermes's /reload-skills note the turn carries
 }
 
 // requestTurn does what the router does: wait for and take the session
@@ -248,6 +249,7 @@ func (h *harness) requestTurn(key, text string, o turnOpts) *turnsv1.TurnRequest
 		VoiceMode:        o.voiceMode,
 		ServiceTier:      o.tier,
 		Moa:              o.moa,
+		SkillsNote:       o.skillsNote,
 	}
 	if o.side != "" {
 		req.SideQuestion = &turnsv1.SideQuestion{SessionId: o.side}

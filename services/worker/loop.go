@@ -1060,7 +1060,38 @@ func (r *turnRun) addUsage(u llm.Usage) {
 // model. Tool calls left without a result by an abandoned earlier turn get
 // a placeholder result so the providers accept the history.
 func (r *turnRun) messages(ls *loopState) []llm.Message {
-	return toLLM(ls.summary, ls.prior, ls.turn)
+	return toLLM(ls.summary, ls.prior, r.modelTurn(ls))
+}
+
+// modelTurn is this turn's steps as the model reads them: with Hermes's
+// one-shot /reload-skills note (TurnRequested.skills_note) and a blank
+// line before the text of the turn's first user message, as Hermes's
+// gateway prepends its pending note to the message of the next agent
+// run. It is a copy: ls.turn, and with it the transcript, keeps what the
+// user sent, so the note reaches every model call of this turn (a turn
+// resumed by another attempt included) and no later turn.
+func (r *turnRun) modelTurn(ls *loopState) []store.Message {
+	note := r.req.GetSkillsNote()
+	if note == "" {
+		return ls.turn
+	}
+	// The first input's own message follows the conversation a
+	// stateless client sent with it (its context, recorded first); a
+	// /retry's turn holds the message it sends again.
+	i := 0
+	if ins := r.req.GetInputs(); len(ins) > 0 {
+		for _, c := range ins[0].GetContext() {
+			if c.GetRole() == llm.RoleUser || c.GetRole() == llm.RoleAssistant {
+				i++
+			}
+		}
+	}
+	if i >= len(ls.turn) || ls.turn[i].Role != llm.RoleUser {
+		return ls.turn
+	}
+	out := append([]store.Message(nil), ls.turn...)
+	out[i].Content = note + "\n\n" + out[i].Content
+	return out
 }
 
 // toLLM is the conversation as the model takes it: the summary, then the

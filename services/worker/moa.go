@@ -155,7 +155,7 @@ func (r *turnRun) aggregatorModel() string {
 // for.
 func (r *turnRun) moaPrompt(ls *loopState) string {
 	var asked []string
-	for _, m := range ls.turn {
+	for _, m := range r.modelTurn(ls) {
 		if m.Role == llm.RoleUser && strings.TrimSpace(m.Content) != "" {
 			asked = append(asked, m.Content)
 		}

@@ -68,8 +68,10 @@ func (r *turnRun) runRemote(ctx context.Context) (store.Final, error) {
 	if err != nil {
 		return r.remoteFailed(ctx, ls, err)
 	}
+	// The agent reads the turn's input as a model would: with the
+	// /reload-skills note, which its transcript of later turns lacks.
 	start := &agentv1.StartTurn{Turn: r.req, SystemPrompt: system,
-		Transcript: transcriptOf(toLLM(ls.summary, ls.prior)), Input: transcriptOf(toLLM("", ls.turn))}
+		Transcript: transcriptOf(toLLM(ls.summary, ls.prior)), Input: transcriptOf(toLLM("", r.modelTurn(ls)))}
 	if err := stream.Send(&agentv1.RunTurnRequest{Request: &agentv1.RunTurnRequest_Start{Start: start}}); err != nil {
 		return r.remoteFailed(ctx, ls, err)
 	}

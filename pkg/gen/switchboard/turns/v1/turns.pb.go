@@ -273,7 +273,18 @@ type TurnRequested struct {
 	// the aggregator's answer); the session's model is left as it was. A
 	// worker of an older release ignores it and answers with the session's
 	// model: upgrade workers before routers.
-	Moa           bool `protobuf:"varint,36,opt,name=moa,proto3" json:"moa,omitempty"`
+	Moa bool `protobuf:"varint,36,opt,name=moa,proto3" json:"moa,omitempty"`
+	// Hermes's one-shot /reload-skills note ("[USER INITIATED SKILLS
+	// RELOAD: …]"), on the first turn of the session after a reload that
+	// changed its skills; empty on every other turn. The worker prepends
+	// it, and a blank line, to the model's copy of the turn's first user
+	// message, on each model call of the turn (a retried or redelivered
+	// turn carries it too); the transcript keeps what the user typed, so
+	// later turns never read it again. The router takes it from the
+	// session row once (sessions.skills_note). A worker of an older
+	// release ignores it: the model is not told of the reload, and the
+	// new skills still run when typed.
+	SkillsNote    string `protobuf:"bytes,37,opt,name=skills_note,json=skillsNote,proto3" json:"skills_note,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -509,6 +520,13 @@ func (x *TurnRequested) GetMoa() bool {
 		return x.Moa
 	}
 	return false
+}
+
+func (x *TurnRequested) GetSkillsNote() string {
+	if x != nil {
+		return x.SkillsNote
+	}
+	return ""
 }
 
 // SideQuestion is what a /btw turn asks about.
@@ -977,7 +995,7 @@ var File_switchboard_turns_v1_turns_proto protoreflect.FileDescriptor
 
 const file_switchboard_turns_v1_turns_proto_rawDesc = "" +
 	"\n" +
-	" switchboard/turns/v1/turns.proto\x12\x14switchboard.turns.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\"switchboard/events/v1/events.proto\"\xbd\t\n" +
+	" switchboard/turns/v1/turns.proto\x12\x14switchboard.turns.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\"switchboard/events/v1/events.proto\"\xde\t\n" +
 	"\rTurnRequested\x12\x17\n" +
 	"\aturn_id\x18\x01 \x01(\tR\x06turnId\x12\x1f\n" +
 	"\vsession_key\x18\x02 \x01(\tR\n" +
@@ -1017,7 +1035,9 @@ const file_switchboard_turns_v1_turns_proto_rawDesc = "" +
 	"\x10compress_preview\x18\x1d \x01(\bR\x0fcompressPreview\x12\x1f\n" +
 	"\vgoal_active\x18\x1e \x01(\bR\n" +
 	"goalActive\x12\x10\n" +
-	"\x03moa\x18$ \x01(\bR\x03moa\"-\n" +
+	"\x03moa\x18$ \x01(\bR\x03moa\x12\x1f\n" +
+	"\vskills_note\x18% \x01(\tR\n" +
+	"skillsNote\"-\n" +
 	"\fSideQuestion\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\"\xde\x01\n" +
