@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -23,9 +24,23 @@ import (
 // stored value (pkg/kvwatch), so a process that missed an announcement
 // while its watcher was down still converges; a process that starts
 // scans anyway.
+//
+// The router replica that answers /reload-skills scans first and
+// announces with its inbound event's id and what its scan found
+// (Announcement.Event, Report), and only then holds the new skills
+// (ReloadAnnounced). The bucket keeps the key's last History values, so
+// a redelivery of that event (its first attempt's transaction failed
+// after the announcement) finds the report there (Answered), on
+// whichever replica it lands, instead of scanning skills every replica
+// holds already.
 
 // Bucket is the bucket's name (before the topology prefix).
 const Bucket = "SKILLS"
+
+// History is how many announcements the bucket keeps: a /reload-skills
+// redelivered after this many later reloads answers from a scan of its
+// own.
+const History = 16
 
 // reloadKey is the announcement's key.
 const reloadKey = "reload"
@@ -36,13 +51,27 @@ type Announcement struct {
 	By string    `json:"by,omitempty"`
 	At time.Time `json:"at"`
 	ID string    `json:"id"`
+	// Event is the inbound event of the /reload-skills that made it
+	// (<platform>:<account>:<event id>), with Report, what the
+	// answering replica's scan changed for the chat's platform; both
+	// empty for the admin API's and a SIGHUP's.
+	Event  string  `json:"event,omitempty"`
+	Report *Report `json:"report,omitempty"`
 }
 
-// OpenBucket opens the bucket, creating it when absent.
+// Report is what a reload changed for one platform (Diff).
+type Report struct {
+	Added   []Item `json:"added,omitempty"`
+	Removed []Item `json:"removed,omitempty"`
+	Total   int    `json:"total"`
+}
+
+// OpenBucket opens the bucket, creating it when absent (and keeping
+// History values of its key when it kept fewer).
 func OpenBucket(ctx context.Context, js jetstream.JetStream, topo bus.Topology) (jetstream.KeyValue, error) {
 	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket: topo.Stream(Bucket), Description: "skill reload announcements (/reload-skills)",
-		History: 1, Replicas: max(topo.Replicas, 1), Storage: topo.Storage,
+		History: History, Replicas: max(topo.Replicas, 1), Storage: topo.Storage,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("skills bucket: %w", err)
@@ -50,13 +79,13 @@ func OpenBucket(ctx context.Context, js jetstream.JetStream, topo bus.Topology) 
 	return kv, nil
 }
 
-// newAnnouncement makes a new announcement by by, and its encoding.
-func newAnnouncement(by string) (Announcement, []byte, error) {
+// newAnnouncement makes a, made now under a new id, and its encoding.
+func newAnnouncement(a Announcement) (Announcement, []byte, error) {
 	id := make([]byte, 8)
 	if _, err := rand.Read(id); err != nil {
 		return Announcement{}, nil, fmt.Errorf("announcement id: %w", err)
 	}
-	a := Announcement{By: by, At: time.Now().UTC(), ID: hex.EncodeToString(id)}
+	a.At, a.ID = time.Now().UTC(), hex.EncodeToString(id)
 	data, err := json.Marshal(a)
 	if err != nil {
 		return Announcement{}, nil, fmt.Errorf("encode announcement: %w", err)
@@ -68,7 +97,7 @@ func newAnnouncement(by string) (Announcement, []byte, error) {
 // names who asked (<platform>:<user id>, admin[:operator], signal). It
 // returns the announcement as stored and its revision.
 func Announce(ctx context.Context, kv jetstream.KeyValue, by string) (Announcement, uint64, error) {
-	a, data, err := newAnnouncement(by)
+	a, data, err := newAnnouncement(Announcement{By: by})
 	if err != nil {
 		return Announcement{}, 0, err
 	}
@@ -83,10 +112,15 @@ func Announce(ctx context.Context, kv jetstream.KeyValue, by string) (Announceme
 // that answers /reload-skills): its own Follow does not scan again for
 // this announcement.
 func (l *Library) Announce(ctx context.Context, kv jetstream.KeyValue, by string) error {
-	_, data, err := newAnnouncement(by)
+	_, data, err := newAnnouncement(Announcement{By: by})
 	if err != nil {
 		return err
 	}
+	return l.put(ctx, kv, data)
+}
+
+// put stores the announcement data as this Library's own.
+func (l *Library) put(ctx context.Context, kv jetstream.KeyValue, data []byte) error {
 	l.seenMu.Lock()
 	l.seen = data
 	l.seenMu.Unlock()
@@ -94,6 +128,56 @@ func (l *Library) Announce(ctx context.Context, kv jetstream.KeyValue, by string
 		return fmt.Errorf("announce skill reload: %w", err)
 	}
 	return nil
+}
+
+// ReloadAnnounced is the reload of the replica that answers the
+// /reload-skills of inbound event event: it scans skills.dirs, announces
+// the reload in kv with event and the Report of the scan for platform
+// (Diff of the Set held and the one read), and only then makes the new
+// Set Current (as Reload, SourceCommand). When the announcement fails,
+// nothing changes anywhere: the scan is dropped and the error returned.
+func (l *Library) ReloadAnnounced(ctx context.Context, kv jetstream.KeyValue, by, event, platform string) (Report, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	before, after, began := l.rescan()
+	var r Report
+	r.Added, r.Removed, r.Total = Diff(before, after, platform)
+	_, data, err := newAnnouncement(Announcement{By: by, Event: event, Report: &r})
+	if err != nil {
+		return Report{}, err
+	}
+	if err := l.put(ctx, kv, data); err != nil {
+		return Report{}, err
+	}
+	l.install(after, began, SourceCommand)
+	return r, nil
+}
+
+// Answered is the Report of the reload announced for inbound event
+// event, when kv still holds its announcement (a /reload-skills
+// redelivered after its first attempt announced); false when it does
+// not.
+func Answered(ctx context.Context, kv jetstream.KeyValue, event string) (Report, bool, error) {
+	if event == "" {
+		return Report{}, false, nil
+	}
+	entries, err := kv.History(ctx, reloadKey)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return Report{}, false, nil
+	}
+	if err != nil {
+		return Report{}, false, fmt.Errorf("read skill reload announcements: %w", err)
+	}
+	for i := len(entries) - 1; i >= 0; i-- {
+		var a Announcement
+		if entries[i].Operation() != jetstream.KeyValuePut || json.Unmarshal(entries[i].Value(), &a) != nil {
+			continue
+		}
+		if a.Event == event && a.Report != nil {
+			return *a.Report, true, nil
+		}
+	}
+	return Report{}, false, nil
 }
 
 // Follow reloads the Library for each announcement in kv it has not acted

@@ -62,7 +62,10 @@ func NewLibrary(cfg Config, reserved func(string) bool, log *slog.Logger) *Libra
 		log = slog.Default()
 	}
 	l := &Library{cfg: cfg, reserved: reserved, log: log}
-	l.cur.Store(l.scan())
+	set, began := l.scan()
+	l.scanned = began
+	l.cur.Store(set)
+	loaded.Set(float64(set.Len()))
 	return l
 }
 
@@ -74,11 +77,10 @@ func Fixed(set *Set) *Library {
 	return l
 }
 
-// scan loads the directories and logs what did not load.
-func (l *Library) scan() *Set {
-	l.seenMu.Lock()
-	l.scanned = time.Now()
-	l.seenMu.Unlock()
+// scan loads the directories and logs what did not load; began is when
+// it began reading them.
+func (l *Library) scan() (set *Set, began time.Time) {
+	began = time.Now()
 	set, problems := Load(l.cfg, l.reserved)
 	for _, p := range problems {
 		l.log.Warn("skill not loaded", "path", p.Path, "reason", p.Reason)
@@ -86,8 +88,33 @@ func (l *Library) scan() *Set {
 	if len(l.cfg.Dirs) > 0 {
 		l.log.Info("skills loaded", "skills", set.Len(), "skipped", len(problems))
 	}
+	return set, began
+}
+
+// rescan is Reload's scan under l.mu: before is the Set held, after the
+// one read (before itself for a Library built by Fixed), began when the
+// scan began. Nothing changes until install.
+func (l *Library) rescan() (before, after *Set, began time.Time) {
+	before = l.cur.Load()
+	if l.fixed {
+		return before, before, time.Now()
+	}
+	after, began = l.scan()
+	return before, after, began
+}
+
+// install makes set, read by a scan that began at began, Current, under
+// l.mu, then tells each OnChange callback.
+func (l *Library) install(set *Set, began time.Time, source string) {
+	l.seenMu.Lock()
+	l.scanned = began
+	l.seenMu.Unlock()
+	l.cur.Store(set)
 	loaded.Set(float64(set.Len()))
-	return set
+	reloads.WithLabelValues(source).Inc()
+	for _, f := range l.changed {
+		f(set)
+	}
 }
 
 // Current is the Set last loaded; nil for a nil Library (no skills).
@@ -105,17 +132,8 @@ func (l *Library) Current() *Set {
 func (l *Library) Reload(source string) (before, after *Set) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	before = l.cur.Load()
-	if l.fixed {
-		after = before
-	} else {
-		after = l.scan()
-	}
-	l.cur.Store(after)
-	reloads.WithLabelValues(source).Inc()
-	for _, f := range l.changed {
-		f(after)
-	}
+	before, after, began := l.rescan()
+	l.install(after, began, source)
 	return before, after
 }
 
@@ -131,7 +149,8 @@ func (l *Library) OnChange(f func(*Set)) {
 // Item is a skill in a reload's report: its command (as Hermes names a
 // skill there) and its description.
 type Item struct {
-	Command, Description string
+	Command     string `json:"command"`
+	Description string `json:"description,omitempty"`
 }
 
 // Diff is what a reload changed for platform, as Hermes's reload_skills

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -231,6 +232,86 @@ func TestFollowAnnouncements(t *testing.T) {
 	defer mu.Unlock()
 	if scans != [2]int{2, 2} || threeScans != 1 {
 		t.Fatalf("scans %v and %d, want [2 2] and 1", scans, threeScans)
+	}
+}
+
+// The replica answering /reload-skills scans, announces with its event
+// and report, then holds the new skills; a redelivery of the event finds
+// the report in the bucket (from any process), after later reloads too;
+// an announcement that fails changes nothing.
+func TestReloadAnnounced(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	url := bustest.EmbeddedURL(t)
+	b := bustest.New(t, url)
+	kv, err := skill.OpenBucket(ctx, b.JetStream(), b.Topology())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	writeSkill(t, filepath.Join(dir, "a"), md("a", "first"))
+	cfg := skill.Config{Dirs: []string{dir}, MaxBytes: 4096}
+	one, two := skill.NewLibrary(cfg, nil, nil), skill.NewLibrary(cfg, nil, nil)
+	var mu sync.Mutex
+	scans := 0
+	one.OnChange(func(*skill.Set) { mu.Lock(); scans++; mu.Unlock() })
+	for _, l := range []*skill.Library{one, two} {
+		if err := l.Follow(ctx, kv); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const event = "telegram:bot1:42"
+	if _, found, err := skill.Answered(ctx, kv, event); err != nil || found {
+		t.Fatalf("an event never announced: found %v, %v", found, err)
+	}
+
+	writeSkill(t, filepath.Join(dir, "b"), md("b", "second"))
+	r, err := one.ReloadAnnounced(ctx, kv, "telegram:1", event, "telegram")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := skill.Report{Added: []skill.Item{{Command: "b", Description: "second"}}, Total: 2}
+	if !reflect.DeepEqual(r, want) || !one.Current().Has("b") {
+		t.Fatalf("report %+v (b held: %v), want %+v", r, one.Current().Has("b"), want)
+	}
+	waitFor(t, "the other to load b", func() bool { return two.Current().Has("b") })
+
+	// Later reloads, then the redelivery, read from another handle.
+	for range 3 {
+		if _, _, err := skill.Announce(ctx, kv, "admin"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	other, err := skill.OpenBucket(ctx, bustest.New(t, url).JetStream(), b.Topology())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, found, err := skill.Answered(ctx, other, event)
+	if err != nil || !found || !reflect.DeepEqual(got, want) {
+		t.Fatalf("the redelivery read %+v, found %v (%v); want %+v", got, found, err, want)
+	}
+	if _, found, _ := skill.Answered(ctx, other, "telegram:bot1:43"); found {
+		t.Fatal("another event found a report")
+	}
+
+	count := func() int { mu.Lock(); defer mu.Unlock(); return scans }
+	// Its own reload, and one for each of the admin's three.
+	waitFor(t, "the admin's reloads", func() bool { return count() == 4 })
+
+	// An announcement that fails leaves the skills held as they were.
+	writeSkill(t, filepath.Join(dir, "c"), md("c", "third"))
+	gone, stop := context.WithCancel(ctx)
+	stop()
+	if _, err := one.ReloadAnnounced(gone, kv, "telegram:1", "telegram:bot1:44", "telegram"); err == nil {
+		t.Fatal("an announcement on a cancelled context succeeded")
+	}
+	if one.Current().Has("c") {
+		t.Fatal("a failed announcement changed the skills held")
+	}
+	time.Sleep(200 * time.Millisecond) // a scan for its own announcement would show by now
+	if n := count(); n != 4 {
+		t.Fatalf("the announcing library scanned %d times, want 4", n)
 	}
 }
 

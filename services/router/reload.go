@@ -15,12 +15,12 @@ import (
 // agent/skill_commands.py reload_skills): skills.dirs is scanned again
 // and the answer lists the skills added and removed, and how many there
 // are. Hermes is one process; here every process that holds skills
-// must scan: the replica that got the command announces the reload in
-// the SKILLS bucket (pkg/skill), which every router replica and the
-// Telegram and Discord gateways follow (the gateways refresh their
-// platform's command menu), then scans itself and answers from its own
-// scan. A replica that was down or re-watching reads the announcement
-// when its watch replays it; one that starts scans anyway.
+// must scan: the replica that got the command scans, announces the
+// reload in the SKILLS bucket (pkg/skill) with what its scan found, and
+// answers from it; every router replica and the Telegram and Discord
+// gateways follow the bucket (the gateways refresh their platform's
+// command menu). A replica that was down or re-watching reads the
+// announcement when its watch replays it; one that starts scans anyway.
 
 // skillsKV opens the bucket of skill reload announcements.
 func (s *Service) skillsKV(ctx context.Context) (jetstream.KeyValue, error) {
@@ -41,38 +41,63 @@ func (s *Service) followSkills(ctx context.Context) error {
 }
 
 // reloadSkillsCommand answers /reload-skills, exactly once per inbound
-// event (once). The announcement comes first: a failure changes nothing
-// anywhere and is answered in Hermes's words. The diff is this replica's
-// scan against the skills it held when the command arrived. When skills
-// changed, Hermes's one-shot note waits for the session's next turn
-// (sessionstore.SetSkillsNote), in the same transaction as the answer.
+// event (once). The replica scans skills.dirs, then announces the reload
+// with the event's id and what its scan changed for the chat's platform
+// (skill.Library.ReloadAnnounced), and only then holds the new skills: a
+// failed announcement changes nothing anywhere and is answered in
+// Hermes's words. When skills changed, Hermes's one-shot note waits for
+// the session's next turn (sessionstore.SetSkillsNote), in the same
+// transaction as the answer.
+//
+// That transaction can fail after the announcement (Postgres down
+// before the commit): every replica holds the new skills by then, so a
+// scan on the redelivery would find nothing new. The redelivery, on any
+// replica, finds the first attempt's announcement in the bucket
+// (skill.Answered) and answers, and leaves the note, from its report.
 func (s *Service) reloadSkillsCommand(ctx context.Context, m *msgCtx, sess sessionstore.Session) error {
 	by := m.platform + ":" + m.src.GetUserId()
 	return s.once(ctx, m, "reload-skills", func(ctx context.Context, st *sessionstore.Store) (string, int64, error) {
-		before := s.skillSet()
-		if s.skills != nil {
-			kv, err := s.skillsKV(ctx)
-			if err == nil {
-				err = s.skills.Announce(ctx, kv, by)
-			}
-			if err != nil {
-				s.log.WarnContext(ctx, "skill reload not announced", "by", by, "err", err)
-				return "❌ Skills reload failed: " + err.Error(), sess.Generation, nil
-			}
+		r, failed, err := s.reloadSkills(ctx, m, by)
+		if err != nil {
+			return "", 0, err
 		}
-		var after *skill.Set
-		if s.skills != nil {
-			_, after = s.skills.Reload(skill.SourceCommand)
+		if failed != nil {
+			s.log.WarnContext(ctx, "skill reload not announced", "by", by, "err", failed)
+			return "❌ Skills reload failed: " + failed.Error(), sess.Generation, nil
 		}
-		added, removed, total := skill.Diff(before, after, m.platform)
-		s.log.InfoContext(ctx, "skills reloaded by command", "by", by, "added", len(added), "removed", len(removed), "total", total)
-		if len(added)+len(removed) > 0 {
-			if err := st.SetSkillsNote(ctx, m.key, reloadNote(added, removed)); err != nil {
+		s.log.InfoContext(ctx, "skills reloaded by command", "by", by, "added", len(r.Added), "removed", len(r.Removed), "total", r.Total)
+		if len(r.Added)+len(r.Removed) > 0 {
+			if err := st.SetSkillsNote(ctx, m.key, reloadNote(r.Added, r.Removed)); err != nil {
 				return "", 0, err
 			}
 		}
-		return reloadAnswer(added, removed, total), sess.Generation, nil
+		return reloadAnswer(r.Added, r.Removed, r.Total), sess.Generation, nil
 	})
+}
+
+// reloadSkills is the report of /reload-skills m: an earlier attempt's
+// from its announcement, else this replica's scan, announced. failed is
+// an announcement that failed, which changed nothing (Hermes answers
+// its failure); err one that cannot tell whether an earlier attempt
+// announced, which the bus retries as it retries a failed transaction.
+func (s *Service) reloadSkills(ctx context.Context, m *msgCtx, by string) (r skill.Report, failed, err error) {
+	if s.skills == nil {
+		return skill.Report{}, nil, nil
+	}
+	kv, err := s.skillsKV(ctx)
+	if err != nil {
+		return skill.Report{}, nil, err
+	}
+	r, found, err := skill.Answered(ctx, kv, m.dedupeID)
+	if err != nil {
+		return skill.Report{}, nil, err
+	}
+	if found {
+		s.log.InfoContext(ctx, "skill reload announced by an earlier attempt; answering from its scan", "by", by, "event", m.dedupeID)
+		return r, nil, nil
+	}
+	r, failed = s.skills.ReloadAnnounced(ctx, kv, by, m.dedupeID, m.platform)
+	return r, failed, nil
 }
 
 // reloadItem is one skill of the answer and the note, as Hermes's.

@@ -1,10 +1,12 @@
 package router
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
@@ -136,4 +138,74 @@ func skillsNotes(turns []*turnsv1.TurnRequested, key string) []string {
 		}
 	}
 	return out
+}
+
+// A /reload-skills whose transaction fails after its announcement (here
+// Postgres refuses the record of its answer once, as a connection lost
+// before the commit would) is redelivered when every replica holds the
+// new skills already: the redelivery answers from the first attempt's
+// scan, announced in the SKILLS bucket, rather than "No new skills
+// detected.", leaves Hermes's note for the chat's next turn, and scans
+// nothing again.
+func TestReloadSkillsRedeliveredAfterAFailedCommit(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newEnv(t)
+	dir := t.TempDir()
+	writeTestSkill(t, dir, "review", reviewSkill)
+	e.skillsCfg = &skill.Config{Dirs: []string{dir}, MaxBytes: skill.DefaultMaxBytes}
+	first := e.startRouter(testConfig(), nil, nil)
+	second := e.startRouter(testConfig(), e.secondBus(), []int{}) // follows the bucket, consumes nothing
+	w := e.startWorker(nil)
+
+	if _, err := e.db.Exec(ctx, `
+CREATE SEQUENCE reload_answers;
+CREATE FUNCTION refuse_first_reload_answer() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	IF NEW.answer LIKE '%Skills Reloaded%' THEN
+		IF nextval('reload_answers') = 1 THEN
+			RAISE EXCEPTION 'connection lost before the commit (test)';
+		END IF;
+	END IF;
+	RETURN NEW;
+END $$;
+CREATE TRIGGER refuse_first_reload_answer BEFORE UPDATE ON command_effects
+	FOR EACH ROW EXECUTE FUNCTION refuse_first_reload_answer();`); err != nil {
+		t.Fatal(err)
+	}
+
+	writeTestSkill(t, dir, "deploy", "---\ndescription: Ship the build\n---\nDeploy it.\n")
+	var scans atomic.Int32
+	first.skills.OnChange(func(*skill.Set) { scans.Add(1) })
+	want := "🔄 **Skills Reloaded**\n\n➕ **Added Skills:**\n    - deploy: Ship the build\n\n📚 2 skill(s) available"
+	if got := e.ask("alice", "/reload-skills"); got != want {
+		t.Fatalf("answer:\n%s\nwant:\n%s", got, want)
+	}
+	var attempts int
+	if err := e.db.QueryRow(ctx, `SELECT last_value FROM reload_answers`).Scan(&attempts); err != nil || attempts != 2 {
+		t.Fatalf("%d attempts recorded an answer (%v), want 2: the refused one and the redelivery", attempts, err)
+	}
+	if !first.skillSet().Has("deploy") || !second.skillSet().Has("deploy") {
+		t.Fatal("a replica does not hold the new skill")
+	}
+	if n := scans.Load(); n != 1 {
+		t.Errorf("the answering replica took %d new scans, want 1: the redelivery answers from the first one's", n)
+	}
+	waitFor(t, "inbound drained", e.inboundDrained)
+	if got := e.noticesTo("alice"); len(got) != 1 {
+		t.Errorf("alice got %d answers, want 1: %q", len(got), got)
+	}
+
+	// The note rides the chat's next turn.
+	e.publish(dm("alice", "hello"))
+	aliceKey := "agent:main:telegram:dm:chat-alice"
+	waitFor(t, "alice's turn", func() bool {
+		turns, _ := w.snapshot()
+		return len(inputsText(turns, aliceKey)) == 1
+	})
+	turns, _ := w.snapshot()
+	note := "[USER INITIATED SKILLS RELOAD:\n\nAdded Skills:\n    - deploy: Ship the build\n\nThe user runs a skill by typing /<name>.]"
+	if got := skillsNotes(turns, aliceKey); got[0] != note {
+		t.Fatalf("alice's turn carried the note %q, want %q", got[0], note)
+	}
 }
