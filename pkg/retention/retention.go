@@ -6,7 +6,8 @@
 // once their last activity is older than the configured retention, and,
 // whatever the retention, the per-turn and per-command records that have
 // outlived their use: applied chat commands after CommandEffectsAge, goal
-// verdicts after GoalVerdictsAge.
+// verdicts after GoalVerdictsAge, and the memory writes /memory decided
+// (approved, rejected or failed) after MemoryDecisionsAge.
 //
 // Any number of replicas sweep at once: each batch is one transaction
 // that locks its sessions' rows with FOR UPDATE SKIP LOCKED, so two
@@ -57,12 +58,13 @@ const (
 	KindGoals          = "session_goals"
 	KindLoops          = "session_loops"
 	KindGoalVerdicts   = "goal_verdicts"
+	KindMemoryWrites   = "memory_pending_writes"
 )
 
 var (
 	deletedRows = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "switchboard_retention_deleted_rows_total",
-		Help: "Rows the session retention deleted, by kind (sessions, session_history, worker_turns, transcript_messages, transcript_summaries, session_prompts, tool_approvals, delivery_outbox, delivery_stream_messages, session_yolo, session_context, command_effects, session_goals, goal_verdicts, session_loops).",
+		Help: "Rows the session retention deleted, by kind (sessions, session_history, worker_turns, transcript_messages, transcript_summaries, session_prompts, tool_approvals, delivery_outbox, delivery_stream_messages, session_yolo, session_context, command_effects, session_goals, goal_verdicts, session_loops, memory_pending_writes: decided memory writes).",
 	}, []string{"kind"})
 	skipped = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "switchboard_retention_skipped_total",
@@ -83,6 +85,24 @@ const CommandEffectsAge = 30 * 24 * time.Hour
 // turn, which finds the verdict rather than judging the turn again, and
 // a day is far past any of them.
 const GoalVerdictsAge = 24 * time.Hour
+
+// MemoryDecisionsAge is how long a memory write the approval gate held
+// is kept once /memory decided it (memory_pending_writes approved,
+// rejected or failed; pkg/memorygate). Hermes deletes its pending
+// record (pending/memory/<id>.json) as soon as it is approved or
+// rejected. Here nothing shows a decided row: a redelivered /memory
+// approve or reject is answered from its command_effects record
+// (CommandEffectsAge), and without it finds no pending write of that
+// id, the row there or not. Its one reader is the memory tool's call
+// that staged it, run again when another worker resumes its turn: it
+// finds the staging by (user_key, turn_id, call_id) rather than stage
+// the write anew, and that happens only while the turn is retried,
+// minutes after the call (its deliveries are bounded). A week, as
+// delivery keeps its sent rows (delivery.sent_retention), is far past
+// that and leaves an operator the last days' decisions to read
+// (decided_by, result). Undecided writes are never deleted: they wait
+// for the user, as Hermes's do.
+const MemoryDecisionsAge = 7 * 24 * time.Hour
 
 // Config is the `sessions` section.
 type Config struct {
@@ -215,8 +235,8 @@ func (s *Sweeper) Policies() []Criteria {
 }
 
 // Run sweeps at once and then every sweep interval until ctx ends. With
-// no retention configured a sweep only deletes old command records and
-// goal verdicts.
+// no retention configured a sweep only deletes old command records,
+// goal verdicts and decided memory writes.
 func (s *Sweeper) Run(ctx context.Context) error {
 	t := time.NewTicker(s.cfg.SweepInterval)
 	defer t.Stop()
@@ -238,7 +258,8 @@ func (s *Sweeper) Run(ctx context.Context) error {
 
 // aged are the records deleted on their own once older than their age,
 // whether or not their session is kept: each statement deletes up to $2
-// rows created before $1 (by the table's created_at index).
+// rows created (a memory write: decided) before $1, by an index on
+// that column.
 var aged = []struct {
 	kind, sql string
 	age       time.Duration
@@ -247,11 +268,15 @@ var aged = []struct {
 		(SELECT event_id FROM command_effects WHERE created_at < $1 LIMIT $2)`, CommandEffectsAge},
 	{KindGoalVerdicts, `DELETE FROM goal_verdicts WHERE turn_id IN
 		(SELECT turn_id FROM goal_verdicts WHERE created_at < $1 LIMIT $2)`, GoalVerdictsAge},
+	// By memory_pending_writes_decided_idx (migration 00212), whose
+	// predicate is the query's: pending writes are never read.
+	{KindMemoryWrites, `DELETE FROM memory_pending_writes WHERE (user_key, id) IN
+		(SELECT user_key, id FROM memory_pending_writes WHERE state <> 'pending' AND decided_at < $1 LIMIT $2)`, MemoryDecisionsAge},
 }
 
 // Sweep runs every policy once, then deletes the command records older
-// than CommandEffectsAge and the goal verdicts older than
-// GoalVerdictsAge.
+// than CommandEffectsAge, the goal verdicts older than GoalVerdictsAge
+// and the memory writes decided more than MemoryDecisionsAge ago.
 func (s *Sweeper) Sweep(ctx context.Context) (Result, error) {
 	var total Result
 	for _, c := range s.Policies() {
@@ -271,8 +296,8 @@ func (s *Sweeper) Sweep(ctx context.Context) (Result, error) {
 	return total, nil
 }
 
-// pruneAged deletes the records of kind created before cutoff (of
-// sessions still kept), a batch at a time.
+// pruneAged deletes the records of kind older than cutoff (of sessions
+// still kept), a batch at a time.
 func (s *Sweeper) pruneAged(ctx context.Context, kind, sql string, cutoff time.Time) (int64, error) {
 	var total int64
 	for {

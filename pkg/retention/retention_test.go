@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/switchboard-chat/switchboard/pkg/config"
@@ -650,5 +651,123 @@ FROM generate_series(1, 20000) AS i`); err != nil {
 	}
 	if left != 20000-20 {
 		t.Errorf("%d verdicts left, want the other sessions' %d", left, 20000-20)
+	}
+}
+
+// The memory writes /memory decided (approved, rejected, failed) are
+// deleted once decided more than MemoryDecisionsAge ago, with session
+// retention off too; pending ones are kept however old, and so are the
+// recent decisions.
+func TestSweepDeletesOldMemoryDecisions(t *testing.T) {
+	ctx := context.Background()
+	db := pgtest.New(t)
+	cfg := retention.DefaultConfig()
+	cfg.BatchSize = 2 // several batches
+	s, _ := sweeper(t, db, cfg, 0)
+	old := retention.MemoryDecisionsAge + time.Hour
+	rows := []struct {
+		id, state string
+		created   time.Duration // ago
+		decided   time.Duration // ago; 0: undecided
+		kept      bool
+	}{
+		{"00000001", "approved", old + day, old, false},
+		{"00000002", "rejected", old + day, old + 40*day, false},
+		{"00000003", "failed", old + day, old, false},
+		{"00000004", "approved", old + day, retention.MemoryDecisionsAge - time.Hour, true},
+		{"00000005", "rejected", time.Hour, time.Minute, true},
+		{"00000006", "pending", 1000 * day, 0, true},
+		{"00000007", "pending", time.Minute, 0, true},
+	}
+	for _, r := range rows {
+		var decided *time.Time
+		if r.decided > 0 {
+			at := time.Now().Add(-r.decided)
+			decided = &at
+		}
+		if _, err := db.Exec(ctx, `INSERT INTO memory_pending_writes (user_key, id, action, content, summary, state, decided_by, decided_at, created_at)
+			VALUES ('telegram:alice', $1, 'add', 'likes tea', 'add to memory: likes tea', $2, CASE WHEN $3::timestamptz IS NULL THEN '' ELSE 'telegram:alice' END, $3, $4)`,
+			r.id, r.state, decided, time.Now().Add(-r.created)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res, err := s.Sweep(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := res.Rows[retention.KindMemoryWrites]; got != 3 {
+		t.Errorf("deleted %d decided memory writes, want the 3 decided more than %v ago", got, retention.MemoryDecisionsAge)
+	}
+	for _, r := range rows {
+		var n int
+		if err := db.QueryRow(ctx, `SELECT count(*) FROM memory_pending_writes WHERE id = $1`, r.id).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if (n == 1) != r.kept {
+			t.Errorf("write %s (%s, decided %v ago): kept %v, want %v", r.id, r.state, r.decided, n == 1, r.kept)
+		}
+	}
+}
+
+// The delete of decided memory writes finds them by the partial index
+// of migration 00212: each sweep deletes the few decided a week ago out
+// of a week of decisions and the writes still pending, which it must not
+// read.
+func TestMemoryDecisionsDeleteUsesIndex(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.New(t)
+	// 20 000 writes of 2 000 owners: one in ten pending, 200 decided
+	// eight days ago, the others in the last five days.
+	if _, err := db.Exec(ctx, `INSERT INTO memory_pending_writes (user_key, id, action, content, summary, state, decided_at, created_at)
+SELECT 'telegram:u' || (i % 2000), lpad(to_hex(i), 8, '0'), 'add', 'note', 'add to memory: note',
+       CASE WHEN i % 10 = 0 THEN 'pending' ELSE 'approved' END,
+       CASE WHEN i % 10 = 0 THEN NULL
+            WHEN i % 100 = 1 THEN now() - make_interval(days => 8, secs => i)
+            ELSE now() - make_interval(secs => i * 20) END,
+       now() - make_interval(days => 9, secs => i)
+FROM generate_series(1, 20000) AS i`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(ctx, `ANALYZE memory_pending_writes`); err != nil {
+		t.Fatal(err)
+	}
+	const del = `DELETE FROM memory_pending_writes WHERE (user_key, id) IN
+		(SELECT user_key, id FROM memory_pending_writes WHERE state <> 'pending' AND decided_at < $1 LIMIT $2)`
+	cutoff := time.Now().Add(-retention.MemoryDecisionsAge)
+	rows, err := db.Query(ctx, `EXPLAIN `+del, cutoff, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := strings.Join(plan, "\n"); !strings.Contains(p, "memory_pending_writes_decided_idx") {
+		t.Fatalf("the delete reads the table without its index:\n%s", p)
+	}
+	tag, err := db.Exec(ctx, del, cutoff, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tag.RowsAffected() != 100 {
+		t.Errorf("deleted %d writes, want a batch of 100", tag.RowsAffected())
+	}
+	// The sweep, whose statement this is, takes the other 100.
+	s, _ := sweeper(t, db, retention.DefaultConfig(), 0)
+	res, err := s.Sweep(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := res.Rows[retention.KindMemoryWrites]; got != 100 {
+		t.Errorf("the sweep deleted %d writes, want the other 100 decided eight days ago", got)
+	}
+	var pending, decided int
+	if err := db.QueryRow(ctx, `SELECT count(*) FILTER (WHERE state = 'pending'), count(*) FILTER (WHERE decided_at >= $1)
+		FROM memory_pending_writes`, cutoff).Scan(&pending, &decided); err != nil {
+		t.Fatal(err)
+	}
+	if pending != 2000 || decided != 17800 {
+		t.Errorf("%d pending and %d recently decided writes left, want all 2000 and 17800", pending, decided)
 	}
 }
