@@ -21,6 +21,7 @@
 package estop
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -70,14 +71,17 @@ type Allow struct {
 }
 
 // IDs is a list of ids as Hermes normalizes them: a single string or
-// number reads as a list of one, numbers as their decimal text, blanks
-// trimmed and empty ones dropped.
+// number reads as a list of one, numbers as their decimal text (an
+// integer as written, however long: a Discord id is past float64's
+// exact integers), blanks trimmed and empty ones dropped.
 type IDs []string
 
 // UnmarshalJSON reads a list, a string or a number.
 func (l *IDs) UnmarshalJSON(data []byte) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
 	var raw any
-	if err := json.Unmarshal(data, &raw); err != nil {
+	if err := dec.Decode(&raw); err != nil {
 		return err
 	}
 	items, ok := raw.([]any)
@@ -89,8 +93,8 @@ func (l *IDs) UnmarshalJSON(data []byte) error {
 		switch x := it.(type) {
 		case string:
 			raws = append(raws, x)
-		case float64:
-			raws = append(raws, strconv.FormatFloat(x, 'f', -1, 64))
+		case json.Number:
+			raws = append(raws, numberText(x))
 		}
 	}
 	*l = NormalizeIDs(raws)
@@ -107,6 +111,19 @@ func NormalizeIDs(raw []string) IDs {
 		}
 	}
 	return l
+}
+
+// numberText is a JSON number as an id: an integer literal as written,
+// any other number in its shortest decimal form (1e3 is "1000").
+func numberText(n json.Number) string {
+	if strings.Trim(strings.TrimPrefix(string(n), "-"), "0123456789") == "" {
+		return string(n)
+	}
+	f, err := n.Float64()
+	if err != nil {
+		return string(n)
+	}
+	return strconv.FormatFloat(f, 'f', -1, 64)
 }
 
 // Admits reports whether the pause lets userID's new work through on a

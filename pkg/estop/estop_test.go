@@ -391,6 +391,11 @@ func TestAdmits(t *testing.T) {
 		{"no user id", `{"allow":{"user_ids":["42"]}}`, "", "default", false},
 		{"a string", `{"allow":{"user_ids":"42"}}`, "42", "default", true},
 		{"a number", `{"allow":{"user_ids":[42, 1e3]}}`, "1000", "default", true},
+		// A Discord id is past float64's exact integers (2^53): read as
+		// written, as Python's int reads it, never rounded.
+		{"a snowflake", `{"allow":{"user_ids":[123456789012345678]}}`, "123456789012345678", "default", true},
+		{"a snowflake alone", `{"allow":{"user_ids":1234567890123456789}}`, "1234567890123456789", "default", true},
+		{"a rounded snowflake is not it", `{"allow":{"user_ids":[123456789012345678]}}`, "123456789012345680", "default", false},
 		{"blanks", `{"allow":{"user_ids":["  ", " 42 "]}}`, "42", "default", true},
 		{"blank user never", `{"allow":{"user_ids":["", " "]}}`, "", "default", false},
 		{"profile narrows in", `{"allow":{"user_ids":["42"],"profiles":["default"]}}`, "42", "default", true},
