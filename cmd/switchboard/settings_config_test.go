@@ -87,11 +87,12 @@ func TestAgentMoAConfig(t *testing.T) {
 	}
 }
 
-// approvals.mode takes Hermes's modes (a YAML off included), and the
+// approvals.mode takes Hermes's modes (a YAML off included, and its
+// booleans: false is off, true manual), and the
 // agent.approval_judge_model names the judge's model.
 func TestApprovalsModeConfig(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "c.yaml")
-	for yaml, ok := range map[string]bool{"": true, "manual": true, "smart": true, "off": true, "OFF": true, "auto": false, "ask": false} {
+	for yaml, ok := range map[string]bool{"": true, "manual": true, "smart": true, "off": true, "OFF": true, "false": true, "true": true, "auto": false, "ask": false} {
 		if err := os.WriteFile(p, []byte("approvals:\n  mode: "+yaml+"\nagent:\n  approval_judge_model: judge-mini\n"), 0o600); err != nil {
 			t.Fatal(err)
 		}

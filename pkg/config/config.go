@@ -11,6 +11,7 @@ import (
 	"reflect"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/go-viper/mapstructure/v2"
@@ -128,6 +129,7 @@ func Load(opts Options, out any) ([]Warning, error) {
 				mapstructure.StringToTimeDurationHookFunc(),
 				mapstructure.StringToSliceHookFunc(","),
 				mapstructure.TextUnmarshallerHookFunc(),
+				boolToText,
 			),
 		},
 	}
@@ -141,6 +143,17 @@ func Load(opts Options, out any) ([]Warning, error) {
 	}
 	sort.Slice(warnings, func(i, j int) bool { return warnings[i].Key < warnings[j].Key })
 	return warnings, nil
+}
+
+// boolToText reads a YAML boolean given to a text key as its word, true
+// or false, where weak typing would make it "1" or "0": Hermes's settings
+// take YAML booleans for modes (approvals.mode: false is off), and the
+// parsers of those keys know the words.
+func boolToText(from, to reflect.Type, data any) (any, error) {
+	if b, ok := data.(bool); ok && from.Kind() == reflect.Bool && to.Kind() == reflect.String {
+		return strconv.FormatBool(b), nil
+	}
+	return data, nil
 }
 
 // Keys is the set of valid key paths of a config struct.

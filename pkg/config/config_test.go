@@ -120,6 +120,16 @@ func TestLoad(t *testing.T) {
 			want:     func(*testCfg) {},
 			warnings: []string{"nats.urll→nats.url"},
 		},
+		{
+			// A YAML boolean in a text key is its word, as Hermes's
+			// settings read it ("mode: false"), not weak typing's "0".
+			name: "a YAML boolean in a text key is true or false",
+			yaml: "nats:\n  url: false\nplatforms:\n  telegram: true\n  discord: no\n",
+			want: func(c *testCfg) {
+				c.NATS.URL = "false"
+				c.Platforms = map[string]string{"telegram": "true", "discord": "no"}
+			},
+		},
 		{name: "wrong type stops startup", yaml: "session_reset:\n  idle_minutes: soon\n", errSubstr: "idle_minutes"},
 		{name: "bad duration stops startup", yaml: "timeout: forever\n", errSubstr: "timeout"},
 		{name: "invalid value stops startup", yaml: "session_reset:\n  mode: weekly\n", errSubstr: "session_reset.mode: weekly (want none, idle, daily or both)"},
