@@ -21,7 +21,8 @@ import (
 // Differs from Hermes: Hermes keeps one memory per profile and writes
 // memory.write_approval into the profile's config.yaml. Here memories
 // belong to their owner, the user key the memory tool files them under
-// (a DM's user, or a group chat as a whole: memorygate.Owner), so the
+// (a DM's user, or in a group the group's conversation, per member
+// where group_sessions_per_user is on: memorygate.Owner), so the
 // gate and the pending writes are the owner's: memory.write_approval is
 // the default, /memory approval on|off sets it for the owner alone
 // (memory_write_approval), and each chat sees only its owner's pending
