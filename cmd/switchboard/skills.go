@@ -2,12 +2,17 @@ package main
 
 import (
 	"context"
+	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/switchboard-chat/switchboard/pkg/bus"
 	slashcmd "github.com/switchboard-chat/switchboard/pkg/command"
+	pf "github.com/switchboard-chat/switchboard/pkg/platform"
 	"github.com/switchboard-chat/switchboard/pkg/skill"
 )
 
@@ -76,16 +81,38 @@ func (a *app) followMenu(b *bus.Bus, platform string, g menuSetter, run func(con
 				}
 			}
 		}()
-		kv, err := skill.OpenBucket(ctx, b.JetStream(), b.Topology())
+		go followReloads(ctx, a.log.With("platform", platform), lib, func(ctx context.Context) (jetstream.KeyValue, error) {
+			return skill.OpenBucket(ctx, b.JetStream(), b.Topology())
+		}, pf.QuickBackoff)
+		go a.skillSignals(b)(ctx)
+		return run(ctx)
+	}
+}
+
+// followReloads has lib follow the SKILLS bucket (open) until ctx ends.
+// The gateway serves meanwhile: when the bucket cannot be opened or
+// watched (NATS down or JetStream unready as the gateway starts), the
+// menu stays as it is and the attempt is made again after backoff, so
+// that later reloads still reach the platform's menu; an announcement
+// made meanwhile is read when the watch starts (skill.Library.Follow).
+func followReloads(ctx context.Context, log *slog.Logger, lib *skill.Library, open func(context.Context) (jetstream.KeyValue, error), backoff pf.Backoff) {
+	for attempt := 0; ; attempt++ {
+		kv, err := open(ctx)
 		if err == nil {
 			err = lib.Follow(ctx, kv)
 		}
-		if err != nil {
-			// The menu stays the start-up one; the gateway serves.
-			a.log.Warn("skill reloads not followed; the command menu is the start-up one", "platform", platform, "err", err)
+		if err == nil || ctx.Err() != nil {
+			return
 		}
-		go a.skillSignals(b)(ctx)
-		return run(ctx)
+		wait := backoff(attempt)
+		log.Warn("skill reloads not followed yet; the command menu stays as it is until they are", "retry_in", wait, "err", err)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
 	}
 }
 
