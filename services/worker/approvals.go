@@ -21,6 +21,10 @@ import (
 //     for later calls), an answer that is no verdict, a judge that
 //     failed or could not be asked (fail safe).
 //
+// A /stop, a newer message that interrupts or the lock's loss ends the
+// judge's call at once, as it ends a model call: the turn stops, the
+// user is not asked and the call does not run.
+//
 // Hermes's order: /yolo and off first, then the standing approvals, then
 // the judge, then the user. The mode is read at each call from the
 // watch of the KV entry every replica follows, so a change counts from
@@ -55,12 +59,15 @@ func (s *Service) approvalMode() approvalmode.Mode {
 // and returns its verdict and the label it is counted under
 // (switchboard_worker_approval_judge_verdicts_total): approve, deny,
 // escalate, unclear (no verdict: escalate) or error (not asked or the
-// call failed: escalate).
-func (r *turnRun) judgeCall(ctx context.Context, tc store.ToolCall, reason string) (approvalmode.Verdict, string) {
+// call failed: escalate). The call ends at once on a /stop, a newer
+// message that interrupts or the lock's loss, as a model call does
+// (cancellable): err is then that cause, for the turn to stop on, and
+// there is no verdict to count or to ask the user about.
+func (r *turnRun) judgeCall(ctx context.Context, tc store.ToolCall, reason string) (v approvalmode.Verdict, label string, err error) {
 	prompt, ok := approvalmode.JudgePrompt(tc.Name+" "+compact(tc.Arguments), reason)
 	if !ok {
 		r.log.Warn("smart approval: the call cannot be shown to the judge whole; asking the user", "tool", tc.Name)
-		return approvalmode.Escalate, "error"
+		return approvalmode.Escalate, "error", nil
 	}
 	override := r.s.cfg.Agent.ApprovalJudgeModel
 	if override == "" {
@@ -69,24 +76,35 @@ func (r *turnRun) judgeCall(ctx context.Context, tc store.ToolCall, reason strin
 	backend, model := r.s.backendFor(override)
 	if backend.Provider == nil {
 		r.log.Warn("smart approval: no model provider for the judge; asking the user", "tool", tc.Name)
-		return approvalmode.Escalate, "error"
+		return approvalmode.Escalate, "error", nil
 	}
 	zero := 0.0
-	cctx, cancel := context.WithTimeout(ctx, judgeTimeout)
-	defer cancel()
-	resp, err := llm.Complete(cctx, backend.Provider, llm.Request{Model: model, System: approvalmode.JudgeSystem,
-		Messages:  []llm.Message{{Role: llm.RoleUser, Content: prompt}},
-		MaxTokens: approvalJudgeMaxTokens, Temperature: &zero})
-	if err != nil {
+	var resp *llm.Response
+	var cerr error
+	if stop := r.cancellable(ctx, func(ctx context.Context) error {
+		cctx, cancel := context.WithTimeout(ctx, judgeTimeout)
+		defer cancel()
+		resp, cerr = llm.Complete(cctx, backend.Provider, llm.Request{Model: model, System: approvalmode.JudgeSystem,
+			Messages:  []llm.Message{{Role: llm.RoleUser, Content: prompt}},
+			MaxTokens: approvalJudgeMaxTokens, Temperature: &zero})
+		if stoppedByUser(ctx) {
+			return context.Cause(ctx)
+		}
+		return nil
+	}); stop != nil {
+		r.log.Info("smart approval: the turn was stopped while the judge was asked", "tool", tc.Name, "reason", stop)
+		return approvalmode.Escalate, "", stop
+	}
+	if cerr != nil {
 		r.log.Warn("smart approval: the judge call failed; asking the user", "tool", tc.Name,
-			"class", judgeErrorName(err), "err", err)
-		return approvalmode.Escalate, "error"
+			"class", judgeErrorName(cerr), "err", cerr)
+		return approvalmode.Escalate, "error", nil
 	}
 	v, clear := approvalmode.ParseVerdict(resp.Text)
 	if !clear {
 		r.log.Warn("smart approval: the judge's answer is no verdict; asking the user", "tool", tc.Name,
 			"answer", truncate(strings.TrimSpace(resp.Text), 80))
-		return v, "unclear"
+		return v, "unclear", nil
 	}
-	return v, string(v)
+	return v, string(v), nil
 }

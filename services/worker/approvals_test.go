@@ -9,8 +9,10 @@ import (
 	"time"
 
 	"github.com/switchboard-chat/switchboard/pkg/approvalmode"
+	"github.com/switchboard-chat/switchboard/pkg/fakellm"
 	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
 	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
+	"github.com/switchboard-chat/switchboard/pkg/llm"
 	"github.com/switchboard-chat/switchboard/services/worker"
 	"github.com/switchboard-chat/switchboard/services/worker/internal/tools"
 )
@@ -151,6 +153,63 @@ func TestApprovalModes(t *testing.T) {
 			}
 			break
 		}
+	}
+}
+
+// A /stop, or a newer message that interrupts, while the smart-approval
+// judge is being asked ends its call at once, as it ends a model call:
+// the turn stops without waiting for the judge (held here for 25 s,
+// under its 30 s bound, and ruling APPROVE), the tool does not run and
+// the user is not asked. The provider's own bound is raised past the
+// judge's hold, so that only the stop can end the call early.
+func TestApprovalJudgeStoppable(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	var runs atomic.Int32
+	h.startWorker("w1", func(c *worker.Config, d *worker.Deps) {
+		d.LLM.Provider = llm.WithRetry(llm.NewOpenAI(llm.OpenAIConfig{BaseURL: h.fakeURL + "/v1", Model: "fake-model"}),
+			llm.RetryPolicy{MaxAttempts: 1, CallTimeout: time.Minute})
+		c.ApprovalsMode = "smart"
+		c.Agent.ApprovalJudgeModel = "judge"
+		c.Agent.ApprovalTimeout = time.Minute
+		c.Agent.DangerousTools = []string{"rm"}
+		d.Tools = []tools.Tool{{Name: "rm", Run: func(context.Context, tools.Call, json.RawMessage) (string, error) {
+			runs.Add(1)
+			return "removed", nil
+		}}}
+	})
+	for _, tt := range []struct {
+		key    string
+		action turnsv1.ControlAction
+		want   turnsv1.TurnStatus
+	}{
+		{"judge-stop", turnsv1.ControlAction_CONTROL_ACTION_STOP, turnsv1.TurnStatus_TURN_STATUS_STOPPED},
+		{"judge-interrupt", turnsv1.ControlAction_CONTROL_ACTION_INTERRUPT, turnsv1.TurnStatus_TURN_STATUS_INTERRUPTED},
+	} {
+		t.Run(tt.key, func(t *testing.T) {
+			h.setGeneration(tt.key, 1)
+			before := len(requestsFor(h, "judge"))
+			h.fake.EnqueueFor("judge", fakellm.Reply{Text: "APPROVE", Failure: &fakellm.Failure{Latency: 25 * time.Second}})
+			req := h.requestTurn(tt.key, `[[tool:rm {"path":"/tmp/x"}]] clean up`, turnOpts{})
+			waitFor(t, 10*time.Second, "the judge's call", func() bool { return len(requestsFor(h, "judge")) > before })
+			began := time.Now()
+			h.control(tt.key, tt.action, "")
+			c := h.waitCompleted(req.TurnId)
+			if c.GetStatus() != tt.want || time.Since(began) > 10*time.Second {
+				t.Fatalf("after %v: %v in %v, want %v at once", tt.action, c.GetStatus(), time.Since(began), tt.want)
+			}
+			for _, ev := range h.replies(req.TurnId) {
+				if p := ev.GetToolProgress(); p != nil {
+					t.Errorf("tool progress %v after %v: want no prompt and no run", p.GetPhase(), tt.action)
+				}
+			}
+			if n := len(requestsFor(h, "judge")) - before; n != 1 {
+				t.Errorf("%d judge calls, want 1", n)
+			}
+		})
+	}
+	if n := runs.Load(); n != 0 {
+		t.Errorf("the tool ran %d times, want never", n)
 	}
 }
 

@@ -768,7 +768,12 @@ func (r *turnRun) approveOnce(ctx context.Context, tc store.ToolCall, pattern, f
 	}
 	judgedDangerous := false
 	if mode == approvalmode.Smart {
-		v, label := r.judgeCall(ctx, tc, flagged)
+		v, label, err := r.judgeCall(ctx, tc, flagged)
+		if err != nil {
+			// Stopped, interrupted or the lock lost mid-call: no verdict
+			// (not counted), no prompt, no run; the turn stops on err.
+			return false, "", err
+		}
 		approvalVerdicts.WithLabelValues(label).Inc()
 		if ctx.Err() != nil {
 			return false, "", ctx.Err()

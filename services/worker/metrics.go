@@ -37,7 +37,7 @@ var loopTicks = promauto.NewCounterVec(prometheus.CounterOpts{
 
 var approvalVerdicts = promauto.NewCounterVec(prometheus.CounterOpts{
 	Name: "switchboard_worker_approval_judge_verdicts_total",
-	Help: "Dangerous tool calls the smart-approval judge (approvals.mode smart) assessed, by verdict: approve (run without asking), deny (judged dangerous: the user is asked, for this call only), escalate (the judge is unsure: the user is asked), unclear (the answer was no verdict: the user is asked), error (the judge could not be asked, or the call was too long or unprintable to judge: the user is asked).",
+	Help: "Dangerous tool calls the smart-approval judge (approvals.mode smart) assessed, by verdict: approve (run without asking), deny (judged dangerous: the user is asked, for this call only), escalate (the judge is unsure: the user is asked), unclear (the answer was no verdict: the user is asked), error (the judge could not be asked, or the call was too long or unprintable to judge: the user is asked). A judge call cut short by /stop, an interrupting message or the lost session lock is not counted: it has no verdict and the turn stops.",
 }, []string{"verdict"})
 
 var goalVerdicts = promauto.NewCounterVec(prometheus.CounterOpts{
