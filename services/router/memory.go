@@ -31,6 +31,19 @@ import (
 // racing replicas wins, and the command, its effect and its answer
 // commit together (once), so a redelivered /memory approve answers
 // again without applying anything again.
+//
+// The buttons of a list outside a DM belong to the list's owner, as a
+// /model picker's do: in a group whose sessions are per user each
+// member's writes are their own, so every button carries data
+// ("a-<id|all>.<owner tag>", "r-…"), the tag mapped back to the session
+// key of whoever listed them (Redis, a day, as the picker's), and a
+// press approves or rejects that owner's writes, whoever presses, as
+// Hermes's Telegram callback does (it refuses only users the gateway
+// does not authorize; its one memory per profile is everyone's). An id
+// is looked up among the owner's writes only, so a button never acts
+// on the presser's own; a tag Redis no longer knows, or a group list's
+// button without data (sent before its buttons carried their owner),
+// answers memoryListExpired and changes nothing.
 
 // Hermes's texts.
 const (
@@ -38,6 +51,9 @@ const (
 	memoryUnknown   = "Unknown /memory subcommand. Use: pending, approve <id>, reject <id>, approval <on|off>."
 	memoryUsage     = "Usage: /memory approve|reject <id>  (or 'all')"
 	memoryRaced     = "no longer pending or already being processed"
+	// memoryListExpired answers a press of a list's button whose owner
+	// the router no longer knows.
+	memoryListExpired = "This list of memory writes has expired — use /memory pending again."
 )
 
 // memoryCommand answers /memory [pending|approve|reject|approval] [id|on|off].
@@ -45,6 +61,9 @@ func (s *Service) memoryCommand(ctx context.Context, m *msgCtx, sess sessionstor
 	reply := func(text string) error { return s.notice(ctx, m, sess.Generation, text, "command") }
 	owner := memorygate.Owner(m.key, m.src)
 	by := m.platform + ":" + m.src.GetUserId()
+	if press := m.ev.GetButtonPress(); press.GetMessageId() != "" && (press.GetData() != "" || !isDM(m.src)) {
+		return s.memoryPress(ctx, m, sess, press.GetData(), by)
+	}
 	a := command.Memory(args)
 	switch a.Sub {
 	case command.MemoryShow:
@@ -59,18 +78,7 @@ func (s *Service) memoryCommand(ctx context.Context, m *msgCtx, sess sessionstor
 		if a.Target == "" {
 			return reply(memoryUsage)
 		}
-		// Once per inbound event: the decisions commit with the answer.
-		return s.once(ctx, m, "memory", func(ctx context.Context, st *sessionstore.Store) (string, int64, error) {
-			gate := s.memory.InTx(st.Tx())
-			var text string
-			var err error
-			if a.Sub == command.MemoryApprove {
-				text, err = s.memoryApprove(ctx, gate, owner, a.Target, by)
-			} else {
-				text, err = memoryReject(ctx, gate, owner, a.Target, by)
-			}
-			return text, sess.Generation, err
-		})
+		return s.memoryDecide(ctx, m, sess, owner, a.Sub == command.MemoryApprove, a.Target, by)
 	case command.MemoryApproval:
 		if a.Gate == "" {
 			state, err := s.memoryState(ctx, owner)
@@ -91,6 +99,80 @@ func (s *Service) memoryCommand(ctx context.Context, m *msgCtx, sess sessionstor
 		})
 	}
 	return reply(memoryUnknown)
+}
+
+// memoryDecide approves or rejects the owner's pending write target (or
+// all of them), once per inbound event: the decisions commit with the
+// answer, which goes to the sender at sess's generation.
+func (s *Service) memoryDecide(ctx context.Context, m *msgCtx, sess sessionstore.Session, owner string, approve bool, target, by string) error {
+	return s.once(ctx, m, "memory", func(ctx context.Context, st *sessionstore.Store) (string, int64, error) {
+		gate := s.memory.InTx(st.Tx())
+		var text string
+		var err error
+		if approve {
+			text, err = s.memoryApprove(ctx, gate, owner, target, by)
+		} else {
+			text, err = memoryReject(ctx, gate, owner, target, by)
+		}
+		return text, sess.Generation, err
+	})
+}
+
+// memoryData is what a button of a pending-writes list outside a DM
+// carries: "a-<id>.<tag>", "r-all.<tag>".
+type memoryData struct {
+	approve bool
+	// target is a write's id or "all".
+	target string
+	// owner is the list owner's tag (ownerTag).
+	owner string
+}
+
+// parseMemoryData reads a list's button data (outside input: a press
+// carries it from the platform); ok false for any other.
+func parseMemoryData(data string) (memoryData, bool) {
+	if len(data) > 24 {
+		return memoryData{}, false
+	}
+	base, tag, found := strings.Cut(data, ".")
+	if !found || !isTag(tag) {
+		return memoryData{}, false
+	}
+	act, target, found := strings.Cut(base, "-")
+	if !found || (act != "a" && act != "r") || (target != "all" && !memorygate.ValidID(target)) {
+		return memoryData{}, false
+	}
+	return memoryData{approve: act == "a", target: target, owner: tag}, true
+}
+
+// memoryPress answers a press of a pending-writes list's button outside
+// a DM (or one with data): it approves or rejects the writes of the
+// list's owner, whoever presses (the command's admin rules applied to
+// the presser already).
+func (s *Service) memoryPress(ctx context.Context, m *msgCtx, sess sessionstore.Session, data, by string) error {
+	reply := func(text string) error { return s.notice(ctx, m, sess.Generation, text, "command") }
+	d, ok := parseMemoryData(data)
+	if !ok {
+		return reply(memoryListExpired)
+	}
+	key, ok, err := s.tagOwner(ctx, m, d.owner)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return reply(memoryListExpired)
+	}
+	if key != m.key {
+		// The owner's running turn may be staging the writes reviewed.
+		holder, err := s.locker.Owner(ctx, key)
+		if err != nil {
+			return fmt.Errorf("read memory list owner's lock: %w", err)
+		}
+		if holder != "" {
+			return reply("⏳ Agent is running — `/memory` can't run mid-turn. Wait for the current response or `/stop` first.")
+		}
+	}
+	return s.memoryDecide(ctx, m, sess, memorygate.Owner(key, m.src), d.approve, d.target, by)
 }
 
 // memoryState is Hermes's line for the owner's gate.
@@ -117,8 +199,9 @@ const memoryButtons = 8
 // writes. Where buttons render (Telegram, Discord) each listed write
 // gets Approve and Reject buttons (up to memoryButtons of them, then
 // Approve all and Reject all when there are several), as Hermes's
-// Telegram surface: a press sends the typed command ("/memory approve
-// abc12345"), which is handled as if typed, so it applies once too.
+// Telegram surface. In a DM a press sends the typed command ("/memory
+// approve abc12345"), handled as if typed; outside a DM the buttons
+// carry the owner's tag (memoryPress). Either applies once.
 func (s *Service) memoryList(ctx context.Context, m *msgCtx, sess sessionstore.Session, owner, head string) error {
 	list, err := s.memory.Pending(ctx, owner)
 	if err != nil {
@@ -136,22 +219,36 @@ func (s *Service) memoryList(ctx context.Context, m *msgCtx, sess sessionstore.S
 	if !pickerPlatforms[m.platform] {
 		return s.notice(ctx, m, sess.Generation, text, "command")
 	}
-	return s.publishCommandNotice(ctx, m, sess.Generation, &repliesv1.Notice{Text: text, Picker: memoryPicker(list)})
+	tag := ""
+	if !isDM(m.src) {
+		if tag, err = s.rememberTagOwner(ctx, m); err != nil {
+			return err
+		}
+	}
+	return s.publishCommandNotice(ctx, m, sess.Generation, &repliesv1.Notice{Text: text, Picker: memoryPicker(list, tag)})
 }
 
-// memoryPicker is the buttons of a pending-writes list.
-func memoryPicker(list []memorygate.Pending) *deliveryv1.Picker {
+// memoryPicker is the buttons of a pending-writes list of owner tag (""
+// a DM's: a press is the typed command).
+func memoryPicker(list []memorygate.Pending, tag string) *deliveryv1.Picker {
+	choice := func(label, sub, target string) *deliveryv1.PickerChoice {
+		c := &deliveryv1.PickerChoice{Label: label, Command: "/memory " + sub + " " + target}
+		if tag != "" {
+			c.Data = tagged(sub[:1]+"-"+target, tag)
+		}
+		return c
+	}
 	p := &deliveryv1.Picker{}
 	for _, w := range list[:min(len(list), memoryButtons)] {
 		p.Rows = append(p.Rows, &deliveryv1.PickerRow{Choices: []*deliveryv1.PickerChoice{
-			{Label: "✅ Approve " + w.ID, Command: "/memory approve " + w.ID},
-			{Label: "❌ Reject " + w.ID, Command: "/memory reject " + w.ID},
+			choice("✅ Approve "+w.ID, "approve", w.ID),
+			choice("❌ Reject "+w.ID, "reject", w.ID),
 		}})
 	}
 	if len(list) > 1 {
 		p.Rows = append(p.Rows, &deliveryv1.PickerRow{Choices: []*deliveryv1.PickerChoice{
-			{Label: "✅ Approve all", Command: "/memory approve all"},
-			{Label: "❌ Reject all", Command: "/memory reject all"},
+			choice("✅ Approve all", "approve", "all"),
+			choice("❌ Reject all", "reject", "all"),
 		}})
 	}
 	return p

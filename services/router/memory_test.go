@@ -6,9 +6,13 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
 	"github.com/switchboard-chat/switchboard/pkg/memorygate"
+	"github.com/switchboard-chat/switchboard/pkg/platform"
+	"github.com/switchboard-chat/switchboard/pkg/redisx"
 )
 
 // notes are owner's notes' texts, oldest first.
@@ -250,5 +254,128 @@ func TestMemoryApproveRace(t *testing.T) {
 	}
 	if applied != len(ids) {
 		t.Errorf("answers count %d writes applied, want %d: %q", applied, len(ids), answers)
+	}
+}
+
+// In a group whose sessions are per user, a list of pending memory
+// writes belongs to whoever listed them, as a /model picker does: its
+// buttons carry the owner's tag, and a press approves or rejects the
+// owner's writes, whoever presses (as Hermes's callback, which refuses
+// only users the gateway does not authorize); an id never reaches the
+// presser's own writes; an unknown tag, or a group button without data,
+// is an expired list that changes nothing; a DM's buttons stay the
+// typed command.
+func TestMemoryButtonsInPerUserGroup(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.startRouter(testConfig(), nil, nil)
+	ctx := context.Background()
+	gate := memorygate.New(e.db, false, 2200)
+	aliceKey := "agent:main:telegram:group:chat-grp:alice"
+	alice, bob := "session:"+aliceKey, "session:agent:main:telegram:group:chat-grp:bob"
+	stage := func(owner, content string) string {
+		t.Helper()
+		id, err := gate.Stage(ctx, memorygate.Write{Owner: owner, Action: memorygate.ActionAdd, Content: content})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	a1, a2 := stage(alice, "alice likes tea"), stage(alice, "alice likes jazz")
+	b1 := stage(bob, "bob likes chess")
+	b2 := stage("telegram:bob", "bob's own, in his DM")
+
+	e.publish(groupMsg("alice", "/memory pending"))
+	waitFor(t, "alice's list", func() bool { return len(e.noticeEvents("grp")) == 1 })
+	tag := ownerTag(aliceKey)
+	list := e.noticeEvents("grp")[0].GetPicker()
+	rows := choices(list)
+	if got, want := fmt.Sprint(rows[2]), fmt.Sprint([]string{"✅ Approve all|/memory approve all|a-all." + tag, "❌ Reject all|/memory reject all|r-all." + tag}); got != want {
+		t.Fatalf("alice's list's last row %s, want %s", got, want)
+	}
+	for _, r := range list.GetRows() {
+		for i, c := range r.GetChoices() {
+			if p := platform.PickerPayload(c, i); p == "" || len(p) > 64 {
+				t.Errorf("button %q carried as %q (%d bytes), want Telegram's 64 at most", c.GetLabel(), p, len(p))
+			}
+		}
+	}
+	if got, want := rows[0][0], "✅ Approve "+a1+"|/memory approve "+a1+"|a-"+a1+"."+tag; got != want {
+		t.Fatalf("a write's button %q, want %q", got, want)
+	}
+
+	groupPress := func(user, text, data string) *eventsv1.MessageReceived {
+		ev := press(user, text, "card-1", "")
+		ev.Source.ChatType, ev.Source.ChatId = "group", "chat-grp"
+		ev.ButtonPress.Data = data
+		return ev
+	}
+	pending := func(owner string) string {
+		t.Helper()
+		list, err := gate.Pending(ctx, owner)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, p := range list {
+			ids = append(ids, p.ID)
+		}
+		return strings.Join(ids, ",")
+	}
+	for _, tt := range []struct {
+		name, chat string
+		ev         *eventsv1.MessageReceived
+		want       string
+		// pending: alice's, bob's in the group and bob's in his DM after.
+		alice, bob, bobDM string
+		// hold: alice's turn runs (her session's lock is held).
+		hold bool
+	}{
+		{"another member rejects a write of the owner's", "grp", groupPress("bob", "/memory", "r-"+a1+"."+tag),
+			"Rejected pending memory write '" + a1 + "'.", a2, b1, b2, false},
+		{"another member's own id on the owner's list", "grp", groupPress("bob", "/memory", "a-"+b1+"."+tag),
+			"No pending memory write with id '" + b1 + "'.", a2, b1, b2, false},
+		{"an expired list", "grp", groupPress("bob", "/memory", "a-all.0badf00d"), memoryListExpired, a2, b1, b2, false},
+		{"data without an owner", "grp", groupPress("bob", "/memory", "a-all"), memoryListExpired, a2, b1, b2, false},
+		{"a group list's button without data", "grp", groupPress("bob", "/memory approve all", ""), memoryListExpired, a2, b1, b2, false},
+		{"another member while the owner's turn runs", "grp", groupPress("bob", "/memory", "a-all."+tag),
+			"⏳ Agent is running — `/memory` can't run mid-turn. Wait for the current response or `/stop` first.", a2, b1, b2, true},
+		{"the owner approves all", "grp", groupPress("alice", "/memory", "a-all."+tag), "Approved 1 memory write(s).", "", b1, b2, false},
+		{"a DM's button is the typed command", "bob", press("bob", "/memory approve "+b2, "card-2", ""), "Approved 1 memory write(s).", "", b1, "", false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.hold {
+				locker := redisx.NewLocker(e.rdb, e.prefix)
+				if ok, err := locker.Acquire(ctx, aliceKey, "running", time.Minute); err != nil || !ok {
+					t.Fatal("take alice's lock", ok, err)
+				}
+				defer func() {
+					if err := locker.Release(ctx, aliceKey, "running"); err != nil {
+						t.Error(err)
+					}
+				}()
+			}
+			before := len(e.noticesTo(tt.chat))
+			e.publish(tt.ev)
+			waitFor(t, "the press's answer", func() bool { return len(e.noticesTo(tt.chat)) > before })
+			if got := e.noticesTo(tt.chat)[before]; got != tt.want {
+				t.Errorf("answer %q, want %q", got, tt.want)
+			}
+			if got := pending(alice); got != tt.alice {
+				t.Errorf("alice's pending %q, want %q", got, tt.alice)
+			}
+			if got := pending(bob); got != tt.bob {
+				t.Errorf("bob's pending in the group %q, want %q", got, tt.bob)
+			}
+			if got := pending("telegram:bob"); got != tt.bobDM {
+				t.Errorf("bob's pending in his DM %q, want %q", got, tt.bobDM)
+			}
+		})
+	}
+	if got := notes(t, e, alice); fmt.Sprint(got) != fmt.Sprint([]string{"alice likes jazz"}) {
+		t.Errorf("alice's notes %q, want the write approved by her press alone", got)
+	}
+	if got := notes(t, e, bob); len(got) != 0 {
+		t.Errorf("bob's group notes %q, want none: no press was his", got)
 	}
 }

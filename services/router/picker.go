@@ -281,9 +281,9 @@ func (s *Service) modelCommand(ctx context.Context, m *msgCtx, sess sessionstore
 		if len(s.cfg.Models) > 0 && pickerPlatforms[m.platform] {
 			tag := ""
 			if orDM(m.src.GetChatType()) != "dm" {
-				tag = ownerTag(m.key)
-				if err := s.rdb.Set(ctx, s.pickerOwnerKey(m, tag), m.key, decidedTTL).Err(); err != nil {
-					return fmt.Errorf("remember picker owner: %w", err)
+				var err error
+				if tag, err = s.rememberTagOwner(ctx, m); err != nil {
+					return err
 				}
 			}
 			text, picker := s.modelPage(sess, 0, tag)
@@ -313,6 +313,34 @@ func (s *Service) pickerOwnerKey(m *msgCtx, tag string) string {
 	return fmt.Sprintf("%spickerowner:%s:%s:%s:%s", s.prefix, m.src.GetPlatform(), m.src.GetAccount(), m.src.GetChatId(), tag)
 }
 
+// tagOwner is the session key owner tag names in m's chat (the
+// presser's own when it is theirs); ok false when Redis no longer knows
+// the tag.
+func (s *Service) tagOwner(ctx context.Context, m *msgCtx, tag string) (key string, ok bool, err error) {
+	if tag == ownerTag(m.key) {
+		return m.key, true, nil
+	}
+	key, err = s.rdb.Get(ctx, s.pickerOwnerKey(m, tag)).Result()
+	if errors.Is(err, redis.Nil) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("read buttons' owner: %w", err)
+	}
+	return key, true, nil
+}
+
+// rememberTagOwner maps the owner tag of m's conversation back to its
+// session key for a day (decidedTTL), for the presses of buttons that
+// carry it (a picker's, a list of pending memory writes').
+func (s *Service) rememberTagOwner(ctx context.Context, m *msgCtx) (string, error) {
+	tag := ownerTag(m.key)
+	if err := s.rdb.Set(ctx, s.pickerOwnerKey(m, tag), m.key, decidedTTL).Err(); err != nil {
+		return "", fmt.Errorf("remember buttons' owner: %w", err)
+	}
+	return tag, nil
+}
+
 // pickerOwner is the session a press of a picker of owner tag acts on,
 // and whether a turn runs in it: the presser's (sess, busy) for a DM's
 // picker or the presser's own; ok false when Redis no longer knows the
@@ -321,12 +349,8 @@ func (s *Service) pickerOwner(ctx context.Context, m *msgCtx, sess sessionstore.
 	if tag == "" || tag == ownerTag(m.key) {
 		return m.key, sess, busy, true, nil
 	}
-	key, err = s.rdb.Get(ctx, s.pickerOwnerKey(m, tag)).Result()
-	if errors.Is(err, redis.Nil) {
-		return "", sess, false, false, nil
-	}
-	if err != nil {
-		return "", sess, false, false, fmt.Errorf("read picker owner: %w", err)
+	if key, ok, err = s.tagOwner(ctx, m, tag); err != nil || !ok {
+		return "", sess, false, false, err
 	}
 	owner, err = s.store.Get(ctx, key)
 	if errors.Is(err, sessionstore.ErrNotFound) {

@@ -10,6 +10,8 @@ import (
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
+	"github.com/switchboard-chat/switchboard/pkg/memorygate"
+	"github.com/switchboard-chat/switchboard/pkg/platform"
 	"github.com/switchboard-chat/switchboard/pkg/sessionstore"
 )
 
@@ -173,14 +175,33 @@ func TestModelWithoutPicker(t *testing.T) {
 // FuzzPickerData: any data a press carries is read without panicking; a
 // model is read only where agent.models has it at the index the data
 // names, with its checksum, and a page only from its canonical form.
+// The same data read as a pending memory writes list's button (memory.go)
+// is one only in its canonical form, "<a|r>-<id|all>.<owner tag>", which
+// a button can carry, and never also a picker's.
 func FuzzPickerData(f *testing.F) {
 	models := []string{"gpt-4o", "openai/o3", "org/" + strings.Repeat("x", 60)}
 	tag := ownerTag("agent:main:telegram:group:-100:alice")
 	for _, s := range []string{"x", "p0", "p12", "p01", "p-1", "m0-" + modelSum("gpt-4o"), "m2-" + modelSum(models[2]), "m1-00000000", "m9-" + modelSum("gpt-4o"), "m01-" + modelSum("openai/o3"), "zz", "",
-		"x." + tag, "p1." + tag, "m2-" + modelSum(models[2]) + "." + tag, "x.ABCDEF12", "x.", ".x", "p1." + tag + "." + tag} {
+		"x." + tag, "p1." + tag, "m2-" + modelSum(models[2]) + "." + tag, "x.ABCDEF12", "x.", ".x", "p1." + tag + "." + tag,
+		"a-abc12345." + tag, "r-all." + tag, "a-all", "a-ABC12345." + tag, "r-abc1234." + tag, "x-all." + tag, "a-all." + tag + ".", "a--all." + tag} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, full string) {
+		if md, ok := parseMemoryData(full); ok {
+			act := "r"
+			if md.approve {
+				act = "a"
+			}
+			if want := act + "-" + md.target + "." + md.owner; full != want || !isTag(md.owner) || md.target != "all" && !memorygate.ValidID(md.target) {
+				t.Fatalf("%q read as memory button %+v", full, md)
+			}
+			if platform.PickerPayload(&deliveryv1.PickerChoice{Command: "/memory", Data: full}, 0) == "" {
+				t.Fatalf("memory button data %q cannot ride a button", full)
+			}
+			if parsePickerData(full, models).kind != 0 {
+				t.Fatalf("%q read as a memory button and a picker's", full)
+			}
+		}
 		d := parsePickerData(full, models)
 		data := full
 		if d.owner != "" {
