@@ -146,7 +146,7 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 	}
 	busy := owner != ""
 	if busy && slices.Contains(refusedMidTurn, cmd.Name) {
-		return reply(0, fmt.Sprintf("⏳ Agent is running — `/%s` can't run mid-turn. Wait for the current response or `/stop` first.", cmd.Name))
+		return reply(0, midTurnRefusal(cmd.Name))
 	}
 	if cmd.Name == "agents" {
 		// Read-only, mid-turn too (Hermes's busy_policy dispatch): it
@@ -694,4 +694,10 @@ func thousands(n int64) string {
 		return "-" + b.String()
 	}
 	return b.String()
+}
+
+// midTurnRefusal is Hermes's answer to a command that cannot run while
+// the agent runs in the conversation it acts on.
+func midTurnRefusal(name string) string {
+	return "⏳ Agent is running — `/" + name + "` can't run mid-turn. Wait for the current response or `/stop` first."
 }

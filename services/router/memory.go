@@ -169,7 +169,7 @@ func (s *Service) memoryPress(ctx context.Context, m *msgCtx, sess sessionstore.
 			return fmt.Errorf("read memory list owner's lock: %w", err)
 		}
 		if holder != "" {
-			return reply("⏳ Agent is running — `/memory` can't run mid-turn. Wait for the current response or `/stop` first.")
+			return reply(midTurnRefusal("memory"))
 		}
 	}
 	return s.memoryDecide(ctx, m, sess, memorygate.Owner(key, m.src), d.approve, d.target, by)

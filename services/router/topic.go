@@ -201,7 +201,7 @@ func (s *Service) topicCommand(ctx context.Context, m *msgCtx, sess sessionstore
 			return reply(topicRestoreNeedsMode)
 		}
 		if busy {
-			return reply("⏳ Agent is running — `/topic` can't run mid-turn. Wait for the current response or `/stop` first.")
+			return reply(midTurnRefusal("topic"))
 		}
 		return s.once(ctx, m, "topic", func(ctx context.Context, st *sessionstore.Store) (string, int64, error) {
 			return s.restoreTopic(ctx, st, m, sess, thread, a.SessionID)
