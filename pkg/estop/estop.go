@@ -174,25 +174,18 @@ func Get(ctx context.Context, kv jetstream.KeyValue) (*State, error) {
 
 // stored returns the entry, expired or not; nil when there is none.
 func stored(ctx context.Context, kv jetstream.KeyValue) (*State, error) {
-	e, err := kv.Get(ctx, key)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("read pause: %w", err)
-	}
-	return Decode(e.Value()), nil
+	st, _, err := read(ctx, kv)
+	return st, err
 }
 
 // Engage records st, replacing a pause engaged already (Hermes re-arms
-// with the new reason).
+// with the new reason). It reads nothing: a change that must keep parts
+// of the pause engaged (a re-arm keeps its expiry and allowlist) is an
+// Update.
 func Engage(ctx context.Context, kv jetstream.KeyValue, st State) error {
-	if st.At.IsZero() {
-		st.At = time.Now().UTC()
-	}
-	data, err := json.Marshal(st)
+	data, err := encode(&st)
 	if err != nil {
-		return fmt.Errorf("encode pause: %w", err)
+		return err
 	}
 	if _, err := kv.Put(ctx, key, data); err != nil {
 		return fmt.Errorf("engage pause: %w", err)
@@ -200,17 +193,122 @@ func Engage(ctx context.Context, kv jetstream.KeyValue, st State) error {
 	return nil
 }
 
+// encode is st as an entry's value, stamped now when it has no time.
+func encode(st *State) ([]byte, error) {
+	if st.At.IsZero() {
+		st.At = time.Now().UTC()
+	}
+	data, err := json.Marshal(st)
+	if err != nil {
+		return nil, fmt.Errorf("encode pause: %w", err)
+	}
+	return data, nil
+}
+
+// updateAttempts bounds Update's reads: each lost race is another
+// writer's change landing, which a person or an expiry makes, so a few
+// suffice.
+const updateAttempts = 8
+
+// ErrContended is Update's error when the entry changed under each of
+// its attempts.
+var ErrContended = errors.New("the pause kept changing under the update")
+
+// Update engages the pause decide makes of the one engaged, losing no
+// change made meanwhile: decide gets the pause as Get reads it (nil for
+// none, an expired one included) and returns the pause to store, or nil
+// to store nothing; the write is conditional on the entry still being
+// the revision read (kv.Update; kv.Create when there was none). When
+// another write landed between the read and the write (a /pause off, the
+// admin API's SetPause, the delete of an expired entry), the write is
+// refused, and the entry is read and decide asked again, at most
+// updateAttempts times (ErrContended). A plain read-then-Put would bring
+// back a pause lifted meanwhile, or revert an allowlist changed
+// meanwhile. decide may run more than once: what its last run saw is
+// what was decided on. The pause stored is stamped now when it has no
+// time.
+func Update(ctx context.Context, kv jetstream.KeyValue, decide func(cur *State) (*State, error)) error {
+	for range updateAttempts {
+		cur, rev, err := read(ctx, kv)
+		if err != nil {
+			return err
+		}
+		if cur != nil && cur.Expired(time.Now()) {
+			cur = nil
+		}
+		next, err := decide(cur)
+		if err != nil || next == nil {
+			return err
+		}
+		if cur != nil && next.Expired(time.Now()) {
+			// The standing expiry decide kept passed meanwhile: the
+			// pause it re-armed has lifted; decide again on none.
+			continue
+		}
+		data, err := encode(next)
+		if err != nil {
+			return err
+		}
+		if rev == 0 {
+			_, err = kv.Create(ctx, key, data)
+		} else {
+			_, err = kv.Update(ctx, key, data, rev)
+		}
+		if err == nil {
+			return nil
+		}
+		if !lostRace(err) {
+			return fmt.Errorf("engage pause: %w", err)
+		}
+	}
+	return fmt.Errorf("engage pause: %w", ErrContended)
+}
+
+// read returns the entry, expired or not, and its revision; nil and 0
+// when there is none (never written, or deleted).
+func read(ctx context.Context, kv jetstream.KeyValue) (*State, uint64, error) {
+	e, err := kv.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, 0, nil
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("read pause: %w", err)
+	}
+	return Decode(e.Value()), e.Revision(), nil
+}
+
+// lostRace reports whether a conditional write was refused because the
+// entry is no longer the revision read: Update's mismatch, Create's
+// existing key, or the stream's wrong last sequence that Create returns
+// as it is when it writes over a delete marker.
+func lostRace(err error) bool {
+	var api *jetstream.APIError
+	return errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) ||
+		errors.As(err, &api) && (api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+			api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
+}
+
 // Disengage deletes the pause; it reports false when none was engaged
-// (an expired entry is deleted all the same).
+// (an expired entry is deleted all the same). The delete is conditional
+// on the revision read, as Update's write: a pause engaged between the
+// read and the delete is read again, so that the report is about the
+// pause deleted (an expired entry re-armed meanwhile is a pause lifted,
+// not "none was engaged").
 func Disengage(ctx context.Context, kv jetstream.KeyValue) (bool, error) {
-	st, err := stored(ctx, kv)
-	if err != nil || st == nil {
-		return false, err
+	for range updateAttempts {
+		st, rev, err := read(ctx, kv)
+		if err != nil || st == nil {
+			return false, err
+		}
+		err = kv.Delete(ctx, key, jetstream.LastRevision(rev))
+		if err == nil {
+			return !st.Expired(time.Now()), nil
+		}
+		if !lostRace(err) {
+			return false, fmt.Errorf("disengage pause: %w", err)
+		}
 	}
-	if err := kv.Delete(ctx, key); err != nil {
-		return false, fmt.Errorf("disengage pause: %w", err)
-	}
-	return !st.Expired(time.Now()), nil
+	return false, fmt.Errorf("disengage pause: %w", ErrContended)
 }
 
 // DeleteExpired deletes the stored entry if it expired at now, on the

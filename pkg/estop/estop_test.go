@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -462,4 +463,194 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("%q admits %q on %q", data, user, profile)
 		}
 	})
+}
+
+// Update against a change landing between its read and its write (made
+// by decide's first run, the seam between the two): the write is
+// refused, decide runs again on what is stored then, and the change
+// is kept; a re-arm (keep the standing expiry and allowlist, as the
+// router's /pause <reason> and the admin API's SetPause) never brings
+// back a pause lifted meanwhile nor an allowlist replaced meanwhile.
+func TestUpdateLosesNoInterleavedChange(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	soon := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
+	alice := &Allow{UserIDs: IDs{"alice"}}
+	bob := &Allow{UserIDs: IDs{"bob"}}
+	for i, tt := range []struct {
+		name string
+		// stored before Update: nil for nothing, deleted for a delete
+		// marker.
+		stored  *State
+		deleted bool
+		// between is the change landing between the first read and write.
+		between func(kv jetstream.KeyValue) error
+		// want is what is stored afterwards (nil: nothing); saw what
+		// decide's runs got (nil entries: none engaged).
+		want *State
+		saw  []*State
+	}{
+		{name: "no change between: one run",
+			stored: &State{Reason: "old", Until: soon, Allow: alice},
+			want:   &State{Reason: "new", Until: soon, Allow: alice},
+			saw:    []*State{{Reason: "old"}}},
+		{name: "a /pause off between: the re-arm engages a pause of its own, without the lifted one's expiry and allowlist",
+			stored:  &State{Reason: "old", Until: soon, Allow: alice},
+			between: func(kv jetstream.KeyValue) error { _, err := Disengage(ctx, kv); return err },
+			want:    &State{Reason: "new"},
+			saw:     []*State{{Reason: "old"}, nil}},
+		{name: "an allowlist replaced between is kept",
+			stored: &State{Reason: "old", Until: soon, Allow: alice},
+			between: func(kv jetstream.KeyValue) error {
+				return Engage(ctx, kv, State{Reason: "admin", Until: soon, Allow: bob})
+			},
+			want: &State{Reason: "new", Until: soon, Allow: bob},
+			saw:  []*State{{Reason: "old"}, {Reason: "admin"}}},
+		{name: "a pause engaged between over nothing stored",
+			between: func(kv jetstream.KeyValue) error { return Engage(ctx, kv, State{Reason: "admin", Allow: bob}) },
+			want:    &State{Reason: "new", Allow: bob},
+			saw:     []*State{nil, {Reason: "admin"}}},
+		{name: "a pause engaged between over a deleted one",
+			stored: &State{Reason: "old"}, deleted: true,
+			between: func(kv jetstream.KeyValue) error { return Engage(ctx, kv, State{Reason: "admin", Allow: bob}) },
+			want:    &State{Reason: "new", Allow: bob},
+			saw:     []*State{nil, {Reason: "admin"}}},
+		{name: "an expired entry deleted between",
+			stored:  &State{Reason: "old", Until: time.Now().Add(-time.Minute)},
+			between: func(kv jetstream.KeyValue) error { _, err := DeleteExpired(ctx, kv, time.Now()); return err },
+			want:    &State{Reason: "new"},
+			saw:     []*State{nil, nil}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			topo := b.Topology()
+			topo.Prefix = fmt.Sprintf("%supd%d", topo.Prefix, i)
+			kv, err := Open(ctx, b.JetStream(), topo)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tt.stored != nil {
+				if err := Engage(ctx, kv, *tt.stored); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tt.deleted {
+				if _, err := Disengage(ctx, kv); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var saw []*State
+			err = Update(ctx, kv, func(cur *State) (*State, error) {
+				saw = append(saw, cur)
+				if len(saw) == 1 && tt.between != nil {
+					if err := tt.between(kv); err != nil {
+						t.Fatal(err)
+					}
+				}
+				next := &State{Reason: "new", By: "telegram:carol"}
+				if cur != nil {
+					next.Until, next.Allow = cur.Until, cur.Allow
+				}
+				return next, nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(saw) != len(tt.saw) {
+				t.Fatalf("decide ran %d times, want %d", len(saw), len(tt.saw))
+			}
+			for j := range saw {
+				if (saw[j] == nil) != (tt.saw[j] == nil) || saw[j] != nil && saw[j].Reason != tt.saw[j].Reason {
+					t.Errorf("run %d saw %+v, want %+v", j, saw[j], tt.saw[j])
+				}
+			}
+			got, err := Get(ctx, kv)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got == nil || got.Reason != tt.want.Reason || !got.Until.Equal(tt.want.Until) || !slices.Equal(allowIDs(got.Allow), allowIDs(tt.want.Allow)) {
+				t.Errorf("stored %+v, want %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+// allowIDs are an allowlist's user ids (nil for none).
+func allowIDs(a *Allow) []string {
+	if a == nil {
+		return nil
+	}
+	return a.UserIDs
+}
+
+// A re-arm whose standing expiry passes between the read and the write
+// does not store a pause that lifted already: Update reads again, and
+// decide engages a pause of its own.
+func TestUpdateReadsAgainWhenTheKeptExpiryPassed(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	kv, err := Open(ctx, b.JetStream(), b.Topology())
+	if err != nil {
+		t.Fatal(err)
+	}
+	until := time.Now().Add(300 * time.Millisecond)
+	if err := Engage(ctx, kv, State{Reason: "old", Until: until}); err != nil {
+		t.Fatal(err)
+	}
+	runs := 0
+	err = Update(ctx, kv, func(cur *State) (*State, error) {
+		runs++
+		next := &State{Reason: "new"}
+		if cur != nil {
+			next.Until = cur.Until
+			time.Sleep(time.Until(cur.Until) + 50*time.Millisecond)
+		}
+		return next, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := Get(ctx, kv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if runs != 2 || got == nil || got.Reason != "new" || !got.Until.IsZero() {
+		t.Errorf("%d runs stored %+v; want 2 and a pause without the expiry that passed", runs, got)
+	}
+}
+
+// Update gives up after updateAttempts writes lost to another writer.
+func TestUpdateBoundsItsRetries(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	kv, err := Open(ctx, b.JetStream(), b.Topology())
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := 0
+	err = Update(ctx, kv, func(cur *State) (*State, error) {
+		runs++
+		if err := Engage(ctx, kv, State{Reason: fmt.Sprint("other ", runs)}); err != nil {
+			t.Fatal(err)
+		}
+		return &State{Reason: "mine"}, nil
+	})
+	if !errors.Is(err, ErrContended) || runs != updateAttempts {
+		t.Errorf("err %v after %d runs, want ErrContended after %d", err, runs, updateAttempts)
+	}
+	if got, _ := Get(ctx, kv); got == nil || got.Reason != fmt.Sprint("other ", updateAttempts) {
+		t.Errorf("stored %+v, want the other writer's last", got)
+	}
+	// decide's nil stores nothing.
+	if err := Update(ctx, kv, func(*State) (*State, error) { return nil, nil }); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := Get(ctx, kv); got == nil || got.Reason != fmt.Sprint("other ", updateAttempts) {
+		t.Errorf("a nil decision stored %+v", got)
+	}
 }

@@ -2,6 +2,7 @@ package admin
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"time"
 
@@ -143,12 +144,46 @@ func (s *Service) SetPause(ctx context.Context, req *adminv1.SetPauseRequest) (*
 	if err != nil {
 		return nil, err
 	}
-	cur, err := estop.Get(ctx, kv)
+	// A re-arm keeps what it is not given of the pause engaged, so it
+	// writes on the condition that nothing changed since its read
+	// (estop.Update): a /pause off, a chat's /pause or another call
+	// landing between is read and decided on again, never overwritten.
+	var cur, st *estop.State
+	err = estop.Update(ctx, kv, func(stored *estop.State) (*estop.State, error) {
+		cur = stored
+		st = rearm(ctx, req, allow, cur)
+		return st, nil
+	})
+	if errors.Is(err, estop.ErrContended) {
+		return nil, status.Error(codes.Aborted, "the pause kept changing while this call re-armed it: try again")
+	}
 	if err != nil {
 		return nil, err
 	}
+	pauseActions.WithLabelValues("pause").Inc()
+	s.log.WarnContext(ctx, "emergency stop engaged from the admin API: new work paused",
+		"reason", st.Reason, "by", st.By, "until", st.Until, "already_paused", cur != nil, "allow", allowDetail(st.Allow))
+	detail := map[string]any{"reason": st.Reason, "already_paused": cur != nil}
+	if !st.Until.IsZero() {
+		detail["until"] = st.Until
+	}
+	if st.Allow != nil {
+		detail["allow"] = allowDetail(st.Allow)
+	}
+	if req.GetClearAllow() {
+		detail["allow_cleared"] = true
+	}
+	if err := s.audit(ctx, "pause.set", "global", detail); err != nil {
+		return nil, err
+	}
+	return &adminv1.SetPauseResponse{Pause: pauseProto(st), AlreadyPaused: cur != nil}, nil
+}
+
+// rearm is the pause req engages over cur, the one engaged (nil: none):
+// what req does not give is cur's, as Hermes's re-arm keeps it.
+func rearm(ctx context.Context, req *adminv1.SetPauseRequest, allow *estop.Allow, cur *estop.State) *estop.State {
 	now := time.Now().UTC()
-	st := estop.State{Reason: command.PauseReason(req.GetReason()), By: operatorBy(ctx), At: now}
+	st := &estop.State{Reason: command.PauseReason(req.GetReason()), By: operatorBy(ctx), At: now}
 	if cur != nil && st.Reason == "" {
 		st.Reason = cur.Reason
 	}
@@ -169,26 +204,7 @@ func (s *Service) SetPause(ctx context.Context, req *adminv1.SetPauseRequest) (*
 		// As Hermes's re-arm: the standing allowlist stays.
 		st.Allow = cur.Allow
 	}
-	if err := estop.Engage(ctx, kv, st); err != nil {
-		return nil, err
-	}
-	pauseActions.WithLabelValues("pause").Inc()
-	s.log.WarnContext(ctx, "emergency stop engaged from the admin API: new work paused",
-		"reason", st.Reason, "by", st.By, "until", st.Until, "already_paused", cur != nil, "allow", allowDetail(st.Allow))
-	detail := map[string]any{"reason": st.Reason, "already_paused": cur != nil}
-	if !st.Until.IsZero() {
-		detail["until"] = st.Until
-	}
-	if st.Allow != nil {
-		detail["allow"] = allowDetail(st.Allow)
-	}
-	if req.GetClearAllow() {
-		detail["allow_cleared"] = true
-	}
-	if err := s.audit(ctx, "pause.set", "global", detail); err != nil {
-		return nil, err
-	}
-	return &adminv1.SetPauseResponse{Pause: pauseProto(&st), AlreadyPaused: cur != nil}, nil
+	return st
 }
 
 // ClearPause lifts the pause, and audits when there was one.

@@ -2,9 +2,11 @@ package admin
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -219,8 +221,9 @@ func serve(t *testing.T, ctx context.Context, cfg Config, deps Deps) (adminv1.Ad
 // written in the bucket by hand included), clears it on request, and
 // refuses one that would let nobody through; GetPause and the routers'
 // entry show the same.
+//
+// Not parallel: TestPauseRPCs counts the pause actions of its own calls.
 func TestPauseAllowlistRPCs(t *testing.T) {
-	t.Parallel()
 	ctx, cancelAll := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancelAll()
 	db := pgtest.New(t)
@@ -352,4 +355,106 @@ func manyIDs(n int) []string {
 		ids[i] = strconv.Itoa(i)
 	}
 	return ids
+}
+
+// interleaved is the real bucket whose next Get, once armed, is followed
+// by another writer's change: the seam between a read-modify-write's
+// read and its write (Deps.Pause hands the service the bucket).
+type interleaved struct {
+	jetstream.KeyValue
+	after atomic.Pointer[func()]
+}
+
+func (kv *interleaved) Get(ctx context.Context, key string) (jetstream.KeyValueEntry, error) {
+	e, err := kv.KeyValue.Get(ctx, key)
+	if f := kv.after.Swap(nil); f != nil {
+		(*f)()
+	}
+	return e, err
+}
+
+// SetPause's re-arm writes on the condition that the pause is still the
+// one it read: a /pause off or a chat's re-arm landing between its read
+// and its write is read and decided on again, never overwritten.
+//
+// Not parallel: TestPauseRPCs counts the pause actions of its own calls.
+func TestSetPauseKeepsAChangeMadeMeanwhile(t *testing.T) {
+	ctx, cancelAll := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancelAll()
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	real, err := estop.Open(ctx, b.JetStream(), b.Topology())
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv := &interleaved{KeyValue: real}
+	c, authed := serve(t, ctx, Config{}, Deps{DB: pgtest.New(t), Pause: func(context.Context) (jetstream.KeyValue, error) { return kv, nil }})
+	until := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
+	standing := estop.State{Reason: "window", By: "telegram:alice", Until: until, Allow: &estop.Allow{UserIDs: estop.IDs{"alice"}}}
+	for _, tt := range []struct {
+		name    string
+		req     *adminv1.SetPauseRequest
+		between func() error
+		// the pause answered and stored
+		reason, allow string
+		until         time.Time
+		already       bool
+	}{
+		{name: "a /pause off between: a pause of its own, without the lifted one's expiry and allowlist",
+			req:     &adminv1.SetPauseRequest{Reason: "incident"},
+			between: func() error { _, err := estop.Disengage(ctx, real); return err },
+			reason:  "incident", allow: "<nil>"},
+		{name: "a chat's allowlist change between is kept",
+			req: &adminv1.SetPauseRequest{Reason: "incident"},
+			between: func() error {
+				return estop.Engage(ctx, real, estop.State{Reason: "chat", Until: until, Allow: &estop.Allow{UserIDs: estop.IDs{"bob"}}})
+			},
+			reason: "incident", allow: "[bob]", until: until, already: true},
+		{name: "a reason kept from the pause engaged between",
+			req: &adminv1.SetPauseRequest{},
+			between: func() error {
+				return estop.Engage(ctx, real, estop.State{Reason: "chat", Allow: &estop.Allow{UserIDs: estop.IDs{"bob"}}})
+			},
+			reason: "chat", allow: "[bob]", already: true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if err := estop.Engage(ctx, real, standing); err != nil {
+				t.Fatal(err)
+			}
+			f := func() {
+				if err := tt.between(); err != nil {
+					t.Error(err)
+				}
+			}
+			kv.after.Store(&f)
+			set, err := c.SetPause(authed, tt.req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if kv.after.Load() != nil {
+				t.Fatal("the change between was never made")
+			}
+			st, err := estop.Get(ctx, real)
+			if err != nil || st == nil {
+				t.Fatalf("stored %+v, %v", st, err)
+			}
+			allow := "<nil>"
+			if st.Allow != nil {
+				allow = fmt.Sprint(st.Allow.UserIDs)
+			}
+			if st.Reason != tt.reason || allow != tt.allow || !st.Until.Equal(tt.until) || st.By != "admin:ops-jane" {
+				t.Errorf("stored %+v (allow %s), want reason %q, allow %s, until %v", st, allow, tt.reason, tt.allow, tt.until)
+			}
+			if p := set.GetPause(); p.GetReason() != st.Reason || fmt.Sprint(p.GetAllow().GetUserIds()) != fmt.Sprint(allowOrNil(st.Allow)) || set.GetAlreadyPaused() != tt.already {
+				t.Errorf("answered %+v, want the pause stored (already paused %v)", set, tt.already)
+			}
+		})
+	}
+}
+
+// allowOrNil are an allowlist's user ids, nil for none.
+func allowOrNil(a *estop.Allow) []string {
+	if a == nil {
+		return nil
+	}
+	return a.UserIDs
 }

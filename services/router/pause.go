@@ -159,25 +159,40 @@ func (s *Service) pauseCommand(ctx context.Context, m *msgCtx, args string) erro
 			s.log.WarnContext(ctx, "emergency stop lifted: new work accepted again", "by", by)
 			return "▶️ Resumed — new work is accepted again.", 0, nil
 		}
-		cur, err := estop.Get(ctx, kv)
+		// The re-arm keeps what is engaged, so it writes on the
+		// condition that nothing changed since its read (estop.Update):
+		// a /pause off, the admin API's SetPause or an expiry landing
+		// between is read and decided on again, never overwritten.
+		var (
+			already *estop.State // engaged, and this /pause changes nothing
+			st      *estop.State // engaged by this /pause
+		)
+		err := estop.Update(ctx, kv, func(cur *estop.State) (*estop.State, error) {
+			if s.pauseRead != nil {
+				s.pauseRead(ctx)
+			}
+			already, st = nil, nil
+			if cur != nil && a.Reason == "" {
+				already = cur
+				return nil, nil
+			}
+			st = &estop.State{Reason: a.Reason, By: by, At: s.now().UTC()}
+			if cur != nil {
+				// As Hermes's re-arm without a TTL: the standing expiry
+				// stays, and so does the allowlist.
+				st.Until, st.Allow = cur.Until, cur.Allow
+			}
+			return st, nil
+		})
 		if err != nil {
 			return "", 0, err
 		}
-		if cur != nil && a.Reason == "" {
+		if already != nil {
 			suffix := ""
-			if cur.Reason != "" {
-				suffix = " (reason: " + cur.Reason + ")"
+			if already.Reason != "" {
+				suffix = " (reason: " + already.Reason + ")"
 			}
 			return "⏸️ Switchboard is already paused" + suffix + ". Use `/pause off` to resume.", 0, nil
-		}
-		st := estop.State{Reason: a.Reason, By: by, At: s.now().UTC()}
-		if cur != nil {
-			// As Hermes's re-arm without a TTL: the standing expiry stays,
-			// and so does the allowlist.
-			st.Until, st.Allow = cur.Until, cur.Allow
-		}
-		if err := estop.Engage(ctx, kv, st); err != nil {
-			return "", 0, err
 		}
 		pauseActions.WithLabelValues("pause").Inc()
 		s.log.WarnContext(ctx, "emergency stop engaged: new work paused", "reason", a.Reason, "by", by)
@@ -186,7 +201,7 @@ func (s *Service) pauseCommand(ctx context.Context, m *msgCtx, args string) erro
 			suffix = " (reason: " + a.Reason + ")"
 		}
 		return "⏸️ Paused" + suffix + ". New cron/goal/gateway work is on hold; in-flight work finishes normally. " +
-			"Use `/pause off` to resume." + autoResumes(&st), 0, nil
+			"Use `/pause off` to resume." + autoResumes(st), 0, nil
 	})
 }
 

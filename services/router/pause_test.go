@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -259,5 +260,101 @@ func TestPauseAllowlist(t *testing.T) {
 	st, err := estop.Get(ctx, kv)
 	if err != nil || st == nil || st.Allow == nil || fmt.Sprint(st.Allow.UserIDs) != "[alice]" || fmt.Sprint(st.Allow.Profiles) != "[coder]" {
 		t.Fatalf("re-armed pause %+v, %v: want the allowlist kept", st, err)
+	}
+}
+
+// A /pause <reason> re-arm writes on the condition that the pause is
+// still the one it read: a /pause off or an admin API change landing
+// between its read and its write (made at the seam between them,
+// pauseRead) is read and decided on again, never overwritten; a pause
+// lifted meanwhile does not come back with its expiry and allowlist, an
+// allowlist replaced meanwhile does not revert.
+func TestPauseRearmKeepsAChangeMadeMeanwhile(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newEnv(t)
+	kv, err := estop.Open(ctx, e.bus.JetStream(), e.bus.Topology())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var between atomic.Pointer[func()]
+	s, err := New(testConfig(), Deps{Bus: e.bus, DB: e.db, Redis: e.rdb, RedisPrefix: e.prefix, Environ: []string{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.pauseRead = func(context.Context) {
+		if f := between.Swap(nil); f != nil {
+			(*f)()
+		}
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- s.Run(rctx) }()
+	defer func() { cancel(); <-done }()
+
+	until := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
+	standing := estop.State{Reason: "window", By: "admin:ops", Until: until, Allow: &estop.Allow{UserIDs: estop.IDs{"alice"}}}
+	for _, tt := range []struct {
+		name, text string
+		between    func() error
+		want       string // the answer
+		// stored afterwards
+		reason, allow string
+		until         time.Time
+		lifted        bool // nothing is stored
+	}{
+		{name: "nothing between: the re-arm keeps the expiry and allowlist", text: "/pause new reason",
+			want:   "⏸️ Paused (reason: new reason). New cron/goal/gateway work is on hold; in-flight work finishes normally. Use `/pause off` to resume. Auto-resumes " + until.Format("2006-01-02 15:04:05 UTC") + ".",
+			reason: "new reason", allow: "[alice]", until: until},
+		{name: "a /pause off between: a pause of its own", text: "/pause new reason",
+			between: func() error { _, err := estop.Disengage(ctx, kv); return err },
+			want:    "⏸️ Paused (reason: new reason). New cron/goal/gateway work is on hold; in-flight work finishes normally. Use `/pause off` to resume.",
+			reason:  "new reason", allow: "<nil>"},
+		{name: "the admin API's allowlist between is kept", text: "/pause new reason",
+			between: func() error {
+				return estop.Engage(ctx, kv, estop.State{Reason: "admin", By: "admin", Until: until, Allow: &estop.Allow{UserIDs: estop.IDs{"bob"}}})
+			},
+			want:   "⏸️ Paused (reason: new reason).",
+			reason: "new reason", allow: "[bob]", until: until},
+		// A bare /pause writes nothing: it answers from its read, and the
+		// /pause off after it stands.
+		{name: "a bare /pause with a /pause off between changes nothing", text: "/pause",
+			between: func() error { _, err := estop.Disengage(ctx, kv); return err },
+			want:    "⏸️ Switchboard is already paused (reason: window). Use `/pause off` to resume.",
+			lifted:  true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if err := estop.Engage(ctx, kv, standing); err != nil {
+				t.Fatal(err)
+			}
+			if tt.between != nil {
+				f := func() {
+					if err := tt.between(); err != nil {
+						t.Error(err)
+					}
+				}
+				between.Store(&f)
+			}
+			if got := e.ask("alice", tt.text); !strings.HasPrefix(got, tt.want) {
+				t.Errorf("%q answered %q, want it to begin with %q", tt.text, got, tt.want)
+			}
+			if between.Load() != nil {
+				t.Fatal("the change between was never made")
+			}
+			st, err := estop.Get(ctx, kv)
+			if err != nil || (st == nil) != tt.lifted {
+				t.Fatalf("stored %+v, %v: want a pause %v", st, err, !tt.lifted)
+			}
+			if tt.lifted {
+				return
+			}
+			allow := "<nil>"
+			if st.Allow != nil {
+				allow = fmt.Sprint(st.Allow.UserIDs)
+			}
+			if st.Reason != tt.reason || allow != tt.allow || !st.Until.Equal(tt.until) || st.By != "telegram:alice" {
+				t.Errorf("stored %+v (allow %s), want reason %q, allow %s, until %v", st, allow, tt.reason, tt.allow, tt.until)
+			}
+		})
 	}
 }

@@ -369,6 +369,10 @@ type Service struct {
 	// before pauseReady closes.
 	pause      atomic.Pointer[estop.View]
 	pauseReady chan struct{}
+	// pauseRead, when set (by a test, before Run), runs between /pause's
+	// read of the pause and its conditional write: the seam where a
+	// change made elsewhere lands.
+	pauseRead func(context.Context)
 	// files keeps the files commands send (/save) in the attachment
 	// store the gateways read them from.
 	files *attachment.Store
