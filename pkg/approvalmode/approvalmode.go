@@ -78,19 +78,29 @@ const Bucket = "APPROVALS"
 // key is the one entry's key.
 const key = "mode"
 
+// History is how many values of the mode the bucket keeps: a
+// redelivered /approvals finds its first attempt's change among them
+// (Answered) as long as fewer than History changes came after it.
+const History = 16
+
 // State is a mode someone set.
 type State struct {
 	Mode Mode `json:"mode"`
-	// By is who set it: <platform>:<user id> from a chat.
+	// By is who set it: <platform>:<user id> from a chat, admin or
+	// admin:<operator> from the admin API.
 	By string    `json:"by,omitempty"`
 	At time.Time `json:"at"`
+	// Event is the inbound event of the /approvals that set it
+	// (<platform>:<account>:<event id>); empty from the admin API.
+	Event string `json:"event,omitempty"`
 }
 
-// Open opens the bucket, creating it when absent.
+// Open opens the bucket, creating it when absent (and keeping History
+// values of its key when it kept fewer).
 func Open(ctx context.Context, js jetstream.JetStream, topo bus.Topology) (jetstream.KeyValue, error) {
 	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket: topo.Stream(Bucket), Description: "the dangerous-command approval mode (/approvals)",
-		History: 1, Replicas: max(topo.Replicas, 1), Storage: topo.Storage,
+		History: History, Replicas: max(topo.Replicas, 1), Storage: topo.Storage,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("approval mode bucket: %w", err)
@@ -115,32 +125,126 @@ func Decode(data []byte) *State {
 
 // Get returns the mode set, nil when no one has set one.
 func Get(ctx context.Context, kv jetstream.KeyValue) (*State, error) {
-	e, err := kv.Get(ctx, key)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("read approval mode: %w", err)
-	}
-	return Decode(e.Value()), nil
+	st, _, err := read(ctx, kv)
+	return st, err
 }
 
-// Set records st.
-func Set(ctx context.Context, kv jetstream.KeyValue, st State) error {
+// read returns the mode set and its revision; nil and 0 when none is
+// (never set, or reset).
+func read(ctx context.Context, kv jetstream.KeyValue) (*State, uint64, error) {
+	e, err := kv.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, 0, nil
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("read approval mode: %w", err)
+	}
+	return Decode(e.Value()), e.Revision(), nil
+}
+
+// attempts bounds Set's and Reset's reads: each lost race is another
+// change landing, which a person makes, so a few suffice.
+const attempts = 8
+
+// ErrContended is Set's and Reset's error when the mode changed under
+// each of their attempts.
+var ErrContended = errors.New("the approval mode kept changing")
+
+// Set records st and returns the mode it replaced (nil: none was set).
+// The write is conditional on the mode read (kv.Update with its
+// revision, kv.Create when none was set), read again when another
+// change landed between: what it returns is what it replaced, not a
+// mode read before someone else's change.
+func Set(ctx context.Context, kv jetstream.KeyValue, st State) (*State, error) {
 	if _, ok := Parse(string(st.Mode)); !ok {
-		return fmt.Errorf("set approval mode: %q is no mode", st.Mode)
+		return nil, fmt.Errorf("set approval mode: %q is no mode", st.Mode)
 	}
 	if st.At.IsZero() {
 		st.At = time.Now().UTC()
 	}
 	data, err := json.Marshal(st)
 	if err != nil {
-		return fmt.Errorf("encode approval mode: %w", err)
+		return nil, fmt.Errorf("encode approval mode: %w", err)
 	}
-	if _, err := kv.Put(ctx, key, data); err != nil {
-		return fmt.Errorf("set approval mode: %w", err)
+	for range attempts {
+		cur, rev, err := read(ctx, kv)
+		if err != nil {
+			return nil, err
+		}
+		if rev == 0 {
+			_, err = kv.Create(ctx, key, data)
+		} else {
+			_, err = kv.Update(ctx, key, data, rev)
+		}
+		if err == nil {
+			return cur, nil
+		}
+		if !lostRace(err) {
+			return nil, fmt.Errorf("set approval mode: %w", err)
+		}
 	}
-	return nil
+	return nil, fmt.Errorf("set approval mode: %w", ErrContended)
+}
+
+// Reset returns the gateway to the configured default: it deletes the
+// mode set, on the condition that it is still the one read (a mode set
+// meanwhile is read again, and deleted), and returns it; nil when none
+// was set (nothing is written then). The delete keeps the bucket's
+// history, which Answered reads.
+func Reset(ctx context.Context, kv jetstream.KeyValue) (*State, error) {
+	for range attempts {
+		cur, rev, err := read(ctx, kv)
+		if err != nil || cur == nil {
+			return nil, err
+		}
+		err = kv.Delete(ctx, key, jetstream.LastRevision(rev))
+		if err == nil {
+			return cur, nil
+		}
+		if !lostRace(err) {
+			return nil, fmt.Errorf("reset approval mode: %w", err)
+		}
+	}
+	return nil, fmt.Errorf("reset approval mode: %w", ErrContended)
+}
+
+// lostRace reports whether a conditional write was refused because the
+// entry is no longer the revision read: Update's and Delete's mismatch,
+// Create's existing key, or the stream's wrong last sequence that Create
+// returns as it is when it writes over a delete marker.
+func lostRace(err error) bool {
+	var api *jetstream.APIError
+	return errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) ||
+		errors.As(err, &api) && (api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+			api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
+}
+
+// Answered is the mode the /approvals of inbound event set, when the
+// bucket still holds that change (a redelivery whose first attempt set
+// the mode and then failed to commit its answer); false when it does
+// not: that attempt set nothing, or History changes came after it.
+func Answered(ctx context.Context, kv jetstream.KeyValue, event string) (*State, bool, error) {
+	if event == "" {
+		return nil, false, nil
+	}
+	entries, err := kv.History(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("read approval mode history: %w", err)
+	}
+	for i := len(entries) - 1; i >= 0; i-- {
+		if entries[i].Operation() != jetstream.KeyValuePut {
+			continue
+		}
+		var st State
+		if json.Unmarshal(entries[i].Value(), &st) != nil || st.Event != event {
+			continue
+		}
+		return Decode(entries[i].Value()), true, nil
+	}
+	return nil, false, nil
 }
 
 // Effective is the mode in force: st's, or def while none is set.

@@ -2,6 +2,7 @@ package admin
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -62,19 +63,27 @@ func (s *Service) SetApprovalMode(ctx context.Context, req *adminv1.SetApprovalM
 	if err != nil {
 		return nil, err
 	}
-	cur, err := approvalmode.Get(ctx, kv)
-	if err != nil {
-		return nil, err
-	}
-	was := approvalmode.Effective(cur, s.approvalsDefault)
 	st := approvalmode.State{Mode: mode, By: operatorBy(ctx), At: time.Now().UTC()}
-	if err := approvalmode.Set(ctx, kv, st); err != nil {
-		return nil, err
+	prev, err := approvalmode.Set(ctx, kv, st)
+	if err != nil {
+		return nil, approvalsError(err)
 	}
+	// What the set replaced (its write is conditional on it), not a
+	// read before another change landed.
+	was := approvalmode.Effective(prev, s.approvalsDefault)
 	approvalModeChanges.WithLabelValues(string(mode)).Inc()
 	s.log.WarnContext(ctx, "approval mode set from the admin API", "mode", mode, "was", was, "by", st.By)
 	if err := s.audit(ctx, "approvals.set", "global", map[string]any{"mode": mode, "was": was}); err != nil {
 		return nil, err
 	}
 	return &adminv1.SetApprovalModeResponse{ApprovalMode: s.approvalModeProto(&st), PreviousMode: string(was)}, nil
+}
+
+// approvalsError is a failed change of the mode as the API answers it:
+// Aborted when the mode kept changing under it.
+func approvalsError(err error) error {
+	if errors.Is(err, approvalmode.ErrContended) {
+		return status.Error(codes.Aborted, "the approval mode kept changing under this call: try again")
+	}
+	return err
 }

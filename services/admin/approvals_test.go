@@ -94,7 +94,7 @@ func TestApprovalModeRPCs(t *testing.T) {
 	}
 
 	// A change from a chat is shown as such.
-	if err := approvalmode.Set(ctx, wkv, approvalmode.State{Mode: approvalmode.Off, By: "telegram:42"}); err != nil {
+	if _, err := approvalmode.Set(ctx, wkv, approvalmode.State{Mode: approvalmode.Off, By: "telegram:42"}); err != nil {
 		t.Fatal(err)
 	}
 	got, err = c.GetApprovalMode(authed, &adminv1.GetApprovalModeRequest{})

@@ -52,7 +52,14 @@ func (s *Service) approvalsDefault() approvalmode.Mode {
 }
 
 // approvalsCommand answers /approvals, a change exactly once per
-// inbound event (once).
+// inbound event (once). The mode records the event that set it, and the
+// bucket keeps the last approvalmode.History changes: when the answer's
+// transaction fails after the set (Postgres lost before the commit),
+// the redelivery, on any replica, finds the first attempt's change
+// there (approvalmode.Answered) and answers as it did without setting
+// the mode again, so a change made in between (another /approvals, the
+// admin API's SetApprovalMode or ResetApprovalMode) is not overwritten
+// (as /reload-skills answers from its announcement, reload.go).
 func (s *Service) approvalsCommand(ctx context.Context, m *msgCtx, args string) error {
 	a := command.Approvals(args)
 	reply := func(text string) error { return s.notice(ctx, m, 0, text, "command") }
@@ -64,13 +71,12 @@ func (s *Service) approvalsCommand(ctx context.Context, m *msgCtx, args string) 
 	if err != nil {
 		return err
 	}
-	cur, err := approvalmode.Get(ctx, kv)
-	if err != nil {
-		return err
-	}
-	current := approvalmode.Effective(cur, s.approvalsDefault())
 	if !a.Set {
-		return reply(approvalsText(current))
+		cur, err := approvalmode.Get(ctx, kv)
+		if err != nil {
+			return err
+		}
+		return reply(approvalsText(approvalmode.Effective(cur, s.approvalsDefault())))
 	}
 	if a.Mode == "" {
 		return reply(command.ApprovalsUsage)
@@ -78,11 +84,22 @@ func (s *Service) approvalsCommand(ctx context.Context, m *msgCtx, args string) 
 	mode := approvalmode.Mode(a.Mode)
 	by := m.platform + ":" + m.src.GetUserId()
 	return s.once(ctx, m, "approvals", func(ctx context.Context, _ *sessionstore.Store) (string, int64, error) {
-		if err := approvalmode.Set(ctx, kv, approvalmode.State{Mode: mode, By: by, At: s.now().UTC()}); err != nil {
+		// A redelivery of this event whose first attempt set the mode
+		// (then failed to commit its answer) sets nothing again: a
+		// change made since, by /approvals elsewhere or the admin
+		// API, stands, and the answer is the first attempt's.
+		if done, found, err := approvalmode.Answered(ctx, kv, m.dedupeID); err != nil {
+			return "", 0, err
+		} else if found {
+			s.log.InfoContext(ctx, "approval mode set by an earlier attempt; answering from its change", "mode", done.Mode, "by", by, "event", m.dedupeID)
+			return approvalsText(done.Mode), 0, nil
+		}
+		prev, err := approvalmode.Set(ctx, kv, approvalmode.State{Mode: mode, By: by, At: s.now().UTC(), Event: m.dedupeID})
+		if err != nil {
 			return "", 0, err
 		}
 		approvalModeChanges.WithLabelValues(string(mode)).Inc()
-		s.log.WarnContext(ctx, "approval mode set", "mode", mode, "was", current, "by", by)
+		s.log.WarnContext(ctx, "approval mode set", "mode", mode, "was", approvalmode.Effective(prev, s.approvalsDefault()), "by", by)
 		return approvalsText(mode), 0, nil
 	})
 }

@@ -84,3 +84,78 @@ func TestApprovalsModeConfig(t *testing.T) {
 		t.Error("router config with approvals.mode auto is valid")
 	}
 }
+
+// An /approvals whose transaction fails after its set (here Postgres
+// refuses the record of its answer until the test lets it, as a
+// connection lost before the commit would) is redelivered after another
+// change of the mode (the admin API's, made here in the bucket): the
+// redelivery finds its first attempt's change in the bucket's history,
+// sets nothing again, so the other change stands, and answers as the
+// first attempt would have, once.
+func TestApprovalsRedeliveredAfterAFailedCommit(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newEnv(t)
+	e.startRouter(testConfig(), nil, nil)
+	kv, err := approvalmode.Open(ctx, e.bus.JetStream(), e.bus.Topology())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.db.Exec(ctx, `
+CREATE SEQUENCE approvals_answers;
+CREATE TABLE approvals_gate (open boolean NOT NULL);
+INSERT INTO approvals_gate VALUES (false);
+CREATE FUNCTION refuse_approvals_answers() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	IF NEW.answer LIKE 'Approval mode:%' THEN
+		PERFORM nextval('approvals_answers');
+		IF NOT (SELECT open FROM approvals_gate) THEN
+			RAISE EXCEPTION 'connection lost before the commit (test)';
+		END IF;
+	END IF;
+	RETURN NEW;
+END $$;
+CREATE TRIGGER refuse_approvals_answers BEFORE UPDATE ON command_effects
+	FOR EACH ROW EXECUTE FUNCTION refuse_approvals_answers();`); err != nil {
+		t.Fatal(err)
+	}
+	attempts := func() int {
+		var n int
+		var called bool
+		if err := e.db.QueryRow(ctx, `SELECT last_value, is_called FROM approvals_answers`).Scan(&n, &called); err != nil {
+			t.Fatal(err)
+		}
+		if !called {
+			return 0
+		}
+		return n
+	}
+
+	e.publish(dm("alice", "/approvals off"))
+	waitFor(t, "the first attempt to fail its commit", func() bool { return attempts() >= 1 })
+	if st, err := approvalmode.Get(ctx, kv); err != nil || st == nil || st.Mode != approvalmode.Off {
+		t.Fatalf("after the first attempt the mode is %+v (%v), want off", st, err)
+	}
+	// The admin API's change, between the attempts.
+	if _, err := approvalmode.Set(ctx, kv, approvalmode.State{Mode: approvalmode.Manual, By: "admin:ops"}); err != nil {
+		t.Fatal(err)
+	}
+	before := attempts()
+	if _, err := e.db.Exec(ctx, `UPDATE approvals_gate SET open = true`); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the answer", func() bool { return len(e.noticesTo("alice")) > 0 })
+	if got := e.noticesTo("alice"); got[0] != "Approval mode: off (persistent gateway-wide setting)." {
+		t.Errorf("answer %q, want the first attempt's", got[0])
+	}
+	if n := attempts(); n <= before {
+		t.Fatalf("%d attempts, %d before the gate opened: no redelivery answered", n, before)
+	}
+	waitFor(t, "inbound drained", e.inboundDrained)
+	if got := e.noticesTo("alice"); len(got) != 1 {
+		t.Errorf("alice got %d answers, want 1: %q", len(got), got)
+	}
+	if st, err := approvalmode.Get(ctx, kv); err != nil || st == nil || st.Mode != approvalmode.Manual || st.By != "admin:ops" {
+		t.Errorf("stored mode %+v, %v: want the admin's change, kept", st, err)
+	}
+}

@@ -48,7 +48,7 @@ func TestApprovalModes(t *testing.T) {
 	}
 	setMode := func(m approvalmode.Mode) {
 		t.Helper()
-		if err := approvalmode.Set(ctx, kv, approvalmode.State{Mode: m, By: "telegram:admin"}); err != nil {
+		if _, err := approvalmode.Set(ctx, kv, approvalmode.State{Mode: m, By: "telegram:admin"}); err != nil {
 			t.Fatal(err)
 		}
 		// The worker's watch follows within moments; a turn asks for the
