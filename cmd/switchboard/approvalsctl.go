@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/switchboard-chat/switchboard/pkg/approvalmode"
 	adminv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/admin/v1"
@@ -13,16 +14,21 @@ import (
 )
 
 func init() {
-	register(command{name: "approvals", summary: "approvals [manual|smart|off]: show or set the gateway-wide dangerous-command approval mode (/approvals) over the admin API",
+	register(command{name: "approvals", summary: "approvals [manual|smart|off|default]: show, set or reset to approvals.mode the gateway-wide dangerous-command approval mode (/approvals) over the admin API",
 		run: func(ctx context.Context, args []string) error {
 			return approvalsCommand(ctx, args, os.Stdout, os.Stderr)
 		}})
 }
 
-// approvalsCommand is `switchboard approvals [manual|smart|off]`,
+// approvalsCommand is `switchboard approvals [manual|smart|off|default]`,
 // Hermes's approval mode command (hermes_cli/approval_mode.py) over the
 // admin API: the entry it sets is the one /approvals sets from a chat,
 // which every worker follows from its next dangerous tool call.
+// `default` removes it (ResetApprovalMode): approvals.mode of the
+// configuration applies again. Hermes has no such verb: its mode is a
+// line of its config file, which an operator edits back; here the
+// configured default lives apart from the mode set, and nothing else
+// returns to it.
 func approvalsCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	c := &adminClient{}
 	fs := flag.NewFlagSet("switchboard approvals", flag.ContinueOnError)
@@ -32,6 +38,7 @@ func approvalsCommand(ctx context.Context, args []string, stdout, stderr io.Writ
 	usage := func() error {
 		fmt.Fprintln(stderr, "usage: switchboard approvals                     show the dangerous-command approval mode")
 		fmt.Fprintln(stderr, "       switchboard approvals manual|smart|off    set it for the whole gateway")
+		fmt.Fprintln(stderr, "       switchboard approvals default             go back to approvals.mode of the configuration")
 		fmt.Fprintln(stderr, "manual asks before every dangerous tool call, smart lets a judge model approve the harmless ones, off never asks.")
 		fmt.Fprintln(stderr, "flags: --admin-addr host:port (default 127.0.0.1:7070); token from SWITCHBOARD_ADMIN_TOKEN")
 		return errUsage
@@ -45,10 +52,12 @@ func approvalsCommand(ctx context.Context, args []string, stdout, stderr io.Writ
 		return usage()
 	}
 	var mode approvalmode.Mode
+	reset := false
 	if len(pos) == 1 {
 		m, ok := approvalmode.Parse(pos[0])
-		if !ok {
-			fmt.Fprintf(stderr, "%q is no approval mode: want manual, smart or off\n", pos[0])
+		reset = strings.EqualFold(strings.TrimSpace(pos[0]), "default")
+		if !ok && !reset {
+			fmt.Fprintf(stderr, "%q is no approval mode: want manual, smart, off or default\n", pos[0])
 			return usage()
 		}
 		mode = m
@@ -58,6 +67,9 @@ func approvalsCommand(ctx context.Context, args []string, stdout, stderr io.Writ
 		return err
 	}
 	defer closeFn()
+	if reset {
+		return approvalsReset(cctx, cl, stdout)
+	}
 	if mode == "" {
 		resp, err := cl.GetApprovalMode(cctx, &adminv1.GetApprovalModeRequest{})
 		if err != nil {
@@ -72,6 +84,22 @@ func approvalsCommand(ctx context.Context, args []string, stdout, stderr io.Writ
 	}
 	printApprovalMode(stdout, resp.GetApprovalMode())
 	fmt.Fprintf(stdout, "    It was %s; every worker follows the new mode from its next dangerous tool call.\n", resp.GetPreviousMode())
+	return nil
+}
+
+// approvalsReset is `switchboard approvals default`: it prints the mode
+// in force afterwards, the configured default, and what it replaced.
+func approvalsReset(ctx context.Context, cl adminv1.AdminServiceClient, stdout io.Writer) error {
+	resp, err := cl.ResetApprovalMode(ctx, &adminv1.ResetApprovalModeRequest{})
+	if err != nil {
+		return fmt.Errorf("approvals default: %w", err)
+	}
+	printApprovalMode(stdout, resp.GetApprovalMode())
+	if !resp.GetCleared() {
+		fmt.Fprintln(stdout, "    Nothing changed: no one had set a mode.")
+		return nil
+	}
+	fmt.Fprintf(stdout, "    It was %s; every worker follows the configured default from its next dangerous tool call.\n", resp.GetPreviousMode())
 	return nil
 }
 

@@ -39,7 +39,11 @@ func TestApprovalsVerb(t *testing.T) {
 		{[]string{"Smart"}, []string{"Approval mode: smart (persistent gateway-wide setting).\n", "It was off; every worker follows"}, nil, "smart"},
 		{nil, []string{"Approval mode: smart (persistent gateway-wide setting).\n", "    Set by admin:tester at "}, nil, "smart"},
 		{[]string{"manual"}, []string{"Approval mode: manual", "It was smart;"}, nil, "manual"},
+		{[]string{"Default"}, []string{"Approval mode: off (persistent gateway-wide setting).\n", "this is approvals.mode of the configuration", "It was manual; every worker follows the configured default"}, nil, ""},
+		{[]string{"default"}, []string{"Approval mode: off (persistent gateway-wide setting).\n", "Nothing changed: no one had set a mode."}, nil, ""},
+		{[]string{"manual"}, []string{"Approval mode: manual", "It was off;"}, nil, "manual"},
 		{[]string{"yolo"}, nil, errUsage, "manual"},
+		{[]string{"default", "now"}, nil, errUsage, "manual"},
 		{[]string{"off", "now"}, nil, errUsage, "manual"},
 	} {
 		var out, errOut bytes.Buffer

@@ -87,3 +87,31 @@ func approvalsError(err error) error {
 	}
 	return err
 }
+
+// ResetApprovalMode returns the gateway to the configured default
+// (approvals.mode): it deletes the mode set, on the condition that it is
+// still the one read (approvalmode.Reset), and audits and counts the
+// change as SetApprovalMode does. With no mode set it changes nothing,
+// and neither audits nor counts.
+func (s *Service) ResetApprovalMode(ctx context.Context, _ *adminv1.ResetApprovalModeRequest) (*adminv1.ResetApprovalModeResponse, error) {
+	kv, err := s.approvalsBucket(ctx)
+	if err != nil {
+		return nil, err
+	}
+	prev, err := approvalmode.Reset(ctx, kv)
+	if err != nil {
+		return nil, approvalsError(err)
+	}
+	resp := &adminv1.ResetApprovalModeResponse{ApprovalMode: s.approvalModeProto(nil), PreviousMode: string(approvalmode.Effective(prev, s.approvalsDefault))}
+	if prev == nil {
+		return resp, nil
+	}
+	resp.Cleared = true
+	approvalModeChanges.WithLabelValues(string(s.approvalsDefault)).Inc()
+	by := operatorBy(ctx)
+	s.log.WarnContext(ctx, "approval mode reset to the configured default from the admin API", "mode", s.approvalsDefault, "was", prev.Mode, "by", by)
+	if err := s.audit(ctx, "approvals.reset", "global", map[string]any{"mode": s.approvalsDefault, "was": prev.Mode, "was_set_by": prev.By}); err != nil {
+		return nil, err
+	}
+	return resp, nil
+}

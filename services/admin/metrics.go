@@ -18,12 +18,13 @@ var pauseActions = promauto.NewCounterVec(prometheus.CounterOpts{
 	Help: "Emergency stops engaged (action=pause) and lifted (action=resume) through the admin API.",
 }, []string{"action"})
 
-// approvalModeChanges counts the approval mode set through the API; the
+// approvalModeChanges counts the approval mode set (or reset to the
+// configured default) through the API; the
 // router's switchboard_router_approval_mode_changes_total counts
 // /approvals from chats.
 var approvalModeChanges = promauto.NewCounterVec(prometheus.CounterOpts{
 	Name: "switchboard_admin_approval_mode_changes_total",
-	Help: "Changes of the gateway-wide dangerous-command approval mode through the admin API, by the mode set (manual, smart, off).",
+	Help: "Changes of the gateway-wide dangerous-command approval mode through the admin API, by the mode set (manual, smart, off; a reset counts the configured default it returns to).",
 }, []string{"mode"})
 
 // skillReloads counts skill reloads announced through the API; each

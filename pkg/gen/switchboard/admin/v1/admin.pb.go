@@ -1959,6 +1959,106 @@ func (x *SetApprovalModeResponse) GetPreviousMode() string {
 	return ""
 }
 
+type ResetApprovalModeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResetApprovalModeRequest) Reset() {
+	*x = ResetApprovalModeRequest{}
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResetApprovalModeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResetApprovalModeRequest) ProtoMessage() {}
+
+func (x *ResetApprovalModeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResetApprovalModeRequest.ProtoReflect.Descriptor instead.
+func (*ResetApprovalModeRequest) Descriptor() ([]byte, []int) {
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{35}
+}
+
+type ResetApprovalModeResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The mode in force afterwards: approvals.mode of the configuration
+	// (of the process serving this API; the workers read theirs).
+	ApprovalMode *ApprovalMode `protobuf:"bytes,1,opt,name=approval_mode,json=approvalMode,proto3" json:"approval_mode,omitempty"`
+	// False when no one had set a mode: nothing changed.
+	Cleared bool `protobuf:"varint,2,opt,name=cleared,proto3" json:"cleared,omitempty"`
+	// The mode in force before this call.
+	PreviousMode  string `protobuf:"bytes,3,opt,name=previous_mode,json=previousMode,proto3" json:"previous_mode,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResetApprovalModeResponse) Reset() {
+	*x = ResetApprovalModeResponse{}
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResetApprovalModeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResetApprovalModeResponse) ProtoMessage() {}
+
+func (x *ResetApprovalModeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResetApprovalModeResponse.ProtoReflect.Descriptor instead.
+func (*ResetApprovalModeResponse) Descriptor() ([]byte, []int) {
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *ResetApprovalModeResponse) GetApprovalMode() *ApprovalMode {
+	if x != nil {
+		return x.ApprovalMode
+	}
+	return nil
+}
+
+func (x *ResetApprovalModeResponse) GetCleared() bool {
+	if x != nil {
+		return x.Cleared
+	}
+	return false
+}
+
+func (x *ResetApprovalModeResponse) GetPreviousMode() string {
+	if x != nil {
+		return x.PreviousMode
+	}
+	return ""
+}
+
 type ReloadSkillsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1967,7 +2067,7 @@ type ReloadSkillsRequest struct {
 
 func (x *ReloadSkillsRequest) Reset() {
 	*x = ReloadSkillsRequest{}
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[35]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1979,7 +2079,7 @@ func (x *ReloadSkillsRequest) String() string {
 func (*ReloadSkillsRequest) ProtoMessage() {}
 
 func (x *ReloadSkillsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[35]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1992,7 +2092,7 @@ func (x *ReloadSkillsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReloadSkillsRequest.ProtoReflect.Descriptor instead.
 func (*ReloadSkillsRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{35}
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{37}
 }
 
 // ReloadSkillsResponse says what the API can vouch for: the announcement
@@ -2013,7 +2113,7 @@ type ReloadSkillsResponse struct {
 
 func (x *ReloadSkillsResponse) Reset() {
 	*x = ReloadSkillsResponse{}
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[36]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2025,7 +2125,7 @@ func (x *ReloadSkillsResponse) String() string {
 func (*ReloadSkillsResponse) ProtoMessage() {}
 
 func (x *ReloadSkillsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[36]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2038,7 +2138,7 @@ func (x *ReloadSkillsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReloadSkillsResponse.ProtoReflect.Descriptor instead.
 func (*ReloadSkillsResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{36}
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ReloadSkillsResponse) GetRevision() uint64 {
@@ -2200,12 +2300,17 @@ const file_switchboard_admin_v1_admin_proto_rawDesc = "" +
 	"\x04mode\x18\x01 \x01(\tR\x04mode\"\x87\x01\n" +
 	"\x17SetApprovalModeResponse\x12G\n" +
 	"\rapproval_mode\x18\x01 \x01(\v2\".switchboard.admin.v1.ApprovalModeR\fapprovalMode\x12#\n" +
-	"\rprevious_mode\x18\x02 \x01(\tR\fpreviousMode\"\x15\n" +
+	"\rprevious_mode\x18\x02 \x01(\tR\fpreviousMode\"\x1a\n" +
+	"\x18ResetApprovalModeRequest\"\xa3\x01\n" +
+	"\x19ResetApprovalModeResponse\x12G\n" +
+	"\rapproval_mode\x18\x01 \x01(\v2\".switchboard.admin.v1.ApprovalModeR\fapprovalMode\x12\x18\n" +
+	"\acleared\x18\x02 \x01(\bR\acleared\x12#\n" +
+	"\rprevious_mode\x18\x03 \x01(\tR\fpreviousMode\"\x15\n" +
 	"\x13ReloadSkillsRequest\"\x81\x01\n" +
 	"\x14ReloadSkillsResponse\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x04R\brevision\x12\x0e\n" +
 	"\x02by\x18\x02 \x01(\tR\x02by\x12=\n" +
-	"\fannounced_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\vannouncedAt2\x90\r\n" +
+	"\fannounced_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\vannouncedAt2\x86\x0e\n" +
 	"\fAdminService\x12e\n" +
 	"\fListSessions\x12).switchboard.admin.v1.ListSessionsRequest\x1a*.switchboard.admin.v1.ListSessionsResponse\x12_\n" +
 	"\n" +
@@ -2223,7 +2328,8 @@ const file_switchboard_admin_v1_admin_proto_rawDesc = "" +
 	"\n" +
 	"ClearPause\x12'.switchboard.admin.v1.ClearPauseRequest\x1a(.switchboard.admin.v1.ClearPauseResponse\x12n\n" +
 	"\x0fGetApprovalMode\x12,.switchboard.admin.v1.GetApprovalModeRequest\x1a-.switchboard.admin.v1.GetApprovalModeResponse\x12n\n" +
-	"\x0fSetApprovalMode\x12,.switchboard.admin.v1.SetApprovalModeRequest\x1a-.switchboard.admin.v1.SetApprovalModeResponse\x12e\n" +
+	"\x0fSetApprovalMode\x12,.switchboard.admin.v1.SetApprovalModeRequest\x1a-.switchboard.admin.v1.SetApprovalModeResponse\x12t\n" +
+	"\x11ResetApprovalMode\x12..switchboard.admin.v1.ResetApprovalModeRequest\x1a/.switchboard.admin.v1.ResetApprovalModeResponse\x12e\n" +
 	"\fReloadSkills\x12).switchboard.admin.v1.ReloadSkillsRequest\x1a*.switchboard.admin.v1.ReloadSkillsResponseB\xe6\x01\n" +
 	"\x18com.switchboard.admin.v1B\n" +
 	"AdminProtoP\x01ZLgithub.com/switchboard-chat/switchboard/pkg/gen/switchboard/admin/v1;adminv1\xa2\x02\x03SAX\xaa\x02\x14Switchboard.Admin.V1\xca\x02\x14Switchboard\\Admin\\V1\xe2\x02 Switchboard\\Admin\\V1\\GPBMetadata\xea\x02\x16Switchboard::Admin::V1b\x06proto3"
@@ -2240,114 +2346,119 @@ func file_switchboard_admin_v1_admin_proto_rawDescGZIP() []byte {
 	return file_switchboard_admin_v1_admin_proto_rawDescData
 }
 
-var file_switchboard_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
+var file_switchboard_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
 var file_switchboard_admin_v1_admin_proto_goTypes = []any{
-	(*Session)(nil),                 // 0: switchboard.admin.v1.Session
-	(*ListSessionsRequest)(nil),     // 1: switchboard.admin.v1.ListSessionsRequest
-	(*ListSessionsResponse)(nil),    // 2: switchboard.admin.v1.ListSessionsResponse
-	(*GetSessionRequest)(nil),       // 3: switchboard.admin.v1.GetSessionRequest
-	(*GetSessionResponse)(nil),      // 4: switchboard.admin.v1.GetSessionResponse
-	(*ResetSessionRequest)(nil),     // 5: switchboard.admin.v1.ResetSessionRequest
-	(*ResetSessionResponse)(nil),    // 6: switchboard.admin.v1.ResetSessionResponse
-	(*PruneSessionsRequest)(nil),    // 7: switchboard.admin.v1.PruneSessionsRequest
-	(*PruneSessionsResponse)(nil),   // 8: switchboard.admin.v1.PruneSessionsResponse
-	(*Pairing)(nil),                 // 9: switchboard.admin.v1.Pairing
-	(*ListPairingsRequest)(nil),     // 10: switchboard.admin.v1.ListPairingsRequest
-	(*ListPairingsResponse)(nil),    // 11: switchboard.admin.v1.ListPairingsResponse
-	(*ApprovePairingRequest)(nil),   // 12: switchboard.admin.v1.ApprovePairingRequest
-	(*ApprovePairingResponse)(nil),  // 13: switchboard.admin.v1.ApprovePairingResponse
-	(*RevokePairingRequest)(nil),    // 14: switchboard.admin.v1.RevokePairingRequest
-	(*RevokePairingResponse)(nil),   // 15: switchboard.admin.v1.RevokePairingResponse
-	(*ListDeliveriesRequest)(nil),   // 16: switchboard.admin.v1.ListDeliveriesRequest
-	(*ListDeliveriesResponse)(nil),  // 17: switchboard.admin.v1.ListDeliveriesResponse
-	(*RetryDeliveriesRequest)(nil),  // 18: switchboard.admin.v1.RetryDeliveriesRequest
-	(*RetryDeliveriesResponse)(nil), // 19: switchboard.admin.v1.RetryDeliveriesResponse
-	(*PurgeDeliveriesRequest)(nil),  // 20: switchboard.admin.v1.PurgeDeliveriesRequest
-	(*PurgeDeliveriesResponse)(nil), // 21: switchboard.admin.v1.PurgeDeliveriesResponse
-	(*Pause)(nil),                   // 22: switchboard.admin.v1.Pause
-	(*PauseAllowlist)(nil),          // 23: switchboard.admin.v1.PauseAllowlist
-	(*GetPauseRequest)(nil),         // 24: switchboard.admin.v1.GetPauseRequest
-	(*GetPauseResponse)(nil),        // 25: switchboard.admin.v1.GetPauseResponse
-	(*SetPauseRequest)(nil),         // 26: switchboard.admin.v1.SetPauseRequest
-	(*SetPauseResponse)(nil),        // 27: switchboard.admin.v1.SetPauseResponse
-	(*ClearPauseRequest)(nil),       // 28: switchboard.admin.v1.ClearPauseRequest
-	(*ClearPauseResponse)(nil),      // 29: switchboard.admin.v1.ClearPauseResponse
-	(*ApprovalMode)(nil),            // 30: switchboard.admin.v1.ApprovalMode
-	(*GetApprovalModeRequest)(nil),  // 31: switchboard.admin.v1.GetApprovalModeRequest
-	(*GetApprovalModeResponse)(nil), // 32: switchboard.admin.v1.GetApprovalModeResponse
-	(*SetApprovalModeRequest)(nil),  // 33: switchboard.admin.v1.SetApprovalModeRequest
-	(*SetApprovalModeResponse)(nil), // 34: switchboard.admin.v1.SetApprovalModeResponse
-	(*ReloadSkillsRequest)(nil),     // 35: switchboard.admin.v1.ReloadSkillsRequest
-	(*ReloadSkillsResponse)(nil),    // 36: switchboard.admin.v1.ReloadSkillsResponse
-	nil,                             // 37: switchboard.admin.v1.PruneSessionsResponse.RowsEntry
-	(*v1.SessionSource)(nil),        // 38: switchboard.events.v1.SessionSource
-	(*timestamppb.Timestamp)(nil),   // 39: google.protobuf.Timestamp
-	(v11.DeliveryState)(0),          // 40: switchboard.delivery.v1.DeliveryState
-	(*v11.Delivery)(nil),            // 41: switchboard.delivery.v1.Delivery
+	(*Session)(nil),                   // 0: switchboard.admin.v1.Session
+	(*ListSessionsRequest)(nil),       // 1: switchboard.admin.v1.ListSessionsRequest
+	(*ListSessionsResponse)(nil),      // 2: switchboard.admin.v1.ListSessionsResponse
+	(*GetSessionRequest)(nil),         // 3: switchboard.admin.v1.GetSessionRequest
+	(*GetSessionResponse)(nil),        // 4: switchboard.admin.v1.GetSessionResponse
+	(*ResetSessionRequest)(nil),       // 5: switchboard.admin.v1.ResetSessionRequest
+	(*ResetSessionResponse)(nil),      // 6: switchboard.admin.v1.ResetSessionResponse
+	(*PruneSessionsRequest)(nil),      // 7: switchboard.admin.v1.PruneSessionsRequest
+	(*PruneSessionsResponse)(nil),     // 8: switchboard.admin.v1.PruneSessionsResponse
+	(*Pairing)(nil),                   // 9: switchboard.admin.v1.Pairing
+	(*ListPairingsRequest)(nil),       // 10: switchboard.admin.v1.ListPairingsRequest
+	(*ListPairingsResponse)(nil),      // 11: switchboard.admin.v1.ListPairingsResponse
+	(*ApprovePairingRequest)(nil),     // 12: switchboard.admin.v1.ApprovePairingRequest
+	(*ApprovePairingResponse)(nil),    // 13: switchboard.admin.v1.ApprovePairingResponse
+	(*RevokePairingRequest)(nil),      // 14: switchboard.admin.v1.RevokePairingRequest
+	(*RevokePairingResponse)(nil),     // 15: switchboard.admin.v1.RevokePairingResponse
+	(*ListDeliveriesRequest)(nil),     // 16: switchboard.admin.v1.ListDeliveriesRequest
+	(*ListDeliveriesResponse)(nil),    // 17: switchboard.admin.v1.ListDeliveriesResponse
+	(*RetryDeliveriesRequest)(nil),    // 18: switchboard.admin.v1.RetryDeliveriesRequest
+	(*RetryDeliveriesResponse)(nil),   // 19: switchboard.admin.v1.RetryDeliveriesResponse
+	(*PurgeDeliveriesRequest)(nil),    // 20: switchboard.admin.v1.PurgeDeliveriesRequest
+	(*PurgeDeliveriesResponse)(nil),   // 21: switchboard.admin.v1.PurgeDeliveriesResponse
+	(*Pause)(nil),                     // 22: switchboard.admin.v1.Pause
+	(*PauseAllowlist)(nil),            // 23: switchboard.admin.v1.PauseAllowlist
+	(*GetPauseRequest)(nil),           // 24: switchboard.admin.v1.GetPauseRequest
+	(*GetPauseResponse)(nil),          // 25: switchboard.admin.v1.GetPauseResponse
+	(*SetPauseRequest)(nil),           // 26: switchboard.admin.v1.SetPauseRequest
+	(*SetPauseResponse)(nil),          // 27: switchboard.admin.v1.SetPauseResponse
+	(*ClearPauseRequest)(nil),         // 28: switchboard.admin.v1.ClearPauseRequest
+	(*ClearPauseResponse)(nil),        // 29: switchboard.admin.v1.ClearPauseResponse
+	(*ApprovalMode)(nil),              // 30: switchboard.admin.v1.ApprovalMode
+	(*GetApprovalModeRequest)(nil),    // 31: switchboard.admin.v1.GetApprovalModeRequest
+	(*GetApprovalModeResponse)(nil),   // 32: switchboard.admin.v1.GetApprovalModeResponse
+	(*SetApprovalModeRequest)(nil),    // 33: switchboard.admin.v1.SetApprovalModeRequest
+	(*SetApprovalModeResponse)(nil),   // 34: switchboard.admin.v1.SetApprovalModeResponse
+	(*ResetApprovalModeRequest)(nil),  // 35: switchboard.admin.v1.ResetApprovalModeRequest
+	(*ResetApprovalModeResponse)(nil), // 36: switchboard.admin.v1.ResetApprovalModeResponse
+	(*ReloadSkillsRequest)(nil),       // 37: switchboard.admin.v1.ReloadSkillsRequest
+	(*ReloadSkillsResponse)(nil),      // 38: switchboard.admin.v1.ReloadSkillsResponse
+	nil,                               // 39: switchboard.admin.v1.PruneSessionsResponse.RowsEntry
+	(*v1.SessionSource)(nil),          // 40: switchboard.events.v1.SessionSource
+	(*timestamppb.Timestamp)(nil),     // 41: google.protobuf.Timestamp
+	(v11.DeliveryState)(0),            // 42: switchboard.delivery.v1.DeliveryState
+	(*v11.Delivery)(nil),              // 43: switchboard.delivery.v1.Delivery
 }
 var file_switchboard_admin_v1_admin_proto_depIdxs = []int32{
-	38, // 0: switchboard.admin.v1.Session.origin:type_name -> switchboard.events.v1.SessionSource
-	39, // 1: switchboard.admin.v1.Session.created_at:type_name -> google.protobuf.Timestamp
-	39, // 2: switchboard.admin.v1.Session.updated_at:type_name -> google.protobuf.Timestamp
+	40, // 0: switchboard.admin.v1.Session.origin:type_name -> switchboard.events.v1.SessionSource
+	41, // 1: switchboard.admin.v1.Session.created_at:type_name -> google.protobuf.Timestamp
+	41, // 2: switchboard.admin.v1.Session.updated_at:type_name -> google.protobuf.Timestamp
 	0,  // 3: switchboard.admin.v1.ListSessionsResponse.sessions:type_name -> switchboard.admin.v1.Session
 	0,  // 4: switchboard.admin.v1.GetSessionResponse.session:type_name -> switchboard.admin.v1.Session
 	0,  // 5: switchboard.admin.v1.ResetSessionResponse.session:type_name -> switchboard.admin.v1.Session
-	37, // 6: switchboard.admin.v1.PruneSessionsResponse.rows:type_name -> switchboard.admin.v1.PruneSessionsResponse.RowsEntry
-	39, // 7: switchboard.admin.v1.Pairing.created_at:type_name -> google.protobuf.Timestamp
-	39, // 8: switchboard.admin.v1.Pairing.expires_at:type_name -> google.protobuf.Timestamp
-	39, // 9: switchboard.admin.v1.Pairing.approved_at:type_name -> google.protobuf.Timestamp
+	39, // 6: switchboard.admin.v1.PruneSessionsResponse.rows:type_name -> switchboard.admin.v1.PruneSessionsResponse.RowsEntry
+	41, // 7: switchboard.admin.v1.Pairing.created_at:type_name -> google.protobuf.Timestamp
+	41, // 8: switchboard.admin.v1.Pairing.expires_at:type_name -> google.protobuf.Timestamp
+	41, // 9: switchboard.admin.v1.Pairing.approved_at:type_name -> google.protobuf.Timestamp
 	9,  // 10: switchboard.admin.v1.ListPairingsResponse.pairings:type_name -> switchboard.admin.v1.Pairing
 	9,  // 11: switchboard.admin.v1.ApprovePairingResponse.pairing:type_name -> switchboard.admin.v1.Pairing
-	40, // 12: switchboard.admin.v1.ListDeliveriesRequest.states:type_name -> switchboard.delivery.v1.DeliveryState
-	41, // 13: switchboard.admin.v1.ListDeliveriesResponse.deliveries:type_name -> switchboard.delivery.v1.Delivery
-	39, // 14: switchboard.admin.v1.Pause.paused_at:type_name -> google.protobuf.Timestamp
-	39, // 15: switchboard.admin.v1.Pause.expires_at:type_name -> google.protobuf.Timestamp
+	42, // 12: switchboard.admin.v1.ListDeliveriesRequest.states:type_name -> switchboard.delivery.v1.DeliveryState
+	43, // 13: switchboard.admin.v1.ListDeliveriesResponse.deliveries:type_name -> switchboard.delivery.v1.Delivery
+	41, // 14: switchboard.admin.v1.Pause.paused_at:type_name -> google.protobuf.Timestamp
+	41, // 15: switchboard.admin.v1.Pause.expires_at:type_name -> google.protobuf.Timestamp
 	23, // 16: switchboard.admin.v1.Pause.allow:type_name -> switchboard.admin.v1.PauseAllowlist
 	22, // 17: switchboard.admin.v1.GetPauseResponse.pause:type_name -> switchboard.admin.v1.Pause
 	23, // 18: switchboard.admin.v1.SetPauseRequest.allow:type_name -> switchboard.admin.v1.PauseAllowlist
 	22, // 19: switchboard.admin.v1.SetPauseResponse.pause:type_name -> switchboard.admin.v1.Pause
 	22, // 20: switchboard.admin.v1.ClearPauseResponse.pause:type_name -> switchboard.admin.v1.Pause
-	39, // 21: switchboard.admin.v1.ApprovalMode.set_at:type_name -> google.protobuf.Timestamp
+	41, // 21: switchboard.admin.v1.ApprovalMode.set_at:type_name -> google.protobuf.Timestamp
 	30, // 22: switchboard.admin.v1.GetApprovalModeResponse.approval_mode:type_name -> switchboard.admin.v1.ApprovalMode
 	30, // 23: switchboard.admin.v1.SetApprovalModeResponse.approval_mode:type_name -> switchboard.admin.v1.ApprovalMode
-	39, // 24: switchboard.admin.v1.ReloadSkillsResponse.announced_at:type_name -> google.protobuf.Timestamp
-	1,  // 25: switchboard.admin.v1.AdminService.ListSessions:input_type -> switchboard.admin.v1.ListSessionsRequest
-	3,  // 26: switchboard.admin.v1.AdminService.GetSession:input_type -> switchboard.admin.v1.GetSessionRequest
-	5,  // 27: switchboard.admin.v1.AdminService.ResetSession:input_type -> switchboard.admin.v1.ResetSessionRequest
-	7,  // 28: switchboard.admin.v1.AdminService.PruneSessions:input_type -> switchboard.admin.v1.PruneSessionsRequest
-	10, // 29: switchboard.admin.v1.AdminService.ListPairings:input_type -> switchboard.admin.v1.ListPairingsRequest
-	12, // 30: switchboard.admin.v1.AdminService.ApprovePairing:input_type -> switchboard.admin.v1.ApprovePairingRequest
-	14, // 31: switchboard.admin.v1.AdminService.RevokePairing:input_type -> switchboard.admin.v1.RevokePairingRequest
-	16, // 32: switchboard.admin.v1.AdminService.ListDeliveries:input_type -> switchboard.admin.v1.ListDeliveriesRequest
-	18, // 33: switchboard.admin.v1.AdminService.RetryDeliveries:input_type -> switchboard.admin.v1.RetryDeliveriesRequest
-	20, // 34: switchboard.admin.v1.AdminService.PurgeDeliveries:input_type -> switchboard.admin.v1.PurgeDeliveriesRequest
-	24, // 35: switchboard.admin.v1.AdminService.GetPause:input_type -> switchboard.admin.v1.GetPauseRequest
-	26, // 36: switchboard.admin.v1.AdminService.SetPause:input_type -> switchboard.admin.v1.SetPauseRequest
-	28, // 37: switchboard.admin.v1.AdminService.ClearPause:input_type -> switchboard.admin.v1.ClearPauseRequest
-	31, // 38: switchboard.admin.v1.AdminService.GetApprovalMode:input_type -> switchboard.admin.v1.GetApprovalModeRequest
-	33, // 39: switchboard.admin.v1.AdminService.SetApprovalMode:input_type -> switchboard.admin.v1.SetApprovalModeRequest
-	35, // 40: switchboard.admin.v1.AdminService.ReloadSkills:input_type -> switchboard.admin.v1.ReloadSkillsRequest
-	2,  // 41: switchboard.admin.v1.AdminService.ListSessions:output_type -> switchboard.admin.v1.ListSessionsResponse
-	4,  // 42: switchboard.admin.v1.AdminService.GetSession:output_type -> switchboard.admin.v1.GetSessionResponse
-	6,  // 43: switchboard.admin.v1.AdminService.ResetSession:output_type -> switchboard.admin.v1.ResetSessionResponse
-	8,  // 44: switchboard.admin.v1.AdminService.PruneSessions:output_type -> switchboard.admin.v1.PruneSessionsResponse
-	11, // 45: switchboard.admin.v1.AdminService.ListPairings:output_type -> switchboard.admin.v1.ListPairingsResponse
-	13, // 46: switchboard.admin.v1.AdminService.ApprovePairing:output_type -> switchboard.admin.v1.ApprovePairingResponse
-	15, // 47: switchboard.admin.v1.AdminService.RevokePairing:output_type -> switchboard.admin.v1.RevokePairingResponse
-	17, // 48: switchboard.admin.v1.AdminService.ListDeliveries:output_type -> switchboard.admin.v1.ListDeliveriesResponse
-	19, // 49: switchboard.admin.v1.AdminService.RetryDeliveries:output_type -> switchboard.admin.v1.RetryDeliveriesResponse
-	21, // 50: switchboard.admin.v1.AdminService.PurgeDeliveries:output_type -> switchboard.admin.v1.PurgeDeliveriesResponse
-	25, // 51: switchboard.admin.v1.AdminService.GetPause:output_type -> switchboard.admin.v1.GetPauseResponse
-	27, // 52: switchboard.admin.v1.AdminService.SetPause:output_type -> switchboard.admin.v1.SetPauseResponse
-	29, // 53: switchboard.admin.v1.AdminService.ClearPause:output_type -> switchboard.admin.v1.ClearPauseResponse
-	32, // 54: switchboard.admin.v1.AdminService.GetApprovalMode:output_type -> switchboard.admin.v1.GetApprovalModeResponse
-	34, // 55: switchboard.admin.v1.AdminService.SetApprovalMode:output_type -> switchboard.admin.v1.SetApprovalModeResponse
-	36, // 56: switchboard.admin.v1.AdminService.ReloadSkills:output_type -> switchboard.admin.v1.ReloadSkillsResponse
-	41, // [41:57] is the sub-list for method output_type
-	25, // [25:41] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	30, // 24: switchboard.admin.v1.ResetApprovalModeResponse.approval_mode:type_name -> switchboard.admin.v1.ApprovalMode
+	41, // 25: switchboard.admin.v1.ReloadSkillsResponse.announced_at:type_name -> google.protobuf.Timestamp
+	1,  // 26: switchboard.admin.v1.AdminService.ListSessions:input_type -> switchboard.admin.v1.ListSessionsRequest
+	3,  // 27: switchboard.admin.v1.AdminService.GetSession:input_type -> switchboard.admin.v1.GetSessionRequest
+	5,  // 28: switchboard.admin.v1.AdminService.ResetSession:input_type -> switchboard.admin.v1.ResetSessionRequest
+	7,  // 29: switchboard.admin.v1.AdminService.PruneSessions:input_type -> switchboard.admin.v1.PruneSessionsRequest
+	10, // 30: switchboard.admin.v1.AdminService.ListPairings:input_type -> switchboard.admin.v1.ListPairingsRequest
+	12, // 31: switchboard.admin.v1.AdminService.ApprovePairing:input_type -> switchboard.admin.v1.ApprovePairingRequest
+	14, // 32: switchboard.admin.v1.AdminService.RevokePairing:input_type -> switchboard.admin.v1.RevokePairingRequest
+	16, // 33: switchboard.admin.v1.AdminService.ListDeliveries:input_type -> switchboard.admin.v1.ListDeliveriesRequest
+	18, // 34: switchboard.admin.v1.AdminService.RetryDeliveries:input_type -> switchboard.admin.v1.RetryDeliveriesRequest
+	20, // 35: switchboard.admin.v1.AdminService.PurgeDeliveries:input_type -> switchboard.admin.v1.PurgeDeliveriesRequest
+	24, // 36: switchboard.admin.v1.AdminService.GetPause:input_type -> switchboard.admin.v1.GetPauseRequest
+	26, // 37: switchboard.admin.v1.AdminService.SetPause:input_type -> switchboard.admin.v1.SetPauseRequest
+	28, // 38: switchboard.admin.v1.AdminService.ClearPause:input_type -> switchboard.admin.v1.ClearPauseRequest
+	31, // 39: switchboard.admin.v1.AdminService.GetApprovalMode:input_type -> switchboard.admin.v1.GetApprovalModeRequest
+	33, // 40: switchboard.admin.v1.AdminService.SetApprovalMode:input_type -> switchboard.admin.v1.SetApprovalModeRequest
+	35, // 41: switchboard.admin.v1.AdminService.ResetApprovalMode:input_type -> switchboard.admin.v1.ResetApprovalModeRequest
+	37, // 42: switchboard.admin.v1.AdminService.ReloadSkills:input_type -> switchboard.admin.v1.ReloadSkillsRequest
+	2,  // 43: switchboard.admin.v1.AdminService.ListSessions:output_type -> switchboard.admin.v1.ListSessionsResponse
+	4,  // 44: switchboard.admin.v1.AdminService.GetSession:output_type -> switchboard.admin.v1.GetSessionResponse
+	6,  // 45: switchboard.admin.v1.AdminService.ResetSession:output_type -> switchboard.admin.v1.ResetSessionResponse
+	8,  // 46: switchboard.admin.v1.AdminService.PruneSessions:output_type -> switchboard.admin.v1.PruneSessionsResponse
+	11, // 47: switchboard.admin.v1.AdminService.ListPairings:output_type -> switchboard.admin.v1.ListPairingsResponse
+	13, // 48: switchboard.admin.v1.AdminService.ApprovePairing:output_type -> switchboard.admin.v1.ApprovePairingResponse
+	15, // 49: switchboard.admin.v1.AdminService.RevokePairing:output_type -> switchboard.admin.v1.RevokePairingResponse
+	17, // 50: switchboard.admin.v1.AdminService.ListDeliveries:output_type -> switchboard.admin.v1.ListDeliveriesResponse
+	19, // 51: switchboard.admin.v1.AdminService.RetryDeliveries:output_type -> switchboard.admin.v1.RetryDeliveriesResponse
+	21, // 52: switchboard.admin.v1.AdminService.PurgeDeliveries:output_type -> switchboard.admin.v1.PurgeDeliveriesResponse
+	25, // 53: switchboard.admin.v1.AdminService.GetPause:output_type -> switchboard.admin.v1.GetPauseResponse
+	27, // 54: switchboard.admin.v1.AdminService.SetPause:output_type -> switchboard.admin.v1.SetPauseResponse
+	29, // 55: switchboard.admin.v1.AdminService.ClearPause:output_type -> switchboard.admin.v1.ClearPauseResponse
+	32, // 56: switchboard.admin.v1.AdminService.GetApprovalMode:output_type -> switchboard.admin.v1.GetApprovalModeResponse
+	34, // 57: switchboard.admin.v1.AdminService.SetApprovalMode:output_type -> switchboard.admin.v1.SetApprovalModeResponse
+	36, // 58: switchboard.admin.v1.AdminService.ResetApprovalMode:output_type -> switchboard.admin.v1.ResetApprovalModeResponse
+	38, // 59: switchboard.admin.v1.AdminService.ReloadSkills:output_type -> switchboard.admin.v1.ReloadSkillsResponse
+	43, // [43:60] is the sub-list for method output_type
+	26, // [26:43] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_switchboard_admin_v1_admin_proto_init() }
@@ -2362,7 +2473,7 @@ func file_switchboard_admin_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_switchboard_admin_v1_admin_proto_rawDesc), len(file_switchboard_admin_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   38,
+			NumMessages:   40,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

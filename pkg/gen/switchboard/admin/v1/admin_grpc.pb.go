@@ -19,22 +19,23 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	AdminService_ListSessions_FullMethodName    = "/switchboard.admin.v1.AdminService/ListSessions"
-	AdminService_GetSession_FullMethodName      = "/switchboard.admin.v1.AdminService/GetSession"
-	AdminService_ResetSession_FullMethodName    = "/switchboard.admin.v1.AdminService/ResetSession"
-	AdminService_PruneSessions_FullMethodName   = "/switchboard.admin.v1.AdminService/PruneSessions"
-	AdminService_ListPairings_FullMethodName    = "/switchboard.admin.v1.AdminService/ListPairings"
-	AdminService_ApprovePairing_FullMethodName  = "/switchboard.admin.v1.AdminService/ApprovePairing"
-	AdminService_RevokePairing_FullMethodName   = "/switchboard.admin.v1.AdminService/RevokePairing"
-	AdminService_ListDeliveries_FullMethodName  = "/switchboard.admin.v1.AdminService/ListDeliveries"
-	AdminService_RetryDeliveries_FullMethodName = "/switchboard.admin.v1.AdminService/RetryDeliveries"
-	AdminService_PurgeDeliveries_FullMethodName = "/switchboard.admin.v1.AdminService/PurgeDeliveries"
-	AdminService_GetPause_FullMethodName        = "/switchboard.admin.v1.AdminService/GetPause"
-	AdminService_SetPause_FullMethodName        = "/switchboard.admin.v1.AdminService/SetPause"
-	AdminService_ClearPause_FullMethodName      = "/switchboard.admin.v1.AdminService/ClearPause"
-	AdminService_GetApprovalMode_FullMethodName = "/switchboard.admin.v1.AdminService/GetApprovalMode"
-	AdminService_SetApprovalMode_FullMethodName = "/switchboard.admin.v1.AdminService/SetApprovalMode"
-	AdminService_ReloadSkills_FullMethodName    = "/switchboard.admin.v1.AdminService/ReloadSkills"
+	AdminService_ListSessions_FullMethodName      = "/switchboard.admin.v1.AdminService/ListSessions"
+	AdminService_GetSession_FullMethodName        = "/switchboard.admin.v1.AdminService/GetSession"
+	AdminService_ResetSession_FullMethodName      = "/switchboard.admin.v1.AdminService/ResetSession"
+	AdminService_PruneSessions_FullMethodName     = "/switchboard.admin.v1.AdminService/PruneSessions"
+	AdminService_ListPairings_FullMethodName      = "/switchboard.admin.v1.AdminService/ListPairings"
+	AdminService_ApprovePairing_FullMethodName    = "/switchboard.admin.v1.AdminService/ApprovePairing"
+	AdminService_RevokePairing_FullMethodName     = "/switchboard.admin.v1.AdminService/RevokePairing"
+	AdminService_ListDeliveries_FullMethodName    = "/switchboard.admin.v1.AdminService/ListDeliveries"
+	AdminService_RetryDeliveries_FullMethodName   = "/switchboard.admin.v1.AdminService/RetryDeliveries"
+	AdminService_PurgeDeliveries_FullMethodName   = "/switchboard.admin.v1.AdminService/PurgeDeliveries"
+	AdminService_GetPause_FullMethodName          = "/switchboard.admin.v1.AdminService/GetPause"
+	AdminService_SetPause_FullMethodName          = "/switchboard.admin.v1.AdminService/SetPause"
+	AdminService_ClearPause_FullMethodName        = "/switchboard.admin.v1.AdminService/ClearPause"
+	AdminService_GetApprovalMode_FullMethodName   = "/switchboard.admin.v1.AdminService/GetApprovalMode"
+	AdminService_SetApprovalMode_FullMethodName   = "/switchboard.admin.v1.AdminService/SetApprovalMode"
+	AdminService_ResetApprovalMode_FullMethodName = "/switchboard.admin.v1.AdminService/ResetApprovalMode"
+	AdminService_ReloadSkills_FullMethodName      = "/switchboard.admin.v1.AdminService/ReloadSkills"
 )
 
 // AdminServiceClient is the client API for AdminService service.
@@ -66,6 +67,9 @@ type AdminServiceClient interface {
 	// worker follows it from its next dangerous tool call.
 	GetApprovalMode(ctx context.Context, in *GetApprovalModeRequest, opts ...grpc.CallOption) (*GetApprovalModeResponse, error)
 	SetApprovalMode(ctx context.Context, in *SetApprovalModeRequest, opts ...grpc.CallOption) (*SetApprovalModeResponse, error)
+	// Returns the gateway to approvals.mode of the configuration: the mode
+	// set (by /approvals or SetApprovalMode) is removed.
+	ResetApprovalMode(ctx context.Context, in *ResetApprovalModeRequest, opts ...grpc.CallOption) (*ResetApprovalModeResponse, error)
 	// Announces a skill reload, as /reload-skills does from a chat
 	// (pkg/skill): every process holding skills scans skills.dirs again.
 	ReloadSkills(ctx context.Context, in *ReloadSkillsRequest, opts ...grpc.CallOption) (*ReloadSkillsResponse, error)
@@ -229,6 +233,16 @@ func (c *adminServiceClient) SetApprovalMode(ctx context.Context, in *SetApprova
 	return out, nil
 }
 
+func (c *adminServiceClient) ResetApprovalMode(ctx context.Context, in *ResetApprovalModeRequest, opts ...grpc.CallOption) (*ResetApprovalModeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ResetApprovalModeResponse)
+	err := c.cc.Invoke(ctx, AdminService_ResetApprovalMode_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *adminServiceClient) ReloadSkills(ctx context.Context, in *ReloadSkillsRequest, opts ...grpc.CallOption) (*ReloadSkillsResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ReloadSkillsResponse)
@@ -268,6 +282,9 @@ type AdminServiceServer interface {
 	// worker follows it from its next dangerous tool call.
 	GetApprovalMode(context.Context, *GetApprovalModeRequest) (*GetApprovalModeResponse, error)
 	SetApprovalMode(context.Context, *SetApprovalModeRequest) (*SetApprovalModeResponse, error)
+	// Returns the gateway to approvals.mode of the configuration: the mode
+	// set (by /approvals or SetApprovalMode) is removed.
+	ResetApprovalMode(context.Context, *ResetApprovalModeRequest) (*ResetApprovalModeResponse, error)
 	// Announces a skill reload, as /reload-skills does from a chat
 	// (pkg/skill): every process holding skills scans skills.dirs again.
 	ReloadSkills(context.Context, *ReloadSkillsRequest) (*ReloadSkillsResponse, error)
@@ -325,6 +342,9 @@ func (UnimplementedAdminServiceServer) GetApprovalMode(context.Context, *GetAppr
 }
 func (UnimplementedAdminServiceServer) SetApprovalMode(context.Context, *SetApprovalModeRequest) (*SetApprovalModeResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method SetApprovalMode not implemented")
+}
+func (UnimplementedAdminServiceServer) ResetApprovalMode(context.Context, *ResetApprovalModeRequest) (*ResetApprovalModeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ResetApprovalMode not implemented")
 }
 func (UnimplementedAdminServiceServer) ReloadSkills(context.Context, *ReloadSkillsRequest) (*ReloadSkillsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReloadSkills not implemented")
@@ -620,6 +640,24 @@ func _AdminService_SetApprovalMode_Handler(srv interface{}, ctx context.Context,
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AdminService_ResetApprovalMode_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ResetApprovalModeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).ResetApprovalMode(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_ResetApprovalMode_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).ResetApprovalMode(ctx, req.(*ResetApprovalModeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _AdminService_ReloadSkills_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ReloadSkillsRequest)
 	if err := dec(in); err != nil {
@@ -704,6 +742,10 @@ var AdminService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "SetApprovalMode",
 			Handler:    _AdminService_SetApprovalMode_Handler,
+		},
+		{
+			MethodName: "ResetApprovalMode",
+			Handler:    _AdminService_ResetApprovalMode_Handler,
 		},
 		{
 			MethodName: "ReloadSkills",
