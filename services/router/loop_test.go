@@ -356,6 +356,14 @@ func TestStopStopsTheWakeupNotTheLoop(t *testing.T) {
 			}
 			e.publishID(stop, "redelivered-"+stop.EventId)
 			waitFor(t, "inbound drained", e.inboundDrained)
+			// The redelivery sends the recorded answer again; it is
+			// published before the event is acknowledged but may reach
+			// the test's subscriber after the drain, so wait for it, or
+			// /loop status below would read it as its own answer.
+			waitFor(t, "the redelivered /stop's answer", func() bool { return len(e.noticesTo("alice")) > before+1 })
+			if got := e.noticesTo("alice")[before+1]; got != tc.want {
+				t.Errorf("redelivered /stop: %q, want the first answer %q", got, tc.want)
+			}
 			if got := e.ask("alice", "/loop status"); !strings.HasPrefix(got, tc.status) {
 				t.Errorf("/loop status: %q, want %q…", got, tc.status)
 			}
