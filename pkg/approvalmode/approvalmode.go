@@ -179,7 +179,7 @@ func Set(ctx context.Context, kv jetstream.KeyValue, st State) (*State, error) {
 		if err == nil {
 			return cur, nil
 		}
-		if !lostRace(err) {
+		if !bus.LostRace(err) {
 			return nil, fmt.Errorf("set approval mode: %w", err)
 		}
 	}
@@ -201,22 +201,11 @@ func Reset(ctx context.Context, kv jetstream.KeyValue) (*State, error) {
 		if err == nil {
 			return cur, nil
 		}
-		if !lostRace(err) {
+		if !bus.LostRace(err) {
 			return nil, fmt.Errorf("reset approval mode: %w", err)
 		}
 	}
 	return nil, fmt.Errorf("reset approval mode: %w", ErrContended)
-}
-
-// lostRace reports whether a conditional write was refused because the
-// entry is no longer the revision read: Update's and Delete's mismatch,
-// Create's existing key, or the stream's wrong last sequence that Create
-// returns as it is when it writes over a delete marker.
-func lostRace(err error) bool {
-	var api *jetstream.APIError
-	return errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) ||
-		errors.As(err, &api) && (api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
-			api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
 }
 
 // Answered is the mode the /approvals of inbound event set, when the

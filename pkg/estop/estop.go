@@ -257,7 +257,7 @@ func Update(ctx context.Context, kv jetstream.KeyValue, decide func(cur *State) 
 		if err == nil {
 			return nil
 		}
-		if !lostRace(err) {
+		if !bus.LostRace(err) {
 			return fmt.Errorf("engage pause: %w", err)
 		}
 	}
@@ -277,17 +277,6 @@ func read(ctx context.Context, kv jetstream.KeyValue) (*State, uint64, error) {
 	return Decode(e.Value()), e.Revision(), nil
 }
 
-// lostRace reports whether a conditional write was refused because the
-// entry is no longer the revision read: Update's mismatch, Create's
-// existing key, or the stream's wrong last sequence that Create returns
-// as it is when it writes over a delete marker.
-func lostRace(err error) bool {
-	var api *jetstream.APIError
-	return errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) ||
-		errors.As(err, &api) && (api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
-			api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
-}
-
 // Disengage deletes the pause; it reports false when none was engaged
 // (an expired entry is deleted all the same). The delete is conditional
 // on the revision read, as Update's write: a pause engaged between the
@@ -304,7 +293,7 @@ func Disengage(ctx context.Context, kv jetstream.KeyValue) (bool, error) {
 		if err == nil {
 			return !st.Expired(time.Now()), nil
 		}
-		if !lostRace(err) {
+		if !bus.LostRace(err) {
 			return false, fmt.Errorf("disengage pause: %w", err)
 		}
 	}
@@ -328,7 +317,7 @@ func DeleteExpired(ctx context.Context, kv jetstream.KeyValue, now time.Time) (b
 		return false, nil
 	}
 	err = kv.Delete(ctx, key, jetstream.LastRevision(e.Revision()))
-	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+	if bus.LostRace(err) {
 		return false, nil
 	}
 	if err != nil {

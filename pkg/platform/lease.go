@@ -9,6 +9,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/switchboard-chat/switchboard/pkg/bus"
 )
 
 // lease elects one active replica per bot identity through a NATS KV
@@ -136,7 +138,7 @@ func (l *lease) hold(ctx context.Context, rev uint64, active func(context.Contex
 			rctx, cancel := context.WithTimeout(ctx, every)
 			next, err := l.kv.Update(rctx, l.key, []byte(l.holder), rev)
 			cancel()
-			keyChanged := errors.Is(err, jetstream.ErrKeyExists) || isWrongSequence(err)
+			keyChanged := bus.LostRace(err)
 			if bucketGone(err) {
 				if err = l.reopen(ctx); err == nil {
 					keyChanged = true // the key went with the bucket
@@ -222,11 +224,6 @@ func (l *lease) reclaim(ctx context.Context) (rev uint64, held bool, err error) 
 		return e.Revision(), true, nil
 	}
 	return 0, false, nil
-}
-
-func isWrongSequence(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
 }
 
 // leaseBucket creates (or opens) the lease bucket with the lease TTL.

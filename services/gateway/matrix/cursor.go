@@ -79,7 +79,7 @@ func (c *cursor) store(ctx context.Context, next string) error {
 	} else {
 		rev, err = c.kv.Update(ctx, c.key, []byte(next), c.rev)
 	}
-	if errors.Is(err, jetstream.ErrKeyExists) || isWrongSequence(err) {
+	if bus.LostRace(err) {
 		return errCursorMoved
 	}
 	if err != nil {
@@ -87,9 +87,4 @@ func (c *cursor) store(ctx context.Context, next string) error {
 	}
 	c.rev = rev
 	return nil
-}
-
-func isWrongSequence(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
 }
