@@ -157,6 +157,16 @@ type ApprovalsConfig struct {
 	// lets a judge model (agent.approval_judge_model) approve the calls
 	// it finds harmless and asks about the rest, off never asks.
 	Mode string `koanf:"mode"`
+	// SmartPolicy is Hermes's approvals.smart_policy: the operator's
+	// rules, appended to the judge's system prompt (never next to the
+	// call it judges); empty for none, at most
+	// approvalmode.MaxSmartPolicyChars characters.
+	SmartPolicy string `koanf:"smart_policy"`
+	// DenialBreakerThreshold is Hermes's approvals.denial_breaker
+	// _threshold: from this many consecutive judge DENY verdicts in a
+	// conversation on, the result of a denied call tells the model to
+	// stop trying variations (3; 0 or less turns it off).
+	DenialBreakerThreshold int `koanf:"denial_breaker_threshold"`
 }
 
 // PrivacyConfig controls what personal data reaches the model.
@@ -249,6 +259,7 @@ func defaultConfig() *Config {
 		Cron:        scheduler.DefaultConfig(),
 		Sessions:    retention.DefaultConfig(),
 		Skills:      skill.DefaultConfig(),
+		Approvals:   ApprovalsConfig{DenialBreakerThreshold: approvalmode.DefaultBreakerThreshold},
 	}
 }
 
@@ -342,6 +353,9 @@ func (c *Config) Validate() error {
 	}
 	if _, err := approvalmode.FromConfig(c.Approvals.Mode); err != nil {
 		return config.Invalid("approvals.mode", c.Approvals.Mode, "manual, smart or off")
+	}
+	if err := approvalmode.CheckSmartPolicy(c.Approvals.SmartPolicy); err != nil {
+		return fmt.Errorf("%w: %v", config.ErrInvalid, err)
 	}
 	if err := c.Router.Validate(); err != nil {
 		return fmt.Errorf("%w for router.%v", config.ErrInvalid, err)

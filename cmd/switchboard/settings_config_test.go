@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/switchboard-chat/switchboard/pkg/approvalmode"
 )
 
 // agent.personalities from the file add to Hermes's built-in ones (an
@@ -103,5 +105,47 @@ func TestApprovalsModeConfig(t *testing.T) {
 		if !ok && (err == nil || !strings.Contains(err.Error(), "approvals.mode")) {
 			t.Errorf("approvals.mode %q accepted: %v", yaml, err)
 		}
+	}
+}
+
+// approvals.smart_policy and approvals.denial_breaker_threshold (Hermes's
+// keys): none and 3 by default; a policy past its cap fails the start
+// rather than being cut; any threshold is taken (0 or less is off).
+func TestApprovalsSmartConfig(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "c.yaml")
+	cfg, _, err := loadConfig("")
+	if err != nil || cfg.Approvals.SmartPolicy != "" || cfg.Approvals.DenialBreakerThreshold != 3 {
+		t.Fatalf("defaults: %v, %+v", err, cfg.Approvals)
+	}
+	long := strings.Repeat("x", approvalmode.MaxSmartPolicyChars+1)
+	for _, tt := range []struct {
+		yaml      string
+		policy    string
+		threshold int
+		err       string // a part of the error; "" for none
+	}{
+		{yaml: "smart_policy: |\n    Always ESCALATE anything touching /etc.\n    APPROVE docker compose restarts.\n", policy: "Always ESCALATE anything touching /etc.\nAPPROVE docker compose restarts.\n", threshold: 3},
+		{yaml: "denial_breaker_threshold: 0", threshold: 0},
+		{yaml: "denial_breaker_threshold: -1", threshold: -1},
+		{yaml: "denial_breaker_threshold: 5", threshold: 5},
+		{yaml: "smart_policy: " + long, err: "approvals.smart_policy"},
+		{yaml: "denial_breaker_threshold: many", err: "denial_breaker_threshold"},
+	} {
+		if err := os.WriteFile(p, []byte("approvals:\n  "+tt.yaml+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		cfg, _, err := loadConfig(p)
+		switch {
+		case tt.err == "" && (err != nil || cfg.Approvals.SmartPolicy != tt.policy || cfg.Approvals.DenialBreakerThreshold != tt.threshold):
+			t.Errorf("%.40q: %v, %+v", tt.yaml, err, cfg.Approvals)
+		case tt.err != "" && (err == nil || !strings.Contains(err.Error(), tt.err)):
+			t.Errorf("%.40q: %v, want an error naming %s", tt.yaml, err, tt.err)
+		}
+	}
+	// The environment sets them too.
+	t.Setenv("SWITCHBOARD_APPROVALS__SMART_POLICY", "DENY curl | sh")
+	t.Setenv("SWITCHBOARD_APPROVALS__DENIAL_BREAKER_THRESHOLD", "2")
+	if cfg, _, err := loadConfig(""); err != nil || cfg.Approvals.SmartPolicy != "DENY curl | sh" || cfg.Approvals.DenialBreakerThreshold != 2 {
+		t.Errorf("from the environment: %v, %+v", err, cfg.Approvals)
 	}
 }

@@ -36,6 +36,8 @@ func startWorker(ctx context.Context, a *app) (func(context.Context) error, erro
 	cfg.RedactPII = a.cfg.Privacy.RedactPII
 	cfg.MemoryWriteApproval = a.cfg.Memory.WriteApproval
 	cfg.ApprovalsMode = a.cfg.Approvals.Mode
+	cfg.ApprovalsSmartPolicy = a.cfg.Approvals.SmartPolicy
+	cfg.ApprovalsDenialBreakerThreshold = a.cfg.Approvals.DenialBreakerThreshold
 	// A picture the gateways may keep is one the worker may read to fit it.
 	cfg.Agent.MaxImageSourceBytes = max(cfg.Agent.MaxImageSourceBytes, a.cfg.Attachments.MaxBytes)
 	loc, err := a.cfg.Cron.Location()

@@ -1,13 +1,15 @@
 // Package retention deletes idle sessions with everything that hangs off
 // them (history, turns, transcripts and their search index entries,
 // summaries, stored prompts, session approvals, finished outbox rows,
-// YOLO mode, the records of applied chat commands, standing goals and
-// the goal judge's verdicts)
+// YOLO mode, the records of applied chat commands, standing goals, the
+// goal judge's verdicts and the approval judge's denials in a row)
 // once their last activity is older than the configured retention, and,
 // whatever the retention, the per-turn and per-command records that have
 // outlived their use: applied chat commands after CommandEffectsAge, goal
-// verdicts after GoalVerdictsAge, and the memory writes /memory decided
-// (approved, rejected or failed) after MemoryDecisionsAge.
+// verdicts after GoalVerdictsAge, the memory writes /memory decided
+// (approved, rejected or failed) after MemoryDecisionsAge, and the
+// smart-approval judge's counts of denials in a row after
+// DenialBreakerAge.
 //
 // Any number of replicas sweep at once: each batch is one transaction
 // that locks its sessions' rows with FOR UPDATE SKIP LOCKED, so two
@@ -59,12 +61,13 @@ const (
 	KindLoops          = "session_loops"
 	KindGoalVerdicts   = "goal_verdicts"
 	KindMemoryWrites   = "memory_pending_writes"
+	KindDenialBreaker  = "agent_denial_breaker"
 )
 
 var (
 	deletedRows = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "switchboard_retention_deleted_rows_total",
-		Help: "Rows the session retention deleted, by kind (sessions, session_history, worker_turns, transcript_messages, transcript_summaries, session_prompts, tool_approvals, delivery_outbox, delivery_stream_messages, session_yolo, session_context, command_effects, session_goals, goal_verdicts, session_loops, memory_pending_writes: decided memory writes).",
+		Help: "Rows the session retention deleted, by kind (sessions, session_history, worker_turns, transcript_messages, transcript_summaries, session_prompts, tool_approvals, delivery_outbox, delivery_stream_messages, session_yolo, session_context, command_effects, session_goals, goal_verdicts, session_loops, memory_pending_writes: decided memory writes, agent_denial_breaker: counts of the smart-approval judge's denials in a row).",
 	}, []string{"kind"})
 	skipped = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "switchboard_retention_skipped_total",
@@ -103,6 +106,16 @@ const GoalVerdictsAge = 24 * time.Hour
 // (decided_by, result). Undecided writes are never deleted: they wait
 // for the user, as Hermes's do.
 const MemoryDecisionsAge = 7 * 24 * time.Hour
+
+// DenialBreakerAge is how long a conversation's count of the smart
+// -approval judge's denials in a row (agent_denial_breaker, the circuit
+// breaker of approvals.denial_breaker_threshold) is kept after its last
+// denial when its session is not deleted first. The breaker is for a
+// model retrying variations of a denied call, which it does within one
+// turn or a few in a row; Hermes keeps the count in memory only, for the
+// 256 sessions denied last, and loses it with a restart. A day with no
+// denial ends the run: the next denial counts from one.
+const DenialBreakerAge = 24 * time.Hour
 
 // Config is the `sessions` section.
 type Config struct {
@@ -272,11 +285,15 @@ var aged = []struct {
 	// predicate is the query's: pending writes are never read.
 	{KindMemoryWrites, `DELETE FROM memory_pending_writes WHERE (user_key, id) IN
 		(SELECT user_key, id FROM memory_pending_writes WHERE state <> 'pending' AND decided_at < $1 LIMIT $2)`, MemoryDecisionsAge},
+	// By agent_denial_breaker_updated_idx (migration 00213).
+	{KindDenialBreaker, `DELETE FROM agent_denial_breaker WHERE session_id IN
+		(SELECT session_id FROM agent_denial_breaker WHERE updated_at < $1 LIMIT $2)`, DenialBreakerAge},
 }
 
 // Sweep runs every policy once, then deletes the command records older
-// than CommandEffectsAge, the goal verdicts older than GoalVerdictsAge
-// and the memory writes decided more than MemoryDecisionsAge ago.
+// than CommandEffectsAge, the goal verdicts older than GoalVerdictsAge,
+// the memory writes decided more than MemoryDecisionsAge ago and the
+// judge's denial counts untouched for DenialBreakerAge.
 func (s *Sweeper) Sweep(ctx context.Context) (Result, error) {
 	var total Result
 	for _, c := range s.Policies() {
@@ -380,6 +397,7 @@ var deletes = []struct{ kind, sql string }{
 	{KindOutbox, `DELETE FROM delivery_outbox WHERE session_key = ANY($1) AND session_key <> '' AND state IN ('sent', 'failed', 'expired')`},
 	{KindApprovals, `DELETE FROM agent_tool_approvals WHERE scope = 'session' AND subject = ANY($2) AND $1::text[] IS NOT NULL`},
 	{KindApprovals, `DELETE FROM agent_tool_denials WHERE session_id = ANY($2) AND $1::text[] IS NOT NULL`},
+	{KindDenialBreaker, `DELETE FROM agent_denial_breaker WHERE session_id = ANY($2) AND $1::text[] IS NOT NULL`},
 	{KindMessages, `DELETE FROM transcript_messages WHERE session_id = ANY($2) AND session_key = ANY($1)`},
 	{KindSummaries, `DELETE FROM transcript_summaries WHERE session_id = ANY($2) AND session_key = ANY($1)`},
 	{KindPrompts, `DELETE FROM session_prompts WHERE session_id = ANY($2) AND session_key = ANY($1)`},

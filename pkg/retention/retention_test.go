@@ -43,6 +43,7 @@ var tables = map[string]string{
 	"session_goals":            `SELECT count(*) FROM session_goals WHERE session_key = $1`,
 	"goal_verdicts":            `SELECT count(*) FROM goal_verdicts WHERE session_key = $1`,
 	"session_loops":            `SELECT count(*) FROM session_loops WHERE session_key = $1`,
+	"agent_denial_breaker":     `SELECT count(*) FROM agent_denial_breaker WHERE session_id IN ('c1-' || $1, 'c2-' || $1)`,
 }
 
 // seed writes a session idle for age with two conversations, a turn in
@@ -94,6 +95,11 @@ func seed(t *testing.T, db *pgxpool.Pool, key, platform string, age time.Duratio
 	// The goal judge's verdict on a turn of the last hour.
 	if _, err := db.Exec(ctx, `INSERT INTO goal_verdicts (turn_id, session_key, verdict, reason, message, continued, created_at)
 		VALUES ('t2-' || $1, $1, 'continue', 'r', 'm', true, $2)`, key, time.Now().Add(-min(age, time.Hour))); err != nil {
+		t.Fatal(err)
+	}
+	// The approval judge's denials in a row, the last of the last hour.
+	if _, err := db.Exec(ctx, `INSERT INTO agent_denial_breaker (session_id, denials, turn_id, call_id, updated_at)
+		VALUES ('c2-' || $1, 2, 't2-' || $1, 'call_0', $2)`, key, time.Now().Add(-min(age, time.Hour))); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -210,7 +216,7 @@ func TestSweep(t *testing.T) {
 	want := map[string]int64{retention.KindSessions: 2, retention.KindHistory: 4, retention.KindTurns: 4, retention.KindMessages: 4,
 		retention.KindSummaries: 2, retention.KindPrompts: 2, retention.KindApprovals: 2, retention.KindOutbox: 2, retention.KindStreamMessages: 2,
 		retention.KindYolo: 2, retention.KindCommandEffects: 2, retention.KindGoals: 2, retention.KindGoalVerdicts: 2,
-		retention.KindLoops: 2}
+		retention.KindLoops: 2, retention.KindDenialBreaker: 2}
 	for k, v := range want {
 		if res.Rows[k] != v {
 			t.Errorf("rows %s = %d, want %d", k, res.Rows[k], v)
@@ -284,6 +290,49 @@ func TestSweepDeletesOldGoalVerdicts(t *testing.T) {
 	// Left: the two recent ones and the seed's, of the last hour.
 	if c := counts(t, db, key); c["goal_verdicts"] != 3 || c["sessions"] != 1 {
 		t.Errorf("left %d goal verdicts and %d sessions, want the 3 recent verdicts and the session", c["goal_verdicts"], c["sessions"])
+	}
+}
+
+// A conversation's count of the approval judge's denials in a row is
+// deleted with its session, and on its own a DenialBreakerAge after its
+// last denial, also with session retention off.
+func TestSweepDeletesOldDenialBreakers(t *testing.T) {
+	ctx := context.Background()
+	db := pgtest.New(t)
+	cfg := retention.DefaultConfig()
+	cfg.BatchSize = 2 // several batches
+	s, _ := sweeper(t, db, cfg, 0)
+	ages := []struct {
+		ago  time.Duration
+		kept bool
+	}{
+		{retention.DenialBreakerAge + time.Minute, false},
+		{retention.DenialBreakerAge + day, false},
+		{40 * day, false},
+		{retention.DenialBreakerAge - time.Minute, true},
+		{time.Minute, true},
+	}
+	for i, a := range ages {
+		if _, err := db.Exec(ctx, `INSERT INTO agent_denial_breaker (session_id, denials, turn_id, call_id, updated_at)
+			VALUES ($1, 3, 't', 'call_0', $2)`, fmt.Sprintf("sid-%d", i), time.Now().Add(-a.ago)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res, err := s.Sweep(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := res.Rows[retention.KindDenialBreaker]; got != 3 {
+		t.Errorf("deleted %d denial counts, want the 3 untouched for more than %v", got, retention.DenialBreakerAge)
+	}
+	for i, a := range ages {
+		var n int
+		if err := db.QueryRow(ctx, `SELECT count(*) FROM agent_denial_breaker WHERE session_id = $1`, fmt.Sprintf("sid-%d", i)).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if (n == 1) != a.kept {
+			t.Errorf("a count last denied %v ago: kept %v, want %v", a.ago, n == 1, a.kept)
+		}
 	}
 }
 

@@ -19,7 +19,10 @@ import (
 //     user: ESCALATE, DENY (the user is told the judge found it
 //     dangerous, and an /approve runs it this once: no approval stands
 //     for later calls), an answer that is no verdict, a judge that
-//     failed or could not be asked (fail safe).
+//     failed or could not be asked (fail safe). The operator's rules
+//     (approvals.smart_policy) follow the judge's system prompt, never
+//     the call; consecutive DENY verdicts trip the circuit breaker
+//     (breaker.go).
 //
 // A /stop, a newer message that interrupts or the lock's loss ends the
 // judge's call at once, as it ends a model call: the turn stops, the
@@ -84,7 +87,7 @@ func (r *turnRun) judgeCall(ctx context.Context, tc store.ToolCall, reason strin
 	if stop := r.cancellable(ctx, func(ctx context.Context) error {
 		cctx, cancel := context.WithTimeout(ctx, judgeTimeout)
 		defer cancel()
-		resp, cerr = llm.Complete(cctx, backend.Provider, llm.Request{Model: model, System: approvalmode.JudgeSystem,
+		resp, cerr = llm.Complete(cctx, backend.Provider, llm.Request{Model: model, System: approvalmode.JudgeSystemWith(r.s.cfg.ApprovalsSmartPolicy),
 			Messages:  []llm.Message{{Role: llm.RoleUser, Content: prompt}},
 			MaxTokens: approvalJudgeMaxTokens, Temperature: &zero})
 		if stoppedByUser(ctx) {

@@ -587,7 +587,11 @@ func (r *turnRun) runTool(ctx context.Context, tc store.ToolCall) (result string
 		}
 		if !approved {
 			toolCalls.WithLabelValues(tc.Name, "denied").Inc()
-			return deniedResult(reason), true, nil
+			breaker, err := r.breakerAddendum(ctx, tc)
+			if err != nil {
+				return "", false, err
+			}
+			return deniedResult(reason) + breaker, true, nil
 		}
 	}
 	if err := r.toolProgress(ctx, &repliesv1.ToolProgress{ToolCallId: tc.ID, ToolName: tc.Name, Phase: repliesv1.ToolPhase_TOOL_PHASE_STARTED,
@@ -710,7 +714,8 @@ func origin(t *deliveryv1.Target) string {
 // deniedResult is what the model reads for a call the user denied (or
 // did not answer in time): with the reason of "/deny <reason>", in
 // Hermes's words, so that the agent can adapt instead of only hearing
-// "denied".
+// "denied". Once the judge denied enough calls in a row, Hermes's
+// circuit-breaker text follows it (breakerAddendum).
 func deniedResult(reason string) string {
 	if reason == "" {
 		return "The user denied this tool call. Do not retry it; continue without it."
@@ -782,11 +787,18 @@ func (r *turnRun) approveOnce(ctx context.Context, tc store.ToolCall, pattern, f
 		case approvalmode.Approve:
 			// This call only: no approval stands for later ones.
 			r.log.Info("tool call approved: smart approval", "tool", tc.Name, "pattern", pattern)
+			if err := r.resetJudgeDenials(ctx); err != nil {
+				return false, "", err
+			}
 			return true, "", nil
 		case approvalmode.Deny:
 			// The user may still run it, this once (Hermes's owner
 			// override of a smart denial): an /approve session or always
-			// grants nothing.
+			// grants nothing. The denial counts toward the breaker
+			// whatever the user answers (breaker.go).
+			if err := r.countJudgeDenial(ctx, tc); err != nil {
+				return false, "", err
+			}
 			judgedDangerous = true
 			ask.Reason = truncate("the smart-approval judge found it genuinely dangerous; /approve runs it this once. "+flagged, 300)
 		}
@@ -807,6 +819,11 @@ func (r *turnRun) approveOnce(ctx context.Context, tc store.ToolCall, pattern, f
 			r.deniedAll = &a
 		}
 		return false, a.reason, nil
+	}
+	// A user's approval ends a run of judge denials, as Hermes's
+	// _user_approved does (a judge's DENY the user overrides included).
+	if err := r.resetJudgeDenials(ctx); err != nil {
+		return false, "", err
 	}
 	subject := map[string]string{store.ApproveSession: sessionID, store.ApproveUser: userKey}[a.scope]
 	if a.scope != "" && subject != "" {

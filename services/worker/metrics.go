@@ -40,6 +40,11 @@ var approvalVerdicts = promauto.NewCounterVec(prometheus.CounterOpts{
 	Help: "Dangerous tool calls the smart-approval judge (approvals.mode smart) assessed, by verdict: approve (run without asking), deny (judged dangerous: the user is asked, for this call only), escalate (the judge is unsure: the user is asked), unclear (the answer was no verdict: the user is asked), error (the judge could not be asked, or the call was too long or unprintable to judge: the user is asked). A judge call cut short by /stop, an interrupting message or the lost session lock is not counted: it has no verdict and the turn stops.",
 }, []string{"verdict"})
 
+var approvalBreakerTrips = promauto.NewCounter(prometheus.CounterOpts{
+	Name: "switchboard_worker_approval_breaker_trips_total",
+	Help: "Denied dangerous tool calls whose result told the model that the smart-approval circuit breaker tripped: the conversation's consecutive judge DENY verdicts reached approvals.denial_breaker_threshold, so the model was told to stop trying variations and hand the operation to the user.",
+})
+
 var goalVerdicts = promauto.NewCounterVec(prometheus.CounterOpts{
 	Name: "switchboard_worker_goal_verdicts_total",
 	Help: "Turns of a standing goal (/goal) the goal judge ruled on, by verdict: done, blocked, continue, unparsed (the judge's answer was no verdict: continue), judge_error (the judge could not be asked: continue).",

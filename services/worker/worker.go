@@ -69,6 +69,15 @@ type Config struct {
 	// has set one with /approvals (approvals.mode: manual, the default,
 	// smart or off; approvals.go).
 	ApprovalsMode string `koanf:"-"`
+	// ApprovalsSmartPolicy is approvals.smart_policy: the operator's
+	// rules appended to the smart-approval judge's system prompt (""
+	// for none; at most approvalmode.MaxSmartPolicyChars).
+	ApprovalsSmartPolicy string `koanf:"-"`
+	// ApprovalsDenialBreakerThreshold is approvals.denial_breaker
+	// _threshold: from this many consecutive judge denials in a
+	// conversation on, a denied call's result tells the model to stop
+	// trying (3 by default; 0 or less turns the breaker off; breaker.go).
+	ApprovalsDenialBreakerThreshold int `koanf:"-"`
 }
 
 // AgentConfig is the agent section.
@@ -234,12 +243,13 @@ const (
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
 	return Config{
-		Concurrency:   64,
-		DrainTimeout:  25 * time.Second,
-		AckWait:       30 * time.Second,
-		MaxDeliver:    5,
-		DeltaInterval: 250 * time.Millisecond,
-		RedisPrefix:   "sb:",
+		Concurrency:                     64,
+		DrainTimeout:                    25 * time.Second,
+		AckWait:                         30 * time.Second,
+		MaxDeliver:                      5,
+		DeltaInterval:                   250 * time.Millisecond,
+		RedisPrefix:                     "sb:",
+		ApprovalsDenialBreakerThreshold: approvalmode.DefaultBreakerThreshold,
 		Agent: AgentConfig{
 			MaxIterations:       20,
 			SystemPrompt:        "You are a helpful assistant talking to people through a chat app. Answer concisely.",
@@ -412,6 +422,9 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	}
 	mode, err := approvalmode.FromConfig(cfg.ApprovalsMode)
 	if err != nil {
+		return nil, err
+	}
+	if err := approvalmode.CheckSmartPolicy(cfg.ApprovalsSmartPolicy); err != nil {
 		return nil, err
 	}
 	if cfg.ID == "" {

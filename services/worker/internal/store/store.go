@@ -601,6 +601,47 @@ func (s *Store) DeniedAll(ctx context.Context, turnID, callID string) (denied bo
 	return true, reason, nil
 }
 
+// RecordJudgeDenial counts the smart-approval judge's DENY of call
+// callID of turn turnID in conversation sessionID (agent_denial_breaker,
+// migration 00213) and returns the conversation's consecutive denials.
+// The same call counted last is not counted again: a worker that
+// resumes the turn asks the judge about the call anew.
+func (s *Store) RecordJudgeDenial(ctx context.Context, sessionID, turnID, callID string) (int, error) {
+	var n int
+	err := s.db.QueryRow(ctx, `INSERT INTO agent_denial_breaker AS b (session_id, denials, turn_id, call_id) VALUES ($1, 1, $2, $3)
+ON CONFLICT (session_id) DO UPDATE SET
+    denials = b.denials + CASE WHEN b.turn_id = EXCLUDED.turn_id AND b.call_id = EXCLUDED.call_id THEN 0 ELSE 1 END,
+    turn_id = EXCLUDED.turn_id, call_id = EXCLUDED.call_id, updated_at = now()
+RETURNING denials`, sessionID, turnID, callID).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("record judge denial: %w", err)
+	}
+	return n, nil
+}
+
+// ResetJudgeDenials ends conversation sessionID's run of judge denials
+// (an approval: the judge's or the user's).
+func (s *Store) ResetJudgeDenials(ctx context.Context, sessionID string) error {
+	if _, err := s.db.Exec(ctx, `DELETE FROM agent_denial_breaker WHERE session_id = $1`, sessionID); err != nil {
+		return fmt.Errorf("reset judge denials: %w", err)
+	}
+	return nil
+}
+
+// JudgeDenials is conversation sessionID's count of consecutive judge
+// denials (0 for none).
+func (s *Store) JudgeDenials(ctx context.Context, sessionID string) (int, error) {
+	var n int
+	err := s.db.QueryRow(ctx, `SELECT denials FROM agent_denial_breaker WHERE session_id = $1`, sessionID).Scan(&n)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read judge denials: %w", err)
+	}
+	return n, nil
+}
+
 // ErrMemoryFull refuses a note that would take a user's notes past their
 // limit.
 var ErrMemoryFull = memorygate.ErrFull

@@ -396,3 +396,46 @@ func TestThinkingOfAToolUseStepIsStored(t *testing.T) {
 		t.Errorf("%d messages store thinking (%v), want 1", stored, err)
 	}
 }
+
+// The judge's consecutive denials per conversation: each DENY of another
+// call adds one, the same call counted again (a resumed turn asks the
+// judge anew) does not, a reset deletes the row, and conversations are
+// counted apart.
+func TestJudgeDenials(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := store.New(pgtest.New(t))
+	type step struct {
+		op         string // deny, reset
+		sid        string
+		turn, call string
+		want       int // the tally after the step
+	}
+	for i, st := range []step{
+		{"deny", "c1", "t1", "call_0", 1},
+		{"deny", "c1", "t1", "call_0", 1}, // resumed: the same call
+		{"deny", "c1", "t1", "call_1", 2},
+		{"deny", "c1", "t2", "call_1", 3}, // another turn's call of the same id
+		{"deny", "c2", "t9", "call_0", 1},
+		{"deny", "c1", "t2", "call_1", 3},
+		{"reset", "c1", "", "", 0},
+		{"reset", "c1", "", "", 0},
+		{"deny", "c1", "t2", "call_1", 1}, // after a reset the same call counts again
+		{"deny", "c2", "t9", "call_1", 2},
+	} {
+		switch st.op {
+		case "deny":
+			n, err := s.RecordJudgeDenial(ctx, st.sid, st.turn, st.call)
+			if err != nil || n != st.want {
+				t.Fatalf("step %d: RecordJudgeDenial = %d, %v; want %d", i, n, err, st.want)
+			}
+		case "reset":
+			if err := s.ResetJudgeDenials(ctx, st.sid); err != nil {
+				t.Fatalf("step %d: %v", i, err)
+			}
+		}
+		if n, err := s.JudgeDenials(ctx, st.sid); err != nil || n != st.want {
+			t.Fatalf("step %d: JudgeDenials(%s) = %d, %v; want %d", i, st.sid, n, err, st.want)
+		}
+	}
+}
