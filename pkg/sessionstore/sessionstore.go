@@ -394,7 +394,7 @@ func (s *Store) ArriveAndEnqueue(ctx context.Context, key, profile string, src *
 	}
 	b := &pgx.Batch{}
 	s.queueArriveLocking(b, key, profile, src, ev.GetEventId(), ev.GetForkFrom(), false)
-	s.queueEnqueue(b, key, streamSeq, ownTurn, ev.GetEventId(), data, max, traceParent(ctx))
+	s.queueEnqueue(b, key, streamSeq, ownTurn, ev, data, max, traceParent(ctx))
 	br := s.db.SendBatch(ctx, b)
 	defer br.Close()
 	if a.Session, a.Created, a.Prev, err = readArrival(br); err != nil {
@@ -508,7 +508,7 @@ func (s *Store) Enqueue(ctx context.Context, key string, streamSeq int64, ownTur
 		return false, fmt.Errorf("encode queued message: %w", err)
 	}
 	b := &pgx.Batch{}
-	s.queueEnqueue(b, key, streamSeq, ownTurn, ev.GetEventId(), data, max, traceParent(ctx))
+	s.queueEnqueue(b, key, streamSeq, ownTurn, ev, data, max, traceParent(ctx))
 	br := s.db.SendBatch(ctx, b)
 	defer br.Close()
 	if inserted, err = readEnqueue(br); err != nil {
@@ -518,19 +518,19 @@ func (s *Store) Enqueue(ctx context.Context, key string, streamSeq int64, ownTur
 }
 
 // queueEnqueue adds Enqueue's statements to b.
-func (s *Store) queueEnqueue(b *pgx.Batch, key string, streamSeq int64, ownTurn bool, eventID string, data []byte, max int, traceparent string) {
+func (s *Store) queueEnqueue(b *pgx.Batch, key string, streamSeq int64, ownTurn bool, ev *eventsv1.MessageReceived, data []byte, max int, traceparent string) {
 	// Serialise enqueues per session (until the batch commits) so the cap holds.
 	b.Queue(`SELECT pg_advisory_xact_lock(hashtextextended('queue:' || $1, 0))`, key)
 	b.Queue(`WITH n AS (SELECT count(*) AS c FROM session_queue WHERE session_key = $1),
 		started AS (SELECT EXISTS (SELECT 1 FROM sessions WHERE session_key = $1 AND last_started_event_id = $3) AS yes),
 		ins AS (
-			INSERT INTO session_queue (session_key, stream_seq, event_id, own_turn, event, enqueued_at, traceparent)
-			SELECT $1, $2, $3, $4, $5, $6, $8 WHERE (SELECT c FROM n) < $7 AND NOT (SELECT yes FROM started)
+			INSERT INTO session_queue (session_key, stream_seq, event_id, own_turn, event, enqueued_at, traceparent, takes_skills_note)
+			SELECT $1, $2, $3, $4, $5, $6, $8, $9 WHERE (SELECT c FROM n) < $7 AND NOT (SELECT yes FROM started)
 			ON CONFLICT (session_key, event_id) DO NOTHING RETURNING 1)
 		SELECT EXISTS (SELECT 1 FROM ins),
 			EXISTS (SELECT 1 FROM session_queue WHERE session_key = $1 AND event_id = $3),
 			(SELECT yes FROM started)`,
-		key, streamSeq, eventID, ownTurn, data, s.now(), max, traceparent)
+		key, streamSeq, ev.GetEventId(), ownTurn, data, s.now(), max, traceparent, TakesSkillsNote(ev))
 }
 
 // traceParent is the W3C traceparent of ctx's span, or "".
@@ -643,16 +643,20 @@ func (s *Store) BeginFree(ctx context.Context, key, profile string, src *eventsv
 	// started; the update below, a statement of its own, sees every
 	// enqueue that committed before.
 	s.queueArriveLocking(b, key, profile, src, msg.GetEventId(), msg.GetForkFrom(), true)
-	// The turn takes the conversation's /reload-skills note (SetSkillsNote).
+	// The turn takes the conversation's /reload-skills note
+	// (SetSkillsNote), unless its message leaves it for a later one
+	// (TakesSkillsNote).
 	b.Queue(`WITH note AS (
-			SELECT CASE WHEN skills_note_session = session_id THEN skills_note END AS text
+			SELECT CASE WHEN $5 AND skills_note_session = session_id THEN skills_note END AS text
 			FROM sessions WHERE session_key = $1)
 		UPDATE sessions SET generation = generation + 1, last_turn_id = $2, last_turn_at = $3, updated_at = $3,
-			last_started_event_id = $4, skills_note = NULL, skills_note_session = NULL
+			last_started_event_id = $4,
+			skills_note = CASE WHEN $5 THEN NULL ELSE skills_note END,
+			skills_note_session = CASE WHEN $5 THEN NULL ELSE skills_note_session END
 		WHERE session_key = $1 AND last_started_event_id IS DISTINCT FROM $4
 		  AND NOT EXISTS (SELECT 1 FROM session_queue WHERE session_key = $1)
 		RETURNING generation, coalesce((SELECT text FROM note), '')`,
-		key, turnID, now, msg.GetEventId())
+		key, turnID, now, msg.GetEventId(), TakesSkillsNote(msg))
 	f.gen, f.note, f.err = readFreeStart(f.conn.SendBatch(ctx, b), &f.a)
 	return f
 }
@@ -786,8 +790,10 @@ func (s *Store) StartTurn(ctx context.Context, key, turnID string, maxInputs, ma
 // and, beyond the first, $5 bytes of encoded events (the turn must fit a
 // bus message: a head too big to publish would be picked, and fail, for
 // ever). The /reload-skills note made in the session's current
-// conversation, if any, goes with them (SetSkillsNote); the turn clears
-// it, one made in an earlier conversation too. The newest message taken becomes the last started: a redelivery
+// conversation, if any, goes with them (SetSkillsNote) when one of them
+// takes it (TakesSkillsNote: not a /undo's or /compress's turn, which
+// leaves it waiting for the next); the turn that takes it clears it,
+// one made in an earlier conversation too. The newest message taken becomes the last started: a redelivery
 // of it (the router died after queueing it, before recording it as
 // handled, and its partition delivers nothing newer until it is acked) is
 // then recognised as started, by Enqueue and by BeginFree.
@@ -805,14 +811,16 @@ take AS (
 	  AND (head.rn = 1 OR head.bytes <= $5)),
 d AS (
 	DELETE FROM session_queue q USING take WHERE q.id = take.id
-	RETURNING q.id, q.stream_seq, q.event_id, q.own_turn, q.event, q.traceparent),
+	RETURNING q.id, q.stream_seq, q.event_id, q.own_turn, q.event, q.traceparent, q.takes_skills_note),
+takes AS (SELECT EXISTS (SELECT 1 FROM d WHERE d.takes_skills_note) AS yes),
 note AS (
-	SELECT CASE WHEN skills_note_session = session_id THEN skills_note END AS text
+	SELECT CASE WHEN (SELECT yes FROM takes) AND skills_note_session = session_id THEN skills_note END AS text
 	FROM sessions WHERE session_key = $1),
 u AS (
 	UPDATE sessions SET generation = generation + 1, last_turn_id = $3, last_turn_at = $4, updated_at = $4,
 		last_started_event_id = (SELECT event_id FROM d ORDER BY stream_seq DESC, id DESC LIMIT 1),
-		skills_note = NULL, skills_note_session = NULL
+		skills_note = CASE WHEN (SELECT yes FROM takes) THEN NULL ELSE skills_note END,
+		skills_note_session = CASE WHEN (SELECT yes FROM takes) THEN NULL ELSE skills_note_session END
 	WHERE session_key = $1 AND EXISTS (SELECT 1 FROM take)
 	RETURNING generation)
 SELECT d.id, d.stream_seq, d.event_id, d.own_turn, d.event, d.traceparent, u.generation,

@@ -3,12 +3,16 @@ package sessionstore
 import (
 	"context"
 	"fmt"
+	"strings"
+
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 )
 
 // SetSkillsNote leaves note, Hermes's one-shot /reload-skills note, for
 // the next turn of the session key's current conversation, replacing one
 // left before (Hermes keeps the last). The transaction that starts that
-// turn takes it (Turn.SkillsNote) and clears it; a new conversation
+// turn takes it (Turn.SkillsNote) and clears it, unless the turn's
+// message leaves it for a later one (TakesSkillsNote); a new conversation
 // (/new, /resume, /branch, a reset by policy) never sees it. ErrNotFound
 // when the session does not exist.
 func (s *Store) SetSkillsNote(ctx context.Context, key, note string) error {
@@ -20,4 +24,18 @@ func (s *Store) SetSkillsNote(ctx context.Context, key, note string) error {
 		return ErrNotFound
 	}
 	return nil
+}
+
+// TakesSkillsNote reports whether a turn of ev takes the conversation's
+// /reload-skills note. Hermes consumes its pending note where it
+// prepends it to the message of the next agent run, so a command
+// answered without one leaves it pending: /undo and /compress, which
+// the router queues as turns of their own for the worker to edit the
+// transcript (transcript_command "undo [n]", "compress [args]"), send
+// the model no user message, and a note they took would be lost. /retry
+// sends the model the user's last message again, as Hermes's /retry
+// runs the agent with it, and takes the note; so does /moa's prompt.
+func TakesSkillsNote(ev *eventsv1.MessageReceived) bool {
+	name, _, _ := strings.Cut(ev.GetTranscriptCommand(), " ")
+	return name != "undo" && name != "compress"
 }

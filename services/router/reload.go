@@ -46,8 +46,10 @@ func (s *Service) followSkills(ctx context.Context) error {
 // (skill.Library.ReloadAnnounced), and only then holds the new skills: a
 // failed announcement changes nothing anywhere and is answered in
 // Hermes's words. When skills changed, Hermes's one-shot note waits for
-// the session's next turn (sessionstore.SetSkillsNote), in the same
-// transaction as the answer.
+// the session's next turn that sends the model a message
+// (sessionstore.SetSkillsNote, TakesSkillsNote: a /undo's or a
+// /compress's turn leaves it waiting), in the same transaction as the
+// answer.
 //
 // That transaction can fail after the announcement (Postgres down
 // before the commit): every replica holds the new skills by then, so a
@@ -131,7 +133,10 @@ func reloadAnswer(added, removed []skill.Item, total int) string {
 }
 
 // reloadNote is Hermes's one-shot note for the session's next turn
-// (gateway/run.py _handle_reload_skills_command): the turn carries it
+// that runs the agent on a message (gateway/run.py
+// _handle_reload_skills_command; Hermes takes it where it prepends it to
+// the message of the next agent run, so /undo and /compress, answered
+// without one, leave it pending, sessionstore.TakesSkillsNote): the turn carries it
 // (TurnRequested.skills_note) and the worker prepends it to the model's
 // copy of the turn's user message, as Hermes prepends it to the message
 // of its next agent run; the transcript keeps what the user typed.

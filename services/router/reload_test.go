@@ -2,6 +2,7 @@ package router
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -207,5 +208,60 @@ CREATE TRIGGER refuse_first_reload_answer BEFORE UPDATE ON command_effects
 	note := "[USER INITIATED SKILLS RELOAD:\n\nAdded Skills:\n    - deploy: Ship the build\n\nThe user runs a skill by typing /<name>.]"
 	if got := skillsNotes(turns, aliceKey); got[0] != note {
 		t.Fatalf("alice's turn carried the note %q, want %q", got[0], note)
+	}
+}
+
+// Hermes's note waits for the next message the agent runs on: a /undo's
+// or /compress's turn sends the model no user message (Hermes answers
+// those commands without an agent run), so it carries no note, and the
+// chat's next message does; /retry sends the last message again and
+// takes it. Each command's turn is started from the queue, as a
+// command's is, by a real router; the fake worker records the turns.
+func TestSkillsNoteWaitsPastUndoAndCompress(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	dir := t.TempDir()
+	e.skillsCfg = &skill.Config{Dirs: []string{dir}, MaxBytes: skill.DefaultMaxBytes}
+	cfg := testConfig()
+	cases := []struct {
+		command string
+		takes   bool
+	}{
+		{"/undo", false},
+		{"/undo 2", false},
+		{"/compress", false},
+		{"/compress here 2", false},
+		{"/retry", true},
+	}
+	for i := range cases {
+		cfg.Auth.GatewayAllowedUsers = append(cfg.Auth.GatewayAllowedUsers, fmt.Sprint("user", i))
+	}
+	e.startRouter(cfg, nil, nil)
+	w := e.startWorker(nil)
+	for i, tc := range cases {
+		// One at a time: each reload finds the one skill installed for it.
+		user := fmt.Sprint("user", i)
+		name := fmt.Sprint("skill", i)
+		writeTestSkill(t, dir, name, "---\ndescription: Skill "+name+"\n---\nDo it.\n")
+		if got := e.ask(user, "/reload-skills"); !strings.Contains(got, "    - "+name+": Skill "+name) {
+			t.Fatalf("%s: reload answer %q", tc.command, got)
+		}
+		note := "[USER INITIATED SKILLS RELOAD:\n\nAdded Skills:\n    - " + name + ": Skill " + name + "\n\nThe user runs a skill by typing /<name>.]"
+		key := "agent:main:telegram:dm:chat-" + user
+		for n, text := range []string{tc.command, "hello", "again"} {
+			e.publish(dm(user, text))
+			waitFor(t, user+"'s turn of "+text, func() bool {
+				turns, _ := w.snapshot()
+				return len(skillsNotes(turns, key)) == n+1
+			})
+		}
+		turns, _ := w.snapshot()
+		want := []string{"", note, ""}
+		if tc.takes {
+			want = []string{note, "", ""}
+		}
+		if got := skillsNotes(turns, key); !slices.Equal(got, want) {
+			t.Errorf("%s then two messages: the turns carried the notes %q, want %q", tc.command, got, want)
+		}
 	}
 }

@@ -276,7 +276,9 @@ type TurnRequested struct {
 	Moa bool `protobuf:"varint,36,opt,name=moa,proto3" json:"moa,omitempty"`
 	// Hermes's one-shot /reload-skills note ("[USER INITIATED SKILLS
 	// RELOAD: …]"), on the first turn of the session after a reload that
-	// changed its skills; empty on every other turn. The worker prepends
+	// changed its skills and that sends the model a user message (a
+	// /undo's or /compress's turn leaves it for the next one); empty on
+	// every other turn. The worker prepends
 	// it, and a blank line, to the model's copy of the turn's first user
 	// message, on each model call of the turn (a retried or redelivered
 	// turn carries it too); the transcript keeps what the user typed, so
