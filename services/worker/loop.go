@@ -943,7 +943,8 @@ func (r *turnRun) callModel(ctx context.Context, b Backend, model, system string
 	// complete the stream and the tail must go out as a delta too.
 	streamedBefore := r.textStreamed
 	ctx, span := otel.Tracer(tracerName).Start(ctx, "llm "+b.Kind, trace.WithSpanKind(trace.SpanKindClient),
-		trace.WithAttributes(attribute.String("gen_ai.system", b.Kind), attribute.String("gen_ai.request.model", model)))
+		trace.WithAttributes(attribute.String("gen_ai.system", b.Kind), attribute.String("gen_ai.request.model", model)),
+		trace.WithAttributes(r.callAttrs...))
 	defer span.End()
 	onDelta := func(d llm.Delta) error {
 		if d.Text == "" && d.Reasoning == "" {

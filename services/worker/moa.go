@@ -7,6 +7,11 @@ import (
 	"strings"
 	"sync"
 
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/switchboard-chat/switchboard/pkg/llm"
 	"github.com/switchboard-chat/switchboard/services/worker/internal/store"
 )
@@ -58,11 +63,20 @@ func moaOutcome(stopped bool, ref moaReference) string {
 // answer; a provider's refusal (quota, rate limit, key) is reported as
 // on any other turn. The session's model is never changed: the mixture
 // is this turn's alone.
+//
+// The mixture is a span of the turn's trace ("moa"), whose children are
+// each reference call's and the aggregator's model call ("llm <kind>",
+// as any model call's, with moa.role reference or aggregator).
 func (r *turnRun) mixture(ctx context.Context, system string, ls *loopState) (store.Final, error) {
 	cfg := r.s.cfg.Agent.MoA
+	minOK := max(cfg.MinSuccessfulReferences, 1)
+	mctx, span := otel.Tracer(tracerName).Start(ctx, "moa", trace.WithAttributes(
+		attribute.Int("moa.reference_models", len(cfg.ReferenceModels)),
+		attribute.Int("moa.min_successful_references", minOK)))
+	defer span.End()
 	prompt := r.moaPrompt(ls)
 	refs := make([]moaReference, len(cfg.ReferenceModels))
-	err := r.cancellable(ctx, func(ctx context.Context) error {
+	err := r.cancellable(mctx, func(ctx context.Context) error {
 		r.askReferences(ctx, cfg, prompt, refs)
 		return context.Cause(ctx)
 	})
@@ -70,6 +84,7 @@ func (r *turnRun) mixture(ctx context.Context, system string, ls *loopState) (st
 		moaReferenceCalls.WithLabelValues(moaOutcome(err != nil || ctx.Err() != nil, ref)).Inc()
 	}
 	if err != nil {
+		span.SetStatus(codes.Error, err.Error())
 		if fin, stopped, serr := r.stopFinal(ctx, ls, err); stopped {
 			return fin, serr
 		}
@@ -97,8 +112,9 @@ func (r *turnRun) mixture(ctx context.Context, system string, ls *loopState) (st
 	if len(failed) > 0 {
 		r.log.Warn("moa reference models failed", "failed", len(failed), "answered", len(answers), "models", strings.Join(failed, "; "))
 	}
-	minOK := max(cfg.MinSuccessfulReferences, 1)
+	span.SetAttributes(attribute.Int("moa.references_answered", len(answers)))
 	if len(answers) < minOK {
+		span.SetStatus(codes.Error, "too few reference models answered")
 		f := store.Final{Status: store.StatusFailed, Kind: store.FinalError, ErrorCode: "moa_references",
 			Text: fmt.Sprintf("Mixture of Agents failed: %d of %d reference models answered, at least %d needed (%s). "+
 				"Try again, or send the message without /moa.", len(answers), len(refs), minOK, strings.Join(failed, "; "))}
@@ -119,12 +135,14 @@ func (r *turnRun) mixture(ctx context.Context, system string, ls *loopState) (st
 	aggSystem := system + "\n\n" + moaAggregatorPrompt + "\n\n" + strings.Join(numbered, "\n")
 	temp := cfg.AggregatorTemperature
 	r.temperature = &temp
-	defer func() { r.temperature = nil }()
+	r.callAttrs = []attribute.KeyValue{attribute.String("moa.role", "aggregator")}
+	defer func() { r.temperature, r.callAttrs = nil, nil }()
 	// Without tools, as Hermes's aggregator; Anthropic's API is given
 	// their definitions all the same, as a history holding tool_use
 	// blocks may be refused without them. A tool call is ignored.
-	resp, err := r.callModel(ctx, backend, model, aggSystem, ls, backend.Kind == "anthropic")
+	resp, err := r.callModel(mctx, backend, model, aggSystem, ls, backend.Kind == "anthropic")
 	if err != nil {
+		span.SetStatus(codes.Error, "aggregator failed")
 		if ctx.Err() != nil || errors.Is(err, errLockLost) {
 			return store.Final{}, err
 		}
@@ -153,6 +171,14 @@ func (r *turnRun) aggregatorModel() string {
 // side question renders it) when there is one, so that a reference
 // answers in context without being handed tool calls it has no tools
 // for.
+//
+// The prompt is the model's copy of the turn (modelTurn): a pending
+// /reload-skills note the turn took stands before it for the
+// references as for the aggregator. Hermes does the same: its gateway
+// prepends the note to the message of the agent run, and its MoA
+// builds the references' advisory view from that run's API messages
+// (agent/moa_loop.py _reference_messages), which hold the message with
+// the note; only the transcript keeps the message as sent.
 func (r *turnRun) moaPrompt(ls *loopState) string {
 	var asked []string
 	for _, m := range r.modelTurn(ls) {
@@ -195,14 +221,19 @@ func (r *turnRun) askReferences(ctx context.Context, cfg MoAConfig, prompt strin
 				refs[i].err = errors.New("no model provider")
 				return
 			}
-			cctx, cancel := ctx, context.CancelFunc(func() {})
+			sctx, span := otel.Tracer(tracerName).Start(ctx, "llm "+backend.Kind, trace.WithSpanKind(trace.SpanKindClient),
+				trace.WithAttributes(attribute.String("gen_ai.system", backend.Kind), attribute.String("gen_ai.request.model", model),
+					attribute.String("moa.role", "reference"), attribute.String("moa.reference", name)))
+			defer span.End()
+			cctx, cancel := sctx, context.CancelFunc(func() {})
 			if cfg.ReferenceTimeout > 0 {
-				cctx, cancel = context.WithTimeout(ctx, cfg.ReferenceTimeout)
+				cctx, cancel = context.WithTimeout(sctx, cfg.ReferenceTimeout)
 			}
 			defer cancel()
 			resp, err := llm.Complete(cctx, backend.Provider, llm.Request{Model: model,
 				Messages:  []llm.Message{{Role: llm.RoleUser, Content: prompt}},
 				MaxTokens: maxTokens, Temperature: &temp})
+			defer func() { endReferenceSpan(ctx, span, refs[i]) }() // after the answer is read
 			mu.Lock()
 			defer mu.Unlock()
 			r.usage.ModelCalls++
@@ -212,9 +243,30 @@ func (r *turnRun) askReferences(ctx context.Context, cfg MoAConfig, prompt strin
 			}
 			r.addUsage(resp.Usage)
 			refs[i].text = resp.Text
+			span.SetAttributes(attribute.Int("gen_ai.usage.input_tokens", resp.Usage.InputTokens),
+				attribute.Int("gen_ai.usage.output_tokens", resp.Usage.OutputTokens))
 		}()
 	}
 	wg.Wait()
+}
+
+// endReferenceSpan records a reference call's outcome on its span: the
+// metric's label (moaOutcome) and, unless it answered, an error status
+// saying why (the cause of a /stop, a newer message or the lock's loss,
+// "empty answer", or moaReason).
+func endReferenceSpan(ctx context.Context, span trace.Span, ref moaReference) {
+	stopped := ctx.Err() != nil
+	outcome := moaOutcome(stopped, ref)
+	span.SetAttributes(attribute.String("moa.outcome", outcome))
+	switch {
+	case outcome == "ok":
+	case outcome == "empty":
+		span.SetStatus(codes.Error, "empty answer")
+	case stopped:
+		span.SetStatus(codes.Error, context.Cause(ctx).Error())
+	default:
+		span.SetStatus(codes.Error, moaReason(ref.err))
+	}
 }
 
 // moaReason is a reference's failure as the failure answer names it.

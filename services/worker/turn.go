@@ -14,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/attribute"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -53,6 +54,9 @@ type turnRun struct {
 	// temperature of the turn's model calls; nil: the provider's default
 	// (a /moa turn's aggregator: agent.moa.aggregator_temperature).
 	temperature *float64
+	// callAttrs are added to the span of the turn's model calls (a /moa
+	// turn's aggregator: moa.role).
+	callAttrs []attribute.KeyValue
 	// spent counts the deliveries that used up an attempt (hand-backs of
 	// stopping workers do not): the budget MaxDeliver bounds.
 	spent    int
