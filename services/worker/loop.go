@@ -604,32 +604,21 @@ func (r *turnRun) runTool(ctx context.Context, tc store.ToolCall) (result string
 	tctx, cancel := context.WithTimeout(tctx, r.s.cfg.Agent.ToolTimeout)
 	defer cancel()
 	// A /stop, an interrupting message or the lock's loss ends the tool
-	// as it ends a model call (cancellable; Hermes kills a running
-	// command likewise).
-	var out string
-	var terr error
-	ran := false
-	stop := r.cancellable(tctx, func(cctx context.Context) error {
-		if stoppedByUser(cctx) {
-			return context.Cause(cctx) // stopped already: the tool does not run
-		}
-		ran = true
-		r.toolRunning = tc.ID
-		out, terr = r.callTool(cctx, t, call, args)
-		if stoppedByUser(cctx) {
-			return context.Cause(cctx)
-		}
-		return nil
-	})
-	if !ran {
-		return "", false, stop
+	// as it ends a model call (Hermes kills a running command likewise).
+	tctx, abort := context.WithCancelCause(tctx)
+	defer abort(nil)
+	if err := r.ctl.duringCall(abort); err != nil {
+		return "", false, err
 	}
+	r.toolRunning = tc.ID
+	out, terr := r.callTool(tctx, t, call, args)
+	_ = r.ctl.duringCall(nil)
 	if ctx.Err() != nil {
 		return "", false, ctx.Err()
 	}
-	if stop != nil {
+	if cause := context.Cause(tctx); errors.Is(cause, errStopped) || errors.Is(cause, errInterrupted) || errors.Is(cause, errLockLost) {
 		toolCalls.WithLabelValues(tc.Name, "interrupted").Inc()
-		return "", false, stop
+		return "", false, cause
 	}
 	r.toolRunning = ""
 	if terr != nil {
@@ -990,34 +979,23 @@ func (r *turnRun) callModel(ctx context.Context, b Backend, model, system string
 		// both stream; the final edit completes it.
 		req.StreamReasoning = true
 	}
-	// The call runs under the turn's controls (cancellable): a /stop, a
-	// newer message or the lock's loss ends it at once.
-	var resp *llm.Response
-	var err error
-	called := false
-	stop := r.cancellable(ctx, func(callCtx context.Context) error {
-		if stoppedByUser(callCtx) {
-			return context.Cause(callCtx) // stopped already: no call
-		}
-		called = true
-		resp, err = b.Provider.Stream(callCtx, req, onDelta)
-		if err != nil && ctx.Err() == nil && stoppedByUser(callCtx) {
-			return context.Cause(callCtx)
-		}
-		return nil
-	})
-	if !called {
-		return nil, stop
+	callCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	if err := r.ctl.duringCall(cancel); err != nil {
+		return nil, err
 	}
+	resp, err := b.Provider.Stream(callCtx, req, onDelta)
+	_ = r.ctl.duringCall(nil)
 	r.usage.ModelCalls++
-	if stop != nil {
-		// Ended by the user (/stop, a newer message) or by the lock's
-		// loss: what it streamed so far is all the answer there is.
-		ls.partial = streamed.String()
-		span.SetStatus(codes.Error, stop.Error())
-		return nil, stop
-	}
 	if err != nil {
+		if cause := context.Cause(callCtx); ctx.Err() == nil && callCtx.Err() != nil &&
+			(errors.Is(cause, errStopped) || errors.Is(cause, errInterrupted) || errors.Is(cause, errLockLost)) {
+			// Ended by the user (/stop, a newer message) or by the lock's
+			// loss: what it streamed so far is all the answer there is.
+			ls.partial = streamed.String()
+			span.SetStatus(codes.Error, cause.Error())
+			return nil, cause
+		}
 		span.SetStatus(codes.Error, string(llm.ClassOf(err)))
 		return nil, err
 	}
