@@ -34,10 +34,11 @@ type msgCtx struct {
 	decision auth.Decision
 	notices  int
 	marked   bool // the dedupe record is written
-	// interaction is a native command's private answer channel (a
-	// Discord interaction's token), taken off the event on arrival: only
-	// a refusal of the command uses it (slashRefused), and it goes into
-	// no turn, queue or transcript.
+	// interaction is a native command's or a button press's private
+	// answer channel (a Discord interaction's token), taken off the event
+	// on arrival: only a refusal of the command or the press uses it
+	// (slashRefused, pressRefused), and it goes into no turn, queue or
+	// transcript.
 	interaction *eventsv1.Interaction
 	// holder is the session lock's value, read in the same round trip as
 	// the dedupe record ("" when free); nil once used or never read.
@@ -110,7 +111,7 @@ func (s *Service) handleInbound(ctx context.Context, ev *eventsv1.MessageReceive
 	}
 	m := &msgCtx{ev: ev, src: src, platform: strings.ToLower(src.GetPlatform()),
 		dedupeID: src.GetPlatform() + ":" + src.GetAccount() + ":" + ev.GetEventId()}
-	if ev.GetSlashCommand() {
+	if ev.GetSlashCommand() || ev.GetButtonPress() != nil {
 		m.interaction = ev.GetInteraction()
 	}
 	ev.Interaction = nil
@@ -451,9 +452,15 @@ func (s *Service) startedAlready(m *msgCtx) error {
 
 // unauthorized answers a denied sender: a pairing code in a DM unless
 // the platform's unauthorized DM behaviour is to ignore, silence in a
-// group (a documented drop).
+// group (a documented drop). A native command in a group, and a button
+// press the platform lets the router answer privately, get Hermes's
+// refusal instead.
 func (s *Service) unauthorized(ctx context.Context, m *msgCtx) error {
-	if !isDM(m.src) && m.ev.GetSlashCommand() && m.src.GetUserId() != "" && !m.src.GetIsBot() && !m.ev.GetInternal() {
+	person := m.src.GetUserId() != "" && !m.src.GetIsBot() && !m.ev.GetInternal()
+	if person && m.ev.GetButtonPress() != nil && m.interaction != nil {
+		return s.pressRefused(ctx, m)
+	}
+	if !isDM(m.src) && m.ev.GetSlashCommand() && person {
 		return s.slashRefused(ctx, m)
 	}
 	if !isDM(m.src) || m.src.GetUserId() == "" || m.src.GetIsBot() || quietPlatform(m.platform) || m.ev.GetInternal() {
@@ -506,7 +513,8 @@ func (s *Service) unauthorized(ctx context.Context, m *msgCtx) error {
 }
 
 // slashRefusalWindow is how often a sender not allowed hears that a
-// native command of theirs in a group was refused.
+// native command of theirs in a group, or a press of a button, was
+// refused.
 const slashRefusalWindow = time.Minute
 
 // slashRefused answers a native command (a Discord slash command) in a
@@ -518,18 +526,55 @@ const slashRefusalWindow = time.Minute
 // per sender, so a stranger cannot make the bot flood a channel; the
 // rest are dropped, as typed messages are.
 func (s *Service) slashRefused(ctx context.Context, m *msgCtx) error {
-	ok, err := s.rdb.SetNX(ctx, s.prefix+"slashdeny:"+m.platform+":"+m.src.GetUserId(), "1", slashRefusalWindow).Result()
+	return s.refusePrivately(ctx, m, "You're not authorized to use this command.")
+}
+
+// Hermes's Discord views' answers to a press from a user the gateway
+// does not authorize (their interaction_check): the approval prompt's,
+// and every other view's (the model picker's, the update prompt's).
+// Hermes has no /memory list buttons; theirs is the other views'.
+const (
+	pressRefusalApproval = "You're not authorized to approve commands~"
+	pressRefusal         = "You're not authorized~"
+)
+
+// pressRefused answers the press of a button (an approval prompt's, a
+// picker's, a /memory list's) from a sender not allowed, in a DM or a
+// group, with Hermes's refusal, as his Discord views do, shown to the
+// presser only: the press carries its interaction (a Discord
+// component's), whose followup the gateway sends ephemeral, leaving the
+// message with the buttons as it is. Nothing else happens: no session
+// is touched, no turn runs, the picker or prompt stays. A platform whose
+// press cannot be answered privately (Telegram's callback query, which
+// its gateway has answered already) carries no interaction and gets
+// what any message of the sender's gets. Once a minute per sender,
+// shared with the refusal of a slash command (slashRefused).
+func (s *Service) pressRefused(ctx context.Context, m *msgCtx) error {
+	text := pressRefusal
+	if c, ok := command.Parse(m.ev.GetText(), m.platform, s.cfg.BotNames[m.platform]); ok && (c.Name == "approve" || c.Name == "deny") {
+		text = pressRefusalApproval
+	}
+	return s.refusePrivately(ctx, m, text)
+}
+
+// refusePrivately publishes text, the refusal of a sender not allowed,
+// to the message's chat with its interaction on the target, so the
+// gateway shows it to the sender only. Once a minute per sender
+// (slashRefusalWindow): the rest are dropped, as typed messages are.
+func (s *Service) refusePrivately(ctx context.Context, m *msgCtx, text string) error {
+	key := s.prefix + "slashdeny:" + m.platform + ":" + m.src.GetUserId()
+	ok, err := s.rdb.SetNX(ctx, key, "1", slashRefusalWindow).Result()
 	if err != nil {
-		return fmt.Errorf("slash refusal throttle: %w", err)
+		return fmt.Errorf("refusal throttle: %w", err)
 	}
 	if !ok {
 		return nil
 	}
 	t := target(m.ev)
 	t.Interaction = m.interaction
-	if err := s.publishNoticeTo(ctx, m, 0, t, "You're not authorized to use this command.", "unauthorized", ""); err != nil {
+	if err := s.publishNoticeTo(ctx, m, 0, t, text, "unauthorized", ""); err != nil {
 		// The redelivery answers instead.
-		_ = s.rdb.Del(context.WithoutCancel(ctx), s.prefix+"slashdeny:"+m.platform+":"+m.src.GetUserId()).Err()
+		_ = s.rdb.Del(context.WithoutCancel(ctx), key).Err()
 		return err
 	}
 	return nil

@@ -1,6 +1,7 @@
 package router
 
 import (
+	"context"
 	"slices"
 	"testing"
 	"time"
@@ -8,6 +9,8 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
+	"github.com/switchboard-chat/switchboard/pkg/sessionstore"
 )
 
 // A native command (a Discord slash command) in a group from a sender
@@ -62,6 +65,124 @@ func TestSlashCommandRefusedInGroup(t *testing.T) {
 	for _, in := range turns[0].GetInputs() {
 		if in.GetText() != "what is new" || in.GetInteraction() != nil {
 			t.Fatalf("turn input %v, want alice's message without its interaction", in)
+		}
+	}
+}
+
+// A press of a button (an approval prompt's, a picker's) from a sender
+// not allowed, with the press's interaction (a Discord component's), is
+// answered with Hermes's refusal on a target carrying that interaction,
+// for the gateway to show to the presser only: the approval prompt's
+// words for its buttons, the other views' for the rest, in a DM (no
+// pairing code) as in a group, once a minute per sender, a window the
+// refusal of a slash command shares. Nothing else happens: no turn, no
+// session, the picker is not answered. An allowed sender's press works
+// as before, its answer without the interaction; a press without an
+// interaction (Telegram's) gets what the sender's messages get.
+func TestButtonPressOfASenderNotAllowed(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.provider = Provider{Kind: "openai", Model: "gpt-4o"}
+	cfg := testConfig()
+	cfg.Models = []string{"gpt-4o", "gpt-4o-mini"}
+	e.startRouter(cfg, nil, nil)
+	w := e.startWorker(nil)
+
+	ia := func(id string) *eventsv1.Interaction {
+		return &eventsv1.Interaction{Id: id, ApplicationId: "100000000000000001", Token: "aW50ZXJhY3Rpb24." + id,
+			ExpiresAt: timestamppb.New(time.Now().Add(15 * time.Minute)), Component: true}
+	}
+	// onDiscord makes ev a Discord press in chat (a group unless "dm")
+	// with interaction id.
+	onDiscord := func(ev *eventsv1.MessageReceived, chat, id string) *eventsv1.MessageReceived {
+		ev.Source.Platform, ev.NoReaction = "discord", true
+		if chat != "dm" {
+			ev.Source.ChatType, ev.Source.ChatId, ev.Source.ScopeId = "group", chat, "guild1"
+		}
+		if id != "" {
+			ev.Interaction = ia(id)
+		}
+		return ev
+	}
+	const notAllowed, notAllowedApproval = "You're not authorized~", "You're not authorized to approve commands~"
+	// sent are the notices published to chat so far.
+	sent := func(chat string) []*repliesv1.ReplyEvent {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		var out []*repliesv1.ReplyEvent
+		for _, n := range e.notices {
+			if n.GetTarget().GetChatId() == chat && n.GetNotice() != nil {
+				out = append(out, n)
+			}
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name string
+		ev   *eventsv1.MessageReceived
+		chat string
+		// want is the notice's text ("" none) and wantIA the interaction
+		// id its target carries ("" none).
+		want, wantIA string
+	}{
+		{"an allowed sender's press works", onDiscord(pickerPress("alice", "card-1", "x"), "dm", "800000000000000001"),
+			"chat-alice", "Model selection cancelled.", ""},
+		{"a picker's press in a group", onDiscord(pickerPress("mallory", "card-2", "x"), "chat-grp", "800000000000000002"),
+			"chat-grp", notAllowed, "800000000000000002"},
+		{"a second press within the minute", onDiscord(press("mallory", "/approve", "card-3", "call-3"), "chat-grp", "800000000000000003"),
+			"chat-grp", "", ""},
+		{"an approval's press in a DM", onDiscord(press("eve", "/approve always", "card-4", "call-4"), "dm", "800000000000000004"),
+			"chat-eve", notAllowedApproval, "800000000000000004"},
+		{"a /memory list's press in a DM", onDiscord(press("trent", "/memory approve all", "card-5", ""), "dm", "800000000000000005"),
+			"chat-trent", notAllowed, "800000000000000005"},
+		{"a press without an interaction in a group", onDiscord(pickerPress("oscar", "card-6", "x"), "chat-grp2", ""),
+			"chat-grp2", "", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := len(sent(tc.chat))
+			e.publish(tc.ev)
+			if tc.want == "" {
+				waitFor(t, "inbound drained", e.inboundDrained)
+				if got := sent(tc.chat); len(got) != before {
+					t.Fatalf("%s got %v, want nothing", tc.chat, got[before:])
+				}
+				return
+			}
+			waitFor(t, "the answer", func() bool { return len(sent(tc.chat)) > before })
+			waitFor(t, "inbound drained", e.inboundDrained)
+			got := sent(tc.chat)
+			if len(got) != before+1 {
+				t.Fatalf("%s got %v, want one notice", tc.chat, got[before:])
+			}
+			n := got[before]
+			if n.GetNotice().GetText() != tc.want || n.GetTarget().GetInteraction().GetId() != tc.wantIA {
+				t.Fatalf("notice %q to %v, want %q with interaction %q", n.GetNotice().GetText(), n.GetTarget(), tc.want, tc.wantIA)
+			}
+			if ia := n.GetTarget().GetInteraction(); tc.wantIA != "" && (!ia.GetComponent() || ia.GetToken() != "aW50ZXJhY3Rpb24."+tc.wantIA) {
+				t.Fatalf("the refusal's interaction %v, want the press's", ia)
+			}
+			if tc.wantIA != "" && n.GetNotice().GetReplacesMessageId() != "" {
+				t.Fatalf("the refusal replaces %q: the buttons' message must stay", n.GetNotice().GetReplacesMessageId())
+			}
+		})
+	}
+
+	// The window is the slash command's too: mallory's /status is dropped.
+	slash := onDiscord(dm("mallory", "/status"), "chat-grp", "800000000000000007")
+	slash.SlashCommand, slash.Interaction.Component = true, false
+	before := len(sent("chat-grp"))
+	e.publish(slash)
+	waitFor(t, "inbound drained", e.inboundDrained)
+	if got := sent("chat-grp"); len(got) != before {
+		t.Fatalf("mallory's slash command within the minute got %v", got[before:])
+	}
+	if turns, _ := w.snapshot(); len(turns) != 0 {
+		t.Fatalf("presses started %d turns", len(turns))
+	}
+	store := sessionstore.New(e.db)
+	for _, key := range []string{"agent:main:discord:group:chat-grp:mallory", "agent:main:discord:dm:chat-eve", "agent:main:discord:dm:chat-trent"} {
+		if _, err := store.Get(context.Background(), key); err == nil {
+			t.Errorf("session %s exists after a refused press", key)
 		}
 	}
 }

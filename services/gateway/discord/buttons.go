@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"time"
 	"unicode"
 
 	"github.com/bwmarrin/discordgo"
@@ -206,8 +207,11 @@ func urlSafe(s string) bool {
 // button or a picker's, or says why it is skipped. ch describes the interaction's
 // channel (guild presses only). The event id is the interaction's id,
 // the same in every delivery of the dispatch; the press names the
-// prompt (the message the button is on) and the tool call.
-func pressed(in *discordgo.Interaction, ch channelInfo, r rules) (*eventsv1.MessageReceived, skip) {
+// prompt (the message the button is on) and the tool call, and carries
+// the interaction (a component's: see followup) for the router to answer
+// a presser it does not authorize privately, as Hermes's views do. now
+// is when the interaction arrived: its token ends interactionTTL later.
+func pressed(in *discordgo.Interaction, ch channelInfo, r rules, now time.Time) (*eventsv1.MessageReceived, skip) {
 	if in.Type != discordgo.InteractionMessageComponent {
 		return nil, skip(fmt.Sprintf("interaction type %d", in.Type))
 	}
@@ -236,13 +240,18 @@ func pressed(in *discordgo.Interaction, ch channelInfo, r rules) (*eventsv1.Mess
 	}
 	dm := src.GetChatType() == "dm"
 	id := "press:" + in.ID
+	ia := interactionOf(in, now)
+	if ia != nil {
+		ia.Component = true
+	}
 	return &eventsv1.MessageReceived{
 		EventId: id, MessageId: id, Source: src, Text: command, Mentioned: true,
 		TransportAuthenticated: !dm && !u.Bot && hasRole(in.Member, r.AllowedRoles),
-		SentAt:                 timestamppb.Now(),
+		SentAt:                 timestamppb.New(now),
 		ButtonPress:            &eventsv1.ButtonPress{MessageId: in.Message.ID, ToolCallId: call, Data: choice},
 		// Its message id names no Discord message to react to.
-		NoReaction: true,
+		NoReaction:  true,
+		Interaction: ia,
 	}, ""
 }
 

@@ -203,7 +203,7 @@ func FuzzInteraction(f *testing.F) {
 		if !snowflake(in.ID) || !urlSafe(in.Token) {
 			t.Fatalf("accepted id %q token %q", in.ID, in.Token)
 		}
-		ev, why := pressed(in, channelInfo{Thread: thread, Parent: "P"}, rules{Account: bot, BotID: bot})
+		ev, why := pressed(in, channelInfo{Thread: thread, Parent: "P"}, rules{Account: bot, BotID: bot}, time.Now())
 		if ev == nil {
 			if why == "" {
 				t.Fatal("skipped without a reason")

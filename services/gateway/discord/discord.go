@@ -432,6 +432,7 @@ const ackWithin = 2500 * time.Millisecond
 // redelivered interaction is published once (its event id) and answered
 // again, which Discord refuses as already acknowledged.
 func (p *Platform) handlePress(ctx context.Context, conn platform.Conn, in *discordgo.Interaction) {
+	arrived := time.Now()
 	pctx, cancel := context.WithTimeout(ctx, ackWithin)
 	defer cancel()
 	guild := in.GuildID
@@ -443,7 +444,7 @@ func (p *Platform) handlePress(ctx context.Context, conn platform.Conn, in *disc
 		if settled || err != nil {
 			return settled
 		}
-		ev, why := pressed(in, ch, p.rules)
+		ev, why := pressed(in, ch, p.rules, arrived)
 		if ev == nil {
 			p.log.Debug("discord interaction skipped", "why", string(why), "interaction_id", in.ID)
 			return true
@@ -692,9 +693,10 @@ func checkIDs(req *deliveryv1.SendRequested, withMessage bool) error {
 // Send posts a message. The first chunk replies to the user's message.
 // A thread id that does not exist yet (a prospective auto-thread) is
 // opened from the message with that id, then posted into. A target
-// with an interaction (a slash command's refusal) is answered with an
-// ephemeral followup, seen by the invoker only, and with a message in
-// the channel where that cannot be done (see followup).
+// with an interaction (the refusal of a slash command or of a button
+// press) is answered with an ephemeral followup, seen by the invoker
+// only; where that cannot be done a command's refusal goes to the
+// channel as a message and a press's is dropped (see followup).
 func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (string, error) {
 	t := req.GetTarget()
 	if err := checkIDs(req, false); err != nil {

@@ -454,41 +454,54 @@ func (p *Platform) handleCommand(ctx context.Context, conn platform.Conn, in *di
 const followupGrace = 30 * time.Second
 
 // followup sends req as an ephemeral followup of the interaction on its
-// target (Target.interaction), seen by the invoker only, once the
-// command's deferred response is deleted, and reports whether it took
-// care of req: false when the followup cannot be sent (an interaction
-// without a usable token, a token that has ended or that Discord
-// refuses, a followup Discord refuses for good, a request with
-// attachments), and the caller posts req to the channel instead. A
-// failure worth another try (429, 5xx, the network) is returned, and
-// delivery tries again with the token while it lasts. Errors have the
-// token blanked out: delivery logs and stores their texts.
+// target (Target.interaction), seen by the invoker only, and reports
+// whether it took care of req. A command's followup goes out once the
+// command's deferred response is deleted; a press's (Interaction.component)
+// leaves its response message alone, which is the message carrying the
+// buttons. When the followup cannot be sent (an interaction without a
+// usable token, a token that has ended or that Discord refuses, a
+// followup Discord refuses for good, a request with attachments) a
+// command's answer is not taken care of, and the caller posts it to
+// the channel instead; a press's is dropped, since the presser alone was
+// to see it. A failure worth another try (429, 5xx, the network, a
+// press's interaction not yet acknowledged) is returned, and delivery
+// tries again with the token while it lasts. Errors have the token
+// blanked out: delivery logs and stores their texts.
 func (p *Platform) followup(ctx context.Context, req *deliveryv1.SendRequested) (string, bool, error) {
 	ia := req.GetTarget().GetInteraction()
+	// notSent is the answer when no followup can be sent.
+	notSent := func(msg string, args ...any) (string, bool, error) {
+		if ia.GetComponent() {
+			p.log.Warn(msg+"; dropping the press's private answer", append(args, "interaction_id", ia.GetId())...)
+			return "", true, nil
+		}
+		p.log.Warn(msg+"; answering in the channel", append(args, "interaction_id", ia.GetId())...)
+		return "", false, nil
+	}
 	text := req.GetText()
 	if n := utf8.RuneCountInString(text); len(req.GetAttachments()) > 0 || n == 0 || n > 2000 {
-		return "", false, nil
+		return notSent("discord followup of attachments or an unfit length")
 	}
 	if !snowflake(ia.GetId()) || !snowflake(ia.GetApplicationId()) || !urlSafe(ia.GetToken()) {
-		p.log.Warn("discord interaction unusable; answering in the channel", "interaction_id", ia.GetId())
-		return "", false, nil
+		return notSent("discord interaction unusable")
 	}
 	if ia.GetExpiresAt() == nil || time.Now().Add(followupGrace).After(ia.GetExpiresAt().AsTime()) {
-		p.log.Info("discord interaction token expired; answering in the channel", "interaction_id", ia.GetId())
-		return "", false, nil
+		return notSent("discord interaction token expired")
 	}
 	in := &discordgo.Interaction{ID: ia.GetId(), AppID: ia.GetApplicationId(), Token: ia.GetToken()}
-	// The deferred response goes first: a followup sent while it is
-	// still deferred would take its place, and the deletion the
+	// A command's deferred response goes first: a followup sent while it
+	// is still deferred would take its place, and the deletion the
 	// connection's replica makes after publishing the command would take
 	// the followup with it. Whichever of the two deletions comes second
-	// is answered Unknown Message.
-	if err := p.s.InteractionResponseDelete(in, opts(ctx)...); err != nil && !isCode(err, discordgo.ErrCodeUnknownMessage) {
-		if refused(err) {
-			p.log.Warn("discord interaction refused; answering in the channel", "interaction_id", ia.GetId(), "err", redact(err, ia.GetToken()))
-			return "", false, nil
+	// is answered Unknown Message. A press's response message is the
+	// message with the buttons (a deferred update): never deleted.
+	if !ia.GetComponent() {
+		if err := p.s.InteractionResponseDelete(in, opts(ctx)...); err != nil && !isCode(err, discordgo.ErrCodeUnknownMessage) {
+			if refused(err) {
+				return notSent("discord interaction refused", "err", redact(err, ia.GetToken()))
+			}
+			return "", true, redact(sendError("delete deferred response", err), ia.GetToken())
 		}
-		return "", true, redact(sendError("delete deferred response", err), ia.GetToken())
 	}
 	m, err := p.s.FollowupMessageCreate(in, true, &discordgo.WebhookParams{Content: text,
 		Flags: discordgo.MessageFlagsEphemeral, AllowedMentions: p.cfg.AllowMentions.allowed()}, opts(ctx)...)
@@ -498,9 +511,14 @@ func (p *Platform) followup(ctx context.Context, req *deliveryv1.SendRequested) 
 			return "", true, nil
 		}
 		return m.ID, true, nil
+	case ia.GetComponent() && isCode(err, discordgo.ErrCodeUnknownWebhook):
+		// The gateway publishes a press before it acknowledges it (see
+		// handlePress), and Discord knows no followup webhook for an
+		// interaction not yet acknowledged: the acknowledgement is on its
+		// way, so this is tried again.
+		return "", true, redact(fmt.Errorf("discord create followup: press not acknowledged yet: %w", err), ia.GetToken())
 	case refused(err):
-		p.log.Warn("discord followup refused; answering in the channel", "interaction_id", ia.GetId(), "err", redact(err, ia.GetToken()))
-		return "", false, nil
+		return notSent("discord followup refused", "err", redact(err, ia.GetToken()))
 	}
 	return "", true, redact(sendError("create followup", err), ia.GetToken())
 }

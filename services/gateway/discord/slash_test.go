@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/bwmarrin/discordgo"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/switchboard-chat/switchboard/pkg/command"
@@ -501,6 +502,118 @@ func TestSlashRefusalEphemeral(t *testing.T) {
 	}
 	if ms := f.Messages(channel); len(ms) != 2 || ms[1].Content != refusal || len(f.InteractionState(id).Followups) != 0 {
 		t.Fatalf("the channel has %+v, want the second refusal", ms)
+	}
+}
+
+// A press's refusal carries the press's interaction (a component's): it
+// is an ephemeral followup, seen by the presser only, and the message
+// with the buttons is neither deleted nor edited (Discord's @original of
+// a press is that message). Sent before the gateway's acknowledgement
+// lands, the followup is refused as Unknown Webhook and returned for
+// delivery to retry; a token Discord refuses, or one past its end,
+// drops the refusal: the channel gets nothing.
+func TestPressRefusalEphemeral(t *testing.T) {
+	t.Parallel()
+	f := newFake(t)
+	b, next := run(t, f, Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const refusal = "You're not authorized~"
+	n := 0
+	refuse := func(ev *eventsv1.MessageReceived, ia *eventsv1.Interaction) *deliveryv1.SendReceipt {
+		t.Helper()
+		n++
+		src := ev.GetSource()
+		target := &deliveryv1.Target{Platform: "discord", Account: src.GetAccount(), ChatId: src.GetChatId(), ReplyToMessageId: ev.GetMessageId(), Interaction: ia}
+		r := &deliveryv1.SendReceipt{}
+		if err := b.Request(ctx, b.Topology().SendSubject("discord"), &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND,
+			IdempotencyKey: fmt.Sprintf("press-refusal-%d", n), Target: target, Text: refusal, Final: true}, r); err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	const card = "700000000000000042"
+	pressOf := func() (string, *eventsv1.MessageReceived) {
+		t.Helper()
+		d, err := f.Press(ctx, discordfake.Press{ChannelID: channel, GuildID: guild, MessageID: card, UserID: user, UserName: "mallory", CustomID: "ea:once:call_1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ev := next(20 * time.Second)
+		id := d["id"].(string)
+		if ia := ev.GetInteraction(); ia.GetId() != id || ia.GetToken() != d["token"] || !ia.GetComponent() || ia.GetApplicationId() != f.BotID ||
+			!ia.GetExpiresAt().AsTime().After(time.Now().Add(14*time.Minute)) {
+			t.Fatalf("published %v without the press's interaction", ev)
+		}
+		platformtest.WaitFor(t, "the press to be acknowledged", func() bool { acks, _ := f.Acks(id); return len(acks) == 1 })
+		return id, ev
+	}
+	noDelete := func() {
+		t.Helper()
+		for _, req := range f.Requests() {
+			if strings.HasPrefix(req, "DELETE /api/v9/webhooks/") || strings.HasPrefix(req, "PATCH /api/v9/webhooks/") {
+				t.Fatalf("the press's response message was touched: %s", req)
+			}
+		}
+	}
+
+	id, ev := pressOf()
+	if r := refuse(ev, ev.GetInteraction()); !r.GetOk() || r.GetPlatformMessageId() == "" {
+		t.Fatalf("refusal: %v", r)
+	}
+	if st := f.InteractionState(id); st.Original != "" || len(st.Followups) != 1 || st.Followups[0].Content != refusal || st.Followups[0].Flags != 64 {
+		t.Fatalf("interaction %+v, want the refusal as an ephemeral followup and no response message", st)
+	}
+	noDelete()
+
+	// A token Discord refuses: dropped.
+	id, ev = pressOf()
+	f.ExpireInteraction(id)
+	if r := refuse(ev, ev.GetInteraction()); !r.GetOk() {
+		t.Fatalf("refusal with a refused token: %v", r)
+	}
+	// A token past its end: dropped, Discord not asked.
+	_, ev = pressOf()
+	ia := proto.Clone(ev.GetInteraction()).(*eventsv1.Interaction)
+	ia.ExpiresAt = timestamppb.New(time.Now().Add(-time.Second))
+	if r := refuse(ev, ia); !r.GetOk() {
+		t.Fatalf("refusal with an ended token: %v", r)
+	}
+	for _, req := range f.Requests() {
+		if strings.HasPrefix(req, "POST /api/v9/webhooks/"+f.BotID+"/"+ia.GetToken()) {
+			t.Fatalf("a followup was tried with an ended token: %s", req)
+		}
+	}
+	if ms := f.Messages(channel); len(ms) != 0 {
+		t.Fatalf("the channel got %+v", ms)
+	}
+	noDelete()
+
+	// Before the acknowledgement: retryable, no token in the error. A
+	// fake no gateway reads, so nothing acknowledges the press.
+	g := newFake(t)
+	p, err := newPlatform(Config{BotToken: g.Token, APIBaseURL: g.URL()}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.SignIn(ctx); err != nil {
+		t.Fatal(err)
+	}
+	d, err := g.Press(ctx, discordfake.Press{ChannelID: channel, GuildID: guild, MessageID: card, UserID: user, UserName: "mallory", CustomID: "ea:deny"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	unacked := &eventsv1.Interaction{Id: d["id"].(string), ApplicationId: g.BotID, Token: d["token"].(string),
+		ExpiresAt: timestamppb.New(time.Now().Add(15 * time.Minute)), Component: true}
+	req := &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "early",
+		Target: &deliveryv1.Target{Platform: "discord", ChatId: channel, Interaction: unacked}, Text: refusal, Final: true}
+	_, err = p.Send(ctx, req)
+	var se *platform.SendError
+	if err == nil || errors.As(err, &se) || strings.Contains(err.Error(), unacked.GetToken()) {
+		t.Fatalf("followup before the acknowledgement: %v, want a retryable error without the token", err)
+	}
+	if ms := g.Messages(channel); len(ms) != 0 {
+		t.Fatalf("the channel got %+v", ms)
 	}
 }
 

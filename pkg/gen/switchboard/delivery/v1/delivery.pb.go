@@ -264,10 +264,12 @@ type Target struct {
 	ThreadId string                 `protobuf:"bytes,4,opt,name=thread_id,json=threadId,proto3" json:"thread_id,omitempty"`
 	// Reply threading: the user's message this answers.
 	ReplyToMessageId string `protobuf:"bytes,5,opt,name=reply_to_message_id,json=replyToMessageId,proto3" json:"reply_to_message_id,omitempty"`
-	// Answer privately, to the invoker of a native command only (a
-	// Discord ephemeral interaction followup); when the platform no longer
-	// takes it (expired, refused), the gateway sends an ordinary message
-	// to the chat. Set only on a refusal of a native command. Delivery
+	// Answer privately, to the invoker of a native command or the presser
+	// of a button only (a Discord ephemeral interaction followup); when the
+	// platform no longer takes it (expired, refused), the gateway sends a
+	// command's as an ordinary message to the chat and drops a press's
+	// (Interaction.component). Set only on a refusal of a native command
+	// or of a button press. Delivery
 	// drops it from the outbox row once the row is sent or dead-lettered,
 	// and the admin API never shows it.
 	Interaction   *v1.Interaction `protobuf:"bytes,6,opt,name=interaction,proto3" json:"interaction,omitempty"`

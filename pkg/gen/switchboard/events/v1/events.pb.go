@@ -754,11 +754,12 @@ type MessageReceived struct {
 	// menu, so the router answers a refusal even in a group, where a
 	// typed message from someone not allowed gets silence.
 	SlashCommand bool `protobuf:"varint,21,opt,name=slash_command,json=slashCommand,proto3" json:"slash_command,omitempty"`
-	// Set with slash_command where the platform can answer the invoker
-	// privately (a Discord interaction): the router takes it off the event
-	// on arrival, so it goes into no turn, queue or transcript, and puts it
-	// only on a refusal's target (Target.interaction), which the gateway
-	// sends as a message only the invoker sees.
+	// Set with slash_command or button_press where the platform can answer
+	// the invoker privately (a Discord interaction): the router takes it
+	// off the event on arrival, so it goes into no turn, queue or
+	// transcript, and puts it only on a refusal's target
+	// (Target.interaction), which the gateway sends as a message only the
+	// invoker sees.
 	Interaction   *Interaction `protobuf:"bytes,22,opt,name=interaction,proto3" json:"interaction,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -963,8 +964,15 @@ type Interaction struct {
 	Token string `protobuf:"bytes,3,opt,name=token,proto3" json:"token,omitempty"`
 	// When the token stops working (the gateway sets it from when the
 	// interaction arrived); after it the answer goes to the chat as a
-	// message instead.
-	ExpiresAt     *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	// message instead (a press's: nowhere, see component).
+	ExpiresAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	// The interaction is the press of a button on a message (a Discord
+	// component interaction, acknowledged with a deferred update), not a
+	// native command: its response message (@original) is the message
+	// that carries the buttons, which the answer must leave alone, so the
+	// followup goes out without deleting it; and an answer that cannot be
+	// sent privately is dropped rather than posted to the chat.
+	Component     bool `protobuf:"varint,5,opt,name=component,proto3" json:"component,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1025,6 +1033,13 @@ func (x *Interaction) GetExpiresAt() *timestamppb.Timestamp {
 		return x.ExpiresAt
 	}
 	return nil
+}
+
+func (x *Interaction) GetComponent() bool {
+	if x != nil {
+		return x.Component
+	}
+	return false
 }
 
 // ButtonPress is a press of one of the buttons a gateway rendered (an
@@ -1324,13 +1339,14 @@ const file_switchboard_events_v1_events_proto_rawDesc = "" +
 	"\tfork_from\x18\x13 \x01(\v2\x1f.switchboard.events.v1.ForkFromR\bforkFrom\x12E\n" +
 	"\fbutton_press\x18\x14 \x01(\v2\".switchboard.events.v1.ButtonPressR\vbuttonPress\x12#\n" +
 	"\rslash_command\x18\x15 \x01(\bR\fslashCommand\x12D\n" +
-	"\vinteraction\x18\x16 \x01(\v2\".switchboard.events.v1.InteractionR\vinteraction\"\x95\x01\n" +
+	"\vinteraction\x18\x16 \x01(\v2\".switchboard.events.v1.InteractionR\vinteraction\"\xb3\x01\n" +
 	"\vInteraction\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12%\n" +
 	"\x0eapplication_id\x18\x02 \x01(\tR\rapplicationId\x12\x14\n" +
 	"\x05token\x18\x03 \x01(\tR\x05token\x129\n" +
 	"\n" +
-	"expires_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\"b\n" +
+	"expires_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12\x1c\n" +
+	"\tcomponent\x18\x05 \x01(\bR\tcomponent\"b\n" +
 	"\vButtonPress\x12\x1d\n" +
 	"\n" +
 	"message_id\x18\x01 \x01(\tR\tmessageId\x12 \n" +
