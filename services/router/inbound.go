@@ -529,30 +529,35 @@ func (s *Service) slashRefused(ctx context.Context, m *msgCtx) error {
 	return s.refusePrivately(ctx, m, "You're not authorized to use this command.")
 }
 
-// Hermes's Discord views' answers to a press from a user the gateway
-// does not authorize (their interaction_check): the approval prompt's,
-// and every other view's (the model picker's, the update prompt's).
-// Hermes has no /memory list buttons; theirs is the other views'.
-const (
-	pressRefusalApproval = "You're not authorized to approve commands~"
-	pressRefusal         = "You're not authorized~"
-)
+// Hermes's answers to a press from a user the gateway does not
+// authorize, an approval prompt's and any other button's, by platform:
+// his Discord views' (their interaction_check; the model picker's and
+// the update prompt's say the short one) and his Telegram callback
+// handler's (the callback query's answer; its slash-confirm and clarify
+// prompts say the other one, its model picker checks no one). Hermes
+// has no /memory list buttons: theirs is the other buttons' text.
+var pressRefusals = map[string][2]string{
+	"discord":  {"You're not authorized to approve commands~", "You're not authorized~"},
+	"telegram": {"⛔ You are not authorized to approve commands.", "⛔ You are not authorized to answer this prompt."},
+}
 
 // pressRefused answers the press of a button (an approval prompt's, a
 // picker's, a /memory list's) from a sender not allowed, in a DM or a
-// group, with Hermes's refusal, as his Discord views do, shown to the
-// presser only: the press carries its interaction (a Discord
-// component's), whose followup the gateway sends ephemeral, leaving the
-// message with the buttons as it is. Nothing else happens: no session
-// is touched, no turn runs, the picker or prompt stays. A platform whose
-// press cannot be answered privately (Telegram's callback query, which
-// its gateway has answered already) carries no interaction and gets
-// what any message of the sender's gets. Once a minute per sender,
-// shared with the refusal of a slash command (slashRefused).
+// group, with Hermes's refusal, shown to the presser only: the press
+// carries its interaction, which the gateway answers privately (a
+// Discord component's ephemeral followup, a Telegram callback query's
+// answer), leaving the message with the buttons as it is. Nothing else
+// happens: no session is touched, no turn runs, the picker or prompt
+// stays. Once a minute per sender, shared with the refusal of a slash
+// command (slashRefused).
 func (s *Service) pressRefused(ctx context.Context, m *msgCtx) error {
-	text := pressRefusal
+	texts, ok := pressRefusals[m.platform]
+	if !ok {
+		texts = pressRefusals["discord"]
+	}
+	text := texts[1]
 	if c, ok := command.Parse(m.ev.GetText(), m.platform, s.cfg.BotNames[m.platform]); ok && (c.Name == "approve" || c.Name == "deny") {
-		text = pressRefusalApproval
+		text = texts[0]
 	}
 	return s.refusePrivately(ctx, m, text)
 }

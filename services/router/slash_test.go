@@ -70,15 +70,16 @@ func TestSlashCommandRefusedInGroup(t *testing.T) {
 }
 
 // A press of a button (an approval prompt's, a picker's) from a sender
-// not allowed, with the press's interaction (a Discord component's), is
-// answered with Hermes's refusal on a target carrying that interaction,
-// for the gateway to show to the presser only: the approval prompt's
-// words for its buttons, the other views' for the rest, in a DM (no
-// pairing code) as in a group, once a minute per sender, a window the
-// refusal of a slash command shares. Nothing else happens: no turn, no
-// session, the picker is not answered. An allowed sender's press works
-// as before, its answer without the interaction; a press without an
-// interaction (Telegram's) gets what the sender's messages get.
+// not allowed, with the press's interaction (a Discord component's, a
+// Telegram callback query's), is answered with Hermes's refusal on a
+// target carrying that interaction, for the gateway to show to the
+// presser only: the platform's approval words for an approval's
+// buttons, its other words for the rest, in a DM (no pairing code) as
+// in a group, once a minute per sender, a window the refusal of a slash
+// command shares. Nothing else happens: no turn, no session, the picker
+// is not answered. An allowed sender's press works as before, its
+// answer without the interaction; a press without an interaction gets
+// what the sender's messages get.
 func TestButtonPressOfASenderNotAllowed(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -102,6 +103,12 @@ func TestButtonPressOfASenderNotAllowed(t *testing.T) {
 		if id != "" {
 			ev.Interaction = ia(id)
 		}
+		return ev
+	}
+	// onTelegram gives ev, a Telegram press in a DM, its callback query
+	// id (a Telegram press's interaction: no token).
+	onTelegram := func(ev *eventsv1.MessageReceived, id string) *eventsv1.MessageReceived {
+		ev.Interaction = &eventsv1.Interaction{Id: id, Component: true, ExpiresAt: timestamppb.New(time.Now().Add(1500 * time.Millisecond))}
 		return ev
 	}
 	const notAllowed, notAllowedApproval = "You're not authorized~", "You're not authorized to approve commands~"
@@ -137,6 +144,10 @@ func TestButtonPressOfASenderNotAllowed(t *testing.T) {
 			"chat-trent", notAllowed, "800000000000000005"},
 		{"a press without an interaction in a group", onDiscord(pickerPress("oscar", "card-6", "x"), "chat-grp2", ""),
 			"chat-grp2", "", ""},
+		{"a Telegram approval's press in a DM", onTelegram(press("peggy", "/deny", "card-8", "call-8"), "900000000000000008"),
+			"chat-peggy", "⛔ You are not authorized to approve commands.", "900000000000000008"},
+		{"a Telegram picker's press in a DM", onTelegram(pickerPress("victor", "card-9", "x"), "900000000000000009"),
+			"chat-victor", "⛔ You are not authorized to answer this prompt.", "900000000000000009"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := len(sent(tc.chat))
@@ -158,7 +169,7 @@ func TestButtonPressOfASenderNotAllowed(t *testing.T) {
 			if n.GetNotice().GetText() != tc.want || n.GetTarget().GetInteraction().GetId() != tc.wantIA {
 				t.Fatalf("notice %q to %v, want %q with interaction %q", n.GetNotice().GetText(), n.GetTarget(), tc.want, tc.wantIA)
 			}
-			if ia := n.GetTarget().GetInteraction(); tc.wantIA != "" && (!ia.GetComponent() || ia.GetToken() != "aW50ZXJhY3Rpb24."+tc.wantIA) {
+			if ia := n.GetTarget().GetInteraction(); tc.wantIA != "" && (!ia.GetComponent() || ia.GetToken() != tc.ev.GetInteraction().GetToken()) {
 				t.Fatalf("the refusal's interaction %v, want the press's", ia)
 			}
 			if tc.wantIA != "" && n.GetNotice().GetReplacesMessageId() != "" {

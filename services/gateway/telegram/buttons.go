@@ -2,12 +2,17 @@ package telegram
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/go-telegram/bot"
 	"github.com/go-telegram/bot/models"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
@@ -18,9 +23,12 @@ import (
 // buttons a row: "✅ Allow Once", "✅ Session", "✅ Always", "❌ Deny". A
 // press is a callback_query update; the gateway publishes it as the
 // command the button stands for, typed by whoever pressed it in the
-// prompt's chat, and answers the query at once (the client stops its
-// spinner). The router's answer replaces the prompt's text with an edit
-// sent without reply_markup, which takes the keyboard off.
+// prompt's chat, with the query's id as its interaction, and answers the
+// query (the client stops its spinner) once the router has had its
+// chance to refuse a presser it does not authorize in that answer, as
+// Hermes does (hold, refuse). The router's answer replaces the prompt's
+// text with an edit sent without reply_markup, which takes the keyboard
+// off.
 //
 // Callback data is "ea:<choice>" or "ea:<choice>:<tool call id>" (as
 // Hermes's "ea:<choice>:<approval id>"), the call's id only where it
@@ -197,3 +205,118 @@ func (p *Platform) answerCallback(ctx context.Context, id string) {
 		p.log.Debug("answerCallbackQuery failed", "err", p.redact(err))
 	}
 }
+
+// pressHold is how long a published press's callback query is held
+// unanswered for the router's refusal of a presser it does not
+// authorize (Telegram takes one answer, and Hermes's refusal is that
+// answer's text). The router's answer to an allowed presser edits the
+// message with the buttons, which ends the hold at once when it passes
+// through this replica; otherwise the client's spinner shows until the
+// hold ends and the query is answered without text.
+const pressHold = 1500 * time.Millisecond
+
+// heldQuery is a press's callback query held for the router's refusal.
+type heldQuery struct {
+	chat, card string
+	release    chan struct{} // closed: answer without text now
+	once       sync.Once
+}
+
+// hold holds callback query id of a press on card in chat: it is
+// answered without text when the hold ends or the card is edited here
+// (releaseCard), unless a refusal claims it first (claimQuery). Off the
+// update loop: the next update does not wait. Nor does the hold end
+// with ctx: a webhook's is its request's, which ends at once.
+func (p *Platform) hold(ctx context.Context, id, chat, card string) {
+	h := &heldQuery{chat: chat, card: card, release: make(chan struct{})}
+	p.heldMu.Lock()
+	if p.held == nil {
+		p.held = map[string]*heldQuery{}
+	}
+	p.held[id] = h
+	p.heldMu.Unlock()
+	go func() {
+		t := time.NewTimer(pressHold)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-h.release:
+		}
+		if p.claimQuery(id) {
+			actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			defer cancel()
+			p.answerCallback(actx, id)
+		}
+	}()
+}
+
+// heldPress is the interaction of a press whose callback query this
+// replica holds from now (hold): the router refuses a presser it does
+// not authorize in the query's answer (refuse), which must come before
+// the hold ends.
+func heldPress(id string, now time.Time) *eventsv1.Interaction {
+	return &eventsv1.Interaction{Id: id, Component: true, ExpiresAt: timestamppb.New(now.Add(pressHold))}
+}
+
+// claimQuery takes callback query id off the held ones and reports
+// whether it was held here (its holder answers it no more).
+func (p *Platform) claimQuery(id string) bool {
+	p.heldMu.Lock()
+	defer p.heldMu.Unlock()
+	if _, ok := p.held[id]; !ok {
+		return false
+	}
+	delete(p.held, id)
+	return true
+}
+
+// releaseCard ends the hold of the queries of presses on card in chat:
+// the router answered the press by editing the card, so it refuses none.
+func (p *Platform) releaseCard(chat, card string) {
+	p.heldMu.Lock()
+	defer p.heldMu.Unlock()
+	for _, h := range p.held {
+		if h.chat == chat && h.card == card {
+			h.once.Do(func() { close(h.release) })
+		}
+	}
+}
+
+// refuse answers the callback query of a press (the target's
+// interaction, Interaction.component) with the router's refusal as its
+// text, a toast only the presser sees, as Hermes's callback handler
+// answers a user it does not authorize. A query answered already (its
+// hold ended, or Telegram no longer takes it) or past its end drops the
+// refusal: nothing goes to the chat, where others would see it.
+func (p *Platform) refuse(ctx context.Context, req *deliveryv1.SendRequested) (string, error) {
+	ia := req.GetTarget().GetInteraction()
+	held := p.claimQuery(ia.GetId())
+	if !held && (ia.GetExpiresAt() == nil || time.Now().After(ia.GetExpiresAt().AsTime())) {
+		p.log.Info("telegram callback query answered already; dropping the press's refusal")
+		return "", nil
+	}
+	text := req.GetText()
+	if utf8.RuneCountInString(text) > maxCallbackText {
+		text = string([]rune(text)[:maxCallbackText])
+	}
+	_, err := p.api.AnswerCallbackQuery(ctx, &bot.AnswerCallbackQueryParams{CallbackQueryID: ia.GetId(), Text: text})
+	switch {
+	case err == nil:
+		return "", nil
+	case errors.Is(err, bot.ErrorBadRequest):
+		p.log.Info("telegram refused the callback query's answer; dropping the press's refusal", "err", p.redact(err))
+		return "", nil
+	}
+	if held {
+		// Telegram did not take it: the query is answered without text,
+		// as its hold would have, and the refusal is not retried.
+		p.answerCallback(context.WithoutCancel(ctx), ia.GetId())
+		p.log.Warn("answer telegram callback query with the refusal", "err", p.redact(err))
+		return "", nil
+	}
+	return "", classify(err)
+}
+
+// maxCallbackText is the most a callback query's answer shows (Telegram
+// takes 0-200 characters).
+const maxCallbackText = 200

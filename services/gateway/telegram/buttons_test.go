@@ -8,6 +8,7 @@ import (
 
 	"github.com/switchboard-chat/switchboard/pkg/bus/bustest"
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/platform"
 	"github.com/switchboard-chat/switchboard/pkg/telegramfake"
 )
@@ -216,5 +217,102 @@ func TestPickerButtons(t *testing.T) {
 		MessageId: strconv.Itoa(card.ID), Text: "Model switched to `openai/o3`", Format: deliveryv1.TextFormat_TEXT_FORMAT_MARKDOWN})
 	if after := f.Message("99", card.ID); !r.GetOk() || len(after.Buttons) != 0 || !strings.Contains(after.Shown, "Model switched to") {
 		t.Fatalf("the answer (%v) shows %q with buttons %v, want it without buttons", r, after.Shown, after.Buttons)
+	}
+}
+
+// A press is published with its callback query (Interaction.component),
+// held unanswered for the router's refusal: a refusal answers the query
+// with its text (Hermes's toast, the presser's only) and nothing goes to
+// the chat; an edit of the card (an allowed presser's answer) ends the
+// hold at once; otherwise the hold ends with an answer without text, and
+// a refusal after it is dropped, not sent to the chat.
+func TestPressRefusal(t *testing.T) {
+	t.Parallel()
+	f := newFake(t)
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	s, _ := startService(t, testConfig(f), b, "a")
+	waitFor(t, "connected", 20*time.Second, func() bool { st, _ := s.Runner().State(); return st == platform.StateConnected })
+	target := &deliveryv1.Target{Platform: "telegram", Account: "4242", ChatId: "99"}
+	r := sendReq(t, b, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "p1", Target: target, Text: "approve?",
+		Approval: &deliveryv1.Approval{Choices: []string{"once", "deny"}, ToolCallId: "call_1"}})
+	if !r.GetOk() {
+		t.Fatalf("prompt not sent: %v", r)
+	}
+	card := f.Messages("99")[0]
+	const refusal = "⛔ You are not authorized to approve commands."
+	seen := 0
+	// pressOf presses the card's button and returns the published
+	// press's interaction.
+	pressOf := func(data string) *eventsv1.Interaction {
+		t.Helper()
+		_, query, err := f.Press("99", card.ID, alice, data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ev *eventsv1.MessageReceived
+		waitFor(t, "the press published", 10*time.Second, func() bool {
+			evs := inbound(t, b)
+			if len(evs) > seen {
+				ev = evs[seen]
+			}
+			return ev != nil
+		})
+		seen++
+		ia := ev.GetInteraction()
+		if ia.GetId() != query || !ia.GetComponent() || ia.GetToken() != "" || ia.GetExpiresAt().AsTime().After(time.Now().Add(pressHold)) {
+			t.Fatalf("press published with interaction %v, want its query %s held", ia, query)
+		}
+		return ia
+	}
+	refuse := func(key string, ia *eventsv1.Interaction) {
+		t.Helper()
+		r := sendReq(t, b, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: key,
+			Target: &deliveryv1.Target{Platform: "telegram", Account: "4242", ChatId: "99", Interaction: ia}, Text: refusal})
+		if !r.GetOk() {
+			t.Fatalf("refusal: %v", r)
+		}
+	}
+
+	ia := pressOf("ea:once:call_1")
+	refuse("r1", ia)
+	if a := f.CallbackAnswers(); len(a) != 1 || a[0].QueryID != ia.GetId() || a[0].Text != refusal || a[0].ShowAlert {
+		t.Fatalf("answers %+v, want the refusal as the query's answer", a)
+	}
+	time.Sleep(pressHold + 200*time.Millisecond)
+	if a := f.CallbackAnswers(); len(a) != 1 {
+		t.Fatalf("answers %+v after the hold, want the refusal alone", a)
+	}
+
+	// An allowed presser's: the card's edit ends the hold.
+	pressed := time.Now()
+	ia = pressOf("ea:deny:call_1")
+	if r := sendReq(t, b, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_EDIT, IdempotencyKey: "e1", Target: target,
+		MessageId: strconv.Itoa(card.ID), Text: "❌ Denied by Alice"}); !r.GetOk() {
+		t.Fatalf("edit: %v", r)
+	}
+	waitFor(t, "the query answered", 10*time.Second, func() bool { return len(f.CallbackAnswers()) == 2 })
+	if a := f.CallbackAnswers()[1]; a.QueryID != ia.GetId() || a.Text != "" || time.Since(pressed) >= pressHold {
+		t.Fatalf("answer %+v %v after the press, want one without text before the hold ends", a, time.Since(pressed))
+	}
+
+	// Nothing comes: the hold ends with an answer without text, and a
+	// refusal after it is dropped.
+	r = sendReq(t, b, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "p2", Target: target, Text: "approve?",
+		Approval: &deliveryv1.Approval{Choices: []string{"once"}}})
+	if !r.GetOk() {
+		t.Fatalf("prompt not sent: %v", r)
+	}
+	card = f.Messages("99")[1]
+	ia = pressOf("ea:once")
+	waitFor(t, "the hold's answer", 10*time.Second, func() bool { return len(f.CallbackAnswers()) == 3 })
+	if a := f.CallbackAnswers()[2]; a.QueryID != ia.GetId() || a.Text != "" {
+		t.Fatalf("answer %+v, want one without text", a)
+	}
+	refuse("r2", ia)
+	if a := f.CallbackAnswers(); len(a) != 3 {
+		t.Fatalf("answers %+v, want the late refusal dropped", a)
+	}
+	if ms := f.Messages("99"); len(ms) != 2 {
+		t.Fatalf("the chat has %d messages, want the two prompts alone", len(ms))
 	}
 }

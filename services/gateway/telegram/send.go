@@ -130,6 +130,9 @@ func checkLength(text string, limit int) error {
 // Send posts a text message, or the attachments with the text as caption.
 func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (string, error) {
 	t := req.GetTarget()
+	if t.GetInteraction().GetComponent() {
+		return p.refuse(ctx, req)
+	}
 	if len(req.GetAttachments()) > 0 {
 		return p.sendMedia(ctx, req)
 	}
@@ -447,7 +450,12 @@ func (p *Platform) Edit(ctx context.Context, req *deliveryv1.SendRequested) erro
 		return err
 	})
 	if err != nil && errors.Is(err, bot.ErrorBadRequest) && strings.Contains(err.Error(), "message is not modified") {
-		return nil
+		err = nil
+	}
+	if err == nil {
+		// The router answered a press of the card by editing it: a
+		// query held for its refusal need wait no more.
+		p.releaseCard(req.GetTarget().GetChatId(), req.GetMessageId())
 	}
 	return classify(err)
 }

@@ -215,6 +215,11 @@ type Platform struct {
 	// webhookBounds bound the webhook server's connections.
 	webhookBounds connBounds
 
+	// held are the callback queries of presses held for the router's
+	// refusal (hold), by query id.
+	heldMu sync.Mutex
+	held   map[string]*heldQuery
+
 	mu       sync.Mutex
 	username string
 	menuSet  bool // the command menu was set (setCommands)
@@ -364,11 +369,17 @@ func (p *Platform) handle(ctx context.Context, conn platform.Conn, raw []byte) (
 		conn.Reject(ctx, "malformed update", err)
 		return nil
 	}
+	held := false
 	if out.callbackID != "" {
 		// Answered once the press is on the bus (or skipped): until then
-		// the client shows its progress, and Telegram sends it again.
+		// the client shows its progress, and Telegram sends it again. A
+		// press published is held for the router's refusal first (hold).
 		defer func() {
-			if err == nil {
+			switch {
+			case err != nil:
+			case held:
+				p.hold(ctx, out.callbackID, out.ev.GetSource().GetChatId(), out.ev.GetButtonPress().GetMessageId())
+			default:
 				p.answerCallback(ctx, out.callbackID)
 			}
 		}()
@@ -378,11 +389,15 @@ func (p *Platform) handle(ctx context.Context, conn platform.Conn, raw []byte) (
 		p.log.Debug("update skipped", "reason", out.skip)
 		return nil
 	}
+	if out.callbackID != "" {
+		out.ev.Interaction = heldPress(out.callbackID, time.Now())
+	}
 	if _, err := conn.Deliver(ctx, out.ev); err != nil {
 		if errors.Is(err, platform.ErrRejected) {
 			return nil
 		}
 		return fmt.Errorf("publish update %s: %w", out.ev.GetEventId(), err)
 	}
+	held = out.callbackID != ""
 	return nil
 }

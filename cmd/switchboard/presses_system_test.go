@@ -1,0 +1,187 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/switchboard-chat/switchboard/pkg/telegramfake"
+	"github.com/switchboard-chat/switchboard/services/gateway/discord/discordfake"
+)
+
+// TestDiscordPressOfAStranger runs the whole system (`switchboard dev`,
+// the Discord gateway on the fake Discord, real Postgres, Redis and the
+// embedded NATS) with an allowlist: a button press from a user it does
+// not list, in a server channel, gets Hermes's refusal as an ephemeral
+// followup of the press's interaction (the gateway, the router and
+// delivery in turn), the message with the buttons left alone, once a
+// minute; an allowed user's press is answered as before (the card
+// edited).
+func TestDiscordPressOfAStranger(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the whole system")
+	}
+	t.Parallel()
+	const (
+		ann     = "555000000000000001" // allowed
+		mallory = "555000000000000002" // not
+		dmChan  = "700000000000000001"
+		guild   = "710000000000000001"
+		channel = "720000000000000001"
+		card    = "730000000000000001" // a prompt in the channel
+	)
+	dc := discordfake.New(t)
+	dc.AddChannel(dmChan, discordfake.TypeDM, "", "")
+	dc.AddChannel(channel, discordfake.TypeGuildText, guild, "")
+	d := startDev(t,
+		"DISCORD_BOT_TOKEN="+dc.Token, "DISCORD_API_BASE_URL="+dc.URL(),
+		"DISCORD_ALLOWED_USERS="+ann, "GATEWAY_ALLOW_ALL_USERS=",
+		"SWITCHBOARD_ROUTER__HOME_NOTICE=false",
+	)
+	defer d.stop(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		for !cond() {
+			if ctx.Err() != nil {
+				t.Fatalf("timed out waiting for %s\nstderr:\n%s", what, d.stderr.String())
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	if err := dc.WaitConnected(ctx); err != nil {
+		t.Fatal(err)
+	}
+	press := func(user, ch, g, msg, customID string) string {
+		t.Helper()
+		in, err := dc.Press(ctx, discordfake.Press{ChannelID: ch, GuildID: g, MessageID: msg, UserID: user, UserName: "someone", CustomID: customID})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return in["id"].(string)
+	}
+
+	const refusal = "You're not authorized to approve commands~"
+	first := press(mallory, channel, guild, card, "ea:once:call_1")
+	waitFor("the refusal", func() bool { return len(dc.InteractionState(first).Followups) == 1 })
+	st := dc.InteractionState(first)
+	if f := st.Followups[0]; f.Content != refusal || f.Flags != 64 || st.Original != "" {
+		t.Fatalf("interaction %+v, want %q as an ephemeral followup and the response message untouched", st, refusal)
+	}
+	second := press(mallory, channel, guild, card, "ea:deny:call_1") // within the minute
+
+	// Ann's press of a card in her DM (the answer to her message): the
+	// router's "expired" card replaces its text.
+	if err := dc.Dispatch(ctx, "MESSAGE_CREATE", discordfake.MessageCreate{ID: dc.NewID(), ChannelID: dmChan, AuthorID: ann, Content: "hello"}.Payload()); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("ann's answer", func() bool { return len(dc.Messages(dmChan)) == 1 })
+	answer := dc.Messages(dmChan)[0]
+	press(ann, dmChan, "", answer.ID, "ea:once")
+	waitFor("ann's card answered", func() bool {
+		ms := dc.Messages(dmChan)
+		return len(ms) == 1 && strings.HasPrefix(ms[0].Content, "⌛ Approval expired")
+	})
+	time.Sleep(time.Second) // mallory's second press has had its time
+	if st := dc.InteractionState(second); len(st.Followups) != 0 || st.Original != "" {
+		t.Fatalf("mallory's second press within the minute got %+v", st)
+	}
+	if ms := dc.Messages(channel); len(ms) != 0 {
+		t.Fatalf("the channel got %+v", ms)
+	}
+	for _, req := range dc.Requests() {
+		if strings.HasPrefix(req, "DELETE /api/v9/webhooks/") || strings.Contains(req, "/messages/"+card) {
+			t.Fatalf("the press's message was touched: %s", req)
+		}
+	}
+}
+
+// TestTelegramPressOfAStranger runs the whole system with the Telegram
+// gateway on the fake Bot API and an allowlist: an approval prompt in a
+// group, pressed by a user the allowlist does not list, gets Hermes's
+// refusal as the callback query's answer (the gateway holds the query
+// for it), the card and the chat unchanged, once a minute; the allowed
+// user's press then approves as before.
+func TestTelegramPressOfAStranger(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the whole system")
+	}
+	t.Parallel()
+	const token = "4545:press-test-token"
+	tg, err := telegramfake.New(token, "switchboard_bot")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tg.Close()
+	d := startDev(t,
+		"TELEGRAM_BOT_TOKEN="+token, "TELEGRAM_API_BASE_URL="+tg.URL,
+		"SWITCHBOARD_GATEWAYS__TELEGRAM__POLL_TIMEOUT=1s",
+		"TELEGRAM_ALLOWED_USERS=99", "GATEWAY_ALLOW_ALL_USERS=",
+		"SWITCHBOARD_ROUTER__HOME_NOTICE=false",
+		"SWITCHBOARD_AGENT__DANGEROUS_TOOLS=clock",
+	)
+	defer d.stop(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		for !cond() {
+			if ctx.Err() != nil {
+				t.Fatalf("timed out waiting for %s\nstderr:\n%s", what, d.stderr.String())
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	const group = "-1002285219667"
+	chat := map[string]any{"id": -1002285219667, "type": "supergroup", "title": "Team"}
+	ann := map[string]any{"id": 99, "is_bot": false, "first_name": "Ann"}
+	mallory := map[string]any{"id": 66, "is_bot": false, "first_name": "Mallory"}
+	text := `@switchboard_bot what time? [[tool:clock {"tz":"UTC"}]]`
+	tg.Inject(map[string]any{"message": map[string]any{"message_id": 1, "date": time.Now().Unix(), "text": text, "chat": chat, "from": ann,
+		"entities": []map[string]any{{"type": "mention", "offset": 0, "length": len("@switchboard_bot")}}}})
+	var card *telegramfake.Message
+	waitFor("the approval prompt", func() bool {
+		for _, m := range tg.Messages(group) {
+			if strings.Contains(m.Shown, "Dangerous command requires approval") && len(m.Buttons) > 0 {
+				card = &m
+				return true
+			}
+		}
+		return false
+	})
+	shown := card.Shown
+	messages := len(tg.Messages(group))
+
+	const refusal = "⛔ You are not authorized to approve commands."
+	_, first, err := tg.Press(group, card.ID, mallory, card.Buttons[0][0].Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor("the refusal", func() bool { return len(tg.CallbackAnswers()) == 1 })
+	if a := tg.CallbackAnswers()[0]; a.QueryID != first || a.Text != refusal {
+		t.Fatalf("answer %+v, want %q to query %s", a, refusal, first)
+	}
+	_, second, err := tg.Press(group, card.ID, mallory, card.Buttons[1][1].Data) // within the minute
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor("the second press answered", func() bool { return len(tg.CallbackAnswers()) == 2 })
+	if a := tg.CallbackAnswers()[1]; a.QueryID != second || a.Text != "" {
+		t.Fatalf("answer %+v to the second press, want one without text", a)
+	}
+	if m := tg.Message(group, card.ID); m.Shown != shown || len(m.Buttons) == 0 || len(tg.Messages(group)) != messages {
+		t.Fatalf("the card shows %q with buttons %v and the group %d messages after the stranger's presses", m.Shown, m.Buttons, len(tg.Messages(group)))
+	}
+
+	// Ann's press approves.
+	if _, _, err := tg.Press(group, card.ID, ann, card.Buttons[0][0].Data); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("ann's approval", func() bool { return tg.Message(group, card.ID).Shown == "✅ Approved once by Ann" })
+	waitFor("ann's press answered", func() bool { return len(tg.CallbackAnswers()) == 3 })
+	if a := tg.CallbackAnswers()[2]; a.Text != "" {
+		t.Fatalf("ann's press answered %+v", a)
+	}
+}
