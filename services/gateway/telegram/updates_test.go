@@ -140,12 +140,14 @@ func kindCases() []kindCase {
 				e.ReplyTo = &eventsv1.ReplyTo{MessageId: "3", Text: "older", UserId: "99"}
 			})},
 		// A press of an approval prompt's button: the command, from the
-		// presser, naming the prompt and its call.
+		// presser, naming the prompt and its call, with its callback
+		// query (held for the router's refusal).
 		{"approval_button", obj{"callback_query": obj{"id": "4242000001", "from": alice, "chat_instance": "-99", "data": "ea:session:call_1",
 			"message": msg(obj{"from": botUser, "chat": dmChat, "text": "⚠️ Dangerous command requires approval"})}},
 			ev(dm, "/approve session", func(e *eventsv1.MessageReceived) {
 				e.MessageId, e.SentAt = "", nil
 				e.ButtonPress = &eventsv1.ButtonPress{MessageId: "7", ToolCallId: "call_1"}
+				e.Interaction = &eventsv1.Interaction{Id: "4242000001", Component: true}
 			})},
 		// Skipped kinds: acknowledged to Telegram, never published.
 		{"unknown_button", obj{"callback_query": obj{"id": "4242000002", "from": alice, "chat_instance": "-99", "data": "mp:gpt",
