@@ -269,6 +269,11 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 }
 
 // inboundDrained reports whether every inbound durable has acked all.
+// A durable's pending count can lag a publish the server already
+// acknowledged (seen: a message published, every durable reporting none
+// pending, the message handled a moment later), so the stream's last
+// message must also be at or below the ack floor of one durable: the
+// one whose partition it belongs to.
 func (e *env) inboundDrained() bool {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -276,6 +281,11 @@ func (e *env) inboundDrained() bool {
 	if err != nil {
 		return false
 	}
+	sinfo, err := st.Info(ctx)
+	if err != nil {
+		return false
+	}
+	var acked uint64
 	for p := range e.bus.Topology().PartitionCount() {
 		c, err := st.Consumer(ctx, fmt.Sprintf("router-inbound-%d", p))
 		if err != nil {
@@ -285,8 +295,9 @@ func (e *env) inboundDrained() bool {
 		if err != nil || info.NumPending > 0 || info.NumAckPending > 0 {
 			return false
 		}
+		acked = max(acked, info.AckFloor.Stream)
 	}
-	return true
+	return acked >= sinfo.State.LastSeq
 }
 
 // ask sends text as user's DM and returns the next notice to user.
