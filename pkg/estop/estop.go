@@ -277,27 +277,31 @@ func read(ctx context.Context, kv jetstream.KeyValue) (*State, uint64, error) {
 	return Decode(e.Value()), e.Revision(), nil
 }
 
-// Disengage deletes the pause; it reports false when none was engaged
-// (an expired entry is deleted all the same). The delete is conditional
-// on the revision read, as Update's write: a pause engaged between the
-// read and the delete is read again, so that the report is about the
-// pause deleted (an expired entry re-armed meanwhile is a pause lifted,
-// not "none was engaged").
-func Disengage(ctx context.Context, kv jetstream.KeyValue) (bool, error) {
+// Disengage deletes the pause and returns the one it lifted; nil when
+// none was engaged (an expired entry is deleted all the same). The
+// delete is conditional on the revision read, as Update's write: a pause
+// engaged between the read and the delete is read again, so that what
+// it returns is the pause deleted (an expired entry re-armed meanwhile
+// is a pause lifted, not "none was engaged"), which the admin API
+// audits.
+func Disengage(ctx context.Context, kv jetstream.KeyValue) (*State, error) {
 	for range updateAttempts {
 		st, rev, err := read(ctx, kv)
 		if err != nil || st == nil {
-			return false, err
+			return nil, err
 		}
 		err = kv.Delete(ctx, key, jetstream.LastRevision(rev))
 		if err == nil {
-			return !st.Expired(time.Now()), nil
+			if st.Expired(time.Now()) {
+				return nil, nil
+			}
+			return st, nil
 		}
 		if !bus.LostRace(err) {
-			return false, fmt.Errorf("disengage pause: %w", err)
+			return nil, fmt.Errorf("disengage pause: %w", err)
 		}
 	}
-	return false, fmt.Errorf("disengage pause: %w", ErrContended)
+	return nil, fmt.Errorf("disengage pause: %w", ErrContended)
 }
 
 // DeleteExpired deletes the stored entry if it expired at now, on the

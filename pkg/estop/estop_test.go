@@ -58,12 +58,12 @@ func TestWatchFollowsEngageAndDisengage(t *testing.T) {
 	if got := v2.Current(); got == nil || got.Reason != "deploy window" {
 		t.Errorf("a new watch sees %+v, want the pause", got)
 	}
-	if ok, err := Disengage(ctx, kv); err != nil || !ok {
-		t.Fatalf("disengage: %v, %v", ok, err)
+	if st, err := Disengage(ctx, kv); err != nil || st == nil || st.Reason != "deploy window" {
+		t.Fatalf("disengage: %+v, %v; want the pause lifted", st, err)
 	}
 	waitFor(t, "the views to resume", func() bool { return v.Current() == nil && v2.Current() == nil })
-	if ok, err := Disengage(ctx, kv); err != nil || ok {
-		t.Errorf("second disengage: %v, %v; want false", ok, err)
+	if st, err := Disengage(ctx, kv); err != nil || st != nil {
+		t.Errorf("second disengage: %+v, %v; want none lifted", st, err)
 	}
 	// Fail safe: an entry that is not a pause still pauses.
 	if _, err := kv.Put(ctx, key, []byte("not json")); err != nil {
@@ -274,8 +274,8 @@ func TestPauseExpires(t *testing.T) {
 		_, err := kv.Get(ctx, key)
 		return errors.Is(err, jetstream.ErrKeyNotFound)
 	})
-	if ok, err := Disengage(ctx, kv); err != nil || ok {
-		t.Errorf("disengage after the expiry: %v, %v; want false", ok, err)
+	if st, err := Disengage(ctx, kv); err != nil || st != nil {
+		t.Errorf("disengage after the expiry: %+v, %v; want none lifted", st, err)
 	}
 }
 

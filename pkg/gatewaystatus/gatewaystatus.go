@@ -239,15 +239,33 @@ func SetPause(ctx context.Context, kv jetstream.KeyValue, p Pause) (bool, error)
 	return true, nil
 }
 
+// clearAttempts bounds ClearPause's reads: each lost race is another
+// pause or resume of the platform landing, which a person makes.
+const clearAttempts = 8
+
 // ClearPause deletes a platform's pause; it reports false when the
-// platform was not paused.
+// platform was not paused. The delete is conditional on the entry read:
+// a resume and a new pause landing between the read and the delete are
+// read again, so what it reports is about the pause it deleted.
 func ClearPause(ctx context.Context, kv jetstream.KeyValue, platform string) (bool, error) {
-	p, err := Get(ctx, kv, platform)
-	if err != nil || p == nil {
-		return false, err
+	for range clearAttempts {
+		e, err := kv.Get(ctx, platform)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			return false, nil
+		}
+		if err != nil {
+			return false, fmt.Errorf("read pause of %s: %w", platform, err)
+		}
+		if Decode(e.Value()) == nil {
+			return false, nil
+		}
+		err = kv.Delete(ctx, platform, jetstream.LastRevision(e.Revision()))
+		if err == nil {
+			return true, nil
+		}
+		if !bus.LostRace(err) {
+			return false, fmt.Errorf("resume %s: %w", platform, err)
+		}
 	}
-	if err := kv.Delete(ctx, platform); err != nil {
-		return false, fmt.Errorf("resume %s: %w", platform, err)
-	}
-	return true, nil
+	return false, fmt.Errorf("resume %s: the pause kept changing", platform)
 }

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/switchboard-chat/switchboard/pkg/bus/bustest"
 	"github.com/switchboard-chat/switchboard/pkg/gatewaystatus"
 )
@@ -76,5 +78,72 @@ func TestPresenceAndPauses(t *testing.T) {
 	}
 	if ps, err := gatewaystatus.Paused(ctx, pauses); err != nil || len(ps) != 1 || ps[0].Platform != "slack" {
 		t.Fatalf("paused %+v, %v", ps, err)
+	}
+}
+
+// raceKV lands another change of the key between ClearPause's first
+// read and its delete.
+type raceKV struct {
+	jetstream.KeyValue
+	reads   int
+	between func() error
+}
+
+func (k *raceKV) Get(ctx context.Context, key string) (jetstream.KeyValueEntry, error) {
+	e, err := k.KeyValue.Get(ctx, key)
+	k.reads++
+	if k.reads == 1 && k.between != nil {
+		if err := k.between(); err != nil {
+			return nil, err
+		}
+	}
+	return e, err
+}
+
+// A resume and a new pause landing between ClearPause's read and its
+// delete are read again: the new pause is the one deleted and reported,
+// and a resume landing there leaves nothing to clear.
+func TestClearPauseReadsAgainAfterALostRace(t *testing.T) {
+	t.Parallel()
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	kv, err := gatewaystatus.Pauses(ctx, b.JetStream(), b.Topology())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name    string
+		between func() error
+		cleared bool
+	}{
+		{"paused again meanwhile", func() error {
+			if _, err := gatewaystatus.ClearPause(ctx, kv, "slack"); err != nil {
+				return err
+			}
+			_, err := gatewaystatus.SetPause(ctx, kv, gatewaystatus.Pause{Platform: "slack", Reason: "second"})
+			return err
+		}, true},
+		{"resumed meanwhile", func() error {
+			_, err := gatewaystatus.ClearPause(ctx, kv, "slack")
+			return err
+		}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := gatewaystatus.SetPause(ctx, kv, gatewaystatus.Pause{Platform: "slack", Reason: "first"}); err != nil {
+				t.Fatal(err)
+			}
+			racing := &raceKV{KeyValue: kv, between: tc.between}
+			cleared, err := gatewaystatus.ClearPause(ctx, racing, "slack")
+			if err != nil || cleared != tc.cleared {
+				t.Fatalf("cleared %v, %v; want %v", cleared, err, tc.cleared)
+			}
+			if racing.reads != 2 {
+				t.Errorf("%d reads, want the entry read again", racing.reads)
+			}
+			if p, err := gatewaystatus.Get(ctx, kv, "slack"); err != nil || p != nil {
+				t.Errorf("after the clear: %+v, %v; want not paused", p, err)
+			}
+		})
 	}
 }

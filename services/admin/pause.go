@@ -213,23 +213,18 @@ func (s *Service) ClearPause(ctx context.Context, _ *adminv1.ClearPauseRequest) 
 	if err != nil {
 		return nil, err
 	}
-	cur, err := estop.Get(ctx, kv)
+	// The pause audited is the one deleted (estop.Disengage), not one
+	// read before another change landed.
+	cur, err := estop.Disengage(ctx, kv)
 	if err != nil {
 		return nil, err
 	}
-	cleared, err := estop.Disengage(ctx, kv)
-	if err != nil {
-		return nil, err
-	}
-	if !cleared {
+	if cur == nil {
 		return &adminv1.ClearPauseResponse{}, nil
 	}
 	pauseActions.WithLabelValues("resume").Inc()
 	s.log.WarnContext(ctx, "emergency stop lifted from the admin API: new work accepted again", "by", operatorBy(ctx))
-	detail := map[string]any{}
-	if cur != nil {
-		detail["reason"], detail["paused_by"] = cur.Reason, cur.By
-	}
+	detail := map[string]any{"reason": cur.Reason, "paused_by": cur.By}
 	if err := s.audit(ctx, "pause.clear", "global", detail); err != nil {
 		return nil, err
 	}

@@ -148,11 +148,11 @@ func (s *Service) pauseCommand(ctx context.Context, m *msgCtx, args string) erro
 	by := m.platform + ":" + m.src.GetUserId()
 	return s.once(ctx, m, "pause", func(ctx context.Context, _ *sessionstore.Store) (string, int64, error) {
 		if a.Off {
-			resumed, err := estop.Disengage(ctx, kv)
+			lifted, err := estop.Disengage(ctx, kv)
 			if err != nil {
 				return "", 0, err
 			}
-			if !resumed {
+			if lifted == nil {
 				return "Switchboard wasn't paused.", 0, nil
 			}
 			pauseActions.WithLabelValues("resume").Inc()
