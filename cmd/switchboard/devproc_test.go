@@ -5,12 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -60,15 +62,67 @@ func binary(t *testing.T) string {
 	return built.bin
 }
 
-// freeAddr returns a loopback address with a port that was free a moment ago.
+// freeAddr returns a loopback address with a port that was free a moment
+// ago, for a process the test starts to listen on. The port is below the
+// kernel's ephemeral range (ip_local_port_range), from which port 0
+// listeners and outgoing connections take theirs, so none of them takes
+// it before that process binds it, and never one this test binary handed
+// out before: a port 0 listener closed at once hands the next one the
+// same port now and then (seen: Teams and Google Chat given one port).
+// Where the range leaves no room below it, a port 0 listener's port.
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	handedOut.Lock()
+	defer handedOut.Unlock()
+	low := ephemeralLow()
+	for range 200 {
+		port := 0
+		if low > 11024 {
+			port = low - 10000 + rand.IntN(10000)
+		}
+		if handedOut.ports[port] {
+			continue
+		}
+		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			continue // taken
+		}
+		addr := ln.Addr().String()
+		ln.Close()
+		_, p, _ := net.SplitHostPort(addr)
+		n, _ := strconv.Atoi(p)
+		if handedOut.ports[n] {
+			continue
+		}
+		handedOut.ports[n] = true
+		return addr
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	t.Fatal("no free loopback port found")
+	return ""
+}
+
+// handedOut are the ports freeAddr returned in this test binary.
+var handedOut = struct {
+	sync.Mutex
+	ports map[int]bool
+}{ports: map[int]bool{}}
+
+// ephemeralLow is the first port of the kernel's ephemeral range (Linux
+// ip_local_port_range; 32768, its default, where it cannot be read).
+func ephemeralLow() int {
+	data, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 32768
+	}
+	f := strings.Fields(string(data))
+	if len(f) == 0 {
+		return 32768
+	}
+	low, err := strconv.Atoi(f[0])
+	if err != nil {
+		return 32768
+	}
+	return low
 }
 
 // decodeCompletion reads a /v1/chat/completions answer: the content of
