@@ -67,7 +67,7 @@ const (
 var (
 	deletedRows = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "switchboard_retention_deleted_rows_total",
-		Help: "Rows the session retention deleted, by kind (sessions, session_history, worker_turns, transcript_messages, transcript_summaries, session_prompts, tool_approvals, delivery_outbox, delivery_stream_messages, session_yolo, session_context, command_effects, session_goals, goal_verdicts, session_loops, memory_pending_writes: decided memory writes, agent_denial_breaker: counts of the smart-approval judge's denials in a row).",
+		Help: "Rows the session retention deleted, by kind (sessions, session_history, worker_turns, transcript_messages, transcript_summaries, session_prompts, tool_approvals: /approve session approvals and /deny all answers, delivery_outbox, delivery_stream_messages, session_yolo, session_context, command_effects, session_goals, goal_verdicts, session_loops, memory_pending_writes: decided memory writes, agent_denial_breaker: counts of the smart-approval judge's denials in a row).",
 	}, []string{"kind"})
 	skipped = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "switchboard_retention_skipped_total",
@@ -116,6 +116,15 @@ const MemoryDecisionsAge = 7 * 24 * time.Hour
 // 256 sessions denied last, and loses it with a restart. A day with no
 // denial ends the run: the next denial counts from one.
 const DenialBreakerAge = 24 * time.Hour
+
+// ToolDenialsAge is how long a "/deny all" answer (agent_tool_denials:
+// the reason the rest of one model answer's calls are denied with) is
+// kept when its session is not deleted first. Its one reader is the turn
+// that took it, or a worker resuming that turn after the first died
+// mid-step, minutes later (a turn's redeliveries are bounded); without
+// this, with the session retention off (the default), the rows would
+// stay for ever. A day is far past any resumption.
+const ToolDenialsAge = 24 * time.Hour
 
 // Config is the `sessions` section.
 type Config struct {
@@ -285,6 +294,9 @@ var aged = []struct {
 	// predicate is the query's: pending writes are never read.
 	{KindMemoryWrites, `DELETE FROM memory_pending_writes WHERE (user_key, id) IN
 		(SELECT user_key, id FROM memory_pending_writes WHERE state <> 'pending' AND decided_at < $1 LIMIT $2)`, MemoryDecisionsAge},
+	// By agent_tool_denials_created_idx (migration 00214).
+	{KindApprovals, `DELETE FROM agent_tool_denials WHERE (turn_id, call_id) IN
+		(SELECT turn_id, call_id FROM agent_tool_denials WHERE created_at < $1 LIMIT $2)`, ToolDenialsAge},
 	// By agent_denial_breaker_updated_idx (migration 00213).
 	{KindDenialBreaker, `DELETE FROM agent_denial_breaker WHERE session_id IN
 		(SELECT session_id FROM agent_denial_breaker WHERE updated_at < $1 LIMIT $2)`, DenialBreakerAge},
@@ -292,8 +304,9 @@ var aged = []struct {
 
 // Sweep runs every policy once, then deletes the command records older
 // than CommandEffectsAge, the goal verdicts older than GoalVerdictsAge,
-// the memory writes decided more than MemoryDecisionsAge ago and the
-// judge's denial counts untouched for DenialBreakerAge.
+// the memory writes decided more than MemoryDecisionsAge ago, the "/deny
+// all" answers older than ToolDenialsAge and the judge's denial counts
+// untouched for DenialBreakerAge.
 func (s *Sweeper) Sweep(ctx context.Context) (Result, error) {
 	var total Result
 	for _, c := range s.Policies() {

@@ -293,6 +293,74 @@ func TestSweepDeletesOldGoalVerdicts(t *testing.T) {
 	}
 }
 
+// A "/deny all" answer goes on its own a ToolDenialsAge after it was
+// given, also with session retention off, by its index (migration
+// 00214); a younger one stays for the turn that may resume.
+func TestSweepDeletesOldToolDenials(t *testing.T) {
+	ctx := context.Background()
+	db := pgtest.New(t)
+	cfg := retention.DefaultConfig()
+	cfg.BatchSize = 2 // several batches
+	s, _ := sweeper(t, db, cfg, 0)
+	ages := []struct {
+		ago  time.Duration
+		kept bool
+	}{
+		{retention.ToolDenialsAge + time.Minute, false},
+		{retention.ToolDenialsAge + day, false},
+		{40 * day, false},
+		{retention.ToolDenialsAge - time.Minute, true},
+		{time.Minute, true},
+	}
+	for i, a := range ages {
+		if _, err := db.Exec(ctx, `INSERT INTO agent_tool_denials (turn_id, call_id, session_id, reason, created_at)
+			VALUES ($1, 'call_0', 'sid', 'not now', $2)`, fmt.Sprintf("turn-%d", i), time.Now().Add(-a.ago)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const del = `DELETE FROM agent_tool_denials WHERE (turn_id, call_id) IN
+		(SELECT turn_id, call_id FROM agent_tool_denials WHERE created_at < $1 LIMIT $2)`
+	// A few rows: the planner would read the table whatever the index,
+	// so sequential scans are off for the plan's one transaction.
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `SET LOCAL enable_seqscan = off`); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := tx.Query(ctx, `EXPLAIN `+del, time.Now().Add(-retention.ToolDenialsAge), 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if p := strings.Join(plan, "\n"); !strings.Contains(p, "agent_tool_denials_created_idx") {
+		t.Errorf("the delete does not use agent_tool_denials_created_idx:\n%s", p)
+	}
+	res, err := s.Sweep(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := res.Rows[retention.KindApprovals]; got != 3 {
+		t.Errorf("deleted %d /deny all answers, want the 3 older than %v", got, retention.ToolDenialsAge)
+	}
+	for i, a := range ages {
+		var n int
+		if err := db.QueryRow(ctx, `SELECT count(*) FROM agent_tool_denials WHERE turn_id = $1`, fmt.Sprintf("turn-%d", i)).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if (n == 1) != a.kept {
+			t.Errorf("an answer given %v ago: kept %v, want %v", a.ago, n == 1, a.kept)
+		}
+	}
+}
+
 // A conversation's count of the approval judge's denials in a row is
 // deleted with its session, and on its own a DenialBreakerAge after its
 // last denial, also with session retention off.
