@@ -293,39 +293,79 @@ func TestSweepDeletesOldGoalVerdicts(t *testing.T) {
 	}
 }
 
-// A "/deny all" answer goes on its own a ToolDenialsAge after it was
-// given, also with session retention off, by its index (migration
-// 00214); a younger one stays for the turn that may resume.
-func TestSweepDeletesOldToolDenials(t *testing.T) {
+// Records only a turn's retries read go on their own once older than
+// their age, also with session retention off, a batch at a time; younger
+// ones stay: the smart-approval judge's count of denials in a row (a
+// DenialBreakerAge after the last denial; deleted with its session
+// too) and "/deny all" answers (a ToolDenialsAge after they were given).
+func TestSweepDeletesAgedTurnRecords(t *testing.T) {
+	for _, tc := range []struct {
+		name, insert, count, kind string
+		age                       time.Duration
+	}{
+		{"judge denial counts", `INSERT INTO agent_denial_breaker (session_id, denials, turn_id, call_id, updated_at)
+			VALUES ($1, 3, 't', 'call_0', $2)`, `SELECT count(*) FROM agent_denial_breaker WHERE session_id = $1`,
+			retention.KindDenialBreaker, retention.DenialBreakerAge},
+		{"deny all answers", `INSERT INTO agent_tool_denials (turn_id, call_id, session_id, reason, created_at)
+			VALUES ($1, 'call_0', 'sid', 'not now', $2)`, `SELECT count(*) FROM agent_tool_denials WHERE turn_id = $1`,
+			retention.KindApprovals, retention.ToolDenialsAge},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			db := pgtest.New(t)
+			cfg := retention.DefaultConfig()
+			cfg.BatchSize = 2 // several batches
+			s, _ := sweeper(t, db, cfg, 0)
+			ages := []struct {
+				ago  time.Duration
+				kept bool
+			}{
+				{tc.age + time.Minute, false},
+				{tc.age + day, false},
+				{40 * day, false},
+				{tc.age - time.Minute, true},
+				{time.Minute, true},
+			}
+			for i, a := range ages {
+				if _, err := db.Exec(ctx, tc.insert, fmt.Sprintf("id-%d", i), time.Now().Add(-a.ago)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			res, err := s.Sweep(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := res.Rows[tc.kind]; got != 3 {
+				t.Errorf("deleted %d rows, want the 3 older than %v", got, tc.age)
+			}
+			for i, a := range ages {
+				var n int
+				if err := db.QueryRow(ctx, tc.count, fmt.Sprintf("id-%d", i)).Scan(&n); err != nil {
+					t.Fatal(err)
+				}
+				if (n == 1) != a.kept {
+					t.Errorf("a row %v old: kept %v, want %v", a.ago, n == 1, a.kept)
+				}
+			}
+		})
+	}
+}
+
+// The delete of old "/deny all" answers finds them by the index of
+// migration 00214, not by reading the table.
+func TestToolDenialsDeleteUsesIndex(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	db := pgtest.New(t)
-	cfg := retention.DefaultConfig()
-	cfg.BatchSize = 2 // several batches
-	s, _ := sweeper(t, db, cfg, 0)
-	ages := []struct {
-		ago  time.Duration
-		kept bool
-	}{
-		{retention.ToolDenialsAge + time.Minute, false},
-		{retention.ToolDenialsAge + day, false},
-		{40 * day, false},
-		{retention.ToolDenialsAge - time.Minute, true},
-		{time.Minute, true},
-	}
-	for i, a := range ages {
-		if _, err := db.Exec(ctx, `INSERT INTO agent_tool_denials (turn_id, call_id, session_id, reason, created_at)
-			VALUES ($1, 'call_0', 'sid', 'not now', $2)`, fmt.Sprintf("turn-%d", i), time.Now().Add(-a.ago)); err != nil {
-			t.Fatal(err)
-		}
-	}
 	const del = `DELETE FROM agent_tool_denials WHERE (turn_id, call_id) IN
 		(SELECT turn_id, call_id FROM agent_tool_denials WHERE created_at < $1 LIMIT $2)`
-	// A few rows: the planner would read the table whatever the index,
-	// so sequential scans are off for the plan's one transaction.
+	// An empty table: the planner would read it whatever the index, so
+	// sequential scans are off for the plan's one transaction.
 	tx, err := db.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer func() { _ = tx.Rollback(ctx) }()
 	if _, err := tx.Exec(ctx, `SET LOCAL enable_seqscan = off`); err != nil {
 		t.Fatal(err)
 	}
@@ -337,70 +377,8 @@ func TestSweepDeletesOldToolDenials(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := tx.Rollback(ctx); err != nil {
-		t.Fatal(err)
-	}
 	if p := strings.Join(plan, "\n"); !strings.Contains(p, "agent_tool_denials_created_idx") {
 		t.Errorf("the delete does not use agent_tool_denials_created_idx:\n%s", p)
-	}
-	res, err := s.Sweep(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := res.Rows[retention.KindApprovals]; got != 3 {
-		t.Errorf("deleted %d /deny all answers, want the 3 older than %v", got, retention.ToolDenialsAge)
-	}
-	for i, a := range ages {
-		var n int
-		if err := db.QueryRow(ctx, `SELECT count(*) FROM agent_tool_denials WHERE turn_id = $1`, fmt.Sprintf("turn-%d", i)).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		if (n == 1) != a.kept {
-			t.Errorf("an answer given %v ago: kept %v, want %v", a.ago, n == 1, a.kept)
-		}
-	}
-}
-
-// A conversation's count of the approval judge's denials in a row is
-// deleted with its session, and on its own a DenialBreakerAge after its
-// last denial, also with session retention off.
-func TestSweepDeletesOldDenialBreakers(t *testing.T) {
-	ctx := context.Background()
-	db := pgtest.New(t)
-	cfg := retention.DefaultConfig()
-	cfg.BatchSize = 2 // several batches
-	s, _ := sweeper(t, db, cfg, 0)
-	ages := []struct {
-		ago  time.Duration
-		kept bool
-	}{
-		{retention.DenialBreakerAge + time.Minute, false},
-		{retention.DenialBreakerAge + day, false},
-		{40 * day, false},
-		{retention.DenialBreakerAge - time.Minute, true},
-		{time.Minute, true},
-	}
-	for i, a := range ages {
-		if _, err := db.Exec(ctx, `INSERT INTO agent_denial_breaker (session_id, denials, turn_id, call_id, updated_at)
-			VALUES ($1, 3, 't', 'call_0', $2)`, fmt.Sprintf("sid-%d", i), time.Now().Add(-a.ago)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	res, err := s.Sweep(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := res.Rows[retention.KindDenialBreaker]; got != 3 {
-		t.Errorf("deleted %d denial counts, want the 3 untouched for more than %v", got, retention.DenialBreakerAge)
-	}
-	for i, a := range ages {
-		var n int
-		if err := db.QueryRow(ctx, `SELECT count(*) FROM agent_denial_breaker WHERE session_id = $1`, fmt.Sprintf("sid-%d", i)).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		if (n == 1) != a.kept {
-			t.Errorf("a count last denied %v ago: kept %v, want %v", a.ago, n == 1, a.kept)
-		}
 	}
 }
 
