@@ -2,16 +2,17 @@ package delivery_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -359,19 +360,34 @@ func rowState(t *testing.T, db *pgxpool.Pool, key string) string {
 	return st
 }
 
-var _ = strings.Repeat
-
 // consumed waits until the reply partition of session has no event
-// left unhandled.
+// left unhandled. A durable's pending count can lag a publish the
+// server already acknowledged, so the partition's last event must also
+// be at or below the durable's ack floor (as the router tests'
+// inboundDrained).
 func (e *env) consumed(t *testing.T, session string) {
 	t.Helper()
-	durable := fmt.Sprintf("delivery-replies-%d", e.bus.Topology().Partition(session))
+	top := e.bus.Topology()
+	p := top.Partition(session)
+	durable := fmt.Sprintf("delivery-replies-%d", p)
 	eventually(t, e.clock, 0, "events handled", func() bool {
-		c, err := e.bus.JetStream().Consumer(context.Background(), e.bus.Topology().Stream(bus.StreamReplies), durable)
+		ctx := context.Background()
+		st, err := e.bus.JetStream().Stream(ctx, top.Stream(bus.StreamReplies))
 		if err != nil {
 			return false
 		}
-		info, err := c.Info(context.Background())
-		return err == nil && info.NumPending == 0 && info.NumAckPending == 0
+		var last uint64
+		switch m, err := st.GetLastMsgForSubject(ctx, top.ReplyPartitionSubject(p)); {
+		case err == nil:
+			last = m.Sequence
+		case !errors.Is(err, jetstream.ErrMsgNotFound):
+			return false
+		}
+		c, err := st.Consumer(ctx, durable)
+		if err != nil {
+			return false
+		}
+		info, err := c.Info(ctx)
+		return err == nil && info.NumPending == 0 && info.NumAckPending == 0 && info.AckFloor.Stream >= last
 	})
 }
