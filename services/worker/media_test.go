@@ -211,6 +211,9 @@ type fetchingPlatform struct {
 	files   map[string]string
 	fetches atomic.Int32
 	entered chan struct{} // set: every download hangs, after saying so here
+	// hangUp, when closed, ends a hanging download: the test is over. (A
+	// gateway's stop waits for its downloads up to its SendTimeout, 30 s.)
+	hangUp chan struct{}
 }
 
 // startGateway runs p's gateway with attachments on, for the test.
@@ -232,8 +235,12 @@ func (p *fetchingPlatform) Fetch(ctx context.Context, a *eventsv1.Attachment) (i
 	p.fetches.Add(1)
 	if p.entered != nil {
 		p.entered <- struct{}{}
-		<-ctx.Done() // a download that never ends
-		return nil, "", ctx.Err()
+		select { // a download that never ends while the test runs
+		case <-ctx.Done():
+			return nil, "", ctx.Err()
+		case <-p.hangUp:
+			return nil, "", errors.New("the test ended")
+		}
 	}
 	data, ok := p.files[a.GetPlatformFileId()]
 	if !ok {
@@ -345,8 +352,9 @@ func TestUnreachableGatewayTriesTheTurnAgain(t *testing.T) {
 func TestInterruptEndsADownload(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
-	p := &fetchingPlatform{Memory: platformtest.NewMemory("bot1", false), entered: make(chan struct{}, 1)}
+	p := &fetchingPlatform{Memory: platformtest.NewMemory("bot1", false), entered: make(chan struct{}, 1), hangUp: make(chan struct{})}
 	startGateway(t, h, p)
+	t.Cleanup(func() { close(p.hangUp) }) // before the gateway stops
 	h.setGeneration("s1", 1)
 	h.startWorker("w1", nil)
 	origin := &eventsv1.SessionSource{Platform: "memory", Account: "bot1", ChatId: "99", ChatType: "dm", UserId: "u1"}
