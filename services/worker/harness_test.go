@@ -146,6 +146,9 @@ func (h *harness) startWorker(id string, mod func(*worker.Config, *worker.Deps))
 	cfg.RedisPrefix = h.prefix
 	cfg.AckWait = 3 * time.Second
 	cfg.DrainTimeout = 5 * time.Second
+	// A stop waits for the pull in hand: at the default (1 s) every
+	// worker a test stops or leaves running held it up by a second.
+	cfg.PollWait = 200 * time.Millisecond
 	cfg.DeltaInterval = time.Nanosecond
 	deps := worker.Deps{Log: slog.Default(), Bus: b, DB: h.db, Redis: h.rdb, LLM: h.openAI()}
 	if mod != nil {

@@ -47,6 +47,11 @@ type Config struct {
 	// AckWait is how long a turn message may go without a heartbeat
 	// before NATS redelivers it (a crashed worker's turn moves on after it).
 	AckWait time.Duration `koanf:"ack_wait"`
+	// PollWait bounds one pull of the turns consumer, and so how long a
+	// stop waits for an idle one (0: the bus's default, 1 s). Not
+	// configurable: tests shorten it so that stopping a worker does not
+	// take a second.
+	PollWait time.Duration `koanf:"-"`
 	// MaxDeliver bounds deliveries of one turn; the last attempt tells the
 	// user the turn was interrupted instead of failing silently.
 	MaxDeliver int `koanf:"max_deliver"`
@@ -556,6 +561,7 @@ func (s *Service) Run(ctx context.Context) error {
 		Backoff:        []time.Duration{time.Second, 2 * time.Second, 5 * time.Second},
 		Concurrency:    s.cfg.Concurrency,
 		DrainTimeout:   s.cfg.DrainTimeout,
+		PollWait:       s.cfg.PollWait,
 		// Postgres or Redis down: the turn waits in place, its attempts
 		// intact (a turn that ran out of attempts before a worker claimed
 		// it would keep its session's grant for router.grant_ttl).
