@@ -146,6 +146,11 @@ type Config struct {
 	// run). After a NATS crash that lost recent acks, an inbound partition
 	// (MaxAckPending 1) waits this long before it moves again.
 	AckWait time.Duration `koanf:"ack_wait"`
+	// PollWait bounds one pull of the router's consumers, and so how
+	// long a stop waits for an idle one (0: the bus's default, 1 s).
+	// Not configurable: tests shorten it so that stopping a router does
+	// not take a second.
+	PollWait time.Duration `koanf:"-"`
 	// ApprovalsMode is the dangerous-command approval mode while no one
 	// has set one with /approvals (approvals.mode: manual, the default,
 	// smart or off); /approvals shows it (approvals.go).
@@ -489,6 +494,7 @@ func (s *Service) Run(ctx context.Context) error {
 			MaxAckPending:  1,
 			AckWait:        s.cfg.AckWait,
 			DrainTimeout:   s.cfg.DrainTimeout,
+			PollWait:       s.cfg.PollWait,
 			Unavailable:    pg.IsUnavailable,
 		}, s.handleInbound)
 		g.Go(func() error { return c.Run(gctx) })
@@ -502,6 +508,7 @@ func (s *Service) Run(ctx context.Context) error {
 		Concurrency:  max(16, s.topo.PartitionCount()),
 		AckWait:      s.cfg.AckWait,
 		DrainTimeout: s.cfg.DrainTimeout,
+		PollWait:     s.cfg.PollWait,
 		Unavailable:  pg.IsUnavailable,
 	}, s.handleTurnCompleted)
 	g.Go(func() error { return done.Run(gctx) })

@@ -122,6 +122,9 @@ func testConfig() Config {
 	cfg := DefaultConfig()
 	cfg.SweepInterval = 200 * time.Millisecond
 	cfg.DrainTimeout = 2 * time.Second
+	// A stop waits for each consumer's pull in hand: at the default (1 s)
+	// every router a test starts held its end up by a second.
+	cfg.PollWait = 200 * time.Millisecond
 	cfg.Auth.GatewayAllowedUsers = []string{"alice", "bob"}
 	// Tested on its own (home_test.go); the other tests count notices.
 	cfg.HomeNotice = false
@@ -174,7 +177,7 @@ type worker struct {
 func (e *env) startWorker(hold func(*turnsv1.TurnRequested)) *worker {
 	w := &worker{active: map[string]int{}, hold: hold}
 	locker := redisx.NewLocker(e.rdb, e.prefix)
-	c := bus.NewConsumer(e.bus, bus.ConsumerSpec{Stream: bus.StreamTurns, Durable: "worker-turns", Concurrency: 8, DrainTimeout: time.Second},
+	c := bus.NewConsumer(e.bus, bus.ConsumerSpec{Stream: bus.StreamTurns, Durable: "worker-turns", Concurrency: 8, DrainTimeout: time.Second, PollWait: 200 * time.Millisecond},
 		func(ctx context.Context, t *turnsv1.TurnRequested) error {
 			// As a worker does: the turn's attempt holds the lock under
 			// its own value.
