@@ -360,6 +360,13 @@ func (c *Config) Validate() error {
 	if err := c.Router.Validate(); err != nil {
 		return fmt.Errorf("%w for router.%v", config.ErrInvalid, err)
 	}
+	if err := c.Skills.CheckReserved(func(name string) bool {
+		_, quick := c.Router.QuickCommands[name]
+		return quick
+	}); err != nil {
+		// A quick command wins over a bundle: it could never run.
+		return fmt.Errorf("%w for %v", config.ErrInvalid, err)
+	}
 	switch c.LLM.Provider {
 	case "", "openai", "anthropic", "fake":
 	default:

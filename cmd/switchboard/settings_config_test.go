@@ -149,3 +149,37 @@ func TestApprovalsSmartConfig(t *testing.T) {
 		t.Errorf("from the environment: %v, %+v", err, cfg.Approvals)
 	}
 }
+
+// skills.bundles load from YAML as Hermes's bundle files read (name,
+// description, skills, instruction), and one that could not run stops
+// the start with the key that is wrong.
+func TestSkillBundlesConfig(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "c.yaml")
+	load := func(yaml string) (*Config, error) {
+		t.Helper()
+		if err := os.WriteFile(p, []byte(yaml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		cfg, _, err := loadConfig(p)
+		return cfg, err
+	}
+	cfg, err := load("skills:\n  bundles:\n    - name: backend-dev\n      description: Backend work\n      skills: [code-review, tests]\n      instruction: |\n        Ship small.\n    - name: docs\n      skills:\n        - writer\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := cfg.Skills.Bundles
+	if len(b) != 2 || b[0].Name != "backend-dev" || b[0].Description != "Backend work" || strings.Join(b[0].Skills, ",") != "code-review,tests" ||
+		b[0].Instruction != "Ship small.\n" || b[1].Name != "docs" || strings.Join(b[1].Skills, ",") != "writer" {
+		t.Fatalf("bundles %+v", b)
+	}
+	for yaml, want := range map[string]string{
+		"skills:\n  bundles:\n    - name: status\n      skills: [a]\n":                                                                                 "skills.bundles[0].name: /status is a built-in command",
+		"skills:\n  bundles:\n    - name: x\n":                                                                                                         "skills.bundles[0].skills: empty",
+		"skills:\n  bundles:\n    - name: x\n      skills: [a]\n    - name: X\n      skills: [b]\n":                                                    "skills.bundles[1].name: /x is skills.bundles[0]'s command too",
+		"router:\n  quick_commands:\n    gpt:\n      type: alias\n      target: /model gpt\nskills:\n  bundles:\n    - name: gpt\n      skills: [a]\n": "skills.bundles[0].name: /gpt is a quick command",
+	} {
+		if _, err := load(yaml); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: err = %v, want it to say %q", yaml, err, want)
+		}
+	}
+}

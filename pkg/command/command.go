@@ -32,7 +32,7 @@ var names = []string{
 	"cron", "usage", "compress", "insights", "provider", "personality", "reasoning",
 	"verbose", "commands", "profile", "version", "background", "btw", "branch", "yolo", "approvals", "memory",
 	"busy", "footer", "agents", "voice", "fast", "context", "platform", "goal", "subgoal", "loop", "heartbeat", "topic", "pause", "save", "moa",
-	"reload-skills",
+	"reload-skills", "bundles",
 	// Telegram clients send /start when a user opens the bot; Hermes
 	// acknowledges it with nothing.
 	"start",

@@ -101,7 +101,7 @@ func TestParse(t *testing.T) {
 func TestKnownSet(t *testing.T) {
 	want := []string{"new", "reset", "stop", "queue", "q", "steer", "status", "help", "whoami", "model",
 		"approve", "deny", "resume", "sessions", "title", "retry", "undo", "sethome", "set-home", "cron", "usage", "compress", "insights", "provider", "personality", "reasoning", "start",
-		"verbose", "commands", "profile", "version", "v", "background", "bg", "btw", "branch", "fork", "yolo", "approvals", "busy", "footer", "agents", "tasks", "voice", "fast", "context", "ctx", "platform", "goal", "subgoal", "loop", "proactive", "heartbeat", "hb", "topic", "pause", "save", "moa", "memory", "reload-skills", "reload_skills"}
+		"verbose", "commands", "profile", "version", "v", "background", "bg", "btw", "branch", "fork", "yolo", "approvals", "busy", "footer", "agents", "tasks", "voice", "fast", "context", "ctx", "platform", "goal", "subgoal", "loop", "proactive", "heartbeat", "hb", "topic", "pause", "save", "moa", "memory", "reload-skills", "reload_skills", "bundles"}
 	for _, n := range want {
 		c, ok := command.Parse("/"+n, "telegram", "")
 		if !ok || !c.Known {

@@ -55,6 +55,7 @@ var menu = []MenuEntry{
 	{"sethome", "Set this chat as the home channel"},
 	{"cron", "Manage scheduled tasks"},
 	{"memory", "Review pending memory writes / toggle the approval gate"},
+	{"bundles", "List skill bundles (aliases /<name> for multiple skills)"},
 	{"platform", "Pause, resume, or list a failing gateway platform"},
 	{"pause", "Pause new work globally (emergency stop); '/pause off' resumes"},
 	// Named as Telegram takes it (no "-"): /reload_skills is its alias.

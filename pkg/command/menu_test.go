@@ -41,10 +41,11 @@ func TestMenu(t *testing.T) {
 		}
 	}
 	for name, want := range map[string]string{
-		"voice":  "Toggle voice mode",
-		"fast":   "Fast mode — OpenAI Priority Processing / Anthropic Fast Mode",
-		"btw":    "Ask a side question about the current conversation without interrupting it",
-		"agents": "Show active agents and running tasks",
+		"voice":   "Toggle voice mode",
+		"fast":    "Fast mode — OpenAI Priority Processing / Anthropic Fast Mode",
+		"btw":     "Ask a side question about the current conversation without interrupting it",
+		"agents":  "Show active agents and running tasks",
+		"bundles": "List skill bundles (aliases /<name> for multiple skills)",
 	} {
 		i := slices.IndexFunc(m, func(e MenuEntry) bool { return e.Name == name })
 		if i < 0 || m[i].Description != want {

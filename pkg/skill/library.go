@@ -85,6 +85,9 @@ func (l *Library) scan() (set *Set, began time.Time) {
 	for _, p := range problems {
 		l.log.Warn("skill not loaded", "path", p.Path, "reason", p.Reason)
 	}
+	for _, p := range set.BundleProblems() {
+		l.log.Warn("skill bundle problem", "bundle", p.Path, "reason", p.Reason)
+	}
 	if len(l.cfg.Dirs) > 0 {
 		l.log.Info("skills loaded", "skills", set.Len(), "skipped", len(problems))
 	}

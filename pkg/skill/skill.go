@@ -42,6 +42,9 @@ type Config struct {
 	// text travels in the turn (a bus message) and stays in the
 	// transcript, so it is kept well under the bus's payload limit.
 	MaxBytes int `koanf:"max_bytes"`
+	// Bundles are Hermes's skill bundles: "/<bundle> [instruction]"
+	// invokes several skills in one message (bundle.go).
+	Bundles []Bundle `koanf:"bundles"`
 }
 
 // DefaultMaxBytes is skills.max_bytes's default; MaxMaxBytes its ceiling
@@ -65,7 +68,7 @@ func (c Config) Validate() error {
 			return fmt.Errorf("skills.dirs[%d]: empty path", i)
 		}
 	}
-	return nil
+	return validateBundles(c.Bundles)
 }
 
 // Skill is one loaded skill.
@@ -100,6 +103,8 @@ type Set struct {
 	enabled, disabled map[string]*Skill
 	// platformOff maps a platform to the names turned off there.
 	platformOff map[string]map[string]bool
+	// bundles are skills.bundles, by command.
+	bundles map[string]*Bundle
 }
 
 // maxDepth bounds how deep Load looks for SKILL.md below a directory
@@ -128,8 +133,12 @@ const File = "SKILL.md"
 // reserved one, or that of a skill loaded before it — the first
 // directory of cfg.Dirs wins, and within one, the first path in byte
 // order; a name loaded before (Hermes skips it without a word).
+// cfg.Bundles are taken as they are (Validate checks them; a second
+// bundle of a command is dropped); Problems names their skills not
+// loaded.
 func Load(cfg Config, reserved func(name string) bool) (*Set, []Problem) {
-	s := &Set{enabled: map[string]*Skill{}, disabled: map[string]*Skill{}, platformOff: map[string]map[string]bool{}}
+	s := &Set{enabled: map[string]*Skill{}, disabled: map[string]*Skill{}, platformOff: map[string]map[string]bool{},
+		bundles: bundleTable(cfg.Bundles)}
 	off := map[string]bool{}
 	for _, n := range cfg.Disabled {
 		if n = strings.TrimSpace(n); n != "" {
@@ -409,7 +418,7 @@ func TelegramForm(name string) string {
 // resolve_slash_key: among the commands whose Telegram form is typed's,
 // the first in byte order (Telegram's menu turns "/claude-code" into
 // "/claude_code"); else typed itself; else typed with "_" as "-".
-func resolve(table map[string]*Skill, typed string) *Skill {
+func resolve[T any](table map[string]*T, typed string) *T {
 	typed = strings.TrimLeft(typed, "/")
 	if typed == "" {
 		return nil
@@ -425,8 +434,8 @@ func resolve(table map[string]*Skill, typed string) *Skill {
 			return table[win]
 		}
 	}
-	if sk := table[typed]; sk != nil {
-		return sk
+	if v := table[typed]; v != nil {
+		return v
 	}
 	return table[strings.ReplaceAll(typed, "_", "-")]
 }
@@ -524,11 +533,19 @@ func (sk *Skill) Invocation(instruction string) string {
 
 var invokedName = regexp.MustCompile(`^` + regexp.QuoteMeta(invocationPrefix) + `"([^"]*)"`)
 
+// The markers of a message loading several skills (multi), Hermes's.
+const (
+	bundleMarker      = " skill bundle,"
+	bundleInstruction = "\nUser instruction: "
+	bundleFirstBlock  = "\n\n[Loaded as part of the "
+)
+
 // Describe renders an invocation as the user typed it, as Hermes's
 // describe_skill_invocation: "/<command><sep><instruction>", or
 // "/<command>" for a bare one; ok is false when text is no invocation.
 // The command is the name's Slug (Hermes shows the name itself, which is
-// the command for most skills).
+// the command for most skills); a stacked invocation's is its commands
+// as typed ("/a /b"), a bundle's its command.
 func Describe(text, sep string) (string, bool) {
 	if !strings.HasPrefix(text, invocationPrefix) {
 		return "", false
@@ -538,17 +555,32 @@ func Describe(text, sep string) (string, bool) {
 		return "", false
 	}
 	label := "/" + Slug(m[1])
-	if !strings.Contains(text, singleMarker) {
-		return label, true
+	if strings.HasPrefix(m[1], "/") {
+		label = m[1]
 	}
-	// The body may quote the marker: the last one is the user's.
-	i := strings.LastIndex(text, instructionMarker)
-	if i < 0 {
-		return label, true
-	}
-	rest := text[i+len(instructionMarker):]
-	if j := strings.Index(rest, runtimeNote); j >= 0 {
-		rest = rest[:j]
+	var rest string
+	switch {
+	case strings.Contains(text, bundleMarker):
+		// The instruction comes before the skills: the first marker is
+		// the user's.
+		i := strings.Index(text, bundleInstruction)
+		if i < 0 {
+			return label, true
+		}
+		rest = text[i+len(bundleInstruction):]
+		if j := strings.Index(rest, bundleFirstBlock); j >= 0 {
+			rest = rest[:j]
+		}
+	case strings.Contains(text, singleMarker):
+		// The body may quote the marker: the last one is the user's.
+		i := strings.LastIndex(text, instructionMarker)
+		if i < 0 {
+			return label, true
+		}
+		rest = text[i+len(instructionMarker):]
+		if j := strings.Index(rest, runtimeNote); j >= 0 {
+			rest = rest[:j]
+		}
 	}
 	if ins := oneLine(rest); ins != "" {
 		return label + sep + ins, true

@@ -63,6 +63,7 @@ var helpText = strings.Join([]string{
 	"/sethome — send scheduled messages to this chat",
 	"/cron — scheduled jobs: list, add <schedule> <prompt>, pause, resume, run, remove",
 	"/memory [pending|approve|reject|approval] [id|on|off] — review pending memory writes / toggle the approval gate: with it on, the agent's memory writes wait for /memory approve <id|all> or /memory reject <id|all>",
+	"/bundles — list skill bundles (aliases /<name> for multiple skills)",
 	"/platform [list|pause|resume] [name] — pause, resume, or list a failing gateway platform: list, every gateway replica's state; pause, its connection stops on every replica until resume",
 	"/pause [reason | off] — pause new work globally (emergency stop): on every replica new messages (and /queue, /retry, /background, /btw) are answered, not run, cron and goals hold, running turns finish; /pause off resumes",
 	"/reload-skills — re-scan skills.dirs for newly installed or removed skills, on every replica and gateway; the next message of this chat tells the agent what changed",
@@ -82,7 +83,7 @@ var helpText = strings.Join([]string{
 // /usage, /context, /goal, /subgoal (a goal set mid-turn starts after it),
 // /background and /btw (sessions of their own) work mid-turn, and /model
 // and /moa are refused with their own texts.
-var refusedMidTurn = []string{"whoami", "sessions", "resume", "title", "retry", "undo", "compress", "sethome", "personality", "reasoning", "branch", "save", "memory", "approvals"}
+var refusedMidTurn = []string{"whoami", "sessions", "resume", "title", "retry", "undo", "compress", "sethome", "personality", "reasoning", "branch", "save", "memory", "approvals", "bundles"}
 
 // openCommands stay available to non-admins where an admin list exists.
 // /approvals shows the mode to anyone; a change is refused to
@@ -102,6 +103,11 @@ func (s *Service) isAdmin(m *msgCtx) (admin, restricted bool) {
 func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) error {
 	reply := func(gen int64, text string) error { return s.notice(ctx, m, gen, text, "command") }
 	if !cmd.Known {
+		if m.skillAnswer != "" {
+			// A bundle or a stack that cannot run as typed (skills.go).
+			commandsHandled.WithLabelValues("skill_disabled").Inc()
+			return reply(0, m.skillAnswer)
+		}
 		if text, ok := s.skillRefusal(cmd.Typed, m.platform); ok {
 			// A skill that does not run here (skills.go).
 			commandsHandled.WithLabelValues("skill_disabled").Inc()
@@ -167,6 +173,10 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 			m.platform, m.src.GetUserId(), m.src.GetUserName(), m.src.GetChatId(), orDM(m.src.GetChatType()), m.decision.Reason, role, m.key))
 	}
 
+	if cmd.Name == "bundles" {
+		// About the configuration, not this chat: no session is resolved.
+		return reply(0, s.bundlesText())
+	}
 	if cmd.Name == "approvals" {
 		// About the whole gateway, not this chat: no session is resolved.
 		return s.approvalsCommand(ctx, m, cmd.Args)

@@ -61,9 +61,15 @@ type msgCtx struct {
 	// (isCmd: it is one).
 	cmd   command.Command
 	isCmd bool
-	// skill is the command of the skill the message invokes (its text
-	// is the skill's invocation; skills.go), "" for any other message.
-	skill string
+	// skills are the commands of the skills the message invokes (its
+	// text is their invocation; skills.go), none for any other message;
+	// bundle is the command of the skill bundle it invokes, if any.
+	skills []string
+	bundle string
+	// skillAnswer answers a skill command that cannot run as typed (a
+	// bundle with no skill running here, a stack holding a skill
+	// disabled here, too many bytes); "" for any other.
+	skillAnswer string
 	// hold: the message looks like one part of what the user sent at
 	// once (holdFor); a free session waits this long for the rest.
 	hold time.Duration
@@ -280,8 +286,11 @@ func (s *Service) handle(ctx context.Context, m *msgCtx, key string) error {
 	}
 
 	m.key = key
-	if m.skill != "" {
-		skillInvocations.WithLabelValues(m.skill).Inc()
+	for _, c := range m.skills {
+		skillInvocations.WithLabelValues(c).Inc()
+	}
+	if m.bundle != "" {
+		skillBundleInvocations.WithLabelValues(m.bundle).Inc()
 	}
 	if m.place == topicLobby && !m.isCmd && !m.ev.GetInternal() {
 		// The main view of a chat in topic mode takes commands only.

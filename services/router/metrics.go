@@ -16,8 +16,12 @@ var (
 	}, []string{"outcome"})
 	skillInvocations = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "switchboard_router_skill_invocations_total",
-		Help: "Skill slash commands (/<skill> [instruction]) that became a message to the agent, by skill command (one of the configured skills).",
+		Help: "Skill slash commands (/<skill> [instruction]) that became a message to the agent, by skill command (one of the configured skills): each skill a bundle or a stacked invocation loads counts.",
 	}, []string{"skill"})
+	skillBundleInvocations = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "switchboard_router_skill_bundle_invocations_total",
+		Help: "Skill bundle commands (/<bundle> [instruction]) that became a message to the agent, by bundle command (one of skills.bundles).",
+	}, []string{"bundle"})
 	turnsStarted = promauto.NewCounter(prometheus.CounterOpts{
 		Name: "switchboard_router_turns_started_total",
 		Help: "Turns published.",

@@ -126,3 +126,78 @@ func TestShownText(t *testing.T) {
 		t.Error("skillInstruction")
 	}
 }
+
+// Hermes's skill bundles and stacked skill invocations through the real
+// bus and stores: "/<bundle> [instruction]" and "/<a> /<b> instruction"
+// reach the worker as one message whose text is Hermes's invocation of
+// the skills that run on the platform (a bundle wins over a skill of its
+// command); /bundles lists the bundles; a bundle none of whose skills
+// runs here, and a stack holding a skill disabled here, are answered and
+// never reach the worker.
+func TestSkillBundles(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	backend := skill.Bundle{Name: "backend-dev", Description: "Backend work", Instruction: "Ship small.",
+		Skills: []string{"code-review", "tests", "tg-off", "nowhere"}}
+	e.skills = testSkills(t, skill.Config{Disabled: []string{"docs"}, PlatformDisabled: map[string][]string{"telegram": {"tg-off"}},
+		Bundles: []skill.Bundle{backend, {Name: "broken", Skills: []string{"docs", "nowhere"}}, {Name: "deploy", Skills: []string{"tests"}}}},
+		map[string]string{
+			"review": reviewSkill,
+			"tests":  "---\nname: tests\ndescription: Write tests\n---\nTest first.\n",
+			"docs":   "---\nname: docs\n---\nnever\n",
+			"tg-off": "---\nname: tg-off\n---\nnot on telegram\n",
+			"deploy": "---\nname: deploy\n---\nthe skill, not the bundle\n",
+		})
+	cfg := testConfig()
+	cfg.Admins = map[string][]string{"telegram": {"alice"}}
+	cfg.Auth.GatewayAllowedUsers = append(cfg.Auth.GatewayAllowedUsers, "carol", "dave", "erin")
+	e.startRouter(cfg, nil, nil)
+	w := e.startWorker(nil)
+
+	answers := []struct{ user, text, want string }{
+		{"alice", "/bundles", "**Skill Bundles** (3 installed):\n\n" +
+			"• `/backend-dev` — Backend work _(4 skills)_\n    · code-review\n    · tests\n    · tg-off\n    · nowhere\n" +
+			"• `/broken` — Load 2 skills as a bundle _(2 skills)_\n    · docs\n    · nowhere\n" +
+			"• `/deploy` — Load 1 skills as a bundle _(1 skills)_\n    · tests\n\n" +
+			"Invoke a bundle with `/<slug>` to load all its skills."},
+		{"alice", "/broken now", "None of the skills of the **broken** bundle runs on telegram.\nNot installed: nowhere\nDisabled: docs"},
+		{"alice", "/code-review /tg_off now", "The **tg-off** skill(s) in this stacked invocation are disabled for telegram.\nAn operator enables them in the configuration (skills.platform_disabled.telegram)."},
+		{"alice", "/help", "/bundles — list skill bundles (aliases /<name> for multiple skills)"},
+		{"bob", "/bundles", "/bundles is reserved for admins here."},
+	}
+	for _, a := range answers {
+		if got := e.ask(a.user, a.text); got != a.want && !strings.Contains(got, a.want) {
+			t.Errorf("%s %q: got %q, want %q", a.user, a.text, got, a.want)
+		}
+	}
+
+	set := e.skills
+	review, _ := set.Lookup("code-review", "telegram")
+	tests, _ := set.Lookup("tests", "telegram")
+	// A user who is no admin runs them, as a typed message; Telegram's
+	// menu form arrives with "_".
+	for _, c := range []struct{ user, text, want string }{
+		{"carol", "/backend_dev fix the login — now", set.BundleInvocation(set.Bundle("backend-dev"), "telegram", "fix the login — now").Text},
+		{"dave", "/code-review /tests  go on", skill.StackedInvocation([]*skill.Skill{review, tests}, "go on")},
+		{"erin", "/deploy", set.BundleInvocation(set.Bundle("deploy"), "telegram", "").Text},
+	} {
+		key := "agent:main:telegram:dm:chat-" + c.user
+		e.publish(dm(c.user, c.text))
+		waitFor(t, c.text+"'s turn", func() bool {
+			turns, _ := w.snapshot()
+			return slices.Equal(inputsText(turns, key), []string{c.want})
+		})
+	}
+	turns, _ := w.snapshot()
+	for _, tr := range turns {
+		for _, in := range tr.GetInputs() {
+			if text := in.GetText(); strings.Contains(text, "never") || strings.Contains(text, "not on telegram") ||
+				strings.Contains(text, "the skill, not the bundle") || strings.HasPrefix(text, "/") {
+				t.Fatalf("a refused command, or a skill not to load, reached the worker: %q", text)
+			}
+		}
+	}
+	if inv := set.BundleInvocation(set.Bundle("backend-dev"), "telegram", "x").Text; !strings.Contains(inv, "Skills loaded: code-review, tests\nSkills missing (skipped): nowhere\nSkills disabled for this platform (skipped): tg-off\n\nBundle instruction: Ship small.\n\nUser instruction: x") {
+		t.Fatalf("bundle invocation:\n%s", inv)
+	}
+}

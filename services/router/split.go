@@ -36,7 +36,7 @@ import (
 // holds an idle session for the rest; 0 for a message that is not one
 // (a skill's invocation is long for the skill's sake: never a part).
 func (s *Service) holdFor(m *msgCtx) time.Duration {
-	if !m.decision.Allowed || m.isCmd || m.skill != "" || m.ev.GetInternal() || ownsTurn(m) {
+	if !m.decision.Allowed || m.isCmd || len(m.skills) > 0 || m.ev.GetInternal() || ownsTurn(m) {
 		return 0
 	}
 	if m.ev.GetMediaGroupId() != "" {
