@@ -36,7 +36,8 @@ import (
 // selection cancelled.", or "Picker expired — use /model again." for a
 // model no longer offered. A picker a press answered stays answered
 // (Redis <prefix>pickercard:…, a day): a later press changes nothing.
-// Elsewhere a bare /model lists the models as text.
+// On Discord the picker is Hermes's select menus instead (pickermenu.go),
+// read the same way. Elsewhere a bare /model lists the models as text.
 //
 // Outside a DM the picker belongs to the conversation of whoever opened
 // it, as Hermes's (its picker's callback switches the session of the
@@ -196,8 +197,9 @@ func (s *Service) modelList(sess sessionstore.Session) string {
 
 // pickerData is a picker button's data as the router reads it.
 type pickerData struct {
-	// kind is 'p' (a page), 'x' (cancel) or 'm' (a model); 0 for data
-	// the router does not know.
+	// kind is 'p' (a page), 'x' (cancel), 'm' (a model), 'v' (a
+	// provider's models: the Discord picker's second step) or 'b' (Back
+	// to its first); 0 for data the router does not know.
 	kind byte
 	page int
 	// model is the model's id, "" when agent.models no longer has it
@@ -239,8 +241,9 @@ func parsePickerData(data string, models []string) pickerData {
 		}
 		return d
 	}
-	if data == "x" {
-		return pickerData{kind: 'x'}
+	switch data {
+	case "x", "v", "b":
+		return pickerData{kind: data[0]}
 	}
 	if len(data) < 2 {
 		return pickerData{}
@@ -287,6 +290,9 @@ func (s *Service) modelCommand(ctx context.Context, m *msgCtx, sess sessionstore
 				}
 			}
 			text, picker := s.modelPage(sess, 0, tag)
+			if menuPlatforms[m.platform] {
+				text, picker = s.menuProviders(sess, tag)
+			}
 			return s.publishCommandNotice(ctx, m, sess.Generation, &repliesv1.Notice{Text: text, Picker: picker})
 		}
 		return reply(s.modelList(sess))
@@ -416,11 +422,20 @@ func (s *Service) modelPress(ctx context.Context, m *msgCtx, sess sessionstore.S
 			}
 			text, picker := s.modelPage(sess, d.page, d.owner)
 			return replace(text, picker)
+		case 'v', 'b':
+			if len(s.cfg.Models) == 0 {
+				return replace(pickerExpired, nil)
+			}
+			text, picker := s.menuProviders(sess, d.owner)
+			if d.kind == 'v' {
+				text, picker = s.menuModels(sess, d.owner)
+			}
+			return replace(text, picker)
 		case 'x':
 			if ok, err := answered(); err != nil || !ok {
 				return err
 			}
-			return replace(pickerCancelled, nil)
+			return replace(pickerCancelText(m.platform), nil)
 		}
 		model = d.model
 	}
@@ -437,5 +452,5 @@ func (s *Service) modelPress(ctx context.Context, m *msgCtx, sess sessionstore.S
 	if err := s.store.SetModel(ctx, target, model); err != nil {
 		return err
 	}
-	return replace(fmt.Sprintf("Model switched to `%s`\nProvider: %s\n_(this session only — /model default goes back)_", model, s.providerLabel()), nil)
+	return replace(pickerSwitchedText(m.platform, fmt.Sprintf("Model switched to `%s`\nProvider: %s\n_(this session only — /model default goes back)_", model, s.providerLabel())), nil)
 }

@@ -181,7 +181,7 @@ func TestModelWithoutPicker(t *testing.T) {
 func FuzzPickerData(f *testing.F) {
 	models := []string{"gpt-4o", "openai/o3", "org/" + strings.Repeat("x", 60)}
 	tag := ownerTag("agent:main:telegram:group:-100:alice")
-	for _, s := range []string{"x", "p0", "p12", "p01", "p-1", "m0-" + modelSum("gpt-4o"), "m2-" + modelSum(models[2]), "m1-00000000", "m9-" + modelSum("gpt-4o"), "m01-" + modelSum("openai/o3"), "zz", "",
+	for _, s := range []string{"x", "p0", "p12", "p01", "p-1", "m0-" + modelSum("gpt-4o"), "m2-" + modelSum(models[2]), "m1-00000000", "m9-" + modelSum("gpt-4o"), "m01-" + modelSum("openai/o3"), "zz", "", "v", "b", "vv", "b." + tag,
 		"x." + tag, "p1." + tag, "m2-" + modelSum(models[2]) + "." + tag, "x.ABCDEF12", "x.", ".x", "p1." + tag + "." + tag,
 		"a-abc12345." + tag, "r-all." + tag, "a-all", "a-ABC12345." + tag, "r-abc1234." + tag, "x-all." + tag, "a-all." + tag + ".", "a--all." + tag} {
 		f.Add(s)
@@ -215,9 +215,9 @@ func FuzzPickerData(f *testing.F) {
 			if d.model != "" || d.page != 0 {
 				t.Fatalf("%q: unknown data read as %+v", data, d)
 			}
-		case 'x':
-			if data != "x" {
-				t.Fatalf("%q read as cancel", data)
+		case 'x', 'v', 'b':
+			if data != string(d.kind) {
+				t.Fatalf("%q read as %q", data, d.kind)
 			}
 		case 'p':
 			if "p"+strconv.Itoa(d.page) != data || d.page < 0 {
@@ -311,5 +311,107 @@ func TestModelPickerInPerUserGroup(t *testing.T) {
 	}
 	if bob, err := store.Get(ctx, "agent:main:telegram:group:chat-grp:bob"); err == nil && bob.ModelOverride != "" {
 		t.Fatalf("bob's session switched to %q by alice's picker", bob.ModelOverride)
+	}
+}
+
+// menus lists a picker's rows as "placeholder: label|command|data|description|danger, …".
+func menus(p *deliveryv1.Picker) []string {
+	var out []string
+	for _, r := range p.GetRows() {
+		var cs []string
+		for _, c := range r.GetChoices() {
+			cs = append(cs, fmt.Sprintf("%s|%s|%s|%s|%v", c.GetLabel(), c.GetCommand(), c.GetData(), c.GetDescription(), c.GetDanger()))
+		}
+		out = append(out, r.GetPlaceholder()+": "+strings.Join(cs, ", "))
+	}
+	return out
+}
+
+// discordDM is user's message in their Discord DM.
+func discordDM(user, text string) *eventsv1.MessageReceived {
+	ev := dm(user, text)
+	ev.Source.Platform = "discord"
+	return ev
+}
+
+// On Discord a bare /model shows Hermes's select-menu picker: the
+// session's model and a menu of providers (one: "<name> (<n> models)",
+// "current") with a red Cancel; choosing the provider shows its models
+// in up to three menus of 25 with Back and Cancel, and says how many
+// more there are; Back returns to the providers; choosing a model
+// switches it under "⚙ Model Switched"; Cancel says so.
+func TestModelPickerDiscordMenus(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.provider = Provider{Kind: "openai", Model: "gpt-4o"}
+	cfg := testConfig()
+	long := "org/" + strings.Repeat("y", 70)
+	cfg.Models = []string{long}
+	for i := 1; i < 80; i++ {
+		cfg.Models = append(cfg.Models, fmt.Sprintf("vendor/model-%d", i))
+	}
+	e.startRouter(cfg, nil, nil)
+	press := func(card, data string) *eventsv1.MessageReceived {
+		ev := pickerPress("alice", card, data)
+		ev.Source.Platform = "discord"
+		return ev
+	}
+
+	e.publish(discordDM("alice", "/model"))
+	waitFor(t, "the picker", func() bool { return len(e.noticeEvents("alice")) == 1 })
+	n := e.noticeEvents("alice")[0]
+	providers := "⚙ **Model Configuration**\n\nCurrent model: `gpt-4o`\nProvider: OpenAI-compatible\n\nSelect a provider:"
+	wantRows := []string{
+		"Choose a provider...: OpenAI-compatible (80 models)|/model|v|current|false",
+		": Cancel|/model|x||true",
+	}
+	if n.GetText() != providers || fmt.Sprint(menus(n.GetPicker())) != fmt.Sprint(wantRows) {
+		t.Fatalf("picker %q with %q, want %q with %q", n.GetText(), menus(n.GetPicker()), providers, wantRows)
+	}
+
+	e.publish(press("card-1", "v"))
+	waitFor(t, "the models", func() bool { return len(e.noticeEvents("alice")) == 2 })
+	n = e.noticeEvents("alice")[1]
+	wantText := "⚙ **Model Configuration**\n\nProvider: **OpenAI-compatible**\nSelect a model:\n*5 more available — type `/model <name>` directly*"
+	rows := n.GetPicker().GetRows()
+	if n.GetText() != wantText || n.GetReplacesMessageId() != "card-1" || len(rows) != 4 {
+		t.Fatalf("models step %q replacing %q with %d rows, want %q replacing card-1 with 4", n.GetText(), n.GetReplacesMessageId(), len(rows), wantText)
+	}
+	for i, r := range rows[:3] {
+		if want := fmt.Sprintf("Choose a model from OpenAI-compatible (%d/3)...", i+1); r.GetPlaceholder() != want || len(r.GetChoices()) != 25 {
+			t.Fatalf("menu %d: %q with %d options, want %q with 25", i, r.GetPlaceholder(), len(r.GetChoices()), want)
+		}
+	}
+	first, second := rows[0].GetChoices()[0], rows[0].GetChoices()[1]
+	if first.GetLabel() != strings.Repeat("y", 70) || first.GetData() != "m0-"+modelSum(long) || second.GetLabel() != "model-1" || second.GetCommand() != "/model vendor/model-1" || second.GetData() != "" {
+		t.Fatalf("options %v and %v, want the short names, a long id as data", first, second)
+	}
+	if got := menus(&deliveryv1.Picker{Rows: rows[3:]}); fmt.Sprint(got) != fmt.Sprint([]string{": ◀ Back|/model|b||false, Cancel|/model|x||true"}) {
+		t.Fatalf("last row %q, want Back and Cancel", got)
+	}
+
+	e.publish(press("card-1", "b"))
+	waitFor(t, "back", func() bool { return len(e.noticeEvents("alice")) == 3 })
+	if n := e.noticeEvents("alice")[2]; n.GetText() != providers || n.GetReplacesMessageId() != "card-1" || len(n.GetPicker().GetRows()) != 2 {
+		t.Fatalf("back answered %q replacing %q with %v", n.GetText(), n.GetReplacesMessageId(), menus(n.GetPicker()))
+	}
+
+	e.publish(press("card-1", "m0-"+modelSum(long)))
+	waitFor(t, "the switch", func() bool { return len(e.noticeEvents("alice")) == 4 })
+	n = e.noticeEvents("alice")[3]
+	wantText = "⚙ **Model Switched**\n\nModel switched to `" + long + "`\nProvider: OpenAI-compatible\n_(this session only — /model default goes back)_"
+	if n.GetText() != wantText || n.GetReplacesMessageId() != "card-1" || n.GetPicker() != nil {
+		t.Fatalf("switch answered %q replacing %q with %v, want %q", n.GetText(), n.GetReplacesMessageId(), n.GetPicker(), wantText)
+	}
+
+	e.publish(discordDM("alice", "/model"))
+	waitFor(t, "a second picker", func() bool { return len(e.noticeEvents("alice")) == 5 })
+	if got := e.noticeEvents("alice")[4].GetText(); !strings.Contains(got, "Current model: `"+long+"`") {
+		t.Fatalf("second picker %q, want the session's model", got)
+	}
+	e.publish(press("card-2", "x"))
+	waitFor(t, "the cancel", func() bool { return len(e.noticeEvents("alice")) == 6 })
+	if n := e.noticeEvents("alice")[5]; n.GetText() != "⚙ **Model Configuration**\n\nModel selection cancelled." || n.GetReplacesMessageId() != "card-2" || n.GetPicker() != nil {
+		t.Fatalf("cancel answered %q replacing %q", n.GetText(), n.GetReplacesMessageId())
 	}
 }

@@ -133,7 +133,7 @@ func TestButtonPressOfASenderNotAllowed(t *testing.T) {
 		want, wantIA string
 	}{
 		{"an allowed sender's press works", onDiscord(pickerPress("alice", "card-1", "x"), "dm", "800000000000000001"),
-			"chat-alice", "Model selection cancelled.", ""},
+			"chat-alice", "⚙ **Model Configuration**\n\nModel selection cancelled.", ""},
 		{"a picker's press in a group", onDiscord(pickerPress("mallory", "card-2", "x"), "chat-grp", "800000000000000002"),
 			"chat-grp", notAllowed, "800000000000000002"},
 		{"a second press within the minute", onDiscord(press("mallory", "/approve", "card-3", "call-3"), "chat-grp", "800000000000000003"),

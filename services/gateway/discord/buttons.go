@@ -3,6 +3,7 @@ package discord
 import (
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 	"unicode"
@@ -29,11 +30,14 @@ import (
 // (as on Telegram and Slack), the call's id only where it is printable
 // ASCII and the whole fits Discord's 100 characters.
 //
-// A picker (the /model picker, SendRequested.picker) is rows of grey
-// buttons the same way, each custom_id platform.PickerPayload (as on
-// Telegram), a page counter disabled. Hermes's picker is two select
-// menus (provider, then model); buttons keep one press a choice, as on
-// Telegram, with the same pages.
+// A picker (the /model picker, SendRequested.picker) is its rows as
+// action rows: a row with a placeholder is a string select menu (the
+// router's /model picker on Discord is Hermes's select menus), each
+// option's value platform.PickerPayload, the menu's custom_id "pm:<n>";
+// any other row is grey buttons (red for a choice marked danger), each
+// custom_id platform.PickerPayload (as on Telegram), a button that does
+// nothing disabled. A selection is published as the press of the chosen
+// option's button.
 
 const (
 	customIDPrefix = "ea:"
@@ -83,47 +87,91 @@ func approvalComponents(a *deliveryv1.Approval) []discordgo.MessageComponent {
 	return []discordgo.MessageComponent{discordgo.ActionsRow{Components: buttons}}
 }
 
-// Discord's limits on a message's buttons.
+// Discord's limits on a message's components.
 const (
 	maxRows        = 5
 	maxRowButtons  = 5
 	maxButtonLabel = 80
+	// A select menu fills its row and takes 25 options; an option's
+	// label, value and description take 100 characters, its placeholder
+	// 150.
+	maxMenuOptions     = 25
+	maxOptionText      = 100
+	maxMenuPlaceholder = 150
+	menuIDPrefix       = "pm:"
 )
 
+// cut is s cut to n characters, the last one "…" when it is cut.
+func cut(s string, n int) string {
+	if r := []rune(s); len(r) > n {
+		return string(r[:n-1]) + "…"
+	}
+	return s
+}
+
+// pickerRow is one action row of a picker in the making: a menu or
+// buttons.
+type pickerRow struct {
+	menu    *discordgo.SelectMenu
+	buttons []discordgo.MessageComponent
+}
+
 // pickerComponents are the components of a picker (the /model picker):
-// the router's rows of buttons, each button's custom_id
-// platform.PickerPayload, a button that does nothing shown disabled.
-// Discord takes five rows of five: past five rows, neighbouring rows
-// are joined where they fit, and what still does not fit is left out,
-// as is a choice that cannot be carried. nil for no picker.
+// the router's rows, a menu row as a string select menu whose options'
+// values are platform.PickerPayload, any other as buttons whose
+// custom_id is, a button that does nothing shown disabled. Discord takes
+// five action rows of five buttons or one menu: past five rows,
+// neighbouring rows of buttons are joined where they fit, and what
+// still does not fit is left out, as is a choice that cannot be carried
+// (and a menu left with no option). nil for no picker.
 func pickerComponents(pk *deliveryv1.Picker) []discordgo.MessageComponent {
-	var rows [][]discordgo.MessageComponent
+	var rows []pickerRow
 	place := 0
-	for _, r := range pk.GetRows() {
+	for n, r := range pk.GetRows() {
+		if ph := r.GetPlaceholder(); ph != "" {
+			menu := &discordgo.SelectMenu{MenuType: discordgo.StringSelectMenu, CustomID: menuIDPrefix + strconv.Itoa(n),
+				Placeholder: cut(ph, maxMenuPlaceholder)}
+			seen := map[string]bool{}
+			for _, c := range r.GetChoices() {
+				value := platform.PickerPayload(c, place)
+				place++
+				if value == "" || len(value) > maxOptionText || c.GetLabel() == "" || seen[value] || len(menu.Options) == maxMenuOptions ||
+					c.GetCommand() == "" && c.GetData() == "" {
+					continue
+				}
+				seen[value] = true
+				menu.Options = append(menu.Options, discordgo.SelectMenuOption{Label: cut(c.GetLabel(), maxOptionText), Value: value,
+					Description: cut(c.GetDescription(), maxOptionText)})
+			}
+			if len(menu.Options) > 0 {
+				rows = append(rows, pickerRow{menu: menu})
+			}
+			continue
+		}
 		var row []discordgo.MessageComponent
 		for _, c := range r.GetChoices() {
 			id := platform.PickerPayload(c, place)
 			place++
-			label := c.GetLabel()
-			if id == "" || label == "" || len(id) > maxCustomID || len(row) == maxRowButtons {
+			if id == "" || c.GetLabel() == "" || len(id) > maxCustomID || len(row) == maxRowButtons {
 				continue
 			}
-			if n := []rune(label); len(n) > maxButtonLabel {
-				label = string(n[:maxButtonLabel-1]) + "…"
+			b := discordgo.Button{Label: cut(c.GetLabel(), maxButtonLabel), Style: discordgo.SecondaryButton, CustomID: id}
+			if c.GetDanger() {
+				b.Style = discordgo.DangerButton
 			}
-			b := discordgo.Button{Label: label, Style: discordgo.SecondaryButton, CustomID: id}
 			if c.GetCommand() == "" && c.GetData() == "" {
 				b.Disabled = true
 			}
 			row = append(row, b)
 		}
 		if len(row) > 0 {
-			rows = append(rows, row)
+			rows = append(rows, pickerRow{buttons: row})
 		}
 	}
 	for i := 0; len(rows) > maxRows && i < len(rows)-1; {
-		if len(rows[i])+len(rows[i+1]) <= maxRowButtons {
-			rows[i] = append(rows[i], rows[i+1]...)
+		a, b := rows[i], rows[i+1]
+		if a.menu == nil && b.menu == nil && len(a.buttons)+len(b.buttons) <= maxRowButtons {
+			rows[i].buttons = append(a.buttons, b.buttons...)
 			rows = append(rows[:i+1], rows[i+2:]...)
 			continue
 		}
@@ -134,7 +182,11 @@ func pickerComponents(pk *deliveryv1.Picker) []discordgo.MessageComponent {
 	}
 	var out []discordgo.MessageComponent
 	for _, row := range rows {
-		out = append(out, discordgo.ActionsRow{Components: row})
+		if row.menu != nil {
+			out = append(out, discordgo.ActionsRow{Components: []discordgo.MessageComponent{*row.menu}})
+			continue
+		}
+		out = append(out, discordgo.ActionsRow{Components: row.buttons})
 	}
 	return out
 }
@@ -204,7 +256,8 @@ func urlSafe(s string) bool {
 }
 
 // pressed turns a component interaction into the press of an approval
-// button or a picker's, or says why it is skipped. ch describes the interaction's
+// button or a picker's (a button, or an option of its menu), or says
+// why it is skipped. ch describes the interaction's
 // channel (guild presses only). The event id is the interaction's id,
 // the same in every delivery of the dispatch; the press names the
 // prompt (the message the button is on) and the tool call, and carries
@@ -216,17 +269,32 @@ func pressed(in *discordgo.Interaction, ch channelInfo, r rules, now time.Time) 
 		return nil, skip(fmt.Sprintf("interaction type %d", in.Type))
 	}
 	data, ok := in.Data.(discordgo.MessageComponentInteractionData)
-	if !ok || data.ComponentType != discordgo.ButtonComponent {
+	if !ok {
 		return nil, "not a button"
 	}
-	command, call, ok := parseCustomID(data.CustomID)
-	choice := ""
-	if !ok {
-		var inert bool
-		command, choice, inert, ok = platform.ParsePickerPayload(data.CustomID)
-		if inert {
-			return nil, "inert button"
+	var command, call, choice string
+	switch data.ComponentType {
+	case discordgo.ButtonComponent:
+		command, call, ok = parseCustomID(data.CustomID)
+		if !ok {
+			var inert bool
+			command, choice, inert, ok = platform.ParsePickerPayload(data.CustomID)
+			if inert {
+				return nil, "inert button"
+			}
 		}
+	case discordgo.SelectMenuComponent:
+		// A picker's menu: the option chosen is the press of its button.
+		if !strings.HasPrefix(data.CustomID, menuIDPrefix) || len(data.Values) != 1 || len(data.Values[0]) > maxOptionText {
+			return nil, "unknown menu"
+		}
+		var inert bool
+		command, choice, inert, ok = platform.ParsePickerPayload(data.Values[0])
+		if inert {
+			return nil, "inert option"
+		}
+	default:
+		return nil, "not a button"
 	}
 	if !ok {
 		return nil, "unknown button"

@@ -321,3 +321,135 @@ func TestPickerButtons(t *testing.T) {
 		t.Fatalf("after the answer the picker is %+v, want it without buttons", ms[0])
 	}
 }
+
+// A picker's menu row (Hermes's Discord /model picker) is posted as a
+// string select menu alone in its action row, its options' values the
+// choices' payloads, beside buttons (Cancel red); choosing an option is
+// published as the chooser's press of that choice (the typed command,
+// or "/model" with its data); an edit shows the next step's menus, and
+// one without a picker takes the menus off.
+func TestPickerMenus(t *testing.T) {
+	t.Parallel()
+	f := newFake(t)
+	b, next := run(t, f, Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	send := func(req *deliveryv1.SendRequested) {
+		t.Helper()
+		r := &deliveryv1.SendReceipt{}
+		if err := b.Request(ctx, b.Topology().SendSubject("discord"), req, r); err != nil {
+			t.Fatal(err)
+		}
+		if !r.GetOk() {
+			t.Fatalf("receipt %v, want ok", r)
+		}
+	}
+	cancelChoice := &deliveryv1.PickerChoice{Label: "Cancel", Command: "/model", Data: "x", Danger: true}
+	providers := &deliveryv1.Picker{Rows: []*deliveryv1.PickerRow{
+		{Placeholder: "Choose a provider...", Choices: []*deliveryv1.PickerChoice{
+			{Label: "OpenAI-compatible (30 models)", Description: "current", Command: "/model", Data: "v"}}},
+		{Choices: []*deliveryv1.PickerChoice{cancelChoice}},
+	}}
+	target := &deliveryv1.Target{Platform: "discord", ChatId: channel, ThreadId: thread}
+	send(&deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "picker", Target: target,
+		Text: "⚙ **Model Configuration**\n\nSelect a provider:", Picker: providers})
+	ms := f.Messages(thread)
+	wantMenus := []discordfake.Menu{{CustomID: "pm:0", Placeholder: "Choose a provider...", Options: []discordfake.MenuOption{
+		{Label: "OpenAI-compatible (30 models)", Value: "pd:v:model", Description: "current"}}}}
+	wantButtons := []discordfake.Button{{Label: "Cancel", Style: 4, CustomID: "pd:x:model"}}
+	if len(ms) != 1 || fmt.Sprint(ms[0].Menus) != fmt.Sprint(wantMenus) || !slices.Equal(ms[0].Buttons, wantButtons) {
+		t.Fatalf("thread has %+v, want the picker with %+v and %+v", ms, wantMenus, wantButtons)
+	}
+	card := ms[0]
+	choose := func(menu, value string) {
+		t.Helper()
+		if _, err := f.Select(ctx, discordfake.Select{ChannelID: thread, GuildID: guild, MessageID: card.ID, UserID: user, UserName: "alice",
+			CustomID: menu, Value: value}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	choose("pm:0", "pd:v:model")
+	if ev := next(20 * time.Second); ev.GetText() != "/model" || ev.GetButtonPress().GetData() != "v" || ev.GetButtonPress().GetMessageId() != card.ID || ev.GetSource().GetUserId() != user {
+		t.Fatalf("published %v, want /model with data v from %s choosing the provider", ev, user)
+	}
+
+	// The models: two menus of 25 and 5, Back and Cancel in one row.
+	models := &deliveryv1.Picker{}
+	for i := 0; i < 30; i += 25 {
+		row := &deliveryv1.PickerRow{Placeholder: fmt.Sprintf("Choose a model from OpenAI-compatible (%d/2)...", i/25+1)}
+		for j := i; j < min(i+25, 30); j++ {
+			m := fmt.Sprintf("org/model-%d", j)
+			row.Choices = append(row.Choices, &deliveryv1.PickerChoice{Label: m[4:], Command: "/model " + m})
+		}
+		models.Rows = append(models.Rows, row)
+	}
+	models.Rows = append(models.Rows, &deliveryv1.PickerRow{Choices: []*deliveryv1.PickerChoice{{Label: "◀ Back", Command: "/model", Data: "b"}, cancelChoice}})
+	send(&deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_EDIT, IdempotencyKey: "models", Target: target, MessageId: card.ID,
+		Text: "⚙ **Model Configuration**\n\nProvider: **OpenAI-compatible**\nSelect a model:", Picker: models})
+	ms = f.Messages(thread)
+	if got := ms[0].Menus; len(got) != 2 || len(got[0].Options) != 25 || len(got[1].Options) != 5 || got[1].CustomID != "pm:1" ||
+		got[1].Placeholder != "Choose a model from OpenAI-compatible (2/2)..." || got[1].Options[4] != (discordfake.MenuOption{Label: "model-29", Value: "pc:/model org/model-29"}) {
+		t.Fatalf("the models step shows menus %+v", got)
+	}
+	if want := []discordfake.Button{{Label: "◀ Back", Style: 2, CustomID: "pd:b:model"}, wantButtons[0]}; !slices.Equal(ms[0].Buttons, want) {
+		t.Fatalf("the models step shows buttons %+v, want %+v", ms[0].Buttons, want)
+	}
+	if rows := pickerComponents(models); len(rows) != 3 || len(rows[2].(discordgo.ActionsRow).Components) != 2 {
+		t.Fatalf("action rows %+v, want two menus and a row of two buttons", rows)
+	}
+	choose("pm:1", "pc:/model org/model-29")
+	if ev := next(20 * time.Second); ev.GetText() != "/model org/model-29" || ev.GetButtonPress().GetData() != "" || ev.GetButtonPress().GetMessageId() != card.ID {
+		t.Fatalf("published %v, want the model's typed command", ev)
+	}
+	// A menu the message does not show cannot be chosen from.
+	if _, err := f.Select(ctx, discordfake.Select{ChannelID: thread, GuildID: guild, MessageID: card.ID, UserID: user, CustomID: "pm:0", Value: "pd:v:model"}); err == nil {
+		t.Fatal("chose the provider from a step that no longer shows it")
+	}
+
+	send(&deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_EDIT, IdempotencyKey: "answer", Target: target, MessageId: card.ID,
+		Text: "⚙ **Model Switched**\n\nModel switched to `org/model-29`"})
+	if ms := f.Messages(thread); len(ms[0].Menus) != 0 || len(ms[0].Buttons) != 0 {
+		t.Fatalf("after the answer the picker is %+v, want it without menus or buttons", ms[0])
+	}
+}
+
+// A menu is cut to what Discord takes: 25 options, labels and
+// descriptions of 100 characters, a placeholder of 150; a choice that
+// cannot be carried, a duplicate and one that does nothing are left
+// out, and a menu left empty is no row. Menus are never joined with
+// other rows.
+func TestPickerMenuLimits(t *testing.T) {
+	long := strings.Repeat("é", 120)
+	menu := &deliveryv1.PickerRow{Placeholder: strings.Repeat("p", 160)}
+	menu.Choices = append(menu.Choices,
+		&deliveryv1.PickerChoice{Label: long, Description: long, Command: "/model a"},
+		&deliveryv1.PickerChoice{Label: "again", Command: "/model a"},
+		&deliveryv1.PickerChoice{Label: "counter"},
+		&deliveryv1.PickerChoice{Label: "too long", Command: "/model " + strings.Repeat("x", 70)})
+	for i := 0; i < 30; i++ {
+		menu.Choices = append(menu.Choices, &deliveryv1.PickerChoice{Label: fmt.Sprint(i), Command: fmt.Sprintf("/model m%d", i)})
+	}
+	empty := &deliveryv1.PickerRow{Placeholder: "nothing", Choices: []*deliveryv1.PickerChoice{{Label: "counter"}}}
+	button := func(l string) *deliveryv1.PickerRow {
+		return &deliveryv1.PickerRow{Choices: []*deliveryv1.PickerChoice{{Label: l, Command: "/model " + l}}}
+	}
+	rows := pickerComponents(&deliveryv1.Picker{Rows: []*deliveryv1.PickerRow{menu, empty, button("a"), button("b"), menu, button("c"), button("d")}})
+	if len(rows) != 5 {
+		t.Fatalf("%d rows, want 5: %+v", len(rows), rows)
+	}
+	sm, ok := rows[0].(discordgo.ActionsRow).Components[0].(discordgo.SelectMenu)
+	if !ok || len(rows[0].(discordgo.ActionsRow).Components) != 1 {
+		t.Fatalf("first row %+v, want a menu alone", rows[0])
+	}
+	first := sm.Options[0]
+	if len(sm.Options) != 25 || len([]rune(sm.Placeholder)) != 150 || len([]rune(first.Label)) != 100 || len([]rune(first.Description)) != 100 ||
+		!strings.HasSuffix(first.Label, "…") || sm.Options[1].Label != "0" || sm.CustomID != "pm:0" || sm.MenuType != discordgo.StringSelectMenu {
+		t.Fatalf("menu %+v, want 25 options cut to Discord's limits", sm)
+	}
+	if got := len(rows[1].(discordgo.ActionsRow).Components); got != 2 {
+		t.Fatalf("second row has %d buttons, want a and b joined", got)
+	}
+	if _, ok := rows[2].(discordgo.ActionsRow).Components[0].(discordgo.SelectMenu); !ok {
+		t.Fatalf("third row %+v, want the second menu", rows[2])
+	}
+}

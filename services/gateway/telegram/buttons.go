@@ -83,7 +83,8 @@ func keyboard(a *deliveryv1.Approval) *models.InlineKeyboardMarkup {
 // pickerKeyboard is the inline keyboard of a picker (the /model
 // picker), row by row as the router laid it out: each button's callback
 // data is platform.PickerPayload (a choice that cannot be carried is
-// left out). nil for no picker.
+// left out); a menu's choices (Telegram has no menus) are buttons one a
+// row. nil for no picker.
 func pickerKeyboard(pk *deliveryv1.Picker) *models.InlineKeyboardMarkup {
 	var rows [][]models.InlineKeyboardButton
 	place := 0
@@ -96,6 +97,9 @@ func pickerKeyboard(pk *deliveryv1.Picker) *models.InlineKeyboardMarkup {
 				continue
 			}
 			row = append(row, models.InlineKeyboardButton{Text: c.GetLabel(), CallbackData: data})
+			if r.GetPlaceholder() != "" {
+				rows, row = append(rows, row), nil
+			}
 		}
 		if len(row) > 0 {
 			rows = append(rows, row)

@@ -1,6 +1,7 @@
 package telegram
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -314,5 +315,27 @@ func TestPressRefusal(t *testing.T) {
 	}
 	if ms := f.Messages("99"); len(ms) != 2 {
 		t.Fatalf("the chat has %d messages, want the two prompts alone", len(ms))
+	}
+}
+
+// Telegram has no menus: a picker's menu row (the Discord /model
+// picker's) is shown as its choices' buttons, one a row, beside the
+// rows of buttons as they are.
+func TestPickerMenuAsButtons(t *testing.T) {
+	kb := pickerKeyboard(&deliveryv1.Picker{Rows: []*deliveryv1.PickerRow{
+		{Placeholder: "Choose a model...", Choices: []*deliveryv1.PickerChoice{{Label: "a", Command: "/model a"}, {Label: "b", Command: "/model b"}}},
+		{Choices: []*deliveryv1.PickerChoice{{Label: "◀ Back", Command: "/model", Data: "b"}, {Label: "Cancel", Command: "/model", Data: "x", Danger: true}}},
+	}})
+	var got [][]string
+	for _, row := range kb.InlineKeyboard {
+		var r []string
+		for _, b := range row {
+			r = append(r, b.Text+"="+b.CallbackData)
+		}
+		got = append(got, r)
+	}
+	want := [][]string{{"a=pc:/model a"}, {"b=pc:/model b"}, {"◀ Back=pd:b:model", "Cancel=pd:x:model"}}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("keyboard %q, want %q", got, want)
 	}
 }

@@ -145,6 +145,9 @@ type Message struct {
 	// Buttons are the buttons of its action rows, in order; an edit with
 	// components=[] takes them off, one without components keeps them.
 	Buttons []Button
+	// Menus are the string select menus of its action rows, in order,
+	// kept and taken off as Buttons are.
+	Menus []Menu
 	// MentionEveryone, MentionRoles and Mentions are who the message
 	// notifies, as Discord sets them from its content and the request's
 	// allowed_mentions (re-parsed on every edit of the content).
@@ -218,22 +221,53 @@ type Button struct {
 	Disabled bool
 }
 
+// Menu is a string select menu of a message (component type 3).
+type Menu struct {
+	CustomID, Placeholder string
+	Options               []MenuOption
+	Disabled              bool
+}
+
+// MenuOption is one option of a select menu.
+type MenuOption struct {
+	Label, Value, Description string
+	Default                   bool
+}
+
+// component is one component of an action row, as a create or edit
+// message body has it: a button (type 2) or a string select menu
+// (type 3).
+type component struct {
+	Type        int    `json:"type"`
+	Label       string `json:"label"`
+	Style       int    `json:"style"`
+	CustomID    string `json:"custom_id"`
+	Disabled    bool   `json:"disabled"`
+	Placeholder string `json:"placeholder"`
+	MinValues   *int   `json:"min_values"`
+	MaxValues   *int   `json:"max_values"`
+	Options     []struct {
+		Label       string `json:"label"`
+		Value       string `json:"value"`
+		Description string `json:"description"`
+		Default     bool   `json:"default"`
+	} `json:"options"`
+}
+
 // components is the components field of a create or edit message body.
 type components []struct {
-	Type       int `json:"type"`
-	Components []struct {
-		Type     int    `json:"type"`
-		Label    string `json:"label"`
-		Style    int    `json:"style"`
-		CustomID string `json:"custom_id"`
-		Disabled bool   `json:"disabled"`
-	} `json:"components"`
+	Type       int         `json:"type"`
+	Components []component `json:"components"`
 }
 
 // valid reports what Discord refuses with 400: more than five action
 // rows or five buttons in a row, a button without a label or with one
 // past 80 characters, a custom_id empty, past 100 characters or used
-// twice in the message.
+// twice in the message; a select menu that is not alone in its row,
+// with no option or more than 25, a placeholder past 150 characters,
+// min_values or max_values outside 0–25 (1–25 for max), an option's
+// label or value empty or past 100 characters, its description past
+// 100, or two options of one value.
 func (cs components) valid() bool {
 	if len(cs) > 5 {
 		return false
@@ -244,14 +278,39 @@ func (cs components) valid() bool {
 			return false
 		}
 		for _, c := range row.Components {
-			if c.Type != 2 {
+			if c.Type != 2 && c.Type != 3 {
 				continue
 			}
-			if n := len([]rune(c.Label)); n == 0 || n > 80 || c.CustomID == "" || len(c.CustomID) > 100 || seen[c.CustomID] {
+			if c.CustomID == "" || len(c.CustomID) > 100 || seen[c.CustomID] {
 				return false
 			}
 			seen[c.CustomID] = true
+			if c.Type == 2 {
+				if n := len([]rune(c.Label)); n == 0 || n > 80 {
+					return false
+				}
+				continue
+			}
+			if len(row.Components) != 1 || !c.validMenu() {
+				return false
+			}
 		}
+	}
+	return true
+}
+
+// validMenu reports whether a select menu is one Discord takes.
+func (c component) validMenu() bool {
+	if len(c.Options) == 0 || len(c.Options) > 25 || len([]rune(c.Placeholder)) > 150 ||
+		c.MinValues != nil && (*c.MinValues < 0 || *c.MinValues > 25) || c.MaxValues != nil && (*c.MaxValues < 1 || *c.MaxValues > 25) {
+		return false
+	}
+	values := map[string]bool{}
+	for _, o := range c.Options {
+		if l, v := len([]rune(o.Label)), len([]rune(o.Value)); l == 0 || l > 100 || v == 0 || v > 100 || len([]rune(o.Description)) > 100 || values[o.Value] {
+			return false
+		}
+		values[o.Value] = true
 	}
 	return true
 }
@@ -264,6 +323,24 @@ func (cs components) buttons() []Button {
 			if row.Type == 1 && c.Type == 2 {
 				out = append(out, Button{Label: c.Label, Style: c.Style, CustomID: c.CustomID, Disabled: c.Disabled})
 			}
+		}
+	}
+	return out
+}
+
+// menus lists the string select menus of action rows.
+func (cs components) menus() []Menu {
+	var out []Menu
+	for _, row := range cs {
+		for _, c := range row.Components {
+			if row.Type != 1 || c.Type != 3 {
+				continue
+			}
+			m := Menu{CustomID: c.CustomID, Placeholder: c.Placeholder, Disabled: c.Disabled}
+			for _, o := range c.Options {
+				m.Options = append(m.Options, MenuOption{Label: o.Label, Value: o.Value, Description: o.Description, Default: o.Default})
+			}
+			out = append(out, m)
 		}
 	}
 	return out
@@ -590,7 +667,7 @@ func (f *Fake) createMessage(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, 400, map[string]any{"message": "Invalid Form Body", "code": 50035})
 		return
 	}
-	m := &Message{ID: f.NewID(), ChannelID: ch, Content: body.Content, Buttons: body.Components.buttons(), Files: files}
+	m := &Message{ID: f.NewID(), ChannelID: ch, Content: body.Content, Buttons: body.Components.buttons(), Menus: body.Components.menus(), Files: files}
 	m.mention(body.AllowedMentions)
 	if body.Ref != nil {
 		m.ReplyTo = body.Ref.MessageID
@@ -636,7 +713,7 @@ func (f *Fake) editMessage(w http.ResponseWriter, r *http.Request) {
 	// the message was created with.
 	m.mention(body.AllowedMentions)
 	if body.Components != nil {
-		m.Buttons = body.Components.buttons()
+		m.Buttons, m.Menus = body.Components.buttons(), body.Components.menus()
 	}
 	m.Edits++
 	writeJSON(w, 200, map[string]any{"id": m.ID, "channel_id": m.ChannelID, "content": m.Content, "type": 0, "author": f.user()})
@@ -1019,6 +1096,13 @@ type Press struct {
 // guild, user in a DM) and returns its d, for a test to dispatch again
 // as a redelivery.
 func (f *Fake) Press(ctx context.Context, p Press) (map[string]any, error) {
+	return f.component(ctx, p, map[string]any{"custom_id": p.CustomID, "component_type": 2})
+}
+
+// component dispatches the INTERACTION_CREATE of a message component's
+// use: p says who used which message's component, data is the
+// interaction's data.
+func (f *Fake) component(ctx context.Context, p Press, data map[string]any) (map[string]any, error) {
 	id, token := f.NewID(), "token-"+f.NewID()
 	f.mu.Lock()
 	f.interactions[id] = &interaction{token: token}
@@ -1026,7 +1110,7 @@ func (f *Fake) Press(ctx context.Context, p Press) (map[string]any, error) {
 	u := map[string]any{"id": p.UserID, "username": p.UserName, "discriminator": "0"}
 	d := map[string]any{
 		"id": id, "application_id": f.BotID, "type": 3, "token": token, "version": 1, "channel_id": p.ChannelID,
-		"data":    map[string]any{"custom_id": p.CustomID, "component_type": 2},
+		"data":    data,
 		"message": map[string]any{"id": p.MessageID, "channel_id": p.ChannelID, "author": f.user(), "content": "", "type": 0},
 	}
 	if p.GuildID != "" {
@@ -1040,6 +1124,42 @@ func (f *Fake) Press(ctx context.Context, p Press) (map[string]any, error) {
 		d["user"] = u
 	}
 	return d, f.Dispatch(ctx, "INTERACTION_CREATE", d)
+}
+
+// Select is a choice in a message's string select menu.
+type Select struct {
+	ChannelID, GuildID, MessageID, UserID, UserName string
+	// CustomID names the menu; Value is the option chosen.
+	CustomID, Value string
+	Roles           []string
+}
+
+// Select dispatches the INTERACTION_CREATE of a choice in a select menu
+// of a message the bot posted (type MESSAGE_COMPONENT, data with
+// component_type 3 and the chosen option's value in values, as Discord
+// sends it), and returns its d. As in Discord's client, only a menu the
+// message shows now (not disabled) and one of its options can be
+// chosen: anything else is an error, nothing dispatched.
+func (f *Fake) Select(ctx context.Context, s Select) (map[string]any, error) {
+	f.mu.Lock()
+	m := f.find(s.ChannelID, s.MessageID)
+	ok := false
+	if m != nil {
+		for _, menu := range m.Menus {
+			if menu.CustomID != s.CustomID || menu.Disabled {
+				continue
+			}
+			for _, o := range menu.Options {
+				ok = ok || o.Value == s.Value
+			}
+		}
+	}
+	f.mu.Unlock()
+	if !ok {
+		return nil, fmt.Errorf("message %s in %s shows no menu %q with option %q", s.MessageID, s.ChannelID, s.CustomID, s.Value)
+	}
+	return f.component(ctx, Press{ChannelID: s.ChannelID, GuildID: s.GuildID, MessageID: s.MessageID, UserID: s.UserID, UserName: s.UserName,
+		CustomID: s.CustomID, Roles: s.Roles}, map[string]any{"custom_id": s.CustomID, "component_type": 3, "values": []string{s.Value}})
 }
 
 // Acks returns the response types an interaction's callback accepted

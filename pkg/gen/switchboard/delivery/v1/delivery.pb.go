@@ -691,8 +691,14 @@ func (x *Picker) GetRows() []*PickerRow {
 // PickerRow is one row of a picker's buttons. A gateway whose platform
 // takes fewer rows joins neighbouring rows where they fit.
 type PickerRow struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Choices       []*PickerChoice        `protobuf:"bytes,1,rep,name=choices,proto3" json:"choices,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Choices []*PickerChoice        `protobuf:"bytes,1,rep,name=choices,proto3" json:"choices,omitempty"`
+	// Set when the row is one menu of its choices (a Discord select menu,
+	// at most 25 options; Hermes's Discord /model picker): this is the
+	// text the menu shows before a choice. A selection is published as a
+	// press of the choice's button. A gateway without menus shows the
+	// choices as buttons, one a row.
+	Placeholder   string `protobuf:"bytes,2,opt,name=placeholder,proto3" json:"placeholder,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -734,6 +740,13 @@ func (x *PickerRow) GetChoices() []*PickerChoice {
 	return nil
 }
 
+func (x *PickerRow) GetPlaceholder() string {
+	if x != nil {
+		return x.Placeholder
+	}
+	return ""
+}
+
 // PickerChoice is one button of a picker.
 type PickerChoice struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -749,7 +762,12 @@ type PickerChoice struct {
 	// page of the picker, a command too long for a payload). When set the
 	// press carries data and the command's name alone ("/model"), which
 	// the router reads against its current configuration.
-	Data          string `protobuf:"bytes,3,opt,name=data,proto3" json:"data,omitempty"`
+	Data string `protobuf:"bytes,3,opt,name=data,proto3" json:"data,omitempty"`
+	// A menu's option only: the line under its label ("current").
+	Description string `protobuf:"bytes,4,opt,name=description,proto3" json:"description,omitempty"`
+	// A button shown as a destructive or closing action (Discord's red
+	// button: Hermes's Cancel); other gateways show it as any button.
+	Danger        bool `protobuf:"varint,5,opt,name=danger,proto3" json:"danger,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -803,6 +821,20 @@ func (x *PickerChoice) GetData() string {
 		return x.Data
 	}
 	return ""
+}
+
+func (x *PickerChoice) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+func (x *PickerChoice) GetDanger() bool {
+	if x != nil {
+		return x.Danger
+	}
+	return false
 }
 
 // ToolStep is a step of a tool call the agent makes (the reply event's
@@ -1401,13 +1433,16 @@ const file_switchboard_delivery_v1_delivery_proto_rawDesc = "" +
 	"\ftool_call_id\x18\x02 \x01(\tR\n" +
 	"toolCallId\"@\n" +
 	"\x06Picker\x126\n" +
-	"\x04rows\x18\x01 \x03(\v2\".switchboard.delivery.v1.PickerRowR\x04rows\"L\n" +
+	"\x04rows\x18\x01 \x03(\v2\".switchboard.delivery.v1.PickerRowR\x04rows\"n\n" +
 	"\tPickerRow\x12?\n" +
-	"\achoices\x18\x01 \x03(\v2%.switchboard.delivery.v1.PickerChoiceR\achoices\"R\n" +
+	"\achoices\x18\x01 \x03(\v2%.switchboard.delivery.v1.PickerChoiceR\achoices\x12 \n" +
+	"\vplaceholder\x18\x02 \x01(\tR\vplaceholder\"\x8c\x01\n" +
 	"\fPickerChoice\x12\x14\n" +
 	"\x05label\x18\x01 \x01(\tR\x05label\x12\x18\n" +
 	"\acommand\x18\x02 \x01(\tR\acommand\x12\x12\n" +
-	"\x04data\x18\x03 \x01(\tR\x04data\"w\n" +
+	"\x04data\x18\x03 \x01(\tR\x04data\x12 \n" +
+	"\vdescription\x18\x04 \x01(\tR\vdescription\x12\x16\n" +
+	"\x06danger\x18\x05 \x01(\bR\x06danger\"w\n" +
 	"\bToolStep\x12 \n" +
 	"\ftool_call_id\x18\x01 \x01(\tR\n" +
 	"toolCallId\x12\x1b\n" +
