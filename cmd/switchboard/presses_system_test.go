@@ -2,12 +2,14 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/switchboard-chat/switchboard/pkg/telegramfake"
 	"github.com/switchboard-chat/switchboard/services/gateway/discord/discordfake"
+	"github.com/switchboard-chat/switchboard/services/gateway/teams/teamsfake"
 )
 
 // TestDiscordPressOfAStranger runs the whole system (`switchboard dev`,
@@ -103,7 +105,8 @@ func TestDiscordPressOfAStranger(t *testing.T) {
 // group, pressed by a user the allowlist does not list, gets Hermes's
 // refusal as the callback query's answer (the gateway holds the query
 // for it), the card and the chat unchanged, once a minute; the allowed
-// user's press then approves as before.
+// user's press then approves as before, and a second one on the answered
+// prompt gets Hermes's "already resolved" toast.
 func TestTelegramPressOfAStranger(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the whole system")
@@ -175,13 +178,95 @@ func TestTelegramPressOfAStranger(t *testing.T) {
 		t.Fatalf("the card shows %q with buttons %v and the group %d messages after the stranger's presses", m.Shown, m.Buttons, len(tg.Messages(group)))
 	}
 
-	// Ann's press approves.
-	if _, _, err := tg.Press(group, card.ID, ann, card.Buttons[0][0].Data); err != nil {
+	// Ann's press approves, and her second, quick one finds the prompt
+	// answered: each query is answered with Hermes's toast, which only
+	// the router's answer to the holding gateway carries.
+	_, once, err := tg.Press(group, card.ID, ann, card.Buttons[0][0].Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, again, err := tg.Press(group, card.ID, ann, card.Buttons[1][1].Data)
+	if err != nil {
 		t.Fatal(err)
 	}
 	waitFor("ann's approval", func() bool { return tg.Message(group, card.ID).Shown == "✅ Approved once by Ann" })
-	waitFor("ann's press answered", func() bool { return len(tg.CallbackAnswers()) == 3 })
-	if a := tg.CallbackAnswers()[2]; a.Text != "" {
-		t.Fatalf("ann's press answered %+v", a)
+	waitFor("ann's presses answered", func() bool { return len(tg.CallbackAnswers()) == 4 })
+	for i, want := range map[string]string{once: "✅ Approved once", again: "This approval has already been resolved."} {
+		found := false
+		for _, a := range tg.CallbackAnswers()[2:] {
+			found = found || a.QueryID == i && a.Text == want
+		}
+		if !found {
+			t.Fatalf("answers %+v, want %q to query %s", tg.CallbackAnswers()[2:], want, i)
+		}
+	}
+}
+
+// TestTeamsPressOfAStranger runs the whole system with the Teams gateway
+// on the fake Bot Framework and an allowlist: an approval button's press
+// (an adaptiveCard/action invoke) from a user the allowlist does not
+// list gets Hermes's "⛔ Not authorized." as the invoke's answer, which
+// only the presser sees (the gateway holds the invoke for the router's
+// refusal, which delivery brings back), nothing posted to the
+// conversation, once a minute (the second press is answered without
+// it); the allowed user's press on a card nothing waits for is answered
+// with Hermes's word for it, and the card edited.
+func TestTeamsPressOfAStranger(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the whole system")
+	}
+	t.Parallel()
+	ms := teamsfake.New(t)
+	msAddr := freeAddr(t)
+	d := startDev(t,
+		"TEAMS_CLIENT_ID="+ms.ClientID, "TEAMS_CLIENT_SECRET="+ms.ClientSecret, "TEAMS_TENANT_ID="+ms.TenantID,
+		"TEAMS_TOKEN_URL="+ms.TokenURL(), "TEAMS_OPENID_METADATA_URL="+ms.MetadataURL(), "TEAMS_SERVICE_URL="+ms.ServiceURL(),
+		"SWITCHBOARD_GATEWAYS__TEAMS__ADDR="+msAddr,
+		"TEAMS_ALLOWED_USERS=aad-ann", "GATEWAY_ALLOW_ALL_USERS=",
+		"SWITCHBOARD_ROUTER__HOME_NOTICE=false",
+	)
+	defer d.stop(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		for !cond() {
+			if ctx.Err() != nil {
+				t.Fatalf("timed out waiting for %s\nstderr:\n%s", what, d.stderr.String())
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	const group = "19:team-chat@thread.v2"
+	url := "http://" + msAddr + "/api/messages"
+	waitFor("the teams gateway", func() bool {
+		code, err := ms.Post(ctx, url, ms.Mention(ms.Message(group, "groupChat", "aad-ann", "Ann", "hello")))
+		return err == nil && code == 200
+	})
+	waitFor("ann's answer", func() bool { return len(ms.Activities(group)) == 1 })
+	card := ms.Activities(group)[0].ID
+	// press presses card's Allow Once as user and returns the invoke's
+	// answer's text.
+	press := func(user, name string) string {
+		t.Helper()
+		code, body, err := ms.PostAnswer(ctx, url, ms.Press(group, "groupChat", user, name, card, "hermes_approve", map[string]any{"hermes_action": "approve_once"}))
+		var v struct{ Value string }
+		if err != nil || code != 200 || json.Unmarshal([]byte(body), &v) != nil {
+			t.Fatalf("invoke answered %d %s (%v)\nstderr:\n%s", code, body, err, d.stderr.String())
+		}
+		return v.Value
+	}
+	if got := press("aad-mallory", "Mallory"); got != "⛔ Not authorized." {
+		t.Fatalf("the stranger's invoke answered %q", got)
+	}
+	if got := press("aad-mallory", "Mallory"); got != "Answer received." { // within the minute
+		t.Fatalf("the stranger's second invoke answered %q", got)
+	}
+	if got := press("aad-ann", "Ann"); got != "⚠️ Approval already resolved or expired." {
+		t.Fatalf("ann's invoke answered %q", got)
+	}
+	waitFor("ann's card answered", func() bool { return strings.HasPrefix(ms.Activities(group)[0].Text, "⌛ Approval expired") })
+	if n := len(ms.Activities(group)); n != 1 {
+		t.Fatalf("the conversation has %d activities, want ann's answer alone: %+v", n, ms.Activities(group))
 	}
 }

@@ -156,6 +156,18 @@ func (t Topology) SendSubject(platform string) string {
 	return t.Subject(subjectGateway + "." + platform + ".send")
 }
 
+// PressSubject is the core NATS subject of the answer to one button
+// press whose gateway holds it (a Telegram callback query, a Teams
+// invoke, answered once): the replica holding it subscribes while it
+// holds it, and the router, or a replica that got the press's refusal,
+// sends the answer there. interactionID is the press's
+// Interaction.id, hashed into one token.
+func (t Topology) PressSubject(platform, interactionID string) string {
+	h := fnv.New64a()
+	h.Write([]byte(interactionID))
+	return t.Subject(fmt.Sprintf("%s.%s.press.%016x", subjectGateway, platform, h.Sum64()))
+}
+
 // StreamConfigs declares every stream. EnsureStreams creates or updates
 // them; declaring them in one place keeps services in agreement.
 func (t Topology) StreamConfigs() []jetstream.StreamConfig {

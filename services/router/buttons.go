@@ -14,7 +14,9 @@ import (
 // user who pressed, so admin rules and allowlists apply as to typing.
 // The answer replaces the prompt's text and takes its buttons off, in
 // Hermes's words: "✅ Approved once by Alice", or "⌛ Approval expired"
-// when no call waited for it.
+// when no call waited for it; where the gateway holds the press's answer
+// (answerPress), the presser is shown Hermes's word for the outcome
+// (pressToast).
 
 // expiredText is Hermes's card for a press that found no call waiting.
 const expiredText = "⌛ Approval expired — no command was waiting. It already timed out (and was denied) or was resolved elsewhere."
@@ -29,15 +31,57 @@ func pressedReply(action turnsv1.ControlAction, args, name string) string {
 	if name == "" {
 		name = "User"
 	}
-	label := "❌ Denied"
-	if action == controlApprove {
-		label = map[string]string{
-			command.ApproveOnce:    "✅ Approved once",
-			command.ApproveSession: "✅ Approved for session",
-			command.ApproveAlways:  "✅ Approved permanently",
-		}[command.ApprovalScope(args)]
+	return pressedLabel(action, args) + " by " + name
+}
+
+// pressedLabel is Hermes's word for an answer taken from a button.
+func pressedLabel(action turnsv1.ControlAction, args string) string {
+	if action != controlApprove {
+		return "❌ Denied"
 	}
-	return label + " by " + name
+	return map[string]string{
+		command.ApproveOnce:    "✅ Approved once",
+		command.ApproveSession: "✅ Approved for session",
+		command.ApproveAlways:  "✅ Approved permanently",
+	}[command.ApprovalScope(args)]
+}
+
+// pressOutcome is how an approval button's press ended: the answer was
+// taken, no call waited for it, or an earlier press had answered the
+// prompt.
+type pressOutcome int
+
+const (
+	pressTaken pressOutcome = iota
+	pressExpired
+	pressAnsweredBefore
+)
+
+// pressToast is what Hermes shows the presser of an approval button
+// once the press is decided, besides the prompt's edit, by platform:
+// his Telegram callback handler's answer (the label of the answer taken,
+// "⌛ Approval expired" when no call waited, "This approval has already
+// been resolved." for a prompt answered before), his Teams card action's
+// ("⚠️ Approval already resolved or expired." for the last two, which
+// Hermes shows as the card: here the presser's invoke answer, the card
+// keeping the first answer). "" for nothing.
+func pressToast(platform string, outcome pressOutcome, action turnsv1.ControlAction, args string) string {
+	switch platform {
+	case "telegram":
+		switch outcome {
+		case pressTaken:
+			return pressedLabel(action, args)
+		case pressExpired:
+			return "⌛ Approval expired"
+		default:
+			return "This approval has already been resolved."
+		}
+	case "teams":
+		if outcome != pressTaken {
+			return "⚠️ Approval already resolved or expired."
+		}
+	}
+	return ""
 }
 
 // pressed answers an approval button's press (took: a call waited and
@@ -47,17 +91,19 @@ func pressedReply(action turnsv1.ControlAction, args, name string) string {
 func (s *Service) pressed(ctx context.Context, m *msgCtx, gen int64, action turnsv1.ControlAction, args string, took bool) error {
 	card := m.ev.GetButtonPress().GetMessageId()
 	key := fmt.Sprintf("%sapprovalcard:%s:%s:%s:%s", s.prefix, m.src.GetPlatform(), m.src.GetAccount(), m.src.GetChatId(), card)
-	text := expiredText
+	text, outcome := expiredText, pressExpired
 	if took {
-		text = pressedReply(action, args, m.src.GetUserName())
+		text, outcome = pressedReply(action, args, m.src.GetUserName()), pressTaken
 		if err := s.rdb.Set(ctx, key, m.dedupeID, decidedTTL).Err(); err != nil {
 			return fmt.Errorf("remember answered prompt: %w", err)
 		}
 	} else {
 		by, err := s.rdb.Get(ctx, key).Result()
 		if err == nil && by != m.dedupeID {
+			m.pressText = pressToast(m.platform, pressAnsweredBefore, action, args)
 			return nil // answered by an earlier press
 		}
 	}
+	m.pressText = pressToast(m.platform, outcome, action, args)
 	return s.publishNotice(ctx, m, gen, text, "command", card)
 }

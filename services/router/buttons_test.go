@@ -1,11 +1,70 @@
 package router
 
 import (
+	"sync"
 	"testing"
+	"time"
 
+	"github.com/nats-io/nats.go"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
 )
+
+// held gives ev, a press, an interaction its gateway holds (a Telegram
+// callback query's, a Teams invoke's).
+func held(ev *eventsv1.MessageReceived, id string) *eventsv1.MessageReceived {
+	ev.Interaction = &eventsv1.Interaction{Id: id, Component: true, ExpiresAt: timestamppb.New(time.Now().Add(1500 * time.Millisecond))}
+	return ev
+}
+
+// pressAnswers collects the router's answers to held presses (what
+// their gateways are sent, bus.Topology.PressSubject); the func returns
+// those to interaction id so far.
+func pressAnswers(t *testing.T, e *env) func(id string) []*deliveryv1.SendRequested {
+	t.Helper()
+	var mu sync.Mutex
+	got := map[string][]*deliveryv1.SendRequested{}
+	sub, err := e.bus.Conn().Subscribe(e.bus.Topology().Subject("gateway.*.press.*"), func(m *nats.Msg) {
+		req := &deliveryv1.SendRequested{}
+		if err := proto.Unmarshal(m.Data, req); err != nil {
+			t.Errorf("press answer: %v", err)
+			return
+		}
+		if e.bus.Topology().PressSubject(req.GetTarget().GetPlatform(), req.GetTarget().GetInteraction().GetId()) != m.Subject {
+			t.Errorf("press answer %v on %s", req, m.Subject)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		id := req.GetTarget().GetInteraction().GetId()
+		got[id] = append(got[id], req)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.bus.Conn().Flush(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	return func(id string) []*deliveryv1.SendRequested {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]*deliveryv1.SendRequested(nil), got[id]...)
+	}
+}
+
+// answeredWith waits for the router's answer to held press id and
+// checks it is one, with text.
+func answeredWith(t *testing.T, answers func(string) []*deliveryv1.SendRequested, id, text string) {
+	t.Helper()
+	waitFor(t, "the press's answer", func() bool { return len(answers(id)) > 0 })
+	if a := answers(id); len(a) != 1 || a[0].GetText() != text || a[0].GetTarget().GetInteraction().GetId() != id {
+		t.Fatalf("press %s answered %v, want once with %q", id, a, text)
+	}
+}
 
 // press is user's press of an approval prompt's button in their DM: the
 // command the button stands for, from card (the prompt's message).
@@ -38,8 +97,9 @@ func TestApprovalButtonPress(t *testing.T) {
 	cfg.BusyMode = BusyQueue
 	e, g, _ := busySession(t, cfg, "bob", "long job")
 	defer g.open()
+	answers := pressAnswers(t, e)
 
-	first := press("bob", "/approve session", "card-1", "call-1")
+	first := held(press("bob", "/approve session", "card-1", "call-1"), "q1")
 	e.publish(first)
 	waitFor(t, "the answer", func() bool { return len(e.noticeEvents("bob")) == 1 })
 	n := e.noticeEvents("bob")[0]
@@ -55,7 +115,7 @@ func TestApprovalButtonPress(t *testing.T) {
 	e.publishID(first, "redelivered-"+first.EventId)
 	// A second press on the answered prompt: no call takes it.
 	e.refuseControl.Store(true)
-	e.publish(press("bob", "/deny", "card-1", "call-1"))
+	e.publish(held(press("bob", "/deny", "card-1", "call-1"), "q2"))
 	waitFor(t, "inbound drained", e.inboundDrained)
 	if got := e.noticeEvents("bob"); len(got) != 1 {
 		t.Fatalf("%d notices after a redelivery and a late press, want the first answer alone: %v", len(got), got)
@@ -64,13 +124,26 @@ func TestApprovalButtonPress(t *testing.T) {
 		t.Fatalf("%d approval controls, want the redelivery dropped", n)
 	}
 
+	// Each press the router decided is answered to its gateway once,
+	// with Hermes's toast: the answer's label, or the prompt answered
+	// before; the redelivery is not.
+	answeredWith(t, answers, "q1", "✅ Approved for session")
+	answeredWith(t, answers, "q2", "This approval has already been resolved.")
+
 	// Another prompt nothing waits for any more (timed out).
-	e.publish(press("bob", "/approve", "card-2", "call-2"))
+	e.publish(held(press("bob", "/approve", "card-2", "call-2"), "q3"))
 	waitFor(t, "the expired card", func() bool { return len(e.noticeEvents("bob")) == 2 })
 	n = e.noticeEvents("bob")[1]
 	if n.GetText() != expiredText || n.GetReplacesMessageId() != "card-2" {
 		t.Fatalf("notice %q replacing %q, want the expired text replacing card-2", n.GetText(), n.GetReplacesMessageId())
 	}
+	answeredWith(t, answers, "q3", "⌛ Approval expired")
+
+	// On Teams, Hermes's card says the prompt is resolved or expired.
+	teams := held(press("bob", "/deny", "card-3", "call-3"), "invoke-1")
+	teams.Source.Platform = "teams"
+	e.publish(teams)
+	answeredWith(t, answers, "invoke-1", "⚠️ Approval already resolved or expired.")
 }
 
 // A press from a user who may not answer approvals is refused as the
@@ -83,8 +156,11 @@ func TestApprovalButtonOfANonAdmin(t *testing.T) {
 	cfg.Admins = map[string][]string{"telegram": {"alice"}}
 	e, g, _ := busySession(t, cfg, "bob", "long job")
 	defer g.open()
-	e.publish(press("bob", "/approve", "card-1", "call-1"))
+	answers := pressAnswers(t, e)
+	e.publish(held(press("bob", "/approve", "card-1", "call-1"), "q1"))
 	waitFor(t, "the refusal", func() bool { return len(e.noticeEvents("bob")) == 1 })
+	// The press is decided: its gateway is told, without a word.
+	answeredWith(t, answers, "q1", "")
 	n := e.noticeEvents("bob")[0]
 	if n.GetReplacesMessageId() != "" || n.GetText() != "/approve is reserved for admins here. /help and /whoami are available." {
 		t.Fatalf("notice %q replacing %q, want the admin refusal as a message", n.GetText(), n.GetReplacesMessageId())

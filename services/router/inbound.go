@@ -14,9 +14,11 @@ import (
 
 	"github.com/switchboard-chat/switchboard/pkg/bus"
 	"github.com/switchboard-chat/switchboard/pkg/command"
+	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
 	"github.com/switchboard-chat/switchboard/pkg/pairing"
+	"github.com/switchboard-chat/switchboard/pkg/platform"
 	"github.com/switchboard-chat/switchboard/pkg/redisx"
 	"github.com/switchboard-chat/switchboard/pkg/sessionkey"
 	"github.com/switchboard-chat/switchboard/pkg/sessionstore"
@@ -40,6 +42,13 @@ type msgCtx struct {
 	// (slashRefused, pressRefused), and it goes into no turn, queue or
 	// transcript.
 	interaction *eventsv1.Interaction
+	// pressText is what the presser of a button is shown once the
+	// router decided the press (answerPress): Hermes's callback answer
+	// on Telegram ("This approval has already been resolved."); "" for
+	// nothing. pressRefused: the press's refusal was published, which
+	// answers it.
+	pressText    string
+	pressRefused bool
 	// holder is the session lock's value, read in the same round trip as
 	// the dedupe record ("" when free); nil once used or never read.
 	holder *string
@@ -205,10 +214,34 @@ func (s *Service) handleInbound(ctx context.Context, ev *eventsv1.MessageReceive
 	if err := s.handle(ctx, m, key); err != nil {
 		return err
 	}
-	if m.marked {
-		return nil
+	if !m.marked {
+		if err := s.markHandled(ctx, m); err != nil {
+			return err
+		}
 	}
-	return s.markHandled(ctx, m)
+	s.answerPress(ctx, m)
+	return nil
+}
+
+// answerPress tells the gateway that holds the press m is (a Telegram
+// callback query, a Teams invoke: its interaction, Interaction.component)
+// that the router has decided it, with the text the presser is shown
+// (m.pressText, often none), so the gateway answers the platform now
+// rather than when its hold ends. A refusal (refusePrivately) is the
+// press's answer itself and goes through delivery; a press whose gateway
+// does not hold it (Discord's, acknowledged already) finds no one.
+// Best effort: a lost answer leaves the press to the hold's end.
+func (s *Service) answerPress(ctx context.Context, m *msgCtx) {
+	ia := m.interaction
+	if m.ev.GetButtonPress() == nil || !ia.GetComponent() || ia.GetId() == "" || m.pressRefused {
+		return
+	}
+	t := target(m.ev)
+	t.Interaction = ia
+	req := &deliveryv1.SendRequested{IdempotencyKey: "press:" + m.dedupeID, Op: deliveryv1.SendOp_SEND_OP_SEND, Target: t, Text: m.pressText}
+	if err := platform.PublishPressAnswer(s.bus, req); err != nil {
+		s.log.WarnContext(ctx, "answer button press; its gateway answers when its hold ends", "event", m.dedupeID, "err", err)
+	}
 }
 
 // giveBack releases the session lock m took with its first round trip and
@@ -543,11 +576,15 @@ func (s *Service) slashRefused(ctx context.Context, m *msgCtx) error {
 // his Discord views' (their interaction_check; the model picker's and
 // the update prompt's say the short one) and his Telegram callback
 // handler's (the callback query's answer; its slash-confirm and clarify
-// prompts say the other one, its model picker checks no one). Hermes
-// has no /memory list buttons: theirs is the other buttons' text.
+// prompts say the other one, its model picker checks no one) and his
+// Teams card action's (the invoke's answer; Teams has approval buttons
+// alone). Hermes has no /memory list buttons: theirs is the other
+// buttons' text. Hermes's Slack adapter ignores such a press without a
+// word, and so does Switchboard's (its presses carry no interaction).
 var pressRefusals = map[string][2]string{
 	"discord":  {"You're not authorized to approve commands~", "You're not authorized~"},
 	"telegram": {"⛔ You are not authorized to approve commands.", "⛔ You are not authorized to answer this prompt."},
+	"teams":    {"⛔ Not authorized.", "⛔ Not authorized."},
 }
 
 // pressRefused answers the press of a button (an approval prompt's, a
@@ -591,6 +628,7 @@ func (s *Service) refusePrivately(ctx context.Context, m *msgCtx, text string) e
 		_ = s.rdb.Del(context.WithoutCancel(ctx), key).Err()
 		return err
 	}
+	m.pressRefused = true
 	return nil
 }
 

@@ -111,6 +111,13 @@ func TestButtonPressOfASenderNotAllowed(t *testing.T) {
 		ev.Interaction = &eventsv1.Interaction{Id: id, Component: true, ExpiresAt: timestamppb.New(time.Now().Add(1500 * time.Millisecond))}
 		return ev
 	}
+	// onTeams makes ev a Teams press in a group chat with its invoke's
+	// interaction id.
+	onTeams := func(ev *eventsv1.MessageReceived, id string) *eventsv1.MessageReceived {
+		ev.Source.Platform, ev.Source.ChatType, ev.Source.ChatId = "teams", "group", "chat-teams"
+		return held(ev, id)
+	}
+	answers := pressAnswers(t, e)
 	const notAllowed, notAllowedApproval = "You're not authorized~", "You're not authorized to approve commands~"
 	// sent are the notices published to chat so far.
 	sent := func(chat string) []*repliesv1.ReplyEvent {
@@ -148,6 +155,10 @@ func TestButtonPressOfASenderNotAllowed(t *testing.T) {
 			"chat-peggy", "⛔ You are not authorized to approve commands.", "900000000000000008"},
 		{"a Telegram picker's press in a DM", onTelegram(pickerPress("victor", "card-9", "x"), "900000000000000009"),
 			"chat-victor", "⛔ You are not authorized to answer this prompt.", "900000000000000009"},
+		{"a Teams approval's press in a group", onTeams(press("sybil", "/approve", "card-10", "call-10"), "invoke-10"),
+			"chat-teams", "⛔ Not authorized.", "invoke-10"},
+		{"a Telegram press within the minute", onTelegram(press("peggy", "/approve", "card-11", "call-11"), "900000000000000011"),
+			"chat-peggy", "", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := len(sent(tc.chat))
@@ -156,6 +167,10 @@ func TestButtonPressOfASenderNotAllowed(t *testing.T) {
 				waitFor(t, "inbound drained", e.inboundDrained)
 				if got := sent(tc.chat); len(got) != before {
 					t.Fatalf("%s got %v, want nothing", tc.chat, got[before:])
+				}
+				if id := tc.ev.GetInteraction().GetId(); id != "" {
+					// Decided without a word: its gateway is told so.
+					answeredWith(t, answers, id, "")
 				}
 				return
 			}
@@ -174,6 +189,13 @@ func TestButtonPressOfASenderNotAllowed(t *testing.T) {
 			}
 			if tc.wantIA != "" && n.GetNotice().GetReplacesMessageId() != "" {
 				t.Fatalf("the refusal replaces %q: the buttons' message must stay", n.GetNotice().GetReplacesMessageId())
+			}
+			if tc.wantIA != "" {
+				// The refusal is the press's answer: nothing else.
+				time.Sleep(100 * time.Millisecond)
+				if a := answers(tc.wantIA); len(a) != 0 {
+					t.Fatalf("a refused press answered %v besides its refusal", a)
+				}
 			}
 		})
 	}

@@ -1,9 +1,12 @@
 package teams
 
 import (
+	"context"
 	"encoding/json"
 	"strings"
 	"unicode"
+
+	"github.com/switchboard-chat/switchboard/pkg/platform"
 
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
@@ -149,7 +152,36 @@ func pressEvent(a *Activity, botID, command, call string) normalized {
 	return normalized{ev: ev, press: true}
 }
 
-// invokeAnswer is the answer to an Action.Execute invoke once its press
-// is on the bus: a message Teams shows briefly; the router's answer then
+// invokeAnswer is the text of the answer to an Action.Execute invoke
+// once its press is on the bus, when the router has no word for the
+// presser: a message Teams shows briefly; the router's answer then
 // replaces the card.
-var invokeAnswer = []byte(`{"statusCode":200,"type":"application/vnd.microsoft.activity.message","value":"Answer received."}`)
+const invokeAnswer = "Answer received."
+
+// invokeResponse is the body of the answer to an Action.Execute invoke:
+// an action response with text, a message Teams shows the presser only
+// (Hermes's refusal "⛔ Not authorized.", the router's word on the
+// press), or invokeAnswer for none.
+func invokeResponse(text string) []byte {
+	if text == "" {
+		text = invokeAnswer
+	}
+	b, _ := json.Marshal(map[string]any{"statusCode": 200, "type": "application/vnd.microsoft.activity.message", "value": text})
+	return b
+}
+
+// refusePress sends the router's refusal of a press (the target's
+// interaction, Interaction.component: "⛔ Not authorized.") to the
+// replica that holds the press's invoke, whose answer it becomes. An
+// invoke answered already (its hold ended) drops it: nothing goes to the
+// conversation, where others would see it.
+func (p *Platform) refusePress(ctx context.Context, req *deliveryv1.SendRequested) (string, error) {
+	held, err := platform.AnswerPress(ctx, p.bus, req)
+	if err != nil {
+		return "", err
+	}
+	if !held {
+		p.log.Info("teams invoke answered already; dropping the press's refusal")
+	}
+	return "", nil
+}

@@ -2,11 +2,17 @@ package teams
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"time"
 
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/platform"
 )
 
@@ -93,7 +99,8 @@ func (p *Platform) activity(w http.ResponseWriter, r *http.Request, conn platfor
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), p.cfg.AckTimeout)
 	defer cancel()
-	press, err := p.handle(ctx, conn, a)
+	press, hold, err := p.handle(ctx, conn, a)
+	defer hold.Close()
 	if err != nil {
 		p.log.Warn("teams activity not stored; the bot framework will retry", "err", err)
 		http.Error(w, "not stored", http.StatusInternalServerError)
@@ -101,13 +108,38 @@ func (p *Platform) activity(w http.ResponseWriter, r *http.Request, conn platfor
 	}
 	if press && a.Type == "invoke" {
 		// An invoke is answered in the HTTP response (an Adaptive Card
-		// action response); Teams shows an error without one.
+		// action response); Teams shows an error without one. It waits
+		// for the router's answer (pressHold).
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusOK)
-		_, _ = w.Write(invokeAnswer)
+		_, _ = w.Write(invokeResponse(p.awaitAnswer(r.Context(), hold)))
 		return
 	}
 	w.WriteHeader(http.StatusOK)
+}
+
+// pressHold is how long the answer to an approval button's invoke waits
+// for the router's answer: its refusal of a presser it does not
+// authorize (Hermes's "⛔ Not authorized."), or its word once it has
+// decided the press. The Bot Framework wants the answer within a few
+// seconds.
+const pressHold = 1500 * time.Millisecond
+
+// awaitAnswer waits for the router's answer to a held press, up to
+// pressHold, and returns its text ("" for none, or when hold is nil).
+func (p *Platform) awaitAnswer(ctx context.Context, hold *platform.PressHold) string {
+	if hold == nil {
+		return ""
+	}
+	t := time.NewTimer(pressHold)
+	defer t.Stop()
+	select {
+	case req := <-hold.Answer():
+		return req.GetText()
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	return ""
 }
 
 func (p *Platform) refuse(w http.ResponseWriter, r *http.Request, why string) {
@@ -118,10 +150,12 @@ func (p *Platform) refuse(w http.ResponseWriter, r *http.Request, why string) {
 
 // handle keeps the conversation's serviceUrl, then publishes the
 // activity's message (or approval button press: press is true), if it is
-// one to answer.
-func (p *Platform) handle(ctx context.Context, conn platform.Deliverer, a *Activity) (press bool, err error) {
+// one to answer. An invoke's press is published with its interaction and
+// held for the router's answer (hold, nil when it is not held: a
+// redelivered invoke, whose press was decided before).
+func (p *Platform) handle(ctx context.Context, conn platform.Deliverer, a *Activity) (press bool, hold *platform.PressHold, err error) {
 	if err := p.remember(ctx, a.Conversation.ID, a.ServiceURL); err != nil {
-		return false, err
+		return false, nil, err
 	}
 	n := normalize(a, p.cfg.ClientID, p.cfg.RequireMention)
 	if n.skip == "not_mentioned" && validID(a.ReplyToID) {
@@ -129,7 +163,7 @@ func (p *Platform) handle(ctx context.Context, conn platform.Deliverer, a *Activ
 		// Hermes.
 		mine, err := p.sentByBot(ctx, a.Conversation.ID, a.ReplyToID)
 		if err != nil {
-			return false, err
+			return false, nil, err
 		}
 		if mine {
 			n = normalize(a, p.cfg.ClientID, false)
@@ -138,10 +172,35 @@ func (p *Platform) handle(ctx context.Context, conn platform.Deliverer, a *Activ
 	if n.ev == nil {
 		skipped.WithLabelValues(n.skip).Inc()
 		p.log.Debug("teams activity skipped", "reason", n.skip, "type", a.Type)
-		return false, nil
+		return false, nil, nil
 	}
-	if _, err := conn.Deliver(ctx, n.ev); err != nil && !errors.Is(err, platform.ErrRejected) {
-		return false, fmt.Errorf("publish message %s: %w", n.ev.GetEventId(), err)
+	if h, ok := conn.(platform.PressHolder); ok && n.press && a.Type == "invoke" {
+		// The router's answer may come as soon as the press is out.
+		id := newInteractionID()
+		if hold, err = h.HoldPress(id); err != nil {
+			p.log.Warn("hold teams button press for the router's answer; answered without it", "err", err)
+			hold, err = nil, nil
+		} else {
+			n.ev.Interaction = &eventsv1.Interaction{Id: id, Component: true, ExpiresAt: timestamppb.New(time.Now().Add(pressHold))}
+		}
 	}
-	return n.press, nil
+	acc, err := conn.Deliver(ctx, n.ev)
+	if err != nil && !errors.Is(err, platform.ErrRejected) {
+		hold.Close()
+		return false, nil, fmt.Errorf("publish message %s: %w", n.ev.GetEventId(), err)
+	}
+	if err != nil || acc.Duplicate {
+		// Not published now: nothing will answer it.
+		hold.Close()
+		hold = nil
+	}
+	return n.press, hold, nil
+}
+
+// newInteractionID names a held press (Interaction.id): random, since
+// only its holder answers it.
+func newInteractionID() string {
+	b := make([]byte, 12)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
 }

@@ -6,6 +6,7 @@ import (
 	"crypto/rsa"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -471,5 +472,95 @@ func TestApprovalCard(t *testing.T) {
 	}
 	if got := f.Activities(channelConv); got[0].Text != "✅ Approved for session by Bob" || len(got[0].Attachments) != 0 {
 		t.Fatalf("after the answer %+v", got[0])
+	}
+}
+
+// A press's invoke is published with its interaction (Interaction.component)
+// and its answer waits for the router's: a refusal (delivery's send with
+// that interaction, "⛔ Not authorized.") becomes the invoke's answer,
+// shown to the presser only, and nothing goes to the conversation; the
+// router's answer of a press it decided ends the wait at once, with its
+// text or "Answer received."; without either the invoke is answered when
+// the hold ends, and a refusal after it is dropped.
+func TestPressAnswer(t *testing.T) {
+	f := teamsfake.New(t)
+	h := start(t, f, testConfig(f))
+	p := h.s.p
+	ctx := context.Background()
+	if code := h.post(t, f.Message(dmConv, "personal", userID, userName, "hi")); code != http.StatusOK {
+		t.Fatal(code)
+	}
+	platformtest.NextEvent(t, h.evs)
+	before := len(f.Activities(dmConv))
+	type answered struct {
+		body string
+		took time.Duration
+	}
+	// press presses a card's button and returns the published press's
+	// interaction and the invoke's answer, to come.
+	press := func() (*eventsv1.Interaction, chan answered) {
+		t.Helper()
+		out := make(chan answered, 1)
+		act := f.Press(dmConv, "personal", "aad-stranger", "Mallory", "card-1", "hermes_approve", map[string]any{"hermes_action": "approve_once"})
+		go func() {
+			at := time.Now()
+			code, body, err := f.PostAnswer(ctx, h.url, act)
+			if err != nil || code != http.StatusOK {
+				body = fmt.Sprintf("%d %v", code, err)
+			}
+			out <- answered{body, time.Since(at)}
+		}()
+		ev := platformtest.NextEvent(t, h.evs)
+		ia := ev.GetInteraction()
+		if ev.GetText() != "/approve" || ia.GetId() == "" || !ia.GetComponent() || ia.GetExpiresAt() == nil {
+			t.Fatalf("press %v", ev)
+		}
+		return ia, out
+	}
+	value := func(body string) string {
+		var v struct {
+			StatusCode  int
+			Type, Value string
+		}
+		if err := json.Unmarshal([]byte(body), &v); err != nil || v.StatusCode != 200 || v.Type != "application/vnd.microsoft.activity.message" {
+			t.Fatalf("invoke answered %s (%v)", body, err)
+		}
+		return v.Value
+	}
+	target := func(ia *eventsv1.Interaction) *deliveryv1.Target {
+		return &deliveryv1.Target{Platform: "teams", Account: f.ClientID, ChatId: dmConv, Interaction: ia}
+	}
+
+	ia, out := press()
+	if _, err := p.Send(ctx, &deliveryv1.SendRequested{Target: target(ia), Text: "⛔ Not authorized."}); err != nil {
+		t.Fatal(err)
+	}
+	if a := <-out; value(a.body) != "⛔ Not authorized." || a.took >= pressHold {
+		t.Fatalf("invoke answered %s after %v, want the refusal before the hold ends", a.body, a.took)
+	}
+
+	for _, text := range []string{"⚠️ Approval already resolved or expired.", ""} {
+		ia, out = press()
+		if err := platform.PublishPressAnswer(h.b, &deliveryv1.SendRequested{Target: target(ia), Text: text}); err != nil {
+			t.Fatal(err)
+		}
+		want := text
+		if want == "" {
+			want = "Answer received."
+		}
+		if a := <-out; value(a.body) != want || a.took >= pressHold {
+			t.Fatalf("invoke answered %s after %v, want %q before the hold ends", a.body, a.took, want)
+		}
+	}
+
+	ia, out = press()
+	if a := <-out; value(a.body) != "Answer received." || a.took < pressHold {
+		t.Fatalf("invoke answered %s after %v, want it when the hold ends", a.body, a.took)
+	}
+	if _, err := p.Send(ctx, &deliveryv1.SendRequested{Target: target(ia), Text: "⛔ Not authorized."}); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(f.Activities(dmConv)); n != before {
+		t.Fatalf("the conversation has %d activities, want %d: no refusal in it", n, before)
 	}
 }

@@ -65,6 +65,9 @@ func conversation(t *deliveryv1.Target) (string, error) {
 // when the connector refuses that (group chats do), it is posted to the
 // conversation instead.
 func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (string, error) {
+	if req.GetTarget().GetInteraction().GetComponent() {
+		return p.refusePress(ctx, req)
+	}
 	conv, err := conversation(req.GetTarget())
 	if err != nil {
 		return "", err

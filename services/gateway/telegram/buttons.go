@@ -5,7 +5,6 @@ import (
 	"errors"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -24,11 +23,11 @@ import (
 // press is a callback_query update; the gateway publishes it as the
 // command the button stands for, typed by whoever pressed it in the
 // prompt's chat, with the query's id as its interaction, and answers the
-// query (the client stops its spinner) once the router has had its
-// chance to refuse a presser it does not authorize in that answer, as
-// Hermes does (hold, refuse). The router's answer replaces the prompt's
-// text with an edit sent without reply_markup, which takes the keyboard
-// off.
+// query (the client stops its spinner) once the router has decided the
+// press, with the router's word when it has one: its refusal of a
+// presser it does not authorize, Hermes's toast on the outcome (hold,
+// refuse). The router's answer replaces the prompt's text with an edit
+// sent without reply_markup, which takes the keyboard off.
 //
 // Callback data is "ea:<choice>" or "ea:<choice>:<tool call id>" (as
 // Hermes's "ea:<choice>:<approval id>"), the call's id only where it
@@ -204,52 +203,60 @@ func pressed(u *models.Update, me identity) (outcome, error) {
 // answerCallback answers a callback query, so the client stops showing
 // its progress: best effort (a redelivered press's query is answered
 // already, and Telegram refuses a second answer).
-func (p *Platform) answerCallback(ctx context.Context, id string) {
-	if _, err := p.api.AnswerCallbackQuery(ctx, &bot.AnswerCallbackQueryParams{CallbackQueryID: id}); err != nil {
+func (p *Platform) answerCallback(ctx context.Context, id string) { p.answerCallbackText(ctx, id, "") }
+
+// answerCallbackText is answerCallback with text, a toast only the
+// presser sees ("" for none).
+func (p *Platform) answerCallbackText(ctx context.Context, id, text string) {
+	if utf8.RuneCountInString(text) > maxCallbackText {
+		text = string([]rune(text)[:maxCallbackText])
+	}
+	if _, err := p.api.AnswerCallbackQuery(ctx, &bot.AnswerCallbackQueryParams{CallbackQueryID: id, Text: text}); err != nil {
 		p.log.Debug("answerCallbackQuery failed", "err", p.redact(err))
 	}
 }
 
 // pressHold is how long a published press's callback query is held
-// unanswered for the router's refusal of a presser it does not
-// authorize (Telegram takes one answer, and Hermes's refusal is that
-// answer's text). The router's answer to an allowed presser edits the
-// message with the buttons, which ends the hold at once when it passes
-// through this replica; otherwise the client's spinner shows until the
-// hold ends and the query is answered without text.
+// unanswered for the router's answer (Telegram takes one answer, and
+// Hermes's refusal of a presser it does not authorize, or its word on
+// the outcome, is that answer's text). The router tells the replica
+// holding it once it has decided the press (platform.PressHold), with
+// its word when it has one, or refuses it through delivery (refuse).
+// When neither comes in time the client's spinner shows until the hold
+// ends and the query is answered without text.
 const pressHold = 1500 * time.Millisecond
 
-// heldQuery is a press's callback query held for the router's refusal.
-type heldQuery struct {
-	chat, card string
-	release    chan struct{} // closed: answer without text now
-	once       sync.Once
-}
-
-// hold holds callback query id of a press on card in chat: it is
-// answered without text when the hold ends or the card is edited here
-// (releaseCard), unless a refusal claims it first (claimQuery). Off the
-// update loop: the next update does not wait. Nor does the hold end
-// with ctx: a webhook's is its request's, which ends at once.
-func (p *Platform) hold(ctx context.Context, id, chat, card string) {
-	h := &heldQuery{chat: chat, card: card, release: make(chan struct{})}
+// hold holds callback query id of a press: it is answered with the
+// router's answer's text when that comes (answer; nil when the press
+// could not be held for it), without text when the hold ends, unless a
+// refusal claims it first (claimQuery). Off the update loop: the next
+// update does not wait. Nor does the hold end with ctx: a webhook's is
+// its request's, which ends at once.
+func (p *Platform) hold(ctx context.Context, id string, answer *platform.PressHold) {
 	p.heldMu.Lock()
 	if p.held == nil {
-		p.held = map[string]*heldQuery{}
+		p.held = map[string]bool{}
 	}
-	p.held[id] = h
+	p.held[id] = true
 	p.heldMu.Unlock()
+	var answered <-chan *deliveryv1.SendRequested
+	if answer != nil {
+		answered = answer.Answer()
+	}
 	go func() {
+		defer answer.Close()
 		t := time.NewTimer(pressHold)
 		defer t.Stop()
+		text := ""
 		select {
 		case <-t.C:
-		case <-h.release:
+		case req := <-answered:
+			text = req.GetText()
 		}
 		if p.claimQuery(id) {
 			actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 			defer cancel()
-			p.answerCallback(actx, id)
+			p.answerCallbackText(actx, id, text)
 		}
 	}()
 }
@@ -267,23 +274,11 @@ func heldPress(id string, now time.Time) *eventsv1.Interaction {
 func (p *Platform) claimQuery(id string) bool {
 	p.heldMu.Lock()
 	defer p.heldMu.Unlock()
-	if _, ok := p.held[id]; !ok {
+	if !p.held[id] {
 		return false
 	}
 	delete(p.held, id)
 	return true
-}
-
-// releaseCard ends the hold of the queries of presses on card in chat:
-// the router answered the press by editing the card, so it refuses none.
-func (p *Platform) releaseCard(chat, card string) {
-	p.heldMu.Lock()
-	defer p.heldMu.Unlock()
-	for _, h := range p.held {
-		if h.chat == chat && h.card == card {
-			h.once.Do(func() { close(h.release) })
-		}
-	}
 }
 
 // refuse answers the callback query of a press (the target's

@@ -222,11 +222,13 @@ func TestPickerButtons(t *testing.T) {
 }
 
 // A press is published with its callback query (Interaction.component),
-// held unanswered for the router's refusal: a refusal answers the query
+// held unanswered for the router's answer: a refusal answers the query
 // with its text (Hermes's toast, the presser's only) and nothing goes to
-// the chat; an edit of the card (an allowed presser's answer) ends the
-// hold at once; otherwise the hold ends with an answer without text, and
-// a refusal after it is dropped, not sent to the chat.
+// the chat; the router's answer of a press it decided (an allowed
+// presser's, whose card it edits or not) ends the hold at once, with its
+// text (Hermes's toast) or without; otherwise the hold ends with an
+// answer without text, and a refusal after it is dropped, not sent to
+// the chat.
 func TestPressRefusal(t *testing.T) {
 	t.Parallel()
 	f := newFake(t)
@@ -284,16 +286,21 @@ func TestPressRefusal(t *testing.T) {
 		t.Fatalf("answers %+v after the hold, want the refusal alone", a)
 	}
 
-	// An allowed presser's: the card's edit ends the hold.
+	// An allowed presser's: the card's edit and the router's answer, its
+	// word the query's answer's text.
 	pressed := time.Now()
 	ia = pressOf("ea:deny:call_1")
 	if r := sendReq(t, b, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_EDIT, IdempotencyKey: "e1", Target: target,
 		MessageId: strconv.Itoa(card.ID), Text: "❌ Denied by Alice"}); !r.GetOk() {
 		t.Fatalf("edit: %v", r)
 	}
+	if err := platform.PublishPressAnswer(b, &deliveryv1.SendRequested{Target: &deliveryv1.Target{Platform: "telegram", Account: "4242", ChatId: "99", Interaction: ia},
+		Text: "❌ Denied"}); err != nil {
+		t.Fatal(err)
+	}
 	waitFor(t, "the query answered", 10*time.Second, func() bool { return len(f.CallbackAnswers()) == 2 })
-	if a := f.CallbackAnswers()[1]; a.QueryID != ia.GetId() || a.Text != "" || time.Since(pressed) >= pressHold {
-		t.Fatalf("answer %+v %v after the press, want one without text before the hold ends", a, time.Since(pressed))
+	if a := f.CallbackAnswers()[1]; a.QueryID != ia.GetId() || a.Text != "❌ Denied" || time.Since(pressed) >= pressHold {
+		t.Fatalf("answer %+v %v after the press, want the router's word before the hold ends", a, time.Since(pressed))
 	}
 
 	// Nothing comes: the hold ends with an answer without text, and a
@@ -312,6 +319,29 @@ func TestPressRefusal(t *testing.T) {
 	refuse("r2", ia)
 	if a := f.CallbackAnswers(); len(a) != 3 {
 		t.Fatalf("answers %+v, want the late refusal dropped", a)
+	}
+
+	// The router's answer to a press it decided without editing the
+	// card (a prompt answered before) ends the hold at once, with its
+	// text or without; a second answer changes nothing.
+	for i, text := range []string{"This approval has already been resolved.", ""} {
+		pressed := time.Now()
+		ia = pressOf("ea:once")
+		answer := &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "press:" + ia.GetId(),
+			Target: &deliveryv1.Target{Platform: "telegram", Account: "4242", ChatId: "99", Interaction: ia}, Text: text}
+		for range 2 {
+			if err := platform.PublishPressAnswer(b, answer); err != nil {
+				t.Fatal(err)
+			}
+		}
+		waitFor(t, "the query answered", 10*time.Second, func() bool { return len(f.CallbackAnswers()) == 4+i })
+		if a := f.CallbackAnswers()[3+i]; a.QueryID != ia.GetId() || a.Text != text || time.Since(pressed) >= pressHold {
+			t.Fatalf("answer %+v %v after the press, want %q before the hold ends", a, time.Since(pressed), text)
+		}
+	}
+	time.Sleep(pressHold + 200*time.Millisecond)
+	if a := f.CallbackAnswers(); len(a) != 5 {
+		t.Fatalf("answers %+v, want one a press", a)
 	}
 	if ms := f.Messages("99"); len(ms) != 2 {
 		t.Fatalf("the chat has %d messages, want the two prompts alone", len(ms))

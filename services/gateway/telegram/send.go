@@ -450,12 +450,7 @@ func (p *Platform) Edit(ctx context.Context, req *deliveryv1.SendRequested) erro
 		return err
 	})
 	if err != nil && errors.Is(err, bot.ErrorBadRequest) && strings.Contains(err.Error(), "message is not modified") {
-		err = nil
-	}
-	if err == nil {
-		// The router answered a press of the card by editing it: a
-		// query held for its refusal need wait no more.
-		p.releaseCard(req.GetTarget().GetChatId(), req.GetMessageId())
+		return nil
 	}
 	return classify(err)
 }

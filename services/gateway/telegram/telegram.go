@@ -216,9 +216,9 @@ type Platform struct {
 	webhookBounds connBounds
 
 	// held are the callback queries of presses held for the router's
-	// refusal (hold), by query id.
+	// answer (hold), by query id.
 	heldMu sync.Mutex
-	held   map[string]*heldQuery
+	held   map[string]bool
 
 	mu       sync.Mutex
 	username string
@@ -370,16 +370,19 @@ func (p *Platform) handle(ctx context.Context, conn platform.Conn, raw []byte) (
 		return nil
 	}
 	held := false
+	var answer *platform.PressHold
 	if out.callbackID != "" {
 		// Answered once the press is on the bus (or skipped): until then
 		// the client shows its progress, and Telegram sends it again. A
-		// press published is held for the router's refusal first (hold).
+		// press published is held for the router's answer first (hold).
 		defer func() {
 			switch {
 			case err != nil:
+				answer.Close()
 			case held:
-				p.hold(ctx, out.callbackID, out.ev.GetSource().GetChatId(), out.ev.GetButtonPress().GetMessageId())
+				p.hold(ctx, out.callbackID, answer)
 			default:
+				answer.Close()
 				p.answerCallback(ctx, out.callbackID)
 			}
 		}()
@@ -391,13 +394,23 @@ func (p *Platform) handle(ctx context.Context, conn platform.Conn, raw []byte) (
 	}
 	if out.callbackID != "" {
 		out.ev.Interaction = heldPress(out.callbackID, time.Now())
+		// The router's answer may come as soon as the press is out.
+		if h, ok := conn.(platform.PressHolder); ok {
+			if answer, err = h.HoldPress(out.callbackID); err != nil {
+				p.log.Warn("hold telegram button press for the router's answer; its hold ends by time", "err", err)
+				answer, err = nil, nil
+			}
+		}
 	}
-	if _, err := conn.Deliver(ctx, out.ev); err != nil {
+	acc, err := conn.Deliver(ctx, out.ev)
+	if err != nil {
 		if errors.Is(err, platform.ErrRejected) {
 			return nil
 		}
 		return fmt.Errorf("publish update %s: %w", out.ev.GetEventId(), err)
 	}
-	held = out.callbackID != ""
+	// A press published before (Telegram sent it again) was decided
+	// then: its query is answered at once.
+	held = out.callbackID != "" && !acc.Duplicate
 	return nil
 }

@@ -1,0 +1,126 @@
+package platform
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/nats-io/nats.go"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/switchboard-chat/switchboard/pkg/bus"
+	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
+)
+
+// A press of a button whose platform takes one answer, given by the
+// gateway that received it (a Telegram callback query, which the client
+// shows a spinner for until it is answered; a Teams invoke, answered in
+// its HTTP response), is held by that gateway replica until the router
+// has decided it: the replica subscribes to the press's subject
+// (bus.Topology.PressSubject) before it publishes the press, and the
+// router sends its answer there once it has handled the press (a
+// SendRequested whose target carries the press's interaction and whose
+// text, possibly empty, is what the presser is shown). A replica that
+// gets the router's refusal of the press from delivery and does not hold
+// it forwards it there too (AnswerPress). Core NATS: an answer lost, or
+// one that comes after the hold ended, leaves the press to its
+// gateway's answer without text when the hold ends. The hold's claim
+// answers the platform once.
+
+// PressHolder is implemented by the Runner's Conn: HoldPress starts
+// holding the press with interaction id, until Close.
+type PressHolder interface {
+	HoldPress(id string) (*PressHold, error)
+}
+
+// PressHold is a press held for the router's answer.
+type PressHold struct {
+	sub    *nats.Subscription
+	answer chan *deliveryv1.SendRequested
+	once   sync.Once
+}
+
+// Answer delivers the router's answer, once.
+func (h *PressHold) Answer() <-chan *deliveryv1.SendRequested { return h.answer }
+
+// Close stops holding the press: an answer that comes after finds no
+// one. A nil hold closes nothing.
+func (h *PressHold) Close() {
+	if h == nil {
+		return
+	}
+	h.once.Do(func() { _ = h.sub.Unsubscribe() })
+}
+
+// HoldPress is PressHolder.HoldPress.
+func (c *conn) HoldPress(id string) (*PressHold, error) { return HoldPress(c.r.bus, c.r.name, id) }
+
+// HoldPress holds the press with interaction id on platform: it
+// subscribes to the press's subject on b until the hold is closed.
+func HoldPress(b *bus.Bus, platform, id string) (*PressHold, error) {
+	if id == "" {
+		return nil, errors.New("hold press: no interaction id")
+	}
+	h := &PressHold{answer: make(chan *deliveryv1.SendRequested, 1)}
+	sub, err := b.Conn().Subscribe(b.Topology().PressSubject(platform, id), func(m *nats.Msg) {
+		req := &deliveryv1.SendRequested{}
+		if err := proto.Unmarshal(m.Data, req); err != nil || req.GetTarget().GetInteraction().GetId() != id {
+			return // not this press's answer (a hash collision) or not an answer
+		}
+		select {
+		case h.answer <- req:
+		default: // answered already: the first answer stands
+		}
+		if m.Reply != "" {
+			_ = m.Respond(nil)
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("hold press: %w", err)
+	}
+	h.sub = sub
+	// The server has the subscription before the press is published (on
+	// this connection too, after this).
+	if err := b.Conn().Flush(); err != nil {
+		h.Close()
+		return nil, fmt.Errorf("hold press: %w", err)
+	}
+	return h, nil
+}
+
+// PublishPressAnswer sends req, the answer to the press its target's
+// interaction names, to the replica that holds it, if one does; fire
+// and forget (the router's answer to a press it decided).
+func PublishPressAnswer(b *bus.Bus, req *deliveryv1.SendRequested) error {
+	ia := req.GetTarget().GetInteraction()
+	data, err := proto.Marshal(req)
+	if err != nil {
+		return fmt.Errorf("encode press answer: %w", err)
+	}
+	if err := b.Conn().Publish(b.Topology().PressSubject(req.GetTarget().GetPlatform(), ia.GetId()), data); err != nil {
+		return fmt.Errorf("publish press answer: %w", err)
+	}
+	return nil
+}
+
+// AnswerPress sends req, the answer to the press its target's
+// interaction names (a refusal that delivery brought to a replica other
+// than the press's holder), to the replica that holds it and waits for
+// that replica to take it. held is false when no replica holds the
+// press any more (its hold ended): the answer has nowhere to go.
+func AnswerPress(ctx context.Context, b *bus.Bus, req *deliveryv1.SendRequested) (held bool, err error) {
+	ia := req.GetTarget().GetInteraction()
+	data, err := proto.Marshal(req)
+	if err != nil {
+		return false, fmt.Errorf("encode press answer: %w", err)
+	}
+	_, err = b.Conn().RequestWithContext(ctx, b.Topology().PressSubject(req.GetTarget().GetPlatform(), ia.GetId()), data)
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, nats.ErrNoResponders):
+		return false, nil
+	}
+	return false, fmt.Errorf("answer press: %w", err)
+}
