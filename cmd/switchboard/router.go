@@ -42,7 +42,8 @@ func startRouter(ctx context.Context, a *app) (func(context.Context) error, erro
 	cfg.ServiceTier = a.cfg.Agent.ServiceTier
 	// /approvals shows approvals.mode while no one has set one.
 	cfg.ApprovalsMode = a.cfg.Approvals.Mode
-	// A bare /model offers agent.models (a picker where buttons render).
+	// A bare /model offers agent.models (a picker where buttons render),
+	// else the provider's own list.
 	cfg.Models = a.cfg.Agent.Models
 	// /moa runs agent.moa's preset, which only the built-in loop has.
 	if a.cfg.Agent.Backend == "" && a.cfg.Agent.MoA.Configured() {
@@ -58,7 +59,7 @@ func startRouter(ctx context.Context, a *app) (func(context.Context) error, erro
 	}
 	s, err := router.New(cfg, router.Deps{Log: a.log, Bus: b, DB: db, Redis: rdb, RedisPrefix: a.cfg.Redis.Prefix,
 		Homes: a.cfg.Delivery.HomeOf, ToolProgress: a.cfg.Delivery.ToolProgressOf, Version: version, Cron: jobs, Provider: prov,
-		Skills: a.loadSkills()})
+		Models: a.modelLister(), Skills: a.loadSkills()})
 	if err != nil {
 		return nil, err
 	}

@@ -141,6 +141,28 @@ func (a *app) routerProvider() router.Provider {
 	return p
 }
 
+// modelLister reads the models the workers' provider serves, for a bare
+// /model where agent.models is empty: an OpenAI-compatible provider's
+// GET /v1/models, with the workers' key (llm section or environment);
+// nil for any other provider and for an external agent.
+func (a *app) modelLister() router.ModelLister {
+	c := a.cfg.LLM
+	if a.cfg.Agent.Backend != "" {
+		return nil
+	}
+	switch c.Provider {
+	case "openai":
+	case "":
+		if _, kind, err := llm.FromEnv(os.Getenv, nil); err != nil || kind != llm.KindOpenAI {
+			return nil
+		}
+		c = llmFromEnv(c, llm.KindOpenAI, os.Getenv)
+	default:
+		return nil
+	}
+	return llm.NewOpenAI(llm.OpenAIConfig{APIKey: c.APIKey, BaseURL: c.BaseURL})
+}
+
 // fakeBackend starts the shipped fake LLM in this process.
 func (a *app) fakeBackend(policy llm.RetryPolicy) (worker.Backend, error) {
 	fake := fakellm.New(fakellm.Config{Log: a.log, MaxRecorded: -1})

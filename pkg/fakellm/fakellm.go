@@ -46,6 +46,8 @@ type Config struct {
 	Addr string
 	// Model is reported when a request names none, default "fake-model".
 	Model string
+	// Models are the ids GET /v1/models lists, in order; empty: Model.
+	Models []string
 	// Latency is waited before every answer.
 	Latency time.Duration
 	// ChunkDelay is waited between streamed chunks.
@@ -712,11 +714,26 @@ func (s *Server) checkKey(r *http.Request) bool {
 	return r.Header.Get("Authorization") == "Bearer "+s.cfg.APIKey
 }
 
-func (s *Server) handleModels(w http.ResponseWriter, _ *http.Request) {
+func (s *Server) handleModels(w http.ResponseWriter, r *http.Request) {
+	if !s.checkKey(r) {
+		writeFailure(w, "openai", &Failure{Status: http.StatusUnauthorized})
+		return
+	}
+	ids := s.cfg.Models
+	if len(ids) == 0 {
+		ids = []string{s.cfg.Model}
+	}
 	b := make([]byte, 0, 128)
-	b = append(b, `{"object":"list","data":[{"id":`...)
-	b = appendString(b, s.cfg.Model)
-	b = append(b, `,"object":"model","created":1700000000,"owned_by":"fakellm"}]}`...)
+	b = append(b, `{"object":"list","data":[`...)
+	for i, id := range ids {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"id":`...)
+		b = appendString(b, id)
+		b = append(b, `,"object":"model","created":1700000000,"owned_by":"fakellm"}`...)
+	}
+	b = append(b, `]}`...)
 	w.Header().Set("Content-Type", "application/json")
 	_, _ = w.Write(b)
 }

@@ -380,3 +380,34 @@ func TestEnqueueForAnswersPerModel(t *testing.T) {
 		t.Fatalf("after Reset: %s", body)
 	}
 }
+
+// GET /v1/models lists Config.Models (else Config.Model) in OpenAI's
+// list shape, and wants the key as the other endpoints do.
+func TestModelsList(t *testing.T) {
+	s := New(Config{APIKey: "sk-1", Models: []string{"a", "vendor/b"}})
+	for _, tc := range []struct {
+		auth string
+		code int
+		ids  string
+	}{{"Bearer sk-1", 200, "[a vendor/b]"}, {"Bearer sk-2", 401, "[]"}} {
+		r := httptest.NewRequest(http.MethodGet, "/v1/models", nil)
+		r.Header.Set("Authorization", tc.auth)
+		w := httptest.NewRecorder()
+		s.ServeHTTP(w, r)
+		var body struct {
+			Object string `json:"object"`
+			Data   []struct {
+				ID     string `json:"id"`
+				Object string `json:"object"`
+			} `json:"data"`
+		}
+		_ = json.Unmarshal(w.Body.Bytes(), &body)
+		ids := []string{}
+		for _, d := range body.Data {
+			ids = append(ids, d.ID)
+		}
+		if w.Code != tc.code || fmt.Sprint(ids) != tc.ids {
+			t.Fatalf("%s: %d %s, want %d with %s", tc.auth, w.Code, w.Body, tc.code, tc.ids)
+		}
+	}
+}

@@ -476,3 +476,19 @@ func openAIError(ctx context.Context, err error) error {
 	}
 	return classifyTransport(ctx, err)
 }
+
+// Models lists the ids of the models the endpoint serves (GET /models
+// of the OpenAI-compatible API, /v1/models), in its order.
+func (p *OpenAI) Models(ctx context.Context) ([]string, error) {
+	page, err := p.client.Models.List(ctx, p.auth)
+	if err != nil {
+		return nil, fmt.Errorf("list models: %w", err)
+	}
+	ids := make([]string, 0, len(page.Data))
+	for _, m := range page.Data {
+		if m.ID != "" {
+			ids = append(ids, m.ID)
+		}
+	}
+	return ids, nil
+}

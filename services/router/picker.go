@@ -18,7 +18,8 @@ import (
 )
 
 // The /model picker (Hermes's send_model_picker). A bare /model, where
-// agent.models lists models and the platform's gateway renders buttons
+// models are offered (agent.models, else the provider's own list:
+// models.go) and the platform's gateway renders buttons
 // (pickerPlatforms), answers with the session's model and Hermes's
 // keyboard: one button per model, two a row, eight a page, the current
 // one marked "✓", a "◀ Prev", "n/N", "Next ▶" row when there are
@@ -30,7 +31,7 @@ import (
 // where a command is too long for a button's payload, and for the
 // pages and cancel, it is "/model" with the choice's data
 // (ButtonPress.data: "m<index>-<checksum>", "p<page>", "x"),
-// read against agent.models as it is now. The answer replaces the
+// read against the models offered as they are now. The answer replaces the
 // picker: Hermes's "Model switched to …" after a switch (the session's
 // model, as /model <name> sets it), another page of buttons, "Model
 // selection cancelled.", or "Picker expired — use /model again." for a
@@ -65,6 +66,7 @@ const (
 	pickerHeader    = "⚙ **Model Configuration**"
 	pickerCancelled = "Model selection cancelled."
 	pickerExpired   = "Picker expired — use /model again."
+	modelListFailed = "The provider's model list could not be read just now; `/model <name>` still switches."
 )
 
 // modelSentence is what /model says of the session's model.
@@ -127,10 +129,10 @@ func modelSum(id string) string {
 	return fmt.Sprintf("%08x", h.Sum32())
 }
 
-// modelChoice is the button of model i of agent.models in a picker of
-// owner tag ("" a DM's).
-func (s *Service) modelChoice(i int, current, tag string) *deliveryv1.PickerChoice {
-	id := s.cfg.Models[i]
+// modelChoice is the button of model i of models (those offered) in a
+// picker of owner tag ("" a DM's).
+func modelChoice(models []string, i int, current, tag string) *deliveryv1.PickerChoice {
+	id := models[i]
 	c := &deliveryv1.PickerChoice{Label: modelLabel(id, id == current), Command: "/model " + id}
 	if len(c.Command) > maxChoiceCommand || tag != "" {
 		c.Data = tagged(fmt.Sprintf("m%d-%s", i, modelSum(id)), tag)
@@ -148,8 +150,7 @@ func tagged(data, tag string) string {
 
 // modelPage is the picker's text and buttons at page (clamped to the
 // pages there are), for the owner tag's conversation ("" a DM's).
-func (s *Service) modelPage(sess sessionstore.Session, page int, tag string) (string, *deliveryv1.Picker) {
-	models := s.cfg.Models
+func (s *Service) modelPage(sess sessionstore.Session, models []string, page int, tag string) (string, *deliveryv1.Picker) {
 	pages := (len(models) + modelPageSize - 1) / modelPageSize
 	page = max(0, min(page, pages-1))
 	start, end := page*modelPageSize, min((page+1)*modelPageSize, len(models))
@@ -158,7 +159,7 @@ func (s *Service) modelPage(sess sessionstore.Session, page int, tag string) (st
 	for i := start; i < end; i += 2 {
 		row := &deliveryv1.PickerRow{}
 		for j := i; j < min(i+2, end); j++ {
-			row.Choices = append(row.Choices, s.modelChoice(j, current, tag))
+			row.Choices = append(row.Choices, modelChoice(models, j, current, tag))
 		}
 		picker.Rows = append(picker.Rows, row)
 	}
@@ -183,13 +184,16 @@ func (s *Service) modelPage(sess sessionstore.Session, page int, tag string) (st
 // modelList answers a bare /model where no picker is shown: the
 // session's model and, as Hermes's text fallback, the models offered
 // and how to switch.
-func (s *Service) modelList(sess sessionstore.Session) string {
+func (s *Service) modelList(sess sessionstore.Session, models []string, listErr error) string {
 	text := modelSentence(sess)
-	if len(s.cfg.Models) == 0 {
+	if listErr != nil {
+		return text + "\n\n" + modelListFailed
+	}
+	if len(models) == 0 {
 		return text
 	}
-	quoted := make([]string, len(s.cfg.Models))
-	for i, id := range s.cfg.Models {
+	quoted := make([]string, len(models))
+	for i, id := range models {
 		quoted[i] = "`" + id + "`"
 	}
 	return fmt.Sprintf("%s\n\n**%s** (current):\n  %s\n\n`/model <name>` — switch model", text, s.providerLabel(), strings.Join(quoted, ", "))
@@ -281,7 +285,11 @@ func (s *Service) modelCommand(ctx context.Context, m *msgCtx, sess sessionstore
 		return reply("Agent is running — wait or /stop first, then switch models.")
 	}
 	if args == "" {
-		if len(s.cfg.Models) > 0 && pickerPlatforms[m.platform] {
+		models, listErr := s.offered(ctx)
+		if listErr != nil && !errors.Is(listErr, errNoModelList) {
+			return listErr
+		}
+		if len(models) > 0 && pickerPlatforms[m.platform] {
 			tag := ""
 			if orDM(m.src.GetChatType()) != "dm" {
 				var err error
@@ -289,13 +297,13 @@ func (s *Service) modelCommand(ctx context.Context, m *msgCtx, sess sessionstore
 					return err
 				}
 			}
-			text, picker := s.modelPage(sess, 0, tag)
+			text, picker := s.modelPage(sess, models, 0, tag)
 			if menuPlatforms[m.platform] {
-				text, picker = s.menuProviders(sess, tag)
+				text, picker = s.menuProviders(sess, models, tag)
 			}
 			return s.publishCommandNotice(ctx, m, sess.Generation, &repliesv1.Notice{Text: text, Picker: picker})
 		}
-		return reply(s.modelList(sess))
+		return reply(s.modelList(sess, models, listErr))
 	}
 	name := args
 	if !validModelName(name) {
@@ -403,9 +411,13 @@ func (s *Service) modelPress(ctx context.Context, m *msgCtx, sess sessionstore.S
 	} else if err != nil && !errors.Is(err, redis.Nil) {
 		return fmt.Errorf("read answered picker: %w", err)
 	}
+	models, listErr := s.offered(ctx)
+	if listErr != nil && !errors.Is(listErr, errNoModelList) {
+		return listErr
+	}
 	model, target := args, m.key
 	if data := m.ev.GetButtonPress().GetData(); data != "" {
-		d := parsePickerData(data, s.cfg.Models)
+		d := parsePickerData(data, models)
 		if d.kind != 0 {
 			var ok bool
 			var err error
@@ -417,18 +429,18 @@ func (s *Service) modelPress(ctx context.Context, m *msgCtx, sess sessionstore.S
 		}
 		switch d.kind {
 		case 'p':
-			if len(s.cfg.Models) == 0 {
+			if len(models) == 0 {
 				return replace(pickerExpired, nil)
 			}
-			text, picker := s.modelPage(sess, d.page, d.owner)
+			text, picker := s.modelPage(sess, models, d.page, d.owner)
 			return replace(text, picker)
 		case 'v', 'b':
-			if len(s.cfg.Models) == 0 {
+			if len(models) == 0 {
 				return replace(pickerExpired, nil)
 			}
-			text, picker := s.menuProviders(sess, d.owner)
+			text, picker := s.menuProviders(sess, models, d.owner)
 			if d.kind == 'v' {
-				text, picker = s.menuModels(sess, d.owner)
+				text, picker = s.menuModels(models, d.owner)
 			}
 			return replace(text, picker)
 		case 'x':
@@ -439,7 +451,7 @@ func (s *Service) modelPress(ctx context.Context, m *msgCtx, sess sessionstore.S
 		}
 		model = d.model
 	}
-	if model == "" || !slices.Contains(s.cfg.Models, model) {
+	if model == "" || !slices.Contains(models, model) {
 		return replace(pickerExpired, nil)
 	}
 	if busy {

@@ -59,7 +59,7 @@ func cutUTF16(s string, n int) string {
 // menuProviders is the first step of the Discord picker of owner tag
 // ("" a DM's): the session's model, the provider, and the menu of
 // providers.
-func (s *Service) menuProviders(sess sessionstore.Session, tag string) (string, *deliveryv1.Picker) {
+func (s *Service) menuProviders(sess sessionstore.Session, models []string, tag string) (string, *deliveryv1.Picker) {
 	current := s.currentModel(sess)
 	if current == "" {
 		current = "unknown"
@@ -67,7 +67,7 @@ func (s *Service) menuProviders(sess sessionstore.Session, tag string) (string, 
 	label := s.providerLabel()
 	text := fmt.Sprintf("%s\n\nCurrent model: `%s`\nProvider: %s\n\nSelect a provider:", pickerHeader, current, label)
 	option := &deliveryv1.PickerChoice{
-		Label:       cutUTF16(fmt.Sprintf("%s (%d models)", label, len(s.cfg.Models)), menuLabel),
+		Label:       cutUTF16(fmt.Sprintf("%s (%d models)", label, len(models)), menuLabel),
 		Description: "current", Command: "/model", Data: tagged("v", tag),
 	}
 	return text, &deliveryv1.Picker{Rows: []*deliveryv1.PickerRow{
@@ -78,9 +78,8 @@ func (s *Service) menuProviders(sess sessionstore.Session, tag string) (string, 
 
 // menuModels is the second step: the provider's models in up to
 // modelMenus menus, Back and Cancel.
-func (s *Service) menuModels(sess sessionstore.Session, tag string) (string, *deliveryv1.Picker) {
+func (s *Service) menuModels(models []string, tag string) (string, *deliveryv1.Picker) {
 	label := s.providerLabel()
-	models := s.cfg.Models
 	shown := min(len(models), modelMenus*menuOptions)
 	menus := (shown + menuOptions - 1) / menuOptions
 	picker := &deliveryv1.Picker{}
@@ -91,7 +90,7 @@ func (s *Service) menuModels(sess sessionstore.Session, tag string) (string, *de
 		}
 		row := &deliveryv1.PickerRow{Placeholder: placeholder + "..."}
 		for j := i * menuOptions; j < min((i+1)*menuOptions, shown); j++ {
-			c := s.modelChoice(j, "", tag)
+			c := modelChoice(models, j, "", tag)
 			c.Label = cutUTF16(menuModelName(models[j]), menuLabel)
 			row.Choices = append(row.Choices, c)
 		}

@@ -326,6 +326,9 @@ type Deps struct {
 	Cron *cron.Store
 	// Provider is the model provider /provider tells of (no key).
 	Provider Provider
+	// Models lists the provider's models for a bare /model where
+	// agent.models is empty (models.go); nil: none are listed.
+	Models ModelLister
 	// Skills are the skills "/<skill> [instruction]" invokes (skills.go),
 	// loaded with the quick commands reserved; nil: none. /reload-skills
 	// and the reloads other processes announce scan them again.
@@ -363,6 +366,8 @@ type Service struct {
 	cron *cron.Store
 	// provider is Deps.Provider (/provider).
 	provider Provider
+	// lister is Deps.Models.
+	lister ModelLister
 	// homeKnown holds the platforms found to have a home channel: one
 	// is never unset, so their messages skip the home notice's reads.
 	homeKnown sync.Map
@@ -434,6 +439,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		maxInput:   cfg.QueueCap,
 		holds:      newHolds(),
 		provider:   deps.Provider,
+		lister:     deps.Models,
 		pauseReady: make(chan struct{}),
 		skills:     deps.Skills,
 	}

@@ -47,6 +47,8 @@ type env struct {
 	homes func(platform string) string
 	// provider is the model provider the router is started with.
 	provider Provider
+	// models lists the provider's models for the routers started.
+	models ModelLister
 	// skills are the skills the router is started with.
 	skills *skill.Set
 	// skillsCfg, when set, is where each router started loads its own
@@ -144,7 +146,7 @@ func (e *env) startRouter(cfg Config, b *bus.Bus, parts []int) *Service {
 	case e.skills != nil:
 		lib = skill.Fixed(e.skills)
 	}
-	s, err := New(cfg, Deps{Bus: b, DB: e.db, Redis: e.rdb, RedisPrefix: e.prefix, Environ: []string{}, Partitions: parts, Homes: e.homes, Provider: e.provider, Skills: lib})
+	s, err := New(cfg, Deps{Bus: b, DB: e.db, Redis: e.rdb, RedisPrefix: e.prefix, Environ: []string{}, Partitions: parts, Homes: e.homes, Provider: e.provider, Models: e.models, Skills: lib})
 	if err != nil {
 		e.t.Fatal(err)
 	}
