@@ -93,16 +93,20 @@ func (s *Service) sendLoop(ctx context.Context) error {
 // at round: until the earliest row this replica queued again comes due
 // or the next expiry pass, and PollInterval at most. The round claimed
 // what came due before it began, so those times are forgotten (a row
-// that waited for a free sender is claimed when a send finishes). A time
-// already past (an expiry pass that failed) is left to the poll: never a
-// busy loop.
+// that waited for a free sender is claimed when a send finishes). A row
+// that came due while the round ran (a slow claim, a busy machine) was
+// not claimed by it: the loop wakes at once, and the next round, which
+// begins after that time, claims the row and forgets the time. An expiry
+// pass already due (one that failed) is left to the poll: never a busy
+// loop.
 func (s *Service) nextWake(round time.Time) time.Duration {
 	d := s.cfg.PollInterval
 	now := s.now()
-	for _, at := range []time.Time{s.due.next(round), s.expiry.at()} {
-		if at.After(now) && at.Sub(now) < d {
-			d = at.Sub(now)
-		}
+	if at := s.due.next(round); !at.IsZero() {
+		d = min(d, max(at.Sub(now), 0))
+	}
+	if at := s.expiry.at(); at.After(now) {
+		d = min(d, at.Sub(now))
 	}
 	return d
 }

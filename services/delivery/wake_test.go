@@ -53,11 +53,15 @@ func TestRetryWakesTheSendLoop(t *testing.T) {
 			t.Errorf("%s requested %d times, want 3 (two failures, then sent)", k, c)
 		}
 	}
-	for i := range n {
-		if st := rowState(t, e.db, fmt.Sprintf("t%d:1:0", i)); st != "sent" {
-			t.Errorf("row of t%d is %q, want sent", i, st)
+	// The row is marked sent after the platform took the message.
+	eventually(t, e.clock, 0, "every row sent", func() bool {
+		for i := range n {
+			if rowState(t, e.db, fmt.Sprintf("t%d:1:0", i)) != "sent" {
+				return false
+			}
 		}
-	}
+		return true
+	})
 }
 
 // Rows no replica's clock knows of (due a moment later, as a retry of a
