@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -255,6 +256,20 @@ func (d *devProcess) start(t *testing.T, bin, dbURL, redisPrefix string, env []s
 			return fmt.Errorf("/readyz at %q never answered 200 (last: %v)", ready, err)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// waiter returns a function that polls cond until it holds and fails t,
+// with the process's stderr, once ctx ends first.
+func (d *devProcess) waiter(ctx context.Context, t *testing.T) func(what string, cond func() bool) {
+	return func(what string, cond func() bool) {
+		t.Helper()
+		for !cond() {
+			if ctx.Err() != nil {
+				t.Fatalf("timed out waiting for %s\nstderr:\n%s", what, d.stderr.String())
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
 	}
 }
 

@@ -38,15 +38,7 @@ func TestEmailEndToEnd(t *testing.T) {
 	defer d.stop(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	waitFor := func(what string, cond func() bool) {
-		t.Helper()
-		for !cond() {
-			if ctx.Err() != nil {
-				t.Fatalf("timed out waiting for %s\nstderr:\n%s", what, d.stderr.String())
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
+	waitFor := d.waiter(ctx, t)
 	deliver := func(lines ...string) {
 		t.Helper()
 		if _, err := f.Deliver([]byte(strings.Join(lines, "\r\n"))); err != nil {

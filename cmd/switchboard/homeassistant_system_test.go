@@ -32,15 +32,7 @@ func TestHomeAssistantEndToEnd(t *testing.T) {
 	defer d.stop(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	waitFor := func(what string, cond func() bool) {
-		t.Helper()
-		for !cond() {
-			if ctx.Err() != nil {
-				t.Fatalf("timed out waiting for %s\nstderr:\n%s", what, d.stderr.String())
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
+	waitFor := d.waiter(ctx, t)
 	waitFor("the gateway's subscription", func() bool { return f.Subscribed() == 1 })
 
 	f.Change(hafake.Change{EntityID: "light.noisy", Old: &hafake.State{State: "off"}, New: &hafake.State{State: "on"}})

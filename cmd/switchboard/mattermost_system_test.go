@@ -41,15 +41,7 @@ func TestMattermostEndToEnd(t *testing.T) {
 	defer d.stop(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	waitFor := func(what string, cond func() bool) {
-		t.Helper()
-		for !cond() {
-			if ctx.Err() != nil {
-				t.Fatalf("timed out waiting for %s\nstderr:\n%s", what, d.stderr.String())
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
+	waitFor := d.waiter(ctx, t)
 	answers := func(ch, text string) []mattermostfake.Post {
 		var out []mattermostfake.Post
 		for _, p := range f.BotPosts(ch) {

@@ -82,15 +82,7 @@ func TestChatPlatformsEndToEnd(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 
-	waitFor := func(what string, cond func() bool) {
-		t.Helper()
-		for !cond() {
-			if ctx.Err() != nil {
-				t.Fatalf("timed out waiting for %s\nstderr:\n%s", what, d.stderr.String())
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
+	waitFor := d.waiter(ctx, t)
 
 	t.Run("telegram", func(t *testing.T) {
 		update := func(id int, text string) map[string]any {

@@ -44,15 +44,7 @@ func TestDiscordPressOfAStranger(t *testing.T) {
 	defer d.stop(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	waitFor := func(what string, cond func() bool) {
-		t.Helper()
-		for !cond() {
-			if ctx.Err() != nil {
-				t.Fatalf("timed out waiting for %s\nstderr:\n%s", what, d.stderr.String())
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
+	waitFor := d.waiter(ctx, t)
 	if err := dc.WaitConnected(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -128,15 +120,7 @@ func TestTelegramPressOfAStranger(t *testing.T) {
 	defer d.stop(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
-	waitFor := func(what string, cond func() bool) {
-		t.Helper()
-		for !cond() {
-			if ctx.Err() != nil {
-				t.Fatalf("timed out waiting for %s\nstderr:\n%s", what, d.stderr.String())
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
+	waitFor := d.waiter(ctx, t)
 	const group = "-1002285219667"
 	chat := map[string]any{"id": -1002285219667, "type": "supergroup", "title": "Team"}
 	ann := map[string]any{"id": 99, "is_bot": false, "first_name": "Ann"}
@@ -228,15 +212,7 @@ func TestTeamsPressOfAStranger(t *testing.T) {
 	defer d.stop(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	waitFor := func(what string, cond func() bool) {
-		t.Helper()
-		for !cond() {
-			if ctx.Err() != nil {
-				t.Fatalf("timed out waiting for %s\nstderr:\n%s", what, d.stderr.String())
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
+	waitFor := d.waiter(ctx, t)
 	const group = "19:team-chat@thread.v2"
 	url := "http://" + msAddr + "/api/messages"
 	waitFor("the teams gateway", func() bool {
