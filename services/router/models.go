@@ -63,12 +63,14 @@ func (s *Service) offered(ctx context.Context) ([]string, error) {
 	if len(models) > maxProviderModels {
 		models = models[:maxProviderModels]
 	}
+	// The list read is offered even when it cannot be kept: the next
+	// /model reads the provider again.
 	raw, err := json.Marshal(models)
-	if err != nil {
-		return nil, fmt.Errorf("encode provider models: %w", err)
+	if err == nil {
+		err = s.rdb.Set(ctx, key, raw, providerModelsTTL).Err()
 	}
-	if err := s.rdb.Set(ctx, key, raw, providerModelsTTL).Err(); err != nil {
-		return nil, fmt.Errorf("keep provider models: %w", err)
+	if err != nil {
+		s.log.WarnContext(ctx, "provider model list not kept", "err", err)
 	}
 	return models, nil
 }
