@@ -113,6 +113,8 @@ func TestTelegramPressOfAStranger(t *testing.T) {
 	d := startDev(t,
 		"TELEGRAM_BOT_TOKEN="+token, "TELEGRAM_API_BASE_URL="+tg.URL,
 		"SWITCHBOARD_GATEWAYS__TELEGRAM__POLL_TIMEOUT=1s",
+		// Each press's answer is the router's, however busy the machine.
+		"SWITCHBOARD_GATEWAYS__TELEGRAM__PRESS_HOLD=10s",
 		"TELEGRAM_ALLOWED_USERS=99", "GATEWAY_ALLOW_ALL_USERS=",
 		"SWITCHBOARD_ROUTER__HOME_NOTICE=false",
 		"SWITCHBOARD_AGENT__DANGEROUS_TOOLS=clock",

@@ -216,15 +216,18 @@ func (p *Platform) answerCallbackText(ctx context.Context, id, text string) {
 	}
 }
 
-// pressHold is how long a published press's callback query is held
-// unanswered for the router's answer (Telegram takes one answer, and
-// Hermes's refusal of a presser it does not authorize, or its word on
-// the outcome, is that answer's text). The router tells the replica
+// A published press's callback query is held unanswered for the
+// router's answer (Telegram takes one answer, and Hermes's refusal of a
+// presser it does not authorize, or its word on the outcome, is that
+// answer's text), Config.PressHold. The router tells the replica
 // holding it once it has decided the press (platform.PressHold), with
 // its word when it has one, or refuses it through delivery (refuse).
 // When neither comes in time the client's spinner shows until the hold
 // ends and the query is answered without text.
-const pressHold = 1500 * time.Millisecond
+
+// maxPressHold bounds Config.PressHold: the client's spinner shows
+// while the query is held.
+const maxPressHold = 10 * time.Second
 
 // hold holds callback query id of a press: it is answered with the
 // router's answer's text when that comes (answer; nil when the press
@@ -245,7 +248,7 @@ func (p *Platform) hold(ctx context.Context, id string, answer *platform.PressHo
 	}
 	go func() {
 		defer answer.Close()
-		t := time.NewTimer(pressHold)
+		t := time.NewTimer(p.cfg.PressHold)
 		defer t.Stop()
 		text := ""
 		select {
@@ -262,11 +265,11 @@ func (p *Platform) hold(ctx context.Context, id string, answer *platform.PressHo
 }
 
 // heldPress is the interaction of a press whose callback query this
-// replica holds from now (hold): the router refuses a presser it does
+// replica holds until end (hold): the router refuses a presser it does
 // not authorize in the query's answer (refuse), which must come before
 // the hold ends.
-func heldPress(id string, now time.Time) *eventsv1.Interaction {
-	return &eventsv1.Interaction{Id: id, Component: true, ExpiresAt: timestamppb.New(now.Add(pressHold))}
+func heldPress(id string, end time.Time) *eventsv1.Interaction {
+	return &eventsv1.Interaction{Id: id, Component: true, ExpiresAt: timestamppb.New(end)}
 }
 
 // claimQuery takes callback query id off the held ones and reports

@@ -233,7 +233,12 @@ func TestPressRefusal(t *testing.T) {
 	t.Parallel()
 	f := newFake(t)
 	b := bustest.New(t, bustest.EmbeddedURL(t))
-	s, _ := startService(t, testConfig(f), b, "a")
+	cfg := testConfig(f)
+	// Long enough that an answer published at once always comes first,
+	// however busy the machine.
+	const pressHold = 5 * time.Second
+	cfg.PressHold = pressHold
+	s, _ := startService(t, cfg, b, "a")
 	waitFor(t, "connected", 20*time.Second, func() bool { st, _ := s.Runner().State(); return st == platform.StateConnected })
 	target := &deliveryv1.Target{Platform: "telegram", Account: "4242", ChatId: "99"}
 	r := sendReq(t, b, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "p1", Target: target, Text: "approve?",

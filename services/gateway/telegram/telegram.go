@@ -85,6 +85,9 @@ type Config struct {
 	PollTimeout time.Duration `koanf:"poll_timeout"`
 	// LeaseTTL of the active/standby poller lease.
 	LeaseTTL time.Duration `koanf:"lease_ttl"`
+	// PressHold is how long a button press's callback query is held
+	// for the router's answer (buttons.go), at most maxPressHold.
+	PressHold time.Duration `koanf:"press_hold"`
 }
 
 // DefaultConfig has Hermes's defaults.
@@ -92,6 +95,7 @@ func DefaultConfig() Config {
 	return Config{
 		APIBaseURL: DefaultAPIBaseURL, WebhookListen: ":8443",
 		ReplyToMode: "first", PollTimeout: 30 * time.Second, LeaseTTL: 10 * time.Second,
+		PressHold: 1500 * time.Millisecond,
 	}
 }
 
@@ -112,6 +116,9 @@ func (c Config) Validate() error {
 	case "", "first", "all", "off":
 	default:
 		return fmt.Errorf("gateways.telegram.reply_to_mode %q: want first, all or off", c.ReplyToMode)
+	}
+	if c.PressHold > maxPressHold {
+		return fmt.Errorf("gateways.telegram.press_hold %v: at most %v (the client shows a spinner until the press is answered)", c.PressHold, maxPressHold)
 	}
 	return nil
 }
@@ -235,6 +242,9 @@ func NewPlatform(cfg Config, log *slog.Logger, hc *http.Client) (*Platform, erro
 	}
 	if cfg.PollTimeout <= 0 {
 		cfg.PollTimeout = def.PollTimeout
+	}
+	if cfg.PressHold <= 0 {
+		cfg.PressHold = def.PressHold
 	}
 	if cfg.WebhookListen == "" {
 		cfg.WebhookListen = def.WebhookListen
@@ -393,7 +403,7 @@ func (p *Platform) handle(ctx context.Context, conn platform.Conn, raw []byte) (
 		return nil
 	}
 	if out.callbackID != "" {
-		out.ev.Interaction = heldPress(out.callbackID, time.Now())
+		out.ev.Interaction = heldPress(out.callbackID, time.Now().Add(p.cfg.PressHold))
 		// The router's answer may come as soon as the press is out.
 		if h, ok := conn.(platform.PressHolder); ok {
 			if answer, err = h.HoldPress(out.callbackID); err != nil {

@@ -3,6 +3,7 @@ package telegram
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestConfigValidate(t *testing.T) {
@@ -21,6 +22,8 @@ func TestConfigValidate(t *testing.T) {
 		{"no token", func(c *Config) { c.BotToken = "" }, "bot_token"},
 		{"token without id", func(c *Config) { c.BotToken = "abc" }, "<bot id>:<secret>"},
 		{"reply mode", func(c *Config) { c.ReplyToMode = "sometimes" }, "reply_to_mode"},
+		{"longest press hold", func(c *Config) { c.PressHold = 10 * time.Second }, ""},
+		{"press hold too long", func(c *Config) { c.PressHold = 11 * time.Second }, "press_hold"},
 		{"webhook with secret", func(c *Config) { c.WebhookURL, c.WebhookSecret = "https://bot.example/tg", "s3cret_-X9" }, ""},
 		{"webhook without secret", func(c *Config) { c.WebhookURL = "https://bot.example/tg" }, "webhook_secret (TELEGRAM_WEBHOOK_SECRET) is required"},
 		{"secret Telegram refuses", func(c *Config) { c.WebhookURL, c.WebhookSecret = "https://bot.example/tg", "s3cret!" }, "only A-Z"},
