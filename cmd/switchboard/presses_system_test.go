@@ -208,6 +208,8 @@ func TestTeamsPressOfAStranger(t *testing.T) {
 		"TEAMS_CLIENT_ID="+ms.ClientID, "TEAMS_CLIENT_SECRET="+ms.ClientSecret, "TEAMS_TENANT_ID="+ms.TenantID,
 		"TEAMS_TOKEN_URL="+ms.TokenURL(), "TEAMS_OPENID_METADATA_URL="+ms.MetadataURL(), "TEAMS_SERVICE_URL="+ms.ServiceURL(),
 		"SWITCHBOARD_GATEWAYS__TEAMS__ADDR="+msAddr,
+		// Each press's answer is the router's, however busy the machine.
+		"SWITCHBOARD_GATEWAYS__TEAMS__PRESS_HOLD=5s",
 		"TEAMS_ALLOWED_USERS=aad-ann", "GATEWAY_ALLOW_ALL_USERS=",
 		"SWITCHBOARD_ROUTER__HOME_NOTICE=false",
 	)

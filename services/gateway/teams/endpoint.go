@@ -109,7 +109,7 @@ func (p *Platform) activity(w http.ResponseWriter, r *http.Request, conn platfor
 	if press && a.Type == "invoke" {
 		// An invoke is answered in the HTTP response (an Adaptive Card
 		// action response); Teams shows an error without one. It waits
-		// for the router's answer (pressHold).
+		// for the router's answer (Config.PressHold).
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusOK)
 		_, _ = w.Write(invokeResponse(p.awaitAnswer(r.Context(), hold)))
@@ -118,20 +118,23 @@ func (p *Platform) activity(w http.ResponseWriter, r *http.Request, conn platfor
 	w.WriteHeader(http.StatusOK)
 }
 
-// pressHold is how long the answer to an approval button's invoke waits
-// for the router's answer: its refusal of a presser it does not
-// authorize (Hermes's "⛔ Not authorized."), or its word once it has
-// decided the press. The Bot Framework wants the answer within a few
-// seconds.
-const pressHold = 1500 * time.Millisecond
+// The answer to an approval button's invoke waits up to
+// Config.PressHold for the router's answer: its refusal of a presser it
+// does not authorize (Hermes's "⛔ Not authorized."), or its word once
+// it has decided the press.
+
+// maxPressHold bounds Config.PressHold: the Bot Framework wants the
+// invoke's answer within a few seconds.
+const maxPressHold = 5 * time.Second
 
 // awaitAnswer waits for the router's answer to a held press, up to
-// pressHold, and returns its text ("" for none, or when hold is nil).
+// Config.PressHold, and returns its text ("" for none, or when hold is
+// nil).
 func (p *Platform) awaitAnswer(ctx context.Context, hold *platform.PressHold) string {
 	if hold == nil {
 		return ""
 	}
-	t := time.NewTimer(pressHold)
+	t := time.NewTimer(p.cfg.PressHold)
 	defer t.Stop()
 	select {
 	case req := <-hold.Answer():
@@ -181,7 +184,7 @@ func (p *Platform) handle(ctx context.Context, conn platform.Deliverer, a *Activ
 			p.log.Warn("hold teams button press for the router's answer; answered without it", "err", err)
 			hold, err = nil, nil
 		} else {
-			n.ev.Interaction = &eventsv1.Interaction{Id: id, Component: true, ExpiresAt: timestamppb.New(time.Now().Add(pressHold))}
+			n.ev.Interaction = &eventsv1.Interaction{Id: id, Component: true, ExpiresAt: timestamppb.New(time.Now().Add(p.cfg.PressHold))}
 		}
 	}
 	acc, err := conn.Deliver(ctx, n.ev)

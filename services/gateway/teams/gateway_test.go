@@ -326,7 +326,7 @@ func TestConfigValidate(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := ok
-	if err := c.validate(); err != nil || c.TokenURL != "https://login.microsoftonline.com/tenant/oauth2/v2.0/token" || c.Addr != "127.0.0.1:3978" || c.Path != "/api/messages" {
+	if err := c.validate(); err != nil || c.TokenURL != "https://login.microsoftonline.com/tenant/oauth2/v2.0/token" || c.Addr != "127.0.0.1:3978" || c.Path != "/api/messages" || c.PressHold != 1500*time.Millisecond {
 		t.Fatalf("defaults: %+v %v", c, err)
 	}
 	c = ok
@@ -342,6 +342,7 @@ func TestConfigValidate(t *testing.T) {
 		"tenant path":    func(c *Config) { c.TenantID = "a/b" },
 		"bad metadata":   func(c *Config) { c.OpenIDMetadataURL = "ftp://x" },
 		"bad serviceurl": func(c *Config) { c.ServiceURL = "nope" },
+		"long hold":      func(c *Config) { c.PressHold = 6 * time.Second },
 	} {
 		c := ok
 		mod(&c)
@@ -484,7 +485,12 @@ func TestApprovalCard(t *testing.T) {
 // the hold ends, and a refusal after it is dropped.
 func TestPressAnswer(t *testing.T) {
 	f := teamsfake.New(t)
-	h := start(t, f, testConfig(f))
+	cfg := testConfig(f)
+	// Long enough that an answer published at once always comes first,
+	// however busy the machine.
+	const pressHold = 4 * time.Second
+	cfg.PressHold = pressHold
+	h := start(t, f, cfg)
 	p := h.s.p
 	ctx := context.Background()
 	if code := h.post(t, f.Message(dmConv, "personal", userID, userName, "hi")); code != http.StatusOK {

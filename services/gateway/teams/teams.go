@@ -99,6 +99,9 @@ type Config struct {
 	MaxBodyBytes int64 `koanf:"max_body_bytes"`
 	// AckTimeout bounds publishing an activity's message before answering.
 	AckTimeout time.Duration `koanf:"ack_timeout"`
+	// PressHold is how long the answer to an approval button's invoke
+	// waits for the router's (endpoint.go), at most maxPressHold.
+	PressHold time.Duration `koanf:"press_hold"`
 	// RouteTTL is how long a conversation's serviceUrl is kept after its
 	// last activity.
 	RouteTTL time.Duration `koanf:"route_ttl"`
@@ -111,6 +114,7 @@ func DefaultConfig() Config {
 		ClockSkew: 5 * time.Minute, ServiceURL: DefaultServiceURL,
 		Addr: "127.0.0.1:3978", Path: "/api/messages",
 		MaxBodyBytes: 1 << 20, AckTimeout: 5 * time.Second, RouteTTL: 90 * 24 * time.Hour,
+		PressHold: 1500 * time.Millisecond,
 	}
 }
 
@@ -187,6 +191,12 @@ func (c *Config) validate() error {
 	}
 	if c.AckTimeout <= 0 {
 		c.AckTimeout = d.AckTimeout
+	}
+	if c.PressHold <= 0 {
+		c.PressHold = d.PressHold
+	}
+	if c.PressHold > maxPressHold {
+		return fmt.Errorf("teams: press_hold %v: at most %v (the Bot Framework wants an invoke's answer within a few seconds)", c.PressHold, maxPressHold)
 	}
 	if c.RouteTTL <= 0 {
 		c.RouteTTL = d.RouteTTL
