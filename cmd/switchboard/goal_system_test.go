@@ -22,6 +22,16 @@ type goalChat struct {
 	msgID int
 }
 
+// newGoalChat is chat id of tg's bot, run by d. Its deadline starts
+// when the calling (parallel) subtest runs, not when its group began:
+// a parallel subtest first waits for a free slot, minutes on a busy
+// CI machine.
+func newGoalChat(t *testing.T, tg *telegramfake.Server, d *devProcess, id int) *goalChat {
+	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
+	t.Cleanup(cancel)
+	return &goalChat{t: t, ctx: ctx, tg: tg, d: d, id: id}
+}
+
 func (c *goalChat) shown() []string {
 	var out []string
 	for _, m := range c.tg.Messages(fmt.Sprint(c.id)) {
@@ -105,9 +115,7 @@ func TestWholeSystemGoal(t *testing.T) {
 		"SWITCHBOARD_ROUTER__BUSY_MODE=queue",
 	)
 	defer d.stop(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
-	defer cancel()
-	chat := func(t *testing.T, id int) *goalChat { return &goalChat{t: t, ctx: ctx, tg: tg, d: d, id: id} }
+	chat := func(t *testing.T, id int) *goalChat { return newGoalChat(t, tg, d, id) }
 	// The chats run side by side; the group ends when all have.
 	t.Run("chats", func(t *testing.T) { goalChats(t, chat) })
 }

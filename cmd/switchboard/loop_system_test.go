@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -35,9 +34,7 @@ func TestWholeSystemLoop(t *testing.T) {
 		"SWITCHBOARD_ROUTER__LOOP_POLL_INTERVAL=200ms",
 	)
 	defer d.stop(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
-	defer cancel()
-	chat := func(t *testing.T, id int) *goalChat { return &goalChat{t: t, ctx: ctx, tg: tg, d: d, id: id} }
+	chat := func(t *testing.T, id int) *goalChat { return newGoalChat(t, tg, d, id) }
 	t.Run("chats", func(t *testing.T) {
 		t.Run("--times", func(t *testing.T) {
 			t.Parallel()
