@@ -26,6 +26,13 @@ import (
 
 const day = 24 * time.Hour
 
+// ns begins the session keys the sweeping tests seed: an agent name of
+// this test binary's own. The fence's advisory locks belong to the
+// database, not to a test's schema, so a test of another package writing
+// a transcript of agent:main:telegram:dm:1 at that moment would hold the
+// lock of this package's session of that key, and the sweep would skip it.
+var ns = fmt.Sprintf("agent:rt%d:", time.Now().UnixNano()%1e9)
+
 // tables a session's rows live in, with how to count one key's rows.
 var tables = map[string]string{
 	"sessions":                 `SELECT count(*) FROM sessions WHERE session_key = $1`,
@@ -155,30 +162,30 @@ func TestSweep(t *testing.T) {
 		setup    func(key string)
 		deleted  bool
 	}{
-		{name: "old idle session", key: "agent:main:telegram:dm:1", platform: "telegram", age: 100 * day, deleted: true},
-		{name: "recent session", key: "agent:main:telegram:dm:2", platform: "telegram", age: 30 * day},
-		{name: "queued message", key: "agent:main:telegram:dm:3", platform: "telegram", age: 100 * day, setup: func(key string) {
+		{name: "old idle session", key: ns + "telegram:dm:1", platform: "telegram", age: 100 * day, deleted: true},
+		{name: "recent session", key: ns + "telegram:dm:2", platform: "telegram", age: 30 * day},
+		{name: "queued message", key: ns + "telegram:dm:3", platform: "telegram", age: 100 * day, setup: func(key string) {
 			if _, err := db.Exec(ctx, `INSERT INTO session_queue (session_key, stream_seq, event_id, event) VALUES ($1, 1, 'e1', '\x00')`, key); err != nil {
 				t.Fatal(err)
 			}
 		}},
-		{name: "held lock", key: "agent:main:telegram:dm:4", platform: "telegram", age: 100 * day, setup: hold},
-		{name: "undelivered outbox row", key: "agent:main:telegram:dm:5", platform: "telegram", age: 100 * day, setup: func(key string) {
+		{name: "held lock", key: ns + "telegram:dm:4", platform: "telegram", age: 100 * day, setup: hold},
+		{name: "undelivered outbox row", key: ns + "telegram:dm:5", platform: "telegram", age: 100 * day, setup: func(key string) {
 			if _, err := db.Exec(ctx, `INSERT INTO delivery_outbox (idempotency_key, state, platform, chat_key, session_key, payload,
 					next_attempt_at, expires_at, created_at, updated_at) VALUES ('q-' || $1, 'queued', 'telegram', $1, $1, '\x00', now(), now(), now(), now())`, key); err != nil {
 				t.Fatal(err)
 			}
 		}},
-		{name: "sending outbox row", key: "agent:main:telegram:dm:6", platform: "telegram", age: 100 * day, setup: func(key string) {
+		{name: "sending outbox row", key: ns + "telegram:dm:6", platform: "telegram", age: 100 * day, setup: func(key string) {
 			if _, err := db.Exec(ctx, `INSERT INTO delivery_outbox (idempotency_key, state, platform, chat_key, session_key, payload,
 					next_attempt_at, expires_at, created_at, updated_at) VALUES ('s-' || $1, 'sending', 'telegram', $1, $1, '\x00', now(), now(), now(), now())`, key); err != nil {
 				t.Fatal(err)
 			}
 		}},
-		{name: "old cron run", key: "agent:main:cron:dm:job1_20260101T000000Z", platform: "cron", age: 8 * day, deleted: true},
-		{name: "recent cron run", key: "agent:main:cron:dm:job1_20260102T000000Z", platform: "cron", age: 6 * day},
-		{name: "chat as old as a pruned cron run", key: "agent:main:telegram:dm:7", platform: "telegram", age: 8 * day},
-		{name: "row changed recently", key: "agent:main:telegram:dm:8", platform: "telegram", age: 100 * day, setup: func(key string) {
+		{name: "old cron run", key: ns + "cron:dm:job1_20260101T000000Z", platform: "cron", age: 8 * day, deleted: true},
+		{name: "recent cron run", key: ns + "cron:dm:job1_20260102T000000Z", platform: "cron", age: 6 * day},
+		{name: "chat as old as a pruned cron run", key: ns + "telegram:dm:7", platform: "telegram", age: 8 * day},
+		{name: "row changed recently", key: ns + "telegram:dm:8", platform: "telegram", age: 100 * day, setup: func(key string) {
 			if _, err := db.Exec(ctx, `UPDATE sessions SET updated_at = now() WHERE session_key = $1`, key); err != nil {
 				t.Fatal(err)
 			}
@@ -241,7 +248,7 @@ func TestSweepDeletesOldCommandRecords(t *testing.T) {
 	cfg := retention.DefaultConfig()
 	cfg.BatchSize = 2 // several batches
 	s, _ := sweeper(t, db, cfg, 0)
-	const key = "agent:main:telegram:dm:1"
+	key := ns + "telegram:dm:1"
 	seed(t, db, key, "telegram", 1000*day)
 	for i, age := range []time.Duration{retention.CommandEffectsAge + time.Hour, retention.CommandEffectsAge + day, 40 * day, day, 0} {
 		if _, err := db.Exec(ctx, `INSERT INTO command_effects (event_id, session_key, answer, created_at) VALUES ($1, $2, 'x', $3)`,
@@ -270,7 +277,7 @@ func TestSweepDeletesOldGoalVerdicts(t *testing.T) {
 	cfg := retention.DefaultConfig()
 	cfg.BatchSize = 2 // several batches
 	s, _ := sweeper(t, db, cfg, 0)
-	const key = "agent:main:telegram:dm:1"
+	key := ns + "telegram:dm:1"
 	seed(t, db, key, "telegram", 1000*day)
 	ages := []time.Duration{retention.GoalVerdictsAge + time.Minute, retention.GoalVerdictsAge + day, 40 * day,
 		retention.GoalVerdictsAge - time.Minute, time.Minute}
@@ -385,15 +392,15 @@ func TestToolDenialsDeleteUsesIndex(t *testing.T) {
 func TestRetentionOffKeepsEverything(t *testing.T) {
 	db := pgtest.New(t)
 	s, _ := sweeper(t, db, retention.DefaultConfig(), 0)
-	seed(t, db, "agent:main:telegram:dm:1", "telegram", 1000*day)
-	seed(t, db, "agent:main:cron:dm:j_1", "cron", 1000*day)
+	seed(t, db, ns+"telegram:dm:1", "telegram", 1000*day)
+	seed(t, db, ns+"cron:dm:j_1", "cron", 1000*day)
 	if p := s.Policies(); len(p) != 0 {
 		t.Fatalf("policies %+v with retention off", p)
 	}
 	if _, err := s.Sweep(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range []string{"agent:main:telegram:dm:1", "agent:main:cron:dm:j_1"} {
+	for _, k := range []string{ns + "telegram:dm:1", ns + "cron:dm:j_1"} {
 		if c := counts(t, db, k); c["sessions"] != 1 || c["session_history"] != 2 {
 			t.Errorf("%s deleted", k)
 		}
@@ -440,8 +447,8 @@ func TestPruneDryRunAndPlatform(t *testing.T) {
 	ctx := context.Background()
 	db := pgtest.New(t)
 	s, _ := sweeper(t, db, retention.DefaultConfig(), 0)
-	seed(t, db, "agent:main:telegram:dm:1", "telegram", 100*day)
-	seed(t, db, "agent:main:discord:dm:1", "discord", 100*day)
+	seed(t, db, ns+"telegram:dm:1", "telegram", 100*day)
+	seed(t, db, ns+"discord:dm:1", "discord", 100*day)
 	res, err := s.Prune(ctx, retention.Criteria{OlderThan: 90 * day, Platform: "telegram", DryRun: true})
 	if err != nil {
 		t.Fatal(err)
@@ -449,13 +456,13 @@ func TestPruneDryRunAndPlatform(t *testing.T) {
 	if res.Sessions != 1 || res.Rows[retention.KindMessages] != 2 {
 		t.Fatalf("dry run %+v", res)
 	}
-	if counts(t, db, "agent:main:telegram:dm:1")["transcript_messages"] != 2 {
+	if counts(t, db, ns+"telegram:dm:1")["transcript_messages"] != 2 {
 		t.Fatal("dry run deleted")
 	}
 	if res, err = s.Prune(ctx, retention.Criteria{OlderThan: 90 * day, Platform: "telegram"}); err != nil || res.Sessions != 1 {
 		t.Fatalf("prune %+v %v", res, err)
 	}
-	if counts(t, db, "agent:main:telegram:dm:1")["sessions"] != 0 || counts(t, db, "agent:main:discord:dm:1")["sessions"] != 1 {
+	if counts(t, db, ns+"telegram:dm:1")["sessions"] != 0 || counts(t, db, ns+"discord:dm:1")["sessions"] != 1 {
 		t.Fatal("prune of telegram touched the wrong sessions")
 	}
 	if _, err := s.Prune(ctx, retention.Criteria{}); err == nil {
@@ -475,7 +482,7 @@ func TestConcurrentSweepers(t *testing.T) {
 	b, _ := sweeper(t, db, cfg, 0)
 	const total = 120
 	for i := range total {
-		seed(t, db, fmt.Sprintf("agent:main:telegram:dm:%03d", i), "telegram", 100*day)
+		seed(t, db, fmt.Sprintf(ns+"telegram:dm:%03d", i), "telegram", 100*day)
 	}
 
 	// Another transaction (a router, a third sweeper) holds two rows.
@@ -484,7 +491,7 @@ func TestConcurrentSweepers(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
-	if _, err := tx.Exec(ctx, `SELECT 1 FROM sessions WHERE session_key IN ('agent:main:telegram:dm:000', 'agent:main:telegram:dm:050') FOR UPDATE`); err != nil {
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM sessions WHERE session_key IN ($1, $2) FOR UPDATE`, ns+"telegram:dm:000", ns+"telegram:dm:050"); err != nil {
 		t.Fatal(err)
 	}
 
@@ -538,7 +545,7 @@ func TestFencedWriteKeepsSession(t *testing.T) {
 	cfg := retention.DefaultConfig()
 	cfg.Retention = retention.Age(90 * day)
 	s, _ := sweeper(t, db, cfg, 0)
-	key := "agent:main:telegram:dm:1"
+	key := ns + "telegram:dm:1"
 	seed(t, db, key, "telegram", 100*day)
 	var gen int64
 	if err := db.QueryRow(ctx, `SELECT generation FROM sessions WHERE session_key = $1`, key).Scan(&gen); err != nil {
@@ -568,13 +575,13 @@ func TestRunStopsWithContext(t *testing.T) {
 	cfg.Retention = retention.Age(90 * day)
 	cfg.SweepInterval = time.Second
 	s, _ := sweeper(t, db, cfg, 0)
-	seed(t, db, "agent:main:telegram:dm:1", "telegram", 100*day)
+	seed(t, db, ns+"telegram:dm:1", "telegram", 100*day)
 	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
 	defer cancel()
 	if err := s.Run(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if counts(t, db, "agent:main:telegram:dm:1")["sessions"] != 0 {
+	if counts(t, db, ns+"telegram:dm:1")["sessions"] != 0 {
 		t.Fatal("Run did not sweep")
 	}
 }
@@ -652,7 +659,7 @@ func TestConfigFile(t *testing.T) {
 func TestArrivalDuringBatchMakesAFreshSession(t *testing.T) {
 	ctx := context.Background()
 	db := pgtest.New(t)
-	key := "agent:main:telegram:dm:1"
+	key := ns + "telegram:dm:1"
 	seed(t, db, key, "telegram", 100*day)
 	// A batch as the sweeper runs it, paused before its commit.
 	tx, err := db.Begin(ctx)

@@ -100,11 +100,16 @@ func TestIdleConnectionKept(t *testing.T) {
 					return f.Keepalives()-kept >= int(2*idle/keepalive)
 				})
 			}
-			// At most one more: the transport may dial a second
-			// connection when a call starts before the last one's went
-			// back to its pool; a redial per call would be ten.
-			if n := o.Accepted() - before; n > 1 {
-				t.Fatalf("%d new connections to the daemon while idle (%d receive calls), want none", n, f.Polls()-polls)
+			// A redial per call would be one per receive call. The
+			// transport may dial another connection when a call starts
+			// before the last one's went back to its pool (a goroutine
+			// puts it back after the answer is read), which a loaded
+			// machine makes likelier: CI saw two in ten calls. Fewer
+			// than one in three is a kept connection. The event stream
+			// is one long call: at most one redial.
+			n, calls := o.Accepted()-before, f.Polls()-polls
+			if mode == ReceiveManual && 3*n >= calls || mode == ReceiveSSE && n > 1 {
+				t.Fatalf("%d new connections to the daemon while idle (%d receive calls), want the one kept", n, calls)
 			}
 			if mode == ReceiveSSE && f.Connections() != 1 {
 				t.Fatalf("%d event streams opened, want the one kept", f.Connections())
