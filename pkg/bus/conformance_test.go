@@ -111,11 +111,20 @@ func turnsSpec(durable string) bus.ConsumerSpec {
 
 func start(t *testing.T, c interface{ Run(context.Context) error }) (stop func()) {
 	t.Helper()
+	cancel, wait := startCancel(t, c)
+	return func() { cancel(); wait() }
+}
+
+// startCancel runs c until the test ends; cancel ends its context, wait
+// (which also cancels) waits for Run to return, for a test that acts
+// while the consumer stops.
+func startCancel(t *testing.T, c interface{ Run(context.Context) error }) (cancel, wait func()) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx) }()
 	var once sync.Once
-	stop = func() {
+	wait = func() {
 		once.Do(func() {
 			cancel()
 			select {
@@ -128,8 +137,8 @@ func start(t *testing.T, c interface{ Run(context.Context) error }) (stop func()
 			}
 		})
 	}
-	t.Cleanup(stop)
-	return stop
+	t.Cleanup(wait)
+	return cancel, wait
 }
 
 func publishTurn(t *testing.T, b *bus.Bus, id string) {
@@ -611,21 +620,25 @@ func testHandBackOnStop(t *testing.T, b *bus.Bus) {
 		<-release
 		return nil
 	})
-	stop := start(t, stopping)
+	cancel, wait := startCancel(t, stopping)
 	publishTurn(t, b, "first")
 	<-first
-	// The consumer pulls for its three free slots now; stopping leaves
-	// that pull open until it expires.
-	time.Sleep(50 * time.Millisecond)
-	stopped := make(chan struct{})
-	go func() { stop(); close(stopped) }()
-	time.Sleep(50 * time.Millisecond)
+	// The consumer's pull for its free slots is open (the one that
+	// brought the first turn, or the next); stopping leaves it open until
+	// it expires, and what it brings meanwhile is handed back. Should it
+	// expire before the turns below are published (a stalled test), they
+	// wait for the next consumer, at attempt 1.
+	eventually(t, "the stopping consumer's open pull", func() bool {
+		info, err := b.JetStream().Consumer(context.Background(), b.Topology().Stream(bus.StreamTurns), spec.Durable)
+		return err == nil && info.CachedInfo().NumWaiting > 0
+	})
+	cancel()
 	ids := []string{"h1", "h2", "h3"}
 	for _, id := range ids {
 		publishTurn(t, b, id)
 	}
 	close(release)
-	<-stopped
+	wait()
 
 	var mu sync.Mutex
 	got := map[string][]int{}

@@ -493,7 +493,8 @@ func (c *Consumer[T, P]) countHandBack(seq uint64) {
 		_, err = c.handBacks.Update(ctx, key, []byte(strconv.Itoa(n+1)), e.Revision())
 	}
 	if err != nil {
-		c.log.Debug("count a hand-back", "key", key, "err", err)
+		// Its redelivery will count as a failed attempt.
+		c.log.Warn("count a hand-back: the handed back message's redelivery uses up an attempt", "key", key, "err", err)
 	}
 }
 
