@@ -7,7 +7,12 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 # Tests share one machine's Postgres, Redis and NATS; each test isolates
 # itself (schema, key prefix, stream prefix), so packages run in parallel.
-TEST_FLAGS ?= -race -count=1 -timeout 15m
+# -trimpath keeps checkout paths out of the build cache's keys: a fresh
+# clone (CI's) reuses what any earlier checkout compiled instead of
+# compiling every package twice (vet, then -race) from scratch, about
+# nine of its minutes on this machine's two cores.
+TRIM       := -trimpath
+TEST_FLAGS ?= -race -count=1 -timeout 15m $(TRIM)
 
 .PHONY: help tools proto check-generated lint vet build test test-short deploy-check dev up down bench chaos clean
 
@@ -30,7 +35,7 @@ check-generated: proto ## fail if generated code differs from what is committed
 	@test -z "$$(git status --porcelain -- pkg/gen)" || (echo "untracked generated files:" && git status --porcelain -- pkg/gen && exit 1)
 
 vet: ## go vet
-	$(GO) vet ./...
+	$(GO) vet $(TRIM) ./...
 
 lint: tools vet ## gofmt, buf lint, go vet, staticcheck
 	@unformatted="$$(gofmt -l $$(git ls-files '*.go'))"; test -z "$$unformatted" || (echo "not gofmt-ed:" $$unformatted && exit 1)
@@ -41,7 +46,7 @@ build: ## build bin/switchboard
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/switchboard
 
 test: ## unit and integration tests (needs Postgres, Redis, NATS; see .ci/run)
-	$(GO) vet ./...
+	$(GO) vet $(TRIM) ./...
 	$(GO) test $(TEST_FLAGS) ./...
 
 test-short: ## unit tests only

@@ -53,7 +53,9 @@ func binary(t *testing.T) string {
 			return
 		}
 		built.bin = filepath.Join(built.dir, "switchboard")
-		cmd := exec.Command("go", "build", "-o", built.bin, ".")
+		// -trimpath, as make test's vet: one build cache entry per
+		// package whatever the checkout's path (Makefile, TRIM).
+		cmd := exec.Command("go", "build", "-trimpath", "-o", built.bin, ".")
 		cmd.Stderr = os.Stderr
 		built.err = cmd.Run()
 	})
