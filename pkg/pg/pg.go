@@ -61,7 +61,11 @@ func Migrations() fs.FS {
 // delivery), so a release can add one below a number a database already
 // has; each only depends on lower numbers.
 func provider(db *sql.DB, opts ...goose.ProviderOption) (*goose.Provider, error) {
-	p, err := goose.NewProvider(goose.DialectPostgres, db, Migrations(), append(opts, goose.WithAllowOutofOrder(true))...)
+	return providerOf(db, Migrations(), opts...)
+}
+
+func providerOf(db *sql.DB, fsys fs.FS, opts ...goose.ProviderOption) (*goose.Provider, error) {
+	p, err := goose.NewProvider(goose.DialectPostgres, db, fsys, append(opts, goose.WithAllowOutofOrder(true))...)
 	if err != nil {
 		return nil, fmt.Errorf("migration provider: %w", err)
 	}
@@ -73,6 +77,15 @@ type MigrateOption func(*migrateConfig)
 
 type migrateConfig struct {
 	lockID int64
+	source fs.FS
+}
+
+// MigrateSource makes Migrate apply the migrations of fsys, a tree of
+// the embedded one's files (Migrations) changed for a purpose, instead:
+// pgtest's fresh, empty schemas build their indexes without
+// CONCURRENTLY.
+func MigrateSource(fsys fs.FS) MigrateOption {
+	return func(c *migrateConfig) { c.source = fsys }
 }
 
 // MigrateLockID makes Migrate serialize on advisory lock id instead of
@@ -87,7 +100,7 @@ func MigrateLockID(id int64) MigrateOption {
 // Migrate applies every pending migration. Replicas may run it at once: a
 // Postgres advisory lock serializes them.
 func Migrate(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger, opts ...MigrateOption) error {
-	cfg := migrateConfig{lockID: lock.DefaultLockID}
+	cfg := migrateConfig{lockID: lock.DefaultLockID, source: Migrations()}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -100,7 +113,7 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger, opts ...
 	if err != nil {
 		return fmt.Errorf("migration locker: %w", err)
 	}
-	p, err := provider(db, goose.WithSessionLocker(locker))
+	p, err := providerOf(db, cfg.source, goose.WithSessionLocker(locker))
 	if err != nil {
 		return err
 	}

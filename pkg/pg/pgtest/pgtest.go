@@ -4,12 +4,17 @@
 package pgtest
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"hash/fnv"
+	"io/fs"
 	"os"
+	"sync"
 	"testing"
+	"testing/fstest"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -81,11 +86,39 @@ func NewWithURL(t testing.TB) (*pgxpool.Pool, string) {
 	// The schema's own migration lock: goose's default is one per
 	// database, which queued every parallel test's migrations (in every
 	// test binary) behind each other's, a second's poll apiece.
-	if err := pg.Migrate(ctx, pool, nil, pg.MigrateLockID(lockID(schema))); err != nil {
+	if err := pg.Migrate(ctx, pool, nil, pg.MigrateLockID(lockID(schema)), pg.MigrateSource(freshSchema())); err != nil {
 		t.Fatalf("migrate schema %s: %v", schema, err)
 	}
 	return pool, withSearchPath(URL(), schema)
 }
+
+// freshSchema is the embedded migrations with every CREATE and DROP
+// INDEX CONCURRENTLY made a plain one, which does the same to a fresh
+// schema's empty tables. A concurrent build waits for every transaction
+// in the database that holds a snapshot (a statement running or waiting
+// on a lock, a repeatable-read transaction) to end, whatever its schema:
+// each test's migration waited for what every other test binary's tests
+// held meanwhile (seconds, for a test that holds a row lock on purpose
+// while another statement waits for it). pkg/pg's tests apply the
+// migrations as shipped.
+var freshSchema = sync.OnceValue(func() fs.FS {
+	out := fstest.MapFS{}
+	err := fs.WalkDir(pg.Migrations(), ".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := fs.ReadFile(pg.Migrations(), path)
+		if err != nil {
+			return err
+		}
+		out[path] = &fstest.MapFile{Data: bytes.ReplaceAll(b, []byte("INDEX CONCURRENTLY"), []byte("INDEX")), Mode: 0o444}
+		return nil
+	})
+	if err != nil {
+		panic(fmt.Sprintf("pgtest: read the embedded migrations: %v", err))
+	}
+	return out
+})
 
 // MigrateLock is the migration lock of pool's schema (a pool of New), the
 // one New migrated it under, for a test that runs pg.Migrate on it

@@ -39,3 +39,34 @@ func TestNewDoesNotWaitForTheDatabaseMigrationLock(t *testing.T) {
 		t.Fatalf("a migrated schema: %v", err)
 	}
 }
+
+// A test's fresh schema does not wait for transactions elsewhere in the
+// database: a concurrent index build (CREATE INDEX CONCURRENTLY, as the
+// shipped migrations do) waits for every one holding a snapshot to end,
+// whatever its schema, so each test's set-up waited on what other tests
+// held. Here a transaction stays open until New returns; were New to
+// wait for it, it would fail when its set-up deadline ran out (it did).
+func TestNewDoesNotWaitForOpenTransactions(t *testing.T) {
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, pgtest.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	// A snapshot held, as a statement waiting on a row lock or a
+	// repeatable-read transaction holds one: a concurrent build waits
+	// for it to go.
+	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck
+	if _, err := tx.Exec(ctx, `SELECT txid_current()`); err != nil {
+		t.Fatal(err)
+	}
+	pool := pgtest.New(t)
+	var ok bool
+	if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_indexes WHERE schemaname = current_schema() AND indexname = 'sessions_platform_key_idx')`).Scan(&ok); err != nil || !ok {
+		t.Fatalf("the index of a migration that builds it concurrently is missing (%v)", err)
+	}
+}
