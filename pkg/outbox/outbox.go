@@ -332,6 +332,35 @@ ON CONFLICT (idempotency_key) DO NOTHING`, args...)
 // no older row of the same chat is still waiting. Rows other senders are
 // claiming at the same moment are skipped, never waited for.
 func (s *Store) Claim(ctx context.Context, now time.Time, lease time.Duration, owner string, limit int) ([]Row, error) {
+	rows, _, err := s.claim(ctx, now, lease, owner, limit, false)
+	return rows, err
+}
+
+// ClaimNext is Claim, and also reads, in the same round trip, when a
+// claim may next take over a row being sent: the earliest lease that had
+// not run out at now, plus a microsecond, since Claim takes a sending
+// row once its lease_until (stored to the microsecond) is before the
+// claim's time; zero when no row is being sent under such a lease. A
+// row whose lease had run out by now is left out: this claim saw it, and
+// a lapsed row a claim that took fewer than limit rows did not take (an
+// older row of its chat waits, it expired, another claim held it) is not
+// taken by a claim made again at once either, so a send loop that wakes
+// for these times never spins. Leases are not renewed: a row whose lease
+// ran out is taken over even from a sender that is only slow. The read
+// uses the sending rows' lease index (migration 00305).
+func (s *Store) ClaimNext(ctx context.Context, now time.Time, lease time.Duration, owner string, limit int) (rows []Row, takeover time.Time, err error) {
+	return s.claim(ctx, now, lease, owner, limit, true)
+}
+
+// nextTakeoverSQL reads the earliest lease of a row being sent that has
+// not run out at $1 (NULL: none), the first entry of the index from $1
+// on.
+const nextTakeoverSQL = `SELECT (SELECT lease_until FROM delivery_outbox
+	WHERE state = 'sending' AND lease_until >= $1 ORDER BY lease_until LIMIT 1)`
+
+// claim is Claim, and ClaimNext when next. The batch is one implicit
+// transaction: when the read fails, nothing was claimed.
+func (s *Store) claim(ctx context.Context, now time.Time, lease time.Duration, owner string, limit int, next bool) ([]Row, time.Time, error) {
 	b := &pgx.Batch{}
 	b.Queue(pg.AsyncCommit)
 	b.Queue(`
@@ -351,20 +380,36 @@ UPDATE delivery_outbox o
 SET state = 'sending', attempts = o.attempts + 1, lease_until = $3, claimed_by = $4, updated_at = $1
 FROM due WHERE o.id = due.due_id
 RETURNING `+rowColumns, now, limit, now.Add(lease), owner)
+	if next {
+		b.Queue(nextTakeoverSQL, now)
+	}
 	br := s.db.SendBatch(ctx, b)
 	defer br.Close()
 	if _, err := br.Exec(); err != nil {
-		return nil, fmt.Errorf("claim deliveries: %w", err)
+		return nil, time.Time{}, fmt.Errorf("claim deliveries: %w", err)
 	}
 	rows, err := br.Query()
 	if err != nil {
-		return nil, fmt.Errorf("claim deliveries: %w", err)
+		return nil, time.Time{}, fmt.Errorf("claim deliveries: %w", err)
 	}
 	out, err := collect(rows)
 	if err != nil {
-		return nil, fmt.Errorf("claim deliveries: %w", err)
+		return nil, time.Time{}, fmt.Errorf("claim deliveries: %w", err)
 	}
-	return out, br.Close()
+	var takeover time.Time
+	if next {
+		var at *time.Time
+		if err := br.QueryRow().Scan(&at); err != nil {
+			return nil, time.Time{}, fmt.Errorf("next delivery takeover: %w", err)
+		}
+		if at != nil {
+			takeover = at.Add(time.Microsecond)
+		}
+	}
+	if err := br.Close(); err != nil {
+		return nil, time.Time{}, fmt.Errorf("claim deliveries: %w", err)
+	}
+	return out, takeover, nil
 }
 
 // update changes a row that owner still holds.

@@ -32,12 +32,14 @@ const directSendTimeout = 2 * time.Second
 
 // sendLoop sends due outbox rows until ctx ends: woken by new rows and
 // finished sends, when the earliest row this replica put back in the
-// queue comes due (a retry, a deferral: dueClock) or the next expiry
-// pass is due (expiryClock), and otherwise after PollInterval, for rows
-// no clock of this replica knows (another replica's retries, rows left
-// by a process that ended). It also expires rows older than their TTL,
-// when one can be: not a query while nothing does. Sends in flight when
-// ctx ends finish (within SendTimeout) before it returns.
+// queue comes due (a retry, a deferral: dueClock), when the lease of a
+// row being sent that its last round saw runs out (a sender that died:
+// takeover), or the next expiry pass is due (expiryClock), and
+// otherwise after PollInterval, for rows no clock of this replica knows
+// (another replica's retries, rows claimed since its last round). It
+// also expires rows older than their TTL, when one can be: not a query
+// while nothing does. Sends in flight when ctx ends finish (within
+// SendTimeout) before it returns.
 func (s *Service) sendLoop(ctx context.Context) error {
 	slots := make(chan struct{}, s.cfg.Senders)
 	var wg sync.WaitGroup
@@ -59,12 +61,17 @@ func (s *Service) sendLoop(ctx context.Context) error {
 		if s.expiry.due(round) {
 			s.expire(ctx, round)
 		}
+		// takeover is when a row being sent may be taken over, as the
+		// round's last claim read it when it took every row it could
+		// (zero: none; or the claim failed or no sender was free, and the
+		// poll or a finished send wakes the loop).
+		var takeover time.Time
 		for ctx.Err() == nil {
 			free := s.cfg.Senders - len(slots)
 			if free <= 0 {
 				break
 			}
-			rows, err := s.store.Claim(ctx, s.now(), s.cfg.Lease, s.owner, free)
+			rows, next, err := s.store.ClaimNext(ctx, s.now(), s.cfg.Lease, s.owner, free)
 			if err != nil {
 				if ctx.Err() == nil {
 					s.log.Warn("claim deliveries failed", "err", err)
@@ -81,29 +88,35 @@ func (s *Service) sendLoop(ctx context.Context) error {
 				}()
 			}
 			if len(rows) < free {
+				takeover = next
 				break
 			}
 		}
 		// Reset on a timer that has not fired drops it (Go 1.23 timers).
-		t.Reset(s.nextWake(round))
+		t.Reset(s.nextWake(round, takeover))
 	}
 }
 
 // nextWake is how long the send loop may sleep after a round that began
-// at round: until the earliest row this replica queued again comes due
-// or the next expiry pass, and PollInterval at most. The round claimed
-// what came due before it began, so those times are forgotten (a row
-// that waited for a free sender is claimed when a send finishes). A row
-// that came due while the round ran (a slow claim, a busy machine) was
-// not claimed by it: the loop wakes at once, and the next round, which
-// begins after that time, claims the row and forgets the time. An expiry
-// pass already due (one that failed) is left to the poll: never a busy
-// loop.
-func (s *Service) nextWake(round time.Time) time.Duration {
+// at round: until the earliest row this replica queued again comes due,
+// a row being sent may be taken over (takeover: its lease ran out; zero:
+// none) or the next expiry pass, and PollInterval at most. The round
+// claimed what came due before it began, so those times are forgotten (a
+// row that waited for a free sender is claimed when a send finishes). A
+// row that came due while the round ran (a slow claim, a busy machine)
+// was not claimed by it: the loop wakes at once, and the next round,
+// which begins after that time, claims the row and forgets the time; so
+// with a lease that ran out during the round, which the next round does
+// not ask for again. An expiry pass already due (one that failed) is
+// left to the poll: never a busy loop.
+func (s *Service) nextWake(round, takeover time.Time) time.Duration {
 	d := s.cfg.PollInterval
 	now := s.now()
 	if at := s.due.next(round); !at.IsZero() {
 		d = min(d, max(at.Sub(now), 0))
+	}
+	if !takeover.IsZero() {
+		d = min(d, max(takeover.Sub(now), 0))
 	}
 	if at := s.expiry.at(); at.After(now) {
 		d = min(d, at.Sub(now))

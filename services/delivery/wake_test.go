@@ -109,3 +109,50 @@ func TestPollTakesRowsNoReplicaKnows(t *testing.T) {
 		t.Errorf("%d requests, want %d: each row once, and the failed half once more", len(calls), want)
 	}
 }
+
+// A row whose sender died mid-send (claimed under its lease, never
+// finished) is taken over when the lease runs out, not at the next poll:
+// with a poll interval of an hour, nothing else wakes the send loop of
+// the replica that started meanwhile, whose first round found the row
+// still leased. The row behind it in its chat follows it, each sent
+// once, in order.
+func TestTakeoverWakesTheSendLoop(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	store := outbox.New(e.db)
+	reqs := []*deliveryv1.SendRequested{
+		{IdempotencyKey: "died-mid-send", Op: deliveryv1.SendOp_SEND_OP_SEND,
+			Target: &deliveryv1.Target{Platform: "test", ChatId: "chat-takeover"}, Text: "the dead sender's row"},
+		{IdempotencyKey: "behind-it", Op: deliveryv1.SendOp_SEND_OP_SEND,
+			Target: &deliveryv1.Target{Platform: "test", ChatId: "chat-takeover"}, Text: "the row behind it"},
+	}
+	if _, err := store.Enqueue(ctx, e.clock.Now(), time.Hour, reqs...); err != nil {
+		t.Fatal(err)
+	}
+	// The replica that dies claims the first row: its lease outlives the
+	// start of the one that takes over.
+	const lease = 3 * time.Second
+	claimedAt := e.clock.Now()
+	rows, err := store.Claim(ctx, claimedAt, lease, "died", 10)
+	if err != nil || len(rows) != 1 || rows[0].Key != "died-mid-send" {
+		t.Fatalf("claimed %+v, %v", rows, err)
+	}
+	cfg := testConfig()
+	cfg.PollInterval = time.Hour
+	e.start(t, cfg, "b")
+	eventually(t, e.clock, 0, "both rows sent", func() bool {
+		return rowState(t, e.db, "died-mid-send") == "sent" && rowState(t, e.db, "behind-it") == "sent"
+	})
+	_, posted := e.gw.snapshot()
+	var got []string
+	for _, p := range posted {
+		got = append(got, p.Key)
+		if p.Key == "died-mid-send" && p.At.Before(claimedAt.Add(lease)) {
+			t.Errorf("taken over at %v, before its lease ran out at %v", p.At, claimedAt.Add(lease))
+		}
+	}
+	if fmt.Sprint(got) != "[died-mid-send behind-it]" {
+		t.Errorf("posted %v, want each row once, in order", got)
+	}
+}
