@@ -646,22 +646,6 @@ FROM delivery_outbox WHERE state IN ('queued', 'sending')`).Scan(&next); err != 
 	return out, nil
 }
 
-// NextDue is when the earliest waiting row becomes due; ok is false when
-// nothing waits.
-func (s *Store) NextDue(ctx context.Context) (t time.Time, ok bool, err error) {
-	var next *time.Time
-	err = s.db.QueryRow(ctx, `
-SELECT min(CASE WHEN state = 'sending' THEN greatest(next_attempt_at, lease_until) ELSE next_attempt_at END)
-FROM delivery_outbox WHERE state IN ('queued', 'sending')`).Scan(&next)
-	if err != nil {
-		return time.Time{}, false, fmt.Errorf("next due delivery: %w", err)
-	}
-	if next == nil {
-		return time.Time{}, false, nil
-	}
-	return *next, true, nil
-}
-
 // Get returns one row.
 func (s *Store) Get(ctx context.Context, id int64) (Row, error) {
 	r, err := scanRow(s.db.QueryRow(ctx, `SELECT `+rowColumns+` FROM delivery_outbox WHERE id = $1`, id))

@@ -1,7 +1,7 @@
 -- +goose NO TRANSACTION
 -- +goose Up
 -- Each round of a delivery replica's send loop asks when the earliest
--- lease of a row being sent runs out (outbox.Store.NextTakeover), so the
+-- lease of a row being sent runs out (outbox.Store.ClaimNext), so the
 -- loop wakes then and takes over the row of a sender that died, not at
 -- its next poll; this index answers that from the rows being sent, not
 -- from every waiting row. Built without blocking the sends of a running
