@@ -136,7 +136,9 @@ func reloadAnswer(added, removed []skill.Item, total int) string {
 // that runs the agent on a message (gateway/run.py
 // _handle_reload_skills_command; Hermes takes it where it prepends it to
 // the message of the next agent run, so /undo and /compress, answered
-// without one, leave it pending, sessionstore.TakesSkillsNote): the turn carries it
+// without one, leave it pending, sessionstore.TakesSkillsNote, and a
+// turn that ends before any model read it, a /retry with nothing to
+// retry, gives it back, services/worker noteToReturn): the turn carries it
 // (TurnRequested.skills_note) and the worker prepends it to the model's
 // copy of the turn's user message, as Hermes prepends it to the message
 // of its next agent run; the transcript keeps what the user typed.

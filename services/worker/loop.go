@@ -409,10 +409,14 @@ func (r *turnRun) finishAfter(ctx context.Context, ls *loopState, steps []store.
 		}
 		next += len(steps)
 	}
+	f.ReturnNote = r.noteToReturn(ls)
 	f, err = r.s.store.Finish(ctx, r.withUsage(), before, next, last, f)
 	if err == nil {
 		ls.unsaved = 0
 		r.usageRecorded = true
+		if f.ReturnNote != "" {
+			r.log.Info("reload-skills note given back: no model read it", "returned", f.NoteReturned)
+		}
 	}
 	return f, err
 }
@@ -1114,7 +1118,59 @@ func (r *turnRun) modelTurn(ls *loopState) []store.Message {
 	}
 	out := append([]store.Message(nil), ls.turn...)
 	out[i].Content = note + "\n\n" + out[i].Content
+	r.noteSent = true
 	return out
+}
+
+// noteToReturn is the /reload-skills note the turn took and gives back
+// as it ends ("": none), because no model read it: Hermes consumes its
+// note where it prepends it to the message of an agent run, so a command
+// answered without one leaves it pending, and here the transcript keeps
+// what the user sent, without the note, so a note no model call of its
+// turn read would reach no model at all. That is:
+//
+//   - a /retry with nothing to retry ("Nothing to retry."), answered
+//     without the model (ls.reply: no request carries the note);
+//   - a turn stopped or interrupted (/stop, a newer message) before its
+//     first model call, or whose external agent could not be reached:
+//     no model read the note, and with nothing of it in the transcript
+//     the next turn's message is the only place it can still reach one.
+//     A /stop that moved the session to a new generation fails the
+//     turn's fence, and the note is dropped with everything the turn
+//     would write.
+//
+// It is not given back once a request carrying it was made, by this
+// attempt (noteSent) or an earlier one whose model answered (an
+// assistant step of the turn is committed): a model call that then
+// failed for good (answered with an error), a /moa whose references
+// failed (they were asked with it), an external agent that failed after
+// it was sent the turn. Hermes consumed its note with that run too, and
+// a provider that failed may have read it (a timeout). A /btw side
+// question writes no session state. Router-side refusals (/moa without
+// a preset or while busy, a refused skill command) start no turn and
+// take no note.
+func (r *turnRun) noteToReturn(ls *loopState) string {
+	note := r.req.GetSkillsNote()
+	if note == "" || r.noteSent || r.req.GetSideQuestion() != nil {
+		return ""
+	}
+	// The turn's steps after its inputs (a stateless client's context,
+	// recorded first, may hold assistant messages of its own).
+	inputs := 0
+	for _, in := range r.req.GetInputs() {
+		inputs++
+		for _, c := range in.GetContext() {
+			if c.GetRole() == llm.RoleUser || c.GetRole() == llm.RoleAssistant {
+				inputs++
+			}
+		}
+	}
+	for _, m := range ls.turn[min(inputs, len(ls.turn)):] {
+		if m.Role == llm.RoleAssistant {
+			return ""
+		}
+	}
+	return note
 }
 
 // toLLM is the conversation as the model takes it: the summary, then the

@@ -118,6 +118,9 @@ type turnRun struct {
 	// goalQueued: the goal judge queued a continuation behind the turn
 	// (goalStep); its completion must start it.
 	goalQueued bool
+	// noteSent: this attempt built a request to a model (or the external
+	// agent) carrying the turn's /reload-skills note (modelTurn).
+	noteSent bool
 }
 
 // beganTurn is the result of the turn's first read.

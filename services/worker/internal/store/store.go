@@ -110,6 +110,14 @@ type Final struct {
 	Model     string
 	// Usage is what the attempt that decided the turn used.
 	Usage Usage
+	// ReturnNote, when set, is the one-shot /reload-skills note the turn
+	// took (TurnRequested.skills_note) and gives back because no model
+	// read it: Finish leaves it pending on the session again, in the
+	// transaction that decides the turn (see Finish). Not stored.
+	ReturnNote string
+	// NoteReturned: Finish gave ReturnNote back (not when a newer note
+	// waited, or the conversation had changed).
+	NoteReturned bool
 }
 
 // TurnState is what a (re)started turn finds.
@@ -161,9 +169,26 @@ const (
 // if the fence holds and every statement succeeds. read consumes the
 // results of the queued statements, in order.
 func (s *Store) write(ctx context.Context, t Turn, d Durability, queue func(*pgx.Batch), read func(pgx.BatchResults) error) error {
+	return s.writeLocking(ctx, t, d, false, queue, read)
+}
+
+// lockSessionSQL locks the session's row for an update, before the fence.
+const lockSessionSQL = `SELECT 1 FROM sessions WHERE session_key = $1 FOR NO KEY UPDATE`
+
+// writeLocking is write, with the session's row locked first when
+// lockSession, for a write that updates it. A fenced write must not
+// touch the row after its fence (migration 00203): a generation bump
+// holds the row while it waits for the fence's lock, so the write would
+// wait for the bump and the bump for the write. Locking the row before
+// the fence takes the two locks in the bump's order: the write waits for
+// a bump in flight, then its fence sees the bumped generation.
+func (s *Store) writeLocking(ctx context.Context, t Turn, d Durability, lockSession bool, queue func(*pgx.Batch), read func(pgx.BatchResults) error) error {
 	b := &pgx.Batch{}
 	if d == Deferred {
 		b.Queue(pg.AsyncCommit)
+	}
+	if lockSession {
+		b.Queue(lockSessionSQL, t.SessionKey)
 	}
 	b.Queue(fenceSQL, t.SessionKey, t.Generation)
 	preamble := b.Len()
@@ -426,6 +451,15 @@ func queueInsert(b *pgx.Batch, t Turn, m *Message) {
 // yet) and with its last message, when there is one — under the turn's
 // generation, in one round trip. A turn finishes once: a second call keeps
 // the first final and returns it.
+//
+// f.ReturnNote gives the turn's /reload-skills note back to the session
+// in the same transaction, only when this call decides the turn, so a
+// redelivered turn gives it back once (one that finds the turn decided
+// does not call Finish; one whose Finish did not commit gave nothing
+// back); and only while the turn's conversation is the session's
+// current one (the fence already refuses a turn /new moved on from) and
+// no newer note waits for it: a /reload-skills since the turn started
+// left the one Hermes keeps, the last.
 func (s *Store) Finish(ctx context.Context, t Turn, before []Message, step int, last *Message, f Final) (Final, error) {
 	f.Usage = t.Usage
 	var m Message
@@ -436,7 +470,15 @@ func (s *Store) Finish(ctx context.Context, t Turn, before []Message, step int, 
 	}
 	decided := false
 	cut := false
-	err := s.write(ctx, t, Durable, func(b *pgx.Batch) {
+	args := []any{t.TurnID, t.SessionKey, t.SessionID, t.Generation, f.Status, f.Kind, f.Text, f.ErrorCode, f.Seq, f.Model,
+		last != nil, t.UserKey, m.Step, m.Role, m.Content, toolCallsJSON(&m), m.ToolCallID, m.ToolName, startedAt(t),
+		t.Usage.Input, t.Usage.Output, t.Usage.CacheRead, t.Usage.CacheWrite, t.Usage.Context}
+	returnNote, returned := "", "false"
+	if f.ReturnNote != "" {
+		returnNote, returned = returnNoteSQL, "EXISTS (SELECT 1 FROM n)"
+		args = append(args, f.ReturnNote)
+	}
+	err := s.writeLocking(ctx, t, Durable, f.ReturnNote != "", func(b *pgx.Batch) {
 		cut = queueCut(b, t)
 		for i := range before {
 			before[i].TurnID = t.TurnID
@@ -462,11 +504,8 @@ func (s *Store) Finish(ctx context.Context, t Turn, before []Message, step int, 
 				INSERT INTO session_context (session_key, session_id, turn_id, context_tokens, model)
 				SELECT $2, $3, $1, $24::bigint, $10 WHERE $24::bigint > 0 AND EXISTS (SELECT 1 FROM t)
 				ON CONFLICT (session_key) DO UPDATE SET session_id = EXCLUDED.session_id, turn_id = EXCLUDED.turn_id,
-					context_tokens = EXCLUDED.context_tokens, model = EXCLUDED.model, updated_at = now())
-			SELECT EXISTS (SELECT 1 FROM t), (SELECT count(*) FROM m)`,
-			t.TurnID, t.SessionKey, t.SessionID, t.Generation, f.Status, f.Kind, f.Text, f.ErrorCode, f.Seq, f.Model,
-			last != nil, t.UserKey, m.Step, m.Role, m.Content, toolCallsJSON(&m), m.ToolCallID, m.ToolName, startedAt(t),
-			t.Usage.Input, t.Usage.Output, t.Usage.CacheRead, t.Usage.CacheWrite, t.Usage.Context)
+					context_tokens = EXCLUDED.context_tokens, model = EXCLUDED.model, updated_at = now())`+returnNote+`
+			SELECT EXISTS (SELECT 1 FROM t), (SELECT count(*) FROM m), `+returned, args...)
 	}, func(br pgx.BatchResults) error {
 		if err := readCut(br, cut); err != nil {
 			return err
@@ -477,7 +516,7 @@ func (s *Store) Finish(ctx context.Context, t Turn, before []Message, step int, 
 			}
 		}
 		var n int
-		if err := br.QueryRow().Scan(&decided, &n); err != nil {
+		if err := br.QueryRow().Scan(&decided, &n, &f.NoteReturned); err != nil {
 			return fmt.Errorf("finish turn: %w", err)
 		}
 		return nil
@@ -495,6 +534,18 @@ func (s *Store) Finish(ctx context.Context, t Turn, before []Message, step int, 
 	}
 	return *prev, nil
 }
+
+// returnNoteSQL is the part of Finish's statement that gives the
+// turn's /reload-skills note ($25) back (Final.ReturnNote): when this
+// call decides the turn (t), to the turn's conversation if it is still
+// the session's, unless a newer note for it waits there.
+const returnNoteSQL = `,
+			n AS (
+				UPDATE sessions SET skills_note = $25, skills_note_session = session_id
+				WHERE session_key = $2 AND session_id = $3
+				  AND (skills_note IS NULL OR skills_note_session IS DISTINCT FROM session_id)
+				  AND EXISTS (SELECT 1 FROM t)
+				RETURNING 1)`
 
 // History returns the conversation's latest summary (empty when none) and
 // the messages after it, oldest first.

@@ -3,10 +3,13 @@ package store_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/switchboard-chat/switchboard/pkg/llm"
 	"github.com/switchboard-chat/switchboard/pkg/pg/pgtest"
@@ -438,4 +441,133 @@ func TestJudgeDenials(t *testing.T) {
 			t.Fatalf("step %d: JudgeDenials(%s) = %d, %v; want %d", i, st.sid, n, err, st.want)
 		}
 	}
+}
+
+// A turn that took the session's /reload-skills note and ends without
+// a model reading it gives it back with its final (Final.ReturnNote),
+// once: a redelivered Finish of the decided turn gives nothing back
+// (the next turn took the note meanwhile), a newer note set meanwhile
+// stays (Hermes keeps the last), a note never reaches another
+// conversation, and a turn the session moved on from writes nothing.
+func TestFinishGivesTheSkillsNoteBackOnce(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	s := store.New(db)
+	type note struct {
+		text, session *string
+	}
+	str := func(s string) *string { return &s }
+	for i, tc := range []struct {
+		name         string
+		sessionID    string // the session's conversation when the turn ends
+		generation   int64  // the session's generation when the turn ends
+		before       note   // the session's note when the turn ends
+		bumpInFlight bool   // a generation bump holds the row as the turn ends
+		want         note
+		returned     bool
+		stale        bool
+	}{
+		{name: "pending again", sessionID: "sid", generation: 3, want: note{str("n"), str("sid")}, returned: true},
+		{name: "a newer note waits", sessionID: "sid", generation: 3, before: note{str("newer"), str("sid")},
+			want: note{str("newer"), str("sid")}},
+		{name: "an earlier conversation's note is replaced", sessionID: "sid", generation: 3, before: note{str("old"), str("sid0")},
+			want: note{str("n"), str("sid")}, returned: true},
+		{name: "another conversation", sessionID: "sid2", generation: 3},
+		{name: "a stale turn", sessionID: "sid", generation: 4, stale: true},
+		{name: "a bump in flight", sessionID: "sid", generation: 3, bumpInFlight: true, stale: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			key := fmt.Sprint("note-", i)
+			if _, err := db.Exec(ctx, `INSERT INTO sessions (session_key, session_id, platform, generation, skills_note, skills_note_session)
+				VALUES ($1, $2, 'x', $3, $4, $5)`, key, tc.sessionID, tc.generation, tc.before.text, tc.before.session); err != nil {
+				t.Fatal(err)
+			}
+			turn := store.Turn{TurnID: "t-" + key, SessionKey: key, SessionID: "sid", Generation: 3, UserKey: "x:u"}
+			final := store.Final{Status: store.StatusCompleted, Kind: store.FinalText, Text: "Nothing to retry.", Seq: 1, ReturnNote: "n"}
+			finish := func() (store.Final, error) {
+				return s.Finish(ctx, turn, []store.Message{{Role: "user", Content: "/retry"}}, 1, nil, final)
+			}
+			var got store.Final
+			var err error
+			if tc.bumpInFlight {
+				bump, berr := db.Begin(ctx)
+				if berr != nil {
+					t.Fatal(berr)
+				}
+				if _, berr := bump.Exec(ctx, `UPDATE sessions SET generation = 4 WHERE session_key = $1`, key); berr != nil {
+					t.Fatal(berr)
+				}
+				done := make(chan error, 1)
+				go func() { _, err := finish(); done <- err }()
+				waitLocked(t, db, key)
+				if berr := bump.Commit(ctx); berr != nil {
+					t.Fatal(berr)
+				}
+				err = <-done
+			} else {
+				got, err = finish()
+			}
+			if tc.stale {
+				if !errors.Is(err, store.ErrStaleGeneration) {
+					t.Fatalf("finish of a stale turn: %v, want ErrStaleGeneration", err)
+				}
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			if got.NoteReturned != tc.returned {
+				t.Errorf("NoteReturned %v, want %v", got.NoteReturned, tc.returned)
+			}
+			var text, session *string
+			if err := db.QueryRow(ctx, `SELECT skills_note, skills_note_session FROM sessions WHERE session_key = $1`, key).Scan(&text, &session); err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(note{text, session}, tc.want) {
+				t.Fatalf("note %v/%v after the turn, want %v/%v", deref(text), deref(session), deref(tc.want.text), deref(tc.want.session))
+			}
+			if tc.stale {
+				return
+			}
+			// The next turn takes what waits; a second Finish of the
+			// decided turn (an attempt that raced the first; its inputs
+			// were written) gives nothing back.
+			if _, err := db.Exec(ctx, `UPDATE sessions SET skills_note = NULL, skills_note_session = NULL WHERE session_key = $1`, key); err != nil {
+				t.Fatal(err)
+			}
+			if again, err := s.Finish(ctx, turn, nil, 1, nil, final); err != nil || again.NoteReturned || again.Text != final.Text {
+				t.Fatalf("second finish: %+v %v", again, err)
+			}
+			if err := db.QueryRow(ctx, `SELECT skills_note FROM sessions WHERE session_key = $1`, key).Scan(&text); err != nil || text != nil {
+				t.Fatalf("a redelivered finish gave the note back again: %v %v", deref(text), err)
+			}
+		})
+	}
+}
+
+// waitLocked blocks until a transaction waits for the lock of key's
+// session row.
+func waitLocked(t *testing.T, db *pgxpool.Pool, key string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var n int
+		if err := db.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%FOR NO KEY UPDATE%'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("nobody waits for session %s's row", key)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return "NULL"
+	}
+	return *s
 }
