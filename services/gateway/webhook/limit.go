@@ -64,6 +64,13 @@ func (l *limiter) allow(route string, now time.Time) verdict {
 	if w == nil {
 		return verdict{ok: true}
 	}
+	// Callers read the clock before they take the lock (and before a
+	// signature check), so a delivery may come with a time earlier than
+	// the last one recorded: it counts as at that time, which keeps the
+	// hits in order and Retry-After within the window (a flood saw 61 s).
+	if n := len(w.hits); n > 0 && now.Before(w.hits[n-1]) {
+		now = w.hits[n-1]
+	}
 	cutoff := now.Add(-rateWindow)
 	drop := 0
 	for drop < len(w.hits) && w.hits[drop].Before(cutoff) {

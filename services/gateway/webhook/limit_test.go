@@ -51,6 +51,15 @@ func TestLimiterWindow(t *testing.T) {
 			{route: "a", at: 62 * time.Second, retry: 59 * time.Second, log: true, quiet: 2},
 			{route: "a", at: 63 * time.Second, retry: 58 * time.Second},
 		}},
+		// Concurrent deliveries read the clock before the limiter's lock:
+		// one may come with a time before the last one taken. It counts
+		// as at that time: Retry-After never exceeds the window.
+		{"a time before the last hit's", map[string]int{"a": 2}, []hit{
+			{route: "a", at: 10 * time.Millisecond, ok: true},
+			{route: "a", at: 5 * time.Millisecond, ok: true},
+			{route: "a", at: 0, retry: 60 * time.Second, log: true},
+			{route: "a", at: 60*time.Second + 11*time.Millisecond, ok: true},
+		}},
 		{"routes do not share a window", map[string]int{"a": 1, "b": 1}, []hit{
 			{route: "a", at: 0, ok: true},
 			{route: "a", at: time.Second, retry: 59 * time.Second, log: true},
