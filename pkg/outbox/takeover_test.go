@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/switchboard-chat/switchboard/pkg/outbox"
 	"github.com/switchboard-chat/switchboard/pkg/pg/pgtest"
 )
@@ -86,27 +84,8 @@ func TestClaimNextTakeover(t *testing.T) {
 // rows' lease index (migration 00305), not by reading every waiting row.
 func TestNextTakeoverUsesItsIndex(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	db := pgtest.New(t)
-	// An empty table: the planner would read it whatever the index, so
-	// sequential scans are off for the plan's one transaction.
-	tx, err := db.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
-	if _, err := tx.Exec(ctx, `SET LOCAL enable_seqscan = off`); err != nil {
-		t.Fatal(err)
-	}
-	rows, err := tx.Query(ctx, `EXPLAIN `+outbox.NextTakeoverSQL, t0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	plan, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		t.Fatal(err)
-	}
-	if p := strings.Join(plan, "\n"); !strings.Contains(p, "delivery_outbox_lease") {
+	if p := pgtest.EmptyTablePlan(t, db, outbox.NextTakeoverSQL, t0); !strings.Contains(p, "delivery_outbox_lease") {
 		t.Errorf("the read does not use delivery_outbox_lease:\n%s", p)
 	}
 }

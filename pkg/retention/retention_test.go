@@ -362,29 +362,10 @@ func TestSweepDeletesAgedTurnRecords(t *testing.T) {
 // migration 00214, not by reading the table.
 func TestToolDenialsDeleteUsesIndex(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	db := pgtest.New(t)
 	const del = `DELETE FROM agent_tool_denials WHERE (turn_id, call_id) IN
 		(SELECT turn_id, call_id FROM agent_tool_denials WHERE created_at < $1 LIMIT $2)`
-	// An empty table: the planner would read it whatever the index, so
-	// sequential scans are off for the plan's one transaction.
-	tx, err := db.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
-	if _, err := tx.Exec(ctx, `SET LOCAL enable_seqscan = off`); err != nil {
-		t.Fatal(err)
-	}
-	rows, err := tx.Query(ctx, `EXPLAIN `+del, time.Now().Add(-retention.ToolDenialsAge), 100)
-	if err != nil {
-		t.Fatal(err)
-	}
-	plan, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		t.Fatal(err)
-	}
-	if p := strings.Join(plan, "\n"); !strings.Contains(p, "agent_tool_denials_created_idx") {
+	if p := pgtest.EmptyTablePlan(t, db, del, time.Now().Add(-retention.ToolDenialsAge), 100); !strings.Contains(p, "agent_tool_denials_created_idx") {
 		t.Errorf("the delete does not use agent_tool_denials_created_idx:\n%s", p)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"hash/fnv"
 	"io/fs"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"testing/fstest"
@@ -150,4 +151,31 @@ func withSearchPath(url, schema string) string {
 		}
 	}
 	return url + sep + "search_path=" + schema
+}
+
+// EmptyTablePlan is Postgres's plan (EXPLAIN) of query with args, with
+// sequential scans off for the plan's one transaction: the tables of a
+// fresh schema are empty, and the planner would read an empty table
+// whatever its indexes, so a test that checks a query finds its index
+// asks for this plan.
+func EmptyTablePlan(t testing.TB, pool *pgxpool.Pool, query string, args ...any) string {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, `SET LOCAL enable_seqscan = off`); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := tx.Query(ctx, `EXPLAIN `+query, args...)
+	if err != nil {
+		t.Fatalf("explain: %v", err)
+	}
+	plan, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatalf("explain: %v", err)
+	}
+	return strings.Join(plan, "\n")
 }
