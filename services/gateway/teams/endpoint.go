@@ -118,12 +118,10 @@ func (p *Platform) activity(w http.ResponseWriter, r *http.Request, conn platfor
 	w.WriteHeader(http.StatusOK)
 }
 
-// The answer to an approval button's invoke waits up to
-// Config.PressHold for the router's answer: its refusal of a presser it
-// does not authorize (Hermes's "⛔ Not authorized."), or its word once
-// it has decided the press.
-
-// maxPressHold bounds Config.PressHold: the Bot Framework wants the
+// maxPressHold bounds Config.PressHold, how long the answer to an
+// approval button's invoke waits for the router's answer (its refusal of
+// a presser it does not authorize, Hermes's "⛔ Not authorized.", or its
+// word once it has decided the press): the Bot Framework wants the
 // invoke's answer within a few seconds.
 const maxPressHold = 5 * time.Second
 

@@ -216,17 +216,15 @@ func (p *Platform) answerCallbackText(ctx context.Context, id, text string) {
 	}
 }
 
-// A published press's callback query is held unanswered for the
-// router's answer (Telegram takes one answer, and Hermes's refusal of a
-// presser it does not authorize, or its word on the outcome, is that
-// answer's text), Config.PressHold. The router tells the replica
-// holding it once it has decided the press (platform.PressHold), with
-// its word when it has one, or refuses it through delivery (refuse).
-// When neither comes in time the client's spinner shows until the hold
-// ends and the query is answered without text.
-
-// maxPressHold bounds Config.PressHold: the client's spinner shows
-// while the query is held.
+// maxPressHold bounds Config.PressHold, how long a published press's
+// callback query is held unanswered for the router's answer (Telegram
+// takes one answer, and Hermes's refusal of a presser it does not
+// authorize, or its word on the outcome, is that answer's text): the
+// client's spinner shows while the query is held. The router tells the
+// replica holding it once it has decided the press (platform.PressHold),
+// with its word when it has one, or refuses it through delivery
+// (refuse). When neither comes in time the query is answered without
+// text when the hold ends.
 const maxPressHold = 10 * time.Second
 
 // hold holds callback query id of a press: it is answered with the
