@@ -7,14 +7,16 @@ import (
 	"io"
 	"os"
 	"strings"
+	"text/tabwriter"
 
 	"github.com/switchboard-chat/switchboard/pkg/approvalmode"
 	adminv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/admin/v1"
+	"github.com/switchboard-chat/switchboard/pkg/toolapproval"
 	"github.com/switchboard-chat/switchboard/services/admin"
 )
 
 func init() {
-	register(command{name: "approvals", summary: "approvals [manual|smart|off|default]: show, set or reset to approvals.mode the gateway-wide dangerous-command approval mode (/approvals) over the admin API",
+	register(command{name: "approvals", summary: "approvals [manual|smart|off|default] | list | revoke <user|session> <subject> [pattern]: the gateway-wide dangerous-command approval mode (/approvals), and the standing approvals /approve session and /approve always granted, over the admin API",
 		run: func(ctx context.Context, args []string) error {
 			return approvalsCommand(ctx, args, os.Stdout, os.Stderr)
 		}})
@@ -35,10 +37,19 @@ func approvalsCommand(ctx context.Context, args []string, stdout, stderr io.Writ
 	fs.SetOutput(stderr)
 	fs.StringVar(&c.addr, "admin-addr", envOr("SWITCHBOARD_ADMIN_ADDR", admin.DefaultAddr),
 		"admin API address (or $SWITCHBOARD_ADMIN_ADDR); the token comes from $SWITCHBOARD_ADMIN_TOKEN")
+	var f toolapproval.Filter
+	fs.StringVar(&f.Scope, "scope", "", "list: only this scope (user: /approve always, session: /approve session)")
+	fs.StringVar(&f.Subject, "subject", "", "list: only this subject (a user key such as telegram:42, or a conversation's session id)")
+	fs.StringVar(&f.Pattern, "pattern", "", "list: only this pattern (a tool's name)")
+	fs.StringVar(&f.SessionKey, "session-key", "", "list: only the approvals of this session key's conversations and chat")
 	usage := func() error {
 		fmt.Fprintln(stderr, "usage: switchboard approvals                     show the dangerous-command approval mode")
 		fmt.Fprintln(stderr, "       switchboard approvals manual|smart|off    set it for the whole gateway")
 		fmt.Fprintln(stderr, "       switchboard approvals default             go back to approvals.mode of the configuration")
+		fmt.Fprintln(stderr, "       switchboard approvals list [--scope user|session] [--subject s] [--pattern p] [--session-key k]")
+		fmt.Fprintln(stderr, "                                                 list the standing approvals (/approve always, /approve session)")
+		fmt.Fprintln(stderr, "       switchboard approvals revoke user|session <subject> [pattern]")
+		fmt.Fprintln(stderr, "                                                 revoke one of a subject's, or all of them in the scope")
 		fmt.Fprintln(stderr, "manual asks before every dangerous tool call, smart lets a judge model approve the harmless ones, off never asks.")
 		fmt.Fprintln(stderr, "flags: --admin-addr host:port (default 127.0.0.1:7070); token from SWITCHBOARD_ADMIN_TOKEN")
 		return errUsage
@@ -48,7 +59,10 @@ func approvalsCommand(ctx context.Context, args []string, stdout, stderr io.Writ
 		_ = usage()
 		return err
 	}
-	if len(pos) > 1 {
+	if len(pos) > 0 && (pos[0] == "list" || pos[0] == "revoke") {
+		return standingApprovals(ctx, c, f, pos, stdout, stderr, usage)
+	}
+	if len(pos) > 1 || f != (toolapproval.Filter{}) {
 		return usage()
 	}
 	var mode approvalmode.Mode
@@ -112,4 +126,76 @@ func printApprovalMode(out io.Writer, m *adminv1.ApprovalMode) {
 		return
 	}
 	fmt.Fprintf(out, "    Set by %s at %s.\n", m.GetBy(), stamp(m.GetSetAt()))
+}
+
+// standingApprovals is `switchboard approvals list` and `switchboard
+// approvals revoke`: the standing approvals of dangerous tool calls that
+// /approve session and /approve always granted (ListToolApprovals,
+// RevokeToolApprovals). Hermes keeps its "always" in the config file's
+// command allowlist, which an operator edits; these are rows of
+// Postgres. pos starts with the verb.
+func standingApprovals(ctx context.Context, c *adminClient, f toolapproval.Filter, pos []string, stdout, stderr io.Writer, usage func() error) error {
+	verb := pos[0]
+	if verb == "list" && len(pos) != 1 || verb == "revoke" && (len(pos) < 3 || len(pos) > 4 || f != (toolapproval.Filter{})) {
+		return usage()
+	}
+	scope := f.Scope
+	if verb == "revoke" {
+		scope = pos[1]
+	}
+	if _, err := toolapproval.ParseScope(scope); err != nil || verb == "revoke" && scope == "" {
+		fmt.Fprintf(stderr, "%q is no scope: want user (/approve always) or session (/approve session)\n", scope)
+		return usage()
+	}
+	cl, cctx, closeFn, err := c.dial(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeFn()
+	if verb == "revoke" {
+		req := &adminv1.RevokeToolApprovalsRequest{Scope: pos[1], Subject: pos[2]}
+		if len(pos) == 4 {
+			req.Pattern = pos[3]
+		}
+		resp, err := cl.RevokeToolApprovals(cctx, req)
+		if err != nil {
+			return fmt.Errorf("approvals revoke: %w", err)
+		}
+		if len(resp.GetRevoked()) == 0 {
+			fmt.Fprintln(stdout, "Nothing revoked: no such standing approval.")
+			return nil
+		}
+		for _, a := range resp.GetRevoked() {
+			fmt.Fprintf(stdout, "Revoked %s approval of %s for %s.\n", a.GetScope(), a.GetPattern(), a.GetSubject())
+		}
+		fmt.Fprintln(stdout, "    Every worker asks again from the next such call.")
+		return nil
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SCOPE\tSUBJECT\tPATTERN\tSESSION KEY\tGRANTED")
+	token := ""
+	n := 0
+	for {
+		resp, err := cl.ListToolApprovals(cctx, &adminv1.ListToolApprovalsRequest{Scope: f.Scope, Subject: f.Subject,
+			Pattern: f.Pattern, SessionKey: f.SessionKey, PageSize: 200, PageToken: token})
+		if err != nil {
+			return fmt.Errorf("approvals list: %w", err)
+		}
+		for _, a := range resp.GetApprovals() {
+			key := a.GetSessionKey()
+			if key == "" {
+				key = "-"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", a.GetScope(), a.GetSubject(), a.GetPattern(), key, ts(a.GetCreatedAt()))
+			n++
+		}
+		if token = resp.GetNextPageToken(); token == "" {
+			break
+		}
+	}
+	if n == 0 {
+		fmt.Fprintln(stdout, "No standing approvals.")
+		return nil
+	}
+	return tw.Flush()
 }

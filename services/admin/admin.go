@@ -1,5 +1,6 @@
 // Package admin serves the operator API (switchboard.admin.v1.AdminService)
-// over gRPC on its own port: sessions and pairing against Postgres,
+// over gRPC on its own port: sessions, pairing and standing tool
+// approvals (pkg/toolapproval) against Postgres,
 // deliveries through the delivery engine's implementation, and the
 // operator controls kept in NATS KV buckets: the global emergency stop
 // (/pause, pkg/estop), the dangerous-command approval mode (/approvals,
@@ -42,6 +43,7 @@ import (
 	"github.com/switchboard-chat/switchboard/pkg/retention"
 	"github.com/switchboard-chat/switchboard/pkg/sessionstore"
 	"github.com/switchboard-chat/switchboard/pkg/telemetry"
+	"github.com/switchboard-chat/switchboard/pkg/toolapproval"
 )
 
 // DefaultAddr is where the admin API listens by default: loopback only.
@@ -114,6 +116,7 @@ type Service struct {
 	health           *telemetry.Health
 	sessions         *sessionstore.Store
 	pairing          *pairing.Store
+	toolApprovals    *toolapproval.Store
 	srv              *grpc.Server
 	hs               *health.Server
 	lis              net.Listener
@@ -145,7 +148,8 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		deliveries: deps.Deliveries, pruner: deps.Pruner, pause: deps.Pause, health: deps.Health,
 		approvals: deps.Approvals, skills: deps.Skills, approvalsDefault: approvalsDefault,
 		sessions: sessionstore.New(deps.DB), pairing: pairing.NewStore(deps.DB),
-		hs: health.NewServer(),
+		toolApprovals: toolapproval.NewStore(deps.DB),
+		hs:            health.NewServer(),
 	}
 	if deps.Token == "" {
 		s.log.Warn("admin API has no token; it accepts every call on loopback", "addr", cfg.Addr)

@@ -2162,6 +2162,345 @@ func (x *ReloadSkillsResponse) GetAnnouncedAt() *timestamppb.Timestamp {
 	return nil
 }
 
+// ToolApproval is one standing approval of a dangerous tool call.
+type ToolApproval struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "user" (/approve always: the user from then on) or "session"
+	// (/approve session: the rest of one conversation).
+	Scope string `protobuf:"bytes,1,opt,name=scope,proto3" json:"scope,omitempty"`
+	// Whom it covers: for scope user the user key, <platform>:<user id>
+	// in a direct chat or session:<session key> for a group's, channel's
+	// or thread's; for scope session the conversation's session id.
+	Subject string `protobuf:"bytes,2,opt,name=subject,proto3" json:"subject,omitempty"`
+	// What it covers: a tool's name (terminal), or a narrower pattern of
+	// one (send_message to one target).
+	Pattern   string                 `protobuf:"bytes,3,opt,name=pattern,proto3" json:"pattern,omitempty"`
+	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	// For scope session: the session key whose conversation subject is
+	// (its current one or one it left), when the database still knows it.
+	SessionKey    string `protobuf:"bytes,5,opt,name=session_key,json=sessionKey,proto3" json:"session_key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ToolApproval) Reset() {
+	*x = ToolApproval{}
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ToolApproval) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ToolApproval) ProtoMessage() {}
+
+func (x *ToolApproval) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ToolApproval.ProtoReflect.Descriptor instead.
+func (*ToolApproval) Descriptor() ([]byte, []int) {
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *ToolApproval) GetScope() string {
+	if x != nil {
+		return x.Scope
+	}
+	return ""
+}
+
+func (x *ToolApproval) GetSubject() string {
+	if x != nil {
+		return x.Subject
+	}
+	return ""
+}
+
+func (x *ToolApproval) GetPattern() string {
+	if x != nil {
+		return x.Pattern
+	}
+	return ""
+}
+
+func (x *ToolApproval) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+func (x *ToolApproval) GetSessionKey() string {
+	if x != nil {
+		return x.SessionKey
+	}
+	return ""
+}
+
+type ListToolApprovalsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Only this scope (user or session); empty for both.
+	Scope string `protobuf:"bytes,1,opt,name=scope,proto3" json:"scope,omitempty"`
+	// Only this subject (exact).
+	Subject string `protobuf:"bytes,2,opt,name=subject,proto3" json:"subject,omitempty"`
+	// Only this pattern (exact).
+	Pattern string `protobuf:"bytes,3,opt,name=pattern,proto3" json:"pattern,omitempty"`
+	// Only the approvals of this session key: its conversations' (scope
+	// session) and its chat's own (scope user, subject
+	// session:<session key>).
+	SessionKey string `protobuf:"bytes,4,opt,name=session_key,json=sessionKey,proto3" json:"session_key,omitempty"`
+	// At most 500; 100 when unset.
+	PageSize      int32  `protobuf:"varint,5,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	PageToken     string `protobuf:"bytes,6,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListToolApprovalsRequest) Reset() {
+	*x = ListToolApprovalsRequest{}
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListToolApprovalsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListToolApprovalsRequest) ProtoMessage() {}
+
+func (x *ListToolApprovalsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListToolApprovalsRequest.ProtoReflect.Descriptor instead.
+func (*ListToolApprovalsRequest) Descriptor() ([]byte, []int) {
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *ListToolApprovalsRequest) GetScope() string {
+	if x != nil {
+		return x.Scope
+	}
+	return ""
+}
+
+func (x *ListToolApprovalsRequest) GetSubject() string {
+	if x != nil {
+		return x.Subject
+	}
+	return ""
+}
+
+func (x *ListToolApprovalsRequest) GetPattern() string {
+	if x != nil {
+		return x.Pattern
+	}
+	return ""
+}
+
+func (x *ListToolApprovalsRequest) GetSessionKey() string {
+	if x != nil {
+		return x.SessionKey
+	}
+	return ""
+}
+
+func (x *ListToolApprovalsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListToolApprovalsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+type ListToolApprovalsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Ordered by scope, subject and pattern.
+	Approvals     []*ToolApproval `protobuf:"bytes,1,rep,name=approvals,proto3" json:"approvals,omitempty"`
+	NextPageToken string          `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListToolApprovalsResponse) Reset() {
+	*x = ListToolApprovalsResponse{}
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListToolApprovalsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListToolApprovalsResponse) ProtoMessage() {}
+
+func (x *ListToolApprovalsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListToolApprovalsResponse.ProtoReflect.Descriptor instead.
+func (*ListToolApprovalsResponse) Descriptor() ([]byte, []int) {
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *ListToolApprovalsResponse) GetApprovals() []*ToolApproval {
+	if x != nil {
+		return x.Approvals
+	}
+	return nil
+}
+
+func (x *ListToolApprovalsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+type RevokeToolApprovalsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Required: user or session.
+	Scope string `protobuf:"bytes,1,opt,name=scope,proto3" json:"scope,omitempty"`
+	// Required: the subject whose approvals go.
+	Subject string `protobuf:"bytes,2,opt,name=subject,proto3" json:"subject,omitempty"`
+	// The one pattern to revoke; empty revokes every approval of the
+	// subject in scope.
+	Pattern       string `protobuf:"bytes,3,opt,name=pattern,proto3" json:"pattern,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeToolApprovalsRequest) Reset() {
+	*x = RevokeToolApprovalsRequest{}
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeToolApprovalsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeToolApprovalsRequest) ProtoMessage() {}
+
+func (x *RevokeToolApprovalsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeToolApprovalsRequest.ProtoReflect.Descriptor instead.
+func (*RevokeToolApprovalsRequest) Descriptor() ([]byte, []int) {
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *RevokeToolApprovalsRequest) GetScope() string {
+	if x != nil {
+		return x.Scope
+	}
+	return ""
+}
+
+func (x *RevokeToolApprovalsRequest) GetSubject() string {
+	if x != nil {
+		return x.Subject
+	}
+	return ""
+}
+
+func (x *RevokeToolApprovalsRequest) GetPattern() string {
+	if x != nil {
+		return x.Pattern
+	}
+	return ""
+}
+
+type RevokeToolApprovalsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// What was revoked (none when nothing matched).
+	Revoked       []*ToolApproval `protobuf:"bytes,1,rep,name=revoked,proto3" json:"revoked,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeToolApprovalsResponse) Reset() {
+	*x = RevokeToolApprovalsResponse{}
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeToolApprovalsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeToolApprovalsResponse) ProtoMessage() {}
+
+func (x *RevokeToolApprovalsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeToolApprovalsResponse.ProtoReflect.Descriptor instead.
+func (*RevokeToolApprovalsResponse) Descriptor() ([]byte, []int) {
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *RevokeToolApprovalsResponse) GetRevoked() []*ToolApproval {
+	if x != nil {
+		return x.Revoked
+	}
+	return nil
+}
+
 var File_switchboard_admin_v1_admin_proto protoreflect.FileDescriptor
 
 const file_switchboard_admin_v1_admin_proto_rawDesc = "" +
@@ -2310,7 +2649,33 @@ const file_switchboard_admin_v1_admin_proto_rawDesc = "" +
 	"\x14ReloadSkillsResponse\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x04R\brevision\x12\x0e\n" +
 	"\x02by\x18\x02 \x01(\tR\x02by\x12=\n" +
-	"\fannounced_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\vannouncedAt2\x86\x0e\n" +
+	"\fannounced_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\vannouncedAt\"\xb4\x01\n" +
+	"\fToolApproval\x12\x14\n" +
+	"\x05scope\x18\x01 \x01(\tR\x05scope\x12\x18\n" +
+	"\asubject\x18\x02 \x01(\tR\asubject\x12\x18\n" +
+	"\apattern\x18\x03 \x01(\tR\apattern\x129\n" +
+	"\n" +
+	"created_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12\x1f\n" +
+	"\vsession_key\x18\x05 \x01(\tR\n" +
+	"sessionKey\"\xc1\x01\n" +
+	"\x18ListToolApprovalsRequest\x12\x14\n" +
+	"\x05scope\x18\x01 \x01(\tR\x05scope\x12\x18\n" +
+	"\asubject\x18\x02 \x01(\tR\asubject\x12\x18\n" +
+	"\apattern\x18\x03 \x01(\tR\apattern\x12\x1f\n" +
+	"\vsession_key\x18\x04 \x01(\tR\n" +
+	"sessionKey\x12\x1b\n" +
+	"\tpage_size\x18\x05 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x06 \x01(\tR\tpageToken\"\x85\x01\n" +
+	"\x19ListToolApprovalsResponse\x12@\n" +
+	"\tapprovals\x18\x01 \x03(\v2\".switchboard.admin.v1.ToolApprovalR\tapprovals\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"f\n" +
+	"\x1aRevokeToolApprovalsRequest\x12\x14\n" +
+	"\x05scope\x18\x01 \x01(\tR\x05scope\x12\x18\n" +
+	"\asubject\x18\x02 \x01(\tR\asubject\x12\x18\n" +
+	"\apattern\x18\x03 \x01(\tR\apattern\"[\n" +
+	"\x1bRevokeToolApprovalsResponse\x12<\n" +
+	"\arevoked\x18\x01 \x03(\v2\".switchboard.admin.v1.ToolApprovalR\arevoked2\xf8\x0f\n" +
 	"\fAdminService\x12e\n" +
 	"\fListSessions\x12).switchboard.admin.v1.ListSessionsRequest\x1a*.switchboard.admin.v1.ListSessionsResponse\x12_\n" +
 	"\n" +
@@ -2329,7 +2694,9 @@ const file_switchboard_admin_v1_admin_proto_rawDesc = "" +
 	"ClearPause\x12'.switchboard.admin.v1.ClearPauseRequest\x1a(.switchboard.admin.v1.ClearPauseResponse\x12n\n" +
 	"\x0fGetApprovalMode\x12,.switchboard.admin.v1.GetApprovalModeRequest\x1a-.switchboard.admin.v1.GetApprovalModeResponse\x12n\n" +
 	"\x0fSetApprovalMode\x12,.switchboard.admin.v1.SetApprovalModeRequest\x1a-.switchboard.admin.v1.SetApprovalModeResponse\x12t\n" +
-	"\x11ResetApprovalMode\x12..switchboard.admin.v1.ResetApprovalModeRequest\x1a/.switchboard.admin.v1.ResetApprovalModeResponse\x12e\n" +
+	"\x11ResetApprovalMode\x12..switchboard.admin.v1.ResetApprovalModeRequest\x1a/.switchboard.admin.v1.ResetApprovalModeResponse\x12t\n" +
+	"\x11ListToolApprovals\x12..switchboard.admin.v1.ListToolApprovalsRequest\x1a/.switchboard.admin.v1.ListToolApprovalsResponse\x12z\n" +
+	"\x13RevokeToolApprovals\x120.switchboard.admin.v1.RevokeToolApprovalsRequest\x1a1.switchboard.admin.v1.RevokeToolApprovalsResponse\x12e\n" +
 	"\fReloadSkills\x12).switchboard.admin.v1.ReloadSkillsRequest\x1a*.switchboard.admin.v1.ReloadSkillsResponseB\xe6\x01\n" +
 	"\x18com.switchboard.admin.v1B\n" +
 	"AdminProtoP\x01ZLgithub.com/switchboard-chat/switchboard/pkg/gen/switchboard/admin/v1;adminv1\xa2\x02\x03SAX\xaa\x02\x14Switchboard.Admin.V1\xca\x02\x14Switchboard\\Admin\\V1\xe2\x02 Switchboard\\Admin\\V1\\GPBMetadata\xea\x02\x16Switchboard::Admin::V1b\x06proto3"
@@ -2346,119 +2713,131 @@ func file_switchboard_admin_v1_admin_proto_rawDescGZIP() []byte {
 	return file_switchboard_admin_v1_admin_proto_rawDescData
 }
 
-var file_switchboard_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
+var file_switchboard_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
 var file_switchboard_admin_v1_admin_proto_goTypes = []any{
-	(*Session)(nil),                   // 0: switchboard.admin.v1.Session
-	(*ListSessionsRequest)(nil),       // 1: switchboard.admin.v1.ListSessionsRequest
-	(*ListSessionsResponse)(nil),      // 2: switchboard.admin.v1.ListSessionsResponse
-	(*GetSessionRequest)(nil),         // 3: switchboard.admin.v1.GetSessionRequest
-	(*GetSessionResponse)(nil),        // 4: switchboard.admin.v1.GetSessionResponse
-	(*ResetSessionRequest)(nil),       // 5: switchboard.admin.v1.ResetSessionRequest
-	(*ResetSessionResponse)(nil),      // 6: switchboard.admin.v1.ResetSessionResponse
-	(*PruneSessionsRequest)(nil),      // 7: switchboard.admin.v1.PruneSessionsRequest
-	(*PruneSessionsResponse)(nil),     // 8: switchboard.admin.v1.PruneSessionsResponse
-	(*Pairing)(nil),                   // 9: switchboard.admin.v1.Pairing
-	(*ListPairingsRequest)(nil),       // 10: switchboard.admin.v1.ListPairingsRequest
-	(*ListPairingsResponse)(nil),      // 11: switchboard.admin.v1.ListPairingsResponse
-	(*ApprovePairingRequest)(nil),     // 12: switchboard.admin.v1.ApprovePairingRequest
-	(*ApprovePairingResponse)(nil),    // 13: switchboard.admin.v1.ApprovePairingResponse
-	(*RevokePairingRequest)(nil),      // 14: switchboard.admin.v1.RevokePairingRequest
-	(*RevokePairingResponse)(nil),     // 15: switchboard.admin.v1.RevokePairingResponse
-	(*ListDeliveriesRequest)(nil),     // 16: switchboard.admin.v1.ListDeliveriesRequest
-	(*ListDeliveriesResponse)(nil),    // 17: switchboard.admin.v1.ListDeliveriesResponse
-	(*RetryDeliveriesRequest)(nil),    // 18: switchboard.admin.v1.RetryDeliveriesRequest
-	(*RetryDeliveriesResponse)(nil),   // 19: switchboard.admin.v1.RetryDeliveriesResponse
-	(*PurgeDeliveriesRequest)(nil),    // 20: switchboard.admin.v1.PurgeDeliveriesRequest
-	(*PurgeDeliveriesResponse)(nil),   // 21: switchboard.admin.v1.PurgeDeliveriesResponse
-	(*Pause)(nil),                     // 22: switchboard.admin.v1.Pause
-	(*PauseAllowlist)(nil),            // 23: switchboard.admin.v1.PauseAllowlist
-	(*GetPauseRequest)(nil),           // 24: switchboard.admin.v1.GetPauseRequest
-	(*GetPauseResponse)(nil),          // 25: switchboard.admin.v1.GetPauseResponse
-	(*SetPauseRequest)(nil),           // 26: switchboard.admin.v1.SetPauseRequest
-	(*SetPauseResponse)(nil),          // 27: switchboard.admin.v1.SetPauseResponse
-	(*ClearPauseRequest)(nil),         // 28: switchboard.admin.v1.ClearPauseRequest
-	(*ClearPauseResponse)(nil),        // 29: switchboard.admin.v1.ClearPauseResponse
-	(*ApprovalMode)(nil),              // 30: switchboard.admin.v1.ApprovalMode
-	(*GetApprovalModeRequest)(nil),    // 31: switchboard.admin.v1.GetApprovalModeRequest
-	(*GetApprovalModeResponse)(nil),   // 32: switchboard.admin.v1.GetApprovalModeResponse
-	(*SetApprovalModeRequest)(nil),    // 33: switchboard.admin.v1.SetApprovalModeRequest
-	(*SetApprovalModeResponse)(nil),   // 34: switchboard.admin.v1.SetApprovalModeResponse
-	(*ResetApprovalModeRequest)(nil),  // 35: switchboard.admin.v1.ResetApprovalModeRequest
-	(*ResetApprovalModeResponse)(nil), // 36: switchboard.admin.v1.ResetApprovalModeResponse
-	(*ReloadSkillsRequest)(nil),       // 37: switchboard.admin.v1.ReloadSkillsRequest
-	(*ReloadSkillsResponse)(nil),      // 38: switchboard.admin.v1.ReloadSkillsResponse
-	nil,                               // 39: switchboard.admin.v1.PruneSessionsResponse.RowsEntry
-	(*v1.SessionSource)(nil),          // 40: switchboard.events.v1.SessionSource
-	(*timestamppb.Timestamp)(nil),     // 41: google.protobuf.Timestamp
-	(v11.DeliveryState)(0),            // 42: switchboard.delivery.v1.DeliveryState
-	(*v11.Delivery)(nil),              // 43: switchboard.delivery.v1.Delivery
+	(*Session)(nil),                     // 0: switchboard.admin.v1.Session
+	(*ListSessionsRequest)(nil),         // 1: switchboard.admin.v1.ListSessionsRequest
+	(*ListSessionsResponse)(nil),        // 2: switchboard.admin.v1.ListSessionsResponse
+	(*GetSessionRequest)(nil),           // 3: switchboard.admin.v1.GetSessionRequest
+	(*GetSessionResponse)(nil),          // 4: switchboard.admin.v1.GetSessionResponse
+	(*ResetSessionRequest)(nil),         // 5: switchboard.admin.v1.ResetSessionRequest
+	(*ResetSessionResponse)(nil),        // 6: switchboard.admin.v1.ResetSessionResponse
+	(*PruneSessionsRequest)(nil),        // 7: switchboard.admin.v1.PruneSessionsRequest
+	(*PruneSessionsResponse)(nil),       // 8: switchboard.admin.v1.PruneSessionsResponse
+	(*Pairing)(nil),                     // 9: switchboard.admin.v1.Pairing
+	(*ListPairingsRequest)(nil),         // 10: switchboard.admin.v1.ListPairingsRequest
+	(*ListPairingsResponse)(nil),        // 11: switchboard.admin.v1.ListPairingsResponse
+	(*ApprovePairingRequest)(nil),       // 12: switchboard.admin.v1.ApprovePairingRequest
+	(*ApprovePairingResponse)(nil),      // 13: switchboard.admin.v1.ApprovePairingResponse
+	(*RevokePairingRequest)(nil),        // 14: switchboard.admin.v1.RevokePairingRequest
+	(*RevokePairingResponse)(nil),       // 15: switchboard.admin.v1.RevokePairingResponse
+	(*ListDeliveriesRequest)(nil),       // 16: switchboard.admin.v1.ListDeliveriesRequest
+	(*ListDeliveriesResponse)(nil),      // 17: switchboard.admin.v1.ListDeliveriesResponse
+	(*RetryDeliveriesRequest)(nil),      // 18: switchboard.admin.v1.RetryDeliveriesRequest
+	(*RetryDeliveriesResponse)(nil),     // 19: switchboard.admin.v1.RetryDeliveriesResponse
+	(*PurgeDeliveriesRequest)(nil),      // 20: switchboard.admin.v1.PurgeDeliveriesRequest
+	(*PurgeDeliveriesResponse)(nil),     // 21: switchboard.admin.v1.PurgeDeliveriesResponse
+	(*Pause)(nil),                       // 22: switchboard.admin.v1.Pause
+	(*PauseAllowlist)(nil),              // 23: switchboard.admin.v1.PauseAllowlist
+	(*GetPauseRequest)(nil),             // 24: switchboard.admin.v1.GetPauseRequest
+	(*GetPauseResponse)(nil),            // 25: switchboard.admin.v1.GetPauseResponse
+	(*SetPauseRequest)(nil),             // 26: switchboard.admin.v1.SetPauseRequest
+	(*SetPauseResponse)(nil),            // 27: switchboard.admin.v1.SetPauseResponse
+	(*ClearPauseRequest)(nil),           // 28: switchboard.admin.v1.ClearPauseRequest
+	(*ClearPauseResponse)(nil),          // 29: switchboard.admin.v1.ClearPauseResponse
+	(*ApprovalMode)(nil),                // 30: switchboard.admin.v1.ApprovalMode
+	(*GetApprovalModeRequest)(nil),      // 31: switchboard.admin.v1.GetApprovalModeRequest
+	(*GetApprovalModeResponse)(nil),     // 32: switchboard.admin.v1.GetApprovalModeResponse
+	(*SetApprovalModeRequest)(nil),      // 33: switchboard.admin.v1.SetApprovalModeRequest
+	(*SetApprovalModeResponse)(nil),     // 34: switchboard.admin.v1.SetApprovalModeResponse
+	(*ResetApprovalModeRequest)(nil),    // 35: switchboard.admin.v1.ResetApprovalModeRequest
+	(*ResetApprovalModeResponse)(nil),   // 36: switchboard.admin.v1.ResetApprovalModeResponse
+	(*ReloadSkillsRequest)(nil),         // 37: switchboard.admin.v1.ReloadSkillsRequest
+	(*ReloadSkillsResponse)(nil),        // 38: switchboard.admin.v1.ReloadSkillsResponse
+	(*ToolApproval)(nil),                // 39: switchboard.admin.v1.ToolApproval
+	(*ListToolApprovalsRequest)(nil),    // 40: switchboard.admin.v1.ListToolApprovalsRequest
+	(*ListToolApprovalsResponse)(nil),   // 41: switchboard.admin.v1.ListToolApprovalsResponse
+	(*RevokeToolApprovalsRequest)(nil),  // 42: switchboard.admin.v1.RevokeToolApprovalsRequest
+	(*RevokeToolApprovalsResponse)(nil), // 43: switchboard.admin.v1.RevokeToolApprovalsResponse
+	nil,                                 // 44: switchboard.admin.v1.PruneSessionsResponse.RowsEntry
+	(*v1.SessionSource)(nil),            // 45: switchboard.events.v1.SessionSource
+	(*timestamppb.Timestamp)(nil),       // 46: google.protobuf.Timestamp
+	(v11.DeliveryState)(0),              // 47: switchboard.delivery.v1.DeliveryState
+	(*v11.Delivery)(nil),                // 48: switchboard.delivery.v1.Delivery
 }
 var file_switchboard_admin_v1_admin_proto_depIdxs = []int32{
-	40, // 0: switchboard.admin.v1.Session.origin:type_name -> switchboard.events.v1.SessionSource
-	41, // 1: switchboard.admin.v1.Session.created_at:type_name -> google.protobuf.Timestamp
-	41, // 2: switchboard.admin.v1.Session.updated_at:type_name -> google.protobuf.Timestamp
+	45, // 0: switchboard.admin.v1.Session.origin:type_name -> switchboard.events.v1.SessionSource
+	46, // 1: switchboard.admin.v1.Session.created_at:type_name -> google.protobuf.Timestamp
+	46, // 2: switchboard.admin.v1.Session.updated_at:type_name -> google.protobuf.Timestamp
 	0,  // 3: switchboard.admin.v1.ListSessionsResponse.sessions:type_name -> switchboard.admin.v1.Session
 	0,  // 4: switchboard.admin.v1.GetSessionResponse.session:type_name -> switchboard.admin.v1.Session
 	0,  // 5: switchboard.admin.v1.ResetSessionResponse.session:type_name -> switchboard.admin.v1.Session
-	39, // 6: switchboard.admin.v1.PruneSessionsResponse.rows:type_name -> switchboard.admin.v1.PruneSessionsResponse.RowsEntry
-	41, // 7: switchboard.admin.v1.Pairing.created_at:type_name -> google.protobuf.Timestamp
-	41, // 8: switchboard.admin.v1.Pairing.expires_at:type_name -> google.protobuf.Timestamp
-	41, // 9: switchboard.admin.v1.Pairing.approved_at:type_name -> google.protobuf.Timestamp
+	44, // 6: switchboard.admin.v1.PruneSessionsResponse.rows:type_name -> switchboard.admin.v1.PruneSessionsResponse.RowsEntry
+	46, // 7: switchboard.admin.v1.Pairing.created_at:type_name -> google.protobuf.Timestamp
+	46, // 8: switchboard.admin.v1.Pairing.expires_at:type_name -> google.protobuf.Timestamp
+	46, // 9: switchboard.admin.v1.Pairing.approved_at:type_name -> google.protobuf.Timestamp
 	9,  // 10: switchboard.admin.v1.ListPairingsResponse.pairings:type_name -> switchboard.admin.v1.Pairing
 	9,  // 11: switchboard.admin.v1.ApprovePairingResponse.pairing:type_name -> switchboard.admin.v1.Pairing
-	42, // 12: switchboard.admin.v1.ListDeliveriesRequest.states:type_name -> switchboard.delivery.v1.DeliveryState
-	43, // 13: switchboard.admin.v1.ListDeliveriesResponse.deliveries:type_name -> switchboard.delivery.v1.Delivery
-	41, // 14: switchboard.admin.v1.Pause.paused_at:type_name -> google.protobuf.Timestamp
-	41, // 15: switchboard.admin.v1.Pause.expires_at:type_name -> google.protobuf.Timestamp
+	47, // 12: switchboard.admin.v1.ListDeliveriesRequest.states:type_name -> switchboard.delivery.v1.DeliveryState
+	48, // 13: switchboard.admin.v1.ListDeliveriesResponse.deliveries:type_name -> switchboard.delivery.v1.Delivery
+	46, // 14: switchboard.admin.v1.Pause.paused_at:type_name -> google.protobuf.Timestamp
+	46, // 15: switchboard.admin.v1.Pause.expires_at:type_name -> google.protobuf.Timestamp
 	23, // 16: switchboard.admin.v1.Pause.allow:type_name -> switchboard.admin.v1.PauseAllowlist
 	22, // 17: switchboard.admin.v1.GetPauseResponse.pause:type_name -> switchboard.admin.v1.Pause
 	23, // 18: switchboard.admin.v1.SetPauseRequest.allow:type_name -> switchboard.admin.v1.PauseAllowlist
 	22, // 19: switchboard.admin.v1.SetPauseResponse.pause:type_name -> switchboard.admin.v1.Pause
 	22, // 20: switchboard.admin.v1.ClearPauseResponse.pause:type_name -> switchboard.admin.v1.Pause
-	41, // 21: switchboard.admin.v1.ApprovalMode.set_at:type_name -> google.protobuf.Timestamp
+	46, // 21: switchboard.admin.v1.ApprovalMode.set_at:type_name -> google.protobuf.Timestamp
 	30, // 22: switchboard.admin.v1.GetApprovalModeResponse.approval_mode:type_name -> switchboard.admin.v1.ApprovalMode
 	30, // 23: switchboard.admin.v1.SetApprovalModeResponse.approval_mode:type_name -> switchboard.admin.v1.ApprovalMode
 	30, // 24: switchboard.admin.v1.ResetApprovalModeResponse.approval_mode:type_name -> switchboard.admin.v1.ApprovalMode
-	41, // 25: switchboard.admin.v1.ReloadSkillsResponse.announced_at:type_name -> google.protobuf.Timestamp
-	1,  // 26: switchboard.admin.v1.AdminService.ListSessions:input_type -> switchboard.admin.v1.ListSessionsRequest
-	3,  // 27: switchboard.admin.v1.AdminService.GetSession:input_type -> switchboard.admin.v1.GetSessionRequest
-	5,  // 28: switchboard.admin.v1.AdminService.ResetSession:input_type -> switchboard.admin.v1.ResetSessionRequest
-	7,  // 29: switchboard.admin.v1.AdminService.PruneSessions:input_type -> switchboard.admin.v1.PruneSessionsRequest
-	10, // 30: switchboard.admin.v1.AdminService.ListPairings:input_type -> switchboard.admin.v1.ListPairingsRequest
-	12, // 31: switchboard.admin.v1.AdminService.ApprovePairing:input_type -> switchboard.admin.v1.ApprovePairingRequest
-	14, // 32: switchboard.admin.v1.AdminService.RevokePairing:input_type -> switchboard.admin.v1.RevokePairingRequest
-	16, // 33: switchboard.admin.v1.AdminService.ListDeliveries:input_type -> switchboard.admin.v1.ListDeliveriesRequest
-	18, // 34: switchboard.admin.v1.AdminService.RetryDeliveries:input_type -> switchboard.admin.v1.RetryDeliveriesRequest
-	20, // 35: switchboard.admin.v1.AdminService.PurgeDeliveries:input_type -> switchboard.admin.v1.PurgeDeliveriesRequest
-	24, // 36: switchboard.admin.v1.AdminService.GetPause:input_type -> switchboard.admin.v1.GetPauseRequest
-	26, // 37: switchboard.admin.v1.AdminService.SetPause:input_type -> switchboard.admin.v1.SetPauseRequest
-	28, // 38: switchboard.admin.v1.AdminService.ClearPause:input_type -> switchboard.admin.v1.ClearPauseRequest
-	31, // 39: switchboard.admin.v1.AdminService.GetApprovalMode:input_type -> switchboard.admin.v1.GetApprovalModeRequest
-	33, // 40: switchboard.admin.v1.AdminService.SetApprovalMode:input_type -> switchboard.admin.v1.SetApprovalModeRequest
-	35, // 41: switchboard.admin.v1.AdminService.ResetApprovalMode:input_type -> switchboard.admin.v1.ResetApprovalModeRequest
-	37, // 42: switchboard.admin.v1.AdminService.ReloadSkills:input_type -> switchboard.admin.v1.ReloadSkillsRequest
-	2,  // 43: switchboard.admin.v1.AdminService.ListSessions:output_type -> switchboard.admin.v1.ListSessionsResponse
-	4,  // 44: switchboard.admin.v1.AdminService.GetSession:output_type -> switchboard.admin.v1.GetSessionResponse
-	6,  // 45: switchboard.admin.v1.AdminService.ResetSession:output_type -> switchboard.admin.v1.ResetSessionResponse
-	8,  // 46: switchboard.admin.v1.AdminService.PruneSessions:output_type -> switchboard.admin.v1.PruneSessionsResponse
-	11, // 47: switchboard.admin.v1.AdminService.ListPairings:output_type -> switchboard.admin.v1.ListPairingsResponse
-	13, // 48: switchboard.admin.v1.AdminService.ApprovePairing:output_type -> switchboard.admin.v1.ApprovePairingResponse
-	15, // 49: switchboard.admin.v1.AdminService.RevokePairing:output_type -> switchboard.admin.v1.RevokePairingResponse
-	17, // 50: switchboard.admin.v1.AdminService.ListDeliveries:output_type -> switchboard.admin.v1.ListDeliveriesResponse
-	19, // 51: switchboard.admin.v1.AdminService.RetryDeliveries:output_type -> switchboard.admin.v1.RetryDeliveriesResponse
-	21, // 52: switchboard.admin.v1.AdminService.PurgeDeliveries:output_type -> switchboard.admin.v1.PurgeDeliveriesResponse
-	25, // 53: switchboard.admin.v1.AdminService.GetPause:output_type -> switchboard.admin.v1.GetPauseResponse
-	27, // 54: switchboard.admin.v1.AdminService.SetPause:output_type -> switchboard.admin.v1.SetPauseResponse
-	29, // 55: switchboard.admin.v1.AdminService.ClearPause:output_type -> switchboard.admin.v1.ClearPauseResponse
-	32, // 56: switchboard.admin.v1.AdminService.GetApprovalMode:output_type -> switchboard.admin.v1.GetApprovalModeResponse
-	34, // 57: switchboard.admin.v1.AdminService.SetApprovalMode:output_type -> switchboard.admin.v1.SetApprovalModeResponse
-	36, // 58: switchboard.admin.v1.AdminService.ResetApprovalMode:output_type -> switchboard.admin.v1.ResetApprovalModeResponse
-	38, // 59: switchboard.admin.v1.AdminService.ReloadSkills:output_type -> switchboard.admin.v1.ReloadSkillsResponse
-	43, // [43:60] is the sub-list for method output_type
-	26, // [26:43] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	46, // 25: switchboard.admin.v1.ReloadSkillsResponse.announced_at:type_name -> google.protobuf.Timestamp
+	46, // 26: switchboard.admin.v1.ToolApproval.created_at:type_name -> google.protobuf.Timestamp
+	39, // 27: switchboard.admin.v1.ListToolApprovalsResponse.approvals:type_name -> switchboard.admin.v1.ToolApproval
+	39, // 28: switchboard.admin.v1.RevokeToolApprovalsResponse.revoked:type_name -> switchboard.admin.v1.ToolApproval
+	1,  // 29: switchboard.admin.v1.AdminService.ListSessions:input_type -> switchboard.admin.v1.ListSessionsRequest
+	3,  // 30: switchboard.admin.v1.AdminService.GetSession:input_type -> switchboard.admin.v1.GetSessionRequest
+	5,  // 31: switchboard.admin.v1.AdminService.ResetSession:input_type -> switchboard.admin.v1.ResetSessionRequest
+	7,  // 32: switchboard.admin.v1.AdminService.PruneSessions:input_type -> switchboard.admin.v1.PruneSessionsRequest
+	10, // 33: switchboard.admin.v1.AdminService.ListPairings:input_type -> switchboard.admin.v1.ListPairingsRequest
+	12, // 34: switchboard.admin.v1.AdminService.ApprovePairing:input_type -> switchboard.admin.v1.ApprovePairingRequest
+	14, // 35: switchboard.admin.v1.AdminService.RevokePairing:input_type -> switchboard.admin.v1.RevokePairingRequest
+	16, // 36: switchboard.admin.v1.AdminService.ListDeliveries:input_type -> switchboard.admin.v1.ListDeliveriesRequest
+	18, // 37: switchboard.admin.v1.AdminService.RetryDeliveries:input_type -> switchboard.admin.v1.RetryDeliveriesRequest
+	20, // 38: switchboard.admin.v1.AdminService.PurgeDeliveries:input_type -> switchboard.admin.v1.PurgeDeliveriesRequest
+	24, // 39: switchboard.admin.v1.AdminService.GetPause:input_type -> switchboard.admin.v1.GetPauseRequest
+	26, // 40: switchboard.admin.v1.AdminService.SetPause:input_type -> switchboard.admin.v1.SetPauseRequest
+	28, // 41: switchboard.admin.v1.AdminService.ClearPause:input_type -> switchboard.admin.v1.ClearPauseRequest
+	31, // 42: switchboard.admin.v1.AdminService.GetApprovalMode:input_type -> switchboard.admin.v1.GetApprovalModeRequest
+	33, // 43: switchboard.admin.v1.AdminService.SetApprovalMode:input_type -> switchboard.admin.v1.SetApprovalModeRequest
+	35, // 44: switchboard.admin.v1.AdminService.ResetApprovalMode:input_type -> switchboard.admin.v1.ResetApprovalModeRequest
+	40, // 45: switchboard.admin.v1.AdminService.ListToolApprovals:input_type -> switchboard.admin.v1.ListToolApprovalsRequest
+	42, // 46: switchboard.admin.v1.AdminService.RevokeToolApprovals:input_type -> switchboard.admin.v1.RevokeToolApprovalsRequest
+	37, // 47: switchboard.admin.v1.AdminService.ReloadSkills:input_type -> switchboard.admin.v1.ReloadSkillsRequest
+	2,  // 48: switchboard.admin.v1.AdminService.ListSessions:output_type -> switchboard.admin.v1.ListSessionsResponse
+	4,  // 49: switchboard.admin.v1.AdminService.GetSession:output_type -> switchboard.admin.v1.GetSessionResponse
+	6,  // 50: switchboard.admin.v1.AdminService.ResetSession:output_type -> switchboard.admin.v1.ResetSessionResponse
+	8,  // 51: switchboard.admin.v1.AdminService.PruneSessions:output_type -> switchboard.admin.v1.PruneSessionsResponse
+	11, // 52: switchboard.admin.v1.AdminService.ListPairings:output_type -> switchboard.admin.v1.ListPairingsResponse
+	13, // 53: switchboard.admin.v1.AdminService.ApprovePairing:output_type -> switchboard.admin.v1.ApprovePairingResponse
+	15, // 54: switchboard.admin.v1.AdminService.RevokePairing:output_type -> switchboard.admin.v1.RevokePairingResponse
+	17, // 55: switchboard.admin.v1.AdminService.ListDeliveries:output_type -> switchboard.admin.v1.ListDeliveriesResponse
+	19, // 56: switchboard.admin.v1.AdminService.RetryDeliveries:output_type -> switchboard.admin.v1.RetryDeliveriesResponse
+	21, // 57: switchboard.admin.v1.AdminService.PurgeDeliveries:output_type -> switchboard.admin.v1.PurgeDeliveriesResponse
+	25, // 58: switchboard.admin.v1.AdminService.GetPause:output_type -> switchboard.admin.v1.GetPauseResponse
+	27, // 59: switchboard.admin.v1.AdminService.SetPause:output_type -> switchboard.admin.v1.SetPauseResponse
+	29, // 60: switchboard.admin.v1.AdminService.ClearPause:output_type -> switchboard.admin.v1.ClearPauseResponse
+	32, // 61: switchboard.admin.v1.AdminService.GetApprovalMode:output_type -> switchboard.admin.v1.GetApprovalModeResponse
+	34, // 62: switchboard.admin.v1.AdminService.SetApprovalMode:output_type -> switchboard.admin.v1.SetApprovalModeResponse
+	36, // 63: switchboard.admin.v1.AdminService.ResetApprovalMode:output_type -> switchboard.admin.v1.ResetApprovalModeResponse
+	41, // 64: switchboard.admin.v1.AdminService.ListToolApprovals:output_type -> switchboard.admin.v1.ListToolApprovalsResponse
+	43, // 65: switchboard.admin.v1.AdminService.RevokeToolApprovals:output_type -> switchboard.admin.v1.RevokeToolApprovalsResponse
+	38, // 66: switchboard.admin.v1.AdminService.ReloadSkills:output_type -> switchboard.admin.v1.ReloadSkillsResponse
+	48, // [48:67] is the sub-list for method output_type
+	29, // [29:48] is the sub-list for method input_type
+	29, // [29:29] is the sub-list for extension type_name
+	29, // [29:29] is the sub-list for extension extendee
+	0,  // [0:29] is the sub-list for field type_name
 }
 
 func init() { file_switchboard_admin_v1_admin_proto_init() }
@@ -2473,7 +2852,7 @@ func file_switchboard_admin_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_switchboard_admin_v1_admin_proto_rawDesc), len(file_switchboard_admin_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   40,
+			NumMessages:   45,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,23 +19,25 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	AdminService_ListSessions_FullMethodName      = "/switchboard.admin.v1.AdminService/ListSessions"
-	AdminService_GetSession_FullMethodName        = "/switchboard.admin.v1.AdminService/GetSession"
-	AdminService_ResetSession_FullMethodName      = "/switchboard.admin.v1.AdminService/ResetSession"
-	AdminService_PruneSessions_FullMethodName     = "/switchboard.admin.v1.AdminService/PruneSessions"
-	AdminService_ListPairings_FullMethodName      = "/switchboard.admin.v1.AdminService/ListPairings"
-	AdminService_ApprovePairing_FullMethodName    = "/switchboard.admin.v1.AdminService/ApprovePairing"
-	AdminService_RevokePairing_FullMethodName     = "/switchboard.admin.v1.AdminService/RevokePairing"
-	AdminService_ListDeliveries_FullMethodName    = "/switchboard.admin.v1.AdminService/ListDeliveries"
-	AdminService_RetryDeliveries_FullMethodName   = "/switchboard.admin.v1.AdminService/RetryDeliveries"
-	AdminService_PurgeDeliveries_FullMethodName   = "/switchboard.admin.v1.AdminService/PurgeDeliveries"
-	AdminService_GetPause_FullMethodName          = "/switchboard.admin.v1.AdminService/GetPause"
-	AdminService_SetPause_FullMethodName          = "/switchboard.admin.v1.AdminService/SetPause"
-	AdminService_ClearPause_FullMethodName        = "/switchboard.admin.v1.AdminService/ClearPause"
-	AdminService_GetApprovalMode_FullMethodName   = "/switchboard.admin.v1.AdminService/GetApprovalMode"
-	AdminService_SetApprovalMode_FullMethodName   = "/switchboard.admin.v1.AdminService/SetApprovalMode"
-	AdminService_ResetApprovalMode_FullMethodName = "/switchboard.admin.v1.AdminService/ResetApprovalMode"
-	AdminService_ReloadSkills_FullMethodName      = "/switchboard.admin.v1.AdminService/ReloadSkills"
+	AdminService_ListSessions_FullMethodName        = "/switchboard.admin.v1.AdminService/ListSessions"
+	AdminService_GetSession_FullMethodName          = "/switchboard.admin.v1.AdminService/GetSession"
+	AdminService_ResetSession_FullMethodName        = "/switchboard.admin.v1.AdminService/ResetSession"
+	AdminService_PruneSessions_FullMethodName       = "/switchboard.admin.v1.AdminService/PruneSessions"
+	AdminService_ListPairings_FullMethodName        = "/switchboard.admin.v1.AdminService/ListPairings"
+	AdminService_ApprovePairing_FullMethodName      = "/switchboard.admin.v1.AdminService/ApprovePairing"
+	AdminService_RevokePairing_FullMethodName       = "/switchboard.admin.v1.AdminService/RevokePairing"
+	AdminService_ListDeliveries_FullMethodName      = "/switchboard.admin.v1.AdminService/ListDeliveries"
+	AdminService_RetryDeliveries_FullMethodName     = "/switchboard.admin.v1.AdminService/RetryDeliveries"
+	AdminService_PurgeDeliveries_FullMethodName     = "/switchboard.admin.v1.AdminService/PurgeDeliveries"
+	AdminService_GetPause_FullMethodName            = "/switchboard.admin.v1.AdminService/GetPause"
+	AdminService_SetPause_FullMethodName            = "/switchboard.admin.v1.AdminService/SetPause"
+	AdminService_ClearPause_FullMethodName          = "/switchboard.admin.v1.AdminService/ClearPause"
+	AdminService_GetApprovalMode_FullMethodName     = "/switchboard.admin.v1.AdminService/GetApprovalMode"
+	AdminService_SetApprovalMode_FullMethodName     = "/switchboard.admin.v1.AdminService/SetApprovalMode"
+	AdminService_ResetApprovalMode_FullMethodName   = "/switchboard.admin.v1.AdminService/ResetApprovalMode"
+	AdminService_ListToolApprovals_FullMethodName   = "/switchboard.admin.v1.AdminService/ListToolApprovals"
+	AdminService_RevokeToolApprovals_FullMethodName = "/switchboard.admin.v1.AdminService/RevokeToolApprovals"
+	AdminService_ReloadSkills_FullMethodName        = "/switchboard.admin.v1.AdminService/ReloadSkills"
 )
 
 // AdminServiceClient is the client API for AdminService service.
@@ -70,6 +72,12 @@ type AdminServiceClient interface {
 	// Returns the gateway to approvals.mode of the configuration: the mode
 	// set (by /approvals or SetApprovalMode) is removed.
 	ResetApprovalMode(ctx context.Context, in *ResetApprovalModeRequest, opts ...grpc.CallOption) (*ResetApprovalModeResponse, error)
+	// Standing approvals of dangerous tool calls, as "/approve session"
+	// (for the rest of a conversation) and "/approve always" (for a user
+	// from then on) grant them from a chat: every worker reads them at
+	// each dangerous call, so a revoked one asks again from the next call.
+	ListToolApprovals(ctx context.Context, in *ListToolApprovalsRequest, opts ...grpc.CallOption) (*ListToolApprovalsResponse, error)
+	RevokeToolApprovals(ctx context.Context, in *RevokeToolApprovalsRequest, opts ...grpc.CallOption) (*RevokeToolApprovalsResponse, error)
 	// Announces a skill reload, as /reload-skills does from a chat
 	// (pkg/skill): every process holding skills scans skills.dirs again.
 	ReloadSkills(ctx context.Context, in *ReloadSkillsRequest, opts ...grpc.CallOption) (*ReloadSkillsResponse, error)
@@ -243,6 +251,26 @@ func (c *adminServiceClient) ResetApprovalMode(ctx context.Context, in *ResetApp
 	return out, nil
 }
 
+func (c *adminServiceClient) ListToolApprovals(ctx context.Context, in *ListToolApprovalsRequest, opts ...grpc.CallOption) (*ListToolApprovalsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListToolApprovalsResponse)
+	err := c.cc.Invoke(ctx, AdminService_ListToolApprovals_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) RevokeToolApprovals(ctx context.Context, in *RevokeToolApprovalsRequest, opts ...grpc.CallOption) (*RevokeToolApprovalsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RevokeToolApprovalsResponse)
+	err := c.cc.Invoke(ctx, AdminService_RevokeToolApprovals_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *adminServiceClient) ReloadSkills(ctx context.Context, in *ReloadSkillsRequest, opts ...grpc.CallOption) (*ReloadSkillsResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ReloadSkillsResponse)
@@ -285,6 +313,12 @@ type AdminServiceServer interface {
 	// Returns the gateway to approvals.mode of the configuration: the mode
 	// set (by /approvals or SetApprovalMode) is removed.
 	ResetApprovalMode(context.Context, *ResetApprovalModeRequest) (*ResetApprovalModeResponse, error)
+	// Standing approvals of dangerous tool calls, as "/approve session"
+	// (for the rest of a conversation) and "/approve always" (for a user
+	// from then on) grant them from a chat: every worker reads them at
+	// each dangerous call, so a revoked one asks again from the next call.
+	ListToolApprovals(context.Context, *ListToolApprovalsRequest) (*ListToolApprovalsResponse, error)
+	RevokeToolApprovals(context.Context, *RevokeToolApprovalsRequest) (*RevokeToolApprovalsResponse, error)
 	// Announces a skill reload, as /reload-skills does from a chat
 	// (pkg/skill): every process holding skills scans skills.dirs again.
 	ReloadSkills(context.Context, *ReloadSkillsRequest) (*ReloadSkillsResponse, error)
@@ -345,6 +379,12 @@ func (UnimplementedAdminServiceServer) SetApprovalMode(context.Context, *SetAppr
 }
 func (UnimplementedAdminServiceServer) ResetApprovalMode(context.Context, *ResetApprovalModeRequest) (*ResetApprovalModeResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ResetApprovalMode not implemented")
+}
+func (UnimplementedAdminServiceServer) ListToolApprovals(context.Context, *ListToolApprovalsRequest) (*ListToolApprovalsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListToolApprovals not implemented")
+}
+func (UnimplementedAdminServiceServer) RevokeToolApprovals(context.Context, *RevokeToolApprovalsRequest) (*RevokeToolApprovalsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RevokeToolApprovals not implemented")
 }
 func (UnimplementedAdminServiceServer) ReloadSkills(context.Context, *ReloadSkillsRequest) (*ReloadSkillsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReloadSkills not implemented")
@@ -658,6 +698,42 @@ func _AdminService_ResetApprovalMode_Handler(srv interface{}, ctx context.Contex
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AdminService_ListToolApprovals_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListToolApprovalsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).ListToolApprovals(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_ListToolApprovals_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).ListToolApprovals(ctx, req.(*ListToolApprovalsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_RevokeToolApprovals_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RevokeToolApprovalsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).RevokeToolApprovals(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_RevokeToolApprovals_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).RevokeToolApprovals(ctx, req.(*RevokeToolApprovalsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _AdminService_ReloadSkills_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ReloadSkillsRequest)
 	if err := dec(in); err != nil {
@@ -746,6 +822,14 @@ var AdminService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ResetApprovalMode",
 			Handler:    _AdminService_ResetApprovalMode_Handler,
+		},
+		{
+			MethodName: "ListToolApprovals",
+			Handler:    _AdminService_ListToolApprovals_Handler,
+		},
+		{
+			MethodName: "RevokeToolApprovals",
+			Handler:    _AdminService_RevokeToolApprovals_Handler,
 		},
 		{
 			MethodName: "ReloadSkills",
