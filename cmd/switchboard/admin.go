@@ -23,7 +23,7 @@ import (
 
 func init() {
 	registerService(service{name: "admin", start: startAdmin}, true)
-	register(command{name: "admin", summary: "run the admin gRPC API (sessions, pairing, deliveries, pause, approval mode, skill reloads) on admin.addr",
+	register(command{name: "admin", summary: "run the admin gRPC API (sessions, users, pairing, deliveries, pause, approval mode, tool approvals, skill reloads) on admin.addr",
 		run: func(ctx context.Context, args []string) error { return runServiceCommand(ctx, "admin", args, "admin") }})
 }
 
@@ -35,7 +35,7 @@ func startAdmin(ctx context.Context, a *app) (func(context.Context) error, error
 	pruner := &lazyPruner{a: a, db: db}
 	buckets := &lazyBuckets{a: a}
 	deps := admin.Deps{Log: a.log, DB: db, Token: os.Getenv("SWITCHBOARD_ADMIN_TOKEN"), Health: a.health,
-		Deliveries: &outbox.Admin{Store: outbox.New(db), TTL: a.cfg.Delivery.TTL}, Pruner: pruner,
+		Deliveries: &outbox.Admin{Store: outbox.New(db), TTL: a.cfg.Delivery.TTL}, Pruner: pruner, Forgetter: pruner,
 		Pause: buckets.opener(estop.Open), Approvals: buckets.opener(approvalmode.Open), Skills: buckets.opener(skill.OpenBucket)}
 	cfg := a.cfg.Admin
 	// GetApprovalMode shows approvals.mode while no one has set one.
@@ -55,8 +55,9 @@ func startAdmin(ctx context.Context, a *app) (func(context.Context) error, error
 	}, nil
 }
 
-// lazyPruner opens Redis (the session locks a prune must respect) on the
-// first prune, so the admin API otherwise runs, and stays ready, without it.
+// lazyPruner opens Redis (the session locks a prune or a forget must
+// respect) on the first call, so the admin API otherwise runs, and
+// stays ready, without it.
 type lazyPruner struct {
 	a       *app
 	db      *pgxpool.Pool
@@ -71,6 +72,14 @@ func (p *lazyPruner) Prune(ctx context.Context, c retention.Criteria) (retention
 		return retention.Result{}, err
 	}
 	return s.Prune(ctx, c)
+}
+
+func (p *lazyPruner) Forget(ctx context.Context, u retention.User, dryRun bool) (retention.Erasure, error) {
+	s, err := p.open(ctx)
+	if err != nil {
+		return retention.Erasure{}, err
+	}
+	return s.Forget(ctx, u, dryRun)
 }
 
 func (p *lazyPruner) open(ctx context.Context) (*retention.Sweeper, error) {

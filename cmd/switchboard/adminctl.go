@@ -230,15 +230,20 @@ func pruneSessions(ctx context.Context, c *adminClient, olderThan string, dryRun
 		fmt.Fprintf(out, " on %s", c.platform)
 	}
 	fmt.Fprintf(out, " (%d busy, left for later)\n", resp.GetSkipped())
-	kinds := make([]string, 0, len(resp.GetRows()))
-	for k := range resp.GetRows() {
+	return printRows(out, resp.GetRows())
+}
+
+// printRows prints deleted rows by table, tables in order.
+func printRows(out io.Writer, rows map[string]int64) error {
+	kinds := make([]string, 0, len(rows))
+	for k := range rows {
 		kinds = append(kinds, k)
 	}
 	sort.Strings(kinds)
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "TABLE\tROWS")
 	for _, k := range kinds {
-		fmt.Fprintf(tw, "%s\t%d\n", k, resp.GetRows()[k])
+		fmt.Fprintf(tw, "%s\t%d\n", k, rows[k])
 	}
 	return tw.Flush()
 }

@@ -9,7 +9,9 @@
 // verdicts after GoalVerdictsAge, the memory writes /memory decided
 // (approved, rejected or failed) after MemoryDecisionsAge, and the
 // smart-approval judge's counts of denials in a row after
-// DenialBreakerAge.
+// DenialBreakerAge. Forget deletes one user's data on request (a
+// right-to-erasure request): their own sessions, as a prune deletes them,
+// and what they own.
 //
 // Any number of replicas sweep at once: each batch is one transaction
 // that locks its sessions' rows with FOR UPDATE SKIP LOCKED, so two
@@ -67,7 +69,7 @@ const (
 var (
 	deletedRows = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "switchboard_retention_deleted_rows_total",
-		Help: "Rows the session retention deleted, by kind (sessions, session_history, worker_turns, transcript_messages, transcript_summaries, session_prompts, tool_approvals: /approve session approvals and /deny all answers, delivery_outbox, delivery_stream_messages, session_yolo, session_context, command_effects, session_goals, goal_verdicts, session_loops, memory_pending_writes: decided memory writes, agent_denial_breaker: counts of the smart-approval judge's denials in a row).",
+		Help: "Rows the session retention deleted, by kind (sessions, session_history, worker_turns, transcript_messages, transcript_summaries, session_prompts, tool_approvals: /approve session approvals and /deny all answers, delivery_outbox, delivery_stream_messages, session_yolo, session_context, command_effects, session_goals, goal_verdicts, session_loops, memory_pending_writes: decided memory writes, agent_denial_breaker: counts of the smart-approval judge's denials in a row; and what forgetting a user deletes of theirs: agent_memories, memory_write_approval, cron_jobs, pairing, telegram_topic_bindings).",
 	}, []string{"kind"})
 	skipped = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "switchboard_retention_skipped_total",
@@ -449,7 +451,7 @@ func (s *Sweeper) batch(ctx context.Context, c Criteria, cutoff time.Time, after
 	if err != nil {
 		return res, after, 0, fmt.Errorf("retention: select expired sessions: %w", err)
 	}
-	var keys, ids []string
+	var keys []string
 	for rows.Next() {
 		var k string
 		if err := rows.Scan(&k); err != nil {
@@ -467,44 +469,12 @@ func (s *Sweeper) batch(ctx context.Context, c Criteria, cutoff time.Time, after
 	}
 	last = keys[n-1]
 
-	keys, err = s.unfenced(ctx, tx, keys)
-	if err != nil {
+	keys, left, deleted, err := s.deleteSessions(ctx, tx, keys, c.DryRun)
+	res.Skipped = int64(left)
+	if err != nil || len(keys) == 0 {
 		return res, last, n, err
 	}
-	fenced := n - len(keys)
-	keys, held, err := s.unlocked(ctx, keys)
-	if err != nil {
-		return res, last, n, err
-	}
-	res.Skipped = int64(fenced + held)
-	if !c.DryRun {
-		skipped.WithLabelValues("fenced_write").Add(float64(fenced))
-		skipped.WithLabelValues("lock_held").Add(float64(held))
-	}
-	if len(keys) == 0 {
-		return res, last, n, nil
-	}
-
-	// Every conversation the keys have had: the history lists them, the
-	// current one and any a turn ran in are added in case it does not.
-	if err := tx.QueryRow(ctx, `SELECT coalesce(array_agg(DISTINCT id), '{}') FROM (
-			SELECT session_id AS id FROM session_history WHERE session_key = ANY($1)
-			UNION SELECT session_id FROM sessions WHERE session_key = ANY($1)
-			UNION SELECT session_id FROM worker_turns WHERE session_key = ANY($1)) x`, keys).Scan(&ids); err != nil {
-		return res, last, n, fmt.Errorf("retention: list conversations: %w", err)
-	}
-	res.Rows = map[string]int64{}
-	for _, d := range deletes {
-		args := []any{keys, ids}
-		if !strings.Contains(d.sql, "$2") {
-			args = args[:1]
-		}
-		tag, err := tx.Exec(ctx, d.sql, args...)
-		if err != nil {
-			return Result{Skipped: res.Skipped}, last, n, fmt.Errorf("retention: delete %s: %w", d.kind, err)
-		}
-		res.Rows[d.kind] += tag.RowsAffected()
-	}
+	res.Rows = deleted
 	res.Sessions = res.Rows[KindSessions]
 	if c.DryRun {
 		return res, last, n, nil // the deferred rollback undoes it
@@ -521,6 +491,53 @@ func (s *Sweeper) batch(ctx context.Context, c Criteria, cutoff time.Time, after
 		"transcript_messages", res.Rows[KindMessages], "worker_turns", res.Rows[KindTurns],
 		"delivery_outbox", res.Rows[KindOutbox], "first_key", keys[0], "last_key", keys[len(keys)-1])
 	return res, last, n, nil
+}
+
+// deleteSessions deletes, in tx, the sessions of keys (whose rows tx
+// holds) with everything that hangs off them (deletes), except those a
+// fenced transcript write or a turn (its Redis lock) holds: deleted are
+// the keys it deleted, left how many it did not. A dry run counts the
+// skips without the metric; the caller's rollback undoes the rest.
+func (s *Sweeper) deleteSessions(ctx context.Context, tx pgx.Tx, keys []string, dryRun bool) (deleted []string, left int, rows map[string]int64, err error) {
+	n := len(keys)
+	keys, err = s.unfenced(ctx, tx, keys)
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	fenced := n - len(keys)
+	keys, held, err := s.unlocked(ctx, keys)
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	if !dryRun {
+		skipped.WithLabelValues("fenced_write").Add(float64(fenced))
+		skipped.WithLabelValues("lock_held").Add(float64(held))
+	}
+	if len(keys) == 0 {
+		return nil, fenced + held, nil, nil
+	}
+	// Every conversation the keys have had: the history lists them, the
+	// current one and any a turn ran in are added in case it does not.
+	var ids []string
+	if err := tx.QueryRow(ctx, `SELECT coalesce(array_agg(DISTINCT id), '{}') FROM (
+			SELECT session_id AS id FROM session_history WHERE session_key = ANY($1)
+			UNION SELECT session_id FROM sessions WHERE session_key = ANY($1)
+			UNION SELECT session_id FROM worker_turns WHERE session_key = ANY($1)) x`, keys).Scan(&ids); err != nil {
+		return nil, fenced + held, nil, fmt.Errorf("retention: list conversations: %w", err)
+	}
+	rows = map[string]int64{}
+	for _, d := range deletes {
+		args := []any{keys, ids}
+		if !strings.Contains(d.sql, "$2") {
+			args = args[:1]
+		}
+		tag, err := tx.Exec(ctx, d.sql, args...)
+		if err != nil {
+			return nil, fenced + held, nil, fmt.Errorf("retention: delete %s: %w", d.kind, err)
+		}
+		rows[d.kind] += tag.RowsAffected()
+	}
+	return keys, fenced + held, rows, nil
 }
 
 // unfenced keeps the keys whose generation advisory lock the

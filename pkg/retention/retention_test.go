@@ -124,17 +124,24 @@ func counts(t *testing.T, db *pgxpool.Pool, key string) map[string]int {
 	return out
 }
 
-func sweeper(t *testing.T, db *pgxpool.Pool, cfg retention.Config, cron retention.Age) (*retention.Sweeper, func(key string)) {
+func sweeper(t *testing.T, db *pgxpool.Pool, cfg retention.Config, cron retention.Age) (*retention.Sweeper, func(key string) (release func())) {
 	t.Helper()
 	rdb, prefix := redistest.New(t)
 	s, err := retention.New(cfg, cron, retention.Deps{DB: db, Redis: rdb, RedisPrefix: prefix, Log: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	// hold takes the session's lock as the router does for a turn.
-	hold := func(key string) {
-		if ok, err := redisx.NewLocker(rdb, prefix).Acquire(context.Background(), key, redisx.NewGrant(time.Now()), time.Minute); err != nil || !ok {
+	// hold takes the session's lock as the router does for a turn;
+	// release ends it.
+	hold := func(key string) (release func()) {
+		locker := redisx.NewLocker(rdb, prefix)
+		if ok, err := locker.Acquire(context.Background(), key, redisx.NewGrant(time.Now()), time.Minute); err != nil || !ok {
 			t.Fatalf("take the lock of %s: %v %v", key, ok, err)
+		}
+		return func() {
+			if err := rdb.Del(context.Background(), locker.Key(key)).Err(); err != nil {
+				t.Fatalf("release the lock of %s: %v", key, err)
+			}
 		}
 	}
 	return s, hold
@@ -169,7 +176,7 @@ func TestSweep(t *testing.T) {
 				t.Fatal(err)
 			}
 		}},
-		{name: "held lock", key: ns + "telegram:dm:4", platform: "telegram", age: 100 * day, setup: hold},
+		{name: "held lock", key: ns + "telegram:dm:4", platform: "telegram", age: 100 * day, setup: func(key string) { hold(key) }},
 		{name: "undelivered outbox row", key: ns + "telegram:dm:5", platform: "telegram", age: 100 * day, setup: func(key string) {
 			if _, err := db.Exec(ctx, `INSERT INTO delivery_outbox (idempotency_key, state, platform, chat_key, session_key, payload,
 					next_attempt_at, expires_at, created_at, updated_at) VALUES ('q-' || $1, 'queued', 'telegram', $1, $1, '\x00', now(), now(), now(), now())`, key); err != nil {

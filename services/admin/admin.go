@@ -75,6 +75,12 @@ type Pruner interface {
 	Prune(context.Context, retention.Criteria) (retention.Result, error)
 }
 
+// Forgetter deletes one user's data (pkg/retention implements it). Nil
+// answers Unimplemented.
+type Forgetter interface {
+	Forget(context.Context, retention.User, bool) (retention.Erasure, error)
+}
+
 // Deps are what the admin API uses.
 type Deps struct {
 	Log *slog.Logger
@@ -85,6 +91,8 @@ type Deps struct {
 	Deliveries Deliveries
 	// Pruner implements PruneSessions; nil answers Unimplemented.
 	Pruner Pruner
+	// Forgetter implements ForgetUser; nil answers Unimplemented.
+	Forgetter Forgetter
 	// Pause opens the emergency stop's bucket (estop.Open on the bus),
 	// called by each pause RPC; nil answers Unimplemented.
 	Pause func(context.Context) (jetstream.KeyValue, error)
@@ -108,6 +116,7 @@ type Service struct {
 	tokenSum   [32]byte
 	deliveries Deliveries
 	pruner     Pruner
+	forgetter  Forgetter
 	pause      func(context.Context) (jetstream.KeyValue, error)
 	approvals  func(context.Context) (jetstream.KeyValue, error)
 	skills     func(context.Context) (jetstream.KeyValue, error)
@@ -145,7 +154,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	}
 	s := &Service{
 		cfg: cfg, log: log.With("service", "admin"), db: deps.DB, tokenSum: sha256.Sum256([]byte(deps.Token)),
-		deliveries: deps.Deliveries, pruner: deps.Pruner, pause: deps.Pause, health: deps.Health,
+		deliveries: deps.Deliveries, pruner: deps.Pruner, forgetter: deps.Forgetter, pause: deps.Pause, health: deps.Health,
 		approvals: deps.Approvals, skills: deps.Skills, approvalsDefault: approvalsDefault,
 		sessions: sessionstore.New(deps.DB), pairing: pairing.NewStore(deps.DB),
 		toolApprovals: toolapproval.NewStore(deps.DB),

@@ -23,6 +23,7 @@ const (
 	AdminService_GetSession_FullMethodName          = "/switchboard.admin.v1.AdminService/GetSession"
 	AdminService_ResetSession_FullMethodName        = "/switchboard.admin.v1.AdminService/ResetSession"
 	AdminService_PruneSessions_FullMethodName       = "/switchboard.admin.v1.AdminService/PruneSessions"
+	AdminService_ForgetUser_FullMethodName          = "/switchboard.admin.v1.AdminService/ForgetUser"
 	AdminService_ListPairings_FullMethodName        = "/switchboard.admin.v1.AdminService/ListPairings"
 	AdminService_ApprovePairing_FullMethodName      = "/switchboard.admin.v1.AdminService/ApprovePairing"
 	AdminService_RevokePairing_FullMethodName       = "/switchboard.admin.v1.AdminService/RevokePairing"
@@ -52,6 +53,10 @@ type AdminServiceClient interface {
 	GetSession(ctx context.Context, in *GetSessionRequest, opts ...grpc.CallOption) (*GetSessionResponse, error)
 	ResetSession(ctx context.Context, in *ResetSessionRequest, opts ...grpc.CallOption) (*ResetSessionResponse, error)
 	PruneSessions(ctx context.Context, in *PruneSessionsRequest, opts ...grpc.CallOption) (*PruneSessionsResponse, error)
+	// Deletes what Switchboard holds of one user (a right-to-erasure
+	// request): their own sessions and what they own (pkg/retention
+	// Forget).
+	ForgetUser(ctx context.Context, in *ForgetUserRequest, opts ...grpc.CallOption) (*ForgetUserResponse, error)
 	ListPairings(ctx context.Context, in *ListPairingsRequest, opts ...grpc.CallOption) (*ListPairingsResponse, error)
 	ApprovePairing(ctx context.Context, in *ApprovePairingRequest, opts ...grpc.CallOption) (*ApprovePairingResponse, error)
 	RevokePairing(ctx context.Context, in *RevokePairingRequest, opts ...grpc.CallOption) (*RevokePairingResponse, error)
@@ -125,6 +130,16 @@ func (c *adminServiceClient) PruneSessions(ctx context.Context, in *PruneSession
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(PruneSessionsResponse)
 	err := c.cc.Invoke(ctx, AdminService_PruneSessions_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) ForgetUser(ctx context.Context, in *ForgetUserRequest, opts ...grpc.CallOption) (*ForgetUserResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ForgetUserResponse)
+	err := c.cc.Invoke(ctx, AdminService_ForgetUser_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -293,6 +308,10 @@ type AdminServiceServer interface {
 	GetSession(context.Context, *GetSessionRequest) (*GetSessionResponse, error)
 	ResetSession(context.Context, *ResetSessionRequest) (*ResetSessionResponse, error)
 	PruneSessions(context.Context, *PruneSessionsRequest) (*PruneSessionsResponse, error)
+	// Deletes what Switchboard holds of one user (a right-to-erasure
+	// request): their own sessions and what they own (pkg/retention
+	// Forget).
+	ForgetUser(context.Context, *ForgetUserRequest) (*ForgetUserResponse, error)
 	ListPairings(context.Context, *ListPairingsRequest) (*ListPairingsResponse, error)
 	ApprovePairing(context.Context, *ApprovePairingRequest) (*ApprovePairingResponse, error)
 	RevokePairing(context.Context, *RevokePairingRequest) (*RevokePairingResponse, error)
@@ -343,6 +362,9 @@ func (UnimplementedAdminServiceServer) ResetSession(context.Context, *ResetSessi
 }
 func (UnimplementedAdminServiceServer) PruneSessions(context.Context, *PruneSessionsRequest) (*PruneSessionsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method PruneSessions not implemented")
+}
+func (UnimplementedAdminServiceServer) ForgetUser(context.Context, *ForgetUserRequest) (*ForgetUserResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ForgetUser not implemented")
 }
 func (UnimplementedAdminServiceServer) ListPairings(context.Context, *ListPairingsRequest) (*ListPairingsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListPairings not implemented")
@@ -478,6 +500,24 @@ func _AdminService_PruneSessions_Handler(srv interface{}, ctx context.Context, d
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(AdminServiceServer).PruneSessions(ctx, req.(*PruneSessionsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_ForgetUser_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ForgetUserRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).ForgetUser(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_ForgetUser_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).ForgetUser(ctx, req.(*ForgetUserRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -774,6 +814,10 @@ var AdminService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "PruneSessions",
 			Handler:    _AdminService_PruneSessions_Handler,
+		},
+		{
+			MethodName: "ForgetUser",
+			Handler:    _AdminService_ForgetUser_Handler,
 		},
 		{
 			MethodName: "ListPairings",

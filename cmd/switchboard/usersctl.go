@@ -1,0 +1,83 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	adminv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/admin/v1"
+)
+
+func init() {
+	register(command{name: "users", summary: "users forget <platform> <user id> [--dry-run]: delete what Switchboard holds of one user (admin API)",
+		run: func(ctx context.Context, args []string) error { return runUsers(ctx, args, os.Stdout, os.Stderr) }})
+}
+
+// exitBusy is the status of a forget that left busy sessions: run it
+// again.
+const exitBusy = exitCode(3)
+
+// runUsers is `switchboard users forget <platform> <user id>`: a
+// right-to-erasure request over the admin API (ForgetUser). It prints
+// the sessions deleted, those left busy (run it again; the status is
+// then exitBusy) and the shared ones kept, then the rows deleted by
+// table.
+func runUsers(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs, c := adminFlags("users")
+	fs.SetOutput(stderr)
+	dryRun := fs.Bool("dry-run", false, "report what would be deleted, delete nothing")
+	usage := func() error {
+		fmt.Fprintln(stderr, "usage: switchboard users forget <platform> <user id> [--dry-run] [--admin-addr host:port]")
+		fmt.Fprintln(stderr, "deletes the user's own sessions (direct chats, their sessions in groups) and what they own:")
+		fmt.Fprintln(stderr, "memories, standing approvals, cron jobs, pairing. The user id is the one /whoami shows.")
+		return errUsage
+	}
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		_ = usage()
+		return err
+	}
+	if len(pos) != 3 || pos[0] != "forget" || strings.TrimSpace(pos[1]) == "" || strings.TrimSpace(pos[2]) == "" {
+		return usage()
+	}
+	c.timeout = time.Minute
+	cl, cctx, closeFn, err := c.dial(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeFn()
+	resp, err := cl.ForgetUser(cctx, &adminv1.ForgetUserRequest{Platform: pos[1], UserId: pos[2], DryRun: *dryRun})
+	if err != nil {
+		return fmt.Errorf("users forget: %w", err)
+	}
+	verb := "Deleted"
+	if resp.GetDryRun() {
+		verb = "Would delete"
+	}
+	fmt.Fprintf(stdout, "%s %d sessions of %s user %s.\n", verb, len(resp.GetSessions()), pos[1], pos[2])
+	for _, k := range resp.GetSessions() {
+		fmt.Fprintf(stdout, "    %s\n", k)
+	}
+	if busy := resp.GetBusySessions(); len(busy) > 0 {
+		fmt.Fprintf(stdout, "Left %d busy sessions (a turn runs, a message waits or a reply is to be sent): run this again once they are idle.\n", len(busy))
+		for _, k := range busy {
+			fmt.Fprintf(stdout, "    %s\n", k)
+		}
+	}
+	if shared := resp.GetSharedSessions(); len(shared) > 0 {
+		fmt.Fprintf(stdout, "Kept %d sessions others share, where the user wrote last:\n", len(shared))
+		for _, k := range shared {
+			fmt.Fprintf(stdout, "    %s\n", k)
+		}
+	}
+	if err := printRows(stdout, resp.GetRows()); err != nil {
+		return err
+	}
+	if len(resp.GetBusySessions()) > 0 && !resp.GetDryRun() {
+		return exitBusy
+	}
+	return nil
+}

@@ -1,0 +1,107 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protojson"
+
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+	"github.com/switchboard-chat/switchboard/pkg/pg/pgtest"
+	"github.com/switchboard-chat/switchboard/pkg/redisx/redistest"
+	"github.com/switchboard-chat/switchboard/services/admin"
+)
+
+// TestUsersForgetVerb drives `switchboard users forget` against a real
+// admin API whose sweeper opens the real Redis on the first call: a dry
+// run that changes nothing, a forget that leaves a busy session (exit
+// status 3) and is audited, and one that finishes once the turn is over.
+func TestUsersForgetVerb(t *testing.T) {
+	ctx := context.Background()
+	db := pgtest.New(t)
+	rdb, prefix := redistest.New(t)
+	cfg := defaultConfig()
+	cfg.Redis.URL, cfg.Redis.Prefix = redistest.URL(), prefix
+	pruner := &lazyPruner{a: newApp("admin", cfg), db: db}
+	defer pruner.close()
+	addr := startAdminAPI(t, ctx, admin.Config{}, admin.Deps{DB: db, Forgetter: pruner})
+	t.Setenv("USER", "tester")
+
+	// An agent name of this test's own: the fences' advisory locks are
+	// the whole database's.
+	ns := fmt.Sprintf("agent:users%d:", time.Now().UnixNano()%1e9)
+	dm, group, busy := ns+"telegram:dm:42", ns+"telegram:group:-100", ns+"telegram:group:-300:42"
+	for key, src := range map[string]*eventsv1.SessionSource{
+		dm:    {Platform: "telegram", ChatType: "dm", ChatId: "42", UserId: "42"},
+		group: {Platform: "telegram", ChatType: "group", ChatId: "-100", UserId: "42"},
+		busy:  {Platform: "telegram", ChatType: "group", ChatId: "-300", UserId: "42"},
+	} {
+		origin, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.Exec(ctx, `INSERT INTO sessions (session_key, session_id, platform, chat_type, origin) VALUES ($1, 'c-' || $1, 'telegram', $2, $3)`,
+			key, src.GetChatType(), origin); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := db.Exec(ctx, `INSERT INTO agent_memories (user_key, content) VALUES ('telegram:42', 'likes tea'), ('telegram:7', 'bob''s')`); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.Set(ctx, prefix+"lock:"+busy, "worker", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	count := func(q string) int {
+		var n int
+		if err := db.QueryRow(ctx, q).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	run := func(args ...string) (string, error) {
+		var out, errOut bytes.Buffer
+		err := runUsers(ctx, append(args, "--admin-addr", addr), &out, &errOut)
+		return out.String() + errOut.String(), err
+	}
+
+	for _, args := range [][]string{{"forget", "telegram"}, {"forget", "telegram", " "}, {"list"}, {"forget", "telegram", "42", "43"}} {
+		if _, err := run(args...); !errors.Is(err, errUsage) {
+			t.Errorf("%q: %v, want a usage error", args, err)
+		}
+	}
+	out, err := run("forget", "telegram", "42", "--dry-run")
+	if err != nil || !strings.Contains(out, "Would delete 1 sessions of telegram user 42.\n    "+dm+"\n") ||
+		!strings.Contains(out, "Left 1 busy sessions") || !strings.Contains(out, "Kept 1 sessions others share") {
+		t.Fatalf("dry run: %v\n%s", err, out)
+	}
+	if n := count(`SELECT count(*) FROM sessions`) + count(`SELECT count(*) FROM agent_memories`); n != 5 {
+		t.Fatalf("the dry run deleted: %d rows left, want 5", n)
+	}
+	out, err = run("forget", "telegram", "42")
+	if !errors.Is(err, exitBusy) || !strings.Contains(out, "Deleted 1 sessions") || !strings.Contains(out, "    "+busy+"\n") ||
+		!strings.Contains(strings.Join(strings.Fields(out), " "), "agent_memories 1") {
+		t.Fatalf("forget: %v\n%s", err, out)
+	}
+	if n := count(`SELECT count(*) FROM sessions WHERE session_key <> '` + dm + `'`); n != 2 {
+		t.Errorf("%d sessions left besides the deleted one, want the shared and the busy ones", n)
+	}
+	if n := count(`SELECT count(*) FROM agent_memories WHERE user_key = 'telegram:7'`); n != 1 {
+		t.Error("another user's memory was deleted")
+	}
+	if n := count(`SELECT count(*) FROM audit_log WHERE action = 'users.forget' AND target = 'telegram:42' AND actor = 'token:tester'`); n != 1 {
+		t.Errorf("%d audit records, want 1 (the dry run is not audited)", n)
+	}
+
+	if err := rdb.Del(ctx, prefix+"lock:"+busy).Err(); err != nil {
+		t.Fatal(err)
+	}
+	out, err = run("forget", "telegram", "42")
+	if err != nil || !strings.Contains(out, "Deleted 1 sessions of telegram user 42.\n    "+busy+"\n") || strings.Contains(out, "busy") {
+		t.Fatalf("again: %v\n%s", err, out)
+	}
+}

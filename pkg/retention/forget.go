@@ -1,0 +1,278 @@
+package retention
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+	"github.com/switchboard-chat/switchboard/pkg/memorygate"
+	"github.com/switchboard-chat/switchboard/pkg/pairing"
+	"github.com/switchboard-chat/switchboard/pkg/sessionkey"
+)
+
+// Kinds of the rows a user owns, which Forget deletes besides their
+// sessions'.
+const (
+	KindMemories       = "agent_memories"
+	KindMemorySettings = "memory_write_approval"
+	KindCronJobs       = "cron_jobs"
+	KindPairing        = "pairing"
+	KindTopicBindings  = "telegram_topic_bindings"
+)
+
+// User names a person to forget: a platform and their user id there, as
+// /whoami shows it.
+type User struct {
+	Platform string
+	ID       string
+}
+
+// Erasure is what Forget deleted, or would have in a dry run.
+type Erasure struct {
+	// Sessions are the keys of the user's own sessions deleted: their
+	// direct chats and the sessions a group, channel or thread gives
+	// them alone (group_sessions_per_user), with their /background
+	// tasks'.
+	Sessions []string
+	// Busy are the user's own sessions left, because a turn runs, a
+	// message waits in the queue or a reply is still to be sent: forget
+	// the user again once they are idle.
+	Busy []string
+	// Shared are the sessions the user's message arrived last in that
+	// others share (a group's, a thread's): kept, with what the user
+	// wrote there.
+	Shared []string
+	// Rows deleted by kind: the sessions' (KindSessions, KindMessages, …)
+	// and the user's own (KindMemories, KindMemoryWrites,
+	// KindMemorySettings, KindApprovals, KindCronJobs, KindPairing,
+	// KindTopicBindings).
+	Rows map[string]int64
+}
+
+// userKeyDeletes delete what a user owns by their user keys ($1;
+// pkg/memorygate Owner: <platform>:<participant> for their direct
+// chats, session:<key> for each own session elsewhere).
+var userKeyDeletes = []struct{ kind, sql string }{
+	{KindMemories, `DELETE FROM agent_memories WHERE user_key = ANY($1)`},
+	{KindMemoryWrites, `DELETE FROM memory_pending_writes WHERE user_key = ANY($1)`},
+	{KindMemorySettings, `DELETE FROM memory_write_approval WHERE user_key = ANY($1)`},
+	{KindApprovals, `DELETE FROM agent_tool_approvals WHERE scope = 'user' AND subject = ANY($1)`},
+	{KindCronJobs, `DELETE FROM cron_jobs WHERE owner = ANY($1)`},
+}
+
+// userIDDeletes delete what a user owns by their platform ($1) and the
+// forms of their id ($2; pairing.UserID).
+var userIDDeletes = []struct{ kind, sql string }{
+	{KindPairing, `DELETE FROM pairing_approved WHERE platform = $1 AND user_id = ANY($2)`},
+	{KindPairing, `DELETE FROM pairing_codes WHERE platform = $1 AND user_id = ANY($2)`},
+	{KindTopicBindings, `DELETE FROM telegram_topic_bindings WHERE $1 = 'telegram' AND user_id = ANY($2)`},
+}
+
+// Forget deletes what Switchboard holds of one user (a right-to-erasure
+// request): their own sessions, with everything that hangs off them as a
+// prune deletes it, and what they own: memories and memory writes
+// waiting or decided, their memory approval setting, standing
+// "/approve always" approvals, cron jobs, pairing, Telegram topic
+// bindings. One transaction: it all goes, or nothing (a dry run rolls
+// it back and reports the same counts). A session that is busy (a turn,
+// a queued message, a reply to send) is left and reported, with
+// everything else deleted: forget again once it is idle.
+//
+// Kept: sessions others share (a group's, where the user's messages are
+// part of everyone's conversation), the audit log, and what expires on
+// its own: inbound events on the bus (nats.retention), Redis dedupe and
+// rate-limit entries, cron runs' sessions (cron.session_retention).
+func (s *Sweeper) Forget(ctx context.Context, u User, dryRun bool) (Erasure, error) {
+	u.Platform, u.ID = strings.ToLower(strings.TrimSpace(u.Platform)), strings.TrimSpace(u.ID)
+	if u.Platform == "" || u.ID == "" {
+		return Erasure{}, errors.New("forget: platform and user id required")
+	}
+	res := Erasure{Rows: map[string]int64{}}
+	tx, err := s.db.Begin(ctx)
+	if err != nil {
+		return res, fmt.Errorf("forget: begin: %w", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '2s'`); err != nil {
+		return res, fmt.Errorf("forget: %w", err)
+	}
+	own, shared, userKeys, err := ownSessions(ctx, tx, u)
+	if err != nil {
+		return res, err
+	}
+	res.Shared = shared
+	// Lock the own sessions' rows that nothing waits on; the others are
+	// busy.
+	rows, err := tx.Query(ctx, `SELECT s.session_key FROM sessions s
+WHERE s.session_key = ANY($1)
+  AND NOT EXISTS (SELECT 1 FROM session_queue q WHERE q.session_key = s.session_key)
+  AND NOT EXISTS (SELECT 1 FROM delivery_outbox o
+                  WHERE o.session_key = s.session_key AND o.session_key <> '' AND o.state IN ('queued', 'sending'))
+ORDER BY s.session_key
+FOR UPDATE OF s SKIP LOCKED`, own)
+	if err != nil {
+		return res, fmt.Errorf("forget: lock sessions: %w", err)
+	}
+	idle, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return res, fmt.Errorf("forget: lock sessions: %w", err)
+	}
+	if len(idle) > 0 {
+		deleted, _, sessionRows, err := s.deleteSessions(ctx, tx, idle, dryRun)
+		if err != nil {
+			return res, err
+		}
+		res.Sessions = deleted
+		for k, v := range sessionRows {
+			res.Rows[k] += v
+		}
+	}
+	for _, k := range own {
+		if !slices.Contains(res.Sessions, k) {
+			res.Busy = append(res.Busy, k)
+		}
+	}
+	for _, d := range userKeyDeletes {
+		tag, err := tx.Exec(ctx, d.sql, userKeys)
+		if err != nil {
+			return res, fmt.Errorf("forget: delete %s: %w", d.kind, err)
+		}
+		res.Rows[d.kind] += tag.RowsAffected()
+	}
+	for _, d := range userIDDeletes {
+		tag, err := tx.Exec(ctx, d.sql, u.Platform, idForms(u))
+		if err != nil {
+			return res, fmt.Errorf("forget: delete %s: %w", d.kind, err)
+		}
+		res.Rows[d.kind] += tag.RowsAffected()
+	}
+	if dryRun {
+		return res, nil
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return Erasure{}, fmt.Errorf("forget: commit: %w", err)
+	}
+	for k, v := range res.Rows {
+		deletedRows.WithLabelValues(k).Add(float64(v))
+	}
+	s.log.Warn("user forgotten", "platform", u.Platform, "sessions", len(res.Sessions), "busy", len(res.Busy),
+		"shared_kept", len(res.Shared), "memories", res.Rows[KindMemories], "transcript_messages", res.Rows[KindMessages])
+	return res, nil
+}
+
+// idForms are the forms of u's id a row may hold: as given, and on
+// WhatsApp its canonical number (pairing.UserID).
+func idForms(u User) []string {
+	forms := []string{u.ID}
+	if c := pairing.UserID(u.Platform, u.ID); c != u.ID {
+		forms = append(forms, c)
+	}
+	return forms
+}
+
+// ownSessions reads the sessions whose last message came from u: own
+// are the keys of those that are u's alone (ownSession), shared the
+// others; userKeys are the keys u's memories, approvals and cron jobs
+// are filed under (memorygate.Owner): <platform>:<participant> for a
+// direct chat, session:<key> for each own session.
+func ownSessions(ctx context.Context, tx pgx.Tx, u User) (own, shared, userKeys []string, err error) {
+	forms := idForms(u)
+	rows, err := tx.Query(ctx, `SELECT session_key, origin::text FROM sessions
+WHERE platform = $1 AND (origin->>'user_id' = ANY($2) OR origin->>'user_id_alt' = ANY($2)
+  OR ($1 = 'whatsapp' AND (origin->>'user_id' <> '' OR origin->>'user_id_alt' <> '')))
+ORDER BY session_key`, u.Platform, forms)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("forget: read sessions: %w", err)
+	}
+	type session struct{ key, origin string }
+	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (session, error) {
+		var s session
+		return s, r.Scan(&s.key, &s.origin)
+	})
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("forget: read sessions: %w", err)
+	}
+	for _, f := range forms {
+		userKeys = append(userKeys, u.Platform+":"+f)
+	}
+	for _, s := range list {
+		src := &eventsv1.SessionSource{}
+		if err := protojson.Unmarshal([]byte(s.origin), src); err != nil {
+			return nil, nil, nil, fmt.Errorf("forget: read the origin of session %s: %w", s.key, err)
+		}
+		if !sentBy(src, u) {
+			continue // WhatsApp: another number
+		}
+		if !ownSession(s.key, src) {
+			shared = append(shared, s.key)
+			continue
+		}
+		own = append(own, s.key)
+		userKeys = append(userKeys, "session:"+s.key)
+		if k := memorygate.Owner(s.key, src); !slices.Contains(userKeys, k) && k != "" {
+			userKeys = append(userKeys, k)
+		}
+	}
+	return own, shared, userKeys, nil
+}
+
+// sentBy reports whether src is a message of u: its user id or alternate
+// id is u's, in any of the forms a platform gives it (on WhatsApp the
+// number with or without its JID suffix).
+func sentBy(src *eventsv1.SessionSource, u User) bool {
+	want := pairing.UserID(u.Platform, u.ID)
+	for _, id := range []string{src.GetUserId(), src.GetUserIdAlt()} {
+		if id != "" && (id == u.ID || pairing.UserID(u.Platform, id) == want) {
+			return true
+		}
+	}
+	return false
+}
+
+// ownSession reports whether the session of key, whose last message came
+// from src, belongs to src's sender alone: a direct chat, or a group's,
+// channel's or thread's session whose key ends with the sender
+// (group_sessions_per_user, thread_sessions_per_user), or a /background
+// task asked in such a chat. It rebuilds the key from src both ways, so
+// a shared session whose last message the sender wrote (a group with
+// per-user sessions off, a shared thread, a forum topic) is not theirs,
+// nor is a key it cannot rebuild.
+func ownSession(key string, src *eventsv1.SessionSource) bool {
+	rest, ok := afterNamespace(key)
+	if !ok {
+		return false
+	}
+	if chat, ok := strings.CutPrefix(rest, ":"+sessionkey.BackgroundPlatform+":"); ok {
+		i := strings.LastIndexByte(chat, ':')
+		if i <= 0 {
+			return false
+		}
+		rest = ":" + chat[:i]
+	}
+	shared, _ := afterNamespace(sessionkey.Build(src, sessionkey.Options{}))
+	if ct := src.GetChatType(); ct == "" || ct == "dm" {
+		return rest == shared
+	}
+	perUser, _ := afterNamespace(sessionkey.Build(src, sessionkey.Options{GroupSessionsPerUser: true, ThreadSessionsPerUser: true}))
+	return rest == perUser && perUser != shared
+}
+
+// afterNamespace is key after its namespace (agent:<profile>), from the
+// ":" before its platform.
+func afterNamespace(key string) (string, bool) {
+	ns, rest, ok := strings.Cut(key, ":")
+	if !ok || ns != "agent" {
+		return "", false
+	}
+	i := strings.IndexByte(rest, ':')
+	if i < 0 {
+		return "", false
+	}
+	return rest[i:], true
+}

@@ -1,0 +1,40 @@
+package admin
+
+import (
+	"context"
+	"strings"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	adminv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/admin/v1"
+	"github.com/switchboard-chat/switchboard/pkg/retention"
+)
+
+// ForgetUser deletes what Switchboard holds of one user (retention
+// Forget) and audits it with the counts, not the data (a dry run deletes
+// nothing and is not audited).
+func (s *Service) ForgetUser(ctx context.Context, req *adminv1.ForgetUserRequest) (*adminv1.ForgetUserResponse, error) {
+	if s.forgetter == nil {
+		return nil, status.Error(codes.Unimplemented, "forgetting users is not available in this process")
+	}
+	u := retention.User{Platform: strings.ToLower(strings.TrimSpace(req.GetPlatform())), ID: strings.TrimSpace(req.GetUserId())}
+	if u.Platform == "" || u.ID == "" {
+		return nil, status.Error(codes.InvalidArgument, "platform and user_id are required (the user id as /whoami shows it)")
+	}
+	res, err := s.forgetter.Forget(ctx, u, req.GetDryRun())
+	if err != nil {
+		s.log.ErrorContext(ctx, "forget user", "platform", u.Platform, "err", err)
+		return nil, status.Errorf(codes.Internal, "forget user: %v; it is one transaction, safe to run again", err)
+	}
+	resp := &adminv1.ForgetUserResponse{Sessions: res.Sessions, BusySessions: res.Busy, SharedSessions: res.Shared,
+		Rows: res.Rows, DryRun: req.GetDryRun()}
+	if req.GetDryRun() {
+		return resp, nil
+	}
+	if err := s.audit(ctx, "users.forget", u.Platform+":"+u.ID, map[string]any{"sessions": len(res.Sessions),
+		"busy_sessions": len(res.Busy), "shared_sessions": len(res.Shared), "rows": res.Rows}); err != nil {
+		return nil, err
+	}
+	return resp, nil
+}
