@@ -87,7 +87,8 @@ var userIDDeletes = []struct{ kind, sql string }{
 // Kept: sessions others share (a group's, where the user's messages are
 // part of everyone's conversation), the audit log, and what expires on
 // its own: inbound events on the bus (nats.retention), Redis dedupe and
-// rate-limit entries, cron runs' sessions (cron.session_retention).
+// rate-limit entries, cron runs' sessions (cron.session_retention), the
+// API's stored responses (gateways.api.response_ttl).
 func (s *Sweeper) Forget(ctx context.Context, u User, dryRun bool) (Erasure, error) {
 	u.Platform, u.ID = strings.ToLower(strings.TrimSpace(u.Platform)), strings.TrimSpace(u.ID)
 	if u.Platform == "" || u.ID == "" {
