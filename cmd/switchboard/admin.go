@@ -18,6 +18,7 @@ import (
 	"github.com/switchboard-chat/switchboard/pkg/redisx"
 	"github.com/switchboard-chat/switchboard/pkg/retention"
 	"github.com/switchboard-chat/switchboard/pkg/skill"
+	"github.com/switchboard-chat/switchboard/pkg/userdata"
 	"github.com/switchboard-chat/switchboard/services/admin"
 )
 
@@ -74,7 +75,7 @@ func (p *lazyPruner) Prune(ctx context.Context, c retention.Criteria) (retention
 	return s.Prune(ctx, c)
 }
 
-func (p *lazyPruner) Forget(ctx context.Context, u retention.User, dryRun bool) (retention.Erasure, error) {
+func (p *lazyPruner) Forget(ctx context.Context, u userdata.User, dryRun bool) (retention.Erasure, error) {
 	s, err := p.open(ctx)
 	if err != nil {
 		return retention.Erasure{}, err

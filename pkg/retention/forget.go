@@ -2,18 +2,12 @@ package retention
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
-	"google.golang.org/protobuf/encoding/protojson"
 
-	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
-	"github.com/switchboard-chat/switchboard/pkg/memorygate"
-	"github.com/switchboard-chat/switchboard/pkg/pairing"
-	"github.com/switchboard-chat/switchboard/pkg/sessionkey"
+	"github.com/switchboard-chat/switchboard/pkg/userdata"
 )
 
 // Kinds of the rows a user owns, which Forget deletes besides their
@@ -25,13 +19,6 @@ const (
 	KindPairing        = "pairing"
 	KindTopicBindings  = "telegram_topic_bindings"
 )
-
-// User names a person to forget: a platform and their user id there, as
-// /whoami shows it.
-type User struct {
-	Platform string
-	ID       string
-}
 
 // Erasure is what Forget deleted, or would have in a dry run.
 type Erasure struct {
@@ -89,10 +76,10 @@ var userIDDeletes = []struct{ kind, sql string }{
 // its own: inbound events on the bus (nats.retention), Redis dedupe and
 // rate-limit entries, cron runs' sessions (cron.session_retention), the
 // API's stored responses (gateways.api.response_ttl).
-func (s *Sweeper) Forget(ctx context.Context, u User, dryRun bool) (Erasure, error) {
-	u.Platform, u.ID = strings.ToLower(strings.TrimSpace(u.Platform)), strings.TrimSpace(u.ID)
-	if u.Platform == "" || u.ID == "" {
-		return Erasure{}, errors.New("forget: platform and user id required")
+func (s *Sweeper) Forget(ctx context.Context, u userdata.User, dryRun bool) (Erasure, error) {
+	u, err := u.Normalized()
+	if err != nil {
+		return Erasure{}, fmt.Errorf("forget: %w", err)
 	}
 	res := Erasure{Rows: map[string]int64{}}
 	tx, err := s.db.Begin(ctx)
@@ -103,11 +90,12 @@ func (s *Sweeper) Forget(ctx context.Context, u User, dryRun bool) (Erasure, err
 	if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '2s'`); err != nil {
 		return res, fmt.Errorf("forget: %w", err)
 	}
-	own, shared, userKeys, err := ownSessions(ctx, tx, u)
+	found, err := userdata.Find(ctx, tx, u)
 	if err != nil {
-		return res, err
+		return res, fmt.Errorf("forget: %w", err)
 	}
-	res.Shared = shared
+	own, userKeys := found.Own, found.UserKeys
+	res.Shared = found.Shared
 	// Lock the own sessions' rows that nothing waits on; the others are
 	// busy.
 	rows, err := tx.Query(ctx, `SELECT s.session_key FROM sessions s
@@ -147,7 +135,7 @@ FOR UPDATE OF s SKIP LOCKED`, own)
 		res.Rows[d.kind] += tag.RowsAffected()
 	}
 	for _, d := range userIDDeletes {
-		tag, err := tx.Exec(ctx, d.sql, u.Platform, idForms(u))
+		tag, err := tx.Exec(ctx, d.sql, u.Platform, userdata.IDForms(u))
 		if err != nil {
 			return res, fmt.Errorf("forget: delete %s: %w", d.kind, err)
 		}
@@ -167,113 +155,3 @@ FOR UPDATE OF s SKIP LOCKED`, own)
 	return res, nil
 }
 
-// idForms are the forms of u's id a row may hold: as given, and on
-// WhatsApp its canonical number (pairing.UserID).
-func idForms(u User) []string {
-	forms := []string{u.ID}
-	if c := pairing.UserID(u.Platform, u.ID); c != u.ID {
-		forms = append(forms, c)
-	}
-	return forms
-}
-
-// ownSessions reads the sessions whose last message came from u: own
-// are the keys of those that are u's alone (ownSession), shared the
-// others; userKeys are the keys u's memories, approvals and cron jobs
-// are filed under (memorygate.Owner): <platform>:<participant> for a
-// direct chat, session:<key> for each own session.
-func ownSessions(ctx context.Context, tx pgx.Tx, u User) (own, shared, userKeys []string, err error) {
-	forms := idForms(u)
-	rows, err := tx.Query(ctx, `SELECT session_key, origin::text FROM sessions
-WHERE platform = $1 AND (origin->>'user_id' = ANY($2) OR origin->>'user_id_alt' = ANY($2)
-  OR ($1 = 'whatsapp' AND (origin->>'user_id' <> '' OR origin->>'user_id_alt' <> '')))
-ORDER BY session_key`, u.Platform, forms)
-	if err != nil {
-		return nil, nil, nil, fmt.Errorf("forget: read sessions: %w", err)
-	}
-	type session struct{ key, origin string }
-	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (session, error) {
-		var s session
-		return s, r.Scan(&s.key, &s.origin)
-	})
-	if err != nil {
-		return nil, nil, nil, fmt.Errorf("forget: read sessions: %w", err)
-	}
-	for _, f := range forms {
-		userKeys = append(userKeys, u.Platform+":"+f)
-	}
-	for _, s := range list {
-		src := &eventsv1.SessionSource{}
-		if err := protojson.Unmarshal([]byte(s.origin), src); err != nil {
-			return nil, nil, nil, fmt.Errorf("forget: read the origin of session %s: %w", s.key, err)
-		}
-		if !sentBy(src, u) {
-			continue // WhatsApp: another number
-		}
-		if !ownSession(s.key, src) {
-			shared = append(shared, s.key)
-			continue
-		}
-		own = append(own, s.key)
-		userKeys = append(userKeys, "session:"+s.key)
-		if k := memorygate.Owner(s.key, src); !slices.Contains(userKeys, k) && k != "" {
-			userKeys = append(userKeys, k)
-		}
-	}
-	return own, shared, userKeys, nil
-}
-
-// sentBy reports whether src is a message of u: its user id or alternate
-// id is u's, in any of the forms a platform gives it (on WhatsApp the
-// number with or without its JID suffix).
-func sentBy(src *eventsv1.SessionSource, u User) bool {
-	want := pairing.UserID(u.Platform, u.ID)
-	for _, id := range []string{src.GetUserId(), src.GetUserIdAlt()} {
-		if id != "" && (id == u.ID || pairing.UserID(u.Platform, id) == want) {
-			return true
-		}
-	}
-	return false
-}
-
-// ownSession reports whether the session of key, whose last message came
-// from src, belongs to src's sender alone: a direct chat, or a group's,
-// channel's or thread's session whose key ends with the sender
-// (group_sessions_per_user, thread_sessions_per_user), or a /background
-// task asked in such a chat. It rebuilds the key from src both ways, so
-// a shared session whose last message the sender wrote (a group with
-// per-user sessions off, a shared thread, a forum topic) is not theirs,
-// nor is a key it cannot rebuild.
-func ownSession(key string, src *eventsv1.SessionSource) bool {
-	rest, ok := afterNamespace(key)
-	if !ok {
-		return false
-	}
-	if chat, ok := strings.CutPrefix(rest, ":"+sessionkey.BackgroundPlatform+":"); ok {
-		i := strings.LastIndexByte(chat, ':')
-		if i <= 0 {
-			return false
-		}
-		rest = ":" + chat[:i]
-	}
-	shared, _ := afterNamespace(sessionkey.Build(src, sessionkey.Options{}))
-	if ct := src.GetChatType(); ct == "" || ct == "dm" {
-		return rest == shared
-	}
-	perUser, _ := afterNamespace(sessionkey.Build(src, sessionkey.Options{GroupSessionsPerUser: true, ThreadSessionsPerUser: true}))
-	return rest == perUser && perUser != shared
-}
-
-// afterNamespace is key after its namespace (agent:<profile>), from the
-// ":" before its platform.
-func afterNamespace(key string) (string, bool) {
-	ns, rest, ok := strings.Cut(key, ":")
-	if !ok || ns != "agent" {
-		return "", false
-	}
-	i := strings.IndexByte(rest, ':')
-	if i < 0 {
-		return "", false
-	}
-	return rest[i:], true
-}

@@ -11,6 +11,7 @@ import (
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/pg/pgtest"
 	"github.com/switchboard-chat/switchboard/pkg/retention"
+	"github.com/switchboard-chat/switchboard/pkg/userdata"
 )
 
 // origin sets the session's origin, its last message's source, as the
@@ -124,7 +125,7 @@ func TestForget(t *testing.T) {
 		beforeOwned[uk] = ownedBy(t, db, uk)
 	}
 
-	dry, err := s.Forget(ctx, retention.User{Platform: "Telegram", ID: " 42 "}, true)
+	dry, err := s.Forget(ctx, userdata.User{Platform: "Telegram", ID: " 42 "}, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +134,7 @@ func TestForget(t *testing.T) {
 			t.Errorf("dry run changed %s: %v, was %v", k, got, want)
 		}
 	}
-	got, err := s.Forget(ctx, retention.User{Platform: "telegram", ID: "42"}, false)
+	got, err := s.Forget(ctx, userdata.User{Platform: "telegram", ID: "42"}, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,7 +185,7 @@ func TestForget(t *testing.T) {
 
 	// Once the turn is over, forgetting again deletes the last one.
 	release()
-	again, err := s.Forget(ctx, retention.User{Platform: "telegram", ID: "42"}, false)
+	again, err := s.Forget(ctx, userdata.User{Platform: "telegram", ID: "42"}, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,7 +193,7 @@ func TestForget(t *testing.T) {
 		t.Errorf("again: %+v", again)
 	}
 
-	if _, err := s.Forget(ctx, retention.User{Platform: "telegram"}, false); err == nil {
+	if _, err := s.Forget(ctx, userdata.User{Platform: "telegram"}, false); err == nil {
 		t.Error("no user id: no error")
 	}
 }

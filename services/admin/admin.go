@@ -44,6 +44,7 @@ import (
 	"github.com/switchboard-chat/switchboard/pkg/sessionstore"
 	"github.com/switchboard-chat/switchboard/pkg/telemetry"
 	"github.com/switchboard-chat/switchboard/pkg/toolapproval"
+	"github.com/switchboard-chat/switchboard/pkg/userdata"
 )
 
 // DefaultAddr is where the admin API listens by default: loopback only.
@@ -78,7 +79,7 @@ type Pruner interface {
 // Forgetter deletes one user's data (pkg/retention implements it). Nil
 // answers Unimplemented.
 type Forgetter interface {
-	Forget(context.Context, retention.User, bool) (retention.Erasure, error)
+	Forget(context.Context, userdata.User, bool) (retention.Erasure, error)
 }
 
 // Deps are what the admin API uses.

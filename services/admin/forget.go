@@ -2,13 +2,12 @@ package admin
 
 import (
 	"context"
-	"strings"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	adminv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/admin/v1"
-	"github.com/switchboard-chat/switchboard/pkg/retention"
+	"github.com/switchboard-chat/switchboard/pkg/userdata"
 )
 
 // ForgetUser deletes what Switchboard holds of one user (retention
@@ -18,9 +17,9 @@ func (s *Service) ForgetUser(ctx context.Context, req *adminv1.ForgetUserRequest
 	if s.forgetter == nil {
 		return nil, status.Error(codes.Unimplemented, "forgetting users is not available in this process")
 	}
-	u := retention.User{Platform: strings.ToLower(strings.TrimSpace(req.GetPlatform())), ID: strings.TrimSpace(req.GetUserId())}
-	if u.Platform == "" || u.ID == "" {
-		return nil, status.Error(codes.InvalidArgument, "platform and user_id are required (the user id as /whoami shows it)")
+	u, err := userArg(req.GetPlatform(), req.GetUserId())
+	if err != nil {
+		return nil, err
 	}
 	res, err := s.forgetter.Forget(ctx, u, req.GetDryRun())
 	if err != nil {
@@ -37,4 +36,13 @@ func (s *Service) ForgetUser(ctx context.Context, req *adminv1.ForgetUserRequest
 		return nil, err
 	}
 	return resp, nil
+}
+
+// userArg is the user a request names, or InvalidArgument.
+func userArg(platform, id string) (userdata.User, error) {
+	u, err := userdata.User{Platform: platform, ID: id}.Normalized()
+	if err != nil {
+		return u, status.Error(codes.InvalidArgument, "platform and user_id are required (the user id as /whoami shows it)")
+	}
+	return u, nil
 }
