@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -12,7 +13,7 @@ import (
 )
 
 func init() {
-	register(command{name: "users", summary: "users forget <platform> <user id> [--dry-run]: delete what Switchboard holds of one user (admin API)",
+	register(command{name: "users", summary: "users forget <platform> <user id> [--dry-run] | export <platform> <user id> [--out file]: delete or export what Switchboard holds of one user (admin API)",
 		run: func(ctx context.Context, args []string) error { return runUsers(ctx, args, os.Stdout, os.Stderr) }})
 }
 
@@ -20,19 +21,22 @@ func init() {
 // again.
 const exitBusy = exitCode(3)
 
-// runUsers is `switchboard users forget <platform> <user id>`: a
-// right-to-erasure request over the admin API (ForgetUser). It prints
+// runUsers is `switchboard users forget|export <platform> <user id>`.
+// forget is a right-to-erasure request over the admin API (ForgetUser). It prints
 // the sessions deleted, those left busy (run it again; the status is
 // then exitBusy) and the shared ones kept, then the rows deleted by
 // table.
 func runUsers(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs, c := adminFlags("users")
 	fs.SetOutput(stderr)
-	dryRun := fs.Bool("dry-run", false, "report what would be deleted, delete nothing")
+	dryRun := fs.Bool("dry-run", false, "forget: report what would be deleted, delete nothing")
+	outFile := fs.String("out", "", "export: write the JSON document to this file (created, never overwritten) instead of stdout")
 	usage := func() error {
 		fmt.Fprintln(stderr, "usage: switchboard users forget <platform> <user id> [--dry-run] [--admin-addr host:port]")
-		fmt.Fprintln(stderr, "deletes the user's own sessions (direct chats, their sessions in groups) and what they own:")
-		fmt.Fprintln(stderr, "memories, standing approvals, cron jobs, pairing. The user id is the one /whoami shows.")
+		fmt.Fprintln(stderr, "       switchboard users export <platform> <user id> [--out file] [--admin-addr host:port]")
+		fmt.Fprintln(stderr, "forget deletes the user's own sessions (direct chats, their sessions in groups) and what they own:")
+		fmt.Fprintln(stderr, "memories, standing approvals, cron jobs, pairing; export writes all of it as JSON.")
+		fmt.Fprintln(stderr, "The user id is the one /whoami shows.")
 		return errUsage
 	}
 	pos, err := parseInterleaved(fs, args)
@@ -40,7 +44,8 @@ func runUsers(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		_ = usage()
 		return err
 	}
-	if len(pos) != 3 || pos[0] != "forget" || strings.TrimSpace(pos[1]) == "" || strings.TrimSpace(pos[2]) == "" {
+	if len(pos) != 3 || (pos[0] != "forget" && pos[0] != "export") || strings.TrimSpace(pos[1]) == "" || strings.TrimSpace(pos[2]) == "" ||
+		pos[0] == "forget" && *outFile != "" || pos[0] == "export" && *dryRun {
 		return usage()
 	}
 	c.timeout = time.Minute
@@ -49,6 +54,9 @@ func runUsers(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer closeFn()
+	if pos[0] == "export" {
+		return exportUser(cctx, cl, pos[1], pos[2], *outFile, stdout)
+	}
 	resp, err := cl.ForgetUser(cctx, &adminv1.ForgetUserRequest{Platform: pos[1], UserId: pos[2], DryRun: *dryRun})
 	if err != nil {
 		return fmt.Errorf("users forget: %w", err)
@@ -80,4 +88,43 @@ func runUsers(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return exitBusy
 	}
 	return nil
+}
+
+// exportUser is `switchboard users export`: it writes the user's JSON
+// document to stdout, or to outFile, which it creates (an export is
+// personal data: never over another file, readable by its owner only).
+// A file whose export failed midway is removed.
+func exportUser(ctx context.Context, cl adminv1.AdminServiceClient, platform, id, outFile string, stdout io.Writer) (err error) {
+	stream, err := cl.ExportUser(ctx, &adminv1.ExportUserRequest{Platform: platform, UserId: id})
+	if err != nil {
+		return fmt.Errorf("users export: %w", err)
+	}
+	out := stdout
+	if outFile != "" {
+		f, err := os.OpenFile(outFile, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		if err != nil {
+			return fmt.Errorf("users export: %w", err)
+		}
+		defer func() {
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+			if err != nil {
+				_ = os.Remove(outFile)
+			}
+		}()
+		out = f
+	}
+	for {
+		chunk, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("users export: %w", err)
+		}
+		if _, err := out.Write(chunk.GetData()); err != nil {
+			return fmt.Errorf("users export: %w", err)
+		}
+	}
 }

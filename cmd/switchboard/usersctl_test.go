@@ -3,8 +3,11 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -103,5 +106,53 @@ func TestUsersForgetVerb(t *testing.T) {
 	out, err = run("forget", "telegram", "42")
 	if err != nil || !strings.Contains(out, "Deleted 1 sessions of telegram user 42.\n    "+busy+"\n") || strings.Contains(out, "busy") {
 		t.Fatalf("again: %v\n%s", err, out)
+	}
+}
+
+// TestUsersExportVerb drives `switchboard users export` against a real
+// admin API: the JSON document to stdout, or to a new file readable by
+// its owner only, never over an existing one; usage errors.
+func TestUsersExportVerb(t *testing.T) {
+	ctx := context.Background()
+	db := pgtest.New(t)
+	addr := startAdminAPI(t, ctx, admin.Config{}, admin.Deps{DB: db})
+	if _, err := db.Exec(ctx, `INSERT INTO agent_memories (user_key, content) VALUES ('slack:U42', 'likes tea'), ('slack:U7', 'bob''s')`); err != nil {
+		t.Fatal(err)
+	}
+	run := func(args ...string) (string, error) {
+		var out, errOut bytes.Buffer
+		err := runUsers(ctx, append(args, "--admin-addr", addr), &out, &errOut)
+		return out.String(), err
+	}
+	for _, args := range [][]string{{"export", "slack"}, {"export", "slack", "U42", "--dry-run"}, {"forget", "slack", "U42", "--out", "x.json"}} {
+		if _, err := run(args...); !errors.Is(err, errUsage) {
+			t.Errorf("%q: %v, want a usage error", args, err)
+		}
+	}
+	out, err := run("export", "slack", "U42")
+	var doc struct {
+		UserID   string                     `json:"user_id"`
+		Memories []struct{ Content string } `json:"memories"`
+	}
+	if err != nil || json.Unmarshal([]byte(out), &doc) != nil || doc.UserID != "U42" || len(doc.Memories) != 1 || doc.Memories[0].Content != "likes tea" {
+		t.Fatalf("to stdout: %v\n%s", err, out)
+	}
+	file := filepath.Join(t.TempDir(), "u42.json")
+	if out, err := run("export", "slack", "U42", "--out", file); err != nil || out != "" {
+		t.Fatalf("to a file: %v, printed %q", err, out)
+	}
+	st, err := os.Stat(file)
+	if err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("the file: %v, %v", st, err)
+	}
+	b, err := os.ReadFile(file)
+	if err != nil || !strings.Contains(string(b), `"likes tea"`) || strings.Contains(string(b), "bob") {
+		t.Fatalf("the file holds:\n%s", b)
+	}
+	if _, err := run("export", "slack", "U42", "--out", file); err == nil || !strings.Contains(err.Error(), "exists") {
+		t.Errorf("over an existing file: %v", err)
+	}
+	if b2, _ := os.ReadFile(file); string(b2) != string(b) {
+		t.Error("the existing file changed")
 	}
 }

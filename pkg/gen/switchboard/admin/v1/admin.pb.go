@@ -927,6 +927,107 @@ func (x *ForgetUserResponse) GetDryRun() bool {
 	return false
 }
 
+// ExportUserRequest names the user whose data to export.
+type ExportUserRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The platform; required.
+	Platform string `protobuf:"bytes,1,opt,name=platform,proto3" json:"platform,omitempty"`
+	// Their user id there, as /whoami shows it; required.
+	UserId        string `protobuf:"bytes,2,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExportUserRequest) Reset() {
+	*x = ExportUserRequest{}
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExportUserRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExportUserRequest) ProtoMessage() {}
+
+func (x *ExportUserRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExportUserRequest.ProtoReflect.Descriptor instead.
+func (*ExportUserRequest) Descriptor() ([]byte, []int) {
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *ExportUserRequest) GetPlatform() string {
+	if x != nil {
+		return x.Platform
+	}
+	return ""
+}
+
+func (x *ExportUserRequest) GetUserId() string {
+	if x != nil {
+		return x.UserId
+	}
+	return ""
+}
+
+// ExportUserResponse is the next part of the JSON document; the chunks in
+// order are the whole of it.
+type ExportUserResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Data          []byte                 `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExportUserResponse) Reset() {
+	*x = ExportUserResponse{}
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExportUserResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExportUserResponse) ProtoMessage() {}
+
+func (x *ExportUserResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExportUserResponse.ProtoReflect.Descriptor instead.
+func (*ExportUserResponse) Descriptor() ([]byte, []int) {
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *ExportUserResponse) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
 type ApprovePairingRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Platform      string                 `protobuf:"bytes,1,opt,name=platform,proto3" json:"platform,omitempty"`
@@ -937,7 +1038,7 @@ type ApprovePairingRequest struct {
 
 func (x *ApprovePairingRequest) Reset() {
 	*x = ApprovePairingRequest{}
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[14]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -949,7 +1050,7 @@ func (x *ApprovePairingRequest) String() string {
 func (*ApprovePairingRequest) ProtoMessage() {}
 
 func (x *ApprovePairingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[14]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -962,7 +1063,7 @@ func (x *ApprovePairingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApprovePairingRequest.ProtoReflect.Descriptor instead.
 func (*ApprovePairingRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{14}
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ApprovePairingRequest) GetPlatform() string {
@@ -988,7 +1089,7 @@ type ApprovePairingResponse struct {
 
 func (x *ApprovePairingResponse) Reset() {
 	*x = ApprovePairingResponse{}
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[15]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1000,7 +1101,7 @@ func (x *ApprovePairingResponse) String() string {
 func (*ApprovePairingResponse) ProtoMessage() {}
 
 func (x *ApprovePairingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[15]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1013,7 +1114,7 @@ func (x *ApprovePairingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApprovePairingResponse.ProtoReflect.Descriptor instead.
 func (*ApprovePairingResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{15}
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ApprovePairingResponse) GetPairing() *Pairing {
@@ -1033,7 +1134,7 @@ type RevokePairingRequest struct {
 
 func (x *RevokePairingRequest) Reset() {
 	*x = RevokePairingRequest{}
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[16]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1045,7 +1146,7 @@ func (x *RevokePairingRequest) String() string {
 func (*RevokePairingRequest) ProtoMessage() {}
 
 func (x *RevokePairingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[16]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1058,7 +1159,7 @@ func (x *RevokePairingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokePairingRequest.ProtoReflect.Descriptor instead.
 func (*RevokePairingRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{16}
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *RevokePairingRequest) GetPlatform() string {
@@ -1084,7 +1185,7 @@ type RevokePairingResponse struct {
 
 func (x *RevokePairingResponse) Reset() {
 	*x = RevokePairingResponse{}
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[17]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1096,7 +1197,7 @@ func (x *RevokePairingResponse) String() string {
 func (*RevokePairingResponse) ProtoMessage() {}
 
 func (x *RevokePairingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[17]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1109,7 +1210,7 @@ func (x *RevokePairingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokePairingResponse.ProtoReflect.Descriptor instead.
 func (*RevokePairingResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{17}
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RevokePairingResponse) GetRevoked() bool {
@@ -1130,7 +1231,7 @@ type ListDeliveriesRequest struct {
 
 func (x *ListDeliveriesRequest) Reset() {
 	*x = ListDeliveriesRequest{}
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[18]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1142,7 +1243,7 @@ func (x *ListDeliveriesRequest) String() string {
 func (*ListDeliveriesRequest) ProtoMessage() {}
 
 func (x *ListDeliveriesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[18]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1155,7 +1256,7 @@ func (x *ListDeliveriesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeliveriesRequest.ProtoReflect.Descriptor instead.
 func (*ListDeliveriesRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{18}
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListDeliveriesRequest) GetStates() []v11.DeliveryState {
@@ -1181,7 +1282,7 @@ type ListDeliveriesResponse struct {
 
 func (x *ListDeliveriesResponse) Reset() {
 	*x = ListDeliveriesResponse{}
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[19]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1193,7 +1294,7 @@ func (x *ListDeliveriesResponse) String() string {
 func (*ListDeliveriesResponse) ProtoMessage() {}
 
 func (x *ListDeliveriesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[19]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1206,7 +1307,7 @@ func (x *ListDeliveriesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeliveriesResponse.ProtoReflect.Descriptor instead.
 func (*ListDeliveriesResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{19}
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListDeliveriesResponse) GetDeliveries() []*v11.Delivery {
@@ -1227,7 +1328,7 @@ type RetryDeliveriesRequest struct {
 
 func (x *RetryDeliveriesRequest) Reset() {
 	*x = RetryDeliveriesRequest{}
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[20]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1239,7 +1340,7 @@ func (x *RetryDeliveriesRequest) String() string {
 func (*RetryDeliveriesRequest) ProtoMessage() {}
 
 func (x *RetryDeliveriesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[20]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1252,7 +1353,7 @@ func (x *RetryDeliveriesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryDeliveriesRequest.ProtoReflect.Descriptor instead.
 func (*RetryDeliveriesRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{20}
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RetryDeliveriesRequest) GetIds() []string {
@@ -1278,7 +1379,7 @@ type RetryDeliveriesResponse struct {
 
 func (x *RetryDeliveriesResponse) Reset() {
 	*x = RetryDeliveriesResponse{}
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[21]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1290,7 +1391,7 @@ func (x *RetryDeliveriesResponse) String() string {
 func (*RetryDeliveriesResponse) ProtoMessage() {}
 
 func (x *RetryDeliveriesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[21]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1303,7 +1404,7 @@ func (x *RetryDeliveriesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryDeliveriesResponse.ProtoReflect.Descriptor instead.
 func (*RetryDeliveriesResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{21}
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RetryDeliveriesResponse) GetRequeued() int32 {
@@ -1323,7 +1424,7 @@ type PurgeDeliveriesRequest struct {
 
 func (x *PurgeDeliveriesRequest) Reset() {
 	*x = PurgeDeliveriesRequest{}
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[22]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1335,7 +1436,7 @@ func (x *PurgeDeliveriesRequest) String() string {
 func (*PurgeDeliveriesRequest) ProtoMessage() {}
 
 func (x *PurgeDeliveriesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[22]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1348,7 +1449,7 @@ func (x *PurgeDeliveriesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeDeliveriesRequest.ProtoReflect.Descriptor instead.
 func (*PurgeDeliveriesRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{22}
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *PurgeDeliveriesRequest) GetIds() []string {
@@ -1374,7 +1475,7 @@ type PurgeDeliveriesResponse struct {
 
 func (x *PurgeDeliveriesResponse) Reset() {
 	*x = PurgeDeliveriesResponse{}
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[23]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1386,7 +1487,7 @@ func (x *PurgeDeliveriesResponse) String() string {
 func (*PurgeDeliveriesResponse) ProtoMessage() {}
 
 func (x *PurgeDeliveriesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[23]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1399,7 +1500,7 @@ func (x *PurgeDeliveriesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeDeliveriesResponse.ProtoReflect.Descriptor instead.
 func (*PurgeDeliveriesResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{23}
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *PurgeDeliveriesResponse) GetPurged() int32 {
@@ -1430,7 +1531,7 @@ type Pause struct {
 
 func (x *Pause) Reset() {
 	*x = Pause{}
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[24]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1442,7 +1543,7 @@ func (x *Pause) String() string {
 func (*Pause) ProtoMessage() {}
 
 func (x *Pause) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[24]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1455,7 +1556,7 @@ func (x *Pause) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pause.ProtoReflect.Descriptor instead.
 func (*Pause) Descriptor() ([]byte, []int) {
-	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{24}
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Pause) GetReason() string {
@@ -1511,7 +1612,7 @@ type PauseAllowlist struct {
 
 func (x *PauseAllowlist) Reset() {
 	*x = PauseAllowlist{}
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[25]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1523,7 +1624,7 @@ func (x *PauseAllowlist) String() string {
 func (*PauseAllowlist) ProtoMessage() {}
 
 func (x *PauseAllowlist) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[25]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1536,7 +1637,7 @@ func (x *PauseAllowlist) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseAllowlist.ProtoReflect.Descriptor instead.
 func (*PauseAllowlist) Descriptor() ([]byte, []int) {
-	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{25}
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *PauseAllowlist) GetUserIds() []string {
@@ -1561,7 +1662,7 @@ type GetPauseRequest struct {
 
 func (x *GetPauseRequest) Reset() {
 	*x = GetPauseRequest{}
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[26]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1573,7 +1674,7 @@ func (x *GetPauseRequest) String() string {
 func (*GetPauseRequest) ProtoMessage() {}
 
 func (x *GetPauseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[26]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1586,7 +1687,7 @@ func (x *GetPauseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPauseRequest.ProtoReflect.Descriptor instead.
 func (*GetPauseRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{26}
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{28}
 }
 
 type GetPauseResponse struct {
@@ -1599,7 +1700,7 @@ type GetPauseResponse struct {
 
 func (x *GetPauseResponse) Reset() {
 	*x = GetPauseResponse{}
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[27]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1611,7 +1712,7 @@ func (x *GetPauseResponse) String() string {
 func (*GetPauseResponse) ProtoMessage() {}
 
 func (x *GetPauseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[27]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1624,7 +1725,7 @@ func (x *GetPauseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPauseResponse.ProtoReflect.Descriptor instead.
 func (*GetPauseResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{27}
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *GetPauseResponse) GetPause() *Pause {
@@ -1657,7 +1758,7 @@ type SetPauseRequest struct {
 
 func (x *SetPauseRequest) Reset() {
 	*x = SetPauseRequest{}
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[28]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1669,7 +1770,7 @@ func (x *SetPauseRequest) String() string {
 func (*SetPauseRequest) ProtoMessage() {}
 
 func (x *SetPauseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[28]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1682,7 +1783,7 @@ func (x *SetPauseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPauseRequest.ProtoReflect.Descriptor instead.
 func (*SetPauseRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{28}
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *SetPauseRequest) GetReason() string {
@@ -1724,7 +1825,7 @@ type SetPauseResponse struct {
 
 func (x *SetPauseResponse) Reset() {
 	*x = SetPauseResponse{}
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[29]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1736,7 +1837,7 @@ func (x *SetPauseResponse) String() string {
 func (*SetPauseResponse) ProtoMessage() {}
 
 func (x *SetPauseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[29]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1749,7 +1850,7 @@ func (x *SetPauseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPauseResponse.ProtoReflect.Descriptor instead.
 func (*SetPauseResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{29}
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *SetPauseResponse) GetPause() *Pause {
@@ -1774,7 +1875,7 @@ type ClearPauseRequest struct {
 
 func (x *ClearPauseRequest) Reset() {
 	*x = ClearPauseRequest{}
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[30]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1786,7 +1887,7 @@ func (x *ClearPauseRequest) String() string {
 func (*ClearPauseRequest) ProtoMessage() {}
 
 func (x *ClearPauseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[30]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1799,7 +1900,7 @@ func (x *ClearPauseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearPauseRequest.ProtoReflect.Descriptor instead.
 func (*ClearPauseRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{30}
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{32}
 }
 
 type ClearPauseResponse struct {
@@ -1814,7 +1915,7 @@ type ClearPauseResponse struct {
 
 func (x *ClearPauseResponse) Reset() {
 	*x = ClearPauseResponse{}
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[31]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1826,7 +1927,7 @@ func (x *ClearPauseResponse) String() string {
 func (*ClearPauseResponse) ProtoMessage() {}
 
 func (x *ClearPauseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[31]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1839,7 +1940,7 @@ func (x *ClearPauseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearPauseResponse.ProtoReflect.Descriptor instead.
 func (*ClearPauseResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{31}
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ClearPauseResponse) GetCleared() bool {
@@ -1876,7 +1977,7 @@ type ApprovalMode struct {
 
 func (x *ApprovalMode) Reset() {
 	*x = ApprovalMode{}
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[32]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1888,7 +1989,7 @@ func (x *ApprovalMode) String() string {
 func (*ApprovalMode) ProtoMessage() {}
 
 func (x *ApprovalMode) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[32]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1901,7 +2002,7 @@ func (x *ApprovalMode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApprovalMode.ProtoReflect.Descriptor instead.
 func (*ApprovalMode) Descriptor() ([]byte, []int) {
-	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{32}
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ApprovalMode) GetMode() string {
@@ -1940,7 +2041,7 @@ type GetApprovalModeRequest struct {
 
 func (x *GetApprovalModeRequest) Reset() {
 	*x = GetApprovalModeRequest{}
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[33]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1952,7 +2053,7 @@ func (x *GetApprovalModeRequest) String() string {
 func (*GetApprovalModeRequest) ProtoMessage() {}
 
 func (x *GetApprovalModeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[33]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1965,7 +2066,7 @@ func (x *GetApprovalModeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetApprovalModeRequest.ProtoReflect.Descriptor instead.
 func (*GetApprovalModeRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{33}
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{35}
 }
 
 type GetApprovalModeResponse struct {
@@ -1977,7 +2078,7 @@ type GetApprovalModeResponse struct {
 
 func (x *GetApprovalModeResponse) Reset() {
 	*x = GetApprovalModeResponse{}
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[34]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1989,7 +2090,7 @@ func (x *GetApprovalModeResponse) String() string {
 func (*GetApprovalModeResponse) ProtoMessage() {}
 
 func (x *GetApprovalModeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[34]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2002,7 +2103,7 @@ func (x *GetApprovalModeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetApprovalModeResponse.ProtoReflect.Descriptor instead.
 func (*GetApprovalModeResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{34}
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *GetApprovalModeResponse) GetApprovalMode() *ApprovalMode {
@@ -2025,7 +2126,7 @@ type SetApprovalModeRequest struct {
 
 func (x *SetApprovalModeRequest) Reset() {
 	*x = SetApprovalModeRequest{}
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[35]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2037,7 +2138,7 @@ func (x *SetApprovalModeRequest) String() string {
 func (*SetApprovalModeRequest) ProtoMessage() {}
 
 func (x *SetApprovalModeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[35]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2050,7 +2151,7 @@ func (x *SetApprovalModeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetApprovalModeRequest.ProtoReflect.Descriptor instead.
 func (*SetApprovalModeRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{35}
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *SetApprovalModeRequest) GetMode() string {
@@ -2071,7 +2172,7 @@ type SetApprovalModeResponse struct {
 
 func (x *SetApprovalModeResponse) Reset() {
 	*x = SetApprovalModeResponse{}
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[36]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2083,7 +2184,7 @@ func (x *SetApprovalModeResponse) String() string {
 func (*SetApprovalModeResponse) ProtoMessage() {}
 
 func (x *SetApprovalModeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[36]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2096,7 +2197,7 @@ func (x *SetApprovalModeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetApprovalModeResponse.ProtoReflect.Descriptor instead.
 func (*SetApprovalModeResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{36}
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *SetApprovalModeResponse) GetApprovalMode() *ApprovalMode {
@@ -2121,7 +2222,7 @@ type ResetApprovalModeRequest struct {
 
 func (x *ResetApprovalModeRequest) Reset() {
 	*x = ResetApprovalModeRequest{}
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[37]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2133,7 +2234,7 @@ func (x *ResetApprovalModeRequest) String() string {
 func (*ResetApprovalModeRequest) ProtoMessage() {}
 
 func (x *ResetApprovalModeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[37]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2146,7 +2247,7 @@ func (x *ResetApprovalModeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetApprovalModeRequest.ProtoReflect.Descriptor instead.
 func (*ResetApprovalModeRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{37}
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{39}
 }
 
 type ResetApprovalModeResponse struct {
@@ -2164,7 +2265,7 @@ type ResetApprovalModeResponse struct {
 
 func (x *ResetApprovalModeResponse) Reset() {
 	*x = ResetApprovalModeResponse{}
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[38]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2176,7 +2277,7 @@ func (x *ResetApprovalModeResponse) String() string {
 func (*ResetApprovalModeResponse) ProtoMessage() {}
 
 func (x *ResetApprovalModeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[38]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2189,7 +2290,7 @@ func (x *ResetApprovalModeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetApprovalModeResponse.ProtoReflect.Descriptor instead.
 func (*ResetApprovalModeResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{38}
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ResetApprovalModeResponse) GetApprovalMode() *ApprovalMode {
@@ -2221,7 +2322,7 @@ type ReloadSkillsRequest struct {
 
 func (x *ReloadSkillsRequest) Reset() {
 	*x = ReloadSkillsRequest{}
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[39]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2233,7 +2334,7 @@ func (x *ReloadSkillsRequest) String() string {
 func (*ReloadSkillsRequest) ProtoMessage() {}
 
 func (x *ReloadSkillsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[39]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2246,7 +2347,7 @@ func (x *ReloadSkillsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReloadSkillsRequest.ProtoReflect.Descriptor instead.
 func (*ReloadSkillsRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{39}
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{41}
 }
 
 // ReloadSkillsResponse says what the API can vouch for: the announcement
@@ -2267,7 +2368,7 @@ type ReloadSkillsResponse struct {
 
 func (x *ReloadSkillsResponse) Reset() {
 	*x = ReloadSkillsResponse{}
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[40]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2279,7 +2380,7 @@ func (x *ReloadSkillsResponse) String() string {
 func (*ReloadSkillsResponse) ProtoMessage() {}
 
 func (x *ReloadSkillsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[40]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2292,7 +2393,7 @@ func (x *ReloadSkillsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReloadSkillsResponse.ProtoReflect.Descriptor instead.
 func (*ReloadSkillsResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{40}
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ReloadSkillsResponse) GetRevision() uint64 {
@@ -2339,7 +2440,7 @@ type ToolApproval struct {
 
 func (x *ToolApproval) Reset() {
 	*x = ToolApproval{}
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[41]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2351,7 +2452,7 @@ func (x *ToolApproval) String() string {
 func (*ToolApproval) ProtoMessage() {}
 
 func (x *ToolApproval) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[41]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2364,7 +2465,7 @@ func (x *ToolApproval) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolApproval.ProtoReflect.Descriptor instead.
 func (*ToolApproval) Descriptor() ([]byte, []int) {
-	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{41}
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ToolApproval) GetScope() string {
@@ -2423,7 +2524,7 @@ type ListToolApprovalsRequest struct {
 
 func (x *ListToolApprovalsRequest) Reset() {
 	*x = ListToolApprovalsRequest{}
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[42]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2435,7 +2536,7 @@ func (x *ListToolApprovalsRequest) String() string {
 func (*ListToolApprovalsRequest) ProtoMessage() {}
 
 func (x *ListToolApprovalsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[42]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2448,7 +2549,7 @@ func (x *ListToolApprovalsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListToolApprovalsRequest.ProtoReflect.Descriptor instead.
 func (*ListToolApprovalsRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{42}
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ListToolApprovalsRequest) GetScope() string {
@@ -2504,7 +2605,7 @@ type ListToolApprovalsResponse struct {
 
 func (x *ListToolApprovalsResponse) Reset() {
 	*x = ListToolApprovalsResponse{}
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[43]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2516,7 +2617,7 @@ func (x *ListToolApprovalsResponse) String() string {
 func (*ListToolApprovalsResponse) ProtoMessage() {}
 
 func (x *ListToolApprovalsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[43]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2529,7 +2630,7 @@ func (x *ListToolApprovalsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListToolApprovalsResponse.ProtoReflect.Descriptor instead.
 func (*ListToolApprovalsResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{43}
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ListToolApprovalsResponse) GetApprovals() []*ToolApproval {
@@ -2561,7 +2662,7 @@ type RevokeToolApprovalsRequest struct {
 
 func (x *RevokeToolApprovalsRequest) Reset() {
 	*x = RevokeToolApprovalsRequest{}
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[44]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2573,7 +2674,7 @@ func (x *RevokeToolApprovalsRequest) String() string {
 func (*RevokeToolApprovalsRequest) ProtoMessage() {}
 
 func (x *RevokeToolApprovalsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[44]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2586,7 +2687,7 @@ func (x *RevokeToolApprovalsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeToolApprovalsRequest.ProtoReflect.Descriptor instead.
 func (*RevokeToolApprovalsRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{44}
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *RevokeToolApprovalsRequest) GetScope() string {
@@ -2620,7 +2721,7 @@ type RevokeToolApprovalsResponse struct {
 
 func (x *RevokeToolApprovalsResponse) Reset() {
 	*x = RevokeToolApprovalsResponse{}
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[45]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2632,7 +2733,7 @@ func (x *RevokeToolApprovalsResponse) String() string {
 func (*RevokeToolApprovalsResponse) ProtoMessage() {}
 
 func (x *RevokeToolApprovalsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[45]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2645,7 +2746,7 @@ func (x *RevokeToolApprovalsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeToolApprovalsResponse.ProtoReflect.Descriptor instead.
 func (*RevokeToolApprovalsResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{45}
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *RevokeToolApprovalsResponse) GetRevoked() []*ToolApproval {
@@ -2738,7 +2839,12 @@ const file_switchboard_admin_v1_admin_proto_rawDesc = "" +
 	"\adry_run\x18\x05 \x01(\bR\x06dryRun\x1a7\n" +
 	"\tRowsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"G\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"H\n" +
+	"\x11ExportUserRequest\x12\x1a\n" +
+	"\bplatform\x18\x01 \x01(\tR\bplatform\x12\x17\n" +
+	"\auser_id\x18\x02 \x01(\tR\x06userId\"(\n" +
+	"\x12ExportUserResponse\x12\x12\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\"G\n" +
 	"\x15ApprovePairingRequest\x12\x1a\n" +
 	"\bplatform\x18\x01 \x01(\tR\bplatform\x12\x12\n" +
 	"\x04code\x18\x02 \x01(\tR\x04code\"Q\n" +
@@ -2842,7 +2948,7 @@ const file_switchboard_admin_v1_admin_proto_rawDesc = "" +
 	"\asubject\x18\x02 \x01(\tR\asubject\x12\x18\n" +
 	"\apattern\x18\x03 \x01(\tR\apattern\"[\n" +
 	"\x1bRevokeToolApprovalsResponse\x12<\n" +
-	"\arevoked\x18\x01 \x03(\v2\".switchboard.admin.v1.ToolApprovalR\arevoked2\xd9\x10\n" +
+	"\arevoked\x18\x01 \x03(\v2\".switchboard.admin.v1.ToolApprovalR\arevoked2\xbc\x11\n" +
 	"\fAdminService\x12e\n" +
 	"\fListSessions\x12).switchboard.admin.v1.ListSessionsRequest\x1a*.switchboard.admin.v1.ListSessionsResponse\x12_\n" +
 	"\n" +
@@ -2850,7 +2956,9 @@ const file_switchboard_admin_v1_admin_proto_rawDesc = "" +
 	"\fResetSession\x12).switchboard.admin.v1.ResetSessionRequest\x1a*.switchboard.admin.v1.ResetSessionResponse\x12h\n" +
 	"\rPruneSessions\x12*.switchboard.admin.v1.PruneSessionsRequest\x1a+.switchboard.admin.v1.PruneSessionsResponse\x12_\n" +
 	"\n" +
-	"ForgetUser\x12'.switchboard.admin.v1.ForgetUserRequest\x1a(.switchboard.admin.v1.ForgetUserResponse\x12e\n" +
+	"ForgetUser\x12'.switchboard.admin.v1.ForgetUserRequest\x1a(.switchboard.admin.v1.ForgetUserResponse\x12a\n" +
+	"\n" +
+	"ExportUser\x12'.switchboard.admin.v1.ExportUserRequest\x1a(.switchboard.admin.v1.ExportUserResponse0\x01\x12e\n" +
 	"\fListPairings\x12).switchboard.admin.v1.ListPairingsRequest\x1a*.switchboard.admin.v1.ListPairingsResponse\x12k\n" +
 	"\x0eApprovePairing\x12+.switchboard.admin.v1.ApprovePairingRequest\x1a,.switchboard.admin.v1.ApprovePairingResponse\x12h\n" +
 	"\rRevokePairing\x12*.switchboard.admin.v1.RevokePairingRequest\x1a+.switchboard.admin.v1.RevokePairingResponse\x12k\n" +
@@ -2882,7 +2990,7 @@ func file_switchboard_admin_v1_admin_proto_rawDescGZIP() []byte {
 	return file_switchboard_admin_v1_admin_proto_rawDescData
 }
 
-var file_switchboard_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 48)
+var file_switchboard_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
 var file_switchboard_admin_v1_admin_proto_goTypes = []any{
 	(*Session)(nil),                     // 0: switchboard.admin.v1.Session
 	(*ListSessionsRequest)(nil),         // 1: switchboard.admin.v1.ListSessionsRequest
@@ -2898,118 +3006,122 @@ var file_switchboard_admin_v1_admin_proto_goTypes = []any{
 	(*ListPairingsResponse)(nil),        // 11: switchboard.admin.v1.ListPairingsResponse
 	(*ForgetUserRequest)(nil),           // 12: switchboard.admin.v1.ForgetUserRequest
 	(*ForgetUserResponse)(nil),          // 13: switchboard.admin.v1.ForgetUserResponse
-	(*ApprovePairingRequest)(nil),       // 14: switchboard.admin.v1.ApprovePairingRequest
-	(*ApprovePairingResponse)(nil),      // 15: switchboard.admin.v1.ApprovePairingResponse
-	(*RevokePairingRequest)(nil),        // 16: switchboard.admin.v1.RevokePairingRequest
-	(*RevokePairingResponse)(nil),       // 17: switchboard.admin.v1.RevokePairingResponse
-	(*ListDeliveriesRequest)(nil),       // 18: switchboard.admin.v1.ListDeliveriesRequest
-	(*ListDeliveriesResponse)(nil),      // 19: switchboard.admin.v1.ListDeliveriesResponse
-	(*RetryDeliveriesRequest)(nil),      // 20: switchboard.admin.v1.RetryDeliveriesRequest
-	(*RetryDeliveriesResponse)(nil),     // 21: switchboard.admin.v1.RetryDeliveriesResponse
-	(*PurgeDeliveriesRequest)(nil),      // 22: switchboard.admin.v1.PurgeDeliveriesRequest
-	(*PurgeDeliveriesResponse)(nil),     // 23: switchboard.admin.v1.PurgeDeliveriesResponse
-	(*Pause)(nil),                       // 24: switchboard.admin.v1.Pause
-	(*PauseAllowlist)(nil),              // 25: switchboard.admin.v1.PauseAllowlist
-	(*GetPauseRequest)(nil),             // 26: switchboard.admin.v1.GetPauseRequest
-	(*GetPauseResponse)(nil),            // 27: switchboard.admin.v1.GetPauseResponse
-	(*SetPauseRequest)(nil),             // 28: switchboard.admin.v1.SetPauseRequest
-	(*SetPauseResponse)(nil),            // 29: switchboard.admin.v1.SetPauseResponse
-	(*ClearPauseRequest)(nil),           // 30: switchboard.admin.v1.ClearPauseRequest
-	(*ClearPauseResponse)(nil),          // 31: switchboard.admin.v1.ClearPauseResponse
-	(*ApprovalMode)(nil),                // 32: switchboard.admin.v1.ApprovalMode
-	(*GetApprovalModeRequest)(nil),      // 33: switchboard.admin.v1.GetApprovalModeRequest
-	(*GetApprovalModeResponse)(nil),     // 34: switchboard.admin.v1.GetApprovalModeResponse
-	(*SetApprovalModeRequest)(nil),      // 35: switchboard.admin.v1.SetApprovalModeRequest
-	(*SetApprovalModeResponse)(nil),     // 36: switchboard.admin.v1.SetApprovalModeResponse
-	(*ResetApprovalModeRequest)(nil),    // 37: switchboard.admin.v1.ResetApprovalModeRequest
-	(*ResetApprovalModeResponse)(nil),   // 38: switchboard.admin.v1.ResetApprovalModeResponse
-	(*ReloadSkillsRequest)(nil),         // 39: switchboard.admin.v1.ReloadSkillsRequest
-	(*ReloadSkillsResponse)(nil),        // 40: switchboard.admin.v1.ReloadSkillsResponse
-	(*ToolApproval)(nil),                // 41: switchboard.admin.v1.ToolApproval
-	(*ListToolApprovalsRequest)(nil),    // 42: switchboard.admin.v1.ListToolApprovalsRequest
-	(*ListToolApprovalsResponse)(nil),   // 43: switchboard.admin.v1.ListToolApprovalsResponse
-	(*RevokeToolApprovalsRequest)(nil),  // 44: switchboard.admin.v1.RevokeToolApprovalsRequest
-	(*RevokeToolApprovalsResponse)(nil), // 45: switchboard.admin.v1.RevokeToolApprovalsResponse
-	nil,                                 // 46: switchboard.admin.v1.PruneSessionsResponse.RowsEntry
-	nil,                                 // 47: switchboard.admin.v1.ForgetUserResponse.RowsEntry
-	(*v1.SessionSource)(nil),            // 48: switchboard.events.v1.SessionSource
-	(*timestamppb.Timestamp)(nil),       // 49: google.protobuf.Timestamp
-	(v11.DeliveryState)(0),              // 50: switchboard.delivery.v1.DeliveryState
-	(*v11.Delivery)(nil),                // 51: switchboard.delivery.v1.Delivery
+	(*ExportUserRequest)(nil),           // 14: switchboard.admin.v1.ExportUserRequest
+	(*ExportUserResponse)(nil),          // 15: switchboard.admin.v1.ExportUserResponse
+	(*ApprovePairingRequest)(nil),       // 16: switchboard.admin.v1.ApprovePairingRequest
+	(*ApprovePairingResponse)(nil),      // 17: switchboard.admin.v1.ApprovePairingResponse
+	(*RevokePairingRequest)(nil),        // 18: switchboard.admin.v1.RevokePairingRequest
+	(*RevokePairingResponse)(nil),       // 19: switchboard.admin.v1.RevokePairingResponse
+	(*ListDeliveriesRequest)(nil),       // 20: switchboard.admin.v1.ListDeliveriesRequest
+	(*ListDeliveriesResponse)(nil),      // 21: switchboard.admin.v1.ListDeliveriesResponse
+	(*RetryDeliveriesRequest)(nil),      // 22: switchboard.admin.v1.RetryDeliveriesRequest
+	(*RetryDeliveriesResponse)(nil),     // 23: switchboard.admin.v1.RetryDeliveriesResponse
+	(*PurgeDeliveriesRequest)(nil),      // 24: switchboard.admin.v1.PurgeDeliveriesRequest
+	(*PurgeDeliveriesResponse)(nil),     // 25: switchboard.admin.v1.PurgeDeliveriesResponse
+	(*Pause)(nil),                       // 26: switchboard.admin.v1.Pause
+	(*PauseAllowlist)(nil),              // 27: switchboard.admin.v1.PauseAllowlist
+	(*GetPauseRequest)(nil),             // 28: switchboard.admin.v1.GetPauseRequest
+	(*GetPauseResponse)(nil),            // 29: switchboard.admin.v1.GetPauseResponse
+	(*SetPauseRequest)(nil),             // 30: switchboard.admin.v1.SetPauseRequest
+	(*SetPauseResponse)(nil),            // 31: switchboard.admin.v1.SetPauseResponse
+	(*ClearPauseRequest)(nil),           // 32: switchboard.admin.v1.ClearPauseRequest
+	(*ClearPauseResponse)(nil),          // 33: switchboard.admin.v1.ClearPauseResponse
+	(*ApprovalMode)(nil),                // 34: switchboard.admin.v1.ApprovalMode
+	(*GetApprovalModeRequest)(nil),      // 35: switchboard.admin.v1.GetApprovalModeRequest
+	(*GetApprovalModeResponse)(nil),     // 36: switchboard.admin.v1.GetApprovalModeResponse
+	(*SetApprovalModeRequest)(nil),      // 37: switchboard.admin.v1.SetApprovalModeRequest
+	(*SetApprovalModeResponse)(nil),     // 38: switchboard.admin.v1.SetApprovalModeResponse
+	(*ResetApprovalModeRequest)(nil),    // 39: switchboard.admin.v1.ResetApprovalModeRequest
+	(*ResetApprovalModeResponse)(nil),   // 40: switchboard.admin.v1.ResetApprovalModeResponse
+	(*ReloadSkillsRequest)(nil),         // 41: switchboard.admin.v1.ReloadSkillsRequest
+	(*ReloadSkillsResponse)(nil),        // 42: switchboard.admin.v1.ReloadSkillsResponse
+	(*ToolApproval)(nil),                // 43: switchboard.admin.v1.ToolApproval
+	(*ListToolApprovalsRequest)(nil),    // 44: switchboard.admin.v1.ListToolApprovalsRequest
+	(*ListToolApprovalsResponse)(nil),   // 45: switchboard.admin.v1.ListToolApprovalsResponse
+	(*RevokeToolApprovalsRequest)(nil),  // 46: switchboard.admin.v1.RevokeToolApprovalsRequest
+	(*RevokeToolApprovalsResponse)(nil), // 47: switchboard.admin.v1.RevokeToolApprovalsResponse
+	nil,                                 // 48: switchboard.admin.v1.PruneSessionsResponse.RowsEntry
+	nil,                                 // 49: switchboard.admin.v1.ForgetUserResponse.RowsEntry
+	(*v1.SessionSource)(nil),            // 50: switchboard.events.v1.SessionSource
+	(*timestamppb.Timestamp)(nil),       // 51: google.protobuf.Timestamp
+	(v11.DeliveryState)(0),              // 52: switchboard.delivery.v1.DeliveryState
+	(*v11.Delivery)(nil),                // 53: switchboard.delivery.v1.Delivery
 }
 var file_switchboard_admin_v1_admin_proto_depIdxs = []int32{
-	48, // 0: switchboard.admin.v1.Session.origin:type_name -> switchboard.events.v1.SessionSource
-	49, // 1: switchboard.admin.v1.Session.created_at:type_name -> google.protobuf.Timestamp
-	49, // 2: switchboard.admin.v1.Session.updated_at:type_name -> google.protobuf.Timestamp
+	50, // 0: switchboard.admin.v1.Session.origin:type_name -> switchboard.events.v1.SessionSource
+	51, // 1: switchboard.admin.v1.Session.created_at:type_name -> google.protobuf.Timestamp
+	51, // 2: switchboard.admin.v1.Session.updated_at:type_name -> google.protobuf.Timestamp
 	0,  // 3: switchboard.admin.v1.ListSessionsResponse.sessions:type_name -> switchboard.admin.v1.Session
 	0,  // 4: switchboard.admin.v1.GetSessionResponse.session:type_name -> switchboard.admin.v1.Session
 	0,  // 5: switchboard.admin.v1.ResetSessionResponse.session:type_name -> switchboard.admin.v1.Session
-	46, // 6: switchboard.admin.v1.PruneSessionsResponse.rows:type_name -> switchboard.admin.v1.PruneSessionsResponse.RowsEntry
-	49, // 7: switchboard.admin.v1.Pairing.created_at:type_name -> google.protobuf.Timestamp
-	49, // 8: switchboard.admin.v1.Pairing.expires_at:type_name -> google.protobuf.Timestamp
-	49, // 9: switchboard.admin.v1.Pairing.approved_at:type_name -> google.protobuf.Timestamp
+	48, // 6: switchboard.admin.v1.PruneSessionsResponse.rows:type_name -> switchboard.admin.v1.PruneSessionsResponse.RowsEntry
+	51, // 7: switchboard.admin.v1.Pairing.created_at:type_name -> google.protobuf.Timestamp
+	51, // 8: switchboard.admin.v1.Pairing.expires_at:type_name -> google.protobuf.Timestamp
+	51, // 9: switchboard.admin.v1.Pairing.approved_at:type_name -> google.protobuf.Timestamp
 	9,  // 10: switchboard.admin.v1.ListPairingsResponse.pairings:type_name -> switchboard.admin.v1.Pairing
-	47, // 11: switchboard.admin.v1.ForgetUserResponse.rows:type_name -> switchboard.admin.v1.ForgetUserResponse.RowsEntry
+	49, // 11: switchboard.admin.v1.ForgetUserResponse.rows:type_name -> switchboard.admin.v1.ForgetUserResponse.RowsEntry
 	9,  // 12: switchboard.admin.v1.ApprovePairingResponse.pairing:type_name -> switchboard.admin.v1.Pairing
-	50, // 13: switchboard.admin.v1.ListDeliveriesRequest.states:type_name -> switchboard.delivery.v1.DeliveryState
-	51, // 14: switchboard.admin.v1.ListDeliveriesResponse.deliveries:type_name -> switchboard.delivery.v1.Delivery
-	49, // 15: switchboard.admin.v1.Pause.paused_at:type_name -> google.protobuf.Timestamp
-	49, // 16: switchboard.admin.v1.Pause.expires_at:type_name -> google.protobuf.Timestamp
-	25, // 17: switchboard.admin.v1.Pause.allow:type_name -> switchboard.admin.v1.PauseAllowlist
-	24, // 18: switchboard.admin.v1.GetPauseResponse.pause:type_name -> switchboard.admin.v1.Pause
-	25, // 19: switchboard.admin.v1.SetPauseRequest.allow:type_name -> switchboard.admin.v1.PauseAllowlist
-	24, // 20: switchboard.admin.v1.SetPauseResponse.pause:type_name -> switchboard.admin.v1.Pause
-	24, // 21: switchboard.admin.v1.ClearPauseResponse.pause:type_name -> switchboard.admin.v1.Pause
-	49, // 22: switchboard.admin.v1.ApprovalMode.set_at:type_name -> google.protobuf.Timestamp
-	32, // 23: switchboard.admin.v1.GetApprovalModeResponse.approval_mode:type_name -> switchboard.admin.v1.ApprovalMode
-	32, // 24: switchboard.admin.v1.SetApprovalModeResponse.approval_mode:type_name -> switchboard.admin.v1.ApprovalMode
-	32, // 25: switchboard.admin.v1.ResetApprovalModeResponse.approval_mode:type_name -> switchboard.admin.v1.ApprovalMode
-	49, // 26: switchboard.admin.v1.ReloadSkillsResponse.announced_at:type_name -> google.protobuf.Timestamp
-	49, // 27: switchboard.admin.v1.ToolApproval.created_at:type_name -> google.protobuf.Timestamp
-	41, // 28: switchboard.admin.v1.ListToolApprovalsResponse.approvals:type_name -> switchboard.admin.v1.ToolApproval
-	41, // 29: switchboard.admin.v1.RevokeToolApprovalsResponse.revoked:type_name -> switchboard.admin.v1.ToolApproval
+	52, // 13: switchboard.admin.v1.ListDeliveriesRequest.states:type_name -> switchboard.delivery.v1.DeliveryState
+	53, // 14: switchboard.admin.v1.ListDeliveriesResponse.deliveries:type_name -> switchboard.delivery.v1.Delivery
+	51, // 15: switchboard.admin.v1.Pause.paused_at:type_name -> google.protobuf.Timestamp
+	51, // 16: switchboard.admin.v1.Pause.expires_at:type_name -> google.protobuf.Timestamp
+	27, // 17: switchboard.admin.v1.Pause.allow:type_name -> switchboard.admin.v1.PauseAllowlist
+	26, // 18: switchboard.admin.v1.GetPauseResponse.pause:type_name -> switchboard.admin.v1.Pause
+	27, // 19: switchboard.admin.v1.SetPauseRequest.allow:type_name -> switchboard.admin.v1.PauseAllowlist
+	26, // 20: switchboard.admin.v1.SetPauseResponse.pause:type_name -> switchboard.admin.v1.Pause
+	26, // 21: switchboard.admin.v1.ClearPauseResponse.pause:type_name -> switchboard.admin.v1.Pause
+	51, // 22: switchboard.admin.v1.ApprovalMode.set_at:type_name -> google.protobuf.Timestamp
+	34, // 23: switchboard.admin.v1.GetApprovalModeResponse.approval_mode:type_name -> switchboard.admin.v1.ApprovalMode
+	34, // 24: switchboard.admin.v1.SetApprovalModeResponse.approval_mode:type_name -> switchboard.admin.v1.ApprovalMode
+	34, // 25: switchboard.admin.v1.ResetApprovalModeResponse.approval_mode:type_name -> switchboard.admin.v1.ApprovalMode
+	51, // 26: switchboard.admin.v1.ReloadSkillsResponse.announced_at:type_name -> google.protobuf.Timestamp
+	51, // 27: switchboard.admin.v1.ToolApproval.created_at:type_name -> google.protobuf.Timestamp
+	43, // 28: switchboard.admin.v1.ListToolApprovalsResponse.approvals:type_name -> switchboard.admin.v1.ToolApproval
+	43, // 29: switchboard.admin.v1.RevokeToolApprovalsResponse.revoked:type_name -> switchboard.admin.v1.ToolApproval
 	1,  // 30: switchboard.admin.v1.AdminService.ListSessions:input_type -> switchboard.admin.v1.ListSessionsRequest
 	3,  // 31: switchboard.admin.v1.AdminService.GetSession:input_type -> switchboard.admin.v1.GetSessionRequest
 	5,  // 32: switchboard.admin.v1.AdminService.ResetSession:input_type -> switchboard.admin.v1.ResetSessionRequest
 	7,  // 33: switchboard.admin.v1.AdminService.PruneSessions:input_type -> switchboard.admin.v1.PruneSessionsRequest
 	12, // 34: switchboard.admin.v1.AdminService.ForgetUser:input_type -> switchboard.admin.v1.ForgetUserRequest
-	10, // 35: switchboard.admin.v1.AdminService.ListPairings:input_type -> switchboard.admin.v1.ListPairingsRequest
-	14, // 36: switchboard.admin.v1.AdminService.ApprovePairing:input_type -> switchboard.admin.v1.ApprovePairingRequest
-	16, // 37: switchboard.admin.v1.AdminService.RevokePairing:input_type -> switchboard.admin.v1.RevokePairingRequest
-	18, // 38: switchboard.admin.v1.AdminService.ListDeliveries:input_type -> switchboard.admin.v1.ListDeliveriesRequest
-	20, // 39: switchboard.admin.v1.AdminService.RetryDeliveries:input_type -> switchboard.admin.v1.RetryDeliveriesRequest
-	22, // 40: switchboard.admin.v1.AdminService.PurgeDeliveries:input_type -> switchboard.admin.v1.PurgeDeliveriesRequest
-	26, // 41: switchboard.admin.v1.AdminService.GetPause:input_type -> switchboard.admin.v1.GetPauseRequest
-	28, // 42: switchboard.admin.v1.AdminService.SetPause:input_type -> switchboard.admin.v1.SetPauseRequest
-	30, // 43: switchboard.admin.v1.AdminService.ClearPause:input_type -> switchboard.admin.v1.ClearPauseRequest
-	33, // 44: switchboard.admin.v1.AdminService.GetApprovalMode:input_type -> switchboard.admin.v1.GetApprovalModeRequest
-	35, // 45: switchboard.admin.v1.AdminService.SetApprovalMode:input_type -> switchboard.admin.v1.SetApprovalModeRequest
-	37, // 46: switchboard.admin.v1.AdminService.ResetApprovalMode:input_type -> switchboard.admin.v1.ResetApprovalModeRequest
-	42, // 47: switchboard.admin.v1.AdminService.ListToolApprovals:input_type -> switchboard.admin.v1.ListToolApprovalsRequest
-	44, // 48: switchboard.admin.v1.AdminService.RevokeToolApprovals:input_type -> switchboard.admin.v1.RevokeToolApprovalsRequest
-	39, // 49: switchboard.admin.v1.AdminService.ReloadSkills:input_type -> switchboard.admin.v1.ReloadSkillsRequest
-	2,  // 50: switchboard.admin.v1.AdminService.ListSessions:output_type -> switchboard.admin.v1.ListSessionsResponse
-	4,  // 51: switchboard.admin.v1.AdminService.GetSession:output_type -> switchboard.admin.v1.GetSessionResponse
-	6,  // 52: switchboard.admin.v1.AdminService.ResetSession:output_type -> switchboard.admin.v1.ResetSessionResponse
-	8,  // 53: switchboard.admin.v1.AdminService.PruneSessions:output_type -> switchboard.admin.v1.PruneSessionsResponse
-	13, // 54: switchboard.admin.v1.AdminService.ForgetUser:output_type -> switchboard.admin.v1.ForgetUserResponse
-	11, // 55: switchboard.admin.v1.AdminService.ListPairings:output_type -> switchboard.admin.v1.ListPairingsResponse
-	15, // 56: switchboard.admin.v1.AdminService.ApprovePairing:output_type -> switchboard.admin.v1.ApprovePairingResponse
-	17, // 57: switchboard.admin.v1.AdminService.RevokePairing:output_type -> switchboard.admin.v1.RevokePairingResponse
-	19, // 58: switchboard.admin.v1.AdminService.ListDeliveries:output_type -> switchboard.admin.v1.ListDeliveriesResponse
-	21, // 59: switchboard.admin.v1.AdminService.RetryDeliveries:output_type -> switchboard.admin.v1.RetryDeliveriesResponse
-	23, // 60: switchboard.admin.v1.AdminService.PurgeDeliveries:output_type -> switchboard.admin.v1.PurgeDeliveriesResponse
-	27, // 61: switchboard.admin.v1.AdminService.GetPause:output_type -> switchboard.admin.v1.GetPauseResponse
-	29, // 62: switchboard.admin.v1.AdminService.SetPause:output_type -> switchboard.admin.v1.SetPauseResponse
-	31, // 63: switchboard.admin.v1.AdminService.ClearPause:output_type -> switchboard.admin.v1.ClearPauseResponse
-	34, // 64: switchboard.admin.v1.AdminService.GetApprovalMode:output_type -> switchboard.admin.v1.GetApprovalModeResponse
-	36, // 65: switchboard.admin.v1.AdminService.SetApprovalMode:output_type -> switchboard.admin.v1.SetApprovalModeResponse
-	38, // 66: switchboard.admin.v1.AdminService.ResetApprovalMode:output_type -> switchboard.admin.v1.ResetApprovalModeResponse
-	43, // 67: switchboard.admin.v1.AdminService.ListToolApprovals:output_type -> switchboard.admin.v1.ListToolApprovalsResponse
-	45, // 68: switchboard.admin.v1.AdminService.RevokeToolApprovals:output_type -> switchboard.admin.v1.RevokeToolApprovalsResponse
-	40, // 69: switchboard.admin.v1.AdminService.ReloadSkills:output_type -> switchboard.admin.v1.ReloadSkillsResponse
-	50, // [50:70] is the sub-list for method output_type
-	30, // [30:50] is the sub-list for method input_type
+	14, // 35: switchboard.admin.v1.AdminService.ExportUser:input_type -> switchboard.admin.v1.ExportUserRequest
+	10, // 36: switchboard.admin.v1.AdminService.ListPairings:input_type -> switchboard.admin.v1.ListPairingsRequest
+	16, // 37: switchboard.admin.v1.AdminService.ApprovePairing:input_type -> switchboard.admin.v1.ApprovePairingRequest
+	18, // 38: switchboard.admin.v1.AdminService.RevokePairing:input_type -> switchboard.admin.v1.RevokePairingRequest
+	20, // 39: switchboard.admin.v1.AdminService.ListDeliveries:input_type -> switchboard.admin.v1.ListDeliveriesRequest
+	22, // 40: switchboard.admin.v1.AdminService.RetryDeliveries:input_type -> switchboard.admin.v1.RetryDeliveriesRequest
+	24, // 41: switchboard.admin.v1.AdminService.PurgeDeliveries:input_type -> switchboard.admin.v1.PurgeDeliveriesRequest
+	28, // 42: switchboard.admin.v1.AdminService.GetPause:input_type -> switchboard.admin.v1.GetPauseRequest
+	30, // 43: switchboard.admin.v1.AdminService.SetPause:input_type -> switchboard.admin.v1.SetPauseRequest
+	32, // 44: switchboard.admin.v1.AdminService.ClearPause:input_type -> switchboard.admin.v1.ClearPauseRequest
+	35, // 45: switchboard.admin.v1.AdminService.GetApprovalMode:input_type -> switchboard.admin.v1.GetApprovalModeRequest
+	37, // 46: switchboard.admin.v1.AdminService.SetApprovalMode:input_type -> switchboard.admin.v1.SetApprovalModeRequest
+	39, // 47: switchboard.admin.v1.AdminService.ResetApprovalMode:input_type -> switchboard.admin.v1.ResetApprovalModeRequest
+	44, // 48: switchboard.admin.v1.AdminService.ListToolApprovals:input_type -> switchboard.admin.v1.ListToolApprovalsRequest
+	46, // 49: switchboard.admin.v1.AdminService.RevokeToolApprovals:input_type -> switchboard.admin.v1.RevokeToolApprovalsRequest
+	41, // 50: switchboard.admin.v1.AdminService.ReloadSkills:input_type -> switchboard.admin.v1.ReloadSkillsRequest
+	2,  // 51: switchboard.admin.v1.AdminService.ListSessions:output_type -> switchboard.admin.v1.ListSessionsResponse
+	4,  // 52: switchboard.admin.v1.AdminService.GetSession:output_type -> switchboard.admin.v1.GetSessionResponse
+	6,  // 53: switchboard.admin.v1.AdminService.ResetSession:output_type -> switchboard.admin.v1.ResetSessionResponse
+	8,  // 54: switchboard.admin.v1.AdminService.PruneSessions:output_type -> switchboard.admin.v1.PruneSessionsResponse
+	13, // 55: switchboard.admin.v1.AdminService.ForgetUser:output_type -> switchboard.admin.v1.ForgetUserResponse
+	15, // 56: switchboard.admin.v1.AdminService.ExportUser:output_type -> switchboard.admin.v1.ExportUserResponse
+	11, // 57: switchboard.admin.v1.AdminService.ListPairings:output_type -> switchboard.admin.v1.ListPairingsResponse
+	17, // 58: switchboard.admin.v1.AdminService.ApprovePairing:output_type -> switchboard.admin.v1.ApprovePairingResponse
+	19, // 59: switchboard.admin.v1.AdminService.RevokePairing:output_type -> switchboard.admin.v1.RevokePairingResponse
+	21, // 60: switchboard.admin.v1.AdminService.ListDeliveries:output_type -> switchboard.admin.v1.ListDeliveriesResponse
+	23, // 61: switchboard.admin.v1.AdminService.RetryDeliveries:output_type -> switchboard.admin.v1.RetryDeliveriesResponse
+	25, // 62: switchboard.admin.v1.AdminService.PurgeDeliveries:output_type -> switchboard.admin.v1.PurgeDeliveriesResponse
+	29, // 63: switchboard.admin.v1.AdminService.GetPause:output_type -> switchboard.admin.v1.GetPauseResponse
+	31, // 64: switchboard.admin.v1.AdminService.SetPause:output_type -> switchboard.admin.v1.SetPauseResponse
+	33, // 65: switchboard.admin.v1.AdminService.ClearPause:output_type -> switchboard.admin.v1.ClearPauseResponse
+	36, // 66: switchboard.admin.v1.AdminService.GetApprovalMode:output_type -> switchboard.admin.v1.GetApprovalModeResponse
+	38, // 67: switchboard.admin.v1.AdminService.SetApprovalMode:output_type -> switchboard.admin.v1.SetApprovalModeResponse
+	40, // 68: switchboard.admin.v1.AdminService.ResetApprovalMode:output_type -> switchboard.admin.v1.ResetApprovalModeResponse
+	45, // 69: switchboard.admin.v1.AdminService.ListToolApprovals:output_type -> switchboard.admin.v1.ListToolApprovalsResponse
+	47, // 70: switchboard.admin.v1.AdminService.RevokeToolApprovals:output_type -> switchboard.admin.v1.RevokeToolApprovalsResponse
+	42, // 71: switchboard.admin.v1.AdminService.ReloadSkills:output_type -> switchboard.admin.v1.ReloadSkillsResponse
+	51, // [51:72] is the sub-list for method output_type
+	30, // [30:51] is the sub-list for method input_type
 	30, // [30:30] is the sub-list for extension type_name
 	30, // [30:30] is the sub-list for extension extendee
 	0,  // [0:30] is the sub-list for field type_name
@@ -3020,14 +3132,14 @@ func file_switchboard_admin_v1_admin_proto_init() {
 	if File_switchboard_admin_v1_admin_proto != nil {
 		return
 	}
-	file_switchboard_admin_v1_admin_proto_msgTypes[28].OneofWrappers = []any{}
+	file_switchboard_admin_v1_admin_proto_msgTypes[30].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_switchboard_admin_v1_admin_proto_rawDesc), len(file_switchboard_admin_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   48,
+			NumMessages:   50,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -24,6 +24,7 @@ const (
 	AdminService_ResetSession_FullMethodName        = "/switchboard.admin.v1.AdminService/ResetSession"
 	AdminService_PruneSessions_FullMethodName       = "/switchboard.admin.v1.AdminService/PruneSessions"
 	AdminService_ForgetUser_FullMethodName          = "/switchboard.admin.v1.AdminService/ForgetUser"
+	AdminService_ExportUser_FullMethodName          = "/switchboard.admin.v1.AdminService/ExportUser"
 	AdminService_ListPairings_FullMethodName        = "/switchboard.admin.v1.AdminService/ListPairings"
 	AdminService_ApprovePairing_FullMethodName      = "/switchboard.admin.v1.AdminService/ApprovePairing"
 	AdminService_RevokePairing_FullMethodName       = "/switchboard.admin.v1.AdminService/RevokePairing"
@@ -57,6 +58,9 @@ type AdminServiceClient interface {
 	// request): their own sessions and what they own (pkg/retention
 	// Forget).
 	ForgetUser(ctx context.Context, in *ForgetUserRequest, opts ...grpc.CallOption) (*ForgetUserResponse, error)
+	// Everything Switchboard holds of one user (an access request), as a
+	// JSON document in chunks (pkg/userdata Export).
+	ExportUser(ctx context.Context, in *ExportUserRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ExportUserResponse], error)
 	ListPairings(ctx context.Context, in *ListPairingsRequest, opts ...grpc.CallOption) (*ListPairingsResponse, error)
 	ApprovePairing(ctx context.Context, in *ApprovePairingRequest, opts ...grpc.CallOption) (*ApprovePairingResponse, error)
 	RevokePairing(ctx context.Context, in *RevokePairingRequest, opts ...grpc.CallOption) (*RevokePairingResponse, error)
@@ -145,6 +149,25 @@ func (c *adminServiceClient) ForgetUser(ctx context.Context, in *ForgetUserReque
 	}
 	return out, nil
 }
+
+func (c *adminServiceClient) ExportUser(ctx context.Context, in *ExportUserRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ExportUserResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &AdminService_ServiceDesc.Streams[0], AdminService_ExportUser_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ExportUserRequest, ExportUserResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type AdminService_ExportUserClient = grpc.ServerStreamingClient[ExportUserResponse]
 
 func (c *adminServiceClient) ListPairings(ctx context.Context, in *ListPairingsRequest, opts ...grpc.CallOption) (*ListPairingsResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
@@ -312,6 +335,9 @@ type AdminServiceServer interface {
 	// request): their own sessions and what they own (pkg/retention
 	// Forget).
 	ForgetUser(context.Context, *ForgetUserRequest) (*ForgetUserResponse, error)
+	// Everything Switchboard holds of one user (an access request), as a
+	// JSON document in chunks (pkg/userdata Export).
+	ExportUser(*ExportUserRequest, grpc.ServerStreamingServer[ExportUserResponse]) error
 	ListPairings(context.Context, *ListPairingsRequest) (*ListPairingsResponse, error)
 	ApprovePairing(context.Context, *ApprovePairingRequest) (*ApprovePairingResponse, error)
 	RevokePairing(context.Context, *RevokePairingRequest) (*RevokePairingResponse, error)
@@ -365,6 +391,9 @@ func (UnimplementedAdminServiceServer) PruneSessions(context.Context, *PruneSess
 }
 func (UnimplementedAdminServiceServer) ForgetUser(context.Context, *ForgetUserRequest) (*ForgetUserResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ForgetUser not implemented")
+}
+func (UnimplementedAdminServiceServer) ExportUser(*ExportUserRequest, grpc.ServerStreamingServer[ExportUserResponse]) error {
+	return status.Error(codes.Unimplemented, "method ExportUser not implemented")
 }
 func (UnimplementedAdminServiceServer) ListPairings(context.Context, *ListPairingsRequest) (*ListPairingsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListPairings not implemented")
@@ -521,6 +550,17 @@ func _AdminService_ForgetUser_Handler(srv interface{}, ctx context.Context, dec 
 	}
 	return interceptor(ctx, in, info, handler)
 }
+
+func _AdminService_ExportUser_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(ExportUserRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(AdminServiceServer).ExportUser(m, &grpc.GenericServerStream[ExportUserRequest, ExportUserResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type AdminService_ExportUserServer = grpc.ServerStreamingServer[ExportUserResponse]
 
 func _AdminService_ListPairings_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ListPairingsRequest)
@@ -880,6 +920,12 @@ var AdminService_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _AdminService_ReloadSkills_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "ExportUser",
+			Handler:       _AdminService_ExportUser_Handler,
+			ServerStreams: true,
+		},
+	},
 	Metadata: "switchboard/admin/v1/admin.proto",
 }

@@ -2,7 +2,9 @@ package admin
 
 import (
 	"context"
+	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -45,4 +47,38 @@ func userArg(platform, id string) (userdata.User, error) {
 		return u, status.Error(codes.InvalidArgument, "platform and user_id are required (the user id as /whoami shows it)")
 	}
 	return u, nil
+}
+
+// exportChunk is how much of an export one message carries: well under
+// gRPC's default 4 MiB a message.
+const exportChunk = 1 << 20
+
+// ExportUser streams everything held of one user as a JSON document
+// (userdata.Export) and audits the access (who, whose, how much).
+func (s *Service) ExportUser(req *adminv1.ExportUserRequest, stream grpc.ServerStreamingServer[adminv1.ExportUserResponse]) error {
+	ctx := stream.Context()
+	u, err := userArg(req.GetPlatform(), req.GetUserId())
+	if err != nil {
+		return err
+	}
+	doc, err := userdata.Export(ctx, s.db, u, time.Now())
+	if err != nil {
+		return err
+	}
+	b, err := doc.JSON()
+	if err != nil {
+		return err
+	}
+	if err := s.audit(ctx, "users.export", u.Platform+":"+u.ID, map[string]any{"sessions": len(doc.Sessions),
+		"memories": len(doc.Memories), "bytes": len(b)}); err != nil {
+		return err
+	}
+	for len(b) > 0 {
+		n := min(len(b), exportChunk)
+		if err := stream.Send(&adminv1.ExportUserResponse{Data: b[:n]}); err != nil {
+			return err
+		}
+		b = b[n:]
+	}
+	return nil
 }
