@@ -8,21 +8,32 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+
 	"github.com/switchboard-chat/switchboard/pkg/pg/pgtest"
 	"github.com/switchboard-chat/switchboard/pkg/redisx/redistest"
 	"github.com/switchboard-chat/switchboard/services/admin"
 )
+
+// testPruner is the admin process's sweeper on db, opening a Redis of
+// the test's own on its first call; closed when the test ends.
+func testPruner(t *testing.T, db *pgxpool.Pool) (*lazyPruner, *redis.Client, string) {
+	t.Helper()
+	rdb, prefix := redistest.New(t)
+	cfg := defaultConfig()
+	cfg.Redis.URL, cfg.Redis.Prefix = redistest.URL(), prefix
+	pruner := &lazyPruner{a: newApp("admin", cfg), db: db}
+	t.Cleanup(pruner.close)
+	return pruner, rdb, prefix
+}
 
 // TestSessionsPruneVerb drives `switchboard sessions prune` against a real
 // admin API whose pruner opens the real Redis on the first call.
 func TestSessionsPruneVerb(t *testing.T) {
 	ctx := context.Background()
 	db := pgtest.New(t)
-	rdb, prefix := redistest.New(t)
-	cfg := defaultConfig()
-	cfg.Redis.URL, cfg.Redis.Prefix = redistest.URL(), prefix
-	pruner := &lazyPruner{a: newApp("admin", cfg), db: db}
-	defer pruner.close()
+	pruner, rdb, prefix := testPruner(t, db)
 	s, err := admin.New(admin.Config{Addr: "127.0.0.1:0"}, admin.Deps{DB: db, Token: "tok", Pruner: pruner})
 	if err != nil {
 		t.Fatal(err)

@@ -16,7 +16,6 @@ import (
 
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/pg/pgtest"
-	"github.com/switchboard-chat/switchboard/pkg/redisx/redistest"
 	"github.com/switchboard-chat/switchboard/services/admin"
 )
 
@@ -27,11 +26,7 @@ import (
 func TestUsersForgetVerb(t *testing.T) {
 	ctx := context.Background()
 	db := pgtest.New(t)
-	rdb, prefix := redistest.New(t)
-	cfg := defaultConfig()
-	cfg.Redis.URL, cfg.Redis.Prefix = redistest.URL(), prefix
-	pruner := &lazyPruner{a: newApp("admin", cfg), db: db}
-	defer pruner.close()
+	pruner, rdb, prefix := testPruner(t, db)
 	addr := startAdminAPI(t, ctx, admin.Config{}, admin.Deps{DB: db, Forgetter: pruner})
 	t.Setenv("USER", "tester")
 
