@@ -2756,6 +2756,239 @@ func (x *RevokeToolApprovalsResponse) GetRevoked() []*ToolApproval {
 	return nil
 }
 
+// AuditEntry is one recorded action of the admin API.
+type AuditEntry struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    int64                  `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	At    *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=at,proto3" json:"at,omitempty"`
+	// token, or token:<operator> when the call named one.
+	Actor string `protobuf:"bytes,3,opt,name=actor,proto3" json:"actor,omitempty"`
+	// What was done: session.reset, users.forget, approvals.set, …
+	Action string `protobuf:"bytes,4,opt,name=action,proto3" json:"action,omitempty"`
+	// What it was done to: a session key, platform:user, …
+	Target string `protobuf:"bytes,5,opt,name=target,proto3" json:"target,omitempty"`
+	// The action's details as a JSON object (counts, the caller's peer
+	// address), never message content.
+	DetailJson    string `protobuf:"bytes,6,opt,name=detail_json,json=detailJson,proto3" json:"detail_json,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AuditEntry) Reset() {
+	*x = AuditEntry{}
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AuditEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AuditEntry) ProtoMessage() {}
+
+func (x *AuditEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AuditEntry.ProtoReflect.Descriptor instead.
+func (*AuditEntry) Descriptor() ([]byte, []int) {
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *AuditEntry) GetId() int64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *AuditEntry) GetAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.At
+	}
+	return nil
+}
+
+func (x *AuditEntry) GetActor() string {
+	if x != nil {
+		return x.Actor
+	}
+	return ""
+}
+
+func (x *AuditEntry) GetAction() string {
+	if x != nil {
+		return x.Action
+	}
+	return ""
+}
+
+func (x *AuditEntry) GetTarget() string {
+	if x != nil {
+		return x.Target
+	}
+	return ""
+}
+
+func (x *AuditEntry) GetDetailJson() string {
+	if x != nil {
+		return x.DetailJson
+	}
+	return ""
+}
+
+type ListAuditLogRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Only this action, or, ending in ".", the actions it begins
+	// ("users."); empty for all.
+	Action string `protobuf:"bytes,1,opt,name=action,proto3" json:"action,omitempty"`
+	// Only this target (exact).
+	Target string `protobuf:"bytes,2,opt,name=target,proto3" json:"target,omitempty"`
+	// Only this actor (exact: token:jane).
+	Actor string `protobuf:"bytes,3,opt,name=actor,proto3" json:"actor,omitempty"`
+	// Only entries at or after this time.
+	Since *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=since,proto3" json:"since,omitempty"`
+	// At most 500; 100 when unset.
+	PageSize      int32  `protobuf:"varint,5,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	PageToken     string `protobuf:"bytes,6,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListAuditLogRequest) Reset() {
+	*x = ListAuditLogRequest{}
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListAuditLogRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListAuditLogRequest) ProtoMessage() {}
+
+func (x *ListAuditLogRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListAuditLogRequest.ProtoReflect.Descriptor instead.
+func (*ListAuditLogRequest) Descriptor() ([]byte, []int) {
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *ListAuditLogRequest) GetAction() string {
+	if x != nil {
+		return x.Action
+	}
+	return ""
+}
+
+func (x *ListAuditLogRequest) GetTarget() string {
+	if x != nil {
+		return x.Target
+	}
+	return ""
+}
+
+func (x *ListAuditLogRequest) GetActor() string {
+	if x != nil {
+		return x.Actor
+	}
+	return ""
+}
+
+func (x *ListAuditLogRequest) GetSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Since
+	}
+	return nil
+}
+
+func (x *ListAuditLogRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListAuditLogRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+type ListAuditLogResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Newest first.
+	Entries       []*AuditEntry `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	NextPageToken string        `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListAuditLogResponse) Reset() {
+	*x = ListAuditLogResponse{}
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListAuditLogResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListAuditLogResponse) ProtoMessage() {}
+
+func (x *ListAuditLogResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListAuditLogResponse.ProtoReflect.Descriptor instead.
+func (*ListAuditLogResponse) Descriptor() ([]byte, []int) {
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *ListAuditLogResponse) GetEntries() []*AuditEntry {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
+func (x *ListAuditLogResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
 var File_switchboard_admin_v1_admin_proto protoreflect.FileDescriptor
 
 const file_switchboard_admin_v1_admin_proto_rawDesc = "" +
@@ -2948,7 +3181,27 @@ const file_switchboard_admin_v1_admin_proto_rawDesc = "" +
 	"\asubject\x18\x02 \x01(\tR\asubject\x12\x18\n" +
 	"\apattern\x18\x03 \x01(\tR\apattern\"[\n" +
 	"\x1bRevokeToolApprovalsResponse\x12<\n" +
-	"\arevoked\x18\x01 \x03(\v2\".switchboard.admin.v1.ToolApprovalR\arevoked2\xbc\x11\n" +
+	"\arevoked\x18\x01 \x03(\v2\".switchboard.admin.v1.ToolApprovalR\arevoked\"\xaf\x01\n" +
+	"\n" +
+	"AuditEntry\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x03R\x02id\x12*\n" +
+	"\x02at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12\x14\n" +
+	"\x05actor\x18\x03 \x01(\tR\x05actor\x12\x16\n" +
+	"\x06action\x18\x04 \x01(\tR\x06action\x12\x16\n" +
+	"\x06target\x18\x05 \x01(\tR\x06target\x12\x1f\n" +
+	"\vdetail_json\x18\x06 \x01(\tR\n" +
+	"detailJson\"\xc9\x01\n" +
+	"\x13ListAuditLogRequest\x12\x16\n" +
+	"\x06action\x18\x01 \x01(\tR\x06action\x12\x16\n" +
+	"\x06target\x18\x02 \x01(\tR\x06target\x12\x14\n" +
+	"\x05actor\x18\x03 \x01(\tR\x05actor\x120\n" +
+	"\x05since\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12\x1b\n" +
+	"\tpage_size\x18\x05 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x06 \x01(\tR\tpageToken\"z\n" +
+	"\x14ListAuditLogResponse\x12:\n" +
+	"\aentries\x18\x01 \x03(\v2 .switchboard.admin.v1.AuditEntryR\aentries\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken2\xa3\x12\n" +
 	"\fAdminService\x12e\n" +
 	"\fListSessions\x12).switchboard.admin.v1.ListSessionsRequest\x1a*.switchboard.admin.v1.ListSessionsResponse\x12_\n" +
 	"\n" +
@@ -2974,6 +3227,7 @@ const file_switchboard_admin_v1_admin_proto_rawDesc = "" +
 	"\x11ResetApprovalMode\x12..switchboard.admin.v1.ResetApprovalModeRequest\x1a/.switchboard.admin.v1.ResetApprovalModeResponse\x12t\n" +
 	"\x11ListToolApprovals\x12..switchboard.admin.v1.ListToolApprovalsRequest\x1a/.switchboard.admin.v1.ListToolApprovalsResponse\x12z\n" +
 	"\x13RevokeToolApprovals\x120.switchboard.admin.v1.RevokeToolApprovalsRequest\x1a1.switchboard.admin.v1.RevokeToolApprovalsResponse\x12e\n" +
+	"\fListAuditLog\x12).switchboard.admin.v1.ListAuditLogRequest\x1a*.switchboard.admin.v1.ListAuditLogResponse\x12e\n" +
 	"\fReloadSkills\x12).switchboard.admin.v1.ReloadSkillsRequest\x1a*.switchboard.admin.v1.ReloadSkillsResponseB\xe6\x01\n" +
 	"\x18com.switchboard.admin.v1B\n" +
 	"AdminProtoP\x01ZLgithub.com/switchboard-chat/switchboard/pkg/gen/switchboard/admin/v1;adminv1\xa2\x02\x03SAX\xaa\x02\x14Switchboard.Admin.V1\xca\x02\x14Switchboard\\Admin\\V1\xe2\x02 Switchboard\\Admin\\V1\\GPBMetadata\xea\x02\x16Switchboard::Admin::V1b\x06proto3"
@@ -2990,7 +3244,7 @@ func file_switchboard_admin_v1_admin_proto_rawDescGZIP() []byte {
 	return file_switchboard_admin_v1_admin_proto_rawDescData
 }
 
-var file_switchboard_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
+var file_switchboard_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 53)
 var file_switchboard_admin_v1_admin_proto_goTypes = []any{
 	(*Session)(nil),                     // 0: switchboard.admin.v1.Session
 	(*ListSessionsRequest)(nil),         // 1: switchboard.admin.v1.ListSessionsRequest
@@ -3040,91 +3294,99 @@ var file_switchboard_admin_v1_admin_proto_goTypes = []any{
 	(*ListToolApprovalsResponse)(nil),   // 45: switchboard.admin.v1.ListToolApprovalsResponse
 	(*RevokeToolApprovalsRequest)(nil),  // 46: switchboard.admin.v1.RevokeToolApprovalsRequest
 	(*RevokeToolApprovalsResponse)(nil), // 47: switchboard.admin.v1.RevokeToolApprovalsResponse
-	nil,                                 // 48: switchboard.admin.v1.PruneSessionsResponse.RowsEntry
-	nil,                                 // 49: switchboard.admin.v1.ForgetUserResponse.RowsEntry
-	(*v1.SessionSource)(nil),            // 50: switchboard.events.v1.SessionSource
-	(*timestamppb.Timestamp)(nil),       // 51: google.protobuf.Timestamp
-	(v11.DeliveryState)(0),              // 52: switchboard.delivery.v1.DeliveryState
-	(*v11.Delivery)(nil),                // 53: switchboard.delivery.v1.Delivery
+	(*AuditEntry)(nil),                  // 48: switchboard.admin.v1.AuditEntry
+	(*ListAuditLogRequest)(nil),         // 49: switchboard.admin.v1.ListAuditLogRequest
+	(*ListAuditLogResponse)(nil),        // 50: switchboard.admin.v1.ListAuditLogResponse
+	nil,                                 // 51: switchboard.admin.v1.PruneSessionsResponse.RowsEntry
+	nil,                                 // 52: switchboard.admin.v1.ForgetUserResponse.RowsEntry
+	(*v1.SessionSource)(nil),            // 53: switchboard.events.v1.SessionSource
+	(*timestamppb.Timestamp)(nil),       // 54: google.protobuf.Timestamp
+	(v11.DeliveryState)(0),              // 55: switchboard.delivery.v1.DeliveryState
+	(*v11.Delivery)(nil),                // 56: switchboard.delivery.v1.Delivery
 }
 var file_switchboard_admin_v1_admin_proto_depIdxs = []int32{
-	50, // 0: switchboard.admin.v1.Session.origin:type_name -> switchboard.events.v1.SessionSource
-	51, // 1: switchboard.admin.v1.Session.created_at:type_name -> google.protobuf.Timestamp
-	51, // 2: switchboard.admin.v1.Session.updated_at:type_name -> google.protobuf.Timestamp
+	53, // 0: switchboard.admin.v1.Session.origin:type_name -> switchboard.events.v1.SessionSource
+	54, // 1: switchboard.admin.v1.Session.created_at:type_name -> google.protobuf.Timestamp
+	54, // 2: switchboard.admin.v1.Session.updated_at:type_name -> google.protobuf.Timestamp
 	0,  // 3: switchboard.admin.v1.ListSessionsResponse.sessions:type_name -> switchboard.admin.v1.Session
 	0,  // 4: switchboard.admin.v1.GetSessionResponse.session:type_name -> switchboard.admin.v1.Session
 	0,  // 5: switchboard.admin.v1.ResetSessionResponse.session:type_name -> switchboard.admin.v1.Session
-	48, // 6: switchboard.admin.v1.PruneSessionsResponse.rows:type_name -> switchboard.admin.v1.PruneSessionsResponse.RowsEntry
-	51, // 7: switchboard.admin.v1.Pairing.created_at:type_name -> google.protobuf.Timestamp
-	51, // 8: switchboard.admin.v1.Pairing.expires_at:type_name -> google.protobuf.Timestamp
-	51, // 9: switchboard.admin.v1.Pairing.approved_at:type_name -> google.protobuf.Timestamp
+	51, // 6: switchboard.admin.v1.PruneSessionsResponse.rows:type_name -> switchboard.admin.v1.PruneSessionsResponse.RowsEntry
+	54, // 7: switchboard.admin.v1.Pairing.created_at:type_name -> google.protobuf.Timestamp
+	54, // 8: switchboard.admin.v1.Pairing.expires_at:type_name -> google.protobuf.Timestamp
+	54, // 9: switchboard.admin.v1.Pairing.approved_at:type_name -> google.protobuf.Timestamp
 	9,  // 10: switchboard.admin.v1.ListPairingsResponse.pairings:type_name -> switchboard.admin.v1.Pairing
-	49, // 11: switchboard.admin.v1.ForgetUserResponse.rows:type_name -> switchboard.admin.v1.ForgetUserResponse.RowsEntry
+	52, // 11: switchboard.admin.v1.ForgetUserResponse.rows:type_name -> switchboard.admin.v1.ForgetUserResponse.RowsEntry
 	9,  // 12: switchboard.admin.v1.ApprovePairingResponse.pairing:type_name -> switchboard.admin.v1.Pairing
-	52, // 13: switchboard.admin.v1.ListDeliveriesRequest.states:type_name -> switchboard.delivery.v1.DeliveryState
-	53, // 14: switchboard.admin.v1.ListDeliveriesResponse.deliveries:type_name -> switchboard.delivery.v1.Delivery
-	51, // 15: switchboard.admin.v1.Pause.paused_at:type_name -> google.protobuf.Timestamp
-	51, // 16: switchboard.admin.v1.Pause.expires_at:type_name -> google.protobuf.Timestamp
+	55, // 13: switchboard.admin.v1.ListDeliveriesRequest.states:type_name -> switchboard.delivery.v1.DeliveryState
+	56, // 14: switchboard.admin.v1.ListDeliveriesResponse.deliveries:type_name -> switchboard.delivery.v1.Delivery
+	54, // 15: switchboard.admin.v1.Pause.paused_at:type_name -> google.protobuf.Timestamp
+	54, // 16: switchboard.admin.v1.Pause.expires_at:type_name -> google.protobuf.Timestamp
 	27, // 17: switchboard.admin.v1.Pause.allow:type_name -> switchboard.admin.v1.PauseAllowlist
 	26, // 18: switchboard.admin.v1.GetPauseResponse.pause:type_name -> switchboard.admin.v1.Pause
 	27, // 19: switchboard.admin.v1.SetPauseRequest.allow:type_name -> switchboard.admin.v1.PauseAllowlist
 	26, // 20: switchboard.admin.v1.SetPauseResponse.pause:type_name -> switchboard.admin.v1.Pause
 	26, // 21: switchboard.admin.v1.ClearPauseResponse.pause:type_name -> switchboard.admin.v1.Pause
-	51, // 22: switchboard.admin.v1.ApprovalMode.set_at:type_name -> google.protobuf.Timestamp
+	54, // 22: switchboard.admin.v1.ApprovalMode.set_at:type_name -> google.protobuf.Timestamp
 	34, // 23: switchboard.admin.v1.GetApprovalModeResponse.approval_mode:type_name -> switchboard.admin.v1.ApprovalMode
 	34, // 24: switchboard.admin.v1.SetApprovalModeResponse.approval_mode:type_name -> switchboard.admin.v1.ApprovalMode
 	34, // 25: switchboard.admin.v1.ResetApprovalModeResponse.approval_mode:type_name -> switchboard.admin.v1.ApprovalMode
-	51, // 26: switchboard.admin.v1.ReloadSkillsResponse.announced_at:type_name -> google.protobuf.Timestamp
-	51, // 27: switchboard.admin.v1.ToolApproval.created_at:type_name -> google.protobuf.Timestamp
+	54, // 26: switchboard.admin.v1.ReloadSkillsResponse.announced_at:type_name -> google.protobuf.Timestamp
+	54, // 27: switchboard.admin.v1.ToolApproval.created_at:type_name -> google.protobuf.Timestamp
 	43, // 28: switchboard.admin.v1.ListToolApprovalsResponse.approvals:type_name -> switchboard.admin.v1.ToolApproval
 	43, // 29: switchboard.admin.v1.RevokeToolApprovalsResponse.revoked:type_name -> switchboard.admin.v1.ToolApproval
-	1,  // 30: switchboard.admin.v1.AdminService.ListSessions:input_type -> switchboard.admin.v1.ListSessionsRequest
-	3,  // 31: switchboard.admin.v1.AdminService.GetSession:input_type -> switchboard.admin.v1.GetSessionRequest
-	5,  // 32: switchboard.admin.v1.AdminService.ResetSession:input_type -> switchboard.admin.v1.ResetSessionRequest
-	7,  // 33: switchboard.admin.v1.AdminService.PruneSessions:input_type -> switchboard.admin.v1.PruneSessionsRequest
-	12, // 34: switchboard.admin.v1.AdminService.ForgetUser:input_type -> switchboard.admin.v1.ForgetUserRequest
-	14, // 35: switchboard.admin.v1.AdminService.ExportUser:input_type -> switchboard.admin.v1.ExportUserRequest
-	10, // 36: switchboard.admin.v1.AdminService.ListPairings:input_type -> switchboard.admin.v1.ListPairingsRequest
-	16, // 37: switchboard.admin.v1.AdminService.ApprovePairing:input_type -> switchboard.admin.v1.ApprovePairingRequest
-	18, // 38: switchboard.admin.v1.AdminService.RevokePairing:input_type -> switchboard.admin.v1.RevokePairingRequest
-	20, // 39: switchboard.admin.v1.AdminService.ListDeliveries:input_type -> switchboard.admin.v1.ListDeliveriesRequest
-	22, // 40: switchboard.admin.v1.AdminService.RetryDeliveries:input_type -> switchboard.admin.v1.RetryDeliveriesRequest
-	24, // 41: switchboard.admin.v1.AdminService.PurgeDeliveries:input_type -> switchboard.admin.v1.PurgeDeliveriesRequest
-	28, // 42: switchboard.admin.v1.AdminService.GetPause:input_type -> switchboard.admin.v1.GetPauseRequest
-	30, // 43: switchboard.admin.v1.AdminService.SetPause:input_type -> switchboard.admin.v1.SetPauseRequest
-	32, // 44: switchboard.admin.v1.AdminService.ClearPause:input_type -> switchboard.admin.v1.ClearPauseRequest
-	35, // 45: switchboard.admin.v1.AdminService.GetApprovalMode:input_type -> switchboard.admin.v1.GetApprovalModeRequest
-	37, // 46: switchboard.admin.v1.AdminService.SetApprovalMode:input_type -> switchboard.admin.v1.SetApprovalModeRequest
-	39, // 47: switchboard.admin.v1.AdminService.ResetApprovalMode:input_type -> switchboard.admin.v1.ResetApprovalModeRequest
-	44, // 48: switchboard.admin.v1.AdminService.ListToolApprovals:input_type -> switchboard.admin.v1.ListToolApprovalsRequest
-	46, // 49: switchboard.admin.v1.AdminService.RevokeToolApprovals:input_type -> switchboard.admin.v1.RevokeToolApprovalsRequest
-	41, // 50: switchboard.admin.v1.AdminService.ReloadSkills:input_type -> switchboard.admin.v1.ReloadSkillsRequest
-	2,  // 51: switchboard.admin.v1.AdminService.ListSessions:output_type -> switchboard.admin.v1.ListSessionsResponse
-	4,  // 52: switchboard.admin.v1.AdminService.GetSession:output_type -> switchboard.admin.v1.GetSessionResponse
-	6,  // 53: switchboard.admin.v1.AdminService.ResetSession:output_type -> switchboard.admin.v1.ResetSessionResponse
-	8,  // 54: switchboard.admin.v1.AdminService.PruneSessions:output_type -> switchboard.admin.v1.PruneSessionsResponse
-	13, // 55: switchboard.admin.v1.AdminService.ForgetUser:output_type -> switchboard.admin.v1.ForgetUserResponse
-	15, // 56: switchboard.admin.v1.AdminService.ExportUser:output_type -> switchboard.admin.v1.ExportUserResponse
-	11, // 57: switchboard.admin.v1.AdminService.ListPairings:output_type -> switchboard.admin.v1.ListPairingsResponse
-	17, // 58: switchboard.admin.v1.AdminService.ApprovePairing:output_type -> switchboard.admin.v1.ApprovePairingResponse
-	19, // 59: switchboard.admin.v1.AdminService.RevokePairing:output_type -> switchboard.admin.v1.RevokePairingResponse
-	21, // 60: switchboard.admin.v1.AdminService.ListDeliveries:output_type -> switchboard.admin.v1.ListDeliveriesResponse
-	23, // 61: switchboard.admin.v1.AdminService.RetryDeliveries:output_type -> switchboard.admin.v1.RetryDeliveriesResponse
-	25, // 62: switchboard.admin.v1.AdminService.PurgeDeliveries:output_type -> switchboard.admin.v1.PurgeDeliveriesResponse
-	29, // 63: switchboard.admin.v1.AdminService.GetPause:output_type -> switchboard.admin.v1.GetPauseResponse
-	31, // 64: switchboard.admin.v1.AdminService.SetPause:output_type -> switchboard.admin.v1.SetPauseResponse
-	33, // 65: switchboard.admin.v1.AdminService.ClearPause:output_type -> switchboard.admin.v1.ClearPauseResponse
-	36, // 66: switchboard.admin.v1.AdminService.GetApprovalMode:output_type -> switchboard.admin.v1.GetApprovalModeResponse
-	38, // 67: switchboard.admin.v1.AdminService.SetApprovalMode:output_type -> switchboard.admin.v1.SetApprovalModeResponse
-	40, // 68: switchboard.admin.v1.AdminService.ResetApprovalMode:output_type -> switchboard.admin.v1.ResetApprovalModeResponse
-	45, // 69: switchboard.admin.v1.AdminService.ListToolApprovals:output_type -> switchboard.admin.v1.ListToolApprovalsResponse
-	47, // 70: switchboard.admin.v1.AdminService.RevokeToolApprovals:output_type -> switchboard.admin.v1.RevokeToolApprovalsResponse
-	42, // 71: switchboard.admin.v1.AdminService.ReloadSkills:output_type -> switchboard.admin.v1.ReloadSkillsResponse
-	51, // [51:72] is the sub-list for method output_type
-	30, // [30:51] is the sub-list for method input_type
-	30, // [30:30] is the sub-list for extension type_name
-	30, // [30:30] is the sub-list for extension extendee
-	0,  // [0:30] is the sub-list for field type_name
+	54, // 30: switchboard.admin.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
+	54, // 31: switchboard.admin.v1.ListAuditLogRequest.since:type_name -> google.protobuf.Timestamp
+	48, // 32: switchboard.admin.v1.ListAuditLogResponse.entries:type_name -> switchboard.admin.v1.AuditEntry
+	1,  // 33: switchboard.admin.v1.AdminService.ListSessions:input_type -> switchboard.admin.v1.ListSessionsRequest
+	3,  // 34: switchboard.admin.v1.AdminService.GetSession:input_type -> switchboard.admin.v1.GetSessionRequest
+	5,  // 35: switchboard.admin.v1.AdminService.ResetSession:input_type -> switchboard.admin.v1.ResetSessionRequest
+	7,  // 36: switchboard.admin.v1.AdminService.PruneSessions:input_type -> switchboard.admin.v1.PruneSessionsRequest
+	12, // 37: switchboard.admin.v1.AdminService.ForgetUser:input_type -> switchboard.admin.v1.ForgetUserRequest
+	14, // 38: switchboard.admin.v1.AdminService.ExportUser:input_type -> switchboard.admin.v1.ExportUserRequest
+	10, // 39: switchboard.admin.v1.AdminService.ListPairings:input_type -> switchboard.admin.v1.ListPairingsRequest
+	16, // 40: switchboard.admin.v1.AdminService.ApprovePairing:input_type -> switchboard.admin.v1.ApprovePairingRequest
+	18, // 41: switchboard.admin.v1.AdminService.RevokePairing:input_type -> switchboard.admin.v1.RevokePairingRequest
+	20, // 42: switchboard.admin.v1.AdminService.ListDeliveries:input_type -> switchboard.admin.v1.ListDeliveriesRequest
+	22, // 43: switchboard.admin.v1.AdminService.RetryDeliveries:input_type -> switchboard.admin.v1.RetryDeliveriesRequest
+	24, // 44: switchboard.admin.v1.AdminService.PurgeDeliveries:input_type -> switchboard.admin.v1.PurgeDeliveriesRequest
+	28, // 45: switchboard.admin.v1.AdminService.GetPause:input_type -> switchboard.admin.v1.GetPauseRequest
+	30, // 46: switchboard.admin.v1.AdminService.SetPause:input_type -> switchboard.admin.v1.SetPauseRequest
+	32, // 47: switchboard.admin.v1.AdminService.ClearPause:input_type -> switchboard.admin.v1.ClearPauseRequest
+	35, // 48: switchboard.admin.v1.AdminService.GetApprovalMode:input_type -> switchboard.admin.v1.GetApprovalModeRequest
+	37, // 49: switchboard.admin.v1.AdminService.SetApprovalMode:input_type -> switchboard.admin.v1.SetApprovalModeRequest
+	39, // 50: switchboard.admin.v1.AdminService.ResetApprovalMode:input_type -> switchboard.admin.v1.ResetApprovalModeRequest
+	44, // 51: switchboard.admin.v1.AdminService.ListToolApprovals:input_type -> switchboard.admin.v1.ListToolApprovalsRequest
+	46, // 52: switchboard.admin.v1.AdminService.RevokeToolApprovals:input_type -> switchboard.admin.v1.RevokeToolApprovalsRequest
+	49, // 53: switchboard.admin.v1.AdminService.ListAuditLog:input_type -> switchboard.admin.v1.ListAuditLogRequest
+	41, // 54: switchboard.admin.v1.AdminService.ReloadSkills:input_type -> switchboard.admin.v1.ReloadSkillsRequest
+	2,  // 55: switchboard.admin.v1.AdminService.ListSessions:output_type -> switchboard.admin.v1.ListSessionsResponse
+	4,  // 56: switchboard.admin.v1.AdminService.GetSession:output_type -> switchboard.admin.v1.GetSessionResponse
+	6,  // 57: switchboard.admin.v1.AdminService.ResetSession:output_type -> switchboard.admin.v1.ResetSessionResponse
+	8,  // 58: switchboard.admin.v1.AdminService.PruneSessions:output_type -> switchboard.admin.v1.PruneSessionsResponse
+	13, // 59: switchboard.admin.v1.AdminService.ForgetUser:output_type -> switchboard.admin.v1.ForgetUserResponse
+	15, // 60: switchboard.admin.v1.AdminService.ExportUser:output_type -> switchboard.admin.v1.ExportUserResponse
+	11, // 61: switchboard.admin.v1.AdminService.ListPairings:output_type -> switchboard.admin.v1.ListPairingsResponse
+	17, // 62: switchboard.admin.v1.AdminService.ApprovePairing:output_type -> switchboard.admin.v1.ApprovePairingResponse
+	19, // 63: switchboard.admin.v1.AdminService.RevokePairing:output_type -> switchboard.admin.v1.RevokePairingResponse
+	21, // 64: switchboard.admin.v1.AdminService.ListDeliveries:output_type -> switchboard.admin.v1.ListDeliveriesResponse
+	23, // 65: switchboard.admin.v1.AdminService.RetryDeliveries:output_type -> switchboard.admin.v1.RetryDeliveriesResponse
+	25, // 66: switchboard.admin.v1.AdminService.PurgeDeliveries:output_type -> switchboard.admin.v1.PurgeDeliveriesResponse
+	29, // 67: switchboard.admin.v1.AdminService.GetPause:output_type -> switchboard.admin.v1.GetPauseResponse
+	31, // 68: switchboard.admin.v1.AdminService.SetPause:output_type -> switchboard.admin.v1.SetPauseResponse
+	33, // 69: switchboard.admin.v1.AdminService.ClearPause:output_type -> switchboard.admin.v1.ClearPauseResponse
+	36, // 70: switchboard.admin.v1.AdminService.GetApprovalMode:output_type -> switchboard.admin.v1.GetApprovalModeResponse
+	38, // 71: switchboard.admin.v1.AdminService.SetApprovalMode:output_type -> switchboard.admin.v1.SetApprovalModeResponse
+	40, // 72: switchboard.admin.v1.AdminService.ResetApprovalMode:output_type -> switchboard.admin.v1.ResetApprovalModeResponse
+	45, // 73: switchboard.admin.v1.AdminService.ListToolApprovals:output_type -> switchboard.admin.v1.ListToolApprovalsResponse
+	47, // 74: switchboard.admin.v1.AdminService.RevokeToolApprovals:output_type -> switchboard.admin.v1.RevokeToolApprovalsResponse
+	50, // 75: switchboard.admin.v1.AdminService.ListAuditLog:output_type -> switchboard.admin.v1.ListAuditLogResponse
+	42, // 76: switchboard.admin.v1.AdminService.ReloadSkills:output_type -> switchboard.admin.v1.ReloadSkillsResponse
+	55, // [55:77] is the sub-list for method output_type
+	33, // [33:55] is the sub-list for method input_type
+	33, // [33:33] is the sub-list for extension type_name
+	33, // [33:33] is the sub-list for extension extendee
+	0,  // [0:33] is the sub-list for field type_name
 }
 
 func init() { file_switchboard_admin_v1_admin_proto_init() }
@@ -3139,7 +3401,7 @@ func file_switchboard_admin_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_switchboard_admin_v1_admin_proto_rawDesc), len(file_switchboard_admin_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   50,
+			NumMessages:   53,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

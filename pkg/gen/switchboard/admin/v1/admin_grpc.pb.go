@@ -39,6 +39,7 @@ const (
 	AdminService_ResetApprovalMode_FullMethodName   = "/switchboard.admin.v1.AdminService/ResetApprovalMode"
 	AdminService_ListToolApprovals_FullMethodName   = "/switchboard.admin.v1.AdminService/ListToolApprovals"
 	AdminService_RevokeToolApprovals_FullMethodName = "/switchboard.admin.v1.AdminService/RevokeToolApprovals"
+	AdminService_ListAuditLog_FullMethodName        = "/switchboard.admin.v1.AdminService/ListAuditLog"
 	AdminService_ReloadSkills_FullMethodName        = "/switchboard.admin.v1.AdminService/ReloadSkills"
 )
 
@@ -87,6 +88,8 @@ type AdminServiceClient interface {
 	// each dangerous call, so a revoked one asks again from the next call.
 	ListToolApprovals(ctx context.Context, in *ListToolApprovalsRequest, opts ...grpc.CallOption) (*ListToolApprovalsResponse, error)
 	RevokeToolApprovals(ctx context.Context, in *RevokeToolApprovalsRequest, opts ...grpc.CallOption) (*RevokeToolApprovalsResponse, error)
+	// The audit log every state-changing call above writes, newest first.
+	ListAuditLog(ctx context.Context, in *ListAuditLogRequest, opts ...grpc.CallOption) (*ListAuditLogResponse, error)
 	// Announces a skill reload, as /reload-skills does from a chat
 	// (pkg/skill): every process holding skills scans skills.dirs again.
 	ReloadSkills(ctx context.Context, in *ReloadSkillsRequest, opts ...grpc.CallOption) (*ReloadSkillsResponse, error)
@@ -309,6 +312,16 @@ func (c *adminServiceClient) RevokeToolApprovals(ctx context.Context, in *Revoke
 	return out, nil
 }
 
+func (c *adminServiceClient) ListAuditLog(ctx context.Context, in *ListAuditLogRequest, opts ...grpc.CallOption) (*ListAuditLogResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListAuditLogResponse)
+	err := c.cc.Invoke(ctx, AdminService_ListAuditLog_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *adminServiceClient) ReloadSkills(ctx context.Context, in *ReloadSkillsRequest, opts ...grpc.CallOption) (*ReloadSkillsResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ReloadSkillsResponse)
@@ -364,6 +377,8 @@ type AdminServiceServer interface {
 	// each dangerous call, so a revoked one asks again from the next call.
 	ListToolApprovals(context.Context, *ListToolApprovalsRequest) (*ListToolApprovalsResponse, error)
 	RevokeToolApprovals(context.Context, *RevokeToolApprovalsRequest) (*RevokeToolApprovalsResponse, error)
+	// The audit log every state-changing call above writes, newest first.
+	ListAuditLog(context.Context, *ListAuditLogRequest) (*ListAuditLogResponse, error)
 	// Announces a skill reload, as /reload-skills does from a chat
 	// (pkg/skill): every process holding skills scans skills.dirs again.
 	ReloadSkills(context.Context, *ReloadSkillsRequest) (*ReloadSkillsResponse, error)
@@ -436,6 +451,9 @@ func (UnimplementedAdminServiceServer) ListToolApprovals(context.Context, *ListT
 }
 func (UnimplementedAdminServiceServer) RevokeToolApprovals(context.Context, *RevokeToolApprovalsRequest) (*RevokeToolApprovalsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RevokeToolApprovals not implemented")
+}
+func (UnimplementedAdminServiceServer) ListAuditLog(context.Context, *ListAuditLogRequest) (*ListAuditLogResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListAuditLog not implemented")
 }
 func (UnimplementedAdminServiceServer) ReloadSkills(context.Context, *ReloadSkillsRequest) (*ReloadSkillsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReloadSkills not implemented")
@@ -814,6 +832,24 @@ func _AdminService_RevokeToolApprovals_Handler(srv interface{}, ctx context.Cont
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AdminService_ListAuditLog_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListAuditLogRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).ListAuditLog(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_ListAuditLog_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).ListAuditLog(ctx, req.(*ListAuditLogRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _AdminService_ReloadSkills_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ReloadSkillsRequest)
 	if err := dec(in); err != nil {
@@ -914,6 +950,10 @@ var AdminService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RevokeToolApprovals",
 			Handler:    _AdminService_RevokeToolApprovals_Handler,
+		},
+		{
+			MethodName: "ListAuditLog",
+			Handler:    _AdminService_ListAuditLog_Handler,
 		},
 		{
 			MethodName: "ReloadSkills",
