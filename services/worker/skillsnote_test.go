@@ -13,6 +13,7 @@ import (
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
 	"github.com/switchboard-chat/switchboard/pkg/llm"
+	"github.com/switchboard-chat/switchboard/pkg/platform/platformtest"
 	"github.com/switchboard-chat/switchboard/pkg/sessionstore"
 )
 
@@ -118,7 +119,7 @@ func userTexts(r fakellm.Request) []string {
 // the next message's turn takes it and its model call reads it. A note
 // a newer /reload-skills left meanwhile is the one that waits (Hermes
 // keeps the last). The turns are started as the router starts them
-// (sessionstore), which takes the note and clears it.
+// (noteChat).
 func TestSkillsNoteSurvivesNothingToRetry(t *testing.T) {
 	t.Parallel()
 	const note = "[USER INITIATED SKILLS RELOAD:\n\nAdded Skills:\n    - deploy: Ship the build]"
@@ -132,56 +133,15 @@ func TestSkillsNoteSurvivesNothingToRetry(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			ctx := context.Background()
 			h := newHarness(t)
-			ss := sessionstore.New(h.db)
-			const key = "s1"
-			src := &eventsv1.SessionSource{Platform: "telegram", Account: "bot1", ChatId: "99", ChatType: "dm", UserId: "u-s1", UserName: "Alice"}
-			if _, _, _, err := ss.Arrive(ctx, key, "", src, ""); err != nil {
-				t.Fatal(err)
-			}
-			if err := ss.SetSkillsNote(ctx, key, note); err != nil {
-				t.Fatal(err)
-			}
-			// start queues text as the router does and starts its turn,
-			// returning the turn and the note it took.
-			start := func(seq int64, text, command string) (*turnsv1.TurnRequested, string) {
-				t.Helper()
-				ev := &eventsv1.MessageReceived{EventId: fmt.Sprint("e", seq), Text: text, TranscriptCommand: command, Source: src}
-				if _, err := ss.Enqueue(ctx, key, seq, true, ev, 32); err != nil {
-					t.Fatal(err)
-				}
-				var req *turnsv1.TurnRequested
-				var took string
-				started, err := ss.StartTurn(ctx, key, fmt.Sprint("t", seq), 32, 0, func(_ context.Context, turn sessionstore.Turn) error {
-					took = turn.SkillsNote
-					req = h.requestTurn(key, text, turnOpts{generation: turn.Generation, sessionID: turn.Session.ID,
-						origin: src, command: command, skillsNote: turn.SkillsNote})
-					return nil
-				})
-				if err != nil || !started {
-					t.Fatalf("start %q: %v %v", text, started, err)
-				}
-				return req, took
-			}
-			pending := func() string {
-				t.Helper()
-				var n *string
-				if err := h.db.QueryRow(ctx, `SELECT skills_note FROM sessions WHERE session_key = $1`, key).Scan(&n); err != nil {
-					t.Fatal(err)
-				}
-				if n == nil {
-					return ""
-				}
-				return *n
-			}
-
-			retry, took := start(1, "/retry", "retry")
+			chat := newNoteChat(t, h, "s1", &eventsv1.SessionSource{Platform: "telegram", Account: "bot1", ChatId: "99", ChatType: "dm", UserId: "u-s1", UserName: "Alice"}, note)
+			start, pending := chat.start, chat.pending
+			retry, took := start(1, "/retry", "retry", nil)
 			if took != note || pending() != "" {
 				t.Fatalf("the /retry turn took %q, %q left: want the note taken", took, pending())
 			}
 			if tc.newer != "" {
-				if err := ss.SetSkillsNote(ctx, key, tc.newer); err != nil {
+				if err := chat.ss.SetSkillsNote(context.Background(), chat.key, tc.newer); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -199,7 +159,7 @@ func TestSkillsNoteSurvivesNothingToRetry(t *testing.T) {
 				t.Fatalf("after /retry the note pending is %q, want %q", got, tc.want)
 			}
 
-			next, took := start(2, "hello", "")
+			next, took := start(2, "hello", "", nil)
 			if took != tc.want {
 				t.Fatalf("the next message's turn took %q, want %q", took, tc.want)
 			}
@@ -218,4 +178,114 @@ func TestSkillsNoteSurvivesNothingToRetry(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A turn interrupted before its first model call (here while its
+// attachment downloads) gives its /reload-skills note back with its
+// end: no model read it, and the transcript does not hold it, so the
+// next message's turn takes it and its model call reads it.
+func TestSkillsNoteSurvivesAnInterruptBeforeTheModel(t *testing.T) {
+	t.Parallel()
+	const note = "[USER INITIATED SKILLS RELOAD:\n\nAdded Skills:\n    - deploy: Ship the build]"
+	h := newHarness(t)
+	p := &fetchingPlatform{Memory: platformtest.NewMemory("bot1", false), entered: make(chan struct{}, 1), hangUp: make(chan struct{})}
+	startGateway(t, h, p)
+	t.Cleanup(func() { close(p.hangUp) }) // before the gateway stops
+	chat := newNoteChat(t, h, "s1", &eventsv1.SessionSource{Platform: "memory", Account: "bot1", ChatId: "99", ChatType: "dm", UserId: "u1"}, note)
+	start, pending := chat.start, chat.pending
+
+	h.startWorker("w1", nil)
+	look, took := start(1, "look", "", []*eventsv1.Attachment{
+		{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, PlatformFileId: "p1", MimeType: "image/png"}})
+	if took != note || pending() != "" {
+		t.Fatalf("the first turn took %q, %q left: want the note taken", took, pending())
+	}
+	<-p.entered
+	h.control("s1", turnsv1.ControlAction_CONTROL_ACTION_INTERRUPT, "")
+	if c := h.waitCompleted(look.TurnId); c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_INTERRUPTED || len(h.fake.Requests()) != 0 {
+		t.Fatalf("status %v after %d model calls, want interrupted before any", c.GetStatus(), len(h.fake.Requests()))
+	}
+	if got := pending(); got != note {
+		t.Fatalf("after the interrupt the note pending is %q, want it given back", got)
+	}
+
+	next, took := start(2, "hello", "", nil)
+	if took != note {
+		t.Fatalf("the next message's turn took %q, want the note", took)
+	}
+	if done := h.waitCompleted(next.TurnId); done.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED {
+		t.Fatalf("the next message: %v (%s)", done.GetStatus(), done.GetError())
+	}
+	reqs := h.fake.Requests()
+	if len(reqs) != 1 {
+		t.Fatalf("%d model calls, want the next message's one", len(reqs))
+	}
+	// The interrupted turn's message stays in the transcript as sent; the
+	// note goes before the next message's text.
+	if users := userTexts(reqs[0]); len(users) != 2 || strings.Contains(users[0], "RELOAD") || users[1] != note+"\n\nhello" {
+		t.Fatalf("the next message's model call sent user messages %q, want look, then the note, a blank line and hello", users)
+	}
+	if got := pending(); got != "" {
+		t.Fatalf("after the next message the note %q still waits", got)
+	}
+}
+
+// noteChat is a chat whose /reload-skills note a test follows, its turns
+// started as the router starts them (sessionstore), which takes the note
+// and clears it.
+type noteChat struct {
+	t   *testing.T
+	h   *harness
+	ss  *sessionstore.Store
+	key string
+	src *eventsv1.SessionSource
+}
+
+// newNoteChat makes the session of key and leaves note pending in it.
+func newNoteChat(t *testing.T, h *harness, key string, src *eventsv1.SessionSource, note string) *noteChat {
+	t.Helper()
+	c := &noteChat{t: t, h: h, ss: sessionstore.New(h.db), key: key, src: src}
+	if _, _, _, err := c.ss.Arrive(context.Background(), key, "", src, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.ss.SetSkillsNote(context.Background(), key, note); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// start queues text as the router does and starts its turn, returning
+// the turn and the note it took.
+func (c *noteChat) start(seq int64, text, command string, attachments []*eventsv1.Attachment) (*turnsv1.TurnRequested, string) {
+	c.t.Helper()
+	ctx := context.Background()
+	ev := &eventsv1.MessageReceived{EventId: fmt.Sprint("e", seq), Text: text, TranscriptCommand: command, Source: c.src, Attachments: attachments}
+	if _, err := c.ss.Enqueue(ctx, c.key, seq, true, ev, 32); err != nil {
+		c.t.Fatal(err)
+	}
+	var req *turnsv1.TurnRequested
+	var took string
+	started, err := c.ss.StartTurn(ctx, c.key, fmt.Sprint("t", seq), 32, 0, func(_ context.Context, turn sessionstore.Turn) error {
+		took = turn.SkillsNote
+		req = c.h.requestTurn(c.key, text, turnOpts{generation: turn.Generation, sessionID: turn.Session.ID,
+			origin: c.src, command: command, skillsNote: turn.SkillsNote, attachments: attachments})
+		return nil
+	})
+	if err != nil || !started {
+		c.t.Fatalf("start %q: %v %v", text, started, err)
+	}
+	return req, took
+}
+
+// pending is the note that waits in the session ("" for none).
+func (c *noteChat) pending() string {
+	c.t.Helper()
+	var n *string
+	if err := c.h.db.QueryRow(context.Background(), `SELECT skills_note FROM sessions WHERE session_key = $1`, c.key).Scan(&n); err != nil {
+		c.t.Fatal(err)
+	}
+	if n == nil {
+		return ""
+	}
+	return *n
 }
