@@ -23,7 +23,7 @@ import (
 func init() {
 	register(command{name: "pairing", summary: "pairing list | approve <platform> <code> | revoke <platform> <user> (admin API)",
 		run: func(ctx context.Context, args []string) error { return runPairing(ctx, args, os.Stdout) }})
-	register(command{name: "sessions", summary: "sessions list [--platform p] | prune [--older-than 90d] [--platform p] [--dry-run] (admin API)",
+	register(command{name: "sessions", summary: "sessions list [--platform p] | prune [--older-than 90d] [--platform p] [--dry-run] | export <key> [--format md] (admin API)",
 		run: func(ctx context.Context, args []string) error { return runSessions(ctx, args, os.Stdout) }})
 }
 
@@ -157,6 +157,11 @@ func runSessions(ctx context.Context, args []string, out io.Writer) error {
 	fs, c := adminFlags("sessions")
 	olderThan := fs.String("older-than", "90d", "prune: sessions idle at least this long (90d, 2w, 720h; Hermes's `hermes sessions prune` default)")
 	dryRun := fs.Bool("dry-run", false, "prune: count what would be deleted, delete nothing")
+	var exp adminv1.ExportSessionRequest
+	fs.StringVar(&exp.Format, "format", "json", "export: json, md or html (as /save writes them)")
+	fs.StringVar(&exp.SessionId, "session-id", "", "export: a conversation the session left (default: its current one)")
+	fs.BoolVar(&exp.Redact, "redact", false, "export: mask credentials in the text")
+	outFile := fs.String("out", "", "export: write to this new file (readable by its owner only) instead of stdout")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return err
@@ -164,10 +169,15 @@ func runSessions(ctx context.Context, args []string, out io.Writer) error {
 	usage := func() error {
 		fmt.Fprintln(os.Stderr, "usage: switchboard sessions list [--platform p] [--admin-addr host:port]")
 		fmt.Fprintln(os.Stderr, "       switchboard sessions prune [--older-than 90d] [--platform p] [--dry-run] [--admin-addr host:port]")
+		fmt.Fprintln(os.Stderr, "       switchboard sessions export <session key> [--format json|md|html] [--session-id id] [--redact] [--out file]")
 		return errUsage
 	}
 	if len(pos) == 1 && pos[0] == "prune" {
 		return pruneSessions(ctx, c, *olderThan, *dryRun, out, usage)
+	}
+	if len(pos) == 2 && pos[0] == "export" {
+		exp.SessionKey = pos[1]
+		return exportSession(ctx, c, &exp, *outFile, out)
 	}
 	if len(pos) != 1 || pos[0] != "list" {
 		return usage()
@@ -194,6 +204,27 @@ func runSessions(ctx context.Context, args []string, out io.Writer) error {
 		}
 	}
 	return tw.Flush()
+}
+
+// exportSession is `switchboard sessions export <key>`: one
+// conversation as /save writes it (writeExport).
+func exportSession(ctx context.Context, c *adminClient, req *adminv1.ExportSessionRequest, outFile string, out io.Writer) error {
+	cl, cctx, closeFn, err := c.dial(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeFn()
+	stream, err := cl.ExportSession(cctx, req)
+	if err != nil {
+		return fmt.Errorf("sessions export: %w", err)
+	}
+	if err := writeExport(outFile, out, func() ([]byte, error) {
+		chunk, err := stream.Recv()
+		return chunk.GetData(), err
+	}); err != nil {
+		return fmt.Errorf("sessions export: %w", err)
+	}
+	return nil
 }
 
 // pruneSessions asks the admin API to delete sessions idle longer than

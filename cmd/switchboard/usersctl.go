@@ -90,20 +90,32 @@ func runUsers(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	return nil
 }
 
-// exportUser is `switchboard users export`: it writes the user's JSON
-// document to stdout, or to outFile, which it creates (an export is
-// personal data: never over another file, readable by its owner only).
-// A file whose export failed midway is removed.
-func exportUser(ctx context.Context, cl adminv1.AdminServiceClient, platform, id, outFile string, stdout io.Writer) (err error) {
+// exportUser is `switchboard users export`: the user's JSON document
+// (writeExport).
+func exportUser(ctx context.Context, cl adminv1.AdminServiceClient, platform, id, outFile string, stdout io.Writer) error {
 	stream, err := cl.ExportUser(ctx, &adminv1.ExportUserRequest{Platform: platform, UserId: id})
 	if err != nil {
 		return fmt.Errorf("users export: %w", err)
 	}
+	if err := writeExport(outFile, stdout, func() ([]byte, error) {
+		chunk, err := stream.Recv()
+		return chunk.GetData(), err
+	}); err != nil {
+		return fmt.Errorf("users export: %w", err)
+	}
+	return nil
+}
+
+// writeExport writes what recv returns, until io.EOF, to stdout, or to
+// outFile, which it creates (an export is personal data: never over
+// another file, readable by its owner only); a file whose export failed
+// midway is removed.
+func writeExport(outFile string, stdout io.Writer, recv func() ([]byte, error)) (err error) {
 	out := stdout
 	if outFile != "" {
 		f, err := os.OpenFile(outFile, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 		if err != nil {
-			return fmt.Errorf("users export: %w", err)
+			return err
 		}
 		defer func() {
 			if cerr := f.Close(); err == nil {
@@ -116,15 +128,15 @@ func exportUser(ctx context.Context, cl adminv1.AdminServiceClient, platform, id
 		out = f
 	}
 	for {
-		chunk, err := stream.Recv()
+		data, err := recv()
 		if errors.Is(err, io.EOF) {
 			return nil
 		}
 		if err != nil {
-			return fmt.Errorf("users export: %w", err)
+			return err
 		}
-		if _, err := out.Write(chunk.GetData()); err != nil {
-			return fmt.Errorf("users export: %w", err)
+		if _, err := out.Write(data); err != nil {
+			return err
 		}
 	}
 }

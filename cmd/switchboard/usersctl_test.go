@@ -151,3 +151,35 @@ func TestUsersExportVerb(t *testing.T) {
 		t.Error("the existing file changed")
 	}
 }
+
+// `switchboard sessions export` against a real admin API: a
+// conversation as Markdown to a new file, never over an existing one.
+func TestSessionsExportVerb(t *testing.T) {
+	ctx := context.Background()
+	db := pgtest.New(t)
+	const key = "agent:main:slack:dm:T1:D42"
+	for _, q := range []string{
+		`INSERT INTO sessions (session_key, session_id, platform, origin) VALUES ('` + key + `', 'c1', 'slack', '{"platform": "slack"}')`,
+		`INSERT INTO transcript_messages (session_key, session_id, turn_id, generation, step, role, content) VALUES ('` + key + `', 'c1', 't1', 1, 0, 'user', 'hello there')`,
+	} {
+		if _, err := db.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	addr := startAdminAPI(t, ctx, admin.Config{}, admin.Deps{DB: db})
+	file := filepath.Join(t.TempDir(), "c1.md")
+	var out bytes.Buffer
+	if err := runSessions(ctx, []string{"export", key, "--format", "md", "--out", file, "--admin-addr", addr}, &out); err != nil || out.Len() != 0 {
+		t.Fatalf("export: %v, printed %q", err, out.String())
+	}
+	b, err := os.ReadFile(file)
+	if err != nil || !strings.Contains(string(b), "hello there") || !strings.HasPrefix(string(b), "#") {
+		t.Fatalf("the file: %v\n%s", err, b)
+	}
+	if err := runSessions(ctx, []string{"export", key, "--out", file, "--admin-addr", addr}, &out); err == nil {
+		t.Error("over an existing file: no error")
+	}
+	if err := runSessions(ctx, []string{"export", "agent:main:slack:dm:T1:D43", "--admin-addr", addr}, &out); err == nil || !strings.Contains(err.Error(), "NotFound") {
+		t.Errorf("an unknown key: %v", err)
+	}
+}

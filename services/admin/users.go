@@ -49,10 +49,6 @@ func userArg(platform, id string) (userdata.User, error) {
 	return u, nil
 }
 
-// exportChunk is how much of an export one message carries: well under
-// gRPC's default 4 MiB a message.
-const exportChunk = 1 << 20
-
 // ExportUser streams everything held of one user as a JSON document
 // (userdata.Export) and audits the access (who, whose, how much).
 func (s *Service) ExportUser(req *adminv1.ExportUserRequest, stream grpc.ServerStreamingServer[adminv1.ExportUserResponse]) error {
@@ -73,12 +69,5 @@ func (s *Service) ExportUser(req *adminv1.ExportUserRequest, stream grpc.ServerS
 		"memories": len(doc.Memories), "bytes": len(b)}); err != nil {
 		return err
 	}
-	for len(b) > 0 {
-		n := min(len(b), exportChunk)
-		if err := stream.Send(&adminv1.ExportUserResponse{Data: b[:n]}); err != nil {
-			return err
-		}
-		b = b[n:]
-	}
-	return nil
+	return sendChunks(b, func(c []byte) error { return stream.Send(&adminv1.ExportUserResponse{Data: c}) })
 }

@@ -773,6 +773,124 @@ func (x *ListPairingsResponse) GetPairings() []*Pairing {
 	return nil
 }
 
+type ExportSessionRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Required.
+	SessionKey string `protobuf:"bytes,1,opt,name=session_key,json=sessionKey,proto3" json:"session_key,omitempty"`
+	// The conversation (as session_history lists them); empty for the
+	// current one.
+	SessionId string `protobuf:"bytes,2,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// json (the default), md or html.
+	Format string `protobuf:"bytes,3,opt,name=format,proto3" json:"format,omitempty"`
+	// Mask credentials in the text, as /save ... redact does.
+	Redact        bool `protobuf:"varint,4,opt,name=redact,proto3" json:"redact,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExportSessionRequest) Reset() {
+	*x = ExportSessionRequest{}
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExportSessionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExportSessionRequest) ProtoMessage() {}
+
+func (x *ExportSessionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExportSessionRequest.ProtoReflect.Descriptor instead.
+func (*ExportSessionRequest) Descriptor() ([]byte, []int) {
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *ExportSessionRequest) GetSessionKey() string {
+	if x != nil {
+		return x.SessionKey
+	}
+	return ""
+}
+
+func (x *ExportSessionRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *ExportSessionRequest) GetFormat() string {
+	if x != nil {
+		return x.Format
+	}
+	return ""
+}
+
+func (x *ExportSessionRequest) GetRedact() bool {
+	if x != nil {
+		return x.Redact
+	}
+	return false
+}
+
+// ExportSessionResponse is the next part of the file.
+type ExportSessionResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Data          []byte                 `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExportSessionResponse) Reset() {
+	*x = ExportSessionResponse{}
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExportSessionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExportSessionResponse) ProtoMessage() {}
+
+func (x *ExportSessionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExportSessionResponse.ProtoReflect.Descriptor instead.
+func (*ExportSessionResponse) Descriptor() ([]byte, []int) {
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *ExportSessionResponse) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
 // ForgetUserRequest names the user to forget.
 type ForgetUserRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -789,7 +907,7 @@ type ForgetUserRequest struct {
 
 func (x *ForgetUserRequest) Reset() {
 	*x = ForgetUserRequest{}
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[12]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -801,7 +919,7 @@ func (x *ForgetUserRequest) String() string {
 func (*ForgetUserRequest) ProtoMessage() {}
 
 func (x *ForgetUserRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[12]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -814,7 +932,7 @@ func (x *ForgetUserRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForgetUserRequest.ProtoReflect.Descriptor instead.
 func (*ForgetUserRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{12}
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ForgetUserRequest) GetPlatform() string {
@@ -864,7 +982,7 @@ type ForgetUserResponse struct {
 
 func (x *ForgetUserResponse) Reset() {
 	*x = ForgetUserResponse{}
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[13]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -876,7 +994,7 @@ func (x *ForgetUserResponse) String() string {
 func (*ForgetUserResponse) ProtoMessage() {}
 
 func (x *ForgetUserResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[13]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -889,7 +1007,7 @@ func (x *ForgetUserResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForgetUserResponse.ProtoReflect.Descriptor instead.
 func (*ForgetUserResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{13}
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ForgetUserResponse) GetSessions() []string {
@@ -940,7 +1058,7 @@ type ExportUserRequest struct {
 
 func (x *ExportUserRequest) Reset() {
 	*x = ExportUserRequest{}
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[14]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -952,7 +1070,7 @@ func (x *ExportUserRequest) String() string {
 func (*ExportUserRequest) ProtoMessage() {}
 
 func (x *ExportUserRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[14]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -965,7 +1083,7 @@ func (x *ExportUserRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportUserRequest.ProtoReflect.Descriptor instead.
 func (*ExportUserRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{14}
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ExportUserRequest) GetPlatform() string {
@@ -993,7 +1111,7 @@ type ExportUserResponse struct {
 
 func (x *ExportUserResponse) Reset() {
 	*x = ExportUserResponse{}
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[15]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1005,7 +1123,7 @@ func (x *ExportUserResponse) String() string {
 func (*ExportUserResponse) ProtoMessage() {}
 
 func (x *ExportUserResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[15]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1018,7 +1136,7 @@ func (x *ExportUserResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportUserResponse.ProtoReflect.Descriptor instead.
 func (*ExportUserResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{15}
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ExportUserResponse) GetData() []byte {
@@ -1038,7 +1156,7 @@ type ApprovePairingRequest struct {
 
 func (x *ApprovePairingRequest) Reset() {
 	*x = ApprovePairingRequest{}
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[16]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1050,7 +1168,7 @@ func (x *ApprovePairingRequest) String() string {
 func (*ApprovePairingRequest) ProtoMessage() {}
 
 func (x *ApprovePairingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[16]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1063,7 +1181,7 @@ func (x *ApprovePairingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApprovePairingRequest.ProtoReflect.Descriptor instead.
 func (*ApprovePairingRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{16}
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ApprovePairingRequest) GetPlatform() string {
@@ -1089,7 +1207,7 @@ type ApprovePairingResponse struct {
 
 func (x *ApprovePairingResponse) Reset() {
 	*x = ApprovePairingResponse{}
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[17]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1101,7 +1219,7 @@ func (x *ApprovePairingResponse) String() string {
 func (*ApprovePairingResponse) ProtoMessage() {}
 
 func (x *ApprovePairingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[17]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1114,7 +1232,7 @@ func (x *ApprovePairingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApprovePairingResponse.ProtoReflect.Descriptor instead.
 func (*ApprovePairingResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{17}
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ApprovePairingResponse) GetPairing() *Pairing {
@@ -1134,7 +1252,7 @@ type RevokePairingRequest struct {
 
 func (x *RevokePairingRequest) Reset() {
 	*x = RevokePairingRequest{}
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[18]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1146,7 +1264,7 @@ func (x *RevokePairingRequest) String() string {
 func (*RevokePairingRequest) ProtoMessage() {}
 
 func (x *RevokePairingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[18]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1159,7 +1277,7 @@ func (x *RevokePairingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokePairingRequest.ProtoReflect.Descriptor instead.
 func (*RevokePairingRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{18}
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RevokePairingRequest) GetPlatform() string {
@@ -1185,7 +1303,7 @@ type RevokePairingResponse struct {
 
 func (x *RevokePairingResponse) Reset() {
 	*x = RevokePairingResponse{}
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[19]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1197,7 +1315,7 @@ func (x *RevokePairingResponse) String() string {
 func (*RevokePairingResponse) ProtoMessage() {}
 
 func (x *RevokePairingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[19]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1210,7 +1328,7 @@ func (x *RevokePairingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokePairingResponse.ProtoReflect.Descriptor instead.
 func (*RevokePairingResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{19}
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RevokePairingResponse) GetRevoked() bool {
@@ -1231,7 +1349,7 @@ type ListDeliveriesRequest struct {
 
 func (x *ListDeliveriesRequest) Reset() {
 	*x = ListDeliveriesRequest{}
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[20]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1243,7 +1361,7 @@ func (x *ListDeliveriesRequest) String() string {
 func (*ListDeliveriesRequest) ProtoMessage() {}
 
 func (x *ListDeliveriesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[20]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1256,7 +1374,7 @@ func (x *ListDeliveriesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeliveriesRequest.ProtoReflect.Descriptor instead.
 func (*ListDeliveriesRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{20}
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListDeliveriesRequest) GetStates() []v11.DeliveryState {
@@ -1282,7 +1400,7 @@ type ListDeliveriesResponse struct {
 
 func (x *ListDeliveriesResponse) Reset() {
 	*x = ListDeliveriesResponse{}
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[21]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1294,7 +1412,7 @@ func (x *ListDeliveriesResponse) String() string {
 func (*ListDeliveriesResponse) ProtoMessage() {}
 
 func (x *ListDeliveriesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[21]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1307,7 +1425,7 @@ func (x *ListDeliveriesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeliveriesResponse.ProtoReflect.Descriptor instead.
 func (*ListDeliveriesResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{21}
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListDeliveriesResponse) GetDeliveries() []*v11.Delivery {
@@ -1328,7 +1446,7 @@ type RetryDeliveriesRequest struct {
 
 func (x *RetryDeliveriesRequest) Reset() {
 	*x = RetryDeliveriesRequest{}
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[22]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1340,7 +1458,7 @@ func (x *RetryDeliveriesRequest) String() string {
 func (*RetryDeliveriesRequest) ProtoMessage() {}
 
 func (x *RetryDeliveriesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[22]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1353,7 +1471,7 @@ func (x *RetryDeliveriesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryDeliveriesRequest.ProtoReflect.Descriptor instead.
 func (*RetryDeliveriesRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{22}
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *RetryDeliveriesRequest) GetIds() []string {
@@ -1379,7 +1497,7 @@ type RetryDeliveriesResponse struct {
 
 func (x *RetryDeliveriesResponse) Reset() {
 	*x = RetryDeliveriesResponse{}
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[23]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1391,7 +1509,7 @@ func (x *RetryDeliveriesResponse) String() string {
 func (*RetryDeliveriesResponse) ProtoMessage() {}
 
 func (x *RetryDeliveriesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[23]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1404,7 +1522,7 @@ func (x *RetryDeliveriesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryDeliveriesResponse.ProtoReflect.Descriptor instead.
 func (*RetryDeliveriesResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{23}
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RetryDeliveriesResponse) GetRequeued() int32 {
@@ -1424,7 +1542,7 @@ type PurgeDeliveriesRequest struct {
 
 func (x *PurgeDeliveriesRequest) Reset() {
 	*x = PurgeDeliveriesRequest{}
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[24]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1436,7 +1554,7 @@ func (x *PurgeDeliveriesRequest) String() string {
 func (*PurgeDeliveriesRequest) ProtoMessage() {}
 
 func (x *PurgeDeliveriesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[24]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1449,7 +1567,7 @@ func (x *PurgeDeliveriesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeDeliveriesRequest.ProtoReflect.Descriptor instead.
 func (*PurgeDeliveriesRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{24}
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *PurgeDeliveriesRequest) GetIds() []string {
@@ -1475,7 +1593,7 @@ type PurgeDeliveriesResponse struct {
 
 func (x *PurgeDeliveriesResponse) Reset() {
 	*x = PurgeDeliveriesResponse{}
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[25]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1487,7 +1605,7 @@ func (x *PurgeDeliveriesResponse) String() string {
 func (*PurgeDeliveriesResponse) ProtoMessage() {}
 
 func (x *PurgeDeliveriesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[25]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1500,7 +1618,7 @@ func (x *PurgeDeliveriesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeDeliveriesResponse.ProtoReflect.Descriptor instead.
 func (*PurgeDeliveriesResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{25}
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *PurgeDeliveriesResponse) GetPurged() int32 {
@@ -1531,7 +1649,7 @@ type Pause struct {
 
 func (x *Pause) Reset() {
 	*x = Pause{}
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[26]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1543,7 +1661,7 @@ func (x *Pause) String() string {
 func (*Pause) ProtoMessage() {}
 
 func (x *Pause) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[26]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1556,7 +1674,7 @@ func (x *Pause) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pause.ProtoReflect.Descriptor instead.
 func (*Pause) Descriptor() ([]byte, []int) {
-	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{26}
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Pause) GetReason() string {
@@ -1612,7 +1730,7 @@ type PauseAllowlist struct {
 
 func (x *PauseAllowlist) Reset() {
 	*x = PauseAllowlist{}
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[27]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1624,7 +1742,7 @@ func (x *PauseAllowlist) String() string {
 func (*PauseAllowlist) ProtoMessage() {}
 
 func (x *PauseAllowlist) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[27]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1637,7 +1755,7 @@ func (x *PauseAllowlist) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseAllowlist.ProtoReflect.Descriptor instead.
 func (*PauseAllowlist) Descriptor() ([]byte, []int) {
-	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{27}
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *PauseAllowlist) GetUserIds() []string {
@@ -1662,7 +1780,7 @@ type GetPauseRequest struct {
 
 func (x *GetPauseRequest) Reset() {
 	*x = GetPauseRequest{}
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[28]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1674,7 +1792,7 @@ func (x *GetPauseRequest) String() string {
 func (*GetPauseRequest) ProtoMessage() {}
 
 func (x *GetPauseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[28]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1687,7 +1805,7 @@ func (x *GetPauseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPauseRequest.ProtoReflect.Descriptor instead.
 func (*GetPauseRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{28}
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{30}
 }
 
 type GetPauseResponse struct {
@@ -1700,7 +1818,7 @@ type GetPauseResponse struct {
 
 func (x *GetPauseResponse) Reset() {
 	*x = GetPauseResponse{}
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[29]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1712,7 +1830,7 @@ func (x *GetPauseResponse) String() string {
 func (*GetPauseResponse) ProtoMessage() {}
 
 func (x *GetPauseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[29]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1725,7 +1843,7 @@ func (x *GetPauseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPauseResponse.ProtoReflect.Descriptor instead.
 func (*GetPauseResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{29}
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *GetPauseResponse) GetPause() *Pause {
@@ -1758,7 +1876,7 @@ type SetPauseRequest struct {
 
 func (x *SetPauseRequest) Reset() {
 	*x = SetPauseRequest{}
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[30]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1770,7 +1888,7 @@ func (x *SetPauseRequest) String() string {
 func (*SetPauseRequest) ProtoMessage() {}
 
 func (x *SetPauseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[30]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1783,7 +1901,7 @@ func (x *SetPauseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPauseRequest.ProtoReflect.Descriptor instead.
 func (*SetPauseRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{30}
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *SetPauseRequest) GetReason() string {
@@ -1825,7 +1943,7 @@ type SetPauseResponse struct {
 
 func (x *SetPauseResponse) Reset() {
 	*x = SetPauseResponse{}
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[31]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1837,7 +1955,7 @@ func (x *SetPauseResponse) String() string {
 func (*SetPauseResponse) ProtoMessage() {}
 
 func (x *SetPauseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[31]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1850,7 +1968,7 @@ func (x *SetPauseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPauseResponse.ProtoReflect.Descriptor instead.
 func (*SetPauseResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{31}
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *SetPauseResponse) GetPause() *Pause {
@@ -1875,7 +1993,7 @@ type ClearPauseRequest struct {
 
 func (x *ClearPauseRequest) Reset() {
 	*x = ClearPauseRequest{}
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[32]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1887,7 +2005,7 @@ func (x *ClearPauseRequest) String() string {
 func (*ClearPauseRequest) ProtoMessage() {}
 
 func (x *ClearPauseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[32]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1900,7 +2018,7 @@ func (x *ClearPauseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearPauseRequest.ProtoReflect.Descriptor instead.
 func (*ClearPauseRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{32}
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{34}
 }
 
 type ClearPauseResponse struct {
@@ -1915,7 +2033,7 @@ type ClearPauseResponse struct {
 
 func (x *ClearPauseResponse) Reset() {
 	*x = ClearPauseResponse{}
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[33]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1927,7 +2045,7 @@ func (x *ClearPauseResponse) String() string {
 func (*ClearPauseResponse) ProtoMessage() {}
 
 func (x *ClearPauseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[33]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1940,7 +2058,7 @@ func (x *ClearPauseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearPauseResponse.ProtoReflect.Descriptor instead.
 func (*ClearPauseResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{33}
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ClearPauseResponse) GetCleared() bool {
@@ -1977,7 +2095,7 @@ type ApprovalMode struct {
 
 func (x *ApprovalMode) Reset() {
 	*x = ApprovalMode{}
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[34]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1989,7 +2107,7 @@ func (x *ApprovalMode) String() string {
 func (*ApprovalMode) ProtoMessage() {}
 
 func (x *ApprovalMode) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[34]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2002,7 +2120,7 @@ func (x *ApprovalMode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApprovalMode.ProtoReflect.Descriptor instead.
 func (*ApprovalMode) Descriptor() ([]byte, []int) {
-	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{34}
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ApprovalMode) GetMode() string {
@@ -2041,7 +2159,7 @@ type GetApprovalModeRequest struct {
 
 func (x *GetApprovalModeRequest) Reset() {
 	*x = GetApprovalModeRequest{}
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[35]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2053,7 +2171,7 @@ func (x *GetApprovalModeRequest) String() string {
 func (*GetApprovalModeRequest) ProtoMessage() {}
 
 func (x *GetApprovalModeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[35]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2066,7 +2184,7 @@ func (x *GetApprovalModeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetApprovalModeRequest.ProtoReflect.Descriptor instead.
 func (*GetApprovalModeRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{35}
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{37}
 }
 
 type GetApprovalModeResponse struct {
@@ -2078,7 +2196,7 @@ type GetApprovalModeResponse struct {
 
 func (x *GetApprovalModeResponse) Reset() {
 	*x = GetApprovalModeResponse{}
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[36]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2090,7 +2208,7 @@ func (x *GetApprovalModeResponse) String() string {
 func (*GetApprovalModeResponse) ProtoMessage() {}
 
 func (x *GetApprovalModeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[36]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2103,7 +2221,7 @@ func (x *GetApprovalModeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetApprovalModeResponse.ProtoReflect.Descriptor instead.
 func (*GetApprovalModeResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{36}
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *GetApprovalModeResponse) GetApprovalMode() *ApprovalMode {
@@ -2126,7 +2244,7 @@ type SetApprovalModeRequest struct {
 
 func (x *SetApprovalModeRequest) Reset() {
 	*x = SetApprovalModeRequest{}
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[37]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2138,7 +2256,7 @@ func (x *SetApprovalModeRequest) String() string {
 func (*SetApprovalModeRequest) ProtoMessage() {}
 
 func (x *SetApprovalModeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[37]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2151,7 +2269,7 @@ func (x *SetApprovalModeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetApprovalModeRequest.ProtoReflect.Descriptor instead.
 func (*SetApprovalModeRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{37}
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *SetApprovalModeRequest) GetMode() string {
@@ -2172,7 +2290,7 @@ type SetApprovalModeResponse struct {
 
 func (x *SetApprovalModeResponse) Reset() {
 	*x = SetApprovalModeResponse{}
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[38]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2184,7 +2302,7 @@ func (x *SetApprovalModeResponse) String() string {
 func (*SetApprovalModeResponse) ProtoMessage() {}
 
 func (x *SetApprovalModeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[38]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2197,7 +2315,7 @@ func (x *SetApprovalModeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetApprovalModeResponse.ProtoReflect.Descriptor instead.
 func (*SetApprovalModeResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{38}
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *SetApprovalModeResponse) GetApprovalMode() *ApprovalMode {
@@ -2222,7 +2340,7 @@ type ResetApprovalModeRequest struct {
 
 func (x *ResetApprovalModeRequest) Reset() {
 	*x = ResetApprovalModeRequest{}
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[39]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2234,7 +2352,7 @@ func (x *ResetApprovalModeRequest) String() string {
 func (*ResetApprovalModeRequest) ProtoMessage() {}
 
 func (x *ResetApprovalModeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[39]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2247,7 +2365,7 @@ func (x *ResetApprovalModeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetApprovalModeRequest.ProtoReflect.Descriptor instead.
 func (*ResetApprovalModeRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{39}
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{41}
 }
 
 type ResetApprovalModeResponse struct {
@@ -2265,7 +2383,7 @@ type ResetApprovalModeResponse struct {
 
 func (x *ResetApprovalModeResponse) Reset() {
 	*x = ResetApprovalModeResponse{}
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[40]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2277,7 +2395,7 @@ func (x *ResetApprovalModeResponse) String() string {
 func (*ResetApprovalModeResponse) ProtoMessage() {}
 
 func (x *ResetApprovalModeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[40]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2290,7 +2408,7 @@ func (x *ResetApprovalModeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetApprovalModeResponse.ProtoReflect.Descriptor instead.
 func (*ResetApprovalModeResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{40}
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ResetApprovalModeResponse) GetApprovalMode() *ApprovalMode {
@@ -2322,7 +2440,7 @@ type ReloadSkillsRequest struct {
 
 func (x *ReloadSkillsRequest) Reset() {
 	*x = ReloadSkillsRequest{}
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[41]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2334,7 +2452,7 @@ func (x *ReloadSkillsRequest) String() string {
 func (*ReloadSkillsRequest) ProtoMessage() {}
 
 func (x *ReloadSkillsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[41]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2347,7 +2465,7 @@ func (x *ReloadSkillsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReloadSkillsRequest.ProtoReflect.Descriptor instead.
 func (*ReloadSkillsRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{41}
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{43}
 }
 
 // ReloadSkillsResponse says what the API can vouch for: the announcement
@@ -2368,7 +2486,7 @@ type ReloadSkillsResponse struct {
 
 func (x *ReloadSkillsResponse) Reset() {
 	*x = ReloadSkillsResponse{}
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[42]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2380,7 +2498,7 @@ func (x *ReloadSkillsResponse) String() string {
 func (*ReloadSkillsResponse) ProtoMessage() {}
 
 func (x *ReloadSkillsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[42]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2393,7 +2511,7 @@ func (x *ReloadSkillsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReloadSkillsResponse.ProtoReflect.Descriptor instead.
 func (*ReloadSkillsResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{42}
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ReloadSkillsResponse) GetRevision() uint64 {
@@ -2440,7 +2558,7 @@ type ToolApproval struct {
 
 func (x *ToolApproval) Reset() {
 	*x = ToolApproval{}
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[43]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2452,7 +2570,7 @@ func (x *ToolApproval) String() string {
 func (*ToolApproval) ProtoMessage() {}
 
 func (x *ToolApproval) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[43]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2465,7 +2583,7 @@ func (x *ToolApproval) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolApproval.ProtoReflect.Descriptor instead.
 func (*ToolApproval) Descriptor() ([]byte, []int) {
-	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{43}
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ToolApproval) GetScope() string {
@@ -2524,7 +2642,7 @@ type ListToolApprovalsRequest struct {
 
 func (x *ListToolApprovalsRequest) Reset() {
 	*x = ListToolApprovalsRequest{}
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[44]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2536,7 +2654,7 @@ func (x *ListToolApprovalsRequest) String() string {
 func (*ListToolApprovalsRequest) ProtoMessage() {}
 
 func (x *ListToolApprovalsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[44]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2549,7 +2667,7 @@ func (x *ListToolApprovalsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListToolApprovalsRequest.ProtoReflect.Descriptor instead.
 func (*ListToolApprovalsRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{44}
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ListToolApprovalsRequest) GetScope() string {
@@ -2605,7 +2723,7 @@ type ListToolApprovalsResponse struct {
 
 func (x *ListToolApprovalsResponse) Reset() {
 	*x = ListToolApprovalsResponse{}
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[45]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2617,7 +2735,7 @@ func (x *ListToolApprovalsResponse) String() string {
 func (*ListToolApprovalsResponse) ProtoMessage() {}
 
 func (x *ListToolApprovalsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[45]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2630,7 +2748,7 @@ func (x *ListToolApprovalsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListToolApprovalsResponse.ProtoReflect.Descriptor instead.
 func (*ListToolApprovalsResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{45}
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ListToolApprovalsResponse) GetApprovals() []*ToolApproval {
@@ -2662,7 +2780,7 @@ type RevokeToolApprovalsRequest struct {
 
 func (x *RevokeToolApprovalsRequest) Reset() {
 	*x = RevokeToolApprovalsRequest{}
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[46]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2674,7 +2792,7 @@ func (x *RevokeToolApprovalsRequest) String() string {
 func (*RevokeToolApprovalsRequest) ProtoMessage() {}
 
 func (x *RevokeToolApprovalsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[46]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2687,7 +2805,7 @@ func (x *RevokeToolApprovalsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeToolApprovalsRequest.ProtoReflect.Descriptor instead.
 func (*RevokeToolApprovalsRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{46}
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *RevokeToolApprovalsRequest) GetScope() string {
@@ -2721,7 +2839,7 @@ type RevokeToolApprovalsResponse struct {
 
 func (x *RevokeToolApprovalsResponse) Reset() {
 	*x = RevokeToolApprovalsResponse{}
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[47]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2733,7 +2851,7 @@ func (x *RevokeToolApprovalsResponse) String() string {
 func (*RevokeToolApprovalsResponse) ProtoMessage() {}
 
 func (x *RevokeToolApprovalsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[47]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2746,7 +2864,7 @@ func (x *RevokeToolApprovalsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeToolApprovalsResponse.ProtoReflect.Descriptor instead.
 func (*RevokeToolApprovalsResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{47}
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *RevokeToolApprovalsResponse) GetRevoked() []*ToolApproval {
@@ -2776,7 +2894,7 @@ type AuditEntry struct {
 
 func (x *AuditEntry) Reset() {
 	*x = AuditEntry{}
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[48]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2788,7 +2906,7 @@ func (x *AuditEntry) String() string {
 func (*AuditEntry) ProtoMessage() {}
 
 func (x *AuditEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[48]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2801,7 +2919,7 @@ func (x *AuditEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditEntry.ProtoReflect.Descriptor instead.
 func (*AuditEntry) Descriptor() ([]byte, []int) {
-	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{48}
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *AuditEntry) GetId() int64 {
@@ -2866,7 +2984,7 @@ type ListAuditLogRequest struct {
 
 func (x *ListAuditLogRequest) Reset() {
 	*x = ListAuditLogRequest{}
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[49]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2878,7 +2996,7 @@ func (x *ListAuditLogRequest) String() string {
 func (*ListAuditLogRequest) ProtoMessage() {}
 
 func (x *ListAuditLogRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[49]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2891,7 +3009,7 @@ func (x *ListAuditLogRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditLogRequest.ProtoReflect.Descriptor instead.
 func (*ListAuditLogRequest) Descriptor() ([]byte, []int) {
-	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{49}
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ListAuditLogRequest) GetAction() string {
@@ -2947,7 +3065,7 @@ type ListAuditLogResponse struct {
 
 func (x *ListAuditLogResponse) Reset() {
 	*x = ListAuditLogResponse{}
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[50]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2959,7 +3077,7 @@ func (x *ListAuditLogResponse) String() string {
 func (*ListAuditLogResponse) ProtoMessage() {}
 
 func (x *ListAuditLogResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[50]
+	mi := &file_switchboard_admin_v1_admin_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2972,7 +3090,7 @@ func (x *ListAuditLogResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditLogResponse.ProtoReflect.Descriptor instead.
 func (*ListAuditLogResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{50}
+	return file_switchboard_admin_v1_admin_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ListAuditLogResponse) GetEntries() []*AuditEntry {
@@ -3059,7 +3177,16 @@ const file_switchboard_admin_v1_admin_proto_rawDesc = "" +
 	"\x13ListPairingsRequest\x12\x1a\n" +
 	"\bplatform\x18\x01 \x01(\tR\bplatform\"Q\n" +
 	"\x14ListPairingsResponse\x129\n" +
-	"\bpairings\x18\x01 \x03(\v2\x1d.switchboard.admin.v1.PairingR\bpairings\"a\n" +
+	"\bpairings\x18\x01 \x03(\v2\x1d.switchboard.admin.v1.PairingR\bpairings\"\x86\x01\n" +
+	"\x14ExportSessionRequest\x12\x1f\n" +
+	"\vsession_key\x18\x01 \x01(\tR\n" +
+	"sessionKey\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x02 \x01(\tR\tsessionId\x12\x16\n" +
+	"\x06format\x18\x03 \x01(\tR\x06format\x12\x16\n" +
+	"\x06redact\x18\x04 \x01(\bR\x06redact\"+\n" +
+	"\x15ExportSessionResponse\x12\x12\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\"a\n" +
 	"\x11ForgetUserRequest\x12\x1a\n" +
 	"\bplatform\x18\x01 \x01(\tR\bplatform\x12\x17\n" +
 	"\auser_id\x18\x02 \x01(\tR\x06userId\x12\x17\n" +
@@ -3201,13 +3328,14 @@ const file_switchboard_admin_v1_admin_proto_rawDesc = "" +
 	"page_token\x18\x06 \x01(\tR\tpageToken\"z\n" +
 	"\x14ListAuditLogResponse\x12:\n" +
 	"\aentries\x18\x01 \x03(\v2 .switchboard.admin.v1.AuditEntryR\aentries\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken2\xa3\x12\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken2\x8f\x13\n" +
 	"\fAdminService\x12e\n" +
 	"\fListSessions\x12).switchboard.admin.v1.ListSessionsRequest\x1a*.switchboard.admin.v1.ListSessionsResponse\x12_\n" +
 	"\n" +
 	"GetSession\x12'.switchboard.admin.v1.GetSessionRequest\x1a(.switchboard.admin.v1.GetSessionResponse\x12e\n" +
 	"\fResetSession\x12).switchboard.admin.v1.ResetSessionRequest\x1a*.switchboard.admin.v1.ResetSessionResponse\x12h\n" +
-	"\rPruneSessions\x12*.switchboard.admin.v1.PruneSessionsRequest\x1a+.switchboard.admin.v1.PruneSessionsResponse\x12_\n" +
+	"\rPruneSessions\x12*.switchboard.admin.v1.PruneSessionsRequest\x1a+.switchboard.admin.v1.PruneSessionsResponse\x12j\n" +
+	"\rExportSession\x12*.switchboard.admin.v1.ExportSessionRequest\x1a+.switchboard.admin.v1.ExportSessionResponse0\x01\x12_\n" +
 	"\n" +
 	"ForgetUser\x12'.switchboard.admin.v1.ForgetUserRequest\x1a(.switchboard.admin.v1.ForgetUserResponse\x12a\n" +
 	"\n" +
@@ -3244,7 +3372,7 @@ func file_switchboard_admin_v1_admin_proto_rawDescGZIP() []byte {
 	return file_switchboard_admin_v1_admin_proto_rawDescData
 }
 
-var file_switchboard_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 53)
+var file_switchboard_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 55)
 var file_switchboard_admin_v1_admin_proto_goTypes = []any{
 	(*Session)(nil),                     // 0: switchboard.admin.v1.Session
 	(*ListSessionsRequest)(nil),         // 1: switchboard.admin.v1.ListSessionsRequest
@@ -3258,132 +3386,136 @@ var file_switchboard_admin_v1_admin_proto_goTypes = []any{
 	(*Pairing)(nil),                     // 9: switchboard.admin.v1.Pairing
 	(*ListPairingsRequest)(nil),         // 10: switchboard.admin.v1.ListPairingsRequest
 	(*ListPairingsResponse)(nil),        // 11: switchboard.admin.v1.ListPairingsResponse
-	(*ForgetUserRequest)(nil),           // 12: switchboard.admin.v1.ForgetUserRequest
-	(*ForgetUserResponse)(nil),          // 13: switchboard.admin.v1.ForgetUserResponse
-	(*ExportUserRequest)(nil),           // 14: switchboard.admin.v1.ExportUserRequest
-	(*ExportUserResponse)(nil),          // 15: switchboard.admin.v1.ExportUserResponse
-	(*ApprovePairingRequest)(nil),       // 16: switchboard.admin.v1.ApprovePairingRequest
-	(*ApprovePairingResponse)(nil),      // 17: switchboard.admin.v1.ApprovePairingResponse
-	(*RevokePairingRequest)(nil),        // 18: switchboard.admin.v1.RevokePairingRequest
-	(*RevokePairingResponse)(nil),       // 19: switchboard.admin.v1.RevokePairingResponse
-	(*ListDeliveriesRequest)(nil),       // 20: switchboard.admin.v1.ListDeliveriesRequest
-	(*ListDeliveriesResponse)(nil),      // 21: switchboard.admin.v1.ListDeliveriesResponse
-	(*RetryDeliveriesRequest)(nil),      // 22: switchboard.admin.v1.RetryDeliveriesRequest
-	(*RetryDeliveriesResponse)(nil),     // 23: switchboard.admin.v1.RetryDeliveriesResponse
-	(*PurgeDeliveriesRequest)(nil),      // 24: switchboard.admin.v1.PurgeDeliveriesRequest
-	(*PurgeDeliveriesResponse)(nil),     // 25: switchboard.admin.v1.PurgeDeliveriesResponse
-	(*Pause)(nil),                       // 26: switchboard.admin.v1.Pause
-	(*PauseAllowlist)(nil),              // 27: switchboard.admin.v1.PauseAllowlist
-	(*GetPauseRequest)(nil),             // 28: switchboard.admin.v1.GetPauseRequest
-	(*GetPauseResponse)(nil),            // 29: switchboard.admin.v1.GetPauseResponse
-	(*SetPauseRequest)(nil),             // 30: switchboard.admin.v1.SetPauseRequest
-	(*SetPauseResponse)(nil),            // 31: switchboard.admin.v1.SetPauseResponse
-	(*ClearPauseRequest)(nil),           // 32: switchboard.admin.v1.ClearPauseRequest
-	(*ClearPauseResponse)(nil),          // 33: switchboard.admin.v1.ClearPauseResponse
-	(*ApprovalMode)(nil),                // 34: switchboard.admin.v1.ApprovalMode
-	(*GetApprovalModeRequest)(nil),      // 35: switchboard.admin.v1.GetApprovalModeRequest
-	(*GetApprovalModeResponse)(nil),     // 36: switchboard.admin.v1.GetApprovalModeResponse
-	(*SetApprovalModeRequest)(nil),      // 37: switchboard.admin.v1.SetApprovalModeRequest
-	(*SetApprovalModeResponse)(nil),     // 38: switchboard.admin.v1.SetApprovalModeResponse
-	(*ResetApprovalModeRequest)(nil),    // 39: switchboard.admin.v1.ResetApprovalModeRequest
-	(*ResetApprovalModeResponse)(nil),   // 40: switchboard.admin.v1.ResetApprovalModeResponse
-	(*ReloadSkillsRequest)(nil),         // 41: switchboard.admin.v1.ReloadSkillsRequest
-	(*ReloadSkillsResponse)(nil),        // 42: switchboard.admin.v1.ReloadSkillsResponse
-	(*ToolApproval)(nil),                // 43: switchboard.admin.v1.ToolApproval
-	(*ListToolApprovalsRequest)(nil),    // 44: switchboard.admin.v1.ListToolApprovalsRequest
-	(*ListToolApprovalsResponse)(nil),   // 45: switchboard.admin.v1.ListToolApprovalsResponse
-	(*RevokeToolApprovalsRequest)(nil),  // 46: switchboard.admin.v1.RevokeToolApprovalsRequest
-	(*RevokeToolApprovalsResponse)(nil), // 47: switchboard.admin.v1.RevokeToolApprovalsResponse
-	(*AuditEntry)(nil),                  // 48: switchboard.admin.v1.AuditEntry
-	(*ListAuditLogRequest)(nil),         // 49: switchboard.admin.v1.ListAuditLogRequest
-	(*ListAuditLogResponse)(nil),        // 50: switchboard.admin.v1.ListAuditLogResponse
-	nil,                                 // 51: switchboard.admin.v1.PruneSessionsResponse.RowsEntry
-	nil,                                 // 52: switchboard.admin.v1.ForgetUserResponse.RowsEntry
-	(*v1.SessionSource)(nil),            // 53: switchboard.events.v1.SessionSource
-	(*timestamppb.Timestamp)(nil),       // 54: google.protobuf.Timestamp
-	(v11.DeliveryState)(0),              // 55: switchboard.delivery.v1.DeliveryState
-	(*v11.Delivery)(nil),                // 56: switchboard.delivery.v1.Delivery
+	(*ExportSessionRequest)(nil),        // 12: switchboard.admin.v1.ExportSessionRequest
+	(*ExportSessionResponse)(nil),       // 13: switchboard.admin.v1.ExportSessionResponse
+	(*ForgetUserRequest)(nil),           // 14: switchboard.admin.v1.ForgetUserRequest
+	(*ForgetUserResponse)(nil),          // 15: switchboard.admin.v1.ForgetUserResponse
+	(*ExportUserRequest)(nil),           // 16: switchboard.admin.v1.ExportUserRequest
+	(*ExportUserResponse)(nil),          // 17: switchboard.admin.v1.ExportUserResponse
+	(*ApprovePairingRequest)(nil),       // 18: switchboard.admin.v1.ApprovePairingRequest
+	(*ApprovePairingResponse)(nil),      // 19: switchboard.admin.v1.ApprovePairingResponse
+	(*RevokePairingRequest)(nil),        // 20: switchboard.admin.v1.RevokePairingRequest
+	(*RevokePairingResponse)(nil),       // 21: switchboard.admin.v1.RevokePairingResponse
+	(*ListDeliveriesRequest)(nil),       // 22: switchboard.admin.v1.ListDeliveriesRequest
+	(*ListDeliveriesResponse)(nil),      // 23: switchboard.admin.v1.ListDeliveriesResponse
+	(*RetryDeliveriesRequest)(nil),      // 24: switchboard.admin.v1.RetryDeliveriesRequest
+	(*RetryDeliveriesResponse)(nil),     // 25: switchboard.admin.v1.RetryDeliveriesResponse
+	(*PurgeDeliveriesRequest)(nil),      // 26: switchboard.admin.v1.PurgeDeliveriesRequest
+	(*PurgeDeliveriesResponse)(nil),     // 27: switchboard.admin.v1.PurgeDeliveriesResponse
+	(*Pause)(nil),                       // 28: switchboard.admin.v1.Pause
+	(*PauseAllowlist)(nil),              // 29: switchboard.admin.v1.PauseAllowlist
+	(*GetPauseRequest)(nil),             // 30: switchboard.admin.v1.GetPauseRequest
+	(*GetPauseResponse)(nil),            // 31: switchboard.admin.v1.GetPauseResponse
+	(*SetPauseRequest)(nil),             // 32: switchboard.admin.v1.SetPauseRequest
+	(*SetPauseResponse)(nil),            // 33: switchboard.admin.v1.SetPauseResponse
+	(*ClearPauseRequest)(nil),           // 34: switchboard.admin.v1.ClearPauseRequest
+	(*ClearPauseResponse)(nil),          // 35: switchboard.admin.v1.ClearPauseResponse
+	(*ApprovalMode)(nil),                // 36: switchboard.admin.v1.ApprovalMode
+	(*GetApprovalModeRequest)(nil),      // 37: switchboard.admin.v1.GetApprovalModeRequest
+	(*GetApprovalModeResponse)(nil),     // 38: switchboard.admin.v1.GetApprovalModeResponse
+	(*SetApprovalModeRequest)(nil),      // 39: switchboard.admin.v1.SetApprovalModeRequest
+	(*SetApprovalModeResponse)(nil),     // 40: switchboard.admin.v1.SetApprovalModeResponse
+	(*ResetApprovalModeRequest)(nil),    // 41: switchboard.admin.v1.ResetApprovalModeRequest
+	(*ResetApprovalModeResponse)(nil),   // 42: switchboard.admin.v1.ResetApprovalModeResponse
+	(*ReloadSkillsRequest)(nil),         // 43: switchboard.admin.v1.ReloadSkillsRequest
+	(*ReloadSkillsResponse)(nil),        // 44: switchboard.admin.v1.ReloadSkillsResponse
+	(*ToolApproval)(nil),                // 45: switchboard.admin.v1.ToolApproval
+	(*ListToolApprovalsRequest)(nil),    // 46: switchboard.admin.v1.ListToolApprovalsRequest
+	(*ListToolApprovalsResponse)(nil),   // 47: switchboard.admin.v1.ListToolApprovalsResponse
+	(*RevokeToolApprovalsRequest)(nil),  // 48: switchboard.admin.v1.RevokeToolApprovalsRequest
+	(*RevokeToolApprovalsResponse)(nil), // 49: switchboard.admin.v1.RevokeToolApprovalsResponse
+	(*AuditEntry)(nil),                  // 50: switchboard.admin.v1.AuditEntry
+	(*ListAuditLogRequest)(nil),         // 51: switchboard.admin.v1.ListAuditLogRequest
+	(*ListAuditLogResponse)(nil),        // 52: switchboard.admin.v1.ListAuditLogResponse
+	nil,                                 // 53: switchboard.admin.v1.PruneSessionsResponse.RowsEntry
+	nil,                                 // 54: switchboard.admin.v1.ForgetUserResponse.RowsEntry
+	(*v1.SessionSource)(nil),            // 55: switchboard.events.v1.SessionSource
+	(*timestamppb.Timestamp)(nil),       // 56: google.protobuf.Timestamp
+	(v11.DeliveryState)(0),              // 57: switchboard.delivery.v1.DeliveryState
+	(*v11.Delivery)(nil),                // 58: switchboard.delivery.v1.Delivery
 }
 var file_switchboard_admin_v1_admin_proto_depIdxs = []int32{
-	53, // 0: switchboard.admin.v1.Session.origin:type_name -> switchboard.events.v1.SessionSource
-	54, // 1: switchboard.admin.v1.Session.created_at:type_name -> google.protobuf.Timestamp
-	54, // 2: switchboard.admin.v1.Session.updated_at:type_name -> google.protobuf.Timestamp
+	55, // 0: switchboard.admin.v1.Session.origin:type_name -> switchboard.events.v1.SessionSource
+	56, // 1: switchboard.admin.v1.Session.created_at:type_name -> google.protobuf.Timestamp
+	56, // 2: switchboard.admin.v1.Session.updated_at:type_name -> google.protobuf.Timestamp
 	0,  // 3: switchboard.admin.v1.ListSessionsResponse.sessions:type_name -> switchboard.admin.v1.Session
 	0,  // 4: switchboard.admin.v1.GetSessionResponse.session:type_name -> switchboard.admin.v1.Session
 	0,  // 5: switchboard.admin.v1.ResetSessionResponse.session:type_name -> switchboard.admin.v1.Session
-	51, // 6: switchboard.admin.v1.PruneSessionsResponse.rows:type_name -> switchboard.admin.v1.PruneSessionsResponse.RowsEntry
-	54, // 7: switchboard.admin.v1.Pairing.created_at:type_name -> google.protobuf.Timestamp
-	54, // 8: switchboard.admin.v1.Pairing.expires_at:type_name -> google.protobuf.Timestamp
-	54, // 9: switchboard.admin.v1.Pairing.approved_at:type_name -> google.protobuf.Timestamp
+	53, // 6: switchboard.admin.v1.PruneSessionsResponse.rows:type_name -> switchboard.admin.v1.PruneSessionsResponse.RowsEntry
+	56, // 7: switchboard.admin.v1.Pairing.created_at:type_name -> google.protobuf.Timestamp
+	56, // 8: switchboard.admin.v1.Pairing.expires_at:type_name -> google.protobuf.Timestamp
+	56, // 9: switchboard.admin.v1.Pairing.approved_at:type_name -> google.protobuf.Timestamp
 	9,  // 10: switchboard.admin.v1.ListPairingsResponse.pairings:type_name -> switchboard.admin.v1.Pairing
-	52, // 11: switchboard.admin.v1.ForgetUserResponse.rows:type_name -> switchboard.admin.v1.ForgetUserResponse.RowsEntry
+	54, // 11: switchboard.admin.v1.ForgetUserResponse.rows:type_name -> switchboard.admin.v1.ForgetUserResponse.RowsEntry
 	9,  // 12: switchboard.admin.v1.ApprovePairingResponse.pairing:type_name -> switchboard.admin.v1.Pairing
-	55, // 13: switchboard.admin.v1.ListDeliveriesRequest.states:type_name -> switchboard.delivery.v1.DeliveryState
-	56, // 14: switchboard.admin.v1.ListDeliveriesResponse.deliveries:type_name -> switchboard.delivery.v1.Delivery
-	54, // 15: switchboard.admin.v1.Pause.paused_at:type_name -> google.protobuf.Timestamp
-	54, // 16: switchboard.admin.v1.Pause.expires_at:type_name -> google.protobuf.Timestamp
-	27, // 17: switchboard.admin.v1.Pause.allow:type_name -> switchboard.admin.v1.PauseAllowlist
-	26, // 18: switchboard.admin.v1.GetPauseResponse.pause:type_name -> switchboard.admin.v1.Pause
-	27, // 19: switchboard.admin.v1.SetPauseRequest.allow:type_name -> switchboard.admin.v1.PauseAllowlist
-	26, // 20: switchboard.admin.v1.SetPauseResponse.pause:type_name -> switchboard.admin.v1.Pause
-	26, // 21: switchboard.admin.v1.ClearPauseResponse.pause:type_name -> switchboard.admin.v1.Pause
-	54, // 22: switchboard.admin.v1.ApprovalMode.set_at:type_name -> google.protobuf.Timestamp
-	34, // 23: switchboard.admin.v1.GetApprovalModeResponse.approval_mode:type_name -> switchboard.admin.v1.ApprovalMode
-	34, // 24: switchboard.admin.v1.SetApprovalModeResponse.approval_mode:type_name -> switchboard.admin.v1.ApprovalMode
-	34, // 25: switchboard.admin.v1.ResetApprovalModeResponse.approval_mode:type_name -> switchboard.admin.v1.ApprovalMode
-	54, // 26: switchboard.admin.v1.ReloadSkillsResponse.announced_at:type_name -> google.protobuf.Timestamp
-	54, // 27: switchboard.admin.v1.ToolApproval.created_at:type_name -> google.protobuf.Timestamp
-	43, // 28: switchboard.admin.v1.ListToolApprovalsResponse.approvals:type_name -> switchboard.admin.v1.ToolApproval
-	43, // 29: switchboard.admin.v1.RevokeToolApprovalsResponse.revoked:type_name -> switchboard.admin.v1.ToolApproval
-	54, // 30: switchboard.admin.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
-	54, // 31: switchboard.admin.v1.ListAuditLogRequest.since:type_name -> google.protobuf.Timestamp
-	48, // 32: switchboard.admin.v1.ListAuditLogResponse.entries:type_name -> switchboard.admin.v1.AuditEntry
+	57, // 13: switchboard.admin.v1.ListDeliveriesRequest.states:type_name -> switchboard.delivery.v1.DeliveryState
+	58, // 14: switchboard.admin.v1.ListDeliveriesResponse.deliveries:type_name -> switchboard.delivery.v1.Delivery
+	56, // 15: switchboard.admin.v1.Pause.paused_at:type_name -> google.protobuf.Timestamp
+	56, // 16: switchboard.admin.v1.Pause.expires_at:type_name -> google.protobuf.Timestamp
+	29, // 17: switchboard.admin.v1.Pause.allow:type_name -> switchboard.admin.v1.PauseAllowlist
+	28, // 18: switchboard.admin.v1.GetPauseResponse.pause:type_name -> switchboard.admin.v1.Pause
+	29, // 19: switchboard.admin.v1.SetPauseRequest.allow:type_name -> switchboard.admin.v1.PauseAllowlist
+	28, // 20: switchboard.admin.v1.SetPauseResponse.pause:type_name -> switchboard.admin.v1.Pause
+	28, // 21: switchboard.admin.v1.ClearPauseResponse.pause:type_name -> switchboard.admin.v1.Pause
+	56, // 22: switchboard.admin.v1.ApprovalMode.set_at:type_name -> google.protobuf.Timestamp
+	36, // 23: switchboard.admin.v1.GetApprovalModeResponse.approval_mode:type_name -> switchboard.admin.v1.ApprovalMode
+	36, // 24: switchboard.admin.v1.SetApprovalModeResponse.approval_mode:type_name -> switchboard.admin.v1.ApprovalMode
+	36, // 25: switchboard.admin.v1.ResetApprovalModeResponse.approval_mode:type_name -> switchboard.admin.v1.ApprovalMode
+	56, // 26: switchboard.admin.v1.ReloadSkillsResponse.announced_at:type_name -> google.protobuf.Timestamp
+	56, // 27: switchboard.admin.v1.ToolApproval.created_at:type_name -> google.protobuf.Timestamp
+	45, // 28: switchboard.admin.v1.ListToolApprovalsResponse.approvals:type_name -> switchboard.admin.v1.ToolApproval
+	45, // 29: switchboard.admin.v1.RevokeToolApprovalsResponse.revoked:type_name -> switchboard.admin.v1.ToolApproval
+	56, // 30: switchboard.admin.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
+	56, // 31: switchboard.admin.v1.ListAuditLogRequest.since:type_name -> google.protobuf.Timestamp
+	50, // 32: switchboard.admin.v1.ListAuditLogResponse.entries:type_name -> switchboard.admin.v1.AuditEntry
 	1,  // 33: switchboard.admin.v1.AdminService.ListSessions:input_type -> switchboard.admin.v1.ListSessionsRequest
 	3,  // 34: switchboard.admin.v1.AdminService.GetSession:input_type -> switchboard.admin.v1.GetSessionRequest
 	5,  // 35: switchboard.admin.v1.AdminService.ResetSession:input_type -> switchboard.admin.v1.ResetSessionRequest
 	7,  // 36: switchboard.admin.v1.AdminService.PruneSessions:input_type -> switchboard.admin.v1.PruneSessionsRequest
-	12, // 37: switchboard.admin.v1.AdminService.ForgetUser:input_type -> switchboard.admin.v1.ForgetUserRequest
-	14, // 38: switchboard.admin.v1.AdminService.ExportUser:input_type -> switchboard.admin.v1.ExportUserRequest
-	10, // 39: switchboard.admin.v1.AdminService.ListPairings:input_type -> switchboard.admin.v1.ListPairingsRequest
-	16, // 40: switchboard.admin.v1.AdminService.ApprovePairing:input_type -> switchboard.admin.v1.ApprovePairingRequest
-	18, // 41: switchboard.admin.v1.AdminService.RevokePairing:input_type -> switchboard.admin.v1.RevokePairingRequest
-	20, // 42: switchboard.admin.v1.AdminService.ListDeliveries:input_type -> switchboard.admin.v1.ListDeliveriesRequest
-	22, // 43: switchboard.admin.v1.AdminService.RetryDeliveries:input_type -> switchboard.admin.v1.RetryDeliveriesRequest
-	24, // 44: switchboard.admin.v1.AdminService.PurgeDeliveries:input_type -> switchboard.admin.v1.PurgeDeliveriesRequest
-	28, // 45: switchboard.admin.v1.AdminService.GetPause:input_type -> switchboard.admin.v1.GetPauseRequest
-	30, // 46: switchboard.admin.v1.AdminService.SetPause:input_type -> switchboard.admin.v1.SetPauseRequest
-	32, // 47: switchboard.admin.v1.AdminService.ClearPause:input_type -> switchboard.admin.v1.ClearPauseRequest
-	35, // 48: switchboard.admin.v1.AdminService.GetApprovalMode:input_type -> switchboard.admin.v1.GetApprovalModeRequest
-	37, // 49: switchboard.admin.v1.AdminService.SetApprovalMode:input_type -> switchboard.admin.v1.SetApprovalModeRequest
-	39, // 50: switchboard.admin.v1.AdminService.ResetApprovalMode:input_type -> switchboard.admin.v1.ResetApprovalModeRequest
-	44, // 51: switchboard.admin.v1.AdminService.ListToolApprovals:input_type -> switchboard.admin.v1.ListToolApprovalsRequest
-	46, // 52: switchboard.admin.v1.AdminService.RevokeToolApprovals:input_type -> switchboard.admin.v1.RevokeToolApprovalsRequest
-	49, // 53: switchboard.admin.v1.AdminService.ListAuditLog:input_type -> switchboard.admin.v1.ListAuditLogRequest
-	41, // 54: switchboard.admin.v1.AdminService.ReloadSkills:input_type -> switchboard.admin.v1.ReloadSkillsRequest
-	2,  // 55: switchboard.admin.v1.AdminService.ListSessions:output_type -> switchboard.admin.v1.ListSessionsResponse
-	4,  // 56: switchboard.admin.v1.AdminService.GetSession:output_type -> switchboard.admin.v1.GetSessionResponse
-	6,  // 57: switchboard.admin.v1.AdminService.ResetSession:output_type -> switchboard.admin.v1.ResetSessionResponse
-	8,  // 58: switchboard.admin.v1.AdminService.PruneSessions:output_type -> switchboard.admin.v1.PruneSessionsResponse
-	13, // 59: switchboard.admin.v1.AdminService.ForgetUser:output_type -> switchboard.admin.v1.ForgetUserResponse
-	15, // 60: switchboard.admin.v1.AdminService.ExportUser:output_type -> switchboard.admin.v1.ExportUserResponse
-	11, // 61: switchboard.admin.v1.AdminService.ListPairings:output_type -> switchboard.admin.v1.ListPairingsResponse
-	17, // 62: switchboard.admin.v1.AdminService.ApprovePairing:output_type -> switchboard.admin.v1.ApprovePairingResponse
-	19, // 63: switchboard.admin.v1.AdminService.RevokePairing:output_type -> switchboard.admin.v1.RevokePairingResponse
-	21, // 64: switchboard.admin.v1.AdminService.ListDeliveries:output_type -> switchboard.admin.v1.ListDeliveriesResponse
-	23, // 65: switchboard.admin.v1.AdminService.RetryDeliveries:output_type -> switchboard.admin.v1.RetryDeliveriesResponse
-	25, // 66: switchboard.admin.v1.AdminService.PurgeDeliveries:output_type -> switchboard.admin.v1.PurgeDeliveriesResponse
-	29, // 67: switchboard.admin.v1.AdminService.GetPause:output_type -> switchboard.admin.v1.GetPauseResponse
-	31, // 68: switchboard.admin.v1.AdminService.SetPause:output_type -> switchboard.admin.v1.SetPauseResponse
-	33, // 69: switchboard.admin.v1.AdminService.ClearPause:output_type -> switchboard.admin.v1.ClearPauseResponse
-	36, // 70: switchboard.admin.v1.AdminService.GetApprovalMode:output_type -> switchboard.admin.v1.GetApprovalModeResponse
-	38, // 71: switchboard.admin.v1.AdminService.SetApprovalMode:output_type -> switchboard.admin.v1.SetApprovalModeResponse
-	40, // 72: switchboard.admin.v1.AdminService.ResetApprovalMode:output_type -> switchboard.admin.v1.ResetApprovalModeResponse
-	45, // 73: switchboard.admin.v1.AdminService.ListToolApprovals:output_type -> switchboard.admin.v1.ListToolApprovalsResponse
-	47, // 74: switchboard.admin.v1.AdminService.RevokeToolApprovals:output_type -> switchboard.admin.v1.RevokeToolApprovalsResponse
-	50, // 75: switchboard.admin.v1.AdminService.ListAuditLog:output_type -> switchboard.admin.v1.ListAuditLogResponse
-	42, // 76: switchboard.admin.v1.AdminService.ReloadSkills:output_type -> switchboard.admin.v1.ReloadSkillsResponse
-	55, // [55:77] is the sub-list for method output_type
-	33, // [33:55] is the sub-list for method input_type
+	12, // 37: switchboard.admin.v1.AdminService.ExportSession:input_type -> switchboard.admin.v1.ExportSessionRequest
+	14, // 38: switchboard.admin.v1.AdminService.ForgetUser:input_type -> switchboard.admin.v1.ForgetUserRequest
+	16, // 39: switchboard.admin.v1.AdminService.ExportUser:input_type -> switchboard.admin.v1.ExportUserRequest
+	10, // 40: switchboard.admin.v1.AdminService.ListPairings:input_type -> switchboard.admin.v1.ListPairingsRequest
+	18, // 41: switchboard.admin.v1.AdminService.ApprovePairing:input_type -> switchboard.admin.v1.ApprovePairingRequest
+	20, // 42: switchboard.admin.v1.AdminService.RevokePairing:input_type -> switchboard.admin.v1.RevokePairingRequest
+	22, // 43: switchboard.admin.v1.AdminService.ListDeliveries:input_type -> switchboard.admin.v1.ListDeliveriesRequest
+	24, // 44: switchboard.admin.v1.AdminService.RetryDeliveries:input_type -> switchboard.admin.v1.RetryDeliveriesRequest
+	26, // 45: switchboard.admin.v1.AdminService.PurgeDeliveries:input_type -> switchboard.admin.v1.PurgeDeliveriesRequest
+	30, // 46: switchboard.admin.v1.AdminService.GetPause:input_type -> switchboard.admin.v1.GetPauseRequest
+	32, // 47: switchboard.admin.v1.AdminService.SetPause:input_type -> switchboard.admin.v1.SetPauseRequest
+	34, // 48: switchboard.admin.v1.AdminService.ClearPause:input_type -> switchboard.admin.v1.ClearPauseRequest
+	37, // 49: switchboard.admin.v1.AdminService.GetApprovalMode:input_type -> switchboard.admin.v1.GetApprovalModeRequest
+	39, // 50: switchboard.admin.v1.AdminService.SetApprovalMode:input_type -> switchboard.admin.v1.SetApprovalModeRequest
+	41, // 51: switchboard.admin.v1.AdminService.ResetApprovalMode:input_type -> switchboard.admin.v1.ResetApprovalModeRequest
+	46, // 52: switchboard.admin.v1.AdminService.ListToolApprovals:input_type -> switchboard.admin.v1.ListToolApprovalsRequest
+	48, // 53: switchboard.admin.v1.AdminService.RevokeToolApprovals:input_type -> switchboard.admin.v1.RevokeToolApprovalsRequest
+	51, // 54: switchboard.admin.v1.AdminService.ListAuditLog:input_type -> switchboard.admin.v1.ListAuditLogRequest
+	43, // 55: switchboard.admin.v1.AdminService.ReloadSkills:input_type -> switchboard.admin.v1.ReloadSkillsRequest
+	2,  // 56: switchboard.admin.v1.AdminService.ListSessions:output_type -> switchboard.admin.v1.ListSessionsResponse
+	4,  // 57: switchboard.admin.v1.AdminService.GetSession:output_type -> switchboard.admin.v1.GetSessionResponse
+	6,  // 58: switchboard.admin.v1.AdminService.ResetSession:output_type -> switchboard.admin.v1.ResetSessionResponse
+	8,  // 59: switchboard.admin.v1.AdminService.PruneSessions:output_type -> switchboard.admin.v1.PruneSessionsResponse
+	13, // 60: switchboard.admin.v1.AdminService.ExportSession:output_type -> switchboard.admin.v1.ExportSessionResponse
+	15, // 61: switchboard.admin.v1.AdminService.ForgetUser:output_type -> switchboard.admin.v1.ForgetUserResponse
+	17, // 62: switchboard.admin.v1.AdminService.ExportUser:output_type -> switchboard.admin.v1.ExportUserResponse
+	11, // 63: switchboard.admin.v1.AdminService.ListPairings:output_type -> switchboard.admin.v1.ListPairingsResponse
+	19, // 64: switchboard.admin.v1.AdminService.ApprovePairing:output_type -> switchboard.admin.v1.ApprovePairingResponse
+	21, // 65: switchboard.admin.v1.AdminService.RevokePairing:output_type -> switchboard.admin.v1.RevokePairingResponse
+	23, // 66: switchboard.admin.v1.AdminService.ListDeliveries:output_type -> switchboard.admin.v1.ListDeliveriesResponse
+	25, // 67: switchboard.admin.v1.AdminService.RetryDeliveries:output_type -> switchboard.admin.v1.RetryDeliveriesResponse
+	27, // 68: switchboard.admin.v1.AdminService.PurgeDeliveries:output_type -> switchboard.admin.v1.PurgeDeliveriesResponse
+	31, // 69: switchboard.admin.v1.AdminService.GetPause:output_type -> switchboard.admin.v1.GetPauseResponse
+	33, // 70: switchboard.admin.v1.AdminService.SetPause:output_type -> switchboard.admin.v1.SetPauseResponse
+	35, // 71: switchboard.admin.v1.AdminService.ClearPause:output_type -> switchboard.admin.v1.ClearPauseResponse
+	38, // 72: switchboard.admin.v1.AdminService.GetApprovalMode:output_type -> switchboard.admin.v1.GetApprovalModeResponse
+	40, // 73: switchboard.admin.v1.AdminService.SetApprovalMode:output_type -> switchboard.admin.v1.SetApprovalModeResponse
+	42, // 74: switchboard.admin.v1.AdminService.ResetApprovalMode:output_type -> switchboard.admin.v1.ResetApprovalModeResponse
+	47, // 75: switchboard.admin.v1.AdminService.ListToolApprovals:output_type -> switchboard.admin.v1.ListToolApprovalsResponse
+	49, // 76: switchboard.admin.v1.AdminService.RevokeToolApprovals:output_type -> switchboard.admin.v1.RevokeToolApprovalsResponse
+	52, // 77: switchboard.admin.v1.AdminService.ListAuditLog:output_type -> switchboard.admin.v1.ListAuditLogResponse
+	44, // 78: switchboard.admin.v1.AdminService.ReloadSkills:output_type -> switchboard.admin.v1.ReloadSkillsResponse
+	56, // [56:79] is the sub-list for method output_type
+	33, // [33:56] is the sub-list for method input_type
 	33, // [33:33] is the sub-list for extension type_name
 	33, // [33:33] is the sub-list for extension extendee
 	0,  // [0:33] is the sub-list for field type_name
@@ -3394,14 +3526,14 @@ func file_switchboard_admin_v1_admin_proto_init() {
 	if File_switchboard_admin_v1_admin_proto != nil {
 		return
 	}
-	file_switchboard_admin_v1_admin_proto_msgTypes[30].OneofWrappers = []any{}
+	file_switchboard_admin_v1_admin_proto_msgTypes[32].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_switchboard_admin_v1_admin_proto_rawDesc), len(file_switchboard_admin_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   53,
+			NumMessages:   55,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

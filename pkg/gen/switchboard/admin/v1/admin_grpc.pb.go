@@ -23,6 +23,7 @@ const (
 	AdminService_GetSession_FullMethodName          = "/switchboard.admin.v1.AdminService/GetSession"
 	AdminService_ResetSession_FullMethodName        = "/switchboard.admin.v1.AdminService/ResetSession"
 	AdminService_PruneSessions_FullMethodName       = "/switchboard.admin.v1.AdminService/PruneSessions"
+	AdminService_ExportSession_FullMethodName       = "/switchboard.admin.v1.AdminService/ExportSession"
 	AdminService_ForgetUser_FullMethodName          = "/switchboard.admin.v1.AdminService/ForgetUser"
 	AdminService_ExportUser_FullMethodName          = "/switchboard.admin.v1.AdminService/ExportUser"
 	AdminService_ListPairings_FullMethodName        = "/switchboard.admin.v1.AdminService/ListPairings"
@@ -55,6 +56,9 @@ type AdminServiceClient interface {
 	GetSession(ctx context.Context, in *GetSessionRequest, opts ...grpc.CallOption) (*GetSessionResponse, error)
 	ResetSession(ctx context.Context, in *ResetSessionRequest, opts ...grpc.CallOption) (*ResetSessionResponse, error)
 	PruneSessions(ctx context.Context, in *PruneSessionsRequest, opts ...grpc.CallOption) (*PruneSessionsResponse, error)
+	// One conversation of a session as /save writes it (json, md or html),
+	// in chunks whose concatenation is the file.
+	ExportSession(ctx context.Context, in *ExportSessionRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ExportSessionResponse], error)
 	// Deletes what Switchboard holds of one user (a right-to-erasure
 	// request): their own sessions and what they own (pkg/retention
 	// Forget).
@@ -143,6 +147,25 @@ func (c *adminServiceClient) PruneSessions(ctx context.Context, in *PruneSession
 	return out, nil
 }
 
+func (c *adminServiceClient) ExportSession(ctx context.Context, in *ExportSessionRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ExportSessionResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &AdminService_ServiceDesc.Streams[0], AdminService_ExportSession_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ExportSessionRequest, ExportSessionResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type AdminService_ExportSessionClient = grpc.ServerStreamingClient[ExportSessionResponse]
+
 func (c *adminServiceClient) ForgetUser(ctx context.Context, in *ForgetUserRequest, opts ...grpc.CallOption) (*ForgetUserResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ForgetUserResponse)
@@ -155,7 +178,7 @@ func (c *adminServiceClient) ForgetUser(ctx context.Context, in *ForgetUserReque
 
 func (c *adminServiceClient) ExportUser(ctx context.Context, in *ExportUserRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ExportUserResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &AdminService_ServiceDesc.Streams[0], AdminService_ExportUser_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &AdminService_ServiceDesc.Streams[1], AdminService_ExportUser_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -344,6 +367,9 @@ type AdminServiceServer interface {
 	GetSession(context.Context, *GetSessionRequest) (*GetSessionResponse, error)
 	ResetSession(context.Context, *ResetSessionRequest) (*ResetSessionResponse, error)
 	PruneSessions(context.Context, *PruneSessionsRequest) (*PruneSessionsResponse, error)
+	// One conversation of a session as /save writes it (json, md or html),
+	// in chunks whose concatenation is the file.
+	ExportSession(*ExportSessionRequest, grpc.ServerStreamingServer[ExportSessionResponse]) error
 	// Deletes what Switchboard holds of one user (a right-to-erasure
 	// request): their own sessions and what they own (pkg/retention
 	// Forget).
@@ -403,6 +429,9 @@ func (UnimplementedAdminServiceServer) ResetSession(context.Context, *ResetSessi
 }
 func (UnimplementedAdminServiceServer) PruneSessions(context.Context, *PruneSessionsRequest) (*PruneSessionsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method PruneSessions not implemented")
+}
+func (UnimplementedAdminServiceServer) ExportSession(*ExportSessionRequest, grpc.ServerStreamingServer[ExportSessionResponse]) error {
+	return status.Error(codes.Unimplemented, "method ExportSession not implemented")
 }
 func (UnimplementedAdminServiceServer) ForgetUser(context.Context, *ForgetUserRequest) (*ForgetUserResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ForgetUser not implemented")
@@ -550,6 +579,17 @@ func _AdminService_PruneSessions_Handler(srv interface{}, ctx context.Context, d
 	}
 	return interceptor(ctx, in, info, handler)
 }
+
+func _AdminService_ExportSession_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(ExportSessionRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(AdminServiceServer).ExportSession(m, &grpc.GenericServerStream[ExportSessionRequest, ExportSessionResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type AdminService_ExportSessionServer = grpc.ServerStreamingServer[ExportSessionResponse]
 
 func _AdminService_ForgetUser_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ForgetUserRequest)
@@ -961,6 +1001,11 @@ var AdminService_ServiceDesc = grpc.ServiceDesc{
 		},
 	},
 	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "ExportSession",
+			Handler:       _AdminService_ExportSession_Handler,
+			ServerStreams: true,
+		},
 		{
 			StreamName:    "ExportUser",
 			Handler:       _AdminService_ExportUser_Handler,
