@@ -61,12 +61,18 @@ var userIDDeletes = []struct{ kind, sql string }{
 	{KindTopicBindings, `DELETE FROM telegram_topic_bindings WHERE $1 = 'telegram' AND user_id = ANY($2)`},
 }
 
+// directChatDelete deletes the sent and dead rows of the user's direct
+// chats ($1: their chat keys) that no session of theirs holds: proactive
+// sends (a cron job's, send_message's) are filed by chat alone. Rows
+// still to send go their way.
+const directChatDelete = `DELETE FROM delivery_outbox WHERE chat_key = ANY($1) AND state IN ('sent', 'failed', 'expired')`
+
 // Forget deletes what Switchboard holds of one user (a right-to-erasure
 // request): their own sessions, with everything that hangs off them as a
 // prune deletes it, and what they own: memories and memory writes
 // waiting or decided, their memory approval setting, standing
 // "/approve always" approvals, cron jobs, pairing, Telegram topic
-// bindings. One transaction: it all goes, or nothing (a dry run rolls
+// bindings, and what was sent to their direct chats outside a session. One transaction: it all goes, or nothing (a dry run rolls
 // it back and reports the same counts). A session that is busy (a turn,
 // a queued message, a reply to send) is left and reported, with
 // everything else deleted: forget again once it is idle.
@@ -134,6 +140,11 @@ FOR UPDATE OF s SKIP LOCKED`, own)
 		}
 		res.Rows[d.kind] += tag.RowsAffected()
 	}
+	tag, err := tx.Exec(ctx, directChatDelete, found.DirectChats)
+	if err != nil {
+		return res, fmt.Errorf("forget: delete %s: %w", KindOutbox, err)
+	}
+	res.Rows[KindOutbox] += tag.RowsAffected()
 	for _, d := range userIDDeletes {
 		tag, err := tx.Exec(ctx, d.sql, u.Platform, userdata.IDForms(u))
 		if err != nil {

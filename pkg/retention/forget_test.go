@@ -109,6 +109,12 @@ func TestForget(t *testing.T) {
 			('j1', 'telegram:42', 'tea', 'remind me', 'interval', 'every 60m', 'every 60m'), ('j2', 'telegram:7', 'x', 'y', 'interval', 'every 60m', 'every 60m')`,
 		`INSERT INTO pairing_approved (platform, user_id, created_at) VALUES ('telegram', '42', now()), ('telegram', '7', now()), ('slack', '42', now())`,
 		`INSERT INTO pairing_codes (platform, user_id, salt, code_hash, expires_at) VALUES ('telegram', '42', '\x00', '\x00', now() + interval '1 hour')`,
+		// Proactive sends to her direct chat (no session), one sent and
+		// one still to send, and one to Bob's.
+		`INSERT INTO delivery_outbox (idempotency_key, state, platform, chat_key, payload, next_attempt_at, expires_at, created_at, updated_at) VALUES
+			('cron-1', 'sent', 'telegram', 'telegram::42', '\x00', now(), now(), now(), now()),
+			('cron-2', 'queued', 'telegram', 'telegram::42', '\x00', now(), now(), now(), now()),
+			('cron-3', 'sent', 'telegram', 'telegram::7', '\x00', now(), now(), now(), now())`,
 		`INSERT INTO telegram_topic_bindings (session_key, root_key, thread_id, session_id, user_id) VALUES ('` + dm + `:5', '` + dm + `', '5', 'tb-` + dm + `', '42')`,
 	} {
 		if _, err := db.Exec(ctx, q); err != nil {
@@ -149,6 +155,8 @@ func TestForget(t *testing.T) {
 			t.Errorf("shared %q, want %q", r.Shared, want)
 		}
 		for kind, want := range map[string]int64{
+			// The sessions' sent rows (one each) and her chat's sent one.
+			retention.KindOutbox: 3 + 1,
 			retention.KindSessions: 3, retention.KindMessages: 6, retention.KindMemories: 3, retention.KindMemoryWrites: 1,
 			retention.KindMemorySettings: 1, retention.KindCronJobs: 1, retention.KindPairing: 2, retention.KindTopicBindings: 1,
 			// The sessions' own (one each) and the user's "always".
@@ -170,6 +178,21 @@ func TestForget(t *testing.T) {
 		if got := counts(t, db, k); !equalCounts(got, before[k]) {
 			t.Errorf("%s changed: %v, was %v", k, got, before[k])
 		}
+	}
+	var outbox []string
+	rows, err := db.Query(ctx, `SELECT idempotency_key FROM delivery_outbox WHERE idempotency_key LIKE 'cron-%' ORDER BY 1`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var k string
+		if err := rows.Scan(&k); err != nil {
+			t.Fatal(err)
+		}
+		outbox = append(outbox, k)
+	}
+	if want := []string{"cron-2", "cron-3"}; !slices.Equal(outbox, want) {
+		t.Errorf("proactive rows left: %q, want the one still to send and Bob's", outbox)
 	}
 	if left := ownedBy(t, db, "telegram:42"); len(left) != 0 {
 		t.Errorf("left of telegram:42: %v", left)

@@ -57,6 +57,9 @@ type Found struct {
 	// (memorygate.Owner): <platform>:<id> in each form of the id and for
 	// each direct chat's participant, session:<key> for each own session.
 	UserKeys []string
+	// DirectChats are the chat keys (sessionkey.ChatKey, as the outbox
+	// files its rows) of the user's direct chats.
+	DirectChats []string
 }
 
 // IDForms are the forms of u's id a row may hold: as given, and on
@@ -107,6 +110,9 @@ ORDER BY session_key`, u.Platform, forms)
 		}
 		f.Own = append(f.Own, s.key)
 		f.UserKeys = append(f.UserKeys, "session:"+s.key)
+		if ct := src.GetChatType(); (ct == "" || ct == "dm") && !slices.Contains(f.DirectChats, sessionkey.ChatKey(src)) {
+			f.DirectChats = append(f.DirectChats, sessionkey.ChatKey(src))
+		}
 		if k := memorygate.Owner(s.key, src); !slices.Contains(f.UserKeys, k) && k != "" {
 			f.UserKeys = append(f.UserKeys, k)
 		}
