@@ -93,3 +93,30 @@ func TestModelListUnreadable(t *testing.T) {
 		t.Fatalf("/model gpt-4o-mini answered %q", got)
 	}
 }
+
+// Hermes's /model flags change nothing here and say why; before, a bare
+// "--global" passed for a model name and became the session's model.
+func TestModelFlagsRefused(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.provider = Provider{Kind: "openai", Model: "gpt-4o"}
+	e.startRouter(testConfig(), nil, nil)
+	for _, tt := range []struct{ ask, want string }{
+		{"/model --global", "⚠️ `--global` is not available here"},
+		{"/model gpt-4o-mini --global", "⚠️ `--global` is not available here"},
+		{"/model gpt-4o-mini --provider openrouter", "⚠️ `--provider` is not available here"},
+		{"/model --provider=openrouter", "⚠️ `--provider` is not available here"},
+		{"/model --fast", "That doesn't look like a model name."},
+	} {
+		if got := e.ask("alice", tt.ask); !strings.HasPrefix(got, tt.want) {
+			t.Errorf("%s answered %q, want it to begin %q", tt.ask, got, tt.want)
+		}
+	}
+	var model string
+	if err := e.db.QueryRow(context.Background(), `SELECT model_override FROM sessions WHERE session_key LIKE '%alice%'`).Scan(&model); err != nil || model != "" {
+		t.Fatalf("the session's model is %q (%v), want none set", model, err)
+	}
+	if got := e.ask("alice", "/model gpt-4o-mini"); got != "This session now uses gpt-4o-mini." {
+		t.Fatalf("/model gpt-4o-mini answered %q", got)
+	}
+}

@@ -305,6 +305,9 @@ func (s *Service) modelCommand(ctx context.Context, m *msgCtx, sess sessionstore
 		}
 		return reply(s.modelList(sess, models, listErr))
 	}
+	if refusal, ok := modelFlag(args); ok {
+		return reply(refusal)
+	}
 	name := args
 	if !validModelName(name) {
 		return reply("That doesn't look like a model name.")
@@ -319,6 +322,27 @@ func (s *Service) modelCommand(ctx context.Context, m *msgCtx, sess sessionstore
 		return reply("This session uses the default model again.")
 	}
 	return reply("This session now uses " + name + ".")
+}
+
+// modelFlag is the answer to /model's arguments when they hold one of
+// Hermes's flags (/model <name> --global, --provider <p>), which change
+// nothing here: a chat's model is its own, over the gateway's llm.model,
+// and the gateway has one provider. Without it "--global" alone would
+// pass for a model name. ok is false when no word is a flag.
+func modelFlag(args string) (string, bool) {
+	for _, w := range strings.Fields(args) {
+		switch {
+		case w == "--global":
+			return "⚠️ `--global` is not available here: every chat's default is the gateway's llm.model. " +
+				"`/model <name>` switches this chat's model.", true
+		case w == "--provider" || strings.HasPrefix(w, "--provider="):
+			return "⚠️ `--provider` is not available here: the gateway has one provider. " +
+				"`/model <name>` switches this chat's model among its models.", true
+		case strings.HasPrefix(w, "--"):
+			return "That doesn't look like a model name.", true
+		}
+	}
+	return "", false
 }
 
 // pickerOwnerKey is the Redis key of the session key a picker of owner
