@@ -22,10 +22,10 @@ func init() {
 const exitBusy = exitCode(3)
 
 // runUsers is `switchboard users forget|export <platform> <user id>`.
-// forget is a right-to-erasure request over the admin API (ForgetUser). It prints
-// the sessions deleted, those left busy (run it again; the status is
-// then exitBusy) and the shared ones kept, then the rows deleted by
-// table.
+// forget is a right-to-erasure request over the admin API (ForgetUser):
+// it prints the sessions deleted, those left busy (run it again; the
+// status is then exitBusy) and the shared ones kept, then the rows
+// deleted by table. export is an access request (exportUser).
 func runUsers(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs, c := adminFlags("users")
 	fs.SetOutput(stderr)
