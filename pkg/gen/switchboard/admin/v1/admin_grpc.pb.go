@@ -49,8 +49,9 @@ const (
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
 // AdminService is the operator API. Every call carries
-// "authorization: Bearer <SWITCHBOARD_ADMIN_TOKEN>" and every action that
-// changes state is written to the audit log.
+// "authorization: Bearer <SWITCHBOARD_ADMIN_TOKEN>"; every action that
+// changes state, and every export of personal data, is written to the
+// audit log.
 type AdminServiceClient interface {
 	ListSessions(ctx context.Context, in *ListSessionsRequest, opts ...grpc.CallOption) (*ListSessionsResponse, error)
 	GetSession(ctx context.Context, in *GetSessionRequest, opts ...grpc.CallOption) (*GetSessionResponse, error)
@@ -360,8 +361,9 @@ func (c *adminServiceClient) ReloadSkills(ctx context.Context, in *ReloadSkillsR
 // for forward compatibility.
 //
 // AdminService is the operator API. Every call carries
-// "authorization: Bearer <SWITCHBOARD_ADMIN_TOKEN>" and every action that
-// changes state is written to the audit log.
+// "authorization: Bearer <SWITCHBOARD_ADMIN_TOKEN>"; every action that
+// changes state, and every export of personal data, is written to the
+// audit log.
 type AdminServiceServer interface {
 	ListSessions(context.Context, *ListSessionsRequest) (*ListSessionsResponse, error)
 	GetSession(context.Context, *GetSessionRequest) (*GetSessionResponse, error)
