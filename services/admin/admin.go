@@ -1,13 +1,14 @@
 // Package admin serves the operator API (switchboard.admin.v1.AdminService)
-// over gRPC on its own port: sessions, pairing and standing tool
-// approvals (pkg/toolapproval) against Postgres,
+// over gRPC on its own port: sessions, pairing, standing tool approvals
+// (pkg/toolapproval), a user's data forgotten or exported
+// (pkg/userdata, pkg/retention) and the audit log against Postgres,
 // deliveries through the delivery engine's implementation, and the
 // operator controls kept in NATS KV buckets: the global emergency stop
 // (/pause, pkg/estop), the dangerous-command approval mode (/approvals,
 // pkg/approvalmode) and skill reload announcements (/reload-skills,
-// pkg/skill). Every call
-// carries the bearer token from SWITCHBOARD_ADMIN_TOKEN; every action that
-// changes state is written to the audit log.
+// pkg/skill). Every call carries the bearer token from
+// SWITCHBOARD_ADMIN_TOKEN; every action that changes state, and every
+// export of personal data, is written to the audit log.
 package admin
 
 import (
