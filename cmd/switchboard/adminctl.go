@@ -172,10 +172,24 @@ func runSessions(ctx context.Context, args []string, out io.Writer) error {
 		fmt.Fprintln(os.Stderr, "       switchboard sessions export <session key> [--format json|md|html] [--session-id id] [--redact] [--out file]")
 		return errUsage
 	}
+	// Each verb's flags belong to it alone.
+	export := len(pos) > 0 && pos[0] == "export"
+	misplaced := false
+	fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "format", "session-id", "redact", "out":
+			misplaced = misplaced || !export
+		case "older-than", "dry-run", "platform":
+			misplaced = misplaced || export
+		}
+	})
+	if misplaced {
+		return usage()
+	}
 	if len(pos) == 1 && pos[0] == "prune" {
 		return pruneSessions(ctx, c, *olderThan, *dryRun, out, usage)
 	}
-	if len(pos) == 2 && pos[0] == "export" {
+	if len(pos) == 2 && export {
 		exp.SessionKey = pos[1]
 		return exportSession(ctx, c, &exp, *outFile, out)
 	}
@@ -209,6 +223,7 @@ func runSessions(ctx context.Context, args []string, out io.Writer) error {
 // exportSession is `switchboard sessions export <key>`: one
 // conversation as /save writes it (writeExport).
 func exportSession(ctx context.Context, c *adminClient, req *adminv1.ExportSessionRequest, outFile string, out io.Writer) error {
+	c.timeout = time.Minute
 	cl, cctx, closeFn, err := c.dial(ctx)
 	if err != nil {
 		return err

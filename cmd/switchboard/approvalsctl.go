@@ -41,7 +41,7 @@ func approvalsCommand(ctx context.Context, args []string, stdout, stderr io.Writ
 	fs.StringVar(&f.Scope, "scope", "", "list: only this scope (user: /approve always, session: /approve session)")
 	fs.StringVar(&f.Subject, "subject", "", "list: only this subject (a user key such as telegram:42, or a conversation's session id)")
 	fs.StringVar(&f.Pattern, "pattern", "", "list: only this pattern (a tool's name)")
-	fs.StringVar(&f.SessionKey, "session-key", "", "list: only the approvals of this session key's conversations and chat")
+	fs.StringVar(&f.SessionKey, "session-key", "", "list: only the approvals of this session key's conversations and of the user its turns run as")
 	usage := func() error {
 		fmt.Fprintln(stderr, "usage: switchboard approvals                     show the dangerous-command approval mode")
 		fmt.Fprintln(stderr, "       switchboard approvals manual|smart|off    set it for the whole gateway")

@@ -113,10 +113,12 @@ func exportUser(ctx context.Context, cl adminv1.AdminServiceClient, platform, id
 func writeExport(outFile string, stdout io.Writer, recv func() ([]byte, error)) (err error) {
 	out := stdout
 	if outFile != "" {
-		f, err := os.OpenFile(outFile, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-		if err != nil {
-			return err
+		f, ferr := os.OpenFile(outFile, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		if ferr != nil {
+			return ferr
 		}
+		// err is the function's result here: a failure anywhere below
+		// removes the file.
 		defer func() {
 			if cerr := f.Close(); err == nil {
 				err = cerr

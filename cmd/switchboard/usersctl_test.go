@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -181,5 +182,53 @@ func TestSessionsExportVerb(t *testing.T) {
 	}
 	if err := runSessions(ctx, []string{"export", "agent:main:slack:dm:T1:D43", "--admin-addr", addr}, &out); err == nil || !strings.Contains(err.Error(), "NotFound") {
 		t.Errorf("an unknown key: %v", err)
+	}
+}
+
+// An export that breaks midway leaves no file behind: it would hold part
+// of someone's data.
+func TestWriteExportRemovesAPartialFile(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		chunks []string
+		end    error
+		keep   bool
+	}{
+		{"whole", []string{"{", "}"}, io.EOF, true},
+		{"broken midway", []string{"{\"memories\": ["}, errors.New("stream broke"), false},
+		{"broken at once", nil, errors.New("unavailable"), false},
+	} {
+		file := filepath.Join(t.TempDir(), "out.json")
+		i := 0
+		err := writeExport(file, io.Discard, func() ([]byte, error) {
+			if i < len(tt.chunks) {
+				i++
+				return []byte(tt.chunks[i-1]), nil
+			}
+			return nil, tt.end
+		})
+		_, statErr := os.Stat(file)
+		if tt.keep {
+			if b, rerr := os.ReadFile(file); err != nil || rerr != nil || string(b) != strings.Join(tt.chunks, "") {
+				t.Errorf("%s: %v, the file holds %q (%v)", tt.name, err, b, rerr)
+			}
+			continue
+		}
+		if !errors.Is(err, tt.end) || !os.IsNotExist(statErr) {
+			t.Errorf("%s: err %v, file %v; want the error and no file", tt.name, err, statErr)
+		}
+	}
+}
+
+// Each sessions verb takes its own flags: another verb's is a usage
+// error, not a flag silently ignored.
+func TestSessionsVerbFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"list", "--format", "md"}, {"prune", "--out", "x"}, {"list", "--redact"},
+		{"export", "k", "--dry-run"}, {"export", "k", "--older-than", "9d"}, {"export", "k", "--platform", "slack"},
+	} {
+		if err := runSessions(context.Background(), append(args, "--admin-addr", "127.0.0.1:1"), io.Discard); !errors.Is(err, errUsage) {
+			t.Errorf("%q: %v, want a usage error", args, err)
+		}
 	}
 }

@@ -165,4 +165,3 @@ FOR UPDATE OF s SKIP LOCKED`, own)
 		"shared_kept", len(res.Shared), "memories", res.Rows[KindMemories], "transcript_messages", res.Rows[KindMessages])
 	return res, nil
 }
-

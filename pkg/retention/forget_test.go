@@ -62,9 +62,10 @@ func ownedBy(t *testing.T, db *pgxpool.Pool, userKey string) map[string]int {
 // every row of them, and what they own (memories, memory writes and
 // setting, "always" approvals, cron jobs, pairing, topic bindings),
 // in one transaction; it keeps the sessions others share where they
-// spoke last, and other users' everything; a session a turn holds is
-// left and reported busy, and a second call deletes it once idle. A dry
-// run reports the same and deletes nothing.
+// spoke last, and other users' everything; a session a turn holds, a
+// message waits in or a reply is still to be sent from is left and
+// reported busy, and a second call deletes it once idle. A dry run
+// reports the same and deletes nothing.
 func TestForget(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
@@ -81,6 +82,8 @@ func TestForget(t *testing.T) {
 		groupShared = ns + "telegram:group:-200"
 		topicShared = ns + "telegram:group:-100:17"
 		groupBusy   = ns + "telegram:group:-300:42"
+		groupQueued = ns + "telegram:group:-310:42"
+		groupToSend = ns + "telegram:group:-320:42"
 		bobDM       = ns + "telegram:dm:7"
 		aliceSlack  = ns + "slack:dm:T1:D42"
 	)
@@ -91,6 +94,8 @@ func TestForget(t *testing.T) {
 		groupShared: alice("group", "-200", ""),
 		topicShared: alice("group", "-100", "17"),
 		groupBusy:   alice("group", "-300", ""),
+		groupQueued: alice("group", "-310", ""),
+		groupToSend: alice("group", "-320", ""),
 		bobDM:       {Platform: "telegram", ChatType: "dm", ChatId: "7", UserId: "7"},
 		// The same id on another platform is another person.
 		aliceSlack: {Platform: "slack", ChatType: "dm", ScopeId: "T1", ChatId: "D42", UserId: "42"},
@@ -101,6 +106,12 @@ func TestForget(t *testing.T) {
 	for _, q := range []string{
 		`INSERT INTO agent_memories (user_key, content) VALUES ('telegram:42', 'likes tea'), ('telegram:42', 'lives in Oslo'),
 			('session:` + groupOwn + `', 'her group notes'), ('session:` + groupShared + `', 'the group''s'), ('telegram:7', 'bob''s'), ('slack:42', 'slack alice''s')`,
+		// Group sessions of hers retention pruned (no session row is
+		// left), and someone else's.
+		`INSERT INTO agent_memories (user_key, content) VALUES ('session:` + ns + `telegram:group:-400:42', 'pruned group notes'),
+			('session:` + ns + `telegram:group:-500:9:42', 'pruned thread notes'), ('session:` + ns + `telegram:group:-400:421', 'someone else''s')`,
+		`INSERT INTO cron_jobs (id, owner, name, prompt, schedule_kind, schedule_expr, schedule_display) VALUES
+			('j3', 'session:` + ns + `telegram:group:-400:42', 'g', 'group job', 'interval', 'every 60m', 'every 60m')`,
 		`INSERT INTO memory_pending_writes (user_key, id, action, content, summary) VALUES ('telegram:42', 'w1', 'add', 'x', 's'), ('telegram:7', 'w1', 'add', 'x', 's')`,
 		`INSERT INTO memory_write_approval (user_key, enabled) VALUES ('telegram:42', true), ('telegram:7', true)`,
 		`INSERT INTO agent_tool_approvals (scope, subject, pattern) VALUES ('user', 'telegram:42', 'terminal'), ('user', 'telegram:7', 'terminal'),
@@ -122,12 +133,21 @@ func TestForget(t *testing.T) {
 		}
 	}
 	release := hold(groupBusy)
+	// A message waits for a turn in one; a reply is still to be sent in
+	// another.
+	if _, err := db.Exec(ctx, `INSERT INTO session_queue (session_key, stream_seq, event_id, event) VALUES ($1, 1, 'e1', '\x00')`, groupQueued); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(ctx, `INSERT INTO delivery_outbox (idempotency_key, state, platform, chat_key, session_key, payload,
+			next_attempt_at, expires_at, created_at, updated_at) VALUES ('q-' || $1, 'queued', 'telegram', $1, $1, '\x00', now(), now(), now(), now())`, groupToSend); err != nil {
+		t.Fatal(err)
+	}
 	before := map[string]map[string]int{}
-	for _, k := range []string{dm, background, groupOwn, groupShared, topicShared, groupBusy, bobDM, aliceSlack} {
+	for _, k := range []string{dm, background, groupOwn, groupShared, topicShared, groupBusy, groupQueued, groupToSend, bobDM, aliceSlack} {
 		before[k] = counts(t, db, k)
 	}
 	beforeOwned := map[string]map[string]int{}
-	for _, uk := range []string{"telegram:42", "telegram:7", "slack:42", "session:" + groupShared} {
+	for _, uk := range []string{"telegram:42", "telegram:7", "slack:42", "session:" + groupShared, "session:" + ns + "telegram:group:-400:421"} {
 		beforeOwned[uk] = ownedBy(t, db, uk)
 	}
 
@@ -148,7 +168,7 @@ func TestForget(t *testing.T) {
 		if want := []string{background, dm, groupOwn}; !slices.Equal(r.Sessions, want) {
 			t.Errorf("sessions %q, want %q", r.Sessions, want)
 		}
-		if want := []string{groupBusy}; !slices.Equal(r.Busy, want) {
+		if want := []string{groupBusy, groupQueued, groupToSend}; !slices.Equal(r.Busy, want) {
 			t.Errorf("busy %q, want %q", r.Busy, want)
 		}
 		if want := []string{topicShared, groupShared}; !slices.Equal(r.Shared, want) {
@@ -156,9 +176,9 @@ func TestForget(t *testing.T) {
 		}
 		for kind, want := range map[string]int64{
 			// The sessions' sent rows (one each) and her chat's sent one.
-			retention.KindOutbox: 3 + 1,
-			retention.KindSessions: 3, retention.KindMessages: 6, retention.KindMemories: 3, retention.KindMemoryWrites: 1,
-			retention.KindMemorySettings: 1, retention.KindCronJobs: 1, retention.KindPairing: 2, retention.KindTopicBindings: 1,
+			retention.KindOutbox:   3 + 1,
+			retention.KindSessions: 3, retention.KindMessages: 6, retention.KindMemories: 3 + 2, retention.KindMemoryWrites: 1,
+			retention.KindMemorySettings: 1, retention.KindCronJobs: 1 + 1, retention.KindPairing: 2, retention.KindTopicBindings: 1,
 			// The sessions' own (one each) and the user's "always".
 			retention.KindApprovals: 3 + 1,
 		} {
@@ -174,7 +194,7 @@ func TestForget(t *testing.T) {
 			}
 		}
 	}
-	for _, k := range []string{groupShared, topicShared, groupBusy, bobDM, aliceSlack} {
+	for _, k := range []string{groupShared, topicShared, groupBusy, groupQueued, groupToSend, bobDM, aliceSlack} {
 		if got := counts(t, db, k); !equalCounts(got, before[k]) {
 			t.Errorf("%s changed: %v, was %v", k, got, before[k])
 		}
@@ -200,19 +220,26 @@ func TestForget(t *testing.T) {
 	if left := ownedBy(t, db, "session:"+groupOwn); len(left) != 0 {
 		t.Errorf("left of her group session: %v", left)
 	}
-	for _, uk := range []string{"telegram:7", "slack:42", "session:" + groupShared} {
+	for _, uk := range []string{"session:" + ns + "telegram:group:-400:42", "session:" + ns + "telegram:group:-500:9:42"} {
+		if left := ownedBy(t, db, uk); len(left) != 0 {
+			t.Errorf("left of her pruned session %s: %v", uk, left)
+		}
+	}
+	for _, uk := range []string{"telegram:7", "slack:42", "session:" + groupShared, "session:" + ns + "telegram:group:-400:421"} {
 		if got := ownedBy(t, db, uk); !equalCounts(got, beforeOwned[uk]) {
 			t.Errorf("%s's changed: %v, was %v", uk, got, beforeOwned[uk])
 		}
 	}
 
-	// Once the turn is over, forgetting again deletes the last one.
+	// Once the turn is over, forgetting again deletes its session; the
+	// waiting message and the reply to send still hold theirs.
 	release()
 	again, err := s.Forget(ctx, userdata.User{Platform: "telegram", ID: "42"}, false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(again.Sessions, []string{groupBusy}) || len(again.Busy) != 0 || again.Rows[retention.KindMemories] != 0 {
+	if !slices.Equal(again.Sessions, []string{groupBusy}) || !slices.Equal(again.Busy, []string{groupQueued, groupToSend}) ||
+		again.Rows[retention.KindMemories] != 0 {
 		t.Errorf("again: %+v", again)
 	}
 

@@ -64,9 +64,13 @@ type Filter struct {
 	Subject string
 	Pattern string
 	// SessionKey keeps the approvals of that key's conversations (its
-	// current one and those it left: scope Session) and of its chat's
-	// own user key (scope User, subject session:<key>).
+	// current one and those it left: scope Session) and of the user key
+	// its turns run as (scope User, subject Owner).
 	SessionKey string
+	// Owner is the user key the turns of SessionKey run as
+	// (memorygate.Owner of its source: <platform>:<user> in a direct
+	// chat); "" is session:<SessionKey>, a group's.
+	Owner string
 }
 
 // Store reads and deletes standing approvals.
@@ -87,16 +91,20 @@ const sessionKeyOf = `COALESCE(CASE WHEN a.scope = 'session' THEN
 // List returns up to limit approvals matching f after position after,
 // ordered by scope, subject and pattern.
 func (s *Store) List(ctx context.Context, f Filter, after Position, limit int) ([]Approval, error) {
+	owner := f.Owner
+	if owner == "" {
+		owner = "session:" + f.SessionKey
+	}
 	rows, err := s.db.Query(ctx, `SELECT a.scope, a.subject, a.pattern, a.created_at, `+sessionKeyOf+`
 FROM agent_tool_approvals a
 WHERE ($1 = '' OR a.scope = $1) AND ($2 = '' OR a.subject = $2) AND ($3 = '' OR a.pattern = $3)
-  AND ($4 = '' OR (a.scope = 'user' AND a.subject = 'session:' || $4)
+  AND ($4 = '' OR (a.scope = 'user' AND a.subject = $9)
        OR (a.scope = 'session' AND a.subject IN (
             SELECT session_id FROM sessions WHERE session_key = $4
             UNION SELECT session_id FROM session_history WHERE session_key = $4)))
   AND (a.scope, a.subject, a.pattern) > ($5, $6, $7)
 ORDER BY a.scope, a.subject, a.pattern
-LIMIT $8`, f.Scope, f.Subject, f.Pattern, f.SessionKey, after.Scope, after.Subject, after.Pattern, limit)
+LIMIT $8`, f.Scope, f.Subject, f.Pattern, f.SessionKey, after.Scope, after.Subject, after.Pattern, limit, owner)
 	if err != nil {
 		return nil, fmt.Errorf("list tool approvals: %w", err)
 	}

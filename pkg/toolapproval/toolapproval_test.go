@@ -88,6 +88,8 @@ func TestList(t *testing.T) {
 		// A group's own user key.
 		{"group session key", toolapproval.Filter{SessionKey: groupKey}, []string{all[4]}},
 		{"session key and pattern", toolapproval.Filter{SessionKey: dmKey, Pattern: "terminal"}, all[:1]},
+		// With the user its turns run as, the user's too.
+		{"dm session key and its owner", toolapproval.Filter{SessionKey: dmKey, Owner: "telegram:42"}, []string{all[0], all[3], all[5], all[6]}},
 		{"none", toolapproval.Filter{Subject: "telegram:43"}, []string{}},
 	} {
 		got, err := s.List(context.Background(), tt.f, toolapproval.Position{}, 100)

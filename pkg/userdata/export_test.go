@@ -104,7 +104,7 @@ func TestExport(t *testing.T) {
 			Content, State string
 		} `json:"memory_writes"`
 		Approvals []struct{ Pattern string } `json:"tool_approvals"`
-		CronJobs  []struct{ Prompt string } `json:"cron_jobs"`
+		CronJobs  []struct{ Prompt string }  `json:"cron_jobs"`
 		Pairing   []struct {
 			State string `json:"state"`
 		} `json:"pairing"`
@@ -168,5 +168,54 @@ func TestExport(t *testing.T) {
 	}
 	if _, err := userdata.Export(ctx, db, userdata.User{Platform: "discord"}, now); err == nil {
 		t.Error("no user id: no error")
+	}
+}
+
+// A direct chat is the user's own only when every turn in it ran for
+// them: a Slack group DM (chat type dm, several members) or an API
+// session id two clients share is shared once someone else's turn is in
+// it, however the last message came; a one-to-one chat is own, and its
+// chat key is listed for its proactive sends.
+func TestFindDirectChatsWithOthers(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	alice := func(chat string) *eventsv1.SessionSource {
+		return &eventsv1.SessionSource{Platform: "slack", Account: "T1", ChatType: "dm", ScopeId: "T1", ChatId: chat, UserId: "Ualice"}
+	}
+	session(t, db, "agent:main:slack:dm:T1:D1", alice("D1"), "c-im")
+	session(t, db, "agent:main:slack:dm:T1:G1", alice("G1"), "c-mpim-old", "c-mpim")
+	session(t, db, "agent:main:slack:dm:T1:G2", alice("G2"), "c-mpim2")
+	for _, q := range []string{
+		`UPDATE transcript_messages SET user_key = 'slack:Ualice'`,
+		// Bob's turn in a conversation the group DM left.
+		`INSERT INTO transcript_messages (session_key, session_id, user_key, turn_id, generation, step, role, content)
+			VALUES ('agent:main:slack:dm:T1:G1', 'c-mpim-old', 'slack:Ubob', 't-bob', 1, 0, 'user', 'bob here')`,
+	} {
+		if _, err := db.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	found, err := userdata.Find(ctx, db, userdata.User{Platform: "slack", ID: "Ualice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// G2 has only Alice's turns so far: hers, as far as anything shows.
+	if want := []string{"agent:main:slack:dm:T1:D1", "agent:main:slack:dm:T1:G2"}; !slices.Equal(found.Own, want) {
+		t.Errorf("own %q, want %q", found.Own, want)
+	}
+	if want := []string{"agent:main:slack:dm:T1:G1"}; !slices.Equal(found.Shared, want) {
+		t.Errorf("shared %q, want %q", found.Shared, want)
+	}
+	if want := []string{"slack:T1:D1", "slack:T1:G2"}; !slices.Equal(found.DirectChats, want) {
+		t.Errorf("direct chats %q, want %q", found.DirectChats, want)
+	}
+	doc, err := userdata.Export(ctx, db, userdata.User{Platform: "slack", ID: "Ualice"}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := doc.JSON()
+	if err != nil || strings.Contains(string(b), "bob here") || strings.Contains(string(b), "c-mpim-old") {
+		t.Errorf("the export holds the shared group DM (%v):\n%s", err, b)
 	}
 }

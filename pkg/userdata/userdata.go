@@ -85,7 +85,6 @@ ORDER BY session_key`, u.Platform, forms)
 	if err != nil {
 		return Found{}, fmt.Errorf("read sessions: %w", err)
 	}
-	type session struct{ key, origin string }
 	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (session, error) {
 		var s session
 		return s, r.Scan(&s.key, &s.origin)
@@ -93,9 +92,7 @@ ORDER BY session_key`, u.Platform, forms)
 	if err != nil {
 		return Found{}, fmt.Errorf("read sessions: %w", err)
 	}
-	for _, id := range forms {
-		f.UserKeys = append(f.UserKeys, u.Platform+":"+id)
-	}
+	f.UserKeys = ownerKeys(u, forms)
 	for _, s := range list {
 		src := &eventsv1.SessionSource{}
 		if err := protojson.Unmarshal([]byte(s.origin), src); err != nil {
@@ -108,16 +105,134 @@ ORDER BY session_key`, u.Platform, forms)
 			f.Shared = append(f.Shared, s.key)
 			continue
 		}
+		owner := memorygate.Owner(s.key, src)
+		direct := src.GetChatType() == "" || src.GetChatType() == "dm"
+		if direct {
+			// A direct chat may have more members than the user (a Slack
+			// group DM, a Matrix room flagged direct, an API session id
+			// two clients use): it is theirs only when no turn in it ran
+			// for anyone else.
+			others, err := othersWrote(ctx, q, s.key, append(ownerKeys(u, forms), owner))
+			if err != nil {
+				return Found{}, err
+			}
+			if others {
+				f.Shared = append(f.Shared, s.key)
+				continue
+			}
+			if chat := sessionkey.ChatKey(src); !slices.Contains(f.DirectChats, chat) {
+				f.DirectChats = append(f.DirectChats, chat)
+			}
+		}
 		f.Own = append(f.Own, s.key)
 		f.UserKeys = append(f.UserKeys, "session:"+s.key)
-		if ct := src.GetChatType(); (ct == "" || ct == "dm") && !slices.Contains(f.DirectChats, sessionkey.ChatKey(src)) {
-			f.DirectChats = append(f.DirectChats, sessionkey.ChatKey(src))
-		}
-		if k := memorygate.Owner(s.key, src); !slices.Contains(f.UserKeys, k) && k != "" {
-			f.UserKeys = append(f.UserKeys, k)
+		if owner != "" && !slices.Contains(f.UserKeys, owner) {
+			f.UserKeys = append(f.UserKeys, owner)
 		}
 	}
+	gone, err := goneSessionKeys(ctx, q, u, forms, list)
+	if err != nil {
+		return Found{}, err
+	}
+	f.UserKeys = append(f.UserKeys, gone...)
 	return f, nil
+}
+
+// ownedSQL lists the user keys rows are filed under that match $1 (a
+// LIKE pattern), in every table that files rows by user key.
+const ownedSQL = `SELECT k FROM (
+	SELECT user_key AS k FROM agent_memories WHERE user_key LIKE $1
+	UNION SELECT user_key FROM memory_pending_writes WHERE user_key LIKE $1
+	UNION SELECT user_key FROM memory_write_approval WHERE user_key LIKE $1
+	UNION SELECT subject FROM agent_tool_approvals WHERE scope = 'user' AND subject LIKE $1
+	UNION SELECT owner FROM cron_jobs WHERE owner LIKE $1) x
+ORDER BY k`
+
+// goneSessionKeys are the user keys session:<key> of u's own group
+// sessions that no longer exist (retention pruned them) but still have
+// rows filed under them: a key no session row holds (live keys were
+// judged above, from their source) whose shape is a per-user key of u's
+// (perUserKey).
+func goneSessionKeys(ctx context.Context, q Querier, u User, forms []string, live []session) ([]string, error) {
+	var out []string
+	for _, id := range forms {
+		pattern := "session:agent:%:" + likeEscape(u.Platform) + ":%:" + likeEscape(id)
+		rows, err := q.Query(ctx, ownedSQL, pattern)
+		if err != nil {
+			return nil, fmt.Errorf("read user keys: %w", err)
+		}
+		keys, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return nil, fmt.Errorf("read user keys: %w", err)
+		}
+		for _, k := range keys {
+			key := strings.TrimPrefix(k, "session:")
+			if slices.ContainsFunc(live, func(s session) bool { return s.key == key }) || slices.Contains(out, k) {
+				continue
+			}
+			if perUserKey(key, u.Platform, id) {
+				out = append(out, k)
+			}
+		}
+	}
+	return out, nil
+}
+
+// perUserKey reports whether key has the shape of a per-user session
+// key of user id on platform outside a direct chat:
+// agent:<profile>:<platform>:<slot>:…:<chat>[:<thread>]:<id>, the slot
+// neither dm nor a /background task's. A shared thread's key whose
+// thread id equals the user id would pass: no platform gives a thread
+// the id of a user (Telegram's topics count up from 1, Discord's ids
+// are unique snowflakes, Slack's threads are timestamps, Matrix's
+// events begin with $).
+func perUserKey(key, platform, id string) bool {
+	rest, ok := afterNamespace(key)
+	if !ok {
+		return false
+	}
+	parts := strings.Split(rest, ":")[1:] // platform, slot, …, id
+	return len(parts) >= 4 && parts[0] == platform && parts[1] != "dm" && parts[1] != sessionkey.BackgroundPlatform &&
+		parts[len(parts)-1] == id
+}
+
+// likeEscape escapes s for a LIKE pattern (backslash, the default
+// escape character).
+func likeEscape(s string) string {
+	return strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`).Replace(s)
+}
+
+// session is a session row Find reads: its key and its origin, as JSON.
+type session struct{ key, origin string }
+
+// ownerKeys are the user keys u's direct chats file their rows under,
+// one for each form of the id.
+func ownerKeys(u User, forms []string) []string {
+	keys := make([]string, 0, len(forms))
+	for _, id := range forms {
+		keys = append(keys, u.Platform+":"+id)
+	}
+	return keys
+}
+
+// othersWrote reports whether a turn of any conversation of the session
+// key ran for someone whose user key is not one of keys: the worker
+// files every transcript row under the user key of the turn's last
+// sender (memorygate.Owner), so in a direct chat a row under another
+// key is another member's turn.
+func othersWrote(ctx context.Context, q Querier, key string, keys []string) (bool, error) {
+	rows, err := q.Query(ctx, `SELECT EXISTS (SELECT 1 FROM transcript_messages
+WHERE session_id = ANY(ARRAY(SELECT session_id FROM sessions WHERE session_key = $1
+                             UNION SELECT session_id FROM session_history WHERE session_key = $1))
+  AND session_key = $1 AND user_key <> '' AND user_key <> ALL($2))`, key, keys)
+	if err != nil {
+		return false, fmt.Errorf("read the transcript of %s: %w", key, err)
+	}
+	others, err := pgx.CollectExactlyOneRow(rows, pgx.RowTo[bool])
+	if err != nil {
+		return false, fmt.Errorf("read the transcript of %s: %w", key, err)
+	}
+	return others, nil
 }
 
 // sentBy reports whether src is a message of u: its user id or alternate

@@ -63,3 +63,27 @@ func TestSentBy(t *testing.T) {
 		}
 	}
 }
+
+func TestPerUserKey(t *testing.T) {
+	for _, tt := range []struct {
+		key, platform, id string
+		want              bool
+	}{
+		{"agent:main:telegram:group:-100:42", "telegram", "42", true},
+		{"agent:coder:telegram:group:-100:7:42", "telegram", "42", true},
+		{"agent:main:slack:group:T1:C1:U42", "slack", "U42", true},
+		{"agent:main:telegram:group:-100", "telegram", "-100", false}, // a chat alone: shared
+		{"agent:main:telegram:dm:42", "telegram", "42", false},
+		{"agent:main:background:telegram:group:-100:42", "telegram", "42", false},
+		{"agent:main:telegram:group:-100:421", "telegram", "42", false},
+		{"agent:main:discord:group:-100:42", "telegram", "42", false},
+		{"cron:telegram:group:-100:42", "telegram", "42", false},
+	} {
+		if got := perUserKey(tt.key, tt.platform, tt.id); got != tt.want {
+			t.Errorf("perUserKey(%q, %s, %s) = %v, want %v", tt.key, tt.platform, tt.id, got, tt.want)
+		}
+	}
+	if got := likeEscape(`50%_off\`); got != `50\%\_off\\` {
+		t.Errorf("likeEscape: %q", got)
+	}
+}

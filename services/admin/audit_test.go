@@ -38,6 +38,9 @@ func TestListAuditLog(t *testing.T) {
 	if _, err := db.Exec(ctx, `INSERT INTO agent_tool_approvals (scope, subject, pattern) VALUES ('user', 'telegram:42', 'terminal')`); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := c.RevokeToolApprovals(authed, &adminv1.RevokeToolApprovalsRequest{Scope: "user", Subject: "telegram:404"}); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := c.RevokeToolApprovals(authed, &adminv1.RevokeToolApprovalsRequest{Scope: "user", Subject: "telegram:42"}); err != nil {
 		t.Fatal(err)
 	}

@@ -62,6 +62,7 @@ func (s *Service) ExportSession(req *adminv1.ExportSessionRequest, stream grpc.S
 	}
 	e, err := s.sessions.Export(ctx, key, id, 0)
 	if err != nil {
+		s.log.ErrorContext(ctx, "export session", "session_id", id, "err", err)
 		return err
 	}
 	e.Title, e.Platform, e.Started, e.Model = title, sess.Origin.GetPlatform(), started, sess.ModelOverride

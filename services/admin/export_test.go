@@ -75,10 +75,10 @@ func TestExportSessionRPC(t *testing.T) {
 
 	out, err := read(authed, &adminv1.ExportSessionRequest{SessionKey: key})
 	var doc struct {
-		ID       string `json:"id"`
-		Source   string `json:"source"`
-		Model    string `json:"model"`
-		Title    string `json:"title"`
+		ID       string                     `json:"id"`
+		Source   string                     `json:"source"`
+		Model    string                     `json:"model"`
+		Title    string                     `json:"title"`
 		Messages []struct{ Content string } `json:"messages"`
 	}
 	if err != nil || json.Unmarshal([]byte(out), &doc) != nil || doc.ID != "c-now" || doc.Source != "telegram" || doc.Model != "gpt-4o" ||

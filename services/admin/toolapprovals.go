@@ -12,6 +12,8 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	adminv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/admin/v1"
+	"github.com/switchboard-chat/switchboard/pkg/memorygate"
+	"github.com/switchboard-chat/switchboard/pkg/sessionstore"
 	"github.com/switchboard-chat/switchboard/pkg/toolapproval"
 )
 
@@ -46,6 +48,17 @@ func (s *Service) ListToolApprovals(ctx context.Context, req *adminv1.ListToolAp
 	}
 	f := toolapproval.Filter{Scope: scope, Subject: strings.TrimSpace(req.GetSubject()), Pattern: req.GetPattern(),
 		SessionKey: strings.TrimSpace(req.GetSessionKey())}
+	if f.SessionKey != "" {
+		// Whom the key's turns run as: its direct chat's user, or the
+		// group's session key (a key no session holds any more: that).
+		sess, err := s.sessions.Get(ctx, f.SessionKey)
+		switch {
+		case err == nil:
+			f.Owner = memorygate.Owner(f.SessionKey, sess.Origin)
+		case !errors.Is(err, sessionstore.ErrNotFound):
+			return nil, err
+		}
+	}
 	list, err := s.toolApprovals.List(ctx, f, after, size+1)
 	if err != nil {
 		return nil, err

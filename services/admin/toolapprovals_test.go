@@ -23,7 +23,8 @@ func TestToolApprovalRPCs(t *testing.T) {
 	defer cancelAll()
 	db := pgtest.New(t)
 	for _, q := range []string{
-		`INSERT INTO sessions (session_key, session_id, platform) VALUES ('agent:main:telegram:dm:42', 'conv-a', 'telegram')`,
+		`INSERT INTO sessions (session_key, session_id, platform, chat_type, origin) VALUES ('agent:main:telegram:dm:42', 'conv-a', 'telegram', 'dm',
+			'{"platform": "telegram", "chat_type": "dm", "chat_id": "42", "user_id": "42"}')`,
 		`INSERT INTO transcript_messages (session_key, session_id, turn_id, generation, step, role)
 			VALUES ('agent:main:telegram:dm:42', 'conv-a', 't1', 1, 0, 'user')`,
 		`INSERT INTO agent_tool_approvals (scope, subject, pattern) VALUES
@@ -71,8 +72,12 @@ func TestToolApprovalRPCs(t *testing.T) {
 	if got := list(&adminv1.ListToolApprovalsRequest{Scope: "User", Subject: "telegram:42"}); !slices.Equal(got, all[1:3]) {
 		t.Errorf("a user's: %q, want %q", got, all[1:3])
 	}
-	if got := list(&adminv1.ListToolApprovalsRequest{SessionKey: "agent:main:telegram:dm:42"}); !slices.Equal(got, all[:1]) {
-		t.Errorf("a session key's: %q, want %q", got, all[:1])
+	// A direct chat's: its conversations' and its user's.
+	if got := list(&adminv1.ListToolApprovalsRequest{SessionKey: "agent:main:telegram:dm:42"}); !slices.Equal(got, all[:3]) {
+		t.Errorf("a session key's: %q, want %q", got, all[:3])
+	}
+	if got := list(&adminv1.ListToolApprovalsRequest{SessionKey: "agent:main:telegram:dm:404"}); len(got) != 0 {
+		t.Errorf("a key no session holds: %q", got)
 	}
 
 	for _, tt := range []struct {

@@ -35,7 +35,11 @@ func (s *Service) ForgetUser(ctx context.Context, req *adminv1.ForgetUserRequest
 	}
 	if err := s.audit(ctx, "users.forget", u.Platform+":"+u.ID, map[string]any{"sessions": len(res.Sessions),
 		"busy_sessions": len(res.Busy), "shared_sessions": len(res.Shared), "rows": res.Rows}); err != nil {
-		return nil, err
+		// The erasure committed: say so, or a rerun finding nothing would
+		// be all the operator sees.
+		s.log.ErrorContext(ctx, "user forgotten but not audited", "platform", u.Platform, "err", err)
+		return nil, status.Errorf(codes.Internal, "the user was forgotten (%d sessions deleted) but the audit record could not be written: %v",
+			len(res.Sessions), err)
 	}
 	return resp, nil
 }
@@ -59,6 +63,7 @@ func (s *Service) ExportUser(req *adminv1.ExportUserRequest, stream grpc.ServerS
 	}
 	doc, err := userdata.Export(ctx, s.db, u, time.Now())
 	if err != nil {
+		s.log.ErrorContext(ctx, "export user", "platform", u.Platform, "err", err)
 		return err
 	}
 	b, err := doc.JSON()

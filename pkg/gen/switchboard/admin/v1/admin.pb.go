@@ -2630,8 +2630,9 @@ type ListToolApprovalsRequest struct {
 	// Only this pattern (exact).
 	Pattern string `protobuf:"bytes,3,opt,name=pattern,proto3" json:"pattern,omitempty"`
 	// Only the approvals of this session key: its conversations' (scope
-	// session) and its chat's own (scope user, subject
-	// session:<session key>).
+	// session) and those of the user key its turns run as (scope user: a
+	// direct chat's user, <platform>:<user id>; session:<session key> for
+	// a group's).
 	SessionKey string `protobuf:"bytes,4,opt,name=session_key,json=sessionKey,proto3" json:"session_key,omitempty"`
 	// At most 500; 100 when unset.
 	PageSize      int32  `protobuf:"varint,5,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
