@@ -169,8 +169,15 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 		if admin && restricted {
 			role = "admin"
 		}
-		return reply(0, fmt.Sprintf("Platform: %s\nUser id: %s\nName: %s\nChat: %s (%s)\nAuthorized by: %s\nRole: %s\nSession key: %s",
-			m.platform, m.src.GetUserId(), m.src.GetUserName(), m.src.GetChatId(), orDM(m.src.GetChatType()), m.decision.Reason, role, m.key))
+		// The second id a platform gives (Signal's UUID beside the
+		// number), when there is one: a direct chat's memories are filed
+		// under it, and an operator forgetting the user needs it too.
+		alt := ""
+		if a := m.src.GetUserIdAlt(); a != "" && a != m.src.GetUserId() {
+			alt = "\nAlternate id: " + a
+		}
+		return reply(0, fmt.Sprintf("Platform: %s\nUser id: %s%s\nName: %s\nChat: %s (%s)\nAuthorized by: %s\nRole: %s\nSession key: %s",
+			m.platform, m.src.GetUserId(), alt, m.src.GetUserName(), m.src.GetChatId(), orDM(m.src.GetChatType()), m.decision.Reason, role, m.key))
 	}
 
 	if cmd.Name == "bundles" {

@@ -120,3 +120,23 @@ func TestModelFlagsRefused(t *testing.T) {
 		t.Fatalf("/model gpt-4o-mini answered %q", got)
 	}
 }
+
+// /whoami says who the gateway thinks the sender is, the second id a
+// platform gives (Signal's UUID) included when there is one.
+func TestWhoami(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.startRouter(testConfig(), nil, nil)
+	if got, want := e.ask("alice", "/whoami"), "Platform: telegram\nUser id: alice\nName: alice\nChat: chat-alice (dm)\n"; !strings.HasPrefix(got, want) ||
+		strings.Contains(got, "Alternate id") || !strings.HasSuffix(got, "\nRole: user\nSession key: agent:main:telegram:dm:chat-alice") {
+		t.Errorf("/whoami answered %q", got)
+	}
+	ev := dm("bob", "/whoami")
+	ev.Source.UserIdAlt = "uuid-b0b"
+	before := len(e.noticesTo("bob"))
+	e.publish(ev)
+	waitFor(t, "the answer to bob", func() bool { return len(e.noticesTo("bob")) > before })
+	if got := e.noticesTo("bob")[before]; !strings.HasPrefix(got, "Platform: telegram\nUser id: bob\nAlternate id: uuid-b0b\nName: bob\n") {
+		t.Errorf("/whoami with an alternate id answered %q", got)
+	}
+}
