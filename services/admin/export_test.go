@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -44,17 +45,8 @@ func TestExportSessionRPC(t *testing.T) {
 		if err != nil {
 			return "", err
 		}
-		var b []byte
-		for {
-			chunk, err := stream.Recv()
-			if errors.Is(err, io.EOF) {
-				return string(b), nil
-			}
-			if err != nil {
-				return string(b), err
-			}
-			b = append(b, chunk.GetData()...)
-		}
+		b, _, err := drain(stream)
+		return string(b), err
 	}
 	if _, err := read(ctx, &adminv1.ExportSessionRequest{SessionKey: key}); status.Code(err) != codes.Unauthenticated {
 		t.Fatalf("without the token: %v", err)
@@ -96,5 +88,26 @@ func TestExportSessionRPC(t *testing.T) {
 	var audited int
 	if err := db.QueryRow(ctx, `SELECT count(*) FROM audit_log WHERE action = 'session.export' AND target = $1 AND actor = 'token:ops-jane'`, key).Scan(&audited); err != nil || audited != 3 {
 		t.Errorf("audited %d exports, %v; want 3", audited, err)
+	}
+}
+
+// drain reads an export stream to its end: the data, in how many
+// chunks, and the error that ended it (nil at io.EOF).
+func drain[T any, P interface {
+	*T
+	GetData() []byte
+}](stream grpc.ServerStreamingClient[T]) ([]byte, int, error) {
+	var b []byte
+	chunks := 0
+	for {
+		chunk, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return b, chunks, nil
+		}
+		if err != nil {
+			return b, chunks, err
+		}
+		chunks++
+		b = append(b, P(chunk).GetData()...)
 	}
 }

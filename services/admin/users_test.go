@@ -3,8 +3,6 @@ package admin
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"io"
 	"strings"
 	"testing"
 	"time"
@@ -83,19 +81,7 @@ func TestExportUserRPC(t *testing.T) {
 		if err != nil {
 			return nil, 0, err
 		}
-		var b []byte
-		chunks := 0
-		for {
-			chunk, err := stream.Recv()
-			if errors.Is(err, io.EOF) {
-				return b, chunks, nil
-			}
-			if err != nil {
-				return b, chunks, err
-			}
-			chunks++
-			b = append(b, chunk.GetData()...)
-		}
+		return drain(stream)
 	}
 	if _, _, err := read(ctx, &adminv1.ExportUserRequest{Platform: "discord", UserId: "42"}); status.Code(err) != codes.Unauthenticated {
 		t.Fatalf("without the token: %v", err)
