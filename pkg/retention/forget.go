@@ -42,15 +42,14 @@ type Erasure struct {
 	Rows map[string]int64
 }
 
-// userKeyDeletes delete what a user owns by their user keys ($1;
-// pkg/memorygate Owner: <platform>:<participant> for their direct
-// chats, session:<key> for each own session elsewhere).
-var userKeyDeletes = []struct{ kind, sql string }{
-	{KindMemories, `DELETE FROM agent_memories WHERE user_key = ANY($1)`},
-	{KindMemoryWrites, `DELETE FROM memory_pending_writes WHERE user_key = ANY($1)`},
-	{KindMemorySettings, `DELETE FROM memory_write_approval WHERE user_key = ANY($1)`},
-	{KindApprovals, `DELETE FROM agent_tool_approvals WHERE scope = 'user' AND subject = ANY($1)`},
-	{KindCronJobs, `DELETE FROM cron_jobs WHERE owner = ANY($1)`},
+// filedKind is the kind Forget counts a userdata.Filed table's rows
+// under: its name, but for the standing approvals (KindApprovals, as a
+// prune counts a session's).
+func filedKind(table string) string {
+	if table == "agent_tool_approvals" {
+		return KindApprovals
+	}
+	return table
 }
 
 // userIDDeletes delete what a user owns by their platform ($1) and the
@@ -133,12 +132,13 @@ FOR UPDATE OF s SKIP LOCKED`, own)
 			res.Busy = append(res.Busy, k)
 		}
 	}
-	for _, d := range userKeyDeletes {
-		tag, err := tx.Exec(ctx, d.sql, userKeys)
+	// What the user owns, filed under their user keys.
+	for _, f := range userdata.Filed {
+		tag, err := tx.Exec(ctx, "DELETE FROM "+f.Table+" WHERE "+f.Match("= ANY($1)"), userKeys)
 		if err != nil {
-			return res, fmt.Errorf("forget: delete %s: %w", d.kind, err)
+			return res, fmt.Errorf("forget: delete %s: %w", f.Table, err)
 		}
-		res.Rows[d.kind] += tag.RowsAffected()
+		res.Rows[filedKind(f.Table)] += tag.RowsAffected()
 	}
 	tag, err := tx.Exec(ctx, directChatDelete, found.DirectChats)
 	if err != nil {

@@ -138,15 +138,45 @@ ORDER BY session_key`, u.Platform, forms)
 	return f, nil
 }
 
+// Filing is a table that files rows under a user key
+// (memorygate.Owner): its name, its user-key column, and the condition
+// its user-keyed rows meet ("" for all).
+type Filing struct {
+	Table, Column, Cond string
+}
+
+// Match is the condition of the rows filed under a key test accepts
+// ("= ANY($1)", "LIKE $1").
+func (f Filing) Match(test string) string {
+	m := f.Column + " " + test
+	if f.Cond != "" {
+		m = f.Cond + " AND " + m
+	}
+	return m
+}
+
+// Filed are the tables that file a person's rows under their user keys.
+// Forgetting deletes from each (pkg/retention) and Find looks in each
+// for the keys of their pruned sessions; Export reads those that hold
+// what the person wrote or chose with their own columns (export.go), so
+// a table added here needs its place there too.
+var Filed = []Filing{
+	{Table: "agent_memories", Column: "user_key"},
+	{Table: "memory_pending_writes", Column: "user_key"},
+	{Table: "memory_write_approval", Column: "user_key"},
+	{Table: "agent_tool_approvals", Column: "subject", Cond: "scope = 'user'"},
+	{Table: "cron_jobs", Column: "owner"},
+}
+
 // ownedSQL lists the user keys rows are filed under that match $1 (a
-// LIKE pattern), in every table that files rows by user key.
-const ownedSQL = `SELECT k FROM (
-	SELECT user_key AS k FROM agent_memories WHERE user_key LIKE $1
-	UNION SELECT user_key FROM memory_pending_writes WHERE user_key LIKE $1
-	UNION SELECT user_key FROM memory_write_approval WHERE user_key LIKE $1
-	UNION SELECT subject FROM agent_tool_approvals WHERE scope = 'user' AND subject LIKE $1
-	UNION SELECT owner FROM cron_jobs WHERE owner LIKE $1) x
-ORDER BY k`
+// LIKE pattern), in every table of Filed.
+var ownedSQL = func() string {
+	parts := make([]string, 0, len(Filed))
+	for _, f := range Filed {
+		parts = append(parts, "SELECT "+f.Column+" AS k FROM "+f.Table+" WHERE "+f.Match("LIKE $1"))
+	}
+	return "SELECT k FROM (" + strings.Join(parts, " UNION ") + ") x ORDER BY k"
+}()
 
 // goneSessionKeys are the user keys session:<key> of u's own group
 // sessions that no longer exist (retention pruned them) but still have
