@@ -45,8 +45,12 @@ func adminFlags(name string) (*flag.FlagSet, *adminClient) {
 		def = admin.DefaultAddr
 	}
 	fs.StringVar(&c.addr, "admin-addr", def, "admin API address (or $SWITCHBOARD_ADMIN_ADDR); the token comes from $SWITCHBOARD_ADMIN_TOKEN")
-	fs.StringVar(&c.platform, "platform", "", "only this platform (list)")
 	return fs, c
+}
+
+// platformFlag adds --platform, for the verbs that narrow to one.
+func (c *adminClient) platformFlag(fs *flag.FlagSet, usage string) {
+	fs.StringVar(&c.platform, "platform", "", usage)
 }
 
 // dial connects to the admin API and returns a context carrying the token
@@ -98,6 +102,7 @@ func ts(t *timestamppb.Timestamp) string {
 
 func runPairing(ctx context.Context, args []string, out io.Writer) error {
 	fs, c := adminFlags("pairing")
+	c.platformFlag(fs, "only this platform (list)")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return err
@@ -155,6 +160,7 @@ func runPairing(ctx context.Context, args []string, out io.Writer) error {
 
 func runSessions(ctx context.Context, args []string, out io.Writer) error {
 	fs, c := adminFlags("sessions")
+	c.platformFlag(fs, "only this platform (list, prune)")
 	olderThan := fs.String("older-than", "90d", "prune: sessions idle at least this long (90d, 2w, 720h; Hermes's `hermes sessions prune` default)")
 	dryRun := fs.Bool("dry-run", false, "prune: count what would be deleted, delete nothing")
 	var exp adminv1.ExportSessionRequest

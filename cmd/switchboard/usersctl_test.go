@@ -68,7 +68,7 @@ func TestUsersForgetVerb(t *testing.T) {
 		return out.String() + errOut.String(), err
 	}
 
-	for _, args := range [][]string{{"forget", "telegram"}, {"forget", "telegram", " "}, {"list"}, {"forget", "telegram", "42", "43"}} {
+	for _, args := range [][]string{{"forget", "telegram"}, {"forget", "telegram", " "}, {"list"}, {"forget", "telegram", "42", "43"}, {"forget", "telegram", "42", "--platform", "slack"}} {
 		if _, err := run(args...); !errors.Is(err, errUsage) {
 			t.Errorf("%q: %v, want a usage error", args, err)
 		}
