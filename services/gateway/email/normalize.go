@@ -107,8 +107,17 @@ func parse(raw []byte, maxPart int64, skipAttachments bool) (*inbound, error) {
 	var haveHTML bool
 	nparts := 0
 	walkErr := e.Walk(func(_ []int, p *message.Entity, err error) error {
+		// A part in a charset or transfer encoding the decoder does not
+		// know (unknown-8bit, RFC 1428) is read as it stands, as the
+		// message's own body is when it is not multipart: its text, with
+		// invalid bytes replaced, is what the sender wrote. An attachment
+		// whose encoding is unknown cannot be decoded: it is skipped.
+		undecoded := false
 		if err != nil {
-			return nil // a part that cannot be read: skip it, keep the rest
+			if p == nil || (!message.IsUnknownCharset(err) && !message.IsUnknownEncoding(err)) {
+				return nil // a part that cannot be read: skip it, keep the rest
+			}
+			undecoded = message.IsUnknownEncoding(err)
 		}
 		nparts++
 		if nparts > maxParts {
@@ -138,7 +147,7 @@ func parse(raw []byte, maxPart int64, skipAttachments bool) (*inbound, error) {
 				html, haveHTML = readText(p.Body), true
 			}
 		case isAttachment || !strings.HasPrefix(mt, "text/"):
-			if skipAttachments {
+			if skipAttachments || undecoded {
 				return nil
 			}
 			if !printable(mt) {

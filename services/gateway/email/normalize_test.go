@@ -248,3 +248,52 @@ func TestSkipAttachments(t *testing.T) {
 		t.Fatalf("attachments %v", ev.GetAttachments())
 	}
 }
+
+// A part in a charset the decoder does not know (unknown-8bit, RFC 1428,
+// which mailers write for 8-bit text of no declared charset) or with an
+// unknown transfer encoding is read as it stands, as the message's own
+// body is when it is not multipart: dropping it left the agent an
+// "(empty email)".
+func TestUnknownCharsetPartKept(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name string
+		raw  []byte
+		text string
+	}{
+		{
+			name: "multipart text in unknown-8bit",
+			raw: mailText("From: a@example.com", "Content-Type: multipart/alternative; boundary=XX", "", "--XX",
+				"Content-Type: text/plain; charset=unknown-8bit", "", "Can you call me at 5?", "--XX",
+				"Content-Type: text/html; charset=unknown-8bit", "", "<p>Can you call me at 5?</p>", "--XX--"),
+			text: "Can you call me at 5?",
+		},
+		{
+			name: "html alone in an unknown charset",
+			raw: mailText("From: a@example.com", "Content-Type: multipart/mixed; boundary=XX", "", "--XX",
+				"Content-Type: text/html; charset=x-no-such-charset", "", "<p>Ship it.</p>", "--XX--"),
+			text: "Ship it.",
+		},
+		{
+			name: "multipart text with an unknown transfer encoding",
+			raw: mailText("From: a@example.com", "Content-Type: multipart/mixed; boundary=XX", "", "--XX",
+				"Content-Type: text/plain", "Content-Transfer-Encoding: x-uuencode-ish", "", "Plain words.", "--XX--"),
+			text: "Plain words.",
+		},
+		{
+			name: "single part in unknown-8bit",
+			raw:  mailText("From: a@example.com", "Content-Type: text/plain; charset=unknown-8bit", "", "Hello there."),
+			text: "Hello there.",
+		},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			m, err := parse(c.raw, 1<<20, false)
+			if err != nil {
+				t.Fatalf("parse: %v", err)
+			}
+			if m.Text != c.text {
+				t.Fatalf("text %q, want %q", m.Text, c.text)
+			}
+		})
+	}
+}
