@@ -11,7 +11,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"mime"
 	"net/http"
+	"net/url"
 	"regexp"
 	"slices"
 	"strconv"
@@ -191,14 +193,9 @@ func Prepare(route *CompiledRoute, account string, h http.Header, body []byte, n
 // accepted (the gateway rate-limits between the two, as Hermes does).
 // A requestError with code 200 means the delivery is filtered out.
 func Build(route *CompiledRoute, account string, h http.Header, body []byte) (*eventsv1.MessageReceived, *RequestError) {
-	var payload any
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.UseNumber()
-	if err := dec.Decode(&payload); err != nil {
-		return nil, refuse(http.StatusBadRequest, "malformed_payload", "payload is not JSON: %v", err)
-	}
-	if dec.More() {
-		return nil, refuse(http.StatusBadRequest, "malformed_payload", "data after the JSON payload")
+	payload, rerr := decodePayload(h, body)
+	if rerr != nil {
+		return nil, rerr
 	}
 	event := eventType(route, h, payload)
 	if !matches(route.Events, event) {
@@ -243,6 +240,53 @@ func Build(route *CompiledRoute, account string, h http.Header, body []byte) (*e
 		},
 	}
 	return ev, nil
+}
+
+// decodePayload reads a delivery's body: JSON, or else, when it is sent
+// as a form (application/x-www-form-urlencoded), the form. GitHub's form
+// content type, the default of a webhook set up there, sends the JSON
+// payload as the field "payload", which is read as the JSON it holds;
+// another form is its fields (the first value of each), as Hermes reads
+// a form body.
+func decodePayload(h http.Header, body []byte) (any, *RequestError) {
+	payload, jerr := decodeJSON(body)
+	if jerr == nil {
+		return payload, nil
+	}
+	if mt, _, _ := mime.ParseMediaType(h.Get("Content-Type")); mt != "application/x-www-form-urlencoded" {
+		return nil, refuse(http.StatusBadRequest, "malformed_payload", "payload is not JSON: %v", jerr)
+	}
+	form, err := url.ParseQuery(string(body))
+	if err != nil {
+		return nil, refuse(http.StatusBadRequest, "malformed_payload", "form body: %v", err)
+	}
+	if vs, ok := form["payload"]; ok {
+		payload, err := decodeJSON([]byte(vs[0]))
+		if err != nil {
+			return nil, refuse(http.StatusBadRequest, "malformed_payload", "the form's payload field is not JSON: %v", err)
+		}
+		return payload, nil
+	}
+	fields := make(map[string]any, len(form))
+	for k, vs := range form {
+		fields[k] = vs[0]
+	}
+	return fields, nil
+}
+
+// decodeJSON reads one JSON value, numbers as json.Number, with nothing
+// after it.
+func decodeJSON(b []byte) (any, error) {
+	var v any
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	if err := dec.Decode(&v); err != nil {
+		return nil, err
+	}
+	if dec.More() {
+		return nil, errors.New("data after the JSON payload")
+	}
+	return v, nil
 }
 
 // Verify checks the route's signature scheme in constant time (and a
