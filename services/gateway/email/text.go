@@ -17,7 +17,12 @@ import (
 func htmlText(src string) string {
 	z := html.NewTokenizer(strings.NewReader(src))
 	var b strings.Builder
-	skip := 0  // inside head, script, style, title
+	skip := 0 // inside script, style, title
+	// inHead: inside <head>, which HTML lets end without its end tag:
+	// <body>, another element that is not the head's or text that is
+	// not white space ends it (the parser's "in head" mode), so an
+	// unclosed head does not hide the body.
+	inHead := false
 	quote := 0 // blockquote depth
 	var href string
 	var linkText strings.Builder
@@ -34,7 +39,10 @@ func htmlText(src string) string {
 		case html.ErrorToken:
 			return tidy(b.String())
 		case html.TextToken:
-			if skip > 0 {
+			if inHead && skip == 0 && strings.TrimSpace(string(z.Text())) != "" {
+				inHead = false
+			}
+			if skip > 0 || inHead {
 				continue
 			}
 			t := collapse(string(z.Text()))
@@ -47,8 +55,14 @@ func htmlText(src string) string {
 			name, hasAttr := z.TagName()
 			a := atom.Lookup(name)
 			end := tt == html.EndTagToken
+			switch {
+			case a == atom.Head:
+				inHead = !end && tt == html.StartTagToken
+			case inHead && !end && !headElement(a):
+				inHead = false
+			}
 			switch a {
-			case atom.Head, atom.Script, atom.Style, atom.Title:
+			case atom.Script, atom.Style, atom.Title:
 				if tt == html.StartTagToken {
 					skip++
 				} else if end && skip > 0 {
@@ -108,6 +122,16 @@ func htmlText(src string) string {
 			}
 		}
 	}
+}
+
+// headElement reports whether an element may stand in <head>; any
+// other ends it.
+func headElement(a atom.Atom) bool {
+	switch a {
+	case atom.Meta, atom.Link, atom.Title, atom.Style, atom.Script, atom.Base, atom.Noscript, atom.Template, atom.Head:
+		return true
+	}
+	return false
 }
 
 // collapse makes runs of white space one space, as HTML shows them.
