@@ -630,3 +630,32 @@ func TestAttachmentNotKept(t *testing.T) {
 		return err == nil && seen[uid]
 	})
 }
+
+// The subject and references an answer carries are those its
+// recipient's mail had: a mail from someone else that reuses the
+// Message-ID (one copied on the thread knows it) is a duplicate, and
+// must not put its subject and references in the answer to the first.
+func TestThreadIsTheRecipients(t *testing.T) {
+	t.Parallel()
+	f := newFake(t, true)
+	g := start(t, f, platform.Options{})
+	g.deliver(t, "From: Ann <ann@example.com>", "To: "+agent, "Subject: Lunch plans",
+		"Message-ID: <m1@example.com>", "", "Where shall we eat?")
+	ev := g.next(t)
+	uid := g.deliver(t, "From: mallory@example.net", "To: "+agent, "Subject: Urgent: your account is locked, call +1 555 0100",
+		"Message-ID: <m1@example.com>", "References: <evil@example.net>", "", "x")
+	platformtest.WaitFor(t, "the second mail to be handled", func() bool {
+		seen, err := f.Seen()
+		return err == nil && seen[uid]
+	})
+	g.none(t, 200*time.Millisecond)
+	if r := g.send(t, answer(ev, "Thai.")); !r.GetOk() {
+		t.Fatalf("receipt %v", r)
+	}
+	h, _, _ := readMail(t, waitSent(t, f, 1)[0].Raw)
+	subject, _ := h.Subject()
+	refs, _ := h.MsgIDList("References")
+	if subject != "Re: Lunch plans" || strings.Join(refs, " ") != "m1@example.com" {
+		t.Fatalf("answer to ann: subject %q, references %v; want Ann's thread", subject, refs)
+	}
+}

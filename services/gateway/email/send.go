@@ -38,9 +38,12 @@ type thread struct {
 }
 
 // putThread keeps m's subject and references for the answers, under its
-// Message-ID (when it has one) and as its sender's latest (for a send
-// that answers no message, as Hermes keeps a thread per address, and for
-// the answer to a mail without a Message-ID).
+// sender and Message-ID (when it has one) and as its sender's latest (for
+// a send that answers no message, as Hermes keeps a thread per address,
+// and for the answer to a mail without a Message-ID). The sender is part
+// of the key: anyone can write a Message-ID, and another's mail that
+// reuses it (a duplicate, not published) must not give the answer to the
+// first its subject and references.
 func (p *Platform) putThread(ctx context.Context, m *inbound) error {
 	st, err := p.open(ctx)
 	if err != nil {
@@ -49,7 +52,7 @@ func (p *Platform) putThread(ctx context.Context, m *inbound) error {
 	b, _ := json.Marshal(thread{Subject: m.Subject, MessageID: m.MessageID, References: m.References})
 	keys := []string{kvKey(p.cfg.Address, "chat", m.From)}
 	if m.MessageID != "" {
-		keys = append(keys, kvKey(p.cfg.Address, "msg", m.MessageID))
+		keys = append(keys, kvKey(p.cfg.Address, "msg", m.From, m.MessageID))
 	}
 	for _, k := range keys {
 		if _, err := st.threads.Put(ctx, k, b); err != nil {
@@ -59,16 +62,18 @@ func (p *Platform) putThread(ctx context.Context, m *inbound) error {
 	return nil
 }
 
-// threadOf is the thread an answer to messageID (or, without one, the
-// latest message of chat) belongs to; ok is false when none is known.
+// threadOf is the thread an answer to messageID of chat (or, without
+// one, the latest message of chat) belongs to; ok is false when none is
+// known.
 func (p *Platform) threadOf(ctx context.Context, chat, messageID string) (thread, bool, error) {
 	st, err := p.open(ctx)
 	if err != nil {
 		return thread{}, false, err
 	}
-	key := kvKey(p.cfg.Address, "chat", strings.ToLower(chat)) // inbound addresses are kept in lower case
+	chat = strings.ToLower(chat) // inbound addresses are kept in lower case
+	key := kvKey(p.cfg.Address, "chat", chat)
 	if messageID != "" {
-		key = kvKey(p.cfg.Address, "msg", messageID)
+		key = kvKey(p.cfg.Address, "msg", chat, messageID)
 	}
 	e, err := st.threads.Get(ctx, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
