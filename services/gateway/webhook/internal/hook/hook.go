@@ -485,6 +485,9 @@ func eventType(route *CompiledRoute, h http.Header, payload any) string {
 		event = str("event")
 	}
 	if event == "" {
+		event = str("event_type") // Hermes's name for it
+	}
+	if event == "" {
 		event = str("type")
 	}
 	if a := str("action"); a != "" && event != "" {
