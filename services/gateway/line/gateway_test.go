@@ -607,6 +607,12 @@ func TestSendAttachments(t *testing.T) {
 			[]linefake.Message{{Type: "image", ImageURL: "https://cdn.example/e.jpg"}}},
 		"undeclared": {att(eventsv1.AttachmentKind_ATTACHMENT_KIND_UNSPECIFIED, "", "https://cdn.example/c.png", ""),
 			[]linefake.Message{{Type: "image", ImageURL: "https://cdn.example/c.png"}}},
+		"undeclared gif (an answer's image)": {att(eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, "", "https://cdn.example/f.GIF?v=2", "Dancing"),
+			[]linefake.Message{{Type: "text", Text: "Dancing\nhttps://cdn.example/f.GIF?v=2"}}},
+		"undeclared webp": {att(eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, "", "https://cdn.example/g.webp", ""),
+			[]linefake.Message{{Type: "text", Text: "https://cdn.example/g.webp"}}},
+		"undeclared, no extension": {att(eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, "", "https://fal.media/files/abc", ""),
+			[]linefake.Message{{Type: "image", ImageURL: "https://fal.media/files/abc"}}},
 		"typed picture": {att(eventsv1.AttachmentKind_ATTACHMENT_KIND_UNSPECIFIED, "image/png", "https://cdn.example/d.png", ""),
 			[]linefake.Message{{Type: "image", ImageURL: "https://cdn.example/d.png"}}},
 	} {
