@@ -432,6 +432,36 @@ func TestReplyWithoutClearAnswer(t *testing.T) {
 	}
 }
 
+// A reply whose answer was lost keeps its token for the send's retry
+// even when the user writes again meanwhile (a newer token for the
+// chat): the retry learns from its own token that the first attempt was
+// shown, instead of replying again with the newer one; the newer token
+// still answers the new message.
+func TestLostReplyThenNewMessage(t *testing.T) {
+	t.Parallel()
+	f := linefake.New(t)
+	h := start(t, f, testConfig(f))
+	h.post(t, f.Body(f.Event(linefake.Inbound{UserID: alice, Text: "question"})))
+	h.next(t)
+	f.Fail(linefake.Failure{Status: http.StatusInternalServerError, Message: "An error occurred in the server.", Lost: true})
+	first := sendTo(alice, "k-lost", "the answer")
+	if r := h.send(t, first); r.GetOk() || r.GetErrorClass() != deliveryv1.ErrorClass_ERROR_CLASS_RETRYABLE {
+		t.Fatalf("receipt %v, want retryable", r)
+	}
+	h.post(t, f.Body(f.Event(linefake.Inbound{UserID: alice, Text: "are you there?"})))
+	h.next(t)
+	if r := h.send(t, first); !r.GetOk() {
+		t.Fatalf("retry receipt %v", r)
+	}
+	if r := h.send(t, sendTo(alice, "k-next", "yes")); !r.GetOk() {
+		t.Fatalf("next receipt %v", r)
+	}
+	got := f.Sent(alice)
+	if len(got) != 2 || got[0].Text != "the answer" || got[1].Text != "yes" || got[1].Via != "reply" {
+		t.Fatalf("sent %+v, want the answer once and the next answer by reply", got)
+	}
+}
+
 // LINE's failures map to delivery's classes.
 func TestSendErrors(t *testing.T) {
 	t.Parallel()
@@ -607,6 +637,12 @@ func TestSendAttachments(t *testing.T) {
 			[]linefake.Message{{Type: "image", ImageURL: "https://cdn.example/e.jpg"}}},
 		"undeclared": {att(eventsv1.AttachmentKind_ATTACHMENT_KIND_UNSPECIFIED, "", "https://cdn.example/c.png", ""),
 			[]linefake.Message{{Type: "image", ImageURL: "https://cdn.example/c.png"}}},
+		"undeclared gif (an answer's image)": {att(eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, "", "https://cdn.example/f.GIF?v=2", "Dancing"),
+			[]linefake.Message{{Type: "text", Text: "Dancing\nhttps://cdn.example/f.GIF?v=2"}}},
+		"undeclared webp": {att(eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, "", "https://cdn.example/g.webp", ""),
+			[]linefake.Message{{Type: "text", Text: "https://cdn.example/g.webp"}}},
+		"undeclared, no extension": {att(eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, "", "https://fal.media/files/abc", ""),
+			[]linefake.Message{{Type: "image", ImageURL: "https://fal.media/files/abc"}}},
 		"typed picture": {att(eventsv1.AttachmentKind_ATTACHMENT_KIND_UNSPECIFIED, "image/png", "https://cdn.example/d.png", ""),
 			[]linefake.Message{{Type: "image", ImageURL: "https://cdn.example/d.png"}}},
 	} {

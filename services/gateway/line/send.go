@@ -3,14 +3,14 @@ package line
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"mime"
 	"net/http"
+	"net/url"
+	"path"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/switchboard-chat/switchboard/pkg/chunk"
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
@@ -111,7 +111,9 @@ func textMessages(text string) []lineMessage {
 }
 
 // picture reports whether a is what an image message shows: declared a
-// picture (or undeclared) and, when its type is given, JPEG or PNG.
+// picture (or undeclared) and, when its type is given, JPEG or PNG; with
+// no type (an image an answer shows, taken from its text), a URL whose
+// extension is not another picture format's (.gif, .webp …).
 func picture(a *eventsv1.Attachment) bool {
 	switch a.GetKind() {
 	case eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, eventsv1.AttachmentKind_ATTACHMENT_KIND_UNSPECIFIED:
@@ -120,11 +122,18 @@ func picture(a *eventsv1.Attachment) bool {
 	}
 	mt, _, _ := strings.Cut(strings.ToLower(a.GetMimeType()), ";")
 	switch strings.TrimSpace(mt) {
-	case "", "image/jpeg", "image/jpg", "image/png":
+	case "image/jpeg", "image/jpg", "image/png":
 		return true
+	case "":
+		u, err := url.Parse(a.GetUrl())
+		return err == nil && !otherImageExts[strings.ToLower(path.Ext(u.Path))]
 	}
 	return false
 }
+
+// otherImageExts are picture formats an image message does not show.
+var otherImageExts = map[string]bool{".gif": true, ".webp": true, ".bmp": true, ".svg": true, ".tif": true, ".tiff": true,
+	".heic": true, ".heif": true, ".avif": true, ".ico": true}
 
 // attachmentType names what an attachment is, for an error.
 func attachmentType(a *eventsv1.Attachment) string {
@@ -173,12 +182,18 @@ func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (str
 // chat has a reply token, else (and every later call) by push.
 func (p *Platform) sendCall(ctx context.Context, req *deliveryv1.SendRequested, to string, call int, msgs []lineMessage) (string, error) {
 	if call == 0 {
-		st, err := p.claimStoredToken(ctx, to)
-		if err != nil {
-			p.log.Warn("line reply token unreadable; pushing", "err", err)
+		// A reply of an earlier attempt of this send that got no clear
+		// answer kept its token as the send's own: the chat's newer
+		// token, if the user wrote again meanwhile, is not this send's
+		// to learn from.
+		st, mine := unclearReply(ctx)
+		if !mine {
+			var err error
+			if st, err = p.claimStoredToken(ctx, to); err != nil {
+				p.log.Warn("line reply token unreadable; pushing", "err", err)
+			}
 		}
 		if token := st.Token; token != "" {
-			by := attemptOf(p.account, req.GetIdempotencyKey())
 			var out sentAnswer
 			err := p.api.post(ctx, "/v2/bot/message/reply", map[string]any{"replyToken": token, "messages": msgs}, nil, &out)
 			var le *APIError
@@ -186,23 +201,27 @@ func (p *Platform) sendCall(ctx context.Context, req *deliveryv1.SendRequested, 
 			case err == nil:
 				sends.WithLabelValues("reply").Inc()
 				return firstID(out, "reply:"+token)
-			case errors.As(err, &le) && le.invalidReplyToken() && by != "" && st.By == by && time.Now().UnixMilli() < st.Expires:
-				// Tokens are single-use and this one was claimed by no
-				// other send: LINE took this send's earlier reply, whose
-				// answer was lost. Pushing now would show it twice.
+			case errors.As(err, &le) && le.invalidReplyToken() && mine:
+				// Tokens are single-use and this one was this send's
+				// alone: LINE took the earlier reply, whose answer was
+				// lost. Pushing now would show it twice.
 				p.log.Info("line reply of an earlier attempt was shown; not sent again")
 				return "reply:" + token, nil
 			case errors.As(err, &le) && le.invalidReplyToken():
 				p.log.Debug("line reply token refused; pushing", "err", err)
 			case errors.As(err, &le) && le.Status == http.StatusTooManyRequests:
 				// Refused before it was read: the token is unused.
-				p.returnReplyToken(ctx, to, st)
+				if !mine {
+					p.returnReplyToken(ctx, to, st)
+				}
 				return "", classify(err)
-			case by != "" && (!errors.As(err, &le) || le.Status >= 500):
-				// No clear answer: LINE may have shown it. The retry
-				// tries the token again and learns which.
-				st.By = by
-				p.returnReplyToken(ctx, to, st)
+			case !errors.As(err, &le) || le.Status >= 500:
+				// No clear answer: LINE may have shown it. The token is
+				// kept as this send's (beside its receipt); the retry
+				// tries it again and learns which.
+				if !mine {
+					keepUnclearReply(ctx, st)
+				}
 				return "", classify(err)
 			default:
 				return "", classify(err)
@@ -240,16 +259,6 @@ func firstID(out sentAnswer, def string) (string, error) {
 		return def, nil
 	}
 	return "", errors.New("line answered a push without its message ids")
-}
-
-// attemptOf names a send's reply attempt in a returned reply token: a
-// hash of the channel and its idempotency key ("" without one).
-func attemptOf(account, idem string) string {
-	if idem == "" {
-		return ""
-	}
-	h := sha256.Sum256([]byte("line reply attempt\x00" + account + "\x00" + idem))
-	return hex.EncodeToString(h[:12])
 }
 
 // retryKey is the X-Line-Retry-Key of a send: a UUID (version 4 layout)

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/switchboard-chat/switchboard/pkg/platform"
 )
 
 // BucketReplyTokens (before the topology prefix) keeps each chat's
@@ -47,11 +49,33 @@ func (p *Platform) tokenKey(chatID string) string {
 type storedToken struct {
 	Token   string `json:"t"`
 	Expires int64  `json:"exp"` // unix ms
-	// By names the send (a hash of its idempotency key) whose reply with
-	// this token got no clear answer (a network error, a 5xx): LINE may
-	// have taken it. When that send's retry is told the token is no
-	// longer valid before it expired, its first attempt was shown.
-	By string `json:"by,omitempty"`
+}
+
+// markUnclearReply is the send mark of a reply that got no clear answer
+// (a network error, a 5xx): LINE may have shown it. Its token is the
+// send's own from then on; when the send's retry is told the token is no
+// longer valid before it expired, its first attempt was shown.
+const markUnclearReply = "line-unclear-reply"
+
+// keepUnclearReply marks the send's reply with st as unclear (the first
+// such mark stays). A send without an idempotency key keeps no marks: its
+// retry is pushed.
+func keepUnclearReply(ctx context.Context, st storedToken) {
+	b, _ := json.Marshal(st)
+	// The send's own context may be what ended (a timeout).
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	platform.SendMark(ctx, markUnclearReply, string(b))
+}
+
+// unclearReply is the token of an earlier attempt's unclear reply, while
+// it can still be used; mine is false without one.
+func unclearReply(ctx context.Context) (st storedToken, mine bool) {
+	v, ok := platform.SendMarked(ctx, markUnclearReply)
+	if !ok || json.Unmarshal([]byte(v), &st) != nil || st.Token == "" || time.Now().UnixMilli() >= st.Expires {
+		return storedToken{}, false
+	}
+	return st, true
 }
 
 // keepReplyToken stores chat's newest reply token, replacing an older
@@ -77,9 +101,8 @@ func (p *Platform) claimReplyToken(ctx context.Context, chatID string) (string, 
 }
 
 // returnReplyToken puts back a claimed token LINE did not use (its call
-// was refused before it was read: a 429) or may have used (no clear
-// answer; st.By names the send), so the retry answers by reply rather
-// than by a metered push. A newer token stored meanwhile wins.
+// was refused before it was read: a 429), so the retry answers by reply
+// rather than by a metered push. A newer token stored meanwhile wins.
 func (p *Platform) returnReplyToken(ctx context.Context, chatID string, st storedToken) {
 	if st.Token == "" || time.Now().UnixMilli() >= st.Expires {
 		return

@@ -249,9 +249,9 @@ func normalize(n *notification, r rules) (*eventsv1.MessageReceived, skip, error
 				mentioned = true
 			}
 		}
-		if r.Account != "" && strings.Contains(text, "@"+r.Account) {
+		if rest, found := cutOwnMention(text, r.Account); found {
 			mentioned = true
-			text = strings.TrimSpace(strings.ReplaceAll(strings.ReplaceAll(text, "@"+r.Account, ""), "  ", " "))
+			text = strings.TrimSpace(strings.ReplaceAll(rest, "  ", " "))
 		}
 	}
 	src := &eventsv1.SessionSource{
@@ -291,6 +291,38 @@ func normalize(n *notification, r rules) (*eventsv1.MessageReceived, skip, error
 		return nil, "not mentioned", nil
 	}
 	return ev, "", nil
+}
+
+// cutOwnMention removes every "@<account>" from text and reports whether
+// there was one. An "@<account>" that goes on with a letter or digit is
+// another member's number or id that begins like the bot's
+// ("@+15550000001" in "@+155500000012"): it is left alone.
+func cutOwnMention(text, account string) (string, bool) {
+	if account == "" {
+		return text, false
+	}
+	tag := "@" + account
+	var b strings.Builder
+	found := false
+	for {
+		i := strings.Index(text, tag)
+		if i < 0 {
+			b.WriteString(text)
+			return b.String(), found
+		}
+		end := i + len(tag)
+		if end < len(text) && isAlnum(text[end]) {
+			b.WriteString(text[:end])
+		} else {
+			b.WriteString(text[:i])
+			found = true
+		}
+		text = text[end:]
+	}
+}
+
+func isAlnum(c byte) bool {
+	return c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
 }
 
 // objectReplacement is the character Signal puts where a mention is.

@@ -94,6 +94,16 @@ func TestNormalize(t *testing.T) {
 			with(env(signalfake.Message{From: ann, Text: "\uFFFC hello", GroupID: group, GroupName: "Team"}), func(e map[string]any) {
 				e["dataMessage"].(map[string]any)["mentions"] = []map[string]any{{"number": bot, "start": 0, "length": math.MaxInt64}}
 			}), nil, "not mentioned"},
+		{"a mention of a member whose number starts with the bot's does not address it", rules{Account: bot, Groups: map[string]bool{"*": true}, RequireMention: true},
+			env(signalfake.Message{From: ann, Text: "\uFFFC hello", GroupID: group, GroupName: "Team",
+				Mentions: []signalfake.Mention{{Contact: signalfake.Contact{Number: bot + "2", UUID: hidden.UUID}, Start: 0, Length: 1}}}),
+			nil, "not mentioned"},
+		{"a member whose number starts with the bot's keeps their mention", all,
+			env(signalfake.Message{From: ann, Text: "\uFFFC hello", GroupID: group, GroupName: "Team",
+				Mentions: []signalfake.Mention{{Contact: signalfake.Contact{Number: bot + "2", UUID: hidden.UUID}, Start: 0, Length: 1}}}),
+			grp(ts, "@"+bot+"2 hello", false), ""},
+		{"the bot's number written out addresses it, at the end of the text too", rules{Account: bot, Groups: map[string]bool{"*": true}, RequireMention: true},
+			env(signalfake.Message{From: ann, Text: "hello @" + bot, GroupID: group, GroupName: "Team"}), grp(ts, "hello", true), ""},
 		{"group without a mention where one is required", rules{Account: bot, Groups: map[string]bool{"*": true}, RequireMention: true},
 			env(signalfake.Message{From: ann, Text: "chatter", GroupID: group, GroupName: "Team"}), nil, "not mentioned"},
 		{"a quote of the bot addresses it", rules{Account: bot, Groups: map[string]bool{"*": true}, RequireMention: true},

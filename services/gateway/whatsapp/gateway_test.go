@@ -382,6 +382,36 @@ func TestAttachmentCaptions(t *testing.T) {
 	}
 }
 
+// WhatsApp's image messages take JPEG and PNG only. A picture of
+// another type given by URL (a GIF or WebP an answer shows) would be
+// accepted by Graph and then fail to arrive (a later failed status, the
+// receipt already ok), so it goes as its caption and link in a text
+// message, which WhatsApp previews; JPEG and PNG stay images.
+func TestImageOfOtherTypeSentAsLink(t *testing.T) {
+	t.Parallel()
+	f := whatsappfake.New(t)
+	h := start(t, f, testConfig(f), platform.Options{})
+	for i, a := range []*eventsv1.Attachment{
+		{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, Caption: "dancing", Location: &eventsv1.Attachment_Url{Url: "https://example.com/a/dance.GIF?x=1"}},
+		{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, MimeType: "image/webp", Location: &eventsv1.Attachment_Url{Url: "https://example.com/pic"}},
+		{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, Caption: "chart", Location: &eventsv1.Attachment_Url{Url: "https://example.com/chart.jpg"}},
+	} {
+		r := h.send(t, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "img" + strings.Repeat("x", i),
+			Target: &deliveryv1.Target{ChatId: "15550000003"}, Attachments: []*eventsv1.Attachment{a}})
+		if !r.GetOk() {
+			t.Fatalf("attachment %d: receipt %v", i, r)
+		}
+	}
+	var seen []string
+	for _, m := range f.Messages("15550000003") {
+		seen = append(seen, m.Type+":"+m.Text+":"+m.Link)
+	}
+	want := []string{"text:dancing\nhttps://example.com/a/dance.GIF?x=1:", "text:https://example.com/pic:", "image:chart:https://example.com/chart.jpg"}
+	if strings.Join(seen, "|") != strings.Join(want, "|") {
+		t.Fatalf("sent %q, want %q", seen, want)
+	}
+}
+
 // Graph API errors reach delivery as its classes: rate limits with a
 // retry-after, the closed 24-hour window and a refused token permanent
 // with a clear error, Meta's transient errors retryable.

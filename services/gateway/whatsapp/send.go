@@ -8,6 +8,8 @@ import (
 	"mime/multipart"
 	"net/http"
 	"net/textproto"
+	"net/url"
+	"path"
 	"strings"
 	"unicode/utf8"
 
@@ -171,6 +173,26 @@ func (p *Platform) sendMedia(ctx context.Context, req *deliveryv1.SendRequested)
 				caption = ""
 			}
 		}
+		if linkOnly(typ, a) {
+			// WhatsApp would accept the image and then fail to deliver
+			// it: its caption and link go as a text, which WhatsApp
+			// previews.
+			msg := map[string]any{"type": "text", "text": map[string]any{
+				"body": strings.TrimSpace(strings.TrimSpace(caption) + "\n" + a.GetUrl()), "preview_url": true}}
+			if first == "" && i == 0 {
+				quote(msg, req)
+			}
+			id, err := p.postMessage(ctx, to, msg)
+			if err != nil {
+				return first, err
+			}
+			platform.RecordPart(ctx, i+1, id)
+			if first == "" {
+				first = id
+			}
+			caption = ""
+			continue
+		}
 		if captioned(typ) && strings.TrimSpace(caption) != "" {
 			obj["caption"] = caption
 		}
@@ -192,6 +214,31 @@ func (p *Platform) sendMedia(ctx context.Context, req *deliveryv1.SendRequested)
 		caption = ""
 	}
 	return first, nil
+}
+
+// otherImageExts are picture formats WhatsApp's image messages do not
+// take (JPEG and PNG only; a WebP goes only as a sticker).
+var otherImageExts = map[string]bool{".gif": true, ".webp": true, ".bmp": true, ".svg": true, ".tif": true, ".tiff": true,
+	".heic": true, ".heif": true, ".avif": true, ".ico": true}
+
+// linkOnly reports whether an attachment sent as an image is a picture
+// by http(s) URL that an image message cannot show: its declared type,
+// else its URL's extension, is not JPEG or PNG. Graph accepts such an
+// image message and fails it later (131053, in a status notification,
+// after the send's receipt said ok), so the picture would never arrive.
+func linkOnly(typ string, a *eventsv1.Attachment) bool {
+	u := a.GetUrl()
+	if typ != "image" || !(strings.HasPrefix(u, "https://") || strings.HasPrefix(u, "http://")) {
+		return false
+	}
+	if mt := baseType(a.GetMimeType()); mt != "" {
+		return mt != "image/jpeg" && mt != "image/jpg" && mt != "image/png"
+	}
+	pu, err := url.Parse(u)
+	if err != nil {
+		return false
+	}
+	return otherImageExts[strings.ToLower(path.Ext(pu.Path))]
 }
 
 // captionPart is the part of a send that is attachment i's own caption
