@@ -386,6 +386,7 @@ func TestSendErrors(t *testing.T) {
 		{"429 with retry-after", withRetry, deliveryv1.ErrorClass_ERROR_CLASS_RATE_LIMITED, 7 * time.Second, "20429"},
 		{"500 without a body", smsfake.ErrInternal, deliveryv1.ErrorClass_ERROR_CLASS_RETRYABLE, 0, "HTTP 500"},
 		{"503", smsfake.Failure{Status: 503, Code: 20503, Message: "Service Unavailable"}, deliveryv1.ErrorClass_ERROR_CLASS_RETRYABLE, 0, "20503"},
+		{"the sender's queue is full", smsfake.Failure{Status: 400, Code: 21611, Message: "This 'From' number has exceeded the maximum number of queued messages"}, deliveryv1.ErrorClass_ERROR_CLASS_RETRYABLE, 0, "21611"},
 		{"invalid number", smsfake.Failure{Status: 400, Code: 21211, Message: "Invalid 'To' Phone Number"}, deliveryv1.ErrorClass_ERROR_CLASS_PERMANENT, 0, "not a valid phone number"},
 		{"unsubscribed", smsfake.Failure{Status: 400, Code: 21610, Message: "Attempt to send to unsubscribed recipient"}, deliveryv1.ErrorClass_ERROR_CLASS_PERMANENT, 0, "replied STOP"},
 		{"credentials", smsfake.Failure{Status: 401, Code: 20003, Message: "Authenticate"}, deliveryv1.ErrorClass_ERROR_CLASS_PERMANENT, 0, "refused the account sid and auth token"},

@@ -26,6 +26,7 @@ const (
 	codeNotMobile         = 21614 // 'To' is not a mobile number
 	codeRegionDisabled    = 21408 // sending to this region is not enabled
 	codeQueueOverflow     = 30001 // the sending queue is full: retry
+	codeFromQueueFull     = 21611 // the 'From' number's queue is full (up to 10 hours of segments): retry
 )
 
 // defaultRetryAfter is the wait before retrying a rate-limited send when
@@ -85,7 +86,7 @@ func classify(err error) error {
 			d = defaultRetryAfter
 		}
 		return platform.RateLimited(err, d)
-	case te.Status >= 500 || te.Code == codeQueueOverflow:
+	case te.Status >= 500 || te.Code == codeQueueOverflow || te.Code == codeFromQueueFull:
 		return err
 	case te.credentialsRefused():
 		return platform.Permanent(fmt.Errorf("%w: %w", ErrCredentials, err))
