@@ -59,6 +59,15 @@ var errMalformed = errors.New("malformed message")
 // rest is cut with a note.
 const maxInboundText = 64 << 10
 
+// maxSubjectBytes and maxNameBytes bound a sender's subject and display
+// name: a header may be folded to any length, and the subject goes into
+// the event (whose size the bus bounds) and back out on the answer
+// ("Re: …"). 998 is RFC 5322's longest line.
+const (
+	maxSubjectBytes = 998
+	maxNameBytes    = 256
+)
+
 // maxParts bounds the MIME parts read of one message.
 const maxParts = 100
 
@@ -86,11 +95,11 @@ func parse(raw []byte, maxPart int64, skipAttachments bool) (*inbound, error) {
 	} else {
 		m.From, m.Name = strings.ToLower(strings.TrimSpace(from[0].Address)), from[0].Name
 	}
-	m.Name = cleanLine(m.Name)
+	m.Name = clipLine(cleanLine(m.Name), maxNameBytes)
 	if !utf8.ValidString(m.From) || !strings.Contains(m.From, "@") || strings.ContainsAny(m.From, " \t\r\n<>") {
 		return nil, fmt.Errorf("%w: sender %q is not an address", errMalformed, m.From)
 	}
-	m.Subject = cleanLine(decodeWords(h.Get("Subject")))
+	m.Subject = clipLine(cleanLine(decodeWords(h.Get("Subject"))), maxSubjectBytes)
 	m.MessageID = msgID(h.Get("Message-Id"))
 	m.InReplyTo = msgID(h.Get("In-Reply-To"))
 	m.References = msgIDs(h.Get("References"))
@@ -238,6 +247,19 @@ func cleanLine(s string) string {
 	return strings.Join(strings.Fields(strings.ToValidUTF8(s, "\uFFFD")), " ")
 }
 
+// clipLine cuts s to at most n bytes, at a character's boundary, ending
+// it with "…" when it was cut.
+func clipLine(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n - len("…")
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
+}
+
 // looseAddress takes an address out of a From header the strict parser
 // refused: between the last <>, else the whole value.
 func looseAddress(v string) (addr, name string) {
@@ -343,7 +365,7 @@ func automated(from string, h message.Header) string {
 			return "address"
 		}
 	}
-	if v := strings.TrimSpace(h.Get("Auto-Submitted")); v != "" && !strings.EqualFold(v, "no") {
+	if v := autoSubmitted(h.Get("Auto-Submitted")); v != "" && v != "no" {
 		return "auto-submitted"
 	}
 	switch strings.ToLower(strings.TrimSpace(h.Get("Precedence"))) {
@@ -441,4 +463,14 @@ func kindOf(mt string) eventsv1.AttachmentKind {
 	default:
 		return eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT
 	}
+}
+
+// autoSubmitted is the keyword of an Auto-Submitted header, lowercased:
+// RFC 3834 lets comments and parameters follow it ("no (a person)",
+// "auto-replied; owner-email=…").
+func autoSubmitted(v string) string {
+	if i := strings.IndexAny(v, ";("); i >= 0 {
+		v = v[:i]
+	}
+	return strings.ToLower(strings.TrimSpace(v))
 }

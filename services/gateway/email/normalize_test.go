@@ -4,6 +4,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 // mailText joins header and body lines with CRLF, as mail travels.
@@ -114,6 +115,18 @@ func TestNormalize(t *testing.T) {
 			name: "Auto-Submitted: no is a person",
 			raw:  mailText("From: ivy@example.com", "Auto-Submitted: no", "Subject: Re: hi", "Message-ID: <n3@example.com>", "", "Hi."),
 			text: "Hi.", from: "ivy@example.com", user: "ivy@example.com", topic: "Re: hi", id: "n3@example.com",
+		},
+		{
+			name: "Auto-Submitted: no with a comment and a parameter is a person",
+			raw:  mailText("From: ivy@example.com", "Auto-Submitted: No (sent by hand); x=y", "Subject: Re: hi", "Message-ID: <n3@example.com>", "", "Hi."),
+			text: "Hi.", from: "ivy@example.com", user: "ivy@example.com", topic: "Re: hi", id: "n3@example.com",
+		},
+		{
+			name: "Auto-Submitted with a parameter is automated",
+			raw: mailText("From: ivy@example.com", "Auto-Submitted: auto-replied; owner-email=ivy@example.com", "Subject: Out of office",
+				"Message-ID: <n2@example.com>", "", "Away."),
+			text: "[Subject: Out of office]\n\nAway.", from: "ivy@example.com", user: "ivy@example.com", topic: "Out of office",
+			id: "n2@example.com", automated: "auto-submitted",
 		},
 		{
 			name: "bulk mail is automated",
@@ -295,5 +308,28 @@ func TestUnknownCharsetPartKept(t *testing.T) {
 				t.Fatalf("text %q, want %q", m.Text, c.text)
 			}
 		})
+	}
+}
+
+// A subject or display name folded to any length is cut: both go into
+// the event (bounded by the bus) and the subject back out on the answer.
+func TestLongSubjectAndNameAreCut(t *testing.T) {
+	t.Parallel()
+	long := strings.TrimSpace(strings.Repeat("é word ", 20000)) // 160,000 bytes, folded below
+	m, err := parse(mailText("From: \""+long+"\" <ann@example.com>", "Subject: "+strings.ReplaceAll(long, " ", "\r\n "),
+		"Message-ID: <l1@example.com>", "", "Hi."), 16, false)
+	if err != nil {
+		t.Fatalf("parse: %v", err)
+	}
+	for _, c := range []struct {
+		what, got string
+		max       int
+	}{{"subject", m.Subject, maxSubjectBytes}, {"name", m.Name, maxNameBytes}} {
+		if len(c.got) > c.max || !strings.HasSuffix(c.got, "…") || !utf8.ValidString(c.got) || !strings.HasPrefix(c.got, "é word é word") {
+			t.Errorf("%s: %d bytes %q…, want at most %d, cut with …", c.what, len(c.got), c.got[:min(len(c.got), 40)], c.max)
+		}
+	}
+	if m.From != "ann@example.com" {
+		t.Errorf("from %q", m.From)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"mime"
 	"net"
 	"net/mail"
 	"os"
@@ -284,7 +285,12 @@ func compose(from, to, subject, id string, refs []string, text string, files []f
 	}
 	for _, f := range files {
 		var ah gomail.AttachmentHeader
-		ah.SetContentType(f.MIME, nil)
+		mt, params, err := mime.ParseMediaType(f.MIME)
+		if err != nil {
+			// SetContentType would write an empty type.
+			mt, params = "application/octet-stream", nil
+		}
+		ah.SetContentType(mt, params)
 		ah.SetFilename(f.Name)
 		aw, err := w.CreateAttachment(ah)
 		if err != nil {
