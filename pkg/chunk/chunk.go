@@ -140,6 +140,8 @@ var limits = map[string]Limit{
 	"line": {Max: 25000, Measure: UTF16},
 	// Google Chat: 4,096 characters a message (Hermes cuts at 4,000).
 	"google_chat": {Max: 4096, Measure: Runes},
+	// Teams: Hermes's 28,000 characters an activity's text.
+	"teams": {Max: 28000, Measure: Runes},
 }
 
 // Limits returns the message limit of a platform, named case-insensitively;

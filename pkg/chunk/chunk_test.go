@@ -25,6 +25,7 @@ func TestLimits(t *testing.T) {
 		{"sms", chunk.Limit{Max: 1600, Measure: chunk.UTF16}},
 		{"line", chunk.Limit{Max: 25000, Measure: chunk.UTF16}},
 		{"google_chat", chunk.Limit{Max: 4096, Measure: chunk.Runes}},
+		{"teams", chunk.Limit{Max: 28000, Measure: chunk.Runes}},
 		{"bluebubbles", chunk.Limit{Max: 4000, Measure: chunk.Runes}},
 		{"email", chunk.Limit{Max: 50000, Measure: chunk.Runes}},
 		{"api", chunk.Unlimited},

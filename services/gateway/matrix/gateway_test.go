@@ -266,6 +266,36 @@ func TestAutoJoin(t *testing.T) {
 	}
 }
 
+// A join that fails for a while (the homeserver rate-limits joins, or
+// is restarting) is tried again: the invite comes in one sync answer
+// only, and the stored token moves past it, so giving up on the first
+// failure left the bot out of the room for good and every message sent
+// there unread. A join refused for good (the invite withdrawn) is not
+// tried again.
+func TestAutoJoinRetriesAFailedJoin(t *testing.T) {
+	t.Parallel()
+	g := start(t, nil)
+	const newRoom = "!slow:" + matrixfake.Server
+	g.f.FailNext("join", 1, matrixfake.Fail{Status: http.StatusTooManyRequests, ErrCode: "M_LIMIT_EXCEEDED", RetryAfterMS: 50})
+	g.f.FailNext("join", 1, matrixfake.Fail{Status: http.StatusBadGateway, ErrCode: "M_UNKNOWN"})
+	g.f.Invite(newRoom, ann, true)
+	platformtest.WaitFor(t, "the invite joined after the failures", func() bool { return g.f.Joined(newRoom) })
+	id := g.f.Message(newRoom, ann, "hello there")
+	if ev := g.next(t); ev.GetEventId() != id || ev.GetSource().GetChatType() != "dm" {
+		t.Fatalf("event %v, want %s in a DM", ev, id)
+	}
+
+	const gone = "!gone:" + matrixfake.Server
+	g.f.FailNext("join", 1, matrixfake.Fail{Status: http.StatusForbidden, ErrCode: "M_FORBIDDEN"})
+	calls := g.f.Calls("join")
+	g.f.Invite(gone, ann, false)
+	platformtest.WaitFor(t, "the refused join", func() bool { return g.f.Calls("join") > calls })
+	time.Sleep(time.Second)
+	if n := g.f.Calls("join") - calls; n != 1 || g.f.Joined(gone) {
+		t.Fatalf("%d joins of a room the homeserver refused for good (joined %v), want 1", n, g.f.Joined(gone))
+	}
+}
+
 // A homeserver that is down when the gateway starts is asked again on
 // the backoff schedule (whoami), the gateway unready meanwhile; once it
 // is up the gateway syncs and a message gets through.

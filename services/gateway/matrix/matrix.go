@@ -201,6 +201,9 @@ type Platform struct {
 	downloads *platform.Downloader
 
 	rooms rooms
+	// joins are the invites whose join is tried again (the syncing
+	// loop's own).
+	joins map[id.RoomID]*pendingJoin
 
 	mu        sync.Mutex
 	reactions map[string]id.EventID // room|message|emoji → the bot's reaction event

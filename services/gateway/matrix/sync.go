@@ -15,6 +15,7 @@ import (
 	"maunium.net/go/mautrix/event"
 	"maunium.net/go/mautrix/id"
 
+	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	"github.com/switchboard-chat/switchboard/pkg/platform"
 )
 
@@ -187,7 +188,7 @@ func (p *Platform) handle(ctx context.Context, conn platform.Conn, resp *mautrix
 		}
 	}
 	if p.cfg.AutoJoin {
-		p.joinInvites(ctx, resp.Rooms.Invite)
+		p.joinInvites(ctx, resp.Rooms)
 	}
 	if p.cfg.ReadReceipts {
 		for rid, eid := range receipts {
@@ -272,28 +273,80 @@ func (p *Platform) backfill(ctx context.Context, rid id.RoomID, from, since stri
 	return back, nil
 }
 
+// pendingJoin is an invite whose join failed for a while and is tried
+// again.
+type pendingJoin struct {
+	direct bool
+	tries  int
+	next   time.Time // not before
+}
+
+// Waits between tries of a join that failed for a while.
+const (
+	joinRetryMin = time.Second
+	joinRetryMax = 5 * time.Minute
+)
+
 // joinInvites joins the rooms the bot is invited to, as Hermes does; an
-// invite marked is_direct makes the room a DM. A failed join is logged:
-// the invite stays, and the next start's initial sync shows it again.
-func (p *Platform) joinInvites(ctx context.Context, invites map[id.RoomID]*mautrix.SyncInvitedRoom) {
-	for rid, inv := range invites {
+// invite marked is_direct makes the room a DM. The homeserver puts an
+// invite in one sync answer only, and the stored token moves past it: a
+// join that fails for a while (a 429, a 5xx, the network) is kept and
+// tried again at the following syncs, after the wait the homeserver names
+// (retry_after_ms) or a backoff doubling from 1 s to 5 min, until the
+// room shows up joined or left. A join refused for good (another 4xx:
+// the invite withdrawn, a ban) is logged and dropped. The joins pending
+// live in the syncing replica's memory: a restart or a lease handover
+// meanwhile forgets them.
+func (p *Platform) joinInvites(ctx context.Context, rs mautrix.RespSyncRooms) {
+	if p.joins == nil {
+		p.joins = map[id.RoomID]*pendingJoin{}
+	}
+	for rid := range rs.Join {
+		delete(p.joins, rid)
+	}
+	for rid := range rs.Leave {
+		delete(p.joins, rid) // the invite withdrawn or refused
+	}
+	for rid, inv := range rs.Invite {
 		direct := false
-		for _, ev := range inv.State.Events {
-			if ev.Type == event.StateMember && ev.StateKey != nil && *ev.StateKey == p.cfg.UserID {
-				var m struct {
-					IsDirect bool `json:"is_direct"`
-				}
-				if json.Unmarshal(ev.Content.VeryRaw, &m) == nil && m.IsDirect {
-					direct = true
+		if inv != nil {
+			for _, ev := range inv.State.Events {
+				if ev != nil && ev.Type == event.StateMember && ev.StateKey != nil && *ev.StateKey == p.cfg.UserID {
+					var m struct {
+						IsDirect bool `json:"is_direct"`
+					}
+					if json.Unmarshal(ev.Content.VeryRaw, &m) == nil && m.IsDirect {
+						direct = true
+					}
 				}
 			}
 		}
-		if _, err := p.cli.JoinRoomByID(ctx, rid); err != nil {
-			p.log.Warn("matrix: joining a room the bot was invited to failed", "room", rid.String(), "err", err)
+		p.joins[rid] = &pendingJoin{direct: direct}
+	}
+	now := time.Now()
+	for rid, pj := range p.joins {
+		if now.Before(pj.next) || ctx.Err() != nil {
 			continue
 		}
-		p.log.Info("matrix: joined a room on invite", "room", rid.String(), "direct", direct)
-		if direct {
+		if _, err := p.cli.JoinRoomByID(ctx, rid); err != nil {
+			var se *platform.SendError
+			if errors.As(classify(err), &se) && se.Class == deliveryv1.ErrorClass_ERROR_CLASS_PERMANENT {
+				p.log.Warn("matrix: the homeserver refused to join a room the bot was invited to", "room", rid.String(), "err", err)
+				delete(p.joins, rid)
+				continue
+			}
+			wait := min(joinRetryMin<<min(pj.tries, 20), joinRetryMax)
+			if se != nil && se.RetryAfter > wait {
+				wait = se.RetryAfter
+			}
+			pj.tries++
+			pj.next = now.Add(wait)
+			p.log.Warn("matrix: joining a room the bot was invited to failed; trying again", "room", rid.String(), "in", wait, "err", err)
+			continue
+		}
+		delete(p.joins, rid)
+		p.log.Info("matrix: joined a room on invite", "room", rid.String(), "direct", pj.direct)
+		if pj.direct {
 			p.rooms.get(rid).setDM()
 		}
 	}

@@ -27,6 +27,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -190,6 +191,11 @@ type Platform struct {
 	// downloads fetches the attachments a send names by URL
 	// (attachments.urls; nil: public addresses only).
 	downloads *platform.Downloader
+
+	// delivering counts the posts being published now, deliveries
+	// those started: ping reads them (ws.go).
+	delivering atomic.Int32
+	deliveries atomic.Uint64
 
 	mu       sync.Mutex
 	channels map[string]*channel // the channels posts came from, for the catch-up

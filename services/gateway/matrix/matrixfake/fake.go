@@ -61,6 +61,10 @@ type room struct {
 	direct  bool
 	joined  bool // the bot joined
 	invited string
+	// invitedAt is the position of the invite: as a homeserver does, an
+	// incremental sync carries it only when it is news since the token
+	// (an initial sync, without one, always).
+	invitedAt int
 }
 
 // Fail is a refusal the fake answers instead of the next call.
@@ -227,8 +231,8 @@ func (f *Fake) Replay(eventID string) {
 func (f *Fake) Invite(roomID, inviter string, direct bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.rooms[roomID] = &room{id: roomID, members: map[string]string{inviter: ""}, direct: direct, invited: inviter}
 	f.seq++ // an invite is news for the next sync
+	f.rooms[roomID] = &room{id: roomID, members: map[string]string{inviter: ""}, direct: direct, invited: inviter, invitedAt: f.seq}
 	f.notify()
 }
 
@@ -620,7 +624,7 @@ func (f *Fake) sync(w http.ResponseWriter, r *http.Request) {
 	invite := map[string]any{}
 	for _, rm := range f.rooms {
 		if !rm.joined {
-			if rm.invited != "" {
+			if rm.invited != "" && rm.invitedAt > since {
 				key := f.Bot
 				c := map[string]any{"membership": "invite"}
 				if rm.direct {
