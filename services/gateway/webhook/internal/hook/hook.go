@@ -198,7 +198,9 @@ func Build(route *CompiledRoute, account string, h http.Header, body []byte) (*e
 		return nil, rerr
 	}
 	event := eventType(route, h, payload)
-	if !matches(route.Events, event) {
+	if !matches(route.Events, event) && !(route.Signature == SigGitLab && h.Get("X-Gitlab-Event") != "" && matches(route.Events, h.Get("X-Gitlab-Event"))) {
+		// A GitLab route's filter may also name the header's event
+		// ("Merge Request Hook"), as Hermes's filters do.
 		return nil, refuse(http.StatusOK, "ignored", "event %q is filtered out", event)
 	}
 	id := h.Get("X-GitHub-Delivery")
@@ -464,7 +466,8 @@ func Sign(secret string, body []byte) string {
 }
 
 // eventType names the delivery's event: the platform's event header,
-// with the payload's action appended as "<event>.<action>" when present.
+// with the payload's action (GitLab's object_attributes.action) appended
+// as "<event>.<action>" when present.
 func eventType(route *CompiledRoute, h http.Header, payload any) string {
 	obj, _ := payload.(map[string]any)
 	str := func(k string) string { s, _ := obj[k].(string); return s }
@@ -490,7 +493,11 @@ func eventType(route *CompiledRoute, h http.Header, payload any) string {
 	if event == "" {
 		event = str("type")
 	}
-	if a := str("action"); a != "" && event != "" {
+	a := str("action")
+	if attrs, ok := obj["object_attributes"].(map[string]any); ok && route.Signature == SigGitLab && a == "" {
+		a, _ = attrs["action"].(string) // GitLab's merge_request.open, issue.close
+	}
+	if a != "" && event != "" {
 		event += "." + a
 	}
 	if len(event) > 128 || !utf8.ValidString(event) {
