@@ -623,14 +623,17 @@ func checkSecrets(t *testing.T, objs []Object) {
 }
 
 // checkStoreCredentials: a container gets the credentials of only the
-// stores its command opens. Gateways use only NATS; router, worker and
-// delivery also use Postgres and Redis, admin Postgres and, for `sessions
-// prune` (the session locks), Redis. REDIS_URL is optional (redis.url in
-// config.yaml serves a Redis without a password).
+// stores its command opens. Gateways use only NATS, except the API
+// gateway, whose jobs API (/api/jobs, gateways.api.jobs, on by default)
+// keeps the cron jobs in Postgres; router, worker and delivery also use
+// Postgres and Redis, admin Postgres and, for `sessions prune` (the
+// session locks), Redis. REDIS_URL is optional (redis.url in config.yaml
+// serves a Redis without a password).
 func checkStoreCredentials(t *testing.T, objs []Object) {
 	uses := map[string][]string{
 		"router": {"DATABASE_URL", "REDIS_URL"}, "worker": {"DATABASE_URL", "REDIS_URL"},
 		"delivery": {"DATABASE_URL", "REDIS_URL"}, "admin": {"DATABASE_URL", "REDIS_URL"}, "migrate": {"DATABASE_URL"},
+		"gateway api": {"DATABASE_URL"},
 	}
 	for _, o := range objs {
 		spec := PodSpec(o)
@@ -647,7 +650,10 @@ func checkStoreCredentials(t *testing.T, objs []Object) {
 					refs[e.Name] = e.ValueFrom.SecretKeyRef
 				}
 			}
-			want := uses[c.Args[0]]
+			want, ok := uses[strings.Join(c.Args[:min(2, len(c.Args))], " ")]
+			if !ok {
+				want = uses[c.Args[0]]
+			}
 			for _, name := range []string{"DATABASE_URL", "REDIS_URL"} {
 				ref, has := refs[name]
 				switch {
