@@ -104,6 +104,7 @@ func TestKustomizeOverlays(t *testing.T) {
 			checkMigrateJob(t, o.objs)
 			checkSecrets(t, o.objs)
 			checkStoreCredentials(t, o.objs)
+			checkRouterProvider(t, o.objs)
 		})
 	}
 }
@@ -721,5 +722,56 @@ func checkPreStop(t *testing.T, svc, port string, d *appsv1.Deployment) {
 	}
 	if l := c.Lifecycle; l == nil || l.PreStop == nil || l.PreStop.Sleep == nil || l.PreStop.Sleep.Seconds < 3 {
 		t.Errorf("Deployment %s: Service %s sends it traffic on %s, so it needs a preStop sleep of a few seconds (endpoints drop it after the SIGTERM)", d.Name, svc, port)
+	}
+}
+
+// checkRouterProvider: the router reads the model provider the workers
+// use (cmd/switchboard routerProvider, modelLister): /provider names it,
+// a bare /model lists the provider's models with the workers' key, and
+// /voice (and the voice mode a turn carries) is on only where the router
+// finds an OpenAI-compatible provider. So a router container gets every
+// provider key a worker container gets, and reaches the provider where
+// the workers do.
+func checkRouterProvider(t *testing.T, objs []Object) {
+	containers := map[string]*corev1.Container{}
+	labels := map[string]map[string]string{}
+	for _, d := range typed[*appsv1.Deployment](objs) {
+		c := &d.Spec.Template.Spec.Containers[0]
+		if IsSwitchboardImage(c.Image) && len(c.Args) > 0 {
+			containers[c.Args[0]] = c
+			labels[c.Args[0]] = d.Spec.Template.Labels
+		}
+	}
+	w, r := containers["worker"], containers["router"]
+	if w == nil || r == nil {
+		t.Fatal("no worker or no router Deployment")
+	}
+	refs := func(c *corev1.Container) map[string]corev1.SecretKeySelector {
+		m := map[string]corev1.SecretKeySelector{}
+		for _, e := range c.Env {
+			if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
+				m[e.Name] = *e.ValueFrom.SecretKeyRef
+			}
+		}
+		return m
+	}
+	wr, rr := refs(w), refs(r)
+	for _, v := range []string{"OPENAI_API_KEY", "ANTHROPIC_API_KEY"} {
+		want, ok := wr[v]
+		if !ok {
+			t.Errorf("worker: no %s from a Secret", v)
+			continue
+		}
+		got, ok := rr[v]
+		if !ok || got.Name != want.Name || got.Key != want.Key || (got.Optional == nil) != (want.Optional == nil) ||
+			got.Optional != nil && *got.Optional != *want.Optional {
+			t.Errorf("router: %s is %+v, want the workers' %+v (/provider, /model and /voice read it)", v, got, want)
+		}
+	}
+	nps := typed[*networkingv1.NetworkPolicy](objs)
+	for _, port := range egressPorts(nps, labels["worker"]) {
+		if !egressAllows(nps, labels["router"], port) {
+			t.Errorf("router: no NetworkPolicy lets it reach port %d, where the workers reach their provider", port)
+		}
 	}
 }
