@@ -105,6 +105,7 @@ func TestKustomizeOverlays(t *testing.T) {
 			checkSecrets(t, o.objs)
 			checkStoreCredentials(t, o.objs)
 			checkRouterProvider(t, o.objs)
+			checkSkillsMounts(t, o.objs)
 		})
 	}
 }
@@ -773,5 +774,39 @@ func checkRouterProvider(t *testing.T, objs []Object) {
 		if !egressAllows(nps, labels["router"], port) {
 			t.Errorf("router: no NetworkPolicy lets it reach port %d, where the workers reach their provider", port)
 		}
+	}
+}
+
+// checkSkillsMounts: a container that mounts the skills ConfigMap
+// (switchboard-skills) reads it only if its config.yaml lists the mount
+// in skills.dirs; otherwise the operator's skills silently never load.
+func checkSkillsMounts(t *testing.T, objs []Object) {
+	n := 0
+	for _, d := range typed[*appsv1.Deployment](objs) {
+		spec := d.Spec.Template.Spec
+		skillVolumes := map[string]bool{}
+		for _, v := range spec.Volumes {
+			if v.ConfigMap != nil && strings.HasPrefix(v.ConfigMap.Name, "switchboard-skills") {
+				skillVolumes[v.Name] = true
+			}
+		}
+		for _, c := range spec.Containers {
+			for _, m := range c.VolumeMounts {
+				if !skillVolumes[m.Name] {
+					continue
+				}
+				n++
+				var dirs []any
+				if s, ok := configFile(t, spec, objs)["skills"].(map[string]any); ok {
+					dirs, _ = s["dirs"].([]any)
+				}
+				if !slices.Contains(dirs, any(m.MountPath)) {
+					t.Errorf("Deployment %s mounts the skills at %s, but its config.yaml's skills.dirs is %v", d.Name, m.MountPath, dirs)
+				}
+			}
+		}
+	}
+	if n == 0 {
+		t.Error("no Deployment mounts the skills ConfigMap")
 	}
 }
