@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -106,6 +107,7 @@ func TestKustomizeOverlays(t *testing.T) {
 			checkStoreCredentials(t, o.objs)
 			checkRouterProvider(t, o.objs)
 			checkSkillsMounts(t, o.objs)
+			checkDownloadEgress(t, o.objs)
 		})
 	}
 }
@@ -808,5 +810,43 @@ func checkSkillsMounts(t *testing.T, objs []Object) {
 	}
 	if n == 0 {
 		t.Error("no Deployment mounts the skills ConfigMap")
+	}
+}
+
+// checkDownloadEgress: a gateway whose code fetches an answer's
+// attachments by URL (platform.NewDownloader: the pictures an answer
+// names, a remote agent's or a proactive send's files) reaches public
+// HTTPS, whatever else its platform needs; without it every such
+// attachment times out in the cluster.
+func checkDownloadEgress(t *testing.T, objs []Object) {
+	dirs, err := filepath.Glob(filepath.Join(root(t), "services", "gateway", "*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	downloads := map[string]bool{}
+	for _, dir := range dirs {
+		files, _ := filepath.Glob(filepath.Join(dir, "*.go"))
+		for _, f := range files {
+			if strings.HasSuffix(f, "_test.go") {
+				continue
+			}
+			b, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if strings.Contains(string(b), "platform.NewDownloader(") {
+				downloads["gateway-"+filepath.Base(dir)] = true
+			}
+		}
+	}
+	if len(downloads) == 0 {
+		t.Fatal("no gateway downloads attachments: is the search broken?")
+	}
+	nps := typed[*networkingv1.NetworkPolicy](objs)
+	for _, d := range typed[*appsv1.Deployment](objs) {
+		component := d.Spec.Template.Labels["app.kubernetes.io/component"]
+		if downloads[component] && !egressAllows(nps, d.Spec.Template.Labels, 443) {
+			t.Errorf("Deployment %s downloads attachments by URL, but no NetworkPolicy lets it reach port 443", d.Name)
+		}
 	}
 }
