@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -257,20 +258,61 @@ func TestComposeSecretsStayWithTheirGateway(t *testing.T) {
 		"TEAMS_CLIENT_SECRET": "teams", "TWILIO_ACCOUNT_SID": "sms", "TWILIO_AUTH_TOKEN": "sms",
 		"LINE_CHANNEL_ACCESS_TOKEN": "line", "LINE_CHANNEL_SECRET": "line", "GOOGLE_CHAT_SERVICE_ACCOUNT_JSON": "googlechat",
 		"API_SERVER_KEY": "api", "SWITCHBOARD_ADMIN_TOKEN": "admin",
-		"OPENAI_API_KEY": "agent-worker", "ANTHROPIC_API_KEY": "agent-worker",
+		// The router reads the provider too (routerProvider):
+		// TestComposeRouterSeesTheWorkersProvider.
+		"OPENAI_API_KEY": "agent-worker router", "ANTHROPIC_API_KEY": "agent-worker router",
 	}
 	for name, s := range p.Services {
 		for v := range s.Environment {
-			if owner, ok := owners[v]; ok && owner != name {
+			if owner, ok := owners[v]; ok && !slices.Contains(strings.Fields(owner), name) {
 				t.Errorf("%s gets %s, which only %s needs", name, v, owner)
 			}
 		}
 	}
 	for v, owner := range owners {
-		if _, ok := p.Services[owner].Environment[v]; !ok {
-			t.Errorf("%s does not get %s", owner, v)
+		for _, o := range strings.Fields(owner) {
+			if _, ok := p.Services[o].Environment[v]; !ok {
+				t.Errorf("%s does not get %s", o, v)
+			}
 		}
 	}
+}
+
+// llmVariables choose and reach the model provider (llm.FromEnv).
+var llmVariables = []string{"OPENAI_BASE_URL", "OPENAI_API_KEY", "OPENAI_MODEL", "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "ANTHROPIC_MODEL"}
+
+// TestComposeRouterSeesTheWorkersProvider: the router reads the provider
+// the workers use, as they read it: /provider names it, a bare /model
+// lists its models, and /voice (and the voice mode a turn carries) is on
+// only where the router finds an OpenAI-compatible provider. A router
+// without the workers' variables says no provider is configured and
+// refuses /voice while the workers could speak.
+func TestComposeRouterSeesTheWorkersProvider(t *testing.T) {
+	t.Parallel()
+	for _, env := range []map[string]string{nil, {
+		"OPENAI_BASE_URL": "https://openrouter.ai/api/v1", "OPENAI_API_KEY": "sk-x", "OPENAI_MODEL": "m",
+		"ANTHROPIC_API_KEY": "sk-ant", "ANTHROPIC_BASE_URL": "https://a.example", "ANTHROPIC_MODEL": "claude",
+	}} {
+		p := loadAll(t, env).Project
+		w, r := p.Services["agent-worker"].Environment, p.Services["router"].Environment
+		for _, v := range llmVariables {
+			wv, wok := w[v]
+			rv, rok := r[v]
+			if wok != rok || wok && (wv == nil) != (rv == nil) || wv != nil && rv != nil && *wv != *rv {
+				t.Errorf(".env %v: %s is %s for the workers, %s for the router", env, v, show(wv, wok), show(rv, rok))
+			}
+		}
+	}
+}
+
+func show(v *string, ok bool) string {
+	switch {
+	case !ok:
+		return "absent"
+	case v == nil:
+		return "unset"
+	}
+	return strconv.Quote(*v)
 }
 
 var envLine = regexp.MustCompile(`^#?([A-Z][A-Z0-9_]*)=`)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -104,6 +105,9 @@ func TestKustomizeOverlays(t *testing.T) {
 			checkMigrateJob(t, o.objs)
 			checkSecrets(t, o.objs)
 			checkStoreCredentials(t, o.objs)
+			checkRouterProvider(t, o.objs)
+			checkSkillsMounts(t, o.objs)
+			checkDownloadEgress(t, o.objs)
 		})
 	}
 }
@@ -623,14 +627,17 @@ func checkSecrets(t *testing.T, objs []Object) {
 }
 
 // checkStoreCredentials: a container gets the credentials of only the
-// stores its command opens. Gateways use only NATS; router, worker and
-// delivery also use Postgres and Redis, admin Postgres and, for `sessions
-// prune` (the session locks), Redis. REDIS_URL is optional (redis.url in
-// config.yaml serves a Redis without a password).
+// stores its command opens. Gateways use only NATS, except the API
+// gateway, whose jobs API (/api/jobs, gateways.api.jobs, on by default)
+// keeps the cron jobs in Postgres; router, worker and delivery also use
+// Postgres and Redis, admin Postgres and, for `sessions prune` (the
+// session locks), Redis. REDIS_URL is optional (redis.url in config.yaml
+// serves a Redis without a password).
 func checkStoreCredentials(t *testing.T, objs []Object) {
 	uses := map[string][]string{
 		"router": {"DATABASE_URL", "REDIS_URL"}, "worker": {"DATABASE_URL", "REDIS_URL"},
 		"delivery": {"DATABASE_URL", "REDIS_URL"}, "admin": {"DATABASE_URL", "REDIS_URL"}, "migrate": {"DATABASE_URL"},
+		"gateway api": {"DATABASE_URL"},
 	}
 	for _, o := range objs {
 		spec := PodSpec(o)
@@ -647,7 +654,10 @@ func checkStoreCredentials(t *testing.T, objs []Object) {
 					refs[e.Name] = e.ValueFrom.SecretKeyRef
 				}
 			}
-			want := uses[c.Args[0]]
+			want, ok := uses[strings.Join(c.Args[:min(2, len(c.Args))], " ")]
+			if !ok {
+				want = uses[c.Args[0]]
+			}
 			for _, name := range []string{"DATABASE_URL", "REDIS_URL"} {
 				ref, has := refs[name]
 				switch {
@@ -715,5 +725,128 @@ func checkPreStop(t *testing.T, svc, port string, d *appsv1.Deployment) {
 	}
 	if l := c.Lifecycle; l == nil || l.PreStop == nil || l.PreStop.Sleep == nil || l.PreStop.Sleep.Seconds < 3 {
 		t.Errorf("Deployment %s: Service %s sends it traffic on %s, so it needs a preStop sleep of a few seconds (endpoints drop it after the SIGTERM)", d.Name, svc, port)
+	}
+}
+
+// checkRouterProvider: the router reads the model provider the workers
+// use (cmd/switchboard routerProvider, modelLister): /provider names it,
+// a bare /model lists the provider's models with the workers' key, and
+// /voice (and the voice mode a turn carries) is on only where the router
+// finds an OpenAI-compatible provider. So a router container gets every
+// provider key a worker container gets, and reaches the provider where
+// the workers do.
+func checkRouterProvider(t *testing.T, objs []Object) {
+	containers := map[string]*corev1.Container{}
+	labels := map[string]map[string]string{}
+	for _, d := range typed[*appsv1.Deployment](objs) {
+		c := &d.Spec.Template.Spec.Containers[0]
+		if IsSwitchboardImage(c.Image) && len(c.Args) > 0 {
+			containers[c.Args[0]] = c
+			labels[c.Args[0]] = d.Spec.Template.Labels
+		}
+	}
+	w, r := containers["worker"], containers["router"]
+	if w == nil || r == nil {
+		t.Fatal("no worker or no router Deployment")
+	}
+	refs := func(c *corev1.Container) map[string]corev1.SecretKeySelector {
+		m := map[string]corev1.SecretKeySelector{}
+		for _, e := range c.Env {
+			if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
+				m[e.Name] = *e.ValueFrom.SecretKeyRef
+			}
+		}
+		return m
+	}
+	wr, rr := refs(w), refs(r)
+	for _, v := range []string{"OPENAI_API_KEY", "ANTHROPIC_API_KEY"} {
+		want, ok := wr[v]
+		if !ok {
+			t.Errorf("worker: no %s from a Secret", v)
+			continue
+		}
+		got, ok := rr[v]
+		if !ok || got.Name != want.Name || got.Key != want.Key || (got.Optional == nil) != (want.Optional == nil) ||
+			got.Optional != nil && *got.Optional != *want.Optional {
+			t.Errorf("router: %s is %+v, want the workers' %+v (/provider, /model and /voice read it)", v, got, want)
+		}
+	}
+	nps := typed[*networkingv1.NetworkPolicy](objs)
+	for _, port := range egressPorts(nps, labels["worker"]) {
+		if !egressAllows(nps, labels["router"], port) {
+			t.Errorf("router: no NetworkPolicy lets it reach port %d, where the workers reach their provider", port)
+		}
+	}
+}
+
+// checkSkillsMounts: a container that mounts the skills ConfigMap
+// (switchboard-skills) reads it only if its config.yaml lists the mount
+// in skills.dirs; otherwise the operator's skills silently never load.
+func checkSkillsMounts(t *testing.T, objs []Object) {
+	n := 0
+	for _, d := range typed[*appsv1.Deployment](objs) {
+		spec := d.Spec.Template.Spec
+		skillVolumes := map[string]bool{}
+		for _, v := range spec.Volumes {
+			if v.ConfigMap != nil && strings.HasPrefix(v.ConfigMap.Name, "switchboard-skills") {
+				skillVolumes[v.Name] = true
+			}
+		}
+		for _, c := range spec.Containers {
+			for _, m := range c.VolumeMounts {
+				if !skillVolumes[m.Name] {
+					continue
+				}
+				n++
+				var dirs []any
+				if s, ok := configFile(t, spec, objs)["skills"].(map[string]any); ok {
+					dirs, _ = s["dirs"].([]any)
+				}
+				if !slices.Contains(dirs, any(m.MountPath)) {
+					t.Errorf("Deployment %s mounts the skills at %s, but its config.yaml's skills.dirs is %v", d.Name, m.MountPath, dirs)
+				}
+			}
+		}
+	}
+	if n == 0 {
+		t.Error("no Deployment mounts the skills ConfigMap")
+	}
+}
+
+// checkDownloadEgress: a gateway whose code fetches an answer's
+// attachments by URL (platform.NewDownloader: the pictures an answer
+// names, a remote agent's or a proactive send's files) reaches public
+// HTTPS, whatever else its platform needs; without it every such
+// attachment times out in the cluster.
+func checkDownloadEgress(t *testing.T, objs []Object) {
+	dirs, err := filepath.Glob(filepath.Join(root(t), "services", "gateway", "*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	downloads := map[string]bool{}
+	for _, dir := range dirs {
+		files, _ := filepath.Glob(filepath.Join(dir, "*.go"))
+		for _, f := range files {
+			if strings.HasSuffix(f, "_test.go") {
+				continue
+			}
+			b, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if strings.Contains(string(b), "platform.NewDownloader(") {
+				downloads["gateway-"+filepath.Base(dir)] = true
+			}
+		}
+	}
+	if len(downloads) == 0 {
+		t.Fatal("no gateway downloads attachments: is the search broken?")
+	}
+	nps := typed[*networkingv1.NetworkPolicy](objs)
+	for _, d := range typed[*appsv1.Deployment](objs) {
+		component := d.Spec.Template.Labels["app.kubernetes.io/component"]
+		if downloads[component] && !egressAllows(nps, d.Spec.Template.Labels, 443) {
+			t.Errorf("Deployment %s downloads attachments by URL, but no NetworkPolicy lets it reach port 443", d.Name)
+		}
 	}
 }

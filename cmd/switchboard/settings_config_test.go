@@ -183,3 +183,50 @@ func TestSkillBundlesConfig(t *testing.T) {
 		}
 	}
 }
+
+// The entries of the config's maps of sections (webhook routes, delivery
+// per platform, quick commands, session-reset overrides) are checked key
+// by key: a misspelt key in one is a warning naming the right one, not a
+// setting dropped without a word (a route's require_timestamp misspelt
+// would leave it open to replays).
+func TestMapSectionKeysAreChecked(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "c.yaml")
+	yaml := `gateways:
+  webhook:
+    routes:
+      gh:
+        secret: s3cret
+        require_timestmp: true
+        events: [push]
+        reply: {platform: telegram, chat_id: "1"}
+delivery:
+  platforms:
+    telegram:
+      streming: none
+router:
+  quick_commands:
+    st: {type: alias, target: /status}
+  session_reset:
+    platforms:
+      matrix: {mode: daily, at_hour: 0}
+`
+	if err := os.WriteFile(p, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, warnings, err := loadConfig(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, w := range warnings {
+		got = append(got, w.Key+"→"+w.Suggestion)
+	}
+	want := []string{"delivery.platforms.telegram.streming→delivery.platforms.telegram.streaming",
+		"gateways.webhook.routes.gh.require_timestmp→gateways.webhook.routes.gh.require_timestamp"}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("warnings %q, want %q", got, want)
+	}
+	if r := cfg.Gateways.Webhook.Routes["gh"]; r.Secret != "s3cret" || len(r.Events) != 1 || r.Reply.ChatID != "1" {
+		t.Errorf("route %+v", r)
+	}
+}

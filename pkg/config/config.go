@@ -159,8 +159,17 @@ func boolToText(from, to reflect.Type, data any) (any, error) {
 // Keys is the set of valid key paths of a config struct.
 type Keys struct {
 	leaves []string
-	// open are paths of maps: any key below them is valid.
+	// open are paths of maps of values: any key below them is valid.
 	open []string
+	// entries are maps of sections (webhook routes, per-platform
+	// settings): below each, an entry's name, then the section's keys.
+	entries []entryKeys
+}
+
+// entryKeys are the keys of the entries of a map of sections at path.
+type entryKeys struct {
+	path string
+	keys Keys
 }
 
 // KnownKeys lists the key paths of the struct out points to.
@@ -177,11 +186,7 @@ func walk(t reflect.Type, prefix string, ks *Keys) {
 	}
 	switch t.Kind() {
 	case reflect.Struct:
-		if prefix != "" && t.Implements(reflect.TypeFor[interface{ UnmarshalText([]byte) error }]()) {
-			ks.leaves = append(ks.leaves, prefix)
-			return
-		}
-		if prefix != "" && reflect.PointerTo(t).Implements(reflect.TypeFor[interface{ UnmarshalText([]byte) error }]()) {
+		if prefix != "" && textual(t) {
 			ks.leaves = append(ks.leaves, prefix)
 			return
 		}
@@ -203,10 +208,27 @@ func walk(t reflect.Type, prefix string, ks *Keys) {
 			walk(f.Type, join(prefix, tag), ks)
 		}
 	case reflect.Map:
+		elem := t.Elem()
+		for elem.Kind() == reflect.Pointer {
+			elem = elem.Elem()
+		}
+		if elem.Kind() == reflect.Struct && !textual(elem) {
+			var sub Keys
+			walk(elem, "", &sub)
+			sort.Strings(sub.leaves)
+			ks.entries = append(ks.entries, entryKeys{path: prefix, keys: sub})
+			return
+		}
 		ks.open = append(ks.open, prefix)
 	default:
 		ks.leaves = append(ks.leaves, prefix)
 	}
+}
+
+// textual reports whether a struct type is one value, written as text.
+func textual(t reflect.Type) bool {
+	u := reflect.TypeFor[interface{ UnmarshalText([]byte) error }]()
+	return t.Implements(u) || reflect.PointerTo(t).Implements(u)
 }
 
 func join(prefix, name string) string {
@@ -227,6 +249,36 @@ func (ks Keys) Has(key string) bool {
 			return true
 		}
 	}
+	for _, e := range ks.entries {
+		rest, ok := strings.CutPrefix(key, e.path+".")
+		if key == e.path || ok && e.has(rest) {
+			return true
+		}
+	}
+	return false
+}
+
+// has reports whether rest, an entry's name and what follows it, is an
+// entry or a valid key of one. The name may hold dots (a route named
+// example.com): every split between name and key is tried.
+func (e entryKeys) has(rest string) bool {
+	if rest == "" {
+		return false
+	}
+	if !strings.Contains(rest, ".") {
+		// The entry itself, given as one value.
+		return true
+	}
+	for i := strings.IndexByte(rest, '.'); i >= 0; {
+		if e.keys.Has(rest[i+1:]) {
+			return true
+		}
+		j := strings.IndexByte(rest[i+1:], '.')
+		if j < 0 {
+			break
+		}
+		i += 1 + j
+	}
 	return false
 }
 
@@ -234,6 +286,16 @@ func (ks Keys) Has(key string) bool {
 // Flattened keys (session_reset_mode) and keys at the wrong level (mode)
 // both find session_reset.mode.
 func (ks Keys) Nearest(key string) string {
+	for _, e := range ks.entries {
+		// Within an entry: its name, then the nearest key of the section.
+		if rest, ok := strings.CutPrefix(key, e.path+"."); ok {
+			if name, sub, ok := strings.Cut(rest, "."); ok {
+				if n := e.keys.Nearest(sub); n != "" {
+					return e.path + "." + name + "." + n
+				}
+			}
+		}
+	}
 	norm := func(s string) string {
 		return strings.NewReplacer(".", "", "_", "", "-", "").Replace(strings.ToLower(s))
 	}

@@ -17,14 +17,23 @@ type resetCfg struct {
 	IdleMinutes int    `koanf:"idle_minutes"`
 }
 
+type routeCfg struct {
+	Secret           string `koanf:"secret"`
+	RequireTimestamp bool   `koanf:"require_timestamp"`
+	Reply            struct {
+		ChatID string `koanf:"chat_id"`
+	} `koanf:"reply"`
+}
+
 type testCfg struct {
 	NATS struct {
 		URL string `koanf:"url"`
 	} `koanf:"nats"`
-	SessionReset resetCfg          `koanf:"session_reset"`
-	Timeout      time.Duration     `koanf:"timeout"`
-	Allowed      []string          `koanf:"allowed"`
-	Platforms    map[string]string `koanf:"platforms"`
+	SessionReset resetCfg            `koanf:"session_reset"`
+	Timeout      time.Duration       `koanf:"timeout"`
+	Allowed      []string            `koanf:"allowed"`
+	Platforms    map[string]string   `koanf:"platforms"`
+	Routes       map[string]routeCfg `koanf:"routes"`
 }
 
 func (c *testCfg) Validate() error {
@@ -129,6 +138,26 @@ func TestLoad(t *testing.T) {
 				c.NATS.URL = "false"
 				c.Platforms = map[string]string{"telegram": "true", "discord": "no"}
 			},
+		},
+		{
+			// The entries of a map of sections have the section's keys:
+			// a misspelt one would otherwise be dropped without a word
+			// (a webhook route's require_timestamp, its events filter).
+			name: "misspelt key in an entry of a map of sections",
+			yaml: "routes:\n  github:\n    secret: s\n    require_timestmp: true\n    reply:\n      chat_id: c\n      chatid: d\n",
+			env:  []string{"SWITCHBOARD_ROUTES__GITHUB__SECERT=x", "SWITCHBOARD_ROUTES__GITLAB__SECRET=t"},
+			want: func(c *testCfg) {
+				r := routeCfg{Secret: "s"}
+				r.Reply.ChatID = "c"
+				c.Routes = map[string]routeCfg{"github": r, "gitlab": {Secret: "t"}}
+			},
+			warnings: []string{"routes.github.reply.chatid→routes.github.reply.chat_id",
+				"routes.github.require_timestmp→routes.github.require_timestamp", "routes.github.secert→routes.github.secret"},
+		},
+		{
+			name: "an entry of a map of sections whose name holds dots",
+			yaml: "routes:\n  example.com:\n    secret: s\n",
+			want: func(c *testCfg) { c.Routes = map[string]routeCfg{"example.com": {Secret: "s"}} },
 		},
 		{name: "wrong type stops startup", yaml: "session_reset:\n  idle_minutes: soon\n", errSubstr: "idle_minutes"},
 		{name: "bad duration stops startup", yaml: "timeout: forever\n", errSubstr: "timeout"},
