@@ -347,6 +347,30 @@ func TestDropMidStreamNotRetried(t *testing.T) {
 	}
 }
 
+// A stream that drops after announcing a tool call, before any text or
+// reasoning reached the caller, showed nothing to anyone: it is retried
+// like a failure before the first byte, not ended as interrupted output.
+func TestDropAfterAToolCallStartIsRetried(t *testing.T) {
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			srv := startFake(t, fakellm.Config{})
+			srv.FailNext(1, fakellm.Failure{DropAfter: 1})
+			sl := &fakeSleep{}
+			p := llm.WithRetry(b.make(srv), llm.RetryPolicy{Sleep: sl.Sleep, Log: quiet})
+			resp, _, err := collect(context.Background(), p, userReq(`[[tool:clock {"tz": "UTC"}]]`))
+			if err != nil {
+				t.Fatalf("err = %v, want the call retried", err)
+			}
+			if len(resp.ToolCalls) != 1 || resp.ToolCalls[0].Name != "clock" || resp.ToolCalls[0].Arguments != `{"tz": "UTC"}` {
+				t.Fatalf("tool calls %+v", resp.ToolCalls)
+			}
+			if n := len(srv.Requests()); n != 2 || len(sl.waits) != 1 {
+				t.Fatalf("%d requests, waits %v; want one retry", n, sl.waits)
+			}
+		})
+	}
+}
+
 func TestCallbackErrorStops(t *testing.T) {
 	stop := errors.New("stop")
 	for _, b := range backends {
