@@ -327,10 +327,19 @@ const limitRequest = "You've reached the maximum number of tool-calling iteratio
 // model is asked, without tools, for a final answer from what it found
 // so far. When that call fails the user gets the last text the model
 // wrote, with a note.
+//
+// Steering still pending goes with the question; later steering is
+// refused (the router queues it), as no model call of the turn would
+// read it.
 func (r *turnRun) finishAtLimit(ctx context.Context, b Backend, model, system string, ls *loopState, iterations int) (store.Final, error) {
-	if n := len(ls.turn); n == 0 || ls.turn[n-1].Role != llm.RoleUser || ls.turn[n-1].Content != limitRequest {
+	steer := r.ctl.takeSteerAndClose()
+	if n := len(ls.turn); n == 0 || ls.turn[n-1].Role != llm.RoleUser || !strings.HasPrefix(ls.turn[n-1].Content, limitRequest) {
 		// Committed, so a resumed turn asks the same question once.
-		if err := r.commit(ctx, ls, store.Message{Role: llm.RoleUser, Content: limitRequest}); err != nil {
+		ask := limitRequest
+		if len(steer) > 0 {
+			ask += "\n\n[The user adds while you work: " + strings.Join(steer, "\n") + "]"
+		}
+		if err := r.commit(ctx, ls, store.Message{Role: llm.RoleUser, Content: ask}); err != nil {
 			return store.Final{}, err
 		}
 	}
