@@ -93,6 +93,13 @@ func (r *turnRun) runRemote(ctx context.Context) (store.Final, error) {
 		}
 		switch ev := resp.GetEvent().(type) {
 		case *agentv1.RunTurnResponse_TextDelta:
+			if r.attempt > 1 {
+				// As the built-in loop's later attempts: an earlier one
+				// may have streamed part of its answer, onto which these
+				// deltas would be spliced. The final carries the whole
+				// answer.
+				continue
+			}
 			err = r.publish(ctx, &repliesv1.ReplyEvent{Body: &repliesv1.ReplyEvent_TextDelta{TextDelta: ev.TextDelta}})
 		case *agentv1.RunTurnResponse_ToolProgress:
 			// The agent asks for approvals itself: its progress says when
