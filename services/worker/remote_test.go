@@ -302,3 +302,41 @@ func TestExternalAgentRedeliveredTurnStreamsNoDeltas(t *testing.T) {
 		t.Fatalf("final %v", final)
 	}
 }
+
+// The lock's loss ends the external agent's call, as it ends a model
+// call or a tool of the built-in loop: a worker that no longer holds the
+// session must not let its agent go on acting for it, nor wait for an
+// agent that may take minutes before it gives the session up.
+func TestExternalAgentCallEndsWhenTheLockIsLost(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.setGeneration("s1", 1)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	agent := &pausingAgent{starts: make(chan struct{}, 4)}
+	srv := grpc.NewServer()
+	agentv1.RegisterAgentServiceServer(srv, agent)
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	h.startWorker("w1", func(c *worker.Config, d *worker.Deps) {
+		c.Agent.Backend = "grpc://" + lis.Addr().String()
+		d.LLM = worker.Backend{}
+	})
+	req := h.requestTurn("s1", "hello", turnOpts{})
+	<-agent.starts
+	// A stalled worker's lock, taken by another grant.
+	if err := h.rdb.Set(context.Background(), h.locker.Key("s1"), "another-grant", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	var c *turnsv1.TurnCompleted
+	// A renewal comes every 5 s / 3.
+	waitFor(t, 15*time.Second, "the turn to end once its lock is lost", func() bool {
+		c = h.completed(req.TurnId)
+		return c != nil
+	})
+	if c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_STALE {
+		t.Fatalf("status %v, want STALE", c.GetStatus())
+	}
+}
