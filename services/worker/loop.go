@@ -402,7 +402,9 @@ func (r *turnRun) finishAfter(ctx context.Context, ls *loopState, steps []store.
 	f.Seq = seq
 	f.Model = r.model
 	if f.Kind == store.FinalText && strings.TrimSpace(f.Text) == "" {
-		f.Text = "(no answer)"
+		// A model that said nothing: Hermes's words, as delivery's for a
+		// blank final, and as its /background and /btw notices have them.
+		f.Text = noResponseText
 	}
 	before := ls.unsavedInputs()
 	if r.req.GetSideQuestion() != nil {
@@ -429,6 +431,9 @@ func (r *turnRun) finishAfter(ctx context.Context, ls *loopState, steps []store.
 	}
 	return f, err
 }
+
+// noResponseText is Hermes's answer of a model that said nothing.
+const noResponseText = "(No response generated)"
 
 // finishWith ends the turn with text as its answer.
 func (r *turnRun) finishWith(ctx context.Context, ls *loopState, text string) (store.Final, error) {

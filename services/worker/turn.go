@@ -791,7 +791,7 @@ func (r *turnRun) backgroundAnswer(text string) string {
 		return text
 	}
 	if strings.TrimSpace(text) == "" {
-		text = "(No response generated)"
+		text = noResponseText
 	}
 	return "✅ Background task complete\nPrompt: \"" + r.backgroundPrompt() + "\"\n\n" + text
 }
