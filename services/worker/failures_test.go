@@ -348,3 +348,52 @@ func TestStopEndsARunningTool(t *testing.T) {
 		t.Errorf("tool result %q", result)
 	}
 }
+
+// A /stop, a newer message or the lock's loss ends the summary call of a
+// compression as it ends any model call: the turn does not hold its
+// session until the summary comes (up to llm.call_timeout, the summary
+// being asked in one piece), and the summary nobody waits for any more
+// is not stored.
+func TestStopEndsACompressionSummaryCall(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.setGeneration("s1", 1)
+	h.startWorker("w1", func(c *worker.Config, _ *worker.Deps) {
+		c.Agent.ProtectLast = 2
+	})
+	for _, text := range []string{"first topic", "second topic", "third topic"} {
+		req := h.requestTurn("s1", text, turnOpts{})
+		if c := h.waitCompleted(req.TurnId); c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED {
+			t.Fatalf("%s: %v", text, c.GetStatus())
+		}
+	}
+	summary := func(r *fakellm.Request) bool { return strings.HasPrefix(r.System, "You compress chat history") }
+	h.fake.SetScript(func(r *fakellm.Request) (fakellm.Reply, bool) {
+		if !summary(r) {
+			return fakellm.Reply{}, false
+		}
+		return fakellm.Reply{Text: "a summary", Failure: &fakellm.Failure{Latency: 2500 * time.Millisecond}}, true
+	})
+	// /compress: the summary call comes first.
+	req := h.requestTurn("s1", "", turnOpts{command: "compress"})
+	waitFor(t, 30*time.Second, "the summary call", func() bool {
+		for _, r := range h.fake.Requests() {
+			if summary(&r) {
+				return true
+			}
+		}
+		return false
+	})
+	h.control("s1", turnsv1.ControlAction_CONTROL_ACTION_STOP, "")
+	c := h.waitCompleted(req.TurnId)
+	if c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_STOPPED {
+		t.Errorf("status %v (%s), want STOPPED", c.GetStatus(), c.GetError())
+	}
+	var n int
+	if err := h.db.QueryRow(context.Background(), `SELECT count(*) FROM transcript_summaries WHERE session_key = 's1'`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Errorf("%d summaries stored by the stopped turn", n)
+	}
+}

@@ -206,6 +206,9 @@ func (r *turnRun) runLoop(ctx context.Context) (store.Final, error) {
 		}
 	}
 	if _, err := r.compress(ctx, backend, model, system, ls, false, "", 0); err != nil {
+		if fin, stopped, serr := r.stopFinal(ctx, ls, err); stopped {
+			return fin, serr
+		}
 		return store.Final{}, err
 	}
 	if r.req.GetMoa() {
@@ -254,6 +257,9 @@ func (r *turnRun) runLoop(ctx context.Context) (store.Final, error) {
 			overflowed = true
 			shorter, cerr := r.compress(ctx, backend, model, system, ls, true, "", 0)
 			if cerr != nil {
+				if fin, stopped, serr := r.stopFinal(ctx, ls, cerr); stopped {
+					return fin, serr
+				}
 				return store.Final{}, cerr
 			}
 			if shorter {
