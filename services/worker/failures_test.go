@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/switchboard-chat/switchboard/pkg/fakellm"
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
 	"github.com/switchboard-chat/switchboard/pkg/llm"
 	"github.com/switchboard-chat/switchboard/services/worker"
@@ -395,5 +396,31 @@ func TestStopEndsACompressionSummaryCall(t *testing.T) {
 	}
 	if n != 0 {
 		t.Errorf("%d summaries stored by the stopped turn", n)
+	}
+}
+
+// The conversation a stateless client sends with its request (the
+// OpenAI API without a session) is the turn's input, not its steps: its
+// assistant messages are not model calls of the turn and do not use up
+// agent.max_iterations. A client with a long conversation still gets the
+// model with its tools, not the iteration limit's last question at once.
+func TestClientConversationDoesNotCountAsIterations(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.setGeneration("s1", 1)
+	h.startWorker("w1", func(c *worker.Config, _ *worker.Deps) { c.Agent.MaxIterations = 2 })
+	var history []*eventsv1.ContextMessage
+	for i := range 3 {
+		history = append(history, &eventsv1.ContextMessage{Role: "user", Content: fmt.Sprintf("question %d", i)},
+			&eventsv1.ContextMessage{Role: "assistant", Content: fmt.Sprintf("answer %d", i)})
+	}
+	req := h.requestTurn("s1", "[[tool:clock {}]] what time is it", turnOpts{context: history})
+	if c := h.waitCompleted(req.TurnId); c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED || c.GetUsage().GetToolCalls() != 1 {
+		t.Fatalf("status %v, %d tool calls, want the clock called", c.GetStatus(), c.GetUsage().GetToolCalls())
+	}
+	for _, r := range h.fake.Requests() {
+		if strings.Contains(r.LastUserText(), "maximum number of tool-calling iterations") {
+			t.Fatal("the turn was asked for its final answer at the iteration limit")
+		}
 	}
 }

@@ -217,8 +217,11 @@ func (r *turnRun) runLoop(ctx context.Context) (store.Final, error) {
 	// The provider refused the prompt as too long once in this turn: a
 	// second refusal, after compressing, ends it.
 	overflowed := false
+	// The model calls of the turn so far (a resumed turn's): its assistant
+	// steps after its inputs, whose stateless client's conversation may
+	// hold assistant messages of its own.
 	iterations := 0
-	for _, m := range ls.turn {
+	for _, m := range ls.turn[min(r.inputSteps(), len(ls.turn)):] {
 		if m.Role == llm.RoleAssistant {
 			iterations++
 		}
@@ -1176,21 +1179,28 @@ func (r *turnRun) noteToReturn(ls *loopState) string {
 	}
 	// The turn's steps after its inputs (a stateless client's context,
 	// recorded first, may hold assistant messages of its own).
-	inputs := 0
-	for _, in := range r.req.GetInputs() {
-		inputs++
-		for _, c := range in.GetContext() {
-			if c.GetRole() == llm.RoleUser || c.GetRole() == llm.RoleAssistant {
-				inputs++
-			}
-		}
-	}
-	for _, m := range ls.turn[min(inputs, len(ls.turn)):] {
+	for _, m := range ls.turn[min(r.inputSteps(), len(ls.turn)):] {
 		if m.Role == llm.RoleAssistant {
 			return ""
 		}
 	}
 	return note
+}
+
+// inputSteps is how many of the turn's first steps are its inputs: each
+// input's message, after the conversation a stateless client sent with
+// it (its user and assistant messages, recorded first).
+func (r *turnRun) inputSteps() int {
+	n := 0
+	for _, in := range r.req.GetInputs() {
+		n++
+		for _, c := range in.GetContext() {
+			if c.GetRole() == llm.RoleUser || c.GetRole() == llm.RoleAssistant {
+				n++
+			}
+		}
+	}
+	return n
 }
 
 // toLLM is the conversation as the model takes it: the summary, then the
