@@ -424,3 +424,26 @@ func TestClientConversationDoesNotCountAsIterations(t *testing.T) {
 		}
 	}
 }
+
+// A turn at the iteration limit whose last question fails answers with
+// the last text the model wrote in the turn, never with an answer from
+// the conversation a stateless client sent with its request.
+func TestIterationLimitFallbackIgnoresTheClientConversation(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.setGeneration("s1", 1)
+	h.startWorker("w1", func(c *worker.Config, _ *worker.Deps) { c.Agent.MaxIterations = 1 })
+	h.fake.SetScript(func(r *fakellm.Request) (fakellm.Reply, bool) {
+		if !strings.Contains(r.LastUserText(), "maximum number of tool-calling iterations") {
+			return fakellm.Reply{}, false
+		}
+		return fakellm.Reply{Failure: &fakellm.Failure{Status: 400, Message: "no"}}, true
+	})
+	history := []*eventsv1.ContextMessage{{Role: "user", Content: "earlier"}, {Role: "assistant", Content: "an earlier answer"}}
+	req := h.requestTurn("s1", "[[tool:clock {}]] what time is it", turnOpts{context: history})
+	h.waitCompleted(req.TurnId)
+	final := checkReplies(t, h.replies(req.TurnId)).GetFinalText().GetText()
+	if strings.Contains(final, "an earlier answer") || !strings.Contains(final, "(I stopped after 1 steps") {
+		t.Fatalf("final %q", final)
+	}
+}

@@ -221,7 +221,7 @@ func (r *turnRun) runLoop(ctx context.Context) (store.Final, error) {
 	// steps after its inputs, whose stateless client's conversation may
 	// hold assistant messages of its own.
 	iterations := 0
-	for _, m := range ls.turn[min(r.inputSteps(), len(ls.turn)):] {
+	for _, m := range r.steps(ls) {
 		if m.Role == llm.RoleAssistant {
 			iterations++
 		}
@@ -369,7 +369,7 @@ func (r *turnRun) finishAtLimit(ctx context.Context, b Backend, model, system st
 		}
 		r.log.Warn("the summary at the iteration limit failed", "class", string(llm.ClassOf(err)), "err", err)
 	}
-	text := lastAssistantText(ls.turn)
+	text := lastAssistantText(r.steps(ls))
 	note := fmt.Sprintf("(I stopped after %d steps, the limit for one request.)", iterations)
 	if text != "" {
 		text += "\n\n" + note
@@ -493,7 +493,7 @@ func (r *turnRun) stopFinal(ctx context.Context, ls *loopState, reason error) (f
 		// and what the transcript keeps.
 		said = &store.Message{Role: llm.RoleAssistant, Content: ls.partial}
 		f = store.Final{Status: status, Kind: store.FinalText, Text: ls.partial}
-	} else if text := lastAssistantText(ls.turn); text != "" {
+	} else if text := lastAssistantText(r.steps(ls)); text != "" {
 		f = store.Final{Status: status, Kind: store.FinalText, Text: text}
 	}
 	fin, err = r.finish(ctx, ls, said, f)
@@ -1179,7 +1179,7 @@ func (r *turnRun) noteToReturn(ls *loopState) string {
 	}
 	// The turn's steps after its inputs (a stateless client's context,
 	// recorded first, may hold assistant messages of its own).
-	for _, m := range ls.turn[min(r.inputSteps(), len(ls.turn)):] {
+	for _, m := range r.steps(ls) {
 		if m.Role == llm.RoleAssistant {
 			return ""
 		}
@@ -1201,6 +1201,12 @@ func (r *turnRun) inputSteps() int {
 		}
 	}
 	return n
+}
+
+// steps are the turn's steps after its inputs: what its model calls and
+// tools wrote.
+func (r *turnRun) steps(ls *loopState) []store.Message {
+	return ls.turn[min(r.inputSteps(), len(ls.turn)):]
 }
 
 // toLLM is the conversation as the model takes it: the summary, then the
