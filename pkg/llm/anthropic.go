@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"net/http"
 	"strings"
 
@@ -300,7 +301,7 @@ func (a *Anthropic) params(req Request) (anthropic.MessageNewParams, []option.Re
 			}
 			appendBlocks(RoleUser, blocks...)
 		case RoleTool:
-			appendBlocks(RoleUser, anthropic.NewToolResultBlock(m.ToolCallID, m.Content, false))
+			appendBlocks(RoleUser, anthropic.NewToolResultBlock(anthropicToolID(m.ToolCallID), m.Content, false))
 		case RoleAssistant:
 			// Thinking first, as the model wrote it.
 			blocks := thinkingBlocks(m.Thinking)
@@ -312,7 +313,7 @@ func (a *Anthropic) params(req Request) (anthropic.MessageNewParams, []option.Re
 				if len(args) == 0 || !json.Valid(args) {
 					args = json.RawMessage("{}")
 				}
-				blocks = append(blocks, anthropic.NewToolUseBlock(tc.ID, args, tc.Name))
+				blocks = append(blocks, anthropic.NewToolUseBlock(anthropicToolID(tc.ID), args, tc.Name))
 			}
 			if len(blocks) > 0 {
 				appendBlocks(RoleAssistant, blocks...)
@@ -383,4 +384,34 @@ func anthropicError(ctx context.Context, err error) error {
 		return classifyStreamError("", err.Error(), err)
 	}
 	return classifyTransport(ctx, err)
+}
+
+// anthropicToolID is id as the Messages API takes a tool-use id: letters,
+// digits, "_" and "-" (^[a-zA-Z0-9_-]+$), else the whole request is
+// refused. Ids from other providers (Kimi's "functions.clock:0", a
+// conversation that switched models) get their other characters replaced
+// with "_", as Hermes's adapter does, and a hash of the original after
+// them, so two ids that differ only there stay apart. The same id always
+// maps alike: a call and its result still match. A valid id is kept.
+func anthropicToolID(id string) string {
+	valid := id != ""
+	for i := 0; i < len(id) && valid; i++ {
+		c := id[i]
+		valid = c == '_' || c == '-' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
+	}
+	if valid {
+		return id
+	}
+	b := make([]byte, 0, len(id)+9)
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if c == '_' || c == '-' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' {
+			b = append(b, c)
+		} else {
+			b = append(b, '_')
+		}
+	}
+	h := fnv.New32a()
+	h.Write([]byte(id))
+	return fmt.Sprintf("%s_%08x", b, h.Sum32())
 }

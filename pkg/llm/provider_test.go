@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"reflect"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -186,6 +187,56 @@ func TestToolCalls(t *testing.T) {
 	}
 }
 
+// Anthropic takes tool-use ids of letters, digits, "_" and "-" alone
+// (^[a-zA-Z0-9_-]+$) and refuses the whole request otherwise. A history
+// whose calls came from an OpenAI-compatible server (Kimi's
+// "functions.clock:0", a session that switched models with /model) is
+// sent with its ids made valid, each call's and its result's alike, and
+// two ids that differ only in refused characters stay apart; valid ids
+// go as they are.
+func TestAnthropicToolUseIDsAreMadeValid(t *testing.T) {
+	srv := startFake(t, fakellm.Config{})
+	p := backends[1].make(srv)
+	req := userReq("what time is it?")
+	calls := []llm.ToolCall{
+		{ID: "functions.clock:0", Name: "clock", Arguments: "{}"},
+		{ID: "functions.clock/0", Name: "clock", Arguments: "{}"},
+		{ID: "toolu_01-ok", Name: "clock", Arguments: "{}"},
+	}
+	req.Messages = append(req.Messages, llm.Message{Role: llm.RoleAssistant, ToolCalls: calls})
+	for _, c := range calls {
+		req.Messages = append(req.Messages, llm.Message{Role: llm.RoleTool, ToolCallID: c.ID, Name: "clock", Content: "12:00"})
+	}
+	if _, err := llm.Complete(context.Background(), p, req); err != nil {
+		t.Fatal(err)
+	}
+	reqs := srv.Requests()
+	sent := reqs[len(reqs)-1]
+	var ids, results []string
+	for _, m := range sent.Messages {
+		for _, tc := range m.ToolCalls {
+			ids = append(ids, tc.ID)
+		}
+		if m.ToolCallID != "" {
+			results = append(results, m.ToolCallID)
+		}
+	}
+	valid := regexp.MustCompile(`^[a-zA-Z0-9_-]+$`)
+	seen := map[string]bool{}
+	for _, id := range ids {
+		if !valid.MatchString(id) || seen[id] {
+			t.Errorf("tool_use ids sent %q: invalid or repeated", ids)
+		}
+		seen[id] = true
+	}
+	if !reflect.DeepEqual(ids, results) {
+		t.Errorf("tool_use ids %q, tool_result ids %q: they must match", ids, results)
+	}
+	if len(ids) != 3 || ids[2] != "toolu_01-ok" {
+		t.Errorf("tool_use ids %q: a valid id must go as it is", ids)
+	}
+}
+
 func TestAnthropicCacheMarkers(t *testing.T) {
 	srv := startFake(t, fakellm.Config{})
 	p := backends[1].make(srv)
@@ -344,6 +395,30 @@ func TestDropMidStreamNotRetried(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// A stream that drops after announcing a tool call, before any text or
+// reasoning reached the caller, showed nothing to anyone: it is retried
+// like a failure before the first byte, not ended as interrupted output.
+func TestDropAfterAToolCallStartIsRetried(t *testing.T) {
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			srv := startFake(t, fakellm.Config{})
+			srv.FailNext(1, fakellm.Failure{DropAfter: 1})
+			sl := &fakeSleep{}
+			p := llm.WithRetry(b.make(srv), llm.RetryPolicy{Sleep: sl.Sleep, Log: quiet})
+			resp, _, err := collect(context.Background(), p, userReq(`[[tool:clock {"tz": "UTC"}]]`))
+			if err != nil {
+				t.Fatalf("err = %v, want the call retried", err)
+			}
+			if len(resp.ToolCalls) != 1 || resp.ToolCalls[0].Name != "clock" || resp.ToolCalls[0].Arguments != `{"tz": "UTC"}` {
+				t.Fatalf("tool calls %+v", resp.ToolCalls)
+			}
+			if n := len(srv.Requests()); n != 2 || len(sl.waits) != 1 {
+				t.Fatalf("%d requests, waits %v; want one retry", n, sl.waits)
+			}
+		})
 	}
 }
 

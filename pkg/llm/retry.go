@@ -27,8 +27,8 @@ type RetryPolicy struct {
 	// then sends nothing (keep-alive pings and SSE comments do not count)
 	// for that long has the attempt ended with a retryable Server error
 	// wrapping ErrStreamIdle, instead of holding the turn until
-	// CallTimeout. Like any retryable error it is retried only when no
-	// delta was delivered yet (else ErrInterrupted). Time spent in the
+	// CallTimeout. Like any retryable error it is retried only when no text
+	// or reasoning was delivered yet (else ErrInterrupted). Time spent in the
 	// caller's delta callback does not count. 0 turns it off.
 	// As Hermes's stale-stream detector (HERMES_STREAM_STALE_TIMEOUT,
 	// 180 s); unlike it, the value is not raised for large prompts nor
@@ -104,8 +104,10 @@ type retrying struct {
 // WithRetry wraps p so that RateLimited and Server errors are retried with
 // backoff, honouring Retry-After, for at most policy.MaxAttempts attempts and
 // while ctx lasts; each attempt is bounded by policy.CallTimeout. A call
-// that already delivered a delta is not retried: its error is returned
-// wrapped with ErrInterrupted.
+// that already delivered text or reasoning is not retried: its error is
+// returned wrapped with ErrInterrupted. The start of a tool call is no
+// output (nobody has read anything of the answer yet): a call that failed
+// after one is retried, and the retry announces its tool calls again.
 func WithRetry(p Provider, policy RetryPolicy) Provider {
 	return &retrying{p: p, policy: policy.withDefaults()}
 }
@@ -115,7 +117,9 @@ func (r *retrying) Stream(ctx context.Context, req Request, fn func(Delta) error
 	var wrapped func(Delta) error
 	if fn != nil {
 		wrapped = func(d Delta) error {
-			emitted = true
+			if d.Text != "" || d.Reasoning != "" {
+				emitted = true
+			}
 			return fn(d)
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/switchboard-chat/switchboard/pkg/fakellm"
 	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
 	"github.com/switchboard-chat/switchboard/pkg/sessionkey"
 	"github.com/switchboard-chat/switchboard/services/worker"
@@ -144,6 +145,32 @@ func TestBackgroundTaskFollowsTheChatsYolo(t *testing.T) {
 		final := checkReplies(t, evs)
 		if len(evs) != 1 || !strings.HasPrefix(final.GetFinalText().GetText(), "✅ Background task complete\n") {
 			t.Errorf("%s: replies %v, want the task's answer alone (no approval prompt, no tool progress)", tt.name, evs)
+		}
+	}
+}
+
+// A model that says nothing is answered with Hermes's "(No response
+// generated)", as delivery words a blank final: alone for a chat's turn,
+// under the header for a /background task (its empty answer, as Hermes's
+// background notice has it).
+func TestEmptyAnswerSaysNoResponseGenerated(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.fake.SetScript(func(r *fakellm.Request) (fakellm.Reply, bool) {
+		return fakellm.Reply{}, strings.Contains(r.LastUserText(), "say nothing")
+	})
+	h.startWorker("w1", nil)
+	for _, tt := range []struct{ key, task, want string }{
+		{"empty1", "", "(No response generated)"},
+		{"empty2", "bg_072011_a1b2c3", "✅ Background task complete\nPrompt: \"say nothing\"\n\n(No response generated)"},
+	} {
+		h.setGeneration(tt.key, 1)
+		req := h.requestTurn(tt.key, "say nothing", turnOpts{background: tt.task})
+		if c := h.waitCompleted(req.TurnId); c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED {
+			t.Fatalf("status %v (%s)", c.GetStatus(), c.GetError())
+		}
+		if got := checkReplies(t, h.replies(req.TurnId)).GetFinalText().GetText(); got != tt.want {
+			t.Errorf("answer %q, want %q", got, tt.want)
 		}
 	}
 }

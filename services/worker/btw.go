@@ -121,7 +121,7 @@ func renderTranscript(summary string, msgs []store.Message) string {
 // answer, or "(No response generated)".
 func (r *turnRun) sideAnswer(text string) string {
 	if strings.TrimSpace(text) == "" {
-		text = "(No response generated)"
+		text = noResponseText
 	}
 	return "💬 /btw: \"" + r.backgroundPrompt() + "\"\n\n" + text
 }

@@ -64,7 +64,8 @@ func estimateTokens(system string, summary string, parts ...[]store.Message) int
 // shorter.
 //
 // keep > 0 is "/compress here N": the last keep exchanges are kept
-// instead (compressCut).
+// instead (compressCut). err is a write's failure, or why the turn must
+// stop (a /stop, a newer message or the lock's loss ended the call).
 func (r *turnRun) compress(ctx context.Context, b Backend, model, system string, ls *loopState, force bool, focus string, keep int) (done bool, err error) {
 	a := r.s.cfg.Agent
 	limit := int(float64(a.ContextWindow) * a.CompressAt)
@@ -76,8 +77,20 @@ func (r *turnRun) compress(ctx context.Context, b Backend, model, system string,
 		return false, nil
 	}
 	old := ls.prior[:cut]
-	resp, err := b.Provider.Stream(ctx, llm.Request{Model: model, System: summaryPrompt + focusNote(focus),
-		Messages: []llm.Message{{Role: llm.RoleUser, Content: summaryInput(ls.summary, old, a.ContextWindow*4/2)}}}, nil)
+	var resp *llm.Response
+	// A /stop, a newer message or the lock's loss ends the summary call
+	// as it ends any model call: the turn then stops on that cause.
+	if stop := r.cancellable(ctx, func(ctx context.Context) error {
+		resp, err = b.Provider.Stream(ctx, llm.Request{Model: model, System: summaryPrompt + focusNote(focus),
+			Messages: []llm.Message{{Role: llm.RoleUser, Content: summaryInput(ls.summary, old, a.ContextWindow*4/2)}}}, nil)
+		if stoppedByUser(ctx) {
+			return context.Cause(ctx)
+		}
+		return nil
+	}); stop != nil {
+		r.usage.ModelCalls++
+		return false, stop
+	}
 	r.usage.ModelCalls++
 	if err != nil {
 		// Not fatal: the turn still runs; an overflow then ends it clearly.

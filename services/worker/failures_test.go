@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/switchboard-chat/switchboard/pkg/fakellm"
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
 	"github.com/switchboard-chat/switchboard/pkg/llm"
 	"github.com/switchboard-chat/switchboard/services/worker"
@@ -346,5 +347,103 @@ func TestStopEndsARunningTool(t *testing.T) {
 	}
 	if !strings.HasPrefix(result, "Cut short") {
 		t.Errorf("tool result %q", result)
+	}
+}
+
+// A /stop, a newer message or the lock's loss ends the summary call of a
+// compression as it ends any model call: the turn does not hold its
+// session until the summary comes (up to llm.call_timeout, the summary
+// being asked in one piece), and the summary nobody waits for any more
+// is not stored.
+func TestStopEndsACompressionSummaryCall(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.setGeneration("s1", 1)
+	h.startWorker("w1", func(c *worker.Config, _ *worker.Deps) {
+		c.Agent.ProtectLast = 2
+	})
+	for _, text := range []string{"first topic", "second topic", "third topic"} {
+		req := h.requestTurn("s1", text, turnOpts{})
+		if c := h.waitCompleted(req.TurnId); c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED {
+			t.Fatalf("%s: %v", text, c.GetStatus())
+		}
+	}
+	summary := func(r *fakellm.Request) bool { return strings.HasPrefix(r.System, "You compress chat history") }
+	h.fake.SetScript(func(r *fakellm.Request) (fakellm.Reply, bool) {
+		if !summary(r) {
+			return fakellm.Reply{}, false
+		}
+		return fakellm.Reply{Text: "a summary", Failure: &fakellm.Failure{Latency: 2500 * time.Millisecond}}, true
+	})
+	// /compress: the summary call comes first.
+	req := h.requestTurn("s1", "", turnOpts{command: "compress"})
+	waitFor(t, 30*time.Second, "the summary call", func() bool {
+		for _, r := range h.fake.Requests() {
+			if summary(&r) {
+				return true
+			}
+		}
+		return false
+	})
+	h.control("s1", turnsv1.ControlAction_CONTROL_ACTION_STOP, "")
+	c := h.waitCompleted(req.TurnId)
+	if c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_STOPPED {
+		t.Errorf("status %v (%s), want STOPPED", c.GetStatus(), c.GetError())
+	}
+	var n int
+	if err := h.db.QueryRow(context.Background(), `SELECT count(*) FROM transcript_summaries WHERE session_key = 's1'`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Errorf("%d summaries stored by the stopped turn", n)
+	}
+}
+
+// The conversation a stateless client sends with its request (the
+// OpenAI API without a session) is the turn's input, not its steps: its
+// assistant messages are not model calls of the turn and do not use up
+// agent.max_iterations. A client with a long conversation still gets the
+// model with its tools, not the iteration limit's last question at once.
+func TestClientConversationDoesNotCountAsIterations(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.setGeneration("s1", 1)
+	h.startWorker("w1", func(c *worker.Config, _ *worker.Deps) { c.Agent.MaxIterations = 2 })
+	var history []*eventsv1.ContextMessage
+	for i := range 3 {
+		history = append(history, &eventsv1.ContextMessage{Role: "user", Content: fmt.Sprintf("question %d", i)},
+			&eventsv1.ContextMessage{Role: "assistant", Content: fmt.Sprintf("answer %d", i)})
+	}
+	req := h.requestTurn("s1", "[[tool:clock {}]] what time is it", turnOpts{context: history})
+	if c := h.waitCompleted(req.TurnId); c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED || c.GetUsage().GetToolCalls() != 1 {
+		t.Fatalf("status %v, %d tool calls, want the clock called", c.GetStatus(), c.GetUsage().GetToolCalls())
+	}
+	for _, r := range h.fake.Requests() {
+		if strings.Contains(r.LastUserText(), "maximum number of tool-calling iterations") {
+			t.Fatal("the turn was asked for its final answer at the iteration limit")
+		}
+	}
+}
+
+// A turn at the iteration limit whose last question fails answers with
+// the last text the model wrote in the turn, never with an answer from
+// the conversation a stateless client sent with its request.
+func TestIterationLimitFallbackIgnoresTheClientConversation(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.setGeneration("s1", 1)
+	h.startWorker("w1", func(c *worker.Config, _ *worker.Deps) { c.Agent.MaxIterations = 1 })
+	h.fake.SetScript(func(r *fakellm.Request) (fakellm.Reply, bool) {
+		if !strings.Contains(r.LastUserText(), "maximum number of tool-calling iterations") {
+			return fakellm.Reply{}, false
+		}
+		return fakellm.Reply{Failure: &fakellm.Failure{Status: 400, Message: "no"}}, true
+	})
+	history := []*eventsv1.ContextMessage{{Role: "user", Content: "earlier"}, {Role: "assistant", Content: "an earlier answer"}}
+	req := h.requestTurn("s1", "[[tool:clock {}]] what time is it", turnOpts{context: history})
+	h.waitCompleted(req.TurnId)
+	final := checkReplies(t, h.replies(req.TurnId)).GetFinalText().GetText()
+	if strings.Contains(final, "an earlier answer") || !strings.Contains(final, "(I stopped after 1 steps") {
+		t.Fatalf("final %q", final)
 	}
 }

@@ -206,6 +206,9 @@ func (r *turnRun) runLoop(ctx context.Context) (store.Final, error) {
 		}
 	}
 	if _, err := r.compress(ctx, backend, model, system, ls, false, "", 0); err != nil {
+		if fin, stopped, serr := r.stopFinal(ctx, ls, err); stopped {
+			return fin, serr
+		}
 		return store.Final{}, err
 	}
 	if r.req.GetMoa() {
@@ -214,8 +217,11 @@ func (r *turnRun) runLoop(ctx context.Context) (store.Final, error) {
 	// The provider refused the prompt as too long once in this turn: a
 	// second refusal, after compressing, ends it.
 	overflowed := false
+	// The model calls of the turn so far (a resumed turn's): its assistant
+	// steps after its inputs, whose stateless client's conversation may
+	// hold assistant messages of its own.
 	iterations := 0
-	for _, m := range ls.turn {
+	for _, m := range r.steps(ls) {
 		if m.Role == llm.RoleAssistant {
 			iterations++
 		}
@@ -254,6 +260,9 @@ func (r *turnRun) runLoop(ctx context.Context) (store.Final, error) {
 			overflowed = true
 			shorter, cerr := r.compress(ctx, backend, model, system, ls, true, "", 0)
 			if cerr != nil {
+				if fin, stopped, serr := r.stopFinal(ctx, ls, cerr); stopped {
+					return fin, serr
+				}
 				return store.Final{}, cerr
 			}
 			if shorter {
@@ -327,10 +336,19 @@ const limitRequest = "You've reached the maximum number of tool-calling iteratio
 // model is asked, without tools, for a final answer from what it found
 // so far. When that call fails the user gets the last text the model
 // wrote, with a note.
+//
+// Steering still pending goes with the question; later steering is
+// refused (the router queues it), as no model call of the turn would
+// read it.
 func (r *turnRun) finishAtLimit(ctx context.Context, b Backend, model, system string, ls *loopState, iterations int) (store.Final, error) {
-	if n := len(ls.turn); n == 0 || ls.turn[n-1].Role != llm.RoleUser || ls.turn[n-1].Content != limitRequest {
+	steer := r.ctl.takeSteerAndClose()
+	if n := len(ls.turn); n == 0 || ls.turn[n-1].Role != llm.RoleUser || !strings.HasPrefix(ls.turn[n-1].Content, limitRequest) {
 		// Committed, so a resumed turn asks the same question once.
-		if err := r.commit(ctx, ls, store.Message{Role: llm.RoleUser, Content: limitRequest}); err != nil {
+		ask := limitRequest
+		if len(steer) > 0 {
+			ask += "\n\n[The user adds while you work: " + strings.Join(steer, "\n") + "]"
+		}
+		if err := r.commit(ctx, ls, store.Message{Role: llm.RoleUser, Content: ask}); err != nil {
 			return store.Final{}, err
 		}
 	}
@@ -351,7 +369,7 @@ func (r *turnRun) finishAtLimit(ctx context.Context, b Backend, model, system st
 		}
 		r.log.Warn("the summary at the iteration limit failed", "class", string(llm.ClassOf(err)), "err", err)
 	}
-	text := lastAssistantText(ls.turn)
+	text := lastAssistantText(r.steps(ls))
 	note := fmt.Sprintf("(I stopped after %d steps, the limit for one request.)", iterations)
 	if text != "" {
 		text += "\n\n" + note
@@ -393,7 +411,9 @@ func (r *turnRun) finishAfter(ctx context.Context, ls *loopState, steps []store.
 	f.Seq = seq
 	f.Model = r.model
 	if f.Kind == store.FinalText && strings.TrimSpace(f.Text) == "" {
-		f.Text = "(no answer)"
+		// A model that said nothing: Hermes's words, as delivery's for a
+		// blank final, and as its /background and /btw notices have them.
+		f.Text = noResponseText
 	}
 	before := ls.unsavedInputs()
 	if r.req.GetSideQuestion() != nil {
@@ -420,6 +440,9 @@ func (r *turnRun) finishAfter(ctx context.Context, ls *loopState, steps []store.
 	}
 	return f, err
 }
+
+// noResponseText is Hermes's answer of a model that said nothing.
+const noResponseText = "(No response generated)"
 
 // finishWith ends the turn with text as its answer.
 func (r *turnRun) finishWith(ctx context.Context, ls *loopState, text string) (store.Final, error) {
@@ -470,7 +493,7 @@ func (r *turnRun) stopFinal(ctx context.Context, ls *loopState, reason error) (f
 		// and what the transcript keeps.
 		said = &store.Message{Role: llm.RoleAssistant, Content: ls.partial}
 		f = store.Final{Status: status, Kind: store.FinalText, Text: ls.partial}
-	} else if text := lastAssistantText(ls.turn); text != "" {
+	} else if text := lastAssistantText(r.steps(ls)); text != "" {
 		f = store.Final{Status: status, Kind: store.FinalText, Text: text}
 	}
 	fin, err = r.finish(ctx, ls, said, f)
@@ -1156,21 +1179,34 @@ func (r *turnRun) noteToReturn(ls *loopState) string {
 	}
 	// The turn's steps after its inputs (a stateless client's context,
 	// recorded first, may hold assistant messages of its own).
-	inputs := 0
-	for _, in := range r.req.GetInputs() {
-		inputs++
-		for _, c := range in.GetContext() {
-			if c.GetRole() == llm.RoleUser || c.GetRole() == llm.RoleAssistant {
-				inputs++
-			}
-		}
-	}
-	for _, m := range ls.turn[min(inputs, len(ls.turn)):] {
+	for _, m := range r.steps(ls) {
 		if m.Role == llm.RoleAssistant {
 			return ""
 		}
 	}
 	return note
+}
+
+// inputSteps is how many of the turn's first steps are its inputs: each
+// input's message, after the conversation a stateless client sent with
+// it (its user and assistant messages, recorded first).
+func (r *turnRun) inputSteps() int {
+	n := 0
+	for _, in := range r.req.GetInputs() {
+		n++
+		for _, c := range in.GetContext() {
+			if c.GetRole() == llm.RoleUser || c.GetRole() == llm.RoleAssistant {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// steps are the turn's steps after its inputs: what its model calls and
+// tools wrote.
+func (r *turnRun) steps(ls *loopState) []store.Message {
+	return ls.turn[min(r.inputSteps(), len(ls.turn)):]
 }
 
 // toLLM is the conversation as the model takes it: the summary, then the

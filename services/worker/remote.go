@@ -62,8 +62,8 @@ func (r *turnRun) runRemote(ctx context.Context) (store.Final, error) {
 	if err := r.publish(ctx, &repliesv1.ReplyEvent{Body: &repliesv1.ReplyEvent_Typing{Typing: &repliesv1.Typing{Active: true}}}); err != nil {
 		return store.Final{}, err
 	}
-	sctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	sctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
 	stream, err := r.s.agent.RunTurn(sctx)
 	if err != nil {
 		return r.remoteFailed(ctx, ls, err)
@@ -79,20 +79,36 @@ func (r *turnRun) runRemote(ctx context.Context) (store.Final, error) {
 		_ = stream.Send(&agentv1.RunTurnRequest{Request: &agentv1.RunTurnRequest_Control{Control: m}})
 	})
 	defer r.ctl.setForward(nil)
+	// The lock's loss ends the agent's call (r.ctl.abortCall), as it ends
+	// a model call: the agent must not go on acting for a worker that no
+	// longer holds the session. (A stop or an interrupt reaches the agent
+	// as a control: with a forward set, it cancels nothing.)
+	_ = r.ctl.duringCall(cancel)
+	defer func() { _ = r.ctl.duringCall(nil) }()
+	if r.lockLost.Load() {
+		return store.Final{}, errLockLost
+	}
 	var lastErr *repliesv1.ReplyError
 	for {
 		resp, err := stream.Recv()
+		if r.lockLost.Load() {
+			return store.Final{}, errLockLost
+		}
 		if errors.Is(err, io.EOF) {
 			return r.remoteFailed(ctx, ls, errors.New("agent closed the stream without a result"))
 		}
 		if err != nil {
 			return r.remoteFailed(ctx, ls, err)
 		}
-		if r.lockLost.Load() {
-			return store.Final{}, errLockLost
-		}
 		switch ev := resp.GetEvent().(type) {
 		case *agentv1.RunTurnResponse_TextDelta:
+			if r.attempt > 1 {
+				// As the built-in loop's later attempts: an earlier one
+				// may have streamed part of its answer, onto which these
+				// deltas would be spliced. The final carries the whole
+				// answer.
+				continue
+			}
 			err = r.publish(ctx, &repliesv1.ReplyEvent{Body: &repliesv1.ReplyEvent_TextDelta{TextDelta: ev.TextDelta}})
 		case *agentv1.RunTurnResponse_ToolProgress:
 			// The agent asks for approvals itself: its progress says when

@@ -224,3 +224,119 @@ func TestExternalAgentCompressCommand(t *testing.T) {
 		t.Errorf("the agent was started %d times", n)
 	}
 }
+
+// pausingAgent streams "remote: ", then waits for a control message (or
+// the end of the call) before it streams the input text and answers.
+type pausingAgent struct {
+	agentv1.UnimplementedAgentServiceServer
+	starts chan struct{}
+}
+
+func (a *pausingAgent) RunTurn(stream grpc.BidiStreamingServer[agentv1.RunTurnRequest, agentv1.RunTurnResponse]) error {
+	first, err := stream.Recv()
+	if err != nil {
+		return err
+	}
+	text := first.GetStart().GetTurn().GetInputs()[0].GetText()
+	if err := stream.Send(&agentv1.RunTurnResponse{Event: &agentv1.RunTurnResponse_TextDelta{TextDelta: &repliesv1.TextDelta{Text: "remote: "}}}); err != nil {
+		return err
+	}
+	a.starts <- struct{}{}
+	if _, err := stream.Recv(); err != nil {
+		return err
+	}
+	for _, r := range []*agentv1.RunTurnResponse{
+		{Event: &agentv1.RunTurnResponse_TextDelta{TextDelta: &repliesv1.TextDelta{Text: text}}},
+		{Event: &agentv1.RunTurnResponse_Completed{Completed: &agentv1.TurnResult{Status: turnsv1.TurnStatus_TURN_STATUS_COMPLETED,
+			FinalText: "remote: " + text, Appended: []*agentv1.TranscriptMessage{{Role: "assistant", Content: "remote: " + text}}}}},
+	} {
+		if err := stream.Send(r); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// A turn run again after its worker stopped mid-stream streams nothing
+// from the external agent either (as the built-in loop's later attempts):
+// its deltas would be spliced onto what the first attempt streamed (an
+// API client's stream then no longer matches the final, which ends it
+// with an error). The final carries the whole answer.
+func TestExternalAgentRedeliveredTurnStreamsNoDeltas(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.setGeneration("s1", 1)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	agent := &pausingAgent{starts: make(chan struct{}, 4)}
+	srv := grpc.NewServer()
+	agentv1.RegisterAgentServiceServer(srv, agent)
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	remote := func(c *worker.Config, d *worker.Deps) {
+		c.Agent.Backend = "grpc://" + lis.Addr().String()
+		c.DrainTimeout = 50 * time.Millisecond
+		d.LLM = worker.Backend{}
+	}
+	w1 := h.startWorker("w1", remote)
+	req := h.requestTurn("s1", "hello", turnOpts{})
+	<-agent.starts
+	waitFor(t, 10*time.Second, "the first attempt's delta", func() bool { return h.deltas(req.TurnId) == 1 })
+	w1.stop(t)
+	h.startWorker("w2", remote)
+	select {
+	case <-agent.starts:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the turn was not run again")
+	}
+	h.control("s1", turnsv1.ControlAction_CONTROL_ACTION_STEER, "go on")
+	if c := h.waitCompleted(req.TurnId); c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED {
+		t.Fatalf("status %v (%s)", c.GetStatus(), c.GetError())
+	}
+	if n := h.deltas(req.TurnId); n != 1 {
+		t.Fatalf("%d text deltas, want the first attempt's one alone", n)
+	}
+	if final := checkReplies(t, h.replies(req.TurnId)); final.GetFinalText().GetText() != "remote: hello" {
+		t.Fatalf("final %v", final)
+	}
+}
+
+// The lock's loss ends the external agent's call, as it ends a model
+// call or a tool of the built-in loop: a worker that no longer holds the
+// session must not let its agent go on acting for it, nor wait for an
+// agent that may take minutes before it gives the session up.
+func TestExternalAgentCallEndsWhenTheLockIsLost(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.setGeneration("s1", 1)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	agent := &pausingAgent{starts: make(chan struct{}, 4)}
+	srv := grpc.NewServer()
+	agentv1.RegisterAgentServiceServer(srv, agent)
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	h.startWorker("w1", func(c *worker.Config, d *worker.Deps) {
+		c.Agent.Backend = "grpc://" + lis.Addr().String()
+		d.LLM = worker.Backend{}
+	})
+	req := h.requestTurn("s1", "hello", turnOpts{})
+	<-agent.starts
+	// A stalled worker's lock, taken by another grant.
+	if err := h.rdb.Set(context.Background(), h.locker.Key("s1"), "another-grant", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	var c *turnsv1.TurnCompleted
+	// A renewal comes every 5 s / 3.
+	waitFor(t, 15*time.Second, "the turn to end once its lock is lost", func() bool {
+		c = h.completed(req.TurnId)
+		return c != nil
+	})
+	if c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_STALE {
+		t.Fatalf("status %v, want STALE", c.GetStatus())
+	}
+}

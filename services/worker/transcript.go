@@ -125,6 +125,9 @@ func (r *turnRun) compressCommand(ctx context.Context, b Backend, model, system 
 	kept := len(ls.prior) - cut
 	done, err := r.compress(ctx, b, model, system, ls, true, focus, keep)
 	if err != nil {
+		if fin, stopped, serr := r.stopFinal(ctx, ls, err); stopped {
+			return fin, serr
+		}
 		return store.Final{}, err
 	}
 	if !done {

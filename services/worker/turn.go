@@ -178,6 +178,14 @@ func newTurnRun(s *Service, req *turnsv1.TurnRequested, attempt, spent int) *tur
 		holder: redisx.Holder(req.GetLockToken(), fmt.Sprintf("%s.%d", s.cfg.ID, attempt)),
 	}
 	r.target = replyTarget(req)
+	if cmd, ok := transcriptCommandOf(req); s.agent == nil && (req.GetMoa() || req.GetSideQuestion() != nil || ok && cmd.name != "retry") {
+		// A turn of the built-in loop that reads no steering (a /moa's
+		// models, a side question, /undo, /compress) refuses it from
+		// the start, so the router queues it instead of acknowledging
+		// text nobody will read. (An external agent is sent steering
+		// and decides.)
+		r.ctl.closeSteer()
+	}
 	r.answerOnly = len(req.GetInputs()) > 0
 	for _, in := range req.GetInputs() {
 		if id := in.GetMessageId(); id != "" {
@@ -783,7 +791,7 @@ func (r *turnRun) backgroundAnswer(text string) string {
 		return text
 	}
 	if strings.TrimSpace(text) == "" {
-		text = "(No response generated)"
+		text = noResponseText
 	}
 	return "✅ Background task complete\nPrompt: \"" + r.backgroundPrompt() + "\"\n\n" + text
 }
@@ -1074,6 +1082,17 @@ func (c *control) takeSteerOrClose() []string {
 	s := c.steer
 	c.steer = nil
 	c.steerClosed = len(s) == 0
+	return s
+}
+
+// takeSteerAndClose returns and clears the pending steer text and
+// refuses all later steering: the turn reads it now, and never again.
+func (c *control) takeSteerAndClose() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.steer
+	c.steer = nil
+	c.steerClosed = true
 	return s
 }
 
