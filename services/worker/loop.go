@@ -342,12 +342,19 @@ const limitRequest = "You've reached the maximum number of tool-calling iteratio
 // read it.
 func (r *turnRun) finishAtLimit(ctx context.Context, b Backend, model, system string, ls *loopState, iterations int) (store.Final, error) {
 	steer := r.ctl.takeSteerAndClose()
-	if n := len(ls.turn); n == 0 || ls.turn[n-1].Role != llm.RoleUser || !strings.HasPrefix(ls.turn[n-1].Content, limitRequest) {
-		// Committed, so a resumed turn asks the same question once.
-		ask := limitRequest
-		if len(steer) > 0 {
-			ask += "\n\n[The user adds while you work: " + strings.Join(steer, "\n") + "]"
-		}
+	var added string
+	if len(steer) > 0 {
+		added = "[The user adds while you work: " + strings.Join(steer, "\n") + "]"
+	}
+	// Committed, so a resumed turn asks the same question once; steering
+	// a resumed turn took before it asks again goes after it.
+	ask := limitRequest
+	if askedAtLimit(ls.turn) {
+		ask = added
+	} else if added != "" {
+		ask += "\n\n" + added
+	}
+	if ask != "" {
 		if err := r.commit(ctx, ls, store.Message{Role: llm.RoleUser, Content: ask}); err != nil {
 			return store.Final{}, err
 		}
@@ -377,6 +384,17 @@ func (r *turnRun) finishAtLimit(ctx context.Context, b Backend, model, system st
 		text = note
 	}
 	return r.finishWith(ctx, ls, text)
+}
+
+// askedAtLimit reports whether the turn asked the iteration limit's
+// question already: it is among the user messages that end the turn.
+func askedAtLimit(turn []store.Message) bool {
+	for i := len(turn) - 1; i >= 0 && turn[i].Role == llm.RoleUser; i-- {
+		if strings.HasPrefix(turn[i].Content, limitRequest) {
+			return true
+		}
+	}
+	return false
 }
 
 func errorCode(err error) string {

@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -107,4 +108,77 @@ func TestSteeringATurnThatWillNotReadItIsDeclined(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A turn run again after its worker stopped during the iteration limit's
+// last question (committed already, so it is not asked twice) still reads
+// the steering it takes before that question is asked again: it goes
+// with it, instead of being acknowledged and dropped.
+func TestSteeringOfAResumedTurnAtTheIterationLimitIsRead(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	key := "agent:main:telegram:dm:steer-resumed-limit"
+	h.setGeneration(key, 1)
+	limited := func(c *worker.Config, _ *worker.Deps) {
+		c.Agent.MaxIterations = 1
+		c.DrainTimeout = 50 * time.Millisecond
+	}
+	w1 := h.startWorker("w1", limited)
+	// Earlier exchanges, which the second worker compresses first.
+	for _, text := range []string{"first topic", "second topic"} {
+		if c := h.waitCompleted(h.requestTurn(key, text, turnOpts{}).TurnId); c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED {
+			t.Fatalf("%s: %v", text, c.GetStatus())
+		}
+	}
+	isLimit := func(r fakellm.Request) bool {
+		for _, m := range r.Messages {
+			if strings.Contains(m.Content, "maximum number of tool-calling iterations") {
+				return true
+			}
+		}
+		return false
+	}
+	var asked atomic.Int32
+	h.fake.SetScript(func(r *fakellm.Request) (fakellm.Reply, bool) {
+		switch {
+		case strings.HasPrefix(r.System, "You compress chat history"):
+			// The resumed turn's compression: the steering arrives now.
+			return fakellm.Reply{Text: "a summary", Failure: &fakellm.Failure{Latency: 1500 * time.Millisecond}}, true
+		case isLimit(*r) && asked.Add(1) == 1:
+			// The first worker stops while it waits for this answer.
+			return fakellm.Reply{Text: "never read", Failure: &fakellm.Failure{Latency: 2900 * time.Millisecond}}, true
+		}
+		return fakellm.Reply{}, false
+	})
+	req := h.requestTurn(key, `[[tool:clock {}]] what time is it`, turnOpts{})
+	waitFor(t, 30*time.Second, "the iteration limit's question", func() bool { return asked.Load() > 0 })
+	w1.stop(t)
+	h.startWorker("w2", func(c *worker.Config, d *worker.Deps) {
+		limited(c, d)
+		c.Agent.ContextWindow = 50 // compress the earlier exchange first
+		c.Agent.ProtectLast = 2
+	})
+	waitFor(t, 30*time.Second, "the resumed turn's compression", func() bool {
+		for _, r := range h.fake.Requests() {
+			if strings.HasPrefix(r.System, "You compress chat history") {
+				return true
+			}
+		}
+		return false
+	})
+	took := h.steer(key, "make it by train")
+	if c := h.waitCompleted(req.TurnId); c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED {
+		t.Fatalf("turn %v (%s)", c.GetStatus(), c.GetError())
+	}
+	if !took {
+		t.Fatal("the resumed turn declined steering it could still read")
+	}
+	for _, r := range h.fake.Requests() {
+		for _, m := range r.Messages {
+			if strings.Contains(m.Content, "make it by train") {
+				return
+			}
+		}
+	}
+	t.Fatal("the turn took the steering and no model read it: lost")
 }

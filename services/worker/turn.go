@@ -178,12 +178,13 @@ func newTurnRun(s *Service, req *turnsv1.TurnRequested, attempt, spent int) *tur
 		holder: redisx.Holder(req.GetLockToken(), fmt.Sprintf("%s.%d", s.cfg.ID, attempt)),
 	}
 	r.target = replyTarget(req)
-	if cmd, ok := transcriptCommandOf(req); s.agent == nil && (req.GetMoa() || req.GetSideQuestion() != nil || ok && cmd.name != "retry") {
-		// A turn of the built-in loop that reads no steering (a /moa's
-		// models, a side question, /undo, /compress) refuses it from
-		// the start, so the router queues it instead of acknowledging
-		// text nobody will read. (An external agent is sent steering
-		// and decides.)
+	if cmd, ok := transcriptCommandOf(req); ok && cmd.name != "retry" || s.agent == nil && (req.GetMoa() || req.GetSideQuestion() != nil) {
+		// A turn that reads no steering (/undo and /compress, which the
+		// worker does itself, an external agent or not; the built-in
+		// loop's /moa models and side questions) refuses it from the
+		// start, so the router queues it instead of acknowledging text
+		// nobody will read. (An external agent running a turn is sent
+		// steering and decides.)
 		r.ctl.closeSteer()
 	}
 	r.answerOnly = len(req.GetInputs()) > 0

@@ -1,9 +1,16 @@
 package worker
 
 import (
+	"context"
+	"errors"
+	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
+	"google.golang.org/grpc"
+
+	agentv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/agent/v1"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
 	"github.com/switchboard-chat/switchboard/pkg/llm"
@@ -228,6 +235,30 @@ func TestApprovalScopes(t *testing.T) {
 	for _, tt := range tests {
 		if got := answerOf(&turnsv1.TurnControlRequested{Action: tt.action, Text: tt.text}); got != tt.want {
 			t.Errorf("%v %q: %+v, want %+v", tt.action, tt.text, got, tt.want)
+		}
+	}
+}
+
+// noAgent is an external agent that is never reached.
+type noAgent struct{}
+
+func (noAgent) RunTurn(context.Context, ...grpc.CallOption) (grpc.BidiStreamingClient[agentv1.RunTurnRequest, agentv1.RunTurnResponse], error) {
+	return nil, errors.New("not reached")
+}
+
+// /undo and /compress are done by the worker itself, with an external
+// agent too (it is never started for them): like the built-in loop's,
+// such a turn refuses steering from the start, so the router queues it,
+// instead of taking text that nobody reads. /retry runs the agent.
+func TestTranscriptCommandsOfAnExternalAgentDeclineSteering(t *testing.T) {
+	s := &Service{log: slog.New(slog.DiscardHandler), agent: noAgent{}, now: time.Now}
+	for cmd, declined := range map[string]bool{"undo 2": true, "compress": true, "retry": false} {
+		req := &turnsv1.TurnRequested{TurnId: "t1", SessionKey: "k",
+			Inputs: []*eventsv1.MessageReceived{{TranscriptCommand: cmd}}}
+		r := newTurnRun(s, req, 1, 0)
+		took := r.ctl.apply(&turnsv1.TurnControlRequested{Action: turnsv1.ControlAction_CONTROL_ACTION_STEER, Text: "and by train"})
+		if took == declined {
+			t.Errorf("/%s: steering taken %v, want %v", cmd, took, !declined)
 		}
 	}
 }
