@@ -154,6 +154,27 @@ func IsImageType(mime string) bool {
 	return false
 }
 
+// otherPictureExts are picture formats besides JPEG and PNG, by file
+// extension.
+var otherPictureExts = map[string]bool{".gif": true, ".webp": true, ".bmp": true, ".svg": true, ".tif": true, ".tiff": true,
+	".heic": true, ".heif": true, ".avif": true, ".ico": true}
+
+// IsJPEGOrPNG reports whether a picture is a JPEG or a PNG, the only
+// formats WhatsApp's and LINE's image messages show: by its declared
+// type, else (an image an answer shows, taken from its text by URL, has
+// none) by its URL's extension not being another picture format's.
+func IsJPEGOrPNG(a *eventsv1.Attachment) bool {
+	mt, _, _ := strings.Cut(strings.ToLower(a.GetMimeType()), ";")
+	switch strings.TrimSpace(mt) {
+	case "image/jpeg", "image/jpg", "image/png":
+		return true
+	case "":
+		u, err := url.Parse(a.GetUrl())
+		return err == nil && !otherPictureExts[strings.ToLower(path.Ext(u.Path))]
+	}
+	return false
+}
+
 // Name is what the attachment at index i of an inbound event is kept
 // under: the same for every delivery of the event and every attempt of its
 // turn, so a second fetch finds it kept.

@@ -155,3 +155,25 @@ func TestConfigValidate(t *testing.T) {
 		}
 	}
 }
+
+func TestIsJPEGOrPNG(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		mime, url string
+		want      bool
+	}{
+		{"image/jpeg", "https://x.example/a.gif", true}, // the declared type decides
+		{"image/PNG; name=a.png", "", true},
+		{"image/gif", "https://x.example/a.jpg", false},
+		{"", "https://x.example/a.jpg", true},
+		{"", "https://x.example/photo", true}, // no extension: taken for a photo
+		{"", "https://x.example/a.WebP?size=2", false},
+		{"", "https://x.example/a.gif", false},
+		{"application/pdf", "https://x.example/a.png", false},
+	} {
+		a := &eventsv1.Attachment{MimeType: c.mime, Location: &eventsv1.Attachment_Url{Url: c.url}}
+		if got := attachment.IsJPEGOrPNG(a); got != c.want {
+			t.Errorf("IsJPEGOrPNG(%q, %q) = %v, want %v", c.mime, c.url, got, c.want)
+		}
+	}
+}

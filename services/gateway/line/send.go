@@ -7,11 +7,10 @@ import (
 	"fmt"
 	"mime"
 	"net/http"
-	"net/url"
-	"path"
 	"strconv"
 	"strings"
 
+	attach "github.com/switchboard-chat/switchboard/pkg/attachment"
 	"github.com/switchboard-chat/switchboard/pkg/chunk"
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
@@ -111,29 +110,14 @@ func textMessages(text string) []lineMessage {
 }
 
 // picture reports whether a is what an image message shows: declared a
-// picture (or undeclared) and, when its type is given, JPEG or PNG; with
-// no type (an image an answer shows, taken from its text), a URL whose
-// extension is not another picture format's (.gif, .webp …).
+// picture (or undeclared), and a JPEG or PNG (attachment.IsJPEGOrPNG).
 func picture(a *eventsv1.Attachment) bool {
 	switch a.GetKind() {
 	case eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, eventsv1.AttachmentKind_ATTACHMENT_KIND_UNSPECIFIED:
-	default:
-		return false
-	}
-	mt, _, _ := strings.Cut(strings.ToLower(a.GetMimeType()), ";")
-	switch strings.TrimSpace(mt) {
-	case "image/jpeg", "image/jpg", "image/png":
-		return true
-	case "":
-		u, err := url.Parse(a.GetUrl())
-		return err == nil && !otherImageExts[strings.ToLower(path.Ext(u.Path))]
+		return attach.IsJPEGOrPNG(a)
 	}
 	return false
 }
-
-// otherImageExts are picture formats an image message does not show.
-var otherImageExts = map[string]bool{".gif": true, ".webp": true, ".bmp": true, ".svg": true, ".tif": true, ".tiff": true,
-	".heic": true, ".heif": true, ".avif": true, ".ico": true}
 
 // attachmentType names what an attachment is, for an error.
 func attachmentType(a *eventsv1.Attachment) string {

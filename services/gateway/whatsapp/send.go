@@ -8,8 +8,6 @@ import (
 	"mime/multipart"
 	"net/http"
 	"net/textproto"
-	"net/url"
-	"path"
 	"strings"
 	"unicode/utf8"
 
@@ -216,29 +214,17 @@ func (p *Platform) sendMedia(ctx context.Context, req *deliveryv1.SendRequested)
 	return first, nil
 }
 
-// otherImageExts are picture formats WhatsApp's image messages do not
-// take (JPEG and PNG only; a WebP goes only as a sticker).
-var otherImageExts = map[string]bool{".gif": true, ".webp": true, ".bmp": true, ".svg": true, ".tif": true, ".tiff": true,
-	".heic": true, ".heif": true, ".avif": true, ".ico": true}
-
 // linkOnly reports whether an attachment sent as an image is a picture
-// by http(s) URL that an image message cannot show: its declared type,
-// else its URL's extension, is not JPEG or PNG. Graph accepts such an
-// image message and fails it later (131053, in a status notification,
-// after the send's receipt said ok), so the picture would never arrive.
+// by http(s) URL that an image message cannot show: not a JPEG or PNG
+// (attachment.IsJPEGOrPNG). Graph accepts such an image message and fails
+// it later (131053, in a status notification, after the send's receipt
+// said ok), so the picture would never arrive.
 func linkOnly(typ string, a *eventsv1.Attachment) bool {
 	u := a.GetUrl()
 	if typ != "image" || !(strings.HasPrefix(u, "https://") || strings.HasPrefix(u, "http://")) {
 		return false
 	}
-	if mt := baseType(a.GetMimeType()); mt != "" {
-		return mt != "image/jpeg" && mt != "image/jpg" && mt != "image/png"
-	}
-	pu, err := url.Parse(u)
-	if err != nil {
-		return false
-	}
-	return otherImageExts[strings.ToLower(path.Ext(pu.Path))]
+	return !attachment.IsJPEGOrPNG(a)
 }
 
 // captionPart is the part of a send that is attachment i's own caption
