@@ -187,6 +187,9 @@ func (s *Server) handleAnthropic(w http.ResponseWriter, r *http.Request) {
 }
 
 func anStop(p *plan) string {
+	if p.reply.Truncated {
+		return "max_tokens"
+	}
 	if len(p.reply.ToolCalls) > 0 {
 		return "tool_use"
 	}
@@ -244,7 +247,11 @@ func anthropicWhole(w http.ResponseWriter, model string, p *plan) {
 		b = append(b, `,"name":`...)
 		b = appendString(b, tc.Name)
 		b = append(b, `,"input":`...)
-		b = append(b, tc.Arguments...)
+		if json.Valid([]byte(tc.Arguments)) {
+			b = append(b, tc.Arguments...)
+		} else {
+			b = append(b, "{}"...) // cut short: the API sends what it parsed
+		}
 		b = append(b, '}')
 		n++
 	}

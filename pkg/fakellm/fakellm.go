@@ -212,6 +212,13 @@ type Reply struct {
 	Failure *Failure
 	// Usage overrides the computed token counts.
 	Usage *Usage
+	// Truncated ends the answer as cut at the output limit (max_tokens):
+	// OpenAI's finish_reason "length", Anthropic's stop_reason
+	// "max_tokens". Text and ToolCalls are sent as given, so a test cuts
+	// a call's Arguments where the limit would; a whole (not streamed)
+	// Anthropic answer sends arguments that are not JSON as {}, as the
+	// API's parsed input would be.
+	Truncated bool
 }
 
 // Failure describes an injected fault. Status > 0 answers with that HTTP

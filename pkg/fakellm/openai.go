@@ -131,6 +131,9 @@ func (s *Server) handleOpenAI(w http.ResponseWriter, r *http.Request) {
 }
 
 func oaFinish(p *plan) string {
+	if p.reply.Truncated {
+		return "length"
+	}
 	if len(p.reply.ToolCalls) > 0 {
 		return "tool_calls"
 	}

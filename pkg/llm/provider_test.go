@@ -1090,3 +1090,45 @@ func TestSpeak(t *testing.T) {
 		t.Errorf("input over the limit: %v", err)
 	}
 }
+
+// An answer cut at the output limit says so (OpenAI's finish_reason
+// "length", Anthropic's stop_reason "max_tokens"), streamed or not, with
+// its text or its cut tool call: the agent loop must not take it as
+// complete.
+func TestStopAtOutputLimit(t *testing.T) {
+	tools := []llm.ToolSpec{{Name: "note", Description: "Note it", Parameters: json.RawMessage(`{"type":"object"}`)}}
+	for _, b := range backends {
+		for _, streaming := range []bool{true, false} {
+			t.Run(b.name+map[bool]string{true: "/stream", false: "/whole"}[streaming], func(t *testing.T) {
+				srv := startFake(t, fakellm.Config{})
+				p := b.make(srv)
+				ctx := context.Background()
+				srv.Enqueue(fakellm.Reply{Text: "The first half of", Truncated: true},
+					fakellm.Reply{ToolCalls: []fakellm.ToolCall{{ID: "c1", Name: "note", Arguments: `{"text": "cut sh`}}, Truncated: true})
+				req := userReq("write a long answer")
+				req.Tools = tools
+				call := func() *llm.Response {
+					t.Helper()
+					var resp *llm.Response
+					var err error
+					if streaming {
+						resp, _, err = collect(ctx, p, req)
+					} else {
+						resp, err = llm.Complete(ctx, p, req)
+					}
+					if err != nil {
+						t.Fatal(err)
+					}
+					return resp
+				}
+				if resp := call(); resp.StopReason != llm.StopMaxTokens || resp.Text != "The first half of" {
+					t.Errorf("cut text: stop %q, text %q", resp.StopReason, resp.Text)
+				}
+				resp := call()
+				if resp.StopReason != llm.StopMaxTokens || len(resp.ToolCalls) != 1 || resp.ToolCalls[0].Name != "note" {
+					t.Errorf("cut tool call: stop %q, calls %+v", resp.StopReason, resp.ToolCalls)
+				}
+			})
+		}
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"math"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"google.golang.org/protobuf/proto"
 
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
@@ -123,9 +124,23 @@ func (s *Store) goalSideEffects(ctx context.Context, tx pgx.Tx, key, sessionID, 
 	return nil
 }
 
-// inTx runs fn in a transaction (a savepoint inside Once's).
+// inTx runs fn in a transaction (a savepoint inside Once's), after the
+// turn's fence when s is Fenced.
 func (s *Store) inTx(ctx context.Context, fn func(pgx.Tx) error) error {
-	return pgx.BeginFunc(ctx, s.db, fn)
+	f := s.fence
+	if f == nil {
+		return pgx.BeginFunc(ctx, s.db, fn)
+	}
+	return pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT switchboard_fence($1, $2)`, f.key, f.gen); err != nil {
+			var pe *pgconn.PgError
+			if errors.As(err, &pe) && pe.Code == fenceCode {
+				return fmt.Errorf("%s: %w", pe.Message, ErrStaleGeneration)
+			}
+			return fmt.Errorf("fence: %w", err)
+		}
+		return fn(tx)
+	})
 }
 
 // Verdict is the recorded outcome of the goal judge on one turn.

@@ -117,7 +117,37 @@ type Store struct {
 	// tx is the transaction of Once's effect; nil outside it.
 	tx  pgx.Tx
 	now func() time.Time
+	// fence, when set, is the turn whose writes this is (Fenced).
+	fence *fence
 }
+
+// fence is a turn's session key and generation.
+type fence struct {
+	key string
+	gen int64
+}
+
+// ErrStaleGeneration means the session moved past the generation of the
+// turn a Fenced store writes for: nothing was written.
+var ErrStaleGeneration = errors.New("stale generation")
+
+// Fenced is s for the writes an agent worker makes for a turn at
+// generation gen of the session key after its answer (RecordVerdict,
+// CompleteWakeup): each transaction first takes the turn's fence, as
+// the worker's transcript writes do (switchboard_fence, migration
+// 00203), so it commits only while the session is still at gen, and a
+// generation bump (/stop, /new, the next turn) waits for it. When the
+// session moved on it writes nothing and fails with ErrStaleGeneration.
+// The writes it fences never touch the sessions table, which keeps the
+// fence's lock order deadlock-free.
+func (s *Store) Fenced(key string, gen int64) *Store {
+	c := *s
+	c.fence = &fence{key: key, gen: gen}
+	return &c
+}
+
+// fenceCode is the SQLSTATE switchboard_fence raises.
+const fenceCode = "SB409"
 
 // dbtx is what the store's statements run on: the pool, or a
 // transaction (whose BeginFunc is a savepoint).

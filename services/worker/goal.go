@@ -48,11 +48,17 @@ const judgeTimeout = 30 * time.Second
 const judgeMaxTokens = 4096
 
 // goalStep judges the turn against the conversation's goal, when it has
-// one, and reports whether a continuation waits in the queue. An error
-// is a database error: the turn is retried.
+// one, and reports whether a continuation waits in the queue. Like the
+// turn's other writes it is fenced: a turn that lost its lock, or whose
+// session moved past its generation, writes nothing (errLockLost,
+// sessionstore.ErrStaleGeneration). Any other error is a database
+// error: the turn is retried.
 func (r *turnRun) goalStep(ctx context.Context, fin store.Final) error {
 	if !r.judges(fin) {
 		return nil
+	}
+	if r.lockLost.Load() {
+		return errLockLost
 	}
 	key, sid, turnID := r.req.GetSessionKey(), r.req.GetSessionId(), r.req.GetTurnId()
 	v, found, err := r.s.goals.TurnVerdict(ctx, turnID)
@@ -68,7 +74,12 @@ func (r *turnRun) goalStep(ctx context.Context, fin store.Final) error {
 			return nil // paused or cleared while the turn ran
 		}
 		j := r.askJudge(ctx, g, fin.Text)
-		v, err = r.s.goals.RecordVerdict(ctx, key, sid, turnID, j, r.continuation)
+		if r.lockLost.Load() {
+			return errLockLost
+		}
+		// Fenced: a session that moved on meanwhile (/stop, /new) takes
+		// no verdict, and no continuation is queued for it.
+		v, err = r.s.goals.Fenced(key, r.req.GetGeneration()).RecordVerdict(ctx, key, sid, turnID, j, r.continuation)
 		if err != nil {
 			return fmt.Errorf("record goal verdict: %w", err)
 		}

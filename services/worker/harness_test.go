@@ -203,6 +203,7 @@ type turnOpts struct {
 	tier        string                     // the session's fast mode (/fast)
 	moa         bool                       // a /moa prompt: answered by the Mixture of Agents
 	skillsNote  string                     // Hermes's /reload-skills note the turn carries
+	goal        bool                       // the conversation has an active standing goal (/goal)
 }
 
 // requestTurn does what the router does: wait for and take the session
@@ -253,6 +254,7 @@ func (h *harness) requestTurn(key, text string, o turnOpts) *turnsv1.TurnRequest
 		ServiceTier:      o.tier,
 		Moa:              o.moa,
 		SkillsNote:       o.skillsNote,
+		GoalActive:       o.goal,
 	}
 	if o.side != "" {
 		req.SideQuestion = &turnsv1.SideQuestion{SessionId: o.side}

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"hash/fnv"
 	"runtime/debug"
+	"unicode"
+	"unicode/utf8"
 
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	"strings"
@@ -42,6 +44,29 @@ type loopState struct {
 	// partial is what a model call that was cut short (a stop, an
 	// interrupt) had streamed to the user.
 	partial string
+	// The answer being continued past the output limit (callWhole):
+	// cut are the texts of its calls that the limit cut (the empty ones
+	// left out), cutMsgs the messages that carry them to the next call
+	// (each part, then Hermes's request to go on), cutCalls how many
+	// calls were cut. They are committed with the answer.
+	cut      []string
+	cutMsgs  []store.Message
+	cutCalls int
+	// toolCutRetries counts the times the answer was asked again because
+	// the limit cut a tool call (callWhole).
+	toolCutRetries int
+}
+
+// cutSoFar is the text of the answer's cut parts, joined.
+func (ls *loopState) cutSoFar() string { return joinCut(ls.cut...) }
+
+// takeCut ends the answer being continued, whose last call answered
+// last: the steps to commit before it (its cut parts and the requests to
+// go on) and its whole text.
+func (ls *loopState) takeCut(last string) (steps []store.Message, text string) {
+	steps, text = ls.cutMsgs, joinCut(append(ls.cut, last)...)
+	ls.cut, ls.cutMsgs, ls.cutCalls, ls.toolCutRetries = nil, nil, 0, 0
+	return steps, text
 }
 
 func (l *loopState) nextStep() int { return len(l.turn) }
@@ -221,8 +246,9 @@ func (r *turnRun) runLoop(ctx context.Context) (store.Final, error) {
 	// steps after its inputs, whose stateless client's conversation may
 	// hold assistant messages of its own.
 	iterations := 0
-	for _, m := range r.steps(ls) {
-		if m.Role == llm.RoleAssistant {
+	steps := r.steps(ls)
+	for i, m := range steps {
+		if m.Role == llm.RoleAssistant && !continued(steps, i) {
 			iterations++
 		}
 	}
@@ -247,12 +273,12 @@ func (r *turnRun) runLoop(ctx context.Context) (store.Final, error) {
 		if iterations >= r.s.cfg.Agent.MaxIterations {
 			return r.finishAtLimit(ctx, backend, model, system, ls, iterations)
 		}
-		resp, err := r.callModel(ctx, backend, model, system, ls, true)
+		resp, err := r.callWhole(ctx, backend, model, system, ls, true, true)
 		if err != nil && llm.ClassOf(err) == llm.BadRequest && ls.dropImages() {
 			// A model without vision refuses pictures: it answers from
 			// the text, which names them.
 			r.log.Warn("the model refused the turn's images; asking again without them", "err", err)
-			resp, err = r.callModel(ctx, backend, model, system, ls, true)
+			resp, err = r.callWhole(ctx, backend, model, system, ls, true, true)
 		}
 		if err != nil && llm.ClassOf(err) == llm.ContextOverflow && !overflowed {
 			// The estimate was short of the provider's count: summarise
@@ -267,7 +293,7 @@ func (r *turnRun) runLoop(ctx context.Context) (store.Final, error) {
 			}
 			if shorter {
 				r.log.Warn("the provider refused the prompt as too long; asking again after compressing", "err", err)
-				resp, err = r.callModel(ctx, backend, model, system, ls, true)
+				resp, err = r.callWhole(ctx, backend, model, system, ls, true, true)
 			}
 		}
 		iterations++
@@ -278,11 +304,17 @@ func (r *turnRun) runLoop(ctx context.Context) (store.Final, error) {
 			if fin, stopped, serr := r.stopFinal(ctx, ls, err); stopped {
 				return fin, serr
 			}
+			if errors.Is(err, errToolCallCut) {
+				// Hermes refuses to run a call with half its arguments.
+				r.log.Warn("a tool call was cut at the output limit on every try; ending the turn without running it", "err", err)
+				return r.finish(ctx, ls, nil, store.Final{Status: store.StatusFailed, Kind: store.FinalError,
+					ErrorCode: "provider", Text: toolCallCutText})
+			}
 			r.log.Warn("model call failed; ending the turn", "class", string(llm.ClassOf(err)), "err", err)
 			return r.finish(ctx, ls, nil, store.Final{Status: store.StatusFailed, Kind: store.FinalError,
 				ErrorCode: errorCode(err), Text: r.failureText(err, model)})
 		}
-		msg := store.Message{Role: llm.RoleAssistant, Content: resp.Text, Thinking: resp.Thinking}
+		cutSteps, msg, answer := r.answered(ls, resp)
 		for _, tc := range resp.ToolCalls {
 			msg.ToolCalls = append(msg.ToolCalls, store.ToolCall{ID: tc.ID, Name: tc.Name, Arguments: tc.Arguments})
 		}
@@ -292,17 +324,171 @@ func (r *turnRun) runLoop(ctx context.Context) (store.Final, error) {
 			// model now rather than drop it. Without any, the answer is
 			// decided: later steering is refused (and queued).
 			if steer := r.ctl.takeSteerOrClose(); len(steer) > 0 {
-				if err := r.commit(ctx, ls, msg, store.Message{Role: llm.RoleUser, Content: strings.Join(steer, "\n")}); err != nil {
+				if err := r.commit(ctx, ls, append(cutSteps, msg, store.Message{Role: llm.RoleUser, Content: strings.Join(steer, "\n")})...); err != nil {
 					return store.Final{}, err
 				}
 				continue
 			}
-			return r.finish(ctx, ls, &msg, store.Final{Status: store.StatusCompleted, Kind: store.FinalText, Text: r.withReasoning(resp)})
+			return r.finishAfter(ctx, ls, cutSteps, &msg, store.Final{Status: store.StatusCompleted, Kind: store.FinalText, Text: r.withReasoning(&answer)})
 		}
-		if err := r.commit(ctx, ls, msg); err != nil {
+		if err := r.commit(ctx, ls, append(cutSteps, msg)...); err != nil {
 			return store.Final{}, err
 		}
 	}
+}
+
+// Hermes's bounds on an answer cut at the output limit: a text answer is
+// asked to go on until maxCutCalls of its calls were cut (its parts are
+// then the answer); an answer whose tool call was cut is asked again,
+// with a higher limit each time, maxToolCutRetries times, and never run
+// with half its arguments.
+const (
+	maxCutCalls       = 4
+	maxToolCutRetries = 4
+)
+
+// continuePrompt is Hermes's request to go on with an answer the output
+// limit cut (_LENGTH_CONTINUATION_OUTPUT_LIMIT).
+const continuePrompt = "[System: Your previous response was truncated by the output length limit. Continue exactly " +
+	"where you left off. Do not restart or repeat prior text. Finish the answer directly.]"
+
+// cutNoText is Hermes's answer when every continuation was cut before any
+// text (_CEILING_NO_TEXT): the reasoning used up the limit each time.
+const cutNoText = "⚠️ **No visible answer was produced.** The model hit its output-token limit on every " +
+	"continuation attempt — its reasoning consumed the entire budget each time.\n\nTo fix this:\n" +
+	"→ Lower reasoning effort: `/reasoning low` or `/reasoning none`\n→ Or raise max_tokens for this model"
+
+// toolCallCutText tells the user of a turn that ended because the output
+// limit cut the model's tool call on every try (Hermes's "Response
+// truncated due to output length limit").
+const toolCallCutText = "Response truncated due to output length limit: the model was cut off while writing a tool call, " +
+	"so the call did not run. Try asking for smaller steps."
+
+// errToolCallCut ends an answer whose tool call the output limit cut on
+// every try.
+var errToolCallCut = errors.New("tool call cut at the output limit")
+
+// callWhole is callModel for an answer the output limit may cut (OpenAI's
+// finish_reason "length", Anthropic's stop_reason "max_tokens"), as
+// Hermes handles one (agent/turn_truncation.py). Text cut short is
+// followed by continuePrompt, and the next call goes on from it (its
+// first delta starts with the separator joinCut puts between the two, so
+// the deltas stream the joined answer), until maxCutCalls calls were cut:
+// the answer then comes back still cut (StopMaxTokens), to be answered
+// with its parts (answered). When the caller runs the answer's tool calls
+// (runsCalls), an answer whose tool call was cut is dropped and asked
+// again with a higher output limit (maxTokens), its deltas not streamed
+// (the dropped answer's were); a call never runs with half its
+// arguments: after maxToolCutRetries tries, or a provider refusing the
+// higher limit, errToolCallCut. A caller that ignores tool calls (the
+// /moa aggregator, the summary at agent.max_iterations) has such an
+// answer's text continued. The parts so far stay in ls (takeCut;
+// stopFinal shows them when a stop ends the answer).
+func (r *turnRun) callWhole(ctx context.Context, b Backend, model, system string, ls *loopState, withTools, runsCalls bool) (*llm.Response, error) {
+	for {
+		resp, err := r.callModel(ctx, b, model, system, ls, withTools)
+		if err != nil {
+			if ls.toolCutRetries > 0 && llm.ClassOf(err) == llm.BadRequest {
+				return nil, fmt.Errorf("%w: the higher limit was refused: %w", errToolCallCut, err)
+			}
+			return nil, err
+		}
+		if resp.StopReason != llm.StopMaxTokens {
+			return resp, nil
+		}
+		if len(resp.ToolCalls) > 0 && runsCalls {
+			if ls.toolCutRetries >= maxToolCutRetries {
+				return nil, errToolCallCut
+			}
+			ls.toolCutRetries++
+			r.log.Warn("the output limit cut a tool call; asking again with a higher limit",
+				"try", ls.toolCutRetries, "max_tokens", r.maxTokens(ls))
+			continue
+		}
+		ls.cutCalls++
+		if ls.cutCalls >= maxCutCalls {
+			return resp, nil
+		}
+		if resp.Text != "" {
+			// An empty part is not sent back: strict providers refuse an
+			// assistant message without content.
+			ls.cut = append(ls.cut, resp.Text)
+			ls.cutMsgs = append(ls.cutMsgs, store.Message{Role: llm.RoleAssistant, Content: resp.Text})
+		}
+		ls.cutMsgs = append(ls.cutMsgs, store.Message{Role: llm.RoleUser, Content: continuePrompt})
+		r.log.Info("the output limit cut the answer; asking the model to go on", "continuation", ls.cutCalls)
+	}
+}
+
+// answered ends the answer resp completes (callWhole): the steps to
+// commit before its message (the parts the output limit cut and the
+// requests to go on), its message, and the answer as the user gets it
+// (the parts joined, as streamed). An answer still cut after the
+// continuations Hermes asks for is its parts joined, kept as one message
+// without the requests to go on (unanswered, they would draw later turns
+// back into the cut answer).
+func (r *turnRun) answered(ls *loopState, resp *llm.Response) (steps []store.Message, msg store.Message, answer llm.Response) {
+	msg = store.Message{Role: llm.RoleAssistant, Content: resp.Text, Thinking: resp.Thinking}
+	steps, text := ls.takeCut(resp.Text)
+	if resp.StopReason == llm.StopMaxTokens {
+		r.log.Warn("the answer was still cut at the output limit after its continuations; answering with its parts", "calls", maxCutCalls)
+		steps, msg = nil, store.Message{Role: llm.RoleAssistant, Content: text}
+		if strings.TrimSpace(text) == "" {
+			text = cutNoText
+		}
+	}
+	answer = *resp
+	answer.Text = text
+	return steps, msg, answer
+}
+
+// continued reports whether steps[i] is a part of an answer the output
+// limit cut (callWhole): the request to go on follows it.
+func continued(steps []store.Message, i int) bool {
+	return i+1 < len(steps) && steps[i].Role == llm.RoleAssistant && len(steps[i].ToolCalls) == 0 &&
+		steps[i+1].Role == llm.RoleUser && steps[i+1].Content == continuePrompt
+}
+
+// joinCut is Hermes's _join_truncated_parts: the parts of a cut answer
+// in order, with a newline between two that would glue together.
+func joinCut(parts ...string) string {
+	var b strings.Builder
+	for _, p := range parts {
+		b.WriteString(cutSeparator(b.String(), p))
+		b.WriteString(p)
+	}
+	return b.String()
+}
+
+// cutSeparator is what joinCut puts between text so far and the next part:
+// a newline when neither has white space where they meet.
+func cutSeparator(sofar, next string) string {
+	if sofar == "" || next == "" {
+		return ""
+	}
+	last, _ := utf8.DecodeLastRuneInString(sofar)
+	first, _ := utf8.DecodeRuneInString(next)
+	if unicode.IsSpace(last) || unicode.IsSpace(first) {
+		return ""
+	}
+	return "\n"
+}
+
+// maxTokens is the output limit of the turn's next model call:
+// agent.max_tokens, or, when the answer is asked again because the limit
+// cut a tool call, Hermes's higher one: agent.max_tokens (4096 when
+// unset) doubled with each try, up to 32768 or agent.max_tokens if
+// higher.
+func (r *turnRun) maxTokens(ls *loopState) int {
+	n := r.s.cfg.Agent.MaxTokens
+	if ls.toolCutRetries == 0 {
+		return n
+	}
+	base := n
+	if base <= 0 {
+		base = 4096
+	}
+	return min(base<<ls.toolCutRetries, max(32768, n))
 }
 
 // uniqueCallIDs gives each call an id no other call of the turn has:
@@ -362,10 +548,14 @@ func (r *turnRun) finishAtLimit(ctx context.Context, b Backend, model, system st
 	// Without tools, as Hermes asks; Anthropic's API is given their
 	// definitions all the same, as a history holding tool_use blocks may
 	// be refused without them. A tool call in the answer is ignored.
-	resp, err := r.callModel(ctx, b, model, system, ls, b.Kind == "anthropic")
-	if err == nil && strings.TrimSpace(resp.Text) != "" {
-		msg := store.Message{Role: llm.RoleAssistant, Content: resp.Text}
-		return r.finish(ctx, ls, &msg, store.Final{Status: store.StatusCompleted, Kind: store.FinalText, Text: r.withReasoning(resp)})
+	// An answer the output limit cut goes on as the loop's do (callWhole).
+	resp, err := r.callWhole(ctx, b, model, system, ls, b.Kind == "anthropic", false)
+	if err == nil {
+		steps, msg, answer := r.answered(ls, resp)
+		if strings.TrimSpace(answer.Text) != "" {
+			msg.Thinking, msg.ToolCalls = nil, nil
+			return r.finishAfter(ctx, ls, steps, &msg, store.Final{Status: store.StatusCompleted, Kind: store.FinalText, Text: r.withReasoning(&answer)})
+		}
 	}
 	if err != nil {
 		if ctx.Err() != nil || errors.Is(err, errLockLost) {
@@ -506,11 +696,12 @@ func (r *turnRun) stopFinal(ctx context.Context, ls *loopState, reason error) (f
 		f.Text = ""
 	}
 	var said *store.Message
-	if ls.partial != "" {
-		// A model call cut short: its streamed part is what the user saw,
-		// and what the transcript keeps.
-		said = &store.Message{Role: llm.RoleAssistant, Content: ls.partial}
-		f = store.Final{Status: status, Kind: store.FinalText, Text: ls.partial}
+	if partial := ls.cutSoFar() + ls.partial; partial != "" {
+		// A model call cut short: its streamed part, after the parts of
+		// the answer it continued (callWhole), is what the user saw, and
+		// what the transcript keeps.
+		said = &store.Message{Role: llm.RoleAssistant, Content: partial}
+		f = store.Final{Status: status, Kind: store.FinalText, Text: partial}
 	} else if text := lastAssistantText(r.steps(ls)); text != "" {
 		f = store.Final{Status: status, Kind: store.FinalText, Text: text}
 	}
@@ -946,7 +1137,7 @@ const tracerName = "github.com/switchboard-chat/switchboard/services/worker"
 // arrive (coalesced to one event per DeltaInterval); offers the model the tools (not when it must answer).
 func (r *turnRun) callModel(ctx context.Context, b Backend, model, system string, ls *loopState, withTools bool) (*llm.Response, error) {
 	req := llm.Request{Model: model, System: system, Messages: r.messages(ls),
-		MaxTokens: r.s.cfg.Agent.MaxTokens, CacheSystem: true, ReasoningEffort: r.reasoningEffort(), Fast: r.fast(),
+		MaxTokens: r.maxTokens(ls), CacheSystem: true, ReasoningEffort: r.reasoningEffort(), Fast: r.fast(),
 		Temperature: r.temperature}
 	if withTools {
 		req.Tools = r.s.tools.Specs()
@@ -991,9 +1182,16 @@ func (r *turnRun) callModel(ctx context.Context, b Backend, model, system string
 		trace.WithAttributes(attribute.String("gen_ai.system", b.Kind), attribute.String("gen_ai.request.model", model)),
 		trace.WithAttributes(r.callAttrs...))
 	defer span.End()
+	// A call that goes on with a cut answer streams the separator the
+	// joined answer has before its text (joinCut).
+	sofar := ls.cutSoFar()
 	onDelta := func(d llm.Delta) error {
 		if d.Text == "" && d.Reasoning == "" {
 			return nil
+		}
+		if d.Text != "" && sofar != "" {
+			buf.WriteString(cutSeparator(sofar, d.Text))
+			sofar = ""
 		}
 		buf.WriteString(d.Text)
 		thinking.WriteString(d.Reasoning)
@@ -1005,6 +1203,10 @@ func (r *turnRun) callModel(ctx context.Context, b Backend, model, system string
 	switch {
 	case r.answerOnly:
 		onDelta = nil // nobody reads the deltas: one response, not a stream
+	case ls.toolCutRetries > 0:
+		// The answer is asked again because the output limit cut its
+		// tool call: the dropped answer streamed its text already.
+		onDelta = nil
 	case r.attempt > 1:
 		// An earlier attempt may have streamed part of another answer:
 		// deltas now would be spliced onto it. The final carries the
@@ -1046,10 +1248,12 @@ func (r *turnRun) callModel(ctx context.Context, b Backend, model, system string
 	}
 	span.SetAttributes(attribute.Int("gen_ai.usage.input_tokens", resp.Usage.InputTokens),
 		attribute.Int("gen_ai.usage.output_tokens", resp.Usage.OutputTokens))
-	// Text still buffered goes out as a delta when more steps follow or
-	// earlier steps streamed text; otherwise the answer's final event
-	// carries the whole text, which starts with what was streamed.
-	if len(resp.ToolCalls) > 0 || streamedBefore {
+	// Text still buffered goes out as a delta when more steps follow,
+	// earlier steps streamed text or the output limit cut the answer
+	// (the next call's deltas go on from it); otherwise the answer's
+	// final event carries the whole text, which starts with what was
+	// streamed.
+	if len(resp.ToolCalls) > 0 || streamedBefore || resp.StopReason == llm.StopMaxTokens {
 		if err := flush(); err != nil {
 			return nil, err
 		}
@@ -1128,7 +1332,7 @@ func (r *turnRun) addUsage(u llm.Usage) {
 // model. Tool calls left without a result by an abandoned earlier turn get
 // a placeholder result so the providers accept the history.
 func (r *turnRun) messages(ls *loopState) []llm.Message {
-	return toLLM(ls.summary, ls.prior, r.modelTurn(ls))
+	return toLLM(ls.summary, ls.prior, r.modelTurn(ls), ls.cutMsgs)
 }
 
 // modelTurn is this turn's steps as the model reads them: with Hermes's

@@ -36,7 +36,9 @@ func (r *turnRun) loopWakeup() string {
 }
 
 // loopStep evaluates the answer fin to the turn's loop wakeup, if it
-// ran one. An error is a database error: the turn is retried.
+// ran one. It is fenced as goalStep is (errLockLost,
+// sessionstore.ErrStaleGeneration: nothing written); any other error is
+// a database error: the turn is retried.
 func (r *turnRun) loopStep(ctx context.Context, fin store.Final) error {
 	if r.s.goals == nil || fin.Status != store.StatusCompleted || fin.Kind != store.FinalText || r.target == nil {
 		return nil
@@ -44,6 +46,9 @@ func (r *turnRun) loopStep(ctx context.Context, fin store.Final) error {
 	eventID := r.loopWakeup()
 	if eventID == "" {
 		return nil
+	}
+	if r.lockLost.Load() {
+		return errLockLost
 	}
 	key := r.req.GetSessionKey()
 	l, err := r.s.goals.Loop(ctx, key, r.req.GetSessionId(), loop.KindLoop)
@@ -57,7 +62,11 @@ func (r *turnRun) loopStep(ctx context.Context, fin store.Final) error {
 		j := r.askJudge(ctx, &goal.State{Goal: l.Until}, fin.Text)
 		v = loop.Verdict{Verdict: j.Verdict, Reason: j.Reason}
 	}
-	c, err := r.s.goals.CompleteWakeup(ctx, key, eventID, fin.Text, v)
+	if r.lockLost.Load() {
+		return errLockLost
+	}
+	// Fenced, as goalStep's verdict.
+	c, err := r.s.goals.Fenced(key, r.req.GetGeneration()).CompleteWakeup(ctx, key, eventID, fin.Text, v)
 	if err != nil {
 		return fmt.Errorf("complete loop wakeup: %w", err)
 	}

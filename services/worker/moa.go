@@ -140,7 +140,7 @@ func (r *turnRun) mixture(ctx context.Context, system string, ls *loopState) (st
 	// Without tools, as Hermes's aggregator; Anthropic's API is given
 	// their definitions all the same, as a history holding tool_use
 	// blocks may be refused without them. A tool call is ignored.
-	resp, err := r.callModel(mctx, backend, model, aggSystem, ls, backend.Kind == "anthropic")
+	resp, err := r.callWhole(mctx, backend, model, aggSystem, ls, backend.Kind == "anthropic", false)
 	if err != nil {
 		span.SetStatus(codes.Error, "aggregator failed")
 		if ctx.Err() != nil || errors.Is(err, errLockLost) {
@@ -153,8 +153,9 @@ func (r *turnRun) mixture(ctx context.Context, system string, ls *loopState) (st
 		return r.finish(ctx, ls, nil, store.Final{Status: store.StatusFailed, Kind: store.FinalError,
 			ErrorCode: errorCode(err), Text: r.failureText(err, model)})
 	}
-	msg := store.Message{Role: llm.RoleAssistant, Content: resp.Text, Thinking: resp.Thinking}
-	return r.finish(ctx, ls, &msg, store.Final{Status: store.StatusCompleted, Kind: store.FinalText, Text: r.withReasoning(resp)})
+	// An answer the output limit cut went on as the loop's do (callWhole).
+	steps, msg, answer := r.answered(ls, resp)
+	return r.finishAfter(ctx, ls, steps, &msg, store.Final{Status: store.StatusCompleted, Kind: store.FinalText, Text: r.withReasoning(&answer)})
 }
 
 // aggregatorModel is the model the aggregator runs on, as /model names

@@ -28,6 +28,7 @@ import (
 	"github.com/switchboard-chat/switchboard/pkg/pg"
 	"github.com/switchboard-chat/switchboard/pkg/redisx"
 	"github.com/switchboard-chat/switchboard/pkg/sessionkey"
+	"github.com/switchboard-chat/switchboard/pkg/sessionstore"
 	"github.com/switchboard-chat/switchboard/services/worker/internal/store"
 )
 
@@ -332,7 +333,11 @@ func (r *turnRun) run(ctx context.Context) error {
 		// (the next turn's replies come after it).
 		r.voiceReply(ctx, fin)
 		// The goal judge (/goal), after the answer, under the lock.
-		if err := r.goalStep(ctx, fin); err != nil {
+		if err := r.goalStep(ctx, fin); superseded(err) {
+			// Answered, but the session is no longer this turn's (/stop,
+			// /new, a takeover): what follows the answer is not its to do.
+			r.log.Warn("turn superseded after its answer; its goal step writes nothing", "err", err)
+		} else if err != nil {
 			if r.spent < r.s.cfg.MaxDeliver {
 				r.log.Warn("goal step failed; the turn will be retried", "err", err)
 				return err
@@ -340,7 +345,9 @@ func (r *turnRun) run(ctx context.Context) error {
 			r.log.Error("goal step failed on the turn's last attempt; the goal waits for the next turn", "err", err)
 		}
 		// A /loop wakeup's answer, likewise.
-		if err := r.loopStep(ctx, fin); err != nil {
+		if err := r.loopStep(ctx, fin); superseded(err) {
+			r.log.Warn("turn superseded after its answer; its loop step writes nothing", "err", err)
+		} else if err != nil {
 			if r.spent < r.s.cfg.MaxDeliver {
 				r.log.Warn("loop step failed; the turn will be retried", "err", err)
 				return err
@@ -349,6 +356,12 @@ func (r *turnRun) run(ctx context.Context) error {
 		}
 	}
 	return r.complete(ctx, statusOf(fin.Status), fin.ErrorCode, true)
+}
+
+// superseded reports whether err says the turn's fence refused a write:
+// its lock was lost, or its session moved past its generation.
+func superseded(err error) bool {
+	return errors.Is(err, errLockLost) || errors.Is(err, store.ErrStaleGeneration) || errors.Is(err, sessionstore.ErrStaleGeneration)
 }
 
 // errPanicked ends a turn whose code panicked (a provider SDK's, a
