@@ -85,11 +85,19 @@ func TestCreateRefuses(t *testing.T) {
 		"is in the past":       {Owner: "u", Prompt: "p", Schedule: "2026-03-01T09:00:00Z", Origin: tg},
 		"not a short line":     {Owner: "u", Prompt: "p", Schedule: strings.Repeat("every ", 50), Origin: tg},
 		"deliver: bad target:": {Owner: "u", Prompt: "p", Schedule: "1h", Deliver: ":123", Origin: tg},
+		// Postgres text holds no NUL: refused as bad input, not a
+		// failing store ("the job store is unavailable").
+		"the prompt is not UTF-8 text":     {Owner: "u", Prompt: "check\x00 the build", Schedule: "1h", Origin: tg},
+		`deliver "telegram:1\x002" is not`: {Owner: "u", Prompt: "p", Schedule: "1h", Deliver: "telegram:1\x002", Origin: tg},
 	}
 	for want, n := range cases {
 		if _, err := s.Create(ctx, n); !errors.Is(err, cron.ErrInvalid) || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: got %v", want, err)
 		}
+	}
+	// A name keeps what Postgres can hold.
+	if j, err := s.Create(ctx, cron.NewJob{Owner: "u", Name: "night\x00ly \xff digest", Prompt: "p", Schedule: "1h", Origin: tg}); err != nil || j.Name != "nightly digest" {
+		t.Errorf("name with a NUL and a bad byte: %v %q", err, j.Name)
 	}
 	// Targets that parse are kept as typed, resolved when the job fires.
 	for _, d := range []string{"telegram", "telegram:-1001234567890:17585", "discord:#engineering", "local"} {
