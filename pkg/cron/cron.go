@@ -480,6 +480,10 @@ func (s *Store) Update(ctx context.Context, owner, id string, u Update) (Job, er
 			}
 			j.Kind, j.Expr, j.Display = sched.Kind, sched.Expr, sched.Display
 			j.NextRunAt = sched.First(now)
+			// Failures to fire belonged to the old schedule's instant: the
+			// new one is tried afresh (and is missed if the routers are
+			// down at its time, rather than retried as a failed firing).
+			j.FireFailures, j.FireRetryAt = 0, time.Time{}
 		}
 		return nil
 	})

@@ -692,3 +692,29 @@ func TestInTx(t *testing.T) {
 		})
 	}
 }
+
+// TestScheduleChangeClearsFireFailures: failures to fire belong to the
+// instant they were for; a new schedule's first run is tried afresh
+// (not delayed by the old backoff, nor taken for a failed firing the
+// scheduler must retry however late).
+func TestScheduleChangeClearsFireFailures(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	now := t0
+	db := pgtest.New(t)
+	s := cron.New(db, time.UTC, func() time.Time { return now })
+	j, err := s.Create(ctx, cron.NewJob{Owner: "telegram:99", Prompt: "p", Schedule: "every 1h", Origin: tg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := cron.RecordFireFailure(ctx, db, j.ID, func(int) cron.FireFailureOutcome {
+		return cron.FireFailureOutcome{RetryAt: now.Add(time.Hour), LastError: "boom"}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	sched := "every 2h"
+	got, err := s.Update(ctx, "telegram:99", j.ID, cron.Update{Schedule: &sched})
+	if err != nil || got.FireFailures != 0 || !got.FireRetryAt.IsZero() {
+		t.Errorf("after a new schedule: %d failures, retry at %v, %v", got.FireFailures, got.FireRetryAt, err)
+	}
+}

@@ -485,7 +485,14 @@ func (s *Scheduler) handle(ctx context.Context, j *cron.Job, now time.Time) (boo
 	if sched.Kind == schedule.Once {
 		grace = max(grace, 2*s.cfg.Tick)
 	}
+	// An instant whose firing failed (a panic, the bus or the database
+	// down) was tried in time, and its run may be out already (a commit
+	// that failed after its publish; its end may even be recorded): it is
+	// retried under its id however late, never missed nor skipped. An
+	// outage only delays.
+	tried := j.FireFailures > 0 || j.LastRunID == cron.RunID(j.ID, due, false)
 	switch {
+	case tried:
 	case sched.Kind == schedule.Once && late > grace && ranByHandSince(j.LastRunID, due):
 		// A "run" fired since it was due: that was its run, as Hermes's
 		// run-now of a one-shot is; completed, its status the run's
