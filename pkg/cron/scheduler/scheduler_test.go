@@ -1686,3 +1686,42 @@ func TestOneShotRetriedNotMissed(t *testing.T) {
 		})
 	}
 }
+
+// TestBurstBeyondMaxPerTick: more jobs due at once than cron.max_per_tick
+// are all fired, by ticks that follow one another at once while the last
+// one used its whole budget, not one batch a tick: a one-shot left for
+// the third tick was more than two minutes late and retired as missed
+// (Hermes's tick fires every due job), though every router was up.
+func TestBurstBeyondMaxPerTick(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	var ids []string
+	for i := range 7 {
+		ids = append(ids, e.create(t, cron.NewJob{Prompt: fmt.Sprintf("remind me %d", i), Schedule: "30m"}).ID)
+	}
+	e.clock.Set(t0.Add(30*time.Minute + 5*time.Second))
+	// A tick so long that only the first one, at once, comes in the test.
+	s := e.scheduler(t, func(c *scheduler.Config) { c.MaxPerTick, c.Tick, c.MaxRunDuration = 2, time.Hour, time.Hour })
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for e.published(t) < 7 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Run: %v", err)
+	}
+	if n := e.published(t); n != 7 {
+		t.Fatalf("%d of the 7 due runs published by the first tick", n)
+	}
+	// Two minutes later nothing is left to be retired as missed.
+	e.clock.Set(t0.Add(33 * time.Minute))
+	tick(t, s)
+	for _, id := range ids {
+		if j := e.job(t, id); j.State != cron.StateCompleted || j.LastStatus != "ok" {
+			t.Errorf("job %s: %s, %q %q", id, j.State, j.LastStatus, j.LastError)
+		}
+	}
+}
