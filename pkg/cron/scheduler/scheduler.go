@@ -617,6 +617,10 @@ func (s *Scheduler) skipFires(j *cron.Job, sched schedule.Schedule, now time.Tim
 		t = next
 	}
 	if n == 0 {
+		// Nothing came due since the last mark (the schedule changed
+		// since: its next run is later): the mark moves to that run, so
+		// the job is not claimed again before it.
+		j.NextSkipAt = from
 		return
 	}
 	if t.IsZero() || t.Before(now) {

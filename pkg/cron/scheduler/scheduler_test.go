@@ -1725,3 +1725,41 @@ func TestBurstBeyondMaxPerTick(t *testing.T) {
 		}
 	}
 }
+
+// TestHeldJobWithNothingToSkip: a job held by its run whose schedule was
+// changed since its last skipped instant (next_skip_at now before its new
+// next run) has nothing to skip yet: a look leaves it unclaimable until
+// its next instant, rather than claimable by every tick (and by each of
+// the ticks that follow one another at once through a burst) for nothing.
+func TestHeldJobWithNothingToSkip(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newEnv(t)
+	j := e.create(t, cron.NewJob{Prompt: "a long report", Schedule: "every 1h"})
+	s := e.scheduler(t, func(c *scheduler.Config) { c.MaxRunDuration = 24 * time.Hour })
+	e.clock.Set(t0.Add(time.Hour + time.Second))
+	if n := tick(t, s); n != 1 {
+		t.Fatalf("fired %d", n)
+	}
+	// Its next instant comes while the run goes: skipped, counted once.
+	e.clock.Set(t0.Add(2*time.Hour + 2*time.Second))
+	tick(t, s)
+	if got := e.job(t, j.ID); !got.Running() || got.NextSkipAt.IsZero() {
+		t.Fatalf("not held with a skip: %+v", got)
+	}
+	e.clock.Set(t0.Add(2*time.Hour + 30*time.Minute))
+	sched := "every 3h"
+	if _, err := e.store.Update(ctx, "telegram:99", j.ID, cron.Update{Schedule: &sched}); err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Set(t0.Add(3*time.Hour + time.Minute)) // the old skip mark passed; the new next run has not come
+	tick(t, s)
+	tx, err := e.db.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if got, ok, err := cron.ClaimDue(ctx, tx, e.clock.Now(), nil); err != nil || ok {
+		t.Errorf("after a look, the held job is still claimable: %v %v (next run %v, skip mark %v)", ok, err, got.NextRunAt, got.NextSkipAt)
+	}
+}
