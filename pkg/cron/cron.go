@@ -249,7 +249,7 @@ func CheckDeliver(raw string, origin Origin) (string, error) {
 	case DeliverLocal:
 		return DeliverLocal, nil
 	}
-	if len(d) > 512 || !utf8.ValidString(d) || strings.ContainsAny(d, "\r\n\t ") {
+	if len(d) > 512 || !utf8.ValidString(d) || strings.ContainsAny(d, "\r\n\t \x00") {
 		return "", fmt.Errorf("%w: deliver %q is not a target", ErrInvalid, d)
 	}
 	if _, _, err := outbox.ParseTarget(d, func(string) string { return "home" }); err != nil {
@@ -265,7 +265,8 @@ func checkPrompt(p string) (string, error) {
 		return "", fmt.Errorf("%w: the prompt is empty", ErrInvalid)
 	case len(p) > MaxPromptBytes:
 		return "", fmt.Errorf("%w: the prompt is longer than %d bytes", ErrInvalid, MaxPromptBytes)
-	case !utf8.ValidString(p):
+	case !utf8.ValidString(p) || strings.ContainsRune(p, 0):
+		// Postgres text holds neither.
 		return "", fmt.Errorf("%w: the prompt is not UTF-8 text", ErrInvalid)
 	}
 	return p, nil
@@ -280,7 +281,9 @@ func checkRepeat(n int) error {
 
 // nameOf is Hermes's default name: the prompt's first 50 characters.
 func nameOf(name, prompt string) string {
-	name = strings.Join(strings.Fields(name), " ")
+	// Postgres text holds no NUL and no invalid UTF-8: dropped, as the
+	// spacing is normalised.
+	name = strings.Join(strings.Fields(strings.ReplaceAll(strings.ToValidUTF8(name, ""), "\x00", "")), " ")
 	if name == "" {
 		name = strings.Join(strings.Fields(prompt), " ")
 		if r := []rune(name); len(r) > 50 {
@@ -477,6 +480,10 @@ func (s *Store) Update(ctx context.Context, owner, id string, u Update) (Job, er
 			}
 			j.Kind, j.Expr, j.Display = sched.Kind, sched.Expr, sched.Display
 			j.NextRunAt = sched.First(now)
+			// Failures to fire belonged to the old schedule's instant: the
+			// new one is tried afresh (and is missed if the routers are
+			// down at its time, rather than retried as a failed firing).
+			j.FireFailures, j.FireRetryAt = 0, time.Time{}
 		}
 		return nil
 	})

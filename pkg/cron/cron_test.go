@@ -85,11 +85,19 @@ func TestCreateRefuses(t *testing.T) {
 		"is in the past":       {Owner: "u", Prompt: "p", Schedule: "2026-03-01T09:00:00Z", Origin: tg},
 		"not a short line":     {Owner: "u", Prompt: "p", Schedule: strings.Repeat("every ", 50), Origin: tg},
 		"deliver: bad target:": {Owner: "u", Prompt: "p", Schedule: "1h", Deliver: ":123", Origin: tg},
+		// Postgres text holds no NUL: refused as bad input, not a
+		// failing store ("the job store is unavailable").
+		"the prompt is not UTF-8 text":     {Owner: "u", Prompt: "check\x00 the build", Schedule: "1h", Origin: tg},
+		`deliver "telegram:1\x002" is not`: {Owner: "u", Prompt: "p", Schedule: "1h", Deliver: "telegram:1\x002", Origin: tg},
 	}
 	for want, n := range cases {
 		if _, err := s.Create(ctx, n); !errors.Is(err, cron.ErrInvalid) || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: got %v", want, err)
 		}
+	}
+	// A name keeps what Postgres can hold.
+	if j, err := s.Create(ctx, cron.NewJob{Owner: "u", Name: "night\x00ly \xff digest", Prompt: "p", Schedule: "1h", Origin: tg}); err != nil || j.Name != "nightly digest" {
+		t.Errorf("name with a NUL and a bad byte: %v %q", err, j.Name)
 	}
 	// Targets that parse are kept as typed, resolved when the job fires.
 	for _, d := range []string{"telegram", "telegram:-1001234567890:17585", "discord:#engineering", "local"} {
@@ -682,5 +690,31 @@ func TestInTx(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestScheduleChangeClearsFireFailures: failures to fire belong to the
+// instant they were for; a new schedule's first run is tried afresh
+// (not delayed by the old backoff, nor taken for a failed firing the
+// scheduler must retry however late).
+func TestScheduleChangeClearsFireFailures(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	now := t0
+	db := pgtest.New(t)
+	s := cron.New(db, time.UTC, func() time.Time { return now })
+	j, err := s.Create(ctx, cron.NewJob{Owner: "telegram:99", Prompt: "p", Schedule: "every 1h", Origin: tg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := cron.RecordFireFailure(ctx, db, j.ID, func(int) cron.FireFailureOutcome {
+		return cron.FireFailureOutcome{RetryAt: now.Add(time.Hour), LastError: "boom"}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	sched := "every 2h"
+	got, err := s.Update(ctx, "telegram:99", j.ID, cron.Update{Schedule: &sched})
+	if err != nil || got.FireFailures != 0 || !got.FireRetryAt.IsZero() {
+		t.Errorf("after a new schedule: %d failures, retry at %v, %v", got.FireFailures, got.FireRetryAt, err)
 	}
 }

@@ -397,7 +397,9 @@ func splitSchedule(args string) (sched, prompt string) {
 
 func isCron(s string) bool {
 	sch, err := schedule.Parse(s, time.Now(), time.UTC)
-	return err == nil && sch.Kind == schedule.Cron
+	// Five cron fields that never come are still the schedule, so that
+	// /cron add says why it is refused.
+	return err == nil && sch.Kind == schedule.Cron || errors.Is(err, schedule.ErrNever)
 }
 
 func unquote(s string) string {

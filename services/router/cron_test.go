@@ -25,6 +25,8 @@ func TestSplitSchedule(t *testing.T) {
 		{`every 2h Check  the   server`, "every 2h", "Check  the   server"},
 		{`0 9 * * * Give me a morning summary`, "0 9 * * *", "Give me a morning summary"},
 		{`2026-03-15T09:00:00 Pay the rent`, "2026-03-15T09:00:00", "Pay the rent"},
+		// Refused later, saying it never comes, not as "0".
+		{`0 0 30 2 * Leap day party`, "0 0 30 2 *", "Leap day party"},
 		{`30m`, "30m", ""},
 		{`"every 2h`, "", ""},
 		{``, "", ""},

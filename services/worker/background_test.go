@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/switchboard-chat/switchboard/pkg/fakellm"
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
 	"github.com/switchboard-chat/switchboard/pkg/sessionkey"
 	"github.com/switchboard-chat/switchboard/services/worker"
@@ -172,5 +173,45 @@ func TestEmptyAnswerSaysNoResponseGenerated(t *testing.T) {
 		if got := checkReplies(t, h.replies(req.TurnId)).GetFinalText().GetText(); got != tt.want {
 			t.Errorf("answer %q, want %q", got, tt.want)
 		}
+	}
+}
+
+// A cron run's call of a dangerous tool is denied at once, as Hermes's
+// approvals.cron_mode (deny by default): a run is answer_only, so the
+// approval prompt never reaches a chat, and an /approve in any chat goes
+// to that chat's session, not the run's; waiting agent.approval_timeout
+// for an answer that cannot come held the run (and its job) that long
+// for every such call.
+func TestCronRunDeniesApprovalsAtOnce(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	runID := "c0ffeec0ffee_20261205_090000"
+	key := "agent:main:cron:dm:" + runID
+	h.setGeneration(key, 1)
+	var runs atomic.Int32
+	h.startWorker("w1", func(c *worker.Config, d *worker.Deps) {
+		c.Agent.ApprovalTimeout = time.Hour
+		c.Agent.DangerousTools = []string{"rm"}
+		d.Tools = []tools.Tool{{Name: "rm", Description: "Remove a file.",
+			Run: func(context.Context, tools.Call, json.RawMessage) (string, error) {
+				runs.Add(1)
+				return "removed", nil
+			}}}
+	})
+	origin := &eventsv1.SessionSource{Platform: "cron", Account: "default", ChatId: runID, ChatName: "Nightly cleanup",
+		ChatType: "dm", UserId: "c0ffeec0ffee", UserName: "Nightly cleanup"}
+	req := h.requestTurn(key, `[[tool:rm {"path": "/tmp/x"}]] clean up`, turnOpts{answerOnly: true, origin: origin})
+	start := time.Now()
+	done := h.waitCompleted(req.TurnId)
+	if done.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED || runs.Load() != 0 {
+		t.Fatalf("status %v (%s), the tool ran %d times", done.GetStatus(), done.GetError(), runs.Load())
+	}
+	if d := time.Since(start); d > 30*time.Second {
+		t.Errorf("the run took %v: it waited for an approval", d)
+	}
+	evs := h.replies(req.TurnId)
+	final := checkReplies(t, evs)
+	if len(evs) != 1 || !strings.HasPrefix(final.GetFinalText().GetText(), "Cronjob Response: Nightly cleanup\n") {
+		t.Errorf("replies %v, want the run's answer alone", evs)
 	}
 }

@@ -33,3 +33,22 @@ func TestCronAnswer(t *testing.T) {
 		}
 	}
 }
+
+// TestCronFailure: a failed cron run tells its chat which job failed, as
+// Hermes's "⚠️ Cron job '<name>' failed:\n<error>" (delivery puts the ⚠️
+// first); without it the chat got a bare error out of nowhere.
+func TestCronFailure(t *testing.T) {
+	r := &turnRun{log: slog.Default(), req: &turnsv1.TurnRequested{
+		Origin: &eventsv1.SessionSource{Platform: "cron", ChatName: "Morning feeds"}}}
+	if got, want := r.backgroundFailure("the model provider rejected the credentials"),
+		"Cron job 'Morning feeds' failed:\nthe model provider rejected the credentials"; got != want {
+		t.Errorf("failure %q, want %q", got, want)
+	}
+	if got, want := r.backgroundFailure(""), "Cron job 'Morning feeds' failed:\nSee logs for details"; got != want {
+		t.Errorf("failure without a reason %q, want %q", got, want)
+	}
+	chat := &turnRun{log: slog.Default(), req: &turnsv1.TurnRequested{Origin: &eventsv1.SessionSource{Platform: "telegram"}}}
+	if got := chat.backgroundFailure("boom"); got != "boom" {
+		t.Errorf("a chat's failure %q", got)
+	}
+}

@@ -1106,6 +1106,14 @@ func (r *turnRun) approve(ctx context.Context, tc store.ToolCall, ask *repliesv1
 		r.log.Info("tool approval denied: a background task cannot ask", "tool", tc.Name)
 		return answer{}, nil
 	}
+	if r.req.GetOrigin().GetPlatform() == "cron" {
+		// A cron run is answer_only (its prompt would reach no chat) and
+		// its session is its own (no chat's /approve reaches it): denied
+		// now, as Hermes's approvals.cron_mode deny (its default), rather
+		// than after agent.approval_timeout, holding the run and its job.
+		r.log.Info("tool approval denied: a cron run cannot ask", "tool", tc.Name)
+		return answer{}, nil
+	}
 	r.ctl.await(true, tc.ID)
 	defer r.ctl.await(false, "")
 	if err := r.toolProgress(ctx, ask); err != nil {

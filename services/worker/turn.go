@@ -812,8 +812,8 @@ func (r *turnRun) backgroundAnswer(text string) string {
 
 // backgroundFailure is the reason a /background task's turn failed, as
 // Hermes words it ("Background task <id> failed: …"; delivery puts its
-// ⚠️ before every failure, where Hermes has ❌). Other turns' go as
-// they are.
+// ⚠️ before every failure, where Hermes has ❌), or a cron run's
+// ("Cron job '<name>' failed:\n…"). Other turns' go as they are.
 func (r *turnRun) backgroundFailure(reason string) string {
 	if r.req.GetSideQuestion() != nil {
 		// Hermes's "❌ /btw failed: …" (delivery puts its ⚠️ first).
@@ -821,6 +821,14 @@ func (r *turnRun) backgroundFailure(reason string) string {
 			reason = "no answer"
 		}
 		return "/btw failed: " + reason
+	}
+	if o := r.req.GetOrigin(); o.GetPlatform() == "cron" {
+		// Hermes's "⚠️ Cron job '<name>' failed:\n<error>": the chat
+		// learns which job (delivery puts the ⚠️ first).
+		if reason == "" {
+			reason = "See logs for details"
+		}
+		return "Cron job '" + o.GetChatName() + "' failed:\n" + reason
 	}
 	id := r.req.GetBackgroundTaskId()
 	if id == "" {

@@ -40,6 +40,10 @@ const OnceGrace = 2 * time.Minute
 // ErrInvalid marks a schedule that cannot be parsed.
 var ErrInvalid = errors.New("invalid schedule")
 
+// ErrNever marks (with ErrInvalid) a well-formed cron expression that
+// never comes: a date no calendar has, such as February 30th.
+var ErrNever = errors.New("never comes (no such date in the next five years)")
+
 // Schedule is a parsed schedule.
 type Schedule struct {
 	// Kind is Once, Interval or Cron.
@@ -128,7 +132,17 @@ func Parse(text string, now time.Time, loc *time.Location) (Schedule, error) {
 		return delay(n, strings.TrimSpace(s[3:]), now, loc), nil
 	}
 	if fields := strings.Fields(s); len(fields) == 5 && allCronFields(fields) {
-		return cronExpr(strings.Join(fields, " "), loc)
+		c, err := cronExpr(strings.Join(fields, " "), loc)
+		if err != nil {
+			return Schedule{}, err
+		}
+		// A date no calendar has (February 30th) parses but never comes:
+		// such a job would be listed as scheduled for good, run nothing,
+		// and count towards its owner's jobs.
+		if c.cronNext(now).IsZero() {
+			return Schedule{}, fmt.Errorf("%w: cron expression %q %w", ErrInvalid, c.Expr, ErrNever)
+		}
+		return c, nil
 	}
 	if strings.Contains(s, "T") || isoDate.MatchString(s) {
 		at, err := timestamp(s, loc)

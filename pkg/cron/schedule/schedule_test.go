@@ -95,6 +95,8 @@ func TestParseRefuses(t *testing.T) {
 		"in 99999999999999m":                   "too long",
 		"every 9999999d":                       "too long",
 		"61 * * * *":                           "cron expression",
+		"0 0 30 2 *":                           "never comes",
+		"0 9 31 4,6,9,11 *":                    "never comes",
 		"* * * *":                              "Use:",
 		"0 9 * * * *":                          "Use:",
 		"@daily":                               "Use:",

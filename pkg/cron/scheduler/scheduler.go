@@ -29,6 +29,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -189,6 +190,9 @@ type Scheduler struct {
 	paused  func(ctx context.Context) (bool, error)
 	// held: the last tick was paused (logged once per pause).
 	held bool
+	// more: the last tick used its whole cron.max_per_tick budget, so
+	// jobs may still be due; Run ticks again at once.
+	more atomic.Bool
 	now  func() time.Time
 	loc  *time.Location
 	// commit ends a run's transaction (tests make it fail).
@@ -215,15 +219,26 @@ func New(cfg Config, deps Deps) (*Scheduler, error) {
 		commit: func(ctx context.Context, tx pgx.Tx) error { return tx.Commit(ctx) }}, nil
 }
 
-// Run ticks until ctx ends; the first tick is at once.
+// maxBackToBack bounds the ticks Run makes at once, one after another,
+// while each used its whole budget.
+const maxBackToBack = 1000
+
+// Run ticks until ctx ends; the first tick is at once. A tick that used
+// its whole cron.max_per_tick budget is followed at once by another, so
+// that a burst of due jobs is fired in batches now, not one batch a tick
+// (a one-shot left for the third tick is past its grace: missed).
 func (s *Scheduler) Run(ctx context.Context) error {
 	s.log.Info("cron scheduler running", "tick", s.cfg.Tick, "timezone", s.loc.String())
 	t := time.NewTicker(s.cfg.Tick)
 	defer t.Stop()
-	for {
+	for n := 0; ; n++ {
 		if _, err := s.Tick(ctx); err != nil && ctx.Err() == nil {
 			s.log.Warn("cron tick failed", "err", err)
 		}
+		if s.more.Load() && n < maxBackToBack && ctx.Err() == nil {
+			continue
+		}
+		n = -1
 		select {
 		case <-ctx.Done():
 			return nil
@@ -252,10 +267,12 @@ func (s *Scheduler) Tick(ctx context.Context) (int, error) {
 			}
 		}
 		if paused {
+			s.more.Store(false)
 			return 0, s.sweep(ctx)
 		}
 	}
-	fired, err := s.fire(ctx)
+	fired, more, err := s.fire(ctx)
+	s.more.Store(more)
 	if serr := s.sweep(ctx); err == nil {
 		err = serr
 	}
@@ -281,11 +298,11 @@ func (s *Scheduler) sweep(ctx context.Context) error {
 	return nil
 }
 
-// fire publishes the runs due now.
-func (s *Scheduler) fire(ctx context.Context) (int, error) {
+// fire publishes the runs due now; more: it stopped at
+// cron.max_per_tick, and jobs may still be due.
+func (s *Scheduler) fire(ctx context.Context) (fired int, more bool, err error) {
 	var skip []string
 	var first error
-	fired := 0
 	for range s.cfg.MaxPerTick {
 		id, published, ok, err := s.fireOne(ctx, skip)
 		if err != nil {
@@ -297,13 +314,13 @@ func (s *Scheduler) fire(ctx context.Context) (int, error) {
 				first = err
 			}
 			if id == "" || ctx.Err() != nil {
-				return fired, first
+				return fired, false, first
 			}
 			skip = append(skip, id)
 			continue
 		}
 		if !ok {
-			break
+			return fired, false, first
 		}
 		// One look at a job a tick: a job held by its run may be
 		// claimed again at once.
@@ -312,7 +329,7 @@ func (s *Scheduler) fire(ctx context.Context) (int, error) {
 			fired++
 		}
 	}
-	return fired, first
+	return fired, true, first
 }
 
 // fireOne claims one due job and handles it in a transaction of its own.
@@ -485,7 +502,14 @@ func (s *Scheduler) handle(ctx context.Context, j *cron.Job, now time.Time) (boo
 	if sched.Kind == schedule.Once {
 		grace = max(grace, 2*s.cfg.Tick)
 	}
+	// An instant whose firing failed (a panic, the bus or the database
+	// down) was tried in time, and its run may be out already (a commit
+	// that failed after its publish; its end may even be recorded): it is
+	// retried under its id however late, never missed nor skipped. An
+	// outage only delays.
+	tried := j.FireFailures > 0 || j.LastRunID == cron.RunID(j.ID, due, false)
 	switch {
+	case tried:
 	case sched.Kind == schedule.Once && late > grace && ranByHandSince(j.LastRunID, due):
 		// A "run" fired since it was due: that was its run, as Hermes's
 		// run-now of a one-shot is; completed, its status the run's
@@ -593,6 +617,10 @@ func (s *Scheduler) skipFires(j *cron.Job, sched schedule.Schedule, now time.Tim
 		t = next
 	}
 	if n == 0 {
+		// Nothing came due since the last mark (the schedule changed
+		// since: its next run is later): the mark moves to that run, so
+		// the job is not claimed again before it.
+		j.NextSkipAt = from
 		return
 	}
 	if t.IsZero() || t.Before(now) {

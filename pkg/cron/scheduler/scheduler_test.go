@@ -1615,3 +1615,151 @@ func TestRunEndedBeforeItsRunIsRecorded(t *testing.T) {
 		t.Errorf("%d runs on the bus, want 2", n)
 	}
 }
+
+// TestOneShotRetriedNotMissed: a one-shot whose firing was tried on time
+// and failed (the bus or the database down: here the commit after its
+// publish) is retried under its run id when the scheduler gets through,
+// however late: an outage only delays, as for any job. It was retired as
+// missed ("missed: due at …", status error) once the retry came more than
+// two minutes after its time, though its run had gone out (and its end
+// may have been recorded ok meanwhile), or had never been published and
+// so was lost while every router was up.
+func TestOneShotRetriedNotMissed(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name      string
+		published bool // the failed attempt's publish went through
+		ended     bool // and its run ended before the retry
+	}{
+		{"commit failed after the publish", true, false},
+		{"commit failed, run ended before the retry", true, true},
+		{"publish failed", false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			e := newEnv(t)
+			j := e.create(t, cron.NewJob{Prompt: "remind me", Schedule: "30m", Deliver: "telegram:99"})
+			due := t0.Add(30 * time.Minute)
+			runID := cron.RunID(j.ID, due, false)
+			e.clock.Set(due.Add(10 * time.Second))
+			cfg := scheduler.DefaultConfig()
+			cfg.Timezone = "UTC"
+			failing, err := scheduler.New(cfg, scheduler.Deps{DB: e.db, Bus: e.bus, Now: e.clock.Now,
+				Resolve: func(ctx context.Context, raw string) (*deliveryv1.Target, error) {
+					if !tc.published {
+						return nil, errors.New("directory: connection refused") // before the publish
+					}
+					return resolve(ctx, raw)
+				}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			scheduler.SetCommit(failing, func(ctx context.Context, tx pgx.Tx) error {
+				_ = tx.Rollback(ctx)
+				return errors.New("connection lost")
+			})
+			if _, err := failing.Tick(ctx); err == nil {
+				t.Fatal("the failing tick did not fail")
+			}
+			want := uint64(0)
+			if tc.published {
+				want = 1
+			}
+			if n := e.published(t); n != want {
+				t.Fatalf("%d messages after the failed attempt", n)
+			}
+			if tc.ended {
+				e.end(t, runID, due.Add(time.Minute))
+			}
+			// The outage lasts; the scheduler gets through 5 minutes late.
+			e.clock.Set(due.Add(5 * time.Minute))
+			tick(t, e.scheduler(t, nil))
+			got := e.job(t, j.ID)
+			if got.State != cron.StateCompleted || got.LastStatus != "ok" || got.LastError != "" || got.LastRunID != runID || got.RepeatCompleted != 1 {
+				t.Errorf("state %s, status %q, error %q, last run %q, %d runs; want completed, ok, its run %s",
+					got.State, got.LastStatus, got.LastError, got.LastRunID, got.RepeatCompleted, runID)
+			}
+			if n := e.published(t); n != 1 {
+				t.Errorf("%d runs on the bus, want its one run", n)
+			}
+		})
+	}
+}
+
+// TestBurstBeyondMaxPerTick: more jobs due at once than cron.max_per_tick
+// are all fired, by ticks that follow one another at once while the last
+// one used its whole budget, not one batch a tick: a one-shot left for
+// the third tick was more than two minutes late and retired as missed
+// (Hermes's tick fires every due job), though every router was up.
+func TestBurstBeyondMaxPerTick(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	var ids []string
+	for i := range 7 {
+		ids = append(ids, e.create(t, cron.NewJob{Prompt: fmt.Sprintf("remind me %d", i), Schedule: "30m"}).ID)
+	}
+	e.clock.Set(t0.Add(30*time.Minute + 5*time.Second))
+	// A tick so long that only the first one, at once, comes in the test.
+	s := e.scheduler(t, func(c *scheduler.Config) { c.MaxPerTick, c.Tick, c.MaxRunDuration = 2, time.Hour, time.Hour })
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for e.published(t) < 7 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Run: %v", err)
+	}
+	if n := e.published(t); n != 7 {
+		t.Fatalf("%d of the 7 due runs published by the first tick", n)
+	}
+	// Two minutes later nothing is left to be retired as missed.
+	e.clock.Set(t0.Add(33 * time.Minute))
+	tick(t, s)
+	for _, id := range ids {
+		if j := e.job(t, id); j.State != cron.StateCompleted || j.LastStatus != "ok" {
+			t.Errorf("job %s: %s, %q %q", id, j.State, j.LastStatus, j.LastError)
+		}
+	}
+}
+
+// TestHeldJobWithNothingToSkip: a job held by its run whose schedule was
+// changed since its last skipped instant (next_skip_at now before its new
+// next run) has nothing to skip yet: a look leaves it unclaimable until
+// its next instant, rather than claimable by every tick (and by each of
+// the ticks that follow one another at once through a burst) for nothing.
+func TestHeldJobWithNothingToSkip(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newEnv(t)
+	j := e.create(t, cron.NewJob{Prompt: "a long report", Schedule: "every 1h"})
+	s := e.scheduler(t, func(c *scheduler.Config) { c.MaxRunDuration = 24 * time.Hour })
+	e.clock.Set(t0.Add(time.Hour + time.Second))
+	if n := tick(t, s); n != 1 {
+		t.Fatalf("fired %d", n)
+	}
+	// Its next instant comes while the run goes: skipped, counted once.
+	e.clock.Set(t0.Add(2*time.Hour + 2*time.Second))
+	tick(t, s)
+	if got := e.job(t, j.ID); !got.Running() || got.NextSkipAt.IsZero() {
+		t.Fatalf("not held with a skip: %+v", got)
+	}
+	e.clock.Set(t0.Add(2*time.Hour + 30*time.Minute))
+	sched := "every 3h"
+	if _, err := e.store.Update(ctx, "telegram:99", j.ID, cron.Update{Schedule: &sched}); err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Set(t0.Add(3*time.Hour + time.Minute)) // the old skip mark passed; the new next run has not come
+	tick(t, s)
+	tx, err := e.db.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if got, ok, err := cron.ClaimDue(ctx, tx, e.clock.Now(), nil); err != nil || ok {
+		t.Errorf("after a look, the held job is still claimable: %v %v (next run %v, skip mark %v)", ok, err, got.NextRunAt, got.NextSkipAt)
+	}
+}
