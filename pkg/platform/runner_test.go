@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -13,13 +12,11 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/switchboard-chat/switchboard/pkg/bus"
 	"github.com/switchboard-chat/switchboard/pkg/bus/bustest"
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
-	"github.com/switchboard-chat/switchboard/pkg/natsd"
 	"github.com/switchboard-chat/switchboard/pkg/platform"
 	"github.com/switchboard-chat/switchboard/pkg/platform/platformtest"
 	"github.com/switchboard-chat/switchboard/pkg/telemetry/telemetrytest"
@@ -451,29 +448,15 @@ type leasePair struct {
 
 func startLeasePair(t *testing.T, ephemeral bool) *leasePair {
 	t.Helper()
-	dir := t.TempDir()
-	srv, err := natsd.Start(natsd.Config{Port: -1, StoreDir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	url := srv.ClientURL()
-	port, err := strconv.Atoi(url[strings.LastIndex(url, ":")+1:])
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Shutdown() })
-	topo := bus.Topology{Prefix: bustest.Prefix(), Storage: jetstream.FileStorage, DedupeWindow: time.Minute}
-	reconnect := []nats.Option{nats.MaxReconnects(-1), nats.ReconnectWait(50 * time.Millisecond)}
-	p := &leasePair{ttl: 900 * time.Millisecond,
-		busA: bustest.NewWith(t, url, topo, reconnect...), busB: bustest.NewWith(t, url, topo, reconnect...),
+	srv := bustest.NewRestartable(t)
+	topo := srv.Topology()
+	p := &leasePair{ttl: 900 * time.Millisecond, busA: srv.Bus(t, topo), busB: srv.Bus(t, topo),
 		mA: platformtest.NewMemory("bot", true), mB: platformtest.NewMemory("bot", true)}
 	p.restart = func(down time.Duration, meanwhile func()) {
-		srv.Shutdown()
+		srv.Stop()
 		meanwhile()
 		time.Sleep(down)
-		if srv, err = natsd.Start(natsd.Config{Port: port, StoreDir: dir}); err != nil {
-			t.Fatal(err)
-		}
+		srv.Start()
 	}
 	p.mA.SetEphemeral(ephemeral)
 	p.mB.SetEphemeral(ephemeral)

@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"log/slog"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -103,4 +104,65 @@ func NewWith(t testing.TB, url string, topo bus.Topology, opts ...nats.Option) *
 		nc.Close()
 	})
 	return b
+}
+
+// Restartable is an embedded nats-server with its JetStream store on disk,
+// which a test stops and starts again on the same port and store: a NATS
+// restart, or an outage of a given length.
+type Restartable struct {
+	t    testing.TB
+	dir  string
+	port int
+	srv  *natsd.Server
+	// URL is the server's client URL, the same across restarts.
+	URL string
+}
+
+// NewRestartable starts one; cleanup shuts it down.
+func NewRestartable(t testing.TB) *Restartable {
+	t.Helper()
+	r := &Restartable{t: t, dir: t.TempDir()}
+	srv, err := natsd.Start(natsd.Config{Port: -1, StoreDir: r.dir})
+	if err != nil {
+		t.Fatalf("start embedded nats: %v", err)
+	}
+	r.srv, r.URL = srv, srv.ClientURL()
+	if r.port, err = strconv.Atoi(r.URL[strings.LastIndex(r.URL, ":")+1:]); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if r.srv != nil {
+			r.srv.Shutdown()
+		}
+	})
+	return r
+}
+
+// Stop shuts the server down.
+func (r *Restartable) Stop() {
+	r.srv.Shutdown()
+	r.srv = nil
+}
+
+// Start starts it again on its port and store.
+func (r *Restartable) Start() {
+	r.t.Helper()
+	srv, err := natsd.Start(natsd.Config{Port: r.port, StoreDir: r.dir})
+	if err != nil {
+		r.t.Fatalf("restart embedded nats: %v", err)
+	}
+	r.srv = srv
+}
+
+// Topology is a fresh topology whose streams are on disk: they outlive a
+// restart.
+func (r *Restartable) Topology() bus.Topology {
+	return bus.Topology{Prefix: Prefix(), Storage: jetstream.FileStorage, DedupeWindow: time.Minute}
+}
+
+// Bus returns a Bus of topo on the server whose connection reconnects
+// for ever, 50 ms apart.
+func (r *Restartable) Bus(t testing.TB, topo bus.Topology) *bus.Bus {
+	t.Helper()
+	return NewWith(t, r.URL, topo, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
 }

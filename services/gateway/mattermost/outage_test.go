@@ -4,17 +4,11 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/switchboard-chat/switchboard/pkg/bus"
 	"github.com/switchboard-chat/switchboard/pkg/bus/bustest"
-	"github.com/switchboard-chat/switchboard/pkg/natsd"
 	"github.com/switchboard-chat/switchboard/pkg/platform"
 	"github.com/switchboard-chat/switchboard/pkg/platform/platformtest"
 	"github.com/switchboard-chat/switchboard/services/gateway/mattermost/mattermostfake"
@@ -29,19 +23,8 @@ import (
 // catch-up after the reconnect reads only channels it knows.
 func TestPostReadDuringANATSOutageIsPublished(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	srv, err := natsd.Start(natsd.Config{Port: -1, StoreDir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	url := srv.ClientURL()
-	port, err := strconv.Atoi(url[strings.LastIndex(url, ":")+1:])
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Shutdown() })
-	topo := bus.Topology{Prefix: bustest.Prefix(), Storage: jetstream.FileStorage, DedupeWindow: time.Minute}
-	b := bustest.NewWith(t, url, topo, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	n := bustest.NewRestartable(t)
+	b := n.Bus(t, n.Topology())
 
 	f := mattermostfake.New(bot, botName, token)
 	t.Cleanup(f.Close)
@@ -69,12 +52,10 @@ func TestPostReadDuringANATSOutageIsPublished(t *testing.T) {
 		return st == platform.StateConnected && f.Connections() == 1
 	})
 
-	srv.Shutdown()
+	n.Stop()
 	id := f.Message(dmCh, ann, "written while NATS is down")
 	time.Sleep(2 * time.Second) // many ping intervals
-	if srv, err = natsd.Start(natsd.Config{Port: port, StoreDir: dir}); err != nil {
-		t.Fatal(err)
-	}
+	n.Start()
 
 	wctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()

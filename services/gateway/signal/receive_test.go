@@ -4,18 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/switchboard-chat/switchboard/pkg/bus"
 	"github.com/switchboard-chat/switchboard/pkg/bus/bustest"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
-	"github.com/switchboard-chat/switchboard/pkg/natsd"
 	"github.com/switchboard-chat/switchboard/pkg/platform"
 	"github.com/switchboard-chat/switchboard/pkg/platform/platformtest"
 	"github.com/switchboard-chat/switchboard/services/gateway/signal/signalfake"
@@ -328,19 +322,8 @@ func TestManualLeaseHandover(t *testing.T) {
 // made meanwhile, and it is published once NATS is back.
 func TestManualHoldsWhatTheBusRefuses(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	srv, err := natsd.Start(natsd.Config{Port: -1, StoreDir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	url := srv.ClientURL()
-	port, err := strconv.Atoi(url[strings.LastIndex(url, ":")+1:])
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Shutdown() })
-	topo := bus.Topology{Prefix: bustest.Prefix(), Storage: jetstream.FileStorage, DedupeWindow: time.Minute}
-	b := bustest.NewWith(t, url, topo, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	nats := bustest.NewRestartable(t)
+	b := nats.Bus(t, nats.Topology())
 
 	f := signalfake.New(bot)
 	t.Cleanup(f.Close)
@@ -350,7 +333,7 @@ func TestManualHoldsWhatTheBusRefuses(t *testing.T) {
 	s := runGateway(t, b, f, cfg, platform.Options{})
 	waitReceiving(t, s, f, ReceiveManual)
 
-	srv.Shutdown()
+	nats.Stop()
 	f.Receive(signalfake.Message{From: ann, Text: "while NATS is down"})
 	platformtest.WaitFor(t, "the message taken", func() bool { return f.Pending() == 0 && f.Polling() == 0 })
 	calls := len(f.Calls("receive"))
@@ -358,9 +341,7 @@ func TestManualHoldsWhatTheBusRefuses(t *testing.T) {
 	if n := len(f.Calls("receive")); n != calls {
 		t.Fatalf("%d receive calls while the gateway held an unpublished message", n-calls)
 	}
-	if srv, err = natsd.Start(natsd.Config{Port: port, StoreDir: dir}); err != nil {
-		t.Fatal(err)
-	}
+	nats.Start()
 	evs := platformtest.InboundEvents(t, b)
 	if got := texts(t, evs, 1); got[0] != "while NATS is down" {
 		t.Fatalf("got %q", got)
