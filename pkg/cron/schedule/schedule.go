@@ -219,11 +219,60 @@ func once(at time.Time, loc *time.Location) Schedule {
 }
 
 func cronExpr(expr string, loc *time.Location) (Schedule, error) {
-	c, err := cronParser.Parse(expr)
+	c, err := cronParser.Parse(sundaySeven(expr))
 	if err != nil {
 		return Schedule{}, fmt.Errorf("%w: cron expression %q: %v", ErrInvalid, expr, err)
 	}
 	return Schedule{Kind: Cron, Expr: expr, Display: expr, cron: c, loc: loc}, nil
+}
+
+// sundaySeven writes a day of the week 7 as 0: Sunday is either in cron
+// (and in croniter, which Hermes's schedules go through), but the parser
+// here takes 0-6 only. An item that names 7 ("7", "5-7", "1-7/2") becomes
+// the list of its days; the rest of the expression is left as written.
+func sundaySeven(expr string) string {
+	f := strings.Fields(expr)
+	if len(f) != 5 {
+		return expr
+	}
+	items := strings.Split(f[4], ",")
+	for i, item := range items {
+		items[i] = daysOf(item)
+	}
+	f[4] = strings.Join(items, ",")
+	return strings.Join(f, " ")
+}
+
+// daysOf lists the days of one numeric day-of-week item that reaches 7,
+// with 7 as 0; any other item is returned as it is.
+func daysOf(item string) string {
+	rng, stepText, stepped := strings.Cut(item, "/")
+	step := 1
+	if stepped {
+		n, err := strconv.Atoi(stepText)
+		if err != nil || n <= 0 {
+			return item
+		}
+		step = n
+	}
+	lo, hi, isRange := strings.Cut(rng, "-")
+	a, errA := strconv.Atoi(lo)
+	b := a
+	var errB error
+	switch {
+	case isRange:
+		b, errB = strconv.Atoi(hi)
+	case stepped:
+		b = 7 // "n/step": from n to the last day
+	}
+	if errA != nil || errB != nil || b != 7 || a < 0 || a > b {
+		return item
+	}
+	var days []string
+	for d := a; d <= b; d += step {
+		days = append(days, strconv.Itoa(d%7))
+	}
+	return strings.Join(days, ",")
 }
 
 var timestampLayouts = []string{

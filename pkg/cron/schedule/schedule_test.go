@@ -46,6 +46,11 @@ func TestParse(t *testing.T) {
 		{"*/15 * * * *", nil, schedule.Cron, "*/15 * * * *", "*/15 * * * *", time.Date(2026, 3, 10, 8, 45, 0, 0, time.UTC), 0},
 		{"0 9 * * MON-FRI", nil, schedule.Cron, "0 9 * * MON-FRI", "0 9 * * MON-FRI", time.Date(2026, 3, 10, 9, 0, 0, 0, time.UTC), 0},
 		{"0 0 * * 0", nil, schedule.Cron, "0 0 * * 0", "0 0 * * 0", time.Date(2026, 3, 15, 0, 0, 0, 0, time.UTC), 0},
+		// 7 is Sunday too, as in croniter (Hermes).
+		{"0 0 * * 7", nil, schedule.Cron, "0 0 * * 7", "0 0 * * 7", time.Date(2026, 3, 15, 0, 0, 0, 0, time.UTC), 0},
+		{"0 9 * * 5-7", nil, schedule.Cron, "0 9 * * 5-7", "0 9 * * 5-7", time.Date(2026, 3, 13, 9, 0, 0, 0, time.UTC), 0},
+		{"0 9 * * 1-7/2", nil, schedule.Cron, "0 9 * * 1-7/2", "0 9 * * 1-7/2", time.Date(2026, 3, 11, 9, 0, 0, 0, time.UTC), 0},
+		{"0 9 * * 6/1", nil, schedule.Cron, "0 9 * * 6/1", "0 9 * * 6/1", time.Date(2026, 3, 14, 9, 0, 0, 0, time.UTC), 0},
 		// 9:00 in Berlin is 8:00 UTC in March (CET): tomorrow's.
 		{"0 9 * * *", berlin, schedule.Cron, "0 9 * * *", "0 9 * * *", time.Date(2026, 3, 11, 8, 0, 0, 0, time.UTC), 0},
 		{"2026-03-15T09:00:00", nil, schedule.Once, "2026-03-15T09:00:00Z", "once at 2026-03-15 09:00", time.Date(2026, 3, 15, 9, 0, 0, 0, time.UTC), 1},
