@@ -2,6 +2,7 @@ package worker
 
 import (
 	"log/slog"
+	"strings"
 	"testing"
 
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
@@ -47,8 +48,14 @@ func TestCronFailure(t *testing.T) {
 	if got, want := r.backgroundFailure(""), "Cron job 'Morning feeds' failed:\nSee logs for details"; got != want {
 		t.Errorf("failure without a reason %q, want %q", got, want)
 	}
+	if got, want := r.backgroundFailure(r.interruptedText()), "Cron job 'Morning feeds' failed:\nThe run was interrupted before it finished."; got != want {
+		t.Errorf("interrupted %q, want %q", got, want)
+	}
 	chat := &turnRun{log: slog.Default(), req: &turnsv1.TurnRequested{Origin: &eventsv1.SessionSource{Platform: "telegram"}}}
 	if got := chat.backgroundFailure("boom"); got != "boom" {
 		t.Errorf("a chat's failure %q", got)
+	}
+	if got := chat.backgroundFailure(chat.interruptedText()); !strings.Contains(got, "Please send it again") {
+		t.Errorf("a chat's interrupted turn %q", got)
 	}
 }

@@ -407,7 +407,7 @@ func (r *turnRun) answerSuperseded(ctx context.Context) {
 		return
 	}
 	err = r.publish(ctx, &repliesv1.ReplyEvent{Body: &repliesv1.ReplyEvent_Error{Error: &repliesv1.ReplyError{
-		Code: "interrupted", Message: r.backgroundFailure("Sorry, your earlier message was interrupted before it was answered. Please send it again.")}}})
+		Code: "interrupted", Message: r.backgroundFailure(r.interruptedText())}}})
 	if err != nil {
 		r.log.Warn("tell the user a superseded turn was interrupted", "err", err)
 	}
@@ -814,6 +814,16 @@ func (r *turnRun) backgroundAnswer(text string) string {
 // Hermes words it ("Background task <id> failed: …"; delivery puts its
 // ⚠️ before every failure, where Hermes has ❌), or a cron run's
 // ("Cron job '<name>' failed:\n…"). Other turns' go as they are.
+// interruptedText is what a turn whose attempt died before it answered
+// tells its chat. A cron run was sent by no one: asking to send it again
+// would make no sense there.
+func (r *turnRun) interruptedText() string {
+	if r.req.GetOrigin().GetPlatform() == "cron" {
+		return "The run was interrupted before it finished."
+	}
+	return "Sorry, your earlier message was interrupted before it was answered. Please send it again."
+}
+
 func (r *turnRun) backgroundFailure(reason string) string {
 	if r.req.GetSideQuestion() != nil {
 		// Hermes's "❌ /btw failed: …" (delivery puts its ⚠️ first).
