@@ -108,13 +108,13 @@ func (s *Store) Branch(ctx context.Context, key, title string, maxRunes int) (Br
 const branchCopySQL = `WITH
 	fm AS (
 		SELECT m.id, m.user_key, m.turn_id || '@' || $3 AS turn_id, m.step, m.role, m.content, m.tool_calls,
-			m.tool_call_id, m.tool_name, m.created_at
+			m.tool_call_id, m.tool_name, m.created_at, m.compacted
 		FROM transcript_messages m WHERE m.session_id = $2),
 	fc AS (
 		INSERT INTO transcript_messages (session_key, session_id, user_key, turn_id, generation, step, role, content,
-			tool_calls, tool_call_id, tool_name, created_at)
+			tool_calls, tool_call_id, tool_name, created_at, compacted)
 		SELECT $1, $3, fm.user_key, fm.turn_id, $4, fm.step, fm.role, fm.content, fm.tool_calls,
-			fm.tool_call_id, fm.tool_name, fm.created_at
+			fm.tool_call_id, fm.tool_name, fm.created_at, fm.compacted
 		FROM fm ORDER BY fm.id
 		RETURNING id, turn_id, step),
 	fs AS (

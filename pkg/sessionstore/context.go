@@ -53,7 +53,8 @@ type ContextPart struct {
 // contextRowSQL reads the figure, the system prompt's size and the
 // summaries of conversation $2 of key $1; contextPartsSQL the messages
 // after the latest summary, by role and tool (the worker's history:
-// historySQL in services/worker/internal/store).
+// historySQL in services/worker/internal/store), a tool result that
+// mid-turn compression cleared counted as what the model reads of it.
 const (
 	contextRowSQL = `SELECT coalesce(c.context_tokens, 0), coalesce(c.model, ''), coalesce(c.updated_at, 'epoch'),
 		coalesce((SELECT octet_length(prompt) FROM session_prompts WHERE session_id = $2), 0),
@@ -62,7 +63,7 @@ const (
 	FROM (SELECT) AS one
 	LEFT JOIN session_context c ON c.session_key = $1 AND c.session_id = $2`
 	contextPartsSQL = `SELECT m.role, CASE WHEN m.role = 'tool' THEN m.tool_name ELSE '' END, count(*),
-		sum(octet_length(m.content) + 16 + coalesce((SELECT sum(octet_length(coalesce(tc->>'name', '')) + octet_length(coalesce(tc->>'arguments', '')) + 16)
+		sum(octet_length(coalesce(m.compacted, m.content)) + 16 + coalesce((SELECT sum(octet_length(coalesce(tc->>'name', '')) + octet_length(coalesce(tc->>'arguments', '')) + 16)
 			FROM jsonb_array_elements(CASE WHEN jsonb_typeof(m.tool_calls) = 'array' THEN m.tool_calls ELSE '[]' END) tc), 0))::bigint
 	FROM transcript_messages m WHERE m.session_id = $2 AND m.session_key = $1
 		AND m.id > coalesce((SELECT max(upto_id) FROM transcript_summaries WHERE session_id = $2), 0)

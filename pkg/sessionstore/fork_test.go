@@ -65,6 +65,10 @@ func newForkSource(t *testing.T) *forkSource {
 		ids = append(ids, id)
 	}
 	f.t1Last = ids[3]
+	// The worker cleared the tool result mid-turn: a copy reads it so too.
+	if _, err := db.Exec(ctx, `UPDATE transcript_messages SET compacted = 'cleared result' WHERE id = $1`, ids[2]); err != nil {
+		t.Fatal(err)
+	}
 	for _, w := range []struct {
 		turn    string
 		decided time.Time
@@ -90,7 +94,8 @@ func newForkSource(t *testing.T) *forkSource {
 }
 
 // copied is a conversation's transcript as the worker reads it: content
-// by role, in order, and the turn ids.
+// (with what the model reads of a cleared tool result) by role, in
+// order, and the turn ids.
 type copied struct {
 	contents, roles, turns []string
 	ids                    []int64
@@ -99,7 +104,7 @@ type copied struct {
 
 func (f *forkSource) transcript(t *testing.T, sessionID string) copied {
 	t.Helper()
-	rows, err := f.db.Query(context.Background(), `SELECT id, turn_id, role, content, coalesce(tool_calls::text, '')
+	rows, err := f.db.Query(context.Background(), `SELECT id, turn_id, role, content || coalesce(' [compacted: ' || compacted || ']', ''), coalesce(tool_calls::text, '')
 		FROM transcript_messages WHERE session_id = $1 ORDER BY id`, sessionID)
 	if err != nil {
 		t.Fatal(err)
@@ -172,7 +177,7 @@ func TestArriveForkCopiesUpToTheTurn(t *testing.T) {
 		t.Fatalf("arrive: created %v, %v", created, err)
 	}
 	got := f.transcript(t, sess.ID)
-	if want := []string{"alpha", "", "tool result", "echo: alpha"}; !slices.Equal(got.contents, want) {
+	if want := []string{"alpha", "", "tool result [compacted: cleared result]", "echo: alpha"}; !slices.Equal(got.contents, want) {
 		t.Fatalf("copied %q, want %q", got.contents, want)
 	}
 	if want := []string{"user", "assistant", "tool", "assistant"}; !slices.Equal(got.roles, want) {

@@ -372,13 +372,13 @@ const forkSQL = `,
 			WHERE s.created AND EXISTS (SELECT 1 FROM sessions o WHERE o.session_key = $10 AND o.platform = s.platform)),
 		fm AS (
 			SELECT m.id, m.user_key, m.turn_id || '@' || f.id AS turn_id, m.step, m.role, m.content, m.tool_calls,
-				m.tool_call_id, m.tool_name, m.created_at
+				m.tool_call_id, m.tool_name, m.created_at, m.compacted
 			FROM transcript_messages m, f WHERE m.session_id = f.src_id AND m.id <= f.upto),
 		fc AS (
 			INSERT INTO transcript_messages (session_key, session_id, user_key, turn_id, generation, step, role, content,
-				tool_calls, tool_call_id, tool_name, created_at)
+				tool_calls, tool_call_id, tool_name, created_at, compacted)
 			SELECT f.key, f.id, fm.user_key, fm.turn_id, f.gen, fm.step, fm.role, fm.content, fm.tool_calls,
-				fm.tool_call_id, fm.tool_name, fm.created_at
+				fm.tool_call_id, fm.tool_name, fm.created_at, fm.compacted
 			FROM fm, f ORDER BY fm.id
 			RETURNING id, turn_id, step),
 		fs AS (

@@ -127,6 +127,12 @@ func TestContextCommand(t *testing.T) {
 	if strings.Contains(got, "Use /context all") {
 		t.Errorf("/ctx all still offers itself:\n%s", got)
 	}
+	// A tool result the worker cleared to keep a turn within the window
+	// counts as what the model reads of it.
+	exec(`UPDATE transcript_messages SET compacted = $2 WHERE session_id = $1 AND tool_name = 'web_search'`, sess.ID, strings.Repeat("c", 84))
+	if got := e.ask("alice", "/ctx all"); !strings.Contains(got, "web_search: 1 result, ~25 tok") {
+		t.Errorf("/ctx all with a cleared result:\n%s", got)
+	}
 	if got := e.ask("alice", "/context everything"); got != "Usage: `/context [all]`" {
 		t.Errorf("/context everything: %q", got)
 	}

@@ -45,6 +45,10 @@ func estimateTokens(system string, summary string, parts ...[]store.Message) int
 	n := len(system) + len(summary)
 	for _, msgs := range parts {
 		for _, m := range msgs {
+			if m.Compacted != "" {
+				n += len(m.Compacted) + 16 // what the model reads
+				continue
+			}
 			n += len(m.Content) + 16
 			for _, tc := range m.ToolCalls {
 				n += len(tc.Name) + len(tc.Arguments) + 16
@@ -108,6 +112,91 @@ func (r *turnRun) compress(ctx context.Context, b Backend, model, system string,
 	r.log.Info("context compressed", "messages", len(old), "estimated_tokens", estimateTokens(system, ls.summary, ls.prior, ls.turn))
 	ls.summary = summary
 	ls.prior = ls.prior[cut:]
+	return true, nil
+}
+
+// compactedHead is how much of a tool result cleared by mid-turn
+// compression the model still reads.
+const compactedHead = 400
+
+// compactedText is what the model reads instead of a tool result that
+// mid-turn compression cleared: Hermes's note for pruned tool output
+// ("[Old tool output cleared to save context space]"), with the output's
+// size and start.
+func compactedText(content string) string {
+	return fmt.Sprintf("[Earlier tool output cleared to save context space (%s bytes); it began:]\n%s",
+		thousands(len(content)), truncate(content, compactedHead))
+}
+
+// compressMid keeps a turn within the context window before each of its
+// model calls, as Hermes checks between tool iterations: the older
+// messages of earlier turns are summarised when the prompt would exceed
+// agent.compress_at of the window (compress), and if the turn's own steps
+// still make it too long, its older tool results are cleared
+// (compactTurn). force does both at once: the provider refused the
+// prompt as too long. done reports whether the prompt got shorter; err is
+// a write's failure or why the turn must stop, as compress's.
+func (r *turnRun) compressMid(ctx context.Context, b Backend, model, system string, ls *loopState, force bool) (done bool, err error) {
+	summarised, err := r.compress(ctx, b, model, system, ls, force, "", 0)
+	if err != nil {
+		return false, err
+	}
+	compacted, err := r.compactTurn(ctx, system, ls, force)
+	return summarised || compacted, err
+}
+
+// compactTurn clears the turn's older tool results, oldest first, while
+// the prompt would exceed agent.compress_at of the window (all of them
+// when force): the model then reads compactedText in their place. The
+// turn's question and the results of its latest answer with tool calls
+// (what the next call is to read) stay whole, and a cleared result keeps
+// its place after its call, so no call loses its result. What was cleared
+// is stored under the turn's generation (store.Compact): a re-run of the
+// turn, and later turns, read the same.
+func (r *turnRun) compactTurn(ctx context.Context, system string, ls *loopState, force bool) (done bool, err error) {
+	a := r.s.cfg.Agent
+	limit := int(float64(a.ContextWindow) * a.CompressAt)
+	over := func() bool { return estimateTokens(system, ls.summary, ls.prior, ls.turn, ls.cutMsgs) > limit }
+	if !force && !over() {
+		return false, nil
+	}
+	latest := len(ls.turn)
+	for i := len(ls.turn) - 1; i >= 0; i-- {
+		if ls.turn[i].Role == llm.RoleAssistant && len(ls.turn[i].ToolCalls) > 0 {
+			latest = i
+			break
+		}
+	}
+	texts := map[int64]string{}
+	var cleared []int
+	for i := min(r.inputSteps(), len(ls.turn)); i < latest && (force || over()); i++ {
+		m := &ls.turn[i]
+		if m.Role != llm.RoleTool || m.ID == 0 || m.Compacted != "" {
+			continue
+		}
+		text := compactedText(m.Content)
+		if len(text) >= len(m.Content) {
+			continue
+		}
+		m.Compacted = text
+		texts[m.ID] = text
+		cleared = append(cleared, i)
+	}
+	if len(texts) == 0 {
+		return false, nil
+	}
+	err = errLockLost
+	if !r.lockLost.Load() {
+		err = r.s.store.Compact(ctx, r.st, texts)
+	}
+	if err != nil {
+		for _, i := range cleared {
+			ls.turn[i].Compacted = ""
+		}
+		return false, err
+	}
+	r.log.Info("context compressed mid-turn: older tool results cleared", "results", len(texts),
+		"estimated_tokens", estimateTokens(system, ls.summary, ls.prior, ls.turn, ls.cutMsgs))
 	return true, nil
 }
 

@@ -239,8 +239,10 @@ func (r *turnRun) runLoop(ctx context.Context) (store.Final, error) {
 	if r.req.GetMoa() {
 		return r.mixture(ctx, system, ls)
 	}
-	// The provider refused the prompt as too long once in this turn: a
-	// second refusal, after compressing, ends it.
+	// The provider refused the prompt as too long, and the call asked
+	// again after compressing has not answered yet: a second refusal of
+	// it ends the turn. A long turn that grows past the provider's count
+	// again later compresses again.
 	overflowed := false
 	// The model calls of the turn so far (a resumed turn's): its assistant
 	// steps after its inputs, whose stateless client's conversation may
@@ -270,6 +272,15 @@ func (r *turnRun) runLoop(ctx context.Context) (store.Final, error) {
 			}
 			return store.Final{}, err
 		}
+		// The turn's own steps may outgrow the window (a long tool loop
+		// reading big files or pages): compress before each call, as
+		// Hermes does between tool iterations.
+		if _, err := r.compressMid(ctx, backend, model, system, ls, false); err != nil {
+			if fin, stopped, serr := r.stopFinal(ctx, ls, err); stopped {
+				return fin, serr
+			}
+			return store.Final{}, err
+		}
 		if iterations >= r.s.cfg.Agent.MaxIterations {
 			return r.finishAtLimit(ctx, backend, model, system, ls, iterations)
 		}
@@ -282,9 +293,10 @@ func (r *turnRun) runLoop(ctx context.Context) (store.Final, error) {
 		}
 		if err != nil && llm.ClassOf(err) == llm.ContextOverflow && !overflowed {
 			// The estimate was short of the provider's count: summarise
-			// the older messages now and ask once more, as Hermes does.
+			// the older messages and clear the turn's older tool results
+			// now, and ask once more, as Hermes does.
 			overflowed = true
-			shorter, cerr := r.compress(ctx, backend, model, system, ls, true, "", 0)
+			shorter, cerr := r.compressMid(ctx, backend, model, system, ls, true)
 			if cerr != nil {
 				if fin, stopped, serr := r.stopFinal(ctx, ls, cerr); stopped {
 					return fin, serr
@@ -297,6 +309,9 @@ func (r *turnRun) runLoop(ctx context.Context) (store.Final, error) {
 			}
 		}
 		iterations++
+		if err == nil {
+			overflowed = false
+		}
 		if err != nil {
 			if ctx.Err() != nil || errors.Is(err, errLockLost) {
 				return store.Final{}, err
@@ -1462,6 +1477,10 @@ func toLLM(summary string, parts ...[]store.Message) []llm.Message {
 			m := &part[i]
 			switch m.Role {
 			case llm.RoleTool:
+				content := m.Content
+				if m.Compacted != "" {
+					content = m.Compacted // cleared by mid-turn compression
+				}
 				found := false
 				for j, tc := range open {
 					if tc.ID == m.ToolCallID {
@@ -1473,7 +1492,7 @@ func toLLM(summary string, parts ...[]store.Message) []llm.Message {
 				if !found {
 					continue // a result without its call would be refused
 				}
-				out = append(out, llm.Message{Role: llm.RoleTool, ToolCallID: m.ToolCallID, Name: m.ToolName, Content: m.Content})
+				out = append(out, llm.Message{Role: llm.RoleTool, ToolCallID: m.ToolCallID, Name: m.ToolName, Content: content})
 			case llm.RoleAssistant:
 				closeOpen()
 				lm := llm.Message{Role: llm.RoleAssistant, Content: m.Content, Thinking: m.Thinking}

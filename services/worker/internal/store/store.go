@@ -83,6 +83,10 @@ type Message struct {
 	// transcript sends it back too; an answer without tool calls keeps
 	// none (Anthropic drops earlier turns' thinking anyway).
 	Thinking []llm.Thinking
+	// Compacted, when set, is what the model reads instead of a tool
+	// result's Content: the worker cleared the result to keep a long turn
+	// within the context window (Compact). Content keeps the whole output.
+	Compacted string
 }
 
 // Turn statuses as stored. A turn's row is written when the turn is
@@ -262,7 +266,7 @@ func scanFinal(r pgx.Row) (Final, error) {
 	return f, err
 }
 
-const messageCols = `id, turn_id, step, role, content, tool_calls, tool_call_id, tool_name, created_at, thinking`
+const messageCols = `id, turn_id, step, role, content, tool_calls, tool_call_id, tool_name, created_at, thinking, coalesce(compacted, '')`
 
 // summarySQL reads a conversation's latest summary; historySQL its
 // messages after that summary, oldest first.
@@ -288,7 +292,7 @@ const beginSQL = `SELECT f.turn_id IS NOT NULL,
 func scanMessage(r pgx.Row) (Message, error) {
 	var m Message
 	var calls, thinking []byte
-	if err := r.Scan(&m.ID, &m.TurnID, &m.Step, &m.Role, &m.Content, &calls, &m.ToolCallID, &m.ToolName, &m.CreatedAt, &thinking); err != nil {
+	if err := r.Scan(&m.ID, &m.TurnID, &m.Step, &m.Role, &m.Content, &calls, &m.ToolCallID, &m.ToolName, &m.CreatedAt, &thinking, &m.Compacted); err != nil {
 		return m, fmt.Errorf("scan transcript: %w", err)
 	}
 	if len(calls) > 0 {
@@ -570,6 +574,31 @@ func execOne(br pgx.BatchResults, what string) error {
 		return fmt.Errorf("%s: %w", what, err)
 	}
 	return nil
+}
+
+// Compact stores, under the turn's generation, what the model reads from
+// now on instead of each of the tool results texts names (by message id):
+// the results of the turn t that it cleared to keep the turn within the
+// context window (mid-turn compression). A result of another turn, or
+// not a tool result, is left alone. Deferred, as summaries are: a turn
+// run again after losing it clears the same results again.
+func (s *Store) Compact(ctx context.Context, t Turn, texts map[int64]string) error {
+	if len(texts) == 0 {
+		return nil
+	}
+	return s.write(ctx, t, Deferred, func(b *pgx.Batch) {
+		for id, text := range texts {
+			b.Queue(`UPDATE transcript_messages SET compacted = $3
+				WHERE id = $1 AND session_id = $2 AND turn_id = $4 AND role = 'tool'`, id, t.SessionID, text, t.TurnID)
+		}
+	}, func(br pgx.BatchResults) error {
+		for range texts {
+			if _, err := br.Exec(); err != nil {
+				return fmt.Errorf("compact tool result: %w", err)
+			}
+		}
+		return nil
+	})
 }
 
 // SaveSummary stores a summary replacing the messages up to uptoID.
