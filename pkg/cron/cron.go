@@ -390,7 +390,9 @@ WHERE owner = $1 AND ($2 OR state = 'scheduled') ORDER BY created_at, id`, owner
 // whose message lists their ids.
 func (s *Store) Resolve(ctx context.Context, owner, ref string) (Job, error) {
 	ref = strings.TrimSpace(ref)
-	if ref == "" {
+	if ref == "" || !utf8.ValidString(ref) || strings.ContainsRune(ref, 0) {
+		// No id or name holds these (nameOf), and Postgres text cannot:
+		// asked, it would fail as if the store were down.
 		return Job{}, ErrNotFound
 	}
 	j, err := scan(s.db.QueryRow(ctx, `SELECT `+columns+` FROM cron_jobs WHERE owner = $1 AND id = $2`, owner, ref))

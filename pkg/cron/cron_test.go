@@ -718,3 +718,25 @@ func TestScheduleChangeClearsFireFailures(t *testing.T) {
 		t.Errorf("after a new schedule: %d failures, retry at %v, %v", got.FireFailures, got.FireRetryAt, err)
 	}
 }
+
+// A job reference Postgres cannot hold as text (a NUL, invalid UTF-8) names
+// no job: /cron pause, remove, run and edit, the cronjob tool and the jobs
+// API answer "not found", not "the job store is unavailable".
+func TestResolveRefThatIsNotText(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	now := t0
+	s := newStore(t, &now)
+	j, err := s.Create(ctx, cron.NewJob{Owner: "u", Name: "nightly", Prompt: "p", Schedule: "1h", Origin: tg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ref := range []string{"night\x00ly", j.ID + "\x00", "nightly\xff"} {
+		if _, err := s.Resolve(ctx, "u", ref); !errors.Is(err, cron.ErrNotFound) {
+			t.Errorf("resolve %q: %v", ref, err)
+		}
+		if _, err := s.Pause(ctx, "u", ref); !errors.Is(err, cron.ErrNotFound) {
+			t.Errorf("pause %q: %v", ref, err)
+		}
+	}
+}

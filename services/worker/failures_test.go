@@ -447,3 +447,28 @@ func TestIterationLimitFallbackIgnoresTheClientConversation(t *testing.T) {
 		t.Fatalf("final %q", final)
 	}
 }
+
+// A cron run whose last attempt fails tells the job's chat which job
+// failed and that its run was interrupted, not to send again a message
+// nobody sent (Hermes: "Cron job '<name>' failed").
+func TestCronRunFailingOnItsLastAttemptSaysItWasInterrupted(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	runID := "c0ffeec0ffee_20261205_090000"
+	key := "agent:main:cron:dm:" + runID
+	h.setGeneration(key, 1)
+	h.startWorker("w1", func(c *worker.Config, d *worker.Deps) {
+		c.MaxDeliver = 2
+		d.LLM.Provider = panicky{d.LLM.Provider}
+	})
+	origin := &eventsv1.SessionSource{Platform: "cron", Account: "default", ChatId: runID, ChatName: "Nightly cleanup",
+		ChatType: "dm", UserId: "c0ffeec0ffee", UserName: "Nightly cleanup"}
+	req := h.requestTurn(key, "boom", turnOpts{answerOnly: true, origin: origin})
+	if c := h.waitCompleted(req.TurnId); c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_FAILED {
+		t.Fatalf("status %v", c.GetStatus())
+	}
+	e := checkReplies(t, h.replies(req.TurnId)).GetError()
+	if want := "Cron job 'Nightly cleanup' failed:\nThe run was interrupted before it finished."; e.GetCode() != "interrupted" || e.GetMessage() != want {
+		t.Errorf("error reply %v, want %q", e, want)
+	}
+}

@@ -312,7 +312,7 @@ func (r *turnRun) run(ctx context.Context) error {
 		// Last attempt: never fail silently.
 		r.log.Error("turn failed on its last attempt; telling the user", "err", err)
 		fin = store.Final{Status: store.StatusFailed, Kind: store.FinalError, ErrorCode: "interrupted",
-			Text: "Sorry, your request was interrupted and could not be completed. Please send it again."}
+			Text: r.failedText()}
 		if seq, serr := r.nextSeq(ctx); serr == nil {
 			fin.Seq = seq
 			kept, ferr := r.s.store.Finish(ctx, r.withUsage(), nil, 0, nil, fin)
@@ -810,10 +810,6 @@ func (r *turnRun) backgroundAnswer(text string) string {
 	return "✅ Background task complete\nPrompt: \"" + r.backgroundPrompt() + "\"\n\n" + text
 }
 
-// backgroundFailure is the reason a /background task's turn failed, as
-// Hermes words it ("Background task <id> failed: …"; delivery puts its
-// ⚠️ before every failure, where Hermes has ❌), or a cron run's
-// ("Cron job '<name>' failed:\n…"). Other turns' go as they are.
 // interruptedText is what a turn whose attempt died before it answered
 // tells its chat. A cron run was sent by no one: asking to send it again
 // would make no sense there.
@@ -824,6 +820,19 @@ func (r *turnRun) interruptedText() string {
 	return "Sorry, your earlier message was interrupted before it was answered. Please send it again."
 }
 
+// failedText is what a turn whose last attempt failed tells its chat; a
+// cron run's, as interruptedText, asks for nothing to be sent again.
+func (r *turnRun) failedText() string {
+	if r.req.GetOrigin().GetPlatform() == "cron" {
+		return "The run was interrupted before it finished."
+	}
+	return "Sorry, your request was interrupted and could not be completed. Please send it again."
+}
+
+// backgroundFailure is the reason a /background task's turn failed, as
+// Hermes words it ("Background task <id> failed: …"; delivery puts its
+// ⚠️ before every failure, where Hermes has ❌), or a cron run's
+// ("Cron job '<name>' failed:\n…"). Other turns' go as they are.
 func (r *turnRun) backgroundFailure(reason string) string {
 	if r.req.GetSideQuestion() != nil {
 		// Hermes's "❌ /btw failed: …" (delivery puts its ⚠️ first).
