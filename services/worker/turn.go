@@ -83,6 +83,9 @@ type turnRun struct {
 	seqUsed atomic.Bool
 	// textStreamed: this attempt published a text delta.
 	textStreamed bool
+	// answerStreamed: a model call of this attempt streamed answer text
+	// (not only reasoning); the next call's text starts after a break.
+	answerStreamed bool
 	// reasoningStreamed: a model call of this attempt published a
 	// reasoning delta; the next call's first delta restarts the block.
 	reasoningStreamed bool
