@@ -81,3 +81,46 @@ func TestStreamedToolTurnCompletesThroughTheAPI(t *testing.T) {
 		t.Errorf("%d model calls, want 4", n)
 	}
 }
+
+// A model that says nothing after its tool call, having streamed text
+// before it: the answer is Hermes's "(No response generated)", which the
+// stream shows after the paragraph break and completes with, rather than
+// ending with the interrupted error because the answer is not the
+// streamed text.
+func TestStreamedToolTurnWithoutAnAnswerCompletes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the whole system")
+	}
+	t.Parallel()
+	fake := fakellm.New(fakellm.Config{})
+	if err := fake.Start("127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = fake.Close() })
+	d := startInProcessDevWith(t, func(c *Config) {
+		c.LLM = LLMConfig{Provider: "openai", BaseURL: fake.URL() + "/v1", APIKey: "test", Model: "fake-model", MaxAttempts: 1}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	client := openai.NewClient(option.WithBaseURL("http://"+d.apiAddr+"/v1"), option.WithMaxRetries(0))
+	fake.Enqueue(
+		fakellm.Reply{Text: "Let me check.", ToolCalls: []fakellm.ToolCall{{ID: "c1", Name: "clock", Arguments: `{}`}}},
+		fakellm.Reply{},
+	)
+	stream := client.Chat.Completions.NewStreaming(ctx, openai.ChatCompletionNewParams{
+		Model:    "switchboard",
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("what time is it?")},
+	})
+	var streamed string
+	for stream.Next() {
+		if c := stream.Current(); len(c.Choices) > 0 {
+			streamed += c.Choices[0].Delta.Content
+		}
+	}
+	if err := stream.Err(); err != nil {
+		t.Fatalf("stream ended with %v after %q, want a complete answer", err, streamed)
+	}
+	if want := "Let me check.\n\n(No response generated)"; streamed != want {
+		t.Errorf("streamed %q, want %q", streamed, want)
+	}
+}

@@ -612,17 +612,20 @@ func (r *turnRun) finishAfter(ctx context.Context, ls *loopState, steps []store.
 	if r.lockLost.Load() {
 		return store.Final{}, errLockLost
 	}
+	if f.Kind == store.FinalText && strings.TrimSpace(f.Text) == "" {
+		// A model that said nothing: Hermes's words, as delivery's for a
+		// blank final, and as its /background and /btw notices have them.
+		f.Text = noResponseText
+	}
+	if f.Kind == store.FinalText {
+		r.breakBeforeFinal(ctx, f.Text)
+	}
 	seq, err := r.finalSeq(ctx)
 	if err != nil {
 		return store.Final{}, err
 	}
 	f.Seq = seq
 	f.Model = r.model
-	if f.Kind == store.FinalText && strings.TrimSpace(f.Text) == "" {
-		// A model that said nothing: Hermes's words, as delivery's for a
-		// blank final, and as its /background and /btw notices have them.
-		f.Text = noResponseText
-	}
 	before := ls.unsavedInputs()
 	if r.req.GetSideQuestion() != nil {
 		// A /btw side question writes nothing to any transcript: its
@@ -1192,8 +1195,10 @@ func (r *turnRun) callModel(ctx context.Context, b Backend, model, system string
 			if err := r.publish(ctx, &repliesv1.ReplyEvent{Body: &repliesv1.ReplyEvent_TextDelta{TextDelta: brk}}); err != nil {
 				return err
 			}
+			r.sinceBreak.Reset()
 		}
 		r.answerStreamed = true
+		r.sinceBreak.WriteString(text)
 		return r.publish(ctx, &repliesv1.ReplyEvent{Body: &repliesv1.ReplyEvent_TextDelta{TextDelta: &repliesv1.TextDelta{Text: text}}})
 	}
 	// An earlier step streamed text: the answer's text then does not
