@@ -586,6 +586,40 @@ func TestStreamingReasoningByEdit(t *testing.T) {
 	}
 }
 
+// The break before a later model call's text (TextDelta.restart) reaches
+// the API marked (SendRequested.stream_restart): the API's final, the
+// last call's answer alone, continues what streams after it.
+func TestAPIStreamDeltaKeepsTheRestart(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.start(t, streamConfig(), "a")
+	for i, body := range []any{&repliesv1.TextDelta{Text: "Let me check."}, &repliesv1.TextDelta{Text: "\n\n", Restart: true},
+		&repliesv1.TextDelta{Text: "It's 5pm."}, final("It's 5pm.")} {
+		ev := event("t-api", int64(i+1), "s2", body)
+		ev.Target.Platform = "api"
+		e.publish(t, ev)
+	}
+	eventually(t, e.clock, 0, "the API's answer", func() bool {
+		calls, _ := e.gw.snapshot()
+		for _, c := range calls {
+			if c.Req.GetTurnId() == "t-api" && c.Req.GetFinal() {
+				return true
+			}
+		}
+		return false
+	})
+	calls, _ := e.gw.snapshot()
+	var deltas []string
+	for _, c := range calls {
+		if c.Req.GetTurnId() == "t-api" && c.Op == deliveryv1.SendOp_SEND_OP_STREAM_DELTA {
+			deltas = append(deltas, fmt.Sprintf("%q:%v", c.Req.GetText(), c.Req.GetStreamRestart()))
+		}
+	}
+	if got, want := strings.Join(deltas, " "), `"Let me check.":false "\n\n":true "It's 5pm.":false`; got != want {
+		t.Errorf("API stream deltas %s, want %s", got, want)
+	}
+}
+
 // In a turn that called tools, each model call's reasoning restarts the
 // block (ReasoningDelta.restart): the stream shows the current call's
 // reasoning, never the earlier calls' added up, as the final shows the

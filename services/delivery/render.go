@@ -416,6 +416,9 @@ func (s *Service) delta(ctx context.Context, ev *repliesv1.ReplyEvent, text, tho
 		}
 		req := s.request(ev, keyBase(ctx, ev)+":d", deliveryv1.SendOp_SEND_OP_STREAM_DELTA)
 		req.Text = text
+		// The break before a later model call's text: the API's final
+		// continues what streams after it.
+		req.StreamRestart = ev.GetTextDelta().GetRestart()
 		s.progress(ctx, req)
 	case StreamEdit:
 		st := s.turns.get(ev.GetTurnId())

@@ -627,17 +627,20 @@ func (r *turnRun) finishAfter(ctx context.Context, ls *loopState, steps []store.
 	if r.lockLost.Load() {
 		return store.Final{}, errLockLost
 	}
+	if f.Kind == store.FinalText && strings.TrimSpace(f.Text) == "" {
+		// A model that said nothing: Hermes's words, as delivery's for a
+		// blank final, and as its /background and /btw notices have them.
+		f.Text = noResponseText
+	}
+	if f.Kind == store.FinalText {
+		r.breakBeforeFinal(ctx, f.Text)
+	}
 	seq, err := r.finalSeq(ctx)
 	if err != nil {
 		return store.Final{}, err
 	}
 	f.Seq = seq
 	f.Model = r.model
-	if f.Kind == store.FinalText && strings.TrimSpace(f.Text) == "" {
-		// A model that said nothing: Hermes's words, as delivery's for a
-		// blank final, and as its /background and /btw notices have them.
-		f.Text = noResponseText
-	}
 	before := ls.unsavedInputs()
 	if r.req.GetSideQuestion() != nil {
 		// A /btw side question writes nothing to any transcript: its
@@ -1171,6 +1174,12 @@ func (r *turnRun) callModel(ctx context.Context, b Backend, model, system string
 	// streamed reasoning, this call's first delta restarts the block,
 	// emptied when this call streams text without reasoning.
 	restart := r.reasoningStreamed
+	// An earlier call streamed answer text ("Let me check." before a tool
+	// call): this call's text goes after Hermes's paragraph break, a delta
+	// of its own marked restart, since the final carries this call's
+	// answer alone (set below, once the call is known not to continue a
+	// cut answer).
+	var textBreak bool
 	flush := func() error {
 		if thinking.Len() > 0 || restart && buf.Len() > 0 {
 			// The reasoning came first: it goes first.
@@ -1195,6 +1204,16 @@ func (r *turnRun) callModel(ctx context.Context, b Backend, model, system string
 		streamed.WriteString(text)
 		last = time.Now()
 		r.textStreamed = true
+		if textBreak {
+			textBreak = false
+			brk := &repliesv1.TextDelta{Text: "\n\n", Restart: true}
+			if err := r.publish(ctx, &repliesv1.ReplyEvent{Body: &repliesv1.ReplyEvent_TextDelta{TextDelta: brk}}); err != nil {
+				return err
+			}
+			r.sinceBreak.Reset()
+		}
+		r.answerStreamed = true
+		r.sinceBreak.WriteString(text)
 		return r.publish(ctx, &repliesv1.ReplyEvent{Body: &repliesv1.ReplyEvent_TextDelta{TextDelta: &repliesv1.TextDelta{Text: text}}})
 	}
 	// An earlier step streamed text: the answer's text then does not
@@ -1208,6 +1227,10 @@ func (r *turnRun) callModel(ctx context.Context, b Backend, model, system string
 	// A call that goes on with a cut answer streams the separator the
 	// joined answer has before its text (joinCut).
 	sofar := ls.cutSoFar()
+	// A call that goes on with a cut answer continues its text: the final
+	// carries the joined answer, which starts with what the cut call
+	// streamed.
+	textBreak = r.answerStreamed && sofar == ""
 	onDelta := func(d llm.Delta) error {
 		if d.Text == "" && d.Reasoning == "" {
 			return nil

@@ -83,6 +83,15 @@ type turnRun struct {
 	seqUsed atomic.Bool
 	// textStreamed: this attempt published a text delta.
 	textStreamed bool
+	// answerStreamed: a model call of this attempt streamed answer text
+	// (not only reasoning); the next call's text starts after a break.
+	answerStreamed bool
+	// sinceBreak is the answer text this attempt streamed since its last
+	// break (TextDelta.restart): what an API's final must start with.
+	sinceBreak strings.Builder
+	// finalBreak: the break before a final that does not continue the
+	// streamed text was published.
+	finalBreak bool
 	// reasoningStreamed: a model call of this attempt published a
 	// reasoning delta; the next call's first delta restarts the block.
 	reasoningStreamed bool
@@ -764,6 +773,27 @@ func (r *turnRun) publishFinal(ctx context.Context, f store.Final) error {
 		return nil
 	}
 	return r.publishAt(context.WithoutCancel(ctx), f.Seq, ev)
+}
+
+// breakBeforeFinal streams Hermes's paragraph break, marked restart,
+// to an API stream before a final whose text does not continue the
+// answer text streamed since the last break: one the model did not
+// stream (Hermes's "(No response generated)" for a last call that said
+// nothing after text streamed before a tool call). The stream then shows
+// the final after what it was streamed and completes, rather than taking
+// the final for another answer. Best effort: without it the stream ends
+// with the interrupted error, as before. Chats need none: their final
+// replaces the streamed message. It goes before the final's seq is
+// taken, so the final stays the turn's last event.
+func (r *turnRun) breakBeforeFinal(ctx context.Context, text string) {
+	if !r.answerStreamed || r.finalBreak || r.target.GetPlatform() != "api" || strings.HasPrefix(text, r.sinceBreak.String()) {
+		return
+	}
+	r.finalBreak = true
+	brk := &repliesv1.TextDelta{Text: "\n\n", Restart: true}
+	if err := r.publish(context.WithoutCancel(ctx), &repliesv1.ReplyEvent{Body: &repliesv1.ReplyEvent_TextDelta{TextDelta: brk}}); err != nil {
+		r.log.Warn("stream the break before the final", "err", err)
+	}
 }
 
 // withFooter is the answer with Hermes's runtime footer after it when

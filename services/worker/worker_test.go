@@ -1123,7 +1123,9 @@ func TestStopDuringApprovalEndsTheTurnOnce(t *testing.T) {
 // step's text, so the answer's own text cannot be found after it by
 // prefix, and the answer's tail still buffered when the model finished is
 // streamed before the final (a turn of one step leaves the tail to the
-// final, whose text starts with everything streamed).
+// final, whose text starts with everything streamed). The answer's text
+// streams after Hermes's paragraph break, a delta marked restart: the
+// final continues what streamed after it.
 func TestStreamedToolTurnStreamsTheWholeAnswer(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
@@ -1140,17 +1142,65 @@ func TestStreamedToolTurnStreamsTheWholeAnswer(t *testing.T) {
 	})
 	req := h.requestTurn("s1", "what is the answer?", turnOpts{})
 	h.waitCompleted(req.TurnId)
-	var streamed strings.Builder
+	var streamed, after strings.Builder
+	restarts := 0
 	evs := h.replies(req.TurnId)
 	for _, ev := range evs {
-		streamed.WriteString(ev.GetTextDelta().GetText())
+		d := ev.GetTextDelta()
+		streamed.WriteString(d.GetText())
+		if d.GetRestart() {
+			restarts++
+			after.Reset()
+			continue
+		}
+		after.WriteString(d.GetText())
 	}
 	final := checkReplies(t, evs).GetFinalText().GetText()
 	if final != "The answer is 42." {
 		t.Fatalf("final %q", final)
 	}
-	if got := streamed.String(); got != "Let me check. The answer is 42." {
-		t.Errorf("streamed %q, want both steps' text", got)
+	if got := streamed.String(); got != "Let me check. \n\nThe answer is 42." {
+		t.Errorf("streamed %q, want both steps' text, a paragraph break between", got)
+	}
+	if restarts != 1 || after.String() != final {
+		t.Errorf("%d restart deltas, then %q streamed: want one, then the final's text", restarts, after.String())
+	}
+}
+
+// An answer after a tool call that the output limit cut goes on in the
+// next call: its text continues the answer (the final joins both), so
+// only the first of the two calls streams the break marked restart.
+func TestStreamedToolTurnCutAnswerStreamsOneBreak(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.setGeneration("s1", 1)
+	h.fake.Enqueue(
+		fakellm.Reply{Text: "Let me check.", ToolCalls: []fakellm.ToolCall{{ID: "c1", Name: "clock", Arguments: `{}`}}},
+		fakellm.Reply{Text: "It's 5", Truncated: true},
+		fakellm.Reply{Text: "pm."},
+	)
+	h.startWorker("w1", func(c *worker.Config, d *worker.Deps) {
+		d.Tools = []tools.Tool{{Name: "clock", Run: func(context.Context, tools.Call, json.RawMessage) (string, error) {
+			return "17:00", nil
+		}}}
+	})
+	req := h.requestTurn("s1", "what time is it?", turnOpts{})
+	h.waitCompleted(req.TurnId)
+	var after strings.Builder
+	restarts := 0
+	evs := h.replies(req.TurnId)
+	for _, ev := range evs {
+		d := ev.GetTextDelta()
+		if d.GetRestart() {
+			restarts++
+			after.Reset()
+			continue
+		}
+		after.WriteString(d.GetText())
+	}
+	final := checkReplies(t, evs).GetFinalText().GetText()
+	if restarts != 1 || after.String() != final {
+		t.Errorf("%d restart deltas, then %q streamed, final %q: want one, then the final's text", restarts, after.String(), final)
 	}
 }
 

@@ -86,6 +86,9 @@ func (a answer) has(key string) bool {
 type answerUpdate struct {
 	Answer *answer `json:"answer,omitempty"`
 	Delta  string  `json:"delta,omitempty"`
+	// Restart: the delta is the break before a later model call's text
+	// (piece.restart).
+	Restart bool `json:"restart,omitempty"`
 }
 
 // answers stores the records (one KV key per request id) and fans out
@@ -280,8 +283,8 @@ func (a *answers) add(ctx context.Context, id string, p answerPiece, final bool)
 }
 
 // delta passes a stream delta to the requests waiting on id.
-func (a *answers) delta(id, text string) {
-	a.publish(id, answerUpdate{Delta: text})
+func (a *answers) delta(id, text string, restart bool) {
+	a.publish(id, answerUpdate{Delta: text, Restart: restart})
 }
 
 // publish is best effort: a waiting request also reads the record.
@@ -303,7 +306,7 @@ func (a *answers) follow(id string, f *follower) (stop func(), err error) {
 			f.apply(*u.Answer)
 		}
 		if u.Delta != "" {
-			f.delta(u.Delta)
+			f.delta(piece{delta: u.Delta, restart: u.Restart})
 		}
 	})
 	if err != nil {
@@ -325,7 +328,7 @@ type follower struct {
 	live    int  // 0: not known yet, 1: pass deltas, -1: drop them
 	// What came while live was not known: passed on by decide, deltas
 	// first (they precede the sends of a turn), then the record pieces.
-	heldDeltas []string
+	heldDeltas []piece
 	heldPieces []piece
 }
 
@@ -366,15 +369,15 @@ func (f *follower) piece(p piece) {
 	f.wt.push(p)
 }
 
-func (f *follower) delta(text string) {
+func (f *follower) delta(p piece) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	switch {
 	case f.done || f.live < 0:
 	case f.live == 0:
-		f.heldDeltas = append(f.heldDeltas, text)
+		f.heldDeltas = append(f.heldDeltas, p)
 	default:
-		f.wt.push(piece{delta: text})
+		f.wt.push(p)
 	}
 }
 
@@ -387,7 +390,7 @@ func (f *follower) decide(live bool) {
 	if live {
 		f.live = 1
 		for _, d := range f.heldDeltas {
-			f.wt.push(piece{delta: d})
+			f.wt.push(d)
 		}
 	}
 	for _, p := range f.heldPieces {

@@ -447,9 +447,14 @@ func (s *Service) StreamDelta(ctx context.Context, req *deliveryv1.SendRequested
 	}
 	keyed, plain := splitIDs(req.GetInputMessageIds())
 	for _, id := range keyed {
-		s.answers.delta(id, req.GetText())
+		s.answers.delta(id, req.GetText(), req.GetStreamRestart())
 	}
-	return s.route(ctx, plain, req, piece{delta: req.GetText()})
+	return s.route(ctx, plain, req, deltaPiece(req))
+}
+
+// deltaPiece is the waiting request's piece of a stream delta.
+func deltaPiece(req *deliveryv1.SendRequested) piece {
+	return piece{delta: req.GetText(), restart: req.GetStreamRestart()}
 }
 
 // splitIDs separates the ids of requests with an Idempotency-Key from
@@ -527,7 +532,7 @@ func (s *Service) serveForwarded(m *nats.Msg) {
 	} else {
 		p := sendPiece(req)
 		if req.GetOp() == deliveryv1.SendOp_SEND_OP_STREAM_DELTA {
-			p = piece{delta: req.GetText()}
+			p = deltaPiece(req)
 		}
 		s.waiting.deliver(req.GetInputMessageIds(), p)
 	}

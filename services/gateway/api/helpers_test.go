@@ -100,6 +100,9 @@ type responder struct {
 	// final, when set, makes the final's text from the pieces streamed
 	// (default: all of them).
 	final func(pieces []string) string
+	// restart, when set, marks the pieces sent as the break before a
+	// later model call's text (SendRequested.stream_restart).
+	restart func(i int) bool
 	// failure, when set, fails every turn with this error code
 	// (ReplyError.code): its final send explains it.
 	failure string
@@ -170,8 +173,12 @@ func (r *responder) reply(ctx context.Context, t *testing.T, b *bus.Bus, ev *eve
 		}
 	}
 	send(&deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_TYPING})
+	r.mu.Lock()
+	restart := r.restart
+	r.mu.Unlock()
 	for i, p := range pieces {
-		send(&deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_STREAM_DELTA, Text: p, IdempotencyKey: fmt.Sprintf("%s:delta:%d", turnID, i)})
+		send(&deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_STREAM_DELTA, Text: p, IdempotencyKey: fmt.Sprintf("%s:delta:%d", turnID, i),
+			StreamRestart: restart != nil && restart(i)})
 	}
 	text := strings.Join(pieces, "")
 	r.mu.Lock()

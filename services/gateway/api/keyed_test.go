@@ -281,28 +281,28 @@ func TestFollower(t *testing.T) {
 			f.apply(final)
 			f.apply(answer{Pieces: append(final.Pieces, answerPiece{Key: "c", Text: "late"}), Final: true})
 			f.decide(true)
-			f.delta("late delta")
+			f.delta(piece{delta: "late delta"})
 		}, []piece{{text: "one "}, {text: "two", final: true}}},
 		{"deltas held until the attempt is known to be live", func(f *follower) {
-			f.delta("d1")
+			f.delta(piece{delta: "d1"})
 			f.decide(true)
-			f.delta("d2")
+			f.delta(piece{delta: "d2"})
 			f.apply(final)
 		}, []piece{{delta: "d1"}, {delta: "d2"}, {text: "one "}, {text: "two", final: true}}},
 		{"the answer before the decision keeps the stream", func(f *follower) {
-			f.delta("d1")
+			f.delta(piece{delta: "d1"})
 			f.apply(final)
-			f.delta("late")
+			f.delta(piece{delta: "late"})
 			f.decide(true)
 		}, []piece{{delta: "d1"}, {text: "one "}, {text: "two", final: true}}},
 		{"nothing passed on before the decision", func(f *follower) {
-			f.delta("d1")
+			f.delta(piece{delta: "d1"})
 			f.apply(final)
 		}, nil},
 		{"a retry drops deltas", func(f *follower) {
-			f.delta("d1")
+			f.delta(piece{delta: "d1"})
 			f.decide(false)
-			f.delta("d2")
+			f.delta(piece{delta: "d2"})
 			f.apply(final)
 		}, []piece{{text: "one "}, {text: "two", final: true}}},
 	}

@@ -9,6 +9,9 @@ import (
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/responses"
+
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 )
 
 func sdkClient(s *Service, extra ...option.RequestOption) openai.Client {
@@ -231,5 +234,74 @@ func TestStreamEndsWithAnErrorWhenTheAnswerChanged(t *testing.T) {
 	}
 	if strings.Contains(got, "different") {
 		t.Fatalf("streamed %q: the changed answer was spliced on", got)
+	}
+}
+
+// A turn that streamed text before a tool call ("Let me check.") streams
+// the answer after a break marked restart, and its final is the answer
+// alone: the stream completes, showing both (chat completions, with and
+// without an Idempotency-Key, and the Responses API). A final that does
+// not continue what streamed after the break still ends with the
+// interrupted error.
+func TestStreamAfterAToolCallCompletes(t *testing.T) {
+	t.Parallel()
+	b := newBus(t)
+	s := startService(t, b, nil)
+	r := startResponder(t, b)
+	final := "It's 5pm."
+	r.mu.Lock()
+	r.answer = func(*eventsv1.MessageReceived, int) []string {
+		return []string{"Let me check.", "\n\n", "It's ", "5pm."}
+	}
+	r.restart = func(i int) bool { return i == 1 }
+	r.final = func([]string) string { return final }
+	r.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const shown = "Let me check.\n\nIt's 5pm."
+	chat := func(opts ...option.RequestOption) (string, error) {
+		client := sdkClient(s, opts...)
+		stream := client.Chat.Completions.NewStreaming(ctx, openai.ChatCompletionNewParams{
+			Model:    "switchboard",
+			Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("what time is it?")},
+		})
+		var got string
+		for stream.Next() {
+			if c := stream.Current(); len(c.Choices) > 0 {
+				got += c.Choices[0].Delta.Content
+			}
+		}
+		return got, stream.Err()
+	}
+	for name, opts := range map[string][]option.RequestOption{
+		"plain": nil,
+		"keyed": {option.WithHeader(HeaderIdempotencyKey, "tool-turn")},
+	} {
+		got, err := chat(opts...)
+		if err != nil || got != shown {
+			t.Errorf("%s: streamed %q, ended with %v; want %q, complete", name, got, err, shown)
+		}
+	}
+
+	client := sdkClient(s)
+	stream := client.Responses.NewStreaming(ctx, responses.ResponseNewParams{
+		Model: "switchboard", Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("what time is it?")},
+	})
+	var completed *responses.Response
+	for stream.Next() {
+		if ev := stream.Current(); ev.Type == "response.completed" {
+			r := ev.AsResponseCompleted().Response
+			completed = &r
+		}
+	}
+	if err := stream.Err(); err != nil || completed == nil || completed.OutputText() != shown {
+		t.Errorf("responses stream: err %v, completed %v; want it completed with %q", err, completed != nil, shown)
+	}
+
+	r.mu.Lock()
+	final = "another answer, from the turn's second attempt"
+	r.mu.Unlock()
+	if got, err := chat(); err == nil || !strings.Contains(err.Error(), "interrupted") {
+		t.Errorf("a final that does not continue the stream after the break: streamed %q, ended with %v; want the interrupted error", got, err)
 	}
 }

@@ -455,23 +455,36 @@ const keepaliveEvery = 15 * time.Second
 // the text deltas, then what the answer's sends add to them — calls idle
 // when there was no news for a while (keep-alives), and returns how the
 // reply ended.
+//
+// The answer is the last model call's text: in a turn that called tools
+// after streaming text ("Let me check."), the later call's text streams
+// after a break marked restart (Hermes's paragraph break), and the
+// answer continues what streamed after that break, not the whole stream.
 func relay(ctx context.Context, wt *waiter, show func(string), idle func()) ending {
 	keepalive := time.NewTicker(keepaliveEvery)
 	defer keepalive.Stop()
-	var streamed, sent, failure strings.Builder
+	// shown is everything the client was streamed; streamed is what the
+	// answer must start with: what was streamed since the last restart.
+	var shown, streamed, sent, failure strings.Builder
 	for {
 		for _, p := range wt.take() {
 			if p.errorCode != "" {
 				// A failed turn: its explanation ends the stream.
 				failure.WriteString(p.text)
 				if p.final {
-					return ending{final: &p, text: streamed.String(), errorCode: p.errorCode, errorText: failure.String()}
+					return ending{final: &p, text: shown.String(), errorCode: p.errorCode, errorText: failure.String()}
 				}
 				continue
 			}
 			if p.delta != "" {
-				streamed.WriteString(p.delta)
+				shown.WriteString(p.delta)
 				show(p.delta)
+				if p.restart {
+					streamed.Reset()
+					sent.Reset()
+					continue
+				}
+				streamed.WriteString(p.delta)
 				continue
 			}
 			sent.WriteString(p.text)
@@ -479,6 +492,7 @@ func relay(ctx context.Context, wt *waiter, show func(string), idle func()) endi
 			rest, continues := strings.CutPrefix(sent.String(), streamed.String())
 			if continues && rest != "" {
 				streamed.WriteString(rest)
+				shown.WriteString(rest)
 				show(rest)
 			}
 			if p.final && !continues {
@@ -486,15 +500,15 @@ func relay(ctx context.Context, wt *waiter, show func(string), idle func()) endi
 				// after its worker died mid-stream): the client holds a
 				// part of another answer, which nothing can take back. A
 				// retry with the same Idempotency-Key gets the whole answer.
-				return ending{final: &p, text: streamed.String(), errorCode: "interrupted", errorText: streamInterrupted}
+				return ending{final: &p, text: shown.String(), errorCode: "interrupted", errorText: streamInterrupted}
 			}
 			if p.final {
-				return ending{final: &p, text: streamed.String()}
+				return ending{final: &p, text: shown.String()}
 			}
 		}
 		select {
 		case <-ctx.Done():
-			return ending{text: streamed.String(), err: ctx.Err()}
+			return ending{text: shown.String(), err: ctx.Err()}
 		case <-keepalive.C:
 			idle()
 		case <-wt.notify:

@@ -10,8 +10,12 @@ import (
 // piece is one reply operation for a waiting HTTP request.
 type piece struct {
 	delta string // SEND_OP_STREAM_DELTA text
-	text  string // SEND_OP_SEND text (a chunk of the final answer)
-	final bool
+	// restart: the delta is the break before a later model call's text
+	// (SendRequested.stream_restart); the answer continues what streams
+	// after it.
+	restart bool
+	text    string // SEND_OP_SEND text (a chunk of the final answer)
+	final   bool
 	// errorCode is set on the text explaining a failed turn
 	// (SendRequested.error_code): the request is answered with an error.
 	errorCode string

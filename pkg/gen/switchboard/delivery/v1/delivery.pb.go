@@ -403,7 +403,11 @@ type SendRequested struct {
 	// picker): a gateway that renders buttons attaches them under the
 	// text, on a send and on an edit; others send the text, which says
 	// what to type. An edit without it takes the buttons off.
-	Picker        *Picker `protobuf:"bytes,20,opt,name=picker,proto3" json:"picker,omitempty"`
+	Picker *Picker `protobuf:"bytes,20,opt,name=picker,proto3" json:"picker,omitempty"`
+	// For SEND_OP_STREAM_DELTA: the delta is the paragraph break before a
+	// later model call's text (TextDelta.restart); the final answer
+	// continues what is streamed after it.
+	StreamRestart bool `protobuf:"varint,21,opt,name=stream_restart,json=streamRestart,proto3" json:"stream_restart,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -576,6 +580,13 @@ func (x *SendRequested) GetPicker() *Picker {
 		return x.Picker
 	}
 	return nil
+}
+
+func (x *SendRequested) GetStreamRestart() bool {
+	if x != nil {
+		return x.StreamRestart
+	}
+	return false
 }
 
 // Approval is what a gateway needs to render an approval prompt's
@@ -1400,7 +1411,7 @@ const file_switchboard_delivery_v1_delivery_proto_rawDesc = "" +
 	"\achat_id\x18\x03 \x01(\tR\x06chatId\x12\x1b\n" +
 	"\tthread_id\x18\x04 \x01(\tR\bthreadId\x12-\n" +
 	"\x13reply_to_message_id\x18\x05 \x01(\tR\x10replyToMessageId\x12D\n" +
-	"\vinteraction\x18\x06 \x01(\v2\".switchboard.events.v1.InteractionR\vinteraction\"\x9e\a\n" +
+	"\vinteraction\x18\x06 \x01(\v2\".switchboard.events.v1.InteractionR\vinteraction\"\xc5\a\n" +
 	"\rSendRequested\x12'\n" +
 	"\x0fidempotency_key\x18\x01 \x01(\tR\x0eidempotencyKey\x12/\n" +
 	"\x02op\x18\x02 \x01(\x0e2\x1f.switchboard.delivery.v1.SendOpR\x02op\x127\n" +
@@ -1427,7 +1438,8 @@ const file_switchboard_delivery_v1_delivery_proto_rawDesc = "" +
 	"\ttool_step\x18\x11 \x01(\v2!.switchboard.delivery.v1.ToolStepR\btoolStep\x125\n" +
 	"\x17no_reaction_message_ids\x18\x12 \x03(\tR\x14noReactionMessageIds\x12=\n" +
 	"\bapproval\x18\x13 \x01(\v2!.switchboard.delivery.v1.ApprovalR\bapproval\x127\n" +
-	"\x06picker\x18\x14 \x01(\v2\x1f.switchboard.delivery.v1.PickerR\x06picker\"F\n" +
+	"\x06picker\x18\x14 \x01(\v2\x1f.switchboard.delivery.v1.PickerR\x06picker\x12%\n" +
+	"\x0estream_restart\x18\x15 \x01(\bR\rstreamRestart\"F\n" +
 	"\bApproval\x12\x18\n" +
 	"\achoices\x18\x01 \x03(\tR\achoices\x12 \n" +
 	"\ftool_call_id\x18\x02 \x01(\tR\n" +

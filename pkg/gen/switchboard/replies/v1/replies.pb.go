@@ -354,8 +354,14 @@ func (*ReplyEvent_ReasoningDelta) isReplyEvent_Body() {}
 
 // TextDelta is a piece of streamed answer text.
 type TextDelta struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Text          string                 `protobuf:"bytes,1,opt,name=text,proto3" json:"text,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Text  string                 `protobuf:"bytes,1,opt,name=text,proto3" json:"text,omitempty"`
+	// restart marks the paragraph break (text "\n\n", Hermes's) streamed
+	// before the text of a model call after one whose text was streamed (a
+	// turn that called tools: "Let me check." then the answer). The final
+	// text is the last call's answer alone: it continues what was streamed
+	// after this delta, not everything streamed.
+	Restart       bool `protobuf:"varint,2,opt,name=restart,proto3" json:"restart,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -395,6 +401,13 @@ func (x *TextDelta) GetText() string {
 		return x.Text
 	}
 	return ""
+}
+
+func (x *TextDelta) GetRestart() bool {
+	if x != nil {
+		return x.Restart
+	}
+	return false
 }
 
 // ReasoningDelta is a piece of the model's reasoning, streamed before its
@@ -902,9 +915,10 @@ const file_switchboard_replies_v1_replies_proto_rawDesc = "" +
 	"\x06typing\x18\x0f \x01(\v2\x1e.switchboard.replies.v1.TypingH\x00R\x06typing\x128\n" +
 	"\x06notice\x18\x10 \x01(\v2\x1e.switchboard.replies.v1.NoticeH\x00R\x06notice\x12Q\n" +
 	"\x0freasoning_delta\x18\x12 \x01(\v2&.switchboard.replies.v1.ReasoningDeltaH\x00R\x0ereasoningDeltaB\x06\n" +
-	"\x04body\"\x1f\n" +
+	"\x04body\"9\n" +
 	"\tTextDelta\x12\x12\n" +
-	"\x04text\x18\x01 \x01(\tR\x04text\">\n" +
+	"\x04text\x18\x01 \x01(\tR\x04text\x12\x18\n" +
+	"\arestart\x18\x02 \x01(\bR\arestart\">\n" +
 	"\x0eReasoningDelta\x12\x12\n" +
 	"\x04text\x18\x01 \x01(\tR\x04text\x12\x18\n" +
 	"\arestart\x18\x02 \x01(\bR\arestart\"\x9e\x02\n" +
