@@ -171,33 +171,22 @@ func (p *Platform) sendMedia(ctx context.Context, req *deliveryv1.SendRequested)
 				caption = ""
 			}
 		}
+		var msg map[string]any
 		if linkOnly(typ, a) {
 			// WhatsApp would accept the image and then fail to deliver
 			// it: its caption and link go as a text, which WhatsApp
 			// previews.
-			msg := map[string]any{"type": "text", "text": map[string]any{
+			msg = map[string]any{"type": "text", "text": map[string]any{
 				"body": strings.TrimSpace(strings.TrimSpace(caption) + "\n" + a.GetUrl()), "preview_url": true}}
-			if first == "" && i == 0 {
-				quote(msg, req)
+		} else {
+			if captioned(typ) && strings.TrimSpace(caption) != "" {
+				obj["caption"] = caption
 			}
-			id, err := p.postMessage(ctx, to, msg)
-			if err != nil {
-				return first, err
+			if typ == "document" && a.GetFileName() != "" {
+				obj["filename"] = a.GetFileName()
 			}
-			platform.RecordPart(ctx, i+1, id)
-			if first == "" {
-				first = id
-			}
-			caption = ""
-			continue
+			msg = map[string]any{"type": typ, typ: obj}
 		}
-		if captioned(typ) && strings.TrimSpace(caption) != "" {
-			obj["caption"] = caption
-		}
-		if typ == "document" && a.GetFileName() != "" {
-			obj["filename"] = a.GetFileName()
-		}
-		msg := map[string]any{"type": typ, typ: obj}
 		if first == "" && i == 0 {
 			quote(msg, req)
 		}
