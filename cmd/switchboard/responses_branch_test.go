@@ -12,8 +12,6 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/responses"
-
-	"github.com/switchboard-chat/switchboard/pkg/fakellm"
 )
 
 // TestResponsesBranchOffInTheWholeSystem runs every service, with a fake
@@ -29,14 +27,7 @@ func TestResponsesBranchOffInTheWholeSystem(t *testing.T) {
 		t.Skip("runs the whole system")
 	}
 	t.Parallel()
-	fake := fakellm.New(fakellm.Config{})
-	if err := fake.Start("127.0.0.1:0"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = fake.Close() })
-	d := startInProcessDevWith(t, func(c *Config) {
-		c.LLM = LLMConfig{Provider: "openai", BaseURL: fake.URL() + "/v1", APIKey: "test", Model: "fake-model", MaxAttempts: 1}
-	})
+	fake, d := startWithFakeModel(t)
 	db, err := pgxpool.New(context.Background(), d.cfg.Postgres.URL)
 	if err != nil {
 		t.Fatal(err)

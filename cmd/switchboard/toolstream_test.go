@@ -23,14 +23,7 @@ func TestStreamedToolTurnCompletesThroughTheAPI(t *testing.T) {
 		t.Skip("runs the whole system")
 	}
 	t.Parallel()
-	fake := fakellm.New(fakellm.Config{})
-	if err := fake.Start("127.0.0.1:0"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = fake.Close() })
-	d := startInProcessDevWith(t, func(c *Config) {
-		c.LLM = LLMConfig{Provider: "openai", BaseURL: fake.URL() + "/v1", APIKey: "test", Model: "fake-model", MaxAttempts: 1}
-	})
+	fake, d := startWithFakeModel(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	client := openai.NewClient(option.WithBaseURL("http://"+d.apiAddr+"/v1"), option.WithMaxRetries(0))
@@ -92,14 +85,7 @@ func TestStreamedToolTurnWithoutAnAnswerCompletes(t *testing.T) {
 		t.Skip("runs the whole system")
 	}
 	t.Parallel()
-	fake := fakellm.New(fakellm.Config{})
-	if err := fake.Start("127.0.0.1:0"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = fake.Close() })
-	d := startInProcessDevWith(t, func(c *Config) {
-		c.LLM = LLMConfig{Provider: "openai", BaseURL: fake.URL() + "/v1", APIKey: "test", Model: "fake-model", MaxAttempts: 1}
-	})
+	fake, d := startWithFakeModel(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	client := openai.NewClient(option.WithBaseURL("http://"+d.apiAddr+"/v1"), option.WithMaxRetries(0))
@@ -123,4 +109,20 @@ func TestStreamedToolTurnWithoutAnAnswerCompletes(t *testing.T) {
 	if want := "Let me check.\n\n(No response generated)"; streamed != want {
 		t.Errorf("streamed %q, want %q", streamed, want)
 	}
+}
+
+// startWithFakeModel runs every service in one process with the shipped
+// fake model behind the OpenAI-compatible provider, which the test
+// scripts (fake.Enqueue) and reads (fake.Requests).
+func startWithFakeModel(t *testing.T) (*fakellm.Server, *inProcessDev) {
+	t.Helper()
+	fake := fakellm.New(fakellm.Config{})
+	if err := fake.Start("127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = fake.Close() })
+	d := startInProcessDevWith(t, func(c *Config) {
+		c.LLM = LLMConfig{Provider: "openai", BaseURL: fake.URL() + "/v1", APIKey: "test", Model: "fake-model", MaxAttempts: 1}
+	})
+	return fake, d
 }
