@@ -3,18 +3,17 @@ package googlechat
 import (
 	"context"
 	"crypto/rsa"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"math/big"
 	"net/http"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/switchboard-chat/switchboard/pkg/jwks"
 )
 
 // ErrUnauthorized is an event whose bearer token does not prove that
@@ -26,11 +25,12 @@ var ErrUnauthorized = errors.New("googlechat: event not authenticated")
 var errKeysUnavailable = errors.New("google chat's signing keys are out of reach")
 
 // Google rotates the keys daily and publishes the next ones ahead: they
-// are kept 6 hours, and a token signed with an unknown kid refreshes
-// them at once, at most once a minute.
+// are kept 6 hours, and a token signed with an unknown kid downloads them
+// again, at most once every 5 seconds (a flood of forged kids cannot
+// make the gateway hammer Google), the event waiting for that download.
 const (
 	keysMaxAge       = 6 * time.Hour
-	keysMinRefresh   = time.Minute
+	keysMinRefresh   = 5 * time.Second
 	keysFetchTimeout = 30 * time.Second
 	// staleRefreshWait bounds the wait of the event that refreshes keys
 	// it has one of: Google Chat gives an answer 30 s.
@@ -49,15 +49,22 @@ type verifier struct {
 	skew     time.Duration
 	hc       *http.Client
 	now      func() time.Time
-
-	mu      sync.Mutex
-	keys    map[string]*rsa.PublicKey
-	fetched time.Time
-	tried   time.Time
+	keys     *jwks.Cache[*rsa.PublicKey]
 }
 
 func newVerifier(keysURL, issuer, audience string, skew time.Duration, hc *http.Client) *verifier {
-	return &verifier{keysURL: keysURL, issuer: issuer, audience: audience, skew: skew, hc: hc, now: time.Now}
+	v := &verifier{keysURL: keysURL, issuer: issuer, audience: audience, skew: skew, hc: hc, now: time.Now}
+	if hc == nil {
+		v.hc = http.DefaultClient
+	}
+	v.keys = jwks.New(v.keysConfig(keysMinRefresh), v.fetch)
+	return v
+}
+
+// keysConfig is the key cache's configuration, on v's clock.
+func (v *verifier) keysConfig(minRefresh time.Duration) jwks.Config {
+	return jwks.Config{MaxAge: keysMaxAge, MinRefresh: minRefresh, FetchTimeout: keysFetchTimeout,
+		StaleWait: staleRefreshWait, Now: func() time.Time { return v.now() }}
 }
 
 // verify checks the Authorization header's token.
@@ -105,60 +112,13 @@ func googleIDToken(issuer string) bool {
 	return issuer == "https://accounts.google.com" || issuer == "accounts.google.com"
 }
 
-// key returns the signing key kid, fetching the set when it is missing,
-// old, or does not have kid (at most once a minute). The download runs
-// without the lock, so events signed with a key at hand never wait for
-// it; the event that starts the refresh of old keys waits at most
-// staleRefreshWait, then is checked with the key it has.
+// key returns the signing key kid (see jwks.Cache.Key).
 func (v *verifier) key(ctx context.Context, kid string) (*rsa.PublicKey, error) {
-	v.mu.Lock()
-	now := v.now()
-	k, ok := v.keys[kid]
-	due := v.tried.IsZero() || now.Sub(v.tried) >= keysMinRefresh
-	switch {
-	case ok && (now.Sub(v.fetched) <= keysMaxAge || !due):
-		v.mu.Unlock()
-		return k, nil
-	case !due:
-		defer v.mu.Unlock()
-		return nil, v.missing(kid)
-	}
-	v.tried = now
-	v.mu.Unlock()
-
-	wait := keysFetchTimeout
-	if ok {
-		wait = staleRefreshWait
-	}
-	// Not the request's context: a caller hanging up must not leave the
-	// gateway without keys for a minute.
-	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), wait)
-	keys, err := v.fetch(fctx)
-	cancel()
-
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	if err == nil {
-		v.keys, v.fetched = keys, v.now()
-	}
-	if k, ok := v.keys[kid]; ok {
-		return k, nil
-	}
-	if ok && err != nil {
-		return k, nil // Google out of reach: keep the key we have
-	}
-	if err != nil {
+	k, err := v.keys.Key(ctx, kid)
+	if errors.Is(err, jwks.ErrUnavailable) {
 		return nil, fmt.Errorf("%w: %w", errKeysUnavailable, err)
 	}
-	return nil, v.missing(kid)
-}
-
-// missing is the error for a kid the keys at hand do not have; v.mu held.
-func (v *verifier) missing(kid string) error {
-	if v.keys == nil {
-		return fmt.Errorf("%w: not downloaded yet", errKeysUnavailable)
-	}
-	return fmt.Errorf("unknown signing key %q", kid)
+	return k, err
 }
 
 // fetch downloads the JWKS.
@@ -197,7 +157,7 @@ func parseJWKS(body []byte) (map[string]*rsa.PublicKey, error) {
 		if k.Kty != "RSA" || k.Kid == "" || (k.Use != "" && k.Use != "sig") {
 			continue
 		}
-		pub, err := rsaKey(k.N, k.E)
+		pub, err := jwks.RSAKey(k.N, k.E)
 		if err != nil {
 			return nil, fmt.Errorf("jwks key %q: %w", k.Kid, err)
 		}
@@ -207,24 +167,4 @@ func parseJWKS(body []byte) (map[string]*rsa.PublicKey, error) {
 		return nil, errors.New("jwks has no RSA signing key")
 	}
 	return out, nil
-}
-
-// rsaKey builds a public key from a JWK's base64url modulus and exponent.
-func rsaKey(n64, e64 string) (*rsa.PublicKey, error) {
-	nb, err := base64.RawURLEncoding.DecodeString(strings.TrimRight(n64, "="))
-	if err != nil {
-		return nil, fmt.Errorf("modulus: %w", err)
-	}
-	eb, err := base64.RawURLEncoding.DecodeString(strings.TrimRight(e64, "="))
-	if err != nil {
-		return nil, fmt.Errorf("exponent: %w", err)
-	}
-	n, e := new(big.Int).SetBytes(nb), new(big.Int).SetBytes(eb)
-	if n.BitLen() < 2048 {
-		return nil, fmt.Errorf("modulus of %d bits is too short", n.BitLen())
-	}
-	if !e.IsInt64() || e.Int64() < 3 || e.Int64() > 1<<31-1 || e.Int64()%2 == 0 {
-		return nil, errors.New("bad exponent")
-	}
-	return &rsa.PublicKey{N: n, E: int(e.Int64())}, nil
 }

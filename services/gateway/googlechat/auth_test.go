@@ -14,6 +14,9 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/switchboard-chat/switchboard/pkg/platform/platformtest"
+	"github.com/switchboard-chat/switchboard/services/gateway/googlechat/googlechatfake"
 )
 
 // With the app's authentication audience set to its HTTP endpoint URL,
@@ -43,8 +46,7 @@ func TestVerifyIDTokenEmail(t *testing.T) {
 	}
 	for _, iss := range []string{"https://accounts.google.com", "accounts.google.com"} {
 		v := newVerifier("http://127.0.0.1:1/jwks", iss, aud, time.Minute, nil)
-		v.keys = map[string]*rsa.PublicKey{"g1": &key.PublicKey}
-		v.fetched, v.tried = now, now
+		v.keys.Seed(map[string]*rsa.PublicKey{"g1": &key.PublicKey}, now)
 		for _, c := range []struct {
 			name string
 			mod  func(jwt.MapClaims)
@@ -87,8 +89,7 @@ func TestKeysRefreshDoesNotBlock(t *testing.T) {
 	t.Cleanup(func() { close(release) })
 	now := time.Now()
 	v := newVerifier(srv.URL, DefaultIssuer, "123", time.Minute, srv.Client())
-	v.keys = map[string]*rsa.PublicKey{"k1": &key.PublicKey}
-	v.fetched = now.Add(-keysMaxAge - time.Hour) // stale: the next check refreshes
+	v.keys.Seed(map[string]*rsa.PublicKey{"k1": &key.PublicKey}, now.Add(-keysMaxAge-time.Hour)) // stale: the next check refreshes
 	tok := jwt.NewWithClaims(jwt.SigningMethodRS256, jwt.MapClaims{"iss": DefaultIssuer, "aud": "123", "iat": now.Unix(), "exp": now.Add(time.Hour).Unix()})
 	tok.Header["kid"] = "k1"
 	s, err := tok.SignedString(key)
@@ -145,15 +146,43 @@ func TestKeysRefreshDropsRetiredKey(t *testing.T) {
 		return "Bearer " + s
 	}
 	v := newVerifier(srv.URL, DefaultIssuer, "123", time.Minute, srv.Client())
-	v.keys = map[string]*rsa.PublicKey{"k1": &old.PublicKey}
-	v.fetched = now.Add(-keysMaxAge - time.Hour)
+	stale := now.Add(-keysMaxAge - time.Hour)
+	v.keys.Seed(map[string]*rsa.PublicKey{"k1": &old.PublicKey}, stale)
 	down.Store(true)
 	if err := v.verify(context.Background(), sign()); err != nil {
 		t.Fatalf("google out of reach: %v, want the key at hand to serve", err)
 	}
 	down.Store(false)
-	v.tried = time.Time{}
+	v.keys.Seed(map[string]*rsa.PublicKey{"k1": &old.PublicKey}, stale) // the next download is due
 	if err := v.verify(context.Background(), sign()); !errors.Is(err, ErrUnauthorized) {
 		t.Fatalf("retired key: %v, want ErrUnauthorized", err)
+	}
+}
+
+// Google rotates its signing keys and signs the next event with the new
+// one seconds after the gateway downloaded the set: the event waits for
+// the next download (keysMinRefresh after the last at most) and is
+// delivered, not refused 401 as a forgery.
+func TestEventSignedWithAJustRotatedKey(t *testing.T) {
+	f := googlechatfake.New(t)
+	h := start(t, f, testConfig(f))
+	for _, text := range []string{"before the rotation", "after the rotation"} {
+		if text == "after the rotation" {
+			f.RotateKey(t)
+		}
+		begin := time.Now()
+		code, err := f.Post(context.Background(), h.url, f.Message("spaces/D", "DIRECT_MESSAGE", "a@example.com", "A", text))
+		if err != nil || code != http.StatusOK {
+			t.Fatalf("%s: answered %d %v, want 200", text, code, err)
+		}
+		if d := time.Since(begin); d > keysMinRefresh+2*time.Second {
+			t.Fatalf("%s: answered after %v", text, d)
+		}
+		if ev := platformtest.NextEvent(t, h.evs); ev.GetText() != text {
+			t.Fatalf("published %q, want %q", ev.GetText(), text)
+		}
+	}
+	if n := f.KeyRequests(); n != 2 {
+		t.Fatalf("%d key set downloads, want 2", n)
 	}
 }

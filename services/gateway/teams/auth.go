@@ -3,19 +3,18 @@ package teams
 import (
 	"context"
 	"crypto/rsa"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"math/big"
 	"net/http"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/switchboard-chat/switchboard/pkg/jwks"
 )
 
 // ErrUnauthorized is an activity whose bearer token does not prove that
@@ -27,15 +26,19 @@ var ErrUnauthorized = errors.New("teams: activity not authenticated")
 var errKeysUnavailable = errors.New("the bot framework's signing keys are out of reach")
 
 // How long the signing keys are kept: the Bot Framework asks bots to
-// refresh them daily; a token signed with a key not yet known refreshes
-// them at once, at most once a minute (a flood of forged kids cannot
-// make the gateway hammer Microsoft).
+// refresh them daily; a token signed with a key not yet known downloads
+// them again, at most once every 5 seconds (a flood of forged kids cannot
+// make the gateway hammer Microsoft), the activity waiting for that
+// download.
 const (
 	keysMaxAge     = 24 * time.Hour
-	keysMinRefresh = time.Minute
+	keysMinRefresh = 5 * time.Second
 	maxDocBytes    = 1 << 20
 	// keysFetchTimeout bounds one download of the metadata and the keys.
 	keysFetchTimeout = 30 * time.Second
+	// staleRefreshWait bounds the wait of an activity signed with a key
+	// of an old set for its refresh: the Bot Framework waits 15 s.
+	staleRefreshWait = 3 * time.Second
 )
 
 // verifier checks the Bot Framework's tokens: RS256 only, the issuer, the
@@ -50,11 +53,7 @@ type verifier struct {
 	skew        time.Duration
 	hc          *http.Client
 	now         func() time.Time
-
-	mu      sync.Mutex
-	keys    map[string]signingKey
-	fetched time.Time // last successful fetch
-	tried   time.Time // last attempt
+	keys        *jwks.Cache[signingKey]
 }
 
 type signingKey struct {
@@ -63,7 +62,18 @@ type signingKey struct {
 }
 
 func newVerifier(metadataURL, issuer, audience string, skew time.Duration, hc *http.Client) *verifier {
-	return &verifier{metadataURL: metadataURL, issuer: issuer, audience: audience, skew: skew, hc: hc, now: time.Now}
+	v := &verifier{metadataURL: metadataURL, issuer: issuer, audience: audience, skew: skew, hc: hc, now: time.Now}
+	if hc == nil {
+		v.hc = http.DefaultClient
+	}
+	v.keys = jwks.New(v.keysConfig(keysMinRefresh), v.fetch)
+	return v
+}
+
+// keysConfig is the key cache's configuration, on v's clock.
+func (v *verifier) keysConfig(minRefresh time.Duration) jwks.Config {
+	return jwks.Config{MaxAge: keysMaxAge, MinRefresh: minRefresh, FetchTimeout: keysFetchTimeout,
+		StaleWait: staleRefreshWait, Now: func() time.Time { return v.now() }}
 }
 
 // claims are the token claims the gateway reads.
@@ -120,43 +130,13 @@ func (v *verifier) verify(ctx context.Context, header string) (verified, error) 
 	return verified{serviceURL: c.ServiceURL, endorsements: key.endorsements}, nil
 }
 
-// key returns the signing key kid, fetching the keys when they are
-// missing, old, or do not have kid (rate limited).
+// key returns the signing key kid (see jwks.Cache.Key).
 func (v *verifier) key(ctx context.Context, kid string) (signingKey, error) {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	now := v.now()
-	k, ok := v.keys[kid]
-	stale := now.Sub(v.fetched) > keysMaxAge
-	if ok && !stale {
-		return k, nil
+	k, err := v.keys.Key(ctx, kid)
+	if errors.Is(err, jwks.ErrUnavailable) {
+		return signingKey{}, fmt.Errorf("%w: %w", errKeysUnavailable, err)
 	}
-	if v.tried.IsZero() || now.Sub(v.tried) >= keysMinRefresh {
-		v.tried = now
-		// For the verifier, not the request that found them missing: a
-		// caller hanging up must not cancel the download and leave the
-		// gateway without keys for a minute.
-		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), keysFetchTimeout)
-		keys, err := v.fetch(fctx)
-		cancel()
-		switch {
-		case err == nil:
-			v.keys, v.fetched = keys, now
-		case ok:
-			// Microsoft out of reach: keep using the key we have.
-			return k, nil
-		default:
-			return signingKey{}, fmt.Errorf("%w: %w", errKeysUnavailable, err)
-		}
-	}
-	if k, ok := v.keys[kid]; ok {
-		return k, nil
-	}
-	if v.keys == nil {
-		// The last download failed within the minute: no key is known.
-		return signingKey{}, fmt.Errorf("%w: not downloaded yet", errKeysUnavailable)
-	}
-	return signingKey{}, fmt.Errorf("unknown signing key %q", kid)
+	return k, err
 }
 
 // fetch reads the OpenID metadata and the key set its jwks_uri names.
@@ -171,7 +151,7 @@ func (v *verifier) fetch(ctx context.Context) (map[string]signingKey, error) {
 	if !httpURL(meta.JWKSURI) {
 		return nil, fmt.Errorf("openid metadata: jwks_uri %q is not an http(s) URL", meta.JWKSURI)
 	}
-	var set jwks
+	var set keySet
 	if err := v.getJSON(ctx, meta.JWKSURI, &set); err != nil {
 		return nil, fmt.Errorf("jwks: %w", err)
 	}
@@ -205,9 +185,9 @@ func (v *verifier) getJSON(ctx context.Context, u string, out any) error {
 	return nil
 }
 
-// jwks is a JSON Web Key Set as the Bot Framework publishes it (RSA keys
+// keySet is a JSON Web Key Set as the Bot Framework publishes it (RSA keys
 // with n and e, and the channels each key endorses).
-type jwks struct {
+type keySet struct {
 	Keys []struct {
 		Kty          string   `json:"kty"`
 		Use          string   `json:"use"`
@@ -219,13 +199,13 @@ type jwks struct {
 }
 
 // rsaKeys decodes the set's RSA signing keys by kid; others are skipped.
-func (s jwks) rsaKeys() (map[string]signingKey, error) {
+func (s keySet) rsaKeys() (map[string]signingKey, error) {
 	out := map[string]signingKey{}
 	for _, k := range s.Keys {
 		if k.Kty != "RSA" || k.Kid == "" || (k.Use != "" && k.Use != "sig") {
 			continue
 		}
-		pub, err := rsaKey(k.N, k.E)
+		pub, err := jwks.RSAKey(k.N, k.E)
 		if err != nil {
 			return nil, fmt.Errorf("jwks key %q: %w", k.Kid, err)
 		}
@@ -235,27 +215,6 @@ func (s jwks) rsaKeys() (map[string]signingKey, error) {
 		return nil, errors.New("jwks has no RSA signing key")
 	}
 	return out, nil
-}
-
-// rsaKey builds a public key from a JWK's base64url modulus and exponent.
-func rsaKey(n64, e64 string) (*rsa.PublicKey, error) {
-	nb, err := base64.RawURLEncoding.DecodeString(strings.TrimRight(n64, "="))
-	if err != nil {
-		return nil, fmt.Errorf("modulus: %w", err)
-	}
-	eb, err := base64.RawURLEncoding.DecodeString(strings.TrimRight(e64, "="))
-	if err != nil {
-		return nil, fmt.Errorf("exponent: %w", err)
-	}
-	n := new(big.Int).SetBytes(nb)
-	e := new(big.Int).SetBytes(eb)
-	if n.BitLen() < 2048 {
-		return nil, fmt.Errorf("modulus of %d bits is too short", n.BitLen())
-	}
-	if !e.IsInt64() || e.Int64() < 3 || e.Int64() > 1<<31-1 || e.Int64()%2 == 0 {
-		return nil, errors.New("bad exponent")
-	}
-	return &rsa.PublicKey{N: n, E: int(e.Int64())}, nil
 }
 
 // sameServiceURL compares the token's serviceurl claim with the

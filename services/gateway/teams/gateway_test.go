@@ -352,39 +352,6 @@ func TestConfigValidate(t *testing.T) {
 	}
 }
 
-func TestKeyRotation(t *testing.T) {
-	f := teamsfake.New(t)
-	now := time.Now()
-	v := newVerifier(f.MetadataURL(), teamsfake.Issuer, f.ClientID, 5*time.Minute, http.DefaultClient)
-	v.now = func() time.Time { return now }
-	ctx := context.Background()
-	svc := f.ServiceURL()
-	if _, err := v.verify(ctx, "Bearer "+f.Sign(f.TokenClaims(svc))); err != nil {
-		t.Fatal(err)
-	}
-	f.RotateKey(t)
-	long := f.TokenClaims(svc)
-	long["exp"] = now.Add(72 * time.Hour).Unix()
-	rotated := "Bearer " + f.Sign(long)
-	// Within a minute of the last download the new kid is not fetched.
-	if _, err := v.verify(ctx, rotated); err == nil {
-		t.Fatal("a key fetched within the minute")
-	}
-	now = now.Add(2 * time.Minute)
-	if _, err := v.verify(ctx, rotated); err != nil {
-		t.Fatalf("after a minute the new key is fetched: %v", err)
-	}
-	if n := f.KeyRequests(); n != 2 {
-		t.Fatalf("%d key set downloads, want 2", n)
-	}
-	// Microsoft out of reach: the keys in use still verify.
-	now = now.Add(48 * time.Hour)
-	v.metadataURL = "http://127.0.0.1:1/openid"
-	if _, err := v.verify(ctx, rotated); err != nil {
-		t.Fatalf("stale keys when the metadata is out of reach: %v", err)
-	}
-}
-
 // An approval prompt carries Hermes's Adaptive Card of four
 // Action.Execute buttons; a press (an adaptiveCard/action invoke, or an
 // Action.Submit message) is published as the command it stands for,

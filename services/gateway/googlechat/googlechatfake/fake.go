@@ -43,12 +43,14 @@ type Fake struct {
 	// ClientEmail is the app's service account.
 	ClientEmail string
 
-	chatKey *rsa.PrivateKey // signs events
-	saKey   *rsa.PrivateKey // the service account's key
-	srv     *httptest.Server
-	seq     atomic.Int64
+	saKey *rsa.PrivateKey // the service account's key
+	srv   *httptest.Server
+	seq   atomic.Int64
 
 	mu        sync.Mutex
+	chatKey   chatKey   // signs events
+	retired   []chatKey // keys rotated out, still published
+	keyReqs   int
 	tokens    map[string]bool
 	tokenReqs int
 	msgs      map[string][]*Message // space → messages the app sent
@@ -81,7 +83,7 @@ type Failure struct {
 
 // New starts a fake; it stops when the test ends.
 func New(t testing.TB) *Fake {
-	chatKey, err := rsa.GenerateKey(rand.Reader, 2048)
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +93,7 @@ func New(t testing.TB) *Fake {
 	}
 	f := &Fake{
 		ProjectNumber: "123456789012", ClientEmail: "hermes-chat-bot@fake-project.iam.gserviceaccount.com",
-		chatKey: chatKey, saKey: saKey,
+		chatKey: chatKey{"chat-key-1", key}, saKey: saKey,
 		tokens: map[string]bool{}, msgs: map[string][]*Message{}, requests: map[string]*Message{}, files: map[string]file{},
 	}
 	mux := http.NewServeMux()
@@ -138,12 +140,44 @@ func apiError(w http.ResponseWriter, status int, code, msg string) {
 }
 
 func (f *Fake) jwks(w http.ResponseWriter, _ *http.Request) {
-	k := f.chatKey.PublicKey
-	writeJSON(w, http.StatusOK, map[string]any{"keys": []map[string]any{{
-		"kty": "RSA", "alg": "RS256", "use": "sig", "kid": "chat-key-1",
-		"n": base64.RawURLEncoding.EncodeToString(k.N.Bytes()),
-		"e": base64.RawURLEncoding.EncodeToString(big.NewInt(int64(k.E)).Bytes()),
-	}}})
+	f.mu.Lock()
+	f.keyReqs++
+	all := append([]chatKey{f.chatKey}, f.retired...)
+	f.mu.Unlock()
+	keys := make([]map[string]any, 0, len(all))
+	for _, k := range all {
+		keys = append(keys, map[string]any{
+			"kty": "RSA", "alg": "RS256", "use": "sig", "kid": k.kid,
+			"n": base64.RawURLEncoding.EncodeToString(k.key.N.Bytes()),
+			"e": base64.RawURLEncoding.EncodeToString(big.NewInt(int64(k.key.E)).Bytes()),
+		})
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"keys": keys})
+}
+
+type chatKey struct {
+	kid string
+	key *rsa.PrivateKey
+}
+
+// RotateKey signs events from now on with a new key under a new kid, as
+// Google rotates its keys; the JWKS publishes it at once, with the old.
+func (f *Fake) RotateKey(t testing.TB) {
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.retired = append(f.retired, f.chatKey)
+	f.chatKey = chatKey{fmt.Sprintf("chat-key-%d", len(f.retired)+1), key}
+}
+
+// KeyRequests counts JWKS downloads.
+func (f *Fake) KeyRequests() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.keyReqs
 }
 
 // token is the JWT bearer grant of Google's token endpoint.
@@ -399,8 +433,11 @@ func (f *Fake) Claims() jwt.MapClaims {
 // Sign signs claims with Google Chat's key.
 func (f *Fake) Sign(c jwt.MapClaims) string {
 	tok := jwt.NewWithClaims(jwt.SigningMethodRS256, c)
-	tok.Header["kid"] = "chat-key-1"
-	s, err := tok.SignedString(f.chatKey)
+	f.mu.Lock()
+	k := f.chatKey
+	f.mu.Unlock()
+	tok.Header["kid"] = k.kid
+	s, err := tok.SignedString(k.key)
 	if err != nil {
 		panic(err)
 	}
