@@ -17,6 +17,7 @@ import (
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/platform"
 	"github.com/switchboard-chat/switchboard/pkg/platform/platformtest"
+	"github.com/switchboard-chat/switchboard/pkg/sessionkey"
 	"github.com/switchboard-chat/switchboard/pkg/telemetry/telemetrytest"
 	"github.com/switchboard-chat/switchboard/services/gateway/matrix/matrixfake"
 )
@@ -462,6 +463,63 @@ func TestRestartGapWithBadEvent(t *testing.T) {
 		if ev := g.next(t); ev.GetEventId() != id {
 			t.Fatalf("event %s %q, want %s", ev.GetEventId(), ev.GetText(), id)
 		}
+	}
+	g.none(t)
+}
+
+// A room's chat type follows its members, message by message: Ann's DM
+// (listed in m.direct) is a group room once Carol joins (a message needs
+// a mention and goes to a group session, by thread), a DM again once she
+// leaves (Ann's DM session again), and a group to the gateway that
+// starts after Dan joined while none ran, whose first sync carries only
+// his join. The DM flag stuck: once a DM, always a DM.
+func TestDMFollowsTheRoom(t *testing.T) {
+	t.Parallel()
+	g := start(t, nil)
+	const carol, dan = "@carol:" + matrixfake.Server, "@dan:" + matrixfake.Server
+	key := func(ev *eventsv1.MessageReceived) string {
+		return sessionkey.Build(ev.GetSource(), sessionkey.DefaultOptions())
+	}
+	dmKey := "agent:main:matrix:dm:" + dmRm
+	for _, step := range []struct {
+		name    string
+		change  func()
+		text    string
+		dm      bool
+		skipped string // a message sent first, which the room's type skips
+	}{
+		{name: "a DM", text: "hello", dm: true},
+		{name: "carol joined", change: func() { g.f.JoinMember(dmRm, carol, "Carol") },
+			skipped: "nobody mentioned", text: "@bot:fake.test hello all"},
+		{name: "carol left", change: func() { g.f.LeaveMember(dmRm, carol) }, text: "just us again", dm: true},
+	} {
+		if step.change != nil {
+			step.change()
+		}
+		if step.skipped != "" {
+			g.f.Message(dmRm, ann, step.skipped)
+		}
+		id := g.f.Message(dmRm, ann, step.text)
+		ev := g.next(t)
+		if ev.GetEventId() != id {
+			t.Fatalf("%s: event %v, want %s", step.name, ev, id)
+		}
+		want := dmKey
+		if !step.dm {
+			want = "agent:main:matrix:group:" + dmRm + ":" + id
+		}
+		if got := key(ev); got != want || (ev.GetSource().GetChatType() == "dm") != step.dm {
+			t.Fatalf("%s: chat type %q, key %q, want %q", step.name, ev.GetSource().GetChatType(), got, want)
+		}
+	}
+
+	g.stop()
+	g.f.JoinMember(dmRm, dan, "Dan")
+	g.f.Message(dmRm, ann, "nobody mentioned") // skipped: a group room
+	id := g.f.Message(dmRm, ann, "@bot:fake.test hello Dan")
+	_, g.stop = runGateway(t, g.b, g.f, nil)
+	if ev := g.next(t); ev.GetEventId() != id || ev.GetSource().GetChatType() != "group" {
+		t.Fatalf("after a restart: event %v, want %s in a group", ev, id)
 	}
 	g.none(t)
 }

@@ -155,7 +155,9 @@ func (p *Platform) handle(ctx context.Context, conn platform.Conn, resp *mautrix
 	for _, rid := range roomIDs {
 		jr := resp.Rooms.Join[rid]
 		r := p.rooms.get(rid)
-		r.apply(jr.State.Events, &jr.Summary)
+		// Without a token the answer has each room's whole state (the
+		// sync asks for no lazy loading of members).
+		r.apply(jr.State.Events, &jr.Summary, since == "")
 		timeline := jr.Timeline.Events
 		if jr.Timeline.Limited && since != "" && jr.Timeline.PrevBatch != "" {
 			gap, err := p.backfill(ctx, rid, jr.Timeline.PrevBatch, since, p.rejectEvent(ctx, conn))
@@ -204,7 +206,7 @@ func (p *Platform) handle(ctx context.Context, conn platform.Conn, resp *mautrix
 // took reports it was published (for the read receipt), an error that
 // it was not stored and the sync answer must be read again.
 func (p *Platform) take(ctx context.Context, conn platform.Conn, r *room, rid id.RoomID, ev *event.Event, notBefore time.Time) (took bool, err error) {
-	r.apply([]*event.Event{ev}, nil)
+	r.apply([]*event.Event{ev}, nil, false)
 	ev.RoomID = rid
 	if !notBefore.IsZero() && ev.Timestamp > 0 && time.UnixMilli(ev.Timestamp).Before(notBefore) {
 		skipped.WithLabelValues(string(skipOld)).Inc()
@@ -288,7 +290,8 @@ const (
 )
 
 // joinInvites joins the rooms the bot is invited to, as Hermes does; an
-// invite marked is_direct makes the room a DM. The homeserver puts an
+// invite marked is_direct marks the room a DM (which decides only while
+// its members are not known). The homeserver puts an
 // invite in one sync answer only, and the stored token moves past it: a
 // join that fails for a while (a 429, a 5xx, the network) is kept and
 // tried again at the following syncs, after the wait the homeserver names
@@ -347,7 +350,7 @@ func (p *Platform) joinInvites(ctx context.Context, rs mautrix.RespSyncRooms) {
 		delete(p.joins, rid)
 		p.log.Info("matrix: joined a room on invite", "room", rid.String(), "direct", pj.direct)
 		if pj.direct {
-			p.rooms.get(rid).setDM()
+			p.rooms.get(rid).markDirect()
 		}
 	}
 }
@@ -359,7 +362,8 @@ func (p *Platform) rules() rules {
 
 // ensureRoom asks the homeserver what a sync from a stored token does
 // not repeat: the room's members (their names, whether it is a DM) and
-// its name, once per room.
+// its name, once per room; the member events of the syncs keep them up
+// to date from then on.
 func (p *Platform) ensureRoom(ctx context.Context, r *room) error {
 	if r.loaded() {
 		return nil
@@ -390,7 +394,7 @@ func (rs *rooms) get(rid id.RoomID) *room {
 	defer rs.mu.Unlock()
 	r, ok := rs.m[rid]
 	if !ok {
-		r = &room{id: rid, names: map[id.UserID]string{}, members: map[id.UserID]bool{}, direct: rs.direct[rid]}
+		r = &room{id: rid, names: map[id.UserID]string{}, members: map[id.UserID]bool{}, listed: rs.direct[rid]}
 		rs.m[rid] = r
 	}
 	return r
@@ -407,7 +411,7 @@ func (rs *rooms) setDirect(direct map[id.UserID][]id.RoomID) {
 	}
 	for rid, r := range rs.m {
 		r.mu.Lock()
-		r.direct = r.direct || rs.direct[rid]
+		r.listed = rs.direct[rid]
 		r.mu.Unlock()
 	}
 }
@@ -416,35 +420,41 @@ func (rs *rooms) setDirect(direct map[id.UserID][]id.RoomID) {
 type room struct {
 	id id.RoomID
 
-	mu      sync.Mutex
-	name    string
-	direct  bool // in m.direct, or joined on an is_direct invite
-	joined  int  // from the sync summary, 0 when unknown
-	names   map[id.UserID]string
-	members map[id.UserID]bool
-	fetched bool
-	stated  bool // the sync carried the room's state
+	mu     sync.Mutex
+	name   string
+	listed bool // in the account's m.direct as it is now
+	// invitedDirect: joined on an is_direct invite, or a member joined
+	// with is_direct.
+	invitedDirect bool
+	joined        int // from the sync summary, 0 when unknown
+	names         map[id.UserID]string
+	members       map[id.UserID]bool // joined or not, by member events
+	// complete: members holds every member (the homeserver's list, or an
+	// initial sync's whole state), kept up to date by member events since.
+	complete bool
 }
 
-func (r *room) setDM() {
+func (r *room) markDirect() {
 	r.mu.Lock()
-	r.direct = true
+	r.invitedDirect = true
 	r.mu.Unlock()
 }
 
 func (r *room) loaded() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.fetched || r.stated
+	return r.complete
 }
 
+// load takes the homeserver's list of the members and the room's name.
 func (r *room) load(members *mautrix.RespJoinedMembers, name string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.fetched = true
+	r.complete = true
 	if r.name == "" {
 		r.name = name
 	}
+	clear(r.members)
 	for u, m := range members.Joined {
 		r.members[u] = true
 		if m.DisplayName != "" && r.names[u] == "" {
@@ -454,8 +464,9 @@ func (r *room) load(members *mautrix.RespJoinedMembers, name string) {
 }
 
 // apply takes state events (the sync's state, or a timeline's state
-// events) and the summary into the room.
-func (r *room) apply(evs []*event.Event, summary *mautrix.LazyLoadSummary) {
+// events) and the summary into the room; whole says the events are the
+// room's whole state.
+func (r *room) apply(evs []*event.Event, summary *mautrix.LazyLoadSummary, whole bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if summary != nil && summary.JoinedMemberCount != nil {
@@ -467,13 +478,11 @@ func (r *room) apply(evs []*event.Event, summary *mautrix.LazyLoadSummary) {
 		}
 		switch ev.Type {
 		case event.StateRoomName:
-			r.stated = true
 			var c event.RoomNameEventContent
 			if json.Unmarshal(ev.Content.VeryRaw, &c) == nil {
 				r.name = c.Name
 			}
 		case event.StateMember:
-			r.stated = true
 			var c event.MemberEventContent
 			if json.Unmarshal(ev.Content.VeryRaw, &c) != nil {
 				continue
@@ -484,32 +493,40 @@ func (r *room) apply(evs []*event.Event, summary *mautrix.LazyLoadSummary) {
 				r.names[u] = c.Displayname
 			}
 			if c.Membership == event.MembershipJoin && c.IsDirect {
-				r.direct = true
+				r.invitedDirect = true
 			}
-		case event.StateCreate:
-			r.stated = true
+			if whole {
+				r.complete = true
+			}
 		}
 	}
 }
 
-// view is the room as normalize sees it. A room is a DM when the account
-// marks it so (m.direct, an is_direct invite) or when only the bot and
-// one other person are in it.
+// view is the room as normalize sees it, now: a DM while only the bot
+// and one other person are in it, as Hermes has it, a group room once a
+// third joins (m.direct or not) and a DM again when they are two. Only
+// when the members are not known does the account's marking decide
+// (m.direct, an is_direct invite).
 func (r *room) view(bot string) roomView {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	joined := r.joined
-	if joined == 0 {
+	if r.complete {
+		joined = 0
 		for _, in := range r.members {
 			if in {
 				joined++
 			}
 		}
 	}
+	dm := joined > 0 && joined <= 2
+	if joined == 0 {
+		dm = r.listed || r.invitedDirect
+	}
 	names := make(map[id.UserID]string, len(r.names))
 	for u, n := range r.names {
 		names[u] = n
 	}
-	return roomView{ID: r.id, Name: r.name, DM: r.direct || (joined > 0 && joined <= 2), BotName: names[id.UserID(bot)],
+	return roomView{ID: r.id, Name: r.name, DM: dm, BotName: names[id.UserID(bot)],
 		Names: func(u id.UserID) string { return names[u] }}
 }

@@ -227,6 +227,30 @@ func (f *Fake) Replay(eventID string) {
 	}
 }
 
+// JoinMember makes user (display name name) join a room the bot is in:
+// an m.room.member state event, news for the next sync.
+func (f *Fake) JoinMember(roomID, user, name string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	rm := f.rooms[roomID]
+	rm.members[user] = name
+	c := map[string]any{"membership": "join"}
+	if name != "" {
+		c["displayname"] = name
+	}
+	f.append(roomID, Event{Type: "m.room.member", Sender: user, StateKey: &user, Content: c}, true)
+	f.notify()
+}
+
+// LeaveMember makes user leave a room the bot is in.
+func (f *Fake) LeaveMember(roomID, user string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.rooms[roomID].members, user)
+	f.append(roomID, Event{Type: "m.room.member", Sender: user, StateKey: &user, Content: map[string]any{"membership": "leave"}}, true)
+	f.notify()
+}
+
 // Invite invites the bot to a room from inviter.
 func (f *Fake) Invite(roomID, inviter string, direct bool) {
 	f.mu.Lock()
