@@ -195,6 +195,8 @@ type Scheduler struct {
 	more atomic.Bool
 	now  func() time.Time
 	loc  *time.Location
+	// zone names loc (cron.ZoneName), as the jobs' next runs record it.
+	zone string
 	// commit ends a run's transaction (tests make it fail).
 	commit func(ctx context.Context, tx pgx.Tx) error
 }
@@ -215,7 +217,7 @@ func New(cfg Config, deps Deps) (*Scheduler, error) {
 	}
 	loc, _ := cfg.Location()
 	return &Scheduler{cfg: cfg, log: deps.Log.With("component", "cron"), db: deps.DB, bus: deps.Bus,
-		resolve: deps.Resolve, alive: deps.RunAlive, paused: deps.Paused, now: deps.Now, loc: loc,
+		resolve: deps.Resolve, alive: deps.RunAlive, paused: deps.Paused, now: deps.Now, loc: loc, zone: cron.ZoneName(loc),
 		commit: func(ctx context.Context, tx pgx.Tx) error { return tx.Commit(ctx) }}, nil
 }
 
@@ -344,7 +346,7 @@ func (s *Scheduler) fireOne(ctx context.Context, skip []string) (id string, publ
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 	now := s.now()
-	j, ok, err := cron.ClaimDue(ctx, tx, now, skip)
+	j, ok, err := cron.ClaimDueIn(ctx, tx, now, s.zone, skip)
 	if err != nil || !ok {
 		return "", false, false, err
 	}
@@ -447,6 +449,9 @@ func (s *Scheduler) fireFailed(ctx context.Context, id string, ferr error) {
 // fired or blocked ("" for none).
 func (s *Scheduler) handle(ctx context.Context, j *cron.Job, now time.Time) (bool, string, error) {
 	sched, schedErr := j.Schedule(s.loc)
+	if schedErr == nil {
+		s.rezone(j, sched)
+	}
 	if j.RunningRunID != "" && !j.RunningUntil.After(now) && !s.runAlive(ctx, j, now) {
 		// Its turn is gone and its end never came (lost: a crash no
 		// redelivery recovered): the job is free to fire again.
@@ -529,7 +534,7 @@ func (s *Scheduler) handle(ctx context.Context, j *cron.Job, now time.Time) (boo
 	case sched.Kind != schedule.Once && late > grace && !s.cfg.CatchUpMissed:
 		runs.WithLabelValues("missed").Inc()
 		s.log.Info("cron run missed beyond its grace; skipped (cron.catch_up_missed=false)", "job", j.ID, "due", due)
-		j.NextRunAt = s.next(sched, now)
+		j.NextRunAt, j.Zone = s.next(sched, now), s.zone
 		if j.NextRunAt.IsZero() {
 			j.State = cron.StateCompleted
 		}
@@ -554,6 +559,36 @@ func (s *Scheduler) handle(ctx context.Context, j *cron.Job, now time.Time) (boo
 	// A blocked run counts as the scheduled one.
 	s.advance(j, sched, now)
 	return ok, runID, nil
+}
+
+// rezone moves the next run of j, a cron expression whose next run was
+// computed in another time zone (cron.timezone changed since), to the
+// run that stands for it in this scheduler's zone (schedule.InZoneOf):
+// 09:00 every day is 09:00 in the new zone from the next day on, not
+// once more at the old zone's 09:00 and then at the new one's (two runs,
+// and the new zone's run of that day missed when it came first). As
+// Hermes's repair of a next run whose offset no longer matches, which
+// recomputes it to keep the wall clock's reading rather than fire it.
+// An instant whose firing failed keeps its zone until it has fired: its
+// run may be out already, and is retried under its id.
+func (s *Scheduler) rezone(j *cron.Job, sched schedule.Schedule) {
+	if j.Kind != schedule.Cron || j.Zone == "" || j.Zone == s.zone || j.State != cron.StateScheduled || j.NextRunAt.IsZero() ||
+		j.FireFailures > 0 || j.LastRunID == cron.RunID(j.ID, j.NextRunAt, false) {
+		return
+	}
+	next := s.next(sched, s.now())
+	if old, err := time.LoadLocation(j.Zone); err != nil {
+		s.log.Warn("cron job's former time zone is unknown; its next run is the new zone's next", "job", j.ID, "zone", j.Zone, "err", err)
+	} else if was, err := j.Schedule(old); err == nil {
+		next = sched.InZoneOf(was, j.NextRunAt)
+	}
+	if next.IsZero() {
+		j.Zone = s.zone // none comes: completed when it is due
+		return
+	}
+	s.log.Info("cron job's next run moved to the configured time zone", "job", j.ID, "from_zone", j.Zone, "zone", s.zone,
+		"was", j.NextRunAt, "next", next)
+	j.NextRunAt, j.Zone, j.NextSkipAt = next, s.zone, time.Time{}
 }
 
 // runAlive looks whether j's run in flight, whose hold is due for a
@@ -644,7 +679,7 @@ func (s *Scheduler) advance(j *cron.Job, sched schedule.Schedule, now time.Time)
 		return
 	}
 	j.RepeatCompleted++
-	j.NextRunAt = s.next(sched, now)
+	j.NextRunAt, j.Zone = s.next(sched, now), s.zone
 	if j.NextRunAt.IsZero() || (j.RepeatTimes > 0 && j.RepeatCompleted >= j.RepeatTimes) {
 		j.State, j.NextRunAt = cron.StateCompleted, time.Time{}
 	}

@@ -1763,3 +1763,74 @@ func TestHeldJobWithNothingToSkip(t *testing.T) {
 		t.Errorf("after a look, the held job is still claimable: %v %v (next run %v, skip mark %v)", ok, err, got.NextRunAt, got.NextSkipAt)
 	}
 }
+
+// TestTimezoneChange: a cron expression's next run, computed in the
+// zone cron.timezone named before, moves to the new zone when a
+// scheduler of the new zone first sees it: a job at a set time of day
+// runs at that time in the new zone from its next day on, neither once
+// more at the old zone's time (run twice that day) nor missing the new
+// zone's time when it comes first (a restart across it runs it late,
+// once); an hourly job goes on from its last run on the new zone's
+// hours.
+func TestTimezoneChange(t *testing.T) {
+	t.Parallel()
+	day := func(d, h, m int) time.Time { return time.Date(2026, 3, d, h, m, 0, 0, time.UTC) }
+	type at struct {
+		when  time.Time
+		fired int
+	}
+	cases := []struct {
+		name, expr, zone string
+		ran              time.Time // its last run in UTC
+		ticks            []at      // the new zone's scheduler
+	}{
+		{"west: 09:00 New York, the day after the run at 09:00 UTC", "0 9 * * *", "America/New_York", day(10, 9, 0),
+			[]at{{day(10, 10, 0), 0}, {day(10, 13, 0), 0}, {day(11, 9, 0), 0}, {day(11, 13, 0), 1}, {day(11, 14, 0), 0}, {day(12, 13, 0), 1}}},
+		{"east: 09:00 Berlin, before the old 09:00 UTC", "0 9 * * *", "Europe/Berlin", day(10, 9, 0),
+			[]at{{day(10, 12, 0), 0}, {day(11, 8, 0), 1}, {day(11, 9, 0), 0}, {day(12, 8, 0), 1}}},
+		{"east, restarted after the new zone's time: late, once", "0 9 * * *", "Europe/Berlin", day(10, 9, 0),
+			[]at{{day(11, 8, 30), 1}, {day(11, 9, 0), 0}, {day(11, 10, 0), 0}, {day(12, 8, 0), 1}}},
+		{"hourly, to a half-hour zone: on from the last run", "0 * * * *", "Asia/Kolkata", day(10, 9, 0),
+			[]at{{day(10, 9, 10), 0}, {day(10, 9, 30), 1}, {day(10, 10, 0), 0}, {day(10, 10, 30), 1}}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			e.clock.Set(tc.ran.Add(-30 * time.Minute))
+			j := e.create(t, cron.NewJob{Prompt: "p", Schedule: tc.expr})
+			old := e.scheduler(t, nil) // UTC
+			e.clock.Set(tc.ran)
+			if n := tick(t, old); n != 1 {
+				t.Fatalf("the UTC scheduler fired %d at %v", n, tc.ran)
+			}
+			s := e.scheduler(t, func(c *scheduler.Config) { c.Timezone = tc.zone })
+			store := cron.New(e.db, mustZone(t, tc.zone), e.clock.Now) // the new zone's router
+			for _, a := range tc.ticks {
+				e.clock.Set(a.when)
+				if n := tick(t, s); n != a.fired {
+					t.Errorf("at %v (%s): fired %d, want %d (next run %v)", a.when, a.when.In(mustZone(t, tc.zone)).Format("15:04 MST"),
+						n, a.fired, e.job(t, j.ID).NextRunAt)
+				}
+				if run := e.job(t, j.ID).RunningRunID; run != "" {
+					e.clock.Set(a.when.Add(time.Minute))
+					if _, err := store.RunEnded(context.Background(), run, a.when.Add(time.Minute)); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			if got := e.job(t, j.ID); got.Zone != tc.zone {
+				t.Errorf("zone %q, want %q", got.Zone, tc.zone)
+			}
+		})
+	}
+}
+
+func mustZone(t *testing.T, name string) *time.Location {
+	t.Helper()
+	loc, err := time.LoadLocation(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return loc
+}
