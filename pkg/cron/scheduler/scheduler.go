@@ -6,8 +6,11 @@
 // the job (next run, repeat count, state) in the same transaction. The
 // message's id is made of the job and the instant it was due, so a crash
 // (or a failed commit) between the publish and the commit re-publishes
-// the same id on the next tick: the bus's dedupe window and the router's
-// longer-lived dedupe record make it one run.
+// the same id on the next tick, past the bus's dedupe window (30 s by
+// default, a tick being a minute): the router's dedupe record (Redis)
+// and, should Redis have lost it, the run's session, which records the
+// event as its last started (Postgres), make it one run; a run whose end
+// the job recorded meanwhile (its last run) is not published again.
 //
 // A published run holds its job until the run's turn ends (as Hermes's
 // tick, which skips a job whose run is still going): its running_run_id
@@ -715,6 +718,18 @@ func (s *Scheduler) next(sched schedule.Schedule, now time.Time) time.Time {
 // deliver target does not resolve, and the job says so (Hermes's
 // blocked_config: no model call for an answer that cannot be delivered).
 func (s *Scheduler) run(ctx context.Context, j *cron.Job, due time.Time, eventID string, now time.Time) (bool, error) {
+	if j.LastRunID == eventID {
+		// The retry of a commit that failed after the publish, and the
+		// run's end (or outcome) is recorded already (cron.Store.RunEnded
+		// of a run not yet recorded): the run went out and ran. Published
+		// again it would be a second message for the router to catch
+		// (past the bus's dedupe window, its session's record of the
+		// event is the last guard, and the session retention may have
+		// deleted it since); the job's own record is enough to know.
+		s.log.Info("cron run ran already; recorded, not published again", "job", j.ID, "run", eventID)
+		j.LastRunAt = now
+		return true, nil
+	}
 	route, err := s.route(ctx, j)
 	if errors.Is(err, outbox.ErrBadTarget) {
 		runs.WithLabelValues("blocked").Inc()

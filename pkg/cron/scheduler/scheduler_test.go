@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/switchboard-chat/switchboard/pkg/bus"
 	"github.com/switchboard-chat/switchboard/pkg/bus/bustest"
@@ -1833,4 +1834,57 @@ func mustZone(t *testing.T, name string) *time.Location {
 		t.Fatal(err)
 	}
 	return loc
+}
+
+// TestRetryAfterTheDedupeWindow: the commit that records a run fails
+// after its publish and the retry comes after the bus's dedupe window (a
+// tick or more later: a minute, where the window is 30 s by default).
+// A run whose end is recorded meanwhile (its job's last run) is known to
+// have run: the retry records it without a second message. One that
+// still goes is published again, for its session's record to stop at
+// the router (services/router TestCronRunRepublishedAfterRedisLoss).
+func TestRetryAfterTheDedupeWindow(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name     string
+		ended    bool
+		messages uint64
+	}{
+		{"the run ended before the retry", true, 1},
+		{"the run still goes", false, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			const window = time.Second
+			e := newEnv(t)
+			e.bus = bustest.NewWith(t, bustest.SystemURL(), bus.Topology{Prefix: bustest.Prefix(), Storage: jetstream.MemoryStorage, DedupeWindow: window})
+			j := e.create(t, cron.NewJob{Prompt: "report", Schedule: "every 1h"})
+			due := t0.Add(time.Hour)
+			e.clock.Set(due)
+			crashing := e.scheduler(t, nil)
+			scheduler.SetCommit(crashing, func(ctx context.Context, tx pgx.Tx) error {
+				_ = tx.Rollback(ctx)
+				return errors.New("connection lost")
+			})
+			if _, err := crashing.Tick(context.Background()); err == nil {
+				t.Fatal("the crashing tick succeeded")
+			}
+			run := cron.RunID(j.ID, due, false)
+			if tc.ended && !e.end(t, run, due.Add(20*time.Second)) {
+				t.Fatal("the end of the run not yet recorded did not apply")
+			}
+			time.Sleep(window + 200*time.Millisecond)
+			e.clock.Set(due.Add(time.Minute))
+			if n := tick(t, e.scheduler(t, nil)); n != 1 {
+				t.Fatalf("the retry fired %d", n)
+			}
+			if n := e.published(t); n != tc.messages {
+				t.Errorf("%d messages on the bus, want %d", n, tc.messages)
+			}
+			got := e.job(t, j.ID)
+			if got.LastRunID != run || got.RepeatCompleted != 1 || got.LastStatus != "ok" || got.Running() == tc.ended {
+				t.Errorf("after the retry: last run %q (%s), %d runs, in flight %q", got.LastRunID, got.LastStatus, got.RepeatCompleted, got.RunningRunID)
+			}
+		})
+	}
 }
