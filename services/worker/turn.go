@@ -26,6 +26,7 @@ import (
 	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
 	"github.com/switchboard-chat/switchboard/pkg/memorygate"
 	"github.com/switchboard-chat/switchboard/pkg/pg"
+	"github.com/switchboard-chat/switchboard/pkg/placeholder"
 	"github.com/switchboard-chat/switchboard/pkg/redisx"
 	"github.com/switchboard-chat/switchboard/pkg/sessionkey"
 	"github.com/switchboard-chat/switchboard/pkg/sessionstore"
@@ -835,7 +836,7 @@ func (r *turnRun) backgroundAnswer(text string) string {
 		return text
 	}
 	if strings.TrimSpace(text) == "" {
-		text = noResponseText
+		text = placeholder.NoResponse
 	}
 	return "✅ Background task complete\nPrompt: \"" + r.backgroundPrompt() + "\"\n\n" + text
 }
