@@ -371,6 +371,14 @@ func (s *Scheduler) fireOne(ctx context.Context, skip []string) (id string, publ
 			return err
 		}
 		if err := s.commit(ctx, tx); err != nil {
+			if s.saved(ctx, j, runID, now) {
+				// The commit went through and its answer was lost (the
+				// context ended, as on a router's stop, or the connection
+				// broke after COMMIT): the run is saved, and recording a
+				// failure on it would show it failed and delay the job.
+				s.log.Warn("cron run's commit reported an error, but the run is saved", "job", j.ID, "run", runID, "err", err)
+				return nil
+			}
 			return fmt.Errorf("commit cron run of %s: %w", j.ID, err)
 		}
 		return nil
@@ -383,6 +391,27 @@ func (s *Scheduler) fireOne(ctx context.Context, skip []string) (id string, publ
 		return j.ID, false, true, err
 	}
 	return j.ID, published, true, nil
+}
+
+// saved reports whether the row of j holds what SaveRun wrote for the
+// tick at now (its run runID, next run, repeat count and state): a
+// commit that returned an error may have gone through. False when the
+// database cannot tell (the failure is then recorded, as before).
+func (s *Scheduler) saved(ctx context.Context, j cron.Job, runID string, now time.Time) bool {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	var ok bool
+	err := s.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM cron_jobs WHERE id = $1 AND updated_at = $2
+  AND ($3 = '' OR last_run_id = $3) AND next_run_at IS NOT DISTINCT FROM $4 AND repeat_completed = $5 AND state = $6)`,
+		j.ID, now, runID, nullTime(j.NextRunAt), j.RepeatCompleted, j.State).Scan(&ok)
+	return err == nil && ok
+}
+
+func nullTime(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
 }
 
 // maxFireBackoff bounds the delay before a job whose firing failed is

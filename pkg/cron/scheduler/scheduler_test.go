@@ -1888,3 +1888,54 @@ func TestRetryAfterTheDedupeWindow(t *testing.T) {
 		})
 	}
 }
+
+// TestCommitErrorAfterItsSave: a commit that returns an error may have
+// gone through (the context ended while COMMIT's answer was on its way,
+// as on a router's stop, or the connection broke after it): a run saved
+// so is the job's run, not a failure to fire it (its list showed "the
+// scheduler could not queue its run" and the job waited a retry's
+// delay); a commit that did fail is recorded as ever.
+func TestCommitErrorAfterItsSave(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		saved bool
+	}{
+		{"committed, its answer lost", true},
+		{"not committed", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			j := e.create(t, cron.NewJob{Prompt: "report", Schedule: "every 1h"})
+			due := t0.Add(time.Hour)
+			e.clock.Set(due)
+			s := e.scheduler(t, nil)
+			scheduler.SetCommit(s, func(ctx context.Context, tx pgx.Tx) error {
+				if tc.saved {
+					if err := tx.Commit(ctx); err != nil {
+						return err
+					}
+				} else {
+					_ = tx.Rollback(ctx)
+				}
+				return errors.New("read COMMIT's answer: connection reset by peer")
+			})
+			n, err := s.Tick(context.Background())
+			got := e.job(t, j.ID)
+			run := cron.RunID(j.ID, due, false)
+			if tc.saved {
+				if err != nil || n != 1 || got.FireFailures != 0 || !got.FireRetryAt.IsZero() || got.LastStatus != "ok" || got.LastError != "" ||
+					got.LastRunID != run || got.RepeatCompleted != 1 {
+					t.Errorf("fired %d, %v; job %d failures (retry %v), %q %q, last run %q, %d runs; want 1 run saved ok",
+						n, err, got.FireFailures, got.FireRetryAt, got.LastStatus, got.LastError, got.LastRunID, got.RepeatCompleted)
+				}
+				return
+			}
+			if err == nil || n != 0 || got.FireFailures != 1 || got.LastStatus != "error" || got.RepeatCompleted != 0 || !got.NextRunAt.Equal(due) {
+				t.Errorf("fired %d, %v; job %d failures, %q, %d runs, next %v; want the failure recorded, the run still due",
+					n, err, got.FireFailures, got.LastStatus, got.RepeatCompleted, got.NextRunAt)
+			}
+		})
+	}
+}
