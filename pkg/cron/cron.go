@@ -98,8 +98,22 @@ type Job struct {
 	// RunGoneAt is when the scheduler first found the run in flight
 	// showing no sign of life (zero: it has not, or it showed one
 	// since); it is released only when it still shows none a tick later.
-	RunGoneAt            time.Time
+	RunGoneAt time.Time
+	// Zone is the time zone NextRunAt was computed in (ZoneName of the
+	// scheduler's or the store's location; "" for rows from before it
+	// was recorded): the scheduler moves a cron expression's next run
+	// to its own zone when they differ (cron.timezone changed).
+	Zone                 string
 	CreatedAt, UpdatedAt time.Time
+}
+
+// ZoneName names loc as Job.Zone records it: its IANA name, "Local" for
+// the process's zone, "UTC" for nil.
+func ZoneName(loc *time.Location) string {
+	if loc == nil {
+		return "UTC"
+	}
+	return loc.String()
 }
 
 // Running: a run of the job is in flight and holds its next fire. Its
@@ -180,7 +194,7 @@ func (s *Store) Location() *time.Location { return s.loc }
 const columns = `id, owner, name, prompt, schedule_kind, schedule_expr, schedule_display, deliver,
 origin_platform, origin_account, origin_chat_id, origin_thread_id, coalesce(repeat_times, 0), repeat_completed,
 state, next_run_at, manual_run_at, last_run_at, last_status, last_error, last_delivery_error, last_run_id,
-paused_reason, fire_failures, fire_retry_at, running_run_id, running_until, next_skip_at, run_gone_at, created_at, updated_at`
+paused_reason, fire_failures, fire_retry_at, running_run_id, running_until, next_skip_at, run_gone_at, schedule_zone, created_at, updated_at`
 
 func scan(row pgx.Row) (Job, error) {
 	var j Job
@@ -188,7 +202,7 @@ func scan(row pgx.Row) (Job, error) {
 	err := row.Scan(&j.ID, &j.Owner, &j.Name, &j.Prompt, &j.Kind, &j.Expr, &j.Display, &j.Deliver,
 		&j.Origin.Platform, &j.Origin.Account, &j.Origin.ChatID, &j.Origin.ThreadID, &j.RepeatTimes, &j.RepeatCompleted,
 		&j.State, &next, &manual, &last, &j.LastStatus, &j.LastError, &j.LastDeliveryError, &j.LastRunID,
-		&j.PausedReason, &j.FireFailures, &retry, &j.RunningRunID, &until, &skip, &gone, &j.CreatedAt, &j.UpdatedAt)
+		&j.PausedReason, &j.FireFailures, &retry, &j.RunningRunID, &until, &skip, &gone, &j.Zone, &j.CreatedAt, &j.UpdatedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Job{}, ErrNotFound
 	}
@@ -346,11 +360,11 @@ func (s *Store) Create(ctx context.Context, n NewJob) (Job, error) {
 		}
 		row := tx.QueryRow(ctx, `
 INSERT INTO cron_jobs (id, owner, name, prompt, schedule_kind, schedule_expr, schedule_display, deliver,
-  origin_platform, origin_account, origin_chat_id, origin_thread_id, repeat_times, next_run_at, created_at, updated_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $15)
+  origin_platform, origin_account, origin_chat_id, origin_thread_id, repeat_times, next_run_at, created_at, updated_at, schedule_zone)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $15, $16)
 RETURNING `+columns,
 			newID(), n.Owner, nameOf(n.Name, prompt), prompt, sched.Kind, sched.Expr, sched.Display, deliver,
-			n.Origin.Platform, n.Origin.Account, n.Origin.ChatID, n.Origin.ThreadID, nullRepeat(repeat), sched.First(now), now)
+			n.Origin.Platform, n.Origin.Account, n.Origin.ChatID, n.Origin.ThreadID, nullRepeat(repeat), sched.First(now), now, ZoneName(s.loc))
 		if j, err = scan(row); err != nil {
 			return fmt.Errorf("create cron job: %w", err)
 		}
@@ -481,7 +495,7 @@ func (s *Store) Update(ctx context.Context, owner, id string, u Update) (Job, er
 				j.RepeatTimes = 0
 			}
 			j.Kind, j.Expr, j.Display = sched.Kind, sched.Expr, sched.Display
-			j.NextRunAt = sched.First(now)
+			j.NextRunAt, j.Zone = sched.First(now), ZoneName(s.loc)
 			// Failures to fire belonged to the old schedule's instant: the
 			// new one is tried afresh (and is missed if the routers are
 			// down at its time, rather than retried as a failed firing).
@@ -525,10 +539,10 @@ func save(ctx context.Context, db DBTX, owner string, j Job, now time.Time) (Job
 	row := db.QueryRow(ctx, `
 UPDATE cron_jobs SET name = $3, prompt = $4, schedule_kind = $5, schedule_expr = $6, schedule_display = $7, deliver = $8,
   repeat_times = $9, repeat_completed = $10, state = $11, next_run_at = $12, manual_run_at = $13, updated_at = $14,
-  paused_reason = $15, fire_failures = $16, fire_retry_at = $17
+  paused_reason = $15, fire_failures = $16, fire_retry_at = $17, schedule_zone = $18
 WHERE owner = $1 AND id = $2 RETURNING `+columns,
 		owner, j.ID, j.Name, j.Prompt, j.Kind, j.Expr, j.Display, j.Deliver, nullRepeat(j.RepeatTimes), j.RepeatCompleted,
-		j.State, nullTime(j.NextRunAt), nullTime(j.ManualRunAt), now, j.PausedReason, j.FireFailures, nullTime(j.FireRetryAt))
+		j.State, nullTime(j.NextRunAt), nullTime(j.ManualRunAt), now, j.PausedReason, j.FireFailures, nullTime(j.FireRetryAt), j.Zone)
 	out, err := scan(row)
 	if err != nil {
 		return Job{}, fmt.Errorf("update cron job %s: %w", j.ID, err)
@@ -573,7 +587,7 @@ func (s *Store) Resume(ctx context.Context, owner, id string) (Job, error) {
 		case sched.Kind == schedule.Once:
 			j.NextRunAt = sched.At
 		default:
-			j.NextRunAt = sched.First(now)
+			j.NextRunAt, j.Zone = sched.First(now), ZoneName(s.loc)
 		}
 		j.State = StateScheduled
 		// A job the scheduler paused for failing to fire is tried afresh.
@@ -619,7 +633,7 @@ func (s *Store) Trigger(ctx context.Context, owner, id string) (Job, error) {
 			// scheduler fires the run asked for first, which completes it).
 			j.State = StateScheduled
 			if sched.Kind != schedule.Once && !j.NextRunAt.After(now) {
-				j.NextRunAt = sched.First(now)
+				j.NextRunAt, j.Zone = sched.First(now), ZoneName(s.loc)
 			}
 			j.PausedReason, j.FireFailures = "", 0
 		}
@@ -665,6 +679,14 @@ func (s *Store) Remove(ctx context.Context, owner, id string) (Job, error) {
 //     that fire is skipped, as Hermes's tick skips a job whose run is
 //     still going.
 func ClaimDue(ctx context.Context, tx DBTX, now time.Time, skip []string) (Job, bool, error) {
+	return ClaimDueIn(ctx, tx, now, "", skip)
+}
+
+// ClaimDueIn is ClaimDue for a scheduler whose time zone is zone
+// (ZoneName): it also claims a scheduled cron expression whose next run
+// was computed in another zone (cron.timezone changed since), however
+// far ahead, for the scheduler to move it to zone. "" claims none.
+func ClaimDueIn(ctx context.Context, tx DBTX, now time.Time, zone string, skip []string) (Job, bool, error) {
 	if skip == nil {
 		skip = []string{}
 	}
@@ -672,9 +694,11 @@ func ClaimDue(ctx context.Context, tx DBTX, now time.Time, skip []string) (Job, 
 WHERE NOT (id = ANY($2)) AND (fire_retry_at IS NULL OR fire_retry_at <= $1) AND (
   (running_run_id = '' AND ((state = 'scheduled' AND next_run_at <= $1) OR manual_run_at <= $1))
   OR (running_run_id <> '' AND (running_until IS NULL OR running_until <= $1))
-  OR (running_run_id <> '' AND state = 'scheduled' AND coalesce(next_skip_at, next_run_at) <= $1))
+  OR (running_run_id <> '' AND state = 'scheduled' AND coalesce(next_skip_at, next_run_at) <= $1)
+  OR ($3 <> '' AND schedule_kind = 'cron' AND state = 'scheduled' AND next_run_at IS NOT NULL
+      AND schedule_zone <> '' AND schedule_zone <> $3 AND fire_failures = 0))
 ORDER BY LEAST(CASE WHEN state = 'scheduled' THEN next_run_at END, manual_run_at, running_until), id
-LIMIT 1 FOR UPDATE SKIP LOCKED`, now, skip))
+LIMIT 1 FOR UPDATE SKIP LOCKED`, now, skip, zone))
 	if errors.Is(err, ErrNotFound) {
 		return Job{}, false, nil
 	}
@@ -706,10 +730,11 @@ UPDATE cron_jobs SET next_run_at = $2, manual_run_at = $3, state = $4, repeat_co
   running_run_id = CASE WHEN $10 <> '' AND last_run_id = $10 THEN '' ELSE $12 END,
   running_until = CASE WHEN $10 <> '' AND last_run_id = $10 THEN NULL ELSE $13::timestamptz END,
   next_skip_at = CASE WHEN $10 <> '' AND last_run_id = $10 THEN NULL ELSE $14::timestamptz END,
-  run_gone_at = CASE WHEN $10 <> '' AND last_run_id = $10 THEN NULL ELSE $15::timestamptz END
+  run_gone_at = CASE WHEN $10 <> '' AND last_run_id = $10 THEN NULL ELSE $15::timestamptz END,
+  schedule_zone = $16
 WHERE id = $1`, j.ID, nullTime(j.NextRunAt), nullTime(j.ManualRunAt), j.State, j.RepeatCompleted,
 		nullTime(j.LastRunAt), j.LastStatus, truncate(j.LastError, 2000), now, runID, truncate(j.PausedReason, 2000),
-		j.RunningRunID, nullTime(j.RunningUntil), nullTime(j.NextSkipAt), nullTime(j.RunGoneAt))
+		j.RunningRunID, nullTime(j.RunningUntil), nullTime(j.NextSkipAt), nullTime(j.RunGoneAt), j.Zone)
 	if err != nil {
 		return fmt.Errorf("save cron run of %s: %w", j.ID, err)
 	}
@@ -822,11 +847,12 @@ func (s *Store) RunEnded(ctx context.Context, runID string, end time.Time) (bool
 			return err
 		}
 		release := j.RunningRunID == runID
-		next := j.NextRunAt
+		next, zone := j.NextRunAt, j.Zone
 		if j.Kind != schedule.Once && j.State == StateScheduled && j.LastRunID == runID && !j.LastRunAt.IsZero() && end.After(j.LastRunAt) {
 			if sched, err := j.Schedule(s.loc); err == nil { // else the scheduler pauses it
 				if fired, _ := sched.Next(j.LastRunAt); j.NextRunAt.Equal(fired) {
 					next, _ = sched.Next(end)
+					zone = ZoneName(s.loc)
 				}
 			}
 		}
@@ -834,12 +860,12 @@ func (s *Store) RunEnded(ctx context.Context, runID string, end time.Time) (bool
 			return nil
 		}
 		if _, err := tx.Exec(ctx, `
-UPDATE cron_jobs SET next_run_at = $2, updated_at = $3,
+UPDATE cron_jobs SET next_run_at = $2, updated_at = $3, schedule_zone = $5,
   running_run_id = CASE WHEN $4 THEN '' ELSE running_run_id END,
   running_until = CASE WHEN $4 THEN NULL ELSE running_until END,
   next_skip_at = CASE WHEN $4 THEN NULL ELSE next_skip_at END,
   run_gone_at = CASE WHEN $4 THEN NULL ELSE run_gone_at END
-WHERE id = $1`, id, nullTime(next), s.now(), release); err != nil {
+WHERE id = $1`, id, nullTime(next), s.now(), release, zone); err != nil {
 			return err
 		}
 		applied = true

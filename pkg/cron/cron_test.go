@@ -740,3 +740,45 @@ func TestResolveRefThatIsNotText(t *testing.T) {
 		}
 	}
 }
+
+// TestZoneRecorded: a job records the time zone its next run was
+// computed in (the scheduler moves a cron expression's next run when
+// cron.timezone changed): each change that computes the next run
+// records the store's zone; one that keeps it (pause) keeps its zone.
+func TestZoneRecorded(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	now := time.Date(2026, 3, 10, 8, 30, 0, 0, time.UTC)
+	clock := func() time.Time { return now }
+	db := pgtest.New(t)
+	berlin, err := time.LoadLocation("Europe/Berlin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	utc, ber := cron.New(db, time.UTC, clock), cron.New(db, berlin, clock)
+	j, err := utc.Create(ctx, cron.NewJob{Owner: "u", Prompt: "p", Schedule: "0 9 * * *"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sched := "0 10 * * *"
+	for _, step := range []struct {
+		name     string
+		do       func() (cron.Job, error)
+		zone     string
+		nextWall string // next run in the zone recorded
+	}{
+		{"create", func() (cron.Job, error) { return utc.Resolve(ctx, "u", j.ID) }, "UTC", "09:00"},
+		{"pause", func() (cron.Job, error) { return ber.Pause(ctx, "u", j.ID) }, "UTC", "09:00"},
+		{"resume", func() (cron.Job, error) { return ber.Resume(ctx, "u", j.ID) }, "Europe/Berlin", "09:00"},
+		{"new schedule", func() (cron.Job, error) { return utc.Update(ctx, "u", j.ID, cron.Update{Schedule: &sched}) }, "UTC", "10:00"},
+	} {
+		got, err := step.do()
+		if err != nil {
+			t.Fatalf("%s: %v", step.name, err)
+		}
+		loc, _ := time.LoadLocation(got.Zone)
+		if got.Zone != step.zone || got.NextRunAt.In(loc).Format("15:04") != step.nextWall {
+			t.Errorf("%s: zone %q, next run %v; want %q, %s there", step.name, got.Zone, got.NextRunAt, step.zone, step.nextWall)
+		}
+	}
+}

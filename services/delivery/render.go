@@ -17,6 +17,7 @@ import (
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
 	"github.com/switchboard-chat/switchboard/pkg/outbox"
+	"github.com/switchboard-chat/switchboard/pkg/placeholder"
 	"github.com/switchboard-chat/switchboard/pkg/reasoning"
 	"github.com/switchboard-chat/switchboard/pkg/streamedit"
 )
@@ -188,7 +189,7 @@ func (s *Service) handle(ctx context.Context, ev *repliesv1.ReplyEvent) error {
 			// dead-lettered, the user saw nothing and the turn's end
 			// (the final chunk the API request waits for, the processing
 			// reaction) never reached the chat.
-			text, format = noResponseText, deliveryv1.TextFormat_TEXT_FORMAT_PLAIN
+			text, format = placeholder.NoResponse, deliveryv1.TextFormat_TEXT_FORMAT_PLAIN
 		}
 		if _, err := s.final(ctx, ev, text, format); err != nil {
 			return err
@@ -246,17 +247,11 @@ func (s *Service) handle(ctx context.Context, ev *repliesv1.ReplyEvent) error {
 	}
 }
 
-// noResponseText is the answer to a turn whose final text is empty or
-// blank: what Hermes's gateway sends when the agent's final response is
-// empty (gateway/run.py, _run_agent). Hermes tests the response for
-// emptiness only (a blank one goes to the platform as is); here blank
-// counts as empty, since no platform takes a blank message.
-const noResponseText = "(No response generated)"
-
 // mediaTurns remembers the turns that sent media (an external agent's
 // images), so that their blank final text is taken as "nothing to add"
-// rather than answered with noResponseText. Memory only: after a restart
-// between a turn's media and its final, the final says noResponseText.
+// rather than answered with placeholder.NoResponse. Memory only: after a
+// restart between a turn's media and its final, the final says
+// placeholder.NoResponse.
 type mediaTurns struct {
 	mu sync.Mutex
 	m  map[string]time.Time

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/switchboard-chat/switchboard/pkg/llm"
+	"github.com/switchboard-chat/switchboard/pkg/placeholder"
 	"github.com/switchboard-chat/switchboard/services/worker/internal/store"
 )
 
@@ -121,7 +122,7 @@ func renderTranscript(summary string, msgs []store.Message) string {
 // answer, or "(No response generated)".
 func (r *turnRun) sideAnswer(text string) string {
 	if strings.TrimSpace(text) == "" {
-		text = noResponseText
+		text = placeholder.NoResponse
 	}
 	return "💬 /btw: \"" + r.backgroundPrompt() + "\"\n\n" + text
 }

@@ -26,6 +26,16 @@ func TestCronAnswer(t *testing.T) {
 		{"cron", "  [silent] nothing new\n", "", false},
 		{"cron", "I was told to answer [SILENT] if nothing changed, but the build is red.", "Cronjob Response: Morning feeds\n-------------\n\nI was told to answer [SILENT] if nothing changed, but the build is red.\n\nNote: The agent cannot see this message, and therefore cannot respond to it.", true},
 		{"telegram", "[SILENT]", "[SILENT]", true},
+		// As Hermes's autonomous lanes: a marker on its own first or last
+		// line, without its brackets, with stray punctuation, or translated.
+		{"cron", "Nothing changed since yesterday.\n\n[SILENT]", "", false},
+		{"cron", "[SILENT]\n(no new items)", "", false},
+		{"cron", "SILENT", "", false},
+		{"cron", "*NO_REPLY*", "", false},
+		{"cron", "no reply.", "", false},
+		{"cron", "[静默]", "", false},
+		{"cron", "Silent retry succeeded.", "Cronjob Response: Morning feeds\n-------------\n\nSilent retry succeeded.\n\nNote: The agent cannot see this message, and therefore cannot respond to it.", true},
+		{"cron", "[SILENT", "Cronjob Response: Morning feeds\n-------------\n\n[SILENT\n\nNote: The agent cannot see this message, and therefore cannot respond to it.", true},
 	}
 	for _, c := range cases {
 		got, ok := run(c.platform).cronAnswer(c.text)

@@ -23,6 +23,7 @@ import (
 
 	"github.com/switchboard-chat/switchboard/pkg/approvalmode"
 	"github.com/switchboard-chat/switchboard/pkg/llm"
+	"github.com/switchboard-chat/switchboard/pkg/placeholder"
 	"github.com/switchboard-chat/switchboard/pkg/reasoning"
 	"github.com/switchboard-chat/switchboard/pkg/sessionkey"
 	"github.com/switchboard-chat/switchboard/services/worker/internal/store"
@@ -630,7 +631,7 @@ func (r *turnRun) finishAfter(ctx context.Context, ls *loopState, steps []store.
 	if f.Kind == store.FinalText && strings.TrimSpace(f.Text) == "" {
 		// A model that said nothing: Hermes's words, as delivery's for a
 		// blank final, and as its /background and /btw notices have them.
-		f.Text = noResponseText
+		f.Text = placeholder.NoResponse
 	}
 	if f.Kind == store.FinalText {
 		r.breakBeforeFinal(ctx, f.Text)
@@ -666,9 +667,6 @@ func (r *turnRun) finishAfter(ctx context.Context, ls *loopState, steps []store.
 	}
 	return f, err
 }
-
-// noResponseText is Hermes's answer of a model that said nothing.
-const noResponseText = "(No response generated)"
 
 // finishWith ends the turn with text as its answer.
 func (r *turnRun) finishWith(ctx context.Context, ls *loopState, text string) (store.Final, error) {

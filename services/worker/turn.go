@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -26,6 +27,7 @@ import (
 	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
 	"github.com/switchboard-chat/switchboard/pkg/memorygate"
 	"github.com/switchboard-chat/switchboard/pkg/pg"
+	"github.com/switchboard-chat/switchboard/pkg/placeholder"
 	"github.com/switchboard-chat/switchboard/pkg/redisx"
 	"github.com/switchboard-chat/switchboard/pkg/sessionkey"
 	"github.com/switchboard-chat/switchboard/pkg/sessionstore"
@@ -835,7 +837,7 @@ func (r *turnRun) backgroundAnswer(text string) string {
 		return text
 	}
 	if strings.TrimSpace(text) == "" {
-		text = noResponseText
+		text = placeholder.NoResponse
 	}
 	return "✅ Background task complete\nPrompt: \"" + r.backgroundPrompt() + "\"\n\n" + text
 }
@@ -905,22 +907,77 @@ func (r *turnRun) backgroundPrompt() string {
 }
 
 // cronAnswer is what a cron run's answer (a turn of the cron platform)
-// delivers, as Hermes: nothing when it starts with [SILENT] (the
-// transcript keeps it; the run's framing asks for exactly that word, so
-// an answer that only quotes it further in is delivered), otherwise the
-// answer under the job's name with the note that the agent cannot see
-// it. Other turns' answers go as they are.
+// delivers, as Hermes: nothing when it is silent (silentAnswer; the
+// transcript keeps it), otherwise the answer under the job's name with
+// the note that the agent cannot see it. Other turns' answers go as they
+// are.
 func (r *turnRun) cronAnswer(text string) (string, bool) {
 	o := r.req.GetOrigin()
 	if o.GetPlatform() != "cron" {
 		return text, true
 	}
-	if strings.HasPrefix(strings.ToUpper(strings.TrimSpace(text)), "[SILENT]") {
+	if silentAnswer(text) {
 		r.log.Info("cron run answered [SILENT]; nothing delivered")
 		return "", false
 	}
 	return "Cronjob Response: " + o.GetChatName() + "\n-------------\n\n" + text +
 		"\n\nNote: The agent cannot see this message, and therefore cannot respond to it.", true
+}
+
+// silenceMarkers are the answers that mean the agent chose to say
+// nothing (Hermes's LIVE_GATEWAY_SILENT_MARKERS): the run's framing asks
+// for [SILENT], models drop the brackets or say NO_REPLY, and one that
+// does not think in English translates the word.
+var silenceMarkers = map[string]bool{
+	"[SILENT]": true, "SILENT": true, "NO_REPLY": true, "NO REPLY": true,
+	"[静默]": true, "静默": true, "[沉默]": true, "沉默": true,
+}
+
+// silentPrefixes open an answer that is silent whatever follows ("[SILENT]
+// nothing new since yesterday").
+var silentPrefixes = []string{"[SILENT]", "[静默]", "[沉默]"}
+
+// silentAnswer: a cron run's answer suppresses its delivery, as Hermes's
+// autonomous lanes decide (gateway/response_filters.py): it opens with a
+// bracketed marker, or the answer, its first line or its last line is a
+// marker (any case, spacing and stray punctuation around it aside:
+// "*NO_REPLY*", "Nothing changed.\n\n[SILENT]"). A marker within a
+// sentence is content: delivered.
+func silentAnswer(text string) bool {
+	t := strings.TrimSpace(text)
+	if t == "" {
+		return false
+	}
+	up := strings.ToUpper(t)
+	for _, p := range silentPrefixes {
+		if strings.HasPrefix(up, p) {
+			return true
+		}
+	}
+	var lines []string
+	for _, l := range strings.Split(t, "\n") {
+		if strings.TrimSpace(l) != "" {
+			lines = append(lines, l)
+		}
+	}
+	return isSilenceMarker(t) || isSilenceMarker(lines[0]) || isSilenceMarker(lines[len(lines)-1])
+}
+
+// isSilenceMarker: s, spaced and cased as it may be, with or without
+// punctuation at its edges (not brackets: "[SILENT" is no marker), is a
+// silence marker.
+func isSilenceMarker(s string) bool {
+	s = strings.TrimSpace(s)
+	if n := utf8.RuneCountInString(s); n == 0 || n > 64 {
+		return false
+	}
+	edge := func(r rune) bool { return r != '[' && r != ']' && unicode.IsPunct(r) }
+	for _, c := range []string{s, strings.TrimSpace(strings.TrimFunc(s, edge))} {
+		if silenceMarkers[strings.Join(strings.Fields(strings.ToUpper(c)), " ")] {
+			return true
+		}
+	}
+	return false
 }
 
 func (r *turnRun) toolProgress(ctx context.Context, tp *repliesv1.ToolProgress) error {

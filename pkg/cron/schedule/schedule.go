@@ -360,6 +360,58 @@ func (s Schedule) cronNext(from time.Time) time.Time {
 	return time.Time{}
 }
 
+// InZoneOf is the run of s, a cron expression in its zone, that stands
+// for next, a run of old, the same expression in another zone (the time
+// zone changed): a job at set times of the day (fixedTime) keeps the
+// reading of the wall clock next has in old's zone, now read in s's
+// (09:00 in UTC becomes 09:00 in New York, not 05:00), or the first of
+// s's runs after that reading; any other expression (every 15 minutes,
+// every hour) goes on from its last run. Either way the run is after
+// old's run before next (made, or passed, in the old zone), so that no
+// run is made twice. Zero: s has no run then.
+func (s Schedule) InZoneOf(old Schedule, next time.Time) time.Time {
+	if s.Kind != Cron || old.Kind != Cron {
+		return next
+	}
+	from := old.prev(next)
+	if s.fixedTime() {
+		oldLoc := old.loc
+		if oldLoc == nil {
+			oldLoc = time.UTC
+		}
+		loc := s.loc
+		if loc == nil {
+			loc = time.UTC
+		}
+		r := next.In(oldLoc)
+		t := time.Date(r.Year(), r.Month(), r.Day(), r.Hour(), r.Minute(), r.Second(), 0, loc)
+		if f := t.Add(-time.Second); f.After(from) {
+			from = f
+		}
+	}
+	if from.IsZero() {
+		from = next.Add(-time.Second)
+	}
+	return s.cronNext(from)
+}
+
+// prev is the last run of s before t (zero: none in the five years
+// before). Windows growing from minutes to years keep the scan short:
+// the first that holds a run is walked, and the one before held none.
+func (s Schedule) prev(t time.Time) time.Time {
+	for _, w := range []time.Duration{2 * time.Minute, time.Hour, 25 * time.Hour, 8 * 24 * time.Hour,
+		32 * 24 * time.Hour, 367 * 24 * time.Hour, 5 * 366 * 24 * time.Hour} {
+		var last time.Time
+		for n := s.cronNext(t.Add(-w)); !n.IsZero() && n.Before(t); n = s.cronNext(n) {
+			last = n
+		}
+		if !last.IsZero() {
+			return last
+		}
+	}
+	return time.Time{}
+}
+
 func zoneOffset(t time.Time) int {
 	_, off := t.Zone()
 	return off

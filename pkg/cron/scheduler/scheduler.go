@@ -6,8 +6,11 @@
 // the job (next run, repeat count, state) in the same transaction. The
 // message's id is made of the job and the instant it was due, so a crash
 // (or a failed commit) between the publish and the commit re-publishes
-// the same id on the next tick: the bus's dedupe window and the router's
-// longer-lived dedupe record make it one run.
+// the same id on the next tick, past the bus's dedupe window (30 s by
+// default, a tick being a minute): the router's dedupe record (Redis)
+// and, should Redis have lost it, the run's session, which records the
+// event as its last started (Postgres), make it one run; a run whose end
+// the job recorded meanwhile (its last run) is not published again.
 //
 // A published run holds its job until the run's turn ends (as Hermes's
 // tick, which skips a job whose run is still going): its running_run_id
@@ -195,6 +198,8 @@ type Scheduler struct {
 	more atomic.Bool
 	now  func() time.Time
 	loc  *time.Location
+	// zone names loc (cron.ZoneName), as the jobs' next runs record it.
+	zone string
 	// commit ends a run's transaction (tests make it fail).
 	commit func(ctx context.Context, tx pgx.Tx) error
 }
@@ -215,7 +220,7 @@ func New(cfg Config, deps Deps) (*Scheduler, error) {
 	}
 	loc, _ := cfg.Location()
 	return &Scheduler{cfg: cfg, log: deps.Log.With("component", "cron"), db: deps.DB, bus: deps.Bus,
-		resolve: deps.Resolve, alive: deps.RunAlive, paused: deps.Paused, now: deps.Now, loc: loc,
+		resolve: deps.Resolve, alive: deps.RunAlive, paused: deps.Paused, now: deps.Now, loc: loc, zone: cron.ZoneName(loc),
 		commit: func(ctx context.Context, tx pgx.Tx) error { return tx.Commit(ctx) }}, nil
 }
 
@@ -344,7 +349,7 @@ func (s *Scheduler) fireOne(ctx context.Context, skip []string) (id string, publ
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 	now := s.now()
-	j, ok, err := cron.ClaimDue(ctx, tx, now, skip)
+	j, ok, err := cron.ClaimDueIn(ctx, tx, now, s.zone, skip)
 	if err != nil || !ok {
 		return "", false, false, err
 	}
@@ -366,6 +371,14 @@ func (s *Scheduler) fireOne(ctx context.Context, skip []string) (id string, publ
 			return err
 		}
 		if err := s.commit(ctx, tx); err != nil {
+			if s.saved(ctx, j, runID, now) {
+				// The commit went through and its answer was lost (the
+				// context ended, as on a router's stop, or the connection
+				// broke after COMMIT): the run is saved, and recording a
+				// failure on it would show it failed and delay the job.
+				s.log.Warn("cron run's commit reported an error, but the run is saved", "job", j.ID, "run", runID, "err", err)
+				return nil
+			}
 			return fmt.Errorf("commit cron run of %s: %w", j.ID, err)
 		}
 		return nil
@@ -378,6 +391,27 @@ func (s *Scheduler) fireOne(ctx context.Context, skip []string) (id string, publ
 		return j.ID, false, true, err
 	}
 	return j.ID, published, true, nil
+}
+
+// saved reports whether the row of j holds what SaveRun wrote for the
+// tick at now (its run runID, next run, repeat count and state): a
+// commit that returned an error may have gone through. False when the
+// database cannot tell (the failure is then recorded, as before).
+func (s *Scheduler) saved(ctx context.Context, j cron.Job, runID string, now time.Time) bool {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	var ok bool
+	err := s.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM cron_jobs WHERE id = $1 AND updated_at = $2
+  AND ($3 = '' OR last_run_id = $3) AND next_run_at IS NOT DISTINCT FROM $4 AND repeat_completed = $5 AND state = $6)`,
+		j.ID, now, runID, nullTime(j.NextRunAt), j.RepeatCompleted, j.State).Scan(&ok)
+	return err == nil && ok
+}
+
+func nullTime(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
 }
 
 // maxFireBackoff bounds the delay before a job whose firing failed is
@@ -447,6 +481,9 @@ func (s *Scheduler) fireFailed(ctx context.Context, id string, ferr error) {
 // fired or blocked ("" for none).
 func (s *Scheduler) handle(ctx context.Context, j *cron.Job, now time.Time) (bool, string, error) {
 	sched, schedErr := j.Schedule(s.loc)
+	if schedErr == nil {
+		s.rezone(j, sched)
+	}
 	if j.RunningRunID != "" && !j.RunningUntil.After(now) && !s.runAlive(ctx, j, now) {
 		// Its turn is gone and its end never came (lost: a crash no
 		// redelivery recovered): the job is free to fire again.
@@ -529,7 +566,7 @@ func (s *Scheduler) handle(ctx context.Context, j *cron.Job, now time.Time) (boo
 	case sched.Kind != schedule.Once && late > grace && !s.cfg.CatchUpMissed:
 		runs.WithLabelValues("missed").Inc()
 		s.log.Info("cron run missed beyond its grace; skipped (cron.catch_up_missed=false)", "job", j.ID, "due", due)
-		j.NextRunAt = s.next(sched, now)
+		j.NextRunAt, j.Zone = s.next(sched, now), s.zone
 		if j.NextRunAt.IsZero() {
 			j.State = cron.StateCompleted
 		}
@@ -554,6 +591,36 @@ func (s *Scheduler) handle(ctx context.Context, j *cron.Job, now time.Time) (boo
 	// A blocked run counts as the scheduled one.
 	s.advance(j, sched, now)
 	return ok, runID, nil
+}
+
+// rezone moves the next run of j, a cron expression whose next run was
+// computed in another time zone (cron.timezone changed since), to the
+// run that stands for it in this scheduler's zone (schedule.InZoneOf):
+// 09:00 every day is 09:00 in the new zone from the next day on, not
+// once more at the old zone's 09:00 and then at the new one's (two runs,
+// and the new zone's run of that day missed when it came first). As
+// Hermes's repair of a next run whose offset no longer matches, which
+// recomputes it to keep the wall clock's reading rather than fire it.
+// An instant whose firing failed keeps its zone until it has fired: its
+// run may be out already, and is retried under its id.
+func (s *Scheduler) rezone(j *cron.Job, sched schedule.Schedule) {
+	if j.Kind != schedule.Cron || j.Zone == "" || j.Zone == s.zone || j.State != cron.StateScheduled || j.NextRunAt.IsZero() ||
+		j.FireFailures > 0 || j.LastRunID == cron.RunID(j.ID, j.NextRunAt, false) {
+		return
+	}
+	next := s.next(sched, s.now())
+	if old, err := time.LoadLocation(j.Zone); err != nil {
+		s.log.Warn("cron job's former time zone is unknown; its next run is the new zone's next", "job", j.ID, "zone", j.Zone, "err", err)
+	} else if was, err := j.Schedule(old); err == nil {
+		next = sched.InZoneOf(was, j.NextRunAt)
+	}
+	if next.IsZero() {
+		j.Zone = s.zone // none comes: completed when it is due
+		return
+	}
+	s.log.Info("cron job's next run moved to the configured time zone", "job", j.ID, "from_zone", j.Zone, "zone", s.zone,
+		"was", j.NextRunAt, "next", next)
+	j.NextRunAt, j.Zone, j.NextSkipAt = next, s.zone, time.Time{}
 }
 
 // runAlive looks whether j's run in flight, whose hold is due for a
@@ -644,7 +711,7 @@ func (s *Scheduler) advance(j *cron.Job, sched schedule.Schedule, now time.Time)
 		return
 	}
 	j.RepeatCompleted++
-	j.NextRunAt = s.next(sched, now)
+	j.NextRunAt, j.Zone = s.next(sched, now), s.zone
 	if j.NextRunAt.IsZero() || (j.RepeatTimes > 0 && j.RepeatCompleted >= j.RepeatTimes) {
 		j.State, j.NextRunAt = cron.StateCompleted, time.Time{}
 	}
@@ -680,6 +747,18 @@ func (s *Scheduler) next(sched schedule.Schedule, now time.Time) time.Time {
 // deliver target does not resolve, and the job says so (Hermes's
 // blocked_config: no model call for an answer that cannot be delivered).
 func (s *Scheduler) run(ctx context.Context, j *cron.Job, due time.Time, eventID string, now time.Time) (bool, error) {
+	if j.LastRunID == eventID {
+		// The retry of a commit that failed after the publish, and the
+		// run's end (or outcome) is recorded already (cron.Store.RunEnded
+		// of a run not yet recorded): the run went out and ran. Published
+		// again it would be a second message for the router to catch
+		// (past the bus's dedupe window, its session's record of the
+		// event is the last guard, and the session retention may have
+		// deleted it since); the job's own record is enough to know.
+		s.log.Info("cron run ran already; recorded, not published again", "job", j.ID, "run", eventID)
+		j.LastRunAt = now
+		return true, nil
+	}
 	route, err := s.route(ctx, j)
 	if errors.Is(err, outbox.ErrBadTarget) {
 		runs.WithLabelValues("blocked").Inc()

@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/switchboard-chat/switchboard/pkg/bus"
 	"github.com/switchboard-chat/switchboard/pkg/bus/bustest"
@@ -1761,5 +1762,180 @@ func TestHeldJobWithNothingToSkip(t *testing.T) {
 	defer func() { _ = tx.Rollback(ctx) }()
 	if got, ok, err := cron.ClaimDue(ctx, tx, e.clock.Now(), nil); err != nil || ok {
 		t.Errorf("after a look, the held job is still claimable: %v %v (next run %v, skip mark %v)", ok, err, got.NextRunAt, got.NextSkipAt)
+	}
+}
+
+// TestTimezoneChange: a cron expression's next run, computed in the
+// zone cron.timezone named before, moves to the new zone when a
+// scheduler of the new zone first sees it: a job at a set time of day
+// runs at that time in the new zone from its next day on, neither once
+// more at the old zone's time (run twice that day) nor missing the new
+// zone's time when it comes first (a restart across it runs it late,
+// once); an hourly job goes on from its last run on the new zone's
+// hours.
+func TestTimezoneChange(t *testing.T) {
+	t.Parallel()
+	day := func(d, h, m int) time.Time { return time.Date(2026, 3, d, h, m, 0, 0, time.UTC) }
+	type at struct {
+		when  time.Time
+		fired int
+	}
+	cases := []struct {
+		name, expr, zone string
+		ran              time.Time // its last run in UTC
+		ticks            []at      // the new zone's scheduler
+	}{
+		{"west: 09:00 New York, the day after the run at 09:00 UTC", "0 9 * * *", "America/New_York", day(10, 9, 0),
+			[]at{{day(10, 10, 0), 0}, {day(10, 13, 0), 0}, {day(11, 9, 0), 0}, {day(11, 13, 0), 1}, {day(11, 14, 0), 0}, {day(12, 13, 0), 1}}},
+		{"east: 09:00 Berlin, before the old 09:00 UTC", "0 9 * * *", "Europe/Berlin", day(10, 9, 0),
+			[]at{{day(10, 12, 0), 0}, {day(11, 8, 0), 1}, {day(11, 9, 0), 0}, {day(12, 8, 0), 1}}},
+		{"east, restarted after the new zone's time: late, once", "0 9 * * *", "Europe/Berlin", day(10, 9, 0),
+			[]at{{day(11, 8, 30), 1}, {day(11, 9, 0), 0}, {day(11, 10, 0), 0}, {day(12, 8, 0), 1}}},
+		{"hourly, to a half-hour zone: on from the last run", "0 * * * *", "Asia/Kolkata", day(10, 9, 0),
+			[]at{{day(10, 9, 10), 0}, {day(10, 9, 30), 1}, {day(10, 10, 0), 0}, {day(10, 10, 30), 1}}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			e.clock.Set(tc.ran.Add(-30 * time.Minute))
+			j := e.create(t, cron.NewJob{Prompt: "p", Schedule: tc.expr})
+			old := e.scheduler(t, nil) // UTC
+			e.clock.Set(tc.ran)
+			if n := tick(t, old); n != 1 {
+				t.Fatalf("the UTC scheduler fired %d at %v", n, tc.ran)
+			}
+			s := e.scheduler(t, func(c *scheduler.Config) { c.Timezone = tc.zone })
+			store := cron.New(e.db, mustZone(t, tc.zone), e.clock.Now) // the new zone's router
+			for _, a := range tc.ticks {
+				e.clock.Set(a.when)
+				if n := tick(t, s); n != a.fired {
+					t.Errorf("at %v (%s): fired %d, want %d (next run %v)", a.when, a.when.In(mustZone(t, tc.zone)).Format("15:04 MST"),
+						n, a.fired, e.job(t, j.ID).NextRunAt)
+				}
+				if run := e.job(t, j.ID).RunningRunID; run != "" {
+					e.clock.Set(a.when.Add(time.Minute))
+					if _, err := store.RunEnded(context.Background(), run, a.when.Add(time.Minute)); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			if got := e.job(t, j.ID); got.Zone != tc.zone {
+				t.Errorf("zone %q, want %q", got.Zone, tc.zone)
+			}
+		})
+	}
+}
+
+func mustZone(t *testing.T, name string) *time.Location {
+	t.Helper()
+	loc, err := time.LoadLocation(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return loc
+}
+
+// TestRetryAfterTheDedupeWindow: the commit that records a run fails
+// after its publish and the retry comes after the bus's dedupe window (a
+// tick or more later: a minute, where the window is 30 s by default).
+// A run whose end is recorded meanwhile (its job's last run) is known to
+// have run: the retry records it without a second message. One that
+// still goes is published again, for its session's record to stop at
+// the router (services/router TestCronRunRepublishedAfterRedisLoss).
+func TestRetryAfterTheDedupeWindow(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name     string
+		ended    bool
+		messages uint64
+	}{
+		{"the run ended before the retry", true, 1},
+		{"the run still goes", false, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			const window = time.Second
+			e := newEnv(t)
+			e.bus = bustest.NewWith(t, bustest.SystemURL(), bus.Topology{Prefix: bustest.Prefix(), Storage: jetstream.MemoryStorage, DedupeWindow: window})
+			j := e.create(t, cron.NewJob{Prompt: "report", Schedule: "every 1h"})
+			due := t0.Add(time.Hour)
+			e.clock.Set(due)
+			crashing := e.scheduler(t, nil)
+			scheduler.SetCommit(crashing, func(ctx context.Context, tx pgx.Tx) error {
+				_ = tx.Rollback(ctx)
+				return errors.New("connection lost")
+			})
+			if _, err := crashing.Tick(context.Background()); err == nil {
+				t.Fatal("the crashing tick succeeded")
+			}
+			run := cron.RunID(j.ID, due, false)
+			if tc.ended && !e.end(t, run, due.Add(20*time.Second)) {
+				t.Fatal("the end of the run not yet recorded did not apply")
+			}
+			time.Sleep(window + 200*time.Millisecond)
+			e.clock.Set(due.Add(time.Minute))
+			if n := tick(t, e.scheduler(t, nil)); n != 1 {
+				t.Fatalf("the retry fired %d", n)
+			}
+			if n := e.published(t); n != tc.messages {
+				t.Errorf("%d messages on the bus, want %d", n, tc.messages)
+			}
+			got := e.job(t, j.ID)
+			if got.LastRunID != run || got.RepeatCompleted != 1 || got.LastStatus != "ok" || got.Running() == tc.ended {
+				t.Errorf("after the retry: last run %q (%s), %d runs, in flight %q", got.LastRunID, got.LastStatus, got.RepeatCompleted, got.RunningRunID)
+			}
+		})
+	}
+}
+
+// TestCommitErrorAfterItsSave: a commit that returns an error may have
+// gone through (the context ended while COMMIT's answer was on its way,
+// as on a router's stop, or the connection broke after it): a run saved
+// so is the job's run, not a failure to fire it (its list showed "the
+// scheduler could not queue its run" and the job waited a retry's
+// delay); a commit that did fail is recorded as ever.
+func TestCommitErrorAfterItsSave(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		saved bool
+	}{
+		{"committed, its answer lost", true},
+		{"not committed", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			j := e.create(t, cron.NewJob{Prompt: "report", Schedule: "every 1h"})
+			due := t0.Add(time.Hour)
+			e.clock.Set(due)
+			s := e.scheduler(t, nil)
+			scheduler.SetCommit(s, func(ctx context.Context, tx pgx.Tx) error {
+				if tc.saved {
+					if err := tx.Commit(ctx); err != nil {
+						return err
+					}
+				} else {
+					_ = tx.Rollback(ctx)
+				}
+				return errors.New("read COMMIT's answer: connection reset by peer")
+			})
+			n, err := s.Tick(context.Background())
+			got := e.job(t, j.ID)
+			run := cron.RunID(j.ID, due, false)
+			if tc.saved {
+				if err != nil || n != 1 || got.FireFailures != 0 || !got.FireRetryAt.IsZero() || got.LastStatus != "ok" || got.LastError != "" ||
+					got.LastRunID != run || got.RepeatCompleted != 1 {
+					t.Errorf("fired %d, %v; job %d failures (retry %v), %q %q, last run %q, %d runs; want 1 run saved ok",
+						n, err, got.FireFailures, got.FireRetryAt, got.LastStatus, got.LastError, got.LastRunID, got.RepeatCompleted)
+				}
+				return
+			}
+			if err == nil || n != 0 || got.FireFailures != 1 || got.LastStatus != "error" || got.RepeatCompleted != 0 || !got.NextRunAt.Equal(due) {
+				t.Errorf("fired %d, %v; job %d failures, %q, %d runs, next %v; want the failure recorded, the run still due",
+					n, err, got.FireFailures, got.LastStatus, got.RepeatCompleted, got.NextRunAt)
+			}
+		})
 	}
 }
