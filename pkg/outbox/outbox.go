@@ -776,30 +776,67 @@ AND ((state = 'sent' AND updated_at < $1) OR (state IN ('failed', 'expired') AND
 	return int(tag.RowsAffected()), nil
 }
 
-// SaveStreamMessage remembers a platform message a streamed reply created.
-func (s *Store) SaveStreamMessage(ctx context.Context, turnID string, index int, platformMessageID string) error {
-	_, err := s.db.Exec(ctx, `INSERT INTO delivery_stream_messages (turn_id, message_index, platform_message_id)
-VALUES ($1, $2, $3) ON CONFLICT (turn_id, message_index) DO UPDATE SET platform_message_id = EXCLUDED.platform_message_id`,
-		turnID, index, platformMessageID)
+// SaveStreamMessage remembers a platform message a streamed reply
+// created: message index (unique in the turn) of the segment opened by
+// the reply event of seq segment (0: the first; OpenStreamSegment).
+func (s *Store) SaveStreamMessage(ctx context.Context, turnID string, segment int64, index int, platformMessageID string) error {
+	_, err := s.db.Exec(ctx, `INSERT INTO delivery_stream_messages (turn_id, message_index, platform_message_id, segment)
+VALUES ($1, $2, $3, $4) ON CONFLICT (turn_id, message_index) DO UPDATE SET platform_message_id = EXCLUDED.platform_message_id, segment = EXCLUDED.segment`,
+		turnID, index, platformMessageID, segment)
 	if err != nil {
 		return fmt.Errorf("save stream message of turn %s: %w", turnID, err)
 	}
 	return nil
 }
 
-// StreamMessages returns the platform messages a streamed reply created,
-// in order.
-func (s *Store) StreamMessages(ctx context.Context, turnID string) ([]string, error) {
-	rows, err := s.db.Query(ctx, `SELECT platform_message_id FROM delivery_stream_messages
-WHERE turn_id = $1 ORDER BY message_index`, turnID)
+// OpenStreamSegment records that the streamed reply's text after the
+// reply event of seq segment (a later model call's, after a tool call)
+// goes into new messages: the messages before it keep what they show.
+// Idempotent: a redelivered event, or another replica taking the same
+// event, opens the same segment.
+func (s *Store) OpenStreamSegment(ctx context.Context, turnID string, segment int64) error {
+	_, err := s.db.Exec(ctx, `INSERT INTO delivery_stream_messages (turn_id, message_index, platform_message_id, segment)
+VALUES ($1, $2, '', $3) ON CONFLICT (turn_id, message_index) DO NOTHING`, turnID, -segment, segment)
 	if err != nil {
-		return nil, fmt.Errorf("stream messages of turn %s: %w", turnID, err)
+		return fmt.Errorf("open stream segment %d of turn %s: %w", segment, turnID, err)
 	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	return nil
+}
+
+// StreamSegment is what was recorded of a streamed reply's last segment.
+type StreamSegment struct {
+	// Recorded: a replica streamed the turn (a message or a segment was
+	// recorded).
+	Recorded bool
+	// Segment is the seq of the reply event that opened the last
+	// segment, 0 for the first.
+	Segment int64
+	// IDs are the last segment's platform messages, in order.
+	IDs []string
+}
+
+// LastStreamSegment returns the last segment of a streamed reply: the
+// messages a final writes over (the earlier segments' stay as they are).
+func (s *Store) LastStreamSegment(ctx context.Context, turnID string) (StreamSegment, error) {
+	rows, err := s.db.Query(ctx, `SELECT segment, platform_message_id FROM delivery_stream_messages
+WHERE turn_id = $1 AND segment = (SELECT max(segment) FROM delivery_stream_messages WHERE turn_id = $1)
+ORDER BY message_index`, turnID)
 	if err != nil {
-		return nil, fmt.Errorf("stream messages of turn %s: %w", turnID, err)
+		return StreamSegment{}, fmt.Errorf("stream messages of turn %s: %w", turnID, err)
 	}
-	return ids, nil
+	var seg StreamSegment
+	var id string
+	_, err = pgx.ForEachRow(rows, []any{&seg.Segment, &id}, func() error {
+		seg.Recorded = true
+		if id != "" { // the mark of a segment opened before its first message
+			seg.IDs = append(seg.IDs, id)
+		}
+		return nil
+	})
+	if err != nil {
+		return StreamSegment{}, fmt.Errorf("stream messages of turn %s: %w", turnID, err)
+	}
+	return seg, nil
 }
 
 // PruneStreamMessages forgets stream messages recorded before cutoff.

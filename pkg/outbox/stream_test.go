@@ -29,7 +29,7 @@ SELECT 'old-' || i, 0, 'pm-' || i, $1::timestamptz - make_interval(secs => i * 0
 FROM generate_series(1, 20000) AS i`, now); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.SaveStreamMessage(ctx, "recent", 0, "pm-recent"); err != nil {
+	if err := s.SaveStreamMessage(ctx, "recent", 0, 0, "pm-recent"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := db.Exec(ctx, `ANALYZE delivery_stream_messages`); err != nil {
@@ -66,8 +66,55 @@ FROM generate_series(1, 20000) AS i`, now); err != nil {
 	if want := 19672 + 1; left != want {
 		t.Fatalf("%d stream messages left, want the %d recorded within the cutoff", left, want)
 	}
-	ids, err := s.StreamMessages(ctx, "recent")
-	if err != nil || fmt.Sprint(ids) != "[pm-recent]" {
-		t.Fatalf("recent turn's messages %v %v, want kept", ids, err)
+	seg, err := s.LastStreamSegment(ctx, "recent")
+	if err != nil || fmt.Sprint(seg.IDs) != "[pm-recent]" {
+		t.Fatalf("recent turn's messages %v %v, want kept", seg.IDs, err)
+	}
+}
+
+// The final of a streamed reply writes over its last segment's messages
+// only: the messages before a tool call keep their text. A segment opened
+// before its first message has none, and opening it again (a redelivered
+// event) changes nothing.
+func TestLastStreamSegment(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := outbox.New(pgtest.New(t))
+	type msg struct {
+		segment int64
+		index   int
+		id      string
+	}
+	tests := []struct {
+		name   string
+		msgs   []msg
+		opened []int64
+		want   outbox.StreamSegment
+	}{
+		{"nothing streamed", nil, nil, outbox.StreamSegment{}},
+		{"one segment", []msg{{0, 1, "m2"}, {0, 0, "m1"}}, nil, outbox.StreamSegment{Recorded: true, IDs: []string{"m1", "m2"}}},
+		{"two segments", []msg{{0, 0, "m1"}, {0, 1, "m2"}, {7, 2, "m3"}}, []int64{7}, outbox.StreamSegment{Recorded: true, Segment: 7, IDs: []string{"m3"}}},
+		{"a segment with no message yet", []msg{{0, 0, "m1"}}, []int64{7, 7}, outbox.StreamSegment{Recorded: true, Segment: 7}},
+		{"opened twice, then streamed", []msg{{0, 0, "m1"}, {4, 1, "m2"}}, []int64{4, 4}, outbox.StreamSegment{Recorded: true, Segment: 4, IDs: []string{"m2"}}},
+	}
+	for i, tt := range tests {
+		turn := fmt.Sprint("seg-", i)
+		for _, seg := range tt.opened {
+			if err := s.OpenStreamSegment(ctx, turn, seg); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, m := range tt.msgs {
+			if err := s.SaveStreamMessage(ctx, turn, m.segment, m.index, m.id); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got, err := s.LastStreamSegment(ctx, turn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fmt.Sprintf("%+v", got) != fmt.Sprintf("%+v", tt.want) {
+			t.Errorf("%s: %+v, want %+v", tt.name, got, tt.want)
+		}
 	}
 }

@@ -623,7 +623,10 @@ func TestAPIStreamDeltaKeepsTheRestart(t *testing.T) {
 // In a turn that called tools, each model call's reasoning restarts the
 // block (ReasoningDelta.restart): the stream shows the current call's
 // reasoning, never the earlier calls' added up, as the final shows the
-// last call's; a last call without reasoning takes the block away.
+// last call's; a last call without reasoning takes the block away. A
+// call that streamed answer text keeps it in its message with its
+// reasoning's block (the segment closes when the next call's reasoning
+// comes), and the next call streams into a new message.
 func TestStreamingReasoningRestartsWithEachCall(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -657,13 +660,15 @@ func TestStreamingReasoningRestartsWithEachCall(t *testing.T) {
 			&repliesv1.ReasoningDelta{Text: looked},
 			&repliesv1.TextDelta{Text: asked},
 			&repliesv1.ReasoningDelta{Text: said, Restart: true},
-			&repliesv1.TextDelta{Text: " " + answer},
+			&repliesv1.TextDelta{Text: "\n\n", Restart: true},
+			&repliesv1.TextDelta{Text: answer},
 			final(reasoning.WithAnswer(said, answer)),
 		}, []op{
 			{deliveryv1.SendOp_SEND_OP_SEND, block(looked) + " ▉"},
 			{deliveryv1.SendOp_SEND_OP_EDIT, block(looked) + "\n\n" + asked + " ▉"},
-			{deliveryv1.SendOp_SEND_OP_EDIT, block(said) + "\n\n" + asked + " ▉"},
-			{deliveryv1.SendOp_SEND_OP_EDIT, block(said) + "\n\n" + asked + " " + answer + " ▉"},
+			{deliveryv1.SendOp_SEND_OP_EDIT, block(looked) + "\n\n" + asked},
+			{deliveryv1.SendOp_SEND_OP_SEND, block(said) + " ▉"},
+			{deliveryv1.SendOp_SEND_OP_EDIT, block(said) + "\n\n" + answer + " ▉"},
 			{deliveryv1.SendOp_SEND_OP_EDIT, block(said) + "\n\n" + answer},
 		}},
 		{"the last call does not", []any{

@@ -38,8 +38,20 @@ type turnState struct {
 	// reasoned: the stream showed a reasoning block, so it keeps
 	// showing what the final will (shown) after a restart emptied it.
 	reasoned bool
-	// ids are the platform message ids of the stream's messages.
+	// ids are the platform message ids of the current segment's
+	// messages, by the stream's numbering.
 	ids map[int]string
+	// segment is the seq of the event that opened the current segment
+	// (a later model call's first delta, after a tool call; 0 for the
+	// first), offset the turn's message index of its first message. The
+	// text of the segments before stays in their messages (Hermes's
+	// segment break); the stream and the final are the current one's.
+	segment int64
+	offset  int
+	// closing are the outbox rows that leave the last segment closed
+	// showing its text; queued again under the same keys while queueing
+	// them fails, before the final's.
+	closing []*deliveryv1.SendRequested
 	// final holds the final's outbox rows once planned: the stream plans
 	// its final edits only once, so a retry after a failed enqueue must
 	// queue these again (same keys) instead of asking it anew.
@@ -52,7 +64,7 @@ type turnState struct {
 	unsure *unsureSend
 	// foreign: another replica streamed the turn before this one owned
 	// its partition; nothing more is streamed here, and the final writes
-	// over the messages it recorded.
+	// over the messages it recorded of the last segment.
 	foreign bool
 	// seq is the seq of the last delta taken into the stream: a delta
 	// the bus hands over again (its ack was lost or came after the ack
@@ -151,7 +163,7 @@ func (s *Service) handle(ctx context.Context, ev *repliesv1.ReplyEvent) error {
 		}
 		return nil
 	case *repliesv1.ReplyEvent_TextDelta:
-		s.delta(ctx, ev, b.TextDelta.GetText(), "", false)
+		s.delta(ctx, ev, b.TextDelta.GetText(), "", b.TextDelta.GetRestart())
 		return nil
 	case *repliesv1.ReplyEvent_ReasoningDelta:
 		s.delta(ctx, ev, "", b.ReasoningDelta.GetText(), b.ReasoningDelta.GetRestart())
@@ -395,13 +407,17 @@ func (s *Service) textRequests(ev *repliesv1.ReplyEvent, base, text string, form
 }
 
 // delta streams a piece of the answer (text) or of the model's reasoning
-// before it (thought, with /reasoning show): by editing one message on
+// before it (thought, with /reasoning show): by editing a message on
 // platforms that can edit, as a stream delta on platforms that stream
 // natively (text only: reasoning never goes into an API stream's
 // content), not at all elsewhere (they get the final text). restart
-// (a later model call's first reasoning) drops the reasoning streamed
-// before: the block shows the current call's, as the final shows the
-// last call's.
+// marks a later model call's first delta (a turn that called tools).
+// Where the answer streams by editing, a later call's first delta after
+// answer text closes the segment, as Hermes's gateway does at a tool
+// boundary: its messages keep the text streamed so far (without the
+// cursor) and the call's text streams into a new message; a reasoning
+// restart drops the reasoning streamed before (the block shows the
+// current call's, as the final shows the last call's).
 func (s *Service) delta(ctx context.Context, ev *repliesv1.ReplyEvent, text, thought string, restart bool) {
 	platform := ev.GetTarget().GetPlatform()
 	switch s.cfg.platform(platform).Streaming {
@@ -416,20 +432,34 @@ func (s *Service) delta(ctx context.Context, ev *repliesv1.ReplyEvent, text, tho
 		req.StreamRestart = ev.GetTextDelta().GetRestart()
 		s.progress(ctx, req)
 	case StreamEdit:
+		reasoningDelta := ev.GetReasoningDelta() != nil
 		st := s.turns.get(ev.GetTurnId())
 		if st == nil {
-			ids, err := s.store.StreamMessages(ctx, ev.GetTurnId())
+			seg, err := s.store.LastStreamSegment(ctx, ev.GetTurnId())
 			if err != nil {
 				s.log.WarnContext(ctx, "read stream messages failed", "turn_id", ev.GetTurnId(), "err", err)
 				return // best effort: the next delta looks again
 			}
-			st = &turnState{ids: map[int]string{}, foreign: len(ids) > 0, stream: streamedit.New(streamedit.Config{
-				Limit: chunk.Limits(platform), CanEdit: true, Now: s.now,
-			})}
+			st = &turnState{ids: map[int]string{}, foreign: seg.Recorded, stream: s.newStream(platform)}
 			s.turns.put(ev.GetTurnId(), st)
 		}
-		if st.done || st.foreign {
-			return // the final answer was already sent (it wins), or goes over another replica's stream
+		if st.done {
+			return // the final answer was already sent (it wins)
+		}
+		if st.foreign {
+			// Another replica's stream: the final goes over it. A later
+			// call's text starts a segment there too, so that the final
+			// leaves the messages before it as they are (they keep what
+			// they last showed). Not when the reasoning restart just
+			// before it (the same call's, seq-1) opened one.
+			if restart && !reasoningDelta && ev.GetSeq() > 0 {
+				if seg, err := s.store.LastStreamSegment(ctx, ev.GetTurnId()); err != nil || seg.Segment != ev.GetSeq()-1 {
+					if err := s.store.OpenStreamSegment(ctx, ev.GetTurnId(), ev.GetSeq()); err != nil {
+						s.log.WarnContext(ctx, "open stream segment failed", "turn_id", ev.GetTurnId(), "err", err)
+					}
+				}
+			}
+			return
 		}
 		if ev.GetSeq() > 0 && ev.GetSeq() <= st.seq {
 			// Redelivered: its text is in the stream already, and it
@@ -438,11 +468,24 @@ func (s *Service) delta(ctx context.Context, ev *repliesv1.ReplyEvent, text, tho
 			return
 		}
 		st.seq = max(st.seq, ev.GetSeq())
+		s.closeSegment(ctx, st)
+		if restart && strings.TrimSpace(st.raw.String()) != "" {
+			// A later call begins after answer text (its reasoning's
+			// restart first, when the chat shows it): the segment
+			// closes. Only at a restart: reasoning without one may be
+			// the same call's, whose answer the final carries whole.
+			s.split(ctx, ev, st)
+		}
+		if (restart || st.segment > 0) && strings.TrimSpace(st.raw.String()) == "" {
+			// The break before a later call's text: a segment starts
+			// with its text, as the final (the last call's) does.
+			text = strings.TrimLeft(text, " \t\r\n")
+		}
 		// While a stream update is unanswered the text is only buffered:
 		// the final settles that update first.
 		var acts []streamedit.Action
 		st.raw.WriteString(text)
-		if restart {
+		if restart && reasoningDelta {
 			st.thought.Reset()
 		}
 		st.thought.WriteString(thought)
@@ -466,6 +509,68 @@ func (s *Service) delta(ctx context.Context, ev *repliesv1.ReplyEvent, text, tho
 		}
 		s.flushTools(ctx, ev.GetTurnId())
 	}
+}
+
+// newStream is a stream of platform's messages.
+func (s *Service) newStream(platform string) *streamedit.Stream {
+	return streamedit.New(streamedit.Config{Limit: chunk.Limits(platform), CanEdit: true, Now: s.now})
+}
+
+// split closes the turn's current segment at ev, a later model call's
+// first delta: its messages are left showing all its text (what was
+// buffered too) without the cursor, its images (native images) follow
+// it, and the text after ev streams into new messages. Recorded before
+// the rows are queued (OpenStreamSegment, keyed by ev's seq): a
+// replica that takes the turn over writes the final over the new
+// segment alone. When a stream update is unanswered and the gateway
+// cannot say yet whether it was carried out, the segment stays open
+// (the final writes over it, as without segments).
+func (s *Service) split(ctx context.Context, ev *repliesv1.ReplyEvent, st *turnState) {
+	if err := s.settle(ctx, ev, st); err != nil {
+		s.log.WarnContext(ctx, "stream update unconfirmed; the segment stays open", "turn_id", ev.GetTurnId(), "err", err)
+		return
+	}
+	platform := ev.GetTarget().GetPlatform()
+	answer := st.raw.String()
+	var images []answerImage
+	if s.cfg.nativeImages(platform) {
+		images, answer = extractImages(answer)
+	}
+	text := answer
+	if st.reasoned {
+		text = shown(st.thought.String(), answer)
+	}
+	acts := st.stream.Final(text)
+	if err := s.store.OpenStreamSegment(ctx, ev.GetTurnId(), ev.GetSeq()); err != nil {
+		s.log.WarnContext(ctx, "open stream segment failed", "turn_id", ev.GetTurnId(), "err", err)
+	}
+	used := 0 // messages the segment took: the next starts after them
+	for m := range st.ids {
+		used = max(used, m+1)
+	}
+	for _, a := range acts {
+		used = max(used, a.Message+1)
+	}
+	base := keyBase(ctx, ev)
+	st.closing = append(s.streamActions(ev, base+":g", st, acts, deliveryv1.TextFormat_TEXT_FORMAT_MARKDOWN, false),
+		s.imageRequests(ctx, ev, images, false)...)
+	st.stream, st.ids, st.segment, st.offset = s.newStream(platform), map[int]string{}, ev.GetSeq(), st.offset+used
+	st.raw, st.thought = strings.Builder{}, strings.Builder{}
+	s.closeSegment(ctx, st)
+}
+
+// closeSegment queues the rows that close the last segment, once: when
+// queueing fails they are tried again with the next delta, and the final
+// queues them before its own.
+func (s *Service) closeSegment(ctx context.Context, st *turnState) {
+	if len(st.closing) == 0 {
+		return
+	}
+	if err := s.enqueue(ctx, st.closing...); err != nil {
+		s.log.WarnContext(ctx, "queue the closed stream segment failed", "turn_id", st.closing[0].GetTurnId(), "err", err)
+		return
+	}
+	st.closing = nil
 }
 
 // shown is what a streaming message shows of the reasoning and the
@@ -549,7 +654,7 @@ func (s *Service) perform(ctx context.Context, ev *repliesv1.ReplyEvent, st *tur
 		}
 		if a.Kind == streamedit.Send {
 			st.ids[a.Message] = rec.GetPlatformMessageId()
-			if err := s.store.SaveStreamMessage(ctx, ev.GetTurnId(), a.Message, rec.GetPlatformMessageId()); err != nil {
+			if err := s.store.SaveStreamMessage(ctx, ev.GetTurnId(), st.segment, st.offset+a.Message, rec.GetPlatformMessageId()); err != nil {
 				s.log.WarnContext(ctx, "save stream message failed", "turn_id", ev.GetTurnId(), "err", err)
 			}
 		}
@@ -578,13 +683,22 @@ func (s *Service) progress(ctx context.Context, req *deliveryv1.SendRequested) (
 }
 
 // final turns the final answer into outbox rows. When the answer was
-// streamed into messages, the stream's final actions replace them (the
-// final answer always wins over progress edits); when another replica
-// streamed it, the recorded messages are rewritten from the first. queued
-// reports whether any message was (or had been) queued.
+// streamed into messages, the stream's final actions replace those of
+// the last segment (the final answer always wins over progress edits;
+// the segments before it keep their text); when another replica
+// streamed it, the last segment's recorded messages are rewritten from
+// the first. queued reports whether any message was (or had been)
+// queued.
 func (s *Service) final(ctx context.Context, ev *repliesv1.ReplyEvent, text string, format deliveryv1.TextFormat) (queued bool, err error) {
 	base := keyBase(ctx, ev)
 	st := s.turns.get(ev.GetTurnId())
+	if st != nil && len(st.closing) > 0 {
+		// The closed segment's rows go before the answer's.
+		if err := s.enqueue(ctx, st.closing...); err != nil {
+			return false, err
+		}
+		st.closing = nil
+	}
 	if st != nil && !st.done && st.final == nil {
 		if err := s.settle(ctx, ev, st); err != nil {
 			return false, err
@@ -592,7 +706,7 @@ func (s *Service) final(ctx context.Context, ev *repliesv1.ReplyEvent, text stri
 	}
 	if ev.GetTurnId() != "" && st != nil && !st.done && len(st.ids) > 0 {
 		if st.final == nil {
-			st.final = s.finalActions(ev, base, st, st.stream.Final(text), format)
+			st.final = s.streamActions(ev, base, st, st.stream.Final(text), format, true)
 		}
 		if err := s.enqueue(ctx, st.final...); err != nil {
 			return false, err
@@ -606,12 +720,16 @@ func (s *Service) final(ctx context.Context, ev *repliesv1.ReplyEvent, text stri
 		// Already replaced (a redelivered final): the rows exist.
 		return true, nil
 	}
-	if ev.GetTurnId() != "" && s.cfg.platform(ev.GetTarget().GetPlatform()).Streaming == StreamEdit {
-		ids, err := s.store.StreamMessages(ctx, ev.GetTurnId())
+	if ev.GetTurnId() != "" && s.cfg.platform(ev.GetTarget().GetPlatform()).Streaming == StreamEdit && (st == nil || st.foreign) {
+		// Another replica's stream: the messages of its last segment
+		// (those before it keep their text; a segment opened before
+		// its first message has none, and the answer goes in new
+		// messages). This replica's own current segment has none.
+		seg, err := s.store.LastStreamSegment(ctx, ev.GetTurnId())
 		if err != nil {
 			return false, err
 		}
-		if len(ids) > 0 {
+		if ids := seg.IDs; len(ids) > 0 {
 			if err := s.enqueue(ctx, s.rewrite(ev, base, ids, text, format)...); err != nil {
 				return false, err
 			}
@@ -651,7 +769,7 @@ func (s *Service) settle(ctx context.Context, ev *repliesv1.ReplyEvent, st *turn
 		st.stream.OnResult(u.act, nil)
 		if u.act.Kind == streamedit.Send {
 			st.ids[u.act.Message] = rec.GetPlatformMessageId()
-			if err := s.store.SaveStreamMessage(ctx, ev.GetTurnId(), u.act.Message, rec.GetPlatformMessageId()); err != nil {
+			if err := s.store.SaveStreamMessage(ctx, ev.GetTurnId(), st.segment, st.offset+u.act.Message, rec.GetPlatformMessageId()); err != nil {
 				s.log.WarnContext(ctx, "save stream message failed", "turn_id", ev.GetTurnId(), "err", err)
 			}
 		}
@@ -677,7 +795,10 @@ func (s *Service) settle(ctx context.Context, ev *repliesv1.ReplyEvent, st *turn
 	return fmt.Errorf("settle stream message %s: %w", u.req.GetIdempotencyKey(), err)
 }
 
-func (s *Service) finalActions(ev *repliesv1.ReplyEvent, base string, st *turnState, acts []streamedit.Action, format deliveryv1.TextFormat) []*deliveryv1.SendRequested {
+// streamActions are the outbox rows of a stream's final actions: the
+// turn's final message is the last when end (the answer), none when not
+// (a segment that closes).
+func (s *Service) streamActions(ev *repliesv1.ReplyEvent, base string, st *turnState, acts []streamedit.Action, format deliveryv1.TextFormat, end bool) []*deliveryv1.SendRequested {
 	var reqs []*deliveryv1.SendRequested
 	for _, a := range acts {
 		op := map[streamedit.Kind]deliveryv1.SendOp{
@@ -693,7 +814,11 @@ func (s *Service) finalActions(ev *repliesv1.ReplyEvent, base string, st *turnSt
 		r.Text, r.Format, r.MessageId = a.Text, format, id
 		reqs = append(reqs, r)
 	}
-	return number(reqs)
+	number(reqs)
+	if len(reqs) > 0 {
+		reqs[len(reqs)-1].Final = end
+	}
+	return reqs
 }
 
 // rewrite writes text over messages another replica streamed: edit each

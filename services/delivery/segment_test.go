@@ -1,0 +1,266 @@
+package delivery_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
+	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
+	"github.com/switchboard-chat/switchboard/services/delivery"
+)
+
+// finals counts the turn's messages marked as its end.
+func (g *gateway) finals(turn string) int {
+	n := 0
+	for _, c := range g.sends() {
+		if c.Req.GetTurnId() == turn && c.Req.GetFinal() {
+			n++
+		}
+	}
+	return n
+}
+
+// turnSends counts the turn's posted sends by text.
+func (g *gateway) turnSends(turn string) map[string]int {
+	out := map[string]int{}
+	for _, c := range g.sends() {
+		if c.Req.GetTurnId() == turn && c.Op == deliveryv1.SendOp_SEND_OP_SEND {
+			out[c.Req.GetText()]++
+		}
+	}
+	return out
+}
+
+const (
+	segFirst  = "Let me check the clock for you."
+	segAnswer = "It is noon, twelve o'clock sharp."
+)
+
+// A turn that says something, calls a tool, then answers shows, on a
+// platform that streams by editing, the text before the tool in its own
+// message, left as it was streamed without the cursor, and the answer
+// streamed into a new message below it, which the final settles (Hermes's
+// segment break at a tool boundary). The break before the later call's
+// text is TextDelta.restart. A first call that streamed nothing leaves
+// no message of its own. However the stream was paced (the answer's
+// message started before the final or not), nothing is sent twice.
+func TestStreamSegmentsAtAToolCall(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.start(t, streamConfig(), "a")
+	restart := &repliesv1.TextDelta{Text: "\n\n", Restart: true}
+	tests := []struct {
+		name   string
+		events []any
+		want   []string
+	}{
+		{"text, tool, answer", []any{
+			&repliesv1.TextDelta{Text: segFirst}, restart, &repliesv1.TextDelta{Text: segAnswer}, final(segAnswer),
+		}, []string{segFirst, segAnswer}},
+		{"text in pieces, the answer's first piece short", []any{
+			&repliesv1.TextDelta{Text: "Let me check "}, &repliesv1.TextDelta{Text: "the clock for you."}, restart,
+			&repliesv1.TextDelta{Text: "It is noon"}, &repliesv1.TextDelta{Text: ", twelve o'clock sharp."}, final(segAnswer),
+		}, []string{segFirst, segAnswer}},
+		{"a short first text, never streamed", []any{
+			&repliesv1.TextDelta{Text: "Checking."}, restart, &repliesv1.TextDelta{Text: segAnswer}, final(segAnswer),
+		}, []string{"Checking.", segAnswer}},
+		{"the answer not streamed before the final", []any{
+			&repliesv1.TextDelta{Text: segFirst}, restart, final("Noon."),
+		}, []string{segFirst, "Noon."}},
+		{"an empty first segment", []any{
+			restart, &repliesv1.TextDelta{Text: segAnswer}, final(segAnswer),
+		}, []string{segAnswer}},
+		{"two tool calls", []any{
+			&repliesv1.TextDelta{Text: segFirst}, restart, &repliesv1.TextDelta{Text: "Now the calendar, one moment."}, restart,
+			&repliesv1.TextDelta{Text: segAnswer}, final(segAnswer),
+		}, []string{segFirst, "Now the calendar, one moment.", segAnswer}},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			turn, session := fmt.Sprint("t", i), fmt.Sprint("s", i)
+			for j, body := range tt.events {
+				e.publishStream(t, turn, int64(j+1), session, body)
+				e.consumed(t, session)
+				e.clock.Advance(time.Second)
+			}
+			eventually(t, e.clock, 0, "the final", func() bool { return e.gw.finals(turn) > 0 })
+			e.consumed(t, session)
+			time.Sleep(100 * time.Millisecond)
+			if got := e.gw.shown("stream", "chat-"+session); fmt.Sprintf("%q", got) != fmt.Sprintf("%q", tt.want) {
+				t.Errorf("the chat shows %q, want %q", got, tt.want)
+			}
+			if n := e.gw.finals(turn); n != 1 {
+				t.Errorf("%d messages marked the turn's end, want 1", n)
+			}
+			for text, n := range e.gw.turnSends(turn) {
+				if n > 1 {
+					t.Errorf("%q posted %d times", text, n)
+				}
+			}
+		})
+	}
+}
+
+// Where images go natively, a closed segment's images follow its text,
+// as the final's do, and its text shows without their syntax.
+func TestStreamSegmentKeepsItsImages(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	cfg := streamConfig()
+	cfg.Platforms["stream"] = delivery.Platform{Streaming: delivery.StreamEdit, Images: delivery.ImagesNative}
+	e.start(t, cfg, "a")
+	for i, body := range []any{
+		&repliesv1.TextDelta{Text: "Here is the chart: ![Sales](https://cdn.example.test/sales.png)"},
+		&repliesv1.TextDelta{Text: "\n\n", Restart: true},
+		&repliesv1.TextDelta{Text: segAnswer},
+		final(segAnswer),
+	} {
+		e.publishStream(t, "t1", int64(i+1), "s1", body)
+		e.consumed(t, "s1")
+		e.clock.Advance(time.Second)
+	}
+	eventually(t, e.clock, 0, "the final", func() bool { return e.gw.finals("t1") > 0 })
+	e.consumed(t, "s1")
+	want := []string{"Here is the chart:", "", segAnswer} // the picture between
+	if got := e.gw.shown("stream", "chat-s1"); fmt.Sprintf("%q", got) != fmt.Sprintf("%q", want) {
+		t.Errorf("the chat shows %q, want %q", got, want)
+	}
+	var urls []string
+	for _, c := range e.gw.sends() {
+		for _, a := range c.Req.GetAttachments() {
+			urls = append(urls, a.GetUrl())
+		}
+	}
+	if fmt.Sprint(urls) != "[https://cdn.example.test/sales.png]" {
+		t.Errorf("pictures sent %q, want the chart once", urls)
+	}
+}
+
+// The break before a later call's text handed over again (its ack was
+// lost) closes no segment a second time and starts no message: the
+// segment it closed keeps its text, the answer streams once.
+func TestRedeliveredRestartPostsNoSegmentTwice(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.start(t, streamConfig(), "a")
+	stream := func(seq int64, body any) {
+		e.publishStream(t, "t1", seq, "s1", body)
+		e.consumed(t, "s1")
+		e.clock.Advance(time.Second)
+	}
+	stream(1, &repliesv1.TextDelta{Text: segFirst})
+	stream(2, &repliesv1.TextDelta{Text: "\n\n", Restart: true})
+	stream(3, &repliesv1.TextDelta{Text: segAnswer[:12]})
+	before := len(e.gw.sends())
+	again := event("t1", 2, "s1", &repliesv1.TextDelta{Text: "\n\n", Restart: true})
+	again.Target.Platform = "stream"
+	if _, err := e.bus.Publish(context.Background(), e.bus.Topology().ReplySubject("s1"), "reply:t1:2:again", again); err != nil {
+		t.Fatal(err)
+	}
+	e.consumed(t, "s1")
+	if got := e.gw.sends(); len(got) != before {
+		t.Fatalf("the redelivered restart made %d more operations (%v %q)", len(got)-before, got[len(got)-1].Op, got[len(got)-1].Req.GetText())
+	}
+	stream(4, &repliesv1.TextDelta{Text: segAnswer[12:]})
+	stream(5, final(segAnswer))
+	eventually(t, e.clock, 0, "the final", func() bool { return e.gw.finals("t1") > 0 })
+	e.consumed(t, "s1")
+	if got, want := e.gw.shown("stream", "chat-s1"), []string{segFirst, segAnswer}; fmt.Sprintf("%q", got) != fmt.Sprintf("%q", want) {
+		t.Errorf("the chat shows %q, want %q", got, want)
+	}
+}
+
+// A delivery replica that stops mid-turn leaves the segments it closed as
+// they are: the replica that takes the turn over writes the final over
+// the last segment's messages alone, posts no segment again (a restart
+// handed over again included), and when the restart comes to it, starts
+// the answer in a new message below the text before the tool (which
+// keeps what it last showed, the cursor too: its full text was only on
+// the stopped replica).
+func TestStreamSegmentsSurviveADeliveryRestart(t *testing.T) {
+	t.Parallel()
+	restart := &repliesv1.TextDelta{Text: "\n\n", Restart: true}
+	tests := []struct {
+		name     string
+		before   []any // streamed by replica a
+		after    []any // by replica b, which took over
+		again    []int // seqs handed to b again (a redelivery)
+		want     []string
+		deltaOps int // a's operations: wait for them before stopping it
+	}{
+		{"after the restart",
+			[]any{&repliesv1.TextDelta{Text: segFirst}, restart, &repliesv1.TextDelta{Text: segAnswer[:26]}},
+			[]any{&repliesv1.TextDelta{Text: segAnswer[26:]}, final(segAnswer)},
+			[]int{2, 3},
+			[]string{segFirst, segAnswer}, 3},
+		{"after the restart, before the answer's message",
+			[]any{&repliesv1.TextDelta{Text: segFirst}, restart},
+			[]any{&repliesv1.TextDelta{Text: segAnswer}, final(segAnswer)},
+			[]int{2},
+			[]string{segFirst, segAnswer}, 2},
+		{"before the restart",
+			[]any{&repliesv1.TextDelta{Text: segFirst}},
+			[]any{restart, &repliesv1.TextDelta{Text: segAnswer}, final(segAnswer)},
+			[]int{2},
+			[]string{segFirst + " ▉", segAnswer}, 1},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			cfg := streamConfig()
+			turn := fmt.Sprint("t", i)
+			seq := int64(0)
+			stream := func(body any) {
+				seq++
+				e.publishStream(t, turn, seq, "s1", body)
+				e.consumed(t, "s1")
+				e.clock.Advance(time.Second)
+			}
+			a := e.start(t, cfg, "a")
+			for _, body := range tt.before {
+				stream(body)
+			}
+			eventually(t, e.clock, 0, "a's stream", func() bool { return len(e.gw.sends()) >= tt.deltaOps })
+			a.stop(t)
+			e.start(t, cfg, "b")
+			all := append(append([]any(nil), tt.before...), tt.after...)
+			for _, body := range tt.after[:len(tt.after)-1] {
+				stream(body)
+			}
+			// Events b has seen, or a had, handed over again.
+			for _, s := range tt.again {
+				ev := event(turn, int64(s), "s1", all[s-1])
+				ev.Target.Platform = "stream"
+				if _, err := e.bus.Publish(context.Background(), e.bus.Topology().ReplySubject("s1"), fmt.Sprintf("reply:%s:%d:again", turn, s), ev); err != nil {
+					t.Fatal(err)
+				}
+			}
+			e.consumed(t, "s1")
+			stream(tt.after[len(tt.after)-1])
+			e.consumed(t, "s1")
+			eventually(t, e.clock, 0, "the final", func() bool { return e.gw.finals(turn) > 0 })
+			e.consumed(t, "s1")
+			time.Sleep(100 * time.Millisecond)
+			if got := e.gw.shown("stream", "chat-s1"); fmt.Sprintf("%q", got) != fmt.Sprintf("%q", tt.want) {
+				t.Errorf("the chat shows %q, want %q", got, tt.want)
+			}
+			for text, n := range e.gw.turnSends(turn) {
+				if n > 1 {
+					t.Errorf("%q posted %d times", text, n)
+				}
+			}
+			if n := e.gw.finals(turn); n != 1 {
+				t.Errorf("%d messages marked the turn's end, want 1", n)
+			}
+			for _, c := range e.gw.sends() {
+				if strings.Contains(c.Req.GetText(), segAnswer) && c.Op == deliveryv1.SendOp_SEND_OP_EDIT && c.Req.GetMessageId() == "m1" {
+					t.Errorf("the answer was written over the text before the tool")
+				}
+			}
+		})
+	}
+}
