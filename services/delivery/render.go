@@ -657,8 +657,27 @@ func (s *Service) perform(ctx context.Context, ev *repliesv1.ReplyEvent, st *tur
 			if err := s.store.SaveStreamMessage(ctx, ev.GetTurnId(), st.segment, st.offset+a.Message, rec.GetPlatformMessageId()); err != nil {
 				s.log.WarnContext(ctx, "save stream message failed", "turn_id", ev.GetTurnId(), "err", err)
 			}
+			s.endToolMessage(ctx, ev)
 		}
 	}
+}
+
+// endToolMessage ends the turn's progress message when the answer's text
+// starts a message below it (a segment after a tool call): the next
+// calls' lines start a message below that text, as Hermes's gateway
+// opens a new progress bubble after a new content bubble
+// (on_new_message), instead of being added above it. Best effort: while
+// its last edit cannot be queued, the lines go on in it.
+func (s *Service) endToolMessage(ctx context.Context, ev *repliesv1.ReplyEvent) {
+	tl := s.tools.peek(ev.GetTurnId())
+	if tl == nil || tl.key == "" {
+		return
+	}
+	if err := s.lastEdit(ctx, ev, tl, ":tps"); err != nil {
+		s.log.WarnContext(ctx, "queue the progress message's last edit failed", "turn_id", ev.GetTurnId(), "err", err)
+		return
+	}
+	tl.key, tl.id, tl.shown, tl.lines = "", "", "", nil
 }
 
 // progress sends a best-effort operation straight to the gateway, without

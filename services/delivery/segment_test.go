@@ -139,6 +139,34 @@ func TestStreamSegmentKeepsItsImages(t *testing.T) {
 	}
 }
 
+// A progress message ends where the answer's text starts a message below
+// it: the next call's lines go in a message below that text, as Hermes's
+// gateway opens a new progress bubble after a new content bubble, not
+// into the message above it.
+func TestToolProgressFollowsTheStreamSegments(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	cfg := streamConfig()
+	cfg.ToolProgress = delivery.ToolProgressAll
+	e.start(t, cfg, "a")
+	const between = "Now the calendar, one moment."
+	restart := &repliesv1.TextDelta{Text: "\n\n", Restart: true}
+	for i, body := range []any{
+		&repliesv1.TextDelta{Text: segFirst}, started("clock", "now"), restart, &repliesv1.TextDelta{Text: between},
+		started("calendar", "today"), restart, &repliesv1.TextDelta{Text: segAnswer}, final(segAnswer),
+	} {
+		e.publishStream(t, "t1", int64(i+1), "s1", body)
+		e.consumed(t, "s1")
+		e.clock.Advance(time.Second)
+	}
+	eventually(t, e.clock, 0, "the final", func() bool { return e.gw.finals("t1") > 0 })
+	e.consumed(t, "s1")
+	want := []string{segFirst, "⚙️ clock: \"now\"", between, "⚙️ calendar: \"today\"", segAnswer}
+	if got := e.gw.shown("stream", "chat-s1"); strings.Join(got, "\n---\n") != strings.Join(want, "\n---\n") {
+		t.Errorf("chat shows:\n%s\nwant:\n%s", strings.Join(got, "\n---\n"), strings.Join(want, "\n---\n"))
+	}
+}
+
 // The break before a later call's text handed over again (its ack was
 // lost) closes no segment a second time and starts no message: the
 // segment it closed keeps its text, the answer streams once.
