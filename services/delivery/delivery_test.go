@@ -625,8 +625,10 @@ func TestAPIStreamDeltaKeepsTheRestart(t *testing.T) {
 // reasoning, never the earlier calls' added up, as the final shows the
 // last call's; a last call without reasoning takes the block away. A
 // call that streamed answer text keeps it in its message with its
-// reasoning's block (the segment closes when the next call's reasoning
-// comes), and the next call streams into a new message.
+// reasoning's block (the segment closes at the break before the next
+// call's reasoning and text), and the next call streams into a new
+// message; a call that goes on with a cut answer (no break) goes on in
+// the same message.
 func TestStreamingReasoningRestartsWithEachCall(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -659,8 +661,8 @@ func TestStreamingReasoningRestartsWithEachCall(t *testing.T) {
 		{"the last call reasons", []any{
 			&repliesv1.ReasoningDelta{Text: looked},
 			&repliesv1.TextDelta{Text: asked},
-			&repliesv1.ReasoningDelta{Text: said, Restart: true},
 			&repliesv1.TextDelta{Text: "\n\n", Restart: true},
+			&repliesv1.ReasoningDelta{Text: said, Restart: true},
 			&repliesv1.TextDelta{Text: answer},
 			final(reasoning.WithAnswer(said, answer)),
 		}, []op{
@@ -670,6 +672,34 @@ func TestStreamingReasoningRestartsWithEachCall(t *testing.T) {
 			{deliveryv1.SendOp_SEND_OP_SEND, block(said) + " ▉"},
 			{deliveryv1.SendOp_SEND_OP_EDIT, block(said) + "\n\n" + answer + " ▉"},
 			{deliveryv1.SendOp_SEND_OP_EDIT, block(said) + "\n\n" + answer},
+		}},
+		{"only the last call reasons", []any{
+			&repliesv1.TextDelta{Text: asked},
+			&repliesv1.TextDelta{Text: "\n\n", Restart: true},
+			&repliesv1.ReasoningDelta{Text: said},
+			&repliesv1.TextDelta{Text: answer},
+			final(reasoning.WithAnswer(said, answer)),
+		}, []op{
+			{deliveryv1.SendOp_SEND_OP_SEND, asked + " ▉"},
+			{deliveryv1.SendOp_SEND_OP_EDIT, asked},
+			{deliveryv1.SendOp_SEND_OP_SEND, block(said) + " ▉"},
+			{deliveryv1.SendOp_SEND_OP_EDIT, block(said) + "\n\n" + answer + " ▉"},
+			{deliveryv1.SendOp_SEND_OP_EDIT, block(said) + "\n\n" + answer},
+		}},
+		{"a cut answer goes on", []any{
+			// No break: the next call continues the answer, and the
+			// final carries it joined, written over the one message.
+			&repliesv1.ReasoningDelta{Text: looked},
+			&repliesv1.TextDelta{Text: asked},
+			&repliesv1.ReasoningDelta{Text: said, Restart: true},
+			&repliesv1.TextDelta{Text: " " + answer},
+			final(reasoning.WithAnswer(said, asked+" "+answer)),
+		}, []op{
+			{deliveryv1.SendOp_SEND_OP_SEND, block(looked) + " ▉"},
+			{deliveryv1.SendOp_SEND_OP_EDIT, block(looked) + "\n\n" + asked + " ▉"},
+			{deliveryv1.SendOp_SEND_OP_EDIT, block(said) + "\n\n" + asked + " ▉"},
+			{deliveryv1.SendOp_SEND_OP_EDIT, block(said) + "\n\n" + asked + " " + answer + " ▉"},
+			{deliveryv1.SendOp_SEND_OP_EDIT, block(said) + "\n\n" + asked + " " + answer},
 		}},
 		{"the last call does not", []any{
 			&repliesv1.ReasoningDelta{Text: looked},

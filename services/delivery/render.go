@@ -412,10 +412,11 @@ func (s *Service) textRequests(ev *repliesv1.ReplyEvent, base, text string, form
 // natively (text only: reasoning never goes into an API stream's
 // content), not at all elsewhere (they get the final text). restart
 // marks a later model call's first delta (a turn that called tools).
-// Where the answer streams by editing, a later call's first delta after
-// answer text closes the segment, as Hermes's gateway does at a tool
-// boundary: its messages keep the text streamed so far (without the
-// cursor) and the call's text streams into a new message; a reasoning
+// Where the answer streams by editing, the break before a later call's
+// text (a TextDelta restart, before its reasoning too) after answer text
+// closes the segment, as Hermes's gateway does at a tool boundary: its
+// messages keep the text streamed so far (without the cursor) and the
+// call's reasoning and text stream into a new message; a reasoning
 // restart drops the reasoning streamed before (the block shows the
 // current call's, as the final shows the last call's).
 func (s *Service) delta(ctx context.Context, ev *repliesv1.ReplyEvent, text, thought string, restart bool) {
@@ -447,16 +448,14 @@ func (s *Service) delta(ctx context.Context, ev *repliesv1.ReplyEvent, text, tho
 			return // the final answer was already sent (it wins)
 		}
 		if st.foreign {
-			// Another replica's stream: the final goes over it. A later
-			// call's text starts a segment there too, so that the final
-			// leaves the messages before it as they are (they keep what
-			// they last showed). Not when the reasoning restart just
-			// before it (the same call's, seq-1) opened one.
+			// Another replica's stream: the final goes over it. The
+			// break before a later call's text starts a segment there
+			// too (the same one, by its seq, if that replica took the
+			// break), so that the final leaves the messages before it
+			// as they are: they keep what they last showed.
 			if restart && !reasoningDelta && ev.GetSeq() > 0 {
-				if seg, err := s.store.LastStreamSegment(ctx, ev.GetTurnId()); err != nil || seg.Segment != ev.GetSeq()-1 {
-					if err := s.store.OpenStreamSegment(ctx, ev.GetTurnId(), ev.GetSeq()); err != nil {
-						s.log.WarnContext(ctx, "open stream segment failed", "turn_id", ev.GetTurnId(), "err", err)
-					}
+				if err := s.store.OpenStreamSegment(ctx, ev.GetTurnId(), ev.GetSeq()); err != nil {
+					s.log.WarnContext(ctx, "open stream segment failed", "turn_id", ev.GetTurnId(), "err", err)
 				}
 			}
 			return
@@ -469,11 +468,12 @@ func (s *Service) delta(ctx context.Context, ev *repliesv1.ReplyEvent, text, tho
 		}
 		st.seq = max(st.seq, ev.GetSeq())
 		s.closeSegment(ctx, st)
-		if restart && strings.TrimSpace(st.raw.String()) != "" {
-			// A later call begins after answer text (its reasoning's
-			// restart first, when the chat shows it): the segment
-			// closes. Only at a restart: reasoning without one may be
-			// the same call's, whose answer the final carries whole.
+		if restart && !reasoningDelta && strings.TrimSpace(st.raw.String()) != "" {
+			// The break before a later call's text (and its reasoning,
+			// when the chat shows it) after answer text: the segment
+			// closes. Not at a reasoning restart alone: that may be a
+			// cut answer's continuation, whose text the final carries
+			// joined.
 			s.split(ctx, ev, st)
 		}
 		if (restart || st.segment > 0) && strings.TrimSpace(st.raw.String()) == "" {

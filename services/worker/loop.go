@@ -1179,6 +1179,20 @@ func (r *turnRun) callModel(ctx context.Context, b Backend, model, system string
 	// cut answer).
 	var textBreak bool
 	flush := func() error {
+		if textBreak && (buf.Len() > 0 || thinking.Len() > 0) {
+			// The break goes before the call's reasoning too (a chat
+			// that shows it): where the answer streams by editing a
+			// message, it closes the message of the text before the
+			// tool call, and this call's reasoning and text stream
+			// into a new one. A call that goes on with a cut answer
+			// has no break: its reasoning restarts the block in place.
+			textBreak = false
+			brk := &repliesv1.TextDelta{Text: "\n\n", Restart: true}
+			if err := r.publish(ctx, &repliesv1.ReplyEvent{Body: &repliesv1.ReplyEvent_TextDelta{TextDelta: brk}}); err != nil {
+				return err
+			}
+			r.sinceBreak.Reset()
+		}
 		if thinking.Len() > 0 || restart && buf.Len() > 0 {
 			// The reasoning came first: it goes first.
 			text := thinking.String()
@@ -1202,14 +1216,6 @@ func (r *turnRun) callModel(ctx context.Context, b Backend, model, system string
 		streamed.WriteString(text)
 		last = time.Now()
 		r.textStreamed = true
-		if textBreak {
-			textBreak = false
-			brk := &repliesv1.TextDelta{Text: "\n\n", Restart: true}
-			if err := r.publish(ctx, &repliesv1.ReplyEvent{Body: &repliesv1.ReplyEvent_TextDelta{TextDelta: brk}}); err != nil {
-				return err
-			}
-			r.sinceBreak.Reset()
-		}
 		r.answerStreamed = true
 		r.sinceBreak.WriteString(text)
 		return r.publish(ctx, &repliesv1.ReplyEvent{Body: &repliesv1.ReplyEvent_TextDelta{TextDelta: &repliesv1.TextDelta{Text: text}}})

@@ -200,6 +200,70 @@ func TestShowReasoningRestartsWithEachCall(t *testing.T) {
 	}
 }
 
+// With /reasoning show, the break before a later call's text (a
+// TextDelta marked restart) comes before that call's reasoning: delivery
+// closes the message of the text said before the tool call there, and
+// the call's reasoning and answer stream into a new one, whether or not
+// the first call reasoned.
+func TestShowReasoningBreakComesBeforeTheCallsReasoning(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.setGeneration("s1", 1)
+	w := h.startWorker("w1", func(_ *worker.Config, d *worker.Deps) {
+		d.Tools = []tools.Tool{{Name: "clock", Run: func(context.Context, tools.Call, json.RawMessage) (string, error) {
+			return "12:00", nil
+		}}}
+	})
+	defer w.stop(t)
+	const looked, said, asked, answer = "The user wants the time.", "The clock said 12:00.", "Let me check.", "It is noon."
+	tests := []struct {
+		name, first string
+		want        string
+	}{
+		{"the first call reasons", looked, "R:" + looked + " T:" + asked + " B R*:" + said + " T:" + answer},
+		{"the first call does not", "", "T:" + asked + " B R:" + said + " T:" + answer},
+	}
+	for _, tt := range tests {
+		h.fake.Enqueue(
+			fakellm.Reply{Text: asked, Reasoning: tt.first, ToolCalls: []fakellm.ToolCall{{ID: "c1", Name: "clock", Arguments: `{}`}}},
+			fakellm.Reply{Text: answer, Reasoning: said},
+		)
+		req := h.requestTurn("s1", "what time is it? "+tt.name, turnOpts{show: true})
+		if c := h.waitCompleted(req.TurnId); c.GetError() != "" {
+			t.Fatal(c.GetError())
+		}
+		// The deltas in order: R reasoning (R* a restart), T text, B
+		// the break; consecutive pieces of one kind joined.
+		var got []string
+		add := func(kind, text string) {
+			if n := len(got); n > 0 && kind != "B" && (strings.HasPrefix(got[n-1], kind+":") || kind == "R" && strings.HasPrefix(got[n-1], "R*:")) {
+				got[n-1] += text
+				return
+			}
+			if kind == "B" {
+				got = append(got, kind)
+				return
+			}
+			got = append(got, kind+":"+text)
+		}
+		for _, ev := range h.replies(req.TurnId) {
+			switch {
+			case ev.GetReasoningDelta() != nil && ev.GetReasoningDelta().GetRestart():
+				got = append(got, "R*:"+ev.GetReasoningDelta().GetText())
+			case ev.GetReasoningDelta() != nil:
+				add("R", ev.GetReasoningDelta().GetText())
+			case ev.GetTextDelta() != nil && ev.GetTextDelta().GetRestart():
+				add("B", "")
+			case ev.GetTextDelta() != nil:
+				add("T", ev.GetTextDelta().GetText())
+			}
+		}
+		if strings.Join(got, " ") != tt.want {
+			t.Errorf("%s: deltas %s, want %s", tt.name, strings.Join(got, " "), tt.want)
+		}
+	}
+}
+
 // A session's /reasoning reaches an Anthropic model as extended thinking;
 // the signed thinking of a step that called tools goes back with the
 // calls' results (Anthropic refuses the next call otherwise), and with

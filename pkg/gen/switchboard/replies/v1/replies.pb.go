@@ -358,9 +358,11 @@ type TextDelta struct {
 	Text  string                 `protobuf:"bytes,1,opt,name=text,proto3" json:"text,omitempty"`
 	// restart marks the paragraph break (text "\n\n", Hermes's) streamed
 	// before the text of a model call after one whose text was streamed (a
-	// turn that called tools: "Let me check." then the answer). The final
-	// text is the last call's answer alone: it continues what was streamed
-	// after this delta, not everything streamed.
+	// turn that called tools: "Let me check." then the answer), before the
+	// call's reasoning deltas too. The final text is the last call's
+	// answer alone: it continues what was streamed after this delta, not
+	// everything streamed. Where the answer streams by editing a message,
+	// it closes the message of the text before it (Hermes's segment break).
 	Restart       bool `protobuf:"varint,2,opt,name=restart,proto3" json:"restart,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
