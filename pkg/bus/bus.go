@@ -35,6 +35,13 @@ const (
 	// taken).
 	HeaderControl  = "Sb-Control"
 	ControlVersion = "2"
+	// HeaderSteerQueue, set ("1") on a worker's reply to a control
+	// request, says that the worker removes steering's queued message
+	// (TurnControlRequested.queued_event_id) when its turn gives the text
+	// to the model. A reply without it comes from a worker of an older
+	// release, which never does: the router removes the message of
+	// steering such a turn took.
+	HeaderSteerQueue = "Sb-Steer-Queue"
 )
 
 // ErrDecode marks a message whose payload cannot be decoded: a poison

@@ -589,6 +589,16 @@ func readEnqueue(br pgx.BatchResults) (inserted bool, err error) {
 	return inserted, nil
 }
 
+// Unqueue removes the queued message eventID of the session, if it is
+// still queued: steering a worker of an older release took, which would
+// never remove it itself (the router's steer).
+func (s *Store) Unqueue(ctx context.Context, key, eventID string) error {
+	if _, err := s.db.Exec(ctx, `DELETE FROM session_queue WHERE session_key = $1 AND event_id = $2`, key, eventID); err != nil {
+		return fmt.Errorf("unqueue %s: %w", eventID, err)
+	}
+	return nil
+}
+
 // QueueLen is how many messages wait for the session.
 func (s *Store) QueueLen(ctx context.Context, key string) (int, error) {
 	var n int

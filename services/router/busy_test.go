@@ -2,12 +2,14 @@ package router
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/switchboard-chat/switchboard/pkg/bus"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
 	"github.com/switchboard-chat/switchboard/pkg/redisx"
@@ -467,4 +469,102 @@ func TestApprovalWordOfANonAdminIsAMessage(t *testing.T) {
 		t.Fatalf("%d approval requests for a non-admin's yes", n)
 	}
 	g.open()
+}
+
+// turnsOf are the inputs of each of key's turns, a turn's joined with
+// ",", the turns' with "|".
+func turnsOf(turns []*turnsv1.TurnRequested, key string) string {
+	var out []string
+	for _, t := range turns {
+		if t.SessionKey == key {
+			out = append(out, strings.Join(inputsText([]*turnsv1.TurnRequested{t}, key), ","))
+		}
+	}
+	return strings.Join(out, "|")
+}
+
+// Steering a turn took stays queued until the turn gives it to the
+// model (this release's workers remove it then; the simulated one never
+// does): when the turn ends without it (its model call failed, a newer
+// message interrupted it) the text runs as the next input, in its place
+// among the messages queued behind the turn, once. It was acknowledged as
+// added and lost. A redelivered completion of the turn does not run it
+// twice.
+func TestSteeringATurnDidNotGiveToTheModelRunsNext(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name string
+		mode string
+		// send are bob's messages while the first turn runs.
+		send []string
+		// ack is the notice that tells bob the text was added.
+		ack       string
+		interrupt bool
+		// want are bob's turns' inputs.
+		want string
+	}{
+		{name: "its turn ends", mode: BusySteer, send: []string{"go left"},
+			ack: "⏩ Steered into current run", want: "long|go left"},
+		{name: "a newer message interrupts its turn", mode: BusyInterrupt, send: []string{"/steer go left", "go right"},
+			ack: "⏩ Steer queued — arrives after the next tool call: 'go left'", interrupt: true, want: "long|go left,go right"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			e.steerQueue.Store(true)
+			cfg := testConfig()
+			cfg.BusyMode = tc.mode
+			e.startRouter(cfg, nil, nil)
+			first, next := newGate(t, "long"), newGate(t, "go left")
+			w := e.startWorker(func(tr *turnsv1.TurnRequested) { first.hold(tr); next.hold(tr) })
+			const key = "agent:main:telegram:dm:chat-bob"
+			e.publish(dm("bob", "long"))
+			waitFor(t, "the turn runs", func() bool { turns, _ := w.snapshot(); return len(turns) == 1 })
+			for _, text := range tc.send {
+				e.publish(dm("bob", text))
+				waitFor(t, "inbound drained", e.inboundDrained)
+			}
+			if n := len(e.controls(controlSteer)); n != 1 {
+				t.Fatalf("%d steer requests, want 1", n)
+			}
+			if n := settled(t, "the steering's acknowledgement", 1, func() int { return e.countNotices("bob", tc.ack) }); n != 1 {
+				t.Fatalf("%d acknowledgements %q; notices %q", n, tc.ack, e.noticesTo("bob"))
+			}
+			if got := len(e.controls(controlInterrupt)) > 0; got != tc.interrupt {
+				t.Fatalf("interrupted %v, want %v", got, tc.interrupt)
+			}
+			// The turn ends without having given the text to the model.
+			first.open()
+			waitFor(t, "the next turn", func() bool { turns, _ := w.snapshot(); return len(turns) == 2 })
+			turns, _ := w.snapshot()
+			done := &turnsv1.TurnCompleted{TurnId: turns[0].TurnId, SessionKey: key, SessionId: turns[0].SessionId,
+				Generation: turns[0].Generation, Status: turnsv1.TurnStatus_TURN_STATUS_FAILED}
+			redeliver := func(n int) {
+				// A redelivery the bus's duplicate window no longer
+				// catches: another message id.
+				if _, err := e.bus.Publish(context.Background(), e.bus.Topology().Subject(bus.SubjectTurnCompleted),
+					fmt.Sprintf("turn-done:%s:again-%d", done.TurnId, n), done); err != nil {
+					t.Fatal(err)
+				}
+			}
+			redeliver(1) // while the next turn runs
+			next.open()
+			store := sessionstore.New(e.db)
+			locker := redisx.NewLocker(e.rdb, e.prefix)
+			idle := func() bool {
+				n, _ := store.QueueLen(context.Background(), key)
+				owner, _ := locker.Owner(context.Background(), key)
+				return n == 0 && owner == ""
+			}
+			waitFor(t, "the session idle", idle)
+			redeliver(2) // after it
+			time.Sleep(time.Second)
+			waitFor(t, "the session idle", idle)
+			turns, _ = w.snapshot()
+			if got := turnsOf(turns, key); got != tc.want {
+				t.Fatalf("bob's turns %q, want %q", got, tc.want)
+			}
+		})
+	}
 }

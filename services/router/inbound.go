@@ -786,18 +786,13 @@ func (s *Service) route(ctx context.Context, m *msgCtx, sess sessionstore.Sessio
 	// (none claimed yet, or its answer is decided) is queued instead. An
 	// API message owns its turn, but an explicit /steer (the runs API's
 	// POST /v1/runs/{id}/steer) is for the running one.
-	if busy && mode == BusySteer && (!ownTurn || o.command == "steer") && !onlyMedia(m.ev) && redisx.GrantOf(owner) != owner {
-		took, err := s.request(ctx, m, controlSteer, m.ev.GetText())
-		if err != nil {
-			return err
-		}
-		if took {
-			inbound.WithLabelValues("steered").Inc()
-			busyActions.WithLabelValues("steered").Inc()
-			return s.ack(ctx, m, sess, o, owner, "steered")
-		}
-	}
+	steer := busy && mode == BusySteer && (!ownTurn || o.command == "steer") && !onlyMedia(m.ev) && redisx.GrantOf(owner) != owner
 
+	// Steering is queued too, before the turn is asked to take it: the
+	// turn removes it from the queue in the write that gives it to the
+	// model, so text the turn never gives to the model (its model call
+	// failed, a newer message interrupted it, its worker died) runs as
+	// the session's next input, in its place in the queue, once.
 	inserted, err := s.store.Enqueue(ctx, m.key, m.seq, ownTurn, m.ev, s.cfg.QueueCap)
 	if errors.Is(err, sessionstore.ErrQueueFull) {
 		return s.queueFull(ctx, m, sess.Generation)
@@ -808,14 +803,36 @@ func (s *Service) route(ctx context.Context, m *msgCtx, sess sessionstore.Sessio
 	if err != nil {
 		return err
 	}
-	inbound.WithLabelValues("queued").Inc()
 	// From here a redelivery must not queue the message again.
 	if !busy {
+		inbound.WithLabelValues("queued").Inc()
 		return s.lockAndStart(ctx, m)
 	}
+	// Recorded as handled before the turn is asked: a redelivery must not
+	// queue again what the turn may have taken from the queue by then.
 	if err := s.markHandled(ctx, m); err != nil {
 		return err
 	}
+	if steer {
+		took, err := s.steer(ctx, m)
+		if err != nil {
+			return err
+		}
+		if took {
+			inbound.WithLabelValues("steered").Inc()
+			busyActions.WithLabelValues("steered").Inc()
+			if err := s.ack(ctx, m, sess, o, owner, "steered"); err != nil {
+				return err
+			}
+			// Marks the lock: the turn's completion starts what it did
+			// not give to the model.
+			if _, err := s.startQueued(ctx, m.key); err != nil {
+				return fmt.Errorf("start turn: %w", err)
+			}
+			return nil
+		}
+	}
+	inbound.WithLabelValues("queued").Inc()
 	if busy && inserted {
 		action := "queued"
 		if mode == BusyInterrupt && !ownTurn && !onlyMedia(m.ev) {

@@ -62,6 +62,11 @@ type env struct {
 	// answer (control requests go unanswered); by default a worker's
 	// turn takes them.
 	refuseControl atomic.Bool
+	// steerQueue: the workers answer as this release's do
+	// (bus.HeaderSteerQueue): steering a turn takes stays queued until the
+	// turn gives it to the model, which this simulated worker never does.
+	// Unset: as an older release's, whose steering the router unqueues.
+	steerQueue atomic.Bool
 }
 
 func newEnv(t *testing.T) *env {
@@ -93,6 +98,9 @@ func newEnv(t *testing.T) *env {
 			// this release: at once, declined when the turn does not take it.
 			reply := nats.NewMsg(m.Reply)
 			reply.Header.Set(bus.HeaderControl, bus.ControlVersion)
+			if e.steerQueue.Load() {
+				reply.Header.Set(bus.HeaderSteerQueue, "1")
+			}
 			if e.refuseControl.Load() {
 				reply.Data, _ = proto.Marshal(wrapperspb.Bool(true))
 			}

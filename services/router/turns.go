@@ -283,6 +283,34 @@ func (s *Service) request(ctx context.Context, m *msgCtx, action turnsv1.Control
 	if action == controlApprove || action == controlDeny {
 		req.ToolCallId = m.ev.GetButtonPress().GetToolCallId() // a pressed button's call
 	}
+	took, _, err := s.requestControl(ctx, req)
+	return took, err
+}
+
+// steer asks the session's running turn to take m's text, which route
+// queued: a worker of this release removes the queued message when its
+// turn gives the text to the model, and leaves it queued otherwise (the
+// next turn then answers it). A turn of an older release's worker takes
+// the text without ever removing the message, so for one the message is
+// removed here, as steering was before (lost when that turn does not
+// give it to the model).
+func (s *Service) steer(ctx context.Context, m *msgCtx) (bool, error) {
+	req := &turnsv1.TurnControlRequested{SessionKey: m.key, Action: controlSteer, Text: m.ev.GetText(), EventId: m.dedupeID,
+		QueuedEventId: m.ev.GetEventId()}
+	took, hdr, err := s.requestControl(ctx, req)
+	if err != nil || !took || hdr.Get(bus.HeaderSteerQueue) != "" {
+		return took, err
+	}
+	if err := s.store.Unqueue(ctx, m.key, m.ev.GetEventId()); err != nil {
+		return true, err
+	}
+	return true, nil
+}
+
+// requestControl sends req to the session's running turn and reports
+// whether a turn took it, with the headers of the answer.
+func (s *Service) requestControl(ctx context.Context, req *turnsv1.TurnControlRequested) (bool, nats.Header, error) {
+	action := req.GetAction()
 	rctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
 	// A worker that speaks control replies of version 2 (it says so in its
@@ -291,19 +319,19 @@ func (s *Service) request(ctx context.Context, m *msgCtx, action turnsv1.Control
 	// it, and took every approval's answer, waited for or not: from one,
 	// only steering counts as taken. No answer in time is a "no".
 	var declined wrapperspb.BoolValue
-	hdr, err := s.bus.RequestHeaders(rctx, s.topo.ControlSubject(m.key), controlV2, req, &declined)
+	hdr, err := s.bus.RequestHeaders(rctx, s.topo.ControlSubject(req.GetSessionKey()), controlV2, req, &declined)
 	switch {
 	case err == nil && hdr.Get(bus.HeaderControl) == bus.ControlVersion:
-		return !declined.GetValue(), nil
+		return !declined.GetValue(), hdr, nil
 	case err == nil:
-		return action == controlSteer, nil
+		return action == controlSteer, hdr, nil
 	case errors.Is(err, nats.ErrNoResponders), errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
 		if ctx.Err() != nil {
-			return false, ctx.Err()
+			return false, nil, ctx.Err()
 		}
-		return false, nil
+		return false, nil, nil
 	}
-	return false, fmt.Errorf("send control %s: %w", action, err)
+	return false, nil, fmt.Errorf("send control %s: %w", action, err)
 }
 
 // forceUnlock stops the running turn and frees the session at once; the

@@ -88,6 +88,9 @@ func (c *controls) deliver(msg *nats.Msg) {
 	default:
 		reply := nats.NewMsg(msg.Reply)
 		reply.Header.Set(bus.HeaderControl, bus.ControlVersion)
+		// Steering's queued message is removed when the text reaches the
+		// model (store.Turn.Steered): the router leaves it queued.
+		reply.Header.Set(bus.HeaderSteerQueue, "1")
 		if !took {
 			reply.Data, _ = proto.Marshal(wrapperspb.Bool(true))
 		}

@@ -158,9 +158,19 @@ func (r *turnRun) begin(ctx context.Context) (*loopState, *store.Final, error) {
 // commit writes msgs as the turn's next steps, preceded by the inputs not
 // written yet, and appends them to the turn.
 func (r *turnRun) commit(ctx context.Context, ls *loopState, msgs ...store.Message) error {
+	return r.commitSteered(ctx, ls, nil, msgs...)
+}
+
+// commitSteered is commit for steps that give the steering notes to the
+// model: the same write removes their queued messages (store.Turn.Steered),
+// so the text reaches the model once, either here or, when this write
+// never commits, as the session's next input.
+func (r *turnRun) commitSteered(ctx context.Context, ls *loopState, steer []steerNote, msgs ...store.Message) error {
 	n := ls.unsaved
 	all := append(append([]store.Message(nil), ls.unsavedInputs()...), msgs...)
-	committed, err := r.s.store.Append(ctx, r.st, store.Durable, ls.nextStep()-n, all...)
+	t := r.st
+	t.Steered = steerQueued(steer)
+	committed, err := r.s.store.Append(ctx, t, store.Durable, ls.nextStep()-n, all...)
 	if err != nil {
 		return err
 	}
@@ -340,7 +350,7 @@ func (r *turnRun) runLoop(ctx context.Context) (store.Final, error) {
 			// model now rather than drop it. Without any, the answer is
 			// decided: later steering is refused (and queued).
 			if steer := r.ctl.takeSteerOrClose(); len(steer) > 0 {
-				if err := r.commit(ctx, ls, append(cutSteps, msg, store.Message{Role: llm.RoleUser, Content: strings.Join(steer, "\n")})...); err != nil {
+				if err := r.commitSteered(ctx, ls, steer, append(cutSteps, msg, store.Message{Role: llm.RoleUser, Content: strings.Join(steerTexts(steer), "\n")})...); err != nil {
 					return store.Final{}, err
 				}
 				continue
@@ -546,7 +556,7 @@ func (r *turnRun) finishAtLimit(ctx context.Context, b Backend, model, system st
 	steer := r.ctl.takeSteerAndClose()
 	var added string
 	if len(steer) > 0 {
-		added = "[The user adds while you work: " + strings.Join(steer, "\n") + "]"
+		added = "[The user adds while you work: " + strings.Join(steerTexts(steer), "\n") + "]"
 	}
 	// Committed, so a resumed turn asks the same question once; steering
 	// a resumed turn took before it asks again goes after it.
@@ -557,7 +567,7 @@ func (r *turnRun) finishAtLimit(ctx context.Context, b Backend, model, system st
 		ask += "\n\n" + added
 	}
 	if ask != "" {
-		if err := r.commit(ctx, ls, store.Message{Role: llm.RoleUser, Content: ask}); err != nil {
+		if err := r.commitSteered(ctx, ls, steer, store.Message{Role: llm.RoleUser, Content: ask}); err != nil {
 			return store.Final{}, err
 		}
 	}
@@ -625,6 +635,13 @@ func (r *turnRun) finish(ctx context.Context, ls *loopState, last *store.Message
 // the same transaction (an external agent's messages): a turn whose end
 // failed to commit runs again without its steps already written.
 func (r *turnRun) finishAfter(ctx context.Context, ls *loopState, steps []store.Message, last *store.Message, f store.Final) (store.Final, error) {
+	return r.finishSteered(ctx, ls, steps, last, f, nil)
+}
+
+// finishSteered is finishAfter for a final that also gives steering to
+// the model: the write removes the queued messages steered
+// (store.Turn.Steered), an external agent's (remoteCompleted).
+func (r *turnRun) finishSteered(ctx context.Context, ls *loopState, steps []store.Message, last *store.Message, f store.Final, steered []string) (store.Final, error) {
 	if r.lockLost.Load() {
 		return store.Final{}, errLockLost
 	}
@@ -657,7 +674,9 @@ func (r *turnRun) finishAfter(ctx context.Context, ls *loopState, steps []store.
 		next += len(steps)
 	}
 	f.ReturnNote = r.noteToReturn(ls)
-	f, err = r.s.store.Finish(ctx, r.withUsage(), before, next, last, f)
+	t := r.withUsage()
+	t.Steered = steered
+	f, err = r.s.store.Finish(ctx, t, before, next, last, f)
 	if err == nil {
 		ls.unsaved = 0
 		r.usageRecorded = true
@@ -792,10 +811,11 @@ func (r *turnRun) runTools(ctx context.Context, ls *loopState, pending []store.T
 			return err
 		}
 		result = capResult(result, r.s.cfg.Agent.MaxToolResultBytes) // an error's text too
-		if steer := r.ctl.takeSteer(); len(steer) > 0 {
-			result += "\n\n[The user adds while you work: " + strings.Join(steer, "\n") + "]"
+		steer := r.ctl.takeSteer()
+		if len(steer) > 0 {
+			result += "\n\n[The user adds while you work: " + strings.Join(steerTexts(steer), "\n") + "]"
 		}
-		if err := r.commit(ctx, ls, store.Message{Role: llm.RoleTool, ToolCallID: tc.ID, ToolName: tc.Name, Content: result}); err != nil {
+		if err := r.commitSteered(ctx, ls, steer, store.Message{Role: llm.RoleTool, ToolCallID: tc.ID, ToolName: tc.Name, Content: result}); err != nil {
 			return err
 		}
 		r.usage.ToolCalls++

@@ -184,8 +184,11 @@ func (r *turnRun) remoteCompleted(ctx context.Context, ls *loopState, res *agent
 		}
 	}
 	// The agent's messages commit with the final: a turn run again after
-	// a failed end (the agent runs it whole again) writes them once.
-	return r.finishAfter(ctx, ls, msgs, nil, f)
+	// a failed end (the agent runs it whole again) writes them once. The
+	// steering passed on to the agent was its to read: the final removes
+	// its queued messages. (An agent that broke the stream, remoteFailed,
+	// leaves them queued: they run as the session's next input.)
+	return r.finishSteered(ctx, ls, msgs, nil, f, r.ctl.takeForwarded())
 }
 
 // remoteFailed ends the turn with an error reply when the agent is

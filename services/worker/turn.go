@@ -185,7 +185,7 @@ func newTurnRun(s *Service, req *turnsv1.TurnRequested, attempt, spent int) *tur
 			UserKey:    userKey(req),
 			StartedAt:  s.now(),
 		},
-		ctl:    newControl(),
+		ctl:    newControl(inputEventIDs(req)),
 		began:  time.Now(),
 		holder: redisx.Holder(req.GetLockToken(), fmt.Sprintf("%s.%d", s.cfg.ID, attempt)),
 	}
@@ -210,6 +210,17 @@ func newTurnRun(s *Service, req *turnsv1.TurnRequested, attempt, spent int) *tur
 		r.answerOnly = r.answerOnly && in.GetAnswerOnly()
 	}
 	return r
+}
+
+// inputEventIDs are the event ids of the turn's inputs.
+func inputEventIDs(req *turnsv1.TurnRequested) []string {
+	var out []string
+	for _, in := range req.GetInputs() {
+		if id := in.GetEventId(); id != "" {
+			out = append(out, id)
+		}
+	}
+	return out
 }
 
 // userKey is the owner of memories and transcripts: "<platform>:<user>"
@@ -989,7 +1000,17 @@ type control struct {
 	mu        sync.Mutex
 	interrupt bool
 	stop      bool
-	steer     []string
+	steer     []steerNote
+	// steerSeen are the queued messages of the steering this attempt
+	// took (steerNote.queued), so that the same message is never taken
+	// twice; inputs are the event ids of the turn's inputs, whose
+	// steering the turn declines (the router queued it, and it became an
+	// input of this turn before the turn was asked).
+	steerSeen map[string]bool
+	inputs    map[string]bool
+	// forwarded are the queued messages of the steering passed on to an
+	// external agent: the turn's final removes them (remoteCompleted).
+	forwarded []string
 	// steerClosed: the turn reads no more steering (its answer is
 	// decided), so steering is refused and the router queues it.
 	steerClosed bool
@@ -1056,14 +1077,67 @@ func (c *control) setForward(fn func(*turnsv1.TurnControlRequested)) {
 	case c.interrupt:
 		fn(&turnsv1.TurnControlRequested{Action: turnsv1.ControlAction_CONTROL_ACTION_INTERRUPT})
 	}
-	for _, text := range c.steer {
-		fn(&turnsv1.TurnControlRequested{Action: turnsv1.ControlAction_CONTROL_ACTION_STEER, Text: text})
+	for _, n := range c.steer {
+		fn(&turnsv1.TurnControlRequested{Action: turnsv1.ControlAction_CONTROL_ACTION_STEER, Text: n.text, QueuedEventId: n.queued})
+		c.forwardedSteer(n.queued)
 	}
 	c.steer = nil
 }
 
-func newControl() *control {
-	return &control{approvals: make(chan answer, 4), wake: make(chan struct{}, 1)}
+// steerNote is one steering text the turn took, and the event id of the
+// queued message that carries it ("" when the router queued none): the
+// write that gives the text to the model removes that message
+// (store.Turn.Steered); text never given to the model stays queued.
+type steerNote struct {
+	text   string
+	queued string
+}
+
+// steerTexts and steerQueued are the texts and the queued messages of
+// notes.
+func steerTexts(notes []steerNote) []string {
+	out := make([]string, len(notes))
+	for i, n := range notes {
+		out[i] = n.text
+	}
+	return out
+}
+
+func steerQueued(notes []steerNote) []string {
+	var out []string
+	for _, n := range notes {
+		if n.queued != "" {
+			out = append(out, n.queued)
+		}
+	}
+	return out
+}
+
+func newControl(inputs []string) *control {
+	c := &control{approvals: make(chan answer, 4), wake: make(chan struct{}, 1),
+		steerSeen: map[string]bool{}, inputs: map[string]bool{}}
+	for _, id := range inputs {
+		c.inputs[id] = true
+	}
+	return c
+}
+
+// forwardedSteer records queued (when set) as steering passed on to an
+// external agent. The caller holds mu.
+func (c *control) forwardedSteer(queued string) {
+	if queued != "" {
+		c.forwarded = append(c.forwarded, queued)
+	}
+}
+
+// takeForwarded returns and clears the queued messages of the steering
+// passed on to an external agent.
+func (c *control) takeForwarded() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	f := c.forwarded
+	c.forwarded = nil
+	return f
 }
 
 func (c *control) wakeUp() {
@@ -1078,8 +1152,19 @@ func (c *control) wakeUp() {
 func (c *control) apply(m *turnsv1.TurnControlRequested) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if m.GetAction() == turnsv1.ControlAction_CONTROL_ACTION_STEER && c.steerClosed {
-		return false
+	if m.GetAction() == turnsv1.ControlAction_CONTROL_ACTION_STEER {
+		q := m.GetQueuedEventId()
+		switch {
+		case c.steerClosed, c.inputs[q]:
+			// The turn reads no more, or the queued text is one of its
+			// inputs already (the turn before, which it was meant for,
+			// ended meanwhile): no second copy.
+			return false
+		case q != "" && c.steerSeen[q]:
+			return true // taken already
+		case q != "":
+			c.steerSeen[q] = true
+		}
 	}
 	isAnswer := m.GetAction() == turnsv1.ControlAction_CONTROL_ACTION_APPROVE || m.GetAction() == turnsv1.ControlAction_CONTROL_ACTION_DENY
 	if m.GetAction() == turnsv1.ControlAction_CONTROL_ACTION_STOP {
@@ -1091,6 +1176,9 @@ func (c *control) apply(m *turnsv1.TurnControlRequested) bool {
 				return false
 			}
 			c.awaiting = false // one answer per request
+		}
+		if m.GetAction() == turnsv1.ControlAction_CONTROL_ACTION_STEER {
+			c.forwardedSteer(m.GetQueuedEventId())
 		}
 		c.forward(m)
 		return true
@@ -1110,7 +1198,7 @@ func (c *control) apply(m *turnsv1.TurnControlRequested) bool {
 		}
 	case turnsv1.ControlAction_CONTROL_ACTION_STEER:
 		if m.GetText() != "" {
-			c.steer = append(c.steer, m.GetText())
+			c.steer = append(c.steer, steerNote{text: m.GetText(), queued: m.GetQueuedEventId()})
 		}
 	case turnsv1.ControlAction_CONTROL_ACTION_APPROVE, turnsv1.ControlAction_CONTROL_ACTION_DENY:
 		if !c.answers(m) {
@@ -1192,8 +1280,8 @@ func (c *control) stopReason() error {
 	return nil
 }
 
-// takeSteer returns and clears the pending steer text.
-func (c *control) takeSteer() []string {
+// takeSteer returns and clears the pending steering.
+func (c *control) takeSteer() []steerNote {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s := c.steer
@@ -1204,7 +1292,7 @@ func (c *control) takeSteer() []string {
 // takeSteerOrClose is takeSteer at the point where the answer is decided
 // unless steering waits: with none pending, it refuses all later
 // steering, so none is acknowledged and then dropped.
-func (c *control) takeSteerOrClose() []string {
+func (c *control) takeSteerOrClose() []steerNote {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s := c.steer
@@ -1213,9 +1301,9 @@ func (c *control) takeSteerOrClose() []string {
 	return s
 }
 
-// takeSteerAndClose returns and clears the pending steer text and
+// takeSteerAndClose returns and clears the pending steering and
 // refuses all later steering: the turn reads it now, and never again.
-func (c *control) takeSteerAndClose() []string {
+func (c *control) takeSteerAndClose() []steerNote {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s := c.steer

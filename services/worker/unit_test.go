@@ -118,11 +118,11 @@ func TestSteeringClosesWhenTheAnswerIsDecided(t *testing.T) {
 	steer := func(text string) *turnsv1.TurnControlRequested {
 		return &turnsv1.TurnControlRequested{Action: turnsv1.ControlAction_CONTROL_ACTION_STEER, Text: text}
 	}
-	c := newControl()
+	c := newControl(nil)
 	if !c.apply(steer("a")) {
 		t.Fatal("steering refused while the turn runs")
 	}
-	if got := c.takeSteerOrClose(); strings.Join(got, ",") != "a" {
+	if got := steerTexts(c.takeSteerOrClose()); strings.Join(got, ",") != "a" {
 		t.Fatalf("pending steering %q", got)
 	}
 	if !c.apply(steer("b")) {
@@ -138,10 +138,49 @@ func TestSteeringClosesWhenTheAnswerIsDecided(t *testing.T) {
 	if !c.apply(&turnsv1.TurnControlRequested{Action: turnsv1.ControlAction_CONTROL_ACTION_STOP}) {
 		t.Fatal("a stop refused")
 	}
-	c2 := newControl()
+	c2 := newControl(nil)
 	c2.closeSteer()
 	if c2.apply(steer("d")) {
 		t.Fatal("steering taken by an ended turn")
+	}
+}
+
+// Steering names the queued message that carries it: the turn takes a
+// message once (a second request for it is answered as taken, and adds
+// nothing), and declines one that is among its own inputs (the turn it
+// was meant for ended, and the router started this one with it), so the
+// model never reads it twice.
+func TestSteeringOfAQueuedMessageIsTakenOnce(t *testing.T) {
+	steer := func(text, queued string) *turnsv1.TurnControlRequested {
+		return &turnsv1.TurnControlRequested{Action: turnsv1.ControlAction_CONTROL_ACTION_STEER, Text: text, QueuedEventId: queued}
+	}
+	cases := []struct {
+		name  string
+		sent  []*turnsv1.TurnControlRequested
+		took  []bool
+		texts string
+		ids   string
+	}{
+		{"twice", []*turnsv1.TurnControlRequested{steer("a", "e1"), steer("a", "e1")}, []bool{true, true}, "a", "e1"},
+		{"an input", []*turnsv1.TurnControlRequested{steer("b", "in1"), steer("c", "e2")}, []bool{false, true}, "c", "e2"},
+		{"none queued", []*turnsv1.TurnControlRequested{steer("d", ""), steer("d", "")}, []bool{true, true}, "d,d", ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newControl([]string{"in1"})
+			for i, m := range tc.sent {
+				if got := c.apply(m); got != tc.took[i] {
+					t.Fatalf("request %d taken %v, want %v", i, got, tc.took[i])
+				}
+			}
+			notes := c.takeSteer()
+			if got := strings.Join(steerTexts(notes), ","); got != tc.texts {
+				t.Errorf("texts %q, want %q", got, tc.texts)
+			}
+			if got := strings.Join(steerQueued(notes), ","); got != tc.ids {
+				t.Errorf("queued %q, want %q", got, tc.ids)
+			}
+		})
 	}
 }
 
@@ -152,7 +191,7 @@ func TestApprovalAnswerTakenOnlyWhileAwaited(t *testing.T) {
 		return c.apply(&turnsv1.TurnControlRequested{Action: action})
 	}
 	approve, deny := turnsv1.ControlAction_CONTROL_ACTION_APPROVE, turnsv1.ControlAction_CONTROL_ACTION_DENY
-	c := newControl()
+	c := newControl(nil)
 	if give(c, approve) {
 		t.Fatal("an approval taken while nothing waits for one")
 	}

@@ -42,6 +42,13 @@ type Turn struct {
 	// Usage is what the attempt's model calls used; the final's write
 	// stores it with the turn (the usage of the attempt that decides it).
 	Usage Usage
+	// Steered are the event ids of the queued messages that carry the
+	// steering a write gives to the model (TurnControlRequested's
+	// queued_event_id): Append and Finish remove them in the write's
+	// transaction, after the fence, and are refused (ErrStaleGeneration)
+	// when one is no longer queued for the turn (migration 00216). Set
+	// only on the write that carries the text.
+	Steered []string
 }
 
 // Usage is a turn's token counts.
@@ -164,6 +171,10 @@ const (
 
 const (
 	fenceSQL = `SELECT switchboard_fence($1, $2)`
+	// takeSteeringSQL removes the queued messages of the steering a write
+	// gives to the model (Turn.Steered), raising fenceCode when one is
+	// gone (migration 00216).
+	takeSteeringSQL = `SELECT switchboard_take_steering($1, $2)`
 	// fenceCode is the SQLSTATE switchboard_fence raises (migrations 00202, 00203).
 	fenceCode = "SB409"
 )
@@ -195,6 +206,9 @@ func (s *Store) writeLocking(ctx context.Context, t Turn, d Durability, lockSess
 		b.Queue(lockSessionSQL, t.SessionKey)
 	}
 	b.Queue(fenceSQL, t.SessionKey, t.Generation)
+	if len(t.Steered) > 0 {
+		b.Queue(takeSteeringSQL, t.SessionKey, t.Steered)
+	}
 	preamble := b.Len()
 	queue(b)
 	br := s.db.SendBatch(ctx, b)

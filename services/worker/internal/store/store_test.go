@@ -571,3 +571,87 @@ func deref(s *string) string {
 	}
 	return *s
 }
+
+// The write that gives steering to the model removes its queued message
+// (Turn.Steered) in the same transaction, and is refused as stale when
+// the message is no longer queued for the turn: gone (another write, or
+// another turn, took it), or locked by a transaction in flight (a turn
+// start taking it as an input), which the write does not wait for.
+func TestSteeredWritesTakeTheQueuedMessageOnce(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	if _, err := db.Exec(ctx, `INSERT INTO sessions (session_key, session_id, platform, generation) VALUES ('k', 'sid', 'x', 1)`); err != nil {
+		t.Fatal(err)
+	}
+	queue := func(ids ...string) {
+		t.Helper()
+		for i, id := range ids {
+			if _, err := db.Exec(ctx, `INSERT INTO session_queue (session_key, stream_seq, event_id, event) VALUES ('k', $1, $2, '')`, i, id); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	queued := func() string {
+		t.Helper()
+		var ids []string
+		if err := db.QueryRow(ctx, `SELECT coalesce(array_agg(event_id ORDER BY id), '{}') FROM session_queue`).Scan(&ids); err != nil {
+			t.Fatal(err)
+		}
+		return strings.Join(ids, ",")
+	}
+	s := store.New(db)
+	turn := store.Turn{TurnID: "t1", SessionKey: "k", SessionID: "sid", Generation: 1, UserKey: "x:u"}
+	steered := func(ids ...string) store.Turn {
+		t2 := turn
+		t2.Steered = ids
+		return t2
+	}
+	queue("e1", "e2", "e3", "other")
+	step := 0
+	write := func(tt store.Turn, content string) error {
+		_, err := s.Append(ctx, tt, store.Durable, step, store.Message{Role: "user", Content: content})
+		if err == nil {
+			step++
+		}
+		return err
+	}
+	if err := write(steered("e1", "e2"), "steer one and two"); err != nil {
+		t.Fatal(err)
+	}
+	if got := queued(); got != "e3,other" {
+		t.Fatalf("queued %q after the steered write", got)
+	}
+	if err := write(steered("e1"), "steer one again"); !errors.Is(err, store.ErrStaleGeneration) {
+		t.Fatalf("a write of steering no longer queued: %v, want stale", err)
+	}
+	// e3 is being taken by another transaction: the write gives way.
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, `DELETE FROM session_queue WHERE event_id = 'e3'`); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, err := s.Append(wctx, steered("e3"), store.Durable, step, store.Message{Role: "user", Content: "steer three"}); !errors.Is(err, store.ErrStaleGeneration) {
+		t.Fatalf("a write of steering another transaction holds: %v, want stale at once", err)
+	}
+	_ = tx.Rollback(ctx)
+	if err := write(steered("e3"), "steer three"); err != nil {
+		t.Fatal(err)
+	}
+	_, msgs, err := s.History(ctx, "sid")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, m := range msgs {
+		got = append(got, m.Content)
+	}
+	if strings.Join(got, "|") != "steer one and two|steer three" || queued() != "other" {
+		t.Fatalf("transcript %q, queued %q", got, queued())
+	}
+}

@@ -600,7 +600,20 @@ type TurnControlRequested struct {
 	// APPROVE and DENY: the tool call the answer is for (a pressed
 	// button's, ButtonPress.tool_call_id); the turn declines it when
 	// another call waits. Empty: whatever call waits (a typed command).
-	ToolCallId    string `protobuf:"bytes,6,opt,name=tool_call_id,json=toolCallId,proto3" json:"tool_call_id,omitempty"`
+	ToolCallId string `protobuf:"bytes,6,opt,name=tool_call_id,json=toolCallId,proto3" json:"tool_call_id,omitempty"`
+	// STEER: the event id of the message that carries the text, which the
+	// router queued (session_queue) before it asked. A worker that takes
+	// the text removes that queued message in the fenced write that gives
+	// the text to the model (the step after the next tool call); text the
+	// turn never gives to the model (its model call failed, a newer
+	// message interrupted it, its worker died) stays queued and runs as
+	// the session's next input, once. A worker of this release says so in
+	// its reply (bus.HeaderSteerQueue); for one of an older release, which
+	// never removes it, the router removes the message itself when the
+	// turn took the text. Empty: nothing is queued for the text (a router
+	// of an older release), and a turn that does not give it to the model
+	// loses it.
+	QueuedEventId string `protobuf:"bytes,7,opt,name=queued_event_id,json=queuedEventId,proto3" json:"queued_event_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -673,6 +686,13 @@ func (x *TurnControlRequested) GetEventId() string {
 func (x *TurnControlRequested) GetToolCallId() string {
 	if x != nil {
 		return x.ToolCallId
+	}
+	return ""
+}
+
+func (x *TurnControlRequested) GetQueuedEventId() string {
+	if x != nil {
+		return x.QueuedEventId
 	}
 	return ""
 }
@@ -1042,7 +1062,7 @@ const file_switchboard_turns_v1_turns_proto_rawDesc = "" +
 	"skillsNote\"-\n" +
 	"\fSideQuestion\x12\x1d\n" +
 	"\n" +
-	"session_id\x18\x01 \x01(\tR\tsessionId\"\xde\x01\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\"\x86\x02\n" +
 	"\x14TurnControlRequested\x12\x1f\n" +
 	"\vsession_key\x18\x01 \x01(\tR\n" +
 	"sessionKey\x12\x17\n" +
@@ -1051,7 +1071,8 @@ const file_switchboard_turns_v1_turns_proto_rawDesc = "" +
 	"\x04text\x18\x04 \x01(\tR\x04text\x12\x19\n" +
 	"\bevent_id\x18\x05 \x01(\tR\aeventId\x12 \n" +
 	"\ftool_call_id\x18\x06 \x01(\tR\n" +
-	"toolCallId\"\xd9\x01\n" +
+	"toolCallId\x12&\n" +
+	"\x0fqueued_event_id\x18\a \x01(\tR\rqueuedEventId\"\xd9\x01\n" +
 	"\vTurnStarted\x12\x17\n" +
 	"\aturn_id\x18\x01 \x01(\tR\x06turnId\x12\x1f\n" +
 	"\vsession_key\x18\x02 \x01(\tR\n" +
