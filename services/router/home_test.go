@@ -14,6 +14,7 @@ import (
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
 	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
+	"github.com/switchboard-chat/switchboard/pkg/redisx"
 )
 
 const homeTelegram = "📬 No home channel is set for Telegram. A home channel is where cron job results and cross-platform messages are delivered.\n\nType /sethome to make this chat your home channel, or ignore to skip."
@@ -77,7 +78,14 @@ func TestHomeNotice(t *testing.T) {
 
 	e.publish(dm("alice", "/status"))
 	waitFor(t, "the status", func() bool { return len(e.noticesTo("alice")) == 1 })
+	// One message after the other's turn: one sent while it runs gets a
+	// busy notice too.
 	e.publish(dm("alice", "hello"))
+	waitFor(t, "the first turn done", func() bool {
+		turns, _ := w.snapshot()
+		owner, _ := redisx.NewLocker(e.rdb, e.prefix).Owner(context.Background(), "agent:main:telegram:dm:chat-alice")
+		return len(turns) == 1 && owner == ""
+	})
 	e.publish(dm("alice", "again"))
 	waitFor(t, "both messages run", func() bool {
 		turns, _ := w.snapshot()

@@ -192,16 +192,16 @@ func (e *env) startWorker(hold func(*turnsv1.TurnRequested)) *worker {
 			// As a worker does: the turn's attempt holds the lock under
 			// its own value.
 			holder := redisx.Holder(t.LockToken, "test-worker.1")
-			// As a worker's first fenced write does (switchboard_fence,
-			// migration 00203), wait for the turn's start to commit: the
-			// router publishes a turn before it commits the start, so
-			// without this a test could read the session before its row
-			// or new generation is visible.
-			if _, err := e.db.Exec(ctx, `SELECT pg_advisory_xact_lock_shared(21314, hashtext($1))`, t.SessionKey); err != nil {
-				return err
-			}
 			claim, err := locker.Claim(ctx, t.SessionKey, t.LockToken, holder, time.Duration(t.LockTtlMs)*time.Millisecond)
 			if err != nil {
+				return err
+			}
+			// As a worker's first fenced write after its claim does
+			// (switchboard_fence(), migration 00203), wait for the turn's
+			// start to commit: the router publishes a turn before it
+			// commits the start, so without this a test could read the
+			// session before its row or new generation is visible.
+			if _, err := e.db.Exec(ctx, `SELECT pg_advisory_xact_lock_shared(21314, hashtext($1))`, t.SessionKey); err != nil {
 				return err
 			}
 			w.mu.Lock()
