@@ -45,9 +45,19 @@ type Config struct {
 	// StaleWait bounds the wait of a request whose key is old for the
 	// download it started; then it is checked with the key it has.
 	StaleWait time.Duration
+	// MaxWaiting bounds the calls that wait for a download to look up a
+	// key id the set does not have (0: DefaultMaxWaiting). Anyone can
+	// send a token naming one, and each such request is held (its body
+	// read already) until the next download, MinRefresh and the
+	// download's time away: past the bound a call does not wait, it
+	// gets ErrUnavailable at once (the platform retries a 503).
+	MaxWaiting int
 	// Now is the clock of MaxAge and MinRefresh (nil: time.Now).
 	Now func() time.Time
 }
+
+// DefaultMaxWaiting is MaxWaiting when it is not set.
+const DefaultMaxWaiting = 256
 
 // FetchFunc downloads the key set: the keys by key id.
 type FetchFunc[K any] func(ctx context.Context) (map[string]K, error)
@@ -64,6 +74,7 @@ type Cache[K any] struct {
 	started time.Time     // start of the last download
 	starts  uint64        // downloads started so far
 	lastErr error         // the last finished download's error
+	waiting int           // calls waiting to look up an unknown key id
 	flight  chan struct{} // closed when the running download ends; nil if none runs
 }
 
@@ -71,6 +82,9 @@ type Cache[K any] struct {
 func New[K any](cfg Config, fetch FetchFunc[K]) *Cache[K] {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.MaxWaiting <= 0 {
+		cfg.MaxWaiting = DefaultMaxWaiting
 	}
 	return &Cache[K]{cfg: cfg, fetch: fetch}
 }
@@ -133,9 +147,22 @@ func (c *Cache[K]) stale(ctx context.Context, kid string, k K) (K, error) {
 }
 
 // unknown looks kid up in a download that starts after the call; c.mu
-// held.
+// held. Once a set is at hand, at most MaxWaiting calls wait for it:
+// the others get ErrUnavailable at once.
 func (c *Cache[K]) unknown(ctx context.Context, kid string) (K, error) {
 	var zero K
+	if c.keys != nil && c.waiting >= c.cfg.MaxWaiting {
+		// (Before the first download every request waits for it, the
+		// genuine ones too; that wait is the download's alone.)
+		c.mu.Unlock()
+		return zero, fmt.Errorf("%w: %d calls wait for the keys already", ErrUnavailable, c.cfg.MaxWaiting)
+	}
+	c.waiting++
+	defer func() {
+		c.mu.Lock()
+		c.waiting--
+		c.mu.Unlock()
+	}()
 	// Downloads started before the call do not count, but for the one
 	// running: the platform publishes a key before it signs with it.
 	arrived := c.starts

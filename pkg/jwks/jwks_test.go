@@ -99,6 +99,91 @@ func TestKey(t *testing.T) {
 			want(t, s, 2)
 		},
 	}, {
+		// Forged kids past MaxWaiting are not held for the next
+		// download: each would keep its request (and its body) for
+		// MinRefresh and the download's time. They are unavailable at
+		// once; those waiting still get their answer, and a known key
+		// serves throughout.
+		name: "forged kids past MaxWaiting are not held",
+		run: func(t *testing.T, s *keySet, _ *Cache[string]) {
+			c := New(Config{MaxAge: time.Hour, MinRefresh: minRefresh, FetchTimeout: 5 * time.Second,
+				StaleWait: 200 * time.Millisecond, MaxWaiting: 3}, s.fetch)
+			s.publish(map[string]string{"a": "A"}, nil)
+			if _, err := c.Key(context.Background(), "a"); err != nil {
+				t.Fatal(err)
+			}
+			held := make(chan error, 3)
+			for i := range cap(held) {
+				go func() {
+					_, err := c.Key(context.Background(), fmt.Sprintf("forged-%d", i))
+					held <- err
+				}()
+			}
+			deadline := time.Now().Add(time.Second)
+			for {
+				c.mu.Lock()
+				n := c.waiting
+				c.mu.Unlock()
+				if n == cap(held) {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("%d calls wait, want %d", n, cap(held))
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			begin := time.Now()
+			if _, err := c.Key(context.Background(), "forged-more"); !errors.Is(err, ErrUnavailable) {
+				t.Fatalf("a forged kid past MaxWaiting: %v, want ErrUnavailable", err)
+			}
+			if d := time.Since(begin); d > minRefresh/2 {
+				t.Fatalf("a forged kid past MaxWaiting was held %v", d)
+			}
+			if k, err := c.Key(context.Background(), "a"); err != nil || k != "A" {
+				t.Fatalf("Key(a) during the flood = %q, %v", k, err)
+			}
+			for range cap(held) {
+				if err := <-held; !errors.Is(err, ErrUnknownKey) {
+					t.Fatalf("a forged kid waiting: %v, want ErrUnknownKey", err)
+				}
+			}
+			c.mu.Lock()
+			n := c.waiting
+			c.mu.Unlock()
+			if n != 0 {
+				t.Fatalf("%d calls counted waiting after their answers", n)
+			}
+			want(t, s, 2)
+		},
+	}, {
+		// Before the first download every call waits for it, past
+		// MaxWaiting too: the genuine requests of a gateway that just
+		// started are not refused.
+		name: "first download waited for past MaxWaiting",
+		run: func(t *testing.T, s *keySet, _ *Cache[string]) {
+			c := New(Config{MaxAge: time.Hour, MinRefresh: minRefresh, FetchTimeout: 5 * time.Second,
+				StaleWait: 200 * time.Millisecond, MaxWaiting: 2}, s.fetch)
+			hang := make(chan struct{})
+			s.mu.Lock()
+			s.keys, s.hang = map[string]string{"a": "A"}, hang
+			s.mu.Unlock()
+			errs := make(chan error, 5)
+			for range cap(errs) {
+				go func() {
+					_, err := c.Key(context.Background(), "a")
+					errs <- err
+				}()
+			}
+			time.Sleep(50 * time.Millisecond)
+			close(hang)
+			for range cap(errs) {
+				if err := <-errs; err != nil {
+					t.Fatalf("Key(a) at the first download: %v", err)
+				}
+			}
+			want(t, s, 1)
+		},
+	}, {
 		// The platform out of reach: the keys at hand serve, old or not;
 		// a kid they do not have is unavailable, not unknown, at once.
 		name: "failed download keeps the keys at hand",

@@ -793,10 +793,12 @@ VALUES ($1, $2, $3, $4) ON CONFLICT (turn_id, message_index) DO UPDATE SET platf
 // reply event of seq segment (a later model call's, after a tool call)
 // goes into new messages: the messages before it keep what they show.
 // Idempotent: a redelivered event, or another replica taking the same
-// event, opens the same segment.
+// event, opens the same segment. The mark has a table of its own
+// (delivery_stream_segments): replicas from before segments read every
+// row of delivery_stream_messages as a message to write over.
 func (s *Store) OpenStreamSegment(ctx context.Context, turnID string, segment int64) error {
-	_, err := s.db.Exec(ctx, `INSERT INTO delivery_stream_messages (turn_id, message_index, platform_message_id, segment)
-VALUES ($1, $2, '', $3) ON CONFLICT (turn_id, message_index) DO NOTHING`, turnID, -segment, segment)
+	_, err := s.db.Exec(ctx, `INSERT INTO delivery_stream_segments (turn_id, segment)
+VALUES ($1, $2) ON CONFLICT (turn_id, segment) DO NOTHING`, turnID, segment)
 	if err != nil {
 		return fmt.Errorf("open stream segment %d of turn %s: %w", segment, turnID, err)
 	}
@@ -818,9 +820,14 @@ type StreamSegment struct {
 // LastStreamSegment returns the last segment of a streamed reply: the
 // messages a final writes over (the earlier segments' stay as they are).
 func (s *Store) LastStreamSegment(ctx context.Context, turnID string) (StreamSegment, error) {
-	rows, err := s.db.Query(ctx, `SELECT segment, platform_message_id FROM delivery_stream_messages
-WHERE turn_id = $1 AND segment = (SELECT max(segment) FROM delivery_stream_messages WHERE turn_id = $1)
-ORDER BY message_index`, turnID)
+	rows, err := s.db.Query(ctx, `WITH last AS (
+  SELECT max(segment) AS segment FROM (
+    SELECT segment FROM delivery_stream_messages WHERE turn_id = $1
+    UNION ALL SELECT segment FROM delivery_stream_segments WHERE turn_id = $1) AS recorded)
+SELECT last.segment, coalesce(m.platform_message_id, '') FROM last
+LEFT JOIN delivery_stream_messages m ON m.turn_id = $1 AND m.segment = last.segment
+WHERE last.segment IS NOT NULL
+ORDER BY m.message_index`, turnID)
 	if err != nil {
 		return StreamSegment{}, fmt.Errorf("stream messages of turn %s: %w", turnID, err)
 	}
@@ -828,7 +835,7 @@ ORDER BY message_index`, turnID)
 	var id string
 	_, err = pgx.ForEachRow(rows, []any{&seg.Segment, &id}, func() error {
 		seg.Recorded = true
-		if id != "" { // the mark of a segment opened before its first message
+		if id != "" { // a segment opened before its first message has none
 			seg.IDs = append(seg.IDs, id)
 		}
 		return nil
@@ -839,10 +846,14 @@ ORDER BY message_index`, turnID)
 	return seg, nil
 }
 
-// PruneStreamMessages forgets stream messages recorded before cutoff.
+// PruneStreamMessages forgets stream messages and segments recorded
+// before cutoff.
 func (s *Store) PruneStreamMessages(ctx context.Context, cutoff time.Time) error {
 	if _, err := s.db.Exec(ctx, `DELETE FROM delivery_stream_messages WHERE created_at < $1`, cutoff); err != nil {
 		return fmt.Errorf("prune stream messages: %w", err)
+	}
+	if _, err := s.db.Exec(ctx, `DELETE FROM delivery_stream_segments WHERE created_at < $1`, cutoff); err != nil {
+		return fmt.Errorf("prune stream segments: %w", err)
 	}
 	return nil
 }

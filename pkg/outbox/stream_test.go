@@ -118,3 +118,87 @@ func TestLastStreamSegment(t *testing.T) {
 		}
 	}
 }
+
+// A rolling upgrade runs replicas from before segments against this
+// schema: one that takes a turn over reads every row of
+// delivery_stream_messages as a message to write over, the final's
+// first part going to the first. A segment's mark must not be such a
+// row: a message id "" took the answer's first part (refused: the answer
+// lost) and the messages after it were deleted. Those replicas see the
+// turn's messages alone, in order, and the segments work as before.
+func TestStreamSegmentMarksAreNoMessages(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.New(t)
+	s := outbox.New(db)
+	tests := []struct {
+		name   string
+		saved  [][2]any // segment, id: indexes in order
+		opened []int64
+		old    []string // what a replica from before segments reads
+		last   outbox.StreamSegment
+	}{
+		{"opened before its first message", [][2]any{{int64(0), "m1"}}, []int64{5},
+			[]string{"m1"}, outbox.StreamSegment{Recorded: true, Segment: 5}},
+		{"opened, then streamed", [][2]any{{int64(0), "m1"}, {int64(5), "m2"}}, []int64{5},
+			[]string{"m1", "m2"}, outbox.StreamSegment{Recorded: true, Segment: 5, IDs: []string{"m2"}}},
+		{"two segments, the last empty", [][2]any{{int64(0), "m1"}, {int64(5), "m2"}}, []int64{5, 9},
+			[]string{"m1", "m2"}, outbox.StreamSegment{Recorded: true, Segment: 9}},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			turn := fmt.Sprint("marks-", i)
+			for _, seg := range tt.opened {
+				if err := s.OpenStreamSegment(ctx, turn, seg); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for j, m := range tt.saved {
+				if err := s.SaveStreamMessage(ctx, turn, m[0].(int64), j, m[1].(string)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// The query of the replicas from before segments.
+			rows, err := db.Query(ctx, `SELECT platform_message_id FROM delivery_stream_messages
+WHERE turn_id = $1 ORDER BY message_index`, turn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var old []string
+			for rows.Next() {
+				var id string
+				if err := rows.Scan(&id); err != nil {
+					t.Fatal(err)
+				}
+				old = append(old, id)
+			}
+			if err := rows.Err(); err != nil {
+				t.Fatal(err)
+			}
+			if fmt.Sprintf("%q", old) != fmt.Sprintf("%q", tt.old) {
+				t.Errorf("a replica from before segments reads the messages %q, want %q", old, tt.old)
+			}
+			got, err := s.LastStreamSegment(ctx, turn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fmt.Sprintf("%+v", got) != fmt.Sprintf("%+v", tt.last) {
+				t.Errorf("last segment %+v, want %+v", got, tt.last)
+			}
+		})
+	}
+	// Housekeeping forgets old segment marks too.
+	if _, err := db.Exec(ctx, `UPDATE delivery_stream_segments SET created_at = now() - interval '3 hours'`); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PruneStreamMessages(ctx, time.Now().Add(-2*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	var left int
+	if err := db.QueryRow(ctx, `SELECT count(*) FROM delivery_stream_segments`).Scan(&left); err != nil {
+		t.Fatal(err)
+	}
+	if left != 0 {
+		t.Errorf("%d old segment marks left after the prune", left)
+	}
+}
