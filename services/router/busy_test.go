@@ -568,3 +568,55 @@ func TestSteeringATurnDidNotGiveToTheModelRunsNext(t *testing.T) {
 		})
 	}
 }
+
+// Steering needs no room in the queue to reach the running turn: with
+// the session's queue full (QueueCap), text for the running turn was
+// dropped with "Too many messages are waiting" since steering is queued
+// before the turn is asked (it reached the turn before). The turn is
+// asked for the text alone then, as before steering was queued: taken,
+// it is acknowledged as added; declined, it is dropped as a full queue's
+// message is.
+func TestSteeringWhenTheQueueIsFull(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name   string
+		refuse bool // no turn takes the steering
+		ack    string
+		turns  string
+	}{
+		{name: "the turn takes it", ack: "⏩ Steered into current run", turns: "long|q1|q2"},
+		{name: "no turn takes it", refuse: true, ack: "Too many messages are waiting (2)", turns: "long|q1|q2"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			cfg := testConfig()
+			cfg.QueueCap = 2
+			cfg.BusyMode = BusySteer
+			e, g, w := busySession(t, cfg, "bob", "long")
+			e.steerQueue.Store(true)
+			const key = "agent:main:telegram:dm:chat-bob"
+			for _, text := range []string{"/queue q1", "/queue q2"} {
+				e.publish(dm("bob", text))
+				waitFor(t, "inbound drained", e.inboundDrained)
+			}
+			e.refuseControl.Store(tc.refuse)
+			e.publish(dm("bob", "go left"))
+			waitFor(t, "inbound drained", e.inboundDrained)
+			steers := e.controls(controlSteer)
+			if len(steers) != 1 || steers[0].GetText() != "go left" || steers[0].GetQueuedEventId() != "" {
+				t.Fatalf("steer requests %v, want one for the text alone (nothing queued)", steers)
+			}
+			if n := settled(t, "the steering's answer", 1, func() int { return e.countNotices("bob", tc.ack) }); n != 1 {
+				t.Fatalf("%d notices %q; notices %q", n, tc.ack, e.noticesTo("bob"))
+			}
+			g.open()
+			waitFor(t, "the queued turns", func() bool { turns, _ := w.snapshot(); return len(turns) == 3 })
+			time.Sleep(300 * time.Millisecond)
+			turns, _ := w.snapshot()
+			if got := turnsOf(turns, key); got != tc.turns {
+				t.Fatalf("bob's turns %q, want %q", got, tc.turns)
+			}
+		})
+	}
+}

@@ -795,6 +795,20 @@ func (s *Service) route(ctx context.Context, m *msgCtx, sess sessionstore.Sessio
 	// the session's next input, in its place in the queue, once.
 	inserted, err := s.store.Enqueue(ctx, m.key, m.seq, ownTurn, m.ev, s.cfg.QueueCap)
 	if errors.Is(err, sessionstore.ErrQueueFull) {
+		if steer {
+			// No room to queue it: the turn is asked for the text alone
+			// (no queued message to name), as steering was before it was
+			// queued; only text no turn takes is dropped.
+			took, err := s.request(ctx, m, controlSteer, m.ev.GetText())
+			if err != nil {
+				return err
+			}
+			if took {
+				inbound.WithLabelValues("steered").Inc()
+				busyActions.WithLabelValues("steered").Inc()
+				return s.ack(ctx, m, sess, o, owner, "steered")
+			}
+		}
 		return s.queueFull(ctx, m, sess.Generation)
 	}
 	if errors.Is(err, sessionstore.ErrStarted) {
