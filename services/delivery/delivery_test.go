@@ -565,25 +565,36 @@ func TestStreamingReasoningByEdit(t *testing.T) {
 		ev.Target.Platform = "api"
 		e.publish(t, ev)
 	}
+	var deltas []string
+	for _, d := range apiStreamDeltas(t, e, "t-api") {
+		deltas = append(deltas, d.GetText())
+	}
+	if len(deltas) != 1 || deltas[0] != answer {
+		t.Errorf("API stream deltas %q, want the answer's text alone", deltas)
+	}
+}
+
+// apiStreamDeltas waits for the API turn's final and returns the stream
+// deltas sent before it, in order.
+func apiStreamDeltas(t *testing.T, e *env, turn string) []*deliveryv1.SendRequested {
+	t.Helper()
 	eventually(t, e.clock, 0, "the API's answer", func() bool {
 		calls, _ := e.gw.snapshot()
 		for _, c := range calls {
-			if c.Req.GetTurnId() == "t-api" && c.Req.GetFinal() {
+			if c.Req.GetTurnId() == turn && c.Req.GetFinal() {
 				return true
 			}
 		}
 		return false
 	})
 	calls, _ := e.gw.snapshot()
-	var deltas []string
+	var deltas []*deliveryv1.SendRequested
 	for _, c := range calls {
-		if c.Req.GetTurnId() == "t-api" && c.Op == deliveryv1.SendOp_SEND_OP_STREAM_DELTA {
-			deltas = append(deltas, c.Req.GetText())
+		if c.Req.GetTurnId() == turn && c.Op == deliveryv1.SendOp_SEND_OP_STREAM_DELTA {
+			deltas = append(deltas, c.Req)
 		}
 	}
-	if len(deltas) != 1 || deltas[0] != answer {
-		t.Errorf("API stream deltas %q, want the answer's text alone", deltas)
-	}
+	return deltas
 }
 
 // The break before a later model call's text (TextDelta.restart) reaches
@@ -599,21 +610,9 @@ func TestAPIStreamDeltaKeepsTheRestart(t *testing.T) {
 		ev.Target.Platform = "api"
 		e.publish(t, ev)
 	}
-	eventually(t, e.clock, 0, "the API's answer", func() bool {
-		calls, _ := e.gw.snapshot()
-		for _, c := range calls {
-			if c.Req.GetTurnId() == "t-api" && c.Req.GetFinal() {
-				return true
-			}
-		}
-		return false
-	})
-	calls, _ := e.gw.snapshot()
 	var deltas []string
-	for _, c := range calls {
-		if c.Req.GetTurnId() == "t-api" && c.Op == deliveryv1.SendOp_SEND_OP_STREAM_DELTA {
-			deltas = append(deltas, fmt.Sprintf("%q:%v", c.Req.GetText(), c.Req.GetStreamRestart()))
-		}
+	for _, d := range apiStreamDeltas(t, e, "t-api") {
+		deltas = append(deltas, fmt.Sprintf("%q:%v", d.GetText(), d.GetStreamRestart()))
 	}
 	if got, want := strings.Join(deltas, " "), `"Let me check.":false "\n\n":true "It's 5pm.":false`; got != want {
 		t.Errorf("API stream deltas %s, want %s", got, want)
