@@ -25,19 +25,8 @@ import (
 // and the router queues the text as a message of its own).
 func (h *harness) steer(key, text string) bool {
 	h.t.Helper()
-	data, err := proto.Marshal(&turnsv1.TurnControlRequested{SessionKey: key,
-		Action: turnsv1.ControlAction_CONTROL_ACTION_STEER, Text: text})
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	msg := nats.NewMsg(h.bus.Topology().ControlSubject(key))
-	msg.Data = data
-	msg.Header.Set(bus.HeaderControl, bus.ControlVersion)
-	reply, err := h.bus.Conn().RequestMsg(msg, 10*time.Second)
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	return len(reply.Data) == 0
+	took, _ := h.steerQueued(key, text, "")
+	return took
 }
 
 // Steering taken by a turn is text the user was told reached the agent:
@@ -206,7 +195,8 @@ func (h *harness) queueSteer(key, text string) string {
 // steerQueued asks the running turn to take the queued steering id, as a
 // router of this release does, and reports whether the turn took it and
 // whether its worker leaves the message queued until the text reaches
-// the model (bus.HeaderSteerQueue).
+// the model (bus.HeaderSteerQueue). With no id it steers as a router of
+// an older release does, naming no queued message.
 func (h *harness) steerQueued(key, text, id string) (took, keeps bool) {
 	h.t.Helper()
 	data, err := proto.Marshal(&turnsv1.TurnControlRequested{SessionKey: key,
