@@ -63,6 +63,9 @@ type Fake struct {
 	stallIdle atomic.Bool
 	closed    chan struct{}
 	closeOnce sync.Once
+	// idlePolled, when set, runs each time an IDLE has reported the
+	// changes pending (the fake's tests make one right then).
+	idlePolled atomic.Pointer[func()]
 
 	mu       sync.Mutex
 	sent     []Mail
@@ -86,7 +89,7 @@ func New(opts Options) (*Fake, error) {
 	}
 	f.imap = imapserver.New(&imapserver.Options{
 		NewSession: func(*imapserver.Conn) (imapserver.Session, *imapserver.GreetingData, error) {
-			return pendingFirst{Session: mem.NewSession(), f: f}, nil, nil
+			return pollingIdle{Session: mem.NewSession(), f: f}, nil, nil
 		},
 		Caps:         caps,
 		InsecureAuth: true,
@@ -118,24 +121,43 @@ func hostPort(a net.Addr) (string, int) {
 	return h, n
 }
 
-// pendingFirst reports the changes a client has not yet been told of as
-// soon as it starts IDLE, as real servers (Dovecot, Gmail) do: go-imap's
-// memory server keeps them until the next change, so a message delivered
-// between a client's SEARCH and its IDLE went unreported.
-type pendingFirst struct {
+// idlePoll is how often an IDLE looks for changes to report.
+const idlePoll = 5 * time.Millisecond
+
+// pollingIdle reports during IDLE every change the client has not yet
+// been told of: those pending when it starts, as real servers (Dovecot,
+// Gmail) do, and those that come after. go-imap's memory server keeps a
+// change made while no IDLE listens until the next change, and its IDLE
+// listens only from a moment after it starts: a message delivered between
+// a client's SEARCH and its IDLE, or just as the IDLE started (after the
+// pending changes were reported, before it listened), went unreported,
+// and the client read it only at its next IDLE refresh. So the changes
+// are looked for every idlePoll instead of waited for.
+type pollingIdle struct {
 	imapserver.Session
 	f *Fake
 }
 
-func (s pendingFirst) Idle(w *imapserver.UpdateWriter, stop <-chan struct{}) error {
-	if err := s.Session.Poll(w, true); err != nil {
-		return err
+func (s pollingIdle) Idle(w *imapserver.UpdateWriter, stop <-chan struct{}) error {
+	t := time.NewTicker(idlePoll)
+	defer t.Stop()
+	for done := false; !done; {
+		if err := s.Session.Poll(w, true); err != nil {
+			return err
+		}
+		if fn := s.f.idlePolled.Load(); fn != nil {
+			(*fn)()
+		}
+		select {
+		case <-stop:
+			done = true
+		case <-t.C:
+		}
 	}
-	err := s.Session.Idle(w, stop)
 	if s.f.stallIdle.Load() {
 		<-s.f.closed // DONE is never answered
 	}
-	return err
+	return nil
 }
 
 // StallIdle makes the server go silent when a client ends IDLE: its DONE
