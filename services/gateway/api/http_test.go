@@ -351,3 +351,27 @@ func TestBrowsersOfOtherSitesAreRefused(t *testing.T) {
 		})
 	}
 }
+
+// API_SERVER_CORS_ORIGINS is a comma-separated list, which Hermes reads
+// with the spaces around each origin trimmed
+// ("https://a.example.test, https://b.example.test"): every origin so
+// listed is allowed, not only the first.
+func TestCORSOriginsListedWithSpaces(t *testing.T) {
+	t.Parallel()
+	b := newBus(t)
+	s := startService(t, b, func(c *Config) {
+		// As the comma-separated variable splits into the list.
+		c.CORSOrigins = []string{"https://a.example.test", " https://b.example.test ", ""}
+	})
+	for _, origin := range []string{"https://a.example.test", "https://b.example.test"} {
+		pre := do(t, "OPTIONS", "http://"+s.Addr()+"/v1/chat/completions", "", "",
+			map[string]string{"Origin": origin, "Access-Control-Request-Method": "POST"})
+		if pre.code != http.StatusNoContent || pre.header.Get("Access-Control-Allow-Origin") != origin {
+			t.Errorf("%s: preflight %d, Access-Control-Allow-Origin %q", origin, pre.code, pre.header.Get("Access-Control-Allow-Origin"))
+		}
+		get := do(t, "GET", "http://"+s.Addr()+"/v1/models", testKey, "", map[string]string{"Origin": origin})
+		if get.code != http.StatusOK || get.header.Get("Access-Control-Allow-Origin") != origin {
+			t.Errorf("%s: GET %d, Access-Control-Allow-Origin %q", origin, get.code, get.header.Get("Access-Control-Allow-Origin"))
+		}
+	}
+}
