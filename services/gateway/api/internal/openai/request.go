@@ -145,7 +145,7 @@ func Parse(body []byte) (*Chat, error) {
 			// without what the client sent.
 			text, images, err = responseContent(m.Content, param)
 		} else if text, images, err = content(m.Content); err != nil {
-			err = invalid(param, "%v", err)
+			err = imageError(param, err)
 		}
 		if err != nil {
 			return nil, err
@@ -205,13 +205,10 @@ func content(raw json.RawMessage) (string, []string, error) {
 				if p.ImageURL == nil {
 					continue
 				}
-				keep, err := image(p.ImageURL.URL)
-				if err != nil {
+				if err := image(p.ImageURL.URL); err != nil {
 					return "", nil, err
 				}
-				if keep {
-					images = append(images, p.ImageURL.URL)
-				}
+				images = append(images, p.ImageURL.URL)
 			}
 		}
 		if len(images) > maxImages {
@@ -235,21 +232,39 @@ func contextRole(role string) string {
 	return ""
 }
 
-// image checks a picture's URL: web addresses, which the model provider
-// fetches, and pictures sent inline (data: URLs), which the gateway keeps
-// in the attachment store, are kept; a data: URL that is no picture is an
-// error; any other scheme is ignored.
-func image(u string) (keep bool, err error) {
+// CodeInvalidImageURL is the code of a picture whose URL is neither a
+// web address nor a data: URL (Hermes's invalid_image_url).
+const CodeInvalidImageURL = "invalid_image_url"
+
+// image checks a picture's URL: web addresses (the scheme in any case),
+// which the model provider fetches, and pictures sent inline (data:
+// URLs), which the gateway keeps in the attachment store. A data: URL
+// that is no picture is an error, and so, as Hermes has it, is any other
+// URL (ftp:, file:, a bucket's): no provider fetches it, and dropping it
+// would have the agent answer without the picture the client sent.
+func image(u string) error {
+	scheme, _, _ := strings.Cut(u, ":")
 	switch {
-	case strings.HasPrefix(u, "data:"):
-		if err := checkDataURL(u); err != nil {
-			return false, err
+	case scheme == "data":
+		// In lower case, as the runner finds the inline pictures it keeps.
+		return checkDataURL(u)
+	case strings.EqualFold(scheme, "https"), strings.EqualFold(scheme, "http"):
+		if rest := u[len(scheme):]; strings.HasPrefix(rest, "://") && len(rest) > len("://") {
+			return nil
 		}
-		return true, nil
-	case strings.HasPrefix(u, "https://"), strings.HasPrefix(u, "http://"):
-		return true, nil
 	}
-	return false, nil
+	return &InvalidError{Code: CodeInvalidImageURL,
+		Msg: fmt.Sprintf("image_url: a picture must be an http(s) URL or a data:image/... URL, not %q", Clip(u, 40))}
+}
+
+// imageError is err, the refusal of a picture, as the refusal of the
+// content at param.
+func imageError(param string, err error) error {
+	var inv *InvalidError
+	if errors.As(err, &inv) {
+		return &InvalidError{Msg: inv.Msg, Param: param, Code: inv.Code}
+	}
+	return invalid(param, "%v", err)
 }
 
 // imageAttachments are the input's pictures, by URL.
