@@ -16,7 +16,8 @@ import (
 // What the official client sends that the agent cannot take is refused
 // with OpenAI's error, which the client raises, and nothing runs: a file
 // or audio part (as Hermes refuses it, rather than answering without
-// it) and more than one choice.
+// it), more than one choice, a tool call the client's code would wait
+// for, an answer held to JSON.
 func TestSDKRequestsTheAgentCannotAnswer(t *testing.T) {
 	t.Parallel()
 	b := newBus(t)
@@ -42,6 +43,13 @@ func TestSDKRequestsTheAgentCannotAnswer(t *testing.T) {
 			})}}, "unsupported_content_type", "messages[0].content[0].type"},
 		{"two choices", openai.ChatCompletionNewParams{Model: "switchboard", N: openai.Int(2),
 			Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hello")}}, "unsupported_parameter", "n"},
+		{"a tool call required", openai.ChatCompletionNewParams{Model: "switchboard",
+			Tools:      []openai.ChatCompletionToolUnionParam{openai.ChatCompletionFunctionTool(openai.FunctionDefinitionParam{Name: "lookup"})},
+			ToolChoice: openai.ChatCompletionToolChoiceOptionUnionParam{OfAuto: openai.String("required")},
+			Messages:   []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hello")}}, "unsupported_parameter", "tool_choice"},
+		{"a JSON answer", openai.ChatCompletionNewParams{Model: "switchboard",
+			ResponseFormat: openai.ChatCompletionNewParamsResponseFormatUnion{OfJSONObject: &openai.ResponseFormatJSONObjectParam{}},
+			Messages:       []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hello")}}, "unsupported_parameter", "response_format"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := client.Chat.Completions.New(ctx, tt.params)

@@ -16,7 +16,10 @@ import (
 
 // chatRequest is the part of an OpenAI chat completion request the
 // gateway reads; other fields (temperature, tools …) are accepted and
-// ignored: the agent decides.
+// ignored: the agent decides. What the agent can never give — a tool
+// call handed back to the client, an answer held to JSON — is refused
+// (supported) rather than answered with plain text the client cannot
+// take.
 type chatRequest struct {
 	Model    string        `json:"model"`
 	Messages []chatMessage `json:"messages"`
@@ -31,6 +34,38 @@ type chatRequest struct {
 	StreamOptions *struct {
 		IncludeUsage bool `json:"include_usage"`
 	} `json:"stream_options"`
+	// ToolChoice and FunctionCall (its legacy spelling) other than auto
+	// or none ask for the client's tool to be called.
+	ToolChoice   json.RawMessage `json:"tool_choice"`
+	FunctionCall json.RawMessage `json:"function_call"`
+	// ResponseFormat other than text asks for a JSON answer.
+	ResponseFormat *struct {
+		Type string `json:"type"`
+	} `json:"response_format"`
+}
+
+// supported refuses what the agent cannot give: it runs its own tools on
+// the server and hands no tool call back (a client that offers tools
+// gets an answer, as from a model that chose not to call them), and it
+// answers in prose, held to no format.
+func (r *chatRequest) supported() error {
+	if !autoOrNone(r.ToolChoice) {
+		return unsupported("tool_choice", "tool_choice can only be auto or none: the agent runs its own tools and hands no tool call back")
+	}
+	if !autoOrNone(r.FunctionCall) {
+		return unsupported("function_call", "function_call can only be auto or none: the agent runs its own tools and hands no function call back")
+	}
+	if f := r.ResponseFormat; f != nil && f.Type != "" && f.Type != "text" {
+		return unsupported("response_format", "only text answers are supported, not %q: the agent's answer is not held to a format", Clip(f.Type, 40))
+	}
+	return nil
+}
+
+// autoOrNone reports whether a tool_choice (or function_call) leaves
+// the call to the model: absent, null, "auto" or "none".
+func autoOrNone(raw json.RawMessage) bool {
+	raw = bytes.TrimSpace(raw)
+	return len(raw) == 0 || bytes.Equal(raw, []byte("null")) || bytes.Equal(raw, []byte(`"auto"`)) || bytes.Equal(raw, []byte(`"none"`))
 }
 
 type chatMessage struct {
@@ -100,6 +135,9 @@ func unsupported(param, format string, args ...any) error {
 func Parse(body []byte) (*Chat, error) {
 	var req chatRequest
 	if err := decode(body, &req); err != nil {
+		return nil, err
+	}
+	if err := req.supported(); err != nil {
 		return nil, err
 	}
 	if req.N != nil && *req.N != 1 {
