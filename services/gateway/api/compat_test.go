@@ -11,6 +11,7 @@ import (
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/responses"
 )
 
 // What the official client sends that the agent cannot take is refused
@@ -190,5 +191,37 @@ func TestSDKRetrievesTheModel(t *testing.T) {
 		if r := do(t, http.MethodGet, "http://"+s.Addr()+"/v1/models", "", "", map[string]string{"Authorization": auth}); r.code != http.StatusUnauthorized {
 			t.Errorf("Authorization %q: %d, want 401", strings.Replace(auth, testKey, "<key>", 1), r.code)
 		}
+	}
+}
+
+// A request that stopped waiting after its message went out (reply
+// timeout, shutdown) leaves its turn running: the official clients,
+// which retry a 5xx twice by default, must not send the message again,
+// or the agent runs it three times (its tools too). A request with an
+// Idempotency-Key may be retried: its retry follows the same answer.
+func TestTimedOutRequestIsNotSentAgain(t *testing.T) {
+	t.Parallel()
+	b := newBus(t)
+	s := startService(t, b, func(c *Config) { c.ReplyTimeout = 300 * time.Millisecond })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	client := sdkClient(s, option.WithMaxRetries(2))
+	_, err := client.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Model: "switchboard",
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("a long job")}})
+	var apiErr *openai.Error
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusGatewayTimeout || apiErr.Code != "timeout" {
+		t.Fatalf("completion: %v, want 504 timeout", err)
+	}
+	_, err = client.Responses.New(ctx, responses.ResponseNewParams{Model: "switchboard", Input: inputText("another long job")})
+	if e := sdkErrorOf(t, err); e.StatusCode != http.StatusGatewayTimeout || e.Code != "timeout" {
+		t.Fatalf("response: %d %q, want 504 timeout", e.StatusCode, e.Code)
+	}
+	if n := inboundCount(t, b); n != 2 {
+		t.Fatalf("%d messages published for 2 requests: the client sent them again", n)
+	}
+	keyed := do(t, "POST", "http://"+s.Addr()+"/v1/chat/completions", testKey,
+		`{"model":"switchboard","messages":[{"role":"user","content":"keyed"}]}`, map[string]string{HeaderIdempotencyKey: "k-1"})
+	if keyed.code != http.StatusGatewayTimeout || keyed.header.Get("X-Should-Retry") == "false" {
+		t.Fatalf("keyed: %d, X-Should-Retry %q; want 504 a retry may follow", keyed.code, keyed.header.Get("X-Should-Retry"))
 	}
 }

@@ -341,7 +341,7 @@ func (s *Service) chatCompletions(w http.ResponseWriter, r *http.Request) {
 	}
 	ans, err := collect(ctx, t.wt)
 	if err != nil {
-		s.writeWaitError(w, r, err)
+		s.writeWaitError(w, r, t, err)
 		return
 	}
 	if t.timed() {
