@@ -225,3 +225,29 @@ func TestTimedOutRequestIsNotSentAgain(t *testing.T) {
 		t.Fatalf("keyed: %d, X-Should-Retry %q; want 504 a retry may follow", keyed.code, keyed.header.Get("X-Should-Retry"))
 	}
 }
+
+// A request whose turn was stopped (/stop or /new in its conversation)
+// or failed on every attempt is answered 503 interrupted, which the
+// official clients would send again on their own: the stopped message
+// would run after all.
+func TestStoppedRequestIsNotSentAgain(t *testing.T) {
+	t.Parallel()
+	b := newBus(t)
+	s := startService(t, b, nil)
+	r := startResponder(t, b)
+	r.mu.Lock()
+	r.failure = "interrupted"
+	r.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	client := sdkClient(s, option.WithMaxRetries(2))
+	_, err := client.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Model: "switchboard",
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("stop me")}})
+	var apiErr *openai.Error
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusServiceUnavailable || apiErr.Code != "interrupted" {
+		t.Fatalf("%v, want 503 interrupted", err)
+	}
+	if n := len(r.received()); n != 1 {
+		t.Fatalf("the message was sent %d times", n)
+	}
+}

@@ -57,7 +57,9 @@ var turnFailures = map[string]turnFailure{
 	"auth":             {http.StatusBadGateway, "server_error", "upstream_auth_error", true},
 	"provider":         {http.StatusBadGateway, "server_error", "upstream_error", false},
 	"timeout":          {http.StatusGatewayTimeout, "server_error", "timeout", false},
-	"interrupted":      {http.StatusServiceUnavailable, "server_error", "interrupted", false},
+	// A turn /stop or /new ended, or that failed on every attempt: a
+	// retry would run what was stopped, or fail again.
+	"interrupted": {http.StatusServiceUnavailable, "server_error", "interrupted", true},
 }
 
 func failureOf(code string) turnFailure {
