@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -249,5 +250,40 @@ func TestStoppedRequestIsNotSentAgain(t *testing.T) {
 	}
 	if n := len(r.received()); n != 1 {
 		t.Fatalf("the message was sent %d times", n)
+	}
+}
+
+// A 409 the gateway answers (a deleted response's key, an expired key, a
+// response that cannot be continued, a run's state) is the same for
+// every attempt; the official clients retry a 409 twice by default (at
+// OpenAI it is a lock that clears), so it says not to.
+func TestConflictsAreNotRetried(t *testing.T) {
+	t.Parallel()
+	b := newBus(t)
+	s := startService(t, b, nil)
+	startResponder(t, b)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var attempts atomic.Int64
+	client := sdkClient(s, option.WithHeader(HeaderIdempotencyKey, "k-conflict"), option.WithMaxRetries(2),
+		option.WithMiddleware(func(r *http.Request, next option.MiddlewareNext) (*http.Response, error) {
+			attempts.Add(1)
+			return next(r)
+		}))
+	params := responses.ResponseNewParams{Model: "switchboard", Input: inputText("forget me")}
+	resp, err := client.Responses.New(ctx, params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := client.Responses.Delete(ctx, resp.ID); err != nil {
+		t.Fatal(err)
+	}
+	attempts.Store(0)
+	_, err = client.Responses.New(ctx, params)
+	if e := sdkErrorOf(t, err); e.StatusCode != http.StatusConflict || e.Code != "response_deleted" {
+		t.Fatalf("%d %q, want 409 response_deleted", e.StatusCode, e.Code)
+	}
+	if n := attempts.Load(); n != 1 {
+		t.Fatalf("the client sent the request %d times", n)
 	}
 }
