@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -374,6 +375,23 @@ func TestCORSOriginsListedWithSpaces(t *testing.T) {
 		get := do(t, "GET", "http://"+s.Addr()+"/v1/models", testKey, "", map[string]string{"Origin": origin})
 		if get.code != http.StatusOK || get.header.Get("Access-Control-Allow-Origin") != origin {
 			t.Errorf("%s: GET %d, Access-Control-Allow-Origin %q", origin, get.code, get.header.Get("Access-Control-Allow-Origin"))
+		}
+	}
+}
+
+// A page on an allowed origin reads only the response headers CORS
+// exposes: the OpenAI SDK in a browser reads Retry-After and
+// X-Should-Retry to decide whether and when to retry, as it does outside
+// one, and the session headers to continue the conversation.
+func TestAllowedOriginsSeeTheRetryHeaders(t *testing.T) {
+	t.Parallel()
+	b := newBus(t)
+	s := startService(t, b, func(c *Config) { c.CORSOrigins = []string{"https://ui.example.test"} })
+	r := do(t, "GET", "http://"+s.Addr()+"/v1/models", testKey, "", map[string]string{"Origin": "https://ui.example.test"})
+	exposed := strings.Split(r.header.Get("Access-Control-Expose-Headers"), ", ")
+	for _, h := range []string{"Retry-After", "X-Should-Retry", HeaderSession, HeaderHermesSession, HeaderSessionKey} {
+		if !slices.Contains(exposed, h) {
+			t.Errorf("%s not exposed: %q", h, exposed)
 		}
 	}
 }
