@@ -93,3 +93,31 @@ func TestBlankFinalAfterMediaSendsNothingMore(t *testing.T) {
 		t.Fatalf("%d dead letters", n)
 	}
 }
+
+// An API request waits for its answer's final send. A turn whose answer
+// was its media (which the API's answer has no place for) and whose
+// final text is blank still ends it, with an empty final send, rather
+// than leaving the request to its reply timeout (a 504 for an answered
+// turn).
+func TestAPIAnswerThatWasItsMediaEnds(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.start(t, testConfig(), "a")
+	media := event("t1", 1, "s1", nil)
+	media.Target.Platform = "api"
+	media.Body = &repliesv1.ReplyEvent_Media{Media: &repliesv1.Media{Attachment: &eventsv1.Attachment{
+		Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, Location: &eventsv1.Attachment_Url{Url: "https://example.test/chart.png"}}}}
+	e.publish(t, media)
+	end := event("t1", 2, "s1", final(" "))
+	end.Target.Platform = "api"
+	e.publish(t, end)
+	eventually(t, e.clock, 0, "the answer's final send", func() bool {
+		_, posted := e.gw.snapshot()
+		return len(posted) > 0 && posted[len(posted)-1].Req.GetFinal()
+	})
+	e.consumed(t, "s1")
+	_, posted := e.gw.snapshot()
+	if len(posted) != 2 || len(posted[0].Req.GetAttachments()) != 1 || posted[1].Req.GetText() != "" || posted[1].Op != deliveryv1.SendOp_SEND_OP_SEND {
+		t.Fatalf("sent %+v, want the picture, then an empty final send", posted)
+	}
+}

@@ -192,7 +192,16 @@ func (s *Service) handle(ctx context.Context, ev *repliesv1.ReplyEvent) error {
 				// The answer was its media: no text to add, but the
 				// cursor comes off what was streamed and the turn is over.
 				queued, err := s.final(ctx, ev, "", format)
-				if err == nil && !queued {
+				switch {
+				case err != nil || queued:
+				case s.cfg.platform(ev.GetTarget().GetPlatform()).PerRequest:
+					// The request (the API's) waits for its answer's final
+					// send, which the media, with no place in that answer,
+					// was not: an empty one ends it.
+					end := s.request(ev, keyBase(ctx, ev)+":0", deliveryv1.SendOp_SEND_OP_SEND)
+					end.Final = true
+					return s.enqueue(ctx, end)
+				default:
 					s.ended(ctx, ev)
 				}
 				return err

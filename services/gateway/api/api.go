@@ -273,6 +273,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	if cfg.ResponsesMaxBytes == 0 {
 		cfg.ResponsesMaxBytes = defaultResponsesMaxBytes
 	}
+	cfg.CORSOrigins = trimOrigins(cfg.CORSOrigins)
 	s := &Service{
 		cfg: cfg, log: deps.Log.With("service", "gateway-api"), bus: deps.Bus,
 		instance: randomHex(4), addr: cfg.Addr, listened: make(chan struct{}),
@@ -297,6 +298,20 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	}
 	s.runner = r
 	return s, nil
+}
+
+// trimOrigins is the configured origins without the spaces around them,
+// as Hermes reads API_SERVER_CORS_ORIGINS: the comma-separated variable
+// ("https://a.example, https://b.example") splits into the list as it
+// is written, and an origin with a space before it matched no browser's.
+func trimOrigins(origins []string) []string {
+	var out []string
+	for _, o := range origins {
+		if o = strings.TrimSpace(o); o != "" {
+			out = append(out, o)
+		}
+	}
+	return out
 }
 
 // Runner is the platform runner (readiness, state).

@@ -6,17 +6,20 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/responses"
 )
 
 // What the official client sends that the agent cannot take is refused
 // with OpenAI's error, which the client raises, and nothing runs: a file
 // or audio part (as Hermes refuses it, rather than answering without
-// it) and more than one choice.
+// it), more than one choice, a tool call the client's code would wait
+// for, an answer held to JSON.
 func TestSDKRequestsTheAgentCannotAnswer(t *testing.T) {
 	t.Parallel()
 	b := newBus(t)
@@ -42,6 +45,13 @@ func TestSDKRequestsTheAgentCannotAnswer(t *testing.T) {
 			})}}, "unsupported_content_type", "messages[0].content[0].type"},
 		{"two choices", openai.ChatCompletionNewParams{Model: "switchboard", N: openai.Int(2),
 			Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hello")}}, "unsupported_parameter", "n"},
+		{"a tool call required", openai.ChatCompletionNewParams{Model: "switchboard",
+			Tools:      []openai.ChatCompletionToolUnionParam{openai.ChatCompletionFunctionTool(openai.FunctionDefinitionParam{Name: "lookup"})},
+			ToolChoice: openai.ChatCompletionToolChoiceOptionUnionParam{OfAuto: openai.String("required")},
+			Messages:   []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hello")}}, "unsupported_parameter", "tool_choice"},
+		{"a JSON answer", openai.ChatCompletionNewParams{Model: "switchboard",
+			ResponseFormat: openai.ChatCompletionNewParamsResponseFormatUnion{OfJSONObject: &openai.ResponseFormatJSONObjectParam{}},
+			Messages:       []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hello")}}, "unsupported_parameter", "response_format"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := client.Chat.Completions.New(ctx, tt.params)
@@ -182,5 +192,98 @@ func TestSDKRetrievesTheModel(t *testing.T) {
 		if r := do(t, http.MethodGet, "http://"+s.Addr()+"/v1/models", "", "", map[string]string{"Authorization": auth}); r.code != http.StatusUnauthorized {
 			t.Errorf("Authorization %q: %d, want 401", strings.Replace(auth, testKey, "<key>", 1), r.code)
 		}
+	}
+}
+
+// A request that stopped waiting after its message went out (reply
+// timeout, shutdown) leaves its turn running: the official clients,
+// which retry a 5xx twice by default, must not send the message again,
+// or the agent runs it three times (its tools too). A request with an
+// Idempotency-Key may be retried: its retry follows the same answer.
+func TestTimedOutRequestIsNotSentAgain(t *testing.T) {
+	t.Parallel()
+	b := newBus(t)
+	s := startService(t, b, func(c *Config) { c.ReplyTimeout = 300 * time.Millisecond })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	client := sdkClient(s, option.WithMaxRetries(2))
+	_, err := client.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Model: "switchboard",
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("a long job")}})
+	var apiErr *openai.Error
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusGatewayTimeout || apiErr.Code != "timeout" {
+		t.Fatalf("completion: %v, want 504 timeout", err)
+	}
+	_, err = client.Responses.New(ctx, responses.ResponseNewParams{Model: "switchboard", Input: inputText("another long job")})
+	if e := sdkErrorOf(t, err); e.StatusCode != http.StatusGatewayTimeout || e.Code != "timeout" {
+		t.Fatalf("response: %d %q, want 504 timeout", e.StatusCode, e.Code)
+	}
+	if n := inboundCount(t, b); n != 2 {
+		t.Fatalf("%d messages published for 2 requests: the client sent them again", n)
+	}
+	keyed := do(t, "POST", "http://"+s.Addr()+"/v1/chat/completions", testKey,
+		`{"model":"switchboard","messages":[{"role":"user","content":"keyed"}]}`, map[string]string{HeaderIdempotencyKey: "k-1"})
+	if keyed.code != http.StatusGatewayTimeout || keyed.header.Get("X-Should-Retry") == "false" {
+		t.Fatalf("keyed: %d, X-Should-Retry %q; want 504 a retry may follow", keyed.code, keyed.header.Get("X-Should-Retry"))
+	}
+}
+
+// A request whose turn was stopped (/stop or /new in its conversation)
+// or failed on every attempt is answered 503 interrupted, which the
+// official clients would send again on their own: the stopped message
+// would run after all.
+func TestStoppedRequestIsNotSentAgain(t *testing.T) {
+	t.Parallel()
+	b := newBus(t)
+	s := startService(t, b, nil)
+	r := startResponder(t, b)
+	r.mu.Lock()
+	r.failure = "interrupted"
+	r.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	client := sdkClient(s, option.WithMaxRetries(2))
+	_, err := client.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Model: "switchboard",
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("stop me")}})
+	var apiErr *openai.Error
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusServiceUnavailable || apiErr.Code != "interrupted" {
+		t.Fatalf("%v, want 503 interrupted", err)
+	}
+	if n := len(r.received()); n != 1 {
+		t.Fatalf("the message was sent %d times", n)
+	}
+}
+
+// A 409 the gateway answers (a deleted response's key, an expired key, a
+// response that cannot be continued, a run's state) is the same for
+// every attempt; the official clients retry a 409 twice by default (at
+// OpenAI it is a lock that clears), so it says not to.
+func TestConflictsAreNotRetried(t *testing.T) {
+	t.Parallel()
+	b := newBus(t)
+	s := startService(t, b, nil)
+	startResponder(t, b)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var attempts atomic.Int64
+	client := sdkClient(s, option.WithHeader(HeaderIdempotencyKey, "k-conflict"), option.WithMaxRetries(2),
+		option.WithMiddleware(func(r *http.Request, next option.MiddlewareNext) (*http.Response, error) {
+			attempts.Add(1)
+			return next(r)
+		}))
+	params := responses.ResponseNewParams{Model: "switchboard", Input: inputText("forget me")}
+	resp, err := client.Responses.New(ctx, params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := client.Responses.Delete(ctx, resp.ID); err != nil {
+		t.Fatal(err)
+	}
+	attempts.Store(0)
+	_, err = client.Responses.New(ctx, params)
+	if e := sdkErrorOf(t, err); e.StatusCode != http.StatusConflict || e.Code != "response_deleted" {
+		t.Fatalf("%d %q, want 409 response_deleted", e.StatusCode, e.Code)
+	}
+	if n := attempts.Load(); n != 1 {
+		t.Fatalf("the client sent the request %d times", n)
 	}
 }

@@ -97,7 +97,7 @@ func (s *Service) secure(next http.Handler) http.Handler {
 		if origin != "" && s.allowedOrigin(origin) {
 			h.Set("Access-Control-Allow-Origin", origin)
 			h.Add("Vary", "Origin")
-			h.Set("Access-Control-Expose-Headers", HeaderSession+", "+HeaderHermesSession+", "+HeaderSessionKey)
+			h.Set("Access-Control-Expose-Headers", exposeHeaders)
 			if r.Method == http.MethodOptions {
 				h.Set("Access-Control-Allow-Methods", "GET, POST, PATCH, DELETE, OPTIONS")
 				h.Set("Access-Control-Allow-Headers", allowHeaders(r.Header.Get("Access-Control-Request-Headers")))
@@ -112,6 +112,12 @@ func (s *Service) secure(next http.Handler) http.Handler {
 		next.ServeHTTP(w, r)
 	})
 }
+
+// exposeHeaders are the response headers a page on an allowed origin
+// may read: the conversation's names, and what the OpenAI SDKs decide a
+// retry by (a browser hides every header not listed, and the SDK would
+// retry what the gateway said not to, or without waiting).
+var exposeHeaders = HeaderSession + ", " + HeaderHermesSession + ", " + HeaderSessionKey + ", Retry-After, X-Should-Retry"
 
 // corsHeaders are the request headers a preflight always allows.
 var corsHeaders = "Authorization, Content-Type, Idempotency-Key, " + HeaderSession + ", " + HeaderHermesSession + ", " + HeaderSessionKey
@@ -341,7 +347,7 @@ func (s *Service) chatCompletions(w http.ResponseWriter, r *http.Request) {
 	}
 	ans, err := collect(ctx, t.wt)
 	if err != nil {
-		s.writeWaitError(w, r, err)
+		s.writeWaitError(w, r, t, err)
 		return
 	}
 	if t.timed() {

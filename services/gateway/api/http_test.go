@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -254,7 +255,9 @@ func TestTurnFailureAnswers(t *testing.T) {
 		{"auth", "upstream_auth_error", http.StatusBadGateway, false},
 		{"provider", "upstream_error", http.StatusBadGateway, true},
 		{"timeout", "timeout", http.StatusGatewayTimeout, true},
-		{"interrupted", "interrupted", http.StatusServiceUnavailable, true},
+		// Stopped (/stop, /new) or failed on every attempt: sent again
+		// by the client on its own, the message would run again.
+		{"interrupted", "interrupted", http.StatusServiceUnavailable, false},
 		{"internal", "internal_error", http.StatusInternalServerError, true},
 		{"something new", "internal_error", http.StatusInternalServerError, true},
 	} {
@@ -349,5 +352,46 @@ func TestBrowsersOfOtherSitesAreRefused(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// API_SERVER_CORS_ORIGINS is a comma-separated list, which Hermes reads
+// with the spaces around each origin trimmed
+// ("https://a.example.test, https://b.example.test"): every origin so
+// listed is allowed, not only the first.
+func TestCORSOriginsListedWithSpaces(t *testing.T) {
+	t.Parallel()
+	b := newBus(t)
+	s := startService(t, b, func(c *Config) {
+		// As the comma-separated variable splits into the list.
+		c.CORSOrigins = []string{"https://a.example.test", " https://b.example.test ", ""}
+	})
+	for _, origin := range []string{"https://a.example.test", "https://b.example.test"} {
+		pre := do(t, "OPTIONS", "http://"+s.Addr()+"/v1/chat/completions", "", "",
+			map[string]string{"Origin": origin, "Access-Control-Request-Method": "POST"})
+		if pre.code != http.StatusNoContent || pre.header.Get("Access-Control-Allow-Origin") != origin {
+			t.Errorf("%s: preflight %d, Access-Control-Allow-Origin %q", origin, pre.code, pre.header.Get("Access-Control-Allow-Origin"))
+		}
+		get := do(t, "GET", "http://"+s.Addr()+"/v1/models", testKey, "", map[string]string{"Origin": origin})
+		if get.code != http.StatusOK || get.header.Get("Access-Control-Allow-Origin") != origin {
+			t.Errorf("%s: GET %d, Access-Control-Allow-Origin %q", origin, get.code, get.header.Get("Access-Control-Allow-Origin"))
+		}
+	}
+}
+
+// A page on an allowed origin reads only the response headers CORS
+// exposes: the OpenAI SDK in a browser reads Retry-After and
+// X-Should-Retry to decide whether and when to retry, as it does outside
+// one, and the session headers to continue the conversation.
+func TestAllowedOriginsSeeTheRetryHeaders(t *testing.T) {
+	t.Parallel()
+	b := newBus(t)
+	s := startService(t, b, func(c *Config) { c.CORSOrigins = []string{"https://ui.example.test"} })
+	r := do(t, "GET", "http://"+s.Addr()+"/v1/models", testKey, "", map[string]string{"Origin": "https://ui.example.test"})
+	exposed := strings.Split(r.header.Get("Access-Control-Expose-Headers"), ", ")
+	for _, h := range []string{"Retry-After", "X-Should-Retry", HeaderSession, HeaderHermesSession, HeaderSessionKey} {
+		if !slices.Contains(exposed, h) {
+			t.Errorf("%s not exposed: %q", h, exposed)
+		}
 	}
 }

@@ -21,6 +21,13 @@ type apiErrorBody struct {
 }
 
 func writeError(w http.ResponseWriter, status int, typ, code, param, msg string) {
+	if status == http.StatusConflict {
+		// The gateway's conflicts (a deleted response's or an expired
+		// Idempotency-Key, a response that cannot be continued, a run's
+		// state) are the same for every attempt, while the OpenAI SDKs
+		// retry a 409 (OpenAI's lock timeouts) unless told not to.
+		w.Header().Set("X-Should-Retry", "false")
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(errorBody(typ, code, param, msg))
@@ -57,7 +64,9 @@ var turnFailures = map[string]turnFailure{
 	"auth":             {http.StatusBadGateway, "server_error", "upstream_auth_error", true},
 	"provider":         {http.StatusBadGateway, "server_error", "upstream_error", false},
 	"timeout":          {http.StatusGatewayTimeout, "server_error", "timeout", false},
-	"interrupted":      {http.StatusServiceUnavailable, "server_error", "interrupted", false},
+	// A turn /stop or /new ended, or that failed on every attempt: a
+	// retry would run what was stopped, or fail again.
+	"interrupted": {http.StatusServiceUnavailable, "server_error", "interrupted", true},
 }
 
 func failureOf(code string) turnFailure {

@@ -116,6 +116,7 @@ func (s *Service) createResponse(w http.ResponseWriter, r *http.Request) {
 		end := s.waitEndOf(r, err)
 		o.stop(end.code, "")
 		s.finish(r.Context(), k, o, answerPoint{})
+		t.noRetry(w)
 		writeError(w, end.status, "server_error", end.code, "", end.msg)
 		return
 	}

@@ -390,9 +390,23 @@ func (s *Service) waitEndOf(r *http.Request, err error) waitEnd {
 	}
 }
 
-func (s *Service) writeWaitError(w http.ResponseWriter, r *http.Request, err error) {
+// writeWaitError answers a request of t that stopped waiting for its
+// answer.
+func (s *Service) writeWaitError(w http.ResponseWriter, r *http.Request, t *turn, err error) {
 	e := s.waitEndOf(r, err)
+	t.noRetry(w)
 	writeError(w, e.status, "server_error", e.code, "", e.msg)
+}
+
+// noRetry tells the client not to send the request again on its own
+// (X-Should-Retry: false, which the OpenAI SDKs honour before retrying a
+// 5xx, twice by default): its message went out and its turn goes on, so
+// a retry would be another message, the turn run again, tools and all.
+// A keyed request's retry follows the same answer: it may come.
+func (t *turn) noRetry(w http.ResponseWriter) {
+	if !t.keyed {
+		w.Header().Set("X-Should-Retry", "false")
+	}
 }
 
 func (s *Service) shuttingDown() bool {

@@ -9,7 +9,8 @@ import (
 // The web chat: static files, no build step. It talks to the same
 // /v1/chat/completions endpoint (streamed) with an X-Session-Id it keeps
 // in localStorage, and an Idempotency-Key per message, with which it asks
-// again for an answer a reload or a lost connection cut off. When the gateway has a key, the page asks for it once
+// again for an answer a reload, a lost connection or the end of the
+// request's wait (reply_timeout) cut off. When the gateway has a key, the page asks for it once
 // (after the first 401) and keeps it in localStorage; on a loopback
 // gateway run with gateways.api.insecure it needs none.
 //

@@ -262,3 +262,40 @@ func TestWebChatResumesAnAnswerAfterAReload(t *testing.T) {
 		t.Fatalf("%d messages published, want the one", n)
 	}
 }
+
+// TestWebChatWaitsOutTheReplyTimeout: an answer that takes longer than
+// gateways.api.reply_timeout ends the page's stream with the timeout
+// error while its turn goes on; the page asks again with the message's
+// Idempotency-Key and shows the answer when it comes, rather than an
+// error and never the answer.
+func TestWebChatWaitsOutTheReplyTimeout(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a browser")
+	}
+	t.Parallel()
+	browser := chromiumPath(t)
+	b := newBus(t)
+	s := startService(t, b, func(c *Config) { c.Key, c.Insecure, c.ReplyTimeout = "", true, 2*time.Second })
+	r := startResponder(t, b)
+	release := r.hold()
+	defer release()
+	ctx, step := headless(t, browser)
+	step("open", chromedp.Navigate("http://"+s.Addr()+"/"), chromedp.WaitVisible("#input"))
+	step("send", chromedp.SendKeys("#input", "a long job"), chromedp.Click("#send"))
+	platformtest.WaitFor(t, "the message", func() bool { return len(r.received()) == 1 })
+	time.Sleep(2500 * time.Millisecond) // the first wait has timed out
+	release()
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`document.querySelectorAll('.msg.assistant:not(.pending), .msg.error').length >= 1`)); err != nil {
+		t.Fatalf("browser: the answer: %v", err)
+	}
+	got, err := chromedp.Run(ctx, chromedp.Evaluate[string](`Array.from(document.querySelectorAll('.msg')).map(m => m.className + ": " + m.textContent).join(" | ")`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != "msg user: a long job | msg assistant: echo: a long job (turn 1)" {
+		t.Fatalf("page %q", got)
+	}
+	if n := len(r.received()); n != 1 {
+		t.Fatalf("%d messages published, want the one", n)
+	}
+}

@@ -179,7 +179,7 @@
   // readStream parses OpenAI server-sent events and calls onText per
   // delta; it returns the answer at data: [DONE], throws the gateway's
   // in-stream error, and throws a TypeError when the stream ends before
-  // either (the connection was cut).
+  // either (the connection was cut) or the gateway stopped waiting.
   async function readStream(res, onText) {
     var reader = res.body.getReader();
     var decoder = new TextDecoder();
@@ -199,12 +199,24 @@
           var data = line.slice(5).trim();
           if (data === "[DONE]") return all;
           var msg = JSON.parse(data);
+          if (msg.error && waitEnded(msg.error.code)) {
+            // The wait ended, not the turn: asked again with the same
+            // key, the gateway gives the answer when it comes.
+            throw new TypeError(msg.error.message);
+          }
           if (msg.error) throw new Error(msg.error.message);
           var c = msg.choices && msg.choices[0] && msg.choices[0].delta && msg.choices[0].delta.content;
           if (c) { all += c; onText(c); }
         }
       }
     }
+  }
+
+  // waitEnded: the stream ended because the request stopped waiting
+  // (gateways.api.reply_timeout, a gateway shutting down) while the turn
+  // goes on.
+  function waitEnded(code) {
+    return code === "timeout" || code === "shutting_down" || code === "unavailable";
   }
 
   // A message whose answer a reload (or a lost connection) cut off gets

@@ -145,7 +145,9 @@ func TestImageParts(t *testing.T) {
 		{"web address", "https://example.com/cat.png", 1, ""},
 		{"inline png", "data:image/png;base64,iVBORw0KGgo=", 1, ""},
 		{"inline unpadded", "data:image/webp;base64,UklGRg", 1, ""},
-		{"another scheme is ignored", "ftp://example.com/cat.png", 0, ""},
+		{"web address, scheme in capitals", "HTTPS://example.com/cat.png", 1, ""},
+		{"another scheme is refused", "ftp://example.com/cat.png", 0, "http(s) URL"},
+		{"a local file is refused", "file:///etc/cat.png", 0, "http(s) URL"},
 		{"not a picture", "data:text/html;base64,PGI+", 0, "PNG, JPEG, GIF or WebP"},
 		{"not base64", "data:image/png,rawbytes", 0, "must be base64"},
 		{"broken base64", "data:image/png;base64,@@@@", 0, "base64 is invalid"},
@@ -160,8 +162,12 @@ func TestImageParts(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			req, err := Parse(body(tt.url))
 			if tt.err != "" {
-				if _, ok := err.(*InvalidError); !ok || !strings.Contains(err.Error(), tt.err) {
-					t.Fatalf("error %v, want an invalid request saying %q", err, tt.err)
+				inv, ok := err.(*InvalidError)
+				if !ok || !strings.Contains(err.Error(), tt.err) || inv.Param != "messages[0].content" {
+					t.Fatalf("error %v, want an invalid request saying %q about messages[0].content", err, tt.err)
+				}
+				if strings.Contains(tt.url, "://") && inv.Code != CodeInvalidImageURL {
+					t.Fatalf("code %q, want %s", inv.Code, CodeInvalidImageURL)
 				}
 				return
 			}

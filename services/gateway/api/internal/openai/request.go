@@ -16,7 +16,10 @@ import (
 
 // chatRequest is the part of an OpenAI chat completion request the
 // gateway reads; other fields (temperature, tools …) are accepted and
-// ignored: the agent decides.
+// ignored: the agent decides. What the agent can never give — a tool
+// call handed back to the client, an answer held to JSON — is refused
+// (supported) rather than answered with plain text the client cannot
+// take.
 type chatRequest struct {
 	Model    string        `json:"model"`
 	Messages []chatMessage `json:"messages"`
@@ -31,6 +34,38 @@ type chatRequest struct {
 	StreamOptions *struct {
 		IncludeUsage bool `json:"include_usage"`
 	} `json:"stream_options"`
+	// ToolChoice and FunctionCall (its legacy spelling) other than auto
+	// or none ask for the client's tool to be called.
+	ToolChoice   json.RawMessage `json:"tool_choice"`
+	FunctionCall json.RawMessage `json:"function_call"`
+	// ResponseFormat other than text asks for a JSON answer.
+	ResponseFormat *struct {
+		Type string `json:"type"`
+	} `json:"response_format"`
+}
+
+// supported refuses what the agent cannot give: it runs its own tools on
+// the server and hands no tool call back (a client that offers tools
+// gets an answer, as from a model that chose not to call them), and it
+// answers in prose, held to no format.
+func (r *chatRequest) supported() error {
+	if !autoOrNone(r.ToolChoice) {
+		return unsupported("tool_choice", "tool_choice can only be auto or none: the agent runs its own tools and hands no tool call back")
+	}
+	if !autoOrNone(r.FunctionCall) {
+		return unsupported("function_call", "function_call can only be auto or none: the agent runs its own tools and hands no function call back")
+	}
+	if f := r.ResponseFormat; f != nil && f.Type != "" && f.Type != "text" {
+		return unsupported("response_format", "only text answers are supported, not %q: the agent's answer is not held to a format", Clip(f.Type, 40))
+	}
+	return nil
+}
+
+// autoOrNone reports whether a tool_choice (or function_call) leaves
+// the call to the model: absent, null, "auto" or "none".
+func autoOrNone(raw json.RawMessage) bool {
+	raw = bytes.TrimSpace(raw)
+	return len(raw) == 0 || bytes.Equal(raw, []byte("null")) || bytes.Equal(raw, []byte(`"auto"`)) || bytes.Equal(raw, []byte(`"none"`))
 }
 
 type chatMessage struct {
@@ -102,6 +137,9 @@ func Parse(body []byte) (*Chat, error) {
 	if err := decode(body, &req); err != nil {
 		return nil, err
 	}
+	if err := req.supported(); err != nil {
+		return nil, err
+	}
 	if req.N != nil && *req.N != 1 {
 		if *req.N < 1 {
 			return nil, invalid("n", "n must be at least 1")
@@ -145,7 +183,7 @@ func Parse(body []byte) (*Chat, error) {
 			// without what the client sent.
 			text, images, err = responseContent(m.Content, param)
 		} else if text, images, err = content(m.Content); err != nil {
-			err = invalid(param, "%v", err)
+			err = imageError(param, err)
 		}
 		if err != nil {
 			return nil, err
@@ -205,13 +243,10 @@ func content(raw json.RawMessage) (string, []string, error) {
 				if p.ImageURL == nil {
 					continue
 				}
-				keep, err := image(p.ImageURL.URL)
-				if err != nil {
+				if err := image(p.ImageURL.URL); err != nil {
 					return "", nil, err
 				}
-				if keep {
-					images = append(images, p.ImageURL.URL)
-				}
+				images = append(images, p.ImageURL.URL)
 			}
 		}
 		if len(images) > maxImages {
@@ -235,21 +270,39 @@ func contextRole(role string) string {
 	return ""
 }
 
-// image checks a picture's URL: web addresses, which the model provider
-// fetches, and pictures sent inline (data: URLs), which the gateway keeps
-// in the attachment store, are kept; a data: URL that is no picture is an
-// error; any other scheme is ignored.
-func image(u string) (keep bool, err error) {
+// CodeInvalidImageURL is the code of a picture whose URL is neither a
+// web address nor a data: URL (Hermes's invalid_image_url).
+const CodeInvalidImageURL = "invalid_image_url"
+
+// image checks a picture's URL: web addresses (the scheme in any case),
+// which the model provider fetches, and pictures sent inline (data:
+// URLs), which the gateway keeps in the attachment store. A data: URL
+// that is no picture is an error, and so, as Hermes has it, is any other
+// URL (ftp:, file:, a bucket's): no provider fetches it, and dropping it
+// would have the agent answer without the picture the client sent.
+func image(u string) error {
+	scheme, _, _ := strings.Cut(u, ":")
 	switch {
-	case strings.HasPrefix(u, "data:"):
-		if err := checkDataURL(u); err != nil {
-			return false, err
+	case scheme == "data":
+		// In lower case, as the runner finds the inline pictures it keeps.
+		return checkDataURL(u)
+	case strings.EqualFold(scheme, "https"), strings.EqualFold(scheme, "http"):
+		if rest := u[len(scheme):]; strings.HasPrefix(rest, "://") && len(rest) > len("://") {
+			return nil
 		}
-		return true, nil
-	case strings.HasPrefix(u, "https://"), strings.HasPrefix(u, "http://"):
-		return true, nil
 	}
-	return false, nil
+	return &InvalidError{Code: CodeInvalidImageURL,
+		Msg: fmt.Sprintf("image_url: a picture must be an http(s) URL or a data:image/... URL, not %q", Clip(u, 40))}
+}
+
+// imageError is err, the refusal of a picture, as the refusal of the
+// content at param.
+func imageError(param string, err error) error {
+	var inv *InvalidError
+	if errors.As(err, &inv) {
+		return &InvalidError{Msg: inv.Msg, Param: param, Code: inv.Code}
+	}
+	return invalid(param, "%v", err)
 }
 
 // imageAttachments are the input's pictures, by URL.

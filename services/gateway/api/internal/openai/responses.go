@@ -311,13 +311,10 @@ func responseContent(raw json.RawMessage, param string) (string, []string, error
 			if err != nil {
 				return "", nil, invalid(param, "%v", err)
 			}
-			keep, err := image(u)
-			if err != nil {
-				return "", nil, invalid(param, "%v", err)
+			if err := image(u); err != nil {
+				return "", nil, imageError(param, err)
 			}
-			if keep {
-				images = append(images, u)
-			}
+			images = append(images, u)
 		default:
 			return "", nil, &InvalidError{Param: fmt.Sprintf("%s[%d].type", param, i), Code: CodeUnsupportedContent,
 				Msg: fmt.Sprintf("content parts of type %q are not supported: only text and images (text, input_text, image_url, input_image)", Clip(p.Type, 40))}

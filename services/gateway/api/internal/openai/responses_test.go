@@ -24,7 +24,9 @@ func TestParseResponses(t *testing.T) {
 		{name: "after the last user message", body: `{"input":[{"role":"user","content":"q"},{"role":"assistant","content":"prefill"}]}`, want: "q|assistant:prefill|0"},
 		{name: "a bare string item", body: `{"input":["a","b"]}`, want: "b|user:a|0"},
 		{name: "pictures", body: `{"input":[{"role":"user","content":[{"type":"input_image","image_url":"https://x/a.png"},` +
-			`{"type":"input_image","image_url":{"url":"data:image/png;base64,iVBORw0KGgo="}},{"type":"input_image","image_url":"ftp://x/b.png"}]}]}`, want: "|" + "|2"},
+			`{"type":"input_image","image_url":{"url":"data:image/png;base64,iVBORw0KGgo="}},{"type":"input_image","image_url":"HTTP://x/b.png"}]}]}`, want: "|" + "|3"},
+		{name: "a picture no provider can fetch", body: `{"input":[{"role":"user","content":[{"type":"input_text","text":"look"},{"type":"input_image","image_url":"ftp://x/b.png"}]}]}`,
+			err: "http(s) URL", param: "input[0].content", code: CodeInvalidImageURL},
 		{name: "no input", body: `{}`, err: "input is required", param: "input"},
 		{name: "null input", body: `{"input":null}`, err: "input is required", param: "input"},
 		{name: "empty string", body: `{"input":""}`, err: "empty", param: "input"},
