@@ -505,7 +505,7 @@ func (s *Service) delta(ctx context.Context, ev *repliesv1.ReplyEvent, text, tho
 			acts = st.stream.Append(text)
 		}
 		if st.unsure == nil {
-			s.perform(ctx, ev, st, acts)
+			s.perform(ctx, ev, st, acts, false)
 		}
 		s.flushTools(ctx, ev.GetTurnId())
 	}
@@ -611,10 +611,10 @@ func (s *Service) toolProgress(ctx context.Context, ev *repliesv1.ReplyEvent, tp
 
 // perform carries out streaming progress actions in order, reporting each
 // to the stream, and stops at the first that fails or is not due under
-// the shared rate limit.
-func (s *Service) perform(ctx context.Context, ev *repliesv1.ReplyEvent, st *turnState, acts []streamedit.Action) {
+// the shared rate limit (patient: not due within the send timeout).
+func (s *Service) perform(ctx context.Context, ev *repliesv1.ReplyEvent, st *turnState, acts []streamedit.Action, patient bool) {
 	for i, a := range acts {
-		if wait, err := s.limiter.Take(ctx, s.now(), s.buckets(ev.GetTarget())...); err == nil && wait > 0 {
+		if !s.rateRoom(ctx, ev, patient) {
 			return // not now: the stream plans again on the next delta
 		}
 		op := deliveryv1.SendOp_SEND_OP_EDIT
@@ -659,6 +659,60 @@ func (s *Service) perform(ctx context.Context, ev *repliesv1.ReplyEvent, st *tur
 			}
 			s.endToolMessage(ctx, ev)
 		}
+	}
+}
+
+// rateRoom takes a send from the shared rate limit buckets of ev's chat: now,
+// or when patient, once they have room, waiting up to the send timeout.
+// A limiter that fails lets the send go.
+func (s *Service) rateRoom(ctx context.Context, ev *repliesv1.ReplyEvent, patient bool) bool {
+	deadline := s.now().Add(s.cfg.SendTimeout)
+	for {
+		wait, err := s.limiter.Take(ctx, s.now(), s.buckets(ev.GetTarget())...)
+		if err != nil || wait <= 0 {
+			return true
+		}
+		if !patient || s.now().Add(wait).After(deadline) {
+			return false
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return false
+		case <-t.C:
+		}
+	}
+}
+
+// textFirst posts the text of the turn's current segment that no message
+// shows yet (a short text, under the stream's first send) before
+// something goes below it (a tool's progress line, an approval prompt):
+// Hermes's break before a tool call posts the text said before it,
+// whatever its length, and the progress follows. Here the break comes
+// after the call, before the next call's text, and the segment's text
+// was posted when it closed, below the call's progress. It goes as the
+// stream's first message, cursor and all (the break takes the cursor
+// off, as it does a longer text's), so a replica that takes the turn
+// over knows it as the segment's (delivery_stream_messages); it waits
+// for its turn under the shared rate limit, as the row below it would.
+// Best effort, as streaming is: a stream that cannot post it now
+// (stopped, unsure, a row of an earlier answer still queued) leaves it
+// for the segment's close, as before.
+func (s *Service) textFirst(ctx context.Context, ev *repliesv1.ReplyEvent) {
+	st := s.turns.get(ev.GetTurnId())
+	if st == nil || st.done || st.foreign || st.unsure != nil || len(st.ids) > 0 {
+		return
+	}
+	if strings.TrimSpace(st.raw.String()) == "" {
+		// Reasoning alone: no break closes it, the next call's
+		// reasoning and answer go on in its message, which would put
+		// the answer above the progress.
+		return
+	}
+	s.closeSegment(ctx, st) // the rows of the segment before go first
+	if acts := st.stream.Flush(s.now()); len(acts) > 0 {
+		s.perform(ctx, ev, st, acts, true)
 	}
 }
 

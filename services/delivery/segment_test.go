@@ -292,3 +292,61 @@ func TestStreamSegmentsSurviveADeliveryRestart(t *testing.T) {
 		})
 	}
 }
+
+// A short first text (under the stream's first send, so never posted
+// while it streamed) comes before the progress of the tool it preceded,
+// as Hermes shows it: the text is posted before the progress message,
+// not when its segment closes, below it. The break then takes its
+// cursor off, and nothing is posted twice.
+func TestShortTextComesBeforeTheToolProgress(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	cfg := streamConfig()
+	cfg.ToolProgress = delivery.ToolProgressAll
+	e.start(t, cfg, "a")
+	restart := &repliesv1.TextDelta{Text: "\n\n", Restart: true}
+	for i, body := range []any{
+		&repliesv1.TextDelta{Text: "Checking."}, started("clock", "now"), restart,
+		&repliesv1.TextDelta{Text: "Short."}, started("calendar", "today"), restart,
+		&repliesv1.TextDelta{Text: segAnswer}, final(segAnswer),
+	} {
+		e.publishStream(t, "t1", int64(i+1), "s1", body)
+		e.consumed(t, "s1")
+		e.clock.Advance(time.Second)
+	}
+	eventually(t, e.clock, 0, "the final", func() bool { return e.gw.finals("t1") > 0 })
+	e.consumed(t, "s1")
+	time.Sleep(100 * time.Millisecond)
+	want := []string{"Checking.", "⚙️ clock: \"now\"", "Short.", "⚙️ calendar: \"today\"", segAnswer}
+	if got := e.gw.shown("stream", "chat-s1"); strings.Join(got, "\n---\n") != strings.Join(want, "\n---\n") {
+		t.Errorf("chat shows:\n%s\nwant:\n%s", strings.Join(got, "\n---\n"), strings.Join(want, "\n---\n"))
+	}
+	for text, n := range e.gw.turnSends("t1") {
+		if n > 1 {
+			t.Errorf("%q posted %d times", text, n)
+		}
+	}
+}
+
+// The same holds for an approval prompt: the short text said before the
+// call shows above the prompt that asks for it.
+func TestShortTextComesBeforeTheApprovalPrompt(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.start(t, streamConfig(), "a")
+	for i, body := range []any{
+		&repliesv1.TextDelta{Text: "Deleting it."}, rmApproval,
+		&repliesv1.TextDelta{Text: "\n\n", Restart: true}, &repliesv1.TextDelta{Text: segAnswer}, final(segAnswer),
+	} {
+		e.publishStream(t, "t1", int64(i+1), "s1", body)
+		e.consumed(t, "s1")
+		e.clock.Advance(time.Second)
+	}
+	eventually(t, e.clock, 0, "the final", func() bool { return e.gw.finals("t1") > 0 })
+	e.consumed(t, "s1")
+	time.Sleep(100 * time.Millisecond)
+	want := []string{"Deleting it.", prompt("/"), segAnswer}
+	if got := e.gw.shown("stream", "chat-s1"); strings.Join(got, "\n---\n") != strings.Join(want, "\n---\n") {
+		t.Errorf("chat shows:\n%s\nwant:\n%s", strings.Join(got, "\n---\n"), strings.Join(want, "\n---\n"))
+	}
+}
