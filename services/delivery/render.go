@@ -448,15 +448,11 @@ func (s *Service) delta(ctx context.Context, ev *repliesv1.ReplyEvent, text, tho
 			return // the final answer was already sent (it wins)
 		}
 		if st.foreign {
-			// Another replica's stream: the final goes over it. The
-			// break before a later call's text starts a segment there
-			// too (the same one, by its seq, if that replica took the
-			// break), so that the final leaves the messages before it
-			// as they are: they keep what they last showed.
+			// Another replica's stream: the final goes over it, and
+			// the break before a later call's text closes its segment
+			// here too (foreignBreak).
 			if restart && !reasoningDelta && ev.GetSeq() > 0 {
-				if err := s.store.OpenStreamSegment(ctx, ev.GetTurnId(), ev.GetSeq()); err != nil {
-					s.log.WarnContext(ctx, "open stream segment failed", "turn_id", ev.GetTurnId(), "err", err)
-				}
+				s.foreignBreak(ctx, ev, st)
 			}
 			return
 		}
@@ -557,6 +553,66 @@ func (s *Service) split(ctx context.Context, ev *repliesv1.ReplyEvent, st *turnS
 	st.stream, st.ids, st.segment, st.offset = s.newStream(platform), map[int]string{}, ev.GetSeq(), st.offset+used
 	st.raw, st.thought = strings.Builder{}, strings.Builder{}
 	s.closeSegment(ctx, st)
+}
+
+// foreignBreak takes the break before a later call's text (ev) for a
+// turn another replica streamed: a segment starts there too (the same
+// one, by its seq, if that replica took the break), so that the final
+// leaves the messages before it as they are. When this replica is the
+// first to take the break (the one that streamed the segment stopped
+// before it), it finishes that segment's messages as that replica's
+// split would have, under the same keys: the segment's text the break
+// carries (TextDelta.segment_text: all of it, what was only buffered
+// too), without the cursor, its images after it. An older worker's
+// break carries none: the messages keep what they last showed.
+func (s *Service) foreignBreak(ctx context.Context, ev *repliesv1.ReplyEvent, st *turnState) {
+	d := ev.GetTextDelta()
+	var closing []*deliveryv1.SendRequested
+	if d.SegmentText != nil {
+		// Read before this break's segment is opened: the last one
+		// recorded is the segment it closes, unless it is this one
+		// (taken already, by this replica or the stopped one).
+		seg, err := s.store.LastStreamSegment(ctx, ev.GetTurnId())
+		if err != nil {
+			s.log.WarnContext(ctx, "read stream messages failed", "turn_id", ev.GetTurnId(), "err", err)
+		} else if seg.Segment < ev.GetSeq() && len(seg.IDs) > 0 {
+			closing = s.closedSegment(ctx, ev, seg, d)
+		}
+	}
+	// The closing rows first: stopped between the two, the break handed
+	// over again queues them again (same keys) before it opens the
+	// segment. While queueing fails, the final queues them before its
+	// own.
+	st.closing = append(st.closing, closing...)
+	s.closeSegment(ctx, st)
+	if err := s.store.OpenStreamSegment(ctx, ev.GetTurnId(), ev.GetSeq()); err != nil {
+		s.log.WarnContext(ctx, "open stream segment failed", "turn_id", ev.GetTurnId(), "err", err)
+	}
+}
+
+// closedSegment are the rows that leave the messages of seg, another
+// replica's, showing the segment's text d carries (and its reasoning's
+// block), as split shows it: edits of its messages, sends of the parts
+// left over, deletes of the surplus, its images (where they go
+// natively) after it; none the turn's end.
+func (s *Service) closedSegment(ctx context.Context, ev *repliesv1.ReplyEvent, seg outbox.StreamSegment, d *repliesv1.TextDelta) []*deliveryv1.SendRequested {
+	answer := d.GetSegmentText()
+	if strings.TrimSpace(answer) == "" {
+		return nil // no answer text: the break closes nothing (split)
+	}
+	if seg.Segment > 0 {
+		answer = strings.TrimLeft(answer, " \t\r\n") // as a segment's first delta is (delta)
+	}
+	var images []answerImage
+	if s.cfg.nativeImages(ev.GetTarget().GetPlatform()) {
+		images, answer = extractImages(answer)
+	}
+	text := shown(d.GetSegmentReasoning(), answer)
+	reqs := s.rewrite(ev, keyBase(ctx, ev)+":g", seg.IDs, text, deliveryv1.TextFormat_TEXT_FORMAT_MARKDOWN)
+	for _, r := range reqs {
+		r.Final = false
+	}
+	return append(reqs, s.imageRequests(ctx, ev, images, false)...)
 }
 
 // closeSegment queues the rows that close the last segment, once: when

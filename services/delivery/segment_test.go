@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
 	"github.com/switchboard-chat/switchboard/services/delivery"
@@ -205,12 +207,14 @@ func TestRedeliveredRestartPostsNoSegmentTwice(t *testing.T) {
 // they are: the replica that takes the turn over writes the final over
 // the last segment's messages alone, posts no segment again (a restart
 // handed over again included), and when the restart comes to it, starts
-// the answer in a new message below the text before the tool (which
-// keeps what it last showed, the cursor too: its full text was only on
-// the stopped replica).
+// the answer in a new message below the text before the tool, which it
+// finishes with the text the break carries (all of it, buffered text
+// too, without the cursor). An older worker's break carries none: that
+// message keeps what it last showed, the cursor too.
 func TestStreamSegmentsSurviveADeliveryRestart(t *testing.T) {
 	t.Parallel()
-	restart := &repliesv1.TextDelta{Text: "\n\n", Restart: true}
+	restart := &repliesv1.TextDelta{Text: "\n\n", Restart: true, SegmentText: proto.String(segFirst + " More.")}
+	oldRestart := &repliesv1.TextDelta{Text: "\n\n", Restart: true}
 	tests := []struct {
 		name     string
 		before   []any // streamed by replica a
@@ -230,8 +234,13 @@ func TestStreamSegmentsSurviveADeliveryRestart(t *testing.T) {
 			[]int{2},
 			[]string{segFirst, segAnswer}, 2},
 		{"before the restart",
-			[]any{&repliesv1.TextDelta{Text: segFirst}},
+			[]any{&repliesv1.TextDelta{Text: segFirst}, &repliesv1.TextDelta{Text: " More."}},
 			[]any{restart, &repliesv1.TextDelta{Text: segAnswer}, final(segAnswer)},
+			[]int{3},
+			[]string{segFirst + " More.", segAnswer}, 1},
+		{"before an older worker's restart",
+			[]any{&repliesv1.TextDelta{Text: segFirst}},
+			[]any{oldRestart, &repliesv1.TextDelta{Text: segAnswer}, final(segAnswer)},
 			[]int{2},
 			[]string{segFirst + " ▉", segAnswer}, 1},
 	}
