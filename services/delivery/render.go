@@ -442,6 +442,13 @@ func (s *Service) delta(ctx context.Context, ev *repliesv1.ReplyEvent, text, tho
 				return // best effort: the next delta looks again
 			}
 			st = &turnState{ids: map[int]string{}, foreign: seg.Recorded, stream: s.newStream(platform)}
+			if !seg.Recorded && restart && !reasoningDelta {
+				// A break, and no replica posted a message of the
+				// turn: the text before it (under the first send)
+				// was only on a replica that stopped. The break
+				// carries it: it closes the segment here, as there.
+				s.takeSegment(st, ev.GetTextDelta())
+			}
 			s.turns.put(ev.GetTurnId(), st)
 		}
 		if st.done {
@@ -563,10 +570,20 @@ func (s *Service) split(ctx context.Context, ev *repliesv1.ReplyEvent, st *turnS
 // before it), it finishes that segment's messages as that replica's
 // split would have, under the same keys: the segment's text the break
 // carries (TextDelta.segment_text: all of it, what was only buffered
-// too), without the cursor, its images after it. An older worker's
-// break carries none: the messages keep what they last showed.
+// too), without the cursor, its images after it. A break after a
+// segment without answer text opens nothing, as split does not. An
+// older worker's break carries no text: a segment opens at every break
+// and the messages keep what they last showed.
 func (s *Service) foreignBreak(ctx context.Context, ev *repliesv1.ReplyEvent, st *turnState) {
 	d := ev.GetTextDelta()
+	if d.SegmentText != nil && strings.TrimSpace(d.GetSegmentText()) == "" {
+		// The segment showed no answer text (a call that only
+		// reasoned, or said nothing): the replica that streamed it
+		// closes nothing there (split), and the next call's text goes
+		// on in its messages, which the final settles; a segment
+		// opened here would leave them showing the earlier block.
+		return
+	}
 	var closing []*deliveryv1.SendRequested
 	if d.SegmentText != nil {
 		// Read before this break's segment is opened: the last one
@@ -588,6 +605,17 @@ func (s *Service) foreignBreak(ctx context.Context, ev *repliesv1.ReplyEvent, st
 	if err := s.store.OpenStreamSegment(ctx, ev.GetTurnId(), ev.GetSeq()); err != nil {
 		s.log.WarnContext(ctx, "open stream segment failed", "turn_id", ev.GetTurnId(), "err", err)
 	}
+}
+
+// takeSegment starts the stream of a turn no replica posted a message of
+// with the first segment's text and reasoning the break d carries (none
+// from an older worker), so that the break posts them, as the replica
+// that buffered them would have (split). A segment after the first
+// would have been recorded: its break posted the text before it.
+func (s *Service) takeSegment(st *turnState, d *repliesv1.TextDelta) {
+	st.raw.WriteString(d.GetSegmentText())
+	st.thought.WriteString(d.GetSegmentReasoning())
+	st.reasoned = st.thought.Len() > 0
 }
 
 // closedSegment are the rows that leave the messages of seg, another

@@ -11,6 +11,7 @@ import (
 
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
+	"github.com/switchboard-chat/switchboard/pkg/reasoning"
 	"github.com/switchboard-chat/switchboard/services/delivery"
 )
 
@@ -238,6 +239,12 @@ func TestStreamSegmentsSurviveADeliveryRestart(t *testing.T) {
 			[]any{restart, &repliesv1.TextDelta{Text: segAnswer}, final(segAnswer)},
 			[]int{3},
 			[]string{segFirst + " More.", segAnswer}, 1},
+		{"before the restart, a short text never posted",
+			[]any{&repliesv1.TextDelta{Text: "Checking."}},
+			[]any{&repliesv1.TextDelta{Text: "\n\n", Restart: true, SegmentText: proto.String("Checking.")},
+				&repliesv1.TextDelta{Text: segAnswer}, final(segAnswer)},
+			[]int{2},
+			[]string{"Checking.", segAnswer}, 0},
 		{"before an older worker's restart",
 			[]any{&repliesv1.TextDelta{Text: segFirst}},
 			[]any{oldRestart, &repliesv1.TextDelta{Text: segAnswer}, final(segAnswer)},
@@ -357,5 +364,59 @@ func TestShortTextComesBeforeTheApprovalPrompt(t *testing.T) {
 	want := []string{"Deleting it.", prompt("/"), segAnswer}
 	if got := e.gw.shown("stream", "chat-s1"); strings.Join(got, "\n---\n") != strings.Join(want, "\n---\n") {
 		t.Errorf("chat shows:\n%s\nwant:\n%s", strings.Join(got, "\n---\n"), strings.Join(want, "\n---\n"))
+	}
+}
+
+// A replica that takes a turn over shows what an uninterrupted one does:
+// the break after a segment that showed only reasoning (a call that
+// reasoned and called a tool, saying nothing) closes nothing, there as
+// here: the next call's reasoning and answer go on in that message,
+// which the final settles, and no message is left showing the earlier
+// call's reasoning block with the cursor.
+func TestTakeoverAfterAReasoningOnlySegment(t *testing.T) {
+	t.Parallel()
+	const (
+		asked  = "Let me check the calendar for you."
+		looked = "I should look at the calendar for today."
+		said   = "The calendar says the meeting is at noon."
+	)
+	brk := func(segment, thought string) *repliesv1.TextDelta {
+		return &repliesv1.TextDelta{Text: "\n\n", Restart: true, SegmentText: proto.String(segment), SegmentReasoning: thought}
+	}
+	events := []any{
+		&repliesv1.TextDelta{Text: asked},
+		brk(asked, ""),
+		&repliesv1.ReasoningDelta{Text: looked}, // a call that only reasons, then calls a tool
+		brk("", looked),
+		&repliesv1.ReasoningDelta{Text: said, Restart: true},
+		&repliesv1.TextDelta{Text: segAnswer},
+		final(reasoning.WithAnswer(said, segAnswer)),
+	}
+	want := []string{asked, reasoning.WithAnswer(said, segAnswer)}
+	for _, stopAfter := range []int{0, 3} {
+		t.Run(fmt.Sprint("replica a stops after ", stopAfter), func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			cfg := streamConfig()
+			a := e.start(t, cfg, "a")
+			for i, body := range events {
+				if i == stopAfter && stopAfter > 0 {
+					// a posted the text, closed it and posted the
+					// reasoning's message.
+					eventually(t, e.clock, 0, "a's stream", func() bool { return len(e.gw.sends()) >= 3 })
+					a.stop(t)
+					e.start(t, cfg, "b")
+				}
+				e.publishStream(t, "t1", int64(i+1), "s1", body)
+				e.consumed(t, "s1")
+				e.clock.Advance(time.Second)
+			}
+			eventually(t, e.clock, 0, "the final", func() bool { return e.gw.finals("t1") > 0 })
+			e.consumed(t, "s1")
+			time.Sleep(100 * time.Millisecond)
+			if got := e.gw.shown("stream", "chat-s1"); fmt.Sprintf("%q", got) != fmt.Sprintf("%q", want) {
+				t.Errorf("the chat shows %q, want %q", got, want)
+			}
+		})
 	}
 }
