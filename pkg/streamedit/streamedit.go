@@ -223,6 +223,23 @@ func (s *Stream) Tick(now time.Time) []Action {
 	if !s.lastEdit.IsZero() && now.Sub(s.lastEdit) < s.interval {
 		return nil
 	}
+	return s.update(now)
+}
+
+// Flush returns the update that shows all the text buffered so far now,
+// however little is new and however recent the last update (the first
+// message too): a delivery service about to post something below the
+// stream (a tool's progress) shows the text before it first, as Hermes's
+// segment break does. None when editing is off or nothing is new.
+func (s *Stream) Flush(now time.Time) []Action {
+	if s.done || s.stopped || s.drift || !s.cfg.CanEdit || s.shown >= len(s.text) {
+		return nil
+	}
+	return s.update(now)
+}
+
+// update plans the actions that show all the text at now.
+func (s *Stream) update(now time.Time) []Action {
 	s.lastEdit = now
 	var acts []Action
 	msg, exists, base := s.msg, s.exists, s.base

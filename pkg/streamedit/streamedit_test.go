@@ -29,6 +29,7 @@ type step struct {
 	at     time.Duration
 	append string // Append(append) when set
 	tick   bool   // Tick(now)
+	flush  bool   // Flush(now)
 	final  *string
 	err    error // result reported for every action of this step
 	want   []want
@@ -57,6 +58,8 @@ func run(t *testing.T, cfg streamedit.Config, steps []step) *streamedit.Stream {
 			acts = s.Final(*st.final)
 		case st.tick:
 			acts = s.Tick(now)
+		case st.flush:
+			acts = s.Flush(now)
 		default:
 			acts = s.Append(st.append)
 		}
@@ -112,6 +115,28 @@ func TestScheduleEditDueAfterInterval(t *testing.T) {
 		{at: 1599 * ms, append: x},
 		{at: 1600 * ms, tick: true, want: []want{{streamedit.Edit, 0, x + x + x + " ▉"}}},
 		{at: 1700 * ms, final: fin(x + x + x + "."), want: []want{{streamedit.Edit, 0, x + x + x + "."}}},
+	})
+}
+
+// Flush shows the text buffered so far at once, however little and
+// however soon after the last update, and nothing when nothing is new;
+// the interval then counts from it.
+func TestFlush(t *testing.T) {
+	cfg := streamedit.Config{Limit: chunk.Limits("telegram"), CanEdit: true}
+	x := strings.Repeat("x", 24)
+	run(t, cfg, []step{
+		{at: 0, flush: true}, // nothing to show
+		{at: 10 * ms, append: "Checking."},
+		{at: 20 * ms, flush: true, want: []want{{streamedit.Send, 0, "Checking. ▉"}}},
+		{at: 30 * ms, flush: true},
+		{at: 40 * ms, append: " On it."},
+		{at: 50 * ms, flush: true, want: []want{{streamedit.Edit, 0, "Checking. On it. ▉"}}},
+		{at: 60 * ms, append: x},   // 24 new, but only 10ms since the flush
+		{at: 849 * ms, tick: true}, // 799ms
+		{at: 850 * ms, tick: true, want: []want{{streamedit.Edit, 0, "Checking. On it." + x + " ▉"}}},
+		{at: 900 * ms, final: fin("Checking."), want: []want{{streamedit.Edit, 0, "Checking."}}},
+		{at: 950 * ms, append: "more"},
+		{at: 960 * ms, flush: true}, // after Final nothing more
 	})
 }
 

@@ -451,21 +451,24 @@ func (s *Service) delta(ctx context.Context, ev *repliesv1.ReplyEvent, text, tho
 				return // best effort: the next delta looks again
 			}
 			st = &turnState{ids: map[int]string{}, foreign: seg.Recorded, stream: s.newStream(platform)}
+			if !seg.Recorded && restart && !reasoningDelta {
+				// A break, and no replica posted a message of the
+				// turn: the text before it (under the first send)
+				// was only on a replica that stopped. The break
+				// carries it: it closes the segment here, as there.
+				s.takeSegment(st, ev.GetTextDelta())
+			}
 			s.turns.put(ev.GetTurnId(), st)
 		}
 		if st.done {
 			return // the final answer was already sent (it wins)
 		}
 		if st.foreign {
-			// Another replica's stream: the final goes over it. The
-			// break before a later call's text starts a segment there
-			// too (the same one, by its seq, if that replica took the
-			// break), so that the final leaves the messages before it
-			// as they are: they keep what they last showed.
+			// Another replica's stream: the final goes over it, and
+			// the break before a later call's text closes its segment
+			// here too (foreignBreak).
 			if restart && !reasoningDelta && ev.GetSeq() > 0 {
-				if err := s.store.OpenStreamSegment(ctx, ev.GetTurnId(), ev.GetSeq()); err != nil {
-					s.log.WarnContext(ctx, "open stream segment failed", "turn_id", ev.GetTurnId(), "err", err)
-				}
+				s.foreignBreak(ctx, ev, st)
 			}
 			return
 		}
@@ -514,7 +517,7 @@ func (s *Service) delta(ctx context.Context, ev *repliesv1.ReplyEvent, text, tho
 			acts = st.stream.Append(text)
 		}
 		if st.unsure == nil {
-			s.perform(ctx, ev, st, acts)
+			s.perform(ctx, ev, st, acts, false)
 		}
 		s.flushTools(ctx, ev.GetTurnId())
 	}
@@ -566,6 +569,87 @@ func (s *Service) split(ctx context.Context, ev *repliesv1.ReplyEvent, st *turnS
 	st.stream, st.ids, st.segment, st.offset = s.newStream(platform), map[int]string{}, ev.GetSeq(), st.offset+used
 	st.raw, st.thought = strings.Builder{}, strings.Builder{}
 	s.closeSegment(ctx, st)
+}
+
+// foreignBreak takes the break before a later call's text (ev) for a
+// turn another replica streamed: a segment starts there too (the same
+// one, by its seq, if that replica took the break), so that the final
+// leaves the messages before it as they are. When this replica is the
+// first to take the break (the one that streamed the segment stopped
+// before it), it finishes that segment's messages as that replica's
+// split would have, under the same keys: the segment's text the break
+// carries (TextDelta.segment_text: all of it, what was only buffered
+// too), without the cursor, its images after it. A break after a
+// segment without answer text opens nothing, as split does not. An
+// older worker's break carries no text: a segment opens at every break
+// and the messages keep what they last showed.
+func (s *Service) foreignBreak(ctx context.Context, ev *repliesv1.ReplyEvent, st *turnState) {
+	d := ev.GetTextDelta()
+	if d.SegmentText != nil && strings.TrimSpace(d.GetSegmentText()) == "" {
+		// The segment showed no answer text (a call that only
+		// reasoned, or said nothing): the replica that streamed it
+		// closes nothing there (split), and the next call's text goes
+		// on in its messages, which the final settles; a segment
+		// opened here would leave them showing the earlier block.
+		return
+	}
+	var closing []*deliveryv1.SendRequested
+	if d.SegmentText != nil {
+		// Read before this break's segment is opened: the last one
+		// recorded is the segment it closes, unless it is this one
+		// (taken already, by this replica or the stopped one).
+		seg, err := s.store.LastStreamSegment(ctx, ev.GetTurnId())
+		if err != nil {
+			s.log.WarnContext(ctx, "read stream messages failed", "turn_id", ev.GetTurnId(), "err", err)
+		} else if seg.Segment < ev.GetSeq() && len(seg.IDs) > 0 {
+			closing = s.closedSegment(ctx, ev, seg, d)
+		}
+	}
+	// The closing rows first: stopped between the two, the break handed
+	// over again queues them again (same keys) before it opens the
+	// segment. While queueing fails, the final queues them before its
+	// own.
+	st.closing = append(st.closing, closing...)
+	s.closeSegment(ctx, st)
+	if err := s.store.OpenStreamSegment(ctx, ev.GetTurnId(), ev.GetSeq()); err != nil {
+		s.log.WarnContext(ctx, "open stream segment failed", "turn_id", ev.GetTurnId(), "err", err)
+	}
+}
+
+// takeSegment starts the stream of a turn no replica posted a message of
+// with the first segment's text and reasoning the break d carries (none
+// from an older worker), so that the break posts them, as the replica
+// that buffered them would have (split). A segment after the first
+// would have been recorded: its break posted the text before it.
+func (s *Service) takeSegment(st *turnState, d *repliesv1.TextDelta) {
+	st.raw.WriteString(d.GetSegmentText())
+	st.thought.WriteString(d.GetSegmentReasoning())
+	st.reasoned = st.thought.Len() > 0
+}
+
+// closedSegment are the rows that leave the messages of seg, another
+// replica's, showing the segment's text d carries (and its reasoning's
+// block), as split shows it: edits of its messages, sends of the parts
+// left over, deletes of the surplus, its images (where they go
+// natively) after it; none the turn's end.
+func (s *Service) closedSegment(ctx context.Context, ev *repliesv1.ReplyEvent, seg outbox.StreamSegment, d *repliesv1.TextDelta) []*deliveryv1.SendRequested {
+	answer := d.GetSegmentText()
+	if strings.TrimSpace(answer) == "" {
+		return nil // no answer text: the break closes nothing (split)
+	}
+	if seg.Segment > 0 {
+		answer = strings.TrimLeft(answer, " \t\r\n") // as a segment's first delta is (delta)
+	}
+	var images []answerImage
+	if s.cfg.nativeImages(ev.GetTarget().GetPlatform()) {
+		images, answer = extractImages(answer)
+	}
+	text := shown(d.GetSegmentReasoning(), answer)
+	reqs := s.rewrite(ev, keyBase(ctx, ev)+":g", seg.IDs, text, deliveryv1.TextFormat_TEXT_FORMAT_MARKDOWN)
+	for _, r := range reqs {
+		r.Final = false
+	}
+	return append(reqs, s.imageRequests(ctx, ev, images, false)...)
 }
 
 // closeSegment queues the rows that close the last segment, once: when
@@ -620,10 +704,10 @@ func (s *Service) toolProgress(ctx context.Context, ev *repliesv1.ReplyEvent, tp
 
 // perform carries out streaming progress actions in order, reporting each
 // to the stream, and stops at the first that fails or is not due under
-// the shared rate limit.
-func (s *Service) perform(ctx context.Context, ev *repliesv1.ReplyEvent, st *turnState, acts []streamedit.Action) {
+// the shared rate limit (patient: not due within the send timeout).
+func (s *Service) perform(ctx context.Context, ev *repliesv1.ReplyEvent, st *turnState, acts []streamedit.Action, patient bool) {
 	for i, a := range acts {
-		if wait, err := s.limiter.Take(ctx, s.now(), s.buckets(ev.GetTarget())...); err == nil && wait > 0 {
+		if !s.rateRoom(ctx, ev, patient) {
 			return // not now: the stream plans again on the next delta
 		}
 		op := deliveryv1.SendOp_SEND_OP_EDIT
@@ -668,6 +752,60 @@ func (s *Service) perform(ctx context.Context, ev *repliesv1.ReplyEvent, st *tur
 			}
 			s.endToolMessage(ctx, ev)
 		}
+	}
+}
+
+// rateRoom takes a send from the shared rate limit buckets of ev's chat: now,
+// or when patient, once they have room, waiting up to the send timeout.
+// A limiter that fails lets the send go.
+func (s *Service) rateRoom(ctx context.Context, ev *repliesv1.ReplyEvent, patient bool) bool {
+	deadline := s.now().Add(s.cfg.SendTimeout)
+	for {
+		wait, err := s.limiter.Take(ctx, s.now(), s.buckets(ev.GetTarget())...)
+		if err != nil || wait <= 0 {
+			return true
+		}
+		if !patient || s.now().Add(wait).After(deadline) {
+			return false
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return false
+		case <-t.C:
+		}
+	}
+}
+
+// textFirst posts the text of the turn's current segment that no message
+// shows yet (a short text, under the stream's first send) before
+// something goes below it (a tool's progress line, an approval prompt):
+// Hermes's break before a tool call posts the text said before it,
+// whatever its length, and the progress follows. Here the break comes
+// after the call, before the next call's text, and the segment's text
+// was posted when it closed, below the call's progress. It goes as the
+// stream's first message, cursor and all (the break takes the cursor
+// off, as it does a longer text's), so a replica that takes the turn
+// over knows it as the segment's (delivery_stream_messages); it waits
+// for its turn under the shared rate limit, as the row below it would.
+// Best effort, as streaming is: a stream that cannot post it now
+// (stopped, unsure, a row of an earlier answer still queued) leaves it
+// for the segment's close, as before.
+func (s *Service) textFirst(ctx context.Context, ev *repliesv1.ReplyEvent) {
+	st := s.turns.get(ev.GetTurnId())
+	if st == nil || st.done || st.foreign || st.unsure != nil || len(st.ids) > 0 {
+		return
+	}
+	if strings.TrimSpace(st.raw.String()) == "" {
+		// Reasoning alone: no break closes it, the next call's
+		// reasoning and answer go on in its message, which would put
+		// the answer above the progress.
+		return
+	}
+	s.closeSegment(ctx, st) // the rows of the segment before go first
+	if acts := st.stream.Flush(s.now()); len(acts) > 0 {
+		s.perform(ctx, ev, st, acts, true)
 	}
 }
 

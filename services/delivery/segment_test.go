@@ -7,8 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
+	"github.com/switchboard-chat/switchboard/pkg/reasoning"
 	"github.com/switchboard-chat/switchboard/services/delivery"
 )
 
@@ -205,12 +208,14 @@ func TestRedeliveredRestartPostsNoSegmentTwice(t *testing.T) {
 // they are: the replica that takes the turn over writes the final over
 // the last segment's messages alone, posts no segment again (a restart
 // handed over again included), and when the restart comes to it, starts
-// the answer in a new message below the text before the tool (which
-// keeps what it last showed, the cursor too: its full text was only on
-// the stopped replica).
+// the answer in a new message below the text before the tool, which it
+// finishes with the text the break carries (all of it, buffered text
+// too, without the cursor). An older worker's break carries none: that
+// message keeps what it last showed, the cursor too.
 func TestStreamSegmentsSurviveADeliveryRestart(t *testing.T) {
 	t.Parallel()
-	restart := &repliesv1.TextDelta{Text: "\n\n", Restart: true}
+	restart := &repliesv1.TextDelta{Text: "\n\n", Restart: true, SegmentText: proto.String(segFirst + " More.")}
+	oldRestart := &repliesv1.TextDelta{Text: "\n\n", Restart: true}
 	tests := []struct {
 		name     string
 		before   []any // streamed by replica a
@@ -230,8 +235,19 @@ func TestStreamSegmentsSurviveADeliveryRestart(t *testing.T) {
 			[]int{2},
 			[]string{segFirst, segAnswer}, 2},
 		{"before the restart",
-			[]any{&repliesv1.TextDelta{Text: segFirst}},
+			[]any{&repliesv1.TextDelta{Text: segFirst}, &repliesv1.TextDelta{Text: " More."}},
 			[]any{restart, &repliesv1.TextDelta{Text: segAnswer}, final(segAnswer)},
+			[]int{3},
+			[]string{segFirst + " More.", segAnswer}, 1},
+		{"before the restart, a short text never posted",
+			[]any{&repliesv1.TextDelta{Text: "Checking."}},
+			[]any{&repliesv1.TextDelta{Text: "\n\n", Restart: true, SegmentText: proto.String("Checking.")},
+				&repliesv1.TextDelta{Text: segAnswer}, final(segAnswer)},
+			[]int{2},
+			[]string{"Checking.", segAnswer}, 0},
+		{"before an older worker's restart",
+			[]any{&repliesv1.TextDelta{Text: segFirst}},
+			[]any{oldRestart, &repliesv1.TextDelta{Text: segAnswer}, final(segAnswer)},
 			[]int{2},
 			[]string{segFirst + " ▉", segAnswer}, 1},
 	}
@@ -288,6 +304,118 @@ func TestStreamSegmentsSurviveADeliveryRestart(t *testing.T) {
 				if strings.Contains(c.Req.GetText(), segAnswer) && c.Op == deliveryv1.SendOp_SEND_OP_EDIT && c.Req.GetMessageId() == "m1" {
 					t.Errorf("the answer was written over the text before the tool")
 				}
+			}
+		})
+	}
+}
+
+// A short first text (under the stream's first send, so never posted
+// while it streamed) comes before the progress of the tool it preceded,
+// as Hermes shows it: the text is posted before the progress message,
+// not when its segment closes, below it. The break then takes its
+// cursor off, and nothing is posted twice.
+func TestShortTextComesBeforeTheToolProgress(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	cfg := streamConfig()
+	cfg.ToolProgress = delivery.ToolProgressAll
+	e.start(t, cfg, "a")
+	restart := &repliesv1.TextDelta{Text: "\n\n", Restart: true}
+	for i, body := range []any{
+		&repliesv1.TextDelta{Text: "Checking."}, started("clock", "now"), restart,
+		&repliesv1.TextDelta{Text: "Short."}, started("calendar", "today"), restart,
+		&repliesv1.TextDelta{Text: segAnswer}, final(segAnswer),
+	} {
+		e.publishStream(t, "t1", int64(i+1), "s1", body)
+		e.consumed(t, "s1")
+		e.clock.Advance(time.Second)
+	}
+	eventually(t, e.clock, 0, "the final", func() bool { return e.gw.finals("t1") > 0 })
+	e.consumed(t, "s1")
+	time.Sleep(100 * time.Millisecond)
+	want := []string{"Checking.", "⚙️ clock: \"now\"", "Short.", "⚙️ calendar: \"today\"", segAnswer}
+	if got := e.gw.shown("stream", "chat-s1"); strings.Join(got, "\n---\n") != strings.Join(want, "\n---\n") {
+		t.Errorf("chat shows:\n%s\nwant:\n%s", strings.Join(got, "\n---\n"), strings.Join(want, "\n---\n"))
+	}
+	for text, n := range e.gw.turnSends("t1") {
+		if n > 1 {
+			t.Errorf("%q posted %d times", text, n)
+		}
+	}
+}
+
+// The same holds for an approval prompt: the short text said before the
+// call shows above the prompt that asks for it.
+func TestShortTextComesBeforeTheApprovalPrompt(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.start(t, streamConfig(), "a")
+	for i, body := range []any{
+		&repliesv1.TextDelta{Text: "Deleting it."}, rmApproval,
+		&repliesv1.TextDelta{Text: "\n\n", Restart: true}, &repliesv1.TextDelta{Text: segAnswer}, final(segAnswer),
+	} {
+		e.publishStream(t, "t1", int64(i+1), "s1", body)
+		e.consumed(t, "s1")
+		e.clock.Advance(time.Second)
+	}
+	eventually(t, e.clock, 0, "the final", func() bool { return e.gw.finals("t1") > 0 })
+	e.consumed(t, "s1")
+	time.Sleep(100 * time.Millisecond)
+	want := []string{"Deleting it.", prompt("/"), segAnswer}
+	if got := e.gw.shown("stream", "chat-s1"); strings.Join(got, "\n---\n") != strings.Join(want, "\n---\n") {
+		t.Errorf("chat shows:\n%s\nwant:\n%s", strings.Join(got, "\n---\n"), strings.Join(want, "\n---\n"))
+	}
+}
+
+// A replica that takes a turn over shows what an uninterrupted one does:
+// the break after a segment that showed only reasoning (a call that
+// reasoned and called a tool, saying nothing) closes nothing, there as
+// here: the next call's reasoning and answer go on in that message,
+// which the final settles, and no message is left showing the earlier
+// call's reasoning block with the cursor.
+func TestTakeoverAfterAReasoningOnlySegment(t *testing.T) {
+	t.Parallel()
+	const (
+		asked  = "Let me check the calendar for you."
+		looked = "I should look at the calendar for today."
+		said   = "The calendar says the meeting is at noon."
+	)
+	brk := func(segment, thought string) *repliesv1.TextDelta {
+		return &repliesv1.TextDelta{Text: "\n\n", Restart: true, SegmentText: proto.String(segment), SegmentReasoning: thought}
+	}
+	events := []any{
+		&repliesv1.TextDelta{Text: asked},
+		brk(asked, ""),
+		&repliesv1.ReasoningDelta{Text: looked}, // a call that only reasons, then calls a tool
+		brk("", looked),
+		&repliesv1.ReasoningDelta{Text: said, Restart: true},
+		&repliesv1.TextDelta{Text: segAnswer},
+		final(reasoning.WithAnswer(said, segAnswer)),
+	}
+	want := []string{asked, reasoning.WithAnswer(said, segAnswer)}
+	for _, stopAfter := range []int{0, 3} {
+		t.Run(fmt.Sprint("replica a stops after ", stopAfter), func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			cfg := streamConfig()
+			a := e.start(t, cfg, "a")
+			for i, body := range events {
+				if i == stopAfter && stopAfter > 0 {
+					// a posted the text, closed it and posted the
+					// reasoning's message.
+					eventually(t, e.clock, 0, "a's stream", func() bool { return len(e.gw.sends()) >= 3 })
+					a.stop(t)
+					e.start(t, cfg, "b")
+				}
+				e.publishStream(t, "t1", int64(i+1), "s1", body)
+				e.consumed(t, "s1")
+				e.clock.Advance(time.Second)
+			}
+			eventually(t, e.clock, 0, "the final", func() bool { return e.gw.finals("t1") > 0 })
+			e.consumed(t, "s1")
+			time.Sleep(100 * time.Millisecond)
+			if got := e.gw.shown("stream", "chat-s1"); fmt.Sprintf("%q", got) != fmt.Sprintf("%q", want) {
+				t.Errorf("the chat shows %q, want %q", got, want)
 			}
 		})
 	}

@@ -232,6 +232,8 @@ func (s *Service) toolStep(ctx context.Context, ev *repliesv1.ReplyEvent, tp *re
 func (s *Service) approvalPrompt(ctx context.Context, ev *repliesv1.ReplyEvent, tp *repliesv1.ToolProgress) error {
 	platform := ev.GetTarget().GetPlatform()
 	s.typing.pause(ev.GetTurnId())
+	// The text said before the call shows above its prompt.
+	s.textFirst(ctx, ev)
 	if tl := s.tools.peek(ev.GetTurnId()); tl != nil && tl.key != "" {
 		if err := s.lastEdit(ctx, ev, tl, ":tpa"); err != nil {
 			return err
@@ -267,6 +269,8 @@ func (s *Service) toolLine(ctx context.Context, ev *repliesv1.ReplyEvent, tp *re
 		tl.seq = ev.GetSeq()
 		return nil
 	}
+	// The text said before the call shows above its progress.
+	s.textFirst(ctx, ev)
 	line := progressLine(mode, previewLength, tp)
 	repeat := 0
 	if line == tl.lastLine {

@@ -1206,8 +1206,14 @@ func (r *turnRun) callModel(ctx context.Context, b Backend, model, system string
 			// tool call, and this call's reasoning and text stream
 			// into a new one. A call that goes on with a cut answer
 			// has no break: its reasoning restarts the block in place.
+			// It carries what the message it closes shows (the
+			// text since the last break, the block of the reasoning
+			// since the last restart): a delivery replica that takes
+			// the turn over at the break finishes that message,
+			// streamed by the one that stopped, with it.
 			textBreak = false
-			brk := &repliesv1.TextDelta{Text: "\n\n", Restart: true}
+			segment := r.sinceBreak.String()
+			brk := &repliesv1.TextDelta{Text: "\n\n", Restart: true, SegmentText: &segment, SegmentReasoning: r.sinceRestart.String()}
 			if err := r.publish(ctx, &repliesv1.ReplyEvent{Body: &repliesv1.ReplyEvent_TextDelta{TextDelta: brk}}); err != nil {
 				return err
 			}
@@ -1223,6 +1229,10 @@ func (r *turnRun) callModel(ctx context.Context, b Backend, model, system string
 				r.reasoningStreamed = true
 			}
 			d := &repliesv1.ReasoningDelta{Text: text, Restart: restart}
+			if restart {
+				r.sinceRestart.Reset()
+			}
+			r.sinceRestart.WriteString(text)
 			restart = false
 			if err := r.publish(ctx, &repliesv1.ReplyEvent{Body: &repliesv1.ReplyEvent_ReasoningDelta{ReasoningDelta: d}}); err != nil {
 				return err

@@ -220,8 +220,8 @@ func TestShowReasoningBreakComesBeforeTheCallsReasoning(t *testing.T) {
 		name, first string
 		want        string
 	}{
-		{"the first call reasons", looked, "R:" + looked + " T:" + asked + " B R*:" + said + " T:" + answer},
-		{"the first call does not", "", "T:" + asked + " B R:" + said + " T:" + answer},
+		{"the first call reasons", looked, "R:" + looked + " T:" + asked + " B[" + asked + "|" + looked + "] R*:" + said + " T:" + answer},
+		{"the first call does not", "", "T:" + asked + " B[" + asked + "|] R:" + said + " T:" + answer},
 	}
 	for _, tt := range tests {
 		h.fake.Enqueue(
@@ -233,7 +233,8 @@ func TestShowReasoningBreakComesBeforeTheCallsReasoning(t *testing.T) {
 			t.Fatal(c.GetError())
 		}
 		// The deltas in order: R reasoning (R* a restart), T text, B
-		// the break; consecutive pieces of one kind joined.
+		// the break with the text and reasoning of the segment it
+		// closes; consecutive pieces of one kind joined.
 		var got []string
 		add := func(kind, text string) {
 			if n := len(got); n > 0 && kind != "B" && (strings.HasPrefix(got[n-1], kind+":") || kind == "R" && strings.HasPrefix(got[n-1], "R*:")) {
@@ -253,7 +254,11 @@ func TestShowReasoningBreakComesBeforeTheCallsReasoning(t *testing.T) {
 			case ev.GetReasoningDelta() != nil:
 				add("R", ev.GetReasoningDelta().GetText())
 			case ev.GetTextDelta() != nil && ev.GetTextDelta().GetRestart():
-				add("B", "")
+				if d := ev.GetTextDelta(); d.SegmentText != nil {
+					got = append(got, "B["+d.GetSegmentText()+"|"+d.GetSegmentReasoning()+"]")
+				} else {
+					add("B", "")
+				}
 			case ev.GetTextDelta() != nil:
 				add("T", ev.GetTextDelta().GetText())
 			}

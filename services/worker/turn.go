@@ -94,6 +94,10 @@ type turnRun struct {
 	// finalBreak: the break before a final that does not continue the
 	// streamed text was published.
 	finalBreak bool
+	// sinceRestart is the reasoning this attempt streamed since the
+	// last reasoning restart: the block delivery shows above the text
+	// since the last break.
+	sinceRestart strings.Builder
 	// reasoningStreamed: a model call of this attempt published a
 	// reasoning delta; the next call's first delta restarts the block.
 	reasoningStreamed bool

@@ -363,9 +363,22 @@ type TextDelta struct {
 	// answer alone: it continues what was streamed after this delta, not
 	// everything streamed. Where the answer streams by editing a message,
 	// it closes the message of the text before it (Hermes's segment break).
-	Restart       bool `protobuf:"varint,2,opt,name=restart,proto3" json:"restart,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Restart bool `protobuf:"varint,2,opt,name=restart,proto3" json:"restart,omitempty"`
+	// segment_text is set on a break (restart) alone: the answer text
+	// streamed since the break before (since the turn's first delta for
+	// the first), what the message of the segment the break closes shows,
+	// without the cursor. A delivery replica that takes the turn over at
+	// the break (the one that streamed the segment stopped) finishes that
+	// message with it; empty, the segment showed no answer text (only
+	// reasoning) and the break closes nothing. Unset on an older worker's
+	// break.
+	SegmentText *string `protobuf:"bytes,3,opt,name=segment_text,json=segmentText,proto3,oneof" json:"segment_text,omitempty"`
+	// segment_reasoning, with segment_text, is the reasoning streamed since
+	// the last reasoning restart (a chat that shows reasoning): the block
+	// the closed segment shows above its text.
+	SegmentReasoning string `protobuf:"bytes,4,opt,name=segment_reasoning,json=segmentReasoning,proto3" json:"segment_reasoning,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *TextDelta) Reset() {
@@ -410,6 +423,20 @@ func (x *TextDelta) GetRestart() bool {
 		return x.Restart
 	}
 	return false
+}
+
+func (x *TextDelta) GetSegmentText() string {
+	if x != nil && x.SegmentText != nil {
+		return *x.SegmentText
+	}
+	return ""
+}
+
+func (x *TextDelta) GetSegmentReasoning() string {
+	if x != nil {
+		return x.SegmentReasoning
+	}
+	return ""
 }
 
 // ReasoningDelta is a piece of the model's reasoning, streamed before its
@@ -917,10 +944,13 @@ const file_switchboard_replies_v1_replies_proto_rawDesc = "" +
 	"\x06typing\x18\x0f \x01(\v2\x1e.switchboard.replies.v1.TypingH\x00R\x06typing\x128\n" +
 	"\x06notice\x18\x10 \x01(\v2\x1e.switchboard.replies.v1.NoticeH\x00R\x06notice\x12Q\n" +
 	"\x0freasoning_delta\x18\x12 \x01(\v2&.switchboard.replies.v1.ReasoningDeltaH\x00R\x0ereasoningDeltaB\x06\n" +
-	"\x04body\"9\n" +
+	"\x04body\"\x9f\x01\n" +
 	"\tTextDelta\x12\x12\n" +
 	"\x04text\x18\x01 \x01(\tR\x04text\x12\x18\n" +
-	"\arestart\x18\x02 \x01(\bR\arestart\">\n" +
+	"\arestart\x18\x02 \x01(\bR\arestart\x12&\n" +
+	"\fsegment_text\x18\x03 \x01(\tH\x00R\vsegmentText\x88\x01\x01\x12+\n" +
+	"\x11segment_reasoning\x18\x04 \x01(\tR\x10segmentReasoningB\x0f\n" +
+	"\r_segment_text\">\n" +
 	"\x0eReasoningDelta\x12\x12\n" +
 	"\x04text\x18\x01 \x01(\tR\x04text\x12\x18\n" +
 	"\arestart\x18\x02 \x01(\bR\arestart\"\x9e\x02\n" +
@@ -1035,6 +1065,7 @@ func file_switchboard_replies_v1_replies_proto_init() {
 		(*ReplyEvent_Notice)(nil),
 		(*ReplyEvent_ReasoningDelta)(nil),
 	}
+	file_switchboard_replies_v1_replies_proto_msgTypes[1].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
