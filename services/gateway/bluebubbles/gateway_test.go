@@ -143,8 +143,9 @@ func TestWebhookSecret(t *testing.T) {
 	g.Body.Close()
 }
 
-// A call the bus cannot take is answered 500; the handler never answers
-// 200 before the message is stored.
+// A call the bus cannot take, with no room left to hold its message, is
+// answered 500; the handler never answers 200 before the message is
+// stored. (With room, it is held: TestMessagesPostedDuringANATSOutageArePublished.)
 func TestWebhookUnstored(t *testing.T) {
 	t.Parallel()
 	f := newFake(t, false)
@@ -152,6 +153,7 @@ func TestWebhookUnstored(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	p.maxHeld = 0
 	rec := &recorder{err: context.DeadlineExceeded}
 	srv := httptest.NewServer(p.WebhookHandler(rec))
 	defer srv.Close()
