@@ -10,8 +10,9 @@
 // is trusted only when its URL carries the configured secret (the
 // server password by default, as Hermes registers it:
 // …/bluebubbles-webhook?password=…), compared in constant time. A call
-// is normalized and published, and only then answered 200; a webhook
-// BlueBubbles posts again is absorbed by the bus dedupe id
+// is normalized and published, and only then answered 200 (a message the
+// bus cannot take is held until it can: BlueBubbles posts once); a
+// webhook BlueBubbles posts again is absorbed by the bus dedupe id
 // bluebubbles:<server>:<message guid>. The bot's own messages
 // (isFromMe), tapbacks, edits and read states (updated-message) are
 // skipped. Attachments are published by their BlueBubbles guid and
@@ -292,6 +293,10 @@ type Platform struct {
 	// (attachments.urls; nil: public addresses only).
 	downloads *platform.Downloader
 
+	// maxHeld bounds the messages held for the bus (maxHeld; tests
+	// shrink it).
+	maxHeld int
+
 	mu    sync.Mutex
 	guids map[string]string // address → DM chat guid, resolved for sends
 }
@@ -311,7 +316,7 @@ func NewPlatform(cfg Config, log *slog.Logger, hc *http.Client) (*Platform, erro
 	}
 	return &Platform{
 		cfg: cfg, log: log.With("platform", "bluebubbles"), mentions: mentions,
-		api: &client{base: cfg.ServerURL, password: cfg.Password, hc: hc}, guids: map[string]string{},
+		api: &client{base: cfg.ServerURL, password: cfg.Password, hc: hc}, guids: map[string]string{}, maxHeld: maxHeld,
 	}, nil
 }
 

@@ -143,8 +143,9 @@ func TestWebhookSecret(t *testing.T) {
 	g.Body.Close()
 }
 
-// A call the bus cannot take is answered 500; the handler never answers
-// 200 before the message is stored.
+// A call the bus cannot take, with no room left to hold its message, is
+// answered 500; the handler never answers 200 before the message is
+// stored. (With room, it is held: TestMessagesPostedDuringANATSOutageArePublished.)
 func TestWebhookUnstored(t *testing.T) {
 	t.Parallel()
 	f := newFake(t, false)
@@ -152,6 +153,7 @@ func TestWebhookUnstored(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	p.maxHeld = 0
 	rec := &recorder{err: context.DeadlineExceeded}
 	srv := httptest.NewServer(p.WebhookHandler(rec))
 	defer srv.Close()
@@ -569,6 +571,40 @@ func TestSendQueuedThenFailed(t *testing.T) {
 	sent := f.Sent(groupGUID)
 	if !r.GetOk() || len(sent) != 1 || sent[0].Text != "not lost" || r.GetPlatformMessageId() != sent[0].GUID {
 		t.Fatalf("receipt %v, sent %+v", r, sent)
+	}
+}
+
+// A send BlueBubbles answers 500 "Message send timeout" may have gone
+// out: the server stopped waiting for the message to show in the Messages
+// database (its timeout, or a sent message it failed to match), and
+// Messages sends it all the same. The retry looks for it before it posts,
+// for text and uploads alike; before, it posted again and the user got
+// the message twice (once per timed-out attempt).
+func TestSendTimedOutOnTheServerIsNotSentTwice(t *testing.T) {
+	t.Parallel()
+	f := newFake(t, false)
+	h := start(t, f, testConfig(f), platform.Options{})
+	for _, c := range []struct {
+		chat string
+		req  *deliveryv1.SendRequested
+	}{
+		{groupGUID, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "t-text", Text: "once",
+			Target: &deliveryv1.Target{Platform: "bluebubbles", Account: h.s.p.Account(), ChatId: groupGUID}}},
+		{dmGUID, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "t-file",
+			Target:      &deliveryv1.Target{Platform: "bluebubbles", Account: h.s.p.Account(), ChatId: dmGUID},
+			Attachments: []*eventsv1.Attachment{{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT, FileName: "b.txt", Location: &eventsv1.Attachment_Url{Url: "data:text/plain;base64,aGk="}}}}},
+	} {
+		key := c.req.GetIdempotencyKey()
+		f.TimeOutSends(1)
+		r := h.send(t, c.req)
+		if r.GetOk() || r.GetErrorClass() != deliveryv1.ErrorClass_ERROR_CLASS_RETRYABLE || !strings.Contains(r.GetError(), "Message send timeout") {
+			t.Fatalf("%s: first attempt %v, want retryable with the server's reason", key, r)
+		}
+		r = h.send(t, c.req)
+		sent := f.Sent(c.chat)
+		if !r.GetOk() || len(sent) != 1 || r.GetPlatformMessageId() != sent[0].GUID {
+			t.Fatalf("%s: retry %v, sent %+v: want the first attempt's message, sent once", key, r, sent)
+		}
 	}
 }
 

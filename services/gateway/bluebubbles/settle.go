@@ -16,9 +16,12 @@ import (
 
 // An attempt of a send can end without knowing whether BlueBubbles sent
 // the message: the gateway stopped waiting for a slow AppleScript send
-// (the server goes on with it), or a retry was refused because the
-// server still sends that tempGuid ("Message is already queued to be
-// sent!"), which may yet fail on the Mac. Such an attempt marks the send
+// (the server goes on with it), the server answered an error after it
+// took the send (500 "Message send timeout": it stopped waiting for the
+// message to show, which Messages may send all the same), or a retry was
+// refused because the server still sends that tempGuid ("Message is
+// already queued to be sent!"), which may yet fail on the Mac. Such an
+// attempt marks the send
 // unsure (a mark beside its receipt, seen by every replica); the next
 // attempt first looks the message up among the chat's messages sent since
 // the first attempt (POST /api/v1/message/query) and counts it sent only
@@ -103,7 +106,8 @@ func (p *Platform) settled(ctx context.Context, a attempt) (string, error) {
 
 // unsure handles a post that failed: a refusal for a tempGuid still being
 // sent, or a failure that leaves unknown whether the server sent it (no
-// answer), marks the send unsure. A queued message the server shows sent
+// answer, or a server error after it took the send), marks the send
+// unsure. A queued message the server shows sent
 // already is the message; else delivery looks again after queuedRetry.
 func (p *Platform) unsure(ctx context.Context, a attempt, err error) (string, error) {
 	if queued(err) {
@@ -117,9 +121,18 @@ func (p *Platform) unsure(ctx context.Context, a attempt, err error) (string, er
 			Err: fmt.Errorf("bluebubbles is still sending an earlier attempt of this message: %w", err)}
 	}
 	var ae *APIError
-	if !errors.As(err, &ae) {
+	switch {
+	case !errors.As(err, &ae):
 		// No answer: the server may have taken the send.
 		platform.SendMark(ctx, markUnsure, "no answer")
+	case ae.Status >= 500:
+		// The server handed the message to Messages and then failed:
+		// most often it stopped waiting for the message to show in the
+		// Messages database ("Message send timeout": its timeout, or a
+		// sent message it did not match to the send), and Messages may
+		// have sent it. A message that failed on the Mac shows with its
+		// error, and is posted again.
+		platform.SendMark(ctx, markUnsure, "server error")
 	}
 	return "", classify(err)
 }

@@ -8,6 +8,7 @@ import (
 	"mime"
 	"net/http"
 
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/platform"
 	"github.com/switchboard-chat/switchboard/pkg/secret"
 )
@@ -15,7 +16,7 @@ import (
 // serveWebhook serves the webhook until ctx ends.
 func (p *Platform) serveWebhook(ctx context.Context, conn platform.Conn) error {
 	mux := http.NewServeMux()
-	mux.Handle(p.cfg.Path, p.WebhookHandler(conn))
+	mux.Handle(p.cfg.Path, p.webhookHandler(ctx, conn))
 	err := platform.ServeWebhook(ctx, conn, p.log, p.Name(), p.cfg.Addr, mux, p.cfg.AckTimeout, func(addr string) {
 		p.addr.Store(addr)
 		p.log.Info("bluebubbles webhook listening", "addr", addr, "path", p.cfg.Path)
@@ -44,10 +45,19 @@ func (p *Platform) authorized(r *http.Request) bool {
 // WebhookHandler serves BlueBubbles's POSTs. A call is answered 405
 // unless it is a POST, 401 without the secret (nothing is read or
 // published), 415 unless it is JSON, 413 over MaxBodyBytes, 400 when it
-// is not a BlueBubbles event, 500 when the message could not be
-// published (BlueBubbles does not post it again: it is logged), and 200
-// once the message is on the bus or deliberately skipped.
+// is not a BlueBubbles event, 200 once the message is on the bus or
+// deliberately skipped, and 202 when the bus could not take it within
+// ack_timeout: BlueBubbles never posts a webhook again, so the message is
+// held and published once the bus is back (hold.go); 500 only when the
+// hold is full (the message is lost, and logged).
 func (p *Platform) WebhookHandler(conn platform.Deliverer) http.Handler {
+	return p.webhookHandler(context.Background(), conn)
+}
+
+// webhookHandler is WebhookHandler whose held messages are given up when
+// ctx ends (the webhook stops serving).
+func (p *Platform) webhookHandler(ctx context.Context, conn platform.Deliverer) http.Handler {
+	held := newHold(ctx, conn, p.log, p.cfg.AckTimeout, p.maxHeld)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("X-Content-Type-Options", "nosniff")
 		if r.Method != http.MethodPost {
@@ -61,11 +71,11 @@ func (p *Platform) WebhookHandler(conn platform.Deliverer) http.Handler {
 			http.Error(w, "unauthorized", http.StatusUnauthorized)
 			return
 		}
-		p.message(w, r, conn)
+		p.message(w, r, conn, held)
 	})
 }
 
-func (p *Platform) message(w http.ResponseWriter, r *http.Request, conn platform.Deliverer) {
+func (p *Platform) message(w http.ResponseWriter, r *http.Request, conn platform.Deliverer, held *hold) {
 	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt != "application/json" {
 		http.Error(w, "content type must be application/json", http.StatusUnsupportedMediaType)
 		return
@@ -97,16 +107,20 @@ func (p *Platform) message(w http.ResponseWriter, r *http.Request, conn platform
 		skipped.WithLabelValues(in.skip).Inc()
 		p.log.Debug("bluebubbles webhook skipped", "reason", in.skip, "type", reason(wh.Type))
 	default:
+		if in.dmGUID != "" {
+			p.remember(in.ev.GetSource().GetChatId(), in.dmGUID)
+		}
+		if held.waiting() {
+			// Messages before it wait for the bus: it waits behind them.
+			p.holdMessage(w, held, in.ev, errors.New("earlier messages are held"))
+			return
+		}
 		ctx, cancel := context.WithTimeout(r.Context(), p.cfg.AckTimeout)
 		defer cancel()
 		acc, err := conn.Deliver(ctx, in.ev)
 		if err != nil && !errors.Is(err, platform.ErrRejected) {
-			p.log.Warn("bluebubbles message not stored", "guid", in.ev.GetEventId(), "err", err)
-			http.Error(w, "not stored", http.StatusInternalServerError)
+			p.holdMessage(w, held, in.ev, err)
 			return
-		}
-		if in.dmGUID != "" {
-			p.remember(in.ev.GetSource().GetChatId(), in.dmGUID)
 		}
 		if err == nil && !acc.Duplicate && p.cfg.SendReadReceipts && p.privateAPI.Load() {
 			p.markRead(in.ev.GetSource())
@@ -114,4 +128,18 @@ func (p *Platform) message(w http.ResponseWriter, r *http.Request, conn platform
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_, _ = io.WriteString(w, `{"status":"ok"}`)
+}
+
+// holdMessage holds a message the bus could not take (answered 202), or
+// answers 500 when the hold is full: BlueBubbles will not post it again.
+func (p *Platform) holdMessage(w http.ResponseWriter, held *hold, ev *eventsv1.MessageReceived, err error) {
+	if !held.add(ev) {
+		p.log.Error("bluebubbles message lost: the bus cannot take it and the hold is full", "guid", ev.GetEventId(), "err", err)
+		http.Error(w, "not stored", http.StatusInternalServerError)
+		return
+	}
+	p.log.Warn("bluebubbles message held until the bus takes it", "guid", ev.GetEventId(), "err", err)
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusAccepted)
+	_, _ = io.WriteString(w, `{"status":"held"}`)
 }

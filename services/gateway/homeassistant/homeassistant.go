@@ -33,6 +33,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -175,6 +176,11 @@ type Platform struct {
 	states        *stateStore
 	statesPending bool
 	noCatchUp     bool
+
+	// delivering counts the changes being published now, deliveries
+	// those started: ping reads them (ws.go).
+	delivering atomic.Int32
+	deliveries atomic.Uint64
 }
 
 // NewPlatform builds the platform.

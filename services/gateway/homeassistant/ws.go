@@ -201,7 +201,10 @@ func (p *Platform) wsURL() string {
 }
 
 // ping keeps the connection alive; one unanswered within the interval
-// ends the read loop, and the kit reconnects.
+// ends the read loop, and the kit reconnects. Pongs are read by the
+// reader, so no ping is sent, and a failed one does not count, while the
+// reader is publishing a change (waiting for the bus while NATS is out
+// of reach): the change waits in the gateway, on its connection.
 func (p *Platform) ping(ctx context.Context, ws *websocket.Conn, fail context.CancelCauseFunc) {
 	t := time.NewTicker(p.cfg.PingInterval)
 	defer t.Stop()
@@ -210,10 +213,20 @@ func (p *Platform) ping(ctx context.Context, ws *websocket.Conn, fail context.Ca
 		case <-ctx.Done():
 			return
 		case <-t.C:
+			if p.delivering.Load() > 0 {
+				continue // the reader is publishing: it reads no pong now
+			}
+			started := p.deliveries.Load()
 			pctx, cancel := context.WithTimeout(ctx, p.cfg.PingInterval)
 			err := ws.Ping(pctx)
 			cancel()
 			if err != nil && ctx.Err() == nil {
+				if p.delivering.Load() > 0 || p.deliveries.Load() != started {
+					// The pong came while the reader was held up
+					// publishing: unread, not unanswered. Dropping the
+					// connection would drop the change with it.
+					continue
+				}
 				fail(fmt.Errorf("ping unanswered: %w", err))
 				return
 			}
@@ -281,6 +294,11 @@ func (p *Platform) publish(ctx context.Context, conn platform.Conn, sc *stateCha
 		}
 		return
 	}
+	// While it publishes, the reader reads nothing, pongs included:
+	// ping does not take their absence for a dead connection.
+	p.deliveries.Add(1)
+	p.delivering.Add(1)
+	defer p.delivering.Add(-1)
 	for ctx.Err() == nil {
 		_, err := conn.Deliver(ctx, m)
 		if err == nil || errors.Is(err, platform.ErrRejected) {

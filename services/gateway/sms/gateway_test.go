@@ -137,6 +137,23 @@ func TestWebhookSignatures(t *testing.T) {
 	platformtest.NoEvent(t, h.evs, 300*time.Millisecond)
 }
 
+// A call with a parameter repeated with one value, signed as Twilio's
+// libraries check it (each distinct value once), is taken; before, the
+// gateway signed the value twice and refused the call 403.
+func TestWebhookRepeatedParameter(t *testing.T) {
+	t.Parallel()
+	f := smsfake.New(t)
+	h := start(t, f, testConfig(f), platform.Options{})
+	form := f.Form(smsfake.Inbound{From: ann, Body: "repeated"})
+	form.Add("NumSegments", form.Get("NumSegments"))
+	if code, _, body := h.post(t, form); code != http.StatusOK {
+		t.Fatalf("answered %d %q, want 200", code, body)
+	}
+	if ev := platformtest.NextEvent(t, h.evs); ev.GetText() != "repeated" {
+		t.Fatalf("published %v", ev)
+	}
+}
+
 // Refusals and skips: each answer, and nothing published.
 func TestWebhookRequests(t *testing.T) {
 	t.Parallel()

@@ -119,6 +119,14 @@ func TestSignatureKnownAnswer(t *testing.T) {
 	if validSignature("", want, signedURLs(u, ""), params) {
 		t.Fatal("an empty token accepted a signature")
 	}
+	// A name repeated with one value counts once, and a repeated name's
+	// values in order, as twilio-python (sorted(set(values))) and
+	// twilio-node (new Set, sorted) compute it.
+	dup := url.Values{"Sid": {"CA123"}, "SidAccount": {"AC123"}, "Digits": {"5678", "1234", "1234"}}
+	const wantDup = "IK+Dwps556ElfBT0I3Rgjkr1wJU="
+	if got := base64.StdEncoding.EncodeToString(signature("12345", u, dup)); got != wantDup {
+		t.Fatalf("signature with a repeated value %s, want %s", got, wantDup)
+	}
 }
 
 func TestSignedURLs(t *testing.T) {

@@ -138,9 +138,10 @@ func signedURLs(publicURL, rawQuery string) []string {
 }
 
 // signature is Twilio's signature of a call to fullURL with params: the
-// URL followed by every parameter's name and value, sorted by name (and
-// a repeated name's values sorted), HMAC-SHA1 with the auth token,
-// base64.
+// URL followed by every parameter's name and value, sorted by name (a
+// repeated name's distinct values sorted, each once, as Twilio's
+// libraries check it: twilio-python's sorted(set(values)), twilio-node's
+// Set), HMAC-SHA1 with the auth token.
 func signature(token, fullURL string, params url.Values) []byte {
 	mac := hmac.New(sha1.New, []byte(token))
 	mac.Write([]byte(fullURL))
@@ -152,7 +153,7 @@ func signature(token, fullURL string, params url.Values) []byte {
 	for _, k := range keys {
 		vs := slices.Clone(params[k])
 		slices.Sort(vs)
-		for _, v := range vs {
+		for _, v := range slices.Compact(vs) {
 			mac.Write([]byte(k))
 			mac.Write([]byte(v))
 		}

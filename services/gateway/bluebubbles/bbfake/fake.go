@@ -50,6 +50,9 @@ type Fake struct {
 	// heldFail is how many of the next held sends fail on the Mac
 	// (Messages keeps them with an error code).
 	heldFail int
+	// unmatched is how many of the next sends go out but are answered
+	// as BlueBubbles answers a send it stopped waiting for.
+	unmatched int
 	// log is every message the bot sent or tried to, as the Messages
 	// database keeps them, for message queries.
 	log     []logged
@@ -175,6 +178,30 @@ func (f *Fake) FailHeld(n int) {
 	f.mu.Lock()
 	f.heldFail = n
 	f.mu.Unlock()
+}
+
+// TimeOutSends makes the next n sends go out (Messages sends them) but
+// be answered as BlueBubbles answers a send whose message it did not see
+// appear in the Messages database in time (its MessagePromise's timeout,
+// or a message it failed to match to the send): 500, an "iMessage Error"
+// whose message is "Message send timeout"; the tempGuid is forgotten, so
+// a retry is taken as a new send.
+func (f *Fake) TimeOutSends(n int) {
+	f.mu.Lock()
+	f.unmatched = n
+	f.mu.Unlock()
+}
+
+// timedOut answers a send just recorded as timed out when TimeOutSends
+// says so (f.mu held).
+func (f *Fake) timedOut(w http.ResponseWriter) bool {
+	if f.unmatched == 0 {
+		return false
+	}
+	f.unmatched--
+	write(w, http.StatusInternalServerError, map[string]any{"status": 500, "message": "Message Send Error",
+		"error": map[string]any{"type": "iMessage Error", "message": "Message send timeout"}})
+	return true
 }
 
 // hold keeps s queued for the slow duration; false when its tempGuid is
@@ -389,6 +416,10 @@ func (f *Fake) text(w http.ResponseWriter, r *http.Request) {
 	}
 	s := Sent{GUID: NewGUID(), ChatGUID: in.ChatGUID, Text: in.Message, Method: in.Method, TempGUID: in.TempGUID, SelectedMessageGUID: in.SelectedMessageGUID}
 	f.record(s)
+	if f.timedOut(w) {
+		f.mu.Unlock()
+		return
+	}
 	f.mu.Unlock()
 	ok(w, "Message sent!", map[string]any{
 		"guid": s.GUID, "tempGuid": in.TempGUID, "text": in.Message, "isFromMe": true,
@@ -427,6 +458,10 @@ func (f *Fake) attachment(w http.ResponseWriter, r *http.Request) {
 	s := Sent{GUID: NewGUID(), ChatGUID: chat, TempGUID: temp, FileName: name, MimeType: hdr.Header.Get("Content-Type"),
 		Data: data, AudioMessage: r.FormValue("isAudioMessage") == "true"}
 	f.record(s)
+	if f.timedOut(w) {
+		f.mu.Unlock()
+		return
+	}
 	f.mu.Unlock()
 	ok(w, "Attachment sent!", map[string]any{"guid": s.GUID, "tempGuid": temp, "isFromMe": true,
 		"attachments": []map[string]any{{"guid": "at_0_" + strings.ToUpper(randomHex(8)), "transferName": name}}})

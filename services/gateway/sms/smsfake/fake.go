@@ -394,8 +394,9 @@ func (f *Fake) Form(in Inbound) url.Values {
 }
 
 // Sign is the X-Twilio-Signature of a call to fullURL with params: the
-// URL and each parameter's name and value in name order, HMAC-SHA1 keyed
-// with token, base64.
+// URL and each parameter's name and value in name order (a repeated
+// name's distinct values, sorted, as Twilio's libraries compute it),
+// HMAC-SHA1 keyed with token, base64.
 func Sign(token, fullURL string, params url.Values) string {
 	var b strings.Builder
 	b.WriteString(fullURL)
@@ -407,8 +408,10 @@ func Sign(token, fullURL string, params url.Values) string {
 	for _, k := range names {
 		vs := append([]string(nil), params[k]...)
 		sort.Strings(vs)
-		for _, v := range vs {
-			b.WriteString(k + v)
+		for i, v := range vs {
+			if i == 0 || v != vs[i-1] {
+				b.WriteString(k + v)
+			}
 		}
 	}
 	mac := hmac.New(sha1.New, []byte(token))
