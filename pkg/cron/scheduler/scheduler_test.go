@@ -1791,6 +1791,10 @@ func TestTimezoneChange(t *testing.T) {
 			[]at{{day(10, 12, 0), 0}, {day(11, 8, 0), 1}, {day(11, 9, 0), 0}, {day(12, 8, 0), 1}}},
 		{"east, restarted after the new zone's time: late, once", "0 9 * * *", "Europe/Berlin", day(10, 9, 0),
 			[]at{{day(11, 8, 30), 1}, {day(11, 9, 0), 0}, {day(11, 10, 0), 0}, {day(12, 8, 0), 1}}},
+		{"far west: 09:00 Honolulu the same UTC day, its 10th not skipped", "0 9 * * *", "Pacific/Honolulu", day(10, 9, 0),
+			[]at{{day(10, 10, 0), 0}, {day(10, 19, 0), 1}, {day(11, 9, 0), 0}, {day(11, 19, 0), 1}}},
+		{"far east: 23:00 Kiritimati, not twice on its 11th", "0 23 * * *", "Pacific/Kiritimati", day(10, 23, 0),
+			[]at{{day(10, 23, 30), 0}, {day(11, 9, 0), 0}, {day(11, 23, 0), 0}, {day(12, 9, 0), 1}}},
 		{"hourly, to a half-hour zone: on from the last run", "0 * * * *", "Asia/Kolkata", day(10, 9, 0),
 			[]at{{day(10, 9, 10), 0}, {day(10, 9, 30), 1}, {day(10, 10, 0), 0}, {day(10, 10, 30), 1}}},
 	}
