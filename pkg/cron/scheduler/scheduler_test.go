@@ -1831,6 +1831,36 @@ func TestTimezoneChange(t *testing.T) {
 	}
 }
 
+// Routers with different cron.timezone at once (a rolling change of it)
+// moved each cron expression's next run to their own zone in turn, every
+// tick. A router moves only jobs last written before it started: the one
+// started later, with the newer zone, moves the job once, and the older
+// one leaves it (and fires it when it is due, as any replica does).
+func TestTimezoneChangeDuringARollingChange(t *testing.T) {
+	t.Parallel()
+	day := func(d, h, m int) time.Time { return time.Date(2026, 3, d, h, m, 0, 0, time.UTC) }
+	e := newEnv(t)
+	e.clock.Set(day(10, 7, 0))
+	j := e.create(t, cron.NewJob{Prompt: "p", Schedule: "0 9 * * *"}) // 09:00 UTC
+	old := e.scheduler(t, nil)                                        // UTC, started first
+	e.clock.Set(day(10, 8, 0))
+	newer := e.scheduler(t, func(c *scheduler.Config) { c.Timezone = "America/New_York" })
+	nyNine := day(10, 13, 0) // 09:00 EDT
+	for i, s := range []*scheduler.Scheduler{newer, old, newer, old} {
+		e.clock.Set(day(10, 8, 1+i))
+		if n := tick(t, s); n != 0 {
+			t.Fatalf("tick %d fired %d", i, n)
+		}
+		if got := e.job(t, j.ID); got.Zone != "America/New_York" || !got.NextRunAt.Equal(nyNine) {
+			t.Fatalf("after tick %d: next run %v in %q, want %v in America/New_York", i, got.NextRunAt, got.Zone, nyNine)
+		}
+	}
+	e.clock.Set(nyNine)
+	if n := tick(t, old); n != 1 {
+		t.Fatalf("the UTC router fired %d at New York's 09:00, want 1", n)
+	}
+}
+
 func mustZone(t *testing.T, name string) *time.Location {
 	t.Helper()
 	loc, err := time.LoadLocation(name)
