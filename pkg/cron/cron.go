@@ -679,14 +679,18 @@ func (s *Store) Remove(ctx context.Context, owner, id string) (Job, error) {
 //     that fire is skipped, as Hermes's tick skips a job whose run is
 //     still going.
 func ClaimDue(ctx context.Context, tx DBTX, now time.Time, skip []string) (Job, bool, error) {
-	return ClaimDueIn(ctx, tx, now, "", skip)
+	return ClaimDueIn(ctx, tx, now, "", now, skip)
 }
 
 // ClaimDueIn is ClaimDue for a scheduler whose time zone is zone
-// (ZoneName): it also claims a scheduled cron expression whose next run
-// was computed in another zone (cron.timezone changed since), however
-// far ahead, for the scheduler to move it to zone. "" claims none.
-func ClaimDueIn(ctx context.Context, tx DBTX, now time.Time, zone string, skip []string) (Job, bool, error) {
+// (ZoneName), started at started: it also claims a scheduled cron
+// expression whose next run was computed in another zone (cron.timezone
+// changed since), however far ahead, for the scheduler to move it to
+// zone, when the job was last written no later than started. A row
+// written since may come from a router started with a newer
+// cron.timezone (a rolling change): this one must not move it back. ""
+// claims none.
+func ClaimDueIn(ctx context.Context, tx DBTX, now time.Time, zone string, started time.Time, skip []string) (Job, bool, error) {
 	if skip == nil {
 		skip = []string{}
 	}
@@ -696,9 +700,9 @@ WHERE NOT (id = ANY($2)) AND (fire_retry_at IS NULL OR fire_retry_at <= $1) AND 
   OR (running_run_id <> '' AND (running_until IS NULL OR running_until <= $1))
   OR (running_run_id <> '' AND state = 'scheduled' AND coalesce(next_skip_at, next_run_at) <= $1)
   OR ($3 <> '' AND schedule_kind = 'cron' AND state = 'scheduled' AND next_run_at IS NOT NULL
-      AND schedule_zone <> '' AND schedule_zone <> $3 AND fire_failures = 0))
+      AND schedule_zone <> '' AND schedule_zone <> $3 AND fire_failures = 0 AND updated_at <= $4))
 ORDER BY LEAST(CASE WHEN state = 'scheduled' THEN next_run_at END, manual_run_at, running_until), id
-LIMIT 1 FOR UPDATE SKIP LOCKED`, now, skip, zone))
+LIMIT 1 FOR UPDATE SKIP LOCKED`, now, skip, zone, started))
 	if errors.Is(err, ErrNotFound) {
 		return Job{}, false, nil
 	}

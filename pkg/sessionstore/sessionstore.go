@@ -107,6 +107,18 @@ type Queued struct {
 	TraceParent string
 	// EnqueuedAt is when the message was queued (set by Peek only).
 	EnqueuedAt time.Time
+	// SteeredBy is the session lock's value when the running turn took
+	// the message as steering (MarkSteering), "" for any other message
+	// (set by Peek and Stop only).
+	SteeredBy string
+}
+
+// IsSteeringOf reports whether q is steering the turn holding the
+// session lock with value owner took and has not yet given to the
+// model: to the user a part of that turn, not a message waiting for the
+// next one. With owner "" (no turn runs) nothing is.
+func (q Queued) IsSteeringOf(owner string) bool {
+	return owner != "" && q.SteeredBy == owner
 }
 
 // Store reads and writes sessions.
@@ -492,9 +504,10 @@ func (s *Store) reset(ctx context.Context, key, reason string, keepQueue bool) (
 }
 
 // Stop fences the running turn (next generation) and drops the waiting
-// messages; it returns the new generation and the messages dropped, in
-// their queue order.
-func (s *Store) Stop(ctx context.Context, key string) (gen int64, dropped []*eventsv1.MessageReceived, err error) {
+// messages, steering the turn has not given to the model with them; it
+// returns the new generation and the messages dropped, in their queue
+// order (Event and SteeredBy set).
+func (s *Store) Stop(ctx context.Context, key string) (gen int64, dropped []Queued, err error) {
 	err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
 		dropped = nil
 		if err := tx.QueryRow(ctx, `UPDATE sessions SET generation = generation + 1, updated_at = $2
@@ -504,21 +517,22 @@ func (s *Store) Stop(ctx context.Context, key string) (gen int64, dropped []*eve
 			}
 			return fmt.Errorf("advance generation: %w", err)
 		}
-		rows, err := tx.Query(ctx, `WITH d AS (DELETE FROM session_queue WHERE session_key = $1 RETURNING stream_seq, id, event)
-			SELECT event FROM d ORDER BY stream_seq, id`, key)
+		rows, err := tx.Query(ctx, `WITH d AS (DELETE FROM session_queue WHERE session_key = $1 RETURNING stream_seq, id, event, steered_by)
+			SELECT event, steered_by FROM d ORDER BY stream_seq, id`, key)
 		if err != nil {
 			return fmt.Errorf("clear queue: %w", err)
 		}
 		for rows.Next() {
 			var data []byte
-			if err := rows.Scan(&data); err != nil {
+			var q Queued
+			if err := rows.Scan(&data, &q.SteeredBy); err != nil {
 				return fmt.Errorf("clear queue: %w", err)
 			}
-			ev := &eventsv1.MessageReceived{}
-			if err := proto.Unmarshal(data, ev); err != nil {
+			q.Event = &eventsv1.MessageReceived{}
+			if err := proto.Unmarshal(data, q.Event); err != nil {
 				return fmt.Errorf("decode dropped message: %w", err)
 			}
-			dropped = append(dropped, ev)
+			dropped = append(dropped, q)
 		}
 		if err := rows.Err(); err != nil {
 			return fmt.Errorf("clear queue: %w", err)
@@ -599,7 +613,36 @@ func (s *Store) Unqueue(ctx context.Context, key, eventID string) error {
 	return nil
 }
 
-// QueueLen is how many messages wait for the session.
+// MarkSteering records that the running turn holding the session lock
+// with value owner took the queued message eventID as steering (it stays
+// queued until the turn gives it to the model, migration 00216): while
+// that turn holds the lock the message counts as steering, not as
+// waiting (Waiting, Peek, Stop). A message no longer queued (the turn
+// gave it to the model already) is left alone.
+func (s *Store) MarkSteering(ctx context.Context, key, eventID, owner string) error {
+	if _, err := s.db.Exec(ctx, `UPDATE session_queue SET steered_by = $3 WHERE session_key = $1 AND event_id = $2`,
+		key, eventID, owner); err != nil {
+		return fmt.Errorf("mark %s as steering: %w", eventID, err)
+	}
+	return nil
+}
+
+// Waiting is what the session's queue holds as the user sees it, with
+// owner the session lock's value ("" when no turn runs): waiting, the
+// messages for the next turns, and steering, the text the running turn
+// took and has not yet given to the model (Queued.IsSteeringOf).
+func (s *Store) Waiting(ctx context.Context, key, owner string) (waiting, steering int, err error) {
+	if err := s.db.QueryRow(ctx, `SELECT count(*) FILTER (WHERE $2 = '' OR steered_by <> $2),
+			count(*) FILTER (WHERE $2 <> '' AND steered_by = $2)
+		FROM session_queue WHERE session_key = $1`, key, owner).Scan(&waiting, &steering); err != nil {
+		return 0, 0, fmt.Errorf("count queue: %w", err)
+	}
+	return waiting, steering, nil
+}
+
+// QueueLen is how many messages wait for the session, steering a running
+// turn took and has not given to the model included (the next turn takes
+// it when that turn ends without it): what a turn start may take.
 func (s *Store) QueueLen(ctx context.Context, key string) (int, error) {
 	var n int
 	if err := s.db.QueryRow(ctx, `SELECT count(*) FROM session_queue WHERE session_key = $1`, key).Scan(&n); err != nil {
@@ -614,8 +657,17 @@ func (s *Store) QueueLen(ctx context.Context, key string) (int, error) {
 // may already have taken some of them. limit must be at least 1 (the
 // count rides on the rows read).
 func (s *Store) Peek(ctx context.Context, key string, limit int) (total int, head []Queued, err error) {
-	rows, err := s.db.Query(ctx, `SELECT id, stream_seq, event_id, own_turn, event, traceparent, enqueued_at,
-			count(*) OVER () FROM session_queue WHERE session_key = $1 ORDER BY stream_seq, id LIMIT $2`, key, limit)
+	return s.PeekWaiting(ctx, key, "", limit)
+}
+
+// PeekWaiting is Peek as the user sees the queue: steering the turn
+// holding the session lock with value owner took and has not given to
+// the model is neither counted nor read (Queued.IsSteeringOf; owner "":
+// nothing is left out).
+func (s *Store) PeekWaiting(ctx context.Context, key, owner string, limit int) (total int, head []Queued, err error) {
+	rows, err := s.db.Query(ctx, `SELECT id, stream_seq, event_id, own_turn, event, traceparent, enqueued_at, steered_by,
+			count(*) OVER () FROM session_queue WHERE session_key = $1 AND ($3 = '' OR steered_by <> $3)
+			ORDER BY stream_seq, id LIMIT $2`, key, limit, owner)
 	if err != nil {
 		return 0, nil, fmt.Errorf("read queue: %w", err)
 	}
@@ -623,7 +675,7 @@ func (s *Store) Peek(ctx context.Context, key string, limit int) (total int, hea
 	for rows.Next() {
 		var q Queued
 		var data []byte
-		if err := rows.Scan(&q.ID, &q.StreamSeq, &q.EventID, &q.OwnTurn, &data, &q.TraceParent, &q.EnqueuedAt, &total); err != nil {
+		if err := rows.Scan(&q.ID, &q.StreamSeq, &q.EventID, &q.OwnTurn, &data, &q.TraceParent, &q.EnqueuedAt, &q.SteeredBy, &total); err != nil {
 			return 0, nil, fmt.Errorf("read queue: %w", err)
 		}
 		q.Event = &eventsv1.MessageReceived{}

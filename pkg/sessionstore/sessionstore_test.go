@@ -666,3 +666,59 @@ func TestPeek(t *testing.T) {
 		t.Fatalf("after the turn's start: %d, %v, %v", total, head, err)
 	}
 }
+
+// Steering a running turn took counts as that turn's while the lock
+// holds the value it was marked with, and as a waiting message once
+// another turn holds the lock (the steered one ended without reading it)
+// or none does; Stop drops it with the queue and says whose it was.
+func TestWaitingLeavesOutSteering(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := New(pgtest.New(t))
+	key := "agent:main:telegram:dm:1"
+	if _, _, _, err := s.Arrive(ctx, key, "", &eventsv1.SessionSource{Platform: "telegram", ChatId: "1"}, ""); err != nil {
+		t.Fatal(err)
+	}
+	for i, text := range []string{"steer", "next"} {
+		if _, err := s.Enqueue(ctx, key, int64(100+i), false, &eventsv1.MessageReceived{EventId: text, Text: text}, 32); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const turn = "g1.turn/worker-a"
+	if err := s.MarkSteering(ctx, key, "steer", turn); err != nil {
+		t.Fatal(err)
+	}
+	// A message no longer queued (the turn read it already) is no error.
+	if err := s.MarkSteering(ctx, key, "gone", turn); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		owner             string
+		waiting, steering int
+		head              string
+	}{
+		{owner: turn, waiting: 1, steering: 1, head: "next"},
+		{owner: "g2.next/worker-b", waiting: 2, head: "steer,next"},
+		{owner: "", waiting: 2, head: "steer,next"},
+	} {
+		waiting, steering, err := s.Waiting(ctx, key, tt.owner)
+		if err != nil || waiting != tt.waiting || steering != tt.steering {
+			t.Fatalf("owner %q: %d waiting, %d steering (%v), want %d, %d", tt.owner, waiting, steering, err, tt.waiting, tt.steering)
+		}
+		total, head, err := s.PeekWaiting(ctx, key, tt.owner, 10)
+		var texts []string
+		for _, q := range head {
+			texts = append(texts, q.Event.GetText())
+		}
+		if err != nil || total != tt.waiting || strings.Join(texts, ",") != tt.head {
+			t.Fatalf("owner %q: peek %d %v (%v), want %d %s", tt.owner, total, texts, err, tt.waiting, tt.head)
+		}
+	}
+	if n, err := s.QueueLen(ctx, key); err != nil || n != 2 {
+		t.Fatalf("queue length %d (%v), want 2: a turn start takes the steering too", n, err)
+	}
+	_, dropped, err := s.Stop(ctx, key)
+	if err != nil || len(dropped) != 2 || !dropped[0].IsSteeringOf(turn) || dropped[1].IsSteeringOf(turn) || dropped[0].IsSteeringOf("") {
+		t.Fatalf("dropped %+v (%v), want the steering of %s, then next", dropped, err, turn)
+	}
+}

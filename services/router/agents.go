@@ -94,7 +94,8 @@ func (s *Service) agentsText(ctx context.Context, m *msgCtx, owner string) (stri
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return "", fmt.Errorf("read background tasks: %w", err)
 	}
-	waiting, head, err := s.store.Peek(ctx, m.key, agentsListed)
+	// Steering the running turn took is that turn's, not a waiting message.
+	waiting, head, err := s.store.PeekWaiting(ctx, m.key, owner, agentsListed)
 	if err != nil {
 		return "", err
 	}

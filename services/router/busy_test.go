@@ -620,3 +620,65 @@ func TestSteeringWhenTheQueueIsFull(t *testing.T) {
 		})
 	}
 }
+
+// Steering the running turn took stays queued until the turn gives it
+// to the model, but the user sent it into that turn: /status, /queue,
+// /agents and /stop counted it as a message waiting for the next turn
+// ("2 queued" for the one /queue message, "2 waiting messages
+// dropped"). It counts as the turn's steering now; /stop still drops it
+// with the turn, as Hermes's hard stop drops a pending steer.
+func TestSteeringIsNotCountedAsWaiting(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name string
+		mode string
+		send string
+		ack  string
+	}{
+		{name: "busy mode steer", mode: BusySteer, send: "go left", ack: "⏩ Steered into current run"},
+		{name: "/steer", mode: BusyQueue, send: "/steer go left", ack: "⏩ Steer queued — arrives after the next tool call: 'go left'"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			cfg := testConfig()
+			cfg.BusyMode = tc.mode
+			e, g, w := busySession(t, cfg, "bob", "long")
+			e.steerQueue.Store(true)
+			const key = "agent:main:telegram:dm:chat-bob"
+			e.publish(dm("bob", tc.send))
+			waitFor(t, "inbound drained", e.inboundDrained)
+			if n := settled(t, "the steering's acknowledgement", 1, func() int { return e.countNotices("bob", tc.ack) }); n != 1 {
+				t.Fatalf("%d acknowledgements %q; notices %q", n, tc.ack, e.noticesTo("bob"))
+			}
+			// Still queued: the simulated worker never gives it to the model.
+			if n, _ := sessionstore.New(e.db).QueueLen(context.Background(), key); n != 1 {
+				t.Fatalf("%d queued, want the steering", n)
+			}
+			if got, want := e.ask("bob", "/status"), "State: working, 0 messages waiting, 1 steer not yet read by the agent\n"; !strings.Contains(got, want) {
+				t.Fatalf("/status %q, want %q", got, want)
+			}
+			if got, want := e.ask("bob", "/queue q1"), "Queued for the next turn."; got != want {
+				t.Fatalf("/queue %q, want %q", got, want)
+			}
+			if got, want := e.ask("bob", "/status"), "State: working, 1 message waiting, 1 steer not yet read by the agent\n"; !strings.Contains(got, want) {
+				t.Fatalf("/status %q, want %q", got, want)
+			}
+			if got := e.ask("bob", "/agents"); !strings.Contains(got, "**Waiting messages:** 1\n") || strings.Contains(got, "go left") {
+				t.Fatalf("/agents %q, want q1 alone waiting", got)
+			}
+			if got, want := e.ask("bob", "/stop"), "⚡ Stopped. You can continue this session. 1 waiting message dropped."; got != want {
+				t.Fatalf("/stop %q, want %q", got, want)
+			}
+			g.open()
+			time.Sleep(300 * time.Millisecond)
+			if n, _ := sessionstore.New(e.db).QueueLen(context.Background(), key); n != 0 {
+				t.Fatalf("%d queued after /stop, want none (the steering dropped with the turn)", n)
+			}
+			turns, _ := w.snapshot()
+			if got := turnsOf(turns, key); got != "long" {
+				t.Fatalf("bob's turns %q, want the stopped one alone", got)
+			}
+		})
+	}
+}

@@ -257,9 +257,12 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 			case owner != "":
 				text = "⚡ Stopped. You can continue this session."
 			}
+			// Steering the stopped turn had not read yet is dropped with
+			// it, as Hermes's hard stop drops a pending steer, but it was
+			// no waiting message to the user.
 			n := 0
-			for _, ev := range dropped {
-				if _, _, wakeup := sessionstore.WakeupOf(ev.GetEventId()); !wakeup && !sessionstore.IsGoalContinuation(ev) {
+			for _, q := range dropped {
+				if _, _, wakeup := sessionstore.WakeupOf(q.Event.GetEventId()); !wakeup && !sessionstore.IsGoalContinuation(q.Event) && !q.IsSteeringOf(owner) {
 					n++
 				}
 			}
@@ -305,13 +308,19 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 		}
 		return s.route(ctx, m.withText(cmd.Args), sess, routeOpts{mode: BusySteer, command: "steer"})
 	case "status":
-		n, err := s.store.QueueLen(ctx, m.key)
+		n, steering, err := s.store.Waiting(ctx, m.key, owner)
 		if err != nil {
 			return err
 		}
 		state := "idle"
 		if busy {
 			state = "working"
+		}
+		waiting := plural(n, "message") + " waiting"
+		if steering > 0 {
+			// Queued until the running turn reads it, but the user sent
+			// it into that turn, not for the next one.
+			waiting += ", " + plural(steering, "steer") + " not yet read by the agent"
 		}
 		model := sess.ModelOverride
 		if model == "" {
@@ -335,8 +344,8 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 			return err
 		}
 		goalLine += loopLines
-		return reply(sess.Generation, fmt.Sprintf("Session: %s\nTitle: %s\nKey: %s\nState: %s, %s waiting\nModel: %s\n%s%sTokens: %d in, %d out\nStarted: %s%s",
-			sess.ID, title, m.key, state, plural(n, "message"), model, s.chatSettings(sess, m.key, m.platform), goalLine, sess.InputTokens, sess.OutputTokens, sess.CreatedAt.UTC().Format("2006-01-02 15:04 MST"), pauseStatus(s.paused())))
+		return reply(sess.Generation, fmt.Sprintf("Session: %s\nTitle: %s\nKey: %s\nState: %s, %s\nModel: %s\n%s%sTokens: %d in, %d out\nStarted: %s%s",
+			sess.ID, title, m.key, state, waiting, model, s.chatSettings(sess, m.key, m.platform), goalLine, sess.InputTokens, sess.OutputTokens, sess.CreatedAt.UTC().Format("2006-01-02 15:04 MST"), pauseStatus(s.paused())))
 	case "context":
 		// Read-only, mid-turn too (context.go).
 		return s.contextCommand(ctx, m, sess, cmd.Args, busy)

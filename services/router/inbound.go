@@ -828,7 +828,7 @@ func (s *Service) route(ctx context.Context, m *msgCtx, sess sessionstore.Sessio
 		return err
 	}
 	if steer {
-		took, err := s.steer(ctx, m)
+		took, err := s.steer(ctx, m, owner)
 		if err != nil {
 			return err
 		}
@@ -930,7 +930,9 @@ func (s *Service) ack(ctx context.Context, m *msgCtx, sess sessionstore.Session,
 	var text string
 	switch {
 	case o.command == "queue":
-		n, err := s.store.QueueLen(ctx, m.key)
+		// Steering the running turn took is no message of the queue's
+		// to the user, though it stays queued until the turn reads it.
+		n, _, err := s.store.Waiting(ctx, m.key, owner)
 		if err != nil {
 			return err
 		}

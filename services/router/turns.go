@@ -287,19 +287,24 @@ func (s *Service) request(ctx context.Context, m *msgCtx, action turnsv1.Control
 	return took, err
 }
 
-// steer asks the session's running turn to take m's text, which route
-// queued: a worker of this release removes the queued message when its
-// turn gives the text to the model, and leaves it queued otherwise (the
-// next turn then answers it). A turn of an older release's worker takes
-// the text without ever removing the message, so for one the message is
-// removed here, as steering was before (lost when that turn does not
-// give it to the model).
-func (s *Service) steer(ctx context.Context, m *msgCtx) (bool, error) {
+// steer asks the session's running turn, whose lock holds owner, to take
+// m's text, which route queued: a worker of this release removes the
+// queued message when its turn gives the text to the model, and leaves
+// it queued otherwise (the next turn then answers it); until then the
+// message is marked as that turn's steering, which the queue's counts
+// leave out (sessionstore.Store.Waiting). A turn of an older release's
+// worker takes the text without ever removing the message, so for one
+// the message is removed here, as steering was before (lost when that
+// turn does not give it to the model).
+func (s *Service) steer(ctx context.Context, m *msgCtx, owner string) (bool, error) {
 	req := &turnsv1.TurnControlRequested{SessionKey: m.key, Action: controlSteer, Text: m.ev.GetText(), EventId: m.dedupeID,
 		QueuedEventId: m.ev.GetEventId()}
 	took, hdr, err := s.requestControl(ctx, req)
-	if err != nil || !took || hdr.Get(bus.HeaderSteerQueue) != "" {
+	if err != nil || !took {
 		return took, err
+	}
+	if hdr.Get(bus.HeaderSteerQueue) != "" {
+		return true, s.store.MarkSteering(ctx, m.key, m.ev.GetEventId(), owner)
 	}
 	if err := s.store.Unqueue(ctx, m.key, m.ev.GetEventId()); err != nil {
 		return true, err
@@ -440,8 +445,9 @@ const stoppedText = "Stopped before it ran: /stop dropped this waiting message."
 // "interrupted" error at once instead of its reply timeout. The reply's
 // ids come from the dropped message, so a republished one is taken
 // once; a redelivered /stop finds the queue emptied and adds nothing.
-func (s *Service) answerDropped(ctx context.Context, m *msgCtx, gen int64, dropped []*eventsv1.MessageReceived) error {
-	for _, ev := range dropped {
+func (s *Service) answerDropped(ctx context.Context, m *msgCtx, gen int64, dropped []sessionstore.Queued) error {
+	for _, q := range dropped {
+		ev := q.Event
 		if !strings.EqualFold(ev.GetSource().GetPlatform(), "api") || ev.GetMessageId() == "" {
 			continue
 		}

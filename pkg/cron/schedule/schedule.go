@@ -362,37 +362,58 @@ func (s Schedule) cronNext(from time.Time) time.Time {
 
 // InZoneOf is the run of s, a cron expression in its zone, that stands
 // for next, a run of old, the same expression in another zone (the time
-// zone changed): a job at set times of the day (fixedTime) keeps the
-// reading of the wall clock next has in old's zone, now read in s's
-// (09:00 in UTC becomes 09:00 in New York, not 05:00), or the first of
-// s's runs after that reading; any other expression (every 15 minutes,
-// every hour) goes on from its last run. Either way the run is after
-// old's run before next (made, or passed, in the old zone), so that no
-// run is made twice. Zero: s has no run then.
+// zone changed): the first of s's runs after the one old's last run
+// before next (made, or passed, in the old zone) stood for, so that no
+// run is made twice and no day of the new zone goes without its run.
+// A job at set times of the day (fixedTime) keeps the wall clock's
+// reading: that last run stood for the run at its reading of old's clock
+// on its date in s's zone (standsFor), so 09:00 in UTC becomes 09:00 in
+// New York from the next day on, not 05:00. The date is the new zone's:
+// Tokyo's 09:00 of the 5th is 16:00 of the 4th in Los Angeles, whose
+// 09:00 of the 5th is still to run (the old zone's date skipped it). Any
+// other expression (every 15 minutes, every hour) goes on from that last
+// run. Zero: s has no run then.
 func (s Schedule) InZoneOf(old Schedule, next time.Time) time.Time {
 	if s.Kind != Cron || old.Kind != Cron {
 		return next
 	}
-	from := old.prev(next)
-	if s.fixedTime() {
-		oldLoc := old.loc
-		if oldLoc == nil {
-			oldLoc = time.UTC
-		}
-		loc := s.loc
-		if loc == nil {
-			loc = time.UTC
-		}
-		r := next.In(oldLoc)
-		t := time.Date(r.Year(), r.Month(), r.Day(), r.Hour(), r.Minute(), r.Second(), 0, loc)
-		if f := t.Add(-time.Second); f.After(from) {
-			from = f
-		}
+	last := old.prev(next)
+	if last.IsZero() {
+		return s.cronNext(next.Add(-time.Second))
 	}
-	if from.IsZero() {
-		from = next.Add(-time.Second)
+	if !s.fixedTime() {
+		return s.cronNext(last)
+	}
+	from := s.standsFor(old, last)
+	if from.Before(last) {
+		// Runs of s between the one last stood for and last itself were
+		// passed in the old zone: none is made late for it.
+		from = last
 	}
 	return s.cronNext(from)
+}
+
+// standsFor is the run of s that last, a run of old (the same expression
+// at set times of the day, in another zone), stood for: s's run at last's
+// reading of old's clock on last's date in s's zone, or, when s has no
+// run then (a weekday or a day of the month that date is not), s's run
+// nearest to that reading (the earlier of two as near).
+func (s Schedule) standsFor(old Schedule, last time.Time) time.Time {
+	r, d := last.In(old.location()), last.In(s.location())
+	t := time.Date(d.Year(), d.Month(), d.Day(), r.Hour(), r.Minute(), 0, 0, s.location())
+	before, after := s.prev(t.Add(time.Second)), s.cronNext(t)
+	if !after.IsZero() && (before.IsZero() || after.Sub(t) < t.Sub(before)) {
+		return after
+	}
+	return before
+}
+
+// location is s's zone, UTC when it has none.
+func (s Schedule) location() *time.Location {
+	if s.loc == nil {
+		return time.UTC
+	}
+	return s.loc
 }
 
 // prev is the last run of s before t (zero: none in the five years

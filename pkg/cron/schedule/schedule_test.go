@@ -228,3 +228,65 @@ func TestCronDST(t *testing.T) {
 		})
 	}
 }
+
+// A time zone change moves a cron expression's next run to the run that
+// stands for it in the new zone: the first after the one the old zone's
+// last run stood for, read on the new zone's calendar. A large westward
+// move left one day of the new zone without its run (the old zone's date
+// of the next run was kept: Tokyo's 09:00 of the 6th became 09:00 of the
+// 6th in Los Angeles, whose 5th had none, Tokyo's 09:00 of the 5th being
+// 16:00 of the 4th there); a large eastward one ran twice on one day.
+// next is the old zone's next run and want the new zone's, each read on
+// its own zone's clock.
+func TestInZoneOf(t *testing.T) {
+	cases := []struct {
+		name, expr, from, to string
+		next, want           string
+	}{
+		{"west far: Los Angeles's 5th keeps its run", "0 9 * * *", "Asia/Tokyo", "America/Los_Angeles",
+			"2026-12-06 09:00", "2026-12-05 09:00"},
+		{"west near: New York's 5th had its run at 04:00", "0 9 * * *", "UTC", "America/New_York",
+			"2026-12-06 09:00", "2026-12-06 09:00"},
+		{"east far: Tokyo's 5th had its run at 02:00, not again at 09:00", "0 9 * * *", "America/Los_Angeles", "Asia/Tokyo",
+			"2026-12-05 09:00", "2026-12-06 09:00"},
+		{"east near: Berlin's 5th had its run at 10:00", "0 9 * * *", "UTC", "Europe/Berlin",
+			"2026-12-06 09:00", "2026-12-06 09:00"},
+		{"east far, the last run late on the new zone's day", "0 9 * * *", "UTC", "Pacific/Kiritimati",
+			"2026-12-06 09:00", "2026-12-06 09:00"},
+		{"across midnight, west: 00:30 of the 5th in Los Angeles still runs", "30 0 * * *", "Asia/Tokyo", "America/Los_Angeles",
+			"2026-12-06 00:30", "2026-12-05 00:30"},
+		{"across midnight, east: Tokyo's 5th had its run at 13:30, not again at 23:30", "30 23 * * *", "America/New_York", "Asia/Tokyo",
+			"2026-12-05 23:30", "2026-12-06 23:30"},
+		{"weekly, west far: Tokyo's Monday ran on Los Angeles's Sunday", "0 9 * * 1", "Asia/Tokyo", "America/Los_Angeles",
+			"2026-12-14 09:00", "2026-12-14 09:00"},
+		{"weekly, east far: Los Angeles's Monday ran on Tokyo's Tuesday", "0 9 * * 1", "America/Los_Angeles", "Asia/Tokyo",
+			"2026-12-14 09:00", "2026-12-14 09:00"},
+		{"DST: New York's 8th springs forward over 02:30, its run that day an hour later", "30 2 * * *", "UTC", "America/New_York",
+			"2026-03-09 02:30", "2026-03-08 03:30"},
+		{"DST: the old zone's last run after it fell back", "0 9 * * *", "America/New_York", "Europe/London",
+			"2026-11-02 09:00", "2026-11-02 09:00"},
+		{"hourly goes on from the last run", "0 * * * *", "UTC", "Asia/Kolkata",
+			"2026-12-05 10:00", "2026-12-05 15:00"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			from, to := mustLoad(tc.from), mustLoad(tc.to)
+			old, err := schedule.Load(schedule.Cron, tc.expr, from)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, err := schedule.Load(schedule.Cron, tc.expr, to)
+			if err != nil {
+				t.Fatal(err)
+			}
+			next, err := time.ParseInLocation("2006-01-02 15:04", tc.next, from)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := s.InZoneOf(old, next)
+			if r := got.In(to).Format("2006-01-02 15:04"); r != tc.want {
+				t.Fatalf("next run %s in %s, want %s (was %s in %s)", r, tc.to, tc.want, tc.next, tc.from)
+			}
+		})
+	}
+}

@@ -200,6 +200,9 @@ type Scheduler struct {
 	loc  *time.Location
 	// zone names loc (cron.ZoneName), as the jobs' next runs record it.
 	zone string
+	// started is when the scheduler was made: it moves only jobs last
+	// written before (rezone).
+	started time.Time
 	// commit ends a run's transaction (tests make it fail).
 	commit func(ctx context.Context, tx pgx.Tx) error
 }
@@ -220,7 +223,7 @@ func New(cfg Config, deps Deps) (*Scheduler, error) {
 	}
 	loc, _ := cfg.Location()
 	return &Scheduler{cfg: cfg, log: deps.Log.With("component", "cron"), db: deps.DB, bus: deps.Bus,
-		resolve: deps.Resolve, alive: deps.RunAlive, paused: deps.Paused, now: deps.Now, loc: loc, zone: cron.ZoneName(loc),
+		resolve: deps.Resolve, alive: deps.RunAlive, paused: deps.Paused, now: deps.Now, loc: loc, zone: cron.ZoneName(loc), started: deps.Now(),
 		commit: func(ctx context.Context, tx pgx.Tx) error { return tx.Commit(ctx) }}, nil
 }
 
@@ -349,7 +352,7 @@ func (s *Scheduler) fireOne(ctx context.Context, skip []string) (id string, publ
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 	now := s.now()
-	j, ok, err := cron.ClaimDueIn(ctx, tx, now, s.zone, skip)
+	j, ok, err := cron.ClaimDueIn(ctx, tx, now, s.zone, s.started, skip)
 	if err != nil || !ok {
 		return "", false, false, err
 	}
@@ -603,9 +606,22 @@ func (s *Scheduler) handle(ctx context.Context, j *cron.Job, now time.Time) (boo
 // recomputes it to keep the wall clock's reading rather than fire it.
 // An instant whose firing failed keeps its zone until it has fired: its
 // run may be out already, and is retried under its id.
+//
+// Only a job last written before this scheduler started is moved: one
+// written since may come from a router started with a newer
+// cron.timezone (a rolling change, or a rollback), which a router of the
+// older zone must not undo, or the two would move it back and forth
+// every tick. Nothing tells which zone is newer but the routers' starts,
+// so such a job keeps its next run, and this scheduler's zone applies
+// from the run after it (cron.timezone must be the same on every router).
 func (s *Scheduler) rezone(j *cron.Job, sched schedule.Schedule) {
 	if j.Kind != schedule.Cron || j.Zone == "" || j.Zone == s.zone || j.State != cron.StateScheduled || j.NextRunAt.IsZero() ||
 		j.FireFailures > 0 || j.LastRunID == cron.RunID(j.ID, j.NextRunAt, false) {
+		return
+	}
+	if j.UpdatedAt.After(s.started) {
+		s.log.Warn("cron job's next run was computed in another time zone since this router started; left as it is (do the routers' cron.timezone differ?)",
+			"job", j.ID, "job_zone", j.Zone, "zone", s.zone, "next", j.NextRunAt)
 		return
 	}
 	next := s.next(sched, s.now())

@@ -1791,6 +1791,10 @@ func TestTimezoneChange(t *testing.T) {
 			[]at{{day(10, 12, 0), 0}, {day(11, 8, 0), 1}, {day(11, 9, 0), 0}, {day(12, 8, 0), 1}}},
 		{"east, restarted after the new zone's time: late, once", "0 9 * * *", "Europe/Berlin", day(10, 9, 0),
 			[]at{{day(11, 8, 30), 1}, {day(11, 9, 0), 0}, {day(11, 10, 0), 0}, {day(12, 8, 0), 1}}},
+		{"far west: 09:00 Honolulu the same UTC day, its 10th not skipped", "0 9 * * *", "Pacific/Honolulu", day(10, 9, 0),
+			[]at{{day(10, 10, 0), 0}, {day(10, 19, 0), 1}, {day(11, 9, 0), 0}, {day(11, 19, 0), 1}}},
+		{"far east: 23:00 Kiritimati, not twice on its 11th", "0 23 * * *", "Pacific/Kiritimati", day(10, 23, 0),
+			[]at{{day(10, 23, 30), 0}, {day(11, 9, 0), 0}, {day(11, 23, 0), 0}, {day(12, 9, 0), 1}}},
 		{"hourly, to a half-hour zone: on from the last run", "0 * * * *", "Asia/Kolkata", day(10, 9, 0),
 			[]at{{day(10, 9, 10), 0}, {day(10, 9, 30), 1}, {day(10, 10, 0), 0}, {day(10, 10, 30), 1}}},
 	}
@@ -1824,6 +1828,36 @@ func TestTimezoneChange(t *testing.T) {
 				t.Errorf("zone %q, want %q", got.Zone, tc.zone)
 			}
 		})
+	}
+}
+
+// Routers with different cron.timezone at once (a rolling change of it)
+// moved each cron expression's next run to their own zone in turn, every
+// tick. A router moves only jobs last written before it started: the one
+// started later, with the newer zone, moves the job once, and the older
+// one leaves it (and fires it when it is due, as any replica does).
+func TestTimezoneChangeDuringARollingChange(t *testing.T) {
+	t.Parallel()
+	day := func(d, h, m int) time.Time { return time.Date(2026, 3, d, h, m, 0, 0, time.UTC) }
+	e := newEnv(t)
+	e.clock.Set(day(10, 7, 0))
+	j := e.create(t, cron.NewJob{Prompt: "p", Schedule: "0 9 * * *"}) // 09:00 UTC
+	old := e.scheduler(t, nil)                                        // UTC, started first
+	e.clock.Set(day(10, 8, 0))
+	newer := e.scheduler(t, func(c *scheduler.Config) { c.Timezone = "America/New_York" })
+	nyNine := day(10, 13, 0) // 09:00 EDT
+	for i, s := range []*scheduler.Scheduler{newer, old, newer, old} {
+		e.clock.Set(day(10, 8, 1+i))
+		if n := tick(t, s); n != 0 {
+			t.Fatalf("tick %d fired %d", i, n)
+		}
+		if got := e.job(t, j.ID); got.Zone != "America/New_York" || !got.NextRunAt.Equal(nyNine) {
+			t.Fatalf("after tick %d: next run %v in %q, want %v in America/New_York", i, got.NextRunAt, got.Zone, nyNine)
+		}
+	}
+	e.clock.Set(nyNine)
+	if n := tick(t, old); n != 1 {
+		t.Fatalf("the UTC router fired %d at New York's 09:00, want 1", n)
 	}
 }
 
