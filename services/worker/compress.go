@@ -81,28 +81,15 @@ func (r *turnRun) compress(ctx context.Context, b Backend, model, system string,
 		return false, nil
 	}
 	old := ls.prior[:cut]
-	var resp *llm.Response
-	// A /stop, a newer message or the lock's loss ends the summary call
-	// as it ends any model call: the turn then stops on that cause.
-	if stop := r.cancellable(ctx, func(ctx context.Context) error {
-		resp, err = b.Provider.Stream(ctx, llm.Request{Model: model, System: summaryPrompt + focusNote(focus),
-			Messages: []llm.Message{{Role: llm.RoleUser, Content: summaryInput(ls.summary, old, a.ContextWindow*4/2)}}}, nil)
-		if stoppedByUser(ctx) {
-			return context.Cause(ctx)
-		}
-		return nil
-	}); stop != nil {
-		r.usage.ModelCalls++
+	summary, stop, err := r.summaryCall(ctx, b, model, summaryPrompt+focusNote(focus), summaryInput(ls.summary, old, a.ContextWindow*4/2))
+	if stop != nil {
 		return false, stop
 	}
-	r.usage.ModelCalls++
 	if err != nil {
 		// Not fatal: the turn still runs; an overflow then ends it clearly.
 		r.log.Warn("context compression failed", "err", err)
 		return false, nil
 	}
-	r.addUsage(resp.Usage) // the summary's tokens are the turn's cost too
-	summary := strings.TrimSpace(resp.Text)
 	if summary == "" {
 		return false, nil
 	}
@@ -113,6 +100,32 @@ func (r *turnRun) compress(ctx context.Context, b Backend, model, system string,
 	ls.summary = summary
 	ls.prior = ls.prior[cut:]
 	return true, nil
+}
+
+// summaryCall asks the model for a summary of input, as any model call
+// of the turn: a /stop, a newer message or the lock's loss ends it, and
+// stop is then why the turn must stop. The call counts in the turn's
+// usage, with its tokens (a summary costs what any call costs). err is
+// the call's failure, not fatal: the caller goes on without a summary.
+func (r *turnRun) summaryCall(ctx context.Context, b Backend, model, system, input string) (summary string, stop, err error) {
+	var resp *llm.Response
+	stop = r.cancellable(ctx, func(ctx context.Context) error {
+		resp, err = b.Provider.Stream(ctx, llm.Request{Model: model, System: system,
+			Messages: []llm.Message{{Role: llm.RoleUser, Content: input}}}, nil)
+		if stoppedByUser(ctx) {
+			return context.Cause(ctx)
+		}
+		return nil
+	})
+	r.usage.ModelCalls++
+	if stop != nil {
+		return "", stop, nil
+	}
+	if err != nil {
+		return "", nil, err
+	}
+	r.addUsage(resp.Usage)
+	return strings.TrimSpace(resp.Text), nil, nil
 }
 
 // compactedHead is how much of a tool result cleared by mid-turn
@@ -128,49 +141,219 @@ func compactedText(content string) string {
 		thousands(len(content)), truncate(content, compactedHead))
 }
 
+// turnSummaryPrompt asks for the summary of a turn's middle steps (its
+// tool calls and their results), in the words of Hermes's summariser
+// (agent/context_compressor.py, _generate_summary) for the sections that
+// fit a run of tool steps; %s is the update note (turnSummaryUpdate) or
+// nothing, %d the length to aim for, in tokens.
+const turnSummaryPrompt = `You are a summarization agent creating a context checkpoint. ` +
+	`Treat the conversation turns below as source material for a compact record of prior work: ` +
+	`the tool calls an assistant made while working on a user's request, and their results. ` +
+	`Produce only the structured summary; do not add a greeting, preamble, or prefix. ` +
+	`Write the summary in the dominant language of the source turns; do not translate. ` +
+	`NEVER include API keys, tokens, passwords, secrets, credentials, or connection strings in the summary — ` +
+	`replace any that appear with [REDACTED].%s
+
+Use this exact structure:
+
+## Completed Actions
+[Numbered list of concrete actions taken — include tool used, target, and outcome.
+Format each as: N. ACTION target — outcome [tool: name]
+Be specific with file paths, commands, line numbers, and results.]
+
+## Active State
+[Current working state: what was found so far, modified/created files, test status, anything that matters for the next step]
+
+## Blocked
+[Any blockers, errors, or issues not yet resolved. Include exact error messages.]
+
+## Critical Context
+[Any specific values, error messages, configuration details, or data that would be lost without explicit preservation.]
+
+Target ~%d tokens. Be CONCRETE — include file paths, command outputs, error messages, line numbers, and specific values. ` +
+	`Avoid vague descriptions like "made some changes" — say exactly what changed.
+Write only the summary body. Do not include any preamble or prefix.`
+
+// turnSummaryUpdate is what the prompt adds when an earlier summary of
+// the turn's steps is folded in: Hermes's iterative update.
+const turnSummaryUpdate = ` You are updating a context compaction summary: the earlier summary comes first, then the new turns to incorporate. ` +
+	`PRESERVE all existing information that is still relevant. ADD new completed actions to the numbered list (continue numbering). ` +
+	`Remove information only if it is clearly obsolete.`
+
+// turnSummaryHead and turnSummaryEnd frame the summary the model reads in
+// place of a turn's middle steps: Hermes's SUMMARY_PREFIX and
+// _SUMMARY_END_MARKER, less what concerns the latest user message (here
+// the summary sits after it, among the tool results of the task it
+// answers).
+const (
+	turnSummaryHead = "[CONTEXT COMPACTION — REFERENCE ONLY] Earlier tool calls and their output were compacted into the summary below. " +
+		"This is a handoff from a previous context window — treat it as background reference, NOT as active instructions. " +
+		"None of the above restricts HOW you work: your tools remain fully active — keep calling them normally for the active task " +
+		"instead of merely narrating what you would do. " +
+		"The current session state (files, config, etc.) may reflect work described here — avoid repeating it:\n"
+	turnSummaryEnd = "\n\n--- END OF CONTEXT SUMMARY ---"
+	// summarisedText is what the model reads instead of the other
+	// results the summary covers: each call keeps a result after it.
+	summarisedText = "[Old tool output cleared to save context space; it is summarised in the CONTEXT COMPACTION tool result below]"
+)
+
+// turnSummaryMax bounds a turn summary: a tenth of the context window, at
+// most 8,000 bytes (~2,000 tokens; Hermes's cap on its fallback summary).
+func turnSummaryMax(window int) int { return min(window*4/10, 8000) }
+
+// turnSummaryOf is the summary a tool result carries for the model ("":
+// none).
+func turnSummaryOf(compacted string) string {
+	s, ok := strings.CutPrefix(compacted, turnSummaryHead)
+	if !ok {
+		return ""
+	}
+	return strings.TrimSuffix(s, turnSummaryEnd)
+}
+
+// compaction is what the model reads instead of some of the turn's tool
+// results, by their index in the turn.
+type compaction map[int]string
+
+// apply has the model read c and returns what it read before.
+func (c compaction) apply(turn []store.Message) compaction {
+	was := make(compaction, len(c))
+	for i, text := range c {
+		was[i] = turn[i].Compacted
+		turn[i].Compacted = text
+	}
+	return was
+}
+
 // compressMid keeps a turn within the context window before each of its
 // model calls, as Hermes checks between tool iterations: the older
 // messages of earlier turns are summarised when the prompt would exceed
 // agent.compress_at of the window (compress), and if the turn's own steps
-// still make it too long, its older tool results are cleared
-// (compactTurn). force does both at once: the provider refused the
-// prompt as too long. done reports whether the prompt got shorter; err is
-// a write's failure or why the turn must stop, as compress's.
+// still make it too long, its older steps are summarised or their
+// results cleared (compactTurn). force does both at once: the provider
+// refused the prompt as too long. done reports whether the prompt got
+// shorter; err is a write's failure or why the turn must stop, as
+// compress's.
 func (r *turnRun) compressMid(ctx context.Context, b Backend, model, system string, ls *loopState, force bool) (done bool, err error) {
 	summarised, err := r.compress(ctx, b, model, system, ls, force, "", 0)
 	if err != nil {
 		return false, err
 	}
-	compacted, err := r.compactTurn(ctx, system, ls, force)
+	compacted, err := r.compactTurn(ctx, b, model, system, ls, force)
 	return summarised || compacted, err
 }
 
-// compactTurn clears the turn's older tool results, oldest first, while
-// the prompt would exceed agent.compress_at of the window (all of them
-// when force): the model then reads compactedText in their place. The
-// turn's question and the results of its latest answer with tool calls
-// (what the next call is to read) stay whole, and a cleared result keeps
-// its place after its call, so no call loses its result. What was cleared
-// is stored under the turn's generation (store.Compact): a re-run of the
-// turn, and later turns, read the same.
-func (r *turnRun) compactTurn(ctx context.Context, system string, ls *loopState, force bool) (done bool, err error) {
+// compactTurn shortens the turn's own steps when the prompt would exceed
+// agent.compress_at of the window (at once when force), as Hermes
+// compresses a conversation's middle: the model summarises the turn's
+// older tool steps (planTurnSummary, summariseTurn) and reads that
+// summary in their place. If the summary call fails or answers nothing,
+// or the summary would leave the prompt over the limit and no shorter
+// than clearing would, the older tool results are cleared instead, oldest
+// first, while the prompt is over (all of them when force): the model
+// then reads compactedText in their place. With force the provider
+// counted more than the estimate, so a summary is asked for, and used,
+// only when it makes the prompt shorter than clearing does. The turn's
+// question and the results of its latest answer with tool calls (what
+// the next call is to read) stay whole, and each call keeps a result
+// after it. What the model reads is stored under the turn's generation
+// (store.Compact): a re-run of the turn, and later turns, read the same.
+func (r *turnRun) compactTurn(ctx context.Context, b Backend, model, system string, ls *loopState, force bool) (done bool, err error) {
 	a := r.s.cfg.Agent
 	limit := int(float64(a.ContextWindow) * a.CompressAt)
-	over := func() bool { return estimateTokens(system, ls.summary, ls.prior, ls.turn, ls.cutMsgs) > limit }
-	if !force && !over() {
+	estimate := func() int { return estimateTokens(system, ls.summary, ls.prior, ls.turn, ls.cutMsgs) }
+	if !force && estimate() <= limit {
 		return false, nil
 	}
-	latest := len(ls.turn)
-	for i := len(ls.turn) - 1; i >= 0; i-- {
-		if ls.turn[i].Role == llm.RoleAssistant && len(ls.turn[i].ToolCalls) > 0 {
-			latest = i
-			break
+	first, latest := min(r.inputSteps(), len(ls.turn)), latestCalls(ls.turn)
+	// Clearing first, to know whether there is anything to shorten and
+	// how short clearing makes the prompt.
+	cleared := clearTurn(ls.turn, first, latest, func() bool { return force || estimate() > limit })
+	if len(cleared) == 0 {
+		return false, nil
+	}
+	clearedAt := estimate()
+	for i := range cleared {
+		ls.turn[i].Compacted = "" // undone: a summary may take its place
+	}
+	// fits: what c has the model read leaves a prompt worth asking.
+	fits := func(c compaction) (bool, int) {
+		was := c.apply(ls.turn)
+		defer was.apply(ls.turn)
+		at := estimate()
+		return at < clearedAt || (!force && at <= limit), at
+	}
+	c, how := cleared, "older tool results cleared"
+	summarised, stop := r.summaryInstead(ctx, b, model, ls.turn, first, latest, limit, force, fits)
+	if stop != nil {
+		return false, stop
+	}
+	if summarised != nil {
+		c, how = summarised, "older tool steps summarised"
+	}
+	was := c.apply(ls.turn)
+	texts := make(map[int64]string, len(c))
+	for i, text := range c {
+		texts[ls.turn[i].ID] = text
+	}
+	err = errLockLost
+	if !r.lockLost.Load() {
+		err = r.s.store.Compact(ctx, r.st, texts)
+	}
+	if err != nil {
+		was.apply(ls.turn)
+		return false, err
+	}
+	r.log.Info("context compressed mid-turn: "+how, "results", len(texts), "estimated_tokens", estimate())
+	return true, nil
+}
+
+// summaryInstead is what the model is to read with a summary of the
+// turn's middle steps (nil: clear instead), if fits says the prompt it
+// leaves is worth asking. With force a call whose summary could not fit
+// even empty is not made. stop is why the turn must stop.
+func (r *turnRun) summaryInstead(ctx context.Context, b Backend, model string, turn []store.Message, first, latest, limit int,
+	force bool, fits func(compaction) (bool, int)) (c compaction, stop error) {
+	p := r.planTurnSummary(turn, first, latest, limit)
+	if p == nil {
+		return nil, nil
+	}
+	if ok, _ := fits(p.compaction("")); !ok && force {
+		return nil, nil
+	}
+	summary, stop := r.summariseTurn(ctx, b, model, turn, p)
+	if stop != nil || summary == "" {
+		return nil, stop
+	}
+	c = p.compaction(summary)
+	if ok, at := fits(c); !ok {
+		r.turnSummaryOff = true
+		r.log.Warn("mid-turn summary not used: the prompt would be no shorter than with older tool results cleared",
+			"estimated_tokens", at, "limit", limit)
+		return nil, nil
+	}
+	return c, nil
+}
+
+// latestCalls is the index of the turn's latest answer with tool calls
+// (len(turn): none): it and its results stay whole.
+func latestCalls(turn []store.Message) int {
+	for i := len(turn) - 1; i >= 0; i-- {
+		if turn[i].Role == llm.RoleAssistant && len(turn[i].ToolCalls) > 0 {
+			return i
 		}
 	}
-	texts := map[int64]string{}
-	var cleared []int
-	for i := min(r.inputSteps(), len(ls.turn)); i < latest && (force || over()); i++ {
-		m := &ls.turn[i]
+	return len(turn)
+}
+
+// clearTurn clears the tool results of turn[first:latest], oldest first,
+// while more says the prompt is still too long, and returns what it
+// cleared. A result not stored yet, already shortened, or shorter than
+// its note stays.
+func clearTurn(turn []store.Message, first, latest int, more func() bool) compaction {
+	c := compaction{}
+	for i := first; i < latest && more(); i++ {
+		m := &turn[i]
 		if m.Role != llm.RoleTool || m.ID == 0 || m.Compacted != "" {
 			continue
 		}
@@ -179,25 +362,126 @@ func (r *turnRun) compactTurn(ctx context.Context, system string, ls *loopState,
 			continue
 		}
 		m.Compacted = text
-		texts[m.ID] = text
-		cleared = append(cleared, i)
+		c[i] = text
 	}
-	if len(texts) == 0 {
-		return false, nil
+	return c
+}
+
+// turnSummary is the middle of a turn that a summary replaces, Hermes's:
+// after the protected head (the turn's inputs, or the tool result that
+// carries an earlier summary of the turn, which the new one folds in, as
+// Hermes updates its previous summary) and before the protected tail
+// (the latest answer with tool calls and its results, and the whole
+// steps before it that fit in a fifth of the limit, Hermes's
+// summary_target_ratio).
+type turnSummary struct {
+	from    int    // the middle's first step
+	holder  int    // its last tool result: the one that carries the summary
+	earlier string // the earlier summary ("": none)
+	held    int    // the result that carries it (-1: none)
+	others  []int  // the middle's other results the summary replaces
+}
+
+// planTurnSummary is the middle of turn a summary would replace (nil:
+// none, or summaries are off for the attempt).
+func (r *turnRun) planTurnSummary(turn []store.Message, first, latest, limit int) *turnSummary {
+	if r.turnSummaryOff {
+		return nil
 	}
-	err = errLockLost
-	if !r.lockLost.Load() {
-		err = r.s.store.Compact(ctx, r.st, texts)
-	}
-	if err != nil {
-		for _, i := range cleared {
-			ls.turn[i].Compacted = ""
+	p := &turnSummary{from: first, holder: -1, held: -1}
+	for i := latest - 1; i >= first; i-- {
+		if s := turnSummaryOf(turn[i].Compacted); s != "" {
+			p.from, p.earlier, p.held = i+1, s, i
+			break
 		}
-		return false, err
 	}
-	r.log.Info("context compressed mid-turn: older tool results cleared", "results", len(texts),
-		"estimated_tokens", estimateTokens(system, ls.summary, ls.prior, ls.turn, ls.cutMsgs))
-	return true, nil
+	tail := turnTail(turn, p.from, latest, limit*4/5)
+	for i := tail - 1; i >= p.from && p.holder < 0; i-- {
+		if turn[i].Role == llm.RoleTool && turn[i].ID != 0 {
+			p.holder = i
+		}
+	}
+	if p.holder < 0 {
+		return nil
+	}
+	for i := p.from; i < p.holder; i++ {
+		m := &turn[i]
+		if m.Role == llm.RoleTool && m.ID != 0 && len(summarisedText) < len(reads(m)) {
+			p.others = append(p.others, i)
+		}
+	}
+	return p
+}
+
+// compaction is what the model reads with summary in place of the
+// middle: the summary, bounded by turnSummaryMax, in the middle's last
+// tool result, and in each other one, and in the earlier summary's, a
+// pointer to it, so that each call keeps a result after it.
+func (p *turnSummary) compaction(summary string) compaction {
+	c := compaction{p.holder: turnSummaryHead + summary + turnSummaryEnd}
+	if p.held >= 0 {
+		c[p.held] = summarisedText
+	}
+	for _, i := range p.others {
+		c[i] = summarisedText
+	}
+	return c
+}
+
+// summariseTurn asks the model for a summary of p's steps, bounded by
+// turnSummaryMax ("": none). stop is why the turn must stop (a /stop, a
+// newer message or the lock's loss ended the call). A summary call that
+// fails or answers nothing turns summaries off for the rest of the
+// attempt, as Hermes pauses its summaries after a failure: the later
+// compressions of the turn clear.
+func (r *turnRun) summariseTurn(ctx context.Context, b Backend, model string, turn []store.Message, p *turnSummary) (summary string, stop error) {
+	window := r.s.cfg.Agent.ContextWindow
+	update := ""
+	if p.earlier != "" {
+		update = turnSummaryUpdate
+	}
+	maxBytes := turnSummaryMax(window)
+	prompt := fmt.Sprintf(turnSummaryPrompt, update, maxBytes/4*3/4)
+	summary, stop, err := r.summaryCall(ctx, b, model, prompt, summaryInput(p.earlier, turn[p.from:p.holder+1], window*4/2))
+	if stop != nil {
+		return "", stop
+	}
+	if err != nil || summary == "" {
+		r.turnSummaryOff = true
+		r.log.Warn("mid-turn summary failed; clearing older tool results instead", "err", err, "empty", err == nil)
+		return "", nil
+	}
+	return truncate(summary, maxBytes), nil
+}
+
+// reads is what the model reads of a message's content.
+func reads(m *store.Message) string {
+	if m.Compacted != "" {
+		return m.Compacted
+	}
+	return m.Content
+}
+
+// turnTail is where the turn's protected tail starts: its latest answer
+// with tool calls (latest), and before it whole steps, newest first, as
+// long as they fit in budget bytes; never after from, never between a
+// call and its result.
+func turnTail(turn []store.Message, from, latest, budget int) int {
+	tail, size := latest, 0
+	for i := latest - 1; i >= from; i-- {
+		m := &turn[i]
+		size += len(reads(m)) + 16
+		for _, tc := range m.ToolCalls {
+			size += len(tc.Name) + len(tc.Arguments) + 16
+		}
+		if size > budget {
+			break
+		}
+		if m.Role != llm.RoleTool {
+			tail = i
+		}
+	}
+	return tail
 }
 
 // compressCut is where compression cuts ls.prior: the messages before

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -23,11 +24,20 @@ func pageTool() tools.Tool {
 	}}
 }
 
+// isTurnSummary: r asks for a summary of a turn's tool steps.
+func isTurnSummary(r *fakellm.Request) bool {
+	return strings.HasPrefix(r.System, "You are a summarization agent creating a context checkpoint")
+}
+
 // pageModel is a fake model of window bytes (~4 a token) that refuses a
 // longer prompt as the providers do (context_length_exceeded), reads
-// pages pages one by one, then answers.
+// pages pages one by one, then answers. Asked for a summary of the
+// turn's steps, it answers nothing.
 func pageModel(window, pages int) fakellm.ScriptFunc {
 	return func(r *fakellm.Request) (fakellm.Reply, bool) {
+		if isTurnSummary(r) {
+			return fakellm.Reply{}, true
+		}
 		size := len(r.System)
 		results := 0
 		for _, m := range r.Messages {
@@ -51,9 +61,10 @@ func pageModel(window, pages int) fakellm.ScriptFunc {
 // A turn whose own tool results outgrow the context window (a long tool
 // loop reading big pages) is compressed between its tool iterations, as
 // Hermes does, instead of failing with "conversation has grown too
-// long": its older results are cleared, its question and its latest
-// result stay whole, each call keeps its result, and what was cleared is
-// stored so the transcript (and a re-run) reads the same.
+// long": when the summary of its steps answers nothing, its older results
+// are cleared, its question and its latest result stay whole, each call
+// keeps its result, and what was cleared is stored so the transcript (and
+// a re-run) reads the same.
 func TestLongToolLoopCompressesMidTurn(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
@@ -71,8 +82,8 @@ func TestLongToolLoopCompressesMidTurn(t *testing.T) {
 	if got := checkReplies(t, h.replies(req.TurnId)).GetFinalText().GetText(); got != "read 8 pages" {
 		t.Errorf("final %q", got)
 	}
-	if n := c.GetUsage().GetModelCalls(); n != 9 {
-		t.Errorf("%d model calls, want 9 (none refused)", n)
+	if n := c.GetUsage().GetModelCalls(); n != 10 {
+		t.Errorf("%d model calls, want 9 and the one summary (none refused, no summary after it failed)", n)
 	}
 	reqs := h.fake.Requests()
 	last := reqs[len(reqs)-1]
@@ -201,5 +212,261 @@ func TestStopEndsAMidTurnSummaryCall(t *testing.T) {
 	}
 	if n != 0 {
 		t.Errorf("%d summaries stored by the stopped turn", n)
+	}
+}
+
+// pairedResults are the tool results r carries, in order, each checked to
+// follow its call.
+func pairedResults(t *testing.T, r fakellm.Request) []string {
+	t.Helper()
+	var out []string
+	for i, m := range r.Messages {
+		if m.Role != "tool" {
+			continue
+		}
+		out = append(out, m.Content)
+		if p := r.Messages[i-1]; p.Role != "assistant" || len(p.ToolCalls) != 1 || p.ToolCalls[0].ID != m.ToolCallID {
+			t.Errorf("result %s does not follow its call: %+v", m.ToolCallID, p)
+		}
+	}
+	return out
+}
+
+// storedResults is what the model reads of the session's tool results as
+// stored, in order.
+func storedResults(t *testing.T, h *harness) []string {
+	t.Helper()
+	rows, err := h.db.Query(context.Background(), `SELECT coalesce(compacted, content) FROM transcript_messages
+		WHERE session_id = 'sid-s1' AND role = 'tool' ORDER BY id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, s)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// A long tool loop's older steps are summarised by the model, as Hermes
+// summarises a conversation's middle: the model then reads the summary in
+// the last summarised result, and in each other one a pointer to it, so
+// every call keeps a result; a later compression of the turn folds the
+// earlier summary into a new one. What the model reads is stored, and
+// the next turn reads the same.
+func TestLongToolLoopSummarisesItsOlderSteps(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.setGeneration("s1", 1)
+	h.startWorker("w1", func(c *worker.Config, d *worker.Deps) {
+		c.Agent.ContextWindow = 4000 // tokens: ~16 KB at the worker's estimate
+		d.Tools = []tools.Tool{pageTool()}
+	})
+	pages := pageModel(4000*4, 8)
+	h.fake.SetScript(func(r *fakellm.Request) (fakellm.Reply, bool) {
+		if isTurnSummary(r) {
+			in := r.Messages[0].Content
+			return fakellm.Reply{Text: fmt.Sprintf("## Completed Actions\n1. READ %d more pages [tool: read_page]",
+				strings.Count(in, "tool read_page result: page "))}, true
+		}
+		return pages(r)
+	})
+	req := h.requestTurn("s1", "read the eight pages", turnOpts{})
+	c := h.waitCompleted(req.TurnId)
+	if c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED {
+		t.Fatalf("status %v: %v", c.GetStatus(), checkReplies(t, h.replies(req.TurnId)).GetError())
+	}
+	if got := checkReplies(t, h.replies(req.TurnId)).GetFinalText().GetText(); got != "read 8 pages" {
+		t.Errorf("final %q", got)
+	}
+	var summaries []fakellm.Request
+	var last fakellm.Request
+	for _, r := range h.fake.Requests() {
+		if isTurnSummary(&r) {
+			summaries = append(summaries, r)
+		} else {
+			last = r
+		}
+	}
+	if len(summaries) != 2 {
+		t.Fatalf("%d summary calls, want 2", len(summaries))
+	}
+	if n := c.GetUsage().GetModelCalls(); n != 11 {
+		t.Errorf("%d model calls, want 9 and the 2 summaries", n)
+	}
+	first := summaries[0].Messages[0].Content
+	if !strings.Contains(first, `assistant called read_page({"n":0})`) || !strings.Contains(first, "tool read_page result: page 0: lorem") {
+		t.Errorf("the first summary call does not read the steps: %.300q", first)
+	}
+	second := summaries[1].Messages[0].Content
+	if !strings.HasPrefix(second, "[Earlier summary]\n## Completed Actions\n1. READ") || strings.Contains(second, "result: page 0:") {
+		t.Errorf("the second summary call does not fold in the first, or reads its steps again: %.300q", second)
+	}
+	if last.Messages[0].Role != "user" || last.Messages[0].Content != "read the eight pages" {
+		t.Errorf("the question is not kept first: %+v", last.Messages[0])
+	}
+	results := pairedResults(t, last)
+	if len(results) != 8 {
+		t.Fatalf("%d results in the last call, want 8", len(results))
+	}
+	held := -1
+	for i, r := range results {
+		switch {
+		case strings.HasPrefix(r, "[CONTEXT COMPACTION — REFERENCE ONLY]"):
+			if held >= 0 {
+				t.Errorf("results %d and %d both carry a summary", held, i)
+			}
+			held = i
+			if !strings.Contains(r, "\n## Completed Actions\n1. READ") || !strings.HasSuffix(r, "--- END OF CONTEXT SUMMARY ---") {
+				t.Errorf("result %d does not carry the model's summary: %q", i, r)
+			}
+		case held < 0:
+			if !strings.HasPrefix(r, "[Old tool output cleared to save context space; it is summarised") {
+				t.Errorf("result %d before the summary does not point to it: %.80q", i, r)
+			}
+		default:
+			if want := fmt.Sprintf("page %d: ", i); !strings.HasPrefix(r, want) || len(r) < 3000 {
+				t.Errorf("result %d after the summary is not whole: %.80q", i, r)
+			}
+		}
+	}
+	if held < 2 || held > 6 {
+		t.Fatalf("the summary is in result %d, want one of the older ones after a second summary", held)
+	}
+	stored := storedResults(t, h)
+	if !slices.Equal(stored, results) {
+		t.Errorf("stored results differ from what the model read:\n%.200q\n%.200q", stored, results)
+	}
+	var whole int
+	if err := h.db.QueryRow(context.Background(), `SELECT count(*) FROM transcript_messages
+		WHERE session_id = 'sid-s1' AND role = 'tool' AND length(content) > 3000`).Scan(&whole); err != nil {
+		t.Fatal(err)
+	}
+	if whole != 8 {
+		t.Errorf("%d results kept whole in content, want 8", whole)
+	}
+	next := h.requestTurn("s1", "thanks", turnOpts{})
+	if c := h.waitCompleted(next.TurnId); c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED {
+		t.Fatalf("next turn: %v", c.GetStatus())
+	}
+	reqs := h.fake.Requests()
+	if got := pairedResults(t, reqs[len(reqs)-1]); !slices.Equal(got, results) {
+		t.Errorf("the next turn reads other results:\n%.200q\n%.200q", got, results)
+	}
+}
+
+// When the summary of a turn's older steps fails, or leaves a prompt the
+// provider refused longer than clearing would, the older results are
+// cleared as without a summary, and the turn asks for no other summary.
+func TestMidTurnSummaryFallsBackToClearing(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		refuse  int // the provider's limit, bytes
+		summary fakellm.Reply
+	}{
+		{"the summary call fails", 4000 * 4, fakellm.Reply{Failure: &fakellm.Failure{Status: 400,
+			Type: "invalid_request_error", Message: "summaries are not allowed"}}},
+		{"the provider refused the prompt and the summary is longer than clearing", 11000,
+			fakellm.Reply{Text: strings.Repeat("a long summary ", 300)}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t)
+			h.setGeneration("s1", 1)
+			h.startWorker("w1", func(c *worker.Config, d *worker.Deps) {
+				c.Agent.ContextWindow = 4000
+				d.Tools = []tools.Tool{pageTool()}
+			})
+			pages := pageModel(tt.refuse, 8)
+			h.fake.SetScript(func(r *fakellm.Request) (fakellm.Reply, bool) {
+				if isTurnSummary(r) {
+					return tt.summary, true
+				}
+				return pages(r)
+			})
+			req := h.requestTurn("s1", "read the eight pages", turnOpts{})
+			c := h.waitCompleted(req.TurnId)
+			if c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED {
+				t.Fatalf("status %v: %v", c.GetStatus(), checkReplies(t, h.replies(req.TurnId)).GetError())
+			}
+			if got := checkReplies(t, h.replies(req.TurnId)).GetFinalText().GetText(); got != "read 8 pages" {
+				t.Errorf("final %q", got)
+			}
+			n := 0
+			for _, r := range h.fake.Requests() {
+				if isTurnSummary(&r) {
+					n++
+				}
+			}
+			if n != 1 {
+				t.Errorf("%d summary calls, want 1", n)
+			}
+			reqs := h.fake.Requests()
+			results := pairedResults(t, reqs[len(reqs)-1])
+			if len(results) != 8 || !strings.HasPrefix(results[0], "[Earlier tool output cleared to save context space") {
+				t.Fatalf("%d results, the oldest not cleared: %.80q", len(results), results)
+			}
+			stored := storedResults(t, h)
+			if !slices.Equal(stored, results) {
+				t.Errorf("stored results differ from what the model read:\n%.200q\n%.200q", stored, results)
+			}
+			for i, r := range stored {
+				if strings.Contains(r, "CONTEXT COMPACTION") {
+					t.Errorf("result %d stored with a summary: %.80q", i, r)
+				}
+			}
+		})
+	}
+}
+
+// A /stop ends the summary call of a turn's older steps as it ends any
+// model call: the turn stops, and nothing of the compression is stored
+// (neither the summary nobody waits for nor the clearing).
+func TestStopEndsATurnStepsSummaryCall(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.setGeneration("s1", 1)
+	h.startWorker("w1", func(c *worker.Config, d *worker.Deps) {
+		c.Agent.ContextWindow = 4000
+		d.Tools = []tools.Tool{pageTool()}
+	})
+	pages := pageModel(4000*4, 8)
+	h.fake.SetScript(func(r *fakellm.Request) (fakellm.Reply, bool) {
+		if isTurnSummary(r) {
+			return fakellm.Reply{Text: "a summary", Failure: &fakellm.Failure{Latency: 2500 * time.Millisecond}}, true
+		}
+		return pages(r)
+	})
+	req := h.requestTurn("s1", "read the eight pages", turnOpts{})
+	waitFor(t, 30*time.Second, "the summary call", func() bool {
+		for _, r := range h.fake.Requests() {
+			if isTurnSummary(&r) {
+				return true
+			}
+		}
+		return false
+	})
+	h.control("s1", turnsv1.ControlAction_CONTROL_ACTION_STOP, "")
+	c := h.waitCompleted(req.TurnId)
+	if c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_STOPPED {
+		t.Errorf("status %v (%s), want STOPPED", c.GetStatus(), c.GetError())
+	}
+	var n int
+	if err := h.db.QueryRow(context.Background(), `SELECT count(*) FROM transcript_messages
+		WHERE session_id = 'sid-s1' AND compacted IS NOT NULL`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Errorf("%d results stored compacted by the stopped turn", n)
 	}
 }

@@ -137,6 +137,9 @@ type turnRun struct {
 	// noteSent: this attempt built a request to a model (or the external
 	// agent) carrying the turn's /reload-skills note (modelTurn).
 	noteSent bool
+	// turnSummaryOff: a summary of the turn's steps failed this attempt
+	// (summariseTurn); its later mid-turn compressions clear instead.
+	turnSummaryOff bool
 }
 
 // beganTurn is the result of the turn's first read.
