@@ -517,6 +517,33 @@ func (r *turnRun) maxTokens(ls *loopState) int {
 	return min(base<<ls.toolCutRetries, max(32768, n))
 }
 
+// closedSegment is what the break closing the current segment carries
+// (TextDelta.segment_text, segment_reasoning), within half the bus's
+// maximum payload, the rest of the event's room: the segment's text
+// can be longer than one delta (up to maxCutCalls cut calls' worth), and
+// a break that did not fit would fail the call. Reasoning that does not
+// fit beside the text is cut to its start, the lines the block shows;
+// text that does not fit is not carried, as by an older worker (the
+// message keeps what it last showed).
+func (r *turnRun) closedSegment() (*string, string) {
+	budget := 512 << 10 // NATS's default maximum payload is 1 MiB
+	if n := r.s.bus.Conn().MaxPayload(); n > 0 {
+		budget = int(n / 2)
+	}
+	text, thought := r.sinceBreak.String(), r.sinceRestart.String()
+	if len(text) > budget {
+		r.log.Warn("the segment is too long for its break to carry; a delivery replica taking the turn over keeps its messages as they are", "bytes", len(text))
+		return nil, ""
+	}
+	if room := budget - len(text); len(thought) > room {
+		for room > 0 && !utf8.RuneStart(thought[room]) {
+			room--
+		}
+		thought = thought[:room]
+	}
+	return &text, thought
+}
+
 // uniqueCallIDs gives each call an id no other call of the turn has:
 // some OpenAI-compatible servers send none, or number each answer's calls
 // from call_0 again. A call whose id repeats would never run (its twin's
@@ -1212,8 +1239,8 @@ func (r *turnRun) callModel(ctx context.Context, b Backend, model, system string
 			// the turn over at the break finishes that message,
 			// streamed by the one that stopped, with it.
 			textBreak = false
-			segment := r.sinceBreak.String()
-			brk := &repliesv1.TextDelta{Text: "\n\n", Restart: true, SegmentText: &segment, SegmentReasoning: r.sinceRestart.String()}
+			brk := &repliesv1.TextDelta{Text: "\n\n", Restart: true}
+			brk.SegmentText, brk.SegmentReasoning = r.closedSegment()
 			if err := r.publish(ctx, &repliesv1.ReplyEvent{Body: &repliesv1.ReplyEvent_TextDelta{TextDelta: brk}}); err != nil {
 				return err
 			}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/switchboard-chat/switchboard/pkg/fakellm"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
 	"github.com/switchboard-chat/switchboard/pkg/llm"
 	"github.com/switchboard-chat/switchboard/services/worker"
 	"github.com/switchboard-chat/switchboard/services/worker/internal/tools"
@@ -399,5 +400,64 @@ func TestAnthropicThinkingSurvivesAResume(t *testing.T) {
 	}
 	if back == nil || !reflect.DeepEqual(back.Thinking, []fakellm.Thinking{{Text: looked, Signature: fakellm.ThinkingSignature(looked)}}) {
 		t.Errorf("the resumed turn sent the tool-use step back as %+v, want it with its signed thinking", back)
+	}
+}
+
+// A break carries the segment it closes, however long: a segment longer
+// than a bus message can hold (here over NATS's max payload, streamed in
+// pieces that fit) is not published whole in the break, which would
+// fail the call, and the break carries none of it (as an older worker's:
+// the message keeps what it showed); reasoning that does not fit beside
+// the segment's text is cut to its start, the lines the block shows.
+func TestBreakAfterAVeryLongSegment(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.setGeneration("s1", 1)
+	w := h.startWorker("w1", func(_ *worker.Config, d *worker.Deps) {
+		d.Tools = []tools.Tool{{Name: "clock", Run: func(context.Context, tools.Call, json.RawMessage) (string, error) {
+			return "12:00", nil
+		}}}
+	})
+	defer w.stop(t)
+	limit := int(h.bus.Conn().MaxPayload())
+	long := strings.Repeat("word ", limit/5+1) // over the limit; each of its 3 deltas fits
+	tests := []struct {
+		name, text, reasoning string
+		wantText              bool // the break carries segment_text
+		wantReasoningCut      bool // its reasoning is the start of the call's
+	}{
+		{"long text", long, "", false, false},
+		{"long reasoning", "Let me check.", long, true, true},
+	}
+	for _, tt := range tests {
+		h.fake.Enqueue(
+			fakellm.Reply{Text: tt.text, Reasoning: tt.reasoning, ToolCalls: []fakellm.ToolCall{{ID: "c1", Name: "clock", Arguments: `{}`}}},
+			fakellm.Reply{Text: "It is noon."},
+		)
+		req := h.requestTurn("s1", "what time is it? "+tt.name, turnOpts{show: true})
+		if c := h.waitCompleted(req.TurnId); c.GetError() != "" {
+			t.Fatalf("%s: %s", tt.name, c.GetError())
+		}
+		var brk *repliesv1.TextDelta
+		for _, ev := range h.replies(req.TurnId) {
+			if d := ev.GetTextDelta(); d.GetRestart() {
+				brk = d
+			}
+		}
+		if brk == nil {
+			t.Fatalf("%s: no break", tt.name)
+		}
+		if size := len(brk.GetSegmentText()) + len(brk.GetSegmentReasoning()); size > limit/2 {
+			t.Errorf("%s: break carries %d bytes, over half the max payload %d", tt.name, size, limit)
+		}
+		if got := brk.SegmentText != nil; got != tt.wantText {
+			t.Errorf("%s: break carries segment_text %v, want %v", tt.name, got, tt.wantText)
+		} else if tt.wantText && brk.GetSegmentText() != tt.text {
+			t.Errorf("%s: segment_text %q, want %q", tt.name, brk.GetSegmentText(), tt.text)
+		}
+		r := brk.GetSegmentReasoning()
+		if tt.wantReasoningCut && (r == "" || len(r) >= len(tt.reasoning) || !strings.HasPrefix(tt.reasoning, r)) {
+			t.Errorf("%s: segment_reasoning of %d bytes, want the start of the call's %d", tt.name, len(r), len(tt.reasoning))
+		}
 	}
 }
