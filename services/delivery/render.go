@@ -579,7 +579,8 @@ func (s *Service) split(ctx context.Context, ev *repliesv1.ReplyEvent, st *turnS
 // before it), it finishes that segment's messages as that replica's
 // split would have, under the same keys: the segment's text the break
 // carries (TextDelta.segment_text: all of it, what was only buffered
-// too), without the cursor, its images after it. A break after a
+// too), without the cursor, its images after it; a segment no message
+// shows (a takeover's, which it streams none of) it posts. A break after a
 // segment without answer text opens nothing, as split does not. An
 // older worker's break carries no text: a segment opens at every break
 // and the messages keep what they last showed.
@@ -601,7 +602,11 @@ func (s *Service) foreignBreak(ctx context.Context, ev *repliesv1.ReplyEvent, st
 		seg, err := s.store.LastStreamSegment(ctx, ev.GetTurnId())
 		if err != nil {
 			s.log.WarnContext(ctx, "read stream messages failed", "turn_id", ev.GetTurnId(), "err", err)
-		} else if seg.Segment < ev.GetSeq() && len(seg.IDs) > 0 {
+		} else if seg.Segment < ev.GetSeq() {
+			// A segment without messages (opened at a break by a
+			// replica that took the turn over, which streams none of
+			// it, or by one that stopped before its first send) is
+			// posted here: no replica showed its text.
 			closing = s.closedSegment(ctx, ev, seg, d)
 		}
 	}
@@ -630,8 +635,8 @@ func (s *Service) takeSegment(st *turnState, d *repliesv1.TextDelta) {
 // closedSegment are the rows that leave the messages of seg, another
 // replica's, showing the segment's text d carries (and its reasoning's
 // block), as split shows it: edits of its messages, sends of the parts
-// left over, deletes of the surplus, its images (where they go
-// natively) after it; none the turn's end.
+// left over (all of them when it has none), deletes of the surplus, its
+// images (where they go natively) after it; none the turn's end.
 func (s *Service) closedSegment(ctx context.Context, ev *repliesv1.ReplyEvent, seg outbox.StreamSegment, d *repliesv1.TextDelta) []*deliveryv1.SendRequested {
 	answer := d.GetSegmentText()
 	if strings.TrimSpace(answer) == "" {

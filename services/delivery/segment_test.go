@@ -216,6 +216,10 @@ func TestStreamSegmentsSurviveADeliveryRestart(t *testing.T) {
 	t.Parallel()
 	restart := &repliesv1.TextDelta{Text: "\n\n", Restart: true, SegmentText: proto.String(segFirst + " More.")}
 	oldRestart := &repliesv1.TextDelta{Text: "\n\n", Restart: true}
+	brk := func(segment string) *repliesv1.TextDelta {
+		return &repliesv1.TextDelta{Text: "\n\n", Restart: true, SegmentText: proto.String(segment)}
+	}
+	const segLater = "Now let me look at the calendar too."
 	tests := []struct {
 		name     string
 		before   []any // streamed by replica a
@@ -245,6 +249,17 @@ func TestStreamSegmentsSurviveADeliveryRestart(t *testing.T) {
 				&repliesv1.TextDelta{Text: segAnswer}, final(segAnswer)},
 			[]int{2},
 			[]string{"Checking.", segAnswer}, 0},
+		{"a later segment after the takeover",
+			[]any{&repliesv1.TextDelta{Text: segFirst}},
+			[]any{brk(segFirst), &repliesv1.TextDelta{Text: segLater}, brk(segLater),
+				&repliesv1.TextDelta{Text: segAnswer}, final(segAnswer)},
+			[]int{4},
+			[]string{segFirst, segLater, segAnswer}, 1},
+		{"a later segment a never posted",
+			[]any{&repliesv1.TextDelta{Text: segFirst}, brk(segFirst), &repliesv1.TextDelta{Text: "Now."}},
+			[]any{brk("Now."), &repliesv1.TextDelta{Text: segAnswer}, final(segAnswer)},
+			[]int{4},
+			[]string{segFirst, "Now.", segAnswer}, 2},
 		{"before an older worker's restart",
 			[]any{&repliesv1.TextDelta{Text: segFirst}},
 			[]any{oldRestart, &repliesv1.TextDelta{Text: segAnswer}, final(segAnswer)},
