@@ -63,6 +63,10 @@ const Account = "default"
 // fireTimeout bounds one job's transaction: claim, publish, commit.
 const fireTimeout = 30 * time.Second
 
+// saveTimeout bounds the save of a run handled (published, blocked or
+// skipped), which goes on when the scheduler stops meanwhile.
+const saveTimeout = 10 * time.Second
+
 // Status values a run leaves in last_status (Hermes's literals).
 const (
 	StatusOK            = "ok"
@@ -370,11 +374,17 @@ func (s *Scheduler) fireOne(ctx context.Context, skip []string) (id string, publ
 		if published, runID, err = s.handle(ctx, &j, now); err != nil {
 			return err
 		}
-		if err := cron.SaveRun(ctx, tx, j, runID, now); err != nil {
+		// The run may be out: its record is saved even when the
+		// scheduler stops meanwhile (the router's stop ends ctx), else
+		// it is rolled back and recorded as a failure to fire, and the
+		// job shows an error and publishes its run again after a delay.
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), saveTimeout)
+		defer cancel()
+		if err := cron.SaveRun(sctx, tx, j, runID, now); err != nil {
 			return err
 		}
-		if err := s.commit(ctx, tx); err != nil {
-			if s.saved(ctx, j, runID, now) {
+		if err := s.commit(sctx, tx); err != nil {
+			if s.saved(sctx, j, runID, now) {
 				// The commit went through and its answer was lost (the
 				// context ended, as on a router's stop, or the connection
 				// broke after COMMIT): the run is saved, and recording a

@@ -214,6 +214,32 @@ func TestFiresOnceAcrossReplicas(t *testing.T) {
 	}
 }
 
+// TestStopAfterPublishSavesTheRun: a scheduler stopped (its context
+// ended, as by the router's stop) after it published a run still saves
+// it: the job is held by the run, not left due with a failure to fire
+// recorded against it and its run published again after a delay.
+func TestStopAfterPublishSavesTheRun(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	j := e.create(t, cron.NewJob{Prompt: "report", Schedule: "every 1h"})
+	e.clock.Set(t0.Add(time.Hour))
+	s := e.scheduler(t, nil)
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	scheduler.SetCommit(s, func(cctx context.Context, tx pgx.Tx) error {
+		stop() // the router stops between the publish and the commit
+		return tx.Commit(cctx)
+	})
+	// The tick's next claim meets the stop (Run does not log that).
+	if n, err := s.Tick(ctx); n != 1 || (err != nil && !errors.Is(err, context.Canceled)) {
+		t.Fatalf("tick: %d, %v", n, err)
+	}
+	got := e.job(t, j.ID)
+	if got.FireFailures != 0 || got.LastStatus != "ok" || got.RunningRunID == "" || got.RepeatCompleted != 1 {
+		t.Fatalf("the stop rolled the published run back: %+v", got)
+	}
+}
+
 // TestCrashBetweenPublishAndCommit: the run is published, then the commit
 // that advances the job fails; the next tick (another replica) publishes
 // the run again under the same id, which the bus takes once.

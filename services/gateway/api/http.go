@@ -384,6 +384,7 @@ func (s *Service) stream(ctx context.Context, w http.ResponseWriter, r *http.Req
 		// as a whole answer to the clients, which stop at the end of the
 		// stream without error.
 		e := s.waitEndOf(r, end.err)
+		out.write(waitEndedComment)
 		out.send("", errorBody("server_error", e.code, "", e.msg))
 	case end.errorCode != "":
 		// The SDKs raise it as an error.

@@ -570,6 +570,12 @@ func (e *sse) write(text string) {
 
 func (e *sse) keepalive() { e.write(": keepalive\n\n") }
 
+// waitEndedComment precedes the in-stream error of a request that
+// stopped waiting while its turn goes on, which shares its code
+// (timeout) with a turn that failed: the web chat asks again for the
+// one and shows the other. A comment, which the SDKs skip.
+const waitEndedComment = ": wait ended\n\n"
+
 func (e *sse) flush() {
 	if e.flusher != nil {
 		e.flusher.Flush()

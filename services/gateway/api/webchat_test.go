@@ -299,3 +299,37 @@ func TestWebChatWaitsOutTheReplyTimeout(t *testing.T) {
 		t.Fatalf("%d messages published, want the one", n)
 	}
 }
+
+// TestWebChatShowsATurnThatTimedOut: a turn that failed with the error
+// code timeout (the provider stalled) shares its in-stream error's code
+// with the end of the request's wait (reply_timeout), after which the
+// page asks again; the turn's failure is its answer, shown as such,
+// rather than asked for again and again and the message kept pending
+// as if the connection had been lost.
+func TestWebChatShowsATurnThatTimedOut(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a browser")
+	}
+	t.Parallel()
+	browser := chromiumPath(t)
+	b := newBus(t)
+	s := startService(t, b, func(c *Config) { c.Key, c.Insecure = "", true })
+	r := startResponder(t, b)
+	r.mu.Lock()
+	r.failure = "timeout"
+	r.answer = func(*eventsv1.MessageReceived, int) []string { return nil } // nothing streamed first
+	r.mu.Unlock()
+	ctx, step := headless(t, browser)
+	step("open", chromedp.Navigate("http://"+s.Addr()+"/"), chromedp.WaitVisible("#input"))
+	step("send", chromedp.SendKeys("#input", "a stalled model"), chromedp.Click("#send"))
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`document.querySelectorAll('.msg.error').length >= 1`)); err != nil {
+		t.Fatalf("browser: the failure: %v", err)
+	}
+	got, err := chromedp.Run(ctx, chromedp.Evaluate[string](`Array.from(document.querySelectorAll('.msg')).map(m => m.className + ": " + m.textContent).join(" | ") + " | pending: " + localStorage.getItem("sb.pending")`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "msg user: a stalled model | msg error: " + failureMessage(failureText) + " | pending: null"; got != want {
+		t.Fatalf("page %q, want %q", got, want)
+	}
+}

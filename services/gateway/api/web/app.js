@@ -179,11 +179,13 @@
   // readStream parses OpenAI server-sent events and calls onText per
   // delta; it returns the answer at data: [DONE], throws the gateway's
   // in-stream error, and throws a TypeError when the stream ends before
-  // either (the connection was cut) or the gateway stopped waiting.
+  // either (the connection was cut) or the gateway stopped waiting (its
+  // error comes after a ": wait ended" comment; a turn that failed, with
+  // the same code timeout perhaps, has none: that error is its answer).
   async function readStream(res, onText) {
     var reader = res.body.getReader();
     var decoder = new TextDecoder();
-    var buf = "", all = "";
+    var buf = "", all = "", waitEnded = false;
     for (;;) {
       var r = await reader.read();
       if (r.done) throw new TypeError("the answer's stream ended early");
@@ -195,11 +197,12 @@
         var lines = ev.split("\n");
         for (var i = 0; i < lines.length; i++) {
           var line = lines[i];
+          if (line === ": wait ended") waitEnded = true;
           if (line.indexOf("data:") !== 0) continue;
           var data = line.slice(5).trim();
           if (data === "[DONE]") return all;
           var msg = JSON.parse(data);
-          if (msg.error && waitEnded(msg.error.code)) {
+          if (msg.error && waitEnded) {
             // The wait ended, not the turn: asked again with the same
             // key, the gateway gives the answer when it comes.
             throw new TypeError(msg.error.message);
@@ -210,13 +213,6 @@
         }
       }
     }
-  }
-
-  // waitEnded: the stream ended because the request stopped waiting
-  // (gateways.api.reply_timeout, a gateway shutting down) while the turn
-  // goes on.
-  function waitEnded(code) {
-    return code === "timeout" || code === "shutting_down" || code === "unavailable";
   }
 
   // A message whose answer a reload (or a lost connection) cut off gets

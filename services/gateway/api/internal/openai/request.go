@@ -35,7 +35,8 @@ type chatRequest struct {
 		IncludeUsage bool `json:"include_usage"`
 	} `json:"stream_options"`
 	// ToolChoice and FunctionCall (its legacy spelling) other than auto
-	// or none ask for the client's tool to be called.
+	// or none (allowed tools in mode auto included) ask for the client's
+	// tool to be called.
 	ToolChoice   json.RawMessage `json:"tool_choice"`
 	FunctionCall json.RawMessage `json:"function_call"`
 	// ResponseFormat other than text asks for a JSON answer.
@@ -62,10 +63,21 @@ func (r *chatRequest) supported() error {
 }
 
 // autoOrNone reports whether a tool_choice (or function_call) leaves
-// the call to the model: absent, null, "auto" or "none".
+// the call to the model: absent, null, "auto" or "none", or a set of
+// allowed tools in mode auto (the model may call one of them or none,
+// as with auto; the SDKs' ChatCompletionAllowedToolChoice).
 func autoOrNone(raw json.RawMessage) bool {
 	raw = bytes.TrimSpace(raw)
-	return len(raw) == 0 || bytes.Equal(raw, []byte("null")) || bytes.Equal(raw, []byte(`"auto"`)) || bytes.Equal(raw, []byte(`"none"`))
+	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) || bytes.Equal(raw, []byte(`"auto"`)) || bytes.Equal(raw, []byte(`"none"`)) {
+		return true
+	}
+	var c struct {
+		Type         string `json:"type"`
+		AllowedTools *struct {
+			Mode string `json:"mode"`
+		} `json:"allowed_tools"`
+	}
+	return json.Unmarshal(raw, &c) == nil && c.Type == "allowed_tools" && c.AllowedTools != nil && c.AllowedTools.Mode == "auto"
 }
 
 type chatMessage struct {
