@@ -304,7 +304,13 @@ func (s *Service) steer(ctx context.Context, m *msgCtx, owner string) (bool, err
 		return took, err
 	}
 	if hdr.Get(bus.HeaderSteerQueue) != "" {
-		return true, s.store.MarkSteering(ctx, m.key, m.ev.GetEventId(), owner)
+		// The mark only keeps the text out of the waiting counts: the
+		// turn has taken it, so a failed mark must not fail (and, by a
+		// redelivery, repeat) the steering.
+		if err := s.store.MarkSteering(ctx, m.key, m.ev.GetEventId(), owner); err != nil {
+			s.log.WarnContext(ctx, "steering taken but not marked: the queue's counts include it", "session_key", m.key, "err", err)
+		}
+		return true, nil
 	}
 	if err := s.store.Unqueue(ctx, m.key, m.ev.GetEventId()); err != nil {
 		return true, err
