@@ -5,17 +5,11 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/switchboard-chat/switchboard/pkg/bus"
 	"github.com/switchboard-chat/switchboard/pkg/bus/bustest"
-	"github.com/switchboard-chat/switchboard/pkg/natsd"
 	"github.com/switchboard-chat/switchboard/pkg/platform"
 	"github.com/switchboard-chat/switchboard/pkg/platform/platformtest"
 	"github.com/switchboard-chat/switchboard/services/gateway/bluebubbles/bbfake"
@@ -28,19 +22,8 @@ import (
 // and lost.
 func TestMessagesPostedDuringANATSOutageArePublished(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	srv, err := natsd.Start(natsd.Config{Port: -1, StoreDir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	url := srv.ClientURL()
-	port, err := strconv.Atoi(url[strings.LastIndex(url, ":")+1:])
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Shutdown() })
-	topo := bus.Topology{Prefix: bustest.Prefix(), Storage: jetstream.FileStorage, DedupeWindow: time.Minute}
-	b := bustest.NewWith(t, url, topo, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	n := bustest.NewRestartable(t)
+	b := n.Bus(t, n.Topology())
 
 	f := newFake(t, false)
 	cfg := testConfig(f)
@@ -64,7 +47,7 @@ func TestMessagesPostedDuringANATSOutageArePublished(t *testing.T) {
 	platformtest.WaitFor(t, "the gateway to be ready", func() bool { return s.Ready(context.Background()) == nil && s.Addr() != "" })
 	hook := hookURL(s.p, f.Password)
 
-	srv.Shutdown()
+	n.Stop()
 	var guids []string
 	for _, text := range []string{"first, while NATS is down", "second"} {
 		body, guid := bbfake.Event(bbfake.Inbound{ChatGUID: dmGUID, From: ann, Text: text})
@@ -75,9 +58,7 @@ func TestMessagesPostedDuringANATSOutageArePublished(t *testing.T) {
 		guids = append(guids, guid)
 	}
 	time.Sleep(time.Second)
-	if srv, err = natsd.Start(natsd.Config{Port: port, StoreDir: dir}); err != nil {
-		t.Fatal(err)
-	}
+	n.Start()
 
 	wctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -4,17 +4,11 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/switchboard-chat/switchboard/pkg/bus"
 	"github.com/switchboard-chat/switchboard/pkg/bus/bustest"
-	"github.com/switchboard-chat/switchboard/pkg/natsd"
 	"github.com/switchboard-chat/switchboard/pkg/platform"
 	"github.com/switchboard-chat/switchboard/pkg/platform/platformtest"
 	"github.com/switchboard-chat/switchboard/services/gateway/homeassistant/hafake"
@@ -29,19 +23,8 @@ import (
 // during the outage was never told.
 func TestChangeReadDuringANATSOutageIsPublished(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	srv, err := natsd.Start(natsd.Config{Port: -1, StoreDir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	url := srv.ClientURL()
-	port, err := strconv.Atoi(url[strings.LastIndex(url, ":")+1:])
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Shutdown() })
-	topo := bus.Topology{Prefix: bustest.Prefix(), Storage: jetstream.FileStorage, DedupeWindow: time.Minute}
-	b := bustest.NewWith(t, url, topo, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	n := bustest.NewRestartable(t)
+	b := n.Bus(t, n.Topology())
 
 	f := hafake.New(token)
 	t.Cleanup(f.Close)
@@ -72,14 +55,12 @@ func TestChangeReadDuringANATSOutageIsPublished(t *testing.T) {
 	closed := f.Change(door("off", "on"))
 	platformtest.WaitFor(t, "the first change published", func() bool { return published(wctx, b, closed.EventID) })
 
-	srv.Shutdown()
+	n.Stop()
 	opened := f.Change(door("on", "off"))
 	time.Sleep(300 * time.Millisecond)
 	closedAgain := f.Change(door("off", "on"))
 	time.Sleep(2 * time.Second) // many ping intervals
-	if srv, err = natsd.Start(natsd.Config{Port: port, StoreDir: dir}); err != nil {
-		t.Fatal(err)
-	}
+	n.Start()
 
 	platformtest.WaitFor(t, "the door's opening published", func() bool { return published(wctx, b, opened.EventID) })
 	platformtest.WaitFor(t, "its closing published", func() bool { return published(wctx, b, closedAgain.EventID) })
