@@ -181,7 +181,24 @@ func TestStopEndsAMidTurnSummaryCall(t *testing.T) {
 			t.Fatalf("%s: %v", text, c.GetStatus())
 		}
 	}
-	summary := func(r *fakellm.Request) bool { return strings.HasPrefix(r.System, "You compress chat history") }
+	c := stopDuringSummary(t, h, func(r *fakellm.Request) bool { return strings.HasPrefix(r.System, "You compress chat history") })
+	if c.GetUsage().GetToolCalls() == 0 {
+		t.Error("the summary call came before the turn read any page: not mid-turn")
+	}
+	var n int
+	if err := h.db.QueryRow(context.Background(), `SELECT count(*) FROM transcript_summaries WHERE session_key = 's1'`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Errorf("%d summaries stored by the stopped turn", n)
+	}
+}
+
+// stopDuringSummary runs a turn reading eight pages in s1 whose summary
+// calls (the requests summary picks) answer late, sends /stop once one
+// is asked, and returns the turn's completion, which must be STOPPED.
+func stopDuringSummary(t *testing.T, h *harness, summary func(*fakellm.Request) bool) *turnsv1.TurnCompleted {
+	t.Helper()
 	pages := pageModel(4000*4, 8)
 	h.fake.SetScript(func(r *fakellm.Request) (fakellm.Reply, bool) {
 		if summary(r) {
@@ -203,16 +220,7 @@ func TestStopEndsAMidTurnSummaryCall(t *testing.T) {
 	if c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_STOPPED {
 		t.Errorf("status %v (%s), want STOPPED", c.GetStatus(), c.GetError())
 	}
-	if c.GetUsage().GetToolCalls() == 0 {
-		t.Error("the summary call came before the turn read any page: not mid-turn")
-	}
-	var n int
-	if err := h.db.QueryRow(context.Background(), `SELECT count(*) FROM transcript_summaries WHERE session_key = 's1'`).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	if n != 0 {
-		t.Errorf("%d summaries stored by the stopped turn", n)
-	}
+	return c
 }
 
 // pairedResults are the tool results r carries, in order, each checked to
@@ -440,27 +448,7 @@ func TestStopEndsATurnStepsSummaryCall(t *testing.T) {
 		c.Agent.ContextWindow = 4000
 		d.Tools = []tools.Tool{pageTool()}
 	})
-	pages := pageModel(4000*4, 8)
-	h.fake.SetScript(func(r *fakellm.Request) (fakellm.Reply, bool) {
-		if isTurnSummary(r) {
-			return fakellm.Reply{Text: "a summary", Failure: &fakellm.Failure{Latency: 2500 * time.Millisecond}}, true
-		}
-		return pages(r)
-	})
-	req := h.requestTurn("s1", "read the eight pages", turnOpts{})
-	waitFor(t, 30*time.Second, "the summary call", func() bool {
-		for _, r := range h.fake.Requests() {
-			if isTurnSummary(&r) {
-				return true
-			}
-		}
-		return false
-	})
-	h.control("s1", turnsv1.ControlAction_CONTROL_ACTION_STOP, "")
-	c := h.waitCompleted(req.TurnId)
-	if c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_STOPPED {
-		t.Errorf("status %v (%s), want STOPPED", c.GetStatus(), c.GetError())
-	}
+	stopDuringSummary(t, h, isTurnSummary)
 	var n int
 	if err := h.db.QueryRow(context.Background(), `SELECT count(*) FROM transcript_messages
 		WHERE session_id = 'sid-s1' AND compacted IS NOT NULL`).Scan(&n); err != nil {
