@@ -35,17 +35,7 @@ func TestChangeReadDuringANATSOutageIsPublished(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	t.Cleanup(func() {
-		stop()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			t.Error("the gateway did not stop")
-		}
-	})
+	platformtest.Start(t, b, s)
 	platformtest.WaitFor(t, "the gateway to subscribe", func() bool {
 		st, _ := s.Runner().State()
 		return st == platform.StateConnected && f.Subscribed() == 1
