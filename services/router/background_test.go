@@ -110,9 +110,7 @@ func TestBackgroundTaskRunsBesideTheChat(t *testing.T) {
 
 	// A redelivery, after a crash that lost the dedupe record: no second
 	// turn, the same task.
-	if err := e.rdb.Del(ctx, e.dedupeKeyOf(ev)).Err(); err != nil {
-		t.Fatal(err)
-	}
+	e.loseHandled(ev)
 	e.publishID(ev, "redelivered-"+ev.EventId)
 	waitFor(t, "inbound drained", e.inboundDrained)
 	if turns, _ := w.snapshot(); len(inputsText(turns, taskKey)) != 1 {
@@ -164,6 +162,22 @@ func TestBackgroundTaskRunsBesideTheChat(t *testing.T) {
 
 func (e *env) dedupeKeyOf(ev *eventsv1.MessageReceived) string {
 	return e.prefix + "inbound:" + ev.Source.Platform + ":" + ev.Source.Account + ":" + ev.EventId
+}
+
+// loseHandled simulates a router that crashed after ev's effect committed
+// but before the record that ev was handled (the Redis dedupe record) was
+// kept: it waits for that record, then deletes it, so a republished ev is
+// handled again. The record is written after the answer is published, so
+// deleting it as soon as the answer arrives could race its write, and
+// the "redelivery" would then be dropped as a duplicate.
+func (e *env) loseHandled(ev *eventsv1.MessageReceived) {
+	e.t.Helper()
+	ctx := context.Background()
+	key := e.dedupeKeyOf(ev)
+	waitFor(e.t, "the event recorded as handled", func() bool { return e.rdb.Exists(ctx, key).Val() == 1 })
+	if err := e.rdb.Del(ctx, key).Err(); err != nil {
+		e.t.Fatal(err)
+	}
 }
 
 // A task runs with the personality, reasoning effort and fast mode its chat had when
@@ -322,9 +336,7 @@ func TestBackgroundTasksCappedPerChat(t *testing.T) {
 	}
 
 	// A redelivery of an admitted task's command is not refused by it.
-	if err := e.rdb.Del(ctx, e.dedupeKeyOf(evB)).Err(); err != nil {
-		t.Fatal(err)
-	}
+	e.loseHandled(evB)
 	e.publishID(evB, "redelivered-"+evB.EventId)
 	waitFor(t, "inbound drained", e.inboundDrained)
 	if refusals() != 1 {
