@@ -89,6 +89,15 @@ func (s *Service) serveWebhook(w http.ResponseWriter, r *http.Request) {
 		respond(w, rerr.Code, rerr.Status, "")
 		return
 	}
+	if hook.HeaderID(route, r.Header) == "" {
+		// Deduped by its body: a retry within the route's window is the
+		// first delivery, the same body later a new one.
+		if err := s.bodies.identify(r.Context(), name, ev, now); err != nil {
+			s.log.WarnContext(r.Context(), "webhook body dedupe record failed", "route", name, "err", err)
+			respond(w, http.StatusServiceUnavailable, "unavailable", "")
+			return
+		}
+	}
 	acc, err := s.rn().Deliver(r.Context(), ev)
 	switch {
 	case errors.Is(err, platform.ErrRejected):

@@ -58,6 +58,10 @@ func SignStandard(secret, id string, at time.Time, body []byte) string {
 // minute.
 const DefaultRateLimit = 30
 
+// DefaultBodyDedupe is the default body_dedupe: a sender's retries of a
+// delivery without an id come within minutes.
+const DefaultBodyDedupe = 5 * time.Minute
+
 // Config is the `gateways.webhook` section.
 type Config struct {
 	// Addr to listen on (default 127.0.0.1:8643).
@@ -70,13 +74,20 @@ type Config struct {
 	// 60 seconds, per replica, unless the route sets its own (Hermes's
 	// rate_limit, 30); 0 unlimited. Beyond it: 429 with Retry-After.
 	RateLimit int `koanf:"rate_limit"`
+	// BodyDedupe is how long a delivery without a delivery id header
+	// counts as a sender's retry of an earlier one with the same body
+	// (a 200 duplicate), unless the route sets its own; 0 never. Past it
+	// the same body is a new delivery: a recurring alert whose text
+	// does not change runs again (default 5 minutes).
+	BodyDedupe time.Duration `koanf:"body_dedupe"`
 	// Routes by name: POST /webhooks/<name>.
 	Routes map[string]Route `koanf:"routes"`
 }
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
-	return Config{Addr: "127.0.0.1:8643", Account: "default", MaxBodyBytes: 1 << 20, RateLimit: DefaultRateLimit}
+	return Config{Addr: "127.0.0.1:8643", Account: "default", MaxBodyBytes: 1 << 20, RateLimit: DefaultRateLimit,
+		BodyDedupe: DefaultBodyDedupe}
 }
 
 func (c Config) compile() (map[string]*hook.CompiledRoute, error) {
@@ -85,6 +96,9 @@ func (c Config) compile() (map[string]*hook.CompiledRoute, error) {
 	}
 	if c.RateLimit < 0 {
 		return nil, config.Invalid("gateways.webhook.rate_limit", c.RateLimit, "deliveries a minute, 0 for no limit")
+	}
+	if c.BodyDedupe < 0 || c.BodyDedupe > hook.MaxBodyDedupe {
+		return nil, config.Invalid("gateways.webhook.body_dedupe", c.BodyDedupe, "a duration from 0 to "+hook.MaxBodyDedupe.String())
 	}
 	out := map[string]*hook.CompiledRoute{}
 	names := make([]string, 0, len(c.Routes))
@@ -114,6 +128,18 @@ func (c Config) rateLimits(routes map[string]*hook.CompiledRoute) map[string]int
 	return out
 }
 
+// bodyWindows is each route's body_dedupe: its own, else the gateway's.
+func (c Config) bodyWindows(routes map[string]*hook.CompiledRoute) map[string]time.Duration {
+	out := make(map[string]time.Duration, len(routes))
+	for name, r := range routes {
+		out[name] = c.BodyDedupe
+		if r.BodyDedupe != nil {
+			out[name] = *r.BodyDedupe
+		}
+	}
+	return out
+}
+
 // Validate checks the configuration.
 func (c Config) Validate() error {
 	_, err := c.compile()
@@ -134,6 +160,7 @@ type Service struct {
 	routes map[string]*hook.CompiledRoute
 	runner *platform.Runner
 	limit  *limiter
+	bodies *bodies
 	now    func() time.Time // the clock of signatures and rate limits
 
 	mu       sync.Mutex
@@ -163,7 +190,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		cfg.MaxBodyBytes = 1 << 20
 	}
 	s := &Service{cfg: cfg, log: deps.Log.With("service", "gateway-webhook"), routes: routes, addr: cfg.Addr, listened: make(chan struct{}),
-		limit: newLimiter(cfg.rateLimits(routes)), now: time.Now}
+		limit: newLimiter(cfg.rateLimits(routes)), bodies: newBodies(deps.Bus, cfg.bodyWindows(routes)), now: time.Now}
 	opts := deps.RunnerOptions
 	if opts.Log == nil {
 		opts.Log = deps.Log
@@ -221,6 +248,9 @@ func (s *Service) Typing(context.Context, *deliveryv1.SendRequested) error {
 
 // Connect listens and serves until ctx ends or the listener fails.
 func (s *Service) Connect(ctx context.Context, conn platform.Conn) error {
+	if err := s.bodies.open(ctx); err != nil {
+		return err
+	}
 	addr := s.Addr()
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {

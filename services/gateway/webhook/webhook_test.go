@@ -350,6 +350,10 @@ func TestConfigValidate(t *testing.T) {
 		{"rate limit 0 (unlimited)", Route{Secret: "s", RateLimit: ptr(0)}, true},
 		{"rate limit 120", Route{Secret: "s", RateLimit: ptr(120)}, true},
 		{"negative rate limit", Route{Secret: "s", RateLimit: ptr(-1)}, false},
+		{"body dedupe 0 (never)", Route{Secret: "s", BodyDedupe: ptr(time.Duration(0))}, true},
+		{"body dedupe 10m", Route{Secret: "s", BodyDedupe: ptr(10 * time.Minute)}, true},
+		{"negative body dedupe", Route{Secret: "s", BodyDedupe: ptr(-time.Second)}, false},
+		{"body dedupe over a day", Route{Secret: "s", BodyDedupe: ptr(25 * time.Hour)}, false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -368,6 +372,64 @@ func TestConfigValidate(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// A delivery without a delivery id is deduped by its body only within
+// the route's body_dedupe window, a sender's retries: the same body
+// sent later (a recurring alert whose text does not change) is a new
+// event. Before, the body's hash was the event id and the seen record
+// answered "duplicate" for 7 days. A delivery id keeps its longer
+// memory, and a route with body_dedupe 0 takes every such delivery.
+func TestSameBodyAfterTheRetryWindowIsNew(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig()
+	cfg.Routes["always"] = Route{Secret: secret, Signature: SigGeneric, Header: "X-Signature", Prompt: `alert {{.alert}}`,
+		BodyDedupe: ptr(time.Duration(0))}
+	var clock atomic.Int64
+	clock.Store(time.Now().UnixNano())
+	advance := func(d time.Duration) { clock.Add(int64(d)) }
+	b, s, _, _ := startGatewayWith(t, cfg, func() time.Time { return time.Unix(0, clock.Load()) })
+	next := inbound(t, b)
+
+	body := []byte(`{"alert":"disk full on db1"}`)
+	generic := func(route string, headers ...string) delivery {
+		h := map[string]string{"X-Signature": strings.TrimPrefix(Sign(secret, body), "sha256="), "X-Webhook-Event": "alert"}
+		for i := 0; i+1 < len(headers); i += 2 {
+			h[headers[i]] = headers[i+1]
+		}
+		return delivery{route, body, h}
+	}
+	steps := []struct {
+		name  string
+		after time.Duration
+		d     delivery
+		code  int
+	}{
+		{"first", 0, generic("generic"), http.StatusAccepted},
+		{"sender's retry", time.Minute, generic("generic"), http.StatusOK},
+		{"retry at the window's end", 3*time.Minute + 59*time.Second, generic("generic"), http.StatusOK},
+		{"same alert later", 2 * time.Second, generic("generic"), http.StatusAccepted},
+		{"its retry", 10 * time.Second, generic("generic"), http.StatusOK},
+		{"with a delivery id", 0, generic("generic", "X-Webhook-Id", "alert-7"), http.StatusAccepted},
+		{"that id later", time.Hour, generic("generic", "X-Webhook-Id", "alert-7"), http.StatusOK},
+		{"route without body dedupe", 0, generic("always"), http.StatusAccepted},
+		{"at once again", 0, generic("always"), http.StatusAccepted},
+	}
+	ids := map[string]bool{}
+	for _, st := range steps {
+		advance(st.after)
+		if code := post(t, s.Addr(), st.d); code != st.code {
+			t.Fatalf("%s: status %d, want %d", st.name, code, st.code)
+		}
+		if st.code != http.StatusAccepted {
+			continue
+		}
+		ev := next()
+		if ids[ev.GetEventId()] || ev.GetText() != "alert disk full on db1" {
+			t.Fatalf("%s: published %s %q, want a new event with the alert", st.name, ev.GetEventId(), ev.GetText())
+		}
+		ids[ev.GetEventId()] = true
+	}
+}
 
 // A delivery in flight when the gateway stops still gets its answer and
 // its event: GitHub and GitLab do not retry on their own, so a 503 here

@@ -418,7 +418,12 @@ func TestImageOfOtherTypeSentAsLink(t *testing.T) {
 func TestSendErrors(t *testing.T) {
 	t.Parallel()
 	f := whatsappfake.New(t)
-	h := start(t, f, testConfig(f), platform.Options{})
+	cfg := testConfig(f)
+	// A transient error may have sent the message: its retry waits for
+	// WhatsApp's status of it (TestSendWhoseAnswerWasLostIsNotSentTwice),
+	// here not at all.
+	cfg.reportWait = time.Millisecond
+	h := start(t, f, cfg, platform.Options{})
 	for i, c := range []struct {
 		name    string
 		fail    whatsappfake.Failure

@@ -54,7 +54,9 @@ type status struct {
 	ID          string `json:"id"`
 	Status      string `json:"status"` // sent, delivered, read, failed (and deleted, warning)
 	RecipientID string `json:"recipient_id"`
-	Errors      []struct {
+	// CallbackData is the biz_opaque_callback_data the send gave.
+	CallbackData string `json:"biz_opaque_callback_data"`
+	Errors       []struct {
 		Code      int    `json:"code"`
 		Title     string `json:"title"`
 		Message   string `json:"message"`

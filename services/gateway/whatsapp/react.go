@@ -29,6 +29,6 @@ func (p *Platform) Unreact(ctx context.Context, t *deliveryv1.Target, messageID,
 func (p *Platform) react(ctx context.Context, t *deliveryv1.Target, messageID, emoji string) error {
 	_, err := p.postMessage(ctx, recipient(t.GetChatId()), map[string]any{
 		"type": "reaction", "reaction": map[string]any{"message_id": messageID, "emoji": emoji},
-	})
+	}, noPart)
 	return err
 }

@@ -43,20 +43,38 @@ type sent struct {
 }
 
 // postMessage sends one message object (without messaging_product and
-// to, which it adds) and returns its wamid.
-func (p *Platform) postMessage(ctx context.Context, to string, msg map[string]any) (string, error) {
+// to, which it adds) and returns its wamid. part is the message's part
+// of the send (platform.SendTag), noPart for a message outside a send's
+// records (a reaction): a part's retry after an attempt that ended
+// without an answer first looks for WhatsApp's report of it (resend.go).
+func (p *Platform) postMessage(ctx context.Context, to string, msg map[string]any, part int) (string, error) {
 	if to == "" {
 		return "", platform.Permanent(errors.New("no whatsapp recipient"))
+	}
+	tag, tagged := "", false
+	if part != noPart {
+		tag, tagged = platform.SendTag(ctx, part)
+	}
+	if tagged {
+		if id, err := p.reported(ctx, part); id != "" || err != nil {
+			return id, err
+		}
+		msg["biz_opaque_callback_data"] = tag
 	}
 	msg["messaging_product"] = "whatsapp"
 	msg["recipient_type"] = "individual"
 	msg["to"] = to
 	var out sent
-	if err := p.graph.post(ctx, "messages", msg, &out); err != nil {
-		return "", classify(err)
+	err := p.graph.post(ctx, "messages", msg, &out)
+	if err == nil && (len(out.Messages) == 0 || out.Messages[0].ID == "") {
+		err = errors.New("graph api answered a message without its id")
 	}
-	if len(out.Messages) == 0 || out.Messages[0].ID == "" {
-		return "", errors.New("graph api answered a message without its id")
+	if err != nil {
+		err = classify(err)
+		if tagged && unanswered(err) {
+			p.markUnsure(ctx, part)
+		}
+		return "", err
 	}
 	return out.Messages[0].ID, nil
 }
@@ -84,6 +102,11 @@ func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (str
 	if len(req.GetAttachments()) > 0 {
 		return p.sendMedia(ctx, req)
 	}
+	return p.sendText(ctx, req, 0)
+}
+
+// sendText posts req's text as part part of the send.
+func (p *Platform) sendText(ctx context.Context, req *deliveryv1.SendRequested, part int) (string, error) {
 	text := formatted(req)
 	if strings.TrimSpace(text) == "" {
 		return "", platform.Permanent(errors.New("empty message"))
@@ -93,7 +116,7 @@ func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (str
 	}
 	msg := map[string]any{"type": "text", "text": map[string]any{"body": text, "preview_url": true}}
 	quote(msg, req)
-	return p.postMessage(ctx, recipient(req.GetTarget().GetChatId()), msg)
+	return p.postMessage(ctx, recipient(req.GetTarget().GetChatId()), msg, part)
 }
 
 // mediaType is the Cloud API message type an attachment is sent as.
@@ -129,7 +152,7 @@ func (p *Platform) sendMedia(ctx context.Context, req *deliveryv1.SendRequested)
 		if !done {
 			text := &deliveryv1.SendRequested{Target: req.GetTarget(), Text: req.GetText(), Format: req.GetFormat(), ChunkIndex: req.GetChunkIndex()}
 			var err error
-			if id, err = p.Send(ctx, text); err != nil {
+			if id, err = p.sendText(ctx, text, 0); err != nil {
 				return "", err
 			}
 			platform.RecordPart(ctx, 0, id)
@@ -160,7 +183,7 @@ func (p *Platform) sendMedia(ctx context.Context, req *deliveryv1.SendRequested)
 					if first == "" && i == 0 {
 						text.ChunkIndex = req.GetChunkIndex() // the first message quotes the user's
 					}
-					if id, err = p.Send(ctx, text); err != nil {
+					if id, err = p.sendText(ctx, text, captionPart(len(atts), i)); err != nil {
 						return first, err
 					}
 					platform.RecordPart(ctx, captionPart(len(atts), i), id)
@@ -190,7 +213,7 @@ func (p *Platform) sendMedia(ctx context.Context, req *deliveryv1.SendRequested)
 		if first == "" && i == 0 {
 			quote(msg, req)
 		}
-		id, err := p.postMessage(ctx, to, msg)
+		id, err := p.postMessage(ctx, to, msg, i+1)
 		if err != nil {
 			return first, err
 		}

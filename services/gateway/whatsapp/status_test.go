@@ -6,10 +6,12 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/logtest"
 	"github.com/switchboard-chat/switchboard/pkg/platform"
 	"github.com/switchboard-chat/switchboard/pkg/platform/platformtest"
@@ -88,5 +90,81 @@ func TestFailedStatusVisible(t *testing.T) {
 	}
 	if d, _ := recs[0]["details"].(string); !strings.Contains(d, "24 hours") {
 		t.Errorf("details %q, want Meta's", d)
+	}
+}
+
+// A send whose answer was lost (Graph timed out, or answered 500 after
+// it took the message) may have gone out: the Cloud API takes no
+// idempotency key, and the retry posted the message again. Each message
+// now carries its send's tag as biz_opaque_callback_data, which Meta
+// returns in the message's statuses; the retry looks for that status
+// first: reported, the first message is the send's; not yet, it waits
+// (retryable) up to the report wait; none by then, it posts again.
+func TestSendWhoseAnswerWasLostIsNotSentTwice(t *testing.T) {
+	t.Parallel()
+	f := whatsappfake.New(t)
+	cfg := testConfig(f)
+	cfg.reportWait = 3 * time.Second
+	h := start(t, f, cfg, platform.Options{})
+	to := recipient(target().GetChatId())
+	text := func(key string) *deliveryv1.SendRequested {
+		return &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: key, Text: key, Target: target()}
+	}
+	image := &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "image", Target: target(),
+		Attachments: []*eventsv1.Attachment{{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, Location: &eventsv1.Attachment_Url{Url: "https://example.com/a.png"}}}}
+	lost := func(req *deliveryv1.SendRequested) whatsappfake.Message {
+		t.Helper()
+		before := len(f.Messages(to))
+		f.LoseAnswers(1)
+		if r := h.send(t, req); r.GetOk() || r.GetErrorClass() != deliveryv1.ErrorClass_ERROR_CLASS_RETRYABLE {
+			t.Fatalf("%s: first attempt %v, want retryable", req.GetIdempotencyKey(), r)
+		}
+		msgs := f.Messages(to)
+		if len(msgs) != before+1 || msgs[before].CallbackData == "" {
+			t.Fatalf("%s: sent %+v, want one message with its callback data", req.GetIdempotencyKey(), msgs[before:])
+		}
+		return msgs[before]
+	}
+	once := func(req *deliveryv1.SendRequested, first whatsappfake.Message) {
+		t.Helper()
+		r := h.send(t, req)
+		n := 0
+		for _, m := range f.Messages(to) {
+			if m.CallbackData == first.CallbackData {
+				n++
+			}
+		}
+		if !r.GetOk() || r.GetPlatformMessageId() != first.ID || n != 1 {
+			t.Fatalf("%s: retry %v with %d messages sent, want the first attempt's %s, sent once", req.GetIdempotencyKey(), r, n, first.ID)
+		}
+	}
+
+	// Reported before the retry: text and media alike.
+	for _, req := range []*deliveryv1.SendRequested{text("reported"), image} {
+		first := lost(req)
+		if got := h.post(t, f.StatusOf(first, "sent")); got != http.StatusOK {
+			t.Fatalf("status webhook: %d", got)
+		}
+		once(req, first)
+	}
+
+	// Retried before the report: it waits, then takes the report.
+	req := text("waiting")
+	first := lost(req)
+	if r := h.send(t, req); r.GetOk() || r.GetErrorClass() != deliveryv1.ErrorClass_ERROR_CLASS_RETRYABLE || r.GetRetryAfterMs() <= 0 {
+		t.Fatalf("retry before the report: %v, want retryable with a wait", r)
+	}
+	if got := h.post(t, f.StatusOf(first, "delivered")); got != http.StatusOK {
+		t.Fatalf("status webhook: %d", got)
+	}
+	once(req, first)
+
+	// No report within the wait: the first attempt is taken as lost and
+	// the message is sent again.
+	req = text("never reported")
+	first = lost(req)
+	time.Sleep(cfg.reportWait)
+	if r := h.send(t, req); !r.GetOk() || r.GetPlatformMessageId() == first.ID || len(f.Messages(to)) != 5 {
+		t.Fatalf("retry after the wait: %v, sent %d, want the message sent again", r, len(f.Messages(to)))
 	}
 }

@@ -118,6 +118,7 @@ func (p *Platform) publish(ctx context.Context, conn platform.Deliverer, n parse
 	}
 	for _, s := range n.statuses {
 		p.status(s)
+		reportSent(ctx, conn, s)
 	}
 	for _, m := range n.messages {
 		switch {

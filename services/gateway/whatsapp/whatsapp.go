@@ -67,6 +67,8 @@ type Config struct {
 	// AckTimeout bounds publishing a notification's messages before
 	// answering Meta.
 	AckTimeout time.Duration `koanf:"ack_timeout"`
+	// reportWait replaces defaultReportWait (tests).
+	reportWait time.Duration
 	// Reactions (WHATSAPP_REACTIONS, default false): the user's message
 	// shows 👀 while the agent works on it, then ✅ when the answer was
 	// sent, ❌ when the turn failed, nothing when it was interrupted.

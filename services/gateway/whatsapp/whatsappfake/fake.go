@@ -47,6 +47,7 @@ type Fake struct {
 	media     map[string]Media // media id → media the fake holds
 	downloads int
 	failures  []Failure // answered, in order, to the next messages sent
+	lost      []Failure // answered, in order, to the next messages sent, which are kept all the same
 }
 
 // Message is one message the business sent.
@@ -61,7 +62,10 @@ type Message struct {
 	Name    string // document filename
 	// Reaction: the message reacted to and the emoji ("" removes).
 	ReactTo, Emoji string
-	Raw            json.RawMessage
+	// CallbackData is the send's biz_opaque_callback_data, which Meta
+	// returns in the message's statuses (StatusOf).
+	CallbackData string
+	Raw          json.RawMessage
 }
 
 // Read is one read receipt the business sent.
@@ -122,6 +126,22 @@ func (f *Fake) Fail(fs ...Failure) {
 	f.mu.Lock()
 	f.failures = append(f.failures, fs...)
 	f.mu.Unlock()
+}
+
+// LoseAnswers makes the next messages the business sends go out and
+// their answers be these failures (Meta's 500 "Something went wrong",
+// 131000, by default), one each: what a sender sees when Graph times
+// out after it took a message.
+func (f *Fake) LoseAnswers(n int, fs ...Failure) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for i := range n {
+		fl := Failure{Status: http.StatusInternalServerError, Code: 131000, Message: "Something went wrong"}
+		if i < len(fs) {
+			fl = fs[i]
+		}
+		f.lost = append(f.lost, fl)
+	}
 }
 
 // Messages returns what the business sent to wa_id, oldest first.
@@ -284,7 +304,8 @@ type outgoing struct {
 	Context *struct {
 		MessageID string `json:"message_id"`
 	} `json:"context"`
-	Text *struct {
+	CallbackData string `json:"biz_opaque_callback_data"`
+	Text         *struct {
 		Body       string `json:"body"`
 		PreviewURL bool   `json:"preview_url"`
 	} `json:"text"`
@@ -343,7 +364,7 @@ func (f *Fake) postMessage(w http.ResponseWriter, r *http.Request) {
 		badParameter(w, "to is required")
 		return
 	}
-	m := Message{To: o.To, Type: o.Type, Raw: raw}
+	m := Message{To: o.To, Type: o.Type, Raw: raw, CallbackData: o.CallbackData}
 	if o.Context != nil {
 		m.ReplyTo = o.Context.MessageID
 	}
@@ -394,7 +415,16 @@ func (f *Fake) postMessage(w http.ResponseWriter, r *http.Request) {
 	m.ID = "wamid.OUT" + strconv.FormatInt(f.seq.Add(1), 10)
 	f.mu.Lock()
 	f.messages[o.To] = append(f.messages[o.To], m)
+	var lost *Failure
+	if len(f.lost) > 0 && o.Type != "reaction" {
+		lost = &f.lost[0]
+		f.lost = f.lost[1:]
+	}
 	f.mu.Unlock()
+	if lost != nil {
+		writeError(w, *lost)
+		return
+	}
 	writeJSON(w, http.StatusOK, map[string]any{
 		"messaging_product": "whatsapp",
 		"contacts":          []any{map[string]any{"input": o.To, "wa_id": o.To}},
@@ -479,6 +509,16 @@ func (f *Fake) Status(messageID, to, status string, code int) []byte {
 		s["errors"] = []any{map[string]any{"code": code, "title": e[0], "message": e[0],
 			"error_data": map[string]any{"details": e[1]},
 			"href":       "https://developers.facebook.com/docs/whatsapp/cloud-api/support/error-codes/"}}
+	}
+	return f.wrap(map[string]any{"statuses": []any{s}})
+}
+
+// StatusOf is the webhook body for a status of m as Meta writes it,
+// with the send's biz_opaque_callback_data when it gave one.
+func (f *Fake) StatusOf(m Message, status string) []byte {
+	s := map[string]any{"id": m.ID, "status": status, "timestamp": strconv.FormatInt(time.Now().Unix(), 10), "recipient_id": m.To}
+	if m.CallbackData != "" {
+		s["biz_opaque_callback_data"] = m.CallbackData
 	}
 	return f.wrap(map[string]any{"statuses": []any{s}})
 }

@@ -64,6 +64,10 @@ const (
 // record's days.
 const TimestampTolerance = 5 * time.Minute
 
+// MaxBodyDedupe bounds body_dedupe: it is a sender's retry window, not
+// a memory of what was sent (a delivery id is that).
+const MaxBodyDedupe = 24 * time.Hour
+
 // Route configures one webhook endpoint.
 type Route struct {
 	// Secret for the signature (HMAC key, or GitLab's token).
@@ -92,6 +96,11 @@ type Route struct {
 	// seconds (per gateway replica); unset, the gateway's rate_limit; 0
 	// unlimited.
 	RateLimit *int `koanf:"rate_limit"`
+	// BodyDedupe is how long a delivery without a delivery id (deduped by
+	// its body's hash) counts as a retry of the first with the same body;
+	// unset, the gateway's body_dedupe; 0 never (every such delivery is
+	// new, as in Hermes).
+	BodyDedupe *time.Duration `koanf:"body_dedupe"`
 }
 
 // ReplyTarget is a chat on another platform.
@@ -149,6 +158,9 @@ func Compile(name string, r Route, keyPrefix string) (*CompiledRoute, error) {
 	if r.RateLimit != nil && *r.RateLimit < 0 {
 		return nil, config.Invalid(key+".rate_limit", *r.RateLimit, "deliveries a minute, 0 for no limit")
 	}
+	if r.BodyDedupe != nil && (*r.BodyDedupe < 0 || *r.BodyDedupe > MaxBodyDedupe) {
+		return nil, config.Invalid(key+".body_dedupe", *r.BodyDedupe, "a duration from 0 to "+MaxBodyDedupe.String())
+	}
 	if r.DeliverOnly && r.Reply.Platform == "" {
 		return nil, config.Invalid(key+".reply.platform", "", "a reply target for a deliver_only route")
 	}
@@ -203,23 +215,12 @@ func Build(route *CompiledRoute, account string, h http.Header, body []byte) (*e
 		// ("Merge Request Hook"), as Hermes's filters do.
 		return nil, refuse(http.StatusOK, "ignored", "event %q is filtered out", event)
 	}
-	id := h.Get("X-GitHub-Delivery")
-	for _, k := range []string{"X-Gitlab-Event-UUID", "X-Webhook-Id", "X-Request-Id", "Idempotency-Key"} {
-		if id == "" {
-			id = h.Get(k)
-		}
-	}
-	if route.Signature == SigStandard {
-		// The signed id, and only it: another header cannot make a
-		// replayed delivery new.
-		id, _, _ = standardHeaders(h)
-	}
+	id := HeaderID(route, h)
 	if id != "" && !deliveryID.MatchString(id) {
 		return nil, refuse(http.StatusBadRequest, "bad_delivery_id", "delivery id is not a plain token")
 	}
 	if id == "" {
-		sum := sha256.Sum256(body)
-		id = "sha256-" + hex.EncodeToString(sum[:16])
+		id = BodyID(body)
 	}
 	text, err := render(route, event, payload)
 	if err != nil {
@@ -242,6 +243,33 @@ func Build(route *CompiledRoute, account string, h http.Header, body []byte) (*e
 		},
 	}
 	return ev, nil
+}
+
+// HeaderID is the delivery id the sender's headers give, "" when none
+// does: X-GitHub-Delivery, X-Gitlab-Event-UUID, X-Webhook-Id,
+// X-Request-Id or Idempotency-Key; on a standard route the signed
+// webhook-id, and only it (another header cannot make a replayed
+// delivery new).
+func HeaderID(route *CompiledRoute, h http.Header) string {
+	if route.Signature == SigStandard {
+		id, _, _ := standardHeaders(h)
+		return id
+	}
+	id := h.Get("X-GitHub-Delivery")
+	for _, k := range []string{"X-Gitlab-Event-UUID", "X-Webhook-Id", "X-Request-Id", "Idempotency-Key"} {
+		if id == "" {
+			id = h.Get(k)
+		}
+	}
+	return id
+}
+
+// BodyID is the id of a delivery without a delivery id: a hash of its
+// body, the same for a sender's retry of it (and for the same body sent
+// again later, which the gateway tells apart by the time it came).
+func BodyID(body []byte) string {
+	sum := sha256.Sum256(body)
+	return "sha256-" + hex.EncodeToString(sum[:16])
 }
 
 // decodePayload reads a delivery's body: JSON, or else, when it is sent
