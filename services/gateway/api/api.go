@@ -53,7 +53,9 @@ type Config struct {
 	Account string `koanf:"account"`
 	// Model is the model id /v1/models lists and responses carry.
 	Model string `koanf:"model"`
-	// ReplyTimeout bounds how long a request waits for its turn's answer.
+	// ReplyTimeout bounds how long a request waits for its turn's whole
+	// answer; a streamed one's, how long it waits for the next piece of
+	// it (a stream still showing text is not cut).
 	ReplyTimeout time.Duration `koanf:"reply_timeout"`
 	// ShutdownGrace is how long, at SIGTERM, requests waiting for their
 	// answer may still get it (keep it below the pod's termination grace).

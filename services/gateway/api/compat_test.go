@@ -13,6 +13,8 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/responses"
+
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 )
 
 // What the official client sends that the agent cannot take is refused
@@ -224,6 +226,60 @@ func TestTimedOutRequestIsNotSentAgain(t *testing.T) {
 		`{"model":"switchboard","messages":[{"role":"user","content":"keyed"}]}`, map[string]string{HeaderIdempotencyKey: "k-1"})
 	if keyed.code != http.StatusGatewayTimeout || keyed.header.Get("X-Should-Retry") == "false" {
 		t.Fatalf("keyed: %d, X-Should-Retry %q; want 504 a retry may follow", keyed.code, keyed.header.Get("X-Should-Retry"))
+	}
+}
+
+// A streamed answer still being written is not cut at reply_timeout,
+// which bounds a stream's silence, not its length: a turn that writes a
+// long answer piece by piece streams to its end, on both endpoints, as
+// it does in Hermes. A whole answer's wait keeps its total bound, and a
+// stream that goes silent for reply_timeout still ends with the timeout.
+func TestStreamStillWritingOutlastsTheReplyTimeout(t *testing.T) {
+	t.Parallel()
+	b := newBus(t)
+	s := startService(t, b, func(c *Config) { c.ReplyTimeout = 700 * time.Millisecond })
+	r := startResponder(t, b)
+	r.mu.Lock()
+	r.pace = 250 * time.Millisecond // 6 pieces and the final: 1.75 s
+	r.answer = func(*eventsv1.MessageReceived, int) []string {
+		return []string{"one", " two", " three", " four", " five", " six"}
+	}
+	r.mu.Unlock()
+	const answer = "one two three four five six"
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	client := sdkClient(s)
+	chat := openai.ChatCompletionNewParams{Model: "switchboard", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("write a lot")}}
+	streamed := func() (string, error) {
+		stream := client.Chat.Completions.NewStreaming(ctx, chat)
+		var text string
+		for stream.Next() {
+			if c := stream.Current(); len(c.Choices) > 0 {
+				text += c.Choices[0].Delta.Content
+			}
+		}
+		return text, stream.Err()
+	}
+	if text, err := streamed(); err != nil || text != answer {
+		t.Fatalf("chat stream: %q, %v; want the whole answer", text, err)
+	}
+	_, deltas, last := streamEvents(ctx, t, client, responses.ResponseNewParams{Model: "switchboard", Input: inputText("write a lot")})
+	if last.Status != "completed" || strings.Join(deltas, "") != answer {
+		t.Fatalf("responses stream: %s %q; want the whole answer", last.Status, deltas)
+	}
+	_, err := client.Chat.Completions.New(ctx, chat)
+	if e := sdkErrorOf(t, err); e.StatusCode != http.StatusGatewayTimeout || e.Code != "timeout" {
+		t.Fatalf("whole answer: %d %q, want 504 timeout", e.StatusCode, e.Code)
+	}
+	r.mu.Lock()
+	r.pace = 2 * time.Second
+	r.mu.Unlock()
+	began := time.Now()
+	if text, err := streamed(); err == nil || !strings.Contains(err.Error(), `"code":"timeout"`) || text != "" {
+		t.Fatalf("silent stream: %q, %v; want the timeout error", text, err)
+	}
+	if waited := time.Since(began); waited > 1500*time.Millisecond {
+		t.Fatalf("silent stream ended after %s, want about reply_timeout", waited)
 	}
 }
 

@@ -106,6 +106,9 @@ type responder struct {
 	// failure, when set, fails every turn with this error code
 	// (ReplyError.code): its final send explains it.
 	failure string
+	// pace, when set, is the time before each piece and the final: a
+	// turn whose answer takes a while to write.
+	pace time.Duration
 }
 
 // failureText is how the responder's failed turns explain themselves.
@@ -174,9 +177,19 @@ func (r *responder) reply(ctx context.Context, t *testing.T, b *bus.Bus, ev *eve
 	}
 	send(&deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_TYPING})
 	r.mu.Lock()
-	restart := r.restart
+	restart, pace := r.restart, r.pace
 	r.mu.Unlock()
+	wait := func() {
+		if pace == 0 {
+			return
+		}
+		select {
+		case <-time.After(pace):
+		case <-ctx.Done():
+		}
+	}
 	for i, p := range pieces {
+		wait()
 		send(&deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_STREAM_DELTA, Text: p, IdempotencyKey: fmt.Sprintf("%s:delta:%d", turnID, i),
 			StreamRestart: restart != nil && restart(i)})
 	}
@@ -196,6 +209,7 @@ func (r *responder) reply(ctx context.Context, t *testing.T, b *bus.Bus, ev *eve
 	if r.hops != nil {
 		final.HopTimes = r.hops()
 	}
+	wait()
 	send(final)
 }
 

@@ -338,7 +338,7 @@ func (s *Service) chatCompletions(w http.ResponseWriter, r *http.Request) {
 	if modelName == "" {
 		modelName = s.cfg.Model
 	}
-	ctx, cancel := s.replyContext(r)
+	ctx, cancel := s.replyContext(r, req.Stream)
 	defer cancel()
 	id := "chatcmpl-" + t.suffix()
 	if req.Stream {
@@ -376,7 +376,7 @@ func (s *Service) stream(ctx context.Context, w http.ResponseWriter, r *http.Req
 			Choices: []chunkChoice{{Delta: delta, FinishReason: finish}}})
 	}
 	write(chunkDelta{Role: "assistant"}, nil)
-	end := relay(ctx, t.wt, func(text string) { write(chunkDelta{Content: text}, nil) }, out.keepalive)
+	end := relay(ctx, t.wt, s.cfg.ReplyTimeout, func(text string) { write(chunkDelta{Content: text}, nil) }, out.keepalive)
 	switch {
 	case end.err != nil:
 		// OpenAI's in-stream error event ends the stream: no [DONE]. A

@@ -366,8 +366,13 @@ func (s *Service) pollAnswer(ctx context.Context, id string, f *follower) {
 	}
 }
 
-// replyContext bounds the wait for the answer (gateways.api.reply_timeout).
-func (s *Service) replyContext(r *http.Request) (context.Context, context.CancelFunc) {
+// replyContext bounds the wait for a whole answer
+// (gateways.api.reply_timeout). A stream's wait has no total bound: it
+// ends when the reply says nothing for that long (relay).
+func (s *Service) replyContext(r *http.Request, stream bool) (context.Context, context.CancelFunc) {
+	if stream {
+		return context.WithCancel(r.Context())
+	}
 	return context.WithTimeout(r.Context(), s.cfg.ReplyTimeout)
 }
 
@@ -468,20 +473,29 @@ const keepaliveEvery = 15 * time.Second
 // relay shows the reply of a streaming request as its pieces arrive —
 // the text deltas, then what the answer's sends add to them — calls idle
 // when there was no news for a while (keep-alives), and returns how the
-// reply ended.
+// reply ended. The wait ends (context.DeadlineExceeded, the timeout a
+// whole answer's wait ends with) when no piece came for quiet: a stream
+// still showing text goes on however long its answer takes, as Hermes's
+// does, while one whose turn went silent is not held open for ever.
 //
 // The answer is the last model call's text: in a turn that called tools
 // after streaming text ("Let me check."), the later call's text streams
 // after a break marked restart (Hermes's paragraph break), and the
 // answer continues what streamed after that break, not the whole stream.
-func relay(ctx context.Context, wt *waiter, show func(string), idle func()) ending {
+func relay(ctx context.Context, wt *waiter, quiet time.Duration, show func(string), idle func()) ending {
 	keepalive := time.NewTicker(keepaliveEvery)
 	defer keepalive.Stop()
+	silence := time.NewTimer(quiet)
+	defer silence.Stop()
 	// shown is everything the client was streamed; streamed is what the
 	// answer must start with: what was streamed since the last restart.
 	var shown, streamed, sent, failure strings.Builder
 	for {
-		for _, p := range wt.take() {
+		pieces := wt.take()
+		if len(pieces) > 0 {
+			silence.Reset(quiet)
+		}
+		for _, p := range pieces {
 			if p.errorCode != "" {
 				// A failed turn: its explanation ends the stream.
 				failure.WriteString(p.text)
@@ -523,6 +537,8 @@ func relay(ctx context.Context, wt *waiter, show func(string), idle func()) endi
 		select {
 		case <-ctx.Done():
 			return ending{text: shown.String(), err: ctx.Err()}
+		case <-silence.C:
+			return ending{text: shown.String(), err: context.DeadlineExceeded}
 		case <-keepalive.C:
 			idle()
 		case <-wt.notify:
