@@ -309,6 +309,45 @@ func TestStoppedRequestIsNotSentAgain(t *testing.T) {
 	}
 }
 
+// A turn that failed after the worker's own retries of the model (a
+// provider's 429, its 5xx, a stalled call) ran its message: the
+// official clients, which retry a 429 and a 5xx twice by default, must
+// not send it again, or the agent runs it three times, tools and all.
+func TestFailedTurnIsNotSentAgain(t *testing.T) {
+	t.Parallel()
+	b := newBus(t)
+	s := startService(t, b, nil)
+	r := startResponder(t, b)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	client := sdkClient(s, option.WithMaxRetries(2))
+	for i, c := range []struct {
+		code, want string
+		status     int
+	}{
+		{"rate_limited", "rate_limit_exceeded", http.StatusTooManyRequests},
+		{"provider", "upstream_error", http.StatusBadGateway},
+		{"timeout", "timeout", http.StatusGatewayTimeout},
+		{"internal", "internal_error", http.StatusInternalServerError},
+	} {
+		r.mu.Lock()
+		r.failure = c.code
+		r.mu.Unlock()
+		_, err := client.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Model: "switchboard",
+			Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("fail " + c.code)}})
+		if e := sdkErrorOf(t, err); e.StatusCode != c.status || e.Code != c.want {
+			t.Fatalf("%s: %d %q, want %d %s", c.code, e.StatusCode, e.Code, c.status, c.want)
+		}
+		_, err = client.Responses.New(ctx, responses.ResponseNewParams{Model: "switchboard", Input: inputText("fail " + c.code)})
+		if e := sdkErrorOf(t, err); e.StatusCode != c.status || e.Code != c.want {
+			t.Fatalf("%s response: %d %q, want %d %s", c.code, e.StatusCode, e.Code, c.status, c.want)
+		}
+		if n := len(r.received()); n != 2*(i+1) {
+			t.Fatalf("%s: %d messages published for %d requests: the client sent them again", c.code, n, 2*(i+1))
+		}
+	}
+}
+
 // A 409 the gateway answers (a deleted response's key, an expired key, a
 // response that cannot be continued, a run's state) is the same for
 // every attempt; the official clients retry a 409 twice by default (at
