@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -393,5 +394,57 @@ func TestAllowedOriginsSeeTheRetryHeaders(t *testing.T) {
 		if !slices.Contains(exposed, h) {
 			t.Errorf("%s not exposed: %q", h, exposed)
 		}
+	}
+}
+
+// A path asked with a method it is not served with is answered 405, its
+// methods in Allow and OpenAI's error body, on every route — not the
+// catch-all's 404 (unknown_url), which reads as a wrong base URL — while
+// its own methods are served and an unknown path is still a 404.
+func TestWrongMethodIsNotAllowed(t *testing.T) {
+	t.Parallel()
+	b := newBus(t)
+	s := startService(t, b, nil)
+	base := "http://" + s.Addr()
+	table := s.table()
+	if len(table.paths) < 19 {
+		t.Fatalf("%d routes", len(table.paths))
+	}
+	concrete := regexp.MustCompile(`\{[^}]+\}`)
+	for _, path := range table.paths {
+		url := base + concrete.ReplaceAllString(path, "x1")
+		for _, method := range []string{"GET", "POST", "PUT", "PATCH", "DELETE"} {
+			if slices.Contains(table.methods[path], method) {
+				continue
+			}
+			r := do(t, method, url, "", "", nil)
+			allow := allowOf(table.methods[path])
+			if r.code != http.StatusMethodNotAllowed || r.header.Get("Allow") != allow || errorCode(t, r) != "method_not_allowed" {
+				t.Errorf("%s %s: %d Allow %q %s; want 405 Allow %q", method, path, r.code, r.header.Get("Allow"), r.body, allow)
+			}
+		}
+	}
+	for _, c := range []struct {
+		method, path, allow string
+	}{
+		{"GET", "/v1/chat/completions", "POST"},
+		{"POST", "/v1/models", "GET, HEAD"},
+		{"PUT", "/v1/responses/resp_1", "GET, HEAD, DELETE"},
+		{"DELETE", "/api/jobs", "GET, HEAD, POST"},
+		{"POST", "/health", "GET, HEAD"},
+		{"POST", "/app.js", "GET, HEAD"}, // the web chat's
+	} {
+		if r := do(t, c.method, base+c.path, testKey, "", nil); r.code != http.StatusMethodNotAllowed || r.header.Get("Allow") != c.allow || errorCode(t, r) != "method_not_allowed" {
+			t.Errorf("%s %s: %d Allow %q %s", c.method, c.path, r.code, r.header.Get("Allow"), r.body)
+		}
+	}
+	if r := do(t, "GET", base+"/v1/models", testKey, "", nil); r.code != http.StatusOK {
+		t.Errorf("GET /v1/models: %d", r.code)
+	}
+	if r := do(t, "HEAD", base+"/v1/models", testKey, "", nil); r.code != http.StatusOK {
+		t.Errorf("HEAD /v1/models: %d", r.code)
+	}
+	if r := do(t, "GET", base+"/v1/embeddings", testKey, "", nil); r.code != http.StatusNotFound || errorCode(t, r) != "unknown_url" {
+		t.Errorf("unknown path: %d %s", r.code, r.body)
 	}
 }
