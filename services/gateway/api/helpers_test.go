@@ -109,6 +109,9 @@ type responder struct {
 	// pace, when set, is the time before each piece and the final: a
 	// turn whose answer takes a while to write.
 	pace time.Duration
+	// media, when set, is sent (one send each, as delivery sends a
+	// ReplyEvent's media) after the streamed text, before the final.
+	media []*eventsv1.Attachment
 }
 
 // failureText is how the responder's failed turns explain themselves.
@@ -198,8 +201,12 @@ func (r *responder) reply(ctx context.Context, t *testing.T, b *bus.Bus, ev *eve
 	if r.final != nil {
 		text = r.final(pieces)
 	}
-	failure := r.failure
+	failure, media := r.failure, r.media
 	r.mu.Unlock()
+	for i, a := range media {
+		send(&deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, Attachments: []*eventsv1.Attachment{a},
+			IdempotencyKey: fmt.Sprintf("%s:media:%d", turnID, i)})
+	}
 	// The tokens the fake model "used": the input's and the answer's length.
 	final := &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, Text: text, Final: true, IdempotencyKey: turnID + ":1:0",
 		Usage: &deliveryv1.TokenUsage{PromptTokens: int64(len(ev.GetText())), CompletionTokens: int64(len(text))}}

@@ -426,6 +426,7 @@ func (s *Service) shuttingDown() bool {
 func collect(ctx context.Context, wt *waiter) (reply, error) {
 	var b strings.Builder
 	var ans reply
+	var media []string
 	for {
 		for _, p := range wt.take() {
 			if p.delta != "" {
@@ -437,8 +438,14 @@ func collect(ctx context.Context, wt *waiter) (reply, error) {
 				ans.errorCode = p.errorCode
 			}
 			b.WriteString(p.text)
+			if p.media != "" {
+				media = append(media, p.media)
+			}
 			if p.final {
 				ans.text, ans.hops, ans.usage, ans.at = b.String(), p.hops, p.usage, p.at
+				if ans.errorCode == "" {
+					ans.text = withMedia(ans.text, media)
+				}
 				return ans, nil
 			}
 		}
@@ -490,6 +497,9 @@ func relay(ctx context.Context, wt *waiter, quiet time.Duration, show func(strin
 	// shown is everything the client was streamed; streamed is what the
 	// answer must start with: what was streamed since the last restart.
 	var shown, streamed, sent, failure strings.Builder
+	// media are the links to the media the answer's sends carried, shown
+	// after its text.
+	var media []string
 	for {
 		pieces := wt.take()
 		if len(pieces) > 0 {
@@ -515,6 +525,9 @@ func relay(ctx context.Context, wt *waiter, quiet time.Duration, show func(strin
 				streamed.WriteString(p.delta)
 				continue
 			}
+			if p.media != "" {
+				media = append(media, p.media)
+			}
 			sent.WriteString(p.text)
 			// Send chunks carry the answer; show what deltas did not.
 			rest, continues := strings.CutPrefix(sent.String(), streamed.String())
@@ -531,6 +544,10 @@ func relay(ctx context.Context, wt *waiter, quiet time.Duration, show func(strin
 				return ending{final: &p, text: shown.String(), errorCode: "interrupted", errorText: streamInterrupted}
 			}
 			if p.final {
+				if rest := strings.TrimPrefix(withMedia(shown.String(), media), shown.String()); rest != "" {
+					shown.WriteString(rest)
+					show(rest)
+				}
 				return ending{final: &p, text: shown.String()}
 			}
 		}
