@@ -70,6 +70,8 @@ type answerPiece struct {
 	Text string `json:"text"`
 	// ErrorCode: the text explains a failed turn (SendRequested.error_code).
 	ErrorCode string `json:"error_code,omitempty"`
+	// Media links to the media the send carried (mediaLinks).
+	Media string `json:"media,omitempty"`
 	// Turn and SessionKey, on the final piece: the turn that answered and
 	// the session key it ran under (answerPoint).
 	Turn       string `json:"turn,omitempty"`
@@ -343,7 +345,7 @@ func (f *follower) apply(rec answer) {
 	for i := f.emitted; i < len(rec.Pieces); i++ {
 		p := rec.Pieces[i]
 		final := rec.Final && i == len(rec.Pieces)-1
-		pc := piece{text: p.Text, final: final, errorCode: p.ErrorCode}
+		pc := piece{text: p.Text, final: final, errorCode: p.ErrorCode, media: p.Media}
 		if final {
 			pc.at = answerPoint{turn: p.Turn, sessionKey: p.SessionKey}
 		}

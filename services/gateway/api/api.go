@@ -53,7 +53,9 @@ type Config struct {
 	Account string `koanf:"account"`
 	// Model is the model id /v1/models lists and responses carry.
 	Model string `koanf:"model"`
-	// ReplyTimeout bounds how long a request waits for its turn's answer.
+	// ReplyTimeout bounds how long a request waits for its turn's whole
+	// answer; a streamed one's, how long it waits for the next piece of
+	// it (a stream still showing text is not cut).
 	ReplyTimeout time.Duration `koanf:"reply_timeout"`
 	// ShutdownGrace is how long, at SIGTERM, requests waiting for their
 	// answer may still get it (keep it below the pod's termination grace).
@@ -430,7 +432,7 @@ func (s *Service) Send(ctx context.Context, req *deliveryv1.SendRequested) (stri
 	}
 	keyed, plain := splitIDs(req.GetInputMessageIds())
 	for _, id := range keyed {
-		p := answerPiece{Key: req.GetIdempotencyKey(), Text: req.GetText(), ErrorCode: req.GetErrorCode()}
+		p := answerPiece{Key: req.GetIdempotencyKey(), Text: req.GetText(), ErrorCode: req.GetErrorCode(), Media: mediaLinks(req.GetAttachments())}
 		if req.GetFinal() {
 			p.Turn, p.SessionKey = req.GetTurnId(), req.GetSessionKey()
 		}
@@ -447,7 +449,7 @@ func (s *Service) Send(ctx context.Context, req *deliveryv1.SendRequested) (stri
 // sendPiece is the waiting request's piece of a send: a chunk of the
 // answer, or of the explanation of a failed turn.
 func sendPiece(req *deliveryv1.SendRequested) piece {
-	p := piece{text: req.GetText(), final: req.GetFinal(), errorCode: req.GetErrorCode()}
+	p := piece{text: req.GetText(), final: req.GetFinal(), errorCode: req.GetErrorCode(), media: mediaLinks(req.GetAttachments())}
 	if p.final {
 		p.hops, p.usage = req.GetHopTimes(), req.GetUsage()
 		p.at = answerPoint{turn: req.GetTurnId(), sessionKey: req.GetSessionKey()}

@@ -13,6 +13,8 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/responses"
+
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 )
 
 // What the official client sends that the agent cannot take is refused
@@ -140,8 +142,9 @@ func TestStreamCutByShutdownEndsWithAnError(t *testing.T) {
 	b := newBus(t)
 	s, stop := runService(t, b, func(c *Config) { c.ShutdownGrace = 200 * time.Millisecond })
 	r := startResponder(t, b)
-	release := r.hold()
-	defer release()
+	// Never released: an answer sent after the gateway stopped would find
+	// no one to take it (the responder's cleanup ends its wait).
+	_ = r.hold()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	client := sdkClient(s)
@@ -227,6 +230,60 @@ func TestTimedOutRequestIsNotSentAgain(t *testing.T) {
 	}
 }
 
+// A streamed answer still being written is not cut at reply_timeout,
+// which bounds a stream's silence, not its length: a turn that writes a
+// long answer piece by piece streams to its end, on both endpoints, as
+// it does in Hermes. A whole answer's wait keeps its total bound, and a
+// stream that goes silent for reply_timeout still ends with the timeout.
+func TestStreamStillWritingOutlastsTheReplyTimeout(t *testing.T) {
+	t.Parallel()
+	b := newBus(t)
+	s := startService(t, b, func(c *Config) { c.ReplyTimeout = 700 * time.Millisecond })
+	r := startResponder(t, b)
+	r.mu.Lock()
+	r.pace = 250 * time.Millisecond // 6 pieces and the final: 1.75 s
+	r.answer = func(*eventsv1.MessageReceived, int) []string {
+		return []string{"one", " two", " three", " four", " five", " six"}
+	}
+	r.mu.Unlock()
+	const answer = "one two three four five six"
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	client := sdkClient(s)
+	chat := openai.ChatCompletionNewParams{Model: "switchboard", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("write a lot")}}
+	streamed := func() (string, error) {
+		stream := client.Chat.Completions.NewStreaming(ctx, chat)
+		var text string
+		for stream.Next() {
+			if c := stream.Current(); len(c.Choices) > 0 {
+				text += c.Choices[0].Delta.Content
+			}
+		}
+		return text, stream.Err()
+	}
+	if text, err := streamed(); err != nil || text != answer {
+		t.Fatalf("chat stream: %q, %v; want the whole answer", text, err)
+	}
+	_, deltas, last := streamEvents(ctx, t, client, responses.ResponseNewParams{Model: "switchboard", Input: inputText("write a lot")})
+	if last.Status != "completed" || strings.Join(deltas, "") != answer {
+		t.Fatalf("responses stream: %s %q; want the whole answer", last.Status, deltas)
+	}
+	_, err := client.Chat.Completions.New(ctx, chat)
+	if e := sdkErrorOf(t, err); e.StatusCode != http.StatusGatewayTimeout || e.Code != "timeout" {
+		t.Fatalf("whole answer: %d %q, want 504 timeout", e.StatusCode, e.Code)
+	}
+	r.mu.Lock()
+	r.pace = 2 * time.Second
+	r.mu.Unlock()
+	began := time.Now()
+	if text, err := streamed(); err == nil || !strings.Contains(err.Error(), `"code":"timeout"`) || text != "" {
+		t.Fatalf("silent stream: %q, %v; want the timeout error", text, err)
+	}
+	if waited := time.Since(began); waited > 1500*time.Millisecond {
+		t.Fatalf("silent stream ended after %s, want about reply_timeout", waited)
+	}
+}
+
 // A request whose turn was stopped (/stop or /new in its conversation)
 // or failed on every attempt is answered 503 interrupted, which the
 // official clients would send again on their own: the stopped message
@@ -250,6 +307,45 @@ func TestStoppedRequestIsNotSentAgain(t *testing.T) {
 	}
 	if n := len(r.received()); n != 1 {
 		t.Fatalf("the message was sent %d times", n)
+	}
+}
+
+// A turn that failed after the worker's own retries of the model (a
+// provider's 429, its 5xx, a stalled call) ran its message: the
+// official clients, which retry a 429 and a 5xx twice by default, must
+// not send it again, or the agent runs it three times, tools and all.
+func TestFailedTurnIsNotSentAgain(t *testing.T) {
+	t.Parallel()
+	b := newBus(t)
+	s := startService(t, b, nil)
+	r := startResponder(t, b)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	client := sdkClient(s, option.WithMaxRetries(2))
+	for i, c := range []struct {
+		code, want string
+		status     int
+	}{
+		{"rate_limited", "rate_limit_exceeded", http.StatusTooManyRequests},
+		{"provider", "upstream_error", http.StatusBadGateway},
+		{"timeout", "timeout", http.StatusGatewayTimeout},
+		{"internal", "internal_error", http.StatusInternalServerError},
+	} {
+		r.mu.Lock()
+		r.failure = c.code
+		r.mu.Unlock()
+		_, err := client.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Model: "switchboard",
+			Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("fail " + c.code)}})
+		if e := sdkErrorOf(t, err); e.StatusCode != c.status || e.Code != c.want {
+			t.Fatalf("%s: %d %q, want %d %s", c.code, e.StatusCode, e.Code, c.status, c.want)
+		}
+		_, err = client.Responses.New(ctx, responses.ResponseNewParams{Model: "switchboard", Input: inputText("fail " + c.code)})
+		if e := sdkErrorOf(t, err); e.StatusCode != c.status || e.Code != c.want {
+			t.Fatalf("%s response: %d %q, want %d %s", c.code, e.StatusCode, e.Code, c.status, c.want)
+		}
+		if n := len(r.received()); n != 2*(i+1) {
+			t.Fatalf("%s: %d messages published for %d requests: the client sent them again", c.code, n, 2*(i+1))
+		}
 	}
 }
 

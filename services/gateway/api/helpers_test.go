@@ -106,6 +106,12 @@ type responder struct {
 	// failure, when set, fails every turn with this error code
 	// (ReplyError.code): its final send explains it.
 	failure string
+	// pace, when set, is the time before each piece and the final: a
+	// turn whose answer takes a while to write.
+	pace time.Duration
+	// media, when set, is sent (one send each, as delivery sends a
+	// ReplyEvent's media) after the streamed text, before the final.
+	media []*eventsv1.Attachment
 }
 
 // failureText is how the responder's failed turns explain themselves.
@@ -174,9 +180,19 @@ func (r *responder) reply(ctx context.Context, t *testing.T, b *bus.Bus, ev *eve
 	}
 	send(&deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_TYPING})
 	r.mu.Lock()
-	restart := r.restart
+	restart, pace := r.restart, r.pace
 	r.mu.Unlock()
+	wait := func() {
+		if pace == 0 {
+			return
+		}
+		select {
+		case <-time.After(pace):
+		case <-ctx.Done():
+		}
+	}
 	for i, p := range pieces {
+		wait()
 		send(&deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_STREAM_DELTA, Text: p, IdempotencyKey: fmt.Sprintf("%s:delta:%d", turnID, i),
 			StreamRestart: restart != nil && restart(i)})
 	}
@@ -185,8 +201,12 @@ func (r *responder) reply(ctx context.Context, t *testing.T, b *bus.Bus, ev *eve
 	if r.final != nil {
 		text = r.final(pieces)
 	}
-	failure := r.failure
+	failure, media := r.failure, r.media
 	r.mu.Unlock()
+	for i, a := range media {
+		send(&deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, Attachments: []*eventsv1.Attachment{a},
+			IdempotencyKey: fmt.Sprintf("%s:media:%d", turnID, i)})
+	}
 	// The tokens the fake model "used": the input's and the answer's length.
 	final := &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, Text: text, Final: true, IdempotencyKey: turnID + ":1:0",
 		Usage: &deliveryv1.TokenUsage{PromptTokens: int64(len(ev.GetText())), CompletionTokens: int64(len(text))}}
@@ -196,6 +216,7 @@ func (r *responder) reply(ctx context.Context, t *testing.T, b *bus.Bus, ev *eve
 	if r.hops != nil {
 		final.HopTimes = r.hops()
 	}
+	wait()
 	send(final)
 }
 

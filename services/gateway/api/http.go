@@ -48,7 +48,12 @@ const maxIdempotencyKey = 255
 var sessionIDPattern = regexp.MustCompile(`^[A-Za-z0-9._\-]{1,128}$`)
 
 func (s *Service) routes() http.Handler {
-	mux := http.NewServeMux()
+	return s.secure(s.table().mux)
+}
+
+// table is the API's routes.
+func (s *Service) table() *routeTable {
+	mux := newRouteTable()
 	mux.HandleFunc("POST /v1/chat/completions", s.authed(s.chatCompletions))
 	mux.HandleFunc("POST /v1/responses", s.authed(s.createResponse))
 	mux.HandleFunc("GET /v1/responses/{id}", s.authed(s.getResponse))
@@ -59,13 +64,74 @@ func (s *Service) routes() http.Handler {
 	s.jobRoutes(mux)
 	mux.HandleFunc("GET /health", s.health)
 	mux.HandleFunc("GET /v1/health", s.health) // Hermes's alias
-	mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
+	mux.answerOtherMethods()
+	mux.mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "invalid_request_error", "unknown_url", "", fmt.Sprintf("Unknown request URL: %s %s", r.Method, r.URL.Path))
 	})
 	if s.cfg.WebChat {
-		mux.Handle("/", webChat())
+		mux.mux.Handle("/", webChat())
 	}
-	return s.secure(mux)
+	return mux
+}
+
+// routeTable is the API's ServeMux, which also keeps the methods each
+// path is served with, to answer a path asked with another method.
+type routeTable struct {
+	mux     *http.ServeMux
+	methods map[string][]string // path pattern → its methods
+	paths   []string            // in the order registered
+}
+
+func newRouteTable() *routeTable {
+	return &routeTable{mux: http.NewServeMux(), methods: map[string][]string{}}
+}
+
+// HandleFunc registers h for pattern, "<METHOD> <path>".
+func (t *routeTable) HandleFunc(pattern string, h http.HandlerFunc) {
+	method, path, ok := strings.Cut(pattern, " ")
+	if !ok {
+		panic("route " + pattern + " has no method") // a programming error, caught by every test
+	}
+	t.mux.HandleFunc(pattern, h)
+	if _, seen := t.methods[path]; !seen {
+		t.paths = append(t.paths, path)
+	}
+	t.methods[path] = append(t.methods[path], method)
+}
+
+// answerOtherMethods answers each registered path asked with a method it
+// is not served with 405, its methods in Allow and OpenAI's error body,
+// as the platform does (a GET on /v1/chat/completions), where the
+// catch-alls (/v1/, the web chat's /) would answer 404 or the web chat's
+// own 405. A method-less pattern is less specific than the path's own,
+// so those still win.
+func (t *routeTable) answerOtherMethods() {
+	for _, path := range t.paths {
+		allow := allowOf(t.methods[path])
+		t.mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
+			writeMethodNotAllowed(w, r, allow)
+		})
+	}
+}
+
+// allowOf is the Allow header of a path served with methods: HEAD with
+// GET (the ServeMux serves a GET route's HEAD), in a fixed order.
+func allowOf(methods []string) string {
+	var out []string
+	for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
+		if slices.Contains(methods, m) || (m == http.MethodHead && slices.Contains(methods, http.MethodGet)) {
+			out = append(out, m)
+		}
+	}
+	return strings.Join(out, ", ")
+}
+
+// writeMethodNotAllowed answers a request whose path is served with
+// other methods (allow).
+func writeMethodNotAllowed(w http.ResponseWriter, r *http.Request, allow string) {
+	w.Header().Set("Allow", allow)
+	writeError(w, http.StatusMethodNotAllowed, "invalid_request_error", "method_not_allowed", "",
+		fmt.Sprintf("Method %s is not allowed for %s; use %s.", openai.Clip(r.Method, 16), openai.Clip(r.URL.Path, 256), allow))
 }
 
 // secure adds security headers and CORS for configured origins only.
@@ -338,7 +404,7 @@ func (s *Service) chatCompletions(w http.ResponseWriter, r *http.Request) {
 	if modelName == "" {
 		modelName = s.cfg.Model
 	}
-	ctx, cancel := s.replyContext(r)
+	ctx, cancel := s.replyContext(r, req.Stream)
 	defer cancel()
 	id := "chatcmpl-" + t.suffix()
 	if req.Stream {
@@ -376,7 +442,7 @@ func (s *Service) stream(ctx context.Context, w http.ResponseWriter, r *http.Req
 			Choices: []chunkChoice{{Delta: delta, FinishReason: finish}}})
 	}
 	write(chunkDelta{Role: "assistant"}, nil)
-	end := relay(ctx, t.wt, func(text string) { write(chunkDelta{Content: text}, nil) }, out.keepalive)
+	end := relay(ctx, t.wt, s.cfg.ReplyTimeout, func(text string) { write(chunkDelta{Content: text}, nil) }, out.keepalive)
 	switch {
 	case end.err != nil:
 		// OpenAI's in-stream error event ends the stream: no [DONE]. A

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -169,6 +170,7 @@ func TestHTTPErrorsAndHeaders(t *testing.T) {
 		{"no user message", "POST", chat, testKey, `{"messages":[{"role":"system","content":"x"}]}`, nil, 400, "invalid_request"},
 		{"bad session id", "POST", chat, testKey, good, map[string]string{HeaderSession: "a:b"}, 400, "invalid_session_id"},
 		{"too large", "POST", chat, testKey, `{"messages":[{"role":"user","content":"` + strings.Repeat("x", 2048) + `"}]}`, nil, 413, "request_too_large"},
+		{"stream_options without a stream", "POST", chat, testKey, `{"messages":[{"role":"user","content":"hi"}],"stream_options":{"include_usage":true}}`, nil, 400, "invalid_request"},
 		{"no answer in time", "POST", chat, testKey, good, nil, 504, "timeout"},
 		{"unknown endpoint", "POST", base + "/v1/embeddings", testKey, good, nil, 404, "unknown_url"},
 	}
@@ -242,24 +244,24 @@ func TestRateLimitPerKey(t *testing.T) {
 }
 
 // A failed turn is answered with OpenAI's error for its cause; the
-// OpenAI SDKs are told not to retry what a retry cannot fix.
+// OpenAI SDKs are told not to retry any: the turn ran, and a retry would
+// run the message again.
 func TestTurnFailureAnswers(t *testing.T) {
 	for _, c := range []struct {
 		code, wantCode string
 		status         int
-		retry          bool
 	}{
-		{"rate_limited", "rate_limit_exceeded", http.StatusTooManyRequests, true},
-		{"quota", "insufficient_quota", http.StatusTooManyRequests, false},
-		{"context_overflow", "context_length_exceeded", http.StatusBadRequest, false},
-		{"auth", "upstream_auth_error", http.StatusBadGateway, false},
-		{"provider", "upstream_error", http.StatusBadGateway, true},
-		{"timeout", "timeout", http.StatusGatewayTimeout, true},
+		{"rate_limited", "rate_limit_exceeded", http.StatusTooManyRequests},
+		{"quota", "insufficient_quota", http.StatusTooManyRequests},
+		{"context_overflow", "context_length_exceeded", http.StatusBadRequest},
+		{"auth", "upstream_auth_error", http.StatusBadGateway},
+		{"provider", "upstream_error", http.StatusBadGateway},
+		{"timeout", "timeout", http.StatusGatewayTimeout},
 		// Stopped (/stop, /new) or failed on every attempt: sent again
 		// by the client on its own, the message would run again.
-		{"interrupted", "interrupted", http.StatusServiceUnavailable, false},
-		{"internal", "internal_error", http.StatusInternalServerError, true},
-		{"something new", "internal_error", http.StatusInternalServerError, true},
+		{"interrupted", "interrupted", http.StatusServiceUnavailable},
+		{"internal", "internal_error", http.StatusInternalServerError},
+		{"something new", "internal_error", http.StatusInternalServerError},
 	} {
 		w := httptest.NewRecorder()
 		writeTurnError(w, c.code, "⚠️ The model is out of credit.")
@@ -275,7 +277,7 @@ func TestTurnFailureAnswers(t *testing.T) {
 		if w.Code != c.status || body.Error.Code == nil || *body.Error.Code != c.wantCode || body.Error.Message != "The model is out of credit." {
 			t.Errorf("%s: %d %s", c.code, w.Code, w.Body)
 		}
-		if noRetry := w.Header().Get("X-Should-Retry") == "false"; noRetry == c.retry {
+		if w.Header().Get("X-Should-Retry") != "false" {
 			t.Errorf("%s: X-Should-Retry %q", c.code, w.Header().Get("X-Should-Retry"))
 		}
 	}
@@ -393,5 +395,57 @@ func TestAllowedOriginsSeeTheRetryHeaders(t *testing.T) {
 		if !slices.Contains(exposed, h) {
 			t.Errorf("%s not exposed: %q", h, exposed)
 		}
+	}
+}
+
+// A path asked with a method it is not served with is answered 405, its
+// methods in Allow and OpenAI's error body, on every route — not the
+// catch-all's 404 (unknown_url), which reads as a wrong base URL — while
+// its own methods are served and an unknown path is still a 404.
+func TestWrongMethodIsNotAllowed(t *testing.T) {
+	t.Parallel()
+	b := newBus(t)
+	s := startService(t, b, nil)
+	base := "http://" + s.Addr()
+	table := s.table()
+	if len(table.paths) < 19 {
+		t.Fatalf("%d routes", len(table.paths))
+	}
+	concrete := regexp.MustCompile(`\{[^}]+\}`)
+	for _, path := range table.paths {
+		url := base + concrete.ReplaceAllString(path, "x1")
+		for _, method := range []string{"GET", "POST", "PUT", "PATCH", "DELETE"} {
+			if slices.Contains(table.methods[path], method) {
+				continue
+			}
+			r := do(t, method, url, "", "", nil)
+			allow := allowOf(table.methods[path])
+			if r.code != http.StatusMethodNotAllowed || r.header.Get("Allow") != allow || errorCode(t, r) != "method_not_allowed" {
+				t.Errorf("%s %s: %d Allow %q %s; want 405 Allow %q", method, path, r.code, r.header.Get("Allow"), r.body, allow)
+			}
+		}
+	}
+	for _, c := range []struct {
+		method, path, allow string
+	}{
+		{"GET", "/v1/chat/completions", "POST"},
+		{"POST", "/v1/models", "GET, HEAD"},
+		{"PUT", "/v1/responses/resp_1", "GET, HEAD, DELETE"},
+		{"DELETE", "/api/jobs", "GET, HEAD, POST"},
+		{"POST", "/health", "GET, HEAD"},
+		{"POST", "/app.js", "GET, HEAD"}, // the web chat's
+	} {
+		if r := do(t, c.method, base+c.path, testKey, "", nil); r.code != http.StatusMethodNotAllowed || r.header.Get("Allow") != c.allow || errorCode(t, r) != "method_not_allowed" {
+			t.Errorf("%s %s: %d Allow %q %s", c.method, c.path, r.code, r.header.Get("Allow"), r.body)
+		}
+	}
+	if r := do(t, "GET", base+"/v1/models", testKey, "", nil); r.code != http.StatusOK {
+		t.Errorf("GET /v1/models: %d", r.code)
+	}
+	if r := do(t, "HEAD", base+"/v1/models", testKey, "", nil); r.code != http.StatusOK {
+		t.Errorf("HEAD /v1/models: %d", r.code)
+	}
+	if r := do(t, "GET", base+"/v1/embeddings", testKey, "", nil); r.code != http.StatusNotFound || errorCode(t, r) != "unknown_url" {
+		t.Errorf("unknown path: %d %s", r.code, r.body)
 	}
 }

@@ -51,7 +51,7 @@ var jobIDPattern = regexp.MustCompile(`^[a-f0-9]{12}$`)
 // jobTimeout bounds one jobs API call's database work.
 const jobTimeout = 10 * time.Second
 
-func (s *Service) jobRoutes(mux *http.ServeMux) {
+func (s *Service) jobRoutes(mux *routeTable) {
 	mux.HandleFunc("GET /api/jobs", s.authed(s.jobsAPI(s.listJobs)))
 	mux.HandleFunc("POST /api/jobs", s.authed(s.jobsAPI(s.createJob)))
 	mux.HandleFunc("GET /api/jobs/{id}", s.authed(s.jobsAPI(s.jobAction(nil))))

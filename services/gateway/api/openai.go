@@ -51,29 +51,36 @@ type turnFailure struct {
 	status int
 	typ    string
 	code   string
-	// noRetry: retrying the same request cannot help (x-should-retry:
-	// false, which the OpenAI SDKs honour before retrying a 429 or 5xx).
-	noRetry bool
 }
 
 // turnFailures maps the worker's error codes; any other is internal_error.
+// None is worth the OpenAI SDKs' own retry (writeTurnError): the turn
+// ran, so a retry is the message again, run again, tools and all.
 var turnFailures = map[string]turnFailure{
-	"rate_limited":     {http.StatusTooManyRequests, "rate_limit_error", "rate_limit_exceeded", false},
-	"quota":            {http.StatusTooManyRequests, "insufficient_quota", "insufficient_quota", true},
-	"context_overflow": {http.StatusBadRequest, "invalid_request_error", "context_length_exceeded", true},
-	"auth":             {http.StatusBadGateway, "server_error", "upstream_auth_error", true},
-	"provider":         {http.StatusBadGateway, "server_error", "upstream_error", false},
-	"timeout":          {http.StatusGatewayTimeout, "server_error", "timeout", false},
+	// The provider's 429 outlasted the worker's retries (llm.max_attempts,
+	// honouring Retry-After up to 2 minutes): the SDK's next try, within
+	// seconds, meets the same limit after running the message's steps
+	// again.
+	"rate_limited":     {http.StatusTooManyRequests, "rate_limit_error", "rate_limit_exceeded"},
+	"quota":            {http.StatusTooManyRequests, "insufficient_quota", "insufficient_quota"},
+	"context_overflow": {http.StatusBadRequest, "invalid_request_error", "context_length_exceeded"},
+	"auth":             {http.StatusBadGateway, "server_error", "upstream_auth_error"},
+	// A 5xx or a dropped connection the worker retried already, or a tool
+	// call cut at the output limit on every try: the same again.
+	"provider": {http.StatusBadGateway, "server_error", "upstream_error"},
+	// A model call that stalled for llm.call_timeout (10 minutes): a
+	// retry waits as long again, with the message run twice.
+	"timeout": {http.StatusGatewayTimeout, "server_error", "timeout"},
 	// A turn /stop or /new ended, or that failed on every attempt: a
 	// retry would run what was stopped, or fail again.
-	"interrupted": {http.StatusServiceUnavailable, "server_error", "interrupted", true},
+	"interrupted": {http.StatusServiceUnavailable, "server_error", "interrupted"},
 }
 
 func failureOf(code string) turnFailure {
 	if f, ok := turnFailures[code]; ok {
 		return f
 	}
-	return turnFailure{http.StatusInternalServerError, "server_error", "internal_error", false}
+	return turnFailure{http.StatusInternalServerError, "server_error", "internal_error"}
 }
 
 // failureMessage is the user-facing explanation without the warning sign
@@ -92,12 +99,17 @@ func turnErrorBody(code, text string) apiError {
 	return errorBody(f.typ, f.code, "", failureMessage(text))
 }
 
-// writeTurnError answers a request whose turn failed.
+// writeTurnError answers a request whose turn failed. The answer says
+// not to send the request again on its own (X-Should-Retry: false,
+// which the OpenAI SDKs honour before retrying a 429 or a 5xx, twice by
+// default): the turn took the message and ran, so a retry would be the
+// message again — another turn, its tools run again, the message twice
+// in a conversation's history — where the worker has retried the model
+// already. A retry with the same Idempotency-Key gets this answer again.
+// The client decides when to ask again (the error says why).
 func writeTurnError(w http.ResponseWriter, code, text string) {
 	f := failureOf(code)
-	if f.noRetry {
-		w.Header().Set("X-Should-Retry", "false")
-	}
+	w.Header().Set("X-Should-Retry", "false")
 	writeError(w, f.status, f.typ, f.code, "", failureMessage(text))
 }
 

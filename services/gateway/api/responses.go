@@ -105,7 +105,7 @@ func (s *Service) createResponse(w http.ResponseWriter, r *http.Request) {
 		s.giveBackHead(r.Context(), h)
 		return
 	}
-	ctx, cancel := s.replyContext(r)
+	ctx, cancel := s.replyContext(r, req.Stream)
 	defer cancel()
 	if req.Stream {
 		s.streamResponse(ctx, w, r, t, o, k)
@@ -469,7 +469,7 @@ func (s *Service) streamResponse(ctx context.Context, w http.ResponseWriter, r *
 	e := &responseEvents{out: startSSE(w, t.timed()), o: o}
 	e.response("response.created")
 	e.response("response.in_progress")
-	end := relay(ctx, t.wt, e.delta, e.out.keepalive)
+	end := relay(ctx, t.wt, s.cfg.ReplyTimeout, e.delta, e.out.keepalive)
 	var timing string
 	if end.final != nil && t.timed() {
 		timing = t.serverTiming(end.final.hops)

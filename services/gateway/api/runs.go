@@ -49,7 +49,7 @@ var choiceList = []string{"once", "session", "always", "deny"}
 // choiceAliases are Hermes's other names of "once".
 var choiceAliases = map[string]string{"approve": "once", "approved": "once", "allow": "once"}
 
-func (s *Service) runRoutes(mux *http.ServeMux) {
+func (s *Service) runRoutes(mux *routeTable) {
 	mux.HandleFunc("GET /v1/capabilities", s.authed(s.capabilities))
 	mux.HandleFunc("POST /v1/runs", s.authed(s.createRun))
 	mux.HandleFunc("GET /v1/runs/{id}", s.authed(s.getRun))

@@ -305,3 +305,55 @@ func TestStreamAfterAToolCallCompletes(t *testing.T) {
 		t.Errorf("a final that does not continue the stream after the break: streamed %q, ended with %v; want the interrupted error", got, err)
 	}
 }
+
+// Media a tool made (a ReplyEvent's media, which delivery sends to the
+// gateway as a send with its attachment) is in the answer, linked in
+// markdown after its text — a picture as a picture — streamed or not,
+// on the Responses API and through a keyed request's stored answer;
+// media kept only in the attachment store has no address to give and
+// is left out.
+func TestAnswerLinksItsMedia(t *testing.T) {
+	t.Parallel()
+	b := newBus(t)
+	s := startService(t, b, nil)
+	r := startResponder(t, b)
+	r.mu.Lock()
+	r.answer = func(*eventsv1.MessageReceived, int) []string { return []string{"Here is", " the chart."} }
+	r.media = []*eventsv1.Attachment{
+		{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, Location: &eventsv1.Attachment_Url{Url: "https://files.example.test/chart.png"}, Caption: "Sales [2026]"},
+		{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT, Location: &eventsv1.Attachment_Url{Url: "https://files.example.test/report.pdf"}, FileName: "report.pdf"},
+		{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, Location: &eventsv1.Attachment_BytesRef{BytesRef: "att/kept.png"}},
+	}
+	r.mu.Unlock()
+	const want = "Here is the chart.\n\n![Sales (2026)](https://files.example.test/chart.png)\n[report.pdf](https://files.example.test/report.pdf)"
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	client := sdkClient(s)
+	chat := openai.ChatCompletionNewParams{Model: "switchboard", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("chart it")}}
+	resp, err := client.Chat.Completions.New(ctx, chat)
+	if err != nil || resp.Choices[0].Message.Content != want {
+		t.Fatalf("completion %q, %v; want %q", resp.Choices[0].Message.Content, err, want)
+	}
+	keyed, err := client.Chat.Completions.New(ctx, chat, option.WithHeader(HeaderIdempotencyKey, "k-media"))
+	if err != nil || keyed.Choices[0].Message.Content != want {
+		t.Fatalf("keyed completion %q, %v; want %q", keyed.Choices[0].Message.Content, err, want)
+	}
+	stream := client.Chat.Completions.NewStreaming(ctx, chat)
+	var text string
+	for stream.Next() {
+		if c := stream.Current(); len(c.Choices) > 0 {
+			text += c.Choices[0].Delta.Content
+		}
+	}
+	if err := stream.Err(); err != nil || text != want {
+		t.Fatalf("stream %q, %v; want %q", text, err, want)
+	}
+	_, _, last := streamEvents(ctx, t, client, responses.ResponseNewParams{Model: "switchboard", Input: inputText("chart it")})
+	if last.Status != "completed" || last.OutputText() != want {
+		t.Fatalf("streamed response %s %q; want %q", last.Status, last.OutputText(), want)
+	}
+	got, err := client.Responses.New(ctx, responses.ResponseNewParams{Model: "switchboard", Input: inputText("chart it")})
+	if err != nil || got.OutputText() != want {
+		t.Fatalf("response %q, %v; want %q", got.OutputText(), err, want)
+	}
+}

@@ -366,8 +366,13 @@ func (s *Service) pollAnswer(ctx context.Context, id string, f *follower) {
 	}
 }
 
-// replyContext bounds the wait for the answer (gateways.api.reply_timeout).
-func (s *Service) replyContext(r *http.Request) (context.Context, context.CancelFunc) {
+// replyContext bounds the wait for a whole answer
+// (gateways.api.reply_timeout). A stream's wait has no total bound: it
+// ends when the reply says nothing for that long (relay).
+func (s *Service) replyContext(r *http.Request, stream bool) (context.Context, context.CancelFunc) {
+	if stream {
+		return context.WithCancel(r.Context())
+	}
 	return context.WithTimeout(r.Context(), s.cfg.ReplyTimeout)
 }
 
@@ -421,6 +426,7 @@ func (s *Service) shuttingDown() bool {
 func collect(ctx context.Context, wt *waiter) (reply, error) {
 	var b strings.Builder
 	var ans reply
+	var media []string
 	for {
 		for _, p := range wt.take() {
 			if p.delta != "" {
@@ -432,8 +438,14 @@ func collect(ctx context.Context, wt *waiter) (reply, error) {
 				ans.errorCode = p.errorCode
 			}
 			b.WriteString(p.text)
+			if p.media != "" {
+				media = append(media, p.media)
+			}
 			if p.final {
 				ans.text, ans.hops, ans.usage, ans.at = b.String(), p.hops, p.usage, p.at
+				if ans.errorCode == "" {
+					ans.text = withMedia(ans.text, media)
+				}
 				return ans, nil
 			}
 		}
@@ -468,20 +480,32 @@ const keepaliveEvery = 15 * time.Second
 // relay shows the reply of a streaming request as its pieces arrive —
 // the text deltas, then what the answer's sends add to them — calls idle
 // when there was no news for a while (keep-alives), and returns how the
-// reply ended.
+// reply ended. The wait ends (context.DeadlineExceeded, the timeout a
+// whole answer's wait ends with) when no piece came for quiet: a stream
+// still showing text goes on however long its answer takes, as Hermes's
+// does, while one whose turn went silent is not held open for ever.
 //
 // The answer is the last model call's text: in a turn that called tools
 // after streaming text ("Let me check."), the later call's text streams
 // after a break marked restart (Hermes's paragraph break), and the
 // answer continues what streamed after that break, not the whole stream.
-func relay(ctx context.Context, wt *waiter, show func(string), idle func()) ending {
+func relay(ctx context.Context, wt *waiter, quiet time.Duration, show func(string), idle func()) ending {
 	keepalive := time.NewTicker(keepaliveEvery)
 	defer keepalive.Stop()
+	silence := time.NewTimer(quiet)
+	defer silence.Stop()
 	// shown is everything the client was streamed; streamed is what the
 	// answer must start with: what was streamed since the last restart.
 	var shown, streamed, sent, failure strings.Builder
+	// media are the links to the media the answer's sends carried, shown
+	// after its text.
+	var media []string
 	for {
-		for _, p := range wt.take() {
+		pieces := wt.take()
+		if len(pieces) > 0 {
+			silence.Reset(quiet)
+		}
+		for _, p := range pieces {
 			if p.errorCode != "" {
 				// A failed turn: its explanation ends the stream.
 				failure.WriteString(p.text)
@@ -501,6 +525,9 @@ func relay(ctx context.Context, wt *waiter, show func(string), idle func()) endi
 				streamed.WriteString(p.delta)
 				continue
 			}
+			if p.media != "" {
+				media = append(media, p.media)
+			}
 			sent.WriteString(p.text)
 			// Send chunks carry the answer; show what deltas did not.
 			rest, continues := strings.CutPrefix(sent.String(), streamed.String())
@@ -517,12 +544,18 @@ func relay(ctx context.Context, wt *waiter, show func(string), idle func()) endi
 				return ending{final: &p, text: shown.String(), errorCode: "interrupted", errorText: streamInterrupted}
 			}
 			if p.final {
+				if rest := strings.TrimPrefix(withMedia(shown.String(), media), shown.String()); rest != "" {
+					shown.WriteString(rest)
+					show(rest)
+				}
 				return ending{final: &p, text: shown.String()}
 			}
 		}
 		select {
 		case <-ctx.Done():
 			return ending{text: shown.String(), err: ctx.Err()}
+		case <-silence.C:
+			return ending{text: shown.String(), err: context.DeadlineExceeded}
 		case <-keepalive.C:
 			idle()
 		case <-wt.notify:

@@ -15,7 +15,10 @@ type piece struct {
 	// after it.
 	restart bool
 	text    string // SEND_OP_SEND text (a chunk of the final answer)
-	final   bool
+	// media links to the media a send carried (mediaLinks); the answer
+	// shows them after its text.
+	media string
+	final bool
 	// errorCode is set on the text explaining a failed turn
 	// (SendRequested.error_code): the request is answered with an error.
 	errorCode string

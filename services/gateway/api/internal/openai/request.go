@@ -30,7 +30,7 @@ type chatRequest struct {
 	// fewer choices than asked.
 	N *int64 `json:"n"`
 	// StreamOptions.IncludeUsage asks a stream for a last chunk with the
-	// usage.
+	// usage; stream_options (null aside) without stream: true is refused.
 	StreamOptions *struct {
 		IncludeUsage bool `json:"include_usage"`
 	} `json:"stream_options"`
@@ -151,6 +151,13 @@ func Parse(body []byte) (*Chat, error) {
 	}
 	if err := req.supported(); err != nil {
 		return nil, err
+	}
+	if req.StreamOptions != nil && !req.Stream {
+		// As OpenAI refuses them (its reference: "Only set this when you
+		// set stream: true"); taken silently, a client asking for the
+		// usage chunk of a stream it did not ask for would never learn
+		// why none came.
+		return nil, invalid("stream_options", "The 'stream_options' parameter is only allowed when 'stream' is enabled.")
 	}
 	if req.N != nil && *req.N != 1 {
 		if *req.N < 1 {

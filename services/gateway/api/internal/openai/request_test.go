@@ -78,3 +78,37 @@ func TestParseContentParts(t *testing.T) {
 		})
 	}
 }
+
+// stream_options goes with stream: true only, as OpenAI answers 400
+// invalid_request_error for it otherwise; null is its absence.
+func TestParseStreamOptions(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name         string
+		body         string
+		param        string
+		includeUsage bool
+	}{
+		{"with a stream", `{"stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"q"}]}`, "", true},
+		{"without a stream", `{"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"q"}]}`, "stream_options", false},
+		{"with stream false", `{"stream":false,"stream_options":{},"messages":[{"role":"user","content":"q"}]}`, "stream_options", false},
+		{"null without a stream", `{"stream_options":null,"messages":[{"role":"user","content":"q"}]}`, "", false},
+		{"none", `{"stream":true,"messages":[{"role":"user","content":"q"}]}`, "", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			req, err := Parse([]byte(tt.body))
+			if tt.param != "" {
+				var inv *InvalidError
+				if !errors.As(err, &inv) || inv.Param != tt.param || inv.Code != "" {
+					t.Fatalf("error %#v, want an invalid %s", err, tt.param)
+				}
+				return
+			}
+			if err != nil || req.IncludeUsage != tt.includeUsage {
+				t.Fatalf("%+v, %v", req, err)
+			}
+		})
+	}
+}
