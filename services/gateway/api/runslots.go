@@ -101,6 +101,11 @@ func (rs *runSlots) take(ctx context.Context, id string) (int, error) {
 		if _, err := kv.Update(ctx, slotKey(n), []byte(id), e.Revision()); err == nil {
 			return n + 1, nil
 		}
+		// Or its run's replica gave it back meanwhile (it records the
+		// end, then deletes the slot): take it as new.
+		if _, err := kv.Create(ctx, slotKey(n), []byte(id)); err == nil {
+			return n + 1, nil
+		}
 	}
 	return 0, nil
 }

@@ -129,3 +129,23 @@ func TestRunNoConcurrencyLimit(t *testing.T) {
 		startRun(t, s, `{"input":"slow"}`, nil)
 	}
 }
+
+// A slot given back while a new run takes it over (its run's end is
+// being recorded on another replica: its status says ended, the slot is
+// not yet deleted) is taken as a free one, not lost to the race.
+func TestRunSlotGivenBackDuringTakeover(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var rs *runSlots
+	rs = newRunSlots(newBus(t), 1, func(ctx context.Context, id string) (bool, error) {
+		// The ended run's replica gives the slot back between the
+		// takeover's read of the slot and its update.
+		return true, rs.give(ctx, id, 1)
+	})
+	if n, err := rs.take(ctx, "run_ended"); err != nil || n != 1 {
+		t.Fatalf("first run: slot %d, %v", n, err)
+	}
+	if n, err := rs.take(ctx, "run_next"); err != nil || n != 1 {
+		t.Fatalf("next run: slot %d, %v; want slot 1", n, err)
+	}
+}
