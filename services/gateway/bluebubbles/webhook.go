@@ -13,13 +13,15 @@ import (
 	"github.com/switchboard-chat/switchboard/pkg/secret"
 )
 
-// serveWebhook serves the webhook until ctx ends.
-func (p *Platform) serveWebhook(ctx context.Context, conn platform.Conn) error {
+// serveWebhook serves the webhook until ctx ends; listening runs once it
+// listens (a call the server makes from then on is taken).
+func (p *Platform) serveWebhook(ctx context.Context, conn platform.Conn, listening func()) error {
 	mux := http.NewServeMux()
 	mux.Handle(p.cfg.Path, p.webhookHandler(ctx, conn))
 	err := platform.ServeWebhook(ctx, conn, p.log, p.Name(), p.cfg.Addr, mux, p.cfg.AckTimeout, func(addr string) {
 		p.addr.Store(addr)
 		p.log.Info("bluebubbles webhook listening", "addr", addr, "path", p.cfg.Path)
+		listening()
 	})
 	if err != nil {
 		return fmt.Errorf("bluebubbles webhook: %w", err)
