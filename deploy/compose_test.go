@@ -256,6 +256,7 @@ func TestComposeSecretsStayWithTheirGateway(t *testing.T) {
 		"SLACK_BOT_TOKEN": "slack", "SLACK_APP_TOKEN": "slack",
 		"WHATSAPP_ACCESS_TOKEN": "whatsapp", "WHATSAPP_APP_SECRET": "whatsapp",
 		"TEAMS_CLIENT_SECRET": "teams", "TWILIO_ACCOUNT_SID": "sms", "TWILIO_AUTH_TOKEN": "sms",
+		"TWILIO_WEBHOOK_SHARED_KEY": "sms",
 		"LINE_CHANNEL_ACCESS_TOKEN": "line", "LINE_CHANNEL_SECRET": "line", "GOOGLE_CHAT_SERVICE_ACCOUNT_JSON": "googlechat",
 		"API_SERVER_KEY": "api", "SWITCHBOARD_ADMIN_TOKEN": "admin",
 		// The router reads the provider too (routerProvider):

@@ -14,12 +14,13 @@ func init() {
 	// SMS_ALLOW_ALL_USERS are the router's, as for every platform;
 	// SMS_HOME_CHANNEL is delivery's.
 	for env, key := range map[string]string{
-		"TWILIO_ACCOUNT_SID":     "gateways.sms.account_sid",
-		"TWILIO_AUTH_TOKEN":      "gateways.sms.auth_token",
-		"TWILIO_PHONE_NUMBER":    "gateways.sms.phone_number",
-		"SMS_WEBHOOK_PUBLIC_URL": "gateways.sms.public_url",
-		"SMS_API_BASE_URL":       "gateways.sms.api_base_url",
-		"SMS_HOME_CHANNEL":       "delivery.platforms.sms.home",
+		"TWILIO_ACCOUNT_SID":        "gateways.sms.account_sid",
+		"TWILIO_AUTH_TOKEN":         "gateways.sms.auth_token",
+		"TWILIO_PHONE_NUMBER":       "gateways.sms.phone_number",
+		"TWILIO_WEBHOOK_SHARED_KEY": "gateways.sms.webhook_shared_key",
+		"SMS_WEBHOOK_PUBLIC_URL":    "gateways.sms.public_url",
+		"SMS_API_BASE_URL":          "gateways.sms.api_base_url",
+		"SMS_HOME_CHANNEL":          "delivery.platforms.sms.home",
 	} {
 		envAliases[env] = key
 	}

@@ -88,10 +88,15 @@ func runeLen(m Measure, r rune) int {
 	}
 }
 
-// Limit is the longest message a platform accepts, in its own measure.
+// Limit is the longest message a platform accepts, in its own measure,
+// and whether the messages of a split reply are numbered.
 type Limit struct {
 	Max     int
 	Measure Measure
+	// NoCounter leaves the "(i/N)" counter off the parts of a split
+	// reply: on a platform whose messages flow on as one conversation
+	// (iMessage bubbles), the counter is noise, and Hermes strips it.
+	NoCounter bool
 }
 
 // Len measures s with the limit's measure.
@@ -131,8 +136,9 @@ var limits = map[string]Limit{
 	// with Hermes's fixed notification id a second part would replace
 	// the first: one answer is one notification (Hermes cuts at 4,096).
 	"homeassistant": Unlimited,
-	// iMessage through BlueBubbles: Hermes's 4,000 characters a message.
-	"bluebubbles": {Max: 4000, Measure: Runes},
+	// iMessage through BlueBubbles: Hermes's 4,000 characters a message,
+	// without counters (Hermes strips them: the bubbles flow on).
+	"bluebubbles": {Max: 4000, Measure: Runes, NoCounter: true},
 	// LINE: 5,000 characters a text message, counted in UTF-16 units to
 	// stay under it whatever LINE counts, and five messages a call: the
 	// gateway cuts an answer of up to 25,000 into the messages of one
@@ -186,7 +192,8 @@ type Part struct {
 	Close string
 	// Suffix is the counter " (i/N)", or "\n(i/N)" when the message's last
 	// line is a fence line (so the counter does not become its info
-	// string); "" when the reply is a single message.
+	// string); "" when the reply is a single message or the limit has
+	// NoCounter.
 	Suffix string
 	// Sep is the original text dropped at the cut after Body: "\n" when cut
 	// at a newline, " " when cut at a space, "" for a hard cut and for the
@@ -220,10 +227,13 @@ func Parts(text string, l Limit) []Part {
 	if l.Fits(text) {
 		return []Part{{Body: text}}
 	}
+	if l.NoCounter {
+		return split(text, l, 0)
+	}
 	// The counter's width depends on the number of parts, which depends on
 	// the room the counter leaves. Grow the reserved digits until they hold.
 	for digits := 1; ; digits++ {
-		parts := split(text, l, digits)
+		parts := split(text, l, 4+2*digits) // " (" + i + "/" + n + ")"
 		if len(strconv.Itoa(len(parts))) <= digits {
 			n := len(parts)
 			for i := range parts {
@@ -239,9 +249,8 @@ func Parts(text string, l Limit) []Part {
 	}
 }
 
-// split cuts text leaving room for a counter of the given digits.
-func split(text string, l Limit, digits int) []Part {
-	suffix := 4 + 2*digits // " (" + i + "/" + n + ")"
+// split cuts text leaving room for a counter suffix units long.
+func split(text string, l Limit, suffix int) []Part {
 	var parts []Part
 	var fence fenceState
 	rest := text

@@ -26,7 +26,7 @@ func TestLimits(t *testing.T) {
 		{"line", chunk.Limit{Max: 25000, Measure: chunk.UTF16}},
 		{"google_chat", chunk.Limit{Max: 4096, Measure: chunk.Runes}},
 		{"teams", chunk.Limit{Max: 28000, Measure: chunk.Runes}},
-		{"bluebubbles", chunk.Limit{Max: 4000, Measure: chunk.Runes}},
+		{"bluebubbles", chunk.Limit{Max: 4000, Measure: chunk.Runes, NoCounter: true}},
 		{"email", chunk.Limit{Max: 50000, Measure: chunk.Runes}},
 		{"api", chunk.Unlimited},
 		{"irc", chunk.DefaultLimit},
@@ -226,6 +226,39 @@ func TestSplitPlatform(t *testing.T) {
 	}
 }
 
+func TestSplitWithoutCounter(t *testing.T) {
+	// iMessage bubbles flow on: Hermes strips the "(i/N)" counters, so a
+	// long BlueBubbles answer goes out as parts of plain text, each cut
+	// as close to the limit as a counted part would be.
+	prose := strings.Repeat("word ", 1700) // 8,500 runes
+	code := "Here it is:\n```go\n" + strings.Repeat("x := 1 // a line of code\n", 300) + "```\nDone."
+	for _, tt := range []struct {
+		name, text string
+		parts      int
+	}{
+		{"prose", prose, 3},
+		{"code", code, 2},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			l := chunk.Limits("bluebubbles")
+			parts := chunk.Parts(tt.text, l)
+			if len(parts) != tt.parts {
+				t.Errorf("%d parts, want %d", len(parts), tt.parts)
+			}
+			for i, s := range chunk.Split(tt.text, "bluebubbles") {
+				if strings.Contains(s, fmt.Sprintf("(%d/%d)", i+1, len(parts))) {
+					t.Errorf("part %d carries a counter: …%q", i, s[max(0, len(s)-20):])
+				}
+			}
+			checkParts(t, tt.text, l, parts)
+		})
+	}
+	// The same text on a platform with counters keeps them.
+	if got := chunk.Split(prose, "matrix"); !strings.HasSuffix(got[0], " (1/3)") {
+		t.Errorf("matrix: first part ends %q, want a counter", got[0][len(got[0])-10:])
+	}
+}
+
 // checkParts asserts every property Parts promises.
 func checkParts(t *testing.T, text string, l chunk.Limit, parts []chunk.Part) {
 	t.Helper()
@@ -271,7 +304,10 @@ func checkParts(t *testing.T, text string, l chunk.Limit, parts []chunk.Part) {
 		}
 		prevLang = lang
 		want := fmt.Sprintf("(%d/%d)", i+1, len(parts))
-		if p.Suffix != " "+want && p.Suffix != "\n"+want {
+		switch {
+		case l.NoCounter && p.Suffix != "":
+			t.Errorf("part %d: suffix %q, want none", i, p.Suffix)
+		case !l.NoCounter && p.Suffix != " "+want && p.Suffix != "\n"+want:
 			t.Errorf("part %d: suffix %q, want %q", i, p.Suffix, want)
 		}
 		switch p.Sep {
@@ -324,8 +360,10 @@ func FuzzParts(f *testing.F) {
 	f.Add(strings.Repeat("😀 ", 50), uint16(70), uint8(1))
 	f.Add("a ```py\nx\n``` b\n```\n"+strings.Repeat("y", 200), uint16(80), uint8(2))
 	f.Add(strings.Repeat("run `go test` and \\` then ", 12), uint16(70), uint8(0))
+	f.Add(strings.Repeat("word ", 40), uint16(64), uint8(4))
 	f.Fuzz(func(t *testing.T, text string, max uint16, measure uint8) {
-		l := chunk.Limit{Max: int(max % 512), Measure: chunk.Measure(measure % 4)}
+		// Bit 2 of measure asks for parts without counters.
+		l := chunk.Limit{Max: int(max % 512), Measure: chunk.Measure(measure % 4), NoCounter: measure&4 != 0}
 		checkParts(t, text, l, chunk.Parts(text, l))
 	})
 }

@@ -296,6 +296,9 @@ type Platform struct {
 	// maxHeld bounds the messages held for the bus (maxHeld; tests
 	// shrink it).
 	maxHeld int
+	// registerBackoff spaces the attempts to register the webhook
+	// (platform.QuickBackoff; tests shorten it).
+	registerBackoff platform.Backoff
 
 	mu    sync.Mutex
 	guids map[string]string // address → DM chat guid, resolved for sends
@@ -317,6 +320,7 @@ func NewPlatform(cfg Config, log *slog.Logger, hc *http.Client) (*Platform, erro
 	return &Platform{
 		cfg: cfg, log: log.With("platform", "bluebubbles"), mentions: mentions,
 		api: &client{base: cfg.ServerURL, password: cfg.Password, hc: hc}, guids: map[string]string{}, maxHeld: maxHeld,
+		registerBackoff: platform.QuickBackoff,
 	}, nil
 }
 
@@ -350,19 +354,21 @@ func (p *Platform) Addr() string {
 }
 
 // Connect checks the server and the password (GET /api/v1/ping, then
-// /api/v1/server/info for the Private API), registers the webhook when a
-// public URL is configured, then serves the webhook until ctx ends. A
-// password the server refuses is fatal.
+// /api/v1/server/info for the Private API), then serves the webhook until
+// ctx ends, registering it in the background when a public URL is
+// configured. A password the server refuses is fatal.
 func (p *Platform) Connect(ctx context.Context, conn platform.Conn) error {
 	if err := p.checkServer(ctx); err != nil {
 		return err
 	}
-	if p.cfg.PublicURL != "" {
-		if err := p.registerWebhook(ctx); err != nil {
-			return err
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() { cancel(); wg.Wait() }()
+	return p.serveWebhook(ctx, conn, func() {
+		if p.cfg.PublicURL != "" {
+			wg.Go(func() { p.keepRegistering(ctx) })
 		}
-	}
-	return p.serveWebhook(ctx, conn)
+	})
 }
 
 // checkServer pings the server and reads whether the Private API helper
@@ -401,6 +407,30 @@ var webhookEvents = []string{"new-message"}
 // server will call it.
 func (p *Platform) registerURL() string {
 	return p.cfg.PublicURL + "?password=" + url.QueryEscape(p.cfg.WebhookSecret)
+}
+
+// keepRegistering registers the webhook, once it is served, until that
+// succeeds or ctx ends, each failure logged and retried after
+// registerBackoff. The webhook is served meanwhile, as Hermes serves it
+// whatever its registration does: a registration made before (by hand,
+// by another replica, by the last run) still reaches it, and a server
+// whose webhook API fails for a while (a restart on the Mac) is
+// registered with once it answers, without the gateway going unready.
+func (p *Platform) keepRegistering(ctx context.Context) {
+	for attempt := 0; ; attempt++ {
+		err := p.registerWebhook(ctx)
+		if err == nil || ctx.Err() != nil {
+			return
+		}
+		wait := p.registerBackoff(attempt)
+		p.log.Warn("bluebubbles webhook registration failed; the webhook is served, registration retried",
+			"err", err, "attempt", attempt+1, "retry_in", wait, "url", p.cfg.PublicURL)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+	}
 }
 
 // registerWebhook makes sure the server posts new-message events to the

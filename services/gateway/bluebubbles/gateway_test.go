@@ -51,11 +51,24 @@ func start(t *testing.T, f *bbfake.Fake, cfg Config, opts platform.Options) *har
 // startWith starts the gateway with hc as its REST client.
 func startWith(t *testing.T, f *bbfake.Fake, cfg Config, opts platform.Options, hc *http.Client) *harness {
 	t.Helper()
+	return startTuned(t, f, cfg, opts, hc, nil)
+}
+
+// startTuned starts the gateway after tune (when not nil) changed its
+// platform.
+func startTuned(t *testing.T, f *bbfake.Fake, cfg Config, opts platform.Options, hc *http.Client, tune func(*Platform)) *harness {
+	t.Helper()
 	b := bustest.New(t, bustest.EmbeddedURL(t))
 	opts.Backoff = platform.Schedule(10 * time.Millisecond)
-	s, err := New(cfg, Deps{Log: slog.New(slog.DiscardHandler), Bus: b, Runner: opts, HTTPClient: hc})
+	if opts.Log == nil {
+		opts.Log = slog.New(slog.DiscardHandler)
+	}
+	s, err := New(cfg, Deps{Log: opts.Log, Bus: b, Runner: opts, HTTPClient: hc})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if tune != nil {
+		tune(s.p)
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -153,23 +166,34 @@ func TestWebhookUnstored(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.maxHeld = 0
+	p.maxHeld = 1
 	rec := &recorder{err: context.DeadlineExceeded}
 	srv := httptest.NewServer(p.WebhookHandler(rec))
 	defer srv.Close()
 	u := srv.URL + "/bluebubbles-webhook?password=" + f.Password
-	msg, _ := bbfake.Event(bbfake.Inbound{ChatGUID: dmGUID, From: ann, Text: "lost?"})
-	if code, _, _ := bbfake.Post(context.Background(), u, msg); code != http.StatusInternalServerError {
+	held, _ := bbfake.Event(bbfake.Inbound{ChatGUID: dmGUID, From: ann, Text: "held"})
+	if code, _, _ := bbfake.Post(context.Background(), u, held); code != http.StatusAccepted {
+		t.Fatalf("held message answered %d, want 202", code)
+	}
+	lost, _ := bbfake.Event(bbfake.Inbound{ChatGUID: dmGUID, From: ann, Text: "lost?"})
+	if code, _, _ := bbfake.Post(context.Background(), u, lost); code != http.StatusInternalServerError {
 		t.Fatalf("unstored message answered %d, want 500", code)
 	}
 	rec.mu.Lock()
 	rec.err = nil
 	rec.mu.Unlock()
-	code, _, _ := bbfake.Post(context.Background(), u, msg)
+	platformtest.WaitFor(t, "the held message published", func() bool {
+		code, _, _ := bbfake.Post(context.Background(), u, lost)
+		return code == http.StatusOK
+	})
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
-	if code != http.StatusOK || len(rec.evs) != 2 {
-		t.Fatalf("stored message answered %d after %d deliveries", code, len(rec.evs))
+	var texts []string
+	for _, ev := range rec.evs {
+		texts = append(texts, ev.GetText())
+	}
+	if n := len(texts); n < 3 || texts[n-2] != "held" || texts[n-1] != "lost?" {
+		t.Fatalf("deliveries %q: want the held message published before the next", texts)
 	}
 }
 
@@ -413,6 +437,42 @@ func TestRegisterWebhook(t *testing.T) {
 	hooks := f.Webhooks()
 	if len(hooks) != 2 || hooks[0].URL != "http://other.lan/hook" || hooks[1].URL != want || len(hooks[1].Events) != 1 || hooks[1].Events[0] != "new-message" {
 		t.Fatalf("webhooks %+v", hooks)
+	}
+}
+
+// A server whose webhook API fails does not keep the webhook from being
+// served: a registration made before still reaches it, and the gateway
+// registers once the API answers, retrying in the background with a
+// logged warning per failure.
+func TestWebhookServedWhileRegistrationFails(t *testing.T) {
+	t.Parallel()
+	f := newFake(t, false)
+	f.BreakWebhookAPI(true)
+	cfg := testConfig(f)
+	cfg.PublicURL = "http://gateway.lan:8652"
+	var logs logtest.Buffer
+	opts := platform.Options{Log: slog.New(slog.NewTextHandler(&logs, nil))}
+	h := startTuned(t, f, cfg, opts, nil, func(p *Platform) { p.registerBackoff = platform.Schedule(20 * time.Millisecond) })
+	if code := h.post(t, h.url, mustEvent(t, "hello while unregistered")); code != http.StatusOK {
+		t.Fatalf("webhook answered %d while the registration fails", code)
+	}
+	if ev := platformtest.NextEvent(t, h.evs); ev.GetText() != "hello while unregistered" {
+		t.Fatalf("published %q", ev.GetText())
+	}
+	platformtest.WaitFor(t, "a logged failed registration", func() bool {
+		return strings.Count(logs.String(), "bluebubbles webhook registration failed") >= 2
+	})
+	if len(f.Webhooks()) != 0 {
+		t.Fatalf("webhooks %+v while the API fails", f.Webhooks())
+	}
+	f.BreakWebhookAPI(false)
+	want := "http://gateway.lan:8652/bluebubbles-webhook?password=" + f.Password
+	platformtest.WaitFor(t, "the webhook to be registered", func() bool {
+		hooks := f.Webhooks()
+		return len(hooks) == 1 && hooks[0].URL == want
+	})
+	if strings.Contains(logs.String(), "password="+f.Password) {
+		t.Fatal("the logs carry the password")
 	}
 }
 

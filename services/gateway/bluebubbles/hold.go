@@ -11,21 +11,26 @@ import (
 	"github.com/switchboard-chat/switchboard/pkg/platform"
 )
 
-// maxHeld bounds the messages a replica holds while the bus is out of
-// reach; past it a call is answered 500 and its message is lost, as
-// before there was a hold.
+// maxHeld bounds the messages a replica has not yet published; past it
+// a call is answered 500 and its message is lost, as before there was a
+// hold.
 const maxHeld = 1000
 
 // holdRetry is the pause between two attempts to publish a held message.
 const holdRetry = time.Second
 
-// hold keeps the messages the bus could not take within ack_timeout and
-// publishes them, in the order they came, once it can. BlueBubbles posts
-// a webhook once and never again, whatever the answer: a message answered
-// 500 was lost. A held one waits in the gateway until the bus is back (a
-// replica that stops meanwhile loses what it holds, and logs how much).
-// While messages are held, later ones queue behind them, so a chat's
-// messages reach the bus in the order they were written.
+// hold publishes the webhook's messages one at a time, in the order
+// their calls arrived, and keeps those the bus could not take until it
+// can. BlueBubbles posts a webhook once and never again, whatever the
+// answer: a message answered 500 was lost. A held one waits in the
+// gateway until the bus is back (a replica that stops meanwhile loses
+// what it holds, and logs how much).
+//
+// Every message goes through the one queue, not only those that follow a
+// held one: two calls that each published for themselves could reach
+// the bus in either order, a later one first when the bus came back
+// while an earlier one's attempt was still failing, and a chat's
+// messages must reach the bus in the order they were written.
 type hold struct {
 	conn    platform.Deliverer
 	log     *slog.Logger
@@ -34,44 +39,53 @@ type hold struct {
 	stopped <-chan struct{}
 
 	mu      sync.Mutex
-	queue   []*eventsv1.MessageReceived
+	queue   []*heldMessage
 	running bool
+	// failing: the last attempt failed (the bus is out of reach), so a
+	// new message will wait: its call is answered at once.
+	failing bool
+}
+
+// heldMessage is a message waiting for its turn; first gets the outcome of
+// its first attempt (buffered: the call may have been answered already).
+type heldMessage struct {
+	ev    *eventsv1.MessageReceived
+	first chan attemptResult
+}
+
+type attemptResult struct {
+	acc platform.Accepted
+	err error
 }
 
 func newHold(ctx context.Context, conn platform.Deliverer, log *slog.Logger, ack time.Duration, max int) *hold {
 	return &hold{conn: conn, log: log, ack: ack, max: max, stopped: ctx.Done()}
 }
 
-// waiting reports whether messages are held: a new one must queue behind
-// them.
-func (h *hold) waiting() bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return len(h.queue) > 0
-}
-
-// add holds ev behind the messages held already; false when the hold is
-// full or the webhook stopped serving.
-func (h *hold) add(ev *eventsv1.MessageReceived) bool {
+// add queues ev behind the messages not yet published. It returns nil
+// when the hold is full or the webhook stopped serving, and whether
+// earlier messages are held for the bus (ev then waits an outage out).
+func (h *hold) add(ev *eventsv1.MessageReceived) (q *heldMessage, behindHeld bool) {
 	select {
 	case <-h.stopped:
-		return false
+		return nil, false
 	default:
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if len(h.queue) >= h.max {
-		return false
+		return nil, false
 	}
-	h.queue = append(h.queue, ev)
+	q = &heldMessage{ev: ev, first: make(chan attemptResult, 1)}
+	h.queue = append(h.queue, q)
 	if !h.running {
 		h.running = true
 		go h.drain()
 	}
-	return true
+	return q, h.failing
 }
 
-// drain publishes the held messages, oldest first, each until the bus
+// drain publishes the queued messages, oldest first, each until the bus
 // takes it (or refuses it for good), and ends when none is left or the
 // webhook stops serving.
 func (h *hold) drain() {
@@ -82,9 +96,9 @@ func (h *hold) drain() {
 			h.mu.Unlock()
 			return
 		}
-		ev := h.queue[0]
+		q := h.queue[0]
 		h.mu.Unlock()
-		if !h.publish(ev) {
+		if !h.publish(q) {
 			h.mu.Lock()
 			n := len(h.queue)
 			h.queue, h.running = nil, false
@@ -98,15 +112,25 @@ func (h *hold) drain() {
 	}
 }
 
-// publish delivers ev until the bus takes it; false when the webhook
-// stopped serving first.
-func (h *hold) publish(ev *eventsv1.MessageReceived) bool {
-	for {
+// publish delivers q until the bus takes it, telling q.first the
+// outcome of the first attempt; false when the webhook stopped serving
+// first.
+func (h *hold) publish(q *heldMessage) bool {
+	for attempt := 0; ; attempt++ {
 		ctx, cancel := context.WithTimeout(context.Background(), h.ack)
-		_, err := h.conn.Deliver(ctx, ev)
+		acc, err := h.conn.Deliver(ctx, q.ev)
 		cancel()
-		if err == nil || errors.Is(err, platform.ErrRejected) {
-			h.log.Info("bluebubbles held message published", "guid", ev.GetEventId())
+		ok := err == nil || errors.Is(err, platform.ErrRejected)
+		h.mu.Lock()
+		h.failing = !ok
+		h.mu.Unlock()
+		if attempt == 0 {
+			q.first <- attemptResult{acc: acc, err: err}
+		}
+		if ok {
+			if attempt > 0 {
+				h.log.Info("bluebubbles held message published", "guid", q.ev.GetEventId())
+			}
 			return true
 		}
 		select {

@@ -7,19 +7,22 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"time"
 
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/platform"
 	"github.com/switchboard-chat/switchboard/pkg/secret"
 )
 
-// serveWebhook serves the webhook until ctx ends.
-func (p *Platform) serveWebhook(ctx context.Context, conn platform.Conn) error {
+// serveWebhook serves the webhook until ctx ends; listening runs once it
+// listens (a call the server makes from then on is taken).
+func (p *Platform) serveWebhook(ctx context.Context, conn platform.Conn, listening func()) error {
 	mux := http.NewServeMux()
 	mux.Handle(p.cfg.Path, p.webhookHandler(ctx, conn))
 	err := platform.ServeWebhook(ctx, conn, p.log, p.Name(), p.cfg.Addr, mux, p.cfg.AckTimeout, func(addr string) {
 		p.addr.Store(addr)
 		p.log.Info("bluebubbles webhook listening", "addr", addr, "path", p.cfg.Path)
+		listening()
 	})
 	if err != nil {
 		return fmt.Errorf("bluebubbles webhook: %w", err)
@@ -110,16 +113,9 @@ func (p *Platform) message(w http.ResponseWriter, r *http.Request, conn platform
 		if in.dmGUID != "" {
 			p.remember(in.ev.GetSource().GetChatId(), in.dmGUID)
 		}
-		if held.waiting() {
-			// Messages before it wait for the bus: it waits behind them.
-			p.holdMessage(w, held, in.ev, errors.New("earlier messages are held"))
-			return
-		}
-		ctx, cancel := context.WithTimeout(r.Context(), p.cfg.AckTimeout)
-		defer cancel()
-		acc, err := conn.Deliver(ctx, in.ev)
+		acc, err := p.publish(r.Context(), held, in.ev)
 		if err != nil && !errors.Is(err, platform.ErrRejected) {
-			p.holdMessage(w, held, in.ev, err)
+			p.holdMessage(w, in.ev, err)
 			return
 		}
 		if err == nil && !acc.Duplicate && p.cfg.SendReadReceipts && p.privateAPI.Load() {
@@ -130,11 +126,39 @@ func (p *Platform) message(w http.ResponseWriter, r *http.Request, conn platform
 	_, _ = io.WriteString(w, `{"status":"ok"}`)
 }
 
-// holdMessage holds a message the bus could not take (answered 202), or
-// answers 500 when the hold is full: BlueBubbles will not post it again.
-func (p *Platform) holdMessage(w http.ResponseWriter, held *hold, ev *eventsv1.MessageReceived, err error) {
-	if !held.add(ev) {
-		p.log.Error("bluebubbles message lost: the bus cannot take it and the hold is full", "guid", ev.GetEventId(), "err", err)
+// publish queues ev on the hold, in the order the calls arrived, and
+// waits up to ack_timeout for it to be published. An error other than
+// platform.ErrRejected (the kit refused it for good) means it was not:
+// it is held, or lost when the hold is full (errHoldFull).
+func (p *Platform) publish(ctx context.Context, held *hold, ev *eventsv1.MessageReceived) (platform.Accepted, error) {
+	q, behindHeld := held.add(ev)
+	switch {
+	case q == nil:
+		return platform.Accepted{}, errHoldFull
+	case behindHeld:
+		return platform.Accepted{}, errors.New("earlier messages are held")
+	}
+	t := time.NewTimer(p.cfg.AckTimeout)
+	defer t.Stop()
+	select {
+	case res := <-q.first:
+		return res.acc, res.err
+	case <-t.C:
+		return platform.Accepted{}, errors.New("earlier messages are being published")
+	case <-ctx.Done():
+		return platform.Accepted{}, ctx.Err()
+	}
+}
+
+// errHoldFull: the bus cannot take the message and the hold is full.
+var errHoldFull = errors.New("the hold is full")
+
+// holdMessage answers a call whose message the bus did not take: 202
+// when it is held, 500 when the hold was full (BlueBubbles will not post
+// it again: it is lost).
+func (p *Platform) holdMessage(w http.ResponseWriter, ev *eventsv1.MessageReceived, err error) {
+	if errors.Is(err, errHoldFull) {
+		p.log.Error("bluebubbles message lost: the bus cannot take it and the hold is full", "guid", ev.GetEventId())
 		http.Error(w, "not stored", http.StatusInternalServerError)
 		return
 	}

@@ -274,3 +274,69 @@ func oversizedEntity(raw json.RawMessage) (entityID string, ok bool) {
 	}
 	return e.Data.EntityID, true
 }
+
+// frameEntity reads the entity id of a state_changed event message from
+// its first bytes, the rest being too large to keep: the string at
+// event.data.entity_id, unless the message says before it that it is
+// not an event (type) or not a state change (event.event_type). Home
+// Assistant writes the type, the event type and the entity id before
+// the states. ok is false when the prefix names no entity.
+func frameEntity(prefix []byte) (entityID string, ok bool) {
+	dec := json.NewDecoder(bytes.NewReader(prefix))
+	// keys holds, per open container, the key of the value being read
+	// ("[]" in an array); wantKey is whether an object expects a key.
+	var keys []string
+	var wantKey []bool
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return "", false // the prefix ended, or is not JSON
+		}
+		top := len(keys) - 1
+		if top >= 0 && wantKey[top] {
+			k, isKey := tok.(string)
+			if !isKey { // '}' ends the object
+				keys, wantKey = keys[:top], wantKey[:top]
+				valueRead(wantKey, keys)
+				continue
+			}
+			keys[top], wantKey[top] = k, false
+			continue
+		}
+		switch v := tok.(type) {
+		case json.Delim:
+			switch v {
+			case '{':
+				keys, wantKey = append(keys, ""), append(wantKey, true)
+			case '[':
+				keys, wantKey = append(keys, "[]"), append(wantKey, false)
+			default: // ']'
+				keys, wantKey = keys[:top], wantKey[:top]
+				valueRead(wantKey, keys)
+			}
+			continue
+		case string:
+			switch strings.Join(keys, ".") {
+			case "type":
+				if v != "event" {
+					return "", false
+				}
+			case "event.event_type":
+				if v != "state_changed" {
+					return "", false
+				}
+			case "event.data.entity_id":
+				return v, v != ""
+			}
+		}
+		valueRead(wantKey, keys)
+	}
+}
+
+// valueRead marks a value of the innermost container read: an object
+// then expects its next key.
+func valueRead(wantKey []bool, keys []string) {
+	if top := len(wantKey) - 1; top >= 0 && keys[top] != "[]" {
+		wantKey[top] = true
+	}
+}

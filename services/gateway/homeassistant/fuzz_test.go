@@ -122,3 +122,23 @@ func FuzzStates(f *testing.F) {
 		}
 	})
 }
+
+// FuzzFrameEntity feeds the reader of an oversized message's entity
+// arbitrary messages, cut anywhere: it never panics, an entity it names
+// is not empty, and the start of a message never names another entity
+// than the whole message does.
+func FuzzFrameEntity(f *testing.F) {
+	f.Add([]byte(`{"id":1,"type":"event","event":`+string(event("media_player.den", st("idle", nil), st("playing", map[string]any{"playlist": "xyz"})))+`}`), uint16(90))
+	f.Add([]byte(`{"id":1,"type":"event","event":{"event_type":"state_changed","data":{"entity_id":"light.k","old_state":null}}}`), uint16(80))
+	f.Add([]byte(`{"type":"result","result":[{"entity_id":"light.k"}]}`), uint16(20))
+	f.Fuzz(func(t *testing.T, raw []byte, cut uint16) {
+		whole, wholeOK := frameEntity(raw)
+		if wholeOK && whole == "" {
+			t.Fatal("an empty entity named")
+		}
+		n := int(cut) % (len(raw) + 1)
+		if id, ok := frameEntity(raw[:n]); ok && (!wholeOK || id != whole) {
+			t.Fatalf("the first %d bytes name %q, the whole message %q (%v)", n, id, whole, wholeOK)
+		}
+	})
+}

@@ -422,3 +422,31 @@ func TestOversizedChangeOfUnwatchedEntity(t *testing.T) {
 		}
 	}
 }
+
+// A state change larger than the gateway keeps in memory (over 1 MiB: a
+// media player's playlist) is read to its end and skipped, its entity
+// read from its start: logged and counted when the entity is watched,
+// skipped as its small changes when not. The connection stays up and
+// the changes after it are published.
+func TestChangeOverTheFrameLimitKeepsTheConnection(t *testing.T) {
+	t.Parallel()
+	logs := &logRecords{}
+	g := startLog(t, nil, true, nil, slog.New(logs))
+	huge := map[string]any{"friendly_name": "Huge", "playlist": strings.Repeat("x", 2*maxFrameBytes)}
+	for _, id := range []string{"media_player.living_room", "light.huge"} {
+		g.f.Change(hafake.Change{EntityID: id, Old: &hafake.State{State: "off"}, New: &hafake.State{State: "on", Attributes: huge}})
+	}
+	sent := g.f.Change(door("on", "off"))
+	if ev := platformtest.NextEvent(t, g.evs); ev.GetEventId() != sent.EventID {
+		t.Fatalf("event %s %q, want the door's %s", ev.GetEventId(), ev.GetText(), sent.EventID)
+	}
+	if n := g.f.Connections(); n != 1 {
+		t.Errorf("%d connections, want 1: the large change dropped the connection", n)
+	}
+	if n := logs.count("inbound payload rejected"); n != 1 {
+		t.Errorf("%d rejections logged, want 1 (the watched light's)", n)
+	}
+	if logs.count("homeassistant state change skipped media_player.living_room") != 1 {
+		t.Error("the unwatched media player's change was not skipped as such")
+	}
+}

@@ -2,6 +2,7 @@ package homeassistant
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 )
 
@@ -150,5 +151,37 @@ func TestParseStateChangedRefuses(t *testing.T) {
 	}
 	if _, ok, err := parseStateChanged(json.RawMessage(`{"event_type":"call_service","data":{}}`)); ok || err != nil {
 		t.Errorf("another event type: %v %v", ok, err)
+	}
+}
+
+// frameEntity names the entity of a state change from the first bytes
+// of its message, as Home Assistant writes it (type, event type, entity
+// id, then the states) and as Go writes a map (keys sorted).
+func TestFrameEntity(t *testing.T) {
+	t.Parallel()
+	huge := `{"state":"playing","attributes":{"playlist":"` + strings.Repeat("x", 4096)
+	for _, tc := range []struct {
+		name, prefix string
+		want         string
+		ok           bool
+	}{
+		{"home assistant's order", `{"id":1,"type":"event","event":{"event_type":"state_changed","data":{"entity_id":"media_player.den","old_state":` + huge, "media_player.den", true},
+		{"keys sorted", `{"event":{"context":{"id":"c","parent_id":null},"data":{"entity_id":"light.k","new_state":` + huge, "light.k", true},
+		{"whole message", `{"id":1,"type":"event","event":` + string(event("light.k", st("on", nil), st("off", nil))) + `}`, "light.k", true},
+		{"cut before the entity", `{"id":1,"type":"event","event":{"event_type":"state_changed","data":{"entity_`, "", false},
+		{"cut inside the entity", `{"id":1,"type":"event","event":{"event_type":"state_changed","data":{"entity_id":"media_pl`, "", false},
+		{"not an event", `{"id":2,"type":"result","event":{"data":{"entity_id":"light.k"}}`, "", false},
+		{"another event type", `{"type":"event","event":{"event_type":"call_service","data":{"entity_id":"light.k"}}`, "", false},
+		{"entity id elsewhere", `{"type":"event","event":{"event_type":"state_changed","data":{"new_state":{"entity_id":"light.k","attributes":` + huge, "", false},
+		{"in an array", `{"type":"event","event":{"data":[{"entity_id":"light.k"}],"x":` + huge, "", false},
+		{"empty entity id", `{"type":"event","event":{"data":{"entity_id":"","new_state":` + huge, "", false},
+		{"not json", `<html>` + huge, "", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := frameEntity([]byte(tc.prefix))
+			if got != tc.want || ok != tc.ok {
+				t.Fatalf("frameEntity = %q, %v; want %q, %v", got, ok, tc.want, tc.ok)
+			}
+		})
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"time"
 
@@ -15,9 +16,19 @@ import (
 	"github.com/switchboard-chat/switchboard/pkg/platform"
 )
 
-// maxFrameBytes bounds one websocket message; a larger one closes the
-// connection (the kit reconnects and catches up with get_states).
+// maxFrameBytes is the most of one websocket message the gateway keeps
+// in memory. Past the handshake and the get_states answer, a larger
+// message (a state change of an entity with huge attributes: a media
+// player's playlist, a calendar) is read to its end without being kept
+// and skipped, its entity read from its first maxFrameBytes (logged,
+// and counted as rejected when the entity is watched); the connection
+// goes on.
 const maxFrameBytes = 1 << 20
+
+// maxMessageBytes bounds one websocket message past the handshake, read
+// or skipped; a larger one closes the connection (the kit reconnects and
+// catches up with get_states). Nothing Home Assistant sends comes near.
+const maxMessageBytes = 64 << 20
 
 // maxStatesBytes bounds the get_states answer, every entity's state in
 // one message (about 1 KB an entity). A larger one closes the
@@ -90,8 +101,8 @@ func (p *Platform) Connect(ctx context.Context, conn platform.Conn) error {
 			return fmt.Errorf("homeassistant websocket: get_states: %w", err)
 		}
 		p.statesPending = true
-		ws.SetReadLimit(p.statesLimit)
 	}
+	p.setReadLimit(ws)
 	conn.Connected()
 	p.log.Info("homeassistant: subscribed to state_changed", "url", p.base)
 
@@ -99,7 +110,7 @@ func (p *Platform) Connect(ctx context.Context, conn platform.Conn) error {
 	defer cancel(nil)
 	go p.ping(rctx, ws, cancel)
 	for {
-		_, raw, err := ws.Read(rctx)
+		raw, size, err := p.read(rctx, ws)
 		if err != nil {
 			if ctx.Err() != nil {
 				_ = ws.Close(websocket.StatusNormalClosure, "")
@@ -118,11 +129,83 @@ func (p *Platform) Connect(ctx context.Context, conn platform.Conn) error {
 		pending := p.statesPending
 		// A message whose handling panics is skipped (logged, counted);
 		// the connection and the state changes after it go on.
-		platform.Receive(rctx, conn, p.log, "homeassistant", "", raw, func() { p.handle(rctx, conn, raw) })
+		platform.Receive(rctx, conn, p.log, "homeassistant", "", raw, func() {
+			if size > int64(len(raw)) {
+				p.skipLarge(rctx, conn, raw, size)
+				return
+			}
+			p.handle(rctx, conn, raw)
+		})
 		if pending && !p.statesPending {
-			ws.SetReadLimit(maxFrameBytes)
+			p.setReadLimit(ws)
 		}
 	}
+}
+
+// setReadLimit sets the connection's read limit: the get_states answer
+// is read whole, up to statesLimit; past it a message is read up to
+// maxMessageBytes, of which read keeps maxFrameBytes.
+func (p *Platform) setReadLimit(ws *websocket.Conn) {
+	if p.statesPending {
+		ws.SetReadLimit(p.statesLimit)
+		return
+	}
+	ws.SetReadLimit(maxMessageBytes)
+}
+
+// read reads the next message, and its size: whole while the get_states
+// answer is awaited, else at most its first maxFrameBytes, the rest read
+// and dropped (size is then larger than raw), so that one huge message
+// costs neither the memory nor the connection.
+func (p *Platform) read(ctx context.Context, ws *websocket.Conn) (raw []byte, size int64, err error) {
+	if p.statesPending {
+		_, raw, err = ws.Read(ctx)
+		return raw, int64(len(raw)), err
+	}
+	_, r, err := ws.Reader(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	raw, err = io.ReadAll(io.LimitReader(r, maxFrameBytes))
+	if err != nil {
+		return nil, 0, err
+	}
+	rest, err := io.Copy(io.Discard, r)
+	if err != nil {
+		return nil, 0, err
+	}
+	return raw, int64(len(raw)) + rest, nil
+}
+
+// skipLarge handles a message larger than the gateway keeps, of which
+// prefix is the start: a state change of an entity the filters leave out
+// is skipped as its small changes are; any other is rejected (logged
+// with its entity and size, counted). Home Assistant writes an event's
+// entity id before its states, so the prefix names it.
+func (p *Platform) skipLarge(ctx context.Context, conn platform.Conn, prefix []byte, size int64) {
+	id, ok := frameEntity(prefix)
+	p.tooLarge(ctx, conn, id, ok, size)
+}
+
+// tooLarge skips (unwatched entity) or rejects a state change of size
+// bytes, larger than the gateway publishes; id is its entity when known.
+func (p *Platform) tooLarge(ctx context.Context, conn platform.Conn, id string, known bool, size int64) {
+	if known {
+		// A change of an entity nobody watches is skipped as any other
+		// of its changes, not logged and counted as a rejection: a busy
+		// unwatched entity with huge attributes (a media player's
+		// playlist, a calendar) would otherwise fill the log and the
+		// rejected count for nothing.
+		if why := p.rules.filter(id); why != skipNone {
+			skipped.WithLabelValues(string(why)).Inc()
+			p.log.Debug("homeassistant state change skipped", "why", string(why), "entity_id", id, "bytes", size)
+			return
+		}
+	}
+	if !known {
+		id = "(not named in its first bytes)"
+	}
+	conn.Reject(ctx, "state change larger than the gateway takes", fmt.Errorf("message of %d bytes, limit %d, entity %s", size, maxEventBytes, id))
 }
 
 // handshake reads auth_required, sends the token, reads auth_ok and
@@ -251,21 +334,11 @@ func (p *Platform) handle(ctx context.Context, conn platform.Conn, raw []byte) {
 		return
 	}
 	if len(raw) > maxEventBytes {
-		// The frame is already in memory (at most maxFrameBytes, the
-		// websocket's read limit), so reading its entity id costs one
-		// bounded scan. A change of an entity nobody watches is skipped
-		// as any other of its changes, not logged and counted as a
-		// rejection: a busy unwatched entity with huge attributes (a
-		// media player's playlist, a calendar) would otherwise fill the
-		// log and the rejected count for nothing.
-		if id, ok := oversizedEntity(f.Event); ok {
-			if why := p.rules.filter(id); why != skipNone {
-				skipped.WithLabelValues(string(why)).Inc()
-				p.log.Debug("homeassistant state change skipped", "why", string(why), "entity_id", id, "bytes", len(raw))
-				return
-			}
-		}
-		conn.Reject(ctx, "state change larger than the gateway takes", fmt.Errorf("message of %d bytes, limit %d", len(raw), maxEventBytes))
+		// The frame is already in memory (at most maxFrameBytes, or the
+		// get_states answer's limit while it is awaited), so reading its
+		// entity id costs one bounded scan.
+		id, ok := oversizedEntity(f.Event)
+		p.tooLarge(ctx, conn, id, ok, int64(len(raw)))
 		return
 	}
 	sc, ok, err := parseStateChanged(f.Event)

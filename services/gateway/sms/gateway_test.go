@@ -3,6 +3,8 @@ package sms
 import (
 	"bytes"
 	"context"
+	"crypto/sha1"
+	"crypto/sha256"
 	"fmt"
 	"log/slog"
 	"net"
@@ -135,6 +137,45 @@ func TestWebhookSignatures(t *testing.T) {
 		t.Fatalf("repeated call answered %d", code)
 	}
 	platformtest.NoEvent(t, h.evs, 300*time.Millisecond)
+}
+
+// A call a Twilio Webhooks Rule signs with its SharedKey (HMAC-SHA256,
+// named in X-Twilio-Webhooks-Signature-Settings) is taken with
+// webhook_shared_key set, and refused 403 without it or signed with the
+// auth token instead; before, every such call was refused.
+func TestWebhookSharedKey(t *testing.T) {
+	t.Parallel()
+	f := smsfake.New(t)
+	cfg := testConfig(f)
+	cfg.WebhookSharedKey = "shared-key-secret"
+	h := start(t, f, cfg, platform.Options{})
+	ctx := context.Background()
+	const settings = "key=KS0123456789abcdef0123456789abcdef,algorithm=HMAC_SHA256"
+	form := f.Form(smsfake.Inbound{From: ann, Body: "signed by a rule"})
+	for _, c := range []struct{ name, sig, settings string }{
+		{"auth token under a rule", smsfake.Sign(f.AuthToken, f.PublicURL, form), settings},
+		{"sha-1 under a sha-256 rule", smsfake.SignWith(sha1.New, cfg.WebhookSharedKey, f.PublicURL, form), settings},
+		{"unknown algorithm", smsfake.SignWith(sha256.New, cfg.WebhookSharedKey, f.PublicURL, form), "key=KS01,algorithm=HMAC_MD5"},
+	} {
+		if code, _, _, err := smsfake.PostSignedSettings(ctx, h.url, c.sig, c.settings, form.Encode()); err != nil || code != http.StatusForbidden {
+			t.Fatalf("%s: answered %d %v, want 403", c.name, code, err)
+		}
+	}
+	sig := smsfake.SignWith(sha256.New, cfg.WebhookSharedKey, f.PublicURL, form)
+	if code, _, body, err := smsfake.PostSignedSettings(ctx, h.url, sig, settings, form.Encode()); err != nil || code != http.StatusOK {
+		t.Fatalf("signed by the rule's shared key: answered %d %q %v, want 200", code, body, err)
+	}
+	if ev := platformtest.NextEvent(t, h.evs); ev.GetText() != "signed by a rule" {
+		t.Fatalf("published %v", ev)
+	}
+	// Without the shared key configured, a rule's call cannot be checked.
+	cfg.WebhookSharedKey = ""
+	h2 := start(t, f, cfg, platform.Options{})
+	again := f.Form(smsfake.Inbound{From: ann, Body: "no key"})
+	sig = smsfake.SignWith(sha256.New, "shared-key-secret", f.PublicURL, again)
+	if code, _, _, _ := smsfake.PostSignedSettings(ctx, h2.url, sig, settings, again.Encode()); code != http.StatusForbidden {
+		t.Fatalf("without webhook_shared_key: answered %d, want 403", code)
+	}
 }
 
 // A call with a parameter repeated with one value, signed as Twilio's

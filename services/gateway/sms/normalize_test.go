@@ -1,6 +1,8 @@
 package sms
 
 import (
+	"crypto/sha1"
+	"crypto/sha256"
 	"encoding/base64"
 	"net/url"
 	"strings"
@@ -110,13 +112,13 @@ func TestSignatureKnownAnswer(t *testing.T) {
 	params := url.Values{"CallSid": {"CA1234567890ABCDE"}, "Caller": {"+12349013030"}, "Digits": {"1234"}, "From": {"+12349013030"}, "To": {"+18005551212"}}
 	const u = "https://mycompany.com/myapp.php?foo=1&bar=2"
 	const want = "0/KCTR6DLpKmkAf8muzZqo1nDgQ="
-	if got := base64.StdEncoding.EncodeToString(signature("12345", u, params)); got != want {
+	if got := base64.StdEncoding.EncodeToString(signature(sha1.New, "12345", u, params)); got != want {
 		t.Fatalf("signature %s, want %s", got, want)
 	}
-	if !validSignature("12345", want, signedURLs(u, ""), params) {
+	if !validSignature(sha1.New, "12345", want, signedURLs(u, ""), params) {
 		t.Fatal("documented signature refused")
 	}
-	if validSignature("", want, signedURLs(u, ""), params) {
+	if validSignature(sha1.New, "", want, signedURLs(u, ""), params) {
 		t.Fatal("an empty token accepted a signature")
 	}
 	// A name repeated with one value counts once, and a repeated name's
@@ -124,8 +126,39 @@ func TestSignatureKnownAnswer(t *testing.T) {
 	// twilio-node (new Set, sorted) compute it.
 	dup := url.Values{"Sid": {"CA123"}, "SidAccount": {"AC123"}, "Digits": {"5678", "1234", "1234"}}
 	const wantDup = "IK+Dwps556ElfBT0I3Rgjkr1wJU="
-	if got := base64.StdEncoding.EncodeToString(signature("12345", u, dup)); got != wantDup {
+	if got := base64.StdEncoding.EncodeToString(signature(sha1.New, "12345", u, dup)); got != wantDup {
 		t.Fatalf("signature with a repeated value %s, want %s", got, wantDup)
+	}
+	// A Webhooks Rule's SharedKey signs the same string with HMAC-SHA256
+	// (X-Twilio-Webhooks-Signature-Settings: …,algorithm=HMAC_SHA256);
+	// the answer is Python's hmac over twilio-python's string, which
+	// gives the documented SHA-1 answer above with sha1.
+	const wantSHA256 = "8SN8hdML70uZUwc2JSbC8GyArzkPS3D6VPVjfK/H87Q="
+	if got := base64.StdEncoding.EncodeToString(signature(sha256.New, "shared-key-secret", u, params)); got != wantSHA256 {
+		t.Fatalf("HMAC-SHA256 signature %s, want %s", got, wantSHA256)
+	}
+	if !validSignature(sha256.New, "shared-key-secret", wantSHA256, signedURLs(u, ""), params) || validSignature(sha1.New, "shared-key-secret", wantSHA256, signedURLs(u, ""), params) {
+		t.Fatal("HMAC-SHA256 signature checked with the wrong hash")
+	}
+}
+
+func TestSignatureAlgorithm(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		settings string
+		size     int // 0: refused
+	}{
+		{"key=KS0123456789abcdef0123456789abcdef,algorithm=HMAC_SHA256", sha256.Size},
+		{"algorithm=HMAC_SHA1, key=KS01", sha1.Size},
+		{" key=KS01 , Algorithm=hmac_sha256 ", sha256.Size},
+		{"key=KS01,algorithm=HMAC_SHA512", 0},
+		{"key=KS01", 0},
+		{"", 0},
+	} {
+		alg := signatureAlgorithm(c.settings)
+		if (alg == nil) != (c.size == 0) || (alg != nil && alg().Size() != c.size) {
+			t.Errorf("%q: algorithm found %v, want hash size %d", c.settings, alg != nil, c.size)
+		}
 	}
 }
 
@@ -188,16 +221,16 @@ func FuzzSignature(f *testing.F) {
 			return
 		}
 		urls := signedURLs(normCfg.PublicURL, "")
-		_ = validSignature(token, header, urls, params)
+		_ = validSignature(sha1.New, token, header, urls, params)
 		if token == "" {
 			return
 		}
-		good := base64.StdEncoding.EncodeToString(signature(token, normCfg.PublicURL, params))
-		if !validSignature(token, good, urls, params) {
+		good := base64.StdEncoding.EncodeToString(signature(sha1.New, token, normCfg.PublicURL, params))
+		if !validSignature(sha1.New, token, good, urls, params) {
 			t.Fatal("own signature refused")
 		}
 		params.Add("Extra", "1")
-		if validSignature(token, good, urls, params) {
+		if validSignature(sha1.New, token, good, urls, params) {
 			t.Fatal("signature accepted for other parameters")
 		}
 	})

@@ -7,7 +7,8 @@
 //
 // A webhook call is checked (X-Twilio-Signature: the base64 HMAC-SHA1 of
 // the public URL and the sorted POST parameters, keyed with the auth
-// token), normalized and published, and only then answered with an
+// token, or with a Webhooks Rule's shared key and the algorithm its
+// X-Twilio-Webhooks-Signature-Settings names), normalized and published, and only then answered with an
 // empty TwiML <Response/>, so Twilio sends nothing itself. A call Twilio
 // makes again (its fallback URL, a replayed request) is absorbed by the
 // bus dedupe id sms:<phone number>:<MessageSid>. MMS media are published
@@ -50,6 +51,11 @@ type Config struct {
 	// (+15551234567): replies are sent from it, and messages to other
 	// numbers of the account are skipped.
 	PhoneNumber string `koanf:"phone_number"`
+	// WebhookSharedKey (TWILIO_WEBHOOK_SHARED_KEY) is the secret of the
+	// SharedKey a Twilio Webhooks Rule signs the webhook with instead of
+	// the auth token (X-Twilio-Webhooks-Signature-Settings names its
+	// algorithm); empty: such calls are refused.
+	WebhookSharedKey string `koanf:"webhook_shared_key"`
 	// PublicURL (SMS_WEBHOOK_PUBLIC_URL) is the webhook's address as
 	// Twilio calls it (https://sms.example.com/webhooks/twilio), which
 	// the signature covers: the gateway sits behind a proxy and cannot

@@ -4,9 +4,11 @@ import (
 	"context"
 	"crypto/hmac"
 	"crypto/sha1"
+	"crypto/sha256"
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"mime"
 	"net"
@@ -21,6 +23,12 @@ import (
 // HeaderSignature carries the base64 HMAC-SHA1 of the URL Twilio called
 // and the sorted POST parameters, keyed with the auth token.
 const HeaderSignature = "X-Twilio-Signature"
+
+// HeaderSignatureSettings is sent when a Twilio Webhooks Rule matches the
+// URL: "key=<SharedKey sid>,algorithm=HMAC_SHA256" (or HMAC_SHA1). The
+// signature then covers the same string, keyed with the SharedKey's
+// secret and hashed with that algorithm.
+const HeaderSignatureSettings = "X-Twilio-Webhooks-Signature-Settings"
 
 // emptyTwiML answers a message without a reply of Twilio's own: the
 // answer goes out through the Messages API.
@@ -81,9 +89,13 @@ func (p *Platform) message(w http.ResponseWriter, r *http.Request, conn platform
 		http.Error(w, "malformed form", http.StatusBadRequest)
 		return
 	}
-	if !validSignature(p.cfg.AuthToken, r.Header.Get(HeaderSignature), signedURLs(p.cfg.PublicURL, r.URL.RawQuery), form) {
+	key, alg, why := p.signingKey(r.Header.Get(HeaderSignatureSettings))
+	if why == "" && !validSignature(alg, key, r.Header.Get(HeaderSignature), signedURLs(p.cfg.PublicURL, r.URL.RawQuery), form) {
+		why = "bad signature"
+	}
+	if why != "" {
 		signatureFailures.Inc()
-		p.log.Warn("twilio webhook refused", "reason", "bad signature", "remote", r.RemoteAddr, "has_signature", r.Header.Get(HeaderSignature) != "")
+		p.log.Warn("twilio webhook refused", "reason", why, "remote", r.RemoteAddr, "has_signature", r.Header.Get(HeaderSignature) != "")
 		http.Error(w, "invalid signature", http.StatusForbidden)
 		return
 	}
@@ -137,13 +149,51 @@ func signedURLs(publicURL, rawQuery string) []string {
 	return out
 }
 
+// signingKey is the key and hash a call's signature is checked with: the
+// auth token and HMAC-SHA1 without signature settings, else the shared
+// key and the settings' algorithm, as Twilio's libraries choose; why
+// says why the call cannot be checked.
+func (p *Platform) signingKey(settings string) (key string, alg func() hash.Hash, why string) {
+	if strings.TrimSpace(settings) == "" {
+		return p.cfg.AuthToken, sha1.New, ""
+	}
+	alg = signatureAlgorithm(settings)
+	switch {
+	case alg == nil:
+		return "", nil, "unsupported signature algorithm"
+	case p.cfg.WebhookSharedKey == "":
+		return "", nil, "signed with a webhooks rule's shared key, and webhook_shared_key is not set"
+	}
+	return p.cfg.WebhookSharedKey, alg, ""
+}
+
+// signatureAlgorithm reads the algorithm of X-Twilio-Webhooks-Signature-Settings
+// ("key=KS…,algorithm=HMAC_SHA256"): nil when it is missing or unknown.
+func signatureAlgorithm(settings string) func() hash.Hash {
+	for part := range strings.SplitSeq(settings, ",") {
+		name, value, _ := strings.Cut(strings.TrimSpace(part), "=")
+		if !strings.EqualFold(strings.TrimSpace(name), "algorithm") {
+			continue
+		}
+		switch strings.ToUpper(strings.TrimSpace(value)) {
+		case "HMAC_SHA1":
+			return sha1.New
+		case "HMAC_SHA256":
+			return sha256.New
+		}
+		return nil
+	}
+	return nil
+}
+
 // signature is Twilio's signature of a call to fullURL with params: the
 // URL followed by every parameter's name and value, sorted by name (a
 // repeated name's distinct values sorted, each once, as Twilio's
 // libraries check it: twilio-python's sorted(set(values)), twilio-node's
-// Set), HMAC-SHA1 with the auth token.
-func signature(token, fullURL string, params url.Values) []byte {
-	mac := hmac.New(sha1.New, []byte(token))
+// Set), the HMAC of alg keyed with key (the auth token and SHA-1, or a
+// webhooks rule's shared key and its algorithm).
+func signature(alg func() hash.Hash, key, fullURL string, params url.Values) []byte {
+	mac := hmac.New(alg, []byte(key))
 	mac.Write([]byte(fullURL))
 	keys := make([]string, 0, len(params))
 	for k := range params {
@@ -162,16 +212,15 @@ func signature(token, fullURL string, params url.Values) []byte {
 }
 
 // validSignature reports whether header is the base64 signature of
-// params for one of urls (constant time). An empty token accepts
-// nothing.
-func validSignature(token, header string, urls []string, params url.Values) bool {
+// params for one of urls (constant time). An empty key accepts nothing.
+func validSignature(alg func() hash.Hash, key, header string, urls []string, params url.Values) bool {
 	got, err := base64.StdEncoding.DecodeString(strings.TrimSpace(header))
-	if err != nil || token == "" || len(got) != sha1.Size {
+	if err != nil || key == "" || len(got) != alg().Size() {
 		return false
 	}
 	ok := false
 	for _, u := range urls {
-		if hmac.Equal(got, signature(token, u, params)) {
+		if hmac.Equal(got, signature(alg, key, u, params)) {
 			ok = true
 		}
 	}

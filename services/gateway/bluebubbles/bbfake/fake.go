@@ -57,6 +57,8 @@ type Fake struct {
 	// database keeps them, for message queries.
 	log     []logged
 	newChat int
+	// hooksDown: the webhook API answers 500 (BreakWebhookAPI).
+	hooksDown bool
 }
 
 // logged is a message in the Messages database: sent, or failed with an
@@ -118,9 +120,9 @@ func New(t testing.TB) *Fake {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /api/v1/ping", f.auth(func(w http.ResponseWriter, _ *http.Request) { ok(w, "Ping received!", "pong") }))
 	mux.HandleFunc("GET /api/v1/server/info", f.auth(f.info))
-	mux.HandleFunc("GET /api/v1/webhook", f.auth(f.listHooks))
-	mux.HandleFunc("POST /api/v1/webhook", f.auth(f.addHook))
-	mux.HandleFunc("DELETE /api/v1/webhook/{id}", f.auth(f.deleteHook))
+	mux.HandleFunc("GET /api/v1/webhook", f.auth(f.hooksUp(f.listHooks)))
+	mux.HandleFunc("POST /api/v1/webhook", f.auth(f.hooksUp(f.addHook)))
+	mux.HandleFunc("DELETE /api/v1/webhook/{id}", f.auth(f.hooksUp(f.deleteHook)))
 	mux.HandleFunc("POST /api/v1/chat/query", f.auth(f.query))
 	mux.HandleFunc("POST /api/v1/chat/new", f.auth(f.create))
 	mux.HandleFunc("POST /api/v1/message/query", f.auth(f.messages))
@@ -269,6 +271,28 @@ func (f *Fake) AddWebhook(url string, events ...string) {
 	f.nextHook++
 	f.webhooks = append(f.webhooks, Webhook{ID: f.nextHook, URL: url, Events: events})
 	f.mu.Unlock()
+}
+
+// BreakWebhookAPI makes the webhook API (list, add, remove) answer 500
+// while broken is true, as a server that cannot read its database does;
+// the rest of the API answers.
+func (f *Fake) BreakWebhookAPI(broken bool) {
+	f.mu.Lock()
+	f.hooksDown = broken
+	f.mu.Unlock()
+}
+
+func (f *Fake) hooksUp(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		f.mu.Lock()
+		down := f.hooksDown
+		f.mu.Unlock()
+		if down {
+			fail(w, http.StatusInternalServerError, "Server Error", "SQLITE_BUSY: database is locked")
+			return
+		}
+		h(w, r)
+	}
 }
 
 // Counts are how often chat guid was marked typing and read, and how

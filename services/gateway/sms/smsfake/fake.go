@@ -17,6 +17,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"hash"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -398,6 +399,12 @@ func (f *Fake) Form(in Inbound) url.Values {
 // name's distinct values, sorted, as Twilio's libraries compute it),
 // HMAC-SHA1 keyed with token, base64.
 func Sign(token, fullURL string, params url.Values) string {
+	return SignWith(sha1.New, token, fullURL, params)
+}
+
+// SignWith is Sign with another hash and key: a Webhooks Rule's SharedKey
+// secret and algorithm (HMAC-SHA256).
+func SignWith(alg func() hash.Hash, key, fullURL string, params url.Values) string {
 	var b strings.Builder
 	b.WriteString(fullURL)
 	names := make([]string, 0, len(params))
@@ -414,7 +421,7 @@ func Sign(token, fullURL string, params url.Values) string {
 			}
 		}
 	}
-	mac := hmac.New(sha1.New, []byte(token))
+	mac := hmac.New(alg, []byte(key))
 	mac.Write([]byte(b.String()))
 	return base64.StdEncoding.EncodeToString(mac.Sum(nil))
 }
@@ -428,6 +435,12 @@ func (f *Fake) Post(ctx context.Context, gatewayURL string, form url.Values) (in
 
 // PostSigned posts body as a form with the given signature ("" for none).
 func PostSigned(ctx context.Context, gatewayURL, signature, body string) (int, string, string, error) {
+	return PostSignedSettings(ctx, gatewayURL, signature, "", body)
+}
+
+// PostSignedSettings is PostSigned with X-Twilio-Webhooks-Signature-Settings
+// (when not ""), as Twilio sends a call a Webhooks Rule signs.
+func PostSignedSettings(ctx context.Context, gatewayURL, signature, settings, body string) (int, string, string, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, gatewayURL, strings.NewReader(body))
 	if err != nil {
 		return 0, "", "", err
@@ -436,6 +449,9 @@ func PostSigned(ctx context.Context, gatewayURL, signature, body string) (int, s
 	req.Header.Set("User-Agent", "TwilioProxy/1.1")
 	if signature != "" {
 		req.Header.Set("X-Twilio-Signature", signature)
+	}
+	if settings != "" {
+		req.Header.Set("X-Twilio-Webhooks-Signature-Settings", settings)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
