@@ -29,7 +29,10 @@ func TestChangeReadDuringANATSOutageIsPublished(t *testing.T) {
 	f := hafake.New(token)
 	t.Cleanup(f.Close)
 	cfg := testConfig(f)
-	cfg.PingInterval = 100 * time.Millisecond
+	// Short, so the outage below spans many intervals; not so short that
+	// a loaded machine's late pong drops the connection before the
+	// first change (seen at 100 ms under -race with other packages).
+	cfg.PingInterval = 400 * time.Millisecond
 	s, err := New(cfg, Deps{Log: slog.New(slog.DiscardHandler), Bus: b,
 		Runner: platform.Options{Backoff: platform.Schedule(10 * time.Millisecond), LeaseTTL: time.Second}})
 	if err != nil {
@@ -49,7 +52,7 @@ func TestChangeReadDuringANATSOutageIsPublished(t *testing.T) {
 	opened := f.Change(door("on", "off"))
 	time.Sleep(300 * time.Millisecond)
 	closedAgain := f.Change(door("off", "on"))
-	time.Sleep(2 * time.Second) // many ping intervals
+	time.Sleep(3 * time.Second) // many ping intervals
 	n.Start()
 
 	platformtest.WaitFor(t, "the door's opening published", func() bool { return published(wctx, b, opened.EventID) })
