@@ -435,3 +435,78 @@ func TestTakeoverAfterAReasoningOnlySegment(t *testing.T) {
 		})
 	}
 }
+
+// A replica that stops right after it recorded the segment a break opens
+// (its handler never gets further: killed, or stuck) does not leave the
+// messages of the segment it closed with the cursor: the closing rows
+// are stored with the mark, so the replica that takes the turn over
+// finds them queued (had neither been stored, the break handed over
+// again closes the segment there). Nothing is posted twice.
+func TestSegmentCloseSurvivesAStopAfterItsMark(t *testing.T) {
+	t.Parallel()
+	const chart = "Here is the chart of this quarter's sales: ![Sales](https://cdn.example.test/sales.png)"
+	tests := []struct {
+		name   string
+		images string
+		first  string
+		want   []string
+	}{
+		{"a lone closing edit", "", segFirst, []string{segFirst, segAnswer}},
+		{"a closing edit and its picture", delivery.ImagesNative, chart, []string{"Here is the chart of this quarter's sales:", "", segAnswer}},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) { // one at a time: the hook is the package's
+			turn := fmt.Sprint("t-close-stop-", i)
+			e := newEnv(t)
+			cfg := streamConfig()
+			cfg.Platforms["stream"] = delivery.Platform{Streaming: delivery.StreamEdit, Images: tt.images}
+			held, release := make(chan struct{}, 1), make(chan struct{})
+			restore := delivery.SetSegmentHook(func(replica, tn string) {
+				if replica != "a" || tn != turn {
+					return
+				}
+				select {
+				case held <- struct{}{}:
+				default:
+				}
+				<-release
+			})
+			t.Cleanup(restore)
+			a := e.start(t, cfg, "a")
+			t.Cleanup(func() { close(release) }) // before a's stop
+			e.publishStream(t, turn, 1, "s1", &repliesv1.TextDelta{Text: tt.first})
+			e.consumed(t, "s1")
+			eventually(t, e.clock, 0, "a's first message", func() bool { return len(e.gw.sends()) >= 1 })
+			e.clock.Advance(time.Second)
+			e.publishStream(t, turn, 2, "s1", &repliesv1.TextDelta{Text: "\n\n", Restart: true, SegmentText: proto.String(tt.first)})
+			select {
+			case <-held:
+			case <-time.After(20 * time.Second):
+				t.Fatal("the break never recorded its segment")
+			}
+			a.kill()
+			e.start(t, cfg, "b")
+			e.publishStream(t, turn, 3, "s1", &repliesv1.TextDelta{Text: segAnswer})
+			e.publishStream(t, turn, 4, "s1", final(segAnswer))
+			eventually(t, e.clock, 0, "the final", func() bool { return e.gw.finals(turn) > 0 })
+			e.consumed(t, "s1")
+			var got []string
+			for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+				if got = e.gw.shown("stream", "chat-s1"); fmt.Sprintf("%q", got) == fmt.Sprintf("%q", tt.want) {
+					break
+				}
+			}
+			if fmt.Sprintf("%q", got) != fmt.Sprintf("%q", tt.want) {
+				t.Errorf("the chat shows %q, want %q", got, tt.want)
+			}
+			for text, n := range e.gw.turnSends(turn) {
+				if n > 1 {
+					t.Errorf("%q posted %d times", text, n)
+				}
+			}
+			if n := e.gw.finals(turn); n != 1 {
+				t.Errorf("%d messages marked the turn's end, want 1", n)
+			}
+		})
+	}
+}
