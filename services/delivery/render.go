@@ -673,7 +673,7 @@ func (s *Service) closedSegment(ctx context.Context, ev *repliesv1.ReplyEvent, s
 		images, answer = extractImages(answer)
 	}
 	text := shown(d.GetSegmentReasoning(), answer)
-	reqs := s.rewrite(ev, keyBase(ctx, ev)+":g", seg.IDs, text, deliveryv1.TextFormat_TEXT_FORMAT_MARKDOWN)
+	reqs := s.rewrite(ev, keyBase(ctx, ev)+":g", seg.Segment, seg.IDs, text, deliveryv1.TextFormat_TEXT_FORMAT_MARKDOWN)
 	for _, r := range reqs {
 		r.Final = false
 	}
@@ -763,7 +763,11 @@ func (s *Service) perform(ctx context.Context, ev *repliesv1.ReplyEvent, st *tur
 		if a.Kind == streamedit.Send {
 			op = deliveryv1.SendOp_SEND_OP_SEND
 		}
-		req := s.request(ev, fmt.Sprintf("%s:s%d", keyBase(ctx, ev), i), op)
+		key := fmt.Sprintf("%s:s%d", keyBase(ctx, ev), i)
+		if op == deliveryv1.SendOp_SEND_OP_SEND {
+			key = segmentMessageKey(ev.GetTurnId(), st.segment, a.Message)
+		}
+		req := s.request(ev, key, op)
 		if op == deliveryv1.SendOp_SEND_OP_SEND {
 			// A new message keeps the chat's order: not before the
 			// queued or sending rows of earlier answers (paced or
@@ -936,33 +940,41 @@ func (s *Service) final(ctx context.Context, ev *repliesv1.ReplyEvent, text stri
 		// Already replaced (a redelivered final): the rows exist.
 		return true, nil
 	}
-	if ev.GetTurnId() != "" && s.cfg.platform(ev.GetTarget().GetPlatform()).Streaming == StreamEdit && (st == nil || st.foreign) {
-		// Another replica's stream: the messages of its last segment
+	if ev.GetTurnId() != "" && s.cfg.platform(ev.GetTarget().GetPlatform()).Streaming == StreamEdit {
+		// The messages of the last segment: another replica's stream's
 		// (those before it keep their text; a segment opened before
 		// its first message has none, and the answer goes in new
-		// messages). This replica's own current segment has none.
-		seg, err := s.store.LastStreamSegment(ctx, ev.GetTurnId())
-		if err != nil {
-			return false, err
-		}
-		if ids := seg.IDs; len(ids) > 0 {
-			if err := s.enqueue(ctx, s.rewrite(ev, base, ids, text, format)...); err != nil {
+		// messages), or none of this replica's own. New messages are
+		// sent under the segment's message keys: one a replica posted
+		// but did not record (stopped, or a send still unanswered
+		// when the final gave up on it) is answered by the gateway
+		// and written over, not posted twice.
+		var seg outbox.StreamSegment
+		if st != nil && !st.foreign {
+			seg.Segment = st.segment
+		} else {
+			var err error
+			if seg, err = s.store.LastStreamSegment(ctx, ev.GetTurnId()); err != nil {
 				return false, err
 			}
-			s.turns.put(ev.GetTurnId(), &turnState{done: true})
-			return true, nil
 		}
-	}
-	if err := s.enqueueText(ctx, ev, base, text, format, true); err != nil {
-		return false, err
-	}
-	if ev.GetTurnId() != "" && s.cfg.platform(ev.GetTarget().GetPlatform()).Streaming == StreamEdit {
+		if text == "" && len(seg.IDs) == 0 {
+			s.turns.put(ev.GetTurnId(), &turnState{done: true})
+			return false, nil
+		}
+		if err := s.enqueue(ctx, s.rewrite(ev, base, seg.Segment, seg.IDs, text, format)...); err != nil {
+			return false, err
+		}
 		// Streamed deltas that come late must not start a message after
 		// the answer. Elsewhere nothing streams into a message, and a
 		// redelivered final is sent once (its idempotency keys, or a
 		// per-request gateway taking a repeat once): no marker, which at
 		// hundreds of turns a second was most of this map.
 		s.turns.put(ev.GetTurnId(), &turnState{done: true})
+		return true, nil
+	}
+	if err := s.enqueueText(ctx, ev, base, text, format, true); err != nil {
+		return false, err
 	}
 	return text != "", nil
 }
@@ -1026,7 +1038,11 @@ func (s *Service) streamActions(ev *repliesv1.ReplyEvent, base string, st *turnS
 		if a.Kind != streamedit.Send && id == "" {
 			continue // a message whose send was never confirmed
 		}
-		r := s.request(ev, fmt.Sprintf("%s:%d", base, len(reqs)), op)
+		key := fmt.Sprintf("%s:%d", base, len(reqs))
+		if a.Kind == streamedit.Send {
+			key = segmentMessageKey(ev.GetTurnId(), st.segment, a.Message)
+		}
+		r := s.request(ev, key, op)
 		r.Text, r.Format, r.MessageId = a.Text, format, id
 		reqs = append(reqs, r)
 	}
@@ -1037,9 +1053,12 @@ func (s *Service) streamActions(ev *repliesv1.ReplyEvent, base string, st *turnS
 	return reqs
 }
 
-// rewrite writes text over messages another replica streamed: edit each
-// with a part, send the parts left over, delete the surplus messages.
-func (s *Service) rewrite(ev *repliesv1.ReplyEvent, base string, ids []string, text string, format deliveryv1.TextFormat) []*deliveryv1.SendRequested {
+// rewrite writes text over the messages another replica streamed of the
+// stream segment opened by seq segment: edit each with a part, send the
+// parts left over (under the segment's message keys: a message that
+// replica posted but did not record is not posted again), delete the
+// surplus messages.
+func (s *Service) rewrite(ev *repliesv1.ReplyEvent, base string, segment int64, ids []string, text string, format deliveryv1.TextFormat) []*deliveryv1.SendRequested {
 	var parts []string
 	if text != "" {
 		parts = chunk.Split(text, ev.GetTarget().GetPlatform())
@@ -1053,7 +1072,11 @@ func (s *Service) rewrite(ev *repliesv1.ReplyEvent, base string, ids []string, t
 		case i >= len(parts):
 			op = deliveryv1.SendOp_SEND_OP_DELETE
 		}
-		r := s.request(ev, fmt.Sprintf("%s:%d", base, i), op)
+		key := fmt.Sprintf("%s:%d", base, i)
+		if op == deliveryv1.SendOp_SEND_OP_SEND {
+			key = segmentMessageKey(ev.GetTurnId(), segment, i)
+		}
+		r := s.request(ev, key, op)
 		if i < len(ids) {
 			r.MessageId = ids[i]
 		}
@@ -1063,6 +1086,28 @@ func (s *Service) rewrite(ev *repliesv1.ReplyEvent, base string, ids []string, t
 		reqs = append(reqs, r)
 	}
 	return number(reqs)
+}
+
+// segmentMessageKey is the idempotency key of the send that posts
+// message i of the stream segment opened by the reply event of seq
+// segment (0: the first): the same on every replica and for every event
+// that may post it (a stream update, a segment's close, the final), so
+// a message posted but not recorded (delivery_stream_messages) is not
+// posted again by the replica that takes the turn over; the gateway
+// answers with its first receipt, and the send is followed by an edit
+// (overDuplicate).
+func segmentMessageKey(turn string, segment int64, i int) string {
+	return fmt.Sprintf("%s:%d:m%d", turn, segment, i)
+}
+
+// isSegmentMessageKey reports whether key is a segmentMessageKey.
+func isSegmentMessageKey(key string) bool {
+	i := strings.LastIndexByte(key, ':')
+	if i < 0 || i+2 > len(key) || key[i+1] != 'm' {
+		return false
+	}
+	_, err := strconv.Atoi(key[i+2:])
+	return err == nil
 }
 
 // number sets chunk positions and marks the last request final.

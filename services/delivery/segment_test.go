@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -503,6 +504,85 @@ func TestSegmentCloseSurvivesAStopAfterItsMark(t *testing.T) {
 				if n > 1 {
 					t.Errorf("%q posted %d times", text, n)
 				}
+			}
+			if n := e.gw.finals(turn); n != 1 {
+				t.Errorf("%d messages marked the turn's end, want 1", n)
+			}
+		})
+	}
+}
+
+// A replica that posted a stream message but stopped before it recorded
+// it (the platform took the send, its answer never came back, and the
+// replica stopped before the final asked again) leaves no
+// second copy of it: the send of a segment's message has the same key
+// on every replica, so the replica that takes the turn over, posting
+// that segment's text, gets the stopped one's message back from the
+// gateway and writes the text over it instead of posting it again.
+func TestTakeoverPostsNoUnrecordedMessageTwice(t *testing.T) {
+	t.Parallel()
+	const more = " More to say about the clock."
+	brk := &repliesv1.TextDelta{Text: "\n\n", Restart: true, SegmentText: proto.String(segFirst)}
+	tests := []struct {
+		name   string
+		before []any // streamed by a; the last one's send is never answered
+		after  []any // by b
+		hang   string
+		want   []string
+	}{
+		{"the first message",
+			[]any{&repliesv1.TextDelta{Text: segFirst}},
+			[]any{&repliesv1.TextDelta{Text: more}, final(segFirst + more)},
+			segFirst, []string{segFirst + more}},
+		{"the answer's message after a tool call",
+			[]any{&repliesv1.TextDelta{Text: segFirst}, brk, &repliesv1.TextDelta{Text: segAnswer}},
+			[]any{final(segAnswer)},
+			segAnswer, []string{segFirst, segAnswer}},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			turn := fmt.Sprint("t", i)
+			e := newEnv(t)
+			cfg := streamConfig()
+			var mu sync.Mutex
+			hung := false
+			e.gw.setBehaviour(func(req *deliveryv1.SendRequested, try int) behaviour {
+				mu.Lock()
+				defer mu.Unlock()
+				if !hung && req.GetOp() == deliveryv1.SendOp_SEND_OP_SEND && strings.HasPrefix(req.GetText(), tt.hang) {
+					hung = true
+					return behaviour{hang: true} // posted, never answered
+				}
+				return behaviour{}
+			})
+			a := e.start(t, cfg, "a")
+			seq := int64(0)
+			for _, body := range tt.before {
+				seq++
+				e.publishStream(t, turn, seq, "s1", body)
+				// The unanswered send's event too: a gave up waiting
+				// (its send timeout) and took the next.
+				e.consumed(t, "s1")
+				e.clock.Advance(time.Second)
+			}
+			a.kill()
+			e.start(t, cfg, "b")
+			for _, body := range tt.after {
+				seq++
+				e.publishStream(t, turn, seq, "s1", body)
+				e.clock.Advance(time.Second)
+			}
+			eventually(t, e.clock, 0, "the final", func() bool { return e.gw.finals(turn) > 0 })
+			e.consumed(t, "s1")
+			var got []string
+			for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+				if got = e.gw.shown("stream", "chat-s1"); fmt.Sprintf("%q", got) == fmt.Sprintf("%q", tt.want) {
+					break
+				}
+			}
+			if fmt.Sprintf("%q", got) != fmt.Sprintf("%q", tt.want) {
+				t.Errorf("the chat shows %q, want %q", got, tt.want)
 			}
 			if n := e.gw.finals(turn); n != 1 {
 				t.Errorf("%d messages marked the turn's end, want 1", n)
