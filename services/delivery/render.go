@@ -494,12 +494,14 @@ func (s *Service) delta(ctx context.Context, ev *repliesv1.ReplyEvent, text, tho
 			// early, with the text twice).
 			return nil
 		}
-		if restart && !reasoningDelta && strings.TrimSpace(st.raw.String()) != "" {
+		if restart && (!reasoningDelta && strings.TrimSpace(st.raw.String()) != "" || reasoningDelta && s.reasoningAboveTools(ev, st)) {
 			// The break before a later call's text (and its reasoning,
 			// when the chat shows it) after answer text: the segment
 			// closes. Not at a reasoning restart alone: that may be a
 			// cut answer's continuation, whose text the final carries
-			// joined.
+			// joined; unless the segment showed only the reasoning of
+			// a call that then called tools, whose progress lines are
+			// below it (reasoningAboveTools).
 			if err := s.split(ctx, ev, st); err != nil {
 				return err
 			}
@@ -544,6 +546,26 @@ func (s *Service) delta(ctx context.Context, ev *repliesv1.ReplyEvent, text, tho
 // segmentHook, when set (tests only), runs once a break's new segment
 // is recorded, before the turn's stream goes on.
 var segmentHook atomic.Pointer[func(replica, turn string)]
+
+// reasoningAboveTools reports whether the turn's current segment shows
+// only a reasoning block (/reasoning show: a model call that reasoned
+// and called tools without saying anything, so the worker sends no
+// break before the next call) in a message that the progress message of
+// those tools follows. The next call's reasoning restart then closes the
+// segment, leaving that block in its message: its reasoning and answer
+// stream into a new message below the progress lines, as the answer of
+// a turn that does not show reasoning does (in Hermes a call that said
+// nothing posts nothing before its tools' lines), instead of going on
+// in the message above them.
+func (s *Service) reasoningAboveTools(ev *repliesv1.ReplyEvent, st *turnState) bool {
+	if !st.reasoned || len(st.ids) == 0 || strings.TrimSpace(st.raw.String()) != "" {
+		return false
+	}
+	// An open progress message was started after the stream's last new
+	// message (which ends the one before: endToolMessage), so below it.
+	tl := s.tools.peek(ev.GetTurnId())
+	return tl != nil && tl.key != ""
+}
 
 // newStream is a stream of platform's messages.
 func (s *Service) newStream(platform string) *streamedit.Stream {

@@ -590,3 +590,49 @@ func TestTakeoverPostsNoUnrecordedMessageTwice(t *testing.T) {
 		})
 	}
 }
+
+// With /reasoning show, a call that only reasoned before its tool call
+// (no answer text, so no break) had its block posted at once, and the
+// next call's reasoning and answer went on in that message, above the
+// call's progress lines. As without /reasoning show (and as in Hermes,
+// where a call that said nothing posts nothing before its tools), the
+// answer lands below the progress lines: the next call's reasoning
+// restart closes that message, which keeps its own call's block without
+// the cursor, and the answer streams into a new one.
+func TestShowReasoningAnswerComesBelowTheToolProgress(t *testing.T) {
+	t.Parallel()
+	const (
+		looked = "I should look at the calendar for today."
+		said   = "The calendar says the meeting is at noon."
+	)
+	e := newEnv(t)
+	cfg := streamConfig()
+	cfg.ToolProgress = delivery.ToolProgressAll
+	e.start(t, cfg, "a")
+	for i, body := range []any{
+		&repliesv1.ReasoningDelta{Text: looked}, started("calendar", "today"),
+		&repliesv1.ReasoningDelta{Text: said, Restart: true}, &repliesv1.TextDelta{Text: segAnswer},
+		final(reasoning.WithAnswer(said, segAnswer)),
+	} {
+		e.publishStream(t, "t1", int64(i+1), "s1", body)
+		e.consumed(t, "s1")
+		e.clock.Advance(time.Second)
+	}
+	eventually(t, e.clock, 0, "the final", func() bool { return e.gw.finals("t1") > 0 })
+	e.consumed(t, "s1")
+	want := []string{reasoning.Block(looked), "⚙️ calendar: \"today\"", reasoning.WithAnswer(said, segAnswer)}
+	var got []string
+	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		if got = e.gw.shown("stream", "chat-s1"); strings.Join(got, "\n---\n") == strings.Join(want, "\n---\n") {
+			break
+		}
+	}
+	if strings.Join(got, "\n---\n") != strings.Join(want, "\n---\n") {
+		t.Errorf("chat shows:\n%s\nwant:\n%s", strings.Join(got, "\n---\n"), strings.Join(want, "\n---\n"))
+	}
+	for text, n := range e.gw.turnSends("t1") {
+		if n > 1 {
+			t.Errorf("%q posted %d times", text, n)
+		}
+	}
+}
