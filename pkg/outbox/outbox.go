@@ -244,18 +244,31 @@ func rowArgs(ctx context.Context, now time.Time, ttl time.Duration, req *deliver
 // request whose idempotency key is already stored is left as it is. It
 // returns the id of every request's row, new or existing.
 func (s *Store) Enqueue(ctx context.Context, now time.Time, ttl time.Duration, reqs ...*deliveryv1.SendRequested) ([]int64, error) {
-	// One pipelined batch: one round trip, one implicit transaction, one
-	// durable commit for all the rows.
 	b := &pgx.Batch{}
+	if err := queueRows(ctx, b, now, ttl, reqs); err != nil {
+		return nil, err
+	}
+	return s.sendRows(ctx, b, reqs)
+}
+
+// queueRows adds the inserts of reqs' queued rows to b.
+func queueRows(ctx context.Context, b *pgx.Batch, now time.Time, ttl time.Duration, reqs []*deliveryv1.SendRequested) error {
 	for _, req := range reqs {
 		args, err := rowArgs(ctx, now, ttl, req, newRow{})
 		if err != nil {
-			return nil, err
+			return err
 		}
 		b.Queue(insertRow+`
 ON CONFLICT (idempotency_key) DO UPDATE SET idempotency_key = EXCLUDED.idempotency_key
 RETURNING id`, args...)
 	}
+	return nil
+}
+
+// sendRows sends b, which starts with queueRows' inserts of reqs, as one
+// pipelined batch: one round trip, one implicit transaction, one durable
+// commit for all of it. It returns the id of every request's row.
+func (s *Store) sendRows(ctx context.Context, b *pgx.Batch, reqs []*deliveryv1.SendRequested) ([]int64, error) {
 	br := s.db.SendBatch(ctx, b)
 	defer br.Close()
 	ids := make([]int64, len(reqs))
@@ -797,13 +810,35 @@ VALUES ($1, $2, $3, $4) ON CONFLICT (turn_id, message_index) DO UPDATE SET platf
 // (delivery_stream_segments): replicas from before segments read every
 // row of delivery_stream_messages as a message to write over.
 func (s *Store) OpenStreamSegment(ctx context.Context, turnID string, segment int64) error {
-	_, err := s.db.Exec(ctx, `INSERT INTO delivery_stream_segments (turn_id, segment)
-VALUES ($1, $2) ON CONFLICT (turn_id, segment) DO NOTHING`, turnID, segment)
+	_, err := s.db.Exec(ctx, openSegment, turnID, segment)
 	if err != nil {
 		return fmt.Errorf("open stream segment %d of turn %s: %w", segment, turnID, err)
 	}
 	return nil
 }
+
+// CloseStreamSegment is OpenStreamSegment and Enqueue of the rows that
+// leave the segment before it showing its text (its closing edits), in
+// one transaction: a replica that stops in between cannot record the
+// new segment without them, which would leave the closed messages
+// showing their cursor for good (a replica that takes the turn over
+// closes only a segment it finds not yet opened). Idempotent, as both
+// are: rows already stored under their keys are kept.
+func (s *Store) CloseStreamSegment(ctx context.Context, now time.Time, ttl time.Duration, turnID string, segment int64, closing ...*deliveryv1.SendRequested) error {
+	b := &pgx.Batch{}
+	if err := queueRows(ctx, b, now, ttl, closing); err != nil {
+		return err
+	}
+	b.Queue(openSegment, turnID, segment)
+	if _, err := s.sendRows(ctx, b, closing); err != nil {
+		return fmt.Errorf("close stream segment before %d of turn %s: %w", segment, turnID, err)
+	}
+	return nil
+}
+
+// openSegment marks a stream segment opened (OpenStreamSegment).
+const openSegment = `INSERT INTO delivery_stream_segments (turn_id, segment)
+VALUES ($1, $2) ON CONFLICT (turn_id, segment) DO NOTHING`
 
 // StreamSegment is what was recorded of a streamed reply's last segment.
 type StreamSegment struct {

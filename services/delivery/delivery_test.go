@@ -919,7 +919,7 @@ func TestStreamWaitsForEarlierAnswers(t *testing.T) {
 	cfg := streamConfig()
 	e.start(t, cfg, "a")
 	e.gw.setBehaviour(func(req *deliveryv1.SendRequested, try int) behaviour {
-		if req.GetIdempotencyKey() == "t1:1:0" && try == 1 {
+		if req.GetIdempotencyKey() == "t1:0:m0" && try == 1 {
 			return behaviour{fail: &deliveryv1.SendReceipt{ErrorClass: deliveryv1.ErrorClass_ERROR_CLASS_RATE_LIMITED, RetryAfterMs: 60_000}}
 		}
 		return behaviour{}
@@ -927,7 +927,7 @@ func TestStreamWaitsForEarlierAnswers(t *testing.T) {
 	first := event("t1", 1, "s1", final("the first answer"))
 	first.Target.Platform = "stream"
 	e.publish(t, first)
-	eventually(t, e.clock, 0, "the first answer queued for retry", func() bool { return rowState(t, e.db, "t1:1:0") == "queued" })
+	eventually(t, e.clock, 0, "the first answer queued for retry", func() bool { return rowState(t, e.db, "t1:0:m0") == "queued" })
 	delta := event("t2", 1, "s1", &repliesv1.TextDelta{Text: strings.Repeat("the second answer ", 3)})
 	delta.Target.Platform = "stream"
 	e.publish(t, delta)

@@ -20,3 +20,11 @@ func SetSendHook(f func(outbox.Row)) (restore func()) {
 	sendHook.Store(&f)
 	return func() { sendHook.Store(nil) }
 }
+
+// SetSegmentHook runs f (with the replica's id and the turn) once a
+// break's new stream segment is recorded, before the stream goes on,
+// for the services running until restore.
+func SetSegmentHook(f func(replica, turn string)) (restore func()) {
+	segmentHook.Store(&f)
+	return func() { segmentHook.Store(nil) }
+}

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -48,10 +49,12 @@ type turnState struct {
 	// segment break); the stream and the final are the current one's.
 	segment int64
 	offset  int
-	// closing are the outbox rows that leave the last segment closed
-	// showing its text; queued again under the same keys while queueing
-	// them fails, before the final's.
-	closing []*deliveryv1.SendRequested
+	// closing is the segment a break opened and the outbox rows that
+	// leave the one before it showing its text, while they are not yet
+	// stored: written together (outbox.Store.CloseStreamSegment) before
+	// anything else of the turn, the break's event handed back until
+	// they are.
+	closing *segmentClose
 	// final holds the final's outbox rows once planned: the stream plans
 	// its final edits only once, so a retry after a failed enqueue must
 	// queue these again (same keys) instead of asking it anew.
@@ -72,6 +75,13 @@ type turnState struct {
 	seq     int64
 	done    bool
 	touched time.Time
+}
+
+// segmentClose is a break's record: the segment it opens (the break's
+// seq) and the rows that close the segment before.
+type segmentClose struct {
+	segment int64
+	rows    []*deliveryv1.SendRequested
 }
 
 // unsureSend is a stream send or edit that may or may not have been
@@ -163,11 +173,9 @@ func (s *Service) handle(ctx context.Context, ev *repliesv1.ReplyEvent) error {
 		}
 		return nil
 	case *repliesv1.ReplyEvent_TextDelta:
-		s.delta(ctx, ev, b.TextDelta.GetText(), "", b.TextDelta.GetRestart())
-		return nil
+		return s.delta(ctx, ev, b.TextDelta.GetText(), "", b.TextDelta.GetRestart())
 	case *repliesv1.ReplyEvent_ReasoningDelta:
-		s.delta(ctx, ev, "", b.ReasoningDelta.GetText(), b.ReasoningDelta.GetRestart())
-		return nil
+		return s.delta(ctx, ev, "", b.ReasoningDelta.GetText(), b.ReasoningDelta.GetRestart())
 	case *repliesv1.ReplyEvent_ToolProgress:
 		return s.toolProgress(ctx, ev, b.ToolProgress)
 	case *repliesv1.ReplyEvent_FinalText:
@@ -427,20 +435,22 @@ func (s *Service) textRequests(ev *repliesv1.ReplyEvent, base, text string, form
 // messages keep the text streamed so far (without the cursor) and the
 // call's reasoning and text stream into a new message; a reasoning
 // restart drops the reasoning streamed before (the block shows the
-// current call's, as the final shows the last call's).
-func (s *Service) delta(ctx context.Context, ev *repliesv1.ReplyEvent, text, thought string, restart bool) {
+// current call's, as the final shows the last call's). Streaming is best
+// effort: the error is a break's record that could not be stored (the
+// event comes back), nothing else.
+func (s *Service) delta(ctx context.Context, ev *repliesv1.ReplyEvent, text, thought string, restart bool) error {
 	platform := ev.GetTarget().GetPlatform()
 	switch s.cfg.platform(platform).Streaming {
 	case StreamNative:
 		if text == "" {
-			return
+			return nil
 		}
 		req := s.request(ev, keyBase(ctx, ev)+":d", deliveryv1.SendOp_SEND_OP_STREAM_DELTA)
 		req.Text = text
 		// The break before a later model call's text: the API's final
 		// continues what streams after it.
 		req.StreamRestart = ev.GetTextDelta().GetRestart()
-		s.progress(ctx, req)
+		_, _ = s.progress(ctx, req)
 	case StreamEdit:
 		reasoningDelta := ev.GetReasoningDelta() != nil
 		st := s.turns.get(ev.GetTurnId())
@@ -448,7 +458,7 @@ func (s *Service) delta(ctx context.Context, ev *repliesv1.ReplyEvent, text, tho
 			seg, err := s.store.LastStreamSegment(ctx, ev.GetTurnId())
 			if err != nil {
 				s.log.WarnContext(ctx, "read stream messages failed", "turn_id", ev.GetTurnId(), "err", err)
-				return // best effort: the next delta looks again
+				return nil // best effort: the next delta looks again
 			}
 			st = &turnState{ids: map[int]string{}, foreign: seg.Recorded, stream: s.newStream(platform)}
 			if !seg.Recorded && restart && !reasoningDelta {
@@ -461,33 +471,42 @@ func (s *Service) delta(ctx context.Context, ev *repliesv1.ReplyEvent, text, tho
 			s.turns.put(ev.GetTurnId(), st)
 		}
 		if st.done {
-			return // the final answer was already sent (it wins)
+			return nil // the final answer was already sent (it wins)
+		}
+		// A break whose record could not be stored (its event came
+		// back, or, handed back too often, was dropped) is stored
+		// before anything else of the turn.
+		if err := s.closeSegment(ctx, ev, st); err != nil {
+			return err
 		}
 		if st.foreign {
 			// Another replica's stream: the final goes over it, and
 			// the break before a later call's text closes its segment
 			// here too (foreignBreak).
 			if restart && !reasoningDelta && ev.GetSeq() > 0 {
-				s.foreignBreak(ctx, ev, st)
+				return s.foreignBreak(ctx, ev, st)
 			}
-			return
+			return nil
 		}
 		if ev.GetSeq() > 0 && ev.GetSeq() <= st.seq {
 			// Redelivered: its text is in the stream already, and it
 			// makes no update (a clock that moved since would make one
 			// early, with the text twice).
-			return
+			return nil
 		}
-		st.seq = max(st.seq, ev.GetSeq())
-		s.closeSegment(ctx, st)
-		if restart && !reasoningDelta && strings.TrimSpace(st.raw.String()) != "" {
+		if restart && (!reasoningDelta && strings.TrimSpace(st.raw.String()) != "" || reasoningDelta && s.reasoningAboveTools(ev, st)) {
 			// The break before a later call's text (and its reasoning,
 			// when the chat shows it) after answer text: the segment
 			// closes. Not at a reasoning restart alone: that may be a
 			// cut answer's continuation, whose text the final carries
-			// joined.
-			s.split(ctx, ev, st)
+			// joined; unless the segment showed only the reasoning of
+			// a call that then called tools, whose progress lines are
+			// below it (reasoningAboveTools).
+			if err := s.split(ctx, ev, st); err != nil {
+				return err
+			}
 		}
+		st.seq = max(st.seq, ev.GetSeq())
 		if (restart || st.segment > 0) && strings.TrimSpace(st.raw.String()) == "" {
 			// The break before a later call's text: a segment starts
 			// with its text, as the final (the last call's) does.
@@ -521,6 +540,31 @@ func (s *Service) delta(ctx context.Context, ev *repliesv1.ReplyEvent, text, tho
 		}
 		s.flushTools(ctx, ev.GetTurnId())
 	}
+	return nil
+}
+
+// segmentHook, when set (tests only), runs once a break's new segment
+// is recorded, before the turn's stream goes on.
+var segmentHook atomic.Pointer[func(replica, turn string)]
+
+// reasoningAboveTools reports whether the turn's current segment shows
+// only a reasoning block (/reasoning show: a model call that reasoned
+// and called tools without saying anything, so the worker sends no
+// break before the next call) in a message that the progress message of
+// those tools follows. The next call's reasoning restart then closes the
+// segment, leaving that block in its message: its reasoning and answer
+// stream into a new message below the progress lines, as the answer of
+// a turn that does not show reasoning does (in Hermes a call that said
+// nothing posts nothing before its tools' lines), instead of going on
+// in the message above them.
+func (s *Service) reasoningAboveTools(ev *repliesv1.ReplyEvent, st *turnState) bool {
+	if !st.reasoned || len(st.ids) == 0 || strings.TrimSpace(st.raw.String()) != "" {
+		return false
+	}
+	// An open progress message was started after the stream's last new
+	// message (which ends the one before: endToolMessage), so below it.
+	tl := s.tools.peek(ev.GetTurnId())
+	return tl != nil && tl.key != ""
 }
 
 // newStream is a stream of platform's messages.
@@ -531,16 +575,21 @@ func (s *Service) newStream(platform string) *streamedit.Stream {
 // split closes the turn's current segment at ev, a later model call's
 // first delta: its messages are left showing all its text (what was
 // buffered too) without the cursor, its images (native images) follow
-// it, and the text after ev streams into new messages. Recorded before
-// the rows are queued (OpenStreamSegment, keyed by ev's seq): a
-// replica that takes the turn over writes the final over the new
-// segment alone. When a stream update is unanswered and the gateway
-// cannot say yet whether it was carried out, the segment stays open
-// (the final writes over it, as without segments).
-func (s *Service) split(ctx context.Context, ev *repliesv1.ReplyEvent, st *turnState) {
+// it, and the text after ev streams into new messages. The new segment
+// (keyed by ev's seq: a replica that takes the turn over writes the
+// final over it alone) and the closing rows are stored together
+// (closeSegment): a replica that stops in between leaves both or
+// neither, and the break, handed over again, closes the segment on the
+// replica that takes it (foreignBreak). When they cannot be stored, the
+// error hands the break back with the stream already split: the break
+// (or the next event, the final) stores them first. When a stream
+// update is unanswered and the gateway cannot say yet whether it was
+// carried out, the segment stays open (the final writes over it, as
+// without segments).
+func (s *Service) split(ctx context.Context, ev *repliesv1.ReplyEvent, st *turnState) error {
 	if err := s.settle(ctx, ev, st); err != nil {
 		s.log.WarnContext(ctx, "stream update unconfirmed; the segment stays open", "turn_id", ev.GetTurnId(), "err", err)
-		return
+		return nil
 	}
 	platform := ev.GetTarget().GetPlatform()
 	answer := st.raw.String()
@@ -553,9 +602,6 @@ func (s *Service) split(ctx context.Context, ev *repliesv1.ReplyEvent, st *turnS
 		text = shown(st.thought.String(), answer)
 	}
 	acts := st.stream.Final(text)
-	if err := s.store.OpenStreamSegment(ctx, ev.GetTurnId(), ev.GetSeq()); err != nil {
-		s.log.WarnContext(ctx, "open stream segment failed", "turn_id", ev.GetTurnId(), "err", err)
-	}
 	used := 0 // messages the segment took: the next starts after them
 	for m := range st.ids {
 		used = max(used, m+1)
@@ -564,11 +610,13 @@ func (s *Service) split(ctx context.Context, ev *repliesv1.ReplyEvent, st *turnS
 		used = max(used, a.Message+1)
 	}
 	base := keyBase(ctx, ev)
-	st.closing = append(s.streamActions(ev, base+":g", st, acts, deliveryv1.TextFormat_TEXT_FORMAT_MARKDOWN, false),
+	rows := append(s.streamActions(ev, base+":g", st, acts, deliveryv1.TextFormat_TEXT_FORMAT_MARKDOWN, false),
 		s.imageRequests(ctx, ev, images, false)...)
+	st.closing = &segmentClose{segment: ev.GetSeq(), rows: rows}
 	st.stream, st.ids, st.segment, st.offset = s.newStream(platform), map[int]string{}, ev.GetSeq(), st.offset+used
 	st.raw, st.thought = strings.Builder{}, strings.Builder{}
-	s.closeSegment(ctx, st)
+	st.seq = max(st.seq, ev.GetSeq()) // split: handed back, it is not split again
+	return s.closeSegment(ctx, ev, st)
 }
 
 // foreignBreak takes the break before a later call's text (ev) for a
@@ -583,8 +631,10 @@ func (s *Service) split(ctx context.Context, ev *repliesv1.ReplyEvent, st *turnS
 // shows (a takeover's, which it streams none of) it posts. A break after a
 // segment without answer text opens nothing, as split does not. An
 // older worker's break carries no text: a segment opens at every break
-// and the messages keep what they last showed.
-func (s *Service) foreignBreak(ctx context.Context, ev *repliesv1.ReplyEvent, st *turnState) {
+// and the messages keep what they last showed. The segment and the
+// closing rows are stored together (closeSegment); a break whose
+// segment cannot be read or stored comes back.
+func (s *Service) foreignBreak(ctx context.Context, ev *repliesv1.ReplyEvent, st *turnState) error {
 	d := ev.GetTextDelta()
 	if d.SegmentText != nil && strings.TrimSpace(d.GetSegmentText()) == "" {
 		// The segment showed no answer text (a call that only
@@ -592,17 +642,19 @@ func (s *Service) foreignBreak(ctx context.Context, ev *repliesv1.ReplyEvent, st
 		// closes nothing there (split), and the next call's text goes
 		// on in its messages, which the final settles; a segment
 		// opened here would leave them showing the earlier block.
-		return
+		return nil
 	}
 	var closing []*deliveryv1.SendRequested
 	if d.SegmentText != nil {
 		// Read before this break's segment is opened: the last one
 		// recorded is the segment it closes, unless it is this one
-		// (taken already, by this replica or the stopped one).
+		// (stored already, with its closing rows, by this replica or
+		// the stopped one).
 		seg, err := s.store.LastStreamSegment(ctx, ev.GetTurnId())
 		if err != nil {
-			s.log.WarnContext(ctx, "read stream messages failed", "turn_id", ev.GetTurnId(), "err", err)
-		} else if seg.Segment < ev.GetSeq() {
+			return fmt.Errorf("read the stream segment a break closes: %w", err)
+		}
+		if seg.Segment < ev.GetSeq() {
 			// A segment without messages (opened at a break by a
 			// replica that took the turn over, which streams none of
 			// it, or by one that stopped before its first send) is
@@ -610,15 +662,8 @@ func (s *Service) foreignBreak(ctx context.Context, ev *repliesv1.ReplyEvent, st
 			closing = s.closedSegment(ctx, ev, seg, d)
 		}
 	}
-	// The closing rows first: stopped between the two, the break handed
-	// over again queues them again (same keys) before it opens the
-	// segment. While queueing fails, the final queues them before its
-	// own.
-	st.closing = append(st.closing, closing...)
-	s.closeSegment(ctx, st)
-	if err := s.store.OpenStreamSegment(ctx, ev.GetTurnId(), ev.GetSeq()); err != nil {
-		s.log.WarnContext(ctx, "open stream segment failed", "turn_id", ev.GetTurnId(), "err", err)
-	}
+	st.closing = &segmentClose{segment: ev.GetSeq(), rows: closing}
+	return s.closeSegment(ctx, ev, st)
 }
 
 // takeSegment starts the stream of a turn no replica posted a message of
@@ -650,25 +695,46 @@ func (s *Service) closedSegment(ctx context.Context, ev *repliesv1.ReplyEvent, s
 		images, answer = extractImages(answer)
 	}
 	text := shown(d.GetSegmentReasoning(), answer)
-	reqs := s.rewrite(ev, keyBase(ctx, ev)+":g", seg.IDs, text, deliveryv1.TextFormat_TEXT_FORMAT_MARKDOWN)
+	reqs := s.rewrite(ev, keyBase(ctx, ev)+":g", seg.Segment, seg.IDs, text, deliveryv1.TextFormat_TEXT_FORMAT_MARKDOWN)
 	for _, r := range reqs {
 		r.Final = false
 	}
 	return append(reqs, s.imageRequests(ctx, ev, images, false)...)
 }
 
-// closeSegment queues the rows that close the last segment, once: when
-// queueing fails they are tried again with the next delta, and the final
-// queues them before its own.
-func (s *Service) closeSegment(ctx context.Context, st *turnState) {
-	if len(st.closing) == 0 {
-		return
+// closeSegment stores a break's record, once: the segment it opens and
+// the rows that close the one before, in one transaction
+// (outbox.Store.CloseStreamSegment), so the closing edits are as durable
+// as the mark a replica that takes the turn over goes by. Not stored,
+// it waits for the break handed back, the next event or the final,
+// each of which stores it before its own work.
+func (s *Service) closeSegment(ctx context.Context, ev *repliesv1.ReplyEvent, st *turnState) error {
+	c := st.closing
+	if c == nil {
+		return nil
 	}
-	if err := s.enqueue(ctx, st.closing...); err != nil {
-		s.log.WarnContext(ctx, "queue the closed stream segment failed", "turn_id", st.closing[0].GetTurnId(), "err", err)
-		return
+	if len(c.rows) == 1 {
+		// A lone closing edit goes at once, as a lone row does
+		// (enqueue), so the next segment's first message does not wait
+		// for the send loop. Stopped before the mark is stored, the
+		// break handed over again closes the segment under the same
+		// key, which the row recorded here (or the gateway) answers.
+		if _, err := s.sendThrough(ctx, c.rows[0]); err != nil {
+			return err
+		}
+	}
+	if err := s.store.CloseStreamSegment(ctx, s.now(), s.cfg.TTL, ev.GetTurnId(), c.segment, c.rows...); err != nil {
+		s.log.WarnContext(ctx, "store the closed stream segment failed", "turn_id", ev.GetTurnId(), "segment", c.segment, "err", err)
+		return err
 	}
 	st.closing = nil
+	if h := segmentHook.Load(); h != nil {
+		(*h)(s.owner, ev.GetTurnId())
+	}
+	if len(c.rows) > 0 {
+		s.kick()
+	}
+	return nil
 }
 
 // shown is what a streaming message shows of the reasoning and the
@@ -719,7 +785,11 @@ func (s *Service) perform(ctx context.Context, ev *repliesv1.ReplyEvent, st *tur
 		if a.Kind == streamedit.Send {
 			op = deliveryv1.SendOp_SEND_OP_SEND
 		}
-		req := s.request(ev, fmt.Sprintf("%s:s%d", keyBase(ctx, ev), i), op)
+		key := fmt.Sprintf("%s:s%d", keyBase(ctx, ev), i)
+		if op == deliveryv1.SendOp_SEND_OP_SEND {
+			key = segmentMessageKey(ev.GetTurnId(), st.segment, a.Message)
+		}
+		req := s.request(ev, key, op)
 		if op == deliveryv1.SendOp_SEND_OP_SEND {
 			// A new message keeps the chat's order: not before the
 			// queued or sending rows of earlier answers (paced or
@@ -808,7 +878,9 @@ func (s *Service) textFirst(ctx context.Context, ev *repliesv1.ReplyEvent) {
 		// the answer above the progress.
 		return
 	}
-	s.closeSegment(ctx, st) // the rows of the segment before go first
+	if s.closeSegment(ctx, ev, st) != nil {
+		return // the rows of the segment before go first
+	}
 	if acts := st.stream.Flush(s.now()); len(acts) > 0 {
 		s.perform(ctx, ev, st, acts, true)
 	}
@@ -863,12 +935,11 @@ func (s *Service) progress(ctx context.Context, req *deliveryv1.SendRequested) (
 func (s *Service) final(ctx context.Context, ev *repliesv1.ReplyEvent, text string, format deliveryv1.TextFormat) (queued bool, err error) {
 	base := keyBase(ctx, ev)
 	st := s.turns.get(ev.GetTurnId())
-	if st != nil && len(st.closing) > 0 {
+	if st != nil {
 		// The closed segment's rows go before the answer's.
-		if err := s.enqueue(ctx, st.closing...); err != nil {
+		if err := s.closeSegment(ctx, ev, st); err != nil {
 			return false, err
 		}
-		st.closing = nil
 	}
 	if st != nil && !st.done && st.final == nil {
 		if err := s.settle(ctx, ev, st); err != nil {
@@ -891,33 +962,41 @@ func (s *Service) final(ctx context.Context, ev *repliesv1.ReplyEvent, text stri
 		// Already replaced (a redelivered final): the rows exist.
 		return true, nil
 	}
-	if ev.GetTurnId() != "" && s.cfg.platform(ev.GetTarget().GetPlatform()).Streaming == StreamEdit && (st == nil || st.foreign) {
-		// Another replica's stream: the messages of its last segment
+	if ev.GetTurnId() != "" && s.cfg.platform(ev.GetTarget().GetPlatform()).Streaming == StreamEdit {
+		// The messages of the last segment: another replica's stream's
 		// (those before it keep their text; a segment opened before
 		// its first message has none, and the answer goes in new
-		// messages). This replica's own current segment has none.
-		seg, err := s.store.LastStreamSegment(ctx, ev.GetTurnId())
-		if err != nil {
-			return false, err
-		}
-		if ids := seg.IDs; len(ids) > 0 {
-			if err := s.enqueue(ctx, s.rewrite(ev, base, ids, text, format)...); err != nil {
+		// messages), or none of this replica's own. New messages are
+		// sent under the segment's message keys: one a replica posted
+		// but did not record (stopped, or a send still unanswered
+		// when the final gave up on it) is answered by the gateway
+		// and written over, not posted twice.
+		var seg outbox.StreamSegment
+		if st != nil && !st.foreign {
+			seg.Segment = st.segment
+		} else {
+			var err error
+			if seg, err = s.store.LastStreamSegment(ctx, ev.GetTurnId()); err != nil {
 				return false, err
 			}
-			s.turns.put(ev.GetTurnId(), &turnState{done: true})
-			return true, nil
 		}
-	}
-	if err := s.enqueueText(ctx, ev, base, text, format, true); err != nil {
-		return false, err
-	}
-	if ev.GetTurnId() != "" && s.cfg.platform(ev.GetTarget().GetPlatform()).Streaming == StreamEdit {
+		if text == "" && len(seg.IDs) == 0 {
+			s.turns.put(ev.GetTurnId(), &turnState{done: true})
+			return false, nil
+		}
+		if err := s.enqueue(ctx, s.rewrite(ev, base, seg.Segment, seg.IDs, text, format)...); err != nil {
+			return false, err
+		}
 		// Streamed deltas that come late must not start a message after
 		// the answer. Elsewhere nothing streams into a message, and a
 		// redelivered final is sent once (its idempotency keys, or a
 		// per-request gateway taking a repeat once): no marker, which at
 		// hundreds of turns a second was most of this map.
 		s.turns.put(ev.GetTurnId(), &turnState{done: true})
+		return true, nil
+	}
+	if err := s.enqueueText(ctx, ev, base, text, format, true); err != nil {
+		return false, err
 	}
 	return text != "", nil
 }
@@ -981,7 +1060,11 @@ func (s *Service) streamActions(ev *repliesv1.ReplyEvent, base string, st *turnS
 		if a.Kind != streamedit.Send && id == "" {
 			continue // a message whose send was never confirmed
 		}
-		r := s.request(ev, fmt.Sprintf("%s:%d", base, len(reqs)), op)
+		key := fmt.Sprintf("%s:%d", base, len(reqs))
+		if a.Kind == streamedit.Send {
+			key = segmentMessageKey(ev.GetTurnId(), st.segment, a.Message)
+		}
+		r := s.request(ev, key, op)
 		r.Text, r.Format, r.MessageId = a.Text, format, id
 		reqs = append(reqs, r)
 	}
@@ -992,9 +1075,12 @@ func (s *Service) streamActions(ev *repliesv1.ReplyEvent, base string, st *turnS
 	return reqs
 }
 
-// rewrite writes text over messages another replica streamed: edit each
-// with a part, send the parts left over, delete the surplus messages.
-func (s *Service) rewrite(ev *repliesv1.ReplyEvent, base string, ids []string, text string, format deliveryv1.TextFormat) []*deliveryv1.SendRequested {
+// rewrite writes text over the messages another replica streamed of the
+// stream segment opened by seq segment: edit each with a part, send the
+// parts left over (under the segment's message keys: a message that
+// replica posted but did not record is not posted again), delete the
+// surplus messages.
+func (s *Service) rewrite(ev *repliesv1.ReplyEvent, base string, segment int64, ids []string, text string, format deliveryv1.TextFormat) []*deliveryv1.SendRequested {
 	var parts []string
 	if text != "" {
 		parts = chunk.Split(text, ev.GetTarget().GetPlatform())
@@ -1008,7 +1094,11 @@ func (s *Service) rewrite(ev *repliesv1.ReplyEvent, base string, ids []string, t
 		case i >= len(parts):
 			op = deliveryv1.SendOp_SEND_OP_DELETE
 		}
-		r := s.request(ev, fmt.Sprintf("%s:%d", base, i), op)
+		key := fmt.Sprintf("%s:%d", base, i)
+		if op == deliveryv1.SendOp_SEND_OP_SEND {
+			key = segmentMessageKey(ev.GetTurnId(), segment, i)
+		}
+		r := s.request(ev, key, op)
 		if i < len(ids) {
 			r.MessageId = ids[i]
 		}
@@ -1018,6 +1108,28 @@ func (s *Service) rewrite(ev *repliesv1.ReplyEvent, base string, ids []string, t
 		reqs = append(reqs, r)
 	}
 	return number(reqs)
+}
+
+// segmentMessageKey is the idempotency key of the send that posts
+// message i of the stream segment opened by the reply event of seq
+// segment (0: the first): the same on every replica and for every event
+// that may post it (a stream update, a segment's close, the final), so
+// a message posted but not recorded (delivery_stream_messages) is not
+// posted again by the replica that takes the turn over; the gateway
+// answers with its first receipt, and the send is followed by an edit
+// (overDuplicate).
+func segmentMessageKey(turn string, segment int64, i int) string {
+	return fmt.Sprintf("%s:%d:m%d", turn, segment, i)
+}
+
+// isSegmentMessageKey reports whether key is a segmentMessageKey.
+func isSegmentMessageKey(key string) bool {
+	i := strings.LastIndexByte(key, ':')
+	if i < 0 || i+2 > len(key) || key[i+1] != 'm' {
+		return false
+	}
+	_, err := strconv.Atoi(key[i+2:])
+	return err == nil
 }
 
 // number sets chunk positions and marks the last request final.

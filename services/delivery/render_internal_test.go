@@ -44,3 +44,24 @@ func TestTypingForgetsPausedTurnsItNeverSawEnd(t *testing.T) {
 		t.Error("the recently paused turn was forgotten")
 	}
 }
+
+func TestIsSegmentMessageKey(t *testing.T) {
+	for _, tt := range []struct {
+		key  string
+		want bool
+	}{
+		{segmentMessageKey("t1", 0, 0), true},
+		{segmentMessageKey("t1", 12, 3), true},
+		{"t1:4:s0", false},
+		{"t1:4:0", false},
+		{"t1:4:g:0", false},
+		{"t1:4:m", false},
+		{"t1:4:", false},
+		{"t1:undelivered", false},
+		{"t1:4:img0", false},
+	} {
+		if got := isSegmentMessageKey(tt.key); got != tt.want {
+			t.Errorf("isSegmentMessageKey(%q) = %v, want %v", tt.key, got, tt.want)
+		}
+	}
+}

@@ -110,7 +110,7 @@ func TestTimedOutStreamEditDoesNotOverwriteTheFinal(t *testing.T) {
 		t.Fatalf("the message ends as %v %q of %q, want the final answer", last.Op, last.Req.GetText(), last.Req.GetMessageId())
 	}
 	for _, c := range p {
-		if c.Op == deliveryv1.SendOp_SEND_OP_SEND && c.Req.GetTurnId() == "t1" && c.Key != "t1:1:s0" {
+		if c.Op == deliveryv1.SendOp_SEND_OP_SEND && c.Req.GetTurnId() == "t1" && c.Key != "t1:0:m0" {
 			t.Errorf("a second message was posted: %q", c.Req.GetText())
 		}
 	}

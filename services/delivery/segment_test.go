@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -433,5 +434,205 @@ func TestTakeoverAfterAReasoningOnlySegment(t *testing.T) {
 				t.Errorf("the chat shows %q, want %q", got, want)
 			}
 		})
+	}
+}
+
+// A replica that stops right after it recorded the segment a break opens
+// (its handler never gets further: killed, or stuck) does not leave the
+// messages of the segment it closed with the cursor: the closing rows
+// are stored with the mark, so the replica that takes the turn over
+// finds them queued (had neither been stored, the break handed over
+// again closes the segment there). Nothing is posted twice.
+func TestSegmentCloseSurvivesAStopAfterItsMark(t *testing.T) {
+	t.Parallel()
+	const chart = "Here is the chart of this quarter's sales: ![Sales](https://cdn.example.test/sales.png)"
+	tests := []struct {
+		name   string
+		images string
+		first  string
+		want   []string
+	}{
+		{"a lone closing edit", "", segFirst, []string{segFirst, segAnswer}},
+		{"a closing edit and its picture", delivery.ImagesNative, chart, []string{"Here is the chart of this quarter's sales:", "", segAnswer}},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) { // one at a time: the hook is the package's
+			turn := fmt.Sprint("t-close-stop-", i)
+			e := newEnv(t)
+			cfg := streamConfig()
+			cfg.Platforms["stream"] = delivery.Platform{Streaming: delivery.StreamEdit, Images: tt.images}
+			held, release := make(chan struct{}, 1), make(chan struct{})
+			restore := delivery.SetSegmentHook(func(replica, tn string) {
+				if replica != "a" || tn != turn {
+					return
+				}
+				select {
+				case held <- struct{}{}:
+				default:
+				}
+				<-release
+			})
+			t.Cleanup(restore)
+			a := e.start(t, cfg, "a")
+			t.Cleanup(func() { close(release) }) // before a's stop
+			e.publishStream(t, turn, 1, "s1", &repliesv1.TextDelta{Text: tt.first})
+			e.consumed(t, "s1")
+			eventually(t, e.clock, 0, "a's first message", func() bool { return len(e.gw.sends()) >= 1 })
+			e.clock.Advance(time.Second)
+			e.publishStream(t, turn, 2, "s1", &repliesv1.TextDelta{Text: "\n\n", Restart: true, SegmentText: proto.String(tt.first)})
+			select {
+			case <-held:
+			case <-time.After(20 * time.Second):
+				t.Fatal("the break never recorded its segment")
+			}
+			a.kill()
+			e.start(t, cfg, "b")
+			e.publishStream(t, turn, 3, "s1", &repliesv1.TextDelta{Text: segAnswer})
+			e.publishStream(t, turn, 4, "s1", final(segAnswer))
+			eventually(t, e.clock, 0, "the final", func() bool { return e.gw.finals(turn) > 0 })
+			e.consumed(t, "s1")
+			var got []string
+			for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+				if got = e.gw.shown("stream", "chat-s1"); fmt.Sprintf("%q", got) == fmt.Sprintf("%q", tt.want) {
+					break
+				}
+			}
+			if fmt.Sprintf("%q", got) != fmt.Sprintf("%q", tt.want) {
+				t.Errorf("the chat shows %q, want %q", got, tt.want)
+			}
+			for text, n := range e.gw.turnSends(turn) {
+				if n > 1 {
+					t.Errorf("%q posted %d times", text, n)
+				}
+			}
+			if n := e.gw.finals(turn); n != 1 {
+				t.Errorf("%d messages marked the turn's end, want 1", n)
+			}
+		})
+	}
+}
+
+// A replica that posted a stream message but stopped before it recorded
+// it (the platform took the send, its answer never came back, and the
+// replica stopped before the final asked again) leaves no
+// second copy of it: the send of a segment's message has the same key
+// on every replica, so the replica that takes the turn over, posting
+// that segment's text, gets the stopped one's message back from the
+// gateway and writes the text over it instead of posting it again.
+func TestTakeoverPostsNoUnrecordedMessageTwice(t *testing.T) {
+	t.Parallel()
+	const more = " More to say about the clock."
+	brk := &repliesv1.TextDelta{Text: "\n\n", Restart: true, SegmentText: proto.String(segFirst)}
+	tests := []struct {
+		name   string
+		before []any // streamed by a; the last one's send is never answered
+		after  []any // by b
+		hang   string
+		want   []string
+	}{
+		{"the first message",
+			[]any{&repliesv1.TextDelta{Text: segFirst}},
+			[]any{&repliesv1.TextDelta{Text: more}, final(segFirst + more)},
+			segFirst, []string{segFirst + more}},
+		{"the answer's message after a tool call",
+			[]any{&repliesv1.TextDelta{Text: segFirst}, brk, &repliesv1.TextDelta{Text: segAnswer}},
+			[]any{final(segAnswer)},
+			segAnswer, []string{segFirst, segAnswer}},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			turn := fmt.Sprint("t", i)
+			e := newEnv(t)
+			cfg := streamConfig()
+			var mu sync.Mutex
+			hung := false
+			e.gw.setBehaviour(func(req *deliveryv1.SendRequested, try int) behaviour {
+				mu.Lock()
+				defer mu.Unlock()
+				if !hung && req.GetOp() == deliveryv1.SendOp_SEND_OP_SEND && strings.HasPrefix(req.GetText(), tt.hang) {
+					hung = true
+					return behaviour{hang: true} // posted, never answered
+				}
+				return behaviour{}
+			})
+			a := e.start(t, cfg, "a")
+			seq := int64(0)
+			for _, body := range tt.before {
+				seq++
+				e.publishStream(t, turn, seq, "s1", body)
+				// The unanswered send's event too: a gave up waiting
+				// (its send timeout) and took the next.
+				e.consumed(t, "s1")
+				e.clock.Advance(time.Second)
+			}
+			a.kill()
+			e.start(t, cfg, "b")
+			for _, body := range tt.after {
+				seq++
+				e.publishStream(t, turn, seq, "s1", body)
+				e.clock.Advance(time.Second)
+			}
+			eventually(t, e.clock, 0, "the final", func() bool { return e.gw.finals(turn) > 0 })
+			e.consumed(t, "s1")
+			var got []string
+			for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+				if got = e.gw.shown("stream", "chat-s1"); fmt.Sprintf("%q", got) == fmt.Sprintf("%q", tt.want) {
+					break
+				}
+			}
+			if fmt.Sprintf("%q", got) != fmt.Sprintf("%q", tt.want) {
+				t.Errorf("the chat shows %q, want %q", got, tt.want)
+			}
+			if n := e.gw.finals(turn); n != 1 {
+				t.Errorf("%d messages marked the turn's end, want 1", n)
+			}
+		})
+	}
+}
+
+// With /reasoning show, a call that only reasoned before its tool call
+// (no answer text, so no break) had its block posted at once, and the
+// next call's reasoning and answer went on in that message, above the
+// call's progress lines. As without /reasoning show (and as in Hermes,
+// where a call that said nothing posts nothing before its tools), the
+// answer lands below the progress lines: the next call's reasoning
+// restart closes that message, which keeps its own call's block without
+// the cursor, and the answer streams into a new one.
+func TestShowReasoningAnswerComesBelowTheToolProgress(t *testing.T) {
+	t.Parallel()
+	const (
+		looked = "I should look at the calendar for today."
+		said   = "The calendar says the meeting is at noon."
+	)
+	e := newEnv(t)
+	cfg := streamConfig()
+	cfg.ToolProgress = delivery.ToolProgressAll
+	e.start(t, cfg, "a")
+	for i, body := range []any{
+		&repliesv1.ReasoningDelta{Text: looked}, started("calendar", "today"),
+		&repliesv1.ReasoningDelta{Text: said, Restart: true}, &repliesv1.TextDelta{Text: segAnswer},
+		final(reasoning.WithAnswer(said, segAnswer)),
+	} {
+		e.publishStream(t, "t1", int64(i+1), "s1", body)
+		e.consumed(t, "s1")
+		e.clock.Advance(time.Second)
+	}
+	eventually(t, e.clock, 0, "the final", func() bool { return e.gw.finals("t1") > 0 })
+	e.consumed(t, "s1")
+	want := []string{reasoning.Block(looked), "⚙️ calendar: \"today\"", reasoning.WithAnswer(said, segAnswer)}
+	var got []string
+	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		if got = e.gw.shown("stream", "chat-s1"); strings.Join(got, "\n---\n") == strings.Join(want, "\n---\n") {
+			break
+		}
+	}
+	if strings.Join(got, "\n---\n") != strings.Join(want, "\n---\n") {
+		t.Errorf("chat shows:\n%s\nwant:\n%s", strings.Join(got, "\n---\n"), strings.Join(want, "\n---\n"))
+	}
+	for text, n := range e.gw.turnSends("t1") {
+		if n > 1 {
+			t.Errorf("%q posted %d times", text, n)
+		}
 	}
 }

@@ -348,6 +348,12 @@ func (s *Service) outcome(ctx context.Context, log warner, r outbox.Row, rec *de
 			result = "duplicate"
 		}
 		sends.WithLabelValues(r.Platform, result).Inc()
+		if err := s.overDuplicate(ctx, r.Request, rec); err != nil {
+			// Sent again under the same key once the lease runs out:
+			// the gateway answers as now.
+			s.record(log, "queue the edit over a duplicate", err)
+			return
+		}
 		if err := s.store.MarkSent(ctx, r.ID, s.owner, rec.GetPlatformMessageId(), now); err != nil {
 			s.record(log, "mark sent", err)
 			return
@@ -408,6 +414,10 @@ func (s *Service) sendThrough(ctx context.Context, req *deliveryv1.SendRequested
 			result = "duplicate"
 		}
 		sends.WithLabelValues(t.GetPlatform(), result).Inc()
+		if err := s.overDuplicate(ctx, req, &rec); err != nil {
+			s.log.Warn("queue the edit over a duplicate failed; queueing the send", "key", req.GetIdempotencyKey(), "err", err)
+			return false, nil
+		}
 		if perRequest {
 			// Nothing to record: the waiting request took the reply,
 			// and takes a repeat of its key once.
@@ -433,6 +443,33 @@ func (s *Service) sendThrough(ctx context.Context, req *deliveryv1.SendRequested
 	s.outcome(ctx, log, row, &rec, err)
 	s.kick()
 	return true, nil
+}
+
+// overDuplicate queues, for the send of a stream segment's message
+// (segmentMessageKey) that the gateway answered with an earlier
+// request's receipt, an edit that makes the message show what this send
+// carries: the earlier request was most likely a stream update of a
+// replica that stopped before it recorded the message, which showed a
+// part of the text, with the cursor. Posting it again would leave that
+// message beside the answer. After a retry of this same send the edit
+// changes nothing. It carries the send's final mark: the turn's end
+// reaches the gateway with it.
+func (s *Service) overDuplicate(ctx context.Context, req *deliveryv1.SendRequested, rec *deliveryv1.SendReceipt) error {
+	if !rec.GetDuplicate() || req.GetOp() != deliveryv1.SendOp_SEND_OP_SEND || rec.GetPlatformMessageId() == "" ||
+		req.GetTurnId() == "" || !strings.HasPrefix(req.GetIdempotencyKey(), req.GetTurnId()+":") ||
+		!isSegmentMessageKey(req.GetIdempotencyKey()) {
+		return nil
+	}
+	edit := proto.Clone(req).(*deliveryv1.SendRequested)
+	edit.IdempotencyKey = req.GetIdempotencyKey() + ":dup"
+	edit.Op = deliveryv1.SendOp_SEND_OP_EDIT
+	edit.MessageId = rec.GetPlatformMessageId()
+	edit.HopTimes = nil
+	if _, err := s.store.Enqueue(ctx, s.now(), s.cfg.TTL, edit); err != nil {
+		return fmt.Errorf("queue the edit over duplicate %s: %w", req.GetIdempotencyKey(), err)
+	}
+	s.kick()
+	return nil
 }
 
 // classify handles a receipt that reports a failure, by its error class.
