@@ -180,6 +180,7 @@ type turnOpts struct {
 	generation  int64 // 0: the session's current one
 	token       string
 	noLock      bool
+	lockTTL     time.Duration // the lock's TTL a worker holds it with; 0: 5 s
 	override    string
 	sessionID   string
 	origin      *eventsv1.SessionSource
@@ -235,10 +236,13 @@ func (h *harness) requestTurn(key, text string, o turnOpts) *turnsv1.TurnRequest
 		o.origin = &eventsv1.SessionSource{Platform: "telegram", Account: "bot1", ChatId: "99", ChatType: "dm",
 			UserId: "u-" + key, UserName: "Alice"}
 	}
+	if o.lockTTL == 0 {
+		o.lockTTL = 5 * time.Second
+	}
 	n := h.seq.Add(1)
 	req := &turnsv1.TurnRequested{
 		TurnId: fmt.Sprintf("turn-%s-%d", key, n), SessionKey: key, SessionId: o.sessionID, Generation: o.generation,
-		LockToken: o.token, LockTtlMs: 5000, GrantTtlMs: 60000, Origin: o.origin, ModelOverride: o.override, RequestedAt: timestamppb.Now(),
+		LockToken: o.token, LockTtlMs: o.lockTTL.Milliseconds(), GrantTtlMs: 60000, Origin: o.origin, ModelOverride: o.override, RequestedAt: timestamppb.Now(),
 		Inputs: []*eventsv1.MessageReceived{{EventId: fmt.Sprintf("ev%d", n), MessageId: fmt.Sprintf("m%d", n), Text: text,
 			Source: o.origin, AnswerOnly: o.answerOnly, TranscriptCommand: o.command, Attachments: o.attachments, Context: o.context,
 			NoReaction: o.noReaction}},

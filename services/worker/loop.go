@@ -893,6 +893,11 @@ func (r *turnRun) runTool(ctx context.Context, tc store.ToolCall) (result string
 			return deniedResult(reason) + breaker, true, nil
 		}
 	}
+	// The tool's side effects are fenced here, not by the write of its
+	// result: an attempt that lost its session runs nothing.
+	if err := r.fenceTool(ctx); err != nil {
+		return "", false, err
+	}
 	if err := r.toolProgress(ctx, &repliesv1.ToolProgress{ToolCallId: tc.ID, ToolName: tc.Name, Phase: repliesv1.ToolPhase_TOOL_PHASE_STARTED,
 		Detail: preview(tc.Arguments), Preview: truncate(t.PreviewOf(args), 500), Arguments: truncate(compact(tc.Arguments), 2000),
 		Emoji: t.Emoji}); err != nil {

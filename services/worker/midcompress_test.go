@@ -458,3 +458,69 @@ func TestStopEndsATurnStepsSummaryCall(t *testing.T) {
 		t.Errorf("%d results stored compacted by the stopped turn", n)
 	}
 }
+
+// The summary of a turn's older steps is asked for without the
+// credentials its tool results printed, as Hermes redacts what crosses
+// its compaction boundary, and a summary longer than its bound
+// (turnSummaryMax: 1,600 bytes at this window) is cut after a whole line
+// and says so, instead of mid-sentence.
+func TestMidTurnSummaryIsRedactedAndCutAtALine(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.setGeneration("s1", 1)
+	key := "sk-proj-" + strings.Repeat("Q7x", 12)
+	env := tools.Tool{Name: "read_page", Run: func(ctx context.Context, c tools.Call, args json.RawMessage) (string, error) {
+		page, err := pageTool().Run(ctx, c, args)
+		return "OPENAI_API_KEY=" + key + "\n" + page, err
+	}}
+	h.startWorker("w1", func(c *worker.Config, d *worker.Deps) {
+		c.Agent.ContextWindow = 4000
+		d.Tools = []tools.Tool{env}
+	})
+	var summary strings.Builder
+	summary.WriteString("## Completed Actions\n")
+	for i := range 30 {
+		fmt.Fprintf(&summary, "%d. READ page %d — its text is lorem ipsum, read in full [tool: read_page]\n", i+1, i)
+	}
+	summary.WriteString("\n## Active State\nAll pages read.")
+	pages := pageModel(4000*4, 8)
+	h.fake.SetScript(func(r *fakellm.Request) (fakellm.Reply, bool) {
+		if isTurnSummary(r) {
+			return fakellm.Reply{Text: summary.String()}, true
+		}
+		return pages(r)
+	})
+	req := h.requestTurn("s1", "read the eight pages", turnOpts{})
+	c := h.waitCompleted(req.TurnId)
+	if c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED {
+		t.Fatalf("status %v: %v", c.GetStatus(), checkReplies(t, h.replies(req.TurnId)).GetError())
+	}
+	asked := 0
+	for _, r := range h.fake.Requests() {
+		if !isTurnSummary(&r) {
+			continue
+		}
+		asked++
+		if in := r.Messages[0].Content; strings.Contains(in, key) || !strings.Contains(in, "OPENAI_API_KEY=sk-pro...") {
+			t.Errorf("the summary call reads the key unmasked: %.300q", in)
+		}
+	}
+	if asked == 0 {
+		t.Fatal("no summary was asked for")
+	}
+	var held string
+	for _, r := range storedResults(t, h) {
+		if s, ok := strings.CutPrefix(r, "[CONTEXT COMPACTION — REFERENCE ONLY]"); ok {
+			held = s
+		}
+	}
+	body, ok := strings.CutSuffix(held, "\n\n[Summary cut at 1,600 bytes: the lines after this were left out]\n\n--- END OF CONTEXT SUMMARY ---")
+	if !ok {
+		t.Fatalf("the stored summary does not end with the cut's note: %q", held[max(0, len(held)-200):])
+	}
+	_, body, _ = strings.Cut(body, "\n## Completed Actions\n")
+	last := body[strings.LastIndexByte(body, '\n')+1:]
+	if !strings.HasSuffix(last, "read in full [tool: read_page]") || !strings.Contains(summary.String(), "\n"+last+"\n") {
+		t.Errorf("the summary is not cut after a whole line: ends %q", last)
+	}
+}

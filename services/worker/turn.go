@@ -599,20 +599,8 @@ func (r *turnRun) keepLock(ctx context.Context) (context.Context, func()) {
 				return
 			case <-t.C:
 			}
-			err := r.s.locker.Renew(ctx, r.req.GetSessionKey(), r.holder, r.ttl)
-			if errors.Is(err, redisx.ErrNotOwner) {
-				err = r.reclaim(ctx)
-			}
-			if errors.Is(err, redisx.ErrNotOwner) {
-				reason := "taken"
-				if errors.Is(err, errMovedOn) {
-					reason = "moved_on"
-				}
-				lockLost.WithLabelValues(reason).Inc()
-				r.log.Warn("session lock lost; stopping at the next safe point", "reason", reason)
-				r.lockLost.Store(true)
-				r.ctl.wakeUp()
-				r.ctl.abortCall(errLockLost)
+			err := r.renewLock(ctx)
+			if errors.Is(err, errLockLost) {
 				return
 			}
 			if err != nil && ctx.Err() == nil {
@@ -621,6 +609,55 @@ func (r *turnRun) keepLock(ctx context.Context) (context.Context, func()) {
 		}
 	}()
 	return ctx, func() { cancel(); <-done }
+}
+
+// renewLock renews the session lock once, claiming it again when it
+// vanished (reclaim). errLockLost: the session moved on, or another
+// grant or attempt holds the lock; the turn is then stopped at its next
+// safe point and any call it runs is ended. Any other error is Redis's or
+// Postgres's: whether the lock is still held is not known.
+func (r *turnRun) renewLock(ctx context.Context) error {
+	err := r.s.locker.Renew(ctx, r.req.GetSessionKey(), r.holder, r.ttl)
+	if errors.Is(err, redisx.ErrNotOwner) {
+		err = r.reclaim(ctx)
+	}
+	if !errors.Is(err, redisx.ErrNotOwner) {
+		return err
+	}
+	if r.lockLost.CompareAndSwap(false, true) { // once, whoever finds it first
+		reason := "taken"
+		if errors.Is(err, errMovedOn) {
+			reason = "moved_on"
+		}
+		lockLost.WithLabelValues(reason).Inc()
+		r.log.Warn("session lock lost; stopping at the next safe point", "reason", reason)
+		r.ctl.wakeUp()
+		r.ctl.abortCall(errLockLost)
+	}
+	return errLockLost
+}
+
+// fenceTool is the fence of a tool's side effects: right before a tool
+// runs, the turn renews its lock (one round trip while it holds it), and
+// runs nothing once another attempt took the session over or the session
+// moved on. The renewals every TTL/3 are not enough for this: a worker
+// frozen (SIGSTOP, a long GC or VM pause) past the lock's TTL while
+// another attempt claimed the turn wakes up in its loop before its
+// renewal does, and would run one tool: its side effect (a message sent,
+// a file written, a command run) is done whatever happens to the write
+// of its result, which the generation fence does not even refuse when
+// the attempt that took over runs the same turn (same generation). The
+// window that remains is the few instructions
+// between this check and the tool's start; a fenced write cannot close
+// it, as the tool's effect is outside the database. When Redis cannot
+// answer, the tool does not run either: the turn's attempt ends with the
+// error (and is kept for a retry while Redis is unavailable).
+func (r *turnRun) fenceTool(ctx context.Context) error {
+	err := r.renewLock(ctx)
+	if err != nil && !errors.Is(err, errLockLost) {
+		return fmt.Errorf("check the session lock before a tool runs: %w", err)
+	}
+	return err
 }
 
 // reclaim claims the lock again after a renewal found it gone; it

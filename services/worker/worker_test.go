@@ -1071,6 +1071,51 @@ func TestDroppedLockOfAMovedSessionIsNotTakenAgain(t *testing.T) {
 	}
 }
 
+// A worker frozen past its lock's TTL (SIGSTOP, a VM pause) while the bus
+// gave its turn to another attempt, which claimed the lock, wakes up
+// between the model's answer and the tool the answer asked for, before
+// its next renewal would notice. It runs nothing: the write of the
+// tool's result would be refused, but not its side effect. The lock's
+// TTL is long here, so that no renewal notices the takeover first.
+func TestTakenOverTurnRunsNoTool(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.setGeneration("s1", 1)
+	var runs atomic.Int32
+	h.startWorker("w1", func(_ *worker.Config, d *worker.Deps) {
+		d.Tools = []tools.Tool{{Name: "send", Run: func(context.Context, tools.Call, json.RawMessage) (string, error) {
+			runs.Add(1)
+			return "sent", nil
+		}}}
+	})
+	token := redisx.NewToken()
+	var took atomic.Bool
+	h.fake.SetScript(func(*fakellm.Request) (fakellm.Reply, bool) {
+		// While the model answers, the other attempt claims the turn.
+		if took.CompareAndSwap(false, true) {
+			if err := h.rdb.Set(context.Background(), h.locker.Key("s1"), redisx.Holder(token, "w2.2"), time.Minute).Err(); err != nil {
+				t.Error(err)
+			}
+		}
+		return fakellm.Reply{}, false
+	})
+	req := h.requestTurn("s1", "[[tool:send {}]] tell them", turnOpts{token: token, lockTTL: time.Minute})
+	if c := h.waitCompleted(req.TurnId); c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_STALE {
+		t.Errorf("status %v, want STALE", c.GetStatus())
+	}
+	if n := runs.Load(); n != 0 {
+		t.Errorf("the tool ran %d times after the takeover", n)
+	}
+	for _, ev := range h.replies(req.TurnId) {
+		if ev.GetToolProgress().GetPhase() == repliesv1.ToolPhase_TOOL_PHASE_STARTED {
+			t.Errorf("the superseded attempt announced the tool: %v", ev)
+		}
+	}
+	if owner, _ := h.locker.Owner(context.Background(), "s1"); owner != redisx.Holder(token, "w2.2") {
+		t.Errorf("lock held by %q, want the attempt that took over", owner)
+	}
+}
+
 // /stop while a dangerous tool waits for approval: the router moved the
 // session on (a new generation) and dropped the lock before its STOP
 // arrived. The turn ends superseded, once: it is not retried, so the user
