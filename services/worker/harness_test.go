@@ -98,9 +98,12 @@ func (h *harness) setGeneration(key string, gen int64) {
 // short enough for a test of a stalled provider.
 const callTimeout = 3 * time.Second
 
-func (h *harness) openAI() worker.Backend {
+func (h *harness) openAI() worker.Backend { return h.openAIWithin(callTimeout) }
+
+// openAIWithin is openAI whose calls are bounded by timeout instead.
+func (h *harness) openAIWithin(timeout time.Duration) worker.Backend {
 	p := llm.WithRetry(llm.NewOpenAI(llm.OpenAIConfig{BaseURL: h.fakeURL + "/v1", Model: "fake-model"}),
-		llm.RetryPolicy{MaxAttempts: 2, CallTimeout: callTimeout, Sleep: func(context.Context, time.Duration) error { return nil }})
+		llm.RetryPolicy{MaxAttempts: 2, CallTimeout: timeout, Sleep: func(context.Context, time.Duration) error { return nil }})
 	return worker.Backend{Provider: p, Kind: "openai", Model: "fake-model", BaseURL: h.fakeURL + "/v1", KeyHash: "none"}
 }
 

@@ -417,6 +417,9 @@ func TestBreakAfterAVeryLongSegment(t *testing.T) {
 		d.Tools = []tools.Tool{{Name: "clock", Run: func(context.Context, tools.Call, json.RawMessage) (string, error) {
 			return "12:00", nil
 		}}}
+		// A 1 MiB answer streamed under -race on a loaded machine can take
+		// longer than the harness's usual call bound (seen: 3 s).
+		d.LLM = h.openAIWithin(30 * time.Second)
 	})
 	defer w.stop(t)
 	limit := int(h.bus.Conn().MaxPayload())
