@@ -103,7 +103,10 @@ type Job struct {
 	// scheduler's or the store's location; "" for rows from before it
 	// was recorded): the scheduler moves a cron expression's next run
 	// to its own zone when they differ (cron.timezone changed).
-	Zone                 string
+	Zone string
+	// ZoneAt is when Zone was last changed (migration 00144): a
+	// scheduler started before then leaves the job in Zone (ClaimDueIn).
+	ZoneAt               time.Time
 	CreatedAt, UpdatedAt time.Time
 }
 
@@ -194,7 +197,7 @@ func (s *Store) Location() *time.Location { return s.loc }
 const columns = `id, owner, name, prompt, schedule_kind, schedule_expr, schedule_display, deliver,
 origin_platform, origin_account, origin_chat_id, origin_thread_id, coalesce(repeat_times, 0), repeat_completed,
 state, next_run_at, manual_run_at, last_run_at, last_status, last_error, last_delivery_error, last_run_id,
-paused_reason, fire_failures, fire_retry_at, running_run_id, running_until, next_skip_at, run_gone_at, schedule_zone, created_at, updated_at`
+paused_reason, fire_failures, fire_retry_at, running_run_id, running_until, next_skip_at, run_gone_at, schedule_zone, schedule_zone_at, created_at, updated_at`
 
 func scan(row pgx.Row) (Job, error) {
 	var j Job
@@ -202,7 +205,7 @@ func scan(row pgx.Row) (Job, error) {
 	err := row.Scan(&j.ID, &j.Owner, &j.Name, &j.Prompt, &j.Kind, &j.Expr, &j.Display, &j.Deliver,
 		&j.Origin.Platform, &j.Origin.Account, &j.Origin.ChatID, &j.Origin.ThreadID, &j.RepeatTimes, &j.RepeatCompleted,
 		&j.State, &next, &manual, &last, &j.LastStatus, &j.LastError, &j.LastDeliveryError, &j.LastRunID,
-		&j.PausedReason, &j.FireFailures, &retry, &j.RunningRunID, &until, &skip, &gone, &j.Zone, &j.CreatedAt, &j.UpdatedAt)
+		&j.PausedReason, &j.FireFailures, &retry, &j.RunningRunID, &until, &skip, &gone, &j.Zone, &j.ZoneAt, &j.CreatedAt, &j.UpdatedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Job{}, ErrNotFound
 	}
@@ -360,8 +363,8 @@ func (s *Store) Create(ctx context.Context, n NewJob) (Job, error) {
 		}
 		row := tx.QueryRow(ctx, `
 INSERT INTO cron_jobs (id, owner, name, prompt, schedule_kind, schedule_expr, schedule_display, deliver,
-  origin_platform, origin_account, origin_chat_id, origin_thread_id, repeat_times, next_run_at, created_at, updated_at, schedule_zone)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $15, $16)
+  origin_platform, origin_account, origin_chat_id, origin_thread_id, repeat_times, next_run_at, created_at, updated_at, schedule_zone, schedule_zone_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $15, $16, $15)
 RETURNING `+columns,
 			newID(), n.Owner, nameOf(n.Name, prompt), prompt, sched.Kind, sched.Expr, sched.Display, deliver,
 			n.Origin.Platform, n.Origin.Account, n.Origin.ChatID, n.Origin.ThreadID, nullRepeat(repeat), sched.First(now), now, ZoneName(s.loc))
@@ -539,7 +542,8 @@ func save(ctx context.Context, db DBTX, owner string, j Job, now time.Time) (Job
 	row := db.QueryRow(ctx, `
 UPDATE cron_jobs SET name = $3, prompt = $4, schedule_kind = $5, schedule_expr = $6, schedule_display = $7, deliver = $8,
   repeat_times = $9, repeat_completed = $10, state = $11, next_run_at = $12, manual_run_at = $13, updated_at = $14,
-  paused_reason = $15, fire_failures = $16, fire_retry_at = $17, schedule_zone = $18
+  paused_reason = $15, fire_failures = $16, fire_retry_at = $17, schedule_zone = $18,
+  schedule_zone_at = CASE WHEN schedule_zone = $18 THEN schedule_zone_at ELSE $14 END
 WHERE owner = $1 AND id = $2 RETURNING `+columns,
 		owner, j.ID, j.Name, j.Prompt, j.Kind, j.Expr, j.Display, j.Deliver, nullRepeat(j.RepeatTimes), j.RepeatCompleted,
 		j.State, nullTime(j.NextRunAt), nullTime(j.ManualRunAt), now, j.PausedReason, j.FireFailures, nullTime(j.FireRetryAt), j.Zone)
@@ -686,10 +690,11 @@ func ClaimDue(ctx context.Context, tx DBTX, now time.Time, skip []string) (Job, 
 // (ZoneName), started at started: it also claims a scheduled cron
 // expression whose next run was computed in another zone (cron.timezone
 // changed since), however far ahead, for the scheduler to move it to
-// zone, when the job was last written no later than started. A row
-// written since may come from a router started with a newer
-// cron.timezone (a rolling change): this one must not move it back. ""
-// claims none.
+// zone, when its zone was set no later than started (Job.ZoneAt). A zone
+// set since may come from a router started with a newer cron.timezone
+// (a rolling change): this one must not move it back. Writes that leave
+// the zone as it was (a run's status, its delivery failure) do not
+// count. "" claims none.
 func ClaimDueIn(ctx context.Context, tx DBTX, now time.Time, zone string, started time.Time, skip []string) (Job, bool, error) {
 	if skip == nil {
 		skip = []string{}
@@ -700,7 +705,7 @@ WHERE NOT (id = ANY($2)) AND (fire_retry_at IS NULL OR fire_retry_at <= $1) AND 
   OR (running_run_id <> '' AND (running_until IS NULL OR running_until <= $1))
   OR (running_run_id <> '' AND state = 'scheduled' AND coalesce(next_skip_at, next_run_at) <= $1)
   OR ($3 <> '' AND schedule_kind = 'cron' AND state = 'scheduled' AND next_run_at IS NOT NULL
-      AND schedule_zone <> '' AND schedule_zone <> $3 AND fire_failures = 0 AND updated_at <= $4))
+      AND schedule_zone <> '' AND schedule_zone <> $3 AND fire_failures = 0 AND schedule_zone_at <= $4))
 ORDER BY LEAST(CASE WHEN state = 'scheduled' THEN next_run_at END, manual_run_at, running_until), id
 LIMIT 1 FOR UPDATE SKIP LOCKED`, now, skip, zone, started))
 	if errors.Is(err, ErrNotFound) {
@@ -735,7 +740,7 @@ UPDATE cron_jobs SET next_run_at = $2, manual_run_at = $3, state = $4, repeat_co
   running_until = CASE WHEN $10 <> '' AND last_run_id = $10 THEN NULL ELSE $13::timestamptz END,
   next_skip_at = CASE WHEN $10 <> '' AND last_run_id = $10 THEN NULL ELSE $14::timestamptz END,
   run_gone_at = CASE WHEN $10 <> '' AND last_run_id = $10 THEN NULL ELSE $15::timestamptz END,
-  schedule_zone = $16
+  schedule_zone = $16, schedule_zone_at = CASE WHEN schedule_zone = $16 THEN schedule_zone_at ELSE $9 END
 WHERE id = $1`, j.ID, nullTime(j.NextRunAt), nullTime(j.ManualRunAt), j.State, j.RepeatCompleted,
 		nullTime(j.LastRunAt), j.LastStatus, truncate(j.LastError, 2000), now, runID, truncate(j.PausedReason, 2000),
 		j.RunningRunID, nullTime(j.RunningUntil), nullTime(j.NextSkipAt), nullTime(j.RunGoneAt), j.Zone)
@@ -865,6 +870,7 @@ func (s *Store) RunEnded(ctx context.Context, runID string, end time.Time) (bool
 		}
 		if _, err := tx.Exec(ctx, `
 UPDATE cron_jobs SET next_run_at = $2, updated_at = $3, schedule_zone = $5,
+  schedule_zone_at = CASE WHEN schedule_zone = $5 THEN schedule_zone_at ELSE $3 END,
   running_run_id = CASE WHEN $4 THEN '' ELSE running_run_id END,
   running_until = CASE WHEN $4 THEN NULL ELSE running_until END,
   next_skip_at = CASE WHEN $4 THEN NULL ELSE next_skip_at END,

@@ -436,7 +436,7 @@ func (s *Store) ArriveAndEnqueue(ctx context.Context, key, profile string, src *
 	}
 	b := &pgx.Batch{}
 	s.queueArriveLocking(b, key, profile, src, ev.GetEventId(), ev.GetForkFrom(), false)
-	s.queueEnqueue(b, key, streamSeq, ownTurn, ev, data, max, traceParent(ctx))
+	s.queueEnqueue(b, key, "", streamSeq, ownTurn, ev, data, max, traceParent(ctx))
 	br := s.db.SendBatch(ctx, b)
 	defer br.Close()
 	if a.Session, a.Created, a.Prev, err = readArrival(br); err != nil {
@@ -547,12 +547,22 @@ func (s *Store) Stop(ctx context.Context, key string) (gen int64, dropped []Queu
 // already queued (same event id) is not added twice: inserted is false.
 // When the queue holds max messages it returns ErrQueueFull.
 func (s *Store) Enqueue(ctx context.Context, key string, streamSeq int64, ownTurn bool, ev *eventsv1.MessageReceived, max int) (inserted bool, err error) {
+	return s.EnqueueWhileHeld(ctx, key, "", streamSeq, ownTurn, ev, max)
+}
+
+// EnqueueWhileHeld is Enqueue for a session whose lock holds owner (""
+// when no turn runs): max bounds the messages waiting as Waiting counts
+// them, so steering the running turn took and has not yet given to the
+// model (Queued.IsSteeringOf) takes no room. It is part of that turn to
+// the user, and a user steering a long turn must not find the queue
+// full with their own steering.
+func (s *Store) EnqueueWhileHeld(ctx context.Context, key, owner string, streamSeq int64, ownTurn bool, ev *eventsv1.MessageReceived, max int) (inserted bool, err error) {
 	data, err := proto.Marshal(ev)
 	if err != nil {
 		return false, fmt.Errorf("encode queued message: %w", err)
 	}
 	b := &pgx.Batch{}
-	s.queueEnqueue(b, key, streamSeq, ownTurn, ev, data, max, traceParent(ctx))
+	s.queueEnqueue(b, key, owner, streamSeq, ownTurn, ev, data, max, traceParent(ctx))
 	br := s.db.SendBatch(ctx, b)
 	defer br.Close()
 	if inserted, err = readEnqueue(br); err != nil {
@@ -561,11 +571,11 @@ func (s *Store) Enqueue(ctx context.Context, key string, streamSeq int64, ownTur
 	return inserted, br.Close()
 }
 
-// queueEnqueue adds Enqueue's statements to b.
-func (s *Store) queueEnqueue(b *pgx.Batch, key string, streamSeq int64, ownTurn bool, ev *eventsv1.MessageReceived, data []byte, max int, traceparent string) {
+// queueEnqueue adds EnqueueWhileHeld's statements to b.
+func (s *Store) queueEnqueue(b *pgx.Batch, key, owner string, streamSeq int64, ownTurn bool, ev *eventsv1.MessageReceived, data []byte, max int, traceparent string) {
 	// Serialise enqueues per session (until the batch commits) so the cap holds.
 	b.Queue(`SELECT pg_advisory_xact_lock(hashtextextended('queue:' || $1, 0))`, key)
-	b.Queue(`WITH n AS (SELECT count(*) AS c FROM session_queue WHERE session_key = $1),
+	b.Queue(`WITH n AS (SELECT count(*) AS c FROM session_queue WHERE session_key = $1 AND ($10 = '' OR steered_by <> $10)),
 		started AS (SELECT EXISTS (SELECT 1 FROM sessions WHERE session_key = $1 AND last_started_event_id = $3) AS yes),
 		ins AS (
 			INSERT INTO session_queue (session_key, stream_seq, event_id, own_turn, event, enqueued_at, traceparent, takes_skills_note)
@@ -574,7 +584,7 @@ func (s *Store) queueEnqueue(b *pgx.Batch, key string, streamSeq int64, ownTurn 
 		SELECT EXISTS (SELECT 1 FROM ins),
 			EXISTS (SELECT 1 FROM session_queue WHERE session_key = $1 AND event_id = $3),
 			(SELECT yes FROM started)`,
-		key, streamSeq, ev.GetEventId(), ownTurn, data, s.now(), max, traceparent, TakesSkillsNote(ev))
+		key, streamSeq, ev.GetEventId(), ownTurn, data, s.now(), max, traceparent, TakesSkillsNote(ev), owner)
 }
 
 // traceParent is the W3C traceparent of ctx's span, or "".

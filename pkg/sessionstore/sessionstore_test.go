@@ -177,6 +177,55 @@ func TestEnqueueIsIdempotentAndCapped(t *testing.T) {
 	}
 }
 
+// The cap bounds the messages waiting as Waiting counts them: steering
+// the turn holding the lock took takes no room while that turn holds it,
+// and takes its room again once it does not (it waits for the next turn
+// then, as any message).
+func TestEnqueueCapLeavesOutSteering(t *testing.T) {
+	t.Parallel()
+	const turn = "g1.turn/worker-a"
+	for _, tt := range []struct {
+		name  string
+		owner string
+		full  bool
+	}{
+		{name: "the steered turn holds the lock", owner: turn},
+		{name: "another turn holds it", owner: "g2.next/worker-b", full: true},
+		{name: "no turn runs", full: true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			s := New(pgtest.New(t))
+			ev := func(id string) *eventsv1.MessageReceived { return &eventsv1.MessageReceived{EventId: id} }
+			for i, id := range []string{"s1", "s2"} {
+				if _, err := s.EnqueueWhileHeld(ctx, "k", turn, int64(i+1), false, ev(id), 2); err != nil {
+					t.Fatal(err)
+				}
+				if err := s.MarkSteering(ctx, "k", id, turn); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ins, err := s.EnqueueWhileHeld(ctx, "k", tt.owner, 3, false, ev("m1"), 2)
+			if tt.full {
+				if !errors.Is(err, ErrQueueFull) {
+					t.Fatalf("enqueue with two steering texts of another turn queued, cap 2: %v %v, want ErrQueueFull", ins, err)
+				}
+				return
+			}
+			if err != nil || !ins {
+				t.Fatalf("enqueue beside the turn's steering: %v %v", ins, err)
+			}
+			if _, err := s.EnqueueWhileHeld(ctx, "k", tt.owner, 4, false, ev("m2"), 2); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.EnqueueWhileHeld(ctx, "k", tt.owner, 5, false, ev("m3"), 2); !errors.Is(err, ErrQueueFull) {
+				t.Fatalf("third waiting message, cap 2: %v, want ErrQueueFull", err)
+			}
+		})
+	}
+}
+
 func TestArriveCreatesOnceAndReportsThePreviousActivity(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

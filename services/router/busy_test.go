@@ -622,6 +622,46 @@ func TestSteeringWhenTheQueueIsFull(t *testing.T) {
 }
 
 // Steering the running turn took stays queued until the turn gives it
+// to the model, but it is that turn's, not a message waiting for the
+// next one: router.queue_cap counted it, so a user who steered a long
+// turn twice found a queue of 2 full ("Too many messages are waiting")
+// with no message waiting. The cap counts the waiting messages alone,
+// as /status and /queue do, and still holds for them.
+func TestSteeringTakesNoRoomInTheQueue(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig()
+	cfg.QueueCap = 2
+	cfg.BusyMode = BusyQueue
+	e, g, w := busySession(t, cfg, "bob", "long")
+	e.steerQueue.Store(true)
+	const key = "agent:main:telegram:dm:chat-bob"
+	for _, text := range []string{"go left", "go right"} {
+		if got, want := e.ask("bob", "/steer "+text), "⏩ Steer queued — arrives after the next tool call: '"+text+"'"; got != want {
+			t.Fatalf("/steer %s: %q, want %q", text, got, want)
+		}
+	}
+	for _, step := range []struct{ send, want string }{
+		{"/queue q1", "Queued for the next turn."},
+		{"/queue q2", "Queued for the next turn. (2 queued)"},
+		{"/queue q3", "⚠️ Too many messages are waiting (2). This one was not queued; please wait for the current reply."},
+	} {
+		if got := e.ask("bob", step.send); got != step.want {
+			t.Fatalf("%s: %q, want %q", step.send, got, step.want)
+		}
+	}
+	if n, _ := sessionstore.New(e.db).QueueLen(context.Background(), key); n != 4 {
+		t.Fatalf("%d queued, want the two steering texts and q1, q2", n)
+	}
+	g.open()
+	waitFor(t, "the queued turns", func() bool { turns, _ := w.snapshot(); return len(turns) == 4 })
+	time.Sleep(300 * time.Millisecond)
+	turns, _ := w.snapshot()
+	if got, want := turnsOf(turns, key), "long|go left,go right|q1|q2"; got != want {
+		t.Fatalf("bob's turns %q, want %q", got, want)
+	}
+}
+
+// Steering the running turn took stays queued until the turn gives it
 // to the model, but the user sent it into that turn: /status, /queue,
 // /agents and /stop counted it as a message waiting for the next turn
 // ("2 queued" for the one /queue message, "2 waiting messages

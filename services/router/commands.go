@@ -496,7 +496,7 @@ func (s *Service) command(ctx context.Context, m *msgCtx, cmd command.Command) e
 	case "moa":
 		return s.moa(ctx, m, sess, cmd.Args, busy)
 	case "goal":
-		return s.goalCommand(ctx, m, sess, cmd.Args)
+		return s.goalCommand(ctx, m, sess, owner, cmd.Args)
 	case "subgoal":
 		return s.subgoalCommand(ctx, m, sess, cmd.Args)
 	case "save":

@@ -36,8 +36,9 @@ import (
 // continuation's answer (the API, webhooks, cron runs).
 const goalUnavailable = "Goals unavailable on this session."
 
-// goalCommand answers /goal [text | status | show | pause | resume | clear].
-func (s *Service) goalCommand(ctx context.Context, m *msgCtx, sess sessionstore.Session, args string) error {
+// goalCommand answers /goal [text | status | show | pause | resume | clear];
+// owner is the session lock's value ("" when no turn runs).
+func (s *Service) goalCommand(ctx context.Context, m *msgCtx, sess sessionstore.Session, owner, args string) error {
 	reply := func(text string) error { return s.notice(ctx, m, sess.Generation, text, "command") }
 	if quietPlatform(m.platform) {
 		return reply(goalUnavailable)
@@ -139,7 +140,7 @@ func (s *Service) goalCommand(ctx context.Context, m *msgCtx, sess sessionstore.
 			"Controls: /goal status · /goal pause · /goal resume · /goal clear", gs.MaxTurns, gs.Goal)
 		kick := proto.CloneOf(m.ev)
 		kick.Text = g.Text
-		switch _, err := st.Enqueue(ctx, m.key, m.seq, true, kick, s.cfg.QueueCap); {
+		switch _, err := st.EnqueueWhileHeld(ctx, m.key, owner, m.seq, true, kick, s.cfg.QueueCap); {
 		case errors.Is(err, sessionstore.ErrQueueFull):
 			text += fmt.Sprintf("\n⚠️ Too many messages are waiting (%d): the goal is judged after their turns.", s.cfg.QueueCap)
 		case err != nil && !errors.Is(err, sessionstore.ErrStarted):

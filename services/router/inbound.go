@@ -793,7 +793,9 @@ func (s *Service) route(ctx context.Context, m *msgCtx, sess sessionstore.Sessio
 	// model, so text the turn never gives to the model (its model call
 	// failed, a newer message interrupted it, its worker died) runs as
 	// the session's next input, in its place in the queue, once.
-	inserted, err := s.store.Enqueue(ctx, m.key, m.seq, ownTurn, m.ev, s.cfg.QueueCap)
+	// Steering the running turn took is that turn's, not a waiting
+	// message: it takes no room under the cap.
+	inserted, err := s.store.EnqueueWhileHeld(ctx, m.key, owner, m.seq, ownTurn, m.ev, s.cfg.QueueCap)
 	if errors.Is(err, sessionstore.ErrQueueFull) {
 		if steer {
 			// No room to queue it: the turn is asked for the text alone

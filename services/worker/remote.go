@@ -185,10 +185,30 @@ func (r *turnRun) remoteCompleted(ctx context.Context, ls *loopState, res *agent
 	}
 	// The agent's messages commit with the final: a turn run again after
 	// a failed end (the agent runs it whole again) writes them once. The
-	// steering passed on to the agent was its to read: the final removes
-	// its queued messages. (An agent that broke the stream, remoteFailed,
-	// leaves them queued: they run as the session's next input.)
-	return r.finishSteered(ctx, ls, msgs, nil, f, r.ctl.takeForwarded())
+	// final removes the queued messages of the steering the agent read;
+	// the rest stay queued and run as the session's next input. (An agent
+	// that broke the stream, remoteFailed, leaves them all queued.)
+	return r.finishSteered(ctx, ls, msgs, nil, f, steeringRead(r.ctl.takeForwarded(), res))
+}
+
+// steeringRead are the queued messages of forwarded, the steering passed
+// on to the agent, that the agent says it read (TurnResult.steering_read);
+// an agent that does not say read them all, as before it could.
+func steeringRead(forwarded []string, res *agentv1.TurnResult) []string {
+	if res.GetSteeringRead() == nil {
+		return forwarded
+	}
+	read := map[string]bool{}
+	for _, id := range res.GetSteeringRead().GetQueuedEventIds() {
+		read[id] = true
+	}
+	var out []string
+	for _, id := range forwarded {
+		if read[id] {
+			out = append(out, id)
+		}
+	}
+	return out
 }
 
 // remoteFailed ends the turn with an error reply when the agent is

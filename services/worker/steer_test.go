@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -10,10 +11,12 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/switchboard-chat/switchboard/pkg/bus"
 	"github.com/switchboard-chat/switchboard/pkg/fakellm"
+	agentv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/agent/v1"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
 	"github.com/switchboard-chat/switchboard/pkg/sessionstore"
@@ -410,5 +413,89 @@ func TestSteeringPassedToAnExternalAgentLeavesTheQueue(t *testing.T) {
 	}
 	if q := h.queued(key); len(q) != 0 {
 		t.Fatalf("queued %q after the agent read the steering", q)
+	}
+}
+
+// lateAgent is an AgentService that reads the first steering into its
+// answer and then has decided it: the steering after it is received but
+// never read. With say, it names what it read (TurnResult.steering_read).
+type lateAgent struct {
+	agentv1.UnimplementedAgentServiceServer
+	say              bool
+	started, decided chan struct{}
+}
+
+func (a *lateAgent) RunTurn(stream grpc.BidiStreamingServer[agentv1.RunTurnRequest, agentv1.RunTurnResponse]) error {
+	if first, err := stream.Recv(); err != nil || first.GetStart() == nil {
+		return fmt.Errorf("no start: %w", err)
+	}
+	close(a.started)
+	read, err := stream.Recv()
+	if err != nil {
+		return err
+	}
+	close(a.decided)
+	if _, err := stream.Recv(); err != nil {
+		return err
+	}
+	answer := "answered with: " + read.GetControl().GetText()
+	res := &agentv1.TurnResult{Status: turnsv1.TurnStatus_TURN_STATUS_COMPLETED, FinalText: answer,
+		Appended: []*agentv1.TranscriptMessage{{Role: "assistant", Content: answer}}}
+	if a.say {
+		res.SteeringRead = &agentv1.SteeringRead{QueuedEventIds: []string{read.GetControl().GetQueuedEventId()}}
+	}
+	return stream.Send(&agentv1.RunTurnResponse{Event: &agentv1.RunTurnResponse_Completed{Completed: res}})
+}
+
+// An external agent's final removed every steering text forwarded to it,
+// so steering that came after the agent had decided its answer was
+// acknowledged and lost. An agent that names the steering it read keeps
+// the rest queued for the next turn; one that names none read it all, as
+// before.
+func TestExternalAgentKeepsSteeringItDidNotRead(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		say    bool
+		queued string
+	}{
+		{name: "the agent names what it read", say: true, queued: "go right"},
+		{name: "an agent that does not say", queued: ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t)
+			key := "agent:main:telegram:dm:steer-late"
+			h.setGeneration(key, 1)
+			lis, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			agent := &lateAgent{say: tc.say, started: make(chan struct{}), decided: make(chan struct{})}
+			srv := grpc.NewServer()
+			agentv1.RegisterAgentServiceServer(srv, agent)
+			go func() { _ = srv.Serve(lis) }()
+			t.Cleanup(srv.Stop)
+			h.startWorker("w1", func(c *worker.Config, d *worker.Deps) {
+				c.Agent.Backend = "grpc://" + lis.Addr().String()
+				d.LLM = worker.Backend{}
+			})
+			req := h.requestTurn(key, "hello", turnOpts{})
+			<-agent.started
+			for i, text := range []string{"go left", "go right"} {
+				if i == 1 {
+					<-agent.decided
+				}
+				if took, keeps := h.steerQueued(key, text, h.queueSteer(key, text)); !took || !keeps {
+					t.Fatalf("%s: taken %v, kept queued until read %v", text, took, keeps)
+				}
+			}
+			if c := h.waitCompleted(req.TurnId); c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED {
+				t.Fatalf("turn %v (%s)", c.GetStatus(), c.GetError())
+			}
+			if q := strings.Join(h.queued(key), "|"); q != tc.queued {
+				t.Fatalf("queued %q after the turn, want %q", q, tc.queued)
+			}
+		})
 	}
 }

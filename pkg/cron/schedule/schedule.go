@@ -362,17 +362,23 @@ func (s Schedule) cronNext(from time.Time) time.Time {
 
 // InZoneOf is the run of s, a cron expression in its zone, that stands
 // for next, a run of old, the same expression in another zone (the time
-// zone changed): the first of s's runs after the one old's last run
-// before next (made, or passed, in the old zone) stood for, so that no
-// run is made twice and no day of the new zone goes without its run.
-// A job at set times of the day (fixedTime) keeps the wall clock's
-// reading: that last run stood for the run at its reading of old's clock
-// on its date in s's zone (standsFor), so 09:00 in UTC becomes 09:00 in
-// New York from the next day on, not 05:00. The date is the new zone's:
-// Tokyo's 09:00 of the 5th is 16:00 of the 4th in Los Angeles, whose
-// 09:00 of the 5th is still to run (the old zone's date skipped it). Any
-// other expression (every 15 minutes, every hour) goes on from that last
-// run. Zero: s has no run then.
+// zone changed): so that no run is made twice and no day of the new
+// zone goes without its runs. A job at set times of the day (fixedTime)
+// keeps the wall clock's reading: each of old's runs stood for the run
+// at its reading of old's clock on its date in s's zone (standsFor), so
+// 09:00 in UTC becomes 09:00 in New York from the next day on, not
+// 05:00. The date is the new zone's: Tokyo's 09:00 of the 5th is 16:00
+// of the 4th in Los Angeles, whose 09:00 of the 5th is still to run (the
+// old zone's date skipped it). The day of s that old's last run before
+// next (made, or passed, in the old zone) stood for keeps as many runs
+// as s has that day: the ones old's runs stood for count, and the rest
+// are the last of the day's runs still to come. With two runs a day,
+// UTC's 21:00 of the 10th (11:00 in Honolulu) stood for Honolulu's 21:00
+// and nothing for its 09:00 (passed before the change): the 10th there
+// still runs at 21:00, where going on after the run stood for left it
+// one run. Then s goes on from the next day. Any other expression
+// (every 15 minutes, every hour) goes on from that last run. Zero: s
+// has no run then.
 func (s Schedule) InZoneOf(old Schedule, next time.Time) time.Time {
 	if s.Kind != Cron || old.Kind != Cron {
 		return next
@@ -384,13 +390,65 @@ func (s Schedule) InZoneOf(old Schedule, next time.Time) time.Time {
 	if !s.fixedTime() {
 		return s.cronNext(last)
 	}
-	from := s.standsFor(old, last)
-	if from.Before(last) {
-		// Runs of s between the one last stood for and last itself were
-		// passed in the old zone: none is made late for it.
+	stood := s.standsFor(old, last)
+	if stood.IsZero() {
+		return s.cronNext(last)
+	}
+	day := s.runsOnDayOf(stood)
+	left := len(day) - s.stoodForOnDayOf(old, last, stood, len(day))
+	var ahead []time.Time
+	for _, r := range day {
+		if r.After(last) {
+			ahead = append(ahead, r)
+		}
+	}
+	if left > 0 && len(ahead) > 0 {
+		return ahead[len(ahead)-min(left, len(ahead))]
+	}
+	// Runs of s before last that no run of old stood for were passed in
+	// the old zone: none is made late for them.
+	from := day[len(day)-1]
+	if last.After(from) {
 		from = last
 	}
 	return s.cronNext(from)
+}
+
+// runsOnDayOf are the runs of s on t's date in s's zone, in order (at
+// most maxRunsADay of them).
+func (s Schedule) runsOnDayOf(t time.Time) []time.Time {
+	d := t.In(s.location())
+	start := time.Date(d.Year(), d.Month(), d.Day(), 0, 0, 0, 0, s.location())
+	end := time.Date(d.Year(), d.Month(), d.Day()+1, 0, 0, 0, 0, s.location())
+	var out []time.Time
+	for r := s.cronNext(start.Add(-time.Second)); !r.IsZero() && r.Before(end) && len(out) < maxRunsADay; r = s.cronNext(r) {
+		out = append(out, r)
+	}
+	return out
+}
+
+// maxRunsADay bounds the runs of a day InZoneOf reads: every minute of
+// the day, the most a fixed-time expression has.
+const maxRunsADay = 24 * 60
+
+// stoodForOnDayOf is how many of old's runs up to last stood for a run
+// on stood's date in s's zone (stood is last's): the runs before last
+// are read back while they do, at most limit of them and none more than
+// two days before last (a run stands for one on its date, or the
+// nearest).
+func (s Schedule) stoodForOnDayOf(old Schedule, last, stood time.Time, limit int) int {
+	sameDay := func(a, b time.Time) bool {
+		a, b = a.In(s.location()), b.In(s.location())
+		return a.Year() == b.Year() && a.YearDay() == b.YearDay()
+	}
+	n := 0
+	for r := last; !r.IsZero() && n < limit && last.Sub(r) <= 48*time.Hour; r = old.prev(r) {
+		if !sameDay(s.standsFor(old, r), stood) {
+			break
+		}
+		n++
+	}
+	return n
 }
 
 // standsFor is the run of s that last, a run of old (the same expression

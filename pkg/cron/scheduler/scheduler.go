@@ -204,8 +204,8 @@ type Scheduler struct {
 	loc  *time.Location
 	// zone names loc (cron.ZoneName), as the jobs' next runs record it.
 	zone string
-	// started is when the scheduler was made: it moves only jobs last
-	// written before (rezone).
+	// started is when the scheduler was made: it moves only jobs whose
+	// zone was set before (rezone).
 	started time.Time
 	// commit ends a run's transaction (tests make it fail).
 	commit func(ctx context.Context, tx pgx.Tx) error
@@ -617,19 +617,20 @@ func (s *Scheduler) handle(ctx context.Context, j *cron.Job, now time.Time) (boo
 // An instant whose firing failed keeps its zone until it has fired: its
 // run may be out already, and is retried under its id.
 //
-// Only a job last written before this scheduler started is moved: one
-// written since may come from a router started with a newer
-// cron.timezone (a rolling change, or a rollback), which a router of the
-// older zone must not undo, or the two would move it back and forth
-// every tick. Nothing tells which zone is newer but the routers' starts,
-// so such a job keeps its next run, and this scheduler's zone applies
-// from the run after it (cron.timezone must be the same on every router).
+// Only a job whose zone was set before this scheduler started is moved
+// (Job.ZoneAt; a write of its status alone does not count): a zone set
+// since may come from a router started with a newer cron.timezone (a
+// rolling change, or a rollback), which a router of the older zone must
+// not undo, or the two would move it back and forth every tick. Nothing
+// tells which zone is newer but the routers' starts, so such a job keeps
+// its next run, and this scheduler's zone applies from the run after it
+// (cron.timezone must be the same on every router).
 func (s *Scheduler) rezone(j *cron.Job, sched schedule.Schedule) {
 	if j.Kind != schedule.Cron || j.Zone == "" || j.Zone == s.zone || j.State != cron.StateScheduled || j.NextRunAt.IsZero() ||
 		j.FireFailures > 0 || j.LastRunID == cron.RunID(j.ID, j.NextRunAt, false) {
 		return
 	}
-	if j.UpdatedAt.After(s.started) {
+	if j.ZoneAt.After(s.started) {
 		s.log.Warn("cron job's next run was computed in another time zone since this router started; left as it is (do the routers' cron.timezone differ?)",
 			"job", j.ID, "job_zone", j.Zone, "zone", s.zone, "next", j.NextRunAt)
 		return

@@ -1887,6 +1887,56 @@ func TestTimezoneChangeDuringARollingChange(t *testing.T) {
 	}
 }
 
+// A router of a new cron.timezone moves a job only when its zone was set
+// before the router started, but it read that from updated_at, which a
+// write of the last run's status alone moves on too (the run's failure,
+// or its answer's delivery failure, recorded by any router after the new
+// one started): the job ran once more at the old zone's time. Such a
+// write leaves the zone's time as it was, and the job moves.
+func TestTimezoneChangeAfterAStatusWrite(t *testing.T) {
+	t.Parallel()
+	day := func(d, h, m int) time.Time { return time.Date(2026, 3, d, h, m, 0, 0, time.UTC) }
+	for _, tc := range []struct {
+		name  string
+		write func(ctx context.Context, e *env, run string) (bool, error)
+	}{
+		{"the run's failure", func(ctx context.Context, e *env, run string) (bool, error) {
+			return e.store.RecordOutcome(ctx, run, "error", "the model failed")
+		}},
+		{"its answer's delivery failure", func(ctx context.Context, e *env, run string) (bool, error) {
+			return cron.RecordDeliveryFailure(ctx, e.db, run, "dead-lettered")
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			e := newEnv(t)
+			e.clock.Set(day(10, 8, 30))
+			j := e.create(t, cron.NewJob{Prompt: "p", Schedule: "0 9 * * *"}) // 09:00 UTC
+			e.clock.Set(day(10, 9, 0))
+			if n := tick(t, e.scheduler(t, nil)); n != 1 {
+				t.Fatalf("the UTC scheduler fired %d", n)
+			}
+			run := e.job(t, j.ID).RunningRunID
+			e.clock.Set(day(10, 9, 2))
+			if !e.end(t, run, day(10, 9, 2)) {
+				t.Fatal("the run's end did not apply")
+			}
+			e.clock.Set(day(10, 9, 5))
+			s := e.scheduler(t, func(c *scheduler.Config) { c.Timezone = "America/New_York" })
+			if applied, err := tc.write(ctx, e, run); err != nil || !applied {
+				t.Fatalf("status write: applied %v, %v", applied, err)
+			}
+			e.clock.Set(day(10, 9, 10))
+			tick(t, s)
+			nyNine := day(11, 13, 0) // 09:00 EDT of the 11th
+			if got := e.job(t, j.ID); got.Zone != "America/New_York" || !got.NextRunAt.Equal(nyNine) {
+				t.Fatalf("next run %v in %q, want %v in America/New_York", got.NextRunAt, got.Zone, nyNine)
+			}
+		})
+	}
+}
+
 func mustZone(t *testing.T, name string) *time.Location {
 	t.Helper()
 	loc, err := time.LoadLocation(name)

@@ -267,7 +267,16 @@ type TurnResult struct {
 	Usage     *v1.Usage              `protobuf:"bytes,3,opt,name=usage,proto3" json:"usage,omitempty"`
 	Error     string                 `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
 	// Messages to append to the transcript, in order.
-	Appended      []*TranscriptMessage `protobuf:"bytes,5,rep,name=appended,proto3" json:"appended,omitempty"`
+	Appended []*TranscriptMessage `protobuf:"bytes,5,rep,name=appended,proto3" json:"appended,omitempty"`
+	// The steering this turn read (gave to its model), when the agent says:
+	// each steering control names its queued message
+	// (TurnControlRequested.queued_event_id), which waits in the session's
+	// queue until a turn reads it. Those named here leave the queue with the
+	// turn's final; steering forwarded but not named (it came after the
+	// answer was decided) stays queued and runs as the session's next input.
+	// Unset (an agent that does not say): all steering forwarded to the turn
+	// counts as read.
+	SteeringRead  *SteeringRead `protobuf:"bytes,6,opt,name=steering_read,json=steeringRead,proto3" json:"steering_read,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -337,6 +346,58 @@ func (x *TurnResult) GetAppended() []*TranscriptMessage {
 	return nil
 }
 
+func (x *TurnResult) GetSteeringRead() *SteeringRead {
+	if x != nil {
+		return x.SteeringRead
+	}
+	return nil
+}
+
+// SteeringRead names the queued messages of the steering a turn read.
+type SteeringRead struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	QueuedEventIds []string               `protobuf:"bytes,1,rep,name=queued_event_ids,json=queuedEventIds,proto3" json:"queued_event_ids,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *SteeringRead) Reset() {
+	*x = SteeringRead{}
+	mi := &file_switchboard_agent_v1_agent_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SteeringRead) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SteeringRead) ProtoMessage() {}
+
+func (x *SteeringRead) ProtoReflect() protoreflect.Message {
+	mi := &file_switchboard_agent_v1_agent_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SteeringRead.ProtoReflect.Descriptor instead.
+func (*SteeringRead) Descriptor() ([]byte, []int) {
+	return file_switchboard_agent_v1_agent_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *SteeringRead) GetQueuedEventIds() []string {
+	if x != nil {
+		return x.QueuedEventIds
+	}
+	return nil
+}
+
 type RunTurnResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Types that are valid to be assigned to Event:
@@ -353,7 +414,7 @@ type RunTurnResponse struct {
 
 func (x *RunTurnResponse) Reset() {
 	*x = RunTurnResponse{}
-	mi := &file_switchboard_agent_v1_agent_proto_msgTypes[4]
+	mi := &file_switchboard_agent_v1_agent_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -365,7 +426,7 @@ func (x *RunTurnResponse) String() string {
 func (*RunTurnResponse) ProtoMessage() {}
 
 func (x *RunTurnResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchboard_agent_v1_agent_proto_msgTypes[4]
+	mi := &file_switchboard_agent_v1_agent_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -378,7 +439,7 @@ func (x *RunTurnResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunTurnResponse.ProtoReflect.Descriptor instead.
 func (*RunTurnResponse) Descriptor() ([]byte, []int) {
-	return file_switchboard_agent_v1_agent_proto_rawDescGZIP(), []int{4}
+	return file_switchboard_agent_v1_agent_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *RunTurnResponse) GetEvent() isRunTurnResponse_Event {
@@ -489,7 +550,7 @@ const file_switchboard_agent_v1_agent_proto_rawDesc = "" +
 	"\x0eRunTurnRequest\x127\n" +
 	"\x05start\x18\x01 \x01(\v2\x1f.switchboard.agent.v1.StartTurnH\x00R\x05start\x12F\n" +
 	"\acontrol\x18\x02 \x01(\v2*.switchboard.turns.v1.TurnControlRequestedH\x00R\acontrolB\t\n" +
-	"\arequest\"\xf3\x01\n" +
+	"\arequest\"\xbc\x02\n" +
 	"\n" +
 	"TurnResult\x128\n" +
 	"\x06status\x18\x01 \x01(\x0e2 .switchboard.turns.v1.TurnStatusR\x06status\x12\x1d\n" +
@@ -497,7 +558,10 @@ const file_switchboard_agent_v1_agent_proto_rawDesc = "" +
 	"final_text\x18\x02 \x01(\tR\tfinalText\x121\n" +
 	"\x05usage\x18\x03 \x01(\v2\x1b.switchboard.turns.v1.UsageR\x05usage\x12\x14\n" +
 	"\x05error\x18\x04 \x01(\tR\x05error\x12C\n" +
-	"\bappended\x18\x05 \x03(\v2'.switchboard.agent.v1.TranscriptMessageR\bappended\"\xe0\x02\n" +
+	"\bappended\x18\x05 \x03(\v2'.switchboard.agent.v1.TranscriptMessageR\bappended\x12G\n" +
+	"\rsteering_read\x18\x06 \x01(\v2\".switchboard.agent.v1.SteeringReadR\fsteeringRead\"8\n" +
+	"\fSteeringRead\x12(\n" +
+	"\x10queued_event_ids\x18\x01 \x03(\tR\x0equeuedEventIds\"\xe0\x02\n" +
 	"\x0fRunTurnResponse\x12B\n" +
 	"\n" +
 	"text_delta\x18\x01 \x01(\v2!.switchboard.replies.v1.TextDeltaH\x00R\ttextDelta\x12K\n" +
@@ -523,43 +587,45 @@ func file_switchboard_agent_v1_agent_proto_rawDescGZIP() []byte {
 	return file_switchboard_agent_v1_agent_proto_rawDescData
 }
 
-var file_switchboard_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_switchboard_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
 var file_switchboard_agent_v1_agent_proto_goTypes = []any{
 	(*TranscriptMessage)(nil),       // 0: switchboard.agent.v1.TranscriptMessage
 	(*StartTurn)(nil),               // 1: switchboard.agent.v1.StartTurn
 	(*RunTurnRequest)(nil),          // 2: switchboard.agent.v1.RunTurnRequest
 	(*TurnResult)(nil),              // 3: switchboard.agent.v1.TurnResult
-	(*RunTurnResponse)(nil),         // 4: switchboard.agent.v1.RunTurnResponse
-	(*v1.TurnRequested)(nil),        // 5: switchboard.turns.v1.TurnRequested
-	(*v1.TurnControlRequested)(nil), // 6: switchboard.turns.v1.TurnControlRequested
-	(v1.TurnStatus)(0),              // 7: switchboard.turns.v1.TurnStatus
-	(*v1.Usage)(nil),                // 8: switchboard.turns.v1.Usage
-	(*v11.TextDelta)(nil),           // 9: switchboard.replies.v1.TextDelta
-	(*v11.ToolProgress)(nil),        // 10: switchboard.replies.v1.ToolProgress
-	(*v11.Media)(nil),               // 11: switchboard.replies.v1.Media
-	(*v11.ReplyError)(nil),          // 12: switchboard.replies.v1.ReplyError
+	(*SteeringRead)(nil),            // 4: switchboard.agent.v1.SteeringRead
+	(*RunTurnResponse)(nil),         // 5: switchboard.agent.v1.RunTurnResponse
+	(*v1.TurnRequested)(nil),        // 6: switchboard.turns.v1.TurnRequested
+	(*v1.TurnControlRequested)(nil), // 7: switchboard.turns.v1.TurnControlRequested
+	(v1.TurnStatus)(0),              // 8: switchboard.turns.v1.TurnStatus
+	(*v1.Usage)(nil),                // 9: switchboard.turns.v1.Usage
+	(*v11.TextDelta)(nil),           // 10: switchboard.replies.v1.TextDelta
+	(*v11.ToolProgress)(nil),        // 11: switchboard.replies.v1.ToolProgress
+	(*v11.Media)(nil),               // 12: switchboard.replies.v1.Media
+	(*v11.ReplyError)(nil),          // 13: switchboard.replies.v1.ReplyError
 }
 var file_switchboard_agent_v1_agent_proto_depIdxs = []int32{
-	5,  // 0: switchboard.agent.v1.StartTurn.turn:type_name -> switchboard.turns.v1.TurnRequested
+	6,  // 0: switchboard.agent.v1.StartTurn.turn:type_name -> switchboard.turns.v1.TurnRequested
 	0,  // 1: switchboard.agent.v1.StartTurn.transcript:type_name -> switchboard.agent.v1.TranscriptMessage
 	0,  // 2: switchboard.agent.v1.StartTurn.input:type_name -> switchboard.agent.v1.TranscriptMessage
 	1,  // 3: switchboard.agent.v1.RunTurnRequest.start:type_name -> switchboard.agent.v1.StartTurn
-	6,  // 4: switchboard.agent.v1.RunTurnRequest.control:type_name -> switchboard.turns.v1.TurnControlRequested
-	7,  // 5: switchboard.agent.v1.TurnResult.status:type_name -> switchboard.turns.v1.TurnStatus
-	8,  // 6: switchboard.agent.v1.TurnResult.usage:type_name -> switchboard.turns.v1.Usage
+	7,  // 4: switchboard.agent.v1.RunTurnRequest.control:type_name -> switchboard.turns.v1.TurnControlRequested
+	8,  // 5: switchboard.agent.v1.TurnResult.status:type_name -> switchboard.turns.v1.TurnStatus
+	9,  // 6: switchboard.agent.v1.TurnResult.usage:type_name -> switchboard.turns.v1.Usage
 	0,  // 7: switchboard.agent.v1.TurnResult.appended:type_name -> switchboard.agent.v1.TranscriptMessage
-	9,  // 8: switchboard.agent.v1.RunTurnResponse.text_delta:type_name -> switchboard.replies.v1.TextDelta
-	10, // 9: switchboard.agent.v1.RunTurnResponse.tool_progress:type_name -> switchboard.replies.v1.ToolProgress
-	11, // 10: switchboard.agent.v1.RunTurnResponse.media:type_name -> switchboard.replies.v1.Media
-	12, // 11: switchboard.agent.v1.RunTurnResponse.error:type_name -> switchboard.replies.v1.ReplyError
-	3,  // 12: switchboard.agent.v1.RunTurnResponse.completed:type_name -> switchboard.agent.v1.TurnResult
-	2,  // 13: switchboard.agent.v1.AgentService.RunTurn:input_type -> switchboard.agent.v1.RunTurnRequest
-	4,  // 14: switchboard.agent.v1.AgentService.RunTurn:output_type -> switchboard.agent.v1.RunTurnResponse
-	14, // [14:15] is the sub-list for method output_type
-	13, // [13:14] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	4,  // 8: switchboard.agent.v1.TurnResult.steering_read:type_name -> switchboard.agent.v1.SteeringRead
+	10, // 9: switchboard.agent.v1.RunTurnResponse.text_delta:type_name -> switchboard.replies.v1.TextDelta
+	11, // 10: switchboard.agent.v1.RunTurnResponse.tool_progress:type_name -> switchboard.replies.v1.ToolProgress
+	12, // 11: switchboard.agent.v1.RunTurnResponse.media:type_name -> switchboard.replies.v1.Media
+	13, // 12: switchboard.agent.v1.RunTurnResponse.error:type_name -> switchboard.replies.v1.ReplyError
+	3,  // 13: switchboard.agent.v1.RunTurnResponse.completed:type_name -> switchboard.agent.v1.TurnResult
+	2,  // 14: switchboard.agent.v1.AgentService.RunTurn:input_type -> switchboard.agent.v1.RunTurnRequest
+	5,  // 15: switchboard.agent.v1.AgentService.RunTurn:output_type -> switchboard.agent.v1.RunTurnResponse
+	15, // [15:16] is the sub-list for method output_type
+	14, // [14:15] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_switchboard_agent_v1_agent_proto_init() }
@@ -571,7 +637,7 @@ func file_switchboard_agent_v1_agent_proto_init() {
 		(*RunTurnRequest_Start)(nil),
 		(*RunTurnRequest_Control)(nil),
 	}
-	file_switchboard_agent_v1_agent_proto_msgTypes[4].OneofWrappers = []any{
+	file_switchboard_agent_v1_agent_proto_msgTypes[5].OneofWrappers = []any{
 		(*RunTurnResponse_TextDelta)(nil),
 		(*RunTurnResponse_ToolProgress)(nil),
 		(*RunTurnResponse_Media)(nil),
@@ -584,7 +650,7 @@ func file_switchboard_agent_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_switchboard_agent_v1_agent_proto_rawDesc), len(file_switchboard_agent_v1_agent_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   5,
+			NumMessages:   6,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
