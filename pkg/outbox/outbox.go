@@ -855,20 +855,53 @@ type StreamSegment struct {
 // LastStreamSegment returns the last segment of a streamed reply: the
 // messages a final writes over (the earlier segments' stay as they are).
 func (s *Store) LastStreamSegment(ctx context.Context, turnID string) (StreamSegment, error) {
-	rows, err := s.db.Query(ctx, `WITH last AS (
+	rows, err := s.db.Query(ctx, lastSegment, turnID)
+	if err != nil {
+		return StreamSegment{}, fmt.Errorf("stream messages of turn %s: %w", turnID, err)
+	}
+	return scanSegment(rows, turnID)
+}
+
+// LastStreamSegmentAndKey is LastStreamSegment and whether a row with
+// idempotency key key is stored, in one round trip: a final asks both
+// (whether an older replica queued it under its former keys).
+func (s *Store) LastStreamSegmentAndKey(ctx context.Context, turnID, key string) (StreamSegment, bool, error) {
+	b := &pgx.Batch{}
+	b.Queue(lastSegment, turnID)
+	b.Queue(`SELECT EXISTS (SELECT 1 FROM delivery_outbox WHERE idempotency_key = $1)`, key)
+	br := s.db.SendBatch(ctx, b)
+	defer br.Close()
+	rows, err := br.Query()
+	if err != nil {
+		return StreamSegment{}, false, fmt.Errorf("stream messages of turn %s: %w", turnID, err)
+	}
+	seg, err := scanSegment(rows, turnID)
+	if err != nil {
+		return StreamSegment{}, false, err
+	}
+	var stored bool
+	if err := br.QueryRow().Scan(&stored); err != nil {
+		return StreamSegment{}, false, fmt.Errorf("look up delivery %s: %w", key, err)
+	}
+	return seg, stored, nil
+}
+
+// lastSegment selects the platform messages of a turn's last stream
+// segment, in order (one row with none of a segment without messages).
+const lastSegment = `WITH last AS (
   SELECT max(segment) AS segment FROM (
     SELECT segment FROM delivery_stream_messages WHERE turn_id = $1
     UNION ALL SELECT segment FROM delivery_stream_segments WHERE turn_id = $1) AS recorded)
 SELECT last.segment, coalesce(m.platform_message_id, '') FROM last
 LEFT JOIN delivery_stream_messages m ON m.turn_id = $1 AND m.segment = last.segment
 WHERE last.segment IS NOT NULL
-ORDER BY m.message_index`, turnID)
-	if err != nil {
-		return StreamSegment{}, fmt.Errorf("stream messages of turn %s: %w", turnID, err)
-	}
+ORDER BY m.message_index`
+
+// scanSegment reads lastSegment's rows.
+func scanSegment(rows pgx.Rows, turnID string) (StreamSegment, error) {
 	var seg StreamSegment
 	var id string
-	_, err = pgx.ForEachRow(rows, []any{&seg.Segment, &id}, func() error {
+	_, err := pgx.ForEachRow(rows, []any{&seg.Segment, &id}, func() error {
 		seg.Recorded = true
 		if id != "" { // a segment opened before its first message has none
 			seg.IDs = append(seg.IDs, id)

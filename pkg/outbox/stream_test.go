@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	"github.com/switchboard-chat/switchboard/pkg/outbox"
 	"github.com/switchboard-chat/switchboard/pkg/pg/pgtest"
 )
@@ -116,6 +117,22 @@ func TestLastStreamSegment(t *testing.T) {
 		if fmt.Sprintf("%+v", got) != fmt.Sprintf("%+v", tt.want) {
 			t.Errorf("%s: %+v, want %+v", tt.name, got, tt.want)
 		}
+		got, stored, err := s.LastStreamSegmentAndKey(ctx, turn, turn+":9:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fmt.Sprintf("%+v", got) != fmt.Sprintf("%+v", tt.want) || stored {
+			t.Errorf("%s, with a key not stored: %+v %v, want %+v false", tt.name, got, stored, tt.want)
+		}
+	}
+	// The key of a stored row is found, whatever was streamed.
+	req := &deliveryv1.SendRequested{IdempotencyKey: "seg-0:9:0", Op: deliveryv1.SendOp_SEND_OP_SEND,
+		Target: &deliveryv1.Target{Platform: "test", ChatId: "c1"}, TurnId: "seg-0", Text: "the answer"}
+	if _, err := s.Enqueue(ctx, time.Now(), time.Hour, req); err != nil {
+		t.Fatal(err)
+	}
+	if got, stored, err := s.LastStreamSegmentAndKey(ctx, "seg-0", "seg-0:9:0"); err != nil || !stored || got.Recorded {
+		t.Errorf("a stored row's key: %+v %v %v, want nothing streamed and the row found", got, stored, err)
 	}
 }
 

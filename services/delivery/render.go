@@ -976,8 +976,20 @@ func (s *Service) final(ctx context.Context, ev *repliesv1.ReplyEvent, text stri
 			seg.Segment = st.segment
 		} else {
 			var err error
-			if seg, err = s.store.LastStreamSegment(ctx, ev.GetTurnId()); err != nil {
+			var stored bool
+			if seg, stored, err = s.store.LastStreamSegmentAndKey(ctx, ev.GetTurnId(), base+":0"); err != nil {
 				return false, err
+			}
+			if stored {
+				// This final's rows are stored already: it came back (a
+				// replica that stopped before its ack, the worker's
+				// publish again) after a replica from before segment
+				// message keys queued it under <turn>:<seq>:<i> (or
+				// after this version queued its first edit). Queued
+				// again under the segment's keys, a rolling upgrade
+				// would post the answer twice.
+				s.turns.put(ev.GetTurnId(), &turnState{done: true})
+				return true, nil
 			}
 		}
 		if text == "" && len(seg.IDs) == 0 {

@@ -12,6 +12,7 @@ import (
 
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
+	"github.com/switchboard-chat/switchboard/pkg/outbox"
 	"github.com/switchboard-chat/switchboard/pkg/reasoning"
 	"github.com/switchboard-chat/switchboard/services/delivery"
 )
@@ -588,6 +589,35 @@ func TestTakeoverPostsNoUnrecordedMessageTwice(t *testing.T) {
 				t.Errorf("%d messages marked the turn's end, want 1", n)
 			}
 		})
+	}
+}
+
+// During a rolling upgrade, a final that a replica from before segment
+// message keys queued under <turn>:<seq>:<i> comes back to a newer one
+// (the older replica stopped before its ack, or the worker published
+// the final again): the newer one finds those rows and queues nothing,
+// instead of posting the answer a second time under the segment's
+// message key, which no gateway dedupes against the former one.
+func TestFinalQueuedByAnOlderReplicaIsNotPostedAgain(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	cfg := streamConfig()
+	e.start(t, cfg, "b")
+	ev := event("t1", 3, "s1", final(segAnswer))
+	ev.Target.Platform = "stream"
+	// The older replica's row: the answer's one chunk under its former key.
+	old := &deliveryv1.SendRequested{IdempotencyKey: "t1:3:0", Op: deliveryv1.SendOp_SEND_OP_SEND, Target: ev.GetTarget(),
+		TurnId: "t1", SessionKey: "s1", InputMessageIds: ev.GetInputMessageIds(), Text: segAnswer,
+		Format: deliveryv1.TextFormat_TEXT_FORMAT_MARKDOWN, ChunkCount: 1, Final: true}
+	if _, err := outbox.New(e.db).Enqueue(context.Background(), e.clock.Now(), cfg.TTL, old); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, e.clock, 0, "the older replica's answer sent", func() bool { return e.gw.finals("t1") > 0 })
+	e.publish(t, ev) // the final's event, back
+	e.consumed(t, "s1")
+	time.Sleep(time.Second) // a second copy would be sent straight away, or by the outbox's poll
+	if n := e.gw.turnSends("t1")[segAnswer]; n != 1 {
+		t.Errorf("the answer was posted %d times, want 1", n)
 	}
 }
 
