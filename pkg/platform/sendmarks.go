@@ -39,6 +39,19 @@ func SendMark(ctx context.Context, name, value string) (kept string, ok bool) {
 	return value, false
 }
 
+// SetSendMark records value under name for the send being performed
+// with ctx, replacing what an earlier attempt recorded: a mark about the
+// latest attempt (when it ended), where SendMark keeps the first's.
+func SetSendMark(ctx context.Context, name, value string) {
+	p, found := ctx.Value(partsKey{}).(parts)
+	if !found {
+		return
+	}
+	if _, err := p.r.receipts.Put(context.WithoutCancel(ctx), p.markKey(name), []byte(value)); err != nil {
+		p.r.log.Warn("record send mark failed", "mark", name, "err", err)
+	}
+}
+
 // SendMarked returns the value an attempt of the send being performed
 // with ctx recorded under name.
 func SendMarked(ctx context.Context, name string) (string, bool) {

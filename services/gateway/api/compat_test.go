@@ -382,3 +382,33 @@ func TestConflictsAreNotRetried(t *testing.T) {
 		t.Fatalf("the client sent the request %d times", n)
 	}
 }
+
+// A streamed response that outlasts response_ttl, which validation holds
+// at reply_timeout or more, is still kept when it ends: reply_timeout no
+// longer bounds a stream that is still writing, and the record written
+// when the request was accepted expired before the end was written over
+// it, so the answer vanished (GET 404, previous_response_id unusable).
+func TestStreamedResponseOutlastingItsTTLIsKept(t *testing.T) {
+	t.Parallel()
+	b := newBus(t)
+	s := startService(t, b, func(c *Config) { c.ReplyTimeout, c.ResponseTTL = time.Second, time.Second })
+	r := startResponder(t, b)
+	r.mu.Lock()
+	r.pace = 300 * time.Millisecond // 7 pieces, about 2 s: twice the TTL
+	r.answer = func(*eventsv1.MessageReceived, int) []string {
+		return []string{"one", " two", " three", " four", " five", " six"}
+	}
+	r.mu.Unlock()
+	const answer = "one two three four five six"
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	client := sdkClient(s)
+	_, _, last := streamEvents(ctx, t, client, responses.ResponseNewParams{Model: "switchboard", Input: inputText("write a lot")})
+	if last.Status != "completed" || last.OutputText() != answer {
+		t.Fatalf("stream: %s %q; want the whole answer", last.Status, last.OutputText())
+	}
+	got, err := client.Responses.Get(ctx, last.ID, responses.ResponseGetParams{})
+	if err != nil || got.Status != "completed" || got.OutputText() != answer {
+		t.Fatalf("kept response: %v; want it completed with the answer", err)
+	}
+}

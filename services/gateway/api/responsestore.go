@@ -196,11 +196,43 @@ func (rs *responseStore) end(ctx context.Context, rec storedResponse, rev uint64
 			return fmt.Errorf("write response record: written %d times meanwhile", attempt+1)
 		}
 		var found bool
-		if rec, rev, found, err = rs.read(ctx, o.ID); err != nil || !found {
-			// Not found: removed (nothing was published) or expired.
+		if rec, rev, found, err = rs.read(ctx, o.ID); err != nil {
 			return err
 		}
+		if !found {
+			// Expired while its answer was written: a stream, which
+			// reply_timeout does not bound, outlasted response_ttl since
+			// the request's write. (A response whose message was never
+			// published is removed, and never ended.) Kept as it ends.
+			if created, err := rs.recreate(ctx, next); err != nil || created {
+				return err
+			}
+			if rec, rev, found, err = rs.read(ctx, o.ID); err != nil || !found {
+				return err
+			}
+		}
 	}
+}
+
+// recreate writes rec unless a record of its id was written meanwhile
+// (created is then false).
+func (rs *responseStore) recreate(ctx context.Context, rec storedResponse) (created bool, err error) {
+	kv, err := rs.bucket(ctx)
+	if err != nil {
+		return false, err
+	}
+	data, err := json.Marshal(rec)
+	if err != nil {
+		return false, fmt.Errorf("encode response record: %w", err)
+	}
+	_, err = kv.Create(ctx, kvKey(rec.Response.ID), data)
+	if errors.Is(err, jetstream.ErrKeyExists) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("write response record: %w", err)
+	}
+	return true, nil
 }
 
 // update writes rec over revision rev. A record deleted or written again

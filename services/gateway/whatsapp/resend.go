@@ -52,9 +52,12 @@ func unanswered(err error) bool {
 	return err != nil && !errors.As(err, &se)
 }
 
-// markUnsure records when the first unanswered attempt of part ended.
+// markUnsure records when the latest unanswered attempt of part ended:
+// the wait for a report starts again with each (a repost after the wait
+// whose answer is lost too may have gone out as well), where the first
+// attempt's time would let every retry after the first wait post at once.
 func (p *Platform) markUnsure(ctx context.Context, part int) {
-	platform.SendMark(ctx, unsureMark(part), strconv.FormatInt(time.Now().UnixMilli(), 10))
+	platform.SetSendMark(ctx, unsureMark(part), strconv.FormatInt(time.Now().UnixMilli(), 10))
 }
 
 // reported returns, for a part an earlier attempt left unsure, the wamid

@@ -168,3 +168,31 @@ func TestSendWhoseAnswerWasLostIsNotSentTwice(t *testing.T) {
 		t.Fatalf("retry after the wait: %v, sent %d, want the message sent again", r, len(f.Messages(to)))
 	}
 }
+
+// The wait for a report follows every unanswered attempt, not only the
+// first: a retry posted after the first attempt's wait whose answer is
+// lost as well may have gone out too, and the next retry waits for its
+// report before posting a third time.
+func TestEveryUnansweredAttemptIsWaitedFor(t *testing.T) {
+	t.Parallel()
+	f := whatsappfake.New(t)
+	cfg := testConfig(f)
+	cfg.reportWait = time.Second
+	h := start(t, f, cfg, platform.Options{})
+	to := recipient(target().GetChatId())
+	req := &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "twice lost", Text: "hello", Target: target()}
+	f.LoseAnswers(1)
+	if r := h.send(t, req); r.GetOk() || r.GetErrorClass() != deliveryv1.ErrorClass_ERROR_CLASS_RETRYABLE {
+		t.Fatalf("attempt whose answer is lost: %v, want retryable", r)
+	}
+	time.Sleep(cfg.reportWait) // no report: the next attempt posts again
+	f.LoseAnswers(1)
+	if r := h.send(t, req); r.GetOk() || r.GetErrorClass() != deliveryv1.ErrorClass_ERROR_CLASS_RETRYABLE || len(f.Messages(to)) != 2 {
+		t.Fatalf("second attempt: %v, sent %d; want retryable and 2 sent", r, len(f.Messages(to)))
+	}
+	// The second attempt's answer was lost as well: its retry waits for
+	// its report instead of posting a third message at once.
+	if r := h.send(t, req); r.GetOk() || r.GetRetryAfterMs() <= 0 || len(f.Messages(to)) != 2 {
+		t.Fatalf("retry right after the second unanswered attempt: %v, sent %d; want a wait and 2 sent", r, len(f.Messages(to)))
+	}
+}
