@@ -76,7 +76,7 @@ func (p *Platform) reported(ctx context.Context, part int) (string, error) {
 	if err != nil {
 		return "", nil
 	}
-	if wait := time.UnixMilli(ms).Add(p.reportWait()).Sub(time.Now()); wait > 0 {
+	if wait := time.Until(time.UnixMilli(ms).Add(p.reportWait())); wait > 0 {
 		return "", &platform.SendError{Class: deliveryv1.ErrorClass_ERROR_CLASS_RETRYABLE, RetryAfter: min(wait, reportRetry),
 			Err: errors.New("waiting for whatsapp's status of an earlier attempt of this message, which ended without an answer")}
 	}
