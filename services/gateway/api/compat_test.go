@@ -14,6 +14,7 @@ import (
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/responses"
 
+	"github.com/switchboard-chat/switchboard/pkg/bus"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 )
 
@@ -239,16 +240,9 @@ func TestStreamStillWritingOutlastsTheReplyTimeout(t *testing.T) {
 	t.Parallel()
 	b := newBus(t)
 	s := startService(t, b, func(c *Config) { c.ReplyTimeout = 1200 * time.Millisecond })
-	r := startResponder(t, b)
-	r.mu.Lock()
 	// 6 pieces and the final: 2.1 s, each well within reply_timeout
 	// (a loaded machine delays a piece)
-	r.pace = 300 * time.Millisecond
-	r.answer = func(*eventsv1.MessageReceived, int) []string {
-		return []string{"one", " two", " three", " four", " five", " six"}
-	}
-	r.mu.Unlock()
-	const answer = "one two three four five six"
+	r := startPacedResponder(t, b, 300*time.Millisecond)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	client := sdkClient(s)
@@ -263,11 +257,11 @@ func TestStreamStillWritingOutlastsTheReplyTimeout(t *testing.T) {
 		}
 		return text, stream.Err()
 	}
-	if text, err := streamed(); err != nil || text != answer {
+	if text, err := streamed(); err != nil || text != pacedAnswer {
 		t.Fatalf("chat stream: %q, %v; want the whole answer", text, err)
 	}
 	_, deltas, last := streamEvents(ctx, t, client, responses.ResponseNewParams{Model: "switchboard", Input: inputText("write a lot")})
-	if last.Status != "completed" || strings.Join(deltas, "") != answer {
+	if last.Status != "completed" || strings.Join(deltas, "") != pacedAnswer {
 		t.Fatalf("responses stream: %s %q; want the whole answer", last.Status, deltas)
 	}
 	_, err := client.Chat.Completions.New(ctx, chat)
@@ -392,23 +386,34 @@ func TestStreamedResponseOutlastingItsTTLIsKept(t *testing.T) {
 	t.Parallel()
 	b := newBus(t)
 	s := startService(t, b, func(c *Config) { c.ReplyTimeout, c.ResponseTTL = time.Second, time.Second })
-	r := startResponder(t, b)
-	r.mu.Lock()
-	r.pace = 300 * time.Millisecond // 7 pieces, about 2 s: twice the TTL
-	r.answer = func(*eventsv1.MessageReceived, int) []string {
-		return []string{"one", " two", " three", " four", " five", " six"}
-	}
-	r.mu.Unlock()
-	const answer = "one two three four five six"
+	startPacedResponder(t, b, 300*time.Millisecond) // 7 pieces, about 2 s: twice the TTL
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	client := sdkClient(s)
 	_, _, last := streamEvents(ctx, t, client, responses.ResponseNewParams{Model: "switchboard", Input: inputText("write a lot")})
-	if last.Status != "completed" || last.OutputText() != answer {
+	if last.Status != "completed" || last.OutputText() != pacedAnswer {
 		t.Fatalf("stream: %s %q; want the whole answer", last.Status, last.OutputText())
 	}
 	got, err := client.Responses.Get(ctx, last.ID, responses.ResponseGetParams{})
-	if err != nil || got.Status != "completed" || got.OutputText() != answer {
+	if err != nil || got.Status != "completed" || got.OutputText() != pacedAnswer {
 		t.Fatalf("kept response: %v; want it completed with the answer", err)
 	}
+}
+
+// pacedAnswer is what startPacedResponder's turns answer, in six pieces.
+const pacedAnswer = "one two three four five six"
+
+// startPacedResponder starts a responder whose turns write pacedAnswer
+// piece by piece, pace before each piece and before the final: a turn
+// whose answer takes a while to write.
+func startPacedResponder(t *testing.T, b *bus.Bus, pace time.Duration) *responder {
+	t.Helper()
+	r := startResponder(t, b)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.pace = pace
+	r.answer = func(*eventsv1.MessageReceived, int) []string {
+		return []string{"one", " two", " three", " four", " five", " six"}
+	}
+	return r
 }
