@@ -3,6 +3,7 @@ package delivery_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -492,15 +493,7 @@ func TestSegmentCloseSurvivesAStopAfterItsMark(t *testing.T) {
 			e.publishStream(t, turn, 4, "s1", final(segAnswer))
 			eventually(t, e.clock, 0, "the final", func() bool { return e.gw.finals(turn) > 0 })
 			e.consumed(t, "s1")
-			var got []string
-			for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
-				if got = e.gw.shown("stream", "chat-s1"); fmt.Sprintf("%q", got) == fmt.Sprintf("%q", tt.want) {
-					break
-				}
-			}
-			if fmt.Sprintf("%q", got) != fmt.Sprintf("%q", tt.want) {
-				t.Errorf("the chat shows %q, want %q", got, tt.want)
-			}
+			e.waitShown(t, "chat-s1", tt.want)
 			for text, n := range e.gw.turnSends(turn) {
 				if n > 1 {
 					t.Errorf("%q posted %d times", text, n)
@@ -576,15 +569,7 @@ func TestTakeoverPostsNoUnrecordedMessageTwice(t *testing.T) {
 			}
 			eventually(t, e.clock, 0, "the final", func() bool { return e.gw.finals(turn) > 0 })
 			e.consumed(t, "s1")
-			var got []string
-			for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
-				if got = e.gw.shown("stream", "chat-s1"); fmt.Sprintf("%q", got) == fmt.Sprintf("%q", tt.want) {
-					break
-				}
-			}
-			if fmt.Sprintf("%q", got) != fmt.Sprintf("%q", tt.want) {
-				t.Errorf("the chat shows %q, want %q", got, tt.want)
-			}
+			e.waitShown(t, "chat-s1", tt.want)
 			if n := e.gw.finals(turn); n != 1 {
 				t.Errorf("%d messages marked the turn's end, want 1", n)
 			}
@@ -651,18 +636,24 @@ func TestShowReasoningAnswerComesBelowTheToolProgress(t *testing.T) {
 	eventually(t, e.clock, 0, "the final", func() bool { return e.gw.finals("t1") > 0 })
 	e.consumed(t, "s1")
 	want := []string{reasoning.Block(looked), "⚙️ calendar: \"today\"", reasoning.WithAnswer(said, segAnswer)}
-	var got []string
-	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
-		if got = e.gw.shown("stream", "chat-s1"); strings.Join(got, "\n---\n") == strings.Join(want, "\n---\n") {
-			break
-		}
-	}
-	if strings.Join(got, "\n---\n") != strings.Join(want, "\n---\n") {
-		t.Errorf("chat shows:\n%s\nwant:\n%s", strings.Join(got, "\n---\n"), strings.Join(want, "\n---\n"))
-	}
+	e.waitShown(t, "chat-s1", want)
 	for text, n := range e.gw.turnSends("t1") {
 		if n > 1 {
 			t.Errorf("%q posted %d times", text, n)
 		}
 	}
+}
+
+// waitShown waits up to 5 s for the stream chat to show want, message by
+// message (the last edits may land after the final's), and fails the
+// test with what it shows otherwise.
+func (e *env) waitShown(t *testing.T, chat string, want []string) {
+	t.Helper()
+	var got []string
+	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		if got = e.gw.shown("stream", chat); slices.Equal(got, want) {
+			return
+		}
+	}
+	t.Errorf("the chat shows:\n%s\nwant:\n%s", strings.Join(got, "\n---\n"), strings.Join(want, "\n---\n"))
 }
