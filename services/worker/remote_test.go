@@ -71,23 +71,38 @@ func (a *echoAgent) RunTurn(stream grpc.BidiStreamingServer[agentv1.RunTurnReque
 // configured further by mods.
 func startAgent(t *testing.T, h *harness, mods ...func(*worker.Config, *worker.Deps)) *echoAgent {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	agent := &echoAgent{starts: make(chan *agentv1.StartTurn, 4)}
-	srv := grpc.NewServer()
-	agentv1.RegisterAgentServiceServer(srv, agent)
-	go func() { _ = srv.Serve(lis) }()
-	t.Cleanup(srv.Stop)
+	startAgentWorker(t, h, agent, mods...)
+	return agent
+}
+
+// startAgentWorker serves agent and starts worker w1 with it as its
+// backend, configured further by mods.
+func startAgentWorker(t *testing.T, h *harness, agent agentv1.AgentServiceServer, mods ...func(*worker.Config, *worker.Deps)) {
+	t.Helper()
+	backend := serveAgent(t, agent)
 	h.startWorker("w1", func(c *worker.Config, d *worker.Deps) {
-		c.Agent.Backend = "grpc://" + lis.Addr().String()
+		c.Agent.Backend = backend
 		d.LLM = worker.Backend{}
 		for _, mod := range mods {
 			mod(c, d)
 		}
 	})
-	return agent
+}
+
+// serveAgent serves agent over gRPC until the test ends and returns its
+// address as a worker's agent.backend.
+func serveAgent(t *testing.T, agent agentv1.AgentServiceServer) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	agentv1.RegisterAgentServiceServer(srv, agent)
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	return "grpc://" + lis.Addr().String()
 }
 
 func TestExternalAgentBackend(t *testing.T) {
@@ -266,17 +281,10 @@ func TestExternalAgentRedeliveredTurnStreamsNoDeltas(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
 	h.setGeneration("s1", 1)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	agent := &pausingAgent{starts: make(chan struct{}, 4)}
-	srv := grpc.NewServer()
-	agentv1.RegisterAgentServiceServer(srv, agent)
-	go func() { _ = srv.Serve(lis) }()
-	t.Cleanup(srv.Stop)
+	backend := serveAgent(t, agent)
 	remote := func(c *worker.Config, d *worker.Deps) {
-		c.Agent.Backend = "grpc://" + lis.Addr().String()
+		c.Agent.Backend = backend
 		c.DrainTimeout = 50 * time.Millisecond
 		d.LLM = worker.Backend{}
 	}
@@ -311,19 +319,8 @@ func TestExternalAgentCallEndsWhenTheLockIsLost(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
 	h.setGeneration("s1", 1)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	agent := &pausingAgent{starts: make(chan struct{}, 4)}
-	srv := grpc.NewServer()
-	agentv1.RegisterAgentServiceServer(srv, agent)
-	go func() { _ = srv.Serve(lis) }()
-	t.Cleanup(srv.Stop)
-	h.startWorker("w1", func(c *worker.Config, d *worker.Deps) {
-		c.Agent.Backend = "grpc://" + lis.Addr().String()
-		d.LLM = worker.Backend{}
-	})
+	startAgentWorker(t, h, agent)
 	req := h.requestTurn("s1", "hello", turnOpts{})
 	<-agent.starts
 	// A stalled worker's lock, taken by another grant.

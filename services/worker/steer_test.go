@@ -3,7 +3,6 @@ package worker_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -467,19 +466,8 @@ func TestExternalAgentKeepsSteeringItDidNotRead(t *testing.T) {
 			h := newHarness(t)
 			key := "agent:main:telegram:dm:steer-late"
 			h.setGeneration(key, 1)
-			lis, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
 			agent := &lateAgent{say: tc.say, started: make(chan struct{}), decided: make(chan struct{})}
-			srv := grpc.NewServer()
-			agentv1.RegisterAgentServiceServer(srv, agent)
-			go func() { _ = srv.Serve(lis) }()
-			t.Cleanup(srv.Stop)
-			h.startWorker("w1", func(c *worker.Config, d *worker.Deps) {
-				c.Agent.Backend = "grpc://" + lis.Addr().String()
-				d.LLM = worker.Backend{}
-			})
+			startAgentWorker(t, h, agent)
 			req := h.requestTurn(key, "hello", turnOpts{})
 			<-agent.started
 			for i, text := range []string{"go left", "go right"} {
