@@ -27,6 +27,7 @@ import (
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/switchboard-chat/switchboard/pkg/attachment"
 	"github.com/switchboard-chat/switchboard/pkg/bus"
 	"github.com/switchboard-chat/switchboard/pkg/config"
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
@@ -100,6 +101,17 @@ type Config struct {
 	// Postgres (default true; off: the gateway opens no database and the
 	// endpoints answer 503).
 	Jobs bool `koanf:"jobs"`
+	// PublicURL is the address clients reach the gateway at
+	// (https://agent.example.com), which the links to the files an
+	// answer sends start with; empty, the links are paths
+	// (/v1/media/<id>) on the gateway's own address.
+	PublicURL string `koanf:"public_url"`
+	// MediaTTL is how long a link to a file an answer sends works
+	// (default 24 h, as long as the attachment store keeps the file).
+	MediaTTL time.Duration `koanf:"media_ttl"`
+	// MediaMaxBytes bounds a file GET /v1/media/{id} serves (default
+	// 20 MiB, the attachment store's bound).
+	MediaMaxBytes int64 `koanf:"media_max_bytes"`
 }
 
 // DefaultConfig returns the defaults.
@@ -110,6 +122,7 @@ func DefaultConfig() Config {
 		ResponseTTL: defaultResponseTTL, ResponsesMaxBytes: defaultResponsesMaxBytes, MaxBodyBytes: 4 << 20,
 		BodyTimeout: defaultBodyTimeout, RunTTL: defaultRunTTL, RunsMaxBytes: defaultRunsMaxBytes, MaxConcurrentRuns: defaultMaxConcurrentRuns,
 		RateLimit: 5, RateBurst: 20, WebChat: true, Jobs: true,
+		MediaTTL: defaultMediaTTL, MediaMaxBytes: defaultMediaMaxBytes,
 	}
 }
 
@@ -185,7 +198,7 @@ func (c Config) Validate() error {
 	if c.MaxConcurrentRuns < 0 {
 		return config.Invalid("gateways.api.max_concurrent_runs", c.MaxConcurrentRuns, "0 (no limit) or more")
 	}
-	return nil
+	return c.validateMedia()
 }
 
 // Deps are the service's clients.
@@ -217,6 +230,10 @@ type Service struct {
 	responses *responseStore
 	// runs keeps the runs of /v1/runs and their events.
 	runs *runStore
+	// media are the links to the files answers send from the attachment
+	// store, which files reads (keptmedia.go).
+	media *mediaLinkStore
+	files *attachment.Store
 	// slots are the slots of the runs that go on at once.
 	slots *runSlots
 	// jobs is the cron job store of /api/jobs (nil: none).
@@ -286,6 +303,8 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	s.responses = newResponseStore(deps.Bus, cfg.ResponseTTL, cfg.ResponsesMaxBytes)
 	s.runs = newRunStore(deps.Bus, cmp.Or(cfg.RunTTL, defaultRunTTL), cmp.Or(cfg.RunsMaxBytes, defaultRunsMaxBytes))
 	s.slots = newRunSlots(deps.Bus, cfg.MaxConcurrentRuns, s.runs.ended)
+	s.media = newMediaLinkStore(deps.Bus, cmp.Or(cfg.MediaTTL, defaultMediaTTL))
+	s.files = attachment.Open(deps.Bus.JetStream(), deps.Bus.Topology(), deps.RunnerOptions.Attachments)
 	// Every request is a server span: the root of the message's trace,
 	// carried on by the inbound publish.
 	s.handler = otelhttp.NewHandler(s.routes(), "gateway.api",
@@ -427,6 +446,10 @@ func (s *Service) IdempotentSends() bool { return true }
 // Idempotency-Key the chunk is added to its stored answer first, which
 // the request's attempts, on any replica, follow.
 func (s *Service) Send(ctx context.Context, req *deliveryv1.SendRequested) (string, error) {
+	req, err := s.linkKept(ctx, req)
+	if err != nil {
+		return "", err
+	}
 	if err := s.runSend(ctx, req); err != nil {
 		return "", err
 	}

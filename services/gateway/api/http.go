@@ -62,6 +62,7 @@ func (s *Service) table() *routeTable {
 	mux.HandleFunc("GET /v1/models/{model}", s.authed(s.model))
 	s.runRoutes(mux)
 	s.jobRoutes(mux)
+	mux.HandleFunc("GET /v1/media/{id}", s.authed(s.getMedia))
 	mux.HandleFunc("GET /health", s.health)
 	mux.HandleFunc("GET /v1/health", s.health) // Hermes's alias
 	mux.answerOtherMethods()

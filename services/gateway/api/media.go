@@ -9,15 +9,16 @@ import (
 
 // mediaLinks is how an answer shows the media a send carries (a tool's
 // picture, an external agent's file): a markdown link to each that has
-// an http(s) URL — an image as an image — as the model's own text would
-// link it; Hermes's API server answers with the text the agent wrote,
-// its media references in it. Media kept in the attachment store
-// (bytes_ref) has no address a client could open and is left out.
+// an http(s) URL, or the gateway's own link to a kept file (linkKept) —
+// an image as an image — as the model's own text would link it; Hermes's
+// API server answers with the text the agent wrote, its media references
+// in it. Media still named only by its bytes_ref has no address a client
+// could open and is left out.
 func mediaLinks(atts []*eventsv1.Attachment) string {
 	var links []string
 	for _, a := range atts {
 		u, err := url.Parse(a.GetUrl())
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		if err != nil || (!isMediaPath(u) && ((u.Scheme != "http" && u.Scheme != "https") || u.Host == "")) {
 			continue
 		}
 		label, link := linkLabel(a), linkEscaper.Replace(u.String())

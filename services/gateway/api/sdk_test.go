@@ -309,9 +309,8 @@ func TestStreamAfterAToolCallCompletes(t *testing.T) {
 // Media a tool made (a ReplyEvent's media, which delivery sends to the
 // gateway as a send with its attachment) is in the answer, linked in
 // markdown after its text — a picture as a picture — streamed or not,
-// on the Responses API and through a keyed request's stored answer;
-// media kept only in the attachment store has no address to give and
-// is left out.
+// on the Responses API and through a keyed request's stored answer
+// (media kept only in the attachment store: TestKeptMediaIsLinkedAndServed).
 func TestAnswerLinksItsMedia(t *testing.T) {
 	t.Parallel()
 	b := newBus(t)
@@ -322,7 +321,6 @@ func TestAnswerLinksItsMedia(t *testing.T) {
 	r.media = []*eventsv1.Attachment{
 		{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, Location: &eventsv1.Attachment_Url{Url: "https://files.example.test/chart.png"}, Caption: "Sales [2026]"},
 		{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT, Location: &eventsv1.Attachment_Url{Url: "https://files.example.test/report.pdf"}, FileName: "report.pdf"},
-		{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, Location: &eventsv1.Attachment_BytesRef{BytesRef: "att/kept.png"}},
 	}
 	r.mu.Unlock()
 	const want = "Here is the chart.\n\n![Sales (2026)](https://files.example.test/chart.png)\n[report.pdf](https://files.example.test/report.pdf)"

@@ -1,0 +1,265 @@
+package api
+
+import (
+	"cmp"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"mime"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/switchboard-chat/switchboard/pkg/attachment"
+	"github.com/switchboard-chat/switchboard/pkg/bus"
+	"github.com/switchboard-chat/switchboard/pkg/config"
+	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+	"github.com/switchboard-chat/switchboard/services/gateway/api/internal/openai"
+)
+
+// Files an answer sends that exist only in the attachment store (a voice
+// reply, a /save export, an external agent's file: a reply event's media
+// naming bytes_ref, not a URL) have no address a client could open.
+// Delivery hands them to the gateway as it hands them to every platform,
+// a send with the attachment, and the chat platforms upload the bytes
+// (platform.ReadOutbound). Here the gateway links them instead: each gets
+// a record in the KV bucket GATEWAY_API_MEDIA — the file's reference and
+// whose conversation it was sent to — under a link id, and the answer
+// links GET /v1/media/{id}, which serves the bytes to the same client
+// (the key the conversation belongs to) for gateways.api.media_ttl.
+// Hermes's API server answers with the agent's text, whose MEDIA: tags
+// name paths on the server's disk that no client can open.
+
+// BucketMedia is the KV bucket (before the topology prefix) of the links
+// to kept files.
+const BucketMedia = "GATEWAY_API_MEDIA"
+
+// mediaPath starts the path of a link to a kept file.
+const mediaPath = "/v1/media/"
+
+const (
+	// defaultMediaTTL is how long a link works: a day, as long as the
+	// attachment store keeps a file by default.
+	defaultMediaTTL = 24 * time.Hour
+	// defaultMediaMaxBytes bounds a file served: the attachment store's
+	// bound of one file.
+	defaultMediaMaxBytes = 20 << 20
+	// mediaLinksMaxBytes bounds the bucket: a record is a few hundred
+	// bytes, so this keeps tens of thousands of links; when it is full,
+	// the oldest go first.
+	mediaLinksMaxBytes = 16 << 20
+)
+
+// mediaIDPattern is a link id: 32 hex digits.
+var mediaIDPattern = regexp.MustCompile(`^[0-9a-f]{32}$`)
+
+// validateMedia checks the keys of the links to kept files.
+func (c Config) validateMedia() error {
+	if c.PublicURL != "" {
+		u, err := url.Parse(c.PublicURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+			return config.Invalid("gateways.api.public_url", c.PublicURL, "an http(s) URL without query or fragment (https://agent.example.com)")
+		}
+	}
+	if c.MediaTTL < 0 {
+		return config.Invalid("gateways.api.media_ttl", c.MediaTTL, "a positive duration")
+	}
+	if c.MediaMaxBytes < 0 {
+		return config.Invalid("gateways.api.media_max_bytes", c.MediaMaxBytes, "a positive number of bytes")
+	}
+	return nil
+}
+
+// mediaLink is the record of a link to a kept file.
+type mediaLink struct {
+	// Ref is the file's name in the attachment store.
+	Ref string `json:"ref"`
+	// Owner is whose conversation the file was sent to: "key:<name>" for
+	// a named key's, "" for the single key's (or a keyless gateway's).
+	Owner    string `json:"owner,omitempty"`
+	FileName string `json:"file_name,omitempty"`
+	MimeType string `json:"mime_type,omitempty"`
+}
+
+type mediaLinkStore struct {
+	kv *kvBucket
+}
+
+func newMediaLinkStore(b *bus.Bus, ttl time.Duration) *mediaLinkStore {
+	return &mediaLinkStore{kv: &kvBucket{bus: b, discardOld: true, cfg: jetstream.KeyValueConfig{
+		Bucket: BucketMedia, Description: "links of the API's answers to files in the attachment store", TTL: ttl, History: 1, MaxBytes: mediaLinksMaxBytes,
+	}}}
+}
+
+func (m *mediaLinkStore) put(ctx context.Context, id string, link mediaLink) error {
+	kv, err := m.kv.open(ctx)
+	if err != nil {
+		return err
+	}
+	data, err := json.Marshal(link)
+	if err != nil {
+		return fmt.Errorf("encode media link: %w", err)
+	}
+	if _, err := kv.Put(ctx, id, data); err != nil {
+		return fmt.Errorf("write media link: %w", err)
+	}
+	return nil
+}
+
+// get returns the link id; found is false when there is none (never
+// made, or expired).
+func (m *mediaLinkStore) get(ctx context.Context, id string) (link mediaLink, found bool, err error) {
+	if !mediaIDPattern.MatchString(id) {
+		return mediaLink{}, false, nil
+	}
+	kv, err := m.kv.open(ctx)
+	if err != nil {
+		return mediaLink{}, false, err
+	}
+	e, err := kv.Get(ctx, id)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return mediaLink{}, false, nil
+	}
+	if err != nil {
+		return mediaLink{}, false, fmt.Errorf("read media link: %w", err)
+	}
+	if err := json.Unmarshal(e.Value(), &link); err != nil {
+		return mediaLink{}, false, fmt.Errorf("decode media link: %w", err)
+	}
+	return link, true, nil
+}
+
+// ownerOfChat is whose an API chat is (chatIDOf): a named key's chat is
+// "<name>.<session>", every other one the single key's. A single-key
+// session of that form has a "~" before it, which no key name has.
+func ownerOfChat(chat string) string {
+	if name, _, ok := strings.Cut(chat, "."); ok && keyName.MatchString(name) {
+		return namedPrefix + name
+	}
+	return ""
+}
+
+// ownerOf is the owner (ownerOfChat) of the chats of a client identity.
+func ownerOf(identity string) string {
+	if strings.HasPrefix(identity, namedPrefix) {
+		return identity
+	}
+	return ""
+}
+
+// linkKept returns req with each of its attachments kept only in the
+// attachment store linked instead (a URL of GET /v1/media/{id}), or req
+// itself when it has none. The link id comes from the send's
+// idempotency key, so a send delivered again links the same id.
+func (s *Service) linkKept(ctx context.Context, req *deliveryv1.SendRequested) (*deliveryv1.SendRequested, error) {
+	kept := false
+	for _, a := range req.GetAttachments() {
+		kept = kept || (a.GetBytesRef() != "" && a.GetUnavailable() == "")
+	}
+	if !kept || len(req.GetInputMessageIds()) == 0 {
+		return req, nil
+	}
+	out := proto.Clone(req).(*deliveryv1.SendRequested)
+	owner := ownerOfChat(req.GetTarget().GetChatId())
+	for i, a := range out.GetAttachments() {
+		ref := a.GetBytesRef()
+		if ref == "" || a.GetUnavailable() != "" {
+			continue
+		}
+		id := randomHex(16)
+		if key := req.GetIdempotencyKey(); key != "" {
+			sum := sha256.Sum256([]byte("media\x00" + key + "\x00" + strconv.Itoa(i) + "\x00" + ref))
+			id = hex.EncodeToString(sum[:16])
+		}
+		link := mediaLink{Ref: ref, Owner: owner, FileName: a.GetFileName(), MimeType: a.GetMimeType()}
+		if err := s.media.put(ctx, id, link); err != nil {
+			return nil, err
+		}
+		a.Location = &eventsv1.Attachment_Url{Url: s.mediaURL(id)}
+	}
+	return out, nil
+}
+
+// mediaURL is the link to kept file id: on gateways.api.public_url, else
+// a path on the gateway's own address.
+func (s *Service) mediaURL(id string) string {
+	return strings.TrimRight(s.cfg.PublicURL, "/") + mediaPath + id
+}
+
+// isMediaPath reports whether u is a link linkKept made without a public
+// URL: a path on the gateway's own address.
+func isMediaPath(u *url.URL) bool {
+	return u.Scheme == "" && u.Host == "" && strings.HasPrefix(u.Path, mediaPath) && mediaIDPattern.MatchString(strings.TrimPrefix(u.Path, mediaPath))
+}
+
+// getMedia serves GET /v1/media/{id}: the bytes of a file an answer
+// linked, to the client whose conversation it was sent to. Another
+// client's link, an expired one and one never made are alike: 404
+// media_not_found. A link whose file the attachment store no longer
+// keeps is 410 media_expired; a file over media_max_bytes 413
+// media_too_large.
+func (s *Service) getMedia(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	link, found, err := s.media.get(r.Context(), id)
+	if err != nil {
+		s.log.WarnContext(r.Context(), "read api media link failed", "err", err)
+		writeUnavailable(w)
+		return
+	}
+	if !found || link.Owner != ownerOf(identityOf(r)) {
+		writeError(w, http.StatusNotFound, "invalid_request_error", "media_not_found", "",
+			"File not found, or its link expired: "+openai.Clip(id, 64))
+		return
+	}
+	limit := cmp.Or(s.cfg.MediaMaxBytes, defaultMediaMaxBytes)
+	data, kept, err := s.files.Get(r.Context(), link.Ref, limit)
+	switch {
+	case errors.Is(err, attachment.ErrNotFound):
+		writeError(w, http.StatusGone, "invalid_request_error", "media_expired", "",
+			"The file is no longer kept: the attachment store keeps files for attachments.ttl.")
+		return
+	case errors.Is(err, attachment.ErrTooLarge):
+		writeError(w, http.StatusRequestEntityTooLarge, "invalid_request_error", "media_too_large", "",
+			fmt.Sprintf("The file is larger than this gateway serves (%s, gateways.api.media_max_bytes).", attachment.Size(limit)))
+		return
+	case err != nil:
+		s.log.WarnContext(r.Context(), "read api media failed", "err", err)
+		writeUnavailable(w)
+		return
+	}
+	mimeType := cmp.Or(link.MimeType, kept)
+	if mimeType == "" {
+		mimeType = http.DetectContentType(data)
+	}
+	// Only a picture a browser shows as a picture is shown: anything
+	// else (an HTML or SVG file) is downloaded, never rendered on the
+	// gateway's origin, where the web chat keeps its key.
+	disposition := "attachment"
+	if attachment.IsImageType(mimeType) {
+		disposition = "inline"
+	}
+	params := map[string]string{}
+	if link.FileName != "" {
+		params["filename"] = link.FileName
+	}
+	h := w.Header()
+	h.Set("Content-Type", mimeType)
+	h.Set("Content-Length", strconv.Itoa(len(data)))
+	if cd := mime.FormatMediaType(disposition, params); cd != "" {
+		disposition = cd
+	}
+	h.Set("Content-Disposition", disposition)
+	h.Set("Cache-Control", "private, max-age=300")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(data)
+}

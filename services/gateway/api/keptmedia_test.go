@@ -1,0 +1,150 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+
+	"github.com/switchboard-chat/switchboard/pkg/attachment"
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+)
+
+// keptLink finds the links to kept files in an answer.
+var keptLink = regexp.MustCompile(`\]\((/v1/media/[0-9a-f]{32})\)`)
+
+// Media a turn sends that exists only in the attachment store (a voice
+// reply, a /save export: a send whose attachment names bytes_ref) is
+// linked after the answer's text as the gateway's GET /v1/media/{id},
+// which serves its bytes to the client whose conversation it was sent to
+// — on any replica — and to no other key; a file the store no longer
+// keeps is 410, one over media_max_bytes 413.
+func TestKeptMediaIsLinkedAndServed(t *testing.T) {
+	t.Parallel()
+	b := newBus(t)
+	const alice = "alice-key-0123456789abcdefghij"
+	s := startService(t, b, func(c *Config) { c.Keys = map[string]string{"alice": alice} })
+	small := startService(t, b, func(c *Config) { c.Keys = map[string]string{"alice": alice}; c.MediaMaxBytes = 32 })
+	r := startResponder(t, b)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	store := attachment.New(b.JetStream(), b.Topology(), attachment.Config{Enabled: true})
+	png := append([]byte("\x89PNG\r\n\x1a\n"), bytes.Repeat([]byte{7}, 64)...)
+	if _, err := store.Keep(ctx, "test/chart.png", "image/png", bytes.NewReader(png)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Keep(ctx, "test/notes.html", "text/html", strings.NewReader("<script>alert(1)</script>")); err != nil {
+		t.Fatal(err)
+	}
+	r.mu.Lock()
+	r.answer = func(*eventsv1.MessageReceived, int) []string { return []string{"Here is", " the chart."} }
+	r.media = []*eventsv1.Attachment{
+		{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, Location: &eventsv1.Attachment_BytesRef{BytesRef: "test/chart.png"}, MimeType: "image/png", FileName: "chart.png"},
+		{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT, Location: &eventsv1.Attachment_BytesRef{BytesRef: "test/notes.html"}, FileName: "notes.html"},
+	}
+	r.mu.Unlock()
+	chat := openai.ChatCompletionNewParams{Model: "switchboard", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("chart it")}}
+	links := func(key string, opts ...option.RequestOption) (chart, notes string) {
+		t.Helper()
+		client := sdkClient(s, append(opts, option.WithAPIKey(key))...)
+		resp, err := client.Chat.Completions.New(ctx, chat)
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := resp.Choices[0].Message.Content
+		found := keptLink.FindAllStringSubmatch(text, -1)
+		if len(found) != 2 || !strings.HasPrefix(text, "Here is the chart.\n\n![chart.png](/v1/media/") ||
+			!strings.Contains(text, "\n[notes.html](/v1/media/") {
+			t.Fatalf("answer %q does not link the kept files", text)
+		}
+		return found[0][1], found[1][1]
+	}
+	get := func(on *Service, link, key string) httpResult {
+		t.Helper()
+		return do(t, http.MethodGet, "http://"+on.Addr()+link, key, "", nil)
+	}
+	chart, notes := links(testKey)
+	for _, on := range []*Service{s, small} {
+		if got := get(on, notes, testKey); got.code != http.StatusOK || string(got.body) != "<script>alert(1)</script>" ||
+			got.header.Get("Content-Type") != "text/html" || got.header.Get("Content-Disposition") != `attachment; filename=notes.html` {
+			t.Errorf("a kept file: %d %q %v", got.code, got.body, got.header)
+		}
+	}
+	got := get(s, chart, testKey)
+	if got.code != http.StatusOK || !bytes.Equal(got.body, png) || got.header.Get("Content-Type") != "image/png" ||
+		got.header.Get("Content-Disposition") != `inline; filename=chart.png` {
+		t.Errorf("a kept picture: %d %v", got.code, got.header)
+	}
+	if got := get(small, chart, testKey); got.code != http.StatusRequestEntityTooLarge || errorCode(t, got) != "media_too_large" {
+		t.Errorf("a file over media_max_bytes: %d %s", got.code, got.body)
+	}
+	if got := get(s, chart, ""); got.code != http.StatusUnauthorized {
+		t.Errorf("without a key: %d %s", got.code, got.body)
+	}
+	if got := get(s, chart, alice); got.code != http.StatusNotFound || errorCode(t, got) != "media_not_found" {
+		t.Errorf("another key's file: %d %s", got.code, got.body)
+	}
+	for _, link := range []string{"/v1/media/" + strings.Repeat("0", 32), "/v1/media/nope"} {
+		if got := get(s, link, testKey); got.code != http.StatusNotFound || errorCode(t, got) != "media_not_found" {
+			t.Errorf("%s: %d %s", link, got.code, got.body)
+		}
+	}
+	// A named key's conversation is its own: its links are hers alone,
+	// and a keyed request's stored answer links the same files.
+	aliceChart, _ := links(alice, option.WithHeader(HeaderSession, "s1"))
+	again, _ := links(alice, option.WithHeader(HeaderSession, "s1"), option.WithHeader(HeaderIdempotencyKey, "k-kept"))
+	for _, link := range []string{aliceChart, again} {
+		if got := get(s, link, alice); got.code != http.StatusOK || !bytes.Equal(got.body, png) {
+			t.Errorf("her own file: %d %s", got.code, got.body)
+		}
+		if got := get(s, link, testKey); got.code != http.StatusNotFound {
+			t.Errorf("her file with the other key: %d %s", got.code, got.body)
+		}
+	}
+	// The store no longer keeps the file: the link says so.
+	obs, err := b.JetStream().ObjectStore(ctx, b.Topology().Stream(attachment.Bucket))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := obs.Delete(ctx, "test/chart.png"); err != nil {
+		t.Fatal(err)
+	}
+	got = get(s, chart, testKey)
+	var e apiError
+	if got.code != http.StatusGone || json.Unmarshal(got.body, &e) != nil || *e.Error.Code != "media_expired" {
+		t.Errorf("a file no longer kept: %d %s", got.code, got.body)
+	}
+}
+
+func TestMediaConfig(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		url string
+		ok  bool
+	}{
+		{"", true},
+		{"https://agent.example.test", true},
+		{"http://10.0.0.5:8642/agent/", true},
+		{"ftp://agent.example.test", false},
+		{"agent.example.test", false},
+		{"https://agent.example.test/?a=1", false},
+		{"https://user:pw@agent.example.test", false},
+	} {
+		cfg := DefaultConfig()
+		cfg.Key, cfg.PublicURL = testKey, c.url
+		if err := cfg.Validate(); (err == nil) != c.ok {
+			t.Errorf("public_url %q: %v", c.url, err)
+		}
+	}
+	s := &Service{cfg: Config{PublicURL: "https://agent.example.test/agent/"}}
+	if got := s.mediaURL("0123"); got != "https://agent.example.test/agent/v1/media/0123" {
+		t.Errorf("link %q", got)
+	}
+}
