@@ -148,3 +148,51 @@ func TestMediaConfig(t *testing.T) {
 		t.Errorf("link %q", got)
 	}
 }
+
+// A run's media are in its output as in a chat completion's answer,
+// linked after its text (a kept file to GET /v1/media/{id}), and its
+// events stream the links as the text delta before run.completed, so
+// that the deltas add up to the output.
+func TestRunCarriesItsMedia(t *testing.T) {
+	t.Parallel()
+	b := newBus(t)
+	s := startService(t, b, nil)
+	r := startResponder(t, b)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	store := attachment.New(b.JetStream(), b.Topology(), attachment.Config{Enabled: true})
+	png := append([]byte("\x89PNG\r\n\x1a\n"), bytes.Repeat([]byte{7}, 64)...)
+	if _, err := store.Keep(ctx, "test/chart.png", "image/png", bytes.NewReader(png)); err != nil {
+		t.Fatal(err)
+	}
+	r.mu.Lock()
+	r.answer = func(*eventsv1.MessageReceived, int) []string { return []string{"Here is", " the chart."} }
+	r.media = []*eventsv1.Attachment{
+		{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE, Location: &eventsv1.Attachment_BytesRef{BytesRef: "test/chart.png"}, MimeType: "image/png", FileName: "chart.png"},
+		{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT, Location: &eventsv1.Attachment_Url{Url: "https://files.example.test/report.pdf"}, FileName: "report.pdf"},
+	}
+	r.mu.Unlock()
+	id, _ := startRun(t, s, `{"input":"chart it"}`, nil)
+	events, closed := followRun(t, s, id).rest(t)
+	if got := strings.Join(names(events), " "); got != "message.delta message.delta message.delta run.completed" || !closed {
+		t.Fatalf("events %s (closed %v)", got, closed)
+	}
+	out, _ := events[3]["output"].(string)
+	found := keptLink.FindStringSubmatch(out)
+	if found == nil || out != "Here is the chart.\n\n![chart.png]("+found[1]+")\n[report.pdf](https://files.example.test/report.pdf)" {
+		t.Fatalf("run.completed output %q", out)
+	}
+	var streamed string
+	for _, ev := range events[:3] {
+		streamed += ev["delta"].(string)
+	}
+	if streamed != out {
+		t.Errorf("deltas %q, output %q", streamed, out)
+	}
+	if st := runStatusOf(t, s, id); st.Status != runCompleted || st.Output == nil || *st.Output != out {
+		t.Errorf("status %+v", st)
+	}
+	if got := do(t, http.MethodGet, "http://"+s.Addr()+found[1], testKey, "", nil); got.code != http.StatusOK || !bytes.Equal(got.body, png) {
+		t.Errorf("the run's kept file: %d %s", got.code, got.body)
+	}
+}

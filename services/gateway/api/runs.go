@@ -605,11 +605,15 @@ func (s *Service) runStep(ctx context.Context, run, command string, req *deliver
 		if strings.HasPrefix(req.GetTurnId(), "notice:") {
 			return nil // a busy acknowledgement: not the answer
 		}
+		media := mediaLinks(req.GetAttachments())
 		_, _, err := s.runs.change(ctx, run, func(rec *runRecord) bool {
 			if terminal(rec.Status.Status) || rec.added(key) {
 				return false
 			}
 			rec.Answer += req.GetText()
+			if media != "" {
+				rec.Media = append(rec.Media, media)
+			}
 			rec.Sent = append(rec.Sent, key)
 			return true
 		})
@@ -694,7 +698,11 @@ func toolEvent(step *deliveryv1.ToolStep) (runEvent, func(*runRecord, *runEvent)
 // as it ended. Its last event is written (again, as the same event, when
 // the send is delivered again).
 func (s *Service) endRun(ctx context.Context, run string, req *deliveryv1.SendRequested, stopped bool) error {
+	// links is what the output adds after the answer's text: the links
+	// to the media its sends carried, as a chat completion's answer.
+	var links string
 	rec, found, err := s.runs.change(ctx, run, func(rec *runRecord) bool {
+		links = ""
 		st := &rec.Status
 		if terminal(st.Status) {
 			return false
@@ -705,7 +713,12 @@ func (s *Service) endRun(ctx context.Context, run string, req *deliveryv1.SendRe
 		case req.GetErrorCode() != "":
 			st.Status, st.Error = runFailed, failureMessage(req.GetText())
 		default:
-			out := rec.Answer + req.GetText()
+			text, media := rec.Answer+req.GetText(), rec.Media
+			if m := mediaLinks(req.GetAttachments()); m != "" {
+				media = append(media, m)
+			}
+			out := withMedia(text, media)
+			links = strings.TrimPrefix(out, text)
 			st.Status, st.Output = runCompleted, &out
 			if u := req.GetUsage(); u != nil {
 				st.Usage = &runUsage{InputTokens: u.GetPromptTokens(), OutputTokens: u.GetCompletionTokens(),
@@ -713,11 +726,18 @@ func (s *Service) endRun(ctx context.Context, run string, req *deliveryv1.SendRe
 			}
 		}
 		st.LastEvent, st.Approval = "run."+st.Status, nil
-		rec.Answer, rec.Sent, rec.Tools = "", nil, nil
+		rec.Answer, rec.Sent, rec.Tools, rec.Media = "", nil, nil, nil
 		return true
 	})
 	if err != nil || !found || !terminal(rec.Status.Status) {
 		return err
+	}
+	if links != "" {
+		// Streamed after the text, as a chat completion's are: the
+		// deltas add up to the output (which keeps them if this is lost).
+		if err := s.runs.emit(ctx, run, "media", runEvent{Event: "message.delta", Delta: links}); err != nil {
+			s.log.WarnContext(ctx, "record api run media failed", "err", err)
+		}
 	}
 	if err := s.slots.give(ctx, run, rec.Slot); err != nil {
 		// Not given back: the next run to find every slot held takes it

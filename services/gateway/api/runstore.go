@@ -106,6 +106,9 @@ type runRecord struct {
 	// Sent the idempotency keys of those sends (each is added once).
 	Answer string   `json:"answer,omitempty"`
 	Sent   []string `json:"sent,omitempty"`
+	// Media are the links to the media of those sends (mediaLinks),
+	// which the output shows after the answer's text.
+	Media []string `json:"media,omitempty"`
 	// Tools are the start times of the tool calls under way, by call id.
 	Tools map[string]float64 `json:"tools,omitempty"`
 	// Slot is the run's slot among the concurrent runs (from 1; 0: none),
