@@ -29,6 +29,9 @@ type piece struct {
 	usage *deliveryv1.TokenUsage
 	// at is the turn that answered and where it ran (on the final piece).
 	at answerPoint
+	// tool is a step of one of the turn's tool calls
+	// (SEND_OP_TOOL_PROGRESS), which a stream shows as it comes.
+	tool *deliveryv1.ToolStep
 }
 
 // answerPoint is where an answer's exchange ends in the transcript: the
