@@ -338,9 +338,11 @@ func (a *answers) follow(id string, f *follower) (stop func(), err error) {
 
 // follower feeds one waiting keyed request: the pieces of the record it
 // has not passed on yet, in order, the steps of the turn's tool calls
-// (to every attempt), and stream deltas — but only to the attempt that published the
-// message, which sees the stream from its start; a retry gets the
-// answer as it is sent.
+// (to every attempt), and stream deltas — but only to the attempt that
+// published the message, which sees the stream from its start; a retry
+// gets the answer as it is sent, each delta it does not show only
+// saying that the turn goes on (piece.alive), so that a long answer
+// still being written does not reach the retry's silence bound.
 type follower struct {
 	wt *waiter
 
@@ -395,7 +397,9 @@ func (f *follower) delta(p piece) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	switch {
-	case f.done || f.live < 0:
+	case f.done:
+	case f.live < 0:
+		f.wt.push(piece{alive: true})
 	case f.live == 0:
 		f.heldDeltas = append(f.heldDeltas, p)
 	default:

@@ -301,12 +301,12 @@ func TestFollower(t *testing.T) {
 			f.delta(piece{delta: "d1"})
 			f.apply(final)
 		}, nil},
-		{"a retry drops deltas", func(f *follower) {
+		{"a retry shows no delta, only that the turn goes on", func(f *follower) {
 			f.delta(piece{delta: "d1"})
 			f.decide(false)
 			f.delta(piece{delta: "d2"})
 			f.apply(final)
-		}, []piece{{text: "one "}, {text: "two", final: true}}},
+		}, []piece{{alive: true}, {text: "one "}, {text: "two", final: true}}},
 		{"tool steps reach a retry too", func(f *follower) {
 			f.tool(piece{tool: step})
 			f.delta(piece{delta: "d1"})

@@ -429,7 +429,7 @@ func collect(ctx context.Context, wt *waiter) (reply, error) {
 	var media []string
 	for {
 		for _, p := range wt.take() {
-			if p.delta != "" || p.tool != nil {
+			if p.delta != "" || p.tool != nil || p.alive {
 				continue
 			}
 			if p.errorCode != "" && ans.errorCode == "" {
@@ -509,6 +509,9 @@ func relay(ctx context.Context, wt *waiter, quiet time.Duration, show func(strin
 			silence.Reset(quiet)
 		}
 		for _, p := range pieces {
+			if p.alive {
+				continue
+			}
 			if p.tool != nil {
 				tool(p.tool)
 				continue
