@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/switchboard-chat/switchboard/pkg/bus"
+	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 )
 
@@ -91,6 +92,16 @@ type answerUpdate struct {
 	// Restart: the delta is the break before a later model call's text
 	// (piece.restart).
 	Restart bool `json:"restart,omitempty"`
+	// Tool is a step of one of the turn's tool calls (piece.tool).
+	Tool *toolUpdate `json:"tool,omitempty"`
+}
+
+// toolUpdate is a deliveryv1.ToolStep in an answerUpdate.
+type toolUpdate struct {
+	CallID string `json:"call_id"`
+	Name   string `json:"name"`
+	Phase  string `json:"phase"`
+	Detail string `json:"detail,omitempty"`
 }
 
 // answers stores the records (one KV key per request id) and fans out
@@ -289,6 +300,11 @@ func (a *answers) delta(id, text string, restart bool) {
 	a.publish(id, answerUpdate{Delta: text, Restart: restart})
 }
 
+// tool passes a step of a tool call to the requests waiting on id.
+func (a *answers) tool(id string, s *deliveryv1.ToolStep) {
+	a.publish(id, answerUpdate{Tool: &toolUpdate{CallID: s.GetToolCallId(), Name: s.GetToolName(), Phase: s.GetPhase(), Detail: s.GetDetail()}})
+}
+
 // publish is best effort: a waiting request also reads the record.
 func (a *answers) publish(id string, u answerUpdate) {
 	data, _ := json.Marshal(u)
@@ -310,6 +326,9 @@ func (a *answers) follow(id string, f *follower) (stop func(), err error) {
 		if u.Delta != "" {
 			f.delta(piece{delta: u.Delta, restart: u.Restart})
 		}
+		if t := u.Tool; t != nil {
+			f.tool(piece{tool: &deliveryv1.ToolStep{ToolCallId: t.CallID, ToolName: t.Name, Phase: t.Phase, Detail: t.Detail}})
+		}
 	})
 	if err != nil {
 		return nil, fmt.Errorf("subscribe answer updates: %w", err)
@@ -318,9 +337,12 @@ func (a *answers) follow(id string, f *follower) (stop func(), err error) {
 }
 
 // follower feeds one waiting keyed request: the pieces of the record it
-// has not passed on yet, in order, and stream deltas — but only to the
-// attempt that published the message, which sees the stream from its
-// start; a retry gets the answer as it is sent.
+// has not passed on yet, in order, the steps of the turn's tool calls
+// (to every attempt), and stream deltas — but only to the attempt that
+// published the message, which sees the stream from its start; a retry
+// gets the answer as it is sent, each delta it does not show only
+// saying that the turn goes on (piece.alive), so that a long answer
+// still being written does not reach the retry's silence bound.
 type follower struct {
 	wt *waiter
 
@@ -375,7 +397,23 @@ func (f *follower) delta(p piece) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	switch {
-	case f.done || f.live < 0:
+	case f.done:
+	case f.live < 0:
+		f.wt.push(piece{alive: true})
+	case f.live == 0:
+		f.heldDeltas = append(f.heldDeltas, p)
+	default:
+		f.wt.push(p)
+	}
+}
+
+// tool passes on a step of a tool call, to every attempt: a retry
+// shows the calls it sees start.
+func (f *follower) tool(p piece) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch {
+	case f.done:
 	case f.live == 0:
 		f.heldDeltas = append(f.heldDeltas, p)
 	default:
@@ -384,14 +422,16 @@ func (f *follower) delta(p piece) {
 }
 
 // decide says whether this attempt streams deltas, and passes on what
-// was held.
+// was held (a retry, the tool steps alone).
 func (f *follower) decide(live bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.live = -1
 	if live {
 		f.live = 1
-		for _, d := range f.heldDeltas {
+	}
+	for _, d := range f.heldDeltas {
+		if live || d.tool != nil {
 			f.wt.push(d)
 		}
 	}

@@ -571,8 +571,11 @@ func (s *Service) serveForwarded(m *nats.Msg) {
 		receipt = &deliveryv1.SendReceipt{ErrorClass: deliveryv1.ErrorClass_ERROR_CLASS_PERMANENT, Error: "malformed forwarded reply"}
 	} else {
 		p := sendPiece(req)
-		if req.GetOp() == deliveryv1.SendOp_SEND_OP_STREAM_DELTA {
+		switch req.GetOp() {
+		case deliveryv1.SendOp_SEND_OP_STREAM_DELTA:
 			p = deltaPiece(req)
+		case deliveryv1.SendOp_SEND_OP_TOOL_PROGRESS:
+			p = toolPiece(req)
 		}
 		s.waiting.deliver(req.GetInputMessageIds(), p)
 	}

@@ -112,6 +112,9 @@ type responder struct {
 	// media, when set, is sent (one send each, as delivery sends a
 	// ReplyEvent's media) after the streamed text, before the final.
 	media []*eventsv1.Attachment
+	// tools, when set, are the steps of tool calls sent before the piece
+	// they are keyed by (SEND_OP_TOOL_PROGRESS, as delivery passes them).
+	tools map[int][]*deliveryv1.ToolStep
 }
 
 // failureText is how the responder's failed turns explain themselves.
@@ -180,7 +183,7 @@ func (r *responder) reply(ctx context.Context, t *testing.T, b *bus.Bus, ev *eve
 	}
 	send(&deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_TYPING})
 	r.mu.Lock()
-	restart, pace := r.restart, r.pace
+	restart, pace, tools := r.restart, r.pace, r.tools
 	r.mu.Unlock()
 	wait := func() {
 		if pace == 0 {
@@ -193,6 +196,9 @@ func (r *responder) reply(ctx context.Context, t *testing.T, b *bus.Bus, ev *eve
 	}
 	for i, p := range pieces {
 		wait()
+		for j, step := range tools[i] {
+			send(&deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_TOOL_PROGRESS, ToolStep: step, IdempotencyKey: fmt.Sprintf("%s:tool:%d:%d", turnID, i, j)})
+		}
 		send(&deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_STREAM_DELTA, Text: p, IdempotencyKey: fmt.Sprintf("%s:delta:%d", turnID, i),
 			StreamRestart: restart != nil && restart(i)})
 	}

@@ -433,8 +433,10 @@ func (s *Service) chatCompletions(w http.ResponseWriter, r *http.Request) {
 }
 
 // stream writes OpenAI chunks as the reply arrives, then data: [DONE];
-// a failed turn ends it with OpenAI's in-stream error event instead. A
-// request that published its message ends with a Server-Timing trailer.
+// a failed turn ends it with OpenAI's in-stream error event instead. The
+// turn's tool calls show between the chunks as Hermes's
+// hermes.tool.progress events (chatTools). A request that published its
+// message ends with a Server-Timing trailer.
 func (s *Service) stream(ctx context.Context, w http.ResponseWriter, r *http.Request, t *turn, id, modelName string, withUsage bool) {
 	out := startSSE(w, t.timed())
 	created := time.Now().Unix()
@@ -443,7 +445,8 @@ func (s *Service) stream(ctx context.Context, w http.ResponseWriter, r *http.Req
 			Choices: []chunkChoice{{Delta: delta, FinishReason: finish}}})
 	}
 	write(chunkDelta{Role: "assistant"}, nil)
-	end := relay(ctx, t.wt, s.cfg.ReplyTimeout, func(text string) { write(chunkDelta{Content: text}, nil) }, out.keepalive)
+	tools := chatTools(out, chunk{ID: id, Object: "chat.completion.chunk", Created: created, Model: modelName})
+	end := relay(ctx, t.wt, s.cfg.ReplyTimeout, func(text string) { write(chunkDelta{Content: text}, nil) }, tools, out.keepalive)
 	switch {
 	case end.err != nil:
 		// OpenAI's in-stream error event ends the stream: no [DONE]. A

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/switchboard-chat/switchboard/pkg/bus"
+	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	"github.com/switchboard-chat/switchboard/pkg/platform/platformtest"
 )
 
@@ -263,6 +264,7 @@ func TestFollower(t *testing.T) {
 	two := answer{Pieces: []answerPiece{{Key: "a", Text: "one "}, {Key: "b", Text: "two"}}}
 	final := two
 	final.Final = true
+	step := &deliveryv1.ToolStep{ToolCallId: "call_1", ToolName: "terminal", Phase: "started"}
 	cases := []struct {
 		name string
 		do   func(f *follower)
@@ -299,12 +301,20 @@ func TestFollower(t *testing.T) {
 			f.delta(piece{delta: "d1"})
 			f.apply(final)
 		}, nil},
-		{"a retry drops deltas", func(f *follower) {
+		{"a retry shows no delta, only that the turn goes on", func(f *follower) {
 			f.delta(piece{delta: "d1"})
 			f.decide(false)
 			f.delta(piece{delta: "d2"})
 			f.apply(final)
-		}, []piece{{text: "one "}, {text: "two", final: true}}},
+		}, []piece{{alive: true}, {text: "one "}, {text: "two", final: true}}},
+		{"tool steps reach a retry too", func(f *follower) {
+			f.tool(piece{tool: step})
+			f.delta(piece{delta: "d1"})
+			f.decide(false)
+			f.tool(piece{tool: step})
+			f.apply(final)
+			f.tool(piece{tool: step})
+		}, []piece{{tool: step}, {tool: step}, {text: "one "}, {text: "two", final: true}}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -464,12 +464,15 @@ func (s *Service) forget(ctx context.Context, id string) {
 // text, the part and the item done, and response.completed — or
 // response.failed for a failed turn, response.incomplete when the wait
 // ended first, after closing the item as incomplete if it was opened.
-// Every event has its sequence_number.
+// Each tool call the turn makes is a function_call item of its own,
+// added when the call starts and done when it ends (tool). Every event
+// has its sequence_number.
 func (s *Service) streamResponse(ctx context.Context, w http.ResponseWriter, r *http.Request, t *turn, o *responseObject, k *kept) {
 	e := &responseEvents{out: startSSE(w, t.timed()), o: o}
 	e.response("response.created")
 	e.response("response.in_progress")
-	end := relay(ctx, t.wt, s.cfg.ReplyTimeout, e.delta, e.out.keepalive)
+	end := relay(ctx, t.wt, s.cfg.ReplyTimeout, e.delta, e.tool, e.out.keepalive)
+	e.closeCalls()
 	var timing string
 	if end.final != nil && t.timed() {
 		timing = t.serverTiming(end.final.hops)
@@ -509,6 +512,10 @@ type responseEvents struct {
 	o      *responseObject
 	seq    int
 	opened bool // the message item was added
+	// index is the message item's output_index, next the next item's:
+	// the items are numbered as they are added, tool calls' included.
+	index, next int
+	calls       toolCalls
 }
 
 func (e *responseEvents) head(typ string) eventHead {
@@ -525,10 +532,12 @@ func (e *responseEvents) response(typ string) {
 // open adds the message item and its text part.
 func (e *responseEvents) open() {
 	e.opened = true
-	e.out.send("response.output_item.added", itemEvent{eventHead: e.head("response.output_item.added"),
+	e.index = e.next
+	e.next++
+	e.out.send("response.output_item.added", itemEvent{eventHead: e.head("response.output_item.added"), OutputIndex: e.index,
 		Item: outputMessage{ID: e.o.messageID, Type: "message", Status: "in_progress", Role: "assistant", Content: []outputText{}}})
 	e.out.send("response.content_part.added", partEvent{eventHead: e.head("response.content_part.added"),
-		ItemID: e.o.messageID, Part: newOutputText("")})
+		ItemID: e.o.messageID, OutputIndex: e.index, Part: newOutputText("")})
 }
 
 // delta shows a piece of the answer.
@@ -537,7 +546,7 @@ func (e *responseEvents) delta(text string) {
 		e.open()
 	}
 	e.out.send("response.output_text.delta", textDeltaEvent{eventHead: e.head("response.output_text.delta"),
-		ItemID: e.o.messageID, Delta: text, Logprobs: []struct{}{}})
+		ItemID: e.o.messageID, OutputIndex: e.index, Delta: text, Logprobs: []struct{}{}})
 }
 
 // itemDone ends the text, its part and the message item (status).
@@ -546,15 +555,16 @@ func (e *responseEvents) itemDone(status, text string) {
 		e.open()
 	}
 	e.out.send("response.output_text.done", textDoneEvent{eventHead: e.head("response.output_text.done"),
-		ItemID: e.o.messageID, Text: text, Logprobs: []struct{}{}})
+		ItemID: e.o.messageID, OutputIndex: e.index, Text: text, Logprobs: []struct{}{}})
 	e.out.send("response.content_part.done", partEvent{eventHead: e.head("response.content_part.done"),
-		ItemID: e.o.messageID, Part: newOutputText(text)})
-	e.out.send("response.output_item.done", itemEvent{eventHead: e.head("response.output_item.done"),
+		ItemID: e.o.messageID, OutputIndex: e.index, Part: newOutputText(text)})
+	e.out.send("response.output_item.done", itemEvent{eventHead: e.head("response.output_item.done"), OutputIndex: e.index,
 		Item: e.o.message(status, text)})
 }
 
-// Stream events. The answer is one message item (output_index 0) with
-// one output_text part (content_index 0).
+// Stream events. The answer is one message item with one output_text
+// part (content_index 0); its output_index is 0 unless tool calls'
+// items came before it.
 type eventHead struct {
 	Type           string `json:"type"`
 	SequenceNumber int    `json:"sequence_number"`

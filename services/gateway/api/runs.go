@@ -546,9 +546,17 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // What the turns of runs send: each send delivery makes for a run's
 // message (or for a command sent for it) changes the run.
 
-// ToolProgress records a step of a run's tool call.
+// ToolProgress records a step of a run's tool call, and shows it to the
+// streams waiting for the turn's answer (toolPiece).
 func (s *Service) ToolProgress(ctx context.Context, req *deliveryv1.SendRequested) error {
-	return s.runSend(ctx, req)
+	if err := s.runSend(ctx, req); err != nil {
+		return err
+	}
+	keyed, plain := splitIDs(req.GetInputMessageIds())
+	for _, id := range keyed {
+		s.answers.tool(id, req.GetToolStep())
+	}
+	return s.route(ctx, plain, req, toolPiece(req))
 }
 
 // runSend applies a send to the runs among its input messages.

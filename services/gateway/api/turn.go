@@ -429,7 +429,7 @@ func collect(ctx context.Context, wt *waiter) (reply, error) {
 	var media []string
 	for {
 		for _, p := range wt.take() {
-			if p.delta != "" {
+			if p.delta != "" || p.tool != nil || p.alive {
 				continue
 			}
 			if p.errorCode != "" && ans.errorCode == "" {
@@ -489,7 +489,10 @@ const keepaliveEvery = 15 * time.Second
 // after streaming text ("Let me check."), the later call's text streams
 // after a break marked restart (Hermes's paragraph break), and the
 // answer continues what streamed after that break, not the whole stream.
-func relay(ctx context.Context, wt *waiter, quiet time.Duration, show func(string), idle func()) ending {
+//
+// The steps of the turn's tool calls go to tool as they come; they say
+// the turn goes on, as its text does.
+func relay(ctx context.Context, wt *waiter, quiet time.Duration, show func(string), tool func(*deliveryv1.ToolStep), idle func()) ending {
 	keepalive := time.NewTicker(keepaliveEvery)
 	defer keepalive.Stop()
 	silence := time.NewTimer(quiet)
@@ -506,6 +509,13 @@ func relay(ctx context.Context, wt *waiter, quiet time.Duration, show func(strin
 			silence.Reset(quiet)
 		}
 		for _, p := range pieces {
+			if p.alive {
+				continue
+			}
+			if p.tool != nil {
+				tool(p.tool)
+				continue
+			}
 			if p.errorCode != "" {
 				// A failed turn: its explanation ends the stream.
 				failure.WriteString(p.text)

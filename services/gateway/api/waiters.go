@@ -29,6 +29,13 @@ type piece struct {
 	usage *deliveryv1.TokenUsage
 	// at is the turn that answered and where it ran (on the final piece).
 	at answerPoint
+	// tool is a step of one of the turn's tool calls
+	// (SEND_OP_TOOL_PROGRESS), which a stream shows as it comes.
+	tool *deliveryv1.ToolStep
+	// alive says the turn is producing (a keyed request's retry, which
+	// shows none of the deltas it missed the start of): it holds off the
+	// stream's silence bound and shows nothing.
+	alive bool
 }
 
 // answerPoint is where an answer's exchange ends in the transcript: the

@@ -1,0 +1,222 @@
+package api
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/responses"
+
+	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+)
+
+// sseEvent is one event of a raw event stream.
+type sseEvent struct{ name, data string }
+
+// sseEvents splits a raw event stream into its events (comments left out).
+func sseEvents(t *testing.T, r httpResult) []sseEvent {
+	t.Helper()
+	if r.code != 200 {
+		t.Fatalf("status %d: %s", r.code, r.body)
+	}
+	var out []sseEvent
+	var ev sseEvent
+	sc := bufio.NewScanner(strings.NewReader(string(r.body)))
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case line == "":
+			if ev.data != "" {
+				out = append(out, ev)
+			}
+			ev = sseEvent{}
+		case strings.HasPrefix(line, "event: "):
+			ev.name = strings.TrimPrefix(line, "event: ")
+		case strings.HasPrefix(line, "data: "):
+			ev.data = strings.TrimPrefix(line, "data: ")
+		}
+	}
+	return out
+}
+
+// toolTurn makes r's turns call a tool after "Let me check." — with an
+// internal tool (named "_…") beside it and the end of a call that never
+// started, which streams do not show — and answer after it.
+func toolTurn(r *responder) (shown, final string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.answer = func(*eventsv1.MessageReceived, int) []string {
+		return []string{"Let me check.", "\n\n", "It's ", "5pm."}
+	}
+	r.restart = func(i int) bool { return i == 1 }
+	r.final = func([]string) string { return "It's 5pm." }
+	step := func(id, name, phase, detail string) *deliveryv1.ToolStep {
+		return &deliveryv1.ToolStep{ToolCallId: id, ToolName: name, Phase: phase, Detail: detail}
+	}
+	r.tools = map[int][]*deliveryv1.ToolStep{
+		1: {step("call_1", "terminal", "started", `{"command":"date"}`), step("call_2", "_thinking", "started", "")},
+		2: {step("call_1", "terminal", "finished", ""), step("call_2", "_thinking", "finished", ""), step("call_9", "terminal", "failed", "")},
+	}
+	return "Let me check.\n\nIt's 5pm.", "It's 5pm."
+}
+
+// A streamed chat completion shows the turn's tool calls as Hermes's
+// API server does: an "event: hermes.tool.progress" when a call starts
+// (tool, emoji, label, toolCallId, status running) and one when it ends
+// (status completed), between the chunks of the text, in the order the
+// turn made them — with or without an Idempotency-Key. An internal tool
+// and the end of a call the stream did not see start are left out. The
+// answer of a request that does not stream is unchanged.
+func TestChatStreamShowsToolProgress(t *testing.T) {
+	t.Parallel()
+	b := newBus(t)
+	s := startService(t, b, nil)
+	r := startResponder(t, b)
+	shown, final := toolTurn(r)
+	body := `{"stream":true,"messages":[{"role":"user","content":"what time is it?"}]}`
+	want := []string{
+		"role", "text Let me check.",
+		`tool {"emoji":"⚙️","label":"{\"command\":\"date\"}","status":"running","tool":"terminal","toolCallId":"call_1"}`,
+		"text \n\n",
+		`tool {"status":"completed","tool":"terminal","toolCallId":"call_1"}`,
+		"text It's ", "text 5pm.", "finish", "[DONE]",
+	}
+	for name, headers := range map[string]map[string]string{
+		"plain": nil,
+		"keyed": {HeaderIdempotencyKey: "tool-progress"},
+	} {
+		var got []string
+		var text strings.Builder
+		var id string
+		for _, ev := range sseEvents(t, post(s, body, headers)) {
+			if ev.data == "[DONE]" {
+				got = append(got, ev.data)
+				continue
+			}
+			var c chunk
+			if err := json.Unmarshal([]byte(ev.data), &c); err != nil {
+				t.Fatalf("%s: event %q: %v", name, ev.data, err)
+			}
+			if id == "" {
+				id = c.ID
+			}
+			if c.ID != id || c.Object != "chat.completion.chunk" || c.Choices == nil {
+				t.Errorf("%s: event %q is not a chunk of the stream", name, ev.data)
+			}
+			switch {
+			case ev.name == toolProgressEvent:
+				// Hermes's fields; the chunk's are checked above.
+				var fields map[string]any
+				_ = json.Unmarshal([]byte(ev.data), &fields)
+				for _, k := range []string{"id", "object", "created", "model", "choices"} {
+					delete(fields, k)
+				}
+				data, _ := json.Marshal(fields)
+				got = append(got, "tool "+string(data))
+			case ev.name != "":
+				got = append(got, "event "+ev.name)
+			case len(c.Choices) == 1 && c.Choices[0].Delta.Role != "":
+				got = append(got, "role")
+			case len(c.Choices) == 1 && c.Choices[0].FinishReason != nil:
+				got = append(got, "finish")
+			case len(c.Choices) == 1:
+				got = append(got, "text "+c.Choices[0].Delta.Content)
+				text.WriteString(c.Choices[0].Delta.Content)
+			default:
+				got = append(got, "other "+ev.data)
+			}
+		}
+		if strings.Join(got, "\n") != strings.Join(want, "\n") || text.String() != shown {
+			t.Errorf("%s: stream\n%s\nwant\n%s", name, strings.Join(got, "\n"), strings.Join(want, "\n"))
+		}
+	}
+	if _, text := answerOf(t, post(s, `{"messages":[{"role":"user","content":"what time is it?"}]}`, nil)); text != final {
+		t.Errorf("answer %q, want %q", text, final)
+	}
+}
+
+// An OpenAI SDK client reads a stream with tool progress as it reads any:
+// the SDKs read every event's data as a chunk, whatever its name, and a
+// tool event is a chunk of the stream without choices (as the usage
+// chunk is), which the accumulator takes and which adds no text.
+func TestSDKReadsAStreamWithToolProgress(t *testing.T) {
+	t.Parallel()
+	b := newBus(t)
+	s := startService(t, b, nil)
+	r := startResponder(t, b)
+	shown, _ := toolTurn(r)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	client := sdkClient(s)
+	stream := client.Chat.Completions.NewStreaming(ctx, openai.ChatCompletionNewParams{
+		Model:    "switchboard",
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("what time is it?")},
+	})
+	var acc openai.ChatCompletionAccumulator
+	var text string
+	empty := 0
+	for stream.Next() {
+		c := stream.Current()
+		if !acc.AddChunk(c) {
+			t.Errorf("the accumulator refused chunk %s", c.RawJSON())
+		}
+		if len(c.Choices) == 0 {
+			empty++
+			continue
+		}
+		text += c.Choices[0].Delta.Content
+	}
+	if err := stream.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if text != shown || acc.Choices[0].Message.Content != shown || empty != 2 {
+		t.Fatalf("read %q, accumulated %q, %d chunks without choices; want %q and the two tool events", text, acc.Choices[0].Message.Content, empty, shown)
+	}
+}
+
+// A streamed Responses API response shows each tool call as Hermes's
+// does: a function_call output item added (in_progress) when the call
+// starts and done (completed) when it ends, numbered after the items
+// before it; the message's text events keep their item's output_index.
+func TestResponsesStreamShowsToolCalls(t *testing.T) {
+	t.Parallel()
+	b := newBus(t)
+	s := startService(t, b, nil)
+	r := startResponder(t, b)
+	shown, _ := toolTurn(r)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var items []string
+	textAt := map[int64]bool{}
+	_, deltas, last := streamEventsWith(ctx, t, sdkClient(s), responses.ResponseNewParams{Model: "switchboard", Input: inputText("what time is it?")},
+		func(ev responses.ResponseStreamEventUnion) {
+			switch ev.Type {
+			case "response.output_item.added", "response.output_item.done":
+				it := ev.Item
+				items = append(items, fmt.Sprintf("%s %d %s %s %s %s %s", strings.TrimPrefix(ev.Type, "response.output_item."), ev.OutputIndex, it.Type, it.Status, it.Name, it.CallID, it.Arguments.OfString))
+			case "response.output_text.delta", "response.output_text.done", "response.content_part.added", "response.content_part.done":
+				textAt[ev.OutputIndex] = true
+			}
+		})
+	want := []string{
+		"added 0 message in_progress   ",
+		`added 1 function_call in_progress terminal call_1 {"command":"date"}`,
+		`done 1 function_call completed terminal call_1 {"command":"date"}`,
+		"done 0 message completed   ",
+	}
+	if strings.Join(items, "\n") != strings.Join(want, "\n") {
+		t.Errorf("items\n%s\nwant\n%s", strings.Join(items, "\n"), strings.Join(want, "\n"))
+	}
+	if len(textAt) != 1 || !textAt[0] {
+		t.Errorf("text events at output indexes %v, want the message's (0)", textAt)
+	}
+	if strings.Join(deltas, "") != shown || last.Status != "completed" || last.OutputText() != shown {
+		t.Errorf("streamed %q, ended %s with %q; want %q, completed", deltas, last.Status, last.OutputText(), shown)
+	}
+}
