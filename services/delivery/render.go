@@ -547,16 +547,41 @@ func (s *Service) delta(ctx context.Context, ev *repliesv1.ReplyEvent, text, tho
 // is recorded, before the turn's stream goes on.
 var segmentHook atomic.Pointer[func(replica, turn string)]
 
+// closeBlock closes the turn's current segment at ev, a tool's step
+// whose progress message starts below it, when that segment shows only
+// a reasoning block (/reasoning show: a model call that reasoned and
+// called tools without saying anything, so the worker sends no break
+// before the next call, or one whose segment_text is empty): the block
+// stays in its message without the cursor, and the next call's
+// reasoning and answer stream into a new message below the progress
+// lines, as the answer of a turn that does not show reasoning does (in
+// Hermes a call that said nothing posts nothing before its tools'
+// lines), instead of going on in the message above them. It closes here
+// rather than at the next call's reasoning restart so that the segment's
+// record (opened at ev, stored with the edit that takes the cursor off:
+// closeSegment) tells a replica that takes the turn over before that
+// restart where the answer goes: that replica knows neither the block's
+// text nor that the progress lines are below it. The error is a record
+// that could not be stored: the step comes back.
+func (s *Service) closeBlock(ctx context.Context, ev *repliesv1.ReplyEvent) error {
+	st := s.turns.get(ev.GetTurnId())
+	if st == nil || st.done || st.foreign {
+		return nil
+	}
+	if err := s.closeSegment(ctx, ev, st); err != nil {
+		return err
+	}
+	if !st.reasoned || len(st.ids) == 0 || strings.TrimSpace(st.raw.String()) != "" {
+		return nil
+	}
+	return s.split(ctx, ev, st)
+}
+
 // reasoningAboveTools reports whether the turn's current segment shows
-// only a reasoning block (/reasoning show: a model call that reasoned
-// and called tools without saying anything, so the worker sends no
-// break before the next call) in a message that the progress message of
-// those tools follows. The next call's reasoning restart then closes the
-// segment, leaving that block in its message: its reasoning and answer
-// stream into a new message below the progress lines, as the answer of
-// a turn that does not show reasoning does (in Hermes a call that said
-// nothing posts nothing before its tools' lines), instead of going on
-// in the message above them.
+// only a reasoning block in a message that the progress message of the
+// tools of its call follows, as when closeBlock could not close it (a
+// stream update was unanswered then). The next call's reasoning restart
+// then closes the segment (see closeBlock).
 func (s *Service) reasoningAboveTools(ev *repliesv1.ReplyEvent, st *turnState) bool {
 	if !st.reasoned || len(st.ids) == 0 || strings.TrimSpace(st.raw.String()) != "" {
 		return false

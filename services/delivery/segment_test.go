@@ -644,6 +644,85 @@ func TestShowReasoningAnswerComesBelowTheToolProgress(t *testing.T) {
 	}
 }
 
+// With /reasoning show, a replica that takes a turn over after a call
+// that only reasoned and called tools (the previous one stopped after
+// its block and the tools' progress lines, before the next call's
+// reasoning restart) shows what an uninterrupted one does: the answer
+// below the progress lines, the earlier call's block left in its
+// message without the cursor. The replica that posts the progress
+// message below such a block closes the block's segment there, and the
+// segment's mark tells the replica that takes over where the answer
+// goes.
+func TestTakeoverBeforeAReasoningRestart(t *testing.T) {
+	t.Parallel()
+	const (
+		asked  = "Let me check the calendar for you."
+		looked = "I should look at the calendar for today."
+		said   = "The calendar says the meeting is at noon."
+	)
+	brk := func(segment, thought string) *repliesv1.TextDelta {
+		return &repliesv1.TextDelta{Text: "\n\n", Restart: true, SegmentText: proto.String(segment), SegmentReasoning: thought}
+	}
+	progress := "⚙️ calendar: \"today\""
+	tests := []struct {
+		name   string
+		before []any // streamed by replica a, which then stops
+		after  []any // by replica b
+		want   []string
+	}{
+		{"the first call only reasoned",
+			[]any{&repliesv1.ReasoningDelta{Text: looked}, started("calendar", "today")},
+			[]any{&repliesv1.ReasoningDelta{Text: said, Restart: true}, &repliesv1.TextDelta{Text: segAnswer},
+				final(reasoning.WithAnswer(said, segAnswer))},
+			[]string{reasoning.Block(looked), progress, reasoning.WithAnswer(said, segAnswer)}},
+		{"a later call only reasoned",
+			[]any{&repliesv1.TextDelta{Text: asked}, brk(asked, ""), &repliesv1.ReasoningDelta{Text: looked}, started("calendar", "today")},
+			[]any{brk("", looked), &repliesv1.ReasoningDelta{Text: said, Restart: true}, &repliesv1.TextDelta{Text: segAnswer},
+				final(reasoning.WithAnswer(said, segAnswer))},
+			[]string{asked, reasoning.Block(looked), progress, reasoning.WithAnswer(said, segAnswer)}},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			turn := fmt.Sprint("t", i)
+			e := newEnv(t)
+			cfg := streamConfig()
+			cfg.ToolProgress = delivery.ToolProgressAll
+			seq := int64(0)
+			stream := func(body any) {
+				seq++
+				e.publishStream(t, turn, seq, "s1", body)
+				e.consumed(t, "s1")
+				e.clock.Advance(time.Second)
+			}
+			a := e.start(t, cfg, "a")
+			for _, body := range tt.before {
+				stream(body)
+			}
+			// a posted the block and the progress message below it.
+			eventually(t, e.clock, 0, "a's progress message", func() bool {
+				return e.gw.turnSends(turn)[progress] > 0
+			})
+			a.stop(t)
+			e.start(t, cfg, "b")
+			for _, body := range tt.after {
+				stream(body)
+			}
+			eventually(t, e.clock, 0, "the final", func() bool { return e.gw.finals(turn) > 0 })
+			e.consumed(t, "s1")
+			e.waitShown(t, "chat-s1", tt.want)
+			for text, n := range e.gw.turnSends(turn) {
+				if n > 1 {
+					t.Errorf("%q posted %d times", text, n)
+				}
+			}
+			if n := e.gw.finals(turn); n != 1 {
+				t.Errorf("%d messages marked the turn's end, want 1", n)
+			}
+		})
+	}
+}
+
 // waitShown waits up to 5 s for the stream chat to show want, message by
 // message (the last edits may land after the final's), and fails the
 // test with what it shows otherwise.
