@@ -652,7 +652,11 @@ func TestShowReasoningAnswerComesBelowTheToolProgress(t *testing.T) {
 // message without the cursor. The replica that posts the progress
 // message below such a block closes the block's segment there, and the
 // segment's mark tells the replica that takes over where the answer
-// goes.
+// goes. When the previous one stopped before the tools' step, the one
+// that posts their progress lines opens a segment at the next call's
+// reasoning restart: the answer goes below them too, and the block's
+// message is finished with the reasoning a break carried, or, with no
+// break (no earlier call said anything), keeps what it last showed.
 func TestTakeoverBeforeAReasoningRestart(t *testing.T) {
 	t.Parallel()
 	const (
@@ -666,20 +670,31 @@ func TestTakeoverBeforeAReasoningRestart(t *testing.T) {
 	progress := "⚙️ calendar: \"today\""
 	tests := []struct {
 		name   string
-		before []any // streamed by replica a, which then stops
-		after  []any // by replica b
+		before []any  // streamed by replica a, which then stops
+		after  []any  // by replica b
+		posted string // what a posted last: waited for before it stops
 		want   []string
 	}{
 		{"the first call only reasoned",
 			[]any{&repliesv1.ReasoningDelta{Text: looked}, started("calendar", "today")},
 			[]any{&repliesv1.ReasoningDelta{Text: said, Restart: true}, &repliesv1.TextDelta{Text: segAnswer},
 				final(reasoning.WithAnswer(said, segAnswer))},
-			[]string{reasoning.Block(looked), progress, reasoning.WithAnswer(said, segAnswer)}},
+			progress, []string{reasoning.Block(looked), progress, reasoning.WithAnswer(said, segAnswer)}},
 		{"a later call only reasoned",
 			[]any{&repliesv1.TextDelta{Text: asked}, brk(asked, ""), &repliesv1.ReasoningDelta{Text: looked}, started("calendar", "today")},
 			[]any{brk("", looked), &repliesv1.ReasoningDelta{Text: said, Restart: true}, &repliesv1.TextDelta{Text: segAnswer},
 				final(reasoning.WithAnswer(said, segAnswer))},
-			[]string{asked, reasoning.Block(looked), progress, reasoning.WithAnswer(said, segAnswer)}},
+			progress, []string{asked, reasoning.Block(looked), progress, reasoning.WithAnswer(said, segAnswer)}},
+		{"before the tools' step, the first call only reasoned",
+			[]any{&repliesv1.ReasoningDelta{Text: looked}},
+			[]any{started("calendar", "today"), &repliesv1.ReasoningDelta{Text: said, Restart: true},
+				&repliesv1.TextDelta{Text: segAnswer}, final(reasoning.WithAnswer(said, segAnswer))},
+			reasoning.Block(looked), []string{reasoning.Block(looked) + " ▉", progress, reasoning.WithAnswer(said, segAnswer)}},
+		{"before the tools' step, a later call only reasoned",
+			[]any{&repliesv1.TextDelta{Text: asked}, brk(asked, ""), &repliesv1.ReasoningDelta{Text: looked}},
+			[]any{started("calendar", "today"), brk("", looked), &repliesv1.ReasoningDelta{Text: said, Restart: true},
+				&repliesv1.TextDelta{Text: segAnswer}, final(reasoning.WithAnswer(said, segAnswer))},
+			reasoning.Block(looked), []string{asked, reasoning.Block(looked), progress, reasoning.WithAnswer(said, segAnswer)}},
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -699,9 +714,13 @@ func TestTakeoverBeforeAReasoningRestart(t *testing.T) {
 			for _, body := range tt.before {
 				stream(body)
 			}
-			// a posted the block and the progress message below it.
-			eventually(t, e.clock, 0, "a's progress message", func() bool {
-				return e.gw.turnSends(turn)[progress] > 0
+			eventually(t, e.clock, 0, "a's last message", func() bool {
+				for text := range e.gw.turnSends(turn) {
+					if strings.HasPrefix(text, tt.posted) {
+						return true
+					}
+				}
+				return false
 			})
 			a.stop(t)
 			e.start(t, cfg, "b")
