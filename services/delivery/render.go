@@ -686,12 +686,19 @@ func (s *Service) foreignBreak(ctx context.Context, ev *repliesv1.ReplyEvent, st
 		// Read before this break's segment is opened: the last one
 		// recorded is the segment it closes, unless it is this one
 		// (stored already, with its closing rows, by this replica or
-		// the stopped one).
-		seg, err := s.store.LastStreamSegment(ctx, ev.GetTurnId())
+		// the stopped one). A replica from before segment message keys
+		// and before the break's record was one transaction queued
+		// its closing rows first, under <turn>:<seq>:g:<n>, then the
+		// segment: one that stopped in between leaves the rows
+		// without the mark, and rows queued here again would post
+		// the parts they send a second time, under the segment's
+		// message keys, which no gateway dedupes against those. With
+		// the break's first row stored, the segment opens alone.
+		seg, queued, err := s.store.LastStreamSegmentAndKey(ctx, ev.GetTurnId(), keyBase(ctx, ev)+":g:0")
 		if err != nil {
 			return fmt.Errorf("read the stream segment a break closes: %w", err)
 		}
-		if seg.Segment < ev.GetSeq() {
+		if seg.Segment < ev.GetSeq() && !queued {
 			// A segment without messages (opened at a break by a
 			// replica that took the turn over, which streams none of
 			// it, or by one that stopped before its first send) is

@@ -606,6 +606,51 @@ func TestFinalQueuedByAnOlderReplicaIsNotPostedAgain(t *testing.T) {
 	}
 }
 
+// During a rolling upgrade, a replica from before segment message keys
+// that took a turn over queued the rows closing a segment at a break
+// (here the text of a segment no message showed, posted under
+// <turn>:<seq>:g:0) and stopped before it recorded the segment, which
+// it did after them. The newer replica the break comes back to finds
+// those rows and opens the segment alone, instead of posting the text
+// again under the segment's message key, which no gateway dedupes
+// against the former one.
+func TestClosingRowsQueuedByAnOlderReplicaAreNotPostedAgain(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	cfg := streamConfig()
+	ctx := context.Background()
+	store := outbox.New(e.db)
+	// A replica that took the turn over opened segment 2 at its break
+	// and streamed none of it.
+	if err := store.OpenStreamSegment(ctx, "t1", 2); err != nil {
+		t.Fatal(err)
+	}
+	const later = "Now let me look at the calendar too."
+	brk := event("t1", 4, "s1", &repliesv1.TextDelta{Text: "\n\n", Restart: true, SegmentText: proto.String(later)})
+	brk.Target.Platform = "stream"
+	// The older replica's closing row for break 4, under its former key.
+	old := &deliveryv1.SendRequested{IdempotencyKey: "t1:4:g:0", Op: deliveryv1.SendOp_SEND_OP_SEND, Target: brk.GetTarget(),
+		TurnId: "t1", SessionKey: "s1", InputMessageIds: brk.GetInputMessageIds(), Text: later,
+		Format: deliveryv1.TextFormat_TEXT_FORMAT_MARKDOWN, ChunkCount: 1}
+	if _, err := store.Enqueue(ctx, e.clock.Now(), cfg.TTL, old); err != nil {
+		t.Fatal(err)
+	}
+	e.start(t, cfg, "b")
+	eventually(t, e.clock, 0, "the older replica's closing row sent", func() bool { return e.gw.turnSends("t1")[later] > 0 })
+	e.publish(t, brk) // the break, back
+	e.consumed(t, "s1")
+	e.publishStream(t, "t1", 5, "s1", &repliesv1.TextDelta{Text: segAnswer})
+	e.publishStream(t, "t1", 6, "s1", final(segAnswer))
+	eventually(t, e.clock, 0, "the final", func() bool { return e.gw.finals("t1") > 0 })
+	e.consumed(t, "s1")
+	e.waitShown(t, "chat-s1", []string{later, segAnswer})
+	for text, n := range e.gw.turnSends("t1") {
+		if n > 1 {
+			t.Errorf("%q posted %d times", text, n)
+		}
+	}
+}
+
 // With /reasoning show, a call that only reasoned before its tool call
 // (no answer text, so no break) had its block posted at once, and the
 // next call's reasoning and answer went on in that message, above the
