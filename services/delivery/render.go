@@ -69,6 +69,11 @@ type turnState struct {
 	// its partition; nothing more is streamed here, and the final writes
 	// over the messages it recorded of the last segment.
 	foreign bool
+	// block is the reasoning a break of a foreign turn carried for a
+	// segment that showed no answer text (segment_reasoning), for the
+	// next call's reasoning restart to close that block's message with
+	// (foreignBlock).
+	block string
 	// seq is the seq of the last delta taken into the stream: a delta
 	// the bus hands over again (its ack was lost or came after the ack
 	// wait) has a seq no greater, and is not taken a second time.
@@ -486,6 +491,9 @@ func (s *Service) delta(ctx context.Context, ev *repliesv1.ReplyEvent, text, tho
 			if restart && !reasoningDelta && ev.GetSeq() > 0 {
 				return s.foreignBreak(ctx, ev, st)
 			}
+			if restart && reasoningDelta && ev.GetSeq() > 0 {
+				return s.foreignBlock(ctx, ev, st)
+			}
 			return nil
 		}
 		if ev.GetSeq() > 0 && ev.GetSeq() <= st.seq {
@@ -547,16 +555,41 @@ func (s *Service) delta(ctx context.Context, ev *repliesv1.ReplyEvent, text, tho
 // is recorded, before the turn's stream goes on.
 var segmentHook atomic.Pointer[func(replica, turn string)]
 
+// closeBlock closes the turn's current segment at ev, a tool's step
+// whose progress message starts below it, when that segment shows only
+// a reasoning block (/reasoning show: a model call that reasoned and
+// called tools without saying anything, so the worker sends no break
+// before the next call, or one whose segment_text is empty): the block
+// stays in its message without the cursor, and the next call's
+// reasoning and answer stream into a new message below the progress
+// lines, as the answer of a turn that does not show reasoning does (in
+// Hermes a call that said nothing posts nothing before its tools'
+// lines), instead of going on in the message above them. It closes here
+// rather than at the next call's reasoning restart so that the segment's
+// record (opened at ev, stored with the edit that takes the cursor off:
+// closeSegment) tells a replica that takes the turn over before that
+// restart where the answer goes: that replica knows neither the block's
+// text nor that the progress lines are below it. The error is a record
+// that could not be stored: the step comes back.
+func (s *Service) closeBlock(ctx context.Context, ev *repliesv1.ReplyEvent) error {
+	st := s.turns.get(ev.GetTurnId())
+	if st == nil || st.done || st.foreign {
+		return nil
+	}
+	if err := s.closeSegment(ctx, ev, st); err != nil {
+		return err
+	}
+	if !st.reasoned || len(st.ids) == 0 || strings.TrimSpace(st.raw.String()) != "" {
+		return nil
+	}
+	return s.split(ctx, ev, st)
+}
+
 // reasoningAboveTools reports whether the turn's current segment shows
-// only a reasoning block (/reasoning show: a model call that reasoned
-// and called tools without saying anything, so the worker sends no
-// break before the next call) in a message that the progress message of
-// those tools follows. The next call's reasoning restart then closes the
-// segment, leaving that block in its message: its reasoning and answer
-// stream into a new message below the progress lines, as the answer of
-// a turn that does not show reasoning does (in Hermes a call that said
-// nothing posts nothing before its tools' lines), instead of going on
-// in the message above them.
+// only a reasoning block in a message that the progress message of the
+// tools of its call follows, as when closeBlock could not close it (a
+// stream update was unanswered then). The next call's reasoning restart
+// then closes the segment (see closeBlock).
 func (s *Service) reasoningAboveTools(ev *repliesv1.ReplyEvent, st *turnState) bool {
 	if !st.reasoned || len(st.ids) == 0 || strings.TrimSpace(st.raw.String()) != "" {
 		return false
@@ -642,6 +675,10 @@ func (s *Service) foreignBreak(ctx context.Context, ev *repliesv1.ReplyEvent, st
 		// closes nothing there (split), and the next call's text goes
 		// on in its messages, which the final settles; a segment
 		// opened here would leave them showing the earlier block.
+		// Unless its tools' progress lines are below it: the next
+		// call's reasoning restart closes it with this block
+		// (foreignBlock).
+		st.block = d.GetSegmentReasoning()
 		return nil
 	}
 	var closing []*deliveryv1.SendRequested
@@ -649,17 +686,63 @@ func (s *Service) foreignBreak(ctx context.Context, ev *repliesv1.ReplyEvent, st
 		// Read before this break's segment is opened: the last one
 		// recorded is the segment it closes, unless it is this one
 		// (stored already, with its closing rows, by this replica or
-		// the stopped one).
-		seg, err := s.store.LastStreamSegment(ctx, ev.GetTurnId())
+		// the stopped one). A replica from before segment message keys
+		// and before the break's record was one transaction queued
+		// its closing rows first, under <turn>:<seq>:g:<n>, then the
+		// segment: one that stopped in between leaves the rows
+		// without the mark, and rows queued here again would post
+		// the parts they send a second time, under the segment's
+		// message keys, which no gateway dedupes against those. With
+		// the break's first row stored, the segment opens alone.
+		seg, queued, err := s.store.LastStreamSegmentAndKey(ctx, ev.GetTurnId(), keyBase(ctx, ev)+":g:0")
 		if err != nil {
 			return fmt.Errorf("read the stream segment a break closes: %w", err)
 		}
-		if seg.Segment < ev.GetSeq() {
+		if seg.Segment < ev.GetSeq() && !queued {
 			// A segment without messages (opened at a break by a
 			// replica that took the turn over, which streams none of
 			// it, or by one that stopped before its first send) is
 			// posted here: no replica showed its text.
 			closing = s.closedSegment(ctx, ev, seg, d)
+		}
+	}
+	st.closing = &segmentClose{segment: ev.GetSeq(), rows: closing}
+	return s.closeSegment(ctx, ev, st)
+}
+
+// foreignBlock takes the reasoning restart of a later model call (ev)
+// for a turn another replica streamed, when this replica posted the
+// progress message of the tools called since (the replica that
+// streamed stopped before their first step, so it did not close the
+// segment there: closeBlock) and no break opened a segment since the
+// last recorded one, whose messages then show no answer text, only the
+// block of a call that reasoned and called tools. A segment opens at
+// the restart, so that the answer goes in a new message below the
+// progress lines, as on the replica that stopped; the block's message
+// is finished with the reasoning a break carried for it (st.block),
+// without the cursor, or, with no break before the call (no earlier
+// call of the turn said anything), keeps what it last showed, the
+// cursor too, as after an older worker's break. The segment and the
+// closing rows are stored together (closeSegment); a restart whose
+// segment cannot be read or stored comes back.
+func (s *Service) foreignBlock(ctx context.Context, ev *repliesv1.ReplyEvent, st *turnState) error {
+	thought := st.block
+	st.block = ""
+	if tl := s.tools.peek(ev.GetTurnId()); tl == nil || tl.key == "" {
+		return nil // no progress below: the answer goes on in the block's message
+	}
+	seg, err := s.store.LastStreamSegment(ctx, ev.GetTurnId())
+	if err != nil {
+		return fmt.Errorf("read the stream segment a reasoning restart closes: %w", err)
+	}
+	if len(seg.IDs) == 0 || seg.Segment >= ev.GetSeq() {
+		return nil // closed already, or nothing shows the block
+	}
+	var closing []*deliveryv1.SendRequested
+	if strings.TrimSpace(thought) != "" {
+		closing = s.rewrite(ev, keyBase(ctx, ev)+":g", seg.Segment, seg.IDs, reasoning.Block(thought), deliveryv1.TextFormat_TEXT_FORMAT_MARKDOWN)
+		for _, r := range closing {
+			r.Final = false
 		}
 	}
 	st.closing = &segmentClose{segment: ev.GetSeq(), rows: closing}

@@ -606,6 +606,51 @@ func TestFinalQueuedByAnOlderReplicaIsNotPostedAgain(t *testing.T) {
 	}
 }
 
+// During a rolling upgrade, a replica from before segment message keys
+// that took a turn over queued the rows closing a segment at a break
+// (here the text of a segment no message showed, posted under
+// <turn>:<seq>:g:0) and stopped before it recorded the segment, which
+// it did after them. The newer replica the break comes back to finds
+// those rows and opens the segment alone, instead of posting the text
+// again under the segment's message key, which no gateway dedupes
+// against the former one.
+func TestClosingRowsQueuedByAnOlderReplicaAreNotPostedAgain(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	cfg := streamConfig()
+	ctx := context.Background()
+	store := outbox.New(e.db)
+	// A replica that took the turn over opened segment 2 at its break
+	// and streamed none of it.
+	if err := store.OpenStreamSegment(ctx, "t1", 2); err != nil {
+		t.Fatal(err)
+	}
+	const later = "Now let me look at the calendar too."
+	brk := event("t1", 4, "s1", &repliesv1.TextDelta{Text: "\n\n", Restart: true, SegmentText: proto.String(later)})
+	brk.Target.Platform = "stream"
+	// The older replica's closing row for break 4, under its former key.
+	old := &deliveryv1.SendRequested{IdempotencyKey: "t1:4:g:0", Op: deliveryv1.SendOp_SEND_OP_SEND, Target: brk.GetTarget(),
+		TurnId: "t1", SessionKey: "s1", InputMessageIds: brk.GetInputMessageIds(), Text: later,
+		Format: deliveryv1.TextFormat_TEXT_FORMAT_MARKDOWN, ChunkCount: 1}
+	if _, err := store.Enqueue(ctx, e.clock.Now(), cfg.TTL, old); err != nil {
+		t.Fatal(err)
+	}
+	e.start(t, cfg, "b")
+	eventually(t, e.clock, 0, "the older replica's closing row sent", func() bool { return e.gw.turnSends("t1")[later] > 0 })
+	e.publish(t, brk) // the break, back
+	e.consumed(t, "s1")
+	e.publishStream(t, "t1", 5, "s1", &repliesv1.TextDelta{Text: segAnswer})
+	e.publishStream(t, "t1", 6, "s1", final(segAnswer))
+	eventually(t, e.clock, 0, "the final", func() bool { return e.gw.finals("t1") > 0 })
+	e.consumed(t, "s1")
+	e.waitShown(t, "chat-s1", []string{later, segAnswer})
+	for text, n := range e.gw.turnSends("t1") {
+		if n > 1 {
+			t.Errorf("%q posted %d times", text, n)
+		}
+	}
+}
+
 // With /reasoning show, a call that only reasoned before its tool call
 // (no answer text, so no break) had its block posted at once, and the
 // next call's reasoning and answer went on in that message, above the
@@ -641,6 +686,104 @@ func TestShowReasoningAnswerComesBelowTheToolProgress(t *testing.T) {
 		if n > 1 {
 			t.Errorf("%q posted %d times", text, n)
 		}
+	}
+}
+
+// With /reasoning show, a replica that takes a turn over after a call
+// that only reasoned and called tools (the previous one stopped after
+// its block and the tools' progress lines, before the next call's
+// reasoning restart) shows what an uninterrupted one does: the answer
+// below the progress lines, the earlier call's block left in its
+// message without the cursor. The replica that posts the progress
+// message below such a block closes the block's segment there, and the
+// segment's mark tells the replica that takes over where the answer
+// goes. When the previous one stopped before the tools' step, the one
+// that posts their progress lines opens a segment at the next call's
+// reasoning restart: the answer goes below them too, and the block's
+// message is finished with the reasoning a break carried, or, with no
+// break (no earlier call said anything), keeps what it last showed.
+func TestTakeoverBeforeAReasoningRestart(t *testing.T) {
+	t.Parallel()
+	const (
+		asked  = "Let me check the calendar for you."
+		looked = "I should look at the calendar for today."
+		said   = "The calendar says the meeting is at noon."
+	)
+	brk := func(segment, thought string) *repliesv1.TextDelta {
+		return &repliesv1.TextDelta{Text: "\n\n", Restart: true, SegmentText: proto.String(segment), SegmentReasoning: thought}
+	}
+	progress := "⚙️ calendar: \"today\""
+	tests := []struct {
+		name   string
+		before []any  // streamed by replica a, which then stops
+		after  []any  // by replica b
+		posted string // what a posted last: waited for before it stops
+		want   []string
+	}{
+		{"the first call only reasoned",
+			[]any{&repliesv1.ReasoningDelta{Text: looked}, started("calendar", "today")},
+			[]any{&repliesv1.ReasoningDelta{Text: said, Restart: true}, &repliesv1.TextDelta{Text: segAnswer},
+				final(reasoning.WithAnswer(said, segAnswer))},
+			progress, []string{reasoning.Block(looked), progress, reasoning.WithAnswer(said, segAnswer)}},
+		{"a later call only reasoned",
+			[]any{&repliesv1.TextDelta{Text: asked}, brk(asked, ""), &repliesv1.ReasoningDelta{Text: looked}, started("calendar", "today")},
+			[]any{brk("", looked), &repliesv1.ReasoningDelta{Text: said, Restart: true}, &repliesv1.TextDelta{Text: segAnswer},
+				final(reasoning.WithAnswer(said, segAnswer))},
+			progress, []string{asked, reasoning.Block(looked), progress, reasoning.WithAnswer(said, segAnswer)}},
+		{"before the tools' step, the first call only reasoned",
+			[]any{&repliesv1.ReasoningDelta{Text: looked}},
+			[]any{started("calendar", "today"), &repliesv1.ReasoningDelta{Text: said, Restart: true},
+				&repliesv1.TextDelta{Text: segAnswer}, final(reasoning.WithAnswer(said, segAnswer))},
+			reasoning.Block(looked), []string{reasoning.Block(looked) + " ▉", progress, reasoning.WithAnswer(said, segAnswer)}},
+		{"before the tools' step, a later call only reasoned",
+			[]any{&repliesv1.TextDelta{Text: asked}, brk(asked, ""), &repliesv1.ReasoningDelta{Text: looked}},
+			[]any{started("calendar", "today"), brk("", looked), &repliesv1.ReasoningDelta{Text: said, Restart: true},
+				&repliesv1.TextDelta{Text: segAnswer}, final(reasoning.WithAnswer(said, segAnswer))},
+			reasoning.Block(looked), []string{asked, reasoning.Block(looked), progress, reasoning.WithAnswer(said, segAnswer)}},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			turn := fmt.Sprint("t", i)
+			e := newEnv(t)
+			cfg := streamConfig()
+			cfg.ToolProgress = delivery.ToolProgressAll
+			seq := int64(0)
+			stream := func(body any) {
+				seq++
+				e.publishStream(t, turn, seq, "s1", body)
+				e.consumed(t, "s1")
+				e.clock.Advance(time.Second)
+			}
+			a := e.start(t, cfg, "a")
+			for _, body := range tt.before {
+				stream(body)
+			}
+			eventually(t, e.clock, 0, "a's last message", func() bool {
+				for text := range e.gw.turnSends(turn) {
+					if strings.HasPrefix(text, tt.posted) {
+						return true
+					}
+				}
+				return false
+			})
+			a.stop(t)
+			e.start(t, cfg, "b")
+			for _, body := range tt.after {
+				stream(body)
+			}
+			eventually(t, e.clock, 0, "the final", func() bool { return e.gw.finals(turn) > 0 })
+			e.consumed(t, "s1")
+			e.waitShown(t, "chat-s1", tt.want)
+			for text, n := range e.gw.turnSends(turn) {
+				if n > 1 {
+					t.Errorf("%q posted %d times", text, n)
+				}
+			}
+			if n := e.gw.finals(turn); n != 1 {
+				t.Errorf("%d messages marked the turn's end, want 1", n)
+			}
+		})
 	}
 }
 

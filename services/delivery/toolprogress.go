@@ -298,6 +298,8 @@ func (s *Service) toolLine(ctx context.Context, ev *repliesv1.ReplyEvent, tp *re
 				return err
 			}
 			lines = []string{shown}
+		} else if err := s.closeBlock(ctx, ev); err != nil {
+			return err // the segment's record first: the step comes back
 		}
 		if err := s.enqueueText(ctx, ev, key, strings.Join(lines, "\n"), deliveryv1.TextFormat_TEXT_FORMAT_PLAIN, false); err != nil {
 			return err
