@@ -145,6 +145,20 @@ func TestApprovalButtonPress(t *testing.T) {
 	teams.Source.Platform = "teams"
 	e.publish(teams)
 	answeredWith(t, answers, "invoke-1", "⚠️ Approval already resolved or expired.")
+
+	// A Teams press that came as an Action.Submit message carries no
+	// interaction: nobody holds it, and it is sent no answer (the next
+	// press's answer comes alone).
+	submit := press("bob", "/deny", "card-4", "call-4")
+	submit.Source.Platform = "teams"
+	e.publish(submit)
+	teams = held(press("bob", "/deny", "card-5", "call-5"), "invoke-2")
+	teams.Source.Platform = "teams"
+	e.publish(teams)
+	answeredWith(t, answers, "invoke-2", "⚠️ Approval already resolved or expired.")
+	if a := answers(""); len(a) != 0 {
+		t.Fatalf("a press without an interaction was answered: %v", a)
+	}
 }
 
 // A press from a user who may not answer approvals is refused as the
