@@ -61,12 +61,19 @@ const (
 // once the press is decided, besides the prompt's edit, by platform:
 // his Telegram callback handler's answer (the label of the answer taken,
 // "⌛ Approval expired" when no call waited, "This approval has already
-// been resolved." for a prompt answered before), his Teams card action's
-// ("⚠️ Approval already resolved or expired." for the last two, which
-// Hermes shows as the card: here the presser's invoke answer, the card
-// keeping the first answer). "" for nothing.
+// been resolved." for a prompt answered before), his Discord
+// ExecApprovalView's ephemeral message for a prompt answered before
+// ("This approval has already been resolved~"; for the rest it edits the
+// card alone), his Teams card action's ("⚠️ Approval already resolved
+// or expired." for the last two, which Hermes shows as the card: here
+// the presser's invoke answer, the card keeping the first answer). ""
+// for nothing.
 func pressToast(platform string, outcome pressOutcome, action turnsv1.ControlAction, args string) string {
 	switch platform {
+	case "discord":
+		if outcome == pressAnsweredBefore {
+			return "This approval has already been resolved~"
+		}
 	case "telegram":
 		switch outcome {
 		case pressTaken:

@@ -12,6 +12,7 @@ import (
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
+	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
 )
 
 // held gives ev, a press, an interaction its gateway holds (a Telegram
@@ -144,6 +145,20 @@ func TestApprovalButtonPress(t *testing.T) {
 	teams.Source.Platform = "teams"
 	e.publish(teams)
 	answeredWith(t, answers, "invoke-1", "⚠️ Approval already resolved or expired.")
+
+	// A Teams press that came as an Action.Submit message carries no
+	// interaction: nobody holds it, and it is sent no answer (the next
+	// press's answer comes alone).
+	submit := press("bob", "/deny", "card-4", "call-4")
+	submit.Source.Platform = "teams"
+	e.publish(submit)
+	teams = held(press("bob", "/deny", "card-5", "call-5"), "invoke-2")
+	teams.Source.Platform = "teams"
+	e.publish(teams)
+	answeredWith(t, answers, "invoke-2", "⚠️ Approval already resolved or expired.")
+	if a := answers(""); len(a) != 0 {
+		t.Fatalf("a press without an interaction was answered: %v", a)
+	}
 }
 
 // A press from a user who may not answer approvals is refused as the
@@ -167,5 +182,36 @@ func TestApprovalButtonOfANonAdmin(t *testing.T) {
 	}
 	if c := e.controls(controlApprove); len(c) != 0 {
 		t.Fatalf("%d approval controls for a non-admin's press", len(c))
+	}
+}
+
+// The presser of an approval button is shown Hermes's word for the
+// outcome where his gateway shows one: Telegram's callback answers, the
+// ephemeral message of Discord's view on a prompt resolved before,
+// Teams's card on one resolved or expired; nothing elsewhere.
+func TestPressToast(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		platform string
+		outcome  pressOutcome
+		action   turnsv1.ControlAction
+		args     string
+		want     string
+	}{
+		{"telegram", pressTaken, controlApprove, "session", "✅ Approved for session"},
+		{"telegram", pressTaken, controlDeny, "", "❌ Denied"},
+		{"telegram", pressExpired, controlApprove, "", "⌛ Approval expired"},
+		{"telegram", pressAnsweredBefore, controlApprove, "", "This approval has already been resolved."},
+		{"discord", pressTaken, controlApprove, "always", ""},
+		{"discord", pressExpired, controlDeny, "", ""},
+		{"discord", pressAnsweredBefore, controlApprove, "", "This approval has already been resolved~"},
+		{"teams", pressTaken, controlApprove, "", ""},
+		{"teams", pressExpired, controlApprove, "", "⚠️ Approval already resolved or expired."},
+		{"teams", pressAnsweredBefore, controlDeny, "", "⚠️ Approval already resolved or expired."},
+		{"slack", pressAnsweredBefore, controlApprove, "", ""},
+	} {
+		if got := pressToast(tc.platform, tc.outcome, tc.action, tc.args); got != tc.want {
+			t.Errorf("%s, outcome %d, %v %q: %q, want %q", tc.platform, tc.outcome, tc.action, tc.args, got, tc.want)
+		}
 	}
 }

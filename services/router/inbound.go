@@ -224,13 +224,15 @@ func (s *Service) handleInbound(ctx context.Context, ev *eventsv1.MessageReceive
 }
 
 // answerPress tells the gateway that holds the press m is (a Telegram
-// callback query, a Teams invoke: its interaction, Interaction.component)
-// that the router has decided it, with the text the presser is shown
-// (m.pressText, often none), so the gateway answers the platform now
-// rather than when its hold ends. A refusal (refusePrivately) is the
-// press's answer itself and goes through delivery; a press whose gateway
-// does not hold it (Discord's, acknowledged already) finds no one.
-// Best effort: a lost answer leaves the press to the hold's end.
+// callback query, a Teams invoke, a Discord component interaction: its
+// interaction, Interaction.component) that the router has decided it,
+// with the text the presser is shown (m.pressText, often none), so the
+// gateway answers the platform now rather than when its hold ends (on
+// Discord, acknowledged already, it shows the text in a followup). A
+// refusal (refusePrivately) is the press's answer itself and goes
+// through delivery; a press without an interaction (a Slack press, a
+// Teams Action.Submit message) has no holder and is sent nothing. Best
+// effort: a lost answer leaves the press to the hold's end.
 func (s *Service) answerPress(ctx context.Context, m *msgCtx) {
 	ia := m.interaction
 	if m.ev.GetButtonPress() == nil || !ia.GetComponent() || ia.GetId() == "" || m.pressRefused {

@@ -13,6 +13,7 @@ import (
 	"github.com/bwmarrin/discordgo"
 
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/platform"
 	"github.com/switchboard-chat/switchboard/pkg/platform/platformtest"
 	"github.com/switchboard-chat/switchboard/services/gateway/discord/discordfake"
@@ -99,6 +100,78 @@ func TestApprovalButtons(t *testing.T) {
 		Text: "✅ Approved permanently by alice"})
 	if ms := f.Messages(thread); len(ms) != 2 || ms[0].Content != "✅ Approved permanently by alice" || len(ms[0].Buttons) != 0 || ms[0].Edits != 1 {
 		t.Fatalf("after the answer the thread has %+v, want the card edited without buttons", ms)
+	}
+}
+
+// A press is held for the router's answer: its text (Hermes's word on
+// a prompt resolved before) is shown to the presser only, an ephemeral
+// followup of the acknowledged press that leaves the card alone; an
+// answer without text shows nothing, as does a redelivered press,
+// which the router does not decide again.
+func TestPressAnswerEphemeral(t *testing.T) {
+	t.Parallel()
+	f := newFake(t)
+	b, next := run(t, f, Config{PressHold: 10 * time.Second})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const card, resolved = "700000000000000042", "This approval has already been resolved~"
+	pressOf := func() (map[string]any, *eventsv1.MessageReceived) {
+		t.Helper()
+		d, err := f.Press(ctx, discordfake.Press{ChannelID: thread, GuildID: guild, MessageID: card, UserID: user, UserName: "alice", CustomID: "ea:deny:call_1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ev := next(20 * time.Second)
+		if ev.GetInteraction().GetId() != d["id"] {
+			t.Fatalf("published %v, want the press with its interaction", ev)
+		}
+		return d, ev
+	}
+	// answer is the router's answer to the press of ev, as it sends it.
+	answer := func(ev *eventsv1.MessageReceived, text string) {
+		t.Helper()
+		src := ev.GetSource()
+		req := &deliveryv1.SendRequested{IdempotencyKey: "press:" + ev.GetEventId(), Op: deliveryv1.SendOp_SEND_OP_SEND, Text: text,
+			Target: &deliveryv1.Target{Platform: "discord", Account: src.GetAccount(), ChatId: src.GetChatId(), ThreadId: src.GetThreadId(),
+				Interaction: ev.GetInteraction()}}
+		if err := platform.PublishPressAnswer(b, req); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	quiet, ev := pressOf()
+	answer(ev, "")
+	d, ev := pressOf()
+	answer(ev, resolved)
+	id := d["id"].(string)
+	platformtest.WaitFor(t, "the answer shown to the presser", func() bool { return len(f.InteractionState(id).Followups) > 0 })
+	st := f.InteractionState(id)
+	if len(st.Callbacks) != 1 || st.Callbacks[0] != int(discordgo.InteractionResponseDeferredMessageUpdate) || st.Original != "" ||
+		len(st.Followups) != 1 || st.Followups[0].Content != resolved || st.Followups[0].Flags != 64 {
+		t.Fatalf("interaction %+v, want a deferred update, then the answer as an ephemeral followup", st)
+	}
+	if st := f.InteractionState(quiet["id"].(string)); len(st.Callbacks) != 1 || len(st.Followups) != 0 || st.Original != "" {
+		t.Fatalf("interaction answered without text: %+v, want acknowledged only", st)
+	}
+	for _, req := range f.Requests() {
+		if strings.HasPrefix(req, "DELETE /api/v9/webhooks/") || strings.HasPrefix(req, "PATCH /api/v9/webhooks/") {
+			t.Fatalf("the press's response message was touched: %s", req)
+		}
+	}
+
+	// A redelivery: acknowledged again (refused), not published again.
+	if err := f.Dispatch(ctx, "INTERACTION_CREATE", d); err != nil {
+		t.Fatal(err)
+	}
+	platformtest.WaitFor(t, "the redelivery to be answered", func() bool { _, refused := f.Acks(id); return refused == 1 })
+	if ev := next(300 * time.Millisecond); ev != nil {
+		t.Fatalf("the redelivered press was published again: %v", ev)
+	}
+	if st := f.InteractionState(id); len(st.Followups) != 1 {
+		t.Fatalf("interaction %+v after a redelivery, want the one answer", st)
+	}
+	if ms := f.Messages(thread); len(ms) != 0 {
+		t.Fatalf("the thread got %+v", ms)
 	}
 }
 

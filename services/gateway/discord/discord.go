@@ -98,12 +98,16 @@ type Config struct {
 	// and a bulk overwrite only when they differ), as Hermes syncs its
 	// command tree. The bot needs the applications.commands scope.
 	RegisterCommands bool `koanf:"register_commands"`
+	// PressHold is how long a button press, once acknowledged, is held
+	// for the router's answer (handlePress), at most maxPressHold; its
+	// text, when it has one, is shown to the presser only.
+	PressHold time.Duration `koanf:"press_hold"`
 }
 
 // DefaultConfig is Hermes's defaults.
 func DefaultConfig() Config {
 	return Config{AutoThread: true, RequireMention: true, IgnoreNoMention: true, Reactions: true, AllowMentions: DefaultAllowMentions(),
-		RegisterCommands: true}
+		RegisterCommands: true, PressHold: defaultPressHold}
 }
 
 // Enabled reports whether dev should start the gateway.
@@ -116,6 +120,9 @@ func (c Config) Validate() error {
 	}
 	if _, err := platform.ParseBotMode(c.AllowBots); err != nil {
 		return fmt.Errorf("discord: allow_bots (DISCORD_ALLOW_BOTS): %w", err)
+	}
+	if c.PressHold > maxPressHold {
+		return fmt.Errorf("discord: press_hold %v: at most %v", c.PressHold, maxPressHold)
 	}
 	return nil
 }
@@ -253,6 +260,9 @@ func newPlatform(cfg Config, log *slog.Logger) (*Platform, error) {
 	bots, err := platform.ParseBotMode(cfg.AllowBots)
 	if err != nil {
 		return nil, fmt.Errorf("discord: allow_bots (DISCORD_ALLOW_BOTS): %w", err)
+	}
+	if cfg.PressHold <= 0 {
+		cfg.PressHold = defaultPressHold
 	}
 	p := &Platform{
 		cfg: cfg, log: log.With("platform", "discord"), s: s, cdn: cdnClient(s.Client), channels: map[string]channelInfo{},
@@ -431,6 +441,17 @@ const ackWithin = 2500 * time.Millisecond
 // shows "This interaction failed" and the user presses again. A
 // redelivered interaction is published once (its event id) and answered
 // again, which Discord refuses as already acknowledged.
+//
+// The press is held for the router's answer as a Telegram callback
+// query or a Teams invoke is (platform.PressHold): the replica
+// subscribes to the press's subject before it publishes the press, and
+// once the press is acknowledged it waits for the answer, up to
+// Config.PressHold (off the reading goroutine: the next dispatch does
+// not wait). The acknowledgement does not wait for the answer (Discord
+// wants it within 3 s, and a busy router would make the press fail);
+// the answer's text, when it has one (Hermes's "This approval has
+// already been resolved~"), is then shown to the presser only, as an
+// ephemeral followup (answerHeld).
 func (p *Platform) handlePress(ctx context.Context, conn platform.Conn, in *discordgo.Interaction) {
 	arrived := time.Now()
 	pctx, cancel := context.WithTimeout(ctx, ackWithin)
@@ -439,6 +460,11 @@ func (p *Platform) handlePress(ctx context.Context, conn platform.Conn, in *disc
 	if in.Type != discordgo.InteractionMessageComponent {
 		guild = "" // no channel lookup: pressed skips it anyway
 	}
+	var (
+		hold *platform.PressHold
+		held *eventsv1.Interaction // the press's, published now and held
+		ask  = true                // hold the press before its first publish
+	)
 	published := untilDone(pctx, 100*time.Millisecond, time.Second, func() bool {
 		ch, settled, err := p.channelOf(pctx, conn, guild, in.ChannelID)
 		if settled || err != nil {
@@ -449,19 +475,99 @@ func (p *Platform) handlePress(ctx context.Context, conn platform.Conn, in *disc
 			p.log.Debug("discord interaction skipped", "why", string(why), "interaction_id", in.ID)
 			return true
 		}
-		return p.delivered(pctx, conn, ev, "button press", in.ID)
+		if ask {
+			// The router's answer may come as soon as the press is out.
+			ask = false
+			hold = p.holdPress(conn, ev.GetInteraction())
+		}
+		acc, err := conn.Deliver(pctx, ev)
+		switch {
+		case err == nil && !acc.Duplicate:
+			held = ev.GetInteraction()
+			return true
+		case err == nil || errors.Is(err, platform.ErrRejected):
+			return true // not published now: nothing will answer it
+		}
+		p.log.Warn("discord event not published; retrying", "kind", "button press", "id", in.ID, "err", err)
+		return false
 	})
+	if held == nil {
+		hold.Close()
+		hold = nil
+	}
 	if !published {
 		p.log.Warn("discord button press not published in time; leaving it unacknowledged", "interaction_id", in.ID)
 		return
 	}
 	ack := &discordgo.InteractionResponse{Type: discordgo.InteractionResponseDeferredMessageUpdate}
 	if err := p.s.InteractionRespond(in, ack, opts(ctx)...); err != nil {
+		hold.Close()
 		if isCode(err, discordgo.ErrCodeInteractionHasAlreadyBeenAcknowledged) {
 			p.log.Debug("discord interaction already acknowledged", "interaction_id", in.ID)
 			return
 		}
 		p.log.Warn("acknowledge discord interaction", "interaction_id", in.ID, "err", redact(err, in.Token))
+		return
+	}
+	if hold != nil {
+		go p.answerHeld(ctx, held, hold)
+	}
+}
+
+// defaultPressHold and maxPressHold are Config.PressHold's default and
+// bound. The press is acknowledged before the hold, so Discord's 3 s
+// do not bound it; the bound keeps a replica from waiting long for an
+// answer that was lost.
+const (
+	defaultPressHold = 1500 * time.Millisecond
+	maxPressHold     = 10 * time.Second
+)
+
+// holdPress starts holding the press of interaction ia for the router's
+// answer, or returns nil when it cannot be held (an interaction without
+// a usable token, which no followup could answer; a Conn that holds no
+// presses; a failed subscription, logged: the press is published
+// without a hold, as before holds were).
+func (p *Platform) holdPress(conn platform.Conn, ia *eventsv1.Interaction) *platform.PressHold {
+	h, ok := conn.(platform.PressHolder)
+	if !ok || ia.GetId() == "" {
+		return nil
+	}
+	hold, err := h.HoldPress(ia.GetId())
+	if err != nil {
+		p.log.Warn("hold discord button press for the router's answer; the presser is shown none", "interaction_id", ia.GetId(), "err", err)
+		return nil
+	}
+	return hold
+}
+
+// answerHeld waits for the router's answer to the held press of
+// interaction ia, up to Config.PressHold, and shows its text to the
+// presser only, as an ephemeral followup of the (acknowledged)
+// interaction, as Hermes's views answer a press with an ephemeral
+// message. An answer without text, or none in time, shows nothing: the
+// router's edit of the card says the rest. Best effort: a followup
+// Discord refuses is logged (followup). Not ended by ctx, the
+// connection's: the followup goes over REST, which a dropped connection
+// does not stop.
+func (p *Platform) answerHeld(ctx context.Context, ia *eventsv1.Interaction, hold *platform.PressHold) {
+	defer hold.Close()
+	t := time.NewTimer(p.cfg.PressHold)
+	defer t.Stop()
+	var text string
+	select {
+	case req := <-hold.Answer():
+		text = req.GetText()
+	case <-t.C:
+	}
+	if text == "" {
+		return
+	}
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	req := &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, Target: &deliveryv1.Target{Platform: "discord", Interaction: ia}, Text: text}
+	if _, _, err := p.followup(fctx, req); err != nil {
+		p.log.Warn("show the router's answer to a discord button press", "interaction_id", ia.GetId(), "err", err)
 	}
 }
 

@@ -25,7 +25,10 @@ import (
 // command the button stands for, typed by whoever pressed, naming the
 // card (replyToId) and the call, and answers the invoke at once. So the
 // router authorizes the presser as for typing, and its answer replaces
-// the card with text, which takes the buttons off.
+// the card with text, which takes the buttons off. A press that comes as
+// a message is not held (endpoint.go): a message takes no answer, and a
+// reply would be the whole conversation's, so its presser is shown the
+// card's edit alone, as in Hermes, whose adapter answers invokes only.
 
 const (
 	// approveVerb is the buttons' Action.Execute verb (Hermes's).
