@@ -214,7 +214,8 @@ func registerService(s service, inDev bool) {
 // services finish or hand back their work, and clients close.
 func (a *app) runServices(ctx context.Context, opsAddr string, names []string, ready func(ops string)) error {
 	defer a.close()
-	shutdownTracing, err := telemetry.SetupTracing(ctx, telemetry.TraceConfig{Service: "switchboard-" + a.name, Version: version, Exporter: a.traceExporter, Log: a.log})
+	shutdownTracing, err := telemetry.SetupTracing(ctx, telemetry.TraceConfig{Service: "switchboard-" + a.name, Version: version, Exporter: a.traceExporter, Log: a.log,
+		Pseudonyms: a.cfg.Log.Pseudonyms()})
 	if err != nil {
 		return err
 	}

@@ -244,7 +244,7 @@ func defaultConfig() *Config {
 			Partitions: bus.DefaultPartitions},
 		Postgres:    PostgresConfig{URL: pg.DefaultURL, MaxConns: 16},
 		Redis:       RedisConfig{URL: redisx.DefaultURL, Prefix: "sb:"},
-		Log:         telemetry.LogConfig{Level: "info", Format: "json"},
+		Log:         telemetry.LogConfig{Level: "info", Format: "json", Pseudonymize: true},
 		Ops:         OpsConfig{Addr: "127.0.0.1:9090"},
 		Dev:         DevConfig{NATSPort: 14222, NATSStoreDir: ".switchboard/nats", MemoryLimitMiB: 160, GCPercent: 400},
 		Gateways:    GatewaysConfig{API: api.DefaultConfig(), Signal: signal.DefaultConfig(), Matrix: matrix.DefaultConfig(), Mattermost: mattermost.DefaultConfig(), Webhook: webhook.DefaultConfig(), Discord: discord.DefaultConfig(), Slack: slack.DefaultConfig(), Telegram: telegram.DefaultConfig(), WhatsApp: whatsapp.DefaultConfig(), Email: email.DefaultConfig(), SMS: sms.DefaultConfig(), Teams: teams.DefaultConfig(), HomeAssistant: homeassistant.DefaultConfig(), BlueBubbles: bluebubbles.DefaultConfig(), LINE: line.DefaultConfig(), GoogleChat: googlechat.DefaultConfig()},

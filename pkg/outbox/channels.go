@@ -36,7 +36,7 @@ ON CONFLICT (platform, account, chat_id, thread_id)
 DO UPDATE SET name = EXCLUDED.name, kind = EXCLUDED.kind, updated_at = now()`,
 		c.Platform, c.Account, c.ChatID, c.ThreadID, name, c.Kind)
 	if err != nil {
-		return fmt.Errorf("upsert channel %s:%s: %w", c.Platform, c.ChatID, err)
+		return fmt.Errorf("upsert %s channel: %w", c.Platform, err)
 	}
 	return nil
 }

@@ -292,7 +292,7 @@ func (s *Store) Clear(ctx context.Context, chatKey, key string) (bool, error) {
 	err := s.db.QueryRow(ctx, `SELECT NOT EXISTS (SELECT 1 FROM delivery_outbox WHERE chat_key = $1 AND state IN ('queued', 'sending'))
 		AND NOT EXISTS (SELECT 1 FROM delivery_outbox WHERE idempotency_key = $2)`, chatKey, key).Scan(&clear)
 	if err != nil {
-		return false, fmt.Errorf("check chat %s: %w", chatKey, err)
+		return false, fmt.Errorf("check chat: %w", err)
 	}
 	return clear, nil
 }

@@ -13,12 +13,20 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
-// LogConfig selects the log level and format.
+// LogConfig selects the log level and format, and whether records name
+// people by pseudonyms.
 type LogConfig struct {
 	// Level: debug, info, warn or error.
 	Level string `koanf:"level"`
 	// Format: json (default) or text.
 	Format string `koanf:"format"`
+	// Pseudonymize replaces session keys' personal parts and platform
+	// user and chat ids in log records (and span attributes) with
+	// pseudonyms (pkg/pseudonym); on by default.
+	Pseudonymize bool `koanf:"pseudonymize"`
+	// PseudonymKey keys the pseudonyms' hash; every process of one
+	// deployment needs the same. Empty: a fixed built-in key.
+	PseudonymKey string `koanf:"pseudonym_key"`
 }
 
 // ParseLevel maps a level name to a slog level; unknown names are info.
@@ -36,12 +44,17 @@ func ParseLevel(s string) slog.Level {
 }
 
 // NewLogger builds the process logger. Records logged with a context that
-// carries a span get trace_id and span_id attributes.
+// carries a span get trace_id and span_id attributes. With
+// cfg.Pseudonymize, personal ids in records become pseudonyms
+// (pseudonymizeAttr).
 func NewLogger(cfg LogConfig, w io.Writer) *slog.Logger {
 	if w == nil {
 		w = os.Stderr
 	}
 	opts := &slog.HandlerOptions{Level: ParseLevel(cfg.Level)}
+	if p := cfg.Pseudonyms(); p != nil {
+		opts.ReplaceAttr = pseudonymizeAttr(p)
+	}
 	var h slog.Handler
 	if strings.EqualFold(cfg.Format, "text") {
 		h = slog.NewTextHandler(w, opts)

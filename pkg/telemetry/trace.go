@@ -15,6 +15,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.26.0"
+
+	"github.com/switchboard-chat/switchboard/pkg/pseudonym"
 )
 
 // TraceConfig says where spans go.
@@ -28,6 +30,10 @@ type TraceConfig struct {
 	// Log receives the SDK's errors (a collector out of reach), at most
 	// one a minute; nil: slog's default logger.
 	Log *slog.Logger
+	// Pseudonyms, when set, pseudonymize the exported spans as the logs
+	// are (LogConfig.Pseudonyms): session keys and user and chat ids in
+	// their names, attributes, events and status descriptions.
+	Pseudonyms *pseudonym.Pseudonymizer
 }
 
 // SetupTracing installs the global propagator, the one OTEL_PROPAGATORS
@@ -75,6 +81,9 @@ func SetupTracing(ctx context.Context, cfg TraceConfig) (shutdown func(context.C
 		return nil, err
 	}
 	otel.SetErrorHandler(newOTelErrors(cfg.Log, time.Minute))
+	if cfg.Pseudonyms != nil {
+		exp = pseudonymizingExporter{SpanExporter: exp, p: cfg.Pseudonyms}
+	}
 	var opts []sdktrace.TracerProviderOption
 	if cfg.Exporter != nil {
 		opts = append(opts, sdktrace.WithSyncer(exp))

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -15,12 +16,15 @@ import (
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/switchboard-chat/switchboard/pkg/pseudonym"
 	"github.com/switchboard-chat/switchboard/pkg/telemetry"
 )
 
@@ -235,5 +239,71 @@ func TestTracingRefusesMalformedResourceAttributes(t *testing.T) {
 	_, err := telemetry.SetupTracing(context.Background(), telemetry.TraceConfig{Service: "switchboard-test", Exporter: tracetest.NewInMemoryExporter()})
 	if err == nil || !strings.Contains(err.Error(), "OTEL_RESOURCE_ATTRIBUTES") {
 		t.Fatalf("err %v, want a configuration error naming the variable", err)
+	}
+}
+
+// TestTracingPseudonyms: with Pseudonyms set, exported spans carry
+// session keys and ids as the logs do; without, as they were recorded.
+func TestTracingPseudonyms(t *testing.T) {
+	const key = "agent:main:whatsapp:dm:15551234567"
+	p := pseudonym.New("k")
+	pkey := p.Key(key)
+	for _, tt := range []struct {
+		name string
+		p    *pseudonym.Pseudonymizer
+		want func(string) string
+	}{
+		{"on", p, func(s string) string { return strings.ReplaceAll(s, key, pkey) }},
+		{"off", nil, func(s string) string { return s }},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			exp := tracetest.NewInMemoryExporter()
+			shutdown, err := telemetry.SetupTracing(context.Background(), telemetry.TraceConfig{Service: "switchboard-test", Exporter: exp, Pseudonyms: tt.p})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, span := otel.Tracer("test").Start(context.Background(), "turn "+key,
+				trace.WithAttributes(attribute.String("session.session_key", key), attribute.String("messaging.destination.name", "replies.3"),
+					attribute.Int("messaging.batch.message_count", 2)))
+			cause := fmt.Errorf("lock session %s: %w", key, errTimeout)
+			span.RecordError(cause)
+			span.SetStatus(codes.Error, cause.Error())
+			span.End()
+			spans := exp.GetSpans()
+			if err := shutdown(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if len(spans) != 1 {
+				t.Fatalf("%d spans, want 1", len(spans))
+			}
+			s := spans[0]
+			if want := tt.want("turn " + key); s.Name != want {
+				t.Errorf("name %q, want %q", s.Name, want)
+			}
+			if want := tt.want(cause.Error()); s.Status.Description != want {
+				t.Errorf("status %q, want %q", s.Status.Description, want)
+			}
+			attrs := map[attribute.Key]attribute.Value{}
+			for _, kv := range s.Attributes {
+				attrs[kv.Key] = kv.Value
+			}
+			if got, want := attrs["session.session_key"].AsString(), tt.want(key); got != want {
+				t.Errorf("session.session_key %q, want %q", got, want)
+			}
+			if got := attrs["messaging.destination.name"].AsString(); got != "replies.3" {
+				t.Errorf("messaging.destination.name %q", got)
+			}
+			if got := attrs["messaging.batch.message_count"].AsInt64(); got != 2 {
+				t.Errorf("messaging.batch.message_count %d", got)
+			}
+			if len(s.Events) != 1 {
+				t.Fatalf("events %v", s.Events)
+			}
+			for _, kv := range s.Events[0].Attributes {
+				if kv.Key == "exception.message" && kv.Value.AsString() != tt.want(cause.Error()) {
+					t.Errorf("exception.message %q, want %q", kv.Value.AsString(), tt.want(cause.Error()))
+				}
+			}
+		})
 	}
 }

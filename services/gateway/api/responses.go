@@ -297,7 +297,7 @@ func (s *Service) place(w http.ResponseWriter, r *http.Request, identity, sessio
 		moveTo(t, identity, id, previous)
 		return nil, true
 	}
-	s.log.WarnContext(ctx, "api conversation head keeps moving", "session", previous.Session)
+	s.log.WarnContext(ctx, "api conversation head keeps moving", "chat_id", previous.Session)
 	writeUnavailable(w)
 	return nil, false
 }

@@ -653,7 +653,7 @@ func (p *Platform) channelOf(ctx context.Context, conn platform.Conn, guild, cha
 		conn.Reject(ctx, "channel lookup refused", err)
 		return channelInfo{}, true, nil
 	}
-	p.log.Warn("discord channel lookup failed; retrying", "channel", channel, "err", err)
+	p.log.Warn("discord channel lookup failed; retrying", "chat_id", channel, "err", err)
 	return channelInfo{}, false, err
 }
 
@@ -687,7 +687,7 @@ func (p *Platform) openThread(ctx context.Context, m *discordgo.Message, src *ev
 	switch {
 	case err == nil || isCode(err, discordgo.ErrCodeThreadAlreadyCreatedForThisMessage):
 	case refused(err):
-		p.log.Warn("discord auto-thread refused; answering in the channel", "channel", m.ChannelID, "err", err)
+		p.log.Warn("discord auto-thread refused; answering in the channel", "chat_id", m.ChannelID, "err", err)
 		return nil
 	default:
 		return err
@@ -745,7 +745,7 @@ func (p *Platform) channel(ctx context.Context, id string) (channelInfo, error) 
 		// A broken answer (200 with the body null): the channel is taken
 		// as unknown, not a thread, and the message handled as in a plain
 		// channel. Not remembered, so that the next message asks again.
-		p.log.Warn("discord channel lookup answered nothing; taking it as no thread", "channel", id)
+		p.log.Warn("discord channel lookup answered nothing; taking it as no thread", "chat_id", id)
 		return channelInfo{}, nil
 	}
 	ci = channelInfo{Thread: c.IsThread(), Parent: c.ParentID, Owner: c.OwnerID}
@@ -846,7 +846,7 @@ func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (str
 			// permission, a message gone): as Hermes's inline fallback,
 			// the answer goes to the channel, replying to the message
 			// the thread was to grow from, rather than nowhere.
-			p.log.Warn("discord thread not opened; answering in the channel", "channel", t.GetChatId(), "err", terr)
+			p.log.Warn("discord thread not opened; answering in the channel", "chat_id", t.GetChatId(), "err", terr)
 			ch = t.GetChatId()
 			if req.GetChunkIndex() == 0 {
 				no := false

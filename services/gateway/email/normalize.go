@@ -97,7 +97,7 @@ func parse(raw []byte, maxPart int64, skipAttachments bool) (*inbound, error) {
 	}
 	m.Name = clipLine(cleanLine(m.Name), maxNameBytes)
 	if !utf8.ValidString(m.From) || !strings.Contains(m.From, "@") || strings.ContainsAny(m.From, " \t\r\n<>") {
-		return nil, fmt.Errorf("%w: sender %q is not an address", errMalformed, m.From)
+		return nil, fmt.Errorf("%w: the sender is not an address", errMalformed)
 	}
 	m.Subject = clipLine(cleanLine(decodeWords(h.Get("Subject"))), maxSubjectBytes)
 	m.MessageID = msgID(h.Get("Message-Id"))

@@ -1,6 +1,7 @@
 package email
 
 import (
+	"errors"
 	"strconv"
 	"strings"
 	"testing"
@@ -331,5 +332,18 @@ func TestLongSubjectAndNameAreCut(t *testing.T) {
 	}
 	if m.From != "ann@example.com" {
 		t.Errorf("from %q", m.From)
+	}
+}
+
+// TestMalformedSenderStaysOutOfTheError: the error a malformed sender
+// gives is logged; the address is a person's and stays out of it.
+func TestMalformedSenderStaysOutOfTheError(t *testing.T) {
+	t.Parallel()
+	_, err := parse([]byte("From: \"bob 5551234\"@example.com\r\nSubject: x\r\n\r\nbody"), 1<<20, false)
+	if !errors.Is(err, errMalformed) {
+		t.Fatalf("parse = %v, want malformed", err)
+	}
+	if strings.Contains(err.Error(), "5551234") {
+		t.Errorf("the error names the sender: %v", err)
 	}
 }

@@ -102,7 +102,7 @@ const maxAttachmentBytes = 20 << 20
 func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (string, error) {
 	to, err := mail.ParseAddress(req.GetTarget().GetChatId())
 	if err != nil || to.Name != "" {
-		return "", platform.Permanent(fmt.Errorf("email: chat id %q is not an address", req.GetTarget().GetChatId()))
+		return "", platform.Permanent(errors.New("email: the chat id is not an address"))
 	}
 	text := req.GetText()
 	if req.GetFormat() != deliveryv1.TextFormat_TEXT_FORMAT_PLAIN {

@@ -195,7 +195,7 @@ func (p *Platform) handle(ctx context.Context, conn platform.Conn, resp *mautrix
 	if p.cfg.ReadReceipts {
 		for rid, eid := range receipts {
 			if err := p.cli.SendReceipt(ctx, rid, eid, event.ReceiptTypeRead, nil); err != nil {
-				p.log.Debug("matrix: read receipt failed", "room", rid.String(), "err", err)
+				p.log.Debug("matrix: read receipt failed", "chat_id", rid.String(), "err", err)
 			}
 		}
 	}
@@ -230,7 +230,7 @@ func (p *Platform) take(ctx context.Context, conn platform.Conn, r *room, rid id
 	if reason != skipNone {
 		skipped.WithLabelValues(string(reason)).Inc()
 		if reason == skipEncrypted {
-			p.log.Warn("matrix: skipped an encrypted message: end-to-end encryption is not supported", "room", rid.String(), "event", ev.ID.String())
+			p.log.Warn("matrix: skipped an encrypted message: end-to-end encryption is not supported", "chat_id", rid.String(), "event", ev.ID.String())
 		}
 		return false, nil
 	}
@@ -258,7 +258,7 @@ func (p *Platform) backfill(ctx context.Context, rid id.RoomID, from, since stri
 		if len(back) >= maxBackfill {
 			skipped.WithLabelValues("gap too long").Inc()
 			p.log.Warn("matrix: more missed events in a room than the gateway reads back; older ones are skipped",
-				"room", rid.String(), "read", len(back))
+				"chat_id", rid.String(), "read", len(back))
 			break
 		}
 		resp, err := p.messagesLenient(ctx, rid, from, since, mautrix.DirectionBackward, backfillPage, bad)
@@ -334,7 +334,7 @@ func (p *Platform) joinInvites(ctx context.Context, rs mautrix.RespSyncRooms) {
 		if _, err := p.cli.JoinRoomByID(ctx, rid); err != nil {
 			var se *platform.SendError
 			if errors.As(classify(err), &se) && se.Class == deliveryv1.ErrorClass_ERROR_CLASS_PERMANENT {
-				p.log.Warn("matrix: the homeserver refused to join a room the bot was invited to", "room", rid.String(), "err", err)
+				p.log.Warn("matrix: the homeserver refused to join a room the bot was invited to", "chat_id", rid.String(), "err", err)
 				delete(p.joins, rid)
 				continue
 			}
@@ -344,11 +344,11 @@ func (p *Platform) joinInvites(ctx context.Context, rs mautrix.RespSyncRooms) {
 			}
 			pj.tries++
 			pj.next = now.Add(wait)
-			p.log.Warn("matrix: joining a room the bot was invited to failed; trying again", "room", rid.String(), "in", wait, "err", err)
+			p.log.Warn("matrix: joining a room the bot was invited to failed; trying again", "chat_id", rid.String(), "in", wait, "err", err)
 			continue
 		}
 		delete(p.joins, rid)
-		p.log.Info("matrix: joined a room on invite", "room", rid.String(), "direct", pj.direct)
+		p.log.Info("matrix: joined a room on invite", "chat_id", rid.String(), "direct", pj.direct)
 		if pj.direct {
 			p.rooms.get(rid).markDirect()
 		}

@@ -112,7 +112,7 @@ func (p *Platform) inTopic(t *deliveryv1.Target, send func(thread int) error) er
 	if !strings.HasPrefix(t.GetChatId(), "-") {
 		return err
 	}
-	p.log.Warn("telegram topic not found; sending to the chat without it", "chat", t.GetChatId(), "thread", thread)
+	p.log.Warn("telegram topic not found; sending to the chat without it", "chat_id", t.GetChatId(), "thread", thread)
 	return send(0)
 }
 

@@ -1,0 +1,51 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/switchboard-chat/switchboard/pkg/telemetry"
+)
+
+// TestPseudonymCommand: the command prints what a process with the same
+// configuration logs in place of a session key or an id, and the
+// defaults pseudonymize; SWITCHBOARD_LOG__PSEUDONYMIZE=false turns it off.
+func TestPseudonymCommand(t *testing.T) {
+	t.Setenv("SWITCHBOARD_LOG__PSEUDONYM_KEY", "ops secret")
+	cfg, _, err := loadConfig("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cfg.Log.Pseudonymize || cfg.Log.PseudonymKey != "ops secret" {
+		t.Fatalf("log config %+v: want pseudonyms on by default, keyed from the environment", cfg.Log)
+	}
+	const key = "agent:main:telegram:dm:123456789"
+	var logs bytes.Buffer
+	telemetry.NewLogger(cfg.Log, &logs).Info("turn", "session_key", key, "user_id", "123456789")
+
+	var out, errOut bytes.Buffer
+	printPseudonyms(&out, &errOut, cfg.Log, []string{key, "123456789"})
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 2 || !strings.HasPrefix(lines[0], "agent:main:telegram:dm:#") || strings.Contains(out.String(), "123456789") {
+		t.Fatalf("printed %q", out.String())
+	}
+	for _, want := range []string{`"session_key":"` + lines[0] + `"`, `"user_id":"` + lines[1] + `"`} {
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("the log line %s has no %s", logs.String(), want)
+		}
+	}
+	if errOut.Len() != 0 {
+		t.Errorf("stderr: %s", errOut.String())
+	}
+
+	t.Setenv("SWITCHBOARD_LOG__PSEUDONYMIZE", "false")
+	if cfg, _, err = loadConfig(""); err != nil || cfg.Log.Pseudonymize {
+		t.Fatalf("SWITCHBOARD_LOG__PSEUDONYMIZE=false: %v, %+v", err, cfg.Log)
+	}
+	errOut.Reset()
+	printPseudonyms(&out, &errOut, cfg.Log, []string{key})
+	if !strings.Contains(errOut.String(), "log.pseudonymize is off") {
+		t.Errorf("no note that pseudonyms are off: %q", errOut.String())
+	}
+}

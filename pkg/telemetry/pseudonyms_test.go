@@ -1,0 +1,159 @@
+package telemetry_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"github.com/switchboard-chat/switchboard/pkg/pseudonym"
+	"github.com/switchboard-chat/switchboard/pkg/telemetry"
+)
+
+// source is a LogValuer, as a caller might log a chat.
+type source struct{ platform, user string }
+
+func (s source) LogValue() slog.Value {
+	return slog.GroupValue(slog.String("platform", s.platform), slog.String("user_id", s.user))
+}
+
+// keyValuer resolves to a session key.
+type keyValuer string
+
+func (k keyValuer) LogValue() slog.Value { return slog.StringValue(string(k)) }
+
+func TestLogPseudonyms(t *testing.T) {
+	t.Parallel()
+	const (
+		key  = "agent:main:telegram:dm:123456789"
+		user = "123456789"
+	)
+	p := pseudonym.New("secret")
+	pkey := "agent:main:telegram:dm:" + p.ID(user)
+	tests := []struct {
+		name string
+		log  func(*slog.Logger)
+		// path to the attribute in the JSON record, and its value.
+		path []string
+		want any
+	}{
+		{"session_key", func(l *slog.Logger) { l.Info("m", "session_key", key) }, []string{"session_key"}, pkey},
+		{"task_session_key", func(l *slog.Logger) {
+			l.Info("m", "task_session_key", "agent:main:background:telegram:dm:123456789:bg_1")
+		},
+			[]string{"task_session_key"}, "agent:main:background:telegram:dm:" + p.ID(user) + ":" + p.ID("bg_1")},
+		{"from_session_key", func(l *slog.Logger) { l.Info("m", "from_session_key", key) }, []string{"from_session_key"}, pkey},
+		{"first_key", func(l *slog.Logger) { l.Info("m", "first_key", key) }, []string{"first_key"}, pkey},
+		{"last_key", func(l *slog.Logger) { l.Info("m", "last_key", key) }, []string{"last_key"}, pkey},
+		{"user_id", func(l *slog.Logger) { l.Info("m", "user_id", user) }, []string{"user_id"}, p.ID(user)},
+		{"user_id as a number", func(l *slog.Logger) { l.Info("m", "user_id", int64(123456789)) }, []string{"user_id"}, p.ID(user)},
+		{"user_id_alt", func(l *slog.Logger) { l.Info("m", "user_id_alt", user) }, []string{"user_id_alt"}, p.ID(user)},
+		{"chat_id", func(l *slog.Logger) { l.Info("m", "chat_id", "15551234567@s.whatsapp.net") }, []string{"chat_id"}, p.ID("15551234567@s.whatsapp.net")},
+		{"by a user", func(l *slog.Logger) { l.Info("m", "by", "telegram:"+user) }, []string{"by"}, "telegram:" + p.ID(user)},
+		{"by an operator", func(l *slog.Logger) { l.Info("m", "by", "admin:alice") }, []string{"by"}, "admin:alice"},
+		{"owner", func(l *slog.Logger) { l.Info("m", "owner", "session:"+key) }, []string{"owner"}, "session:" + pkey},
+		{"subject", func(l *slog.Logger) { l.Info("m", "subject", "telegram:"+user) }, []string{"subject"}, "telegram:" + p.ID(user)},
+		{"a NATS subject", func(l *slog.Logger) { l.Info("m", "subject", "replies.3") }, []string{"subject"}, "replies.3"},
+		{"target", func(l *slog.Logger) { l.Info("m", "target", key) }, []string{"target"}, pkey},
+		{"key with no personal part", func(l *slog.Logger) { l.Info("m", "session_key", "agent:main:telegram:dm") }, []string{"session_key"}, "agent:main:telegram:dm"},
+		{"empty key", func(l *slog.Logger) { l.Info("m", "session_key", "") }, []string{"session_key"}, ""},
+		{"other attributes", func(l *slog.Logger) { l.Info("m", "platform", "telegram", "turn_id", "t1") }, []string{"turn_id"}, "t1"},
+		{"error naming a key", func(l *slog.Logger) { l.Info("m", "err", fmt.Errorf("claim lock %s: %w", key, errTimeout)) },
+			[]string{"err"}, "claim lock " + pkey + ": timeout"},
+		{"string naming a key", func(l *slog.Logger) { l.Info("m", "reason", "busy with "+key) }, []string{"reason"}, "busy with " + pkey},
+		{"message naming a key", func(l *slog.Logger) { l.Info("turn for " + key + " done") }, []string{"msg"}, "turn for " + pkey + " done"},
+		{"slog.Group", func(l *slog.Logger) { l.Info("m", slog.Group("src", "platform", "telegram", "user_id", user)) },
+			[]string{"src", "user_id"}, p.ID(user)},
+		{"nested groups", func(l *slog.Logger) {
+			l.Info("m", slog.Group("a", slog.Group("b", "session_key", key)))
+		}, []string{"a", "b", "session_key"}, pkey},
+		{"WithGroup", func(l *slog.Logger) { l.WithGroup("turn").Info("m", "session_key", key) }, []string{"turn", "session_key"}, pkey},
+		{"With", func(l *slog.Logger) { l.With("session_key", key).Info("m") }, []string{"session_key"}, pkey},
+		{"WithGroup then With", func(l *slog.Logger) { l.WithGroup("g").With("user_id", user).Info("m") }, []string{"g", "user_id"}, p.ID(user)},
+		{"LogValuer group", func(l *slog.Logger) { l.Info("m", "source", source{"telegram", user}) }, []string{"source", "user_id"}, p.ID(user)},
+		{"LogValuer value", func(l *slog.Logger) { l.Info("m", "session_key", keyValuer(key)) }, []string{"session_key"}, pkey},
+		{"slog.Attr", func(l *slog.Logger) { l.LogAttrs(t.Context(), slog.LevelInfo, "m", slog.String("chat_id", user)) }, []string{"chat_id"}, p.ID(user)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var buf bytes.Buffer
+			log := telemetry.NewLogger(telemetry.LogConfig{Level: "info", Pseudonymize: true, PseudonymKey: "secret"}, &buf)
+			tt.log(log)
+			rec := decodeRecord(t, buf.Bytes())
+			if got := lookup(t, rec, tt.path); got != tt.want {
+				t.Errorf("%s = %v, want %v (record %s)", strings.Join(tt.path, "."), got, tt.want, buf.String())
+			}
+			if want, ok := tt.want.(string); ok && want != "" && strings.Contains(buf.String(), user) && !strings.Contains(want, user) {
+				t.Errorf("record still names %s: %s", user, buf.String())
+			}
+		})
+	}
+}
+
+func TestLogPseudonymsOff(t *testing.T) {
+	t.Parallel()
+	const key = "agent:main:telegram:dm:123456789"
+	var buf bytes.Buffer
+	log := telemetry.NewLogger(telemetry.LogConfig{Level: "info", Pseudonymize: false, PseudonymKey: "secret"}, &buf)
+	log.Info("turn for "+key, "session_key", key, "user_id", "123456789", "by", "telegram:123456789",
+		"err", fmt.Errorf("claim lock %s: %w", key, errTimeout))
+	rec := decodeRecord(t, buf.Bytes())
+	for k, want := range map[string]string{
+		"msg": "turn for " + key, "session_key": key, "user_id": "123456789", "by": "telegram:123456789",
+		"err": "claim lock " + key + ": timeout",
+	} {
+		if got := rec[k]; got != want {
+			t.Errorf("%s = %v, want %q as logged", k, got, want)
+		}
+	}
+}
+
+// TestLogPseudonymsStable: two processes with the same key (replicas,
+// or one process before and after a restart) give an id one pseudonym;
+// another key gives another.
+func TestLogPseudonymsStable(t *testing.T) {
+	t.Parallel()
+	logged := func(cfg telemetry.LogConfig) any {
+		var buf bytes.Buffer
+		telemetry.NewLogger(cfg, &buf).Info("m", "user_id", "123456789")
+		return decodeRecord(t, buf.Bytes())["user_id"]
+	}
+	a := logged(telemetry.LogConfig{Pseudonymize: true, PseudonymKey: "k1"})
+	if b := logged(telemetry.LogConfig{Pseudonymize: true, PseudonymKey: "k1", Format: "json"}); a != b {
+		t.Errorf("same key, two pseudonyms: %v and %v", a, b)
+	}
+	if c := logged(telemetry.LogConfig{Pseudonymize: true, PseudonymKey: "k2"}); a == c {
+		t.Errorf("two keys, one pseudonym: %v", a)
+	}
+	unkeyed := logged(telemetry.LogConfig{Pseudonymize: true})
+	if again := logged(telemetry.LogConfig{Pseudonymize: true}); unkeyed != again || unkeyed == "123456789" {
+		t.Errorf("unkeyed pseudonyms %v and %v, want one pseudonym", unkeyed, again)
+	}
+}
+
+var errTimeout = fmt.Errorf("timeout")
+
+func decodeRecord(t *testing.T, b []byte) map[string]any {
+	t.Helper()
+	var rec map[string]any
+	if err := json.Unmarshal(b, &rec); err != nil {
+		t.Fatalf("decode %s: %v", b, err)
+	}
+	return rec
+}
+
+func lookup(t *testing.T, rec map[string]any, path []string) any {
+	t.Helper()
+	var v any = rec
+	for _, k := range path {
+		m, ok := v.(map[string]any)
+		if !ok {
+			t.Fatalf("no %s in %v", strings.Join(path, "."), rec)
+		}
+		v = m[k]
+	}
+	return v
+}
