@@ -57,6 +57,7 @@ func (s *Service) capabilities(w http.ResponseWriter, _ *http.Request) {
 			"job_pause":        {http.MethodPost, "/api/jobs/{job_id}/pause"},
 			"job_resume":       {http.MethodPost, "/api/jobs/{job_id}/resume"},
 			"job_run":          {http.MethodPost, "/api/jobs/{job_id}/run"},
+			"media":            {http.MethodGet, "/v1/media/{media_id}"},
 		},
 	})
 }

@@ -435,7 +435,8 @@ func (s *Service) chatCompletions(w http.ResponseWriter, r *http.Request) {
 // stream writes OpenAI chunks as the reply arrives, then data: [DONE];
 // a failed turn ends it with OpenAI's in-stream error event instead. The
 // turn's tool calls show between the chunks as Hermes's
-// hermes.tool.progress events (chatTools). A request that published its
+// hermes.tool.progress events (chatTools), except to an official OpenAI
+// SDK (officialSDK). A request that published its
 // message ends with a Server-Timing trailer.
 func (s *Service) stream(ctx context.Context, w http.ResponseWriter, r *http.Request, t *turn, id, modelName string, withUsage bool) {
 	out := startSSE(w, t.timed())
@@ -445,7 +446,7 @@ func (s *Service) stream(ctx context.Context, w http.ResponseWriter, r *http.Req
 			Choices: []chunkChoice{{Delta: delta, FinishReason: finish}}})
 	}
 	write(chunkDelta{Role: "assistant"}, nil)
-	tools := chatTools(out, chunk{ID: id, Object: "chat.completion.chunk", Created: created, Model: modelName})
+	tools := chatTools(out, chunk{ID: id, Object: "chat.completion.chunk", Created: created, Model: modelName}, !officialSDK(r))
 	end := relay(ctx, t.wt, s.cfg.ReplyTimeout, func(text string) { write(chunkDelta{Content: text}, nil) }, tools, out.keepalive)
 	switch {
 	case end.err != nil:

@@ -14,6 +14,7 @@ import (
 	"github.com/openai/openai-go/v3/option"
 
 	"github.com/switchboard-chat/switchboard/pkg/attachment"
+	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 )
 
@@ -194,5 +195,59 @@ func TestRunCarriesItsMedia(t *testing.T) {
 	}
 	if got := do(t, http.MethodGet, "http://"+s.Addr()+found[1], testKey, "", nil); got.code != http.StatusOK || !bytes.Equal(got.body, png) {
 		t.Errorf("the run's kept file: %d %s", got.code, got.body)
+	}
+}
+
+// The links a run's output adds after its text are its last text delta
+// whoever writes the run's last event: a final send delivered again after
+// the replica that ended the run stopped before writing its events (or
+// a follower writing the last event of a run that ended) writes the
+// links before run.completed, so that the deltas still add up to the
+// output.
+func TestRunMediaDeltaIsWrittenAgainBeforeTheEnd(t *testing.T) {
+	t.Parallel()
+	b := newBus(t)
+	s := startService(t, b, nil)
+	r := startResponder(t, b)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	r.mu.Lock()
+	r.answer = func(*eventsv1.MessageReceived, int) []string { return []string{"Here is", " the report."} }
+	r.media = []*eventsv1.Attachment{
+		{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT, Location: &eventsv1.Attachment_Url{Url: "https://files.example.test/report.pdf"}, FileName: "report.pdf"},
+	}
+	r.mu.Unlock()
+	id, _ := startRun(t, s, `{"input":"report"}`, nil)
+	if _, closed := followRun(t, s, id).rest(t); !closed {
+		t.Fatal("the run did not end")
+	}
+	// The replica stopped after it ended the run's record, before its
+	// events: the send is delivered again.
+	kv, err := s.runs.bucket(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{"media", "end"} {
+		if err := kv.Delete(ctx, eventKey(id, key)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	again := &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, Text: "Here is the report.", Final: true, IdempotencyKey: "turn:1:0"}
+	if err := s.endRun(ctx, id, again, false); err != nil {
+		t.Fatal(err)
+	}
+	events, closed := followRun(t, s, id).rest(t)
+	if n := len(events); n == 0 || events[n-1]["event"] != "run.completed" || !closed {
+		t.Fatalf("events %v (closed %v)", names(events), closed)
+	}
+	out, _ := events[len(events)-1]["output"].(string)
+	var streamed string
+	for _, ev := range events[:len(events)-1] {
+		if ev["event"] == "message.delta" {
+			streamed += ev["delta"].(string)
+		}
+	}
+	if want := "Here is the report.\n\n[report.pdf](https://files.example.test/report.pdf)"; out != want || streamed != out {
+		t.Errorf("deltas %q, output %q", streamed, out)
 	}
 }

@@ -706,11 +706,7 @@ func toolEvent(step *deliveryv1.ToolStep) (runEvent, func(*runRecord, *runEvent)
 // as it ended. Its last event is written (again, as the same event, when
 // the send is delivered again).
 func (s *Service) endRun(ctx context.Context, run string, req *deliveryv1.SendRequested, stopped bool) error {
-	// links is what the output adds after the answer's text: the links
-	// to the media its sends carried, as a chat completion's answer.
-	var links string
 	rec, found, err := s.runs.change(ctx, run, func(rec *runRecord) bool {
-		links = ""
 		st := &rec.Status
 		if terminal(st.Status) {
 			return false
@@ -725,8 +721,10 @@ func (s *Service) endRun(ctx context.Context, run string, req *deliveryv1.SendRe
 			if m := mediaLinks(req.GetAttachments()); m != "" {
 				media = append(media, m)
 			}
+			// The output adds the links to the media its sends carried
+			// after the answer's text, as a chat completion's answer.
 			out := withMedia(text, media)
-			links = strings.TrimPrefix(out, text)
+			rec.Links = strings.TrimPrefix(out, text)
 			st.Status, st.Output = runCompleted, &out
 			if u := req.GetUsage(); u != nil {
 				st.Usage = &runUsage{InputTokens: u.GetPromptTokens(), OutputTokens: u.GetCompletionTokens(),
@@ -740,27 +738,36 @@ func (s *Service) endRun(ctx context.Context, run string, req *deliveryv1.SendRe
 	if err != nil || !found || !terminal(rec.Status.Status) {
 		return err
 	}
-	if links != "" {
-		// Streamed after the text, as a chat completion's are: the
-		// deltas add up to the output (which keeps them if this is lost).
-		if err := s.runs.emit(ctx, run, "media", runEvent{Event: "message.delta", Delta: links}); err != nil {
-			s.log.WarnContext(ctx, "record api run media failed", "err", err)
-		}
-	}
 	if err := s.slots.give(ctx, run, rec.Slot); err != nil {
 		// Not given back: the next run to find every slot held takes it
 		// over (its run has ended).
 		s.log.WarnContext(ctx, "give back api run slot failed", "err", err)
 	}
-	return s.runs.emit(ctx, run, "end", lastEvent(rec.Status))
+	return s.lastEvents(ctx, rec)
 }
 
 // endEvent writes the last event of a run that ended, if it is not
 // written yet.
 func (s *Service) endEvent(ctx context.Context, rec runRecord) {
-	if err := s.runs.emit(ctx, rec.Status.RunID, "end", lastEvent(rec.Status)); err != nil {
+	if err := s.lastEvents(ctx, rec); err != nil {
 		s.log.WarnContext(ctx, "record api run end failed", "err", err)
 	}
+}
+
+// lastEvents writes the events a run that ended ends with, each once:
+// the links its output adds after the text, as the last text delta (the
+// deltas add up to the output, as a chat completion's stream does), then
+// its last event. Whoever writes them — the send that ended the run,
+// that send delivered again, a follower of a run whose writer stopped —
+// writes them in that order, so the links never come after the end.
+func (s *Service) lastEvents(ctx context.Context, rec runRecord) error {
+	run := rec.Status.RunID
+	if rec.Status.Status == runCompleted && rec.Links != "" {
+		if err := s.runs.emit(ctx, run, "media", runEvent{Event: "message.delta", Delta: rec.Links}); err != nil {
+			return err
+		}
+	}
+	return s.runs.emit(ctx, run, "end", lastEvent(rec.Status))
 }
 
 // lastEvent is the event that ends a run in st: run.completed (with

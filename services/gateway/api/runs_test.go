@@ -676,6 +676,10 @@ func TestCapabilities(t *testing.T) {
 	if e := caps.Ends["run_steer"]; e["method"] != "POST" || e["path"] != "/v1/runs/{run_id}/steer" {
 		t.Errorf("run_steer endpoint %v", e)
 	}
+	// The links to the files answers send are served too.
+	if e := caps.Ends["media"]; e["method"] != "GET" || e["path"] != "/v1/media/{media_id}" {
+		t.Errorf("media endpoint %v", e)
+	}
 	if r := do(t, http.MethodGet, "http://"+s.Addr()+"/v1/capabilities", "", "", nil); r.code != 401 {
 		t.Errorf("without a key: %d", r.code)
 	}

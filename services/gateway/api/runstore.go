@@ -109,6 +109,10 @@ type runRecord struct {
 	// Media are the links to the media of those sends (mediaLinks),
 	// which the output shows after the answer's text.
 	Media []string `json:"media,omitempty"`
+	// Links is what a completed run's output adds after the answer's
+	// text (the links to its media), streamed as its last text delta,
+	// before its last event, by whoever writes that (lastEvents).
+	Links string `json:"links,omitempty"`
 	// Tools are the start times of the tool calls under way, by call id.
 	Tools map[string]float64 `json:"tools,omitempty"`
 	// Slot is the run's slot among the concurrent runs (from 1; 0: none),

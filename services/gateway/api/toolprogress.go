@@ -3,6 +3,7 @@ package api
 import (
 	"cmp"
 	"fmt"
+	"net/http"
 	"slices"
 	"strings"
 
@@ -84,9 +85,9 @@ func (c *toolCalls) step(s *deliveryv1.ToolStep) (call *shownCall, started, ok b
 // fields — tool, emoji and label (the call's arguments as the worker
 // previews them, cut at 200 bytes, or the tool's name) at the start,
 // toolCallId, status running or completed — in a chat.completion.chunk
-// of the stream without choices. The OpenAI SDKs read every event's data
-// as a chunk, whatever its name: they take this one as they take the
-// chunk of the usage, which has no choices either.
+// of the stream without choices, so that a client that reads every
+// event's data as a chunk, whatever its name, takes it as it takes the
+// chunk of the usage (the official SDKs get none: officialSDK).
 type toolProgress struct {
 	chunk
 	Tool       string `json:"tool"`
@@ -96,9 +97,24 @@ type toolProgress struct {
 	Status     string `json:"status"`
 }
 
+// officialSDK reports whether r comes from one of OpenAI's official SDKs,
+// which all send X-Stainless-Lang. They get no hermes.tool.progress
+// events: Node's SDK (and older Python releases) hand a named event to
+// the caller as {event, data}, without choices, on which the loop their
+// READMEs show (chunk.choices[0]) and Node's stream helper fail; the
+// others hand it over as a chunk with empty choices, on which that loop
+// fails too, as OpenAI sends such a chunk only to a request that asked
+// for usage. Hermes's clients read the events with their own SSE
+// parsers.
+func officialSDK(r *http.Request) bool { return r.Header.Get("X-Stainless-Lang") != "" }
+
 // chatTools shows the steps of the turn's tool calls in a chat
-// completions stream, each as an event of head's chunk.
-func chatTools(out *sse, head chunk) func(*deliveryv1.ToolStep) {
+// completions stream, each as an event of head's chunk — or, unless
+// show, none.
+func chatTools(out *sse, head chunk, show bool) func(*deliveryv1.ToolStep) {
+	if !show {
+		return func(*deliveryv1.ToolStep) {}
+	}
 	head.Choices = []chunkChoice{}
 	var calls toolCalls
 	return func(s *deliveryv1.ToolStep) {

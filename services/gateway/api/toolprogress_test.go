@@ -141,10 +141,45 @@ func TestChatStreamShowsToolProgress(t *testing.T) {
 	}
 }
 
-// An OpenAI SDK client reads a stream with tool progress as it reads any:
-// the SDKs read every event's data as a chunk, whatever its name, and a
-// tool event is a chunk of the stream without choices (as the usage
-// chunk is), which the accumulator takes and which adds no text.
+// The official OpenAI SDKs (they send X-Stainless-Lang) get no
+// hermes.tool.progress events: Node's (and older Python releases') hand a
+// named event to the caller as {event, data}, without choices, which
+// their documented loop (chunk.choices[0]) and Node's stream helper fail
+// on, and the others hand it over as a chunk whose choices are empty,
+// which that loop fails on too (OpenAI sends such a chunk only to a
+// request that asked for usage). The stream is the text's alone.
+func TestSDKClientsGetNoToolProgressEvents(t *testing.T) {
+	t.Parallel()
+	b := newBus(t)
+	s := startService(t, b, nil)
+	r := startResponder(t, b)
+	shown, _ := toolTurn(r)
+	body := `{"stream":true,"messages":[{"role":"user","content":"what time is it?"}]}`
+	for _, lang := range []string{"js", "python", "go"} {
+		var text strings.Builder
+		for _, ev := range sseEvents(t, post(s, body, map[string]string{"X-Stainless-Lang": lang})) {
+			if ev.data == "[DONE]" {
+				continue
+			}
+			var c chunk
+			if err := json.Unmarshal([]byte(ev.data), &c); err != nil {
+				t.Fatalf("%s: event %q: %v", lang, ev.data, err)
+			}
+			if ev.name != "" || len(c.Choices) != 1 {
+				t.Errorf("%s: event %q %s, not a chunk the SDK's loop reads", lang, ev.name, ev.data)
+				continue
+			}
+			text.WriteString(c.Choices[0].Delta.Content)
+		}
+		if text.String() != shown {
+			t.Errorf("%s: streamed %q, want %q", lang, text.String(), shown)
+		}
+	}
+}
+
+// An OpenAI SDK client reads a stream of a turn that calls tools as it
+// reads any: every chunk has its choice, the accumulator takes each, and
+// the text is the answer's.
 func TestSDKReadsAStreamWithToolProgress(t *testing.T) {
 	t.Parallel()
 	b := newBus(t)
@@ -175,8 +210,8 @@ func TestSDKReadsAStreamWithToolProgress(t *testing.T) {
 	if err := stream.Err(); err != nil {
 		t.Fatal(err)
 	}
-	if text != shown || acc.Choices[0].Message.Content != shown || empty != 2 {
-		t.Fatalf("read %q, accumulated %q, %d chunks without choices; want %q and the two tool events", text, acc.Choices[0].Message.Content, empty, shown)
+	if text != shown || acc.Choices[0].Message.Content != shown || empty != 0 {
+		t.Fatalf("read %q, accumulated %q, %d chunks without choices; want %q and none", text, acc.Choices[0].Message.Content, empty, shown)
 	}
 }
 
