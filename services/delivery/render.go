@@ -460,13 +460,34 @@ func (s *Service) delta(ctx context.Context, ev *repliesv1.ReplyEvent, text, tho
 		reasoningDelta := ev.GetReasoningDelta() != nil
 		st := s.turns.get(ev.GetTurnId())
 		if st == nil {
-			seg, err := s.store.LastStreamSegment(ctx, ev.GetTurnId())
+			brk := restart && !reasoningDelta
+			var seg outbox.StreamSegment
+			var queued bool
+			var err error
+			if brk {
+				// A replica from before segment message keys and
+				// before the break's record was one transaction
+				// queued the rows that post the text before the break
+				// under <turn>:<seq>:g:<n>, then the segment: one
+				// that stopped in between leaves nothing of the turn
+				// recorded, and the text taken here would be posted
+				// a second time, under the segment's message key.
+				// Asked in the same round trip (foreignBreak).
+				seg, queued, err = s.store.LastStreamSegmentAndKey(ctx, ev.GetTurnId(), keyBase(ctx, ev)+":g:0")
+			} else {
+				seg, err = s.store.LastStreamSegment(ctx, ev.GetTurnId())
+			}
 			if err != nil {
 				s.log.WarnContext(ctx, "read stream messages failed", "turn_id", ev.GetTurnId(), "err", err)
 				return nil // best effort: the next delta looks again
 			}
 			st = &turnState{ids: map[int]string{}, foreign: seg.Recorded, stream: s.newStream(platform)}
-			if !seg.Recorded && restart && !reasoningDelta {
+			switch {
+			case !seg.Recorded && brk && queued:
+				// Posted: the segment opens alone, and the text after
+				// the break streams into new messages below it.
+				st.segment, st.closing = ev.GetSeq(), &segmentClose{segment: ev.GetSeq()}
+			case !seg.Recorded && brk:
 				// A break, and no replica posted a message of the
 				// turn: the text before it (under the first send)
 				// was only on a replica that stopped. The break

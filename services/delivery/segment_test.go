@@ -651,6 +651,48 @@ func TestClosingRowsQueuedByAnOlderReplicaAreNotPostedAgain(t *testing.T) {
 	}
 }
 
+// During a rolling upgrade, a replica from before segment message keys
+// that streamed a turn's first text (short, under the stream's first
+// send, so no message of the turn was recorded) queued at the break the
+// send that posts it, under <turn>:<seq>:g:0, and stopped before it
+// recorded the segment. The newer replica the break comes back to finds
+// nothing of the turn recorded and would take the break's text as its
+// own (takeSegment), posting it again under the segment's message key,
+// which no gateway dedupes against the former one; it finds the row and
+// opens the segment alone.
+func TestFirstTextQueuedByAnOlderReplicaAtItsBreakIsNotPostedAgain(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	cfg := streamConfig()
+	ctx := context.Background()
+	brk := event("t1", 2, "s1", &repliesv1.TextDelta{Text: "\n\n", Restart: true, SegmentText: proto.String(segFirst)})
+	brk.Target.Platform = "stream"
+	// The older replica's closing row for break 2, under its former key.
+	old := &deliveryv1.SendRequested{IdempotencyKey: "t1:2:g:0", Op: deliveryv1.SendOp_SEND_OP_SEND, Target: brk.GetTarget(),
+		TurnId: "t1", SessionKey: "s1", InputMessageIds: brk.GetInputMessageIds(), Text: segFirst,
+		Format: deliveryv1.TextFormat_TEXT_FORMAT_MARKDOWN, ChunkCount: 1}
+	if _, err := outbox.New(e.db).Enqueue(ctx, e.clock.Now(), cfg.TTL, old); err != nil {
+		t.Fatal(err)
+	}
+	e.start(t, cfg, "b")
+	eventually(t, e.clock, 0, "the older replica's closing row sent", func() bool { return e.gw.turnSends("t1")[segFirst] > 0 })
+	e.publish(t, brk) // the break, back
+	e.consumed(t, "s1")
+	e.publishStream(t, "t1", 3, "s1", &repliesv1.TextDelta{Text: segAnswer})
+	e.publishStream(t, "t1", 4, "s1", final(segAnswer))
+	eventually(t, e.clock, 0, "the final", func() bool { return e.gw.finals("t1") > 0 })
+	e.consumed(t, "s1")
+	e.waitShown(t, "chat-s1", []string{segFirst, segAnswer})
+	for text, n := range e.gw.turnSends("t1") {
+		if n > 1 {
+			t.Errorf("%q posted %d times", text, n)
+		}
+	}
+	if n := e.gw.finals("t1"); n != 1 {
+		t.Errorf("%d messages marked the turn's end, want 1", n)
+	}
+}
+
 // With /reasoning show, a call that only reasoned before its tool call
 // (no answer text, so no break) had its block posted at once, and the
 // next call's reasoning and answer went on in that message, above the
