@@ -650,15 +650,42 @@ func (r *turnRun) renewLock(ctx context.Context) error {
 // window that remains is the few instructions
 // between this check and the tool's start; a fenced write cannot close
 // it, as the tool's effect is outside the database. When Redis cannot
-// answer, the tool does not run either: the turn's attempt ends with the
-// error (and is kept for a retry while Redis is unavailable).
+// answer, the tool does not run either: the check is tried again
+// (fenceRetries, within a third of the lock's TTL, its renewal period),
+// so that one error (a blip, a failover) does not end a long turn; then
+// the turn's attempt ends with the error (and is kept for a retry while
+// Redis is unavailable). A lost lock stops the tool at once. A check
+// that succeeds after errors holds the lock as any other: it renewed it.
 func (r *turnRun) fenceTool(ctx context.Context) error {
-	err := r.renewLock(ctx)
-	if err != nil && !errors.Is(err, errLockLost) {
-		return fmt.Errorf("check the session lock before a tool runs: %w", err)
+	deadline := time.Now().Add(r.ttl / 3)
+	wait := fenceBackoff
+	for retry := 0; ; retry++ {
+		cctx, cancel := context.WithDeadline(ctx, deadline)
+		err := r.renewLock(cctx)
+		cancel()
+		if err == nil || errors.Is(err, errLockLost) {
+			return err
+		}
+		if retry == fenceRetries || ctx.Err() != nil || time.Until(deadline) < wait {
+			return fmt.Errorf("check the session lock before a tool runs: %w", err)
+		}
+		r.log.Warn("check the session lock before a tool runs; trying again", "err", err, "in", wait)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("check the session lock before a tool runs: %w", err)
+		case <-time.After(wait):
+		}
+		wait *= 2
 	}
-	return err
 }
+
+// fenceRetries and fenceBackoff: a lock check before a tool that Redis
+// did not answer is tried again up to three times, after 100, 200 and
+// 400 ms.
+const (
+	fenceRetries = 3
+	fenceBackoff = 100 * time.Millisecond
+)
 
 // reclaim claims the lock again after a renewal found it gone; it
 // reports ErrNotOwner when the session moved on (/stop and /new advance

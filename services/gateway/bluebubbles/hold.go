@@ -19,18 +19,20 @@ const maxHeld = 1000
 // holdRetry is the pause between two attempts to publish a held message.
 const holdRetry = time.Second
 
-// hold publishes the webhook's messages one at a time, in the order
-// their calls arrived, and keeps those the bus could not take until it
-// can. BlueBubbles posts a webhook once and never again, whatever the
-// answer: a message answered 500 was lost. A held one waits in the
-// gateway until the bus is back (a replica that stops meanwhile loses
-// what it holds, and logs how much).
+// hold publishes the webhook's messages, each chat's one at a time in
+// the order their calls arrived, and keeps those the bus could not take
+// until it can. BlueBubbles posts a webhook once and never again,
+// whatever the answer: a message answered 500 was lost. A held one waits
+// in the gateway until the bus is back (a replica that stops meanwhile
+// loses what it holds, and logs how much).
 //
-// Every message goes through the one queue, not only those that follow a
-// held one: two calls that each published for themselves could reach
-// the bus in either order, a later one first when the bus came back
-// while an earlier one's attempt was still failing, and a chat's
-// messages must reach the bus in the order they were written.
+// Every message of a chat goes through the chat's one queue, not only
+// those that follow a held one: two calls that each published for
+// themselves could reach the bus in either order, a later one first when
+// the bus came back while an earlier one's attempt was still failing,
+// and a chat's messages must reach the bus in the order they were
+// written. Chats do not wait for each other: each queue has its own
+// publisher, so a slow publish in one chat delays no other.
 type hold struct {
 	conn    platform.Deliverer
 	log     *slog.Logger
@@ -38,9 +40,12 @@ type hold struct {
 	max     int
 	stopped <-chan struct{}
 
-	mu      sync.Mutex
-	queue   []*heldMessage
-	running bool
+	mu sync.Mutex
+	// chats are the queues by chat id, oldest first; a chat is in the
+	// map while its publisher runs.
+	chats map[string][]*heldMessage
+	// n counts the messages of every queue, bounded by max.
+	n int
 	// failing: the last attempt failed (the bus is out of reach), so a
 	// new message will wait: its call is answered at once.
 	failing bool
@@ -59,12 +64,13 @@ type attemptResult struct {
 }
 
 func newHold(ctx context.Context, conn platform.Deliverer, log *slog.Logger, ack time.Duration, max int) *hold {
-	return &hold{conn: conn, log: log, ack: ack, max: max, stopped: ctx.Done()}
+	return &hold{conn: conn, log: log, ack: ack, max: max, stopped: ctx.Done(), chats: map[string][]*heldMessage{}}
 }
 
-// add queues ev behind the messages not yet published. It returns nil
-// when the hold is full or the webhook stopped serving, and whether
-// earlier messages are held for the bus (ev then waits an outage out).
+// add queues ev behind its chat's messages not yet published. It returns
+// nil when the hold is full or the webhook stopped serving, and whether
+// the bus was out of reach at the last attempt (ev then waits an outage
+// out).
 func (h *hold) add(ev *eventsv1.MessageReceived) (q *heldMessage, behindHeld bool) {
 	select {
 	case <-h.stopped:
@@ -73,41 +79,46 @@ func (h *hold) add(ev *eventsv1.MessageReceived) (q *heldMessage, behindHeld boo
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if len(h.queue) >= h.max {
+	if h.n >= h.max {
 		return nil, false
 	}
+	chat := ev.GetSource().GetChatId()
 	q = &heldMessage{ev: ev, first: make(chan attemptResult, 1)}
-	h.queue = append(h.queue, q)
-	if !h.running {
-		h.running = true
-		go h.drain()
+	queue, running := h.chats[chat]
+	h.chats[chat] = append(queue, q)
+	h.n++
+	if !running {
+		go h.drain(chat)
 	}
 	return q, h.failing
 }
 
-// drain publishes the queued messages, oldest first, each until the bus
-// takes it (or refuses it for good), and ends when none is left or the
-// webhook stops serving.
-func (h *hold) drain() {
+// drain publishes chat's queued messages, oldest first, each until the
+// bus takes it (or refuses it for good), and ends when none is left or
+// the webhook stops serving.
+func (h *hold) drain(chat string) {
 	for {
 		h.mu.Lock()
-		if len(h.queue) == 0 {
-			h.running = false
+		queue := h.chats[chat]
+		if len(queue) == 0 {
+			delete(h.chats, chat)
 			h.mu.Unlock()
 			return
 		}
-		q := h.queue[0]
+		q := queue[0]
 		h.mu.Unlock()
 		if !h.publish(q) {
 			h.mu.Lock()
-			n := len(h.queue)
-			h.queue, h.running = nil, false
+			n := len(h.chats[chat])
+			h.n -= n
+			delete(h.chats, chat)
 			h.mu.Unlock()
 			h.log.Error("bluebubbles messages held for the bus lost: the webhook stopped serving", "count", n)
 			return
 		}
 		h.mu.Lock()
-		h.queue = h.queue[1:]
+		h.chats[chat] = h.chats[chat][1:]
+		h.n--
 		h.mu.Unlock()
 	}
 }

@@ -126,8 +126,9 @@ func (p *Platform) message(w http.ResponseWriter, r *http.Request, conn platform
 	_, _ = io.WriteString(w, `{"status":"ok"}`)
 }
 
-// publish queues ev on the hold, in the order the calls arrived, and
-// waits up to ack_timeout for it to be published. An error other than
+// publish queues ev on the hold behind its chat's earlier messages, in
+// the order the calls arrived, and waits up to ack_timeout for it to be
+// published. An error other than
 // platform.ErrRejected (the kit refused it for good) means it was not:
 // it is held, or lost when the hold is full (errHoldFull).
 func (p *Platform) publish(ctx context.Context, held *hold, ev *eventsv1.MessageReceived) (platform.Accepted, error) {
@@ -136,7 +137,7 @@ func (p *Platform) publish(ctx context.Context, held *hold, ev *eventsv1.Message
 	case q == nil:
 		return platform.Accepted{}, errHoldFull
 	case behindHeld:
-		return platform.Accepted{}, errors.New("earlier messages are held")
+		return platform.Accepted{}, errors.New("the bus was out of reach at the last attempt")
 	}
 	t := time.NewTimer(p.cfg.AckTimeout)
 	defer t.Stop()
@@ -144,7 +145,7 @@ func (p *Platform) publish(ctx context.Context, held *hold, ev *eventsv1.Message
 	case res := <-q.first:
 		return res.acc, res.err
 	case <-t.C:
-		return platform.Accepted{}, errors.New("earlier messages are being published")
+		return platform.Accepted{}, errors.New("earlier messages of the chat are being published")
 	case <-ctx.Done():
 		return platform.Accepted{}, ctx.Err()
 	}

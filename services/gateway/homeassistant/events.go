@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -275,19 +276,32 @@ func oversizedEntity(raw json.RawMessage) (entityID string, ok bool) {
 	return e.Data.EntityID, true
 }
 
+// Bounds on what frameEntity reads: Home Assistant names the entity
+// within its message's first few tokens, three containers deep
+// (event.data.entity_id), in its own key order and in Go's sorted one.
+// A message nested deeper, or with more tokens before the entity, is
+// not one of its state changes; reading it further would cost time
+// (a megabyte of "[" is as many containers) for nothing.
+const (
+	maxEntityDepth  = 16
+	maxEntityTokens = 1024
+)
+
 // frameEntity reads the entity id of a state_changed event message from
 // its first bytes, the rest being too large to keep: the string at
 // event.data.entity_id, unless the message says before it that it is
 // not an event (type) or not a state change (event.event_type). Home
 // Assistant writes the type, the event type and the entity id before
-// the states. ok is false when the prefix names no entity.
+// the states. ok is false when the prefix names no entity, or nests
+// deeper than maxEntityDepth or reads more than maxEntityTokens tokens
+// before it does.
 func frameEntity(prefix []byte) (entityID string, ok bool) {
 	dec := json.NewDecoder(bytes.NewReader(prefix))
 	// keys holds, per open container, the key of the value being read
 	// ("[]" in an array); wantKey is whether an object expects a key.
 	var keys []string
 	var wantKey []bool
-	for {
+	for range maxEntityTokens {
 		tok, err := dec.Token()
 		if err != nil {
 			return "", false // the prefix ended, or is not JSON
@@ -314,23 +328,27 @@ func frameEntity(prefix []byte) (entityID string, ok bool) {
 				keys, wantKey = keys[:top], wantKey[:top]
 				valueRead(wantKey, keys)
 			}
+			if len(keys) > maxEntityDepth {
+				return "", false
+			}
 			continue
 		case string:
-			switch strings.Join(keys, ".") {
-			case "type":
+			switch {
+			case slices.Equal(keys, []string{"type"}):
 				if v != "event" {
 					return "", false
 				}
-			case "event.event_type":
+			case slices.Equal(keys, []string{"event", "event_type"}):
 				if v != "state_changed" {
 					return "", false
 				}
-			case "event.data.entity_id":
+			case slices.Equal(keys, []string{"event", "data", "entity_id"}):
 				return v, v != ""
 			}
 		}
 		valueRead(wantKey, keys)
 	}
+	return "", false
 }
 
 // valueRead marks a value of the innermost container read: an object

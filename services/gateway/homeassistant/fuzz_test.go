@@ -124,13 +124,16 @@ func FuzzStates(f *testing.F) {
 }
 
 // FuzzFrameEntity feeds the reader of an oversized message's entity
-// arbitrary messages, cut anywhere: it never panics, an entity it names
-// is not empty, and the start of a message never names another entity
-// than the whole message does.
+// arbitrary messages, cut anywhere, deeply nested ones among them: it
+// never panics, an entity it names is not empty, and the start of a
+// message never names another entity than the whole message does.
 func FuzzFrameEntity(f *testing.F) {
 	f.Add([]byte(`{"id":1,"type":"event","event":`+string(event("media_player.den", st("idle", nil), st("playing", map[string]any{"playlist": "xyz"})))+`}`), uint16(90))
 	f.Add([]byte(`{"id":1,"type":"event","event":{"event_type":"state_changed","data":{"entity_id":"light.k","old_state":null}}}`), uint16(80))
 	f.Add([]byte(`{"type":"result","result":[{"entity_id":"light.k"}]}`), uint16(20))
+	f.Add([]byte(`{"type":"event","event":{"x":`+strings.Repeat("[", 40)+strings.Repeat("]", 40)+`,"data":{"entity_id":"light.k"}}}`), uint16(60))
+	f.Add([]byte(`{"type":"event","event":{"x":[`+strings.Repeat("1,", 1100)+`1],"data":{"entity_id":"light.k"}}}`), uint16(3000))
+	f.Add([]byte(strings.Repeat(`{"a":`, 5000)), uint16(100))
 	f.Fuzz(func(t *testing.T, raw []byte, cut uint16) {
 		whole, wholeOK := frameEntity(raw)
 		if wholeOK && whole == "" {

@@ -156,10 +156,16 @@ func TestParseStateChangedRefuses(t *testing.T) {
 
 // frameEntity names the entity of a state change from the first bytes
 // of its message, as Home Assistant writes it (type, event type, entity
-// id, then the states) and as Go writes a map (keys sorted).
+// id, then the states) and as Go writes a map (keys sorted), and reads
+// no further than its bounds.
 func TestFrameEntity(t *testing.T) {
 	t.Parallel()
 	huge := `{"state":"playing","attributes":{"playlist":"` + strings.Repeat("x", 4096)
+	// Past the bounds on what is read before the entity: a message nested
+	// 20 deep, or with 2,000 values, before it. Before the bounds, each
+	// named the entity after it, and a megabyte of "[" took minutes.
+	deep := strings.Repeat("[", 20) + strings.Repeat("]", 20)
+	long := strings.Repeat("1,", 2000) + "1"
 	for _, tc := range []struct {
 		name, prefix string
 		want         string
@@ -176,6 +182,12 @@ func TestFrameEntity(t *testing.T) {
 		{"in an array", `{"type":"event","event":{"data":[{"entity_id":"light.k"}],"x":` + huge, "", false},
 		{"empty entity id", `{"type":"event","event":{"data":{"entity_id":"","new_state":` + huge, "", false},
 		{"not json", `<html>` + huge, "", false},
+		{"nested deeper than home assistant writes", `{"type":"event","event":{"event_type":"state_changed","x":` + deep + `,"data":{"entity_id":"light.k"}}}`, "", false},
+		{"too many tokens before the entity", `{"type":"event","event":{"event_type":"state_changed","x":[` + long + `],"data":{"entity_id":"light.k"}}}`, "", false},
+		{"a megabyte of arrays", strings.Repeat("[", maxFrameBytes), "", false},
+		{"strings deep in arrays", (strings.Repeat("[", maxFrameBytes/2) + strings.Repeat(`"x",`, maxFrameBytes/8))[:maxFrameBytes], "", false},
+		{"a megabyte of objects", strings.Repeat(`{"a":`, maxFrameBytes/5), "", false},
+		{"a megabyte of values", `{"type":"event","event":{"event_type":"state_changed","x":[` + strings.Repeat(`1,`, maxFrameBytes/2), "", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, ok := frameEntity([]byte(tc.prefix))

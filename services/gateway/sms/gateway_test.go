@@ -147,21 +147,21 @@ func TestWebhookSharedKey(t *testing.T) {
 	t.Parallel()
 	f := smsfake.New(t)
 	cfg := testConfig(f)
-	cfg.WebhookSharedKey = "shared-key-secret"
+	cfg.WebhookSharedKeys = []string{"shared-key-secret"}
 	h := start(t, f, cfg, platform.Options{})
 	ctx := context.Background()
 	const settings = "key=KS0123456789abcdef0123456789abcdef,algorithm=HMAC_SHA256"
 	form := f.Form(smsfake.Inbound{From: ann, Body: "signed by a rule"})
 	for _, c := range []struct{ name, sig, settings string }{
 		{"auth token under a rule", smsfake.Sign(f.AuthToken, f.PublicURL, form), settings},
-		{"sha-1 under a sha-256 rule", smsfake.SignWith(sha1.New, cfg.WebhookSharedKey, f.PublicURL, form), settings},
-		{"unknown algorithm", smsfake.SignWith(sha256.New, cfg.WebhookSharedKey, f.PublicURL, form), "key=KS01,algorithm=HMAC_MD5"},
+		{"sha-1 under a sha-256 rule", smsfake.SignWith(sha1.New, "shared-key-secret", f.PublicURL, form), settings},
+		{"unknown algorithm", smsfake.SignWith(sha256.New, "shared-key-secret", f.PublicURL, form), "key=KS01,algorithm=HMAC_MD5"},
 	} {
 		if code, _, _, err := smsfake.PostSignedSettings(ctx, h.url, c.sig, c.settings, form.Encode()); err != nil || code != http.StatusForbidden {
 			t.Fatalf("%s: answered %d %v, want 403", c.name, code, err)
 		}
 	}
-	sig := smsfake.SignWith(sha256.New, cfg.WebhookSharedKey, f.PublicURL, form)
+	sig := smsfake.SignWith(sha256.New, "shared-key-secret", f.PublicURL, form)
 	if code, _, body, err := smsfake.PostSignedSettings(ctx, h.url, sig, settings, form.Encode()); err != nil || code != http.StatusOK {
 		t.Fatalf("signed by the rule's shared key: answered %d %q %v, want 200", code, body, err)
 	}
@@ -169,13 +169,51 @@ func TestWebhookSharedKey(t *testing.T) {
 		t.Fatalf("published %v", ev)
 	}
 	// Without the shared key configured, a rule's call cannot be checked.
-	cfg.WebhookSharedKey = ""
+	cfg.WebhookSharedKeys = nil
 	h2 := start(t, f, cfg, platform.Options{})
 	again := f.Form(smsfake.Inbound{From: ann, Body: "no key"})
 	sig = smsfake.SignWith(sha256.New, "shared-key-secret", f.PublicURL, again)
 	if code, _, _, _ := smsfake.PostSignedSettings(ctx, h2.url, sig, settings, again.Encode()); code != http.StatusForbidden {
 		t.Fatalf("without webhook_shared_key: answered %d, want 403", code)
 	}
+}
+
+// While a Webhooks Rule's SharedKey is rotated, webhook_shared_key holds
+// both secrets and a call signed with either is taken; a call signed
+// with a key not in the list is still refused. Before, the setting took
+// one key, and whichever key it did not hold was refused 403 during the
+// change.
+func TestWebhookSharedKeysDuringARotation(t *testing.T) {
+	t.Parallel()
+	f := smsfake.New(t)
+	cfg := testConfig(f)
+	cfg.WebhookSharedKeys = []string{" old-secret", "new-secret ", ""}
+	h := start(t, f, cfg, platform.Options{})
+	ctx := context.Background()
+	const settings = "key=KS0123456789abcdef0123456789abcdef,algorithm=HMAC_SHA256"
+	for _, c := range []struct {
+		key  string
+		want int
+	}{
+		{"old-secret", http.StatusOK},
+		{"new-secret", http.StatusOK},
+		{"retired-secret", http.StatusForbidden},
+		{"", http.StatusForbidden},
+	} {
+		form := f.Form(smsfake.Inbound{From: ann, Body: "signed with " + c.key})
+		sig := smsfake.SignWith(sha256.New, c.key, f.PublicURL, form)
+		code, _, body, err := smsfake.PostSignedSettings(ctx, h.url, sig, settings, form.Encode())
+		if err != nil || code != c.want {
+			t.Fatalf("signed with %q: answered %d %q %v, want %d", c.key, code, body, err, c.want)
+		}
+		if c.want != http.StatusOK {
+			continue
+		}
+		if ev := platformtest.NextEvent(t, h.evs); ev.GetText() != "signed with "+c.key {
+			t.Fatalf("published %v", ev)
+		}
+	}
+	platformtest.NoEvent(t, h.evs, 200*time.Millisecond)
 }
 
 // A call with a parameter repeated with one value, signed as Twilio's

@@ -51,11 +51,14 @@ type Config struct {
 	// (+15551234567): replies are sent from it, and messages to other
 	// numbers of the account are skipped.
 	PhoneNumber string `koanf:"phone_number"`
-	// WebhookSharedKey (TWILIO_WEBHOOK_SHARED_KEY) is the secret of the
-	// SharedKey a Twilio Webhooks Rule signs the webhook with instead of
-	// the auth token (X-Twilio-Webhooks-Signature-Settings names its
-	// algorithm); empty: such calls are refused.
-	WebhookSharedKey string `koanf:"webhook_shared_key"`
+	// WebhookSharedKeys (webhook_shared_key, TWILIO_WEBHOOK_SHARED_KEY,
+	// comma-separated) are the secrets of the SharedKeys a Twilio
+	// Webhooks Rule may sign the webhook with instead of the auth token
+	// (X-Twilio-Webhooks-Signature-Settings names its algorithm): a call
+	// signed with any of them is taken, so a key can be rotated (the new
+	// one added, the rule moved to it, the old one removed) without
+	// refusing calls. Empty: such calls are refused.
+	WebhookSharedKeys []string `koanf:"webhook_shared_key"`
 	// PublicURL (SMS_WEBHOOK_PUBLIC_URL) is the webhook's address as
 	// Twilio calls it (https://sms.example.com/webhooks/twilio), which
 	// the signature covers: the gateway sits behind a proxy and cannot
@@ -91,6 +94,7 @@ func (c Config) Validate() error { return c.validate() }
 func (c *Config) validate() error {
 	d := DefaultConfig()
 	c.PhoneNumber = strings.TrimSpace(c.PhoneNumber)
+	c.WebhookSharedKeys = sharedKeys(c.WebhookSharedKeys)
 	switch {
 	case c.AccountSID == "":
 		return errors.New("sms: account_sid (TWILIO_ACCOUNT_SID) is required")
@@ -136,6 +140,18 @@ func (c *Config) validate() error {
 		c.AckTimeout = d.AckTimeout
 	}
 	return nil
+}
+
+// sharedKeys are keys with spaces trimmed and empty entries ("a,,b", a
+// trailing comma) dropped, in a new slice.
+func sharedKeys(keys []string) []string {
+	var out []string
+	for _, k := range keys {
+		if k = strings.TrimSpace(k); k != "" {
+			out = append(out, k)
+		}
+	}
+	return out
 }
 
 // validSID reports whether s is a Twilio SID: its two-letter prefix and

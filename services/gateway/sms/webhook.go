@@ -89,8 +89,8 @@ func (p *Platform) message(w http.ResponseWriter, r *http.Request, conn platform
 		http.Error(w, "malformed form", http.StatusBadRequest)
 		return
 	}
-	key, alg, why := p.signingKey(r.Header.Get(HeaderSignatureSettings))
-	if why == "" && !validSignature(alg, key, r.Header.Get(HeaderSignature), signedURLs(p.cfg.PublicURL, r.URL.RawQuery), form) {
+	keys, alg, why := p.signingKeys(r.Header.Get(HeaderSignatureSettings))
+	if why == "" && !signedByAny(alg, keys, r.Header.Get(HeaderSignature), signedURLs(p.cfg.PublicURL, r.URL.RawQuery), form) {
 		why = "bad signature"
 	}
 	if why != "" {
@@ -149,22 +149,23 @@ func signedURLs(publicURL, rawQuery string) []string {
 	return out
 }
 
-// signingKey is the key and hash a call's signature is checked with: the
-// auth token and HMAC-SHA1 without signature settings, else the shared
-// key and the settings' algorithm, as Twilio's libraries choose; why
-// says why the call cannot be checked.
-func (p *Platform) signingKey(settings string) (key string, alg func() hash.Hash, why string) {
+// signingKeys are the keys and hash a call's signature is checked with:
+// the auth token and HMAC-SHA1 without signature settings, else the
+// shared keys (any one of them, for a rotation) and the settings'
+// algorithm, as Twilio's libraries choose; why says why the call cannot
+// be checked.
+func (p *Platform) signingKeys(settings string) (keys []string, alg func() hash.Hash, why string) {
 	if strings.TrimSpace(settings) == "" {
-		return p.cfg.AuthToken, sha1.New, ""
+		return []string{p.cfg.AuthToken}, sha1.New, ""
 	}
 	alg = signatureAlgorithm(settings)
 	switch {
 	case alg == nil:
-		return "", nil, "unsupported signature algorithm"
-	case p.cfg.WebhookSharedKey == "":
-		return "", nil, "signed with a webhooks rule's shared key, and webhook_shared_key is not set"
+		return nil, nil, "unsupported signature algorithm"
+	case len(p.cfg.WebhookSharedKeys) == 0:
+		return nil, nil, "signed with a webhooks rule's shared key, and webhook_shared_key is not set"
 	}
-	return p.cfg.WebhookSharedKey, alg, ""
+	return p.cfg.WebhookSharedKeys, alg, ""
 }
 
 // signatureAlgorithm reads the algorithm of X-Twilio-Webhooks-Signature-Settings
@@ -221,6 +222,18 @@ func validSignature(alg func() hash.Hash, key, header string, urls []string, par
 	ok := false
 	for _, u := range urls {
 		if hmac.Equal(got, signature(alg, key, u, params)) {
+			ok = true
+		}
+	}
+	return ok
+}
+
+// signedByAny reports whether header is a valid signature under one of
+// keys (each checked in full, in constant time).
+func signedByAny(alg func() hash.Hash, keys []string, header string, urls []string, params url.Values) bool {
+	ok := false
+	for _, key := range keys {
+		if validSignature(alg, key, header, urls, params) {
 			ok = true
 		}
 	}

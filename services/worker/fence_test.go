@@ -1,0 +1,99 @@
+package worker_test
+
+import (
+	"context"
+	"encoding/json"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/switchboard-chat/switchboard/pkg/fakellm"
+	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
+	"github.com/switchboard-chat/switchboard/pkg/redisx/redistest"
+	"github.com/switchboard-chat/switchboard/services/worker"
+	"github.com/switchboard-chat/switchboard/services/worker/internal/tools"
+)
+
+// blipOnLock sends the next script run on lock, once armed, to a Redis
+// that cannot be reached (a closed port) instead of the real one: one
+// real connection error, as a blip or a failover gives, then the real
+// server again.
+type blipOnLock struct {
+	lock    string
+	armed   atomic.Bool
+	refused *redis.Client
+}
+
+func (b *blipOnLock) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (b *blipOnLock) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (b *blipOnLock) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if name := cmd.Name(); (name == "evalsha" || name == "eval") && slices.Contains(cmd.Args(), any(b.lock)) && b.armed.CompareAndSwap(true, false) {
+			return b.refused.Process(ctx, cmd)
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// One Redis error at the lock check before a tool (a blip, a failover)
+// does not end the attempt: the check is tried again, the tool runs once
+// and the turn completes in the same run. Before, the run ended with the
+// error and the turn ran again (in place, from its last committed step).
+func TestRedisBlipAtTheToolFenceDoesNotEndTheAttempt(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.setGeneration("s1", 1)
+	opts, err := redis.ParseURL(redistest.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(opts)
+	t.Cleanup(func() { _ = rdb.Close() })
+	refused := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
+	t.Cleanup(func() { _ = refused.Close() })
+	blip := &blipOnLock{lock: h.locker.Key("s1"), refused: refused}
+	rdb.AddHook(blip)
+	var runs atomic.Int32
+	h.startWorker("w1", func(_ *worker.Config, d *worker.Deps) {
+		d.Redis = rdb
+		d.Tools = []tools.Tool{{Name: "send", Run: func(context.Context, tools.Call, json.RawMessage) (string, error) {
+			runs.Add(1)
+			return "sent", nil
+		}}}
+	})
+	var first atomic.Bool
+	h.fake.SetScript(func(*fakellm.Request) (fakellm.Reply, bool) {
+		// While the model asks for the tool: the next lock check (the
+		// one before the tool) fails once.
+		if first.CompareAndSwap(false, true) {
+			blip.armed.Store(true)
+		}
+		return fakellm.Reply{}, false
+	})
+	req := h.requestTurn("s1", "[[tool:send {}]] tell them", turnOpts{lockTTL: time.Minute})
+	if c := h.waitCompleted(req.TurnId); c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED {
+		t.Fatalf("status %v (%s), want COMPLETED", c.GetStatus(), c.GetError())
+	}
+	if blip.armed.Load() {
+		t.Fatal("no lock check met the blip")
+	}
+	if n := runs.Load(); n != 1 {
+		t.Errorf("the tool ran %d times, want once", n)
+	}
+	// Each run of the turn starts with a typing indicator: one, when the
+	// attempt went on; two, when it ended and the turn ran again.
+	typing := 0
+	for _, ev := range h.replies(req.TurnId) {
+		if ev.GetTyping() != nil {
+			typing++
+		}
+	}
+	if typing != 1 {
+		t.Errorf("the turn ran %d times, want once", typing)
+	}
+}
