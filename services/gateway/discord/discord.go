@@ -598,7 +598,7 @@ func (p *Platform) handle(ctx context.Context, conn platform.Conn, raw []byte) {
 			// bot takes part when that message was addressed to it.
 			known, err := conn.Seen(ctx, ev.GetSource().GetThreadId())
 			if err != nil {
-				p.log.Warn("discord thread lookup failed; retrying", "thread", ev.GetSource().GetThreadId(), "err", err)
+				p.log.Warn("discord thread lookup failed; retrying", "chat_id", ev.GetSource().GetThreadId(), "err", err)
 				return false
 			}
 			if known {
