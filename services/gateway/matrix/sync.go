@@ -213,7 +213,7 @@ func (p *Platform) take(ctx context.Context, conn platform.Conn, r *room, rid id
 		return false, nil
 	}
 	if ev.Type == event.EventMessage && len(ev.Content.VeryRaw) > maxEventBytes {
-		conn.Reject(ctx, "oversized", fmt.Errorf("matrix event %s in %s: %d bytes of content, at most %d", ev.ID, rid, len(ev.Content.VeryRaw), maxEventBytes))
+		conn.Reject(ctx, "oversized", fmt.Errorf("matrix event %s: %d bytes of content, at most %d", ev.ID, len(ev.Content.VeryRaw), maxEventBytes))
 		return false, nil
 	}
 	if err := p.ensureRoom(ctx, r); err != nil {
@@ -224,7 +224,7 @@ func (p *Platform) take(ctx context.Context, conn platform.Conn, r *room, rid id
 		return err == nil && ok
 	})
 	if err != nil {
-		conn.Reject(ctx, "malformed", fmt.Errorf("matrix event %s in %s: %w", ev.ID, rid, err))
+		conn.Reject(ctx, "malformed", fmt.Errorf("matrix event %s: %w", ev.ID, err))
 		return false, nil
 	}
 	if reason != skipNone {
