@@ -2,6 +2,8 @@ package matrix
 
 import (
 	"context"
+	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 
@@ -33,6 +35,41 @@ func TestRejectedEventLogsNoRoom(t *testing.T) {
 		return strings.Count(logs.String(), "inbound payload rejected") == 2
 	})
 	if out := logs.String(); strings.Contains(out, dmRm) {
+		t.Errorf("the log names the room %s:\n%s", dmRm, out)
+	}
+}
+
+// A gap in a room's timeline that cannot be read back fails the sync,
+// which the runner logs with its error: the error names no room.
+func TestGapFailureLogsNoRoom(t *testing.T) {
+	t.Parallel()
+	g := start(t, nil)
+	first := g.f.Message(dmRm, ann, "before the restart")
+	if ev := g.next(t); ev.GetEventId() != first {
+		t.Fatalf("event %s, want %s", ev.GetEventId(), first)
+	}
+	platformtest.WaitFor(t, "the token to move past the first message", func() bool {
+		return g.f.Receipt(dmRm) == first
+	})
+	g.stop()
+	g.f.SetTimelineLimit(2)
+	var want []string
+	for i := range 5 {
+		want = append(want, g.f.Message(dmRm, ann, fmt.Sprintf("while down %d", i)))
+	}
+	g.f.FailNext("messages", 1, matrixfake.Fail{Status: http.StatusInternalServerError, ErrCode: "M_UNKNOWN"})
+	var logs logtest.Buffer
+	runGatewayLogged(t, g.b, g.f, nil, telemetry.NewLogger(telemetry.LogConfig{Level: "info", Pseudonymize: true, PseudonymKey: "k"}, &logs))
+	for _, id := range want {
+		if ev := g.next(t); ev.GetEventId() != id {
+			t.Fatalf("event %s %q, want %s", ev.GetEventId(), ev.GetText(), id)
+		}
+	}
+	out := logs.String()
+	if !strings.Contains(out, "fill the gap") {
+		t.Fatalf("the failed read back is not logged:\n%s", out)
+	}
+	if strings.Contains(out, dmRm) {
 		t.Errorf("the log names the room %s:\n%s", dmRm, out)
 	}
 }

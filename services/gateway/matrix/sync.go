@@ -263,7 +263,7 @@ func (p *Platform) backfill(ctx context.Context, rid id.RoomID, from, since stri
 		}
 		resp, err := p.messagesLenient(ctx, rid, from, since, mautrix.DirectionBackward, backfillPage, bad)
 		if err != nil {
-			return nil, fmt.Errorf("matrix: fill the gap in %s: %w", rid, err)
+			return nil, fmt.Errorf("matrix: fill the gap in a room's timeline: %w", err)
 		}
 		back = append(back, resp.Chunk...)
 		if len(resp.Chunk) == 0 || resp.End == from {
