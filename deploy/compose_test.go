@@ -423,3 +423,27 @@ func TestComposeInvocations(t *testing.T) {
 		}
 	}
 }
+
+// TestComposePassesThePseudonymKey: log.pseudonym_key, set in .env,
+// reaches every Switchboard service, so that one conversation has one
+// pseudonym in every service's logs (docs/operations.md, "Pseudonyms in
+// logs and traces") and `docker compose exec router switchboard
+// pseudonym` prints what they show.
+func TestComposePassesThePseudonymKey(t *testing.T) {
+	t.Parallel()
+	const name, key = "SWITCHBOARD_LOG__PSEUDONYM_KEY", "a deployment secret"
+	p := loadAll(t, map[string]string{name: key}).Project
+	n := 0
+	for sname, s := range p.Services {
+		if !strings.HasPrefix(s.Image, "switchboard") || sname == "fakellm" {
+			continue
+		}
+		n++
+		if v := s.Environment[name]; v == nil || *v != key {
+			t.Errorf("%s: %s = %v, want the one .env sets", sname, name, v)
+		}
+	}
+	if n < 10 {
+		t.Fatalf("%d Switchboard services found: is the image check broken?", n)
+	}
+}

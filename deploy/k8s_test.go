@@ -105,6 +105,7 @@ func TestKustomizeOverlays(t *testing.T) {
 			checkMigrateJob(t, o.objs)
 			checkSecrets(t, o.objs)
 			checkStoreCredentials(t, o.objs)
+			checkPseudonymKey(t, o.objs)
 			checkRouterProvider(t, o.objs)
 			checkSkillsMounts(t, o.objs)
 			checkDownloadEgress(t, o.objs)
@@ -668,6 +669,37 @@ func checkStoreCredentials(t *testing.T, objs []Object) {
 				case has && name == "REDIS_URL" && (ref.Optional == nil || !*ref.Optional):
 					t.Errorf("%s %s: REDIS_URL must be optional: true (redis.url serves without it)", o.GVK.Kind, o.Name)
 				}
+			}
+		}
+	}
+}
+
+// checkPseudonymKey: every Switchboard process that logs chats gets
+// log.pseudonym_key (docs/operations.md, "Pseudonyms in logs and
+// traces") from switchboard-secrets when the operator puts one there:
+// a secret, the same in every process, so that one conversation has one
+// pseudonym in every service's logs. Optional: without it the built-in
+// key serves. The migrate Job names no chat.
+func checkPseudonymKey(t *testing.T, objs []Object) {
+	const name = "SWITCHBOARD_LOG__PSEUDONYM_KEY"
+	for _, o := range objs {
+		spec := PodSpec(o)
+		if spec == nil {
+			continue
+		}
+		for _, c := range spec.Containers {
+			if !IsSwitchboardImage(c.Image) || len(c.Args) == 0 || c.Args[0] == "migrate" || c.Args[0] == "fakellm" {
+				continue
+			}
+			i := slices.IndexFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == name })
+			if i < 0 {
+				t.Errorf("%s %s (`switchboard %s`) does not get %s from switchboard-secrets", o.GVK.Kind, o.Name, strings.Join(c.Args, " "), name)
+				continue
+			}
+			ref := c.Env[i].ValueFrom
+			if ref == nil || ref.SecretKeyRef == nil || !strings.HasPrefix(ref.SecretKeyRef.Name, "switchboard-secrets") || ref.SecretKeyRef.Key != name ||
+				ref.SecretKeyRef.Optional == nil || !*ref.SecretKeyRef.Optional {
+				t.Errorf("%s %s: %s must be the optional key %s of switchboard-secrets", o.GVK.Kind, o.Name, name, name)
 			}
 		}
 	}

@@ -1,8 +1,12 @@
 package pseudonym_test
 
 import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/switchboard-chat/switchboard/pkg/pseudonym"
@@ -166,4 +170,52 @@ func FuzzKey(f *testing.F) {
 			t.Fatalf("Text(%q) = %q, want %q", msg, p.Text(msg), want)
 		}
 	})
+}
+
+// TestIDCostsOneAllocation: every log record with a session key or an id
+// computes pseudonyms; an ID allocates its result only, not an HMAC (its
+// key schedule and hash states) per call, which made a record several
+// times as costly as its encoding.
+func TestIDCostsOneAllocation(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocations are not counted under the race detector")
+	}
+	p := pseudonym.New("k")
+	want := p.ID("123456789")
+	if allocs := testing.AllocsPerRun(100, func() {
+		if got := p.ID("123456789"); got != want {
+			t.Fatalf("ID = %q, then %q", want, got)
+		}
+	}); allocs > 1 {
+		t.Errorf("ID allocates %v times, want 1 (the result)", allocs)
+	}
+}
+
+// TestIDConcurrent: one Pseudonymizer serves every goroutine that logs,
+// each id getting "#" and the first 12 hex digits of HMAC-SHA256(key, id).
+func TestIDConcurrent(t *testing.T) {
+	t.Parallel()
+	p := pseudonym.New("k")
+	want := map[string]string{}
+	ids := []string{"1", "15551234567", "bob@example.com", strings.Repeat("x", 5000)}
+	for _, id := range ids {
+		m := hmac.New(sha256.New, []byte("k"))
+		m.Write([]byte(id))
+		want[id] = "#" + hex.EncodeToString(m.Sum(nil))[:12]
+	}
+	var wg sync.WaitGroup
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 200; i++ {
+				id := ids[(g+i)%len(ids)]
+				if got := p.ID(id); got != want[id] {
+					t.Errorf("ID(%.10q) = %q, want %q", id, got, want[id])
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
 }

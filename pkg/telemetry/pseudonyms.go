@@ -59,6 +59,15 @@ func pseudonymizeAttr(p *pseudonym.Pseudonymizer) func(groups []string, a slog.A
 	return func(groups []string, a slog.Attr) slog.Attr {
 		v := a.Value // resolved by the handler
 		switch {
+		case len(groups) == 0 && a.Key == slog.LevelKey:
+			// The handler encodes a level that went through a
+			// ReplaceAttr as any value, with encoding/json (its
+			// MarshalJSON): as a string it writes it as it does
+			// without one.
+			if l, ok := v.Any().(slog.Level); ok {
+				return slog.String(a.Key, l.String())
+			}
+			return a
 		case v.Kind() == slog.KindGroup:
 			return a
 		case idAttrs[a.Key]:

@@ -5,13 +5,17 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/bwmarrin/discordgo"
 
+	"github.com/switchboard-chat/switchboard/pkg/bus"
+	"github.com/switchboard-chat/switchboard/pkg/bus/bustest"
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/platform"
@@ -524,5 +528,79 @@ func TestPickerMenuLimits(t *testing.T) {
 	}
 	if _, ok := rows[2].(discordgo.ActionsRow).Components[0].(discordgo.SelectMenu); !ok {
 		t.Fatalf("third row %+v, want the second menu", rows[2])
+	}
+}
+
+// flakyConn is a runner's Conn whose first publish fails after the bus
+// stored the press (a publish acknowledgement lost): the retry is told
+// it is a duplicate. It holds presses on b, as the runner's Conn does.
+type flakyConn struct {
+	platform.Conn
+	b        *bus.Bus
+	attempts atomic.Int32
+}
+
+func (c *flakyConn) Deliver(_ context.Context, _ *eventsv1.MessageReceived) (platform.Accepted, error) {
+	if c.attempts.Add(1) == 1 {
+		return platform.Accepted{}, errors.New("publish: nats: timeout")
+	}
+	return platform.Accepted{Duplicate: true}, nil
+}
+
+func (c *flakyConn) HoldPress(id string) (*platform.PressHold, error) {
+	return platform.HoldPress(c.b, "discord", id)
+}
+
+// A press whose first publish failed after the bus stored it, which the
+// retry is told is a duplicate, is still this replica's to hold: the
+// router decides it (the stored press) and its answer is shown to the
+// presser. Taken for someone else's, the hold ended with the publish and
+// the answer found no one.
+func TestPressStoredByAFailedPublishIsHeld(t *testing.T) {
+	t.Parallel()
+	f := newFake(t)
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cfg := DefaultConfig()
+	cfg.BotToken, cfg.APIBaseURL, cfg.PressHold = f.Token, f.URL(), 10*time.Second
+	p, err := NewPlatform(ctx, cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := f.Press(ctx, discordfake.Press{ChannelID: dmChan, MessageID: "700000000000000042", UserID: user, UserName: "alice", CustomID: "ea:deny"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := json.Marshal(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := parseInteraction(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := &flakyConn{b: b}
+	p.handlePress(ctx, conn, in)
+	if n := conn.attempts.Load(); n != 2 {
+		t.Fatalf("%d publishes, want a failed one and its retry", n)
+	}
+	id := d["id"].(string)
+	if st := f.InteractionState(id); len(st.Callbacks) != 1 {
+		t.Fatalf("interaction %+v, want acknowledged", st)
+	}
+	const resolved = "This approval has already been resolved~"
+	ia := &eventsv1.Interaction{Id: id, Component: true}
+	platformtest.WaitFor(t, "the router's answer to be taken", func() bool {
+		held, err := platform.AnswerPress(ctx, b, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, Text: resolved,
+			Target: &deliveryv1.Target{Platform: "discord", ChatId: dmChan, Interaction: ia}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return held
+	})
+	platformtest.WaitFor(t, "the answer shown to the presser", func() bool { return len(f.InteractionState(id).Followups) > 0 })
+	if st := f.InteractionState(id); len(st.Followups) != 1 || st.Followups[0].Content != resolved || st.Followups[0].Flags != 64 {
+		t.Fatalf("interaction %+v, want the answer as an ephemeral followup", st)
 	}
 }

@@ -461,9 +461,10 @@ func (p *Platform) handlePress(ctx context.Context, conn platform.Conn, in *disc
 		guild = "" // no channel lookup: pressed skips it anyway
 	}
 	var (
-		hold *platform.PressHold
-		held *eventsv1.Interaction // the press's, published now and held
-		ask  = true                // hold the press before its first publish
+		hold   *platform.PressHold
+		held   *eventsv1.Interaction // the press's, published now and held
+		ask    = true                // hold the press before its first publish
+		failed bool                  // a publish of it failed, and may have been stored
 	)
 	published := untilDone(pctx, 100*time.Millisecond, time.Second, func() bool {
 		ch, settled, err := p.channelOf(pctx, conn, guild, in.ChannelID)
@@ -482,12 +483,17 @@ func (p *Platform) handlePress(ctx context.Context, conn platform.Conn, in *disc
 		}
 		acc, err := conn.Deliver(pctx, ev)
 		switch {
-		case err == nil && !acc.Duplicate:
+		case err == nil && (!acc.Duplicate || failed):
+			// A duplicate after a failed publish is most likely that
+			// publish, stored though its acknowledgement was lost: the
+			// router decides it and answers here. A press Discord sent
+			// again meanwhile waits out the hold for nothing.
 			held = ev.GetInteraction()
 			return true
 		case err == nil || errors.Is(err, platform.ErrRejected):
 			return true // not published now: nothing will answer it
 		}
+		failed = true
 		p.log.Warn("discord event not published; retrying", "kind", "button press", "id", in.ID, "err", err)
 		return false
 	})
@@ -592,7 +598,7 @@ func (p *Platform) handle(ctx context.Context, conn platform.Conn, raw []byte) {
 			// bot takes part when that message was addressed to it.
 			known, err := conn.Seen(ctx, ev.GetSource().GetThreadId())
 			if err != nil {
-				p.log.Warn("discord thread lookup failed; retrying", "thread", ev.GetSource().GetThreadId(), "err", err)
+				p.log.Warn("discord thread lookup failed; retrying", "chat_id", ev.GetSource().GetThreadId(), "err", err)
 				return false
 			}
 			if known {

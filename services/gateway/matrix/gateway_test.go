@@ -54,11 +54,17 @@ func start(t *testing.T, cfg func(*Config)) *gw {
 // it (and waits).
 func runGateway(t *testing.T, b *bus.Bus, f *matrixfake.Fake, mutate func(*Config)) (*Service, func()) {
 	t.Helper()
+	return runGatewayLogged(t, b, f, mutate, slog.New(slog.DiscardHandler))
+}
+
+// runGatewayLogged is runGateway with the gateway logging to log.
+func runGatewayLogged(t *testing.T, b *bus.Bus, f *matrixfake.Fake, mutate func(*Config), log *slog.Logger) (*Service, func()) {
+	t.Helper()
 	cfg := testConfig(f)
 	if mutate != nil {
 		mutate(&cfg)
 	}
-	s, err := New(cfg, Deps{Log: slog.New(slog.DiscardHandler), Bus: b,
+	s, err := New(cfg, Deps{Log: log, Bus: b,
 		Runner: platform.Options{Backoff: platform.Schedule(10 * time.Millisecond), LeaseTTL: time.Second}})
 	if err != nil {
 		t.Fatal(err)

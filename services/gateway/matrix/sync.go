@@ -213,7 +213,7 @@ func (p *Platform) take(ctx context.Context, conn platform.Conn, r *room, rid id
 		return false, nil
 	}
 	if ev.Type == event.EventMessage && len(ev.Content.VeryRaw) > maxEventBytes {
-		conn.Reject(ctx, "oversized", fmt.Errorf("matrix event %s in %s: %d bytes of content, at most %d", ev.ID, rid, len(ev.Content.VeryRaw), maxEventBytes))
+		conn.Reject(ctx, "oversized", fmt.Errorf("matrix event %s: %d bytes of content, at most %d", ev.ID, len(ev.Content.VeryRaw), maxEventBytes))
 		return false, nil
 	}
 	if err := p.ensureRoom(ctx, r); err != nil {
@@ -224,7 +224,7 @@ func (p *Platform) take(ctx context.Context, conn platform.Conn, r *room, rid id
 		return err == nil && ok
 	})
 	if err != nil {
-		conn.Reject(ctx, "malformed", fmt.Errorf("matrix event %s in %s: %w", ev.ID, rid, err))
+		conn.Reject(ctx, "malformed", fmt.Errorf("matrix event %s: %w", ev.ID, err))
 		return false, nil
 	}
 	if reason != skipNone {
@@ -263,7 +263,7 @@ func (p *Platform) backfill(ctx context.Context, rid id.RoomID, from, since stri
 		}
 		resp, err := p.messagesLenient(ctx, rid, from, since, mautrix.DirectionBackward, backfillPage, bad)
 		if err != nil {
-			return nil, fmt.Errorf("matrix: fill the gap in %s: %w", rid, err)
+			return nil, fmt.Errorf("matrix: fill the gap in a room's timeline: %w", err)
 		}
 		back = append(back, resp.Chunk...)
 		if len(resp.Chunk) == 0 || resp.End == from {

@@ -17,8 +17,10 @@ import (
 
 	"github.com/switchboard-chat/switchboard/pkg/bus/bustest"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+	"github.com/switchboard-chat/switchboard/pkg/logtest"
 	"github.com/switchboard-chat/switchboard/pkg/platform"
 	"github.com/switchboard-chat/switchboard/pkg/platform/platformtest"
+	"github.com/switchboard-chat/switchboard/pkg/telemetry"
 	"github.com/switchboard-chat/switchboard/services/gateway/mattermost/mattermostfake"
 )
 
@@ -96,12 +98,61 @@ func TestStalledCatchUpGivesUp(t *testing.T) {
 	}
 }
 
+// A channel the catch-up cannot read is logged under chat_id, which the
+// logs' pseudonyms replace (log.pseudonymize): a DM channel's id names
+// the conversation with one person.
+func TestCatchUpFailureLogsAPseudonym(t *testing.T) {
+	t.Parallel()
+	f := mattermostfake.New(bot, botName, token)
+	t.Cleanup(f.Close)
+	fakeChannels(f)
+	var fail atomic.Bool
+	target, _ := url.Parse(f.URL)
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if fail.Load() && strings.HasSuffix(r.URL.Path, "/posts") && r.URL.Query().Has("since") {
+			http.Error(w, `{"id":"app.error","message":"down"}`, http.StatusInternalServerError)
+			return
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	cfg := testConfig(f)
+	cfg.URL = srv.URL
+	var logs logtest.Buffer
+	logCfg := telemetry.LogConfig{Level: "info", Pseudonymize: true, PseudonymKey: "k"}
+	evs := runLogged(t, cfg, telemetry.NewLogger(logCfg, &logs))
+	platformtest.WaitFor(t, "the gateway to connect", func() bool { return f.Connections() >= 1 })
+	first := f.Message(dmCh, ann, "before")
+	if ev := platformtest.NextEvent(t, evs); ev.GetEventId() != first {
+		t.Fatalf("event %s, want %s", ev.GetEventId(), first)
+	}
+	fail.Store(true)
+	f.Drop()
+	platformtest.WaitFor(t, "the catch-up's failure to be logged", func() bool {
+		return strings.Contains(logs.String(), "catch-up: channel not read")
+	})
+	out := logs.String()
+	if strings.Contains(out, dmCh) {
+		t.Errorf("the log names the DM channel %s:\n%s", dmCh, out)
+	}
+	if want := `"chat_id":"` + logCfg.Pseudonyms().ID(dmCh) + `"`; !strings.Contains(out, want) {
+		t.Errorf("no %s in the log:\n%s", want, out)
+	}
+}
+
 // run runs a gateway with cfg on an embedded NATS until the test ends and
 // returns its inbound events.
 func run(t *testing.T, cfg Config) chan *eventsv1.MessageReceived {
 	t.Helper()
+	return runLogged(t, cfg, slog.New(slog.DiscardHandler))
+}
+
+// runLogged is run with the gateway logging to log.
+func runLogged(t *testing.T, cfg Config, log *slog.Logger) chan *eventsv1.MessageReceived {
+	t.Helper()
 	b := bustest.New(t, bustest.EmbeddedURL(t))
-	s, err := New(cfg, Deps{Log: slog.New(slog.DiscardHandler), Bus: b,
+	s, err := New(cfg, Deps{Log: log, Bus: b,
 		Runner: platform.Options{Backoff: platform.Schedule(10 * time.Millisecond), LeaseTTL: time.Second}})
 	if err != nil {
 		t.Fatal(err)

@@ -256,7 +256,7 @@ func (p *Platform) catchUp(ctx context.Context, conn platform.Conn) {
 		list, err := p.cli.postsSince(cctx, id, ch.Last)
 		cancel()
 		if err != nil {
-			p.log.Warn("mattermost catch-up: channel not read; posts made there while disconnected are lost", "channel_id", id, "err", err)
+			p.log.Warn("mattermost catch-up: channel not read; posts made there while disconnected are lost", "chat_id", id, "err", err)
 			continue
 		}
 		var posts []*post

@@ -1,0 +1,5 @@
+//go:build !race
+
+package pseudonym_test
+
+const raceEnabled = false

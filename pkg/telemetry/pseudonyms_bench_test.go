@@ -1,0 +1,33 @@
+package telemetry_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"testing"
+
+	"github.com/switchboard-chat/switchboard/pkg/telemetry"
+)
+
+// BenchmarkLogRecord: two records of a turn, a session key, a user id
+// and an error naming the key, with and without pseudonyms.
+func BenchmarkLogRecord(b *testing.B) {
+	for _, pseudonyms := range []bool{false, true} {
+		name := "plain"
+		if pseudonyms {
+			name = "pseudonyms"
+		}
+		b.Run(name, func(b *testing.B) {
+			l := telemetry.NewLogger(telemetry.LogConfig{Level: "info", Format: "json", Pseudonymize: pseudonyms}, io.Discard).
+				With("process", "router", "platform", "telegram")
+			ctx := context.Background()
+			err := errors.New("lock agent:main:telegram:dm:123456789: timeout")
+			b.ReportAllocs()
+			for b.Loop() {
+				l.InfoContext(ctx, "turn started", "session_key", "agent:main:telegram:dm:123456789", "user_id", "123456789",
+					"chat_type", "dm", "event", "telegram:main:42", "turn_id", "01HXYZ")
+				l.WarnContext(ctx, "turn finished", "session_key", "agent:main:telegram:dm:123456789", "err", err, "tool", "terminal")
+			}
+		})
+	}
+}
