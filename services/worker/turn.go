@@ -654,8 +654,10 @@ func (r *turnRun) renewLock(ctx context.Context) error {
 // (fenceRetries, within a third of the lock's TTL, its renewal period),
 // so that one error (a blip, a failover) does not end a long turn; then
 // the turn's attempt ends with the error (and is kept for a retry while
-// Redis is unavailable). A lost lock stops the tool at once. A check
-// that succeeds after errors holds the lock as any other: it renewed it.
+// Redis is unavailable). A lost lock stops the tool at once, also when
+// the renewal found it lost while the check was tried again and the
+// check then claimed it free. A check that succeeds after errors holds
+// the lock as any other: it renewed it.
 func (r *turnRun) fenceTool(ctx context.Context) error {
 	deadline := time.Now().Add(r.ttl / 3)
 	wait := fenceBackoff
@@ -663,6 +665,13 @@ func (r *turnRun) fenceTool(ctx context.Context) error {
 		cctx, cancel := context.WithDeadline(ctx, deadline)
 		err := r.renewLock(cctx)
 		cancel()
+		if err == nil && r.lockLost.Load() {
+			// The lock was lost meanwhile (the renewal found another
+			// attempt holding it while this check waited for Redis):
+			// the turn is stopping, even though the check claimed the
+			// lock again once that attempt gave it back.
+			return errLockLost
+		}
 		if err == nil || errors.Is(err, errLockLost) {
 			return err
 		}
