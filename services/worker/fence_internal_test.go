@@ -91,3 +91,55 @@ func TestLockLostDuringTheFenceRetryRunsNoTool(t *testing.T) {
 		t.Fatalf("fenceTool: %v, want the lock lost (no tool runs)", err)
 	}
 }
+
+// redisDown fails every script run on lock (Redis out of reach),
+// counting them; first runs at the first.
+type redisDown struct {
+	lock   string
+	checks atomic.Int32
+	first  func()
+}
+
+func (b *redisDown) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (b *redisDown) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (b *redisDown) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if name := cmd.Name(); (name == "evalsha" || name == "eval") && slices.Contains(cmd.Args(), any(b.lock)) {
+			if b.checks.Add(1) == 1 {
+				b.first()
+			}
+			err := errors.New("dial tcp 127.0.0.1:6379: connect: connection refused")
+			cmd.SetErr(err)
+			return err
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// A /stop that comes while the check before a tool waits to be tried
+// again ends the wait: the tool is not run, and the turn stops without
+// trying Redis again. Before, the check went on through its retries
+// (up to a third of the lock's TTL while Redis does not answer) and the
+// attempt ended with Redis's error.
+func TestStopDuringTheFenceRetryEndsIt(t *testing.T) {
+	t.Parallel()
+	rdb, prefix := redistest.New(t)
+	locker := redisx.NewLocker(rdb, prefix)
+	token := redisx.NewToken()
+	r := &turnRun{s: &Service{locker: locker}, log: slog.New(slog.DiscardHandler),
+		req: &turnsv1.TurnRequested{SessionKey: "s1", LockToken: token},
+		st:  store.Turn{SessionKey: "s1", Generation: 1},
+		ttl: time.Minute, holder: token + "/1", ctl: newControl(nil)}
+	down := &redisDown{lock: locker.Key("s1"), first: func() {
+		r.ctl.apply(&turnsv1.TurnControlRequested{Action: turnsv1.ControlAction_CONTROL_ACTION_STOP})
+	}}
+	rdb.AddHook(down)
+	if err := r.fenceTool(context.Background()); !errors.Is(err, errStopped) {
+		t.Fatalf("fenceTool: %v, want the turn stopped", err)
+	}
+	if n := down.checks.Load(); n != 1 {
+		t.Errorf("the lock was checked %d times, want once (none after the stop)", n)
+	}
+}
