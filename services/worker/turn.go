@@ -654,8 +654,11 @@ func (r *turnRun) renewLock(ctx context.Context) error {
 // (fenceRetries, within a third of the lock's TTL, its renewal period),
 // so that one error (a blip, a failover) does not end a long turn; then
 // the turn's attempt ends with the error (and is kept for a retry while
-// Redis is unavailable). A lost lock stops the tool at once. A check
-// that succeeds after errors holds the lock as any other: it renewed it.
+// Redis is unavailable). A /stop or an interrupting message during the
+// wait ends it (fenceWait). A lost lock stops the tool at once, also when
+// the renewal found it lost while the check was tried again and the
+// check then claimed it free. A check that succeeds after errors holds
+// the lock as any other: it renewed it.
 func (r *turnRun) fenceTool(ctx context.Context) error {
 	deadline := time.Now().Add(r.ttl / 3)
 	wait := fenceBackoff
@@ -663,6 +666,13 @@ func (r *turnRun) fenceTool(ctx context.Context) error {
 		cctx, cancel := context.WithDeadline(ctx, deadline)
 		err := r.renewLock(cctx)
 		cancel()
+		if err == nil && r.lockLost.Load() {
+			// The lock was lost meanwhile (the renewal found another
+			// attempt holding it while this check waited for Redis):
+			// the turn is stopping, even though the check claimed the
+			// lock again once that attempt gave it back.
+			return errLockLost
+		}
 		if err == nil || errors.Is(err, errLockLost) {
 			return err
 		}
@@ -670,12 +680,30 @@ func (r *turnRun) fenceTool(ctx context.Context) error {
 			return fmt.Errorf("check the session lock before a tool runs: %w", err)
 		}
 		r.log.Warn("check the session lock before a tool runs; trying again", "err", err, "in", wait)
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("check the session lock before a tool runs: %w", err)
-		case <-time.After(wait):
+		if err := r.fenceWait(ctx, wait); err != nil {
+			return err
 		}
 		wait *= 2
+	}
+}
+
+// fenceWait waits d before the lock check is tried again; a /stop, an
+// interrupting message, the lock's loss or ctx's end ends the wait with
+// the reason, as the tool would not run.
+func (r *turnRun) fenceWait(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-r.ctl.wake:
+			if err := r.checkpoint(ctx); err != nil {
+				return err
+			}
+		case <-t.C:
+			return nil
+		}
 	}
 }
 
