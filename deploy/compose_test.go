@@ -29,7 +29,8 @@ const workerDrain = 25 * time.Second
 
 // gatewayDrain bounds a gateway's stop after SIGTERM: its HTTP server's
 // shutdown grace (gateways.api.shutdown_grace 10 s, the webhook gateway
-// 10 s, the webhook platforms 5 s), then the sends in flight (one
+// 10 s, the webhook platforms 5 s; BlueBubbles's then publishes what it
+// holds for up to 5 s more), then the sends in flight (one
 // platform.Options.SendTimeout, 30 s, for them all), then the reactions
 // it was setting (5 s).
 const gatewayDrain = 10*time.Second + 30*time.Second + 5*time.Second

@@ -296,6 +296,9 @@ type Platform struct {
 	// maxHeld bounds the messages held for the bus (maxHeld; tests
 	// shrink it).
 	maxHeld int
+	// drainWait bounds the publishing of held messages once the webhook
+	// stopped (drainWait; tests shorten it).
+	drainWait time.Duration
 	// registerBackoff spaces the attempts to register the webhook
 	// (platform.QuickBackoff; tests shorten it).
 	registerBackoff platform.Backoff
@@ -319,7 +322,7 @@ func NewPlatform(cfg Config, log *slog.Logger, hc *http.Client) (*Platform, erro
 	}
 	return &Platform{
 		cfg: cfg, log: log.With("platform", "bluebubbles"), mentions: mentions,
-		api: &client{base: cfg.ServerURL, password: cfg.Password, hc: hc}, guids: map[string]string{}, maxHeld: maxHeld,
+		api: &client{base: cfg.ServerURL, password: cfg.Password, hc: hc}, guids: map[string]string{}, maxHeld: maxHeld, drainWait: drainWait,
 		registerBackoff: platform.QuickBackoff,
 	}, nil
 }

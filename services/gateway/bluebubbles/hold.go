@@ -19,12 +19,20 @@ const maxHeld = 1000
 // holdRetry is the pause between two attempts to publish a held message.
 const holdRetry = time.Second
 
+// drainWait is how long a stopping gateway, once its webhook no longer
+// takes calls, keeps publishing the messages it holds. With the webhook
+// server's 5 s shutdown grace (platform.ServeWebhook) it stays within
+// the 10 s an HTTP gateway's stop is given before its sends' drain
+// (deploy's gatewayDrain), well under Kubernetes' default 30 s.
+const drainWait = 5 * time.Second
+
 // hold publishes the webhook's messages, each chat's one at a time in
 // the order their calls arrived, and keeps those the bus could not take
 // until it can. BlueBubbles posts a webhook once and never again,
 // whatever the answer: a message answered 500 was lost. A held one waits
 // in the gateway until the bus is back (a replica that stops meanwhile
-// loses what it holds, and logs how much).
+// keeps publishing up to drainWait, then loses what it still holds, and
+// logs how much).
 //
 // Every message of a chat goes through the chat's one queue, not only
 // those that follow a held one: two calls that each published for
@@ -39,8 +47,16 @@ type hold struct {
 	ack     time.Duration
 	max     int
 	stopped <-chan struct{}
+	// giveUp ends when the drain is over: publishing stops, an attempt
+	// in flight included (giveUpNow ends it).
+	giveUp    context.Context
+	giveUpNow context.CancelFunc
+	// publishers are the chats' publishers running.
+	publishers sync.WaitGroup
 
 	mu sync.Mutex
+	// closed: close began; no message is taken any more.
+	closed bool
 	// chats are the queues by chat id, oldest first; a chat is in the
 	// map while its publisher runs.
 	chats map[string][]*heldMessage
@@ -63,8 +79,35 @@ type attemptResult struct {
 	err error
 }
 
+// newHold is a hold that takes messages until ctx ends, and publishes
+// them until close gives up.
 func newHold(ctx context.Context, conn platform.Deliverer, log *slog.Logger, ack time.Duration, max int) *hold {
-	return &hold{conn: conn, log: log, ack: ack, max: max, stopped: ctx.Done(), chats: map[string][]*heldMessage{}}
+	giveUp, giveUpNow := context.WithCancel(context.Background())
+	return &hold{conn: conn, log: log, ack: ack, max: max, stopped: ctx.Done(),
+		giveUp: giveUp, giveUpNow: giveUpNow, chats: map[string][]*heldMessage{}}
+}
+
+// close waits, once the webhook no longer takes calls, up to limit for
+// the held messages to be published, each chat's in order, then gives
+// up what is left: each chat's publisher logs its loss, and close
+// returns once all have.
+func (h *hold) close(limit time.Duration) {
+	h.mu.Lock()
+	h.closed = true
+	h.mu.Unlock()
+	done := make(chan struct{})
+	go func() {
+		h.publishers.Wait()
+		close(done)
+	}()
+	t := time.NewTimer(limit)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
+	h.giveUpNow()
+	<-done
 }
 
 // add queues ev behind its chat's messages not yet published. It returns
@@ -79,7 +122,7 @@ func (h *hold) add(ev *eventsv1.MessageReceived) (q *heldMessage, behindHeld boo
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.n >= h.max {
+	if h.closed || h.n >= h.max {
 		return nil, false
 	}
 	chat := ev.GetSource().GetChatId()
@@ -88,14 +131,18 @@ func (h *hold) add(ev *eventsv1.MessageReceived) (q *heldMessage, behindHeld boo
 	h.chats[chat] = append(queue, q)
 	h.n++
 	if !running {
-		go h.drain(chat)
+		h.publishers.Add(1)
+		go func() {
+			defer h.publishers.Done()
+			h.drain(chat)
+		}()
 	}
 	return q, h.failing
 }
 
 // drain publishes chat's queued messages, oldest first, each until the
 // bus takes it (or refuses it for good), and ends when none is left or
-// the webhook stops serving.
+// the hold gives up (close).
 func (h *hold) drain(chat string) {
 	for {
 		h.mu.Lock()
@@ -113,7 +160,8 @@ func (h *hold) drain(chat string) {
 			h.n -= n
 			delete(h.chats, chat)
 			h.mu.Unlock()
-			h.log.Error("bluebubbles messages held for the bus lost: the webhook stopped serving", "count", n)
+			h.log.Error("bluebubbles messages held for the bus lost: the gateway stopped before the bus took them",
+				"chat", redact(chat), "count", n)
 			return
 		}
 		h.mu.Lock()
@@ -124,11 +172,11 @@ func (h *hold) drain(chat string) {
 }
 
 // publish delivers q until the bus takes it, telling q.first the
-// outcome of the first attempt; false when the webhook stopped serving
-// first.
+// outcome of the first attempt; false when the hold gave up first (an
+// attempt in flight is cut short).
 func (h *hold) publish(q *heldMessage) bool {
 	for attempt := 0; ; attempt++ {
-		ctx, cancel := context.WithTimeout(context.Background(), h.ack)
+		ctx, cancel := context.WithTimeout(h.giveUp, h.ack)
 		acc, err := h.conn.Deliver(ctx, q.ev)
 		cancel()
 		ok := err == nil || errors.Is(err, platform.ErrRejected)
@@ -144,8 +192,11 @@ func (h *hold) publish(q *heldMessage) bool {
 			}
 			return true
 		}
+		if h.giveUp.Err() != nil {
+			return false
+		}
 		select {
-		case <-h.stopped:
+		case <-h.giveUp.Done():
 			return false
 		case <-time.After(holdRetry):
 		}

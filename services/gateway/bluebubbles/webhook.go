@@ -14,11 +14,15 @@ import (
 	"github.com/switchboard-chat/switchboard/pkg/secret"
 )
 
-// serveWebhook serves the webhook until ctx ends; listening runs once it
-// listens (a call the server makes from then on is taken).
+// serveWebhook serves the webhook until ctx ends, then publishes what it
+// holds for up to drainWait before it returns (the rest is lost, and
+// logged); listening runs once it listens (a call the server makes from
+// then on is taken).
 func (p *Platform) serveWebhook(ctx context.Context, conn platform.Conn, listening func()) error {
+	held := newHold(ctx, conn, p.log, p.cfg.AckTimeout, p.maxHeld)
+	defer held.close(p.drainWait)
 	mux := http.NewServeMux()
-	mux.Handle(p.cfg.Path, p.webhookHandler(ctx, conn))
+	mux.Handle(p.cfg.Path, p.webhookHandler(conn, held))
 	err := platform.ServeWebhook(ctx, conn, p.log, p.Name(), p.cfg.Addr, mux, p.cfg.AckTimeout, func(addr string) {
 		p.addr.Store(addr)
 		p.log.Info("bluebubbles webhook listening", "addr", addr, "path", p.cfg.Path)
@@ -54,13 +58,12 @@ func (p *Platform) authorized(r *http.Request) bool {
 // held and published once the bus is back (hold.go); 500 only when the
 // hold is full (the message is lost, and logged).
 func (p *Platform) WebhookHandler(conn platform.Deliverer) http.Handler {
-	return p.webhookHandler(context.Background(), conn)
+	return p.webhookHandler(conn, newHold(context.Background(), conn, p.log, p.cfg.AckTimeout, p.maxHeld))
 }
 
-// webhookHandler is WebhookHandler whose held messages are given up when
-// ctx ends (the webhook stops serving).
-func (p *Platform) webhookHandler(ctx context.Context, conn platform.Deliverer) http.Handler {
-	held := newHold(ctx, conn, p.log, p.cfg.AckTimeout, p.maxHeld)
+// webhookHandler is WebhookHandler holding on held (serveWebhook closes
+// it when the webhook stops serving).
+func (p *Platform) webhookHandler(conn platform.Deliverer, held *hold) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("X-Content-Type-Options", "nosniff")
 		if r.Method != http.MethodPost {
