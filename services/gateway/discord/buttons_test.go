@@ -604,3 +604,55 @@ func TestPressStoredByAFailedPublishIsHeld(t *testing.T) {
 		t.Fatalf("interaction %+v, want the answer as an ephemeral followup", st)
 	}
 }
+
+// A press the router refuses is decided: its refusal comes through
+// delivery (an ephemeral followup, which any replica may send) and the
+// router publishes no other answer, so the replica holding the press is
+// told when the refusal has been shown, and its hold ends then rather
+// than when Config.PressHold runs out. An answer that comes after finds
+// no one, and the presser sees the refusal alone.
+func TestRefusedPressEndsItsHold(t *testing.T) {
+	t.Parallel()
+	f := newFake(t)
+	b, next := run(t, f, Config{PressHold: 10 * time.Second})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	d, err := f.Press(ctx, discordfake.Press{ChannelID: channel, GuildID: guild, MessageID: "700000000000000042", UserID: user, UserName: "mallory", CustomID: "ea:once:call_1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := next(20 * time.Second)
+	id := d["id"].(string)
+	platformtest.WaitFor(t, "the press to be acknowledged", func() bool { acks, _ := f.Acks(id); return len(acks) == 1 })
+	const refusal = "You're not authorized to approve commands~"
+	src := ev.GetSource()
+	target := &deliveryv1.Target{Platform: "discord", Account: src.GetAccount(), ChatId: src.GetChatId(), ReplyToMessageId: ev.GetMessageId(), Interaction: ev.GetInteraction()}
+	r := &deliveryv1.SendReceipt{}
+	if err := b.Request(ctx, b.Topology().SendSubject("discord"), &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND,
+		IdempotencyKey: "press-refusal", Target: target, Text: refusal, Final: true}, r); err != nil || !r.GetOk() {
+		t.Fatalf("refusal: %v (%v)", r, err)
+	}
+
+	// Probe the hold with a late answer until no one takes it: a hold
+	// still waiting would show it.
+	late := &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, Text: "late answer",
+		Target: &deliveryv1.Target{Platform: "discord", ChatId: src.GetChatId(), Interaction: &eventsv1.Interaction{Id: id, Component: true}}}
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		held, err := platform.AnswerPress(ctx, b, late)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !held {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the press is still held 2 s after its refusal was shown")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond) // a late answer taken would be shown by now
+	if st := f.InteractionState(id); len(st.Followups) != 1 || st.Followups[0].Content != refusal || st.Followups[0].Flags != 64 {
+		t.Fatalf("interaction %+v, want the refusal alone, as an ephemeral followup", st)
+	}
+}

@@ -171,6 +171,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		p.store = attachment.Open(deps.Bus.JetStream(), deps.Bus.Topology(), deps.Runner.Attachments)
 	}
 	p.menu = deps.Menu
+	p.bus = deps.Bus
 	return &Service{Service: svc, p: p}, nil
 }
 
@@ -188,6 +189,9 @@ type Platform struct {
 	// store holds the attachments a send refers to by bytes_ref (nil:
 	// attachments are off).
 	store *attachment.Store
+	// bus tells the replica holding a press that its refusal was shown
+	// (endHold); nil in a Platform built without one.
+	bus *bus.Bus
 
 	// registered: this process made the slash commands the menu's.
 	registered atomic.Bool
@@ -451,7 +455,9 @@ const ackWithin = 2500 * time.Millisecond
 // wants it within 3 s, and a busy router would make the press fail);
 // the answer's text, when it has one (Hermes's "This approval has
 // already been resolved~"), is then shown to the presser only, as an
-// ephemeral followup (answerHeld).
+// ephemeral followup (answerHeld). A press the router refuses gets no
+// such answer: its refusal comes through delivery as a followup (Send),
+// and the replica that sends it ends the hold (endHold).
 func (p *Platform) handlePress(ctx context.Context, conn platform.Conn, in *discordgo.Interaction) {
 	arrived := time.Now()
 	pctx, cancel := context.WithTimeout(ctx, ackWithin)
@@ -545,6 +551,27 @@ func (p *Platform) holdPress(conn platform.Conn, ia *eventsv1.Interaction) *plat
 		return nil
 	}
 	return hold
+}
+
+// endHold tells the replica holding the press of interaction ia, if one
+// does, that the press is decided: its refusal, which the router sends
+// through delivery instead of answering the hold, has just been shown
+// (or dropped, when Discord no longer takes it). The hold ends now, not
+// when Config.PressHold runs out, and shows nothing more (an answer
+// without text). A request, not a publish: the send's receipt comes
+// once the holder has taken it. Best effort: a hold not told ends by
+// time.
+func (p *Platform) endHold(ctx context.Context, ia *eventsv1.Interaction) {
+	if p.bus == nil || ia.GetId() == "" {
+		return
+	}
+	hctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	req := &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND,
+		Target: &deliveryv1.Target{Platform: "discord", Interaction: &eventsv1.Interaction{Id: ia.GetId(), Component: true}}}
+	if _, err := platform.AnswerPress(hctx, p.bus, req); err != nil {
+		p.log.Debug("end the hold of a refused discord button press; it ends by time", "interaction_id", ia.GetId(), "err", err)
+	}
 }
 
 // answerHeld waits for the router's answer to the held press of
@@ -816,6 +843,9 @@ func (p *Platform) Send(ctx context.Context, req *deliveryv1.SendRequested) (str
 	}
 	if t.GetInteraction() != nil {
 		if id, done, err := p.followup(ctx, req); done {
+			if err == nil && t.GetInteraction().GetComponent() {
+				p.endHold(ctx, t.GetInteraction())
+			}
 			return id, err
 		}
 	}
