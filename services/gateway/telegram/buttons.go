@@ -227,19 +227,29 @@ func (p *Platform) answerCallbackText(ctx context.Context, id, text string) {
 // text when the hold ends.
 const maxPressHold = 10 * time.Second
 
-// hold holds callback query id of a press: it is answered with the
-// router's answer's text when that comes (answer; nil when the press
-// could not be held for it), without text when the hold ends, unless a
-// refusal claims it first (claimQuery). Off the update loop: the next
-// update does not wait. Nor does the hold end with ctx: a webhook's is
-// its request's, which ends at once.
-func (p *Platform) hold(ctx context.Context, id string, answer *platform.PressHold) {
+// holdQuery counts callback query id among the held ones, before its
+// press is published, and returns the channel its claim closes
+// (claimQuery).
+func (p *Platform) holdQuery(id string) chan struct{} {
+	claimed := make(chan struct{})
 	p.heldMu.Lock()
+	defer p.heldMu.Unlock()
 	if p.held == nil {
-		p.held = map[string]bool{}
+		p.held = map[string]chan struct{}{}
 	}
-	p.held[id] = true
-	p.heldMu.Unlock()
+	p.held[id] = claimed
+	return claimed
+}
+
+// hold holds callback query id of a published press (counted held by
+// holdQuery, whose channel is claimed): it is answered with the router's
+// answer's text when that comes (answer; nil when the press could not be
+// held for it), without text when the hold ends, unless a refusal claims
+// it first (claimQuery), which ends the hold there: the router sends a
+// press it refuses no other answer. Off the update loop: the next update
+// does not wait. Nor does the hold end with ctx: a webhook's is its
+// request's, which ends at once.
+func (p *Platform) hold(ctx context.Context, id string, answer *platform.PressHold, claimed <-chan struct{}) {
 	var answered <-chan *deliveryv1.SendRequested
 	if answer != nil {
 		answered = answer.Answer()
@@ -253,6 +263,8 @@ func (p *Platform) hold(ctx context.Context, id string, answer *platform.PressHo
 		case <-t.C:
 		case req := <-answered:
 			text = req.GetText()
+		case <-claimed:
+			return // refused: the refusal answered the query
 		}
 		if p.claimQuery(id) {
 			actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
@@ -271,14 +283,17 @@ func heldPress(id string, end time.Time) *eventsv1.Interaction {
 }
 
 // claimQuery takes callback query id off the held ones and reports
-// whether it was held here (its holder answers it no more).
+// whether it was held here (its holder answers it no more, and a hold
+// still waiting ends).
 func (p *Platform) claimQuery(id string) bool {
 	p.heldMu.Lock()
 	defer p.heldMu.Unlock()
-	if !p.held[id] {
+	claimed, ok := p.held[id]
+	if !ok {
 		return false
 	}
 	delete(p.held, id)
+	close(claimed)
 	return true
 }
 

@@ -1,6 +1,7 @@
 package telegram
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 	"strings"
@@ -285,6 +286,13 @@ func TestPressRefusal(t *testing.T) {
 	refuse("r1", ia)
 	if a := f.CallbackAnswers(); len(a) != 1 || a[0].QueryID != ia.GetId() || a[0].Text != refusal || a[0].ShowAlert {
 		t.Fatalf("answers %+v, want the refusal as the query's answer", a)
+	}
+	// The refusal decided the press: its hold ends with it, not when
+	// press_hold runs out, and an answer after it finds no one.
+	time.Sleep(200 * time.Millisecond)
+	if held, err := platform.AnswerPress(context.Background(), b, &deliveryv1.SendRequested{Text: "late answer",
+		Target: &deliveryv1.Target{Platform: "telegram", Account: "4242", ChatId: "99", Interaction: ia}}); err != nil || held {
+		t.Fatalf("the press is still held after its refusal (held %v, %v)", held, err)
 	}
 	time.Sleep(pressHold + 200*time.Millisecond)
 	if a := f.CallbackAnswers(); len(a) != 1 {

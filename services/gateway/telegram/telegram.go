@@ -223,9 +223,10 @@ type Platform struct {
 	webhookBounds connBounds
 
 	// held are the callback queries of presses held for the router's
-	// answer (hold), by query id.
+	// answer (hold), by query id; a query's channel is closed when it
+	// is claimed (claimQuery).
 	heldMu sync.Mutex
-	held   map[string]bool
+	held   map[string]chan struct{}
 
 	mu       sync.Mutex
 	username string
@@ -380,7 +381,12 @@ func (p *Platform) handle(ctx context.Context, conn platform.Conn, raw []byte) (
 		return nil
 	}
 	held := false
-	var answer *platform.PressHold
+	var (
+		answer *platform.PressHold
+		// claimed is closed when a refusal claims the query (claimQuery);
+		// nil until the press is about to be published.
+		claimed chan struct{}
+	)
 	if out.callbackID != "" {
 		// Answered once the press is on the bus (or skipped): until then
 		// the client shows its progress, and Telegram sends it again. A
@@ -389,11 +395,14 @@ func (p *Platform) handle(ctx context.Context, conn platform.Conn, raw []byte) (
 			switch {
 			case err != nil:
 				answer.Close()
+				p.claimQuery(out.callbackID) // not answered: Telegram sends it again
 			case held:
-				p.hold(ctx, out.callbackID, answer)
+				p.hold(ctx, out.callbackID, answer, claimed)
 			default:
 				answer.Close()
-				p.answerCallback(ctx, out.callbackID)
+				if claimed == nil || p.claimQuery(out.callbackID) {
+					p.answerCallback(ctx, out.callbackID)
+				}
 			}
 		}()
 	}
@@ -404,7 +413,9 @@ func (p *Platform) handle(ctx context.Context, conn platform.Conn, raw []byte) (
 	}
 	if out.callbackID != "" {
 		out.ev.Interaction = heldPress(out.callbackID, time.Now().Add(p.cfg.PressHold))
-		// The router's answer may come as soon as the press is out.
+		// The router's answer may come as soon as the press is out, and
+		// so may its refusal, which claims the query.
+		claimed = p.holdQuery(out.callbackID)
 		if h, ok := conn.(platform.PressHolder); ok {
 			if answer, err = h.HoldPress(out.callbackID); err != nil {
 				p.log.Warn("hold telegram button press for the router's answer; its hold ends by time", "err", err)
