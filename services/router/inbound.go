@@ -596,8 +596,9 @@ var pressRefusals = map[string][2]string{
 // Discord component's ephemeral followup, a Telegram callback query's
 // answer), leaving the message with the buttons as it is. Nothing else
 // happens: no session is touched, no turn runs, the picker or prompt
-// stays. Once a minute per sender, shared with the refusal of a slash
-// command (slashRefused).
+// stays. Through delivery once a minute per sender, a window shared
+// with the refusal of a slash command (slashRefused); within it, with
+// the answer to the press's holder (refusePrivately).
 func (s *Service) pressRefused(ctx context.Context, m *msgCtx) error {
 	texts, ok := pressRefusals[m.platform]
 	if !ok {
@@ -613,7 +614,12 @@ func (s *Service) pressRefused(ctx context.Context, m *msgCtx) error {
 // refusePrivately publishes text, the refusal of a sender not allowed,
 // to the message's chat with its interaction on the target, so the
 // gateway shows it to the sender only. Once a minute per sender
-// (slashRefusalWindow): the rest are dropped, as typed messages are.
+// (slashRefusalWindow): the rest are dropped, as typed messages are,
+// except a press's, whose refusal goes with the answer to the press's
+// holder instead (answerPress), as Hermes refuses every press: it
+// costs no delivery, and only the presser sees it (a toast, an invoke's
+// answer, an ephemeral followup), so a stranger pressing again floods
+// no chat.
 func (s *Service) refusePrivately(ctx context.Context, m *msgCtx, text string) error {
 	key := s.prefix + "slashdeny:" + m.platform + ":" + m.src.GetUserId()
 	ok, err := s.rdb.SetNX(ctx, key, "1", slashRefusalWindow).Result()
@@ -621,6 +627,9 @@ func (s *Service) refusePrivately(ctx context.Context, m *msgCtx, text string) e
 		return fmt.Errorf("refusal throttle: %w", err)
 	}
 	if !ok {
+		if m.ev.GetButtonPress() != nil {
+			m.pressText = text
+		}
 		return nil
 	}
 	t := target(m.ev)

@@ -76,8 +76,9 @@ func TestSlashCommandRefusedInGroup(t *testing.T) {
 // presser only: the platform's approval words for an approval's
 // buttons, its other words for the rest, in a DM (no pairing code) as
 // in a group, once a minute per sender, a window the refusal of a slash
-// command shares. Nothing else happens: no turn, no session, the picker
-// is not answered. An allowed sender's press works as before, its
+// command shares; within it, the press's answer to its holder carries
+// the refusal instead (Hermes refuses every press). Nothing else
+// happens: no turn, no session, the picker is not answered. An allowed sender's press works as before, its
 // answer without the interaction; a press without an interaction gets
 // what the sender's messages get.
 func TestButtonPressOfASenderNotAllowed(t *testing.T) {
@@ -136,29 +137,32 @@ func TestButtonPressOfASenderNotAllowed(t *testing.T) {
 		ev   *eventsv1.MessageReceived
 		chat string
 		// want is the notice's text ("" none) and wantIA the interaction
-		// id its target carries ("" none).
-		want, wantIA string
+		// id its target carries ("" none); answer is the text of the
+		// press's answer to its holder when there is no notice.
+		want, wantIA, answer string
 	}{
 		{"an allowed sender's press works", onDiscord(pickerPress("alice", "card-1", "x"), "dm", "800000000000000001"),
-			"chat-alice", "⚙ **Model Configuration**\n\nModel selection cancelled.", ""},
+			"chat-alice", "⚙ **Model Configuration**\n\nModel selection cancelled.", "", ""},
 		{"a picker's press in a group", onDiscord(pickerPress("mallory", "card-2", "x"), "chat-grp", "800000000000000002"),
-			"chat-grp", notAllowed, "800000000000000002"},
+			"chat-grp", notAllowed, "800000000000000002", ""},
 		{"a second press within the minute", onDiscord(press("mallory", "/approve", "card-3", "call-3"), "chat-grp", "800000000000000003"),
-			"chat-grp", "", ""},
+			"chat-grp", "", "", notAllowedApproval},
 		{"an approval's press in a DM", onDiscord(press("eve", "/approve always", "card-4", "call-4"), "dm", "800000000000000004"),
-			"chat-eve", notAllowedApproval, "800000000000000004"},
+			"chat-eve", notAllowedApproval, "800000000000000004", ""},
 		{"a /memory list's press in a DM", onDiscord(press("trent", "/memory approve all", "card-5", ""), "dm", "800000000000000005"),
-			"chat-trent", notAllowed, "800000000000000005"},
+			"chat-trent", notAllowed, "800000000000000005", ""},
 		{"a press without an interaction in a group", onDiscord(pickerPress("oscar", "card-6", "x"), "chat-grp2", ""),
-			"chat-grp2", "", ""},
+			"chat-grp2", "", "", ""},
 		{"a Telegram approval's press in a DM", onTelegram(press("peggy", "/deny", "card-8", "call-8"), "900000000000000008"),
-			"chat-peggy", "⛔ You are not authorized to approve commands.", "900000000000000008"},
+			"chat-peggy", "⛔ You are not authorized to approve commands.", "900000000000000008", ""},
 		{"a Telegram picker's press in a DM", onTelegram(pickerPress("victor", "card-9", "x"), "900000000000000009"),
-			"chat-victor", "⛔ You are not authorized to answer this prompt.", "900000000000000009"},
+			"chat-victor", "⛔ You are not authorized to answer this prompt.", "900000000000000009", ""},
 		{"a Teams approval's press in a group", onTeams(press("sybil", "/approve", "card-10", "call-10"), "invoke-10"),
-			"chat-teams", "⛔ Not authorized.", "invoke-10"},
+			"chat-teams", "⛔ Not authorized.", "invoke-10", ""},
 		{"a Telegram press within the minute", onTelegram(press("peggy", "/approve", "card-11", "call-11"), "900000000000000011"),
-			"chat-peggy", "", ""},
+			"chat-peggy", "", "", "⛔ You are not authorized to approve commands."},
+		{"a Teams press within the minute", onTeams(press("sybil", "/deny", "card-12", "call-12"), "invoke-12"),
+			"chat-teams", "", "", "⛔ Not authorized."},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := len(sent(tc.chat))
@@ -169,8 +173,10 @@ func TestButtonPressOfASenderNotAllowed(t *testing.T) {
 					t.Fatalf("%s got %v, want nothing", tc.chat, got[before:])
 				}
 				if id := tc.ev.GetInteraction().GetId(); id != "" {
-					// Decided without a word: its gateway is told so.
-					answeredWith(t, answers, id, "")
+					// Decided: its gateway is told so, a refusal within
+					// the minute with Hermes's words, which its presser
+					// alone sees (Hermes refuses every press).
+					answeredWith(t, answers, id, tc.answer)
 				}
 				return
 			}
