@@ -161,6 +161,10 @@ func pressEvent(a *Activity, botID, command, call string) normalized {
 // replaces the card.
 const invokeAnswer = "Answer received."
 
+// unknownAction is Hermes's answer to a card action it cannot read (an
+// Action.Execute of another verb, or without a choice it knows).
+const unknownAction = "Unknown action."
+
 // invokeResponse is the body of the answer to an Action.Execute invoke:
 // an action response with text, a message Teams shows the presser only
 // (Hermes's refusal "⛔ Not authorized.", the router's word on the

@@ -106,13 +106,18 @@ func (p *Platform) activity(w http.ResponseWriter, r *http.Request, conn platfor
 		http.Error(w, "not stored", http.StatusInternalServerError)
 		return
 	}
-	if press && a.Type == "invoke" {
+	if a.Type == "invoke" && (press || a.Name == cardActionInvoke) {
 		// An invoke is answered in the HTTP response (an Adaptive Card
-		// action response); Teams shows an error without one. It waits
-		// for the router's answer (Config.PressHold).
+		// action response); Teams shows an error without one. A press
+		// waits for the router's answer (Config.PressHold); a card
+		// action the gateway cannot read gets Hermes's word at once.
+		text := unknownAction
+		if press {
+			text = p.awaitAnswer(r.Context(), hold)
+		}
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusOK)
-		_, _ = w.Write(invokeResponse(p.awaitAnswer(r.Context(), hold)))
+		_, _ = w.Write(invokeResponse(text))
 		return
 	}
 	w.WriteHeader(http.StatusOK)

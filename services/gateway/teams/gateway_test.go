@@ -421,12 +421,22 @@ func TestApprovalCard(t *testing.T) {
 	if ev := platformtest.NextEvent(t, h.evs); ev.GetText() != "/deny" || ev.GetButtonPress().GetMessageId() != card || ev.GetButtonPress().GetToolCallId() != "" {
 		t.Fatalf("submit %v", ev)
 	}
+	// A card action the gateway cannot read is not published, and its
+	// invoke is answered with Hermes's "Unknown action.": Teams shows an
+	// error for an invoke answered without an action response.
 	for _, other := range []map[string]any{
 		f.Press(channelConv, "channel", userID, userName, card, "other_verb", map[string]any{"hermes_action": "deny"}),
 		f.Press(channelConv, "channel", userID, userName, card, "hermes_approve", map[string]any{"hermes_action": "approve_forever"}),
+		f.Press(channelConv, "channel", userID, userName, card, "hermes_approve", map[string]any{}),
 	} {
-		if code := h.post(t, other); code != http.StatusOK {
-			t.Fatal(code)
+		code, body, err := f.PostAnswer(ctx, h.url, other)
+		var v struct {
+			StatusCode  int
+			Type, Value string
+		}
+		if err != nil || code != http.StatusOK || json.Unmarshal([]byte(body), &v) != nil || v.StatusCode != 200 ||
+			v.Type != "application/vnd.microsoft.activity.message" || v.Value != "Unknown action." {
+			t.Fatalf("unknown card action answered %d %q (%v), want Hermes's \"Unknown action.\"", code, body, err)
 		}
 	}
 	select {
