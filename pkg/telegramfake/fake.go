@@ -284,6 +284,19 @@ func (s *Server) Press(chat string, id int, user map[string]any, data string) (i
 	return s.Inject(upd), qid, nil
 }
 
+// InjectQuery queues a callback_query update whose body is raw with
+// each %[1]s the new query's id, a query the fake takes one answer for,
+// however raw reads (a press the gateway may not parse). It returns the
+// update_id and the query id.
+func (s *Server) InjectQuery(raw string) (int64, string) {
+	s.mu.Lock()
+	s.nextCBQ++
+	qid := fmt.Sprintf("%d%06d", s.botID, s.nextCBQ)
+	s.queries[qid] = false
+	s.mu.Unlock()
+	return s.InjectRaw(fmt.Sprintf(raw, qid)), qid
+}
+
 // CallbackAnswers returns the answerCallbackQuery calls so far.
 func (s *Server) CallbackAnswers() []CallbackAnswer {
 	s.mu.Lock()

@@ -382,3 +382,23 @@ func TestPickerMenuAsButtons(t *testing.T) {
 		t.Fatalf("keyboard %q, want %q", got, want)
 	}
 }
+
+// A press whose update the gateway cannot read (a field of the wrong
+// type) is not published, but its callback query is answered, without
+// text, when its id can be read: the client shows its spinner until
+// the query is answered.
+func TestMalformedPressIsAnswered(t *testing.T) {
+	t.Parallel()
+	f := newFake(t)
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	s, _ := startService(t, testConfig(f), b, "a")
+	waitFor(t, "connected", 20*time.Second, func() bool { st, _ := s.Runner().State(); return st == platform.StateConnected })
+	_, query := f.InjectQuery(`"callback_query":{"id":"%[1]s","from":{"id":"not a number","first_name":"Alice"},"chat_instance":"-99","data":"ea:once"}`)
+	waitFor(t, "the query answered", 10*time.Second, func() bool { return len(f.CallbackAnswers()) == 1 })
+	if a := f.CallbackAnswers()[0]; a.QueryID != query || a.Text != "" {
+		t.Fatalf("answer %+v, want the query's, without text", a)
+	}
+	if evs := inbound(t, b); len(evs) != 0 {
+		t.Fatalf("published %v", evs)
+	}
+}

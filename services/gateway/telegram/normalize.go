@@ -55,6 +55,21 @@ func updateID(raw []byte) (int64, bool) {
 	return *head.ID, true
 }
 
+// queryID reads only the callback query id of a raw update ("" for
+// none), so the query of a press that fails to decode can still be
+// answered.
+func queryID(raw []byte) string {
+	var head struct {
+		Query struct {
+			ID string `json:"id"`
+		} `json:"callback_query"`
+	}
+	if err := json.Unmarshal(raw, &head); err != nil {
+		return ""
+	}
+	return head.Query.ID
+}
+
 // parseUpdate decodes and normalizes one raw update.
 func parseUpdate(raw []byte, me identity, g gating) (out outcome, err error) {
 	defer func() {

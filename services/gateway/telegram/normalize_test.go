@@ -81,8 +81,15 @@ func FuzzParseUpdate(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		out, err := parseUpdate(raw, me, gating{requireMention: true})
+		// The query of a press that fails to decode is answered by the
+		// id read alone: read from any input, and the parser's own where
+		// the update decodes.
+		id := queryID(raw)
 		if err != nil {
 			return
+		}
+		if out.callbackID != "" && id != out.callbackID {
+			t.Fatalf("query id read alone %q, decoded %q", id, out.callbackID)
 		}
 		if out.ev == nil && out.skip == "" {
 			t.Fatal("neither an event nor a skip reason")

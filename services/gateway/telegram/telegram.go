@@ -378,6 +378,11 @@ func (p *Platform) handle(ctx context.Context, conn platform.Conn, raw []byte) (
 	out, err := parseUpdate(raw, p.identity(), p.gate)
 	if err != nil {
 		conn.Reject(ctx, "malformed update", err)
+		if id := queryID(raw); id != "" {
+			// A press all the same: its client shows a spinner until
+			// the query is answered.
+			p.answerCallback(ctx, id)
+		}
 		return nil
 	}
 	held := false
