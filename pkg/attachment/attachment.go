@@ -6,6 +6,7 @@
 package attachment
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
@@ -292,31 +293,75 @@ func (s *Store) Stat(ctx context.Context, name string) (int64, string, bool) {
 // Get returns the bytes stored under name and the media type they were
 // stored with, refusing ones over limit bytes (0: MaxBytes).
 func (s *Store) Get(ctx context.Context, name string, limit int64) ([]byte, string, error) {
-	if limit <= 0 {
-		limit = s.cfg.MaxBytes
-	}
-	obs, err := s.bucket(ctx, false)
+	obj, err := s.Reader(ctx, name, limit)
 	if err != nil {
 		return nil, "", err
 	}
-	info, err := obs.GetInfo(ctx, name)
-	if errors.Is(err, jetstream.ErrObjectNotFound) {
-		return nil, "", ErrNotFound
-	}
-	if err != nil {
-		return nil, "", fmt.Errorf("attachment %s: %w", name, err)
-	}
-	if int64(info.Size) > limit {
-		return nil, "", fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, info.Size, limit)
-	}
-	b, err := obs.GetBytes(ctx, name)
-	if errors.Is(err, jetstream.ErrObjectNotFound) {
-		return nil, "", ErrNotFound
-	}
-	if err != nil {
+	defer func() { _ = obj.Close() }()
+	var buf bytes.Buffer
+	// Room for the EOF read too: a buffer filled to its capacity grows
+	// (doubles) to look for more.
+	buf.Grow(int(obj.Size) + bytes.MinRead)
+	if _, err := buf.ReadFrom(obj); err != nil {
 		return nil, "", fmt.Errorf("read attachment %s: %w", name, err)
 	}
-	return b, info.Description, nil
+	return buf.Bytes(), obj.MimeType, nil
+}
+
+// Object is a file the store keeps, read as its chunks come from the
+// bus: a reader of it holds a chunk or two, never the whole file.
+type Object struct {
+	io.ReadCloser
+	// Size is the file's size in bytes, MimeType the media type it was
+	// stored with.
+	Size     int64
+	MimeType string
+}
+
+// Reader returns a reader of the bytes stored under name, refusing ones
+// over limit bytes (0: MaxBytes) before a chunk is read. The caller
+// closes it. A file changed or damaged in the store fails the last Read
+// (its digest does not match), after the rest of its bytes were read.
+func (s *Store) Reader(ctx context.Context, name string, limit int64) (*Object, error) {
+	if limit <= 0 {
+		limit = s.cfg.MaxBytes
+	}
+	size, mime, err := s.Info(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	if size > limit {
+		return nil, fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, size, limit)
+	}
+	obs, err := s.bucket(ctx, false)
+	if err != nil {
+		return nil, err
+	}
+	res, err := obs.Get(ctx, name)
+	if errors.Is(err, jetstream.ErrObjectNotFound) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read attachment %s: %w", name, err)
+	}
+	return &Object{ReadCloser: res, Size: size, MimeType: mime}, nil
+}
+
+// Info returns the size and media type of what is stored under name,
+// without reading it; ErrNotFound when nothing is.
+func (s *Store) Info(ctx context.Context, name string) (int64, string, error) {
+	obs, err := s.bucket(ctx, false)
+	if err != nil {
+		return 0, "", err
+	}
+	info, err := obs.GetInfo(ctx, name)
+	if errors.Is(err, jetstream.ErrObjectNotFound) {
+		return 0, "", ErrNotFound
+	}
+	if err != nil {
+		return 0, "", fmt.Errorf("attachment %s: %w", name, err)
+	}
+	return int64(info.Size), info.Description, nil
 }
 
 // Head returns at most n bytes from the start of what is stored under
