@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bufio"
 	"cmp"
 	"context"
 	"crypto/sha256"
@@ -8,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"mime"
 	"net/http"
 	"net/url"
@@ -202,12 +204,14 @@ func isMediaPath(u *url.URL) bool {
 	return u.Scheme == "" && u.Host == "" && strings.HasPrefix(u.Path, mediaPath) && mediaIDPattern.MatchString(strings.TrimPrefix(u.Path, mediaPath))
 }
 
-// getMedia serves GET /v1/media/{id}: the bytes of a file an answer
-// linked, to the client whose conversation it was sent to. Another
-// client's link, an expired one and one never made are alike: 404
-// media_not_found. A link whose file the attachment store no longer
+// getMedia serves GET (and HEAD) /v1/media/{id}: the bytes of a file
+// an answer linked, to the client whose conversation it was sent to.
+// Another client's link, an expired one and one never made are alike:
+// 404 media_not_found. A link whose file the attachment store no longer
 // keeps is 410 media_expired; a file over media_max_bytes 413
-// media_too_large.
+// media_too_large, before a byte is sent. The file is streamed from the
+// store as the client reads it, never held whole; a Range is not served
+// (the store reads a file from its start only), the whole file is.
 func (s *Service) getMedia(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	link, found, err := s.media.get(r.Context(), id)
@@ -217,12 +221,40 @@ func (s *Service) getMedia(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !found || link.Owner != ownerOf(identityOf(r)) {
-		writeError(w, http.StatusNotFound, "invalid_request_error", "media_not_found", "",
-			"File not found, or its link expired: "+openai.Clip(id, 64))
+		writeMediaNotFound(w, id)
 		return
 	}
+	s.serveKept(w, r, link)
+}
+
+// writeMediaNotFound answers a link that is not the client's to open.
+func writeMediaNotFound(w http.ResponseWriter, id string) {
+	writeError(w, http.StatusNotFound, "invalid_request_error", "media_not_found", "",
+		"File not found, or its link expired: "+openai.Clip(id, 64))
+}
+
+// serveKept answers with the file link names: its headers, then, for a
+// GET, its bytes as they come from the store.
+func (s *Service) serveKept(w http.ResponseWriter, r *http.Request, link mediaLink) {
 	limit := cmp.Or(s.cfg.MediaMaxBytes, defaultMediaMaxBytes)
-	data, kept, err := s.files.Get(r.Context(), link.Ref, limit)
+	var (
+		body io.Reader
+		size int64
+		kept string
+		err  error
+	)
+	if r.Method == http.MethodHead {
+		size, kept, err = s.files.Info(r.Context(), link.Ref)
+		if err == nil && size > limit {
+			err = attachment.ErrTooLarge
+		}
+	} else {
+		var obj *attachment.Object
+		if obj, err = s.files.Reader(r.Context(), link.Ref, limit); err == nil {
+			defer func() { _ = obj.Close() }()
+			body, size, kept = obj, obj.Size, obj.MimeType
+		}
+	}
 	switch {
 	case errors.Is(err, attachment.ErrNotFound):
 		writeError(w, http.StatusGone, "invalid_request_error", "media_expired", "",
@@ -238,12 +270,33 @@ func (s *Service) getMedia(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	mimeType := cmp.Or(link.MimeType, kept)
-	if mimeType == "" {
-		mimeType = http.DetectContentType(data)
+	if mimeType == "" && body != nil {
+		// The type from the file's first bytes, which are sent still.
+		br := bufio.NewReaderSize(body, sniffLen)
+		head, _ := br.Peek(sniffLen)
+		mimeType, body = http.DetectContentType(head), br
 	}
-	// Only a picture a browser shows as a picture is shown: anything
-	// else (an HTML or SVG file) is downloaded, never rendered on the
-	// gateway's origin, where the web chat keeps its key.
+	s.writeMediaHeaders(w, link, cmp.Or(mimeType, "application/octet-stream"), size)
+	w.WriteHeader(http.StatusOK)
+	if body == nil {
+		return
+	}
+	if _, err := io.Copy(w, body); err != nil && r.Context().Err() == nil {
+		// The headers are sent: the client sees the body end short of
+		// its Content-Length, as the server closes the connection.
+		s.log.WarnContext(r.Context(), "stream api media failed", "err", err)
+	}
+}
+
+// sniffLen is how much of a file of no known type is read to name it
+// (http.DetectContentType reads at most 512 bytes).
+const sniffLen = 512
+
+// writeMediaHeaders sets the headers of a kept file's answer. Only a
+// picture a browser shows as a picture is shown: anything else (an HTML
+// or SVG file) is downloaded, never rendered on the gateway's origin,
+// where the web chat keeps its key.
+func (s *Service) writeMediaHeaders(w http.ResponseWriter, link mediaLink, mimeType string, size int64) {
 	disposition := "attachment"
 	if attachment.IsImageType(mimeType) {
 		disposition = "inline"
@@ -252,14 +305,13 @@ func (s *Service) getMedia(w http.ResponseWriter, r *http.Request) {
 	if link.FileName != "" {
 		params["filename"] = link.FileName
 	}
-	h := w.Header()
-	h.Set("Content-Type", mimeType)
-	h.Set("Content-Length", strconv.Itoa(len(data)))
 	if cd := mime.FormatMediaType(disposition, params); cd != "" {
 		disposition = cd
 	}
+	h := w.Header()
+	h.Set("Content-Type", mimeType)
+	h.Set("Content-Length", strconv.FormatInt(size, 10))
 	h.Set("Content-Disposition", disposition)
 	h.Set("Cache-Control", "private, max-age=300")
-	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(data)
+	h.Set("Accept-Ranges", "none")
 }

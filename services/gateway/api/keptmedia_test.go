@@ -1,11 +1,17 @@
 package api
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
+	"net"
 	"net/http"
+	"path"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +20,7 @@ import (
 	"github.com/openai/openai-go/v3/option"
 
 	"github.com/switchboard-chat/switchboard/pkg/attachment"
+	"github.com/switchboard-chat/switchboard/pkg/bus"
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 )
@@ -249,5 +256,118 @@ func TestRunMediaDeltaIsWrittenAgainBeforeTheEnd(t *testing.T) {
 	}
 	if want := "Here is the report.\n\n[report.pdf](https://files.example.test/report.pdf)"; out != want || streamed != out {
 		t.Errorf("deltas %q, output %q", streamed, out)
+	}
+}
+
+// linkTo keeps data in the attachment store and links it as a send to
+// the single key's chat, as an answer would: the link's path and query.
+func linkTo(t *testing.T, s *Service, store *attachment.Store, name, mimeType string, data []byte) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := store.Keep(ctx, name, mimeType, bytes.NewReader(data)); err != nil {
+		t.Fatal(err)
+	}
+	req := &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, Target: &deliveryv1.Target{Platform: PlatformName, ChatId: "s1"},
+		InputMessageIds: []string{"req_x_1"}, IdempotencyKey: "turn:" + name,
+		Attachments: []*eventsv1.Attachment{{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT,
+			Location: &eventsv1.Attachment_BytesRef{BytesRef: name}, MimeType: mimeType, FileName: path.Base(name)}}}
+	out, err := s.linkKept(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out.GetAttachments()[0].GetUrl()
+}
+
+// storeReads counts the reads of the attachment store going on: each
+// is a consumer of its stream.
+func storeReads(t *testing.T, b *bus.Bus) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := b.JetStream().Stream(ctx, "OBJ_"+b.Topology().Stream(attachment.Bucket))
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.Consumers
+}
+
+// A kept file is streamed from the attachment store as the client reads
+// it, never held whole: the store's read of a large file still goes on
+// after the client has its first bytes, and ends with the client's
+// read. HEAD answers the headers without reading the file.
+func TestKeptMediaIsStreamed(t *testing.T) {
+	t.Parallel()
+	b := newBus(t)
+	s := startService(t, b, nil)
+	store := attachment.New(b.JetStream(), b.Topology(), attachment.Config{Enabled: true})
+	file := make([]byte, 16<<20)
+	for i := range file {
+		file[i] = byte(i*31 + i>>12)
+	}
+	link := linkTo(t, s, store, "test/film.mp4", "video/mp4", file)
+	conn, err := net.Dial("tcp", s.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	// A small receive buffer: the kernel holds little of the answer for
+	// a client that does not read.
+	if err := conn.(*net.TCPConn).SetReadBuffer(32 << 10); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\n\r\n", link, s.Addr(), testKey); err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(60 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK || resp.ContentLength != int64(len(file)) || resp.Header.Get("Content-Type") != "video/mp4" ||
+		resp.Header.Get("X-Content-Type-Options") != "nosniff" || !strings.HasPrefix(resp.Header.Get("Content-Disposition"), "attachment") {
+		t.Fatalf("answer %d, length %d, %v", resp.StatusCode, resp.ContentLength, resp.Header)
+	}
+	first := make([]byte, 64<<10)
+	if _, err := io.ReadFull(resp.Body, first); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if n := storeReads(t, b); n != 1 {
+		t.Fatalf("%d reads of the store going on after the client's first bytes, want 1 (the file was read whole first?)", n)
+	}
+	rest, err := io.ReadAll(resp.Body)
+	if err != nil || !bytes.Equal(append(first, rest...), file) {
+		t.Fatalf("the file: %d bytes, %v", len(first)+len(rest), err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for storeReads(t, b) != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the store's read did not end with the client's")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// HEAD: the headers alone.
+	got := do(t, http.MethodHead, "http://"+s.Addr()+link, testKey, "", nil)
+	if got.code != http.StatusOK || got.header.Get("Content-Length") != strconv.Itoa(len(file)) || len(got.body) != 0 ||
+		got.header.Get("Content-Type") != "video/mp4" || got.header.Get("Accept-Ranges") != "none" {
+		t.Errorf("HEAD: %d %v %d bytes", got.code, got.header, len(got.body))
+	}
+	// A file over media_max_bytes is refused before a byte is sent, on
+	// HEAD too.
+	small := startService(t, b, func(c *Config) { c.MediaMaxBytes = 1 << 20 })
+	for _, method := range []string{http.MethodGet, http.MethodHead} {
+		if got := do(t, method, "http://"+small.Addr()+link, testKey, "", nil); got.code != http.StatusRequestEntityTooLarge {
+			t.Errorf("%s over media_max_bytes: %d", method, got.code)
+		}
+	}
+	// A range is not served: the whole file, as Accept-Ranges says.
+	got = do(t, http.MethodGet, "http://"+s.Addr()+link, testKey, "", map[string]string{"Range": "bytes=0-99"})
+	if got.code != http.StatusOK || len(got.body) != len(file) {
+		t.Errorf("a range request: %d, %d bytes", got.code, len(got.body))
 	}
 }
