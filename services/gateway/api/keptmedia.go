@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"cmp"
 	"context"
+	"crypto/hmac"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -91,31 +93,83 @@ type mediaLink struct {
 	Owner    string `json:"owner,omitempty"`
 	FileName string `json:"file_name,omitempty"`
 	MimeType string `json:"mime_type,omitempty"`
+	// Secret keys the signatures of the link's URL (signLink): random,
+	// one per record, so it is shared by every replica (they read the
+	// record) and dies with the record. A record an older replica wrote
+	// has none: its link takes the header only.
+	Secret string `json:"secret,omitempty"`
+	// Expires is when the signed URL stops working (Unix seconds): the
+	// record's own end, made media_ttl after it.
+	Expires int64 `json:"expires,omitempty"`
 }
 
 type mediaLinkStore struct {
-	kv *kvBucket
+	kv  *kvBucket
+	ttl time.Duration
 }
 
 func newMediaLinkStore(b *bus.Bus, ttl time.Duration) *mediaLinkStore {
-	return &mediaLinkStore{kv: &kvBucket{bus: b, discardOld: true, cfg: jetstream.KeyValueConfig{
+	return &mediaLinkStore{ttl: ttl, kv: &kvBucket{bus: b, discardOld: true, cfg: jetstream.KeyValueConfig{
 		Bucket: BucketMedia, Description: "links of the API's answers to files in the attachment store", TTL: ttl, History: 1, MaxBytes: mediaLinksMaxBytes,
 	}}}
 }
 
-func (m *mediaLinkStore) put(ctx context.Context, id string, link mediaLink) error {
+// keep stores link under id unless a record is there already (a send
+// delivered again), and returns the record kept: the first one's secret
+// and expiry, so that its URL, which an answer may already show, stays
+// the one that works.
+func (m *mediaLinkStore) keep(ctx context.Context, id string, link mediaLink) (mediaLink, error) {
 	kv, err := m.kv.open(ctx)
 	if err != nil {
-		return err
+		return mediaLink{}, err
 	}
+	link.Secret, link.Expires = randomHex(32), time.Now().Add(m.ttl).Unix()
 	data, err := json.Marshal(link)
 	if err != nil {
-		return fmt.Errorf("encode media link: %w", err)
+		return mediaLink{}, fmt.Errorf("encode media link: %w", err)
 	}
-	if _, err := kv.Put(ctx, id, data); err != nil {
-		return fmt.Errorf("write media link: %w", err)
+	_, err = kv.Create(ctx, id, data)
+	if errors.Is(err, jetstream.ErrKeyExists) {
+		kept, found, err := m.get(ctx, id)
+		if err != nil || found {
+			return kept, err
+		}
+		// It expired in between: this one is the record.
+		_, err = kv.Put(ctx, id, data)
 	}
-	return nil
+	if err != nil {
+		return mediaLink{}, fmt.Errorf("write media link: %w", err)
+	}
+	return link, nil
+}
+
+// signLink is the signature of link id's URL expiring at exp: an
+// HMAC-SHA256, under the record's secret, of the id, the expiry and the
+// owner, so that it opens that record's file only, for its owner's
+// conversation, until exp.
+func signLink(id string, link mediaLink, exp int64) string {
+	mac := hmac.New(sha256.New, []byte(link.Secret))
+	mac.Write([]byte("switchboard media link\x00" + id + "\x00" + strconv.FormatInt(exp, 10) + "\x00" + link.Owner))
+	return base64.RawURLEncoding.EncodeToString(mac.Sum(nil))
+}
+
+// signedQuery is the query of link id's signed URL; "" for a record
+// without a secret.
+func signedQuery(id string, link mediaLink) string {
+	if link.Secret == "" {
+		return ""
+	}
+	return "?exp=" + strconv.FormatInt(link.Expires, 10) + "&sig=" + signLink(id, link, link.Expires)
+}
+
+// signatureValid reports whether a request's exp and sig sign link id
+// and exp is not past. The signature is compared in constant time.
+func signatureValid(id string, link mediaLink, q url.Values, now time.Time) bool {
+	exp, err := strconv.ParseInt(q.Get("exp"), 10, 64)
+	if err != nil || link.Secret == "" || now.Unix() > exp {
+		return false
+	}
+	return hmac.Equal([]byte(q.Get("sig")), []byte(signLink(id, link, exp)))
 }
 
 // get returns the link id; found is false when there is none (never
@@ -183,11 +237,11 @@ func (s *Service) linkKept(ctx context.Context, req *deliveryv1.SendRequested) (
 			sum := sha256.Sum256([]byte("media\x00" + key + "\x00" + strconv.Itoa(i) + "\x00" + ref))
 			id = hex.EncodeToString(sum[:16])
 		}
-		link := mediaLink{Ref: ref, Owner: owner, FileName: a.GetFileName(), MimeType: a.GetMimeType()}
-		if err := s.media.put(ctx, id, link); err != nil {
+		link, err := s.media.keep(ctx, id, mediaLink{Ref: ref, Owner: owner, FileName: a.GetFileName(), MimeType: a.GetMimeType()})
+		if err != nil {
 			return nil, err
 		}
-		a.Location = &eventsv1.Attachment_Url{Url: s.mediaURL(id)}
+		a.Location = &eventsv1.Attachment_Url{Url: s.mediaURL(id) + signedQuery(id, link)}
 	}
 	return out, nil
 }
@@ -205,14 +259,28 @@ func isMediaPath(u *url.URL) bool {
 }
 
 // getMedia serves GET (and HEAD) /v1/media/{id}: the bytes of a file
-// an answer linked, to the client whose conversation it was sent to.
-// Another client's link, an expired one and one never made are alike:
-// 404 media_not_found. A link whose file the attachment store no longer
-// keeps is 410 media_expired; a file over media_max_bytes 413
-// media_too_large, before a byte is sent. The file is streamed from the
-// store as the client reads it, never held whole; a Range is not served
-// (the store reads a file from its start only), the whole file is.
+// an answer linked, to the client whose conversation it was sent to —
+// a request with its key, or one without an Authorization header whose
+// URL carries the link's signature (what a browser opens: an <img src>,
+// a click in a chat UI). Another client's link, an expired one, one
+// never made and a bad or expired signature are alike: 404
+// media_not_found, which tells nothing of whether the link exists. A
+// link whose file the attachment store no longer keeps is 410
+// media_expired; a file over media_max_bytes 413 media_too_large,
+// before a byte is sent. The file is streamed from the store as the
+// client reads it, never held whole; a Range is not served (the store
+// reads a file from its start only), the whole file is.
 func (s *Service) getMedia(w http.ResponseWriter, r *http.Request) {
+	if r.Header.Get("Authorization") == "" && r.URL.Query().Has("sig") {
+		s.getSignedMedia(w, r)
+		return
+	}
+	s.authed(s.getKeyedMedia)(w, r)
+}
+
+// getKeyedMedia serves a kept file to a request with the key of the
+// conversation it was sent to.
+func (s *Service) getKeyedMedia(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	link, found, err := s.media.get(r.Context(), id)
 	if err != nil {
@@ -221,6 +289,30 @@ func (s *Service) getMedia(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !found || link.Owner != ownerOf(identityOf(r)) {
+		writeMediaNotFound(w, id)
+		return
+	}
+	s.serveKept(w, r, link)
+}
+
+// getSignedMedia serves a kept file to a request its URL's signature
+// lets in. The record is still read: a link whose record was deleted,
+// expired or dropped (media_links_max_bytes) is 404 whatever its
+// signature says, and the signature covers the record's owner. Such
+// requests are rate limited per link, apart from the key's own.
+func (s *Service) getSignedMedia(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if ok, after := s.limiter.allow("media-link:" + id); !ok {
+		writeRateLimited(w, after)
+		return
+	}
+	link, found, err := s.media.get(r.Context(), id)
+	if err != nil {
+		s.log.WarnContext(r.Context(), "read api media link failed", "err", err)
+		writeUnavailable(w)
+		return
+	}
+	if !found || !signatureValid(id, link, r.URL.Query(), time.Now()) {
 		writeMediaNotFound(w, id)
 		return
 	}

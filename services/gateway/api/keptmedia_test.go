@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"path"
 	"regexp"
 	"strconv"
@@ -26,7 +27,7 @@ import (
 )
 
 // keptLink finds the links to kept files in an answer.
-var keptLink = regexp.MustCompile(`\]\((/v1/media/[0-9a-f]{32})\)`)
+var keptLink = regexp.MustCompile(`\]\((/v1/media/[0-9a-f]{32}\?exp=[0-9]+&sig=[A-Za-z0-9_-]{43})\)`)
 
 // Media a turn sends that exists only in the attachment store (a voice
 // reply, a /save export: a send whose attachment names bytes_ref) is
@@ -93,8 +94,8 @@ func TestKeptMediaIsLinkedAndServed(t *testing.T) {
 	if got := get(small, chart, testKey); got.code != http.StatusRequestEntityTooLarge || errorCode(t, got) != "media_too_large" {
 		t.Errorf("a file over media_max_bytes: %d %s", got.code, got.body)
 	}
-	if got := get(s, chart, ""); got.code != http.StatusUnauthorized {
-		t.Errorf("without a key: %d %s", got.code, got.body)
+	if unsigned, _, _ := strings.Cut(chart, "?"); get(s, unsigned, "").code != http.StatusUnauthorized {
+		t.Errorf("without a key or a signature: %d", get(s, unsigned, "").code)
 	}
 	if got := get(s, chart, alice); got.code != http.StatusNotFound || errorCode(t, got) != "media_not_found" {
 		t.Errorf("another key's file: %d %s", got.code, got.body)
@@ -369,5 +370,118 @@ func TestKeptMediaIsStreamed(t *testing.T) {
 	got = do(t, http.MethodGet, "http://"+s.Addr()+link, testKey, "", map[string]string{"Range": "bytes=0-99"})
 	if got.code != http.StatusOK || len(got.body) != len(file) {
 		t.Errorf("a range request: %d, %d bytes", got.code, len(got.body))
+	}
+}
+
+// A link carries a signature a browser can open it with, no header
+// needed (an <img src>, a click in a chat UI): until its expiry, for as
+// long as its record is kept. A tampered or expired signature, or one
+// of a record no longer kept, is 404 as an unknown link is; a request
+// with a key is checked as before, whatever the query says.
+func TestKeptMediaSignedLinks(t *testing.T) {
+	t.Parallel()
+	b := newBus(t)
+	const alice = "alice-key-0123456789abcdefghij"
+	s := startService(t, b, func(c *Config) { c.Keys = map[string]string{"alice": alice}; c.MediaTTL = time.Hour })
+	other := startService(t, b, func(c *Config) { c.Keys = map[string]string{"alice": alice} })
+	store := attachment.New(b.JetStream(), b.Topology(), attachment.Config{Enabled: true})
+	png := append([]byte("\x89PNG\r\n\x1a\n"), bytes.Repeat([]byte{7}, 64)...)
+	link := linkTo(t, s, store, "test/chart.png", "image/png", png)
+	u, err := url.Parse(link)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := strings.TrimPrefix(u.Path, mediaPath)
+	exp, err := strconv.ParseInt(u.Query().Get("exp"), 10, 64)
+	if err != nil || !keptLink.MatchString("]("+link+")") {
+		t.Fatalf("link %q is not signed", link)
+	}
+	if until := time.Until(time.Unix(exp, 0)); until > time.Hour || until < 59*time.Minute {
+		t.Errorf("the link expires in %v, want media_ttl (1h)", until)
+	}
+	// The same send delivered again links the same URL.
+	if again := linkTo(t, s, store, "test/chart.png", "image/png", png); again != link {
+		t.Errorf("a send delivered again links %q, first %q", again, link)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rec, found, err := s.media.get(ctx, id)
+	if err != nil || !found {
+		t.Fatalf("record: %v %v", found, err)
+	}
+	signed := func(id string, exp int64, sig string) string {
+		return mediaPath + id + "?exp=" + strconv.FormatInt(exp, 10) + "&sig=" + sig
+	}
+	tampered := []byte(u.Query().Get("sig"))
+	tampered[3] ^= 1
+	for _, c := range []struct {
+		name, link, key string
+		code            int
+	}{
+		{"signed, no header", link, "", http.StatusOK},
+		{"signed, on another replica", link, "", http.StatusOK},
+		{"signed, with its key", link, testKey, http.StatusOK},
+		{"signed, with another key", link, alice, http.StatusNotFound},
+		{"tampered signature", signed(id, exp, string(tampered)), "", http.StatusNotFound},
+		{"a later expiry", signed(id, exp+3600, u.Query().Get("sig")), "", http.StatusNotFound},
+		{"expired", signed(id, time.Now().Add(-time.Second).Unix(), signLink(id, rec, time.Now().Add(-time.Second).Unix())), "", http.StatusNotFound},
+		{"another link's signature", signed(strings.Repeat("a", 32), exp, u.Query().Get("sig")), "", http.StatusNotFound},
+		{"no expiry", mediaPath + id + "?sig=" + u.Query().Get("sig"), "", http.StatusNotFound},
+		{"no signature", mediaPath + id + "?exp=" + strconv.FormatInt(exp, 10), "", http.StatusUnauthorized},
+	} {
+		on := s
+		if strings.Contains(c.name, "another replica") {
+			on = other
+		}
+		for _, method := range []string{http.MethodGet, http.MethodHead} {
+			got := do(t, method, "http://"+on.Addr()+c.link, c.key, "", nil)
+			if got.code != c.code {
+				t.Errorf("%s, %s: %d %s", c.name, method, got.code, got.body)
+				continue
+			}
+			switch {
+			case c.code == http.StatusNotFound && method == http.MethodGet && errorCode(t, got) != "media_not_found":
+				t.Errorf("%s: %s", c.name, got.body)
+			case c.code == http.StatusOK && (got.header.Get("X-Content-Type-Options") != "nosniff" ||
+				got.header.Get("Content-Disposition") != "inline; filename=chart.png" || got.header.Get("Content-Length") != strconv.Itoa(len(png))):
+				t.Errorf("%s, %s: headers %v", c.name, method, got.header)
+			case c.code == http.StatusOK && method == http.MethodGet && !bytes.Equal(got.body, png):
+				t.Errorf("%s: body %q", c.name, got.body)
+			}
+		}
+	}
+	// A named key's link: the signature covers the record's owner.
+	req := &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, Target: &deliveryv1.Target{Platform: PlatformName, ChatId: "alice.s1"},
+		InputMessageIds: []string{"req_x_2"}, IdempotencyKey: "turn:alice",
+		Attachments: []*eventsv1.Attachment{{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE,
+			Location: &eventsv1.Attachment_BytesRef{BytesRef: "test/chart.png"}, MimeType: "image/png"}}}
+	out, err := s.linkKept(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hers := out.GetAttachments()[0].GetUrl()
+	if got := do(t, http.MethodGet, "http://"+s.Addr()+hers, "", "", nil); got.code != http.StatusOK || !bytes.Equal(got.body, png) {
+		t.Errorf("her signed link: %d %s", got.code, got.body)
+	}
+	hid := strings.TrimPrefix(strings.SplitN(hers, "?", 2)[0], mediaPath)
+	hrec, _, err := s.media.get(ctx, hid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forged := hrec
+	forged.Owner = ""
+	if got := do(t, http.MethodGet, "http://"+s.Addr()+signed(hid, hrec.Expires, signLink(hid, forged, hrec.Expires)), "", "", nil); got.code != http.StatusNotFound {
+		t.Errorf("her link signed for another owner: %d", got.code)
+	}
+	// A deleted record's link is 404, signature or not.
+	kv, err := s.media.kv.open(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := kv.Delete(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if got := do(t, http.MethodGet, "http://"+s.Addr()+link, "", "", nil); got.code != http.StatusNotFound || errorCode(t, got) != "media_not_found" {
+		t.Errorf("a deleted record's signed link: %d %s", got.code, got.body)
 	}
 }
