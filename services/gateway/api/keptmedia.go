@@ -12,12 +12,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"mime"
 	"net/http"
 	"net/url"
 	"regexp"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -58,10 +60,15 @@ const (
 	// defaultMediaMaxBytes bounds a file served: the attachment store's
 	// bound of one file.
 	defaultMediaMaxBytes = 20 << 20
-	// mediaLinksMaxBytes bounds the bucket: a record is a few hundred
-	// bytes, so this keeps tens of thousands of links; when it is full,
-	// the oldest go first.
-	mediaLinksMaxBytes = 16 << 20
+	// defaultMediaLinksMaxBytes bounds the bucket: a record is a few
+	// hundred bytes, so this keeps tens of thousands of links; when it
+	// is full, the oldest go first.
+	defaultMediaLinksMaxBytes = 16 << 20
+	// minMediaLinksMaxBytes is the least bound: room for a few dozen
+	// records with long file names.
+	minMediaLinksMaxBytes = 64 << 10
+	// mediaFullWarnEvery spaces the warnings that the bucket is full.
+	mediaFullWarnEvery = 10 * time.Minute
 )
 
 // mediaIDPattern is a link id: 32 hex digits.
@@ -80,6 +87,9 @@ func (c Config) validateMedia() error {
 	}
 	if c.MediaMaxBytes < 0 {
 		return config.Invalid("gateways.api.media_max_bytes", c.MediaMaxBytes, "a positive number of bytes")
+	}
+	if c.MediaLinksMaxBytes != 0 && c.MediaLinksMaxBytes < minMediaLinksMaxBytes {
+		return config.Invalid("gateways.api.media_links_max_bytes", c.MediaLinksMaxBytes, fmt.Sprintf("at least %d bytes", minMediaLinksMaxBytes))
 	}
 	return nil
 }
@@ -105,13 +115,41 @@ type mediaLink struct {
 
 type mediaLinkStore struct {
 	kv  *kvBucket
+	log *slog.Logger
 	ttl time.Duration
+	// warned is when the last warning that the bucket is full was logged
+	// (Unix nanoseconds).
+	warned atomic.Int64
 }
 
-func newMediaLinkStore(b *bus.Bus, ttl time.Duration) *mediaLinkStore {
-	return &mediaLinkStore{ttl: ttl, kv: &kvBucket{bus: b, discardOld: true, cfg: jetstream.KeyValueConfig{
-		Bucket: BucketMedia, Description: "links of the API's answers to files in the attachment store", TTL: ttl, History: 1, MaxBytes: mediaLinksMaxBytes,
+func newMediaLinkStore(b *bus.Bus, log *slog.Logger, ttl time.Duration, maxBytes int64) *mediaLinkStore {
+	return &mediaLinkStore{log: log, ttl: ttl, kv: &kvBucket{bus: b, discardOld: true, cfg: jetstream.KeyValueConfig{
+		Bucket: BucketMedia, Description: "links of the API's answers to files in the attachment store", TTL: ttl, History: 1, MaxBytes: maxBytes,
 	}}}
+}
+
+// recordOverhead is what a record costs the bucket besides its value:
+// its subject ($KV.<bucket>.<id>) and the store's own header, roughly.
+const recordOverhead = 128
+
+// noteFull counts, and now and then logs, a record that the bucket
+// makes room for by dropping its oldest: links that stop working before
+// media_ttl. Its size is compared with the bucket's before it is
+// written; replicas writing at once make the count approximate.
+func (m *mediaLinkStore) noteFull(ctx context.Context, kv jetstream.KeyValue, size int) {
+	st, err := kv.Status(ctx)
+	if err != nil || int64(st.Bytes())+int64(size+recordOverhead) <= m.kv.cfg.MaxBytes {
+		return
+	}
+	mediaLinksDropped.Inc()
+	now := time.Now()
+	last := m.warned.Load()
+	if now.UnixNano()-last < int64(mediaFullWarnEvery) || !m.warned.CompareAndSwap(last, now.UnixNano()) {
+		return
+	}
+	m.log.WarnContext(ctx, "api media link bucket full: the oldest links stop working before media_ttl",
+		"bucket_bytes", st.Bytes(), "max_bytes", m.kv.cfg.MaxBytes, "media_ttl", m.ttl,
+		"hint", "raise gateways.api.media_links_max_bytes")
 }
 
 // keep stores link under id unless a record is there already (a send
@@ -128,6 +166,7 @@ func (m *mediaLinkStore) keep(ctx context.Context, id string, link mediaLink) (m
 	if err != nil {
 		return mediaLink{}, fmt.Errorf("encode media link: %w", err)
 	}
+	m.noteFull(ctx, kv, len(id)+len(data))
 	_, err = kv.Create(ctx, id, data)
 	if errors.Is(err, jetstream.ErrKeyExists) {
 		kept, found, err := m.get(ctx, id)

@@ -19,6 +19,7 @@ import (
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/switchboard-chat/switchboard/pkg/attachment"
 	"github.com/switchboard-chat/switchboard/pkg/bus"
@@ -150,6 +151,16 @@ func TestMediaConfig(t *testing.T) {
 		cfg.Key, cfg.PublicURL = testKey, c.url
 		if err := cfg.Validate(); (err == nil) != c.ok {
 			t.Errorf("public_url %q: %v", c.url, err)
+		}
+	}
+	for _, c := range []struct {
+		bytes int64
+		ok    bool
+	}{{0, true}, {minMediaLinksMaxBytes, true}, {16 << 20, true}, {minMediaLinksMaxBytes - 1, false}, {-1, false}} {
+		cfg := DefaultConfig()
+		cfg.Key, cfg.MediaLinksMaxBytes = testKey, c.bytes
+		if err := cfg.Validate(); (err == nil) != c.ok {
+			t.Errorf("media_links_max_bytes %d: %v", c.bytes, err)
 		}
 	}
 	s := &Service{cfg: Config{PublicURL: "https://agent.example.test/agent/"}}
@@ -483,5 +494,45 @@ func TestKeptMediaSignedLinks(t *testing.T) {
 	}
 	if got := do(t, http.MethodGet, "http://"+s.Addr()+link, "", "", nil); got.code != http.StatusNotFound || errorCode(t, got) != "media_not_found" {
 		t.Errorf("a deleted record's signed link: %d %s", got.code, got.body)
+	}
+}
+
+// The link bucket is bounded (media_links_max_bytes): once it is full,
+// each new link drops the oldest, which is counted (and logged), and a
+// dropped link answers 404 media_not_found like an expired one, with
+// its key or its signature, while the newest still open.
+func TestMediaLinkBucketFull(t *testing.T) {
+	t.Parallel()
+	b := newBus(t)
+	s := startService(t, b, func(c *Config) { c.MediaLinksMaxBytes = minMediaLinksMaxBytes })
+	store := attachment.New(b.JetStream(), b.Topology(), attachment.Config{Enabled: true})
+	first := linkTo(t, s, store, "test/a.txt", "text/plain", []byte("kept"))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	before := promtest.ToFloat64(mediaLinksDropped)
+	// Records of about 2 KiB (a long file name): 64 KiB holds about 30.
+	var last string
+	for i := range 60 {
+		req := &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, Target: &deliveryv1.Target{Platform: PlatformName, ChatId: "s1"},
+			InputMessageIds: []string{"req_x_1"}, IdempotencyKey: fmt.Sprintf("turn:%d", i),
+			Attachments: []*eventsv1.Attachment{{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT,
+				Location: &eventsv1.Attachment_BytesRef{BytesRef: "test/a.txt"}, FileName: strings.Repeat("n", 2000) + ".txt"}}}
+		out, err := s.linkKept(ctx, req)
+		if err != nil {
+			t.Fatalf("link %d: %v", i, err)
+		}
+		last = out.GetAttachments()[0].GetUrl()
+	}
+	if dropped := promtest.ToFloat64(mediaLinksDropped) - before; dropped < 20 {
+		t.Errorf("%v links counted as dropped, want about 30", dropped)
+	}
+	unsigned, _, _ := strings.Cut(first, "?")
+	for _, c := range []struct{ link, key string }{{first, ""}, {unsigned, testKey}} {
+		if got := do(t, http.MethodGet, "http://"+s.Addr()+c.link, c.key, "", nil); got.code != http.StatusNotFound || errorCode(t, got) != "media_not_found" {
+			t.Errorf("a dropped link (key %q): %d %s", c.key, got.code, got.body)
+		}
+	}
+	if got := do(t, http.MethodGet, "http://"+s.Addr()+last, "", "", nil); got.code != http.StatusOK || string(got.body) != "kept" {
+		t.Errorf("the newest link: %d %s", got.code, got.body)
 	}
 }
