@@ -169,9 +169,9 @@ func (m *mediaLinkStore) keep(ctx context.Context, id string, link mediaLink) (m
 	m.noteFull(ctx, kv, len(id)+len(data))
 	_, err = kv.Create(ctx, id, data)
 	if errors.Is(err, jetstream.ErrKeyExists) {
-		kept, found, err := m.get(ctx, id)
-		if err != nil || found {
-			return kept, err
+		kept, found, getErr := m.get(ctx, id)
+		if getErr != nil || found {
+			return kept, getErr
 		}
 		// It expired in between: this one is the record.
 		_, err = kv.Put(ctx, id, data)
@@ -401,13 +401,19 @@ func (s *Service) serveKept(w http.ResponseWriter, r *http.Request, link mediaLi
 		return
 	}
 	mimeType := cmp.Or(link.MimeType, kept)
-	if mimeType == "" && body != nil {
+	switch {
+	case mimeType != "":
+	case body != nil:
 		// The type from the file's first bytes, which are sent still.
 		br := bufio.NewReaderSize(body, sniffLen)
 		head, _ := br.Peek(sniffLen)
 		mimeType, body = http.DetectContentType(head), br
+	default:
+		// HEAD: the same type a GET names.
+		head, _, _, _ := s.files.Head(r.Context(), link.Ref, sniffLen)
+		mimeType = http.DetectContentType(head)
 	}
-	s.writeMediaHeaders(w, link, cmp.Or(mimeType, "application/octet-stream"), size)
+	writeMediaHeaders(w, link, mimeType, size)
 	w.WriteHeader(http.StatusOK)
 	if body == nil {
 		return
@@ -427,7 +433,7 @@ const sniffLen = 512
 // picture a browser shows as a picture is shown: anything else (an HTML
 // or SVG file) is downloaded, never rendered on the gateway's origin,
 // where the web chat keeps its key.
-func (s *Service) writeMediaHeaders(w http.ResponseWriter, link mediaLink, mimeType string, size int64) {
+func writeMediaHeaders(w http.ResponseWriter, link mediaLink, mimeType string, size int64) {
 	disposition := "attachment"
 	if attachment.IsImageType(mimeType) {
 		disposition = "inline"

@@ -377,6 +377,17 @@ func TestKeptMediaIsStreamed(t *testing.T) {
 			t.Errorf("%s over media_max_bytes: %d", method, got.code)
 		}
 	}
+	// A file stored without a media type is named from its first bytes,
+	// the same on HEAD, and the bytes read to name it are sent still.
+	page := "<html><body>" + strings.Repeat("x", 2000) + "</body></html>"
+	typeless := linkTo(t, s, store, "test/page", "", []byte(page))
+	for _, method := range []string{http.MethodGet, http.MethodHead} {
+		got := do(t, method, "http://"+s.Addr()+typeless, testKey, "", nil)
+		if got.code != http.StatusOK || got.header.Get("Content-Type") != "text/html; charset=utf-8" ||
+			got.header.Get("Content-Disposition") != "attachment; filename=page" || (method == http.MethodGet && string(got.body) != page) {
+			t.Errorf("%s of a file of no type: %d %v %d bytes", method, got.code, got.header, len(got.body))
+		}
+	}
 	// A range is not served: the whole file, as Accept-Ranges says.
 	got = do(t, http.MethodGet, "http://"+s.Addr()+link, testKey, "", map[string]string{"Range": "bytes=0-99"})
 	if got.code != http.StatusOK || len(got.body) != len(file) {
