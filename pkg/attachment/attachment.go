@@ -6,12 +6,14 @@
 package attachment
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"net/url"
 	"path"
@@ -292,31 +294,159 @@ func (s *Store) Stat(ctx context.Context, name string) (int64, string, bool) {
 // Get returns the bytes stored under name and the media type they were
 // stored with, refusing ones over limit bytes (0: MaxBytes).
 func (s *Store) Get(ctx context.Context, name string, limit int64) ([]byte, string, error) {
+	obj, err := s.Reader(ctx, name, limit)
+	if err != nil {
+		return nil, "", err
+	}
+	defer func() { _ = obj.Close() }()
+	var buf bytes.Buffer
+	// Room for the EOF read too: a buffer filled to its capacity grows
+	// (doubles) to look for more.
+	buf.Grow(int(obj.Size) + bytes.MinRead)
+	if _, err := buf.ReadFrom(obj); err != nil {
+		return nil, "", fmt.Errorf("read attachment %s: %w", name, err)
+	}
+	return buf.Bytes(), obj.MimeType, nil
+}
+
+// Object is a file the store keeps, read as its chunks come from the
+// bus: a reader of it holds a chunk or two, never the whole file.
+type Object struct {
+	io.ReadCloser
+	// Size is the file's size in bytes, MimeType the media type it was
+	// stored with.
+	Size     int64
+	MimeType string
+}
+
+// Reader returns a reader of the bytes stored under name, refusing ones
+// over limit bytes (0: MaxBytes) before a chunk is read. The caller
+// closes it. A file changed or damaged in the store fails the last Read
+// (its digest does not match), after the rest of its bytes were read.
+//
+// The chunks are pulled from the store's stream as they are read, two
+// ahead: the object store's own reader takes them as fast as the server
+// sends them, so a slow reader (a download to a phone) would have most
+// of a large file waiting in memory.
+func (s *Store) Reader(ctx context.Context, name string, limit int64) (*Object, error) {
 	if limit <= 0 {
 		limit = s.cfg.MaxBytes
 	}
 	obs, err := s.bucket(ctx, false)
 	if err != nil {
-		return nil, "", err
+		return nil, err
 	}
 	info, err := obs.GetInfo(ctx, name)
 	if errors.Is(err, jetstream.ErrObjectNotFound) {
-		return nil, "", ErrNotFound
+		return nil, ErrNotFound
 	}
 	if err != nil {
-		return nil, "", fmt.Errorf("attachment %s: %w", name, err)
+		return nil, fmt.Errorf("attachment %s: %w", name, err)
 	}
 	if int64(info.Size) > limit {
-		return nil, "", fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, info.Size, limit)
+		return nil, fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, info.Size, limit)
 	}
-	b, err := obs.GetBytes(ctx, name)
+	obj := &Object{Size: int64(info.Size), MimeType: info.Description}
+	if info.Size == 0 {
+		obj.ReadCloser = io.NopCloser(strings.NewReader(""))
+		return obj, nil
+	}
+	if info.Opts != nil && info.Opts.Link != nil {
+		return nil, fmt.Errorf("attachment %s: a link, which the store never makes", name)
+	}
+	want, err := jetstream.DecodeObjectDigest(info.Digest)
+	if err != nil {
+		return nil, fmt.Errorf("attachment %s: %w", name, err)
+	}
+	bucket := s.topo.Stream(Bucket)
+	stream := "OBJ_" + bucket
+	cons, err := s.js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{"$O." + bucket + ".C." + info.NUID}, InactiveThreshold: time.Minute,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read attachment %s: %w", name, err)
+	}
+	msgs, err := cons.Messages(jetstream.PullMaxMessages(2))
+	if err != nil {
+		return nil, fmt.Errorf("read attachment %s: %w", name, err)
+	}
+	obj.ReadCloser = &chunkReader{ctx: ctx, js: s.js, stream: stream, cons: cons, msgs: msgs,
+		name: name, left: int64(info.Size), digest: sha256.New(), want: want}
+	return obj, nil
+}
+
+// chunkReader reads an object's chunks from the object store's stream.
+type chunkReader struct {
+	ctx    context.Context
+	js     jetstream.JetStream
+	stream string
+	cons   jetstream.Consumer
+	msgs   jetstream.MessagesContext
+	name   string
+	// buf is what is left of the chunk being read; left, the bytes of
+	// the object still to come after it.
+	buf    []byte
+	left   int64
+	digest hash.Hash
+	want   []byte
+	err    error
+}
+
+func (c *chunkReader) Read(p []byte) (int, error) {
+	for len(c.buf) == 0 && c.err == nil {
+		if c.left <= 0 {
+			c.err = io.EOF
+			if !bytes.Equal(c.digest.Sum(nil), c.want) {
+				c.err = fmt.Errorf("read attachment %s: %w", c.name, jetstream.ErrDigestMismatch)
+			}
+			break
+		}
+		m, err := c.msgs.Next(jetstream.NextContext(c.ctx))
+		if err != nil {
+			c.err = fmt.Errorf("read attachment %s: %w", c.name, err)
+			break
+		}
+		c.buf = m.Data()
+		c.left -= int64(len(c.buf))
+		c.digest.Write(c.buf)
+	}
+	if len(c.buf) == 0 {
+		return 0, c.err
+	}
+	n := copy(p, c.buf)
+	c.buf = c.buf[n:]
+	return n, nil
+}
+
+// Close stops the reads and deletes the consumer at once (it would
+// otherwise linger until its inactive threshold).
+func (c *chunkReader) Close() error {
+	c.msgs.Stop()
+	if info := c.cons.CachedInfo(); info != nil {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(c.ctx), 5*time.Second)
+		defer cancel()
+		if err := c.js.DeleteConsumer(ctx, c.stream, info.Name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			return fmt.Errorf("read attachment %s: end: %w", c.name, err)
+		}
+	}
+	return nil
+}
+
+// Info returns the size and media type of what is stored under name,
+// without reading it; ErrNotFound when nothing is.
+func (s *Store) Info(ctx context.Context, name string) (int64, string, error) {
+	obs, err := s.bucket(ctx, false)
+	if err != nil {
+		return 0, "", err
+	}
+	info, err := obs.GetInfo(ctx, name)
 	if errors.Is(err, jetstream.ErrObjectNotFound) {
-		return nil, "", ErrNotFound
+		return 0, "", ErrNotFound
 	}
 	if err != nil {
-		return nil, "", fmt.Errorf("read attachment %s: %w", name, err)
+		return 0, "", fmt.Errorf("attachment %s: %w", name, err)
 	}
-	return b, info.Description, nil
+	return int64(info.Size), info.Description, nil
 }
 
 // Head returns at most n bytes from the start of what is stored under

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"testing"
 	"time"
 
@@ -62,6 +63,90 @@ func TestStore(t *testing.T) {
 	// Exactly MaxBytes fits.
 	if _, err := keeper.Keep(ctx, "edge", "image/png", bytes.NewReader(make([]byte, 300<<10))); err != nil {
 		t.Fatalf("keep at the limit: %v", err)
+	}
+}
+
+// Reader streams a kept file: it holds the chunk being read, not the
+// file, so the store's read of it goes on until the reader reaches the
+// end; a file over the limit is refused before a chunk is read.
+func TestReaderStreams(t *testing.T) {
+	t.Parallel()
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	keeper := attachment.New(b.JetStream(), b.Topology(), attachment.Config{MaxBytes: 4 << 20})
+	file := make([]byte, 2<<20) // 2 MiB: 16 chunks of 128 KiB
+	for i := range file {
+		file[i] = byte(i * 7)
+	}
+	if _, err := keeper.Keep(ctx, "big", "application/pdf", bytes.NewReader(file)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := keeper.Keep(ctx, "empty", "text/plain", bytes.NewReader(nil)); err != nil {
+		t.Fatal(err)
+	}
+	reader := attachment.Open(b.JetStream(), b.Topology(), attachment.Config{})
+	st, err := b.JetStream().Stream(ctx, "OBJ_"+b.Topology().Stream(attachment.Bucket))
+	if err != nil {
+		t.Fatal(err)
+	}
+	readers := func() int {
+		t.Helper()
+		info, err := st.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.State.Consumers
+	}
+	obj, err := reader.Reader(ctx, "big", 0)
+	if err != nil || obj.Size != int64(len(file)) || obj.MimeType != "application/pdf" {
+		t.Fatalf("reader: %+v %v", obj, err)
+	}
+	head := make([]byte, 1000)
+	if _, err := io.ReadFull(obj, head); err != nil || !bytes.Equal(head, file[:1000]) {
+		t.Fatalf("first bytes: %v", err)
+	}
+	// The store still has the rest to send: its read waits for ours.
+	time.Sleep(200 * time.Millisecond)
+	if n := readers(); n != 1 {
+		t.Fatalf("%d reads of the store going on after the first bytes, want 1", n)
+	}
+	rest, err := io.ReadAll(obj)
+	if err != nil || !bytes.Equal(append(head, rest...), file) {
+		t.Fatalf("the rest: %d bytes, %v", len(rest), err)
+	}
+	if err := obj.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name  string
+		limit int64
+		err   error
+	}{
+		{"big", 1 << 20, attachment.ErrTooLarge},
+		{"missing", 0, attachment.ErrNotFound},
+	} {
+		if _, err := reader.Reader(ctx, c.name, c.limit); !errors.Is(err, c.err) {
+			t.Errorf("reader of %s (limit %d): %v, want %v", c.name, c.limit, err, c.err)
+		}
+	}
+	// A refused file was never read from the store.
+	if n := readers(); n != 0 {
+		t.Errorf("%d reads of the store left going on", n)
+	}
+	obj, err = reader.Reader(ctx, "empty", 0)
+	if err != nil || obj.Size != 0 {
+		t.Fatalf("reader of an empty file: %+v %v", obj, err)
+	}
+	if data, err := io.ReadAll(obj); err != nil || len(data) != 0 {
+		t.Fatalf("an empty file: %q %v", data, err)
+	}
+	_ = obj.Close()
+	if size, mime, err := reader.Info(ctx, "big"); err != nil || size != int64(len(file)) || mime != "application/pdf" {
+		t.Errorf("info: %d %q %v", size, mime, err)
+	}
+	if _, _, err := reader.Info(ctx, "missing"); !errors.Is(err, attachment.ErrNotFound) {
+		t.Errorf("info of a missing name: %v", err)
 	}
 }
 

@@ -112,6 +112,10 @@ type Config struct {
 	// MediaMaxBytes bounds a file GET /v1/media/{id} serves (default
 	// 20 MiB, the attachment store's bound).
 	MediaMaxBytes int64 `koanf:"media_max_bytes"`
+	// MediaLinksMaxBytes bounds the links kept (default 16 MiB, tens of
+	// thousands): when the bucket is full, the oldest links are dropped
+	// before media_ttl (logged, and counted).
+	MediaLinksMaxBytes int64 `koanf:"media_links_max_bytes"`
 }
 
 // DefaultConfig returns the defaults.
@@ -122,7 +126,7 @@ func DefaultConfig() Config {
 		ResponseTTL: defaultResponseTTL, ResponsesMaxBytes: defaultResponsesMaxBytes, MaxBodyBytes: 4 << 20,
 		BodyTimeout: defaultBodyTimeout, RunTTL: defaultRunTTL, RunsMaxBytes: defaultRunsMaxBytes, MaxConcurrentRuns: defaultMaxConcurrentRuns,
 		RateLimit: 5, RateBurst: 20, WebChat: true, Jobs: true,
-		MediaTTL: defaultMediaTTL, MediaMaxBytes: defaultMediaMaxBytes,
+		MediaTTL: defaultMediaTTL, MediaMaxBytes: defaultMediaMaxBytes, MediaLinksMaxBytes: defaultMediaLinksMaxBytes,
 	}
 }
 
@@ -303,7 +307,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	s.responses = newResponseStore(deps.Bus, cfg.ResponseTTL, cfg.ResponsesMaxBytes)
 	s.runs = newRunStore(deps.Bus, cmp.Or(cfg.RunTTL, defaultRunTTL), cmp.Or(cfg.RunsMaxBytes, defaultRunsMaxBytes))
 	s.slots = newRunSlots(deps.Bus, cfg.MaxConcurrentRuns, s.runs.ended)
-	s.media = newMediaLinkStore(deps.Bus, cmp.Or(cfg.MediaTTL, defaultMediaTTL))
+	s.media = newMediaLinkStore(deps.Bus, s.log, cmp.Or(cfg.MediaTTL, defaultMediaTTL), cmp.Or(cfg.MediaLinksMaxBytes, defaultMediaLinksMaxBytes))
 	s.files = attachment.Open(deps.Bus.JetStream(), deps.Bus.Topology(), deps.RunnerOptions.Attachments)
 	// Every request is a server span: the root of the message's trace,
 	// carried on by the inbound publish.

@@ -62,7 +62,7 @@ func (s *Service) table() *routeTable {
 	mux.HandleFunc("GET /v1/models/{model}", s.authed(s.model))
 	s.runRoutes(mux)
 	s.jobRoutes(mux)
-	mux.HandleFunc("GET /v1/media/{id}", s.authed(s.getMedia))
+	mux.HandleFunc("GET /v1/media/{id}", s.getMedia)
 	mux.HandleFunc("GET /health", s.health)
 	mux.HandleFunc("GET /v1/health", s.health) // Hermes's alias
 	mux.answerOtherMethods()
@@ -252,12 +252,18 @@ func (s *Service) authed(next http.HandlerFunc) http.HandlerFunc {
 			identity = "anonymous-" + host
 		}
 		if ok, after := s.limiter.allow(identity); !ok {
-			w.Header().Set("Retry-After", strconv.Itoa(retryAfter(after)))
-			writeError(w, http.StatusTooManyRequests, "rate_limit_error", "rate_limit_exceeded", "", "Rate limit reached for this API key; retry later.")
+			writeRateLimited(w, after)
 			return
 		}
 		next(w, r.WithContext(context.WithValue(r.Context(), ctxKey{}, identity)))
 	}
+}
+
+// writeRateLimited answers a request over its rate limit, which frees
+// up after the wait given.
+func writeRateLimited(w http.ResponseWriter, after time.Duration) {
+	w.Header().Set("Retry-After", strconv.Itoa(retryAfter(after)))
+	writeError(w, http.StatusTooManyRequests, "rate_limit_error", "rate_limit_exceeded", "", "Rate limit reached for this API key; retry later.")
 }
 
 // retryAfter is a wait in whole seconds for the Retry-After header,

@@ -1,19 +1,25 @@
 package api
 
 import (
+	"bufio"
 	"cmp"
 	"context"
+	"crypto/hmac"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"mime"
 	"net/http"
 	"net/url"
 	"regexp"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -54,10 +60,15 @@ const (
 	// defaultMediaMaxBytes bounds a file served: the attachment store's
 	// bound of one file.
 	defaultMediaMaxBytes = 20 << 20
-	// mediaLinksMaxBytes bounds the bucket: a record is a few hundred
-	// bytes, so this keeps tens of thousands of links; when it is full,
-	// the oldest go first.
-	mediaLinksMaxBytes = 16 << 20
+	// defaultMediaLinksMaxBytes bounds the bucket: a record is a few
+	// hundred bytes, so this keeps tens of thousands of links; when it
+	// is full, the oldest go first.
+	defaultMediaLinksMaxBytes = 16 << 20
+	// minMediaLinksMaxBytes is the least bound: room for a few dozen
+	// records with long file names.
+	minMediaLinksMaxBytes = 64 << 10
+	// mediaFullWarnEvery spaces the warnings that the bucket is full.
+	mediaFullWarnEvery = 10 * time.Minute
 )
 
 // mediaIDPattern is a link id: 32 hex digits.
@@ -77,6 +88,9 @@ func (c Config) validateMedia() error {
 	if c.MediaMaxBytes < 0 {
 		return config.Invalid("gateways.api.media_max_bytes", c.MediaMaxBytes, "a positive number of bytes")
 	}
+	if c.MediaLinksMaxBytes != 0 && c.MediaLinksMaxBytes < minMediaLinksMaxBytes {
+		return config.Invalid("gateways.api.media_links_max_bytes", c.MediaLinksMaxBytes, fmt.Sprintf("at least %d bytes", minMediaLinksMaxBytes))
+	}
 	return nil
 }
 
@@ -89,31 +103,112 @@ type mediaLink struct {
 	Owner    string `json:"owner,omitempty"`
 	FileName string `json:"file_name,omitempty"`
 	MimeType string `json:"mime_type,omitempty"`
+	// Secret keys the signatures of the link's URL (signLink): random,
+	// one per record, so it is shared by every replica (they read the
+	// record) and dies with the record. A record an older replica wrote
+	// has none: its link takes the header only.
+	Secret string `json:"secret,omitempty"`
+	// Expires is when the signed URL stops working (Unix seconds): the
+	// record's own end, made media_ttl after it.
+	Expires int64 `json:"expires,omitempty"`
 }
 
 type mediaLinkStore struct {
-	kv *kvBucket
+	kv  *kvBucket
+	log *slog.Logger
+	ttl time.Duration
+	// warned is when the last warning that the bucket is full was logged
+	// (Unix nanoseconds).
+	warned atomic.Int64
 }
 
-func newMediaLinkStore(b *bus.Bus, ttl time.Duration) *mediaLinkStore {
-	return &mediaLinkStore{kv: &kvBucket{bus: b, discardOld: true, cfg: jetstream.KeyValueConfig{
-		Bucket: BucketMedia, Description: "links of the API's answers to files in the attachment store", TTL: ttl, History: 1, MaxBytes: mediaLinksMaxBytes,
+func newMediaLinkStore(b *bus.Bus, log *slog.Logger, ttl time.Duration, maxBytes int64) *mediaLinkStore {
+	return &mediaLinkStore{log: log, ttl: ttl, kv: &kvBucket{bus: b, discardOld: true, cfg: jetstream.KeyValueConfig{
+		Bucket: BucketMedia, Description: "links of the API's answers to files in the attachment store", TTL: ttl, History: 1, MaxBytes: maxBytes,
 	}}}
 }
 
-func (m *mediaLinkStore) put(ctx context.Context, id string, link mediaLink) error {
+// recordOverhead is what a record costs the bucket besides its value:
+// its subject ($KV.<bucket>.<id>) and the store's own header, roughly.
+const recordOverhead = 128
+
+// noteFull counts, and now and then logs, a record that the bucket
+// makes room for by dropping its oldest: links that stop working before
+// media_ttl. Its size is compared with the bucket's before it is
+// written; replicas writing at once make the count approximate.
+func (m *mediaLinkStore) noteFull(ctx context.Context, kv jetstream.KeyValue, size int) {
+	st, err := kv.Status(ctx)
+	if err != nil || int64(st.Bytes())+int64(size+recordOverhead) <= m.kv.cfg.MaxBytes {
+		return
+	}
+	mediaLinksDropped.Inc()
+	now := time.Now()
+	last := m.warned.Load()
+	if now.UnixNano()-last < int64(mediaFullWarnEvery) || !m.warned.CompareAndSwap(last, now.UnixNano()) {
+		return
+	}
+	m.log.WarnContext(ctx, "api media link bucket full: the oldest links stop working before media_ttl",
+		"bucket_bytes", st.Bytes(), "max_bytes", m.kv.cfg.MaxBytes, "media_ttl", m.ttl,
+		"hint", "raise gateways.api.media_links_max_bytes")
+}
+
+// keep stores link under id unless a record is there already (a send
+// delivered again), and returns the record kept: the first one's secret
+// and expiry, so that its URL, which an answer may already show, stays
+// the one that works.
+func (m *mediaLinkStore) keep(ctx context.Context, id string, link mediaLink) (mediaLink, error) {
 	kv, err := m.kv.open(ctx)
 	if err != nil {
-		return err
+		return mediaLink{}, err
 	}
+	link.Secret, link.Expires = randomHex(32), time.Now().Add(m.ttl).Unix()
 	data, err := json.Marshal(link)
 	if err != nil {
-		return fmt.Errorf("encode media link: %w", err)
+		return mediaLink{}, fmt.Errorf("encode media link: %w", err)
 	}
-	if _, err := kv.Put(ctx, id, data); err != nil {
-		return fmt.Errorf("write media link: %w", err)
+	m.noteFull(ctx, kv, len(id)+len(data))
+	_, err = kv.Create(ctx, id, data)
+	if errors.Is(err, jetstream.ErrKeyExists) {
+		kept, found, getErr := m.get(ctx, id)
+		if getErr != nil || found {
+			return kept, getErr
+		}
+		// It expired in between: this one is the record.
+		_, err = kv.Put(ctx, id, data)
 	}
-	return nil
+	if err != nil {
+		return mediaLink{}, fmt.Errorf("write media link: %w", err)
+	}
+	return link, nil
+}
+
+// signLink is the signature of link id's URL expiring at exp: an
+// HMAC-SHA256, under the record's secret, of the id, the expiry and the
+// owner, so that it opens that record's file only, for its owner's
+// conversation, until exp.
+func signLink(id string, link mediaLink, exp int64) string {
+	mac := hmac.New(sha256.New, []byte(link.Secret))
+	mac.Write([]byte("switchboard media link\x00" + id + "\x00" + strconv.FormatInt(exp, 10) + "\x00" + link.Owner))
+	return base64.RawURLEncoding.EncodeToString(mac.Sum(nil))
+}
+
+// signedQuery is the query of link id's signed URL; "" for a record
+// without a secret.
+func signedQuery(id string, link mediaLink) string {
+	if link.Secret == "" {
+		return ""
+	}
+	return "?exp=" + strconv.FormatInt(link.Expires, 10) + "&sig=" + signLink(id, link, link.Expires)
+}
+
+// signatureValid reports whether a request's exp and sig sign link id
+// and exp is not past. The signature is compared in constant time.
+func signatureValid(id string, link mediaLink, q url.Values, now time.Time) bool {
+	exp, err := strconv.ParseInt(q.Get("exp"), 10, 64)
+	if err != nil || link.Secret == "" || now.Unix() > exp {
+		return false
+	}
+	return hmac.Equal([]byte(q.Get("sig")), []byte(signLink(id, link, exp)))
 }
 
 // get returns the link id; found is false when there is none (never
@@ -181,11 +276,11 @@ func (s *Service) linkKept(ctx context.Context, req *deliveryv1.SendRequested) (
 			sum := sha256.Sum256([]byte("media\x00" + key + "\x00" + strconv.Itoa(i) + "\x00" + ref))
 			id = hex.EncodeToString(sum[:16])
 		}
-		link := mediaLink{Ref: ref, Owner: owner, FileName: a.GetFileName(), MimeType: a.GetMimeType()}
-		if err := s.media.put(ctx, id, link); err != nil {
+		link, err := s.media.keep(ctx, id, mediaLink{Ref: ref, Owner: owner, FileName: a.GetFileName(), MimeType: a.GetMimeType()})
+		if err != nil {
 			return nil, err
 		}
-		a.Location = &eventsv1.Attachment_Url{Url: s.mediaURL(id)}
+		a.Location = &eventsv1.Attachment_Url{Url: s.mediaURL(id) + signedQuery(id, link)}
 	}
 	return out, nil
 }
@@ -202,13 +297,29 @@ func isMediaPath(u *url.URL) bool {
 	return u.Scheme == "" && u.Host == "" && strings.HasPrefix(u.Path, mediaPath) && mediaIDPattern.MatchString(strings.TrimPrefix(u.Path, mediaPath))
 }
 
-// getMedia serves GET /v1/media/{id}: the bytes of a file an answer
-// linked, to the client whose conversation it was sent to. Another
-// client's link, an expired one and one never made are alike: 404
-// media_not_found. A link whose file the attachment store no longer
-// keeps is 410 media_expired; a file over media_max_bytes 413
-// media_too_large.
+// getMedia serves GET (and HEAD) /v1/media/{id}: the bytes of a file
+// an answer linked, to the client whose conversation it was sent to —
+// a request with its key, or one without an Authorization header whose
+// URL carries the link's signature (what a browser opens: an <img src>,
+// a click in a chat UI). Another client's link, an expired one, one
+// never made and a bad or expired signature are alike: 404
+// media_not_found, which tells nothing of whether the link exists. A
+// link whose file the attachment store no longer keeps is 410
+// media_expired; a file over media_max_bytes 413 media_too_large,
+// before a byte is sent. The file is streamed from the store as the
+// client reads it, never held whole; a Range is not served (the store
+// reads a file from its start only), the whole file is.
 func (s *Service) getMedia(w http.ResponseWriter, r *http.Request) {
+	if r.Header.Get("Authorization") == "" && r.URL.Query().Has("sig") {
+		s.getSignedMedia(w, r)
+		return
+	}
+	s.authed(s.getKeyedMedia)(w, r)
+}
+
+// getKeyedMedia serves a kept file to a request with the key of the
+// conversation it was sent to.
+func (s *Service) getKeyedMedia(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	link, found, err := s.media.get(r.Context(), id)
 	if err != nil {
@@ -217,12 +328,64 @@ func (s *Service) getMedia(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !found || link.Owner != ownerOf(identityOf(r)) {
-		writeError(w, http.StatusNotFound, "invalid_request_error", "media_not_found", "",
-			"File not found, or its link expired: "+openai.Clip(id, 64))
+		writeMediaNotFound(w, id)
 		return
 	}
+	s.serveKept(w, r, link)
+}
+
+// getSignedMedia serves a kept file to a request its URL's signature
+// lets in. The record is still read: a link whose record was deleted,
+// expired or dropped (media_links_max_bytes) is 404 whatever its
+// signature says, and the signature covers the record's owner. Such
+// requests are rate limited per link, apart from the key's own.
+func (s *Service) getSignedMedia(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if ok, after := s.limiter.allow("media-link:" + id); !ok {
+		writeRateLimited(w, after)
+		return
+	}
+	link, found, err := s.media.get(r.Context(), id)
+	if err != nil {
+		s.log.WarnContext(r.Context(), "read api media link failed", "err", err)
+		writeUnavailable(w)
+		return
+	}
+	if !found || !signatureValid(id, link, r.URL.Query(), time.Now()) {
+		writeMediaNotFound(w, id)
+		return
+	}
+	s.serveKept(w, r, link)
+}
+
+// writeMediaNotFound answers a link that is not the client's to open.
+func writeMediaNotFound(w http.ResponseWriter, id string) {
+	writeError(w, http.StatusNotFound, "invalid_request_error", "media_not_found", "",
+		"File not found, or its link expired: "+openai.Clip(id, 64))
+}
+
+// serveKept answers with the file link names: its headers, then, for a
+// GET, its bytes as they come from the store.
+func (s *Service) serveKept(w http.ResponseWriter, r *http.Request, link mediaLink) {
 	limit := cmp.Or(s.cfg.MediaMaxBytes, defaultMediaMaxBytes)
-	data, kept, err := s.files.Get(r.Context(), link.Ref, limit)
+	var (
+		body io.Reader
+		size int64
+		kept string
+		err  error
+	)
+	if r.Method == http.MethodHead {
+		size, kept, err = s.files.Info(r.Context(), link.Ref)
+		if err == nil && size > limit {
+			err = attachment.ErrTooLarge
+		}
+	} else {
+		var obj *attachment.Object
+		if obj, err = s.files.Reader(r.Context(), link.Ref, limit); err == nil {
+			defer func() { _ = obj.Close() }()
+			body, size, kept = obj, obj.Size, obj.MimeType
+		}
+	}
 	switch {
 	case errors.Is(err, attachment.ErrNotFound):
 		writeError(w, http.StatusGone, "invalid_request_error", "media_expired", "",
@@ -238,12 +401,39 @@ func (s *Service) getMedia(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	mimeType := cmp.Or(link.MimeType, kept)
-	if mimeType == "" {
-		mimeType = http.DetectContentType(data)
+	switch {
+	case mimeType != "":
+	case body != nil:
+		// The type from the file's first bytes, which are sent still.
+		br := bufio.NewReaderSize(body, sniffLen)
+		head, _ := br.Peek(sniffLen)
+		mimeType, body = http.DetectContentType(head), br
+	default:
+		// HEAD: the same type a GET names.
+		head, _, _, _ := s.files.Head(r.Context(), link.Ref, sniffLen)
+		mimeType = http.DetectContentType(head)
 	}
-	// Only a picture a browser shows as a picture is shown: anything
-	// else (an HTML or SVG file) is downloaded, never rendered on the
-	// gateway's origin, where the web chat keeps its key.
+	writeMediaHeaders(w, link, mimeType, size)
+	w.WriteHeader(http.StatusOK)
+	if body == nil {
+		return
+	}
+	if _, err := io.Copy(w, body); err != nil && r.Context().Err() == nil {
+		// The headers are sent: the client sees the body end short of
+		// its Content-Length, as the server closes the connection.
+		s.log.WarnContext(r.Context(), "stream api media failed", "err", err)
+	}
+}
+
+// sniffLen is how much of a file of no known type is read to name it
+// (http.DetectContentType reads at most 512 bytes).
+const sniffLen = 512
+
+// writeMediaHeaders sets the headers of a kept file's answer. Only a
+// picture a browser shows as a picture is shown: anything else (an HTML
+// or SVG file) is downloaded, never rendered on the gateway's origin,
+// where the web chat keeps its key.
+func writeMediaHeaders(w http.ResponseWriter, link mediaLink, mimeType string, size int64) {
 	disposition := "attachment"
 	if attachment.IsImageType(mimeType) {
 		disposition = "inline"
@@ -252,14 +442,13 @@ func (s *Service) getMedia(w http.ResponseWriter, r *http.Request) {
 	if link.FileName != "" {
 		params["filename"] = link.FileName
 	}
-	h := w.Header()
-	h.Set("Content-Type", mimeType)
-	h.Set("Content-Length", strconv.Itoa(len(data)))
 	if cd := mime.FormatMediaType(disposition, params); cd != "" {
 		disposition = cd
 	}
+	h := w.Header()
+	h.Set("Content-Type", mimeType)
+	h.Set("Content-Length", strconv.FormatInt(size, 10))
 	h.Set("Content-Disposition", disposition)
 	h.Set("Cache-Control", "private, max-age=300")
-	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(data)
+	h.Set("Accept-Ranges", "none")
 }

@@ -1,25 +1,34 @@
 package api
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
+	"net"
 	"net/http"
+	"net/url"
+	"path"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/switchboard-chat/switchboard/pkg/attachment"
+	"github.com/switchboard-chat/switchboard/pkg/bus"
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 )
 
 // keptLink finds the links to kept files in an answer.
-var keptLink = regexp.MustCompile(`\]\((/v1/media/[0-9a-f]{32})\)`)
+var keptLink = regexp.MustCompile(`\]\((/v1/media/[0-9a-f]{32}\?exp=[0-9]+&sig=[A-Za-z0-9_-]{43})\)`)
 
 // Media a turn sends that exists only in the attachment store (a voice
 // reply, a /save export: a send whose attachment names bytes_ref) is
@@ -86,8 +95,8 @@ func TestKeptMediaIsLinkedAndServed(t *testing.T) {
 	if got := get(small, chart, testKey); got.code != http.StatusRequestEntityTooLarge || errorCode(t, got) != "media_too_large" {
 		t.Errorf("a file over media_max_bytes: %d %s", got.code, got.body)
 	}
-	if got := get(s, chart, ""); got.code != http.StatusUnauthorized {
-		t.Errorf("without a key: %d %s", got.code, got.body)
+	if unsigned, _, _ := strings.Cut(chart, "?"); get(s, unsigned, "").code != http.StatusUnauthorized {
+		t.Errorf("without a key or a signature: %d", get(s, unsigned, "").code)
 	}
 	if got := get(s, chart, alice); got.code != http.StatusNotFound || errorCode(t, got) != "media_not_found" {
 		t.Errorf("another key's file: %d %s", got.code, got.body)
@@ -142,6 +151,16 @@ func TestMediaConfig(t *testing.T) {
 		cfg.Key, cfg.PublicURL = testKey, c.url
 		if err := cfg.Validate(); (err == nil) != c.ok {
 			t.Errorf("public_url %q: %v", c.url, err)
+		}
+	}
+	for _, c := range []struct {
+		bytes int64
+		ok    bool
+	}{{0, true}, {minMediaLinksMaxBytes, true}, {16 << 20, true}, {minMediaLinksMaxBytes - 1, false}, {-1, false}} {
+		cfg := DefaultConfig()
+		cfg.Key, cfg.MediaLinksMaxBytes = testKey, c.bytes
+		if err := cfg.Validate(); (err == nil) != c.ok {
+			t.Errorf("media_links_max_bytes %d: %v", c.bytes, err)
 		}
 	}
 	s := &Service{cfg: Config{PublicURL: "https://agent.example.test/agent/"}}
@@ -249,5 +268,282 @@ func TestRunMediaDeltaIsWrittenAgainBeforeTheEnd(t *testing.T) {
 	}
 	if want := "Here is the report.\n\n[report.pdf](https://files.example.test/report.pdf)"; out != want || streamed != out {
 		t.Errorf("deltas %q, output %q", streamed, out)
+	}
+}
+
+// linkTo keeps data in the attachment store and links it as a send to
+// the single key's chat, as an answer would: the link's path and query.
+func linkTo(t *testing.T, s *Service, store *attachment.Store, name, mimeType string, data []byte) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := store.Keep(ctx, name, mimeType, bytes.NewReader(data)); err != nil {
+		t.Fatal(err)
+	}
+	req := &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, Target: &deliveryv1.Target{Platform: PlatformName, ChatId: "s1"},
+		InputMessageIds: []string{"req_x_1"}, IdempotencyKey: "turn:" + name,
+		Attachments: []*eventsv1.Attachment{{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT,
+			Location: &eventsv1.Attachment_BytesRef{BytesRef: name}, MimeType: mimeType, FileName: path.Base(name)}}}
+	out, err := s.linkKept(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out.GetAttachments()[0].GetUrl()
+}
+
+// storeReads counts the reads of the attachment store going on: each
+// is a consumer of its stream.
+func storeReads(t *testing.T, b *bus.Bus) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := b.JetStream().Stream(ctx, "OBJ_"+b.Topology().Stream(attachment.Bucket))
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.Consumers
+}
+
+// A kept file is streamed from the attachment store as the client reads
+// it, never held whole: the store's read of a large file still goes on
+// after the client has its first bytes, and ends with the client's
+// read. HEAD answers the headers without reading the file.
+func TestKeptMediaIsStreamed(t *testing.T) {
+	t.Parallel()
+	b := newBus(t)
+	s := startService(t, b, nil)
+	store := attachment.New(b.JetStream(), b.Topology(), attachment.Config{Enabled: true})
+	file := make([]byte, 16<<20)
+	for i := range file {
+		file[i] = byte(i*31 + i>>12)
+	}
+	link := linkTo(t, s, store, "test/film.mp4", "video/mp4", file)
+	conn, err := net.Dial("tcp", s.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	// A small receive buffer: the kernel holds little of the answer for
+	// a client that does not read.
+	if err := conn.(*net.TCPConn).SetReadBuffer(32 << 10); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\n\r\n", link, s.Addr(), testKey); err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(60 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK || resp.ContentLength != int64(len(file)) || resp.Header.Get("Content-Type") != "video/mp4" ||
+		resp.Header.Get("X-Content-Type-Options") != "nosniff" || !strings.HasPrefix(resp.Header.Get("Content-Disposition"), "attachment") {
+		t.Fatalf("answer %d, length %d, %v", resp.StatusCode, resp.ContentLength, resp.Header)
+	}
+	first := make([]byte, 64<<10)
+	if _, err := io.ReadFull(resp.Body, first); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if n := storeReads(t, b); n != 1 {
+		t.Fatalf("%d reads of the store going on after the client's first bytes, want 1 (the file was read whole first?)", n)
+	}
+	rest, err := io.ReadAll(resp.Body)
+	if err != nil || !bytes.Equal(append(first, rest...), file) {
+		t.Fatalf("the file: %d bytes, %v", len(first)+len(rest), err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for storeReads(t, b) != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the store's read did not end with the client's")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// HEAD: the headers alone.
+	got := do(t, http.MethodHead, "http://"+s.Addr()+link, testKey, "", nil)
+	if got.code != http.StatusOK || got.header.Get("Content-Length") != strconv.Itoa(len(file)) || len(got.body) != 0 ||
+		got.header.Get("Content-Type") != "video/mp4" || got.header.Get("Accept-Ranges") != "none" {
+		t.Errorf("HEAD: %d %v %d bytes", got.code, got.header, len(got.body))
+	}
+	// A file over media_max_bytes is refused before a byte is sent, on
+	// HEAD too.
+	small := startService(t, b, func(c *Config) { c.MediaMaxBytes = 1 << 20 })
+	for _, method := range []string{http.MethodGet, http.MethodHead} {
+		if got := do(t, method, "http://"+small.Addr()+link, testKey, "", nil); got.code != http.StatusRequestEntityTooLarge {
+			t.Errorf("%s over media_max_bytes: %d", method, got.code)
+		}
+	}
+	// A file stored without a media type is named from its first bytes,
+	// the same on HEAD, and the bytes read to name it are sent still.
+	page := "<html><body>" + strings.Repeat("x", 2000) + "</body></html>"
+	typeless := linkTo(t, s, store, "test/page", "", []byte(page))
+	for _, method := range []string{http.MethodGet, http.MethodHead} {
+		got := do(t, method, "http://"+s.Addr()+typeless, testKey, "", nil)
+		if got.code != http.StatusOK || got.header.Get("Content-Type") != "text/html; charset=utf-8" ||
+			got.header.Get("Content-Disposition") != "attachment; filename=page" || (method == http.MethodGet && string(got.body) != page) {
+			t.Errorf("%s of a file of no type: %d %v %d bytes", method, got.code, got.header, len(got.body))
+		}
+	}
+	// A range is not served: the whole file, as Accept-Ranges says.
+	got = do(t, http.MethodGet, "http://"+s.Addr()+link, testKey, "", map[string]string{"Range": "bytes=0-99"})
+	if got.code != http.StatusOK || len(got.body) != len(file) {
+		t.Errorf("a range request: %d, %d bytes", got.code, len(got.body))
+	}
+}
+
+// A link carries a signature a browser can open it with, no header
+// needed (an <img src>, a click in a chat UI): until its expiry, for as
+// long as its record is kept. A tampered or expired signature, or one
+// of a record no longer kept, is 404 as an unknown link is; a request
+// with a key is checked as before, whatever the query says.
+func TestKeptMediaSignedLinks(t *testing.T) {
+	t.Parallel()
+	b := newBus(t)
+	const alice = "alice-key-0123456789abcdefghij"
+	s := startService(t, b, func(c *Config) { c.Keys = map[string]string{"alice": alice}; c.MediaTTL = time.Hour })
+	other := startService(t, b, func(c *Config) { c.Keys = map[string]string{"alice": alice} })
+	store := attachment.New(b.JetStream(), b.Topology(), attachment.Config{Enabled: true})
+	png := append([]byte("\x89PNG\r\n\x1a\n"), bytes.Repeat([]byte{7}, 64)...)
+	link := linkTo(t, s, store, "test/chart.png", "image/png", png)
+	u, err := url.Parse(link)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := strings.TrimPrefix(u.Path, mediaPath)
+	exp, err := strconv.ParseInt(u.Query().Get("exp"), 10, 64)
+	if err != nil || !keptLink.MatchString("]("+link+")") {
+		t.Fatalf("link %q is not signed", link)
+	}
+	if until := time.Until(time.Unix(exp, 0)); until > time.Hour || until < 59*time.Minute {
+		t.Errorf("the link expires in %v, want media_ttl (1h)", until)
+	}
+	// The same send delivered again links the same URL.
+	if again := linkTo(t, s, store, "test/chart.png", "image/png", png); again != link {
+		t.Errorf("a send delivered again links %q, first %q", again, link)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rec, found, err := s.media.get(ctx, id)
+	if err != nil || !found {
+		t.Fatalf("record: %v %v", found, err)
+	}
+	signed := func(id string, exp int64, sig string) string {
+		return mediaPath + id + "?exp=" + strconv.FormatInt(exp, 10) + "&sig=" + sig
+	}
+	tampered := []byte(u.Query().Get("sig"))
+	tampered[3] ^= 1
+	for _, c := range []struct {
+		name, link, key string
+		code            int
+	}{
+		{"signed, no header", link, "", http.StatusOK},
+		{"signed, on another replica", link, "", http.StatusOK},
+		{"signed, with its key", link, testKey, http.StatusOK},
+		{"signed, with another key", link, alice, http.StatusNotFound},
+		{"tampered signature", signed(id, exp, string(tampered)), "", http.StatusNotFound},
+		{"a later expiry", signed(id, exp+3600, u.Query().Get("sig")), "", http.StatusNotFound},
+		{"expired", signed(id, time.Now().Add(-time.Second).Unix(), signLink(id, rec, time.Now().Add(-time.Second).Unix())), "", http.StatusNotFound},
+		{"another link's signature", signed(strings.Repeat("a", 32), exp, u.Query().Get("sig")), "", http.StatusNotFound},
+		{"no expiry", mediaPath + id + "?sig=" + u.Query().Get("sig"), "", http.StatusNotFound},
+		{"no signature", mediaPath + id + "?exp=" + strconv.FormatInt(exp, 10), "", http.StatusUnauthorized},
+	} {
+		on := s
+		if strings.Contains(c.name, "another replica") {
+			on = other
+		}
+		for _, method := range []string{http.MethodGet, http.MethodHead} {
+			got := do(t, method, "http://"+on.Addr()+c.link, c.key, "", nil)
+			if got.code != c.code {
+				t.Errorf("%s, %s: %d %s", c.name, method, got.code, got.body)
+				continue
+			}
+			switch {
+			case c.code == http.StatusNotFound && method == http.MethodGet && errorCode(t, got) != "media_not_found":
+				t.Errorf("%s: %s", c.name, got.body)
+			case c.code == http.StatusOK && (got.header.Get("X-Content-Type-Options") != "nosniff" ||
+				got.header.Get("Content-Disposition") != "inline; filename=chart.png" || got.header.Get("Content-Length") != strconv.Itoa(len(png))):
+				t.Errorf("%s, %s: headers %v", c.name, method, got.header)
+			case c.code == http.StatusOK && method == http.MethodGet && !bytes.Equal(got.body, png):
+				t.Errorf("%s: body %q", c.name, got.body)
+			}
+		}
+	}
+	// A named key's link: the signature covers the record's owner.
+	req := &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, Target: &deliveryv1.Target{Platform: PlatformName, ChatId: "alice.s1"},
+		InputMessageIds: []string{"req_x_2"}, IdempotencyKey: "turn:alice",
+		Attachments: []*eventsv1.Attachment{{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_IMAGE,
+			Location: &eventsv1.Attachment_BytesRef{BytesRef: "test/chart.png"}, MimeType: "image/png"}}}
+	out, err := s.linkKept(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hers := out.GetAttachments()[0].GetUrl()
+	if got := do(t, http.MethodGet, "http://"+s.Addr()+hers, "", "", nil); got.code != http.StatusOK || !bytes.Equal(got.body, png) {
+		t.Errorf("her signed link: %d %s", got.code, got.body)
+	}
+	hid := strings.TrimPrefix(strings.SplitN(hers, "?", 2)[0], mediaPath)
+	hrec, _, err := s.media.get(ctx, hid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forged := hrec
+	forged.Owner = ""
+	if got := do(t, http.MethodGet, "http://"+s.Addr()+signed(hid, hrec.Expires, signLink(hid, forged, hrec.Expires)), "", "", nil); got.code != http.StatusNotFound {
+		t.Errorf("her link signed for another owner: %d", got.code)
+	}
+	// A deleted record's link is 404, signature or not.
+	kv, err := s.media.kv.open(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := kv.Delete(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if got := do(t, http.MethodGet, "http://"+s.Addr()+link, "", "", nil); got.code != http.StatusNotFound || errorCode(t, got) != "media_not_found" {
+		t.Errorf("a deleted record's signed link: %d %s", got.code, got.body)
+	}
+}
+
+// The link bucket is bounded (media_links_max_bytes): once it is full,
+// each new link drops the oldest, which is counted (and logged), and a
+// dropped link answers 404 media_not_found like an expired one, with
+// its key or its signature, while the newest still open.
+func TestMediaLinkBucketFull(t *testing.T) {
+	t.Parallel()
+	b := newBus(t)
+	s := startService(t, b, func(c *Config) { c.MediaLinksMaxBytes = minMediaLinksMaxBytes })
+	store := attachment.New(b.JetStream(), b.Topology(), attachment.Config{Enabled: true})
+	first := linkTo(t, s, store, "test/a.txt", "text/plain", []byte("kept"))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	before := promtest.ToFloat64(mediaLinksDropped)
+	// Records of about 2 KiB (a long file name): 64 KiB holds about 30.
+	var last string
+	for i := range 60 {
+		req := &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, Target: &deliveryv1.Target{Platform: PlatformName, ChatId: "s1"},
+			InputMessageIds: []string{"req_x_1"}, IdempotencyKey: fmt.Sprintf("turn:%d", i),
+			Attachments: []*eventsv1.Attachment{{Kind: eventsv1.AttachmentKind_ATTACHMENT_KIND_DOCUMENT,
+				Location: &eventsv1.Attachment_BytesRef{BytesRef: "test/a.txt"}, FileName: strings.Repeat("n", 2000) + ".txt"}}}
+		out, err := s.linkKept(ctx, req)
+		if err != nil {
+			t.Fatalf("link %d: %v", i, err)
+		}
+		last = out.GetAttachments()[0].GetUrl()
+	}
+	if dropped := promtest.ToFloat64(mediaLinksDropped) - before; dropped < 20 {
+		t.Errorf("%v links counted as dropped, want about 30", dropped)
+	}
+	unsigned, _, _ := strings.Cut(first, "?")
+	for _, c := range []struct{ link, key string }{{first, ""}, {unsigned, testKey}} {
+		if got := do(t, http.MethodGet, "http://"+s.Addr()+c.link, c.key, "", nil); got.code != http.StatusNotFound || errorCode(t, got) != "media_not_found" {
+			t.Errorf("a dropped link (key %q): %d %s", c.key, got.code, got.body)
+		}
+	}
+	if got := do(t, http.MethodGet, "http://"+s.Addr()+last, "", "", nil); got.code != http.StatusOK || string(got.body) != "kept" {
+		t.Errorf("the newest link: %d %s", got.code, got.body)
 	}
 }

@@ -14,3 +14,8 @@ var runsRefused = promauto.NewCounter(prometheus.CounterOpts{
 	Name: "switchboard_api_runs_refused_total",
 	Help: "Runs (/v1/runs) refused because gateways.api.max_concurrent_runs went on already (429).",
 })
+
+var mediaLinksDropped = promauto.NewCounter(prometheus.CounterOpts{
+	Name: "switchboard_api_media_links_dropped_total",
+	Help: "Links to kept files (GET /v1/media/{id}) written into a full link bucket, each dropping the oldest link before gateways.api.media_ttl: raise gateways.api.media_links_max_bytes.",
+})
