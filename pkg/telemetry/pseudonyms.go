@@ -1,8 +1,11 @@
 package telemetry
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"log/slog"
+	"reflect"
 	"strings"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -24,6 +27,13 @@ var (
 	// userKeyAttrs hold a user key, "<platform>:<user id>", or a
 	// "session:<session key>" owner, or an operator.
 	userKeyAttrs = map[string]bool{"by": true, "owner": true, "subject": true, "target": true, "user_key": true}
+	// idListAttrs hold a list of platform ids ([]string).
+	idListAttrs = map[string]bool{"user_ids": true, "chat_ids": true}
+	// chatKeyAttrs hold a chat key, "<platform>:<account>:<chat id>".
+	chatKeyAttrs = map[string]bool{"chat_key": true}
+	// msgIDAttrs hold a bus message id, "<platform>:<account>:<event
+	// id>", whose event id names someone on some platforms (MsgID).
+	msgIDAttrs = map[string]bool{"msg_id": true, "event": true}
 )
 
 // Pseudonyms returns the Pseudonymizer cfg asks for, nil when
@@ -46,6 +56,10 @@ func pseudonymizeString(p *pseudonym.Pseudonymizer, name, s string) string {
 		return p.Key(s)
 	case userKeyAttrs[name]:
 		return p.UserKey(s)
+	case chatKeyAttrs[name]:
+		return p.ChatKey(s)
+	case msgIDAttrs[name]:
+		return p.MsgID(s)
 	}
 	return p.Text(s)
 }
@@ -78,14 +92,104 @@ func pseudonymizeAttr(p *pseudonym.Pseudonymizer) func(groups []string, a slog.A
 				return slog.String(a.Key, pseudonymizeString(p, a.Key, s))
 			}
 		case v.Kind() == slog.KindAny:
-			if err, ok := v.Any().(error); ok && err != nil {
-				if s := err.Error(); strings.Contains(s, "agent:") {
-					return slog.String(a.Key, p.Text(s))
-				}
-			}
+			return pseudonymizeAny(p, a)
 		}
 		return a
 	}
+}
+
+// pseudonymizeAny pseudonymizes an attribute whose value is any value:
+// an error's text (the ids Naming marked it with, the session keys it
+// names), a value marked Personal, a list of ids, and the ids inside a
+// struct, a proto or a map, found by their names.
+func pseudonymizeAny(p *pseudonym.Pseudonymizer, a slog.Attr) slog.Attr {
+	switch v := a.Value.Any().(type) {
+	case error:
+		if v == nil {
+			return a
+		}
+		// Session keys first: Scrub would take an id out of a key,
+		// which Text would then not know as one.
+		s := v.Error()
+		ps := p.Text(s)
+		if ids := pseudonym.NamedIDs(v); len(ids) > 0 {
+			ps = p.Scrub(ps, ids...)
+		}
+		if ps != s {
+			return slog.String(a.Key, ps)
+		}
+	case pseudonym.Personal:
+		return slog.String(a.Key, p.ID(string(v)))
+	case []string:
+		if idListAttrs[a.Key] {
+			out := make([]string, len(v))
+			for i, id := range v {
+				out[i] = p.ID(id)
+			}
+			return slog.Any(a.Key, out)
+		}
+	default:
+		if tree, ok := structured(v); ok {
+			return slog.Any(a.Key, pseudonymizeTree(p, "", tree))
+		}
+	}
+	return a
+}
+
+// structured is v, a struct, a map or a pointer to one (a proto message
+// among them), as encoding/json writes it, which is how the JSON handler
+// logs it: an object whose names are the json names (a proto's are its
+// fields' names, chat_id, user_id), decoded, for pseudonymizeTree to find
+// the ids in by their names. It is false for any other value and for
+// one that does not encode as an object (a time, a text marshaler's).
+func structured(v any) (any, bool) {
+	t := reflect.TypeOf(v)
+	if t == nil {
+		return nil, false
+	}
+	if t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if k := t.Kind(); k != reflect.Struct && k != reflect.Map {
+		return nil, false
+	}
+	b, err := json.Marshal(v)
+	if err != nil || len(b) == 0 || b[0] != '{' {
+		return nil, false
+	}
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.UseNumber() // numbers written as they were
+	var tree any
+	if d.Decode(&tree) != nil {
+		return nil, false
+	}
+	return tree, true
+}
+
+// pseudonymizeTree pseudonymizes a decoded JSON value logged under the
+// name name: the strings in it as attributes of their names are, lists
+// of ids, objects and lists within, in place.
+func pseudonymizeTree(p *pseudonym.Pseudonymizer, name string, v any) any {
+	switch v := v.(type) {
+	case string:
+		if idAttrs[name] || idListAttrs[name] {
+			return p.ID(v)
+		}
+		return pseudonymizeString(p, name, v)
+	case json.Number:
+		if idAttrs[name] {
+			return p.ID(v.String())
+		}
+	case map[string]any:
+		for k, inner := range v {
+			v[k] = pseudonymizeTree(p, k, inner)
+		}
+	case []any:
+		for i, inner := range v {
+			v[i] = pseudonymizeTree(p, name, inner)
+		}
+	}
+	return v
 }
 
 // pseudonymizingExporter hands its exporter spans whose names, status
