@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"reflect"
 	"strings"
@@ -190,6 +191,82 @@ func pseudonymizeTree(p *pseudonym.Pseudonymizer, name string, v any) any {
 		}
 	}
 	return v
+}
+
+// errorAttrs hold an error's text as a string (a send receipt's, an
+// outbox row's last error).
+var errorAttrs = map[string]bool{"err": true, "last_error": true, "receipt_error": true}
+
+// namingHandler marks each error a record logs (an error value, or an
+// errorAttrs string) as naming the ids the record names under idAttrs,
+// its own or a With's, so pseudonymizeAttr takes them out of the error's
+// text too: a platform's error about a chat ("failed to POST
+// /_matrix/client/v3/join/!room:example.org", Twilio's "The 'To' number
+// +1555…") is logged beside the chat's chat_id, and its text names the
+// chat's pseudonym. A record with no id or no error goes through as it
+// is, without an allocation.
+type namingHandler struct {
+	slog.Handler
+	// ids are those the With attributes name.
+	ids []string
+}
+
+// maxRecordIDs bounds the ids a record's own attributes add: a record
+// names a chat, a thread and a user or two.
+const maxRecordIDs = 4
+
+func (h namingHandler) Handle(ctx context.Context, r slog.Record) error {
+	var buf [maxRecordIDs]string
+	ids := buf[:0]
+	errs := false
+	r.Attrs(func(a slog.Attr) bool {
+		switch {
+		case idAttrs[a.Key]:
+			if id := a.Value.Resolve().String(); id != "" && len(ids) < maxRecordIDs {
+				ids = append(ids, id)
+			}
+		case a.Value.Kind() == slog.KindAny:
+			_, isErr := a.Value.Any().(error)
+			errs = errs || isErr
+		case a.Value.Kind() == slog.KindString && errorAttrs[a.Key]:
+			errs = true
+		}
+		return true
+	})
+	if !errs || len(ids)+len(h.ids) == 0 {
+		return h.Handler.Handle(ctx, r)
+	}
+	named := append(append([]string(nil), h.ids...), ids...)
+	out := slog.NewRecord(r.Time, r.Level, r.Message, r.PC)
+	r.Attrs(func(a slog.Attr) bool {
+		switch {
+		case a.Value.Kind() == slog.KindAny:
+			if err, ok := a.Value.Any().(error); ok && err != nil {
+				a = slog.Any(a.Key, pseudonym.Naming(err, named...))
+			}
+		case a.Value.Kind() == slog.KindString && errorAttrs[a.Key] && a.Value.String() != "":
+			a = slog.Any(a.Key, pseudonym.Naming(errors.New(a.Value.String()), named...))
+		}
+		out.AddAttrs(a)
+		return true
+	})
+	return h.Handler.Handle(ctx, out)
+}
+
+func (h namingHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
+	ids := h.ids
+	for _, a := range attrs {
+		if idAttrs[a.Key] {
+			if id := a.Value.Resolve().String(); id != "" {
+				ids = append(ids[:len(ids):len(ids)], id) // never into a shared array
+			}
+		}
+	}
+	return namingHandler{Handler: h.Handler.WithAttrs(attrs), ids: ids}
+}
+
+func (h namingHandler) WithGroup(name string) slog.Handler {
+	return namingHandler{Handler: h.Handler.WithGroup(name), ids: h.ids}
 }
 
 // pseudonymizingExporter hands its exporter spans whose names, status

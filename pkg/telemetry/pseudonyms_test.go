@@ -87,6 +87,19 @@ func TestLogPseudonyms(t *testing.T) {
 		{"error wrapping one naming ids", func(l *slog.Logger) {
 			l.Info("m", "err", fmt.Errorf("send to %s: %w", key, pseudonym.Naming(fmt.Errorf("chat %s not found", user), user)))
 		}, []string{"err"}, "send to " + pkey + ": chat " + p.ID(user) + " not found"},
+		// An error logged beside the id it is about.
+		{"error beside its chat_id", func(l *slog.Logger) {
+			l.Warn("m", "chat_id", user, "err", fmt.Errorf("failed to POST /_matrix/client/v3/join/%s (HTTP 403)", user))
+		}, []string{"err"}, "failed to POST /_matrix/client/v3/join/" + p.ID(user) + " (HTTP 403)"},
+		{"error beside a user_id as a number", func(l *slog.Logger) {
+			l.Warn("m", "err", fmt.Errorf("user %s not found", user), "user_id", int64(123456789))
+		}, []string{"err"}, "user " + p.ID(user) + " not found"},
+		{"error under a logger With its chat_id", func(l *slog.Logger) {
+			l.With("chat_id", user).WithGroup("g").Warn("m", "err", fmt.Errorf("chat %s: forbidden", user))
+		}, []string{"g", "err"}, "chat " + p.ID(user) + ": forbidden"},
+		{"error text beside its chat_id", func(l *slog.Logger) {
+			l.Warn("m", "chat_id", user, "last_error", "The 'To' number +"+user+" is not valid")
+		}, []string{"last_error"}, "The 'To' number +" + p.ID(user) + " is not valid"},
 		{"a value marked personal", func(l *slog.Logger) { l.Info("m", "message_id", pseudonym.Personal("+"+user+":1700000000000")) },
 			[]string{"message_id"}, p.ID("+" + user + ":1700000000000")},
 		{"chat_ids", func(l *slog.Logger) { l.Info("m", "chat_ids", []string{"C0CHANNEL", user}) },
