@@ -768,7 +768,11 @@ func (r *Runner) Execute(ctx context.Context, req *deliveryv1.SendRequested) *de
 		receipt.Error = err.Error()
 		receipt.RetryAfterMs = after.Milliseconds()
 		sendsTotal.WithLabelValues(r.name, opName, classLabel(class)).Inc()
-		r.log.Debug("platform operation failed", "op", opName, "class", classLabel(class), "err", err)
+		// The chat's ids beside the error: the log handler takes them out
+		// of a platform's text too (a URL with the channel in its path).
+		t := req.GetTarget()
+		r.log.Debug("platform operation failed", "op", opName, "class", classLabel(class), "chat_id", t.GetChatId(),
+			"thread_id", t.GetThreadId(), "err", err)
 		if reserved != 0 {
 			// Free the key for the retry at once.
 			if err := r.receipts.Delete(context.WithoutCancel(ctx), cacheKey, jetstream.LastRevision(reserved)); err != nil {

@@ -21,7 +21,7 @@ import (
 // is user_id or chat_id, whoever did something is by.
 var (
 	// idAttrs hold one platform id.
-	idAttrs = map[string]bool{"user_id": true, "user_id_alt": true, "chat_id": true}
+	idAttrs = map[string]bool{"user_id": true, "user_id_alt": true, "chat_id": true, "thread_id": true}
 	// keyAttrs hold a session key; so does any name ending in
 	// _session_key.
 	keyAttrs = map[string]bool{"session_key": true, "first_key": true, "last_key": true}

@@ -54,6 +54,7 @@ func TestLogPseudonyms(t *testing.T) {
 		{"last_key", func(l *slog.Logger) { l.Info("m", "last_key", key) }, []string{"last_key"}, pkey},
 		{"user_id", func(l *slog.Logger) { l.Info("m", "user_id", user) }, []string{"user_id"}, p.ID(user)},
 		{"user_id as a number", func(l *slog.Logger) { l.Info("m", "user_id", int64(123456789)) }, []string{"user_id"}, p.ID(user)},
+		{"thread_id", func(l *slog.Logger) { l.Info("m", "thread_id", user) }, []string{"thread_id"}, p.ID(user)},
 		{"user_id_alt", func(l *slog.Logger) { l.Info("m", "user_id_alt", user) }, []string{"user_id_alt"}, p.ID(user)},
 		{"chat_id", func(l *slog.Logger) { l.Info("m", "chat_id", "15551234567@s.whatsapp.net") }, []string{"chat_id"}, p.ID("15551234567@s.whatsapp.net")},
 		{"by a user", func(l *slog.Logger) { l.Info("m", "by", "telegram:"+user) }, []string{"by"}, "telegram:" + p.ID(user)},
