@@ -2,12 +2,14 @@ package platform_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/switchboard-chat/switchboard/pkg/bus/bustest"
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/logtest"
 	"github.com/switchboard-chat/switchboard/pkg/platform"
 	"github.com/switchboard-chat/switchboard/pkg/platform/platformtest"
@@ -51,5 +53,34 @@ func TestFailedSendLoggedByPseudonyms(t *testing.T) {
 	}
 	if strings.Contains(out, chat) || !strings.Contains(out, "channels/"+ps.ID(chat)+"/messages") {
 		t.Errorf("the failure does not name chat %s by its pseudonym %s:\n%s", chat, ps.ID(chat), out)
+	}
+}
+
+// signalMemory is a memory platform named signal, whose event ids
+// ("<sender>:<timestamp>") hold the sender's number.
+type signalMemory struct{ *platformtest.Memory }
+
+func (signalMemory) Name() string { return "signal" }
+
+// TestRejectedEventLoggedByPseudonyms: a refused inbound event is logged
+// by its bus message id, whose event id on Signal (the sender's number
+// and a timestamp) is a pseudonym.
+func TestRejectedEventLoggedByPseudonyms(t *testing.T) {
+	t.Parallel()
+	const eventID = "+15551234567:1700000000000"
+	var logs logtest.Buffer
+	logCfg := telemetry.LogConfig{Level: "debug", Pseudonymize: true, PseudonymKey: "k"}
+	r, err := platform.NewRunner(signalMemory{platformtest.NewMemory("bot-signal", false)}, bustest.New(t, bustest.EmbeddedURL(t)),
+		platform.Options{Log: telemetry.NewLogger(logCfg, &logs), MaxEventBytes: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := &eventsv1.MessageReceived{EventId: eventID, Source: &eventsv1.SessionSource{ChatId: "+15551234567"}, Text: strings.Repeat("x", 100)}
+	if _, err := r.Deliver(t.Context(), ev); !errors.Is(err, platform.ErrRejected) {
+		t.Fatalf("Deliver: %v, want it rejected", err)
+	}
+	out, ps := logs.String(), pseudonym.New(logCfg.PseudonymKey)
+	if strings.Contains(out, "5551234567") || !strings.Contains(out, `"msg_id":"signal:bot-signal:`+ps.ID(eventID)+`"`) {
+		t.Errorf("the rejection does not name the event by its pseudonym %s:\n%s", ps.ID(eventID), out)
 	}
 }

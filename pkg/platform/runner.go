@@ -572,7 +572,9 @@ func (r *Runner) deliver(ctx context.Context, ev *eventsv1.MessageReceived, seen
 	}
 	if err := r.Check(ev); err != nil {
 		inboundTotal.WithLabelValues(r.name, "rejected").Inc()
-		r.log.Warn("inbound event rejected", "reason", err.Error(), "event_id", ev.GetEventId())
+		// As its bus message id: on the platforms whose event ids name
+		// the sender (Signal's number), the log handler shows a pseudonym.
+		r.log.Warn("inbound event rejected", "reason", err.Error(), "msg_id", r.name+":"+r.p.Account()+":"+ev.GetEventId())
 		return Accepted{}, fmt.Errorf("%w: %v", ErrRejected, err)
 	}
 	src := ev.GetSource()
