@@ -170,12 +170,23 @@ var personalEventIDs = map[string]bool{
 }
 
 // MsgID pseudonymizes a bus message id, "<platform>:<account>:<event id>"
-// (the inbound Nats-Msg-Id, the router's dedupe id): on the platforms
-// whose event ids name a person or a chat (personalEventIDs) the event id
+// (the inbound Nats-Msg-Id, the router's dedupe id), and the ids made of
+// one after "notice:" or "press:" (a router notice's turn id and bus
+// message id, "notice:<dedupe id>:<n>", a delivery idempotency key made
+// of them, a button press's key): on the platforms whose event ids name a
+// person or a chat (personalEventIDs) the event id, and what follows it,
 // becomes its ID; any other value is kept as it is.
 func (p *Pseudonymizer) MsgID(id string) string {
 	if p == nil {
 		return id
+	}
+	for _, prefix := range []string{"notice:", "press:"} {
+		if rest, ok := strings.CutPrefix(id, prefix); ok {
+			if ps := p.MsgID(rest); ps != rest {
+				return prefix + ps
+			}
+			return id
+		}
 	}
 	platform, rest, ok := strings.Cut(id, ":")
 	if !ok || !personalEventIDs[platform] {

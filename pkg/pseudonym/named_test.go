@@ -106,6 +106,12 @@ func TestMsgID(t *testing.T) {
 		{"whatsapp:main:wamid.HBgLMTU1NTEyMzQ1NjcVAgASGBQzQUFC", "whatsapp:main:" + id("wamid.HBgLMTU1NTEyMzQ1NjcVAgASGBQzQUFC")},
 		{"email:main:CAF1234@mail.example.com", "email:main:" + id("CAF1234@mail.example.com")},
 		{"slack:main:C0CHANNEL:1700000000.000100", "slack:main:" + id("C0CHANNEL:1700000000.000100")},
+		// A router notice's turn id and bus message id, a delivery's
+		// idempotency key made of them, a button press's.
+		{"notice:signal:main:+15551234567:1700000000000:1", "notice:signal:main:" + id("+15551234567:1700000000000:1")},
+		{"notice:signal:main:+15551234567:1700000000000:1:0", "notice:signal:main:" + id("+15551234567:1700000000000:1:0")},
+		{"press:whatsapp:main:wamid.HBgL", "press:whatsapp:main:" + id("wamid.HBgL")},
+		{"notice:telegram:main:42:1", "notice:telegram:main:42:1"},
 		// Opaque ids stay, to find the message on its platform.
 		{"telegram:main:42", "telegram:main:42"},
 		{"discord:main:1100000000000000001", "discord:main:1100000000000000001"},

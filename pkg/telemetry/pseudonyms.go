@@ -33,8 +33,10 @@ var (
 	// chatKeyAttrs hold a chat key, "<platform>:<account>:<chat id>".
 	chatKeyAttrs = map[string]bool{"chat_key": true}
 	// msgIDAttrs hold a bus message id, "<platform>:<account>:<event
-	// id>", whose event id names someone on some platforms (MsgID).
-	msgIDAttrs = map[string]bool{"msg_id": true, "event": true}
+	// id>", whose event id names someone on some platforms, or an id made
+	// of one: a router notice's turn id, a delivery's idempotency key
+	// (MsgID). Other values (a ULID turn id) are kept.
+	msgIDAttrs = map[string]bool{"msg_id": true, "event": true, "turn_id": true, "key": true}
 )
 
 // Pseudonyms returns the Pseudonymizer cfg asks for, nil when
@@ -60,7 +62,9 @@ func pseudonymizeString(p *pseudonym.Pseudonymizer, name, s string) string {
 	case chatKeyAttrs[name]:
 		return p.ChatKey(s)
 	case msgIDAttrs[name]:
-		return p.MsgID(s)
+		if ps := p.MsgID(s); ps != s {
+			return ps
+		}
 	}
 	return p.Text(s)
 }

@@ -111,6 +111,12 @@ func TestLogPseudonyms(t *testing.T) {
 			[]string{"msg_id"}, "signal:main:" + p.ID("+"+user+":1700000000000")},
 		{"event naming its sender", func(l *slog.Logger) { l.Info("m", "event", "signal:main:+"+user+":1700000000000") },
 			[]string{"event"}, "signal:main:" + p.ID("+"+user+":1700000000000")},
+		{"a notice's turn_id", func(l *slog.Logger) { l.Info("m", "turn_id", "notice:signal:main:+"+user+":17:1") },
+			[]string{"turn_id"}, "notice:signal:main:" + p.ID("+"+user+":17:1")},
+		{"a notice's delivery key", func(l *slog.Logger) { l.Info("m", "key", "notice:signal:main:+"+user+":17:1:0") },
+			[]string{"key"}, "notice:signal:main:" + p.ID("+"+user+":17:1:0")},
+		{"a delivery key naming a session", func(l *slog.Logger) { l.Info("m", "key", "event:"+key+":3") },
+			[]string{"key"}, "event:" + p.Key(key+":3")},
 		{"opaque msg_id", func(l *slog.Logger) { l.Info("m", "msg_id", "telegram:main:42") }, []string{"msg_id"}, "telegram:main:42"},
 		{"a proto", func(l *slog.Logger) {
 			l.Info("m", "source", &eventsv1.SessionSource{Platform: "telegram", ChatId: user, ChatType: "dm", UserId: user})
