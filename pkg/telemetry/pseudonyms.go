@@ -17,8 +17,11 @@ import (
 
 // Attribute names whose values are personal, and how each is
 // pseudonymized. Call sites use these names: a session key is
-// session_key (or <something>_session_key), a platform's user or chat id
-// is user_id or chat_id, whoever did something is by.
+// session_key (or <something>_session_key), a platform's user, chat or
+// thread id is user_id, chat_id or thread_id, whoever did something is
+// by. A personal value under another name is logged as
+// pseudonym.Personal, an error about an id the record does not name is
+// wrapped in pseudonym.Naming.
 var (
 	// idAttrs hold one platform id.
 	idAttrs = map[string]bool{"user_id": true, "user_id_alt": true, "chat_id": true, "thread_id": true}
