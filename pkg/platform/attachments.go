@@ -70,7 +70,7 @@ func (r *Runner) prepareAttachments(ctx context.Context, ev *eventsv1.MessageRec
 				continue
 			}
 		}
-		r.log.Warn("inline attachment not kept", "event_id", ev.GetEventId(), "index", i, "err", err)
+		r.log.Warn("inline attachment not kept", "msg_id", r.name+":"+r.p.Account()+":"+ev.GetEventId(), "index", i, "err", err)
 		a.Location, a.Unavailable = nil, unavailableNotKept
 		if errors.Is(err, attachment.ErrTooLarge) {
 			a.Unavailable = tooLarge(0, r.attachments.Config().MaxBytes)

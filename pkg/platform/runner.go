@@ -572,7 +572,9 @@ func (r *Runner) deliver(ctx context.Context, ev *eventsv1.MessageReceived, seen
 	}
 	if err := r.Check(ev); err != nil {
 		inboundTotal.WithLabelValues(r.name, "rejected").Inc()
-		r.log.Warn("inbound event rejected", "reason", err.Error(), "event_id", ev.GetEventId())
+		// As its bus message id: on the platforms whose event ids name
+		// the sender (Signal's number), the log handler shows a pseudonym.
+		r.log.Warn("inbound event rejected", "reason", err.Error(), "msg_id", r.name+":"+r.p.Account()+":"+ev.GetEventId())
 		return Accepted{}, fmt.Errorf("%w: %v", ErrRejected, err)
 	}
 	src := ev.GetSource()
@@ -768,7 +770,11 @@ func (r *Runner) Execute(ctx context.Context, req *deliveryv1.SendRequested) *de
 		receipt.Error = err.Error()
 		receipt.RetryAfterMs = after.Milliseconds()
 		sendsTotal.WithLabelValues(r.name, opName, classLabel(class)).Inc()
-		r.log.Debug("platform operation failed", "op", opName, "class", classLabel(class), "err", err)
+		// The chat's ids beside the error: the log handler takes them out
+		// of a platform's text too (a URL with the channel in its path).
+		t := req.GetTarget()
+		r.log.Debug("platform operation failed", "op", opName, "class", classLabel(class), "chat_id", t.GetChatId(),
+			"thread_id", t.GetThreadId(), "err", err)
 		if reserved != 0 {
 			// Free the key for the retry at once.
 			if err := r.receipts.Delete(context.WithoutCancel(ctx), cacheKey, jetstream.LastRevision(reserved)); err != nil {

@@ -61,6 +61,9 @@ func NewLogger(cfg LogConfig, w io.Writer) *slog.Logger {
 	} else {
 		h = slog.NewJSONHandler(w, opts)
 	}
+	if opts.ReplaceAttr != nil {
+		h = namingHandler{Handler: h}
+	}
 	return slog.New(traceHandler{Handler: h})
 }
 

@@ -1,8 +1,12 @@
 package telemetry
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
 	"log/slog"
+	"reflect"
 	"strings"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -13,17 +17,29 @@ import (
 
 // Attribute names whose values are personal, and how each is
 // pseudonymized. Call sites use these names: a session key is
-// session_key (or <something>_session_key), a platform's user or chat id
-// is user_id or chat_id, whoever did something is by.
+// session_key (or <something>_session_key), a platform's user, chat or
+// thread id is user_id, chat_id or thread_id, whoever did something is
+// by. A personal value under another name is logged as
+// pseudonym.Personal, an error about an id the record does not name is
+// wrapped in pseudonym.Naming.
 var (
 	// idAttrs hold one platform id.
-	idAttrs = map[string]bool{"user_id": true, "user_id_alt": true, "chat_id": true}
+	idAttrs = map[string]bool{"user_id": true, "user_id_alt": true, "chat_id": true, "thread_id": true}
 	// keyAttrs hold a session key; so does any name ending in
 	// _session_key.
 	keyAttrs = map[string]bool{"session_key": true, "first_key": true, "last_key": true}
 	// userKeyAttrs hold a user key, "<platform>:<user id>", or a
 	// "session:<session key>" owner, or an operator.
 	userKeyAttrs = map[string]bool{"by": true, "owner": true, "subject": true, "target": true, "user_key": true}
+	// idListAttrs hold a list of platform ids ([]string).
+	idListAttrs = map[string]bool{"user_ids": true, "chat_ids": true}
+	// chatKeyAttrs hold a chat key, "<platform>:<account>:<chat id>".
+	chatKeyAttrs = map[string]bool{"chat_key": true}
+	// msgIDAttrs hold a bus message id, "<platform>:<account>:<event
+	// id>", whose event id names someone on some platforms, or an id made
+	// of one: a router notice's turn id, a delivery's idempotency key
+	// (MsgID). Other values (a ULID turn id) are kept.
+	msgIDAttrs = map[string]bool{"msg_id": true, "event": true, "turn_id": true, "key": true}
 )
 
 // Pseudonyms returns the Pseudonymizer cfg asks for, nil when
@@ -46,6 +62,12 @@ func pseudonymizeString(p *pseudonym.Pseudonymizer, name, s string) string {
 		return p.Key(s)
 	case userKeyAttrs[name]:
 		return p.UserKey(s)
+	case chatKeyAttrs[name]:
+		return p.ChatKey(s)
+	case msgIDAttrs[name]:
+		if ps := p.MsgID(s); ps != s {
+			return ps
+		}
 	}
 	return p.Text(s)
 }
@@ -78,14 +100,180 @@ func pseudonymizeAttr(p *pseudonym.Pseudonymizer) func(groups []string, a slog.A
 				return slog.String(a.Key, pseudonymizeString(p, a.Key, s))
 			}
 		case v.Kind() == slog.KindAny:
-			if err, ok := v.Any().(error); ok && err != nil {
-				if s := err.Error(); strings.Contains(s, "agent:") {
-					return slog.String(a.Key, p.Text(s))
-				}
-			}
+			return pseudonymizeAny(p, a)
 		}
 		return a
 	}
+}
+
+// pseudonymizeAny pseudonymizes an attribute whose value is any value:
+// an error's text (the ids Naming marked it with, the session keys it
+// names), a value marked Personal, a list of ids, and the ids inside a
+// struct, a proto or a map, found by their names.
+func pseudonymizeAny(p *pseudonym.Pseudonymizer, a slog.Attr) slog.Attr {
+	switch v := a.Value.Any().(type) {
+	case error:
+		if v == nil {
+			return a
+		}
+		// Session keys first: Scrub would take an id out of a key,
+		// which Text would then not know as one.
+		s := v.Error()
+		ps := p.Text(s)
+		if ids := pseudonym.NamedIDs(v); len(ids) > 0 {
+			ps = p.Scrub(ps, ids...)
+		}
+		if ps != s {
+			return slog.String(a.Key, ps)
+		}
+	case pseudonym.Personal:
+		return slog.String(a.Key, p.ID(string(v)))
+	case []string:
+		if idListAttrs[a.Key] {
+			out := make([]string, len(v))
+			for i, id := range v {
+				out[i] = p.ID(id)
+			}
+			return slog.Any(a.Key, out)
+		}
+	default:
+		if tree, ok := structured(v); ok {
+			return slog.Any(a.Key, pseudonymizeTree(p, "", tree))
+		}
+	}
+	return a
+}
+
+// structured is v, a struct, a map or a pointer to one (a proto message
+// among them), as encoding/json writes it, which is how the JSON handler
+// logs it: an object whose names are the json names (a proto's are its
+// fields' names, chat_id, user_id), decoded, for pseudonymizeTree to find
+// the ids in by their names. It is false for any other value and for
+// one that does not encode as an object (a time, a text marshaler's).
+func structured(v any) (any, bool) {
+	t := reflect.TypeOf(v)
+	if t == nil {
+		return nil, false
+	}
+	if t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if k := t.Kind(); k != reflect.Struct && k != reflect.Map {
+		return nil, false
+	}
+	b, err := json.Marshal(v)
+	if err != nil || len(b) == 0 || b[0] != '{' {
+		return nil, false
+	}
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.UseNumber() // numbers written as they were
+	var tree any
+	if d.Decode(&tree) != nil {
+		return nil, false
+	}
+	return tree, true
+}
+
+// pseudonymizeTree pseudonymizes a decoded JSON value logged under the
+// name name: the strings in it as attributes of their names are, lists
+// of ids, objects and lists within, in place.
+func pseudonymizeTree(p *pseudonym.Pseudonymizer, name string, v any) any {
+	switch v := v.(type) {
+	case string:
+		if idAttrs[name] || idListAttrs[name] {
+			return p.ID(v)
+		}
+		return pseudonymizeString(p, name, v)
+	case json.Number:
+		if idAttrs[name] {
+			return p.ID(v.String())
+		}
+	case map[string]any:
+		for k, inner := range v {
+			v[k] = pseudonymizeTree(p, k, inner)
+		}
+	case []any:
+		for i, inner := range v {
+			v[i] = pseudonymizeTree(p, name, inner)
+		}
+	}
+	return v
+}
+
+// errorAttrs hold an error's text as a string (a send receipt's, an
+// outbox row's last error).
+var errorAttrs = map[string]bool{"err": true, "last_error": true, "receipt_error": true}
+
+// namingHandler marks each error a record logs (an error value, or an
+// errorAttrs string) as naming the ids the record names under idAttrs,
+// its own or a With's, so pseudonymizeAttr takes them out of the error's
+// text too: a platform's error about a chat ("failed to POST
+// /_matrix/client/v3/join/!room:example.org", Twilio's "The 'To' number
+// +1555…") is logged beside the chat's chat_id, and its text names the
+// chat's pseudonym. A record with no id or no error goes through as it
+// is, without an allocation.
+type namingHandler struct {
+	slog.Handler
+	// ids are those the With attributes name.
+	ids []string
+}
+
+// maxRecordIDs bounds the ids a record's own attributes add: a record
+// names a chat, a thread and a user or two.
+const maxRecordIDs = 4
+
+func (h namingHandler) Handle(ctx context.Context, r slog.Record) error {
+	var buf [maxRecordIDs]string
+	ids := buf[:0]
+	errs := false
+	r.Attrs(func(a slog.Attr) bool {
+		switch {
+		case idAttrs[a.Key]:
+			if id := a.Value.Resolve().String(); id != "" && len(ids) < maxRecordIDs {
+				ids = append(ids, id)
+			}
+		case a.Value.Kind() == slog.KindAny:
+			_, isErr := a.Value.Any().(error)
+			errs = errs || isErr
+		case a.Value.Kind() == slog.KindString && errorAttrs[a.Key]:
+			errs = true
+		}
+		return true
+	})
+	if !errs || len(ids)+len(h.ids) == 0 {
+		return h.Handler.Handle(ctx, r)
+	}
+	named := append(append([]string(nil), h.ids...), ids...)
+	out := slog.NewRecord(r.Time, r.Level, r.Message, r.PC)
+	r.Attrs(func(a slog.Attr) bool {
+		switch {
+		case a.Value.Kind() == slog.KindAny:
+			if err, ok := a.Value.Any().(error); ok && err != nil {
+				a = slog.Any(a.Key, pseudonym.Naming(err, named...))
+			}
+		case a.Value.Kind() == slog.KindString && errorAttrs[a.Key] && a.Value.String() != "":
+			a = slog.Any(a.Key, pseudonym.Naming(errors.New(a.Value.String()), named...))
+		}
+		out.AddAttrs(a)
+		return true
+	})
+	return h.Handler.Handle(ctx, out)
+}
+
+func (h namingHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
+	ids := h.ids
+	for _, a := range attrs {
+		if idAttrs[a.Key] {
+			if id := a.Value.Resolve().String(); id != "" {
+				ids = append(ids[:len(ids):len(ids)], id) // never into a shared array
+			}
+		}
+	}
+	return namingHandler{Handler: h.Handler.WithAttrs(attrs), ids: ids}
+}
+
+func (h namingHandler) WithGroup(name string) slog.Handler {
+	return namingHandler{Handler: h.Handler.WithGroup(name), ids: h.ids}
 }
 
 // pseudonymizingExporter hands its exporter spans whose names, status

@@ -4,12 +4,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"reflect"
 	"strings"
 	"testing"
 
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/pseudonym"
 	"github.com/switchboard-chat/switchboard/pkg/telemetry"
 )
@@ -51,6 +54,7 @@ func TestLogPseudonyms(t *testing.T) {
 		{"last_key", func(l *slog.Logger) { l.Info("m", "last_key", key) }, []string{"last_key"}, pkey},
 		{"user_id", func(l *slog.Logger) { l.Info("m", "user_id", user) }, []string{"user_id"}, p.ID(user)},
 		{"user_id as a number", func(l *slog.Logger) { l.Info("m", "user_id", int64(123456789)) }, []string{"user_id"}, p.ID(user)},
+		{"thread_id", func(l *slog.Logger) { l.Info("m", "thread_id", user) }, []string{"thread_id"}, p.ID(user)},
 		{"user_id_alt", func(l *slog.Logger) { l.Info("m", "user_id_alt", user) }, []string{"user_id_alt"}, p.ID(user)},
 		{"chat_id", func(l *slog.Logger) { l.Info("m", "chat_id", "15551234567@s.whatsapp.net") }, []string{"chat_id"}, p.ID("15551234567@s.whatsapp.net")},
 		{"by a user", func(l *slog.Logger) { l.Info("m", "by", "telegram:"+user) }, []string{"by"}, "telegram:" + p.ID(user)},
@@ -77,6 +81,54 @@ func TestLogPseudonyms(t *testing.T) {
 		{"LogValuer group", func(l *slog.Logger) { l.Info("m", "source", source{"telegram", user}) }, []string{"source", "user_id"}, p.ID(user)},
 		{"LogValuer value", func(l *slog.Logger) { l.Info("m", "session_key", keyValuer(key)) }, []string{"session_key"}, pkey},
 		{"slog.Attr", func(l *slog.Logger) { l.LogAttrs(t.Context(), slog.LevelInfo, "m", slog.String("chat_id", user)) }, []string{"chat_id"}, p.ID(user)},
+		// A platform's error text naming the chat the caller knows.
+		{"error naming ids", func(l *slog.Logger) {
+			l.Info("m", "err", pseudonym.Naming(fmt.Errorf(`Post "https://discord.com/api/v9/channels/%s/messages": EOF`, user), user))
+		}, []string{"err"}, `Post "https://discord.com/api/v9/channels/` + p.ID(user) + `/messages": EOF`},
+		{"error wrapping one naming ids", func(l *slog.Logger) {
+			l.Info("m", "err", fmt.Errorf("send to %s: %w", key, pseudonym.Naming(fmt.Errorf("chat %s not found", user), user)))
+		}, []string{"err"}, "send to " + pkey + ": chat " + p.ID(user) + " not found"},
+		// An error logged beside the id it is about.
+		{"error beside its chat_id", func(l *slog.Logger) {
+			l.Warn("m", "chat_id", user, "err", fmt.Errorf("failed to POST /_matrix/client/v3/join/%s (HTTP 403)", user))
+		}, []string{"err"}, "failed to POST /_matrix/client/v3/join/" + p.ID(user) + " (HTTP 403)"},
+		{"error beside a user_id as a number", func(l *slog.Logger) {
+			l.Warn("m", "err", fmt.Errorf("user %s not found", user), "user_id", int64(123456789))
+		}, []string{"err"}, "user " + p.ID(user) + " not found"},
+		{"error under a logger With its chat_id", func(l *slog.Logger) {
+			l.With("chat_id", user).WithGroup("g").Warn("m", "err", fmt.Errorf("chat %s: forbidden", user))
+		}, []string{"g", "err"}, "chat " + p.ID(user) + ": forbidden"},
+		{"error text beside its chat_id", func(l *slog.Logger) {
+			l.Warn("m", "chat_id", user, "last_error", "The 'To' number +"+user+" is not valid")
+		}, []string{"last_error"}, "The 'To' number +" + p.ID(user) + " is not valid"},
+		{"a value marked personal", func(l *slog.Logger) { l.Info("m", "message_id", pseudonym.Personal("+"+user+":1700000000000")) },
+			[]string{"message_id"}, p.ID("+" + user + ":1700000000000")},
+		{"chat_ids", func(l *slog.Logger) { l.Info("m", "chat_ids", []string{"C0CHANNEL", user}) },
+			[]string{"chat_ids"}, []any{p.ID("C0CHANNEL"), p.ID(user)}},
+		{"user_ids", func(l *slog.Logger) { l.Info("m", "user_ids", []string{user}) }, []string{"user_ids"}, []any{p.ID(user)}},
+		{"chat_key", func(l *slog.Logger) { l.Info("m", "chat_key", "whatsapp:main:"+user) }, []string{"chat_key"}, "whatsapp:main:" + p.ID(user)},
+		{"msg_id naming its sender", func(l *slog.Logger) { l.Info("m", "msg_id", "signal:main:+"+user+":1700000000000") },
+			[]string{"msg_id"}, "signal:main:" + p.ID("+"+user+":1700000000000")},
+		{"event naming its sender", func(l *slog.Logger) { l.Info("m", "event", "signal:main:+"+user+":1700000000000") },
+			[]string{"event"}, "signal:main:" + p.ID("+"+user+":1700000000000")},
+		{"a notice's turn_id", func(l *slog.Logger) { l.Info("m", "turn_id", "notice:signal:main:+"+user+":17:1") },
+			[]string{"turn_id"}, "notice:signal:main:" + p.ID("+"+user+":17:1")},
+		{"a notice's delivery key", func(l *slog.Logger) { l.Info("m", "key", "notice:signal:main:+"+user+":17:1:0") },
+			[]string{"key"}, "notice:signal:main:" + p.ID("+"+user+":17:1:0")},
+		{"a delivery key naming a session", func(l *slog.Logger) { l.Info("m", "key", "event:"+key+":3") },
+			[]string{"key"}, "event:" + p.Key(key+":3")},
+		{"opaque msg_id", func(l *slog.Logger) { l.Info("m", "msg_id", "telegram:main:42") }, []string{"msg_id"}, "telegram:main:42"},
+		{"a proto", func(l *slog.Logger) {
+			l.Info("m", "source", &eventsv1.SessionSource{Platform: "telegram", ChatId: user, ChatType: "dm", UserId: user})
+		}, []string{"source", "chat_id"}, p.ID(user)},
+		{"a struct", func(l *slog.Logger) {
+			l.Info("m", "target", struct {
+				Platform string `json:"platform"`
+				ChatID   string `json:"chat_id"`
+				Attempts int    `json:"attempts"`
+			}{"slack", user, 3})
+		}, []string{"target", "chat_id"}, p.ID(user)},
+		{"a map", func(l *slog.Logger) { l.Info("m", "ids", map[string]any{"user_id": user, "n": 2}) }, []string{"ids", "user_id"}, p.ID(user)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -85,10 +137,10 @@ func TestLogPseudonyms(t *testing.T) {
 			log := telemetry.NewLogger(telemetry.LogConfig{Level: "info", Pseudonymize: true, PseudonymKey: "secret"}, &buf)
 			tt.log(log)
 			rec := decodeRecord(t, buf.Bytes())
-			if got := lookup(t, rec, tt.path); got != tt.want {
+			if got := lookup(t, rec, tt.path); !reflect.DeepEqual(got, tt.want) {
 				t.Errorf("%s = %v, want %v (record %s)", strings.Join(tt.path, "."), got, tt.want, buf.String())
 			}
-			if want, ok := tt.want.(string); ok && want != "" && strings.Contains(buf.String(), user) && !strings.Contains(want, user) {
+			if want := fmt.Sprint(tt.want); want != "" && strings.Contains(buf.String(), user) && !strings.Contains(want, user) {
 				t.Errorf("record still names %s: %s", user, buf.String())
 			}
 		})
@@ -101,11 +153,12 @@ func TestLogPseudonymsOff(t *testing.T) {
 	var buf bytes.Buffer
 	log := telemetry.NewLogger(telemetry.LogConfig{Level: "info", Pseudonymize: false, PseudonymKey: "secret"}, &buf)
 	log.Info("turn for "+key, "session_key", key, "user_id", "123456789", "by", "telegram:123456789",
-		"err", fmt.Errorf("claim lock %s: %w", key, errTimeout))
+		"err", fmt.Errorf("claim lock %s: %w", key, errTimeout), "message_id", pseudonym.Personal("+123456789:17"),
+		"reason", pseudonym.Naming(errors.New("chat 123456789 not found"), "123456789"))
 	rec := decodeRecord(t, buf.Bytes())
 	for k, want := range map[string]string{
 		"msg": "turn for " + key, "session_key": key, "user_id": "123456789", "by": "telegram:123456789",
-		"err": "claim lock " + key + ": timeout",
+		"err": "claim lock " + key + ": timeout", "message_id": "+123456789:17", "reason": "chat 123456789 not found",
 	} {
 		if got := rec[k]; got != want {
 			t.Errorf("%s = %v, want %q as logged", k, got, want)

@@ -244,6 +244,12 @@ type instance struct {
 
 func (e *env) start(t *testing.T, cfg delivery.Config, name string) *instance {
 	t.Helper()
+	return e.startLogged(t, cfg, name, slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
+}
+
+// startLogged is start with the replica logging to log.
+func (e *env) startLogged(t *testing.T, cfg delivery.Config, name string, log *slog.Logger) *instance {
+	t.Helper()
 	nc, err := nats.Connect(e.url, nats.Name(name))
 	if err != nil {
 		t.Fatal(err)
@@ -253,7 +259,7 @@ func (e *env) start(t *testing.T, cfg delivery.Config, name string) *instance {
 		t.Fatal(err)
 	}
 	cfg.ReplicaID = name
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("replica", name)
+	log = log.With("replica", name)
 	svc, err := delivery.New(cfg, delivery.Deps{Log: log, Bus: b, DB: e.db, Redis: e.rdb, RedisPrefix: e.rpref, Now: e.clock.Now})
 	if err != nil {
 		t.Fatal(err)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -189,8 +190,21 @@ func (s *Service) sendRecovered(ctx, life context.Context, r outbox.Row) {
 	if err == nil {
 		return
 	}
-	log := telemetry.WithTrace(ctx, s.log).With("delivery_id", r.ID, "key", r.Key, "platform", r.Platform, "attempt", r.Attempts)
+	log := rowLog(ctx, s.log, r)
 	s.retry(ctx, log, r, "panic", err.Error(), s.backoff(r.Attempts), nil)
+}
+
+// rowLog is log for the send of row r: its delivery id, key, platform,
+// attempt, and chat (and thread), whose ids the log handler also takes out
+// of a gateway's error text (a URL with the channel in its path, a phone
+// number in Twilio's answer) as it pseudonymizes them.
+func rowLog(ctx context.Context, log *slog.Logger, r outbox.Row) *slog.Logger {
+	log = telemetry.WithTrace(ctx, log).With("delivery_id", r.ID, "key", r.Key, "platform", r.Platform, "attempt", r.Attempts,
+		"chat_id", r.ChatID)
+	if r.ThreadID != "" {
+		log = log.With("thread_id", r.ThreadID)
+	}
+	return log
 }
 
 // sendHook, when set (tests only), runs before each outbox send.
@@ -217,7 +231,7 @@ func (s *Service) expire(ctx context.Context, now time.Time) {
 	for _, r := range res.Replaced {
 		expired.WithLabelValues(r.Platform).Inc()
 		s.log.Warn("image expired before it could be sent; its link takes its place", "delivery_id", r.ID, "key", r.Key,
-			"last_error", r.LastError)
+			"chat_id", r.ChatID, "last_error", r.LastError)
 	}
 	if len(res.Replaced) > 0 {
 		s.kick()
@@ -310,7 +324,7 @@ func (s *Service) send(ctx, life context.Context, r outbox.Row) {
 	ctx, span := otel.Tracer(tracerName).Start(r.Context(ctx), "delivery send "+r.Platform,
 		trace.WithAttributes(attribute.Int64("delivery.id", r.ID), attribute.Int("delivery.attempt", r.Attempts)))
 	defer span.End()
-	log := telemetry.WithTrace(ctx, s.log).With("delivery_id", r.ID, "key", r.Key, "platform", r.Platform, "attempt", r.Attempts)
+	log := rowLog(ctx, s.log, r)
 	req := r.Request
 	now := s.now()
 	wait, err := s.limiter.Take(ctx, now, s.buckets(req.GetTarget())...)
@@ -439,7 +453,7 @@ func (s *Service) sendThrough(ctx context.Context, req *deliveryv1.SendRequested
 	if !ok {
 		return false, nil // a row with the key exists: it goes its own way
 	}
-	log := telemetry.WithTrace(ctx, s.log).With("delivery_id", row.ID, "key", row.Key, "platform", row.Platform, "attempt", row.Attempts)
+	log := rowLog(ctx, s.log, row)
 	s.outcome(ctx, log, row, &rec, err)
 	s.kick()
 	return true, nil

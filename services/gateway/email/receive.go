@@ -24,6 +24,7 @@ import (
 	"github.com/switchboard-chat/switchboard/pkg/attachment"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/platform"
+	"github.com/switchboard-chat/switchboard/pkg/pseudonym"
 )
 
 // cursor is how far a mailbox was read: every message with a UID up to
@@ -445,7 +446,7 @@ func (p *Platform) publish(ctx context.Context, raw []byte, note string, conn pl
 		if a := authenticate(m.AuthResults, p.cfg.AuthservID, p.cfg.AuthenticatedBy, domain); !a.OK {
 			skipped.WithLabelValues("auth_" + a.Reason).Inc()
 			log.Warn("email: skipping mail whose sender is not authenticated", "reason", a.Reason,
-				"from_domain", domain, "authserv_id", p.cfg.AuthservID, "results", a.Verdict, "message_id", m.MessageID)
+				"from_domain", domain, "authserv_id", p.cfg.AuthservID, "results", a.Verdict, "message_id", pseudonym.Personal(m.MessageID))
 			return nil
 		}
 	}
@@ -498,7 +499,7 @@ func (p *Platform) keepAttachments(ctx context.Context, ev *eventsv1.MessageRece
 			a.Unavailable = fmt.Sprintf("it is too large (the limit is %s)", attachment.Size(p.store.Config().MaxBytes))
 		}
 		attachmentsLost.WithLabelValues(strings.ReplaceAll(why, " ", "_")).Inc()
-		log.Warn("email: attachment not kept", "event_id", ev.GetEventId(), "index", i, "bytes", a.GetSizeBytes(), "err", err)
+		log.Warn("email: attachment not kept", "event_id", pseudonym.Personal(ev.GetEventId()), "index", i, "bytes", a.GetSizeBytes(), "err", err)
 		notes = append(notes, fmt.Sprintf("[The attachment %q (%s, %s) could not be kept (%s): it cannot be read, and the sender would have to send it again.]",
 			a.GetFileName(), a.GetMimeType(), attachment.Size(a.GetSizeBytes()), why))
 	}

@@ -282,7 +282,7 @@ func NewPlatform(cfg Config, b *bus.Bus, log *slog.Logger, hc *http.Client) (*Pl
 		}
 		if len(unreachable) > 0 {
 			sort.Strings(unreachable)
-			p.log.Warn("line: free-response "+c.kind+" that are not allowed get nothing published", "kind", c.kind, "ids", unreachable)
+			p.log.Warn("line: free-response "+c.kind+" that are not allowed get nothing published", "kind", c.kind, "chat_ids", unreachable)
 		}
 	}
 	return p, nil

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/switchboard-chat/switchboard/pkg/platform"
+	"github.com/switchboard-chat/switchboard/pkg/pseudonym"
 )
 
 // maxEventBytes bounds one event's data; a larger one is read through,
@@ -250,6 +251,6 @@ func (p *Platform) handleOne(ctx context.Context, conn platform.Conn, sse sseEve
 		if ctx.Err() != nil {
 			return false
 		}
-		p.log.Warn("signal message not published; retrying", "event_id", ev.GetEventId(), "attempt", attempt+1, "err", err)
+		p.log.Warn("signal message not published; retrying", "event_id", pseudonym.Personal(ev.GetEventId()), "attempt", attempt+1, "err", err)
 	}
 }

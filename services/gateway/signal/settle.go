@@ -14,6 +14,7 @@ import (
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	"github.com/switchboard-chat/switchboard/pkg/panics"
 	"github.com/switchboard-chat/switchboard/pkg/platform"
+	"github.com/switchboard-chat/switchboard/pkg/pseudonym"
 )
 
 // signal-cli's send takes no idempotency key and no timestamp of ours:
@@ -115,7 +116,7 @@ func (p *Platform) post(ctx context.Context, params map[string]any) (string, err
 	id, wait, n := p.earlier(ctx, now)
 	switch {
 	case id != "":
-		p.log.Info("signal: an earlier attempt of this message went through; not sent again", "message_id", id)
+		p.log.Info("signal: an earlier attempt of this message went through; not sent again", "message_id", pseudonym.Personal(id))
 		return id, nil
 	case wait > 0:
 		return "", &platform.SendError{Class: deliveryv1.ErrorClass_ERROR_CLASS_RETRYABLE, RetryAfter: min(wait, 30*time.Second),

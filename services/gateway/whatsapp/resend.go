@@ -8,6 +8,7 @@ import (
 
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	"github.com/switchboard-chat/switchboard/pkg/platform"
+	"github.com/switchboard-chat/switchboard/pkg/pseudonym"
 )
 
 // A send can end without knowing whether WhatsApp took the message: the
@@ -69,7 +70,7 @@ func (p *Platform) reported(ctx context.Context, part int) (string, error) {
 		return "", nil
 	}
 	if id, ok := platform.SentReport(ctx, part); ok {
-		p.log.Info("whatsapp reported an earlier attempt of this message sent; not sent again", "message_id", id)
+		p.log.Info("whatsapp reported an earlier attempt of this message sent; not sent again", "message_id", pseudonym.Personal(id))
 		return id, nil
 	}
 	ms, err := strconv.ParseInt(v, 10, 64)

@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/switchboard-chat/switchboard/pkg/platform"
+	"github.com/switchboard-chat/switchboard/pkg/pseudonym"
 	"github.com/switchboard-chat/switchboard/pkg/secret"
 )
 
@@ -160,7 +161,7 @@ func (p *Platform) status(s status) {
 		label = strconv.Itoa(code)
 	}
 	sendFailures.WithLabelValues(label).Inc()
-	p.log.Warn("whatsapp reports a sent message failed", "message_id", s.ID, "chat_id", s.RecipientID,
+	p.log.Warn("whatsapp reports a sent message failed", "message_id", pseudonym.Personal(s.ID), "chat_id", s.RecipientID,
 		"code", code, "title", title, "message", msg, "details", details)
 }
 

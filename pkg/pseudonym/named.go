@@ -1,0 +1,200 @@
+package pseudonym
+
+import (
+	"cmp"
+	"errors"
+	"net/url"
+	"slices"
+	"strings"
+)
+
+// Personal marks a logged value as a personal id whatever the name of its
+// attribute: a log handler that pseudonymizes shows its ID, one that does
+// not shows it as it is. For ids whose attribute names say nothing of
+// them, as a platform's message id that holds its sender's number
+// (Signal's "<sender>:<timestamp>", WhatsApp's wamid, an e-mail's
+// Message-ID):
+//
+//	log.Info("sent", "message_id", pseudonym.Personal(id))
+type Personal string
+
+// Naming marks err as naming ids (the chat, thread or user ids the caller
+// knows it is about): a log handler that pseudonymizes shows its text, and
+// the text of any error that wraps it, with each of them replaced by its
+// ID (Scrub). For errors whose text the caller does not write, a
+// platform's answer or a URL with a channel in its path:
+//
+//	log.Warn("send failed", "err", pseudonym.Naming(err, chatID, threadID))
+//
+// errors.Is and errors.As see through it; nil stays nil.
+func Naming(err error, ids ...string) error {
+	if err == nil {
+		return nil
+	}
+	return &namingError{err: err, ids: ids}
+}
+
+type namingError struct {
+	err error
+	ids []string
+}
+
+func (e *namingError) Error() string { return e.err.Error() }
+func (e *namingError) Unwrap() error { return e.err }
+
+// NamedIDs are the ids Naming marked err, or any error it wraps, as
+// naming; none for an unmarked error, which costs no allocation.
+func NamedIDs(err error) []string {
+	var ids []string
+	for err != nil {
+		switch e := err.(type) {
+		case *namingError:
+			ids = append(ids, e.ids...)
+			err = e.err
+		case interface{ Unwrap() []error }:
+			for _, inner := range e.Unwrap() {
+				ids = append(ids, NamedIDs(inner)...)
+			}
+			return ids
+		default:
+			err = errors.Unwrap(err)
+		}
+	}
+	return ids
+}
+
+// minScrubbed is the length below which Scrub leaves an id in the text:
+// "7" or "42" would take every such number (a status, an attempt) with
+// it, and so short an id names no one.
+const minScrubbed = 3
+
+// Scrub replaces each of ids in text by its ID where it stands as a whole
+// word: not inside a longer run of letters and digits ("123" is not
+// taken from "41234"). It also finds an id as platforms and HTTP
+// clients write it: without the leading "+" of a phone number, and
+// escaped in a URL's path or query (a Matrix room "!r:example.org" as
+// "%21r:example.org"), each replaced by the ID of the id as given.
+// Ids shorter than 3 bytes are left.
+func (p *Pseudonymizer) Scrub(text string, ids ...string) string {
+	if p == nil || text == "" || len(ids) == 0 {
+		return text
+	}
+	type form struct{ find, id string }
+	var forms []form
+	for _, id := range ids {
+		for _, f := range []string{id, strings.TrimPrefix(id, "+"), url.PathEscape(id), url.QueryEscape(id)} {
+			if len(f) >= minScrubbed && !slices.ContainsFunc(forms, func(o form) bool { return o.find == f }) {
+				forms = append(forms, form{f, id})
+			}
+		}
+	}
+	// The longest first: "+15551234567" before "15551234567", an id
+	// before one it contains.
+	slices.SortStableFunc(forms, func(a, b form) int { return cmp.Compare(len(b.find), len(a.find)) })
+	for _, f := range forms {
+		text = p.replaceWord(text, f.find, f.id)
+	}
+	return text
+}
+
+// replaceWord replaces find by the ID of id wherever it stands as a
+// whole word in text.
+func (p *Pseudonymizer) replaceWord(text, find, id string) string {
+	var b strings.Builder
+	done := 0 // text[:done] is in b
+	for from := 0; ; {
+		i := strings.Index(text[from:], find)
+		if i < 0 {
+			break
+		}
+		start, end := from+i, from+i+len(find)
+		if !wordBoundary(text, start, end) {
+			from = start + 1
+			continue
+		}
+		b.WriteString(text[done:start])
+		b.WriteString(p.ID(id))
+		done, from = end, end
+	}
+	if done == 0 {
+		return text // not found
+	}
+	b.WriteString(text[done:])
+	return b.String()
+}
+
+// wordBoundary reports whether text[start:end] is not part of a longer
+// run of ASCII letters and digits: an end that is itself a letter or a
+// digit must not touch another.
+func wordBoundary(text string, start, end int) bool {
+	if start > 0 && isAlnum(text[start]) && isAlnum(text[start-1]) {
+		return false
+	}
+	if end < len(text) && isAlnum(text[end-1]) && isAlnum(text[end]) {
+		return false
+	}
+	return true
+}
+
+func isAlnum(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z'
+}
+
+// ChatKey pseudonymizes a chat key, "<platform>:<account>:<chat id>"
+// (sessionkey.ChatKey, the outbox's chat_key): the platform and the bot's
+// account stay, the chat id, colons and all, becomes its ID. A value of
+// another shape is one ID.
+func (p *Pseudonymizer) ChatKey(key string) string {
+	if p == nil || key == "" {
+		return key
+	}
+	platform, rest, ok1 := strings.Cut(key, ":")
+	account, chat, ok2 := strings.Cut(rest, ":")
+	if !ok1 || !ok2 || platform == "" || chat == "" {
+		return p.ID(key)
+	}
+	return platform + ":" + account + ":" + p.ID(chat)
+}
+
+// personalEventIDs are the platforms whose event ids name a person or a
+// chat: Signal's is "<sender's number or uuid>:<timestamp>", a WhatsApp
+// wamid is base64 that holds the sender's number, an e-mail's Message-ID
+// often holds an address or a host, Slack's starts with the channel id,
+// Teams's with the conversation id, Google Chat's message name with the
+// space. The others' (Telegram update ids, Discord and Mattermost
+// snowflakes, Matrix event ids, BlueBubbles guids, LINE webhook event
+// ids, Twilio SIDs) are opaque numbers or random strings that name no
+// one and find the message on the platform.
+var personalEventIDs = map[string]bool{
+	"signal": true, "whatsapp": true, "email": true, "slack": true, "teams": true, "googlechat": true,
+}
+
+// MsgID pseudonymizes a bus message id, "<platform>:<account>:<event id>"
+// (the inbound Nats-Msg-Id, the router's dedupe id), and the ids made of
+// one after "notice:" or "press:" (a router notice's turn id and bus
+// message id, "notice:<dedupe id>:<n>", a delivery idempotency key made
+// of them, a button press's key): on the platforms whose event ids name a
+// person or a chat (personalEventIDs) the event id, and what follows it,
+// becomes its ID; any other value is kept as it is.
+func (p *Pseudonymizer) MsgID(id string) string {
+	if p == nil {
+		return id
+	}
+	for _, prefix := range []string{"notice:", "press:"} {
+		if rest, ok := strings.CutPrefix(id, prefix); ok {
+			if ps := p.MsgID(rest); ps != rest {
+				return prefix + ps
+			}
+			return id
+		}
+	}
+	platform, rest, ok := strings.Cut(id, ":")
+	if !ok || !personalEventIDs[platform] {
+		return id
+	}
+	account, event, ok := strings.Cut(rest, ":")
+	if !ok || event == "" {
+		return id
+	}
+	return platform + ":" + account + ":" + p.ID(event)
+}

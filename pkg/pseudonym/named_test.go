@@ -1,0 +1,171 @@
+package pseudonym_test
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/switchboard-chat/switchboard/pkg/pseudonym"
+)
+
+func TestScrub(t *testing.T) {
+	t.Parallel()
+	p := pseudonym.New("k")
+	id := p.ID
+	tests := []struct {
+		name, text string
+		ids        []string
+		want       string
+	}{
+		{"a URL's path", `Post "https://discord.com/api/v9/channels/900000000000000001/messages": EOF`, []string{"900000000000000001"},
+			`Post "https://discord.com/api/v9/channels/` + id("900000000000000001") + `/messages": EOF`},
+		{"a platform's message", "The 'To' number +15551234567 is not a valid phone number.", []string{"+15551234567"},
+			"The 'To' number " + id("+15551234567") + " is not a valid phone number."},
+		{"without its plus", "21211: invalid number 15551234567", []string{"+15551234567"}, "21211: invalid number " + id("+15551234567")},
+		{"an address", "550 5.1.1 <bob@example.com>: Recipient address rejected", []string{"bob@example.com"},
+			"550 5.1.1 <" + id("bob@example.com") + ">: Recipient address rejected"},
+		{"escaped in a path", "failed to PUT /_matrix/client/v3/rooms/%21room:example.org/send (HTTP 403)", []string{"!room:example.org"},
+			"failed to PUT /_matrix/client/v3/rooms/" + id("!room:example.org") + "/send (HTTP 403)"},
+		{"as given too", "room !room:example.org: forbidden", []string{"!room:example.org"}, "room " + id("!room:example.org") + ": forbidden"},
+		{"every occurrence, several ids", "chat 99001 thread 77002 of chat 99001", []string{"99001", "77002"},
+			"chat " + id("99001") + " thread " + id("77002") + " of chat " + id("99001")},
+		{"not inside a longer number", "code 4199001 for 99001x and x99001", []string{"99001"}, "code 4199001 for 99001x and x99001"},
+		{"a negative Telegram id", "chat -1002285219667 not found", []string{"-1002285219667"}, "chat " + id("-1002285219667") + " not found"},
+		{"an id within another", "chats 12345 and 123456", []string{"12345", "123456"}, "chats " + id("12345") + " and " + id("123456")},
+		{"short ids are left", "HTTP 42: chat 42", []string{"42"}, "HTTP 42: chat 42"},
+		{"empty ids", "nothing", []string{"", ""}, "nothing"},
+		{"not there", "forbidden", []string{"99001"}, "forbidden"},
+	}
+	for _, tt := range tests {
+		if got := p.Scrub(tt.text, tt.ids...); got != tt.want {
+			t.Errorf("%s: Scrub(%q, %q) = %q, want %q", tt.name, tt.text, tt.ids, got, tt.want)
+		}
+	}
+	var off *pseudonym.Pseudonymizer
+	if got := off.Scrub("chat 99001", "99001"); got != "chat 99001" {
+		t.Errorf("nil Pseudonymizer scrubbed: %q", got)
+	}
+}
+
+func TestNaming(t *testing.T) {
+	t.Parallel()
+	base := errors.New("HTTP 403: channel 900000000000000001")
+	named := pseudonym.Naming(base, "900000000000000001", "")
+	if named.Error() != base.Error() || !errors.Is(named, base) {
+		t.Errorf("Naming changed the error: %q", named)
+	}
+	if pseudonym.Naming(nil, "1") != nil {
+		t.Error("Naming(nil) is not nil")
+	}
+	wrapped := fmt.Errorf("send: %w", named)
+	joined := errors.Join(errors.New("first"), pseudonym.Naming(errors.New("second"), "U0USER01"))
+	tests := []struct {
+		err  error
+		want []string
+	}{
+		{named, []string{"900000000000000001", ""}},
+		{wrapped, []string{"900000000000000001", ""}},
+		{fmt.Errorf("again: %w", pseudonym.Naming(wrapped, "77")), []string{"77", "900000000000000001", ""}},
+		{joined, []string{"U0USER01"}},
+		{base, nil},
+		{nil, nil},
+	}
+	for _, tt := range tests {
+		if got := pseudonym.NamedIDs(tt.err); strings.Join(got, ",") != strings.Join(tt.want, ",") {
+			t.Errorf("NamedIDs(%v) = %q, want %q", tt.err, got, tt.want)
+		}
+	}
+}
+
+func TestChatKey(t *testing.T) {
+	t.Parallel()
+	p := pseudonym.New("k")
+	id := p.ID
+	tests := []struct{ in, want string }{
+		{"whatsapp:main:15551234567", "whatsapp:main:" + id("15551234567")},
+		{"matrix:bot:!room:example.org", "matrix:bot:" + id("!room:example.org")},
+		{"telegram::99", "telegram::" + id("99")},
+		{"no-colons", id("no-colons")},
+		{"telegram:main:", id("telegram:main:")},
+		{"", ""},
+	}
+	for _, tt := range tests {
+		if got := p.ChatKey(tt.in); got != tt.want {
+			t.Errorf("ChatKey(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+}
+
+func TestMsgID(t *testing.T) {
+	t.Parallel()
+	p := pseudonym.New("k")
+	id := p.ID
+	tests := []struct{ in, want string }{
+		{"signal:main:+15551234567:1700000000000", "signal:main:" + id("+15551234567:1700000000000")},
+		{"whatsapp:main:wamid.HBgLMTU1NTEyMzQ1NjcVAgASGBQzQUFC", "whatsapp:main:" + id("wamid.HBgLMTU1NTEyMzQ1NjcVAgASGBQzQUFC")},
+		{"email:main:CAF1234@mail.example.com", "email:main:" + id("CAF1234@mail.example.com")},
+		{"slack:main:C0CHANNEL:1700000000.000100", "slack:main:" + id("C0CHANNEL:1700000000.000100")},
+		// A router notice's turn id and bus message id, a delivery's
+		// idempotency key made of them, a button press's.
+		{"notice:signal:main:+15551234567:1700000000000:1", "notice:signal:main:" + id("+15551234567:1700000000000:1")},
+		{"notice:signal:main:+15551234567:1700000000000:1:0", "notice:signal:main:" + id("+15551234567:1700000000000:1:0")},
+		{"press:whatsapp:main:wamid.HBgL", "press:whatsapp:main:" + id("wamid.HBgL")},
+		{"notice:telegram:main:42:1", "notice:telegram:main:42:1"},
+		// Opaque ids stay, to find the message on its platform.
+		{"telegram:main:42", "telegram:main:42"},
+		{"discord:main:1100000000000000001", "discord:main:1100000000000000001"},
+		{"signal:main:", "signal:main:"},
+		{"01HXYZ:3", "01HXYZ:3"},
+		{"", ""},
+	}
+	for _, tt := range tests {
+		if got := p.MsgID(tt.in); got != tt.want {
+			t.Errorf("MsgID(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+}
+
+// FuzzScrub: Scrub never panics, is deterministic, leaves no whole-word
+// occurrence of an id of 3 bytes or more it was given, and changes
+// nothing when the ids are not in the text.
+func FuzzScrub(f *testing.F) {
+	f.Add(`Post "https://discord.com/api/v9/channels/900/messages": EOF`, "900", "")
+	f.Add("The 'To' number +15551234567 is invalid", "+15551234567", "15551234567")
+	f.Add("PUT /rooms/%21r:example.org/send", "!r:example.org", "r")
+	f.Add("aaaa", "aa", "aaa")
+	f.Add("", "", "")
+	p := pseudonym.New("fuzz")
+	f.Fuzz(func(t *testing.T, text, a, b string) {
+		got := p.Scrub(text, a, b)
+		if again := p.Scrub(text, a, b); again != got {
+			t.Fatalf("Scrub(%q, %q, %q) not deterministic: %q then %q", text, a, b, got, again)
+		}
+		if !strings.Contains(text, a) && !strings.Contains(text, b) && got != text &&
+			!strings.Contains(text, strings.TrimPrefix(a, "+")) && !strings.Contains(text, strings.TrimPrefix(b, "+")) &&
+			!strings.ContainsAny(a+b, "%!#$&'()*+,/:;=?@[] ") {
+			t.Fatalf("Scrub(%q, %q, %q) = %q: changed a text that names neither", text, a, b, got)
+		}
+		for _, id := range []string{a, b} {
+			if len(id) >= 3 && isWord(got, id) && !isWord(p.ID(a)+" "+p.ID(b), id) {
+				t.Fatalf("Scrub(%q, %q, %q) = %q: %q still stands in it", text, a, b, got, id)
+			}
+		}
+	})
+}
+
+// isWord reports whether id stands in s as a whole word, as Scrub finds it.
+func isWord(s, id string) bool {
+	alnum := func(c byte) bool { return '0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' }
+	for from := 0; ; {
+		i := strings.Index(s[from:], id)
+		if i < 0 {
+			return false
+		}
+		start, end := from+i, from+i+len(id)
+		if (start == 0 || !alnum(s[start]) || !alnum(s[start-1])) && (end == len(s) || !alnum(s[end-1]) || !alnum(s[end])) {
+			return true
+		}
+		from = start + 1
+	}
+}
