@@ -577,7 +577,9 @@ func (s *Service) delta(ctx context.Context, ev *repliesv1.ReplyEvent, text, tho
 var segmentHook atomic.Pointer[func(replica, turn string)]
 
 // closeBlock closes the turn's current segment at ev, a tool's step
-// whose progress message starts below it, when that segment shows only
+// whose progress message or approval prompt starts below it (Hermes
+// finishes its stream before an approval prompt, so what follows the
+// approval is below the prompt), when that segment shows only
 // a reasoning block (/reasoning show: a model call that reasoned and
 // called tools without saying anything, so the worker sends no break
 // before the next call, or one whose segment_text is empty): the block
@@ -615,10 +617,18 @@ func (s *Service) reasoningAboveTools(ev *repliesv1.ReplyEvent, st *turnState) b
 	if !st.reasoned || len(st.ids) == 0 || strings.TrimSpace(st.raw.String()) != "" {
 		return false
 	}
-	// An open progress message was started after the stream's last new
-	// message (which ends the one before: endToolMessage), so below it.
-	tl := s.tools.peek(ev.GetTurnId())
-	return tl != nil && tl.key != ""
+	// An open progress message or an approval prompt was started after
+	// the stream's last new message (which ends the one before and
+	// clears the other: endToolMessage), so below it.
+	return s.toolsBelow(ev.GetTurnId())
+}
+
+// toolsBelow reports whether this replica posted, since the turn's
+// stream last started a message, a message of its tool calls (a
+// progress message, an approval prompt) below the stream's messages.
+func (s *Service) toolsBelow(turn string) bool {
+	tl := s.tools.peek(turn)
+	return tl != nil && (tl.key != "" || tl.prompted)
 }
 
 // newStream is a stream of platform's messages.
@@ -749,8 +759,8 @@ func (s *Service) foreignBreak(ctx context.Context, ev *repliesv1.ReplyEvent, st
 func (s *Service) foreignBlock(ctx context.Context, ev *repliesv1.ReplyEvent, st *turnState) error {
 	thought := st.block
 	st.block = ""
-	if tl := s.tools.peek(ev.GetTurnId()); tl == nil || tl.key == "" {
-		return nil // no progress below: the answer goes on in the block's message
+	if !s.toolsBelow(ev.GetTurnId()) {
+		return nil // no progress or prompt below: the answer goes on in the block's message
 	}
 	seg, err := s.store.LastStreamSegment(ctx, ev.GetTurnId())
 	if err != nil {
@@ -998,7 +1008,11 @@ func (s *Service) textFirst(ctx context.Context, ev *repliesv1.ReplyEvent) {
 // its last edit cannot be queued, the lines go on in it.
 func (s *Service) endToolMessage(ctx context.Context, ev *repliesv1.ReplyEvent) {
 	tl := s.tools.peek(ev.GetTurnId())
-	if tl == nil || tl.key == "" {
+	if tl == nil {
+		return
+	}
+	tl.prompted = false // the prompt is above this message now
+	if tl.key == "" {
 		return
 	}
 	if err := s.lastEdit(ctx, ev, tl, ":tps"); err != nil {

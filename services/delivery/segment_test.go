@@ -842,3 +842,97 @@ func (e *env) waitShown(t *testing.T, chat string, want []string) {
 	}
 	t.Errorf("the chat shows:\n%s\nwant:\n%s", strings.Join(got, "\n---\n"), strings.Join(want, "\n---\n"))
 }
+
+// With /reasoning show, a call that only reasoned and then asked for
+// approval of a dangerous tool leaves its block above the prompt, and
+// the answer after the approval goes below the prompt, as it does below
+// progress lines: Hermes finishes the stream before an approval prompt
+// (its native-stream boundary close), so what the agent says after the
+// approval opens a message below the prompt instead of going on in the
+// message above it. With progress lines off the prompt is the only
+// message below the block; a replica that took the turn over before the
+// prompt puts the answer below it too.
+func TestShowReasoningAnswerComesBelowTheApprovalPrompt(t *testing.T) {
+	t.Parallel()
+	const (
+		asked  = "Let me check the calendar for you."
+		looked = "I should delete the temporary file first."
+		said   = "The file is gone, and the meeting is at noon."
+	)
+	brk := func(segment, thought string) *repliesv1.TextDelta {
+		return &repliesv1.TextDelta{Text: "\n\n", Restart: true, SegmentText: proto.String(segment), SegmentReasoning: thought}
+	}
+	ran := &repliesv1.ToolProgress{ToolCallId: "c-rm", ToolName: "rm", Phase: repliesv1.ToolPhase_TOOL_PHASE_STARTED, Preview: "/tmp/x"}
+	done := &repliesv1.ToolProgress{ToolCallId: "c-rm", ToolName: "rm", Phase: repliesv1.ToolPhase_TOOL_PHASE_FINISHED}
+	answer := []any{&repliesv1.ReasoningDelta{Text: said, Restart: true}, &repliesv1.TextDelta{Text: segAnswer},
+		final(reasoning.WithAnswer(said, segAnswer))}
+	tests := []struct {
+		name     string
+		progress string
+		before   []any // streamed by replica a
+		after    []any // by replica b, which took over (none: a streams all)
+		posted   string
+		want     []string
+	}{
+		{"progress off", delivery.ToolProgressOff,
+			[]any{&repliesv1.ReasoningDelta{Text: looked}, rmApproval, ran, done}, nil, "",
+			[]string{reasoning.Block(looked), prompt("/"), reasoning.WithAnswer(said, segAnswer)}},
+		{"progress off, a later call", delivery.ToolProgressOff,
+			[]any{&repliesv1.TextDelta{Text: asked}, brk(asked, ""), &repliesv1.ReasoningDelta{Text: looked}, rmApproval, ran, done,
+				brk("", looked)}, nil, "",
+			[]string{asked, reasoning.Block(looked), prompt("/"), reasoning.WithAnswer(said, segAnswer)}},
+		{"progress lines after the approval", delivery.ToolProgressAll,
+			[]any{&repliesv1.ReasoningDelta{Text: looked}, rmApproval, ran, done}, nil, "",
+			[]string{reasoning.Block(looked), prompt("/"), "⚙️ rm: \"/tmp/x\"", reasoning.WithAnswer(said, segAnswer)}},
+		{"a takeover before the prompt", delivery.ToolProgressOff,
+			[]any{&repliesv1.TextDelta{Text: asked}, brk(asked, ""), &repliesv1.ReasoningDelta{Text: looked}},
+			[]any{rmApproval, ran, done, brk("", looked)}, reasoning.Block(looked),
+			[]string{asked, reasoning.Block(looked), prompt("/"), reasoning.WithAnswer(said, segAnswer)}},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			turn := fmt.Sprint("t", i)
+			e := newEnv(t)
+			cfg := streamConfig()
+			cfg.ToolProgress = tt.progress
+			seq := int64(0)
+			stream := func(body any) {
+				seq++
+				e.publishStream(t, turn, seq, "s1", body)
+				e.consumed(t, "s1")
+				e.clock.Advance(time.Second)
+			}
+			a := e.start(t, cfg, "a")
+			for _, body := range tt.before {
+				stream(body)
+			}
+			if tt.after != nil {
+				eventually(t, e.clock, 0, "a's last message", func() bool {
+					for text := range e.gw.turnSends(turn) {
+						if strings.HasPrefix(text, tt.posted) {
+							return true
+						}
+					}
+					return false
+				})
+				a.stop(t)
+				e.start(t, cfg, "b")
+			}
+			for _, body := range append(append([]any(nil), tt.after...), answer...) {
+				stream(body)
+			}
+			eventually(t, e.clock, 0, "the final", func() bool { return e.gw.finals(turn) > 0 })
+			e.consumed(t, "s1")
+			e.waitShown(t, "chat-s1", tt.want)
+			for text, n := range e.gw.turnSends(turn) {
+				if n > 1 {
+					t.Errorf("%q posted %d times", text, n)
+				}
+			}
+			if n := e.gw.finals(turn); n != 1 {
+				t.Errorf("%d messages marked the turn's end, want 1", n)
+			}
+		})
+	}
+}
