@@ -936,3 +936,99 @@ func TestShowReasoningAnswerComesBelowTheApprovalPrompt(t *testing.T) {
 		})
 	}
 }
+
+// With /reasoning show, two replicas in a row that stop mid-turn around
+// the tools' step and the empty break after it (the break of a call that
+// only reasoned) leave the answer below the progress lines, as one
+// replica does: the first stops before the tools' step, the second
+// posts the progress message below the block and stops before or after
+// the break, and the third, which knows neither the progress message
+// nor the break's block, takes the rest. The block's message is finished
+// with the reasoning the break carries, or, with no break (no earlier
+// call said anything), keeps what it last showed.
+func TestTwoTakeoversAroundAnEmptyBreak(t *testing.T) {
+	t.Parallel()
+	const (
+		asked  = "Let me check the calendar for you."
+		looked = "I should look at the calendar for today."
+		said   = "The calendar says the meeting is at noon."
+	)
+	brk := func(segment, thought string) *repliesv1.TextDelta {
+		return &repliesv1.TextDelta{Text: "\n\n", Restart: true, SegmentText: proto.String(segment), SegmentReasoning: thought}
+	}
+	progress := "⚙️ calendar: \"today\""
+	answer := []any{&repliesv1.ReasoningDelta{Text: said, Restart: true}, &repliesv1.TextDelta{Text: segAnswer},
+		final(reasoning.WithAnswer(said, segAnswer))}
+	tests := []struct {
+		name string
+		a, b []any // streamed by replica a, then by b; c takes the rest
+		c    []any
+		want []string
+	}{
+		{"the second stops after the break",
+			[]any{&repliesv1.TextDelta{Text: asked}, brk(asked, ""), &repliesv1.ReasoningDelta{Text: looked}},
+			[]any{started("calendar", "today"), brk("", looked)}, nil,
+			[]string{asked, reasoning.Block(looked), progress, reasoning.WithAnswer(said, segAnswer)}},
+		{"the second stops before the break",
+			[]any{&repliesv1.TextDelta{Text: asked}, brk(asked, ""), &repliesv1.ReasoningDelta{Text: looked}},
+			[]any{started("calendar", "today")}, []any{brk("", looked)},
+			[]string{asked, reasoning.Block(looked), progress, reasoning.WithAnswer(said, segAnswer)}},
+		{"no break: the first call only reasoned",
+			[]any{&repliesv1.ReasoningDelta{Text: looked}},
+			[]any{started("calendar", "today")}, nil,
+			[]string{reasoning.Block(looked) + " ▉", progress, reasoning.WithAnswer(said, segAnswer)}},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			turn := fmt.Sprint("t", i)
+			e := newEnv(t)
+			cfg := streamConfig()
+			cfg.ToolProgress = delivery.ToolProgressAll
+			seq := int64(0)
+			stream := func(body any) {
+				seq++
+				e.publishStream(t, turn, seq, "s1", body)
+				e.consumed(t, "s1")
+				e.clock.Advance(time.Second)
+			}
+			shows := func(prefix string) func() bool {
+				return func() bool {
+					for text := range e.gw.turnSends(turn) {
+						if strings.HasPrefix(text, prefix) {
+							return true
+						}
+					}
+					return false
+				}
+			}
+			a := e.start(t, cfg, "a")
+			for _, body := range tt.a {
+				stream(body)
+			}
+			eventually(t, e.clock, 0, "a's block", shows(reasoning.Block(looked)))
+			a.stop(t)
+			b := e.start(t, cfg, "b")
+			for _, body := range tt.b {
+				stream(body)
+			}
+			eventually(t, e.clock, 0, "b's progress message", shows(progress))
+			b.stop(t)
+			e.start(t, cfg, "c")
+			for _, body := range append(append([]any(nil), tt.c...), answer...) {
+				stream(body)
+			}
+			eventually(t, e.clock, 0, "the final", func() bool { return e.gw.finals(turn) > 0 })
+			e.consumed(t, "s1")
+			e.waitShown(t, "chat-s1", tt.want)
+			for text, n := range e.gw.turnSends(turn) {
+				if n > 1 {
+					t.Errorf("%q posted %d times", text, n)
+				}
+			}
+			if n := e.gw.finals(turn); n != 1 {
+				t.Errorf("%d messages marked the turn's end, want 1", n)
+			}
+		})
+	}
+}
