@@ -707,28 +707,42 @@ func TestShowReasoningAnswerComesBelowTheToolProgress(t *testing.T) {
 		looked = "I should look at the calendar for today."
 		said   = "The calendar says the meeting is at noon."
 	)
-	e := newEnv(t)
-	cfg := streamConfig()
-	cfg.ToolProgress = delivery.ToolProgressAll
-	e.start(t, cfg, "a")
-	for i, body := range []any{
-		&repliesv1.ReasoningDelta{Text: looked}, started("calendar", "today"),
-		&repliesv1.ReasoningDelta{Text: said, Restart: true}, &repliesv1.TextDelta{Text: segAnswer},
-		final(reasoning.WithAnswer(said, segAnswer)),
-	} {
-		e.publishStream(t, "t1", int64(i+1), "s1", body)
-		e.consumed(t, "s1")
-		e.clock.Advance(time.Second)
+	for _, brk := range []bool{false, true} {
+		t.Run(fmt.Sprint("a break before the next call: ", brk), func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			cfg := streamConfig()
+			cfg.ToolProgress = delivery.ToolProgressAll
+			e.start(t, cfg, "a")
+			events := []any{&repliesv1.ReasoningDelta{Text: looked}, started("calendar", "today")}
+			if brk {
+				events = append(events, blockBreak(looked)) // a newer worker's
+			}
+			events = append(events, &repliesv1.ReasoningDelta{Text: said, Restart: true}, &repliesv1.TextDelta{Text: segAnswer},
+				final(reasoning.WithAnswer(said, segAnswer)))
+			for i, body := range events {
+				e.publishStream(t, "t1", int64(i+1), "s1", body)
+				e.consumed(t, "s1")
+				e.clock.Advance(time.Second)
+			}
+			eventually(t, e.clock, 0, "the final", func() bool { return e.gw.finals("t1") > 0 })
+			e.consumed(t, "s1")
+			want := []string{reasoning.Block(looked), "⚙️ calendar: \"today\"", reasoning.WithAnswer(said, segAnswer)}
+			e.waitShown(t, "chat-s1", want)
+			for text, n := range e.gw.turnSends("t1") {
+				if n > 1 {
+					t.Errorf("%q posted %d times", text, n)
+				}
+			}
+		})
 	}
-	eventually(t, e.clock, 0, "the final", func() bool { return e.gw.finals("t1") > 0 })
-	e.consumed(t, "s1")
-	want := []string{reasoning.Block(looked), "⚙️ calendar: \"today\"", reasoning.WithAnswer(said, segAnswer)}
-	e.waitShown(t, "chat-s1", want)
-	for text, n := range e.gw.turnSends("t1") {
-		if n > 1 {
-			t.Errorf("%q posted %d times", text, n)
-		}
-	}
+}
+
+// blockBreak is the break a worker publishes before the call after one
+// that only reasoned when no earlier call said anything: no text, the
+// block of the call it follows (an older worker publishes none).
+func blockBreak(thought string) *repliesv1.TextDelta {
+	return &repliesv1.TextDelta{Restart: true, SegmentText: proto.String(""), SegmentReasoning: thought}
 }
 
 // With /reasoning show, a replica that takes a turn over after a call
@@ -742,8 +756,10 @@ func TestShowReasoningAnswerComesBelowTheToolProgress(t *testing.T) {
 // goes. When the previous one stopped before the tools' step, the one
 // that posts their progress lines opens a segment at the next call's
 // reasoning restart: the answer goes below them too, and the block's
-// message is finished with the reasoning a break carried, or, with no
-// break (no earlier call said anything), keeps what it last showed.
+// message is finished with the reasoning a break carried (a worker
+// publishes one, with no text, after a first call that only reasoned),
+// or, with no break (an older worker's turn where no earlier call said
+// anything), keeps what it last showed.
 func TestTakeoverBeforeAReasoningRestart(t *testing.T) {
 	t.Parallel()
 	const (
@@ -773,6 +789,11 @@ func TestTakeoverBeforeAReasoningRestart(t *testing.T) {
 				final(reasoning.WithAnswer(said, segAnswer))},
 			progress, []string{asked, reasoning.Block(looked), progress, reasoning.WithAnswer(said, segAnswer)}},
 		{"before the tools' step, the first call only reasoned",
+			[]any{&repliesv1.ReasoningDelta{Text: looked}},
+			[]any{started("calendar", "today"), blockBreak(looked), &repliesv1.ReasoningDelta{Text: said, Restart: true},
+				&repliesv1.TextDelta{Text: segAnswer}, final(reasoning.WithAnswer(said, segAnswer))},
+			reasoning.Block(looked), []string{reasoning.Block(looked), progress, reasoning.WithAnswer(said, segAnswer)}},
+		{"before the tools' step, the first call only reasoned, an older worker",
 			[]any{&repliesv1.ReasoningDelta{Text: looked}},
 			[]any{started("calendar", "today"), &repliesv1.ReasoningDelta{Text: said, Restart: true},
 				&repliesv1.TextDelta{Text: segAnswer}, final(reasoning.WithAnswer(said, segAnswer))},
