@@ -599,14 +599,18 @@ func (s *Service) closeBlock(ctx context.Context, ev *repliesv1.ReplyEvent) erro
 	if st != nil && st.done {
 		return nil
 	}
+	if st != nil {
+		// A break's record still unstored first: the mark below and
+		// the split go by the last segment.
+		if err := s.closeSegment(ctx, ev, st); err != nil {
+			return err
+		}
+	}
 	if st == nil || st.foreign {
 		// Not this replica's stream: another replica's, which this
 		// one cannot close (it knows neither the block nor its
 		// text), or none.
 		return s.markTools(ctx, ev)
-	}
-	if err := s.closeSegment(ctx, ev, st); err != nil {
-		return err
 	}
 	if !st.reasoned || len(st.ids) == 0 || strings.TrimSpace(st.raw.String()) != "" {
 		return nil
