@@ -836,6 +836,57 @@ func (s *Store) CloseStreamSegment(ctx context.Context, now time.Time, ttl time.
 	return nil
 }
 
+// MarkStreamTools records that a message of a turn's tool calls (a
+// progress message, an approval prompt) goes below the first messages
+// messages of the turn's stream segment opened by seq segment (table
+// delivery_stream_tools): a replica that takes the turn over reads it
+// (LastStreamSegmentBelow) to put the answer below that message rather
+// than on in the segment's messages above it. Idempotent.
+func (s *Store) MarkStreamTools(ctx context.Context, turnID string, segment int64, messages int) error {
+	_, err := s.db.Exec(ctx, `INSERT INTO delivery_stream_tools (turn_id, segment, messages)
+VALUES ($1, $2, $3) ON CONFLICT DO NOTHING`, turnID, segment, messages)
+	if err != nil {
+		return fmt.Errorf("mark tools below stream segment %d of turn %s: %w", segment, turnID, err)
+	}
+	return nil
+}
+
+// LastStreamSegmentBelow is LastStreamSegment and whether a message of
+// the turn's tool calls was marked below all of that segment's messages
+// (MarkStreamTools), in one round trip.
+func (s *Store) LastStreamSegmentBelow(ctx context.Context, turnID string) (StreamSegment, bool, error) {
+	b := &pgx.Batch{}
+	b.Queue(lastSegment, turnID)
+	b.Queue(toolsBelow, turnID)
+	br := s.db.SendBatch(ctx, b)
+	defer br.Close()
+	rows, err := br.Query()
+	if err != nil {
+		return StreamSegment{}, false, fmt.Errorf("stream messages of turn %s: %w", turnID, err)
+	}
+	seg, err := scanSegment(rows, turnID)
+	if err != nil {
+		return StreamSegment{}, false, err
+	}
+	var below bool
+	if err := br.QueryRow().Scan(&below); err != nil {
+		return StreamSegment{}, false, fmt.Errorf("tools below the stream of turn %s: %w", turnID, err)
+	}
+	return seg, below && len(seg.IDs) > 0, nil
+}
+
+// toolsBelow selects whether a tools' message was marked below every
+// message of the turn's last stream segment: a mark of that segment
+// counting at least its messages (one counting fewer is above the later
+// ones).
+const toolsBelow = `SELECT EXISTS (SELECT 1 FROM delivery_stream_tools t
+WHERE t.turn_id = $1
+AND t.segment = (SELECT max(segment) FROM (
+    SELECT segment FROM delivery_stream_messages WHERE turn_id = $1
+    UNION ALL SELECT segment FROM delivery_stream_segments WHERE turn_id = $1) AS recorded)
+AND t.messages >= (SELECT count(*) FROM delivery_stream_messages m
+    WHERE m.turn_id = $1 AND m.segment = t.segment AND m.platform_message_id <> ''))`
+
 // openSegment marks a stream segment opened (OpenStreamSegment).
 const openSegment = `INSERT INTO delivery_stream_segments (turn_id, segment)
 VALUES ($1, $2) ON CONFLICT (turn_id, segment) DO NOTHING`
@@ -914,14 +965,17 @@ func scanSegment(rows pgx.Rows, turnID string) (StreamSegment, error) {
 	return seg, nil
 }
 
-// PruneStreamMessages forgets stream messages and segments recorded
-// before cutoff.
+// PruneStreamMessages forgets stream messages, segments and tools marks
+// recorded before cutoff.
 func (s *Store) PruneStreamMessages(ctx context.Context, cutoff time.Time) error {
 	if _, err := s.db.Exec(ctx, `DELETE FROM delivery_stream_messages WHERE created_at < $1`, cutoff); err != nil {
 		return fmt.Errorf("prune stream messages: %w", err)
 	}
 	if _, err := s.db.Exec(ctx, `DELETE FROM delivery_stream_segments WHERE created_at < $1`, cutoff); err != nil {
 		return fmt.Errorf("prune stream segments: %w", err)
+	}
+	if _, err := s.db.Exec(ctx, `DELETE FROM delivery_stream_tools WHERE created_at < $1`, cutoff); err != nil {
+		return fmt.Errorf("prune stream tools marks: %w", err)
 	}
 	return nil
 }

@@ -219,3 +219,80 @@ WHERE turn_id = $1 ORDER BY message_index`, turn)
 		t.Errorf("%d old segment marks left after the prune", left)
 	}
 }
+
+// A tools' message marked below a stream segment's messages is below the
+// last segment only while it counts all of that segment's messages: a
+// mark of an earlier segment, or one that a later message of the same
+// segment went below, is not. Marking twice changes nothing, and
+// housekeeping forgets old marks.
+func TestStreamToolsBelowTheLastSegment(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.New(t)
+	s := outbox.New(db)
+	type msg struct {
+		segment int64
+		index   int
+		id      string
+	}
+	tests := []struct {
+		name   string
+		msgs   []msg
+		opened []int64
+		marks  [][2]int64 // segment, messages
+		want   bool
+	}{
+		{"nothing streamed", nil, nil, nil, false},
+		{"no mark", []msg{{0, 0, "m1"}}, nil, nil, false},
+		{"below the block", []msg{{0, 0, "m1"}}, nil, [][2]int64{{0, 1}, {0, 1}}, true},
+		{"below two messages", []msg{{0, 0, "m1"}, {0, 1, "m2"}}, nil, [][2]int64{{0, 2}}, true},
+		{"a later message below it", []msg{{0, 0, "m1"}, {0, 1, "m2"}}, nil, [][2]int64{{0, 1}}, false},
+		{"an earlier segment's", []msg{{0, 0, "m1"}, {4, 1, "m2"}}, []int64{4}, [][2]int64{{0, 1}}, false},
+		{"the last segment's", []msg{{0, 0, "m1"}, {4, 1, "m2"}}, []int64{4}, [][2]int64{{4, 1}}, true},
+		{"a segment with no message yet", []msg{{0, 0, "m1"}}, []int64{4}, [][2]int64{{0, 1}}, false},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			turn := fmt.Sprint("tools-", i)
+			for _, seg := range tt.opened {
+				if err := s.OpenStreamSegment(ctx, turn, seg); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, m := range tt.msgs {
+				if err := s.SaveStreamMessage(ctx, turn, m.segment, m.index, m.id); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, m := range tt.marks {
+				if err := s.MarkStreamTools(ctx, turn, m[0], int(m[1])); err != nil {
+					t.Fatal(err)
+				}
+			}
+			last, err := s.LastStreamSegment(ctx, turn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, below, err := s.LastStreamSegmentBelow(ctx, turn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fmt.Sprintf("%+v", got) != fmt.Sprintf("%+v", last) || below != tt.want {
+				t.Errorf("%+v, below %v; want %+v, below %v", got, below, last, tt.want)
+			}
+		})
+	}
+	if _, err := db.Exec(ctx, `UPDATE delivery_stream_tools SET created_at = now() - interval '3 hours'`); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PruneStreamMessages(ctx, time.Now().Add(-2*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	var left int
+	if err := db.QueryRow(ctx, `SELECT count(*) FROM delivery_stream_tools`).Scan(&left); err != nil {
+		t.Fatal(err)
+	}
+	if left != 0 {
+		t.Errorf("%d old tools marks left after the prune", left)
+	}
+}

@@ -577,7 +577,9 @@ func (s *Service) delta(ctx context.Context, ev *repliesv1.ReplyEvent, text, tho
 var segmentHook atomic.Pointer[func(replica, turn string)]
 
 // closeBlock closes the turn's current segment at ev, a tool's step
-// whose progress message starts below it, when that segment shows only
+// whose progress message or approval prompt starts below it (Hermes
+// finishes its stream before an approval prompt, so what follows the
+// approval is below the prompt), when that segment shows only
 // a reasoning block (/reasoning show: a model call that reasoned and
 // called tools without saying anything, so the worker sends no break
 // before the next call, or one whose segment_text is empty): the block
@@ -594,16 +596,51 @@ var segmentHook atomic.Pointer[func(replica, turn string)]
 // that could not be stored: the step comes back.
 func (s *Service) closeBlock(ctx context.Context, ev *repliesv1.ReplyEvent) error {
 	st := s.turns.get(ev.GetTurnId())
-	if st == nil || st.done || st.foreign {
+	if st != nil && st.done {
 		return nil
 	}
-	if err := s.closeSegment(ctx, ev, st); err != nil {
-		return err
+	if st != nil {
+		// A break's record still unstored first: the mark below and
+		// the split go by the last segment.
+		if err := s.closeSegment(ctx, ev, st); err != nil {
+			return err
+		}
+	}
+	if st == nil || st.foreign {
+		// Not this replica's stream: another replica's, which this
+		// one cannot close (it knows neither the block nor its
+		// text), or none.
+		return s.markTools(ctx, ev)
 	}
 	if !st.reasoned || len(st.ids) == 0 || strings.TrimSpace(st.raw.String()) != "" {
 		return nil
 	}
 	return s.split(ctx, ev, st)
+}
+
+// markTools records, for a turn whose stream this replica did not
+// stream (it took the turn over, or nothing of the turn reached it
+// yet), that the message of ev's tool calls about to be posted (a
+// progress message, an approval prompt) is below the messages of the
+// stream's last recorded segment (outbox.Store.MarkStreamTools), before
+// it is posted. A replica that takes the turn over from this one knows
+// nothing of that message: the mark tells it, at the empty break after
+// the call or the next call's reasoning restart, to put the answer below
+// it (foreignBlock). One read per new message of the tools, and a write
+// when the stream has messages; the error is a mark that could not be
+// stored: the step comes back.
+func (s *Service) markTools(ctx context.Context, ev *repliesv1.ReplyEvent) error {
+	if ev.GetTurnId() == "" || s.cfg.platform(ev.GetTarget().GetPlatform()).Streaming != StreamEdit {
+		return nil
+	}
+	seg, err := s.store.LastStreamSegment(ctx, ev.GetTurnId())
+	if err != nil {
+		return fmt.Errorf("read the stream segment a tools' message goes below: %w", err)
+	}
+	if len(seg.IDs) == 0 {
+		return nil // no message above: the answer goes below anyway
+	}
+	return s.store.MarkStreamTools(ctx, ev.GetTurnId(), seg.Segment, len(seg.IDs))
 }
 
 // reasoningAboveTools reports whether the turn's current segment shows
@@ -615,10 +652,18 @@ func (s *Service) reasoningAboveTools(ev *repliesv1.ReplyEvent, st *turnState) b
 	if !st.reasoned || len(st.ids) == 0 || strings.TrimSpace(st.raw.String()) != "" {
 		return false
 	}
-	// An open progress message was started after the stream's last new
-	// message (which ends the one before: endToolMessage), so below it.
-	tl := s.tools.peek(ev.GetTurnId())
-	return tl != nil && tl.key != ""
+	// An open progress message or an approval prompt was started after
+	// the stream's last new message (which ends the one before and
+	// clears the other: endToolMessage), so below it.
+	return s.toolsBelow(ev.GetTurnId())
+}
+
+// toolsBelow reports whether this replica posted, since the turn's
+// stream last started a message, a message of its tool calls (a
+// progress message, an approval prompt) below the stream's messages.
+func (s *Service) toolsBelow(turn string) bool {
+	tl := s.tools.peek(turn)
+	return tl != nil && (tl.key != "" || tl.prompted)
 }
 
 // newStream is a stream of platform's messages.
@@ -696,11 +741,14 @@ func (s *Service) foreignBreak(ctx context.Context, ev *repliesv1.ReplyEvent, st
 		// closes nothing there (split), and the next call's text goes
 		// on in its messages, which the final settles; a segment
 		// opened here would leave them showing the earlier block.
-		// Unless its tools' progress lines are below it: the next
-		// call's reasoning restart closes it with this block
-		// (foreignBlock).
+		// Unless its tools' progress lines (or approval prompt) are
+		// below it: the segment closes here, with this block, and the
+		// answer goes below them (foreignBlock). Closed here, not at
+		// the next call's reasoning restart, so that a replica that
+		// takes the turn over in between, which knows neither the
+		// block nor the break, finds the segment recorded.
 		st.block = d.GetSegmentReasoning()
-		return nil
+		return s.foreignBlock(ctx, ev, st)
 	}
 	var closing []*deliveryv1.SendRequested
 	if d.SegmentText != nil {
@@ -731,34 +779,38 @@ func (s *Service) foreignBreak(ctx context.Context, ev *repliesv1.ReplyEvent, st
 	return s.closeSegment(ctx, ev, st)
 }
 
-// foreignBlock takes the reasoning restart of a later model call (ev)
-// for a turn another replica streamed, when this replica posted the
-// progress message of the tools called since (the replica that
-// streamed stopped before their first step, so it did not close the
-// segment there: closeBlock) and no break opened a segment since the
-// last recorded one, whose messages then show no answer text, only the
-// block of a call that reasoned and called tools. A segment opens at
-// the restart, so that the answer goes in a new message below the
-// progress lines, as on the replica that stopped; the block's message
-// is finished with the reasoning a break carried for it (st.block),
-// without the cursor, or, with no break before the call (no earlier
-// call of the turn said anything), keeps what it last showed, the
-// cursor too, as after an older worker's break. The segment and the
-// closing rows are stored together (closeSegment); a restart whose
+// foreignBlock takes the empty break after a model call that only
+// reasoned and called tools, or the reasoning restart of the next call
+// (ev), for a turn another replica streamed, when the message of the
+// tools called since (a progress message, an approval prompt) is below
+// the last recorded segment's messages: this replica posted it (the
+// replica that streamed stopped before the tools' first step, so it did
+// not close the segment there: closeBlock), or a replica before it did
+// and marked it (markTools), and no break opened a segment since, so
+// that segment's messages show no answer text, only the block of that
+// call. A segment opens at ev, so that the answer goes in a new message
+// below the tools' message, as on the replica that stopped; the block's
+// message is finished with the reasoning the break carried for it
+// (st.block), without the cursor, or, with no break before the call (no
+// earlier call of the turn said anything), keeps what it last showed,
+// the cursor too, as after an older worker's break. The segment and the
+// closing rows are stored together (closeSegment); an event whose
 // segment cannot be read or stored comes back.
 func (s *Service) foreignBlock(ctx context.Context, ev *repliesv1.ReplyEvent, st *turnState) error {
-	thought := st.block
-	st.block = ""
-	if tl := s.tools.peek(ev.GetTurnId()); tl == nil || tl.key == "" {
-		return nil // no progress below: the answer goes on in the block's message
-	}
-	seg, err := s.store.LastStreamSegment(ctx, ev.GetTurnId())
+	seg, marked, err := s.store.LastStreamSegmentBelow(ctx, ev.GetTurnId())
 	if err != nil {
 		return fmt.Errorf("read the stream segment a reasoning restart closes: %w", err)
+	}
+	if !marked && !s.toolsBelow(ev.GetTurnId()) {
+		// No progress or prompt below, by this replica or one before
+		// it (markTools): the answer goes on in the block's message.
+		return nil
 	}
 	if len(seg.IDs) == 0 || seg.Segment >= ev.GetSeq() {
 		return nil // closed already, or nothing shows the block
 	}
+	thought := st.block
+	st.block = ""
 	var closing []*deliveryv1.SendRequested
 	if strings.TrimSpace(thought) != "" {
 		closing = s.rewrite(ev, keyBase(ctx, ev)+":g", seg.Segment, seg.IDs, reasoning.Block(thought), deliveryv1.TextFormat_TEXT_FORMAT_MARKDOWN)
@@ -998,7 +1050,11 @@ func (s *Service) textFirst(ctx context.Context, ev *repliesv1.ReplyEvent) {
 // its last edit cannot be queued, the lines go on in it.
 func (s *Service) endToolMessage(ctx context.Context, ev *repliesv1.ReplyEvent) {
 	tl := s.tools.peek(ev.GetTurnId())
-	if tl == nil || tl.key == "" {
+	if tl == nil {
+		return
+	}
+	tl.prompted = false // the prompt is above this message now
+	if tl.key == "" {
 		return
 	}
 	if err := s.lastEdit(ctx, ev, tl, ":tps"); err != nil {

@@ -707,28 +707,42 @@ func TestShowReasoningAnswerComesBelowTheToolProgress(t *testing.T) {
 		looked = "I should look at the calendar for today."
 		said   = "The calendar says the meeting is at noon."
 	)
-	e := newEnv(t)
-	cfg := streamConfig()
-	cfg.ToolProgress = delivery.ToolProgressAll
-	e.start(t, cfg, "a")
-	for i, body := range []any{
-		&repliesv1.ReasoningDelta{Text: looked}, started("calendar", "today"),
-		&repliesv1.ReasoningDelta{Text: said, Restart: true}, &repliesv1.TextDelta{Text: segAnswer},
-		final(reasoning.WithAnswer(said, segAnswer)),
-	} {
-		e.publishStream(t, "t1", int64(i+1), "s1", body)
-		e.consumed(t, "s1")
-		e.clock.Advance(time.Second)
+	for _, brk := range []bool{false, true} {
+		t.Run(fmt.Sprint("a break before the next call: ", brk), func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			cfg := streamConfig()
+			cfg.ToolProgress = delivery.ToolProgressAll
+			e.start(t, cfg, "a")
+			events := []any{&repliesv1.ReasoningDelta{Text: looked}, started("calendar", "today")}
+			if brk {
+				events = append(events, blockBreak(looked)) // a newer worker's
+			}
+			events = append(events, &repliesv1.ReasoningDelta{Text: said, Restart: true}, &repliesv1.TextDelta{Text: segAnswer},
+				final(reasoning.WithAnswer(said, segAnswer)))
+			for i, body := range events {
+				e.publishStream(t, "t1", int64(i+1), "s1", body)
+				e.consumed(t, "s1")
+				e.clock.Advance(time.Second)
+			}
+			eventually(t, e.clock, 0, "the final", func() bool { return e.gw.finals("t1") > 0 })
+			e.consumed(t, "s1")
+			want := []string{reasoning.Block(looked), "⚙️ calendar: \"today\"", reasoning.WithAnswer(said, segAnswer)}
+			e.waitShown(t, "chat-s1", want)
+			for text, n := range e.gw.turnSends("t1") {
+				if n > 1 {
+					t.Errorf("%q posted %d times", text, n)
+				}
+			}
+		})
 	}
-	eventually(t, e.clock, 0, "the final", func() bool { return e.gw.finals("t1") > 0 })
-	e.consumed(t, "s1")
-	want := []string{reasoning.Block(looked), "⚙️ calendar: \"today\"", reasoning.WithAnswer(said, segAnswer)}
-	e.waitShown(t, "chat-s1", want)
-	for text, n := range e.gw.turnSends("t1") {
-		if n > 1 {
-			t.Errorf("%q posted %d times", text, n)
-		}
-	}
+}
+
+// blockBreak is the break a worker publishes before the call after one
+// that only reasoned when no earlier call said anything: no text, the
+// block of the call it follows (an older worker publishes none).
+func blockBreak(thought string) *repliesv1.TextDelta {
+	return &repliesv1.TextDelta{Restart: true, SegmentText: proto.String(""), SegmentReasoning: thought}
 }
 
 // With /reasoning show, a replica that takes a turn over after a call
@@ -742,8 +756,10 @@ func TestShowReasoningAnswerComesBelowTheToolProgress(t *testing.T) {
 // goes. When the previous one stopped before the tools' step, the one
 // that posts their progress lines opens a segment at the next call's
 // reasoning restart: the answer goes below them too, and the block's
-// message is finished with the reasoning a break carried, or, with no
-// break (no earlier call said anything), keeps what it last showed.
+// message is finished with the reasoning a break carried (a worker
+// publishes one, with no text, after a first call that only reasoned),
+// or, with no break (an older worker's turn where no earlier call said
+// anything), keeps what it last showed.
 func TestTakeoverBeforeAReasoningRestart(t *testing.T) {
 	t.Parallel()
 	const (
@@ -773,6 +789,11 @@ func TestTakeoverBeforeAReasoningRestart(t *testing.T) {
 				final(reasoning.WithAnswer(said, segAnswer))},
 			progress, []string{asked, reasoning.Block(looked), progress, reasoning.WithAnswer(said, segAnswer)}},
 		{"before the tools' step, the first call only reasoned",
+			[]any{&repliesv1.ReasoningDelta{Text: looked}},
+			[]any{started("calendar", "today"), blockBreak(looked), &repliesv1.ReasoningDelta{Text: said, Restart: true},
+				&repliesv1.TextDelta{Text: segAnswer}, final(reasoning.WithAnswer(said, segAnswer))},
+			reasoning.Block(looked), []string{reasoning.Block(looked), progress, reasoning.WithAnswer(said, segAnswer)}},
+		{"before the tools' step, the first call only reasoned, an older worker",
 			[]any{&repliesv1.ReasoningDelta{Text: looked}},
 			[]any{started("calendar", "today"), &repliesv1.ReasoningDelta{Text: said, Restart: true},
 				&repliesv1.TextDelta{Text: segAnswer}, final(reasoning.WithAnswer(said, segAnswer))},
@@ -841,4 +862,194 @@ func (e *env) waitShown(t *testing.T, chat string, want []string) {
 		}
 	}
 	t.Errorf("the chat shows:\n%s\nwant:\n%s", strings.Join(got, "\n---\n"), strings.Join(want, "\n---\n"))
+}
+
+// With /reasoning show, a call that only reasoned and then asked for
+// approval of a dangerous tool leaves its block above the prompt, and
+// the answer after the approval goes below the prompt, as it does below
+// progress lines: Hermes finishes the stream before an approval prompt
+// (its native-stream boundary close), so what the agent says after the
+// approval opens a message below the prompt instead of going on in the
+// message above it. With progress lines off the prompt is the only
+// message below the block; a replica that took the turn over before the
+// prompt puts the answer below it too.
+func TestShowReasoningAnswerComesBelowTheApprovalPrompt(t *testing.T) {
+	t.Parallel()
+	const (
+		asked  = "Let me check the calendar for you."
+		looked = "I should delete the temporary file first."
+		said   = "The file is gone, and the meeting is at noon."
+	)
+	brk := func(segment, thought string) *repliesv1.TextDelta {
+		return &repliesv1.TextDelta{Text: "\n\n", Restart: true, SegmentText: proto.String(segment), SegmentReasoning: thought}
+	}
+	ran := &repliesv1.ToolProgress{ToolCallId: "c-rm", ToolName: "rm", Phase: repliesv1.ToolPhase_TOOL_PHASE_STARTED, Preview: "/tmp/x"}
+	done := &repliesv1.ToolProgress{ToolCallId: "c-rm", ToolName: "rm", Phase: repliesv1.ToolPhase_TOOL_PHASE_FINISHED}
+	answer := []any{&repliesv1.ReasoningDelta{Text: said, Restart: true}, &repliesv1.TextDelta{Text: segAnswer},
+		final(reasoning.WithAnswer(said, segAnswer))}
+	tests := []struct {
+		name     string
+		progress string
+		before   []any // streamed by replica a
+		after    []any // by replica b, which took over (none: a streams all)
+		posted   string
+		want     []string
+	}{
+		{"progress off", delivery.ToolProgressOff,
+			[]any{&repliesv1.ReasoningDelta{Text: looked}, rmApproval, ran, done}, nil, "",
+			[]string{reasoning.Block(looked), prompt("/"), reasoning.WithAnswer(said, segAnswer)}},
+		{"progress off, a later call", delivery.ToolProgressOff,
+			[]any{&repliesv1.TextDelta{Text: asked}, brk(asked, ""), &repliesv1.ReasoningDelta{Text: looked}, rmApproval, ran, done,
+				brk("", looked)}, nil, "",
+			[]string{asked, reasoning.Block(looked), prompt("/"), reasoning.WithAnswer(said, segAnswer)}},
+		{"progress lines after the approval", delivery.ToolProgressAll,
+			[]any{&repliesv1.ReasoningDelta{Text: looked}, rmApproval, ran, done}, nil, "",
+			[]string{reasoning.Block(looked), prompt("/"), "⚙️ rm: \"/tmp/x\"", reasoning.WithAnswer(said, segAnswer)}},
+		{"a takeover before the prompt", delivery.ToolProgressOff,
+			[]any{&repliesv1.TextDelta{Text: asked}, brk(asked, ""), &repliesv1.ReasoningDelta{Text: looked}},
+			[]any{rmApproval, ran, done, brk("", looked)}, reasoning.Block(looked),
+			[]string{asked, reasoning.Block(looked), prompt("/"), reasoning.WithAnswer(said, segAnswer)}},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			turn := fmt.Sprint("t", i)
+			e := newEnv(t)
+			cfg := streamConfig()
+			cfg.ToolProgress = tt.progress
+			seq := int64(0)
+			stream := func(body any) {
+				seq++
+				e.publishStream(t, turn, seq, "s1", body)
+				e.consumed(t, "s1")
+				e.clock.Advance(time.Second)
+			}
+			a := e.start(t, cfg, "a")
+			for _, body := range tt.before {
+				stream(body)
+			}
+			if tt.after != nil {
+				eventually(t, e.clock, 0, "a's last message", func() bool {
+					for text := range e.gw.turnSends(turn) {
+						if strings.HasPrefix(text, tt.posted) {
+							return true
+						}
+					}
+					return false
+				})
+				a.stop(t)
+				e.start(t, cfg, "b")
+			}
+			for _, body := range append(append([]any(nil), tt.after...), answer...) {
+				stream(body)
+			}
+			eventually(t, e.clock, 0, "the final", func() bool { return e.gw.finals(turn) > 0 })
+			e.consumed(t, "s1")
+			e.waitShown(t, "chat-s1", tt.want)
+			for text, n := range e.gw.turnSends(turn) {
+				if n > 1 {
+					t.Errorf("%q posted %d times", text, n)
+				}
+			}
+			if n := e.gw.finals(turn); n != 1 {
+				t.Errorf("%d messages marked the turn's end, want 1", n)
+			}
+		})
+	}
+}
+
+// With /reasoning show, two replicas in a row that stop mid-turn around
+// the tools' step and the empty break after it (the break of a call that
+// only reasoned) leave the answer below the progress lines, as one
+// replica does: the first stops before the tools' step, the second
+// posts the progress message below the block and stops before or after
+// the break, and the third, which knows neither the progress message
+// nor the break's block, takes the rest. The block's message is finished
+// with the reasoning the break carries, or, with no break (no earlier
+// call said anything), keeps what it last showed.
+func TestTwoTakeoversAroundAnEmptyBreak(t *testing.T) {
+	t.Parallel()
+	const (
+		asked  = "Let me check the calendar for you."
+		looked = "I should look at the calendar for today."
+		said   = "The calendar says the meeting is at noon."
+	)
+	brk := func(segment, thought string) *repliesv1.TextDelta {
+		return &repliesv1.TextDelta{Text: "\n\n", Restart: true, SegmentText: proto.String(segment), SegmentReasoning: thought}
+	}
+	progress := "⚙️ calendar: \"today\""
+	answer := []any{&repliesv1.ReasoningDelta{Text: said, Restart: true}, &repliesv1.TextDelta{Text: segAnswer},
+		final(reasoning.WithAnswer(said, segAnswer))}
+	tests := []struct {
+		name string
+		a, b []any // streamed by replica a, then by b; c takes the rest
+		c    []any
+		want []string
+	}{
+		{"the second stops after the break",
+			[]any{&repliesv1.TextDelta{Text: asked}, brk(asked, ""), &repliesv1.ReasoningDelta{Text: looked}},
+			[]any{started("calendar", "today"), brk("", looked)}, nil,
+			[]string{asked, reasoning.Block(looked), progress, reasoning.WithAnswer(said, segAnswer)}},
+		{"the second stops before the break",
+			[]any{&repliesv1.TextDelta{Text: asked}, brk(asked, ""), &repliesv1.ReasoningDelta{Text: looked}},
+			[]any{started("calendar", "today")}, []any{brk("", looked)},
+			[]string{asked, reasoning.Block(looked), progress, reasoning.WithAnswer(said, segAnswer)}},
+		{"no break: the first call only reasoned",
+			[]any{&repliesv1.ReasoningDelta{Text: looked}},
+			[]any{started("calendar", "today")}, nil,
+			[]string{reasoning.Block(looked) + " ▉", progress, reasoning.WithAnswer(said, segAnswer)}},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			turn := fmt.Sprint("t", i)
+			e := newEnv(t)
+			cfg := streamConfig()
+			cfg.ToolProgress = delivery.ToolProgressAll
+			seq := int64(0)
+			stream := func(body any) {
+				seq++
+				e.publishStream(t, turn, seq, "s1", body)
+				e.consumed(t, "s1")
+				e.clock.Advance(time.Second)
+			}
+			shows := func(prefix string) func() bool {
+				return func() bool {
+					for text := range e.gw.turnSends(turn) {
+						if strings.HasPrefix(text, prefix) {
+							return true
+						}
+					}
+					return false
+				}
+			}
+			a := e.start(t, cfg, "a")
+			for _, body := range tt.a {
+				stream(body)
+			}
+			eventually(t, e.clock, 0, "a's block", shows(reasoning.Block(looked)))
+			a.stop(t)
+			b := e.start(t, cfg, "b")
+			for _, body := range tt.b {
+				stream(body)
+			}
+			eventually(t, e.clock, 0, "b's progress message", shows(progress))
+			b.stop(t)
+			e.start(t, cfg, "c")
+			for _, body := range append(append([]any(nil), tt.c...), answer...) {
+				stream(body)
+			}
+			eventually(t, e.clock, 0, "the final", func() bool { return e.gw.finals(turn) > 0 })
+			e.consumed(t, "s1")
+			e.waitShown(t, "chat-s1", tt.want)
+			for text, n := range e.gw.turnSends(turn) {
+				if n > 1 {
+					t.Errorf("%q posted %d times", text, n)
+				}
+			}
+			if n := e.gw.finals(turn); n != 1 {
+				t.Errorf("%d messages marked the turn's end, want 1", n)
+			}
+		})
+	}
 }

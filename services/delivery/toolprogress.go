@@ -159,6 +159,11 @@ type toolLines struct {
 	key   string
 	id    string
 	shown string
+	// prompted: an approval prompt was queued below the stream's last
+	// message (and no message of the stream started since): like an
+	// open progress message, it is below a reasoning block that the
+	// answer must not go on in (reasoningAboveTools, foreignBlock).
+	prompted bool
 	// ev is the event that last changed lines, for the edit that shows
 	// them.
 	ev      *repliesv1.ReplyEvent
@@ -239,11 +244,23 @@ func (s *Service) approvalPrompt(ctx context.Context, ev *repliesv1.ReplyEvent, 
 			return err
 		}
 		tl.key, tl.id, tl.shown, tl.lines = "", "", "", nil
+	} else if err := s.closeBlock(ctx, ev); err != nil {
+		// A block of a call that only reasoned stays above the
+		// prompt, and the answer after the approval goes below it, as
+		// Hermes closes its stream before the prompt: the segment's
+		// record first, the step comes back.
+		return err
 	}
 	reqs := s.textRequests(ev, keyBase(ctx, ev)+":a", approvalText(platform, tp), deliveryv1.TextFormat_TEXT_FORMAT_MARKDOWN, false)
 	// A gateway that renders buttons puts them under the prompt's end.
 	reqs[len(reqs)-1].Approval = &deliveryv1.Approval{Choices: approvalChoices, ToolCallId: tp.GetToolCallId()}
-	return s.enqueue(ctx, reqs...)
+	if err := s.enqueue(ctx, reqs...); err != nil {
+		return err
+	}
+	if ev.GetTurnId() != "" {
+		s.tools.get(ev.GetTurnId()).prompted = true
+	}
+	return nil
 }
 
 // approvalChoices are the answers an approval prompt's buttons offer, as

@@ -1245,6 +1245,9 @@ func (r *turnRun) callModel(ctx context.Context, b Backend, model, system string
 			// streamed by the one that stopped, with it.
 			textBreak = false
 			brk := &repliesv1.TextDelta{Text: "\n\n", Restart: true}
+			if !r.answerStreamed {
+				brk.Text = "" // only reasoning before it: no text to part from
+			}
 			brk.SegmentText, brk.SegmentReasoning = r.closedSegment()
 			if err := r.publish(ctx, &repliesv1.ReplyEvent{Body: &repliesv1.ReplyEvent_TextDelta{TextDelta: brk}}); err != nil {
 				return err
@@ -1295,8 +1298,14 @@ func (r *turnRun) callModel(ctx context.Context, b Backend, model, system string
 	sofar := ls.cutSoFar()
 	// A call that goes on with a cut answer continues its text: the final
 	// carries the joined answer, which starts with what the cut call
-	// streamed.
-	textBreak = r.answerStreamed && sofar == ""
+	// streamed. A call after one that only streamed reasoning (/reasoning
+	// show: its block alone in a message, above its tools' progress
+	// lines) has a break too, with no text: the block it carries lets a
+	// delivery replica that took the turn over, which never streamed
+	// that block, finish its message without the cursor; a replica that
+	// streamed it closes nothing there, as at any break after a segment
+	// without answer text.
+	textBreak = (r.answerStreamed || r.reasoningStreamed) && sofar == ""
 	onDelta := func(d llm.Delta) error {
 		if d.Text == "" && d.Reasoning == "" {
 			return nil

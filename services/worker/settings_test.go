@@ -205,7 +205,8 @@ func TestShowReasoningRestartsWithEachCall(t *testing.T) {
 // TextDelta marked restart) comes before that call's reasoning: delivery
 // closes the message of the text said before the tool call there, and
 // the call's reasoning and answer stream into a new one, whether or not
-// the first call reasoned.
+// the first call reasoned; after a first call that only reasoned, the
+// break carries its block alone.
 func TestShowReasoningBreakComesBeforeTheCallsReasoning(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
@@ -223,10 +224,19 @@ func TestShowReasoningBreakComesBeforeTheCallsReasoning(t *testing.T) {
 	}{
 		{"the first call reasons", looked, "R:" + looked + " T:" + asked + " B[" + asked + "|" + looked + "] R*:" + said + " T:" + answer},
 		{"the first call does not", "", "T:" + asked + " B[" + asked + "|] R:" + said + " T:" + answer},
+		// A first call that only reasoned (its block alone in the
+		// message) has a break too, with no text: a delivery replica
+		// that takes the turn over before it finishes the block's
+		// message with the block it carries, without the cursor.
+		{"the first call only reasons", looked, "R:" + looked + " B[|" + looked + "] R*:" + said + " T:" + answer},
 	}
 	for _, tt := range tests {
+		text := asked
+		if strings.HasSuffix(tt.name, "only reasons") {
+			text = ""
+		}
 		h.fake.Enqueue(
-			fakellm.Reply{Text: asked, Reasoning: tt.first, ToolCalls: []fakellm.ToolCall{{ID: "c1", Name: "clock", Arguments: `{}`}}},
+			fakellm.Reply{Text: text, Reasoning: tt.first, ToolCalls: []fakellm.ToolCall{{ID: "c1", Name: "clock", Arguments: `{}`}}},
 			fakellm.Reply{Text: answer, Reasoning: said},
 		)
 		req := h.requestTurn("s1", "what time is it? "+tt.name, turnOpts{show: true})
