@@ -115,6 +115,16 @@ func (c *Cache[K]) Key(ctx context.Context, kid string) (K, error) {
 	return c.unknown(ctx, kid)
 }
 
+// Waiting is the number of calls waiting now for a download to look up
+// a key id the set does not have (at most MaxWaiting once a set is at
+// hand). A call counts from its arrival, so a download that starts, or
+// is running, while n calls wait serves all n.
+func (c *Cache[K]) Waiting() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.waiting
+}
+
 // stale refreshes old keys for a call that has one (k); c.mu held.
 func (c *Cache[K]) stale(ctx context.Context, kid string, k K) (K, error) {
 	done := c.flight

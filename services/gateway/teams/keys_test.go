@@ -102,7 +102,24 @@ func TestKeyRotation(t *testing.T) {
 	f := teamsfake.New(t)
 	v := newVerifier(f.MetadataURL(), teamsfake.Issuer, f.ClientID, 5*time.Minute, http.DefaultClient)
 	const minRefresh = 200 * time.Millisecond
-	v.keys = jwks.New(v.keysConfig(minRefresh), v.fetch)
+	// The cache promises a call naming an unknown kid a download that
+	// starts after it arrived (or runs as it arrives), not the download
+	// of calls that came before: a forged kid that reaches the cache
+	// after the flood's download ended waits for another, MinRefresh
+	// later. Under load one does: generating the other key can outlast
+	// MinRefresh, so the first forged kid starts the download at once,
+	// and a local download ends in a millisecond, before every goroutine
+	// has run. So the flood's download is held until all of it waits.
+	var holdFor atomic.Int64 // hold the next download until this many calls wait for it
+	fetch := func(ctx context.Context) (map[string]signingKey, error) {
+		if n := int(holdFor.Swap(0)); n > 0 {
+			if err := waitForCalls(ctx, v.keys, n); err != nil {
+				return nil, err
+			}
+		}
+		return v.fetch(ctx)
+	}
+	v.keys = jwks.New(v.keysConfig(minRefresh), fetch)
 	var ahead atomic.Int64 // how far v's clock is ahead of the real one
 	v.now = func() time.Time { return time.Now().Add(time.Duration(ahead.Load())) }
 	ctx := context.Background()
@@ -139,6 +156,7 @@ func TestKeyRotation(t *testing.T) {
 		}
 		forged[i] = "Bearer " + s
 	}
+	holdFor.Store(int64(len(forged)))
 	errs := make(chan error, len(forged))
 	for _, s := range forged {
 		go func() {
@@ -167,4 +185,19 @@ func TestKeyRotation(t *testing.T) {
 	if _, err := v.verify(ctx, long()); !errors.Is(err, errKeysUnavailable) {
 		t.Fatalf("a new kid with the metadata out of reach: %v, want errKeysUnavailable", err)
 	}
+}
+
+// waitForCalls returns when n calls wait for a download of keys to look
+// up a key id it does not have, or with ctx's error.
+func waitForCalls[K any](ctx context.Context, keys *jwks.Cache[K], n int) error {
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for keys.Waiting() < n {
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			return fmt.Errorf("%d of %d calls wait for the download: %w", keys.Waiting(), n, ctx.Err())
+		}
+	}
+	return nil
 }
