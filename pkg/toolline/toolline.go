@@ -1,7 +1,7 @@
 // Package toolline is how a tool call the agent makes is named to the
 // people watching it, as Hermes names it: the tool's emoji and the
 // call's one-line label. Delivery builds chat platforms' progress lines
-// from them ("💻 terminal: \"ls\""), the API gateway its
+// from them ("🔍 session_search: \"tea\""), the API gateway its
 // hermes.tool.progress events.
 package toolline
 
