@@ -94,15 +94,20 @@ func TestAPIAnswerIsNotChunked(t *testing.T) {
 
 // The steps of a tool call reach a platform that streams natively (the
 // API gateway's runs show them) as SEND_OP_TOOL_PROGRESS, an approval
-// the call waits for included; a chat platform gets nothing of them.
+// the call waits for included; a chat platform gets nothing of them. A
+// start carries what the API gateway shows of the call as chats' lines
+// do: its one-line preview (an external agent's detail stands for it),
+// the tool's emoji, and its arguments; an end its result's preview.
 func TestToolProgressReachesNativeStreams(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	e.start(t, testConfig(), "a")
 	steps := []*repliesv1.ToolProgress{
 		{ToolCallId: "c1", ToolName: "terminal", Phase: repliesv1.ToolPhase_TOOL_PHASE_AWAITING_APPROVAL, Detail: "terminal ls — reply /approve or /deny"},
-		{ToolCallId: "c1", ToolName: "terminal", Phase: repliesv1.ToolPhase_TOOL_PHASE_STARTED, Detail: "ls"},
-		{ToolCallId: "c1", ToolName: "terminal", Phase: repliesv1.ToolPhase_TOOL_PHASE_FAILED},
+		{ToolCallId: "c1", ToolName: "terminal", Phase: repliesv1.ToolPhase_TOOL_PHASE_STARTED, Detail: "ls -l",
+			Preview: "ls -l", Emoji: "💻", Arguments: `{"command":"ls -l"}`},
+		{ToolCallId: "c1", ToolName: "terminal", Phase: repliesv1.ToolPhase_TOOL_PHASE_FAILED, Detail: "error: exit status 2"},
+		{ToolCallId: "c2", ToolName: "remote", Phase: repliesv1.ToolPhase_TOOL_PHASE_STARTED, Detail: "lookup"},
 	}
 	for _, platform := range []string{"test", "api"} {
 		for i, st := range steps {
@@ -125,12 +130,13 @@ func TestToolProgressReachesNativeStreams(t *testing.T) {
 			t.Errorf("tool progress sent to %s", p)
 		}
 		s := c.Req.GetToolStep()
-		got = append(got, fmt.Sprintf("%s %s %s %q %s", c.Key, s.GetToolCallId(), s.GetPhase(), s.GetDetail(), c.Req.GetInputMessageIds()))
+		got = append(got, fmt.Sprintf("%s %s %s %q %q %q %s", c.Key, s.GetToolCallId(), s.GetPhase(), s.GetDetail(), s.GetEmoji(), s.GetArguments(), c.Req.GetInputMessageIds()))
 	}
 	want := []string{
-		`t-api:1:t c1 awaiting_approval "terminal ls — reply /approve or /deny" [in-t-api]`,
-		`t-api:2:t c1 started "ls" [in-t-api]`,
-		`t-api:3:t c1 failed "" [in-t-api]`,
+		`t-api:1:t c1 awaiting_approval "terminal ls — reply /approve or /deny" "" "" [in-t-api]`,
+		`t-api:2:t c1 started "ls -l" "💻" "{\"command\":\"ls -l\"}" [in-t-api]`,
+		`t-api:3:t c1 failed "error: exit status 2" "" "" [in-t-api]`,
+		`t-api:4:t c2 started "lookup" "" "" [in-t-api]`,
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("tool progress sent:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))

@@ -21,6 +21,7 @@ import (
 	"github.com/switchboard-chat/switchboard/pkg/placeholder"
 	"github.com/switchboard-chat/switchboard/pkg/reasoning"
 	"github.com/switchboard-chat/switchboard/pkg/streamedit"
+	"github.com/switchboard-chat/switchboard/pkg/toolline"
 )
 
 // turnState is what this replica remembers of a turn's reply while it is
@@ -925,6 +926,11 @@ func (s *Service) toolProgress(ctx context.Context, ev *repliesv1.ReplyEvent, tp
 	}
 	req := s.request(ev, keyBase(ctx, ev)+":t", deliveryv1.SendOp_SEND_OP_TOOL_PROGRESS)
 	req.ToolStep = &deliveryv1.ToolStep{ToolCallId: tp.GetToolCallId(), ToolName: tp.GetToolName(), Phase: phase, Detail: tp.GetDetail()}
+	if tp.GetPhase() == repliesv1.ToolPhase_TOOL_PHASE_STARTED {
+		// What the API gateway labels the call with, as chats' progress
+		// lines do (toolline), and its arguments for function_call items.
+		req.ToolStep.Detail, req.ToolStep.Emoji, req.ToolStep.Arguments = toolline.Preview(tp), tp.GetEmoji(), tp.GetArguments()
+	}
 	_, _ = s.progress(ctx, req)
 	return nil
 }

@@ -14,6 +14,7 @@ import (
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
 	"github.com/switchboard-chat/switchboard/pkg/outbox"
+	"github.com/switchboard-chat/switchboard/pkg/toolline"
 )
 
 // The chat's side of the agent's tool calls, as Hermes's gateway shows
@@ -30,9 +31,6 @@ import (
 //     that add lines are best effort under the shared rate limit, and the
 //     lines still unshown when the answer comes are queued as one last
 //     edit before it. The progress message stays when the answer arrives.
-
-// defaultToolEmoji marks a tool that has no emoji of its own.
-const defaultToolEmoji = "⚙️"
 
 // approvalCommandMax is how much of the call the approval prompt shows.
 const approvalCommandMax = 200
@@ -61,15 +59,9 @@ func approvalText(platform string, tp *repliesv1.ToolProgress) string {
 // progressLine is Hermes's progress line for a started call in mode, the
 // preview cut at previewLength (0: 40, verbose arguments uncut).
 func progressLine(mode string, previewLength int, tp *repliesv1.ToolProgress) string {
-	emoji := tp.GetEmoji()
-	if emoji == "" {
-		emoji = defaultToolEmoji
-	}
+	emoji := toolline.Emoji(tp.GetEmoji(), toolline.ChatEmoji)
 	name := tp.GetToolName()
-	preview := tp.GetPreview()
-	if preview == "" {
-		preview = tp.GetDetail() // an external agent's step
-	}
+	preview := toolline.Preview(tp)
 	if mode == ToolProgressVerbose {
 		if keys, args := argumentsOf(tp.GetArguments()); len(keys) > 0 {
 			if r := []rune(args); previewLength > 0 && len(r) > previewLength {

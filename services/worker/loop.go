@@ -838,6 +838,8 @@ func (r *turnRun) runTools(ctx context.Context, ls *loopState, pending []store.T
 			return err
 		}
 		result = capResult(result, r.s.cfg.Agent.MaxToolResultBytes) // an error's text too
+		// The finished step shows the tool's result, not the steer's.
+		shownResult := result
 		steer := r.ctl.takeSteer()
 		if len(steer) > 0 {
 			result += "\n\n[The user adds while you work: " + strings.Join(steerTexts(steer), "\n") + "]"
@@ -850,7 +852,8 @@ func (r *turnRun) runTools(ctx context.Context, ls *loopState, pending []store.T
 		if failed {
 			phase = repliesv1.ToolPhase_TOOL_PHASE_FAILED
 		}
-		if err := r.toolProgress(ctx, &repliesv1.ToolProgress{ToolCallId: tc.ID, ToolName: tc.Name, Phase: phase}); err != nil {
+		if err := r.toolProgress(ctx, &repliesv1.ToolProgress{ToolCallId: tc.ID, ToolName: tc.Name, Phase: phase,
+			Detail: resultPreview(shownResult)}); err != nil {
 			return err
 		}
 	}
@@ -898,8 +901,11 @@ func (r *turnRun) runTool(ctx context.Context, tc store.ToolCall) (result string
 	if err := r.fenceTool(ctx); err != nil {
 		return "", false, err
 	}
+	// The detail is the one-line preview too (not the arguments' JSON):
+	// what the API gateway labels the call with, as Hermes does.
+	oneLine := truncate(t.PreviewOf(args), 500)
 	if err := r.toolProgress(ctx, &repliesv1.ToolProgress{ToolCallId: tc.ID, ToolName: tc.Name, Phase: repliesv1.ToolPhase_TOOL_PHASE_STARTED,
-		Detail: preview(tc.Arguments), Preview: truncate(t.PreviewOf(args), 500), Arguments: truncate(compact(tc.Arguments), 2000),
+		Detail: oneLine, Preview: oneLine, Arguments: boundedArguments(tc.Arguments, argumentsMax),
 		Emoji: t.Emoji}); err != nil {
 		return "", false, err
 	}

@@ -98,10 +98,12 @@ type answerUpdate struct {
 
 // toolUpdate is a deliveryv1.ToolStep in an answerUpdate.
 type toolUpdate struct {
-	CallID string `json:"call_id"`
-	Name   string `json:"name"`
-	Phase  string `json:"phase"`
-	Detail string `json:"detail,omitempty"`
+	CallID    string `json:"call_id"`
+	Name      string `json:"name"`
+	Phase     string `json:"phase"`
+	Detail    string `json:"detail,omitempty"`
+	Emoji     string `json:"emoji,omitempty"`
+	Arguments string `json:"arguments,omitempty"`
 }
 
 // answers stores the records (one KV key per request id) and fans out
@@ -302,7 +304,8 @@ func (a *answers) delta(id, text string, restart bool) {
 
 // tool passes a step of a tool call to the requests waiting on id.
 func (a *answers) tool(id string, s *deliveryv1.ToolStep) {
-	a.publish(id, answerUpdate{Tool: &toolUpdate{CallID: s.GetToolCallId(), Name: s.GetToolName(), Phase: s.GetPhase(), Detail: s.GetDetail()}})
+	a.publish(id, answerUpdate{Tool: &toolUpdate{CallID: s.GetToolCallId(), Name: s.GetToolName(), Phase: s.GetPhase(), Detail: s.GetDetail(),
+		Emoji: s.GetEmoji(), Arguments: s.GetArguments()}})
 }
 
 // publish is best effort: a waiting request also reads the record.
@@ -327,7 +330,8 @@ func (a *answers) follow(id string, f *follower) (stop func(), err error) {
 			f.delta(piece{delta: u.Delta, restart: u.Restart})
 		}
 		if t := u.Tool; t != nil {
-			f.tool(piece{tool: &deliveryv1.ToolStep{ToolCallId: t.CallID, ToolName: t.Name, Phase: t.Phase, Detail: t.Detail}})
+			f.tool(piece{tool: &deliveryv1.ToolStep{ToolCallId: t.CallID, ToolName: t.Name, Phase: t.Phase, Detail: t.Detail,
+				Emoji: t.Emoji, Arguments: t.Arguments}})
 		}
 	})
 	if err != nil {

@@ -484,6 +484,7 @@ func (s *Service) streamResponse(ctx context.Context, w http.ResponseWriter, r *
 			e.itemDone("incomplete", end.text)
 		}
 		o.stop(stop.code, end.text)
+		o.Output = e.outputWith(o.Output)
 		s.finish(r.Context(), k, o, answerPoint{})
 		e.response("response.incomplete")
 	case end.errorCode != "":
@@ -493,11 +494,13 @@ func (s *Service) streamResponse(ctx context.Context, w http.ResponseWriter, r *
 			e.itemDone("incomplete", end.text)
 			o.Output = []outputMessage{o.message("incomplete", end.text)}
 		}
+		o.Output = e.outputWith(o.Output)
 		s.finish(r.Context(), k, o, end.final.at)
 		e.response("response.failed")
 	default:
 		e.itemDone("completed", end.text)
 		o.complete(end.text, end.final.usage)
+		o.Output = e.outputWith(o.Output)
 		s.finish(r.Context(), k, o, end.final.at)
 		e.response("response.completed")
 	}
@@ -516,6 +519,12 @@ type responseEvents struct {
 	// the items are numbered as they are added, tool calls' included.
 	index, next int
 	calls       toolCalls
+	// tools are the items of the tool calls and their results, as they
+	// ended, for the response's output (outputWith); toolBytes is their
+	// size, full once it would pass toolItemsMax.
+	tools     []toolItem
+	toolBytes int
+	toolsFull bool
 }
 
 func (e *responseEvents) head(typ string) eventHead {
@@ -659,12 +668,62 @@ type responseText struct {
 	} `json:"format"`
 }
 
+// outputMessage is an output item of a response: the answer's message,
+// or — as Hermes lists them — a tool call's function_call item and its
+// result's function_call_output item. Each type is written with its own
+// fields (MarshalJSON); a kept response reads back with all of them.
 type outputMessage struct {
 	ID      string       `json:"id"`
 	Type    string       `json:"type"`
 	Status  string       `json:"status"`
-	Role    string       `json:"role"`
-	Content []outputText `json:"content"`
+	Role    string       `json:"role,omitempty"`
+	Content []outputText `json:"content,omitempty"`
+	// A function_call's.
+	Name      string `json:"name,omitempty"`
+	CallID    string `json:"call_id,omitempty"`
+	Arguments string `json:"arguments,omitempty"`
+	// A function_call_output's (and CallID).
+	Output []outputPart `json:"output,omitempty"`
+}
+
+// outputPart is a part of a function_call_output's output, as Hermes's
+// stream writes the result: one input_text part.
+type outputPart struct {
+	Type string `json:"type"`
+	Text string `json:"text"`
+}
+
+func (m outputMessage) MarshalJSON() ([]byte, error) {
+	switch m.Type {
+	case "function_call":
+		return json.Marshal(struct {
+			ID        string `json:"id"`
+			Type      string `json:"type"`
+			Status    string `json:"status"`
+			Name      string `json:"name"`
+			CallID    string `json:"call_id"`
+			Arguments string `json:"arguments"`
+		}{m.ID, m.Type, m.Status, m.Name, m.CallID, m.Arguments})
+	case "function_call_output":
+		return json.Marshal(struct {
+			ID     string      `json:"id"`
+			Type   string      `json:"type"`
+			CallID string      `json:"call_id"`
+			Output []outputPart `json:"output"`
+			Status string      `json:"status"`
+		}{m.ID, m.Type, m.CallID, m.Output, m.Status})
+	}
+	content := m.Content
+	if content == nil {
+		content = []outputText{}
+	}
+	return json.Marshal(struct {
+		ID      string       `json:"id"`
+		Type    string       `json:"type"`
+		Status  string       `json:"status"`
+		Role    string       `json:"role"`
+		Content []outputText `json:"content"`
+	}{m.ID, m.Type, m.Status, m.Role, content})
 }
 
 type outputText struct {

@@ -2,12 +2,14 @@ package api
 
 import (
 	"cmp"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"slices"
 	"strings"
 
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
+	"github.com/switchboard-chat/switchboard/pkg/toolline"
 )
 
 // Tool progress in streams, as Hermes's API server shows it. A streamed
@@ -21,11 +23,6 @@ import (
 // toolProgressEvent names the chat completions stream's tool events.
 const toolProgressEvent = "hermes.tool.progress"
 
-// defaultToolEmoji is the emoji of a tool call's start, as delivery
-// shows a tool without its own: the steps the gateway gets do not carry
-// the tool's.
-const defaultToolEmoji = "⚙️"
-
 // toolPiece is the waiting request's piece of a step of a tool call.
 func toolPiece(req *deliveryv1.SendRequested) piece {
 	return piece{tool: req.GetToolStep()}
@@ -33,6 +30,8 @@ func toolPiece(req *deliveryv1.SendRequested) piece {
 
 // shownCall is a tool call a stream showed the start of.
 type shownCall struct {
+	// args are its arguments, a JSON object (ToolStep.arguments; "{}"
+	// when the step has none, as Hermes's are when the model gave none).
 	name, args string
 	// item and index are its function_call item in a Responses stream.
 	item  string
@@ -66,7 +65,7 @@ func (c *toolCalls) step(s *deliveryv1.ToolStep) (call *shownCall, started, ok b
 		if c.open == nil {
 			c.open = map[string]*shownCall{}
 		}
-		call = &shownCall{name: name, args: s.GetDetail()}
+		call = &shownCall{name: name, args: cmp.Or(s.GetArguments(), "{}")}
 		c.open[id] = call
 		c.order = append(c.order, id)
 		return call, true, true
@@ -82,9 +81,10 @@ func (c *toolCalls) step(s *deliveryv1.ToolStep) (call *shownCall, started, ok b
 }
 
 // toolProgress is the data of a hermes.tool.progress event: Hermes's
-// fields — tool, emoji and label (the call's arguments as the worker
-// previews them, cut at 200 bytes, or the tool's name) at the start,
-// toolCallId, status running or completed — in a chat.completion.chunk
+// fields — tool, emoji and label at the start (the tool's own emoji, "⚡"
+// for a tool without one, and the call's one-line label: its main
+// argument, else the tool's name; toolline), toolCallId, status running
+// or completed — in a chat.completion.chunk
 // of the stream without choices, so that a client that reads every
 // event's data as a chunk, whatever its name, takes it as it takes the
 // chunk of the usage (the official SDKs get none: officialSDK).
@@ -124,46 +124,60 @@ func chatTools(out *sse, head chunk, show bool) func(*deliveryv1.ToolStep) {
 		}
 		ev := toolProgress{chunk: head, Tool: call.name, ToolCallID: s.GetToolCallId(), Status: "completed"}
 		if started {
-			ev.Emoji, ev.Label, ev.Status = defaultToolEmoji, cmp.Or(call.args, call.name), "running"
+			ev.Emoji = toolline.Emoji(s.GetEmoji(), toolline.APIEmoji)
+			ev.Label, ev.Status = toolline.Label(call.name, s.GetDetail()), "running"
 		}
 		out.send(toolProgressEvent, ev)
 	}
 }
 
-// functionCall is the output item of a tool call in a Responses stream.
-type functionCall struct {
-	ID     string `json:"id"`
-	Type   string `json:"type"`
-	Status string `json:"status"`
-	Name   string `json:"name"`
-	CallID string `json:"call_id"`
-	// Arguments are the call's arguments as the worker previews them
-	// (JSON cut at 200 bytes).
-	Arguments string `json:"arguments"`
-}
-
 type callEvent struct {
 	eventHead
-	OutputIndex int          `json:"output_index"`
-	Item        functionCall `json:"item"`
+	OutputIndex int           `json:"output_index"`
+	Item        outputMessage `json:"item"`
 }
 
-// tool shows a step of a tool call: a call's start adds its
-// function_call item (in_progress), its end makes the item done
-// (completed), as in Hermes's stream.
+// toolItemsMax bounds the tool calls' items a response lists in its
+// output (response.completed, the kept response): past it the later
+// calls' items are left out of it — the stream showed them — so that a
+// turn of many calls still fits its record (a NATS message, 1 MiB by
+// default). Each item is bounded: arguments 2000 bytes, a result 1000
+// characters.
+const toolItemsMax = 256 << 10
+
+// toolItem is an item of a tool call or its result and its output_index.
+type toolItem struct {
+	index int
+	item  outputMessage
+}
+
+// tool shows a step of a tool call as Hermes's stream does: a call's
+// start adds its function_call item (in_progress); its end makes the
+// item done (completed) and adds and ends a function_call_output item
+// with the result's preview (ToolStep.detail). The response's output
+// lists both (outputWith).
 func (e *responseEvents) tool(s *deliveryv1.ToolStep) {
 	call, started, ok := e.calls.step(s)
 	if !ok {
 		return
 	}
-	if !started {
-		e.call("response.output_item.done", s.GetToolCallId(), call, "completed")
+	id := s.GetToolCallId()
+	if started {
+		call.index = e.next
+		e.next++
+		call.item = fmt.Sprintf("fc_%s_%d", e.suffix(), call.index)
+		e.call("response.output_item.added", id, call, "in_progress")
 		return
 	}
-	call.index = e.next
+	e.call("response.output_item.done", id, call, "completed")
+	index := e.next
 	e.next++
-	call.item = fmt.Sprintf("fc_%s_%d", strings.TrimPrefix(e.o.messageID, "msg_"), call.index)
-	e.call("response.output_item.added", s.GetToolCallId(), call, "in_progress")
+	out := outputMessage{ID: fmt.Sprintf("fco_%s_%d", e.suffix(), index), Type: "function_call_output", Status: "completed",
+		CallID: id, Output: []outputPart{{Type: "input_text", Text: s.GetDetail()}}}
+	for _, typ := range []string{"response.output_item.added", "response.output_item.done"} {
+		e.out.send(typ, callEvent{eventHead: e.head(typ), OutputIndex: index, Item: out})
+	}
+	e.list(index, out)
 }
 
 // closeCalls ends the items of the calls still going when the stream
@@ -175,7 +189,49 @@ func (e *responseEvents) closeCalls() {
 	e.calls = toolCalls{}
 }
 
+// call sends an event of a call's function_call item, and lists the
+// item as it ends.
 func (e *responseEvents) call(typ, id string, c *shownCall, status string) {
-	e.out.send(typ, callEvent{eventHead: e.head(typ), OutputIndex: c.index,
-		Item: functionCall{ID: c.item, Type: "function_call", Status: status, Name: c.name, CallID: id, Arguments: c.args}})
+	item := outputMessage{ID: c.item, Type: "function_call", Status: status, Name: c.name, CallID: id, Arguments: c.args}
+	e.out.send(typ, callEvent{eventHead: e.head(typ), OutputIndex: c.index, Item: item})
+	if status != "in_progress" {
+		e.list(c.index, item)
+	}
 }
+
+// list keeps an item for the response's output, while the items fit
+// toolItemsMax: none after the first that does not, so that a call's
+// items are not listed without the ones before.
+func (e *responseEvents) list(index int, item outputMessage) {
+	data, _ := json.Marshal(item)
+	if e.toolsFull || e.toolBytes+len(data) > toolItemsMax {
+		e.toolsFull = true
+		return
+	}
+	e.toolBytes += len(data)
+	e.tools = append(e.tools, toolItem{index: index, item: item})
+}
+
+// outputWith is the response's output: the tool calls' items and the
+// message's (msgs: none or one), in the order of their output_index, as
+// the stream numbered them. (Hermes lists the message last whatever its
+// index; here an item's place in output is its output_index, as OpenAI's
+// are.)
+func (e *responseEvents) outputWith(msgs []outputMessage) []outputMessage {
+	if len(e.tools) == 0 {
+		return msgs
+	}
+	items := slices.Clone(e.tools)
+	for _, m := range msgs {
+		items = append(items, toolItem{index: e.index, item: m})
+	}
+	slices.SortStableFunc(items, func(a, b toolItem) int { return a.index - b.index })
+	out := make([]outputMessage, len(items))
+	for i, it := range items {
+		out[i] = it.item
+	}
+	return out
+}
+
+// suffix is the response's own part of its items' ids.
+func (e *responseEvents) suffix() string { return strings.TrimPrefix(e.o.messageID, "msg_") }

@@ -45,9 +45,10 @@ func sseEvents(t *testing.T, r httpResult) []sseEvent {
 	return out
 }
 
-// toolTurn makes r's turns call a tool after "Let me check." — with an
-// internal tool (named "_…") beside it and the end of a call that never
-// started, which streams do not show — and answer after it.
+// toolTurn makes r's turns call two tools after "Let me check." — one
+// with its emoji and preview, one without — with an internal tool
+// (named "_…") beside them and the end of a call that never started,
+// which streams do not show, and answer after them.
 func toolTurn(r *responder) (shown, final string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -59,16 +60,21 @@ func toolTurn(r *responder) (shown, final string) {
 	step := func(id, name, phase, detail string) *deliveryv1.ToolStep {
 		return &deliveryv1.ToolStep{ToolCallId: id, ToolName: name, Phase: phase, Detail: detail}
 	}
+	date := step("call_1", "terminal", "started", "date")
+	date.Emoji, date.Arguments = "💻", `{"command":"date"}`
 	r.tools = map[int][]*deliveryv1.ToolStep{
-		1: {step("call_1", "terminal", "started", `{"command":"date"}`), step("call_2", "_thinking", "started", "")},
-		2: {step("call_1", "terminal", "finished", ""), step("call_2", "_thinking", "finished", ""), step("call_9", "terminal", "failed", "")},
+		1: {date, step("call_2", "_thinking", "started", ""), step("call_3", "clock", "started", "")},
+		2: {step("call_1", "terminal", "finished", "Sat Dec  5 17:00:00 UTC 2026"), step("call_2", "_thinking", "finished", ""),
+			step("call_9", "terminal", "failed", ""), step("call_3", "clock", "failed", "error: no clock")},
 	}
 	return "Let me check.\n\nIt's 5pm.", "It's 5pm."
 }
 
 // A streamed chat completion shows the turn's tool calls as Hermes's
 // API server does: an "event: hermes.tool.progress" when a call starts
-// (tool, emoji, label, toolCallId, status running) and one when it ends
+// (tool, emoji, label, toolCallId, status running — the tool's emoji,
+// "⚡" for one without, and the call's one-line preview, else the tool's
+// name, as chats' progress lines show them) and one when it ends
 // (status completed), between the chunks of the text, in the order the
 // turn made them — with or without an Idempotency-Key. An internal tool
 // and the end of a call the stream did not see start are left out. The
@@ -82,9 +88,11 @@ func TestChatStreamShowsToolProgress(t *testing.T) {
 	body := `{"stream":true,"messages":[{"role":"user","content":"what time is it?"}]}`
 	want := []string{
 		"role", "text Let me check.",
-		`tool {"emoji":"⚙️","label":"{\"command\":\"date\"}","status":"running","tool":"terminal","toolCallId":"call_1"}`,
+		`tool {"emoji":"💻","label":"date","status":"running","tool":"terminal","toolCallId":"call_1"}`,
+		`tool {"emoji":"⚡","label":"clock","status":"running","tool":"clock","toolCallId":"call_3"}`,
 		"text \n\n",
 		`tool {"status":"completed","tool":"terminal","toolCallId":"call_1"}`,
+		`tool {"status":"completed","tool":"clock","toolCallId":"call_3"}`,
 		"text It's ", "text 5pm.", "finish", "[DONE]",
 	}
 	for name, headers := range map[string]map[string]string{
@@ -217,8 +225,12 @@ func TestSDKReadsAStreamWithToolProgress(t *testing.T) {
 
 // A streamed Responses API response shows each tool call as Hermes's
 // does: a function_call output item added (in_progress) when the call
-// starts and done (completed) when it ends, numbered after the items
-// before it; the message's text events keep their item's output_index.
+// starts, its arguments a JSON object ("{}" for none), and done
+// (completed) when it ends, then a function_call_output item with the
+// result's preview, added and done; items are numbered as they are
+// added, and the message's text events keep their item's output_index.
+// response.completed and the kept response (GET) list every item, in
+// the order of their output_index.
 func TestResponsesStreamShowsToolCalls(t *testing.T) {
 	t.Parallel()
 	b := newBus(t)
@@ -229,21 +241,27 @@ func TestResponsesStreamShowsToolCalls(t *testing.T) {
 	defer cancel()
 	var items []string
 	textAt := map[int64]bool{}
-	_, deltas, last := streamEventsWith(ctx, t, sdkClient(s), responses.ResponseNewParams{Model: "switchboard", Input: inputText("what time is it?")},
+	client := sdkClient(s)
+	_, deltas, last := streamEventsWith(ctx, t, client, responses.ResponseNewParams{Model: "switchboard", Input: inputText("what time is it?")},
 		func(ev responses.ResponseStreamEventUnion) {
 			switch ev.Type {
 			case "response.output_item.added", "response.output_item.done":
-				it := ev.Item
-				items = append(items, fmt.Sprintf("%s %d %s %s %s %s %s", strings.TrimPrefix(ev.Type, "response.output_item."), ev.OutputIndex, it.Type, it.Status, it.Name, it.CallID, it.Arguments.OfString))
+				items = append(items, fmt.Sprintf("%s %d %s", strings.TrimPrefix(ev.Type, "response.output_item."), ev.OutputIndex, itemOf(t, ev.Item.RawJSON())))
 			case "response.output_text.delta", "response.output_text.done", "response.content_part.added", "response.content_part.done":
 				textAt[ev.OutputIndex] = true
 			}
 		})
 	want := []string{
-		"added 0 message in_progress   ",
+		`added 0 message in_progress ""`,
 		`added 1 function_call in_progress terminal call_1 {"command":"date"}`,
+		`added 2 function_call in_progress clock call_3 {}`,
 		`done 1 function_call completed terminal call_1 {"command":"date"}`,
-		"done 0 message completed   ",
+		`added 3 function_call_output completed call_1 "Sat Dec  5 17:00:00 UTC 2026"`,
+		`done 3 function_call_output completed call_1 "Sat Dec  5 17:00:00 UTC 2026"`,
+		`done 2 function_call completed clock call_3 {}`,
+		`added 4 function_call_output completed call_3 "error: no clock"`,
+		`done 4 function_call_output completed call_3 "error: no clock"`,
+		`done 0 message completed "Let me check.\n\nIt's 5pm."`,
 	}
 	if strings.Join(items, "\n") != strings.Join(want, "\n") {
 		t.Errorf("items\n%s\nwant\n%s", strings.Join(items, "\n"), strings.Join(want, "\n"))
@@ -254,4 +272,61 @@ func TestResponsesStreamShowsToolCalls(t *testing.T) {
 	if strings.Join(deltas, "") != shown || last.Status != "completed" || last.OutputText() != shown {
 		t.Errorf("streamed %q, ended %s with %q; want %q, completed", deltas, last.Status, last.OutputText(), shown)
 	}
+	output := []string{
+		`message completed "Let me check.\n\nIt's 5pm."`,
+		`function_call completed terminal call_1 {"command":"date"}`,
+		`function_call completed clock call_3 {}`,
+		`function_call_output completed call_1 "Sat Dec  5 17:00:00 UTC 2026"`,
+		`function_call_output completed call_3 "error: no clock"`,
+	}
+	kept, err := client.Responses.Get(ctx, last.ID, responses.ResponseGetParams{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for what, raw := range map[string]string{"completed": last.RawJSON(), "kept": kept.RawJSON()} {
+		var o struct{ Output []json.RawMessage }
+		if err := json.Unmarshal([]byte(raw), &o); err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, it := range o.Output {
+			got = append(got, itemOf(t, string(it)))
+		}
+		if strings.Join(got, "\n") != strings.Join(output, "\n") {
+			t.Errorf("%s output\n%s\nwant\n%s", what, strings.Join(got, "\n"), strings.Join(output, "\n"))
+		}
+	}
+}
+
+// itemOf is a Responses output item in brief; a function_call's
+// arguments must parse as JSON.
+func itemOf(t *testing.T, raw string) string {
+	t.Helper()
+	var it struct {
+		Type, Status, Name, Arguments string
+		CallID                        string `json:"call_id"`
+		Content                       []struct{ Text string }
+		Output                        []struct{ Type, Text string }
+	}
+	if err := json.Unmarshal([]byte(raw), &it); err != nil {
+		t.Fatalf("item %s: %v", raw, err)
+	}
+	switch it.Type {
+	case "function_call":
+		if !json.Valid([]byte(it.Arguments)) {
+			t.Errorf("function_call arguments %q do not parse", it.Arguments)
+		}
+		return fmt.Sprintf("%s %s %s %s %s", it.Type, it.Status, it.Name, it.CallID, it.Arguments)
+	case "function_call_output":
+		if len(it.Output) != 1 || it.Output[0].Type != "input_text" {
+			t.Errorf("function_call_output %s: want one input_text part", raw)
+			return raw
+		}
+		return fmt.Sprintf("%s %s %s %q", it.Type, it.Status, it.CallID, it.Output[0].Text)
+	}
+	text := ""
+	for _, c := range it.Content {
+		text += c.Text
+	}
+	return fmt.Sprintf("%s %s %q", it.Type, it.Status, text)
 }

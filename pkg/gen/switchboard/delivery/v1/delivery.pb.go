@@ -857,8 +857,18 @@ type ToolStep struct {
 	// started, finished, failed or awaiting_approval (the call waits for
 	// the user's /approve or /deny).
 	Phase string `protobuf:"bytes,3,opt,name=phase,proto3" json:"phase,omitempty"`
-	// Short human-readable preview (never secrets).
-	Detail        string `protobuf:"bytes,4,opt,name=detail,proto3" json:"detail,omitempty"`
+	// Short human-readable preview (never secrets): started, the call's
+	// main argument on one line (a command, a query, a path; empty for
+	// none), from which the API gateway labels the call as Hermes does;
+	// finished or failed, a preview of the result, credentials masked, at
+	// most 1000 characters (past them the first 500 and how many more);
+	// awaiting_approval, what the user is asked to approve.
+	Detail string `protobuf:"bytes,4,opt,name=detail,proto3" json:"detail,omitempty"`
+	// Started: the tool's emoji, empty for a tool without one.
+	Emoji string `protobuf:"bytes,5,opt,name=emoji,proto3" json:"emoji,omitempty"`
+	// Started: the call's arguments, a JSON object of at most 2000 bytes
+	// that always parses (the longest values shortened to fit).
+	Arguments     string `protobuf:"bytes,6,opt,name=arguments,proto3" json:"arguments,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -917,6 +927,20 @@ func (x *ToolStep) GetPhase() string {
 func (x *ToolStep) GetDetail() string {
 	if x != nil {
 		return x.Detail
+	}
+	return ""
+}
+
+func (x *ToolStep) GetEmoji() string {
+	if x != nil {
+		return x.Emoji
+	}
+	return ""
+}
+
+func (x *ToolStep) GetArguments() string {
+	if x != nil {
+		return x.Arguments
 	}
 	return ""
 }
@@ -1454,13 +1478,15 @@ const file_switchboard_delivery_v1_delivery_proto_rawDesc = "" +
 	"\acommand\x18\x02 \x01(\tR\acommand\x12\x12\n" +
 	"\x04data\x18\x03 \x01(\tR\x04data\x12 \n" +
 	"\vdescription\x18\x04 \x01(\tR\vdescription\x12\x16\n" +
-	"\x06danger\x18\x05 \x01(\bR\x06danger\"w\n" +
+	"\x06danger\x18\x05 \x01(\bR\x06danger\"\xab\x01\n" +
 	"\bToolStep\x12 \n" +
 	"\ftool_call_id\x18\x01 \x01(\tR\n" +
 	"toolCallId\x12\x1b\n" +
 	"\ttool_name\x18\x02 \x01(\tR\btoolName\x12\x14\n" +
 	"\x05phase\x18\x03 \x01(\tR\x05phase\x12\x16\n" +
-	"\x06detail\x18\x04 \x01(\tR\x06detail\"^\n" +
+	"\x06detail\x18\x04 \x01(\tR\x06detail\x12\x14\n" +
+	"\x05emoji\x18\x05 \x01(\tR\x05emoji\x12\x1c\n" +
+	"\targuments\x18\x06 \x01(\tR\targuments\"^\n" +
 	"\n" +
 	"TokenUsage\x12#\n" +
 	"\rprompt_tokens\x18\x01 \x01(\x03R\fpromptTokens\x12+\n" +

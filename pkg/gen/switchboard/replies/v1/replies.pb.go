@@ -505,13 +505,20 @@ type ToolProgress struct {
 	ToolCallId string                 `protobuf:"bytes,1,opt,name=tool_call_id,json=toolCallId,proto3" json:"tool_call_id,omitempty"`
 	ToolName   string                 `protobuf:"bytes,2,opt,name=tool_name,json=toolName,proto3" json:"tool_name,omitempty"`
 	Phase      ToolPhase              `protobuf:"varint,3,opt,name=phase,proto3,enum=switchboard.replies.v1.ToolPhase" json:"phase,omitempty"`
-	// Short human-readable preview (never secrets).
+	// Short human-readable preview (never secrets): STARTED, the call's
+	// main argument on one line, as preview; FINISHED and FAILED, a
+	// preview of the result, credentials masked, at most 1000 characters
+	// (past them the first 500 and how many more); AWAITING_APPROVAL,
+	// what the user is asked to approve.
 	Detail string `protobuf:"bytes,4,opt,name=detail,proto3" json:"detail,omitempty"`
 	// The call's main argument on one line (a command, a query, a target):
 	// chat platforms' tool progress lines show it (STARTED).
 	Preview string `protobuf:"bytes,5,opt,name=preview,proto3" json:"preview,omitempty"`
-	// The call's arguments, a JSON object cut at 2000 bytes: verbose tool
-	// progress shows them (STARTED).
+	// The call's arguments, a JSON object of at most 2000 bytes that
+	// always parses: when the whole is longer, its longest values are
+	// shortened to fit (a string keeps its head and ends with "…").
+	// Verbose tool progress and the API gateway's function_call items
+	// show them (STARTED).
 	Arguments string `protobuf:"bytes,6,opt,name=arguments,proto3" json:"arguments,omitempty"`
 	// The tool's emoji in progress lines; delivery uses "⚙️" when unset.
 	Emoji string `protobuf:"bytes,7,opt,name=emoji,proto3" json:"emoji,omitempty"`
