@@ -322,7 +322,8 @@ type Object struct {
 // Reader returns a reader of the bytes stored under name, refusing ones
 // over limit bytes (0: MaxBytes) before a chunk is read. The caller
 // closes it. A file changed or damaged in the store fails the last Read
-// (its digest does not match), after the rest of its bytes were read.
+// (its digest does not match) before its last chunk is returned: the
+// reader never has all of a damaged file's bytes.
 //
 // The chunks are pulled from the store's stream as they are read, two
 // ahead: the object store's own reader takes them as fast as the server
@@ -396,9 +397,6 @@ func (c *chunkReader) Read(p []byte) (int, error) {
 	for len(c.buf) == 0 && c.err == nil {
 		if c.left <= 0 {
 			c.err = io.EOF
-			if !bytes.Equal(c.digest.Sum(nil), c.want) {
-				c.err = fmt.Errorf("read attachment %s: %w", c.name, jetstream.ErrDigestMismatch)
-			}
 			break
 		}
 		m, err := c.msgs.Next(jetstream.NextContext(c.ctx))
@@ -406,9 +404,17 @@ func (c *chunkReader) Read(p []byte) (int, error) {
 			c.err = fmt.Errorf("read attachment %s: %w", c.name, err)
 			break
 		}
-		c.buf = m.Data()
-		c.left -= int64(len(c.buf))
-		c.digest.Write(c.buf)
+		data := m.Data()
+		c.left -= int64(len(data))
+		c.digest.Write(data)
+		if c.left <= 0 && !bytes.Equal(c.digest.Sum(nil), c.want) {
+			// The last chunk is held back: a reader given every byte
+			// before the error (an HTTP client, against the answer's
+			// Content-Length) would take the damaged file for whole.
+			c.err = fmt.Errorf("read attachment %s: %w", c.name, jetstream.ErrDigestMismatch)
+			break
+		}
+		c.buf = data
 	}
 	if len(c.buf) == 0 {
 		return 0, c.err

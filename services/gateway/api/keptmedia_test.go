@@ -547,3 +547,59 @@ func TestMediaLinkBucketFull(t *testing.T) {
 		t.Errorf("the newest link: %d %s", got.code, got.body)
 	}
 }
+
+// A kept file damaged in the store is never served as if whole: the
+// answer's body ends short of its Content-Length and the connection is
+// closed, so the client's read fails.
+func TestKeptMediaDamagedIsCutShort(t *testing.T) {
+	t.Parallel()
+	b := newBus(t)
+	s := startService(t, b, nil)
+	store := attachment.New(b.JetStream(), b.Topology(), attachment.Config{Enabled: true})
+	file := bytes.Repeat([]byte("kept"), 50<<10) // 200 KiB: two chunks
+	link := linkTo(t, s, store, "test/damaged.pdf", "application/pdf", file)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// The last chunk changed, its size and the file's digest kept.
+	bucket := b.Topology().Stream(attachment.Bucket)
+	obs, err := b.JetStream().ObjectStore(ctx, bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := obs.GetInfo(ctx, "test/damaged.pdf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := b.JetStream().Stream(ctx, "OBJ_"+bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	subject := "$O." + bucket + ".C." + info.NUID
+	last, err := st.GetLastMsgForSubject(ctx, subject)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.DeleteMsg(ctx, last.Sequence); err != nil {
+		t.Fatal(err)
+	}
+	last.Data[0] ^= 0xff
+	if _, err := b.JetStream().Publish(ctx, subject, last.Data); err != nil {
+		t.Fatal(err)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+s.Addr()+link, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	got, err := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK || resp.ContentLength != int64(len(file)) {
+		t.Fatalf("answer %d, length %d", resp.StatusCode, resp.ContentLength)
+	}
+	if err == nil || len(got) >= len(file) {
+		t.Errorf("a damaged file read as whole: %d of %d bytes, %v", len(got), len(file), err)
+	}
+}
