@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"path"
 	"regexp"
@@ -601,5 +602,46 @@ func TestKeptMediaDamagedIsCutShort(t *testing.T) {
 	}
 	if err == nil || len(got) >= len(file) {
 		t.Errorf("a damaged file read as whole: %d of %d bytes, %v", len(got), len(file), err)
+	}
+}
+
+// Signed requests are rate limited per link apart from the keys: a
+// stranger's requests for links that do not exist, however many, never
+// reset a key's limit (nor grow the keys' limiters); a kept link's are
+// limited.
+func TestMediaLinkLimitIsApart(t *testing.T) {
+	t.Parallel()
+	b := newBus(t)
+	s := startService(t, b, func(c *Config) { c.RateLimit, c.RateBurst = 0.001, 1 })
+	serve := func(path, key string) int {
+		req := httptest.NewRequest(http.MethodGet, "http://"+s.Addr()+path, nil)
+		if key != "" {
+			req.Header.Set("Authorization", "Bearer "+key)
+		}
+		rec := httptest.NewRecorder()
+		s.handler.ServeHTTP(rec, req)
+		return rec.Code
+	}
+	if code := serve("/v1/models", testKey); code != http.StatusOK {
+		t.Fatalf("the key's first request: %d", code)
+	}
+	if code := serve("/v1/models", testKey); code != http.StatusTooManyRequests {
+		t.Fatalf("the key's second request: %d, want 429", code)
+	}
+	for i := range 10_001 {
+		if code := serve(fmt.Sprintf("%s%032x?exp=1&sig=x", mediaPath, i), ""); code != http.StatusNotFound {
+			t.Fatalf("a link never made: %d", code)
+		}
+	}
+	if code := serve("/v1/models", testKey); code != http.StatusTooManyRequests {
+		t.Errorf("the key's request after a stranger's many links: %d, want 429 still", code)
+	}
+	// A link kept is limited still.
+	store := attachment.New(b.JetStream(), b.Topology(), attachment.Config{Enabled: true})
+	link := linkTo(t, s, store, "test/limited.txt", "text/plain", []byte("kept"))
+	for i, want := range []int{http.StatusOK, http.StatusTooManyRequests} {
+		if code := serve(link, ""); code != want {
+			t.Errorf("signed request %d: %d, want %d", i+1, code, want)
+		}
 	}
 }
