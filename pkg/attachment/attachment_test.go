@@ -354,3 +354,52 @@ func damage(ctx context.Context, t *testing.T, b *bus.Bus, name string, from int
 		}
 	}
 }
+
+// A file deleted or replaced while it is read fails its reader soon:
+// its chunks are purged, and the read does not wait for them for as
+// long as its context lets it (a client's download would hang).
+func TestReaderOfAFileGoneMidway(t *testing.T) {
+	t.Parallel()
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	keeper := attachment.New(b.JetStream(), b.Topology(), attachment.Config{MaxBytes: 4 << 20})
+	file := bytes.Repeat([]byte("kept"), 512<<10) // 2 MiB: 16 chunks
+	for _, c := range []struct {
+		name string
+		gone func(name string) error
+	}{
+		{"deleted", func(name string) error {
+			obs, err := b.JetStream().ObjectStore(ctx, b.Topology().Stream(attachment.Bucket))
+			if err != nil {
+				return err
+			}
+			return obs.Delete(ctx, name)
+		}},
+		{"replaced", func(name string) error {
+			_, err := keeper.Keep(ctx, name, "text/plain", strings.NewReader("another"))
+			return err
+		}},
+	} {
+		name := "gone/" + c.name
+		if _, err := keeper.Keep(ctx, name, "application/pdf", bytes.NewReader(file)); err != nil {
+			t.Fatal(err)
+		}
+		obj, err := keeper.Reader(ctx, name, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(obj, make([]byte, 1000)); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.gone(name); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		rest, err := io.ReadAll(obj)
+		_ = obj.Close()
+		if !errors.Is(err, attachment.ErrNotFound) || time.Since(start) > 20*time.Second {
+			t.Errorf("%s midway: read %d more bytes in %v, %v; want ErrNotFound within 20s", c.name, len(rest), time.Since(start), err)
+		}
+	}
+}
