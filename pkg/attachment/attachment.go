@@ -322,7 +322,10 @@ type Object struct {
 // Reader returns a reader of the bytes stored under name, refusing ones
 // over limit bytes (0: MaxBytes) before a chunk is read. The caller
 // closes it. A file changed or damaged in the store fails the last Read
-// (its digest does not match), after the rest of its bytes were read.
+// (its digest does not match) before its last chunk is returned: the
+// reader never has all of a damaged file's bytes. One deleted or
+// replaced while it is read fails a Read with ErrNotFound, within
+// chunkWait.
 //
 // The chunks are pulled from the store's stream as they are read, two
 // ahead: the object store's own reader takes them as fast as the server
@@ -370,19 +373,29 @@ func (s *Store) Reader(ctx context.Context, name string, limit int64) (*Object, 
 	if err != nil {
 		return nil, fmt.Errorf("read attachment %s: %w", name, err)
 	}
-	obj.ReadCloser = &chunkReader{ctx: ctx, js: s.js, stream: stream, cons: cons, msgs: msgs,
-		name: name, left: int64(info.Size), digest: sha256.New(), want: want}
+	obj.ReadCloser = &chunkReader{ctx: ctx, js: s.js, obs: obs, stream: stream, cons: cons, msgs: msgs,
+		name: name, nuid: info.NUID, left: int64(info.Size), digest: sha256.New(), want: want}
 	return obj, nil
 }
+
+// chunkWait is how long a read waits for a chunk before it looks
+// whether the file is still kept: a file deleted or replaced while it
+// is read has its chunks purged, which the read would otherwise wait
+// for as long as its context lets it.
+const chunkWait = 5 * time.Second
 
 // chunkReader reads an object's chunks from the object store's stream.
 type chunkReader struct {
 	ctx    context.Context
 	js     jetstream.JetStream
+	obs    jetstream.ObjectStore
 	stream string
 	cons   jetstream.Consumer
 	msgs   jetstream.MessagesContext
 	name   string
+	// nuid names the chunks of the object read: a new one is another
+	// object under the same name.
+	nuid string
 	// buf is what is left of the chunk being read; left, the bytes of
 	// the object still to come after it.
 	buf    []byte
@@ -396,19 +409,24 @@ func (c *chunkReader) Read(p []byte) (int, error) {
 	for len(c.buf) == 0 && c.err == nil {
 		if c.left <= 0 {
 			c.err = io.EOF
-			if !bytes.Equal(c.digest.Sum(nil), c.want) {
-				c.err = fmt.Errorf("read attachment %s: %w", c.name, jetstream.ErrDigestMismatch)
-			}
 			break
 		}
-		m, err := c.msgs.Next(jetstream.NextContext(c.ctx))
+		m, err := c.next()
 		if err != nil {
 			c.err = fmt.Errorf("read attachment %s: %w", c.name, err)
 			break
 		}
-		c.buf = m.Data()
-		c.left -= int64(len(c.buf))
-		c.digest.Write(c.buf)
+		data := m.Data()
+		c.left -= int64(len(data))
+		c.digest.Write(data)
+		if c.left <= 0 && !bytes.Equal(c.digest.Sum(nil), c.want) {
+			// The last chunk is held back: a reader given every byte
+			// before the error (an HTTP client, against the answer's
+			// Content-Length) would take the damaged file for whole.
+			c.err = fmt.Errorf("read attachment %s: %w", c.name, jetstream.ErrDigestMismatch)
+			break
+		}
+		c.buf = data
 	}
 	if len(c.buf) == 0 {
 		return 0, c.err
@@ -416,6 +434,44 @@ func (c *chunkReader) Read(p []byte) (int, error) {
 	n := copy(p, c.buf)
 	c.buf = c.buf[n:]
 	return n, nil
+}
+
+// next waits for the next chunk; ErrNotFound when the file was deleted
+// or replaced while read, so its chunks will not come. The wait itself
+// is one Next, for as long as the caller's context: shorter waits in a
+// loop would each end before the consumer's heartbeat check, which
+// recovers a consumer the server dropped.
+func (c *chunkReader) next() (jetstream.Msg, error) {
+	ctx, cancel := context.WithCancelCause(c.ctx)
+	defer cancel(nil)
+	go c.watch(ctx, cancel)
+	m, err := c.msgs.Next(jetstream.NextContext(ctx))
+	if err != nil && errors.Is(context.Cause(ctx), errGone) {
+		return nil, fmt.Errorf("%w: deleted or replaced while read", ErrNotFound)
+	}
+	return m, err
+}
+
+// errGone ends the wait for a chunk of a file no longer kept.
+var errGone = errors.New("gone")
+
+// watch looks every chunkWait, until ctx ends, whether the file read is
+// still kept, and ends ctx with errGone when it is not.
+func (c *chunkReader) watch(ctx context.Context, cancel context.CancelCauseFunc) {
+	t := time.NewTicker(chunkWait)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		info, err := c.obs.GetInfo(ctx, c.name)
+		if errors.Is(err, jetstream.ErrObjectNotFound) || (err == nil && info.NUID != c.nuid) {
+			cancel(errGone)
+			return
+		}
+	}
 }
 
 // Close stops the reads and deletes the consumer at once (it would

@@ -5,10 +5,14 @@ import (
 	"context"
 	"errors"
 	"io"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/switchboard-chat/switchboard/pkg/attachment"
+	"github.com/switchboard-chat/switchboard/pkg/bus"
 	"github.com/switchboard-chat/switchboard/pkg/bus/bustest"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 )
@@ -259,6 +263,143 @@ func TestIsJPEGOrPNG(t *testing.T) {
 		a := &eventsv1.Attachment{MimeType: c.mime, Location: &eventsv1.Attachment_Url{Url: c.url}}
 		if got := attachment.IsJPEGOrPNG(a); got != c.want {
 			t.Errorf("IsJPEGOrPNG(%q, %q) = %v, want %v", c.mime, c.url, got, c.want)
+		}
+	}
+}
+
+// A file damaged in the store fails its reader before the reader has
+// every byte: the last chunk is held back until the file's digest is
+// checked, so a reader that counts its bytes (an HTTP client against
+// the Content-Length) never takes a damaged file for whole.
+func TestReaderWithholdsADamagedFilesEnd(t *testing.T) {
+	t.Parallel()
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	keeper := attachment.New(b.JetStream(), b.Topology(), attachment.Config{})
+	for _, c := range []struct {
+		name  string
+		size  int
+		chunk int // the chunk damaged, counted from the end
+	}{
+		{"two chunks, the last damaged", 200 << 10, 0},
+		{"two chunks, the first damaged", 200 << 10, 1},
+		{"one chunk", 1000, 0},
+	} {
+		file := bytes.Repeat([]byte("kept"), c.size/4)
+		name := "damaged/" + strings.ReplaceAll(c.name, " ", "-")
+		if _, err := keeper.Keep(ctx, name, "application/pdf", bytes.NewReader(file)); err != nil {
+			t.Fatal(err)
+		}
+		damage(ctx, t, b, name, c.chunk)
+		obj, err := keeper.Reader(ctx, name, 0)
+		if err != nil {
+			t.Fatalf("%s: reader: %v", c.name, err)
+		}
+		got, err := io.ReadAll(obj)
+		_ = obj.Close()
+		if !errors.Is(err, jetstream.ErrDigestMismatch) || len(got) >= len(file) {
+			t.Errorf("%s: read %d of %d bytes, %v; want fewer, and a digest mismatch", c.name, len(got), len(file), err)
+		}
+		if _, _, err := keeper.Get(ctx, name, 0); !errors.Is(err, jetstream.ErrDigestMismatch) {
+			t.Errorf("%s: get: %v", c.name, err)
+		}
+	}
+}
+
+// damage changes a byte of a kept file's chunk (from counts from the
+// last chunk back) in the store, keeping its size and the digest it was
+// kept with: the chunk is deleted and published again, changed.
+func damage(ctx context.Context, t *testing.T, b *bus.Bus, name string, from int) {
+	t.Helper()
+	bucket := b.Topology().Stream(attachment.Bucket)
+	obs, err := b.JetStream().ObjectStore(ctx, bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := obs.GetInfo(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := b.JetStream().Stream(ctx, "OBJ_"+bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	subject := "$O." + bucket + ".C." + info.NUID
+	var chunks []*jetstream.RawStreamMsg
+	for seq := uint64(1); ; seq++ {
+		m, err := st.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		chunks = append(chunks, m)
+		seq = m.Sequence
+	}
+	// Every chunk from the damaged one on goes again, in order.
+	for i := len(chunks) - 1 - from; i < len(chunks); i++ {
+		if err := st.DeleteMsg(ctx, chunks[i].Sequence); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := len(chunks) - 1 - from; i < len(chunks); i++ {
+		data := bytes.Clone(chunks[i].Data)
+		if i == len(chunks)-1-from {
+			data[len(data)/2] ^= 0xff
+		}
+		if _, err := b.JetStream().Publish(ctx, subject, data); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// A file deleted or replaced while it is read fails its reader soon:
+// its chunks are purged, and the read does not wait for them for as
+// long as its context lets it (a client's download would hang).
+func TestReaderOfAFileGoneMidway(t *testing.T) {
+	t.Parallel()
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	keeper := attachment.New(b.JetStream(), b.Topology(), attachment.Config{MaxBytes: 4 << 20})
+	file := bytes.Repeat([]byte("kept"), 512<<10) // 2 MiB: 16 chunks
+	for _, c := range []struct {
+		name string
+		gone func(name string) error
+	}{
+		{"deleted", func(name string) error {
+			obs, err := b.JetStream().ObjectStore(ctx, b.Topology().Stream(attachment.Bucket))
+			if err != nil {
+				return err
+			}
+			return obs.Delete(ctx, name)
+		}},
+		{"replaced", func(name string) error {
+			_, err := keeper.Keep(ctx, name, "text/plain", strings.NewReader("another"))
+			return err
+		}},
+	} {
+		name := "gone/" + c.name
+		if _, err := keeper.Keep(ctx, name, "application/pdf", bytes.NewReader(file)); err != nil {
+			t.Fatal(err)
+		}
+		obj, err := keeper.Reader(ctx, name, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(obj, make([]byte, 1000)); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.gone(name); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		rest, err := io.ReadAll(obj)
+		_ = obj.Close()
+		if !errors.Is(err, attachment.ErrNotFound) || time.Since(start) > 20*time.Second {
+			t.Errorf("%s midway: read %d more bytes in %v, %v; want ErrNotFound within 20s", c.name, len(rest), time.Since(start), err)
 		}
 	}
 }

@@ -228,8 +228,12 @@ type Service struct {
 	instance string
 	handler  http.Handler
 	limiter  *keyLimiter
-	waiting  waiters
-	answers  *answers
+	// linkLimiter limits the signed requests of each link to a kept
+	// file: apart from the keys' limiter, whose map a stranger's
+	// requests would otherwise fill, and clear.
+	linkLimiter *keyLimiter
+	waiting     waiters
+	answers     *answers
 	// responses keeps the Responses API's responses.
 	responses *responseStore
 	// runs keeps the runs of /v1/runs and their events.
@@ -300,8 +304,8 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	s := &Service{
 		cfg: cfg, log: deps.Log.With("service", "gateway-api"), bus: deps.Bus,
 		instance: randomHex(4), addr: cfg.Addr, listened: make(chan struct{}),
-		limiter: newKeyLimiter(cfg.RateLimit, cfg.RateBurst),
-		jobs:    deps.Jobs, jobTargets: deps.JobTargets,
+		limiter: newKeyLimiter(cfg.RateLimit, cfg.RateBurst), linkLimiter: newKeyLimiter(cfg.RateLimit, cfg.RateBurst),
+		jobs: deps.Jobs, jobTargets: deps.JobTargets,
 	}
 	s.answers = newAnswers(deps.Bus, s.log, cfg.IdempotencyTTL)
 	s.responses = newResponseStore(deps.Bus, cfg.ResponseTTL, cfg.ResponsesMaxBytes)

@@ -338,20 +338,26 @@ func (s *Service) getKeyedMedia(w http.ResponseWriter, r *http.Request) {
 // lets in. The record is still read: a link whose record was deleted,
 // expired or dropped (media_links_max_bytes) is 404 whatever its
 // signature says, and the signature covers the record's owner. Such
-// requests are rate limited per link, apart from the key's own.
+// requests are rate limited per link, apart from the keys: only a link
+// whose record is kept gets a limiter, so that a stranger's made-up ids
+// do not fill the limiters' map.
 func (s *Service) getSignedMedia(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	if ok, after := s.limiter.allow("media-link:" + id); !ok {
-		writeRateLimited(w, after)
-		return
-	}
 	link, found, err := s.media.get(r.Context(), id)
 	if err != nil {
 		s.log.WarnContext(r.Context(), "read api media link failed", "err", err)
 		writeUnavailable(w)
 		return
 	}
-	if !found || !signatureValid(id, link, r.URL.Query(), time.Now()) {
+	if !found {
+		writeMediaNotFound(w, id)
+		return
+	}
+	if ok, after := s.linkLimiter.allow(id); !ok {
+		writeRateLimited(w, after)
+		return
+	}
+	if !signatureValid(id, link, r.URL.Query(), time.Now()) {
 		writeMediaNotFound(w, id)
 		return
 	}

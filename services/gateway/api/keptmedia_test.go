@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"path"
 	"regexp"
@@ -545,5 +546,102 @@ func TestMediaLinkBucketFull(t *testing.T) {
 	}
 	if got := do(t, http.MethodGet, "http://"+s.Addr()+last, "", "", nil); got.code != http.StatusOK || string(got.body) != "kept" {
 		t.Errorf("the newest link: %d %s", got.code, got.body)
+	}
+}
+
+// A kept file damaged in the store is never served as if whole: the
+// answer's body ends short of its Content-Length and the connection is
+// closed, so the client's read fails.
+func TestKeptMediaDamagedIsCutShort(t *testing.T) {
+	t.Parallel()
+	b := newBus(t)
+	s := startService(t, b, nil)
+	store := attachment.New(b.JetStream(), b.Topology(), attachment.Config{Enabled: true})
+	file := bytes.Repeat([]byte("kept"), 50<<10) // 200 KiB: two chunks
+	link := linkTo(t, s, store, "test/damaged.pdf", "application/pdf", file)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// The last chunk changed, its size and the file's digest kept.
+	bucket := b.Topology().Stream(attachment.Bucket)
+	obs, err := b.JetStream().ObjectStore(ctx, bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := obs.GetInfo(ctx, "test/damaged.pdf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := b.JetStream().Stream(ctx, "OBJ_"+bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	subject := "$O." + bucket + ".C." + info.NUID
+	last, err := st.GetLastMsgForSubject(ctx, subject)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.DeleteMsg(ctx, last.Sequence); err != nil {
+		t.Fatal(err)
+	}
+	last.Data[0] ^= 0xff
+	if _, err := b.JetStream().Publish(ctx, subject, last.Data); err != nil {
+		t.Fatal(err)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+s.Addr()+link, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	got, err := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK || resp.ContentLength != int64(len(file)) {
+		t.Fatalf("answer %d, length %d", resp.StatusCode, resp.ContentLength)
+	}
+	if err == nil || len(got) >= len(file) {
+		t.Errorf("a damaged file read as whole: %d of %d bytes, %v", len(got), len(file), err)
+	}
+}
+
+// Signed requests are rate limited per link apart from the keys: a
+// stranger's requests for links that do not exist, however many, never
+// reset a key's limit (nor grow the keys' limiters); a kept link's are
+// limited.
+func TestMediaLinkLimitIsApart(t *testing.T) {
+	t.Parallel()
+	b := newBus(t)
+	s := startService(t, b, func(c *Config) { c.RateLimit, c.RateBurst = 0.001, 1 })
+	serve := func(path, key string) int {
+		req := httptest.NewRequest(http.MethodGet, "http://"+s.Addr()+path, nil)
+		if key != "" {
+			req.Header.Set("Authorization", "Bearer "+key)
+		}
+		rec := httptest.NewRecorder()
+		s.handler.ServeHTTP(rec, req)
+		return rec.Code
+	}
+	if code := serve("/v1/models", testKey); code != http.StatusOK {
+		t.Fatalf("the key's first request: %d", code)
+	}
+	if code := serve("/v1/models", testKey); code != http.StatusTooManyRequests {
+		t.Fatalf("the key's second request: %d, want 429", code)
+	}
+	for i := range 10_001 {
+		if code := serve(fmt.Sprintf("%s%032x?exp=1&sig=x", mediaPath, i), ""); code != http.StatusNotFound {
+			t.Fatalf("a link never made: %d", code)
+		}
+	}
+	if code := serve("/v1/models", testKey); code != http.StatusTooManyRequests {
+		t.Errorf("the key's request after a stranger's many links: %d, want 429 still", code)
+	}
+	// A link kept is limited still.
+	store := attachment.New(b.JetStream(), b.Topology(), attachment.Config{Enabled: true})
+	link := linkTo(t, s, store, "test/limited.txt", "text/plain", []byte("kept"))
+	for i, want := range []int{http.StatusOK, http.StatusTooManyRequests} {
+		if code := serve(link, ""); code != want {
+			t.Errorf("signed request %d: %d, want %d", i+1, code, want)
+		}
 	}
 }
