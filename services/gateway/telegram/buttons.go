@@ -300,14 +300,20 @@ func (p *Platform) claimQuery(id string) bool {
 // refuse answers the callback query of a press (the target's
 // interaction, Interaction.component) with the router's refusal as its
 // text, a toast only the presser sees, as Hermes's callback handler
-// answers a user it does not authorize. A query answered already (its
-// hold ended, or Telegram no longer takes it) or past its end drops the
-// refusal: nothing goes to the chat, where others would see it.
+// answers a user it does not authorize. A query held by another replica
+// (delivery hands a send to any) is answered by its holder, which the
+// refusal is sent on to (forwardRefusal), so that its hold ends with it.
+// A query answered already (its hold ended, or Telegram no longer takes
+// it) or past its end drops the refusal: nothing goes to the chat, where
+// others would see it.
 func (p *Platform) refuse(ctx context.Context, req *deliveryv1.SendRequested) (string, error) {
 	ia := req.GetTarget().GetInteraction()
 	held := p.claimQuery(ia.GetId())
 	if !held && (ia.GetExpiresAt() == nil || time.Now().After(ia.GetExpiresAt().AsTime())) {
 		p.log.Info("telegram callback query answered already; dropping the press's refusal")
+		return "", nil
+	}
+	if !held && p.forwardRefusal(ctx, req) {
 		return "", nil
 	}
 	text := req.GetText()
@@ -330,6 +336,27 @@ func (p *Platform) refuse(ctx context.Context, req *deliveryv1.SendRequested) (s
 		return "", nil
 	}
 	return "", classify(err)
+}
+
+// forwardRefusal sends the refusal req of a press this replica does
+// not hold to the replica that does, if one does (platform.AnswerPress),
+// and reports whether one took it: the holder answers the query with
+// its text and its hold ends there. Answered here instead, the holder's
+// hold would wait out Config.PressHold and then answer the query a
+// second time, which Telegram refuses. Not taken (no holder: its hold
+// ended or could not subscribe; a bus that does not answer in time),
+// the query is answered here, as Telegram lets any replica.
+func (p *Platform) forwardRefusal(ctx context.Context, req *deliveryv1.SendRequested) bool {
+	if p.bus == nil {
+		return false
+	}
+	fctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	taken, err := platform.AnswerPress(fctx, p.bus, req)
+	if err != nil {
+		p.log.Debug("send a press's refusal on to the replica holding it; answering the query here", "err", err)
+	}
+	return taken
 }
 
 // maxCallbackText is the most a callback query's answer shows (Telegram

@@ -402,3 +402,62 @@ func TestMalformedPressIsAnswered(t *testing.T) {
 		t.Fatalf("published %v", evs)
 	}
 }
+
+// A refusal that delivery hands to a replica other than the press's
+// holder (every replica serves sends) is sent on to the holder, which
+// answers the query with it and ends its hold there: one answer, the
+// refusal's, and no hold waiting out press_hold to answer the query a
+// second time, which Telegram refuses.
+func TestPressRefusalOnAnotherReplica(t *testing.T) {
+	t.Parallel()
+	f := newFake(t)
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	cfg := testConfig(f)
+	// Long enough that a hold still waiting is found waiting.
+	const pressHold = 5 * time.Second
+	cfg.PressHold = pressHold
+	sa, _ := startService(t, cfg, b, "a")
+	sb, _ := startService(t, cfg, b, "b")
+	var other *Service
+	waitFor(t, "one replica connected", 20*time.Second, func() bool {
+		for _, s := range [][2]*Service{{sa, sb}, {sb, sa}} {
+			if st, _ := s[0].Runner().State(); st == platform.StateConnected {
+				other = s[1]
+				return true
+			}
+		}
+		return false
+	})
+	target := &deliveryv1.Target{Platform: "telegram", Account: "4242", ChatId: "99"}
+	r := sendReq(t, b, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "p1", Target: target, Text: "approve?",
+		Approval: &deliveryv1.Approval{Choices: []string{"once", "deny"}, ToolCallId: "call_1"}})
+	if !r.GetOk() {
+		t.Fatalf("prompt not sent: %v", r)
+	}
+	card := f.Messages("99")[0]
+	if _, _, err := f.Press("99", card.ID, alice, "ea:once:call_1"); err != nil {
+		t.Fatal(err)
+	}
+	var ia *eventsv1.Interaction
+	waitFor(t, "the press published", 10*time.Second, func() bool {
+		if evs := inbound(t, b); len(evs) == 1 {
+			ia = evs[0].GetInteraction()
+		}
+		return ia != nil
+	})
+	const refusal = "⛔ You are not authorized to approve commands."
+	req := &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "r1",
+		Target: &deliveryv1.Target{Platform: "telegram", Account: "4242", ChatId: "99", Interaction: ia}, Text: refusal}
+	if _, err := other.p.Send(context.Background(), req); err != nil {
+		t.Fatalf("refusal on the other replica: %v", err)
+	}
+	waitFor(t, "the refusal", 5*time.Second, func() bool { return len(f.CallbackAnswers()) == 1 })
+	if a := f.CallbackAnswers()[0]; a.QueryID != ia.GetId() || a.Text != refusal {
+		t.Fatalf("answer %+v, want the refusal as the query's answer", a)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if held, err := platform.AnswerPress(context.Background(), b, &deliveryv1.SendRequested{Text: "late answer",
+		Target: &deliveryv1.Target{Platform: "telegram", Account: "4242", ChatId: "99", Interaction: ia}}); err != nil || held {
+		t.Fatalf("the holder still holds the press after its refusal (held %v, %v)", held, err)
+	}
+}

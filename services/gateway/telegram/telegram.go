@@ -197,6 +197,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		return nil, err
 	}
 	p.menu = deps.Menu
+	p.bus = deps.Bus
 	p.downloads = platform.NewDownloader(deps.Attachments.URLs)
 	if deps.Attachments.Enabled {
 		p.store = attachment.Open(deps.Bus.JetStream(), deps.Bus.Topology(), deps.Attachments)
@@ -216,6 +217,9 @@ type Platform struct {
 	// store holds the attachments a send refers to by bytes_ref (nil:
 	// attachments are off).
 	store *attachment.Store
+	// bus sends a press's refusal on to the replica holding it
+	// (forwardRefusal); nil in a Platform built without one.
+	bus *bus.Bus
 	// downloads fetches a file Telegram could not take by URL (nil:
 	// public addresses only).
 	downloads *platform.Downloader
