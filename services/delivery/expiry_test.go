@@ -12,8 +12,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
+	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
 	"github.com/switchboard-chat/switchboard/pkg/pg"
 	"github.com/switchboard-chat/switchboard/pkg/pg/pgtest"
+	"github.com/switchboard-chat/switchboard/services/delivery"
 )
 
 // An image whose row expires goes as its link even when the expiry
@@ -172,3 +174,85 @@ func TestNoExpiryQueriesWhileNothingCanExpire(t *testing.T) {
 	e.clock.Advance(11 * time.Minute)
 	eventually(t, e.clock, 0, "the pass after delivery.ttl", func() bool { return count.n.Load() > before })
 }
+
+// A turn that does not show reasoning and that no replica takes over
+// pays no round trip for the tools' mark below another replica's stream
+// (delivery_stream_tools): when its first model call goes straight to a
+// tool's progress message or an approval prompt, the replica saw every
+// event of the turn before it, so no stream is above that message. The
+// turn's stream is read once, at its first delta, as before the marks.
+func TestNoStreamReadForTheToolsOfAnUntakenTurn(t *testing.T) {
+	t.Parallel()
+	ran := &repliesv1.ToolProgress{ToolCallId: "c-rm", ToolName: "rm", Phase: repliesv1.ToolPhase_TOOL_PHASE_STARTED, Preview: "/tmp/x"}
+	done := &repliesv1.ToolProgress{ToolCallId: "c-rm", ToolName: "rm", Phase: repliesv1.ToolPhase_TOOL_PHASE_FINISHED}
+	tests := []struct {
+		name   string
+		events []any
+	}{
+		{"a progress message first", []any{&repliesv1.Typing{Active: true}, ran, done,
+			&repliesv1.TextDelta{Text: "Done."}, final("Done.")}},
+		{"an approval prompt first", []any{&repliesv1.Typing{Active: true}, rmApproval, ran, done,
+			&repliesv1.TextDelta{Text: "Done."}, final("Done.")}},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			_, url := pgtest.NewWithURL(t)
+			pcfg, err := pgxpool.ParseConfig(url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The stream's reads (the last segment, with the tools'
+			// mark or the final's key) and the mark's write.
+			reads := &statements{markers: []string{"FROM delivery_stream_segments WHERE turn_id"}}
+			marks := &statements{markers: []string{"INSERT INTO delivery_stream_tools"}}
+			pcfg.ConnConfig.Tracer = &bothStatements{reads, marks}
+			db, err := pg.OpenConfig(context.Background(), pcfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(db.Close)
+			e.db = db
+			cfg := streamConfig()
+			cfg.Platforms = map[string]delivery.Platform{"stream": {Streaming: delivery.StreamEdit, ToolProgress: delivery.ToolProgressAll}}
+			e.start(t, cfg, "a")
+			session := fmt.Sprint("s", i)
+			for j, body := range tt.events {
+				e.publishStream(t, "t1", int64(j+1), session, body)
+			}
+			e.consumed(t, session)
+			if got := e.gw.postedTexts()["Done."]; got != 1 {
+				t.Fatalf("the answer was posted %d times, want once", got)
+			}
+			if n := reads.n.Load(); n != 1 {
+				t.Errorf("%d reads of the turn's stream, want 1 (its first delta's)", n)
+			}
+			if n := marks.n.Load(); n != 0 {
+				t.Errorf("%d tools' marks, want none", n)
+			}
+		})
+	}
+}
+
+// bothStatements feeds two counters.
+type bothStatements [2]*statements
+
+func (b *bothStatements) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	b[0].see(d.SQL)
+	b[1].see(d.SQL)
+	return ctx
+}
+
+func (b *bothStatements) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+func (b *bothStatements) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	return ctx
+}
+
+func (b *bothStatements) TraceBatchQuery(_ context.Context, _ *pgx.Conn, d pgx.TraceBatchQueryData) {
+	b[0].see(d.SQL)
+	b[1].see(d.SQL)
+}
+
+func (b *bothStatements) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}

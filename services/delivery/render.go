@@ -167,6 +167,7 @@ func (s *Service) handle(ctx context.Context, ev *repliesv1.ReplyEvent) error {
 	if ev.GetTarget().GetPlatform() == "" {
 		return bus.Permanent(errors.New("reply event without a target platform"))
 	}
+	s.firstEvent(ev)
 	switch b := ev.GetBody().(type) {
 	case *repliesv1.ReplyEvent_Typing:
 		if s.cfg.platform(ev.GetTarget().GetPlatform()).NoTyping {
@@ -619,6 +620,21 @@ func (s *Service) closeBlock(ctx context.Context, ev *repliesv1.ReplyEvent) erro
 	return s.split(ctx, ev, st)
 }
 
+// firstEvent remembers a turn whose first event (seq 1) reached this
+// replica, on a platform that streams by editing (toolLines.fromStart),
+// until the turn's answer or error forgets its tools (endTools) or
+// housekeeping does. Events that end a turn mark nothing.
+func (s *Service) firstEvent(ev *repliesv1.ReplyEvent) {
+	if ev.GetSeq() != 1 || ev.GetTurnId() == "" || s.cfg.platform(ev.GetTarget().GetPlatform()).Streaming != StreamEdit {
+		return
+	}
+	switch ev.GetBody().(type) {
+	case *repliesv1.ReplyEvent_Typing, *repliesv1.ReplyEvent_TextDelta, *repliesv1.ReplyEvent_ReasoningDelta,
+		*repliesv1.ReplyEvent_ToolProgress:
+		s.tools.get(ev.GetTurnId()).fromStart = true
+	}
+}
+
 // markTools records, for a turn whose stream this replica did not
 // stream (it took the turn over, or nothing of the turn reached it
 // yet), that the message of ev's tool calls about to be posted (a
@@ -628,11 +644,21 @@ func (s *Service) closeBlock(ctx context.Context, ev *repliesv1.ReplyEvent) erro
 // nothing of that message: the mark tells it, at the empty break after
 // the call or the next call's reasoning restart, to put the answer below
 // it (foreignBlock). One read per new message of the tools, and a write
-// when the stream has messages; the error is a mark that could not be
-// stored: the step comes back.
+// when the stream has messages, unless this replica saw the turn from
+// its first event and holds no stream of it (toolLines.fromStart): then
+// nothing streamed above, and the common turn pays no round trip; the
+// error is a mark that could not be stored: the step comes back.
 func (s *Service) markTools(ctx context.Context, ev *repliesv1.ReplyEvent) error {
 	if ev.GetTurnId() == "" || s.cfg.platform(ev.GetTarget().GetPlatform()).Streaming != StreamEdit {
 		return nil
+	}
+	if s.turns.get(ev.GetTurnId()) == nil {
+		if tl := s.tools.peek(ev.GetTurnId()); tl != nil && tl.fromStart {
+			// Nothing of the turn streamed before ev: no message
+			// above, and no read (the common turn, which went to a
+			// tool before saying anything).
+			return nil
+		}
 	}
 	seg, err := s.store.LastStreamSegment(ctx, ev.GetTurnId())
 	if err != nil {

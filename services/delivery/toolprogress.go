@@ -156,6 +156,12 @@ type toolLines struct {
 	// open progress message, it is below a reasoning block that the
 	// answer must not go on in (reasoningAboveTools, foreignBlock).
 	prompted bool
+	// fromStart: this replica handled the turn's first event (seq 1),
+	// so, its partition's events coming in order, every event since: a
+	// turn it holds no stream of (turnState) streamed nothing yet, on
+	// no replica, and a tools' message needs no mark below another
+	// replica's stream (markTools), which would cost a read per turn.
+	fromStart bool
 	// ev is the event that last changed lines, for the edit that shows
 	// them.
 	ev      *repliesv1.ReplyEvent
