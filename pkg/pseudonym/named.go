@@ -161,12 +161,12 @@ func (p *Pseudonymizer) ChatKey(key string) string {
 // wamid is base64 that holds the sender's number, an e-mail's Message-ID
 // often holds an address or a host, Slack's starts with the channel id,
 // Teams's with the conversation id, Google Chat's message name with the
-// space. The others' (Telegram update ids, Discord and Mattermost
+// space (its platform is "google_chat"). The others' (Telegram update ids, Discord and Mattermost
 // snowflakes, Matrix event ids, BlueBubbles guids, LINE webhook event
 // ids, Twilio SIDs) are opaque numbers or random strings that name no
 // one and find the message on the platform.
 var personalEventIDs = map[string]bool{
-	"signal": true, "whatsapp": true, "email": true, "slack": true, "teams": true, "googlechat": true,
+	"signal": true, "whatsapp": true, "email": true, "slack": true, "teams": true, "google_chat": true,
 }
 
 // MsgID pseudonymizes a bus message id, "<platform>:<account>:<event id>"

@@ -106,6 +106,9 @@ func TestMsgID(t *testing.T) {
 		{"whatsapp:main:wamid.HBgLMTU1NTEyMzQ1NjcVAgASGBQzQUFC", "whatsapp:main:" + id("wamid.HBgLMTU1NTEyMzQ1NjcVAgASGBQzQUFC")},
 		{"email:main:CAF1234@mail.example.com", "email:main:" + id("CAF1234@mail.example.com")},
 		{"slack:main:C0CHANNEL:1700000000.000100", "slack:main:" + id("C0CHANNEL:1700000000.000100")},
+		// Google Chat's platform is google_chat (googlechat.PlatformName):
+		// a message's name holds its space, a DM's names the person.
+		{"google_chat:aud:spaces/AAAA/messages/BBBB.BBBB", "google_chat:aud:" + id("spaces/AAAA/messages/BBBB.BBBB")},
 		// A router notice's turn id and bus message id, a delivery's
 		// idempotency key made of them, a button press's.
 		{"notice:signal:main:+15551234567:1700000000000:1", "notice:signal:main:" + id("+15551234567:1700000000000:1")},
