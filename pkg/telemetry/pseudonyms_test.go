@@ -98,6 +98,9 @@ func TestLogPseudonyms(t *testing.T) {
 		{"error under a logger With its chat_id", func(l *slog.Logger) {
 			l.With("chat_id", user).WithGroup("g").Warn("m", "err", fmt.Errorf("chat %s: forbidden", user))
 		}, []string{"g", "err"}, "chat " + p.ID(user) + ": forbidden"},
+		{"a short thread_id is not taken from a status", func(l *slog.Logger) {
+			l.Warn("m", "chat_id", user, "thread_id", "502", "err", fmt.Errorf("chat %s: HTTP 502: Bad Gateway", user))
+		}, []string{"err"}, "chat " + p.ID(user) + ": HTTP 502: Bad Gateway"},
 		{"error text beside its chat_id", func(l *slog.Logger) {
 			l.Warn("m", "chat_id", user, "last_error", "The 'To' number +"+user+" is not valid")
 		}, []string{"last_error"}, "The 'To' number +" + p.ID(user) + " is not valid"},
