@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"reflect"
 	"strings"
 	"testing"
@@ -240,6 +241,31 @@ func TestPseudonymsCostNothingWithoutIDs(t *testing.T) {
 			l.InfoContext(ctx, "turn finished", "platform", "telegram", "turn_id", "01HX", "steps", 3)
 		}); n != 0 {
 			t.Errorf("%s: a record that names nobody allocates %v times with pseudonyms, want 0 (as without)", format, n)
+		}
+	}
+}
+
+// TestStructsNamingNobodyLoggedAsTheyAre: a struct, a map or a proto
+// that names no one is written as without pseudonyms: its fields in
+// their order (JSON), as its String or %+v (text), not as the map
+// decoded to look for ids in it.
+func TestStructsNamingNobodyLoggedAsTheyAre(t *testing.T) {
+	t.Parallel()
+	type limits struct {
+		Platform string `json:"platform"`
+		Attempts int    `json:"attempts"`
+		Backoff  string `json:"backoff"`
+	}
+	u := &url.URL{Scheme: "https", Host: "api.telegram.org", Path: "/bot/sendMessage"}
+	for _, format := range []string{"json", "text"} {
+		var out bytes.Buffer
+		for _, pseudonymize := range []bool{false, true} {
+			l := telemetry.NewLogger(telemetry.LogConfig{Level: "info", Format: format, Pseudonymize: pseudonymize}, &out)
+			l.Info("m", "limits", limits{"telegram", 3, "1s"}, "url", u, "counts", map[string]int{"sent": 2, "failed": 1},
+				"source", &eventsv1.SessionSource{Platform: "telegram", ChatType: "group"})
+		}
+		if lines := strings.Split(strings.TrimSpace(out.String()), "\n"); len(lines) != 2 || cutTime(lines[0]) != cutTime(lines[1]) {
+			t.Errorf("%s: with pseudonyms the record is written differently:\n%s", format, out.String())
 		}
 	}
 }
