@@ -7,12 +7,13 @@ import (
 	"os"
 	"strings"
 
+	"github.com/switchboard-chat/switchboard/pkg/gatewaystatus"
 	"github.com/switchboard-chat/switchboard/pkg/pseudonym"
 	"github.com/switchboard-chat/switchboard/pkg/telemetry"
 )
 
 func init() {
-	register(command{name: "pseudonym", summary: "pseudonym <session key | user or chat id>...: what the logs call it (log.pseudonymize), under this configuration's log.pseudonym_key",
+	register(command{name: "pseudonym", summary: "pseudonym <session key | user or chat id | chat key | message or turn id>...: what the logs call it (log.pseudonymize), under this configuration's log.pseudonym_key",
 		run: runPseudonym})
 }
 
@@ -26,7 +27,7 @@ func runPseudonym(_ context.Context, args []string) error {
 		return err
 	}
 	if fs.NArg() == 0 {
-		fmt.Fprintln(os.Stderr, "usage: switchboard pseudonym [--config FILE] <session key | user or chat id>...")
+		fmt.Fprintln(os.Stderr, "usage: switchboard pseudonym [--config FILE] <session key | user or chat id | chat key | message or turn id>...")
 		return errUsage
 	}
 	cfg, _, err := loadConfig(cf.configPath)
@@ -37,8 +38,14 @@ func runPseudonym(_ context.Context, args []string) error {
 	return nil
 }
 
-// printPseudonyms writes one line per value: a session key ("agent:…",
-// "send:…") as its pseudonymized key, anything else as one id (a user_id
+// printPseudonyms writes one line per value, as the logs show it: a
+// session key ("agent:…", "send:…") as its pseudonymized key; a router
+// notice's turn id or a button press's delivery key ("notice:…",
+// "press:…") as its MsgID; a chat key or a bus message id
+// ("<platform>:<account>:<chat or event id>", of a platform this release
+// runs) with its last part replaced, as chat_key shows it and as msg_id
+// and event do on the platforms whose event ids name someone (the others'
+// message ids are logged as they are); anything else as one id (a user_id
 // or chat_id attribute; in a user key such as by's "telegram:42", the
 // part after the platform).
 func printPseudonyms(out, errOut io.Writer, cfg telemetry.LogConfig, values []string) {
@@ -47,10 +54,23 @@ func printPseudonyms(out, errOut io.Writer, cfg telemetry.LogConfig, values []st
 	}
 	p := pseudonym.New(cfg.PseudonymKey)
 	for _, v := range values {
-		if strings.HasPrefix(v, "agent:") || strings.HasPrefix(v, "send:") {
-			fmt.Fprintln(out, p.Key(v))
-			continue
-		}
-		fmt.Fprintln(out, p.ID(v))
+		fmt.Fprintln(out, pseudonymOf(p, v))
 	}
+}
+
+// pseudonymOf is what the logs show for v (printPseudonyms).
+func pseudonymOf(p *pseudonym.Pseudonymizer, v string) string {
+	switch {
+	case strings.HasPrefix(v, "agent:") || strings.HasPrefix(v, "send:"):
+		return p.Key(v)
+	case strings.HasPrefix(v, "notice:") || strings.HasPrefix(v, "press:"):
+		return p.MsgID(v)
+	}
+	// A chat key's or a message id's platform is one a gateway runs: a
+	// Matrix room ("!r:example.org") or a Signal event id
+	// ("+1555…:1700…") is an id, colons and all.
+	if platform, rest, ok := strings.Cut(v, ":"); ok && gatewaystatus.Known(platform) && strings.Contains(rest, ":") {
+		return p.ChatKey(v)
+	}
+	return p.ID(v)
 }

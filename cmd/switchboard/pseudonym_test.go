@@ -49,3 +49,29 @@ func TestPseudonymCommand(t *testing.T) {
 		t.Errorf("no note that pseudonyms are off: %q", errOut.String())
 	}
 }
+
+// TestPseudonymCommandShapes: for a chat key, a bus message id, a router
+// notice's turn id and a delivery key made of one, the command prints
+// what the logs show for them, not one pseudonym of the whole value.
+func TestPseudonymCommandShapes(t *testing.T) {
+	cfg := telemetry.LogConfig{Level: "info", Pseudonymize: true, PseudonymKey: "ops secret"}
+	tests := []struct{ attr, value string }{
+		{"chat_key", "whatsapp:main:15551234567"},
+		{"chat_key", "telegram:8000000001:-1002285219667"},
+		{"msg_id", "signal:+15550000000:+15551234567:1700000000000"},
+		{"event", "google_chat:aud:spaces/AAAA/messages/BBBB.BBBB"},
+		{"turn_id", "notice:signal:main:+15551234567:1700000000000:1"},
+		{"key", "press:whatsapp:main:wamid.HBgLMTU1NTEyMzQ1NjcVAgASGBQzQUFC"},
+		{"chat_id", "!room:example.org"},
+		{"user_id", "+15551234567:17"},
+	}
+	for _, tt := range tests {
+		var logs, out, errOut bytes.Buffer
+		telemetry.NewLogger(cfg, &logs).Info("m", tt.attr, tt.value)
+		printPseudonyms(&out, &errOut, cfg, []string{tt.value})
+		got := strings.TrimSpace(out.String())
+		if want := `"` + tt.attr + `":"` + got + `"`; !strings.Contains(logs.String(), want) {
+			t.Errorf("%s %s: printed %q, the log shows %s", tt.attr, tt.value, got, logs.String())
+		}
+	}
+}

@@ -68,13 +68,37 @@ func NamedIDs(err error) []string {
 // it, and so short an id names no one.
 const minScrubbed = 3
 
+// minScrubbedNumber is the same for a number ("502", "-2026"): under 5
+// digits it is as likely an HTTP status, a year in a timestamp, a
+// duration or a count as the id (a Telegram topic's thread id, a
+// message's), and a number that short names no one.
+const minScrubbedNumber = 5
+
+// scrubbable reports whether Scrub takes the form f of an id out of a
+// text (minScrubbed, minScrubbedNumber).
+func scrubbable(f string) bool {
+	if len(f) < minScrubbed {
+		return false
+	}
+	digits := strings.TrimLeft(f, "+-")
+	if len(digits) >= minScrubbedNumber || len(f)-len(digits) > 1 {
+		return true
+	}
+	for i := 0; i < len(digits); i++ {
+		if digits[i] < '0' || digits[i] > '9' {
+			return true
+		}
+	}
+	return false
+}
+
 // Scrub replaces each of ids in text by its ID where it stands as a whole
 // word: not inside a longer run of letters and digits ("123" is not
 // taken from "41234"). It also finds an id as platforms and HTTP
 // clients write it: without the leading "+" of a phone number, and
 // escaped in a URL's path or query (a Matrix room "!r:example.org" as
 // "%21r:example.org"), each replaced by the ID of the id as given.
-// Ids shorter than 3 bytes are left.
+// Ids shorter than 3 bytes are left, and numbers under 5 digits.
 func (p *Pseudonymizer) Scrub(text string, ids ...string) string {
 	if p == nil || text == "" || len(ids) == 0 {
 		return text
@@ -83,7 +107,7 @@ func (p *Pseudonymizer) Scrub(text string, ids ...string) string {
 	var forms []form
 	for _, id := range ids {
 		for _, f := range []string{id, strings.TrimPrefix(id, "+"), url.PathEscape(id), url.QueryEscape(id)} {
-			if len(f) >= minScrubbed && !slices.ContainsFunc(forms, func(o form) bool { return o.find == f }) {
+			if scrubbable(f) && !slices.ContainsFunc(forms, func(o form) bool { return o.find == f }) {
 				forms = append(forms, form{f, id})
 			}
 		}
@@ -161,12 +185,12 @@ func (p *Pseudonymizer) ChatKey(key string) string {
 // wamid is base64 that holds the sender's number, an e-mail's Message-ID
 // often holds an address or a host, Slack's starts with the channel id,
 // Teams's with the conversation id, Google Chat's message name with the
-// space. The others' (Telegram update ids, Discord and Mattermost
+// space (its platform is "google_chat"). The others' (Telegram update ids, Discord and Mattermost
 // snowflakes, Matrix event ids, BlueBubbles guids, LINE webhook event
 // ids, Twilio SIDs) are opaque numbers or random strings that name no
 // one and find the message on the platform.
 var personalEventIDs = map[string]bool{
-	"signal": true, "whatsapp": true, "email": true, "slack": true, "teams": true, "googlechat": true,
+	"signal": true, "whatsapp": true, "email": true, "slack": true, "teams": true, "google_chat": true,
 }
 
 // MsgID pseudonymizes a bus message id, "<platform>:<account>:<event id>"

@@ -137,8 +137,14 @@ func pseudonymizeAny(p *pseudonym.Pseudonymizer, a slog.Attr) slog.Attr {
 			return slog.Any(a.Key, out)
 		}
 	default:
+		// A value that names no one is logged as it is: as its String
+		// or %+v by the text handler, its fields in their order by the
+		// JSON one, not as the map decoded to look for ids in it.
 		if tree, ok := structured(v); ok {
-			return slog.Any(a.Key, pseudonymizeTree(p, "", tree))
+			changed := false
+			if tree = pseudonymizeTree(p, "", tree, &changed); changed {
+				return slog.Any(a.Key, tree)
+			}
 		}
 	}
 	return a
@@ -176,25 +182,31 @@ func structured(v any) (any, bool) {
 
 // pseudonymizeTree pseudonymizes a decoded JSON value logged under the
 // name name: the strings in it as attributes of their names are, lists
-// of ids, objects and lists within, in place.
-func pseudonymizeTree(p *pseudonym.Pseudonymizer, name string, v any) any {
+// of ids, objects and lists within, in place. It sets *changed when
+// it replaces anything.
+func pseudonymizeTree(p *pseudonym.Pseudonymizer, name string, v any, changed *bool) any {
 	switch v := v.(type) {
 	case string:
-		if idAttrs[name] || idListAttrs[name] {
-			return p.ID(v)
+		var ps string
+		if idListAttrs[name] {
+			ps = p.ID(v) // an id in a list of them
+		} else {
+			ps = pseudonymizeString(p, name, v)
 		}
-		return pseudonymizeString(p, name, v)
+		*changed = *changed || ps != v
+		return ps
 	case json.Number:
 		if idAttrs[name] {
+			*changed = true
 			return p.ID(v.String())
 		}
 	case map[string]any:
 		for k, inner := range v {
-			v[k] = pseudonymizeTree(p, k, inner)
+			v[k] = pseudonymizeTree(p, k, inner, changed)
 		}
 	case []any:
 		for i, inner := range v {
-			v[i] = pseudonymizeTree(p, name, inner)
+			v[i] = pseudonymizeTree(p, name, inner, changed)
 		}
 	}
 	return v

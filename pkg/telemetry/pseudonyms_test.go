@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"reflect"
 	"strings"
 	"testing"
@@ -98,6 +99,9 @@ func TestLogPseudonyms(t *testing.T) {
 		{"error under a logger With its chat_id", func(l *slog.Logger) {
 			l.With("chat_id", user).WithGroup("g").Warn("m", "err", fmt.Errorf("chat %s: forbidden", user))
 		}, []string{"g", "err"}, "chat " + p.ID(user) + ": forbidden"},
+		{"a short thread_id is not taken from a status", func(l *slog.Logger) {
+			l.Warn("m", "chat_id", user, "thread_id", "502", "err", fmt.Errorf("chat %s: HTTP 502: Bad Gateway", user))
+		}, []string{"err"}, "chat " + p.ID(user) + ": HTTP 502: Bad Gateway"},
 		{"error text beside its chat_id", func(l *slog.Logger) {
 			l.Warn("m", "chat_id", user, "last_error", "The 'To' number +"+user+" is not valid")
 		}, []string{"last_error"}, "The 'To' number +" + p.ID(user) + " is not valid"},
@@ -237,6 +241,31 @@ func TestPseudonymsCostNothingWithoutIDs(t *testing.T) {
 			l.InfoContext(ctx, "turn finished", "platform", "telegram", "turn_id", "01HX", "steps", 3)
 		}); n != 0 {
 			t.Errorf("%s: a record that names nobody allocates %v times with pseudonyms, want 0 (as without)", format, n)
+		}
+	}
+}
+
+// TestStructsNamingNobodyLoggedAsTheyAre: a struct, a map or a proto
+// that names no one is written as without pseudonyms: its fields in
+// their order (JSON), as its String or %+v (text), not as the map
+// decoded to look for ids in it.
+func TestStructsNamingNobodyLoggedAsTheyAre(t *testing.T) {
+	t.Parallel()
+	type limits struct {
+		Platform string `json:"platform"`
+		Attempts int    `json:"attempts"`
+		Backoff  string `json:"backoff"`
+	}
+	u := &url.URL{Scheme: "https", Host: "api.telegram.org", Path: "/bot/sendMessage"}
+	for _, format := range []string{"json", "text"} {
+		var out bytes.Buffer
+		for _, pseudonymize := range []bool{false, true} {
+			l := telemetry.NewLogger(telemetry.LogConfig{Level: "info", Format: format, Pseudonymize: pseudonymize}, &out)
+			l.Info("m", "limits", limits{"telegram", 3, "1s"}, "url", u, "counts", map[string]int{"sent": 2, "failed": 1},
+				"source", &eventsv1.SessionSource{Platform: "telegram", ChatType: "group"})
+		}
+		if lines := strings.Split(strings.TrimSpace(out.String()), "\n"); len(lines) != 2 || cutTime(lines[0]) != cutTime(lines[1]) {
+			t.Errorf("%s: with pseudonyms the record is written differently:\n%s", format, out.String())
 		}
 	}
 }
