@@ -64,6 +64,25 @@ func TestWholeSystemSteeringOfAFailedModelCallRunsNext(t *testing.T) {
 	}
 	id, _ := post("/v1/runs", `{"input":"plan a trip"}`)["run_id"].(string)
 	wait("the call after the tool", func(reqs []fakellm.Request) bool { return len(reqs) >= 2 })
+	// The run is running from its first event (the tool's start), which
+	// reaches the gateway through delivery, not with the model call: a
+	// loaded machine can be into the next call before it arrives, and a
+	// queued run refuses steering (409).
+	for status := ""; status != "running"; {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+d.apiAddr+"/v1/runs/"+id, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("run %s: %v (last status %q)", id, err, status)
+		}
+		var run struct {
+			Status string `json:"status"`
+		}
+		_ = json.NewDecoder(resp.Body).Decode(&run)
+		resp.Body.Close()
+		if status = run.Status; status != "running" {
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
 	if ans := post("/v1/runs/"+id+"/steer", `{"input":"`+steer+`"}`); ans["accepted"] != true {
 		t.Fatalf("steer: %v", ans)
 	}
