@@ -114,7 +114,7 @@ func (r *turnRun) runRemote(ctx context.Context) (store.Final, error) {
 			// The agent asks for approvals itself: its progress says when
 			// an answer is awaited, so that only then is one forwarded.
 			r.ctl.await(ev.ToolProgress.GetPhase() == repliesv1.ToolPhase_TOOL_PHASE_AWAITING_APPROVAL, ev.ToolProgress.GetToolCallId())
-			err = r.publish(ctx, &repliesv1.ReplyEvent{Body: &repliesv1.ReplyEvent_ToolProgress{ToolProgress: ev.ToolProgress}})
+			err = r.publish(ctx, &repliesv1.ReplyEvent{Body: &repliesv1.ReplyEvent_ToolProgress{ToolProgress: agentStep(ev.ToolProgress)}})
 		case *agentv1.RunTurnResponse_Media:
 			err = r.publish(ctx, &repliesv1.ReplyEvent{Body: &repliesv1.ReplyEvent_Media{Media: ev.Media}})
 		case *agentv1.RunTurnResponse_Error:

@@ -3,7 +3,9 @@ package worker_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"strings"
@@ -335,5 +337,79 @@ func TestExternalAgentCallEndsWhenTheLockIsLost(t *testing.T) {
 	})
 	if c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_STALE {
 		t.Fatalf("status %v, want STALE", c.GetStatus())
+	}
+}
+
+// stepAgent is an AgentService that reports one tool call's steps and
+// answers "done".
+type stepAgent struct {
+	agentv1.UnimplementedAgentServiceServer
+	steps []*repliesv1.ToolProgress
+}
+
+func (a *stepAgent) RunTurn(stream grpc.BidiStreamingServer[agentv1.RunTurnRequest, agentv1.RunTurnResponse]) error {
+	if _, err := stream.Recv(); err != nil {
+		return err
+	}
+	for _, st := range a.steps {
+		if err := stream.Send(&agentv1.RunTurnResponse{Event: &agentv1.RunTurnResponse_ToolProgress{ToolProgress: st}}); err != nil {
+			return err
+		}
+	}
+	return stream.Send(&agentv1.RunTurnResponse{Event: &agentv1.RunTurnResponse_Completed{Completed: &agentv1.TurnResult{
+		Status: turnsv1.TurnStatus_TURN_STATUS_COMPLETED, FinalText: "done", Usage: &turnsv1.Usage{ModelCalls: 1},
+		Appended: []*agentv1.TranscriptMessage{{Role: "assistant", Content: "done"}}}}})
+}
+
+// An external agent's tool steps reach the gateways as the built-in
+// loop's do: a result's preview masked and bounded, arguments bounded
+// and parsing — the API gateway lists them in responses and keeps them,
+// and a step past NATS's max payload would fail the turn.
+func TestExternalAgentToolStepsAreMaskedAndBounded(t *testing.T) {
+	t.Parallel()
+	const key = "sk-proj-abcdefghijklmnopqrstuvwxyz0123456789"
+	huge := strings.Repeat("x", 3<<19) // past NATS's 1 MiB, within gRPC's 4
+	tests := []struct {
+		name string
+		step *repliesv1.ToolProgress
+	}{
+		{"secret in result", &repliesv1.ToolProgress{Phase: repliesv1.ToolPhase_TOOL_PHASE_FINISHED, Detail: "OPENAI_API_KEY=" + key}},
+		{"huge result", &repliesv1.ToolProgress{Phase: repliesv1.ToolPhase_TOOL_PHASE_FAILED, Detail: huge}},
+		{"huge arguments", &repliesv1.ToolProgress{Phase: repliesv1.ToolPhase_TOOL_PHASE_STARTED,
+			Arguments: `{"q":"` + huge + `"}`, Preview: huge[:1<<20], Detail: huge[:1<<20]}},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t)
+			session := fmt.Sprintf("s%d", i)
+			h.setGeneration(session, 1)
+			tt.step.ToolCallId, tt.step.ToolName = "c1", "search"
+			startAgentWorker(t, h, &stepAgent{steps: []*repliesv1.ToolProgress{tt.step}})
+			req := h.requestTurn(session, "go", turnOpts{})
+			if c := h.waitCompleted(req.TurnId); c.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED {
+				t.Fatalf("status %v %s", c.GetStatus(), c.GetError())
+			}
+			var got *repliesv1.ToolProgress
+			for _, ev := range h.replies(req.TurnId) {
+				if tp := ev.GetToolProgress(); tp != nil {
+					got = tp
+				}
+			}
+			if got == nil {
+				t.Fatal("no tool progress published")
+			}
+			if strings.Contains(got.GetDetail(), "abcdefghijklmnopqrstuvwxyz") {
+				t.Errorf("detail %q shows the key", got.GetDetail())
+			}
+			for what, s := range map[string]string{"detail": got.GetDetail(), "preview": got.GetPreview(), "arguments": got.GetArguments()} {
+				if len(s) > 4000 {
+					t.Errorf("%s is %d bytes", what, len(s))
+				}
+			}
+			if a := got.GetArguments(); a != "" && !json.Valid([]byte(a)) {
+				t.Errorf("arguments %q do not parse", a)
+			}
+		})
 	}
 }

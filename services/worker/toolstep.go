@@ -7,6 +7,9 @@ import (
 	"slices"
 	"unicode/utf8"
 
+	"google.golang.org/protobuf/proto"
+
+	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
 	"github.com/switchboard-chat/switchboard/pkg/secret"
 )
 
@@ -170,3 +173,26 @@ const (
 	resultPreviewMax  = 1000
 	resultPreviewHead = 500
 )
+
+// agentStep is an external agent's tool step as the gateways get it,
+// bounded and masked as the built-in loop's are: the API gateway lists
+// a result's preview in responses and keeps it, and a step past NATS's
+// max payload would fail the turn's publish. The agent is asked for
+// such steps (ToolProgress); the worker does not rely on it.
+func agentStep(tp *repliesv1.ToolProgress) *repliesv1.ToolProgress {
+	out := proto.CloneOf(tp)
+	switch tp.GetPhase() {
+	case repliesv1.ToolPhase_TOOL_PHASE_FINISHED, repliesv1.ToolPhase_TOOL_PHASE_FAILED:
+		out.Detail = resultPreview(tp.GetDetail())
+	default: // the call's line or what the user is asked to approve
+		out.Detail = truncate(tp.GetDetail(), stepLineMax)
+	}
+	out.Preview = truncate(tp.GetPreview(), stepLineMax)
+	if tp.GetArguments() != "" {
+		out.Arguments = boundedArguments(tp.GetArguments(), argumentsMax)
+	}
+	return out
+}
+
+// stepLineMax bounds a step's one-line preview, as the built-in loop's.
+const stepLineMax = 500
