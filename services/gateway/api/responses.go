@@ -706,11 +706,11 @@ func (m outputMessage) MarshalJSON() ([]byte, error) {
 		}{m.ID, m.Type, m.Status, m.Name, m.CallID, m.Arguments})
 	case "function_call_output":
 		return json.Marshal(struct {
-			ID     string      `json:"id"`
-			Type   string      `json:"type"`
-			CallID string      `json:"call_id"`
+			ID     string       `json:"id"`
+			Type   string       `json:"type"`
+			CallID string       `json:"call_id"`
 			Output []outputPart `json:"output"`
-			Status string      `json:"status"`
+			Status string       `json:"status"`
 		}{m.ID, m.Type, m.CallID, m.Output, m.Status})
 	}
 	content := m.Content
