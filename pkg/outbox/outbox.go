@@ -855,9 +855,16 @@ VALUES ($1, $2, $3) ON CONFLICT DO NOTHING`, turnID, segment, messages)
 // the turn's tool calls was marked below all of that segment's messages
 // (MarkStreamTools), in one round trip.
 func (s *Store) LastStreamSegmentBelow(ctx context.Context, turnID string) (StreamSegment, bool, error) {
+	seg, below, err := s.lastSegmentAnd(ctx, turnID, "tools below the stream of turn "+turnID, toolsBelow, turnID)
+	return seg, below && len(seg.IDs) > 0, err
+}
+
+// lastSegmentAnd is LastStreamSegment and the boolean query (what names
+// it in an error), in one round trip.
+func (s *Store) lastSegmentAnd(ctx context.Context, turnID, what, query string, args ...any) (StreamSegment, bool, error) {
 	b := &pgx.Batch{}
 	b.Queue(lastSegment, turnID)
-	b.Queue(toolsBelow, turnID)
+	b.Queue(query, args...)
 	br := s.db.SendBatch(ctx, b)
 	defer br.Close()
 	rows, err := br.Query()
@@ -868,11 +875,11 @@ func (s *Store) LastStreamSegmentBelow(ctx context.Context, turnID string) (Stre
 	if err != nil {
 		return StreamSegment{}, false, err
 	}
-	var below bool
-	if err := br.QueryRow().Scan(&below); err != nil {
-		return StreamSegment{}, false, fmt.Errorf("tools below the stream of turn %s: %w", turnID, err)
+	var ok bool
+	if err := br.QueryRow().Scan(&ok); err != nil {
+		return StreamSegment{}, false, fmt.Errorf("%s: %w", what, err)
 	}
-	return seg, below && len(seg.IDs) > 0, nil
+	return seg, ok, nil
 }
 
 // toolsBelow selects whether a tools' message was marked below every
@@ -917,24 +924,8 @@ func (s *Store) LastStreamSegment(ctx context.Context, turnID string) (StreamSeg
 // idempotency key key is stored, in one round trip: a final asks both
 // (whether an older replica queued it under its former keys).
 func (s *Store) LastStreamSegmentAndKey(ctx context.Context, turnID, key string) (StreamSegment, bool, error) {
-	b := &pgx.Batch{}
-	b.Queue(lastSegment, turnID)
-	b.Queue(`SELECT EXISTS (SELECT 1 FROM delivery_outbox WHERE idempotency_key = $1)`, key)
-	br := s.db.SendBatch(ctx, b)
-	defer br.Close()
-	rows, err := br.Query()
-	if err != nil {
-		return StreamSegment{}, false, fmt.Errorf("stream messages of turn %s: %w", turnID, err)
-	}
-	seg, err := scanSegment(rows, turnID)
-	if err != nil {
-		return StreamSegment{}, false, err
-	}
-	var stored bool
-	if err := br.QueryRow().Scan(&stored); err != nil {
-		return StreamSegment{}, false, fmt.Errorf("look up delivery %s: %w", key, err)
-	}
-	return seg, stored, nil
+	return s.lastSegmentAnd(ctx, turnID, "look up delivery "+key,
+		`SELECT EXISTS (SELECT 1 FROM delivery_outbox WHERE idempotency_key = $1)`, key)
 }
 
 // lastSegment selects the platform messages of a turn's last stream
