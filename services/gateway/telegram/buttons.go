@@ -227,35 +227,121 @@ func (p *Platform) answerCallbackText(ctx context.Context, id, text string) {
 // text when the hold ends.
 const maxPressHold = 10 * time.Second
 
-// holdQuery counts callback query id among the held ones, before its
-// press is published, and returns the channel its claim closes
-// (claimQuery).
-func (p *Platform) holdQuery(id string) chan struct{} {
-	claimed := make(chan struct{})
+// query is the callback query of a press this replica holds (holdQuery)
+// until it is claimed (claimQuery).
+type query struct {
+	// claimed is closed when the query is claimed.
+	claimed chan struct{}
+	// hold is the router's answer's (nil: the press could not be held
+	// for it).
+	hold *platform.PressHold
+	// failed: a publish of the press failed here, and the bus may have
+	// stored it all the same: the router then decides the stored press,
+	// so the retry, told it is a duplicate, holds the query still.
+	failed bool
+	// retry is closed when a retry of the failed press takes the query
+	// over (holdQuery); nil when none may (not failed, or let go).
+	retry chan struct{}
+}
+
+// holdQuery counts callback query id of a press among the held ones,
+// before the press is published, and holds the press for the router's
+// answer when conn can (platform.PressHolder). A press whose publish
+// failed here, still held (awaitRetry), is taken over as it is: a
+// refusal or an answer that came meanwhile is its hold's.
+func (p *Platform) holdQuery(conn platform.Conn, id string) *query {
 	p.heldMu.Lock()
-	defer p.heldMu.Unlock()
-	if p.held == nil {
-		p.held = map[string]chan struct{}{}
+	if q := p.held[id]; q != nil && q.retry != nil {
+		close(q.retry)
+		q.retry = nil
+		p.heldMu.Unlock()
+		return q
 	}
-	p.held[id] = claimed
-	return claimed
+	q := &query{claimed: make(chan struct{})}
+	if p.held == nil {
+		p.held = map[string]*query{}
+	}
+	p.held[id] = q
+	p.heldMu.Unlock()
+	if h, ok := conn.(platform.PressHolder); ok {
+		hold, err := h.HoldPress(id)
+		if err != nil {
+			p.log.Warn("hold telegram button press for the router's answer; its hold ends by time", "err", err)
+		}
+		q.hold = hold
+	}
+	return q
+}
+
+// awaitRetry keeps holding query id of a press whose publish failed
+// (the bus may have stored it, its acknowledgement lost) until its
+// retry takes it over (holdQuery), for up to maxPressHold: a refusal of
+// the stored press claims it meanwhile and answers it with its text, and
+// the router's answer is its answer at once, the press decided. Nothing
+// else answers it: not stored, the press is published again and answered
+// then. Let go, it is no longer held, and a retry after that holds it
+// anew.
+func (p *Platform) awaitRetry(ctx context.Context, id string, q *query) {
+	retry := make(chan struct{})
+	p.heldMu.Lock()
+	if p.held[id] != q {
+		// Claimed by a refusal, which answered it.
+		p.heldMu.Unlock()
+		q.hold.Close()
+		return
+	}
+	q.failed, q.retry = true, retry
+	p.heldMu.Unlock()
+	var answered <-chan *deliveryv1.SendRequested
+	if q.hold != nil {
+		answered = q.hold.Answer()
+	}
+	go func() {
+		t := time.NewTimer(maxPressHold)
+		defer t.Stop()
+		select {
+		case <-retry:
+			return // the retry holds it now
+		case <-q.claimed:
+			q.hold.Close() // refused: the refusal answered the query
+		case req := <-answered:
+			q.hold.Close()
+			if p.claimQuery(id) {
+				actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+				defer cancel()
+				p.answerCallbackText(actx, id, req.GetText())
+			}
+		case <-t.C:
+			p.heldMu.Lock()
+			taken := q.retry == nil
+			if !taken {
+				q.retry = nil
+				if p.held[id] == q {
+					delete(p.held, id)
+				}
+			}
+			p.heldMu.Unlock()
+			if !taken {
+				q.hold.Close()
+			}
+		}
+	}()
 }
 
 // hold holds callback query id of a published press (counted held by
-// holdQuery, whose channel is claimed): it is answered with the router's
-// answer's text when that comes (answer; nil when the press could not be
-// held for it), without text when the hold ends, unless a refusal claims
-// it first (claimQuery), which ends the hold there: the router sends a
+// holdQuery): it is answered with the router's answer's text when that
+// comes, without text when the hold ends, unless a refusal claims it
+// first (claimQuery), which ends the hold there: the router sends a
 // press it refuses no other answer. Off the update loop: the next update
 // does not wait. Nor does the hold end with ctx: a webhook's is its
 // request's, which ends at once.
-func (p *Platform) hold(ctx context.Context, id string, answer *platform.PressHold, claimed <-chan struct{}) {
+func (p *Platform) hold(ctx context.Context, id string, q *query) {
 	var answered <-chan *deliveryv1.SendRequested
-	if answer != nil {
-		answered = answer.Answer()
+	if q.hold != nil {
+		answered = q.hold.Answer()
 	}
 	go func() {
-		defer answer.Close()
+		defer q.hold.Close()
 		t := time.NewTimer(p.cfg.PressHold)
 		defer t.Stop()
 		text := ""
@@ -263,7 +349,7 @@ func (p *Platform) hold(ctx context.Context, id string, answer *platform.PressHo
 		case <-t.C:
 		case req := <-answered:
 			text = req.GetText()
-		case <-claimed:
+		case <-q.claimed:
 			return // refused: the refusal answered the query
 		}
 		if p.claimQuery(id) {
@@ -288,12 +374,12 @@ func heldPress(id string, end time.Time) *eventsv1.Interaction {
 func (p *Platform) claimQuery(id string) bool {
 	p.heldMu.Lock()
 	defer p.heldMu.Unlock()
-	claimed, ok := p.held[id]
+	q, ok := p.held[id]
 	if !ok {
 		return false
 	}
 	delete(p.held, id)
-	close(claimed)
+	close(q.claimed)
 	return true
 }
 

@@ -2,9 +2,11 @@ package telegram
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -459,5 +461,137 @@ func TestPressRefusalOnAnotherReplica(t *testing.T) {
 	if held, err := platform.AnswerPress(context.Background(), b, &deliveryv1.SendRequested{Text: "late answer",
 		Target: &deliveryv1.Target{Platform: "telegram", Account: "4242", ChatId: "99", Interaction: ia}}); err != nil || held {
 		t.Fatalf("the holder still holds the press after its refusal (held %v, %v)", held, err)
+	}
+}
+
+// lossyConn stores the first publish of each press on the bus and
+// reports it failed, as a publish whose acknowledgement was lost (a
+// timeout): the poller tries it again, and the bus tells the retry it
+// is a duplicate.
+type lossyConn struct {
+	platform.Conn
+	mu   *sync.Mutex
+	lost map[string]bool // event ids whose first publish was "lost"
+}
+
+func (c *lossyConn) Deliver(ctx context.Context, ev *eventsv1.MessageReceived) (platform.Accepted, error) {
+	acc, err := c.Conn.Deliver(ctx, ev)
+	if err != nil || ev.GetInteraction() == nil {
+		return acc, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.lost[ev.GetEventId()] {
+		return acc, nil
+	}
+	c.lost[ev.GetEventId()] = true
+	return platform.Accepted{}, errors.New("publish: nats: timeout")
+}
+
+func (c *lossyConn) HoldPress(id string) (*platform.PressHold, error) {
+	return c.Conn.(platform.PressHolder).HoldPress(id)
+}
+
+// lossyPlatform is the Telegram platform behind a lossyConn.
+type lossyPlatform struct {
+	*Platform
+	mu   sync.Mutex
+	lost map[string]bool
+}
+
+func (p *lossyPlatform) Connect(ctx context.Context, conn platform.Conn) error {
+	return p.Platform.Connect(ctx, &lossyConn{Conn: conn, mu: &p.mu, lost: p.lost})
+}
+
+// lostPublishes reports how many presses had their first publish "lost".
+func (p *lossyPlatform) lostPublishes() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.lost)
+}
+
+// A press whose publish failed after the bus stored it is still this
+// replica's to hold: the router decides the stored press, and its
+// refusal, or its word on the outcome, is the query's answer, also when
+// it comes after the retry was told the press is a duplicate. Taken for
+// a press Telegram sent again, the retry answered the query at once
+// without text, and the refusal that came after found it answered.
+func TestPressStoredByAFailedPublishIsHeld(t *testing.T) {
+	t.Parallel()
+	f := newFake(t)
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	cfg := testConfig(f)
+	// The longest there is, so that the hold is found holding however
+	// busy the machine.
+	const pressHold = maxPressHold
+	cfg.PressHold = pressHold
+	tp, err := NewPlatform(cfg, quietLog(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tp.bus = b
+	lp := &lossyPlatform{Platform: tp, lost: map[string]bool{}}
+	svc, err := platform.NewService(lp, b, quietLog(), platform.Options{Instance: "a", Backoff: platform.Schedule(50 * time.Millisecond)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- svc.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("run: %v", err)
+		}
+	})
+	waitFor(t, "connected", 20*time.Second, func() bool { st, _ := svc.Runner().State(); return st == platform.StateConnected })
+
+	target := &deliveryv1.Target{Platform: "telegram", Account: "4242", ChatId: "99"}
+	r := sendReq(t, b, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "p1", Target: target, Text: "approve?",
+		Approval: &deliveryv1.Approval{Choices: []string{"once", "deny"}, ToolCallId: "call_1"}})
+	if !r.GetOk() {
+		t.Fatalf("prompt not sent: %v", r)
+	}
+	card := f.Messages("99")[0]
+	// press presses the card's button and returns the stored press's
+	// interaction once its retry has been published.
+	press := func(n int, data string) *eventsv1.Interaction {
+		t.Helper()
+		id, query, err := f.Press("99", card.ID, alice, data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "the press's retry published", 10*time.Second, func() bool {
+			return lp.lostPublishes() == n && f.Confirmed() > id
+		})
+		evs := inbound(t, b)
+		if len(evs) != n || evs[n-1].GetInteraction().GetId() != query {
+			t.Fatalf("published %v, want the press once", evs)
+		}
+		return evs[n-1].GetInteraction()
+	}
+
+	const refusal = "⛔ You are not authorized to approve commands."
+	ia := press(1, "ea:once:call_1")
+	r = sendReq(t, b, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "r1",
+		Target: &deliveryv1.Target{Platform: "telegram", Account: "4242", ChatId: "99", Interaction: ia}, Text: refusal})
+	if !r.GetOk() {
+		t.Fatalf("refusal: %v", r)
+	}
+	waitFor(t, "the query answered", 10*time.Second, func() bool { return len(f.CallbackAnswers()) == 1 })
+	if a := f.CallbackAnswers()[0]; a.QueryID != ia.GetId() || a.Text != refusal {
+		t.Fatalf("answer %+v, want the refusal as the query's answer", a)
+	}
+
+	const resolved = "This approval has already been resolved."
+	pressed := time.Now()
+	ia = press(2, "ea:deny:call_1")
+	if err := platform.PublishPressAnswer(b, &deliveryv1.SendRequested{Target: &deliveryv1.Target{Platform: "telegram", Account: "4242", ChatId: "99", Interaction: ia},
+		Text: resolved}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the query answered", 10*time.Second, func() bool { return len(f.CallbackAnswers()) == 2 })
+	if a := f.CallbackAnswers()[1]; a.QueryID != ia.GetId() || a.Text != resolved || time.Since(pressed) >= pressHold {
+		t.Fatalf("answer %+v %v after the press, want the router's word before the hold ends", a, time.Since(pressed))
 	}
 }

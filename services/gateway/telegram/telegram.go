@@ -230,7 +230,7 @@ type Platform struct {
 	// answer (hold), by query id; a query's channel is closed when it
 	// is claimed (claimQuery).
 	heldMu sync.Mutex
-	held   map[string]chan struct{}
+	held   map[string]*query
 
 	mu       sync.Mutex
 	username string
@@ -390,26 +390,29 @@ func (p *Platform) handle(ctx context.Context, conn platform.Conn, raw []byte) (
 		return nil
 	}
 	held := false
-	var (
-		answer *platform.PressHold
-		// claimed is closed when a refusal claims the query (claimQuery);
-		// nil until the press is about to be published.
-		claimed chan struct{}
-	)
+	// q is the press's query, held (holdQuery) from just before the
+	// press is published; nil until then.
+	var q *query
 	if out.callbackID != "" {
 		// Answered once the press is on the bus (or skipped): until then
 		// the client shows its progress, and Telegram sends it again. A
-		// press published is held for the router's answer first (hold).
+		// press published is held for the router's answer first (hold),
+		// and one whose publish failed is held for its retry (awaitRetry).
 		defer func() {
 			switch {
 			case err != nil:
-				answer.Close()
-				p.claimQuery(out.callbackID) // not answered: Telegram sends it again
+				if q != nil {
+					p.awaitRetry(ctx, out.callbackID, q)
+				}
 			case held:
-				p.hold(ctx, out.callbackID, answer, claimed)
+				p.hold(ctx, out.callbackID, q)
 			default:
-				answer.Close()
-				if claimed == nil || p.claimQuery(out.callbackID) {
+				if q == nil {
+					p.answerCallback(ctx, out.callbackID)
+					return
+				}
+				q.hold.Close()
+				if p.claimQuery(out.callbackID) {
 					p.answerCallback(ctx, out.callbackID)
 				}
 			}
@@ -424,13 +427,7 @@ func (p *Platform) handle(ctx context.Context, conn platform.Conn, raw []byte) (
 		out.ev.Interaction = heldPress(out.callbackID, time.Now().Add(p.cfg.PressHold))
 		// The router's answer may come as soon as the press is out, and
 		// so may its refusal, which claims the query.
-		claimed = p.holdQuery(out.callbackID)
-		if h, ok := conn.(platform.PressHolder); ok {
-			if answer, err = h.HoldPress(out.callbackID); err != nil {
-				p.log.Warn("hold telegram button press for the router's answer; its hold ends by time", "err", err)
-				answer, err = nil, nil
-			}
-		}
+		q = p.holdQuery(conn, out.callbackID)
 	}
 	acc, err := conn.Deliver(ctx, out.ev)
 	if err != nil {
@@ -440,7 +437,9 @@ func (p *Platform) handle(ctx context.Context, conn platform.Conn, raw []byte) (
 		return fmt.Errorf("publish update %s: %w", out.ev.GetEventId(), err)
 	}
 	// A press published before (Telegram sent it again) was decided
-	// then: its query is answered at once.
-	held = out.callbackID != "" && !acc.Duplicate
+	// then: its query is answered at once. A duplicate after a publish
+	// of it failed here is most likely that publish, stored though its
+	// acknowledgement was lost: the router decides it, and answers here.
+	held = out.callbackID != "" && (!acc.Duplicate || q.failed)
 	return nil
 }
