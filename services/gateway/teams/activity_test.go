@@ -101,7 +101,8 @@ func TestSameServiceURL(t *testing.T) {
 }
 
 // An approval button's press reads as the command it stands for and the
-// call; anything else is no press.
+// call, whatever the verb of its Action.Execute, as Hermes's card action
+// handler reads the action's data alone; anything else is no press.
 func TestPressOf(t *testing.T) {
 	t.Parallel()
 	invoke := func(verb, data string) *Activity {
@@ -116,7 +117,9 @@ func TestPressOf(t *testing.T) {
 		{"execute", invoke(approveVerb, `{"hermes_action":"approve_always","tool_call_id":"c1"}`), "/approve always", "c1", true},
 		{"execute without call", invoke(approveVerb, `{"hermes_action":"approve_once"}`), "/approve", "", true},
 		{"submit", &Activity{Type: "message", Value: []byte(`{"hermes_action":"deny","tool_call_id":"c2"}`)}, "/deny", "c2", true},
-		{"other verb", invoke("refresh", `{"hermes_action":"deny"}`), "", "", false},
+		{"other verb", invoke("refresh", `{"hermes_action":"deny","tool_call_id":"c3"}`), "/deny", "c3", true},
+		{"no verb", &Activity{Type: "invoke", Name: cardActionInvoke, Value: []byte(`{"action":{"type":"Action.Execute","data":{"hermes_action":"approve_once"}}}`)}, "/approve", "", true},
+		{"other verb without our data", invoke("refresh", `{"page":2}`), "", "", false},
 		{"other invoke", &Activity{Type: "invoke", Name: "composeExtension/query", Value: []byte(`{"hermes_action":"deny"}`)}, "", "", false},
 		{"unknown action", invoke(approveVerb, `{"hermes_action":"approve_forever"}`), "", "", false},
 		{"bad call", invoke(approveVerb, `{"hermes_action":"deny","tool_call_id":"a b"}`), "", "", false},

@@ -21,7 +21,8 @@ import (
 // key and the command there). A press comes back as an invoke activity
 // named adaptiveCard/action whose value.action carries the verb and the
 // data (or, from a client that falls back to Action.Submit, as a message
-// activity whose value is the data); the gateway publishes it as the
+// activity whose value is the data), read by its data whatever the verb,
+// as Hermes reads it; the gateway publishes it as the
 // command the button stands for, typed by whoever pressed, naming the
 // card (replyToId) and the call, and answers the invoke at once. So the
 // router authorizes the presser as for typing, and its answer replaces
@@ -101,21 +102,21 @@ type buttonData struct {
 }
 
 // pressOf reads an activity as the press of an approval button: the
-// command it stands for and the call it names. ok is false for any other
-// activity: an invoke of another name or verb, a message without our
-// data.
+// command it stands for and the call it names. An Action.Execute is
+// read by its data alone, whatever its verb, as Hermes's card action
+// handler reads every adaptiveCard/action invoke. ok is false for any
+// other activity: an invoke of another name, an action or a message
+// without an approval's data.
 func pressOf(a *Activity) (command, call string, ok bool) {
 	var raw json.RawMessage
 	switch {
 	case a.Type == "invoke" && a.Name == cardActionInvoke:
 		var v struct {
 			Action struct {
-				Type string          `json:"type"`
-				Verb string          `json:"verb"`
 				Data json.RawMessage `json:"data"`
 			} `json:"action"`
 		}
-		if json.Unmarshal(a.Value, &v) != nil || v.Action.Verb != approveVerb {
+		if json.Unmarshal(a.Value, &v) != nil {
 			return "", "", false
 		}
 		raw = v.Action.Data
@@ -162,7 +163,8 @@ func pressEvent(a *Activity, botID, command, call string) normalized {
 const invokeAnswer = "Answer received."
 
 // unknownAction is Hermes's answer to a card action it cannot read (an
-// Action.Execute of another verb, or without a choice it knows).
+// Action.Execute whose data names no choice it knows, whatever its
+// verb).
 const unknownAction = "Unknown action."
 
 // invokeResponse is the body of the answer to an Action.Execute invoke:

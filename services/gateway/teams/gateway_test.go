@@ -421,11 +421,20 @@ func TestApprovalCard(t *testing.T) {
 	if ev := platformtest.NextEvent(t, h.evs); ev.GetText() != "/deny" || ev.GetButtonPress().GetMessageId() != card || ev.GetButtonPress().GetToolCallId() != "" {
 		t.Fatalf("submit %v", ev)
 	}
+	// Hermes reads a card action by its data, whatever its verb: a press
+	// of another verb carrying an approval's data is that approval's.
+	if code, body, err := f.PostAnswer(ctx, h.url, f.Press(channelConv, "channel", userID, userName, card, "other_verb",
+		map[string]any{"hermes_action": "deny", "tool_call_id": "call_9"})); err != nil || code != http.StatusOK || !strings.Contains(body, "application/vnd.microsoft.activity.message") {
+		t.Fatalf("invoke of another verb answered %d %s (%v)", code, body, err)
+	}
+	if ev := platformtest.NextEvent(t, h.evs); ev.GetText() != "/deny" || ev.GetButtonPress().GetMessageId() != card || ev.GetButtonPress().GetToolCallId() != "call_9" {
+		t.Fatalf("press of another verb %v", ev)
+	}
 	// A card action the gateway cannot read is not published, and its
 	// invoke is answered with Hermes's "Unknown action.": Teams shows an
 	// error for an invoke answered without an action response.
 	for _, other := range []map[string]any{
-		f.Press(channelConv, "channel", userID, userName, card, "other_verb", map[string]any{"hermes_action": "deny"}),
+		f.Press(channelConv, "channel", userID, userName, card, "other_verb", map[string]any{"page": 2}),
 		f.Press(channelConv, "channel", userID, userName, card, "hermes_approve", map[string]any{"hermes_action": "approve_forever"}),
 		f.Press(channelConv, "channel", userID, userName, card, "hermes_approve", map[string]any{}),
 	} {
