@@ -1,6 +1,7 @@
 package discord
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -238,6 +239,59 @@ func parseInteraction(raw []byte) (*discordgo.Interaction, error) {
 		return nil, fmt.Errorf("%w: interaction id or token", errMalformed)
 	}
 	return &in, nil
+}
+
+// unreadInteraction is the answer to an interaction the gateway cannot
+// read (answerUnread), which only its user sees.
+const unreadInteraction = "⚠️ This interaction could not be read, so nothing was done."
+
+// unreadIDs reads the id, token and type of an interaction that does
+// not parse (parseInteraction), each field alone, so that one field of
+// another shape elsewhere does not hide them. ok is false when the id
+// or the token cannot be read or used (no answer can be sent).
+func unreadIDs(raw []byte) (id, token string, typ discordgo.InteractionType, ok bool) {
+	var fields map[string]json.RawMessage
+	if json.Unmarshal(raw, &fields) != nil {
+		return "", "", 0, false
+	}
+	if json.Unmarshal(fields["id"], &id) != nil || json.Unmarshal(fields["token"], &token) != nil ||
+		!snowflake(id) || !urlSafe(token) {
+		return "", "", 0, false
+	}
+	_ = json.Unmarshal(fields["type"], &typ) // unknown: answered as a message
+	return id, token, typ, true
+}
+
+// answerUnread acknowledges an interaction the gateway cannot read
+// (malformed, or of a type it does not know), when its id and token can
+// be read: an ephemeral message says it was not read, where Discord
+// would show "This interaction failed" after 3 s. An autocomplete takes
+// no message: it is answered with no choices. Best effort, logged; on
+// the reading goroutine, as the other acknowledgements are, bounded by
+// ackWithin.
+func (p *Platform) answerUnread(ctx context.Context, raw []byte) {
+	id, token, typ, ok := unreadIDs(raw)
+	if !ok {
+		p.log.Warn("discord interaction not read and not answerable (no usable id or token)")
+		return
+	}
+	resp := &discordgo.InteractionResponse{Type: discordgo.InteractionResponseChannelMessageWithSource,
+		Data: &discordgo.InteractionResponseData{Content: unreadInteraction, Flags: discordgo.MessageFlagsEphemeral}}
+	if typ == discordgo.InteractionApplicationCommandAutocomplete {
+		resp = &discordgo.InteractionResponse{Type: discordgo.InteractionApplicationCommandAutocompleteResult,
+			Data: &discordgo.InteractionResponseData{Choices: []*discordgo.ApplicationCommandOptionChoice{}}}
+	}
+	actx, cancel := context.WithTimeout(ctx, ackWithin)
+	defer cancel()
+	if err := p.s.InteractionRespond(&discordgo.Interaction{ID: id, Token: token}, resp, opts(actx)...); err != nil {
+		if isCode(err, discordgo.ErrCodeInteractionHasAlreadyBeenAcknowledged) {
+			p.log.Debug("discord interaction already acknowledged", "interaction_id", id)
+			return
+		}
+		p.log.Warn("answer a discord interaction not read", "interaction_id", id, "type", int(typ), "err", redact(err, token))
+		return
+	}
+	p.log.Info("discord interaction not read; its user was told", "interaction_id", id, "type", int(typ))
 }
 
 // urlSafe reports whether a token can be pasted into a REST path:

@@ -269,11 +269,23 @@ func FuzzInteraction(f *testing.F) {
 	f.Add([]byte(`{"id":"5/../x","type":3,"token":"t","channel_id":"1","data":{"custom_id":"ea:once","component_type":2},"user":{"id":"4"},"message":{"id":"3"}}`), false)
 	f.Add([]byte(`{"id":"5","type":2,"token":"t","data":{"name":"approve"}}`), false)
 	f.Add([]byte(`{"id":"5","type":3,"token":"t?x=1","data":null}`), false)
+	// Interactions that do not parse, or of a type the gateway does not
+	// know, whose id and token can be read all the same (answerUnread).
+	f.Add([]byte(`{"id":"5","type":3,"token":"t","data":{"custom_id":7,"component_type":2}}`), false)
+	f.Add([]byte(`{"id":"5","type":3,"token":"t"}`), false)
+	f.Add([]byte(`{"id":"5","type":99,"token":"t","user":"alice"}`), false)
+	f.Add([]byte(`{"id":5,"type":3,"token":"t","data":{}}`), false)
 	f.Fuzz(func(t *testing.T, raw []byte, thread bool) {
 		in, err := parseInteraction(raw)
+		if err == nil && in.Type != discordgo.InteractionApplicationCommand && in.Type != discordgo.InteractionMessageComponent {
+			err = errMalformed // answered as one that does not parse
+		}
 		if err != nil {
 			if !errors.Is(err, errMalformed) {
 				t.Fatalf("error not marked malformed: %v", err)
+			}
+			if id, token, _, ok := unreadIDs(raw); ok && (!snowflake(id) || !urlSafe(token)) {
+				t.Fatalf("answering id %q token %q", id, token)
 			}
 			return
 		}
@@ -654,5 +666,61 @@ func TestRefusedPressEndsItsHold(t *testing.T) {
 	time.Sleep(200 * time.Millisecond) // a late answer taken would be shown by now
 	if st := f.InteractionState(id); len(st.Followups) != 1 || st.Followups[0].Content != refusal || st.Followups[0].Flags != 64 {
 		t.Fatalf("interaction %+v, want the refusal alone, as an ephemeral followup", st)
+	}
+}
+
+// An interaction the gateway cannot read (a field of the wrong type,
+// its data missing, a type it does not know) is not published, but it
+// is acknowledged with a message only its user sees, when its id and
+// token can be read: left unanswered, Discord shows "This interaction
+// failed" after 3 s and the user gets no word. One whose id cannot be
+// read cannot be answered.
+func TestUnreadInteractionIsAnswered(t *testing.T) {
+	t.Parallel()
+	f := newFake(t)
+	_, next := run(t, f, Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, c := range []struct {
+		name string
+		d    func(id, token string) map[string]any
+	}{
+		{"custom id not a string", func(id, token string) map[string]any {
+			return map[string]any{"id": id, "type": 3, "token": token, "channel_id": dmChan, "user": map[string]any{"id": user},
+				"data": map[string]any{"custom_id": 7, "component_type": 2}, "message": map[string]any{"id": "700000000000000042"}}
+		}},
+		{"no data", func(id, token string) map[string]any {
+			return map[string]any{"id": id, "type": 3, "token": token, "channel_id": dmChan, "user": map[string]any{"id": user}}
+		}},
+		{"user not an object", func(id, token string) map[string]any {
+			return map[string]any{"id": id, "type": 2, "token": token, "channel_id": dmChan, "user": "alice", "data": map[string]any{"name": "approve"}}
+		}},
+		{"unknown type", func(id, token string) map[string]any {
+			return map[string]any{"id": id, "type": 99, "token": token, "channel_id": dmChan, "user": map[string]any{"id": user}}
+		}},
+	} {
+		id, token := f.NewInteraction()
+		if err := f.Dispatch(ctx, "INTERACTION_CREATE", c.d(id, token)); err != nil {
+			t.Fatal(err)
+		}
+		platformtest.WaitFor(t, c.name+" answered", func() bool { return len(f.InteractionState(id).Callbacks) > 0 })
+		if st := f.InteractionState(id); len(st.Callbacks) != 1 || st.Callbacks[0] != 4 || st.Flags != 64 || st.Content != unreadInteraction {
+			t.Fatalf("%s: interaction %+v, want an ephemeral message saying it was not read", c.name, st)
+		}
+	}
+	id, token := f.NewInteraction()
+	if err := f.Dispatch(ctx, "INTERACTION_CREATE", map[string]any{"id": 5, "type": 3, "token": token, "data": map[string]any{}}); err != nil {
+		t.Fatal(err)
+	}
+	// A press after them is read as ever; nothing else was published.
+	d, err := f.Press(ctx, discordfake.Press{ChannelID: dmChan, MessageID: "700000000000000042", UserID: user, UserName: "alice", CustomID: "ea:deny"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev := next(20 * time.Second); ev.GetEventId() != "press:"+d["id"].(string) {
+		t.Fatalf("published %v, want the press alone", ev)
+	}
+	if st := f.InteractionState(id); len(st.Callbacks) != 0 {
+		t.Fatalf("an interaction without a readable id answered: %+v", st)
 	}
 }

@@ -421,13 +421,18 @@ func (p *Platform) onEvent(_ *discordgo.Session, e *discordgo.Event) {
 			in, err := parseInteraction(e.RawData)
 			if err != nil {
 				conn.Reject(ctx, "malformed INTERACTION_CREATE", err)
+				p.answerUnread(ctx, e.RawData)
 				return
 			}
-			if in.Type == discordgo.InteractionApplicationCommand {
+			switch in.Type {
+			case discordgo.InteractionApplicationCommand:
 				p.handleCommand(ctx, conn, in)
-				return
+			case discordgo.InteractionMessageComponent:
+				p.handlePress(ctx, conn, in)
+			default:
+				conn.Reject(ctx, "INTERACTION_CREATE of an unknown type", fmt.Errorf("%w: interaction type %d", errMalformed, in.Type))
+				p.answerUnread(ctx, e.RawData)
 			}
-			p.handlePress(ctx, conn, in)
 			return
 		}
 		p.handle(ctx, conn, e.RawData)

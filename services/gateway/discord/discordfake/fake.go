@@ -112,9 +112,10 @@ func (f *Fake) DenyThreads(channel string) {
 // interaction is a press or a slash command and the callbacks it got.
 type interaction struct {
 	token     string
-	callbacks []int // response types Discord accepted (one at most)
-	flags     int   // the accepted callback's data.flags (64: ephemeral)
-	refused   int   // callbacks refused as already acknowledged
+	callbacks []int  // response types Discord accepted (one at most)
+	flags     int    // the accepted callback's data.flags (64: ephemeral)
+	content   string // the accepted callback's data.content
+	refused   int    // callbacks refused as already acknowledged
 	// original is the response message: "" none, "deferred" (type 5
 	// acknowledged), "deleted", or its content after an edit (or after
 	// the first followup of a deferred response, which takes its place).
@@ -1126,6 +1127,17 @@ func (f *Fake) component(ctx context.Context, p Press, data map[string]any) (map
 	return d, f.Dispatch(ctx, "INTERACTION_CREATE", d)
 }
 
+// NewInteraction registers an interaction whose INTERACTION_CREATE the
+// test builds and dispatches itself (Dispatch), one that need not parse:
+// its id and token, which its callback takes.
+func (f *Fake) NewInteraction() (id, token string) {
+	id, token = f.NewID(), "token-"+f.NewID()
+	f.mu.Lock()
+	f.interactions[id] = &interaction{token: token}
+	f.mu.Unlock()
+	return id, token
+}
+
 // Select is a choice in a message's string select menu.
 type Select struct {
 	ChannelID, GuildID, MessageID, UserID, UserName string
@@ -1182,7 +1194,8 @@ func (f *Fake) callback(w http.ResponseWriter, r *http.Request) {
 	var body struct {
 		Type int `json:"type"`
 		Data *struct {
-			Flags int `json:"flags"`
+			Flags   int    `json:"flags"`
+			Content string `json:"content"`
 		} `json:"data"`
 	}
 	if err := json.NewDecoder(r.Body).Decode(&body); err != nil || body.Type == 0 {
@@ -1203,7 +1216,7 @@ func (f *Fake) callback(w http.ResponseWriter, r *http.Request) {
 	}
 	in.callbacks = append(in.callbacks, body.Type)
 	if body.Data != nil {
-		in.flags = body.Data.Flags
+		in.flags, in.content = body.Data.Flags, body.Data.Content
 	}
 	if body.Type == 5 {
 		in.original = "deferred"
@@ -1286,10 +1299,12 @@ func (f *Fake) Invoke(ctx context.Context, in Invoke) (map[string]any, error) {
 // Interaction is what became of an interaction's response.
 type Interaction struct {
 	// Callbacks are the response types its callback accepted (one at
-	// most) and Flags that callback's flags (64: ephemeral); Refused
-	// counts callbacks refused as already acknowledged.
+	// most), Flags that callback's flags (64: ephemeral) and Content its
+	// message's text; Refused counts callbacks refused as already
+	// acknowledged.
 	Callbacks []int
 	Flags     int
+	Content   string
 	Refused   int
 	// Original is the response message: "" none, "deferred", "deleted",
 	// or its content after an edit (or the first followup of a deferred
@@ -1318,7 +1333,7 @@ func (f *Fake) InteractionState(id string) Interaction {
 	if in == nil {
 		return Interaction{}
 	}
-	return Interaction{Callbacks: slices.Clone(in.callbacks), Flags: in.flags, Refused: in.refused,
+	return Interaction{Callbacks: slices.Clone(in.callbacks), Flags: in.flags, Content: in.content, Refused: in.refused,
 		Original: in.original, Followups: slices.Clone(in.followups)}
 }
 
