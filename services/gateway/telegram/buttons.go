@@ -248,16 +248,22 @@ type query struct {
 // before the press is published, and holds the press for the router's
 // answer when conn can (platform.PressHolder). A press whose publish
 // failed here, still held (awaitRetry), is taken over as it is: a
-// refusal or an answer that came meanwhile is its hold's.
-func (p *Platform) holdQuery(conn platform.Conn, id string) *query {
+// refusal or an answer that came meanwhile is its hold's. A press held
+// here otherwise (Telegram sent it again while it is published or held)
+// is its first handling's to answer: again is true, q nil.
+func (p *Platform) holdQuery(conn platform.Conn, id string) (q *query, again bool) {
 	p.heldMu.Lock()
-	if q := p.held[id]; q != nil && q.retry != nil {
+	if q := p.held[id]; q != nil {
+		if q.retry == nil {
+			p.heldMu.Unlock()
+			return nil, true
+		}
 		close(q.retry)
 		q.retry = nil
 		p.heldMu.Unlock()
-		return q
+		return q, false
 	}
-	q := &query{claimed: make(chan struct{})}
+	q = &query{claimed: make(chan struct{})}
 	if p.held == nil {
 		p.held = map[string]*query{}
 	}
@@ -270,7 +276,7 @@ func (p *Platform) holdQuery(conn platform.Conn, id string) *query {
 		}
 		q.hold = hold
 	}
-	return q
+	return q, false
 }
 
 // awaitRetry keeps holding query id of a press whose publish failed

@@ -595,3 +595,59 @@ func TestPressStoredByAFailedPublishIsHeld(t *testing.T) {
 		t.Fatalf("answer %+v %v after the press, want the router's word before the hold ends", a, time.Since(pressed))
 	}
 }
+
+// A press Telegram sends again while this replica still holds its query
+// is left to that hold: the router's answer, or its refusal, is the
+// query's answer. Answered at once without text, the query took no
+// other answer, and the router's word was lost.
+func TestPressSentAgainWhileHeld(t *testing.T) {
+	t.Parallel()
+	f := newFake(t)
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	cfg := testConfig(f)
+	// The longest there is, so that the hold is found holding however
+	// busy the machine.
+	const pressHold = maxPressHold
+	cfg.PressHold = pressHold
+	s, _ := startService(t, cfg, b, "a")
+	waitFor(t, "connected", 20*time.Second, func() bool { st, _ := s.Runner().State(); return st == platform.StateConnected })
+	target := &deliveryv1.Target{Platform: "telegram", Account: "4242", ChatId: "99"}
+	r := sendReq(t, b, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "p1", Target: target, Text: "approve?",
+		Approval: &deliveryv1.Approval{Choices: []string{"once", "deny"}, ToolCallId: "call_1"}})
+	if !r.GetOk() {
+		t.Fatalf("prompt not sent: %v", r)
+	}
+	card := f.Messages("99")[0]
+	pressed := time.Now()
+	id, query, err := f.Press("99", card.ID, alice, "ea:once:call_1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ia *eventsv1.Interaction
+	waitFor(t, "the press published", 10*time.Second, func() bool {
+		if evs := inbound(t, b); len(evs) == 1 {
+			ia = evs[0].GetInteraction()
+		}
+		return ia != nil
+	})
+	// Telegram sends the press again; a message after it is confirmed
+	// once the press sent again has been handled.
+	f.Redeliver(id)
+	next := f.Inject(obj{"message": msg(obj{"message_id": 500, "from": alice, "chat": dmChat, "text": "after"})})
+	waitFor(t, "the press sent again handled", 10*time.Second, func() bool { return f.Confirmed() > next })
+	if a := f.CallbackAnswers(); len(a) != 0 {
+		t.Fatalf("answers %+v while the press is held, want none yet", a)
+	}
+	const answer = "✅ Approved once"
+	if err := platform.PublishPressAnswer(b, &deliveryv1.SendRequested{Target: &deliveryv1.Target{Platform: "telegram", Account: "4242", ChatId: "99", Interaction: ia},
+		Text: answer}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the query answered", 10*time.Second, func() bool { return len(f.CallbackAnswers()) == 1 })
+	if a := f.CallbackAnswers()[0]; a.QueryID != query || a.Text != answer || time.Since(pressed) >= pressHold {
+		t.Fatalf("answer %+v %v after the press, want the router's word before the hold ends", a, time.Since(pressed))
+	}
+	if evs := inbound(t, b); len(evs) != 2 {
+		t.Fatalf("published %v, want the press once and the message", evs)
+	}
+}

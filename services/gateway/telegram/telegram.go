@@ -391,8 +391,13 @@ func (p *Platform) handle(ctx context.Context, conn platform.Conn, raw []byte) (
 	}
 	held := false
 	// q is the press's query, held (holdQuery) from just before the
-	// press is published; nil until then.
-	var q *query
+	// press is published; nil until then, and when again: the press is
+	// held here already (Telegram sent it again), and its first
+	// handling answers it.
+	var (
+		q     *query
+		again bool
+	)
 	if out.callbackID != "" {
 		// Answered once the press is on the bus (or skipped): until then
 		// the client shows its progress, and Telegram sends it again. A
@@ -400,6 +405,7 @@ func (p *Platform) handle(ctx context.Context, conn platform.Conn, raw []byte) (
 		// and one whose publish failed is held for its retry (awaitRetry).
 		defer func() {
 			switch {
+			case again:
 			case err != nil:
 				if q != nil {
 					p.awaitRetry(ctx, out.callbackID, q)
@@ -427,7 +433,7 @@ func (p *Platform) handle(ctx context.Context, conn platform.Conn, raw []byte) (
 		out.ev.Interaction = heldPress(out.callbackID, time.Now().Add(p.cfg.PressHold))
 		// The router's answer may come as soon as the press is out, and
 		// so may its refusal, which claims the query.
-		q = p.holdQuery(conn, out.callbackID)
+		q, again = p.holdQuery(conn, out.callbackID)
 	}
 	acc, err := conn.Deliver(ctx, out.ev)
 	if err != nil {
@@ -440,6 +446,6 @@ func (p *Platform) handle(ctx context.Context, conn platform.Conn, raw []byte) (
 	// then: its query is answered at once. A duplicate after a publish
 	// of it failed here is most likely that publish, stored though its
 	// acknowledgement was lost: the router decides it, and answers here.
-	held = out.callbackID != "" && (!acc.Duplicate || q.failed)
+	held = q != nil && (!acc.Duplicate || q.failed)
 	return nil
 }
