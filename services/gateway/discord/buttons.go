@@ -275,8 +275,7 @@ func (p *Platform) answerUnread(ctx context.Context, raw []byte) {
 		p.log.Warn("discord interaction not read and not answerable (no usable id or token)")
 		return
 	}
-	resp := &discordgo.InteractionResponse{Type: discordgo.InteractionResponseChannelMessageWithSource,
-		Data: &discordgo.InteractionResponseData{Content: unreadInteraction, Flags: discordgo.MessageFlagsEphemeral}}
+	resp := unreadResponse()
 	if typ == discordgo.InteractionApplicationCommandAutocomplete {
 		resp = &discordgo.InteractionResponse{Type: discordgo.InteractionApplicationCommandAutocompleteResult,
 			Data: &discordgo.InteractionResponseData{Choices: []*discordgo.ApplicationCommandOptionChoice{}}}
@@ -292,6 +291,30 @@ func (p *Platform) answerUnread(ctx context.Context, raw []byte) {
 		return
 	}
 	p.log.Info("discord interaction not read; its user was told", "interaction_id", id, "type", int(typ))
+}
+
+// unreadResponse is the ephemeral message that answers an interaction
+// the gateway cannot read (answerUnread), or the press of a component
+// it does not know (unknownComponent).
+func unreadResponse() *discordgo.InteractionResponse {
+	return &discordgo.InteractionResponse{Type: discordgo.InteractionResponseChannelMessageWithSource,
+		Data: &discordgo.InteractionResponseData{Content: unreadInteraction, Flags: discordgo.MessageFlagsEphemeral}}
+}
+
+// Why pressed skips the press of a component the gateway does not know:
+// none it sends (a Hermes view's, whose ids discord.py made, say).
+const (
+	skipNotAButton    skip = "not a button"
+	skipUnknownMenu   skip = "unknown menu"
+	skipUnknownButton skip = "unknown button"
+)
+
+// unknownComponent reports whether pressed skipped a press for its
+// component: its user is told that nothing was done (unreadResponse),
+// where other skips (an inert button, the bot's own, a channel not
+// allowed) are acknowledged without a word.
+func unknownComponent(why skip) bool {
+	return why == skipNotAButton || why == skipUnknownMenu || why == skipUnknownButton
 }
 
 // urlSafe reports whether a token can be pasted into a REST path:
@@ -324,7 +347,7 @@ func pressed(in *discordgo.Interaction, ch channelInfo, r rules, now time.Time) 
 	}
 	data, ok := in.Data.(discordgo.MessageComponentInteractionData)
 	if !ok {
-		return nil, "not a button"
+		return nil, skipNotAButton
 	}
 	var command, call, choice string
 	switch data.ComponentType {
@@ -340,7 +363,7 @@ func pressed(in *discordgo.Interaction, ch channelInfo, r rules, now time.Time) 
 	case discordgo.SelectMenuComponent:
 		// A picker's menu: the option chosen is the press of its button.
 		if !strings.HasPrefix(data.CustomID, menuIDPrefix) || len(data.Values) != 1 || len(data.Values[0]) > maxOptionText {
-			return nil, "unknown menu"
+			return nil, skipUnknownMenu
 		}
 		var inert bool
 		command, choice, inert, ok = platform.ParsePickerPayload(data.Values[0])
@@ -348,10 +371,10 @@ func pressed(in *discordgo.Interaction, ch channelInfo, r rules, now time.Time) 
 			return nil, "inert option"
 		}
 	default:
-		return nil, "not a button"
+		return nil, skipNotAButton
 	}
 	if !ok {
-		return nil, "unknown button"
+		return nil, skipUnknownButton
 	}
 	if in.Message == nil || !snowflake(in.Message.ID) {
 		return nil, "button press without its message, user or channel"

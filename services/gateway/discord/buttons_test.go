@@ -180,7 +180,10 @@ func TestPressAnswerEphemeral(t *testing.T) {
 }
 
 // A press in a DM (user, not member) is published; a click on a button
-// that is no approval button is acknowledged and not published.
+// the gateway does not know (a Hermes view's, whose ids discord.py made)
+// is not published, and its user is told at once, in a message only
+// they see, that nothing was done: a silent acknowledgement left the
+// click doing nothing without a word.
 func TestPressInDMAndUnknownButton(t *testing.T) {
 	t.Parallel()
 	f := newFake(t)
@@ -207,6 +210,12 @@ func TestPressInDMAndUnknownButton(t *testing.T) {
 			acks, _ := f.Acks(d["id"].(string))
 			return len(acks) == 1
 		})
+	}
+	if st := f.InteractionState(deny["id"].(string)); st.Callbacks[0] != 6 {
+		t.Fatalf("press acknowledged %+v, want a deferred update", st)
+	}
+	if st := f.InteractionState(other["id"].(string)); st.Callbacks[0] != 4 || st.Flags != 64 || st.Content != unreadInteraction {
+		t.Fatalf("unknown button answered %+v, want an ephemeral message saying nothing was done", st)
 	}
 }
 

@@ -446,7 +446,8 @@ const ackWithin = 2500 * time.Millisecond
 // handlePress publishes an approval button's press (see pressed), then
 // acknowledges the interaction with a deferred message update, so the
 // presser's client shows no failure and the card waits for the router's
-// answer. A press not on the bus in time is left unanswered: Discord
+// answer (the press of a component the gateway does not know, not
+// published, with an ephemeral message that nothing was done). A press not on the bus in time is left unanswered: Discord
 // shows "This interaction failed" and the user presses again. A
 // redelivered interaction is published once (its event id) and answered
 // again, which Discord refuses as already acknowledged.
@@ -476,6 +477,9 @@ func (p *Platform) handlePress(ctx context.Context, conn platform.Conn, in *disc
 		held   *eventsv1.Interaction // the press's, published now and held
 		ask    = true                // hold the press before its first publish
 		failed bool                  // a publish of it failed, and may have been stored
+		// unknown: the press is of a component the gateway does not
+		// know, and its user is told nothing was done.
+		unknown bool
 	)
 	published := untilDone(pctx, 100*time.Millisecond, time.Second, func() bool {
 		ch, settled, err := p.channelOf(pctx, conn, guild, in.ChannelID)
@@ -485,6 +489,7 @@ func (p *Platform) handlePress(ctx context.Context, conn platform.Conn, in *disc
 		ev, why := pressed(in, ch, p.rules, arrived)
 		if ev == nil {
 			p.log.Debug("discord interaction skipped", "why", string(why), "interaction_id", in.ID)
+			unknown = unknownComponent(why)
 			return true
 		}
 		if ask {
@@ -517,6 +522,9 @@ func (p *Platform) handlePress(ctx context.Context, conn platform.Conn, in *disc
 		return
 	}
 	ack := &discordgo.InteractionResponse{Type: discordgo.InteractionResponseDeferredMessageUpdate}
+	if unknown {
+		ack = unreadResponse()
+	}
 	if err := p.s.InteractionRespond(in, ack, opts(ctx)...); err != nil {
 		hold.Close()
 		if isCode(err, discordgo.ErrCodeInteractionHasAlreadyBeenAcknowledged) {
