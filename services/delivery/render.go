@@ -160,14 +160,15 @@ func keyBase(ctx context.Context, ev *repliesv1.ReplyEvent) string {
 	return fmt.Sprintf("event:%s:%d", ev.GetSessionKey(), ev.GetSeq())
 }
 
-// handle renders one reply event. Messages the user must get go to the
-// outbox (an error nak's the event and it comes back); progress (typing,
-// stream edits, stream deltas) is best effort and never fails the event.
-func (s *Service) handle(ctx context.Context, ev *repliesv1.ReplyEvent) error {
+// handle renders one reply event of reply partition p. Messages the user
+// must get go to the outbox (an error nak's the event and it comes back);
+// progress (typing, stream edits, stream deltas) is best effort and never
+// fails the event.
+func (s *Service) handle(ctx context.Context, p int, ev *repliesv1.ReplyEvent) error {
 	if ev.GetTarget().GetPlatform() == "" {
 		return bus.Permanent(errors.New("reply event without a target platform"))
 	}
-	s.firstEvent(ev)
+	s.firstEvent(p, ev)
 	switch b := ev.GetBody().(type) {
 	case *repliesv1.ReplyEvent_Typing:
 		if s.cfg.platform(ev.GetTarget().GetPlatform()).NoTyping {
@@ -621,17 +622,18 @@ func (s *Service) closeBlock(ctx context.Context, ev *repliesv1.ReplyEvent) erro
 }
 
 // firstEvent remembers a turn whose first event (seq 1) reached this
-// replica, on a platform that streams by editing (toolLines.fromStart),
-// until the turn's answer or error forgets its tools (endTools) or
-// housekeeping does. Events that end a turn mark nothing.
-func (s *Service) firstEvent(ev *repliesv1.ReplyEvent) {
+// replica from reply partition p, on a platform that streams by editing
+// (toolLines.fromStart), until the turn's answer or error forgets its
+// tools (endTools), this replica lets go of p (lostPartition) or
+// housekeeping forgets it. Events that end a turn mark nothing.
+func (s *Service) firstEvent(p int, ev *repliesv1.ReplyEvent) {
 	if ev.GetSeq() != 1 || ev.GetTurnId() == "" || s.cfg.platform(ev.GetTarget().GetPlatform()).Streaming != StreamEdit {
 		return
 	}
 	switch ev.GetBody().(type) {
 	case *repliesv1.ReplyEvent_Typing, *repliesv1.ReplyEvent_TextDelta, *repliesv1.ReplyEvent_ReasoningDelta,
 		*repliesv1.ReplyEvent_ToolProgress:
-		s.tools.get(ev.GetTurnId()).fromStart = true
+		s.tools.seenFrom(ev.GetTurnId(), p)
 	}
 }
 
@@ -653,7 +655,7 @@ func (s *Service) markTools(ctx context.Context, ev *repliesv1.ReplyEvent) error
 		return nil
 	}
 	if s.turns.get(ev.GetTurnId()) == nil {
-		if tl := s.tools.peek(ev.GetTurnId()); tl != nil && tl.fromStart {
+		if s.tools.fromStart(ev.GetTurnId()) {
 			// Nothing of the turn streamed before ev: no message
 			// above, and no read (the common turn, which went to a
 			// tool before saying anything).

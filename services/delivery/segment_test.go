@@ -15,6 +15,7 @@ import (
 	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
 	"github.com/switchboard-chat/switchboard/pkg/outbox"
 	"github.com/switchboard-chat/switchboard/pkg/reasoning"
+	"github.com/switchboard-chat/switchboard/pkg/redisx"
 	"github.com/switchboard-chat/switchboard/services/delivery"
 )
 
@@ -1051,5 +1052,88 @@ func TestTwoTakeoversAroundAnEmptyBreak(t *testing.T) {
 				t.Errorf("%d messages marked the turn's end, want 1", n)
 			}
 		})
+	}
+}
+
+// With /reasoning show, a replica that saw a turn from its first event
+// and then lost the turn's partition mid-turn, while another replica
+// streamed a call that only reasoned, and got the partition back before
+// the tools' step, marks the progress message it posts below that
+// stream: what it knew from the start ended with the partition. A third
+// replica that takes the rest puts the answer below the progress lines,
+// not in the block's message above them.
+func TestReplicaThatRegainsAPartitionMarksTheToolsBelowTheStream(t *testing.T) {
+	t.Parallel()
+	const (
+		looked = "I should look at the calendar for today."
+		said   = "The calendar says the meeting is at noon."
+		turn   = "t1"
+	)
+	progress := "⚙️ calendar: \"today\""
+	e := newEnv(t)
+	cfg := streamConfig()
+	cfg.ToolProgress = delivery.ToolProgressAll
+	top := e.bus.Topology()
+	parts := top.PartitionCount()
+	lease := redisx.NewLocker(e.rdb, e.rpref+"delivery:").Key(fmt.Sprintf("replies-partition:%d", top.Partition("s1")))
+	seq := int64(0)
+	stream := func(body any) {
+		seq++
+		e.publishStream(t, turn, seq, "s1", body)
+		e.consumed(t, "s1")
+		e.clock.Advance(time.Second)
+	}
+	shows := func(prefix string) func() bool {
+		return func() bool {
+			for text := range e.gw.turnSends(turn) {
+				if strings.HasPrefix(text, prefix) {
+					return true
+				}
+			}
+			return false
+		}
+	}
+	owns := func(in *instance, n int) func() bool { return func() bool { return in.svc.Partitions() == n } }
+
+	a := e.start(t, cfg, "a")
+	eventually(t, e.clock, 0, "a owning every partition", owns(a, parts))
+	stream(&repliesv1.Typing{Active: true}) // the turn's first event, on a
+	// Another holder takes the lease of the turn's partition: a's renewal
+	// fails and a lets go of it, and keeps running.
+	ctx := context.Background()
+	if err := e.rdb.Set(ctx, lease, "another-holder", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, e.clock, 0, "a letting go of the turn's partition", owns(a, parts-1))
+	b := e.start(t, cfg, "b")
+	eventually(t, e.clock, 0, "a handing b its share but the held partition", func() bool {
+		return a.svc.Partitions() == parts/2 && b.svc.Partitions() == parts/2-1
+	})
+	if err := e.rdb.Del(ctx, lease).Err(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, e.clock, 0, "b taking the turn's partition", owns(b, parts/2))
+	stream(&repliesv1.ReasoningDelta{Text: looked})
+	eventually(t, e.clock, 0, "b's block", shows(reasoning.Block(looked)))
+	b.stop(t)
+	eventually(t, e.clock, 0, "a owning the turn's partition again", owns(a, parts))
+	stream(started("calendar", "today"))
+	eventually(t, e.clock, 0, "a's progress message", shows(progress))
+	a.stop(t)
+	e.start(t, cfg, "c")
+	for _, body := range []any{
+		&repliesv1.TextDelta{Text: "\n\n", Restart: true, SegmentText: proto.String(""), SegmentReasoning: looked},
+		&repliesv1.ReasoningDelta{Text: said, Restart: true}, &repliesv1.TextDelta{Text: segAnswer},
+		final(reasoning.WithAnswer(said, segAnswer)),
+	} {
+		stream(body)
+	}
+	eventually(t, e.clock, 0, "the final", func() bool { return e.gw.finals(turn) > 0 })
+	e.consumed(t, "s1")
+	e.waitShown(t, "chat-s1", []string{reasoning.Block(looked), progress, reasoning.WithAnswer(said, segAnswer)})
+	for text, n := range e.gw.turnSends(turn) {
+		if n > 1 {
+			t.Errorf("%q posted %d times", text, n)
+		}
 	}
 }
