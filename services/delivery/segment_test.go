@@ -1137,3 +1137,84 @@ func TestReplicaThatRegainsAPartitionMarksTheToolsBelowTheStream(t *testing.T) {
 		}
 	}
 }
+
+// With /reasoning show, a replica that takes a turn over at any step
+// from the block of a call that only reasoned and called tools to the
+// final (before the tools' step, before the empty break after it,
+// before the next call's reasoning restart, before its text, before the
+// final) leaves the chat as one replica does: the block, the progress
+// lines below it, the answer below them. (A takeover before the block
+// started streaming leaves the block unshown: a replica that took a
+// turn over streams nothing.)
+func TestTakeoverAtEveryStepAfterAReasoningBlock(t *testing.T) {
+	t.Parallel()
+	const (
+		asked  = "Let me check the calendar for you."
+		looked = "I should look at the calendar for today."
+		said   = "The calendar says the meeting is at noon."
+	)
+	brk := func(segment, thought string) *repliesv1.TextDelta {
+		return &repliesv1.TextDelta{Text: "\n\n", Restart: true, SegmentText: proto.String(segment), SegmentReasoning: thought}
+	}
+	progress := "⚙️ calendar: \"today\""
+	call := []any{&repliesv1.ReasoningDelta{Text: looked}, started("calendar", "today"), brk("", looked),
+		&repliesv1.ReasoningDelta{Text: said, Restart: true}, &repliesv1.TextDelta{Text: segAnswer},
+		final(reasoning.WithAnswer(said, segAnswer))}
+	turns := []struct {
+		name   string
+		before []any // streamed by a before the call
+		want   []string
+	}{
+		{"the first call only reasoned", nil,
+			[]string{reasoning.Block(looked), progress, reasoning.WithAnswer(said, segAnswer)}},
+		{"a later call only reasoned", []any{&repliesv1.TextDelta{Text: asked}, brk(asked, "")},
+			[]string{asked, reasoning.Block(looked), progress, reasoning.WithAnswer(said, segAnswer)}},
+	}
+	for ti, tt := range turns {
+		events := append(append([]any(nil), tt.before...), call...)
+		for k := len(tt.before) + 1; k < len(events); k++ {
+			t.Run(fmt.Sprintf("%s, b from event %d", tt.name, k+1), func(t *testing.T) {
+				t.Parallel()
+				turn := fmt.Sprintf("t%d-%d", ti, k)
+				e := newEnv(t)
+				cfg := streamConfig()
+				cfg.ToolProgress = delivery.ToolProgressAll
+				seq := int64(0)
+				stream := func(body any) {
+					seq++
+					e.publishStream(t, turn, seq, "s1", body)
+					e.consumed(t, "s1")
+					e.clock.Advance(time.Second)
+				}
+				a := e.start(t, cfg, "a")
+				for _, body := range events[:k] {
+					stream(body)
+				}
+				eventually(t, e.clock, 0, "a's block", func() bool {
+					for text := range e.gw.turnSends(turn) {
+						if strings.HasPrefix(text, reasoning.Block(looked)) {
+							return true
+						}
+					}
+					return false
+				})
+				a.stop(t)
+				e.start(t, cfg, "b")
+				for _, body := range events[k:] {
+					stream(body)
+				}
+				eventually(t, e.clock, 0, "the final", func() bool { return e.gw.finals(turn) > 0 })
+				e.consumed(t, "s1")
+				e.waitShown(t, "chat-s1", tt.want)
+				for text, n := range e.gw.turnSends(turn) {
+					if n > 1 {
+						t.Errorf("%q posted %d times", text, n)
+					}
+				}
+				if n := e.gw.finals(turn); n != 1 {
+					t.Errorf("%d messages marked the turn's end, want 1", n)
+				}
+			})
+		}
+	}
+}
