@@ -272,6 +272,7 @@ func (s *Service) ownPartition(ctx context.Context, p int) error {
 		// Before p can be owned again: another replica may stream its
 		// turns meanwhile.
 		s.tools.lostPartition(p)
+		s.turns.lostPartition(p)
 		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 		_ = s.locker.Release(rctx, name, token)
 		rcancel()

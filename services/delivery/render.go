@@ -75,6 +75,9 @@ type turnState struct {
 	// next call's reasoning restart to close that block's message with
 	// (foreignBlock).
 	block string
+	// partition is the reply partition of the turn's events: this
+	// replica forgets the stream when it lets go of it (lostPartition).
+	partition int
 	// seq is the seq of the last delta taken into the stream: a delta
 	// the bus hands over again (its ack was lost or came after the ack
 	// wait) has a seq no greater, and is not taken a second time.
@@ -141,6 +144,30 @@ func (t *turns) prune(streaming, done time.Time) {
 	}
 }
 
+// lostPartition forgets the streams of reply partition p's turns, which
+// this replica let go of: the replica that takes p over may take their
+// breaks and open segments, and, should p come back here, their final
+// goes by what is recorded, as on a replica that took them over. Turns
+// whose final was sent stay known.
+func (t *turns) lostPartition(p int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for id, st := range t.m {
+		if st.partition == p && !st.done {
+			delete(t.m, id)
+		}
+	}
+}
+
+// partitionKey carries the reply partition of the event being handled.
+type partitionKey struct{}
+
+// partitionOf is the reply partition of the event ctx handles.
+func partitionOf(ctx context.Context) int {
+	p, _ := ctx.Value(partitionKey{}).(int)
+	return p
+}
+
 // len is how many turns are tracked.
 func (t *turns) len() int {
 	t.mu.Lock()
@@ -168,6 +195,7 @@ func (s *Service) handle(ctx context.Context, p int, ev *repliesv1.ReplyEvent) e
 	if ev.GetTarget().GetPlatform() == "" {
 		return bus.Permanent(errors.New("reply event without a target platform"))
 	}
+	ctx = context.WithValue(ctx, partitionKey{}, p)
 	s.firstEvent(p, ev)
 	switch b := ev.GetBody().(type) {
 	case *repliesv1.ReplyEvent_Typing:
@@ -484,7 +512,7 @@ func (s *Service) delta(ctx context.Context, ev *repliesv1.ReplyEvent, text, tho
 				s.log.WarnContext(ctx, "read stream messages failed", "turn_id", ev.GetTurnId(), "err", err)
 				return nil // best effort: the next delta looks again
 			}
-			st = &turnState{ids: map[int]string{}, foreign: seg.Recorded, stream: s.newStream(platform)}
+			st = &turnState{ids: map[int]string{}, foreign: seg.Recorded, stream: s.newStream(platform), partition: partitionOf(ctx)}
 			switch {
 			case !seg.Recorded && brk && queued:
 				// Posted: the segment opens alone, and the text after

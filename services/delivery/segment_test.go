@@ -1073,9 +1073,6 @@ func TestReplicaThatRegainsAPartitionMarksTheToolsBelowTheStream(t *testing.T) {
 	e := newEnv(t)
 	cfg := streamConfig()
 	cfg.ToolProgress = delivery.ToolProgressAll
-	top := e.bus.Topology()
-	parts := top.PartitionCount()
-	lease := redisx.NewLocker(e.rdb, e.rpref+"delivery:").Key(fmt.Sprintf("replies-partition:%d", top.Partition("s1")))
 	seq := int64(0)
 	stream := func(body any) {
 		seq++
@@ -1093,30 +1090,13 @@ func TestReplicaThatRegainsAPartitionMarksTheToolsBelowTheStream(t *testing.T) {
 			return false
 		}
 	}
-	owns := func(in *instance, n int) func() bool { return func() bool { return in.svc.Partitions() == n } }
-
 	a := e.start(t, cfg, "a")
-	eventually(t, e.clock, 0, "a owning every partition", owns(a, parts))
+	eventually(t, e.clock, 0, "a owning every partition", owns(a, e.bus.Topology().PartitionCount()))
 	stream(&repliesv1.Typing{Active: true}) // the turn's first event, on a
-	// Another holder takes the lease of the turn's partition: a's renewal
-	// fails and a lets go of it, and keeps running.
-	ctx := context.Background()
-	if err := e.rdb.Set(ctx, lease, "another-holder", 0).Err(); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, e.clock, 0, "a letting go of the turn's partition", owns(a, parts-1))
-	b := e.start(t, cfg, "b")
-	eventually(t, e.clock, 0, "a handing b its share but the held partition", func() bool {
-		return a.svc.Partitions() == parts/2 && b.svc.Partitions() == parts/2-1
-	})
-	if err := e.rdb.Del(ctx, lease).Err(); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, e.clock, 0, "b taking the turn's partition", owns(b, parts/2))
+	b := e.moveToNewReplica(t, cfg, a, "b", "s1")
 	stream(&repliesv1.ReasoningDelta{Text: looked})
 	eventually(t, e.clock, 0, "b's block", shows(reasoning.Block(looked)))
-	b.stop(t)
-	eventually(t, e.clock, 0, "a owning the turn's partition again", owns(a, parts))
+	e.moveBack(t, b, a)
 	stream(started("calendar", "today"))
 	eventually(t, e.clock, 0, "a's progress message", shows(progress))
 	a.stop(t)
@@ -1215,6 +1195,79 @@ func TestTakeoverAtEveryStepAfterAReasoningBlock(t *testing.T) {
 					t.Errorf("%d messages marked the turn's end, want 1", n)
 				}
 			})
+		}
+	}
+}
+
+// owns reports whether in owns n reply partitions.
+func owns(in *instance, n int) func() bool { return func() bool { return in.svc.Partitions() == n } }
+
+// moveToNewReplica moves the reply partition of session from a, which
+// owns every partition and keeps running, to a replica it starts: the
+// partition's lease is held elsewhere, so a's renewal fails and a lets
+// go of it, and the new replica takes it once it is free.
+func (e *env) moveToNewReplica(t *testing.T, cfg delivery.Config, a *instance, name, session string) *instance {
+	t.Helper()
+	top := e.bus.Topology()
+	parts := top.PartitionCount()
+	lease := redisx.NewLocker(e.rdb, e.rpref+"delivery:").Key(fmt.Sprintf("replies-partition:%d", top.Partition(session)))
+	ctx := context.Background()
+	if err := e.rdb.Set(ctx, lease, "another-holder", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, e.clock, 0, "a letting go of the partition", owns(a, parts-1))
+	b := e.start(t, cfg, name)
+	eventually(t, e.clock, 0, "a handing the new replica its share but the held partition", func() bool {
+		return a.svc.Partitions() == parts/2 && b.svc.Partitions() == parts/2-1
+	})
+	if err := e.rdb.Del(ctx, lease).Err(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, e.clock, 0, "the new replica taking the partition", owns(b, parts/2))
+	return b
+}
+
+// moveBack stops b, and a, still running, owns every partition again.
+func (e *env) moveBack(t *testing.T, b, a *instance) {
+	t.Helper()
+	b.stop(t)
+	eventually(t, e.clock, 0, "a owning every partition again", owns(a, e.bus.Topology().PartitionCount()))
+}
+
+// A replica that streamed a turn's answer, lost the turn's partition
+// while another replica took the break before a later call's text (it
+// finished the first segment's message and opened a segment), and got
+// the partition back, writes the final below that segment's start, as
+// a replica that takes the turn over does: what it knew of the stream
+// ended with the partition. It wrote the answer over the first
+// segment's message, and the text before the tool was lost.
+func TestReplicaThatRegainsAPartitionForgetsItsStream(t *testing.T) {
+	t.Parallel()
+	const turn = "t1"
+	e := newEnv(t)
+	cfg := streamConfig()
+	seq := int64(0)
+	stream := func(body any) {
+		seq++
+		e.publishStream(t, turn, seq, "s1", body)
+		e.consumed(t, "s1")
+		e.clock.Advance(time.Second)
+	}
+	a := e.start(t, cfg, "a")
+	eventually(t, e.clock, 0, "a owning every partition", owns(a, e.bus.Topology().PartitionCount()))
+	stream(&repliesv1.TextDelta{Text: segFirst})
+	eventually(t, e.clock, 0, "a's message", func() bool { return len(e.gw.turnSends(turn)) > 0 })
+	b := e.moveToNewReplica(t, cfg, a, "b", "s1")
+	stream(&repliesv1.TextDelta{Text: "\n\n", Restart: true, SegmentText: proto.String(segFirst)})
+	stream(&repliesv1.TextDelta{Text: segAnswer})
+	e.moveBack(t, b, a)
+	stream(final(segAnswer))
+	eventually(t, e.clock, 0, "the final", func() bool { return e.gw.finals(turn) > 0 })
+	e.consumed(t, "s1")
+	e.waitShown(t, "chat-s1", []string{segFirst, segAnswer})
+	for text, n := range e.gw.turnSends(turn) {
+		if n > 1 {
+			t.Errorf("%q posted %d times", text, n)
 		}
 	}
 }
