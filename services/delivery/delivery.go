@@ -269,6 +269,10 @@ func (s *Service) ownPartition(ctx context.Context, p int) error {
 		}()
 		err = s.consumer(p).Run(pctx)
 		cancel()
+		// Before p can be owned again: another replica may stream its
+		// turns meanwhile.
+		s.tools.lostPartition(p)
+		s.turns.lostPartition(p)
 		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 		_ = s.locker.Release(rctx, name, token)
 		rcancel()
@@ -299,7 +303,7 @@ func (s *Service) consumer(p int) *bus.Consumer[repliesv1.ReplyEvent, *repliesv1
 		DrainTimeout:   5 * time.Second,
 		PollWait:       time.Second,
 		Unavailable:    pg.IsUnavailable,
-	}, s.handle)
+	}, func(ctx context.Context, ev *repliesv1.ReplyEvent) error { return s.handle(ctx, p, ev) })
 }
 
 // doneKeep is how long a turn whose final was sent stays known: longer

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -852,6 +853,63 @@ func TestTheEndOfAFailedTurnReachesTheGateway(t *testing.T) {
 				t.Fatalf("the gateway got\n%v\nwant\n%v", got, tt.want)
 			}
 		})
+	}
+}
+
+// A turn whose end reaches the replica before its typing indicator made
+// its first request (a busy machine had not run the indicator yet) still
+// sends that request, and before the end's: the end used to cut the
+// indicator short, and the gateway got the interrupted turn's final
+// typing request alone (TestTheEndOfAFailedTurnReachesTheGateway timed
+// out under load waiting for the first).
+func TestTheEndOfATurnWaitsForItsFirstTypingRequest(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	cfg := testConfig()
+	cfg.TypingInterval = time.Hour // one typing request per turn
+	const turn = "t-typing-overtaken"
+	ctx := context.Background()
+	delivered := make(chan struct{})
+	// The indicator runs once the turn's end reached the replica, or
+	// once the end stopped it.
+	restore := delivery.SetTypingHook(func(ictx context.Context, id string) {
+		if id != turn {
+			return
+		}
+		select {
+		case <-ictx.Done():
+		case <-delivered:
+		}
+	})
+	defer restore()
+	e.start(t, cfg, "a")
+	e.publish(t, event(turn, 1, "s1", &repliesv1.Typing{Active: true}))
+	end, err := e.bus.Publish(ctx, e.bus.Topology().ReplySubject("s1"), "reply:"+turn+":2", event(turn, 2, "s1", &repliesv1.ReplyError{Code: "interrupted"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	durable := fmt.Sprintf("delivery-replies-%d", e.bus.Topology().Partition("s1"))
+	eventually(t, e.clock, 0, "the end handed to the replica", func() bool {
+		st, err := e.bus.JetStream().Stream(ctx, e.bus.Topology().Stream(bus.StreamReplies))
+		if err != nil {
+			return false
+		}
+		c, err := st.Consumer(ctx, durable)
+		if err != nil {
+			return false
+		}
+		info, err := c.Info(ctx)
+		return err == nil && info.Delivered.Stream >= end.Sequence
+	})
+	close(delivered)
+	e.consumed(t, "s1")
+	calls, _ := e.gw.snapshot()
+	var got []string
+	for _, c := range calls {
+		got = append(got, fmt.Sprintf("%v final=%v", c.Op, c.Req.GetFinal()))
+	}
+	if want := []string{"SEND_OP_TYPING final=false", "SEND_OP_TYPING final=true"}; !slices.Equal(got, want) {
+		t.Fatalf("the gateway got %q, want %q", got, want)
 	}
 }
 

@@ -1,6 +1,7 @@
 package delivery
 
 import (
+	"context"
 	"time"
 
 	"github.com/switchboard-chat/switchboard/pkg/outbox"
@@ -27,4 +28,12 @@ func SetSendHook(f func(outbox.Row)) (restore func()) {
 func SetSegmentHook(f func(replica, turn string)) (restore func()) {
 	segmentHook.Store(&f)
 	return func() { segmentHook.Store(nil) }
+}
+
+// SetTypingHook runs f (with the indicator's context and the turn)
+// before a typing indicator's first request, for the services running
+// until restore.
+func SetTypingHook(f func(ctx context.Context, turn string)) (restore func()) {
+	typingHook.Store(&f)
+	return func() { typingHook.Store(nil) }
 }

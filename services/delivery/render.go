@@ -75,6 +75,9 @@ type turnState struct {
 	// next call's reasoning restart to close that block's message with
 	// (foreignBlock).
 	block string
+	// partition is the reply partition of the turn's events: this
+	// replica forgets the stream when it lets go of it (lostPartition).
+	partition int
 	// seq is the seq of the last delta taken into the stream: a delta
 	// the bus hands over again (its ack was lost or came after the ack
 	// wait) has a seq no greater, and is not taken a second time.
@@ -141,6 +144,30 @@ func (t *turns) prune(streaming, done time.Time) {
 	}
 }
 
+// lostPartition forgets the streams of reply partition p's turns, which
+// this replica let go of: the replica that takes p over may take their
+// breaks and open segments, and, should p come back here, their final
+// goes by what is recorded, as on a replica that took them over. Turns
+// whose final was sent stay known.
+func (t *turns) lostPartition(p int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for id, st := range t.m {
+		if st.partition == p && !st.done {
+			delete(t.m, id)
+		}
+	}
+}
+
+// partitionKey carries the reply partition of the event being handled.
+type partitionKey struct{}
+
+// partitionOf is the reply partition of the event ctx handles.
+func partitionOf(ctx context.Context) int {
+	p, _ := ctx.Value(partitionKey{}).(int)
+	return p
+}
+
 // len is how many turns are tracked.
 func (t *turns) len() int {
 	t.mu.Lock()
@@ -160,14 +187,16 @@ func keyBase(ctx context.Context, ev *repliesv1.ReplyEvent) string {
 	return fmt.Sprintf("event:%s:%d", ev.GetSessionKey(), ev.GetSeq())
 }
 
-// handle renders one reply event. Messages the user must get go to the
-// outbox (an error nak's the event and it comes back); progress (typing,
-// stream edits, stream deltas) is best effort and never fails the event.
-func (s *Service) handle(ctx context.Context, ev *repliesv1.ReplyEvent) error {
+// handle renders one reply event of reply partition p. Messages the user
+// must get go to the outbox (an error nak's the event and it comes back);
+// progress (typing, stream edits, stream deltas) is best effort and never
+// fails the event.
+func (s *Service) handle(ctx context.Context, p int, ev *repliesv1.ReplyEvent) error {
 	if ev.GetTarget().GetPlatform() == "" {
 		return bus.Permanent(errors.New("reply event without a target platform"))
 	}
-	s.firstEvent(ev)
+	ctx = context.WithValue(ctx, partitionKey{}, p)
+	s.firstEvent(p, ev)
 	switch b := ev.GetBody().(type) {
 	case *repliesv1.ReplyEvent_Typing:
 		if s.cfg.platform(ev.GetTarget().GetPlatform()).NoTyping {
@@ -483,7 +512,7 @@ func (s *Service) delta(ctx context.Context, ev *repliesv1.ReplyEvent, text, tho
 				s.log.WarnContext(ctx, "read stream messages failed", "turn_id", ev.GetTurnId(), "err", err)
 				return nil // best effort: the next delta looks again
 			}
-			st = &turnState{ids: map[int]string{}, foreign: seg.Recorded, stream: s.newStream(platform)}
+			st = &turnState{ids: map[int]string{}, foreign: seg.Recorded, stream: s.newStream(platform), partition: partitionOf(ctx)}
 			switch {
 			case !seg.Recorded && brk && queued:
 				// Posted: the segment opens alone, and the text after
@@ -621,17 +650,18 @@ func (s *Service) closeBlock(ctx context.Context, ev *repliesv1.ReplyEvent) erro
 }
 
 // firstEvent remembers a turn whose first event (seq 1) reached this
-// replica, on a platform that streams by editing (toolLines.fromStart),
-// until the turn's answer or error forgets its tools (endTools) or
-// housekeeping does. Events that end a turn mark nothing.
-func (s *Service) firstEvent(ev *repliesv1.ReplyEvent) {
+// replica from reply partition p, on a platform that streams by editing
+// (toolLines.fromStart), until the turn's answer or error forgets its
+// tools (endTools), this replica lets go of p (lostPartition) or
+// housekeeping forgets it. Events that end a turn mark nothing.
+func (s *Service) firstEvent(p int, ev *repliesv1.ReplyEvent) {
 	if ev.GetSeq() != 1 || ev.GetTurnId() == "" || s.cfg.platform(ev.GetTarget().GetPlatform()).Streaming != StreamEdit {
 		return
 	}
 	switch ev.GetBody().(type) {
 	case *repliesv1.ReplyEvent_Typing, *repliesv1.ReplyEvent_TextDelta, *repliesv1.ReplyEvent_ReasoningDelta,
 		*repliesv1.ReplyEvent_ToolProgress:
-		s.tools.get(ev.GetTurnId()).fromStart = true
+		s.tools.seenFrom(ev.GetTurnId(), p)
 	}
 }
 
@@ -653,7 +683,7 @@ func (s *Service) markTools(ctx context.Context, ev *repliesv1.ReplyEvent) error
 		return nil
 	}
 	if s.turns.get(ev.GetTurnId()) == nil {
-		if tl := s.tools.peek(ev.GetTurnId()); tl != nil && tl.fromStart {
+		if s.tools.fromStart(ev.GetTurnId()) {
 			// Nothing of the turn streamed before ev: no message
 			// above, and no read (the common turn, which went to a
 			// tool before saying anything).

@@ -32,7 +32,9 @@ func TestTypingForgetsPausedTurnsItNeverSawEnd(t *testing.T) {
 	s := &Service{}
 	ty := newTyping(s)
 	for _, turn := range []string{"old", "recent"} {
-		ty.m[turn] = func() {}
+		done := make(chan struct{})
+		close(done) // its first request went out
+		ty.m[turn] = &indicator{cancel: func() {}, first: done}
 		ty.pause(turn)
 	}
 	ty.paused["old"] = time.Now().Add(-3 * time.Hour)

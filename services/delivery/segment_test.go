@@ -15,6 +15,7 @@ import (
 	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
 	"github.com/switchboard-chat/switchboard/pkg/outbox"
 	"github.com/switchboard-chat/switchboard/pkg/reasoning"
+	"github.com/switchboard-chat/switchboard/pkg/redisx"
 	"github.com/switchboard-chat/switchboard/services/delivery"
 )
 
@@ -1051,5 +1052,222 @@ func TestTwoTakeoversAroundAnEmptyBreak(t *testing.T) {
 				t.Errorf("%d messages marked the turn's end, want 1", n)
 			}
 		})
+	}
+}
+
+// With /reasoning show, a replica that saw a turn from its first event
+// and then lost the turn's partition mid-turn, while another replica
+// streamed a call that only reasoned, and got the partition back before
+// the tools' step, marks the progress message it posts below that
+// stream: what it knew from the start ended with the partition. A third
+// replica that takes the rest puts the answer below the progress lines,
+// not in the block's message above them.
+func TestReplicaThatRegainsAPartitionMarksTheToolsBelowTheStream(t *testing.T) {
+	t.Parallel()
+	const (
+		looked = "I should look at the calendar for today."
+		said   = "The calendar says the meeting is at noon."
+		turn   = "t1"
+	)
+	progress := "⚙️ calendar: \"today\""
+	e := newEnv(t)
+	cfg := streamConfig()
+	cfg.ToolProgress = delivery.ToolProgressAll
+	seq := int64(0)
+	stream := func(body any) {
+		seq++
+		e.publishStream(t, turn, seq, "s1", body)
+		e.consumed(t, "s1")
+		e.clock.Advance(time.Second)
+	}
+	shows := func(prefix string) func() bool {
+		return func() bool {
+			for text := range e.gw.turnSends(turn) {
+				if strings.HasPrefix(text, prefix) {
+					return true
+				}
+			}
+			return false
+		}
+	}
+	a := e.start(t, cfg, "a")
+	eventually(t, e.clock, 0, "a owning every partition", owns(a, e.bus.Topology().PartitionCount()))
+	stream(&repliesv1.Typing{Active: true}) // the turn's first event, on a
+	b := e.moveToNewReplica(t, cfg, a, "b", "s1")
+	stream(&repliesv1.ReasoningDelta{Text: looked})
+	eventually(t, e.clock, 0, "b's block", shows(reasoning.Block(looked)))
+	e.moveBack(t, b, a)
+	stream(started("calendar", "today"))
+	eventually(t, e.clock, 0, "a's progress message", shows(progress))
+	a.stop(t)
+	e.start(t, cfg, "c")
+	for _, body := range []any{
+		&repliesv1.TextDelta{Text: "\n\n", Restart: true, SegmentText: proto.String(""), SegmentReasoning: looked},
+		&repliesv1.ReasoningDelta{Text: said, Restart: true}, &repliesv1.TextDelta{Text: segAnswer},
+		final(reasoning.WithAnswer(said, segAnswer)),
+	} {
+		stream(body)
+	}
+	eventually(t, e.clock, 0, "the final", func() bool { return e.gw.finals(turn) > 0 })
+	e.consumed(t, "s1")
+	e.waitShown(t, "chat-s1", []string{reasoning.Block(looked), progress, reasoning.WithAnswer(said, segAnswer)})
+	for text, n := range e.gw.turnSends(turn) {
+		if n > 1 {
+			t.Errorf("%q posted %d times", text, n)
+		}
+	}
+}
+
+// With /reasoning show, a replica that takes a turn over at any step
+// from the block of a call that only reasoned and called tools to the
+// final (before the tools' step, before the empty break after it,
+// before the next call's reasoning restart, before its text, before the
+// final) leaves the chat as one replica does: the block, the progress
+// lines below it, the answer below them. (A takeover before the block
+// started streaming leaves the block unshown: a replica that took a
+// turn over streams nothing.)
+func TestTakeoverAtEveryStepAfterAReasoningBlock(t *testing.T) {
+	t.Parallel()
+	const (
+		asked  = "Let me check the calendar for you."
+		looked = "I should look at the calendar for today."
+		said   = "The calendar says the meeting is at noon."
+	)
+	brk := func(segment, thought string) *repliesv1.TextDelta {
+		return &repliesv1.TextDelta{Text: "\n\n", Restart: true, SegmentText: proto.String(segment), SegmentReasoning: thought}
+	}
+	progress := "⚙️ calendar: \"today\""
+	call := []any{&repliesv1.ReasoningDelta{Text: looked}, started("calendar", "today"), brk("", looked),
+		&repliesv1.ReasoningDelta{Text: said, Restart: true}, &repliesv1.TextDelta{Text: segAnswer},
+		final(reasoning.WithAnswer(said, segAnswer))}
+	turns := []struct {
+		name   string
+		before []any // streamed by a before the call
+		want   []string
+	}{
+		{"the first call only reasoned", nil,
+			[]string{reasoning.Block(looked), progress, reasoning.WithAnswer(said, segAnswer)}},
+		{"a later call only reasoned", []any{&repliesv1.TextDelta{Text: asked}, brk(asked, "")},
+			[]string{asked, reasoning.Block(looked), progress, reasoning.WithAnswer(said, segAnswer)}},
+	}
+	for ti, tt := range turns {
+		events := append(append([]any(nil), tt.before...), call...)
+		for k := len(tt.before) + 1; k < len(events); k++ {
+			t.Run(fmt.Sprintf("%s, b from event %d", tt.name, k+1), func(t *testing.T) {
+				t.Parallel()
+				turn := fmt.Sprintf("t%d-%d", ti, k)
+				e := newEnv(t)
+				cfg := streamConfig()
+				cfg.ToolProgress = delivery.ToolProgressAll
+				seq := int64(0)
+				stream := func(body any) {
+					seq++
+					e.publishStream(t, turn, seq, "s1", body)
+					e.consumed(t, "s1")
+					e.clock.Advance(time.Second)
+				}
+				a := e.start(t, cfg, "a")
+				for _, body := range events[:k] {
+					stream(body)
+				}
+				eventually(t, e.clock, 0, "a's block", func() bool {
+					for text := range e.gw.turnSends(turn) {
+						if strings.HasPrefix(text, reasoning.Block(looked)) {
+							return true
+						}
+					}
+					return false
+				})
+				a.stop(t)
+				e.start(t, cfg, "b")
+				for _, body := range events[k:] {
+					stream(body)
+				}
+				eventually(t, e.clock, 0, "the final", func() bool { return e.gw.finals(turn) > 0 })
+				e.consumed(t, "s1")
+				e.waitShown(t, "chat-s1", tt.want)
+				for text, n := range e.gw.turnSends(turn) {
+					if n > 1 {
+						t.Errorf("%q posted %d times", text, n)
+					}
+				}
+				if n := e.gw.finals(turn); n != 1 {
+					t.Errorf("%d messages marked the turn's end, want 1", n)
+				}
+			})
+		}
+	}
+}
+
+// owns reports whether in owns n reply partitions.
+func owns(in *instance, n int) func() bool { return func() bool { return in.svc.Partitions() == n } }
+
+// moveToNewReplica moves the reply partition of session from a, which
+// owns every partition and keeps running, to a replica it starts: the
+// partition's lease is held elsewhere, so a's renewal fails and a lets
+// go of it, and the new replica takes it once it is free.
+func (e *env) moveToNewReplica(t *testing.T, cfg delivery.Config, a *instance, name, session string) *instance {
+	t.Helper()
+	top := e.bus.Topology()
+	parts := top.PartitionCount()
+	lease := redisx.NewLocker(e.rdb, e.rpref+"delivery:").Key(fmt.Sprintf("replies-partition:%d", top.Partition(session)))
+	ctx := context.Background()
+	if err := e.rdb.Set(ctx, lease, "another-holder", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, e.clock, 0, "a letting go of the partition", owns(a, parts-1))
+	b := e.start(t, cfg, name)
+	eventually(t, e.clock, 0, "a handing the new replica its share but the held partition", func() bool {
+		return a.svc.Partitions() == parts/2 && b.svc.Partitions() == parts/2-1
+	})
+	if err := e.rdb.Del(ctx, lease).Err(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, e.clock, 0, "the new replica taking the partition", owns(b, parts/2))
+	return b
+}
+
+// moveBack stops b, and a, still running, owns every partition again.
+func (e *env) moveBack(t *testing.T, b, a *instance) {
+	t.Helper()
+	b.stop(t)
+	eventually(t, e.clock, 0, "a owning every partition again", owns(a, e.bus.Topology().PartitionCount()))
+}
+
+// A replica that streamed a turn's answer, lost the turn's partition
+// while another replica took the break before a later call's text (it
+// finished the first segment's message and opened a segment), and got
+// the partition back, writes the final below that segment's start, as
+// a replica that takes the turn over does: what it knew of the stream
+// ended with the partition. It wrote the answer over the first
+// segment's message, and the text before the tool was lost.
+func TestReplicaThatRegainsAPartitionForgetsItsStream(t *testing.T) {
+	t.Parallel()
+	const turn = "t1"
+	e := newEnv(t)
+	cfg := streamConfig()
+	seq := int64(0)
+	stream := func(body any) {
+		seq++
+		e.publishStream(t, turn, seq, "s1", body)
+		e.consumed(t, "s1")
+		e.clock.Advance(time.Second)
+	}
+	a := e.start(t, cfg, "a")
+	eventually(t, e.clock, 0, "a owning every partition", owns(a, e.bus.Topology().PartitionCount()))
+	stream(&repliesv1.TextDelta{Text: segFirst})
+	eventually(t, e.clock, 0, "a's message", func() bool { return len(e.gw.turnSends(turn)) > 0 })
+	b := e.moveToNewReplica(t, cfg, a, "b", "s1")
+	stream(&repliesv1.TextDelta{Text: "\n\n", Restart: true, SegmentText: proto.String(segFirst)})
+	stream(&repliesv1.TextDelta{Text: segAnswer})
+	e.moveBack(t, b, a)
+	stream(final(segAnswer))
+	eventually(t, e.clock, 0, "the final", func() bool { return e.gw.finals(turn) > 0 })
+	e.consumed(t, "s1")
+	e.waitShown(t, "chat-s1", []string{segFirst, segAnswer})
+	for text, n := range e.gw.turnSends(turn) {
+		if n > 1 {
+			t.Errorf("%q posted %d times", text, n)
+		}
 	}
 }

@@ -157,11 +157,15 @@ type toolLines struct {
 	// answer must not go on in (reasoningAboveTools, foreignBlock).
 	prompted bool
 	// fromStart: this replica handled the turn's first event (seq 1),
+	// on reply partition partition, and has owned that partition since,
 	// so, its partition's events coming in order, every event since: a
 	// turn it holds no stream of (turnState) streamed nothing yet, on
 	// no replica, and a tools' message needs no mark below another
 	// replica's stream (markTools), which would cost a read per turn.
+	// Letting go of the partition ends it (lostPartition): another
+	// replica may stream the turn meanwhile.
 	fromStart bool
+	partition int
 	// ev is the event that last changed lines, for the edit that shows
 	// them.
 	ev      *repliesv1.ReplyEvent
@@ -197,6 +201,39 @@ func (t *toolTurns) forget(turn string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	delete(t.m, turn)
+}
+
+// seenFrom records that this replica handled the turn's first event,
+// from reply partition p (toolLines.fromStart).
+func (t *toolTurns) seenFrom(turn string, p int) {
+	tl := t.get(turn)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	tl.fromStart, tl.partition = true, p
+}
+
+// fromStart reports whether this replica saw the turn from its first
+// event and has owned its partition since (toolLines.fromStart). Under
+// the lock: lostPartition writes it from the partition's owner loop.
+func (t *toolTurns) fromStart(turn string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	tl := t.m[turn]
+	return tl != nil && tl.fromStart
+}
+
+// lostPartition forgets that this replica saw from their first event
+// the turns of reply partition p, which it let go of: the replica that
+// takes p over may stream them, and, should p come back here, their
+// tools' messages need the mark below that stream (markTools).
+func (t *toolTurns) lostPartition(p int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, tl := range t.m {
+		if tl.fromStart && tl.partition == p {
+			tl.fromStart = false
+		}
+	}
 }
 
 // prune forgets turns last touched before cutoff (their answer never

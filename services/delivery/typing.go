@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
@@ -17,7 +18,7 @@ import (
 type typing struct {
 	s  *Service
 	mu sync.Mutex
-	m  map[string]context.CancelFunc
+	m  map[string]*indicator
 	// paused are turns whose indicator is paused while a tool call waits
 	// for the user's approval, with when it was paused; housekeeping
 	// forgets those whose end never reached this replica (prunePaused).
@@ -25,20 +26,45 @@ type typing struct {
 	wg     sync.WaitGroup
 }
 
-func newTyping(s *Service) *typing {
-	return &typing{s: s, m: map[string]context.CancelFunc{}, paused: map[string]time.Time{}}
+// indicator is one turn's running typing indicator.
+type indicator struct {
+	cancel context.CancelFunc
+	// first is closed once the indicator's first request was answered
+	// (or given up on): the turn's end waits for it (halt).
+	first chan struct{}
 }
+
+// halt stops the indicator once its first request is done: the gateway
+// gets that request before anything that follows the turn's end (the
+// answer, the final typing request of an interrupted turn), which a
+// stop cutting it short on a busy machine (the request not yet made)
+// left the gateway without. The wait is bounded by the send timeout.
+func (in *indicator) halt() {
+	<-in.first
+	in.cancel()
+}
+
+func newTyping(s *Service) *typing {
+	return &typing{s: s, m: map[string]*indicator{}, paused: map[string]time.Time{}}
+}
+
+// typingHook, when set (tests only), runs before an indicator's first
+// request, with the indicator's context.
+var typingHook atomic.Pointer[func(ctx context.Context, turn string)]
 
 // pause stops the turn's indicator until resume, as Hermes does while an
 // approval is awaited: Slack's status hides the box the user types
 // /approve in.
 func (t *typing) pause(turn string) {
 	t.mu.Lock()
-	defer t.mu.Unlock()
-	if cancel, ok := t.m[turn]; ok {
-		cancel()
+	in, ok := t.m[turn]
+	if ok {
 		delete(t.m, turn)
 		t.paused[turn] = time.Now()
+	}
+	t.mu.Unlock()
+	if ok {
+		in.halt()
 	}
 }
 
@@ -74,19 +100,27 @@ func (t *typing) start(ctx context.Context, ev *repliesv1.ReplyEvent) {
 	// the partition, and the indicator stops with it (the next owner
 	// shows its own). It outlives the event's handler.
 	ctx, cancel := context.WithTimeout(ctx, t.s.cfg.TypingMax)
-	t.m[turn] = cancel
+	in := &indicator{cancel: cancel, first: make(chan struct{})}
+	t.m[turn] = in
+	var first sync.Once
+	firstDone := func() { first.Do(func() { close(in.first) }) }
 	t.wg.Add(1)
 	go func() {
 		defer t.wg.Done()
-		defer t.stop(turn)
+		defer t.forget(turn, in)
+		defer firstDone()
 		// Best effort: a panic stops this turn's indicator (recovered,
 		// logged and counted), not the replica.
 		_ = panics.Recover(t.s.log, "delivery_typing", func() error {
+			if h := typingHook.Load(); h != nil {
+				(*h)(ctx, turn)
+			}
 			tick := time.NewTicker(t.s.cfg.TypingInterval)
 			defer tick.Stop()
 			for n := 0; ; n++ {
 				req := t.s.request(ev, fmt.Sprintf("%s:typing:%d", turn, n), deliveryv1.SendOp_SEND_OP_TYPING)
 				_, _ = t.s.progress(ctx, req)
+				firstDone()
 				select {
 				case <-ctx.Done():
 					return nil
@@ -97,12 +131,25 @@ func (t *typing) start(ctx context.Context, ev *repliesv1.ReplyEvent) {
 	}()
 }
 
-func (t *typing) stop(turn string) {
+// forget takes in, which ended (its turn's indicator ran out or was
+// stopped), out of the running indicators, unless another took its
+// place since (the turn went on after a pause).
+func (t *typing) forget(turn string, in *indicator) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if cancel, ok := t.m[turn]; ok {
-		cancel()
+	if t.m[turn] == in {
 		delete(t.m, turn)
+	}
+	in.cancel()
+}
+
+func (t *typing) stop(turn string) {
+	t.mu.Lock()
+	in, ok := t.m[turn]
+	delete(t.m, turn)
+	t.mu.Unlock()
+	if ok {
+		in.halt()
 	}
 }
 
@@ -128,8 +175,8 @@ func (t *typing) pausedLen() int {
 
 func (t *typing) stopAll() {
 	t.mu.Lock()
-	for turn, cancel := range t.m {
-		cancel()
+	for turn, in := range t.m {
+		in.cancel() // the replica stops: no wait for a first request
 		delete(t.m, turn)
 	}
 	clear(t.paused)
