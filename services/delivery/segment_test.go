@@ -1271,3 +1271,49 @@ func TestReplicaThatRegainsAPartitionForgetsItsStream(t *testing.T) {
 		}
 	}
 }
+
+// A replica that posted a turn's progress message, lost the turn's
+// partition while another replica streamed the text after the call, and
+// got the partition back, posts the next call's progress lines in a new
+// message below that text, as a replica that takes the turn over does:
+// the progress message it knew of ended with the partition. It added
+// them to its message above the other replica's text.
+func TestReplicaThatRegainsAPartitionForgetsItsProgressMessage(t *testing.T) {
+	t.Parallel()
+	const turn = "t1"
+	calendar, clock := "⚙️ calendar: \"today\"", "⚙️ clock: \"now\""
+	e := newEnv(t)
+	cfg := streamConfig()
+	cfg.ToolProgress = delivery.ToolProgressAll
+	seq := int64(0)
+	stream := func(body any) {
+		seq++
+		e.publishStream(t, turn, seq, "s1", body)
+		e.consumed(t, "s1")
+		e.clock.Advance(time.Second)
+	}
+	brk := func(segment string) *repliesv1.TextDelta {
+		return &repliesv1.TextDelta{Text: "\n\n", Restart: true, SegmentText: proto.String(segment)}
+	}
+	a := e.start(t, cfg, "a")
+	eventually(t, e.clock, 0, "a owning every partition", owns(a, e.bus.Topology().PartitionCount()))
+	stream(started("calendar", "today"))
+	eventually(t, e.clock, 0, "a's progress message", func() bool { return e.gw.turnSends(turn)[calendar] > 0 })
+	b := e.moveToNewReplica(t, cfg, a, "b", "s1")
+	stream(brk(""))
+	stream(&repliesv1.TextDelta{Text: segFirst})
+	eventually(t, e.clock, 0, "b's message", func() bool { return len(e.gw.turnSends(turn)) > 1 })
+	e.moveBack(t, b, a)
+	stream(started("clock", "now"))
+	stream(brk(segFirst))
+	stream(&repliesv1.TextDelta{Text: segAnswer})
+	stream(final(segAnswer))
+	eventually(t, e.clock, 0, "the final", func() bool { return e.gw.finals(turn) > 0 })
+	e.consumed(t, "s1")
+	e.waitShown(t, "chat-s1", []string{calendar, segFirst, clock, segAnswer})
+	for text, n := range e.gw.turnSends(turn) {
+		if n > 1 {
+			t.Errorf("%q posted %d times", text, n)
+		}
+	}
+}

@@ -165,6 +165,9 @@ type toolLines struct {
 	// Letting go of the partition ends it (lostPartition): another
 	// replica may stream the turn meanwhile.
 	fromStart bool
+	// partition is the reply partition of the turn's events: this
+	// replica forgets the turn's progress when it lets go of it
+	// (lostPartition).
 	partition int
 	// ev is the event that last changed lines, for the edit that shows
 	// them.
@@ -179,12 +182,14 @@ type toolTurns struct {
 
 func newToolTurns() *toolTurns { return &toolTurns{m: map[string]*toolLines{}} }
 
-func (t *toolTurns) get(turn string) *toolLines {
+// get is the progress of turn, whose events come from reply partition
+// p, made if there is none.
+func (t *toolTurns) get(turn string, p int) *toolLines {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	tl := t.m[turn]
 	if tl == nil {
-		tl = &toolLines{}
+		tl = &toolLines{partition: p}
 		t.m[turn] = tl
 	}
 	tl.touched = time.Now()
@@ -206,10 +211,10 @@ func (t *toolTurns) forget(turn string) {
 // seenFrom records that this replica handled the turn's first event,
 // from reply partition p (toolLines.fromStart).
 func (t *toolTurns) seenFrom(turn string, p int) {
-	tl := t.get(turn)
+	tl := t.get(turn, p)
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	tl.fromStart, tl.partition = true, p
+	tl.fromStart = true
 }
 
 // fromStart reports whether this replica saw the turn from its first
@@ -222,16 +227,19 @@ func (t *toolTurns) fromStart(turn string) bool {
 	return tl != nil && tl.fromStart
 }
 
-// lostPartition forgets that this replica saw from their first event
-// the turns of reply partition p, which it let go of: the replica that
-// takes p over may stream them, and, should p come back here, their
-// tools' messages need the mark below that stream (markTools).
+// lostPartition forgets the progress of reply partition p's turns,
+// which this replica let go of: the replica that takes p over may
+// stream them and post their next progress lines, so, should p come
+// back here, their tools' messages go below that stream, with the mark
+// (markTools), and their next lines in a new message, as on a replica
+// that took them over, not in the progress message this replica knew
+// of, above that stream.
 func (t *toolTurns) lostPartition(p int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	for _, tl := range t.m {
-		if tl.fromStart && tl.partition == p {
-			tl.fromStart = false
+	for id, tl := range t.m {
+		if tl.partition == p {
+			delete(t.m, id)
 		}
 	}
 }
@@ -293,7 +301,7 @@ func (s *Service) approvalPrompt(ctx context.Context, ev *repliesv1.ReplyEvent, 
 		return err
 	}
 	if ev.GetTurnId() != "" {
-		s.tools.get(ev.GetTurnId()).prompted = true
+		s.tools.get(ev.GetTurnId(), partitionOf(ctx)).prompted = true
 	}
 	return nil
 }
@@ -313,7 +321,7 @@ func (s *Service) toolLine(ctx context.Context, ev *repliesv1.ReplyEvent, tp *re
 	if mode == ToolProgressOff || ev.GetTurnId() == "" {
 		return nil
 	}
-	tl := s.tools.get(ev.GetTurnId())
+	tl := s.tools.get(ev.GetTurnId(), partitionOf(ctx))
 	if ev.GetSeq() <= tl.seq {
 		return nil // shown before this event came back
 	}
