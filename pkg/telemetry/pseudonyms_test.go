@@ -105,6 +105,21 @@ func TestLogPseudonyms(t *testing.T) {
 		{"error text beside its chat_id", func(l *slog.Logger) {
 			l.Warn("m", "chat_id", user, "last_error", "The 'To' number +"+user+" is not valid")
 		}, []string{"last_error"}, "The 'To' number +" + p.ID(user) + " is not valid"},
+		{"error beside a chat_id in a group", func(l *slog.Logger) {
+			l.Warn("m", slog.Group("chat", "chat_id", user), "err", fmt.Errorf("chat %s: forbidden", user))
+		}, []string{"err"}, "chat " + p.ID(user) + ": forbidden"},
+		{"error in a group beside its chat_id", func(l *slog.Logger) {
+			l.Warn("m", "chat_id", user, slog.Group("send", "err", fmt.Errorf("chat %s: forbidden", user)))
+		}, []string{"send", "err"}, "chat " + p.ID(user) + ": forbidden"},
+		{"error text and chat_id in nested groups", func(l *slog.Logger) {
+			l.Warn("m", slog.Group("a", slog.Group("b", "chat_id", user), slog.Group("c", "last_error", "chat "+user+" gone")))
+		}, []string{"a", "c", "last_error"}, "chat " + p.ID(user) + " gone"},
+		{"error under a logger With a group naming its user", func(l *slog.Logger) {
+			l.With(slog.Group("src", "user_id", user)).Warn("m", "err", fmt.Errorf("user %s blocked the bot", user))
+		}, []string{"err"}, "user " + p.ID(user) + " blocked the bot"},
+		{"error beside a LogValuer group naming its user", func(l *slog.Logger) {
+			l.Warn("m", "source", source{"telegram", user}, "err", fmt.Errorf("user %s blocked the bot", user))
+		}, []string{"err"}, "user " + p.ID(user) + " blocked the bot"},
 		{"a value marked personal", func(l *slog.Logger) { l.Info("m", "message_id", pseudonym.Personal("+"+user+":1700000000000")) },
 			[]string{"message_id"}, p.ID("+" + user + ":1700000000000")},
 		{"chat_ids", func(l *slog.Logger) { l.Info("m", "chat_ids", []string{"C0CHANNEL", user}) },
