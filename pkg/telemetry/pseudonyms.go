@@ -7,6 +7,7 @@ import (
 	"errors"
 	"log/slog"
 	"reflect"
+	"strconv"
 	"strings"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -31,7 +32,8 @@ var (
 	// userKeyAttrs hold a user key, "<platform>:<user id>", or a
 	// "session:<session key>" owner, or an operator.
 	userKeyAttrs = map[string]bool{"by": true, "owner": true, "subject": true, "target": true, "user_key": true}
-	// idListAttrs hold a list of platform ids ([]string).
+	// idListAttrs hold a list of platform ids ([]string, or numbers:
+	// []int64).
 	idListAttrs = map[string]bool{"user_ids": true, "chat_ids": true}
 	// chatKeyAttrs hold a chat key, "<platform>:<account>:<chat id>".
 	chatKeyAttrs = map[string]bool{"chat_key": true}
@@ -137,6 +139,15 @@ func pseudonymizeAny(p *pseudonym.Pseudonymizer, a slog.Attr) slog.Attr {
 			return slog.Any(a.Key, out)
 		}
 	default:
+		if idListAttrs[a.Key] {
+			if ids, ok := idList(v); ok {
+				out := make([]string, len(ids))
+				for i, id := range ids {
+					out[i] = p.ID(id)
+				}
+				return slog.Any(a.Key, out)
+			}
+		}
 		// A value that names no one is logged as it is: as its String
 		// or %+v by the text handler, its fields in their order by the
 		// JSON one, not as the map decoded to look for ids in it.
@@ -148,6 +159,31 @@ func pseudonymizeAny(p *pseudonym.Pseudonymizer, a slog.Attr) slog.Attr {
 		}
 	}
 	return a
+}
+
+// idList is v, a list of numbers ([]int64 Telegram ids, []int) or of
+// strings of another type, as the strings an id attribute of each
+// would show; false for any other value.
+func idList(v any) ([]string, bool) {
+	rv := reflect.ValueOf(v)
+	if k := rv.Kind(); k != reflect.Slice && k != reflect.Array {
+		return nil, false
+	}
+	ids := make([]string, rv.Len())
+	for i := range ids {
+		e := rv.Index(i)
+		switch e.Kind() {
+		case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+			ids[i] = strconv.FormatInt(e.Int(), 10)
+		case reflect.Uint, reflect.Uint16, reflect.Uint32, reflect.Uint64: // not bytes
+			ids[i] = strconv.FormatUint(e.Uint(), 10)
+		case reflect.String:
+			ids[i] = e.String()
+		default:
+			return nil, false
+		}
+	}
+	return ids, true
 }
 
 // structured is v, a struct, a map or a pointer to one (a proto message
@@ -196,7 +232,7 @@ func pseudonymizeTree(p *pseudonym.Pseudonymizer, name string, v any, changed *b
 		*changed = *changed || ps != v
 		return ps
 	case json.Number:
-		if idAttrs[name] {
+		if idAttrs[name] || idListAttrs[name] { // an id, or one in a list of them
 			*changed = true
 			return p.ID(v.String())
 		}

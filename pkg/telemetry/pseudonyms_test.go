@@ -125,6 +125,17 @@ func TestLogPseudonyms(t *testing.T) {
 		{"chat_ids", func(l *slog.Logger) { l.Info("m", "chat_ids", []string{"C0CHANNEL", user}) },
 			[]string{"chat_ids"}, []any{p.ID("C0CHANNEL"), p.ID(user)}},
 		{"user_ids", func(l *slog.Logger) { l.Info("m", "user_ids", []string{user}) }, []string{"user_ids"}, []any{p.ID(user)}},
+		{"user_ids as numbers", func(l *slog.Logger) { l.Info("m", "user_ids", []int64{123456789, 987654321}) },
+			[]string{"user_ids"}, []any{p.ID(user), p.ID("987654321")}},
+		{"chat_ids as ints", func(l *slog.Logger) { l.Info("m", "chat_ids", []int{123456789, -100123456789}) },
+			[]string{"chat_ids"}, []any{p.ID(user), p.ID("-100123456789")}},
+		{"chat_ids in a group", func(l *slog.Logger) { l.Info("m", slog.Group("cfg", "chat_ids", []int64{123456789})) },
+			[]string{"cfg", "chat_ids"}, []any{p.ID(user)}},
+		{"user_ids as numbers in a struct", func(l *slog.Logger) {
+			l.Info("m", "allowed", struct {
+				UserIDs []int64 `json:"user_ids"`
+			}{[]int64{123456789}})
+		}, []string{"allowed", "user_ids"}, []any{p.ID(user)}},
 		{"chat_key", func(l *slog.Logger) { l.Info("m", "chat_key", "whatsapp:main:"+user) }, []string{"chat_key"}, "whatsapp:main:" + p.ID(user)},
 		{"msg_id naming its sender", func(l *slog.Logger) { l.Info("m", "msg_id", "signal:main:+"+user+":1700000000000") },
 			[]string{"msg_id"}, "signal:main:" + p.ID("+"+user+":1700000000000")},
