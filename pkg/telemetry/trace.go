@@ -84,6 +84,7 @@ func SetupTracing(ctx context.Context, cfg TraceConfig) (shutdown func(context.C
 	if cfg.Pseudonyms != nil {
 		exp = pseudonymizingExporter{SpanExporter: exp, p: cfg.Pseudonyms}
 	}
+	spanPseudonyms.Store(cfg.Pseudonyms)
 	var opts []sdktrace.TracerProviderOption
 	if cfg.Exporter != nil {
 		opts = append(opts, sdktrace.WithSyncer(exp))
