@@ -32,7 +32,8 @@ type TraceConfig struct {
 	Log *slog.Logger
 	// Pseudonyms, when set, pseudonymize the exported spans as the logs
 	// are (LogConfig.Pseudonyms): session keys and user and chat ids in
-	// their names, attributes, events and status descriptions.
+	// their names, attributes, events and status descriptions; and
+	// SpanError takes the ids an error names out of its status.
 	Pseudonyms *pseudonym.Pseudonymizer
 }
 
