@@ -15,9 +15,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/switchboard-chat/switchboard/pkg/telemetry"
 )
 
 const tracerName = "github.com/switchboard-chat/switchboard/pkg/bus"
@@ -272,7 +273,7 @@ func (b *Bus) Publish(ctx context.Context, subject, msgID string, m proto.Messag
 	published.WithLabelValues(subjectLabel(b.topo, subject), resultLabel(err)).Inc()
 	publishSeconds.WithLabelValues(subjectLabel(b.topo, subject)).Observe(time.Since(start).Seconds())
 	if err != nil {
-		span.SetStatus(codes.Error, err.Error())
+		telemetry.SpanError(span, err, telemetry.MessageIDs(m)...)
 		return nil, fmt.Errorf("publish %s: %w", subject, err)
 	}
 	if ack.Duplicate {
@@ -347,7 +348,7 @@ func (b *Bus) RequestHeaders(ctx context.Context, subject string, hdr nats.Heade
 	}
 	reply, err := b.nc.RequestMsgWithContext(ctx, msg)
 	if err != nil {
-		span.SetStatus(codes.Error, err.Error())
+		telemetry.SpanError(span, err, telemetry.MessageIDs(req)...)
 		return nil, fmt.Errorf("request %s: %w", subject, err)
 	}
 	if err := proto.Unmarshal(reply.Data, resp); err != nil {

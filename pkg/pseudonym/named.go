@@ -98,17 +98,24 @@ func scrubbable(f string) bool {
 // clients write it: without the leading "+" of a phone number, and
 // escaped in a URL's path or query (a Matrix room "!r:example.org" as
 // "%21r:example.org"), each replaced by the ID of the id as given.
+// An id with an "@" (an e-mail address) is found in any ASCII case.
 // Ids shorter than 3 bytes are left, and numbers under 5 digits.
 func (p *Pseudonymizer) Scrub(text string, ids ...string) string {
 	if p == nil || text == "" || len(ids) == 0 {
 		return text
 	}
-	type form struct{ find, id string }
+	type form struct {
+		find, id string
+		fold     bool
+	}
 	var forms []form
 	for _, id := range ids {
+		// An e-mail address is found in any case: mail servers and
+		// clients echo it as the sender wrote it (Bob@Example.COM).
+		fold := strings.Contains(id, "@")
 		for _, f := range []string{id, strings.TrimPrefix(id, "+"), url.PathEscape(id), url.QueryEscape(id)} {
 			if scrubbable(f) && !slices.ContainsFunc(forms, func(o form) bool { return o.find == f }) {
-				forms = append(forms, form{f, id})
+				forms = append(forms, form{f, id, fold})
 			}
 		}
 	}
@@ -116,18 +123,22 @@ func (p *Pseudonymizer) Scrub(text string, ids ...string) string {
 	// before one it contains.
 	slices.SortStableFunc(forms, func(a, b form) int { return cmp.Compare(len(b.find), len(a.find)) })
 	for _, f := range forms {
-		text = p.replaceWord(text, f.find, f.id)
+		text = p.replaceWord(text, f.find, f.id, f.fold)
 	}
 	return text
 }
 
 // replaceWord replaces find by the ID of id wherever it stands as a
-// whole word in text.
-func (p *Pseudonymizer) replaceWord(text, find, id string) string {
+// whole word in text; with fold, in any ASCII case.
+func (p *Pseudonymizer) replaceWord(text, find, id string, fold bool) string {
+	index := strings.Index
+	if fold {
+		index = indexFold
+	}
 	var b strings.Builder
 	done := 0 // text[:done] is in b
 	for from := 0; ; {
-		i := strings.Index(text[from:], find)
+		i := index(text[from:], find)
 		if i < 0 {
 			break
 		}
@@ -145,6 +156,34 @@ func (p *Pseudonymizer) replaceWord(text, find, id string) string {
 	}
 	b.WriteString(text[done:])
 	return b.String()
+}
+
+// indexFold is the index of the first instance of find in text, ASCII
+// letters matched in any case (other bytes as they are: the length of
+// what matches is always len(find)), or -1.
+func indexFold(text, find string) int {
+	for i := 0; i+len(find) <= len(text); i++ {
+		if equalFoldASCII(text[i:i+len(find)], find) {
+			return i
+		}
+	}
+	return -1
+}
+
+func equalFoldASCII(a, b string) bool {
+	for i := 0; i < len(a); i++ {
+		if lowerASCII(a[i]) != lowerASCII(b[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+func lowerASCII(c byte) byte {
+	if 'A' <= c && c <= 'Z' {
+		return c + 'a' - 'A'
+	}
+	return c
 }
 
 // wordBoundary reports whether text[start:end] is not part of a longer

@@ -26,6 +26,11 @@ func TestScrub(t *testing.T) {
 		{"without its plus", "21211: invalid number 15551234567", []string{"+15551234567"}, "21211: invalid number " + id("+15551234567")},
 		{"an address", "550 5.1.1 <bob@example.com>: Recipient address rejected", []string{"bob@example.com"},
 			"550 5.1.1 <" + id("bob@example.com") + ">: Recipient address rejected"},
+		{"an address in another case", "550 5.1.1 <Bob@Example.COM>: Recipient address rejected (bob@EXAMPLE.com)", []string{"bob@example.com"},
+			"550 5.1.1 <" + id("bob@example.com") + ">: Recipient address rejected (" + id("bob@example.com") + ")"},
+		{"an escaped address in another case", "GET /users/BOB%40example.com: 404", []string{"bob@example.com"},
+			"GET /users/" + id("bob@example.com") + ": 404"},
+		{"other ids keep their case", "channel c0channel, not C0CHANNEL", []string{"C0CHANNEL"}, "channel c0channel, not " + id("C0CHANNEL")},
 		{"escaped in a path", "failed to PUT /_matrix/client/v3/rooms/%21room:example.org/send (HTTP 403)", []string{"!room:example.org"},
 			"failed to PUT /_matrix/client/v3/rooms/" + id("!room:example.org") + "/send (HTTP 403)"},
 		{"as given too", "room !room:example.org: forbidden", []string{"!room:example.org"}, "room " + id("!room:example.org") + ": forbidden"},
@@ -146,6 +151,7 @@ func FuzzScrub(f *testing.F) {
 	f.Add("The 'To' number +15551234567 is invalid", "+15551234567", "15551234567")
 	f.Add("PUT /rooms/%21r:example.org/send", "!r:example.org", "r")
 	f.Add("aaaa", "aa", "aaa")
+	f.Add("550 <Bob@Example.COM>: rejected", "bob@example.com", "")
 	f.Add("", "", "")
 	p := pseudonym.New("fuzz")
 	f.Fuzz(func(t *testing.T, text, a, b string) {
@@ -165,8 +171,12 @@ func FuzzScrub(f *testing.F) {
 }
 
 // namesIn reports whether text holds id in a form Scrub looks for: as
-// it is, without its "+", or URL-escaped ("\x01" as "%01").
+// it is, without its "+", or URL-escaped ("\x01" as "%01"); an address
+// (an id with "@") in any ASCII case.
 func namesIn(text, id string) bool {
+	if strings.Contains(id, "@") {
+		text, id = asciiLower(text), asciiLower(id)
+	}
 	for _, f := range []string{id, strings.TrimPrefix(id, "+"), url.PathEscape(id), url.QueryEscape(id)} {
 		if strings.Contains(text, f) {
 			return true
@@ -175,8 +185,23 @@ func namesIn(text, id string) bool {
 	return false
 }
 
-// isWord reports whether id stands in s as a whole word, as Scrub finds it.
+// asciiLower is s with its ASCII letters in lower case.
+func asciiLower(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if 'A' <= c && c <= 'Z' {
+			b[i] = c + 'a' - 'A'
+		}
+	}
+	return string(b)
+}
+
+// isWord reports whether id stands in s as a whole word, as Scrub finds
+// it: an address (an id with "@") in any ASCII case.
 func isWord(s, id string) bool {
+	if strings.Contains(id, "@") {
+		s, id = asciiLower(s), asciiLower(id)
+	}
 	alnum := func(c byte) bool { return '0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' }
 	for from := 0; ; {
 		i := strings.Index(s[from:], id)

@@ -91,8 +91,8 @@ func (p *Pseudonymizer) ID(id string) string {
 //
 //	agent:main:telegram:dm:99 → agent:main:telegram:dm:#…
 //
-// The number of colon-separated parts does not change. A value of any
-// other shape is one ID.
+// The number of colon-separated parts does not change, and a part that
+// is a pseudonym already is kept. A value of any other shape is one ID.
 func (p *Pseudonymizer) Key(key string) string {
 	if p == nil || key == "" {
 		return key
@@ -103,9 +103,27 @@ func (p *Pseudonymizer) Key(key string) string {
 		return p.ID(key)
 	}
 	for i := keep; i < len(parts); i++ {
-		parts[i] = p.ID(parts[i])
+		if !isPseudonym(parts[i]) {
+			parts[i] = p.ID(parts[i])
+		}
 	}
 	return strings.Join(parts, ":")
+}
+
+// isPseudonym reports whether s is shaped as an ID ("#" and 12 lower-case
+// hex digits), which no platform's id is: Key and Text keep it, so a
+// text pseudonymized once (a span's error, which the exporter sees
+// again) is not pseudonymized twice.
+func isPseudonym(s string) bool {
+	if len(s) != len(Prefix)+hexDigits || !strings.HasPrefix(s, Prefix) {
+		return false
+	}
+	for i := len(Prefix); i < len(s); i++ {
+		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // readableParts is how many leading parts of a session key split on ":"

@@ -46,6 +46,7 @@ func TestKey(t *testing.T) {
 	id := p.ID
 	tests := []struct{ key, want string }{
 		{"agent:main:telegram:dm:123456789", "agent:main:telegram:dm:" + id("123456789")},
+		{"agent:main:telegram:dm:" + id("123456789"), "agent:main:telegram:dm:" + id("123456789")},
 		{"agent:main:telegram:group:-1002285219667:alice", "agent:main:telegram:group:" + id("-1002285219667") + ":" + id("alice")},
 		{"agent:main:slack:group:T0WORKSPACE:C0CHANNEL:U0USER01", "agent:main:slack:group:" + id("T0WORKSPACE") + ":" + id("C0CHANNEL") + ":" + id("U0USER01")},
 		{"agent:main:whatsapp:dm:15551234567", "agent:main:whatsapp:dm:" + id("15551234567")},
@@ -153,9 +154,17 @@ func FuzzKey(f *testing.F) {
 				if out[i] != "" {
 					t.Fatalf("Key(%q) = %q: empty part %d became %q", key, got, i, out[i])
 				}
+			case isPseudonym.MatchString(in[i]):
+				if out[i] != in[i] {
+					t.Fatalf("Key(%q) = %q: part %d, a pseudonym, became %q", key, got, i, out[i])
+				}
 			case !isPseudonym.MatchString(out[i]) || out[i] != p.ID(in[i]):
 				t.Fatalf("Key(%q) = %q: part %d is %q, want %q", key, got, i, out[i], p.ID(in[i]))
 			}
+		}
+
+		if again := p.Key(got); again != got {
+			t.Fatalf("Key(%q) = %q, and Key of that %q: pseudonymized twice", key, got, again)
 		}
 
 		// Inside an error message, a key whose parts hold no separator

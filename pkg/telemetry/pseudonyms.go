@@ -7,6 +7,7 @@ import (
 	"errors"
 	"log/slog"
 	"reflect"
+	"strconv"
 	"strings"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -31,7 +32,8 @@ var (
 	// userKeyAttrs hold a user key, "<platform>:<user id>", or a
 	// "session:<session key>" owner, or an operator.
 	userKeyAttrs = map[string]bool{"by": true, "owner": true, "subject": true, "target": true, "user_key": true}
-	// idListAttrs hold a list of platform ids ([]string).
+	// idListAttrs hold a list of platform ids ([]string, or numbers:
+	// []int64).
 	idListAttrs = map[string]bool{"user_ids": true, "chat_ids": true}
 	// chatKeyAttrs hold a chat key, "<platform>:<account>:<chat id>".
 	chatKeyAttrs = map[string]bool{"chat_key": true}
@@ -137,6 +139,15 @@ func pseudonymizeAny(p *pseudonym.Pseudonymizer, a slog.Attr) slog.Attr {
 			return slog.Any(a.Key, out)
 		}
 	default:
+		if idListAttrs[a.Key] {
+			if ids, ok := idList(v); ok {
+				out := make([]string, len(ids))
+				for i, id := range ids {
+					out[i] = p.ID(id)
+				}
+				return slog.Any(a.Key, out)
+			}
+		}
 		// A value that names no one is logged as it is: as its String
 		// or %+v by the text handler, its fields in their order by the
 		// JSON one, not as the map decoded to look for ids in it.
@@ -148,6 +159,31 @@ func pseudonymizeAny(p *pseudonym.Pseudonymizer, a slog.Attr) slog.Attr {
 		}
 	}
 	return a
+}
+
+// idList is v, a list of numbers ([]int64 Telegram ids, []int) or of
+// strings of another type, as the strings an id attribute of each
+// would show; false for any other value.
+func idList(v any) ([]string, bool) {
+	rv := reflect.ValueOf(v)
+	if k := rv.Kind(); k != reflect.Slice && k != reflect.Array {
+		return nil, false
+	}
+	ids := make([]string, rv.Len())
+	for i := range ids {
+		e := rv.Index(i)
+		switch e.Kind() {
+		case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+			ids[i] = strconv.FormatInt(e.Int(), 10)
+		case reflect.Uint, reflect.Uint16, reflect.Uint32, reflect.Uint64: // not bytes
+			ids[i] = strconv.FormatUint(e.Uint(), 10)
+		case reflect.String:
+			ids[i] = e.String()
+		default:
+			return nil, false
+		}
+	}
+	return ids, true
 }
 
 // structured is v, a struct, a map or a pointer to one (a proto message
@@ -196,7 +232,7 @@ func pseudonymizeTree(p *pseudonym.Pseudonymizer, name string, v any, changed *b
 		*changed = *changed || ps != v
 		return ps
 	case json.Number:
-		if idAttrs[name] {
+		if idAttrs[name] || idListAttrs[name] { // an id, or one in a list of them
 			*changed = true
 			return p.ID(v.String())
 		}
@@ -217,8 +253,8 @@ func pseudonymizeTree(p *pseudonym.Pseudonymizer, name string, v any, changed *b
 var errorAttrs = map[string]bool{"err": true, "last_error": true, "receipt_error": true}
 
 // namingHandler marks each error a record logs (an error value, or an
-// errorAttrs string) as naming the ids the record names under idAttrs,
-// its own or a With's, so pseudonymizeAttr takes them out of the error's
+// errorAttrs string), in groups too, as naming the ids the record names
+// under idAttrs, its own or a With's, in groups or not, so pseudonymizeAttr takes them out of the error's
 // text too: a platform's error about a chat ("failed to POST
 // /_matrix/client/v3/join/!room:example.org", Twilio's "The 'To' number
 // +1555…") is logged beside the chat's chat_id, and its text names the
@@ -234,51 +270,91 @@ type namingHandler struct {
 // names a chat, a thread and a user or two.
 const maxRecordIDs = 4
 
-func (h namingHandler) Handle(ctx context.Context, r slog.Record) error {
-	var buf [maxRecordIDs]string
-	ids := buf[:0]
-	errs := false
-	r.Attrs(func(a slog.Attr) bool {
-		switch {
-		case idAttrs[a.Key]:
-			if id := a.Value.Resolve().String(); id != "" && len(ids) < maxRecordIDs {
-				ids = append(ids, id)
-			}
-		case a.Value.Kind() == slog.KindAny:
-			_, isErr := a.Value.Any().(error)
-			errs = errs || isErr
-		case a.Value.Kind() == slog.KindString && errorAttrs[a.Key]:
-			errs = true
+// recordScan is what a record's attributes hold, groups and nested
+// groups among them: the ids under idAttrs (up to maxRecordIDs) and
+// whether an error is among them.
+type recordScan struct {
+	buf  [maxRecordIDs]string
+	n    int
+	errs bool
+}
+
+func (s *recordScan) ids() []string { return s.buf[:s.n] }
+
+// add takes in a, and the attributes of a group or of a LogValuer that
+// resolves to one.
+func (s *recordScan) add(a slog.Attr) {
+	v := a.Value
+	if v.Kind() == slog.KindLogValuer {
+		v = v.Resolve()
+	}
+	switch {
+	case idAttrs[a.Key]:
+		if id := v.String(); id != "" && s.n < maxRecordIDs {
+			s.buf[s.n] = id
+			s.n++
 		}
+	case v.Kind() == slog.KindGroup:
+		for _, g := range v.Group() {
+			s.add(g)
+		}
+	case v.Kind() == slog.KindAny:
+		_, isErr := v.Any().(error)
+		s.errs = s.errs || isErr
+	case v.Kind() == slog.KindString && errorAttrs[a.Key]:
+		s.errs = true
+	}
+}
+
+func (h namingHandler) Handle(ctx context.Context, r slog.Record) error {
+	var s recordScan
+	r.Attrs(func(a slog.Attr) bool {
+		s.add(a)
 		return true
 	})
-	if !errs || len(ids)+len(h.ids) == 0 {
+	if !s.errs || s.n+len(h.ids) == 0 {
 		return h.Handler.Handle(ctx, r)
 	}
-	named := append(append([]string(nil), h.ids...), ids...)
+	named := append(append([]string(nil), h.ids...), s.ids()...)
 	out := slog.NewRecord(r.Time, r.Level, r.Message, r.PC)
 	r.Attrs(func(a slog.Attr) bool {
-		switch {
-		case a.Value.Kind() == slog.KindAny:
-			if err, ok := a.Value.Any().(error); ok && err != nil {
-				a = slog.Any(a.Key, pseudonym.Naming(err, named...))
-			}
-		case a.Value.Kind() == slog.KindString && errorAttrs[a.Key] && a.Value.String() != "":
-			a = slog.Any(a.Key, pseudonym.Naming(errors.New(a.Value.String()), named...))
-		}
-		out.AddAttrs(a)
+		out.AddAttrs(markNaming(a, named))
 		return true
 	})
 	return h.Handler.Handle(ctx, out)
 }
 
+// markNaming is a with its errors, in groups too, marked as naming ids.
+func markNaming(a slog.Attr, ids []string) slog.Attr {
+	v := a.Value
+	if v.Kind() == slog.KindLogValuer {
+		v = v.Resolve()
+	}
+	switch {
+	case v.Kind() == slog.KindGroup:
+		group := v.Group()
+		out := make([]slog.Attr, len(group))
+		for i, g := range group {
+			out[i] = markNaming(g, ids)
+		}
+		return slog.Attr{Key: a.Key, Value: slog.GroupValue(out...)}
+	case v.Kind() == slog.KindAny:
+		if err, ok := v.Any().(error); ok && err != nil {
+			return slog.Any(a.Key, pseudonym.Naming(err, ids...))
+		}
+	case v.Kind() == slog.KindString && errorAttrs[a.Key] && v.String() != "":
+		return slog.Any(a.Key, pseudonym.Naming(errors.New(v.String()), ids...))
+	}
+	return a
+}
+
 func (h namingHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
 	ids := h.ids
 	for _, a := range attrs {
-		if idAttrs[a.Key] {
-			if id := a.Value.Resolve().String(); id != "" {
-				ids = append(ids[:len(ids):len(ids)], id) // never into a shared array
-			}
+		var s recordScan
+		s.add(a)
+		for _, id := range s.ids() {
+			ids = append(ids[:len(ids):len(ids)], id) // never into a shared array
 		}
 	}
 	return namingHandler{Handler: h.Handler.WithAttrs(attrs), ids: ids}

@@ -105,11 +105,37 @@ func TestLogPseudonyms(t *testing.T) {
 		{"error text beside its chat_id", func(l *slog.Logger) {
 			l.Warn("m", "chat_id", user, "last_error", "The 'To' number +"+user+" is not valid")
 		}, []string{"last_error"}, "The 'To' number +" + p.ID(user) + " is not valid"},
+		{"error beside a chat_id in a group", func(l *slog.Logger) {
+			l.Warn("m", slog.Group("chat", "chat_id", user), "err", fmt.Errorf("chat %s: forbidden", user))
+		}, []string{"err"}, "chat " + p.ID(user) + ": forbidden"},
+		{"error in a group beside its chat_id", func(l *slog.Logger) {
+			l.Warn("m", "chat_id", user, slog.Group("send", "err", fmt.Errorf("chat %s: forbidden", user)))
+		}, []string{"send", "err"}, "chat " + p.ID(user) + ": forbidden"},
+		{"error text and chat_id in nested groups", func(l *slog.Logger) {
+			l.Warn("m", slog.Group("a", slog.Group("b", "chat_id", user), slog.Group("c", "last_error", "chat "+user+" gone")))
+		}, []string{"a", "c", "last_error"}, "chat " + p.ID(user) + " gone"},
+		{"error under a logger With a group naming its user", func(l *slog.Logger) {
+			l.With(slog.Group("src", "user_id", user)).Warn("m", "err", fmt.Errorf("user %s blocked the bot", user))
+		}, []string{"err"}, "user " + p.ID(user) + " blocked the bot"},
+		{"error beside a LogValuer group naming its user", func(l *slog.Logger) {
+			l.Warn("m", "source", source{"telegram", user}, "err", fmt.Errorf("user %s blocked the bot", user))
+		}, []string{"err"}, "user " + p.ID(user) + " blocked the bot"},
 		{"a value marked personal", func(l *slog.Logger) { l.Info("m", "message_id", pseudonym.Personal("+"+user+":1700000000000")) },
 			[]string{"message_id"}, p.ID("+" + user + ":1700000000000")},
 		{"chat_ids", func(l *slog.Logger) { l.Info("m", "chat_ids", []string{"C0CHANNEL", user}) },
 			[]string{"chat_ids"}, []any{p.ID("C0CHANNEL"), p.ID(user)}},
 		{"user_ids", func(l *slog.Logger) { l.Info("m", "user_ids", []string{user}) }, []string{"user_ids"}, []any{p.ID(user)}},
+		{"user_ids as numbers", func(l *slog.Logger) { l.Info("m", "user_ids", []int64{123456789, 987654321}) },
+			[]string{"user_ids"}, []any{p.ID(user), p.ID("987654321")}},
+		{"chat_ids as ints", func(l *slog.Logger) { l.Info("m", "chat_ids", []int{123456789, -100123456789}) },
+			[]string{"chat_ids"}, []any{p.ID(user), p.ID("-100123456789")}},
+		{"chat_ids in a group", func(l *slog.Logger) { l.Info("m", slog.Group("cfg", "chat_ids", []int64{123456789})) },
+			[]string{"cfg", "chat_ids"}, []any{p.ID(user)}},
+		{"user_ids as numbers in a struct", func(l *slog.Logger) {
+			l.Info("m", "allowed", struct {
+				UserIDs []int64 `json:"user_ids"`
+			}{[]int64{123456789}})
+		}, []string{"allowed", "user_ids"}, []any{p.ID(user)}},
 		{"chat_key", func(l *slog.Logger) { l.Info("m", "chat_key", "whatsapp:main:"+user) }, []string{"chat_key"}, "whatsapp:main:" + p.ID(user)},
 		{"msg_id naming its sender", func(l *slog.Logger) { l.Info("m", "msg_id", "signal:main:+"+user+":1700000000000") },
 			[]string{"msg_id"}, "signal:main:" + p.ID("+"+user+":1700000000000")},

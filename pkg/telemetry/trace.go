@@ -32,7 +32,8 @@ type TraceConfig struct {
 	Log *slog.Logger
 	// Pseudonyms, when set, pseudonymize the exported spans as the logs
 	// are (LogConfig.Pseudonyms): session keys and user and chat ids in
-	// their names, attributes, events and status descriptions.
+	// their names, attributes, events and status descriptions; and
+	// SpanError takes the ids an error names out of its status.
 	Pseudonyms *pseudonym.Pseudonymizer
 }
 
@@ -84,6 +85,7 @@ func SetupTracing(ctx context.Context, cfg TraceConfig) (shutdown func(context.C
 	if cfg.Pseudonyms != nil {
 		exp = pseudonymizingExporter{SpanExporter: exp, p: cfg.Pseudonyms}
 	}
+	spanPseudonyms.Store(cfg.Pseudonyms)
 	var opts []sdktrace.TracerProviderOption
 	if cfg.Exporter != nil {
 		opts = append(opts, sdktrace.WithSyncer(exp))

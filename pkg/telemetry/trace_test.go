@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/pseudonym"
 	"github.com/switchboard-chat/switchboard/pkg/telemetry"
 )
@@ -305,5 +306,60 @@ func TestTracingPseudonyms(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestSpanErrorPseudonyms: an error set on a span names the chat and
+// user it was about (those it is marked as naming, those given, those
+// of the message handled) by their pseudonyms, and its session keys by
+// theirs as the exporter shows every text (once, not pseudonymized
+// again); without pseudonyms as it is.
+func TestSpanErrorPseudonyms(t *testing.T) {
+	const (
+		chat = "900000000000000001"
+		user = "15551234567"
+		key  = "agent:main:whatsapp:dm:" + user
+	)
+	p := pseudonym.New("k")
+	ev := &eventsv1.MessageReceived{Source: &eventsv1.SessionSource{Platform: "discord", ChatId: chat, UserId: user}}
+	for _, tt := range []struct {
+		name string
+		err  error
+		ids  []string
+		want string
+	}{
+		{"marked as naming", pseudonym.Naming(fmt.Errorf(`Post "https://discord.com/api/v9/channels/%s/messages": EOF`, chat), chat),
+			nil, `Post "https://discord.com/api/v9/channels/` + p.ID(chat) + `/messages": EOF`},
+		{"wrapped, beside a key", fmt.Errorf("send for %s: %w", key, pseudonym.Naming(fmt.Errorf("user %s blocked the bot", user), user)),
+			nil, "send for " + p.Key(key) + ": user " + p.ID(user) + " blocked the bot"},
+		{"the ids given", fmt.Errorf("chat %s: forbidden", chat), []string{chat}, "chat " + p.ID(chat) + ": forbidden"},
+		{"the message's ids", fmt.Errorf("chat %s of user %s: forbidden", chat, user), telemetry.MessageIDs(ev),
+			"chat " + p.ID(chat) + " of user " + p.ID(user) + ": forbidden"},
+	} {
+		for _, on := range []bool{true, false} {
+			exp := tracetest.NewInMemoryExporter()
+			cfg := telemetry.TraceConfig{Service: "switchboard-test", Exporter: exp}
+			want := tt.err.Error()
+			if on {
+				cfg.Pseudonyms, want = p, tt.want
+			}
+			shutdown, err := telemetry.SetupTracing(context.Background(), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, span := otel.Tracer("test").Start(context.Background(), "consume")
+			telemetry.SpanError(span, tt.err, tt.ids...)
+			span.End()
+			spans := exp.GetSpans()
+			if err := shutdown(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if len(spans) != 1 {
+				t.Fatalf("%d spans, want 1", len(spans))
+			}
+			if got := spans[0].Status; got.Code != codes.Error || got.Description != want {
+				t.Errorf("%s, pseudonyms %v: status %v %q, want error %q", tt.name, on, got.Code, got.Description, want)
+			}
+		}
 	}
 }

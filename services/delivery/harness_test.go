@@ -59,6 +59,9 @@ type behaviour struct {
 	// hang posts the message but never answers (a read timeout after the
 	// platform accepted it).
 	hang bool
+	// lost neither posts nor answers (the request or its answer was
+	// lost on the way): a repeat of the key is tried again.
+	lost bool
 	// late takes this long at the platform before it posts and answers:
 	// the request's sender may have given up by then. A repeat of the key
 	// meanwhile is answered as real gateways do, "still being sent".
@@ -118,6 +121,10 @@ func (g *gateway) serve(m *nats.Msg) {
 	var b behaviour
 	if g.behave != nil {
 		b = g.behave(&req, g.tries[c.Key])
+	}
+	if b.lost {
+		g.mu.Unlock()
+		return
 	}
 	if b.fail != nil {
 		g.mu.Unlock()
@@ -254,7 +261,7 @@ func (e *env) startLogged(t *testing.T, cfg delivery.Config, name string, log *s
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := bus.New(nc, e.bus.Topology(), slog.Default())
+	b, err := bus.New(nc, e.bus.Topology(), log)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,6 +20,7 @@ import (
 	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
 	"github.com/switchboard-chat/switchboard/pkg/outbox"
 	"github.com/switchboard-chat/switchboard/pkg/placeholder"
+	"github.com/switchboard-chat/switchboard/pkg/pseudonym"
 	"github.com/switchboard-chat/switchboard/pkg/reasoning"
 	"github.com/switchboard-chat/switchboard/pkg/streamedit"
 	"github.com/switchboard-chat/switchboard/pkg/toolline"
@@ -744,7 +746,7 @@ func (s *Service) newStream(platform string) *streamedit.Stream {
 // without segments).
 func (s *Service) split(ctx context.Context, ev *repliesv1.ReplyEvent, st *turnState) error {
 	if err := s.settle(ctx, ev, st); err != nil {
-		s.log.WarnContext(ctx, "stream update unconfirmed; the segment stays open", "turn_id", ev.GetTurnId(), "err", err)
+		chatLog(s.log, ev.GetTarget()).WarnContext(ctx, "stream update unconfirmed; the segment stays open", "turn_id", ev.GetTurnId(), "err", err)
 		return nil
 	}
 	platform := ev.GetTarget().GetPlatform()
@@ -1269,14 +1271,29 @@ func (s *Service) settle(ctx context.Context, ev *repliesv1.ReplyEvent, st *turn
 	}
 	if s.now().Sub(u.since) >= settleFor {
 		st.unsure = nil
-		s.log.WarnContext(ctx, "stream update still unconfirmed; sending the final without it",
+		chatLog(s.log, ev.GetTarget()).WarnContext(ctx, "stream update still unconfirmed; sending the final without it",
 			"turn_id", ev.GetTurnId(), "key", u.req.GetIdempotencyKey(), "err", err, "receipt_error", rec.GetError())
 		return nil
 	}
 	if err == nil {
 		err = errors.New(rec.GetError())
 	}
-	return fmt.Errorf("settle stream message %s: %w", u.req.GetIdempotencyKey(), err)
+	// The platform's text may name the chat: whoever logs the error
+	// (the consumer, which hands the event back) takes it out.
+	t := ev.GetTarget()
+	return pseudonym.Naming(fmt.Errorf("settle stream message %s: %w", u.req.GetIdempotencyKey(), err), t.GetChatId(), t.GetThreadId())
+}
+
+// chatLog is log naming the chat (and thread) of t, for the records of
+// its stream lines' failures: their errors are a platform's texts,
+// which may name them, and a logger with pseudonyms takes the ids a
+// record names out of its errors, as rowLog does for the outbox's sends.
+func chatLog(log *slog.Logger, t *deliveryv1.Target) *slog.Logger {
+	log = log.With("chat_id", t.GetChatId())
+	if t.GetThreadId() != "" {
+		log = log.With("thread_id", t.GetThreadId())
+	}
+	return log
 }
 
 // streamActions are the outbox rows of a stream's final actions: the

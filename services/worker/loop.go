@@ -26,6 +26,7 @@ import (
 	"github.com/switchboard-chat/switchboard/pkg/placeholder"
 	"github.com/switchboard-chat/switchboard/pkg/reasoning"
 	"github.com/switchboard-chat/switchboard/pkg/sessionkey"
+	"github.com/switchboard-chat/switchboard/pkg/telemetry"
 	"github.com/switchboard-chat/switchboard/services/worker/internal/store"
 	"github.com/switchboard-chat/switchboard/services/worker/internal/tools"
 )
@@ -1367,7 +1368,7 @@ func (r *turnRun) callModel(ctx context.Context, b Backend, model, system string
 			// Ended by the user (/stop, a newer message) or by the lock's
 			// loss: what it streamed so far is all the answer there is.
 			ls.partial = streamed.String()
-			span.SetStatus(codes.Error, cause.Error())
+			telemetry.SpanError(span, cause)
 			return nil, cause
 		}
 		span.SetStatus(codes.Error, string(llm.ClassOf(err)))

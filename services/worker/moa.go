@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/switchboard-chat/switchboard/pkg/llm"
+	"github.com/switchboard-chat/switchboard/pkg/telemetry"
 	"github.com/switchboard-chat/switchboard/services/worker/internal/store"
 )
 
@@ -84,7 +85,7 @@ func (r *turnRun) mixture(ctx context.Context, system string, ls *loopState) (st
 		moaReferenceCalls.WithLabelValues(moaOutcome(err != nil || ctx.Err() != nil, ref)).Inc()
 	}
 	if err != nil {
-		span.SetStatus(codes.Error, err.Error())
+		telemetry.SpanError(span, err)
 		if fin, stopped, serr := r.stopFinal(ctx, ls, err); stopped {
 			return fin, serr
 		}
@@ -264,7 +265,7 @@ func endReferenceSpan(ctx context.Context, span trace.Span, ref moaReference) {
 	case outcome == "empty":
 		span.SetStatus(codes.Error, "empty answer")
 	case stopped:
-		span.SetStatus(codes.Error, context.Cause(ctx).Error())
+		telemetry.SpanError(span, context.Cause(ctx))
 	default:
 		span.SetStatus(codes.Error, moaReason(ref.err))
 	}

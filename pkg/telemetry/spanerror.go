@@ -1,0 +1,73 @@
+package telemetry
+
+import (
+	"strconv"
+	"sync/atomic"
+
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+
+	"github.com/switchboard-chat/switchboard/pkg/pseudonym"
+)
+
+// spanPseudonyms is the Pseudonymizer of the spans SetupTracing exports
+// (TraceConfig.Pseudonyms); nil when they are exported as they are.
+var spanPseudonyms atomic.Pointer[pseudonym.Pseudonymizer]
+
+// SpanError sets span's status to an error described by err's text. With
+// pseudonyms on, the ids err is marked as naming (pseudonym.Naming) and
+// ids, those of the chat or user the work was about, are replaced in
+// the text by their pseudonyms, as in a log record's error: a span
+// names no chat to take them from, and its exporter sees the text only.
+// (Session keys in it become pseudonyms in the exporter, as in every
+// span's texts.)
+func SpanError(span trace.Span, err error, ids ...string) {
+	if err == nil {
+		return
+	}
+	text := err.Error()
+	if p := spanPseudonyms.Load(); p != nil && span.IsRecording() {
+		text = p.Text(text)
+		if named := append(pseudonym.NamedIDs(err), ids...); len(named) > 0 {
+			text = p.Scrub(text, named...)
+		}
+	}
+	span.SetStatus(codes.Error, text)
+}
+
+// maxMessageDepth bounds how deep MessageIDs looks: an event's target
+// or source is one message down.
+const maxMessageDepth = 3
+
+// MessageIDs are the platform ids m holds in fields named as the id
+// attributes of a log record are (chat_id, user_id, thread_id), its own
+// and those of the messages it holds (an event's source or target), for
+// SpanError to take out of the text of an error about it.
+func MessageIDs(m proto.Message) []string {
+	if m == nil {
+		return nil
+	}
+	return messageIDs(nil, m.ProtoReflect(), maxMessageDepth)
+}
+
+func messageIDs(ids []string, m protoreflect.Message, depth int) []string {
+	if !m.IsValid() || depth == 0 {
+		return ids
+	}
+	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		switch {
+		case fd.IsList() || fd.IsMap():
+		case fd.Kind() == protoreflect.MessageKind:
+			ids = messageIDs(ids, v.Message(), depth-1)
+		case !idAttrs[string(fd.Name())]:
+		case fd.Kind() == protoreflect.StringKind:
+			ids = append(ids, v.String())
+		case fd.Kind() == protoreflect.Int64Kind, fd.Kind() == protoreflect.Sint64Kind, fd.Kind() == protoreflect.Sfixed64Kind:
+			ids = append(ids, strconv.FormatInt(v.Int(), 10))
+		}
+		return true
+	})
+	return ids
+}
