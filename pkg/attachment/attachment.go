@@ -278,17 +278,10 @@ func (s *Store) Keep(ctx context.Context, name, mime string, r io.Reader) (int64
 
 // Stat reports the size and media type of the object stored under name,
 // if there is one (an attachment asked for again need not be downloaded
-// again).
+// again): Info, with any error read as none.
 func (s *Store) Stat(ctx context.Context, name string) (int64, string, bool) {
-	obs, err := s.bucket(ctx, true)
-	if err != nil {
-		return 0, "", false
-	}
-	info, err := obs.GetInfo(ctx, name)
-	if err != nil {
-		return 0, "", false
-	}
-	return int64(info.Size), info.Description, true
+	size, mimeType, err := s.Info(ctx, name)
+	return size, mimeType, err == nil
 }
 
 // Get returns the bytes stored under name and the media type they were

@@ -25,6 +25,7 @@ import (
 	"github.com/switchboard-chat/switchboard/pkg/llm"
 	"github.com/switchboard-chat/switchboard/pkg/placeholder"
 	"github.com/switchboard-chat/switchboard/pkg/reasoning"
+	"github.com/switchboard-chat/switchboard/pkg/secret"
 	"github.com/switchboard-chat/switchboard/pkg/sessionkey"
 	"github.com/switchboard-chat/switchboard/pkg/telemetry"
 	"github.com/switchboard-chat/switchboard/services/worker/internal/store"
@@ -838,9 +839,12 @@ func (r *turnRun) runTools(ctx context.Context, ls *loopState, pending []store.T
 		if err != nil {
 			return err
 		}
+		// The finished step shows the tool's result, not the steer's,
+		// masked before it is cut: a key cut in half at the bound is no
+		// longer a key to the masking patterns (resultPreview masks again,
+		// which changes nothing).
+		shownResult := capResult(secret.Redact(result), r.s.cfg.Agent.MaxToolResultBytes)
 		result = capResult(result, r.s.cfg.Agent.MaxToolResultBytes) // an error's text too
-		// The finished step shows the tool's result, not the steer's.
-		shownResult := result
 		steer := r.ctl.takeSteer()
 		if len(steer) > 0 {
 			result += "\n\n[The user adds while you work: " + strings.Join(steerTexts(steer), "\n") + "]"

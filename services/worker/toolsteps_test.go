@@ -73,3 +73,40 @@ func TestToolStepsCarryArgumentsAndResult(t *testing.T) {
 		t.Errorf("finished step's detail %q, want the result's preview %q", d, want)
 	}
 }
+
+// A result cut at agent.max_tool_result_bytes is masked before it is cut:
+// a key that straddles the bound shows no more of itself in the finished
+// step (the preview the API gateway lists) than its mask does, where the
+// cut half of it, no longer a key to the masking patterns, would.
+func TestToolStepMasksAResultBeforeItsCut(t *testing.T) {
+	t.Parallel()
+	const key = "sk-abcdefghijklmnopqrstuvwxyz0123456789"
+	output := "the key is " + key + " keep it safe\n" + strings.Repeat("a line of the file\n", 10)
+	h := newHarness(t)
+	h.setGeneration("s1", 1)
+	w := h.startWorker("w1", func(cfg *worker.Config, d *worker.Deps) {
+		cfg.Agent.MaxToolResultBytes = 20 // the key starts at byte 11
+		d.Tools = []tools.Tool{{Name: "read_file", Run: func(context.Context, tools.Call, json.RawMessage) (string, error) {
+			return output, nil
+		}}}
+	})
+	defer w.stop(t)
+	h.fake.Enqueue(
+		fakellm.Reply{ToolCalls: []fakellm.ToolCall{{ID: "c1", Name: "read_file", Arguments: `{"path": "notes.txt"}`}}},
+		fakellm.Reply{Text: "Read."},
+	)
+	req := h.requestTurn("s1", "read it", turnOpts{})
+	if c := h.waitCompleted(req.TurnId); c.GetError() != "" {
+		t.Fatal(c.GetError())
+	}
+	var finished *repliesv1.ToolProgress
+	for _, ev := range h.replies(req.TurnId) {
+		if tp := ev.GetToolProgress(); tp.GetPhase() == repliesv1.ToolPhase_TOOL_PHASE_FINISHED {
+			finished = tp
+		}
+	}
+	d := finished.GetDetail()
+	if !strings.HasPrefix(d, "the key is sk-abc") || strings.Contains(d, key[:7]) || !strings.Contains(d, "[Output truncated") {
+		t.Errorf("finished step's detail %q: want the masked result cut, nothing of the key past its mask's head", d)
+	}
+}

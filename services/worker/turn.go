@@ -73,7 +73,8 @@ type turnRun struct {
 	noReaction []string
 	// answerOnly: every input's sender waits for the whole answer and
 	// shows no progress, so typing, text deltas and tool progress are
-	// not published (each would cost a seq, a publish and a delivery).
+	// not published (each would cost a seq, a publish and a delivery) —
+	// but for the tool steps an API answer lists (answerListsSteps).
 	answerOnly bool
 	ctl        *control
 	// holder is this attempt's value of the session lock: the router's
@@ -778,9 +779,11 @@ func (r *turnRun) withUsage() store.Turn {
 // turn's first event: seq 1, without the counter's round trip. The
 // counter stays unset, so a later attempt that does allocate (the last
 // attempt's apology) starts at 1 too, and Finish keeps whichever final
-// was committed first.
+// was committed first. A later attempt of a turn answering the API
+// gateway asks the counter: an earlier one may have published tool steps
+// (answerListsSteps).
 func (r *turnRun) finalSeq(ctx context.Context) (int64, error) {
-	if r.answerOnly && r.s.agent == nil && !r.seqUsed.Load() {
+	if r.answerOnly && r.s.agent == nil && !r.seqUsed.Load() && (r.attempt <= 1 || r.target.GetPlatform() != "api") {
 		return 1, nil
 	}
 	return r.nextSeq(ctx)
@@ -809,7 +812,7 @@ func (r *turnRun) fillSeqGap(ctx context.Context, final *store.Final) error {
 
 // publish sends a reply event with the next seq.
 func (r *turnRun) publish(ctx context.Context, ev *repliesv1.ReplyEvent) error {
-	if r.target == nil || r.answerOnly && isProgress(ev) {
+	if r.target == nil || r.answerOnly && isProgress(ev) && !r.answerListsSteps(ev) {
 		return nil
 	}
 	seq, err := r.nextSeq(ctx)
@@ -817,6 +820,24 @@ func (r *turnRun) publish(ctx context.Context, ev *repliesv1.ReplyEvent) error {
 		return err
 	}
 	return r.publishAt(ctx, seq, ev)
+}
+
+// answerListsSteps reports whether ev is a tool step that an
+// answer-only turn publishes still: the API gateway lists a turn's tool
+// calls in a Responses answer that does not stream (function_call and
+// function_call_output items before the message, as Hermes's API server
+// does), and its request, which shows no progress, can only get them
+// as steps: a call's start and end, nothing else. A turn that calls no
+// tool publishes nothing more.
+func (r *turnRun) answerListsSteps(ev *repliesv1.ReplyEvent) bool {
+	if r.target.GetPlatform() != "api" {
+		return false
+	}
+	switch ev.GetToolProgress().GetPhase() {
+	case repliesv1.ToolPhase_TOOL_PHASE_STARTED, repliesv1.ToolPhase_TOOL_PHASE_FINISHED, repliesv1.ToolPhase_TOOL_PHASE_FAILED:
+		return true
+	}
+	return false
 }
 
 func (r *turnRun) publishAt(ctx context.Context, seq int64, ev *repliesv1.ReplyEvent) error {

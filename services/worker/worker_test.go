@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"github.com/nats-io/nats.go"
 	"slices"
 	"strconv"
@@ -187,6 +188,52 @@ func TestAnswerOnlyTurnPublishesNoProgress(t *testing.T) {
 	}
 	if all := h.fake.Requests(); len(all) != len(reqs)+1 || !all[len(all)-1].Stream {
 		t.Errorf("the model call of a turn with progress did not stream: %d calls", len(all)-len(reqs))
+	}
+}
+
+// An answer-only turn answering the API gateway publishes its tool
+// calls' steps still — a Responses answer that does not stream lists
+// them, as Hermes's does — and nothing else of its progress; one that
+// calls no tool publishes its answer alone at seq 1, without the
+// counter, as before.
+func TestAnswerOnlyAPITurnPublishesItsToolSteps(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.setGeneration("s1", 1)
+	h.startWorker("w1", nil)
+	api := &eventsv1.SessionSource{Platform: "api", Account: "default", ChatId: "req_1", ChatType: "dm", UserId: "key"}
+	for _, tc := range []struct {
+		name, text string
+		want       []string
+	}{
+		{"plain", "hello there", []string{"final"}},
+		{"with a tool", "what time is it [[tool:clock {\"tz\":\"UTC\"}]]", []string{"clock started", "clock finished", "final"}},
+	} {
+		req := h.requestTurn("s1", tc.text, turnOpts{answerOnly: true, origin: api})
+		if done := h.waitCompleted(req.TurnId); done.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED {
+			t.Fatalf("%s: status %v (%s)", tc.name, done.GetStatus(), done.GetError())
+		}
+		evs := h.replies(req.TurnId)
+		checkReplies(t, evs)
+		var got []string
+		for _, ev := range evs {
+			switch {
+			case ev.GetToolProgress() != nil:
+				tp := ev.GetToolProgress()
+				got = append(got, tp.GetToolName()+" "+strings.ToLower(strings.TrimPrefix(tp.GetPhase().String(), "TOOL_PHASE_")))
+			case ev.GetFinalText() != nil:
+				got = append(got, "final")
+			default:
+				got = append(got, fmt.Sprintf("%T", ev.GetBody()))
+			}
+		}
+		if strings.Join(got, ", ") != strings.Join(tc.want, ", ") {
+			t.Errorf("%s: published %v, want %v", tc.name, got, tc.want)
+		}
+		n, err := h.rdb.Exists(context.Background(), h.prefix+"turnseq:"+req.TurnId).Result()
+		if err != nil || (n == 0) != (len(tc.want) == 1) {
+			t.Errorf("%s: seq counter exists %d (%v)", tc.name, n, err)
+		}
 	}
 }
 

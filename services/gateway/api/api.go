@@ -116,6 +116,11 @@ type Config struct {
 	// thousands): when the bucket is full, the oldest links are dropped
 	// before media_ttl (logged, and counted).
 	MediaLinksMaxBytes int64 `koanf:"media_links_max_bytes"`
+	// MediaStallTimeout bounds how long a download of a kept file waits
+	// for its client to take the next chunk (default 30 s): a client that
+	// stops reading has its download ended, and the store's chunk pulls
+	// with it.
+	MediaStallTimeout time.Duration `koanf:"media_stall_timeout"`
 }
 
 // DefaultConfig returns the defaults.
@@ -127,6 +132,7 @@ func DefaultConfig() Config {
 		BodyTimeout: defaultBodyTimeout, RunTTL: defaultRunTTL, RunsMaxBytes: defaultRunsMaxBytes, MaxConcurrentRuns: defaultMaxConcurrentRuns,
 		RateLimit: 5, RateBurst: 20, WebChat: true, Jobs: true,
 		MediaTTL: defaultMediaTTL, MediaMaxBytes: defaultMediaMaxBytes, MediaLinksMaxBytes: defaultMediaLinksMaxBytes,
+		MediaStallTimeout: defaultMediaStallTimeout,
 	}
 }
 

@@ -418,7 +418,7 @@ func (s *Service) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		s.stream(ctx, w, r, t, id, modelName, req.IncludeUsage)
 		return
 	}
-	ans, err := collect(ctx, t.wt)
+	ans, err := collect(ctx, t.wt, nil) // as Hermes's: no tool calls listed
 	if err != nil {
 		s.writeWaitError(w, r, t, err)
 		return

@@ -67,6 +67,9 @@ const (
 	// minMediaLinksMaxBytes is the least bound: room for a few dozen
 	// records with long file names.
 	minMediaLinksMaxBytes = 64 << 10
+	// defaultMediaStallTimeout bounds a download's wait for its client
+	// to take the next chunk.
+	defaultMediaStallTimeout = 30 * time.Second
 	// mediaFullWarnEvery spaces the warnings that the bucket is full.
 	mediaFullWarnEvery = 10 * time.Minute
 )
@@ -87,6 +90,9 @@ func (c Config) validateMedia() error {
 	}
 	if c.MediaMaxBytes < 0 {
 		return config.Invalid("gateways.api.media_max_bytes", c.MediaMaxBytes, "a positive number of bytes")
+	}
+	if c.MediaStallTimeout < 0 {
+		return config.Invalid("gateways.api.media_stall_timeout", c.MediaStallTimeout, "a positive duration")
 	}
 	if c.MediaLinksMaxBytes != 0 && c.MediaLinksMaxBytes < minMediaLinksMaxBytes {
 		return config.Invalid("gateways.api.media_links_max_bytes", c.MediaLinksMaxBytes, fmt.Sprintf("at least %d bytes", minMediaLinksMaxBytes))
@@ -320,14 +326,11 @@ func (s *Service) getMedia(w http.ResponseWriter, r *http.Request) {
 // getKeyedMedia serves a kept file to a request with the key of the
 // conversation it was sent to.
 func (s *Service) getKeyedMedia(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
-	link, found, err := s.media.get(r.Context(), id)
-	if err != nil {
-		s.log.WarnContext(r.Context(), "read api media link failed", "err", err)
-		writeUnavailable(w)
+	id, link, ok := s.mediaLink(w, r)
+	if !ok {
 		return
 	}
-	if !found || link.Owner != ownerOf(identityOf(r)) {
+	if link.Owner != ownerOf(identityOf(r)) {
 		writeMediaNotFound(w, id)
 		return
 	}
@@ -342,15 +345,8 @@ func (s *Service) getKeyedMedia(w http.ResponseWriter, r *http.Request) {
 // whose record is kept gets a limiter, so that a stranger's made-up ids
 // do not fill the limiters' map.
 func (s *Service) getSignedMedia(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
-	link, found, err := s.media.get(r.Context(), id)
-	if err != nil {
-		s.log.WarnContext(r.Context(), "read api media link failed", "err", err)
-		writeUnavailable(w)
-		return
-	}
-	if !found {
-		writeMediaNotFound(w, id)
+	id, link, ok := s.mediaLink(w, r)
+	if !ok {
 		return
 	}
 	if ok, after := s.linkLimiter.allow(id); !ok {
@@ -364,6 +360,24 @@ func (s *Service) getSignedMedia(w http.ResponseWriter, r *http.Request) {
 	s.serveKept(w, r, link)
 }
 
+// mediaLink reads the record of the link the URL names. It answers the
+// request itself (404 for none, 503) and returns false when there is no
+// record to go on with.
+func (s *Service) mediaLink(w http.ResponseWriter, r *http.Request) (id string, link mediaLink, ok bool) {
+	id = r.PathValue("id")
+	link, found, err := s.media.get(r.Context(), id)
+	if err != nil {
+		s.log.WarnContext(r.Context(), "read api media link failed", "err", err)
+		writeUnavailable(w)
+		return id, mediaLink{}, false
+	}
+	if !found {
+		writeMediaNotFound(w, id)
+		return id, mediaLink{}, false
+	}
+	return id, link, true
+}
+
 // writeMediaNotFound answers a link that is not the client's to open.
 func writeMediaNotFound(w http.ResponseWriter, id string) {
 	writeError(w, http.StatusNotFound, "invalid_request_error", "media_not_found", "",
@@ -371,7 +385,10 @@ func writeMediaNotFound(w http.ResponseWriter, id string) {
 }
 
 // serveKept answers with the file link names: its headers, then, for a
-// GET, its bytes as they come from the store.
+// GET, its bytes as they come from the store, each chunk within
+// media_stall_timeout of the last (copyKept). A HEAD reads the file's
+// record only, not the file, so it does not check the file's checksum:
+// a damaged file answers HEAD as a whole one, and its GET ends short.
 func (s *Service) serveKept(w http.ResponseWriter, r *http.Request, link mediaLink) {
 	limit := cmp.Or(s.cfg.MediaMaxBytes, defaultMediaMaxBytes)
 	var (
@@ -424,10 +441,38 @@ func (s *Service) serveKept(w http.ResponseWriter, r *http.Request, link mediaLi
 	if body == nil {
 		return
 	}
-	if _, err := io.Copy(w, body); err != nil && r.Context().Err() == nil {
+	if err := copyKept(w, body, cmp.Or(s.cfg.MediaStallTimeout, defaultMediaStallTimeout)); err != nil && r.Context().Err() == nil {
 		// The headers are sent: the client sees the body end short of
 		// its Content-Length, as the server closes the connection.
 		s.log.WarnContext(r.Context(), "stream api media failed", "err", err)
+	}
+}
+
+// copyKept writes a kept file's bytes to w as they come, each write due
+// within stall: a client that stops reading has its download ended
+// (the write fails at the deadline, the connection closes, and the
+// caller's Close of the file ends its chunk pulls) instead of holding it
+// open for ever.
+func copyKept(w http.ResponseWriter, body io.Reader, stall time.Duration) error {
+	rc := http.NewResponseController(w)
+	defer func() { _ = rc.SetWriteDeadline(time.Time{}) }()
+	buf := make([]byte, 32<<10)
+	for {
+		n, rerr := body.Read(buf)
+		if n > 0 {
+			if err := rc.SetWriteDeadline(time.Now().Add(stall)); err != nil {
+				return fmt.Errorf("set media write deadline: %w", err)
+			}
+			if _, err := w.Write(buf[:n]); err != nil {
+				return fmt.Errorf("write media: %w", err)
+			}
+		}
+		if errors.Is(rerr, io.EOF) {
+			return nil
+		}
+		if rerr != nil {
+			return fmt.Errorf("read media: %w", rerr)
+		}
 	}
 }
 

@@ -164,6 +164,16 @@ func TestMediaConfig(t *testing.T) {
 			t.Errorf("media_links_max_bytes %d: %v", c.bytes, err)
 		}
 	}
+	for _, c := range []struct {
+		stall time.Duration
+		ok    bool
+	}{{0, true}, {time.Second, true}, {-time.Second, false}} {
+		cfg := DefaultConfig()
+		cfg.Key, cfg.MediaStallTimeout = testKey, c.stall
+		if err := cfg.Validate(); (err == nil) != c.ok {
+			t.Errorf("media_stall_timeout %s: %v", c.stall, err)
+		}
+	}
 	s := &Service{cfg: Config{PublicURL: "https://agent.example.test/agent/"}}
 	if got := s.mediaURL("0123"); got != "https://agent.example.test/agent/v1/media/0123" {
 		t.Errorf("link %q", got)
@@ -643,5 +653,52 @@ func TestMediaLinkLimitIsApart(t *testing.T) {
 		if code := serve(link, ""); code != want {
 			t.Errorf("signed request %d: %d, want %d", i+1, code, want)
 		}
+	}
+}
+
+// A client that stops reading a kept file has its download ended once
+// a chunk waits media_stall_timeout for it: the store's read ends, and
+// the client, reading again, finds the body short of its length.
+func TestKeptMediaStalledDownloadEnds(t *testing.T) {
+	t.Parallel()
+	b := newBus(t)
+	s := startService(t, b, func(c *Config) { c.MediaStallTimeout = 300 * time.Millisecond })
+	store := attachment.New(b.JetStream(), b.Topology(), attachment.Config{Enabled: true})
+	file := bytes.Repeat([]byte("stalled "), 2<<20) // 16 MiB
+	link := linkTo(t, s, store, "test/stalled.mp4", "video/mp4", file)
+	conn, err := net.Dial("tcp", s.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if err := conn.(*net.TCPConn).SetReadBuffer(32 << 10); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\n\r\n", link, s.Addr(), testKey); err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(60 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK || resp.ContentLength != int64(len(file)) {
+		t.Fatalf("answer %d, length %d", resp.StatusCode, resp.ContentLength)
+	}
+	if _, err := io.ReadFull(resp.Body, make([]byte, 64<<10)); err != nil {
+		t.Fatal(err)
+	}
+	// The client reads no more: the download ends, and its read of the
+	// store with it.
+	deadline := time.Now().Add(20 * time.Second)
+	for storeReads(t, b) != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the store is still read for a client that stopped reading")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	rest, err := io.ReadAll(resp.Body)
+	if err == nil || 64<<10+len(rest) >= len(file) {
+		t.Errorf("the stalled download went on: %d of %d bytes, %v", 64<<10+len(rest), len(file), err)
 	}
 }

@@ -111,10 +111,14 @@ func (s *Service) createResponse(w http.ResponseWriter, r *http.Request) {
 		s.streamResponse(ctx, w, r, t, o, k)
 		return
 	}
-	ans, err := collect(ctx, t.wt)
+	// The turn's tool calls are listed before the message (toolsFirst).
+	e := &responseEvents{o: o}
+	ans, err := collect(ctx, t.wt, e.tool)
+	e.closeCalls()
 	if err != nil {
 		end := s.waitEndOf(r, err)
 		o.stop(end.code, "")
+		o.Output = e.toolsFirst(o.Output)
 		s.finish(r.Context(), k, o, answerPoint{})
 		t.noRetry(w)
 		writeError(w, end.status, "server_error", end.code, "", end.msg)
@@ -125,11 +129,13 @@ func (s *Service) createResponse(w http.ResponseWriter, r *http.Request) {
 	}
 	if ans.errorCode != "" {
 		o.fail(ans.errorCode, ans.text)
+		o.Output = e.toolsFirst(o.Output)
 		s.finish(r.Context(), k, o, ans.at)
 		writeTurnError(w, ans.errorCode, ans.text)
 		return
 	}
 	o.complete(ans.text, ans.usage)
+	o.Output = e.toolsFirst(o.Output)
 	s.finish(r.Context(), k, o, ans.at)
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(o)
@@ -509,7 +515,9 @@ func (s *Service) streamResponse(ctx context.Context, w http.ResponseWriter, r *
 	}
 }
 
-// responseEvents writes the events of one streamed response.
+// responseEvents writes the events of one streamed response; with out
+// nil (a response that does not stream), it only lists the tool calls'
+// items for the response's output.
 type responseEvents struct {
 	out    *sse
 	o      *responseObject

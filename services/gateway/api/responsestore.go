@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -188,7 +189,7 @@ func (rs *responseStore) end(ctx context.Context, rec storedResponse, rev uint64
 		if at.turn != "" {
 			next.Turn, next.SessionKey = at.turn, at.sessionKey
 		}
-		stale, err := rs.update(ctx, next, rev)
+		stale, err := rs.updateBounded(ctx, next, rev)
 		if err != nil || !stale {
 			return err
 		}
@@ -213,6 +214,54 @@ func (rs *responseStore) end(ctx context.Context, rec storedResponse, rev uint64
 		}
 	}
 }
+
+// updateBounded is update, of a smaller record each time NATS refuses
+// one for its size (bounded): a response that ended is never left to
+// read as in progress.
+func (rs *responseStore) updateBounded(ctx context.Context, rec storedResponse, rev uint64) (stale bool, err error) {
+	for {
+		stale, err = rs.update(ctx, rec, rev)
+		if !tooLarge(err) {
+			return stale, err
+		}
+		smaller, ok := bounded(rec)
+		if !ok {
+			return false, err
+		}
+		rec = smaller
+	}
+}
+
+// bounded is the record of an ended response made smaller, a step at a
+// time, after NATS refused it for its size (a NATS message, 1 MiB by
+// default, holds a record): first without its tool calls' items, then
+// without its instructions (a response continuing it then gets none of
+// them), and at last, when its answer alone does not fit, failed
+// (response_too_large) without output — its request got the answer.
+// ok is false when nothing is left to drop. rec's response is not
+// changed: the request still answers with it.
+func bounded(rec storedResponse) (smaller storedResponse, ok bool) {
+	o := *rec.Response
+	rec.Response = &o
+	messages := slices.DeleteFunc(slices.Clone(o.Output), func(m outputMessage) bool { return m.Type != "message" })
+	switch {
+	case len(messages) < len(o.Output):
+		o.Output = messages
+	case rec.Instructions != "" || o.Instructions != nil:
+		rec.Instructions, o.Instructions = "", nil
+	case o.Status != "failed" || len(o.Output) > 0 || o.Error == nil || o.Error.Code != responseTooLarge:
+		o.Status, o.Output, o.IncompleteDetails = "failed", []outputMessage{}, nil
+		o.Error = &responseError{Code: responseTooLarge,
+			Message: "The response was too large to keep: its answer was given to the request that asked for it, and is not kept."}
+	default:
+		return storedResponse{}, false
+	}
+	return rec, true
+}
+
+// responseTooLarge is the error code of a response kept without its
+// answer, which was too large to keep (bounded).
+const responseTooLarge = "response_too_large"
 
 // recreate writes rec unless a record of its id was written meanwhile
 // (created is then false).

@@ -16,6 +16,7 @@ import (
 	"github.com/openai/openai-go/v3/responses"
 
 	"github.com/switchboard-chat/switchboard/pkg/bus"
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/platform"
 	"github.com/switchboard-chat/switchboard/pkg/platform/platformtest"
 )
@@ -432,5 +433,103 @@ func TestResponseRecordEnd(t *testing.T) {
 	}
 	if _, _, _, err := rs.begin(ctx, storedResponse{Owner: "o", Response: state("in_progress")}); err != errResponseDeleted {
 		t.Fatalf("begin after delete: %v", err)
+	}
+}
+
+// A response whose answer, with its instructions, passes what a record
+// holds (a NATS message) is kept without its instructions, completed;
+// one whose answer alone does not fit is kept failed
+// (response_too_large) — never in progress. Its request gets the whole
+// answer either way.
+func TestResponsesTooLargeAnswerIsKeptBounded(t *testing.T) {
+	t.Parallel()
+	b := newBus(t)
+	s := startService(t, b, nil)
+	r := startResponder(t, b)
+	r.mu.Lock()
+	r.answer = func(ev *eventsv1.MessageReceived, _ int) []string {
+		if ev.GetText() == "escaped" {
+			// Every "<" is 6 bytes in the record's JSON: 1.2 MB.
+			return []string{strings.Repeat("<", 200<<10)}
+		}
+		return []string{strings.Repeat("a", 700<<10)}
+	}
+	r.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	client := sdkClient(s)
+	instructions := strings.Repeat("i", 200<<10) // kept twice: 400 KB
+	for _, tc := range []struct {
+		input, status, code string
+		output              bool
+	}{
+		{"plain", "completed", "", true},
+		{"escaped", "failed", "response_too_large", false},
+	} {
+		answer, err := client.Responses.New(ctx, responses.ResponseNewParams{Model: "switchboard", Input: inputText(tc.input),
+			Instructions: openai.String(instructions)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := answer.OutputText()
+		if answer.Status != "completed" || len(text) < 200<<10 {
+			t.Fatalf("%s: answered %s with %d bytes", tc.input, answer.Status, len(text))
+		}
+		kept, err := client.Responses.Get(ctx, answer.ID, responses.ResponseGetParams{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(kept.Status) != tc.status || string(kept.Error.Code) != tc.code || (kept.OutputText() == text) != tc.output ||
+			kept.Instructions.OfString != "" {
+			t.Errorf("%s: kept %s (error %q), output kept %v, %d bytes of instructions; want %s (%q), output kept %v, none",
+				tc.input, kept.Status, kept.Error.Code, kept.OutputText() == text, len(kept.Instructions.OfString), tc.status, tc.code, tc.output)
+		}
+	}
+}
+
+// bounded makes an ended response's record smaller a step at a time:
+// its tool calls' items first, then its instructions, then its answer
+// (failed), and then it has nothing left to drop; the response the
+// request answers with is not changed.
+func TestBoundedResponseRecord(t *testing.T) {
+	t.Parallel()
+	instructions := "be brief"
+	o := &responseObject{ID: "resp_1", Status: "completed", Instructions: &instructions, messageID: "msg_1"}
+	o.Output = []outputMessage{
+		{ID: "fc_1", Type: "function_call", Name: "clock", CallID: "c1"},
+		{ID: "fco_1", Type: "function_call_output", CallID: "c1"},
+		o.message("completed", "It's 5pm."),
+	}
+	rec := storedResponse{Owner: "k", Instructions: instructions, Response: o}
+	var steps []string
+	for {
+		next, ok := bounded(rec)
+		if !ok {
+			break
+		}
+		var types []string
+		for _, m := range next.Response.Output {
+			types = append(types, m.Type)
+		}
+		code := ""
+		if next.Response.Error != nil {
+			code = next.Response.Error.Code
+		}
+		steps = append(steps, fmt.Sprintf("%s %v %q %v %s", next.Response.Status, types, next.Instructions, next.Response.Instructions != nil, code))
+		rec = next
+		if len(steps) > 5 {
+			break
+		}
+	}
+	want := []string{
+		`completed [message] "be brief" true `,
+		`completed [message] "" false `,
+		`failed [] "" false response_too_large`,
+	}
+	if strings.Join(steps, "\n") != strings.Join(want, "\n") {
+		t.Errorf("steps\n%s\nwant\n%s", strings.Join(steps, "\n"), strings.Join(want, "\n"))
+	}
+	if o.Status != "completed" || len(o.Output) != 3 || o.Instructions == nil {
+		t.Errorf("the answered response changed: %s, %d items", o.Status, len(o.Output))
 	}
 }

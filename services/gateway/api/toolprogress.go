@@ -16,9 +16,11 @@ import (
 // chat completion shows each tool call's start and end as an event of
 // its own, "hermes.tool.progress", between the chunks of the text; a
 // streamed Responses API response shows each call as a function_call
-// output item, added when it starts and done when it ends. Answers that
-// do not stream show none: the turn of a plain request publishes no
-// progress (answer_only).
+// output item, added when it starts and done when it ends. A Responses
+// answer that does not stream lists the same items in its output, before
+// the message, as Hermes's does; a chat completion that does not stream
+// shows none, as Hermes's. (The turn of a plain request publishes no
+// progress, answer_only, but for its tool calls' steps.)
 
 // toolProgressEvent names the chat completions stream's tool events.
 const toolProgressEvent = "hermes.tool.progress"
@@ -175,7 +177,7 @@ func (e *responseEvents) tool(s *deliveryv1.ToolStep) {
 	out := outputMessage{ID: fmt.Sprintf("fco_%s_%d", e.suffix(), index), Type: "function_call_output", Status: "completed",
 		CallID: id, Output: []outputPart{{Type: "input_text", Text: s.GetDetail()}}}
 	for _, typ := range []string{"response.output_item.added", "response.output_item.done"} {
-		e.out.send(typ, callEvent{eventHead: e.head(typ), OutputIndex: index, Item: out})
+		e.send(typ, callEvent{eventHead: e.head(typ), OutputIndex: index, Item: out})
 	}
 	e.list(index, out)
 }
@@ -193,7 +195,7 @@ func (e *responseEvents) closeCalls() {
 // item as it ends.
 func (e *responseEvents) call(typ, id string, c *shownCall, status string) {
 	item := outputMessage{ID: c.item, Type: "function_call", Status: status, Name: c.name, CallID: id, Arguments: c.args}
-	e.out.send(typ, callEvent{eventHead: e.head(typ), OutputIndex: c.index, Item: item})
+	e.send(typ, callEvent{eventHead: e.head(typ), OutputIndex: c.index, Item: item})
 	if status != "in_progress" {
 		e.list(c.index, item)
 	}
@@ -231,6 +233,20 @@ func (e *responseEvents) outputWith(msgs []outputMessage) []outputMessage {
 		out[i] = it.item
 	}
 	return out
+}
+
+// send sends an event of a tool call's items, if the response streams.
+func (e *responseEvents) send(typ string, v any) {
+	if e.out != nil {
+		e.out.send(typ, v)
+	}
+}
+
+// toolsFirst is the output of a response that did not stream: the tool
+// calls' items, then the message's (msgs), as Hermes lists them.
+func (e *responseEvents) toolsFirst(msgs []outputMessage) []outputMessage {
+	e.index = e.next
+	return e.outputWith(msgs)
 }
 
 // suffix is the response's own part of its items' ids.

@@ -330,3 +330,54 @@ func itemOf(t *testing.T, raw string) string {
 	}
 	return fmt.Sprintf("%s %s %q", it.Type, it.Status, text)
 }
+
+// A Responses answer that does not stream lists the turn's tool calls
+// as Hermes's does: each call's function_call item and its result's
+// function_call_output item, in the order the turn made them, before
+// the message — in the answer and in its kept copy. A chat completion
+// that does not stream shows none, as Hermes's.
+func TestResponsesAnswerListsToolCalls(t *testing.T) {
+	t.Parallel()
+	b := newBus(t)
+	s := startService(t, b, nil)
+	r := startResponder(t, b)
+	_, final := toolTurn(r)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	client := sdkClient(s)
+	want := []string{
+		`function_call completed terminal call_1 {"command":"date"}`,
+		`function_call completed clock call_3 {}`,
+		`function_call_output completed call_1 "Sat Dec  5 17:00:00 UTC 2026"`,
+		`function_call_output completed call_3 "error: no clock"`,
+		fmt.Sprintf("message completed %q", final),
+	}
+	answer, err := client.Responses.New(ctx, responses.ResponseNewParams{Model: "switchboard", Input: inputText("what time is it?")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if answer.Status != "completed" || answer.OutputText() != final {
+		t.Errorf("answer %s %q, want completed %q", answer.Status, answer.OutputText(), final)
+	}
+	kept, err := client.Responses.Get(ctx, answer.ID, responses.ResponseGetParams{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for what, raw := range map[string]string{"answer": answer.RawJSON(), "kept": kept.RawJSON()} {
+		var o struct{ Output []json.RawMessage }
+		if err := json.Unmarshal([]byte(raw), &o); err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, it := range o.Output {
+			got = append(got, itemOf(t, string(it)))
+		}
+		if strings.Join(got, "\n") != strings.Join(want, "\n") {
+			t.Errorf("%s output\n%s\nwant\n%s", what, strings.Join(got, "\n"), strings.Join(want, "\n"))
+		}
+	}
+	chat := post(s, `{"model":"switchboard","messages":[{"role":"user","content":"what time is it?"}]}`, nil)
+	if _, text := answerOf(t, chat); text != final || strings.Contains(string(chat.body), "call_1") {
+		t.Errorf("chat completion %s, want the answer %q alone", chat.body, final)
+	}
+}

@@ -422,13 +422,17 @@ func (s *Service) shuttingDown() bool {
 
 // collect waits for the final send and returns the answer (the text of
 // every send chunk, in order) and, when the turn failed and the text
-// explains why, its error code.
-func collect(ctx context.Context, wt *waiter) (reply, error) {
+// explains why, its error code. tool, when set, takes each step of the
+// turn's tool calls as it comes.
+func collect(ctx context.Context, wt *waiter, tool func(*deliveryv1.ToolStep)) (reply, error) {
 	var b strings.Builder
 	var ans reply
 	var media []string
 	for {
 		for _, p := range wt.take() {
+			if p.tool != nil && tool != nil {
+				tool(p.tool)
+			}
 			if p.delta != "" || p.tool != nil || p.alive {
 				continue
 			}
