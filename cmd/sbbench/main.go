@@ -69,13 +69,18 @@ func main() {
 	flag.IntVar(&o.pprofLevel, "pprof-level", 64, "sessions of the profiled run")
 	flag.StringVar(&o.pprofOut, "pprof-out", "bench-results/cpu.pprof", "CPU profile file")
 	flag.IntVar(&o.conversation, "conversation", 20, "turns per conversation: each session then starts a new one (a new X-Session-Id), so the history a turn loads stays conversation-sized; 0 keeps one conversation for the whole run")
-	flag.BoolVar(&o.keep, "keep", false, "keep the Postgres databases and NATS streams afterwards")
-	clean := flag.Bool("clean", false, "delete every SBBENCH* stream on -nats (left by -keep or a killed run) and exit")
+	flag.BoolVar(&o.keep, "keep", false, "keep the Postgres databases, NATS streams and Redis keys afterwards")
+	clean := flag.Bool("clean", false, "delete every SBBENCH* stream on -nats and every sbbench:* key on -redis (left by -keep or a killed run) and exit")
 	flag.Parse()
 	if *clean {
 		if err := deleteStreams(o.natsURL, "SBBENCH"); err != nil {
 			log.Fatal(err)
 		}
+		n, err := deleteKeys(o.redisURL, "sbbench:")
+		if err != nil {
+			log.Fatal(err)
+		}
+		log.Printf("deleted %d redis keys under sbbench:", n)
 		return
 	}
 	var err error

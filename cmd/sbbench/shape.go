@@ -299,8 +299,8 @@ func (s *system) logs() string {
 	return b.String()
 }
 
-// stop terminates the processes (SIGTERM, then SIGKILL after 15 s) and
-// drops the database.
+// stop terminates the processes (SIGTERM, then SIGKILL after 15 s),
+// deletes the run's streams and Redis keys and drops the database.
 func (s *system) stop() {
 	for _, p := range s.procs {
 		_ = p.cmd.Process.Signal(syscall.SIGTERM)
@@ -321,6 +321,11 @@ func (s *system) stop() {
 	if s.shape != "dev" && !s.o.keep {
 		if err := deleteStreams(s.o.natsURL, "SBBENCH"+strings.ToUpper(s.suffix)+"_"); err != nil {
 			log.Printf("delete streams: %v", err)
+		}
+	}
+	if !s.o.keep {
+		if _, err := deleteKeys(s.o.redisURL, "sbbench:"+s.suffix+":"); err != nil {
+			log.Printf("delete redis keys: %v", err)
 		}
 	}
 	if s.dbName != "" && !s.o.keep {
