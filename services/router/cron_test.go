@@ -412,6 +412,10 @@ func TestCronRunAlive(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	cfg := testConfig()
+	// The test queues, grants and claims the run's session itself: a
+	// sweep between its enqueue and its delete would start the queued
+	// message and take the grant first.
+	cfg.SweepInterval = time.Hour
 	s := e.startRouter(cfg, nil, nil)
 	ctx := context.Background()
 	run := cron.RunID("0123456789ab", time.Now(), false)
