@@ -273,7 +273,7 @@ func (b *Bus) Publish(ctx context.Context, subject, msgID string, m proto.Messag
 	published.WithLabelValues(subjectLabel(b.topo, subject), resultLabel(err)).Inc()
 	publishSeconds.WithLabelValues(subjectLabel(b.topo, subject)).Observe(time.Since(start).Seconds())
 	if err != nil {
-		telemetry.SpanError(span, err, telemetry.MessageIDs(m)...)
+		telemetry.SpanMessageError(span, err, m)
 		return nil, fmt.Errorf("publish %s: %w", subject, err)
 	}
 	if ack.Duplicate {
@@ -348,7 +348,7 @@ func (b *Bus) RequestHeaders(ctx context.Context, subject string, hdr nats.Heade
 	}
 	reply, err := b.nc.RequestMsgWithContext(ctx, msg)
 	if err != nil {
-		telemetry.SpanError(span, err, telemetry.MessageIDs(req)...)
+		telemetry.SpanMessageError(span, err, req)
 		return nil, fmt.Errorf("request %s: %w", subject, err)
 	}
 	if err := proto.Unmarshal(reply.Data, resp); err != nil {

@@ -413,17 +413,17 @@ func (c *Consumer[T, P]) handle(stopping, ctx context.Context, msg jetstream.Msg
 		}
 		handled.WithLabelValues(c.spec.Durable, "ack").Inc()
 	case errors.Is(err, ErrPanicked):
-		telemetry.SpanError(span, err, telemetry.MessageIDs(P(&v))...)
+		telemetry.SpanMessageError(span, err, P(&v))
 		c.deadLetter(context.WithoutCancel(ctx), msg, d, "panic", err)
 	case errors.Is(err, ErrPermanent):
-		telemetry.SpanError(span, err, telemetry.MessageIDs(P(&v))...)
+		telemetry.SpanMessageError(span, err, P(&v))
 		c.deadLetter(ctx, msg, d, "permanent", err)
 	case ctx.Err() != nil, stopping.Err() != nil && c.spec.Unavailable != nil && c.spec.Unavailable(err):
 		// The drain timeout ran out, or the consumer stops while a
 		// dependency is down: another process takes it.
 		c.handBack(msg)
 	case d.Spent() >= c.spec.MaxDeliver:
-		telemetry.SpanError(span, err, telemetry.MessageIDs(P(&v))...)
+		telemetry.SpanMessageError(span, err, P(&v))
 		c.deadLetter(ctx, msg, d, "max_deliveries", err)
 	default:
 		delay := c.backoff(d.Attempt)

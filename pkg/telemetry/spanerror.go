@@ -71,3 +71,15 @@ func messageIDs(ids []string, m protoreflect.Message, depth int) []string {
 	})
 	return ids
 }
+
+// SpanMessageError is SpanError with the ids of m, the message the work
+// was about (MessageIDs), as the ids the error may name. It walks m
+// only when pseudonyms are on and span is recorded: without them the
+// bus's error paths cost what they did before SpanError.
+func SpanMessageError(span trace.Span, err error, m proto.Message) {
+	if err != nil && spanPseudonyms.Load() != nil && span.IsRecording() {
+		SpanError(span, err, MessageIDs(m)...)
+		return
+	}
+	SpanError(span, err)
+}

@@ -363,3 +363,44 @@ func TestSpanErrorPseudonyms(t *testing.T) {
 		}
 	}
 }
+
+// TestSpanMessageErrorCostsNothingUnused: a bus error set on a span
+// without pseudonyms, or on a span not recorded, does not walk the
+// message for its ids (no allocation): the bus's error paths pay for
+// pseudonyms only when they are on and the span is exported.
+func TestSpanMessageErrorCostsNothingUnused(t *testing.T) {
+	ev := &eventsv1.MessageReceived{Source: &eventsv1.SessionSource{Platform: "telegram", ChatId: "900000000000000001", UserId: "15551234567"}}
+	failed := errors.New("nats: timeout")
+	for _, on := range []bool{false, true} {
+		cfg := telemetry.TraceConfig{Service: "switchboard-test", Exporter: tracetest.NewInMemoryExporter()}
+		if on {
+			cfg.Pseudonyms = pseudonym.New("k")
+		}
+		shutdown, err := telemetry.SetupTracing(context.Background(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		span := trace.SpanFromContext(context.Background()) // not recorded
+		if !on {
+			_, span = otel.Tracer("test").Start(context.Background(), "publish")
+		}
+		if n := testing.AllocsPerRun(100, func() { telemetry.SpanMessageError(span, failed, ev) }); n != 0 {
+			t.Errorf("pseudonyms %v, span recorded %v: %v allocations, want 0", on, span.IsRecording(), n)
+		}
+		span.End()
+		if on {
+			// Recorded, the message's ids are taken out.
+			_, span = otel.Tracer("test").Start(context.Background(), "publish")
+			telemetry.SpanMessageError(span, fmt.Errorf("chat %s: forbidden", ev.GetSource().GetChatId()), ev)
+			span.End()
+			spans := cfg.Exporter.(*tracetest.InMemoryExporter).GetSpans()
+			want := "chat " + cfg.Pseudonyms.ID(ev.GetSource().GetChatId()) + ": forbidden"
+			if len(spans) != 1 || spans[0].Status.Description != want {
+				t.Errorf("recorded with pseudonyms: spans %+v, want one with status %q", spans, want)
+			}
+		}
+		if err := shutdown(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
