@@ -264,17 +264,32 @@ func bounded(rec storedResponse) (smaller storedResponse, ok bool) {
 const responseTooLarge = "response_too_large"
 
 // recreate writes rec unless a record of its id was written meanwhile
-// (created is then false).
+// (created is then false), smaller each time NATS refuses it for its
+// size, as updateBounded.
 func (rs *responseStore) recreate(ctx context.Context, rec storedResponse) (created bool, err error) {
 	kv, err := rs.bucket(ctx)
 	if err != nil {
 		return false, err
 	}
-	data, err := json.Marshal(rec)
-	if err != nil {
-		return false, fmt.Errorf("encode response record: %w", err)
+	for {
+		data, err := json.Marshal(rec)
+		if err != nil {
+			return false, fmt.Errorf("encode response record: %w", err)
+		}
+		_, err = kv.Create(ctx, kvKey(rec.Response.ID), data)
+		if !tooLarge(err) {
+			return createdOf(err)
+		}
+		smaller, ok := bounded(rec)
+		if !ok {
+			return false, fmt.Errorf("write response record: %w", err)
+		}
+		rec = smaller
 	}
-	_, err = kv.Create(ctx, kvKey(rec.Response.ID), data)
+}
+
+// createdOf is what recreate reports for its write's error err.
+func createdOf(err error) (created bool, _ error) {
 	if errors.Is(err, jetstream.ErrKeyExists) {
 		return false, nil
 	}

@@ -533,3 +533,38 @@ func TestBoundedResponseRecord(t *testing.T) {
 		t.Errorf("the answered response changed: %s, %d items", o.Status, len(o.Output))
 	}
 }
+
+// A response whose record expired while its answer was written is kept
+// again as it ends, and bounded as any ended response: one too large
+// for a record is kept failed (response_too_large), not lost.
+func TestResponseRecordRecreatedBounded(t *testing.T) {
+	t.Parallel()
+	b := newBus(t)
+	rs := newResponseStore(b, time.Hour, minResponsesMaxBytes)
+	ctx := context.Background()
+	const id = "resp_expired"
+	rec, rev, created, err := rs.begin(ctx, storedResponse{Owner: "o", Response: &responseObject{ID: id, Status: "in_progress"}})
+	if err != nil || !created {
+		t.Fatalf("begin: %v %v", created, err)
+	}
+	if err := rs.remove(ctx, id); err != nil { // expired meanwhile
+		t.Fatal(err)
+	}
+	o := &responseObject{ID: id, Status: "completed", messageID: "msg_expired"}
+	o.Output = []outputMessage{o.message("completed", strings.Repeat("a", 1200<<10))}
+	if err := rs.end(ctx, rec, rev, o, answerPoint{turn: "t1", sessionKey: "k"}); err != nil {
+		t.Fatal(err)
+	}
+	got, _, found, err := rs.read(ctx, id)
+	switch {
+	case err != nil:
+		t.Fatal(err)
+	case !found:
+		t.Fatal("the ended response is not kept")
+	case got.Response.Status != "failed" || got.Response.Error == nil || got.Response.Error.Code != responseTooLarge || got.Turn != "t1":
+		t.Errorf("kept %s (%+v) after turn %q, want failed (%s) after t1", got.Response.Status, got.Response.Error, got.Turn, responseTooLarge)
+	}
+	if o.Status != "completed" || len(o.Output) != 1 {
+		t.Errorf("the answered response changed: %s, %d items", o.Status, len(o.Output))
+	}
+}
