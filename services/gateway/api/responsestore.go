@@ -250,7 +250,7 @@ func bounded(rec storedResponse) (smaller storedResponse, ok bool) {
 	case rec.Instructions != "" || o.Instructions != nil:
 		rec.Instructions, o.Instructions = "", nil
 	case o.Status != "failed" || len(o.Output) > 0 || o.Error == nil || o.Error.Code != responseTooLarge:
-		o.Status, o.Output, o.IncompleteDetails = "failed", []outputMessage{}, nil
+		o.Status, o.CompletedAt, o.Output, o.IncompleteDetails = "failed", nil, []outputMessage{}, nil
 		o.Error = &responseError{Code: responseTooLarge,
 			Message: "The response was too large to keep: its answer was given to the request that asked for it, and is not kept."}
 	default:

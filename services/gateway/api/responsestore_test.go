@@ -494,7 +494,8 @@ func TestResponsesTooLargeAnswerIsKeptBounded(t *testing.T) {
 func TestBoundedResponseRecord(t *testing.T) {
 	t.Parallel()
 	instructions := "be brief"
-	o := &responseObject{ID: "resp_1", Status: "completed", Instructions: &instructions, messageID: "msg_1"}
+	done := int64(1764954000)
+	o := &responseObject{ID: "resp_1", Status: "completed", CompletedAt: &done, Instructions: &instructions, messageID: "msg_1"}
 	o.Output = []outputMessage{
 		{ID: "fc_1", Type: "function_call", Name: "clock", CallID: "c1"},
 		{ID: "fco_1", Type: "function_call_output", CallID: "c1"},
@@ -515,21 +516,23 @@ func TestBoundedResponseRecord(t *testing.T) {
 		if next.Response.Error != nil {
 			code = next.Response.Error.Code
 		}
-		steps = append(steps, fmt.Sprintf("%s %v %q %v %s", next.Response.Status, types, next.Instructions, next.Response.Instructions != nil, code))
+		steps = append(steps, fmt.Sprintf("%s %v %q %v %s completed_at %v", next.Response.Status, types, next.Instructions, next.Response.Instructions != nil, code,
+			next.Response.CompletedAt != nil))
 		rec = next
 		if len(steps) > 5 {
 			break
 		}
 	}
 	want := []string{
-		`completed [message] "be brief" true `,
-		`completed [message] "" false `,
-		`failed [] "" false response_too_large`,
+		`completed [message] "be brief" true  completed_at true`,
+		`completed [message] "" false  completed_at true`,
+		// A failed response has no completed_at, as the Responses API's.
+		`failed [] "" false response_too_large completed_at false`,
 	}
 	if strings.Join(steps, "\n") != strings.Join(want, "\n") {
 		t.Errorf("steps\n%s\nwant\n%s", strings.Join(steps, "\n"), strings.Join(want, "\n"))
 	}
-	if o.Status != "completed" || len(o.Output) != 3 || o.Instructions == nil {
+	if o.Status != "completed" || len(o.Output) != 3 || o.Instructions == nil || o.CompletedAt == nil {
 		t.Errorf("the answered response changed: %s, %d items", o.Status, len(o.Output))
 	}
 }
