@@ -828,9 +828,14 @@ func (r *turnRun) publish(ctx context.Context, ev *repliesv1.ReplyEvent) error {
 // function_call_output items before the message, as Hermes's API server
 // does), and its request, which shows no progress, can only get them
 // as steps: a call's start and end, nothing else. A turn that calls no
-// tool publishes nothing more.
+// tool publishes nothing more. Only its first attempt does: an earlier
+// attempt, frozen past its lock rather than dead, may still commit its
+// final at seq 1 without the counter (finalSeq), and a step a later
+// attempt took seq 1 for would have the bus drop that final, and every
+// republication of it, as the step's duplicate. A retried answer lists
+// the first attempt's calls only.
 func (r *turnRun) answerListsSteps(ev *repliesv1.ReplyEvent) bool {
-	if r.target.GetPlatform() != "api" {
+	if r.attempt > 1 || r.target.GetPlatform() != "api" {
 		return false
 	}
 	switch ev.GetToolProgress().GetPhase() {

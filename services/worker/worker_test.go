@@ -22,6 +22,7 @@ import (
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
 	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
+	"github.com/switchboard-chat/switchboard/pkg/llm"
 	"github.com/switchboard-chat/switchboard/pkg/redisx"
 	"github.com/switchboard-chat/switchboard/pkg/sessionstore"
 	"github.com/switchboard-chat/switchboard/services/worker"
@@ -233,6 +234,48 @@ func TestAnswerOnlyAPITurnPublishesItsToolSteps(t *testing.T) {
 		n, err := h.rdb.Exists(context.Background(), h.prefix+"turnseq:"+req.TurnId).Result()
 		if err != nil || (n == 0) != (len(tc.want) == 1) {
 			t.Errorf("%s: seq counter exists %d (%v)", tc.name, n, err)
+		}
+	}
+}
+
+// panicsOnce panics on its first model call: the turn's first attempt
+// fails and the next one runs it.
+type panicsOnce struct {
+	llm.Provider
+	done atomic.Bool
+}
+
+func (p *panicsOnce) Stream(ctx context.Context, req llm.Request, fn func(llm.Delta) error) (*llm.Response, error) {
+	if p.done.CompareAndSwap(false, true) {
+		panic("first attempt fails")
+	}
+	return p.Provider.Stream(ctx, req, fn)
+}
+
+// A later attempt of an answer-only turn answering the API gateway
+// publishes no tool steps: the first attempt, frozen past its lock (not
+// dead), may still commit a final at seq 1 without the counter, and a
+// step the later attempt took seq 1 for would have the bus drop that
+// final, and the kept final's every republication, as its duplicate.
+// Its final takes the counter's next seq.
+func TestAnswerOnlyAPITurnLaterAttemptPublishesNoSteps(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.setGeneration("s1", 1)
+	h.startWorker("w1", func(c *worker.Config, d *worker.Deps) {
+		c.MaxDeliver = 3
+		d.LLM.Provider = &panicsOnce{Provider: d.LLM.Provider}
+	})
+	api := &eventsv1.SessionSource{Platform: "api", Account: "default", ChatId: "req_1", ChatType: "dm", UserId: "key"}
+	req := h.requestTurn("s1", "what time is it [[tool:clock {\"tz\":\"UTC\"}]]", turnOpts{answerOnly: true, origin: api})
+	if done := h.waitCompleted(req.TurnId); done.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED {
+		t.Fatalf("status %v (%s)", done.GetStatus(), done.GetError())
+	}
+	evs := h.replies(req.TurnId)
+	checkReplies(t, evs)
+	for _, ev := range evs {
+		if ev.GetToolProgress() != nil {
+			t.Errorf("the later attempt published a tool step at seq %d: %v", ev.GetSeq(), ev.GetToolProgress())
 		}
 	}
 }

@@ -250,7 +250,7 @@ func bounded(rec storedResponse) (smaller storedResponse, ok bool) {
 	case rec.Instructions != "" || o.Instructions != nil:
 		rec.Instructions, o.Instructions = "", nil
 	case o.Status != "failed" || len(o.Output) > 0 || o.Error == nil || o.Error.Code != responseTooLarge:
-		o.Status, o.Output, o.IncompleteDetails = "failed", []outputMessage{}, nil
+		o.Status, o.CompletedAt, o.Output, o.IncompleteDetails = "failed", nil, []outputMessage{}, nil
 		o.Error = &responseError{Code: responseTooLarge,
 			Message: "The response was too large to keep: its answer was given to the request that asked for it, and is not kept."}
 	default:
@@ -264,17 +264,32 @@ func bounded(rec storedResponse) (smaller storedResponse, ok bool) {
 const responseTooLarge = "response_too_large"
 
 // recreate writes rec unless a record of its id was written meanwhile
-// (created is then false).
+// (created is then false), smaller each time NATS refuses it for its
+// size, as updateBounded.
 func (rs *responseStore) recreate(ctx context.Context, rec storedResponse) (created bool, err error) {
 	kv, err := rs.bucket(ctx)
 	if err != nil {
 		return false, err
 	}
-	data, err := json.Marshal(rec)
-	if err != nil {
-		return false, fmt.Errorf("encode response record: %w", err)
+	for {
+		data, err := json.Marshal(rec)
+		if err != nil {
+			return false, fmt.Errorf("encode response record: %w", err)
+		}
+		_, err = kv.Create(ctx, kvKey(rec.Response.ID), data)
+		if !tooLarge(err) {
+			return createdOf(err)
+		}
+		smaller, ok := bounded(rec)
+		if !ok {
+			return false, fmt.Errorf("write response record: %w", err)
+		}
+		rec = smaller
 	}
-	_, err = kv.Create(ctx, kvKey(rec.Response.ID), data)
+}
+
+// createdOf is what recreate reports for its write's error err.
+func createdOf(err error) (created bool, _ error) {
 	if errors.Is(err, jetstream.ErrKeyExists) {
 		return false, nil
 	}

@@ -494,7 +494,8 @@ func TestResponsesTooLargeAnswerIsKeptBounded(t *testing.T) {
 func TestBoundedResponseRecord(t *testing.T) {
 	t.Parallel()
 	instructions := "be brief"
-	o := &responseObject{ID: "resp_1", Status: "completed", Instructions: &instructions, messageID: "msg_1"}
+	done := int64(1764954000)
+	o := &responseObject{ID: "resp_1", Status: "completed", CompletedAt: &done, Instructions: &instructions, messageID: "msg_1"}
 	o.Output = []outputMessage{
 		{ID: "fc_1", Type: "function_call", Name: "clock", CallID: "c1"},
 		{ID: "fco_1", Type: "function_call_output", CallID: "c1"},
@@ -515,21 +516,58 @@ func TestBoundedResponseRecord(t *testing.T) {
 		if next.Response.Error != nil {
 			code = next.Response.Error.Code
 		}
-		steps = append(steps, fmt.Sprintf("%s %v %q %v %s", next.Response.Status, types, next.Instructions, next.Response.Instructions != nil, code))
+		steps = append(steps, fmt.Sprintf("%s %v %q %v %s completed_at %v", next.Response.Status, types, next.Instructions, next.Response.Instructions != nil, code,
+			next.Response.CompletedAt != nil))
 		rec = next
 		if len(steps) > 5 {
 			break
 		}
 	}
 	want := []string{
-		`completed [message] "be brief" true `,
-		`completed [message] "" false `,
-		`failed [] "" false response_too_large`,
+		`completed [message] "be brief" true  completed_at true`,
+		`completed [message] "" false  completed_at true`,
+		// A failed response has no completed_at, as the Responses API's.
+		`failed [] "" false response_too_large completed_at false`,
 	}
 	if strings.Join(steps, "\n") != strings.Join(want, "\n") {
 		t.Errorf("steps\n%s\nwant\n%s", strings.Join(steps, "\n"), strings.Join(want, "\n"))
 	}
-	if o.Status != "completed" || len(o.Output) != 3 || o.Instructions == nil {
+	if o.Status != "completed" || len(o.Output) != 3 || o.Instructions == nil || o.CompletedAt == nil {
+		t.Errorf("the answered response changed: %s, %d items", o.Status, len(o.Output))
+	}
+}
+
+// A response whose record expired while its answer was written is kept
+// again as it ends, and bounded as any ended response: one too large
+// for a record is kept failed (response_too_large), not lost.
+func TestResponseRecordRecreatedBounded(t *testing.T) {
+	t.Parallel()
+	b := newBus(t)
+	rs := newResponseStore(b, time.Hour, minResponsesMaxBytes)
+	ctx := context.Background()
+	const id = "resp_expired"
+	rec, rev, created, err := rs.begin(ctx, storedResponse{Owner: "o", Response: &responseObject{ID: id, Status: "in_progress"}})
+	if err != nil || !created {
+		t.Fatalf("begin: %v %v", created, err)
+	}
+	if err := rs.remove(ctx, id); err != nil { // expired meanwhile
+		t.Fatal(err)
+	}
+	o := &responseObject{ID: id, Status: "completed", messageID: "msg_expired"}
+	o.Output = []outputMessage{o.message("completed", strings.Repeat("a", 1200<<10))}
+	if err := rs.end(ctx, rec, rev, o, answerPoint{turn: "t1", sessionKey: "k"}); err != nil {
+		t.Fatal(err)
+	}
+	got, _, found, err := rs.read(ctx, id)
+	switch {
+	case err != nil:
+		t.Fatal(err)
+	case !found:
+		t.Fatal("the ended response is not kept")
+	case got.Response.Status != "failed" || got.Response.Error == nil || got.Response.Error.Code != responseTooLarge || got.Turn != "t1":
+		t.Errorf("kept %s (%+v) after turn %q, want failed (%s) after t1", got.Response.Status, got.Response.Error, got.Turn, responseTooLarge)
+	}
+	if o.Status != "completed" || len(o.Output) != 1 {
 		t.Errorf("the answered response changed: %s, %d items", o.Status, len(o.Output))
 	}
 }
