@@ -276,13 +276,7 @@ func TestStreamSegmentsSurviveADeliveryRestart(t *testing.T) {
 			e := newEnv(t)
 			cfg := streamConfig()
 			turn := fmt.Sprint("t", i)
-			seq := int64(0)
-			stream := func(body any) {
-				seq++
-				e.publishStream(t, turn, seq, "s1", body)
-				e.consumed(t, "s1")
-				e.clock.Advance(time.Second)
-			}
+			stream := e.streamer(t, turn)
 			a := e.start(t, cfg, "a")
 			for _, body := range tt.before {
 				stream(body)
@@ -812,13 +806,7 @@ func TestTakeoverBeforeAReasoningRestart(t *testing.T) {
 			e := newEnv(t)
 			cfg := streamConfig()
 			cfg.ToolProgress = delivery.ToolProgressAll
-			seq := int64(0)
-			stream := func(body any) {
-				seq++
-				e.publishStream(t, turn, seq, "s1", body)
-				e.consumed(t, "s1")
-				e.clock.Advance(time.Second)
-			}
+			stream := e.streamer(t, turn)
 			a := e.start(t, cfg, "a")
 			for _, body := range tt.before {
 				stream(body)
@@ -918,13 +906,7 @@ func TestShowReasoningAnswerComesBelowTheApprovalPrompt(t *testing.T) {
 			e := newEnv(t)
 			cfg := streamConfig()
 			cfg.ToolProgress = tt.progress
-			seq := int64(0)
-			stream := func(body any) {
-				seq++
-				e.publishStream(t, turn, seq, "s1", body)
-				e.consumed(t, "s1")
-				e.clock.Advance(time.Second)
-			}
+			stream := e.streamer(t, turn)
 			a := e.start(t, cfg, "a")
 			for _, body := range tt.before {
 				stream(body)
@@ -1007,23 +989,8 @@ func TestTwoTakeoversAroundAnEmptyBreak(t *testing.T) {
 			e := newEnv(t)
 			cfg := streamConfig()
 			cfg.ToolProgress = delivery.ToolProgressAll
-			seq := int64(0)
-			stream := func(body any) {
-				seq++
-				e.publishStream(t, turn, seq, "s1", body)
-				e.consumed(t, "s1")
-				e.clock.Advance(time.Second)
-			}
-			shows := func(prefix string) func() bool {
-				return func() bool {
-					for text := range e.gw.turnSends(turn) {
-						if strings.HasPrefix(text, prefix) {
-							return true
-						}
-					}
-					return false
-				}
-			}
+			stream := e.streamer(t, turn)
+			shows := e.showing(turn)
 			a := e.start(t, cfg, "a")
 			for _, body := range tt.a {
 				stream(body)
@@ -1073,23 +1040,8 @@ func TestReplicaThatRegainsAPartitionMarksTheToolsBelowTheStream(t *testing.T) {
 	e := newEnv(t)
 	cfg := streamConfig()
 	cfg.ToolProgress = delivery.ToolProgressAll
-	seq := int64(0)
-	stream := func(body any) {
-		seq++
-		e.publishStream(t, turn, seq, "s1", body)
-		e.consumed(t, "s1")
-		e.clock.Advance(time.Second)
-	}
-	shows := func(prefix string) func() bool {
-		return func() bool {
-			for text := range e.gw.turnSends(turn) {
-				if strings.HasPrefix(text, prefix) {
-					return true
-				}
-			}
-			return false
-		}
-	}
+	stream := e.streamer(t, turn)
+	shows := e.showing(turn)
 	a := e.start(t, cfg, "a")
 	eventually(t, e.clock, 0, "a owning every partition", owns(a, e.bus.Topology().PartitionCount()))
 	stream(&repliesv1.Typing{Active: true}) // the turn's first event, on a
@@ -1159,13 +1111,7 @@ func TestTakeoverAtEveryStepAfterAReasoningBlock(t *testing.T) {
 				e := newEnv(t)
 				cfg := streamConfig()
 				cfg.ToolProgress = delivery.ToolProgressAll
-				seq := int64(0)
-				stream := func(body any) {
-					seq++
-					e.publishStream(t, turn, seq, "s1", body)
-					e.consumed(t, "s1")
-					e.clock.Advance(time.Second)
-				}
+				stream := e.streamer(t, turn)
 				a := e.start(t, cfg, "a")
 				for _, body := range events[:k] {
 					stream(body)
@@ -1246,13 +1192,7 @@ func TestReplicaThatRegainsAPartitionForgetsItsStream(t *testing.T) {
 	const turn = "t1"
 	e := newEnv(t)
 	cfg := streamConfig()
-	seq := int64(0)
-	stream := func(body any) {
-		seq++
-		e.publishStream(t, turn, seq, "s1", body)
-		e.consumed(t, "s1")
-		e.clock.Advance(time.Second)
-	}
+	stream := e.streamer(t, turn)
 	a := e.start(t, cfg, "a")
 	eventually(t, e.clock, 0, "a owning every partition", owns(a, e.bus.Topology().PartitionCount()))
 	stream(&repliesv1.TextDelta{Text: segFirst})
@@ -1285,13 +1225,7 @@ func TestReplicaThatRegainsAPartitionForgetsItsProgressMessage(t *testing.T) {
 	e := newEnv(t)
 	cfg := streamConfig()
 	cfg.ToolProgress = delivery.ToolProgressAll
-	seq := int64(0)
-	stream := func(body any) {
-		seq++
-		e.publishStream(t, turn, seq, "s1", body)
-		e.consumed(t, "s1")
-		e.clock.Advance(time.Second)
-	}
+	stream := e.streamer(t, turn)
 	brk := func(segment string) *repliesv1.TextDelta {
 		return &repliesv1.TextDelta{Text: "\n\n", Restart: true, SegmentText: proto.String(segment)}
 	}
@@ -1314,6 +1248,33 @@ func TestReplicaThatRegainsAPartitionForgetsItsProgressMessage(t *testing.T) {
 	for text, n := range e.gw.turnSends(turn) {
 		if n > 1 {
 			t.Errorf("%q posted %d times", text, n)
+		}
+	}
+}
+
+// streamer publishes a turn's stream events to session s1 one after
+// another (seq 1, 2, ...), each consumed before the clock moves a second.
+func (e *env) streamer(t *testing.T, turn string) func(body any) {
+	seq := int64(0)
+	return func(body any) {
+		seq++
+		e.publishStream(t, turn, seq, "s1", body)
+		e.consumed(t, "s1")
+		e.clock.Advance(time.Second)
+	}
+}
+
+// showing reports, for a text's start, whether a message of the turn
+// sent so far begins with it.
+func (e *env) showing(turn string) func(prefix string) func() bool {
+	return func(prefix string) func() bool {
+		return func() bool {
+			for text := range e.gw.turnSends(turn) {
+				if strings.HasPrefix(text, prefix) {
+					return true
+				}
+			}
+			return false
 		}
 	}
 }
