@@ -242,6 +242,11 @@ type query struct {
 	// retry is closed when a retry of the failed press takes the query
 	// over (holdQuery); nil when none may (not failed, or let go).
 	retry chan struct{}
+	// again: Telegram sent the press again while it was held here, and
+	// that handling (which leaves the query to this one) published it
+	// too: told the press is a duplicate, this handling may be the one
+	// whose publish came second, the press not decided yet.
+	again bool
 }
 
 // holdQuery counts callback query id of a press among the held ones,
@@ -255,6 +260,7 @@ func (p *Platform) holdQuery(conn platform.Conn, id string) (q *query, again boo
 	p.heldMu.Lock()
 	if q := p.held[id]; q != nil {
 		if q.retry == nil {
+			q.again = true
 			p.heldMu.Unlock()
 			return nil, true
 		}
@@ -364,6 +370,14 @@ func (p *Platform) hold(ctx context.Context, id string, q *query) {
 			p.answerCallbackText(actx, id, text)
 		}
 	}()
+}
+
+// sentAgain reports whether Telegram sent the press of query q again
+// while it was held here (query.again).
+func (p *Platform) sentAgain(q *query) bool {
+	p.heldMu.Lock()
+	defer p.heldMu.Unlock()
+	return q.again
 }
 
 // heldPress is the interaction of a press whose callback query this

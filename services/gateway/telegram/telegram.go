@@ -445,7 +445,9 @@ func (p *Platform) handle(ctx context.Context, conn platform.Conn, raw []byte) (
 	// A press published before (Telegram sent it again) was decided
 	// then: its query is answered at once. A duplicate after a publish
 	// of it failed here is most likely that publish, stored though its
-	// acknowledgement was lost: the router decides it, and answers here.
-	held = q != nil && (!acc.Duplicate || q.failed)
+	// acknowledgement was lost, and one sent again meanwhile (two
+	// webhook deliveries at once) may have been stored by the other
+	// handling: the router decides it, and answers here.
+	held = q != nil && (!acc.Duplicate || q.failed || p.sentAgain(q))
 	return nil
 }
