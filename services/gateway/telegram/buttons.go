@@ -304,9 +304,12 @@ func (p *Platform) awaitRetry(ctx context.Context, id string, q *query) {
 	}
 	q.failed, q.retry = true, retry
 	p.heldMu.Unlock()
-	var answered <-chan *deliveryv1.SendRequested
+	var (
+		answered <-chan *deliveryv1.SendRequested
+		retried  <-chan struct{}
+	)
 	if q.hold != nil {
-		answered = q.hold.Answer()
+		answered, retried = q.hold.Answer(), q.hold.Retried()
 	}
 	go func() {
 		t := time.NewTimer(maxPressHold)
@@ -314,6 +317,19 @@ func (p *Platform) awaitRetry(ctx context.Context, id string, q *query) {
 		select {
 		case <-retry:
 			return // the retry holds it now
+		case <-retried:
+			// The poller's lease moved, and the new poller, handed the
+			// press again, left it to this hold (heldElsewhere): held
+			// here, as a retry here would hold it.
+			p.heldMu.Lock()
+			taken := q.retry != retry
+			if !taken {
+				q.retry = nil
+			}
+			p.heldMu.Unlock()
+			if !taken {
+				p.hold(ctx, id, q)
+			}
 		case <-q.claimed:
 			q.hold.Close() // refused: the refusal answered the query
 		case req := <-answered:
@@ -338,6 +354,35 @@ func (p *Platform) awaitRetry(ctx context.Context, id string, q *query) {
 			}
 		}
 	}()
+}
+
+// heldElsewhere reports whether another replica holds callback query
+// id of a press this replica was handed again and the bus told it is a
+// duplicate (platform.RetryPress): a poller whose lease moved before it
+// confirmed the press, or whose publish failed after the bus stored it
+// (awaitRetry), holds the query for the router's answer or its refusal,
+// which may not have come yet. That replica answers it, and this one
+// lets go of q, this handling's, without answering. Held by no one, the
+// press was decided before: this replica answers it at once.
+func (p *Platform) heldElsewhere(ctx context.Context, id string, q *query) bool {
+	if p.bus == nil {
+		return false
+	}
+	rctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	held, err := platform.RetryPress(rctx, p.bus, p.Name(), id)
+	if err != nil {
+		p.log.Debug("ask whether another replica holds a press handed again; answering it here", "err", err)
+	}
+	if !held {
+		return false
+	}
+	p.heldMu.Lock()
+	if p.held[id] == q {
+		delete(p.held, id)
+	}
+	p.heldMu.Unlock()
+	return true
 }
 
 // hold holds callback query id of a published press (counted held by

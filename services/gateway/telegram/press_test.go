@@ -2,6 +2,7 @@ package telegram
 
 import (
 	"context"
+	"errors"
 	"net"
 	"net/http"
 	"sync"
@@ -147,5 +148,98 @@ func TestPressDeliveredTwiceAtOnce(t *testing.T) {
 	waitFor(t, "the query answered", 10*time.Second, func() bool { return len(f.CallbackAnswers()) == 1 })
 	if a := f.CallbackAnswers()[0]; a.QueryID != query || a.Text != answer || time.Since(pressed) >= pressHold {
 		t.Fatalf("answer %+v %v after the press, want the router's word before the hold ends", a, time.Since(pressed))
+	}
+}
+
+// cutOffConn stores a press's first publish and reports it failed, as a
+// publish whose acknowledgement was lost, and fails every later publish
+// of it, as a replica cut off from the bus; lost is closed after that
+// first publish.
+type cutOffConn struct {
+	platform.Conn
+	lost chan struct{}
+	once *sync.Once
+}
+
+func (c *cutOffConn) Deliver(ctx context.Context, ev *eventsv1.MessageReceived) (platform.Accepted, error) {
+	if ev.GetInteraction() == nil {
+		return c.Conn.Deliver(ctx, ev)
+	}
+	first := false
+	c.once.Do(func() { first = true })
+	if first {
+		if _, err := c.Conn.Deliver(ctx, ev); err != nil {
+			return platform.Accepted{}, err
+		}
+		close(c.lost)
+	}
+	return platform.Accepted{}, errors.New("publish: nats: timeout")
+}
+
+func (c *cutOffConn) HoldPress(id string) (*platform.PressHold, error) {
+	return c.Conn.(platform.PressHolder).HoldPress(id)
+}
+
+// A press whose publish failed after the bus stored it, on a poller
+// whose lease then moves before the retry, is still its first replica's
+// to answer: the new poller, handed the press again and told it is a
+// duplicate, leaves the query to that replica's hold, and the router's
+// refusal of the stored press is the query's answer. Answered at once
+// without text by the new poller, the query took no other answer, and
+// the refusal was lost.
+func TestPressStoredByAFailedPublishWhenTheLeaseMoves(t *testing.T) {
+	t.Parallel()
+	f := newFake(t)
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	cfg := testConfig(f)
+	cfg.LeaseTTL = time.Second
+	// The longest there is, so that the hold is found holding however
+	// busy the machine.
+	const pressHold = maxPressHold
+	cfg.PressHold = pressHold
+	lost := make(chan struct{})
+	sa, stopA := startWrapped(t, cfg, b, "a", func(c platform.Conn) platform.Conn {
+		return &cutOffConn{Conn: c, lost: lost, once: &sync.Once{}}
+	})
+	waitFor(t, "a connected", 20*time.Second, func() bool { st, _ := sa.Runner().State(); return st == platform.StateConnected })
+	sb, _ := startService(t, cfg, b, "b")
+	waitFor(t, "b standing by", 20*time.Second, func() bool { st, _ := sb.Runner().State(); return st == platform.StateStandby })
+
+	target := &deliveryv1.Target{Platform: "telegram", Account: "4242", ChatId: "99"}
+	r := sendReq(t, b, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "p1", Target: target, Text: "approve?",
+		Approval: &deliveryv1.Approval{Choices: []string{"once", "deny"}, ToolCallId: "call_1"}})
+	if !r.GetOk() {
+		t.Fatalf("prompt not sent: %v", r)
+	}
+	card := f.Messages("99")[0]
+	id, query, err := f.Press("99", card.ID, alice, "ea:once:call_1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-lost:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the press was not published")
+	}
+	// The lease moves: a stops polling (its process, and its hold of the
+	// query, live on), and b polls the press again.
+	stopA()
+	waitFor(t, "b polling the press again", 20*time.Second, func() bool { return f.Confirmed() > id })
+	evs := inbound(t, b)
+	if len(evs) != 1 || evs[0].GetInteraction().GetId() != query {
+		t.Fatalf("published %v, want the press once", evs)
+	}
+	if a := f.CallbackAnswers(); len(a) != 0 {
+		t.Fatalf("answers %+v before the router's refusal, want none yet", a)
+	}
+	const refusal = "⛔ You are not authorized to approve commands."
+	r = sendReq(t, b, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "r1",
+		Target: &deliveryv1.Target{Platform: "telegram", Account: "4242", ChatId: "99", Interaction: evs[0].GetInteraction()}, Text: refusal})
+	if !r.GetOk() {
+		t.Fatalf("refusal: %v", r)
+	}
+	waitFor(t, "the query answered", 10*time.Second, func() bool { return len(f.CallbackAnswers()) == 1 })
+	if a := f.CallbackAnswers()[0]; a.QueryID != query || a.Text != refusal {
+		t.Fatalf("answer %+v, want the refusal as the query's answer", a)
 	}
 }

@@ -395,8 +395,9 @@ func (p *Platform) handle(ctx context.Context, conn platform.Conn, raw []byte) (
 	// held here already (Telegram sent it again), and its first
 	// handling answers it.
 	var (
-		q     *query
-		again bool
+		q         *query
+		again     bool
+		duplicate bool // the bus had the press already
 	)
 	if out.callbackID != "" {
 		// Answered once the press is on the bus (or skipped): until then
@@ -418,6 +419,9 @@ func (p *Platform) handle(ctx context.Context, conn platform.Conn, raw []byte) (
 					return
 				}
 				q.hold.Close()
+				if duplicate && p.heldElsewhere(ctx, out.callbackID, q) {
+					return
+				}
 				if p.claimQuery(out.callbackID) {
 					p.answerCallback(ctx, out.callbackID)
 				}
@@ -449,5 +453,6 @@ func (p *Platform) handle(ctx context.Context, conn platform.Conn, raw []byte) (
 	// webhook deliveries at once) may have been stored by the other
 	// handling: the router decides it, and answers here.
 	held = q != nil && (!acc.Duplicate || q.failed || p.sentAgain(q))
+	duplicate = acc.Duplicate
 	return nil
 }
