@@ -454,17 +454,21 @@ func (p *Platform) claimQuery(id string) bool {
 // answers a user it does not authorize. A query held by another replica
 // (delivery hands a send to any) is answered by its holder, which the
 // refusal is sent on to (forwardRefusal), so that its hold ends with it.
-// A query answered already (its hold ended, or Telegram no longer takes
-// it) or past its end drops the refusal: nothing goes to the chat, where
-// others would see it.
+// A query no replica holds that was answered already (its hold ended,
+// or Telegram no longer takes it) or is past its end drops the refusal:
+// nothing goes to the chat, where others would see it.
 func (p *Platform) refuse(ctx context.Context, req *deliveryv1.SendRequested) (string, error) {
 	ia := req.GetTarget().GetInteraction()
 	held := p.claimQuery(ia.GetId())
-	if !held && (ia.GetExpiresAt() == nil || time.Now().After(ia.GetExpiresAt().AsTime())) {
-		p.log.Info("telegram callback query answered already; dropping the press's refusal")
+	// Sent on to a holder also past the press's end: the replica whose
+	// publish failed holds the query until its retry, which another
+	// replica may be handed once the poller's lease moved
+	// (heldElsewhere), and holds it on from there.
+	if !held && p.forwardRefusal(ctx, req) {
 		return "", nil
 	}
-	if !held && p.forwardRefusal(ctx, req) {
+	if !held && (ia.GetExpiresAt() == nil || time.Now().After(ia.GetExpiresAt().AsTime())) {
+		p.log.Info("telegram callback query answered already; dropping the press's refusal")
 		return "", nil
 	}
 	text := req.GetText()

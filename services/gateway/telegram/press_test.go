@@ -189,13 +189,30 @@ func (c *cutOffConn) HoldPress(id string) (*platform.PressHold, error) {
 // the refusal was lost.
 func TestPressStoredByAFailedPublishWhenTheLeaseMoves(t *testing.T) {
 	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		// pressHold is the gateways' press_hold; late: the lease moves
+		// after the published press's hold would have ended.
+		pressHold time.Duration
+		late      bool
+	}{
+		// The longest there is, so that the hold is found holding
+		// however busy the machine.
+		{name: "lease moves at once", pressHold: maxPressHold},
+		{name: "lease moves after the press's hold", pressHold: 3 * time.Second, late: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			pressStoredWhenTheLeaseMoves(t, tc.pressHold, tc.late)
+		})
+	}
+}
+
+func pressStoredWhenTheLeaseMoves(t *testing.T, pressHold time.Duration, late bool) {
 	f := newFake(t)
 	b := bustest.New(t, bustest.EmbeddedURL(t))
 	cfg := testConfig(f)
 	cfg.LeaseTTL = time.Second
-	// The longest there is, so that the hold is found holding however
-	// busy the machine.
-	const pressHold = maxPressHold
 	cfg.PressHold = pressHold
 	lost := make(chan struct{})
 	sa, stopA := startWrapped(t, cfg, b, "a", func(c platform.Conn) platform.Conn {
@@ -220,6 +237,11 @@ func TestPressStoredByAFailedPublishWhenTheLeaseMoves(t *testing.T) {
 	case <-lost:
 	case <-time.After(10 * time.Second):
 		t.Fatal("the press was not published")
+	}
+	if late {
+		// Past the published press's end (its interaction's expires_at),
+		// while a still holds it for its retry.
+		time.Sleep(pressHold + 100*time.Millisecond)
 	}
 	// The lease moves: a stops polling (its process, and its hold of the
 	// query, live on), and b polls the press again.
