@@ -27,6 +27,13 @@ import (
 // one that comes after the hold ended, leaves the press to its
 // gateway's answer without text when the hold ends. The hold's claim
 // answers the platform once.
+//
+// A replica handed a press again (Telegram redelivers an update a poller
+// whose lease moved did not confirm; a webhook delivery is retried) and
+// told by the bus it is a duplicate cannot tell a press decided long
+// ago from one the router has still to decide for another replica's
+// hold: it asks (RetryPress), and a replica that holds the press keeps
+// answering it.
 
 // PressHolder is implemented by the Runner's Conn: HoldPress starts
 // holding the press with interaction id, until Close.
@@ -36,13 +43,22 @@ type PressHolder interface {
 
 // PressHold is a press held for the router's answer.
 type PressHold struct {
-	sub    *nats.Subscription
-	answer chan *deliveryv1.SendRequested
-	once   sync.Once
+	sub     *nats.Subscription
+	answer  chan *deliveryv1.SendRequested
+	retried chan struct{}
+	once    sync.Once
 }
 
 // Answer delivers the router's answer, once.
 func (h *PressHold) Answer() <-chan *deliveryv1.SendRequested { return h.answer }
+
+// Retried is signalled when another replica was handed the press again,
+// found it on the bus already, and left it to this hold (RetryPress).
+func (h *PressHold) Retried() <-chan struct{} { return h.retried }
+
+// pressRetryHeader marks a message on a press's subject as another
+// replica's retry of the press (RetryPress), not an answer.
+const pressRetryHeader = "Switchboard-Press-Retry"
 
 // Close stops holding the press: an answer that comes after finds no
 // one. A nil hold closes nothing.
@@ -62,8 +78,16 @@ func HoldPress(b *bus.Bus, platform, id string) (*PressHold, error) {
 	if id == "" {
 		return nil, errors.New("hold press: no interaction id")
 	}
-	h := &PressHold{answer: make(chan *deliveryv1.SendRequested, 1)}
+	h := &PressHold{answer: make(chan *deliveryv1.SendRequested, 1), retried: make(chan struct{}, 1)}
 	sub, err := b.Conn().Subscribe(b.Topology().PressSubject(platform, id), func(m *nats.Msg) {
+		if m.Header.Get(pressRetryHeader) != "" {
+			select {
+			case h.retried <- struct{}{}:
+			default:
+			}
+			_ = m.Respond(nil)
+			return
+		}
 		req := &deliveryv1.SendRequested{}
 		if err := proto.Unmarshal(m.Data, req); err != nil || req.GetTarget().GetInteraction().GetId() != id {
 			return // not this press's answer (a hash collision) or not an answer
@@ -123,4 +147,23 @@ func AnswerPress(ctx context.Context, b *bus.Bus, req *deliveryv1.SendRequested)
 		return false, nil
 	}
 	return false, fmt.Errorf("answer press: %w", err)
+}
+
+// RetryPress tells the replica that holds the press with interaction id
+// on platform, if one does, that this replica was handed the press
+// again and the bus has it already (a duplicate): the holder keeps
+// answering it (PressHold.Retried). held is false when no replica holds
+// it: the press was decided, and is this replica's to answer. The
+// caller's own hold of the press, if any, must be closed first.
+func RetryPress(ctx context.Context, b *bus.Bus, platform, id string) (held bool, err error) {
+	m := nats.NewMsg(b.Topology().PressSubject(platform, id))
+	m.Header.Set(pressRetryHeader, "1")
+	_, err = b.Conn().RequestMsgWithContext(ctx, m)
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, nats.ErrNoResponders):
+		return false, nil
+	}
+	return false, fmt.Errorf("retry press: %w", err)
 }

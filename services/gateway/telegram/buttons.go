@@ -242,6 +242,11 @@ type query struct {
 	// retry is closed when a retry of the failed press takes the query
 	// over (holdQuery); nil when none may (not failed, or let go).
 	retry chan struct{}
+	// again: Telegram sent the press again while it was held here, and
+	// that handling (which leaves the query to this one) published it
+	// too: told the press is a duplicate, this handling may be the one
+	// whose publish came second, the press not decided yet.
+	again bool
 }
 
 // holdQuery counts callback query id of a press among the held ones,
@@ -255,6 +260,7 @@ func (p *Platform) holdQuery(conn platform.Conn, id string) (q *query, again boo
 	p.heldMu.Lock()
 	if q := p.held[id]; q != nil {
 		if q.retry == nil {
+			q.again = true
 			p.heldMu.Unlock()
 			return nil, true
 		}
@@ -298,9 +304,12 @@ func (p *Platform) awaitRetry(ctx context.Context, id string, q *query) {
 	}
 	q.failed, q.retry = true, retry
 	p.heldMu.Unlock()
-	var answered <-chan *deliveryv1.SendRequested
+	var (
+		answered <-chan *deliveryv1.SendRequested
+		retried  <-chan struct{}
+	)
 	if q.hold != nil {
-		answered = q.hold.Answer()
+		answered, retried = q.hold.Answer(), q.hold.Retried()
 	}
 	go func() {
 		t := time.NewTimer(maxPressHold)
@@ -308,6 +317,19 @@ func (p *Platform) awaitRetry(ctx context.Context, id string, q *query) {
 		select {
 		case <-retry:
 			return // the retry holds it now
+		case <-retried:
+			// The poller's lease moved, and the new poller, handed the
+			// press again, left it to this hold (heldElsewhere): held
+			// here, as a retry here would hold it.
+			p.heldMu.Lock()
+			taken := q.retry != retry
+			if !taken {
+				q.retry = nil
+			}
+			p.heldMu.Unlock()
+			if !taken {
+				p.hold(ctx, id, q)
+			}
 		case <-q.claimed:
 			q.hold.Close() // refused: the refusal answered the query
 		case req := <-answered:
@@ -332,6 +354,35 @@ func (p *Platform) awaitRetry(ctx context.Context, id string, q *query) {
 			}
 		}
 	}()
+}
+
+// heldElsewhere reports whether another replica holds callback query
+// id of a press this replica was handed again and the bus told it is a
+// duplicate (platform.RetryPress): a poller whose lease moved before it
+// confirmed the press, or whose publish failed after the bus stored it
+// (awaitRetry), holds the query for the router's answer or its refusal,
+// which may not have come yet. That replica answers it, and this one
+// lets go of q, this handling's, without answering. Held by no one, the
+// press was decided before: this replica answers it at once.
+func (p *Platform) heldElsewhere(ctx context.Context, id string, q *query) bool {
+	if p.bus == nil {
+		return false
+	}
+	rctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	held, err := platform.RetryPress(rctx, p.bus, p.Name(), id)
+	if err != nil {
+		p.log.Debug("ask whether another replica holds a press handed again; answering it here", "err", err)
+	}
+	if !held {
+		return false
+	}
+	p.heldMu.Lock()
+	if p.held[id] == q {
+		delete(p.held, id)
+	}
+	p.heldMu.Unlock()
+	return true
 }
 
 // hold holds callback query id of a published press (counted held by
@@ -366,6 +417,14 @@ func (p *Platform) hold(ctx context.Context, id string, q *query) {
 	}()
 }
 
+// sentAgain reports whether Telegram sent the press of query q again
+// while it was held here (query.again).
+func (p *Platform) sentAgain(q *query) bool {
+	p.heldMu.Lock()
+	defer p.heldMu.Unlock()
+	return q.again
+}
+
 // heldPress is the interaction of a press whose callback query this
 // replica holds until end (hold): the router refuses a presser it does
 // not authorize in the query's answer (refuse), which must come before
@@ -395,17 +454,21 @@ func (p *Platform) claimQuery(id string) bool {
 // answers a user it does not authorize. A query held by another replica
 // (delivery hands a send to any) is answered by its holder, which the
 // refusal is sent on to (forwardRefusal), so that its hold ends with it.
-// A query answered already (its hold ended, or Telegram no longer takes
-// it) or past its end drops the refusal: nothing goes to the chat, where
-// others would see it.
+// A query no replica holds that was answered already (its hold ended,
+// or Telegram no longer takes it) or is past its end drops the refusal:
+// nothing goes to the chat, where others would see it.
 func (p *Platform) refuse(ctx context.Context, req *deliveryv1.SendRequested) (string, error) {
 	ia := req.GetTarget().GetInteraction()
 	held := p.claimQuery(ia.GetId())
-	if !held && (ia.GetExpiresAt() == nil || time.Now().After(ia.GetExpiresAt().AsTime())) {
-		p.log.Info("telegram callback query answered already; dropping the press's refusal")
+	// Sent on to a holder also past the press's end: the replica whose
+	// publish failed holds the query until its retry, which another
+	// replica may be handed once the poller's lease moved
+	// (heldElsewhere), and holds it on from there.
+	if !held && p.forwardRefusal(ctx, req) {
 		return "", nil
 	}
-	if !held && p.forwardRefusal(ctx, req) {
+	if !held && (ia.GetExpiresAt() == nil || time.Now().After(ia.GetExpiresAt().AsTime())) {
+		p.log.Info("telegram callback query answered already; dropping the press's refusal")
 		return "", nil
 	}
 	text := req.GetText()

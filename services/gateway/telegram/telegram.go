@@ -395,8 +395,9 @@ func (p *Platform) handle(ctx context.Context, conn platform.Conn, raw []byte) (
 	// held here already (Telegram sent it again), and its first
 	// handling answers it.
 	var (
-		q     *query
-		again bool
+		q         *query
+		again     bool
+		duplicate bool // the bus had the press already
 	)
 	if out.callbackID != "" {
 		// Answered once the press is on the bus (or skipped): until then
@@ -418,6 +419,9 @@ func (p *Platform) handle(ctx context.Context, conn platform.Conn, raw []byte) (
 					return
 				}
 				q.hold.Close()
+				if duplicate && p.heldElsewhere(ctx, out.callbackID, q) {
+					return
+				}
 				if p.claimQuery(out.callbackID) {
 					p.answerCallback(ctx, out.callbackID)
 				}
@@ -445,7 +449,10 @@ func (p *Platform) handle(ctx context.Context, conn platform.Conn, raw []byte) (
 	// A press published before (Telegram sent it again) was decided
 	// then: its query is answered at once. A duplicate after a publish
 	// of it failed here is most likely that publish, stored though its
-	// acknowledgement was lost: the router decides it, and answers here.
-	held = q != nil && (!acc.Duplicate || q.failed)
+	// acknowledgement was lost, and one sent again meanwhile (two
+	// webhook deliveries at once) may have been stored by the other
+	// handling: the router decides it, and answers here.
+	held = q != nil && (!acc.Duplicate || q.failed || p.sentAgain(q))
+	duplicate = acc.Duplicate
 	return nil
 }

@@ -1,0 +1,48 @@
+package platform_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/switchboard-chat/switchboard/pkg/bus/bustest"
+	"github.com/switchboard-chat/switchboard/pkg/platform"
+)
+
+// A replica handed a press again asks whether another holds it: a hold
+// says so and is told (Retried), the question is not taken for the
+// router's answer, and a press no replica holds (never held, or its hold
+// closed) is the asker's.
+func TestRetryPress(t *testing.T) {
+	t.Parallel()
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if held, err := platform.RetryPress(ctx, b, "telegram", "q1"); err != nil || held {
+		t.Fatalf("a press no one holds: held %v, %v", held, err)
+	}
+	h, err := platform.HoldPress(b, "telegram", "q1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if held, err := platform.RetryPress(ctx, b, "telegram", "q1"); err != nil || !held {
+		t.Fatalf("a held press: held %v, %v", held, err)
+	}
+	select {
+	case <-h.Retried():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the hold was not told of the retry")
+	}
+	select {
+	case req := <-h.Answer():
+		t.Fatalf("the retry was taken for an answer: %v", req)
+	default:
+	}
+	if held, err := platform.RetryPress(ctx, b, "telegram", "q2"); err != nil || held {
+		t.Fatalf("another press: held %v, %v", held, err)
+	}
+	h.Close()
+	if held, err := platform.RetryPress(ctx, b, "telegram", "q1"); err != nil || held {
+		t.Fatalf("a press whose hold closed: held %v, %v", held, err)
+	}
+}

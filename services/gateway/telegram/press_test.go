@@ -1,0 +1,267 @@
+package telegram
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/switchboard-chat/switchboard/pkg/bus"
+	"github.com/switchboard-chat/switchboard/pkg/bus/bustest"
+	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+	"github.com/switchboard-chat/switchboard/pkg/platform"
+)
+
+// wrappedPlatform is the Telegram platform whose connection to the
+// runner goes through wrap.
+type wrappedPlatform struct {
+	*Platform
+	wrap func(platform.Conn) platform.Conn
+}
+
+func (p *wrappedPlatform) Connect(ctx context.Context, conn platform.Conn) error {
+	return p.Platform.Connect(ctx, p.wrap(conn))
+}
+
+// startWrapped runs a gateway whose connection goes through wrap, until
+// the test ends or stop is called.
+func startWrapped(t *testing.T, cfg Config, b *bus.Bus, instance string, wrap func(platform.Conn) platform.Conn) (*platform.Service, func()) {
+	t.Helper()
+	tp, err := NewPlatform(cfg, quietLog(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tp.bus = b
+	svc, err := platform.NewService(&wrappedPlatform{Platform: tp, wrap: wrap}, b, quietLog(),
+		platform.Options{Instance: instance, LeaseTTL: cfg.LeaseTTL, Backoff: platform.Schedule(50 * time.Millisecond)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- svc.Run(ctx) }()
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("run: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return &svc, stop
+}
+
+// lateHoldConn holds a press's first handling back (its hold, which
+// comes before its publish) until another handling of the press has
+// published it: of two deliveries of one update at once, the second
+// stores the press, and the first is told it is a duplicate.
+type lateHoldConn struct {
+	platform.Conn
+	published chan struct{}
+	once      *sync.Once
+}
+
+func (c *lateHoldConn) HoldPress(id string) (*platform.PressHold, error) {
+	select {
+	case <-c.published:
+	case <-time.After(10 * time.Second):
+	}
+	return c.Conn.(platform.PressHolder).HoldPress(id)
+}
+
+func (c *lateHoldConn) Deliver(ctx context.Context, ev *eventsv1.MessageReceived) (platform.Accepted, error) {
+	acc, err := c.Conn.Deliver(ctx, ev)
+	if ev.GetInteraction() != nil {
+		c.once.Do(func() { close(c.published) })
+	}
+	return acc, err
+}
+
+// Two webhook deliveries of the same press at once (Telegram retrying
+// one it thinks lost) are one press: the handling that holds its query
+// answers it with the router's word, also when the other delivery's
+// publish stored the press first and its own was told it is a
+// duplicate. Taken for a press decided before, the query was answered
+// at once without text, and the router's word was lost.
+func TestPressDeliveredTwiceAtOnce(t *testing.T) {
+	t.Parallel()
+	f := newFake(t)
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	cfg := testConfig(f)
+	cfg.WebhookURL, cfg.WebhookSecret, cfg.WebhookListen = "http://"+addr+"/tg/hook", "s3cret", addr
+	// The longest there is, so that the hold is found holding however
+	// busy the machine.
+	const pressHold = maxPressHold
+	cfg.PressHold = pressHold
+	published, once := make(chan struct{}), &sync.Once{}
+	s, _ := startWrapped(t, cfg, b, "a", func(c platform.Conn) platform.Conn {
+		return &lateHoldConn{Conn: c, published: published, once: once}
+	})
+	waitFor(t, "connected", 20*time.Second, func() bool { st, _ := s.Runner().State(); return st == platform.StateConnected })
+	target := &deliveryv1.Target{Platform: "telegram", Account: "4242", ChatId: "99"}
+	r := sendReq(t, b, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "p1", Target: target, Text: "approve?",
+		Approval: &deliveryv1.Approval{Choices: []string{"once", "deny"}, ToolCallId: "call_1"}})
+	if !r.GetOk() {
+		t.Fatalf("prompt not sent: %v", r)
+	}
+	card := f.Messages("99")[0]
+	pressed := time.Now()
+	id, query, err := f.Press("99", card.ID, alice, "ea:once:call_1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if code, err := f.Push(context.Background(), id); err != nil || code != http.StatusOK {
+				t.Errorf("push: %d %v", code, err)
+			}
+		}()
+	}
+	wg.Wait()
+	evs := inbound(t, b)
+	if len(evs) != 1 || evs[0].GetInteraction().GetId() != query {
+		t.Fatalf("published %v, want the press once", evs)
+	}
+	if a := f.CallbackAnswers(); len(a) != 0 {
+		t.Fatalf("answers %+v before the router's, want none yet", a)
+	}
+	const answer = "✅ Approved once"
+	if err := platform.PublishPressAnswer(b, &deliveryv1.SendRequested{Target: &deliveryv1.Target{Platform: "telegram", Account: "4242", ChatId: "99",
+		Interaction: evs[0].GetInteraction()}, Text: answer}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the query answered", 10*time.Second, func() bool { return len(f.CallbackAnswers()) == 1 })
+	if a := f.CallbackAnswers()[0]; a.QueryID != query || a.Text != answer || time.Since(pressed) >= pressHold {
+		t.Fatalf("answer %+v %v after the press, want the router's word before the hold ends", a, time.Since(pressed))
+	}
+}
+
+// cutOffConn stores a press's first publish and reports it failed, as a
+// publish whose acknowledgement was lost, and fails every later publish
+// of it, as a replica cut off from the bus; lost is closed after that
+// first publish.
+type cutOffConn struct {
+	platform.Conn
+	lost chan struct{}
+	once *sync.Once
+}
+
+func (c *cutOffConn) Deliver(ctx context.Context, ev *eventsv1.MessageReceived) (platform.Accepted, error) {
+	if ev.GetInteraction() == nil {
+		return c.Conn.Deliver(ctx, ev)
+	}
+	first := false
+	c.once.Do(func() { first = true })
+	if first {
+		if _, err := c.Conn.Deliver(ctx, ev); err != nil {
+			return platform.Accepted{}, err
+		}
+		close(c.lost)
+	}
+	return platform.Accepted{}, errors.New("publish: nats: timeout")
+}
+
+func (c *cutOffConn) HoldPress(id string) (*platform.PressHold, error) {
+	return c.Conn.(platform.PressHolder).HoldPress(id)
+}
+
+// A press whose publish failed after the bus stored it, on a poller
+// whose lease then moves before the retry, is still its first replica's
+// to answer: the new poller, handed the press again and told it is a
+// duplicate, leaves the query to that replica's hold, and the router's
+// refusal of the stored press is the query's answer. Answered at once
+// without text by the new poller, the query took no other answer, and
+// the refusal was lost.
+func TestPressStoredByAFailedPublishWhenTheLeaseMoves(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		// pressHold is the gateways' press_hold; late: the lease moves
+		// after the published press's hold would have ended.
+		pressHold time.Duration
+		late      bool
+	}{
+		// The longest there is, so that the hold is found holding
+		// however busy the machine.
+		{name: "lease moves at once", pressHold: maxPressHold},
+		{name: "lease moves after the press's hold", pressHold: 3 * time.Second, late: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			pressStoredWhenTheLeaseMoves(t, tc.pressHold, tc.late)
+		})
+	}
+}
+
+func pressStoredWhenTheLeaseMoves(t *testing.T, pressHold time.Duration, late bool) {
+	f := newFake(t)
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	cfg := testConfig(f)
+	cfg.LeaseTTL = time.Second
+	cfg.PressHold = pressHold
+	lost := make(chan struct{})
+	sa, stopA := startWrapped(t, cfg, b, "a", func(c platform.Conn) platform.Conn {
+		return &cutOffConn{Conn: c, lost: lost, once: &sync.Once{}}
+	})
+	waitFor(t, "a connected", 20*time.Second, func() bool { st, _ := sa.Runner().State(); return st == platform.StateConnected })
+	sb, _ := startService(t, cfg, b, "b")
+	waitFor(t, "b standing by", 20*time.Second, func() bool { st, _ := sb.Runner().State(); return st == platform.StateStandby })
+
+	target := &deliveryv1.Target{Platform: "telegram", Account: "4242", ChatId: "99"}
+	r := sendReq(t, b, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "p1", Target: target, Text: "approve?",
+		Approval: &deliveryv1.Approval{Choices: []string{"once", "deny"}, ToolCallId: "call_1"}})
+	if !r.GetOk() {
+		t.Fatalf("prompt not sent: %v", r)
+	}
+	card := f.Messages("99")[0]
+	id, query, err := f.Press("99", card.ID, alice, "ea:once:call_1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-lost:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the press was not published")
+	}
+	if late {
+		// Past the published press's end (its interaction's expires_at),
+		// while a still holds it for its retry.
+		time.Sleep(pressHold + 100*time.Millisecond)
+	}
+	// The lease moves: a stops polling (its process, and its hold of the
+	// query, live on), and b polls the press again.
+	stopA()
+	waitFor(t, "b polling the press again", 20*time.Second, func() bool { return f.Confirmed() > id })
+	evs := inbound(t, b)
+	if len(evs) != 1 || evs[0].GetInteraction().GetId() != query {
+		t.Fatalf("published %v, want the press once", evs)
+	}
+	if a := f.CallbackAnswers(); len(a) != 0 {
+		t.Fatalf("answers %+v before the router's refusal, want none yet", a)
+	}
+	const refusal = "⛔ You are not authorized to approve commands."
+	r = sendReq(t, b, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "r1",
+		Target: &deliveryv1.Target{Platform: "telegram", Account: "4242", ChatId: "99", Interaction: evs[0].GetInteraction()}, Text: refusal})
+	if !r.GetOk() {
+		t.Fatalf("refusal: %v", r)
+	}
+	waitFor(t, "the query answered", 10*time.Second, func() bool { return len(f.CallbackAnswers()) == 1 })
+	if a := f.CallbackAnswers()[0]; a.QueryID != query || a.Text != refusal {
+		t.Fatalf("answer %+v, want the refusal as the query's answer", a)
+	}
+}
