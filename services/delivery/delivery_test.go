@@ -913,6 +913,33 @@ func TestTheEndOfATurnWaitsForItsFirstTypingRequest(t *testing.T) {
 	}
 }
 
+// A gateway that hangs on typing requests holds a quick turn's end only
+// briefly: the end waits for its indicator's first request to go out,
+// and then for its answer at most a moment, not the send timeout (the
+// turn's partition waited with it).
+func TestTheEndOfATurnDoesNotWaitOutAHungTypingRequest(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	cfg := testConfig()
+	cfg.TypingInterval = time.Hour // one typing request per turn
+	cfg.SendTimeout, cfg.Lease, cfg.AckWait = 20*time.Second, 30*time.Second, 30*time.Second
+	e.start(t, cfg, "a")
+	e.gw.setBehaviour(func(req *deliveryv1.SendRequested, _ int) behaviour {
+		return behaviour{hang: req.GetOp() == deliveryv1.SendOp_SEND_OP_TYPING}
+	})
+	e.publish(t, event("t1", 1, "s1", &repliesv1.Typing{Active: true}))
+	eventually(t, e.clock, 0, "the typing request", func() bool {
+		calls, _ := e.gw.snapshot()
+		return len(calls) == 1
+	})
+	start := time.Now()
+	e.publish(t, event("t1", 2, "s1", final("a quick answer")))
+	eventually(t, e.clock, 0, "the answer", func() bool { return len(e.gw.sends()) == 1 })
+	if took, most := time.Since(start), cfg.SendTimeout/4; took > most {
+		t.Errorf("the answer went out %v after the turn's end, want at most %v", took, most)
+	}
+}
+
 // A streamed answer's final that could not be queued the first time (its
 // outbox write failed) is queued by the retry: the stream plans its final
 // edits once, so the retry must reuse them rather than plan nothing.

@@ -541,7 +541,12 @@ func (s *Service) delta(ctx context.Context, ev *repliesv1.ReplyEvent, text, tho
 		if st.foreign {
 			// Another replica's stream: the final goes over it, and
 			// the break before a later call's text closes its segment
-			// here too (foreignBreak).
+			// here too (foreignBreak). The current call's reasoning is
+			// kept, for a segment no message shows (closeBlock).
+			if restart {
+				st.thought.Reset()
+			}
+			st.thought.WriteString(thought)
 			if restart && !reasoningDelta && ev.GetSeq() > 0 {
 				return s.foreignBreak(ctx, ev, st)
 			}
@@ -639,6 +644,9 @@ func (s *Service) closeBlock(ctx context.Context, ev *repliesv1.ReplyEvent) erro
 			return err
 		}
 	}
+	if st != nil && st.foreign && strings.TrimSpace(st.thought.String()) != "" {
+		return s.foreignReasoning(ctx, ev, st)
+	}
 	if st == nil || st.foreign {
 		// Not this replica's stream: another replica's, which this
 		// one cannot close (it knows neither the block nor its
@@ -649,6 +657,34 @@ func (s *Service) closeBlock(ctx context.Context, ev *repliesv1.ReplyEvent) erro
 		return nil
 	}
 	return s.split(ctx, ev, st)
+}
+
+// foreignReasoning takes ev, a tool's step whose progress message or
+// approval prompt starts below the current segment of a turn another
+// replica streamed, when this replica got the reasoning of the call
+// that called the tool (it took the turn over after the segment opened,
+// before the call's first delta). When no message shows that segment
+// (no replica streamed any of it), the call's block is posted as its
+// message, and the segment closes here, as closeBlock's split closes it
+// on the replica that streams: the block above the progress lines, the
+// answer below them. Otherwise the tools' message is marked below the
+// segment's (markTools). The error is a segment that could not be read
+// or stored: the step comes back.
+func (s *Service) foreignReasoning(ctx context.Context, ev *repliesv1.ReplyEvent, st *turnState) error {
+	seg, err := s.store.LastStreamSegment(ctx, ev.GetTurnId())
+	if err != nil {
+		return fmt.Errorf("read the stream segment a reasoning block goes in: %w", err)
+	}
+	if len(seg.IDs) > 0 || seg.Segment >= ev.GetSeq() {
+		return s.markTools(ctx, ev)
+	}
+	rows := s.rewrite(ev, keyBase(ctx, ev)+":g", seg.Segment, nil, reasoning.Block(st.thought.String()), deliveryv1.TextFormat_TEXT_FORMAT_MARKDOWN)
+	for _, r := range rows {
+		r.Final = false
+	}
+	st.thought.Reset()
+	st.closing = &segmentClose{segment: ev.GetSeq(), rows: rows}
+	return s.closeSegment(ctx, ev, st)
 }
 
 // firstEvent remembers a turn whose first event (seq 1) reached this

@@ -1075,9 +1075,10 @@ func TestReplicaThatRegainsAPartitionMarksTheToolsBelowTheStream(t *testing.T) {
 // final (before the tools' step, before the empty break after it,
 // before the next call's reasoning restart, before its text, before the
 // final) leaves the chat as one replica does: the block, the progress
-// lines below it, the answer below them. (A takeover before the block
-// started streaming leaves the block unshown: a replica that took a
-// turn over streams nothing.)
+// lines below it, the answer below them. A takeover before the block
+// (b from the call's first event) shows the block too: b posts the
+// reasoning it got before the tools' progress lines, though it streams
+// nothing of a turn it took over.
 func TestTakeoverAtEveryStepAfterAReasoningBlock(t *testing.T) {
 	t.Parallel()
 	const (
@@ -1104,7 +1105,7 @@ func TestTakeoverAtEveryStepAfterAReasoningBlock(t *testing.T) {
 	}
 	for ti, tt := range turns {
 		events := append(append([]any(nil), tt.before...), call...)
-		for k := len(tt.before) + 1; k < len(events); k++ {
+		for k := len(tt.before); k < len(events); k++ {
 			t.Run(fmt.Sprintf("%s, b from event %d", tt.name, k+1), func(t *testing.T) {
 				t.Parallel()
 				turn := fmt.Sprintf("t%d-%d", ti, k)
@@ -1116,14 +1117,16 @@ func TestTakeoverAtEveryStepAfterAReasoningBlock(t *testing.T) {
 				for _, body := range events[:k] {
 					stream(body)
 				}
-				eventually(t, e.clock, 0, "a's block", func() bool {
-					for text := range e.gw.turnSends(turn) {
-						if strings.HasPrefix(text, reasoning.Block(looked)) {
-							return true
+				if k > len(tt.before) {
+					eventually(t, e.clock, 0, "a's block", func() bool {
+						for text := range e.gw.turnSends(turn) {
+							if strings.HasPrefix(text, reasoning.Block(looked)) {
+								return true
+							}
 						}
-					}
-					return false
-				})
+						return false
+					})
+				}
 				a.stop(t)
 				e.start(t, cfg, "b")
 				for _, body := range events[k:] {

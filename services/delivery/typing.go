@@ -29,18 +29,33 @@ type typing struct {
 // indicator is one turn's running typing indicator.
 type indicator struct {
 	cancel context.CancelFunc
-	// first is closed once the indicator's first request was answered
-	// (or given up on): the turn's end waits for it (halt).
-	first chan struct{}
+	// sent is closed once the indicator's first request was made (or
+	// will never be), first once it was answered (or given up on): the
+	// turn's end waits for both (halt).
+	sent, first chan struct{}
 }
+
+// typingAnswerWait bounds how long a turn's end waits for the answer to
+// its indicator's first request, once that request was made. It is only
+// typing: a gateway that hangs on it must not hold the turn's end, and
+// its partition, for the send timeout.
+const typingAnswerWait = time.Second
 
 // halt stops the indicator once its first request is done: the gateway
 // gets that request before anything that follows the turn's end (the
 // answer, the final typing request of an interrupted turn), which a
 // stop cutting it short on a busy machine (the request not yet made)
-// left the gateway without. The wait is bounded by the send timeout.
+// left the gateway without. The wait for the request to be made needs
+// only this machine to run the indicator; the wait for its answer is
+// bounded by typingAnswerWait.
 func (in *indicator) halt() {
-	<-in.first
+	<-in.sent
+	t := time.NewTimer(typingAnswerWait)
+	defer t.Stop()
+	select {
+	case <-in.first:
+	case <-t.C:
+	}
 	in.cancel()
 }
 
@@ -100,14 +115,16 @@ func (t *typing) start(ctx context.Context, ev *repliesv1.ReplyEvent) {
 	// the partition, and the indicator stops with it (the next owner
 	// shows its own). It outlives the event's handler.
 	ctx, cancel := context.WithTimeout(ctx, t.s.cfg.TypingMax)
-	in := &indicator{cancel: cancel, first: make(chan struct{})}
+	in := &indicator{cancel: cancel, sent: make(chan struct{}), first: make(chan struct{})}
 	t.m[turn] = in
-	var first sync.Once
+	var sent, first sync.Once
+	sentDone := func() { sent.Do(func() { close(in.sent) }) }
 	firstDone := func() { first.Do(func() { close(in.first) }) }
 	t.wg.Add(1)
 	go func() {
 		defer t.wg.Done()
 		defer t.forget(turn, in)
+		defer sentDone()
 		defer firstDone()
 		// Best effort: a panic stops this turn's indicator (recovered,
 		// logged and counted), not the replica.
@@ -119,6 +136,7 @@ func (t *typing) start(ctx context.Context, ev *repliesv1.ReplyEvent) {
 			defer tick.Stop()
 			for n := 0; ; n++ {
 				req := t.s.request(ev, fmt.Sprintf("%s:typing:%d", turn, n), deliveryv1.SendOp_SEND_OP_TYPING)
+				sentDone()
 				_, _ = t.s.progress(ctx, req)
 				firstDone()
 				select {

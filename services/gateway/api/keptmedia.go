@@ -452,7 +452,7 @@ func (s *Service) serveKept(w http.ResponseWriter, r *http.Request, link mediaLi
 // within stall: a client that stops reading has its download ended
 // (the write fails at the deadline, the connection closes, and the
 // caller's Close of the file ends its chunk pulls) instead of holding it
-// open for ever.
+// open for ever. The last bytes are flushed within stall too.
 func copyKept(w http.ResponseWriter, body io.Reader, stall time.Duration) error {
 	rc := http.NewResponseController(w)
 	defer func() { _ = rc.SetWriteDeadline(time.Time{}) }()
@@ -468,6 +468,16 @@ func copyKept(w http.ResponseWriter, body io.Reader, stall time.Duration) error 
 			}
 		}
 		if errors.Is(rerr, io.EOF) {
+			// The last bytes may still be in the response's buffers:
+			// they go out while a deadline holds, not after the handler
+			// returns with none, where a client that stopped reading
+			// would hold the connection for ever.
+			if err := rc.SetWriteDeadline(time.Now().Add(stall)); err != nil {
+				return fmt.Errorf("set media write deadline: %w", err)
+			}
+			if err := rc.Flush(); err != nil {
+				return fmt.Errorf("flush media: %w", err)
+			}
 			return nil
 		}
 		if rerr != nil {

@@ -5,16 +5,19 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
 	"path"
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -701,4 +704,121 @@ func TestKeptMediaStalledDownloadEnds(t *testing.T) {
 	if err == nil || 64<<10+len(rest) >= len(file) {
 		t.Errorf("the stalled download went on: %d of %d bytes, %v", 64<<10+len(rest), len(file), err)
 	}
+}
+
+// A client that stops reading within the last few KB of a kept file,
+// when every write of the file's bytes went out but the server still
+// holds the last ones, has its download ended within
+// media_stall_timeout too: those bytes are sent while the write
+// deadline holds, not after the handler cleared it (they waited, and
+// the connection with them, for as long as the client did).
+func TestKeptMediaStalledInItsLastBytesEnds(t *testing.T) {
+	t.Parallel()
+	b := newBus(t)
+	s := startService(t, b, func(c *Config) { c.MediaStallTimeout = 300 * time.Millisecond })
+	store := attachment.New(b.JetStream(), b.Topology(), attachment.Config{Enabled: true})
+	// Whole copy buffers, then 2,000 bytes, which the response's buffer
+	// holds once the copy has written them.
+	file := bytes.Repeat([]byte("last KB "), (4*32<<10+2000)/8)
+	link := linkTo(t, s, store, "test/last.mp4", "video/mp4", file)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The client takes the headers and all but the last bytes.
+	srv := &http.Server{Handler: s.Handler()}
+	go func() { _ = srv.Serve(&stallListener{Listener: ln, takes: 4*32<<10 + 1000}) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	conn, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\n\r\n", link, ln.Addr(), testKey); err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK || resp.ContentLength != int64(len(file)) {
+		t.Fatalf("answer %d, length %d", resp.StatusCode, resp.ContentLength)
+	}
+	got, err := io.ReadAll(resp.Body)
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		t.Fatalf("the connection still held the download 10 s after the client stopped reading (%d of %d bytes)", len(got), len(file))
+	}
+	if err == nil || len(got) >= len(file) {
+		t.Errorf("the stalled download went on: %d of %d bytes, %v", len(got), len(file), err)
+	}
+}
+
+// stallListener's connections take this many bytes, then stall, as a
+// client that stops reading: a write waits for its deadline, or, with
+// none, for the connection's close.
+type stallListener struct {
+	net.Listener
+	takes int
+}
+
+func (l *stallListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &stallConn{Conn: c, left: l.takes, closed: make(chan struct{})}, nil
+}
+
+type stallConn struct {
+	net.Conn
+	mu       sync.Mutex
+	left     int
+	deadline time.Time
+	closed   chan struct{}
+	once     sync.Once
+}
+
+func (c *stallConn) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	if len(p) <= c.left {
+		c.left -= len(p)
+		c.mu.Unlock()
+		return c.Conn.Write(p)
+	}
+	c.left = 0
+	c.mu.Unlock()
+	for {
+		select {
+		case <-c.closed:
+			return 0, net.ErrClosed
+		case <-time.After(10 * time.Millisecond):
+		}
+		c.mu.Lock()
+		d := c.deadline
+		c.mu.Unlock()
+		if !d.IsZero() && time.Now().After(d) {
+			return 0, os.ErrDeadlineExceeded
+		}
+	}
+}
+
+func (c *stallConn) SetWriteDeadline(t time.Time) error {
+	c.mu.Lock()
+	c.deadline = t
+	c.mu.Unlock()
+	return c.Conn.SetWriteDeadline(t)
+}
+
+func (c *stallConn) SetDeadline(t time.Time) error {
+	c.mu.Lock()
+	c.deadline = t
+	c.mu.Unlock()
+	return c.Conn.SetDeadline(t)
+}
+
+func (c *stallConn) Close() error {
+	c.once.Do(func() { close(c.closed) })
+	return c.Conn.Close()
 }
