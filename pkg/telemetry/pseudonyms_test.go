@@ -120,6 +120,28 @@ func TestLogPseudonyms(t *testing.T) {
 		{"error beside a LogValuer group naming its user", func(l *slog.Logger) {
 			l.Warn("m", "source", source{"telegram", user}, "err", fmt.Errorf("user %s blocked the bot", user))
 		}, []string{"err"}, "user " + p.ID(user) + " blocked the bot"},
+		// More ids than the four a record names most often: a chat, a
+		// thread, a user and their alt id, and a group for another chat.
+		{"error beside six ids", func(l *slog.Logger) {
+			l.Warn("m", "chat_id", "C0CHAT001", "thread_id", "T0THREAD1", "user_id", "U0USER001", "user_id_alt", "U0ALT0001",
+				slog.Group("to", "chat_id", "C0CHAT002", "user_id", user),
+				"err", fmt.Errorf("move C0CHAT001/T0THREAD1 of U0USER001 (U0ALT0001) to C0CHAT002 for %s: forbidden", user))
+		}, []string{"err"}, "move " + p.ID("C0CHAT001") + "/" + p.ID("T0THREAD1") + " of " + p.ID("U0USER001") +
+			" (" + p.ID("U0ALT0001") + ") to " + p.ID("C0CHAT002") + " for " + p.ID(user) + ": forbidden"},
+		{"error under a logger With a group of six ids", func(l *slog.Logger) {
+			l.With(slog.Group("g", "chat_id", "C0CHAT001", "thread_id", "T0THREAD1", "user_id", "U0USER001",
+				"user_id_alt", "U0ALT0001", "chat_id", "C0CHAT002", "user_id", user)).
+				Warn("m", "err", fmt.Errorf("C0CHAT002 for %s: forbidden", user))
+		}, []string{"err"}, p.ID("C0CHAT002") + " for " + p.ID(user) + ": forbidden"},
+		// Past maxRecordIDs the error's text is not scanned for each id
+		// (a pass over it per id): it is withheld, not logged naming them.
+		{"error beside too many ids", func(l *slog.Logger) {
+			args := []any{"err", fmt.Errorf("chat %s: forbidden", user)}
+			for i := range 16 {
+				args = append(args, slog.Group(fmt.Sprint("c", i), "chat_id", fmt.Sprintf("C0CHAT%03d", i)))
+			}
+			l.Warn("m", append(args, "user_id", user)...)
+		}, []string{"err"}, "(error text withheld: the record names more than 16 ids)"},
 		{"a value marked personal", func(l *slog.Logger) { l.Info("m", "message_id", pseudonym.Personal("+"+user+":1700000000000")) },
 			[]string{"message_id"}, p.ID("+" + user + ":1700000000000")},
 		{"chat_ids", func(l *slog.Logger) { l.Info("m", "chat_ids", []string{"C0CHANNEL", user}) },
