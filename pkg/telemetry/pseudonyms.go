@@ -255,9 +255,10 @@ func pseudonymizeTree(p *pseudonym.Pseudonymizer, name string, v any, changed *b
 var errorAttrs = map[string]bool{"err": true, "last_error": true, "receipt_error": true}
 
 // namingHandler marks each error a record logs (an error value, or an
-// errorAttrs string), in groups too, as naming the ids the record names
-// under idAttrs, its own or a With's, in groups or not, so pseudonymizeAttr takes them out of the error's
-// text too: a platform's error about a chat ("failed to POST
+// errorAttrs string, its own or a With's), in groups too, as naming the
+// ids the record names under idAttrs, its own or a With's, in groups or
+// not, so pseudonymizeAttr takes them out of the error's text too: a
+// platform's error about a chat ("failed to POST
 // /_matrix/client/v3/join/!room:example.org", Twilio's "The 'To' number
 // +1555…") is logged beside the chat's chat_id, and its text names the
 // chat's pseudonym. A record with no id or no error goes through as it
@@ -268,6 +269,42 @@ type namingHandler struct {
 	// were more than maxRecordIDs.
 	ids  []string
 	over bool
+	// base and steps, once a With attribute holds an error: the handler
+	// before that With, and the Withs and groups from it on. The
+	// handler's With'd errors are marked with the ids known when they
+	// were added; a record naming others has them built again, marked
+	// with those too (a cost for such a logger's records alone: none
+	// with pseudonyms off, when there is no namingHandler).
+	base  slog.Handler
+	steps []withStep
+}
+
+// withStep is a With's attributes, or a group when they are nil.
+type withStep struct {
+	attrs []slog.Attr
+	group string
+}
+
+// build is base with steps, their errors marked as naming ids.
+func build(base slog.Handler, steps []withStep, ids []string, over bool) slog.Handler {
+	h := base
+	for _, st := range steps {
+		if st.attrs == nil {
+			h = h.WithGroup(st.group)
+		} else {
+			h = h.WithAttrs(markAll(st.attrs, ids, over))
+		}
+	}
+	return h
+}
+
+// markAll is attrs, each through markNaming.
+func markAll(attrs []slog.Attr, ids []string, over bool) []slog.Attr {
+	out := make([]slog.Attr, len(attrs))
+	for i, a := range attrs {
+		out[i] = markNaming(a, ids, over)
+	}
+	return out
 }
 
 // maxRecordIDs bounds the distinct ids a record's errors are scrubbed
@@ -337,16 +374,36 @@ func (h namingHandler) Handle(ctx context.Context, r slog.Record) error {
 		s.add(a)
 		return true
 	})
-	if !s.errs || s.n+len(h.ids) == 0 && !s.over && !h.over {
+	// The logger's With'd errors are marked with its ids already.
+	rebuild := h.steps != nil && !h.over && (s.over || h.adds(&s))
+	if !rebuild && (!s.errs || s.n+len(h.ids) == 0 && !s.over && !h.over) {
 		return h.Handler.Handle(ctx, r)
 	}
 	named, over := h.named(&s)
+	handler := h.Handler
+	if rebuild {
+		handler = build(h.base, h.steps, named, over)
+	}
+	if !s.errs {
+		return handler.Handle(ctx, r)
+	}
 	out := slog.NewRecord(r.Time, r.Level, r.Message, r.PC)
 	r.Attrs(func(a slog.Attr) bool {
 		out.AddAttrs(markNaming(a, named, over))
 		return true
 	})
-	return h.Handler.Handle(ctx, out)
+	return handler.Handle(ctx, out)
+}
+
+// adds reports whether the record's scan s holds an id the logger's
+// With attributes do not.
+func (h namingHandler) adds(s *recordScan) bool {
+	for _, id := range s.ids() {
+		if !slices.Contains(h.ids, id) {
+			return true
+		}
+	}
+	return false
 }
 
 // named are the distinct ids of the logger's With attributes and of a
@@ -401,11 +458,34 @@ func (h namingHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
 	if (s.n > 0 || s.over) && !over { // past the bound, no more to keep
 		ids, over = h.named(&s)
 	}
-	return namingHandler{Handler: h.Handler.WithAttrs(attrs), ids: ids, over: over}
+	if !s.errs && h.steps == nil {
+		return namingHandler{Handler: h.Handler.WithAttrs(attrs), ids: ids, over: over}
+	}
+	// Errors, or a With after them: kept, to be built again when
+	// other ids are known.
+	next := namingHandler{ids: ids, over: over, base: h.base, steps: h.steps}
+	if h.steps == nil {
+		next.base = h.Handler
+	}
+	next.steps = append(h.steps[:len(h.steps):len(h.steps)], withStep{attrs: attrs}) // never into a shared array
+	if h.steps != nil && len(ids) != len(h.ids) || over != h.over {
+		next.Handler = build(next.base, next.steps, ids, over) // earlier errors name these ids too
+	} else {
+		next.Handler = h.Handler.WithAttrs(markAll(attrs, ids, over))
+	}
+	return next
 }
 
 func (h namingHandler) WithGroup(name string) slog.Handler {
-	return namingHandler{Handler: h.Handler.WithGroup(name), ids: h.ids, over: h.over}
+	if name == "" {
+		return h
+	}
+	next := h
+	next.Handler = h.Handler.WithGroup(name)
+	if h.steps != nil {
+		next.steps = append(h.steps[:len(h.steps):len(h.steps)], withStep{group: name})
+	}
+	return next
 }
 
 // pseudonymizingExporter hands its exporter spans whose names, status

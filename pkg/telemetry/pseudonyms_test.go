@@ -142,6 +142,24 @@ func TestLogPseudonyms(t *testing.T) {
 			}
 			l.Warn("m", append(args, "user_id", user)...)
 		}, []string{"err"}, "(error text withheld: the record names more than 16 ids)"},
+		// An error a logger holds from a With is about the ids its
+		// records name as much as one of their own.
+		{"error With'd before the record's chat_id", func(l *slog.Logger) {
+			l.With("err", fmt.Errorf("chat %s: forbidden", user)).Warn("m", "chat_id", user)
+		}, []string{"err"}, "chat " + p.ID(user) + ": forbidden"},
+		{"error With'd beside its chat_id", func(l *slog.Logger) {
+			l.With("chat_id", user, "err", fmt.Errorf("chat %s: forbidden", user)).Warn("m")
+		}, []string{"err"}, "chat " + p.ID(user) + ": forbidden"},
+		{"error With'd before a With of its user", func(l *slog.Logger) {
+			l.With("last_error", "user "+user+" blocked the bot").With("user_id", user).Warn("m")
+		}, []string{"last_error"}, "user " + p.ID(user) + " blocked the bot"},
+		{"error With'd in a group, then a group and the record's chat_id", func(l *slog.Logger) {
+			l.WithGroup("a").With("err", fmt.Errorf("chat %s: forbidden", user)).WithGroup("b").With("n", 1).
+				Warn("m", "chat_id", user)
+		}, []string{"a", "err"}, "chat " + p.ID(user) + ": forbidden"},
+		{"the record's ids in the groups after a With'd error", func(l *slog.Logger) {
+			l.WithGroup("a").With("err", errTimeout).WithGroup("b").With("n", 1).Warn("m", "chat_id", user)
+		}, []string{"a", "b", "chat_id"}, p.ID(user)},
 		{"a value marked personal", func(l *slog.Logger) { l.Info("m", "message_id", pseudonym.Personal("+"+user+":1700000000000")) },
 			[]string{"message_id"}, p.ID("+" + user + ":1700000000000")},
 		{"chat_ids", func(l *slog.Logger) { l.Info("m", "chat_ids", []string{"C0CHANNEL", user}) },
@@ -289,6 +307,14 @@ func TestPseudonymsCostNothingWithoutIDs(t *testing.T) {
 			l.InfoContext(ctx, "turn finished", "platform", "telegram", "turn_id", "01HX", "steps", 3)
 		}); n != 0 {
 			t.Errorf("%s: a record that names nobody allocates %v times with pseudonyms, want 0 (as without)", format, n)
+		}
+		// Nor does one through a logger With'd an error: its handler
+		// is built again only for a record that names someone.
+		withErr := l.With("err", errTimeout, "chat_id", "123456789")
+		if n := testing.AllocsPerRun(100, func() {
+			withErr.InfoContext(ctx, "turn finished", "platform", "telegram", "turn_id", "01HX", "steps", 3)
+		}); n != 0 {
+			t.Errorf("%s: a record that names nobody allocates %v times through a logger With an error, want 0", format, n)
 		}
 	}
 }
