@@ -15,7 +15,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/proto"
 
@@ -394,7 +393,7 @@ func (c *Consumer[T, P]) handle(stopping, ctx context.Context, msg jetstream.Msg
 
 	var v T
 	if err := proto.Unmarshal(msg.Data(), P(&v)); err != nil {
-		span.SetStatus(codes.Error, "decode")
+		telemetry.SpanFailed(span, "decode")
 		c.deadLetter(ctx, msg, d, "decode", fmt.Errorf("%w: %v", ErrDecode, err))
 		return
 	}

@@ -98,8 +98,11 @@ func scrubbable(f string) bool {
 // clients write it: without the leading "+" of a phone number, and
 // escaped in a URL's path or query (a Matrix room "!r:example.org" as
 // "%21r:example.org"), each replaced by the ID of the id as given.
-// An id with an "@" (an e-mail address) is found in any ASCII case.
-// Ids shorter than 3 bytes are left, and numbers under 5 digits.
+// An e-mail address is also found in any ASCII case, after every id
+// was replaced where it stands as given (so two ids in two cases keep
+// their own IDs); other ids, a Matrix user's "@bob:server" among them,
+// only as given. Ids shorter than 3 bytes are left, and numbers under 5
+// digits.
 func (p *Pseudonymizer) Scrub(text string, ids ...string) string {
 	if p == nil || text == "" || len(ids) == 0 {
 		return text
@@ -110,9 +113,9 @@ func (p *Pseudonymizer) Scrub(text string, ids ...string) string {
 	}
 	var forms []form
 	for _, id := range ids {
-		// An e-mail address is found in any case: mail servers and
+		// An e-mail address is found in any case too: mail servers and
 		// clients echo it as the sender wrote it (Bob@Example.COM).
-		fold := strings.Contains(id, "@")
+		fold := isAddress(id)
 		for _, f := range []string{id, strings.TrimPrefix(id, "+"), url.PathEscape(id), url.QueryEscape(id)} {
 			if scrubbable(f) && !slices.ContainsFunc(forms, func(o form) bool { return o.find == f }) {
 				forms = append(forms, form{f, id, fold})
@@ -123,9 +126,26 @@ func (p *Pseudonymizer) Scrub(text string, ids ...string) string {
 	// before one it contains.
 	slices.SortStableFunc(forms, func(a, b form) int { return cmp.Compare(len(b.find), len(a.find)) })
 	for _, f := range forms {
-		text = p.replaceWord(text, f.find, f.id, f.fold)
+		text = p.replaceWord(text, f.find, f.id, false)
+	}
+	// Then addresses in other cases: what is left of them was given in
+	// no case, and a pseudonym has no "@" to match again.
+	for _, f := range forms {
+		if f.fold {
+			text = p.replaceWord(text, f.find, f.id, true)
+		}
 	}
 	return text
+}
+
+// isAddress reports whether id is shaped as an e-mail address, the one
+// kind of id a platform may echo in another case: an "@" after a local
+// part, and no ":" (a Matrix user, "@bob:server", and a WhatsApp
+// device's JID, "<number>:<device>@s.whatsapp.net", are case-sensitive
+// or never echoed in another case).
+func isAddress(id string) bool {
+	at := strings.IndexByte(id, '@')
+	return at > 0 && at < len(id)-1 && !strings.ContainsRune(id, ':')
 }
 
 // replaceWord replaces find by the ID of id wherever it stands as a

@@ -31,6 +31,18 @@ func TestScrub(t *testing.T) {
 		{"an escaped address in another case", "GET /users/BOB%40example.com: 404", []string{"bob@example.com"},
 			"GET /users/" + id("bob@example.com") + ": 404"},
 		{"other ids keep their case", "channel c0channel, not C0CHANNEL", []string{"C0CHANNEL"}, "channel c0channel, not " + id("C0CHANNEL")},
+		// Matrix user ids are case-sensitive: @Bob is not @bob.
+		{"a Matrix user in another case is someone else", "invite @Bob:example.org failed", []string{"@bob:example.org"},
+			"invite @Bob:example.org failed"},
+		{"Matrix users in two cases", "@bob:example.org and @Bob:example.org", []string{"@bob:example.org", "@Bob:example.org"},
+			id("@bob:example.org") + " and " + id("@Bob:example.org")},
+		{"Matrix users in two cases, the other first", "@bob:example.org and @Bob:example.org", []string{"@Bob:example.org", "@bob:example.org"},
+			id("@bob:example.org") + " and " + id("@Bob:example.org")},
+		// Addresses in two cases given as two ids keep their own.
+		{"addresses in two cases", "Bob@example.com, bob@example.com", []string{"bob@example.com", "Bob@example.com"},
+			id("Bob@example.com") + ", " + id("bob@example.com")},
+		{"an address in a third case", "BOB@example.com", []string{"bob@example.com", "Bob@example.com"},
+			id("bob@example.com")},
 		{"escaped in a path", "failed to PUT /_matrix/client/v3/rooms/%21room:example.org/send (HTTP 403)", []string{"!room:example.org"},
 			"failed to PUT /_matrix/client/v3/rooms/" + id("!room:example.org") + "/send (HTTP 403)"},
 		{"as given too", "room !room:example.org: forbidden", []string{"!room:example.org"}, "room " + id("!room:example.org") + ": forbidden"},
@@ -171,10 +183,10 @@ func FuzzScrub(f *testing.F) {
 }
 
 // namesIn reports whether text holds id in a form Scrub looks for: as
-// it is, without its "+", or URL-escaped ("\x01" as "%01"); an address
-// (an id with "@") in any ASCII case.
+// it is, without its "+", or URL-escaped ("\x01" as "%01"); an e-mail
+// address in any ASCII case.
 func namesIn(text, id string) bool {
-	if strings.Contains(id, "@") {
+	if isAddress(id) {
 		text, id = asciiLower(text), asciiLower(id)
 	}
 	for _, f := range []string{id, strings.TrimPrefix(id, "+"), url.PathEscape(id), url.QueryEscape(id)} {
@@ -197,9 +209,9 @@ func asciiLower(s string) string {
 }
 
 // isWord reports whether id stands in s as a whole word, as Scrub finds
-// it: an address (an id with "@") in any ASCII case.
+// it: an e-mail address in any ASCII case.
 func isWord(s, id string) bool {
-	if strings.Contains(id, "@") {
+	if isAddress(id) {
 		s, id = asciiLower(s), asciiLower(id)
 	}
 	alnum := func(c byte) bool { return '0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' }
@@ -214,6 +226,14 @@ func isWord(s, id string) bool {
 		}
 		from = start + 1
 	}
+}
+
+// isAddress reports whether Scrub takes id for an e-mail address, which
+// it finds in any case: an "@" after something, and no ":" (a Matrix
+// user, "@bob:server", is case-sensitive).
+func isAddress(id string) bool {
+	at := strings.IndexByte(id, '@')
+	return at > 0 && at < len(id)-1 && !strings.Contains(id, ":")
 }
 
 // shortNumber reports whether id is a number of under 5 digits, with a

@@ -5,8 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -253,33 +255,96 @@ func pseudonymizeTree(p *pseudonym.Pseudonymizer, name string, v any, changed *b
 var errorAttrs = map[string]bool{"err": true, "last_error": true, "receipt_error": true}
 
 // namingHandler marks each error a record logs (an error value, or an
-// errorAttrs string), in groups too, as naming the ids the record names
-// under idAttrs, its own or a With's, in groups or not, so pseudonymizeAttr takes them out of the error's
-// text too: a platform's error about a chat ("failed to POST
+// errorAttrs string, its own or a With's), in groups too, as naming the
+// ids the record names under idAttrs, its own or a With's, in groups or
+// not, so pseudonymizeAttr takes them out of the error's text too: a
+// platform's error about a chat ("failed to POST
 // /_matrix/client/v3/join/!room:example.org", Twilio's "The 'To' number
 // +1555…") is logged beside the chat's chat_id, and its text names the
 // chat's pseudonym. A record with no id or no error goes through as it
 // is, without an allocation.
 type namingHandler struct {
 	slog.Handler
-	// ids are those the With attributes name.
-	ids []string
+	// ids are those the With attributes name, distinct; over: they
+	// were more than maxRecordIDs.
+	ids  []string
+	over bool
+	// base and steps, once a With attribute holds an error: the handler
+	// before that With, and the Withs and groups from it on. The
+	// handler's With'd errors are marked with the ids known when they
+	// were added; a record naming others has them built again, marked
+	// with those too (a cost for such a logger's records alone: none
+	// with pseudonyms off, when there is no namingHandler).
+	base  slog.Handler
+	steps []withStep
 }
 
-// maxRecordIDs bounds the ids a record's own attributes add: a record
-// names a chat, a thread and a user or two.
-const maxRecordIDs = 4
+// withStep is a With's attributes, or a group when they are nil.
+type withStep struct {
+	attrs []slog.Attr
+	group string
+}
+
+// build is base with steps, their errors marked as naming ids.
+func build(base slog.Handler, steps []withStep, ids []string, over bool) slog.Handler {
+	h := base
+	for _, st := range steps {
+		if st.attrs == nil {
+			h = h.WithGroup(st.group)
+		} else {
+			h = h.WithAttrs(markAll(st.attrs, ids, over))
+		}
+	}
+	return h
+}
+
+// markAll is attrs, each through markNaming.
+func markAll(attrs []slog.Attr, ids []string, over bool) []slog.Attr {
+	out := make([]slog.Attr, len(attrs))
+	for i, a := range attrs {
+		out[i] = markNaming(a, ids, over)
+	}
+	return out
+}
+
+// maxRecordIDs bounds the distinct ids a record's errors are scrubbed
+// of, its own and its logger's With attributes': a record names a chat,
+// a thread and a user or two, in groups for a source and a target too.
+// Each id costs a pass over each error's text (up to four, one per form
+// Scrub looks for), so a record naming more, which no call site writes,
+// has its errors' text withheld rather than scanned for each id or
+// logged naming the ids past the bound.
+const maxRecordIDs = 16
+
+// withheld is the text of an error logged in a record naming more than
+// maxRecordIDs ids.
+var withheld = fmt.Sprintf("(error text withheld: the record names more than %d ids)", maxRecordIDs)
 
 // recordScan is what a record's attributes hold, groups and nested
-// groups among them: the ids under idAttrs (up to maxRecordIDs) and
-// whether an error is among them.
+// groups among them: the distinct ids under idAttrs (up to
+// maxRecordIDs, in an array: a record's scan allocates nothing),
+// whether there were more, and whether an error is among them.
 type recordScan struct {
 	buf  [maxRecordIDs]string
 	n    int
+	over bool
 	errs bool
 }
 
 func (s *recordScan) ids() []string { return s.buf[:s.n] }
+
+// addID takes in one id, once.
+func (s *recordScan) addID(id string) {
+	if id == "" || slices.Contains(s.buf[:s.n], id) {
+		return
+	}
+	if s.n == len(s.buf) {
+		s.over = true
+		return
+	}
+	s.buf[s.n] = id
+	s.n++
+}
 
 // add takes in a, and the attributes of a group or of a LogValuer that
 // resolves to one.
@@ -290,10 +355,7 @@ func (s *recordScan) add(a slog.Attr) {
 	}
 	switch {
 	case idAttrs[a.Key]:
-		if id := v.String(); id != "" && s.n < maxRecordIDs {
-			s.buf[s.n] = id
-			s.n++
-		}
+		s.addID(v.String())
 	case v.Kind() == slog.KindGroup:
 		for _, g := range v.Group() {
 			s.add(g)
@@ -312,20 +374,53 @@ func (h namingHandler) Handle(ctx context.Context, r slog.Record) error {
 		s.add(a)
 		return true
 	})
-	if !s.errs || s.n+len(h.ids) == 0 {
+	// The logger's With'd errors are marked with its ids already.
+	rebuild := h.steps != nil && !h.over && (s.over || h.adds(&s))
+	if !rebuild && (!s.errs || s.n+len(h.ids) == 0 && !s.over && !h.over) {
 		return h.Handler.Handle(ctx, r)
 	}
-	named := append(append([]string(nil), h.ids...), s.ids()...)
+	named, over := h.named(&s)
+	handler := h.Handler
+	if rebuild {
+		handler = build(h.base, h.steps, named, over)
+	}
+	if !s.errs {
+		return handler.Handle(ctx, r)
+	}
 	out := slog.NewRecord(r.Time, r.Level, r.Message, r.PC)
 	r.Attrs(func(a slog.Attr) bool {
-		out.AddAttrs(markNaming(a, named))
+		out.AddAttrs(markNaming(a, named, over))
 		return true
 	})
-	return h.Handler.Handle(ctx, out)
+	return handler.Handle(ctx, out)
 }
 
-// markNaming is a with its errors, in groups too, marked as naming ids.
-func markNaming(a slog.Attr, ids []string) slog.Attr {
+// adds reports whether the record's scan s holds an id the logger's
+// With attributes do not.
+func (h namingHandler) adds(s *recordScan) bool {
+	for _, id := range s.ids() {
+		if !slices.Contains(h.ids, id) {
+			return true
+		}
+	}
+	return false
+}
+
+// named are the distinct ids of the logger's With attributes and of a
+// record's scan s, and whether they are more than maxRecordIDs.
+func (h namingHandler) named(s *recordScan) ([]string, bool) {
+	named := slices.Clone(h.ids)
+	for _, id := range s.ids() {
+		if !slices.Contains(h.ids, id) {
+			named = append(named, id)
+		}
+	}
+	return named, h.over || s.over || len(named) > maxRecordIDs
+}
+
+// markNaming is a with its errors, in groups too, marked as naming ids;
+// with over, their text withheld.
+func markNaming(a slog.Attr, ids []string, over bool) slog.Attr {
 	v := a.Value
 	if v.Kind() == slog.KindLogValuer {
 		v = v.Resolve()
@@ -335,33 +430,62 @@ func markNaming(a slog.Attr, ids []string) slog.Attr {
 		group := v.Group()
 		out := make([]slog.Attr, len(group))
 		for i, g := range group {
-			out[i] = markNaming(g, ids)
+			out[i] = markNaming(g, ids, over)
 		}
 		return slog.Attr{Key: a.Key, Value: slog.GroupValue(out...)}
 	case v.Kind() == slog.KindAny:
 		if err, ok := v.Any().(error); ok && err != nil {
+			if over {
+				return slog.String(a.Key, withheld)
+			}
 			return slog.Any(a.Key, pseudonym.Naming(err, ids...))
 		}
 	case v.Kind() == slog.KindString && errorAttrs[a.Key] && v.String() != "":
+		if over {
+			return slog.String(a.Key, withheld)
+		}
 		return slog.Any(a.Key, pseudonym.Naming(errors.New(v.String()), ids...))
 	}
 	return a
 }
 
 func (h namingHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
-	ids := h.ids
+	var s recordScan
 	for _, a := range attrs {
-		var s recordScan
 		s.add(a)
-		for _, id := range s.ids() {
-			ids = append(ids[:len(ids):len(ids)], id) // never into a shared array
-		}
 	}
-	return namingHandler{Handler: h.Handler.WithAttrs(attrs), ids: ids}
+	ids, over := h.ids, h.over
+	if (s.n > 0 || s.over) && !over { // past the bound, no more to keep
+		ids, over = h.named(&s)
+	}
+	if !s.errs && h.steps == nil {
+		return namingHandler{Handler: h.Handler.WithAttrs(attrs), ids: ids, over: over}
+	}
+	// Errors, or a With after them: kept, to be built again when
+	// other ids are known.
+	next := namingHandler{ids: ids, over: over, base: h.base, steps: h.steps}
+	if h.steps == nil {
+		next.base = h.Handler
+	}
+	next.steps = append(h.steps[:len(h.steps):len(h.steps)], withStep{attrs: attrs}) // never into a shared array
+	if h.steps != nil && len(ids) != len(h.ids) || over != h.over {
+		next.Handler = build(next.base, next.steps, ids, over) // earlier errors name these ids too
+	} else {
+		next.Handler = h.Handler.WithAttrs(markAll(attrs, ids, over))
+	}
+	return next
 }
 
 func (h namingHandler) WithGroup(name string) slog.Handler {
-	return namingHandler{Handler: h.Handler.WithGroup(name), ids: h.ids}
+	if name == "" {
+		return h
+	}
+	next := h
+	next.Handler = h.Handler.WithGroup(name)
+	if h.steps != nil {
+		next.steps = append(h.steps[:len(h.steps):len(h.steps)], withStep{group: name})
+	}
+	return next
 }
 
 // pseudonymizingExporter hands its exporter spans whose names, status

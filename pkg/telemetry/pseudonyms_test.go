@@ -120,6 +120,46 @@ func TestLogPseudonyms(t *testing.T) {
 		{"error beside a LogValuer group naming its user", func(l *slog.Logger) {
 			l.Warn("m", "source", source{"telegram", user}, "err", fmt.Errorf("user %s blocked the bot", user))
 		}, []string{"err"}, "user " + p.ID(user) + " blocked the bot"},
+		// More ids than the four a record names most often: a chat, a
+		// thread, a user and their alt id, and a group for another chat.
+		{"error beside six ids", func(l *slog.Logger) {
+			l.Warn("m", "chat_id", "C0CHAT001", "thread_id", "T0THREAD1", "user_id", "U0USER001", "user_id_alt", "U0ALT0001",
+				slog.Group("to", "chat_id", "C0CHAT002", "user_id", user),
+				"err", fmt.Errorf("move C0CHAT001/T0THREAD1 of U0USER001 (U0ALT0001) to C0CHAT002 for %s: forbidden", user))
+		}, []string{"err"}, "move " + p.ID("C0CHAT001") + "/" + p.ID("T0THREAD1") + " of " + p.ID("U0USER001") +
+			" (" + p.ID("U0ALT0001") + ") to " + p.ID("C0CHAT002") + " for " + p.ID(user) + ": forbidden"},
+		{"error under a logger With a group of six ids", func(l *slog.Logger) {
+			l.With(slog.Group("g", "chat_id", "C0CHAT001", "thread_id", "T0THREAD1", "user_id", "U0USER001",
+				"user_id_alt", "U0ALT0001", "chat_id", "C0CHAT002", "user_id", user)).
+				Warn("m", "err", fmt.Errorf("C0CHAT002 for %s: forbidden", user))
+		}, []string{"err"}, p.ID("C0CHAT002") + " for " + p.ID(user) + ": forbidden"},
+		// Past maxRecordIDs the error's text is not scanned for each id
+		// (a pass over it per id): it is withheld, not logged naming them.
+		{"error beside too many ids", func(l *slog.Logger) {
+			args := []any{"err", fmt.Errorf("chat %s: forbidden", user)}
+			for i := range 16 {
+				args = append(args, slog.Group(fmt.Sprint("c", i), "chat_id", fmt.Sprintf("C0CHAT%03d", i)))
+			}
+			l.Warn("m", append(args, "user_id", user)...)
+		}, []string{"err"}, "(error text withheld: the record names more than 16 ids)"},
+		// An error a logger holds from a With is about the ids its
+		// records name as much as one of their own.
+		{"error With'd before the record's chat_id", func(l *slog.Logger) {
+			l.With("err", fmt.Errorf("chat %s: forbidden", user)).Warn("m", "chat_id", user)
+		}, []string{"err"}, "chat " + p.ID(user) + ": forbidden"},
+		{"error With'd beside its chat_id", func(l *slog.Logger) {
+			l.With("chat_id", user, "err", fmt.Errorf("chat %s: forbidden", user)).Warn("m")
+		}, []string{"err"}, "chat " + p.ID(user) + ": forbidden"},
+		{"error With'd before a With of its user", func(l *slog.Logger) {
+			l.With("last_error", "user "+user+" blocked the bot").With("user_id", user).Warn("m")
+		}, []string{"last_error"}, "user " + p.ID(user) + " blocked the bot"},
+		{"error With'd in a group, then a group and the record's chat_id", func(l *slog.Logger) {
+			l.WithGroup("a").With("err", fmt.Errorf("chat %s: forbidden", user)).WithGroup("b").With("n", 1).
+				Warn("m", "chat_id", user)
+		}, []string{"a", "err"}, "chat " + p.ID(user) + ": forbidden"},
+		{"the record's ids in the groups after a With'd error", func(l *slog.Logger) {
+			l.WithGroup("a").With("err", errTimeout).WithGroup("b").With("n", 1).Warn("m", "chat_id", user)
+		}, []string{"a", "b", "chat_id"}, p.ID(user)},
 		{"a value marked personal", func(l *slog.Logger) { l.Info("m", "message_id", pseudonym.Personal("+"+user+":1700000000000")) },
 			[]string{"message_id"}, p.ID("+" + user + ":1700000000000")},
 		{"chat_ids", func(l *slog.Logger) { l.Info("m", "chat_ids", []string{"C0CHANNEL", user}) },
@@ -267,6 +307,14 @@ func TestPseudonymsCostNothingWithoutIDs(t *testing.T) {
 			l.InfoContext(ctx, "turn finished", "platform", "telegram", "turn_id", "01HX", "steps", 3)
 		}); n != 0 {
 			t.Errorf("%s: a record that names nobody allocates %v times with pseudonyms, want 0 (as without)", format, n)
+		}
+		// Nor does one through a logger With'd an error: its handler
+		// is built again only for a record that names someone.
+		withErr := l.With("err", errTimeout, "chat_id", "123456789")
+		if n := testing.AllocsPerRun(100, func() {
+			withErr.InfoContext(ctx, "turn finished", "platform", "telegram", "turn_id", "01HX", "steps", 3)
+		}); n != 0 {
+			t.Errorf("%s: a record that names nobody allocates %v times through a logger With an error, want 0", format, n)
 		}
 	}
 }

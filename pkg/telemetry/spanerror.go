@@ -37,6 +37,21 @@ func SpanError(span trace.Span, err error, ids ...string) {
 	span.SetStatus(codes.Error, text)
 }
 
+// Reason describes a span's failure by a fixed word or phrase ("decode",
+// "tool failed", an error's class), never by an error's text, which may
+// name a chat or a user (SpanError describes a span by an error). A
+// constant is one as it is; a string from elsewhere needs a conversion,
+// which says it names no one.
+type Reason string
+
+// SpanFailed sets span's status to an error described by reason. It and
+// SpanError are the only ways this code base marks a span failed
+// (TestSpansFailOnlyThroughTheHelpers): a direct SetStatus or
+// RecordError hands its text to the exporter as it is.
+func SpanFailed(span trace.Span, reason Reason) {
+	span.SetStatus(codes.Error, string(reason))
+}
+
 // maxMessageDepth bounds how deep MessageIDs looks: an event's target
 // or source is one message down.
 const maxMessageDepth = 3

@@ -18,7 +18,6 @@ import (
 	repliesv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/replies/v1"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/switchboard-chat/switchboard/pkg/approvalmode"
@@ -942,7 +941,7 @@ func (r *turnRun) runTool(ctx context.Context, tc store.ToolCall) (result string
 			result = "timeout"
 		}
 		toolCalls.WithLabelValues(tc.Name, result).Inc()
-		span.SetStatus(codes.Error, "tool failed")
+		telemetry.SpanFailed(span, "tool failed")
 		r.log.Info("tool failed", "tool", tc.Name, "err", terr)
 		return "error: " + terr.Error(), true, nil
 	}
@@ -1375,7 +1374,7 @@ func (r *turnRun) callModel(ctx context.Context, b Backend, model, system string
 			telemetry.SpanError(span, cause)
 			return nil, cause
 		}
-		span.SetStatus(codes.Error, string(llm.ClassOf(err)))
+		telemetry.SpanFailed(span, telemetry.Reason(llm.ClassOf(err)))
 		return nil, err
 	}
 	span.SetAttributes(attribute.Int("gen_ai.usage.input_tokens", resp.Usage.InputTokens),

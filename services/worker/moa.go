@@ -9,7 +9,6 @@ import (
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/switchboard-chat/switchboard/pkg/llm"
@@ -115,7 +114,7 @@ func (r *turnRun) mixture(ctx context.Context, system string, ls *loopState) (st
 	}
 	span.SetAttributes(attribute.Int("moa.references_answered", len(answers)))
 	if len(answers) < minOK {
-		span.SetStatus(codes.Error, "too few reference models answered")
+		telemetry.SpanFailed(span, "too few reference models answered")
 		f := store.Final{Status: store.StatusFailed, Kind: store.FinalError, ErrorCode: "moa_references",
 			Text: fmt.Sprintf("Mixture of Agents failed: %d of %d reference models answered, at least %d needed (%s). "+
 				"Try again, or send the message without /moa.", len(answers), len(refs), minOK, strings.Join(failed, "; "))}
@@ -143,7 +142,7 @@ func (r *turnRun) mixture(ctx context.Context, system string, ls *loopState) (st
 	// blocks may be refused without them. A tool call is ignored.
 	resp, err := r.callWhole(mctx, backend, model, aggSystem, ls, backend.Kind == "anthropic", false)
 	if err != nil {
-		span.SetStatus(codes.Error, "aggregator failed")
+		telemetry.SpanFailed(span, "aggregator failed")
 		if ctx.Err() != nil || errors.Is(err, errLockLost) {
 			return store.Final{}, err
 		}
@@ -263,11 +262,11 @@ func endReferenceSpan(ctx context.Context, span trace.Span, ref moaReference) {
 	switch {
 	case outcome == "ok":
 	case outcome == "empty":
-		span.SetStatus(codes.Error, "empty answer")
+		telemetry.SpanFailed(span, "empty answer")
 	case stopped:
 		telemetry.SpanError(span, context.Cause(ctx))
 	default:
-		span.SetStatus(codes.Error, moaReason(ref.err))
+		telemetry.SpanFailed(span, telemetry.Reason(moaReason(ref.err)))
 	}
 }
 
