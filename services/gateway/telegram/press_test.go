@@ -186,29 +186,34 @@ func (c *cutOffConn) HoldPress(id string) (*platform.PressHold, error) {
 // duplicate, leaves the query to that replica's hold, and the router's
 // refusal of the stored press is the query's answer. Answered at once
 // without text by the new poller, the query took no other answer, and
-// the refusal was lost.
+// the refusal was lost. With no word from the router at all (its
+// answer, core NATS, lost), the replica holding the query answers it
+// without text when its hold ends: the new poller left it to that hold.
 func TestPressStoredByAFailedPublishWhenTheLeaseMoves(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		// pressHold is the gateways' press_hold; late: the lease moves
-		// after the published press's hold would have ended.
-		pressHold time.Duration
-		late      bool
+		// after the published press's hold would have ended; unanswered:
+		// neither the router's answer nor its refusal comes.
+		pressHold  time.Duration
+		late       bool
+		unanswered bool
 	}{
 		// The longest there is, so that the hold is found holding
 		// however busy the machine.
 		{name: "lease moves at once", pressHold: maxPressHold},
 		{name: "lease moves after the press's hold", pressHold: 3 * time.Second, late: true},
+		{name: "no word from the router", pressHold: 3 * time.Second, unanswered: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			pressStoredWhenTheLeaseMoves(t, tc.pressHold, tc.late)
+			pressStoredWhenTheLeaseMoves(t, tc.pressHold, tc.late, tc.unanswered)
 		})
 	}
 }
 
-func pressStoredWhenTheLeaseMoves(t *testing.T, pressHold time.Duration, late bool) {
+func pressStoredWhenTheLeaseMoves(t *testing.T, pressHold time.Duration, late, unanswered bool) {
 	f := newFake(t)
 	b := bustest.New(t, bustest.EmbeddedURL(t))
 	cfg := testConfig(f)
@@ -253,6 +258,17 @@ func pressStoredWhenTheLeaseMoves(t *testing.T, pressHold time.Duration, late bo
 	}
 	if a := f.CallbackAnswers(); len(a) != 0 {
 		t.Fatalf("answers %+v before the router's refusal, want none yet", a)
+	}
+	if unanswered {
+		// a holds the query from b's question on, as it holds one for
+		// its own retry, and answers it without text when that hold
+		// ends. Let go when a's wait for a retry ran out (maxPressHold),
+		// the query went unanswered: b had left it to a.
+		waitFor(t, "the query answered", maxPressHold+pressHold, func() bool { return len(f.CallbackAnswers()) > 0 })
+		if a := f.CallbackAnswers(); len(a) != 1 || a[0].QueryID != query || a[0].Text != "" {
+			t.Fatalf("answers %+v, want the query answered without text", a)
+		}
+		return
 	}
 	const refusal = "⛔ You are not authorized to approve commands."
 	r = sendReq(t, b, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "r1",
