@@ -297,9 +297,8 @@ func (p *Platform) awaitRetry(ctx context.Context, id string, q *query) {
 	retry := make(chan struct{})
 	p.heldMu.Lock()
 	if p.held[id] != q {
-		// Claimed by a refusal, which answered it.
+		// Claimed by a refusal, which answers it and ends its hold.
 		p.heldMu.Unlock()
-		q.hold.Close()
 		return
 	}
 	q.failed, q.retry = true, retry
@@ -331,10 +330,10 @@ func (p *Platform) awaitRetry(ctx context.Context, id string, q *query) {
 				p.hold(ctx, id, q)
 			}
 		case <-q.claimed:
-			q.hold.Close() // refused: the refusal answered the query
+			// Refused: the refusal answers the query and ends its hold.
 		case req := <-answered:
-			q.hold.Close()
-			if p.claimQuery(id) {
+			if p.claimQuery(id) != nil {
+				defer q.hold.Close()
 				actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 				defer cancel()
 				p.answerCallbackText(actx, id, req.GetText())
@@ -392,13 +391,17 @@ func (p *Platform) heldElsewhere(ctx context.Context, id string, q *query) bool 
 // press it refuses no other answer. Off the update loop: the next update
 // does not wait. Nor does the hold end with ctx: a webhook's is its
 // request's, which ends at once.
+//
+// Whoever claims the query ends its hold (PressHold.Close) once it has
+// answered it, not before: until then a replica handed the press again
+// is told the press is held here (heldElsewhere), and leaves the query
+// to this answer rather than answer it first without text.
 func (p *Platform) hold(ctx context.Context, id string, q *query) {
 	var answered <-chan *deliveryv1.SendRequested
 	if q.hold != nil {
 		answered = q.hold.Answer()
 	}
 	go func() {
-		defer q.hold.Close()
 		t := time.NewTimer(p.cfg.PressHold)
 		defer t.Stop()
 		text := ""
@@ -407,9 +410,10 @@ func (p *Platform) hold(ctx context.Context, id string, q *query) {
 		case req := <-answered:
 			text = req.GetText()
 		case <-q.claimed:
-			return // refused: the refusal answered the query
+			return // refused: the refusal answers the query
 		}
-		if p.claimQuery(id) {
+		if p.claimQuery(id) != nil {
+			defer q.hold.Close()
 			actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 			defer cancel()
 			p.answerCallbackText(actx, id, text)
@@ -433,19 +437,20 @@ func heldPress(id string, end time.Time) *eventsv1.Interaction {
 	return &eventsv1.Interaction{Id: id, Component: true, ExpiresAt: timestamppb.New(end)}
 }
 
-// claimQuery takes callback query id off the held ones and reports
-// whether it was held here (its holder answers it no more, and a hold
-// still waiting ends).
-func (p *Platform) claimQuery(id string) bool {
+// claimQuery takes callback query id off the held ones and returns it,
+// nil when it was not held here (its holder answers it no more, and a
+// hold still waiting ends). The caller answers it, then closes its hold
+// (hold).
+func (p *Platform) claimQuery(id string) *query {
 	p.heldMu.Lock()
 	defer p.heldMu.Unlock()
 	q, ok := p.held[id]
 	if !ok {
-		return false
+		return nil
 	}
 	delete(p.held, id)
 	close(q.claimed)
-	return true
+	return q
 }
 
 // refuse answers the callback query of a press (the target's
@@ -459,7 +464,11 @@ func (p *Platform) claimQuery(id string) bool {
 // nothing goes to the chat, where others would see it.
 func (p *Platform) refuse(ctx context.Context, req *deliveryv1.SendRequested) (string, error) {
 	ia := req.GetTarget().GetInteraction()
-	held := p.claimQuery(ia.GetId())
+	q := p.claimQuery(ia.GetId())
+	held := q != nil
+	if held {
+		defer q.hold.Close()
+	}
 	// Sent on to a holder also past the press's end: the replica whose
 	// publish failed holds the query until its retry, which another
 	// replica may be handed once the poller's lease moved

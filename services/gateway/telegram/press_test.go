@@ -3,8 +3,13 @@ package telegram
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	neturl "net/url"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -186,29 +191,34 @@ func (c *cutOffConn) HoldPress(id string) (*platform.PressHold, error) {
 // duplicate, leaves the query to that replica's hold, and the router's
 // refusal of the stored press is the query's answer. Answered at once
 // without text by the new poller, the query took no other answer, and
-// the refusal was lost.
+// the refusal was lost. With no word from the router at all (its
+// answer, core NATS, lost), the replica holding the query answers it
+// without text when its hold ends: the new poller left it to that hold.
 func TestPressStoredByAFailedPublishWhenTheLeaseMoves(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		// pressHold is the gateways' press_hold; late: the lease moves
-		// after the published press's hold would have ended.
-		pressHold time.Duration
-		late      bool
+		// after the published press's hold would have ended; unanswered:
+		// neither the router's answer nor its refusal comes.
+		pressHold  time.Duration
+		late       bool
+		unanswered bool
 	}{
 		// The longest there is, so that the hold is found holding
 		// however busy the machine.
 		{name: "lease moves at once", pressHold: maxPressHold},
 		{name: "lease moves after the press's hold", pressHold: 3 * time.Second, late: true},
+		{name: "no word from the router", pressHold: 3 * time.Second, unanswered: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			pressStoredWhenTheLeaseMoves(t, tc.pressHold, tc.late)
+			pressStoredWhenTheLeaseMoves(t, tc.pressHold, tc.late, tc.unanswered)
 		})
 	}
 }
 
-func pressStoredWhenTheLeaseMoves(t *testing.T, pressHold time.Duration, late bool) {
+func pressStoredWhenTheLeaseMoves(t *testing.T, pressHold time.Duration, late, unanswered bool) {
 	f := newFake(t)
 	b := bustest.New(t, bustest.EmbeddedURL(t))
 	cfg := testConfig(f)
@@ -254,6 +264,17 @@ func pressStoredWhenTheLeaseMoves(t *testing.T, pressHold time.Duration, late bo
 	if a := f.CallbackAnswers(); len(a) != 0 {
 		t.Fatalf("answers %+v before the router's refusal, want none yet", a)
 	}
+	if unanswered {
+		// a holds the query from b's question on, as it holds one for
+		// its own retry, and answers it without text when that hold
+		// ends. Let go when a's wait for a retry ran out (maxPressHold),
+		// the query went unanswered: b had left it to a.
+		waitFor(t, "the query answered", maxPressHold+pressHold, func() bool { return len(f.CallbackAnswers()) > 0 })
+		if a := f.CallbackAnswers(); len(a) != 1 || a[0].QueryID != query || a[0].Text != "" {
+			t.Fatalf("answers %+v, want the query answered without text", a)
+		}
+		return
+	}
 	const refusal = "⛔ You are not authorized to approve commands."
 	r = sendReq(t, b, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "r1",
 		Target: &deliveryv1.Target{Platform: "telegram", Account: "4242", ChatId: "99", Interaction: evs[0].GetInteraction()}, Text: refusal})
@@ -263,5 +284,103 @@ func pressStoredWhenTheLeaseMoves(t *testing.T, pressHold time.Duration, late bo
 	waitFor(t, "the query answered", 10*time.Second, func() bool { return len(f.CallbackAnswers()) == 1 })
 	if a := f.CallbackAnswers()[0]; a.QueryID != query || a.Text != refusal {
 		t.Fatalf("answer %+v, want the refusal as the query's answer", a)
+	}
+}
+
+// slowAnswers is the Bot API at target, whose answerCallbackQuery is
+// held back until release is closed; answering is closed when the first
+// one comes.
+func slowAnswers(t *testing.T, target string) (url string, answering, release chan struct{}) {
+	t.Helper()
+	u, err := neturl.Parse(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	answering, release = make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	proxy := httputil.NewSingleHostReverseProxy(u)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/answerCallbackQuery") {
+			once.Do(func() { close(answering) })
+			select {
+			case <-release:
+			case <-time.After(10 * time.Second):
+			}
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL, answering, release
+}
+
+// A replica that claimed a press's query to answer it with the router's
+// refusal holds the press until that answer is made: a replica handed
+// the press again meanwhile (the poller's lease moved, a webhook
+// delivery retried elsewhere) and told it is a duplicate asks whether
+// one holds it (platform.RetryPress), and leaves it to the refusal.
+// Told none does, as it was once the claim had ended the hold, it
+// answered the query at once without text, and the refusal, answered
+// second, was lost.
+func TestPressHeldWhileItsRefusalIsAnswered(t *testing.T) {
+	t.Parallel()
+	f := newFake(t)
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	cfg := testConfig(f)
+	var answering, release chan struct{}
+	cfg.APIBaseURL, answering, release = slowAnswers(t, f.URL)
+	// The longest there is, so that the hold is found holding however
+	// busy the machine.
+	cfg.PressHold = maxPressHold
+	s, _ := startService(t, cfg, b, "a")
+	waitFor(t, "connected", 20*time.Second, func() bool { st, _ := s.Runner().State(); return st == platform.StateConnected })
+	target := &deliveryv1.Target{Platform: "telegram", Account: "4242", ChatId: "99"}
+	r := sendReq(t, b, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "p1", Target: target, Text: "approve?",
+		Approval: &deliveryv1.Approval{Choices: []string{"once", "deny"}, ToolCallId: "call_1"}})
+	if !r.GetOk() {
+		t.Fatalf("prompt not sent: %v", r)
+	}
+	card := f.Messages("99")[0]
+	id, query, err := f.Press("99", card.ID, alice, "ea:once:call_1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the press published", 10*time.Second, func() bool { return f.Confirmed() > id })
+	evs := inbound(t, b)
+	if len(evs) != 1 || evs[0].GetInteraction().GetId() != query {
+		t.Fatalf("published %v, want the press once", evs)
+	}
+	const refusal = "⛔ You are not authorized to approve commands."
+	refused := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		r := &deliveryv1.SendReceipt{}
+		err := b.Request(ctx, b.Topology().SendSubject("telegram"), &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "r1",
+			Target: &deliveryv1.Target{Platform: "telegram", Account: "4242", ChatId: "99", Interaction: evs[0].GetInteraction()}, Text: refusal}, r)
+		if err == nil && !r.GetOk() {
+			err = fmt.Errorf("receipt %v", r)
+		}
+		refused <- err
+	}()
+	select {
+	case <-answering:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the refusal was not answered")
+	}
+	// The claim has ended the hold's wait by now; the refusal's answer
+	// is still on its way to Telegram.
+	time.Sleep(300 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	held, err := platform.RetryPress(ctx, b, "telegram", query)
+	close(release)
+	if err != nil || !held {
+		t.Errorf("asked while the refusal is answered: held %v, %v; want held", held, err)
+	}
+	if err := <-refused; err != nil {
+		t.Fatalf("refusal: %v", err)
+	}
+	if a := f.CallbackAnswers(); len(a) != 1 || a[0].QueryID != query || a[0].Text != refusal {
+		t.Fatalf("answers %+v, want the refusal as the query's answer", a)
 	}
 }

@@ -422,7 +422,7 @@ func (p *Platform) handle(ctx context.Context, conn platform.Conn, raw []byte) (
 				if duplicate && p.heldElsewhere(ctx, out.callbackID, q) {
 					return
 				}
-				if p.claimQuery(out.callbackID) {
+				if p.claimQuery(out.callbackID) != nil {
 					p.answerCallback(ctx, out.callbackID)
 				}
 			}
