@@ -49,6 +49,14 @@ func Redact(text string) string {
 	return text
 }
 
+// MaxMatch bounds, in practice, the text one secret's mask replaces, for
+// a caller that masks only the head of a large text: a secret starting
+// more than MaxMatch bytes before the head's end ends inside it. Private
+// key blocks are the longest (an 8192-bit RSA key's is about 6.3 KB); the
+// patterns of keys and tokens have no bound of their own, but vendors'
+// keys and tokens are far shorter.
+const MaxMatch = 8 << 10
+
 // mask hides a secret: its first 6 and last 4 characters stay when it
 // has 18 or more (Hermes's _mask), else nothing of it.
 func mask(s string) string {

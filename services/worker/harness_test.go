@@ -188,6 +188,7 @@ type turnOpts struct {
 	sessionID   string
 	origin      *eventsv1.SessionSource
 	answerOnly  bool   // the input's sender shows no progress
+	listsCalls  bool   // the input's answer lists the turn's tool calls (a Responses request)
 	noReaction  bool   // the input's gateway marks it with no reaction
 	command     string // the transcript command the router marked ("undo 2")
 	attachments []*eventsv1.Attachment
@@ -247,7 +248,7 @@ func (h *harness) requestTurn(key, text string, o turnOpts) *turnsv1.TurnRequest
 		TurnId: fmt.Sprintf("turn-%s-%d", key, n), SessionKey: key, SessionId: o.sessionID, Generation: o.generation,
 		LockToken: o.token, LockTtlMs: o.lockTTL.Milliseconds(), GrantTtlMs: 60000, Origin: o.origin, ModelOverride: o.override, RequestedAt: timestamppb.Now(),
 		Inputs: []*eventsv1.MessageReceived{{EventId: fmt.Sprintf("ev%d", n), MessageId: fmt.Sprintf("m%d", n), Text: text,
-			Source: o.origin, AnswerOnly: o.answerOnly, TranscriptCommand: o.command, Attachments: o.attachments, Context: o.context,
+			Source: o.origin, AnswerOnly: o.answerOnly, ListsToolCalls: o.listsCalls, TranscriptCommand: o.command, Attachments: o.attachments, Context: o.context,
 			NoReaction: o.noReaction}},
 		PersonalityPrompt: o.personality, ReasoningEffort: o.effort, ShowReasoning: o.show,
 		ToolProgressMode: o.toolMode,

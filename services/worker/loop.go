@@ -838,11 +838,8 @@ func (r *turnRun) runTools(ctx context.Context, ls *loopState, pending []store.T
 		if err != nil {
 			return err
 		}
-		// The finished step shows the tool's result, not the steer's,
-		// masked before it is cut: a key cut in half at the bound is no
-		// longer a key to the masking patterns (resultPreview masks again,
-		// which changes nothing).
-		shownResult := capResult(secret.Redact(result), r.s.cfg.Agent.MaxToolResultBytes)
+		// The finished step shows the tool's result, not the steer's.
+		shown := shownResult(result, r.s.cfg.Agent.MaxToolResultBytes)
 		result = capResult(result, r.s.cfg.Agent.MaxToolResultBytes) // an error's text too
 		steer := r.ctl.takeSteer()
 		if len(steer) > 0 {
@@ -857,7 +854,7 @@ func (r *turnRun) runTools(ctx context.Context, ls *loopState, pending []store.T
 			phase = repliesv1.ToolPhase_TOOL_PHASE_FAILED
 		}
 		if err := r.toolProgress(ctx, &repliesv1.ToolProgress{ToolCallId: tc.ID, ToolName: tc.Name, Phase: phase,
-			Detail: resultPreview(shownResult)}); err != nil {
+			Detail: resultPreview(shown)}); err != nil {
 			return err
 		}
 	}
@@ -983,7 +980,10 @@ func (r *turnRun) callTool(ctx context.Context, t tools.Tool, call tools.Call, a
 // capResult cuts a tool's output longer than max bytes (on a character
 // boundary) and says so: one huge result (a page, a log) would otherwise
 // fill the context window of every later model call of the session.
-func capResult(out string, max int) string {
+func capResult(out string, max int) string { return cutResult(out, max, len(out)) }
+
+// cutResult is capResult of out, the head of an output of total bytes.
+func cutResult(out string, max, total int) string {
 	if max <= 0 || len(out) <= max {
 		return out
 	}
@@ -991,7 +991,30 @@ func capResult(out string, max int) string {
 	for n > 0 && (out[n]&0xC0) == 0x80 {
 		n--
 	}
-	return out[:n] + fmt.Sprintf("\n\n[Output truncated: %d of %d bytes shown.]", n, len(out))
+	return out[:n] + fmt.Sprintf("\n\n[Output truncated: %d of %d bytes shown.]", n, total)
+}
+
+// shownResult is a tool's result as its finished step shows it: cut at
+// max bytes as the model's copy is, and masked before it is cut (a key cut
+// in half at the bound is no longer a key to the masking patterns;
+// resultPreview masks again, which changes nothing). Only what the cut
+// keeps is masked, and secret.MaxMatch bytes past it, so that a secret
+// crossing the cut is masked whole: masking runs every pattern over the
+// text, CPU that a large result (a page, a log) would spend on text no
+// step shows. Masking shortens what it masks (but a URL's password of
+// one or two characters), so while it leaves less than the cut and the
+// margin, twice as much of the result is masked: at most twice the work
+// of masking it whole.
+func shownResult(result string, max int) string {
+	if max <= 0 {
+		return secret.Redact(result)
+	}
+	for head := max + secret.MaxMatch; head < len(result); head *= 2 {
+		if masked := secret.Redact(result[:head]); len(masked) >= max+secret.MaxMatch {
+			return cutResult(masked, max, len(result))
+		}
+	}
+	return cutResult(secret.Redact(result), max, len(result))
 }
 
 func preview(args string) string { return truncate(args, 200) }

@@ -2,8 +2,12 @@ package worker
 
 import (
 	"encoding/json"
+	"fmt"
+	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/switchboard-chat/switchboard/pkg/secret"
 )
 
 // A call's arguments fit their bound as a JSON object that parses: whole
@@ -56,4 +60,64 @@ func FuzzBoundedArguments(f *testing.F) {
 			t.Fatalf("%q fits in %d bytes, got %q", c, max, got)
 		}
 	})
+}
+
+// A finished step shows its result masked as if the whole result were
+// masked, though only the text before the cut and a margin past it are:
+// a secret crossing the cut is masked, not shown in clear up to the cut,
+// also when masking the text before it took out more than the margin.
+func TestShownResultMasksASecretAcrossTheCut(t *testing.T) {
+	t.Parallel()
+	const key = "sk-abcdefghijklmnopqrstuvwxyz0123456789"
+	body := strings.Repeat("MIIEowIBAAKCAQEAsecretkeymaterial0123456789abcdefghijklmnopqrstuv\n", 50) // 3,300 bytes
+	pem := "-----BEGIN RSA PRIVATE KEY-----\n" + body + "-----END RSA PRIVATE KEY-----\n"
+	jwt := "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJhbGljZSIsInJvbGUiOiJhZG1pbiJ9.c2lnbmF0dXJlc2lnbmF0dXJlc2lnbmF0dXJl"
+	filler := strings.Repeat("a line of a large file\n", 500) // 11.5 KB after the secret: more than the margin
+	tests := []struct {
+		name, result string
+		max          int
+		clear        string // what of the secret must not be shown
+	}{
+		{"a key", "the key is " + key + " keep it safe\n" + filler, 20, key[:7]},
+		{"a key at the cut", "the key is " + key + "\n" + filler, 11 + len(key)/2, key[:7]},
+		{"a private key", "id_rsa:\n" + pem + filler, 100, "MIIEow"},
+		{"a token", "Authorization: Bearer " + jwt + "\n" + filler, 40, "eyJhbGciOi"},
+		{"a key after masked private keys", strings.Repeat(pem, 4) + "the key is " + key + "\n" + filler, 4*23 + 20, key[:7]},
+		{"a private key after masked private keys", strings.Repeat(pem, 4) + "id_rsa:\n" + pem + filler, 4*23 + 60, "MIIEow"},
+		{"a short result", "the key is " + key, 1000, key[:7]},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := shownResult(tt.result, tt.max)
+			if strings.Contains(got, tt.clear) {
+				t.Errorf("shownResult(%d) shows %q in clear: %q", tt.max, tt.clear, got)
+			}
+			// What it shows is what masking the whole result shows.
+			whole := capResult(secret.Redact(tt.result), tt.max)
+			shown, _, _ := strings.Cut(got, "\n\n[Output truncated")
+			want, _, _ := strings.Cut(whole, "\n\n[Output truncated")
+			if shown != want {
+				t.Errorf("shownResult(%d) = %q, want %q", tt.max, shown, want)
+			}
+			if len(tt.result) > tt.max && !strings.HasSuffix(got, fmt.Sprintf("of %d bytes shown.]", len(tt.result))) {
+				t.Errorf("shownResult(%d) = %q, want the cut said, of the result's %d bytes", tt.max, got, len(tt.result))
+			}
+		})
+	}
+}
+
+// A large result's step masks what it can show, not the whole result:
+// masking copies the text once per pattern, CPU and memory spent on text
+// no step shows. (Not parallel: it counts the process's allocations.)
+func TestShownResultMasksOnlyWhatItCanShow(t *testing.T) {
+	result := strings.Repeat("a line of a large file\n", 100_000) // 2.3 MB
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	got := shownResult(result, 1000)
+	runtime.ReadMemStats(&after)
+	// Masking the whole result allocates some 16 times its size; its
+	// head, some 35 times the cut and the margin (318 KB here).
+	if n := after.TotalAlloc - before.TotalAlloc; n > uint64(len(result))/2 {
+		t.Errorf("showing %d bytes of a %d-byte result allocated %d bytes", len(got), len(result), n)
+	}
 }

@@ -76,6 +76,9 @@ type turnRun struct {
 	// not published (each would cost a seq, a publish and a delivery) —
 	// but for the tool steps an API answer lists (answerListsSteps).
 	answerOnly bool
+	// listsSteps: an input's answer lists the turn's tool calls (a
+	// Responses request: MessageReceived.lists_tool_calls).
+	listsSteps bool
 	ctl        *control
 	// holder is this attempt's value of the session lock: the router's
 	// grant token and the attempt, so two deliveries of one turn never
@@ -216,6 +219,7 @@ func newTurnRun(s *Service, req *turnsv1.TurnRequested, attempt, spent int) *tur
 			}
 		}
 		r.answerOnly = r.answerOnly && in.GetAnswerOnly()
+		r.listsSteps = r.listsSteps || in.GetListsToolCalls()
 	}
 	return r
 }
@@ -779,11 +783,11 @@ func (r *turnRun) withUsage() store.Turn {
 // turn's first event: seq 1, without the counter's round trip. The
 // counter stays unset, so a later attempt that does allocate (the last
 // attempt's apology) starts at 1 too, and Finish keeps whichever final
-// was committed first. A later attempt of a turn answering the API
-// gateway asks the counter: an earlier one may have published tool steps
-// (answerListsSteps).
+// was committed first. A later attempt of a turn whose answer lists its
+// tool calls asks the counter: an earlier one may have published tool
+// steps (answerListsSteps).
 func (r *turnRun) finalSeq(ctx context.Context) (int64, error) {
-	if r.answerOnly && r.s.agent == nil && !r.seqUsed.Load() && (r.attempt <= 1 || r.target.GetPlatform() != "api") {
+	if r.answerOnly && r.s.agent == nil && !r.seqUsed.Load() && (r.attempt <= 1 || !r.listsSteps) {
 		return 1, nil
 	}
 	return r.nextSeq(ctx)
@@ -827,7 +831,9 @@ func (r *turnRun) publish(ctx context.Context, ev *repliesv1.ReplyEvent) error {
 // calls in a Responses answer that does not stream (function_call and
 // function_call_output items before the message, as Hermes's API server
 // does), and its request, which shows no progress, can only get them
-// as steps: a call's start and end, nothing else. A turn that calls no
+// as steps: a call's start and end, nothing else. Only a turn an input
+// of which says its answer lists them (lists_tool_calls) does: a chat
+// completion that does not stream shows none. A turn that calls no
 // tool publishes nothing more. Only its first attempt does: an earlier
 // attempt, frozen past its lock rather than dead, may still commit its
 // final at seq 1 without the counter (finalSeq), and a step a later
@@ -835,7 +841,7 @@ func (r *turnRun) publish(ctx context.Context, ev *repliesv1.ReplyEvent) error {
 // republication of it, as the step's duplicate. A retried answer lists
 // the first attempt's calls only.
 func (r *turnRun) answerListsSteps(ev *repliesv1.ReplyEvent) bool {
-	if r.attempt > 1 || r.target.GetPlatform() != "api" {
+	if r.attempt > 1 || !r.listsSteps {
 		return false
 	}
 	switch ev.GetToolProgress().GetPhase() {

@@ -205,12 +205,15 @@ func TestAnswerOnlyAPITurnPublishesItsToolSteps(t *testing.T) {
 	api := &eventsv1.SessionSource{Platform: "api", Account: "default", ChatId: "req_1", ChatType: "dm", UserId: "key"}
 	for _, tc := range []struct {
 		name, text string
+		lists      bool // a Responses request, whose answer lists the calls
 		want       []string
 	}{
-		{"plain", "hello there", []string{"final"}},
-		{"with a tool", "what time is it [[tool:clock {\"tz\":\"UTC\"}]]", []string{"clock started", "clock finished", "final"}},
+		{"plain", "hello there", true, []string{"final"}},
+		{"with a tool", "what time is it [[tool:clock {\"tz\":\"UTC\"}]]", true, []string{"clock started", "clock finished", "final"}},
+		// A chat completion's answer shows no tool calls: no steps.
+		{"chat completion with a tool", "what time is it [[tool:clock {\"tz\":\"UTC\"}]]", false, []string{"final"}},
 	} {
-		req := h.requestTurn("s1", tc.text, turnOpts{answerOnly: true, origin: api})
+		req := h.requestTurn("s1", tc.text, turnOpts{answerOnly: true, listsCalls: tc.lists, origin: api})
 		if done := h.waitCompleted(req.TurnId); done.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED {
 			t.Fatalf("%s: status %v (%s)", tc.name, done.GetStatus(), done.GetError())
 		}
@@ -267,7 +270,7 @@ func TestAnswerOnlyAPITurnLaterAttemptPublishesNoSteps(t *testing.T) {
 		d.LLM.Provider = &panicsOnce{Provider: d.LLM.Provider}
 	})
 	api := &eventsv1.SessionSource{Platform: "api", Account: "default", ChatId: "req_1", ChatType: "dm", UserId: "key"}
-	req := h.requestTurn("s1", "what time is it [[tool:clock {\"tz\":\"UTC\"}]]", turnOpts{answerOnly: true, origin: api})
+	req := h.requestTurn("s1", "what time is it [[tool:clock {\"tz\":\"UTC\"}]]", turnOpts{answerOnly: true, listsCalls: true, origin: api})
 	if done := h.waitCompleted(req.TurnId); done.GetStatus() != turnsv1.TurnStatus_TURN_STATUS_COMPLETED {
 		t.Fatalf("status %v (%s)", done.GetStatus(), done.GetError())
 	}

@@ -61,7 +61,8 @@ func (s *Service) createResponse(w http.ResponseWriter, r *http.Request) {
 		// As Hermes: the instructions of the response it continues.
 		req.CarryInstructions(previous.Instructions)
 	}
-	t, ok := s.prepare(w, r, message{input: req.Input, session: session, user: req.User, stream: req.Stream, param: "input", received: received})
+	t, ok := s.prepare(w, r, message{input: req.Input, session: session, user: req.User, stream: req.Stream, param: "input", received: received,
+		listsToolCalls: true})
 	if !ok {
 		return
 	}

@@ -234,19 +234,40 @@ func (rs *responseStore) updateBounded(ctx context.Context, rec storedResponse, 
 
 // bounded is the record of an ended response made smaller, a step at a
 // time, after NATS refused it for its size (a NATS message, 1 MiB by
-// default, holds a record): first without its tool calls' items, then
-// without its instructions (a response continuing it then gets none of
-// them), and at last, when its answer alone does not fit, failed
-// (response_too_large) without output — its request got the answer.
-// ok is false when nothing is left to drop. rec's response is not
-// changed: the request still answers with it.
+// default, holds a record): first with its tool calls' results cut out
+// (their function_call_output items stay, with an empty output), then
+// without the oldest half of its tool calls' items, a call's items
+// together, until none are left (a few writes, however many calls: the
+// message's text is what makes a record too large, the items are
+// bounded by toolItemsMax), then without its instructions (a response
+// continuing it then gets none of them), and at last, when its answer
+// alone does not fit, failed (response_too_large) without output — its
+// request got the answer. ok is false when nothing is left to drop.
+// rec's response is not changed: the request still answers with it.
 func bounded(rec storedResponse) (smaller storedResponse, ok bool) {
 	o := *rec.Response
 	rec.Response = &o
-	messages := slices.DeleteFunc(slices.Clone(o.Output), func(m outputMessage) bool { return m.Type != "message" })
+	var calls []string // the tool calls' ids, oldest first
+	results := false   // a result is still kept
+	for _, m := range o.Output {
+		if m.Type != "message" && !slices.Contains(calls, m.CallID) {
+			calls = append(calls, m.CallID)
+		}
+		results = results || m.Type == "function_call_output" && len(m.Output) > 0
+	}
 	switch {
-	case len(messages) < len(o.Output):
-		o.Output = messages
+	case results:
+		o.Output = slices.Clone(o.Output)
+		for i, m := range o.Output {
+			if m.Type == "function_call_output" {
+				o.Output[i].Output = []outputPart{}
+			}
+		}
+	case len(calls) > 0:
+		oldest := calls[:(len(calls)+1)/2]
+		o.Output = slices.DeleteFunc(slices.Clone(o.Output), func(m outputMessage) bool {
+			return m.Type != "message" && slices.Contains(oldest, m.CallID)
+		})
 	case rec.Instructions != "" || o.Instructions != nil:
 		rec.Instructions, o.Instructions = "", nil
 	case o.Status != "failed" || len(o.Output) > 0 || o.Error == nil || o.Error.Code != responseTooLarge:

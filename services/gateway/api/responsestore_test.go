@@ -488,17 +488,24 @@ func TestResponsesTooLargeAnswerIsKeptBounded(t *testing.T) {
 }
 
 // bounded makes an ended response's record smaller a step at a time:
-// its tool calls' items first, then its instructions, then its answer
-// (failed), and then it has nothing left to drop; the response the
-// request answers with is not changed.
+// first its tool calls' results are cut out, then its tool calls' items
+// go, the oldest half of the calls at a time (a call's items together),
+// then its instructions, then its answer (failed), and then it has
+// nothing left to drop; the response the request answers with is not
+// changed.
 func TestBoundedResponseRecord(t *testing.T) {
 	t.Parallel()
 	instructions := "be brief"
 	done := int64(1764954000)
 	o := &responseObject{ID: "resp_1", Status: "completed", CompletedAt: &done, Instructions: &instructions, messageID: "msg_1"}
+	result := func(text string) []outputPart { return []outputPart{{Type: "input_text", Text: text}} }
 	o.Output = []outputMessage{
 		{ID: "fc_1", Type: "function_call", Name: "clock", CallID: "c1"},
-		{ID: "fco_1", Type: "function_call_output", CallID: "c1"},
+		{ID: "fco_2", Type: "function_call_output", CallID: "c1", Output: result("5pm")},
+		{ID: "fc_3", Type: "function_call", Name: "read_file", CallID: "c2"},
+		{ID: "fco_4", Type: "function_call_output", CallID: "c2", Output: result("the file")},
+		{ID: "fc_5", Type: "function_call", Name: "clock", CallID: "c3"},
+		{ID: "fco_6", Type: "function_call_output", CallID: "c3", Output: result("5pm")},
 		o.message("completed", "It's 5pm."),
 	}
 	rec := storedResponse{Owner: "k", Instructions: instructions, Response: o}
@@ -508,22 +515,35 @@ func TestBoundedResponseRecord(t *testing.T) {
 		if !ok {
 			break
 		}
-		var types []string
+		var items []string
 		for _, m := range next.Response.Output {
-			types = append(types, m.Type)
+			switch m.Type {
+			case "function_call":
+				items = append(items, m.CallID)
+			case "function_call_output":
+				var text []string
+				for _, p := range m.Output {
+					text = append(text, p.Text)
+				}
+				items = append(items, fmt.Sprintf("%s=%q", m.CallID, strings.Join(text, "")))
+			default:
+				items = append(items, m.Type)
+			}
 		}
 		code := ""
 		if next.Response.Error != nil {
 			code = next.Response.Error.Code
 		}
-		steps = append(steps, fmt.Sprintf("%s %v %q %v %s completed_at %v", next.Response.Status, types, next.Instructions, next.Response.Instructions != nil, code,
+		steps = append(steps, fmt.Sprintf("%s %v %q %v %s completed_at %v", next.Response.Status, items, next.Instructions, next.Response.Instructions != nil, code,
 			next.Response.CompletedAt != nil))
 		rec = next
-		if len(steps) > 5 {
+		if len(steps) > 8 {
 			break
 		}
 	}
 	want := []string{
+		`completed [c1 c1="" c2 c2="" c3 c3="" message] "be brief" true  completed_at true`,
+		`completed [c3 c3="" message] "be brief" true  completed_at true`,
 		`completed [message] "be brief" true  completed_at true`,
 		`completed [message] "" false  completed_at true`,
 		// A failed response has no completed_at, as the Responses API's.
@@ -532,7 +552,7 @@ func TestBoundedResponseRecord(t *testing.T) {
 	if strings.Join(steps, "\n") != strings.Join(want, "\n") {
 		t.Errorf("steps\n%s\nwant\n%s", strings.Join(steps, "\n"), strings.Join(want, "\n"))
 	}
-	if o.Status != "completed" || len(o.Output) != 3 || o.Instructions == nil || o.CompletedAt == nil {
+	if o.Status != "completed" || len(o.Output) != 7 || o.Output[1].Output[0].Text != "5pm" || o.Instructions == nil || o.CompletedAt == nil {
 		t.Errorf("the answered response changed: %s, %d items", o.Status, len(o.Output))
 	}
 }

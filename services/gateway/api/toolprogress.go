@@ -20,7 +20,8 @@ import (
 // answer that does not stream lists the same items in its output, before
 // the message, as Hermes's does; a chat completion that does not stream
 // shows none, as Hermes's. (The turn of a plain request publishes no
-// progress, answer_only, but for its tool calls' steps.)
+// progress, answer_only, but for its tool calls' steps when its message
+// says the answer lists them, lists_tool_calls: a Responses request's.)
 
 // toolProgressEvent names the chat completions stream's tool events.
 const toolProgressEvent = "hermes.tool.progress"

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -379,5 +380,16 @@ func TestResponsesAnswerListsToolCalls(t *testing.T) {
 	chat := post(s, `{"model":"switchboard","messages":[{"role":"user","content":"what time is it?"}]}`, nil)
 	if _, text := answerOf(t, chat); text != final || strings.Contains(string(chat.body), "call_1") {
 		t.Errorf("chat completion %s, want the answer %q alone", chat.body, final)
+	}
+	// Only the Responses request's message asks its turn for the steps
+	// of its tool calls: the chat completion's turn need publish none.
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var lists []bool
+	for _, ev := range r.events {
+		lists = append(lists, ev.GetListsToolCalls())
+	}
+	if !slices.Equal(lists, []bool{true, false}) {
+		t.Errorf("messages list tool calls %v, want [true false] (the response's, the chat completion's)", lists)
 	}
 }

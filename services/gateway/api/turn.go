@@ -82,6 +82,10 @@ type message struct {
 	// user is the sender's name (the request's user field).
 	user   string
 	stream bool
+	// listsToolCalls: the answer lists the turn's tool calls (a
+	// Responses request), so its turn publishes their steps even when
+	// it publishes no other progress.
+	listsToolCalls bool
 	// param names the input in the request, for errors.
 	param    string
 	received time.Time
@@ -170,7 +174,8 @@ func (s *Service) prepare(w http.ResponseWriter, r *http.Request, m message) (*t
 		ClientSessionId:        m.session,
 		// A plain request waits for the whole answer: no typing, no
 		// streamed text. A keyed one may be followed by a streaming retry.
-		AnswerOnly: !m.stream && !t.keyed,
+		AnswerOnly:     !m.stream && !t.keyed,
+		ListsToolCalls: m.listsToolCalls,
 	}
 	return t, true
 }

@@ -760,9 +760,15 @@ type MessageReceived struct {
 	// transcript, and puts it only on a refusal's target
 	// (Target.interaction), which the gateway sends as a message only the
 	// invoker sees.
-	Interaction   *Interaction `protobuf:"bytes,22,opt,name=interaction,proto3" json:"interaction,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Interaction *Interaction `protobuf:"bytes,22,opt,name=interaction,proto3" json:"interaction,omitempty"`
+	// The sender's answer lists the turn's tool calls (a Responses API
+	// request: function_call and function_call_output items before the
+	// message): a turn whose every input is answer_only still publishes
+	// its tool calls' steps when an input says so, and only then (a
+	// non-streaming chat completion's answer shows none).
+	ListsToolCalls bool `protobuf:"varint,23,opt,name=lists_tool_calls,json=listsToolCalls,proto3" json:"lists_tool_calls,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *MessageReceived) Reset() {
@@ -947,6 +953,13 @@ func (x *MessageReceived) GetInteraction() *Interaction {
 		return x.Interaction
 	}
 	return nil
+}
+
+func (x *MessageReceived) GetListsToolCalls() bool {
+	if x != nil {
+		return x.ListsToolCalls
+	}
+	return false
 }
 
 // Interaction is what a platform needs to answer one use of a native
@@ -1310,7 +1323,7 @@ const file_switchboard_events_v1_events_proto_rawDesc = "" +
 	"\bfrom_bot\x18\x04 \x01(\bR\afromBot\">\n" +
 	"\x0eContextMessage\x12\x12\n" +
 	"\x04role\x18\x01 \x01(\tR\x04role\x12\x18\n" +
-	"\acontent\x18\x02 \x01(\tR\acontent\"\xba\b\n" +
+	"\acontent\x18\x02 \x01(\tR\acontent\"\xe4\b\n" +
 	"\x0fMessageReceived\x12\x19\n" +
 	"\bevent_id\x18\x01 \x01(\tR\aeventId\x12\x1d\n" +
 	"\n" +
@@ -1339,7 +1352,8 @@ const file_switchboard_events_v1_events_proto_rawDesc = "" +
 	"\tfork_from\x18\x13 \x01(\v2\x1f.switchboard.events.v1.ForkFromR\bforkFrom\x12E\n" +
 	"\fbutton_press\x18\x14 \x01(\v2\".switchboard.events.v1.ButtonPressR\vbuttonPress\x12#\n" +
 	"\rslash_command\x18\x15 \x01(\bR\fslashCommand\x12D\n" +
-	"\vinteraction\x18\x16 \x01(\v2\".switchboard.events.v1.InteractionR\vinteraction\"\xb3\x01\n" +
+	"\vinteraction\x18\x16 \x01(\v2\".switchboard.events.v1.InteractionR\vinteraction\x12(\n" +
+	"\x10lists_tool_calls\x18\x17 \x01(\bR\x0elistsToolCalls\"\xb3\x01\n" +
 	"\vInteraction\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12%\n" +
 	"\x0eapplication_id\x18\x02 \x01(\tR\rapplicationId\x12\x14\n" +
