@@ -98,8 +98,8 @@ func scrubbable(f string) bool {
 // clients write it: without the leading "+" of a phone number, and
 // escaped in a URL's path or query (a Matrix room "!r:example.org" as
 // "%21r:example.org"), each replaced by the ID of the id as given.
-// An e-mail address is also found in any ASCII case, after every id
-// was replaced where it stands as given (so two ids in two cases keep
+// An e-mail address is also found in any ASCII case, except where it
+// stands as another id given in that case (so two ids in two cases keep
 // their own IDs); other ids, a Matrix user's "@bob:server" among them,
 // only as given. Ids shorter than 3 bytes are left, and numbers under 5
 // digits.
@@ -123,17 +123,13 @@ func (p *Pseudonymizer) Scrub(text string, ids ...string) string {
 		}
 	}
 	// The longest first: "+15551234567" before "15551234567", an id
-	// before one it contains.
+	// before one it contains, an address in another case too (in
+	// "Jim.bob@example.com", "jim.bob@example.com" before
+	// "bob@example.com", which would leave "Jim." in the text).
 	slices.SortStableFunc(forms, func(a, b form) int { return cmp.Compare(len(b.find), len(a.find)) })
+	given := func(s string) bool { return slices.ContainsFunc(forms, func(o form) bool { return o.find == s }) }
 	for _, f := range forms {
-		text = p.replaceWord(text, f.find, f.id, false)
-	}
-	// Then addresses in other cases: what is left of them was given in
-	// no case, and a pseudonym has no "@" to match again.
-	for _, f := range forms {
-		if f.fold {
-			text = p.replaceWord(text, f.find, f.id, true)
-		}
+		text = p.replaceWord(text, f.find, f.id, f.fold, given)
 	}
 	return text
 }
@@ -149,8 +145,10 @@ func isAddress(id string) bool {
 }
 
 // replaceWord replaces find by the ID of id wherever it stands as a
-// whole word in text; with fold, in any ASCII case.
-func (p *Pseudonymizer) replaceWord(text, find, id string, fold bool) string {
+// whole word in text; with fold, in any ASCII case, but where it stands
+// in another case as one that given reports (another id's form, as it
+// was given, which keeps its own ID).
+func (p *Pseudonymizer) replaceWord(text, find, id string, fold bool, given func(string) bool) string {
 	index := strings.Index
 	if fold {
 		index = indexFold
@@ -163,7 +161,7 @@ func (p *Pseudonymizer) replaceWord(text, find, id string, fold bool) string {
 			break
 		}
 		start, end := from+i, from+i+len(find)
-		if !wordBoundary(text, start, end) {
+		if !wordBoundary(text, start, end) || fold && text[start:end] != find && given(text[start:end]) {
 			from = start + 1
 			continue
 		}

@@ -43,6 +43,13 @@ func TestScrub(t *testing.T) {
 			id("Bob@example.com") + ", " + id("bob@example.com")},
 		{"an address in a third case", "BOB@example.com", []string{"bob@example.com", "Bob@example.com"},
 			id("bob@example.com")},
+		// An address that ends another, the longer written in another
+		// case: the longer is one word, not the shorter with a name
+		// before it ("jim." left in the text).
+		{"an address another ends with, in another case", "mail to jim.bob@example.com refused", []string{"bob@example.com", "Jim.Bob@example.com"},
+			"mail to " + id("Jim.Bob@example.com") + " refused"},
+		{"an address another starts with, in another case", "mail to bob@example.com.AU refused", []string{"bob@example.com", "Bob@example.com.au"},
+			"mail to " + id("Bob@example.com.au") + " refused"},
 		{"escaped in a path", "failed to PUT /_matrix/client/v3/rooms/%21room:example.org/send (HTTP 403)", []string{"!room:example.org"},
 			"failed to PUT /_matrix/client/v3/rooms/" + id("!room:example.org") + "/send (HTTP 403)"},
 		{"as given too", "room !room:example.org: forbidden", []string{"!room:example.org"}, "room " + id("!room:example.org") + ": forbidden"},
