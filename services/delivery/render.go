@@ -39,6 +39,11 @@ type turnState struct {
 	// stream shows its block before the text, as the final does the
 	// last call's.
 	thought strings.Builder
+	// said: of a foreign turn, answer text streamed since the last
+	// break (what the next break carries as its segment's text): the
+	// block of the call is not posted alone at its tools' step
+	// (closeBlock), since that break posts it with the text.
+	said bool
 	// reasoned: the stream showed a reasoning block, so it keeps
 	// showing what the final will (shown) after a restart emptied it.
 	reasoned bool
@@ -545,8 +550,10 @@ func (s *Service) delta(ctx context.Context, ev *repliesv1.ReplyEvent, text, tho
 			// kept, for a segment no message shows (closeBlock).
 			if restart {
 				st.thought.Reset()
+				st.said = st.said && reasoningDelta
 			}
 			st.thought.WriteString(thought)
+			st.said = st.said || strings.TrimSpace(text) != ""
 			if restart && !reasoningDelta && ev.GetSeq() > 0 {
 				return s.foreignBreak(ctx, ev, st)
 			}
@@ -644,7 +651,10 @@ func (s *Service) closeBlock(ctx context.Context, ev *repliesv1.ReplyEvent) erro
 			return err
 		}
 	}
-	if st != nil && st.foreign && strings.TrimSpace(st.thought.String()) != "" {
+	// Not when the segment has answer text (the call said something
+	// too): the break after the tools' step carries that text and the
+	// block, and posts both (foreignBreak).
+	if st != nil && st.foreign && !st.said && strings.TrimSpace(st.thought.String()) != "" {
 		return s.foreignReasoning(ctx, ev, st)
 	}
 	if st == nil || st.foreign {

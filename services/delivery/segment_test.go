@@ -1281,3 +1281,62 @@ func (e *env) showing(turn string) func(prefix string) func() bool {
 		}
 	}
 }
+
+// A replica that took a turn over before a model call that reasoned and
+// said something, then called tools, posts the call's block once: its
+// text (with the block) is posted by the break after the tools' step,
+// which carries it, so a block posted alone at the tools' step (kept
+// for a call that only reasoned) showed it twice.
+func TestTakeoverBeforeACallThatReasonedAndSaidShowsItsBlockOnce(t *testing.T) {
+	t.Parallel()
+	const (
+		asked  = "Let me check the calendar for you."
+		looked = "I should look at the calendar for today."
+		told   = "Looking at the calendar now."
+		said   = "The calendar says the meeting is at noon."
+	)
+	brk := func(segment, thought string) *repliesv1.TextDelta {
+		return &repliesv1.TextDelta{Text: "\n\n", Restart: true, SegmentText: proto.String(segment), SegmentReasoning: thought}
+	}
+	turn := "t-said"
+	e := newEnv(t)
+	cfg := streamConfig()
+	cfg.ToolProgress = delivery.ToolProgressAll
+	stream := e.streamer(t, turn)
+	a := e.start(t, cfg, "a")
+	stream(&repliesv1.TextDelta{Text: asked})
+	stream(brk(asked, ""))
+	eventually(t, e.clock, 0, "a's first segment", func() bool {
+		for text := range e.gw.turnSends(turn) {
+			if strings.HasPrefix(text, asked) {
+				return true
+			}
+		}
+		return false
+	})
+	a.stop(t)
+	e.start(t, cfg, "b")
+	for _, body := range []any{&repliesv1.ReasoningDelta{Text: looked}, &repliesv1.TextDelta{Text: told},
+		started("calendar", "today"), brk(told, looked),
+		&repliesv1.ReasoningDelta{Text: said, Restart: true}, &repliesv1.TextDelta{Text: segAnswer},
+		final(reasoning.WithAnswer(said, segAnswer))} {
+		stream(body)
+	}
+	eventually(t, e.clock, 0, "the final", func() bool { return e.gw.finals(turn) > 0 })
+	e.consumed(t, "s1")
+	var got []string
+	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		if got = e.gw.shown("stream", "chat-s1"); len(got) > 0 && got[len(got)-1] == reasoning.WithAnswer(said, segAnswer) {
+			break
+		}
+	}
+	blocks := 0
+	for _, text := range got {
+		if strings.HasPrefix(text, reasoning.Block(looked)) {
+			blocks++
+		}
+	}
+	if blocks != 1 || !slices.Contains(got, reasoning.WithAnswer(looked, told)) {
+		t.Errorf("the chat shows:\n%s\nwant the block of the call that said %q once, with that text", strings.Join(got, "\n---\n"), told)
+	}
+}
