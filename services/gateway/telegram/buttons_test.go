@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/switchboard-chat/switchboard/pkg/bus"
 	"github.com/switchboard-chat/switchboard/pkg/bus/bustest"
 	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
 	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
@@ -244,12 +245,7 @@ func TestPressRefusal(t *testing.T) {
 	s, _ := startService(t, cfg, b, "a")
 	waitFor(t, "connected", 20*time.Second, func() bool { st, _ := s.Runner().State(); return st == platform.StateConnected })
 	target := &deliveryv1.Target{Platform: "telegram", Account: "4242", ChatId: "99"}
-	r := sendReq(t, b, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "p1", Target: target, Text: "approve?",
-		Approval: &deliveryv1.Approval{Choices: []string{"once", "deny"}, ToolCallId: "call_1"}})
-	if !r.GetOk() {
-		t.Fatalf("prompt not sent: %v", r)
-	}
-	card := f.Messages("99")[0]
+	card := sendApprovalCard(t, f, b)
 	const refusal = "⛔ You are not authorized to approve commands."
 	seen := 0
 	// pressOf presses the card's button and returns the published
@@ -320,7 +316,7 @@ func TestPressRefusal(t *testing.T) {
 
 	// Nothing comes: the hold ends with an answer without text, and a
 	// refusal after it is dropped.
-	r = sendReq(t, b, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "p2", Target: target, Text: "approve?",
+	r := sendReq(t, b, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "p2", Target: target, Text: "approve?",
 		Approval: &deliveryv1.Approval{Choices: []string{"once"}}})
 	if !r.GetOk() {
 		t.Fatalf("prompt not sent: %v", r)
@@ -430,13 +426,7 @@ func TestPressRefusalOnAnotherReplica(t *testing.T) {
 		}
 		return false
 	})
-	target := &deliveryv1.Target{Platform: "telegram", Account: "4242", ChatId: "99"}
-	r := sendReq(t, b, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "p1", Target: target, Text: "approve?",
-		Approval: &deliveryv1.Approval{Choices: []string{"once", "deny"}, ToolCallId: "call_1"}})
-	if !r.GetOk() {
-		t.Fatalf("prompt not sent: %v", r)
-	}
-	card := f.Messages("99")[0]
+	card := sendApprovalCard(t, f, b)
 	if _, _, err := f.Press("99", card.ID, alice, "ea:once:call_1"); err != nil {
 		t.Fatal(err)
 	}
@@ -546,13 +536,7 @@ func TestPressStoredByAFailedPublishIsHeld(t *testing.T) {
 	})
 	waitFor(t, "connected", 20*time.Second, func() bool { st, _ := svc.Runner().State(); return st == platform.StateConnected })
 
-	target := &deliveryv1.Target{Platform: "telegram", Account: "4242", ChatId: "99"}
-	r := sendReq(t, b, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "p1", Target: target, Text: "approve?",
-		Approval: &deliveryv1.Approval{Choices: []string{"once", "deny"}, ToolCallId: "call_1"}})
-	if !r.GetOk() {
-		t.Fatalf("prompt not sent: %v", r)
-	}
-	card := f.Messages("99")[0]
+	card := sendApprovalCard(t, f, b)
 	// press presses the card's button and returns the stored press's
 	// interaction once its retry has been published.
 	press := func(n int, data string) *eventsv1.Interaction {
@@ -573,7 +557,7 @@ func TestPressStoredByAFailedPublishIsHeld(t *testing.T) {
 
 	const refusal = "⛔ You are not authorized to approve commands."
 	ia := press(1, "ea:once:call_1")
-	r = sendReq(t, b, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "r1",
+	r := sendReq(t, b, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "r1",
 		Target: &deliveryv1.Target{Platform: "telegram", Account: "4242", ChatId: "99", Interaction: ia}, Text: refusal})
 	if !r.GetOk() {
 		t.Fatalf("refusal: %v", r)
@@ -611,13 +595,7 @@ func TestPressSentAgainWhileHeld(t *testing.T) {
 	cfg.PressHold = pressHold
 	s, _ := startService(t, cfg, b, "a")
 	waitFor(t, "connected", 20*time.Second, func() bool { st, _ := s.Runner().State(); return st == platform.StateConnected })
-	target := &deliveryv1.Target{Platform: "telegram", Account: "4242", ChatId: "99"}
-	r := sendReq(t, b, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "p1", Target: target, Text: "approve?",
-		Approval: &deliveryv1.Approval{Choices: []string{"once", "deny"}, ToolCallId: "call_1"}})
-	if !r.GetOk() {
-		t.Fatalf("prompt not sent: %v", r)
-	}
-	card := f.Messages("99")[0]
+	card := sendApprovalCard(t, f, b)
 	pressed := time.Now()
 	id, query, err := f.Press("99", card.ID, alice, "ea:once:call_1")
 	if err != nil {
@@ -650,4 +628,18 @@ func TestPressSentAgainWhileHeld(t *testing.T) {
 	if evs := inbound(t, b); len(evs) != 2 {
 		t.Fatalf("published %v, want the press once and the message", evs)
 	}
+}
+
+// sendApprovalCard sends the approval prompt "approve?" (choices once
+// and deny, tool call call_1) to chat 99 and returns the card the fake
+// Bot API shows.
+func sendApprovalCard(t *testing.T, f *telegramfake.Server, b *bus.Bus) telegramfake.Message {
+	t.Helper()
+	target := &deliveryv1.Target{Platform: "telegram", Account: "4242", ChatId: "99"}
+	r := sendReq(t, b, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "p1", Target: target, Text: "approve?",
+		Approval: &deliveryv1.Approval{Choices: []string{"once", "deny"}, ToolCallId: "call_1"}})
+	if !r.GetOk() {
+		t.Fatalf("prompt not sent: %v", r)
+	}
+	return f.Messages("99")[0]
 }

@@ -115,13 +115,7 @@ func TestPressDeliveredTwiceAtOnce(t *testing.T) {
 		return &lateHoldConn{Conn: c, published: published, once: once}
 	})
 	waitFor(t, "connected", 20*time.Second, func() bool { st, _ := s.Runner().State(); return st == platform.StateConnected })
-	target := &deliveryv1.Target{Platform: "telegram", Account: "4242", ChatId: "99"}
-	r := sendReq(t, b, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "p1", Target: target, Text: "approve?",
-		Approval: &deliveryv1.Approval{Choices: []string{"once", "deny"}, ToolCallId: "call_1"}})
-	if !r.GetOk() {
-		t.Fatalf("prompt not sent: %v", r)
-	}
-	card := f.Messages("99")[0]
+	card := sendApprovalCard(t, f, b)
 	pressed := time.Now()
 	id, query, err := f.Press("99", card.ID, alice, "ea:once:call_1")
 	if err != nil {
@@ -232,13 +226,7 @@ func pressStoredWhenTheLeaseMoves(t *testing.T, pressHold time.Duration, late, u
 	sb, _ := startService(t, cfg, b, "b")
 	waitFor(t, "b standing by", 20*time.Second, func() bool { st, _ := sb.Runner().State(); return st == platform.StateStandby })
 
-	target := &deliveryv1.Target{Platform: "telegram", Account: "4242", ChatId: "99"}
-	r := sendReq(t, b, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "p1", Target: target, Text: "approve?",
-		Approval: &deliveryv1.Approval{Choices: []string{"once", "deny"}, ToolCallId: "call_1"}})
-	if !r.GetOk() {
-		t.Fatalf("prompt not sent: %v", r)
-	}
-	card := f.Messages("99")[0]
+	card := sendApprovalCard(t, f, b)
 	id, query, err := f.Press("99", card.ID, alice, "ea:once:call_1")
 	if err != nil {
 		t.Fatal(err)
@@ -276,7 +264,7 @@ func pressStoredWhenTheLeaseMoves(t *testing.T, pressHold time.Duration, late, u
 		return
 	}
 	const refusal = "⛔ You are not authorized to approve commands."
-	r = sendReq(t, b, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "r1",
+	r := sendReq(t, b, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "r1",
 		Target: &deliveryv1.Target{Platform: "telegram", Account: "4242", ChatId: "99", Interaction: evs[0].GetInteraction()}, Text: refusal})
 	if !r.GetOk() {
 		t.Fatalf("refusal: %v", r)
@@ -333,13 +321,7 @@ func TestPressHeldWhileItsRefusalIsAnswered(t *testing.T) {
 	cfg.PressHold = maxPressHold
 	s, _ := startService(t, cfg, b, "a")
 	waitFor(t, "connected", 20*time.Second, func() bool { st, _ := s.Runner().State(); return st == platform.StateConnected })
-	target := &deliveryv1.Target{Platform: "telegram", Account: "4242", ChatId: "99"}
-	r := sendReq(t, b, &deliveryv1.SendRequested{Op: deliveryv1.SendOp_SEND_OP_SEND, IdempotencyKey: "p1", Target: target, Text: "approve?",
-		Approval: &deliveryv1.Approval{Choices: []string{"once", "deny"}, ToolCallId: "call_1"}})
-	if !r.GetOk() {
-		t.Fatalf("prompt not sent: %v", r)
-	}
-	card := f.Messages("99")[0]
+	card := sendApprovalCard(t, f, b)
 	id, query, err := f.Press("99", card.ID, alice, "ea:once:call_1")
 	if err != nil {
 		t.Fatal(err)
