@@ -1,0 +1,169 @@
+package secret
+
+import "testing"
+
+// redactReference is Redact as it was before its prefilters: every
+// pattern over the whole text. Redact must give the same output on every
+// input; the prefilters only skip work that cannot match.
+func redactReference(text string) string {
+	if text == "" {
+		return text
+	}
+	text = privateKey.ReplaceAllString(text, "[REDACTED PRIVATE KEY]")
+	text = authHeader.ReplaceAllStringFunc(text, func(s string) string {
+		m := authHeader.FindStringSubmatch(s)
+		return m[1] + mask(m[2])
+	})
+	text = urlPassword.ReplaceAllStringFunc(text, func(s string) string {
+		m := urlPassword.FindStringSubmatch(s)
+		return m[1] + "***" + m[3]
+	})
+	text = queryParam.ReplaceAllStringFunc(text, func(s string) string {
+		m := queryParam.FindStringSubmatch(s)
+		return m[1] + mask(m[2])
+	})
+	text = jsonField.ReplaceAllStringFunc(text, func(s string) string {
+		m := jsonField.FindStringSubmatch(s)
+		return m[1] + mask(m[2]) + `"`
+	})
+	text = envAssign.ReplaceAllStringFunc(text, func(s string) string {
+		m := envAssign.FindStringSubmatch(s)
+		return m[1] + m[2] + mask(m[3]) + m[4]
+	})
+	text = jwt.ReplaceAllStringFunc(text, mask)
+	text = prefixed.ReplaceAllStringFunc(text, mask)
+	return text
+}
+
+// TestRedactPinned pins Redact's exact output on a broad table (recorded
+// from redactReference): every pattern, its edges (word boundaries,
+// lengths, line breaks inside a match, Unicode case folds such as the
+// Kelvin sign for k), and inputs where several patterns meet.
+func TestRedactPinned(t *testing.T) {
+	t.Parallel()
+	tests := []struct{ in, want string }{
+		{"",
+			""},
+		{"plain prose: the password is a word; tokens are counted; sketch-it",
+			"plain prose: the password is a word; tokens are counted; sketch-it"},
+		{"my key is sk-proj-abcdefghijklmnopqrstuvwxyz1234 ok",
+			"my key is sk-pro...1234 ok"},
+		{"ghp_abcdefghij and gho_ABCDEFGHIJKLMNOPQRSTUVWXYZ0123",
+			"*** and gho_AB...0123"},
+		{"github_pat_11ABCDEFG0123456789_abcdefghijklmnopqrstuvwxyz",
+			"github...wxyz"},
+		{"xapp-1-A0123456789-abcdefghijklmnop xoxb-1234567890-abcdefghijk",
+			"xapp-1...mnop xoxb-1...hijk"},
+		{"AIzaSyA1234567890abcdefghijklmnopqrstuv AKIAABCDEFGHIJKLMNOP",
+			"AIzaSy...stuv AKIAAB...MNOP"},
+		{"sk_live_abcdefghij0123 rk_live_abcdefghij0123 sk_test_abcdefghij SG.abcdefghij.klmnop",
+			"sk_liv...0123 rk_liv...0123 sk_tes...ghij ***.klmnop"},
+		{"hf_abcdefghijklmnop r8_abcdefghijklm npm_abcdefghijklm pypi-AgEIcHlwaS5vcmcCJGFiY2Rl",
+			"hf_abc...mnop *** *** pypi-A...Y2Rl"},
+		{"dop_v1_abcdefghijklmnop doo_v1_abcdefghijklmnop tvly-abcdefghijklm exa_abcdefghijkl gsk_abcdefghijklm",
+			"dop_v1...mnop doo_v1...mnop tvly-a...jklm *** ***"},
+		{"syt_abcdefghijklmn xai-abcdefghijklmnopqrstuvwxyz0123456 ntn_abcdefghijkl pplx-abcdefghijkl fal_abc_defghijkl fc-abcdefghijkl",
+			"syt_ab...klmn xai-ab...3456 *** *** *** ***"},
+		{"glpat-abcdefghij_klmn gloas-abcdefghijkl glrtr-abcdefghijk glagent-abcdefghij pk-lf-abcdefgh",
+			"glpat-...klmn gloas-...ijkl *** glagen...ghij ***"},
+		{"xsk-abcdefghijklmn 1sk-abcdefghijklmn _sk-abcdefghijklmn -sk-abcdefghijklmn (sk-abcdefghijklmn)",
+			"xsk-abcdefghijklmn 1sk-abcdefghijklmn _sk-abcdefghijklmn -*** (***)"},
+		{"sk-a.b.c.d.e.f.g.h.i.j.k sk-..abcdefghijklmn sk-abc",
+			"sk-a.b....j.k sk-..abcdefghijklmn sk-abc"},
+		{"line one\nsk-abcdefghijklmnop\n\nsk-qrstuvwxyzabcdef end",
+			"line one\nsk-abc...mnop\n\nsk-qrs...cdef end"},
+		{"export OPENAI_API_KEY=\"supersecretvalue123456\"",
+			"export OPENAI_API_KEY=\"supers...3456\""},
+		{"DB_PASSWORD = 'hunter2hunter2' and GITHUB_TOKEN=ghp_abcdefghijklmnopqrstuvwxyz",
+			"DB_PASSWORD = '***' and GITHUB_TOKEN=ghp_ab...wxyz"},
+		{"MY_KEY\n=\nvaluevalue PW=abcd AUTH=xyz SECRET_THING='a b c d' CREDENTIALS=\"abcdefg\"",
+			"MY_KEY\n=\n*** PW=*** AUTH=xyz SECRET_THING='a b c d' CREDENTIALS=\"***\""},
+		{"api_key=short x_KEY_y=abcdef lowercase_api_key=abcdefghij KEYBOARD=qwertyuiop",
+			"api_key=short x_KEY_y=abcdef lowercase_api_key=abcdefghij KEYBOARD=***"},
+		{"AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAKEY=abcdefghij BBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBTOKEN=abcdefghij",
+			"AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAKEY=abcdefghij BBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBTOKEN=abcdefghij"},
+		{"Authorization: Bearer abc.def.ghijklmnopqrstuvwxyz",
+			"Authorization: Bearer abc.de...wxyz"},
+		{"authorization=basic dXNlcjpwYXNzd29yZA== AUTHORIZATION :  'token abcd' Authorization:\n bot xy",
+			"authorization=basic dXNlcj...ZA== AUTHORIZATION :  'token ***' Authorization:\n bot xy"},
+		{"postgres://app:hunter2@db:5432/x and https://user:p%40ss@example.test/ and mailto:a@b",
+			"postgres://app:***@db:5432/x and https://user:***@example.test/ and mailto:a@b"},
+		{"https://x.test/cb?code=1&access_token=abcdef123456&y=2&KEY=abc&sig=abcdefghijklmnopqrstuvwxyz",
+			"https://x.test/cb?code=1&access_token=***&y=2&KEY=abc&sig=abcdef...wxyz"},
+		{"?password=hunter2#frag &X-Amz-Signature=0123456789abcdef0123456789 ?token=ab",
+			"?password=***#frag &X-Amz-Signature=012345...6789 ?token=ab"},
+		{"{\"api_key\": \"0123456789abcdef0123\", \"name\": \"bob\", \"Password\":\"hunter22\", \"x.private_key\" : \"abc\\\"def\"}",
+			"{\"api_key\": \"012345...0123\", \"name\": \"bob\", \"Password\":\"***\", \"x.private_key\" : \"abc\\\"def\"}"},
+		{"{\"client_secret\":\n  \"multi\nline value here\", \"apikey\": \"\"}",
+			"{\"client_secret\":\n  \"multi\n...here\", \"apikey\": \"\"}"},
+		{"eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
+			"eyJhbG...sR8U"},
+		{"xeyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0 eyJshort.x.y",
+			"xeyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0 eyJshort.x.y"},
+		{"-----BEGIN RSA PRIVATE KEY-----\nMIIEpAIBAAKCAQEA\n-----END RSA PRIVATE KEY-----",
+			"[REDACTED PRIVATE KEY]"},
+		{"a -----BEGIN PRIVATE KEY-----\nabc\n-----END PRIVATE KEY----- b -----BEGIN OPENSSH PRIVATE KEY----- unterminated",
+			"a [REDACTED PRIVATE KEY] b -----BEGIN OPENSSH PRIVATE KEY----- unterminated"},
+		{"[REDACTED PRIVATE KEY]=abcdefgh sk-pro...1234 ***",
+			"[REDACTED PRIVATE KEY]=abcdefgh sk-pro...1234 ***"},
+		{"toKen=abcdefgh ?toKen=abcdefgh {\"ſecret\": \"abcdefgh\"} KEY=abcdefgh",
+			"toKen=abcdefgh ?toKen=*** {\"ſecret\": \"***\"} KEY=abcdefgh"},
+		{"AUTHORIZATION: BEARER ééééabcd passé café sk-éabcdefghijklm",
+			"AUTHORIZATION: *** ééééabcd passé café sk-éabcdefghijklm"},
+		{"\x00\xff\xfe sk-abcdefghijklmn \xc3",
+			"\x00\xff\xfe *** \xc3"},
+		{"password: hunter2 token: abc secret = 'x'",
+			"password: hunter2 token: abc secret = 'x'"},
+		{"Set PASS=abcd then pw=abcdef and Pass=abcdef PWD=abcdefgh",
+			"Set PASS=*** then pw=abcdef and Pass=abcdef PWD=***"},
+		{"?key=abcd&key=efgh&key=ijkl",
+			"?key=***&key=***&key=***"},
+		{"https://u:ghp_abcdefghijklmnopqrst@github.com/x?access_token=sk-abcdefghijklmnopqrst",
+			"https://u:***@github.com/x?access_token=sk-abc...qrst"},
+		{"Authorization: Bearer eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N",
+			"Authorization: Bearer eyJhbG...0w5N"},
+		{"API_KEY=sk-abcdefghijklmnopqrstuvwxyz \"token\": \"sk-abcdefghijklmnopqrstuvwxyz\"",
+			"API_KEY=sk-abc...wxyz \"token\": \"sk-abc...wxyz\""},
+	}
+	for _, tt := range tests {
+		if got := Redact(tt.in); got != tt.want {
+			t.Errorf("Redact(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+		if ref := redactReference(tt.in); ref != tt.want {
+			t.Errorf("redactReference(%q) = %q, want %q", tt.in, ref, tt.want)
+		}
+	}
+}
+
+// FuzzRedactMatchesReference checks that the prefilters change nothing:
+// Redact and redactReference agree on any text.
+func FuzzRedactMatchesReference(f *testing.F) {
+	for _, s := range []string{
+		"my key is sk-proj-abcdefghijklmnopqrstuvwxyz1234 ok",
+		"export OPENAI_API_KEY=\"supersecretvalue123456\"\nx sk-abcdefghijklmnop",
+		"Authorization: Bearer abc.def.ghijklmnopqrstuvwxyz",
+		"postgres://app:hunter2@db:5432/x?password=abcdef&sig=x",
+		`{"api_key": "0123456789abcdef0123", "Password":"hunter22"}`,
+		"eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N",
+		"-----BEGIN RSA PRIVATE KEY-----\nMIIE\n-----END RSA PRIVATE KEY-----",
+		"to\u212aen=abcdefgh \u017fecret ghp_abcdefghij\nglpat-abcdefghijk",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, in string) {
+		if got, want := Redact(in), redactReference(in); got != want {
+			t.Errorf("Redact(%q) = %q, reference %q", in, got, want)
+		}
+	})
+}
+
+// TestRedactLargeMatchesReference compares the two on the benchmark's
+// large inputs, where the line-by-line passes split many lines.
+func TestRedactLargeMatchesReference(t *testing.T) {
+	t.Parallel()
+	for _, in := range largeInputs() {
+		if got, want := Redact(in.text), redactReference(in.text); got != want {
+			t.Errorf("%s: Redact differs from the reference", in.name)
+		}
+	}
+}
