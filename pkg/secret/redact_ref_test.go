@@ -162,6 +162,10 @@ func FuzzRedactMatchesReference(f *testing.F) {
 		f.Add(s, uint16(0))
 		f.Add(s, uint16(minChunk-3))
 	}
+	for _, s := range hardInputs {
+		f.Add(s, uint16(0))
+		f.Add(s, uint16(minChunk-len(s)/2)) // the first cut inside s
+	}
 	f.Fuzz(func(t *testing.T, in string, pad uint16) {
 		// The padding moves the chunk cuts (minChunk bytes on, at the
 		// next separator) across in, which alone is rarely that long.
@@ -174,7 +178,7 @@ func FuzzRedactMatchesReference(f *testing.F) {
 }
 
 // TestRedactLargeMatchesReference compares the two on the benchmark's
-// large inputs, where the line-by-line passes split many lines.
+// large inputs, which the passes cut into many chunks.
 func TestRedactLargeMatchesReference(t *testing.T) {
 	t.Parallel()
 	for _, in := range largeInputs() {
@@ -199,13 +203,43 @@ func padded(in string, n int) string {
 // change nothing.
 func TestRedactChunkedMatchesReference(t *testing.T) {
 	t.Parallel()
+	ins := hardInputs
 	for _, tt := range pinned {
-		for n := max(1, minChunk-len(tt.in)); n <= minChunk; n++ {
+		ins = append(ins, tt.in)
+	}
+	for _, in := range ins {
+		for n := max(1, minChunk-len(in)); n <= minChunk; n++ {
 			// "\x00" keeps the padding's letters off in's first word.
-			s := strings.Repeat("x", n-1) + "\x00" + tt.in
+			s := strings.Repeat("x", n-1) + "\x00" + in
 			if got, want := Redact(s), redactReference(s); got != want {
 				t.Fatalf("Redact(%q) = %q, reference %q", s, got, want)
 			}
 		}
 	}
+}
+
+// hardInputs are texts at the edges of the cut rules and prefilters:
+// separators right next to a match, values that hold a cut's bytes,
+// Unicode case folds of keywords, multi-byte and invalid UTF-8 around
+// separators, one pattern's replacement next to another's keyword, and
+// several chunks' worth of matches.
+var hardInputs = []string{
+	"",
+	"a",
+	"=",
+	"?KEY=abcd",
+	`{"token": ",", "password": "abcdefgh", "secret": ", abcd", "api_key":"a","b"}`,
+	`{"secret": "ab\",\"cdef", "x":"y","Credential" :"abcd\"", "apikey": "abc,"d"}`,
+	"PASS=abcd\u00e9 KEY=abcdefgh\tTOKEN = 'abcdefgh' x\nAUTH=\"abcd\" PW= \"ab cd\" x_KEY=abcd",
+	"DB_PASSWORD=\"abcd\"\nAPI_KEY =\n  abcdefgh\r\nSECRET='abcd'x SECRET=abcd's",
+	"Authorization:\n  Bearer abc;def Authorization=basic a,bcdefgh authorization: 'ab=cd'%x",
+	"AUTHORIZATION : \"Token  ab+/=~-._cd\"\tauthorization=bot\nabcd",
+	"?\u017fig=abcd&to\u212aen=abcdefgh#x &KEY=abcd\"y ?secret=ab'cd &X-AMZ-SIGNATURE=abcdefgh\tz",
+	"{\"\u017fecret\": \"abcdefgh\", \"pass\u212aey\": \"abcd\", \"to\u212aen\":\"abcdefgh\"}",
+	"https://u:p\xc3\xa9ss@h/ x://a:b@c\tpostgres://u:ghp_abcdefghij@h redis://:abcd@h:6379",
+	"[REDACTED PRIVATE KEY]=abcdefgh\n-----BEGIN PRIVATE KEY-----\nKEY=abc\n-----END PRIVATE KEY-----KEY=abcdefgh",
+	"x(eyJabcdefghij.abcdefghij.abcdefghij)sk-abcdefghijklmn:AKIAABCDEFGHIJKLMNOP|ghp_abcdefghij",
+	"\xe2\x84 \xc5 sk-abcdefghijk\xe2\x84\xaa sk-abcdefghijk\u00e9 \u212aEY=abcdefgh",
+	"TOKEN=sk-abcdefghijklmnopqrstuvwxyz&token=sk-abcdefghijklmn \"token\": \"eyJabcdefgh.abcdefgh.abcdefgh\"",
+	strings.Repeat("API_KEY=abcdefgh ?token=abcd \"secret\": \"abcd\", Authorization: Bearer abcd sk-abcdefghijklmn\n", 12),
 }
