@@ -857,14 +857,21 @@ func (r *turnRun) runTools(ctx context.Context, ls *loopState, pending []store.T
 }
 
 // toolFinished publishes the finished (or failed) step of call tc, with
-// a preview of result, the tool's output.
+// a preview of result, the tool's output. A step that is not published
+// (sends) masks nothing: the preview's masking is CPU spent on a large
+// result's head, for a turn whose answer shows no step.
 func (r *turnRun) toolFinished(ctx context.Context, tc store.ToolCall, result string, failed bool) error {
 	phase := repliesv1.ToolPhase_TOOL_PHASE_FINISHED
 	if failed {
 		phase = repliesv1.ToolPhase_TOOL_PHASE_FAILED
 	}
-	return r.toolProgress(ctx, &repliesv1.ToolProgress{ToolCallId: tc.ID, ToolName: tc.Name, Phase: phase,
-		Detail: resultPreview(shownResult(result, r.s.cfg.Agent.MaxToolResultBytes))})
+	step := &repliesv1.ToolProgress{ToolCallId: tc.ID, ToolName: tc.Name, Phase: phase}
+	ev := &repliesv1.ReplyEvent{Body: &repliesv1.ReplyEvent_ToolProgress{ToolProgress: step}}
+	if !r.sends(ev) {
+		return nil
+	}
+	step.Detail = resultPreview(shownResult(result, r.s.cfg.Agent.MaxToolResultBytes))
+	return r.publish(ctx, ev)
 }
 
 // runTool runs one call (after approval when the tool is dangerous). Tool
