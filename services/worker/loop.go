@@ -839,7 +839,7 @@ func (r *turnRun) runTools(ctx context.Context, ls *loopState, pending []store.T
 			return err
 		}
 		// The finished step shows the tool's result, not the steer's.
-		shown := shownResult(result, r.s.cfg.Agent.MaxToolResultBytes)
+		raw := result
 		result = capResult(result, r.s.cfg.Agent.MaxToolResultBytes) // an error's text too
 		steer := r.ctl.takeSteer()
 		if len(steer) > 0 {
@@ -849,16 +849,29 @@ func (r *turnRun) runTools(ctx context.Context, ls *loopState, pending []store.T
 			return err
 		}
 		r.usage.ToolCalls++
-		phase := repliesv1.ToolPhase_TOOL_PHASE_FINISHED
-		if failed {
-			phase = repliesv1.ToolPhase_TOOL_PHASE_FAILED
-		}
-		if err := r.toolProgress(ctx, &repliesv1.ToolProgress{ToolCallId: tc.ID, ToolName: tc.Name, Phase: phase,
-			Detail: resultPreview(shown)}); err != nil {
+		if err := r.toolFinished(ctx, tc, raw, failed); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// toolFinished publishes the finished (or failed) step of call tc, with
+// a preview of result, the tool's output. A step that is not published
+// (sends) masks nothing: the preview's masking is CPU spent on a large
+// result's head, for a turn whose answer shows no step.
+func (r *turnRun) toolFinished(ctx context.Context, tc store.ToolCall, result string, failed bool) error {
+	phase := repliesv1.ToolPhase_TOOL_PHASE_FINISHED
+	if failed {
+		phase = repliesv1.ToolPhase_TOOL_PHASE_FAILED
+	}
+	step := &repliesv1.ToolProgress{ToolCallId: tc.ID, ToolName: tc.Name, Phase: phase}
+	ev := &repliesv1.ReplyEvent{Body: &repliesv1.ReplyEvent_ToolProgress{ToolProgress: step}}
+	if !r.sends(ev) {
+		return nil
+	}
+	step.Detail = resultPreview(shownResult(result, r.s.cfg.Agent.MaxToolResultBytes))
+	return r.publish(ctx, ev)
 }
 
 // runTool runs one call (after approval when the tool is dangerous). Tool

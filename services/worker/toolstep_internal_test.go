@@ -1,13 +1,17 @@
 package worker
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"runtime"
 	"strings"
 	"testing"
 
+	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
+	turnsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/turns/v1"
 	"github.com/switchboard-chat/switchboard/pkg/secret"
+	"github.com/switchboard-chat/switchboard/services/worker/internal/store"
 )
 
 // A call's arguments fit their bound as a JSON object that parses: whole
@@ -119,5 +123,30 @@ func TestShownResultMasksOnlyWhatItCanShow(t *testing.T) {
 	// head, some 35 times the cut and the margin (318 KB here).
 	if n := after.TotalAlloc - before.TotalAlloc; n > uint64(len(result))/2 {
 		t.Errorf("showing %d bytes of a %d-byte result allocated %d bytes", len(got), len(result), n)
+	}
+}
+
+// A finished step that no one sees — the turn's every input waits for
+// the whole answer, which lists no tool calls (a chat completion's, a
+// cron job's, a /background task's): the step is not published — masks
+// nothing of its result for a preview: masking a large result's head is
+// tens of milliseconds of CPU per call. (Not parallel: it counts the
+// process's allocations.)
+func TestUnpublishedToolStepMasksNothing(t *testing.T) {
+	result := strings.Repeat("a line of a large file\n", 100_000) // 2.3 MB
+	r := &turnRun{s: &Service{cfg: Config{Agent: AgentConfig{MaxToolResultBytes: 100_000}}},
+		req:    &turnsv1.TurnRequested{TurnId: "turn-1"},
+		target: &deliveryv1.Target{Platform: "api", ChatId: "req_1"}, answerOnly: true}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	err := r.toolFinished(context.Background(), store.ToolCall{ID: "call_1", Name: "read_file"}, result, false)
+	runtime.ReadMemStats(&after)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Masking the result's first 100,000 bytes and the margin allocates
+	// some 1.9 MB.
+	if n := after.TotalAlloc - before.TotalAlloc; n > 512<<10 {
+		t.Errorf("an unpublished step of a %d-byte result allocated %d bytes", len(result), n)
 	}
 }

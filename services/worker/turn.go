@@ -814,9 +814,9 @@ func (r *turnRun) fillSeqGap(ctx context.Context, final *store.Final) error {
 	return r.publishAt(ctx, n, &repliesv1.ReplyEvent{Body: &repliesv1.ReplyEvent_Typing{Typing: &repliesv1.Typing{Active: true}}})
 }
 
-// publish sends a reply event with the next seq.
+// publish sends a reply event with the next seq, if it sends it.
 func (r *turnRun) publish(ctx context.Context, ev *repliesv1.ReplyEvent) error {
-	if r.target == nil || r.answerOnly && isProgress(ev) && !r.answerListsSteps(ev) {
+	if !r.sends(ev) {
 		return nil
 	}
 	seq, err := r.nextSeq(ctx)
@@ -824,6 +824,12 @@ func (r *turnRun) publish(ctx context.Context, ev *repliesv1.ReplyEvent) error {
 		return err
 	}
 	return r.publishAt(ctx, seq, ev)
+}
+
+// sends reports whether publish sends ev: the turn's replies go
+// somewhere, and ev is not progress that no input's sender is shown.
+func (r *turnRun) sends(ev *repliesv1.ReplyEvent) bool {
+	return r.target != nil && (!r.answerOnly || !isProgress(ev) || r.answerListsSteps(ev))
 }
 
 // answerListsSteps reports whether ev is a tool step that an
