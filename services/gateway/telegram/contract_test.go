@@ -3,6 +3,7 @@ package telegram
 import (
 	"context"
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 	"testing"
@@ -27,6 +28,21 @@ func newFake(t *testing.T) *telegramfake.Server {
 func testConfig(f *telegramfake.Server) Config {
 	cfg := DefaultConfig()
 	cfg.BotToken, cfg.APIBaseURL, cfg.PollTimeout = testToken, f.URL, 2e9
+	return cfg
+}
+
+// webhookConfig is testConfig in webhook mode: the gateway listens on a
+// free local port for the fake's deliveries, with secret "s3cret".
+func webhookConfig(t *testing.T, f *telegramfake.Server) Config {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	cfg := testConfig(f)
+	cfg.WebhookURL, cfg.WebhookSecret, cfg.WebhookListen = "http://"+addr+"/tg/hook", "s3cret", addr
 	return cfg
 }
 

@@ -492,14 +492,7 @@ func TestWebhook(t *testing.T) {
 	t.Parallel()
 	f := newFake(t)
 	b := bustest.New(t, bustest.EmbeddedURL(t))
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	cfg := testConfig(f)
-	cfg.WebhookURL, cfg.WebhookSecret, cfg.WebhookListen = "http://"+addr+"/tg/hook", "s3cret", addr
+	cfg := webhookConfig(t, f)
 	s, _ := startService(t, cfg, b, "a")
 	waitFor(t, "connected", 20*time.Second, func() bool { st, _ := s.Runner().State(); return st == platform.StateConnected })
 	if u, sec := f.Webhook(); u != cfg.WebhookURL || sec != "s3cret" {
@@ -534,14 +527,7 @@ func TestWebhookKeepsOrder(t *testing.T) {
 	t.Parallel()
 	f := newFake(t)
 	b := bustest.New(t, bustest.EmbeddedURL(t))
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	cfg := testConfig(f)
-	cfg.WebhookURL, cfg.WebhookSecret, cfg.WebhookListen = "http://"+addr+"/tg/hook", "s3cret", addr
+	cfg := webhookConfig(t, f)
 	s, _ := startService(t, cfg, b, "a")
 	waitFor(t, "connected", 20*time.Second, func() bool { st, _ := s.Runner().State(); return st == platform.StateConnected })
 	if n := f.WebhookMaxConnections(); n != 1 {
@@ -570,14 +556,8 @@ func TestWebhookClosesIdleConnections(t *testing.T) {
 	t.Parallel()
 	f := newFake(t)
 	b := bustest.New(t, bustest.EmbeddedURL(t))
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	cfg := testConfig(f)
-	cfg.WebhookURL, cfg.WebhookSecret, cfg.WebhookListen = "http://"+addr+"/tg/hook", "s3cret", addr
+	cfg := webhookConfig(t, f)
+	addr := cfg.WebhookListen
 	s, err := New(cfg, Deps{Log: quietLog(), Bus: b, Instance: "a", Backoff: platform.Schedule(50 * time.Millisecond)})
 	if err != nil {
 		t.Fatal(err)

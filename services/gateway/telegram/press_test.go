@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -98,14 +97,7 @@ func TestPressDeliveredTwiceAtOnce(t *testing.T) {
 	t.Parallel()
 	f := newFake(t)
 	b := bustest.New(t, bustest.EmbeddedURL(t))
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	cfg := testConfig(f)
-	cfg.WebhookURL, cfg.WebhookSecret, cfg.WebhookListen = "http://"+addr+"/tg/hook", "s3cret", addr
+	cfg := webhookConfig(t, f)
 	// The longest there is, so that the hold is found holding however
 	// busy the machine.
 	const pressHold = maxPressHold
