@@ -232,6 +232,10 @@ const maxPressHold = 10 * time.Second
 type query struct {
 	// claimed is closed when the query is claimed.
 	claimed chan struct{}
+	// subscribed is closed once hold is set: the press's handling that
+	// holds the query subscribes to the router's answer before any
+	// handling of it publishes it (holdQuery).
+	subscribed chan struct{}
 	// hold is the router's answer's (nil: the press could not be held
 	// for it).
 	hold *platform.PressHold
@@ -255,13 +259,20 @@ type query struct {
 // failed here, still held (awaitRetry), is taken over as it is: a
 // refusal or an answer that came meanwhile is its hold's. A press held
 // here otherwise (Telegram sent it again while it is published or held)
-// is its first handling's to answer: again is true, q nil.
-func (p *Platform) holdQuery(conn platform.Conn, id string) (q *query, again bool) {
+// is its first handling's to answer: again is true, q nil, once that
+// handling holds the press for the router's answer. Published before,
+// the router's answer could come before that hold subscribed, and be
+// lost.
+func (p *Platform) holdQuery(ctx context.Context, conn platform.Conn, id string) (q *query, again bool) {
 	p.heldMu.Lock()
 	if q := p.held[id]; q != nil {
 		if q.retry == nil {
 			q.again = true
 			p.heldMu.Unlock()
+			select {
+			case <-q.subscribed:
+			case <-ctx.Done():
+			}
 			return nil, true
 		}
 		close(q.retry)
@@ -269,12 +280,13 @@ func (p *Platform) holdQuery(conn platform.Conn, id string) (q *query, again boo
 		p.heldMu.Unlock()
 		return q, false
 	}
-	q = &query{claimed: make(chan struct{})}
+	q = &query{claimed: make(chan struct{}), subscribed: make(chan struct{})}
 	if p.held == nil {
 		p.held = map[string]*query{}
 	}
 	p.held[id] = q
 	p.heldMu.Unlock()
+	defer close(q.subscribed)
 	if h, ok := conn.(platform.PressHolder); ok {
 		hold, err := h.HoldPress(id)
 		if err != nil {

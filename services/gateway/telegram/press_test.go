@@ -35,11 +35,19 @@ func (p *wrappedPlatform) Connect(ctx context.Context, conn platform.Conn) error
 // the test ends or stop is called.
 func startWrapped(t *testing.T, cfg Config, b *bus.Bus, instance string, wrap func(platform.Conn) platform.Conn) (*platform.Service, func()) {
 	t.Helper()
+	return startWrappedWith(t, cfg, b, instance, func(*Platform) {}, wrap)
+}
+
+// startWrappedWith is startWrapped whose platform is handed to setup
+// before it runs.
+func startWrappedWith(t *testing.T, cfg Config, b *bus.Bus, instance string, setup func(*Platform), wrap func(platform.Conn) platform.Conn) (*platform.Service, func()) {
+	t.Helper()
 	tp, err := NewPlatform(cfg, quietLog(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	tp.bus = b
+	setup(tp)
 	svc, err := platform.NewService(&wrappedPlatform{Platform: tp, wrap: wrap}, b, quietLog(),
 		platform.Options{Instance: instance, LeaseTTL: cfg.LeaseTTL, Backoff: platform.Schedule(50 * time.Millisecond)})
 	if err != nil {
@@ -61,29 +69,35 @@ func startWrapped(t *testing.T, cfg Config, b *bus.Bus, instance string, wrap fu
 	return &svc, stop
 }
 
-// lateHoldConn holds a press's first handling back (its hold, which
-// comes before its publish) until another handling of the press has
-// published it: of two deliveries of one update at once, the second
-// stores the press, and the first is told it is a duplicate.
+// lateHoldConn holds a press's first publish back until another
+// handling of the press has published it: of two deliveries of one
+// update at once, the second stores the press, and the first is told it
+// is a duplicate.
 type lateHoldConn struct {
 	platform.Conn
 	published chan struct{}
+	first     *sync.Once
 	once      *sync.Once
 }
 
 func (c *lateHoldConn) HoldPress(id string) (*platform.PressHold, error) {
-	select {
-	case <-c.published:
-	case <-time.After(10 * time.Second):
-	}
 	return c.Conn.(platform.PressHolder).HoldPress(id)
 }
 
 func (c *lateHoldConn) Deliver(ctx context.Context, ev *eventsv1.MessageReceived) (platform.Accepted, error) {
-	acc, err := c.Conn.Deliver(ctx, ev)
-	if ev.GetInteraction() != nil {
-		c.once.Do(func() { close(c.published) })
+	if ev.GetInteraction() == nil {
+		return c.Conn.Deliver(ctx, ev)
 	}
+	first := false
+	c.first.Do(func() { first = true })
+	if first {
+		select {
+		case <-c.published:
+		case <-time.After(10 * time.Second):
+		}
+	}
+	acc, err := c.Conn.Deliver(ctx, ev)
+	c.once.Do(func() { close(c.published) })
 	return acc, err
 }
 
@@ -104,7 +118,7 @@ func TestPressDeliveredTwiceAtOnce(t *testing.T) {
 	cfg.PressHold = pressHold
 	published, once := make(chan struct{}), &sync.Once{}
 	s, _ := startWrapped(t, cfg, b, "a", func(c platform.Conn) platform.Conn {
-		return &lateHoldConn{Conn: c, published: published, once: once}
+		return &lateHoldConn{Conn: c, published: published, first: &sync.Once{}, once: once}
 	})
 	waitFor(t, "connected", 20*time.Second, func() bool { st, _ := s.Runner().State(); return st == platform.StateConnected })
 	card := sendApprovalCard(t, f, b)
@@ -356,5 +370,93 @@ func TestPressHeldWhileItsRefusalIsAnswered(t *testing.T) {
 	}
 	if a := f.CallbackAnswers(); len(a) != 1 || a[0].QueryID != query || a[0].Text != refusal {
 		t.Fatalf("answers %+v, want the refusal as the query's answer", a)
+	}
+}
+
+// fastRouterConn answers a press (the router's word, answer) as soon as
+// a handling has stored it, as a router deciding it within the
+// publish's round trip, and holds back the hold of a press (which comes
+// before its publish) until Telegram's second delivery of it has found
+// it held (query.again) and published it; a second delivery that waits
+// for the hold instead does not publish, and the hold goes on after a
+// second.
+type fastRouterConn struct {
+	platform.Conn
+	b         *bus.Bus
+	p         *Platform
+	answer    string
+	published chan struct{}
+	once      *sync.Once
+}
+
+func (c *fastRouterConn) HoldPress(id string) (*platform.PressHold, error) {
+	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+		c.p.heldMu.Lock()
+		again := c.p.held[id] != nil && c.p.held[id].again
+		c.p.heldMu.Unlock()
+		if again {
+			break
+		}
+	}
+	select {
+	case <-c.published:
+	case <-time.After(time.Second):
+	}
+	return c.Conn.(platform.PressHolder).HoldPress(id)
+}
+
+func (c *fastRouterConn) Deliver(ctx context.Context, ev *eventsv1.MessageReceived) (platform.Accepted, error) {
+	acc, err := c.Conn.Deliver(ctx, ev)
+	if err != nil || ev.GetInteraction() == nil || acc.Duplicate {
+		return acc, err
+	}
+	if err := platform.PublishPressAnswer(c.b, &deliveryv1.SendRequested{Target: &deliveryv1.Target{Platform: "telegram", Account: "4242", ChatId: "99",
+		Interaction: ev.GetInteraction()}, Text: c.answer}); err != nil {
+		return acc, err
+	}
+	c.once.Do(func() { close(c.published) })
+	return acc, nil
+}
+
+// Of two webhook deliveries of one press at once, the second, which
+// finds the press held by the first (query.again), publishes it only
+// once the first holds it for the router's answer: a router that
+// answers within the publish's round trip is heard. Published before
+// the first's hold had subscribed, the router's word was lost, and the
+// query answered without text when the hold ended.
+func TestPressDeliveredAgainBeforeItsHoldSubscribes(t *testing.T) {
+	t.Parallel()
+	f := newFake(t)
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	cfg := webhookConfig(t, f)
+	cfg.PressHold = 3 * time.Second
+	const answer = "✅ Approved once"
+	var tp *Platform
+	s, _ := startWrappedWith(t, cfg, b, "a", func(p *Platform) { tp = p }, func(c platform.Conn) platform.Conn {
+		return &fastRouterConn{Conn: c, b: b, p: tp, answer: answer, published: make(chan struct{}), once: &sync.Once{}}
+	})
+	waitFor(t, "connected", 20*time.Second, func() bool { st, _ := s.Runner().State(); return st == platform.StateConnected })
+	card := sendApprovalCard(t, f, b)
+	id, query, err := f.Press("99", card.ID, alice, "ea:once:call_1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if code, err := f.Push(context.Background(), id); err != nil || code != http.StatusOK {
+				t.Errorf("push: %d %v", code, err)
+			}
+		}()
+	}
+	wg.Wait()
+	if evs := inbound(t, b); len(evs) != 1 || evs[0].GetInteraction().GetId() != query {
+		t.Fatalf("published %v, want the press once", evs)
+	}
+	waitFor(t, "the query answered", 10*time.Second, func() bool { return len(f.CallbackAnswers()) == 1 })
+	if a := f.CallbackAnswers(); len(a) != 1 || a[0].QueryID != query || a[0].Text != answer {
+		t.Fatalf("answers %+v, want the router's word as the query's answer", a)
 	}
 }
