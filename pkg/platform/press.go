@@ -47,6 +47,11 @@ type PressHold struct {
 	answer  chan *deliveryv1.SendRequested
 	retried chan struct{}
 	once    sync.Once
+	// mu orders a retry's question (told the press is held, the asker
+	// leaves it to this hold) and LetGo: once let go, no question is
+	// told that.
+	mu    sync.Mutex
+	letGo bool
 }
 
 // Answer delivers the router's answer, once.
@@ -69,6 +74,28 @@ func (h *PressHold) Close() {
 	h.once.Do(func() { _ = h.sub.Unsubscribe() })
 }
 
+// LetGo stops holding the press without answering it, unless another
+// replica was told meanwhile that this hold holds the press (a retry
+// not taken from Retried): then the hold goes on, and retried is true,
+// the press this hold's to answer. Decided under the lock the question
+// is answered under, so that no replica is told the press is held by a
+// hold that then lets it go. A nil hold lets go of nothing.
+func (h *PressHold) LetGo() (retried bool) {
+	if h == nil {
+		return false
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	select {
+	case <-h.retried:
+		return true
+	default:
+	}
+	h.letGo = true
+	h.Close()
+	return false
+}
+
 // HoldPress is PressHolder.HoldPress.
 func (c *conn) HoldPress(id string) (*PressHold, error) { return HoldPress(c.r.bus, c.r.name, id) }
 
@@ -81,6 +108,11 @@ func HoldPress(b *bus.Bus, platform, id string) (*PressHold, error) {
 	h := &PressHold{answer: make(chan *deliveryv1.SendRequested, 1), retried: make(chan struct{}, 1)}
 	sub, err := b.Conn().Subscribe(b.Topology().PressSubject(platform, id), func(m *nats.Msg) {
 		if m.Header.Get(pressRetryHeader) != "" {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			if h.letGo {
+				return // let go: the asker, told nothing, answers the press
+			}
 			select {
 			case h.retried <- struct{}{}:
 			default:

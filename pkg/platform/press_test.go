@@ -46,3 +46,33 @@ func TestRetryPress(t *testing.T) {
 		t.Fatalf("a press whose hold closed: held %v, %v", held, err)
 	}
 }
+
+// A hold let go after it told an asker the press is held goes on
+// holding it (LetGo reports the retry); let go before any asks, it
+// tells a later asker nothing, which then answers the press itself.
+func TestPressHoldLetGo(t *testing.T) {
+	t.Parallel()
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	h, err := platform.HoldPress(b, "telegram", "q1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if held, err := platform.RetryPress(ctx, b, "telegram", "q1"); err != nil || !held {
+		t.Fatalf("a held press: held %v, %v", held, err)
+	}
+	if !h.LetGo() {
+		t.Fatal("let go of a press another replica was told is held")
+	}
+	if h.LetGo() {
+		t.Fatal("no retry since the last: the hold should let go")
+	}
+	if held, err := platform.RetryPress(ctx, b, "telegram", "q1"); err != nil || held {
+		t.Fatalf("a press let go: held %v, %v", held, err)
+	}
+	var none *platform.PressHold
+	if none.LetGo() {
+		t.Fatal("a nil hold holds nothing")
+	}
+}

@@ -351,17 +351,25 @@ func (p *Platform) awaitRetry(ctx context.Context, id string, q *query) {
 				p.answerCallbackText(actx, id, req.GetText())
 			}
 		case <-t.C:
+			if p.retryWaitOver != nil {
+				p.retryWaitOver(id)
+			}
+			// Let go, unless another replica asked meanwhile and was
+			// told it is held here (PressHold.LetGo): then held here
+			// on, as in the retried case.
 			p.heldMu.Lock()
-			taken := q.retry == nil
+			taken := q.retry != retry
+			asked := false
 			if !taken {
 				q.retry = nil
-				if p.held[id] == q {
+				asked = q.hold.LetGo()
+				if !asked && p.held[id] == q {
 					delete(p.held, id)
 				}
 			}
 			p.heldMu.Unlock()
-			if !taken {
-				q.hold.Close()
+			if asked {
+				p.hold(ctx, id, q)
 			}
 		}
 	}()

@@ -460,3 +460,56 @@ func TestPressDeliveredAgainBeforeItsHoldSubscribes(t *testing.T) {
 		t.Fatalf("answers %+v, want the router's word as the query's answer", a)
 	}
 }
+
+// A press whose publish failed here (stored all the same), held for its
+// retry (awaitRetry), whose wait for the retry runs out just as another
+// replica handed the press again asks whether one holds it: told it is
+// held, that replica leaves the query to this one, which answers it.
+// Let go after saying it held it, nobody answered the query.
+func TestPressAskedForAsItsRetryWaitRunsOut(t *testing.T) {
+	t.Parallel()
+	f := newFake(t)
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	cfg := webhookConfig(t, f)
+	cfg.PressHold = 2 * time.Second
+	type answer struct {
+		held bool
+		err  error
+	}
+	asked := make(chan answer, 1)
+	lost := make(chan struct{})
+	s, _ := startWrappedWith(t, cfg, b, "a", func(p *Platform) {
+		// Another replica asks in the window between the wait's end
+		// and its let-go.
+		p.retryWaitOver = func(id string) {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			held, err := platform.RetryPress(ctx, b, "telegram", id)
+			asked <- answer{held, err}
+		}
+	}, func(c platform.Conn) platform.Conn {
+		return &cutOffConn{Conn: c, lost: lost, once: &sync.Once{}}
+	})
+	waitFor(t, "connected", 20*time.Second, func() bool { st, _ := s.Runner().State(); return st == platform.StateConnected })
+	card := sendApprovalCard(t, f, b)
+	id, query, err := f.Press("99", card.ID, alice, "ea:once:call_1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, err := f.Push(context.Background(), id); err != nil || code != http.StatusInternalServerError {
+		t.Fatalf("push: %d %v, want the publish failed", code, err)
+	}
+	var a answer
+	select {
+	case a = <-asked:
+	case <-time.After(maxPressHold + 10*time.Second):
+		t.Fatal("the wait for the press's retry did not run out")
+	}
+	if a.err != nil || !a.held {
+		t.Fatalf("asked as the wait ran out: held %v, %v; want held", a.held, a.err)
+	}
+	waitFor(t, "the query answered", cfg.PressHold+10*time.Second, func() bool { return len(f.CallbackAnswers()) > 0 })
+	if ans := f.CallbackAnswers(); len(ans) != 1 || ans[0].QueryID != query || ans[0].Text != "" {
+		t.Fatalf("answers %+v, want the query answered once without text", ans)
+	}
+}

@@ -231,6 +231,9 @@ type Platform struct {
 	// is claimed (claimQuery).
 	heldMu sync.Mutex
 	held   map[string]*query
+	// retryWaitOver, when set (tests), is called as a failed press's
+	// wait for its retry runs out (awaitRetry), before it is let go.
+	retryWaitOver func(id string)
 
 	mu       sync.Mutex
 	username string
