@@ -513,3 +513,81 @@ func TestPressAskedForAsItsRetryWaitRunsOut(t *testing.T) {
 		t.Fatalf("answers %+v, want the query answered once without text", ans)
 	}
 }
+
+// killableAPI is the Bot API at target until kill is closed, and then
+// no Bot API at all: a replica whose process died answers nothing.
+func killableAPI(t *testing.T, target string) (url string, kill chan struct{}) {
+	t.Helper()
+	u, err := neturl.Parse(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kill = make(chan struct{})
+	proxy := httputil.NewSingleHostReverseProxy(u)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-kill:
+			http.Error(w, "dead", http.StatusBadGateway)
+			return
+		default:
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL, kill
+}
+
+// A replica that told another it holds a press (platform.RetryPress)
+// and then dies before it answers the press's query leaves the query to
+// the replica that asked: that one sees the press held no more without
+// its holder's word that it answered, and answers the query itself.
+// Left to the dead holder, the query went unanswered, its spinner on
+// until it expired.
+func TestPressHolderDiesAfterSayingItHoldsThePress(t *testing.T) {
+	t.Parallel()
+	f := newFake(t)
+	url := bustest.EmbeddedURL(t)
+	b := bustest.New(t, url)
+	// a, the holder, on a connection of its own, which its death closes.
+	ba := bustest.NewWith(t, url, b.Topology())
+	cfg := testConfig(f)
+	cfg.LeaseTTL = time.Second
+	// The longest there is: a, alive, would answer only when its hold
+	// ends.
+	cfg.PressHold = maxPressHold
+	cfgA := cfg
+	var kill chan struct{}
+	cfgA.APIBaseURL, kill = killableAPI(t, f.URL)
+	lost := make(chan struct{})
+	sa, stopA := startWrapped(t, cfgA, ba, "a", func(c platform.Conn) platform.Conn {
+		return &cutOffConn{Conn: c, lost: lost, once: &sync.Once{}}
+	})
+	waitFor(t, "a connected", 20*time.Second, func() bool { st, _ := sa.Runner().State(); return st == platform.StateConnected })
+	sb, _ := startService(t, cfg, b, "b")
+	waitFor(t, "b standing by", 20*time.Second, func() bool { st, _ := sb.Runner().State(); return st == platform.StateStandby })
+
+	card := sendApprovalCard(t, f, b)
+	id, query, err := f.Press("99", card.ID, alice, "ea:once:call_1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-lost:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the press was not published")
+	}
+	// The lease moves; b, handed the press again and told it is a
+	// duplicate, asks, and a says it holds it.
+	stopA()
+	waitFor(t, "b polling the press again", 20*time.Second, func() bool { return f.Confirmed() > id })
+	if a := f.CallbackAnswers(); len(a) != 0 {
+		t.Fatalf("answers %+v while a holds the press, want none yet", a)
+	}
+	// a dies: it answers nothing, and its connection to the bus closes.
+	close(kill)
+	ba.Conn().Close()
+	waitFor(t, "the query answered", maxPressHold, func() bool { return len(f.CallbackAnswers()) > 0 })
+	if a := f.CallbackAnswers(); len(a) != 1 || a[0].QueryID != query || a[0].Text != "" {
+		t.Fatalf("answers %+v, want the query answered once without text", a)
+	}
+}

@@ -427,6 +427,9 @@ func (p *Platform) handle(ctx context.Context, conn platform.Conn, raw []byte) (
 				}
 				if p.claimQuery(out.callbackID) != nil {
 					p.answerCallback(ctx, out.callbackID)
+					// Its hold, closed, may have told a replica the
+					// press is held here.
+					p.confirmAnswered(out.callbackID)
 				}
 			}
 		}()
