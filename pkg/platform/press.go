@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"google.golang.org/protobuf/proto"
@@ -35,6 +36,14 @@ import (
 // hold: it asks (RetryPress), and a replica that holds the press keeps
 // answering it.
 
+// A replica told another holds the press leaves its answer to that
+// holder, and watches it (WatchPress): whoever answers a press's query
+// says so on the press's answered subject (PressHold.Answered,
+// ConfirmPressAnswered), before its hold ends; a watch that finds the
+// press held by no one without that word (the holder died, or lost its
+// connection to the bus), or has no word within its bound, leaves the
+// query to its own replica to answer.
+
 // PressHolder is implemented by the Runner's Conn: HoldPress starts
 // holding the press with interaction id, until Close.
 type PressHolder interface {
@@ -43,10 +52,18 @@ type PressHolder interface {
 
 // PressHold is a press held for the router's answer.
 type PressHold struct {
-	sub     *nats.Subscription
-	answer  chan *deliveryv1.SendRequested
-	retried chan struct{}
-	once    sync.Once
+	nc *nats.Conn
+	// answered is the press's answered subject (Answered).
+	answered string
+	sub      *nats.Subscription
+	answer   chan *deliveryv1.SendRequested
+	retried  chan struct{}
+	once     sync.Once
+	// mu orders a retry's question (told the press is held, the asker
+	// leaves it to this hold) and LetGo: once let go, no question is
+	// told that.
+	mu    sync.Mutex
+	letGo bool
 }
 
 // Answer delivers the router's answer, once.
@@ -69,6 +86,41 @@ func (h *PressHold) Close() {
 	h.once.Do(func() { _ = h.sub.Unsubscribe() })
 }
 
+// Answered says on the press's answered subject that its query was
+// answered, then closes the hold: a replica told the press is held here
+// (RetryPress) and watching (PressWatch) leaves it answered. Said before
+// the hold ends, on the connection the hold is on: a watch that finds
+// the press held no more has the word already. A nil hold says nothing.
+func (h *PressHold) Answered() {
+	if h == nil {
+		return
+	}
+	_ = h.nc.Publish(h.answered, nil)
+	h.Close()
+}
+
+// LetGo stops holding the press without answering it, unless another
+// replica was told meanwhile that this hold holds the press (a retry
+// not taken from Retried): then the hold goes on, and retried is true,
+// the press this hold's to answer. Decided under the lock the question
+// is answered under, so that no replica is told the press is held by a
+// hold that then lets it go. A nil hold lets go of nothing.
+func (h *PressHold) LetGo() (retried bool) {
+	if h == nil {
+		return false
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	select {
+	case <-h.retried:
+		return true
+	default:
+	}
+	h.letGo = true
+	h.Close()
+	return false
+}
+
 // HoldPress is PressHolder.HoldPress.
 func (c *conn) HoldPress(id string) (*PressHold, error) { return HoldPress(c.r.bus, c.r.name, id) }
 
@@ -78,9 +130,15 @@ func HoldPress(b *bus.Bus, platform, id string) (*PressHold, error) {
 	if id == "" {
 		return nil, errors.New("hold press: no interaction id")
 	}
-	h := &PressHold{answer: make(chan *deliveryv1.SendRequested, 1), retried: make(chan struct{}, 1)}
+	h := &PressHold{nc: b.Conn(), answered: pressAnsweredSubject(b, platform, id),
+		answer: make(chan *deliveryv1.SendRequested, 1), retried: make(chan struct{}, 1)}
 	sub, err := b.Conn().Subscribe(b.Topology().PressSubject(platform, id), func(m *nats.Msg) {
 		if m.Header.Get(pressRetryHeader) != "" {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			if h.letGo {
+				return // let go: the asker, told nothing, answers the press
+			}
 			select {
 			case h.retried <- struct{}{}:
 			default:
@@ -166,4 +224,102 @@ func RetryPress(ctx context.Context, b *bus.Bus, platform, id string) (held bool
 		return false, nil
 	}
 	return false, fmt.Errorf("retry press: %w", err)
+}
+
+// pressAnsweredSubject is where whoever answers the press with
+// interaction id on platform says so (ConfirmPressAnswered): a subject
+// apart from the press's own, whose subscribers are its holders only,
+// so that a question finds no responders once none holds it.
+func pressAnsweredSubject(b *bus.Bus, platform, id string) string {
+	return b.Topology().PressSubject(platform, id) + ".answered"
+}
+
+// ConfirmPressAnswered says that this replica answered the press with
+// interaction id on platform, which it did not hold (PressHold.Answered
+// is a holder's): replicas watching for the press's answer (PressWatch)
+// leave it answered.
+func ConfirmPressAnswered(b *bus.Bus, platform, id string) error {
+	if err := b.Conn().Publish(pressAnsweredSubject(b, platform, id), nil); err != nil {
+		return fmt.Errorf("confirm press answered: %w", err)
+	}
+	return nil
+}
+
+// PressWatch watches a press that another replica holds, for its
+// holder's word that it answered it (WatchPress).
+type PressWatch struct {
+	b            *bus.Bus
+	platform, id string
+	sub          *nats.Subscription
+	answered     chan *nats.Msg
+}
+
+// WatchPress starts watching the press with interaction id on platform
+// for its holder's word that it answered it: started before the
+// question whether one holds it (RetryPress), the word cannot come
+// before the watch. The caller closes it.
+func WatchPress(b *bus.Bus, platform, id string) (*PressWatch, error) {
+	w := &PressWatch{b: b, platform: platform, id: id, answered: make(chan *nats.Msg, 1)}
+	sub, err := b.Conn().ChanSubscribe(pressAnsweredSubject(b, platform, id), w.answered)
+	if err != nil {
+		return nil, fmt.Errorf("watch press: %w", err)
+	}
+	w.sub = sub
+	return w, nil
+}
+
+// Close ends the watch. A nil watch closes nothing.
+func (w *PressWatch) Close() {
+	if w != nil {
+		_ = w.sub.Unsubscribe()
+	}
+}
+
+// Wait waits for the press's holder to say it answered the press, and
+// reports whether it did: false when, asked every interval
+// (RetryPress), no replica holds the press any more and none said it
+// answered it (its holder died, or lost its connection to the bus, with
+// the query unanswered), or when bound or ctx ends first. The caller
+// then answers the query itself.
+func (w *PressWatch) Wait(ctx context.Context, bound, every time.Duration) bool {
+	end := time.NewTimer(bound)
+	defer end.Stop()
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-w.answered:
+			return true
+		case <-end.C:
+			return w.said()
+		case <-ctx.Done():
+			return w.said()
+		case <-tick.C:
+			if !w.held(ctx, every) {
+				// The holder's word comes before its hold ends, on
+				// one connection, and this connection has it before
+				// the question's reply that no one holds the press.
+				return w.said()
+			}
+		}
+	}
+}
+
+// held asks whether a replica still holds the press; an error (no
+// reply in time) is no answer, and the watch goes on.
+func (w *PressWatch) held(ctx context.Context, timeout time.Duration) bool {
+	rctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	held, err := RetryPress(rctx, w.b, w.platform, w.id)
+	return held || err != nil
+}
+
+// said reports whether the holder's word came.
+func (w *PressWatch) said() bool {
+	select {
+	case <-w.answered:
+		return true
+	default:
+		return false
+	}
 }

@@ -46,3 +46,71 @@ func TestRetryPress(t *testing.T) {
 		t.Fatalf("a press whose hold closed: held %v, %v", held, err)
 	}
 }
+
+// A hold let go after it told an asker the press is held goes on
+// holding it (LetGo reports the retry); let go before any asks, it
+// tells a later asker nothing, which then answers the press itself.
+func TestPressHoldLetGo(t *testing.T) {
+	t.Parallel()
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	h, err := platform.HoldPress(b, "telegram", "q1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if held, err := platform.RetryPress(ctx, b, "telegram", "q1"); err != nil || !held {
+		t.Fatalf("a held press: held %v, %v", held, err)
+	}
+	if !h.LetGo() {
+		t.Fatal("let go of a press another replica was told is held")
+	}
+	if h.LetGo() {
+		t.Fatal("no retry since the last: the hold should let go")
+	}
+	if held, err := platform.RetryPress(ctx, b, "telegram", "q1"); err != nil || held {
+		t.Fatalf("a press let go: held %v, %v", held, err)
+	}
+	var none *platform.PressHold
+	if none.LetGo() {
+		t.Fatal("a nil hold holds nothing")
+	}
+}
+
+// A replica watching a press another holds hears the holder's word that
+// it answered it, also when the hold ended at once after; a hold that
+// ends without the word (its replica died) leaves the press to the
+// watcher.
+func TestPressWatch(t *testing.T) {
+	t.Parallel()
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, tc := range []struct {
+		name     string
+		answered bool
+	}{{"holder answers", true}, {"holder dies", false}} {
+		id := "q-" + tc.name
+		h, err := platform.HoldPress(b, "telegram", id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, err := platform.WatchPress(b, "telegram", id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if held, err := platform.RetryPress(ctx, b, "telegram", id); err != nil || !held {
+			t.Fatalf("%s: held %v, %v", tc.name, held, err)
+		}
+		if tc.answered {
+			h.Answered()
+		} else {
+			h.Close()
+		}
+		// The bound is never reached: the question finds the hold gone.
+		if got := w.Wait(ctx, time.Hour, 10*time.Millisecond); got != tc.answered {
+			t.Errorf("%s: watch says answered %v, want %v", tc.name, got, tc.answered)
+		}
+		w.Close()
+	}
+}

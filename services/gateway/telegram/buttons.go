@@ -227,11 +227,23 @@ func (p *Platform) answerCallbackText(ctx context.Context, id, text string) {
 // text when the hold ends.
 const maxPressHold = 10 * time.Second
 
+// answerTimeout bounds a held query's answer (answerCallbackQuery).
+const answerTimeout = 10 * time.Second
+
+// holderCheck is how often a replica that left a press's query to the
+// replica holding it (heldElsewhere) asks whether that one still holds
+// it (watchHolder).
+const holderCheck = time.Second
+
 // query is the callback query of a press this replica holds (holdQuery)
 // until it is claimed (claimQuery).
 type query struct {
 	// claimed is closed when the query is claimed.
 	claimed chan struct{}
+	// subscribed is closed once hold is set: the press's handling that
+	// holds the query subscribes to the router's answer before any
+	// handling of it publishes it (holdQuery).
+	subscribed chan struct{}
 	// hold is the router's answer's (nil: the press could not be held
 	// for it).
 	hold *platform.PressHold
@@ -255,13 +267,20 @@ type query struct {
 // failed here, still held (awaitRetry), is taken over as it is: a
 // refusal or an answer that came meanwhile is its hold's. A press held
 // here otherwise (Telegram sent it again while it is published or held)
-// is its first handling's to answer: again is true, q nil.
-func (p *Platform) holdQuery(conn platform.Conn, id string) (q *query, again bool) {
+// is its first handling's to answer: again is true, q nil, once that
+// handling holds the press for the router's answer. Published before,
+// the router's answer could come before that hold subscribed, and be
+// lost.
+func (p *Platform) holdQuery(ctx context.Context, conn platform.Conn, id string) (q *query, again bool) {
 	p.heldMu.Lock()
 	if q := p.held[id]; q != nil {
 		if q.retry == nil {
 			q.again = true
 			p.heldMu.Unlock()
+			select {
+			case <-q.subscribed:
+			case <-ctx.Done():
+			}
 			return nil, true
 		}
 		close(q.retry)
@@ -269,12 +288,13 @@ func (p *Platform) holdQuery(conn platform.Conn, id string) (q *query, again boo
 		p.heldMu.Unlock()
 		return q, false
 	}
-	q = &query{claimed: make(chan struct{})}
+	q = &query{claimed: make(chan struct{}), subscribed: make(chan struct{})}
 	if p.held == nil {
 		p.held = map[string]*query{}
 	}
 	p.held[id] = q
 	p.heldMu.Unlock()
+	defer close(q.subscribed)
 	if h, ok := conn.(platform.PressHolder); ok {
 		hold, err := h.HoldPress(id)
 		if err != nil {
@@ -333,23 +353,31 @@ func (p *Platform) awaitRetry(ctx context.Context, id string, q *query) {
 			// Refused: the refusal answers the query and ends its hold.
 		case req := <-answered:
 			if p.claimQuery(id) != nil {
-				defer q.hold.Close()
-				actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+				defer q.hold.Answered()
+				actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), answerTimeout)
 				defer cancel()
 				p.answerCallbackText(actx, id, req.GetText())
 			}
 		case <-t.C:
+			if p.retryWaitOver != nil {
+				p.retryWaitOver(id)
+			}
+			// Let go, unless another replica asked meanwhile and was
+			// told it is held here (PressHold.LetGo): then held here
+			// on, as in the retried case.
 			p.heldMu.Lock()
-			taken := q.retry == nil
+			taken := q.retry != retry
+			asked := false
 			if !taken {
 				q.retry = nil
-				if p.held[id] == q {
+				asked = q.hold.LetGo()
+				if !asked && p.held[id] == q {
 					delete(p.held, id)
 				}
 			}
 			p.heldMu.Unlock()
-			if !taken {
-				q.hold.Close()
+			if asked {
+				p.hold(ctx, id, q)
 			}
 		}
 	}()
@@ -363,8 +391,17 @@ func (p *Platform) awaitRetry(ctx context.Context, id string, q *query) {
 // which may not have come yet. That replica answers it, and this one
 // lets go of q, this handling's, without answering. Held by no one, the
 // press was decided before: this replica answers it at once.
+//
+// It watches that replica (watchHolder), from before it asks: a holder
+// that dies, or loses its connection to the bus, before it answers the
+// query leaves it to this replica.
 func (p *Platform) heldElsewhere(ctx context.Context, id string, q *query) bool {
 	if p.bus == nil {
+		return false
+	}
+	w, err := platform.WatchPress(p.bus, p.Name(), id)
+	if err != nil {
+		p.log.Debug("watch a press handed again; answering it here", "err", err)
 		return false
 	}
 	rctx, cancel := context.WithTimeout(ctx, time.Second)
@@ -374,6 +411,7 @@ func (p *Platform) heldElsewhere(ctx context.Context, id string, q *query) bool 
 		p.log.Debug("ask whether another replica holds a press handed again; answering it here", "err", err)
 	}
 	if !held {
+		w.Close()
 		return false
 	}
 	p.heldMu.Lock()
@@ -381,7 +419,39 @@ func (p *Platform) heldElsewhere(ctx context.Context, id string, q *query) bool 
 		delete(p.held, id)
 	}
 	p.heldMu.Unlock()
+	go p.watchHolder(context.WithoutCancel(ctx), id, w)
 	return true
+}
+
+// watchHolder waits for the replica holding callback query id, which
+// this replica left it to (heldElsewhere), to say it answered it
+// (platform.PressWatch), and answers it here, without text, when that
+// replica holds it no more without having said so (it died, or lost its
+// connection to the bus), or has not said so by the latest a live
+// holder answers: a hold's longest, then its answer's. A live holder
+// says so before its hold ends, so the query is not answered twice.
+func (p *Platform) watchHolder(ctx context.Context, id string, w *platform.PressWatch) {
+	defer w.Close()
+	if w.Wait(ctx, maxPressHold+answerTimeout, holderCheck) {
+		return
+	}
+	p.log.Info("the replica holding a telegram button press's query stopped holding it unanswered; answering it here")
+	actx, cancel := context.WithTimeout(ctx, answerTimeout)
+	defer cancel()
+	p.answerCallback(actx, id)
+	p.confirmAnswered(id)
+}
+
+// confirmAnswered says that this replica answered callback query id,
+// which it did not hold (platform.ConfirmPressAnswered): a replica that
+// left it to a hold here that has ended is told it is answered.
+func (p *Platform) confirmAnswered(id string) {
+	if p.bus == nil {
+		return
+	}
+	if err := platform.ConfirmPressAnswered(p.bus, p.Name(), id); err != nil {
+		p.log.Debug("say a telegram button press's query was answered", "err", err)
+	}
 }
 
 // hold holds callback query id of a published press (counted held by
@@ -392,10 +462,12 @@ func (p *Platform) heldElsewhere(ctx context.Context, id string, q *query) bool 
 // does not wait. Nor does the hold end with ctx: a webhook's is its
 // request's, which ends at once.
 //
-// Whoever claims the query ends its hold (PressHold.Close) once it has
-// answered it, not before: until then a replica handed the press again
-// is told the press is held here (heldElsewhere), and leaves the query
-// to this answer rather than answer it first without text.
+// Whoever claims the query ends its hold once it has answered it, not
+// before, and says so (PressHold.Answered): until then a replica handed
+// the press again is told the press is held here (heldElsewhere), and
+// leaves the query to this answer rather than answer it first without
+// text; it watches for the word, and answers the query itself when the
+// hold ends without it (watchHolder).
 func (p *Platform) hold(ctx context.Context, id string, q *query) {
 	var answered <-chan *deliveryv1.SendRequested
 	if q.hold != nil {
@@ -413,8 +485,8 @@ func (p *Platform) hold(ctx context.Context, id string, q *query) {
 			return // refused: the refusal answers the query
 		}
 		if p.claimQuery(id) != nil {
-			defer q.hold.Close()
-			actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			defer q.hold.Answered()
+			actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), answerTimeout)
 			defer cancel()
 			p.answerCallbackText(actx, id, text)
 		}
@@ -467,7 +539,7 @@ func (p *Platform) refuse(ctx context.Context, req *deliveryv1.SendRequested) (s
 	q := p.claimQuery(ia.GetId())
 	held := q != nil
 	if held {
-		defer q.hold.Close()
+		defer q.hold.Answered()
 	}
 	// Sent on to a holder also past the press's end: the replica whose
 	// publish failed holds the query until its retry, which another
@@ -479,6 +551,11 @@ func (p *Platform) refuse(ctx context.Context, req *deliveryv1.SendRequested) (s
 	if !held && (ia.GetExpiresAt() == nil || time.Now().After(ia.GetExpiresAt().AsTime())) {
 		p.log.Info("telegram callback query answered already; dropping the press's refusal")
 		return "", nil
+	}
+	if !held {
+		// A replica watching for the query's answer (watchHolder)
+		// leaves it to this one.
+		defer p.confirmAnswered(ia.GetId())
 	}
 	text := req.GetText()
 	if utf8.RuneCountInString(text) > maxCallbackText {

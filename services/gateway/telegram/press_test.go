@@ -35,11 +35,19 @@ func (p *wrappedPlatform) Connect(ctx context.Context, conn platform.Conn) error
 // the test ends or stop is called.
 func startWrapped(t *testing.T, cfg Config, b *bus.Bus, instance string, wrap func(platform.Conn) platform.Conn) (*platform.Service, func()) {
 	t.Helper()
+	return startWrappedWith(t, cfg, b, instance, func(*Platform) {}, wrap)
+}
+
+// startWrappedWith is startWrapped whose platform is handed to setup
+// before it runs.
+func startWrappedWith(t *testing.T, cfg Config, b *bus.Bus, instance string, setup func(*Platform), wrap func(platform.Conn) platform.Conn) (*platform.Service, func()) {
+	t.Helper()
 	tp, err := NewPlatform(cfg, quietLog(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	tp.bus = b
+	setup(tp)
 	svc, err := platform.NewService(&wrappedPlatform{Platform: tp, wrap: wrap}, b, quietLog(),
 		platform.Options{Instance: instance, LeaseTTL: cfg.LeaseTTL, Backoff: platform.Schedule(50 * time.Millisecond)})
 	if err != nil {
@@ -61,29 +69,35 @@ func startWrapped(t *testing.T, cfg Config, b *bus.Bus, instance string, wrap fu
 	return &svc, stop
 }
 
-// lateHoldConn holds a press's first handling back (its hold, which
-// comes before its publish) until another handling of the press has
-// published it: of two deliveries of one update at once, the second
-// stores the press, and the first is told it is a duplicate.
+// lateHoldConn holds a press's first publish back until another
+// handling of the press has published it: of two deliveries of one
+// update at once, the second stores the press, and the first is told it
+// is a duplicate.
 type lateHoldConn struct {
 	platform.Conn
 	published chan struct{}
+	first     *sync.Once
 	once      *sync.Once
 }
 
 func (c *lateHoldConn) HoldPress(id string) (*platform.PressHold, error) {
-	select {
-	case <-c.published:
-	case <-time.After(10 * time.Second):
-	}
 	return c.Conn.(platform.PressHolder).HoldPress(id)
 }
 
 func (c *lateHoldConn) Deliver(ctx context.Context, ev *eventsv1.MessageReceived) (platform.Accepted, error) {
-	acc, err := c.Conn.Deliver(ctx, ev)
-	if ev.GetInteraction() != nil {
-		c.once.Do(func() { close(c.published) })
+	if ev.GetInteraction() == nil {
+		return c.Conn.Deliver(ctx, ev)
 	}
+	first := false
+	c.first.Do(func() { first = true })
+	if first {
+		select {
+		case <-c.published:
+		case <-time.After(10 * time.Second):
+		}
+	}
+	acc, err := c.Conn.Deliver(ctx, ev)
+	c.once.Do(func() { close(c.published) })
 	return acc, err
 }
 
@@ -104,7 +118,7 @@ func TestPressDeliveredTwiceAtOnce(t *testing.T) {
 	cfg.PressHold = pressHold
 	published, once := make(chan struct{}), &sync.Once{}
 	s, _ := startWrapped(t, cfg, b, "a", func(c platform.Conn) platform.Conn {
-		return &lateHoldConn{Conn: c, published: published, once: once}
+		return &lateHoldConn{Conn: c, published: published, first: &sync.Once{}, once: once}
 	})
 	waitFor(t, "connected", 20*time.Second, func() bool { st, _ := s.Runner().State(); return st == platform.StateConnected })
 	card := sendApprovalCard(t, f, b)
@@ -356,5 +370,224 @@ func TestPressHeldWhileItsRefusalIsAnswered(t *testing.T) {
 	}
 	if a := f.CallbackAnswers(); len(a) != 1 || a[0].QueryID != query || a[0].Text != refusal {
 		t.Fatalf("answers %+v, want the refusal as the query's answer", a)
+	}
+}
+
+// fastRouterConn answers a press (the router's word, answer) as soon as
+// a handling has stored it, as a router deciding it within the
+// publish's round trip, and holds back the hold of a press (which comes
+// before its publish) until Telegram's second delivery of it has found
+// it held (query.again) and published it; a second delivery that waits
+// for the hold instead does not publish, and the hold goes on after a
+// second.
+type fastRouterConn struct {
+	platform.Conn
+	b         *bus.Bus
+	p         *Platform
+	answer    string
+	published chan struct{}
+	once      *sync.Once
+}
+
+func (c *fastRouterConn) HoldPress(id string) (*platform.PressHold, error) {
+	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+		c.p.heldMu.Lock()
+		again := c.p.held[id] != nil && c.p.held[id].again
+		c.p.heldMu.Unlock()
+		if again {
+			break
+		}
+	}
+	select {
+	case <-c.published:
+	case <-time.After(time.Second):
+	}
+	return c.Conn.(platform.PressHolder).HoldPress(id)
+}
+
+func (c *fastRouterConn) Deliver(ctx context.Context, ev *eventsv1.MessageReceived) (platform.Accepted, error) {
+	acc, err := c.Conn.Deliver(ctx, ev)
+	if err != nil || ev.GetInteraction() == nil || acc.Duplicate {
+		return acc, err
+	}
+	if err := platform.PublishPressAnswer(c.b, &deliveryv1.SendRequested{Target: &deliveryv1.Target{Platform: "telegram", Account: "4242", ChatId: "99",
+		Interaction: ev.GetInteraction()}, Text: c.answer}); err != nil {
+		return acc, err
+	}
+	c.once.Do(func() { close(c.published) })
+	return acc, nil
+}
+
+// Of two webhook deliveries of one press at once, the second, which
+// finds the press held by the first (query.again), publishes it only
+// once the first holds it for the router's answer: a router that
+// answers within the publish's round trip is heard. Published before
+// the first's hold had subscribed, the router's word was lost, and the
+// query answered without text when the hold ended.
+func TestPressDeliveredAgainBeforeItsHoldSubscribes(t *testing.T) {
+	t.Parallel()
+	f := newFake(t)
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	cfg := webhookConfig(t, f)
+	cfg.PressHold = 3 * time.Second
+	const answer = "✅ Approved once"
+	var tp *Platform
+	s, _ := startWrappedWith(t, cfg, b, "a", func(p *Platform) { tp = p }, func(c platform.Conn) platform.Conn {
+		return &fastRouterConn{Conn: c, b: b, p: tp, answer: answer, published: make(chan struct{}), once: &sync.Once{}}
+	})
+	waitFor(t, "connected", 20*time.Second, func() bool { st, _ := s.Runner().State(); return st == platform.StateConnected })
+	card := sendApprovalCard(t, f, b)
+	id, query, err := f.Press("99", card.ID, alice, "ea:once:call_1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if code, err := f.Push(context.Background(), id); err != nil || code != http.StatusOK {
+				t.Errorf("push: %d %v", code, err)
+			}
+		}()
+	}
+	wg.Wait()
+	if evs := inbound(t, b); len(evs) != 1 || evs[0].GetInteraction().GetId() != query {
+		t.Fatalf("published %v, want the press once", evs)
+	}
+	waitFor(t, "the query answered", 10*time.Second, func() bool { return len(f.CallbackAnswers()) == 1 })
+	if a := f.CallbackAnswers(); len(a) != 1 || a[0].QueryID != query || a[0].Text != answer {
+		t.Fatalf("answers %+v, want the router's word as the query's answer", a)
+	}
+}
+
+// A press whose publish failed here (stored all the same), held for its
+// retry (awaitRetry), whose wait for the retry runs out just as another
+// replica handed the press again asks whether one holds it: told it is
+// held, that replica leaves the query to this one, which answers it.
+// Let go after saying it held it, nobody answered the query.
+func TestPressAskedForAsItsRetryWaitRunsOut(t *testing.T) {
+	t.Parallel()
+	f := newFake(t)
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	cfg := webhookConfig(t, f)
+	cfg.PressHold = 2 * time.Second
+	type answer struct {
+		held bool
+		err  error
+	}
+	asked := make(chan answer, 1)
+	lost := make(chan struct{})
+	s, _ := startWrappedWith(t, cfg, b, "a", func(p *Platform) {
+		// Another replica asks in the window between the wait's end
+		// and its let-go.
+		p.retryWaitOver = func(id string) {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			held, err := platform.RetryPress(ctx, b, "telegram", id)
+			asked <- answer{held, err}
+		}
+	}, func(c platform.Conn) platform.Conn {
+		return &cutOffConn{Conn: c, lost: lost, once: &sync.Once{}}
+	})
+	waitFor(t, "connected", 20*time.Second, func() bool { st, _ := s.Runner().State(); return st == platform.StateConnected })
+	card := sendApprovalCard(t, f, b)
+	id, query, err := f.Press("99", card.ID, alice, "ea:once:call_1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, err := f.Push(context.Background(), id); err != nil || code != http.StatusInternalServerError {
+		t.Fatalf("push: %d %v, want the publish failed", code, err)
+	}
+	var a answer
+	select {
+	case a = <-asked:
+	case <-time.After(maxPressHold + 10*time.Second):
+		t.Fatal("the wait for the press's retry did not run out")
+	}
+	if a.err != nil || !a.held {
+		t.Fatalf("asked as the wait ran out: held %v, %v; want held", a.held, a.err)
+	}
+	waitFor(t, "the query answered", cfg.PressHold+10*time.Second, func() bool { return len(f.CallbackAnswers()) > 0 })
+	if ans := f.CallbackAnswers(); len(ans) != 1 || ans[0].QueryID != query || ans[0].Text != "" {
+		t.Fatalf("answers %+v, want the query answered once without text", ans)
+	}
+}
+
+// killableAPI is the Bot API at target until kill is closed, and then
+// no Bot API at all: a replica whose process died answers nothing.
+func killableAPI(t *testing.T, target string) (url string, kill chan struct{}) {
+	t.Helper()
+	u, err := neturl.Parse(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kill = make(chan struct{})
+	proxy := httputil.NewSingleHostReverseProxy(u)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-kill:
+			http.Error(w, "dead", http.StatusBadGateway)
+			return
+		default:
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL, kill
+}
+
+// A replica that told another it holds a press (platform.RetryPress)
+// and then dies before it answers the press's query leaves the query to
+// the replica that asked: that one sees the press held no more without
+// its holder's word that it answered, and answers the query itself.
+// Left to the dead holder, the query went unanswered, its spinner on
+// until it expired.
+func TestPressHolderDiesAfterSayingItHoldsThePress(t *testing.T) {
+	t.Parallel()
+	f := newFake(t)
+	url := bustest.EmbeddedURL(t)
+	b := bustest.New(t, url)
+	// a, the holder, on a connection of its own, which its death closes.
+	ba := bustest.NewWith(t, url, b.Topology())
+	cfg := testConfig(f)
+	cfg.LeaseTTL = time.Second
+	// The longest there is: a, alive, would answer only when its hold
+	// ends.
+	cfg.PressHold = maxPressHold
+	cfgA := cfg
+	var kill chan struct{}
+	cfgA.APIBaseURL, kill = killableAPI(t, f.URL)
+	lost := make(chan struct{})
+	sa, stopA := startWrapped(t, cfgA, ba, "a", func(c platform.Conn) platform.Conn {
+		return &cutOffConn{Conn: c, lost: lost, once: &sync.Once{}}
+	})
+	waitFor(t, "a connected", 20*time.Second, func() bool { st, _ := sa.Runner().State(); return st == platform.StateConnected })
+	sb, _ := startService(t, cfg, b, "b")
+	waitFor(t, "b standing by", 20*time.Second, func() bool { st, _ := sb.Runner().State(); return st == platform.StateStandby })
+
+	card := sendApprovalCard(t, f, b)
+	id, query, err := f.Press("99", card.ID, alice, "ea:once:call_1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-lost:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the press was not published")
+	}
+	// The lease moves; b, handed the press again and told it is a
+	// duplicate, asks, and a says it holds it.
+	stopA()
+	waitFor(t, "b polling the press again", 20*time.Second, func() bool { return f.Confirmed() > id })
+	if a := f.CallbackAnswers(); len(a) != 0 {
+		t.Fatalf("answers %+v while a holds the press, want none yet", a)
+	}
+	// a dies: it answers nothing, and its connection to the bus closes.
+	close(kill)
+	ba.Conn().Close()
+	waitFor(t, "the query answered", maxPressHold, func() bool { return len(f.CallbackAnswers()) > 0 })
+	if a := f.CallbackAnswers(); len(a) != 1 || a[0].QueryID != query || a[0].Text != "" {
+		t.Fatalf("answers %+v, want the query answered once without text", a)
 	}
 }

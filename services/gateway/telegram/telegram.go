@@ -231,6 +231,9 @@ type Platform struct {
 	// is claimed (claimQuery).
 	heldMu sync.Mutex
 	held   map[string]*query
+	// retryWaitOver, when set (tests), is called as a failed press's
+	// wait for its retry runs out (awaitRetry), before it is let go.
+	retryWaitOver func(id string)
 
 	mu       sync.Mutex
 	username string
@@ -424,6 +427,9 @@ func (p *Platform) handle(ctx context.Context, conn platform.Conn, raw []byte) (
 				}
 				if p.claimQuery(out.callbackID) != nil {
 					p.answerCallback(ctx, out.callbackID)
+					// Its hold, closed, may have told a replica the
+					// press is held here.
+					p.confirmAnswered(out.callbackID)
 				}
 			}
 		}()
@@ -437,7 +443,7 @@ func (p *Platform) handle(ctx context.Context, conn platform.Conn, raw []byte) (
 		out.ev.Interaction = heldPress(out.callbackID, time.Now().Add(p.cfg.PressHold))
 		// The router's answer may come as soon as the press is out, and
 		// so may its refusal, which claims the query.
-		q, again = p.holdQuery(conn, out.callbackID)
+		q, again = p.holdQuery(ctx, conn, out.callbackID)
 	}
 	acc, err := conn.Deliver(ctx, out.ev)
 	if err != nil {
