@@ -1,0 +1,128 @@
+package teams
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"time"
+
+	"github.com/switchboard-chat/switchboard/pkg/platform"
+)
+
+// A press's invoke is held for the router's answer under an
+// interaction id made from the press's own identity (the app, the
+// conversation and the activity id: its bus dedupe id), not a random
+// one, so that the Bot Framework's retry of the invoke (the first HTTP
+// request timed out, or its replica died), whose press the bus says it
+// has already, holds the very press the router decides: on this
+// replica it shares the first delivery's hold (heldInvoke), on another
+// it subscribes to the same subject, and the router's answer, or its
+// refusal through delivery, reaches every replica that holds it. The
+// retry is answered with it when it comes within the retry's own hold;
+// a press decided long before waits out that hold and is answered
+// without the router's word, as one the router does not answer in time.
+
+// heldInvoke is a press held on this replica for the router's answer,
+// shared by every delivery of its invoke this replica answers.
+type heldInvoke struct {
+	id string
+	// ready is closed once hold is set: nil when the press could not be
+	// held.
+	ready chan struct{}
+	hold  *platform.PressHold
+	// answered is closed once the router answered, with text.
+	answered chan struct{}
+	text     string
+	// released is closed when the last user lets go.
+	released chan struct{}
+	// users are the deliveries waiting on it (guarded by invokesMu).
+	users int
+}
+
+// interactionID names the press of the invoke whose event id is
+// eventID (its conversation and activity id): the same for every
+// delivery of the invoke.
+func interactionID(account, eventID string) string {
+	sum := sha256.Sum256([]byte("teams:" + account + ":" + eventID))
+	return hex.EncodeToString(sum[:16])
+}
+
+// holdInvoke holds the press with interaction id for the router's
+// answer, or joins this replica's hold of it (a retry while the first
+// delivery waits): the hold is in place when it returns, before the
+// press is published. The caller lets go with releaseInvoke.
+func (p *Platform) holdInvoke(h platform.PressHolder, id string) *heldInvoke {
+	p.invokesMu.Lock()
+	if inv := p.invokes[id]; inv != nil {
+		inv.users++
+		p.invokesMu.Unlock()
+		<-inv.ready
+		return inv
+	}
+	inv := &heldInvoke{id: id, ready: make(chan struct{}), answered: make(chan struct{}), released: make(chan struct{}), users: 1}
+	if p.invokes == nil {
+		p.invokes = map[string]*heldInvoke{}
+	}
+	p.invokes[id] = inv
+	p.invokesMu.Unlock()
+	hold, err := h.HoldPress(id)
+	if err != nil {
+		p.log.Warn("hold teams button press for the router's answer; answered without it", "err", err)
+		// Not kept: a later delivery tries anew.
+		p.invokesMu.Lock()
+		if p.invokes[id] == inv {
+			delete(p.invokes, id)
+		}
+		p.invokesMu.Unlock()
+		close(inv.ready)
+		return inv
+	}
+	inv.hold = hold
+	close(inv.ready)
+	go func() {
+		select {
+		case req := <-hold.Answer():
+			inv.text = req.GetText()
+			close(inv.answered)
+		case <-inv.released:
+		}
+	}()
+	return inv
+}
+
+// releaseInvoke lets go of inv, held by holdInvoke; the last to let go
+// ends the hold. A nil inv releases nothing.
+func (p *Platform) releaseInvoke(inv *heldInvoke) {
+	if inv == nil {
+		return
+	}
+	p.invokesMu.Lock()
+	inv.users--
+	last := inv.users == 0
+	if last && p.invokes[inv.id] == inv {
+		delete(p.invokes, inv.id)
+	}
+	p.invokesMu.Unlock()
+	if last && inv.hold != nil {
+		close(inv.released)
+		inv.hold.Close()
+	}
+}
+
+// awaitAnswer waits for the router's answer to a held press, up to
+// Config.PressHold, and returns its text ("" for none, or when the
+// press is not held).
+func (p *Platform) awaitAnswer(ctx context.Context, inv *heldInvoke) string {
+	if inv == nil || inv.hold == nil {
+		return ""
+	}
+	t := time.NewTimer(p.cfg.PressHold)
+	defer t.Stop()
+	select {
+	case <-inv.answered:
+		return inv.text
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	return ""
+}
