@@ -170,6 +170,7 @@ func (p *Platform) handle(ctx context.Context, conn platform.Deliverer, a *Activ
 	}
 	_, err = conn.Deliver(ctx, n.ev)
 	if err != nil && !errors.Is(err, platform.ErrRejected) {
+		p.keepForRetry(inv)
 		p.releaseInvoke(inv)
 		return false, nil, fmt.Errorf("publish message %s: %w", n.ev.GetEventId(), err)
 	}

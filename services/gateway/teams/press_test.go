@@ -248,3 +248,69 @@ func invokeRetried(t *testing.T, elsewhere, gone, refuse bool) {
 		t.Fatalf("the bus has %d messages, want the press once", n)
 	}
 }
+
+// A press whose publish failed after the bus stored it (its
+// acknowledgement lost: the invoke is answered 500 and the Bot
+// Framework retries it) is decided by the router all the same, maybe
+// before the retry comes: its replica keeps holding the press for the
+// retry, which, told the press is a duplicate, is answered with the
+// router's word, its answer or its refusal. With the hold ended by the
+// failed publish, the word had no one to go to, and the retry was
+// answered "Answer received." when its own hold ended.
+func TestInvokeStoredByAFailedPublish(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		refuse bool
+	}{
+		{name: "answered"},
+		{name: "refused", refuse: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			invokeStoredByAFailedPublish(t, tc.refuse)
+		})
+	}
+}
+
+func invokeStoredByAFailedPublish(t *testing.T, refuse bool) {
+	f := teamsfake.New(t)
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	cfg := testConfig(f)
+	const pressHold = 2 * time.Second
+	cfg.PressHold = pressHold
+	a := startReplica(t, f, cfg, b, "a", true)
+	t.Cleanup(func() {
+		platformtest.DeleteBuckets(b)
+		_ = b.JetStream().DeleteKeyValue(context.Background(), b.Topology().Stream(BucketRoutes))
+	})
+	evs := platformtest.InboundEvents(t, b)
+
+	act := f.Press(dmConv, "personal", "aad-stranger", "Mallory", "card-1", "hermes_approve", map[string]any{"hermes_action": "approve_once"})
+	if got := <-postInvoke(context.Background(), f, a.url, act); got.err != nil || got.code != http.StatusInternalServerError {
+		t.Fatalf("the failed publish's invoke was answered %d %q (%v), want 500", got.code, got.body, got.err)
+	}
+	ev := platformtest.NextEvent(t, evs)
+	ia := ev.GetInteraction()
+	if ev.GetText() != "/approve" || ia.GetId() == "" {
+		t.Fatalf("press %v", ev)
+	}
+	// The router decides the stored press before the retry comes.
+	word := "⚠️ Approval already resolved or expired."
+	target := &deliveryv1.Target{Platform: "teams", Account: f.ClientID, ChatId: dmConv, Interaction: ia}
+	if refuse {
+		word = "⛔ Not authorized."
+		if _, err := a.p.Send(context.Background(), &deliveryv1.SendRequested{Target: target, Text: word}); err != nil {
+			t.Fatal(err)
+		}
+	} else if err := platform.PublishPressAnswer(b, &deliveryv1.SendRequested{Target: target, Text: word}); err != nil {
+		t.Fatal(err)
+	}
+	got := <-postInvoke(context.Background(), f, a.url, act)
+	if v := answerValue(t, got); v != word || got.took >= pressHold {
+		t.Fatalf("the retry was answered %q after %v, want %q before its hold ends", v, got.took, word)
+	}
+	if n := inboundCount(t, b); n != 1 {
+		t.Fatalf("the bus has %d messages, want the press once", n)
+	}
+}
