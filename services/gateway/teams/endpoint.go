@@ -112,6 +112,10 @@ func (p *Platform) activity(w http.ResponseWriter, r *http.Request, conn platfor
 		text := unknownAction
 		if press {
 			text = p.awaitAnswer(r.Context(), inv)
+			// Whether this answer reaches the Bot Framework is not
+			// known here (it may have given up waiting, and retries):
+			// the router's word, come or to come, is kept for a retry.
+			p.keepForRetry(inv)
 		}
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusOK)

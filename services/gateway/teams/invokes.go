@@ -21,7 +21,8 @@ import (
 // retry is answered with it when it comes within the retry's own hold;
 // a press decided long before waits out that hold and is answered
 // without the router's word, as one the router does not answer in time.
-// A press whose publish failed stays held for its retry (keepForRetry).
+// A press stays held for a while after a delivery of it ended, its
+// publish failed or its answer maybe not taken (keepForRetry).
 
 // heldInvoke is a press held on this replica for the router's answer,
 // shared by every delivery of its invoke this replica answers.
@@ -91,19 +92,20 @@ func (p *Platform) holdInvoke(h platform.PressHolder, id string) *heldInvoke {
 	return inv
 }
 
-// retryHold is how long a press whose publish failed here stays held
-// for the Bot Framework's retry of its invoke (keepForRetry): the bus
-// may have stored the press, its acknowledgement lost, and the router
-// then decides it, maybe before the retry comes. Answered 500, the
-// invoke is retried within seconds; a retry later than this finds no
-// hold here and is answered without the router's word if that came
-// before it.
+// retryHold is how long a press stays held for the Bot Framework's
+// retry of its invoke after a delivery of it ended (keepForRetry): one
+// whose publish failed (the bus may have stored the press, its
+// acknowledgement lost, and the router then decides it), or one whose
+// answer may not have reached the Bot Framework (it gave up waiting:
+// the router's word came after its request ended). Either is retried
+// within seconds; a retry later than this finds no hold here and is
+// answered without the router's word if that came before it.
 const retryHold = 30 * time.Second
 
-// keepForRetry keeps holding inv, the press of an invoke whose publish
-// failed, for retryHold: a retry on this replica joins the hold
+// keepForRetry keeps holding inv, the press of an invoke whose delivery
+// ends, for retryHold: a retry on this replica joins the hold
 // (holdInvoke) and gets the router's answer, or its refusal, that came
-// meanwhile. The caller still releases its own use of inv.
+// meanwhile, or comes. The caller still releases its own use of inv.
 func (p *Platform) keepForRetry(inv *heldInvoke) {
 	if inv == nil || inv.hold == nil {
 		return

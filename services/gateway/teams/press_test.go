@@ -314,3 +314,67 @@ func invokeStoredByAFailedPublish(t *testing.T, refuse bool) {
 		t.Fatalf("the bus has %d messages, want the press once", n)
 	}
 }
+
+// The router's word on a press whose invoke's request ended before it
+// came (the Bot Framework gave up waiting, and retries) is kept for the
+// retry: the replica holds the press on after the request ends, and the
+// retry, told the press is a duplicate, is answered with that word at
+// once. With the hold ended with the request, the word had no one to go
+// to, and the retry was answered "Answer received." when its own hold
+// ended.
+func TestInvokeAnsweredAfterItsRequestEnded(t *testing.T) {
+	t.Parallel()
+	f := teamsfake.New(t)
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	cfg := testConfig(f)
+	const pressHold = 2 * time.Second
+	cfg.PressHold = pressHold
+	a := startReplica(t, f, cfg, b, "a", false)
+	t.Cleanup(func() {
+		platformtest.DeleteBuckets(b)
+		_ = b.JetStream().DeleteKeyValue(context.Background(), b.Topology().Stream(BucketRoutes))
+	})
+	evs := platformtest.InboundEvents(t, b)
+
+	act := f.Press(dmConv, "personal", "aad-stranger", "Mallory", "card-1", "hermes_approve", map[string]any{"hermes_action": "approve_once"})
+	firstCtx, giveUp := context.WithCancel(context.Background())
+	first := postInvoke(firstCtx, f, a.url, act)
+	ev := platformtest.NextEvent(t, evs)
+	ia := ev.GetInteraction()
+	if ev.GetText() != "/approve" || ia.GetId() == "" {
+		t.Fatalf("press %v", ev)
+	}
+	giveUp()
+	if got := <-first; got.err == nil {
+		t.Fatalf("the first delivery was answered %d %s, want it given up", got.code, got.body)
+	}
+	const word = "⚠️ Approval already resolved or expired."
+	if err := platform.PublishPressAnswer(b, &deliveryv1.SendRequested{
+		Target: &deliveryv1.Target{Platform: "teams", Account: f.ClientID, ChatId: dmConv, Interaction: ia}, Text: word}); err != nil {
+		t.Fatal(err)
+	}
+	// The word is in before the retry comes (the router's answer is a
+	// publish no one acknowledges): the replica has it, or its hold
+	// ended and the word was lost.
+	platformtest.WaitFor(t, "the router's word at the replica", func() bool {
+		a.p.invokesMu.Lock()
+		defer a.p.invokesMu.Unlock()
+		inv := a.p.invokes[ia.GetId()]
+		if inv == nil {
+			return true // the hold ended: the word found no one
+		}
+		select {
+		case <-inv.answered:
+			return true
+		default:
+			return false
+		}
+	})
+	got := <-postInvoke(context.Background(), f, a.url, act)
+	if v := answerValue(t, got); v != word || got.took >= pressHold {
+		t.Fatalf("the retry was answered %q after %v, want %q before its hold ends", v, got.took, word)
+	}
+	if n := inboundCount(t, b); n != 1 {
+		t.Fatalf("the bus has %d messages, want the press once", n)
+	}
+}
