@@ -172,7 +172,7 @@ func (p *Platform) handle(ctx context.Context, conn platform.Deliverer, a *Activ
 			n.ev.Interaction = &eventsv1.Interaction{Id: id, Component: true, ExpiresAt: timestamppb.New(time.Now().Add(p.cfg.PressHold))}
 		}
 	}
-	_, err = conn.Deliver(ctx, n.ev)
+	acc, err := conn.Deliver(ctx, n.ev)
 	if err != nil && !errors.Is(err, platform.ErrRejected) {
 		p.keepForRetry(inv)
 		p.releaseInvoke(inv)
@@ -182,6 +182,9 @@ func (p *Platform) handle(ctx context.Context, conn platform.Deliverer, a *Activ
 		// Not published: nothing will answer it.
 		p.releaseInvoke(inv)
 		inv = nil
+	}
+	if acc.Duplicate {
+		p.askElsewhere(inv)
 	}
 	return n.press, inv, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"sync"
 	"time"
 
 	"github.com/switchboard-chat/switchboard/pkg/platform"
@@ -17,7 +18,9 @@ import (
 // has already, holds the very press the router decides: on this
 // replica it shares the first delivery's hold (heldInvoke), on another
 // it subscribes to the same subject, and the router's answer, or its
-// refusal through delivery, reaches every replica that holds it. The
+// refusal through delivery, reaches every replica that holds it; one
+// that came before the retry held it is asked of the replicas holding
+// it on (askElsewhere). The
 // retry is answered with it when it comes within the retry's own hold;
 // a press decided long before waits out that hold and is answered
 // without the router's word, as one the router does not answer in time.
@@ -32,9 +35,11 @@ type heldInvoke struct {
 	// held.
 	ready chan struct{}
 	hold  *platform.PressHold
-	// answered is closed once the router answered, with text.
+	// answered is closed once the router's answer is in (settle), with
+	// text.
 	answered chan struct{}
 	text     string
+	settled  sync.Once
 	// released is closed when the last user lets go.
 	released chan struct{}
 	// users are the deliveries waiting on it (guarded by invokesMu).
@@ -84,12 +89,52 @@ func (p *Platform) holdInvoke(h platform.PressHolder, id string) *heldInvoke {
 	go func() {
 		select {
 		case req := <-hold.Answer():
-			inv.text = req.GetText()
-			close(inv.answered)
+			inv.settle(req.GetText())
 		case <-inv.released:
 		}
 	}()
 	return inv
+}
+
+// settle takes the router's answer to the press, the first that comes
+// in (its own hold's, or another replica's that askElsewhere got).
+func (inv *heldInvoke) settle(text string) {
+	inv.settled.Do(func() {
+		inv.text = text
+		close(inv.answered)
+	})
+}
+
+// askElsewhere asks the replicas that hold inv's press for the router's
+// answer they have (platform.AskPress), for a delivery the bus says is
+// a duplicate: the answer may have come to the replica of an earlier
+// delivery (its publish failed, or its request ended, keepForRetry)
+// before this replica held the press. Off the handler: an answer that
+// comes to the hold meanwhile is not kept waiting. Bounded by
+// Config.PressHold, as the wait for it is.
+func (p *Platform) askElsewhere(inv *heldInvoke) {
+	if inv == nil || inv.hold == nil {
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), p.cfg.PressHold)
+		defer cancel()
+		go func() {
+			select {
+			case <-inv.answered:
+			case <-inv.released:
+			}
+			cancel()
+		}()
+		req, err := platform.AskPress(ctx, p.bus, p.Name(), inv.id)
+		if err != nil {
+			p.log.Debug("ask other replicas for the router's answer to a press handed again", "err", err)
+			return
+		}
+		if req != nil {
+			inv.settle(req.GetText())
+		}
+	}()
 }
 
 // retryHold is how long a press stays held for the Bot Framework's

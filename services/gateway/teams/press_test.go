@@ -378,3 +378,87 @@ func TestInvokeAnsweredAfterItsRequestEnded(t *testing.T) {
 		t.Fatalf("the bus has %d messages, want the press once", n)
 	}
 }
+
+// A retry on another replica, told the press is a duplicate, is
+// answered with the router's word also when that word came before the
+// retry, to the replica that holds the press on (its publish failed
+// there, or its first request was given up): the retry asks the
+// holders for the word they have. Without asking, the retry's own hold
+// came too late for the word, and the retry was answered "Answer
+// received." when that hold ended.
+func TestInvokeRetriedElsewhereAfterTheWord(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		failed bool
+	}{
+		{name: "the first request given up"},
+		{name: "the first publish failed", failed: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			invokeRetriedElsewhereAfterTheWord(t, tc.failed)
+		})
+	}
+}
+
+func invokeRetriedElsewhereAfterTheWord(t *testing.T, failed bool) {
+	f := teamsfake.New(t)
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	cfg := testConfig(f)
+	const pressHold = 2 * time.Second
+	cfg.PressHold = pressHold
+	a := startReplica(t, f, cfg, b, "a", failed)
+	other := startReplica(t, f, cfg, b, "b", false)
+	t.Cleanup(func() {
+		platformtest.DeleteBuckets(b)
+		_ = b.JetStream().DeleteKeyValue(context.Background(), b.Topology().Stream(BucketRoutes))
+	})
+	evs := platformtest.InboundEvents(t, b)
+
+	act := f.Press(dmConv, "personal", "aad-stranger", "Mallory", "card-1", "hermes_approve", map[string]any{"hermes_action": "approve_once"})
+	firstCtx, giveUp := context.WithCancel(context.Background())
+	defer giveUp()
+	first := postInvoke(firstCtx, f, a.url, act)
+	ev := platformtest.NextEvent(t, evs)
+	ia := ev.GetInteraction()
+	if ev.GetText() != "/approve" || ia.GetId() == "" {
+		t.Fatalf("press %v", ev)
+	}
+	if failed {
+		if got := <-first; got.err != nil || got.code != http.StatusInternalServerError {
+			t.Fatalf("the failed publish's invoke was answered %d %q (%v), want 500", got.code, got.body, got.err)
+		}
+	} else {
+		giveUp()
+		if got := <-first; got.err == nil {
+			t.Fatalf("the first delivery was answered %d %s, want it given up", got.code, got.body)
+		}
+	}
+	const word = "⚠️ Approval already resolved or expired."
+	if err := platform.PublishPressAnswer(b, &deliveryv1.SendRequested{
+		Target: &deliveryv1.Target{Platform: "teams", Account: f.ClientID, ChatId: dmConv, Interaction: ia}, Text: word}); err != nil {
+		t.Fatal(err)
+	}
+	platformtest.WaitFor(t, "the router's word at the first replica", func() bool {
+		a.p.invokesMu.Lock()
+		defer a.p.invokesMu.Unlock()
+		inv := a.p.invokes[ia.GetId()]
+		if inv == nil {
+			t.Fatal("the first replica holds the press no more")
+		}
+		select {
+		case <-inv.answered:
+			return true
+		default:
+			return false
+		}
+	})
+	got := <-postInvoke(context.Background(), f, other.url, act)
+	if v := answerValue(t, got); v != word || got.took >= pressHold {
+		t.Fatalf("the retry was answered %q after %v, want %q before its hold ends", v, got.took, word)
+	}
+	if n := inboundCount(t, b); n != 1 {
+		t.Fatalf("the bus has %d messages, want the press once", n)
+	}
+}
