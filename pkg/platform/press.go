@@ -35,6 +35,12 @@ import (
 // ago from one the router has still to decide for another replica's
 // hold: it asks (RetryPress), and a replica that holds the press keeps
 // answering it.
+//
+// A platform whose press is answered by whichever replica the platform
+// hands it again (a Teams invoke's retry, answered in its own HTTP
+// response) holds the press again there, and asks the replicas that
+// hold it for the router's answer they have (AskPress): an answer that
+// came before the retry's hold is the retry's too.
 
 // A replica told another holds the press leaves its answer to that
 // holder, and watches it (WatchPress): whoever answers a press's query
@@ -61,9 +67,11 @@ type PressHold struct {
 	once     sync.Once
 	// mu orders a retry's question (told the press is held, the asker
 	// leaves it to this hold) and LetGo: once let go, no question is
-	// told that.
+	// told that. It also guards got.
 	mu    sync.Mutex
 	letGo bool
+	// got is the router's answer as it came (AskPress), nil before.
+	got []byte
 }
 
 // Answer delivers the router's answer, once.
@@ -76,6 +84,10 @@ func (h *PressHold) Retried() <-chan struct{} { return h.retried }
 // pressRetryHeader marks a message on a press's subject as another
 // replica's retry of the press (RetryPress), not an answer.
 const pressRetryHeader = "Switchboard-Press-Retry"
+
+// pressAskHeader marks a message on a press's subject as another
+// replica's question for the router's answer (AskPress), not an answer.
+const pressAskHeader = "Switchboard-Press-Ask"
 
 // Close stops holding the press: an answer that comes after finds no
 // one. A nil hold closes nothing.
@@ -146,10 +158,26 @@ func HoldPress(b *bus.Bus, platform, id string) (*PressHold, error) {
 			_ = m.Respond(nil)
 			return
 		}
+		if m.Header.Get(pressAskHeader) != "" {
+			// Only a hold with the answer replies: the asker takes the
+			// first reply, and its own hold has none.
+			h.mu.Lock()
+			got := h.got
+			h.mu.Unlock()
+			if got != nil {
+				_ = m.Respond(got)
+			}
+			return
+		}
 		req := &deliveryv1.SendRequested{}
 		if err := proto.Unmarshal(m.Data, req); err != nil || req.GetTarget().GetInteraction().GetId() != id {
 			return // not this press's answer (a hash collision) or not an answer
 		}
+		h.mu.Lock()
+		if h.got == nil {
+			h.got = m.Data
+		}
+		h.mu.Unlock()
 		select {
 		case h.answer <- req:
 		default: // answered already: the first answer stands
@@ -322,4 +350,30 @@ func (w *PressWatch) said() bool {
 	default:
 		return false
 	}
+}
+
+// AskPress asks the replicas that hold the press with interaction id on
+// platform for the router's answer one of them has (another replica's
+// hold of a press this replica was handed again, which the bus has
+// already). req is nil when none has it by the time ctx ends (none holds
+// the press, or the router has not answered yet): the caller's own hold,
+// in place before it asks, gets an answer that comes later.
+func AskPress(ctx context.Context, b *bus.Bus, platform, id string) (*deliveryv1.SendRequested, error) {
+	m := nats.NewMsg(b.Topology().PressSubject(platform, id))
+	m.Header.Set(pressAskHeader, "1")
+	reply, err := b.Conn().RequestMsgWithContext(ctx, m)
+	switch {
+	case errors.Is(err, nats.ErrNoResponders), errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled), errors.Is(err, nats.ErrTimeout):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("ask press: %w", err)
+	}
+	req := &deliveryv1.SendRequested{}
+	if err := proto.Unmarshal(reply.Data, req); err != nil {
+		return nil, fmt.Errorf("ask press: decode answer: %w", err)
+	}
+	if req.GetTarget().GetInteraction().GetId() != id {
+		return nil, nil // another press's (a hash collision)
+	}
+	return req, nil
 }

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/switchboard-chat/switchboard/pkg/bus/bustest"
+	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
 	"github.com/switchboard-chat/switchboard/pkg/platform"
 )
 
@@ -112,5 +114,60 @@ func TestPressWatch(t *testing.T) {
 			t.Errorf("%s: watch says answered %v, want %v", tc.name, got, tc.answered)
 		}
 		w.Close()
+	}
+}
+
+// A replica handed a press again asks the holders for the router's
+// answer: none is had before the router answers (nor by the asker's own
+// hold), the question is not taken for an answer, and once a hold has
+// the answer the asker gets it.
+func TestAskPress(t *testing.T) {
+	t.Parallel()
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	ask := func() *deliveryv1.SendRequested {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		defer cancel()
+		req, err := platform.AskPress(ctx, b, "teams", "p1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return req
+	}
+	if req := ask(); req != nil {
+		t.Fatalf("a press no one holds: %v", req)
+	}
+	holder, err := platform.HoldPress(b, "teams", "p1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close()
+	asker, err := platform.HoldPress(b, "teams", "p1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer asker.Close()
+	if req := ask(); req != nil {
+		t.Fatalf("a press not answered yet: %v", req)
+	}
+	for _, h := range []*platform.PressHold{holder, asker} {
+		select {
+		case req := <-h.Answer():
+			t.Fatalf("the question was taken for an answer: %v", req)
+		default:
+		}
+	}
+	answer := &deliveryv1.SendRequested{Target: &deliveryv1.Target{Platform: "teams", Interaction: &eventsv1.Interaction{Id: "p1", Component: true}}, Text: "✅ Approved once"}
+	if err := platform.PublishPressAnswer(b, answer); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-holder.Answer():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the holder did not get the answer")
+	}
+	asker.Close()
+	if req := ask(); req.GetText() != answer.GetText() {
+		t.Fatalf("asked after the answer: %v, want %q", req, answer.GetText())
 	}
 }

@@ -2,8 +2,6 @@ package teams
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -99,8 +97,8 @@ func (p *Platform) activity(w http.ResponseWriter, r *http.Request, conn platfor
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), p.cfg.AckTimeout)
 	defer cancel()
-	press, hold, err := p.handle(ctx, conn, a)
-	defer hold.Close()
+	press, inv, err := p.handle(ctx, conn, a)
+	defer p.releaseInvoke(inv)
 	if err != nil {
 		p.log.Warn("teams activity not stored; the bot framework will retry", "err", err)
 		http.Error(w, "not stored", http.StatusInternalServerError)
@@ -113,7 +111,11 @@ func (p *Platform) activity(w http.ResponseWriter, r *http.Request, conn platfor
 		// action the gateway cannot read gets Hermes's word at once.
 		text := unknownAction
 		if press {
-			text = p.awaitAnswer(r.Context(), hold)
+			text = p.awaitAnswer(r.Context(), inv)
+			// Whether this answer reaches the Bot Framework is not
+			// known here (it may have given up waiting, and retries):
+			// the router's word, come or to come, is kept for a retry.
+			p.keepForRetry(inv)
 		}
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusOK)
@@ -130,24 +132,6 @@ func (p *Platform) activity(w http.ResponseWriter, r *http.Request, conn platfor
 // invoke's answer within a few seconds.
 const maxPressHold = 5 * time.Second
 
-// awaitAnswer waits for the router's answer to a held press, up to
-// Config.PressHold, and returns its text ("" for none, or when hold is
-// nil).
-func (p *Platform) awaitAnswer(ctx context.Context, hold *platform.PressHold) string {
-	if hold == nil {
-		return ""
-	}
-	t := time.NewTimer(p.cfg.PressHold)
-	defer t.Stop()
-	select {
-	case req := <-hold.Answer():
-		return req.GetText()
-	case <-t.C:
-	case <-ctx.Done():
-	}
-	return ""
-}
-
 func (p *Platform) refuse(w http.ResponseWriter, r *http.Request, why string) {
 	authFailures.Inc()
 	p.log.Warn("teams activity refused", "reason", why, "remote", r.RemoteAddr)
@@ -157,9 +141,10 @@ func (p *Platform) refuse(w http.ResponseWriter, r *http.Request, why string) {
 // handle keeps the conversation's serviceUrl, then publishes the
 // activity's message (or approval button press: press is true), if it is
 // one to answer. An invoke's press is published with its interaction and
-// held for the router's answer (hold, nil when it is not held: a
-// redelivered invoke, whose press was decided before).
-func (p *Platform) handle(ctx context.Context, conn platform.Deliverer, a *Activity) (press bool, hold *platform.PressHold, err error) {
+// held for the router's answer (inv, nil when it is not held), also when
+// the bus has it already: a retried invoke's press may not be decided
+// yet (invokes.go).
+func (p *Platform) handle(ctx context.Context, conn platform.Deliverer, a *Activity) (press bool, inv *heldInvoke, err error) {
 	if err := p.remember(ctx, a.Conversation.ID, a.ServiceURL); err != nil {
 		return false, nil, err
 	}
@@ -182,31 +167,24 @@ func (p *Platform) handle(ctx context.Context, conn platform.Deliverer, a *Activ
 	}
 	if h, ok := conn.(platform.PressHolder); ok && n.press && a.Type == "invoke" {
 		// The router's answer may come as soon as the press is out.
-		id := newInteractionID()
-		if hold, err = h.HoldPress(id); err != nil {
-			p.log.Warn("hold teams button press for the router's answer; answered without it", "err", err)
-			hold, err = nil, nil
-		} else {
+		id := interactionID(p.cfg.ClientID, n.ev.GetEventId())
+		if inv = p.holdInvoke(h, id); inv.hold != nil {
 			n.ev.Interaction = &eventsv1.Interaction{Id: id, Component: true, ExpiresAt: timestamppb.New(time.Now().Add(p.cfg.PressHold))}
 		}
 	}
 	acc, err := conn.Deliver(ctx, n.ev)
 	if err != nil && !errors.Is(err, platform.ErrRejected) {
-		hold.Close()
+		p.keepForRetry(inv)
+		p.releaseInvoke(inv)
 		return false, nil, fmt.Errorf("publish message %s: %w", n.ev.GetEventId(), err)
 	}
-	if err != nil || acc.Duplicate {
-		// Not published now: nothing will answer it.
-		hold.Close()
-		hold = nil
+	if err != nil {
+		// Not published: nothing will answer it.
+		p.releaseInvoke(inv)
+		inv = nil
 	}
-	return n.press, hold, nil
-}
-
-// newInteractionID names a held press (Interaction.id): random, since
-// only its holder answers it.
-func newInteractionID() string {
-	b := make([]byte, 12)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
+	if acc.Duplicate {
+		p.askElsewhere(inv)
+	}
+	return n.press, inv, nil
 }

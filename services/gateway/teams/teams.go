@@ -267,6 +267,11 @@ type Platform struct {
 	mu     sync.Mutex
 	kv     jetstream.KeyValue
 	stored map[string]storedRoute
+
+	// invokes: the presses of invokes this replica holds for the
+	// router's answer, by interaction id (invokes.go).
+	invokesMu sync.Mutex
+	invokes   map[string]*heldInvoke
 }
 
 // NewPlatform validates cfg and builds the platform; b holds the

@@ -1,0 +1,199 @@
+package teams
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"sync"
+	"time"
+
+	"github.com/switchboard-chat/switchboard/pkg/platform"
+)
+
+// A press's invoke is held for the router's answer under an
+// interaction id made from the press's own identity (the app, the
+// conversation and the activity id: its bus dedupe id), not a random
+// one, so that the Bot Framework's retry of the invoke (the first HTTP
+// request timed out, or its replica died), whose press the bus says it
+// has already, holds the very press the router decides: on this
+// replica it shares the first delivery's hold (heldInvoke), on another
+// it subscribes to the same subject, and the router's answer, or its
+// refusal through delivery, reaches every replica that holds it; one
+// that came before the retry held it is asked of the replicas holding
+// it on (askElsewhere). The
+// retry is answered with it when it comes within the retry's own hold;
+// a press decided long before waits out that hold and is answered
+// without the router's word, as one the router does not answer in time.
+// A press stays held for a while after a delivery of it ended, its
+// publish failed or its answer maybe not taken (keepForRetry).
+
+// heldInvoke is a press held on this replica for the router's answer,
+// shared by every delivery of its invoke this replica answers.
+type heldInvoke struct {
+	id string
+	// ready is closed once hold is set: nil when the press could not be
+	// held.
+	ready chan struct{}
+	hold  *platform.PressHold
+	// answered is closed once the router's answer is in (settle), with
+	// text.
+	answered chan struct{}
+	text     string
+	settled  sync.Once
+	// released is closed when the last user lets go.
+	released chan struct{}
+	// users are the deliveries waiting on it (guarded by invokesMu).
+	users int
+}
+
+// interactionID names the press of the invoke whose event id is
+// eventID (its conversation and activity id): the same for every
+// delivery of the invoke.
+func interactionID(account, eventID string) string {
+	sum := sha256.Sum256([]byte("teams:" + account + ":" + eventID))
+	return hex.EncodeToString(sum[:16])
+}
+
+// holdInvoke holds the press with interaction id for the router's
+// answer, or joins this replica's hold of it (a retry while the first
+// delivery waits): the hold is in place when it returns, before the
+// press is published. The caller lets go with releaseInvoke.
+func (p *Platform) holdInvoke(h platform.PressHolder, id string) *heldInvoke {
+	p.invokesMu.Lock()
+	if inv := p.invokes[id]; inv != nil {
+		inv.users++
+		p.invokesMu.Unlock()
+		<-inv.ready
+		return inv
+	}
+	inv := &heldInvoke{id: id, ready: make(chan struct{}), answered: make(chan struct{}), released: make(chan struct{}), users: 1}
+	if p.invokes == nil {
+		p.invokes = map[string]*heldInvoke{}
+	}
+	p.invokes[id] = inv
+	p.invokesMu.Unlock()
+	hold, err := h.HoldPress(id)
+	if err != nil {
+		p.log.Warn("hold teams button press for the router's answer; answered without it", "err", err)
+		// Not kept: a later delivery tries anew.
+		p.invokesMu.Lock()
+		if p.invokes[id] == inv {
+			delete(p.invokes, id)
+		}
+		p.invokesMu.Unlock()
+		close(inv.ready)
+		return inv
+	}
+	inv.hold = hold
+	close(inv.ready)
+	go func() {
+		select {
+		case req := <-hold.Answer():
+			inv.settle(req.GetText())
+		case <-inv.released:
+		}
+	}()
+	return inv
+}
+
+// settle takes the router's answer to the press, the first that comes
+// in (its own hold's, or another replica's that askElsewhere got).
+func (inv *heldInvoke) settle(text string) {
+	inv.settled.Do(func() {
+		inv.text = text
+		close(inv.answered)
+	})
+}
+
+// askElsewhere asks the replicas that hold inv's press for the router's
+// answer they have (platform.AskPress), for a delivery the bus says is
+// a duplicate: the answer may have come to the replica of an earlier
+// delivery (its publish failed, or its request ended, keepForRetry)
+// before this replica held the press. Off the handler: an answer that
+// comes to the hold meanwhile is not kept waiting. Bounded by
+// Config.PressHold, as the wait for it is.
+func (p *Platform) askElsewhere(inv *heldInvoke) {
+	if inv == nil || inv.hold == nil {
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), p.cfg.PressHold)
+		defer cancel()
+		go func() {
+			select {
+			case <-inv.answered:
+			case <-inv.released:
+			}
+			cancel()
+		}()
+		req, err := platform.AskPress(ctx, p.bus, p.Name(), inv.id)
+		if err != nil {
+			p.log.Debug("ask other replicas for the router's answer to a press handed again", "err", err)
+			return
+		}
+		if req != nil {
+			inv.settle(req.GetText())
+		}
+	}()
+}
+
+// retryHold is how long a press stays held for the Bot Framework's
+// retry of its invoke after a delivery of it ended (keepForRetry): one
+// whose publish failed (the bus may have stored the press, its
+// acknowledgement lost, and the router then decides it), or one whose
+// answer may not have reached the Bot Framework (it gave up waiting:
+// the router's word came after its request ended). Either is retried
+// within seconds; a retry later than this finds no hold here and is
+// answered without the router's word if that came before it.
+const retryHold = 30 * time.Second
+
+// keepForRetry keeps holding inv, the press of an invoke whose delivery
+// ends, for retryHold: a retry on this replica joins the hold
+// (holdInvoke) and gets the router's answer, or its refusal, that came
+// meanwhile, or comes. The caller still releases its own use of inv.
+func (p *Platform) keepForRetry(inv *heldInvoke) {
+	if inv == nil || inv.hold == nil {
+		return
+	}
+	p.invokesMu.Lock()
+	inv.users++
+	p.invokesMu.Unlock()
+	time.AfterFunc(retryHold, func() { p.releaseInvoke(inv) })
+}
+
+// releaseInvoke lets go of inv, held by holdInvoke; the last to let go
+// ends the hold. A nil inv releases nothing.
+func (p *Platform) releaseInvoke(inv *heldInvoke) {
+	if inv == nil {
+		return
+	}
+	p.invokesMu.Lock()
+	inv.users--
+	last := inv.users == 0
+	if last && p.invokes[inv.id] == inv {
+		delete(p.invokes, inv.id)
+	}
+	p.invokesMu.Unlock()
+	if last && inv.hold != nil {
+		close(inv.released)
+		inv.hold.Close()
+	}
+}
+
+// awaitAnswer waits for the router's answer to a held press, up to
+// Config.PressHold, and returns its text ("" for none, or when the
+// press is not held).
+func (p *Platform) awaitAnswer(ctx context.Context, inv *heldInvoke) string {
+	if inv == nil || inv.hold == nil {
+		return ""
+	}
+	t := time.NewTimer(p.cfg.PressHold)
+	defer t.Stop()
+	select {
+	case <-inv.answered:
+		return inv.text
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	return ""
+}

@@ -1,0 +1,464 @@
+package teams
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/switchboard-chat/switchboard/pkg/bus"
+	"github.com/switchboard-chat/switchboard/pkg/bus/bustest"
+	deliveryv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/delivery/v1"
+	eventsv1 "github.com/switchboard-chat/switchboard/pkg/gen/switchboard/events/v1"
+	"github.com/switchboard-chat/switchboard/pkg/platform"
+	"github.com/switchboard-chat/switchboard/pkg/platform/platformtest"
+	"github.com/switchboard-chat/switchboard/services/gateway/teams/teamsfake"
+)
+
+// pressConn is a replica's connection to the runner as tests see it:
+// each publish of a press the bus says it has already is signalled on
+// dups (the invoke's handler holds the press by then), and with
+// failFirst the first publish of a press is stored and reported failed,
+// as a publish whose acknowledgement was lost.
+type pressConn struct {
+	platform.Conn
+	failFirst bool
+	once      sync.Once
+	dups      chan struct{}
+}
+
+func (c *pressConn) HoldPress(id string) (*platform.PressHold, error) {
+	return c.Conn.(platform.PressHolder).HoldPress(id)
+}
+
+func (c *pressConn) Deliver(ctx context.Context, ev *eventsv1.MessageReceived) (platform.Accepted, error) {
+	acc, err := c.Conn.Deliver(ctx, ev)
+	if ev.GetButtonPress() == nil || err != nil {
+		return acc, err
+	}
+	if acc.Duplicate {
+		c.dups <- struct{}{}
+		return acc, nil
+	}
+	fail := false
+	c.once.Do(func() { fail = c.failFirst })
+	if fail {
+		return platform.Accepted{}, errors.New("publish inbound event: nats: timeout")
+	}
+	return acc, nil
+}
+
+// pressPlatform is the Teams platform whose connection goes through a
+// pressConn.
+type pressPlatform struct {
+	*Platform
+	conn *pressConn
+}
+
+func (p *pressPlatform) Connect(ctx context.Context, conn platform.Conn) error {
+	p.conn.Conn = conn
+	return p.Platform.Connect(ctx, p.conn)
+}
+
+// replica is one gateway replica on a shared bus.
+type replica struct {
+	p    *Platform
+	conn *pressConn
+	url  string
+}
+
+// startReplica runs a gateway replica named instance on b until the test
+// ends.
+func startReplica(t *testing.T, f *teamsfake.Fake, cfg Config, b *bus.Bus, instance string, failFirst bool) *replica {
+	t.Helper()
+	p, err := NewPlatform(cfg, b, slog.New(slog.DiscardHandler), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := &pressConn{failFirst: failFirst, dups: make(chan struct{}, 8)}
+	svc, err := platform.NewService(&pressPlatform{Platform: p, conn: conn}, b, slog.New(slog.DiscardHandler),
+		platform.Options{Instance: instance, Backoff: platform.Schedule(10 * time.Millisecond)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- svc.Run(ctx) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("run %s: %v", instance, err)
+		}
+	})
+	platformtest.WaitFor(t, "replica "+instance+" ready", func() bool { return svc.Ready(context.Background()) == nil && p.Addr() != "" })
+	return &replica{p: p, conn: conn, url: "http://" + p.Addr() + cfg.Path}
+}
+
+// invokeAnswered is what an invoke was answered, and when.
+type invokeAnswered struct {
+	code int
+	body string
+	err  error
+	took time.Duration
+}
+
+// postInvoke posts act and sends its answer on the channel returned.
+func postInvoke(ctx context.Context, f *teamsfake.Fake, url string, act map[string]any) chan invokeAnswered {
+	out := make(chan invokeAnswered, 1)
+	go func() {
+		at := time.Now()
+		code, body, err := f.PostAnswer(ctx, url, act)
+		out <- invokeAnswered{code, body, err, time.Since(at)}
+	}()
+	return out
+}
+
+// answerValue is the text of an invoke's answer (its action response).
+func answerValue(t *testing.T, a invokeAnswered) string {
+	t.Helper()
+	if a.err != nil || a.code != http.StatusOK {
+		t.Fatalf("invoke answered %d %q (%v)", a.code, a.body, a.err)
+	}
+	var v struct {
+		StatusCode  int
+		Type, Value string
+	}
+	if err := json.Unmarshal([]byte(a.body), &v); err != nil || v.StatusCode != 200 || v.Type != "application/vnd.microsoft.activity.message" {
+		t.Fatalf("invoke answered %s (%v)", a.body, err)
+	}
+	return v.Value
+}
+
+// inboundCount is how many messages the bus's inbound stream holds.
+func inboundCount(t *testing.T, b *bus.Bus) uint64 {
+	t.Helper()
+	s, err := b.JetStream().Stream(context.Background(), b.Topology().Stream(bus.StreamInbound))
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.Msgs
+}
+
+// waitDuplicate waits until r was told a press is a duplicate.
+func waitDuplicate(t *testing.T, r *replica) {
+	t.Helper()
+	select {
+	case <-r.conn.dups:
+	case <-time.After(15 * time.Second):
+		t.Fatal("the retry was not told the press is a duplicate")
+	}
+}
+
+// An invoke the Bot Framework retries (the same activity, on this
+// replica or another) is told by the bus that its press is a duplicate;
+// the retry is answered with the router's word when it comes, within
+// its hold, whether the first delivery's handler still waits for it or
+// is gone, and the press is published once. Answered at once with
+// "Answer received." instead, the retry lost the router's word (a
+// refusal, its word on the outcome): the press's interaction was the
+// first delivery's alone.
+func TestInvokeRetried(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		// elsewhere: the retry comes to another replica; gone: the first
+		// delivery's request is given up before the retry; refuse: the
+		// router's word is its refusal, through delivery to a replica
+		// (the first's), not its answer.
+		elsewhere, gone, refuse bool
+	}{
+		{name: "here while the first waits"},
+		{name: "here after the first is gone", gone: true},
+		{name: "elsewhere while the first waits", elsewhere: true, refuse: true},
+		{name: "elsewhere after the first is gone", elsewhere: true, gone: true},
+		{name: "elsewhere after the first is gone, refused", elsewhere: true, gone: true, refuse: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			invokeRetried(t, tc.elsewhere, tc.gone, tc.refuse)
+		})
+	}
+}
+
+func invokeRetried(t *testing.T, elsewhere, gone, refuse bool) {
+	f := teamsfake.New(t)
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	cfg := testConfig(f)
+	// The longest there is, so that the router's word always comes
+	// first, however busy the machine.
+	const pressHold = maxPressHold
+	cfg.PressHold = pressHold
+	a := startReplica(t, f, cfg, b, "a", false)
+	retry := a
+	if elsewhere {
+		retry = startReplica(t, f, cfg, b, "b", false)
+	}
+	t.Cleanup(func() {
+		platformtest.DeleteBuckets(b)
+		_ = b.JetStream().DeleteKeyValue(context.Background(), b.Topology().Stream(BucketRoutes))
+	})
+	evs := platformtest.InboundEvents(t, b)
+
+	act := f.Press(dmConv, "personal", "aad-stranger", "Mallory", "card-1", "hermes_approve", map[string]any{"hermes_action": "approve_once"})
+	firstCtx, giveUp := context.WithCancel(context.Background())
+	defer giveUp()
+	first := postInvoke(firstCtx, f, a.url, act)
+	ev := platformtest.NextEvent(t, evs)
+	ia := ev.GetInteraction()
+	if ev.GetText() != "/approve" || ia.GetId() == "" || !ia.GetComponent() {
+		t.Fatalf("press %v", ev)
+	}
+	if gone {
+		giveUp()
+		if a := <-first; a.err == nil {
+			t.Fatalf("the first delivery was answered %d %s, want it given up", a.code, a.body)
+		}
+	}
+	second := postInvoke(context.Background(), f, retry.url, act)
+	waitDuplicate(t, retry)
+
+	word := "⚠️ Approval already resolved or expired."
+	target := &deliveryv1.Target{Platform: "teams", Account: f.ClientID, ChatId: dmConv, Interaction: ia}
+	if refuse {
+		word = "⛔ Not authorized."
+		if _, err := a.p.Send(context.Background(), &deliveryv1.SendRequested{Target: target, Text: word}); err != nil {
+			t.Fatal(err)
+		}
+	} else if err := platform.PublishPressAnswer(b, &deliveryv1.SendRequested{Target: target, Text: word}); err != nil {
+		t.Fatal(err)
+	}
+	got := <-second
+	if v := answerValue(t, got); v != word || got.took >= pressHold {
+		t.Fatalf("the retry was answered %q after %v, want %q before its hold ends", v, got.took, word)
+	}
+	if !gone {
+		if got := <-first; answerValue(t, got) != word {
+			t.Fatalf("the first delivery was answered %q, want %q", answerValue(t, got), word)
+		}
+	}
+	if n := inboundCount(t, b); n != 1 {
+		t.Fatalf("the bus has %d messages, want the press once", n)
+	}
+}
+
+// A press whose publish failed after the bus stored it (its
+// acknowledgement lost: the invoke is answered 500 and the Bot
+// Framework retries it) is decided by the router all the same, maybe
+// before the retry comes: its replica keeps holding the press for the
+// retry, which, told the press is a duplicate, is answered with the
+// router's word, its answer or its refusal. With the hold ended by the
+// failed publish, the word had no one to go to, and the retry was
+// answered "Answer received." when its own hold ended.
+func TestInvokeStoredByAFailedPublish(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		refuse bool
+	}{
+		{name: "answered"},
+		{name: "refused", refuse: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			invokeStoredByAFailedPublish(t, tc.refuse)
+		})
+	}
+}
+
+func invokeStoredByAFailedPublish(t *testing.T, refuse bool) {
+	f := teamsfake.New(t)
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	cfg := testConfig(f)
+	const pressHold = 2 * time.Second
+	cfg.PressHold = pressHold
+	a := startReplica(t, f, cfg, b, "a", true)
+	t.Cleanup(func() {
+		platformtest.DeleteBuckets(b)
+		_ = b.JetStream().DeleteKeyValue(context.Background(), b.Topology().Stream(BucketRoutes))
+	})
+	evs := platformtest.InboundEvents(t, b)
+
+	act := f.Press(dmConv, "personal", "aad-stranger", "Mallory", "card-1", "hermes_approve", map[string]any{"hermes_action": "approve_once"})
+	if got := <-postInvoke(context.Background(), f, a.url, act); got.err != nil || got.code != http.StatusInternalServerError {
+		t.Fatalf("the failed publish's invoke was answered %d %q (%v), want 500", got.code, got.body, got.err)
+	}
+	ev := platformtest.NextEvent(t, evs)
+	ia := ev.GetInteraction()
+	if ev.GetText() != "/approve" || ia.GetId() == "" {
+		t.Fatalf("press %v", ev)
+	}
+	// The router decides the stored press before the retry comes.
+	word := "⚠️ Approval already resolved or expired."
+	target := &deliveryv1.Target{Platform: "teams", Account: f.ClientID, ChatId: dmConv, Interaction: ia}
+	if refuse {
+		word = "⛔ Not authorized."
+		if _, err := a.p.Send(context.Background(), &deliveryv1.SendRequested{Target: target, Text: word}); err != nil {
+			t.Fatal(err)
+		}
+	} else if err := platform.PublishPressAnswer(b, &deliveryv1.SendRequested{Target: target, Text: word}); err != nil {
+		t.Fatal(err)
+	}
+	got := <-postInvoke(context.Background(), f, a.url, act)
+	if v := answerValue(t, got); v != word || got.took >= pressHold {
+		t.Fatalf("the retry was answered %q after %v, want %q before its hold ends", v, got.took, word)
+	}
+	if n := inboundCount(t, b); n != 1 {
+		t.Fatalf("the bus has %d messages, want the press once", n)
+	}
+}
+
+// The router's word on a press whose invoke's request ended before it
+// came (the Bot Framework gave up waiting, and retries) is kept for the
+// retry: the replica holds the press on after the request ends, and the
+// retry, told the press is a duplicate, is answered with that word at
+// once. With the hold ended with the request, the word had no one to go
+// to, and the retry was answered "Answer received." when its own hold
+// ended.
+func TestInvokeAnsweredAfterItsRequestEnded(t *testing.T) {
+	t.Parallel()
+	f := teamsfake.New(t)
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	cfg := testConfig(f)
+	const pressHold = 2 * time.Second
+	cfg.PressHold = pressHold
+	a := startReplica(t, f, cfg, b, "a", false)
+	t.Cleanup(func() {
+		platformtest.DeleteBuckets(b)
+		_ = b.JetStream().DeleteKeyValue(context.Background(), b.Topology().Stream(BucketRoutes))
+	})
+	evs := platformtest.InboundEvents(t, b)
+
+	act := f.Press(dmConv, "personal", "aad-stranger", "Mallory", "card-1", "hermes_approve", map[string]any{"hermes_action": "approve_once"})
+	firstCtx, giveUp := context.WithCancel(context.Background())
+	first := postInvoke(firstCtx, f, a.url, act)
+	ev := platformtest.NextEvent(t, evs)
+	ia := ev.GetInteraction()
+	if ev.GetText() != "/approve" || ia.GetId() == "" {
+		t.Fatalf("press %v", ev)
+	}
+	giveUp()
+	if got := <-first; got.err == nil {
+		t.Fatalf("the first delivery was answered %d %s, want it given up", got.code, got.body)
+	}
+	const word = "⚠️ Approval already resolved or expired."
+	if err := platform.PublishPressAnswer(b, &deliveryv1.SendRequested{
+		Target: &deliveryv1.Target{Platform: "teams", Account: f.ClientID, ChatId: dmConv, Interaction: ia}, Text: word}); err != nil {
+		t.Fatal(err)
+	}
+	// The word is in before the retry comes (the router's answer is a
+	// publish no one acknowledges): the replica has it, or its hold
+	// ended and the word was lost.
+	platformtest.WaitFor(t, "the router's word at the replica", func() bool {
+		a.p.invokesMu.Lock()
+		defer a.p.invokesMu.Unlock()
+		inv := a.p.invokes[ia.GetId()]
+		if inv == nil {
+			return true // the hold ended: the word found no one
+		}
+		select {
+		case <-inv.answered:
+			return true
+		default:
+			return false
+		}
+	})
+	got := <-postInvoke(context.Background(), f, a.url, act)
+	if v := answerValue(t, got); v != word || got.took >= pressHold {
+		t.Fatalf("the retry was answered %q after %v, want %q before its hold ends", v, got.took, word)
+	}
+	if n := inboundCount(t, b); n != 1 {
+		t.Fatalf("the bus has %d messages, want the press once", n)
+	}
+}
+
+// A retry on another replica, told the press is a duplicate, is
+// answered with the router's word also when that word came before the
+// retry, to the replica that holds the press on (its publish failed
+// there, or its first request was given up): the retry asks the
+// holders for the word they have. Without asking, the retry's own hold
+// came too late for the word, and the retry was answered "Answer
+// received." when that hold ended.
+func TestInvokeRetriedElsewhereAfterTheWord(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		failed bool
+	}{
+		{name: "the first request given up"},
+		{name: "the first publish failed", failed: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			invokeRetriedElsewhereAfterTheWord(t, tc.failed)
+		})
+	}
+}
+
+func invokeRetriedElsewhereAfterTheWord(t *testing.T, failed bool) {
+	f := teamsfake.New(t)
+	b := bustest.New(t, bustest.EmbeddedURL(t))
+	cfg := testConfig(f)
+	const pressHold = 2 * time.Second
+	cfg.PressHold = pressHold
+	a := startReplica(t, f, cfg, b, "a", failed)
+	other := startReplica(t, f, cfg, b, "b", false)
+	t.Cleanup(func() {
+		platformtest.DeleteBuckets(b)
+		_ = b.JetStream().DeleteKeyValue(context.Background(), b.Topology().Stream(BucketRoutes))
+	})
+	evs := platformtest.InboundEvents(t, b)
+
+	act := f.Press(dmConv, "personal", "aad-stranger", "Mallory", "card-1", "hermes_approve", map[string]any{"hermes_action": "approve_once"})
+	firstCtx, giveUp := context.WithCancel(context.Background())
+	defer giveUp()
+	first := postInvoke(firstCtx, f, a.url, act)
+	ev := platformtest.NextEvent(t, evs)
+	ia := ev.GetInteraction()
+	if ev.GetText() != "/approve" || ia.GetId() == "" {
+		t.Fatalf("press %v", ev)
+	}
+	if failed {
+		if got := <-first; got.err != nil || got.code != http.StatusInternalServerError {
+			t.Fatalf("the failed publish's invoke was answered %d %q (%v), want 500", got.code, got.body, got.err)
+		}
+	} else {
+		giveUp()
+		if got := <-first; got.err == nil {
+			t.Fatalf("the first delivery was answered %d %s, want it given up", got.code, got.body)
+		}
+	}
+	const word = "⚠️ Approval already resolved or expired."
+	if err := platform.PublishPressAnswer(b, &deliveryv1.SendRequested{
+		Target: &deliveryv1.Target{Platform: "teams", Account: f.ClientID, ChatId: dmConv, Interaction: ia}, Text: word}); err != nil {
+		t.Fatal(err)
+	}
+	platformtest.WaitFor(t, "the router's word at the first replica", func() bool {
+		a.p.invokesMu.Lock()
+		defer a.p.invokesMu.Unlock()
+		inv := a.p.invokes[ia.GetId()]
+		if inv == nil {
+			t.Fatal("the first replica holds the press no more")
+		}
+		select {
+		case <-inv.answered:
+			return true
+		default:
+			return false
+		}
+	})
+	got := <-postInvoke(context.Background(), f, other.url, act)
+	if v := answerValue(t, got); v != word || got.took >= pressHold {
+		t.Fatalf("the retry was answered %q after %v, want %q before its hold ends", v, got.took, word)
+	}
+	if n := inboundCount(t, b); n != 1 {
+		t.Fatalf("the bus has %d messages, want the press once", n)
+	}
+}
