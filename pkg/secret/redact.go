@@ -178,10 +178,13 @@ func cutEnv(text string, start int) int {
 }
 
 // cutJSON cuts jsonField's chunks, at least minChunk bytes on, just
-// after the comma of a `","` or `", "` (between a JSON object's fields).
-// A match holding that comma holds it in its value, right after the
-// value's opening quote, and the next quote ends the value after one or
-// two bytes, short of the four a match needs.
+// after the comma of a `",` that no match holds. A match holds a comma
+// only in its value, and one after a quote only as the value's first
+// byte, that quote being the value's opening one, after a ":" and \s.
+// So no match holds the comma when the quote follows no such ":" (the
+// `",` ending a value: `"a": "b",` compact or pretty-printed), nor when
+// `"` or ` "` follows it, which would end the value after one or two
+// bytes, short of the four a match needs.
 func cutJSON(text string, start int) int {
 	for from := start + minChunk; from < len(text); from++ {
 		i := strings.Index(text[from:], `",`)
@@ -189,11 +192,18 @@ func cutJSON(text string, start int) int {
 			break
 		}
 		from += i
-		if rest := text[from+2:]; strings.HasPrefix(rest, `"`) || strings.HasPrefix(rest, ` "`) {
+		rest := text[from+2:]
+		if !afterColon(text[:from]) || strings.HasPrefix(rest, `"`) || strings.HasPrefix(rest, ` "`) {
 			return from + 2
 		}
 	}
 	return len(text)
+}
+
+// afterColon reports whether s ends in a ":" and any \s.
+func afterColon(s string) bool {
+	s = strings.TrimRight(s, spaces)
+	return strings.HasSuffix(s, ":")
 }
 
 // envCont reports whether an envAssign match may go on after c.

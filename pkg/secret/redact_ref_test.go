@@ -251,5 +251,10 @@ var hardInputs = []string{
 	"gsk_abcdefghijk xgsk_abcdefghijkl sk-gsk_abcdefghijklmn SG.SG.abcdefghijkl glrtr-glrt-abcdefghij xoxb-xapp-1-abcdefghijk AKIAAIzaAKIAABCDEFGHIJKLMNOPQRSTUVWXYZabcd",
 	"SK-ABCDEFGHIJKLMN GHP_ABCDEFGHIJ sg.abcdefghijkl aiza0123456789012345678901234567890 akiaabcdefghijklmnop Sk_live_abcdefghij XOXB-abcdefghijk",
 	"x sk", "gl", "AKI", "see glrt", "pk-lf", "s",
+	// Pretty-printed JSON: a `",` ends most values there, and a value
+	// may start with one (after ":" and \s) and go on past the newline.
+	"{\n  \"token\": \",\n    \",\n  \"name\": \"x\",\n  \"password\":\n    \",\n    abcd\",\n  \"secret\" :\t\",\t\t\"\n}",
+	"{\n\t\"api_key\": \"abcdefghijkl\",\n\t\"b\": \"\",\n\t\"token\":\r\n\f\",\r\n  \"x\",\n\t\"z\": \"a\\\",\n  \"}",
+	"[\n  {\n    \"id\": 1,\n    \"client_secret\": \"abcdefgh\",\n    \"tags\": [\n      \"a\",\n      \"b\"\n    ],\n    \"token\": \"\",\n    \"x\": \"abcd\"\n  }\n]",
 	strings.Repeat("API_KEY=abcdefgh ?token=abcd \"secret\": \"abcd\", Authorization: Bearer abcd sk-abcdefghijklmn\n", 12),
 }
