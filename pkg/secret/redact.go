@@ -34,8 +34,12 @@ func Redact(text string) string {
 	if strings.Contains(text, "PRIVATE KEY-----") {
 		text = privateKey.ReplaceAllString(text, "[REDACTED PRIVATE KEY]")
 	}
+	// One pass finds which patterns' literals the text holds; each
+	// prefilter below asks it while the text is unchanged, and looks
+	// again in a chunk or a changed text.
+	found := &literalsFound{text: text, sets: prefilter.find(text, allSets)}
 	text = replaceChunks(text, authHeader, cutAfter(authSeps), func(c string) bool {
-		return containsFold(c, "authorization")
+		return found.in(c, authSet)
 	}, func(s string) string {
 		m := authHeader.FindStringSubmatch(s)
 		return m[1] + mask(m[2])
@@ -47,20 +51,19 @@ func Redact(text string) string {
 		return m[1] + "***" + m[3]
 	})
 	text = replaceChunks(text, queryParam, cutAfter(querySeps), func(c string) bool {
-		return strings.ContainsAny(c, "?&") && strings.Contains(c, "=") &&
-			containsAnyFold(c, queryWords)
+		return found.in(c, querySet) && strings.ContainsAny(c, "?&") && strings.Contains(c, "=")
 	}, func(s string) string {
 		m := queryParam.FindStringSubmatch(s)
 		return m[1] + mask(m[2])
 	})
 	text = replaceChunks(text, jsonField, cutJSON, func(c string) bool {
-		return containsAnyFold(c, jsonWords)
+		return found.in(c, jsonSet)
 	}, func(s string) string {
 		m := jsonField.FindStringSubmatch(s)
 		return m[1] + mask(m[2]) + `"`
 	})
 	text = replaceChunks(text, envAssign, cutEnv, func(c string) bool {
-		return strings.Contains(c, "=") && containsAny(c, envWords)
+		return strings.Contains(c, "=") && found.in(c, envSet)
 	}, func(s string) string {
 		m := envAssign.FindStringSubmatch(s)
 		return m[1] + m[2] + mask(m[3]) + m[4]
@@ -68,7 +71,9 @@ func Redact(text string) string {
 	text = replaceChunks(text, jwt, cutAfter(tokenSeps), func(c string) bool {
 		return strings.Contains(c, "eyJ")
 	}, mask)
-	text = replaceChunks(text, prefixed, cutAfter(tokenSeps), hasKeyStart, mask)
+	text = replaceChunks(text, prefixed, cutAfter(tokenSeps), func(c string) bool {
+		return found.in(c, keySet)
+	}, mask)
 	return text
 }
 
@@ -210,109 +215,6 @@ func afterColon(s string) bool {
 func envCont(c byte) bool {
 	return 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' ||
 		c == '\'' || c == '"' || c == '=' || strings.IndexByte(spaces, c) >= 0
-}
-
-// hasKeyStart reports whether prefixed may match in s: whether one of
-// keyStarts is at its start or after a byte that is not a word byte.
-func hasKeyStart(s string) bool {
-	return keyStartSet.in(s)
-}
-
-// keyStartSet finds keyStarts in one pass: a Contains per prefix was 40
-// passes, and most of Redact's time on text with no secrets.
-var keyStartSet = newWordStarts(keyStarts)
-
-// wordStarts finds which of a set of words (two bytes or more) starts a
-// text or follows a byte that is not a word byte, in one pass: at each
-// such byte a table says whether any word starts with it and the byte
-// after it, and only then are those words compared.
-type wordStarts struct {
-	pairs [256][4]uint64 // pairs[c] has bit d when a word starts with c, d
-	words [256][]string  // the words by first byte
-}
-
-func newWordStarts(words []string) *wordStarts {
-	w := new(wordStarts)
-	for _, word := range words {
-		c, d := word[0], word[1]
-		w.pairs[c][d>>6] |= 1 << (d & 63)
-		w.words[c] = append(w.words[c], word)
-	}
-	return w
-}
-
-// in reports whether one of the words starts s or follows a byte of s
-// that is not a word byte.
-func (w *wordStarts) in(s string) bool {
-	word := false // whether s[i-1] is a word byte
-	for i := 0; i+1 < len(s); i++ {
-		c, d := s[i], s[i+1]
-		if !word && w.pairs[c][d>>6]&(1<<(d&63)) != 0 {
-			for _, k := range w.words[c] {
-				if strings.HasPrefix(s[i:], k) {
-					return true
-				}
-			}
-		}
-		word = wordByte[c]
-	}
-	return false
-}
-
-// wordByte marks the bytes of \w, [0-9A-Za-z_], the only ones Go's \b
-// counts as word characters: a byte of a multi-byte or invalid UTF-8
-// sequence is none.
-var wordByte = func() (w [256]bool) {
-	for c := range 256 {
-		w[c] = '0' <= c && c <= '9' || 'A' <= c && c <= 'Z' || 'a' <= c && c <= 'z' || c == '_'
-	}
-	return w
-}()
-
-// containsAny reports whether s contains any of words.
-func containsAny(s string, words []string) bool {
-	for _, w := range words {
-		if strings.Contains(s, w) {
-			return true
-		}
-	}
-	return false
-}
-
-// containsAnyFold reports whether s may contain any of words under (?i).
-func containsAnyFold(s string, words []string) bool {
-	for _, w := range words {
-		if containsFold(s, w) {
-			return true
-		}
-	}
-	return false
-}
-
-// containsFold reports whether s may contain word (lower-case ASCII,
-// starting with a letter) as a (?i) pattern sees it. ASCII letters fold
-// to their other case; the only other runes Unicode folds to ASCII are
-// the Kelvin sign (to k) and the long s (to s), and a text holding one
-// is answered true when word has a k or an s.
-func containsFold(s, word string) bool {
-	if strings.ContainsAny(word, "ks") &&
-		(strings.Contains(s, "\u212a") || strings.Contains(s, "\u017f")) {
-		return true
-	}
-	n := len(word)
-	for _, first := range []byte{word[0], word[0] - 'a' + 'A'} {
-		for rest := s; ; {
-			i := strings.IndexByte(rest, first)
-			if i < 0 || len(rest)-i < n {
-				break
-			}
-			if strings.EqualFold(rest[i:i+n], word) {
-				return true
-			}
-			rest = rest[i+1:]
-		}
-	}
-	return false
 }
 
 // MaxMatch bounds, in practice, the text one secret's mask replaces, for

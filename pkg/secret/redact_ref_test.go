@@ -256,5 +256,9 @@ var hardInputs = []string{
 	"{\n  \"token\": \",\n    \",\n  \"name\": \"x\",\n  \"password\":\n    \",\n    abcd\",\n  \"secret\" :\t\",\t\t\"\n}",
 	"{\n\t\"api_key\": \"abcdefghijkl\",\n\t\"b\": \"\",\n\t\"token\":\r\n\f\",\r\n  \"x\",\n\t\"z\": \"a\\\",\n  \"}",
 	"[\n  {\n    \"id\": 1,\n    \"client_secret\": \"abcdefgh\",\n    \"tags\": [\n      \"a\",\n      \"b\"\n    ],\n    \"token\": \"\",\n    \"x\": \"abcd\"\n  }\n]",
+	// The (?i) patterns' keywords in every mix of cases, the first two
+	// letters' above all, and beside the case-sensitive ones'.
+	"aUTHORIZATION=basic abcdefgh AuThOrIzAtIoN: Bearer abcd ?tOKEN=abcd&SiG=abcdefgh&sIG=abcd {\"cREDENTIAL\": \"abcd\", \"PASSW\": \"abcd\", \"kEY\":\"abcd\"}",
+	"Key=abcdefgh KEY=abcdefgh kEY=abcd tOKEN=abcd pW=abcd PW=abcd ?sECRET=abcd&pASSWORD=abcd \"sEcReT\": \"abcd\" aUTH=abcd",
 	strings.Repeat("API_KEY=abcdefgh ?token=abcd \"secret\": \"abcd\", Authorization: Bearer abcd sk-abcdefghijklmn\n", 12),
 }
